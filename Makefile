@@ -1,0 +1,148 @@
+# stoker: GNU make, no configure step. `make` builds the library, the CLI and the Python
+# extension; `make test` installs missing Debian packages, builds and runs every test.
+# Variants: `make asan|ubsan|tsan` rebuild into build/<variant>/ and run the unit tests.
+
+BUILD    ?= build
+CC       ?= gcc
+PYTHON   ?= /usr/bin/python3
+OPT      ?= -O2
+WERROR   ?= $(if $(CI),-Werror,)
+SANITIZE ?=
+
+PKGS     := libturbojpeg spng libxxhash
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2
+CFLAGS_ALL := -std=c11 $(OPT) -g -fPIC -pthread -D_GNU_SOURCE $(WARN) $(WERROR) \
+              -Iinclude -Isrc $(PKG_CFLAGS) $(SANITIZE) $(EXTRA_CFLAGS)
+LIB_CFLAGS := $(CFLAGS_ALL) -fvisibility=hidden -DSTK_BUILDING_LIBRARY
+LDLIBS_ALL := $(PKG_LIBS) -ljpeg -lpthread -ldl -lm
+LDFLAGS_ALL := $(SANITIZE) $(EXTRA_LDFLAGS)
+
+LIB_SRCS := $(sort $(wildcard src/*/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
+CLI_SRCS := $(sort $(wildcard cli/*.c))
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_REPLAY := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/tests/replay_%)
+GEN_SRCS := $(sort $(wildcard tests/data/gen_*.c))
+GEN_BINS := $(GEN_SRCS:tests/data/%.c=$(BUILD)/tests/%)
+
+SO_NAME  := libstoker.so.0.1
+
+.PHONY: all lib cli python test unit fuzz-replay cli-test pytest asan ubsan tsan fuzz \
+        deps demo bench format check-format check-exports clean test-gpu
+
+all: lib cli python
+
+lib: $(BUILD)/libstoker.a $(BUILD)/libstoker.so
+cli: $(BUILD)/stoker
+
+$(BUILD)/obj/%.o: %.c include/stoker.h src/stk_internal.h
+	@mkdir -p $(dir $@)
+	$(CC) $(LIB_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libstoker.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libstoker.so: $(LIB_OBJS) src/libstoker.map
+	$(CC) -shared -Wl,-soname,$(SO_NAME) -Wl,--version-script=src/libstoker.map \
+	    $(LDFLAGS_ALL) -o $@ $(LIB_OBJS) $(LDLIBS_ALL)
+
+$(BUILD)/stoker: $(CLI_OBJS) $(BUILD)/libstoker.a
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(BUILD)/libstoker.a $(LDLIBS_ALL)
+
+$(BUILD)/tests/test_%: tests/unit/test_%.c tests/t.h $(BUILD)/libstoker.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+$(BUILD)/tests/replay_%: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libstoker.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< tests/fuzz/replay.c $(BUILD)/libstoker.a \
+	    $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+$(BUILD)/tests/gen_%: tests/data/gen_%.c $(BUILD)/libstoker.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d)
+
+# ---- Python extension, built in place under build/python/stoker ----
+PY_INC  := $(shell $(PYTHON) -c 'import sysconfig;print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_EXT  := $(shell $(PYTHON) -c 'import sysconfig;print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
+PY_NP   := $(shell $(PYTHON) -c 'import numpy;print(numpy.get_include())' 2>/dev/null)
+PY_SRCS := $(sort $(wildcard python/stoker/*.c))
+PY_FILES := $(sort $(wildcard python/stoker/*.py))
+
+python: $(if $(PY_SRCS),$(BUILD)/python/stoker/_core$(PY_EXT) $(PY_FILES:python/%=$(BUILD)/python/%),)
+
+$(BUILD)/python/stoker/_core$(PY_EXT): $(PY_SRCS) $(wildcard python/stoker/*.h) $(BUILD)/libstoker.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -fvisibility=hidden -Wno-missing-prototypes -I$(PY_INC) -shared \
+	    -o $@ $(PY_SRCS) $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+$(BUILD)/python/stoker/%.py: python/stoker/%.py
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+# ---- tests ----
+deps:
+	@bash scripts/deps.sh
+
+test: deps
+	$(MAKE) all
+	$(MAKE) check-exports
+	$(MAKE) unit fuzz-replay cli-test pytest
+
+unit: $(UNIT_BINS)
+	@bash scripts/run_tests.sh $(UNIT_BINS)
+
+fuzz-replay: $(FUZZ_REPLAY)
+	@set -e; for r in $(FUZZ_REPLAY); do \
+	    name=$${r##*/replay_fuzz_}; echo "replay $$name"; \
+	    $$r tests/fuzz/corpus/$$name; done
+
+cli-test: $(BUILD)/stoker $(GEN_BINS)
+	@bash scripts/run_cli_tests.sh $(BUILD)
+
+pytest: python
+	@if [ -n "$(PY_SRCS)" ]; then bash scripts/run_pytest.sh $(BUILD) $(PYTHON); \
+	 else echo "pytest: no Python extension yet"; fi
+
+check-exports: $(BUILD)/libstoker.so
+	@bash scripts/check_exports.sh $(BUILD)/libstoker.so
+
+# Sanitizer variants of the unit tests and fuzz replays (TSan runs the threaded tests).
+asan:
+	$(MAKE) BUILD=build/asan OPT=-O1 SANITIZE="-fsanitize=address -fno-omit-frame-pointer" \
+	    EXTRA_CFLAGS=-DSTK_DEBUG unit fuzz-replay
+ubsan:
+	$(MAKE) BUILD=build/ubsan OPT=-O1 \
+	    SANITIZE="-fsanitize=undefined -fno-sanitize-recover=undefined" unit fuzz-replay
+tsan:
+	$(MAKE) BUILD=build/tsan OPT=-O1 SANITIZE=-fsanitize=thread unit
+
+# libFuzzer builds (clang 14): build/fuzz/fuzz_<entry>; run e.g. build/fuzz/fuzz_recfile corpus
+fuzz: $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
+build/fuzz/%: tests/fuzz/%.c $(LIB_SRCS)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
+	    $(PKG_CFLAGS) -fsanitize=fuzzer,address -o $@ $< $(LIB_SRCS) $(LDLIBS_ALL)
+
+test-gpu:
+	@echo "test-gpu: no GPU tests yet"; exit 77
+
+demo: all
+	@bash scripts/demo.sh $(BUILD)
+
+format:
+	clang-format -i include/*.h src/*.h src/*/*.c src/*/*.h cli/*.c tests/*.h tests/*/*.c
+check-format:
+	clang-format --dry-run --Werror include/*.h src/*.h src/*/*.c cli/*.c tests/*/*.c
+
+clean:
+	rm -rf build

@@ -1,0 +1,603 @@
+/*
+ * stoker.h: the one public header of libstoker, a training-data loader written in C.
+ *
+ * stoker reads records from packed `.stk` shards, processes them on native worker threads and
+ * delivers them in batches, strictly in order, with exact-once epoch semantics, resumable state
+ * and per-sample randomness that does not depend on the thread count. This header is the manual:
+ * every declaration carries its contract. docs/design.md explains the threading and ownership
+ * model, docs/format.md the shard format.
+ *
+ * Conventions (see STYLE.md):
+ *  - Every fallible call returns stk_status: STK_OK (0), a negative error, or a documented
+ *    positive outcome (STK_END).
+ *  - Handles are opaque. Constructors fill an out-pointer; destructors accept NULL.
+ *  - The library never prints, never exits and never aborts on bad input. Error detail is in
+ *    the handle's errmsg, or in stk_last_errmsg() when no handle exists yet.
+ */
+#ifndef STK_FG_H
+#define STK_FG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(STK_BUILDING_LIBRARY) || !defined(STK_API)
+#define STK_API __attribute__((visibility("default")))
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------------- */
+
+#define STK_VERSION_MAJOR 0
+#define STK_VERSION_MINOR 1
+#define STK_VERSION_PATCH 0
+#define STK_VERSION_NUMBER (STK_VERSION_MAJOR * 10000 + STK_VERSION_MINOR * 100 + STK_VERSION_PATCH)
+#define STK_VERSION_STRING "0.1.0"
+
+/** The library's version as M*10000 + m*100 + p; compare with STK_VERSION_NUMBER to detect a
+ *  header/library mismatch.
+ *  Threads: thread-safe. */
+STK_API unsigned stk_version_number(void);
+
+/** The library's version as "M.m.p".
+ *  Lifetime: static storage. Threads: thread-safe. */
+STK_API const char *stk_version_string(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes (pinned forever; never renumbered)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef int stk_status;
+
+enum {
+    STK_OK = 0,          /* success */
+    STK_END = 1,         /* not an error: the epoch is done (stk_loader_next) */
+    STK_EINVAL = -1,     /* invalid argument */
+    STK_ENOMEM = -2,     /* out of memory */
+    STK_EIO = -3,        /* I/O error (open, read, write, rename, mmap) */
+    STK_EFORMAT = -4,    /* malformed or corrupt data (bad magic, checksum, truncated file) */
+    STK_ELIMIT = -5,     /* a limit was exceeded (pixels, record size, ring slots) */
+    STK_ENOTSUP = -6,    /* not supported (format version, field kind, missing driver) */
+    STK_ESTATE = -7,     /* call not valid in the object's current state */
+    STK_ECANCELED = -8   /* the operation was cancelled (loader closing) */
+};
+
+/** Static English text for a status code ("invalid argument", ...); never NULL, also for
+ *  unknown codes.
+ *  Lifetime: static storage. Threads: thread-safe. */
+STK_API const char *stk_strerror(stk_status code);
+
+/** Detail of the last failure of a call that has no handle (constructors, stk_dataset_open,
+ *  state parsing) on the calling thread, e.g. "data/a.stk: bad magic (not a .stk shard)".
+ *  Returns "" when there was none.
+ *  Lifetime: valid until the next failing stoker call on this thread.
+ *  Threads: thread-safe; the buffer is per thread (C11 _Thread_local). */
+STK_API const char *stk_last_errmsg(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Data types and fields
+ * ------------------------------------------------------------------------------------------- */
+
+/** Element type of a tensor or of a fixed-shape array field. */
+typedef enum stk_dtype {
+    STK_DTYPE_UINT8 = 0,
+    STK_DTYPE_INT8 = 1,
+    STK_DTYPE_INT16 = 2,
+    STK_DTYPE_INT32 = 3,
+    STK_DTYPE_INT64 = 4,
+    STK_DTYPE_FLOAT16 = 5,
+    STK_DTYPE_BFLOAT16 = 6,
+    STK_DTYPE_FLOAT32 = 7,
+    STK_DTYPE_FLOAT64 = 8
+} stk_dtype;
+
+/** Size in bytes of one element of `dtype`; 0 for an unknown value.
+ *  Threads: thread-safe. */
+STK_API size_t stk_dtype_size(stk_dtype dtype);
+
+/** Lower-case name of `dtype` ("uint8", "float32", ...); "unknown" for an unknown value.
+ *  Lifetime: static storage. Threads: thread-safe. */
+STK_API const char *stk_dtype_name(stk_dtype dtype);
+
+/** What a record field holds. */
+typedef enum stk_field_kind {
+    STK_FIELD_BYTES = 0,   /* variable-length bytes (an encoded image, text, ...) */
+    STK_FIELD_INT64 = 1,   /* one little-endian int64 (a class label) */
+    STK_FIELD_FLOAT32 = 2, /* one little-endian float32 */
+    STK_FIELD_ARRAY = 3    /* a fixed-shape array of `dtype`, C order */
+} stk_field_kind;
+
+#define STK_MAX_NAME 32  /* field and tensor names, including the terminating NUL */
+#define STK_MAX_DIMS 4   /* dimensions of an array field (not counting the batch) */
+#define STK_MAX_FIELDS 16
+
+/** One field of a record schema. */
+typedef struct stk_field {
+    char name[STK_MAX_NAME];  /* NUL-terminated, unique within the schema, [A-Za-z0-9_.-] */
+    stk_field_kind kind;
+    stk_dtype dtype;           /* STK_FIELD_ARRAY only (otherwise implied by kind) */
+    uint32_t ndim;             /* STK_FIELD_ARRAY only: 1..STK_MAX_DIMS */
+    int64_t shape[STK_MAX_DIMS];
+} stk_field;
+
+/* ---------------------------------------------------------------------------------------------
+ * Shard writer (`.stk` format, see docs/format.md)
+ * ------------------------------------------------------------------------------------------- */
+
+/** A shard being written. Thread-compatible: one thread at a time per writer. */
+typedef struct stk_writer stk_writer;
+
+/** Options for stk_writer_open. Initialise with stk_writer_opts_init, then set fields. */
+typedef struct stk_writer_opts {
+    size_t struct_size;        /* set by stk_writer_opts_init(); never by hand */
+    const stk_field *fields;   /* the schema; copied at open */
+    size_t n_fields;           /* 1..STK_MAX_FIELDS */
+    const char *metadata_json; /* writer metadata stored in the header (NULL = "{}"); copied */
+    uint32_t align;            /* record start alignment in bytes, a power of two (default 64) */
+} stk_writer_opts;
+
+/** Fill `opts` with defaults (no fields, metadata "{}", align 64).
+ *  Threads: thread-safe. */
+STK_API void stk_writer_opts_init(stk_writer_opts *opts);
+
+/** Start writing a shard to `path`. The data goes to a temporary name beside it
+ *  ("<path>.tmp.<pid>.<n>") and reaches `path` only on a successful stk_writer_close: a crash
+ *  or stk_writer_abort leaves no partial shard under `path`.
+ *  @return STK_OK (*out set), STK_EINVAL (bad schema or option), STK_EIO (cannot create),
+ *          STK_ENOMEM. Details in stk_last_errmsg().
+ *  Lifetime: *out until stk_writer_close or stk_writer_abort. */
+STK_API stk_status stk_writer_open(const char *path, const stk_writer_opts *opts, stk_writer **out);
+
+/** One field value for stk_writer_add: `data`/`size` for bytes and array fields, `i64` or `f32`
+ *  for scalar fields. Array fields must supply exactly prod(shape) * dtype size bytes. */
+typedef struct stk_value {
+    const void *data;
+    size_t size;
+    int64_t i64;
+    float f32;
+} stk_value;
+
+/** Append one record; `values` holds one entry per schema field, in schema order.
+ *  @return STK_OK, STK_EINVAL (wrong array size, record over 4 GiB), STK_EIO (write failed;
+ *          the writer is then unusable: abort it), STK_ESTATE (after an earlier failure).
+ *  Details in stk_writer_errmsg(). */
+STK_API stk_status stk_writer_add(stk_writer *w, const stk_value *values);
+
+/** Records added so far. */
+STK_API uint64_t stk_writer_count(const stk_writer *w);
+
+/** Bytes written to the data region so far (record payloads plus alignment padding). */
+STK_API uint64_t stk_writer_data_size(const stk_writer *w);
+
+/** Write the index and footer, fsync, rename the temporary file to its final name and free
+ *  the writer (also on failure, in which case the temporary file is removed).
+ *  @return STK_OK or STK_EIO; the detail is in stk_last_errmsg() since the handle is gone. */
+STK_API stk_status stk_writer_close(stk_writer *w);
+
+/** Discard the shard: remove the temporary file and free the writer. Accepts NULL. */
+STK_API void stk_writer_abort(stk_writer *w);
+
+/** Detail of the writer's last failure ("out.stk.tmp: No space left on device").
+ *  Lifetime: valid until the next call on `w`. */
+STK_API const char *stk_writer_errmsg(const stk_writer *w);
+
+/* ---------------------------------------------------------------------------------------------
+ * Dataset reader: one or more shards seen as records 0..N-1
+ * ------------------------------------------------------------------------------------------- */
+
+/** An open dataset. Immutable after open: every function below may be called from any number
+ *  of threads at once, except stk_dataset_close. */
+typedef struct stk_dataset stk_dataset;
+
+/** Flags for stk_dataset_open. */
+#define STK_DATASET_NO_VERIFY 0x1u /* do not check record checksums on read (index is checked) */
+
+/** Open a dataset. Each path is a `.stk` file, a directory (its `*.stk` files, sorted by name),
+ *  or a glob pattern (matches sorted by name); record numbers follow the order of the resulting
+ *  list of shards. All shards must share one schema. Each shard's header, footer and index are
+ *  validated (magic, version, bounds, index checksum); record checksums are checked on read.
+ *  @return STK_OK (*out set), STK_EINVAL (no paths, empty dataset, schema mismatch),
+ *          STK_EIO (missing/unreadable file), STK_EFORMAT (bad magic, truncated, corrupt index),
+ *          STK_ENOTSUP (a format version newer than this library), STK_ENOMEM.
+ *          Details, naming the file, in stk_last_errmsg().
+ *  Lifetime: *out until stk_dataset_close(*out). */
+STK_API stk_status stk_dataset_open(const char *const *paths, size_t n_paths, unsigned flags,
+                                    stk_dataset **out);
+
+/** Close the dataset and unmap its shards. Accepts NULL. Must not race with other calls. */
+STK_API void stk_dataset_close(stk_dataset *ds);
+
+/** Number of records. */
+STK_API uint64_t stk_dataset_count(const stk_dataset *ds);
+
+/** Number of fields in the schema, and field `i` of it.
+ *  Lifetime: the returned pointer is valid until stk_dataset_close. NULL if i is out of range. */
+STK_API size_t stk_dataset_n_fields(const stk_dataset *ds);
+STK_API const stk_field *stk_dataset_field(const stk_dataset *ds, size_t i);
+
+/** Index of the field named `name`, or -1. */
+STK_API int stk_dataset_find_field(const stk_dataset *ds, const char *name);
+
+/** Largest size in bytes of field `i` over all records (from the shards' index headers);
+ *  the fixed size for scalar and array fields. */
+STK_API uint64_t stk_dataset_field_max_size(const stk_dataset *ds, size_t i);
+
+/** Largest total record size in bytes over all records. */
+STK_API uint64_t stk_dataset_max_record_size(const stk_dataset *ds);
+
+/** Per-shard facts, for `stoker inspect`. */
+typedef struct stk_shard_info {
+    const char *path;      /* as resolved at open; valid until stk_dataset_close */
+    uint64_t first_record; /* global number of the shard's first record */
+    uint64_t n_records;
+    uint64_t file_size;
+    uint64_t data_size;    /* bytes of record payload (with padding) */
+    uint32_t version;      /* format version of the shard */
+    const char *metadata;  /* the writer's metadata JSON; valid until stk_dataset_close */
+} stk_shard_info;
+
+/** Number of shards, and facts about shard `i`.
+ *  @return STK_OK or STK_EINVAL (i out of range). */
+STK_API size_t stk_dataset_n_shards(const stk_dataset *ds);
+STK_API stk_status stk_dataset_shard(const stk_dataset *ds, size_t i, stk_shard_info *out);
+
+/** A 64-bit fingerprint of the dataset (record count and every shard's index checksum), used
+ *  to check that a resume state belongs to this dataset. */
+STK_API uint64_t stk_dataset_fingerprint(const stk_dataset *ds);
+
+/** One record as read by stk_dataset_read: a view of each field inside the caller's buffer. */
+typedef struct stk_record {
+    uint64_t index;                       /* global record number */
+    uint32_t shard;                       /* shard number */
+    uint64_t local;                       /* record number inside the shard */
+    size_t size;                          /* total bytes */
+    const uint8_t *field[STK_MAX_FIELDS]; /* start of each field's bytes in the buffer */
+    size_t field_size[STK_MAX_FIELDS];
+} stk_record;
+
+/** Read record `index` into `buf` (at least stk_dataset_max_record_size bytes, or the record's
+ *  size) and verify its checksum unless the dataset was opened with STK_DATASET_NO_VERIFY.
+ *  Scalar fields are read with stk_record_i64 / stk_record_f32.
+ *  @return STK_OK, STK_EINVAL (index out of range, buffer too small), STK_EIO (read failed),
+ *          STK_EFORMAT (checksum mismatch). `errbuf` (may be NULL) receives a message naming
+ *          shard file and record: "shard-00003.stk record 1841: checksum mismatch".
+ *  Lifetime: out->field[] point into `buf`.
+ *  Threads: thread-safe (pread on a shared descriptor). */
+STK_API stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf,
+                                    size_t buf_size, stk_record *out, char *errbuf,
+                                    size_t errbuf_size);
+
+/** Value of scalar field `f` of a record read with stk_dataset_read (0 if not that kind). */
+STK_API int64_t stk_record_i64(const stk_record *rec, size_t f);
+STK_API float stk_record_f32(const stk_record *rec, size_t f);
+
+/* ---------------------------------------------------------------------------------------------
+ * Per-sample random stream
+ * ------------------------------------------------------------------------------------------- */
+
+/** A counter-based random stream (Philox4x32-10) keyed by (seed, epoch, sample index): the
+ *  numbers a sample's augmentation draws depend on nothing else, so outputs are identical for
+ *  any thread count, rank count or resumption. Caller-owned, thread-compatible. */
+typedef struct stk_rng {
+    uint32_t key[2];
+    uint32_t ctr[4];
+    uint32_t buf[4];
+    uint32_t used; /* words of buf already returned */
+} stk_rng;
+
+/** Position `rng` at the start of the stream of (seed, epoch, index). */
+STK_API void stk_rng_init(stk_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index);
+
+/** Next 32 random bits, next 64 random bits, and a double uniform in [0, 1) (53 bits). */
+STK_API uint32_t stk_rng_u32(stk_rng *rng);
+STK_API uint64_t stk_rng_u64(stk_rng *rng);
+STK_API double stk_rng_uniform(stk_rng *rng);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sampler: the order of an epoch and its split among ranks
+ * ------------------------------------------------------------------------------------------- */
+
+/** Record at position `pos` of epoch `epoch`'s global order over `n` records: `pos` itself
+ *  without shuffle; with shuffle a bijection of [0, n) derived from (seed, epoch) only, computed
+ *  in O(1) memory (a keyed Feistel network with cycle walking), so datasets of 10^9 records need
+ *  no permutation table. `pos` must be < n.
+ *  Threads: thread-safe. */
+STK_API uint64_t stk_sampler_index(uint64_t n, bool shuffle, uint64_t seed, uint64_t epoch,
+                                   uint64_t pos);
+
+/** How one rank walks an epoch (see DESIGN.md, "Distributed"). Filled by stk_plan_init. */
+typedef struct stk_plan {
+    uint64_t n;          /* records in the dataset */
+    uint64_t start;      /* global position the epoch (re)starts from (resume point) */
+    uint64_t end;        /* one past the last global position used (with padding) */
+    uint64_t per_rank;   /* samples this rank receives in this epoch */
+    uint64_t n_batches;  /* batches this rank receives */
+    uint32_t batch_size;
+    uint32_t rank, world;
+    bool drop_last;
+} stk_plan;
+
+/** Plan an epoch for `rank` of `world` from global position `start`: positions run
+ *  start..end-1, where end pads (by wrapping to the start of the order, as PyTorch's
+ *  DistributedSampler) so every rank gets the same count ceil((n-start)/world), or truncates
+ *  to floor((n-start)/world) each with drop_last. Each global step of world*batch_size
+ *  positions is cut into `world` consecutive slices, slice r for rank r; a shorter last step is
+ *  cut into equal slices. With drop_last a rank's partial last batch is dropped.
+ *  @return STK_OK or STK_EINVAL (n == 0, batch_size == 0, world == 0, rank >= world). */
+STK_API stk_status stk_plan_init(stk_plan *plan, uint64_t n, uint64_t start, uint32_t batch_size,
+                                 uint32_t rank, uint32_t world, bool drop_last);
+
+/** The global positions of batch `b` for the plan's rank: *first and *count (the rank's samples
+ *  are positions first..first+count-1, each mapped to a record by stk_sampler_index(pos mod n)),
+ *  and *consumed, the global position reached once every rank has taken this step.
+ *  @return STK_OK or STK_EINVAL (b >= n_batches). */
+STK_API stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first,
+                                  uint32_t *count, uint64_t *consumed);
+
+/** Rank and world size from the environment: RANK/WORLD_SIZE (torchrun), else
+ *  SLURM_PROCID/SLURM_NTASKS, else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1.
+ *  @return STK_OK, or STK_EINVAL when a variable is set but not a valid number or the rank is
+ *          out of range (details in stk_last_errmsg()). */
+STK_API stk_status stk_env_rank(uint32_t *rank, uint32_t *world);
+
+/* ---------------------------------------------------------------------------------------------
+ * Transforms (image pipeline; see the "Images" section of DESIGN.md)
+ * ------------------------------------------------------------------------------------------- */
+
+/** A compiled per-sample transform that turns one bytes field (an encoded image) into a tensor.
+ *  Immutable after create; may be shared by several loaders. */
+typedef struct stk_transform stk_transform;
+
+/** Ops, named and parameterised as in torchvision.transforms. */
+typedef enum stk_op_kind {
+    STK_OP_RANDOM_RESIZED_CROP = 0, /* size, scale, ratio: torchvision's sampler (10 tries) */
+    STK_OP_RESIZE = 1,              /* size: (h, w), or shorter side when size[1] == 0 */
+    STK_OP_CENTER_CROP = 2,         /* size: (h, w) */
+    STK_OP_RANDOM_HORIZONTAL_FLIP = 3, /* p */
+    STK_OP_COLOR_JITTER = 4,        /* brightness, contrast, saturation, hue */
+    STK_OP_NORMALIZE = 5            /* mean, std (per channel, on the 0..1 scale) */
+} stk_op_kind;
+
+/** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
+typedef struct stk_op {
+    stk_op_kind kind;
+    int64_t size[2];      /* (h, w); Resize with size[1] == 0 resizes the shorter side */
+    double scale[2];      /* RandomResizedCrop area range (default 0.08, 1.0) */
+    double ratio[2];      /* RandomResizedCrop aspect range (default 3/4, 4/3) */
+    double p;             /* RandomHorizontalFlip probability (default 0.5) */
+    double brightness, contrast, saturation, hue; /* ColorJitter (default 0: off) */
+    float mean[3], std[3];                        /* Normalize */
+} stk_op;
+
+/** Fill `op` with torchvision's defaults for `kind`. */
+STK_API void stk_op_init(stk_op *op, stk_op_kind kind);
+
+/** Options for stk_transform_create. Initialise with stk_transform_opts_init. */
+typedef struct stk_transform_opts {
+    size_t struct_size;  /* set by stk_transform_opts_init(); never by hand */
+    const stk_op *ops;   /* applied in order; copied at create */
+    size_t n_ops;
+    stk_dtype dtype;     /* output: UINT8, FLOAT32 (default), FLOAT16 or BFLOAT16 */
+    bool nhwc;           /* output layout HWC per sample (default false: CHW) */
+    bool exact;          /* decode at full scale: no DCT-domain downscaling (default false) */
+    uint64_t max_pixels; /* larger images fail with STK_ELIMIT (default 64 Mpx) */
+} stk_transform_opts;
+
+STK_API void stk_transform_opts_init(stk_transform_opts *opts);
+
+/** Compile a transform. The output size must be fixed by the ops (end with RandomResizedCrop,
+ *  CenterCrop or Resize((h, w))).
+ *  @return STK_OK (*out set), STK_EINVAL (bad parameter, output size not fixed, Normalize with
+ *          uint8 output), STK_ENOMEM. Details in stk_last_errmsg().
+ *  Lifetime: *out until stk_transform_destroy. */
+STK_API stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out);
+
+/** Compile a named recipe: "imagenet-train" (RandomResizedCrop(224) + RandomHorizontalFlip +
+ *  Normalize(ImageNet mean/std), float32 NCHW) or "imagenet-val" (Resize(256) + CenterCrop(224)
+ *  + Normalize).
+ *  @return STK_OK, STK_EINVAL (unknown name; the message lists the recipes), STK_ENOMEM. */
+STK_API stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **out);
+
+/** The per-sample output of a transform: dtype, rank and shape (without the batch dimension). */
+STK_API void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *ndim,
+                                  int64_t shape[STK_MAX_DIMS]);
+
+/* ---------------------------------------------------------------------------------------------
+ * Image decoder (full-size decode; the decode-only ceiling and C users)
+ * ------------------------------------------------------------------------------------------- */
+
+/** A JPEG/PNG decoder with reusable buffers. Thread-compatible: one thread at a time. */
+typedef struct stk_decoder stk_decoder;
+
+/** A decoded image: 8-bit RGB, interleaved. */
+typedef struct stk_image {
+    const uint8_t *data; /* valid until the next call on the decoder */
+    uint32_t width, height;
+    size_t stride;       /* bytes per row */
+} stk_image;
+
+/** Create a decoder refusing images over `max_pixels` (0 = 64 Mpx).
+ *  @return STK_OK (*out set) or STK_ENOMEM. Lifetime: until stk_decoder_destroy. */
+STK_API stk_status stk_decoder_create(uint64_t max_pixels, stk_decoder **out);
+STK_API void stk_decoder_destroy(stk_decoder *d);
+
+/** Decode a whole JPEG or PNG image at full size to RGB (grayscale and CMYK converted).
+ *  @return STK_OK, STK_EFORMAT (corrupt or not an image; reason in stk_decoder_errmsg),
+ *          STK_ELIMIT (over max_pixels), STK_ENOMEM.
+ *  Lifetime: out->data until the next call on `d`. */
+STK_API stk_status stk_decoder_decode(stk_decoder *d, const void *src, size_t size,
+                                      stk_image *out);
+STK_API const char *stk_decoder_errmsg(const stk_decoder *d);
+
+/** Destroy a transform. Accepts NULL. Must outlive every loader that uses it. */
+STK_API void stk_transform_destroy(stk_transform *t);
+
+/* ---------------------------------------------------------------------------------------------
+ * Loader
+ * ------------------------------------------------------------------------------------------- */
+
+/** A loader: worker threads, a ring of batch slots and an epoch sampler over a dataset.
+ *  Thread-compatible: one consumer thread at a time; stk_batch_release may be called from any
+ *  thread. */
+typedef struct stk_loader stk_loader;
+
+/** A batch borrowed from the ring by stk_loader_next. */
+typedef struct stk_batch stk_batch;
+
+/* Loader flags. */
+#define STK_LOADER_SHUFFLE 0x1u     /* shuffle each epoch from (seed, epoch) */
+#define STK_LOADER_DROP_LAST 0x2u   /* drop the partial last batch (and the rank tail) */
+#define STK_LOADER_SKIP_CORRUPT 0x4u /* on_error=skip: replace a bad sample, count it */
+#define STK_LOADER_NO_VERIFY 0x8u   /* do not check record checksums */
+#define STK_LOADER_PINNED 0x10u     /* allocate the ring page-locked (needs CUDA; else pageable) */
+
+/** Options for stk_loader_create. Initialise with stk_loader_opts_init. More fields may be
+ *  added at the end in later versions. */
+typedef struct stk_loader_opts {
+    size_t struct_size;          /* set by stk_loader_opts_init(); never by hand */
+    const char *const *paths;    /* dataset paths as for stk_dataset_open; copied at create */
+    size_t n_paths;
+    const stk_dataset *dataset;  /* or an open dataset (borrowed; must outlive the loader) */
+    int64_t batch_size;          /* samples per batch, >= 1 (default 256) */
+    int32_t n_threads;           /* worker threads; 0 = online CPUs (default 0); < 0 invalid */
+    int32_t prefetch;            /* ring slots (batches in flight), >= 1; 0 = default (4) */
+    uint64_t seed;               /* shuffle and augmentation seed (default 0) */
+    int32_t rank;                /* this process's rank; -1 = from the environment (default) */
+    int32_t world;               /* number of ranks; -1 = from the environment (default) */
+    uint32_t flags;              /* STK_LOADER_* */
+    const stk_transform *transform; /* NULL = raw records (default); borrowed */
+    const char *transform_field; /* field the transform reads (default "image") */
+} stk_loader_opts;
+
+/** Fill `opts` with the defaults documented on each field.
+ *  Threads: thread-safe. */
+STK_API void stk_loader_opts_init(stk_loader_opts *opts);
+
+/** Create a loader and start its worker threads. The first epoch is 0 (or the one restored
+ *  with stk_loader_load_state). Workers start filling the ring at once.
+ *  @return STK_OK (*out set), STK_EINVAL (batch size 0, negative threads, rank >= world, no
+ *          data, empty dataset, unknown field), STK_EIO/STK_EFORMAT/STK_ENOTSUP (from opening
+ *          the dataset), STK_ENOMEM. Details in stk_last_errmsg().
+ *  Lifetime: *out until stk_loader_destroy(*out). */
+STK_API stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out);
+
+/** Stop the workers and free the loader, at any point: mid-epoch, with batches outstanding
+ *  (their memory stays valid until each is released; the last release frees the ring).
+ *  Accepts NULL. Threads: not concurrently with stk_loader_next on the same loader. */
+STK_API void stk_loader_destroy(stk_loader *loader);
+
+/** Borrow the next batch of the current epoch, blocking until it is ready.
+ *  When the epoch is done, returns STK_END once with *out NULL; the next call starts the next
+ *  epoch (epochs advance by themselves). A failed sample makes this call return its error
+ *  (the batch is dropped; the next call continues with the following batch) unless
+ *  STK_LOADER_SKIP_CORRUPT replaced it.
+ *  @return STK_OK (*out set), STK_END, STK_ELIMIT (every ring slot is held by the consumer:
+ *          release one), or <0 with the detail naming shard file and record in
+ *          stk_loader_errmsg().
+ *  Lifetime: *out stays valid until stk_batch_release(*out).
+ *  Threads: one consumer thread at a time. */
+STK_API stk_status stk_loader_next(stk_loader *loader, stk_batch **out);
+
+/** Detail of the loader's last failure.
+ *  Lifetime: valid until the next call on the loader. */
+STK_API const char *stk_loader_errmsg(const stk_loader *loader);
+
+/** The epoch the next batch belongs to (the current one while it is in progress). */
+STK_API uint64_t stk_loader_epoch(const stk_loader *loader);
+
+/** Number of batches this rank receives in a full epoch (len(loader) in Python). */
+STK_API uint64_t stk_loader_n_batches(const stk_loader *loader);
+
+/** The loader's dataset. Lifetime: until stk_loader_destroy. */
+STK_API const stk_dataset *stk_loader_dataset(const stk_loader *loader);
+
+/** Resolved settings: threads, ring depth, batch size, rank and world. */
+typedef struct stk_loader_info {
+    uint32_t n_threads;
+    uint32_t prefetch;
+    uint32_t batch_size;
+    uint32_t rank;
+    uint32_t world;
+    uint64_t n_records;
+    size_t slot_size;   /* bytes of one ring slot */
+    bool pinned;        /* ring is page-locked */
+} stk_loader_info;
+
+STK_API void stk_loader_info_get(const stk_loader *loader, stk_loader_info *out);
+
+/** Counters, cumulative since create. */
+typedef struct stk_loader_stats {
+    uint64_t batches;       /* delivered to the consumer */
+    uint64_t samples;       /* delivered to the consumer */
+    uint64_t bytes_read;    /* record bytes read from shards */
+    uint64_t skipped;       /* samples replaced under STK_LOADER_SKIP_CORRUPT */
+    uint64_t errors;        /* batches that failed */
+} stk_loader_stats;
+
+STK_API void stk_loader_stats_get(const stk_loader *loader, stk_loader_stats *out);
+
+/** Jump to epoch `epoch` (position 0). Batches already prefetched are discarded. Setting the
+ *  epoch that is about to start anyway is a cheap no-op.
+ *  @return STK_OK or STK_ESTATE (batches still held by the consumer). */
+STK_API stk_status stk_loader_set_epoch(stk_loader *loader, uint64_t epoch);
+
+/** Write the resume state as a NUL-terminated JSON object into `buf`: format version, dataset
+ *  fingerprint and size, seed, shuffle, epoch, and the global position consumed by the batches
+ *  delivered so far (taken after the last batch of an epoch it resumes to zero batches; taken
+ *  after STK_END, to the whole next epoch).
+ *  @return STK_OK, or STK_ELIMIT if `buf_size` is too small (256 bytes always suffice). */
+STK_API stk_status stk_loader_state(const stk_loader *loader, char *buf, size_t buf_size);
+
+/** Restore a state from stk_loader_state, possibly taken with another world size or thread
+ *  count: the rest of that epoch is re-split among this loader's ranks, then epochs continue.
+ *  Prefetched batches are discarded.
+ *  @return STK_OK, STK_EINVAL (not a stoker state, a state from another dataset or with other
+ *          shuffle settings, or position past the epoch), STK_ENOTSUP (newer state version),
+ *          STK_ESTATE (batches still held). Details in stk_loader_errmsg(). */
+STK_API stk_status stk_loader_load_state(stk_loader *loader, const char *json);
+
+/** One output tensor of a batch. For a bytes field the data is [n, stride] uint8 with each
+ *  sample's bytes at the start of its row and its length in `lengths`. */
+typedef struct stk_tensor {
+    const char *name;        /* field name, or "index" */
+    stk_dtype dtype;
+    uint32_t ndim;           /* including the leading batch dimension */
+    int64_t shape[STK_MAX_DIMS + 2];
+    void *data;              /* 64-byte aligned, C order */
+    size_t size;             /* bytes */
+    const int64_t *lengths;  /* bytes fields: valid bytes per sample; NULL otherwise */
+} stk_tensor;
+
+/** Samples in the batch (the batch size, or fewer for the last batch of an epoch). */
+STK_API uint32_t stk_batch_size(const stk_batch *b);
+
+/** The epoch and the batch's number within the epoch (counted from the epoch's start, also
+ *  after a resume). */
+STK_API uint64_t stk_batch_epoch(const stk_batch *b);
+STK_API uint64_t stk_batch_number(const stk_batch *b);
+
+/** Number of output tensors, and tensor `i`: the dataset's fields in schema order (a field
+ *  consumed by the transform is replaced by its output), then "index" (int64 [n], the global
+ *  record number of each sample).
+ *  @return STK_OK or STK_EINVAL (i out of range).
+ *  Lifetime: data valid until stk_batch_release(b). */
+STK_API size_t stk_batch_n_tensors(const stk_batch *b);
+STK_API stk_status stk_batch_tensor(const stk_batch *b, size_t i, stk_tensor *out);
+
+/** The record numbers of the batch's samples (the "index" tensor's data).
+ *  Lifetime: until stk_batch_release(b). */
+STK_API const int64_t *stk_batch_indices(const stk_batch *b);
+
+/** Return the batch's slot to the ring. Accepts NULL.
+ *  Threads: thread-safe; any thread may release. */
+STK_API void stk_batch_release(stk_batch *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* STK_FG_H */

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Run unit-test binaries; each prints "N passed, N failed". Exit 77 counts as a skip.
+# Prints a closing total line and fails if any binary failed.
+set -u
+tp=0; tf=0; fails=()
+for t in "$@"; do
+    echo "== ${t##*/}"
+    out=$("$t" 2>&1); rc=$?
+    printf '%s\n' "$out" | grep -v '^ok ' || true
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n1)
+    p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
+    [ -n "$p" ] || p=0; [ -n "$f" ] || f=0
+    tp=$((tp + p)); tf=$((tf + f))
+    if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
+        fails+=("${t##*/} (exit $rc)"); [ "$f" -eq 0 ] && tf=$((tf + 1))
+    fi
+done
+echo "unit: $tp passed, $tf failed"
+if [ ${#fails[@]} -ne 0 ]; then echo "failed: ${fails[*]}"; exit 1; fi
+[ $tp -gt 0 ] || { echo "unit: no test ran"; exit 1; }

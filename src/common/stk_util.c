@@ -1,0 +1,76 @@
+/*
+ * stk_util.c: version, dtype facts, CPU count and clock.
+ */
+#include "stk_internal.h"
+
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+unsigned stk_version_number(void)
+{
+    return STK_VERSION_NUMBER;
+}
+
+const char *stk_version_string(void)
+{
+    return STK_VERSION_STRING;
+}
+
+size_t stk_dtype_size(stk_dtype dtype)
+{
+    switch (dtype) {
+    case STK_DTYPE_UINT8:
+    case STK_DTYPE_INT8: return 1;
+    case STK_DTYPE_INT16:
+    case STK_DTYPE_FLOAT16:
+    case STK_DTYPE_BFLOAT16: return 2;
+    case STK_DTYPE_INT32:
+    case STK_DTYPE_FLOAT32: return 4;
+    case STK_DTYPE_INT64:
+    case STK_DTYPE_FLOAT64: return 8;
+    }
+    return 0;
+}
+
+const char *stk_dtype_name(stk_dtype dtype)
+{
+    switch (dtype) {
+    case STK_DTYPE_UINT8: return "uint8";
+    case STK_DTYPE_INT8: return "int8";
+    case STK_DTYPE_INT16: return "int16";
+    case STK_DTYPE_INT32: return "int32";
+    case STK_DTYPE_INT64: return "int64";
+    case STK_DTYPE_FLOAT16: return "float16";
+    case STK_DTYPE_BFLOAT16: return "bfloat16";
+    case STK_DTYPE_FLOAT32: return "float32";
+    case STK_DTYPE_FLOAT64: return "float64";
+    }
+    return "unknown";
+}
+
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static uint32_t cpu_count;
+
+/* Read the CPU count once; the affinity mask wins over the online count (containers, taskset). */
+static void cpu_init(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        n = CPU_COUNT(&set);
+    cpu_count = n > 0 ? (uint32_t)n : 1;
+}
+
+uint32_t stk__cpu_count(void)
+{
+    pthread_once(&cpu_once, cpu_init);
+    return cpu_count;
+}
+
+uint64_t stk__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

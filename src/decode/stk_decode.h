@@ -1,0 +1,64 @@
+/*
+ * stk_decode.h: the internal image-decoding interface between src/decode (JPEG via
+ * libjpeg-turbo, PNG via libspng) and src/xform (crop/resize/normalise ops).
+ *
+ * The transform first chooses a crop window in full-resolution pixel coordinates (from the image
+ * size alone, via stk__image_probe), then asks the decoder for just that window, at the smallest
+ * DCT scale that keeps the decoded window at least min_w x min_h pixels. The decoder returns an
+ * RGB buffer and the affine map from the buffer's pixels back to full-resolution coordinates, so
+ * the resize can sample exactly where a full decode would have.
+ *
+ * Ownership: a stk__decoder belongs to one worker thread and owns its scratch buffers, which grow
+ * to the largest image seen and are then reused: no per-sample heap allocation in steady state.
+ */
+#ifndef STK_DECODE_H
+#define STK_DECODE_H
+
+#include "stk_internal.h"
+
+typedef enum stk__imgfmt {
+    STK__IMG_UNKNOWN = 0,
+    STK__IMG_JPEG = 1,
+    STK__IMG_PNG = 2
+} stk__imgfmt;
+
+/* Header facts, from parsing the image header only. */
+typedef struct stk__imginfo {
+    stk__imgfmt format;
+    uint32_t width, height; /* full resolution, as PIL reports (EXIF orientation ignored) */
+} stk__imginfo;
+
+/* A decoded window. Buffer pixel (u, v) covers full-resolution coordinates
+ * [origin_x + u*scale_x, origin_x + (u+1)*scale_x) x [origin_y + v*scale_y, ...). The buffer may
+ * extend beyond the requested window (iMCU alignment); it always contains it. */
+typedef struct stk__decoded {
+    const uint8_t *rgb;       /* RGB interleaved; valid until the next call on the decoder */
+    uint32_t width, height;   /* buffer size in pixels */
+    size_t stride;            /* bytes per row */
+    double origin_x, origin_y;
+    double scale_x, scale_y;  /* full-resolution pixels per buffer pixel (1, 2, 4 or 8 for JPEG) */
+} stk__decoded;
+
+typedef struct stk__decoder stk__decoder;
+
+/* Create a per-thread decoder; images over max_pixels (0 = 64 Mpx) fail with STK_ELIMIT. */
+stk_status stk__decoder_create(uint64_t max_pixels, stk__decoder **out);
+void stk__decoder_destroy(stk__decoder *d);
+
+/* Parse the header of a JPEG or PNG. Errors (STK_EFORMAT, STK_ELIMIT) carry the decoder's reason
+ * in err, e.g. "JPEG: Not a JPEG file: starts with 0x89 0x50". */
+stk_status stk__image_probe(stk__decoder *d, const void *src, size_t size, stk__imginfo *out,
+                            char *err, size_t err_size);
+
+/* Decode the window x, y, w, h (full-resolution pixels, inside the image) of the image probed as
+ * `info`. JPEG: choose the largest denominator in {1, 2, 4, 8} with ceil(w/den) >= min_w and
+ * ceil(h/den) >= min_h (min_w = min_h = 0 allows 1/8; pass w, h to force full scale), decode only
+ * the iMCU rows/columns covering the window (jpeg_crop_scanline + jpeg_skip_scanlines).
+ * PNG: decode at full scale (rows past the window are not decoded). Grayscale, palette, 16-bit and
+ * CMYK inputs come out as 8-bit RGB; alpha is dropped. */
+stk_status stk__image_decode(stk__decoder *d, const void *src, size_t size,
+                             const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                             uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
+                             char *err, size_t err_size);
+
+#endif /* STK_DECODE_H */

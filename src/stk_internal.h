@@ -1,0 +1,134 @@
+/*
+ * stk_internal.h: helpers shared inside libstoker (never installed, never seen by callers).
+ *
+ * Naming: non-static internals are stk__name. Every allocation goes through stk__malloc /
+ * stk__free so that STK_FAULT_ALLOC=N (debug builds) can fail the Nth allocation.
+ */
+#ifndef STK_INTERNAL_H
+#define STK_INTERNAL_H
+
+#include "stoker.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#define STK_ERRMSG_SIZE 512
+
+/* Single-exit error handling (zstd/turbojpeg pattern): functions declare `stk_status rc` and a
+ * `fail:` label. */
+#define STK_TRY(expr)                                                                              \
+    do {                                                                                           \
+        rc = (expr);                                                                               \
+        if (rc < 0)                                                                                \
+            goto fail;                                                                             \
+    } while (0)
+#define STK_FAIL(buf, code, ...)                                                                   \
+    do {                                                                                           \
+        rc = stk__set_error((buf), sizeof(buf), (code), __VA_ARGS__);                              \
+        goto fail;                                                                                 \
+    } while (0)
+
+#define STK_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define STK_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define STK_ALIGN_UP(x, a) (((x) + ((a)-1)) & ~((uint64_t)(a)-1))
+
+/* ---- errors (src/common/stk_error.c) ---- */
+
+/* Format a message into buf (size bytes) and return `code`. */
+stk_status stk__set_error(char *buf, size_t size, stk_status code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Same, into the calling thread's stk_last_errmsg() buffer. */
+stk_status stk__set_last_error(stk_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Copy a message into the thread's stk_last_errmsg() buffer and return `code`. */
+stk_status stk__last_error_copy(stk_status code, const char *msg);
+/* Clear the thread's stk_last_errmsg() buffer. */
+void stk__clear_last_error(void);
+
+/* ---- allocation (src/common/stk_alloc.c) ---- */
+
+void *stk__malloc(size_t size);
+void *stk__calloc(size_t n, size_t size); /* checks n*size for overflow */
+void *stk__realloc(void *p, size_t size);
+void stk__free(void *p);
+char *stk__strdup(const char *s);
+/* 64-byte aligned buffer for ring slots; the one place the GPU issue makes pinned. *pinned
+ * reports whether the memory is page-locked. Free with stk__slot_free. */
+void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned);
+void stk__slot_free(void *p, size_t size, bool pinned);
+/* Overflow-checked a*b; returns false on overflow. */
+static inline bool stk__mul_ok(size_t a, size_t b, size_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+/* ---- misc (src/common/stk_util.c) ---- */
+
+/* Online CPUs, computed once (pthread_once). */
+uint32_t stk__cpu_count(void);
+/* Monotonic clock in nanoseconds. */
+uint64_t stk__now_ns(void);
+/* 64-bit mixing function (splitmix64 finaliser). */
+static inline uint64_t stk__mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* ---- dataset internals used by the loader (src/io/stk_recfile.c) ---- */
+
+/* Where a record lives, as found in the index (validated at open). */
+typedef struct stk__recloc {
+    uint32_t shard;
+    uint64_t local;                         /* record number inside the shard */
+    uint64_t offset;                        /* file offset of the record's first byte */
+    uint64_t size;                          /* total bytes */
+    uint64_t checksum;                      /* XXH3-64 of the record bytes */
+    uint64_t field_off[STK_MAX_FIELDS];     /* offset of each field, relative to `offset` */
+    uint64_t field_size[STK_MAX_FIELDS];
+} stk__recloc;
+
+/* Look up record `index`. Returns STK_OK or STK_EINVAL (out of range, message in err). */
+stk_status stk__dataset_locate(const stk_dataset *ds, uint64_t index, stk__recloc *out, char *err,
+                               size_t err_size);
+
+/* Read every field of record `index` straight into dst[f] (capacity cap[f] each), verifying the
+ * checksum over the bytes as read unless `verify` is false. Fields may go to scattered places
+ * (a batch slot row, a worker's scratch buffer); nothing else is copied. loc receives the
+ * record's location. Errors name the shard file and record:
+ *   "data/shard-00003.stk record 1841: checksum mismatch (record corrupt)". */
+stk_status stk__dataset_read_fields(const stk_dataset *ds, uint64_t index, void *const dst[],
+                                    const size_t cap[], bool verify, stk__recloc *loc, char *err,
+                                    size_t err_size);
+
+/* Path of shard `shard` (valid until close). */
+const char *stk__dataset_shard_path(const stk_dataset *ds, uint32_t shard);
+
+/* Whether records are verified on read (opened without STK_DATASET_NO_VERIFY). */
+bool stk__dataset_verifies(const stk_dataset *ds);
+
+/* ---- transforms (src/xform, src/decode) ---- */
+
+/* Shape of a transform's per-sample output (without the batch dimension). */
+typedef struct stk__tspec {
+    stk_dtype dtype;
+    uint32_t ndim;
+    int64_t shape[STK_MAX_DIMS];
+} stk__tspec;
+
+/* Per-worker state a transform may keep (decoder handles, scratch buffers), created once per
+ * worker thread and reused for every sample: no per-sample heap allocation. */
+typedef struct stk__tworker stk__tworker;
+
+/* Implemented by the image pipeline (src/xform/stk_transform.c). */
+void stk__transform_spec(const stk_transform *t, stk__tspec *out);
+stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **out);
+void stk__transform_worker_destroy(stk__tworker *w);
+/* Decode/augment `src` (size bytes) into `dst` (one sample's output, laid out per the spec),
+ * drawing randomness from `rng`. On failure returns <0 with the reason in err (no file/record
+ * prefix: the loader adds it). */
+stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
+                                size_t size, stk_rng *rng, void *dst, char *err, size_t err_size);
+
+#endif /* STK_INTERNAL_H */
