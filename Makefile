@@ -109,7 +109,7 @@ fuzz-replay: $(FUZZ_REPLAY)
 cli-test: $(BUILD)/stoker $(GEN_BINS)
 	@bash scripts/run_cli_tests.sh $(BUILD)
 
-pytest: python
+pytest: python $(GEN_BINS)
 	@if [ -n "$(PY_SRCS)" ]; then bash scripts/run_pytest.sh $(BUILD) $(PYTHON); \
 	 else echo "pytest: no Python extension yet"; fi
 

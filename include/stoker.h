@@ -541,9 +541,11 @@ typedef struct stk_loader_stats {
 
 STK_API void stk_loader_stats_get(const stk_loader *loader, stk_loader_stats *out);
 
-/** Jump to epoch `epoch` (position 0). Batches already prefetched are discarded. Setting the
- *  epoch that is about to start anyway is a cheap no-op.
- *  @return STK_OK or STK_ESTATE (batches still held by the consumer). */
+/** Jump to epoch `epoch` (position 0). Batches already prefetched are discarded; batches the
+ *  consumer still holds stay valid. Setting the epoch that is about to start anyway (nothing of
+ *  it consumed yet) is a cheap no-op, so calling it before every epoch, as with PyTorch's
+ *  DistributedSampler, costs nothing.
+ *  @return STK_OK. */
 STK_API stk_status stk_loader_set_epoch(stk_loader *loader, uint64_t epoch);
 
 /** Write the resume state as a NUL-terminated JSON object into `buf`: format version, dataset
@@ -557,8 +559,8 @@ STK_API stk_status stk_loader_state(const stk_loader *loader, char *buf, size_t 
  *  count: the rest of that epoch is re-split among this loader's ranks, then epochs continue.
  *  Prefetched batches are discarded.
  *  @return STK_OK, STK_EINVAL (not a stoker state, a state from another dataset or with other
- *          shuffle settings, or position past the epoch), STK_ENOTSUP (newer state version),
- *          STK_ESTATE (batches still held). Details in stk_loader_errmsg(). */
+ *          shuffle settings, or an impossible position), STK_ENOTSUP (newer state version).
+ *          Details in stk_loader_errmsg(). The seed is taken from the state. */
 STK_API stk_status stk_loader_load_state(stk_loader *loader, const char *json);
 
 /** One output tensor of a batch. For a bytes field the data is [n, stride] uint8 with each

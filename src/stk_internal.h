@@ -76,6 +76,11 @@ static inline uint64_t stk__mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* ---- sampler (src/loader/stk_sampler.c) ---- */
+
+/* One Philox4x32-10 block (exposed for the known-answer tests). */
+void stk__philox_block(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
 /* ---- dataset internals used by the loader (src/io/stk_recfile.c) ---- */
 
 /* Where a record lives, as found in the index (validated at open). */

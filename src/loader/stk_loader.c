@@ -1,0 +1,813 @@
+/*
+ * stk_loader.c: worker threads, the batch ring and the consumer side of a loader.
+ *
+ * Design (docs/design.md has the long form):
+ *  - Batches form one sequence numbered by `seq` (monotonic over the loader's life, across
+ *    epochs and resets); batch `seq` lives in slot seq % prefetch. The dispatcher state (the
+ *    epoch and batch the next opened slot gets) and the consumer state (the epoch and batch the
+ *    consumer gets next) walk the same epoch plans, so both agree on what each seq is.
+ *  - Workers persist. Each takes the next sample ticket of the earliest batch that still has
+ *    tickets (`claim_seq`): a lock-free compare-and-swap on the slot's ticket word, which packs
+ *    the batch's seq (low 32 bits) beside the ticket so a worker holding a stale slot pointer can
+ *    never take a ticket of a newer batch. When a batch's tickets run out, workers move on to the
+ *    next batch while stragglers finish, so all threads cooperate on the batch needed first.
+ *  - A slot is FREE -> FILLING (opened for a seq) -> READY (every sample done) -> HELD (borrowed
+ *    by the consumer) -> FREE (stk_batch_release). A worker opens batch claim_seq only when its
+ *    slot is FREE: that is the backpressure.
+ *  - Errors are recorded on the slot (the lowest failing sample wins) and surface when the
+ *    consumer reaches that batch.
+ *  - Reset (set_epoch, load_state): bump `gen`, wait until no worker is inside a sample (`busy`),
+ *    free every slot that is not HELD, and restart the dispatcher at the consumer's seq.
+ *  - Destroy: stop and join the workers; slots still HELD keep the ring (`core`) alive through a
+ *    reference count until their release.
+ *
+ * Locking: one mutex `mu` guards slot states, the dispatcher and consumer state, `busy` and the
+ * reference count. Sample work runs without it. Condition variables: `cv_work` (workers: a slot
+ * was freed, a reset finished, stop) and `cv_ready` (the consumer: a batch became READY; reset:
+ * busy dropped to 0).
+ */
+#include "stk_internal.h"
+#include "batch/stk_ring.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+#define STATE_VERSION 1
+#define SKIP_MAX_TRIES 64 /* substitutes tried for one bad sample before giving up */
+
+typedef struct core core;
+
+struct stk_batch {
+    core *c;
+    uint32_t slot;
+};
+
+typedef struct slot {
+    uint8_t *mem;
+    int state;
+    uint64_t seq;
+    uint64_t epoch, number;   /* the batch's epoch and its number within the epoch */
+    uint64_t first;           /* global position of the batch's first sample */
+    uint64_t consumed;        /* global position reached once this step is taken */
+    uint32_t count;           /* samples */
+    _Atomic uint64_t ticket;  /* (seq low 32 bits) << 32 | next ticket */
+    atomic_uint done;         /* samples finished */
+    atomic_uint skipped;
+    uint32_t err_sample;      /* lowest failed sample, or UINT32_MAX */
+    stk_status err_code;
+    char errmsg[STK_ERRMSG_SIZE];
+    stk_batch handle;
+} slot;
+
+typedef struct worker {
+    core *c;
+    pthread_t thread;
+    stk__tworker *tw;
+    uint8_t *scratch; /* encoded bytes of the transformed field */
+    size_t scratch_size;
+} worker;
+
+/* The part of a loader that outlives stk_loader_destroy while batches are still held. */
+struct core {
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work, cv_ready;
+    int refs;        /* 1 for the loader + 1 per HELD slot */
+    bool stop;
+    uint32_t busy;   /* workers inside sample work */
+    atomic_uint gen; /* bumped by reset: workers drop what they hold */
+
+    const stk_dataset *ds;
+    stk_dataset *owned_ds;
+    const stk_transform *transform;
+    int tfield;
+    stk__layout lay;
+    uint32_t prefetch, n_threads, batch_size, rank, world;
+    uint64_t seed, n;
+    bool shuffle, drop_last, skip_corrupt, verify, pinned;
+    slot *slots;
+    worker *workers;
+    uint32_t n_started;
+
+    /* dispatcher: what the next opened batch is */
+    uint64_t claim_seq;  /* earliest batch that may still have tickets (or the next to open) */
+    uint64_t open_seq;   /* next seq to open */
+    uint64_t d_epoch, d_b;
+    stk_plan d_plan;
+    bool d_idle;         /* every epoch is empty: nothing to open */
+
+    /* consumer */
+    uint64_t c_seq, c_epoch, c_b, c_consumed;
+    stk_plan c_plan;
+    uint32_t held;
+
+    /* stats */
+    atomic_uint_fast64_t st_batches, st_samples, st_bytes, st_skipped, st_errors;
+};
+
+struct stk_loader {
+    core *c;
+    char errmsg[STK_ERRMSG_SIZE];
+};
+
+/* Plan epoch `epoch` of this rank from global position `start`. */
+static void plan_epoch(const core *c, uint64_t start, stk_plan *p)
+{
+    stk_plan_init(p, c->n, start, c->batch_size, c->rank, c->world, c->drop_last);
+}
+
+static void core_free(core *c)
+{
+    if (c->slots) {
+        for (uint32_t i = 0; i < c->prefetch; i++)
+            stk__slot_free(c->slots[i].mem, c->lay.slot_size, c->pinned);
+        stk__free(c->slots);
+    }
+    stk_dataset_close(c->owned_ds);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv_work);
+    pthread_cond_destroy(&c->cv_ready);
+    stk__free(c);
+}
+
+/* Drop one reference (mu held); returns true when the caller must free the core. */
+static bool core_unref_locked(core *c)
+{
+    return --c->refs == 0;
+}
+
+/* ---- worker side ---- */
+
+/* Open batch c->open_seq in its slot from the dispatcher state (mu held; the slot is FREE).
+ * Returns false when there is nothing to open. */
+static bool open_batch(core *c)
+{
+    if (c->d_idle)
+        return false;
+    /* Skip epochs without batches (a resumed epoch that was already done, or drop_last with a
+     * tiny dataset); if a whole fresh epoch is empty, every epoch is: go idle. */
+    while (c->d_b >= c->d_plan.n_batches) {
+        c->d_epoch++;
+        c->d_b = 0;
+        plan_epoch(c, 0, &c->d_plan);
+        if (c->d_plan.n_batches == 0) {
+            c->d_idle = true;
+            return false;
+        }
+    }
+    slot *s = &c->slots[c->open_seq % c->prefetch];
+    s->seq = c->open_seq;
+    s->epoch = c->d_epoch;
+    stk_plan_batch(&c->d_plan, c->d_b, &s->first, &s->count, &s->consumed);
+    /* A resumed epoch numbers its batches from the epoch's start, not from the resume point. */
+    s->number = (c->d_plan.start / ((uint64_t)c->world * c->batch_size)) + c->d_b;
+    atomic_store(&s->ticket, (s->seq & 0xffffffffULL) << 32);
+    atomic_store(&s->done, 0);
+    atomic_store(&s->skipped, 0);
+    s->err_sample = UINT32_MAX;
+    s->err_code = STK_OK;
+    s->errmsg[0] = '\0';
+    s->state = SLOT_FILLING;
+    c->open_seq++;
+    c->d_b++;
+    return true;
+}
+
+/* Record a failed sample on its slot (mu held): the lowest sample number wins, so the error a
+ * consumer sees does not depend on thread timing. */
+static void slot_error_locked(slot *s, uint32_t sample, stk_status rc, const char *msg)
+{
+    if (sample < s->err_sample) {
+        s->err_sample = sample;
+        s->err_code = rc;
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s", msg);
+    }
+}
+
+/* Read (and transform) record `idx` into row `t` of slot `s`. */
+static stk_status load_record(core *c, worker *w, slot *s, uint32_t t, uint64_t idx, char *err,
+                              size_t err_size)
+{
+    void *dst[STK_MAX_FIELDS];
+    size_t cap[STK_MAX_FIELDS];
+    const stk__layout *lay = &c->lay;
+    for (size_t i = 0; i + 1 < lay->n_tensors; i++) { /* the last tensor is "index" */
+        const stk__tlayout *tl = &lay->t[i];
+        if (tl->transformed) {
+            dst[tl->field] = w->scratch;
+            cap[tl->field] = w->scratch_size;
+        } else {
+            dst[tl->field] = s->mem + tl->offset + (size_t)t * tl->row_size;
+            cap[tl->field] = tl->row_size;
+        }
+    }
+    stk__recloc loc;
+    stk_status rc = stk__dataset_read_fields(c->ds, idx, dst, cap, c->verify, &loc, err, err_size);
+    if (rc < 0)
+        return rc;
+    atomic_fetch_add_explicit(&c->st_bytes, loc.size, memory_order_relaxed);
+    for (size_t i = 0; i + 1 < lay->n_tensors; i++) {
+        const stk__tlayout *tl = &lay->t[i];
+        if (tl->bytes)
+            ((int64_t *)(s->mem + tl->lengths_offset))[t] = (int64_t)loc.field_size[tl->field];
+        if (tl->transformed) {
+            stk_rng rng;
+            char why[STK_ERRMSG_SIZE];
+            stk_rng_init(&rng, c->seed, s->epoch, idx);
+            rc = stk__transform_apply(c->transform, w->tw, w->scratch,
+                                      loc.field_size[tl->field], &rng,
+                                      s->mem + tl->offset + (size_t)t * tl->row_size, why,
+                                      sizeof(why));
+            if (rc < 0)
+                return stk__set_error(err, err_size, rc,
+                                      "%s record %" PRIu64 " (global %" PRIu64 "): %s",
+                                      stk__dataset_shard_path(c->ds, loc.shard), loc.local, idx,
+                                      why);
+        }
+    }
+    return STK_OK;
+}
+
+/* Produce sample `t` of slot `s`: its record, or under skip_corrupt the next good record of the
+ * epoch's order (counted). */
+static void do_sample(core *c, worker *w, slot *s, uint32_t t)
+{
+    char err[STK_ERRMSG_SIZE];
+    uint64_t pos = s->first + t;
+    uint64_t idx = stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, pos % c->n);
+    stk_status rc = load_record(c, w, s, t, idx, err, sizeof(err));
+    if (rc < 0 && c->skip_corrupt && rc == STK_EFORMAT) {
+        for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->n && rc == STK_EFORMAT; k++) {
+            idx = stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, (pos + k) % c->n);
+            char err2[STK_ERRMSG_SIZE];
+            rc = load_record(c, w, s, t, idx, err2, sizeof(err2));
+        }
+        if (rc == STK_OK) {
+            atomic_fetch_add(&s->skipped, 1);
+        } else {
+            char first[STK_ERRMSG_SIZE];
+            memcpy(first, err, sizeof(first));
+            snprintf(err, sizeof(err), "%.400s (on_error=skip: no good substitute among the "
+                     "next %d records)", first, SKIP_MAX_TRIES);
+            rc = STK_EFORMAT;
+        }
+    }
+    ((int64_t *)(s->mem + c->lay.t[c->lay.n_tensors - 1].offset))[t] = (int64_t)idx;
+    if (rc < 0) {
+        pthread_mutex_lock(&c->mu);
+        slot_error_locked(s, t, rc, err);
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+/* Take the next ticket of batch `seq` in slot `s`; false when none is left. */
+static bool take_ticket(slot *s, uint64_t seq, uint32_t count, uint32_t *t)
+{
+    uint64_t want_tag = (seq & 0xffffffffULL) << 32;
+    uint64_t cur = atomic_load(&s->ticket);
+    for (;;) {
+        if ((cur & 0xffffffff00000000ULL) != want_tag || (uint32_t)cur >= count)
+            return false;
+        if (atomic_compare_exchange_weak(&s->ticket, &cur, cur + 1)) {
+            *t = (uint32_t)cur;
+            return true;
+        }
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    core *c = w->c;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        if (c->stop)
+            break;
+        slot *s = &c->slots[c->claim_seq % c->prefetch];
+        if (c->claim_seq == c->open_seq) {
+            /* The next batch is not open yet: open it when its slot is free. */
+            if (s->state != SLOT_FREE || !open_batch(c)) {
+                pthread_cond_wait(&c->cv_work, &c->mu);
+                continue;
+            }
+        }
+        uint64_t seq = c->claim_seq;
+        uint32_t count = s->count;
+        unsigned gen = atomic_load(&c->gen);
+        if ((uint32_t)atomic_load(&s->ticket) >= count) {
+            c->claim_seq++; /* tickets exhausted: stragglers finish it, we move on */
+            continue;
+        }
+        c->busy++;
+        pthread_mutex_unlock(&c->mu);
+        uint32_t t;
+        while (atomic_load(&c->gen) == gen && take_ticket(s, seq, count, &t)) {
+            do_sample(c, w, s, t);
+            if (atomic_fetch_add(&s->done, 1) + 1 == count) {
+                pthread_mutex_lock(&c->mu);
+                if (s->seq == seq && s->state == SLOT_FILLING) {
+                    s->state = SLOT_READY;
+                    pthread_cond_broadcast(&c->cv_ready);
+                }
+                pthread_mutex_unlock(&c->mu);
+            }
+        }
+        pthread_mutex_lock(&c->mu);
+        if (--c->busy == 0)
+            pthread_cond_broadcast(&c->cv_ready); /* a reset may be waiting for busy == 0 */
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* ---- create / destroy ---- */
+
+void stk_loader_opts_init(stk_loader_opts *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->struct_size = sizeof(*opts);
+    opts->batch_size = 256;
+    opts->n_threads = 0;
+    opts->prefetch = 0;
+    opts->rank = -1;
+    opts->world = -1;
+    opts->transform_field = "image";
+}
+
+/* Stop and join every started worker (mu not held). */
+static void stop_workers(core *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    pthread_cond_broadcast(&c->cv_work);
+    pthread_mutex_unlock(&c->mu);
+    for (uint32_t i = 0; i < c->n_started; i++)
+        pthread_join(c->workers[i].thread, NULL);
+    if (c->workers) {
+        for (uint32_t i = 0; i < c->n_threads; i++) {
+            stk__transform_worker_destroy(c->workers[i].tw);
+            stk__free(c->workers[i].scratch);
+        }
+        stk__free(c->workers);
+        c->workers = NULL;
+    }
+    c->n_started = 0;
+}
+
+/* Resolve rank and world from options or environment. */
+static stk_status resolve_rank(const stk_loader_opts *o, uint32_t *rank, uint32_t *world)
+{
+    if (o->rank == -1 && o->world == -1)
+        return stk_env_rank(rank, world);
+    if (o->rank < 0 || o->world < 1)
+        return stk__set_last_error(STK_EINVAL,
+                                   "rank %d / world size %d: rank must be >= 0 and world size "
+                                   ">= 1 (or both -1 to read them from the environment)",
+                                   (int)o->rank, (int)o->world);
+    if (o->rank >= o->world)
+        return stk__set_last_error(STK_EINVAL, "rank %d is not below world size %d",
+                                   (int)o->rank, (int)o->world);
+    *rank = (uint32_t)o->rank;
+    *world = (uint32_t)o->world;
+    return STK_OK;
+}
+
+stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
+{
+    stk_status rc = STK_OK;
+    stk_loader *L = NULL;
+    core *c = NULL;
+    char err[STK_ERRMSG_SIZE] = "";
+    *out = NULL;
+    stk__clear_last_error();
+    if (!opts || opts->struct_size < sizeof(stk_loader_opts))
+        return stk__set_last_error(STK_EINVAL, "options not initialised with "
+                                               "stk_loader_opts_init");
+    if (opts->batch_size < 1 || opts->batch_size > 0x7fffffff)
+        return stk__set_last_error(STK_EINVAL, "batch size %" PRId64 " is invalid (must be >= 1)",
+                                   opts->batch_size);
+    if (opts->n_threads < 0)
+        return stk__set_last_error(STK_EINVAL, "thread count %d is invalid (must be >= 0; 0 = "
+                                               "one per CPU)",
+                                   (int)opts->n_threads);
+    if (opts->prefetch < 0)
+        return stk__set_last_error(STK_EINVAL, "prefetch %d is invalid (must be >= 1; 0 = default)",
+                                   (int)opts->prefetch);
+    if (!opts->dataset && (!opts->paths || opts->n_paths == 0))
+        return stk__set_last_error(STK_EINVAL, "no data: give dataset paths or an open dataset");
+    uint32_t rank, world;
+    if ((rc = resolve_rank(opts, &rank, &world)) < 0)
+        return rc;
+
+    c = stk__calloc(1, sizeof(*c));
+    L = stk__calloc(1, sizeof(*L));
+    if (!c || !L) {
+        stk__free(c);
+        stk__free(L);
+        return stk__set_last_error(STK_ENOMEM, "out of memory creating the loader");
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv_work, NULL);
+    pthread_cond_init(&c->cv_ready, NULL);
+    c->refs = 1;
+    L->c = c;
+    if (opts->dataset) {
+        c->ds = opts->dataset;
+    } else {
+        unsigned dflags = (opts->flags & STK_LOADER_NO_VERIFY) ? STK_DATASET_NO_VERIFY : 0;
+        if ((rc = stk_dataset_open(opts->paths, opts->n_paths, dflags, &c->owned_ds)) < 0) {
+            snprintf(err, sizeof(err), "%s", stk_last_errmsg());
+            goto fail;
+        }
+        c->ds = c->owned_ds;
+    }
+    c->n = stk_dataset_count(c->ds);
+    if (c->n == 0)
+        STK_FAIL(err, STK_EINVAL, "dataset is empty (0 records)");
+    c->batch_size = (uint32_t)opts->batch_size;
+    c->n_threads = opts->n_threads ? (uint32_t)opts->n_threads : stk__cpu_count();
+    c->prefetch = opts->prefetch ? (uint32_t)opts->prefetch : 4;
+    c->rank = rank;
+    c->world = world;
+    c->seed = opts->seed;
+    c->shuffle = opts->flags & STK_LOADER_SHUFFLE;
+    c->drop_last = opts->flags & STK_LOADER_DROP_LAST;
+    c->skip_corrupt = opts->flags & STK_LOADER_SKIP_CORRUPT;
+    c->verify = !(opts->flags & STK_LOADER_NO_VERIFY) && stk__dataset_verifies(c->ds);
+    c->transform = opts->transform;
+    c->tfield = -1;
+    stk__tspec tspec;
+    if (c->transform) {
+        const char *fname = opts->transform_field ? opts->transform_field : "image";
+        c->tfield = stk_dataset_find_field(c->ds, fname);
+        if (c->tfield < 0)
+            STK_FAIL(err, STK_EINVAL, "the transform's field '%s' is not in the dataset", fname);
+        if (stk_dataset_field(c->ds, (size_t)c->tfield)->kind != STK_FIELD_BYTES)
+            STK_FAIL(err, STK_EINVAL, "the transform's field '%s' is not a bytes field", fname);
+        stk__transform_spec(c->transform, &tspec);
+    }
+    STK_TRY(stk__layout_init(&c->lay, c->ds, c->batch_size, c->tfield, &tspec, err,
+                             sizeof(err)));
+
+    c->slots = stk__calloc(c->prefetch, sizeof(slot));
+    if (!c->slots)
+        STK_FAIL(err, STK_ENOMEM, "out of memory allocating %u ring slots", c->prefetch);
+    bool want_pinned = opts->flags & STK_LOADER_PINNED;
+    c->pinned = want_pinned;
+    for (uint32_t i = 0; i < c->prefetch; i++) {
+        bool pinned = false;
+        c->slots[i].mem = stk__slot_alloc(c->lay.slot_size, want_pinned, &pinned);
+        if (!c->slots[i].mem)
+            STK_FAIL(err, STK_ENOMEM, "out of memory allocating a ring slot of %zu bytes",
+                     c->lay.slot_size);
+        c->pinned = c->pinned && pinned;
+        c->slots[i].state = SLOT_FREE;
+        c->slots[i].seq = UINT64_MAX;
+        c->slots[i].handle.c = c;
+        c->slots[i].handle.slot = i;
+    }
+
+    /* Epoch 0 from position 0; the consumer and the dispatcher start in step. */
+    plan_epoch(c, 0, &c->d_plan);
+    c->c_plan = c->d_plan;
+
+    c->workers = stk__calloc(c->n_threads, sizeof(worker));
+    if (!c->workers)
+        STK_FAIL(err, STK_ENOMEM, "out of memory allocating %u workers", c->n_threads);
+    for (uint32_t i = 0; i < c->n_threads; i++) {
+        worker *w = &c->workers[i];
+        w->c = c;
+        if (c->transform) {
+            w->scratch_size = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
+            w->scratch = stk__malloc(w->scratch_size);
+            if (!w->scratch)
+                STK_FAIL(err, STK_ENOMEM, "out of memory allocating a %zu-byte read buffer",
+                         w->scratch_size);
+            if ((rc = stk__transform_worker_create(c->transform, &w->tw)) < 0)
+                STK_FAIL(err, rc, "cannot create transform worker state: %s",
+                         stk_last_errmsg());
+        }
+    }
+    for (uint32_t i = 0; i < c->n_threads; i++) {
+        if (pthread_create(&c->workers[i].thread, NULL, worker_main, &c->workers[i]) != 0)
+            STK_FAIL(err, STK_ENOMEM, "cannot start worker thread %u", i);
+        c->n_started++;
+    }
+    *out = L;
+    return STK_OK;
+fail:
+    stop_workers(c);
+    core_free(c);
+    stk__free(L);
+    return stk__last_error_copy(rc, err);
+}
+
+void stk_loader_destroy(stk_loader *L)
+{
+    if (!L)
+        return;
+    core *c = L->c;
+    stop_workers(c);
+    pthread_mutex_lock(&c->mu);
+    bool last = core_unref_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    if (last)
+        core_free(c);
+    stk__free(L);
+}
+
+/* ---- consumer side ---- */
+
+stk_status stk_loader_next(stk_loader *L, stk_batch **out)
+{
+    core *c = L->c;
+    *out = NULL;
+    L->errmsg[0] = '\0';
+    pthread_mutex_lock(&c->mu);
+    if (c->c_b >= c->c_plan.n_batches) {
+        /* Epoch done: report it once, then the next call starts the next epoch. */
+        c->c_epoch++;
+        c->c_b = 0;
+        c->c_consumed = 0;
+        plan_epoch(c, 0, &c->c_plan);
+        pthread_mutex_unlock(&c->mu);
+        return STK_END;
+    }
+    uint64_t seq = c->c_seq;
+    slot *s = &c->slots[seq % c->prefetch];
+    if (s->state == SLOT_HELD) {
+        /* The next batch's slot still holds a batch the consumer has not released: waiting
+         * would deadlock. */
+        uint32_t held = c->held;
+        pthread_mutex_unlock(&c->mu);
+        return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_ELIMIT,
+                              "the consumer holds %u of %u ring slots, including the one the "
+                              "next batch needs: release the oldest batch (or raise prefetch)",
+                              held, c->prefetch);
+    }
+    while (!(s->seq == seq && s->state == SLOT_READY))
+        pthread_cond_wait(&c->cv_ready, &c->mu);
+    c->c_seq++;
+    c->c_b++;
+    c->c_consumed = s->consumed;
+    if (s->err_code < 0) {
+        stk_status rc = s->err_code;
+        snprintf(L->errmsg, sizeof(L->errmsg), "%s", s->errmsg);
+        s->state = SLOT_FREE;
+        atomic_fetch_add(&c->st_errors, 1);
+        pthread_cond_broadcast(&c->cv_work);
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
+    s->state = SLOT_HELD;
+    c->held++;
+    c->refs++;
+    atomic_fetch_add(&c->st_batches, 1);
+    atomic_fetch_add(&c->st_samples, s->count);
+    atomic_fetch_add(&c->st_skipped, atomic_load(&s->skipped));
+    pthread_mutex_unlock(&c->mu);
+    *out = &s->handle;
+    return STK_OK;
+}
+
+void stk_batch_release(stk_batch *b)
+{
+    if (!b)
+        return;
+    core *c = b->c;
+    pthread_mutex_lock(&c->mu);
+    slot *s = &c->slots[b->slot];
+    s->state = SLOT_FREE;
+    c->held--;
+    pthread_cond_broadcast(&c->cv_work);
+    bool last = core_unref_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    if (last)
+        core_free(c);
+}
+
+/* Discard everything not held and restart the dispatcher at the consumer's position: epoch
+ * `epoch` from global position `start`. */
+static void reset(core *c, uint64_t seed, uint64_t epoch, uint64_t start)
+{
+    pthread_mutex_lock(&c->mu);
+    atomic_fetch_add(&c->gen, 1);
+    while (c->busy > 0)
+        pthread_cond_wait(&c->cv_ready, &c->mu);
+    for (uint32_t i = 0; i < c->prefetch; i++) {
+        slot *s = &c->slots[i];
+        if (s->state != SLOT_HELD) {
+            s->state = SLOT_FREE;
+            s->seq = UINT64_MAX;
+            atomic_store(&s->ticket, UINT64_MAX); /* no seq tag matches: no ticket is taken */
+        }
+    }
+    c->seed = seed; /* no worker is inside a sample: safe to change */
+    c->claim_seq = c->open_seq = c->c_seq;
+    c->d_epoch = c->c_epoch = epoch;
+    c->d_b = c->c_b = 0;
+    c->d_idle = false;
+    c->c_consumed = start;
+    plan_epoch(c, start, &c->d_plan);
+    c->c_plan = c->d_plan;
+    pthread_cond_broadcast(&c->cv_work);
+    pthread_mutex_unlock(&c->mu);
+}
+
+stk_status stk_loader_set_epoch(stk_loader *L, uint64_t epoch)
+{
+    core *c = L->c;
+    pthread_mutex_lock(&c->mu);
+    bool noop = c->c_epoch == epoch && c->c_b == 0 && c->c_consumed == 0;
+    pthread_mutex_unlock(&c->mu);
+    if (!noop)
+        reset(c, c->seed, epoch, 0);
+    return STK_OK;
+}
+
+uint64_t stk_loader_epoch(const stk_loader *L)
+{
+    core *c = L->c;
+    pthread_mutex_lock(&c->mu);
+    uint64_t e = c->c_epoch;
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+uint64_t stk_loader_n_batches(const stk_loader *L)
+{
+    stk_plan p;
+    plan_epoch(L->c, 0, &p);
+    return p.n_batches;
+}
+
+const stk_dataset *stk_loader_dataset(const stk_loader *L)
+{
+    return L->c->ds;
+}
+
+const char *stk_loader_errmsg(const stk_loader *L)
+{
+    return L->errmsg;
+}
+
+void stk_loader_info_get(const stk_loader *L, stk_loader_info *out)
+{
+    const core *c = L->c;
+    memset(out, 0, sizeof(*out));
+    out->n_threads = c->n_threads;
+    out->prefetch = c->prefetch;
+    out->batch_size = c->batch_size;
+    out->rank = c->rank;
+    out->world = c->world;
+    out->n_records = c->n;
+    out->slot_size = c->lay.slot_size;
+    out->pinned = c->pinned;
+}
+
+void stk_loader_stats_get(const stk_loader *L, stk_loader_stats *out)
+{
+    core *c = L->c;
+    out->batches = atomic_load(&c->st_batches);
+    out->samples = atomic_load(&c->st_samples);
+    out->bytes_read = atomic_load(&c->st_bytes);
+    out->skipped = atomic_load(&c->st_skipped);
+    out->errors = atomic_load(&c->st_errors);
+}
+
+/* ---- resume state ---- */
+
+stk_status stk_loader_state(const stk_loader *L, char *buf, size_t buf_size)
+{
+    core *c = L->c;
+    pthread_mutex_lock(&c->mu);
+    uint64_t epoch = c->c_epoch, consumed = c->c_consumed;
+    pthread_mutex_unlock(&c->mu);
+    int n = snprintf(buf, buf_size,
+                     "{\"format\": \"stoker-state\", \"version\": %d, \"records\": %" PRIu64
+                     ", \"fingerprint\": \"%016" PRIx64 "\", \"seed\": %" PRIu64
+                     ", \"shuffle\": %s, \"epoch\": %" PRIu64 ", \"consumed\": %" PRIu64 "}",
+                     STATE_VERSION, c->n, stk_dataset_fingerprint(c->ds), c->seed,
+                     c->shuffle ? "true" : "false", epoch, consumed);
+    if (n < 0 || (size_t)n >= buf_size)
+        return STK_ELIMIT;
+    return STK_OK;
+}
+
+/* Find "key": in a flat JSON object and return a pointer to its value, or NULL. */
+static const char *json_find(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof(pat), "\"%s\"", key);
+    const char *p = strstr(json, pat);
+    if (!p)
+        return NULL;
+    p += strlen(pat);
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    if (*p != ':')
+        return NULL;
+    p++;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+/* Read an unsigned integer value; false if missing or malformed. */
+static bool json_u64(const char *json, const char *key, uint64_t *out)
+{
+    const char *p = json_find(json, key);
+    if (!p || *p < '0' || *p > '9')
+        return false;
+    char *end;
+    *out = strtoull(p, &end, 10);
+    return end != p;
+}
+
+stk_status stk_loader_load_state(stk_loader *L, const char *json)
+{
+    core *c = L->c;
+    stk_status rc = STK_OK;
+    uint64_t version, records, seed, epoch, consumed, fp;
+    L->errmsg[0] = '\0';
+    if (!json)
+        STK_FAIL(L->errmsg, STK_EINVAL, "state is NULL");
+    const char *fmt = json_find(json, "format");
+    if (!fmt || strncmp(fmt, "\"stoker-state\"", 14) != 0)
+        STK_FAIL(L->errmsg, STK_EINVAL, "not a stoker loader state (no \"format\": "
+                                        "\"stoker-state\")");
+    if (!json_u64(json, "version", &version))
+        STK_FAIL(L->errmsg, STK_EINVAL, "state has no valid \"version\"");
+    if (version > STATE_VERSION)
+        STK_FAIL(L->errmsg, STK_ENOTSUP,
+                 "state version %" PRIu64 " is newer than this stoker (reads %d)", version,
+                 STATE_VERSION);
+    const char *fps = json_find(json, "fingerprint");
+    if (!json_u64(json, "records", &records) || !json_u64(json, "seed", &seed) ||
+        !json_u64(json, "epoch", &epoch) || !json_u64(json, "consumed", &consumed) || !fps ||
+        *fps != '"')
+        STK_FAIL(L->errmsg, STK_EINVAL, "state is missing records, seed, epoch, consumed or "
+                                        "fingerprint");
+    fp = strtoull(fps + 1, NULL, 16);
+    const char *sh = json_find(json, "shuffle");
+    bool shuffle = sh && strncmp(sh, "true", 4) == 0;
+    if (records != c->n || fp != stk_dataset_fingerprint(c->ds))
+        STK_FAIL(L->errmsg, STK_EINVAL,
+                 "state belongs to another dataset (%" PRIu64 " records, fingerprint %016" PRIx64
+                 "; this one has %" PRIu64 ", %016" PRIx64 ")",
+                 records, fp, c->n, stk_dataset_fingerprint(c->ds));
+    if (shuffle != c->shuffle)
+        STK_FAIL(L->errmsg, STK_EINVAL, "state was taken with shuffle=%s, this loader has "
+                                        "shuffle=%s",
+                 shuffle ? "true" : "false", c->shuffle ? "true" : "false");
+    if (consumed > c->n + 0x7fffffffULL) /* padding is always below one world size */
+        STK_FAIL(L->errmsg, STK_EINVAL, "state position %" PRIu64 " is past the epoch's end",
+                 consumed);
+    reset(c, seed, epoch, consumed);
+    return STK_OK;
+fail:
+    return rc;
+}
+
+/* ---- batches ---- */
+
+uint32_t stk_batch_size(const stk_batch *b)
+{
+    return b->c->slots[b->slot].count;
+}
+
+uint64_t stk_batch_epoch(const stk_batch *b)
+{
+    return b->c->slots[b->slot].epoch;
+}
+
+uint64_t stk_batch_number(const stk_batch *b)
+{
+    return b->c->slots[b->slot].number;
+}
+
+size_t stk_batch_n_tensors(const stk_batch *b)
+{
+    return b->c->lay.n_tensors;
+}
+
+stk_status stk_batch_tensor(const stk_batch *b, size_t i, stk_tensor *out)
+{
+    const core *c = b->c;
+    if (i >= c->lay.n_tensors)
+        return STK_EINVAL;
+    const slot *s = &c->slots[b->slot];
+    stk__layout_tensor(&c->lay, i, s->mem, s->count, out);
+    return STK_OK;
+}
+
+const int64_t *stk_batch_indices(const stk_batch *b)
+{
+    const core *c = b->c;
+    const slot *s = &c->slots[b->slot];
+    return (const int64_t *)(s->mem + c->lay.t[c->lay.n_tensors - 1].offset);
+}

@@ -1,0 +1,204 @@
+/*
+ * stk_sampler.c: the order of an epoch, its split among ranks, and the per-sample random stream.
+ *
+ * Order: a pure function of (n, shuffle, seed, epoch, position). The shuffle is a keyed Feistel
+ * network over the smallest even-bit power-of-two domain >= n, with cycle walking back into
+ * [0, n): a bijection computed in O(1) memory and O(1) expected time (the domain is < 4n, so the
+ * expected number of walks is < 4), which is what lets a 10^9-record dataset shuffle without a
+ * permutation table.
+ *
+ * Split (DESIGN.md "Distributed"): positions start..end-1 are padded by wrapping (p mod n) to a
+ * multiple of world (PyTorch's DistributedSampler rule) or truncated with drop_last; each global
+ * step of world*B positions is cut into world consecutive equal slices, slice r for rank r. The
+ * positions consumed after k steps are therefore a prefix of the global order whatever world is,
+ * which is what lets a run resume on another number of ranks.
+ *
+ * Random stream: Philox4x32-10 (Salmon et al., SC'11), key = seed, counter = (index, epoch,
+ * block): counter-based, so a sample's numbers depend on nothing but (seed, epoch, index).
+ */
+#include "stk_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Philox4x32-10 ---- */
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+/* One Philox4x32-10 block: 4 words out of a 4-word counter and a 2-word key. */
+void stk__philox_block(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4])
+{
+    uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3];
+    uint32_t k0 = key_in[0], k1 = key_in[1];
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c0 = n0;
+        c1 = (uint32_t)p1;
+        c2 = n2;
+        c3 = (uint32_t)p0;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+void stk_rng_init(stk_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index)
+{
+    /* Epochs beyond 2^32 fold their high half into the key rather than wrap the counter. */
+    uint64_t key = seed ^ stk__mix64((epoch >> 32) + 0x6a09e667f3bcc908ULL);
+    if ((epoch >> 32) == 0)
+        key = seed;
+    rng->key[0] = (uint32_t)key;
+    rng->key[1] = (uint32_t)(key >> 32);
+    rng->ctr[0] = (uint32_t)index;
+    rng->ctr[1] = (uint32_t)(index >> 32);
+    rng->ctr[2] = (uint32_t)epoch;
+    rng->ctr[3] = 0; /* block number within the sample's stream */
+    rng->used = 4;
+}
+
+uint32_t stk_rng_u32(stk_rng *rng)
+{
+    if (rng->used == 4) {
+        stk__philox_block(rng->ctr, rng->key, rng->buf);
+        rng->ctr[3]++;
+        rng->used = 0;
+    }
+    return rng->buf[rng->used++];
+}
+
+uint64_t stk_rng_u64(stk_rng *rng)
+{
+    uint64_t hi = stk_rng_u32(rng);
+    return (hi << 32) | stk_rng_u32(rng);
+}
+
+double stk_rng_uniform(stk_rng *rng)
+{
+    return (double)(stk_rng_u64(rng) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- keyed Feistel permutation ---- */
+
+#define FEISTEL_ROUNDS 6
+
+uint64_t stk_sampler_index(uint64_t n, bool shuffle, uint64_t seed, uint64_t epoch, uint64_t pos)
+{
+    if (!shuffle || n <= 1)
+        return pos;
+    /* Smallest even bit count 2h with 2^(2h) >= n; the two halves are h bits each. */
+    unsigned bits = 64 - (unsigned)__builtin_clzll(n - 1);
+    unsigned h = (bits + 1) / 2;
+    uint64_t mask = (h >= 32) ? 0xffffffffULL : ((1ULL << h) - 1);
+    uint64_t base = stk__mix64(seed ^ stk__mix64(epoch + 0x9e3779b97f4a7c15ULL));
+    uint64_t x = pos;
+    do {
+        uint64_t left = x >> h, right = x & mask;
+        for (unsigned r = 0; r < FEISTEL_ROUNDS; r++) {
+            uint64_t f = stk__mix64(right ^ (base + r * 0xd6e8feb86659fd93ULL)) & mask;
+            uint64_t t = left ^ f;
+            left = right;
+            right = t;
+        }
+        x = (left << h) | right;
+    } while (x >= n); /* cycle walking: stays a bijection of [0, n) */
+    return x;
+}
+
+/* ---- the epoch plan ---- */
+
+stk_status stk_plan_init(stk_plan *plan, uint64_t n, uint64_t start, uint32_t batch_size,
+                         uint32_t rank, uint32_t world, bool drop_last)
+{
+    if (n == 0 || batch_size == 0 || world == 0 || rank >= world)
+        return STK_EINVAL;
+    memset(plan, 0, sizeof(*plan));
+    plan->n = n;
+    plan->start = start;
+    plan->batch_size = batch_size;
+    plan->rank = rank;
+    plan->world = world;
+    plan->drop_last = drop_last;
+    if (start < n) {
+        uint64_t rem = n - start;
+        plan->per_rank = drop_last ? rem / world : (rem + world - 1) / world;
+    }
+    plan->end = start + plan->per_rank * world;
+    plan->n_batches = drop_last ? plan->per_rank / batch_size
+                                : (plan->per_rank + batch_size - 1) / batch_size;
+    return STK_OK;
+}
+
+stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first, uint32_t *count,
+                          uint64_t *consumed)
+{
+    if (b >= plan->n_batches)
+        return STK_EINVAL;
+    uint64_t step = (uint64_t)plan->world * plan->batch_size;
+    uint64_t g = plan->start + b * step;
+    uint64_t m = STK_MIN(step, plan->end - g); /* a multiple of world (see stk_plan_init) */
+    uint64_t per = m / plan->world;
+    *first = g + plan->rank * per;
+    *count = (uint32_t)per;
+    *consumed = g + m;
+    return STK_OK;
+}
+
+/* ---- rank and world from the environment ---- */
+
+/* Parse a non-negative decimal environment variable; 1 = set and valid, 0 = unset, <0 = bad. */
+static int env_u32(const char *name, uint32_t *out)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || *end || v[0] == '-' || x > 0x7fffffffULL) {
+        stk__set_last_error(STK_EINVAL, "environment variable %s=\"%s\" is not a valid number",
+                            name, v);
+        return -1;
+    }
+    *out = (uint32_t)x;
+    return 1;
+}
+
+stk_status stk_env_rank(uint32_t *rank, uint32_t *world)
+{
+    static const char *const pairs[][2] = {
+        {"RANK", "WORLD_SIZE"},
+        {"SLURM_PROCID", "SLURM_NTASKS"},
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+    };
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++) {
+        uint32_t r = 0, w = 0;
+        int hr = env_u32(pairs[i][0], &r), hw = env_u32(pairs[i][1], &w);
+        if (hr < 0 || hw < 0)
+            return STK_EINVAL;
+        if (hr == 0 && hw == 0)
+            continue;
+        if (hr == 0 || hw == 0)
+            return stk__set_last_error(STK_EINVAL, "%s is set but %s is not",
+                                       pairs[i][hr ? 0 : 1], pairs[i][hr ? 1 : 0]);
+        if (w == 0 || r >= w)
+            return stk__set_last_error(STK_EINVAL, "rank %s=%u is not below world size %s=%u",
+                                       pairs[i][0], r, pairs[i][1], w);
+        *rank = r;
+        *world = w;
+        return STK_OK;
+    }
+    *rank = 0;
+    *world = 1;
+    return STK_OK;
+}
