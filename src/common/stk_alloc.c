@@ -21,6 +21,13 @@ static int fault_injected(void)
     }
     return fault_at > 0 && atomic_fetch_add(&alloc_count, 1) + 1 == fault_at;
 }
+/* Tests: make the nth allocation from now fail (0 = off), resetting the count. */
+void stk__fault_alloc_set(long n);
+void stk__fault_alloc_set(long n)
+{
+    atomic_store(&alloc_count, 0);
+    fault_at = n;
+}
 #else
 static int fault_injected(void)
 {

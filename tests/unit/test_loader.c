@@ -1,0 +1,650 @@
+/*
+ * test_loader.c: the loader's semantics from DESIGN.md with real numbers: in-order delivery for
+ * 1, 2 and 7 threads; exactly-once shuffled epochs across ranks x threads; epoch advance and
+ * determinism; drop_last; resume after k batches (also onto another world size); backpressure;
+ * shutdown at any point with batches outstanding; errors surfacing at their batch (and the skip
+ * policy); bad arguments; allocation failures (debug builds).
+ */
+#include "stk_internal.h"
+#include "t.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAXN 2000
+
+static char tmpdir[256];
+
+/* Deterministic payload of record i: length 1 + (i*37 % 300) bytes, byte k = (i*131 + k) & 255. */
+static size_t payload(uint64_t i, uint8_t *buf)
+{
+    size_t len = 1 + (size_t)(i * 37 % 300);
+    for (size_t k = 0; k < len; k++)
+        buf[k] = (uint8_t)(i * 131 + k);
+    return len;
+}
+
+/* Write a dataset of n records over `shards` shards into tmpdir/name/. */
+static int make_dataset(const char *name, uint64_t n, int shards, char *dir, size_t dir_size)
+{
+    snprintf(dir, dir_size, "%s/%s", tmpdir, name);
+    mkdir(dir, 0755);
+    stk_field fields[2] = {{.name = "data", .kind = STK_FIELD_BYTES},
+                           {.name = "label", .kind = STK_FIELD_INT64}};
+    stk_writer_opts wo;
+    stk_writer_opts_init(&wo);
+    wo.fields = fields;
+    wo.n_fields = 2;
+    uint64_t per = (n + shards - 1) / shards, i = 0;
+    for (int s = 0; s < shards; s++) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/shard-%05d.stk", dir, s);
+        stk_writer *w;
+        T_OK(stk_writer_open(path, &wo, &w));
+        for (uint64_t k = 0; k < per && i < n; k++, i++) {
+            uint8_t buf[512];
+            stk_value v[2] = {{.data = buf, .size = payload(i, buf)}, {.i64 = (int64_t)i * 7}};
+            T_OK(stk_writer_add(w, v));
+        }
+        T_OK(stk_writer_close(w));
+    }
+    return 0;
+}
+
+static stk_loader_opts base_opts(const char *const *paths, int64_t batch, int threads)
+{
+    stk_loader_opts o;
+    stk_loader_opts_init(&o);
+    o.paths = paths;
+    o.n_paths = 1;
+    o.batch_size = batch;
+    o.n_threads = threads;
+    o.rank = 0;
+    o.world = 1;
+    return o;
+}
+
+/* Check every field of a batch against the generator; append its indices to seq. */
+static int check_batch(stk_batch *b, int64_t *seq, size_t *n_seq)
+{
+    stk_tensor data, label, index;
+    T_EQ(stk_batch_n_tensors(b), 3);
+    T_OK(stk_batch_tensor(b, 0, &data));
+    T_OK(stk_batch_tensor(b, 1, &label));
+    T_OK(stk_batch_tensor(b, 2, &index));
+    T_CHECK(strcmp(data.name, "data") == 0 && strcmp(label.name, "label") == 0 &&
+            strcmp(index.name, "index") == 0);
+    T_EQ(data.dtype, STK_DTYPE_UINT8);
+    T_EQ(label.dtype, STK_DTYPE_INT64);
+    uint32_t n = stk_batch_size(b);
+    T_EQ(index.shape[0], n);
+    T_EQ(((uintptr_t)data.data) % 64, 0);
+    const int64_t *idx = index.data;
+    T_CHECK(idx == stk_batch_indices(b));
+    for (uint32_t j = 0; j < n; j++) {
+        uint8_t want[512];
+        size_t len = payload((uint64_t)idx[j], want);
+        T_EQ(data.lengths[j], len);
+        T_CHECK(memcmp((uint8_t *)data.data + j * data.shape[1], want, len) == 0);
+        T_EQ(((int64_t *)label.data)[j], idx[j] * 7);
+        seq[(*n_seq)++] = idx[j];
+    }
+    return 0;
+}
+
+/* Run one epoch, collecting indices; returns batches seen or -1. */
+static int64_t run_epoch(stk_loader *L, int64_t *seq, size_t *n_seq)
+{
+    int64_t batches = 0;
+    stk_batch *b;
+    stk_status rc;
+    *n_seq = 0;
+    while ((rc = stk_loader_next(L, &b)) == STK_OK) {
+        if (check_batch(b, seq, n_seq))
+            return -1;
+        stk_batch_release(b);
+        batches++;
+    }
+    if (rc != STK_END) {
+        fprintf(stderr, "  next: %d %s\n", rc, stk_loader_errmsg(L));
+        return -1;
+    }
+    return batches;
+}
+
+static char ds_main[512], ds_small[512];
+
+static int test_in_order(void)
+{
+    const char *paths[] = {ds_main};
+    static const int threads[] = {1, 2, 7};
+    for (int t = 0; t < 3; t++) {
+        stk_loader_opts o = base_opts(paths, 32, threads[t]);
+        stk_loader *L;
+        T_OK(stk_loader_create(&o, &L));
+        static int64_t seq[MAXN];
+        size_t n;
+        T_EQ(stk_loader_n_batches(L), (1000 + 31) / 32);
+        T_EQ(run_epoch(L, seq, &n), (1000 + 31) / 32);
+        T_EQ(n, 1000);
+        for (size_t i = 0; i < n; i++)
+            T_EQ(seq[i], (int64_t)i);
+        stk_loader_destroy(L);
+    }
+    return 0;
+}
+
+static int test_shuffle_once_ranks_threads(void)
+{
+    const char *paths[] = {ds_main};
+    static const int threads[] = {1, 2, 7};
+    int64_t first_rank0[MAXN];
+    size_t first_n = 0;
+    for (uint32_t w = 1; w <= 4; w++)
+        for (int t = 0; t < 3; t++) {
+            static uint32_t count[MAXN];
+            memset(count, 0, sizeof(count));
+            uint64_t total = 0;
+            for (uint32_t r = 0; r < w; r++) {
+                stk_loader_opts o = base_opts(paths, 24, threads[t]);
+                o.flags = STK_LOADER_SHUFFLE;
+                o.seed = 11;
+                o.rank = (int32_t)r;
+                o.world = (int32_t)w;
+                stk_loader *L;
+                T_OK(stk_loader_create(&o, &L));
+                static int64_t seq[MAXN];
+                size_t n;
+                T_CHECK(run_epoch(L, seq, &n) >= 0);
+                T_EQ(n, (1000 + w - 1) / w);
+                for (size_t i = 0; i < n; i++)
+                    count[seq[i]]++;
+                total += n;
+                if (w == 1 && t == 0) {
+                    memcpy(first_rank0, seq, n * sizeof(int64_t));
+                    first_n = n;
+                } else if (w == 1) { /* same order whatever the thread count */
+                    T_EQ(n, first_n);
+                    T_CHECK(memcmp(first_rank0, seq, n * sizeof(int64_t)) == 0);
+                }
+                stk_loader_destroy(L);
+            }
+            uint64_t pad = (w - 1000 % w) % w, dups = 0;
+            for (int i = 0; i < 1000; i++) {
+                T_CHECKF(count[i] >= 1 && count[i] <= 2, "record %d seen %u times (W=%u K=%d)",
+                         i, count[i], w, threads[t]);
+                dups += count[i] - 1;
+            }
+            T_EQ(dups, pad);
+            T_EQ(total, 1000 + pad);
+        }
+    /* Shuffled is not the identity. */
+    size_t same = 0;
+    for (size_t i = 0; i < first_n; i++)
+        same += first_rank0[i] == (int64_t)i;
+    T_CHECK(same < 20);
+    return 0;
+}
+
+static int test_epochs_advance_and_repeat(void)
+{
+    const char *paths[] = {ds_small};
+    static int64_t a0[MAXN], a1[MAXN], b0[MAXN], b1[MAXN];
+    size_t n;
+    stk_loader *A, *B;
+    stk_loader_opts o = base_opts(paths, 8, 2);
+    o.flags = STK_LOADER_SHUFFLE;
+    o.seed = 3;
+    T_OK(stk_loader_create(&o, &A));
+    T_OK(stk_loader_create(&o, &B));
+    T_EQ(stk_loader_epoch(A), 0);
+    T_EQ(run_epoch(A, a0, &n), 13); /* 100 records, batch 8 */
+    T_EQ(stk_loader_epoch(A), 1);   /* advanced by itself after STK_END */
+    T_EQ(run_epoch(A, a1, &n), 13);
+    T_EQ(run_epoch(B, b0, &n), 13);
+    T_EQ(run_epoch(B, b1, &n), 13);
+    T_CHECK(memcmp(a0, b0, 100 * 8) == 0);
+    T_CHECK(memcmp(a1, b1, 100 * 8) == 0);
+    T_CHECK(memcmp(a0, a1, 100 * 8) != 0);
+    /* set_epoch jumps; setting the upcoming epoch is a no-op. */
+    T_OK(stk_loader_set_epoch(B, 1));
+    T_EQ(run_epoch(B, b1, &n), 13);
+    T_CHECK(memcmp(a1, b1, 100 * 8) == 0);
+    T_OK(stk_loader_set_epoch(B, 3));
+    T_OK(stk_loader_set_epoch(B, 3));
+    T_EQ(stk_loader_epoch(B), 3);
+    /* Batch metadata. */
+    stk_batch *b;
+    T_OK(stk_loader_next(B, &b));
+    T_EQ(stk_batch_epoch(b), 3);
+    T_EQ(stk_batch_number(b), 0);
+    stk_batch_release(b);
+    stk_loader_destroy(A);
+    stk_loader_destroy(B);
+    return 0;
+}
+
+static int test_drop_last(void)
+{
+    const char *paths[] = {ds_small};
+    static int64_t seq[MAXN];
+    size_t n;
+    stk_loader *L;
+    stk_loader_opts o = base_opts(paths, 8, 3);
+    o.flags = STK_LOADER_DROP_LAST;
+    T_OK(stk_loader_create(&o, &L));
+    T_EQ(stk_loader_n_batches(L), 12);
+    T_EQ(run_epoch(L, seq, &n), 12);
+    T_EQ(n, 96);
+    stk_loader_destroy(L);
+    /* batch larger than the dataset: one short batch, or none with drop_last */
+    o = base_opts(paths, 1000, 2);
+    T_OK(stk_loader_create(&o, &L));
+    T_EQ(run_epoch(L, seq, &n), 1);
+    T_EQ(n, 100);
+    stk_loader_destroy(L);
+    o.flags = STK_LOADER_DROP_LAST;
+    T_OK(stk_loader_create(&o, &L));
+    T_EQ(run_epoch(L, seq, &n), 0);
+    T_EQ(run_epoch(L, seq, &n), 0); /* no hang on empty epochs */
+    stk_loader_destroy(L);
+    return 0;
+}
+
+/* Collect `k` batches' indices after restoring `state` (NULL = fresh) into seq. */
+static int resume_run(const char *const *paths, uint32_t rank, uint32_t world, const char *state,
+                      int64_t max_batches, int64_t *seq, size_t *n_seq, int64_t *batches)
+{
+    stk_loader_opts o = base_opts(paths, 8, 3);
+    o.flags = STK_LOADER_SHUFFLE;
+    o.seed = 77;
+    o.rank = (int32_t)rank;
+    o.world = (int32_t)world;
+    stk_loader *L;
+    T_OK(stk_loader_create(&o, &L));
+    if (state)
+        T_OK(stk_loader_load_state(L, state));
+    *n_seq = 0;
+    *batches = 0;
+    stk_batch *b;
+    while (*batches < max_batches) {
+        stk_status rc = stk_loader_next(L, &b);
+        if (rc == STK_END)
+            break;
+        T_OK(rc);
+        T_CHECK(check_batch(b, seq, n_seq) == 0);
+        stk_batch_release(b);
+        (*batches)++;
+    }
+    stk_loader_destroy(L);
+    return 0;
+}
+
+static int test_resume(void)
+{
+    const char *paths[] = {ds_small};
+    static int64_t full[MAXN], head[MAXN], tail[MAXN];
+    size_t nf, nh, nt;
+    int64_t bf, bh, bt;
+    T_CHECK(resume_run(paths, 0, 1, NULL, 1000, full, &nf, &bf) == 0);
+    T_EQ(bf, 13);
+    static const int64_t ks[] = {0, 1, 6, 12, 13};
+    for (size_t i = 0; i < 5; i++) {
+        int64_t k = ks[i];
+        /* Run k batches, take the state, resume in a new loader. */
+        stk_loader_opts o = base_opts(paths, 8, 2);
+        o.flags = STK_LOADER_SHUFFLE;
+        o.seed = 77;
+        stk_loader *L;
+        T_OK(stk_loader_create(&o, &L));
+        nh = 0;
+        for (int64_t j = 0; j < k; j++) {
+            stk_batch *b;
+            T_OK(stk_loader_next(L, &b));
+            T_CHECK(check_batch(b, head, &nh) == 0);
+            stk_batch_release(b);
+        }
+        char state[256];
+        T_OK(stk_loader_state(L, state, sizeof(state)));
+        stk_loader_destroy(L);
+        T_CHECK(resume_run(paths, 0, 1, state, 1000, tail, &nt, &bt) == 0);
+        T_EQ(bt, 13 - k);
+        T_EQ(nh + nt, nf);
+        T_CHECK(memcmp(head, full, nh * 8) == 0);
+        T_CHECKF(memcmp(tail, full + nh, nt * 8) == 0, "resume after %lld batches differs",
+                 (long long)k);
+    }
+    /* After STK_END the state resumes to the whole next epoch. */
+    {
+        stk_loader_opts o = base_opts(paths, 8, 2);
+        o.flags = STK_LOADER_SHUFFLE;
+        o.seed = 77;
+        stk_loader *L;
+        size_t n;
+        T_OK(stk_loader_create(&o, &L));
+        T_EQ(run_epoch(L, head, &n), 13);
+        char state[256];
+        T_OK(stk_loader_state(L, state, sizeof(state)));
+        static int64_t e1[MAXN];
+        T_EQ(run_epoch(L, e1, &n), 13); /* epoch 1, uninterrupted */
+        stk_loader_destroy(L);
+        T_CHECK(resume_run(paths, 0, 1, state, 1000, tail, &nt, &bt) == 0);
+        T_EQ(bt, 13);
+        T_CHECK(memcmp(tail, e1, 100 * 8) == 0);
+    }
+    return 0;
+}
+
+static int test_resume_other_world(void)
+{
+    const char *paths[] = {ds_small};
+    /* Two ranks take 3 steps (2*8*3 = 48 positions), then 3 ranks finish the epoch. */
+    static int64_t seq[MAXN];
+    size_t n;
+    int64_t b;
+    static uint32_t count[MAXN];
+    memset(count, 0, sizeof(count));
+    char state[256] = "";
+    for (uint32_t r = 0; r < 2; r++) {
+        stk_loader_opts o = base_opts(paths, 8, 2);
+        o.flags = STK_LOADER_SHUFFLE;
+        o.seed = 77;
+        o.rank = (int32_t)r;
+        o.world = 2;
+        stk_loader *L;
+        T_OK(stk_loader_create(&o, &L));
+        n = 0;
+        for (int j = 0; j < 3; j++) {
+            stk_batch *bb;
+            T_OK(stk_loader_next(L, &bb));
+            T_CHECK(check_batch(bb, seq, &n) == 0);
+            stk_batch_release(bb);
+        }
+        for (size_t i = 0; i < n; i++)
+            count[seq[i]]++;
+        T_OK(stk_loader_state(L, state, sizeof(state)));
+        stk_loader_destroy(L);
+    }
+    T_CHECK(strstr(state, "\"consumed\": 48"));
+    uint64_t total = 0;
+    for (uint32_t r = 0; r < 3; r++) {
+        T_CHECK(resume_run(paths, r, 3, state, 1000, seq, &n, &b) == 0);
+        T_EQ(n, (100 - 48 + 2) / 3);
+        for (size_t i = 0; i < n; i++)
+            count[seq[i]]++;
+        total += n;
+    }
+    /* 52 remaining -> 54 with padding; every record at least once, 2 repeated */
+    uint64_t dups = 0;
+    for (int i = 0; i < 100; i++) {
+        T_CHECKF(count[i] >= 1, "record %d lost", i);
+        dups += count[i] - 1;
+    }
+    T_EQ(dups, 2);
+    return 0;
+}
+
+static int test_backpressure_and_holding(void)
+{
+    const char *paths[] = {ds_small};
+    stk_loader_opts o = base_opts(paths, 4, 2);
+    o.prefetch = 3;
+    stk_loader *L;
+    T_OK(stk_loader_create(&o, &L));
+    stk_loader_info info;
+    stk_loader_info_get(L, &info);
+    T_EQ(info.prefetch, 3);
+    T_EQ(info.n_threads, 2);
+    stk_batch *b[3], *extra;
+    for (int i = 0; i < 3; i++)
+        T_OK(stk_loader_next(L, &b[i]));
+    /* All three slots held: the next batch cannot be produced; an error, not a hang. */
+    T_EQ(stk_loader_next(L, &extra), STK_ELIMIT);
+    T_CHECK(strstr(stk_loader_errmsg(L), "release"));
+    /* Releasing a newer batch does not help: the next batch needs the oldest slot. */
+    stk_batch_release(b[2]);
+    T_EQ(stk_loader_next(L, &extra), STK_ELIMIT);
+    stk_batch_release(b[0]);
+    T_OK(stk_loader_next(L, &extra));
+    T_EQ(stk_batch_indices(extra)[0], 12);
+    T_EQ(stk_batch_indices(b[1])[0], 4); /* held batches stay intact */
+    stk_batch_release(extra);
+    stk_batch_release(b[1]);
+    stk_loader_destroy(L);
+    return 0;
+}
+
+static int test_shutdown_anywhere(void)
+{
+    const char *paths[] = {ds_main};
+    /* Destroy right after create, mid-epoch, and with batches outstanding (then read them). */
+    for (int k = 0; k < 20; k++) {
+        stk_loader_opts o = base_opts(paths, 16, 1 + k % 7);
+        o.prefetch = 2 + k % 3; /* holding one batch while asking for the next needs 2 */
+        stk_loader *L;
+        T_OK(stk_loader_create(&o, &L));
+        stk_batch *held = NULL;
+        for (int j = 0; j < k; j++) {
+            stk_batch *b;
+            T_OK(stk_loader_next(L, &b));
+            if (held)
+                stk_batch_release(held);
+            held = b;
+        }
+        stk_loader_destroy(L);
+        if (held) {
+            int64_t seq[64];
+            size_t n = 0;
+            T_CHECK(check_batch(held, seq, &n) == 0);
+            T_EQ(seq[0], (k - 1) * 16);
+            stk_batch_release(held); /* the last release frees the ring */
+        }
+    }
+    stk_loader_destroy(NULL);
+    stk_batch_release(NULL);
+    return 0;
+}
+
+static int test_bad_arguments(void)
+{
+    const char *paths[] = {ds_small};
+    const char *missing[] = {"/nonexistent/x.stk"};
+    stk_loader *L = (stk_loader *)1;
+    stk_loader_opts o = base_opts(paths, 0, 1);
+    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
+    T_CHECK(L == NULL);
+    T_CHECK(strstr(stk_last_errmsg(), "batch size"));
+    o = base_opts(paths, 4, -1);
+    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
+    T_CHECK(strstr(stk_last_errmsg(), "thread count"));
+    o = base_opts(paths, 4, 1);
+    o.rank = 4;
+    o.world = 4;
+    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
+    T_CHECK(strstr(stk_last_errmsg(), "rank 4"));
+    o = base_opts(paths, 4, 1);
+    o.prefetch = -2;
+    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
+    o = base_opts(missing, 4, 1);
+    T_CHECK(stk_loader_create(&o, &L) < 0);
+    T_CHECK(strstr(stk_last_errmsg(), "/nonexistent/x.stk"));
+    o = base_opts(NULL, 4, 1);
+    o.n_paths = 0;
+    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
+    stk_loader_opts raw;
+    memset(&raw, 0, sizeof(raw));
+    T_EQ(stk_loader_create(&raw, &L), STK_EINVAL); /* not initialised */
+    return 0;
+}
+
+static int test_bad_states(void)
+{
+    const char *paths[] = {ds_small}, *other[] = {ds_main};
+    stk_loader *L, *M;
+    stk_loader_opts o = base_opts(paths, 8, 1);
+    T_OK(stk_loader_create(&o, &L));
+    o = base_opts(other, 8, 1);
+    T_OK(stk_loader_create(&o, &M));
+    char state[256];
+    T_OK(stk_loader_state(M, state, sizeof(state)));
+    T_EQ(stk_loader_load_state(L, state), STK_EINVAL); /* another dataset */
+    T_CHECK(strstr(stk_loader_errmsg(L), "another dataset"));
+    T_EQ(stk_loader_load_state(L, "{\"hello\": 1}"), STK_EINVAL);
+    T_EQ(stk_loader_load_state(L, "not json"), STK_EINVAL);
+    T_EQ(stk_loader_load_state(L, NULL), STK_EINVAL);
+    T_OK(stk_loader_state(L, state, sizeof(state)));
+    char future[300];
+    snprintf(future, sizeof(future), "%s", state);
+    char *v = strstr(future, "\"version\": 1");
+    T_CHECK(v);
+    v[11] = '9';
+    T_EQ(stk_loader_load_state(L, future), STK_ENOTSUP);
+    T_CHECK(strstr(stk_loader_errmsg(L), "newer"));
+    /* shuffle mismatch */
+    o = base_opts(paths, 8, 1);
+    o.flags = STK_LOADER_SHUFFLE;
+    stk_loader *S;
+    T_OK(stk_loader_create(&o, &S));
+    T_EQ(stk_loader_load_state(S, state), STK_EINVAL);
+    T_CHECK(strstr(stk_loader_errmsg(S), "shuffle"));
+    T_EQ(stk_loader_state(L, state, 10), STK_ELIMIT);
+    /* the loader is still usable after refused states */
+    static int64_t seq[MAXN];
+    size_t n;
+    T_EQ(run_epoch(L, seq, &n), 13);
+    stk_loader_destroy(S);
+    stk_loader_destroy(L);
+    stk_loader_destroy(M);
+    return 0;
+}
+
+/* Flip a byte inside record `idx` of the dataset in `dir`. */
+static int corrupt_record(const char *dir, uint64_t idx)
+{
+    const char *paths[] = {dir};
+    stk_dataset *ds;
+    T_OK(stk_dataset_open(paths, 1, 0, &ds));
+    stk__recloc loc;
+    char err[256];
+    T_OK(stk__dataset_locate(ds, idx, &loc, err, sizeof(err)));
+    int fd = open(stk__dataset_shard_path(ds, loc.shard), O_RDWR);
+    T_CHECK(fd >= 0);
+    uint8_t byte;
+    T_EQ(pread(fd, &byte, 1, (off_t)loc.offset), 1);
+    byte ^= 0x5a;
+    T_EQ(pwrite(fd, &byte, 1, (off_t)loc.offset), 1);
+    close(fd);
+    stk_dataset_close(ds);
+    return 0;
+}
+
+static int test_corrupt_record(void)
+{
+    char dir[512];
+    T_CHECK(make_dataset("corrupt", 100, 2, dir, sizeof(dir)) == 0);
+    T_CHECK(corrupt_record(dir, 42) == 0);
+    const char *paths[] = {dir};
+    /* raise: the error arrives at batch 5 (records 40..49), names shard and record; the loader
+     * goes on with batch 6. */
+    stk_loader_opts o = base_opts(paths, 10, 3);
+    stk_loader *L;
+    T_OK(stk_loader_create(&o, &L));
+    int ok = 0, failed = 0;
+    stk_status rc;
+    stk_batch *b;
+    while ((rc = stk_loader_next(L, &b)) != STK_END) {
+        if (rc == STK_EFORMAT) {
+            T_EQ(ok, 4);
+            const char *m = stk_loader_errmsg(L);
+            T_CHECKF(strstr(m, "shard-00000.stk") && strstr(m, "record 42") &&
+                         strstr(m, "checksum"),
+                     "message: %s", m);
+            failed++;
+            continue;
+        }
+        T_OK(rc);
+        ok++;
+        stk_batch_release(b);
+    }
+    T_EQ(ok, 9);
+    T_EQ(failed, 1);
+    stk_loader_stats st;
+    stk_loader_stats_get(L, &st);
+    T_EQ(st.errors, 1);
+    stk_loader_destroy(L);
+    /* skip: record 42 is replaced by the next good one (43) and counted */
+    o.flags = STK_LOADER_SKIP_CORRUPT;
+    T_OK(stk_loader_create(&o, &L));
+    int64_t all[200];
+    size_t n = 0;
+    while ((rc = stk_loader_next(L, &b)) == STK_OK) {
+        const int64_t *idx = stk_batch_indices(b);
+        for (uint32_t j = 0; j < stk_batch_size(b); j++)
+            all[n++] = idx[j];
+        stk_batch_release(b);
+    }
+    T_EQ(rc, STK_END);
+    T_EQ(n, 100);
+    T_EQ(all[42], 43);
+    T_EQ(all[43], 43);
+    stk_loader_stats_get(L, &st);
+    T_EQ(st.skipped, 1);
+    T_EQ(st.errors, 0);
+    stk_loader_destroy(L);
+    return 0;
+}
+
+/* Every allocation failure point of create + a partial epoch + destroy fails cleanly. */
+static int test_alloc_failures(void)
+{
+#ifdef STK_DEBUG
+    extern void stk__fault_alloc_set(long n);
+    const char *paths[] = {ds_small};
+    int failures = 0;
+    for (long k = 1; k < 500; k++) {
+        stk_loader_opts o = base_opts(paths, 8, 2);
+        stk_loader *L;
+        stk__fault_alloc_set(k);
+        stk_status rc = stk_loader_create(&o, &L);
+        if (rc == STK_OK) {
+            stk_batch *b;
+            for (int j = 0; j < 3 && stk_loader_next(L, &b) == STK_OK; j++)
+                stk_batch_release(b);
+            stk_loader_destroy(L);
+            stk__fault_alloc_set(0);
+            break;
+        }
+        T_CHECKF(rc == STK_ENOMEM, "allocation %ld: rc %d (%s)", k, rc, stk_last_errmsg());
+        failures++;
+    }
+    stk__fault_alloc_set(0);
+    T_CHECK(failures > 3);
+    return 0;
+#else
+    return T_SKIP;
+#endif
+}
+
+static int setup(void)
+{
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/stk_test_loader.XXXXXX");
+    T_CHECK(mkdtemp(tmpdir));
+    T_CHECK(make_dataset("main", 1000, 3, ds_main, sizeof(ds_main)) == 0);
+    T_CHECK(make_dataset("small", 100, 1, ds_small, sizeof(ds_small)) == 0);
+    return 0;
+}
+
+static int teardown(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+    T_CHECK(system(cmd) == 0);
+    return 0;
+}
+
+T_MAIN(T_CASE(setup), T_CASE(test_in_order), T_CASE(test_shuffle_once_ranks_threads),
+       T_CASE(test_epochs_advance_and_repeat), T_CASE(test_drop_last), T_CASE(test_resume),
+       T_CASE(test_resume_other_world), T_CASE(test_backpressure_and_holding),
+       T_CASE(test_shutdown_anywhere), T_CASE(test_bad_arguments), T_CASE(test_bad_states),
+       T_CASE(test_corrupt_record), T_CASE(test_alloc_failures), T_CASE(teardown))
