@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Generate an ImageFolder tree of photo-like JPEGs (nothing is downloaded).
+
+Each image is built from what makes real photos cost what they cost to decode: smooth
+low-frequency colour fields (sky, walls), a few hard-edged shapes (objects), fine texture noise
+(foliage, fabric) and sensor noise, at ImageNet-like sizes (mostly 500x375 / 375x500 / 500x333,
+some others between 300 and 640 px a side) and JPEG qualities 75-95. `--profile small` gives
+~57 KB files (the issue's ~59 KB), `--profile imagenet` ~105 KB (ImageNet's mean file size).
+
+    /usr/bin/python3 bench/gen_images.py OUT --classes 10 --per-class 100 [--profile small]
+
+Deterministic for a given --seed. Uses all cores (one process per core).
+"""
+import argparse
+import os
+import sys
+from multiprocessing import Pool
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+SIZES = [(500, 375)] * 6 + [(375, 500)] * 3 + [(500, 333)] * 2 + [(333, 500), (640, 480),
+                                                                 (480, 640), (400, 300),
+                                                                 (300, 400), (500, 400),
+                                                                 (600, 450)]
+
+PROFILES = {
+    # texture amplitude, noise sigma, quality range
+    "small": (36.0, 6.5, (75, 95)),
+    "imagenet": (56.0, 9.5, (88, 96)),
+}
+
+
+def smooth_field(rng, h, w, cells):
+    """A smooth random RGB field: a coarse random grid upsampled bicubically."""
+    gh, gw = max(2, h // cells), max(2, w // cells)
+    grid = rng.integers(0, 256, size=(gh, gw, 3), dtype=np.uint8)
+    return np.asarray(Image.fromarray(grid).resize((w, h), Image.BICUBIC), dtype=np.float32)
+
+
+def make_image(rng, w, h, label, profile):
+    tex_amp, noise, (qlo, qhi) = PROFILES[profile]
+    base = smooth_field(rng, h, w, 120) * 0.7 + smooth_field(rng, h, w, 30) * 0.3
+    # a class-dependent tint, so classes differ a little (a real classifier could learn it)
+    tint = np.array([(label * 53) % 90, (label * 29) % 90, (label * 71) % 90], np.float32)
+    base = base * 0.75 + tint
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    base += (yy / h * rng.uniform(-40, 40))[..., None]  # lighting gradient
+    img = Image.fromarray(np.clip(base, 0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(img)
+    for _ in range(int(rng.integers(3, 9))):  # objects with hard edges
+        x0, y0 = int(rng.integers(0, w - 20)), int(rng.integers(0, h - 20))
+        x1 = min(w, x0 + int(rng.integers(20, w // 2)))
+        y1 = min(h, y0 + int(rng.integers(20, h // 2)))
+        color = tuple(int(c) for c in rng.integers(0, 256, 3))
+        if rng.random() < 0.5:
+            draw.ellipse([x0, y0, x1, y1], fill=color)
+        else:
+            draw.rectangle([x0, y0, x1, y1], fill=color)
+    arr = np.asarray(img, dtype=np.float32)
+    # fine texture: band-limited noise at two scales, strongest in the lower half (foliage)
+    tex = smooth_field(rng, h, w, 3) - 128.0
+    mask = np.clip((yy - h * 0.35) / (h * 0.3), 0.2, 1.0)[..., None]
+    arr += tex * (tex_amp / 128.0) * mask
+    arr += rng.normal(0, noise, size=arr.shape).astype(np.float32)
+    quality = int(rng.integers(qlo, qhi + 1))
+    return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)), quality
+
+
+def work(args):
+    out, cls, idx, seed, profile = args
+    rng = np.random.default_rng([seed, cls, idx])
+    w, h = SIZES[int(rng.integers(0, len(SIZES)))]
+    img, q = make_image(rng, w, h, cls, profile)
+    path = os.path.join(out, f"class_{cls:03d}", f"img_{idx:05d}.jpg")
+    img.save(path, quality=q)
+    return os.path.getsize(path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", help="output directory (an ImageFolder tree)")
+    ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--per-class", type=int, default=100)
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="small")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count())
+    a = ap.parse_args()
+    if a.classes < 1 or a.per_class < 1:
+        ap.error("--classes and --per-class must be >= 1")
+    for c in range(a.classes):
+        os.makedirs(os.path.join(a.out, f"class_{c:03d}"), exist_ok=True)
+    jobs = [(a.out, c, i, a.seed, a.profile) for c in range(a.classes) for i in range(a.per_class)]
+    total = 0
+    with Pool(a.jobs) as pool:
+        for k, size in enumerate(pool.imap_unordered(work, jobs, chunksize=8), 1):
+            total += size
+            if sys.stderr.isatty():
+                print(f"\rgenerating {k}/{len(jobs)} images", end="", file=sys.stderr)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    print(f"{len(jobs)} JPEGs in {a.classes} classes, {total / len(jobs) / 1000:.1f} KB mean, "
+          f"{total / 1e6:.1f} MB -> {a.out}")
+
+
+if __name__ == "__main__":
+    main()
