@@ -1,0 +1,56 @@
+/*
+ * stk_codec.h: private to src/decode. The decoder object that stk_image.c (sniffing, argument
+ * checks, the public stk_decoder_* API) hands to the two codecs, stk_jpeg.c and stk_png.c.
+ *
+ * stk_image.c validates every argument before dispatching, so the codec entry points may assume
+ * a non-empty buffer of their own format and, for decode, a window inside the probed image.
+ */
+#ifndef STK_CODEC_H
+#define STK_CODEC_H
+
+#include "stk_decode.h"
+
+#define STK__DEFAULT_MAX_PIXELS 64000000u /* "64 Mpx" */
+
+/* STK_FAIL for an error buffer passed as pointer + size (STK_FAIL takes sizeof of an array). */
+#define STK_FAIL_SIZED(buf, size, code, ...)                                                       \
+    do {                                                                                           \
+        rc = stk__set_error((buf), (size), (code), __VA_ARGS__);                                   \
+        goto fail;                                                                                 \
+    } while (0)
+
+typedef struct stk__jpeg stk__jpeg; /* libjpeg state, reused for every JPEG (stk_jpeg.c) */
+
+struct stk__decoder {
+    uint64_t max_pixels;
+    uint8_t *pix; /* output pixels: grows to the largest window seen, then reused */
+    size_t pix_cap;
+    uint8_t *aux; /* codec scratch (row pointers, CMYK rows, PNG rows outside the window) */
+    size_t aux_cap;
+    stk__jpeg *jpeg;
+};
+
+/* Grow *buf (capacity *cap) to at least `size` bytes; contents are not kept. STK_ENOMEM fails. */
+stk_status stk__decoder_reserve(uint8_t **buf, size_t *cap, size_t size, char *err,
+                                size_t err_size);
+/* STK_ELIMIT with "image WxH exceeds the pixel limit (N Mpx)" when w*h > d->max_pixels. */
+stk_status stk__decoder_check_pixels(const stk__decoder *d, uint32_t w, uint32_t h, char *err,
+                                     size_t err_size);
+
+stk_status stk__jpeg_create(stk__jpeg **out);
+void stk__jpeg_destroy(stk__jpeg *j);
+stk_status stk__jpeg_probe(stk__decoder *d, const uint8_t *src, size_t size, stk__imginfo *out,
+                           char *err, size_t err_size);
+/* Decode window x, y, w, h at scale 1/den (den in 1, 2, 4, 8). */
+stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
+                            const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                            uint32_t h, uint32_t den, stk__decoded *out, char *err,
+                            size_t err_size);
+
+stk_status stk__png_probe(stk__decoder *d, const uint8_t *src, size_t size, stk__imginfo *out,
+                          char *err, size_t err_size);
+stk_status stk__png_decode(stk__decoder *d, const uint8_t *src, size_t size,
+                           const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
+                           stk__decoded *out, char *err, size_t err_size);
+
+#endif /* STK_CODEC_H */

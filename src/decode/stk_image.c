@@ -1,0 +1,198 @@
+/*
+ * stk_image.c: the image decoder front end. Sniffs the format from the magic bytes, checks the
+ * arguments once for both codecs, picks the JPEG DCT scale, dispatches to stk_jpeg.c or
+ * stk_png.c, and implements the public stk_decoder_* API (a full-size decode) on top.
+ *
+ * Scale rule (stk_decode.h): the largest den in {8, 4, 2, 1} with ceil(w/den) >= min_w and
+ * ceil(h/den) >= min_h. Passing min = w, h asks for full scale; for a 1x1 window the rule alone
+ * would still allow 1/8 (1 pixel either way), so min_w >= w && min_h >= h forces den 1.
+ *
+ * Buffers: the output pixels and codec scratch live in the decoder and grow to the largest window
+ * seen; the steady state allocates nothing here (libjpeg and libspng still allocate their own
+ * per-image working memory).
+ */
+#include "stk_codec.h"
+
+#include <string.h>
+
+static const uint8_t JPEG_MAGIC[3] = {0xFF, 0xD8, 0xFF};
+static const uint8_t PNG_MAGIC[8] = {0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A};
+
+struct stk_decoder {
+    stk__decoder *d;
+    char errmsg[STK_ERRMSG_SIZE];
+};
+
+stk_status stk__decoder_reserve(uint8_t **buf, size_t *cap, size_t size, char *err, size_t err_size)
+{
+    if (size <= *cap)
+        return STK_OK;
+    /* Grow geometrically so that slowly growing windows settle quickly */
+    size_t want = STK_MAX(size, *cap + *cap / 2);
+    uint8_t *p = stk__realloc(*buf, want);
+    if (!p) {
+        p = stk__realloc(*buf, size);
+        want = size;
+    }
+    if (!p)
+        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory (%zu-byte image buffer)",
+                              size);
+    *buf = p;
+    *cap = want;
+    return STK_OK;
+}
+
+stk_status stk__decoder_check_pixels(const stk__decoder *d, uint32_t w, uint32_t h, char *err,
+                                     size_t err_size)
+{
+    if ((uint64_t)w * h > d->max_pixels)
+        return stk__set_error(err, err_size, STK_ELIMIT,
+                              "image %ux%u exceeds the pixel limit (%g Mpx)", w, h,
+                              (double)d->max_pixels / 1e6);
+    return STK_OK;
+}
+
+stk_status stk__decoder_create(uint64_t max_pixels, stk__decoder **out)
+{
+    stk__decoder *d = stk__calloc(1, sizeof(*d));
+    if (!d)
+        return STK_ENOMEM;
+    d->max_pixels = max_pixels ? max_pixels : STK__DEFAULT_MAX_PIXELS;
+    stk_status rc = stk__jpeg_create(&d->jpeg);
+    if (rc < 0) {
+        stk__free(d);
+        return rc;
+    }
+    *out = d;
+    return STK_OK;
+}
+
+void stk__decoder_destroy(stk__decoder *d)
+{
+    if (!d)
+        return;
+    stk__jpeg_destroy(d->jpeg);
+    stk__free(d->pix);
+    stk__free(d->aux);
+    stk__free(d);
+}
+
+/* The format from the magic bytes, or the reason it is neither. */
+static stk__imgfmt sniff(const uint8_t *p, size_t size, char *err, size_t err_size)
+{
+    if (size >= sizeof(JPEG_MAGIC) && memcmp(p, JPEG_MAGIC, sizeof(JPEG_MAGIC)) == 0)
+        return STK__IMG_JPEG;
+    if (size >= sizeof(PNG_MAGIC) && memcmp(p, PNG_MAGIC, sizeof(PNG_MAGIC)) == 0)
+        return STK__IMG_PNG;
+    if (size == 0) {
+        stk__set_error(err, err_size, STK_EFORMAT, "empty (0 bytes)");
+        return STK__IMG_UNKNOWN;
+    }
+    char hex[24] = "";
+    size_t n = STK_MIN(size, (size_t)4), at = 0;
+    for (size_t i = 0; i < n; i++)
+        at += (size_t)snprintf(hex + at, sizeof(hex) - at, "%s0x%02x", i ? " " : "", p[i]);
+    stk__set_error(err, err_size, STK_EFORMAT, "not a JPEG or PNG image (starts with %s)", hex);
+    return STK__IMG_UNKNOWN;
+}
+
+stk_status stk__image_probe(stk__decoder *d, const void *src, size_t size, stk__imginfo *out,
+                            char *err, size_t err_size)
+{
+    if (!d || (!src && size) || !out)
+        return stk__set_error(err, err_size, STK_EINVAL, "image probe: NULL argument");
+    memset(out, 0, sizeof(*out));
+    switch (sniff(src, size, err, err_size)) {
+    case STK__IMG_JPEG:
+        return stk__jpeg_probe(d, src, size, out, err, err_size);
+    case STK__IMG_PNG:
+        return stk__png_probe(d, src, size, out, err, err_size);
+    default:
+        return STK_EFORMAT;
+    }
+}
+
+/* The DCT scale denominator for a w x h window decoded to at least min_w x min_h. */
+static uint32_t choose_den(uint32_t w, uint32_t h, uint32_t min_w, uint32_t min_h)
+{
+    if (min_w >= w && min_h >= h)
+        return 1;
+    for (uint32_t den = 8; den > 1; den /= 2)
+        if ((w + den - 1) / den >= min_w && (h + den - 1) / den >= min_h)
+            return den;
+    return 1;
+}
+
+stk_status stk__image_decode(stk__decoder *d, const void *src, size_t size,
+                             const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                             uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
+                             char *err, size_t err_size)
+{
+    if (!d || (!src && size) || !info || !out)
+        return stk__set_error(err, err_size, STK_EINVAL, "image decode: NULL argument");
+    if (w == 0 || h == 0 || x >= info->width || y >= info->height || w > info->width - x ||
+        h > info->height - y)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "window %ux%u at (%u, %u) is not inside the %ux%u image", w, h, x, y,
+                              info->width, info->height);
+    stk__imgfmt fmt = sniff(src, size, err, err_size);
+    if (fmt == STK__IMG_UNKNOWN)
+        return STK_EFORMAT;
+    if (fmt != info->format)
+        return stk__set_error(err, err_size, STK_EINVAL, "image format differs from its probe");
+    if (fmt == STK__IMG_JPEG)
+        return stk__jpeg_decode(d, src, size, info, x, y, w, h, choose_den(w, h, min_w, min_h), out,
+                                err, err_size);
+    return stk__png_decode(d, src, size, info, x, y, w, h, out, err, err_size);
+}
+
+/* ---- public API: full-size decode ---- */
+
+stk_status stk_decoder_create(uint64_t max_pixels, stk_decoder **out)
+{
+    if (!out)
+        return stk__set_last_error(STK_EINVAL, "stk_decoder_create: out is NULL");
+    *out = NULL;
+    stk_decoder *pd = stk__calloc(1, sizeof(*pd));
+    if (!pd || stk__decoder_create(max_pixels, &pd->d) < 0) {
+        stk__free(pd);
+        return stk__set_last_error(STK_ENOMEM, "stk_decoder_create: out of memory");
+    }
+    *out = pd;
+    return STK_OK;
+}
+
+void stk_decoder_destroy(stk_decoder *pd)
+{
+    if (!pd)
+        return;
+    stk__decoder_destroy(pd->d);
+    stk__free(pd);
+}
+
+stk_status stk_decoder_decode(stk_decoder *pd, const void *src, size_t size, stk_image *out)
+{
+    stk__imginfo info;
+    stk__decoded dec;
+    stk_status rc = STK_OK;
+    if (!pd || !out)
+        return stk__set_last_error(STK_EINVAL, "stk_decoder_decode: NULL argument");
+    memset(out, 0, sizeof(*out));
+    pd->errmsg[0] = '\0';
+    STK_TRY(stk__image_probe(pd->d, src, size, &info, pd->errmsg, sizeof(pd->errmsg)));
+    STK_TRY(stk__image_decode(pd->d, src, size, &info, 0, 0, info.width, info.height, info.width,
+                              info.height, &dec, pd->errmsg, sizeof(pd->errmsg)));
+    out->data = dec.rgb;
+    out->width = dec.width;
+    out->height = dec.height;
+    out->stride = dec.stride;
+    return STK_OK;
+
+fail:
+    return rc;
+}
+
+const char *stk_decoder_errmsg(const stk_decoder *pd)
+{
+    return pd ? pd->errmsg : "";
+}

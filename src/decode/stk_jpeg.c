@@ -1,0 +1,318 @@
+/*
+ * stk_jpeg.c: JPEG decoding through the libjpeg API of libjpeg-turbo (the only file that includes
+ * jpeglib.h).
+ *
+ * Design: one jpeg_decompress_struct per stk__decoder, created once and reset with
+ * jpeg_abort_decompress between images, reading from memory (jpeg_mem_src). A window is decoded
+ * at 1/den scale (DCT-domain scaling: den 2, 4 and 8 have SIMD IDCTs in libjpeg-turbo 2.1),
+ * restricted to the iMCU columns that cover it (jpeg_crop_scanline) and to its rows
+ * (jpeg_skip_scanlines, then reading stops after the last row it needs).
+ *
+ * Geometry: libjpeg's image at 1/den is ceil(W/den) x ceil(H/den), and scaled pixel u covers
+ * full-resolution pixels [u*den, (u+1)*den), because every 8x8 block becomes an (8/den)^2 block.
+ * The window [x, x+w) becomes scaled columns [floor(x/den), ceil((x+w)/den)), and likewise for
+ * rows; the buffer is exactly those, so buffer pixel (u, v) covers full resolution
+ * origin + (u, v) * den with origin = (floor(x/den), floor(y/den)) * den. jpeg_crop_scanline
+ * widens the decoded columns to iMCU boundaries; the extra columns stay in the row stride.
+ *
+ * Exactness: the buffer equals the same region of libjpeg's own full decode at that scale. At
+ * den 1, 4:2:x chroma is upsampled with the "fancy" triangle filter, which reads the chroma
+ * sample on each side; at a crop edge libjpeg replicates its last sample instead. So the crop
+ * takes one extra column on each side of the window (costing a whole extra iMCU on the left only
+ * when the window starts exactly on an iMCU boundary), and the buffer reported is the window's
+ * columns alone, without those margins. Rows need nothing: jpeg_skip_scanlines and libjpeg's
+ * context-row buffering produce the rows a full decode would (test_decode.c checks all this
+ * against TurboJPEG's own decodes for every subsampling).
+ *
+ * Errors: error_exit longjmps back to the entry point with libjpeg's text ("JPEG: Premature end
+ * of JPEG file"). Warnings are ignored, as PIL ignores them ("Corrupt JPEG data: N extraneous
+ * bytes"), except JWRN_JPEG_EOF: a truncated image must fail, as it does in PIL ("image file is
+ * truncated"). When the decode reads every row, jpeg_finish_decompress also checks the data up
+ * to EOI. A progress monitor caps progressive images at 500 scans (TJFLAG_LIMITSCANS in
+ * libjpeg-turbo 2.1), against scan-count decompression bombs.
+ *
+ * Colour: YCbCr, RGB and grayscale come out as JCS_EXT_RGB (gray replicated). CMYK and YCCK are
+ * decoded as JCS_CMYK and converted as PIL does: PIL reads every 4-component JPEG as inverted
+ * (Adobe) CMYK, then Image.convert('RGB') computes R = nk - nk*C/255 with nk = 255 - K.
+ *
+ * Speed (full decode, see bench/decode_speed.c): the libjpeg API with JCS_EXT_RGB is what
+ * tjDecompress2 runs internally, less its per-call setup and row-pointer malloc; JDCT_ISLOW
+ * (PIL's default, AVX2 in libjpeg-turbo) is kept; do_fancy_upsampling stays TRUE, as in PIL.
+ */
+#include "stk_codec.h"
+
+#include <setjmp.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+#define MAX_SCANS 500
+
+struct stk__jpeg {
+    struct jpeg_decompress_struct cinfo;
+    struct jpeg_error_mgr jerr;
+    struct jpeg_progress_mgr progress;
+    jmp_buf jump;
+    char msg[JMSG_LENGTH_MAX];
+    /* The header of this buffer has been read (by stk__jpeg_probe) and not yet used: decode can
+     * start from it instead of parsing the header again. */
+    const uint8_t *hdr_src;
+    size_t hdr_size;
+};
+
+static stk__jpeg *from_cinfo(j_common_ptr c)
+{
+    return (stk__jpeg *)((char *)c - offsetof(stk__jpeg, cinfo));
+}
+
+/* libjpeg's fatal-error hook: keep the text and return to the entry point's setjmp. */
+static void on_error_exit(j_common_ptr c)
+{
+    stk__jpeg *j = from_cinfo(c);
+    c->err->format_message(c, j->msg);
+    longjmp(j->jump, 1);
+}
+
+/* Warnings (level < 0) and trace messages: only a premature end of data is fatal. */
+static void on_emit_message(j_common_ptr c, int level)
+{
+    if (level >= 0)
+        return;
+    if (c->err->msg_code == JWRN_JPEG_EOF)
+        on_error_exit(c);
+    c->err->num_warnings++;
+}
+
+/* The library never prints. */
+static void on_output_message(j_common_ptr c)
+{
+    (void)c;
+}
+
+/* Called once per iMCU row (and per marker segment) while scans are absorbed. */
+static void on_progress(j_common_ptr c)
+{
+    j_decompress_ptr cinfo = (j_decompress_ptr)c;
+    if (cinfo->input_scan_number > MAX_SCANS) {
+        stk__jpeg *j = from_cinfo(c);
+        snprintf(j->msg, sizeof(j->msg), "Progressive JPEG image has more than %d scans",
+                 MAX_SCANS);
+        longjmp(j->jump, 1);
+    }
+}
+
+stk_status stk__jpeg_create(stk__jpeg **out)
+{
+    stk__jpeg *j = stk__calloc(1, sizeof(*j));
+    if (!j)
+        return STK_ENOMEM;
+    j->cinfo.err = jpeg_std_error(&j->jerr);
+    j->jerr.error_exit = on_error_exit;
+    j->jerr.emit_message = on_emit_message;
+    j->jerr.output_message = on_output_message;
+    if (setjmp(j->jump)) { /* jpeg_create_decompress only fails when out of memory */
+        jpeg_destroy_decompress(&j->cinfo);
+        stk__free(j);
+        return STK_ENOMEM;
+    }
+    jpeg_create_decompress(&j->cinfo);
+    j->progress.progress_monitor = on_progress;
+    j->cinfo.progress = &j->progress;
+    *out = j;
+    return STK_OK;
+}
+
+void stk__jpeg_destroy(stk__jpeg *j)
+{
+    if (!j)
+        return;
+    jpeg_destroy_decompress(&j->cinfo);
+    stk__free(j);
+}
+
+/* After a longjmp: reset libjpeg and turn its message into a status. */
+static stk_status jpeg_failed(stk__jpeg *j, char *err, size_t err_size)
+{
+    int code = j->jerr.msg_code;
+    jpeg_abort_decompress(&j->cinfo);
+    j->hdr_src = NULL;
+    if (code == JERR_OUT_OF_MEMORY)
+        return stk__set_error(err, err_size, STK_ENOMEM, "JPEG: %s", j->msg);
+    return stk__set_error(err, err_size, STK_EFORMAT, "JPEG: %s", j->msg);
+}
+
+/* Read the header of src unless the probe just did; may longjmp. */
+static void read_header(stk__jpeg *j, const uint8_t *src, size_t size)
+{
+    if (j->hdr_src == src && j->hdr_size == size) {
+        j->hdr_src = NULL;
+        return;
+    }
+    j->hdr_src = NULL;
+    jpeg_abort_decompress(&j->cinfo);
+    jpeg_mem_src(&j->cinfo, src, (unsigned long)size);
+    jpeg_read_header(&j->cinfo, TRUE);
+}
+
+/* The checks every header must pass; the reason goes to err. */
+static stk_status check_header(stk__decoder *d, char *err, size_t err_size)
+{
+    const struct jpeg_decompress_struct *c = &d->jpeg->cinfo;
+    switch (c->jpeg_color_space) {
+    case JCS_GRAYSCALE:
+    case JCS_YCbCr:
+    case JCS_RGB:
+    case JCS_CMYK:
+    case JCS_YCCK:
+        break;
+    default:
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "JPEG: unsupported color space (%d components)", c->num_components);
+    }
+    return stk__decoder_check_pixels(d, c->image_width, c->image_height, err, err_size);
+}
+
+/* Body of stk__jpeg_probe, under its setjmp. */
+static stk_status probe_body(stk__decoder *d, const uint8_t *src, size_t size, stk__imginfo *out,
+                             char *err, size_t err_size)
+{
+    stk__jpeg *j = d->jpeg;
+    j->hdr_src = NULL;
+    jpeg_abort_decompress(&j->cinfo);
+    jpeg_mem_src(&j->cinfo, src, (unsigned long)size);
+    jpeg_read_header(&j->cinfo, TRUE);
+    stk_status rc = check_header(d, err, err_size);
+    if (rc < 0) {
+        jpeg_abort_decompress(&j->cinfo);
+        return rc;
+    }
+    j->hdr_src = src;
+    j->hdr_size = size;
+    out->format = STK__IMG_JPEG;
+    out->width = j->cinfo.image_width;
+    out->height = j->cinfo.image_height;
+    return STK_OK;
+}
+
+stk_status stk__jpeg_probe(stk__decoder *d, const uint8_t *src, size_t size, stk__imginfo *out,
+                           char *err, size_t err_size)
+{
+    if (setjmp(d->jpeg->jump))
+        return jpeg_failed(d->jpeg, err, err_size);
+    return probe_body(d, src, size, out, err, err_size);
+}
+
+static inline uint8_t muldiv255(unsigned a, unsigned b)
+{
+    unsigned t = a * b + 128;
+    return (uint8_t)(((t >> 8) + t) >> 8);
+}
+
+/* One row of libjpeg CMYK (Adobe-inverted) to RGB, exactly as PIL's CMYK;I + convert('RGB'). */
+static void cmyk_row_to_rgb(const uint8_t *in, uint8_t *out, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++, in += 4, out += 3) {
+        unsigned nk = in[3]; /* 255 - K, K = 255 - raw */
+        out[0] = (uint8_t)(nk - muldiv255(255u - in[0], nk));
+        out[1] = (uint8_t)(nk - muldiv255(255u - in[1], nk));
+        out[2] = (uint8_t)(nk - muldiv255(255u - in[2], nk));
+    }
+}
+
+/* Body of stk__jpeg_decode, under its setjmp: libjpeg errors longjmp out of it. */
+static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
+                              const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                              uint32_t h, uint32_t den, stk__decoded *out, char *err,
+                              size_t err_size)
+{
+    stk__jpeg *j = d->jpeg;
+    struct jpeg_decompress_struct *c = &j->cinfo;
+    stk_status rc = STK_OK;
+
+    read_header(j, src, size);
+    STK_TRY(check_header(d, err, err_size));
+    if (c->image_width != info->width || c->image_height != info->height)
+        STK_FAIL_SIZED(err, err_size, STK_EINVAL, "image is %ux%u, not the probed %ux%u",
+                       c->image_width, c->image_height, info->width, info->height);
+
+    bool cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
+    c->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
+    c->scale_num = 1;
+    c->scale_denom = den;
+    c->dct_method = JDCT_ISLOW;
+    c->do_fancy_upsampling = TRUE;
+    jpeg_start_decompress(c);
+
+    /* The window in scaled pixels: [xs, xe) x [ys, ye) */
+    uint32_t out_w = c->output_width, out_h = c->output_height;
+    uint32_t xs = x / den, xe = STK_MIN(out_w, (uint32_t)(((uint64_t)x + w + den - 1) / den));
+    uint32_t ys = y / den, ye = STK_MIN(out_h, (uint32_t)(((uint64_t)y + h + den - 1) / den));
+
+    /* Crop columns, with one column of margin each side for the upsampler (header comment) */
+    JDIMENSION xoff = xs > 0 ? xs - 1 : 0;
+    JDIMENSION cw = STK_MIN(out_w, xe + 1) - xoff;
+    if (cw < out_w)
+        jpeg_crop_scanline(c, &xoff, &cw);
+    if (ys > 0 && jpeg_skip_scanlines(c, ys) != ys)
+        STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "JPEG: could not skip to row %u", ys);
+
+    uint32_t rows = ye - ys;
+    size_t stride, total, in_row = (size_t)c->output_width * (size_t)c->output_components;
+    if (!stk__mul_ok(c->output_width, 3, &stride) || !stk__mul_ok(stride, rows, &total))
+        STK_FAIL_SIZED(err, err_size, STK_ELIMIT, "JPEG: window too large");
+    STK_TRY(stk__decoder_reserve(&d->pix, &d->pix_cap, total, err, err_size));
+
+    if (!cmyk) {
+        size_t ptr_size;
+        if (!stk__mul_ok(rows, sizeof(JSAMPROW), &ptr_size))
+            STK_FAIL_SIZED(err, err_size, STK_ELIMIT, "JPEG: window too large");
+        STK_TRY(stk__decoder_reserve(&d->aux, &d->aux_cap, ptr_size, err, err_size));
+        JSAMPROW *ptr = (JSAMPROW *)(void *)d->aux;
+        for (uint32_t r = 0; r < rows; r++)
+            ptr[r] = d->pix + (size_t)r * stride;
+        for (uint32_t done = 0, n; done < rows; done += n) {
+            n = jpeg_read_scanlines(c, ptr + done, rows - done);
+            if (n == 0) /* only a suspending source returns 0; never jpeg_mem_src */
+                STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "JPEG: no scanline returned");
+        }
+    } else {
+        STK_TRY(stk__decoder_reserve(&d->aux, &d->aux_cap, in_row, err, err_size));
+        for (uint32_t r = 0; r < rows; r++) {
+            JSAMPROW row = d->aux;
+            if (jpeg_read_scanlines(c, &row, 1) != 1)
+                STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "JPEG: no scanline returned");
+            cmyk_row_to_rgb(d->aux, d->pix + (size_t)r * stride, c->output_width);
+        }
+    }
+
+    /* Report only the window's columns: the crop margins may differ from a full decode */
+    out->rgb = d->pix + (size_t)(xs - xoff) * 3;
+    out->width = xe - xs;
+    out->height = rows;
+    out->stride = stride;
+    out->origin_x = (double)xs * den;
+    out->origin_y = (double)ys * den;
+    out->scale_x = out->scale_y = den;
+
+    /* All rows read: check the rest of the data through EOI, as a full decode in PIL does */
+    if (c->output_scanline == c->output_height)
+        jpeg_finish_decompress(c);
+    else
+        jpeg_abort_decompress(c);
+    return STK_OK;
+
+fail:
+    jpeg_abort_decompress(c);
+    return rc;
+}
+
+stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
+                            const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                            uint32_t h, uint32_t den, stk__decoded *out, char *err, size_t err_size)
+{
+    if (setjmp(d->jpeg->jump))
+        return jpeg_failed(d->jpeg, err, err_size);
+    return decode_body(d, src, size, info, x, y, w, h, den, out, err, err_size);
+}

@@ -1,0 +1,949 @@
+/*
+ * test_decode.c: the JPEG/PNG decoders (src/decode).
+ *
+ * JPEG references come from TurboJPEG itself (same libjpeg-turbo, same IDCT): a full decode must
+ * equal tjDecompress2 exactly, and a window decoded at 1/den must equal the same region of
+ * tjDecompress2's own 1/den decode, at the position the returned origin/scale claim. PIL
+ * references (CMYK, YCCK, grayscale, EXIF, every PNG type) come from
+ * tests/data/gen_decode_fixtures.py, run once into a temporary directory; those cases skip when
+ * /usr/bin/python3 with PIL is missing. Error cases check the status, the reason in the message,
+ * and that the decoder still decodes the next good image exactly.
+ */
+#include "decode/stk_codec.h"
+#include "t.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <turbojpeg.h>
+
+#define ERRSZ 512
+
+/* ---- helpers ---- */
+
+static uint32_t lcg(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+/* A photo-like RGB image: smooth colour fields, gradients, hard-edged boxes, fine noise. */
+static uint8_t *synth(int w, int h, uint32_t seed)
+{
+    uint8_t *p = malloc((size_t)w * h * 3);
+    if (!p)
+        return NULL;
+    uint32_t s = seed;
+    int bx[4], by[4];
+    for (int i = 0; i < 4; i++) {
+        bx[i] = (int)(lcg(&s) % (uint32_t)w);
+        by[i] = (int)(lcg(&s) % (uint32_t)h);
+    }
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < 3; c++) {
+                int v =
+                    60 + (x * (c + 1) * 50) / w + (y * 70) / h + (((x / 9 + y / 7 + c) % 5) * 12);
+                for (int i = 0; i < 4; i++)
+                    if (x >= bx[i] && x < bx[i] + w / 5 && y >= by[i] && y < by[i] + h / 4)
+                        v += (i & 1) ? 70 : -50;
+                v += (int)(lcg(&s) % 17) - 8;
+                p[((size_t)y * w + x) * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            }
+    return p;
+}
+
+/* Encode with TurboJPEG; returns a malloc'd JPEG. pf is TJPF_RGB or TJPF_CMYK. */
+static uint8_t *tj_encode(const uint8_t *px, int w, int h, int pf, int subsamp, int q, int flags,
+                          size_t *size)
+{
+    tjhandle tj = tjInitCompress();
+    unsigned char *buf = NULL;
+    unsigned long n = 0;
+    uint8_t *out = NULL;
+    if (tj && tjCompress2(tj, px, w, 0, h, pf, &buf, &n, subsamp, q, flags) == 0) {
+        out = malloc(n);
+        if (out) {
+            memcpy(out, buf, n);
+            *size = n;
+        }
+    }
+    tjFree(buf);
+    if (tj)
+        tjDestroy(tj);
+    return out;
+}
+
+static uint8_t *make_jpeg(int w, int h, uint32_t seed, int subsamp, int q, int flags, size_t *size)
+{
+    uint8_t *px = synth(w, h, seed);
+    uint8_t *j = px ? tj_encode(px, w, h, TJPF_RGB, subsamp, q, flags, size) : NULL;
+    free(px);
+    return j;
+}
+
+/* TurboJPEG's own RGB decode at 1/den; *w, *h receive the scaled size. */
+static uint8_t *tj_decode(const uint8_t *jpeg, size_t size, int den, int *w, int *h)
+{
+    tjhandle tj = tjInitDecompress();
+    int fw, fh, ss, cs;
+    uint8_t *out = NULL;
+    if (tj && tjDecompressHeader3(tj, jpeg, size, &fw, &fh, &ss, &cs) == 0) {
+        tjscalingfactor sf = {1, den};
+        *w = TJSCALED(fw, sf);
+        *h = TJSCALED(fh, sf);
+        out = malloc((size_t)*w * *h * 3);
+        if (out && tjDecompress2(tj, jpeg, size, out, *w, 0, *h, TJPF_RGB, 0) != 0) {
+            free(out);
+            out = NULL;
+        }
+    }
+    if (tj)
+        tjDestroy(tj);
+    return out;
+}
+
+static uint8_t *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    *size = (size_t)n;
+    return p;
+}
+
+static int write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t k = fwrite(p, 1, n, f);
+    return fclose(f) == 0 && k == n ? 0 : -1;
+}
+
+/* Compare a decoded buffer with a reference image (rw wide) at offset (ox, oy). */
+static int region_diff(const stk__decoded *d, const uint8_t *ref, int rw, int rh, int ox, int oy)
+{
+    int worst = 0;
+    for (uint32_t v = 0; v < d->height; v++)
+        for (uint32_t u = 0; u < d->width; u++) {
+            int rx = ox + (int)u, ry = oy + (int)v;
+            if (rx < 0 || ry < 0 || rx >= rw || ry >= rh)
+                return 999;
+            for (int c = 0; c < 3; c++) {
+                int a = d->rgb[v * d->stride + u * 3 + c];
+                int b = ref[((size_t)ry * rw + rx) * 3 + c];
+                int e = abs(a - b);
+                worst = e > worst ? e : worst;
+            }
+        }
+    return worst;
+}
+
+/* Full decode through the internal API (probe + whole-image window at full scale). */
+static stk_status decode_full(stk__decoder *d, const void *src, size_t size, stk__decoded *out,
+                              char *err)
+{
+    stk__imginfo info;
+    stk_status rc = stk__image_probe(d, src, size, &info, err, ERRSZ);
+    if (rc < 0)
+        return rc;
+    return stk__image_decode(d, src, size, &info, 0, 0, info.width, info.height, info.width,
+                             info.height, out, err, ERRSZ);
+}
+
+/* The decoder still works: a fresh JPEG decodes exactly like TurboJPEG. */
+static int still_works(stk__decoder *d)
+{
+    size_t n;
+    int rw, rh;
+    char err[ERRSZ];
+    stk__decoded out;
+    uint8_t *j = make_jpeg(83, 61, 99, TJSAMP_420, 85, 0, &n);
+    uint8_t *ref = j ? tj_decode(j, n, 1, &rw, &rh) : NULL;
+    T_CHECK(ref);
+    T_CHECKF(decode_full(d, j, n, &out, err) == STK_OK, "%s", err);
+    T_EQ(region_diff(&out, ref, rw, rh, 0, 0), 0);
+    free(j);
+    free(ref);
+    return 0;
+}
+
+/* Byte offset of the first marker `m` (0xFFm) in a JPEG, or 0. */
+static size_t find_marker(const uint8_t *j, size_t n, uint8_t m)
+{
+    for (size_t i = 2; i + 1 < n; i++)
+        if (j[i] == 0xFF && j[i + 1] == m)
+            return i;
+    return 0;
+}
+
+/* ---- PIL fixtures, generated once ---- */
+
+static char fixdir[64];
+static int fix_state; /* 0 not yet, 1 ready, -1 unavailable */
+
+static void remove_fixtures(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fixdir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "  could not remove %s\n", fixdir);
+}
+
+/* Write the TurboJPEG-made fixtures PIL must judge (YCCK), then run the generator. */
+static int fixtures_ready(void)
+{
+    if (fix_state)
+        return fix_state > 0;
+    fix_state = -1;
+    if (access("/usr/bin/python3", X_OK) != 0 || access("tests/data/gen_decode_fixtures.py", R_OK))
+        return 0;
+    snprintf(fixdir, sizeof(fixdir), "/tmp/stk_decode_XXXXXX");
+    if (!mkdtemp(fixdir))
+        return 0;
+    atexit(remove_fixtures);
+
+    int w = 45, h = 38;
+    uint8_t *rgb = synth(w, h, 7), *cmyk = malloc((size_t)w * h * 4);
+    if (!rgb || !cmyk)
+        return 0;
+    for (int i = 0; i < w * h; i++) { /* any CMYK will do; keep K moderate */
+        cmyk[i * 4 + 0] = (uint8_t)(255 - rgb[i * 3]);
+        cmyk[i * 4 + 1] = (uint8_t)(255 - rgb[i * 3 + 1]);
+        cmyk[i * 4 + 2] = (uint8_t)(255 - rgb[i * 3 + 2]);
+        cmyk[i * 4 + 3] = (uint8_t)(i % 97);
+    }
+    size_t n;
+    uint8_t *ycck = tj_encode(cmyk, w, h, TJPF_CMYK, TJSAMP_420, 90, 0, &n);
+    char path[128], cmd[256];
+    snprintf(path, sizeof(path), "%s/ycck.jpg", fixdir);
+    int ok = ycck && write_file(path, ycck, n) == 0;
+    free(rgb);
+    free(cmyk);
+    free(ycck);
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 -W ignore tests/data/gen_decode_fixtures.py '%s'",
+             fixdir);
+    if (!ok || system(cmd) != 0)
+        return 0;
+    fix_state = 1;
+    return 1;
+}
+
+/* Load fixture NAME (.jpg/.png) and its PIL reference NAME.rgb. */
+static int load_fixture(const char *name, uint8_t **img, size_t *n, uint8_t **ref, int *rw, int *rh)
+{
+    char path[160];
+    size_t rn;
+    snprintf(path, sizeof(path), "%s/%s", fixdir, name);
+    *img = read_file(path, n);
+    snprintf(path, sizeof(path), "%s/%.*s.rgb", fixdir, (int)strlen(name) - 4, name);
+    *ref = read_file(path, &rn);
+    if (!*img || !*ref || rn < 8)
+        return -1;
+    uint32_t dims[2];
+    memcpy(dims, *ref, 8);
+    *rw = (int)dims[0];
+    *rh = (int)dims[1];
+    memmove(*ref, *ref + 8, rn - 8);
+    return rn - 8 == (size_t)*rw * *rh * 3 ? 0 : -1;
+}
+
+/* ---- tests ---- */
+
+static const int SUBSAMPS[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420,
+                               TJSAMP_440, TJSAMP_411, TJSAMP_GRAY};
+
+static int test_sniff_errors(void)
+{
+    stk__decoder *d;
+    stk__imginfo info;
+    char err[ERRSZ];
+    T_OK(stk__decoder_create(0, &d));
+    T_EQ(stk__image_probe(d, "", 0, &info, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strcmp(err, "empty (0 bytes)") == 0, "%s", err);
+    const char *text = "hello, world\n";
+    T_EQ(stk__image_probe(d, text, strlen(text), &info, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strcmp(err, "not a JPEG or PNG image (starts with 0x68 0x65 0x6c 0x6c)") == 0, "%s",
+             err);
+    T_EQ(stk__image_probe(d, "\xff\xd8", 2, &info, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strcmp(err, "not a JPEG or PNG image (starts with 0xff 0xd8)") == 0, "%s", err);
+    /* PNG magic cut short */
+    T_EQ(stk__image_probe(d, "\x89PNG\r\n", 6, &info, err, ERRSZ), STK_EFORMAT);
+    /* JPEG magic and nothing else: libjpeg's reason */
+    T_EQ(stk__image_probe(d, "\xff\xd8\xff", 3, &info, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strncmp(err, "JPEG: ", 6) == 0, "%s", err);
+    T_CHECK(still_works(d) == 0);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+static int test_public_api(void)
+{
+    stk_decoder *pd;
+    stk_image im;
+    size_t n;
+    int rw, rh;
+    T_OK(stk_decoder_create(0, &pd));
+    uint8_t *j = make_jpeg(120, 90, 5, TJSAMP_420, 90, 0, &n);
+    uint8_t *ref = tj_decode(j, n, 1, &rw, &rh);
+    T_CHECK(ref);
+    T_OK(stk_decoder_decode(pd, j, n, &im));
+    T_EQ(im.width, 120);
+    T_EQ(im.height, 90);
+    T_EQ(im.stride, 360);
+    T_CHECK(memcmp(im.data, ref, (size_t)rw * rh * 3) == 0);
+    T_EQ(stk_decoder_decode(pd, "GIF89a", 6, &im), STK_EFORMAT);
+    T_CHECKF(strstr(stk_decoder_errmsg(pd), "not a JPEG or PNG image"), "%s",
+             stk_decoder_errmsg(pd));
+    T_CHECK(im.data == NULL);
+    T_OK(stk_decoder_decode(pd, j, n, &im));
+    T_CHECK(memcmp(im.data, ref, (size_t)rw * rh * 3) == 0);
+    T_CHECK(stk_decoder_errmsg(pd)[0] == '\0');
+    stk_decoder_destroy(pd);
+    stk_decoder_destroy(NULL);
+    T_EQ(stk_decoder_create(0, NULL), STK_EINVAL);
+    free(j);
+    free(ref);
+    return 0;
+}
+
+/* Full decode equals TurboJPEG's for every subsampling, baseline and progressive, odd sizes. */
+static int test_full_matches_turbojpeg(void)
+{
+    static const int sizes[][2] = {{500, 375}, {203, 157}, {17, 9}, {1, 1}, {8, 300}, {300, 8}};
+    stk__decoder *d;
+    char err[ERRSZ];
+    T_OK(stk__decoder_create(0, &d));
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+        for (size_t k = 0; k < sizeof(SUBSAMPS) / sizeof(SUBSAMPS[0]); k++)
+            for (int prog = 0; prog < 2; prog++) {
+                size_t n;
+                int rw, rh;
+                stk__decoded out;
+                uint8_t *j = make_jpeg(sizes[s][0], sizes[s][1], (uint32_t)(s * 7 + k), SUBSAMPS[k],
+                                       75 + (int)k * 4, prog ? TJFLAG_PROGRESSIVE : 0, &n);
+                uint8_t *ref = j ? tj_decode(j, n, 1, &rw, &rh) : NULL;
+                T_CHECK(ref);
+                T_CHECKF(decode_full(d, j, n, &out, err) == STK_OK, "%s", err);
+                T_EQ(out.width, rw);
+                T_EQ(out.height, rh);
+                T_CHECK(out.origin_x == 0 && out.origin_y == 0 && out.scale_x == 1 &&
+                        out.scale_y == 1);
+                T_CHECKF(region_diff(&out, ref, rw, rh, 0, 0) == 0, "%dx%d subsamp %d prog %d", rw,
+                         rh, SUBSAMPS[k], prog);
+                free(j);
+                free(ref);
+            }
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* One window decoded at 1/den must equal TurboJPEG's 1/den decode where origin/scale point. */
+static int check_window(stk__decoder *d, const uint8_t *j, size_t n, const stk__imginfo *info,
+                        uint32_t x, uint32_t y, uint32_t w, uint32_t h, uint32_t den,
+                        uint8_t *const refs[4], const int rws[4], const int rhs[4])
+{
+    char err[ERRSZ];
+    stk__decoded out;
+    uint32_t min_w = den == 1 ? w : (w + den - 1) / den;
+    uint32_t min_h = den == 1 ? h : (h + den - 1) / den;
+    T_CHECKF(stk__image_decode(d, j, n, info, x, y, w, h, min_w, min_h, &out, err, ERRSZ) == STK_OK,
+             "%s", err);
+    int r = den == 1 ? 0 : den == 2 ? 1 : den == 4 ? 2 : 3;
+    T_CHECKF(out.scale_x == den && out.scale_y == den, "window %u,%u %ux%u: scale %g, not %u", x, y,
+             w, h, out.scale_x, den);
+    /* Origin on the scaled grid; the buffer covers the window */
+    T_CHECK(out.origin_x == (double)((uint32_t)out.origin_x / den * den));
+    T_CHECK(out.origin_y == (double)((uint32_t)out.origin_y / den * den));
+    T_CHECK(out.origin_x <= x && out.origin_y <= y);
+    T_CHECK(out.origin_x + out.width * out.scale_x >= x + w);
+    T_CHECK(out.origin_y + out.height * out.scale_y >= y + h);
+    T_CHECK(out.stride >= out.width * 3);
+    int diff = region_diff(&out, refs[r], rws[r], rhs[r], (int)(out.origin_x / den),
+                           (int)(out.origin_y / den));
+    T_CHECKF(diff == 0, "window %u,%u %ux%u den %u: max diff %d (buffer %ux%u at %g,%g)", x, y, w,
+             h, den, diff, out.width, out.height, out.origin_x, out.origin_y);
+    return 0;
+}
+
+/* Windows at den 1, 2, 4, 8 over many geometries: exact against TurboJPEG's scaled decodes. */
+static int test_window_exact(void)
+{
+    static const int sizes[][2] = {{500, 375}, {203, 157}, {37, 300}};
+    stk__decoder *d;
+    char err[ERRSZ];
+    T_OK(stk__decoder_create(0, &d));
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+        for (size_t k = 0; k < sizeof(SUBSAMPS) / sizeof(SUBSAMPS[0]); k++)
+            for (int prog = 0; prog < 2; prog++) {
+                int W = sizes[s][0], H = sizes[s][1];
+                size_t n;
+                uint8_t *j = make_jpeg(W, H, (uint32_t)(100 + s * 11 + k), SUBSAMPS[k], 90,
+                                       prog ? TJFLAG_PROGRESSIVE : 0, &n);
+                uint8_t *refs[4];
+                int rws[4], rhs[4];
+                for (int r = 0; r < 4; r++) {
+                    refs[r] = j ? tj_decode(j, n, 1 << r, &rws[r], &rhs[r]) : NULL;
+                    T_CHECK(refs[r]);
+                }
+                stk__imginfo info;
+                T_CHECKF(stk__image_probe(d, j, n, &info, err, ERRSZ) == STK_OK, "%s", err);
+                T_EQ(info.format, STK__IMG_JPEG);
+                T_EQ(info.width, W);
+                T_EQ(info.height, H);
+                /* Systematic edges: iMCU boundaries and their neighbours, image borders */
+                static const uint32_t xs[] = {0, 1, 7, 8, 15, 16, 17, 31, 32, 33};
+                uint32_t seed = (uint32_t)(s * 131 + k * 7 + (size_t)prog);
+                for (uint32_t den = 1; den <= 8; den *= 2) {
+                    for (size_t a = 0; a < sizeof(xs) / sizeof(xs[0]); a++) {
+                        uint32_t x = STK_MIN(xs[a], (uint32_t)W - 17);
+                        uint32_t y = STK_MIN(xs[(a + 3) % 10], (uint32_t)H - 17);
+                        uint32_t w = 16 + lcg(&seed) % ((uint32_t)W - x - 16);
+                        uint32_t h = 16 + lcg(&seed) % ((uint32_t)H - y - 16);
+                        T_CHECK(check_window(d, j, n, &info, x, y, w, h, den, refs, rws, rhs) == 0);
+                        /* the same window flush against the bottom-right corner */
+                        T_CHECK(check_window(d, j, n, &info, (uint32_t)W - w, (uint32_t)H - h, w, h,
+                                             den, refs, rws, rhs) == 0);
+                    }
+                    for (int t = 0; t < 12; t++) { /* random windows */
+                        uint32_t w = 16 + lcg(&seed) % ((uint32_t)W - 16);
+                        uint32_t h = 16 + lcg(&seed) % ((uint32_t)H - 16);
+                        uint32_t x = lcg(&seed) % ((uint32_t)W - w + 1);
+                        uint32_t y = lcg(&seed) % ((uint32_t)H - h + 1);
+                        T_CHECK(check_window(d, j, n, &info, x, y, w, h, den, refs, rws, rhs) == 0);
+                    }
+                    T_CHECK(check_window(d, j, n, &info, 0, 0, (uint32_t)W, (uint32_t)H, den, refs,
+                                         rws, rhs) == 0);
+                }
+                for (int r = 0; r < 4; r++)
+                    free(refs[r]);
+                free(j);
+            }
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* Tiny windows (1 pixel, 1 row, 1 column) at full scale. */
+static int test_window_tiny(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    size_t n;
+    int rw, rh;
+    stk__imginfo info;
+    stk__decoded out;
+    T_OK(stk__decoder_create(0, &d));
+    uint8_t *j = make_jpeg(97, 71, 3, TJSAMP_420, 90, 0, &n);
+    uint8_t *ref = tj_decode(j, n, 1, &rw, &rh);
+    T_CHECK(ref);
+    T_OK(stk__image_probe(d, j, n, &info, err, ERRSZ));
+    static const uint32_t win[][4] = {{0, 0, 1, 1},   {96, 70, 1, 1}, {16, 16, 1, 1},
+                                      {33, 47, 1, 1}, {0, 35, 97, 1}, {48, 0, 1, 71}};
+    for (size_t i = 0; i < sizeof(win) / sizeof(win[0]); i++) {
+        const uint32_t *q = win[i];
+        T_CHECKF(stk__image_decode(d, j, n, &info, q[0], q[1], q[2], q[3], q[2], q[3], &out, err,
+                                   ERRSZ) == STK_OK,
+                 "%s", err);
+        T_CHECK(out.scale_x == 1 && out.scale_y == 1);
+        T_CHECK(out.origin_x <= q[0] && out.origin_x + out.width >= q[0] + q[2]);
+        T_CHECK(out.origin_y <= q[1] && out.origin_y + out.height >= q[1] + q[3]);
+        T_EQ(region_diff(&out, ref, rw, rh, (int)out.origin_x, (int)out.origin_y), 0);
+    }
+    free(j);
+    free(ref);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* The denominator rule of stk_decode.h, observed through the returned scale. */
+static int test_den_rule(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    size_t n;
+    stk__imginfo info;
+    stk__decoded out;
+    T_OK(stk__decoder_create(0, &d));
+    uint8_t *j = make_jpeg(400, 300, 4, TJSAMP_420, 90, 0, &n);
+    T_OK(stk__image_probe(d, j, n, &info, err, ERRSZ));
+    static const uint32_t cases[][7] = {
+        /* x, y, w, h, min_w, min_h, expected den */
+        {0, 0, 400, 300, 0, 0, 8},     {0, 0, 400, 300, 50, 38, 8},   {0, 0, 400, 300, 51, 38, 4},
+        {0, 0, 400, 300, 50, 39, 4},   {0, 0, 400, 300, 100, 75, 4},  {0, 0, 400, 300, 101, 75, 2},
+        {0, 0, 400, 300, 200, 150, 2}, {0, 0, 400, 300, 200, 151, 1}, {10, 20, 100, 60, 13, 8, 8},
+        {10, 20, 100, 60, 14, 8, 4},   {10, 20, 100, 60, 100, 60, 1}, {5, 5, 1, 1, 1, 1, 1},
+        {5, 5, 1, 1, 0, 0, 8},         {5, 5, 17, 3, 3, 1, 8},        {5, 5, 17, 3, 4, 1, 4},
+        {0, 0, 400, 300, 224, 224, 1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const uint32_t *c = cases[i];
+        T_CHECKF(stk__image_decode(d, j, n, &info, c[0], c[1], c[2], c[3], c[4], c[5], &out, err,
+                                   ERRSZ) == STK_OK,
+                 "%s", err);
+        T_CHECKF(out.scale_x == c[6], "case %zu: den %g, expected %u", i, out.scale_x, c[6]);
+        T_CHECK(out.width * out.scale_x >= c[2] && out.height * out.scale_y >= c[3]);
+    }
+    free(j);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+static int test_invalid_args(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    size_t n;
+    stk__imginfo info;
+    stk__decoded out;
+    T_OK(stk__decoder_create(0, &d));
+    uint8_t *j = make_jpeg(64, 48, 4, TJSAMP_420, 90, 0, &n);
+    T_OK(stk__image_probe(d, j, n, &info, err, ERRSZ));
+    T_EQ(stk__image_decode(d, j, n, &info, 60, 0, 5, 10, 0, 0, &out, err, ERRSZ), STK_EINVAL);
+    T_CHECKF(strstr(err, "not inside"), "%s", err);
+    T_EQ(stk__image_decode(d, j, n, &info, 0, 0, 0, 10, 0, 0, &out, err, ERRSZ), STK_EINVAL);
+    T_EQ(stk__image_decode(d, j, n, &info, 0, 48, 1, 1, 0, 0, &out, err, ERRSZ), STK_EINVAL);
+    stk__imginfo wrong = info;
+    wrong.width = 32;
+    T_EQ(stk__image_decode(d, j, n, &wrong, 0, 0, 8, 8, 0, 0, &out, err, ERRSZ), STK_EINVAL);
+    T_CHECKF(strstr(err, "not the probed 32x48"), "%s", err);
+    wrong = info;
+    wrong.format = STK__IMG_PNG;
+    T_EQ(stk__image_decode(d, j, n, &wrong, 0, 0, 8, 8, 0, 0, &out, err, ERRSZ), STK_EINVAL);
+    T_CHECK(still_works(d) == 0);
+    free(j);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* Probe then decode of the same buffer reuses the header; a different buffer re-reads. */
+static int test_probe_then_other_image(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    size_t na, nb;
+    int rw, rh;
+    stk__imginfo ia, ib;
+    stk__decoded out;
+    T_OK(stk__decoder_create(0, &d));
+    uint8_t *a = make_jpeg(64, 48, 1, TJSAMP_420, 90, 0, &na);
+    uint8_t *b = make_jpeg(80, 40, 2, TJSAMP_444, 80, 0, &nb);
+    uint8_t *refb = tj_decode(b, nb, 1, &rw, &rh);
+    T_CHECK(refb);
+    T_OK(stk__image_probe(d, a, na, &ia, err, ERRSZ));
+    T_OK(stk__image_probe(d, b, nb, &ib, err, ERRSZ));
+    T_OK(stk__image_decode(d, b, nb, &ib, 0, 0, 80, 40, 80, 40, &out, err, ERRSZ));
+    T_EQ(region_diff(&out, refb, rw, rh, 0, 0), 0);
+    /* decode again without a new probe: the header is read again */
+    T_OK(stk__image_decode(d, b, nb, &ib, 0, 0, 80, 40, 80, 40, &out, err, ERRSZ));
+    T_EQ(region_diff(&out, refb, rw, rh, 0, 0), 0);
+    /* probe a, decode b (a stale probe of another image of another size) */
+    T_OK(stk__image_probe(d, a, na, &ia, err, ERRSZ));
+    T_OK(stk__image_decode(d, b, nb, &ib, 0, 0, 80, 40, 80, 40, &out, err, ERRSZ));
+    T_EQ(region_diff(&out, refb, rw, rh, 0, 0), 0);
+    free(a);
+    free(b);
+    free(refb);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* Buffers grow to the largest window and are then reused: no reallocation in steady state. */
+static int test_buffers_reused(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    size_t nb, ns;
+    stk__decoded out;
+    T_OK(stk__decoder_create(0, &d));
+    uint8_t *big = make_jpeg(320, 240, 1, TJSAMP_420, 90, 0, &nb);
+    uint8_t *small = make_jpeg(64, 48, 2, TJSAMP_420, 90, 0, &ns);
+    T_CHECK(big && small);
+    T_OK(decode_full(d, big, nb, &out, err));
+    uint8_t *pix = d->pix, *aux = d->aux;
+    size_t pix_cap = d->pix_cap, aux_cap = d->aux_cap;
+    for (int i = 0; i < 5; i++) {
+        T_OK(decode_full(d, small, ns, &out, err));
+        T_OK(decode_full(d, big, nb, &out, err));
+    }
+    T_CHECK(d->pix == pix && d->pix_cap == pix_cap && d->aux == aux && d->aux_cap == aux_cap);
+    free(big);
+    free(small);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* JPEG cut at 10%, 50%, 99% and without its EOI: STK_EFORMAT, "Premature end of JPEG file". */
+static int test_truncated_jpeg(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    stk__decoded out;
+    T_OK(stk__decoder_create(0, &d));
+    for (int prog = 0; prog < 2; prog++) {
+        size_t n;
+        uint8_t *j = make_jpeg(160, 120, 8, TJSAMP_420, 90, prog ? TJFLAG_PROGRESSIVE : 0, &n);
+        T_CHECK(j);
+        size_t cuts[] = {n / 10, n / 2, n * 99 / 100, n - 2, n - 1};
+        for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+            stk_status rc = decode_full(d, j, cuts[c], &out, err);
+            T_CHECKF(rc == STK_EFORMAT, "prog %d cut %zu/%zu: rc %d", prog, cuts[c], n, rc);
+            T_CHECKF(strcmp(err, "JPEG: Premature end of JPEG file") == 0, "%s", err);
+            T_CHECK(still_works(d) == 0);
+        }
+        free(j);
+    }
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* Flipped bytes in the header and in the entropy data: never a crash; OK (libjpeg, like PIL,
+ * decodes through corrupt entropy data with a warning) or an error naming libjpeg's reason. */
+static int test_corrupt_jpeg(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    stk__decoded out;
+    T_OK(stk__decoder_create(0, &d));
+    for (int prog = 0; prog < 2; prog++) {
+        size_t n;
+        uint8_t *j = make_jpeg(96, 64, 9, TJSAMP_420, 90, prog ? TJFLAG_PROGRESSIVE : 0, &n);
+        T_CHECK(j);
+        size_t sos = find_marker(j, n, 0xDA);
+        T_CHECK(sos > 0);
+        int n_err = 0;
+        uint32_t seed = 5;
+        for (size_t i = 2; i < n; i += (i < sos + 16 ? 1 : 1 + lcg(&seed) % 23)) {
+            uint8_t save = j[i];
+            j[i] ^= (uint8_t)(1u << (lcg(&seed) % 8));
+            stk_status rc = decode_full(d, j, n, &out, err);
+            T_CHECKF(rc == STK_OK || rc == STK_EFORMAT || rc == STK_ELIMIT, "byte %zu: rc %d", i,
+                     rc);
+            if (rc == STK_EFORMAT) {
+                n_err++;
+                T_CHECKF(strncmp(err, "JPEG: ", 6) == 0 || strncmp(err, "not a JPEG", 10) == 0,
+                         "%s", err);
+            }
+            j[i] = save;
+        }
+        T_CHECK(n_err > 0);
+        T_CHECK(still_works(d) == 0);
+        /* A specific header error: 12-bit precision in SOF0 */
+        size_t sof = find_marker(j, n, prog ? 0xC2 : 0xC0);
+        T_CHECK(sof > 0);
+        j[sof + 4] = 12;
+        T_EQ(decode_full(d, j, n, &out, err), STK_EFORMAT);
+        T_CHECKF(strstr(err, "JPEG: Unsupported JPEG data precision 12"), "%s", err);
+        T_CHECK(still_works(d) == 0);
+        free(j);
+    }
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* A header claiming 30000x30000 fails with STK_ELIMIT before anything is allocated for it. */
+static int test_oversized(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    stk__imginfo info;
+    stk__decoded out;
+    size_t n;
+    T_OK(stk__decoder_create(0, &d));
+    uint8_t *j = make_jpeg(64, 48, 1, TJSAMP_420, 90, 0, &n);
+    size_t sof = find_marker(j, n, 0xC0);
+    T_CHECK(sof > 0);
+    j[sof + 5] = 30000 >> 8; /* height */
+    j[sof + 6] = 30000 & 255;
+    j[sof + 7] = 30000 >> 8; /* width */
+    j[sof + 8] = 30000 & 255;
+    T_EQ(stk__image_probe(d, j, n, &info, err, ERRSZ), STK_ELIMIT);
+    T_CHECKF(strcmp(err, "image 30000x30000 exceeds the pixel limit (64 Mpx)") == 0, "%s", err);
+    T_EQ(decode_full(d, j, n, &out, err), STK_ELIMIT);
+    T_CHECK(d->pix_cap < 1000000);
+    /* a decode with a hand-made info meets the same limit */
+    info.format = STK__IMG_JPEG;
+    info.width = info.height = 30000;
+    T_EQ(stk__image_decode(d, j, n, &info, 0, 0, 30000, 30000, 0, 0, &out, err, ERRSZ), STK_ELIMIT);
+    T_CHECK(still_works(d) == 0);
+    free(j);
+    stk__decoder_destroy(d);
+
+    /* A custom limit */
+    T_OK(stk__decoder_create(1000, &d));
+    j = make_jpeg(40, 30, 1, TJSAMP_420, 90, 0, &n);
+    T_EQ(stk__image_probe(d, j, n, &info, err, ERRSZ), STK_ELIMIT);
+    T_CHECKF(strcmp(err, "image 40x30 exceeds the pixel limit (0.001 Mpx)") == 0, "%s", err);
+    free(j);
+    j = make_jpeg(40, 25, 1, TJSAMP_420, 90, 0, &n); /* exactly 1000 pixels: allowed */
+    T_OK(decode_full(d, j, n, &out, err));
+    free(j);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* Repeat the last scan of a progressive JPEG until it has `scans` scans. */
+static uint8_t *many_scans(const uint8_t *j, size_t n, int scans, size_t *out_n)
+{
+    size_t last = 0; /* offset of the last SOS */
+    int count = 0;
+    for (size_t i = 2; i + 1 < n; i++)
+        if (j[i] == 0xFF && j[i + 1] == 0xDA) {
+            last = i;
+            count++;
+        }
+    size_t eoi = n - 2; /* TurboJPEG ends with FF D9 */
+    if (!last || count >= scans || j[eoi] != 0xFF || j[eoi + 1] != 0xD9)
+        return NULL;
+    size_t scan = eoi - last, total = last + scan * (size_t)(scans - count + 1) + 2;
+    uint8_t *p = malloc(total), *w = p;
+    if (!p)
+        return NULL;
+    memcpy(w, j, last);
+    w += last;
+    for (int k = 0; k < scans - count + 1; k++, w += scan)
+        memcpy(w, j + last, scan);
+    memcpy(w, j + eoi, 2);
+    *out_n = total;
+    return p;
+}
+
+/* Progressive JPEGs with more than 500 scans fail (TJFLAG_LIMITSCANS); 500 or fewer decode. */
+static int test_scan_limit(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    stk__decoded out;
+    size_t n, nb;
+    T_OK(stk__decoder_create(0, &d));
+    uint8_t *j = make_jpeg(16, 16, 1, TJSAMP_GRAY, 90, TJFLAG_PROGRESSIVE, &n);
+    T_CHECK(j);
+    uint8_t *ok = many_scans(j, n, 500, &nb);
+    T_CHECK(ok);
+    T_CHECKF(decode_full(d, ok, nb, &out, err) == STK_OK, "%s", err);
+    free(ok);
+    uint8_t *bomb = many_scans(j, n, 501, &nb);
+    T_CHECK(bomb);
+    T_EQ(decode_full(d, bomb, nb, &out, err), STK_EFORMAT);
+    T_CHECKF(strcmp(err, "JPEG: Progressive JPEG image has more than 500 scans") == 0, "%s", err);
+    free(bomb);
+    bomb = many_scans(j, n, 5000, &nb);
+    T_CHECK(bomb);
+    T_EQ(decode_full(d, bomb, nb, &out, err), STK_EFORMAT);
+    free(bomb);
+    T_CHECK(still_works(d) == 0);
+    free(j);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* Every PIL fixture decodes to exactly PIL's convert('RGB'), CMYK and YCCK included (same
+ * libjpeg-turbo, same IDCT; the CMYK -> RGB arithmetic is PIL's). */
+static int test_pil_fixtures(void)
+{
+    static const char *names[] = {
+        "gray.jpg",           "cmyk.jpg",           "ycck.jpg",
+        "exif6.jpg",          "png_gray8.png",      "png_gray16.png",
+        "png_ga8.png",        "png_ga16.png",       "png_rgb8.png",
+        "png_rgb16.png",      "png_rgba8.png",      "png_rgba16.png",
+        "png_pal8.png",       "png_pal8_trns.png",  "png_pal4.png",
+        "png_gray1.png",      "png_gray2.png",      "png_gray4.png",
+        "png_gray8_trns.png", "png_rgb8_adam7.png", "png_rgba16_adam7.png",
+    };
+    if (!fixtures_ready())
+        return T_SKIP;
+    stk_decoder *pd;
+    T_OK(stk_decoder_create(0, &pd));
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        uint8_t *img, *ref;
+        size_t n;
+        int rw, rh;
+        stk_image im;
+        T_CHECKF(load_fixture(names[i], &img, &n, &ref, &rw, &rh) == 0, "%s", names[i]);
+        T_CHECKF(stk_decoder_decode(pd, img, n, &im) == STK_OK, "%s: %s", names[i],
+                 stk_decoder_errmsg(pd));
+        T_EQ(im.width, rw);
+        T_EQ(im.height, rh);
+        stk__decoded as = {im.data, im.width, im.height, im.stride, 0, 0, 1, 1};
+        int diff = region_diff(&as, ref, rw, rh, 0, 0);
+        T_CHECKF(diff == 0, "%s: max diff %d vs PIL", names[i], diff);
+        free(img);
+        free(ref);
+    }
+    stk_decoder_destroy(pd);
+    return 0;
+}
+
+/* EXIF orientation is ignored, as in PIL's Image.open: stored 40x24, not rotated to 24x40. */
+static int test_exif_orientation_ignored(void)
+{
+    if (!fixtures_ready())
+        return T_SKIP;
+    stk__decoder *d;
+    char err[ERRSZ];
+    stk__imginfo info;
+    uint8_t *img, *ref;
+    size_t n;
+    int rw, rh;
+    T_CHECK(load_fixture("exif6.jpg", &img, &n, &ref, &rw, &rh) == 0);
+    T_CHECK(memmem(img, n, "Exif", 4) != NULL);
+    T_OK(stk__decoder_create(0, &d));
+    T_OK(stk__image_probe(d, img, n, &info, err, ERRSZ));
+    T_EQ(info.width, 40);
+    T_EQ(info.height, 24);
+    free(img);
+    free(ref);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* Windows of CMYK and grayscale JPEGs (the CMYK row path, gray replication) stay exact. */
+static int test_window_cmyk_gray(void)
+{
+    if (!fixtures_ready())
+        return T_SKIP;
+    static const char *names[] = {"cmyk.jpg", "ycck.jpg", "gray.jpg"};
+    stk__decoder *d;
+    char err[ERRSZ];
+    T_OK(stk__decoder_create(0, &d));
+    for (size_t i = 0; i < 3; i++) {
+        uint8_t *img, *ref;
+        size_t n;
+        int rw, rh;
+        stk__imginfo info;
+        stk__decoded full, out;
+        T_CHECK(load_fixture(names[i], &img, &n, &ref, &rw, &rh) == 0);
+        T_OK(decode_full(d, img, n, &full, err));
+        /* keep a copy: the next call reuses the buffer */
+        size_t sz = full.stride * full.height;
+        uint8_t *copy = malloc(sz);
+        T_CHECK(copy);
+        memcpy(copy, full.rgb, sz);
+        T_OK(stk__image_probe(d, img, n, &info, err, ERRSZ));
+        uint32_t x = 17, y = 9, w = info.width - 20, h = info.height - 12;
+        T_CHECKF(stk__image_decode(d, img, n, &info, x, y, w, h, w, h, &out, err, ERRSZ) == STK_OK,
+                 "%s", err);
+        T_EQ(region_diff(&out, copy, rw, rh, (int)out.origin_x, (int)out.origin_y), 0);
+        free(copy);
+        free(img);
+        free(ref);
+    }
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+static uint32_t crc32_png(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+    }
+    return ~c;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* PNG errors: truncation, CRC, oversized IHDR; windows stop early and stay exact. */
+static int test_png_errors_and_windows(void)
+{
+    if (!fixtures_ready())
+        return T_SKIP;
+    stk__decoder *d;
+    char err[ERRSZ];
+    stk__imginfo info;
+    stk__decoded out;
+    uint8_t *img, *ref;
+    size_t n;
+    int rw, rh;
+    T_CHECK(load_fixture("png_rgb8.png", &img, &n, &ref, &rw, &rh) == 0);
+    T_OK(stk__decoder_create(0, &d));
+
+    /* windows: rows 0 .. y+h-1 at full scale, origin 0 */
+    T_OK(stk__image_probe(d, img, n, &info, err, ERRSZ));
+    T_EQ(info.format, STK__IMG_PNG);
+    T_OK(stk__image_decode(d, img, n, &info, 5, 3, 10, 7, 0, 0, &out, err, ERRSZ));
+    T_CHECK(out.origin_x == 0 && out.origin_y == 0 && out.scale_x == 1 && out.scale_y == 1);
+    T_EQ(out.width, rw);
+    T_EQ(out.height, 10);
+    T_EQ(region_diff(&out, ref, rw, rh, 0, 0), 0);
+
+    /* truncated: 10%, 50%, 99% */
+    size_t cuts[] = {n / 10, n / 2, n * 99 / 100};
+    for (size_t c = 0; c < 3; c++) {
+        stk_status rc = decode_full(d, img, cuts[c], &out, err);
+        T_CHECKF(rc == STK_EFORMAT, "cut %zu: rc %d", cuts[c], rc);
+        T_CHECKF(strncmp(err, "PNG: ", 5) == 0, "%s", err);
+    }
+    /* a flipped bit in the IDAT data: CRC error */
+    size_t idat = (size_t)((uint8_t *)memmem(img, n, "IDAT", 4) - img);
+    img[idat + 20] ^= 0x10;
+    T_EQ(decode_full(d, img, n, &out, err), STK_EFORMAT);
+    T_CHECKF(strncmp(err, "PNG: ", 5) == 0, "%s", err);
+    img[idat + 20] ^= 0x10;
+    /* a flipped bit in IHDR: CRC error too */
+    img[17] ^= 0x01;
+    T_EQ(decode_full(d, img, n, &out, err), STK_EFORMAT);
+    img[17] ^= 0x01;
+    T_OK(decode_full(d, img, n, &out, err));
+    T_EQ(region_diff(&out, ref, rw, rh, 0, 0), 0);
+
+    /* oversized IHDR with a valid CRC */
+    put_be32(img + 16, 30000);
+    put_be32(img + 20, 30000);
+    put_be32(img + 29, crc32_png(img + 12, 17));
+    T_EQ(stk__image_probe(d, img, n, &info, err, ERRSZ), STK_ELIMIT);
+    T_CHECKF(strcmp(err, "image 30000x30000 exceeds the pixel limit (64 Mpx)") == 0, "%s", err);
+    T_CHECK(still_works(d) == 0);
+    free(img);
+    free(ref);
+
+    /* each byte flipped in turn in a small palette PNG: never a crash */
+    T_CHECK(load_fixture("png_pal4.png", &img, &n, &ref, &rw, &rh) == 0);
+    for (size_t i = 8; i < n; i++) {
+        img[i] ^= 0x21;
+        stk_status rc = decode_full(d, img, n, &out, err);
+        T_CHECKF(rc == STK_OK || rc == STK_EFORMAT || rc == STK_ELIMIT, "byte %zu: rc %d", i, rc);
+        img[i] ^= 0x21;
+    }
+    T_OK(decode_full(d, img, n, &out, err));
+    T_EQ(region_diff(&out, ref, rw, rh, 0, 0), 0);
+    free(img);
+    free(ref);
+
+    /* interlaced: windows are exact too (the whole image is decoded) */
+    T_CHECK(load_fixture("png_rgb8_adam7.png", &img, &n, &ref, &rw, &rh) == 0);
+    T_OK(stk__image_probe(d, img, n, &info, err, ERRSZ));
+    T_OK(stk__image_decode(d, img, n, &info, 0, 2, 5, 5, 0, 0, &out, err, ERRSZ));
+    T_EQ(out.height, 7);
+    T_EQ(region_diff(&out, ref, rw, rh, 0, 0), 0);
+    free(img);
+    free(ref);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_sniff_errors), T_CASE(test_public_api), T_CASE(test_full_matches_turbojpeg),
+       T_CASE(test_window_exact), T_CASE(test_window_tiny), T_CASE(test_den_rule),
+       T_CASE(test_invalid_args), T_CASE(test_probe_then_other_image), T_CASE(test_buffers_reused),
+       T_CASE(test_truncated_jpeg), T_CASE(test_corrupt_jpeg), T_CASE(test_oversized),
+       T_CASE(test_scan_limit), T_CASE(test_pil_fixtures), T_CASE(test_exif_orientation_ignored),
+       T_CASE(test_window_cmyk_gray), T_CASE(test_png_errors_and_windows))
