@@ -1,0 +1,507 @@
+/*
+ * stk_transform.c: the public transform API (op lists, recipes) and the fused per-sample path.
+ *
+ * Per sample (stk__transform_apply, on a worker thread):
+ *   probe the header -> plan (fold the ops into one resample per axis, draw the randomness) ->
+ *   decode only the window the output needs, at the largest DCT scale 1/den with den <= the
+ *   downscale factor (den = 1 when `exact`) -> resample straight to the output size, mirrored if
+ *   flipped -> ColorJitter (uint8, in place) -> convert/normalise into dst.
+ * No per-sample allocation in steady state: the worker's scratch grows to the largest need and
+ * stays.
+ *
+ * Randomness: a sample draws from its own stream (seed, epoch, index) in op order: each
+ * RandomResizedCrop its box, each RandomHorizontalFlip one uniform (flip when u < p), each
+ * ColorJitter its permutation and factors. The draws depend only on the image size and the op
+ * list, never on the thread, so outputs are identical for any thread count.
+ *
+ * Semantics are torchvision 0.14's on PIL images (what `ImageFolder` + transforms gives), with
+ * these documented differences: consecutive resizing ops are fused into one resample (exact for
+ * one resize followed by crops/flips, the torchvision recipes); ColorJitter is applied to the
+ * output-size image wherever it sits in the list; resampling is float32 without PIL's 8-bit
+ * intermediate (a level of difference on some pixels); with DCT scaling the decoder's 1/den
+ * image stands in for the full one (set `exact` to decode at full scale).
+ *
+ * Threads: a stk_transform is immutable after create and shared; a stk__tworker belongs to one
+ * thread.
+ */
+#include "xform/stk_xform.h"
+
+#include <math.h>
+#include <string.h>
+
+#define DEFAULT_MAX_PIXELS (64ull << 20)
+
+static const char *const op_names[] = {"RandomResizedCrop", "Resize", "CenterCrop",
+                                       "RandomHorizontalFlip", "ColorJitter", "Normalize"};
+
+void stk_op_init(stk_op *op, stk_op_kind kind)
+{
+    if (!op)
+        return;
+    memset(op, 0, sizeof(*op));
+    op->kind = kind;
+    /* torchvision requires a size; these are the ImageNet recipes' (224 crops, Resize(256)). */
+    op->size[0] = kind == STK_OP_RESIZE ? 256 : 224;
+    op->size[1] = kind == STK_OP_RESIZE ? 0 : 224;
+    op->scale[0] = 0.08;
+    op->scale[1] = 1.0;
+    op->ratio[0] = 3.0 / 4.0;
+    op->ratio[1] = 4.0 / 3.0;
+    op->p = 0.5;
+    for (int c = 0; c < 3; c++) { /* torchvision has no default; the identity */
+        op->mean[c] = 0.0f;
+        op->std[c] = 1.0f;
+    }
+}
+
+void stk_transform_opts_init(stk_transform_opts *opts)
+{
+    if (!opts)
+        return;
+    memset(opts, 0, sizeof(*opts));
+    opts->struct_size = sizeof(*opts);
+    opts->dtype = STK_DTYPE_FLOAT32;
+    opts->max_pixels = DEFAULT_MAX_PIXELS;
+}
+
+static bool finite2(const double v[2])
+{
+    return isfinite(v[0]) && isfinite(v[1]);
+}
+
+/* Check one op (index i) and resolve its square-size shorthand into *op. */
+static stk_status check_op(size_t i, stk_op *op)
+{
+    const char *name = (unsigned)op->kind < 6 ? op_names[op->kind] : "?";
+    switch (op->kind) {
+    case STK_OP_RANDOM_RESIZED_CROP:
+    case STK_OP_RESIZE:
+    case STK_OP_CENTER_CROP:
+        if (op->size[0] < 1 || op->size[0] > STK__XF_MAX_SIZE || op->size[1] < 0 ||
+            op->size[1] > STK__XF_MAX_SIZE)
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): size must be (h, w) with 1 <= h, w <= %d "
+                                       "(w = 0: %s), got (%lld, %lld)",
+                                       i, name, STK__XF_MAX_SIZE,
+                                       op->kind == STK_OP_RESIZE ? "resize the shorter side to h"
+                                                                 : "square",
+                                       (long long)op->size[0], (long long)op->size[1]);
+        if (op->kind != STK_OP_RESIZE && op->size[1] == 0)
+            op->size[1] = op->size[0]; /* torchvision's int size: square */
+        if (op->kind != STK_OP_RANDOM_RESIZED_CROP)
+            break;
+        if (!finite2(op->scale) || op->scale[0] < 0 || op->scale[0] > op->scale[1] ||
+            op->scale[1] <= 0)
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): scale must satisfy 0 <= scale[0] <= "
+                                       "scale[1], scale[1] > 0, got (%g, %g)",
+                                       i, name, op->scale[0], op->scale[1]);
+        if (!finite2(op->ratio) || op->ratio[0] <= 0 || op->ratio[0] > op->ratio[1])
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): ratio must satisfy 0 < ratio[0] <= "
+                                       "ratio[1], got (%g, %g)",
+                                       i, name, op->ratio[0], op->ratio[1]);
+        break;
+    case STK_OP_RANDOM_HORIZONTAL_FLIP:
+        if (!(op->p >= 0.0 && op->p <= 1.0))
+            return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): p must be in [0, 1], got %g",
+                                       i, name, op->p);
+        break;
+    case STK_OP_COLOR_JITTER: {
+        const double v[3] = {op->brightness, op->contrast, op->saturation};
+        static const char *const what[3] = {"brightness", "contrast", "saturation"};
+        for (int k = 0; k < 3; k++)
+            if (!(v[k] >= 0.0 && isfinite(v[k])))
+                return stk__set_last_error(STK_EINVAL,
+                                           "ops[%zu] (%s): %s must be a finite number >= 0, "
+                                           "got %g",
+                                           i, name, what[k], v[k]);
+        if (!(op->hue >= 0.0 && op->hue <= 0.5))
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): hue must be in [0, 0.5], got %g", i, name,
+                                       op->hue);
+        break;
+    }
+    case STK_OP_NORMALIZE:
+        for (int c = 0; c < 3; c++) {
+            if (!isfinite(op->mean[c]))
+                return stk__set_last_error(STK_EINVAL,
+                                           "ops[%zu] (%s): mean[%d] must be finite, got %g", i,
+                                           name, c, (double)op->mean[c]);
+            if (!isfinite(op->std[c]) || op->std[c] == 0.0f)
+                return stk__set_last_error(STK_EINVAL,
+                                           "ops[%zu] (%s): std[%d] must be finite and non-zero, "
+                                           "got %g",
+                                           i, name, c, (double)op->std[c]);
+        }
+        break;
+    default:
+        return stk__set_last_error(STK_EINVAL, "ops[%zu]: unknown op kind %d", i, (int)op->kind);
+    }
+    return STK_OK;
+}
+
+stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out)
+{
+    stk_status rc = STK_OK;
+    stk_transform *t = NULL;
+    if (out)
+        *out = NULL;
+    if (!opts || !out)
+        return stk__set_last_error(STK_EINVAL, "stk_transform_create: NULL %s",
+                                   !opts ? "opts" : "out");
+    if (opts->struct_size < sizeof(stk_transform_opts))
+        return stk__set_last_error(STK_EINVAL, "stk_transform_create: opts not initialised with "
+                                               "stk_transform_opts_init");
+    if (opts->n_ops == 0 || !opts->ops)
+        return stk__set_last_error(STK_EINVAL, "stk_transform_create: no ops");
+    if (opts->n_ops > STK__XF_MAX_OPS)
+        return stk__set_last_error(STK_EINVAL, "stk_transform_create: too many ops (%zu, at most %d)",
+                                   opts->n_ops, STK__XF_MAX_OPS);
+    if (opts->dtype != STK_DTYPE_UINT8 && opts->dtype != STK_DTYPE_FLOAT32 &&
+        opts->dtype != STK_DTYPE_FLOAT16 && opts->dtype != STK_DTYPE_BFLOAT16)
+        return stk__set_last_error(STK_EINVAL,
+                                   "stk_transform_create: output dtype %s not supported (uint8, "
+                                   "float32, float16 or bfloat16)",
+                                   stk_dtype_name(opts->dtype));
+
+    t = stk__calloc(1, sizeof(*t));
+    if (!t)
+        return stk__set_last_error(STK_ENOMEM, "stk_transform_create: out of memory");
+    t->n_ops = opts->n_ops;
+    memcpy(t->ops, opts->ops, opts->n_ops * sizeof(stk_op));
+    t->dtype = opts->dtype;
+    t->nhwc = opts->nhwc;
+    t->exact = opts->exact;
+    t->max_pixels = opts->max_pixels ? opts->max_pixels : DEFAULT_MAX_PIXELS;
+    for (int c = 0; c < 3; c++)
+        t->std[c] = 1.0f;
+
+    /* Validate each op and follow the output size through the list. */
+    int64_t oh = 0, ow = 0; /* 0: depends on the image */
+    size_t norm_at = SIZE_MAX;
+    for (size_t i = 0; i < t->n_ops; i++) {
+        stk_op *op = &t->ops[i];
+        STK_TRY(check_op(i, op));
+        if (norm_at != SIZE_MAX && op->kind != STK_OP_RANDOM_HORIZONTAL_FLIP) {
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu] (%s): Normalize (ops[%zu]) must come last (only "
+                                     "RandomHorizontalFlip may follow it)",
+                                     i, op_names[op->kind], norm_at);
+            goto fail;
+        }
+        switch (op->kind) {
+        case STK_OP_RANDOM_RESIZED_CROP:
+        case STK_OP_CENTER_CROP:
+            oh = op->size[0];
+            ow = op->size[1];
+            break;
+        case STK_OP_RESIZE:
+            oh = op->size[1] ? op->size[0] : 0;
+            ow = op->size[1];
+            break;
+        case STK_OP_COLOR_JITTER:
+            if (op->brightness != 0 || op->contrast != 0 || op->saturation != 0 || op->hue != 0)
+                t->jitter = true;
+            break;
+        case STK_OP_NORMALIZE:
+            norm_at = i;
+            t->normalize = true;
+            memcpy(t->mean, op->mean, sizeof(t->mean));
+            memcpy(t->std, op->std, sizeof(t->std));
+            break;
+        default: break;
+        }
+    }
+    if (oh == 0 || ow == 0) {
+        rc = stk__set_last_error(STK_EINVAL,
+                                 "the output size is not fixed: end the geometric ops with "
+                                 "RandomResizedCrop, CenterCrop or Resize((h, w))");
+        goto fail;
+    }
+    if (t->normalize && t->dtype == STK_DTYPE_UINT8) {
+        rc = stk__set_last_error(STK_EINVAL, "ops[%zu] (Normalize): needs a float output dtype, "
+                                             "not uint8",
+                                 norm_at);
+        goto fail;
+    }
+    t->out_h = (uint32_t)oh;
+    t->out_w = (uint32_t)ow;
+    *out = t;
+    return STK_OK;
+fail:
+    stk__free(t);
+    return rc;
+}
+
+stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **out)
+{
+    stk_op ops[3];
+    stk_transform_opts o;
+    stk_transform_opts_init(&o);
+    o.exact = exact;
+    o.ops = ops;
+    o.n_ops = 3;
+    if (out)
+        *out = NULL;
+    if (name && strcmp(name, "imagenet-train") == 0) {
+        stk_op_init(&ops[0], STK_OP_RANDOM_RESIZED_CROP);
+        stk_op_init(&ops[1], STK_OP_RANDOM_HORIZONTAL_FLIP);
+    } else if (name && strcmp(name, "imagenet-val") == 0) {
+        stk_op_init(&ops[0], STK_OP_RESIZE);
+        stk_op_init(&ops[1], STK_OP_CENTER_CROP);
+    } else {
+        return stk__set_last_error(STK_EINVAL,
+                                   "unknown transform recipe '%s' (known: imagenet-train, "
+                                   "imagenet-val)",
+                                   name ? name : "(null)");
+    }
+    stk_op_init(&ops[2], STK_OP_NORMALIZE);
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    memcpy(ops[2].mean, mean, sizeof(mean));
+    memcpy(ops[2].std, std, sizeof(std));
+    return stk_transform_create(&o, out);
+}
+
+void stk__transform_spec(const stk_transform *t, stk__tspec *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->dtype = t->dtype;
+    out->ndim = 3;
+    if (t->nhwc) {
+        out->shape[0] = t->out_h;
+        out->shape[1] = t->out_w;
+        out->shape[2] = 3;
+    } else {
+        out->shape[0] = 3;
+        out->shape[1] = t->out_h;
+        out->shape[2] = t->out_w;
+    }
+}
+
+void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *ndim,
+                          int64_t shape[STK_MAX_DIMS])
+{
+    stk__tspec s;
+    stk__transform_spec(t, &s);
+    if (dtype)
+        *dtype = s.dtype;
+    if (ndim)
+        *ndim = s.ndim;
+    if (shape)
+        memcpy(shape, s.shape, sizeof(s.shape));
+}
+
+void stk_transform_destroy(stk_transform *t)
+{
+    stk__free(t);
+}
+
+/* ---- per-sample plan ---- */
+
+/* Full-resolution window [*w0, *w1) an axis reads, for DCT denominator den; false when every
+ * output pixel is padding. */
+static bool axis_window(const stk__xaxis *a, int64_t full, uint32_t den, int64_t *w0, int64_t *w1)
+{
+    int64_t ulo = a->dir > 0 ? a->off : a->off - (a->n - 1), uhi = ulo + a->n - 1;
+    ulo = STK_MAX(ulo, 0);
+    uhi = STK_MIN(uhi, a->grid - 1);
+    if (ulo > uhi)
+        return false;
+    double scale = (a->c1 - a->c0) / (double)a->grid;
+    double clo = a->c0 + ((double)ulo + 0.5) * scale, chi = a->c0 + ((double)uhi + 0.5) * scale;
+    /* Filter support (in full-res pixels at this scale) plus a buffer pixel of slack. */
+    double sup = STK_MAX(scale, (double)den) + den + 1.0;
+    double lo = STK_MAX(STK_MAX(clo - sup, a->lim0), 0.0);
+    double hi = STK_MIN(STK_MIN(chi + sup, a->lim1), (double)full);
+    int64_t l = (int64_t)floor(lo), h = (int64_t)ceil(hi);
+    l = STK_MIN(STK_MAX(l, 0), full - 1);
+    h = STK_MIN(STK_MAX(h, l + 1), full);
+    *w0 = l;
+    *w1 = h;
+    return true;
+}
+
+void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, stk_rng *rng,
+                     stk__xplan *out)
+{
+    memset(out, 0, sizeof(*out));
+    stk__axis_init(&out->x, width);
+    stk__axis_init(&out->y, height);
+    for (size_t i = 0; i < t->n_ops; i++) {
+        const stk_op *op = &t->ops[i];
+        switch (op->kind) {
+        case STK_OP_RANDOM_RESIZED_CROP: {
+            stk__box b;
+            stk__rrc_box(rng, out->y.n, out->x.n, op->scale, op->ratio, &b);
+            if (!out->has_box) {
+                out->has_box = true;
+                out->box = b;
+            }
+            stk__axis_crop(&out->y, b.i, b.h);
+            stk__axis_crop(&out->x, b.j, b.w);
+            stk__axis_resize(&out->y, op->size[0]);
+            stk__axis_resize(&out->x, op->size[1]);
+            break;
+        }
+        case STK_OP_RESIZE: {
+            int64_t nh = op->size[0], nw = op->size[1];
+            if (nw == 0)
+                stk__resize_short(out->y.n, out->x.n, op->size[0], &nh, &nw);
+            stk__axis_resize(&out->y, nh);
+            stk__axis_resize(&out->x, nw);
+            break;
+        }
+        case STK_OP_CENTER_CROP:
+            stk__axis_center_crop(&out->y, op->size[0]);
+            stk__axis_center_crop(&out->x, op->size[1]);
+            break;
+        case STK_OP_RANDOM_HORIZONTAL_FLIP:
+            if (stk_rng_uniform(rng) < op->p) /* torch.rand(1) < p */
+                stk__axis_flip(&out->x);
+            break;
+        case STK_OP_COLOR_JITTER:
+            stk__jitter_draw(rng, op, &out->jitter[out->n_jitter++]);
+            break;
+        default: break;
+        }
+    }
+    out->flip = out->x.dir < 0;
+
+    /* DCT scale: the largest 1/den with den <= the downscale factor on both axes, so the decoded
+     * window keeps at least one pixel per output pixel. */
+    uint32_t den = 1;
+    if (!t->exact) {
+        double sx = (out->x.c1 - out->x.c0) / (double)out->x.grid;
+        double sy = (out->y.c1 - out->y.c0) / (double)out->y.grid;
+        double s = STK_MIN(sx, sy);
+        den = s >= 8.0 ? 8 : s >= 4.0 ? 4 : s >= 2.0 ? 2 : 1;
+    }
+    int64_t x0, x1, y0, y1;
+    out->decode = axis_window(&out->x, width, den, &x0, &x1) &&
+                  axis_window(&out->y, height, den, &y0, &y1);
+    if (!out->decode)
+        return;
+    out->den = den;
+    out->win_x = (uint32_t)x0;
+    out->win_y = (uint32_t)y0;
+    out->win_w = (uint32_t)(x1 - x0);
+    out->win_h = (uint32_t)(y1 - y0);
+    out->min_w = (out->win_w + den - 1) / den;
+    out->min_h = (out->win_h + den - 1) / den;
+}
+
+/* ---- workers ---- */
+
+/* Make the worker's uint8 image hold n bytes. */
+static bool img_reserve(stk__tworker *w, size_t n)
+{
+    if (n <= w->img_cap)
+        return true;
+    uint8_t *p = stk__realloc(w->img, n);
+    if (!p)
+        return false;
+    w->img = p;
+    w->img_cap = n;
+    return true;
+}
+
+stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **out)
+{
+    stk_status rc = STK_OK;
+    *out = NULL;
+    stk__tworker *w = stk__calloc(1, sizeof(*w));
+    if (!w)
+        return stk__set_last_error(STK_ENOMEM, "out of memory for a transform worker");
+    stk__clear_last_error();
+    rc = stk__decoder_create(t->max_pixels, &w->dec);
+    if (rc < 0) {
+        if (!stk_last_errmsg()[0])
+            stk__set_last_error(rc, "cannot create an image decoder: %s", stk_strerror(rc));
+        goto fail;
+    }
+    /* Size the output image now so that the first sample does not allocate it. */
+    if (!img_reserve(w, (size_t)t->out_w * t->out_h * 3)) {
+        rc = stk__set_last_error(STK_ENOMEM, "out of memory for a transform worker image");
+        goto fail;
+    }
+    *out = w;
+    return STK_OK;
+fail:
+    stk__transform_worker_destroy(w);
+    return rc;
+}
+
+void stk__transform_worker_destroy(stk__tworker *w)
+{
+    if (!w)
+        return;
+    stk__decoder_destroy(w->dec);
+    stk__rscratch_free(&w->rs);
+    stk__free(w->img);
+    stk__free(w);
+}
+
+const stk__xtimes *stk__transform_worker_times(const stk__tworker *w)
+{
+    return &w->times;
+}
+
+stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
+                             const stk__decoded *src, void *dst, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    size_t npix = (size_t)t->out_w * t->out_h;
+    uint64_t t0 = stk__now_ns();
+    /* uint8 HWC output is the resampled image itself: resample (and jitter) in place. */
+    uint8_t *img = t->dtype == STK_DTYPE_UINT8 && t->nhwc ? dst : NULL;
+    if (!img) {
+        if (!img_reserve(w, npix * 3)) {
+            rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory for the output image");
+            goto fail;
+        }
+        img = w->img;
+    }
+    STK_TRY(stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)t->out_w * 3, err,
+                          err_size));
+    uint64_t t1 = stk__now_ns();
+    for (uint32_t i = 0; i < plan->n_jitter; i++)
+        stk__jitter_apply(img, npix, &plan->jitter[i]);
+    uint64_t t2 = stk__now_ns();
+    stk__store(t, img, t->out_w, t->out_h, dst);
+    uint64_t t3 = stk__now_ns();
+    w->times.resize_ns += t1 - t0;
+    w->times.jitter_ns += t2 - t1;
+    w->times.store_ns += t3 - t2;
+    return STK_OK;
+fail:
+    return rc;
+}
+
+stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
+                                size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    stk__imginfo info;
+    stk__xplan plan;
+    stk__decoded dec;
+    uint64_t t0 = stk__now_ns();
+    STK_TRY(stk__image_probe(w->dec, src, size, &info, err, err_size));
+    stk__xform_plan(t, info.width, info.height, rng, &plan);
+    uint64_t t1 = stk__now_ns();
+    if (plan.decode) {
+        STK_TRY(stk__image_decode(w->dec, src, size, &info, plan.win_x, plan.win_y, plan.win_w,
+                                  plan.win_h, plan.min_w, plan.min_h, &dec, err, err_size));
+    } else { /* all padding: nothing to decode, every pixel comes out 0 */
+        memset(&dec, 0, sizeof(dec));
+        dec.scale_x = dec.scale_y = 1.0;
+    }
+    uint64_t t2 = stk__now_ns();
+    w->times.probe_ns += t1 - t0;
+    w->times.decode_ns += t2 - t1;
+    STK_TRY(stk__xform_render(t, w, &plan, &dec, dst, err, err_size));
+    w->times.samples++;
+    return STK_OK;
+fail:
+    return rc;
+}

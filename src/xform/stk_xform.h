@@ -1,0 +1,198 @@
+/*
+ * stk_xform.h: internal interfaces of the image pipeline (src/xform).
+ *
+ * A transform is compiled once (stk_transform, immutable, shared by all workers) and applied per
+ * sample in three steps:
+ *  1. plan   (stk_transform.c, stk_crop.c): from the image size and the sample's random stream,
+ *            fold the geometric ops (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip)
+ *            into one resample per axis (stk__xaxis), draw the flip and ColorJitter parameters,
+ *            and choose the window and DCT scale to decode;
+ *  2. decode (src/decode): only that window, at that scale;
+ *  3. render (stk_resize.c, stk_color.c, stk_normalize.c): resample the decoded buffer straight
+ *            to the output size (flip included), jitter, then convert and store into the batch.
+ *
+ * Geometry model (one axis). The resample maps a "grid" of `grid` pixels onto the full-resolution
+ * interval [c0, c1): grid pixel u has its centre at c0 + (u + 0.5) * (c1 - c0) / grid, exactly as
+ * PIL (and torchvision's antialiased resize) place output pixels. Filter taps are clipped to
+ * [lim0, lim1), the extent of the image the resize op saw (the crop box for RandomResizedCrop, the
+ * whole image for Resize), again as PIL does. Output pixel x (0..n-1) is grid pixel off + dir * x
+ * (dir = -1 after an odd number of flips); grid pixels outside [0, grid) are padding (zero), which
+ * is how a CenterCrop larger than its input behaves in torchvision.
+ */
+#ifndef STK_XFORM_H
+#define STK_XFORM_H
+
+#include "decode/stk_decode.h"
+#include "stk_internal.h"
+
+#define STK__XF_MAX_OPS 16      /* ops per transform */
+#define STK__XF_MAX_SIZE 16384  /* largest output (and op) height or width */
+
+/* A compiled transform. Immutable after stk_transform_create. */
+struct stk_transform {
+    stk_op ops[STK__XF_MAX_OPS];
+    size_t n_ops;
+    stk_dtype dtype;
+    bool nhwc;
+    bool exact;
+    uint64_t max_pixels;
+    uint32_t out_w, out_h;  /* output size, fixed by the ops */
+    bool normalize;         /* a Normalize op is present */
+    float mean[3], std[3];  /* its parameters (float32, as torchvision's tensors) */
+    bool jitter;            /* at least one ColorJitter op with an effect */
+};
+
+/* ---- geometry (stk_crop.c) ---- */
+
+/* One axis of a sample's geometry (see the top of this file). */
+typedef struct stk__xaxis {
+    double c0, c1;     /* the grid spans [c0, c1) in full-resolution pixels */
+    double lim0, lim1; /* taps are clipped to [lim0, lim1) */
+    int64_t grid;      /* grid pixels */
+    int64_t off;       /* grid pixel of output pixel 0 */
+    int dir;           /* +1, or -1 when mirrored */
+    int64_t n;         /* current size; the output size once the plan is complete */
+} stk__xaxis;
+
+/* A RandomResizedCrop box, as torchvision's get_params returns it: top i, left j, h, w. */
+typedef struct stk__box {
+    int64_t i, j, h, w;
+    bool fallback; /* none of the 10 tries fitted: central crop */
+} stk__box;
+
+/* Start an axis on an image of `size` pixels. */
+void stk__axis_init(stk__xaxis *a, int64_t size);
+/* Crop m pixels starting at current pixel c (c < 0 or c + m > n pads with zeros). */
+void stk__axis_crop(stk__xaxis *a, int64_t c, int64_t m);
+/* Mirror the current image. */
+void stk__axis_flip(stk__xaxis *a);
+/* Resize the current image to m pixels (antialiased bilinear; a no-op when m == n). */
+void stk__axis_resize(stk__xaxis *a, int64_t m);
+/* CenterCrop to m pixels: torchvision's offset int(round((n - m) / 2.0)) (Python rounds half to
+ * even), or zero padding split as (m - n) // 2 before when m > n. */
+void stk__axis_center_crop(stk__xaxis *a, int64_t m);
+
+/* Uniform integer in [0, n) (torch.randint(0, n)); 0 when n <= 1. Unbiased (Lemire). */
+uint64_t stk__rng_below(stk_rng *rng, uint64_t n);
+/* Uniform double in [a, b). */
+double stk__rng_range(stk_rng *rng, double a, double b);
+
+/* torchvision's RandomResizedCrop.get_params on a height x width image: 10 tries of
+ * area = H*W*U(scale), log-uniform aspect in ratio, w = round(sqrt(area*r)), h = round(sqrt(area/r)),
+ * accepted when 0 < w <= W and 0 < h <= H, then i = randint(0, H-h+1), j = randint(0, W-w+1);
+ * otherwise the central crop clamped to the ratio range. Draws 2 uniforms per try, then 2 bounded
+ * integers on success. */
+void stk__rrc_box(stk_rng *rng, int64_t height, int64_t width, const double scale[2],
+                  const double ratio[2], stk__box *out);
+
+/* torchvision's _compute_resized_output_size for Resize(short) on an h x w image (no max_size). */
+void stk__resize_short(int64_t h, int64_t w, int64_t short_side, int64_t *out_h, int64_t *out_w);
+
+/* ---- colour (stk_color.c) ---- */
+
+enum { STK__JIT_BRIGHTNESS = 0, STK__JIT_CONTRAST = 1, STK__JIT_SATURATION = 2, STK__JIT_HUE = 3 };
+
+/* One ColorJitter draw: the order of the four adjustments (torch.randperm(4)) and their factors
+ * (applied only where on[k]). */
+typedef struct stk__jitter {
+    uint8_t order[4];
+    bool on[4];
+    double factor[4];
+} stk__jitter;
+
+/* Draw a ColorJitter op's parameters as torchvision's get_params: a random permutation of the four
+ * adjustments, then one uniform factor for each enabled one in the order brightness, contrast,
+ * saturation, hue. */
+void stk__jitter_draw(stk_rng *rng, const stk_op *op, stk__jitter *out);
+/* Apply the draw to an interleaved RGB uint8 image of npix pixels, in place. */
+void stk__jitter_apply(uint8_t *rgb, size_t npix, const stk__jitter *j);
+/* The single adjustments, as torchvision's functional_tensor on uint8 tensors. */
+void stk__adjust_brightness(uint8_t *rgb, size_t npix, double factor);
+void stk__adjust_contrast(uint8_t *rgb, size_t npix, double factor);
+void stk__adjust_saturation(uint8_t *rgb, size_t npix, double factor);
+void stk__adjust_hue(uint8_t *rgb, size_t npix, double factor);
+
+/* ---- per-sample plan (stk_transform.c) ---- */
+
+typedef struct stk__xplan {
+    stk__xaxis x, y;                      /* the output geometry */
+    bool has_box;                         /* a RandomResizedCrop drew `box` (the first one) */
+    stk__box box;
+    bool flip;                            /* the output is mirrored (x.dir < 0) */
+    uint32_t n_jitter;
+    stk__jitter jitter[STK__XF_MAX_OPS];  /* in op order */
+    bool decode;                          /* false when every output pixel is padding */
+    uint32_t win_x, win_y, win_w, win_h;  /* full-resolution window to decode */
+    uint32_t min_w, min_h;                /* decoded size wanted (sets the DCT scale) */
+    uint32_t den;                         /* DCT scale denominator asked for (1, 2, 4, 8) */
+} stk__xplan;
+
+/* Fold the ops over a width x height image, drawing randomness from rng in op order (each
+ * RandomResizedCrop: its box; each RandomHorizontalFlip: one uniform; each ColorJitter: its
+ * permutation and factors), and choose the decode window. */
+void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, stk_rng *rng,
+                     stk__xplan *out);
+
+/* ---- resampling (stk_resize.c) ---- */
+
+/* Tap table of one axis: output pixel i reads buffer pixels tmin[i] .. tmin[i] + tn[i] - 1 with
+ * weights w[i*k ...]. */
+typedef struct stk__taps {
+    int32_t *tmin, *tn;
+    float *w;
+    size_t cap_i, cap_w; /* capacity in entries / weights */
+} stk__taps;
+
+/* Per-worker scratch of the resampler: tap tables and one float row; grown, never shrunk. */
+typedef struct stk__rscratch {
+    stk__taps x, y;
+    float *row; /* vertical-pass result for one output row */
+    size_t cap_row;
+} stk__rscratch;
+
+void stk__rscratch_free(stk__rscratch *s);
+
+/* Resample `src` (a decoded window with its map to full resolution) to x.n by y.n RGB pixels at
+ * the positions the axes give, writing interleaved uint8 rows of `dst_stride` bytes. Antialiased
+ * bilinear (PIL's triangle filter, support scaled by the downscale factor); padding pixels are 0.
+ * @return STK_OK or STK_ENOMEM (scratch growth; message in err). */
+stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__xaxis *x,
+                         const stk__xaxis *y, uint8_t *dst, size_t dst_stride, char *err,
+                         size_t err_size);
+
+/* ---- conversion and store (stk_normalize.c) ---- */
+
+/* IEEE binary16 and bfloat16 from float, round to nearest even (NaN stays NaN, quiet). */
+uint16_t stk__f32_to_f16(float f);
+uint16_t stk__f32_to_bf16(float f);
+float stk__f16_to_f32(uint16_t h);
+
+/* Convert an interleaved RGB uint8 image (w x h, tightly packed) to the transform's output dtype
+ * and layout at dst: x / 255 as float32, then (v - mean) / std when normalising, then rounded
+ * to the dtype; uint8 is copied (NHWC) or split into planes (NCHW). */
+void stk__store(const stk_transform *t, const uint8_t *rgb, uint32_t w, uint32_t h, void *dst);
+
+/* ---- worker and rendering (stk_transform.c) ---- */
+
+/* Nanoseconds spent per stage by one worker (cumulative; for profiling and `stoker doctor`). */
+typedef struct stk__xtimes {
+    uint64_t samples;
+    uint64_t probe_ns, decode_ns, resize_ns, jitter_ns, store_ns;
+} stk__xtimes;
+
+struct stk__tworker {
+    stk__decoder *dec;
+    stk__rscratch rs;
+    uint8_t *img; /* the uint8 output image before conversion */
+    size_t img_cap;
+    stk__xtimes times;
+};
+
+/* Steps 3 of the pipeline: resample `src` per the plan, jitter, store into dst. */
+stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
+                             const stk__decoded *src, void *dst, char *err, size_t err_size);
+
+/* Stage timings of a worker. */
+const stk__xtimes *stk__transform_worker_times(const stk__tworker *w);
+
+#endif /* STK_XFORM_H */

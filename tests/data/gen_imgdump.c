@@ -1,0 +1,335 @@
+/*
+ * gen_imgdump.c: apply a stoker transform to image files and dump the raw output, for the
+ * comparison tests against torchvision (python/tests/test_xform_vs_torchvision.py) and for
+ * profiling the image pipeline.
+ *
+ *   gen_imgdump [--recipe NAME | --ops SPEC] [--dtype T] [--nhwc] [--exact]
+ *               [--seed S] [--epoch E] [--index I] [--plan] IMAGE OUT
+ *       Apply the transform to IMAGE as sample (S, E, I) and write the output tensor's raw bytes
+ *       to OUT. --plan prints the sample's plan as one JSON line (image size, RandomResizedCrop
+ *       box, flip, decode window and DCT denominator, ColorJitter draws).
+ *   gen_imgdump ... --bench N IMAGE...
+ *       Apply the transform N times over the images (indices 0..N-1 round robin) and print the
+ *       per-stage time and images/s.
+ *   gen_imgdump --boxes H W N [--scale A,B] [--ratio A,B] [--seed S]
+ *       Print N RandomResizedCrop boxes "i j h w fallback" for an H x W image, sample k drawn
+ *       from the stream (S, 0, k) exactly as the transform draws it.
+ *
+ * SPEC is a list of ops separated by spaces or '+':
+ *   rrc:H[,W[,S0,S1[,R0,R1]]]  resize:H[,W]  ccrop:H[,W]  flip:P  jitter:B,C,S,H
+ *   norm[:imagenet | :M0,M1,M2,S0,S1,S2]
+ */
+#include "xform/stk_xform.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gen_imgdump: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(2);
+}
+
+/* Parse up to max comma-separated numbers from s; returns the count. */
+static int numbers(const char *s, double *v, int max)
+{
+    int n = 0;
+    while (s && *s && n < max) {
+        char *end;
+        v[n++] = strtod(s, &end);
+        if (end == s)
+            die("bad number in '%s'", s);
+        s = *end == ',' ? end + 1 : NULL;
+    }
+    return n;
+}
+
+/* Parse one op token into op; returns false for an unknown name. */
+static bool parse_op(const char *tok, stk_op *op)
+{
+    const char *colon = strchr(tok, ':');
+    size_t nlen = colon ? (size_t)(colon - tok) : strlen(tok);
+    const char *args = colon ? colon + 1 : NULL;
+    double v[8] = {0};
+    int n = 0;
+#define IS(name) (nlen == strlen(name) && strncmp(tok, name, nlen) == 0)
+    if (IS("rrc")) {
+        stk_op_init(op, STK_OP_RANDOM_RESIZED_CROP);
+        n = numbers(args, v, 6);
+        op->size[0] = (int64_t)v[0];
+        op->size[1] = n > 1 ? (int64_t)v[1] : op->size[0];
+        if (n > 3) {
+            op->scale[0] = v[2];
+            op->scale[1] = v[3];
+        }
+        if (n > 5) {
+            op->ratio[0] = v[4];
+            op->ratio[1] = v[5];
+        }
+    } else if (IS("resize")) {
+        stk_op_init(op, STK_OP_RESIZE);
+        n = numbers(args, v, 2);
+        op->size[0] = (int64_t)v[0];
+        op->size[1] = n > 1 ? (int64_t)v[1] : 0;
+    } else if (IS("ccrop")) {
+        stk_op_init(op, STK_OP_CENTER_CROP);
+        n = numbers(args, v, 2);
+        op->size[0] = (int64_t)v[0];
+        op->size[1] = n > 1 ? (int64_t)v[1] : op->size[0];
+    } else if (IS("flip")) {
+        stk_op_init(op, STK_OP_RANDOM_HORIZONTAL_FLIP);
+        if (numbers(args, v, 1) == 1)
+            op->p = v[0];
+    } else if (IS("jitter")) {
+        stk_op_init(op, STK_OP_COLOR_JITTER);
+        numbers(args, v, 4);
+        op->brightness = v[0];
+        op->contrast = v[1];
+        op->saturation = v[2];
+        op->hue = v[3];
+    } else if (IS("norm")) {
+        stk_op_init(op, STK_OP_NORMALIZE);
+        if (args && strcmp(args, "imagenet") == 0) {
+            const float m[3] = {0.485f, 0.456f, 0.406f}, s[3] = {0.229f, 0.224f, 0.225f};
+            memcpy(op->mean, m, sizeof(m));
+            memcpy(op->std, s, sizeof(s));
+        } else if (args) {
+            if (numbers(args, v, 6) != 6)
+                die("norm needs 6 numbers: '%s'", args);
+            for (int c = 0; c < 3; c++) {
+                op->mean[c] = (float)v[c];
+                op->std[c] = (float)v[3 + c];
+            }
+        }
+    } else {
+        return false;
+    }
+#undef IS
+    return true;
+}
+
+static stk_dtype parse_dtype(const char *s)
+{
+    if (strcmp(s, "uint8") == 0)
+        return STK_DTYPE_UINT8;
+    if (strcmp(s, "float32") == 0)
+        return STK_DTYPE_FLOAT32;
+    if (strcmp(s, "float16") == 0)
+        return STK_DTYPE_FLOAT16;
+    if (strcmp(s, "bfloat16") == 0)
+        return STK_DTYPE_BFLOAT16;
+    die("unknown dtype '%s'", s);
+}
+
+static uint8_t *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        die("cannot open '%s'", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n)
+        die("cannot read '%s'", path);
+    fclose(f);
+    *size = (size_t)n;
+    return buf;
+}
+
+/* Print the plan of sample rng (a copy: the caller's stream is not advanced) as JSON. */
+static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *img, size_t size,
+                       stk_rng rng)
+{
+    stk__imginfo info;
+    char err[STK_ERRMSG_SIZE];
+    if (stk__image_probe(w->dec, img, size, &info, err, sizeof(err)) < 0)
+        die("probe failed: %s", err);
+    stk__xplan p;
+    stk__xform_plan(t, info.width, info.height, &rng, &p);
+    printf("{\"width\": %u, \"height\": %u, \"box\": [%lld, %lld, %lld, %lld], \"fallback\": %d, "
+           "\"has_box\": %d, \"flip\": %d, \"decode\": %d, \"den\": %u, "
+           "\"win\": [%u, %u, %u, %u], \"jitter\": [",
+           info.width, info.height, (long long)p.box.i, (long long)p.box.j, (long long)p.box.h,
+           (long long)p.box.w, p.box.fallback, p.has_box, p.flip, p.decode, p.den, p.win_x,
+           p.win_y, p.win_w, p.win_h);
+    for (uint32_t k = 0; k < p.n_jitter; k++) {
+        const stk__jitter *j = &p.jitter[k];
+        printf("%s{\"order\": [%d, %d, %d, %d], \"on\": [%d, %d, %d, %d], "
+               "\"factor\": [%.17g, %.17g, %.17g, %.17g]}",
+               k ? ", " : "", j->order[0], j->order[1], j->order[2], j->order[3], j->on[0],
+               j->on[1], j->on[2], j->on[3], j->factor[0], j->factor[1], j->factor[2],
+               j->factor[3]);
+    }
+    printf("]}\n");
+}
+
+static int boxes(int argc, char **argv)
+{
+    long long h = 0, w = 0, n = 0;
+    unsigned long long seed = 0;
+    double scale[2] = {0.08, 1.0}, ratio[2] = {3.0 / 4.0, 4.0 / 3.0};
+    int pos = 0;
+    for (int i = 2; i < argc; i++) {
+        if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc)
+            numbers(argv[++i], scale, 2);
+        else if (strcmp(argv[i], "--ratio") == 0 && i + 1 < argc)
+            numbers(argv[++i], ratio, 2);
+        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (pos == 0 && ++pos)
+            h = atoll(argv[i]);
+        else if (pos == 1 && ++pos)
+            w = atoll(argv[i]);
+        else if (pos == 2 && ++pos)
+            n = atoll(argv[i]);
+        else
+            die("unexpected argument '%s'", argv[i]);
+    }
+    if (h < 1 || w < 1 || n < 1)
+        die("usage: --boxes H W N [--scale A,B] [--ratio A,B] [--seed S]");
+    for (long long k = 0; k < n; k++) {
+        stk_rng rng;
+        stk__box b;
+        stk_rng_init(&rng, seed, 0, (uint64_t)k);
+        stk__rrc_box(&rng, h, w, scale, ratio, &b);
+        printf("%lld %lld %lld %lld %d\n", (long long)b.i, (long long)b.j, (long long)b.h,
+               (long long)b.w, b.fallback);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--boxes") == 0)
+        return boxes(argc, argv);
+    const char *recipe = NULL, *spec = NULL, *dtype = NULL;
+    bool nhwc = false, exact = false, plan = false;
+    unsigned long long seed = 0, epoch = 0, index = 0;
+    long bench = 0;
+    const char *files[4096];
+    int n_files = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool more = i + 1 < argc;
+        if (strcmp(a, "--recipe") == 0 && more)
+            recipe = argv[++i];
+        else if (strcmp(a, "--ops") == 0 && more)
+            spec = argv[++i];
+        else if (strcmp(a, "--dtype") == 0 && more)
+            dtype = argv[++i];
+        else if (strcmp(a, "--seed") == 0 && more)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(a, "--epoch") == 0 && more)
+            epoch = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(a, "--index") == 0 && more)
+            index = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(a, "--bench") == 0 && more)
+            bench = atol(argv[++i]);
+        else if (strcmp(a, "--nhwc") == 0)
+            nhwc = true;
+        else if (strcmp(a, "--exact") == 0)
+            exact = true;
+        else if (strcmp(a, "--plan") == 0)
+            plan = true;
+        else if (a[0] == '-' && a[1] == '-')
+            die("unknown option '%s'", a);
+        else if (n_files < 4096)
+            files[n_files++] = a;
+    }
+    if (n_files < (bench ? 1 : 2) || (!recipe && !spec))
+        die("usage: gen_imgdump (--recipe NAME | --ops SPEC) [options] IMAGE OUT");
+
+    stk_transform *t = NULL;
+    stk_op ops[STK__XF_MAX_OPS + 1];
+    size_t n_ops = 0;
+    if (spec) {
+        char *copy = strdup(spec), *save = NULL;
+        for (char *tok = strtok_r(copy, " +", &save); tok; tok = strtok_r(NULL, " +", &save)) {
+            if (n_ops > STK__XF_MAX_OPS)
+                die("too many ops in '%s'", spec);
+            if (!parse_op(tok, &ops[n_ops++]))
+                die("unknown op '%s'", tok);
+        }
+        free(copy);
+    } else { /* a recipe, but with the dtype/layout overridable */
+        stk_transform *r;
+        if (stk_transform_recipe(recipe, exact, &r) < 0)
+            die("%s", stk_last_errmsg());
+        n_ops = r->n_ops;
+        memcpy(ops, r->ops, n_ops * sizeof(stk_op));
+        stk_transform_destroy(r);
+    }
+    stk_transform_opts o;
+    stk_transform_opts_init(&o);
+    o.ops = ops;
+    o.n_ops = n_ops;
+    o.exact = exact;
+    o.nhwc = nhwc;
+    if (dtype)
+        o.dtype = parse_dtype(dtype);
+    if (stk_transform_create(&o, &t) < 0)
+        die("%s", stk_last_errmsg());
+    stk__tworker *w;
+    if (stk__transform_worker_create(t, &w) < 0)
+        die("%s", stk_last_errmsg());
+    stk_dtype dt;
+    uint32_t ndim;
+    int64_t shape[STK_MAX_DIMS];
+    stk_transform_output(t, &dt, &ndim, shape);
+    size_t out_size = stk_dtype_size(dt) * (size_t)(shape[0] * shape[1] * shape[2]);
+    uint8_t *out = malloc(out_size);
+    char err[STK_ERRMSG_SIZE];
+
+    if (bench) {
+        uint8_t **imgs = malloc(sizeof(*imgs) * (size_t)n_files);
+        size_t *sizes = malloc(sizeof(*sizes) * (size_t)n_files);
+        for (int k = 0; k < n_files; k++)
+            imgs[k] = read_file(files[k], &sizes[k]);
+        uint64_t t0 = stk__now_ns();
+        for (long k = 0; k < bench; k++) {
+            stk_rng rng;
+            stk_rng_init(&rng, seed, epoch, (uint64_t)k);
+            int f = (int)(k % n_files);
+            if (stk__transform_apply(t, w, imgs[f], sizes[f], &rng, out, err, sizeof(err)) < 0)
+                die("apply failed: %s", err);
+        }
+        double secs = (double)(stk__now_ns() - t0) / 1e9;
+        const stk__xtimes *tm = stk__transform_worker_times(w);
+        double n = (double)tm->samples;
+        printf("{\"samples\": %.0f, \"seconds\": %.4f, \"img_per_s\": %.1f, \"us_per_img\": "
+               "{\"probe\": %.1f, \"decode\": %.1f, \"resize\": %.1f, \"jitter\": %.1f, "
+               "\"store\": %.1f}}\n",
+               n, secs, n / secs, tm->probe_ns / n / 1e3, tm->decode_ns / n / 1e3,
+               tm->resize_ns / n / 1e3, tm->jitter_ns / n / 1e3, tm->store_ns / n / 1e3);
+        for (int k = 0; k < n_files; k++)
+            free(imgs[k]);
+        free(imgs);
+        free(sizes);
+    } else {
+        size_t size;
+        uint8_t *img = read_file(files[0], &size);
+        stk_rng rng;
+        stk_rng_init(&rng, seed, epoch, index);
+        if (plan)
+            print_plan(t, w, img, size, rng);
+        if (stk__transform_apply(t, w, img, size, &rng, out, err, sizeof(err)) < 0)
+            die("apply failed: %s", err);
+        FILE *f = fopen(files[1], "wb");
+        if (!f || fwrite(out, 1, out_size, f) != out_size || fclose(f) != 0)
+            die("cannot write '%s'", files[1]);
+        free(img);
+    }
+    free(out);
+    stk__transform_worker_destroy(w);
+    stk_transform_destroy(t);
+    return 0;
+}
