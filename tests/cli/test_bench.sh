@@ -1,0 +1,66 @@
+# test_bench.sh: `stoker bench` on a small packed dataset: the JSON contract of DESIGN.md
+# (samples_per_s, samples, seconds, threads), epochs and sample counts, the memcpy ceiling, and
+# bad arguments (exit 2 with a message) and bad data (exit 1 naming the file).
+# Run by scripts/run_cli_tests.sh in a fresh temp dir with $STOKER set.
+PY=/usr/bin/python3
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# expect CODE TEXT CMD...: CMD exits with CODE and its stdout or stderr contains TEXT.
+expect() {
+    local code=$1 text=$2 rc=0
+    shift 2
+    "$@" >out.txt 2>err.txt || rc=$?
+    [ "$rc" -eq "$code" ] || fail "$*: exit $rc, want $code; stderr: $(cat err.txt)"
+    grep -qF -- "$text" err.txt out.txt || fail "$*: output lacks '$text': $(cat out.txt err.txt)"
+}
+
+# 3 classes x 30 files of random bytes (pack stores files as they are).
+for c in a b c; do
+    mkdir -p src/$c
+    for i in $(seq 1 30); do head -c $((1000 + i * 37)) /dev/urandom > src/$c/$i.jpg; done
+done
+"$STOKER" pack --quiet src data.stk > /dev/null || fail "pack"
+
+# JSON: one object with the contract's keys; 90 records x 3 epochs = 270 samples.
+"$STOKER" bench data.stk --threads 2 --epochs 3 --batch-size 16 --json > b.json || fail "bench"
+$PY - <<'PYEOF' || fail "bench --json contents: $(cat b.json)"
+import json
+d = json.load(open("b.json"))
+assert d["samples"] == 270, d
+assert d["threads"] == 2, d
+assert d["samples_per_s"] > 0 and d["seconds"] > 0, d
+assert abs(d["samples_per_s"] - d["samples"] / d["seconds"]) < 0.01 * d["samples_per_s"], d
+assert d["bytes_per_s"] > 0 and d["first_batch_ms"] >= 0 and d["ring_mib"] > 0, d
+PYEOF
+
+# --max-samples stops early (at a batch boundary), shuffle runs, and the ceiling reports a ratio.
+"$STOKER" bench data.stk --threads 1 --batch-size 10 --max-samples 40 --shuffle --ceiling --json \
+    > c.json || fail "bench --ceiling"
+$PY - <<'PYEOF' || fail "bench --ceiling contents: $(cat c.json)"
+import json
+d = json.load(open("c.json"))
+assert d["samples"] == 40, d
+assert d["ceiling"]["kind"] == "memcpy" and d["ceiling"]["samples"] == 40, d
+assert d["ratio_to_ceiling"] > 0, d
+PYEOF
+
+# The human-readable table.
+expect 0 "samples/s" "$STOKER" bench data.stk --threads 1 --quiet
+expect 0 "usage: stoker bench" "$STOKER" bench --help
+
+# Bad arguments: exit 2 with a message naming the option.
+expect 2 "--threads" "$STOKER" bench data.stk --threads -1
+expect 2 "--batch-size" "$STOKER" bench data.stk --batch-size 0
+expect 2 "--epochs" "$STOKER" bench data.stk --epochs 0
+expect 2 "unknown recipe" "$STOKER" bench data.stk --recipe resnet
+expect 2 "no DATA" "$STOKER" bench
+expect 2 "--bogus" "$STOKER" bench data.stk --bogus
+
+# Bad data: exit 1 naming the file.
+expect 1 "missing.stk" "$STOKER" bench missing.stk
+head -c 1000 data.stk > cut.stk
+expect 1 "cut.stk" "$STOKER" bench cut.stk
+# The image recipes on records that are not images: an error naming shard and record.
+expect 1 "data.stk record" "$STOKER" bench data.stk --recipe imagenet-val --threads 1
+echo "bench: ok"
