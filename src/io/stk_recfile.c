@@ -53,15 +53,18 @@
 static uint64_t field_fixed_size(const stk_field *f)
 {
     switch (f->kind) {
-    case STK_FIELD_INT64: return 8;
-    case STK_FIELD_FLOAT32: return 4;
+    case STK_FIELD_INT64:
+        return 8;
+    case STK_FIELD_FLOAT32:
+        return 4;
     case STK_FIELD_ARRAY: {
         uint64_t n = stk_dtype_size(f->dtype);
         for (uint32_t d = 0; d < f->ndim; d++)
             n *= (uint64_t)f->shape[d]; /* validated: each dim <= 2^32, product checked below */
         return n;
     }
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -94,15 +97,16 @@ static bool field_valid(const stk_field *f, char *why, size_t why_size)
         return false;
     }
     if (f->ndim < 1 || f->ndim > STK_MAX_DIMS) {
-        snprintf(why, why_size, "field '%s': ndim %u not in 1..%d", f->name, f->ndim,
-                 STK_MAX_DIMS);
+        snprintf(why, why_size, "field '%s': ndim %u not in 1..%d", f->name, f->ndim, STK_MAX_DIMS);
         return false;
     }
     uint64_t n = stk_dtype_size(f->dtype);
     for (uint32_t d = 0; d < f->ndim; d++) {
         if (f->shape[d] < 1 || f->shape[d] > UINT32_MAX || n * (uint64_t)f->shape[d] > UINT32_MAX) {
-            snprintf(why, why_size, "field '%s': shape dimension %u is %lld (need 1.., total under "
-                     "4 GiB)", f->name, d, (long long)f->shape[d]);
+            snprintf(why, why_size,
+                     "field '%s': shape dimension %u is %lld (need 1.., total under "
+                     "4 GiB)",
+                     f->name, d, (long long)f->shape[d]);
             return false;
         }
         n *= (uint64_t)f->shape[d];
@@ -119,9 +123,15 @@ static stk_field field_canonical(const stk_field *f)
     memcpy(c.name, f->name, strnlen(f->name, STK_MAX_NAME - 1));
     c.kind = f->kind;
     switch (f->kind) {
-    case STK_FIELD_BYTES: c.dtype = STK_DTYPE_UINT8; break;
-    case STK_FIELD_INT64: c.dtype = STK_DTYPE_INT64; break;
-    case STK_FIELD_FLOAT32: c.dtype = STK_DTYPE_FLOAT32; break;
+    case STK_FIELD_BYTES:
+        c.dtype = STK_DTYPE_UINT8;
+        break;
+    case STK_FIELD_INT64:
+        c.dtype = STK_DTYPE_INT64;
+        break;
+    case STK_FIELD_FLOAT32:
+        c.dtype = STK_DTYPE_FLOAT32;
+        break;
     case STK_FIELD_ARRAY:
         c.dtype = f->dtype;
         c.ndim = f->ndim;
@@ -292,14 +302,16 @@ stk_status stk_writer_open(const char *path, const stk_writer_opts *opts, stk_wr
     if (!path || !*path || !opts || !out)
         return stk__set_last_error(STK_EINVAL, "stk_writer_open: NULL or empty argument");
     if (opts->struct_size < offsetof(stk_writer_opts, align) + sizeof(opts->align))
-        return stk__set_last_error(STK_EINVAL, "%s: stk_writer_opts not initialised "
-                                   "(call stk_writer_opts_init)", path);
+        return stk__set_last_error(STK_EINVAL,
+                                   "%s: stk_writer_opts not initialised "
+                                   "(call stk_writer_opts_init)",
+                                   path);
     if (!opts->fields || opts->n_fields < 1 || opts->n_fields > STK_MAX_FIELDS)
         return stk__set_last_error(STK_EINVAL, "%s: need 1..%d fields, got %zu", path,
                                    STK_MAX_FIELDS, opts->fields ? opts->n_fields : 0);
     if (opts->align == 0 || (opts->align & (opts->align - 1)) || opts->align > STK_FMT_MAX_ALIGN)
-        return stk__set_last_error(STK_EINVAL, "%s: align %u is not a power of two in 1..%u",
-                                   path, opts->align, STK_FMT_MAX_ALIGN);
+        return stk__set_last_error(STK_EINVAL, "%s: align %u is not a power of two in 1..%u", path,
+                                   opts->align, STK_FMT_MAX_ALIGN);
     const char *meta = opts->metadata_json ? opts->metadata_json : "{}";
     size_t meta_size = strlen(meta);
     if (meta_size > STK_FMT_MAX_META)
@@ -348,8 +360,8 @@ stk_status stk_writer_open(const char *path, const stk_writer_opts *opts, stk_wr
     hdr = stk__malloc(w->header_size);
     if (!hdr)
         STK_FAIL(w->err, STK_ENOMEM, "%s: out of memory", path);
-    header_encode(hdr, w->header_size, 0, w->data_offset, w->fields, w->n_fields, w->align,
-                  w->meta, w->meta_size);
+    header_encode(hdr, w->header_size, 0, w->data_offset, w->fields, w->n_fields, w->align, w->meta,
+                  w->meta_size);
     STK_TRY(wbuf_put(w, hdr, w->header_size));
     STK_TRY(wbuf_zero(w, w->data_offset - w->header_size));
     stk__free(hdr);
@@ -420,8 +432,7 @@ stk_status stk_writer_add(stk_writer *w, const stk_value *values)
         size_t cap = w->index_cap ? w->index_cap * 2 : 64 * esize;
         uint8_t *p = stk__realloc(w->index, cap);
         if (!p)
-            return stk__set_error(w->err, sizeof(w->err), STK_ENOMEM, "%s: out of memory",
-                                  w->path);
+            return stk__set_error(w->err, sizeof(w->err), STK_ENOMEM, "%s: out of memory", w->path);
         w->index = p;
         w->index_cap = cap;
     }
@@ -610,8 +621,8 @@ static stk_status pread_full(int fd, void *buf, size_t size, uint64_t off, const
             return stk__set_last_error(STK_EIO, "%s: cannot read %s: %s", path, what,
                                        strerror(errno));
         if (n == 0)
-            return stk__set_last_error(STK_EFORMAT, "%s: truncated shard (end of file in %s)",
-                                       path, what);
+            return stk__set_last_error(STK_EFORMAT, "%s: truncated shard (end of file in %s)", path,
+                                       what);
         p += n;
         size -= (size_t)n;
         off += (uint64_t)n;
@@ -642,8 +653,7 @@ static stk_status header_parse(shard *s, const uint8_t *h, uint64_t header_size)
     const char *p = s->path;
     if (s->n_fields < 1 || s->n_fields > STK_MAX_FIELDS)
         return stk__set_last_error(STK_EFORMAT, "%s: corrupt header (%u fields)", p, s->n_fields);
-    if (meta_size > STK_FMT_MAX_META ||
-        stk__fmt_header_size(s->n_fields, meta_size) != header_size)
+    if (meta_size > STK_FMT_MAX_META || stk__fmt_header_size(s->n_fields, meta_size) != header_size)
         return stk__set_last_error(STK_EFORMAT, "%s: corrupt header (size mismatch)", p);
     if (align == 0 || (align & (align - 1)) || align > STK_FMT_MAX_ALIGN ||
         s->data_offset % align || s->data_offset < header_size)
@@ -713,8 +723,10 @@ static stk_status index_validate(shard *s, const uint8_t *idx)
         seen_record = STK_MAX(seen_record, size);
     }
     if (seen_record != s->max_record || memcmp(seen, s->field_max, 8 * s->n_fields) != 0)
-        return stk__set_last_error(STK_EFORMAT, "%s: corrupt index (field maxima disagree with "
-                                   "the entries)", p);
+        return stk__set_last_error(STK_EFORMAT,
+                                   "%s: corrupt index (field maxima disagree with "
+                                   "the entries)",
+                                   p);
     return STK_OK;
 }
 
@@ -746,27 +758,37 @@ static stk_status shard_open(shard *s, const char *path)
     if (memcmp(fixed, STK_FMT_MAGIC, STK_MIN(head, STK_FMT_MAGIC_SIZE)) != 0)
         return stk__set_last_error(STK_EFORMAT, "%s: bad magic (not a .stk shard)", path);
     if (head < STK_FMT_H_VERSION + 4)
-        return stk__set_last_error(STK_EFORMAT, "%s: truncated or incomplete shard (footer "
-                                   "missing)", path);
+        return stk__set_last_error(STK_EFORMAT,
+                                   "%s: truncated or incomplete shard (footer "
+                                   "missing)",
+                                   path);
     s->version = stk__ld32(fixed + STK_FMT_H_VERSION);
     if (s->version > STK_FMT_VERSION)
-        return stk__set_last_error(STK_ENOTSUP, "%s: format version %u is newer than this stoker "
-                                   "(reads %u)", path, s->version, STK_FMT_VERSION);
+        return stk__set_last_error(STK_ENOTSUP,
+                                   "%s: format version %u is newer than this stoker "
+                                   "(reads %u)",
+                                   path, s->version, STK_FMT_VERSION);
     if (s->version == 0)
         return stk__set_last_error(STK_EFORMAT, "%s: corrupt header (format version 0)", path);
 
     /* Footer: present and intact, else the file is truncated or was never finished. */
     if (s->file_size < STK_FMT_H_FIXED + 8 + STK_FMT_FOOTER_SIZE)
-        return stk__set_last_error(STK_EFORMAT, "%s: truncated or incomplete shard (footer "
-                                   "missing)", path);
+        return stk__set_last_error(STK_EFORMAT,
+                                   "%s: truncated or incomplete shard (footer "
+                                   "missing)",
+                                   path);
     STK_TRY(pread_full(s->fd, foot, sizeof(foot), s->file_size - sizeof(foot), path, "footer"));
     if (memcmp(foot + STK_FMT_T_MAGIC, STK_FMT_FOOTER_MAGIC, 8) != 0)
-        return stk__set_last_error(STK_EFORMAT, "%s: truncated or incomplete shard (footer "
-                                   "missing)", path);
+        return stk__set_last_error(STK_EFORMAT,
+                                   "%s: truncated or incomplete shard (footer "
+                                   "missing)",
+                                   path);
     if (XXH3_64bits(foot, STK_FMT_T_SUM) != stk__ld64(foot + STK_FMT_T_SUM) ||
         stk__ld32(foot + STK_FMT_T_VERSION) != s->version)
-        return stk__set_last_error(STK_EFORMAT, "%s: truncated or incomplete shard (footer "
-                                   "damaged: checksum mismatch)", path);
+        return stk__set_last_error(STK_EFORMAT,
+                                   "%s: truncated or incomplete shard (footer "
+                                   "damaged: checksum mismatch)",
+                                   path);
 
     /* Header: its size bounds everything else, its checksum must match the footer's copy. */
     uint64_t header_size = stk__ld32(fixed + STK_FMT_H_HEADER_SIZE);
@@ -784,8 +806,7 @@ static stk_status shard_open(shard *s, const char *path)
         STK_FAIL_LAST(STK_EFORMAT, "%s: corrupt header (checksum mismatch)", path);
     STK_TRY(header_parse(s, hdr, header_size));
     if (stk__ld64(foot + STK_FMT_T_COUNT) != s->count)
-        STK_FAIL_LAST(STK_EFORMAT, "%s: corrupt footer (record count disagrees with header)",
-                      path);
+        STK_FAIL_LAST(STK_EFORMAT, "%s: corrupt footer (record count disagrees with header)", path);
 
     /* Index region: exactly between the data region and the footer, sized by the count. */
     s->index_offset = stk__ld64(foot + STK_FMT_T_INDEX_OFFSET);
@@ -796,9 +817,11 @@ static stk_status shard_open(shard *s, const char *path)
         index_size != avail - s->index_offset || index_size < ifixed ||
         (index_size - ifixed) / s->entry_size != s->count ||
         (index_size - ifixed) % s->entry_size != 0)
-        STK_FAIL_LAST(STK_EFORMAT, "%s: corrupt footer (index at %llu, %llu bytes, for %llu "
-                      "records)", path, (unsigned long long)s->index_offset,
-                      (unsigned long long)index_size, (unsigned long long)s->count);
+        STK_FAIL_LAST(STK_EFORMAT,
+                      "%s: corrupt footer (index at %llu, %llu bytes, for %llu "
+                      "records)",
+                      path, (unsigned long long)s->index_offset, (unsigned long long)index_size,
+                      (unsigned long long)s->count);
     long page = sysconf(_SC_PAGESIZE);
     uint64_t map_off = s->index_offset & ~(uint64_t)(page - 1);
     s->map_size = (size_t)(avail - map_off);
@@ -980,8 +1003,10 @@ stk_status stk_dataset_open(const char *const *paths, size_t n_paths, unsigned f
         for (uint32_t f = 0; same && f < s->n_fields; f++)
             same = field_equal(&s->fields[f], &s0->fields[f]);
         if (!same)
-            STK_FAIL_LAST(STK_EINVAL, "%s: schema differs from %s (all shards of a dataset must "
-                          "have the same fields)", s->path, s0->path);
+            STK_FAIL_LAST(STK_EINVAL,
+                          "%s: schema differs from %s (all shards of a dataset must "
+                          "have the same fields)",
+                          s->path, s0->path);
         if (s->count > UINT64_MAX - ds->count)
             STK_FAIL_LAST(STK_ELIMIT, "%s: too many records", s->path);
         s->first = ds->count;
@@ -1091,9 +1116,10 @@ stk_status stk__dataset_locate(const stk_dataset *ds, uint64_t index, stk__reclo
                                size_t err_size)
 {
     if (!ds || index >= ds->count)
-        return stk__set_error(err, err_size, STK_EINVAL, "record %llu out of range (dataset has "
-                              "%llu records)", (unsigned long long)index,
-                              (unsigned long long)(ds ? ds->count : 0));
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "record %llu out of range (dataset has "
+                              "%llu records)",
+                              (unsigned long long)index, (unsigned long long)(ds ? ds->count : 0));
     /* Last shard whose first record is <= index; empty shards are skipped by the `<` below. */
     size_t lo = 0, hi = ds->n_shards;
     while (hi - lo > 1) {
@@ -1163,9 +1189,9 @@ stk_status stk__dataset_read_fields(const stk_dataset *ds, uint64_t index, void 
         if (l.field_size[f] > cap[f])
             return stk__set_error(err, err_size, STK_ELIMIT,
                                   "%s record %llu (global %llu): field '%s' is %llu bytes, over "
-                                  "the %zu-byte buffer", s->path, (unsigned long long)l.local,
-                                  (unsigned long long)index, ds->fields[f].name,
-                                  (unsigned long long)l.field_size[f], cap[f]);
+                                  "the %zu-byte buffer",
+                                  s->path, (unsigned long long)l.local, (unsigned long long)index,
+                                  ds->fields[f].name, (unsigned long long)l.field_size[f], cap[f]);
         if (l.field_size[f] == 0)
             continue;
         iov[n].iov_base = dst[f];
@@ -1176,13 +1202,16 @@ stk_status stk__dataset_read_fields(const stk_dataset *ds, uint64_t index, void 
     /* One syscall for all fields: they are contiguous in the file, scattered in memory. */
     ssize_t got = preadv_full(s->fd, iov, n, l.offset);
     if (got < 0)
-        return stk__set_error(err, err_size, STK_EIO, "%s record %llu (global %llu): read failed: "
-                              "%s", s->path, (unsigned long long)l.local,
-                              (unsigned long long)index, strerror(errno));
+        return stk__set_error(err, err_size, STK_EIO,
+                              "%s record %llu (global %llu): read failed: "
+                              "%s",
+                              s->path, (unsigned long long)l.local, (unsigned long long)index,
+                              strerror(errno));
     if ((uint64_t)got != l.size)
-        return stk__set_error(err, err_size, STK_EFORMAT, "%s record %llu (global %llu): short "
-                              "read (file truncated since open?)", s->path,
-                              (unsigned long long)l.local, (unsigned long long)index);
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s record %llu (global %llu): short "
+                              "read (file truncated since open?)",
+                              s->path, (unsigned long long)l.local, (unsigned long long)index);
     if (verify) {
         uint64_t sum;
         if (n == 1) {
@@ -1195,9 +1224,10 @@ stk_status stk__dataset_read_fields(const stk_dataset *ds, uint64_t index, void 
             sum = XXH3_64bits_digest(&st);
         }
         if (sum != l.checksum)
-            return stk__set_error(err, err_size, STK_EFORMAT, "%s record %llu (global %llu): "
-                                  "checksum mismatch (record corrupt)", s->path,
-                                  (unsigned long long)l.local, (unsigned long long)index);
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "%s record %llu (global %llu): "
+                                  "checksum mismatch (record corrupt)",
+                                  s->path, (unsigned long long)l.local, (unsigned long long)index);
     }
     if (loc)
         *loc = l;
@@ -1220,10 +1250,11 @@ stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf, si
     if (rc < 0)
         goto fail;
     if (l.size > buf_size) {
-        rc = stk__set_error(err, err_size, STK_EINVAL, "%s record %llu (global %llu): record is "
-                            "%llu bytes, buffer only %zu", ds->shards[l.shard].path,
-                            (unsigned long long)l.local, (unsigned long long)index,
-                            (unsigned long long)l.size, buf_size);
+        rc = stk__set_error(err, err_size, STK_EINVAL,
+                            "%s record %llu (global %llu): record is "
+                            "%llu bytes, buffer only %zu",
+                            ds->shards[l.shard].path, (unsigned long long)l.local,
+                            (unsigned long long)index, (unsigned long long)l.size, buf_size);
         goto fail;
     }
     void *dst[STK_MAX_FIELDS];
@@ -1232,8 +1263,8 @@ stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf, si
         dst[f] = (uint8_t *)buf + l.field_off[f];
         cap[f] = (size_t)l.field_size[f];
     }
-    rc = stk__dataset_read_fields(ds, index, dst, cap, stk__dataset_verifies(ds), &l, err,
-                                  err_size);
+    rc =
+        stk__dataset_read_fields(ds, index, dst, cap, stk__dataset_verifies(ds), &l, err, err_size);
     if (rc < 0)
         goto fail;
     memset(out, 0, sizeof(*out));

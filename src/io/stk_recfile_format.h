@@ -20,15 +20,15 @@
 /* ---- header: fixed part, then n_fields schema entries, metadata, zero pad, checksum ---- */
 #define STK_FMT_MAGIC "STOKER\0\1" /* 8 bytes, the NUL included */
 #define STK_FMT_MAGIC_SIZE 8
-#define STK_FMT_H_VERSION 8        /* u32 format version */
-#define STK_FMT_H_HEADER_SIZE 12   /* u32 bytes of the header, checksum included, multiple of 8 */
-#define STK_FMT_H_COUNT 16         /* u64 record count */
-#define STK_FMT_H_DATA_OFFSET 24   /* u64 file offset of the data region (multiple of align) */
-#define STK_FMT_H_N_FIELDS 32      /* u32 1..16 */
-#define STK_FMT_H_ALIGN 36         /* u32 record alignment, a power of two */
-#define STK_FMT_H_META_SIZE 40     /* u32 bytes of metadata JSON (no NUL) */
-#define STK_FMT_H_FLAGS 44         /* u32 reserved, 0 */
-#define STK_FMT_H_FIXED 48         /* first schema entry */
+#define STK_FMT_H_VERSION 8      /* u32 format version */
+#define STK_FMT_H_HEADER_SIZE 12 /* u32 bytes of the header, checksum included, multiple of 8 */
+#define STK_FMT_H_COUNT 16       /* u64 record count */
+#define STK_FMT_H_DATA_OFFSET 24 /* u64 file offset of the data region (multiple of align) */
+#define STK_FMT_H_N_FIELDS 32    /* u32 1..16 */
+#define STK_FMT_H_ALIGN 36       /* u32 record alignment, a power of two */
+#define STK_FMT_H_META_SIZE 40   /* u32 bytes of metadata JSON (no NUL) */
+#define STK_FMT_H_FLAGS 44       /* u32 reserved, 0 */
+#define STK_FMT_H_FIXED 48       /* first schema entry */
 
 /* Schema entry, 80 bytes. */
 #define STK_FMT_F_NAME 0   /* char[32], NUL-terminated, NUL-padded */
@@ -39,7 +39,7 @@
 #define STK_FMT_F_SHAPE 48 /* i64[4], unused dims 0 */
 #define STK_FMT_FIELD_SIZE 80
 
-#define STK_FMT_MAX_META (64u << 20)  /* readers refuse larger metadata */
+#define STK_FMT_MAX_META (64u << 20) /* readers refuse larger metadata */
 #define STK_FMT_MAX_ALIGN (1u << 20)
 
 /* ---- index: fixed part, per-field maxima, then one entry per record ---- */

@@ -4,7 +4,8 @@
  * in each region, a flipped byte in each region, a future version, a bad magic). Every file is
  * under 4 KB. Run once and commit the output:
  *
- *     make build/tests/gen_recfile_corpus && build/tests/gen_recfile_corpus tests/fuzz/corpus/recfile
+ *     make build/tests/gen_recfile_corpus && build/tests/gen_recfile_corpus
+ * tests/fuzz/corpus/recfile
  */
 #include "io/stk_recfile_format.h"
 #include "stoker.h"
@@ -56,11 +57,10 @@ static uint8_t *make_shard(const char *name, const stk_field *fields, size_t nf,
         uint8_t bytes[STK_MAX_FIELDS][64];
         memset(v, 0, sizeof(v));
         for (size_t f = 0; f < nf; f++) {
-            size_t len = fields[f].kind == STK_FIELD_ARRAY ? stk_dtype_size(fields[f].dtype) *
-                                                                 (size_t)fields[f].shape[0] *
-                                                                 (size_t)(fields[f].ndim > 1 ?
-                                                                     fields[f].shape[1] : 1)
-                                                           : (r * 11 + f * 5) % 40;
+            size_t len = fields[f].kind == STK_FIELD_ARRAY
+                             ? stk_dtype_size(fields[f].dtype) * (size_t)fields[f].shape[0] *
+                                   (size_t)(fields[f].ndim > 1 ? fields[f].shape[1] : 1)
+                             : (r * 11 + f * 5) % 40;
             for (size_t i = 0; i < len; i++)
                 bytes[f][i] = (uint8_t)(r * 31 + f * 7 + i);
             v[f].data = bytes[f];

@@ -189,10 +189,10 @@ static int expect_open_error(const char *path, int code, const char *what)
     int rc = open1(path, 0, &ds);
     T_CHECKF(rc == code, "%s: got %d (%s), want %d", path, rc, stk_last_errmsg(), code);
     T_CHECK(ds == NULL);
-    T_CHECKF(strstr(stk_last_errmsg(), path) != NULL, "message '%s' lacks '%s'",
-             stk_last_errmsg(), path);
-    T_CHECKF(strstr(stk_last_errmsg(), what) != NULL, "message '%s' lacks '%s'",
-             stk_last_errmsg(), what);
+    T_CHECKF(strstr(stk_last_errmsg(), path) != NULL, "message '%s' lacks '%s'", stk_last_errmsg(),
+             path);
+    T_CHECKF(strstr(stk_last_errmsg(), what) != NULL, "message '%s' lacks '%s'", stk_last_errmsg(),
+             what);
     return 0;
 }
 
@@ -263,8 +263,9 @@ static int test_field_max_sizes(void)
         char p[32];
         size_t n = image_of(g, img);
         max_img = STK_MAX(max_img, n);
-        max_rec = STK_MAX(max_rec, n + 36 + (size_t)snprintf(p, sizeof(p), "img/%llu.jpg",
-                                                              (unsigned long long)g));
+        max_rec =
+            STK_MAX(max_rec,
+                    n + 36 + (size_t)snprintf(p, sizeof(p), "img/%llu.jpg", (unsigned long long)g));
     }
     T_EQ(stk_dataset_field_max_size(ds, F_IMAGE), max_img);
     T_EQ(stk_dataset_field_max_size(ds, F_LABEL), 8);
@@ -554,8 +555,9 @@ static int test_truncated(void)
     T_OK(stk__dataset_locate(ds, 9, &last, NULL, 0));
     stk_dataset_close(ds);
     long data_end = (long)(last.offset + last.size);
-    long cuts[] = {0,           3,           8,  11, 30, hs - 1, hs + 40, data_end - 5,
-                   data_end + 20, size - 100, size - 64, size - 30, size - 1};
+    long cuts[] = {
+        0,          3,         8,         11,      30, hs - 1, hs + 40, data_end - 5, data_end + 20,
+        size - 100, size - 64, size - 30, size - 1};
     for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++) {
         char cmd[400];
         snprintf(cmd, sizeof(cmd), "head -c %ld %s > %s", cuts[i], src, cut);
@@ -588,8 +590,7 @@ static int test_flipped_record_byte(void)
     stk_record r;
     char err[256];
     T_EQ(stk_dataset_read(ds, 4, buf, sizeof(buf), &r, err, sizeof(err)), STK_EFORMAT);
-    T_CHECKF(strstr(err, path) && strstr(err, "record 4 (global 4): checksum mismatch"), "%s",
-             err);
+    T_CHECKF(strstr(err, path) && strstr(err, "record 4 (global 4): checksum mismatch"), "%s", err);
     T_CHECK(strstr(stk_last_errmsg(), "checksum mismatch") != NULL);
     for (uint64_t i = 0; i < 6; i++)
         if (i != 4)
@@ -907,11 +908,10 @@ static int test_writer_replaces_atomically(void)
 
 T_MAIN(T_CASE(test_roundtrip), T_CASE(test_field_max_sizes), T_CASE(test_alignment),
        T_CASE(test_open_directory), T_CASE(test_open_glob_and_list), T_CASE(test_fingerprint),
-       T_CASE(test_read_fields_scattered), T_CASE(test_empty_fields),
-       T_CASE(test_concurrent_reads), T_CASE(test_truncated), T_CASE(test_flipped_record_byte),
-       T_CASE(test_flipped_index_byte), T_CASE(test_flipped_header_byte), T_CASE(test_bad_magic),
-       T_CASE(test_future_version), T_CASE(test_corrupt_footer), T_CASE(test_empty_dataset),
-       T_CASE(test_empty_directory), T_CASE(test_missing_file), T_CASE(test_unreadable),
-       T_CASE(test_schema_mismatch), T_CASE(test_writer_abort),
-       T_CASE(test_writer_wrong_array_size), T_CASE(test_writer_bad_options),
-       T_CASE(test_writer_replaces_atomically))
+       T_CASE(test_read_fields_scattered), T_CASE(test_empty_fields), T_CASE(test_concurrent_reads),
+       T_CASE(test_truncated), T_CASE(test_flipped_record_byte), T_CASE(test_flipped_index_byte),
+       T_CASE(test_flipped_header_byte), T_CASE(test_bad_magic), T_CASE(test_future_version),
+       T_CASE(test_corrupt_footer), T_CASE(test_empty_dataset), T_CASE(test_empty_directory),
+       T_CASE(test_missing_file), T_CASE(test_unreadable), T_CASE(test_schema_mismatch),
+       T_CASE(test_writer_abort), T_CASE(test_writer_wrong_array_size),
+       T_CASE(test_writer_bad_options), T_CASE(test_writer_replaces_atomically))
