@@ -1,0 +1,424 @@
+/*
+ * stk_cli.c: `stoker` main: dispatch to the commands, plus the helpers they share (cli.h).
+ *
+ * Every command lives in its own file as `int stk_cmd_<name>(int argc, char **argv)` with argv[0]
+ * the command name, and owns its --help. Usage errors exit 2, runtime errors 1, both with a
+ * message on stderr; stdout carries only results, so `stoker inspect --json` pipes cleanly.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- dispatch ---- */
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"pack", stk_cmd_pack, "pack an ImageFolder tree into .stk shards"},
+    {"inspect", stk_cmd_inspect, "show a dataset's shards, fields, metadata (and records)"},
+    {"verify", stk_cmd_verify, "read every record and check its checksum"},
+    {"bench", stk_cmd_bench, "measure loader throughput on a dataset"},
+};
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: stoker <command> [options] [arguments]\n"
+               "       stoker --help | --version\n"
+               "\n"
+               "stoker keeps the GPU fed: a training-data loader and its tools.\n"
+               "\n"
+               "commands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nRun 'stoker <command> --help' for the options of a command.\n"
+               "DATA arguments are .stk files, directories of shards or glob patterns.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
+        printf("stoker %s (libstoker %s, .stk format 1)\n", STK_VERSION_STRING,
+               stk_version_string());
+        return 0;
+    }
+    if (strcmp(name, "help") == 0) { /* "stoker help pack" = "stoker pack --help" */
+        if (argc < 3) {
+            usage(stdout);
+            return 0;
+        }
+        name = argv[2];
+        for (size_t i = 0; i < N_COMMANDS; i++)
+            if (strcmp(name, commands[i].name) == 0) {
+                char *args[3] = {argv[2], "--help", NULL};
+                return commands[i].run(2, args);
+            }
+    } else {
+        for (size_t i = 0; i < N_COMMANDS; i++)
+            if (strcmp(name, commands[i].name) == 0)
+                return commands[i].run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "stoker: unknown %s '%s'\nRun 'stoker --help' for the list of commands.\n",
+            name[0] == '-' ? "option" : "command", name);
+    return 2;
+}
+
+/* ---- errors ---- */
+
+int stk_cli_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "stoker %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int stk_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "stoker %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nTry 'stoker %s --help'.\n", cmd);
+    va_end(ap);
+    return 2;
+}
+
+int stk_cli_getopt_error(const char *cmd, int c, char **argv)
+{
+    extern int optind, optopt;
+    const char *opt = optind > 0 ? argv[optind - 1] : "?";
+    if (c == ':')
+        return stk_cli_usage_error(cmd, "option '%s' needs a value", opt);
+    if (optopt && strncmp(opt, "--", 2) != 0)
+        return stk_cli_usage_error(cmd, "unknown option '-%c'", optopt);
+    return stk_cli_usage_error(cmd, "unknown option '%s'", opt);
+}
+
+/* ---- parsing ---- */
+
+int stk_cli_parse_int(const char *s, const char *what, long long min, long long max, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) {
+        fprintf(stderr, "stoker: %s: invalid value '%s' (expected an integer in %lld..%lld)\n",
+                what, s, min, max);
+        return 1;
+    }
+    *out = v;
+    return 0;
+}
+
+int stk_cli_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    if (!s || !*s || *s == '-' || *s == '+')
+        return -1;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !isfinite(v) || v <= 0)
+        return -1;
+    double mul = 1;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (mul > 1 && *end == 'i')
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end)
+        return -1;
+    v *= mul;
+    if (v < 1 || v > 4611686018427387904.0) /* 2^62 */
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+const char *stk_cli_format_size(uint64_t bytes, char *buf, size_t size)
+{
+    static const char *units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1000 && u < 5) {
+        v /= 1000;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, size, "%llu B", (unsigned long long)bytes);
+    else
+        snprintf(buf, size, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
+    return buf;
+}
+
+/* ---- data ---- */
+
+int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned flags,
+                      stk_dataset **out)
+{
+    if (n_paths <= 0)
+        return stk_cli_usage_error(cmd, "no DATA given");
+    stk_status rc = stk_dataset_open((const char *const *)paths, (size_t)n_paths, flags, out);
+    if (rc < 0)
+        return stk_cli_error(cmd, "%s", stk_last_errmsg());
+    return 0;
+}
+
+/* ---- progress bar ---- */
+
+double stk_cli_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void stk_cli_progress_start(stk_cli_progress *p, const char *cmd, uint64_t total, const char *unit,
+                            bool quiet)
+{
+    memset(p, 0, sizeof(*p));
+    p->cmd = cmd;
+    p->unit = unit ? unit : "items";
+    p->total = total;
+    p->enabled = !quiet && isatty(STDERR_FILENO);
+    p->start_s = stk_cli_now();
+}
+
+void stk_cli_progress_update(stk_cli_progress *p, uint64_t done, uint64_t bytes)
+{
+    if (!p->enabled)
+        return;
+    double now = stk_cli_now();
+    if (now - p->last_draw_s < 0.1 && done != p->total)
+        return;
+    p->last_draw_s = now;
+    double el = now - p->start_s;
+    char line[160], rate[32] = "", eta[32] = "";
+    int n = 0;
+    if (p->total) {
+        enum { W = 20 };
+        int fill =
+            (int)((double)W * (double)(done < p->total ? done : p->total) / (double)p->total);
+        char bar[W + 1];
+        for (int i = 0; i < W; i++)
+            bar[i] = i < fill ? '#' : ' ';
+        bar[W] = '\0';
+        n = snprintf(line, sizeof(line), "[%s] %llu/%llu %s", bar, (unsigned long long)done,
+                     (unsigned long long)p->total, p->unit);
+    } else {
+        n = snprintf(line, sizeof(line), "%llu %s", (unsigned long long)done, p->unit);
+    }
+    if (el > 0.05) {
+        if (bytes)
+            snprintf(rate, sizeof(rate), " %.1f MB/s", (double)bytes / el / 1e6);
+        else
+            snprintf(rate, sizeof(rate), " %.1f %s/s", (double)done / el, p->unit);
+        if (p->total && done > 0 && done < p->total) {
+            unsigned long s = (unsigned long)((double)(p->total - done) * el / (double)done);
+            if (s >= 3600)
+                snprintf(eta, sizeof(eta), " ETA %lu:%02lu:%02lu", s / 3600, s / 60 % 60, s % 60);
+            else
+                snprintf(eta, sizeof(eta), " ETA %lu:%02lu", s / 60, s % 60);
+        }
+    }
+    n = snprintf(line + n, sizeof(line) - (size_t)n, "%s%s", rate, eta) + n;
+    /* Pad over a longer previous line rather than rely on terminal escapes. */
+    fprintf(stderr, "\r%s%*s", line, p->drawn > n ? p->drawn - n : 0, "");
+    fflush(stderr);
+    p->drawn = n;
+}
+
+void stk_cli_progress_end(stk_cli_progress *p)
+{
+    if (p->enabled && p->drawn) {
+        fprintf(stderr, "\r%*s\r", p->drawn, "");
+        fflush(stderr);
+    }
+    p->drawn = 0;
+}
+
+/* ---- JSON ---- */
+
+void stk_cli_json_string(FILE *f, const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = u[i];
+        if (c == '"' || c == '\\') {
+            fputc('\\', f);
+            fputc(c, f);
+        } else if (c == '\n') {
+            fputs("\\n", f);
+        } else if (c == '\t') {
+            fputs("\\t", f);
+        } else if (c < 0x20 || c == 0x7f) {
+            fprintf(f, "\\u%04x", c);
+        } else if (c < 0x80) {
+            fputc(c, f);
+        } else {
+            /* Copy a well-formed UTF-8 sequence; escape a stray byte as its code point. */
+            size_t len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+            if (c >= 0xf5)
+                len = 0;
+            bool ok = len > 0 && i + len <= n;
+            for (size_t k = 1; ok && k < len; k++)
+                ok = (u[i + k] & 0xc0) == 0x80;
+            if (ok) {
+                fwrite(u + i, 1, len, f);
+                i += len - 1;
+            } else {
+                fprintf(f, "\\u%04x", c);
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+const char *stk_cli_json_ws(const char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+        p++;
+    return p;
+}
+
+/* Skip one value at p (no leading whitespace); depth bounds the recursion. */
+static const char *json_value(const char *p, int depth)
+{
+    if (depth > 64)
+        return NULL;
+    switch (*p) {
+    case '"':
+        for (p++; *p != '"'; p++) {
+            if ((unsigned char)*p < 0x20)
+                return NULL;
+            if (*p == '\\') {
+                p++;
+                if (*p == 'u') {
+                    for (int i = 1; i <= 4; i++)
+                        if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
+                            return NULL;
+                    p += 4;
+                } else if (!*p || !strchr("\"\\/bfnrt", *p)) {
+                    return NULL;
+                }
+            }
+        }
+        return p + 1;
+    case '{':
+    case '[': {
+        char close = *p == '{' ? '}' : ']';
+        p = stk_cli_json_ws(p + 1);
+        if (*p == close)
+            return p + 1;
+        for (;;) {
+            if (close == '}') {
+                if (*p != '"' || !(p = json_value(p, depth + 1)))
+                    return NULL;
+                p = stk_cli_json_ws(p);
+                if (*p != ':')
+                    return NULL;
+                p = stk_cli_json_ws(p + 1);
+            }
+            if (!(p = json_value(p, depth + 1)))
+                return NULL;
+            p = stk_cli_json_ws(p);
+            if (*p == close)
+                return p + 1;
+            if (*p != ',')
+                return NULL;
+            p = stk_cli_json_ws(p + 1);
+        }
+    }
+    case 't':
+        return strncmp(p, "true", 4) == 0 ? p + 4 : NULL;
+    case 'f':
+        return strncmp(p, "false", 5) == 0 ? p + 5 : NULL;
+    case 'n':
+        return strncmp(p, "null", 4) == 0 ? p + 4 : NULL;
+    default: {
+        const char *s = p;
+        if (*p == '-')
+            p++;
+        if (*p == '0')
+            p++;
+        else if (*p >= '1' && *p <= '9')
+            while (*p >= '0' && *p <= '9')
+                p++;
+        else
+            return NULL;
+        if (*p == '.') {
+            if (!(p[1] >= '0' && p[1] <= '9'))
+                return NULL;
+            for (p++; *p >= '0' && *p <= '9'; p++) {
+            }
+        }
+        if (*p == 'e' || *p == 'E') {
+            p++;
+            if (*p == '+' || *p == '-')
+                p++;
+            if (!(*p >= '0' && *p <= '9'))
+                return NULL;
+            while (*p >= '0' && *p <= '9')
+                p++;
+        }
+        return p > s ? p : NULL;
+    }
+    }
+}
+
+const char *stk_cli_json_skip(const char *p)
+{
+    return json_value(stk_cli_json_ws(p), 0);
+}
+
+bool stk_cli_json_valid(const char *s)
+{
+    const char *end = stk_cli_json_skip(s);
+    return end && *stk_cli_json_ws(end) == '\0';
+}
