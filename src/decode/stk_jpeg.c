@@ -56,10 +56,6 @@ struct stk__jpeg {
     struct jpeg_progress_mgr progress;
     jmp_buf jump;
     char msg[JMSG_LENGTH_MAX];
-    /* The header of this buffer has been read (by stk__jpeg_probe) and not yet used: decode can
-     * start from it instead of parsing the header again. */
-    const uint8_t *hdr_src;
-    size_t hdr_size;
 };
 
 static stk__jpeg *from_cinfo(j_common_ptr c)
@@ -137,21 +133,15 @@ static stk_status jpeg_failed(stk__jpeg *j, char *err, size_t err_size)
 {
     int code = j->jerr.msg_code;
     jpeg_abort_decompress(&j->cinfo);
-    j->hdr_src = NULL;
     if (code == JERR_OUT_OF_MEMORY)
         return stk__set_error(err, err_size, STK_ENOMEM, "JPEG: %s", j->msg);
     return stk__set_error(err, err_size, STK_EFORMAT, "JPEG: %s", j->msg);
 }
 
-/* Read the header of src unless the probe just did; may longjmp. */
+/* Start on a new image: read its header (about 1 us; not worth caching between probe and
+ * decode). May longjmp. */
 static void read_header(stk__jpeg *j, const uint8_t *src, size_t size)
 {
-    if (j->hdr_src == src && j->hdr_size == size) {
-        j->hdr_src = NULL;
-        return;
-    }
-    j->hdr_src = NULL;
-    jpeg_abort_decompress(&j->cinfo);
     jpeg_mem_src(&j->cinfo, src, (unsigned long)size);
     jpeg_read_header(&j->cinfo, TRUE);
 }
@@ -179,21 +169,13 @@ static stk_status probe_body(stk__decoder *d, const uint8_t *src, size_t size, s
                              char *err, size_t err_size)
 {
     stk__jpeg *j = d->jpeg;
-    j->hdr_src = NULL;
-    jpeg_abort_decompress(&j->cinfo);
-    jpeg_mem_src(&j->cinfo, src, (unsigned long)size);
-    jpeg_read_header(&j->cinfo, TRUE);
+    read_header(j, src, size);
     stk_status rc = check_header(d, err, err_size);
-    if (rc < 0) {
-        jpeg_abort_decompress(&j->cinfo);
-        return rc;
-    }
-    j->hdr_src = src;
-    j->hdr_size = size;
     out->format = STK__IMG_JPEG;
     out->width = j->cinfo.image_width;
     out->height = j->cinfo.image_height;
-    return STK_OK;
+    jpeg_abort_decompress(&j->cinfo);
+    return rc;
 }
 
 stk_status stk__jpeg_probe(stk__decoder *d, const uint8_t *src, size_t size, stk__imginfo *out,

@@ -527,7 +527,7 @@ static int test_invalid_args(void)
     return 0;
 }
 
-/* Probe then decode of the same buffer reuses the header; a different buffer re-reads. */
+/* Each call starts from its own buffer's header, whatever was probed before. */
 static int test_probe_then_other_image(void)
 {
     stk__decoder *d;
