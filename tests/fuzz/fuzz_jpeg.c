@@ -1,0 +1,67 @@
+/*
+ * fuzz_jpeg.c: libFuzzer target for the image decoders (src/decode): stk__image_probe, then
+ * stk__image_decode of the full image, a window at full scale, the full image at 1/8, and a
+ * window with a minimum size, all chosen from a hash of the input's last bytes (the data after
+ * EOI/IEND, which mutations can change without breaking the image). Every decoded pixel is read
+ * so that ASan sees a buffer smaller than claimed, and the mapping invariants of stk_decode.h
+ * (the buffer covers the window) are checked. One decoder serves every input, as a worker's
+ * does, so a decoder left broken by a bad input shows up on the next one.
+ *
+ * max_pixels is 4 Mpx so that the fuzzer stays within -rss_limit_mb=2048.
+ * Run: make fuzz && build/fuzz/fuzz_jpeg -max_total_time=180 -rss_limit_mb=2048 CORPUS_COPY
+ */
+#include "decode/stk_codec.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static uint32_t tail_hash(const uint8_t *data, size_t size)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = size > 8 ? size - 8 : 0; i < size; i++)
+        h = (h ^ data[i]) * 16777619u;
+    return h;
+}
+
+/* Decode one window, read every pixel, and check the buffer covers the window. */
+static void decode_window(stk__decoder *d, const uint8_t *data, size_t size,
+                          const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
+                          uint32_t min_w, uint32_t min_h)
+{
+    char err[STK_ERRMSG_SIZE];
+    stk__decoded out;
+    if (stk__image_decode(d, data, size, info, x, y, w, h, min_w, min_h, &out, err, sizeof(err)) <
+        0)
+        return;
+    if (out.origin_x > x || out.origin_y > y || out.origin_x + out.width * out.scale_x < x + w ||
+        out.origin_y + out.height * out.scale_y < y + h || out.stride < (size_t)out.width * 3)
+        __builtin_trap();
+    unsigned sum = 0;
+    for (uint32_t v = 0; v < out.height; v++)
+        for (size_t i = 0; i < (size_t)out.width * 3; i++)
+            sum += out.rgb[v * out.stride + i];
+    volatile unsigned sink = sum;
+    (void)sink;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static stk__decoder *d; /* one decoder for every input, as in a worker */
+    if (!d && stk__decoder_create(4000000, &d) < 0)
+        return 0;
+    char err[STK_ERRMSG_SIZE];
+    stk__imginfo info;
+    if (stk__image_probe(d, data, size, &info, err, sizeof(err)) < 0 || !info.width || !info.height)
+        return 0;
+    uint32_t W = info.width, H = info.height, s = tail_hash(data, size);
+
+    decode_window(d, data, size, &info, 0, 0, W, H, W, H); /* full */
+    uint32_t w = 1 + s % W, h = 1 + (s >> 8) % H;          /* centred window, full scale */
+    decode_window(d, data, size, &info, (W - w) / 2, (H - h) / 2, w, h, w, h);
+    decode_window(d, data, size, &info, 0, 0, W, H, 0, 0); /* 1/8 */
+    uint32_t x = (s >> 16) % (W - w + 1), y = (s >> 20) % (H - h + 1);
+    decode_window(d, data, size, &info, x, y, w, h, (s >> 24) % (w + 1), (s >> 28) % (h + 1));
+    return 0;
+}
