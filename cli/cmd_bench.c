@@ -25,7 +25,7 @@ typedef struct bench_args {
     int threads, epochs, prefetch;
     int64_t batch;
     uint64_t seed, max_samples;
-    bool shuffle, exact, ceiling, json, quiet;
+    bool shuffle, exact, ceiling, json, quiet, no_verify;
 } bench_args;
 
 typedef struct bench_result {
@@ -83,6 +83,7 @@ static void usage(FILE *f)
             "  --shuffle           shuffle (seed from --seed, default 0)\n"
             "  --seed S\n"
             "  --exact             image recipes: decode at full scale (no DCT downscaling)\n"
+            "  --no-verify         do not check record checksums (default: on first read)\n"
             "  --ceiling           also measure the ceiling and print the ratio\n"
             "  --json              print one JSON object instead of a table\n"
             "  --quiet             no progress bar\n"
@@ -99,6 +100,7 @@ static int parse(int argc, char **argv, bench_args *a)
         {"seed", required_argument, NULL, 's'},     {"shuffle", no_argument, NULL, 'S'},
         {"exact", no_argument, NULL, 'x'},          {"ceiling", no_argument, NULL, 'c'},
         {"json", no_argument, NULL, 'j'},           {"quiet", no_argument, NULL, 'q'},
+        {"no-verify", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof(*a));
@@ -146,6 +148,7 @@ static int parse(int argc, char **argv, bench_args *a)
         case 'c': a->ceiling = true; break;
         case 'j': a->json = true; break;
         case 'q': a->quiet = true; break;
+        case 'V': a->no_verify = true; break;
         case 'h': usage(stdout); return -1;
         default: return stk_cli_getopt_error("bench", c, argv);
         }
@@ -177,7 +180,7 @@ static int run_loader(const bench_args *a, stk_transform *t, bench_result *r)
     o.seed = a->seed;
     o.rank = 0;
     o.world = 1;
-    o.flags = a->shuffle ? STK_LOADER_SHUFFLE : 0;
+    o.flags = (a->shuffle ? STK_LOADER_SHUFFLE : 0) | (a->no_verify ? STK_LOADER_NO_VERIFY : 0);
     o.transform = t;
     memset(r, 0, sizeof(*r));
     reset_peak_rss();
