@@ -1,0 +1,381 @@
+"""stoker's image ops against torchvision 0.14 / PIL on the same files.
+
+The C side runs through build/tests/gen_imgdump (tests/data/gen_imgdump.c), which applies a
+transform to an image file as sample (seed, epoch, index) and writes the raw output tensor; with
+--plan it also prints the sample's random draws (RandomResizedCrop box, flip, ColorJitter order
+and factors), so torchvision can be run with exactly the same parameters.
+
+How results are compared:
+  * Resize-based pipelines: PSNR of the un-normalised [0, 1] images (x * std + mean for the
+    recipe outputs), peak 1.0, against torchvision on PIL-loaded images (`.convert("RGB")`, as
+    ImageFolder does). PIL decodes with the same libjpeg-turbo (ISLOW, fancy upsampling), so at
+    full scale the only difference is the resampler's arithmetic (PIL rounds to 8 bits between
+    its two passes and uses 22-bit fixed-point weights; stoker keeps float32): at most one level.
+  * Crops, flips, Normalize, dtype conversions and ColorJitter: exact, bit for bit.
+  * RandomResizedCrop boxes: the distribution (stoker cannot reproduce torch's generator).
+
+Run: PYTHONPATH=build/python STK_BUILD=$PWD/build /usr/bin/python3 -m pytest -q <this file>
+"""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as T
+import torchvision.transforms.functional as F
+from PIL import Image
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MEAN = [0.485, 0.456, 0.406]
+STD = [0.229, 0.224, 0.225]
+
+# (name, width, height, JPEG quality or None for PNG, PIL mode)
+IMAGES = [
+    ("p500x375.jpg", 500, 375, 90, "RGB"),
+    ("p375x500.jpg", 375, 500, 85, "RGB"),
+    ("p333x500.jpg", 333, 500, 75, "RGB"),
+    ("p640x480.jpg", 640, 480, 95, "RGB"),
+    ("p1200x900.jpg", 1200, 900, 90, "RGB"),    # DCT scale 1/2 for imagenet-val
+    ("p2000x1500.jpg", 2000, 1500, 85, "RGB"),  # DCT scale 1/4
+    ("g500x375.jpg", 500, 375, 90, "L"),        # grayscale JPEG
+    ("p400x300.png", 400, 300, None, "RGB"),    # PNG (no DCT scaling)
+]
+
+
+def tool():
+    build = os.environ.get("STK_BUILD", os.path.join(REPO, "build"))
+    exe = os.path.join(build, "tests", "gen_imgdump")
+    if not os.path.exists(exe):
+        # `make test` builds it for the CLI tests; build it here when run on its own.
+        rel = os.path.relpath(build, REPO)
+        subprocess.run(["make", "-s", f"BUILD={rel}", f"{rel}/tests/gen_imgdump"], cwd=REPO,
+                       check=True)
+    return exe
+
+
+def photo(w, h, seed):
+    """A photo-like image: smooth gradients, textures, hard edges and sensor-like noise."""
+    r = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.zeros((h, w, 3), np.float32)
+    for c in range(3):
+        a, b, p = r.uniform(-1, 1, 3)
+        img[..., c] = (128 + 60 * np.sin(x / w * 3 * (1 + c) + a) * np.cos(y / h * 2 * (1 + b))
+                       + 30 * np.sin((x + y) / 40 + p))
+    for _ in range(6):
+        x0, y0 = r.integers(0, w), r.integers(0, h)
+        ww, hh = r.integers(10, w // 3), r.integers(10, h // 3)
+        img[y0:y0 + hh, x0:x0 + ww] = r.uniform(0, 255, 3)
+    cx, cy, rad = w * 0.6, h * 0.4, min(w, h) * 0.2
+    m = (x - cx) ** 2 + (y - cy) ** 2 < rad ** 2
+    img[m] = img[m] * 0.3 + np.array([200, 40, 90]) * 0.7
+    img += r.normal(0, 6, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    d = tmp_path_factory.mktemp("xform_images")
+    out = {}
+    for i, (name, w, h, q, mode) in enumerate(IMAGES):
+        im = Image.fromarray(photo(w, h, 1000 + i))
+        if mode == "L":
+            im = im.convert("L")
+        path = str(d / name)
+        if q is None:
+            im.save(path)
+        else:
+            im.save(path, quality=q)
+        out[name] = path
+    return out
+
+
+def run(path, ops=None, recipe=None, dtype=None, nhwc=False, exact=False, seed=0, index=0,
+        plan=False):
+    """Apply a transform with gen_imgdump; returns (raw bytes, plan dict or None)."""
+    args = [tool()]
+    args += ["--ops", ops] if ops else ["--recipe", recipe]
+    if dtype:
+        args += ["--dtype", dtype]
+    if nhwc:
+        args.append("--nhwc")
+    if exact:
+        args.append("--exact")
+    if plan:
+        args.append("--plan")
+    out = path + ".out"
+    args += ["--seed", str(seed), "--index", str(index), path, out]
+    res = subprocess.run(args, capture_output=True, text=True, check=True)
+    with open(out, "rb") as f:
+        data = f.read()
+    return data, (json.loads(res.stdout) if plan else None)
+
+
+def u8(path, ops, h, w, **kw):
+    """uint8 HWC output of an op list, and the plan."""
+    data, p = run(path, ops=ops, dtype="uint8", nhwc=True, plan=True, **kw)
+    return np.frombuffer(data, np.uint8).reshape(h, w, 3), p
+
+
+def pil(path):
+    with Image.open(path) as im:
+        return im.convert("RGB")
+
+
+def psnr01(a, b):
+    mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(1.0 / mse)
+
+
+def unnormalise(chw):
+    return chw * np.array(STD, np.float32)[:, None, None] + np.array(MEAN, np.float32)[:, None, None]
+
+
+# ---- imagenet-val against torchvision ----
+
+VAL_REF = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(MEAN, STD)])
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "dct"])
+def test_imagenet_val_psnr(images, exact):
+    report = []
+    for name, path in images.items():
+        data, p = run(path, recipe="imagenet-val", exact=exact, plan=True)
+        got = np.frombuffer(data, np.float32).reshape(3, 224, 224)
+        want = VAL_REF(pil(path)).numpy()
+        db = psnr01(unnormalise(got), unnormalise(want))
+        report.append(f"{name}: {db:.1f} dB (den {p['den']})")
+        if exact:
+            assert p["den"] == 1
+            assert db >= 35.0, report[-1]
+            # Same decoder as PIL: only the resampler's rounding differs (PIL's 8-bit
+            # intermediate): at most one level, i.e. far above the 35 dB floor.
+            assert db >= 45.0, report[-1]
+        else:
+            assert db >= 30.0, report[-1]
+    print(("exact " if exact else "dct   ") + "; ".join(report))
+    if not exact:  # the large images really went through DCT scaling
+        assert run(images["p2000x1500.jpg"], recipe="imagenet-val", plan=True)[1]["den"] == 4
+        assert run(images["p1200x900.jpg"], recipe="imagenet-val", plan=True)[1]["den"] == 2
+
+
+def test_imagenet_val_uint8_levels(images):
+    """exact: the uint8 Resize(256)+CenterCrop(224) is within one level of PIL's everywhere."""
+    for name, path in images.items():
+        got, _ = u8(path, "resize:256 ccrop:224", 224, 224, exact=True)
+        want = np.asarray(T.CenterCrop(224)(T.Resize(256)(pil(path))))
+        diff = np.abs(got.astype(int) - want.astype(int))
+        assert diff.max() <= 1, name
+        assert (diff > 0).mean() < 0.3, name
+
+
+# ---- RandomResizedCrop: the whole sample against torchvision with the same box ----
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "dct"])
+def test_imagenet_train_matches_resized_crop(images, exact):
+    worst = float("inf")
+    for name, path in images.items():
+        for index in range(4):
+            data, p = run(path, recipe="imagenet-train", exact=exact, index=index, plan=True)
+            got = np.frombuffer(data, np.float32).reshape(3, 224, 224)
+            i, j, h, w = p["box"]
+            img = F.resized_crop(pil(path), i, j, h, w, [224, 224])
+            if p["flip"]:
+                img = F.hflip(img)
+            want = F.normalize(F.to_tensor(img), MEAN, STD).numpy()
+            db = psnr01(unnormalise(got), unnormalise(want))
+            worst = min(worst, db)
+            assert db >= (40.0 if exact else 30.0), (name, index, p, db)
+    print(f"imagenet-train {'exact' if exact else 'dct'}: worst PSNR {worst:.1f} dB")
+
+
+# ---- crops, flips: exact ----
+
+def test_center_crop_exact(images):
+    """CenterCrop alone copies decoded pixels: equal to PIL's decode + crop, bit for bit."""
+    for name, path in images.items():
+        for (h, w) in [(224, 224), (101, 77), (300, 333)]:
+            got, p = u8(path, f"ccrop:{h},{w}", h, w)
+            assert p["den"] == 1
+            want = np.asarray(T.CenterCrop((h, w))(pil(path)))
+            assert np.array_equal(got, want), (name, h, w)
+
+
+def test_center_crop_padding(images):
+    """A CenterCrop larger than the image pads with zeros, as torchvision's does."""
+    path = images["p333x500.jpg"]
+    got, _ = u8(path, "ccrop:520,351", 520, 351)
+    want = np.asarray(T.CenterCrop((520, 351))(pil(path)))
+    assert np.array_equal(got, want)
+
+
+def test_flip_exact(images):
+    path = images["p640x480.jpg"]
+    base, _ = u8(path, "resize:256 ccrop:224", 224, 224)
+    flipped, p = u8(path, "resize:256 ccrop:224 flip:1", 224, 224)
+    assert p["flip"] == 1
+    assert np.array_equal(flipped, base[:, ::-1])
+    # p = 0.5: each sample is either untouched or mirrored, as its plan says.
+    n_flip = 0
+    for index in range(40):
+        out, p = u8(path, "ccrop:224 flip:0.5", 224, 224, index=index)
+        plain, _ = u8(path, "ccrop:224", 224, 224, index=index)
+        assert np.array_equal(out, plain[:, ::-1] if p["flip"] else plain)
+        n_flip += p["flip"]
+    assert 8 <= n_flip <= 32  # binomial(40, 0.5): outside this range has p < 1e-4
+
+
+def test_flip_then_crop_matches_torchvision(images):
+    """Flip before an asymmetric crop is folded into the geometry exactly."""
+    path = images["p333x500.jpg"]
+    got, _ = u8(path, "flip:1 ccrop:101,76 resize:64,50", 64, 50, exact=True)
+    want = np.asarray(F.resize(T.CenterCrop((101, 76))(F.hflip(pil(path))), [64, 50]))
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+# ---- Normalize, dtypes and layouts: exact ----
+
+TORCH_DT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+NP_VIEW = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16}
+
+
+@pytest.mark.parametrize("norm", [True, False], ids=["normalize", "totensor"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("nhwc", [False, True], ids=["nchw", "nhwc"])
+def test_normalize_dtype_layout_exact(images, dtype, nhwc, norm):
+    path = images["p500x375.jpg"]
+    for ops, index in [("resize:256 ccrop:224", 0), ("rrc:224 flip", 3)]:
+        base, _ = u8(path, ops, 224, 224, index=index)
+        data, _ = run(path, ops=ops + (" norm:imagenet" if norm else ""), dtype=dtype,
+                      nhwc=nhwc, index=index)
+        # torchvision on the same uint8 data
+        ref = F.to_tensor(base.copy())
+        if norm:
+            ref = F.normalize(ref, MEAN, STD)
+        ref = ref.to(TORCH_DT[dtype])
+        if nhwc:
+            ref = ref.permute(1, 2, 0).contiguous()
+        if dtype == "float32":
+            want = ref.numpy().view(np.uint32)
+            got = np.frombuffer(data, np.uint32).reshape(want.shape)
+        else:
+            want = ref.view(torch.int16).numpy().view(np.uint16)
+            got = np.frombuffer(data, np.uint16).reshape(want.shape)
+        assert np.array_equal(got, want), (ops, dtype, nhwc, norm)
+        # and against plain numpy float32 arithmetic
+        if dtype == "float32":
+            x = base.astype(np.float32) / np.float32(255)
+            if norm:
+                x = (x - np.array(MEAN, np.float32)) / np.array(STD, np.float32)
+            if not nhwc:
+                x = x.transpose(2, 0, 1)
+            assert np.array_equal(np.frombuffer(data, np.float32).reshape(x.shape), x)
+
+
+def test_uint8_nchw_layout(images):
+    path = images["p375x500.jpg"]
+    hwc, _ = u8(path, "resize:256 ccrop:224", 224, 224)
+    data, _ = run(path, ops="resize:256 ccrop:224", dtype="uint8")
+    assert np.array_equal(np.frombuffer(data, np.uint8).reshape(3, 224, 224),
+                          hwc.transpose(2, 0, 1))
+
+
+# ---- ColorJitter: exact against torchvision's functional on the same uint8 data ----
+
+ADJUST = [F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adjust_hue]
+
+
+@pytest.mark.parametrize("params", ["0.4,0.4,0.4,0.1", "0.8,0,0,0", "0,0.9,0,0", "0,0,1.5,0",
+                                    "0,0,0,0.5", "0.2,0.3,0.4,0.45"])
+def test_color_jitter_exact(images, params):
+    path = images["p640x480.jpg"]
+    mismatched = 0
+    for index in range(6):
+        base, _ = u8(path, "resize:256 ccrop:224", 224, 224, index=index)
+        got, p = u8(path, f"resize:256 ccrop:224 jitter:{params}", 224, 224, index=index)
+        jit = p["jitter"][0]
+        img = torch.from_numpy(base.copy()).permute(2, 0, 1).contiguous()
+        for k in jit["order"]:
+            if jit["on"][k]:
+                img = ADJUST[k](img, jit["factor"][k])
+        want = img.permute(1, 2, 0).numpy()
+        diff = np.abs(got.astype(int) - want.astype(int))
+        mismatched += int((diff > 0).sum())
+        assert diff.max() <= 1, (params, index, jit)
+    assert mismatched == 0, f"{mismatched} values differ from torchvision by one level"
+
+
+# ---- RandomResizedCrop box statistics against torchvision's get_params ----
+
+def stk_boxes(h, w, n, seed=0):
+    res = subprocess.run([tool(), "--boxes", str(h), str(w), str(n), "--seed", str(seed)],
+                         capture_output=True, text=True, check=True)
+    return np.loadtxt(res.stdout.splitlines(), dtype=np.int64).reshape(n, 5)
+
+
+def tv_boxes(h, w, n):
+    torch.manual_seed(0)
+    img = torch.empty(1, h, w)
+    out = np.empty((n, 5), np.int64)
+    rrc = T.RandomResizedCrop(224)
+    for k in range(n):
+        i, j, hh, ww = rrc.get_params(img, rrc.scale, rrc.ratio)
+        out[k] = (i, j, hh, ww, 0)
+    return out
+
+
+def ks_stat(a, b):
+    """Two-sample Kolmogorov-Smirnov statistic."""
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    ca = np.searchsorted(a, grid, side="right") / len(a)
+    cb = np.searchsorted(b, grid, side="right") / len(b)
+    return float(np.max(np.abs(ca - cb)))
+
+
+@pytest.mark.parametrize("h,w", [(375, 500), (400, 100), (500, 375), (30, 2000)])
+def test_rrc_box_distribution(h, w):
+    n = 20000
+    ours, theirs = stk_boxes(h, w, n), tv_boxes(h, w, n)
+    # torchvision's get_params does not report the fallback; recognise it: central, clamped.
+    def fallback_rate(b):
+        i, j, bh, bw = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
+        r = w / h
+        if r < 3 / 4:
+            fw, fh = w, int(round(w / (3 / 4)))
+        elif r > 4 / 3:
+            fh, fw = h, int(round(h * (4 / 3)))
+        else:
+            fw, fh = w, h
+        return float(np.mean((bh == fh) & (bw == fw) & (i == (h - fh) // 2) & (j == (w - fw) // 2)))
+    fo, ft = fallback_rate(ours), fallback_rate(theirs)
+    assert np.isclose(fo, ours[:, 4].mean())  # our flag agrees with the recognised boxes
+    se = np.sqrt(max(fo * (1 - fo), ft * (1 - ft), 1e-4) * 2 / n)
+    assert abs(fo - ft) < 5 * se + 1e-3, (fo, ft)
+    crit = 1.95 * np.sqrt(2.0 / n)  # KS critical value at alpha = 0.001
+    for col, name in enumerate(["i", "j", "h", "w"]):
+        a, b = ours[:, col].astype(np.float64), theirs[:, col].astype(np.float64)
+        se = np.sqrt(a.var() / n + b.var() / n) + 1e-9
+        assert abs(a.mean() - b.mean()) < 5 * se, (name, a.mean(), b.mean())
+        assert abs(a.std() - b.std()) <= 0.05 * max(b.std(), 1.0), (name, a.std(), b.std())
+        assert ks_stat(a, b) < crit, (name, ks_stat(a, b))
+    area = lambda b: b[:, 2] * b[:, 3]  # noqa: E731
+    assert ks_stat(area(ours), area(theirs)) < crit
+    # every box inside the image
+    assert (ours[:, 0] >= 0).all() and (ours[:, 1] >= 0).all()
+    assert (ours[:, 0] + ours[:, 2] <= h).all() and (ours[:, 1] + ours[:, 3] <= w).all()
+
+
+# ---- errors ----
+
+def test_decoder_error_reaches_caller(images, tmp_path):
+    bad = tmp_path / "bad.jpg"
+    with open(images["p500x375.jpg"], "rb") as f:
+        bad.write_bytes(f.read()[:200])
+    res = subprocess.run([tool(), "--recipe", "imagenet-val", str(bad), str(tmp_path / "o")],
+                         capture_output=True, text=True)
+    assert res.returncode != 0
+    assert "apply failed" in res.stderr and len(res.stderr.strip()) > len("apply failed: ")
