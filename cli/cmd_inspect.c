@@ -530,7 +530,8 @@ int stk_cmd_verify(int argc, char **argv)
     stk_cli_progress_end(&prog);
     double secs = stk_cli_now() - t0;
 
-    qsort(s.bad, s.n_bad, sizeof(*s.bad), cmp_bad);
+    if (s.n_bad) /* qsort(NULL, 0) is undefined */
+        qsort(s.bad, s.n_bad, sizeof(*s.bad), cmp_bad);
     for (size_t i = 0; i < s.n_bad; i++) {
         printf("%s\n", s.bad[i].msg);
         free(s.bad[i].msg);

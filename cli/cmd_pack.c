@@ -265,7 +265,8 @@ static int scan_tree(const char *src, tree *t)
             qsort(w.dirs, w.n_dirs, sizeof(*w.dirs), cmp_walkdir);
         for (size_t i = 0; i < w.n_dirs; i++) {
             strvec *f = &w.dirs[i].files;
-            qsort(f->v, f->n, sizeof(char *), cmp_str);
+            if (f->n) /* qsort(NULL, 0) is undefined */
+                qsort(f->v, f->n, sizeof(char *), cmp_str);
             for (size_t j = 0; rc == 0 && j < f->n; j++) {
                 if (!has_image_ext(f->v[j]))
                     continue;

@@ -248,6 +248,8 @@ static stk_status wbuf_flush(stk_writer *w)
 static stk_status wbuf_put(stk_writer *w, const void *data, size_t size)
 {
     stk_status rc = STK_OK;
+    if (size == 0)
+        return STK_OK; /* data may be NULL (an empty index) */
     if (size >= WBUF_DIRECT) {
         STK_TRY(wbuf_flush(w));
         STK_TRY(write_all(w, data, size));
