@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Side-by-side image pipeline benchmark: PyTorch's DataLoader + torchvision, stoker, and the
+decode-only ceiling, on the same JPEGs, the same recipe and the same cores, in one run.
+
+    /usr/bin/python3 bench/bench_images.py [--images 2000] [--profile small|imagenet]
+        [--recipe imagenet-train|imagenet-val] [--threads 2] [--workers 0,1,2,3,4]
+
+1. Generates an ImageFolder tree of photo-like JPEGs (bench/gen_images.py) unless it exists,
+   and packs it with `stoker pack` (files stored as they are).
+2. PyTorch: torchvision.datasets.ImageFolder with the recipe's torchvision transforms
+   (RandomResizedCrop(224) + RandomHorizontalFlip + ToTensor + Normalize, or Resize(256) +
+   CenterCrop(224) + ToTensor + Normalize), DataLoader(batch_size, shuffle=True, num_workers=w,
+   persistent_workers=True, prefetch_factor=4) for each w; throughput is taken over the epochs
+   after the first (worker start-up excluded, which favours PyTorch); the best w is kept.
+3. stoker: `stoker bench PACKED --recipe R --threads T --ceiling --json`, default (crop + DCT
+   scaled decode) and --exact (full-scale decode). Its time includes loader start-up. The
+   ceiling is libjpeg-turbo decoding every whole image and nothing else, same files, same threads.
+Prints one Markdown table of samples/s and ratios, and the commands.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STOKER = os.path.join(ROOT, "build", "stoker")
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def torch_transform(recipe):
+    from torchvision import transforms as T
+    if recipe == "imagenet-train":
+        ops = [T.RandomResizedCrop(224), T.RandomHorizontalFlip()]
+    else:
+        ops = [T.Resize(256), T.CenterCrop(224)]
+    return T.Compose(ops + [T.ToTensor(), T.Normalize(MEAN, STD)])
+
+
+def bench_torch(tree, recipe, workers, batch, epochs):
+    """Samples/s of DataLoader over epochs 2..E (epoch 1 pays the worker start)."""
+    import torch
+    from torchvision.datasets import ImageFolder
+    torch.set_num_threads(1)
+    ds = ImageFolder(tree, transform=torch_transform(recipe))
+    kw = dict(batch_size=batch, shuffle=True, num_workers=workers)
+    if workers > 0:
+        kw.update(persistent_workers=True, prefetch_factor=4)
+    dl = torch.utils.data.DataLoader(ds, **kw)
+    t0 = time.perf_counter()
+    first = None
+    n = 0
+    for e in range(epochs):
+        for x, y in dl:
+            if first is None:
+                first = time.perf_counter() - t0
+            if e > 0:
+                n += x.shape[0]
+        if e == 0:
+            t1 = time.perf_counter()
+    sps = n / (time.perf_counter() - t1)
+    del dl
+    return sps, first
+
+
+def stoker_bench(packed, recipe, threads, epochs, batch, exact):
+    cmd = [STOKER, "bench", packed, "--recipe", recipe, "--threads", str(threads), "--epochs",
+           str(epochs), "--batch-size", str(batch), "--shuffle", "--ceiling", "--json"]
+    if exact:
+        cmd.append("--exact")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out), "stoker " + " ".join(cmd[2:])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--profile", default="small", choices=["small", "imagenet"])
+    ap.add_argument("--recipe", default="imagenet-train",
+                    choices=["imagenet-train", "imagenet-val"])
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--workers", default="0,1,2,3,4", help="DataLoader num_workers to try")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--torch-epochs", type=int, default=2, help="DataLoader epochs (>= 2)")
+    ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
+    a = ap.parse_args()
+    classes = 10
+    tree = os.path.join(a.out, f"jpeg_{a.profile}_{a.images}")
+    packed = tree + ".stk"
+    if not os.path.isdir(tree):
+        subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gen_images.py"), tree,
+                        "--classes", str(classes), "--per-class", str(a.images // classes),
+                        "--profile", a.profile], check=True)
+    if not os.path.exists(packed):
+        subprocess.run([STOKER, "pack", "--quiet", tree, packed], check=True)
+    sizes = [os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(tree) for f in fs]
+    print(f"dataset: {len(sizes)} JPEGs, mean {sum(sizes) / len(sizes) / 1000:.1f} KB "
+          f"({a.profile}), recipe {a.recipe}, {a.threads} threads/workers max, "
+          f"batch {a.batch_size}, {os.cpu_count()} CPUs\n", flush=True)
+
+    rows, cmds = [], []
+    default, c1 = stoker_bench(packed, a.recipe, a.threads, a.epochs, a.batch_size, False)
+    exact, c2 = stoker_bench(packed, a.recipe, a.threads, a.epochs, a.batch_size, True)
+    cmds += [c1, c2]
+    ceiling = (default["ceiling"]["samples_per_s"] + exact["ceiling"]["samples_per_s"]) / 2
+    torch_best = None
+    if not a.skip_torch:
+        for w in [int(x) for x in a.workers.split(",")]:
+            sps, first = bench_torch(tree, a.recipe, w, a.batch_size, max(2, a.torch_epochs))
+            print(f"  DataLoader num_workers={w}: {sps:.1f} samples/s "
+                  f"(first batch {first * 1e3:.0f} ms)", flush=True)
+            if torch_best is None or sps > torch_best[0]:
+                torch_best = (sps, w, first)
+    rows.append(("decode-only ceiling (libjpeg-turbo, full decode)", ceiling, None))
+    rows.append(("stoker, exact (full-scale decode)", exact["samples_per_s"],
+                 exact["first_batch_ms"]))
+    rows.append(("stoker, default (crop + DCT-scaled decode)", default["samples_per_s"],
+                 default["first_batch_ms"]))
+    if torch_best:
+        rows.append((f"PyTorch DataLoader + torchvision, best num_workers={torch_best[1]}",
+                     torch_best[0], torch_best[2] * 1e3))
+    print()
+    print("| pipeline | samples/s | vs ceiling | vs PyTorch | first batch ms |")
+    print("|---|---|---|---|---|")
+    for name, sps, first in rows:
+        vs_t = f"{sps / torch_best[0]:.2f}x" if torch_best else "-"
+        fb = f"{first:.0f}" if first is not None else "-"
+        print(f"| {name} | {sps:.0f} | {sps / ceiling:.2f}x | {vs_t} | {fb} |")
+    print("\nceiling runs: %.0f and %.0f samples/s (mean used)" %
+          (default["ceiling"]["samples_per_s"], exact["ceiling"]["samples_per_s"]))
+    print("commands:\n    " + "\n    ".join(cmds))
+    if torch_best:
+        print(f"    bench_torch({a.recipe!r}, workers={a.workers}, "
+              f"batch={a.batch_size}, epochs={a.torch_epochs}) in {os.path.basename(__file__)}")
+
+
+if __name__ == "__main__":
+    main()
