@@ -1196,6 +1196,10 @@ stk_status stk__dataset_read_fields(const stk_dataset *ds, uint64_t index, void 
                                   ds->fields[f].name, (unsigned long long)l.field_size[f], cap[f]);
         if (l.field_size[f] == 0)
             continue;
+        if (n > 0 && (uint8_t *)iov[n - 1].iov_base + iov[n - 1].iov_len == dst[f]) {
+            iov[n - 1].iov_len += (size_t)l.field_size[f]; /* adjacent: one piece, one-shot hash */
+            continue;
+        }
         iov[n].iov_base = dst[f];
         iov[n].iov_len = (size_t)l.field_size[f];
         n++;
