@@ -82,9 +82,12 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* "a/b" (no doubled slash when a already ends with one) */
 static char *join(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
+    while (la > 1 && a[la - 1] == '/')
+        la--;
     char *s = malloc(la + lb + 2);
     if (s) {
         memcpy(s, a, la);

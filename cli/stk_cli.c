@@ -108,7 +108,6 @@ int stk_cli_usage_error(const char *cmd, const char *fmt, ...)
 
 int stk_cli_getopt_error(const char *cmd, int c, char **argv)
 {
-    extern int optind, optopt;
     const char *opt = optind > 0 ? argv[optind - 1] : "?";
     if (c == ':')
         return stk_cli_usage_error(cmd, "option '%s' needs a value", opt);

@@ -151,6 +151,12 @@ expect 0 "into 20 shards" "$STOKER" pack many tiny --shard-size 100
 # OUT without .stk and without --shard-size: a directory with the default 1G limit.
 expect 0 "into 1 shard" "$STOKER" pack many outdir
 [ -f outdir/shard-00000.stk ] || fail "outdir/shard-00000.stk missing"
+# Trailing slashes change nothing: same relative paths, no doubled slash.
+expect 0 "into 1 shard" "$STOKER" pack many/ slash/
+[ -f slash/shard-00000.stk ] || fail "slash/shard-00000.stk missing"
+records slash > slash.txt
+diff whole.txt slash.txt || fail "a trailing slash on SRC changed the records"
+"$STOKER" inspect --json slash/ | grep -q '"slash/shard-00000.stk"' || fail "doubled slash"
 # Sizes: suffixes and plain bytes.
 expect 0 "packed 20" "$STOKER" pack many s1 --shard-size 1M
 expect 0 "packed 20" "$STOKER" pack many s2 --shard-size 5000
