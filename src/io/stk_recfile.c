@@ -759,32 +759,25 @@ static stk_status shard_open(shard *s, const char *path)
     STK_TRY(pread_full(s->fd, fixed, head, 0, path, "header"));
     if (memcmp(fixed, STK_FMT_MAGIC, STK_MIN(head, STK_FMT_MAGIC_SIZE)) != 0)
         return stk__set_last_error(STK_EFORMAT, "%s: bad magic (not a .stk shard)", path);
-    if (head < STK_FMT_H_VERSION + 4)
-        return stk__set_last_error(STK_EFORMAT,
-                                   "%s: truncated or incomplete shard (footer "
-                                   "missing)",
-                                   path);
-    s->version = stk__ld32(fixed + STK_FMT_H_VERSION);
-    if (s->version > STK_FMT_VERSION)
-        return stk__set_last_error(STK_ENOTSUP,
-                                   "%s: format version %u is newer than this stoker "
-                                   "(reads %u)",
-                                   path, s->version, STK_FMT_VERSION);
-    if (s->version == 0)
-        return stk__set_last_error(STK_EFORMAT, "%s: corrupt header (format version 0)", path);
+    if (head >= STK_FMT_H_VERSION + 4) {
+        s->version = stk__ld32(fixed + STK_FMT_H_VERSION);
+        if (s->version > STK_FMT_VERSION)
+            return stk__set_last_error(STK_ENOTSUP,
+                                       "%s: format version %u is newer than this stoker "
+                                       "(reads %u)",
+                                       path, s->version, STK_FMT_VERSION);
+        if (s->version == 0)
+            return stk__set_last_error(STK_EFORMAT, "%s: corrupt header (format version 0)", path);
+    }
 
-    /* Footer: present and intact, else the file is truncated or was never finished. */
-    if (s->file_size < STK_FMT_H_FIXED + 8 + STK_FMT_FOOTER_SIZE)
+    /* Footer: present and intact, else the file is truncated or was never finished (a file
+     * shorter than a header and a footer has none: this includes a cut inside the magic). */
+    bool has_footer = s->file_size >= STK_FMT_H_FIXED + 8 + STK_FMT_FOOTER_SIZE;
+    if (has_footer)
+        STK_TRY(pread_full(s->fd, foot, sizeof(foot), s->file_size - sizeof(foot), path, "footer"));
+    if (!has_footer || memcmp(foot + STK_FMT_T_MAGIC, STK_FMT_FOOTER_MAGIC, 8) != 0)
         return stk__set_last_error(STK_EFORMAT,
-                                   "%s: truncated or incomplete shard (footer "
-                                   "missing)",
-                                   path);
-    STK_TRY(pread_full(s->fd, foot, sizeof(foot), s->file_size - sizeof(foot), path, "footer"));
-    if (memcmp(foot + STK_FMT_T_MAGIC, STK_FMT_FOOTER_MAGIC, 8) != 0)
-        return stk__set_last_error(STK_EFORMAT,
-                                   "%s: truncated or incomplete shard (footer "
-                                   "missing)",
-                                   path);
+                                   "%s: truncated or incomplete shard (footer missing)", path);
     if (XXH3_64bits(foot, STK_FMT_T_SUM) != stk__ld64(foot + STK_FMT_T_SUM) ||
         stk__ld32(foot + STK_FMT_T_VERSION) != s->version)
         return stk__set_last_error(STK_EFORMAT,
