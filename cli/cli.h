@@ -86,6 +86,9 @@ double stk_cli_now(void);
 
 /* ---- JSON output ---- */
 
+/* Length of the well-formed UTF-8 sequence at s (1 for ASCII), or 0 if there is none. */
+size_t stk_cli_utf8_seq(const unsigned char *s, size_t n);
+
 /* Write `n` bytes of `s` as a JSON string literal (quotes included; control characters and
  * invalid UTF-8 escaped as \u00XX). */
 void stk_cli_json_string(FILE *f, const char *s, size_t n);

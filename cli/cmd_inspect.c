@@ -50,19 +50,10 @@ static const char *type_text(const stk_field *f, char *buf, size_t size)
 /* Whether bytes are printable UTF-8 text (no control characters). */
 static bool is_text(const uint8_t *s, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        uint8_t c = s[i];
-        if (c < 0x20 || c == 0x7f)
+    for (size_t i = 0, len; i < n; i += len) {
+        len = stk_cli_utf8_seq(s + i, n - i);
+        if (len == 0 || s[i] < 0x20 || s[i] == 0x7f)
             return false;
-        if (c < 0x80)
-            continue;
-        size_t len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 && c < 0xf0 ? 3 : c >= 0xc2 ? 2 : 0;
-        if (c >= 0xf5 || len == 0 || i + len > n)
-            return false;
-        for (size_t k = 1; k < len; k++)
-            if ((s[i + k] & 0xc0) != 0x80)
-                return false;
-        i += len - 1;
     }
     return true;
 }
@@ -74,32 +65,65 @@ typedef struct inspect_args {
     uint64_t limit; /* records to list; 0 = all */
 } inspect_args;
 
+/* The first member of `meta` if it is a valid JSON object, else NULL. */
+static const char *json_object_members(const char *meta)
+{
+    const char *p = stk_cli_json_ws(meta);
+    return *p == '{' && stk_cli_json_valid(meta) ? stk_cli_json_ws(p + 1) : NULL;
+}
+
+/* Step through the members of a validated object: from *p (at a key, or at the closing brace),
+ * set the key (without quotes) and the value's extent, and move *p to the next member.
+ * Returns false at the end. */
+static bool json_member(const char **p, const char **key, int *key_len, const char **val,
+                        const char **val_end)
+{
+    if (**p != '"')
+        return false;
+    const char *k_end = stk_cli_json_skip(*p);
+    *key = *p + 1;
+    *key_len = (int)(k_end - *p - 2);
+    *val = stk_cli_json_ws(stk_cli_json_ws(k_end) + 1);
+    *val_end = stk_cli_json_skip(*val);
+    *p = stk_cli_json_ws(*val_end);
+    if (**p == ',')
+        *p = stk_cli_json_ws(*p + 1);
+    return true;
+}
+
+/* Number of items of the validated array at v; *shown_end marks the end of the first `show`. */
+static size_t json_array_items(const char *v, size_t show, const char **shown_end)
+{
+    size_t n = 0;
+    const char *q = stk_cli_json_ws(v + 1);
+    *shown_end = q;
+    while (*q != ']') {
+        q = stk_cli_json_skip(q);
+        if (++n <= show)
+            *shown_end = q;
+        q = stk_cli_json_ws(q);
+        if (*q == ',')
+            q = stk_cli_json_ws(q + 1);
+    }
+    return n;
+}
+
 /* Print the members of a metadata JSON object, one per line ("  key: value"); arrays show
  * their length and first items. Anything that is not a JSON object prints as raw text. */
 static void print_metadata(const char *meta)
 {
-    const char *p = stk_cli_json_ws(meta);
-    if (*p != '{' || !stk_cli_json_valid(meta)) {
+    const char *p = json_object_members(meta), *key, *v, *v_end;
+    int key_len;
+    if (!p) {
         printf("  %.200s%s\n", meta, strlen(meta) > 200 ? "..." : "");
         return;
     }
-    p = stk_cli_json_ws(p + 1);
-    while (*p == '"') {
-        const char *key_end = stk_cli_json_skip(p);
-        const char *v = stk_cli_json_ws(stk_cli_json_ws(key_end) + 1);
-        const char *v_end = stk_cli_json_skip(v);
-        printf("  %.*s: ", (int)(key_end - p - 2), p + 1);
+    while (json_member(&p, &key, &key_len, &v, &v_end)) {
+        printf("  %.*s: ", key_len, key);
         if (*v == '[') {
-            size_t n = 0;
-            const char *q = stk_cli_json_ws(v + 1), *first = q, *shown_end = q;
-            while (*q != ']') {
-                q = stk_cli_json_skip(q);
-                if (++n <= 5)
-                    shown_end = q;
-                q = stk_cli_json_ws(q);
-                if (*q == ',')
-                    q = stk_cli_json_ws(q + 1);
-            }
+            const char *shown_end;
+            size_t n = json_array_items(v, 5, &shown_end);
+            const char *first = stk_cli_json_ws(v + 1);
             printf("%zu item%s", n, n == 1 ? "" : "s");
             if (n)
                 printf(" [%.*s%s]", (int)(shown_end - first), first, n > 5 ? ", ..." : "");
@@ -110,37 +134,17 @@ static void print_metadata(const char *meta)
             int len = (int)(v_end - v);
             printf("%.*s%s\n", len > 200 ? 200 : len, v, len > 200 ? "..." : "");
         }
-        p = stk_cli_json_ws(v_end);
-        if (*p == ',')
-            p = stk_cli_json_ws(p + 1);
     }
 }
 
 /* Number of items of the "classes" array of a metadata object, or -1. */
 static long count_classes(const char *meta)
 {
-    const char *p = stk_cli_json_ws(meta);
-    if (*p != '{' || !stk_cli_json_valid(meta))
-        return -1;
-    p = stk_cli_json_ws(p + 1);
-    while (*p == '"') {
-        const char *key_end = stk_cli_json_skip(p);
-        const char *v = stk_cli_json_ws(stk_cli_json_ws(key_end) + 1);
-        if (key_end - p == 9 && strncmp(p, "\"classes\"", 9) == 0 && *v == '[') {
-            long n = 0;
-            const char *q = stk_cli_json_ws(v + 1);
-            while (*q != ']') {
-                q = stk_cli_json_ws(stk_cli_json_skip(q));
-                n++;
-                if (*q == ',')
-                    q = stk_cli_json_ws(q + 1);
-            }
-            return n;
-        }
-        p = stk_cli_json_ws(stk_cli_json_skip(v));
-        if (*p == ',')
-            p = stk_cli_json_ws(p + 1);
-    }
+    const char *p = json_object_members(meta), *key, *v, *v_end, *shown_end;
+    int key_len;
+    while (p && json_member(&p, &key, &key_len, &v, &v_end))
+        if (key_len == 7 && strncmp(key, "classes", 7) == 0 && *v == '[')
+            return (long)json_array_items(v, 0, &shown_end);
     return -1;
 }
 

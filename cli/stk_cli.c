@@ -283,6 +283,21 @@ void stk_cli_progress_end(stk_cli_progress *p)
 
 /* ---- JSON ---- */
 
+size_t stk_cli_utf8_seq(const unsigned char *s, size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (s[0] < 0x80)
+        return 1;
+    size_t len = s[0] >= 0xf5 ? 0 : s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t k = 1; k < len; k++)
+        if ((s[k] & 0xc0) != 0x80)
+            return 0;
+    return len;
+}
+
 void stk_cli_json_string(FILE *f, const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
@@ -302,13 +317,8 @@ void stk_cli_json_string(FILE *f, const char *s, size_t n)
             fputc(c, f);
         } else {
             /* Copy a well-formed UTF-8 sequence; escape a stray byte as its code point. */
-            size_t len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
-            if (c >= 0xf5)
-                len = 0;
-            bool ok = len > 0 && i + len <= n;
-            for (size_t k = 1; ok && k < len; k++)
-                ok = (u[i + k] & 0xc0) == 0x80;
-            if (ok) {
+            size_t len = stk_cli_utf8_seq(u + i, n - i);
+            if (len) {
                 fwrite(u + i, 1, len, f);
                 i += len - 1;
             } else {

@@ -2,30 +2,7 @@
 # directory / glob / list DATA, a flipped byte in a record (named by shard and record), a
 # corrupt index, a truncated shard, and the top-level dispatch (--help, --version, unknown).
 # Run by scripts/run_cli_tests.sh in a fresh temp dir with $STOKER set.
-PY=/usr/bin/python3
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# expect CODE TEXT CMD...: CMD exits with CODE and its stdout or stderr contains TEXT.
-expect() {
-    local code=$1 text=$2 rc=0
-    shift 2
-    "$@" >out.txt 2>err.txt || rc=$?
-    [ "$rc" -eq "$code" ] || fail "$*: exit $rc, want $code; stderr: $(cat err.txt)"
-    grep -qF -- "$text" err.txt out.txt || fail "$*: output lacks '$text': $(cat out.txt err.txt)"
-}
-
-# flip FILE OFFSET: complement one byte in place.
-flip() {
-    local b
-    b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
-    printf "$(printf '\\%03o' $((255 - b)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
-}
-
-# offset_of FILE TEXT: byte offset of the first occurrence of TEXT in FILE.
-offset_of() {
-    grep -obUaF -- "$2" "$1" | head -n1 | cut -d: -f1
-}
+. "$(dirname "$0")/lib.sh"
 
 mkdir -p src/ant src/bee
 for i in 0 1 2 3 4 5; do printf "ant-image-%02d-%s" "$i" "$(head -c 200 /dev/zero | tr '\0' a)" > src/ant/a$i.jpg; done

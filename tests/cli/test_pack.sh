@@ -1,18 +1,7 @@
 # test_pack.sh: `stoker pack` on small ImageFolder trees: class order, labels, paths and bytes
 # as torchvision's ImageFolder sees them, shard splitting, OUT handling, and every error case.
 # Run by scripts/run_cli_tests.sh in a fresh temp dir with $STOKER set.
-PY=/usr/bin/python3
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# expect CODE TEXT CMD...: CMD exits with CODE and its stdout or stderr contains TEXT.
-expect() {
-    local code=$1 text=$2 rc=0
-    shift 2
-    "$@" >out.txt 2>err.txt || rc=$?
-    [ "$rc" -eq "$code" ] || fail "$*: exit $rc, want $code; stderr: $(cat err.txt)"
-    grep -qF -- "$text" err.txt out.txt || fail "$*: output lacks '$text': $(cat out.txt err.txt)"
-}
+. "$(dirname "$0")/lib.sh"
 
 # records FILE...: "label<TAB>path<TAB>image-text" per record, via inspect --json --records.
 records() {

@@ -1,0 +1,27 @@
+# lib.sh: helpers for the CLI tests (source it: . "$(dirname "$0")/lib.sh"). Not a test itself:
+# scripts/run_cli_tests.sh runs only test_*.sh.
+PY=/usr/bin/python3 # Debian's interpreter (json, and torchvision where installed)
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# expect CODE TEXT CMD...: CMD exits with CODE and its stdout or stderr contains TEXT (both are
+# left in out.txt and err.txt).
+expect() {
+    local code=$1 text=$2 rc=0
+    shift 2
+    "$@" >out.txt 2>err.txt || rc=$?
+    [ "$rc" -eq "$code" ] || fail "$*: exit $rc, want $code; stderr: $(cat err.txt)"
+    grep -qF -- "$text" err.txt out.txt || fail "$*: output lacks '$text': $(cat out.txt err.txt)"
+}
+
+# flip FILE OFFSET: complement one byte in place.
+flip() {
+    local b
+    b=$(od -An -tu1 -j "$2" -N1 "$1" | tr -d ' ')
+    printf "$(printf '\\%03o' $((255 - b)))" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none
+}
+
+# offset_of FILE TEXT: byte offset of the first occurrence of TEXT in FILE.
+offset_of() {
+    grep -obUaF -- "$2" "$1" | head -n1 | cut -d: -f1
+}
