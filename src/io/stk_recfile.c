@@ -1013,8 +1013,8 @@ stk_status stk_dataset_open(const char *const *paths, size_t n_paths, unsigned f
     ds->n_fields = ds->shards[0].n_fields;
     memcpy(ds->fields, ds->shards[0].fields, sizeof(ds->fields));
     if (ds->count == 0)
-        STK_FAIL_LAST(STK_EINVAL, "%s%s: dataset is empty (0 records in %zu shard%s)", paths[0],
-                      n_paths > 1 ? " (and the other paths)" : "", list.n, list.n == 1 ? "" : "s");
+        STK_FAIL_LAST(STK_EINVAL, "%s%s: dataset is empty (0 records)", paths[0],
+                      n_paths > 1 ? " (and the other paths)" : "");
     ds->fingerprint = fingerprint(ds);
     pathlist_free(&list);
     stk__clear_last_error();
