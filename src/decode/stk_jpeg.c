@@ -269,6 +269,12 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
         }
     }
 
+    /* All rows read: check the rest of the data through EOI, as a full decode in PIL does */
+    if (c->output_scanline == c->output_height)
+        jpeg_finish_decompress(c);
+    else
+        jpeg_abort_decompress(c);
+
     /* Report only the window's columns: the crop margins may differ from a full decode */
     out->rgb = d->pix + (size_t)(xs - xoff) * 3;
     out->width = xe - xs;
@@ -277,12 +283,6 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
     out->origin_x = (double)xs * den;
     out->origin_y = (double)ys * den;
     out->scale_x = out->scale_y = den;
-
-    /* All rows read: check the rest of the data through EOI, as a full decode in PIL does */
-    if (c->output_scanline == c->output_height)
-        jpeg_finish_decompress(c);
-    else
-        jpeg_abort_decompress(c);
     return STK_OK;
 
 fail:
