@@ -2,18 +2,7 @@
 # (samples_per_s, samples, seconds, threads), epochs and sample counts, the memcpy ceiling, and
 # bad arguments (exit 2 with a message) and bad data (exit 1 naming the file).
 # Run by scripts/run_cli_tests.sh in a fresh temp dir with $STOKER set.
-PY=/usr/bin/python3
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# expect CODE TEXT CMD...: CMD exits with CODE and its stdout or stderr contains TEXT.
-expect() {
-    local code=$1 text=$2 rc=0
-    shift 2
-    "$@" >out.txt 2>err.txt || rc=$?
-    [ "$rc" -eq "$code" ] || fail "$*: exit $rc, want $code; stderr: $(cat err.txt)"
-    grep -qF -- "$text" err.txt out.txt || fail "$*: output lacks '$text': $(cat out.txt err.txt)"
-}
+. "$(dirname "$0")/lib.sh"
 
 # 3 classes x 30 files of random bytes (pack stores files as they are).
 for c in a b c; do

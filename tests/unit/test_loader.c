@@ -286,7 +286,7 @@ static int test_resume(void)
     const char *paths[] = {ds_small};
     static int64_t full[MAXN], head[MAXN], tail[MAXN];
     size_t nf, nh, nt;
-    int64_t bf, bh, bt;
+    int64_t bf, bt;
     T_CHECK(resume_run(paths, 0, 1, NULL, 1000, full, &nf, &bf) == 0);
     T_EQ(bf, 13);
     static const int64_t ks[] = {0, 1, 6, 12, 13};
