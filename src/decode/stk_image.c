@@ -30,10 +30,6 @@ stk_status stk__decoder_reserve(uint8_t **buf, size_t *cap, size_t size, char *e
     /* Grow geometrically so that slowly growing windows settle quickly */
     size_t want = STK_MAX(size, *cap + *cap / 2);
     uint8_t *p = stk__realloc(*buf, want);
-    if (!p) {
-        p = stk__realloc(*buf, size);
-        want = size;
-    }
     if (!p)
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory (%zu-byte image buffer)",
                               size);

@@ -14,7 +14,8 @@
  * window's last, at full scale: origin 0, scale 1.
  *
  * libspng has no way to reset a context, so each image gets a new one; its allocations go
- * through stk__malloc/stk__free (OOM injection sees them). CRC errors fail for every chunk, and
+ * through stk__malloc/stk__free (OOM injection sees them, and a failed one is reported as
+ * STK_ENOMEM whatever libspng makes of it). CRC errors fail for every chunk, and
  * chunk sizes and the memory kept for ancillary chunks are capped.
  */
 #include "stk_codec.h"
@@ -24,20 +25,50 @@
 #define CHUNK_SIZE_MAX (64u << 20) /* largest chunk accepted */
 #define CHUNK_CACHE_MAX (8u << 20) /* memory kept for ancillary chunks (text, iCCP, ...) */
 
+/* Set when an allocation made for libspng fails during the current call on this thread. libspng
+ * reports some of those as data errors (zlib allocates its window inside inflate(), which then
+ * reads as "IDAT stream error"), so this flag, not the return code, tells out-of-memory apart.
+ * A thread-local because struct spng_alloc has no user pointer; it only lives for one call. */
+static _Thread_local bool alloc_failed;
+
+static void *png_malloc(size_t size)
+{
+    void *p = stk__malloc(size);
+    alloc_failed |= !p;
+    return p;
+}
+
+static void *png_realloc(void *ptr, size_t size)
+{
+    void *p = stk__realloc(ptr, size);
+    alloc_failed |= !p;
+    return p;
+}
+
+static void *png_calloc(size_t n, size_t size)
+{
+    void *p = stk__calloc(n, size);
+    alloc_failed |= !p;
+    return p;
+}
+
 /* Turn a libspng error into a status and message. */
 static stk_status png_error(int ret, char *err, size_t err_size)
 {
-    return stk__set_error(err, err_size, ret == SPNG_EMEM ? STK_ENOMEM : STK_EFORMAT, "PNG: %s",
-                          spng_strerror(ret));
+    if (ret == SPNG_EMEM || alloc_failed)
+        return stk__set_error(err, err_size, STK_ENOMEM, "PNG: out of memory (%s)",
+                              spng_strerror(ret));
+    return stk__set_error(err, err_size, STK_EFORMAT, "PNG: %s", spng_strerror(ret));
 }
 
 /* A context reading src, with its header read and checked against the limits. */
 static stk_status png_open(const stk__decoder *d, const uint8_t *src, size_t size, spng_ctx **out,
                            struct spng_ihdr *ihdr, char *err, size_t err_size)
 {
-    struct spng_alloc alloc = {stk__malloc, stk__realloc, stk__calloc, stk__free};
+    struct spng_alloc alloc = {png_malloc, png_realloc, png_calloc, stk__free};
     stk_status rc = STK_OK;
     int ret;
+    alloc_failed = false;
     spng_ctx *ctx = spng_ctx_new2(&alloc, 0);
     if (!ctx)
         STK_FAIL_SIZED(err, err_size, STK_ENOMEM, "PNG: out of memory");

@@ -941,9 +941,53 @@ static int test_png_errors_and_windows(void)
     return 0;
 }
 
+/* Each allocation of the decoder (and of libspng, which allocates through stk__malloc) failing in
+ * turn gives STK_ENOMEM, never a crash or a leak, and the next call works. Debug builds only. */
+static int test_alloc_failures(void)
+{
+#ifdef STK_DEBUG
+    extern void stk__fault_alloc_set(long n);
+    char err[ERRSZ];
+    size_t nj, np = 0;
+    int rw, rh;
+    uint8_t *j = make_jpeg(200, 150, 3, TJSAMP_420, 90, 0, &nj), *png = NULL, *ref = NULL;
+    T_CHECK(j);
+    if (fixtures_ready())
+        T_CHECK(load_fixture("png_rgba16_adam7.png", &png, &np, &ref, &rw, &rh) == 0);
+    int failures = 0;
+    for (long k = 1; k < 100; k++) {
+        stk__decoder *d;
+        stk__decoded out;
+        stk__fault_alloc_set(k);
+        stk_status rc = stk__decoder_create(0, &d);
+        if (rc == STK_OK) {
+            rc = decode_full(d, j, nj, &out, err);
+            if (rc == STK_OK && png)
+                rc = decode_full(d, png, np, &out, err);
+            stk__fault_alloc_set(0);
+            if (rc == STK_OK && png)
+                T_EQ(region_diff(&out, ref, rw, rh, 0, 0), 0);
+            T_CHECK(still_works(d) == 0);
+            stk__decoder_destroy(d);
+        }
+        stk__fault_alloc_set(0);
+        T_CHECKF(rc == STK_OK || rc == STK_ENOMEM, "allocation %ld: rc %d (%s)", k, rc, err);
+        failures += rc == STK_ENOMEM;
+    }
+    T_CHECKF(failures >= (png ? 10 : 4), "%d failures", failures);
+    free(j);
+    free(png);
+    free(ref);
+    return 0;
+#else
+    return T_SKIP;
+#endif
+}
+
 T_MAIN(T_CASE(test_sniff_errors), T_CASE(test_public_api), T_CASE(test_full_matches_turbojpeg),
        T_CASE(test_window_exact), T_CASE(test_window_tiny), T_CASE(test_den_rule),
        T_CASE(test_invalid_args), T_CASE(test_probe_then_other_image), T_CASE(test_buffers_reused),
        T_CASE(test_truncated_jpeg), T_CASE(test_corrupt_jpeg), T_CASE(test_oversized),
        T_CASE(test_scan_limit), T_CASE(test_pil_fixtures), T_CASE(test_exif_orientation_ignored),
-       T_CASE(test_window_cmyk_gray), T_CASE(test_png_errors_and_windows))
+       T_CASE(test_window_cmyk_gray), T_CASE(test_png_errors_and_windows),
+       T_CASE(test_alloc_failures))
