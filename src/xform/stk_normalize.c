@@ -81,74 +81,61 @@ float stk__f16_to_f32(uint16_t h)
     return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-/* Output element kinds: the store loops are instantiated once per kind (constant-folded). */
-enum { OUT_F32, OUT_F16, OUT_BF16 };
-
-/* ToTensor (x / 255), then Normalize when asked, then the output rounding, for one element. */
-static inline void put(void *restrict out, size_t i, int kind, bool norm, uint8_t x, float mean,
-                       float std)
+void stk__store_init(stk_transform *t)
 {
-    float v = (float)x / 255.0f;
-    if (norm)
-        v = (v - mean) / std;
-    if (kind == OUT_F32)
-        ((float *)out)[i] = v;
-    else if (kind == OUT_F16)
-        ((uint16_t *)out)[i] = f16_from_f32(v);
-    else
-        ((uint16_t *)out)[i] = bf16_from_f32(v);
-}
-
-/* One CHW plane: out[i] = f(rgb[3 i]), with the stride-3 read vectorised by gcc. */
-static inline void plane(void *restrict out, const uint8_t *restrict rgb, size_t npix, int kind,
-                         bool norm, float mean, float std)
-{
-    for (size_t i = 0; i < npix; i++)
-        put(out, i, kind, norm, rgb[i * 3], mean, std);
-}
-
-/* HWC: three interleaved outputs per pixel (an SLP group of 3 for gcc). */
-static inline void interleaved(void *restrict out, const uint8_t *restrict rgb, size_t npix,
-                               int kind, bool norm, const float mean[3], const float std[3])
-{
-    float m0 = mean[0], m1 = mean[1], m2 = mean[2], s0 = std[0], s1 = std[1], s2 = std[2];
-    for (size_t i = 0; i < npix; i++) {
-        put(out, i * 3, kind, norm, rgb[i * 3], m0, s0);
-        put(out, i * 3 + 1, kind, norm, rgb[i * 3 + 1], m1, s1);
-        put(out, i * 3 + 2, kind, norm, rgb[i * 3 + 2], m2, s2);
-    }
-}
-
-/* Instantiate the loops for one element kind and normalisation flag. */
-static void store_kind(const stk_transform *t, const uint8_t *restrict rgb, size_t npix,
-                       void *restrict out, int kind, bool norm)
-{
-    size_t es = kind == OUT_F32 ? 4 : 2;
-    if (t->nhwc) {
-        interleaved(out, rgb, npix, kind, norm, t->mean, t->std);
-        return;
-    }
     for (int c = 0; c < 3; c++)
-        plane((char *)out + (size_t)c * npix * es, rgb + c, npix, kind, norm, t->mean[c],
-              t->std[c]);
+        for (int x = 0; x < 256; x++) {
+            /* torchvision: ToTensor is x / 255 in float32; Normalize (v - mean) / std */
+            float v = (float)x / 255.0f;
+            if (t->normalize)
+                v = (v - t->mean[c]) / t->std[c];
+            t->lut_f32[c][x] = v;
+            t->lut_u16[c][x] = t->dtype == STK_DTYPE_BFLOAT16 ? bf16_from_f32(v) : f16_from_f32(v);
+        }
 }
 
-/* Dispatch to constant-argument instances (each one its own vectorised loops). */
-#define STORE_CASE(kind)                                                                           \
+/* CHW planes from interleaved RGB through per-channel tables (T = float or uint16_t). */
+#define STORE_PLANES(T, lut)                                                                       \
     do {                                                                                           \
-        if (t->normalize)                                                                          \
-            store_kind(t, rgb, npix, dst, kind, true);                                             \
-        else                                                                                       \
-            store_kind(t, rgb, npix, dst, kind, false);                                            \
+        T *restrict o0 = (T *)dst, *restrict o1 = o0 + npix, *restrict o2 = o1 + npix;            \
+        const T *l0 = lut[0], *l1 = lut[1], *l2 = lut[2];                                          \
+        for (size_t i = 0; i < npix; i++) {                                                        \
+            o0[i] = l0[rgb[i * 3]];                                                                \
+            o1[i] = l1[rgb[i * 3 + 1]];                                                            \
+            o2[i] = l2[rgb[i * 3 + 2]];                                                            \
+        }                                                                                          \
     } while (0)
 
-void stk__store(const stk_transform *t, const uint8_t *rgb, uint32_t w, uint32_t h, void *dst)
+/* HWC through the tables. */
+#define STORE_INTERLEAVED(T, lut)                                                                  \
+    do {                                                                                           \
+        T *restrict o = (T *)dst;                                                                  \
+        const T *l0 = lut[0], *l1 = lut[1], *l2 = lut[2];                                          \
+        for (size_t i = 0; i < npix; i++) {                                                        \
+            o[i * 3] = l0[rgb[i * 3]];                                                             \
+            o[i * 3 + 1] = l1[rgb[i * 3 + 1]];                                                     \
+            o[i * 3 + 2] = l2[rgb[i * 3 + 2]];                                                     \
+        }                                                                                          \
+    } while (0)
+
+void stk__store(const stk_transform *t, const uint8_t *restrict rgb, uint32_t w, uint32_t h,
+                void *restrict dst)
 {
     size_t npix = (size_t)w * h;
     switch (t->dtype) {
-    case STK_DTYPE_FLOAT32: STORE_CASE(OUT_F32); break;
-    case STK_DTYPE_FLOAT16: STORE_CASE(OUT_F16); break;
-    case STK_DTYPE_BFLOAT16: STORE_CASE(OUT_BF16); break;
+    case STK_DTYPE_FLOAT32:
+        if (t->nhwc)
+            STORE_INTERLEAVED(float, t->lut_f32);
+        else
+            STORE_PLANES(float, t->lut_f32);
+        break;
+    case STK_DTYPE_FLOAT16:
+    case STK_DTYPE_BFLOAT16:
+        if (t->nhwc)
+            STORE_INTERLEAVED(uint16_t, t->lut_u16);
+        else
+            STORE_PLANES(uint16_t, t->lut_u16);
+        break;
     default: { /* uint8 */
         uint8_t *o = dst;
         if (t->nhwc) {

@@ -27,6 +27,9 @@
 
 #include <math.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 typedef float v4f __attribute__((vector_size(16)));
 
@@ -155,61 +158,127 @@ static bool axis_is_copy(const int32_t *tn, const float *w, int k, int64_t n)
     return true;
 }
 
-/* row[i] = sum_k w[k] * src[k*stride + i], for i < len (len a multiple of 1; vectorised). The
- * additions happen in tap order for every i, whatever the vector width. */
+/* row[i] = sum_q w[q] * src[q*stride + i] for i < len. The additions happen in tap order for
+ * every i, whatever the vector width, so all variants give the same floats. */
+#define VERTICAL_BODY                                                                              \
+    do {                                                                                           \
+        const uint8_t *restrict r0 = src;                                                          \
+        float w0 = w[0];                                                                           \
+        for (size_t i = 0; i < len; i++)                                                           \
+            row[i] = w0 * (float)r0[i];                                                            \
+        int q = 1;                                                                                 \
+        for (; q + 1 < n; q += 2) { /* two taps per sweep: half the row traffic, same order */    \
+            const uint8_t *restrict r1 = src + (size_t)q * stride;                                 \
+            const uint8_t *restrict r2 = r1 + stride;                                              \
+            float w1 = w[q], w2 = w[q + 1];                                                        \
+            for (size_t i = 0; i < len; i++)                                                       \
+                row[i] = (row[i] + w1 * (float)r1[i]) + w2 * (float)r2[i];                         \
+        }                                                                                          \
+        if (q < n) {                                                                               \
+            const uint8_t *restrict r1 = src + (size_t)q * stride;                                 \
+            float w1 = w[q];                                                                       \
+            for (size_t i = 0; i < len; i++)                                                       \
+                row[i] = row[i] + w1 * (float)r1[i];                                               \
+        }                                                                                          \
+    } while (0)
+
 static void vertical_pass(float *restrict row, const uint8_t *restrict src, size_t stride,
                           const float *restrict w, int n, size_t len)
 {
-    const uint8_t *restrict r0 = src;
-    float w0 = w[0];
-    for (size_t i = 0; i < len; i++)
-        row[i] = w0 * (float)r0[i];
-    int q = 1;
-    for (; q + 1 < n; q += 2) { /* two taps per sweep: half the row traffic, same order */
-        const uint8_t *restrict r1 = src + (size_t)q * stride;
-        const uint8_t *restrict r2 = r1 + stride;
-        float w1 = w[q], w2 = w[q + 1];
-        for (size_t i = 0; i < len; i++)
-            row[i] = (row[i] + w1 * (float)r1[i]) + w2 * (float)r2[i];
-    }
-    if (q < n) {
-        const uint8_t *restrict r1 = src + (size_t)q * stride;
-        float w1 = w[q];
-        for (size_t i = 0; i < len; i++)
-            row[i] = row[i] + w1 * (float)r1[i];
-    }
+    VERTICAL_BODY;
 }
 
-/* Round a filtered value to uint8 as PIL does (half up, clipped). */
-static inline uint8_t to_u8(float v)
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The same loop compiled for AVX2 (8 floats, vpmovzxbd): no FMA, so identical results. */
+__attribute__((target("avx2"))) static void vertical_pass_avx2(float *restrict row,
+                                                               const uint8_t *restrict src,
+                                                               size_t stride,
+                                                               const float *restrict w, int n,
+                                                               size_t len)
 {
-    v = v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
-    return (uint8_t)(int)(v + 0.5f);
+    VERTICAL_BODY;
+}
+#define HAVE_AVX2_VARIANT 1
+#endif
+
+typedef int32_t v4si __attribute__((vector_size(16)));
+
+/* Tap q of a pixel: the 4 floats (R, G, B, next) at p + 3q times its weight. */
+static inline v4f tap(const float *p, const float *w, int q)
+{
+    v4f v;
+    memcpy(&v, p + q * 3, sizeof(v));
+    return v * w[q];
 }
 
-/* One output row from the float row: 4-wide (R,G,B,next) loads per tap. */
+/* One output row from the float row: every pixel combines k taps (zero-padded weights, so the
+ * trip count is the same for all pixels) with 4-wide loads, summed as two interleaved chains
+ * (even and odd taps; a fixed order), then rounded half up and clipped to uint8 as PIL does, in
+ * vector registers. The common small k are unrolled. */
 static void horizontal_pass(uint8_t *restrict out, const float *restrict row, int64_t n_out,
-                            const int32_t *tmin, const int32_t *tn, const float *w, int k,
-                            int32_t xlo)
+                            const int32_t *restrict tmin, const float *restrict w, int stride_w,
+                            int k, int32_t xlo)
 {
+    const v4f zero = {0.0f, 0.0f, 0.0f, 0.0f}, top = {255.0f, 255.0f, 255.0f, 255.0f};
+    const v4f half = {0.5f, 0.5f, 0.5f, 0.5f};
     for (int64_t i = 0; i < n_out; i++) {
-        uint8_t *o = out + i * 3;
-        int n = tn[i];
-        if (n == 0) {
-            o[0] = o[1] = o[2] = 0;
-            continue;
-        }
         const float *p = row + (size_t)(tmin[i] - xlo) * 3;
-        const float *wi = w + i * k;
-        v4f acc = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int q = 0; q < n; q++) {
-            v4f v;
-            memcpy(&v, p + q * 3, sizeof(v));
-            acc += v * wi[q];
+        const float *wi = w + i * stride_w;
+        v4f a0, a1;
+        switch (k) {
+        case 1: a0 = tap(p, wi, 0), a1 = zero; break;
+        case 2: a0 = tap(p, wi, 0), a1 = tap(p, wi, 1); break;
+        case 3: a0 = tap(p, wi, 0) + tap(p, wi, 2), a1 = tap(p, wi, 1); break;
+        case 4:
+            a0 = tap(p, wi, 0) + tap(p, wi, 2);
+            a1 = tap(p, wi, 1) + tap(p, wi, 3);
+            break;
+        case 5:
+            a0 = (tap(p, wi, 0) + tap(p, wi, 2)) + tap(p, wi, 4);
+            a1 = tap(p, wi, 1) + tap(p, wi, 3);
+            break;
+        case 6:
+            a0 = (tap(p, wi, 0) + tap(p, wi, 2)) + tap(p, wi, 4);
+            a1 = (tap(p, wi, 1) + tap(p, wi, 3)) + tap(p, wi, 5);
+            break;
+        default:
+            a0 = zero;
+            a1 = zero;
+            for (int q = 0; q + 1 < k; q += 2) {
+                a0 += tap(p, wi, q);
+                a1 += tap(p, wi, q + 1);
+            }
+            if (k & 1)
+                a0 += tap(p, wi, k - 1);
+            break;
         }
-        o[0] = to_u8(acc[0]);
-        o[1] = to_u8(acc[1]);
-        o[2] = to_u8(acc[2]);
+        v4f acc = a0 + a1;
+        v4si lo = acc > zero, hi = acc > top; /* also maps NaN to 0 */
+        acc = (v4f)(((v4si)acc & lo & ~hi) | ((v4si)top & hi));
+        v4si iv = __builtin_convertvector(acc + half, v4si); /* truncation: half up */
+#ifdef __SSE2__
+        __m128i b16 = _mm_packs_epi32((__m128i)iv, (__m128i)iv);
+        uint32_t px = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(b16, b16));
+#else
+        uint32_t px = (uint32_t)iv[0] | (uint32_t)iv[1] << 8 | (uint32_t)iv[2] << 16;
+#endif
+        if (i + 1 < n_out) /* 4 bytes: the 4th lands on the next pixel's R, written next */
+            memcpy(out + i * 3, &px, 4);
+        else
+            memcpy(out + i * 3, &px, 3); /* little-endian: R, G, B */
+    }
+}
+
+/* Pad every output pixel of a tap table to exactly kk taps (zero weights past its own; padding
+ * pixels read tap `at` with weight 0), so the inner loops have one trip count. */
+static void uniform_taps(stk__taps *t, int64_t n, int k, int kk, int32_t at)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float *w = t->w + i * k;
+        if (t->tn[i] == 0)
+            t->tmin[i] = at;
+        for (int q = t->tn[i]; q < kk; q++)
+            w[q] = 0.0f;
     }
 }
 
@@ -261,10 +330,18 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
         return STK_OK;
     }
 
-    size_t len = (size_t)(xhi - xlo) * 3;
-    if (!grow((void **)&s->row, &s->cap_row, len + 4, sizeof(float)))
+    /* Uniform tap counts; the row gets zeroed slack for the padded taps' reads. */
+    int kk = 1;
+    for (int64_t i = 0; i < ow; i++)
+        kk = STK_MAX(kk, xn[i]);
+    uniform_taps(&s->x, ow, kx, kk, xlo);
+    size_t len = (size_t)(xhi - xlo) * 3, slack = (size_t)kk * 3 + 4;
+    if (!grow((void **)&s->row, &s->cap_row, len + slack, sizeof(float)))
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for the resize row");
-    s->row[len] = 0.0f; /* the 4th lane of the last pixel's load */
+    memset(s->row + len, 0, slack * sizeof(float));
+#ifdef HAVE_AVX2_VARIANT
+    bool avx2 = __builtin_cpu_supports("avx2");
+#endif
     for (int64_t j = 0; j < oh; j++) {
         uint8_t *o = dst + (size_t)j * dst_stride;
         if (yn[j] == 0) {
@@ -272,8 +349,13 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
             continue;
         }
         const uint8_t *r = src->rgb + (size_t)ymin[j] * src->stride + (size_t)xlo * 3;
-        vertical_pass(s->row, r, src->stride, s->y.w + j * ky, yn[j], len);
-        horizontal_pass(o, s->row, ow, xmin, xn, s->x.w, kx, xlo);
+#ifdef HAVE_AVX2_VARIANT
+        if (avx2)
+            vertical_pass_avx2(s->row, r, src->stride, s->y.w + j * ky, yn[j], len);
+        else
+#endif
+            vertical_pass(s->row, r, src->stride, s->y.w + j * ky, yn[j], len);
+        horizontal_pass(o, s->row, ow, xmin, s->x.w, kx, kk, xlo);
     }
     return STK_OK;
 }

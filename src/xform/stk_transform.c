@@ -227,6 +227,7 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     }
     t->out_h = (uint32_t)oh;
     t->out_w = (uint32_t)ow;
+    stk__store_init(t);
     *out = t;
     return STK_OK;
 fail:

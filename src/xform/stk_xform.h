@@ -40,6 +40,10 @@ struct stk_transform {
     bool normalize;         /* a Normalize op is present */
     float mean[3], std[3];  /* its parameters (float32, as torchvision's tensors) */
     bool jitter;            /* at least one ColorJitter op with an effect */
+    /* The float output of each uint8 value per channel (stk__store_init): the exact per-value
+     * result of ToTensor/Normalize/rounding, so the store is a table lookup. */
+    float lut_f32[3][256];
+    uint16_t lut_u16[3][256]; /* float16 / bfloat16 bits */
 };
 
 /* ---- geometry (stk_crop.c) ---- */
@@ -166,6 +170,9 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
 uint16_t stk__f32_to_f16(float f);
 uint16_t stk__f32_to_bf16(float f);
 float stk__f16_to_f32(uint16_t h);
+
+/* Fill the transform's lookup tables from its dtype, mean and std. */
+void stk__store_init(stk_transform *t);
 
 /* Convert an interleaved RGB uint8 image (w x h, tightly packed) to the transform's output dtype
  * and layout at dst: x / 255 as float32, then (v - mean) / std when normalising, then rounded
