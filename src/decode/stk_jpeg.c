@@ -203,6 +203,26 @@ static void cmyk_row_to_rgb(const uint8_t *in, uint8_t *out, uint32_t n)
     }
 }
 
+/* Whether jpeg_crop_scanline gives exact pixels for this image at this scale. libjpeg-turbo 2.1
+ * sets each component's downsampled_width to output_width * h_samp / max_h_samp, ignoring that
+ * with DCT scaling a chroma component may get a larger IDCT (DCT_scaled_size above the minimum)
+ * that takes over part of its upsampling. The fancy upsamplers that still run then use a wrong
+ * width: garbage for h4v2 or h2v4 luma over 1x1 chroma at 1/2 and 1/4 (later libjpeg-turbo
+ * versions include DCT_scaled_size in that formula). So crop only when every component has the
+ * minimum scaled size or needs no upsampling at all; otherwise decode whole rows. */
+static bool crop_is_exact(const struct jpeg_decompress_struct *c)
+{
+    int min = c->min_DCT_scaled_size;
+    for (int i = 0; i < c->num_components; i++) {
+        const jpeg_component_info *ci = &c->comp_info[i];
+        if (ci->DCT_scaled_size != min &&
+            (ci->h_samp_factor * ci->DCT_scaled_size != c->max_h_samp_factor * min ||
+             ci->v_samp_factor * ci->DCT_scaled_size != c->max_v_samp_factor * min))
+            return false;
+    }
+    return true;
+}
+
 /* Body of stk__jpeg_decode, under its setjmp: libjpeg errors longjmp out of it. */
 static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
                               const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
@@ -235,8 +255,12 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
     /* Crop columns, with one column of margin each side for the upsampler (header comment) */
     JDIMENSION xoff = xs > 0 ? xs - 1 : 0;
     JDIMENSION cw = STK_MIN(out_w, xe + 1) - xoff;
-    if (cw < out_w)
+    if (cw < out_w && crop_is_exact(c)) {
         jpeg_crop_scanline(c, &xoff, &cw);
+    } else {
+        xoff = 0;
+        cw = out_w;
+    }
     if (ys > 0 && jpeg_skip_scanlines(c, ys) != ys)
         STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "JPEG: could not skip to row %u", ys);
 

@@ -378,59 +378,103 @@ static int check_window(stk__decoder *d, const uint8_t *j, size_t n, const stk__
     return 0;
 }
 
-/* Windows at den 1, 2, 4, 8 over many geometries: exact against TurboJPEG's scaled decodes. */
+/* The whole image at 1/den through stk__image_decode: no crop, no skip, i.e. plain libjpeg. The
+ * reference where TurboJPEG refuses the image (sampling factors it has no name for). */
+static uint8_t *self_decode(stk__decoder *d, const uint8_t *j, size_t n, int den, int *w, int *h)
+{
+    char err[ERRSZ];
+    stk__imginfo info;
+    stk__decoded out;
+    if (stk__image_probe(d, j, n, &info, err, ERRSZ) != STK_OK ||
+        stk__image_decode(d, j, n, &info, 0, 0, info.width, info.height,
+                          den == 1 ? info.width : (info.width + den - 1) / den,
+                          den == 1 ? info.height : (info.height + den - 1) / den, &out, err,
+                          ERRSZ) != STK_OK ||
+        out.scale_x != den || out.origin_x != 0 || out.origin_y != 0)
+        return NULL;
+    uint8_t *p = malloc((size_t)out.width * out.height * 3);
+    for (uint32_t v = 0; p && v < out.height; v++)
+        memcpy(p + (size_t)v * out.width * 3, out.rgb + v * out.stride, (size_t)out.width * 3);
+    *w = (int)out.width;
+    *h = (int)out.height;
+    return p;
+}
+
+/* Windows at den 1, 2, 4, 8 over many geometries (iMCU boundaries and their neighbours, image
+ * borders, random) of one JPEG: exact against TurboJPEG's scaled decodes (or self_decode's). */
+static int windows_exact(stk__decoder *d, const uint8_t *j, size_t n, bool self_ref, uint32_t seed)
+{
+    char err[ERRSZ];
+    uint8_t *refs[4];
+    int rws[4], rhs[4];
+    stk__imginfo info;
+    for (int r = 0; r < 4; r++) {
+        refs[r] = self_ref ? self_decode(d, j, n, 1 << r, &rws[r], &rhs[r])
+                           : tj_decode(j, n, 1 << r, &rws[r], &rhs[r]);
+        T_CHECK(refs[r]);
+    }
+    T_CHECKF(stk__image_probe(d, j, n, &info, err, ERRSZ) == STK_OK, "%s", err);
+    T_EQ(info.format, STK__IMG_JPEG);
+    T_EQ(info.width, rws[0]);
+    T_EQ(info.height, rhs[0]);
+    uint32_t W = info.width, H = info.height;
+    static const uint32_t xs[] = {0, 1, 7, 8, 15, 16, 17, 31, 32, 33};
+    for (uint32_t den = 1; den <= 8; den *= 2) {
+        for (size_t a = 0; a < sizeof(xs) / sizeof(xs[0]); a++) {
+            uint32_t x = STK_MIN(xs[a], W - 17), y = STK_MIN(xs[(a + 3) % 10], H - 17);
+            uint32_t w = 16 + lcg(&seed) % (W - x - 16), h = 16 + lcg(&seed) % (H - y - 16);
+            T_CHECK(check_window(d, j, n, &info, x, y, w, h, den, refs, rws, rhs) == 0);
+            /* the same window flush against the bottom-right corner */
+            T_CHECK(check_window(d, j, n, &info, W - w, H - h, w, h, den, refs, rws, rhs) == 0);
+        }
+        for (int t = 0; t < 12; t++) { /* random windows */
+            uint32_t w = 16 + lcg(&seed) % (W - 16), h = 16 + lcg(&seed) % (H - 16);
+            uint32_t x = lcg(&seed) % (W - w + 1), y = lcg(&seed) % (H - h + 1);
+            T_CHECK(check_window(d, j, n, &info, x, y, w, h, den, refs, rws, rhs) == 0);
+        }
+        T_CHECK(check_window(d, j, n, &info, 0, 0, W, H, den, refs, rws, rhs) == 0);
+    }
+    for (int r = 0; r < 4; r++)
+        free(refs[r]);
+    return 0;
+}
+
+/* Every TurboJPEG subsampling, baseline and progressive, several sizes. */
 static int test_window_exact(void)
 {
     static const int sizes[][2] = {{500, 375}, {203, 157}, {37, 300}};
     stk__decoder *d;
-    char err[ERRSZ];
     T_OK(stk__decoder_create(0, &d));
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
         for (size_t k = 0; k < sizeof(SUBSAMPS) / sizeof(SUBSAMPS[0]); k++)
             for (int prog = 0; prog < 2; prog++) {
-                int W = sizes[s][0], H = sizes[s][1];
                 size_t n;
-                uint8_t *j = make_jpeg(W, H, (uint32_t)(100 + s * 11 + k), SUBSAMPS[k], 90,
-                                       prog ? TJFLAG_PROGRESSIVE : 0, &n);
-                uint8_t *refs[4];
-                int rws[4], rhs[4];
-                for (int r = 0; r < 4; r++) {
-                    refs[r] = j ? tj_decode(j, n, 1 << r, &rws[r], &rhs[r]) : NULL;
-                    T_CHECK(refs[r]);
-                }
-                stk__imginfo info;
-                T_CHECKF(stk__image_probe(d, j, n, &info, err, ERRSZ) == STK_OK, "%s", err);
-                T_EQ(info.format, STK__IMG_JPEG);
-                T_EQ(info.width, W);
-                T_EQ(info.height, H);
-                /* Systematic edges: iMCU boundaries and their neighbours, image borders */
-                static const uint32_t xs[] = {0, 1, 7, 8, 15, 16, 17, 31, 32, 33};
-                uint32_t seed = (uint32_t)(s * 131 + k * 7 + (size_t)prog);
-                for (uint32_t den = 1; den <= 8; den *= 2) {
-                    for (size_t a = 0; a < sizeof(xs) / sizeof(xs[0]); a++) {
-                        uint32_t x = STK_MIN(xs[a], (uint32_t)W - 17);
-                        uint32_t y = STK_MIN(xs[(a + 3) % 10], (uint32_t)H - 17);
-                        uint32_t w = 16 + lcg(&seed) % ((uint32_t)W - x - 16);
-                        uint32_t h = 16 + lcg(&seed) % ((uint32_t)H - y - 16);
-                        T_CHECK(check_window(d, j, n, &info, x, y, w, h, den, refs, rws, rhs) == 0);
-                        /* the same window flush against the bottom-right corner */
-                        T_CHECK(check_window(d, j, n, &info, (uint32_t)W - w, (uint32_t)H - h, w, h,
-                                             den, refs, rws, rhs) == 0);
-                    }
-                    for (int t = 0; t < 12; t++) { /* random windows */
-                        uint32_t w = 16 + lcg(&seed) % ((uint32_t)W - 16);
-                        uint32_t h = 16 + lcg(&seed) % ((uint32_t)H - 16);
-                        uint32_t x = lcg(&seed) % ((uint32_t)W - w + 1);
-                        uint32_t y = lcg(&seed) % ((uint32_t)H - h + 1);
-                        T_CHECK(check_window(d, j, n, &info, x, y, w, h, den, refs, rws, rhs) == 0);
-                    }
-                    T_CHECK(check_window(d, j, n, &info, 0, 0, (uint32_t)W, (uint32_t)H, den, refs,
-                                         rws, rhs) == 0);
-                }
-                for (int r = 0; r < 4; r++)
-                    free(refs[r]);
+                uint8_t *j = make_jpeg(sizes[s][0], sizes[s][1], (uint32_t)(100 + s * 11 + k),
+                                       SUBSAMPS[k], 90, prog ? TJFLAG_PROGRESSIVE : 0, &n);
+                T_CHECK(j);
+                T_CHECKF(
+                    windows_exact(d, j, n, false, (uint32_t)(s * 131 + k * 7 + (size_t)prog)) == 0,
+                    "%dx%d subsamp %d prog %d", sizes[s][0], sizes[s][1], SUBSAMPS[k], prog);
                 free(j);
             }
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* Sampling factors TurboJPEG can neither write nor read (tests/data/decode/gen_sampling.c): luma
+ * h4v2 and h2v4 over 1x1 chroma, where libjpeg-turbo 2.1's crop is wrong at 1/2 and 1/4 scale. */
+static int test_window_odd_sampling(void)
+{
+    static const char *files[] = {"tests/data/decode/h4v2.jpg", "tests/data/decode/h2v4_prog.jpg"};
+    stk__decoder *d;
+    T_OK(stk__decoder_create(0, &d));
+    for (size_t i = 0; i < 2; i++) {
+        size_t n;
+        uint8_t *j = read_file(files[i], &n);
+        T_CHECKF(j, "%s", files[i]);
+        T_CHECKF(windows_exact(d, j, n, true, (uint32_t)i) == 0, "%s", files[i]);
+        free(j);
+    }
     stk__decoder_destroy(d);
     return 0;
 }
@@ -985,9 +1029,9 @@ static int test_alloc_failures(void)
 }
 
 T_MAIN(T_CASE(test_sniff_errors), T_CASE(test_public_api), T_CASE(test_full_matches_turbojpeg),
-       T_CASE(test_window_exact), T_CASE(test_window_tiny), T_CASE(test_den_rule),
-       T_CASE(test_invalid_args), T_CASE(test_probe_then_other_image), T_CASE(test_buffers_reused),
-       T_CASE(test_truncated_jpeg), T_CASE(test_corrupt_jpeg), T_CASE(test_oversized),
-       T_CASE(test_scan_limit), T_CASE(test_pil_fixtures), T_CASE(test_exif_orientation_ignored),
-       T_CASE(test_window_cmyk_gray), T_CASE(test_png_errors_and_windows),
-       T_CASE(test_alloc_failures))
+       T_CASE(test_window_exact), T_CASE(test_window_odd_sampling), T_CASE(test_window_tiny),
+       T_CASE(test_den_rule), T_CASE(test_invalid_args), T_CASE(test_probe_then_other_image),
+       T_CASE(test_buffers_reused), T_CASE(test_truncated_jpeg), T_CASE(test_corrupt_jpeg),
+       T_CASE(test_oversized), T_CASE(test_scan_limit), T_CASE(test_pil_fixtures),
+       T_CASE(test_exif_orientation_ignored), T_CASE(test_window_cmyk_gray),
+       T_CASE(test_png_errors_and_windows), T_CASE(test_alloc_failures))
