@@ -64,6 +64,7 @@ void stk__rscratch_free(stk__rscratch *s)
     taps_free(&s->x);
     taps_free(&s->y);
     stk__free(s->row);
+    stk__free(s->w8);
     memset(s, 0, sizeof(*s));
 }
 
@@ -211,10 +212,10 @@ static inline v4f tap(const float *p, const float *w, int q)
     return v * w[q];
 }
 
-/* One output row from the float row: every pixel combines k taps (zero-padded weights, so the
- * trip count is the same for all pixels) with 4-wide loads, summed as two interleaved chains
- * (even and odd taps; a fixed order), then rounded half up and clipped to uint8 as PIL does, in
- * vector registers. The common small k are unrolled. */
+/* One output row from the float row: every pixel combines k taps (k even: zero-padded weights,
+ * so the trip count is the same for all pixels) with 4-wide loads, summed as two chains (even
+ * taps, odd taps; a fixed order shared with the AVX2 kernel), then rounded half up and clipped
+ * to uint8 as PIL does, in vector registers. The common small k are unrolled. */
 static void horizontal_pass(uint8_t *restrict out, const float *restrict row, int64_t n_out,
                             const int32_t *restrict tmin, const float *restrict w, int stride_w,
                             int k, int32_t xlo)
@@ -225,16 +226,10 @@ static void horizontal_pass(uint8_t *restrict out, const float *restrict row, in
         const float *p = row + (size_t)(tmin[i] - xlo) * 3;
         const float *wi = w + i * stride_w;
         v4f a0, a1;
-        switch (k) {
-        case 1: a0 = tap(p, wi, 0), a1 = zero; break;
+        switch (k) { /* k is even (padded with zero weights) */
         case 2: a0 = tap(p, wi, 0), a1 = tap(p, wi, 1); break;
-        case 3: a0 = tap(p, wi, 0) + tap(p, wi, 2), a1 = tap(p, wi, 1); break;
         case 4:
             a0 = tap(p, wi, 0) + tap(p, wi, 2);
-            a1 = tap(p, wi, 1) + tap(p, wi, 3);
-            break;
-        case 5:
-            a0 = (tap(p, wi, 0) + tap(p, wi, 2)) + tap(p, wi, 4);
             a1 = tap(p, wi, 1) + tap(p, wi, 3);
             break;
         case 6:
@@ -242,14 +237,12 @@ static void horizontal_pass(uint8_t *restrict out, const float *restrict row, in
             a1 = (tap(p, wi, 1) + tap(p, wi, 3)) + tap(p, wi, 5);
             break;
         default:
-            a0 = zero;
-            a1 = zero;
-            for (int q = 0; q + 1 < k; q += 2) {
+            a0 = tap(p, wi, 0);
+            a1 = tap(p, wi, 1);
+            for (int q = 2; q < k; q += 2) {
                 a0 += tap(p, wi, q);
                 a1 += tap(p, wi, q + 1);
             }
-            if (k & 1)
-                a0 += tap(p, wi, k - 1);
             break;
         }
         v4f acc = a0 + a1;
@@ -269,6 +262,73 @@ static void horizontal_pass(uint8_t *restrict out, const float *restrict row, in
     }
 }
 
+#ifdef HAVE_AVX2_VARIANT
+#include <immintrin.h>
+
+/* Weights for the AVX2 kernel: per pixel and tap pair (q, q+1), the 8 lanes
+ * (wq, wq, wq, 0, wq+1, wq+1, wq+1, 0). */
+static void expand_weights(float *restrict w8, const float *restrict w, int64_t n, int stride_w,
+                           int k)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int q = 0; q < k; q += 2) {
+            float *o = w8 + (i * k + q) * 4;
+            const float *wi = w + i * stride_w;
+            o[0] = o[1] = o[2] = wi[q];
+            o[4] = o[5] = o[6] = wi[q + 1];
+            o[3] = o[7] = 0.0f;
+        }
+}
+
+/* One output pixel of the AVX2 kernel as 4 int32 (R, G, B, junk), rounded and clipped. */
+__attribute__((target("avx2"))) static inline __m128i pixel_avx2(const float *restrict p,
+                                                                 const float *restrict wi,
+                                                                 int pairs)
+{
+    const __m256i perm = _mm256_setr_epi32(0, 1, 2, 3, 3, 4, 5, 6);
+    __m256 acc = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_loadu_ps(p), perm),
+                               _mm256_loadu_ps(wi));
+    for (int m = 1; m < pairs; m++) {
+        __m256 v = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + m * 6), perm);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(v, _mm256_loadu_ps(wi + m * 8)));
+    }
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    a = _mm_min_ps(_mm_max_ps(a, _mm_setzero_ps()), _mm_set1_ps(255.0f)); /* NaN -> 0 */
+    return _mm_cvttps_epi32(_mm_add_ps(a, _mm_set1_ps(0.5f)));
+}
+
+/* horizontal_pass for AVX2: one 8-float load per tap pair, permuted to (tap q | tap q+1) in the
+ * two 128-bit halves. The low half sums the even taps and the high half the odd ones, in the
+ * same order as the two chains of horizontal_pass, so the results are identical. Four pixels
+ * are packed and stored together (12 bytes of a 16-byte store; the rest is rewritten next). */
+__attribute__((target("avx2"))) static void horizontal_pass_avx2(uint8_t *restrict out,
+                                                                 const float *restrict row,
+                                                                 int64_t n_out,
+                                                                 const int32_t *restrict tmin,
+                                                                 const float *restrict w8,
+                                                                 int pairs, int32_t xlo)
+{
+    const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+    const float *base = row - (size_t)xlo * 3;
+    int64_t i = 0;
+    for (; i + 6 <= n_out; i += 4) { /* pixel i+5 exists: the 4 spare bytes stay in the row */
+        const float *w = w8 + i * pairs * 8;
+        __m128i a = pixel_avx2(base + (size_t)tmin[i] * 3, w, pairs);
+        __m128i b = pixel_avx2(base + (size_t)tmin[i + 1] * 3, w + pairs * 8, pairs);
+        __m128i c = pixel_avx2(base + (size_t)tmin[i + 2] * 3, w + pairs * 16, pairs);
+        __m128i d = pixel_avx2(base + (size_t)tmin[i + 3] * 3, w + pairs * 24, pairs);
+        __m128i bytes = _mm_packus_epi16(_mm_packs_epi32(a, b), _mm_packs_epi32(c, d));
+        _mm_storeu_si128((__m128i *)(out + i * 3), _mm_shuffle_epi8(bytes, compact));
+    }
+    for (; i < n_out; i++) {
+        __m128i v = pixel_avx2(base + (size_t)tmin[i] * 3, w8 + i * pairs * 8, pairs);
+        __m128i b16 = _mm_packs_epi32(v, v);
+        uint32_t px = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(b16, b16));
+        memcpy(out + i * 3, &px, 3);
+    }
+}
+#endif
+
 /* Pad every output pixel of a tap table to exactly kk taps (zero weights past its own; padding
  * pixels read tap `at` with weight 0), so the inner loops have one trip count. */
 static void uniform_taps(stk__taps *t, int64_t n, int k, int kk, int32_t at)
@@ -287,7 +347,8 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
                          size_t err_size)
 {
     int64_t ow = x->n, oh = y->n;
-    int kx = axis_ksize(x, src->scale_x), ky = axis_ksize(y, src->scale_y);
+    /* One spare x weight: tap counts are padded to even (pairs for the AVX2 kernel). */
+    int kx = axis_ksize(x, src->scale_x) + 1, ky = axis_ksize(y, src->scale_y);
     if (!taps_reserve(&s->x, (size_t)ow, (size_t)kx) || !taps_reserve(&s->y, (size_t)oh, (size_t)ky))
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for resize tables");
     axis_taps(x, src->origin_x, src->scale_x, src->width, &s->x, kx);
@@ -330,17 +391,25 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
         return STK_OK;
     }
 
-    /* Uniform tap counts; the row gets zeroed slack for the padded taps' reads. */
-    int kk = 1;
+    /* Uniform, even tap counts; the row gets zeroed slack for the padded taps' reads. */
+    int kk = 2;
     for (int64_t i = 0; i < ow; i++)
         kk = STK_MAX(kk, xn[i]);
+    kk = (kk + 1) & ~1;
     uniform_taps(&s->x, ow, kx, kk, xlo);
-    size_t len = (size_t)(xhi - xlo) * 3, slack = (size_t)kk * 3 + 4;
+    size_t len = (size_t)(xhi - xlo) * 3, slack = (size_t)kk * 3 + 12;
     if (!grow((void **)&s->row, &s->cap_row, len + slack, sizeof(float)))
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for the resize row");
     memset(s->row + len, 0, slack * sizeof(float));
 #ifdef HAVE_AVX2_VARIANT
-    bool avx2 = __builtin_cpu_supports("avx2");
+    bool avx2 = !s->portable && __builtin_cpu_supports("avx2");
+    if (avx2) {
+        size_t n8;
+        if (!stk__mul_ok((size_t)ow, (size_t)kk * 4, &n8) ||
+            !grow((void **)&s->w8, &s->cap_w8, n8, sizeof(float)))
+            return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for resize tables");
+        expand_weights(s->w8, s->x.w, ow, kx, kk);
+    }
 #endif
     for (int64_t j = 0; j < oh; j++) {
         uint8_t *o = dst + (size_t)j * dst_stride;
@@ -350,11 +419,13 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
         }
         const uint8_t *r = src->rgb + (size_t)ymin[j] * src->stride + (size_t)xlo * 3;
 #ifdef HAVE_AVX2_VARIANT
-        if (avx2)
+        if (avx2) {
             vertical_pass_avx2(s->row, r, src->stride, s->y.w + j * ky, yn[j], len);
-        else
+            horizontal_pass_avx2(o, s->row, ow, xmin, s->w8, kk / 2, xlo);
+            continue;
+        }
 #endif
-            vertical_pass(s->row, r, src->stride, s->y.w + j * ky, yn[j], len);
+        vertical_pass(s->row, r, src->stride, s->y.w + j * ky, yn[j], len);
         horizontal_pass(o, s->row, ow, xmin, s->x.w, kx, kk, xlo);
     }
     return STK_OK;

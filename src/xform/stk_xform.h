@@ -152,6 +152,9 @@ typedef struct stk__rscratch {
     stk__taps x, y;
     float *row; /* vertical-pass result for one output row */
     size_t cap_row;
+    float *w8;  /* horizontal weights expanded for the AVX2 kernel */
+    size_t cap_w8;
+    bool portable; /* use only the baseline (SSE2/C) kernels: tests compare the two */
 } stk__rscratch;
 
 void stk__rscratch_free(stk__rscratch *s);
