@@ -1182,9 +1182,95 @@ static int test_apply_padding(void)
     return 0;
 }
 
+#ifdef STK_DEBUG
+void stk__fault_alloc_set(long n); /* src/common/stk_alloc.c, debug builds */
+
+/* Every allocation of create / worker create / apply may fail: each failure is reported as
+ * STK_ENOMEM and leaks nothing (ASan); and once a worker has rendered the largest window,
+ * rendering allocates nothing (the next allocation is armed to fail and never does). */
+static int test_alloc_failures(void)
+{
+    uint32_t W = 120, H = 90;
+    uint8_t *rgb = make_rgb(W, H, 10);
+    size_t size;
+    uint8_t *png = make_png(rgb, W, H, &size);
+    float *out = malloc(3 * 64 * 64 * sizeof(float));
+    stk_op ops[3];
+    stk_op_init(&ops[0], STK_OP_RANDOM_RESIZED_CROP);
+    ops[0].size[0] = ops[0].size[1] = 64;
+    stk_op_init(&ops[1], STK_OP_RANDOM_HORIZONTAL_FLIP);
+    stk_op_init(&ops[2], STK_OP_NORMALIZE);
+    char err[256];
+    int failures = 0;
+    for (long n = 1; n < 200; n++) {
+        stk_transform_opts o;
+        stk_transform_opts_init(&o);
+        o.ops = ops;
+        o.n_ops = 3;
+        stk_transform *t = NULL;
+        stk__tworker *w = NULL;
+        stk__fault_alloc_set(n);
+        stk_status rc = stk_transform_create(&o, &t);
+        if (rc == STK_OK)
+            rc = stk__transform_worker_create(t, &w);
+        if (rc == STK_OK) {
+            stk_rng rng;
+            stk_rng_init(&rng, 1, 0, 0);
+            rc = stk__transform_apply(t, w, png, size, &rng, out, err, sizeof(err));
+        }
+        stk__fault_alloc_set(0);
+        T_CHECKF(rc == STK_OK || rc == STK_ENOMEM, "allocation %ld: rc %d", n, rc);
+        stk__transform_worker_destroy(w);
+        stk_transform_destroy(t);
+        if (rc == STK_OK)
+            break;
+        failures++;
+    }
+    T_CHECK(failures > 2);
+
+    /* Steady state: once the worker has rendered the largest window, rendering allocates
+     * nothing (the PNG decoder allocates per image by design: libspng gets a new context each
+     * time, through stk__malloc; so this checks plan + render on a decoded buffer). */
+    stk_transform *t = make_t(ops, 3, STK_DTYPE_FLOAT32, false, false);
+    stk__tworker w;
+    memset(&w, 0, sizeof(w));
+    stk__decoded d = full_decoded(rgb, W, H);
+    stk__xplan plan;
+    stk_rng rng;
+    stk_rng_init(&rng, 1, 0, 0);
+    stk__xform_plan(t, W, H, &rng, &plan);
+    stk__axis_init(&plan.x, W); /* warm up on the whole image */
+    stk__axis_init(&plan.y, H);
+    stk__axis_resize(&plan.x, 64);
+    stk__axis_resize(&plan.y, 64);
+    T_OK(stk__xform_render(t, &w, &plan, &d, out, err, sizeof(err)));
+    for (uint64_t k = 0; k < 50; k++) {
+        stk_rng_init(&rng, 1, 0, k);
+        stk__xform_plan(t, W, H, &rng, &plan);
+        stk__fault_alloc_set(1);
+        stk_status rc = stk__xform_render(t, &w, &plan, &d, out, err, sizeof(err));
+        stk__fault_alloc_set(0);
+        T_CHECKF(rc == STK_OK, "sample %llu allocated (rc %d: %s)", (unsigned long long)k, rc, err);
+    }
+    stk__rscratch_free(&w.rs);
+    stk__free(w.img);
+    stk_transform_destroy(t);
+    free(out);
+    free(png);
+    free(rgb);
+    return 0;
+}
+#else
+static int test_alloc_failures(void)
+{
+    return T_SKIP; /* needs -DSTK_DEBUG (make asan) */
+}
+#endif
+
 T_MAIN(T_CASE(test_op_defaults), T_CASE(test_recipes), T_CASE(test_bad_op_lists),
        T_CASE(test_box_invariants), T_CASE(test_rng_below), T_CASE(test_geometry_rules),
        T_CASE(test_resize_identity), T_CASE(test_resize_vs_reference), T_CASE(test_flip_exact),
        T_CASE(test_f16_bf16), T_CASE(test_store_layouts), T_CASE(test_jitter_basics),
        T_CASE(test_apply_png_pipelines), T_CASE(test_apply_deterministic),
-       T_CASE(test_threads_identical), T_CASE(test_apply_errors), T_CASE(test_apply_padding))
+       T_CASE(test_threads_identical), T_CASE(test_apply_errors), T_CASE(test_apply_padding),
+       T_CASE(test_alloc_failures))
