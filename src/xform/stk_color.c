@@ -106,15 +106,11 @@ static void hue_pixel(uint8_t *p, float shift)
     float pp = clamp01(v * (1.0f - s));
     float qq = clamp01(v * (1.0f - s * f));
     float tt = clamp01(v * (1.0f - s * (1.0f - f)));
-    float o[3];
-    switch (i) {
-    case 0: o[0] = v, o[1] = tt, o[2] = pp; break;
-    case 1: o[0] = qq, o[1] = v, o[2] = pp; break;
-    case 2: o[0] = pp, o[1] = v, o[2] = tt; break;
-    case 3: o[0] = pp, o[1] = qq, o[2] = v; break;
-    case 4: o[0] = tt, o[1] = pp, o[2] = v; break;
-    default: o[0] = v, o[1] = pp, o[2] = qq; break;
-    }
+    /* _hsv2rgb's selection by sector i: (R, G, B) among (v, q, p, t). */
+    static const uint8_t pick[6][3] = {{0, 3, 2}, {1, 0, 2}, {2, 0, 3},
+                                       {2, 1, 0}, {3, 2, 0}, {0, 2, 1}};
+    const float vals[4] = {v, qq, pp, tt};
+    float o[3] = {vals[pick[i][0]], vals[pick[i][1]], vals[pick[i][2]]};
     /* (img * 255.0).to(uint8): no clamp in torchvision; the values are within [0, 255]. */
     p[0] = trunc_u8(o[0] * 255.0f);
     p[1] = trunc_u8(o[1] * 255.0f);
@@ -144,12 +140,12 @@ void stk__jitter_draw(stk_rng *rng, const stk_op *op, stk__jitter *out)
     for (int k = 0; k < 3; k++) {
         /* [max(0, 1 - v), 1 + v]; v == 0 means off ([1, 1]) */
         out->on[k] = v[k] != 0.0;
-        out->factor[k] = out->on[k] ? stk__rng_range(rng, STK_MAX(0.0, 1.0 - v[k]), 1.0 + v[k])
-                                    : 1.0;
+        out->factor[k] =
+            out->on[k] ? stk__rng_range(rng, STK_MAX(0.0, 1.0 - v[k]), 1.0 + v[k]) : 1.0;
     }
     out->on[STK__JIT_HUE] = op->hue != 0.0;
-    out->factor[STK__JIT_HUE] = out->on[STK__JIT_HUE] ? stk__rng_range(rng, -op->hue, op->hue)
-                                                      : 0.0;
+    out->factor[STK__JIT_HUE] =
+        out->on[STK__JIT_HUE] ? stk__rng_range(rng, -op->hue, op->hue) : 0.0;
 }
 
 void stk__jitter_apply(uint8_t *rgb, size_t npix, const stk__jitter *j)
@@ -160,10 +156,18 @@ void stk__jitter_apply(uint8_t *rgb, size_t npix, const stk__jitter *j)
             continue;
         double f = j->factor[what];
         switch (what) {
-        case STK__JIT_BRIGHTNESS: stk__adjust_brightness(rgb, npix, f); break;
-        case STK__JIT_CONTRAST: stk__adjust_contrast(rgb, npix, f); break;
-        case STK__JIT_SATURATION: stk__adjust_saturation(rgb, npix, f); break;
-        default: stk__adjust_hue(rgb, npix, f); break;
+        case STK__JIT_BRIGHTNESS:
+            stk__adjust_brightness(rgb, npix, f);
+            break;
+        case STK__JIT_CONTRAST:
+            stk__adjust_contrast(rgb, npix, f);
+            break;
+        case STK__JIT_SATURATION:
+            stk__adjust_saturation(rgb, npix, f);
+            break;
+        default:
+            stk__adjust_hue(rgb, npix, f);
+            break;
         }
     }
 }

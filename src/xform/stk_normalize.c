@@ -97,7 +97,7 @@ void stk__store_init(stk_transform *t)
 /* CHW planes from interleaved RGB through per-channel tables (T = float or uint16_t). */
 #define STORE_PLANES(T, lut)                                                                       \
     do {                                                                                           \
-        T *restrict o0 = (T *)dst, *restrict o1 = o0 + npix, *restrict o2 = o1 + npix;            \
+        T *restrict o0 = (T *)dst, *restrict o1 = o0 + npix, *restrict o2 = o1 + npix;             \
         const T *l0 = lut[0], *l1 = lut[1], *l2 = lut[2];                                          \
         for (size_t i = 0; i < npix; i++) {                                                        \
             o0[i] = l0[rgb[i * 3]];                                                                \

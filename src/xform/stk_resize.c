@@ -168,7 +168,7 @@ static bool axis_is_copy(const int32_t *tn, const float *w, int k, int64_t n)
         for (size_t i = 0; i < len; i++)                                                           \
             row[i] = w0 * (float)r0[i];                                                            \
         int q = 1;                                                                                 \
-        for (; q + 1 < n; q += 2) { /* two taps per sweep: half the row traffic, same order */    \
+        for (; q + 1 < n; q += 2) { /* two taps per sweep: half the row traffic, same order */     \
             const uint8_t *restrict r1 = src + (size_t)q * stride;                                 \
             const uint8_t *restrict r2 = r1 + stride;                                              \
             float w1 = w[q], w2 = w[q + 1];                                                        \
@@ -191,11 +191,9 @@ static void vertical_pass(float *restrict row, const uint8_t *restrict src, size
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* The same loop compiled for AVX2 (8 floats, vpmovzxbd): no FMA, so identical results. */
-__attribute__((target("avx2"))) static void vertical_pass_avx2(float *restrict row,
-                                                               const uint8_t *restrict src,
-                                                               size_t stride,
-                                                               const float *restrict w, int n,
-                                                               size_t len)
+__attribute__((target("avx2"))) static void
+vertical_pass_avx2(float *restrict row, const uint8_t *restrict src, size_t stride,
+                   const float *restrict w, int n, size_t len)
 {
     VERTICAL_BODY;
 }
@@ -227,7 +225,9 @@ static void horizontal_pass(uint8_t *restrict out, const float *restrict row, in
         const float *wi = w + i * stride_w;
         v4f a0, a1;
         switch (k) { /* k is even (padded with zero weights) */
-        case 2: a0 = tap(p, wi, 0), a1 = tap(p, wi, 1); break;
+        case 2:
+            a0 = tap(p, wi, 0), a1 = tap(p, wi, 1);
+            break;
         case 4:
             a0 = tap(p, wi, 0) + tap(p, wi, 2);
             a1 = tap(p, wi, 1) + tap(p, wi, 3);
@@ -281,13 +281,12 @@ static void expand_weights(float *restrict w8, const float *restrict w, int64_t 
 }
 
 /* One output pixel of the AVX2 kernel as 4 int32 (R, G, B, junk), rounded and clipped. */
-__attribute__((target("avx2"))) static inline __m128i pixel_avx2(const float *restrict p,
-                                                                 const float *restrict wi,
-                                                                 int pairs)
+__attribute__((target("avx2"))) static inline __m128i
+pixel_avx2(const float *restrict p, const float *restrict wi, int pairs)
 {
     const __m256i perm = _mm256_setr_epi32(0, 1, 2, 3, 3, 4, 5, 6);
-    __m256 acc = _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_loadu_ps(p), perm),
-                               _mm256_loadu_ps(wi));
+    __m256 acc =
+        _mm256_mul_ps(_mm256_permutevar8x32_ps(_mm256_loadu_ps(p), perm), _mm256_loadu_ps(wi));
     for (int m = 1; m < pairs; m++) {
         __m256 v = _mm256_permutevar8x32_ps(_mm256_loadu_ps(p + m * 6), perm);
         acc = _mm256_add_ps(acc, _mm256_mul_ps(v, _mm256_loadu_ps(wi + m * 8)));
@@ -301,12 +300,9 @@ __attribute__((target("avx2"))) static inline __m128i pixel_avx2(const float *re
  * two 128-bit halves. The low half sums the even taps and the high half the odd ones, in the
  * same order as the two chains of horizontal_pass, so the results are identical. Four pixels
  * are packed and stored together (12 bytes of a 16-byte store; the rest is rewritten next). */
-__attribute__((target("avx2"))) static void horizontal_pass_avx2(uint8_t *restrict out,
-                                                                 const float *restrict row,
-                                                                 int64_t n_out,
-                                                                 const int32_t *restrict tmin,
-                                                                 const float *restrict w8,
-                                                                 int pairs, int32_t xlo)
+__attribute__((target("avx2"))) static void
+horizontal_pass_avx2(uint8_t *restrict out, const float *restrict row, int64_t n_out,
+                     const int32_t *restrict tmin, const float *restrict w8, int pairs, int32_t xlo)
 {
     const __m128i compact = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
     const float *base = row - (size_t)xlo * 3;
@@ -349,7 +345,8 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
     int64_t ow = x->n, oh = y->n;
     /* One spare x weight: tap counts are padded to even (pairs for the AVX2 kernel). */
     int kx = axis_ksize(x, src->scale_x) + 1, ky = axis_ksize(y, src->scale_y);
-    if (!taps_reserve(&s->x, (size_t)ow, (size_t)kx) || !taps_reserve(&s->y, (size_t)oh, (size_t)ky))
+    if (!taps_reserve(&s->x, (size_t)ow, (size_t)kx) ||
+        !taps_reserve(&s->y, (size_t)oh, (size_t)ky))
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for resize tables");
     axis_taps(x, src->origin_x, src->scale_x, src->width, &s->x, kx);
     axis_taps(y, src->origin_y, src->scale_y, src->height, &s->y, ky);

@@ -31,7 +31,7 @@
 
 #define DEFAULT_MAX_PIXELS (64ull << 20)
 
-static const char *const op_names[] = {"RandomResizedCrop", "Resize", "CenterCrop",
+static const char *const op_names[] = {"RandomResizedCrop",    "Resize",      "CenterCrop",
                                        "RandomHorizontalFlip", "ColorJitter", "Normalize"};
 
 void stk_op_init(stk_op *op, stk_op_kind kind)
@@ -104,8 +104,8 @@ static stk_status check_op(size_t i, stk_op *op)
         break;
     case STK_OP_RANDOM_HORIZONTAL_FLIP:
         if (!(op->p >= 0.0 && op->p <= 1.0))
-            return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): p must be in [0, 1], got %g",
-                                       i, name, op->p);
+            return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): p must be in [0, 1], got %g", i,
+                                       name, op->p);
         break;
     case STK_OP_COLOR_JITTER: {
         const double v[3] = {op->brightness, op->contrast, op->saturation};
@@ -117,9 +117,8 @@ static stk_status check_op(size_t i, stk_op *op)
                                            "got %g",
                                            i, name, what[k], v[k]);
         if (!(op->hue >= 0.0 && op->hue <= 0.5))
-            return stk__set_last_error(STK_EINVAL,
-                                       "ops[%zu] (%s): hue must be in [0, 0.5], got %g", i, name,
-                                       op->hue);
+            return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): hue must be in [0, 0.5], got %g",
+                                       i, name, op->hue);
         break;
     }
     case STK_OP_NORMALIZE:
@@ -156,7 +155,8 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     if (opts->n_ops == 0 || !opts->ops)
         return stk__set_last_error(STK_EINVAL, "stk_transform_create: no ops");
     if (opts->n_ops > STK__XF_MAX_OPS)
-        return stk__set_last_error(STK_EINVAL, "stk_transform_create: too many ops (%zu, at most %d)",
+        return stk__set_last_error(STK_EINVAL,
+                                   "stk_transform_create: too many ops (%zu, at most %d)",
                                    opts->n_ops, STK__XF_MAX_OPS);
     if (opts->dtype != STK_DTYPE_UINT8 && opts->dtype != STK_DTYPE_FLOAT32 &&
         opts->dtype != STK_DTYPE_FLOAT16 && opts->dtype != STK_DTYPE_BFLOAT16)
@@ -210,7 +210,8 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
             memcpy(t->mean, op->mean, sizeof(t->mean));
             memcpy(t->std, op->std, sizeof(t->std));
             break;
-        default: break;
+        default:
+            break;
         }
     }
     if (oh == 0 || ow == 0) {
@@ -220,8 +221,9 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         goto fail;
     }
     if (t->normalize && t->dtype == STK_DTYPE_UINT8) {
-        rc = stk__set_last_error(STK_EINVAL, "ops[%zu] (Normalize): needs a float output dtype, "
-                                             "not uint8",
+        rc = stk__set_last_error(STK_EINVAL,
+                                 "ops[%zu] (Normalize): needs a float output dtype, "
+                                 "not uint8",
                                  norm_at);
         goto fail;
     }
@@ -364,7 +366,8 @@ void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, st
         case STK_OP_COLOR_JITTER:
             stk__jitter_draw(rng, op, &out->jitter[out->n_jitter++]);
             break;
-        default: break;
+        default:
+            break;
         }
     }
     out->flip = out->x.dir < 0;
@@ -379,8 +382,8 @@ void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, st
         den = s >= 8.0 ? 8 : s >= 4.0 ? 4 : s >= 2.0 ? 2 : 1;
     }
     int64_t x0, x1, y0, y1;
-    out->decode = axis_window(&out->x, width, den, &x0, &x1) &&
-                  axis_window(&out->y, height, den, &y0, &y1);
+    out->decode =
+        axis_window(&out->x, width, den, &x0, &x1) && axis_window(&out->y, height, den, &y0, &y1);
     if (!out->decode)
         return;
     out->den = den;
@@ -463,8 +466,8 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
         }
         img = w->img;
     }
-    STK_TRY(stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)t->out_w * 3, err,
-                          err_size));
+    STK_TRY(
+        stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)t->out_w * 3, err, err_size));
     uint64_t t1 = stk__now_ns();
     for (uint32_t i = 0; i < plan->n_jitter; i++)
         stk__jitter_apply(img, npix, &plan->jitter[i]);

@@ -25,8 +25,8 @@
 #include "decode/stk_decode.h"
 #include "stk_internal.h"
 
-#define STK__XF_MAX_OPS 16      /* ops per transform */
-#define STK__XF_MAX_SIZE 16384  /* largest output (and op) height or width */
+#define STK__XF_MAX_OPS 16     /* ops per transform */
+#define STK__XF_MAX_SIZE 16384 /* largest output (and op) height or width */
 
 /* A compiled transform. Immutable after stk_transform_create. */
 struct stk_transform {
@@ -36,10 +36,10 @@ struct stk_transform {
     bool nhwc;
     bool exact;
     uint64_t max_pixels;
-    uint32_t out_w, out_h;  /* output size, fixed by the ops */
-    bool normalize;         /* a Normalize op is present */
-    float mean[3], std[3];  /* its parameters (float32, as torchvision's tensors) */
-    bool jitter;            /* at least one ColorJitter op with an effect */
+    uint32_t out_w, out_h; /* output size, fixed by the ops */
+    bool normalize;        /* a Normalize op is present */
+    float mean[3], std[3]; /* its parameters (float32, as torchvision's tensors) */
+    bool jitter;           /* at least one ColorJitter op with an effect */
     /* The float output of each uint8 value per channel (stk__store_init): the exact per-value
      * result of ToTensor/Normalize/rounding, so the store is a table lookup. */
     float lut_f32[3][256];
@@ -82,10 +82,10 @@ uint64_t stk__rng_below(stk_rng *rng, uint64_t n);
 double stk__rng_range(stk_rng *rng, double a, double b);
 
 /* torchvision's RandomResizedCrop.get_params on a height x width image: 10 tries of
- * area = H*W*U(scale), log-uniform aspect in ratio, w = round(sqrt(area*r)), h = round(sqrt(area/r)),
- * accepted when 0 < w <= W and 0 < h <= H, then i = randint(0, H-h+1), j = randint(0, W-w+1);
- * otherwise the central crop clamped to the ratio range. Draws 2 uniforms per try, then 2 bounded
- * integers on success. */
+ * area = H*W*U(scale), log-uniform aspect in ratio, w = round(sqrt(area*r)), h =
+ * round(sqrt(area/r)), accepted when 0 < w <= W and 0 < h <= H, then i = randint(0, H-h+1), j =
+ * randint(0, W-w+1); otherwise the central crop clamped to the ratio range. Draws 2 uniforms per
+ * try, then 2 bounded integers on success. */
 void stk__rrc_box(stk_rng *rng, int64_t height, int64_t width, const double scale[2],
                   const double ratio[2], stk__box *out);
 
@@ -119,16 +119,16 @@ void stk__adjust_hue(uint8_t *rgb, size_t npix, double factor);
 /* ---- per-sample plan (stk_transform.c) ---- */
 
 typedef struct stk__xplan {
-    stk__xaxis x, y;                      /* the output geometry */
-    bool has_box;                         /* a RandomResizedCrop drew `box` (the first one) */
+    stk__xaxis x, y; /* the output geometry */
+    bool has_box;    /* a RandomResizedCrop drew `box` (the first one) */
     stk__box box;
-    bool flip;                            /* the output is mirrored (x.dir < 0) */
+    bool flip; /* the output is mirrored (x.dir < 0) */
     uint32_t n_jitter;
-    stk__jitter jitter[STK__XF_MAX_OPS];  /* in op order */
-    bool decode;                          /* false when every output pixel is padding */
-    uint32_t win_x, win_y, win_w, win_h;  /* full-resolution window to decode */
-    uint32_t min_w, min_h;                /* decoded size wanted (sets the DCT scale) */
-    uint32_t den;                         /* DCT scale denominator asked for (1, 2, 4, 8) */
+    stk__jitter jitter[STK__XF_MAX_OPS]; /* in op order */
+    bool decode;                         /* false when every output pixel is padding */
+    uint32_t win_x, win_y, win_w, win_h; /* full-resolution window to decode */
+    uint32_t min_w, min_h;               /* decoded size wanted (sets the DCT scale) */
+    uint32_t den;                        /* DCT scale denominator asked for (1, 2, 4, 8) */
 } stk__xplan;
 
 /* Fold the ops over a width x height image, drawing randomness from rng in op order (each
@@ -152,7 +152,7 @@ typedef struct stk__rscratch {
     stk__taps x, y;
     float *row; /* vertical-pass result for one output row */
     size_t cap_row;
-    float *w8;  /* horizontal weights expanded for the AVX2 kernel */
+    float *w8; /* horizontal weights expanded for the AVX2 kernel */
     size_t cap_w8;
     bool portable; /* use only the baseline (SSE2/C) kernels: tests compare the two */
 } stk__rscratch;

@@ -159,8 +159,8 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
            "\"has_box\": %d, \"flip\": %d, \"decode\": %d, \"den\": %u, "
            "\"win\": [%u, %u, %u, %u], \"jitter\": [",
            info.width, info.height, (long long)p.box.i, (long long)p.box.j, (long long)p.box.h,
-           (long long)p.box.w, p.box.fallback, p.has_box, p.flip, p.decode, p.den, p.win_x,
-           p.win_y, p.win_w, p.win_h);
+           (long long)p.box.w, p.box.fallback, p.has_box, p.flip, p.decode, p.den, p.win_x, p.win_y,
+           p.win_w, p.win_h);
     for (uint32_t k = 0; k < p.n_jitter; k++) {
         const stk__jitter *j = &p.jitter[k];
         printf("%s{\"order\": [%d, %d, %d, %d], \"on\": [%d, %d, %d, %d], "

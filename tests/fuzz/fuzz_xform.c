@@ -150,12 +150,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * outputs must not depend on the machine. */
     size_t n8 = (size_t)t->out_w * t->out_h * 3;
     uint8_t *a = malloc(n8), *b = malloc(n8);
-    if (stk__resample(&w.rs, &dec, &plan.x, &plan.y, a, (size_t)t->out_w * 3, err,
-                      sizeof(err)) < 0)
+    if (stk__resample(&w.rs, &dec, &plan.x, &plan.y, a, (size_t)t->out_w * 3, err, sizeof(err)) < 0)
         abort();
     w.rs.portable = true;
-    if (stk__resample(&w.rs, &dec, &plan.x, &plan.y, b, (size_t)t->out_w * 3, err,
-                      sizeof(err)) < 0 ||
+    if (stk__resample(&w.rs, &dec, &plan.x, &plan.y, b, (size_t)t->out_w * 3, err, sizeof(err)) <
+            0 ||
         memcmp(a, b, n8) != 0)
         abort();
     free(a);

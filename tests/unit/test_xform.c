@@ -147,7 +147,8 @@ static int ref_taps(const stk__xaxis *a, int64_t i, double o, double sc, int64_t
     double scale = (a->c1 - a->c0) / (double)a->grid;
     double c = (a->c0 + (u + 0.5) * scale - o) / sc; /* centre, buffer coordinates */
     double sup = fmax(scale / sc, 1.0);
-    int64_t lo = (int64_t)floor((a->lim0 - o) / sc + 0.5), hi = (int64_t)floor((a->lim1 - o) / sc + 0.5);
+    int64_t lo = (int64_t)floor((a->lim0 - o) / sc + 0.5),
+            hi = (int64_t)floor((a->lim1 - o) / sc + 0.5);
     lo = lo < 0 ? 0 : lo > n ? n : lo;
     hi = hi < lo ? lo : hi > n ? n : hi;
     int64_t a0 = (int64_t)floor(c - sup + 0.5), a1 = (int64_t)floor(c + sup + 0.5);
@@ -182,7 +183,8 @@ static uint8_t *ref_resample(const stk__decoded *d, const stk__xaxis *x, const s
                 for (int q = 0; q < ny; q++) {
                     double r = 0;
                     for (int p = 0; p < nx; p++)
-                        r += wx[p] * d->rgb[(size_t)(y0 + q) * d->stride + (size_t)(x0 + p) * 3 + c];
+                        r +=
+                            wx[p] * d->rgb[(size_t)(y0 + q) * d->stride + (size_t)(x0 + p) * 3 + c];
                     v += wy[q] * r;
                 }
                 v = floor(v + 0.5);
@@ -219,7 +221,8 @@ static int check_vs_ref(const stk__decoded *d, const stk__xaxis *x, const stk__x
     free(want);
     stk__rscratch_free(&rs);
     if (getenv("XF_VERBOSE"))
-        fprintf(stderr, "  resample vs reference: max diff %d, %zu of %zu values differ\n", maxd, off, n);
+        fprintf(stderr, "  resample vs reference: max diff %d, %zu of %zu values differ\n", maxd,
+                off, n);
     T_CHECKF(maxd <= 1 && off * 1000 <= n, "max diff %d, %zu of %zu values differ", maxd, off, n);
     return 0;
 }
@@ -251,8 +254,8 @@ static size_t out_bytes(const stk_transform *t)
 }
 
 /* Apply t to an encoded image as sample (seed, 0, index) with a fresh worker. */
-static stk_status apply_once(const stk_transform *t, const uint8_t *img, size_t size,
-                             uint64_t seed, uint64_t index, void *out, char *err, size_t errsz)
+static stk_status apply_once(const stk_transform *t, const uint8_t *img, size_t size, uint64_t seed,
+                             uint64_t index, void *out, char *err, size_t errsz)
 {
     stk__tworker *w;
     stk_status rc = stk__transform_worker_create(t, &w);
@@ -306,7 +309,8 @@ static int test_recipes(void)
     stk_transform_destroy(t);
     T_EQ(stk_transform_recipe("imagenet", false, &t), STK_EINVAL);
     T_CHECK(t == NULL);
-    T_CHECK(strstr(stk_last_errmsg(), "imagenet-train") && strstr(stk_last_errmsg(), "imagenet-val"));
+    T_CHECK(strstr(stk_last_errmsg(), "imagenet-train") &&
+            strstr(stk_last_errmsg(), "imagenet-val"));
     stk_transform_destroy(NULL);
     return 0;
 }
@@ -322,8 +326,10 @@ static int expect_bad(const stk_op *ops, size_t n, stk_dtype dt, const char *n1,
     stk_transform *t = (stk_transform *)1;
     T_EQ(stk_transform_create(&o, &t), STK_EINVAL);
     T_CHECK(t == NULL);
-    T_CHECKF(!n1 || strstr(stk_last_errmsg(), n1), "message '%s' lacks '%s'", stk_last_errmsg(), n1);
-    T_CHECKF(!n2 || strstr(stk_last_errmsg(), n2), "message '%s' lacks '%s'", stk_last_errmsg(), n2);
+    T_CHECKF(!n1 || strstr(stk_last_errmsg(), n1), "message '%s' lacks '%s'", stk_last_errmsg(),
+             n1);
+    T_CHECKF(!n2 || strstr(stk_last_errmsg(), n2), "message '%s' lacks '%s'", stk_last_errmsg(),
+             n2);
     return 0;
 }
 
@@ -429,8 +435,8 @@ static int test_bad_op_lists(void)
 
 static int test_box_invariants(void)
 {
-    static const int64_t sizes[][2] = {{375, 500}, {400, 100}, {1, 1}, {7, 3}, {2000, 30},
-                                       {224, 224}, {333, 500}, {1, 1000}};
+    static const int64_t sizes[][2] = {{375, 500}, {400, 100}, {1, 1},     {7, 3},
+                                       {2000, 30}, {224, 224}, {333, 500}, {1, 1000}};
     static const double scales[][2] = {{0.08, 1.0}, {0.5, 0.5}, {0.9, 1.0}, {1.0, 1.0}, {0, 0.01}};
     static const double ratios[][2] = {{3.0 / 4, 4.0 / 3}, {1, 1}, {0.1, 10}, {2, 3}};
     int fallbacks = 0, total = 0;
@@ -507,8 +513,9 @@ static int test_rng_below(void)
 static int test_geometry_rules(void)
 {
     /* CenterCrop offsets: int(round((n - m) / 2.0)), Python rounding half to even. */
-    static const int64_t cc[][3] = {{5, 2, 2},  {6, 1, 2},  {7, 2, 2},   {9, 2, 4},  {256, 224, 16},
-                                    {341, 224, 58}, {10, 10, 0}, {11, 4, 4}, {13, 4, 4}, {3, 2, 0}};
+    static const int64_t cc[][3] = {{5, 2, 2},      {6, 1, 2},      {7, 2, 2},   {9, 2, 4},
+                                    {256, 224, 16}, {341, 224, 58}, {10, 10, 0}, {11, 4, 4},
+                                    {13, 4, 4},     {3, 2, 0}};
     for (size_t i = 0; i < sizeof(cc) / sizeof(cc[0]); i++) {
         stk__xaxis a;
         stk__axis_init(&a, cc[i][0]);
@@ -730,8 +737,8 @@ static int test_f16_bf16(void)
     T_EQ(stk__f32_to_f16(65520.0f), 0x7C00);
     T_EQ(stk__f32_to_f16(-INFINITY), 0xFC00);
     T_EQ(stk__f32_to_f16(-0.0f), 0x8000);
-    T_EQ(stk__f32_to_f16(0x1p-24f), 0x0001);  /* smallest subnormal */
-    T_EQ(stk__f32_to_f16(0x1p-25f), 0x0000);  /* tie to even: 0 */
+    T_EQ(stk__f32_to_f16(0x1p-24f), 0x0001);   /* smallest subnormal */
+    T_EQ(stk__f32_to_f16(0x1p-25f), 0x0000);   /* tie to even: 0 */
     T_EQ(stk__f32_to_f16(0x1.8p-24f), 0x0002); /* 1.5 ulp: tie to even 2 */
     T_CHECK((stk__f32_to_f16(NAN) & 0x7C00) == 0x7C00 && (stk__f32_to_f16(NAN) & 0x3FF));
     uint64_t s = 9;
@@ -761,11 +768,11 @@ static int test_f16_bf16(void)
     }
     /* bfloat16: keep the top 16 bits, round to nearest even. */
     T_EQ(stk__f32_to_bf16(1.0f), 0x3F80);
-    T_EQ(stk__f32_to_bf16(1.0f + 0x1p-8f), 0x3F80);      /* tie -> even */
-    T_EQ(stk__f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);  /* tie -> even (up) */
-    T_EQ(stk__f32_to_bf16(1.0f + 0x1.8p-8f), 0x3F81);    /* above the tie */
+    T_EQ(stk__f32_to_bf16(1.0f + 0x1p-8f), 0x3F80);     /* tie -> even */
+    T_EQ(stk__f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82); /* tie -> even (up) */
+    T_EQ(stk__f32_to_bf16(1.0f + 0x1.8p-8f), 0x3F81);   /* above the tie */
     T_EQ(stk__f32_to_bf16(-2.5f), 0xC020);
-    T_EQ(stk__f32_to_bf16(3.4028235e38f), 0x7F80);       /* FLT_MAX rounds to inf */
+    T_EQ(stk__f32_to_bf16(3.4028235e38f), 0x7F80); /* FLT_MAX rounds to inf */
     T_EQ(stk__f32_to_bf16(INFINITY), 0x7F80);
     uint16_t bn = stk__f32_to_bf16(NAN);
     T_CHECK((bn & 0x7F80) == 0x7F80 && (bn & 0x7F));
@@ -781,9 +788,11 @@ static int test_f16_bf16(void)
         memcpy(&flo, &lo, 4);
         memcpy(&fhi, &hi, 4);
         double dlo = fabs((double)f - flo), dhi = isinf(fhi) ? INFINITY : fabs((double)fhi - f);
-        if ((lo & 0x7F800000u) == 0x7F000000u && (lo & 0x7FFFFF) == 0x7F0000 && (u & 0xFFFF) >= 0x8000)
+        if ((lo & 0x7F800000u) == 0x7F000000u && (lo & 0x7FFFFF) == 0x7F0000 &&
+            (u & 0xFFFF) >= 0x8000)
             dhi = (u & 0xFFFF) == 0x8000 ? dlo : 0; /* overflow to inf past the last tie */
-        uint16_t want = (uint16_t)((dhi < dlo || (dhi == dlo && ((lo >> 16) & 1))) ? hi >> 16 : lo >> 16);
+        uint16_t want =
+            (uint16_t)((dhi < dlo || (dhi == dlo && ((lo >> 16) & 1))) ? hi >> 16 : lo >> 16);
         T_CHECKF(stk__f32_to_bf16(f) == want, "%a: got %04x want %04x", (double)f,
                  stk__f32_to_bf16(f), want);
     }
@@ -838,7 +847,9 @@ static int test_store_layouts(void)
                         case STK_DTYPE_BFLOAT16:
                             T_EQ(((uint16_t *)out)[at], stk__f32_to_bf16(v));
                             break;
-                        default: T_EQ(out[at], x); break;
+                        default:
+                            T_EQ(out[at], x);
+                            break;
                         }
                     }
                 free(out);
@@ -932,7 +943,8 @@ static int test_apply_png_pipelines(void)
     T_OK(apply_once(t, png, size, 0, 0, out, err, sizeof(err)));
     int64_t oy = 44, ox = 54; /* round(89/2) = 44 (half to even), round(107/2) = 54 */
     for (int j = 0; j < 101; j++)
-        T_CHECK(memcmp(out + (size_t)j * 150 * 3, rgb + ((size_t)(j + oy) * W + ox) * 3, 150 * 3) == 0);
+        T_CHECK(memcmp(out + (size_t)j * 150 * 3, rgb + ((size_t)(j + oy) * W + ox) * 3, 150 * 3) ==
+                0);
     free(out);
     stk_transform_destroy(t);
 
