@@ -488,7 +488,9 @@ STK_API stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **o
 
 /** Stop the workers and free the loader, at any point: mid-epoch, with batches outstanding
  *  (their memory stays valid until each is released; the last release frees the ring).
- *  Accepts NULL. Threads: not concurrently with stk_loader_next on the same loader. */
+ *  Accepts NULL. In a process forked after the loader was created (which has none of its
+ *  threads), this and stk_batch_release do nothing: the child's copy is left alone.
+ *  Threads: not concurrently with stk_loader_next on the same loader. */
 STK_API void stk_loader_destroy(stk_loader *loader);
 
 /** Borrow the next batch of the current epoch, blocking until it is ready.

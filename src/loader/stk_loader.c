@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
@@ -74,6 +75,7 @@ typedef struct worker {
 
 /* The part of a loader that outlives stk_loader_destroy while batches are still held. */
 struct core {
+    pid_t pid;       /* the process that created the loader (see fork_child) */
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_ready;
     int refs;        /* 1 for the loader + 1 per HELD slot */
@@ -134,6 +136,14 @@ static void core_free(core *c)
     pthread_cond_destroy(&c->cv_work);
     pthread_cond_destroy(&c->cv_ready);
     stk__free(c);
+}
+
+/* Whether we run in a child forked after the loader was created. The child has none of the
+ * worker threads and may have inherited the mutex locked: it must not join, lock or free
+ * anything of the loader (its memory is a copy-on-write copy; leaking it is harmless). */
+static bool fork_child(const core *c)
+{
+    return getpid() != c->pid;
 }
 
 /* Drop one reference (mu held); returns true when the caller must free the core. */
@@ -422,6 +432,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv_work, NULL);
     pthread_cond_init(&c->cv_ready, NULL);
+    c->pid = getpid();
     c->refs = 1;
     L->c = c;
     if (opts->dataset) {
@@ -527,6 +538,8 @@ void stk_loader_destroy(stk_loader *L)
     if (!L)
         return;
     core *c = L->c;
+    if (fork_child(c))
+        return;
     stop_workers(c);
     pthread_mutex_lock(&c->mu);
     bool last = core_unref_locked(c);
@@ -595,6 +608,8 @@ void stk_batch_release(stk_batch *b)
     if (!b)
         return;
     core *c = b->c;
+    if (fork_child(c))
+        return;
     pthread_mutex_lock(&c->mu);
     slot *s = &c->slots[b->slot];
     s->state = SLOT_FREE;

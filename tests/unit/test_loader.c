@@ -9,6 +9,7 @@
 #include "t.h"
 
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -446,6 +447,37 @@ static int test_shutdown_anywhere(void)
     return 0;
 }
 
+/* A child forked while a loader runs (and holds a batch) can destroy its copy without hanging:
+ * it has none of the worker threads and may have inherited the mutex locked. */
+static int test_fork_child(void)
+{
+    const char *paths[] = {ds_main};
+    stk_loader_opts o = base_opts(paths, 16, 2);
+    stk_loader *L;
+    T_OK(stk_loader_create(&o, &L));
+    stk_batch *b;
+    T_OK(stk_loader_next(L, &b));
+    pid_t pid = fork();
+    T_CHECK(pid >= 0);
+    if (pid == 0) {
+        alarm(10); /* a hang fails the test instead of blocking it */
+        stk_batch_release(b);
+        stk_loader_destroy(L);
+        _exit(0);
+    }
+    int status = 0;
+    T_CHECK(waitpid(pid, &status, 0) == pid);
+    T_CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    /* the parent's loader is untouched */
+    T_EQ(stk_batch_indices(b)[0], 0);
+    stk_batch_release(b);
+    T_OK(stk_loader_next(L, &b));
+    T_EQ(stk_batch_indices(b)[0], 16);
+    stk_batch_release(b);
+    stk_loader_destroy(L);
+    return 0;
+}
+
 static int test_bad_arguments(void)
 {
     const char *paths[] = {ds_small};
@@ -646,5 +678,5 @@ static int teardown(void)
 T_MAIN(T_CASE(setup), T_CASE(test_in_order), T_CASE(test_shuffle_once_ranks_threads),
        T_CASE(test_epochs_advance_and_repeat), T_CASE(test_drop_last), T_CASE(test_resume),
        T_CASE(test_resume_other_world), T_CASE(test_backpressure_and_holding),
-       T_CASE(test_shutdown_anywhere), T_CASE(test_bad_arguments), T_CASE(test_bad_states),
+       T_CASE(test_shutdown_anywhere), T_CASE(test_fork_child), T_CASE(test_bad_arguments), T_CASE(test_bad_states),
        T_CASE(test_corrupt_record), T_CASE(test_alloc_failures), T_CASE(teardown))
