@@ -1,0 +1,30 @@
+"""stoker: a training-data loader written in C, with a PyTorch front end.
+
+    import stoker
+    loader = stoker.Loader("train/", batch_size=256, shuffle=True, transforms="imagenet-train")
+    for batch in loader:              # each pass is the next epoch
+        images, labels = batch["image"], batch["label"]
+
+Main names: Loader, Batch, Dataset, Writer, write_shard, pack_image_folder, transforms (alias
+ops), and the exceptions: Error and its per-status subclasses StokerInvalidError (also a
+ValueError), StokerMemoryError (MemoryError), StokerIOError (OSError), StokerFormatError,
+StokerLimitError, StokerNotSupportedError, StokerStateError (RuntimeError) and
+StokerCanceledError. docs/python.md is the manual.
+"""
+from . import _core
+from ._core import (Error, StokerCanceledError, StokerFormatError, StokerInvalidError,
+                    StokerIOError, StokerLimitError, StokerMemoryError, StokerNotSupportedError,
+                    StokerStateError, epoch_order, has_transforms)
+from . import transforms
+from .dataset import Dataset, Writer, pack_image_folder, write_shard
+from .loader import Batch, Loader
+
+ops = transforms
+__version__ = _core.__version__
+
+__all__ = [
+    "Loader", "Batch", "Dataset", "Writer", "write_shard", "pack_image_folder", "transforms",
+    "ops", "has_transforms", "epoch_order", "Error", "StokerInvalidError", "StokerMemoryError",
+    "StokerIOError", "StokerFormatError", "StokerLimitError", "StokerNotSupportedError",
+    "StokerStateError", "StokerCanceledError", "__version__",
+]

@@ -1,0 +1,365 @@
+/*
+ * _core.c: the stoker._core extension module (CPython, limited to the public C API of libstoker).
+ *
+ * What lives here: the import-time version check (the header the module was compiled against
+ * must match the library it is linked with; python-zstandard's rule), the exception table (one
+ * class per stk_status under stoker.Error, py-lmdb's pattern), shared helpers (paths, dtypes)
+ * and module-level functions. The types live in _dataset.c, _loader.c and _transform.c.
+ *
+ * Exceptions: Error(Exception) is the base. Each status has a subclass that also derives from
+ * the matching built-in where one fits, so callers can catch either:
+ *   STK_EINVAL    StokerInvalidError      (ValueError)
+ *   STK_ENOMEM    StokerMemoryError       (MemoryError)
+ *   STK_EIO       StokerIOError           (OSError)
+ *   STK_EFORMAT   StokerFormatError
+ *   STK_ELIMIT    StokerLimitError
+ *   STK_ENOTSUP   StokerNotSupportedError
+ *   STK_ESTATE    StokerStateError        (RuntimeError)
+ *   STK_ECANCELED StokerCanceledError
+ * Every class carries `status` (the stk_status number) as a class attribute.
+ */
+#include "_core.h"
+
+#include <stdarg.h>
+
+#include <stdio.h>
+
+/* ---- exceptions ---- */
+
+typedef struct exc_entry {
+    stk_status status;
+    const char *name;    /* attribute name in the module */
+    const char *builtin; /* name of a builtin base, or NULL */
+    const char *doc;
+    PyObject *cls;
+} exc_entry;
+
+static PyObject *error_base;
+
+static exc_entry exc_table[] = {
+    {STK_EINVAL, "StokerInvalidError", "ValueError", "Invalid argument (STK_EINVAL).", NULL},
+    {STK_ENOMEM, "StokerMemoryError", "MemoryError", "Out of memory (STK_ENOMEM).", NULL},
+    {STK_EIO, "StokerIOError", "OSError", "I/O error: open, read, mmap (STK_EIO).", NULL},
+    {STK_EFORMAT, "StokerFormatError", NULL,
+     "Malformed or corrupt data: bad magic, checksum, truncated file, undecodable image "
+     "(STK_EFORMAT).",
+     NULL},
+    {STK_ELIMIT, "StokerLimitError", NULL,
+     "A limit was exceeded: pixels, record size, ring slots held (STK_ELIMIT).", NULL},
+    {STK_ENOTSUP, "StokerNotSupportedError", NULL,
+     "Not supported: format version, field kind, missing driver (STK_ENOTSUP).", NULL},
+    {STK_ESTATE, "StokerStateError", "RuntimeError",
+     "Call not valid in the object's current state (STK_ESTATE).", NULL},
+    {STK_ECANCELED, "StokerCanceledError", NULL, "The operation was cancelled (STK_ECANCELED).",
+     NULL},
+};
+#define N_EXC (sizeof(exc_table) / sizeof(exc_table[0]))
+
+PyObject *stkpy_raise(stk_status status, const char *msg)
+{
+    PyObject *cls = error_base;
+    for (size_t i = 0; i < N_EXC; i++)
+        if (exc_table[i].status == status)
+            cls = exc_table[i].cls;
+    if (status == STK_ENOMEM && !msg)
+        return PyErr_NoMemory();
+    PyErr_SetString(cls, msg && *msg ? msg : stk_strerror(status));
+    return NULL;
+}
+
+PyObject *stkpy_invalid(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    return stkpy_raise(STK_EINVAL, buf);
+}
+
+/* Build the exception classes and add them to the module. */
+static int add_exceptions(PyObject *m)
+{
+    PyObject *builtins = PyEval_GetBuiltins(); /* borrowed */
+    error_base = PyErr_NewExceptionWithDoc(
+        "stoker.Error", "Base class of every error stoker raises; `status` is the C status code.",
+        NULL, NULL);
+    if (!error_base || PyModule_AddObjectRef(m, "Error", error_base) < 0)
+        return -1;
+    for (size_t i = 0; i < N_EXC; i++) {
+        exc_entry *e = &exc_table[i];
+        PyObject *bases, *dict, *st;
+        if (e->builtin) {
+            PyObject *b = PyDict_GetItemString(builtins, e->builtin); /* borrowed */
+            if (!b)
+                return -1;
+            bases = PyTuple_Pack(2, error_base, b);
+        } else {
+            bases = PyTuple_Pack(1, error_base);
+        }
+        dict = PyDict_New();
+        st = PyLong_FromLong(e->status);
+        if (!bases || !dict || !st || PyDict_SetItemString(dict, "status", st) < 0) {
+            Py_XDECREF(bases);
+            Py_XDECREF(dict);
+            Py_XDECREF(st);
+            return -1;
+        }
+        Py_DECREF(st);
+        char qualname[64];
+        snprintf(qualname, sizeof(qualname), "stoker.%s", e->name);
+        e->cls = PyErr_NewExceptionWithDoc(qualname, e->doc, bases, dict);
+        Py_DECREF(bases);
+        Py_DECREF(dict);
+        if (!e->cls || PyModule_AddObjectRef(m, e->name, e->cls) < 0)
+            return -1;
+    }
+    PyObject *st = PyLong_FromLong(0);
+    if (!st || PyObject_SetAttrString(error_base, "status", st) < 0) {
+        Py_XDECREF(st);
+        return -1;
+    }
+    Py_DECREF(st);
+    return 0;
+}
+
+/* ---- helpers ---- */
+
+const char **stkpy_paths(PyObject *obj, PyObject **keep, size_t *n)
+{
+    *keep = NULL;
+    *n = 0;
+    PyObject *list;
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyObject_HasAttrString(obj, "__fspath__")) {
+        list = PyList_New(1);
+        if (!list)
+            return NULL;
+        Py_INCREF(obj);
+        PyList_SET_ITEM(list, 0, obj);
+    } else {
+        list = PySequence_List(obj);
+        if (!list) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "data must be a path (str or os.PathLike) or a list of paths, not %.100s",
+                         Py_TYPE(obj)->tp_name);
+            return NULL;
+        }
+    }
+    Py_ssize_t len = PyList_GET_SIZE(list);
+    if (len == 0) {
+        Py_DECREF(list);
+        stkpy_invalid("no data: the list of paths is empty");
+        return NULL;
+    }
+    PyObject *enc = PyList_New(len);
+    const char **paths = PyMem_Calloc((size_t)len + 1, sizeof(char *));
+    if (!enc || !paths)
+        goto fail;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        PyObject *b = NULL;
+        if (!PyUnicode_FSConverter(PyList_GET_ITEM(list, i), &b))
+            goto fail;
+        PyList_SET_ITEM(enc, i, b);
+        paths[i] = PyBytes_AS_STRING(b);
+        if ((Py_ssize_t)strlen(paths[i]) != PyBytes_GET_SIZE(b)) {
+            PyErr_SetString(PyExc_ValueError, "embedded NUL byte in a path");
+            goto fail;
+        }
+    }
+    Py_DECREF(list);
+    *keep = enc;
+    *n = (size_t)len;
+    return paths;
+fail:
+    if (!PyErr_Occurred())
+        PyErr_NoMemory();
+    Py_DECREF(list);
+    Py_XDECREF(enc);
+    PyMem_Free(paths);
+    return NULL;
+}
+
+static const char *const dtype_names[] = {"uint8",   "int8",     "int16",   "int32",  "int64",
+                                          "float16", "bfloat16", "float32", "float64"};
+static const char *const dtype_formats[] = {"B", "b", "h", "i", "q", "e", "H", "f", "d"};
+#define N_DTYPES (sizeof(dtype_names) / sizeof(dtype_names[0]))
+
+const char *stkpy_dtype_name(stk_dtype dt)
+{
+    return (unsigned)dt < N_DTYPES ? dtype_names[dt] : "unknown";
+}
+
+const char *stkpy_dtype_format(stk_dtype dt)
+{
+    return (unsigned)dt < N_DTYPES ? dtype_formats[dt] : "B";
+}
+
+int stkpy_parse_dtype(PyObject *obj, stk_dtype *out)
+{
+    PyObject *s = PyObject_Str(obj); /* accepts "float32", numpy.dtype, torch.float32 */
+    if (!s)
+        return -1;
+    const char *name = PyUnicode_AsUTF8(s);
+    if (!name) {
+        Py_DECREF(s);
+        return -1;
+    }
+    if (strncmp(name, "torch.", 6) == 0)
+        name += 6;
+    static const struct {
+        const char *alias;
+        stk_dtype dt;
+    } aliases[] = {{"half", STK_DTYPE_FLOAT16},   {"float", STK_DTYPE_FLOAT32},
+                   {"double", STK_DTYPE_FLOAT64}, {"long", STK_DTYPE_INT64},
+                   {"int", STK_DTYPE_INT32},      {"short", STK_DTYPE_INT16}};
+    for (size_t i = 0; i < N_DTYPES; i++)
+        if (strcmp(name, dtype_names[i]) == 0) {
+            *out = (stk_dtype)i;
+            Py_DECREF(s);
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++)
+        if (strcmp(name, aliases[i].alias) == 0) {
+            *out = aliases[i].dt;
+            Py_DECREF(s);
+            return 0;
+        }
+    stkpy_invalid("unknown dtype '%s' (use uint8, int8, int16, int32, int64, float16, bfloat16, "
+                  "float32 or float64)",
+                  name);
+    Py_DECREF(s);
+    return -1;
+}
+
+/* ---- module functions ---- */
+
+static PyObject *mod_version(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    return PyUnicode_FromString(stk_version_string());
+}
+
+static PyObject *mod_strerror(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long code = PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(stk_strerror((stk_status)code));
+}
+
+static PyObject *mod_has_transforms(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    return PyBool_FromLong(stkpy_has_transforms());
+}
+
+static PyObject *mod_env_rank(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    uint32_t rank, world;
+    stk_status rc = stk_env_rank(&rank, &world);
+    if (rc < 0)
+        return stkpy_raise(rc, stk_last_errmsg());
+    return Py_BuildValue("(II)", rank, world);
+}
+
+static PyObject *mod_epoch_order(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *kwlist[] = {"n", "shuffle", "seed", "epoch", NULL};
+    unsigned long long n, seed = 0, epoch = 0;
+    int shuffle = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "K|pKK:epoch_order", kwlist, &n, &shuffle, &seed,
+                                     &epoch))
+        return NULL;
+    if (n > ((unsigned long long)1 << 31))
+        return stkpy_invalid("epoch_order: n=%llu is too large for a list", n);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list)
+        return NULL;
+    for (unsigned long long p = 0; p < n; p++) {
+        PyObject *v =
+            PyLong_FromUnsignedLongLong(stk_sampler_index(n, shuffle != 0, seed, epoch, p));
+        if (!v) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)p, v);
+    }
+    return list;
+}
+
+static PyMethodDef module_methods[] = {
+    {"version", mod_version, METH_NOARGS, "version() -> str: the library version (\"M.m.p\")."},
+    {"strerror", mod_strerror, METH_O, "strerror(code) -> str: text of a status code."},
+    {"has_transforms", mod_has_transforms, METH_NOARGS,
+     "has_transforms() -> bool: whether the image pipeline (decoders and transforms) is "
+     "available in this build."},
+    {"env_rank", mod_env_rank, METH_NOARGS,
+     "env_rank() -> (rank, world): from RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or "
+     "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else (0, 1)."},
+    {"epoch_order", (PyCFunction)(void (*)(void))mod_epoch_order, METH_VARARGS | METH_KEYWORDS,
+     "epoch_order(n, shuffle=False, seed=0, epoch=0) -> list: the global order of an epoch "
+     "(record at each position), as the loader's sampler computes it."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT,
+    "stoker._core",
+    "C core of stoker: datasets, writers, loaders, zero-copy batches and transforms.",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL};
+
+PyMODINIT_FUNC PyInit__core(void);
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    if (stk_version_number() != STK_VERSION_NUMBER) {
+        PyErr_Format(PyExc_ImportError,
+                     "stoker._core was compiled against libstoker %d.%d.%d but is linked with %s; "
+                     "rebuild the extension (make python)",
+                     STK_VERSION_MAJOR, STK_VERSION_MINOR, STK_VERSION_PATCH, stk_version_string());
+        return NULL;
+    }
+    PyTypeObject *types[] = {&StkDataset_Type, &StkWriter_Type, &StkLoader_Type,
+                             &StkBatch_Type,   &StkTensor_Type, &StkTransform_Type};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (PyType_Ready(types[i]) < 0)
+            return NULL;
+    PyObject *m = PyModule_Create(&core_module);
+    if (!m)
+        return NULL;
+    if (add_exceptions(m) < 0)
+        goto fail;
+    const char *names[] = {"Dataset", "Writer", "Loader", "Batch", "Tensor", "Transform"};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+        if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0)
+            goto fail;
+    if (PyModule_AddIntConstant(m, "VERSION_NUMBER", STK_VERSION_NUMBER) < 0 ||
+        PyModule_AddStringConstant(m, "__version__", stk_version_string()) < 0)
+        goto fail;
+    static const struct {
+        const char *name;
+        long v;
+    } consts[] = {{"OK", STK_OK},         {"END", STK_END},
+                  {"EINVAL", STK_EINVAL}, {"ENOMEM", STK_ENOMEM},
+                  {"EIO", STK_EIO},       {"EFORMAT", STK_EFORMAT},
+                  {"ELIMIT", STK_ELIMIT}, {"ENOTSUP", STK_ENOTSUP},
+                  {"ESTATE", STK_ESTATE}, {"ECANCELED", STK_ECANCELED}};
+    for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
+        if (PyModule_AddIntConstant(m, consts[i].name, consts[i].v) < 0)
+            goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,58 @@
+/*
+ * _core.h: declarations shared by the C files of the stoker._core extension module.
+ *
+ * _core.c       the module: version check, exception table, helpers, type registration
+ * _dataset.c    Dataset (read side of .stk shards) and Writer (write side)
+ * _loader.c     Loader (worker threads + ring), Batch (one borrowed ring slot) and Tensor (a
+ *               zero-copy buffer-protocol view of one tensor of a batch)
+ * _transform.c  Transform (a compiled image pipeline) and the op table
+ *
+ * The extension uses the public C API only (include/stoker.h), as the CLI does.
+ */
+#ifndef STK_PY_CORE_H
+#define STK_PY_CORE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "stoker.h"
+
+/* Raise the stoker exception for `status` (a negative stk_status) with `msg`, or with
+ * stk_strerror(status) when msg is NULL or empty; returns NULL. */
+PyObject *stkpy_raise(stk_status status, const char *msg);
+
+/* Raise stoker's invalid-argument error (a ValueError) with a formatted message; returns
+ * NULL. */
+PyObject *stkpy_invalid(const char *fmt, ...);
+
+/* Convert a str/bytes/os.PathLike or a sequence of them into a NULL-terminated array of C
+ * strings. On success *keep holds the objects that own the strings (release it after use)
+ * and *n the count. Returns the array (free with PyMem_Free) or NULL with an exception. */
+const char **stkpy_paths(PyObject *obj, PyObject **keep, size_t *n);
+
+/* Name of a dtype as numpy spells it, and the struct-module format character for the buffer
+ * protocol (bfloat16 has none: exported as uint16 'H'). */
+const char *stkpy_dtype_name(stk_dtype dt);
+const char *stkpy_dtype_format(stk_dtype dt);
+/* Parse a dtype name; returns 0 and sets *out, or -1 with a ValueError. */
+int stkpy_parse_dtype(PyObject *obj, stk_dtype *out);
+
+/* Type objects (initialised by the module). */
+extern PyTypeObject StkDataset_Type;
+extern PyTypeObject StkWriter_Type;
+extern PyTypeObject StkLoader_Type;
+extern PyTypeObject StkBatch_Type;
+extern PyTypeObject StkTensor_Type;
+extern PyTypeObject StkTransform_Type;
+
+/* The C dataset of a Dataset object (NULL with an exception if closed or not a Dataset). */
+const stk_dataset *stkpy_dataset_get(PyObject *obj);
+/* A loader starts or stops borrowing a Dataset: close() refuses while it is borrowed. */
+void stkpy_dataset_borrow(PyObject *obj, int delta);
+/* The C transform of a Transform object (NULL with an exception if not a Transform). */
+const stk_transform *stkpy_transform_get(PyObject *obj);
+
+/* Whether the image pipeline is linked and works (a recipe compiles). */
+int stkpy_has_transforms(void);
+
+#endif /* STK_PY_CORE_H */

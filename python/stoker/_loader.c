@@ -1,0 +1,888 @@
+/*
+ * _loader.c: stoker._core.Loader, Batch and Tensor.
+ *
+ * Loader wraps one stk_loader. Batch owns one borrowed ring slot (stk_batch) and releases it in
+ * its tp_dealloc. Tensor is a buffer-protocol view of one tensor of a batch (format, shape and
+ * strides filled in, so memoryview, numpy.asarray and torch see the right dtype and shape
+ * without a copy); each Tensor holds a reference to its Batch, so the slot is released when the
+ * last view of any of its tensors dies. The C library keeps the ring alive after
+ * stk_loader_destroy until the last release, so a Batch does not keep the Loader alive.
+ *
+ * The GIL is released around every call that may block (create, next, set_epoch, load_state,
+ * destroy). While it is released the handle is pinned by `in_flight` (py-lmdb #180): close() on
+ * another thread waits for it to drop to zero instead of freeing the loader under a running
+ * call. `consumer_busy` enforces the C loader's one-consumer contract: a second thread that
+ * calls a consumer method while one is running gets a RuntimeError.
+ *
+ * Ctrl-C during a blocking next: stk_loader_next has no timeout, so the call runs on a helper
+ * thread owned by the Loader object (started on first use). The consumer posts a request and
+ * waits for the answer in steps of 100 ms with the GIL released, running PyErr_CheckSignals
+ * between steps. When a signal handler raises (KeyboardInterrupt), the request stays pending:
+ * its batch (or error, or end of epoch) is delivered by the next call to next(), so nothing is
+ * lost or skipped. state() answers with the state taken just before that request while its
+ * result has not been delivered; set_epoch(), load_state() and close() wait for the request
+ * and discard its result.
+ *
+ * Lock order: the GIL, then `mu`. `mu` is never held while acquiring the GIL.
+ */
+#include "_core.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STATE_BUF 512
+#define ERR_BUF 512
+#define POLL_NS 100000000L /* 100 ms between signal checks */
+
+enum { REQ_IDLE, REQ_PENDING, REQ_DONE };
+
+typedef struct {
+    PyObject ob_base;
+    stk_loader *loader;
+    PyObject *dataset_ref;   /* the Dataset it reads, when created from one */
+    PyObject *transform_ref; /* the Transform it applies; outlives the C loader */
+    pid_t pid;               /* the creating process: after fork() there are no workers */
+    bool closing, closed;
+    int in_flight;      /* calls running with the GIL released (guarded by mu) */
+    bool consumer_busy; /* a consumer method is running (guarded by the GIL) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;     /* in_flight dropped, a request finished */
+    pthread_cond_t cv_req; /* the helper: a request was posted, or stop */
+    /* helper thread running stk_loader_next */
+    bool helper_started, helper_stop;
+    pthread_t helper;
+    int req;
+    stk_status res_rc;
+    stk_batch *res_batch;
+    char res_err[ERR_BUF];
+    char pre_state[STATE_BUF]; /* state before the pending request */
+    unsigned debug_delay_ms;   /* test hook: the helper sleeps before each next */
+    PyObject *weakreflist;
+} LoaderObject;
+
+typedef struct {
+    PyObject ob_base;
+    stk_batch *batch;
+    pid_t pid;
+    uint32_t size;
+    uint64_t epoch, number;
+    PyObject *weakreflist;
+} BatchObject;
+
+typedef struct {
+    PyObject ob_base;
+    PyObject *owner; /* the Batch whose slot holds the data */
+    void *data;
+    char name[STK_MAX_NAME + 8];
+    stk_dtype dtype;
+    int ndim;
+    Py_ssize_t shape[STK_MAX_DIMS + 2];
+    Py_ssize_t strides[STK_MAX_DIMS + 2];
+    Py_ssize_t itemsize, len;
+    Py_ssize_t exports;
+} TensorObject;
+
+/* ---- Tensor ---- */
+
+static PyObject *tensor_new(PyObject *owner, const char *name, stk_dtype dtype, void *data,
+                            int ndim, const int64_t *shape)
+{
+    TensorObject *t = PyObject_New(TensorObject, &StkTensor_Type);
+    if (!t)
+        return NULL;
+    t->owner = Py_NewRef(owner);
+    t->data = data;
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->itemsize = (Py_ssize_t)stk_dtype_size(dtype);
+    t->exports = 0;
+    Py_ssize_t stride = t->itemsize, len = t->itemsize;
+    for (int d = ndim - 1; d >= 0; d--) {
+        t->shape[d] = (Py_ssize_t)shape[d];
+        t->strides[d] = stride;
+        stride *= t->shape[d];
+        len *= t->shape[d];
+    }
+    t->len = len;
+    return (PyObject *)t;
+}
+
+static void Tensor_dealloc(TensorObject *self)
+{
+    Py_XDECREF(self->owner); /* the last reference to the Batch releases the slot */
+    PyObject_Free(self);
+}
+
+static int Tensor_getbuffer(TensorObject *self, Py_buffer *view, int flags)
+{
+    view->obj = Py_NewRef((PyObject *)self);
+    view->buf = self->data;
+    view->len = self->len;
+    view->readonly = 0; /* the slot belongs to the consumer until released */
+    view->suboffsets = NULL;
+    view->internal = NULL;
+    if ((flags & PyBUF_ND) == PyBUF_ND) {
+        view->itemsize = self->itemsize;
+        view->format = (flags & PyBUF_FORMAT) ? (char *)stkpy_dtype_format(self->dtype) : NULL;
+        view->ndim = self->ndim;
+        view->shape = self->shape;
+        view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES ? self->strides : NULL;
+    } else {
+        /* a plain byte buffer: format "B" implied, one dimension */
+        view->itemsize = 1;
+        view->format = (flags & PyBUF_FORMAT) ? "B" : NULL;
+        view->ndim = 1;
+        view->shape = NULL;
+        view->strides = NULL;
+    }
+    self->exports++;
+    return 0;
+}
+
+static void Tensor_releasebuffer(TensorObject *self, Py_buffer *view)
+{
+    (void)view;
+    self->exports--;
+}
+
+static PyBufferProcs Tensor_as_buffer = {(getbufferproc)Tensor_getbuffer,
+                                         (releasebufferproc)Tensor_releasebuffer};
+
+static PyObject *Tensor_name(TensorObject *self, void *c)
+{
+    (void)c;
+    return PyUnicode_FromString(self->name);
+}
+
+static PyObject *Tensor_dtype(TensorObject *self, void *c)
+{
+    (void)c;
+    return PyUnicode_FromString(stkpy_dtype_name(self->dtype));
+}
+
+static PyObject *Tensor_shape(TensorObject *self, void *c)
+{
+    (void)c;
+    PyObject *s = PyTuple_New(self->ndim);
+    if (!s)
+        return NULL;
+    for (int d = 0; d < self->ndim; d++)
+        PyTuple_SET_ITEM(s, d, PyLong_FromSsize_t(self->shape[d]));
+    return s;
+}
+
+static PyObject *Tensor_nbytes(TensorObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromSsize_t(self->len);
+}
+
+static PyObject *Tensor_address(TensorObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromVoidPtr(self->data);
+}
+
+static PyObject *Tensor_owner(TensorObject *self, void *c)
+{
+    (void)c;
+    return Py_NewRef(self->owner);
+}
+
+static PyObject *Tensor_repr(TensorObject *self)
+{
+    char dims[128] = "";
+    size_t off = 0;
+    for (int d = 0; d < self->ndim && off < sizeof(dims); d++)
+        off +=
+            (size_t)snprintf(dims + off, sizeof(dims) - off, d ? ", %zd" : "%zd", self->shape[d]);
+    return PyUnicode_FromFormat("<stoker._core.Tensor '%s' %s [%s]>", self->name,
+                                stkpy_dtype_name(self->dtype), dims);
+}
+
+static PyGetSetDef Tensor_getset[] = {
+    {"name", (getter)Tensor_name, NULL, "Field name, '<field>_lengths' or 'index'.", NULL},
+    {"dtype", (getter)Tensor_dtype, NULL,
+     "Element type name (bfloat16 is exported through the buffer protocol as uint16).", NULL},
+    {"shape", (getter)Tensor_shape, NULL, "Shape, batch dimension first.", NULL},
+    {"nbytes", (getter)Tensor_nbytes, NULL, "Size in bytes.", NULL},
+    {"address", (getter)Tensor_address, NULL, "Address of the first byte (for tests).", NULL},
+    {"batch", (getter)Tensor_owner, NULL, "The Batch whose ring slot holds the data.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject StkTensor_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._core.Tensor",
+    .tp_basicsize = sizeof(TensorObject),
+    .tp_dealloc = (destructor)Tensor_dealloc,
+    .tp_repr = (reprfunc)Tensor_repr,
+    .tp_as_buffer = &Tensor_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A zero-copy view of one tensor of a batch, through the buffer protocol "
+              "(memoryview, numpy.asarray, torch.frombuffer). Keeps its batch's ring slot "
+              "borrowed while it, or any view made from it, is alive.",
+    .tp_getset = Tensor_getset,
+};
+
+/* ---- Batch ---- */
+
+static PyObject *batch_new(stk_batch *b)
+{
+    BatchObject *self = PyObject_New(BatchObject, &StkBatch_Type);
+    if (!self) {
+        stk_batch_release(b);
+        return NULL;
+    }
+    self->batch = b;
+    self->pid = getpid();
+    self->size = stk_batch_size(b);
+    self->epoch = stk_batch_epoch(b);
+    self->number = stk_batch_number(b);
+    self->weakreflist = NULL;
+    return (PyObject *)self;
+}
+
+static void Batch_dealloc(BatchObject *self)
+{
+    if (self->weakreflist)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    /* Thread-safe, and valid after the loader is destroyed. Not in a forked child: the
+     * ring's lock may have been held by a thread that does not exist there. */
+    if (self->pid == getpid())
+        stk_batch_release(self->batch);
+    PyObject_Free(self);
+}
+
+/* tensors() -> list of (name, Tensor, lengths Tensor or None), in the batch's order. */
+static PyObject *Batch_tensors(BatchObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    size_t n = stk_batch_n_tensors(self->batch);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        stk_tensor t;
+        if (stk_batch_tensor(self->batch, i, &t) < 0) {
+            Py_DECREF(list);
+            return stkpy_raise(STK_EINVAL, "tensor index out of range");
+        }
+        PyObject *tv = tensor_new((PyObject *)self, t.name, t.dtype, t.data, (int)t.ndim, t.shape);
+        PyObject *lv = Py_NewRef(Py_None);
+        if (tv && t.lengths) {
+            char lname[STK_MAX_NAME + 8];
+            snprintf(lname, sizeof(lname), "%s_lengths", t.name);
+            Py_DECREF(lv);
+            lv =
+                tensor_new((PyObject *)self, lname, STK_DTYPE_INT64, (void *)t.lengths, 1, t.shape);
+        }
+        PyObject *nm = PyUnicode_FromString(t.name);
+        PyObject *item = tv && lv && nm ? PyTuple_Pack(3, nm, tv, lv) : NULL;
+        Py_XDECREF(nm);
+        Py_XDECREF(tv);
+        Py_XDECREF(lv);
+        if (!item) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+static PyObject *Batch_size(BatchObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(self->size);
+}
+
+static PyObject *Batch_epoch(BatchObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong(self->epoch);
+}
+
+static PyObject *Batch_number(BatchObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong(self->number);
+}
+
+static Py_ssize_t Batch_len(BatchObject *self)
+{
+    return (Py_ssize_t)self->size;
+}
+
+static PyMethodDef Batch_methods[] = {
+    {"tensors", (PyCFunction)Batch_tensors, METH_NOARGS,
+     "tensors() -> list of (name, Tensor, lengths Tensor or None): the dataset's fields in "
+     "schema order (a transformed field replaced by its output), then 'index'."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Batch_getset[] = {
+    {"size", (getter)Batch_size, NULL, "Samples in the batch.", NULL},
+    {"epoch", (getter)Batch_epoch, NULL, "The batch's epoch.", NULL},
+    {"number", (getter)Batch_number, NULL, "The batch's number within its epoch.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PySequenceMethods Batch_as_sequence = {.sq_length = (lenfunc)Batch_len};
+
+PyTypeObject StkBatch_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._core.Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_dealloc = (destructor)Batch_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One batch borrowed from the loader's ring. The slot returns to the ring when "
+              "this object and every Tensor made from it are gone.",
+    .tp_methods = Batch_methods,
+    .tp_getset = Batch_getset,
+    .tp_as_sequence = &Batch_as_sequence,
+    .tp_weaklistoffset = offsetof(BatchObject, weakreflist),
+};
+
+/* ---- Loader: entering and leaving calls ---- */
+
+/* Pin the handle for a call. `consumer` calls (next, state, set_epoch, load_state) also take
+ * the one-consumer flag. Returns 0, or -1 with an exception (closed, or busy). */
+static int loader_enter(LoaderObject *self, bool consumer)
+{
+    if (self->closed || self->closing) {
+        stkpy_raise(STK_ESTATE, "the loader is closed");
+        return -1;
+    }
+    if (self->pid != getpid()) {
+        stkpy_raise(STK_ESTATE, "a stoker loader cannot be used in a forked child (its worker "
+                                "threads are in the parent): create the loader in the child");
+        return -1;
+    }
+    if (consumer) {
+        if (self->consumer_busy) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "the stoker loader is being used by another thread (one consumer at "
+                            "a time)");
+            return -1;
+        }
+        self->consumer_busy = true;
+    }
+    pthread_mutex_lock(&self->mu);
+    self->in_flight++;
+    pthread_mutex_unlock(&self->mu);
+    return 0;
+}
+
+static void loader_leave(LoaderObject *self, bool consumer)
+{
+    if (consumer)
+        self->consumer_busy = false;
+    pthread_mutex_lock(&self->mu);
+    if (--self->in_flight == 0)
+        pthread_cond_broadcast(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+}
+
+/* ---- the next helper ---- */
+
+static void *helper_main(void *arg)
+{
+    LoaderObject *self = arg; /* outlives this thread: close joins it first */
+    pthread_mutex_lock(&self->mu);
+    for (;;) {
+        while (self->req != REQ_PENDING && !self->helper_stop)
+            pthread_cond_wait(&self->cv_req, &self->mu);
+        if (self->req != REQ_PENDING)
+            break;
+        stk_loader *L = self->loader;
+        if (self->debug_delay_ms) { /* test hook; cut short by close */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += (time_t)(self->debug_delay_ms / 1000);
+            ts.tv_nsec += (long)(self->debug_delay_ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            while (!self->helper_stop)
+                if (pthread_cond_timedwait(&self->cv_req, &self->mu, &ts) == ETIMEDOUT)
+                    break;
+        }
+        pthread_mutex_unlock(&self->mu);
+        stk_batch *b = NULL;
+        char err[ERR_BUF] = "";
+        stk_status rc = stk_loader_next(L, &b);
+        if (rc < 0) /* errmsg is valid until the next call on L: copy it now */
+            snprintf(err, sizeof(err), "%s", stk_loader_errmsg(L));
+        pthread_mutex_lock(&self->mu);
+        self->res_rc = rc;
+        self->res_batch = b;
+        memcpy(self->res_err, err, sizeof(err));
+        self->req = REQ_DONE;
+        pthread_cond_broadcast(&self->cv);
+    }
+    pthread_mutex_unlock(&self->mu);
+    return NULL;
+}
+
+/* Post a next request (GIL held, mu not held); captures the state first so that state() can
+ * answer while the result is undelivered. */
+static int post_request(LoaderObject *self)
+{
+    if (!self->helper_started) {
+        int e = pthread_create(&self->helper, NULL, helper_main, self);
+        if (e != 0) {
+            errno = e;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        self->helper_started = true;
+    }
+    if (stk_loader_state(self->loader, self->pre_state, sizeof(self->pre_state)) < 0)
+        self->pre_state[0] = '\0';
+    pthread_mutex_lock(&self->mu);
+    self->req = REQ_PENDING;
+    pthread_cond_signal(&self->cv_req);
+    pthread_mutex_unlock(&self->mu);
+    return 0;
+}
+
+/* Wait with the GIL released until no request is pending, for at most one poll step when
+ * `step` is set. Returns whether no request is pending. */
+static bool wait_request(LoaderObject *self, bool step)
+{
+    bool done;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->mu);
+    if (step) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += POLL_NS;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (self->req == REQ_PENDING)
+            if (pthread_cond_timedwait(&self->cv, &self->mu, &ts) == ETIMEDOUT)
+                break;
+    } else {
+        while (self->req == REQ_PENDING)
+            pthread_cond_wait(&self->cv, &self->mu);
+    }
+    done = self->req != REQ_PENDING;
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS
+    return done;
+}
+
+/* Wait for a pending request and throw its result away (its batch goes back to the ring).
+ * Called before calls that move the consumer position. */
+static void discard_request(LoaderObject *self)
+{
+    wait_request(self, false);
+    if (self->req == REQ_DONE) {
+        stk_batch_release(self->res_batch);
+        self->res_batch = NULL;
+        self->req = REQ_IDLE;
+    }
+}
+
+/* ---- Loader: create and close ---- */
+
+static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {
+        "data",   "batch_size", "num_threads", "prefetch",        "seed",
+        "rank",   "world",      "shuffle",     "drop_last",       "skip_corrupt",
+        "verify", "pinned",     "transform",   "transform_field", NULL};
+    PyObject *data, *transform = Py_None;
+    long long batch_size = 256;
+    int n_threads = 0, prefetch = 0, rank = -1, world = -1;
+    unsigned long long seed = 0;
+    int shuffle = 0, drop_last = 0, skip_corrupt = 0, verify = 1, pinned = 0;
+    const char *tfield = "image";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOs:Loader", kwlist, &data, &batch_size,
+                                     &n_threads, &prefetch, &seed, &rank, &world, &shuffle,
+                                     &drop_last, &skip_corrupt, &verify, &pinned, &transform,
+                                     &tfield))
+        return NULL;
+    stk_loader_opts o;
+    stk_loader_opts_init(&o);
+    PyObject *keep = NULL, *dataset_ref = NULL, *transform_ref = NULL;
+    const char **paths = NULL;
+    if (PyObject_TypeCheck(data, &StkDataset_Type)) {
+        o.dataset = stkpy_dataset_get(data);
+        if (!o.dataset)
+            return NULL;
+        dataset_ref = data;
+    } else {
+        size_t n;
+        paths = stkpy_paths(data, &keep, &n);
+        if (!paths)
+            return NULL;
+        o.paths = paths;
+        o.n_paths = n;
+    }
+    if (transform != Py_None) {
+        o.transform = stkpy_transform_get(transform);
+        if (!o.transform)
+            goto fail;
+        transform_ref = transform;
+        o.transform_field = tfield;
+    }
+    o.batch_size = batch_size;
+    o.n_threads = n_threads;
+    o.prefetch = prefetch;
+    o.seed = seed;
+    o.rank = rank;
+    o.world = world;
+    o.flags = (shuffle ? STK_LOADER_SHUFFLE : 0) | (drop_last ? STK_LOADER_DROP_LAST : 0) |
+              (skip_corrupt ? STK_LOADER_SKIP_CORRUPT : 0) | (verify ? 0 : STK_LOADER_NO_VERIFY) |
+              (pinned ? STK_LOADER_PINNED : 0);
+    stk_loader *L = NULL;
+    stk_status rc;
+    char err[ERR_BUF] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_create(&o, &L);
+    if (rc < 0)
+        snprintf(err, sizeof(err), "%s", stk_last_errmsg());
+    Py_END_ALLOW_THREADS
+    PyMem_Free(paths);
+    paths = NULL;
+    Py_CLEAR(keep);
+    if (rc < 0) {
+        stkpy_raise(rc, err);
+        goto fail;
+    }
+    LoaderObject *self = (LoaderObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        Py_BEGIN_ALLOW_THREADS
+        stk_loader_destroy(L);
+        Py_END_ALLOW_THREADS
+        goto fail;
+    }
+    self->loader = L;
+    self->pid = getpid();
+    self->dataset_ref = Py_XNewRef(dataset_ref);
+    if (dataset_ref)
+        stkpy_dataset_borrow(dataset_ref, 1);
+    self->transform_ref = Py_XNewRef(transform_ref);
+    pthread_mutex_init(&self->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&self->cv, &ca);
+    pthread_cond_init(&self->cv_req, &ca);
+    pthread_condattr_destroy(&ca);
+    self->req = REQ_IDLE;
+    return (PyObject *)self;
+fail:
+    PyMem_Free(paths);
+    Py_XDECREF(keep);
+    return NULL;
+}
+
+/* Close: refuse new calls, wait for calls in flight and the helper's request, stop the helper
+ * and destroy the C loader (batches still held stay valid). GIL held on entry and exit. */
+static void loader_close(LoaderObject *self)
+{
+    if (self->closed || !self->loader)
+        return;
+    if (self->pid != getpid()) {
+        /* A forked child's copy: no workers or helper to stop, locks in unknown states.
+         * Leave the parent's structures alone (the child's copy of the memory leaks). */
+        self->loader = NULL;
+        self->closed = true;
+        Py_CLEAR(self->transform_ref);
+        if (self->dataset_ref)
+            stkpy_dataset_borrow(self->dataset_ref, -1);
+        Py_CLEAR(self->dataset_ref);
+        return;
+    }
+    self->closing = true;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->mu);
+    /* Stop first: the helper finishes the request it has (stk_loader_next cannot be
+     * cancelled; it returns once the batch is ready), then exits. */
+    self->helper_stop = true;
+    pthread_cond_signal(&self->cv_req);
+    while (self->in_flight > 0 || self->req == REQ_PENDING)
+        pthread_cond_wait(&self->cv, &self->mu);
+    pthread_mutex_unlock(&self->mu);
+    if (self->helper_started)
+        pthread_join(self->helper, NULL);
+    if (self->req == REQ_DONE) /* an interrupted next whose result was never delivered */
+        stk_batch_release(self->res_batch);
+    self->req = REQ_IDLE;
+    stk_loader_destroy(self->loader); /* joins the workers */
+    Py_END_ALLOW_THREADS
+    self->loader = NULL;
+    self->helper_started = false;
+    self->closed = true;
+    Py_CLEAR(self->transform_ref);
+    if (self->dataset_ref)
+        stkpy_dataset_borrow(self->dataset_ref, -1);
+    Py_CLEAR(self->dataset_ref);
+}
+
+static void Loader_dealloc(LoaderObject *self)
+{
+    if (self->weakreflist)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    loader_close(self);
+    if (self->pid == getpid()) {
+        /* Not in a forked child: glibc's pthread_cond_destroy waits for waiters that the
+         * parent had (the helper thread), which never leave there. */
+        pthread_mutex_destroy(&self->mu);
+        pthread_cond_destroy(&self->cv);
+        pthread_cond_destroy(&self->cv_req);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Loader_close(LoaderObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (self->closing && !self->closed)
+        Py_RETURN_NONE; /* another thread is closing it */
+    loader_close(self);
+    Py_RETURN_NONE;
+}
+
+/* ---- Loader: consumer calls ---- */
+
+/* tp_iternext: the next Batch; NULL without an exception at the end of an epoch (the next call
+ * starts the next epoch); NULL with a stoker error for a failed batch (iteration may go on). */
+static PyObject *Loader_next(LoaderObject *self)
+{
+    if (loader_enter(self, true) < 0)
+        return NULL;
+    for (;;) {
+        pthread_mutex_lock(&self->mu);
+        bool idle = self->req == REQ_IDLE;
+        pthread_mutex_unlock(&self->mu);
+        if (idle && post_request(self) < 0) {
+            loader_leave(self, true);
+            return NULL;
+        }
+        if (wait_request(self, true))
+            break;
+        /* Leave while signal handlers run: a handler may close the loader. */
+        loader_leave(self, true);
+        if (PyErr_CheckSignals() < 0)
+            return NULL; /* the request stays pending; the next call delivers it */
+        if (loader_enter(self, true) < 0)
+            return NULL;
+    }
+    stk_status rc = self->res_rc;
+    stk_batch *b = self->res_batch;
+    self->res_batch = NULL;
+    self->req = REQ_IDLE;
+    loader_leave(self, true);
+    if (rc == STK_OK)
+        return batch_new(b);
+    if (rc == STK_END)
+        return NULL;
+    return stkpy_raise(rc, self->res_err);
+}
+
+static PyObject *Loader_iter(PyObject *self)
+{
+    return Py_NewRef(self);
+}
+
+static PyObject *Loader_state(LoaderObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (loader_enter(self, true) < 0)
+        return NULL;
+    wait_request(self, false);
+    char buf[STATE_BUF];
+    stk_status rc = STK_OK;
+    if (self->req == REQ_DONE && self->pre_state[0])
+        memcpy(buf, self->pre_state, sizeof(buf)); /* its batch was never delivered */
+    else
+        rc = stk_loader_state(self->loader, buf, sizeof(buf));
+    loader_leave(self, true);
+    if (rc < 0)
+        return stkpy_raise(rc, "state does not fit its buffer");
+    return PyUnicode_FromString(buf);
+}
+
+static PyObject *Loader_load_state(LoaderObject *self, PyObject *arg)
+{
+    const char *json = PyUnicode_AsUTF8(arg);
+    if (!json)
+        return NULL;
+    if (loader_enter(self, true) < 0)
+        return NULL;
+    discard_request(self);
+    stk_status rc;
+    char err[ERR_BUF] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_load_state(self->loader, json);
+    if (rc < 0)
+        snprintf(err, sizeof(err), "%s", stk_loader_errmsg(self->loader));
+    Py_END_ALLOW_THREADS
+    loader_leave(self, true);
+    if (rc < 0)
+        return stkpy_raise(rc, err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Loader_set_epoch(LoaderObject *self, PyObject *arg)
+{
+    long long e = PyLong_AsLongLong(arg);
+    if (e == -1 && PyErr_Occurred())
+        return NULL;
+    if (e < 0)
+        return stkpy_invalid("epoch %lld is negative", e);
+    if (loader_enter(self, true) < 0)
+        return NULL;
+    discard_request(self);
+    stk_status rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_set_epoch(self->loader, (uint64_t)e);
+    Py_END_ALLOW_THREADS
+    loader_leave(self, true);
+    if (rc < 0)
+        return stkpy_raise(rc, NULL);
+    Py_RETURN_NONE;
+}
+
+/* ---- Loader: queries (any thread) ---- */
+
+static PyObject *Loader_epoch(LoaderObject *self, void *c)
+{
+    (void)c;
+    if (loader_enter(self, false) < 0)
+        return NULL;
+    uint64_t e = stk_loader_epoch(self->loader);
+    loader_leave(self, false);
+    return PyLong_FromUnsignedLongLong(e);
+}
+
+static Py_ssize_t Loader_len(LoaderObject *self)
+{
+    if (loader_enter(self, false) < 0)
+        return -1;
+    uint64_t n = stk_loader_n_batches(self->loader);
+    loader_leave(self, false);
+    return (Py_ssize_t)n;
+}
+
+static PyObject *Loader_info(LoaderObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (loader_enter(self, false) < 0)
+        return NULL;
+    stk_loader_info i;
+    stk_loader_info_get(self->loader, &i);
+    loader_leave(self, false);
+    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:I,s:K,s:n,s:O}", "n_threads", i.n_threads, "prefetch",
+                         i.prefetch, "batch_size", i.batch_size, "rank", i.rank, "world", i.world,
+                         "n_records", (unsigned long long)i.n_records, "slot_size",
+                         (Py_ssize_t)i.slot_size, "pinned", i.pinned ? Py_True : Py_False);
+}
+
+static PyObject *Loader_stats(LoaderObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (loader_enter(self, false) < 0)
+        return NULL;
+    stk_loader_stats s;
+    stk_loader_stats_get(self->loader, &s);
+    loader_leave(self, false);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "batches", (unsigned long long)s.batches,
+                         "samples", (unsigned long long)s.samples, "bytes_read",
+                         (unsigned long long)s.bytes_read, "skipped", (unsigned long long)s.skipped,
+                         "errors", (unsigned long long)s.errors);
+}
+
+static PyObject *Loader_closed(LoaderObject *self, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(self->closed || self->closing);
+}
+
+static PyObject *Loader_pending(LoaderObject *self, void *c)
+{
+    (void)c;
+    pthread_mutex_lock(&self->mu);
+    int r = self->req;
+    pthread_mutex_unlock(&self->mu);
+    return PyBool_FromLong(r != REQ_IDLE);
+}
+
+static PyObject *Loader_set_debug_delay(LoaderObject *self, PyObject *arg)
+{
+    long ms = PyLong_AsLong(arg);
+    if (ms == -1 && PyErr_Occurred())
+        return NULL;
+    pthread_mutex_lock(&self->mu);
+    self->debug_delay_ms = ms > 0 ? (unsigned)ms : 0;
+    pthread_mutex_unlock(&self->mu);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Loader_enter_ctx(PyObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    return Py_NewRef(self);
+}
+
+static PyObject *Loader_exit_ctx(LoaderObject *self, PyObject *args)
+{
+    (void)args;
+    loader_close(self);
+    Py_RETURN_FALSE;
+}
+
+static PyMethodDef Loader_methods[] = {
+    {"state", (PyCFunction)Loader_state, METH_NOARGS,
+     "state() -> str: the resume state as JSON (position of the batches delivered so far)."},
+    {"load_state", (PyCFunction)Loader_load_state, METH_O,
+     "load_state(json): resume from a state (also one taken with another world size)."},
+    {"set_epoch", (PyCFunction)Loader_set_epoch, METH_O,
+     "set_epoch(e): jump to the start of epoch e (a no-op when e is about to start)."},
+    {"info", (PyCFunction)Loader_info, METH_NOARGS,
+     "info() -> dict: resolved settings (n_threads, prefetch = ring slots, batch_size, rank, "
+     "world, n_records, slot_size, pinned)."},
+    {"stats", (PyCFunction)Loader_stats, METH_NOARGS,
+     "stats() -> dict: counters since create (batches, samples, bytes_read, skipped, errors)."},
+    {"close", (PyCFunction)Loader_close, METH_NOARGS,
+     "Stop the workers and free the loader; batches still held stay valid."},
+    {"_set_debug_delay", (PyCFunction)Loader_set_debug_delay, METH_O,
+     "Test hook: make every next() take at least this many milliseconds (as a slow pipeline "
+     "would), to test Ctrl-C during a blocking next."},
+    {"__enter__", Loader_enter_ctx, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)Loader_exit_ctx, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Loader_getset[] = {
+    {"epoch", (getter)Loader_epoch, NULL, "The epoch the next batch belongs to.", NULL},
+    {"closed", (getter)Loader_closed, NULL, "Whether close() was called.", NULL},
+    {"pending", (getter)Loader_pending, NULL,
+     "Whether an interrupted next() left a request whose result the next call delivers.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PySequenceMethods Loader_as_sequence = {.sq_length = (lenfunc)Loader_len};
+
+PyTypeObject StkLoader_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._core.Loader",
+    .tp_basicsize = sizeof(LoaderObject),
+    .tp_dealloc = (destructor)Loader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Loader(data, batch_size=256, num_threads=0, prefetch=0, seed=0, rank=-1, "
+              "world=-1, shuffle=False, drop_last=False, skip_corrupt=False, verify=True, "
+              "pinned=False, transform=None, transform_field='image'): the C loader with C "
+              "semantics (num_threads 0 = one per CPU, prefetch = ring slots, 0 = default). "
+              "next() returns a Batch; the end of an epoch is StopIteration, and the next call "
+              "starts the next epoch.",
+    .tp_new = Loader_new,
+    .tp_iter = Loader_iter,
+    .tp_iternext = (iternextfunc)Loader_next,
+    .tp_methods = Loader_methods,
+    .tp_getset = Loader_getset,
+    .tp_as_sequence = &Loader_as_sequence,
+    .tp_weaklistoffset = offsetof(LoaderObject, weakreflist),
+};

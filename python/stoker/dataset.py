@@ -1,0 +1,215 @@
+"""Reading and writing .stk shards from Python.
+
+``Dataset`` opens shards (a file, a directory, a glob, or a list) as records 0..N-1;
+``Writer`` writes one shard; ``write_shard`` writes records in one call;
+``pack_image_folder`` packs an ImageFolder tree (one subfolder per class) with the schema
+``stoker pack`` uses: ``image`` (the encoded file, bytes), ``label`` (int64, the class's
+position in the sorted class list, as torchvision's ImageFolder numbers them) and ``path``
+(bytes, relative to the root).
+"""
+import json
+import os
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["Dataset", "Writer", "write_shard", "pack_image_folder", "IMAGE_EXTENSIONS"]
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+
+
+class Dataset(_core.Dataset):
+    """Dataset(data, verify=True): .stk shards opened as records 0..N-1.
+
+    ``len(ds)``, ``ds.fields`` (the schema), ``ds.shards``, ``ds.metadata`` (the first shard's
+    writer metadata, parsed), ``ds.classes`` (ImageFolder class names, if recorded) and
+    ``ds[i]``: record i as a dict (bytes fields as bytes, int64 as int, float32 as float, array
+    fields as numpy arrays of their dtype and shape). Checksums are verified on read unless
+    ``verify=False``.
+    """
+
+    def __getitem__(self, i):
+        rec = self.read(i)
+        for f in self.fields:
+            if f["kind"] == "array":
+                dtype = np.uint16 if f["dtype"] == "bfloat16" else np.dtype(f["dtype"])
+                rec[f["name"]] = np.frombuffer(rec[f["name"]], dtype=dtype).reshape(f["shape"])
+        return rec
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    @property
+    def metadata(self):
+        shards = self.shards
+        return json.loads(shards[0]["metadata"]) if shards else {}
+
+    @property
+    def classes(self):
+        return self.metadata.get("classes")
+
+    def __repr__(self):
+        if self.closed:
+            return "<stoker.Dataset (closed)>"
+        names = ", ".join(f"{f['name']}:{f['kind']}" for f in self.fields)
+        return f"<stoker.Dataset {len(self)} records, {len(self.shards)} shards, [{names}]>"
+
+
+def _field_spec(name, spec):
+    """A user's field spec -> the tuple _core.Writer takes."""
+    if isinstance(spec, str):
+        if spec in ("bytes", "int64", "float32"):
+            return (name, spec)
+        raise _core.StokerInvalidError(
+            f"field {name!r}: kind {spec!r} is not bytes, int64, float32 or (dtype, shape)")
+    try:
+        dtype, shape = spec
+    except (TypeError, ValueError):
+        raise _core.StokerInvalidError(
+            f"field {name!r}: an array field is (dtype, shape), got {spec!r}") from None
+    if isinstance(shape, int):
+        shape = (shape,)
+    return (name, "array", _dtype_str(dtype), tuple(int(s) for s in shape))
+
+
+def _dtype_str(dtype):
+    s = str(dtype)
+    if s.startswith("torch."):
+        return s[6:]
+    return s if s == "bfloat16" else np.dtype(dtype).name
+
+
+class Writer:
+    """Writer(path, fields, metadata=None, align=None): write one .stk shard.
+
+    ``fields`` maps each field name to ``"bytes"``, ``"int64"``, ``"float32"`` or a
+    ``(dtype, shape)`` pair for a fixed-shape array (a dict keeps its order; a list of
+    (name, spec) pairs works too). ``metadata`` is a JSON-serialisable dict stored in the
+    header. ``add(record)`` takes a dict (or a sequence in schema order); bytes fields take
+    bytes-like objects, array fields numpy arrays (or anything numpy converts) of that shape.
+    The shard appears under ``path`` only on ``close()`` (or leaving a ``with`` block without
+    an exception); an abandoned writer leaves nothing.
+    """
+
+    def __init__(self, path, fields, metadata=None, align=None):
+        items = list(fields.items()) if isinstance(fields, dict) else list(fields)
+        self._specs = [_field_spec(n, s) for n, s in items]
+        self._names = [s[0] for s in self._specs]
+        meta = None if metadata is None else (
+            metadata if isinstance(metadata, str) else json.dumps(metadata))
+        self._w = _core.Writer(os.fspath(path), self._specs, meta, int(align or 0))
+
+    @property
+    def fields(self):
+        return list(self._names)
+
+    @property
+    def count(self):
+        return self._w.count
+
+    @property
+    def path(self):
+        return self._w.path
+
+    def add(self, record):
+        if isinstance(record, dict):
+            missing = [n for n in self._names if n not in record]
+            if missing:
+                raise _core.StokerInvalidError(f"record has no value for {missing}")
+            values = [record[n] for n in self._names]
+        else:
+            values = list(record)
+        for k, spec in enumerate(self._specs):
+            if spec[1] == "array":
+                dt = np.uint16 if spec[2] == "bfloat16" else np.dtype(spec[2])
+                a = np.ascontiguousarray(values[k], dtype=dt)
+                if a.shape != spec[3]:
+                    raise _core.StokerInvalidError(
+                        f"field {spec[0]!r}: expected shape {spec[3]}, got {a.shape}")
+                values[k] = a
+        self._w.add(values)
+
+    def close(self):
+        self._w.close()
+
+    def abort(self):
+        self._w.abort()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+def write_shard(path, fields, records, metadata=None, align=None):
+    """Write `records` (an iterable of dicts or sequences) to the shard `path`; returns the
+    number of records written."""
+    with Writer(path, fields, metadata, align) as w:
+        for r in records:
+            w.add(r)
+        n = w.count
+    return n
+
+
+def _image_folder(root):
+    root = os.fspath(root)
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    if not classes:
+        raise _core.StokerInvalidError(f"{root}: no class subfolders (expected an ImageFolder "
+                                       "tree: ROOT/<class>/<image>)")
+    samples = []
+    for label, c in enumerate(classes):
+        for dirpath, _, files in sorted(os.walk(os.path.join(root, c), followlinks=True)):
+            for f in sorted(files):
+                if f.lower().endswith(IMAGE_EXTENSIONS):
+                    full = os.path.join(dirpath, f)
+                    samples.append((full, os.path.relpath(full, root), label))
+    return classes, samples
+
+
+def pack_image_folder(src, out, shard_size=1 << 30):
+    """Pack an ImageFolder tree into `out`: a single shard when `out` ends with ".stk", else a
+    directory of shards ``shard-00000.stk``, ... of about `shard_size` bytes each. Files are
+    stored as they are (not re-encoded), in torchvision ImageFolder's order (classes sorted,
+    files sorted). Only .jpg/.jpeg/.png files are packed. Returns the number of records."""
+    classes, samples = _image_folder(src)
+    if not samples:
+        raise _core.StokerInvalidError(f"{os.fspath(src)}: no .jpg/.jpeg/.png files found")
+    fields = {"image": "bytes", "label": "int64", "path": "bytes"}
+    meta = {"source": "imagefolder", "classes": classes,
+            "tool": f"stoker.pack_image_folder {_core.version()}"}
+    out = os.fspath(out)
+    if out.endswith(".stk"):
+        single, shard_size = True, float("inf")
+    else:
+        single = False
+        os.makedirs(out, exist_ok=True)
+    n, shard, w = 0, 0, None
+    try:
+        for full, rel, label in samples:
+            if w is None:
+                path = out if single else os.path.join(out, f"shard-{shard:05d}.stk")
+                w = Writer(path, fields, meta)
+                size = 0
+            with open(full, "rb") as f:
+                data = f.read()
+            w.add({"image": data, "label": label, "path": rel.encode()})
+            n += 1
+            size += len(data)
+            if size >= shard_size:
+                w.close()
+                w, shard = None, shard + 1
+        if w is not None:
+            w.close()
+    except BaseException:
+        if w is not None:
+            w.abort()
+        raise
+    return n

@@ -1,0 +1,486 @@
+"""stoker.Loader: the PyTorch-facing loader over the C core.
+
+Each batch is a :class:`Batch` (a dict) of torch tensors (numpy arrays when torch is not
+importable, or with ``output="numpy"``) that are zero-copy views of a slot of the loader's
+ring: every field of the dataset plus ``index`` (int64, the global record number of each
+sample). A bytes field ``name`` comes as a uint8 tensor ``[n, stride]`` (each sample's bytes at
+the start of its row; the rest of the row is unspecified) plus ``name_lengths`` (int64 [n]).
+The slot goes back to the ring when the last tensor viewing it is garbage-collected.
+
+See docs/python.md for the full contract.
+"""
+import collections
+import json
+import os
+import sys
+import warnings
+import weakref
+
+import numpy as np
+
+from . import _core
+from . import transforms as _transforms
+from .dataset import Dataset
+
+__all__ = ["Loader", "Batch"]
+
+_DEFAULT_PREFETCH = 3
+
+
+def _torch():
+    """torch if importable (None when absent or blocked with sys.modules['torch'] = None)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _copy(v):
+    """A copy of a batch value in fresh memory (device tensors are left alone)."""
+    if isinstance(v, np.ndarray):
+        return v.copy()
+    if getattr(v, "device", None) is not None and v.device.type != "cpu":
+        return v
+    return v.clone()
+
+
+class Batch(dict):
+    """One batch: a dict of tensors (or numpy arrays) that view a slot of the loader's ring.
+
+    ``epoch`` and ``number`` (the batch's number within its epoch) tell where it came from.
+    ``detach()`` copies every tensor into its own memory and drops the batch's views of the
+    ring, so the slot can be reused while the batch lives on (the loader does this by itself,
+    with a warning, when a training loop holds on to too many batches). ``bytes(name)`` gives
+    a bytes field as a list of ``bytes`` objects.
+    """
+
+    __slots__ = ("epoch", "number", "_attached", "__weakref__")
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.epoch = self.number = None
+        self._attached = False
+
+    def detach(self):
+        """Copy the tensors out of the ring (in place) and return self."""
+        if self._attached:
+            for k, v in list(self.items()):
+                self[k] = _copy(v)
+            self._attached = False
+        return self
+
+    @property
+    def attached(self):
+        """Whether the tensors still view the ring (False after detach())."""
+        return self._attached
+
+    def bytes(self, name):
+        """Bytes field `name` as a list of bytes objects (one per sample)."""
+        data, lengths = self[name], self[name + "_lengths"]
+        data = data.numpy() if hasattr(data, "numpy") else np.asarray(data)
+        lengths = lengths.numpy() if hasattr(lengths, "numpy") else np.asarray(lengths)
+        return [data[i, :lengths[i]].tobytes() for i in range(len(lengths))]
+
+    def __repr__(self):
+        parts = []
+        for k, v in self.items():
+            shape = tuple(getattr(v, "shape", ()))
+            parts.append(f"{k}: {str(getattr(v, 'dtype', type(v).__name__))} {list(shape)}")
+        return f"<stoker.Batch epoch={self.epoch} number={self.number} {{{', '.join(parts)}}}>"
+
+
+def _check_int(value, name, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise _core.StokerInvalidError(f"{name} should be an integer, but got {name}={value!r}")
+    value = int(value)
+    if value < minimum:
+        what = "a positive" if minimum == 1 else "a non-negative"
+        raise _core.StokerInvalidError(f"{name} should be {what} integer value, but got "
+                                       f"{name}={value}")
+    return value
+
+
+def _resolve_rank(rank, world_size):
+    """rank/world_size from the arguments; None takes torch.distributed's (when initialised),
+    else the environment's (RANK/WORLD_SIZE, SLURM_*, OMPI_*), else 0/1."""
+    if rank is None or world_size is None:
+        dist = None
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            dist = getattr(torch, "distributed", None)
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            r, w = dist.get_rank(), dist.get_world_size()
+        else:
+            r, w = _core.env_rank()
+        rank = r if rank is None else rank
+        world_size = w if world_size is None else world_size
+    rank = _check_int(rank, "rank", 0)
+    world_size = _check_int(world_size, "world_size", 1)
+    if rank >= world_size:
+        raise _core.StokerInvalidError(f"Invalid rank {rank}, rank should be in the interval "
+                                       f"[0, {world_size - 1}] (world_size={world_size})")
+    return rank, world_size
+
+
+class _LoaderIter:
+    """The iterator of one pass over a Loader (one epoch)."""
+
+    __slots__ = ("_loader", "_gen", "_done")
+
+    def __init__(self, loader, gen):
+        self._loader, self._gen, self._done = loader, gen, False
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __next__(self):
+        loader = self._loader
+        if self._done or self._gen != loader._gen or loader._core is None:
+            raise StopIteration
+        batch = loader._next_batch()
+        if batch is None:
+            self._done = True
+            loader._mid_epoch = False
+            raise StopIteration
+        return batch
+
+
+class Loader:
+    """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
+    num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
+    world_size=None, transforms=None, on_error="raise")
+
+    Iterating gives :class:`Batch` dicts; each ``iter()`` is the next epoch. See
+    docs/python.md for every argument.
+    """
+
+    def __init__(self, data, batch_size, shuffle=False, seed=0, drop_last=False,
+                 num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
+                 world_size=None, transforms=None, on_error="raise", *,
+                 transform_field="image", verify=True, output=None):
+        self._core = None  # so that close()/__del__ work on a half-built object
+        self._dataset = None
+        self._own_dataset = False
+        batch_size = _check_int(batch_size, "batch_size", 1)
+        if num_workers is None:
+            threads = 0  # one per online CPU (the C default)
+        else:
+            threads = _check_int(num_workers, "num_workers", -1 << 62)
+            if threads < 0:
+                raise _core.StokerInvalidError(f"num_workers option should be non-negative, "
+                                               f"but got num_workers={threads}")
+            # 0 means "in the main process" in PyTorch; threads are cheap: one worker thread
+            threads = max(1, threads)
+        self.prefetch = _DEFAULT_PREFETCH if prefetch is None else \
+            _check_int(prefetch, "prefetch", 1)
+        seed = _check_int(seed, "seed", 0)
+        if seed >= 1 << 64:
+            raise _core.StokerInvalidError(f"seed should fit in 64 bits, but got seed={seed}")
+        if on_error not in ("raise", "skip"):
+            raise _core.StokerInvalidError(f"on_error should be 'raise' or 'skip', but got "
+                                           f"on_error={on_error!r}")
+        rank, world_size = _resolve_rank(rank, world_size)
+        torch = _torch()
+        if output is None:
+            output = "torch" if torch is not None else "numpy"
+        if output not in ("torch", "numpy"):
+            raise _core.StokerInvalidError(f"output should be 'torch' or 'numpy', got {output!r}")
+        if output == "torch" and torch is None:
+            raise ImportError("stoker.Loader(output='torch') needs torch, which is not "
+                              "importable")
+        self._device = self._resolve_device(device, torch)
+        pinned = False
+        if pin_memory:
+            if torch is not None and torch.cuda.is_available():
+                pinned = True
+            else:
+                warnings.warn("stoker.Loader: pin_memory=True but no CUDA device is available; "
+                              "batches stay in pageable memory", UserWarning, stacklevel=2)
+        self._transform = _transforms.compile(transforms)
+        if isinstance(data, _core.Dataset):
+            self._dataset = data
+        else:
+            self._dataset = Dataset(data, verify=verify)
+            self._own_dataset = True
+        self._core_kwargs = dict(
+            batch_size=batch_size, num_threads=threads, prefetch=self.prefetch + 1, seed=seed,
+            rank=rank, world=world_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
+            skip_corrupt=on_error == "skip", verify=bool(verify), pinned=pinned,
+            transform=self._transform, transform_field=transform_field)
+        self._core = _core.Loader(self._dataset, **self._core_kwargs)
+        self.batch_size = batch_size
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.on_error = on_error
+        self.rank, self.world_size = rank, world_size
+        self.output = output
+        self.pin_memory = pinned
+        self._convert = self._converter(output, torch)
+        self._gen = 0             # bumped by iter(), set_epoch and load_state_dict
+        self._mid_epoch = False   # a pass stopped before the end of its epoch
+        self._cur_epoch = 0       # epoch of the last batch delivered
+        self._live = collections.deque()  # (weakref Batch dict, weakref ring Batch)
+        self._warned_hold = False
+        self._stats_base = None   # counters of cores replaced by a rebuild
+        self._debug_delay = 0
+
+    # ---- construction helpers ----
+
+    @staticmethod
+    def _resolve_device(device, torch):
+        if device is None:
+            return None
+        if torch is None:
+            raise ImportError("stoker.Loader(device=...) needs torch")
+        dev = torch.device(device)
+        if dev.type == "cpu":
+            return None
+        if dev.type != "cuda":
+            raise _core.StokerNotSupportedError(f"device {str(dev)!r} is not supported (use "
+                                                "'cpu' or 'cuda')")
+        if not torch.cuda.is_available():
+            raise _core.StokerNotSupportedError(
+                f"device={str(device)!r} needs a CUDA device, but torch.cuda.is_available() is "
+                "False on this machine; leave device=None (CPU tensors)")
+        return dev
+
+    def _converter(self, output, torch):
+        asarray = np.asarray
+        if output == "numpy":
+            return asarray
+        from_numpy, bf16, device = torch.from_numpy, torch.bfloat16, self._device
+
+        def convert(t):
+            a = asarray(t)
+            if a.dtype == np.uint16:  # bfloat16 (torch has no uint16): reinterpret the bits
+                x = from_numpy(a.view(np.int16)).view(bf16)
+            else:
+                x = from_numpy(a)
+            if device is not None:
+                # Interim until the C device copy lands: a synchronous copy, after which the
+                # ring slot is free again.
+                x = x.to(device)
+            return x
+        return convert
+
+    # ---- iteration ----
+
+    def __iter__(self):
+        self._check_open()
+        if self._mid_epoch:
+            # The previous pass was abandoned mid-epoch: this pass is the next epoch.
+            self._core.set_epoch(self._cur_epoch + 1)
+            self._mid_epoch = False
+        self._gen += 1
+        return _LoaderIter(self, self._gen)
+
+    def __len__(self):
+        self._check_open()
+        return len(self._core)
+
+    def _next_batch(self):
+        """The next Batch of the current epoch, or None at its end."""
+        core = self._core
+        while True:
+            try:
+                raw = next(core, None)
+            except _core.StokerLimitError as e:
+                if "ring slots" not in str(e):
+                    self._after_error()
+                    raise  # a sample over a limit (max_pixels): that batch's error
+                self._relieve_ring()
+                core = self._core
+                continue
+            except _core.Error:
+                self._after_error()
+                raise
+            break
+        if raw is None:
+            return None
+        self._mid_epoch = True
+        self._cur_epoch = raw.epoch
+        convert = self._convert
+        out = Batch()
+        out.epoch, out.number = raw.epoch, raw.number
+        for name, tensor, lengths in raw.tensors():
+            out[name] = convert(tensor)
+            if lengths is not None:
+                out[name + "_lengths"] = convert(lengths)
+        if self._device is None:
+            out._attached = True
+            live = self._live
+            while live and live[0][1]() is None:
+                live.popleft()
+            live.append((weakref.ref(out), weakref.ref(raw)))
+        return out
+
+    def _after_error(self):
+        """A batch failed: the position moved past it (the loader goes on with the next)."""
+        self._mid_epoch = True
+        self._cur_epoch = self._core.epoch
+
+    def _relieve_ring(self):
+        """The consumer holds the ring slot the next batch needs. Detach held batches, oldest
+        first, until that slot is free; if their tensors are referenced elsewhere, give the
+        loader a fresh ring (the old one lives until its last batch is gone)."""
+        if not self._warned_hold:
+            self._warned_hold = True
+            warnings.warn(
+                f"stoker.Loader: the training loop still holds the batch in the ring slot the "
+                f"next batch needs (prefetch={self.prefetch}, {self.prefetch + 1} ring slots); "
+                f"stoker copies held batches out of the ring to go on, which costs time and "
+                f"memory. Drop references to old batches (or .clone() the tensors you keep), or "
+                f"raise prefetch.", RuntimeWarning, stacklevel=4)
+        live = self._live
+        freed = False
+        while live and live[0][1]() is None:
+            live.popleft()
+            freed = True
+        if freed:
+            return  # batches died since the last delivery: retry
+        if live:
+            batch_ref, ring_ref = live.popleft()
+            batch = batch_ref()
+            if batch is not None:
+                batch.detach()
+                del batch
+            if ring_ref() is None:
+                return  # detaching the oldest batch freed its slot: retry
+        # The oldest batch's tensors are referenced outside their Batch dict: rebuild.
+        self._rebuild()
+
+    def _rebuild(self):
+        """Replace the C loader by a new one at the same position (held batches stay valid)."""
+        old = self._core
+        state = old.state()
+        self._stats_base = self._add_stats(self._stats_base, old.stats())
+        old.close()
+        self._core = None
+        core = _core.Loader(self._dataset, **self._core_kwargs)
+        core.load_state(state)
+        if self._debug_delay:
+            core._set_debug_delay(self._debug_delay)
+        self._core = core
+        self._live.clear()
+
+    @staticmethod
+    def _add_stats(a, b):
+        return dict(b) if a is None else {k: a[k] + b[k] for k in b}
+
+    # ---- epochs and state ----
+
+    @property
+    def epoch(self):
+        """The epoch the next batch belongs to."""
+        self._check_open()
+        return self._core.epoch
+
+    def set_epoch(self, epoch):
+        """Jump to the start of `epoch` (free when it is the epoch about to start anyway, so
+        calling it before every epoch, the DistributedSampler habit, is harmless)."""
+        self._check_open()
+        self._core.set_epoch(_check_int(epoch, "epoch", 0))
+        self._mid_epoch = False
+        self._gen += 1
+
+    def state_dict(self):
+        """The resume state, a JSON-serialisable dict: the position reached by the batches
+        delivered so far (global, so it resumes on any world size)."""
+        self._check_open()
+        return json.loads(self._core.state())
+
+    def load_state_dict(self, state):
+        """Resume from `state` (a dict from state_dict(), or its JSON text). The next iter()
+        yields exactly the batches an uninterrupted run would have yielded after it."""
+        self._check_open()
+        if isinstance(state, (bytes, bytearray)):
+            state = state.decode()
+        if not isinstance(state, str):
+            if not isinstance(state, dict):
+                raise _core.StokerInvalidError(f"state should be a dict from state_dict(), not "
+                                               f"{type(state).__name__}")
+            state = json.dumps(state)
+        self._core.load_state(state)
+        self._mid_epoch = False
+        self._gen += 1
+
+    # ---- information ----
+
+    @property
+    def dataset(self):
+        """The stoker.Dataset being read."""
+        return self._dataset
+
+    @property
+    def num_workers(self):
+        """Worker threads actually running."""
+        self._check_open()
+        return self._core.info()["n_threads"]
+
+    def info(self):
+        """Resolved settings: num_workers (threads), prefetch, ring_slots, batch_size, rank,
+        world_size, n_records, slot_size (bytes), pinned, output, device, transform output."""
+        self._check_open()
+        i = self._core.info()
+        return {"num_workers": i["n_threads"], "prefetch": self.prefetch,
+                "ring_slots": i["prefetch"], "batch_size": i["batch_size"], "rank": i["rank"],
+                "world_size": i["world"], "n_records": i["n_records"],
+                "slot_size": i["slot_size"], "pinned": i["pinned"], "output": self.output,
+                "device": None if self._device is None else str(self._device),
+                "transform": None if self._transform is None else self._transform.output}
+
+    def stats(self):
+        """Counters since construction: batches, samples, bytes_read, skipped (samples replaced
+        under on_error="skip"), errors (batches that failed)."""
+        self._check_open()
+        return self._add_stats(self._stats_base, self._core.stats()) \
+            if self._stats_base else self._core.stats()
+
+    # ---- lifetime ----
+
+    def _check_open(self):
+        if self._core is None:
+            raise _core.StokerStateError("the loader is closed")
+
+    @property
+    def closed(self):
+        return self._core is None
+
+    def close(self):
+        """Stop the worker threads and free the loader. Batches still held stay valid."""
+        core, self._core = getattr(self, "_core", None), None
+        if core is not None:
+            core.close()
+        if getattr(self, "_own_dataset", False) and self._dataset is not None:
+            self._dataset.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        if self._core is None:
+            return "<stoker.Loader (closed)>"
+        return (f"<stoker.Loader {len(self._dataset)} records, batch_size={self.batch_size}, "
+                f"{len(self)} batches/epoch, rank {self.rank}/{self.world_size}, "
+                f"epoch {self.epoch}>")
+
+    # ---- test hooks ----
+
+    def _set_debug_delay(self, ms):
+        """Make every batch take at least `ms` milliseconds (tests of Ctrl-C)."""
+        self._debug_delay = int(ms)
+        self._core._set_debug_delay(self._debug_delay)

@@ -1,0 +1,356 @@
+"""Image transforms that run inside stoker's C workers (also importable as ``stoker.ops``).
+
+The classes carry torchvision's names and parameters. They do not transform anything in
+Python: :func:`compile` turns a list of them (or a torchvision ``transforms.Compose`` of the
+supported torchvision classes) into one C transform (``stk_transform``) that the loader's
+worker threads apply to every sample, fused with the JPEG/PNG decode::
+
+    import stoker
+    from stoker import transforms as T
+
+    train = T.Compose([T.RandomResizedCrop(96), T.RandomHorizontalFlip(),
+                       T.ToTensor(), T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)])
+    loader = stoker.Loader("train/", batch_size=64, transforms=train)
+
+Supported ops: RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ColorJitter and
+Normalize. ToTensor, PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype
+(ToTensor: float32 in [0, 1]; PILToTensor: uint8; ConvertImageDtype/ToDtype: that dtype,
+scaled as torchvision scales it). Without any of them the output is float32. Output layout
+is NCHW unless ``Compose(..., layout="NHWC")``. Resampling is bilinear with antialiasing
+(PIL's, which is what torchvision uses on PIL images); other interpolation modes are refused.
+Randomness comes from the loader's (seed, epoch, sample index), so augmentation is identical
+for any number of threads or ranks.
+"""
+import numbers
+
+from . import _core
+
+__all__ = [
+    "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "ColorJitter",
+    "Normalize", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype", "Compose",
+    "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD", "RECIPES",
+    "SUPPORTED",
+]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+RECIPES = ("imagenet-train", "imagenet-val")
+SUPPORTED = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "ColorJitter",
+             "Normalize", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype", "Compose")
+
+
+def _invalid(msg):
+    return _core.StokerInvalidError(msg)
+
+
+def _size2(size, what):
+    """torchvision's size argument -> (h, w); an int (or a 1-sequence) means square."""
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        return (int(size), int(size))
+    try:
+        seq = [int(s) for s in size]
+    except TypeError:
+        raise _invalid(f"{what}: size must be an int or (h, w), got {size!r}") from None
+    if len(seq) == 1:
+        return (seq[0], seq[0])
+    if len(seq) != 2:
+        raise _invalid(f"{what}: size must be an int or (h, w), got {size!r}")
+    return (seq[0], seq[1])
+
+
+def _check_interpolation(interpolation, what):
+    if interpolation is None:
+        return
+    name = getattr(interpolation, "name", None) or getattr(interpolation, "value", None) or \
+        str(interpolation)
+    if str(name).lower() not in ("bilinear", "2"):  # PIL.Image.BILINEAR == 2
+        raise _invalid(f"{what}: only bilinear interpolation is supported, got {interpolation}")
+
+
+class Op:
+    """Base of the ops: each knows its torchvision name and its C parameters."""
+
+    def _params(self):
+        raise NotImplementedError
+
+    def to_dict(self):
+        """The op as the dict stoker._core.Transform takes."""
+        d = {"kind": type(self).__name__}
+        d.update(self._params())
+        return d
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self._params().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self._params() == other._params()
+
+    def __call__(self, *args, **kw):
+        raise TypeError(f"stoker.transforms.{type(self).__name__} runs inside the loader's C "
+                        "workers; pass it to stoker.Loader(transforms=...) instead of calling it")
+
+
+class RandomResizedCrop(Op):
+    """torchvision.transforms.RandomResizedCrop(size, scale, ratio): a random crop of area
+    scale*image and aspect ratio in ratio (log-uniform), resized to size."""
+
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
+                 interpolation=None, antialias=None):
+        _check_interpolation(interpolation, "RandomResizedCrop")
+        self.size = _size2(size, "RandomResizedCrop")
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+
+    def _params(self):
+        return {"size": self.size, "scale": self.scale, "ratio": self.ratio}
+
+
+class Resize(Op):
+    """torchvision.transforms.Resize(size): an int resizes the shorter side to it (keeping the
+    aspect ratio); (h, w) resizes to exactly that."""
+
+    def __init__(self, size, interpolation=None, max_size=None, antialias=None):
+        _check_interpolation(interpolation, "Resize")
+        if max_size is not None:
+            raise _invalid("Resize: max_size is not supported")
+        if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+            self.size = (int(size), 0)
+        else:
+            seq = list(size)
+            self.size = (int(seq[0]), 0) if len(seq) == 1 else _size2(seq, "Resize")
+
+    def _params(self):
+        return {"size": self.size}
+
+
+class CenterCrop(Op):
+    """torchvision.transforms.CenterCrop(size) (zero padding when the image is smaller)."""
+
+    def __init__(self, size):
+        self.size = _size2(size, "CenterCrop")
+
+    def _params(self):
+        return {"size": self.size}
+
+
+class RandomHorizontalFlip(Op):
+    """torchvision.transforms.RandomHorizontalFlip(p)."""
+
+    def __init__(self, p=0.5):
+        self.p = float(p)
+
+    def _params(self):
+        return {"p": self.p}
+
+
+def _jitter_amount(value, name, center):
+    """ColorJitter's argument: a number v (the range center-v..center+v) or a symmetric
+    (lo, hi) range around center, as torchvision stores it."""
+    if value is None:
+        return 0.0
+    if isinstance(value, numbers.Number):
+        return float(value)
+    lo, hi = (float(v) for v in value)
+    amount = (hi - lo) / 2.0
+    if abs((lo + hi) / 2.0 - center) > 1e-9 or (center == 1.0 and lo < 0):
+        raise _invalid(f"ColorJitter: {name}={value!r} is not a range symmetric around "
+                       f"{center:g}; only symmetric ranges are supported")
+    return amount
+
+
+class ColorJitter(Op):
+    """torchvision.transforms.ColorJitter(brightness, contrast, saturation, hue); applied in a
+    random order per sample, on the output-size image."""
+
+    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
+        self.brightness = _jitter_amount(brightness, "brightness", 1.0)
+        self.contrast = _jitter_amount(contrast, "contrast", 1.0)
+        self.saturation = _jitter_amount(saturation, "saturation", 1.0)
+        self.hue = _jitter_amount(hue, "hue", 0.0)
+
+    def _params(self):
+        return {"brightness": self.brightness, "contrast": self.contrast,
+                "saturation": self.saturation, "hue": self.hue}
+
+
+class Normalize(Op):
+    """torchvision.transforms.Normalize(mean, std) on the 0..1 scale, three channels."""
+
+    def __init__(self, mean, std, inplace=False):
+        mean, std = [float(m) for m in mean], [float(s) for s in std]
+        if len(mean) == 1:
+            mean = mean * 3
+        if len(std) == 1:
+            std = std * 3
+        if len(mean) != 3 or len(std) != 3:
+            raise _invalid("Normalize: mean and std need 1 or 3 values (RGB)")
+        self.mean, self.std = tuple(mean), tuple(std)
+
+    def _params(self):
+        return {"mean": self.mean, "std": self.std}
+
+
+class _DtypeMarker(Op):
+    """An op that only chooses the output dtype."""
+    dtype = "float32"
+
+    def _params(self):
+        return {"dtype": self.dtype}
+
+    def to_dict(self):
+        return None
+
+
+class ToTensor(_DtypeMarker):
+    """Output float32 in [0, 1] (torchvision.transforms.ToTensor)."""
+    dtype = "float32"
+
+
+class PILToTensor(_DtypeMarker):
+    """Output uint8 0..255 (torchvision.transforms.PILToTensor)."""
+    dtype = "uint8"
+
+
+def _dtype_name(dtype):
+    name = str(dtype)
+    if name.startswith("torch."):
+        name = name[6:]
+    return {"float": "float32", "half": "float16", "double": "float64"}.get(name, name)
+
+
+class ConvertImageDtype(_DtypeMarker):
+    """Output `dtype` (torchvision.transforms.ConvertImageDtype): float32, float16 or
+    bfloat16 scaled to [0, 1], or uint8."""
+
+    def __init__(self, dtype):
+        self.dtype = _dtype_name(dtype)
+        if self.dtype not in ("uint8", "float32", "float16", "bfloat16"):
+            raise _invalid(f"{type(self).__name__}: output dtype must be uint8, float32, "
+                           f"float16 or bfloat16, got {dtype}")
+
+
+class ToDtype(ConvertImageDtype):
+    """Output `dtype` (uint8, float32, float16 or bfloat16); floats are scaled to [0, 1]."""
+
+
+class Compose:
+    """A list of ops plus output options: dtype (None = from the markers, else float32),
+    layout "NCHW" or "NHWC", and exact (decode at full scale, no DCT-domain downscaling)."""
+
+    def __init__(self, transforms, dtype=None, layout="NCHW", exact=False):
+        self.transforms = list(transforms)
+        self.dtype = None if dtype is None else _dtype_name(dtype)
+        self.layout = layout
+        self.exact = bool(exact)
+
+    def __repr__(self):
+        inner = ",\n    ".join(repr(t) for t in self.transforms)
+        return f"Compose([\n    {inner}\n], dtype={self.dtype!r}, layout={self.layout!r})"
+
+    def __call__(self, *args, **kw):
+        raise TypeError("stoker.transforms.Compose runs inside the loader's C workers; pass it "
+                        "to stoker.Loader(transforms=...)")
+
+
+def imagenet_train(size=224, dtype="float32"):
+    """torchvision's ImageNet training recipe: RandomResizedCrop(size) + RandomHorizontalFlip +
+    Normalize(ImageNet mean/std). With size=224 this is the C recipe "imagenet-train"."""
+    return Compose([RandomResizedCrop(size), RandomHorizontalFlip(), ToTensor(),
+                    Normalize(IMAGENET_MEAN, IMAGENET_STD)], dtype=dtype)
+
+
+def imagenet_val(size=224, resize=None, dtype="float32"):
+    """torchvision's ImageNet evaluation recipe: Resize(resize) + CenterCrop(size) + Normalize;
+    resize defaults to size * 256 / 224 (256 for 224)."""
+    resize = int(round(size * 256 / 224)) if resize is None else resize
+    return Compose([Resize(resize), CenterCrop(size), ToTensor(),
+                    Normalize(IMAGENET_MEAN, IMAGENET_STD)], dtype=dtype)
+
+
+def _from_torchvision(t):
+    """One torchvision transform -> stoker ops (a list), or raise naming it."""
+    name = type(t).__name__
+    if name == "Compose":
+        out = []
+        for sub in t.transforms:
+            out.extend(_from_torchvision(sub) if not isinstance(sub, Op) else [sub])
+        return out
+    if name == "RandomResizedCrop":
+        return [RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation)]
+    if name == "Resize":
+        size = t.size
+        if isinstance(size, (list, tuple)) and len(size) == 1:
+            size = size[0]
+        return [Resize(size, t.interpolation, getattr(t, "max_size", None))]
+    if name == "CenterCrop":
+        return [CenterCrop(t.size)]
+    if name == "RandomHorizontalFlip":
+        return [RandomHorizontalFlip(t.p)]
+    if name == "ColorJitter":
+        return [ColorJitter(t.brightness, t.contrast, t.saturation, t.hue)]
+    if name == "Normalize":
+        return [Normalize(t.mean, t.std)]
+    if name == "ToTensor":
+        return [ToTensor()]
+    if name == "PILToTensor":
+        return [PILToTensor()]
+    if name == "ConvertImageDtype":
+        return [ConvertImageDtype(t.dtype)]
+    mod = type(t).__module__
+    raise _invalid(f"transform {mod}.{name} is not supported by stoker; supported: "
+                   f"{', '.join(SUPPORTED)} (torchvision's or stoker.transforms'), or a recipe "
+                   f"name ({', '.join(RECIPES)})")
+
+
+def _flatten(obj, out):
+    if isinstance(obj, Op):
+        out.append(obj)
+    elif isinstance(obj, Compose):
+        for t in obj.transforms:
+            _flatten(t, out)
+    elif isinstance(obj, (list, tuple)):
+        for t in obj:
+            _flatten(t, out)
+    elif type(obj).__module__.startswith("torchvision"):
+        out.extend(_from_torchvision(obj))
+    else:
+        raise _invalid(f"transform {obj!r} is not supported by stoker; supported: "
+                       f"{', '.join(SUPPORTED)}, or a recipe name ({', '.join(RECIPES)})")
+
+
+def compile(transforms, dtype=None, layout=None, exact=None):
+    """Build the C transform for `transforms`: a recipe name ("imagenet-train",
+    "imagenet-val"), a list of ops, a stoker Compose, or a torchvision Compose of supported
+    transforms. Returns a stoker._core.Transform (its .output gives dtype and shape), or None
+    for None."""
+    if transforms is None:
+        return None
+    if isinstance(transforms, _core.Transform):
+        return transforms
+    if isinstance(transforms, str):
+        name = transforms.replace("_", "-").lower()
+        if name not in RECIPES:
+            raise _invalid(f"unknown transform recipe {transforms!r} (known: "
+                           f"{', '.join(RECIPES)})")
+        if dtype in (None, "float32") and layout in (None, "NCHW"):
+            return _core.Transform(name, exact=bool(exact))
+        transforms = imagenet_train() if name == "imagenet-train" else imagenet_val()
+    ops = []
+    _flatten(transforms, ops)
+    if isinstance(transforms, Compose):
+        dtype = dtype if dtype is not None else transforms.dtype
+        layout = layout if layout is not None else transforms.layout
+        exact = exact if exact is not None else transforms.exact
+    out_dtype = None
+    for op in ops:
+        if isinstance(op, _DtypeMarker):
+            out_dtype = op.dtype
+    if dtype is not None:
+        out_dtype = _dtype_name(dtype)
+    dicts = [op.to_dict() for op in ops if not isinstance(op, _DtypeMarker)]
+    if not dicts:
+        raise _invalid("the transform has no ops; its output size must be fixed by "
+                       "RandomResizedCrop, CenterCrop or Resize((h, w))")
+    return _core.Transform(dicts, dtype=out_dtype or "float32", layout=layout or "NCHW",
+                           exact=bool(exact))

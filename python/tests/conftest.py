@@ -1,0 +1,94 @@
+"""Shared fixtures: small .stk datasets written with stoker's own writer, whose every value is a
+known function of the record number, so tests can check a batch against the records written."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import stoker
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PYTHONPATH = os.path.dirname(os.path.dirname(stoker.__file__))  # the dir holding stoker/
+
+MAIN_N = 1000
+SMALL_N = 100
+
+FIELDS = {
+    "data": "bytes",
+    "label": "int64",
+    "score": "float32",
+    "vec": ("float32", (2, 3)),
+    "half": ("float16", (4,)),
+    "bf": ("bfloat16", (2,)),
+}
+
+
+def payload(i):
+    """Bytes of record i: 1 + (i*37 % 300) bytes, byte k = (i*131 + k) & 255."""
+    n = 1 + (i * 37) % 300
+    return ((np.arange(n, dtype=np.int64) + i * 131) & 255).astype(np.uint8).tobytes()
+
+
+def bf16_bits(values):
+    """float32 values -> bfloat16 bit patterns (truncation; the values used are exact)."""
+    return (np.asarray(values, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def record(i):
+    return {
+        "data": payload(i),
+        "label": i * 7,
+        "score": i / 4.0,
+        "vec": np.arange(6, dtype=np.float32).reshape(2, 3) + i,
+        "half": (np.arange(4) + i % 100).astype(np.float16),
+        "bf": bf16_bits([i % 64, -(i % 32)]),
+    }
+
+
+def write_dataset(directory, n, shards=1, fields=FIELDS, make=record):
+    os.makedirs(directory, exist_ok=True)
+    per = -(-n // shards)
+    for s in range(shards):
+        lo, hi = s * per, min(n, (s + 1) * per)
+        stoker.write_shard(os.path.join(directory, f"shard-{s:05d}.stk"), fields,
+                           (make(i) for i in range(lo, hi)), metadata={"test": True})
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def ds_main(tmp_path_factory):
+    """1000 records over 3 shards (a directory)."""
+    return write_dataset(tmp_path_factory.mktemp("main"), MAIN_N, shards=3)
+
+
+@pytest.fixture(scope="session")
+def ds_small(tmp_path_factory):
+    """100 records, one shard (the file itself)."""
+    d = write_dataset(tmp_path_factory.mktemp("small"), SMALL_N, shards=1)
+    return os.path.join(d, "shard-00000.stk")
+
+
+def indices(batch):
+    return np.asarray(batch["index"]).tolist()
+
+
+def run_epoch(loader):
+    """Indices of one pass, batch by batch."""
+    return [indices(b) for b in loader]
+
+
+def flat(batches):
+    return [i for b in batches for i in b]
+
+
+def run_python(code, timeout=120, env=None, **kw):
+    """Run `code` in a fresh Debian python3 with stoker importable; returns CompletedProcess."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = PYTHONPATH + os.pathsep + e.get("PYTHONPATH", "")
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env=e, **kw)

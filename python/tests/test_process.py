@@ -1,0 +1,207 @@
+"""Behaviour that needs a process of its own: no leak over 1,000 iterations, the package without
+torch, Ctrl-C during a blocking next(), and torchrun with 2 and 3 ranks (gloo, CPU)."""
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+
+import pytest
+
+import stoker
+from conftest import PYTHONPATH, SMALL_N, run_python
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_no_leak_over_1000_iterations(ds_small):
+    loader = stoker.Loader(ds_small, 4, shuffle=True, rank=0, world_size=1, num_workers=2)
+
+    def run(n):
+        it = iter(loader)
+        for _ in range(n):
+            try:
+                b = next(it)
+            except StopIteration:
+                it = iter(loader)
+                b = next(it)
+            b["vec"].sum()
+            b.bytes("data")
+
+    run(200)  # warm up: allocator pools, torch caches
+    gc.collect()
+    tracemalloc.start()
+    rss0 = _rss_bytes()
+    snap0 = tracemalloc.take_snapshot()
+    run(1000)
+    gc.collect()
+    snap1 = tracemalloc.take_snapshot()
+    rss1 = _rss_bytes()
+    tracemalloc.stop()
+    grown = sum(s.size_diff for s in snap1.compare_to(snap0, "filename"))
+    assert grown < 64 * 1024, f"Python heap grew by {grown} bytes over 1000 batches"
+    assert rss1 - rss0 < 4 * 1024 * 1024, f"RSS grew by {rss1 - rss0} bytes over 1000 batches"
+    assert loader.stats()["batches"] == 1200
+    loader.close()
+
+
+def test_works_without_torch(ds_small):
+    code = f"""
+import sys
+sys.modules["torch"] = None  # blocks `import torch`
+import numpy as np
+import stoker
+loader = stoker.Loader({ds_small!r}, 10, shuffle=True, seed=1, rank=0, world_size=1)
+assert loader.output == "numpy"
+seen = []
+for b in loader:
+    assert isinstance(b["label"], np.ndarray) and b["label"].dtype == np.int64
+    assert b["vec"].shape[1:] == (2, 3) and b["vec"].dtype == np.float32
+    assert (b["label"] == b["index"] * 7).all()
+    seen.extend(b["index"].tolist())
+assert sorted(seen) == list(range({SMALL_N}))
+try:
+    stoker.Loader({ds_small!r}, 10, output="torch")
+except ImportError:
+    pass
+else:
+    raise SystemExit("output='torch' without torch should raise ImportError")
+print("ok", "torch" in sys.modules and sys.modules["torch"] is not None)
+"""
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ok", "False"]
+
+
+def test_ctrl_c_during_blocking_next(ds_small):
+    """SIGINT while next() waits for a slow batch: KeyboardInterrupt within a poll step, and the
+    batch it was waiting for is delivered by the next call (nothing lost or skipped)."""
+    code = f"""
+import sys, time
+import stoker
+loader = stoker.Loader({ds_small!r}, 10, num_workers=1, rank=0, world_size=1)
+loader._set_debug_delay(1500)   # every batch takes 1.5 s, as a slow pipeline would
+it = iter(loader)
+print("ready", flush=True)
+t0 = time.monotonic()
+try:
+    next(it)
+    print("no interrupt", flush=True)
+except KeyboardInterrupt:
+    print("interrupted %.3f" % (time.monotonic() - t0), flush=True)
+loader._set_debug_delay(0)
+got = []
+for b in it:
+    got.extend(b["index"].tolist())
+print("rest", got == list(range({SMALL_N})), flush=True)
+loader.close()
+"""
+    e = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=e)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.4)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    lines = out.split("\n")
+    assert lines[0].startswith("interrupted"), out + err
+    assert float(lines[0].split()[1]) < 1.2  # well before the 1.5 s batch was ready
+    assert lines[1] == "rest True"
+
+
+def test_ctrl_c_exits_cleanly(ds_small):
+    """An uncaught KeyboardInterrupt in a loop blocked on slow batches ends the process promptly
+    with the usual traceback; the loader shuts down on the way out."""
+    code = f"""
+import stoker
+loader = stoker.Loader({ds_small!r}, 10, num_workers=1, rank=0, world_size=1)
+loader._set_debug_delay(20000)
+print("ready", flush=True)
+for b in loader:
+    pass
+"""
+    e = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=e)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=15)
+        elapsed = time.monotonic() - t0
+    finally:
+        p.kill()
+    assert "KeyboardInterrupt" in err
+    assert p.returncode != 0
+    assert elapsed < 5
+
+
+DIST_SCRIPT = r"""
+import json, math, sys
+import torch
+import torch.distributed as dist
+import stoker
+
+path, out, n, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+loader = stoker.Loader(path, batch, shuffle=True, seed=17, num_workers=1)
+assert (loader.rank, loader.world_size) == (rank, world)
+idx = torch.cat([b["index"] for b in loader])
+counts = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+dist.all_gather(counts, torch.tensor([idx.numel()]))
+counts = [int(c) for c in counts]
+gathered = [torch.zeros(max(counts), dtype=torch.int64) for _ in range(world)]
+dist.all_gather(gathered, torch.nn.functional.pad(idx, (0, max(counts) - idx.numel())))
+if rank == 0:
+    seen = torch.cat([g[:c] for g, c in zip(gathered, counts)])
+    per = math.ceil(n / world)
+    hist = torch.bincount(seen, minlength=n)
+    verdict = {
+        "world": world,
+        "counts": counts,
+        "equal_counts": len(set(counts)) == 1 and counts[0] == per,
+        "all_seen": bool((hist >= 1).all()),
+        "duplicates": int(seen.numel() - n),
+        "expected_duplicates": per * world - n,
+        "max_count": int(hist.max()),
+        "len": len(loader),
+    }
+    with open(out, "w") as f:
+        json.dump(verdict, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_torchrun_ranks_cover_dataset(ds_small, tmp_path, world):
+    script = tmp_path / "dist_check.py"
+    script.write_text(DIST_SCRIPT)
+    verdict = tmp_path / "verdict.json"
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH, OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "2", "--tee", "2",
+           "--standalone", "--nnodes", "1", "--nproc_per_node", str(world), str(script),
+           ds_small, str(verdict), str(SMALL_N), "8"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    v = json.loads(verdict.read_text())
+    assert v["world"] == world
+    assert v["equal_counts"], v
+    assert v["all_seen"], v
+    assert v["duplicates"] == v["expected_duplicates"], v
+    assert v["max_count"] <= 2

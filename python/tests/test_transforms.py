@@ -1,0 +1,236 @@
+"""stoker.transforms: building C transforms from stoker ops, recipes and torchvision Compose, and
+the loader running them on packed JPEG/PNG ImageFolder data (shapes, dtypes, labels, agreement
+with torchvision, determinism, decode errors). Pixel-exactness against torchvision is the
+business of test_xform_vs_torchvision.py; here the check is that the front end wires the right
+pipeline."""
+import io
+import os
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as TV
+from torchvision.datasets import ImageFolder
+from PIL import Image
+
+import stoker
+from stoker import transforms as T
+
+needs_pipeline = pytest.mark.skipif(not stoker.has_transforms(),
+                                    reason="this build has no image pipeline")
+
+SIZES = [(80, 60), (60, 90), (100, 100), (123, 77), (64, 48), (90, 120)]
+
+
+def _image(i):
+    w, h = SIZES[i % len(SIZES)]
+    rng = np.random.default_rng(i)
+    yy, xx = np.mgrid[0:h, 0:w]
+    base = np.stack([xx * 255 // w, yy * 255 // h, (xx + yy) * 127 // (w + h) + 40 * (i % 3)],
+                    -1)
+    arr = np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8)
+    return Image.fromarray(arr)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """An ImageFolder tree of 24 small images in 3 classes (JPEG, plus a few PNG)."""
+    root = tmp_path_factory.mktemp("imgs")
+    for i in range(24):
+        cls = root / f"class_{i % 3}"
+        cls.mkdir(exist_ok=True)
+        ext = "png" if i % 8 == 5 else "jpg"
+        _image(i).save(cls / f"img_{i:03d}.{ext}", quality=90)
+    (root / "class_0" / "notes.txt").write_text("not an image")
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def packed(folder, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("packed") / "imgs.stk")
+    assert stoker.pack_image_folder(folder, out) == 24
+    return out
+
+
+def _make(data, bs, **kw):
+    return stoker.Loader(data, bs, rank=0, world_size=1, **kw)
+
+
+# ---- building transforms (no pipeline needed to build the op list) ----
+
+def test_torchvision_compose_maps_onto_ops():
+    tv = TV.Compose([TV.RandomResizedCrop(96, scale=(0.2, 1.0)), TV.RandomHorizontalFlip(0.3),
+                     TV.ColorJitter(0.4, 0.4, 0.4, 0.1), TV.ToTensor(),
+                     TV.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)])
+    ops = []
+    T._flatten(tv, ops)
+    assert [type(o).__name__ for o in ops] == ["RandomResizedCrop", "RandomHorizontalFlip",
+                                              "ColorJitter", "ToTensor", "Normalize"]
+    assert ops[0].size == (96, 96) and ops[0].scale == (0.2, 1.0)
+    assert ops[1].p == 0.3
+    assert ops[2].to_dict() == {"kind": "ColorJitter", "brightness": pytest.approx(0.4),
+                                "contrast": pytest.approx(0.4),
+                                "saturation": pytest.approx(0.4), "hue": pytest.approx(0.1)}
+    assert ops[4].mean == T.IMAGENET_MEAN
+    resize = []
+    T._flatten(TV.Resize(256), resize)
+    assert resize[0].size == (256, 0)  # shorter side
+    T._flatten(TV.Resize((32, 48)), resize)
+    assert resize[1].size == (32, 48)
+
+
+def test_unsupported_transform_is_named():
+    with pytest.raises(ValueError) as e:
+        T.compile(TV.Compose([TV.RandomRotation(10), TV.ToTensor()]))
+    msg = str(e.value)
+    assert "RandomRotation" in msg and "RandomResizedCrop" in msg and "imagenet-train" in msg
+    assert isinstance(e.value, stoker.Error)
+    with pytest.raises(ValueError, match="bilinear"):
+        T.compile(TV.Compose([TV.Resize(32, interpolation=TV.InterpolationMode.NEAREST)]))
+    with pytest.raises(ValueError, match="max_size"):
+        T.Resize(32, max_size=64)
+    with pytest.raises(ValueError, match="symmetric"):
+        T.ColorJitter(brightness=(0.5, 1.2))
+    with pytest.raises(ValueError, match="recipe"):
+        T.compile("imagenet-test")
+    with pytest.raises(ValueError, match="dtype"):
+        T.ConvertImageDtype(torch.int32)
+    with pytest.raises(TypeError, match="Loader"):
+        T.Resize(32)(Image.new("RGB", (4, 4)))
+    with pytest.raises(ValueError):
+        T.compile(lambda x: x)
+
+
+def test_ops_alias_and_recipes_build():
+    assert stoker.ops is T
+    tr = T.imagenet_train()
+    assert [type(o).__name__ for o in tr.transforms] == [
+        "RandomResizedCrop", "RandomHorizontalFlip", "ToTensor", "Normalize"]
+    va = T.imagenet_val(96)
+    assert va.transforms[0].size == (110, 0) and va.transforms[1].size == (96, 96)
+
+
+@needs_pipeline
+def test_compiled_outputs():
+    assert T.compile("imagenet-train").output == {"dtype": "float32", "shape": (3, 224, 224)}
+    assert T.compile("imagenet_val").output == {"dtype": "float32", "shape": (3, 224, 224)}
+    t = T.compile([T.Resize(40), T.CenterCrop((32, 24)), T.PILToTensor()])
+    assert t.output == {"dtype": "uint8", "shape": (3, 32, 24)}
+    t = T.compile(T.Compose([T.RandomResizedCrop(16), T.ToDtype("bfloat16")], layout="NHWC"))
+    assert t.output == {"dtype": "bfloat16", "shape": (16, 16, 3)}
+    t = T.compile(TV.Compose([TV.RandomResizedCrop(20), TV.PILToTensor(),
+                              TV.ConvertImageDtype(torch.float16)]))
+    assert t.output == {"dtype": "float16", "shape": (3, 20, 20)}
+    with pytest.raises(ValueError, match="fixed"):
+        T.compile([T.Resize(32)])  # the output size is not fixed
+    with pytest.raises(ValueError):
+        T.compile([T.CenterCrop(8), T.PILToTensor(), T.Normalize(T.IMAGENET_MEAN,
+                                                                 T.IMAGENET_STD)])
+
+
+# ---- packing ----
+
+def test_pack_image_folder(packed, folder):
+    ds = stoker.Dataset(packed)
+    assert len(ds) == 24
+    assert [f["name"] for f in ds.fields] == ["image", "label", "path"]
+    assert ds.classes == ["class_0", "class_1", "class_2"]
+    ref = ImageFolder(folder)
+    assert [os.path.relpath(p, folder) for p, _ in ref.samples] == \
+        [ds[i]["path"].decode() for i in range(24)]
+    assert [c for _, c in ref.samples] == [ds[i]["label"] for i in range(24)]
+    with open(ref.samples[5][0], "rb") as f:
+        assert ds[5]["image"] == f.read()  # stored as is
+
+
+def test_pack_into_shards(folder, tmp_path):
+    n = stoker.pack_image_folder(folder, tmp_path / "shards", shard_size=20000)
+    ds = stoker.Dataset(str(tmp_path / "shards"))
+    assert n == len(ds) == 24 and len(ds.shards) > 1
+
+
+# ---- the loader running transforms ----
+
+@needs_pipeline
+def test_loader_with_recipe(packed):
+    loader = _make(packed, 10, transforms="imagenet-val", num_workers=2)
+    batches = list(loader)
+    assert [len(b["index"]) for b in batches] == [10, 10, 4]
+    b = batches[0]
+    assert b["image"].shape == (10, 3, 224, 224) and b["image"].dtype == torch.float32
+    assert b["label"].tolist() == [0] * 8 + [1] * 2
+    assert b.bytes("path")[0].startswith(b"class_0/")
+    assert -3 < float(b["image"].min()) and float(b["image"].max()) < 3  # normalised
+    assert loader.info()["transform"] == {"dtype": "float32", "shape": (3, 224, 224)}
+
+
+@needs_pipeline
+def test_loader_matches_torchvision(packed, folder):
+    """Resize + CenterCrop to uint8 with exact decoding agrees with torchvision on PIL."""
+    tv = TV.Compose([TV.Resize(40), TV.CenterCrop(32), TV.PILToTensor()])
+    loader = _make(packed, 24, transforms=T.Compose(tv.transforms, exact=True))
+    b = next(iter(loader))
+    assert b["image"].dtype == torch.uint8 and b["image"].shape == (24, 3, 32, 32)
+    ref = ImageFolder(folder, transform=tv)
+    for j, i in enumerate(b["index"].tolist()):
+        want = ref[i][0].int()
+        diff = (b["image"][j].int() - want).abs()
+        assert float(diff.float().mean()) < 1.0, f"image {i}: mean |diff| {diff.float().mean()}"
+        assert int(diff.max()) <= 8
+
+
+@needs_pipeline
+def test_augmentation_is_deterministic_and_thread_independent(packed):
+    def run(workers, seed=3, epochs=2):
+        loader = _make(packed, 8, shuffle=True, seed=seed, num_workers=workers,
+                       transforms=[T.RandomResizedCrop(24), T.RandomHorizontalFlip(),
+                                   T.ColorJitter(0.3, 0.3, 0.3, 0.05), T.ToTensor()])
+        return [torch.cat([b["image"].clone() for b in loader]) for _ in range(epochs)]
+    a, b, c = run(1), run(3), run(1, seed=4)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], a[1])  # a new epoch draws new augmentations
+    assert not torch.equal(a[0], c[0])
+
+
+@needs_pipeline
+def test_output_dtypes_and_layout(packed):
+    loader = _make(packed, 6, transforms=T.Compose([T.Resize((20, 30)), T.ToDtype(torch.bfloat16)],
+                                                    layout="NHWC"))
+    b = next(iter(loader))
+    assert b["image"].dtype == torch.bfloat16 and b["image"].shape == (6, 20, 30, 3)
+    assert 0 <= float(b["image"].min()) and float(b["image"].max()) <= 1
+    loader = _make(packed, 6, output="numpy",
+                   transforms=[T.Resize((20, 30)), T.ConvertImageDtype("float16")])
+    b = next(iter(loader))
+    assert b["image"].dtype == np.float16 and b["image"].shape == (6, 3, 20, 30)
+
+
+@needs_pipeline
+def test_undecodable_image_names_the_record(folder, tmp_path):
+    bad = tmp_path / "bad"
+    for cls in ("a", "b"):
+        (bad / cls).mkdir(parents=True)
+    for i in range(6):
+        buf = io.BytesIO()
+        _image(i).save(buf, format="JPEG")
+        data = buf.getvalue()
+        if i == 4:
+            data = data[:len(data) // 3]  # truncated JPEG
+        (bad / ("a" if i < 3 else "b") / f"{i}.jpg").write_bytes(data)
+    out = str(tmp_path / "bad.stk")
+    stoker.pack_image_folder(str(bad), out)
+    tr = [T.Resize((16, 16)), T.ToTensor()]
+    loader = _make(out, 2, transforms=tr)
+    it = iter(loader)
+    got, errors = [], []
+    for _ in range(len(loader)):
+        try:
+            got.extend(next(it)["index"].tolist())
+        except stoker.StokerFormatError as e:
+            errors.append(str(e))
+    assert got == [0, 1, 2, 3] and len(errors) == 1
+    assert "bad.stk" in errors[0] and "record 4" in errors[0]
+    skip = _make(out, 2, transforms=tr, on_error="skip")
+    idx = torch.cat([b["index"] for b in skip]).tolist()
+    assert 4 not in idx and len(idx) == 6
+    assert skip.stats()["skipped"] == 1

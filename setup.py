@@ -1,0 +1,62 @@
+"""Build and install the stoker Python package from source:
+
+    /usr/bin/python3 -m pip install --no-build-isolation .
+
+The extension stoker._core is compiled from python/stoker/*.c together with the library's
+sources (src/*/*.c), so nothing needs to be built first and no shared libstoker is needed at
+run time. Build dependencies are the Debian packages of scripts/deps.sh (libturbojpeg0-dev,
+libjpeg62-turbo-dev, libspng-dev, libxxhash-dev, python3-dev); numpy is the only Python
+dependency (torch is optional: without it batches are numpy arrays).
+"""
+import glob
+import os
+import re
+import subprocess
+
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+os.chdir(HERE)  # sources are given relative to the repository root
+
+PKGS = ["libturbojpeg", "spng", "libxxhash"]
+
+
+def pkg_config(flag):
+    try:
+        return subprocess.check_output(["pkg-config", flag] + PKGS, text=True).split()
+    except (OSError, subprocess.CalledProcessError):
+        # pkg-config missing: Debian's default locations need no flags
+        return [] if flag == "--cflags" else ["-lturbojpeg", "-lspng", "-lxxhash"]
+
+
+def version():
+    with open("include/stoker.h") as f:
+        return re.search(r'#define STK_VERSION_STRING "([^"]+)"', f.read()).group(1)
+
+
+core = Extension(
+    "stoker._core",
+    sources=sorted(glob.glob("python/stoker/*.c")) + sorted(glob.glob("src/*/*.c")),
+    depends=sorted(glob.glob("python/stoker/*.h") + glob.glob("src/*.h") +
+                   glob.glob("src/*/*.h") + ["include/stoker.h"]),
+    include_dirs=["include", "src"],
+    extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-pthread", "-fvisibility=hidden",
+                        "-Wno-missing-prototypes"] + pkg_config("--cflags"),
+    extra_link_args=pkg_config("--libs") + ["-ljpeg", "-lpthread", "-ldl", "-lm"],
+)
+
+os.makedirs("build/setuptools", exist_ok=True)
+setup(
+    name="stoker",
+    version=version(),
+    description="A training-data loader written in C, with a PyTorch front end",
+    license="see repository",
+    python_requires=">=3.9",
+    package_dir={"": "python"},
+    packages=["stoker"],
+    ext_modules=[core],
+    install_requires=["numpy"],
+    extras_require={"torch": ["torch"]},
+    options={"build": {"build_base": "build/setuptools"},
+             "egg_info": {"egg_base": "build/setuptools"}},
+)
