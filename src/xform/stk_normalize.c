@@ -5,9 +5,14 @@
  * Values follow torchvision exactly: ToTensor is x / 255 in float32, Normalize is
  * (v - mean) / std in float32 (two IEEE divisions, no reciprocal, so results are bit-identical to
  * torch's on the same uint8 data); float16 and bfloat16 are that float32 rounded to nearest even,
- * as torch's .to(dtype). All loops are branch-free per element so gcc vectorises them (the
- * float16 conversion uses the float-arithmetic rounding trick of the FP16 library rather than
- * F16C, so it is portable and still vectorises).
+ * as torch's .to(dtype).
+ *
+ * Since the input is uint8, each channel's output is one of 256 values: stk__store_init computes
+ * them once per transform (with the exact formula above) and the store is a table lookup per
+ * value, which also splits or keeps the interleaving for CHW / HWC. Measured on 224x224x3: the
+ * lookup takes ~45 us; the same loop computing the two divisions with SSE2 (gcc-vectorised)
+ * took ~180 us, division-bound. The conversions themselves are branch-free (the float16 one
+ * uses the float-arithmetic rounding trick of the FP16 library rather than F16C).
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")

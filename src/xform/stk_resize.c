@@ -12,10 +12,14 @@
  *
  * Evaluation: separable, vertical pass first. For each output row the vertical taps are combined
  * over the needed columns into one float row (contiguous, auto-vectorised: uint8 -> float, mul,
- * add), then each output pixel combines its horizontal taps with 4-wide vector loads of (R,G,B,x).
- * Arithmetic is float32 in a fixed order (no FMA contraction under -std=c11), so results do not
- * depend on the SIMD width. Unlike PIL there is no 8-bit intermediate between the passes and no
- * 22-bit fixed-point coefficients: results may differ from PIL's by one level on some pixels.
+ * add), then each output pixel combines its horizontal taps with 4-wide vector loads of
+ * (R, G, B, next), as two chains (even and odd taps), and is rounded half up and clipped. Tap
+ * counts are padded to one even number per row so the loops have a single trip count. On CPUs
+ * with AVX2 (checked at run time) both passes use AVX2 kernels with exactly the same float32
+ * operations in the same order (no FMA: -std=c11 disables contraction), so every machine gives
+ * the same bytes; the tests and the fuzzer compare the two paths. Unlike PIL there is no 8-bit
+ * intermediate between the passes and no 22-bit fixed-point coefficients: results may differ
+ * from PIL's by one level on some pixels (never more, in the tests).
  *
  * Scratch (tap tables, one row) lives in the worker's stk__rscratch and only grows.
  */

@@ -198,7 +198,7 @@ struct stk__tworker {
     stk__xtimes times;
 };
 
-/* Steps 3 of the pipeline: resample `src` per the plan, jitter, store into dst. */
+/* Step 3 of the pipeline: resample `src` per the plan, jitter, store into dst. */
 stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
                              const stk__decoded *src, void *dst, char *err, size_t err_size);
 
