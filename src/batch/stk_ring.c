@@ -41,7 +41,8 @@ stk_status stk__layout_init(stk__layout *lay, const stk_dataset *ds, uint32_t ba
             t->ndim = tspec->ndim;
             for (uint32_t d = 0; d < tspec->ndim; d++) {
                 t->shape[d] = tspec->shape[d];
-                elems *= (size_t)tspec->shape[d];
+                if (tspec->shape[d] < 0 || !stk__mul_ok(elems, (size_t)tspec->shape[d], &elems))
+                    goto too_large;
             }
         } else {
             const stk_field *fd = stk_dataset_field(ds, f);
@@ -61,7 +62,9 @@ stk_status stk__layout_init(stk__layout *lay, const stk_dataset *ds, uint32_t ba
                 t->ndim = fd->ndim;
                 for (uint32_t d = 0; d < fd->ndim; d++) {
                     t->shape[d] = fd->shape[d];
-                    elems *= (size_t)fd->shape[d];
+                    /* the shape comes from the shard's schema: untrusted */
+                    if (fd->shape[d] < 0 || !stk__mul_ok(elems, (size_t)fd->shape[d], &elems))
+                        goto too_large;
                 }
                 break;
             }
@@ -69,15 +72,17 @@ stk_status stk__layout_init(stk__layout *lay, const stk_dataset *ds, uint32_t ba
         size_t row, all;
         if (!stk__mul_ok(elems, stk_dtype_size(t->dtype), &row) ||
             !stk__mul_ok(row, batch_size, &all) || !grow(&total, all, &t->offset))
-            return stk__set_error(err, err_size, STK_ELIMIT,
-                                  "batch slot too large (field '%s' x batch size %u)", t->name,
-                                  batch_size);
+            goto too_large;
         t->row_size = row;
         if (t->bytes && !grow(&total, sizeof(int64_t) * batch_size, &t->lengths_offset))
             return stk__set_error(err, err_size, STK_ELIMIT, "batch slot too large");
     }
     lay->slot_size = (size_t)STK_ALIGN_UP(total, 64);
     return STK_OK;
+too_large:
+    return stk__set_error(err, err_size, STK_ELIMIT,
+                          "batch slot too large (field '%s' x batch size %u)",
+                          lay->t[lay->n_tensors - 1].name, batch_size);
 }
 
 void stk__layout_tensor(const stk__layout *lay, size_t i, uint8_t *slot, uint32_t n,
