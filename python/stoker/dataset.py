@@ -16,7 +16,9 @@ from . import _core
 
 __all__ = ["Dataset", "Writer", "write_shard", "pack_image_folder", "IMAGE_EXTENSIONS"]
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
+# torchvision's IMG_EXTENSIONS, so that records and labels line up with ImageFolder's samples
+# (the loader's decoders read JPEG and PNG)
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
 class Dataset(_core.Dataset):
@@ -164,24 +166,31 @@ def _image_folder(root):
     if not classes:
         raise _core.StokerInvalidError(f"{root}: no class subfolders (expected an ImageFolder "
                                        "tree: ROOT/<class>/<image>)")
-    samples = []
+    samples, empty = [], []
     for label, c in enumerate(classes):
+        before = len(samples)
         for dirpath, _, files in sorted(os.walk(os.path.join(root, c), followlinks=True)):
             for f in sorted(files):
                 if f.lower().endswith(IMAGE_EXTENSIONS):
                     full = os.path.join(dirpath, f)
                     samples.append((full, os.path.relpath(full, root), label))
+        if len(samples) == before:
+            empty.append(c)
+    if empty:
+        raise _core.StokerInvalidError(
+            f"{root}: found no valid file for the classes {', '.join(empty)}; supported "
+            f"extensions are: {', '.join(IMAGE_EXTENSIONS)}")
     return classes, samples
 
 
 def pack_image_folder(src, out, shard_size=1 << 30):
-    """Pack an ImageFolder tree into `out`: a single shard when `out` ends with ".stk", else a
-    directory of shards ``shard-00000.stk``, ... of about `shard_size` bytes each. Files are
-    stored as they are (not re-encoded), in torchvision ImageFolder's order (classes sorted,
-    files sorted). Only .jpg/.jpeg/.png files are packed. Returns the number of records."""
+    """Pack an ImageFolder tree into `out`, as ``stoker pack SRC OUT`` does: a single shard
+    when `out` ends with ".stk", else a directory of shards ``shard-00000.stk``, ... of at
+    most about `shard_size` bytes of images each. Files are stored as they are (not
+    re-encoded), in torchvision ImageFolder's order (classes sorted, files sorted, the same
+    extensions), so record i is ``ImageFolder(src).samples[i]``. Returns the number of
+    records."""
     classes, samples = _image_folder(src)
-    if not samples:
-        raise _core.StokerInvalidError(f"{os.fspath(src)}: no .jpg/.jpeg/.png files found")
     fields = {"image": "bytes", "label": "int64", "path": "bytes"}
     meta = {"source": "imagefolder", "classes": classes,
             "tool": f"stoker.pack_image_folder {_core.version()}"}
@@ -194,18 +203,18 @@ def pack_image_folder(src, out, shard_size=1 << 30):
     n, shard, w = 0, 0, None
     try:
         for full, rel, label in samples:
+            with open(full, "rb") as f:
+                data = f.read()
+            if w is not None and w.count and size + len(data) > shard_size:
+                w.close()  # start a new shard before this one would exceed shard_size
+                w, shard = None, shard + 1
             if w is None:
                 path = out if single else os.path.join(out, f"shard-{shard:05d}.stk")
                 w = Writer(path, fields, meta)
                 size = 0
-            with open(full, "rb") as f:
-                data = f.read()
-            w.add({"image": data, "label": label, "path": rel.encode()})
+            w.add({"image": data, "label": label, "path": os.fsencode(rel)})
             n += 1
             size += len(data)
-            if size >= shard_size:
-                w.close()
-                w, shard = None, shard + 1
         if w is not None:
             w.close()
     except BaseException:
