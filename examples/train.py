@@ -134,6 +134,7 @@ def main():
         wait = 0.0
         seen = correct = steps = 0
         loss_sum = 0.0
+        batch = x = y = out = loss = None
         it = iter(loader)
         while True:
             t0 = time.perf_counter()

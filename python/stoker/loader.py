@@ -320,8 +320,10 @@ class Loader:
 
     def _after_error(self):
         """A batch failed: the position moved past it (the loader goes on with the next)."""
-        self._mid_epoch = True
-        self._cur_epoch = self._core.epoch
+        core = self._core
+        if core is not None and not core.closed:  # (closed by another thread meanwhile)
+            self._mid_epoch = True
+            self._cur_epoch = core.epoch
 
     def _relieve_ring(self):
         """The consumer holds the ring slot the next batch needs. Detach held batches, oldest

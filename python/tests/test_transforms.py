@@ -234,3 +234,19 @@ def test_undecodable_image_names_the_record(folder, tmp_path):
     idx = torch.cat([b["index"] for b in skip]).tolist()
     assert 4 not in idx and len(idx) == 6
     assert skip.stats()["skipped"] == 1
+
+
+def test_cli_pack_matches_python_pack(folder, packed, tmp_path):
+    """`stoker pack` (the CLI, when built) and stoker.pack_image_folder write the same
+    records."""
+    cli = os.path.join(os.environ.get("STK_BUILD", os.path.join(os.path.dirname(__file__),
+                                                                 "..", "..", "build")), "stoker")
+    if not os.access(cli, os.X_OK):
+        pytest.skip("the stoker CLI is not built")
+    import subprocess
+    out = str(tmp_path / "cli.stk")
+    r = subprocess.run([cli, "pack", folder, out, "--quiet"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    a, b = stoker.Dataset(out), stoker.Dataset(packed)
+    assert len(a) == len(b) and a.fields == b.fields and a.classes == b.classes
+    assert all(a[i] == b[i] for i in range(len(a)))
