@@ -455,6 +455,8 @@ typedef struct stk_batch stk_batch;
 #define STK_LOADER_SKIP_CORRUPT 0x4u /* on_error=skip: replace a bad sample, count it */
 #define STK_LOADER_NO_VERIFY 0x8u   /* do not check record checksums */
 #define STK_LOADER_PINNED 0x10u     /* allocate the ring page-locked (needs CUDA; else pageable) */
+#define STK_LOADER_AUTOTUNE 0x20u   /* choose active threads and depth online (see below) */
+#define STK_LOADER_NO_STATS 0x40u   /* do not time the stages (to measure what timing costs) */
 
 /** Options for stk_loader_create. Initialise with stk_loader_opts_init. More fields may be
  *  added at the end in later versions. */
@@ -472,6 +474,7 @@ typedef struct stk_loader_opts {
     uint32_t flags;              /* STK_LOADER_* */
     const stk_transform *transform; /* NULL = raw records (default); borrowed */
     const char *transform_field; /* field the transform reads (default "image") */
+    uint32_t trace_events;       /* per-thread trace capacity in events; 0 = no trace (default) */
 } stk_loader_opts;
 
 /** Fill `opts` with the defaults documented on each field.
@@ -480,6 +483,12 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
 
 /** Create a loader and start its worker threads. The first epoch is 0 (or the one restored
  *  with stk_loader_load_state). Workers start filling the ring at once.
+ *  With STK_LOADER_AUTOTUNE, n_threads (0 = online CPUs) and prefetch are upper bounds: the
+ *  loader starts one thread working and, every 250 ms of consumption, adds threads while the
+ *  consumer waits for batches (doubling while it waits more than 30% of the time), raises the
+ *  depth when every allowed thread is busy and the consumer still waits, and parks a thread when
+ *  the consumer never waits and the workers' idle time exceeds one thread's worth. It ends on the
+ *  fewest threads that keep the consumer from waiting; stats report the choice and why.
  *  @return STK_OK (*out set), STK_EINVAL (batch size 0, negative threads, rank >= world, no
  *          data, empty dataset, unknown field), STK_EIO/STK_EFORMAT/STK_ENOTSUP (from opening
  *          the dataset), STK_ENOMEM. Details in stk_last_errmsg().
@@ -532,16 +541,39 @@ typedef struct stk_loader_info {
 
 STK_API void stk_loader_info_get(const stk_loader *loader, stk_loader_info *out);
 
-/** Counters, cumulative since create. */
+/** Counters and stage times, cumulative since create, summed over the worker threads. Each
+ *  worker times its stages with a monotonic clock into its own counters (no lock); reading them
+ *  is cheap enough to do every step. Times are 0 with STK_LOADER_NO_STATS. */
 typedef struct stk_loader_stats {
-    uint64_t batches;       /* delivered to the consumer */
-    uint64_t samples;       /* delivered to the consumer */
-    uint64_t bytes_read;    /* record bytes read from shards */
-    uint64_t skipped;       /* samples replaced under STK_LOADER_SKIP_CORRUPT */
-    uint64_t errors;        /* batches that failed */
+    uint64_t batches;          /* delivered to the consumer */
+    uint64_t samples;          /* delivered to the consumer */
+    uint64_t bytes_read;       /* record bytes read from shards */
+    uint64_t skipped;          /* samples replaced under STK_LOADER_SKIP_CORRUPT */
+    uint64_t errors;           /* batches that failed */
+    uint64_t wall_ns;          /* since create */
+    uint64_t read_ns;          /* reading records (pread, checksum) */
+    uint64_t decode_ns;        /* decoding images (header probe included) */
+    uint64_t augment_ns;       /* crop/resize/flip/jitter/normalise/store into the slot */
+    uint64_t collate_ns;       /* the rest of a sample's work (tickets, indices, completion) */
+    uint64_t copy_ns;          /* device copies (0 until the GPU path is used) */
+    uint64_t worker_wait_ns;   /* active workers waiting for a free ring slot: the consumer
+                                  (or a full ring) holds them back */
+    uint64_t consumer_wait_ns; /* stk_loader_next blocked: the loader holds the consumer back */
+    uint32_t active_threads;   /* worker threads currently working (autotune may park some) */
+    uint32_t depth;            /* batches allowed in flight (autotune may lower it) */
+    uint32_t autotune_changes; /* decisions the autotuner has taken */
+    char autotune_reason[160]; /* why the last decision was taken ("" when none) */
 } stk_loader_stats;
 
 STK_API void stk_loader_stats_get(const stk_loader *loader, stk_loader_stats *out);
+
+/** Write a Chrome/Perfetto trace (trace-event JSON) of the events recorded so far: one track per
+ *  worker thread (read, decode, augment, wait-for-slot slices) and one for the consumer (wait
+ *  slices inside stk_loader_next, and the time between calls as "step"). Needs
+ *  opts.trace_events > 0; each thread keeps its first trace_events events.
+ *  @return STK_OK, STK_ESTATE (tracing not enabled), STK_EIO (cannot write `path`).
+ *  Threads: may run while the loader works; events being written are left out. */
+STK_API stk_status stk_loader_trace_write(const stk_loader *loader, const char *path);
 
 /** Jump to epoch `epoch` (position 0). Batches already prefetched are discarded; batches the
  *  consumer still holds stay valid. Setting the epoch that is about to start anyway (nothing of

@@ -133,6 +133,10 @@ void stk__transform_worker_destroy(stk__tworker *w);
 /* Decode/augment `src` (size bytes) into `dst` (one sample's output, laid out per the spec),
  * drawing randomness from `rng`. On failure returns <0 with the reason in err (no file/record
  * prefix: the loader adds it). */
+/* Time a worker has spent decoding (probe + decode) and augmenting (resize, jitter, store).
+ * Threads: safe to call from any thread while the worker runs. */
+void stk__transform_worker_stage_ns(const stk__tworker *w, uint64_t *decode_ns,
+                                    uint64_t *augment_ns);
 stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
                                 size_t size, stk_rng *rng, void *dst, char *err, size_t err_size);
 

@@ -21,6 +21,13 @@
  *  - Destroy: stop and join the workers; slots still HELD keep the ring (`core`) alive through a
  *    reference count until their release.
  *
+ * Stats: each worker adds its stage times to its own relaxed atomic counters (no lock);
+ * stk_loader_stats_get sums them. Trace events go to per-thread append-only buffers whose
+ * length is published with a release store, so a concurrent writer of the trace file reads only
+ * complete events. Autotune runs on the consumer thread inside stk_loader_next (under `mu`):
+ * every 250 ms it compares the consumer's wait with the workers' wait and moves `active`
+ * (workers with id >= active park) and `depth` (batches opened ahead of the consumer).
+ *
  * Locking: one mutex `mu` guards slot states, the dispatcher and consumer state, `busy` and the
  * reference count. Sample work runs without it. Condition variables: `cv_work` (workers: a slot
  * was freed, a reset finished, stop) and `cv_ready` (the consumer: a batch became READY; reset:
@@ -29,6 +36,7 @@
 #include "stk_internal.h"
 #include "batch/stk_ring.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -65,9 +73,31 @@ typedef struct slot {
     stk_batch handle;
 } slot;
 
+/* Trace stages. */
+enum { TR_READ, TR_DECODE, TR_AUGMENT, TR_WAIT, TR_CWAIT, TR_STEP, TR_N };
+static const char *const tr_names[TR_N] = {"read", "decode", "augment", "wait for slot",
+                                           "wait for batch", "step"};
+
+typedef struct tev {
+    uint64_t t0, t1; /* ns since the loader was created */
+    uint32_t stage;
+    uint32_t arg;    /* sample (workers) or batch number (consumer) */
+} tev;
+
+/* An append-only trace buffer written by one thread. */
+typedef struct tbuf {
+    tev *ev;
+    uint32_t cap;
+    atomic_uint n; /* published with release: events [0, n) are complete */
+} tbuf;
+
 typedef struct worker {
     core *c;
+    uint32_t id;
     pthread_t thread;
+    _Atomic uint64_t read_ns, collate_ns, wait_ns;
+    uint64_t run_ns; /* time inside sample runs (this thread only) */
+    tbuf trace;
     stk__tworker *tw;
     uint8_t *scratch; /* encoded bytes of the transformed field */
     size_t scratch_size;
@@ -109,13 +139,47 @@ struct core {
     uint32_t held;
 
     /* stats */
+    bool timed;          /* stage timing on (not STK_LOADER_NO_STATS) */
+    uint64_t created_ns;
     atomic_uint_fast64_t st_batches, st_samples, st_bytes, st_skipped, st_errors;
+    _Atomic uint64_t consumer_wait_ns;
+    tbuf ctrace;         /* the consumer's track */
+    uint64_t c_return_ns; /* when stk_loader_next last returned a batch (for "step") */
+
+    /* autotune (consumer thread, under mu) */
+    bool autotune;
+    uint32_t active;     /* workers with id < active work; the others park */
+    uint32_t depth;      /* batches opened ahead of the consumer */
+    uint64_t at_last_ns, at_last_cwait, at_last_wwait, at_last_samples;
+    uint32_t at_settle, at_changes, at_windows;
+    uint32_t at_ceiling;     /* more threads than this gave no gain (re-probed every 5 s) */
+    uint32_t at_prev;        /* threads before the last growth step */
+    double at_rate_before;   /* samples/s in the window before the last growth step */
+    bool at_grew;
+    char at_reason[160];
 };
 
 struct stk_loader {
     core *c;
     char errmsg[STK_ERRMSG_SIZE];
 };
+
+/* The clock for stats, or 0 when timing is off. */
+static inline uint64_t tnow(const core *c)
+{
+    return c->timed ? stk__now_ns() : 0;
+}
+
+/* Append a trace event (by the buffer's own thread only). */
+static void trace_add(const core *c, tbuf *b, uint32_t stage, uint64_t t0, uint64_t t1,
+                      uint32_t arg)
+{
+    uint32_t n = atomic_load_explicit(&b->n, memory_order_relaxed);
+    if (n >= b->cap)
+        return; /* full: the trace keeps each thread's first events */
+    b->ev[n] = (tev){t0 - c->created_ns, t1 - c->created_ns, stage, arg};
+    atomic_store_explicit(&b->n, n + 1, memory_order_release);
+}
 
 /* Plan epoch `epoch` of this rank from global position `start`. */
 static void plan_epoch(const core *c, uint64_t start, stk_plan *p)
@@ -131,6 +195,7 @@ static void core_free(core *c)
         stk__free(c->slots);
     }
     stk__free((void *)c->verified);
+    stk__free(c->ctrace.ev);
     stk_dataset_close(c->owned_ds);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv_work);
@@ -223,7 +288,12 @@ static stk_status load_record(core *c, worker *w, slot *s, uint32_t t, uint64_t 
     _Atomic uint64_t *word = c->verified ? &c->verified[idx / 64] : NULL;
     uint64_t bit = 1ULL << (idx % 64);
     bool verify = word && !(atomic_load_explicit(word, memory_order_relaxed) & bit);
+    uint64_t t0 = tnow(c);
     stk_status rc = stk__dataset_read_fields(c->ds, idx, dst, cap, verify, &loc, err, err_size);
+    uint64_t t1 = tnow(c);
+    atomic_fetch_add_explicit(&w->read_ns, t1 - t0, memory_order_relaxed);
+    if (w->trace.cap)
+        trace_add(c, &w->trace, TR_READ, t0, t1, t);
     if (rc < 0)
         return rc;
     if (verify)
@@ -237,10 +307,20 @@ static stk_status load_record(core *c, worker *w, slot *s, uint32_t t, uint64_t 
             stk_rng rng;
             char why[STK_ERRMSG_SIZE];
             stk_rng_init(&rng, c->seed, s->epoch, idx);
+            uint64_t d0 = 0, a0 = 0;
+            if (w->trace.cap)
+                stk__transform_worker_stage_ns(w->tw, &d0, &a0);
             rc = stk__transform_apply(c->transform, w->tw, w->scratch,
                                       loc.field_size[tl->field], &rng,
                                       s->mem + tl->offset + (size_t)t * tl->row_size, why,
                                       sizeof(why));
+            if (w->trace.cap) { /* split the call into its decode and augment slices */
+                uint64_t d1, a1;
+                stk__transform_worker_stage_ns(w->tw, &d1, &a1);
+                trace_add(c, &w->trace, TR_DECODE, t1, t1 + (d1 - d0), t);
+                trace_add(c, &w->trace, TR_AUGMENT, t1 + (d1 - d0), t1 + (d1 - d0) + (a1 - a0),
+                          t);
+            }
             if (rc < 0)
                 return stk__set_error(err, err_size, rc,
                                       "%s record %" PRIu64 " (global %" PRIu64 "): %s",
@@ -298,6 +378,17 @@ static bool take_ticket(slot *s, uint64_t seq, uint32_t count, uint32_t *t)
     }
 }
 
+/* Wait for work (mu held), counting the time as worker wait. */
+static void worker_wait(core *c, worker *w)
+{
+    uint64_t t0 = tnow(c);
+    pthread_cond_wait(&c->cv_work, &c->mu);
+    uint64_t t1 = tnow(c);
+    atomic_fetch_add_explicit(&w->wait_ns, t1 - t0, memory_order_relaxed);
+    if (w->trace.cap)
+        trace_add(c, &w->trace, TR_WAIT, t0, t1, 0);
+}
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
@@ -306,11 +397,16 @@ static void *worker_main(void *arg)
     for (;;) {
         if (c->stop)
             break;
+        if (w->id >= c->active) { /* parked by autotune: not counted as waiting */
+            pthread_cond_wait(&c->cv_work, &c->mu);
+            continue;
+        }
         slot *s = &c->slots[c->claim_seq % c->prefetch];
         if (c->claim_seq == c->open_seq) {
-            /* The next batch is not open yet: open it when its slot is free. */
-            if (s->state != SLOT_FREE || !open_batch(c)) {
-                pthread_cond_wait(&c->cv_work, &c->mu);
+            /* The next batch is not open yet: open it when its slot is free and the depth
+             * allows another batch ahead of the consumer. */
+            if (s->state != SLOT_FREE || c->open_seq - c->c_seq >= c->depth || !open_batch(c)) {
+                worker_wait(c, w);
                 continue;
             }
         }
@@ -324,6 +420,7 @@ static void *worker_main(void *arg)
         c->busy++;
         pthread_mutex_unlock(&c->mu);
         uint32_t t;
+        uint64_t t0 = tnow(c);
         while (atomic_load(&c->gen) == gen && take_ticket(s, seq, count, &t)) {
             do_sample(c, w, s, t);
             if (atomic_fetch_add(&s->done, 1) + 1 == count) {
@@ -334,6 +431,15 @@ static void *worker_main(void *arg)
                 }
                 pthread_mutex_unlock(&c->mu);
             }
+        }
+        if (c->timed) { /* what the run of samples took beyond reading and transforming */
+            uint64_t d = 0, a = 0;
+            if (w->tw)
+                stk__transform_worker_stage_ns(w->tw, &d, &a);
+            w->run_ns += tnow(c) - t0;
+            uint64_t other = atomic_load_explicit(&w->read_ns, memory_order_relaxed) + d + a;
+            if (w->run_ns > other)
+                atomic_store_explicit(&w->collate_ns, w->run_ns - other, memory_order_relaxed);
         }
         pthread_mutex_lock(&c->mu);
         if (--c->busy == 0)
@@ -370,6 +476,7 @@ static void stop_workers(core *c)
         for (uint32_t i = 0; i < c->n_threads; i++) {
             stk__transform_worker_destroy(c->workers[i].tw);
             stk__free(c->workers[i].scratch);
+            stk__free(c->workers[i].trace.ev);
         }
         stk__free(c->workers);
         c->workers = NULL;
@@ -457,6 +564,14 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     c->shuffle = opts->flags & STK_LOADER_SHUFFLE;
     c->drop_last = opts->flags & STK_LOADER_DROP_LAST;
     c->skip_corrupt = opts->flags & STK_LOADER_SKIP_CORRUPT;
+    c->timed = !(opts->flags & STK_LOADER_NO_STATS);
+    c->created_ns = stk__now_ns();
+    c->autotune = opts->flags & STK_LOADER_AUTOTUNE;
+    /* Autotune starts with one thread and two batches ahead, and grows from there. */
+    c->active = c->autotune ? 1 : c->n_threads;
+    c->depth = c->autotune ? STK_MIN(2, c->prefetch) : c->prefetch;
+    c->at_last_ns = c->created_ns;
+    c->at_ceiling = c->n_threads;
     c->verify = !(opts->flags & STK_LOADER_NO_VERIFY) && stk__dataset_verifies(c->ds);
     c->transform = opts->transform;
     c->tfield = -1;
@@ -505,9 +620,23 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     c->workers = stk__calloc(c->n_threads, sizeof(worker));
     if (!c->workers)
         STK_FAIL(err, STK_ENOMEM, "out of memory allocating %u workers", c->n_threads);
+    if (opts->trace_events) {
+        c->timed = true; /* a trace needs the clock */
+        c->ctrace.cap = opts->trace_events;
+        c->ctrace.ev = stk__calloc(opts->trace_events, sizeof(tev));
+        if (!c->ctrace.ev)
+            STK_FAIL(err, STK_ENOMEM, "out of memory for the trace buffers");
+    }
     for (uint32_t i = 0; i < c->n_threads; i++) {
         worker *w = &c->workers[i];
         w->c = c;
+        w->id = i;
+        if (opts->trace_events) {
+            w->trace.cap = opts->trace_events;
+            w->trace.ev = stk__calloc(opts->trace_events, sizeof(tev));
+            if (!w->trace.ev)
+                STK_FAIL(err, STK_ENOMEM, "out of memory for the trace buffers");
+        }
         if (c->transform) {
             w->scratch_size = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
             w->scratch = stk__malloc(w->scratch_size);
@@ -549,6 +678,85 @@ void stk_loader_destroy(stk_loader *L)
     stk__free(L);
 }
 
+/* ---- autotune ---- */
+
+#define AT_WINDOW_NS 250000000ull /* decide every 250 ms of consumption */
+
+/* Sum of the workers' wait-for-slot time. */
+static uint64_t workers_wait_ns(const core *c)
+{
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < c->n_threads; i++)
+        sum += atomic_load_explicit(&c->workers[i].wait_ns, memory_order_relaxed);
+    return sum;
+}
+
+/* One autotune step (consumer thread, mu held): grow while the consumer waits, shrink while
+ * the workers wait more than one thread's worth and the consumer does not. */
+static void autotune_tick(core *c, uint64_t now)
+{
+    uint64_t dt = now - c->at_last_ns;
+    if (dt < AT_WINDOW_NS)
+        return;
+    uint64_t cwait = atomic_load_explicit(&c->consumer_wait_ns, memory_order_relaxed);
+    uint64_t wwait = workers_wait_ns(c);
+    uint64_t samples = atomic_load(&c->st_samples);
+    double cw = (double)(cwait - c->at_last_cwait) / (double)dt;
+    double ww = (double)(wwait - c->at_last_wwait) / (double)dt; /* in threads' worth */
+    double rate = (double)(samples - c->at_last_samples) * 1e9 / (double)dt;
+    c->at_last_ns = now;
+    c->at_last_cwait = cwait;
+    c->at_last_wwait = wwait;
+    c->at_last_samples = samples;
+    if (++c->at_windows % 20 == 0)
+        c->at_ceiling = c->n_threads; /* the machine may have changed: probe again */
+    if (c->at_settle > 0) { /* let the last change show in a whole window first */
+        c->at_settle--;
+        return;
+    }
+    uint32_t old = c->active, old_depth = c->depth;
+    if (c->at_grew) {
+        c->at_grew = false;
+        if (rate < c->at_rate_before * 1.05) {
+            /* More threads did not deliver more: the CPUs (or the storage) are the limit. */
+            c->active = c->at_prev;
+            c->at_ceiling = c->at_prev;
+            snprintf(c->at_reason, sizeof(c->at_reason),
+                     "%u threads gave no gain over %u (%.0f vs %.0f samples/s): back to %u",
+                     old, c->at_prev, rate, c->at_rate_before, c->active);
+            c->at_changes++;
+            c->at_settle = 1;
+            pthread_cond_broadcast(&c->cv_work);
+            return;
+        }
+    }
+    uint32_t cap = STK_MIN(c->n_threads, c->at_ceiling);
+    if (cw > 0.02 && c->active < cap) {
+        c->active = cw > 0.30 ? STK_MIN(cap, c->active * 2) : c->active + 1;
+        c->at_grew = true;
+        c->at_prev = old;
+        c->at_rate_before = rate;
+        snprintf(c->at_reason, sizeof(c->at_reason),
+                 "consumer waited %.0f%% of the time with %u thread%s: %u threads", cw * 100, old,
+                 old == 1 ? "" : "s", c->active);
+    } else if (cw > 0.02 && ww < 0.5 && c->depth < c->prefetch) {
+        c->depth++;
+        snprintf(c->at_reason, sizeof(c->at_reason),
+                 "consumer waited %.0f%% with all %u threads busy: depth %u", cw * 100, old,
+                 c->depth);
+    } else if (cw < 0.005 && c->active > 1 && ww > 1.2) {
+        c->active--;
+        snprintf(c->at_reason, sizeof(c->at_reason),
+                 "consumer never waited and %u threads idled %.1f threads' worth: %u threads",
+                 old, ww, c->active);
+    }
+    if (c->active != old || c->depth != old_depth) {
+        c->at_changes++;
+        c->at_settle = 1;
+        pthread_cond_broadcast(&c->cv_work);
+    }
+}
+
 /* ---- consumer side ---- */
 
 stk_status stk_loader_next(stk_loader *L, stk_batch **out)
@@ -556,7 +764,12 @@ stk_status stk_loader_next(stk_loader *L, stk_batch **out)
     core *c = L->c;
     *out = NULL;
     L->errmsg[0] = '\0';
+    uint64_t t_in = tnow(c);
     pthread_mutex_lock(&c->mu);
+    if (c->ctrace.cap && c->c_return_ns)
+        trace_add(c, &c->ctrace, TR_STEP, c->c_return_ns, t_in, (uint32_t)c->c_seq);
+    if (c->autotune)
+        autotune_tick(c, stk__now_ns());
     if (c->c_b >= c->c_plan.n_batches) {
         /* Epoch done: report it once, then the next call starts the next epoch. */
         c->c_epoch++;
@@ -578,8 +791,15 @@ stk_status stk_loader_next(stk_loader *L, stk_batch **out)
                               "next batch needs: release the oldest batch (or raise prefetch)",
                               held, c->prefetch);
     }
-    while (!(s->seq == seq && s->state == SLOT_READY))
-        pthread_cond_wait(&c->cv_ready, &c->mu);
+    if (!(s->seq == seq && s->state == SLOT_READY)) {
+        uint64_t t0 = tnow(c);
+        while (!(s->seq == seq && s->state == SLOT_READY))
+            pthread_cond_wait(&c->cv_ready, &c->mu);
+        uint64_t t1 = tnow(c);
+        atomic_fetch_add_explicit(&c->consumer_wait_ns, t1 - t0, memory_order_relaxed);
+        if (c->ctrace.cap)
+            trace_add(c, &c->ctrace, TR_CWAIT, t0, t1, (uint32_t)seq);
+    }
     c->c_seq++;
     c->c_b++;
     c->c_consumed = s->consumed;
@@ -598,6 +818,7 @@ stk_status stk_loader_next(stk_loader *L, stk_batch **out)
     atomic_fetch_add(&c->st_batches, 1);
     atomic_fetch_add(&c->st_samples, s->count);
     atomic_fetch_add(&c->st_skipped, atomic_load(&s->skipped));
+    c->c_return_ns = tnow(c);
     pthread_mutex_unlock(&c->mu);
     *out = &s->handle;
     return STK_OK;
@@ -703,11 +924,78 @@ void stk_loader_info_get(const stk_loader *L, stk_loader_info *out)
 void stk_loader_stats_get(const stk_loader *L, stk_loader_stats *out)
 {
     core *c = L->c;
+    memset(out, 0, sizeof(*out));
     out->batches = atomic_load(&c->st_batches);
     out->samples = atomic_load(&c->st_samples);
     out->bytes_read = atomic_load(&c->st_bytes);
     out->skipped = atomic_load(&c->st_skipped);
     out->errors = atomic_load(&c->st_errors);
+    out->wall_ns = stk__now_ns() - c->created_ns;
+    for (uint32_t i = 0; i < c->n_threads; i++) {
+        const worker *w = &c->workers[i];
+        out->read_ns += atomic_load_explicit(&w->read_ns, memory_order_relaxed);
+        out->collate_ns += atomic_load_explicit(&w->collate_ns, memory_order_relaxed);
+        out->worker_wait_ns += atomic_load_explicit(&w->wait_ns, memory_order_relaxed);
+        if (w->tw) {
+            uint64_t d, a;
+            stk__transform_worker_stage_ns(w->tw, &d, &a);
+            out->decode_ns += d;
+            out->augment_ns += a;
+        }
+    }
+    out->consumer_wait_ns = atomic_load_explicit(&c->consumer_wait_ns, memory_order_relaxed);
+    pthread_mutex_lock(&c->mu);
+    out->active_threads = c->active;
+    out->depth = c->depth;
+    out->autotune_changes = c->at_changes;
+    snprintf(out->autotune_reason, sizeof(out->autotune_reason), "%s", c->at_reason);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Write one track's complete events as trace-event JSON objects. */
+static void trace_track(FILE *f, const tbuf *b, int tid, bool *first)
+{
+    uint32_t n = atomic_load_explicit(&((tbuf *)b)->n, memory_order_acquire);
+    for (uint32_t i = 0; i < n; i++) {
+        const tev *e = &b->ev[i];
+        fprintf(f,
+                "%s\n{\"name\": \"%s\", \"cat\": \"stoker\", \"ph\": \"X\", \"pid\": 1, "
+                "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"%s\": %u}}",
+                *first ? "" : ",", tr_names[e->stage], tid, (double)e->t0 / 1e3,
+                (double)(e->t1 - e->t0) / 1e3, tid == 0 ? "batch" : "sample", e->arg);
+        *first = false;
+    }
+}
+
+stk_status stk_loader_trace_write(const stk_loader *L, const char *path)
+{
+    core *c = L->c;
+    if (!c->ctrace.cap)
+        return stk__set_error(((stk_loader *)L)->errmsg, sizeof(L->errmsg), STK_ESTATE,
+                              "tracing is off: create the loader with trace_events > 0");
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return stk__set_error(((stk_loader *)L)->errmsg, sizeof(L->errmsg), STK_EIO,
+                              "%s: %s", path, strerror(errno));
+    bool first = true;
+    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [");
+    /* Track names: tid 0 is the consumer, tid k the worker k-1. */
+    fprintf(f, "\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": 0, "
+               "\"args\": {\"name\": \"consumer\"}}");
+    first = false;
+    for (uint32_t i = 0; i < c->n_threads; i++)
+        fprintf(f,
+                ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %u, "
+                "\"args\": {\"name\": \"worker %u\"}}",
+                i + 1, i);
+    trace_track(f, &c->ctrace, 0, &first);
+    for (uint32_t i = 0; i < c->n_threads; i++)
+        trace_track(f, &c->workers[i].trace, (int)i + 1, &first);
+    fprintf(f, "\n]}\n");
+    if (fclose(f) != 0)
+        return stk__set_error(((stk_loader *)L)->errmsg, sizeof(L->errmsg), STK_EIO,
+                              "%s: %s", path, strerror(errno));
+    return STK_OK;
 }
 
 /* ---- resume state ---- */

@@ -451,6 +451,17 @@ const stk__xtimes *stk__transform_worker_times(const stk__tworker *w)
     return &w->times;
 }
 
+void stk__transform_worker_stage_ns(const stk__tworker *w, uint64_t *decode_ns,
+                                    uint64_t *augment_ns)
+{
+    const stk__xtimes *x = &w->times;
+    *decode_ns = atomic_load_explicit(&x->probe_ns, memory_order_relaxed) +
+                 atomic_load_explicit(&x->decode_ns, memory_order_relaxed);
+    *augment_ns = atomic_load_explicit(&x->resize_ns, memory_order_relaxed) +
+                  atomic_load_explicit(&x->jitter_ns, memory_order_relaxed) +
+                  atomic_load_explicit(&x->store_ns, memory_order_relaxed);
+}
+
 stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
                              const stk__decoded *src, void *dst, char *err, size_t err_size)
 {
@@ -474,9 +485,9 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
     uint64_t t2 = stk__now_ns();
     stk__store(t, img, t->out_w, t->out_h, dst);
     uint64_t t3 = stk__now_ns();
-    w->times.resize_ns += t1 - t0;
-    w->times.jitter_ns += t2 - t1;
-    w->times.store_ns += t3 - t2;
+    atomic_fetch_add_explicit(&w->times.resize_ns, t1 - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->times.jitter_ns, t2 - t1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->times.store_ns, t3 - t2, memory_order_relaxed);
     return STK_OK;
 fail:
     return rc;
@@ -501,10 +512,10 @@ stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const v
         dec.scale_x = dec.scale_y = 1.0;
     }
     uint64_t t2 = stk__now_ns();
-    w->times.probe_ns += t1 - t0;
-    w->times.decode_ns += t2 - t1;
+    atomic_fetch_add_explicit(&w->times.probe_ns, t1 - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->times.decode_ns, t2 - t1, memory_order_relaxed);
     STK_TRY(stk__xform_render(t, w, &plan, &dec, dst, err, err_size));
-    w->times.samples++;
+    atomic_fetch_add_explicit(&w->times.samples, 1, memory_order_relaxed);
     return STK_OK;
 fail:
     return rc;

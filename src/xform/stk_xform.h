@@ -25,6 +25,8 @@
 #include "decode/stk_decode.h"
 #include "stk_internal.h"
 
+#include <stdatomic.h>
+
 #define STK__XF_MAX_OPS 16     /* ops per transform */
 #define STK__XF_MAX_SIZE 16384 /* largest output (and op) height or width */
 
@@ -185,9 +187,10 @@ void stk__store(const stk_transform *t, const uint8_t *rgb, uint32_t w, uint32_t
 /* ---- worker and rendering (stk_transform.c) ---- */
 
 /* Nanoseconds spent per stage by one worker (cumulative; for profiling and `stoker doctor`). */
+/* Written by the worker thread only, read by stats readers on other threads: relaxed atomics. */
 typedef struct stk__xtimes {
-    uint64_t samples;
-    uint64_t probe_ns, decode_ns, resize_ns, jitter_ns, store_ns;
+    _Atomic uint64_t samples;
+    _Atomic uint64_t probe_ns, decode_ns, resize_ns, jitter_ns, store_ns;
 } stk__xtimes;
 
 struct stk__tworker {
