@@ -8,6 +8,10 @@
  * work with nothing else around it: for raw records a plain memcpy of every record's bytes out
  * of memory (the records are first read into RAM); for an image recipe a full-size decode of
  * every image with libjpeg-turbo/libspng and nothing else (stk_decoder_decode, images in RAM).
+ *
+ * Lists (`--threads 1,2,4 --prefetch 2,4,8`) make a sweep: every combination is run, the ceiling
+ * is measured at every thread count, and `--plot out.svg` draws throughput against threads, one
+ * line per depth, with the ceiling drawn in (an SVG written here; no plotting dependency).
  */
 #include "cli.h"
 
@@ -18,11 +22,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define MAX_LIST 16
+
 typedef struct bench_args {
     const char *const *paths;
     size_t n_paths;
     const char *recipe; /* "raw", "imagenet-train", "imagenet-val" */
-    int threads, epochs, prefetch;
+    int threads_list[MAX_LIST], prefetch_list[MAX_LIST];
+    int n_threads_list, n_prefetch_list;
+    bool auto_threads;  /* --threads auto: STK_LOADER_AUTOTUNE, capped by the CPU count */
+    const char *trace, *plot;
+    int epochs;
     int64_t batch;
     uint64_t seed, max_samples;
     bool shuffle, exact, ceiling, json, quiet, no_verify;
@@ -33,7 +43,8 @@ typedef struct bench_result {
     double seconds, first_batch_s;
     double rss_before_mib, peak_rss_mib, ring_mib;
     size_t slot_size;
-    unsigned threads;
+    unsigned threads, prefetch;
+    stk_loader_stats st;
 } bench_result;
 
 /* A line of /proc/self/status in MiB ("VmRSS", "VmHWM"), or 0. */
@@ -75,10 +86,13 @@ static void usage(FILE *f)
             "\n"
             "options:\n"
             "  --recipe NAME       raw (default), imagenet-train or imagenet-val\n"
-            "  --threads N         worker threads (default: one per CPU)\n"
+            "  --threads N         worker threads (default: one per CPU); 'auto' lets the\n"
+            "                      loader choose online; a list (1,2,4) makes a sweep\n"
             "  --epochs E          epochs to run (default 1)\n"
             "  --batch-size B      samples per batch (default 256)\n"
-            "  --prefetch P        ring slots (default 4)\n"
+            "  --prefetch P        ring slots (default 4); a list (2,4,8) makes a sweep\n"
+            "  --plot FILE.svg     sweep: draw samples/s against threads, with the ceiling\n"
+            "  --trace FILE.json   write a Chrome/Perfetto trace of the (last) run\n"
             "  --max-samples M     stop after M samples (default: all epochs)\n"
             "  --shuffle           shuffle (seed from --seed, default 0)\n"
             "  --seed S\n"
@@ -88,6 +102,27 @@ static void usage(FILE *f)
             "  --json              print one JSON object instead of a table\n"
             "  --quiet             no progress bar\n"
             "  -h, --help          this help\n");
+}
+
+/* Parse "1,2,4" into list (values >= min, at most MAX_LIST); nonzero (message printed) if bad. */
+static int parse_list(const char *arg, const char *what, long long min, int *list, int *n)
+{
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", arg);
+    *n = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        long long v;
+        if (*n == MAX_LIST) {
+            stk_cli_usage_error("bench", "%s: at most %d values", what, MAX_LIST);
+            return 2;
+        }
+        if (stk_cli_parse_int(tok, what, min, 4096, &v))
+            return 2;
+        list[(*n)++] = (int)v;
+    }
+    if (*n == 0)
+        return stk_cli_usage_error("bench", "%s: no value", what);
+    return 0;
 }
 
 /* Parse the arguments into *a; returns 0, or the exit code to return (2 = usage). */
@@ -100,12 +135,14 @@ static int parse(int argc, char **argv, bench_args *a)
         {"seed", required_argument, NULL, 's'},     {"shuffle", no_argument, NULL, 'S'},
         {"exact", no_argument, NULL, 'x'},          {"ceiling", no_argument, NULL, 'c'},
         {"json", no_argument, NULL, 'j'},           {"quiet", no_argument, NULL, 'q'},
-        {"no-verify", no_argument, NULL, 'V'},
+        {"no-verify", no_argument, NULL, 'V'},      {"plot", required_argument, NULL, 'P'},
+        {"trace", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof(*a));
     a->recipe = "raw";
     a->epochs = 1;
+    a->n_threads_list = a->n_prefetch_list = 1; /* 0 = library defaults */
     a->batch = 256;
     int c;
     long long v;
@@ -114,9 +151,14 @@ static int parse(int argc, char **argv, bench_args *a)
         switch (c) {
         case 'r': a->recipe = optarg; break;
         case 't':
-            if (stk_cli_parse_int(optarg, "--threads", 0, 4096, &v))
+            if (strcmp(optarg, "auto") == 0) {
+                a->auto_threads = true;
+                a->n_threads_list = 1;
+                a->threads_list[0] = 0;
+            } else if (parse_list(optarg, "--threads", 0, a->threads_list,
+                                  &a->n_threads_list)) {
                 return 2;
-            a->threads = (int)v;
+            }
             break;
         case 'e':
             if (stk_cli_parse_int(optarg, "--epochs", 1, 1000000, &v))
@@ -129,10 +171,11 @@ static int parse(int argc, char **argv, bench_args *a)
             a->batch = v;
             break;
         case 'p':
-            if (stk_cli_parse_int(optarg, "--prefetch", 1, 4096, &v))
+            if (parse_list(optarg, "--prefetch", 1, a->prefetch_list, &a->n_prefetch_list))
                 return 2;
-            a->prefetch = (int)v;
             break;
+        case 'P': a->plot = optarg; break;
+        case 'T': a->trace = optarg; break;
         case 'm':
             if (stk_cli_parse_int(optarg, "--max-samples", 1, INT64_MAX, &v))
                 return 2;
@@ -167,7 +210,8 @@ static int parse(int argc, char **argv, bench_args *a)
 
 /* ---- the loader run ---- */
 
-static int run_loader(const bench_args *a, stk_transform *t, bench_result *r)
+static int run_loader(const bench_args *a, int threads, int prefetch, stk_transform *t,
+                      const char *trace, bench_result *r)
 {
     stk_loader_opts o;
     stk_loader *L;
@@ -175,12 +219,14 @@ static int run_loader(const bench_args *a, stk_transform *t, bench_result *r)
     o.paths = a->paths;
     o.n_paths = a->n_paths;
     o.batch_size = a->batch;
-    o.n_threads = a->threads;
-    o.prefetch = a->prefetch;
+    o.n_threads = threads;
+    o.prefetch = prefetch;
+    o.trace_events = trace ? 1u << 16 : 0;
     o.seed = a->seed;
     o.rank = 0;
     o.world = 1;
-    o.flags = (a->shuffle ? STK_LOADER_SHUFFLE : 0) | (a->no_verify ? STK_LOADER_NO_VERIFY : 0);
+    o.flags = (a->shuffle ? STK_LOADER_SHUFFLE : 0) | (a->no_verify ? STK_LOADER_NO_VERIFY : 0) |
+              (a->auto_threads ? STK_LOADER_AUTOTUNE : 0);
     o.transform = t;
     memset(r, 0, sizeof(*r));
     reset_peak_rss();
@@ -194,6 +240,7 @@ static int run_loader(const bench_args *a, stk_transform *t, bench_result *r)
     stk_loader_info info;
     stk_loader_info_get(L, &info);
     r->threads = info.n_threads;
+    r->prefetch = info.prefetch;
     r->slot_size = info.slot_size;
     r->ring_mib = (double)info.slot_size * info.prefetch / 1048576.0;
     uint64_t per_epoch = stk_loader_n_batches(L), total = per_epoch * (uint64_t)a->epochs;
@@ -222,10 +269,16 @@ static int run_loader(const bench_args *a, stk_transform *t, bench_result *r)
     }
     r->seconds = stk_cli_now() - t0;
     stk_cli_progress_end(&prog);
-    stk_loader_stats st;
-    stk_loader_stats_get(L, &st);
-    r->bytes = st.bytes_read;
+    stk_loader_stats_get(L, &r->st);
+    r->bytes = r->st.bytes_read;
     r->peak_rss_mib = proc_status_mib("VmHWM");
+    if (a->auto_threads)
+        r->threads = r->st.active_threads;
+    if (trace && stk_loader_trace_write(L, trace) < 0) {
+        stk_cli_error("bench", "%s", stk_loader_errmsg(L));
+        stk_loader_destroy(L);
+        return 1;
+    }
     stk_loader_destroy(L);
     return 0;
 }
@@ -369,6 +422,190 @@ out:
     return rc;
 }
 
+/* Share of the workers' thread-time per stage, and who waited, from the loader's stats. */
+static void print_stages(const bench_result *r)
+{
+    const stk_loader_stats *st = &r->st;
+    double thread_ns = (double)st->wall_ns * (r->threads ? r->threads : 1);
+    if (thread_ns <= 0 || st->wall_ns == 0)
+        return;
+    printf("  worker time: read %.0f%%, decode %.0f%%, augment %.0f%%, other %.0f%%, waiting for a "
+           "free slot %.0f%%\n",
+           100.0 * st->read_ns / thread_ns, 100.0 * st->decode_ns / thread_ns,
+           100.0 * st->augment_ns / thread_ns, 100.0 * st->collate_ns / thread_ns,
+           100.0 * st->worker_wait_ns / thread_ns);
+    printf("  consumer waited for batches %.0f%% of the time\n",
+           100.0 * st->consumer_wait_ns / st->wall_ns);
+    if (st->autotune_changes)
+        printf("  autotune: %u threads, depth %u after %u decisions (last: %s)\n",
+               st->active_threads, st->depth, st->autotune_changes, st->autotune_reason);
+}
+
+static int report_single(const bench_args *a, const bench_result *lr, const bench_result *cr)
+{
+    double sps = lr->samples / lr->seconds, bps = lr->bytes / lr->seconds;
+    const char *ckind = strcmp(a->recipe, "raw") ? "decode" : "memcpy";
+    if (a->json) {
+        printf("{\"recipe\": \"%s\", \"exact\": %s, \"threads\": %u, \"prefetch\": %u, "
+               "\"epochs\": %d, \"batch_size\": %" PRId64 ", \"samples\": %" PRIu64
+               ", \"seconds\": %.6f, \"samples_per_s\": %.1f, \"bytes_per_s\": %.0f, "
+               "\"first_batch_ms\": %.2f, \"rss_before_mib\": %.1f, \"peak_rss_mib\": %.1f, "
+               "\"ring_mib\": %.1f, \"stats\": {\"read_ns\": %" PRIu64 ", \"decode_ns\": %" PRIu64
+               ", \"augment_ns\": %" PRIu64 ", \"collate_ns\": %" PRIu64
+               ", \"worker_wait_ns\": %" PRIu64 ", \"consumer_wait_ns\": %" PRIu64
+               ", \"wall_ns\": %" PRIu64 ", \"active_threads\": %u, \"depth\": %u, "
+               "\"autotune_changes\": %u, \"autotune_reason\": ",
+               a->recipe, a->exact ? "true" : "false", lr->threads, lr->prefetch, a->epochs,
+               a->batch, lr->samples, lr->seconds, sps, bps, lr->first_batch_s * 1e3,
+               lr->rss_before_mib, lr->peak_rss_mib, lr->ring_mib, lr->st.read_ns,
+               lr->st.decode_ns, lr->st.augment_ns, lr->st.collate_ns, lr->st.worker_wait_ns,
+               lr->st.consumer_wait_ns, lr->st.wall_ns, lr->st.active_threads, lr->st.depth,
+               lr->st.autotune_changes);
+        stk_cli_json_string(stdout, lr->st.autotune_reason, strlen(lr->st.autotune_reason));
+        printf("}");
+        if (cr)
+            printf(", \"ceiling\": {\"kind\": \"%s\", \"samples\": %" PRIu64
+                   ", \"seconds\": %.6f, \"samples_per_s\": %.1f, \"bytes_per_s\": %.0f}, "
+                   "\"ratio_to_ceiling\": %.4f",
+                   ckind, cr->samples, cr->seconds, cr->samples / cr->seconds,
+                   cr->bytes / cr->seconds, sps / (cr->samples / cr->seconds));
+        printf("}\n");
+        return 0;
+    }
+    printf("recipe %s%s, %u threads, prefetch %u, batch %" PRId64 ", %d epoch(s)\n", a->recipe,
+           a->exact ? " (exact)" : "", lr->threads, lr->prefetch, a->batch, a->epochs);
+    printf("  loader   %10.1f samples/s  %9.1f MB/s  (%" PRIu64 " samples in %.3f s)\n", sps,
+           bps / 1e6, lr->samples, lr->seconds);
+    printf("  first batch %.2f ms; RSS %.1f MiB before, %.1f MiB peak; ring %.1f MiB\n",
+           lr->first_batch_s * 1e3, lr->rss_before_mib, lr->peak_rss_mib, lr->ring_mib);
+    print_stages(lr);
+    if (cr)
+        printf("  ceiling  %10.1f samples/s  %9.1f MB/s  (%s, same records and threads)\n"
+               "  loader / ceiling = %.3f\n",
+               cr->samples / cr->seconds, cr->bytes / cr->seconds / 1e6, ckind,
+               sps / (cr->samples / cr->seconds));
+    return 0;
+}
+
+/* ---- sweep and plot ---- */
+
+static const char *const colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                     "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+
+/* An SVG line chart: samples/s against threads, one line per depth, the ceiling dashed. */
+static int write_plot(const bench_args *a, const double *sps, const double *ceil_sps)
+{
+    FILE *f = fopen(a->plot, "w");
+    if (!f)
+        return stk_cli_error("bench", "%s: cannot write the plot", a->plot);
+    const int W = 720, H = 440, L = 80, R = 170, T = 50, B = 60;
+    int nt = a->n_threads_list, np = a->n_prefetch_list;
+    double ymax = 0;
+    int xmax = 1;
+    for (int i = 0; i < nt; i++) {
+        xmax = a->threads_list[i] > xmax ? a->threads_list[i] : xmax;
+        ymax = ceil_sps[i] > ymax ? ceil_sps[i] : ymax;
+        for (int j = 0; j < np; j++)
+            ymax = sps[i * np + j] > ymax ? sps[i * np + j] : ymax;
+    }
+    ymax = ymax > 0 ? ymax * 1.1 : 1;
+#define PX(t) (L + (double)(t) / xmax * (W - L - R))
+#define PY(v) (T + (1.0 - (v) / ymax) * (H - T - B))
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "font-family=\"sans-serif\" font-size=\"12\">\n"
+            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            "<text x=\"%d\" y=\"25\" font-size=\"15\">stoker bench: %s, batch %" PRId64
+            "</text>\n",
+            W, H, L, a->recipe, a->batch);
+    for (int k = 0; k <= 5; k++) { /* y grid and labels */
+        double v = ymax * k / 5;
+        fprintf(f,
+                "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n",
+                L, PY(v), W - R, PY(v), L - 6, PY(v) + 4, v);
+    }
+    for (int i = 0; i < nt; i++) /* x ticks at the measured thread counts */
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%d</text>\n",
+                PX(a->threads_list[i]), H - B + 18, a->threads_list[i]);
+    fprintf(f,
+            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>"
+            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n"
+            "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">worker threads</text>\n"
+            "<text x=\"18\" y=\"%d\" transform=\"rotate(-90 18 %d)\" "
+            "text-anchor=\"middle\">samples/s</text>\n",
+            L, H - B, W - R, H - B, L, T, L, H - B, (L + W - R) / 2, H - 15, (T + H - B) / 2,
+            (T + H - B) / 2);
+    for (int j = 0; j <= np; j++) { /* one polyline per depth, then the ceiling */
+        const char *color = j < np ? colors[j % 8] : "black";
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", color,
+                j < np ? "" : " stroke-dasharray=\"6,4\"");
+        for (int i = 0; i < nt; i++)
+            fprintf(f, "%.1f,%.1f ", PX(a->threads_list[i]),
+                    PY(j < np ? sps[i * np + j] : ceil_sps[i]));
+        fprintf(f, "\"/>\n");
+        for (int i = 0; i < nt; i++)
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n",
+                    PX(a->threads_list[i]), PY(j < np ? sps[i * np + j] : ceil_sps[i]), color);
+        int ly = T + 10 + j * 20;
+        fprintf(f,
+                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>"
+                "<text x=\"%d\" y=\"%d\">",
+                W - R + 15, ly, W - R + 40, ly, color,
+                j < np ? "" : " stroke-dasharray=\"6,4\"", W - R + 46, ly + 4);
+        if (j < np)
+            fprintf(f, "prefetch %d</text>\n", a->prefetch_list[j]);
+        else
+            fprintf(f, "%s ceiling</text>\n", strcmp(a->recipe, "raw") ? "decode" : "memcpy");
+    }
+#undef PX
+#undef PY
+    fprintf(f, "</svg>\n");
+    if (fclose(f) != 0)
+        return stk_cli_error("bench", "%s: write failed", a->plot);
+    return 0;
+}
+
+/* Run every (threads, prefetch) combination, the ceiling at every thread count; print a table
+ * (or JSON) and draw the plot. */
+static int run_sweep(const bench_args *a, stk_transform *t)
+{
+    int nt = a->n_threads_list, np = a->n_prefetch_list;
+    double sps[MAX_LIST * MAX_LIST], ceil_sps[MAX_LIST];
+    bench_result r, cr;
+    if (a->json)
+        printf("{\"recipe\": \"%s\", \"batch_size\": %" PRId64 ", \"runs\": [", a->recipe,
+               a->batch);
+    else
+        printf("%-8s %-9s %14s %14s %10s\n", "threads", "prefetch", "samples/s", "ceiling",
+               "ratio");
+    for (int i = 0; i < nt; i++) {
+        for (int j = 0; j < np; j++) {
+            bool last = i == nt - 1 && j == np - 1;
+            if (run_loader(a, a->threads_list[i], a->prefetch_list[j], t,
+                           last ? a->trace : NULL, &r))
+                return 1;
+            sps[i * np + j] = r.samples / r.seconds;
+            if (j == 0 && run_ceiling(a, r.threads, r.slot_size, &cr))
+                return 1;
+            if (j == 0)
+                ceil_sps[i] = cr.samples / cr.seconds;
+            if (a->json)
+                printf("%s\n{\"threads\": %u, \"prefetch\": %u, \"samples_per_s\": %.1f, "
+                       "\"ceiling_samples_per_s\": %.1f, \"consumer_wait\": %.4f}",
+                       i || j ? "," : "", r.threads, r.prefetch, sps[i * np + j], ceil_sps[i],
+                       r.st.wall_ns ? (double)r.st.consumer_wait_ns / r.st.wall_ns : 0.0);
+            else
+                printf("%-8u %-9u %14.1f %14.1f %10.3f\n", r.threads, r.prefetch,
+                       sps[i * np + j], ceil_sps[i], sps[i * np + j] / ceil_sps[i]);
+            fflush(stdout);
+        }
+    }
+    if (a->json)
+        printf("\n]}\n");
+    return a->plot ? write_plot(a, sps, ceil_sps) : 0;
+}
+
 int stk_cmd_bench(int argc, char **argv)
 {
     bench_args a;
@@ -380,42 +617,21 @@ int stk_cmd_bench(int argc, char **argv)
         stk_cli_error("bench", "%s", stk_last_errmsg());
         return 1;
     }
+    if (a.n_threads_list > 1 || a.n_prefetch_list > 1 || a.plot) {
+        if (a.auto_threads) {
+            stk_transform_destroy(t);
+            return stk_cli_usage_error("bench", "--threads auto cannot be swept or plotted");
+        }
+        rc = run_sweep(&a, t);
+        stk_transform_destroy(t);
+        return rc;
+    }
     bench_result lr, cr;
-    rc = run_loader(&a, t, &lr);
+    rc = run_loader(&a, a.threads_list[0], a.prefetch_list[0], t, a.trace, &lr);
     if (rc == 0 && a.ceiling)
         rc = run_ceiling(&a, lr.threads, lr.slot_size, &cr);
     stk_transform_destroy(t);
     if (rc)
         return rc;
-    double sps = lr.samples / lr.seconds, bps = lr.bytes / lr.seconds;
-    const char *ckind = strcmp(a.recipe, "raw") ? "decode" : "memcpy";
-    if (a.json) {
-        printf("{\"recipe\": \"%s\", \"exact\": %s, \"threads\": %u, \"epochs\": %d, "
-               "\"batch_size\": %" PRId64 ", \"samples\": %" PRIu64 ", \"seconds\": %.6f, "
-               "\"samples_per_s\": %.1f, \"bytes_per_s\": %.0f, \"first_batch_ms\": %.2f, "
-               "\"rss_before_mib\": %.1f, \"peak_rss_mib\": %.1f, \"ring_mib\": %.1f",
-               a.recipe, a.exact ? "true" : "false", lr.threads, a.epochs, a.batch, lr.samples,
-               lr.seconds, sps, bps, lr.first_batch_s * 1e3, lr.rss_before_mib,
-               lr.peak_rss_mib, lr.ring_mib);
-        if (a.ceiling)
-            printf(", \"ceiling\": {\"kind\": \"%s\", \"samples\": %" PRIu64
-                   ", \"seconds\": %.6f, \"samples_per_s\": %.1f, \"bytes_per_s\": %.0f}, "
-                   "\"ratio_to_ceiling\": %.4f",
-                   ckind, cr.samples, cr.seconds, cr.samples / cr.seconds,
-                   cr.bytes / cr.seconds, sps / (cr.samples / cr.seconds));
-        printf("}\n");
-        return 0;
-    }
-    printf("recipe %s%s, %u threads, batch %" PRId64 ", %d epoch(s)\n", a.recipe,
-           a.exact ? " (exact)" : "", lr.threads, a.batch, a.epochs);
-    printf("  loader   %10.1f samples/s  %9.1f MB/s  (%" PRIu64 " samples in %.3f s)\n", sps,
-           bps / 1e6, lr.samples, lr.seconds);
-    printf("  first batch %.2f ms; RSS %.1f MiB before, %.1f MiB peak; ring %.1f MiB\n",
-           lr.first_batch_s * 1e3, lr.rss_before_mib, lr.peak_rss_mib, lr.ring_mib);
-    if (a.ceiling)
-        printf("  ceiling  %10.1f samples/s  %9.1f MB/s  (%s, same records and threads)\n"
-               "  loader / ceiling = %.3f\n",
-               cr.samples / cr.seconds, cr.bytes / cr.seconds / 1e6, ckind, sps /
-               (cr.samples / cr.seconds));
-    return 0;
+    return report_single(&a, &lr, a.ceiling ? &cr : NULL);
 }

@@ -34,6 +34,38 @@ assert d["ceiling"]["kind"] == "memcpy" and d["ceiling"]["samples"] == 40, d
 assert d["ratio_to_ceiling"] > 0, d
 PYEOF
 
+# A sweep: every combination runs; the plot is a well-formed SVG with one line per depth plus
+# the ceiling; the trace of the last run is trace-event JSON with a track per thread.
+"$STOKER" bench data.stk --threads 1,2 --prefetch 2,3 --batch-size 8 --plot sweep.svg \
+    --trace trace.json --json > sweep.json || fail "bench sweep"
+$PY - <<'PYEOF' || fail "sweep outputs: $(cat sweep.json)"
+import json, xml.etree.ElementTree as ET
+d = json.load(open("sweep.json"))
+runs = d["runs"]
+assert [(r["threads"], r["prefetch"]) for r in runs] == [(1, 2), (1, 3), (2, 2), (2, 3)], runs
+assert all(r["samples_per_s"] > 0 and r["ceiling_samples_per_s"] > 0 for r in runs), runs
+svg = ET.parse("sweep.svg").getroot()
+lines = [e for e in svg.iter() if e.tag.endswith("polyline")]
+assert len(lines) == 3, len(lines)  # prefetch 2, prefetch 3, ceiling
+assert all(len(l.get("points").split()) == 2 for l in lines)
+t = json.load(open("trace.json"))
+names = {e["args"]["name"] for e in t["traceEvents"] if e["ph"] == "M"}
+assert names == {"consumer", "worker 0", "worker 1"}, names
+for tid in (0, 1, 2):  # slices on one track never overlap
+    xs = sorted((e["ts"], e["ts"] + e["dur"]) for e in t["traceEvents"]
+                if e["ph"] == "X" and e["tid"] == tid)
+    assert xs, tid
+    assert all(a[1] <= b[0] + 1e-3 for a, b in zip(xs, xs[1:])), tid
+PYEOF
+
+# --threads auto: the autotuner's choice is reported.
+"$STOKER" bench data.stk --threads auto --epochs 2 --batch-size 8 --json > auto.json || fail "auto"
+$PY -c 'import json; d = json.load(open("auto.json")); assert d["stats"]["active_threads"] >= 1, d' \
+    || fail "auto: $(cat auto.json)"
+expect 2 "auto" "$STOKER" bench data.stk --threads auto --plot x.svg
+expect 2 "--prefetch" "$STOKER" bench data.stk --prefetch 2,0
+expect 1 "nonexistent" "$STOKER" bench data.stk --threads 1 --trace /nonexistent/t.json
+
 # The human-readable table.
 expect 0 "samples/s" "$STOKER" bench data.stk --threads 1 --quiet
 expect 0 "usage: stoker bench" "$STOKER" bench --help
