@@ -510,8 +510,8 @@ def test_one_consumer_at_a_time(ds_main):
     it = iter(loader)
     t = threading.Thread(target=lambda: next(it))
     t.start()
-    import time
-    time.sleep(0.1)
+    while not loader._core.pending:  # the other thread is inside next()
+        t.join(0.005)
     with pytest.raises(RuntimeError, match="another thread"):
         loader.state_dict()
     t.join()

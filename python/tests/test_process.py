@@ -45,10 +45,37 @@ def test_no_leak_over_1000_iterations(ds_small):
     rss1 = _rss_bytes()
     tracemalloc.stop()
     grown = sum(s.size_diff for s in snap1.compare_to(snap0, "filename"))
+    print(f"heap {grown} B, RSS {rss1 - rss0} B over 1000 batches")
     assert grown < 64 * 1024, f"Python heap grew by {grown} bytes over 1000 batches"
     assert rss1 - rss0 < 4 * 1024 * 1024, f"RSS grew by {rss1 - rss0} bytes over 1000 batches"
     assert loader.stats()["batches"] == 1200
     loader.close()
+
+
+def _threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_threads_end_with_the_loader(ds_small):
+    """Worker threads and the next() helper end on close() and on garbage collection, also
+    with batches still held and after a ring rebuild."""
+    base = _threads()
+    loader = stoker.Loader(ds_small, 4, num_workers=3, prefetch=1, rank=0, world_size=1)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        held = [b["label"] for b, _ in zip(loader, range(6))]  # forces rebuilds
+    assert _threads() == base + 3 + 1
+    loader.close()
+    assert _threads() == base
+    assert [int(x[0]) for x in held] == [0, 28, 56, 84, 112, 140]
+    loader = stoker.Loader(ds_small, 4, num_workers=2, rank=0, world_size=1)
+    it = iter(loader)
+    b = next(it)
+    del loader, it
+    gc.collect()
+    assert _threads() == base
+    assert b["index"].tolist() == [0, 1, 2, 3]
 
 
 def test_works_without_torch(ds_small):
@@ -117,6 +144,58 @@ loader.close()
     assert lines[0].startswith("interrupted"), out + err
     assert float(lines[0].split()[1]) < 1.2  # well before the 1.5 s batch was ready
     assert lines[1] == "rest True"
+
+
+@pytest.mark.skipif(not stoker.has_transforms(), reason="this build has no image pipeline")
+def test_ctrl_c_during_a_slow_decode(tmp_path):
+    """The same with a genuinely slow pipeline: 12-megapixel JPEGs decoded at full scale by one
+    worker thread, so the first batch takes seconds inside stk_loader_next."""
+    import io
+    import numpy as np
+    from PIL import Image
+    h, w = 3000, 4000
+    base = (np.add.outer(np.arange(h) // 7, np.arange(w) // 5) % 256).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(np.stack([base, base[::-1], base[:, ::-1]], -1)).save(buf, format="JPEG",
+                                                                          quality=90)
+    path = str(tmp_path / "big.stk")
+    stoker.write_shard(path, {"image": "bytes", "label": "int64"},
+                       ({"image": buf.getvalue(), "label": i} for i in range(64)))
+    code = f"""
+import time
+import stoker
+from stoker import transforms as T
+tr = T.Compose([T.Resize((32, 32)), T.ToTensor()], exact=True)
+loader = stoker.Loader({path!r}, 64, num_workers=1, prefetch=1, transforms=tr, rank=0,
+                       world_size=1)
+it = iter(loader)
+print("ready", flush=True)
+t0 = time.monotonic()
+try:
+    next(it)
+    print("no interrupt %.3f" % (time.monotonic() - t0), flush=True)
+except KeyboardInterrupt:
+    print("interrupted %.3f" % (time.monotonic() - t0), flush=True)
+b = next(it)
+print("then", b["image"].shape[0], b["label"].tolist() == list(range(64)),
+      "%.3f" % (time.monotonic() - t0), flush=True)
+"""
+    e = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=e)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    first, then = out.split("\n")[:2]
+    assert first.startswith("interrupted"), out + err
+    waited = float(then.split()[3])
+    assert float(first.split()[1]) < 0.4 * waited  # interrupted long before the batch was ready
+    assert then.split()[:3] == ["then", "64", "True"]
 
 
 def test_ctrl_c_exits_cleanly(ds_small):
