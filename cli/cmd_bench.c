@@ -35,7 +35,7 @@ typedef struct bench_args {
     int epochs;
     int64_t batch;
     uint64_t seed, max_samples;
-    bool shuffle, exact, ceiling, json, quiet, no_verify;
+    bool shuffle, exact, ceiling, json, quiet, no_verify, no_stats;
 } bench_args;
 
 typedef struct bench_result {
@@ -98,6 +98,7 @@ static void usage(FILE *f)
             "  --seed S\n"
             "  --exact             image recipes: decode at full scale (no DCT downscaling)\n"
             "  --no-verify         do not check record checksums (default: on first read)\n"
+            "  --no-stats          do not time the stages (measures what timing costs)\n"
             "  --ceiling           also measure the ceiling and print the ratio\n"
             "  --json              print one JSON object instead of a table\n"
             "  --quiet             no progress bar\n"
@@ -136,7 +137,7 @@ static int parse(int argc, char **argv, bench_args *a)
         {"exact", no_argument, NULL, 'x'},          {"ceiling", no_argument, NULL, 'c'},
         {"json", no_argument, NULL, 'j'},           {"quiet", no_argument, NULL, 'q'},
         {"no-verify", no_argument, NULL, 'V'},      {"plot", required_argument, NULL, 'P'},
-        {"trace", required_argument, NULL, 'T'},
+        {"trace", required_argument, NULL, 'T'},    {"no-stats", no_argument, NULL, 'N'},
         {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof(*a));
@@ -192,6 +193,7 @@ static int parse(int argc, char **argv, bench_args *a)
         case 'j': a->json = true; break;
         case 'q': a->quiet = true; break;
         case 'V': a->no_verify = true; break;
+        case 'N': a->no_stats = true; break;
         case 'h': usage(stdout); return -1;
         default: return stk_cli_getopt_error("bench", c, argv);
         }
@@ -226,7 +228,7 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     o.rank = 0;
     o.world = 1;
     o.flags = (a->shuffle ? STK_LOADER_SHUFFLE : 0) | (a->no_verify ? STK_LOADER_NO_VERIFY : 0) |
-              (a->auto_threads ? STK_LOADER_AUTOTUNE : 0);
+              (a->auto_threads ? STK_LOADER_AUTOTUNE : 0) | (a->no_stats ? STK_LOADER_NO_STATS : 0);
     o.transform = t;
     memset(r, 0, sizeof(*r));
     reset_peak_rss();
