@@ -19,26 +19,11 @@
 
 /* ---- shared formatting ---- */
 
-static const char *kind_name(stk_field_kind k)
-{
-    switch (k) {
-    case STK_FIELD_BYTES:
-        return "bytes";
-    case STK_FIELD_INT64:
-        return "int64";
-    case STK_FIELD_FLOAT32:
-        return "float32";
-    case STK_FIELD_ARRAY:
-        return "array";
-    }
-    return "unknown";
-}
-
 /* "bytes", "int64", "array float32[2,3]" */
 static const char *type_text(const stk_field *f, char *buf, size_t size)
 {
     if (f->kind != STK_FIELD_ARRAY)
-        return kind_name(f->kind);
+        return stk_field_kind_name(f->kind);
     int n = snprintf(buf, size, "array %s[", stk_dtype_name(f->dtype));
     for (uint32_t d = 0; d < f->ndim && n > 0 && (size_t)n < size; d++)
         n += snprintf(buf + n, size - (size_t)n, "%s%lld", d ? "," : "", (long long)f->shape[d]);
@@ -259,7 +244,7 @@ static void inspect_json(const stk_dataset *ds)
         const stk_field *f = stk_dataset_field(ds, i);
         printf("%s{\"name\": ", i ? ", " : "");
         stk_cli_json_string(stdout, f->name, strlen(f->name));
-        printf(", \"kind\": \"%s\", \"dtype\": \"%s\", \"shape\": [", kind_name(f->kind),
+        printf(", \"kind\": \"%s\", \"dtype\": \"%s\", \"shape\": [", stk_field_kind_name(f->kind),
                stk_dtype_name(f->dtype));
         for (uint32_t d = 0; f->kind == STK_FIELD_ARRAY && d < f->ndim; d++)
             printf("%s%lld", d ? ", " : "", (long long)f->shape[d]);

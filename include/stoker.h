@@ -64,7 +64,8 @@ enum {
     STK_ELIMIT = -5,     /* a limit was exceeded (pixels, record size, ring slots) */
     STK_ENOTSUP = -6,    /* not supported (format version, field kind, missing driver) */
     STK_ESTATE = -7,     /* call not valid in the object's current state */
-    STK_ECANCELED = -8   /* the operation was cancelled (loader closing) */
+    STK_ECANCELED = -8,  /* the operation was cancelled (loader closing) */
+    STK_EAGAIN = -9      /* nothing ready before the timeout: call again (nothing changed) */
 };
 
 /** Static English text for a status code ("invalid argument", ...); never NULL, also for
@@ -115,6 +116,11 @@ typedef enum stk_field_kind {
 #define STK_MAX_NAME 32  /* field and tensor names, including the terminating NUL */
 #define STK_MAX_DIMS 4   /* dimensions of an array field (not counting the batch) */
 #define STK_MAX_FIELDS 16
+
+/** Lower-case name of a field kind ("bytes", "int64", "float32", "array"); "unknown" for an
+ *  unknown value.
+ *  Lifetime: static storage. Threads: thread-safe. */
+STK_API const char *stk_field_kind_name(stk_field_kind kind);
 
 /** One field of a record schema. */
 typedef struct stk_field {
@@ -513,6 +519,15 @@ STK_API void stk_loader_destroy(stk_loader *loader);
  *  Lifetime: *out stays valid until stk_batch_release(*out).
  *  Threads: one consumer thread at a time. */
 STK_API stk_status stk_loader_next(stk_loader *loader, stk_batch **out);
+
+/** stk_loader_next with a time limit: waits at most `timeout_ms` milliseconds for the next batch
+ *  (a negative value waits as long as it takes, like stk_loader_next). Bindings use it to stay
+ *  responsive (Python checks for Ctrl-C between calls) without a thread hop per batch.
+ *  @return as stk_loader_next, or STK_EAGAIN when no batch was ready in time; then nothing has
+ *          changed and the call may simply be repeated.
+ *  Threads: one consumer thread at a time. */
+STK_API stk_status stk_loader_next_timeout(stk_loader *loader, stk_batch **out,
+                                           int64_t timeout_ms);
 
 /** Detail of the loader's last failure.
  *  Lifetime: valid until the next call on the loader. */

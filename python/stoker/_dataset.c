@@ -24,21 +24,6 @@ typedef struct {
     PyObject *weakreflist;
 } DatasetObject;
 
-static const char *kind_name(stk_field_kind k)
-{
-    switch (k) {
-    case STK_FIELD_BYTES:
-        return "bytes";
-    case STK_FIELD_INT64:
-        return "int64";
-    case STK_FIELD_FLOAT32:
-        return "float32";
-    case STK_FIELD_ARRAY:
-        return "array";
-    }
-    return "unknown";
-}
-
 const stk_dataset *stkpy_dataset_get(PyObject *obj)
 {
     if (!PyObject_TypeCheck(obj, &StkDataset_Type)) {
@@ -190,7 +175,7 @@ static PyObject *field_dict(const stk_dataset *ds, size_t i)
     if (!shape)
         return NULL;
     PyObject *d = Py_BuildValue("{s:s,s:s,s:s,s:N,s:K}", "name", f->name, "kind",
-                                kind_name(f->kind), "dtype", stkpy_dtype_name(dt), "shape", shape,
+                                stk_field_kind_name(f->kind), "dtype", stkpy_dtype_name(dt), "shape", shape,
                                 "max_size", (unsigned long long)stk_dataset_field_max_size(ds, i));
     return d;
 }

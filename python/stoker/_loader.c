@@ -14,14 +14,18 @@
  * call. `consumer_busy` enforces the C loader's one-consumer contract: a second thread that
  * calls a consumer method while one is running gets a RuntimeError.
  *
- * Ctrl-C during a blocking next: stk_loader_next has no timeout, so the call runs on a helper
- * thread owned by the Loader object (started on first use). The consumer posts a request and
- * waits for the answer in steps of 100 ms with the GIL released, running PyErr_CheckSignals
- * between steps. When a signal handler raises (KeyboardInterrupt), the request stays pending:
- * its batch (or error, or end of epoch) is delivered by the next call to next(), so nothing is
- * lost or skipped. state() answers with the state taken just before that request while its
- * result has not been delivered; set_epoch(), load_state() and close() wait for the request
- * and discard its result.
+ * Ctrl-C during a blocking next: the consumer calls stk_loader_next_timeout on its own thread
+ * with the GIL released, in steps of 100 ms, running PyErr_CheckSignals between steps
+ * (STK_EAGAIN consumes nothing, so an interrupted call loses or skips nothing). No thread hop
+ * per batch: on two loaded cores each cross-thread wake-up can wait a scheduler slice, which
+ * once cost Python a third of the C loader's throughput.
+ *
+ * The test hook `_set_debug_delay` (a slow batch on demand) runs next on a helper thread
+ * instead: the consumer posts a request and waits for the answer in the same 100 ms steps.
+ * When a signal handler raises, that request stays pending: its batch (or error, or end of
+ * epoch) is delivered by the next call to next(). state() answers with the state taken just
+ * before a pending request; set_epoch(), load_state() and close() wait for the request and
+ * discard its result.
  *
  * Lock order: the GIL, then `mu`. `mu` is never held while acquiring the GIL.
  */
@@ -652,10 +656,45 @@ static PyObject *Loader_close(LoaderObject *self, PyObject *noargs)
 
 /* tp_iternext: the next Batch; NULL without an exception at the end of an epoch (the next call
  * starts the next epoch); NULL with a stoker error for a failed batch (iteration may go on). */
+/* next() on the calling thread: 100 ms timed waits with the GIL released, signals checked
+ * between them. Called inside loader_enter; leaves it. */
+static PyObject *next_direct(LoaderObject *self)
+{
+    stk_batch *b = NULL;
+    stk_status rc;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = stk_loader_next_timeout(self->loader, &b, POLL_NS / 1000000);
+        Py_END_ALLOW_THREADS
+        if (rc != STK_EAGAIN)
+            break;
+        /* Leave while signal handlers run: a handler may close the loader. */
+        loader_leave(self, true);
+        if (PyErr_CheckSignals() < 0)
+            return NULL; /* nothing was consumed */
+        if (loader_enter(self, true) < 0)
+            return NULL;
+    }
+    char err[ERR_BUF] = "";
+    if (rc < 0) /* errmsg is valid until the next call on the loader: copy it now */
+        snprintf(err, sizeof(err), "%s", stk_loader_errmsg(self->loader));
+    loader_leave(self, true);
+    if (rc == STK_OK)
+        return batch_new(b);
+    if (rc == STK_END)
+        return NULL;
+    return stkpy_raise(rc, err);
+}
+
 static PyObject *Loader_next(LoaderObject *self)
 {
     if (loader_enter(self, true) < 0)
         return NULL;
+    pthread_mutex_lock(&self->mu);
+    bool direct = self->req == REQ_IDLE && !self->debug_delay_ms;
+    pthread_mutex_unlock(&self->mu);
+    if (direct)
+        return next_direct(self);
     for (;;) {
         pthread_mutex_lock(&self->mu);
         bool idle = self->req == REQ_IDLE;

@@ -21,6 +21,7 @@ const char *stk_strerror(stk_status code)
     case STK_ENOTSUP: return "not supported";
     case STK_ESTATE: return "invalid state for this call";
     case STK_ECANCELED: return "cancelled";
+    case STK_EAGAIN: return "nothing ready yet: try again";
     default: return "unknown status code";
     }
 }

@@ -49,6 +49,17 @@ const char *stk_dtype_name(stk_dtype dtype)
     return "unknown";
 }
 
+const char *stk_field_kind_name(stk_field_kind kind)
+{
+    switch (kind) {
+    case STK_FIELD_BYTES: return "bytes";
+    case STK_FIELD_INT64: return "int64";
+    case STK_FIELD_FLOAT32: return "float32";
+    case STK_FIELD_ARRAY: return "array";
+    }
+    return "unknown";
+}
+
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 static uint32_t cpu_count;
 

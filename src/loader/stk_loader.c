@@ -42,6 +42,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
@@ -538,7 +539,11 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     }
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv_work, NULL);
-    pthread_cond_init(&c->cv_ready, NULL);
+    pthread_condattr_t ca; /* cv_ready: timed waits (stk_loader_next_timeout) use CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv_ready, &ca);
+    pthread_condattr_destroy(&ca);
     c->pid = getpid();
     c->refs = 1;
     L->c = c;
@@ -761,13 +766,30 @@ static void autotune_tick(core *c, uint64_t now)
 
 stk_status stk_loader_next(stk_loader *L, stk_batch **out)
 {
+    return stk_loader_next_timeout(L, out, -1);
+}
+
+stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeout_ms)
+{
     core *c = L->c;
     *out = NULL;
     L->errmsg[0] = '\0';
     uint64_t t_in = tnow(c);
+    struct timespec deadline;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_MONOTONIC, &deadline); /* cv_ready runs on CLOCK_MONOTONIC */
+        deadline.tv_sec += (time_t)(timeout_ms / 1000);
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
     pthread_mutex_lock(&c->mu);
-    if (c->ctrace.cap && c->c_return_ns)
+    if (c->ctrace.cap && c->c_return_ns) {
         trace_add(c, &c->ctrace, TR_STEP, c->c_return_ns, t_in, (uint32_t)c->c_seq);
+        c->c_return_ns = 0; /* a repeated call after STK_EAGAIN is not another step */
+    }
     if (c->autotune)
         autotune_tick(c, stk__now_ns());
     if (c->c_b >= c->c_plan.n_batches) {
@@ -793,12 +815,21 @@ stk_status stk_loader_next(stk_loader *L, stk_batch **out)
     }
     if (!(s->seq == seq && s->state == SLOT_READY)) {
         uint64_t t0 = tnow(c);
-        while (!(s->seq == seq && s->state == SLOT_READY))
-            pthread_cond_wait(&c->cv_ready, &c->mu);
+        bool timed_out = false;
+        while (!(s->seq == seq && s->state == SLOT_READY) && !timed_out) {
+            if (timeout_ms < 0)
+                pthread_cond_wait(&c->cv_ready, &c->mu);
+            else
+                timed_out = pthread_cond_timedwait(&c->cv_ready, &c->mu, &deadline) == ETIMEDOUT;
+        }
         uint64_t t1 = tnow(c);
         atomic_fetch_add_explicit(&c->consumer_wait_ns, t1 - t0, memory_order_relaxed);
         if (c->ctrace.cap)
             trace_add(c, &c->ctrace, TR_CWAIT, t0, t1, (uint32_t)seq);
+        if (!(s->seq == seq && s->state == SLOT_READY)) {
+            pthread_mutex_unlock(&c->mu);
+            return STK_EAGAIN; /* nothing consumed: the caller may simply call again */
+        }
     }
     c->c_seq++;
     c->c_b++;

@@ -10,7 +10,8 @@
 static int test_strerror(void)
 {
     static const int codes[] = {STK_OK,    STK_END,     STK_EINVAL, STK_ENOMEM,   STK_EIO,
-                                STK_EFORMAT, STK_ELIMIT, STK_ENOTSUP, STK_ESTATE, STK_ECANCELED};
+                                STK_EFORMAT, STK_ELIMIT, STK_ENOTSUP, STK_ESTATE, STK_ECANCELED,
+                                STK_EAGAIN};
     for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         const char *s = stk_strerror(codes[i]);
         T_CHECK(s && *s && strcmp(s, "unknown status code") != 0);
@@ -28,6 +29,7 @@ static int test_strerror(void)
     T_EQ(STK_ENOTSUP, -6);
     T_EQ(STK_ESTATE, -7);
     T_EQ(STK_ECANCELED, -8);
+    T_EQ(STK_EAGAIN, -9);
     T_EQ(STK_END, 1);
     return 0;
 }
@@ -78,6 +80,8 @@ static int test_dtypes_and_version(void)
     T_EQ(stk_dtype_size((stk_dtype)99), 0);
     T_CHECK(strcmp(stk_dtype_name(STK_DTYPE_BFLOAT16), "bfloat16") == 0);
     T_CHECK(strcmp(stk_dtype_name((stk_dtype)99), "unknown") == 0);
+    T_CHECK(strcmp(stk_field_kind_name(STK_FIELD_ARRAY), "array") == 0);
+    T_CHECK(strcmp(stk_field_kind_name((stk_field_kind)9), "unknown") == 0);
     T_EQ(stk_version_number(), STK_VERSION_NUMBER);
     T_CHECK(strcmp(stk_version_string(), STK_VERSION_STRING) == 0);
     T_CHECK(stk__cpu_count() >= 1);

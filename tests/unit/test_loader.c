@@ -478,6 +478,39 @@ static int test_fork_child(void)
     return 0;
 }
 
+/* Polling with a zero timeout gets STK_EAGAIN until a batch is ready and loses nothing. */
+static int test_next_timeout(void)
+{
+    const char *paths[] = {ds_main};
+    stk_loader_opts o = base_opts(paths, 16, 2);
+    stk_loader *L;
+    T_OK(stk_loader_create(&o, &L));
+    static int64_t seq[MAXN];
+    size_t n = 0;
+    stk_status rc;
+    stk_batch *b;
+    long again = 0;
+    while ((rc = stk_loader_next_timeout(L, &b, again % 2 ? 1 : 0)) != STK_END) {
+        if (rc == STK_EAGAIN) {
+            T_CHECK(b == NULL);
+            again++;
+            continue;
+        }
+        T_OK(rc);
+        T_CHECK(check_batch(b, seq, &n) == 0);
+        stk_batch_release(b);
+    }
+    T_EQ(n, 1000);
+    for (size_t i = 0; i < n; i++)
+        T_EQ(seq[i], (int64_t)i);
+    /* With a long timeout it behaves as stk_loader_next. */
+    T_OK(stk_loader_next_timeout(L, &b, 10000));
+    T_EQ(stk_batch_indices(b)[0], 0);
+    stk_batch_release(b);
+    stk_loader_destroy(L);
+    return 0;
+}
+
 static int test_bad_arguments(void)
 {
     const char *paths[] = {ds_small};
@@ -678,5 +711,6 @@ static int teardown(void)
 T_MAIN(T_CASE(setup), T_CASE(test_in_order), T_CASE(test_shuffle_once_ranks_threads),
        T_CASE(test_epochs_advance_and_repeat), T_CASE(test_drop_last), T_CASE(test_resume),
        T_CASE(test_resume_other_world), T_CASE(test_backpressure_and_holding),
-       T_CASE(test_shutdown_anywhere), T_CASE(test_fork_child), T_CASE(test_bad_arguments), T_CASE(test_bad_states),
+       T_CASE(test_shutdown_anywhere), T_CASE(test_fork_child), T_CASE(test_next_timeout),
+       T_CASE(test_bad_arguments), T_CASE(test_bad_states),
        T_CASE(test_corrupt_record), T_CASE(test_alloc_failures), T_CASE(teardown))
