@@ -32,7 +32,9 @@ def c_bench(data, recipe, threads, batch, epochs):
 
 
 PY_LOOP = r"""
-import sys, time, json, stoker
+import sys, time, json
+import torch   # imported before the clock starts, as in a training script
+import stoker
 data, recipe, threads, batch, epochs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 t0 = time.perf_counter()
 loader = stoker.Loader(data, batch_size=batch, shuffle=True, num_workers=threads,
@@ -55,6 +57,7 @@ def py_bench(data, recipe, threads, batch, epochs):
 FIRST_STOKER = r"""
 import sys, time
 t0 = time.perf_counter()
+import torch   # a training script has imported torch already (stoker converts lazily)
 import stoker
 t1 = time.perf_counter()
 loader = stoker.Loader(sys.argv[1], batch_size=64, shuffle=True, num_workers=2,
