@@ -96,8 +96,8 @@ typedef struct worker {
     core *c;
     uint32_t id;
     pthread_t thread;
-    _Atomic uint64_t read_ns, collate_ns, wait_ns;
-    uint64_t run_ns; /* time inside sample runs (this thread only) */
+    _Atomic uint64_t read_ns, wait_ns;
+    _Atomic uint64_t run_ns; /* time inside runs of samples; collate = run - read - transform */
     tbuf trace;
     stk__tworker *tw;
     uint8_t *scratch; /* encoded bytes of the transformed field */
@@ -220,6 +220,13 @@ static bool core_unref_locked(core *c)
 
 /* ---- worker side ---- */
 
+/* The ticket word's high half: the batch's seq (low 32 bits), so a stale slot pointer never
+ * takes a newer batch's ticket. */
+static inline uint64_t ticket_tag(uint64_t seq)
+{
+    return (seq & 0xffffffffULL) << 32;
+}
+
 /* Open batch c->open_seq in its slot from the dispatcher state (mu held; the slot is FREE).
  * Returns false when there is nothing to open. */
 static bool open_batch(core *c)
@@ -243,7 +250,7 @@ static bool open_batch(core *c)
     stk_plan_batch(&c->d_plan, c->d_b, &s->first, &s->count, &s->consumed);
     /* A resumed epoch numbers its batches from the epoch's start, not from the resume point. */
     s->number = (c->d_plan.start / ((uint64_t)c->world * c->batch_size)) + c->d_b;
-    atomic_store(&s->ticket, (s->seq & 0xffffffffULL) << 32);
+    atomic_store(&s->ticket, ticket_tag(s->seq));
     atomic_store(&s->done, 0);
     atomic_store(&s->skipped, 0);
     s->err_sample = UINT32_MAX;
@@ -340,7 +347,7 @@ static void do_sample(core *c, worker *w, slot *s, uint32_t t)
     uint64_t pos = s->first + t;
     uint64_t idx = stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, pos % c->n);
     stk_status rc = load_record(c, w, s, t, idx, err, sizeof(err));
-    if (rc < 0 && c->skip_corrupt && rc == STK_EFORMAT) {
+    if (rc == STK_EFORMAT && c->skip_corrupt) {
         for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->n && rc == STK_EFORMAT; k++) {
             idx = stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, (pos + k) % c->n);
             char err2[STK_ERRMSG_SIZE];
@@ -367,7 +374,7 @@ static void do_sample(core *c, worker *w, slot *s, uint32_t t)
 /* Take the next ticket of batch `seq` in slot `s`; false when none is left. */
 static bool take_ticket(slot *s, uint64_t seq, uint32_t count, uint32_t *t)
 {
-    uint64_t want_tag = (seq & 0xffffffffULL) << 32;
+    uint64_t want_tag = ticket_tag(seq);
     uint64_t cur = atomic_load(&s->ticket);
     for (;;) {
         if ((cur & 0xffffffff00000000ULL) != want_tag || (uint32_t)cur >= count)
@@ -433,15 +440,7 @@ static void *worker_main(void *arg)
                 pthread_mutex_unlock(&c->mu);
             }
         }
-        if (c->timed) { /* what the run of samples took beyond reading and transforming */
-            uint64_t d = 0, a = 0;
-            if (w->tw)
-                stk__transform_worker_stage_ns(w->tw, &d, &a);
-            w->run_ns += tnow(c) - t0;
-            uint64_t other = atomic_load_explicit(&w->read_ns, memory_order_relaxed) + d + a;
-            if (w->run_ns > other)
-                atomic_store_explicit(&w->collate_ns, w->run_ns - other, memory_order_relaxed);
-        }
+        atomic_fetch_add_explicit(&w->run_ns, tnow(c) - t0, memory_order_relaxed);
         pthread_mutex_lock(&c->mu);
         if (--c->busy == 0)
             pthread_cond_broadcast(&c->cv_ready); /* a reset may be waiting for busy == 0 */
@@ -964,15 +963,17 @@ void stk_loader_stats_get(const stk_loader *L, stk_loader_stats *out)
     out->wall_ns = stk__now_ns() - c->created_ns;
     for (uint32_t i = 0; i < c->n_threads; i++) {
         const worker *w = &c->workers[i];
-        out->read_ns += atomic_load_explicit(&w->read_ns, memory_order_relaxed);
-        out->collate_ns += atomic_load_explicit(&w->collate_ns, memory_order_relaxed);
-        out->worker_wait_ns += atomic_load_explicit(&w->wait_ns, memory_order_relaxed);
-        if (w->tw) {
-            uint64_t d, a;
+        uint64_t read = atomic_load_explicit(&w->read_ns, memory_order_relaxed), d = 0, a = 0;
+        uint64_t run = atomic_load_explicit(&w->run_ns, memory_order_relaxed);
+        if (w->tw)
             stk__transform_worker_stage_ns(w->tw, &d, &a);
-            out->decode_ns += d;
-            out->augment_ns += a;
-        }
+        out->read_ns += read;
+        out->decode_ns += d;
+        out->augment_ns += a;
+        /* collate: what runs of samples took beyond reading and transforming (counters are
+         * read one after the other, so clamp at 0) */
+        out->collate_ns += run > read + d + a ? run - read - d - a : 0;
+        out->worker_wait_ns += atomic_load_explicit(&w->wait_ns, memory_order_relaxed);
     }
     out->consumer_wait_ns = atomic_load_explicit(&c->consumer_wait_ns, memory_order_relaxed);
     pthread_mutex_lock(&c->mu);
