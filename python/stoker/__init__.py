@@ -5,8 +5,8 @@
     for batch in loader:              # each pass is the next epoch
         images, labels = batch["image"], batch["label"]
 
-Main names: Loader, Batch, Dataset, Writer, write_shard, pack_image_folder, transforms (alias
-ops), and the exceptions: Error and its per-status subclasses StokerInvalidError (also a
+Main names: Loader, Batch, profile (is a training loop waiting on data? see Profile),
+Dataset, Writer, write_shard, pack_image_folder, transforms (alias ops), and the exceptions: Error and its per-status subclasses StokerInvalidError (also a
 ValueError), StokerMemoryError (MemoryError), StokerIOError (OSError), StokerFormatError,
 StokerLimitError, StokerNotSupportedError, StokerStateError (RuntimeError) and
 StokerCanceledError. docs/python.md is the manual.
@@ -18,12 +18,13 @@ from ._core import (Error, StokerCanceledError, StokerFormatError, StokerInvalid
 from . import transforms
 from .dataset import Dataset, Writer, pack_image_folder, write_shard
 from .loader import Batch, Loader
+from ._profile import Profile, profile
 
 ops = transforms
 __version__ = _core.__version__
 
 __all__ = [
-    "Loader", "Batch", "Dataset", "Writer", "write_shard", "pack_image_folder", "transforms",
+    "Loader", "Batch", "profile", "Profile", "Dataset", "Writer", "write_shard", "pack_image_folder", "transforms",
     "ops", "has_transforms", "epoch_order", "Error", "StokerInvalidError", "StokerMemoryError",
     "StokerIOError", "StokerFormatError", "StokerLimitError", "StokerNotSupportedError",
     "StokerStateError", "StokerCanceledError", "__version__",

@@ -497,17 +497,19 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     static char *kwlist[] = {
         "data",   "batch_size", "num_threads", "prefetch",        "seed",
         "rank",   "world",      "shuffle",     "drop_last",       "skip_corrupt",
-        "verify", "pinned",     "transform",   "transform_field", NULL};
+        "verify", "pinned",     "transform",   "transform_field", "autotune",
+        "trace_events", NULL};
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
     int n_threads = 0, prefetch = 0, rank = -1, world = -1;
     unsigned long long seed = 0;
-    int shuffle = 0, drop_last = 0, skip_corrupt = 0, verify = 1, pinned = 0;
+    int shuffle = 0, drop_last = 0, skip_corrupt = 0, verify = 1, pinned = 0, autotune = 0;
+    unsigned int trace_events = 0;
     const char *tfield = "image";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOs:Loader", kwlist, &data, &batch_size,
-                                     &n_threads, &prefetch, &seed, &rank, &world, &shuffle,
-                                     &drop_last, &skip_corrupt, &verify, &pinned, &transform,
-                                     &tfield))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspI:Loader", kwlist, &data,
+                                     &batch_size, &n_threads, &prefetch, &seed, &rank, &world,
+                                     &shuffle, &drop_last, &skip_corrupt, &verify, &pinned,
+                                     &transform, &tfield, &autotune, &trace_events))
         return NULL;
     stk_loader_opts o;
     stk_loader_opts_init(&o);
@@ -541,7 +543,8 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o.world = world;
     o.flags = (shuffle ? STK_LOADER_SHUFFLE : 0) | (drop_last ? STK_LOADER_DROP_LAST : 0) |
               (skip_corrupt ? STK_LOADER_SKIP_CORRUPT : 0) | (verify ? 0 : STK_LOADER_NO_VERIFY) |
-              (pinned ? STK_LOADER_PINNED : 0);
+              (pinned ? STK_LOADER_PINNED : 0) | (autotune ? STK_LOADER_AUTOTUNE : 0);
+    o.trace_events = trace_events;
     stk_loader *L = NULL;
     stk_status rc;
     char err[ERR_BUF] = "";
@@ -831,10 +834,42 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *noargs)
     stk_loader_stats s;
     stk_loader_stats_get(self->loader, &s);
     loader_leave(self, false);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "batches", (unsigned long long)s.batches,
-                         "samples", (unsigned long long)s.samples, "bytes_read",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:s}",
+                         "batches", (unsigned long long)s.batches, "samples",
+                         (unsigned long long)s.samples, "bytes_read",
                          (unsigned long long)s.bytes_read, "skipped", (unsigned long long)s.skipped,
-                         "errors", (unsigned long long)s.errors);
+                         "errors", (unsigned long long)s.errors, "wall_ns",
+                         (unsigned long long)s.wall_ns, "read_ns", (unsigned long long)s.read_ns,
+                         "decode_ns", (unsigned long long)s.decode_ns, "augment_ns",
+                         (unsigned long long)s.augment_ns, "collate_ns",
+                         (unsigned long long)s.collate_ns, "copy_ns", (unsigned long long)s.copy_ns,
+                         "worker_wait_ns", (unsigned long long)s.worker_wait_ns,
+                         "consumer_wait_ns", (unsigned long long)s.consumer_wait_ns,
+                         "active_threads", s.active_threads, "depth", s.depth, "autotune_changes",
+                         s.autotune_changes, "autotune_reason", s.autotune_reason);
+}
+
+static PyObject *Loader_trace_write(LoaderObject *self, PyObject *arg)
+{
+    PyObject *bytes;
+    if (!PyUnicode_FSConverter(arg, &bytes))
+        return NULL;
+    if (loader_enter(self, false) < 0) {
+        Py_DECREF(bytes);
+        return NULL;
+    }
+    stk_status rc;
+    char err[ERR_BUF] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_trace_write(self->loader, PyBytes_AS_STRING(bytes));
+    if (rc < 0)
+        snprintf(err, sizeof(err), "%s", stk_loader_errmsg(self->loader));
+    Py_END_ALLOW_THREADS
+    loader_leave(self, false);
+    Py_DECREF(bytes);
+    if (rc < 0)
+        return stkpy_raise(rc, err);
+    Py_RETURN_NONE;
 }
 
 static PyObject *Loader_closed(LoaderObject *self, void *c)
@@ -887,7 +922,11 @@ static PyMethodDef Loader_methods[] = {
      "info() -> dict: resolved settings (n_threads, prefetch = ring slots, batch_size, rank, "
      "world, n_records, slot_size, pinned)."},
     {"stats", (PyCFunction)Loader_stats, METH_NOARGS,
-     "stats() -> dict: counters since create (batches, samples, bytes_read, skipped, errors)."},
+     "stats() -> dict: counters and stage times (ns) since create, active_threads, depth and the "
+     "autotuner's last reason (the fields of stk_loader_stats)."},
+    {"trace_write", (PyCFunction)Loader_trace_write, METH_O,
+     "trace_write(path): write the Chrome/Perfetto trace recorded so far (needs "
+     "trace_events > 0)."},
     {"close", (PyCFunction)Loader_close, METH_NOARGS,
      "Stop the workers and free the loader; batches still held stay valid."},
     {"_set_debug_delay", (PyCFunction)Loader_set_debug_delay, METH_O,
@@ -913,7 +952,8 @@ PyTypeObject StkLoader_Type = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Loader(data, batch_size=256, num_threads=0, prefetch=0, seed=0, rank=-1, "
               "world=-1, shuffle=False, drop_last=False, skip_corrupt=False, verify=True, "
-              "pinned=False, transform=None, transform_field='image'): the C loader with C "
+              "pinned=False, transform=None, transform_field='image', autotune=False, "
+              "trace_events=0): the C loader with C "
               "semantics (num_threads 0 = one per CPU, prefetch = ring slots, 0 = default). "
               "next() returns a Batch; the end of an epoch is StopIteration, and the next call "
               "starts the next epoch.",

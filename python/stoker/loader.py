@@ -25,6 +25,11 @@ from .dataset import Dataset
 __all__ = ["Loader", "Batch"]
 
 _DEFAULT_PREFETCH = 3
+_TRACE_EVENTS = 1 << 16  # per thread, with trace=: the first 65536 events of each thread
+
+# stats() fields that describe the present (taken from the newest core after a rebuild);
+# every other field is a counter and adds up.
+_GAUGES = ("active_threads", "depth", "autotune_reason", "num_workers")
 
 
 def _torch():
@@ -152,22 +157,27 @@ class _LoaderIter:
 class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
     num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
-    world_size=None, transforms=None, on_error="raise")
+    world_size=None, transforms=None, on_error="raise", trace=None)
 
     Iterating gives :class:`Batch` dicts; each ``iter()`` is the next epoch. See
-    docs/python.md for every argument.
+    docs/python.md for every argument. ``num_workers=None`` (or ``"auto"``) lets the loader
+    choose its thread count and depth online (at most one thread per CPU and ``prefetch``
+    batches): the fewest threads that keep the training loop from waiting; ``stats()`` says
+    what it chose and why. ``trace="out.json"`` records a Chrome/Perfetto trace written at
+    ``close()`` (or with ``write_trace()``).
     """
 
     def __init__(self, data, batch_size, shuffle=False, seed=0, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
-                 world_size=None, transforms=None, on_error="raise", *,
+                 world_size=None, transforms=None, on_error="raise", trace=None, *,
                  transform_field="image", verify=True, output=None):
         self._core = None  # so that close()/__del__ work on a half-built object
         self._dataset = None
         self._own_dataset = False
         batch_size = _check_int(batch_size, "batch_size", 1)
-        if num_workers is None:
-            threads = 0  # one per online CPU (the C default)
+        autotune = num_workers is None or (isinstance(num_workers, str) and num_workers == "auto")
+        if autotune:
+            threads = 0  # at most one per online CPU (the C default); the autotuner picks
         else:
             threads = _check_int(num_workers, "num_workers", -1 << 62)
             if threads < 0:
@@ -175,8 +185,9 @@ class Loader:
                                                f"but got num_workers={threads}")
             # 0 means "in the main process" in PyTorch; threads are cheap: one worker thread
             threads = max(1, threads)
-        self.prefetch = _DEFAULT_PREFETCH if prefetch is None else \
-            _check_int(prefetch, "prefetch", 1)
+        if prefetch is None or (isinstance(prefetch, str) and prefetch == "auto"):
+            prefetch = _DEFAULT_PREFETCH  # an upper bound when the autotuner runs
+        self.prefetch = _check_int(prefetch, "prefetch", 1)
         seed = _check_int(seed, "seed", 0)
         if seed >= 1 << 64:
             raise _core.StokerInvalidError(f"seed should fit in 64 bits, but got seed={seed}")
@@ -200,6 +211,9 @@ class Loader:
             else:
                 warnings.warn("stoker.Loader: pin_memory=True but no CUDA device is available; "
                               "batches stay in pageable memory", UserWarning, stacklevel=2)
+        if trace is not None:
+            trace = os.fspath(trace)
+        self._trace = trace
         self._transform = _transforms.compile(transforms)
         if isinstance(data, _core.Dataset):
             self._dataset = data
@@ -210,7 +224,8 @@ class Loader:
             batch_size=batch_size, num_threads=threads, prefetch=self.prefetch + 1, seed=seed,
             rank=rank, world=world_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
             skip_corrupt=on_error == "skip", verify=bool(verify), pinned=pinned,
-            transform=self._transform, transform_field=transform_field)
+            transform=self._transform, transform_field=transform_field, autotune=autotune,
+            trace_events=_TRACE_EVENTS if trace else 0)
         self._core = _core.Loader(self._dataset, **self._core_kwargs)
         self.batch_size = batch_size
         self.shuffle = bool(shuffle)
@@ -219,6 +234,7 @@ class Loader:
         self.rank, self.world_size = rank, world_size
         self.output = output
         self.pin_memory = pinned
+        self.autotune = autotune
         self._convert = self._converter(output, torch)
         self._gen = 0             # bumped by iter(), set_epoch and load_state_dict
         self._mid_epoch = False   # a pass stopped before the end of its epoch
@@ -359,7 +375,9 @@ class Loader:
         """Replace the C loader by a new one at the same position (held batches stay valid)."""
         old = self._core
         state = old.state()
-        self._stats_base = self._add_stats(self._stats_base, old.stats())
+        self._stats_base = self._add_stats(self._stats_base, self._core_stats(old))
+        if self._trace:
+            old.trace_write(self._trace)  # the new core's trace starts afresh
         old.close()
         self._core = None
         core = _core.Loader(self._dataset, **self._core_kwargs)
@@ -371,7 +389,22 @@ class Loader:
 
     @staticmethod
     def _add_stats(a, b):
-        return dict(b) if a is None else {k: a[k] + b[k] for k in b}
+        if a is None:
+            return dict(b)
+        return {k: b[k] if k in _GAUGES else a[k] + b[k] for k in b}
+
+    @staticmethod
+    def _core_stats(core):
+        """The C stats with times in seconds."""
+        c = core.stats()
+        out = {}
+        for k, v in c.items():
+            if k.endswith("_ns"):
+                out[k[:-3] + "_s"] = v / 1e9
+            else:
+                out[k] = v
+        out["num_workers"] = core.info()["n_threads"]
+        return out
 
     # ---- epochs and state ----
 
@@ -425,7 +458,8 @@ class Loader:
 
     def info(self):
         """Resolved settings: num_workers (threads), prefetch, ring_slots, batch_size, rank,
-        world_size, n_records, slot_size (bytes), pinned, output, device, transform output."""
+        world_size, n_records, slot_size (bytes), pinned, output, device, transform output,
+        autotune (whether num_workers and prefetch are upper bounds the autotuner works in)."""
         self._check_open()
         i = self._core.info()
         return {"num_workers": i["n_threads"], "prefetch": self.prefetch,
@@ -433,14 +467,37 @@ class Loader:
                 "world_size": i["world"], "n_records": i["n_records"],
                 "slot_size": i["slot_size"], "pinned": i["pinned"], "output": self.output,
                 "device": None if self._device is None else str(self._device),
-                "transform": None if self._transform is None else self._transform.output}
+                "transform": None if self._transform is None else self._transform.output,
+                "autotune": self.autotune}
 
     def stats(self):
-        """Counters since construction: batches, samples, bytes_read, skipped (samples replaced
-        under on_error="skip"), errors (batches that failed)."""
+        """Counters since construction, a dict:
+
+        - batches, samples (delivered), bytes_read, skipped (samples replaced under
+          on_error="skip"), errors (batches that failed);
+        - seconds: wall_s (since construction), and summed over worker threads read_s,
+          decode_s, augment_s, collate_s, copy_s (device copies), worker_wait_s (workers held
+          back by a full ring: the training loop is slower than the loader); consumer_wait_s
+          (the training loop blocked in next(): the loader is slower);
+        - active_threads (threads working now; the autotuner may park some of num_workers),
+          depth (batches allowed in flight), autotune_changes, autotune_reason (why the
+          autotuner took its last decision, "" when it has not run).
+        """
         self._check_open()
-        return self._add_stats(self._stats_base, self._core.stats()) \
-            if self._stats_base else self._core.stats()
+        cur = self._core_stats(self._core)
+        return self._add_stats(self._stats_base, cur) if self._stats_base else cur
+
+    def write_trace(self, path=None):
+        """Write the Chrome/Perfetto trace (trace-event JSON: one track per worker thread and
+        one for the training loop, every stage a slice) recorded so far to `path` (default:
+        the trace= path). Needs trace= at construction. Open it at https://ui.perfetto.dev."""
+        self._check_open()
+        path = self._trace if path is None else os.fspath(path)
+        if not self._trace:
+            raise _core.StokerStateError("write_trace() needs stoker.Loader(..., trace=PATH) "
+                                         "(tracing records events from the start)")
+        self._core.trace_write(path)
+        return path
 
     # ---- lifetime ----
 
@@ -456,7 +513,11 @@ class Loader:
         """Stop the worker threads and free the loader. Batches still held stay valid."""
         core, self._core = getattr(self, "_core", None), None
         if core is not None:
-            core.close()
+            try:
+                if getattr(self, "_trace", None) and not core.closed:
+                    core.trace_write(self._trace)
+            finally:
+                core.close()
         if getattr(self, "_own_dataset", False) and self._dataset is not None:
             self._dataset.close()
 

@@ -1,0 +1,325 @@
+"""stoker.profile: is a training loop waiting on data, by how much, and what fixes it.
+
+Works on any iterable of batches: a PyTorch ``DataLoader``, a ``stoker.Loader`` or anything
+else. Two forms::
+
+    report = stoker.profile(loader, step=train_step, steps=200)   # runs the loop itself
+    print(report)
+
+    prof = stoker.profile(loader)            # wraps an existing loop
+    for batch in prof:
+        train_step(batch)
+    print(prof)                              # or prof.to_dict(), prof.data_bound, ...
+
+Each ``next()`` on the loader is timed as *waiting*; the time from a batch's arrival to the
+next ``next()`` call is the *step* (with ``torch.cuda.synchronize()`` before the clock stops
+when the loop uses CUDA, so the step includes the GPU's work). The loop is data-bound when
+waiting takes more than 5% of the time. When it is, the advice comes from measurements: the
+loader is re-created alone at several worker counts to find the fewest that meet the step's
+demand, and the loader's own stage times say where the time goes.
+"""
+import os
+import sys
+import time
+
+__all__ = ["profile", "Profile", "DATA_BOUND_SHARE"]
+
+DATA_BOUND_SHARE = 0.05   # waiting share of the loop's time above which it is data-bound
+_MARGIN = 1.1             # a worker count "meets" the step when its rate is 10% above demand
+_SWEEP_BATCHES = 40       # batches timed per worker count in the sweep (after the first)
+_SWEEP_SECONDS = 2.0      # ... or this long, whichever comes first
+
+
+class _StopProfiling(BaseException):
+    """Raised out of next() once `steps` steps were measured (stoker.doctor stops the user's
+    script with it; a BaseException so that `except Exception` in the script lets it pass)."""
+
+
+def _cuda_sync_fn(sync):
+    """torch.cuda.synchronize when `sync` (None: when the process has initialised CUDA)."""
+    if sync is False:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is None:
+        if sync:
+            raise RuntimeError("profile(sync=True) needs torch with CUDA")
+        return None
+    cuda = torch.cuda
+    if sync is None:
+        # Decided at each step: a loop that initialises CUDA after the profile starts is still
+        # synchronised from then on.
+        def maybe():
+            if cuda.is_initialized():
+                cuda.synchronize()
+        return maybe
+    return cuda.synchronize
+
+
+def _batch_size(batch):
+    """The number of samples in a batch (the first dimension of its first array), or None."""
+    x = batch
+    for _ in range(3):
+        if isinstance(x, dict):
+            x = next(iter(x.values()), None)
+        elif isinstance(x, (list, tuple)):
+            x = x[0] if x else None
+        else:
+            break
+    shape = getattr(x, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    return None
+
+
+class _TimedIter:
+    """Iterator wrapper: each __next__ records the step that just ended and the wait for the
+    next batch into its Profile. Attributes of the wrapped iterator pass through."""
+
+    def __init__(self, prof, it):
+        self._prof, self._it = prof, it
+        self._last = None       # perf_counter when the previous batch was handed over
+        self._first = True
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._it)
+
+    def __getattr__(self, name):
+        return getattr(self._it, name)
+
+    def __next__(self):
+        prof = self._prof
+        t0 = time.perf_counter()
+        if self._last is not None:
+            if prof._sync is not None:
+                prof._sync()
+                t0 = time.perf_counter()
+            prof._step(t0 - self._last)
+            self._last = None
+        if prof.steps_limit is not None and prof.steps >= prof.steps_limit + prof.warmup:
+            prof.advice  # measured now, while the loop's loader is certainly still open
+            raise _StopProfiling()
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            prof._epoch_end()
+            raise
+        t1 = time.perf_counter()
+        prof._wait(t1 - t0, batch, self._first)
+        self._first = False
+        self._last = time.perf_counter()
+        return batch
+
+
+class Profile:
+    """Measurements of one training loop, the verdict and the advice.
+
+    Attributes (all from measured steps, the first `warmup` left out):
+    steps, wait_s and step_s (totals), wait_share (waiting / (waiting + step)), data_bound,
+    wait_ms and step_ms (means per step), first_wait_ms (the very first batch: start-up),
+    epoch_start_ms (mean wait for each later epoch's first batch), batch_size, samples_per_s,
+    loader (the loader's type), num_workers, sweep ({num_workers: samples/s of the loader
+    alone}), stages (the stoker loader's stage shares), advice (list of str).
+    """
+
+    def __init__(self, iterable, steps=None, warmup=2, sync=None, advise=True):
+        if steps is not None and (not isinstance(steps, int) or steps < 1):
+            raise ValueError(f"steps should be a positive integer, got steps={steps!r}")
+        if not isinstance(warmup, int) or warmup < 0:
+            raise ValueError(f"warmup should be a non-negative integer, got warmup={warmup!r}")
+        self.iterable = iterable
+        self.steps_limit = steps
+        self.warmup = warmup
+        self.advise = advise
+        self._sync = _cuda_sync_fn(sync)
+        self._waits, self._steps, self._first_of_epoch = [], [], []
+        self._pending = None      # wait of the batch whose step is running
+        self.first_wait_ms = None
+        self.batch_size = None
+        self._advice = None
+        self.sweep = {}
+        self.stages = {}
+        self.epochs = 0
+        try:  # taken now: the loop may close its loader before the report is read
+            n = getattr(iterable, "num_workers", None)
+        except Exception:  # noqa: BLE001 - a closed loader: unknown
+            n = None
+        self._num_workers = n if isinstance(n, int) else None
+
+    # ---- measuring ----
+
+    def __iter__(self):
+        return _TimedIter(self, iter(self.iterable))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        return exc_type is _StopProfiling  # the steps limit ends a `with` block quietly
+
+    def _wait(self, seconds, batch, first):
+        if self.first_wait_ms is None:
+            self.first_wait_ms = seconds * 1e3
+        if self.batch_size is None:
+            self.batch_size = _batch_size(batch)
+        self._pending = (seconds, first)
+
+    def _step(self, seconds):
+        if self._pending is None:
+            return
+        w, first = self._pending
+        self._pending = None
+        self._waits.append(w)
+        self._steps.append(seconds)
+        self._first_of_epoch.append(first)
+        self._advice = None
+
+    def _epoch_end(self):
+        self.epochs += 1
+
+    def run(self, step):
+        """Run `step(batch)` over the iterable until `steps` steps (re-iterating it for more
+        epochs when it can be), then return self."""
+        limit = self.steps_limit
+        passes = 0
+        while True:
+            it = iter(self)
+            got = 0
+            try:
+                for batch in it:
+                    step(batch)
+                    got += 1
+            except _StopProfiling:
+                break
+            passes += 1
+            if limit is None or got == 0 or hasattr(self.iterable, "__next__"):
+                break  # one pass when no limit; an iterator cannot start again
+        return self
+
+    # ---- results ----
+
+    def _measured(self):
+        k = self.warmup if len(self._waits) > self.warmup else 0
+        return self._waits[k:], self._steps[k:], self._first_of_epoch[k:]
+
+    @property
+    def steps(self):
+        """Steps measured so far (warm-up included)."""
+        return len(self._waits)
+
+    @property
+    def wait_s(self):
+        return sum(self._measured()[0])
+
+    @property
+    def step_s(self):
+        return sum(self._measured()[1])
+
+    @property
+    def wait_share(self):
+        w, s = self.wait_s, self.step_s
+        return w / (w + s) if w + s > 0 else 0.0
+
+    @property
+    def data_bound(self):
+        return self.wait_share > DATA_BOUND_SHARE
+
+    @property
+    def wait_ms(self):
+        w = self._measured()[0]
+        return 1e3 * sum(w) / len(w) if w else 0.0
+
+    @property
+    def step_ms(self):
+        s = self._measured()[1]
+        return 1e3 * sum(s) / len(s) if s else 0.0
+
+    @property
+    def epoch_start_ms(self):
+        w, _, first = self._measured()
+        starts = [x for x, f in zip(w, first) if f]
+        return 1e3 * sum(starts) / len(starts) if starts else None
+
+    @property
+    def samples_per_s(self):
+        w, s, _ = self._measured()
+        total = sum(w) + sum(s)
+        if not self.batch_size or total <= 0:
+            return None
+        return self.batch_size * len(w) / total
+
+    @property
+    def loader(self):
+        t = type(self.iterable)
+        name = f"{t.__module__}.{t.__qualname__}"
+        for full, short in (("torch.utils.data.dataloader.", "torch.utils.data."),
+                            ("stoker.loader.", "stoker.")):
+            name = name.replace(full, short)
+        return name
+
+    @property
+    def num_workers(self):
+        return self._num_workers
+
+    @property
+    def advice(self):
+        if self._advice is None:
+            from ._advice import advise
+            self._advice = advise(self) if self.advise and self.steps else []
+        return self._advice
+
+    def to_dict(self):
+        advice = self.advice
+        return {"steps": len(self._measured()[0]), "warmup": self.warmup,
+                "wait_share": self.wait_share, "data_bound": self.data_bound,
+                "step_ms": self.step_ms, "wait_ms": self.wait_ms,
+                "first_wait_ms": self.first_wait_ms, "epoch_start_ms": self.epoch_start_ms,
+                "batch_size": self.batch_size, "samples_per_s": self.samples_per_s,
+                "loader": self.loader, "num_workers": self.num_workers,
+                "sweep": {str(k): v for k, v in sorted(self.sweep.items())},
+                "stages": self.stages, "advice": advice}
+
+    def __str__(self):
+        d = self.to_dict()
+        verdict = "DATA-BOUND" if d["data_bound"] else "not data-bound"
+        lines = [f"stoker.profile: {verdict}: waiting for data {100 * d['wait_share']:.1f}% of "
+                 f"the time ({d['steps']} steps, {d['loader']}"
+                 + (f", num_workers={d['num_workers']}" if d["num_workers"] is not None else "")
+                 + ")",
+                 f"  step {d['step_ms']:.2f} ms, wait {d['wait_ms']:.2f} ms per batch"
+                 + (f", {d['samples_per_s']:.0f} samples/s" if d["samples_per_s"] else "")
+                 + (f"; first batch {d['first_wait_ms']:.1f} ms" if d["first_wait_ms"] else "")]
+        if self.sweep:
+            lines.append("  the loader alone: " + ", ".join(
+                f"num_workers={k}: {v:.0f} samples/s" for k, v in sorted(self.sweep.items())))
+        if self.stages:
+            lines.append("  worker time: " + ", ".join(
+                f"{k} {100 * v:.0f}%" for k, v in self.stages.items()))
+        lines += [f"  - {a}" for a in d["advice"]]
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return (f"<stoker.Profile {self.steps} steps, wait_share={self.wait_share:.3f}, "
+                f"data_bound={self.data_bound}>")
+
+
+def profile(iterable, step=None, steps=None, warmup=2, sync=None, advise=True):
+    """Measure whether a training loop waits on `iterable` (a DataLoader, stoker.Loader, ...).
+
+    With `step` (a callable taking a batch): run it for `steps` steps (default: one pass) and
+    return the finished Profile. Without: return a Profile to iterate in place of the loader
+    (``for batch in prof: ...``, also as a context manager); it stops after `steps` steps when
+    given. `warmup` steps are measured but left out of the figures. `sync`: call
+    torch.cuda.synchronize() before each step's clock stops (None = when CUDA is initialised).
+    `advise`: on a data-bound verdict, re-create the loader alone at several worker counts to
+    find what fixes it (a few seconds; False skips it). See the module's doc.
+    """
+    prof = Profile(iterable, steps=steps, warmup=warmup, sync=sync, advise=advise)
+    if step is not None:
+        if not callable(step):
+            raise TypeError(f"step should be a callable taking a batch, not "
+                            f"{type(step).__name__}")
+        prof.run(step)
+    return prof

@@ -1,0 +1,258 @@
+"""stoker.profile, python -m stoker.doctor, Loader.stats() stage times, autotune and trace=.
+
+The sleep scenario is the classic one from PyTorch's tuning guides: a Dataset whose
+__getitem__ sleeps 1 ms, read by a DataLoader with num_workers=0. The truth the profile is
+checked against is measured independently, by timers inside the Dataset and the step."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import stoker
+
+from conftest import PYTHONPATH
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+
+class SleepDataset(Dataset):
+    """n samples, each taking `ms` milliseconds in __getitem__; `busy` sums the time spent."""
+
+    def __init__(self, n=400, ms=1.0):
+        self.n, self.ms, self.busy = n, ms, 0.0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        t0 = time.perf_counter()
+        time.sleep(self.ms / 1e3)
+        x = torch.tensor([i])
+        self.busy += time.perf_counter() - t0
+        return x
+
+
+class SleepStep:
+    """A training step that takes `ms` milliseconds; `busy` sums the time spent."""
+
+    def __init__(self, ms):
+        self.ms, self.busy, self.calls = ms, 0.0, 0
+
+    def __call__(self, batch):
+        t0 = time.perf_counter()
+        time.sleep(self.ms / 1e3)
+        self.busy += time.perf_counter() - t0
+        self.calls += 1
+
+
+def test_sleep_dataset_fast_step_is_data_bound():
+    ds, step = SleepDataset(), SleepStep(1.0)
+    dl = DataLoader(ds, batch_size=1, num_workers=0)
+    p = stoker.profile(dl, step=step, steps=150, warmup=0)
+    assert p.steps == 150 and step.calls == 150
+    truth = ds.busy / (ds.busy + step.busy)   # ~0.5
+    assert p.data_bound
+    assert abs(p.wait_share - truth) <= 0.10 * truth, (p.wait_share, truth)
+    assert p.batch_size == 1
+    assert p.num_workers == 0 and p.loader == "torch.utils.data.DataLoader"
+    advice = " ".join(p.advice)
+    assert "num_workers" in advice, p.advice
+    # The advice names a measured worker count above 0, and the sweep that found it is kept.
+    assert p.sweep and 0 in p.sweep and max(p.sweep) > 0
+    assert "raise num_workers from 0 to" in advice, p.advice
+    d = json.loads(json.dumps(p.to_dict()))
+    for key in ("steps", "wait_share", "data_bound", "step_ms", "wait_ms", "batch_size",
+                "samples_per_s", "loader", "num_workers", "advice", "sweep"):
+        assert key in d
+    assert "DATA-BOUND" in str(p)
+
+
+def test_sleep_dataset_slow_step_is_not_data_bound():
+    ds, step = SleepDataset(), SleepStep(50.0)
+    dl = DataLoader(ds, batch_size=1, num_workers=0)
+    p = stoker.profile(dl, step=step, steps=12, warmup=0)
+    truth = ds.busy / (ds.busy + step.busy)   # ~0.02
+    assert truth < 0.05
+    assert not p.data_bound, str(p)
+    assert p.wait_share < 0.05
+    assert 45 < p.step_ms < 80
+
+
+def test_stoker_loader_with_slow_step_is_not_data_bound(tmp_path):
+    path = str(tmp_path / "d.stk")
+    stoker.write_shard(path, {"label": "int64", "data": "bytes"},
+                       ({"label": i, "data": bytes(1000)} for i in range(2000)))
+    with stoker.Loader(path, batch_size=16, num_workers=1) as loader:
+        p = stoker.profile(loader, step=SleepStep(20.0), steps=15)
+        assert not p.data_bound, str(p)
+        assert p.loader == "stoker.Loader" and p.batch_size == 16
+        # ... and the same loader with an instant step is data-bound... only if it is slower
+        # than the step: raw records are not, which the verdict must also say.
+        fast = stoker.profile(loader, step=lambda b: None, steps=30)
+        assert fast.steps == 32
+
+
+def test_stoker_decoding_loader_fast_step_is_data_bound(tmp_path):
+    np = pytest.importorskip("numpy")
+    Image = pytest.importorskip("PIL.Image")
+    if not stoker.has_transforms():
+        pytest.skip("this build has no image pipeline")
+    root = tmp_path / "imgs" / "c0"
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for i in range(48):
+        Image.fromarray(rng.integers(0, 255, (300, 400, 3), dtype=np.uint8)).save(
+            root / f"{i}.jpg", quality=90)
+    path = str(tmp_path / "imgs.stk")
+    stoker.pack_image_folder(str(tmp_path / "imgs"), path)
+    with stoker.Loader(path, batch_size=8, num_workers=1, transforms="imagenet-train") as L:
+        p = stoker.profile(L, step=lambda b: None, steps=12)
+        assert p.data_bound, str(p)
+        assert p.sweep and 1 in p.sweep
+        assert set(p.stages) >= {"decode"}
+        text = " ".join(p.advice)
+        assert "num_workers" in text or "workers' time" in text, p.advice
+
+
+def test_wrapper_form_stops_after_steps():
+    ds = SleepDataset(n=100, ms=0.1)
+    dl = DataLoader(ds, batch_size=2, num_workers=0)
+    seen = 0
+    with stoker.profile(dl, steps=10, warmup=1, advise=False) as prof:
+        for batch in prof:
+            seen += 1
+    assert seen == 11 and prof.steps == 11
+    assert prof.to_dict()["steps"] == 10
+    # An iterable that ends first: every batch is measured, no error.
+    prof2 = stoker.profile([torch.zeros(3, 2)] * 5, steps=100, advise=False)
+    assert sum(1 for _ in prof2) == 5 and prof2.steps == 5
+    assert prof2.loader == "builtins.list" and prof2.batch_size == 3
+
+
+def test_profile_of_any_iterable_and_bad_arguments():
+    p = stoker.profile(iter(range(50)), step=lambda b: time.sleep(0.001), steps=20)
+    assert p.steps == 20 + 2 and not p.data_bound and p.advice == []
+    with pytest.raises(ValueError, match="steps"):
+        stoker.profile([1], steps=0)
+    with pytest.raises(ValueError, match="warmup"):
+        stoker.profile([1], warmup=-1)
+    with pytest.raises(TypeError, match="callable"):
+        stoker.profile([1], step=3)
+
+
+def test_loader_stats_fields(tmp_path):
+    path = str(tmp_path / "d.stk")
+    stoker.write_shard(path, {"label": "int64"}, ({"label": i} for i in range(500)))
+    with stoker.Loader(path, batch_size=10, num_workers=2) as loader:
+        for b in loader:
+            time.sleep(0.002)   # slower than the loader: workers wait for slots
+        st = loader.stats()
+        assert st["batches"] == 50 and st["samples"] == 500
+        for k in ("wall_s", "read_s", "decode_s", "augment_s", "collate_s", "copy_s",
+                  "worker_wait_s", "consumer_wait_s"):
+            assert isinstance(st[k], float) and st[k] >= 0, k
+        assert st["worker_wait_s"] > 0.05     # 2 workers idle during ~100 ms of steps
+        assert st["read_s"] > 0 and st["decode_s"] == 0
+        assert st["active_threads"] == 2 and st["num_workers"] == 2
+        assert st["autotune_reason"] == "" and not loader.info()["autotune"]
+
+
+def test_autotune_is_the_default(tmp_path):
+    path = str(tmp_path / "d.stk")
+    stoker.write_shard(path, {"label": "int64"}, ({"label": i} for i in range(200)))
+    for nw in (None, "auto"):
+        with stoker.Loader(path, batch_size=10, num_workers=nw, prefetch="auto") as loader:
+            assert loader.info()["autotune"]
+            assert sorted(int(x) for b in loader for x in b["label"]) == list(range(200))
+            st = loader.stats()
+            assert 1 <= st["active_threads"] <= st["num_workers"]
+            assert 1 <= st["depth"] <= loader.prefetch + 1
+    with pytest.raises(stoker.StokerInvalidError):
+        stoker.Loader(path, batch_size=10, num_workers="many")
+
+
+def test_trace_one_track_per_thread_no_overlap(tmp_path):
+    path = str(tmp_path / "d.stk")
+    stoker.write_shard(path, {"label": "int64"}, ({"label": i} for i in range(300)))
+    out = tmp_path / "trace.json"
+    loader = stoker.Loader(path, batch_size=10, num_workers=2, trace=out)
+    for _ in loader:
+        time.sleep(0.001)
+    loader.close()
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert sorted(names.values()) == ["consumer", "worker 0", "worker 1"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert {e["tid"] for e in slices} <= set(names)
+    assert {e["name"] for e in slices} >= {"read", "step", "wait for batch"}
+    for tid in names:
+        track = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices if e["tid"] == tid)
+        assert track, names[tid]
+        for (a0, a1), (b0, b1) in zip(track, track[1:]):
+            assert b0 >= a1 - 1e-3, (names[tid], (a0, a1), (b0, b1))
+    # write_trace: mid-run, to another path; and without trace= it says what is missing.
+    with stoker.Loader(path, batch_size=10, trace=tmp_path / "t2.json") as l2:
+        next(iter(l2))
+        assert l2.write_trace(tmp_path / "t3.json") == str(tmp_path / "t3.json")
+        json.loads((tmp_path / "t3.json").read_text())
+    with stoker.Loader(path, batch_size=10) as l3:
+        with pytest.raises(stoker.StokerStateError, match="trace"):
+            l3.write_trace(tmp_path / "t4.json")
+
+
+def _doctor(tmp_path, script_text, *args):
+    script = tmp_path / "train.py"
+    script.write_text(script_text)
+    out = tmp_path / "report.json"
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    r = subprocess.run([sys.executable, "-m", "stoker.doctor", "--json-out", str(out), *args,
+                        str(script)], env=env, capture_output=True, text=True, timeout=120)
+    report = json.loads(out.read_text()) if out.exists() else None
+    return r, report
+
+
+SLEEP_SCRIPT = """
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+class D(Dataset):
+    def __len__(self): return 1000
+    def __getitem__(self, i):
+        time.sleep(0.001)
+        return torch.tensor([i])
+dl = DataLoader(D(), batch_size=1, num_workers=0)
+for epoch in range(10):
+    for batch in dl:
+        try:
+            time.sleep(0.001)
+        except Exception:   # a script's own handlers must not swallow the doctor's stop
+            pass
+print("the script never reaches here under --steps")
+"""
+
+
+def test_doctor_runs_a_script(tmp_path):
+    r, rep = _doctor(tmp_path, SLEEP_SCRIPT, "--steps", "60")
+    assert r.returncode == 0, r.stderr
+    assert "never reaches" not in r.stdout
+    assert rep["steps"] == 60 and rep["data_bound"] is True
+    assert 0.35 < rep["wait_share"] < 0.65
+    assert rep["loader"] == "torch.utils.data.DataLoader" and rep["num_workers"] == 0
+    assert any("num_workers" in a for a in rep["advice"]), rep["advice"]
+    assert "DATA-BOUND" in r.stderr
+
+
+def test_doctor_bad_scripts(tmp_path):
+    r, rep = _doctor(tmp_path, "raise RuntimeError('boom in the script')\n")
+    assert r.returncode == 1 and "boom in the script" in rep["script_error"]
+    r, rep = _doctor(tmp_path, "import sys\nsys.exit(4)\n")
+    assert r.returncode == 4 and rep["exit_status"] == 4
+    r, rep = _doctor(tmp_path, "x = 1\n")
+    assert r.returncode == 3 and rep["steps"] == 0 and "nothing to measure" in r.stderr
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
+    r = subprocess.run([sys.executable, "-m", "stoker.doctor", str(tmp_path / "missing.py")],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "missing.py: no such file" in r.stderr
