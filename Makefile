@@ -30,11 +30,16 @@ FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/tests/replay_%)
 GEN_SRCS := $(sort $(wildcard tests/data/gen_*.c))
 GEN_BINS := $(GEN_SRCS:tests/data/%.c=$(BUILD)/tests/%)
+GPU_SRCS := $(sort $(wildcard tests/gpu/test_*.c))
+GPU_BINS := $(GPU_SRCS:tests/gpu/%.c=$(BUILD)/tests/gpu_%)
+FAKE_CUDA := $(BUILD)/tests/libfakecuda.so
+# nvcc is optional: `make check-ptx` compiles the finishing kernel's NVRTC source with it.
+NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 
 SO_NAME  := libstoker.so.0.1
 
 .PHONY: all lib cli python test unit fuzz-replay cli-test pytest asan ubsan tsan fuzz \
-        deps demo bench format check-format check-exports clean test-gpu
+        deps demo bench format check-format check-exports clean test-gpu check-ptx
 
 all: lib cli python
 
@@ -69,6 +74,20 @@ $(BUILD)/tests/gen_%: tests/data/gen_%.c $(BUILD)/libstoker.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
+# The fake CUDA driver the unit tests load through STOKER_LIBCUDA (tests/data/fake_cuda.c).
+$(FAKE_CUDA): tests/data/fake_cuda.c src/cuda/stk_cuda_min.h src/cuda/stk_finish.h \
+              src/cuda/stk_finish_body.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -shared -o $@ $< $(LDFLAGS_ALL) -lpthread
+
+$(BUILD)/tests/test_cuda: tests/data/cuda_fixtures.h
+
+# GPU tests (tests/gpu): against the real driver; each exits 77 without a device.
+$(BUILD)/tests/gpu_test_%: tests/gpu/test_%.c tests/t.h tests/data/cuda_fixtures.h \
+                           $(BUILD)/libstoker.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
 -include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d)
 
 # ---- Python extension, built in place under build/python/stoker ----
@@ -96,9 +115,9 @@ deps:
 test: deps
 	$(MAKE) all
 	$(MAKE) check-exports
-	$(MAKE) unit fuzz-replay cli-test pytest
+	$(MAKE) unit fuzz-replay cli-test pytest check-ptx
 
-unit: $(UNIT_BINS)
+unit: $(UNIT_BINS) $(FAKE_CUDA)
 	@bash scripts/run_tests.sh $(UNIT_BINS)
 
 fuzz-replay: $(FUZZ_REPLAY)
@@ -133,8 +152,20 @@ build/fuzz/%: tests/fuzz/%.c $(LIB_SRCS)
 	clang -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
 	    $(PKG_CFLAGS) -fsanitize=fuzzer,address -o $@ $< $(LIB_SRCS) $(LDLIBS_ALL)
 
-test-gpu:
-	@echo "test-gpu: no GPU tests yet"; exit 77
+# The GPU tests on the real driver (exit 77 when there is no device), then again under
+# compute-sanitizer when it is installed. See docs/gpu.md.
+test-gpu: $(GPU_BINS)
+	@bash tests/gpu/run.sh $(GPU_BINS)
+
+# The finishing kernel's NVRTC source must also compile with the toolkit's nvcc (when present):
+# the same text the library hands NVRTC at run time (tests/data/gen_finish_src prints it).
+check-ptx: $(BUILD)/tests/gen_finish_src
+	@if [ -z "$(NVCC)" ]; then echo "check-ptx: no nvcc, skipped"; exit 0; fi; \
+	 set -e; $(BUILD)/tests/gen_finish_src > $(BUILD)/stk_finish.cu; \
+	 $(NVCC) -ptx -arch=compute_75 -fmad=false -prec-div=true -ftz=false \
+	     -o $(BUILD)/stk_finish.ptx $(BUILD)/stk_finish.cu; \
+	 grep -q '\.entry stk_finish' $(BUILD)/stk_finish.ptx; \
+	 echo "check-ptx: $(NVCC) compiled the finishing kernel ($(BUILD)/stk_finish.ptx)"
 
 demo: all
 	@bash scripts/demo.sh $(BUILD)

@@ -481,6 +481,23 @@ typedef struct stk_loader_opts {
     const stk_transform *transform; /* NULL = raw records (default); borrowed */
     const char *transform_field; /* field the transform reads (default "image") */
     uint32_t trace_events;       /* per-thread trace capacity in events; 0 = no trace (default) */
+    /* ---- GPU path (docs/gpu.md). CUDA is loaded at run time; without it these degrade to the
+     * CPU path and stk_loader_stats.device_reason says why. ---- */
+    int32_t device;              /* CUDA device to copy each batch to, ahead of the consumer, on
+                                    the loader's own stream; -1 = none (default). Implies a
+                                    pinned ring. */
+    uint64_t pinned_limit;       /* cap in bytes on page-locked memory held by all loaders of the
+                                    process; a ring that would exceed it stays pageable. 0 = env
+                                    STOKER_PINNED_LIMIT (e.g. "8G"), else 1/4 of RAM (default) */
+    stk_dtype finish_dtype;      /* finishing of the field `transform_field` (a uint8 [H, W, 3]
+                                    transform output or array field): FLOAT32, FLOAT16 or
+                                    BFLOAT16 turn it on; UINT8 = off (default). On the device
+                                    when there is one and the kernel loads, else on the CPU */
+    bool finish_nhwc;            /* finishing output layout [H, W, 3] (default false: [3, H, W]) */
+    float finish_mean[3];        /* finishing: (x / 255 - mean) / std per channel, torchvision's */
+    float finish_std[3];         /* ToTensor + Normalize in float32 (default 0 and 1) */
+    float finish_flip;           /* finishing mirrors each sample with this probability, drawn
+                                    from the sample's own random stream (default 0) */
 } stk_loader_opts;
 
 /** Fill `opts` with the defaults documented on each field.
@@ -570,7 +587,8 @@ typedef struct stk_loader_stats {
     uint64_t decode_ns;        /* decoding images (header probe included) */
     uint64_t augment_ns;       /* crop/resize/flip/jitter/normalise/store into the slot */
     uint64_t collate_ns;       /* the rest of a sample's work (tickets, indices, completion) */
-    uint64_t copy_ns;          /* device copies (0 until the GPU path is used) */
+    uint64_t copy_ns;          /* device time of the host-to-device copies seen complete
+                                  (h2d bandwidth = copied_bytes / copy_ns) */
     uint64_t worker_wait_ns;   /* active workers waiting for a free ring slot: the consumer
                                   (or a full ring) holds them back */
     uint64_t consumer_wait_ns; /* stk_loader_next blocked: the loader holds the consumer back */
@@ -578,6 +596,18 @@ typedef struct stk_loader_stats {
     uint32_t depth;            /* batches allowed in flight (autotune may lower it) */
     uint32_t autotune_changes; /* decisions the autotuner has taken */
     char autotune_reason[160]; /* why the last decision was taken ("" when none) */
+    /* ---- GPU path ---- */
+    bool pinned;               /* every ring slot is page-locked */
+    uint64_t pinned_bytes;     /* page-locked bytes of this loader's ring */
+    uint64_t pinned_total;     /* page-locked bytes of all loaders in the process */
+    int32_t device;            /* device batches are copied to; -1 = none (or unavailable) */
+    uint32_t finish;           /* stk_finish_where: where finishing runs */
+    uint64_t copies;           /* batches whose device copy was issued */
+    uint64_t h2d_bytes;        /* bytes of those copies */
+    uint64_t copied_bytes;     /* bytes of the copies seen complete (copy_ns covers these) */
+    uint64_t finish_ns;        /* finishing: device time of the kernel, or CPU time (fallback) */
+    char device_reason[256];   /* why the ring is not pinned, there is no device copy or
+                                  finishing fell back to the CPU; "" when all requested is on */
 } stk_loader_stats;
 
 STK_API void stk_loader_stats_get(const stk_loader *loader, stk_loader_stats *out);
@@ -644,9 +674,80 @@ STK_API stk_status stk_batch_tensor(const stk_batch *b, size_t i, stk_tensor *ou
  *  Lifetime: until stk_batch_release(b). */
 STK_API const int64_t *stk_batch_indices(const stk_batch *b);
 
-/** Return the batch's slot to the ring. Accepts NULL.
+/** Return the batch's slot to the ring. Accepts NULL. For a batch on a device: if the consumer
+ *  made a stream wait for it (stk_batch_device_wait), the release is recorded on that stream as
+ *  by stk_batch_release_after; otherwise the device buffer may be overwritten by a later copy as
+ *  soon as the ring reuses the slot, so work still reading it must be finished.
  *  Threads: thread-safe; any thread may release. */
 STK_API void stk_batch_release(stk_batch *b);
+
+/* ---------------------------------------------------------------------------------------------
+ * GPU path (docs/gpu.md): pinned ring, copies on the loader's stream, finishing on the device
+ *
+ * With opts.device >= 0 the worker that completes a batch queues its copy to a device buffer
+ * (one per ring slot) on the loader's own CUDA stream, then the finishing kernel, then an event,
+ * before the batch is handed out: copies run ahead of the consumer and overlap its compute.
+ * A consumer on stream S:
+ *
+ *     stk_loader_next(L, &b);
+ *     stk_batch_device_tensor(b, i, &t);          t.data is a device address
+ *     stk_batch_device_wait(b, S);                S waits for the copy; the host does not
+ *     ... launch work reading t.data on S ...
+ *     stk_batch_release_after(b, S);              the buffer is reused only after S's work
+ *
+ * The host slot is refilled only after its copy completed, and the device buffer is overwritten
+ * only after the event recorded on S at release (both on the device, no host wait). Streams are
+ * CUstream handles passed as void* (NULL = the legacy default stream) of the device's primary
+ * context, the one the CUDA runtime and PyTorch use.
+ * ------------------------------------------------------------------------------------------- */
+
+/** Where finishing (stk_loader_opts.finish_dtype) runs. */
+typedef enum stk_finish_where {
+    STK_FINISH_NONE = 0,  /* not requested */
+    STK_FINISH_CPU = 1,   /* on the worker threads: no device, or the kernel could not be loaded */
+    STK_FINISH_DEVICE = 2 /* by the kernel on the loader's stream, after the copy */
+} stk_finish_where;
+
+/** Whether CUDA is usable for `device`: loads the driver (once per process) and looks the device
+ *  up. `buf` (may be NULL) receives "CUDA driver 12.4, device 0: NVIDIA H100 80GB HBM3 (compute
+ *  capability 9.0)" or the reason it is not usable ("libcuda.so.1: cannot open shared object
+ *  file: No such file or directory", "cuInit: CUDA_ERROR_NO_DEVICE (...)").
+ *  The driver is libcuda.so.1, or the library named by env STOKER_LIBCUDA.
+ *  @return STK_OK or STK_ENOTSUP.
+ *  Threads: thread-safe. */
+STK_API stk_status stk_cuda_probe(int32_t device, char *buf, size_t buf_size);
+
+/** The device the batch was copied to, or -1 when it lives on the host only (no device asked,
+ *  or CUDA unavailable: see stk_loader_stats.device_reason). */
+STK_API int32_t stk_batch_device(const stk_batch *b);
+
+/** Tensor `i` of the batch on the device: as stk_batch_tensor, with `data` a device address
+ *  (a CUdeviceptr as void*). The finished field has the finishing dtype and layout
+ *  ([n, 3, H, W] or [n, H, W, 3]); the others the host tensor's. For bytes fields `lengths`
+ *  points to host memory. Read it only on a stream that stk_batch_device_wait made wait, or
+ *  after stk_batch_device_sync.
+ *  @return STK_OK, STK_EINVAL (i out of range), STK_ENOTSUP (the batch is not on a device).
+ *  Lifetime: data valid until stk_batch_release(b) (and the work queued before it on the
+ *  release stream). */
+STK_API stk_status stk_batch_device_tensor(const stk_batch *b, size_t i, stk_tensor *out);
+
+/** Make `stream` wait (on the device, cuStreamWaitEvent) until the batch's copy and finishing
+ *  are done; the calling thread does not wait. Remembers `stream` for stk_batch_release.
+ *  @return STK_OK, STK_ENOTSUP (not on a device), STK_EIO (the driver refused: bad stream).
+ *  Threads: the thread holding the batch. */
+STK_API stk_status stk_batch_device_wait(stk_batch *b, void *stream);
+
+/** Block the calling thread until the batch's copy and finishing are done.
+ *  @return STK_OK, STK_ENOTSUP (not on a device), STK_EIO (the copy failed on the device). */
+STK_API stk_status stk_batch_device_sync(stk_batch *b);
+
+/** Release the batch after the work queued so far on `stream`: records an event there that the
+ *  next copy into this device buffer waits for (on the device). Then as stk_batch_release.
+ *  Without a device it is stk_batch_release. Accepts NULL.
+ *  @return STK_OK, or STK_EIO when the event could not be recorded (the batch is released
+ *          anyway; the buffer is then protected only by work already finished).
+ *  Threads: thread-safe; any thread may release. */
+STK_API stk_status stk_batch_release_after(stk_batch *b, void *stream);
 
 #ifdef __cplusplus
 }

@@ -35,9 +35,12 @@
  */
 #include "stk_internal.h"
 #include "batch/stk_ring.h"
+#include "cuda/stk_cuda.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -55,6 +58,7 @@ typedef struct core core;
 struct stk_batch {
     core *c;
     uint32_t slot;
+    bool pinned; /* the slot's memory is page-locked */
 };
 
 typedef struct slot {
@@ -72,12 +76,31 @@ typedef struct slot {
     stk_status err_code;
     char errmsg[STK_ERRMSG_SIZE];
     stk_batch handle;
+    /* device path */
+    bool draining; /* a worker is waiting for the slot's last copy (mu) */
+    bool waited;   /* the consumer made wait_stream wait for this batch */
+    void *wait_stream;
+    uint64_t copy_bytes; /* bytes of the slot's last device copy */
 } slot;
 
 /* Trace stages. */
-enum { TR_READ, TR_DECODE, TR_AUGMENT, TR_WAIT, TR_CWAIT, TR_STEP, TR_N };
-static const char *const tr_names[TR_N] = {"read", "decode", "augment", "wait for slot",
-                                           "wait for batch", "step"};
+enum {
+    TR_READ,
+    TR_DECODE,
+    TR_AUGMENT,
+    TR_WAIT,
+    TR_CWAIT,
+    TR_STEP,
+    TR_FINISH,   /* CPU finishing of a sample */
+    TR_ISSUE,    /* queueing a batch's device copy */
+    TR_WAITCOPY, /* a worker waiting for a slot's copy to complete before refilling it */
+    TR_DCOPY,    /* device track: the host-to-device copy */
+    TR_DFINISH,  /* device track: the finishing kernel */
+    TR_N
+};
+static const char *const tr_names[TR_N] = {
+    "read",         "decode",     "augment",       "wait for slot", "wait for batch", "step",
+    "finish (cpu)", "copy issue", "wait for copy", "copy",          "finish"};
 
 typedef struct tev {
     uint64_t t0, t1; /* ns since the loader was created */
@@ -98,6 +121,7 @@ typedef struct worker {
     pthread_t thread;
     _Atomic uint64_t read_ns, wait_ns;
     _Atomic uint64_t run_ns; /* time inside runs of samples; collate = run - read - transform */
+    _Atomic uint64_t finish_ns; /* CPU finishing */
     tbuf trace;
     stk__tworker *tw;
     uint8_t *scratch; /* encoded bytes of the transformed field */
@@ -158,6 +182,30 @@ struct core {
     double at_rate_before;   /* samples/s in the window before the last growth step */
     bool at_grew;
     char at_reason[160];
+
+    /* GPU path (docs/gpu.md). The views say where each tensor is: `lay` is where workers write,
+     * `view` what stk_batch_tensor shows (CPU finishing swaps in its output), `dview` the device
+     * buffer's tensors. */
+    stk__layout view, dview;
+    size_t slot_alloc; /* bytes of one host slot: layout, flip flags, CPU finishing output */
+    uint64_t pinned_bytes;
+    bool cudev_open; /* cudev's primary context is retained */
+    stk__cudev cudev;
+    stk__devring *dev; /* device buffers, stream, events; NULL = host only */
+    int32_t device;
+    stk_finish_where finish;
+    int fin_t;         /* tensor finished (index in lay), or -1 */
+    stk__fin_args fin; /* kernel arguments but the per-batch n and addresses */
+    float fin_flip;
+    size_t flags_offset;     /* uint8 flip flag per sample in the slot, or SIZE_MAX */
+    size_t fin_host_offset;  /* CPU finishing output in the host slot, or SIZE_MAX */
+    size_t fin_dev_offset;   /* device finishing output in the device buffer, or SIZE_MAX */
+    size_t fin_row;          /* bytes of one finished sample */
+    float fin_lut32[3][256]; /* CPU finishing: the kernel's value of each uint8, per channel */
+    uint16_t fin_lut16[3][256];
+    _Atomic uint64_t st_copies, st_h2d, st_copied, st_copy_ns, st_dfinish_ns;
+    tbuf dtrace; /* the device track (appended under mu by whoever drains) */
+    char dev_reason[256];
 };
 
 struct stk_loader {
@@ -190,13 +238,22 @@ static void plan_epoch(const core *c, uint64_t start, stk_plan *p)
 
 static void core_free(core *c)
 {
+    char err[STK_ERRMSG_SIZE];
+    /* Device buffers and pinned memory are freed with the device context current. */
+    bool pushed = c->cudev_open && stk__cudev_push(&c->cudev, err, sizeof(err)) == STK_OK;
+    stk__devring_destroy(c->dev);
     if (c->slots) {
         for (uint32_t i = 0; i < c->prefetch; i++)
-            stk__slot_free(c->slots[i].mem, c->lay.slot_size, c->pinned);
+            stk__slot_free(c->slots[i].mem, c->slot_alloc, c->slots[i].handle.pinned);
         stk__free(c->slots);
     }
+    if (pushed)
+        stk__cudev_pop(&c->cudev);
+    if (c->cudev_open)
+        stk__cudev_close(&c->cudev);
     stk__free((void *)c->verified);
     stk__free(c->ctrace.ev);
+    stk__free(c->dtrace.ev);
     stk_dataset_close(c->owned_ds);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv_work);
@@ -339,6 +396,46 @@ static stk_status load_record(core *c, worker *w, slot *s, uint32_t t, uint64_t 
     return STK_OK;
 }
 
+/* Key of the finishing flip's random stream: a stream of its own beside the transform's. */
+#define FLIP_KEY 0x5f1b9e37c4a2d861ULL
+
+/* Finishing of sample t (uint8 [H, W, 3] in its row): draw its flip, and on the CPU path write
+ * its finished output through the tables (the kernel's own values, stk_finish_body.h). */
+static void finish_sample(core *c, worker *w, slot *s, uint32_t t, uint64_t idx)
+{
+    uint8_t flip = 0;
+    if (c->fin_flip > 0) {
+        stk_rng rng;
+        stk_rng_init(&rng, c->seed ^ FLIP_KEY, s->epoch, idx);
+        flip = stk_rng_uniform(&rng) < (double)c->fin_flip;
+        s->mem[c->flags_offset + t] = flip;
+    }
+    if (c->finish != STK_FINISH_CPU)
+        return;
+    uint64_t t0 = tnow(c);
+    const uint8_t *in =
+        s->mem + c->lay.t[c->fin_t].offset + (size_t)t * c->lay.t[c->fin_t].row_size;
+    uint8_t *out = s->mem + c->fin_host_offset + (size_t)t * c->fin_row;
+    size_t h = c->fin.h, wd = c->fin.w, hw = h * wd;
+    bool f32 = c->fin.dtype == STK_DTYPE_FLOAT32, nhwc = c->fin.nhwc;
+    for (size_t y = 0; y < h; y++)
+        for (size_t x = 0; x < wd; x++) {
+            const uint8_t *px = in + (y * wd + (flip ? wd - 1 - x : x)) * 3;
+            size_t r = y * wd + x;
+            for (size_t ch = 0; ch < 3; ch++) {
+                size_t o = nhwc ? r * 3 + ch : ch * hw + r;
+                if (f32)
+                    ((float *)out)[o] = c->fin_lut32[ch][px[ch]];
+                else
+                    ((uint16_t *)out)[o] = c->fin_lut16[ch][px[ch]];
+            }
+        }
+    uint64_t t1 = tnow(c);
+    atomic_fetch_add_explicit(&w->finish_ns, t1 - t0, memory_order_relaxed);
+    if (w->trace.cap)
+        trace_add(c, &w->trace, TR_FINISH, t0, t1, t);
+}
+
 /* Produce sample `t` of slot `s`: its record, or under skip_corrupt the next good record of the
  * epoch's order (counted). */
 static void do_sample(core *c, worker *w, slot *s, uint32_t t)
@@ -364,6 +461,8 @@ static void do_sample(core *c, worker *w, slot *s, uint32_t t)
         }
     }
     ((int64_t *)(s->mem + c->lay.t[c->lay.n_tensors - 1].offset))[t] = (int64_t)idx;
+    if (rc == STK_OK && c->fin_t >= 0)
+        finish_sample(c, w, s, t, idx);
     if (rc < 0) {
         pthread_mutex_lock(&c->mu);
         slot_error_locked(s, t, rc, err);
@@ -386,6 +485,112 @@ static bool take_ticket(slot *s, uint64_t seq, uint32_t count, uint32_t *t)
     }
 }
 
+/* ---- device copies ---- */
+
+/* Append [offset, offset + size) to a range list. */
+static void range_add(stk__range *r, size_t *n, size_t offset, size_t size)
+{
+    if (size)
+        r[(*n)++] = (stk__range){offset, size};
+}
+
+/* Sort ranges by offset and merge those less than 4 KiB apart (one DMA beats two). */
+static size_t ranges_merge(stk__range *r, size_t n)
+{
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && r[j - 1].offset > r[j].offset; j--) {
+            stk__range tmp = r[j];
+            r[j] = r[j - 1];
+            r[j - 1] = tmp;
+        }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m && r[i].offset <= r[m - 1].offset + r[m - 1].size + 4096) {
+            size_t end = STK_MAX(r[m - 1].offset + r[m - 1].size, r[i].offset + r[i].size);
+            r[m - 1].size = end - r[m - 1].offset;
+        } else {
+            r[m++] = r[i];
+        }
+    }
+    return m;
+}
+
+/* Queue the device copy of completed batch `s` (and its finishing) on the loader's stream. Called
+ * by the worker that completed it, without mu: the slot is FILLING with every sample done, so
+ * nobody else touches it. A failed batch is not copied (the consumer only gets its error). */
+static stk_status device_issue(core *c, worker *w, slot *s, char *err, size_t err_size)
+{
+    if (s->err_sample != UINT32_MAX)
+        return STK_OK;
+    /* CPU finishing: copy what the host view shows (its output, not the uint8 input). */
+    const stk__layout *src = c->finish == STK_FINISH_CPU ? &c->view : &c->lay;
+    stk__range r[2 * STK_MAX_TENSORS + 1];
+    size_t n = 0, bytes = 0;
+    for (size_t i = 0; i < src->n_tensors; i++) {
+        const stk__tlayout *t = &src->t[i];
+        range_add(r, &n, t->offset, t->row_size * s->count);
+        if (t->bytes)
+            range_add(r, &n, t->lengths_offset, sizeof(int64_t) * s->count);
+    }
+    if (c->finish == STK_FINISH_DEVICE && c->flags_offset != SIZE_MAX)
+        range_add(r, &n, c->flags_offset, s->count);
+    n = ranges_merge(r, n);
+    for (size_t i = 0; i < n; i++)
+        bytes += r[i].size;
+    stk__fin_args a, *fin = NULL;
+    if (c->finish == STK_FINISH_DEVICE) {
+        CUdeviceptr base = stk__devring_base(c->dev, s->handle.slot);
+        a = c->fin;
+        a.n = s->count;
+        a.in = base + c->lay.t[c->fin_t].offset;
+        a.out = base + c->fin_dev_offset;
+        a.flags = c->flags_offset != SIZE_MAX ? base + c->flags_offset : 0;
+        fin = &a;
+    }
+    uint64_t t0 = tnow(c);
+    stk_status rc = stk__devring_issue(c->dev, s->handle.slot, s->mem, r, n, fin, err, err_size);
+    uint64_t t1 = tnow(c);
+    if (w->trace.cap)
+        trace_add(c, &w->trace, TR_ISSUE, t0, t1, (uint32_t)s->number);
+    if (rc < 0)
+        return rc;
+    s->copy_bytes = bytes;
+    atomic_fetch_add_explicit(&c->st_copies, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->st_h2d, bytes, memory_order_relaxed);
+    return STK_OK;
+}
+
+/* Wait until slot s's last copy completed so its host memory may be refilled (mu held on entry
+ * and on return, released meanwhile; s->draining keeps other workers out). Counts the device
+ * times of that copy and adds them to the device track. */
+static void drain_slot(core *c, worker *w, slot *s)
+{
+    s->draining = true;
+    uint64_t number = s->number, bytes = s->copy_bytes;
+    pthread_mutex_unlock(&c->mu);
+    char err[STK_ERRMSG_SIZE];
+    stk__copytimes ct;
+    uint64_t t0 = tnow(c);
+    stk_status rc = stk__devring_drain(c->dev, s->handle.slot, &ct, err, sizeof(err));
+    uint64_t t1 = tnow(c);
+    atomic_fetch_add_explicit(&w->wait_ns, t1 - t0, memory_order_relaxed);
+    if (w->trace.cap)
+        trace_add(c, &w->trace, TR_WAITCOPY, t0, t1, (uint32_t)number);
+    if (rc == STK_OK && ct.valid) {
+        atomic_fetch_add_explicit(&c->st_copy_ns, ct.copied - ct.t0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->st_dfinish_ns, ct.done - ct.copied, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->st_copied, bytes, memory_order_relaxed);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (rc == STK_OK && ct.valid && c->dtrace.cap) {
+        trace_add(c, &c->dtrace, TR_DCOPY, ct.t0, ct.copied, (uint32_t)number);
+        if (ct.done > ct.copied)
+            trace_add(c, &c->dtrace, TR_DFINISH, ct.copied, ct.done, (uint32_t)number);
+    }
+    s->draining = false;
+    pthread_cond_broadcast(&c->cv_work);
+}
+
 /* Wait for work (mu held), counting the time as worker wait. */
 static void worker_wait(core *c, worker *w)
 {
@@ -401,6 +606,10 @@ static void *worker_main(void *arg)
 {
     worker *w = arg;
     core *c = w->c;
+    if (c->dev) { /* copies are queued from this thread: make the context current for good */
+        char err[STK_ERRMSG_SIZE];
+        stk__devring_thread_init(c->dev, err, sizeof(err));
+    }
     pthread_mutex_lock(&c->mu);
     for (;;) {
         if (c->stop)
@@ -410,6 +619,15 @@ static void *worker_main(void *arg)
             continue;
         }
         slot *s = &c->slots[c->claim_seq % c->prefetch];
+        if (c->claim_seq == c->open_seq && s->state == SLOT_FREE && c->dev &&
+            (s->draining || stk__devring_pending(c->dev, s->handle.slot))) {
+            /* The slot's last copy may still be reading it: refill only once it completed. */
+            if (s->draining)
+                worker_wait(c, w);
+            else
+                drain_slot(c, w, s);
+            continue;
+        }
         if (c->claim_seq == c->open_seq) {
             /* The next batch is not open yet: open it when its slot is free and the depth
              * allows another batch ahead of the consumer. */
@@ -432,8 +650,14 @@ static void *worker_main(void *arg)
         while (atomic_load(&c->gen) == gen && take_ticket(s, seq, count, &t)) {
             do_sample(c, w, s, t);
             if (atomic_fetch_add(&s->done, 1) + 1 == count) {
+                /* Complete: queue its device copy before handing it out, so the copy runs
+                 * ahead of the consumer. */
+                char cerr[STK_ERRMSG_SIZE];
+                stk_status crc = c->dev ? device_issue(c, w, s, cerr, sizeof(cerr)) : STK_OK;
                 pthread_mutex_lock(&c->mu);
                 if (s->seq == seq && s->state == SLOT_FILLING) {
+                    if (crc < 0) /* after every sample's own error (those come first) */
+                        slot_error_locked(s, UINT32_MAX - 1, crc, cerr);
                     s->state = SLOT_READY;
                     pthread_cond_broadcast(&c->cv_ready);
                 }
@@ -461,6 +685,9 @@ void stk_loader_opts_init(stk_loader_opts *opts)
     opts->rank = -1;
     opts->world = -1;
     opts->transform_field = "image";
+    opts->device = -1;
+    for (int ch = 0; ch < 3; ch++)
+        opts->finish_std[ch] = 1.0f;
 }
 
 /* Stop and join every started worker (mu not held). */
@@ -482,6 +709,222 @@ static void stop_workers(core *c)
         c->workers = NULL;
     }
     c->n_started = 0;
+}
+
+/* ---- GPU path setup ---- */
+
+/* "uint8 [224, 224, 3]" for error messages. */
+static const char *tensor_desc(const stk__tlayout *t, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%s [", stk_dtype_name(t->dtype));
+    for (uint32_t d = 0; d < t->ndim && n > 0 && (size_t)n < size; d++)
+        n += snprintf(buf + n, size - (size_t)n, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+    if (n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, "]");
+    return buf;
+}
+
+/* Check the finishing options and prepare its kernel arguments and CPU tables. */
+static stk_status finish_setup(core *c, const stk_loader_opts *o, char *err, size_t err_size)
+{
+    c->fin_t = -1;
+    if (o->finish_dtype == STK_DTYPE_UINT8)
+        return STK_OK;
+    if (o->finish_dtype != STK_DTYPE_FLOAT32 && o->finish_dtype != STK_DTYPE_FLOAT16 &&
+        o->finish_dtype != STK_DTYPE_BFLOAT16)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "finish_dtype %s: finishing outputs float32, float16 or bfloat16 "
+                              "(uint8 = no finishing)",
+                              stk_dtype_name(o->finish_dtype));
+    const char *name = o->transform_field ? o->transform_field : "image";
+    int ti = -1;
+    for (size_t i = 0; i + 1 < c->lay.n_tensors; i++)
+        if (strcmp(c->lay.t[i].name, name) == 0)
+            ti = (int)i;
+    if (ti < 0)
+        return stk__set_error(err, err_size, STK_EINVAL, "finishing: the dataset has no field '%s'",
+                              name);
+    const stk__tlayout *t = &c->lay.t[ti];
+    char desc[96];
+    if (t->dtype != STK_DTYPE_UINT8 || t->ndim != 3 || t->shape[2] != 3 || t->bytes)
+        return stk__set_error(
+            err, err_size, STK_EINVAL,
+            "finishing needs a uint8 [H, W, 3] field: '%s' is %s (give the "
+            "transform uint8 output with nhwc)",
+            name, t->bytes ? "variable-length bytes" : tensor_desc(t, desc, sizeof(desc)));
+    for (int ch = 0; ch < 3; ch++)
+        if (!isfinite(o->finish_mean[ch]) || !isfinite(o->finish_std[ch]) ||
+            o->finish_std[ch] == 0.0f)
+            return stk__set_error(err, err_size, STK_EINVAL,
+                                  "finishing: mean[%d] = %g, std[%d] = %g (finite, std non-zero)",
+                                  ch, (double)o->finish_mean[ch], ch, (double)o->finish_std[ch]);
+    if (!(o->finish_flip >= 0.0f && o->finish_flip <= 1.0f))
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "finishing: flip probability %g is not in [0, 1]",
+                              (double)o->finish_flip);
+    uint64_t h = (uint64_t)t->shape[0], w = (uint64_t)t->shape[1];
+    if (h * w > UINT32_MAX / c->batch_size) /* the kernel indexes pixels with 32 bits */
+        return stk__set_error(err, err_size, STK_ELIMIT,
+                              "finishing: %u x %" PRIu64 " x %" PRIu64 " pixels per batch is over "
+                              "2^32",
+                              c->batch_size, h, w);
+    c->fin_t = ti;
+    c->fin_flip = o->finish_flip;
+    c->fin_row = (size_t)(h * w * 3) * stk_dtype_size(o->finish_dtype);
+    memset(&c->fin, 0, sizeof(c->fin));
+    c->fin.h = (uint32_t)h;
+    c->fin.w = (uint32_t)w;
+    c->fin.dtype = (uint32_t)o->finish_dtype;
+    c->fin.nhwc = o->finish_nhwc;
+    for (int ch = 0; ch < 3; ch++) {
+        c->fin.mean[ch] = o->finish_mean[ch];
+        c->fin.std[ch] = o->finish_std[ch];
+        for (uint32_t x = 0; x < 256; x++) { /* the kernel's values, for the CPU fallback */
+            float v = stk__fin_value(x, o->finish_mean[ch], o->finish_std[ch]);
+            c->fin_lut32[ch][x] = v;
+            c->fin_lut16[ch][x] =
+                (uint16_t)(o->finish_dtype == STK_DTYPE_BFLOAT16 ? stk__fin_bf16(v)
+                                                                 : stk__fin_f16(v));
+        }
+    }
+    return STK_OK;
+}
+
+/* Make tensor t of a view the finishing output at `offset`. */
+static void finished_tensor(const core *c, stk__tlayout *t, size_t offset)
+{
+    t->dtype = (stk_dtype)c->fin.dtype;
+    t->ndim = 3;
+    int64_t h = c->fin.h, w = c->fin.w;
+    int64_t chw[3] = {3, h, w}, hwc[3] = {h, w, 3};
+    memcpy(t->shape, c->fin.nhwc ? hwc : chw, sizeof(chw));
+    t->offset = offset;
+    t->row_size = c->fin_row;
+}
+
+/* Note why part of the GPU path is off: "what: why", "; "-separated when there are several;
+ * cut at the size of the stats field. */
+static void dev_note(core *c, const char *what, const char *why)
+{
+    const char *parts[4] = {c->dev_reason[0] ? "; " : "", what, ": ", why};
+    size_t n = strlen(c->dev_reason);
+    for (int i = 0; i < 4; i++) {
+        size_t k = STK_MIN(strlen(parts[i]), sizeof(c->dev_reason) - 1 - n);
+        memcpy(c->dev_reason + n, parts[i], k);
+        n += k;
+    }
+    c->dev_reason[n] = '\0';
+}
+
+/* The GPU path and the ring's memory: open the device (for pinning or copies), create the device
+ * ring, place finishing, lay out the host slot, allocate the slots (pinned within the cap). */
+static stk_status ring_setup(core *c, const stk_loader_opts *o, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    char why[STK_ERRMSG_SIZE];
+    c->device = -1;
+    c->flags_offset = c->fin_host_offset = c->fin_dev_offset = SIZE_MAX;
+    if ((rc = finish_setup(c, o, err, err_size)) < 0)
+        return rc;
+    size_t host = c->lay.slot_size, fsize = 0;
+    if (c->fin_t >= 0 && c->fin_flip > 0) {
+        c->flags_offset = (size_t)STK_ALIGN_UP(host, 64);
+        host = c->flags_offset + c->batch_size;
+    }
+    host = (size_t)STK_ALIGN_UP(host, 64);
+    if (c->fin_t >= 0 && !stk__mul_ok(c->fin_row, c->batch_size, &fsize))
+        return stk__set_error(err, err_size, STK_ELIMIT, "finishing output too large");
+    bool want_pinned = (o->flags & STK_LOADER_PINNED) || o->device >= 0;
+    if (want_pinned) {
+        if (stk__cudev_open(o->device >= 0 ? o->device : 0, &c->cudev, why, sizeof(why)) ==
+            STK_OK) {
+            c->cudev_open = true;
+        } else {
+            dev_note(c,
+                     o->device >= 0 ? "no device copy and pageable ring"
+                                    : "pageable ring (pinned memory needs CUDA)",
+                     why);
+            want_pinned = false;
+        }
+    }
+    bool pushed = c->cudev_open && stk__cudev_push(&c->cudev, err, err_size) == STK_OK;
+    if (c->cudev_open && !pushed) {
+        rc = STK_EIO;
+        goto fail;
+    }
+    if (o->device >= 0 && c->cudev_open) {
+        why[0] = '\0';
+        if ((rc = stk__devring_create(&c->cudev, c->prefetch, host, fsize, &c->dev, why,
+                                      sizeof(why), err, err_size)) < 0)
+            goto fail;
+        c->device = o->device;
+        if (c->fin_t >= 0) {
+            c->finish = stk__devring_can_finish(c->dev) ? STK_FINISH_DEVICE : STK_FINISH_CPU;
+            if (c->finish == STK_FINISH_CPU)
+                dev_note(c, "finishing on the CPU", why);
+        }
+    } else if (c->fin_t >= 0) {
+        c->finish = STK_FINISH_CPU;
+    }
+    c->view = c->dview = c->lay;
+    if (c->finish == STK_FINISH_CPU) {
+        /* The output follows the slot on the host; the device buffer has the same layout. */
+        c->fin_host_offset = host;
+        if (__builtin_add_overflow(host, fsize, &host)) {
+            rc = stk__set_error(err, err_size, STK_ELIMIT, "batch slot too large");
+            goto fail;
+        }
+        finished_tensor(c, &c->view.t[c->fin_t], c->fin_host_offset);
+        c->dview = c->view;
+    } else if (c->finish == STK_FINISH_DEVICE) {
+        c->fin_dev_offset = host;
+        finished_tensor(c, &c->dview.t[c->fin_t], c->fin_dev_offset);
+    }
+    c->slot_alloc = host;
+
+    uint64_t limit = !want_pinned      ? 0
+                     : o->pinned_limit ? o->pinned_limit
+                                       : stk__pinned_limit_default();
+    uint64_t ring = (uint64_t)STK_ALIGN_UP(host, 64) * c->prefetch, held = stk__pinned_total();
+    if (want_pinned && (held > limit || ring > limit - held)) {
+        char msg[STK_ERRMSG_SIZE];
+        snprintf(msg, sizeof(msg),
+                 "%u slots of %zu bytes would take pinned memory to %" PRIu64
+                 " bytes, over the %" PRIu64 "-byte cap (opts.pinned_limit or STOKER_PINNED_LIMIT)",
+                 c->prefetch, host, held + ring, limit);
+        dev_note(c, "pageable ring", msg);
+        want_pinned = false;
+    }
+    c->slots = stk__calloc(c->prefetch, sizeof(slot));
+    if (!c->slots) {
+        rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory allocating %u ring slots",
+                            c->prefetch);
+        goto fail;
+    }
+    c->pinned = want_pinned;
+    for (uint32_t i = 0; i < c->prefetch; i++) {
+        bool pinned = false;
+        why[0] = '\0';
+        c->slots[i].mem = stk__slot_alloc_ex(host, want_pinned, limit, &pinned, why, sizeof(why));
+        if (!c->slots[i].mem) {
+            rc = stk__set_error(err, err_size, STK_ENOMEM,
+                                "out of memory allocating a ring slot of %zu bytes", host);
+            goto fail;
+        }
+        if (want_pinned && !pinned && c->pinned)
+            dev_note(c, "pageable ring", why);
+        c->pinned = c->pinned && pinned;
+        c->pinned_bytes += pinned ? (uint64_t)STK_ALIGN_UP(host, 64) : 0;
+        c->slots[i].state = SLOT_FREE;
+        c->slots[i].seq = UINT64_MAX;
+        c->slots[i].handle.c = c;
+        c->slots[i].handle.slot = i;
+        c->slots[i].handle.pinned = pinned;
+    }
+fail:
+    if (pushed)
+        stk__cudev_pop(&c->cudev);
+    return rc;
 }
 
 /* Resolve rank and world from options or environment. */
@@ -510,9 +953,15 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     char err[STK_ERRMSG_SIZE] = "";
     *out = NULL;
     stk__clear_last_error();
-    if (!opts || opts->struct_size < sizeof(stk_loader_opts))
+    if (!opts || opts->struct_size < offsetof(stk_loader_opts, device))
         return stk__set_last_error(STK_EINVAL, "options not initialised with "
                                                "stk_loader_opts_init");
+    /* A caller built against an older header passes a shorter struct: defaults for the rest. */
+    stk_loader_opts full;
+    stk_loader_opts_init(&full);
+    memcpy(&full, opts, STK_MIN(opts->struct_size, sizeof(full)));
+    full.struct_size = sizeof(full);
+    opts = &full;
     if (opts->batch_size < 1 || opts->batch_size > 0x7fffffff)
         return stk__set_last_error(STK_EINVAL, "batch size %" PRId64 " is invalid (must be >= 1)",
                                    opts->batch_size);
@@ -599,23 +1048,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
                      c->n);
     }
 
-    c->slots = stk__calloc(c->prefetch, sizeof(slot));
-    if (!c->slots)
-        STK_FAIL(err, STK_ENOMEM, "out of memory allocating %u ring slots", c->prefetch);
-    bool want_pinned = opts->flags & STK_LOADER_PINNED;
-    c->pinned = want_pinned;
-    for (uint32_t i = 0; i < c->prefetch; i++) {
-        bool pinned = false;
-        c->slots[i].mem = stk__slot_alloc(c->lay.slot_size, want_pinned, &pinned);
-        if (!c->slots[i].mem)
-            STK_FAIL(err, STK_ENOMEM, "out of memory allocating a ring slot of %zu bytes",
-                     c->lay.slot_size);
-        c->pinned = c->pinned && pinned;
-        c->slots[i].state = SLOT_FREE;
-        c->slots[i].seq = UINT64_MAX;
-        c->slots[i].handle.c = c;
-        c->slots[i].handle.slot = i;
-    }
+    STK_TRY(ring_setup(c, opts, err, sizeof(err)));
 
     /* Epoch 0 from position 0; the consumer and the dispatcher start in step. */
     plan_epoch(c, 0, &c->d_plan);
@@ -630,6 +1063,12 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         c->ctrace.ev = stk__calloc(opts->trace_events, sizeof(tev));
         if (!c->ctrace.ev)
             STK_FAIL(err, STK_ENOMEM, "out of memory for the trace buffers");
+        if (c->dev) {
+            c->dtrace.cap = opts->trace_events;
+            c->dtrace.ev = stk__calloc(opts->trace_events, sizeof(tev));
+            if (!c->dtrace.ev)
+                STK_FAIL(err, STK_ENOMEM, "out of memory for the trace buffers");
+        }
     }
     for (uint32_t i = 0; i < c->n_threads; i++) {
         worker *w = &c->workers[i];
@@ -843,6 +1282,7 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
         return rc;
     }
     s->state = SLOT_HELD;
+    s->waited = false;
     c->held++;
     c->refs++;
     atomic_fetch_add(&c->st_batches, 1);
@@ -861,8 +1301,11 @@ void stk_batch_release(stk_batch *b)
     core *c = b->c;
     if (fork_child(c))
         return;
-    pthread_mutex_lock(&c->mu);
     slot *s = &c->slots[b->slot];
+    if (c->dev && s->waited) /* protect the device buffer from the next copy: after that work */
+        stk__devring_release_on(c->dev, b->slot, s->wait_stream);
+    s->waited = false;
+    pthread_mutex_lock(&c->mu);
     s->state = SLOT_FREE;
     c->held--;
     pthread_cond_broadcast(&c->cv_work);
@@ -947,7 +1390,7 @@ void stk_loader_info_get(const stk_loader *L, stk_loader_info *out)
     out->rank = c->rank;
     out->world = c->world;
     out->n_records = c->n;
-    out->slot_size = c->lay.slot_size;
+    out->slot_size = c->slot_alloc;
     out->pinned = c->pinned;
 }
 
@@ -972,9 +1415,22 @@ void stk_loader_stats_get(const stk_loader *L, stk_loader_stats *out)
         out->augment_ns += a;
         /* collate: what runs of samples took beyond reading and transforming (counters are
          * read one after the other, so clamp at 0) */
-        out->collate_ns += run > read + d + a ? run - read - d - a : 0;
+        uint64_t fin = atomic_load_explicit(&w->finish_ns, memory_order_relaxed);
+        out->collate_ns += run > read + d + a + fin ? run - read - d - a - fin : 0;
+        out->finish_ns += fin;
         out->worker_wait_ns += atomic_load_explicit(&w->wait_ns, memory_order_relaxed);
     }
+    out->pinned = c->pinned;
+    out->pinned_bytes = c->pinned_bytes;
+    out->pinned_total = stk__pinned_total();
+    out->device = c->dev ? c->device : -1;
+    out->finish = (uint32_t)c->finish;
+    out->copies = atomic_load_explicit(&c->st_copies, memory_order_relaxed);
+    out->h2d_bytes = atomic_load_explicit(&c->st_h2d, memory_order_relaxed);
+    out->copied_bytes = atomic_load_explicit(&c->st_copied, memory_order_relaxed);
+    out->copy_ns = atomic_load_explicit(&c->st_copy_ns, memory_order_relaxed);
+    out->finish_ns += atomic_load_explicit(&c->st_dfinish_ns, memory_order_relaxed);
+    snprintf(out->device_reason, sizeof(out->device_reason), "%s", c->dev_reason);
     out->consumer_wait_ns = atomic_load_explicit(&c->consumer_wait_ns, memory_order_relaxed);
     pthread_mutex_lock(&c->mu);
     out->active_threads = c->active;
@@ -994,7 +1450,8 @@ static void trace_track(FILE *f, const tbuf *b, int tid, bool *first)
                 "%s\n{\"name\": \"%s\", \"cat\": \"stoker\", \"ph\": \"X\", \"pid\": 1, "
                 "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"%s\": %u}}",
                 *first ? "" : ",", tr_names[e->stage], tid, (double)e->t0 / 1e3,
-                (double)(e->t1 - e->t0) / 1e3, tid == 0 ? "batch" : "sample", e->arg);
+                (double)(e->t1 - e->t0) / 1e3,
+                tid == 0 || e->stage >= TR_ISSUE ? "batch" : "sample", e->arg);
         *first = false;
     }
 }
@@ -1020,9 +1477,19 @@ stk_status stk_loader_trace_write(const stk_loader *L, const char *path)
                 ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %u, "
                 "\"args\": {\"name\": \"worker %u\"}}",
                 i + 1, i);
+    if (c->dtrace.cap) /* the device track: copies and finishing as the GPU ran them */
+        fprintf(f,
+                ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %u, "
+                "\"args\": {\"name\": \"device %d (loader stream)\"}}",
+                c->n_threads + 1, (int)c->device);
     trace_track(f, &c->ctrace, 0, &first);
     for (uint32_t i = 0; i < c->n_threads; i++)
         trace_track(f, &c->workers[i].trace, (int)i + 1, &first);
+    if (c->dtrace.cap) {
+        pthread_mutex_lock(&c->mu); /* the device track is appended under mu */
+        trace_track(f, &c->dtrace, (int)c->n_threads + 1, &first);
+        pthread_mutex_unlock(&c->mu);
+    }
     fprintf(f, "\n]}\n");
     if (fclose(f) != 0)
         return stk__set_error(((stk_loader *)L)->errmsg, sizeof(L->errmsg), STK_EIO,
@@ -1149,10 +1616,10 @@ size_t stk_batch_n_tensors(const stk_batch *b)
 stk_status stk_batch_tensor(const stk_batch *b, size_t i, stk_tensor *out)
 {
     const core *c = b->c;
-    if (i >= c->lay.n_tensors)
+    if (i >= c->view.n_tensors)
         return STK_EINVAL;
     const slot *s = &c->slots[b->slot];
-    stk__layout_tensor(&c->lay, i, s->mem, s->count, out);
+    stk__layout_tensor(&c->view, i, s->mem, s->count, out);
     return STK_OK;
 }
 
@@ -1161,4 +1628,63 @@ const int64_t *stk_batch_indices(const stk_batch *b)
     const core *c = b->c;
     const slot *s = &c->slots[b->slot];
     return (const int64_t *)(s->mem + c->lay.t[c->lay.n_tensors - 1].offset);
+}
+
+/* ---- batches on the device ---- */
+
+int32_t stk_batch_device(const stk_batch *b)
+{
+    return b->c->dev ? b->c->device : -1;
+}
+
+stk_status stk_batch_device_tensor(const stk_batch *b, size_t i, stk_tensor *out)
+{
+    const core *c = b->c;
+    if (!c->dev)
+        return STK_ENOTSUP;
+    if (i >= c->dview.n_tensors)
+        return STK_EINVAL;
+    const slot *s = &c->slots[b->slot];
+    CUdeviceptr base = stk__devring_base(c->dev, b->slot);
+    stk__layout_tensor(&c->dview, i, (uint8_t *)(uintptr_t)base, s->count, out);
+    if (c->dview.t[i].bytes) /* lengths stay on the host */
+        out->lengths = (const int64_t *)(s->mem + c->dview.t[i].lengths_offset);
+    return STK_OK;
+}
+
+stk_status stk_batch_device_wait(stk_batch *b, void *stream)
+{
+    core *c = b->c;
+    if (!c->dev)
+        return STK_ENOTSUP;
+    slot *s = &c->slots[b->slot];
+    stk_status rc = stk__devring_wait(c->dev, b->slot, stream);
+    if (rc == STK_OK) {
+        s->waited = true;
+        s->wait_stream = stream;
+    }
+    return rc;
+}
+
+stk_status stk_batch_device_sync(stk_batch *b)
+{
+    core *c = b->c;
+    if (!c->dev)
+        return STK_ENOTSUP;
+    return stk__devring_sync(c->dev, b->slot);
+}
+
+stk_status stk_batch_release_after(stk_batch *b, void *stream)
+{
+    if (!b)
+        return STK_OK;
+    core *c = b->c;
+    stk_status rc = STK_OK;
+    if (c->dev && !fork_child(c)) {
+        slot *s = &c->slots[b->slot];
+        rc = stk__devring_release_on(c->dev, b->slot, stream);
+        s->waited = false;
+    }
+    stk_batch_release(b);
+    return rc;
 }
