@@ -21,6 +21,7 @@ int stk_cmd_pack(int argc, char **argv);    /* cmd_pack.c */
 int stk_cmd_inspect(int argc, char **argv); /* cmd_inspect.c */
 int stk_cmd_verify(int argc, char **argv);  /* cmd_inspect.c */
 int stk_cmd_bench(int argc, char **argv);   /* cmd_bench.c */
+int stk_cmd_doctor(int argc, char **argv);  /* cmd_doctor.c */
 
 /* ---- errors ---- */
 

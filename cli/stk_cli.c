@@ -28,6 +28,7 @@ static const command commands[] = {
     {"inspect", stk_cmd_inspect, "show a dataset's shards, fields, metadata (and records)"},
     {"verify", stk_cmd_verify, "read every record and check its checksum"},
     {"bench", stk_cmd_bench, "measure loader throughput on a dataset"},
+    {"doctor", stk_cmd_doctor, "is training data-bound? measure, explain and advise"},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
