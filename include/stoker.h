@@ -709,7 +709,7 @@ typedef enum stk_finish_where {
 } stk_finish_where;
 
 /** Whether CUDA is usable for `device`: loads the driver (once per process) and looks the device
- *  up. `buf` (may be NULL) receives "CUDA driver 12.4, device 0: NVIDIA H100 80GB HBM3 (compute
+ *  up, without creating a context (cheap). `buf` (may be NULL) receives "CUDA driver 12.4, device 0: NVIDIA H100 80GB HBM3 (compute
  *  capability 9.0)" or the reason it is not usable ("libcuda.so.1: cannot open shared object
  *  file: No such file or directory", "cuInit: CUDA_ERROR_NO_DEVICE (...)").
  *  The driver is libcuda.so.1, or the library named by env STOKER_LIBCUDA.

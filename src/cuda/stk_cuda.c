@@ -89,7 +89,8 @@ const stk__cuda_api *stk__cuda_load(char *why, size_t why_size)
     return cuda_ok;
 }
 
-stk_status stk__cudev_open(int ordinal, stk__cudev *d, char *err, size_t err_size)
+/* Load the driver and look device `ordinal` up (name, compute capability); no context. */
+static stk_status cudev_find(int ordinal, stk__cudev *d, char *err, size_t err_size)
 {
     memset(d, 0, sizeof(*d));
     char why[STK_ERRMSG_SIZE];
@@ -110,12 +111,21 @@ stk_status stk__cudev_open(int ordinal, stk__cudev *d, char *err, size_t err_siz
         snprintf(d->name, sizeof(d->name), "device %d", ordinal);
     cu->cuDeviceGetAttribute(&d->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev);
     cu->cuDeviceGetAttribute(&d->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev);
-    if ((r = cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev)) != CUDA_SUCCESS) {
+    d->cu = cu;
+    d->ordinal = ordinal;
+    return STK_OK;
+}
+
+stk_status stk__cudev_open(int ordinal, stk__cudev *d, char *err, size_t err_size)
+{
+    stk_status rc = cudev_find(ordinal, d, err, err_size);
+    if (rc < 0)
+        return rc;
+    CUresult r = d->cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
+    if (r != CUDA_SUCCESS) {
         d->ctx = NULL;
         return stk__cuda_error(err, err_size, STK_ENOTSUP, "cuDevicePrimaryCtxRetain", r);
     }
-    d->cu = cu;
-    d->ordinal = ordinal;
     return STK_OK;
 }
 
@@ -170,7 +180,7 @@ stk_status stk_cuda_probe(int32_t device, char *buf, size_t buf_size)
 {
     stk__cudev d;
     char err[STK_ERRMSG_SIZE];
-    stk_status rc = stk__cudev_open(device, &d, err, sizeof(err));
+    stk_status rc = cudev_find(device, &d, err, sizeof(err)); /* no context: cheap */
     if (rc < 0) {
         if (buf && buf_size)
             snprintf(buf, buf_size, "%s", err);
@@ -181,7 +191,6 @@ stk_status stk_cuda_probe(int32_t device, char *buf, size_t buf_size)
     if (buf && buf_size)
         snprintf(buf, buf_size, "CUDA driver %d.%d, device %d: %s (compute capability %d.%d)",
                  version / 1000, version % 1000 / 10, device, d.name, d.cc_major, d.cc_minor);
-    stk__cudev_close(&d);
     return STK_OK;
 }
 

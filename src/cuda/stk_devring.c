@@ -212,6 +212,7 @@ stk_status stk__devring_issue(stk__devring *r, uint32_t slot, const uint8_t *hos
         CU_TRY(cuStreamWaitEvent, (r->stream, s->released, 0));
         s->released_rec = false;
     }
+    s->pending = true; /* from here on the slot may be read by queued work: drain before reuse */
     CU_TRY(cuEventRecord, (s->t0, r->stream));
     for (size_t i = 0; i < n_ranges; i++)
         CU_TRY(cuMemcpyHtoDAsync,
@@ -228,8 +229,10 @@ stk_status stk__devring_issue(stk__devring *r, uint32_t slot, const uint8_t *hos
         s->finished = true;
     }
     CU_TRY(cuEventRecord, (s->done, r->stream));
-    s->pending = true;
 fail:
+    if (rc <
+        0) /* mark what was queued, so a drain waits for it (best effort on a failing device) */
+        cu->cuEventRecord(s->done, r->stream);
     pthread_mutex_unlock(&r->mu);
     return rc;
 }

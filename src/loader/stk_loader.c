@@ -548,12 +548,15 @@ static stk_status device_issue(core *c, worker *w, slot *s, char *err, size_t er
         fin = &a;
     }
     uint64_t t0 = tnow(c);
-    stk_status rc = stk__devring_issue(c->dev, s->handle.slot, s->mem, r, n, fin, err, err_size);
+    char why[STK_ERRMSG_SIZE];
+    stk_status rc = stk__devring_issue(c->dev, s->handle.slot, s->mem, r, n, fin, why, sizeof(why));
     uint64_t t1 = tnow(c);
     if (w->trace.cap)
         trace_add(c, &w->trace, TR_ISSUE, t0, t1, (uint32_t)s->number);
     if (rc < 0)
-        return rc;
+        return stk__set_error(err, err_size, rc,
+                              "device %d copy of epoch %" PRIu64 " batch %" PRIu64 ": %s",
+                              (int)c->device, s->epoch, s->number, why);
     s->copy_bytes = bytes;
     atomic_fetch_add_explicit(&c->st_copies, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->st_h2d, bytes, memory_order_relaxed);

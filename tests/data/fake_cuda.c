@@ -21,8 +21,9 @@
  * Knobs: FAKE_CUDA_DEVICES (default 1; 0 makes cuInit fail with CUDA_ERROR_NO_DEVICE),
  * FAKE_CUDA_DELAY_US, FAKE_CUDA_HOST_LIMIT (bytes of cuMemHostAlloc before it fails with
  * CUDA_ERROR_OUT_OF_MEMORY), FAKE_CUDA_NO_MODULE=1 (cuModuleLoadData refuses the PTX, as an old
- * driver does). All state is guarded by one mutex and one condition variable; data moves
- * outside it, ordered by it (the fake must itself be TSan-clean).
+ * driver does), FAKE_CUDA_FAIL_COPY=N (the Nth cuMemcpyHtoDAsync fails). All state is guarded by
+ * one mutex and one condition variable; data moves outside it, ordered by it (the fake must itself
+ * be TSan-clean).
  */
 #include "cuda/stk_cuda_min.h"
 #include "cuda/stk_finish.h"
@@ -497,6 +498,12 @@ CUresult fake_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t size, C
 {
     if (!has_ctx())
         return CUDA_ERROR_INVALID_CONTEXT;
+    static long calls;
+    pthread_mutex_lock(&mu);
+    long call = ++calls;
+    pthread_mutex_unlock(&mu);
+    if (call == env_long("FAKE_CUDA_FAIL_COPY", 0)) /* a device error on the Nth copy */
+        return CUDA_ERROR_INVALID_VALUE;
     op *o = calloc(1, sizeof(*o));
     if (!o)
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -573,6 +573,51 @@ static int test_poison_device_buffer(void)
     return in_child(child_poison_device, fake_env("FAKE_CUDA_DELAY_US=100", NULL));
 }
 
+/* A copy the driver refuses fails its batch, with the reason; the loader goes on. */
+static int child_copy_error(void)
+{
+    stk__cudev d;
+    if (fake_open(&d))
+        return 1;
+    stk_loader *L = device_loader(50, 1, 4); /* one thread: batch k is copy k + 1 */
+    T_CHECK(L);
+    static int64_t seen[600];
+    size_t n_seen = 0;
+    stk_batch *b;
+    stk_status rc;
+    int k = 0, failed = 0;
+    while ((rc = stk_loader_next(L, &b)) != STK_END) {
+        if (k++ == 2) {
+            T_EQ(rc, STK_EIO);
+            T_CHECKF(strstr(stk_loader_errmsg(L), "device 0 copy of epoch 0 batch 2: "
+                                                  "cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE"),
+                     "%s", stk_loader_errmsg(L));
+            failed++;
+            continue;
+        }
+        T_OK(rc);
+        if (fx_check_raw_batch(b, seen, &n_seen))
+            return 1;
+        T_OK(stk_batch_device_sync(b));
+        if (fx_device_equals_host(b, fake_fetch))
+            return 1;
+        stk_batch_release(b);
+    }
+    T_EQ(failed, 1);
+    T_EQ(n_seen, 450);
+    stk_loader_stats st;
+    stk_loader_stats_get(L, &st);
+    T_EQ(st.errors, 1);
+    stk_loader_destroy(L);
+    stk__cudev_close(&d);
+    return no_violations();
+}
+
+static int test_copy_error(void)
+{
+    return in_child(child_copy_error, fake_env("FAKE_CUDA_FAIL_COPY=3", NULL));
+}
+
 /* A trace of a device loader has the device track and the copy stages. */
 static int child_trace(void)
 {
@@ -978,7 +1023,7 @@ static int test_opts_abi(void)
 T_MAIN(T_CASE(setup), T_CASE(test_fake_detects), T_CASE(test_no_driver), T_CASE(test_no_device),
        T_CASE(test_missing_device), T_CASE(test_pinned_accounting), T_CASE(test_pinned_refused),
        T_CASE(test_pinned_env), T_CASE(test_device_copies), T_CASE(test_poison_host_slot),
-       T_CASE(test_poison_device_buffer), T_CASE(test_trace_device),
+       T_CASE(test_poison_device_buffer), T_CASE(test_copy_error), T_CASE(test_trace_device),
        T_CASE(test_finish_conversions), T_CASE(test_finish_equals_pipeline),
        T_CASE(test_nvrtc_compile), T_CASE(test_finish_device), T_CASE(test_finish_fallback),
        T_CASE(test_finish_host), T_CASE(test_finish_invalid), T_CASE(test_opts_abi),
