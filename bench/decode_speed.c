@@ -81,7 +81,10 @@ static int run(int m, int i)
         stk__image_probe(dec, im->p, im->n, &im->info, err, sizeof(err));
         return stk__image_decode(dec, im->p, im->n, &im->info, 0, 0, W, H, 0, 0, &out, err,
                                  sizeof(err));
-    case 9: { /* RandomResizedCrop(224): torchvision's sampling, first try */
+    case 9:
+    case 10:
+    case 11:
+    case 12: { /* RandomResizedCrop(224): torchvision's sampling, first try */
         uint32_t w, h;
         for (;;) {
             double area = W * (double)H * (0.08 + 0.92 * urand());
@@ -93,8 +96,20 @@ static int run(int m, int i)
         }
         uint32_t x = (uint32_t)(urand() * (W - w + 1)), y = (uint32_t)(urand() * (H - h + 1));
         stk__image_probe(dec, im->p, im->n, &im->info, err, sizeof(err));
-        return stk__image_decode(dec, im->p, im->n, &im->info, x, y, w, h, 224, 224, &out, err,
-                                 sizeof(err));
+        if (m == 9)
+            return stk__image_decode(dec, im->p, im->n, &im->info, x, y, w, h, 224, 224, &out, err,
+                                     sizeof(err));
+        /* Downscale factor of the 224 output; the den rule, or the smallest M/8 above 1/sc */
+        double sc = STK_MIN(w, h) / 224.0;
+        uint32_t num = sc >= 8 ? 1 : sc >= 4 ? 2 : sc >= 2 ? 4 : 8;
+        if (m == 10)
+            return stk__image_decode_fast(dec, im->p, im->n, &im->info, x, y, w, h,
+                                          (w * num + 7) / 8, (h * num + 7) / 8, &out, err,
+                                          sizeof(err));
+        for (num = 1; num < 8 && sc * num < 8.0; num++)
+            ;
+        return stk__jpeg_decode(dec, im->p, im->n, &im->info, x, y, w, h, num, m == 11, &out, err,
+                                sizeof(err));
     }
     }
     return -1;
@@ -109,7 +124,10 @@ static const char *names[] = {"tjDecompress2 full (ISLOW)",
                               "window 70%x70% 1/4",
                               "window 70%x70% 1/8",
                               "full image 1/8",
-                              "RandomResizedCrop(224) windows"};
+                              "RandomResizedCrop(224) windows",
+                              "RRC windows, fast, 1/2^k",
+                              "RRC windows, fast, M/8",
+                              "RRC windows, ISLOW+fancy, M/8"};
 
 int main(int argc, char **argv)
 {

@@ -41,10 +41,11 @@ stk_status stk__jpeg_create(stk__jpeg **out);
 void stk__jpeg_destroy(stk__jpeg *j);
 stk_status stk__jpeg_probe(stk__decoder *d, const uint8_t *src, size_t size, stk__imginfo *out,
                            char *err, size_t err_size);
-/* Decode window x, y, w, h at scale 1/den (den in 1, 2, 4, 8). */
+/* Decode window x, y, w, h at scale num/8 (num in 1..8); fast: JDCT_IFAST and plain chroma
+ * upsampling instead of PIL's ISLOW and fancy upsampling. */
 stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
                             const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
-                            uint32_t h, uint32_t den, stk__decoded *out, char *err,
+                            uint32_t h, uint32_t num, bool fast, stk__decoded *out, char *err,
                             size_t err_size);
 
 stk_status stk__png_probe(stk__decoder *d, const uint8_t *src, size_t size, stk__imginfo *out,

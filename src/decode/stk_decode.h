@@ -61,4 +61,13 @@ stk_status stk__image_decode(stk__decoder *d, const void *src, size_t size,
                              uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
                              char *err, size_t err_size);
 
+/* stk__image_decode, trading exactness for speed where the output is resampled anyway: JPEG
+ * uses the fast integer IDCT (JDCT_IFAST) and plain (replicating) chroma upsampling instead of
+ * PIL's ISLOW IDCT and triangle ("fancy") upsampling. The window, scale rule and map are the
+ * same. PNG is decoded exactly as by stk__image_decode. */
+stk_status stk__image_decode_fast(stk__decoder *d, const void *src, size_t size,
+                                  const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                                  uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
+                                  char *err, size_t err_size);
+
 #endif /* STK_DECODE_H */

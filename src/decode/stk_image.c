@@ -108,21 +108,24 @@ stk_status stk__image_probe(stk__decoder *d, const void *src, size_t size, stk__
     }
 }
 
-/* The DCT scale denominator for a w x h window decoded to at least min_w x min_h. */
-static uint32_t choose_den(uint32_t w, uint32_t h, uint32_t min_w, uint32_t min_h)
+/* The DCT scale num/8 for a w x h window decoded to at least min_w x min_h: the smallest num in
+ * 1, 2, 4, 8 with ceil(w*num/8) >= min_w and ceil(h*num/8) >= min_h. The other M/8 scales
+ * libjpeg offers have no SIMD IDCT in libjpeg-turbo 2.1 (stk_transform.c has the numbers). */
+static uint32_t choose_num(uint32_t w, uint32_t h, uint32_t min_w, uint32_t min_h)
 {
     if (min_w >= w && min_h >= h)
-        return 1;
-    for (uint32_t den = 8; den > 1; den /= 2)
-        if ((w + den - 1) / den >= min_w && (h + den - 1) / den >= min_h)
-            return den;
-    return 1;
+        return 8;
+    for (uint32_t num = 1; num < 8; num *= 2)
+        if (((uint64_t)w * num + 7) / 8 >= min_w && ((uint64_t)h * num + 7) / 8 >= min_h)
+            return num;
+    return 8;
 }
 
-stk_status stk__image_decode(stk__decoder *d, const void *src, size_t size,
-                             const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
-                             uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
-                             char *err, size_t err_size)
+/* stk__image_decode and stk__image_decode_fast. */
+static stk_status image_decode(stk__decoder *d, const void *src, size_t size,
+                               const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                               uint32_t h, uint32_t min_w, uint32_t min_h, bool fast,
+                               stk__decoded *out, char *err, size_t err_size)
 {
     if (!d || (!src && size) || !info || !out)
         return stk__set_error(err, err_size, STK_EINVAL, "image decode: NULL argument");
@@ -137,9 +140,25 @@ stk_status stk__image_decode(stk__decoder *d, const void *src, size_t size,
     if (fmt != info->format)
         return stk__set_error(err, err_size, STK_EINVAL, "image format differs from its probe");
     if (fmt == STK__IMG_JPEG)
-        return stk__jpeg_decode(d, src, size, info, x, y, w, h, choose_den(w, h, min_w, min_h), out,
-                                err, err_size);
+        return stk__jpeg_decode(d, src, size, info, x, y, w, h, choose_num(w, h, min_w, min_h),
+                                fast, out, err, err_size);
     return stk__png_decode(d, src, size, info, x, y, w, h, out, err, err_size);
+}
+
+stk_status stk__image_decode(stk__decoder *d, const void *src, size_t size,
+                             const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                             uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
+                             char *err, size_t err_size)
+{
+    return image_decode(d, src, size, info, x, y, w, h, min_w, min_h, false, out, err, err_size);
+}
+
+stk_status stk__image_decode_fast(stk__decoder *d, const void *src, size_t size,
+                                  const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                                  uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
+                                  char *err, size_t err_size)
+{
+    return image_decode(d, src, size, info, x, y, w, h, min_w, min_h, true, out, err, err_size);
 }
 
 /* ---- public API: full-size decode ---- */

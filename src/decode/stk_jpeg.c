@@ -4,7 +4,8 @@
  *
  * Design: one jpeg_decompress_struct per stk__decoder, created once and reset with
  * jpeg_abort_decompress between images, reading from memory (jpeg_mem_src). A window is decoded
- * at 1/den scale (DCT-domain scaling: den 2, 4 and 8 have SIMD IDCTs in libjpeg-turbo 2.1),
+ * at scale num/8 = 1/den (DCT-domain scaling; the library uses den 1, 2, 4, 8, which have SIMD
+ * IDCTs in libjpeg-turbo 2.1; any num in 1..8 works, for bench/decode_speed.c's comparison),
  * restricted to the iMCU columns that cover it (jpeg_crop_scanline) and to its rows
  * (jpeg_skip_scanlines, then reading stops after the last row it needs).
  *
@@ -14,6 +15,12 @@
  * rows; the buffer is exactly those, so buffer pixel (u, v) covers full resolution
  * origin + (u, v) * den with origin = (floor(x/den), floor(y/den)) * den. jpeg_crop_scanline
  * widens the decoded columns to iMCU boundaries; the extra columns stay in the row stride.
+ *
+ * Fast mode (stk__image_decode_fast, the transform's default where it resamples): JDCT_IFAST
+ * and do_fancy_upsampling = FALSE (chroma replicated; for h2v1/h2v2 libjpeg then merges the
+ * upsampling into the colour conversion). Same windows and map, without the crop margin below
+ * (replicated chroma needs no neighbour); the buffer equals TurboJPEG's TJFLAG_FASTDCT |
+ * TJFLAG_FASTUPSAMPLE decode (tested like the exact mode).
  *
  * Exactness: the buffer equals the same region of libjpeg's own full decode at that scale. At
  * den 1, 4:2:x chroma is upsampled with the "fancy" triangle filter, which reads the chroma
@@ -41,9 +48,12 @@
  *   full decode: tjDecompress2 1,525 img/s, this libjpeg-API path 1,515 (the same library calls;
  *     the difference is noise), so there is one path, which crop and skip need anyway;
  *   JDCT_IFAST (TJFLAG_FASTDCT) 1,566 img/s, +2.7%, but 45.3 dB PSNR against ISLOW, which is
- *     PIL's decode bit for bit: ISLOW is kept. do_fancy_upsampling stays TRUE, as in PIL;
+ *     PIL's decode bit for bit: ISLOW and fancy upsampling (PIL's) in the exact mode;
  *   70% x 70% window at 1/1 2,070, 1/2 2,330, 1/4 2,490, 1/8 2,790; whole image at 1/8 2,280;
  *   RandomResizedCrop(224) windows at the scale the den rule picks 2,120; header parse ~0.6 us.
+ *   Same windows, second session (load noise of a shared machine: compare within one run):
+ *   exact 2,048, fast 2,120 (+3.5%); at the smallest M/8 >= the output (7/8, 6/8, 5/8 are
+ *   common: fewer pixels, but C IDCTs, and 4:2:0 chroma at 2M x 2M) 1,605, fast 1,640: slower.
  */
 #include "stk_codec.h"
 
@@ -232,7 +242,7 @@ static bool crop_is_exact(const struct jpeg_decompress_struct *c)
 /* Body of stk__jpeg_decode, under its setjmp: libjpeg errors longjmp out of it. */
 static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
                               const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
-                              uint32_t h, uint32_t den, stk__decoded *out, char *err,
+                              uint32_t h, uint32_t num, bool fast, stk__decoded *out, char *err,
                               size_t err_size)
 {
     stk__jpeg *j = d->jpeg;
@@ -247,20 +257,29 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
 
     bool cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
     c->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
-    c->scale_num = 1;
-    c->scale_denom = den;
-    c->dct_method = JDCT_ISLOW;
-    c->do_fancy_upsampling = TRUE;
+    c->scale_num = num;
+    c->scale_denom = 8;
+    c->dct_method = fast ? JDCT_IFAST : JDCT_ISLOW;
+    c->do_fancy_upsampling = fast ? FALSE : TRUE;
+    /* The merged upsampler (fast mode, 4:2:x) needs no colour deconverter and leaves cconvert
+     * as it was: pointing into the previous image's freed pool when that image used one, and
+     * jpeg_skip_scanlines then writes through it (use after free, fixed in libjpeg-turbo 3.1.2;
+     * it crashed here under the alternating exact/fast decodes of one worker). */
+    c->cconvert = NULL;
     jpeg_start_decompress(c);
 
     /* The window in scaled pixels: [xs, xe) x [ys, ye) */
     uint32_t out_w = c->output_width, out_h = c->output_height;
-    uint32_t xs = x / den, xe = STK_MIN(out_w, (uint32_t)(((uint64_t)x + w + den - 1) / den));
-    uint32_t ys = y / den, ye = STK_MIN(out_h, (uint32_t)(((uint64_t)y + h + den - 1) / den));
+    uint32_t xs = (uint32_t)((uint64_t)x * num / 8);
+    uint32_t xe = STK_MIN(out_w, (uint32_t)((((uint64_t)x + w) * num + 7) / 8));
+    uint32_t ys = (uint32_t)((uint64_t)y * num / 8);
+    uint32_t ye = STK_MIN(out_h, (uint32_t)((((uint64_t)y + h) * num + 7) / 8));
 
-    /* Crop columns, with one column of margin each side for the upsampler (header comment) */
-    JDIMENSION xoff = xs > 0 ? xs - 1 : 0;
-    JDIMENSION cw = STK_MIN(out_w, xe + 1) - xoff;
+    /* Crop columns, with one column of margin each side for the fancy upsampler (header
+     * comment); plain upsampling replicates chroma and needs none */
+    uint32_t margin = fast ? 0 : 1;
+    JDIMENSION xoff = xs >= margin ? xs - margin : 0;
+    JDIMENSION cw = STK_MIN(out_w, xe + margin) - xoff;
     if (cw < out_w && crop_is_exact(c)) {
         jpeg_crop_scanline(c, &xoff, &cw);
     } else {
@@ -310,9 +329,9 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
     out->width = xe - xs;
     out->height = rows;
     out->stride = stride;
-    out->origin_x = (double)xs * den;
-    out->origin_y = (double)ys * den;
-    out->scale_x = out->scale_y = den;
+    out->scale_x = out->scale_y = 8.0 / num;
+    out->origin_x = (double)xs * 8.0 / num;
+    out->origin_y = (double)ys * 8.0 / num;
     return STK_OK;
 
 fail:
@@ -322,9 +341,10 @@ fail:
 
 stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
                             const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
-                            uint32_t h, uint32_t den, stk__decoded *out, char *err, size_t err_size)
+                            uint32_t h, uint32_t num, bool fast, stk__decoded *out, char *err,
+                            size_t err_size)
 {
     if (setjmp(d->jpeg->jump))
         return jpeg_failed(d->jpeg, err, err_size);
-    return decode_body(d, src, size, info, x, y, w, h, den, out, err, err_size);
+    return decode_body(d, src, size, info, x, y, w, h, num, fast, out, err, err_size);
 }

@@ -131,6 +131,7 @@ typedef struct stk__xplan {
     uint32_t win_x, win_y, win_w, win_h; /* full-resolution window to decode */
     uint32_t min_w, min_h;               /* decoded size wanted (sets the DCT scale) */
     uint32_t den;                        /* DCT scale denominator asked for (1, 2, 4, 8) */
+    bool fast; /* decode with stk__image_decode_fast: not `exact`, and the output is resampled */
 } stk__xplan;
 
 /* Fold the ops over a width x height image, drawing randomness from rng in op order (each

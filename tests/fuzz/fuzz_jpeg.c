@@ -1,11 +1,12 @@
 /*
  * fuzz_jpeg.c: libFuzzer target for the image decoders (src/decode): stk__image_probe, then
  * stk__image_decode of the full image, a window at full scale, the full image at 1/8, and a
- * window with a minimum size, all chosen from a hash of the input's last bytes (the data after
- * EOI/IEND, which mutations can change without breaking the image). Every decoded pixel is read
- * so that ASan sees a buffer smaller than claimed, and the mapping invariants of stk_decode.h
- * (the buffer covers the window) are checked. One decoder serves every input, as a worker's
- * does, so a decoder left broken by a bad input shows up on the next one.
+ * window with a minimum size (also through stk__image_decode_fast), all chosen from a hash of the
+ * input's last bytes (the data after EOI/IEND, which mutations can change without breaking the
+ * image). Every decoded pixel is read so that ASan sees a buffer smaller than claimed, and the
+ * mapping invariants of stk_decode.h (the buffer covers the window) are checked. One decoder serves
+ * every input, as a worker's does, so a decoder left broken by a bad input shows up on the next
+ * one.
  *
  * max_pixels is 4 Mpx so that the fuzzer stays within -rss_limit_mb=2048.
  * Run: make fuzz && build/fuzz/fuzz_jpeg -max_total_time=180 -rss_limit_mb=2048 CORPUS_COPY
@@ -28,12 +29,12 @@ static uint32_t tail_hash(const uint8_t *data, size_t size)
 /* Decode one window, read every pixel, and check the buffer covers the window. */
 static void decode_window(stk__decoder *d, const uint8_t *data, size_t size,
                           const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
-                          uint32_t min_w, uint32_t min_h)
+                          uint32_t min_w, uint32_t min_h, bool fast)
 {
     char err[STK_ERRMSG_SIZE];
     stk__decoded out;
-    if (stk__image_decode(d, data, size, info, x, y, w, h, min_w, min_h, &out, err, sizeof(err)) <
-        0)
+    if ((fast ? stk__image_decode_fast : stk__image_decode)(d, data, size, info, x, y, w, h, min_w,
+                                                            min_h, &out, err, sizeof(err)) < 0)
         return;
     if (out.origin_x > x || out.origin_y > y || out.origin_x + out.width * out.scale_x < x + w ||
         out.origin_y + out.height * out.scale_y < y + h || out.stride < (size_t)out.width * 3)
@@ -57,11 +58,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     uint32_t W = info.width, H = info.height, s = tail_hash(data, size);
 
-    decode_window(d, data, size, &info, 0, 0, W, H, W, H); /* full */
-    uint32_t w = 1 + s % W, h = 1 + (s >> 8) % H;          /* centred window, full scale */
-    decode_window(d, data, size, &info, (W - w) / 2, (H - h) / 2, w, h, w, h);
-    decode_window(d, data, size, &info, 0, 0, W, H, 0, 0); /* 1/8 */
+    decode_window(d, data, size, &info, 0, 0, W, H, W, H, false); /* full */
+    uint32_t w = 1 + s % W, h = 1 + (s >> 8) % H;                 /* centred window, full scale */
+    decode_window(d, data, size, &info, (W - w) / 2, (H - h) / 2, w, h, w, h, false);
+    decode_window(d, data, size, &info, 0, 0, W, H, 0, 0, false); /* 1/8 */
     uint32_t x = (s >> 16) % (W - w + 1), y = (s >> 20) % (H - h + 1);
-    decode_window(d, data, size, &info, x, y, w, h, (s >> 24) % (w + 1), (s >> 28) % (h + 1));
+    uint32_t min_w = (s >> 24) % (w + 1), min_h = (s >> 28) % (h + 1);
+    decode_window(d, data, size, &info, x, y, w, h, min_w, min_h, false);
+    /* the same window with the fast IDCT and plain upsampling (the default mode's decode) */
+    decode_window(d, data, size, &info, x, y, w, h, min_w, min_h, true);
     return 0;
 }

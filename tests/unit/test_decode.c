@@ -84,8 +84,9 @@ static uint8_t *make_jpeg(int w, int h, uint32_t seed, int subsamp, int q, int f
     return j;
 }
 
-/* TurboJPEG's own RGB decode at 1/den; *w, *h receive the scaled size. */
-static uint8_t *tj_decode(const uint8_t *jpeg, size_t size, int den, int *w, int *h)
+/* TurboJPEG's own RGB decode at 1/den with TJFLAG_* flags; *w, *h receive the scaled size. */
+static uint8_t *tj_decode_flags(const uint8_t *jpeg, size_t size, int den, int flags, int *w,
+                                int *h)
 {
     tjhandle tj = tjInitDecompress();
     int fw, fh, ss, cs;
@@ -95,7 +96,7 @@ static uint8_t *tj_decode(const uint8_t *jpeg, size_t size, int den, int *w, int
         *w = TJSCALED(fw, sf);
         *h = TJSCALED(fh, sf);
         out = malloc((size_t)*w * *h * 3);
-        if (out && tjDecompress2(tj, jpeg, size, out, *w, 0, *h, TJPF_RGB, 0) != 0) {
+        if (out && tjDecompress2(tj, jpeg, size, out, *w, 0, *h, TJPF_RGB, flags) != 0) {
             free(out);
             out = NULL;
         }
@@ -103,6 +104,25 @@ static uint8_t *tj_decode(const uint8_t *jpeg, size_t size, int den, int *w, int
     if (tj)
         tjDestroy(tj);
     return out;
+}
+
+/* TurboJPEG's own RGB decode at 1/den, as PIL decodes (ISLOW, fancy upsampling). */
+static uint8_t *tj_decode(const uint8_t *jpeg, size_t size, int den, int *w, int *h)
+{
+    return tj_decode_flags(jpeg, size, den, 0, w, h);
+}
+
+/* The decode stk__image_decode_fast claims: TurboJPEG's fast IDCT and plain upsampling. */
+#define FAST_FLAGS (TJFLAG_FASTDCT | TJFLAG_FASTUPSAMPLE)
+
+/* stk__image_decode or its fast variant. */
+static stk_status decode_window(bool fast, stk__decoder *d, const uint8_t *j, size_t n,
+                                const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                                uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
+                                char *err)
+{
+    return (fast ? stk__image_decode_fast : stk__image_decode)(d, j, n, info, x, y, w, h, min_w,
+                                                               min_h, out, err, ERRSZ);
 }
 
 static uint8_t *read_file(const char *path, size_t *size)
@@ -350,16 +370,17 @@ static int test_full_matches_turbojpeg(void)
     return 0;
 }
 
-/* One window decoded at 1/den must equal TurboJPEG's 1/den decode where origin/scale point. */
-static int check_window(stk__decoder *d, const uint8_t *j, size_t n, const stk__imginfo *info,
-                        uint32_t x, uint32_t y, uint32_t w, uint32_t h, uint32_t den,
-                        uint8_t *const refs[4], const int rws[4], const int rhs[4])
+/* One window decoded at 1/den must equal TurboJPEG's 1/den decode where origin/scale point
+ * (its fast decode for the fast variant). */
+static int check_window(bool fast, stk__decoder *d, const uint8_t *j, size_t n,
+                        const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
+                        uint32_t den, uint8_t *const refs[4], const int rws[4], const int rhs[4])
 {
     char err[ERRSZ];
     stk__decoded out;
     uint32_t min_w = den == 1 ? w : (w + den - 1) / den;
     uint32_t min_h = den == 1 ? h : (h + den - 1) / den;
-    T_CHECKF(stk__image_decode(d, j, n, info, x, y, w, h, min_w, min_h, &out, err, ERRSZ) == STK_OK,
+    T_CHECKF(decode_window(fast, d, j, n, info, x, y, w, h, min_w, min_h, &out, err) == STK_OK,
              "%s", err);
     int r = den == 1 ? 0 : den == 2 ? 1 : den == 4 ? 2 : 3;
     T_CHECKF(out.scale_x == den && out.scale_y == den, "window %u,%u %ux%u: scale %g, not %u", x, y,
@@ -380,16 +401,17 @@ static int check_window(stk__decoder *d, const uint8_t *j, size_t n, const stk__
 
 /* The whole image at 1/den through stk__image_decode: no crop, no skip, i.e. plain libjpeg. The
  * reference where TurboJPEG refuses the image (sampling factors it has no name for). */
-static uint8_t *self_decode(stk__decoder *d, const uint8_t *j, size_t n, int den, int *w, int *h)
+static uint8_t *self_decode(bool fast, stk__decoder *d, const uint8_t *j, size_t n, int den, int *w,
+                            int *h)
 {
     char err[ERRSZ];
     stk__imginfo info;
     stk__decoded out;
     if (stk__image_probe(d, j, n, &info, err, ERRSZ) != STK_OK ||
-        stk__image_decode(d, j, n, &info, 0, 0, info.width, info.height,
-                          den == 1 ? info.width : (info.width + den - 1) / den,
-                          den == 1 ? info.height : (info.height + den - 1) / den, &out, err,
-                          ERRSZ) != STK_OK ||
+        decode_window(fast, d, j, n, &info, 0, 0, info.width, info.height,
+                      den == 1 ? info.width : (info.width + den - 1) / den,
+                      den == 1 ? info.height : (info.height + den - 1) / den, &out,
+                      err) != STK_OK ||
         out.scale_x != den || out.origin_x != 0 || out.origin_y != 0)
         return NULL;
     uint8_t *p = malloc((size_t)out.width * out.height * 3);
@@ -402,15 +424,16 @@ static uint8_t *self_decode(stk__decoder *d, const uint8_t *j, size_t n, int den
 
 /* Windows at den 1, 2, 4, 8 over many geometries (iMCU boundaries and their neighbours, image
  * borders, random) of one JPEG: exact against TurboJPEG's scaled decodes (or self_decode's). */
-static int windows_exact(stk__decoder *d, const uint8_t *j, size_t n, bool self_ref, uint32_t seed)
+static int windows_exact(bool fast, stk__decoder *d, const uint8_t *j, size_t n, bool self_ref,
+                         uint32_t seed)
 {
     char err[ERRSZ];
     uint8_t *refs[4];
     int rws[4], rhs[4];
     stk__imginfo info;
     for (int r = 0; r < 4; r++) {
-        refs[r] = self_ref ? self_decode(d, j, n, 1 << r, &rws[r], &rhs[r])
-                           : tj_decode(j, n, 1 << r, &rws[r], &rhs[r]);
+        refs[r] = self_ref ? self_decode(fast, d, j, n, 1 << r, &rws[r], &rhs[r])
+                           : tj_decode_flags(j, n, 1 << r, fast ? FAST_FLAGS : 0, &rws[r], &rhs[r]);
         T_CHECK(refs[r]);
     }
     T_CHECKF(stk__image_probe(d, j, n, &info, err, ERRSZ) == STK_OK, "%s", err);
@@ -423,24 +446,26 @@ static int windows_exact(stk__decoder *d, const uint8_t *j, size_t n, bool self_
         for (size_t a = 0; a < sizeof(xs) / sizeof(xs[0]); a++) {
             uint32_t x = STK_MIN(xs[a], W - 17), y = STK_MIN(xs[(a + 3) % 10], H - 17);
             uint32_t w = 16 + lcg(&seed) % (W - x - 16), h = 16 + lcg(&seed) % (H - y - 16);
-            T_CHECK(check_window(d, j, n, &info, x, y, w, h, den, refs, rws, rhs) == 0);
+            T_CHECK(check_window(fast, d, j, n, &info, x, y, w, h, den, refs, rws, rhs) == 0);
             /* the same window flush against the bottom-right corner */
-            T_CHECK(check_window(d, j, n, &info, W - w, H - h, w, h, den, refs, rws, rhs) == 0);
+            T_CHECK(check_window(fast, d, j, n, &info, W - w, H - h, w, h, den, refs, rws, rhs) ==
+                    0);
         }
         for (int t = 0; t < 12; t++) { /* random windows */
             uint32_t w = 16 + lcg(&seed) % (W - 16), h = 16 + lcg(&seed) % (H - 16);
             uint32_t x = lcg(&seed) % (W - w + 1), y = lcg(&seed) % (H - h + 1);
-            T_CHECK(check_window(d, j, n, &info, x, y, w, h, den, refs, rws, rhs) == 0);
+            T_CHECK(check_window(fast, d, j, n, &info, x, y, w, h, den, refs, rws, rhs) == 0);
         }
-        T_CHECK(check_window(d, j, n, &info, 0, 0, W, H, den, refs, rws, rhs) == 0);
+        T_CHECK(check_window(fast, d, j, n, &info, 0, 0, W, H, den, refs, rws, rhs) == 0);
     }
     for (int r = 0; r < 4; r++)
         free(refs[r]);
     return 0;
 }
 
-/* Every TurboJPEG subsampling, baseline and progressive, several sizes. */
-static int test_window_exact(void)
+/* Every TurboJPEG subsampling, baseline and progressive, several sizes; fast: the same for
+ * stk__image_decode_fast against TurboJPEG's FASTDCT + FASTUPSAMPLE decodes. */
+static int window_exact(bool fast)
 {
     static const int sizes[][2] = {{500, 375}, {203, 157}, {37, 300}};
     stk__decoder *d;
@@ -452,11 +477,67 @@ static int test_window_exact(void)
                 uint8_t *j = make_jpeg(sizes[s][0], sizes[s][1], (uint32_t)(100 + s * 11 + k),
                                        SUBSAMPS[k], 90, prog ? TJFLAG_PROGRESSIVE : 0, &n);
                 T_CHECK(j);
-                T_CHECKF(
-                    windows_exact(d, j, n, false, (uint32_t)(s * 131 + k * 7 + (size_t)prog)) == 0,
-                    "%dx%d subsamp %d prog %d", sizes[s][0], sizes[s][1], SUBSAMPS[k], prog);
+                T_CHECKF(windows_exact(fast, d, j, n, false,
+                                       (uint32_t)(s * 131 + k * 7 + (size_t)prog)) == 0,
+                         "%dx%d subsamp %d prog %d%s", sizes[s][0], sizes[s][1], SUBSAMPS[k], prog,
+                         fast ? " fast" : "");
                 free(j);
             }
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+static int test_window_exact(void)
+{
+    return window_exact(false);
+}
+
+static int test_window_fast(void)
+{
+    return window_exact(true);
+}
+
+/* One decoder alternating exact and fast decodes, 4:4:4 (a colour deconverter) and 4:2:0 (the
+ * fast mode's merged upsampler, none), with skips inside an iMCU row: what a worker does. A
+ * pointer left from the previous image made libjpeg-turbo 2.1 write to freed memory here
+ * (stk_jpeg.c); that crashed only when the memory had been reused, so this checks the pixels. */
+static int test_window_fast_exact_alternate(void)
+{
+    static const int subsamp[2] = {TJSAMP_444, TJSAMP_420};
+    stk__decoder *d;
+    T_OK(stk__decoder_create(0, &d));
+    uint8_t *j[2], *refs[2][2][4];
+    size_t n[2];
+    int rws[2][2][4], rhs[2][2][4];
+    stk__imginfo info[2];
+    char err[ERRSZ];
+    for (int k = 0; k < 2; k++) {
+        j[k] = make_jpeg(203, 157, (uint32_t)(40 + k), subsamp[k], 90, 0, &n[k]);
+        T_CHECK(j[k]);
+        T_OK(stk__image_probe(d, j[k], n[k], &info[k], err, ERRSZ));
+        for (int fast = 0; fast < 2; fast++)
+            for (int r = 0; r < 4; r++) {
+                refs[k][fast][r] = tj_decode_flags(j[k], n[k], 1 << r, fast ? FAST_FLAGS : 0,
+                                                   &rws[k][fast][r], &rhs[k][fast][r]);
+                T_CHECK(refs[k][fast][r]);
+            }
+    }
+    uint32_t seed = 5;
+    for (int it = 0; it < 200; it++) {
+        int k = (int)(lcg(&seed) % 2), fast = (int)(lcg(&seed) % 2);
+        uint32_t den = 1u << (lcg(&seed) % 3);
+        uint32_t w = 16 + lcg(&seed) % 150, h = 16 + lcg(&seed) % 120;
+        uint32_t x = lcg(&seed) % (203 - w + 1), y = 1 + lcg(&seed) % (157 - h);
+        T_CHECKF(check_window(fast, d, j[k], n[k], &info[k], x, y, w, h, den, refs[k][fast],
+                              rws[k][fast], rhs[k][fast]) == 0,
+                 "step %d: subsamp %d fast %d", it, subsamp[k], fast);
+    }
+    for (int k = 0; k < 2; k++) {
+        free(j[k]);
+        for (int fast = 0; fast < 2; fast++)
+            for (int r = 0; r < 4; r++)
+                free(refs[k][fast][r]);
+    }
     stk__decoder_destroy(d);
     return 0;
 }
@@ -472,7 +553,8 @@ static int test_window_odd_sampling(void)
         size_t n;
         uint8_t *j = read_file(files[i], &n);
         T_CHECKF(j, "%s", files[i]);
-        T_CHECKF(windows_exact(d, j, n, true, (uint32_t)i) == 0, "%s", files[i]);
+        T_CHECKF(windows_exact(false, d, j, n, true, (uint32_t)i) == 0, "%s", files[i]);
+        T_CHECKF(windows_exact(true, d, j, n, true, (uint32_t)i) == 0, "%s fast", files[i]);
         free(j);
     }
     stk__decoder_destroy(d);
@@ -1029,9 +1111,11 @@ static int test_alloc_failures(void)
 }
 
 T_MAIN(T_CASE(test_sniff_errors), T_CASE(test_public_api), T_CASE(test_full_matches_turbojpeg),
-       T_CASE(test_window_exact), T_CASE(test_window_odd_sampling), T_CASE(test_window_tiny),
-       T_CASE(test_den_rule), T_CASE(test_invalid_args), T_CASE(test_probe_then_other_image),
-       T_CASE(test_buffers_reused), T_CASE(test_truncated_jpeg), T_CASE(test_corrupt_jpeg),
-       T_CASE(test_oversized), T_CASE(test_scan_limit), T_CASE(test_pil_fixtures),
-       T_CASE(test_exif_orientation_ignored), T_CASE(test_window_cmyk_gray),
-       T_CASE(test_png_errors_and_windows), T_CASE(test_alloc_failures))
+       T_CASE(test_window_exact), T_CASE(test_window_fast),
+       T_CASE(test_window_fast_exact_alternate), T_CASE(test_window_odd_sampling),
+       T_CASE(test_window_tiny), T_CASE(test_den_rule), T_CASE(test_invalid_args),
+       T_CASE(test_probe_then_other_image), T_CASE(test_buffers_reused),
+       T_CASE(test_truncated_jpeg), T_CASE(test_corrupt_jpeg), T_CASE(test_oversized),
+       T_CASE(test_scan_limit), T_CASE(test_pil_fixtures), T_CASE(test_exif_orientation_ignored),
+       T_CASE(test_window_cmyk_gray), T_CASE(test_png_errors_and_windows),
+       T_CASE(test_alloc_failures))
