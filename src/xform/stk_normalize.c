@@ -13,6 +13,16 @@
  * lookup takes ~45 us; the same loop computing the two divisions with SSE2 (gcc-vectorised)
  * took ~180 us, division-bound. The conversions themselves are branch-free (the float16 one
  * uses the float-arithmetic rounding trick of the FP16 library rather than F16C).
+ *
+ * float32 on CPUs with AVX2 and FMA: the table lookups (three byte loads, three table loads and
+ * three scattered stores per pixel) are replaced by arithmetic on 8 floats at a time: each
+ * division a/b is a multiplication by the reciprocal r = 1/b corrected once with the exact
+ * residual (q = a*r; e = fma(-q, b, a); q + e*r as one fma), which gives the correctly rounded
+ * quotient for nearly every a and b. "Nearly" is made "exactly" by checking: stk__store_init
+ * evaluates the same formula (with C's fmaf, the same IEEE operation) on all 256 inputs of
+ * each channel and enables the arithmetic path only if every result equals the table's, bit
+ * for bit; so both paths always give the same bytes. NCHW splits 16 pixels into three planes
+ * with byte shuffles first. Measured on 224x224x3 float32 NCHW: table 47 us, arithmetic ~N us.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -20,6 +30,7 @@
 
 #include "xform/stk_xform.h"
 
+#include <math.h>
 #include <string.h>
 
 static inline uint32_t f32_bits(float f)
@@ -86,9 +97,20 @@ float stk__f16_to_f32(uint16_t h)
     return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
+/* a / b as the arithmetic store computes it, r = 1/b: one residual correction (header). */
+static float div_fma(float a, float b, float r)
+{
+    float q = a * r;
+    return fmaf(fmaf(-q, b, a), r, q);
+}
+
 void stk__store_init(stk_transform *t)
 {
-    for (int c = 0; c < 3; c++)
+    bool arith = true;
+    for (int c = 0; c < 3; c++) {
+        t->st_mean[c] = t->normalize ? t->mean[c] : 0.0f;
+        t->st_std[c] = t->normalize ? t->std[c] : 1.0f;
+        t->st_rstd[c] = 1.0f / t->st_std[c];
         for (int x = 0; x < 256; x++) {
             /* torchvision: ToTensor is x / 255 in float32; Normalize (v - mean) / std */
             float v = (float)x / 255.0f;
@@ -96,50 +118,169 @@ void stk__store_init(stk_transform *t)
                 v = (v - t->mean[c]) / t->std[c];
             t->lut_f32[c][x] = v;
             t->lut_u16[c][x] = t->dtype == STK_DTYPE_BFLOAT16 ? bf16_from_f32(v) : f16_from_f32(v);
+            /* The arithmetic path's value, to the bit (NaN never arises: std is finite, != 0) */
+            float a = div_fma((float)x, 255.0f, 1.0f / 255.0f);
+            a = div_fma(a - t->st_mean[c], t->st_std[c], t->st_rstd[c]);
+            arith = arith && f32_bits(a) == f32_bits(v);
         }
+    }
+    t->store_arith = arith;
 }
 
-/* CHW planes from interleaved RGB through per-channel tables (T = float or uint16_t). */
-#define STORE_PLANES(T, lut)                                                                       \
+/* CHW planes from interleaved RGB through per-channel tables (T = float or uint16_t), from pixel
+ * `from` on. */
+#define STORE_PLANES(T, lut, from)                                                                 \
     do {                                                                                           \
         T *restrict o0 = (T *)dst, *restrict o1 = o0 + npix, *restrict o2 = o1 + npix;             \
         const T *l0 = lut[0], *l1 = lut[1], *l2 = lut[2];                                          \
-        for (size_t i = 0; i < npix; i++) {                                                        \
+        for (size_t i = (from); i < npix; i++) {                                                   \
             o0[i] = l0[rgb[i * 3]];                                                                \
             o1[i] = l1[rgb[i * 3 + 1]];                                                            \
             o2[i] = l2[rgb[i * 3 + 2]];                                                            \
         }                                                                                          \
     } while (0)
 
-/* HWC through the tables. */
-#define STORE_INTERLEAVED(T, lut)                                                                  \
+/* HWC through the tables, from pixel `from` on. */
+#define STORE_INTERLEAVED(T, lut, from)                                                            \
     do {                                                                                           \
         T *restrict o = (T *)dst;                                                                  \
         const T *l0 = lut[0], *l1 = lut[1], *l2 = lut[2];                                          \
-        for (size_t i = 0; i < npix; i++) {                                                        \
+        for (size_t i = (from); i < npix; i++) {                                                   \
             o[i * 3] = l0[rgb[i * 3]];                                                             \
             o[i * 3 + 1] = l1[rgb[i * 3 + 1]];                                                     \
             o[i * 3 + 2] = l2[rgb[i * 3 + 2]];                                                     \
         }                                                                                          \
     } while (0)
 
-void stk__store(const stk_transform *t, const uint8_t *restrict rgb, uint32_t w, uint32_t h,
-                void *restrict dst)
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_ARITH_STORE 1
+
+/* div_fma on 8 lanes. */
+__attribute__((target("avx2,fma"))) static inline __m256 div8(__m256 a, __m256 b, __m256 r)
+{
+    __m256 q = _mm256_mul_ps(a, r);
+    return _mm256_fmadd_ps(_mm256_fnmadd_ps(q, b, a), r, q);
+}
+
+/* ((x / 255) - mean) / std for 8 uint8 values (the low 8 bytes of v) of one channel setting. */
+__attribute__((target("avx2,fma"))) static inline __m256 value8(__m128i v, __m256 mean, __m256 sd,
+                                                                __m256 rsd)
+{
+    __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+    __m256 q = div8(x, _mm256_set1_ps(255.0f), _mm256_set1_ps(1.0f / 255.0f));
+    return div8(_mm256_sub_ps(q, mean), sd, rsd);
+}
+
+/* float32 NCHW from npix interleaved pixels; returns the pixels done (a multiple of 16). */
+__attribute__((target("avx2,fma"))) static size_t store_planes_arith(const stk_transform *t,
+                                                                     const uint8_t *restrict rgb,
+                                                                     size_t npix,
+                                                                     float *restrict dst)
+{
+    /* pshufb masks gathering R, G, B of 16 pixels from the three 16-byte loads a, b, c */
+    const __m128i ra = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i rb = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1);
+    const __m128i rc = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13);
+    const __m128i ga = _mm_setr_epi8(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i gb = _mm_setr_epi8(-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1);
+    const __m128i gc = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14);
+    const __m128i ba = _mm_setr_epi8(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m128i bb = _mm_setr_epi8(-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1);
+    const __m128i bc = _mm_setr_epi8(-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15);
+    __m256 mean[3], sd[3], rsd[3];
+    for (int c = 0; c < 3; c++) {
+        mean[c] = _mm256_set1_ps(t->st_mean[c]);
+        sd[c] = _mm256_set1_ps(t->st_std[c]);
+        rsd[c] = _mm256_set1_ps(t->st_rstd[c]);
+    }
+    float *o[3] = {dst, dst + npix, dst + 2 * npix};
+    size_t i = 0;
+    for (; i + 16 <= npix; i += 16) {
+        const uint8_t *p = rgb + i * 3;
+        __m128i a = _mm_loadu_si128((const __m128i *)p);
+        __m128i b = _mm_loadu_si128((const __m128i *)(p + 16));
+        __m128i cc = _mm_loadu_si128((const __m128i *)(p + 32));
+        __m128i ch[3];
+        ch[0] = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ra), _mm_shuffle_epi8(b, rb)),
+                             _mm_shuffle_epi8(cc, rc));
+        ch[1] = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ga), _mm_shuffle_epi8(b, gb)),
+                             _mm_shuffle_epi8(cc, gc));
+        ch[2] = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a, ba), _mm_shuffle_epi8(b, bb)),
+                             _mm_shuffle_epi8(cc, bc));
+        for (int c = 0; c < 3; c++) {
+            _mm256_storeu_ps(o[c] + i, value8(ch[c], mean[c], sd[c], rsd[c]));
+            _mm256_storeu_ps(o[c] + i + 8,
+                             value8(_mm_srli_si128(ch[c], 8), mean[c], sd[c], rsd[c]));
+        }
+    }
+    return i;
+}
+
+/* float32 NHWC: the output keeps the input's order, so 24 values (8 pixels) at a time with the
+ * channel constants in their repeating R, G, B pattern. Returns the pixels done. */
+__attribute__((target("avx2,fma"))) static size_t
+store_interleaved_arith(const stk_transform *t, const uint8_t *restrict rgb, size_t npix,
+                        float *restrict dst)
+{
+    __m256 mean[3], sd[3], rsd[3];
+    for (int k = 0; k < 3; k++) { /* vector k holds values 8k .. 8k+7: channel (8k + l) % 3 */
+        float m[8], s[8], r[8];
+        for (int l = 0; l < 8; l++) {
+            int c = (8 * k + l) % 3;
+            m[l] = t->st_mean[c];
+            s[l] = t->st_std[c];
+            r[l] = t->st_rstd[c];
+        }
+        mean[k] = _mm256_loadu_ps(m);
+        sd[k] = _mm256_loadu_ps(s);
+        rsd[k] = _mm256_loadu_ps(r);
+    }
+    size_t i = 0;
+    for (; i + 8 <= npix; i += 8) {
+        const uint8_t *p = rgb + i * 3;
+        float *o = dst + i * 3;
+        for (int k = 0; k < 3; k++)
+            _mm256_storeu_ps(o + 8 * k, value8(_mm_loadl_epi64((const __m128i *)(p + 8 * k)),
+                                               mean[k], sd[k], rsd[k]));
+    }
+    return i;
+}
+
+/* Whether the arithmetic float32 store may run here. */
+static bool arith_ok(const stk_transform *t)
+{
+    return t->store_arith && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
+/* The store: the arithmetic kernels over the bulk when allowed, the tables for the rest. */
+static void store(const stk_transform *t, const uint8_t *restrict rgb, uint32_t w, uint32_t h,
+                  void *restrict dst, bool tables_only)
 {
     size_t npix = (size_t)w * h;
     switch (t->dtype) {
-    case STK_DTYPE_FLOAT32:
+    case STK_DTYPE_FLOAT32: {
+        size_t done = 0;
+#ifdef HAVE_ARITH_STORE
+        if (!tables_only && arith_ok(t))
+            done = t->nhwc ? store_interleaved_arith(t, rgb, npix, dst)
+                           : store_planes_arith(t, rgb, npix, dst);
+#else
+        (void)tables_only;
+#endif
         if (t->nhwc)
-            STORE_INTERLEAVED(float, t->lut_f32);
+            STORE_INTERLEAVED(float, t->lut_f32, done);
         else
-            STORE_PLANES(float, t->lut_f32);
+            STORE_PLANES(float, t->lut_f32, done);
         break;
+    }
     case STK_DTYPE_FLOAT16:
     case STK_DTYPE_BFLOAT16:
         if (t->nhwc)
-            STORE_INTERLEAVED(uint16_t, t->lut_u16);
+            STORE_INTERLEAVED(uint16_t, t->lut_u16, 0);
         else
-            STORE_PLANES(uint16_t, t->lut_u16);
+            STORE_PLANES(uint16_t, t->lut_u16, 0);
         break;
     default: { /* uint8 */
         uint8_t *o = dst;
@@ -157,4 +298,16 @@ void stk__store(const stk_transform *t, const uint8_t *restrict rgb, uint32_t w,
         break;
     }
     }
+}
+
+void stk__store(const stk_transform *t, const uint8_t *restrict rgb, uint32_t w, uint32_t h,
+                void *restrict dst)
+{
+    store(t, rgb, w, h, dst, false);
+}
+
+void stk__store_table(const stk_transform *t, const uint8_t *restrict rgb, uint32_t w, uint32_t h,
+                      void *restrict dst)
+{
+    store(t, rgb, w, h, dst, true);
 }

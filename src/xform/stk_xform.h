@@ -46,6 +46,11 @@ struct stk_transform {
      * result of ToTensor/Normalize/rounding, so the store is a table lookup. */
     float lut_f32[3][256];
     uint16_t lut_u16[3][256]; /* float16 / bfloat16 bits */
+    /* float32 output by arithmetic (stk_normalize.c): per channel 1/std and std (1 and 1 without
+     * Normalize), mean (0); set only where the arithmetic was checked equal to lut_f32 on all 256
+     * values at create. */
+    bool store_arith;
+    float st_rstd[3], st_std[3], st_mean[3];
 };
 
 /* ---- geometry (stk_crop.c) ---- */
@@ -184,6 +189,10 @@ void stk__store_init(stk_transform *t);
  * and layout at dst: x / 255 as float32, then (v - mean) / std when normalising, then rounded
  * to the dtype; uint8 is copied (NHWC) or split into planes (NCHW). */
 void stk__store(const stk_transform *t, const uint8_t *rgb, uint32_t w, uint32_t h, void *dst);
+/* stk__store through the lookup tables only (what a CPU without AVX2 and FMA runs; the tests
+ * check that both give the same bytes). */
+void stk__store_table(const stk_transform *t, const uint8_t *rgb, uint32_t w, uint32_t h,
+                      void *dst);
 
 /* ---- worker and rendering (stk_transform.c) ---- */
 

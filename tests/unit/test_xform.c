@@ -859,6 +859,56 @@ static int test_store_layouts(void)
     return 0;
 }
 
+/* The float32 arithmetic store (AVX2 + FMA) gives the table's bytes: ImageNet's constants and
+ * ToTensor alone (it must be enabled there), a subnormal std (it must not), random mean/std
+ * (either), both layouts, sizes with and without a tail. */
+static int test_store_arith_equals_table(void)
+{
+    static const uint32_t sizes[][2] = {{224, 224}, {16, 1}, {13, 7}, {1, 1}, {100, 3}};
+    uint64_t s = 17;
+    int enabled = 0;
+    for (int k = 0; k < 40; k++) {
+        stk_op ops[2];
+        stk_op_init(&ops[0], STK_OP_CENTER_CROP);
+        stk_op_init(&ops[1], STK_OP_NORMALIZE);
+        const float m[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+        memcpy(ops[1].mean, m, sizeof(m));
+        memcpy(ops[1].std, sd, sizeof(sd));
+        if (k >= 2)
+            for (int c = 0; c < 3; c++) {
+                ops[1].mean[c] = (float)((double)(lcg(&s) % 20001) / 10000.0 - 1.0);
+                ops[1].std[c] = (float)((double)(lcg(&s) % 10000 + 1) / 3000.0);
+            }
+        if (k == 2) /* a subnormal std: 1/std overflows, so the tables must be used */
+            ops[1].std[1] = 1e-39f;
+        const uint32_t *sz = sizes[k % 5];
+        ops[0].size[0] = sz[1];
+        ops[0].size[1] = sz[0];
+        size_t npix = (size_t)sz[0] * sz[1];
+        uint8_t *img = make_rgb(sz[0], sz[1], (uint32_t)k);
+        for (size_t i = 0; i < npix * 3 && i < 256; i++) /* every value somewhere */
+            img[i] = (uint8_t)i;
+        for (int nhwc = 0; nhwc < 2; nhwc++) {
+            stk_transform *t = make_t(ops, k == 1 ? 1 : 2, STK_DTYPE_FLOAT32, nhwc, false);
+            T_CHECK(t);
+            if (k < 3)
+                T_CHECK(t->store_arith == (k < 2));
+            enabled += t->store_arith;
+            float *a = malloc(npix * 3 * sizeof(float)), *b = malloc(npix * 3 * sizeof(float));
+            stk__store(t, img, sz[0], sz[1], a);
+            stk__store_table(t, img, sz[0], sz[1], b);
+            T_CHECKF(memcmp(a, b, npix * 3 * sizeof(float)) == 0, "case %d nhwc %d", k, nhwc);
+            free(a);
+            free(b);
+            stk_transform_destroy(t);
+        }
+        free(img);
+    }
+    if (getenv("XF_VERBOSE"))
+        fprintf(stderr, "  arithmetic store enabled for %d of 80 transforms\n", enabled);
+    return 0;
+}
+
 /* ---- colour ---- */
 
 static int test_jitter_basics(void)
@@ -1282,7 +1332,7 @@ static int test_alloc_failures(void)
 T_MAIN(T_CASE(test_op_defaults), T_CASE(test_recipes), T_CASE(test_bad_op_lists),
        T_CASE(test_box_invariants), T_CASE(test_rng_below), T_CASE(test_geometry_rules),
        T_CASE(test_resize_identity), T_CASE(test_resize_vs_reference), T_CASE(test_flip_exact),
-       T_CASE(test_f16_bf16), T_CASE(test_store_layouts), T_CASE(test_jitter_basics),
-       T_CASE(test_apply_png_pipelines), T_CASE(test_apply_deterministic),
-       T_CASE(test_threads_identical), T_CASE(test_apply_errors), T_CASE(test_apply_padding),
-       T_CASE(test_alloc_failures))
+       T_CASE(test_f16_bf16), T_CASE(test_store_layouts), T_CASE(test_store_arith_equals_table),
+       T_CASE(test_jitter_basics), T_CASE(test_apply_png_pipelines),
+       T_CASE(test_apply_deterministic), T_CASE(test_threads_identical), T_CASE(test_apply_errors),
+       T_CASE(test_apply_padding), T_CASE(test_alloc_failures))
