@@ -94,15 +94,20 @@ def _rate_stoker(loader, workers):
 
 def _sweep(prof, kind, counts):
     it = prof.iterable
-    for w in counts:
-        if w in prof.sweep:
-            continue
-        try:
-            r = _rate_torch(it, w) if kind == "torch" else _rate_stoker(it, w)
-        except Exception as e:  # noqa: BLE001 - reported, not hidden
-            return f"could not re-create the loader alone to measure it ({type(e).__name__}: {e})"
-        if r is not None:
-            prof.sweep[w] = r
+    _profile._measuring += 1
+    try:
+        for w in counts:
+            if w in prof.sweep:
+                continue
+            try:
+                r = _rate_torch(it, w) if kind == "torch" else _rate_stoker(it, w)
+            except Exception as e:  # noqa: BLE001 - reported, not hidden
+                return (f"could not re-create the loader alone to measure it "
+                        f"({type(e).__name__}: {e})")
+            if r is not None:
+                prof.sweep[w] = r
+    finally:
+        _profile._measuring -= 1
     return None
 
 
@@ -205,7 +210,8 @@ def advise(prof):
         # Enough data: can fewer workers do? (leave cores to the trainer)
         if cur is not None and cur > 1:
             err = _sweep(prof, kind, [w for w in _counts(kind, cur, cur) if w < cur])
-            fewer = [w for w, r in sorted(prof.sweep.items()) if r >= demand * _profile._MARGIN]
+            fewer = [w for w, r in sorted(prof.sweep.items())
+                     if r >= demand * _profile._MARGIN and not (kind == "torch" and w == 0)]
             if err:
                 out.append(err)
             elif fewer:
@@ -224,7 +230,10 @@ def advise(prof):
     err = _sweep(prof, kind, _counts(kind, cur, upto))
     if err:
         out.append(err)
-    meets = [w for w, r in sorted(prof.sweep.items()) if r >= demand * _profile._MARGIN]
+    # A DataLoader with num_workers=0 loads in the training loop itself: however fast, it never
+    # overlaps the step, so it never "keeps up".
+    meets = [w for w, r in sorted(prof.sweep.items())
+             if r >= demand * _profile._MARGIN and not (kind == "torch" and w == 0)]
     cur_rate = prof.sweep.get(cur)
     cur_txt = f" (at {word}={cur}: {cur_rate:.0f})" if cur_rate is not None else ""
     if meets and (cur is None or meets[0] > cur):

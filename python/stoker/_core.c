@@ -294,7 +294,24 @@ static PyObject *mod_epoch_order(PyObject *self, PyObject *args, PyObject *kw)
     return list;
 }
 
+static PyObject *mod_cuda_probe(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int device = 0;
+    if (!PyArg_ParseTuple(args, "|i:cuda_probe", &device))
+        return NULL;
+    char buf[512] = "";
+    stk_status rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_cuda_probe(device, buf, sizeof(buf));
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(Os)", rc == STK_OK ? Py_True : Py_False, buf);
+}
+
 static PyMethodDef module_methods[] = {
+    {"cuda_probe", mod_cuda_probe, METH_VARARGS,
+     "cuda_probe(device=0) -> (usable, text): whether stoker can use CUDA device `device` (it "
+     "loads libcuda.so.1, or $STOKER_LIBCUDA, once), with the driver and device, or the reason."},
     {"version", mod_version, METH_NOARGS, "version() -> str: the library version (\"M.m.p\")."},
     {"strerror", mod_strerror, METH_O, "strerror(code) -> str: text of a status code."},
     {"has_transforms", mod_has_transforms, METH_NOARGS,

@@ -259,43 +259,6 @@ static void Batch_dealloc(BatchObject *self)
     PyObject_Free(self);
 }
 
-/* tensors() -> list of (name, Tensor, lengths Tensor or None), in the batch's order. */
-static PyObject *Batch_tensors(BatchObject *self, PyObject *noargs)
-{
-    (void)noargs;
-    size_t n = stk_batch_n_tensors(self->batch);
-    PyObject *list = PyList_New((Py_ssize_t)n);
-    if (!list)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        stk_tensor t;
-        if (stk_batch_tensor(self->batch, i, &t) < 0) {
-            Py_DECREF(list);
-            return stkpy_raise(STK_EINVAL, "tensor index out of range");
-        }
-        PyObject *tv = tensor_new((PyObject *)self, t.name, t.dtype, t.data, (int)t.ndim, t.shape);
-        PyObject *lv = Py_NewRef(Py_None);
-        if (tv && t.lengths) {
-            char lname[STK_MAX_NAME + 8];
-            snprintf(lname, sizeof(lname), "%s_lengths", t.name);
-            Py_DECREF(lv);
-            lv =
-                tensor_new((PyObject *)self, lname, STK_DTYPE_INT64, (void *)t.lengths, 1, t.shape);
-        }
-        PyObject *nm = PyUnicode_FromString(t.name);
-        PyObject *item = tv && lv && nm ? PyTuple_Pack(3, nm, tv, lv) : NULL;
-        Py_XDECREF(nm);
-        Py_XDECREF(tv);
-        Py_XDECREF(lv);
-        if (!item) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-    }
-    return list;
-}
-
 static PyObject *Batch_size(BatchObject *self, void *c)
 {
     (void)c;
@@ -319,14 +282,137 @@ static Py_ssize_t Batch_len(BatchObject *self)
     return (Py_ssize_t)self->size;
 }
 
+static PyObject *Batch_device(BatchObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(stk_batch_device(self->batch));
+}
+
+/* The lengths of a bytes field as a Tensor, or None (new references; NULL on error). */
+static PyObject *lengths_tensor(BatchObject *self, const stk_tensor *t)
+{
+    if (!t->lengths)
+        return Py_NewRef(Py_None);
+    char lname[STK_MAX_NAME + 8];
+    snprintf(lname, sizeof(lname), "%s_lengths", t->name);
+    return tensor_new((PyObject *)self, lname, STK_DTYPE_INT64, (void *)t->lengths, 1, t->shape);
+}
+
+/* One entry of tensors(): (name, Tensor, lengths), or of device_tensors(): (name, device
+ * address, shape, dtype name, lengths). */
+static PyObject *tensor_item(BatchObject *self, const stk_tensor *t, bool device)
+{
+    PyObject *lv = lengths_tensor(self, t);
+    if (!lv)
+        return NULL;
+    PyObject *item = NULL;
+    if (!device) {
+        PyObject *tv =
+            tensor_new((PyObject *)self, t->name, t->dtype, t->data, (int)t->ndim, t->shape);
+        if (tv)
+            item = Py_BuildValue("(sNO)", t->name, tv, lv);
+    } else {
+        PyObject *shape = PyTuple_New((Py_ssize_t)t->ndim);
+        for (uint32_t d = 0; shape && d < t->ndim; d++)
+            PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(t->shape[d]));
+        if (shape)
+            item = Py_BuildValue("(sNNsO)", t->name, PyLong_FromVoidPtr(t->data), shape,
+                                 stkpy_dtype_name(t->dtype), lv);
+    }
+    Py_DECREF(lv);
+    return item;
+}
+
+static PyObject *tensor_list(BatchObject *self, bool device)
+{
+    size_t n = stk_batch_n_tensors(self->batch);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        stk_tensor t;
+        stk_status rc = device ? stk_batch_device_tensor(self->batch, i, &t)
+                               : stk_batch_tensor(self->batch, i, &t);
+        PyObject *item = NULL;
+        if (rc < 0)
+            stkpy_raise(rc, rc == STK_ENOTSUP ? "the batch is not on a device"
+                                              : "tensor index out of range");
+        else
+            item = tensor_item(self, &t, device);
+        if (!item) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+/* tensors() -> list of (name, Tensor, lengths Tensor or None), in the batch's order. */
+static PyObject *Batch_tensors(BatchObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    return tensor_list(self, false);
+}
+
+/* device_tensors() -> list of (name, device address, shape, dtype name, lengths Tensor or None):
+ * the batch's tensors on its device (the lengths of bytes fields stay on the host). */
+static PyObject *Batch_device_tensors(BatchObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    return tensor_list(self, true);
+}
+
+/* A CUstream handle from a Python int (torch.cuda.Stream.cuda_stream); 0 = the default stream. */
+static int stream_arg(PyObject *arg, void **out)
+{
+    *out = arg == Py_None ? NULL : PyLong_AsVoidPtr(arg);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *Batch_device_wait(BatchObject *self, PyObject *arg)
+{
+    void *stream;
+    if (stream_arg(arg, &stream) < 0)
+        return NULL;
+    stk_status rc = stk_batch_device_wait(self->batch, stream);
+    if (rc < 0)
+        return stkpy_raise(rc, rc == STK_ENOTSUP ? "the batch is not on a device"
+                                                 : "cuStreamWaitEvent failed on that stream");
+    Py_RETURN_NONE;
+}
+
+static PyObject *Batch_device_sync(BatchObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    stk_status rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_batch_device_sync(self->batch);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return stkpy_raise(rc, rc == STK_ENOTSUP ? "the batch is not on a device"
+                                                 : "the batch's device copy failed");
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Batch_methods[] = {
     {"tensors", (PyCFunction)Batch_tensors, METH_NOARGS,
      "tensors() -> list of (name, Tensor, lengths Tensor or None): the dataset's fields in "
      "schema order (a transformed field replaced by its output), then 'index'."},
+    {"device_tensors", (PyCFunction)Batch_device_tensors, METH_NOARGS,
+     "device_tensors() -> list of (name, device address, shape, dtype, lengths Tensor or None): "
+     "the batch's copy on its device (read it on a stream device_wait made wait)."},
+    {"device_wait", (PyCFunction)Batch_device_wait, METH_O,
+     "device_wait(stream): make CUDA stream `stream` (a CUstream as int; 0 = default) wait for "
+     "the batch's copy, on the device; the release is then recorded on that stream."},
+    {"device_sync", (PyCFunction)Batch_device_sync, METH_NOARGS,
+     "device_sync(): block until the batch's copy and finishing are done."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Batch_getset[] = {
     {"size", (getter)Batch_size, NULL, "Samples in the batch.", NULL},
+    {"device", (getter)Batch_device, NULL,
+     "The CUDA device the batch was copied to, or -1 (host only).", NULL},
     {"epoch", (getter)Batch_epoch, NULL, "The batch's epoch.", NULL},
     {"number", (getter)Batch_number, NULL, "The batch's number within its epoch.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
@@ -498,7 +584,8 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         "data",   "batch_size", "num_threads", "prefetch",        "seed",
         "rank",   "world",      "shuffle",     "drop_last",       "skip_corrupt",
         "verify", "pinned",     "transform",   "transform_field", "autotune",
-        "trace_events", NULL};
+        "trace_events", "device", "pinned_limit", "finish_dtype", "finish_nhwc", "finish_mean",
+        "finish_std", "finish_flip", NULL};
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
     int n_threads = 0, prefetch = 0, rank = -1, world = -1;
@@ -506,13 +593,27 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     int shuffle = 0, drop_last = 0, skip_corrupt = 0, verify = 1, pinned = 0, autotune = 0;
     unsigned int trace_events = 0;
     const char *tfield = "image";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspI:Loader", kwlist, &data,
-                                     &batch_size, &n_threads, &prefetch, &seed, &rank, &world,
-                                     &shuffle, &drop_last, &skip_corrupt, &verify, &pinned,
-                                     &transform, &tfield, &autotune, &trace_events))
+    int device = -1, finish_nhwc = 0;
+    unsigned long long pinned_limit = 0;
+    PyObject *finish_dtype = Py_None;
+    float mean[3] = {0, 0, 0}, std[3] = {1, 1, 1}, flip = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspIiKOp(fff)(fff)f:Loader", kwlist,
+                                     &data, &batch_size, &n_threads, &prefetch, &seed, &rank,
+                                     &world, &shuffle, &drop_last, &skip_corrupt, &verify, &pinned,
+                                     &transform, &tfield, &autotune, &trace_events, &device,
+                                     &pinned_limit, &finish_dtype, &finish_nhwc, &mean[0], &mean[1],
+                                     &mean[2], &std[0], &std[1], &std[2], &flip))
         return NULL;
     stk_loader_opts o;
     stk_loader_opts_init(&o);
+    o.device = device;
+    o.pinned_limit = pinned_limit;
+    if (finish_dtype != Py_None && stkpy_parse_dtype(finish_dtype, &o.finish_dtype) < 0)
+        return NULL;
+    o.finish_nhwc = finish_nhwc != 0;
+    memcpy(o.finish_mean, mean, sizeof(mean));
+    memcpy(o.finish_std, std, sizeof(std));
+    o.finish_flip = flip;
     PyObject *keep = NULL, *dataset_ref = NULL, *transform_ref = NULL;
     const char **paths = NULL;
     if (PyObject_TypeCheck(data, &StkDataset_Type)) {
@@ -834,19 +935,25 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *noargs)
     stk_loader_stats s;
     stk_loader_stats_get(self->loader, &s);
     loader_leave(self, false);
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:s}",
-                         "batches", (unsigned long long)s.batches, "samples",
-                         (unsigned long long)s.samples, "bytes_read",
-                         (unsigned long long)s.bytes_read, "skipped", (unsigned long long)s.skipped,
-                         "errors", (unsigned long long)s.errors, "wall_ns",
-                         (unsigned long long)s.wall_ns, "read_ns", (unsigned long long)s.read_ns,
-                         "decode_ns", (unsigned long long)s.decode_ns, "augment_ns",
-                         (unsigned long long)s.augment_ns, "collate_ns",
-                         (unsigned long long)s.collate_ns, "copy_ns", (unsigned long long)s.copy_ns,
-                         "worker_wait_ns", (unsigned long long)s.worker_wait_ns,
-                         "consumer_wait_ns", (unsigned long long)s.consumer_wait_ns,
-                         "active_threads", s.active_threads, "depth", s.depth, "autotune_changes",
-                         s.autotune_changes, "autotune_reason", s.autotune_reason);
+    static const char *const where[] = {"none", "cpu", "device"};
+    return Py_BuildValue(
+        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:s,s:O,s:K,s:K,s:i,s:s,"
+        "s:K,s:K,s:K,s:K,s:s}",
+        "batches", (unsigned long long)s.batches, "samples", (unsigned long long)s.samples,
+        "bytes_read", (unsigned long long)s.bytes_read, "skipped", (unsigned long long)s.skipped,
+        "errors", (unsigned long long)s.errors, "wall_ns", (unsigned long long)s.wall_ns, "read_ns",
+        (unsigned long long)s.read_ns, "decode_ns", (unsigned long long)s.decode_ns, "augment_ns",
+        (unsigned long long)s.augment_ns, "collate_ns", (unsigned long long)s.collate_ns, "copy_ns",
+        (unsigned long long)s.copy_ns, "worker_wait_ns", (unsigned long long)s.worker_wait_ns,
+        "consumer_wait_ns", (unsigned long long)s.consumer_wait_ns, "active_threads",
+        s.active_threads, "depth", s.depth, "autotune_changes", s.autotune_changes,
+        "autotune_reason", s.autotune_reason, "pinned", s.pinned ? Py_True : Py_False,
+        "pinned_bytes", (unsigned long long)s.pinned_bytes, "pinned_total",
+        (unsigned long long)s.pinned_total, "device", s.device, "finish",
+        s.finish < 3 ? where[s.finish] : "unknown", "copies", (unsigned long long)s.copies,
+        "h2d_bytes", (unsigned long long)s.h2d_bytes, "copied_bytes",
+        (unsigned long long)s.copied_bytes, "finish_ns", (unsigned long long)s.finish_ns,
+        "device_reason", s.device_reason);
 }
 
 static PyObject *Loader_trace_write(LoaderObject *self, PyObject *arg)
@@ -953,7 +1060,8 @@ PyTypeObject StkLoader_Type = {
     .tp_doc = "Loader(data, batch_size=256, num_threads=0, prefetch=0, seed=0, rank=-1, "
               "world=-1, shuffle=False, drop_last=False, skip_corrupt=False, verify=True, "
               "pinned=False, transform=None, transform_field='image', autotune=False, "
-              "trace_events=0): the C loader with C "
+              "trace_events=0, device=-1, pinned_limit=0, finish_dtype=None, finish_nhwc=False, "
+              "finish_mean=(0, 0, 0), finish_std=(1, 1, 1), finish_flip=0.0): the C loader with C "
               "semantics (num_threads 0 = one per CPU, prefetch = ring slots, 0 = default). "
               "next() returns a Batch; the end of an epoch is StopIteration, and the next call "
               "starts the next epoch.",

@@ -30,6 +30,11 @@ _SWEEP_BATCHES = 40       # batches timed per worker count in the sweep (after t
 _SWEEP_SECONDS = 2.0      # ... or this long, whichever comes first
 
 
+# > 0 while the advice re-creates loaders to measure them: stoker.doctor's patched __iter__
+# leaves those iterators alone (their batches are not the training loop's).
+_measuring = 0
+
+
 class _StopProfiling(BaseException):
     """Raised out of next() once `steps` steps were measured (stoker.doctor stops the user's
     script with it; a BaseException so that `except Exception` in the script lets it pass)."""

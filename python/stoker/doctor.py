@@ -25,6 +25,8 @@ class _Session:
         self.profiles = {}
 
     def wrap(self, loader, it):
+        if _profile._measuring:
+            return it  # a loader the advice re-created to measure: not the script's loop
         prof = self.profiles.get(id(loader))
         if prof is None or prof.iterable is not loader:
             prof = _profile.Profile(loader, steps=self.steps, warmup=self.warmup,

@@ -29,7 +29,8 @@ _TRACE_EVENTS = 1 << 16  # per thread, with trace=: the first 65536 events of ea
 
 # stats() fields that describe the present (taken from the newest core after a rebuild);
 # every other field is a counter and adds up.
-_GAUGES = ("active_threads", "depth", "autotune_reason", "num_workers")
+_GAUGES = ("active_threads", "depth", "autotune_reason", "num_workers", "pinned", "pinned_bytes",
+           "pinned_total", "device", "finish", "device_reason")
 
 
 def _torch():
@@ -42,12 +43,31 @@ def _torch():
 
 
 def _copy(v):
-    """A copy of a batch value in fresh memory (device tensors are left alone)."""
+    """A copy of a batch value in fresh memory (on the same device)."""
     if isinstance(v, np.ndarray):
         return v.copy()
-    if getattr(v, "device", None) is not None and v.device.type != "cpu":
-        return v
     return v.clone()
+
+
+# __cuda_array_interface__ type strings of the dtypes a device batch can hold (bfloat16 has
+# none: it travels as int16 and is viewed as bfloat16).
+_CAI_TYPES = {"uint8": "|u1", "int8": "|i1", "int16": "<i2", "int32": "<i4", "int64": "<i8",
+              "float16": "<f2", "float32": "<f4", "float64": "<f8", "bfloat16": "<i2"}
+
+
+class _DeviceView:
+    """One tensor of a batch in the loader's device ring, as a __cuda_array_interface__ for
+    torch.as_tensor (zero-copy). It holds the C batch: the ring slot and its device buffer are
+    released when the last tensor viewing it dies (recorded on the stream the batch was made
+    ready for, so the buffer is not overwritten before that stream's work on it is done)."""
+
+    __slots__ = ("__cuda_array_interface__", "_batch")
+
+    def __init__(self, batch, address, shape, dtype):
+        self._batch = batch
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": _CAI_TYPES[dtype],
+                                         "data": (address, False), "strides": None,
+                                         "version": 2}
 
 
 class Batch(dict):
@@ -204,8 +224,13 @@ class Loader:
             raise ImportError("stoker.Loader(output='torch') needs torch, which is not "
                               "importable")
         self._device = self._resolve_device(device, torch)
+        if self._device is not None and output == "numpy":
+            raise _core.StokerInvalidError("output='numpy' gives host arrays; it cannot be "
+                                           f"combined with device={device!r}")
         pinned = False
-        if pin_memory:
+        if self._device is not None:
+            pinned = True  # the C loader pins the ring to copy from it
+        elif pin_memory:
             if torch is not None and torch.cuda.is_available():
                 pinned = True
             else:
@@ -214,7 +239,11 @@ class Loader:
         if trace is not None:
             trace = os.fspath(trace)
         self._trace = trace
-        self._transform = _transforms.compile(transforms)
+        finish = None
+        if self._device is not None:
+            self._transform, finish = _transforms.compile_for_device(transforms)
+        else:
+            self._transform = _transforms.compile(transforms)
         if isinstance(data, _core.Dataset):
             self._dataset = data
         else:
@@ -226,7 +255,19 @@ class Loader:
             skip_corrupt=on_error == "skip", verify=bool(verify), pinned=pinned,
             transform=self._transform, transform_field=transform_field, autotune=autotune,
             trace_events=_TRACE_EVENTS if trace else 0)
+        if self._device is not None:
+            self._core_kwargs["device"] = self._device.index
+            self._core_kwargs.update(finish or {})
         self._core = _core.Loader(self._dataset, **self._core_kwargs)
+        self._on_device = False   # batches come in the loader's device ring
+        if self._device is not None:
+            st = self._core.stats()
+            self._on_device = st["device"] >= 0
+            if not self._on_device:
+                warnings.warn(f"stoker.Loader(device={str(self._device)!r}): stoker cannot copy "
+                              f"on its own stream ({st['device_reason']}); batches are copied "
+                              f"with a synchronous .to(device) instead", RuntimeWarning,
+                              stacklevel=2)
         self.batch_size = batch_size
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
@@ -262,6 +303,8 @@ class Loader:
             raise _core.StokerNotSupportedError(
                 f"device={str(device)!r} needs a CUDA device, but torch.cuda.is_available() is "
                 "False on this machine; leave device=None (CPU tensors)")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
         return dev
 
     def _converter(self, output, torch):
@@ -277,11 +320,27 @@ class Loader:
             else:
                 x = from_numpy(a)
             if device is not None:
-                # Interim until the C device copy lands: a synchronous copy, after which the
-                # ring slot is free again.
+                # Only when the C loader could not copy on its own stream: a synchronous copy,
+                # after which the ring slot is free again.
                 x = x.to(device)
             return x
         return convert
+
+    def _device_batch(self, raw, out):
+        """Fill `out` with zero-copy CUDA tensors of a batch in the loader's device ring, made
+        safe for the current stream: it waits (on the device, no host sync) for the batch's
+        copy, and the batch's release is recorded on it. Use tensor.record_stream(s) before
+        reading them on another stream s, as with any CUDA tensor."""
+        torch = sys.modules["torch"]
+        dev = self._device
+        raw.device_wait(torch.cuda.current_stream(dev).cuda_stream)
+        as_tensor, bf16 = torch.as_tensor, torch.bfloat16
+        with torch.cuda.device(dev):
+            for name, address, shape, dtype, lengths in raw.device_tensors():
+                x = as_tensor(_DeviceView(raw, address, shape, dtype), device=dev)
+                out[name] = x.view(bf16) if dtype == "bfloat16" else x
+                if lengths is not None:
+                    out[name + "_lengths"] = torch.from_numpy(np.asarray(lengths))
 
     # ---- iteration ----
 
@@ -322,11 +381,14 @@ class Loader:
         convert = self._convert
         out = Batch()
         out.epoch, out.number = raw.epoch, raw.number
-        for name, tensor, lengths in raw.tensors():
-            out[name] = convert(tensor)
-            if lengths is not None:
-                out[name + "_lengths"] = convert(lengths)
-        if self._device is None:
+        if self._on_device:
+            self._device_batch(raw, out)
+        else:
+            for name, tensor, lengths in raw.tensors():
+                out[name] = convert(tensor)
+                if lengths is not None:
+                    out[name + "_lengths"] = convert(lengths)
+        if self._device is None or self._on_device:
             out._attached = True
             live = self._live
             while live and live[0][1]() is None:

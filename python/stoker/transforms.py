@@ -319,23 +319,9 @@ def _flatten(obj, out):
                        f"{', '.join(SUPPORTED)}, or a recipe name ({', '.join(RECIPES)})")
 
 
-def compile(transforms, dtype=None, layout=None, exact=None):
-    """Build the C transform for `transforms`: a recipe name ("imagenet-train",
-    "imagenet-val"), a list of ops, a stoker Compose, or a torchvision Compose of supported
-    transforms. Returns a stoker._core.Transform (its .output gives dtype and shape), or None
-    for None."""
-    if transforms is None:
-        return None
-    if isinstance(transforms, _core.Transform):
-        return transforms
-    if isinstance(transforms, str):
-        name = transforms.replace("_", "-").lower()
-        if name not in RECIPES:
-            raise _invalid(f"unknown transform recipe {transforms!r} (known: "
-                           f"{', '.join(RECIPES)})")
-        if dtype in (None, "float32") and layout in (None, "NCHW"):
-            return _core.Transform(name, exact=bool(exact))
-        transforms = imagenet_train() if name == "imagenet-train" else imagenet_val()
+def _ops_and_options(transforms, dtype, layout, exact):
+    """(ops without dtype markers, output dtype, layout, exact) of a list of ops, a stoker
+    Compose or a torchvision Compose."""
     ops = []
     _flatten(transforms, ops)
     if isinstance(transforms, Compose):
@@ -348,9 +334,61 @@ def compile(transforms, dtype=None, layout=None, exact=None):
             out_dtype = op.dtype
     if dtype is not None:
         out_dtype = _dtype_name(dtype)
-    dicts = [op.to_dict() for op in ops if not isinstance(op, _DtypeMarker)]
-    if not dicts:
+    ops = [op for op in ops if not isinstance(op, _DtypeMarker)]
+    if not ops:
         raise _invalid("the transform has no ops; its output size must be fixed by "
                        "RandomResizedCrop, CenterCrop or Resize((h, w))")
-    return _core.Transform(dicts, dtype=out_dtype or "float32", layout=layout or "NCHW",
-                           exact=bool(exact))
+    return ops, out_dtype or "float32", layout or "NCHW", bool(exact)
+
+
+def _recipe(name):
+    key = name.replace("_", "-").lower()
+    if key not in RECIPES:
+        raise _invalid(f"unknown transform recipe {name!r} (known: {', '.join(RECIPES)})")
+    return key
+
+
+def compile(transforms, dtype=None, layout=None, exact=None):
+    """Build the C transform for `transforms`: a recipe name ("imagenet-train",
+    "imagenet-val"), a list of ops, a stoker Compose, or a torchvision Compose of supported
+    transforms. Returns a stoker._core.Transform (its .output gives dtype and shape), or None
+    for None."""
+    if transforms is None:
+        return None
+    if isinstance(transforms, _core.Transform):
+        return transforms
+    if isinstance(transforms, str):
+        name = _recipe(transforms)
+        if dtype in (None, "float32") and layout in (None, "NCHW"):
+            return _core.Transform(name, exact=bool(exact))
+        transforms = imagenet_train() if name == "imagenet-train" else imagenet_val()
+    ops, out_dtype, layout, exact = _ops_and_options(transforms, dtype, layout, exact)
+    return _core.Transform([op.to_dict() for op in ops], dtype=out_dtype, layout=layout,
+                           exact=exact)
+
+
+def compile_for_device(transforms):
+    """Split `transforms` for a loader that copies to a GPU: (the C transform, finishing
+    arguments for stoker._core.Loader or None). When the output is floating point and Normalize
+    (if any) is the last op, the CPU part stops at uint8 [H, W, 3] (4x fewer bytes to copy) and
+    the loader finishes on the device: layout, (x / 255 - mean) / std and the cast, as the CPU
+    store would have done. Otherwise (uint8 output, a prebuilt Transform) nothing is split."""
+    if transforms is None or isinstance(transforms, _core.Transform):
+        return compile(transforms), None
+    if isinstance(transforms, str):
+        transforms = imagenet_train() if _recipe(transforms) == "imagenet-train" else \
+            imagenet_val()
+    ops, out_dtype, layout, exact = _ops_and_options(transforms, None, None, None)
+    mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    norms = [i for i, op in enumerate(ops) if isinstance(op, Normalize)]
+    if out_dtype == "uint8" or len(norms) > 1 or (norms and norms[0] != len(ops) - 1):
+        return compile(transforms), None
+    if norms:
+        mean, std = ops[-1].mean, ops[-1].std
+        ops = ops[:-1]
+    if not ops:
+        return compile(transforms), None
+    core = _core.Transform([op.to_dict() for op in ops], dtype="uint8", layout="NHWC",
+                           exact=exact)
+    return core, dict(finish_dtype=out_dtype, finish_nhwc=layout == "NHWC", finish_mean=mean,
+                      finish_std=std)

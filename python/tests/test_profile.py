@@ -235,10 +235,10 @@ print("the script never reaches here under --steps")
 
 
 def test_doctor_runs_a_script(tmp_path):
-    r, rep = _doctor(tmp_path, SLEEP_SCRIPT, "--steps", "60")
+    r, rep = _doctor(tmp_path, SLEEP_SCRIPT, "--steps", "30")
     assert r.returncode == 0, r.stderr
     assert "never reaches" not in r.stdout
-    assert rep["steps"] == 60 and rep["data_bound"] is True
+    assert rep["steps"] == 30 and rep["data_bound"] is True
     assert 0.35 < rep["wait_share"] < 0.65
     assert rep["loader"] == "torch.utils.data.DataLoader" and rep["num_workers"] == 0
     assert any("num_workers" in a for a in rep["advice"]), rep["advice"]
