@@ -492,7 +492,10 @@ typedef struct stk_loader_opts {
     stk_dtype finish_dtype;      /* finishing of the field `transform_field` (a uint8 [H, W, 3]
                                     transform output or array field): FLOAT32, FLOAT16 or
                                     BFLOAT16 turn it on; UINT8 = off (default). On the device
-                                    when there is one and the kernel loads, else on the CPU */
+                                    when there is one and the kernel loads, else on the CPU.
+                                    stk_batch_device_tensor shows the finished tensor;
+                                    stk_batch_tensor shows it after CPU finishing, the uint8
+                                    input when the device finishes */
     bool finish_nhwc;            /* finishing output layout [H, W, 3] (default false: [3, H, W]) */
     float finish_mean[3];        /* finishing: (x / 255 - mean) / std per channel, torchvision's */
     float finish_std[3];         /* ToTensor + Normalize in float32 (default 0 and 1) */
@@ -512,9 +515,12 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
  *  depth when every allowed thread is busy and the consumer still waits, and parks a thread when
  *  the consumer never waits and the workers' idle time exceeds one thread's worth. It ends on the
  *  fewest threads that keep the consumer from waiting; stats report the choice and why.
+ *  A device that cannot be used (no driver, no such device) is not an error: the loader runs on
+ *  the host and stk_loader_stats.device_reason says why (docs/gpu.md).
  *  @return STK_OK (*out set), STK_EINVAL (batch size 0, negative threads, rank >= world, no
- *          data, empty dataset, unknown field), STK_EIO/STK_EFORMAT/STK_ENOTSUP (from opening
- *          the dataset), STK_ENOMEM. Details in stk_last_errmsg().
+ *          data, empty dataset, unknown field, bad finishing options), STK_EIO/STK_EFORMAT/
+ *          STK_ENOTSUP (from opening the dataset), STK_ENOMEM (also: device buffers).
+ *          Details in stk_last_errmsg().
  *  Lifetime: *out until stk_loader_destroy(*out). */
 STK_API stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out);
 
