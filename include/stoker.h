@@ -616,6 +616,8 @@ typedef struct stk_loader_stats {
                                   finishing fell back to the CPU; "" when all requested is on */
 } stk_loader_stats;
 
+/** Fill `out`. Every counter only grows from one call to the next.
+ *  Threads: thread-safe. */
 STK_API void stk_loader_stats_get(const stk_loader *loader, stk_loader_stats *out);
 
 /** Write a Chrome/Perfetto trace (trace-event JSON) of the events recorded so far: one track per

@@ -121,6 +121,7 @@ typedef struct worker {
     pthread_t thread;
     _Atomic uint64_t read_ns, wait_ns;
     _Atomic uint64_t run_ns; /* time inside runs of samples; collate = run - read - transform */
+    _Atomic uint64_t collate_seen; /* the largest collate time reported (stats_get) */
     _Atomic uint64_t finish_ns; /* CPU finishing */
     tbuf trace;
     stk__tworker *tw;
@@ -1408,7 +1409,7 @@ void stk_loader_stats_get(const stk_loader *L, stk_loader_stats *out)
     out->errors = atomic_load(&c->st_errors);
     out->wall_ns = stk__now_ns() - c->created_ns;
     for (uint32_t i = 0; i < c->n_threads; i++) {
-        const worker *w = &c->workers[i];
+        worker *w = &c->workers[i];
         uint64_t read = atomic_load_explicit(&w->read_ns, memory_order_relaxed), d = 0, a = 0;
         uint64_t run = atomic_load_explicit(&w->run_ns, memory_order_relaxed);
         if (w->tw)
@@ -1416,10 +1417,17 @@ void stk_loader_stats_get(const stk_loader *L, stk_loader_stats *out)
         out->read_ns += read;
         out->decode_ns += d;
         out->augment_ns += a;
-        /* collate: what runs of samples took beyond reading and transforming (counters are
-         * read one after the other, so clamp at 0) */
+        /* collate: what runs of samples took beyond reading and transforming. The stage times
+         * grow per sample and run_ns per run, so the difference can shrink between two calls:
+         * report the largest value seen, so that every counter only grows. */
         uint64_t fin = atomic_load_explicit(&w->finish_ns, memory_order_relaxed);
-        out->collate_ns += run > read + d + a + fin ? run - read - d - a - fin : 0;
+        uint64_t col = run > read + d + a + fin ? run - read - d - a - fin : 0;
+        uint64_t seen = atomic_load_explicit(&w->collate_seen, memory_order_relaxed);
+        while (col > seen && !atomic_compare_exchange_weak_explicit(
+                                 &w->collate_seen, &seen, col, memory_order_relaxed,
+                                 memory_order_relaxed)) {
+        }
+        out->collate_ns += col > seen ? col : seen;
         out->finish_ns += fin;
         out->worker_wait_ns += atomic_load_explicit(&w->wait_ns, memory_order_relaxed);
     }

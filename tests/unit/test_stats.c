@@ -116,6 +116,37 @@ static int test_stage_times(void)
     return 0;
 }
 
+/* Every counter only grows from one stats_get to the next, read while the workers run (collate
+ * is derived from per-run and per-sample counters, which a reader sees at different moments). */
+static int test_counters_never_decrease(void)
+{
+    stk_loader_opts o = opts(2, STK_LOADER_SHUFFLE);
+    stk_loader *L;
+    T_OK(stk_loader_create(&o, &L));
+    stk_loader_stats prev, st;
+    stk_loader_stats_get(L, &prev);
+    for (int k = 0; k < 3000; k++) {
+        stk_batch *b;
+        if (k % 8 == 0) {
+            stk_status rc = stk_loader_next(L, &b);
+            T_CHECK(rc == STK_OK || rc == STK_END);
+            if (rc == STK_OK)
+                stk_batch_release(b);
+        }
+        stk_loader_stats_get(L, &st);
+        const uint64_t *a[] = {&prev.read_ns,  &prev.collate_ns,     &prev.worker_wait_ns,
+                               &prev.batches,  &prev.consumer_wait_ns, &prev.bytes_read};
+        const uint64_t *z[] = {&st.read_ns,  &st.collate_ns,     &st.worker_wait_ns,
+                               &st.batches,  &st.consumer_wait_ns, &st.bytes_read};
+        for (size_t i = 0; i < sizeof(a) / sizeof(a[0]); i++)
+            T_CHECKF(*z[i] >= *a[i], "counter %zu went from %llu to %llu at read %d", i,
+                     (unsigned long long)*a[i], (unsigned long long)*z[i], k);
+        prev = st;
+    }
+    stk_loader_destroy(L);
+    return 0;
+}
+
 /* A slow consumer leaves the workers waiting for slots; a fast one waits for the workers. */
 static int test_who_waits(void)
 {
@@ -236,6 +267,7 @@ static int teardown(void)
     return 0;
 }
 
-T_MAIN(T_CASE(setup), T_CASE(test_stage_times), T_CASE(test_who_waits), T_CASE(test_trace),
+T_MAIN(T_CASE(setup), T_CASE(test_stage_times), T_CASE(test_counters_never_decrease),
+       T_CASE(test_who_waits), T_CASE(test_trace),
        T_CASE(test_autotune_slow_consumer), T_CASE(test_autotune_fast_consumer),
        T_CASE(teardown))
