@@ -148,21 +148,23 @@ void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, st
 /* ---- resampling (stk_resize.c) ---- */
 
 /* Tap table of one axis: output pixel i reads buffer pixels tmin[i] .. tmin[i] + tn[i] - 1 with
- * weights w[i*k ...]. */
+ * weights w[i*k ...] (fixed point, 1.0 = 16384). */
 typedef struct stk__taps {
     int32_t *tmin, *tn;
-    float *w;
+    int16_t *w;
     size_t cap_i, cap_w; /* capacity in entries / weights */
 } stk__taps;
 
-/* Per-worker scratch of the resampler: tap tables and one float row; grown, never shrunk. */
+/* Per-worker scratch of the resampler: tap tables and one int16 row; grown, never shrunk. */
 typedef struct stk__rscratch {
     stk__taps x, y;
-    float *row; /* vertical-pass result for one output row */
+    int16_t *row; /* vertical-pass result for one output row (7 fractional bits) */
     size_t cap_row;
-    float *w8; /* horizontal weights expanded for the AVX2 kernel */
-    size_t cap_w8;
-    bool portable; /* use only the baseline (SSE2/C) kernels: tests compare the two */
+    int16_t *blk; /* AVX2 path: a block of vertical-pass rows, then its transpose */
+    size_t cap_blk;
+    uint8_t *obuf; /* AVX2 path: a block's output, transposed */
+    size_t cap_obuf;
+    bool portable; /* use only the portable kernels: tests compare the two */
 } stk__rscratch;
 
 void stk__rscratch_free(stk__rscratch *s);
