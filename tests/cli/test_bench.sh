@@ -51,11 +51,16 @@ assert all(len(l.get("points").split()) == 2 for l in lines)
 t = json.load(open("trace.json"))
 names = {e["args"]["name"] for e in t["traceEvents"] if e["ph"] == "M"}
 assert names == {"consumer", "worker 0", "worker 1"}, names
+busy = 0
 for tid in (0, 1, 2):  # slices on one track never overlap
     xs = sorted((e["ts"], e["ts"] + e["dur"]) for e in t["traceEvents"]
                 if e["ph"] == "X" and e["tid"] == tid)
-    assert xs, tid
+    # The consumer always has slices; a worker may have none when the other one took every
+    # sample of this short run (a loaded machine starts threads late), but not both.
+    assert xs or tid > 0, tid
+    busy += tid > 0 and bool(xs)
     assert all(a[1] <= b[0] + 1e-3 for a, b in zip(xs, xs[1:])), tid
+assert busy >= 1
 PYEOF
 
 # --threads auto: the autotuner's choice is reported.
