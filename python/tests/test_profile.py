@@ -189,11 +189,16 @@ def test_trace_one_track_per_thread_no_overlap(tmp_path):
     slices = [e for e in events if e["ph"] == "X"]
     assert {e["tid"] for e in slices} <= set(names)
     assert {e["name"] for e in slices} >= {"read", "step", "wait for batch"}
+    busy_workers = 0
     for tid in names:
         track = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices if e["tid"] == tid)
-        assert track, names[tid]
+        # the consumer always has slices; one worker may have taken every sample (a loaded
+        # machine can start the other late), not both
+        assert track or names[tid] != "consumer"
+        busy_workers += names[tid] != "consumer" and bool(track)
         for (a0, a1), (b0, b1) in zip(track, track[1:]):
             assert b0 >= a1 - 1e-3, (names[tid], (a0, a1), (b0, b1))
+    assert busy_workers >= 1
     # write_trace: mid-run, to another path; and without trace= it says what is missing.
     with stoker.Loader(path, batch_size=10, trace=tmp_path / "t2.json") as l2:
         next(iter(l2))
