@@ -39,24 +39,36 @@ class SleepDataset(Dataset):
 class SleepStep:
     """A training step that takes `ms` milliseconds; `busy` sums the time spent."""
 
-    def __init__(self, ms):
+    def __init__(self, ms, dataset=None):
         self.ms, self.busy, self.calls = ms, 0.0, 0
+        self.dataset, self.dataset_busy = dataset, 0.0
 
     def __call__(self, batch):
         t0 = time.perf_counter()
         time.sleep(self.ms / 1e3)
-        self.busy += time.perf_counter() - t0
+        self.last_end = time.perf_counter()
+        self.busy += self.last_end - t0
         self.calls += 1
+        if self.dataset is not None:  # the loop's own __getitem__ time (not the advice's)
+            self.dataset_busy = self.dataset.busy
 
 
 def test_sleep_dataset_fast_step_is_data_bound():
-    ds, step = SleepDataset(), SleepStep(1.0)
+    ds = SleepDataset()
+    step = SleepStep(1.0, ds)
     dl = DataLoader(ds, batch_size=1, num_workers=0)
+    t0 = time.perf_counter()
     p = stoker.profile(dl, step=step, steps=150, warmup=0)
+    wall = step.last_end - t0   # to the end of the last step (the advice's sweep comes after)
     assert p.steps == 150 and step.calls == 150
-    truth = ds.busy / (ds.busy + step.busy)   # ~0.5
+    # The truth: every moment of the loop not spent in the step is spent waiting for data
+    # (__getitem__ plus the DataLoader's own sampling and collation), ~0.5.
+    truth = 1 - step.busy / wall
     assert p.data_bound
     assert abs(p.wait_share - truth) <= 0.10 * truth, (p.wait_share, truth)
+    # ... and at least the time inside __getitem__ (a lower bound of the truth)
+    got = step.dataset_busy
+    assert p.wait_share >= 0.95 * got / (got + step.busy), (p.wait_share, got, step.busy)
     assert p.batch_size == 1
     assert p.num_workers == 0 and p.loader == "torch.utils.data.DataLoader"
     advice = " ".join(p.advice)
