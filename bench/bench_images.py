@@ -4,6 +4,7 @@ decode-only ceiling, on the same JPEGs, the same recipe and the same cores, in o
 
     /usr/bin/python3 bench/bench_images.py [--images 2000] [--profile small|imagenet]
         [--recipe imagenet-train|imagenet-val] [--threads 2] [--workers 0,1,2,3,4]
+        [--repeat 3] [--torch-repeat 1]
 
 1. Generates an ImageFolder tree of photo-like JPEGs (bench/gen_images.py) unless it exists,
    and packs it with `stoker pack` (files stored as they are).
@@ -16,10 +17,17 @@ decode-only ceiling, on the same JPEGs, the same recipe and the same cores, in o
    scaled decode) and --exact (full-scale decode). Its time includes loader start-up. The
    ceiling is libjpeg-turbo decoding every whole image and nothing else, same files, same threads.
 Prints one Markdown table of samples/s and ratios, and the commands.
+
+On a shared machine single runs swing by tens of percent, so the stoker runs (default and
+exact alternating, each with its own ceiling run) are repeated --repeat times and the DataLoader
+sweep --torch-repeat times: the table gives medians with [min-max], and the ratio to the
+ceiling as the median [min-max] of each run's own ratio (pipeline and ceiling measured back to
+back in one process, so closest in time).
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -85,6 +93,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--torch-epochs", type=int, default=2, help="DataLoader epochs (>= 2)")
     ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="stoker runs of each mode")
+    ap.add_argument("--torch-repeat", type=int, default=1, help="DataLoader sweeps")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
     a = ap.parse_args()
     classes = 10
@@ -101,36 +111,64 @@ def main():
           f"({a.profile}), recipe {a.recipe}, {a.threads} threads/workers max, "
           f"batch {a.batch_size}, {os.cpu_count()} CPUs\n", flush=True)
 
-    rows, cmds = [], []
-    default, c1 = stoker_bench(packed, a.recipe, a.threads, a.epochs, a.batch_size, False)
-    exact, c2 = stoker_bench(packed, a.recipe, a.threads, a.epochs, a.batch_size, True)
-    cmds += [c1, c2]
-    ceiling = (default["ceiling"]["samples_per_s"] + exact["ceiling"]["samples_per_s"]) / 2
-    torch_best = None
+    def spread(v, fmt="%.0f", unit=""):
+        """median [min-max] of a list"""
+        v = sorted(v)
+        if len(v) == 1:
+            return fmt % v[0] + unit
+        return f"{fmt % statistics.median(v)}{unit} [{fmt % v[0]}-{fmt % v[-1]}]"
+
+    runs = {"default": [], "exact": []}
+    cmds = []
+    for r in range(a.repeat):
+        for mode in ("default", "exact"):
+            d, cmd = stoker_bench(packed, a.recipe, a.threads, a.epochs, a.batch_size,
+                                  mode == "exact")
+            runs[mode].append(d)
+            if r == 0:
+                cmds.append(cmd)
+        print(f"  stoker run {r + 1}/{a.repeat}: default "
+              f"{runs['default'][-1]['samples_per_s']:.0f} (ceiling "
+              f"{runs['default'][-1]['ceiling']['samples_per_s']:.0f}), exact "
+              f"{runs['exact'][-1]['samples_per_s']:.0f} (ceiling "
+              f"{runs['exact'][-1]['ceiling']['samples_per_s']:.0f})", flush=True)
+    ceilings = [d["ceiling"]["samples_per_s"] for v in runs.values() for d in v]
+    torch_runs = {}
     if not a.skip_torch:
-        for w in [int(x) for x in a.workers.split(",")]:
-            sps, first = bench_torch(tree, a.recipe, w, a.batch_size, max(2, a.torch_epochs))
-            print(f"  DataLoader num_workers={w}: {sps:.1f} samples/s "
-                  f"(first batch {first * 1e3:.0f} ms)", flush=True)
-            if torch_best is None or sps > torch_best[0]:
-                torch_best = (sps, w, first)
-    rows.append(("decode-only ceiling (libjpeg-turbo, full decode)", ceiling, None))
-    rows.append(("stoker, exact (full-scale decode)", exact["samples_per_s"],
-                 exact["first_batch_ms"]))
-    rows.append(("stoker, default (crop + DCT-scaled decode)", default["samples_per_s"],
-                 default["first_batch_ms"]))
+        for r in range(a.torch_repeat):
+            for w in [int(x) for x in a.workers.split(",")]:
+                sps, first = bench_torch(tree, a.recipe, w, a.batch_size, max(2, a.torch_epochs))
+                print(f"  DataLoader num_workers={w}: {sps:.1f} samples/s "
+                      f"(first batch {first * 1e3:.0f} ms)", flush=True)
+                torch_runs.setdefault(w, []).append((sps, first))
+    torch_best = None  # (median samples/s, workers, runs) of the best num_workers
+    for w, v in torch_runs.items():
+        med = statistics.median(s for s, _ in v)
+        if torch_best is None or med > torch_best[0]:
+            torch_best = (med, w, v)
+
+    rows = [("decode-only ceiling (libjpeg-turbo, full decode)", ceilings, None, None)]
+    for mode, name in (("exact", "stoker, exact (full-scale decode)"),
+                       ("default", "stoker, default (crop + DCT-scaled fast decode)")):
+        v = runs[mode]
+        rows.append((name, [d["samples_per_s"] for d in v],
+                     [d["samples_per_s"] / d["ceiling"]["samples_per_s"] for d in v],
+                     [d["first_batch_ms"] for d in v]))
     if torch_best:
         rows.append((f"PyTorch DataLoader + torchvision, best num_workers={torch_best[1]}",
-                     torch_best[0], torch_best[2] * 1e3))
+                     [s for s, _ in torch_best[2]], None, [f * 1e3 for _, f in torch_best[2]]))
     print()
     print("| pipeline | samples/s | vs ceiling | vs PyTorch | first batch ms |")
     print("|---|---|---|---|---|")
-    for name, sps, first in rows:
-        vs_t = f"{sps / torch_best[0]:.2f}x" if torch_best else "-"
-        fb = f"{first:.0f}" if first is not None else "-"
-        print(f"| {name} | {sps:.0f} | {sps / ceiling:.2f}x | {vs_t} | {fb} |")
-    print("\nceiling runs: %.0f and %.0f samples/s (mean used)" %
-          (default["ceiling"]["samples_per_s"], exact["ceiling"]["samples_per_s"]))
+    ceil_med = statistics.median(ceilings)
+    for name, sps, ratio, first in rows:
+        vs_c = spread(ratio, "%.2f", "x") if ratio else f"{statistics.median(sps) / ceil_med:.2f}x"
+        vs_t = spread([x / torch_best[0] for x in sps], "%.2f", "x") if torch_best else "-"
+        fb = f"{statistics.median(first):.0f}" if first else "-"
+        print(f"| {name} | {spread(sps)} | {vs_c} | {vs_t} | {fb} |")
+    print(f"\n{a.repeat} stoker runs of each mode, each with its own ceiling run; ratios to the "
+          f"ceiling per run, to PyTorch against its median; median [min-max]; "
+          f"load average {open('/proc/loadavg').read().split()[0]} at the end")
     print("commands:\n    " + "\n    ".join(cmds))
     if torch_best:
         print(f"    bench_torch({a.recipe!r}, workers={a.workers}, "

@@ -3,7 +3,7 @@
  *
  *   /usr/bin/python3 bench/gen_images.py /tmp/bimg --classes 1 --per-class 64 --profile small
  *   make lib && cc -O2 -Iinclude -Isrc bench/decode_speed.c build/libstoker.a \
- *       -lturbojpeg -lspng -ljpeg -lm -o build/decode_speed
+ *       -lturbojpeg -lspng -lxxhash -ljpeg -lpthread -ldl -lm -o build/decode_speed
  *   build/decode_speed $(find /tmp/bimg -name '*.jpg')
  *
  * Loads every file given into memory, then decodes all of them in each mode, in interleaved
@@ -11,8 +11,9 @@
  * Modes: TurboJPEG tjDecompress2 (ISLOW and FASTDCT), the public stk_decoder_decode, header probe
  * only, a centred window of 70% x 70% at 1/1, 1/2, 1/4, 1/8, the whole image at 1/8, and
  * RandomResizedCrop(224)-like windows (area 8-100%, aspect 3/4-4/3) decoded at the scale the den
- * rule picks for a 224x224 output. Also prints the PSNR of TurboJPEG's FASTDCT decode against the
- * ISLOW one (= PIL's decode).
+ * rule picks for a 224x224 output, also through the fast decode and at the smallest M/8. Also
+ * prints the PSNR of TurboJPEG's FASTDCT (and FASTDCT + FASTUPSAMPLE, the fast decode) against
+ * the ISLOW one (= PIL's decode).
  */
 #include "decode/stk_codec.h"
 
@@ -167,20 +168,24 @@ int main(int argc, char **argv)
     tjbuf = malloc(maxpx * 3);
     printf("%d JPEGs, mean %.1f KB\n", n_imgs, total / 1024.0 / n_imgs);
 
-    /* FASTDCT quality against ISLOW (PIL's decode) */
-    double se = 0, cnt = 0;
+    /* The fast decodes' quality against ISLOW (= PIL's decode) */
     uint8_t *ref = malloc(maxpx * 3);
-    for (int i = 0; i < n_imgs; i++) {
-        img *im = &imgs[i];
-        size_t n = (size_t)im->info.width * im->info.height * 3;
-        tjDecompress2(tj, im->p, im->n, ref, im->info.width, 0, im->info.height, TJPF_RGB, 0);
-        tjDecompress2(tj, im->p, im->n, tjbuf, im->info.width, 0, im->info.height, TJPF_RGB,
-                      TJFLAG_FASTDCT);
-        for (size_t k = 0; k < n; k++)
-            se += (ref[k] - tjbuf[k]) * (double)(ref[k] - tjbuf[k]);
-        cnt += n;
+    static const int fast_flags[2] = {TJFLAG_FASTDCT, TJFLAG_FASTDCT | TJFLAG_FASTUPSAMPLE};
+    for (int f = 0; f < 2; f++) {
+        double se = 0, cnt = 0;
+        for (int i = 0; i < n_imgs; i++) {
+            img *im = &imgs[i];
+            size_t n = (size_t)im->info.width * im->info.height * 3;
+            tjDecompress2(tj, im->p, im->n, ref, im->info.width, 0, im->info.height, TJPF_RGB, 0);
+            tjDecompress2(tj, im->p, im->n, tjbuf, im->info.width, 0, im->info.height, TJPF_RGB,
+                          fast_flags[f]);
+            for (size_t k = 0; k < n; k++)
+                se += (ref[k] - tjbuf[k]) * (double)(ref[k] - tjbuf[k]);
+            cnt += n;
+        }
+        printf("%s vs ISLOW: PSNR %.2f dB\n", f ? "FASTDCT+FASTUPSAMPLE" : "FASTDCT",
+               10 * log10(255.0 * 255.0 / (se / cnt)));
     }
-    printf("FASTDCT vs ISLOW: PSNR %.2f dB\n", 10 * log10(255.0 * 255.0 / (se / cnt)));
 
     /* Rounds of 0.3 s per mode, interleaved; the best round counts (the machine may be shared) */
     enum { N_MODES = sizeof(names) / sizeof(names[0]), ROUNDS = 6 };

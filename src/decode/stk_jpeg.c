@@ -51,9 +51,11 @@
  *     PIL's decode bit for bit: ISLOW and fancy upsampling (PIL's) in the exact mode;
  *   70% x 70% window at 1/1 2,070, 1/2 2,330, 1/4 2,490, 1/8 2,790; whole image at 1/8 2,280;
  *   RandomResizedCrop(224) windows at the scale the den rule picks 2,120; header parse ~0.6 us.
- *   Same windows, second session (load noise of a shared machine: compare within one run):
- *   exact 2,048, fast 2,120 (+3.5%); at the smallest M/8 >= the output (7/8, 6/8, 5/8 are
- *   common: fewer pixels, but C IDCTs, and 4:2:0 chroma at 2M x 2M) 1,605, fast 1,640: slower.
+ *   Same windows, later sessions (load noise of a shared machine: compare within one run):
+ *   exact 2,005-2,048, fast 2,120-2,162 (+3.5-8%); at the smallest M/8 >= the output (7/8,
+ *   6/8, 5/8 are common: fewer pixels, but C IDCTs, and 4:2:0 chroma at 2M x 2M) 1,541-1,605,
+ *   fast 1,640-1,646: slower. The fast decode is 35.4 dB from ISLOW + fancy upsampling (45.3
+ *   dB for the IDCT alone: the replicated chroma is most of the difference).
  */
 #include "stk_codec.h"
 
