@@ -7,6 +7,7 @@
 #ifndef STK_CUDA_FIXTURES_H
 #define STK_CUDA_FIXTURES_H
 
+#include "data/fixtures.h"
 #include "stoker.h"
 
 #include <stdio.h>
@@ -14,19 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define FX_FN static __attribute__((unused))
-
 static char fx_dir[256], fx_raw[512], fx_img[512];
 static bool fx_have_images;
-
-/* Deterministic payload of record i: 1 + (i*37 % 300) bytes, byte k = (i*131 + k) & 255. */
-FX_FN size_t fx_payload(uint64_t i, uint8_t *buf)
-{
-    size_t len = 1 + (size_t)(i * 37 % 300);
-    for (size_t k = 0; k < len; k++)
-        buf[k] = (uint8_t)(i * 131 + k);
-    return len;
-}
 
 /* A whole small file (up to 1 MiB), malloc'd; NULL if it cannot be read. */
 FX_FN uint8_t *fx_read_file(const char *path, size_t *size)
@@ -90,20 +80,6 @@ FX_FN int fx_teardown(void)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", fx_dir);
     T_EQ(system(cmd), 0);
     return 0;
-}
-
-/* Loader options over one dataset path: rank 0 of 1. */
-FX_FN stk_loader_opts fx_opts(const char *const *paths, int64_t batch, int threads)
-{
-    stk_loader_opts o;
-    stk_loader_opts_init(&o);
-    o.paths = paths;
-    o.n_paths = 1;
-    o.batch_size = batch;
-    o.n_threads = threads;
-    o.rank = 0;
-    o.world = 1;
-    return o;
 }
 
 /* Check a batch's host tensors against the generator (raw dataset); append its indices. */

@@ -7,6 +7,7 @@
  */
 #include "stk_internal.h"
 #include "t.h"
+#include "data/fixtures.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -16,15 +17,6 @@
 #define MAXN 2000
 
 static char tmpdir[256];
-
-/* Deterministic payload of record i: length 1 + (i*37 % 300) bytes, byte k = (i*131 + k) & 255. */
-static size_t payload(uint64_t i, uint8_t *buf)
-{
-    size_t len = 1 + (size_t)(i * 37 % 300);
-    for (size_t k = 0; k < len; k++)
-        buf[k] = (uint8_t)(i * 131 + k);
-    return len;
-}
 
 /* Write a dataset of n records over `shards` shards into tmpdir/name/. */
 static int make_dataset(const char *name, uint64_t n, int shards, char *dir, size_t dir_size)
@@ -45,25 +37,12 @@ static int make_dataset(const char *name, uint64_t n, int shards, char *dir, siz
         T_OK(stk_writer_open(path, &wo, &w));
         for (uint64_t k = 0; k < per && i < n; k++, i++) {
             uint8_t buf[512];
-            stk_value v[2] = {{.data = buf, .size = payload(i, buf)}, {.i64 = (int64_t)i * 7}};
+            stk_value v[2] = {{.data = buf, .size = fx_payload(i, buf)}, {.i64 = (int64_t)i * 7}};
             T_OK(stk_writer_add(w, v));
         }
         T_OK(stk_writer_close(w));
     }
     return 0;
-}
-
-static stk_loader_opts base_opts(const char *const *paths, int64_t batch, int threads)
-{
-    stk_loader_opts o;
-    stk_loader_opts_init(&o);
-    o.paths = paths;
-    o.n_paths = 1;
-    o.batch_size = batch;
-    o.n_threads = threads;
-    o.rank = 0;
-    o.world = 1;
-    return o;
 }
 
 /* Check every field of a batch against the generator; append its indices to seq. */
@@ -85,7 +64,7 @@ static int check_batch(stk_batch *b, int64_t *seq, size_t *n_seq)
     T_CHECK(idx == stk_batch_indices(b));
     for (uint32_t j = 0; j < n; j++) {
         uint8_t want[512];
-        size_t len = payload((uint64_t)idx[j], want);
+        size_t len = fx_payload((uint64_t)idx[j], want);
         T_EQ(data.lengths[j], len);
         T_CHECK(memcmp((uint8_t *)data.data + j * data.shape[1], want, len) == 0);
         T_EQ(((int64_t *)label.data)[j], idx[j] * 7);
@@ -121,7 +100,7 @@ static int test_in_order(void)
     const char *paths[] = {ds_main};
     static const int threads[] = {1, 2, 7};
     for (int t = 0; t < 3; t++) {
-        stk_loader_opts o = base_opts(paths, 32, threads[t]);
+        stk_loader_opts o = fx_opts(paths, 32, threads[t]);
         stk_loader *L;
         T_OK(stk_loader_create(&o, &L));
         static int64_t seq[MAXN];
@@ -148,7 +127,7 @@ static int test_shuffle_once_ranks_threads(void)
             memset(count, 0, sizeof(count));
             uint64_t total = 0;
             for (uint32_t r = 0; r < w; r++) {
-                stk_loader_opts o = base_opts(paths, 24, threads[t]);
+                stk_loader_opts o = fx_opts(paths, 24, threads[t]);
                 o.flags = STK_LOADER_SHUFFLE;
                 o.seed = 11;
                 o.rank = (int32_t)r;
@@ -194,7 +173,7 @@ static int test_epochs_advance_and_repeat(void)
     static int64_t a0[MAXN], a1[MAXN], b0[MAXN], b1[MAXN];
     size_t n;
     stk_loader *A, *B;
-    stk_loader_opts o = base_opts(paths, 8, 2);
+    stk_loader_opts o = fx_opts(paths, 8, 2);
     o.flags = STK_LOADER_SHUFFLE;
     o.seed = 3;
     T_OK(stk_loader_create(&o, &A));
@@ -232,7 +211,7 @@ static int test_drop_last(void)
     static int64_t seq[MAXN];
     size_t n;
     stk_loader *L;
-    stk_loader_opts o = base_opts(paths, 8, 3);
+    stk_loader_opts o = fx_opts(paths, 8, 3);
     o.flags = STK_LOADER_DROP_LAST;
     T_OK(stk_loader_create(&o, &L));
     T_EQ(stk_loader_n_batches(L), 12);
@@ -240,7 +219,7 @@ static int test_drop_last(void)
     T_EQ(n, 96);
     stk_loader_destroy(L);
     /* batch larger than the dataset: one short batch, or none with drop_last */
-    o = base_opts(paths, 1000, 2);
+    o = fx_opts(paths, 1000, 2);
     T_OK(stk_loader_create(&o, &L));
     T_EQ(run_epoch(L, seq, &n), 1);
     T_EQ(n, 100);
@@ -257,7 +236,7 @@ static int test_drop_last(void)
 static int resume_run(const char *const *paths, uint32_t rank, uint32_t world, const char *state,
                       int64_t max_batches, int64_t *seq, size_t *n_seq, int64_t *batches)
 {
-    stk_loader_opts o = base_opts(paths, 8, 3);
+    stk_loader_opts o = fx_opts(paths, 8, 3);
     o.flags = STK_LOADER_SHUFFLE;
     o.seed = 77;
     o.rank = (int32_t)rank;
@@ -294,7 +273,7 @@ static int test_resume(void)
     for (size_t i = 0; i < 5; i++) {
         int64_t k = ks[i];
         /* Run k batches, take the state, resume in a new loader. */
-        stk_loader_opts o = base_opts(paths, 8, 2);
+        stk_loader_opts o = fx_opts(paths, 8, 2);
         o.flags = STK_LOADER_SHUFFLE;
         o.seed = 77;
         stk_loader *L;
@@ -318,7 +297,7 @@ static int test_resume(void)
     }
     /* After STK_END the state resumes to the whole next epoch. */
     {
-        stk_loader_opts o = base_opts(paths, 8, 2);
+        stk_loader_opts o = fx_opts(paths, 8, 2);
         o.flags = STK_LOADER_SHUFFLE;
         o.seed = 77;
         stk_loader *L;
@@ -348,7 +327,7 @@ static int test_resume_other_world(void)
     memset(count, 0, sizeof(count));
     char state[256] = "";
     for (uint32_t r = 0; r < 2; r++) {
-        stk_loader_opts o = base_opts(paths, 8, 2);
+        stk_loader_opts o = fx_opts(paths, 8, 2);
         o.flags = STK_LOADER_SHUFFLE;
         o.seed = 77;
         o.rank = (int32_t)r;
@@ -389,7 +368,7 @@ static int test_resume_other_world(void)
 static int test_backpressure_and_holding(void)
 {
     const char *paths[] = {ds_small};
-    stk_loader_opts o = base_opts(paths, 4, 2);
+    stk_loader_opts o = fx_opts(paths, 4, 2);
     o.prefetch = 3;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
@@ -421,7 +400,7 @@ static int test_shutdown_anywhere(void)
     const char *paths[] = {ds_main};
     /* Destroy right after create, mid-epoch, and with batches outstanding (then read them). */
     for (int k = 0; k < 20; k++) {
-        stk_loader_opts o = base_opts(paths, 16, 1 + k % 7);
+        stk_loader_opts o = fx_opts(paths, 16, 1 + k % 7);
         o.prefetch = 2 + k % 3; /* holding one batch while asking for the next needs 2 */
         stk_loader *L;
         T_OK(stk_loader_create(&o, &L));
@@ -452,7 +431,7 @@ static int test_shutdown_anywhere(void)
 static int test_fork_child(void)
 {
     const char *paths[] = {ds_main};
-    stk_loader_opts o = base_opts(paths, 16, 2);
+    stk_loader_opts o = fx_opts(paths, 16, 2);
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
     stk_batch *b;
@@ -482,7 +461,7 @@ static int test_fork_child(void)
 static int test_next_timeout(void)
 {
     const char *paths[] = {ds_main};
-    stk_loader_opts o = base_opts(paths, 16, 2);
+    stk_loader_opts o = fx_opts(paths, 16, 2);
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
     static int64_t seq[MAXN];
@@ -516,25 +495,25 @@ static int test_bad_arguments(void)
     const char *paths[] = {ds_small};
     const char *missing[] = {"/nonexistent/x.stk"};
     stk_loader *L = (stk_loader *)1;
-    stk_loader_opts o = base_opts(paths, 0, 1);
+    stk_loader_opts o = fx_opts(paths, 0, 1);
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     T_CHECK(L == NULL);
     T_CHECK(strstr(stk_last_errmsg(), "batch size"));
-    o = base_opts(paths, 4, -1);
+    o = fx_opts(paths, 4, -1);
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     T_CHECK(strstr(stk_last_errmsg(), "thread count"));
-    o = base_opts(paths, 4, 1);
+    o = fx_opts(paths, 4, 1);
     o.rank = 4;
     o.world = 4;
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     T_CHECK(strstr(stk_last_errmsg(), "rank 4"));
-    o = base_opts(paths, 4, 1);
+    o = fx_opts(paths, 4, 1);
     o.prefetch = -2;
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
-    o = base_opts(missing, 4, 1);
+    o = fx_opts(missing, 4, 1);
     T_CHECK(stk_loader_create(&o, &L) < 0);
     T_CHECK(strstr(stk_last_errmsg(), "/nonexistent/x.stk"));
-    o = base_opts(NULL, 4, 1);
+    o = fx_opts(NULL, 4, 1);
     o.n_paths = 0;
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     stk_loader_opts raw;
@@ -547,9 +526,9 @@ static int test_bad_states(void)
 {
     const char *paths[] = {ds_small}, *other[] = {ds_main};
     stk_loader *L, *M;
-    stk_loader_opts o = base_opts(paths, 8, 1);
+    stk_loader_opts o = fx_opts(paths, 8, 1);
     T_OK(stk_loader_create(&o, &L));
-    o = base_opts(other, 8, 1);
+    o = fx_opts(other, 8, 1);
     T_OK(stk_loader_create(&o, &M));
     char state[256];
     T_OK(stk_loader_state(M, state, sizeof(state)));
@@ -567,7 +546,7 @@ static int test_bad_states(void)
     T_EQ(stk_loader_load_state(L, future), STK_ENOTSUP);
     T_CHECK(strstr(stk_loader_errmsg(L), "newer"));
     /* shuffle mismatch */
-    o = base_opts(paths, 8, 1);
+    o = fx_opts(paths, 8, 1);
     o.flags = STK_LOADER_SHUFFLE;
     stk_loader *S;
     T_OK(stk_loader_create(&o, &S));
@@ -612,7 +591,7 @@ static int test_corrupt_record(void)
     const char *paths[] = {dir};
     /* raise: the error arrives at batch 5 (records 40..49), names shard and record; the loader
      * goes on with batch 6. */
-    stk_loader_opts o = base_opts(paths, 10, 3);
+    stk_loader_opts o = fx_opts(paths, 10, 3);
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
     int ok = 0, failed = 0;
@@ -668,7 +647,7 @@ static int test_alloc_failures(void)
     const char *paths[] = {ds_small};
     int failures = 0;
     for (long k = 1; k < 500; k++) {
-        stk_loader_opts o = base_opts(paths, 8, 2);
+        stk_loader_opts o = fx_opts(paths, 8, 2);
         stk_loader *L;
         stk__fault_alloc_set(k);
         stk_status rc = stk_loader_create(&o, &L);
