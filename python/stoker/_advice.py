@@ -31,9 +31,10 @@ def _kind(it):
     return None
 
 
-def _timed_rate(batches_iter, close):
+def _timed_rate(batches_iter, close, size=_profile._batch_size):
     """Samples/s of an iterator of batches after its first batch (start-up left out), over
-    _BATCHES batches or _SECONDS seconds; None when it has fewer than two batches."""
+    _BATCHES batches or _SECONDS seconds; None when it has fewer than two batches. `size(b)`
+    gives a batch's sample count."""
     try:
         if next(batches_iter, None) is None:
             return None
@@ -43,8 +44,7 @@ def _timed_rate(batches_iter, close):
             b = next(batches_iter, None)
             if b is None:
                 break
-            samples += getattr(b, "size", None) if type(b).__name__ == "Batch" and \
-                type(b).__module__ == "stoker._core" else (_profile._batch_size(b) or 1)
+            samples += size(b) or 1
             n += 1
             del b
         dt = time.perf_counter() - t0
@@ -89,7 +89,7 @@ def _rate_stoker(loader, workers):
     kw = dict(loader._core_kwargs, num_threads=workers, autotune=False, trace_events=0)
     core = _core.Loader(loader._dataset, **kw)
     core.set_epoch(loader._core.epoch)
-    return _timed_rate(iter(core), core.close)
+    return _timed_rate(iter(core), core.close, size=lambda b: b.size)
 
 
 def _sweep(prof, kind, counts):
@@ -224,9 +224,8 @@ def advise(prof):
                        f"working, depth {st['depth']} ({st['autotune_reason']})")
         return out
 
-    upto = max(_cpus(), 4) * (2 if kind == "torch" else 1)
-    if kind == "stoker":
-        upto = max(_cpus(), cur or 1)
+    # DataLoader workers are processes whose __getitem__ may wait on I/O: try past the cores.
+    upto = 2 * max(_cpus(), 4) if kind == "torch" else max(_cpus(), cur or 1)
     err = _sweep(prof, kind, _counts(kind, cur, upto))
     if err:
         out.append(err)

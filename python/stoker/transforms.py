@@ -348,6 +348,11 @@ def _recipe(name):
     return key
 
 
+def _recipe_compose(key):
+    """The ops of recipe `key` (from _recipe) as a Compose."""
+    return imagenet_train() if key == "imagenet-train" else imagenet_val()
+
+
 def compile(transforms, dtype=None, layout=None, exact=None):
     """Build the C transform for `transforms`: a recipe name ("imagenet-train",
     "imagenet-val"), a list of ops, a stoker Compose, or a torchvision Compose of supported
@@ -361,7 +366,7 @@ def compile(transforms, dtype=None, layout=None, exact=None):
         name = _recipe(transforms)
         if dtype in (None, "float32") and layout in (None, "NCHW"):
             return _core.Transform(name, exact=bool(exact))
-        transforms = imagenet_train() if name == "imagenet-train" else imagenet_val()
+        transforms = _recipe_compose(name)
     ops, out_dtype, layout, exact = _ops_and_options(transforms, dtype, layout, exact)
     return _core.Transform([op.to_dict() for op in ops], dtype=out_dtype, layout=layout,
                            exact=exact)
@@ -376,8 +381,7 @@ def compile_for_device(transforms):
     if transforms is None or isinstance(transforms, _core.Transform):
         return compile(transforms), None
     if isinstance(transforms, str):
-        transforms = imagenet_train() if _recipe(transforms) == "imagenet-train" else \
-            imagenet_val()
+        transforms = _recipe_compose(_recipe(transforms))
     ops, out_dtype, layout, exact = _ops_and_options(transforms, None, None, None)
     mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
     norms = [i for i, op in enumerate(ops) if isinstance(op, Normalize)]
