@@ -44,16 +44,19 @@ RUNS = ("h2d", "synthetic", "dataloader", "stoker")
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", help="an ImageFolder tree of JPEGs (default: generated under "
-                    "bench/gpu/out/data); its .stk pack sits beside it as <tree>.stk")
+                    "bench/data/gpu/); its .stk pack sits beside it as <tree>.stk")
     ap.add_argument("--images", type=int, default=25600, help="images to generate (default "
                     "25600: 100 batches of 256 per epoch)")
     ap.add_argument("--classes", type=int, default=100)
     ap.add_argument("--steps", type=int, default=300, help="measured training steps per run")
     ap.add_argument("--warmup", type=int, default=20, help="steps run before measuring")
+    ap.add_argument("--max-seconds", type=float, default=45.0, help="end a run's measured "
+                    "steps after this many seconds even before --steps (default 45: the whole "
+                    "benchmark fits one 10-minute call)")
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--size", type=int, default=224, help="crop size (the stoker recipe is 224)")
     ap.add_argument("--workers", default="auto", help="DataLoader num_workers to sweep, e.g. "
-                    "4,8,12,16 (auto: 4, 8, ... up to the CPU count)")
+                    "4,8,12,16 (auto: half, three quarters and all of the CPUs)")
     ap.add_argument("--stoker-workers", default="auto", help="stoker num_workers to run, e.g. "
                     "auto,8 (auto: the loader's own autotuning)")
     ap.add_argument("--only", default=",".join(RUNS), help="runs to do, from " + ",".join(RUNS))
@@ -61,8 +64,8 @@ def parse_args(argv=None):
     ap.add_argument("--tiny", action="store_true", help="a few tiny images, batch 4, 2 steps: "
                     "checks the script end to end in seconds (with --device cpu without a GPU)")
     ap.add_argument("--advice", action="store_true", help="let stoker.profile sweep worker "
-                    "counts when a run is data-bound (slower)")
-    ap.add_argument("--out", default=OUT, help="where results (and generated data) go")
+                    "counts when a run is data-bound (slower; --max-seconds does not apply)")
+    ap.add_argument("--out", default=OUT, help="where results go (default bench/gpu/out)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     a = ap.parse_args(argv)
     if a.tiny:
@@ -76,17 +79,19 @@ def parse_args(argv=None):
     bad = [r for r in a.only if r not in RUNS]
     if bad:
         ap.error(f"--only: unknown run(s) {bad}; choose from {RUNS}")
-    if a.steps < 1 or a.warmup < 0 or a.batch_size < 1 or a.images < a.batch_size:
-        ap.error("--steps >= 1, --warmup >= 0, --batch-size >= 1 and --images >= --batch-size")
+    if (a.steps < 1 or a.warmup < 0 or a.batch_size < 1 or a.images < a.batch_size
+            or a.max_seconds <= 0):
+        ap.error("--steps >= 1, --warmup >= 0, --batch-size >= 1, --images >= --batch-size "
+                 "and --max-seconds > 0")
     ncpu = os.cpu_count() or 1
     if a.workers == "auto":
-        a.workers = sorted({w for w in (4, 8, 12, 16, 24, 32) if w <= ncpu} | {ncpu})
+        a.workers = sorted({max(1, ncpu // 2), max(1, 3 * ncpu // 4), ncpu})
     else:
         a.workers = [int(w) for w in a.workers.split(",")]
     a.stoker_workers = [None if w.strip() == "auto" else int(w)
                         for w in a.stoker_workers.split(",")]
     if a.data is None:
-        a.data = os.path.join(a.out, "data", f"imagenet_{a.images}")
+        a.data = os.path.join(ROOT, "bench", "data", "gpu", f"imagenet_{a.images}")
     return a
 
 
@@ -190,19 +195,6 @@ def ensure_data(a):
     return tree, stk
 
 
-def find_nvrtc():
-    """Point STOKER_NVRTC at the NVRTC bundled with PyTorch's wheels when none is set."""
-    if os.environ.get("STOKER_NVRTC"):
-        return os.environ["STOKER_NVRTC"]
-    for p in sys.path:
-        hits = sorted(glob.glob(os.path.join(p, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so*")))
-        hits = [h for h in hits if "builtins" not in h and "alt" not in h]
-        if hits:
-            os.environ["STOKER_NVRTC"] = hits[-1]
-            return hits[-1]
-    return None
-
-
 # ---- training ----
 
 class Trainer:
@@ -233,8 +225,32 @@ class Trainer:
         self.opt.step()
 
 
+class Capped:
+    """Iterates `iterable` (again for each pass, like a DataLoader) until `limit` seconds after
+    mark["t0"], the start of the measured steps; checked before each batch is fetched."""
+
+    def __init__(self, iterable, mark, limit):
+        self.iterable, self.mark, self.limit = iterable, mark, limit
+
+    def _over(self):
+        t0 = self.mark.get("t0")
+        return t0 is not None and time.perf_counter() - t0 > self.limit
+
+    def __iter__(self):
+        if self._over():
+            return
+        it = iter(self.iterable)
+        while not self._over():
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield batch
+
+
 def measure(name, iterable, trainer, a, smi, extra=None):
-    """Train `a.steps` steps after `a.warmup` under stoker.profile; the figures of one run."""
+    """Train `a.steps` steps after `a.warmup` under stoker.profile (at most `a.max_seconds` of
+    measured steps); the figures of one run."""
     import stoker
     torch = trainer.torch
     mark = {"n": 0}
@@ -247,7 +263,9 @@ def measure(name, iterable, trainer, a, smi, extra=None):
 
     print(f"-- {name}: {a.warmup} warm-up + {a.steps} steps", flush=True)
     t_start = time.perf_counter()
-    prof = stoker.profile(iterable, step=step, steps=a.steps, warmup=a.warmup, advise=a.advice)
+    # --advice re-creates the loader itself, so it gets the loader, uncapped
+    src = iterable if a.advice else Capped(iterable, mark, a.max_seconds)
+    prof = stoker.profile(src, step=step, steps=a.steps, warmup=a.warmup, advise=a.advice)
     if trainer.cuda:
         torch.cuda.synchronize()
     t1, cpu1 = time.perf_counter(), cpu_seconds()
@@ -321,18 +339,20 @@ def release(loader):
 def markdown(env, results, h2d):
     lines = [f"# ResNet-50 training input pipelines on {env.get('gpu', env['device'])}", "",
              f"torch {env['torch']}, torchvision {env['torchvision']}, {env['cpus']} CPUs, "
-             f"batch {env['batch_size']}, {env['size']} px, {env['steps']} measured steps after "
-             f"{env['warmup']} warm-up, {env['images']} JPEGs ({env['data']}).", ""]
+             f"batch {env['batch_size']}, {env['size']} px, up to {env['steps']} measured steps "
+             f"(at most {env['max_seconds']:.0f} s) after {env['warmup']} warm-up, "
+             f"{env['images']} JPEGs ({env['data']}).", ""]
     syn = next((r for r in results if r["run"] == "synthetic"), None)
     lines += ["| run | images/s | vs synthetic | GPU busy (profile) | GPU util (nvidia-smi) | "
-              "CPU cores | wait ms/step | step ms |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+              "CPU cores | wait ms/step | step ms | steps |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
         smi = (r.get("nvidia_smi") or {}).get("util_pct")
         rel = f"{100 * r['images_per_s'] / syn['images_per_s']:.1f}%" if syn else "-"
         lines.append(f"| {r['run']} | {r['images_per_s']:.0f} | {rel} | "
                      f"{100 * r['gpu_busy']:.1f}% | {'-' if smi is None else f'{smi:.0f}%'} | "
-                     f"{r['cpu_cores']:.1f} | {r['wait_ms']:.2f} | {r['step_ms']:.1f} |")
+                     f"{r['cpu_cores']:.1f} | {r['wait_ms']:.2f} | {r['step_ms']:.1f} | "
+                     f"{r['profile'].get('steps', '-')} |")
     if h2d:
         lines += ["", "Pinned host-to-device copy ceiling (torch, non_blocking): " + ", ".join(
             f"{k} batch ({v['batch_mb']:.0f} MB) {v['gb_per_s']:.1f} GB/s" for k, v in h2d.items())]
@@ -369,7 +389,6 @@ def main(argv=None):
                           "dataloader_workers": a.workers, "stoker_workers": a.stoker_workers,
                           "out": a.out}, indent=2))
         return 0
-    nvrtc = find_nvrtc()  # before stoker loads NVRTC
     import torch
     import torchvision
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -377,9 +396,12 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     tree, stk = ensure_data(a)
     import stoker
+    from stoker import _nvrtc
+    nvrtc = _nvrtc.export()  # the NVRTC torch ships, before stoker loads one
     env = {"device": a.device, "torch": torch.__version__, "torchvision": torchvision.__version__,
            "cpus": os.cpu_count(), "python": platform.python_version(), "batch_size": a.batch_size,
            "size": a.size, "steps": a.steps, "warmup": a.warmup, "images": a.images,
+           "max_seconds": a.max_seconds,
            "data": tree, "stoker_nvrtc": nvrtc, "host": platform.node()}
     smi = None
     if a.device == "cuda":
@@ -387,46 +409,58 @@ def main(argv=None):
         env["cuda"] = torch.version.cuda
         vis = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
         smi = Smi(vis if vis.isdigit() else 0)
-    probe = getattr(stoker, "cuda_probe", None)
-    if probe:
-        env["stoker_cuda"] = probe()
+    env["stoker_cuda"] = stoker.cuda_probe()[1]
     print(json.dumps(env), flush=True)
     trainer = Trainer(torch, torchvision, a.device)
     results, h2d = [], None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = os.path.join(a.out, f"results-{stamp}")
+
+    def save():
+        """Written after every run, so a run cut short still leaves the ones before it."""
+        with open(base + ".json", "w") as f:
+            json.dump({"env": env, "h2d_ceiling": h2d, "results": results}, f, indent=2,
+                      default=str)
+        md = markdown(env, results, h2d)
+        with open(base + ".md", "w") as f:
+            f.write(md)
+        return md
+
+    # Order: the ceilings, then stoker, then the DataLoader sweep (the longest part).
     try:
         if "h2d" in plan and a.device == "cuda":
             h2d = h2d_ceiling(torch, a.device, a.batch_size, a.size)
             print("-- h2d ceiling:", json.dumps(h2d), flush=True)
         if "synthetic" in plan:
             results.append(measure("synthetic", synthetic(torch, a.device, a), trainer, a, smi))
+            save()
+        if "stoker" in plan:
+            for w in a.stoker_workers:
+                ld = stoker_loader(stk, w, a, a.device)
+                r = measure(f"stoker (num_workers={'auto' if w is None else w})", ld, trainer, a,
+                            smi, {"num_workers": w})
+                st = ld.stats()
+                r["loader_stats"] = {k: v for k, v in st.items()
+                                     if isinstance(v, (int, float, str, bool, type(None)))}
+                print(f"   stoker: device {st.get('device')}, finish {st.get('finish')}, "
+                      f"pinned {st.get('pinned')}, {st.get('active_threads')} threads", flush=True)
+                if a.device == "cuda" and st.get("device_reason"):
+                    print("   WARNING: stoker's own copy path is off:", st["device_reason"])
+                results.append(r)
+                release(ld)
+                save()
         if "dataloader" in plan:
             for w in a.workers:
                 dl = torch_loader(torch, torchvision, tree, w, a, a.device)
                 results.append(measure(f"dataloader (num_workers={w})", dl, trainer, a, smi,
                                        {"num_workers": w}))
                 release(dl)
-        if "stoker" in plan:
-            for w in a.stoker_workers:
-                ld = stoker_loader(stk, w, a, a.device)
-                r = measure(f"stoker (num_workers={'auto' if w is None else w})", ld, trainer, a,
-                            smi, {"num_workers": w})
-                if hasattr(ld, "stats"):
-                    r["loader_stats"] = {k: v for k, v in ld.stats().items()
-                                         if isinstance(v, (int, float, str, bool, type(None)))}
-                results.append(r)
-                release(ld)
+                save()
     finally:
         if smi:
             smi.close()
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    doc = {"env": env, "h2d_ceiling": h2d, "results": results}
-    with open(os.path.join(a.out, f"results-{stamp}.json"), "w") as f:
-        json.dump(doc, f, indent=2, default=str)
-    md = markdown(env, results, h2d)
-    with open(os.path.join(a.out, f"results-{stamp}.md"), "w") as f:
-        f.write(md)
-    print(md)
-    print(f"written: {a.out}/results-{stamp}.json and .md")
+    print(save())
+    print(f"written: {base}.json and .md")
     return 0
 
 

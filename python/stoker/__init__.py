@@ -6,7 +6,8 @@
         images, labels = batch["image"], batch["label"]
 
 Main names: Loader, Batch, profile (is a training loop waiting on data? see Profile),
-Dataset, Writer, write_shard, pack_image_folder, transforms (alias ops), and the exceptions: Error and its per-status subclasses StokerInvalidError (also a
+Dataset, Writer, write_shard, pack_image_folder, transforms (alias ops), cuda_probe (can
+stoker copy to this GPU itself, and if not why), and the exceptions: Error and its per-status subclasses StokerInvalidError (also a
 ValueError), StokerMemoryError (MemoryError), StokerIOError (OSError), StokerFormatError,
 StokerLimitError, StokerNotSupportedError, StokerStateError (RuntimeError) and
 StokerCanceledError. docs/python.md is the manual.
@@ -14,7 +15,7 @@ StokerCanceledError. docs/python.md is the manual.
 from . import _core
 from ._core import (Error, StokerCanceledError, StokerFormatError, StokerInvalidError,
                     StokerIOError, StokerLimitError, StokerMemoryError, StokerNotSupportedError,
-                    StokerStateError, epoch_order, has_transforms)
+                    StokerStateError, cuda_probe, epoch_order, has_transforms)
 from . import transforms
 from .dataset import Dataset, Writer, pack_image_folder, write_shard
 from .loader import Batch, Loader
@@ -25,7 +26,7 @@ __version__ = _core.__version__
 
 __all__ = [
     "Loader", "Batch", "profile", "Profile", "Dataset", "Writer", "write_shard", "pack_image_folder", "transforms",
-    "ops", "has_transforms", "epoch_order", "Error", "StokerInvalidError", "StokerMemoryError",
+    "ops", "has_transforms", "cuda_probe", "epoch_order", "Error", "StokerInvalidError", "StokerMemoryError",
     "StokerIOError", "StokerFormatError", "StokerLimitError", "StokerNotSupportedError",
     "StokerStateError", "StokerCanceledError", "__version__",
 ]

@@ -19,6 +19,7 @@ import weakref
 import numpy as np
 
 from . import _core
+from . import _nvrtc
 from . import transforms as _transforms
 from .dataset import Dataset
 
@@ -305,6 +306,7 @@ class Loader:
                 "False on this machine; leave device=None (CPU tensors)")
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
+        _nvrtc.export()  # the NVRTC torch ships, for the finishing kernel (unless set)
         return dev
 
     def _converter(self, output, torch):
