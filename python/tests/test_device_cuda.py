@@ -149,3 +149,27 @@ def test_held_device_batches_stay_intact(jpegs):
     assert len(held) == len(want)
     for a, b in zip(want, held):
         assert torch.equal(a, b["image"].cpu())
+
+
+@cuda
+def test_profile_advises_pin_memory_for_a_pageable_dataloader():
+    """stoker.profile's pin_memory advice measures pinned against pageable copies on the device
+    (untestable without CUDA): said for pin_memory=False, not for pin_memory=True."""
+    from stoker import _advice
+
+    class Squares(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            return torch.full((3, 224, 224), float(i))
+
+    torch.cuda.init()
+    for pin in (False, True):
+        dl = torch.utils.data.DataLoader(Squares(), batch_size=32, pin_memory=pin)
+        prof = stoker.profile(dl, step=lambda b: b.to("cuda", non_blocking=True), advise=False)
+        line = _advice._pin_advice(prof, "torch")
+        if pin:
+            assert line is None, line
+        else:
+            assert line and "pin_memory=True" in line and "pageable" in line, line
