@@ -684,8 +684,9 @@ STK_API const int64_t *stk_batch_indices(const stk_batch *b);
 
 /** Return the batch's slot to the ring. Accepts NULL. For a batch on a device: if the consumer
  *  made a stream wait for it (stk_batch_device_wait), the release is recorded on that stream as
- *  by stk_batch_release_after; otherwise the device buffer may be overwritten by a later copy as
- *  soon as the ring reuses the slot, so work still reading it must be finished.
+ *  by stk_batch_release_after, and on every stream given to stk_batch_device_use; otherwise the
+ *  device buffer may be overwritten by a later copy as soon as the ring reuses the slot, so work
+ *  still reading it must be finished.
  *  Threads: thread-safe; any thread may release. */
 STK_API void stk_batch_release(stk_batch *b);
 
@@ -704,7 +705,9 @@ STK_API void stk_batch_release(stk_batch *b);
  *     stk_batch_release_after(b, S);              the buffer is reused only after S's work
  *
  * The host slot is refilled only after its copy completed, and the device buffer is overwritten
- * only after the event recorded on S at release (both on the device, no host wait). Streams are
+ * only after the event recorded on S at release (both on the device, no host wait). A batch also
+ * read on other streams names them with stk_batch_device_use: the release is recorded on each
+ * of them too, and the next copy waits for them all. Streams are
  * CUstream handles passed as void* (NULL = the legacy default stream) of the device's primary
  * context, the one the CUDA runtime and PyTorch use.
  * ------------------------------------------------------------------------------------------- */
@@ -749,8 +752,21 @@ STK_API stk_status stk_batch_device_wait(stk_batch *b, void *stream);
  *  @return STK_OK, STK_ENOTSUP (not on a device), STK_EIO (the copy failed on the device). */
 STK_API stk_status stk_batch_device_sync(stk_batch *b);
 
-/** Release the batch after the work queued so far on `stream`: records an event there that the
- *  next copy into this device buffer waits for (on the device). Then as stk_batch_release.
+/** The batch is also read on `stream` (another stream than the one stk_batch_device_wait made
+ *  wait): at release an event is recorded on `stream` too, and the next copy into this device
+ *  buffer waits (on the device, no host wait) for the work queued there before the release, as
+ *  for the wait or release stream. It does not make `stream` wait for the copy: order `stream`
+ *  after the wait stream (or call stk_batch_device_wait(b, stream) first). This is what
+ *  PyTorch's tensor.record_stream does for memory PyTorch allocated; it does nothing for these
+ *  buffers, which PyTorch did not allocate. A stream given twice counts once.
+ *  @return STK_OK, STK_ENOTSUP (not on a device), STK_ELIMIT (the batch is already read on 4
+ *          streams, counting its wait stream; see stk_last_errmsg).
+ *  Threads: the thread holding the batch. */
+STK_API stk_status stk_batch_device_use(stk_batch *b, void *stream);
+
+/** Release the batch after the work queued so far on `stream`: records an event there (and on
+ *  each stream of stk_batch_device_use) that the next copy into this device buffer waits for (on
+ *  the device). Then as stk_batch_release.
  *  Without a device it is stk_batch_release. Accepts NULL.
  *  @return STK_OK, or STK_EIO when the event could not be recorded (the batch is released
  *          anyway; the buffer is then protected only by work already finished).

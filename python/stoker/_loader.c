@@ -382,6 +382,17 @@ static PyObject *Batch_device_wait(BatchObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *Batch_device_use(BatchObject *self, PyObject *arg)
+{
+    void *stream;
+    if (stream_arg(arg, &stream) < 0)
+        return NULL;
+    stk_status rc = stk_batch_device_use(self->batch, stream);
+    if (rc < 0)
+        return stkpy_raise(rc, stk_last_errmsg());
+    Py_RETURN_NONE;
+}
+
 static PyObject *Batch_device_sync(BatchObject *self, PyObject *noargs)
 {
     (void)noargs;
@@ -405,6 +416,10 @@ static PyMethodDef Batch_methods[] = {
     {"device_wait", (PyCFunction)Batch_device_wait, METH_O,
      "device_wait(stream): make CUDA stream `stream` (a CUstream as int; 0 = default) wait for "
      "the batch's copy, on the device; the release is then recorded on that stream."},
+    {"device_use", (PyCFunction)Batch_device_use, METH_O,
+     "device_use(stream): the batch is also read on CUDA stream `stream` (a CUstream as int): "
+     "its release is recorded there too, and the buffer is reused only after that work "
+     "(stk_batch_device_use)."},
     {"device_sync", (PyCFunction)Batch_device_sync, METH_NOARGS,
      "device_sync(): block until the batch's copy and finishing are done."},
     {NULL, NULL, 0, NULL}};

@@ -60,7 +60,9 @@ class _DeviceView:
     """One tensor of a batch in the loader's device ring, as a __cuda_array_interface__ for
     torch.as_tensor (zero-copy). It holds the C batch: the ring slot and its device buffer are
     released when the last tensor viewing it dies (recorded on the stream the batch was made
-    ready for, so the buffer is not overwritten before that stream's work on it is done)."""
+    ready for, and on those given to Batch.record_stream, so the buffer is not overwritten
+    before their work on it is done). torch did not allocate this memory, so torch's
+    tensor.record_stream does nothing for it."""
 
     __slots__ = ("__cuda_array_interface__", "_batch")
 
@@ -78,15 +80,17 @@ class Batch(dict):
     ``detach()`` copies every tensor into its own memory and drops the batch's views of the
     ring, so the slot can be reused while the batch lives on (the loader does this by itself,
     with a warning, when a training loop holds on to too many batches). ``bytes(name)`` gives
-    a bytes field as a list of ``bytes`` objects.
+    a bytes field as a list of ``bytes`` objects. ``record_stream(s)`` declares that a batch
+    on the GPU is also read on CUDA stream ``s``.
     """
 
-    __slots__ = ("epoch", "number", "_attached", "__weakref__")
+    __slots__ = ("epoch", "number", "_attached", "_raw", "__weakref__")
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
         self.epoch = self.number = None
         self._attached = False
+        self._raw = None  # weakref to the C batch of a batch in the device ring
 
     def detach(self):
         """Copy the tensors out of the ring (in place) and return self."""
@@ -94,7 +98,31 @@ class Batch(dict):
             for k, v in list(self.items()):
                 self[k] = _copy(v)
             self._attached = False
+            self._raw = None
         return self
+
+    def record_stream(self, stream):
+        """The batch's tensors are also read on CUDA stream `stream` (a torch.cuda.Stream, or
+        a CUstream handle as an int): the batch's device buffer is reused only after the work
+        queued on `stream` before the batch is released (when its last tensor dies), on the
+        device, without a host sync. Call it instead of ``tensor.record_stream(stream)``, which
+        does nothing for these tensors: they view stoker's device ring, memory torch did not
+        allocate, and torch skips that. Like torch's, it does not order `stream` after the
+        copy: make `stream` wait for the current stream first (``stream.wait_stream(...)``).
+        A batch can be read on at most 4 streams, counting the current stream it was made
+        ready for (more raise StokerLimitError); a stream given twice counts once.
+
+        A no-op for host batches, after ``detach()`` and when stoker fell back to
+        ``.to(device)``: those tensors are torch's own, for which torch's
+        ``tensor.record_stream`` works."""
+        raw = self._raw() if self._raw is not None else None
+        if raw is None:
+            return
+        handle = getattr(stream, "cuda_stream", stream)
+        if isinstance(handle, bool) or not isinstance(handle, (int, np.integer)):
+            raise TypeError(f"record_stream() takes a torch.cuda.Stream or a CUstream handle "
+                            f"(int), not {type(stream).__name__}")
+        raw.device_use(int(handle))
 
     @property
     def attached(self):
@@ -331,8 +359,10 @@ class Loader:
     def _device_batch(self, raw, out):
         """Fill `out` with zero-copy CUDA tensors of a batch in the loader's device ring, made
         safe for the current stream: it waits (on the device, no host sync) for the batch's
-        copy, and the batch's release is recorded on it. Use tensor.record_stream(s) before
-        reading them on another stream s, as with any CUDA tensor."""
+        copy, and the batch's release is recorded on it. To read them on another stream s, call
+        out.record_stream(s): tensor.record_stream(s) does nothing for them (torch skips memory
+        it did not allocate, and these tensors view stoker's ring through
+        __cuda_array_interface__)."""
         torch = sys.modules["torch"]
         dev = self._device
         raw.device_wait(torch.cuda.current_stream(dev).cuda_stream)
@@ -343,6 +373,7 @@ class Loader:
                 out[name] = x.view(bf16) if dtype == "bfloat16" else x
                 if lengths is not None:
                     out[name + "_lengths"] = torch.from_numpy(np.asarray(lengths))
+        out._raw = weakref.ref(raw)
 
     # ---- iteration ----
 

@@ -3,7 +3,9 @@
 asynchronous, and whose finishing kernel runs the shared per-pixel code), and torch's CUDA
 entry points are stood in for, so everything but torch's own __cuda_array_interface__ import
 runs: the uint8 + device-finishing split of the transform, the wait on the consumer's stream,
-zero-copy views of the device ring, dtypes, and the release of slots when tensors die.
+zero-copy views of the device ring, dtypes, the release of slots when tensors die, and
+Batch.record_stream (the release recorded on the streams it names, a no-op on host and detached
+batches).
 
 Each case runs in a fresh interpreter: the driver is loaded once per process."""
 import os
@@ -144,3 +146,75 @@ def test_no_driver_falls_back_with_a_warning():
         print("fallback ok")
     """, STOKER_LIBCUDA="/nonexistent/libcuda.so.1")
     assert "fallback ok" in out
+
+
+def test_record_stream_reaches_the_driver():
+    out = _run("""
+        import ctypes
+        dev = stoker.Loader(path, batch_size=4, transforms="imagenet-val", num_workers=2,
+                            prefetch=2, device="cuda")   # loads the fake driver
+        fake = ctypes.CDLL(os.environ["STOKER_LIBCUDA"])  # the same library, already loaded
+        fake.fakecuda_records.restype = ctypes.c_uint64
+        fake.fakecuda_records.argtypes = [ctypes.c_void_p]
+        # More streams of the fake device, made as torch would: the primary context current.
+        ctx = ctypes.c_void_p()
+        assert fake.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+        assert fake.cuCtxPushCurrent_v2(ctx) == 0
+        handles = []
+        for _ in range(4):
+            h = ctypes.c_void_p()
+            assert fake.cuStreamCreate(ctypes.byref(h), 1) == 0
+            handles.append(h.value)
+        records = lambda: [fake.fakecuda_records(h) for h in handles]
+        side = Stream()
+        side.cuda_stream = handles[0]
+
+        it = iter(dev)
+        b = next(it)
+        assert b["image"].device.type == "cpu"    # (the stand-in reads device memory as host)
+        b.record_stream(side)                     # a torch.cuda.Stream ...
+        b.record_stream(handles[0])               # ... or a handle; the same stream counts once
+        b.record_stream(handles[1])
+        b.record_stream(handles[2])               # 4 streams with the current one
+        try:
+            b.record_stream(handles[3])
+            raise AssertionError("a fifth stream was accepted")
+        except stoker.StokerLimitError as e:
+            assert "at most 4 streams" in str(e), e
+        try:
+            b.record_stream("stream")
+            raise AssertionError("a str was accepted")
+        except TypeError:
+            pass
+        assert records() == [0, 0, 0, 0]          # recorded when the batch is released
+        del b
+        assert records() == [1, 1, 1, 0], records()
+
+        # Detached: the tensors are torch's own copies; the ring's batch is gone: a no-op.
+        b = next(it)
+        b.detach()
+        b.record_stream(side)
+        del b
+        assert records() == [1, 1, 1, 0], records()
+
+        # Host batches: a no-op.
+        host = stoker.Loader(path, batch_size=4)
+        hb = next(iter(host))
+        hb.record_stream(side)
+        hb.record_stream(handles[3])
+        del hb
+        assert records() == [1, 1, 1, 0], records()
+
+        # The C call on the raw batch says why it cannot apply there.
+        raw = next(host._core)
+        try:
+            raw.device_use(handles[0])
+            raise AssertionError("device_use on a host batch")
+        except stoker.StokerNotSupportedError as e:
+            assert "not on a device" in str(e), e
+        del raw
+        for h in handles:
+            fake.cuStreamDestroy_v2(ctypes.c_void_p(h))
+        print("record_stream ok")
+    """)
+    assert "record_stream ok" in out

@@ -79,10 +79,10 @@ CUdeviceptr stk__devring_base(const stk__devring *r, uint32_t slot);
 /* On a loader thread: make the device context current for the thread's life. */
 stk_status stk__devring_thread_init(const stk__devring *r, char *err, size_t err_size);
 
-/* Enqueue on the loader's stream: wait for the consumer's release of the slot's previous batch
- * (if it recorded one), copy the ranges from host slot memory `host` to the slot's device buffer,
- * then the finishing kernel when `fin` is not NULL (its in/out/flags are device addresses), and
- * record the slot's completion event. Nothing waits on the host. Slot-exclusive: called by the
+/* Enqueue on the loader's stream: wait for the consumer's release events of the slot's previous
+ * batch (those it recorded), copy the ranges from host slot memory `host` to the slot's device
+ * buffer, then the finishing kernel when `fin` is not NULL (its in/out/flags are device addresses),
+ * and record the slot's completion event. Nothing waits on the host. Slot-exclusive: called by the
  * worker that completed the batch. */
 stk_status stk__devring_issue(stk__devring *r, uint32_t slot, const uint8_t *host,
                               const stk__range *ranges, size_t n_ranges, const stk__fin_args *fin,
@@ -93,11 +93,19 @@ bool stk__devring_pending(const stk__devring *r, uint32_t slot);
  * rewritten; report its device times. Slot-exclusive (one drainer). */
 stk_status stk__devring_drain(stk__devring *r, uint32_t slot, stk__copytimes *times, char *err,
                               size_t err_size);
+/* Streams a batch may be declared read on (stk_batch_device_use), counting the one it waited on,
+ * and the release events of a slot: one per such stream, plus the stream stk_batch_release_after
+ * names when it is none of them. */
+#define STK__USE_MAX 4
+#define STK__RELEASE_MAX (STK__USE_MAX + 1)
+
 /* Consumer side (the slot is held): make `stream` wait for the slot's copy; block the host until
- * it is done; record the consumer's release on `stream` (the next copy into this buffer waits
- * for it). The calls push the device context themselves. */
+ * it is done; record the consumer's release on each of `streams` (n <= STK__RELEASE_MAX, no
+ * duplicates): the next copy into this buffer waits for all of them. A stream that refuses the
+ * record is skipped (STK_EIO, the others are still recorded). The calls push the device context
+ * themselves. */
 stk_status stk__devring_wait(stk__devring *r, uint32_t slot, void *stream);
 stk_status stk__devring_sync(stk__devring *r, uint32_t slot);
-stk_status stk__devring_release_on(stk__devring *r, uint32_t slot, void *stream);
+stk_status stk__devring_release_on(stk__devring *r, uint32_t slot, void *const *streams, size_t n);
 
 #endif /* STK_CUDA_H */

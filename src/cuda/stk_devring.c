@@ -1,15 +1,18 @@
 /*
  * stk_devring.c: a loader's device side: one device buffer per ring slot, the loader's own
- * stream, and per slot four events:
+ * stream, and per slot these events:
  *
  *   t0, copied  timing events around the slot's host-to-device copy;
  *   done        the copy (and the finishing kernel) completed: the consumer's stream waits on
  *               it (stk_batch_device_wait), and the host slot is refilled only after it
  *               (stk__devring_drain);
- *   released    recorded by the consumer on its stream when it releases the batch: the next copy
- *               into this slot's device buffer is queued behind it (cuStreamWaitEvent), so
- *               device memory is never overwritten while the consumer's work still reads it,
- *               and no host thread waits for that.
+ *   released[]  recorded by the consumer when it releases the batch, one on each stream that
+ *               reads it (the stream it waited on or released on, and those it declared with
+ *               stk_batch_device_use): the next copy into this slot's device buffer is queued
+ *               behind all of them (cuStreamWaitEvent), so device memory is never overwritten
+ *               while the consumer's work on any of those streams still reads it, and no host
+ *               thread waits for that. They are created with the ring, STK__RELEASE_MAX per
+ *               slot, so releasing never allocates.
  *
  * Slot exclusivity comes from the loader's slot states (FILLING -> issue, HELD -> wait, sync,
  * release, FREE -> drain), whose transitions happen under the loader's mutex; that mutex also
@@ -28,10 +31,11 @@
 
 typedef struct dslot {
     CUdeviceptr buf;
-    CUevent t0, copied, done, released;
-    bool pending;      /* a copy was issued and nobody has seen it complete yet */
-    bool released_rec; /* the consumer recorded `released`; the next copy waits for it */
-    bool finished;     /* the last copy ran the finishing kernel */
+    CUevent t0, copied, done;
+    CUevent released[STK__RELEASE_MAX];
+    uint32_t n_released; /* released[0, n) were recorded by the consumer; the next copy waits */
+    bool pending;        /* a copy was issued and nobody has seen it complete yet */
+    bool finished;       /* the last copy ran the finishing kernel */
 } dslot;
 
 struct stk__devring {
@@ -139,7 +143,8 @@ stk_status stk__devring_create(const stk__cudev *d, uint32_t n_slots, size_t siz
         CU_TRY(cuEventCreate, (&s->t0, 0));
         CU_TRY(cuEventCreate, (&s->copied, 0));
         CU_TRY(cuEventCreate, (&s->done, CU_EVENT_BLOCKING_SYNC));
-        CU_TRY(cuEventCreate, (&s->released, CU_EVENT_DISABLE_TIMING));
+        for (int k = 0; k < STK__RELEASE_MAX; k++)
+            CU_TRY(cuEventCreate, (&s->released[k], CU_EVENT_DISABLE_TIMING));
     }
     CU_TRY(cuEventCreate, (&r->ref, CU_EVENT_BLOCKING_SYNC));
     CU_TRY(cuEventRecord, (r->ref, r->stream));
@@ -161,14 +166,17 @@ void stk__devring_destroy(stk__devring *r)
         cu->cuStreamSynchronize(r->stream);
     for (uint32_t i = 0; r->s && i < r->n; i++) {
         dslot *s = &r->s[i];
-        if (s->released_rec) /* the consumer's last work on this buffer */
-            cu->cuEventSynchronize(s->released);
+        for (uint32_t k = 0; k < s->n_released; k++) /* the consumer's last work on the buffer */
+            cu->cuEventSynchronize(s->released[k]);
         if (s->buf)
             cu->cuMemFree(s->buf);
-        CUevent ev[4] = {s->t0, s->copied, s->done, s->released};
-        for (int k = 0; k < 4; k++)
+        CUevent ev[3] = {s->t0, s->copied, s->done};
+        for (int k = 0; k < 3; k++)
             if (ev[k])
                 cu->cuEventDestroy(ev[k]);
+        for (int k = 0; k < STK__RELEASE_MAX; k++)
+            if (s->released[k])
+                cu->cuEventDestroy(s->released[k]);
     }
     if (r->ref)
         cu->cuEventDestroy(r->ref);
@@ -207,11 +215,11 @@ stk_status stk__devring_issue(stk__devring *r, uint32_t slot, const uint8_t *hos
     stk_status rc = STK_OK;
     dslot *s = &r->s[slot];
     pthread_mutex_lock(&r->mu);
-    if (s->released_rec) {
-        /* The consumer's work on this buffer's previous batch comes first (on the device). */
-        CU_TRY(cuStreamWaitEvent, (r->stream, s->released, 0));
-        s->released_rec = false;
-    }
+    /* The consumer's work on this buffer's previous batch, on every stream that read it, comes
+     * first (on the device). */
+    for (uint32_t k = 0; k < s->n_released; k++)
+        CU_TRY(cuStreamWaitEvent, (r->stream, s->released[k], 0));
+    s->n_released = 0;
     s->pending = true; /* from here on the slot may be read by queued work: drain before reuse */
     CU_TRY(cuEventRecord, (s->t0, r->stream));
     for (size_t i = 0; i < n_ranges; i++)
@@ -297,11 +305,26 @@ static CUresult do_sync(stk__devring *r, dslot *s, void *stream)
     return r->cu->cuEventSynchronize(s->done);
 }
 
-static CUresult do_release(stk__devring *r, dslot *s, void *stream)
+/* The streams of a release. */
+typedef struct streams {
+    void *const *v;
+    size_t n;
+} streams;
+
+/* One release event on each stream; those recorded are the ones the next copy waits for. */
+static CUresult do_release(stk__devring *r, dslot *s, void *arg)
 {
-    CUresult cr = r->cu->cuEventRecord(s->released, (CUstream)stream);
-    s->released_rec = cr == CUDA_SUCCESS;
-    return cr;
+    const streams *st = arg;
+    CUresult first = CUDA_SUCCESS;
+    s->n_released = 0;
+    for (size_t i = 0; i < st->n && i < STK__RELEASE_MAX; i++) {
+        CUresult cr = r->cu->cuEventRecord(s->released[s->n_released], (CUstream)st->v[i]);
+        if (cr == CUDA_SUCCESS)
+            s->n_released++;
+        else if (first == CUDA_SUCCESS)
+            first = cr;
+    }
+    return first;
 }
 
 stk_status stk__devring_wait(stk__devring *r, uint32_t slot, void *stream)
@@ -314,7 +337,8 @@ stk_status stk__devring_sync(stk__devring *r, uint32_t slot)
     return with_ctx(r, do_sync, slot, NULL);
 }
 
-stk_status stk__devring_release_on(stk__devring *r, uint32_t slot, void *stream)
+stk_status stk__devring_release_on(stk__devring *r, uint32_t slot, void *const *v, size_t n)
 {
-    return with_ctx(r, do_release, slot, stream);
+    streams st = {v, n};
+    return with_ctx(r, do_release, slot, &st);
 }

@@ -80,6 +80,8 @@ typedef struct slot {
     bool draining; /* a worker is waiting for the slot's last copy (mu) */
     bool waited;   /* the consumer made wait_stream wait for this batch */
     void *wait_stream;
+    void *use[STK__USE_MAX]; /* more streams reading the batch (stk_batch_device_use) */
+    uint32_t n_use;
     uint64_t copy_bytes; /* bytes of the slot's last device copy */
 } slot;
 
@@ -1287,6 +1289,7 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
     }
     s->state = SLOT_HELD;
     s->waited = false;
+    s->n_use = 0;
     c->held++;
     c->refs++;
     atomic_fetch_add(&c->st_batches, 1);
@@ -1298,6 +1301,20 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
     return STK_OK;
 }
 
+/* Record the release of held slot s on `first` (when `has_first`) and on every stream of
+ * stk_batch_device_use, each once: the next copy into its device buffer waits for them all. */
+static stk_status release_on(core *c, slot *s, bool has_first, void *first)
+{
+    void *v[STK__RELEASE_MAX];
+    size_t n = 0;
+    if (has_first)
+        v[n++] = first;
+    for (uint32_t i = 0; i < s->n_use; i++)
+        if (!has_first || s->use[i] != first)
+            v[n++] = s->use[i];
+    return stk__devring_release_on(c->dev, s->handle.slot, v, n);
+}
+
 void stk_batch_release(stk_batch *b)
 {
     if (!b)
@@ -1306,9 +1323,10 @@ void stk_batch_release(stk_batch *b)
     if (fork_child(c))
         return;
     slot *s = &c->slots[b->slot];
-    if (c->dev && s->waited) /* protect the device buffer from the next copy: after that work */
-        stk__devring_release_on(c->dev, b->slot, s->wait_stream);
+    if (c->dev && (s->waited || s->n_use)) /* the next copy into the buffer: after that work */
+        release_on(c, s, s->waited, s->wait_stream);
     s->waited = false;
+    s->n_use = 0;
     pthread_mutex_lock(&c->mu);
     s->state = SLOT_FREE;
     c->held--;
@@ -1685,6 +1703,45 @@ stk_status stk_batch_device_sync(stk_batch *b)
     return stk__devring_sync(c->dev, b->slot);
 }
 
+stk_status stk_batch_device_use(stk_batch *b, void *stream)
+{
+    core *c = b->c;
+    if (!c->dev)
+        return stk__set_last_error(STK_ENOTSUP, "the batch is not on a device");
+    if (fork_child(c)) /* the child cannot use the device; its releases do nothing */
+        return STK_OK;
+    slot *s = &c->slots[b->slot];
+    for (uint32_t i = 0; i < s->n_use; i++)
+        if (s->use[i] == stream)
+            return STK_OK; /* recorded once */
+    /* The streams reading the batch: these, and the one it waited on (counted once). */
+    uint32_t n = s->n_use;
+    bool is_wait = s->waited && s->wait_stream == stream;
+    for (uint32_t i = 0; s->waited && i < s->n_use; i++)
+        if (s->use[i] == s->wait_stream) {
+            n--;
+            break;
+        }
+    n += s->waited;
+    if (is_wait) {
+        /* Listed too, so that stk_batch_release_after(b, other) still records on it (when the
+         * list is full, the device_wait after the uses put it over the bound: the plain release
+         * still records on it). */
+        if (s->n_use < STK__USE_MAX)
+            s->use[s->n_use++] = stream;
+        return STK_OK;
+    }
+    if (n >= STK__USE_MAX)
+        return stk__set_last_error(STK_ELIMIT,
+                                   "a batch can be read on at most %d streams, counting the one "
+                                   "stk_batch_device_wait made wait, and this one already is on "
+                                   "%u: make one of them wait for this stream's work instead "
+                                   "(cuStreamWaitEvent)",
+                                   STK__USE_MAX, n);
+    s->use[s->n_use++] = stream;
+    return STK_OK;
+}
+
 stk_status stk_batch_release_after(stk_batch *b, void *stream)
 {
     if (!b)
@@ -1693,8 +1750,9 @@ stk_status stk_batch_release_after(stk_batch *b, void *stream)
     stk_status rc = STK_OK;
     if (c->dev && !fork_child(c)) {
         slot *s = &c->slots[b->slot];
-        rc = stk__devring_release_on(c->dev, b->slot, stream);
+        rc = release_on(c, s, true, stream);
         s->waited = false;
+        s->n_use = 0;
     }
     stk_batch_release(b);
     return rc;

@@ -11,8 +11,11 @@
  *    driver does.
  *  - Events complete when their stream reaches them; cuStreamWaitEvent blocks the stream until
  *    then. fakecuda_check_async() queues a test-side "consumer kernel" that reads a device buffer
- *    for a while: a buffer overwritten meanwhile (a copy not ordered after the consumer's release
- *    event) is a violation.
+ *    for a while, on any stream: a buffer overwritten meanwhile (a copy not ordered after the
+ *    consumer's release event on that stream) is a violation; fakecuda_expect_async() also
+ *    compares the buffer with the bytes it should hold (a read not ordered after the copy, or
+ *    after an overwrite, is a violation). fakecuda_records() counts the events recorded on a
+ *    stream.
  *  - Copies and kernels are bounds-checked against live device allocations; memory and stream
  *    calls without a current context fail with CUDA_ERROR_INVALID_CONTEXT, as the driver's do.
  *  - The kernel "stk_finish" runs the shared per-pixel function (src/cuda/stk_finish_body.h) on
@@ -48,6 +51,12 @@ STK__CUDA_FUNCS(FAKE_DECL)
  * the buffer changes meanwhile; live allocations and operations run. */
 API int fakecuda_violations(char *buf, size_t size);
 API CUresult fakecuda_check_async(CUstream stream, CUdeviceptr p, size_t size, unsigned delay_us);
+/* As fakecuda_check_async, and the buffer must hold `want` (copied now) when the read starts and
+ * ends. */
+API CUresult fakecuda_expect_async(CUstream stream, CUdeviceptr p, const void *want, size_t size,
+                                   unsigned delay_us);
+/* cuEventRecord calls queued on `stream` so far (NULL: the default stream). */
+API uint64_t fakecuda_records(CUstream stream);
 API void fakecuda_counts(uint64_t *pinned_bytes, uint64_t *device_bytes, uint64_t *copies,
                          uint64_t *kernels);
 
@@ -128,7 +137,7 @@ typedef struct op {
     int kind;
     uint8_t *dst;
     const uint8_t *src;
-    uint8_t *staged; /* a pageable source, copied at enqueue */
+    uint8_t *staged; /* a pageable source, copied at enqueue; OP_CHECK: the expected bytes */
     size_t size;
     CUevent ev;
     uint64_t gen;
@@ -141,6 +150,7 @@ struct CUstream_st {
     pthread_t thread;
     op *head, *tail;
     bool busy, stop;
+    uint64_t records; /* cuEventRecord calls queued here */
 };
 
 static struct CUstream_st *legacy; /* the NULL stream, created on first use */
@@ -222,6 +232,10 @@ static void run_op(op *o)
         if (!seen)
             abort();
         memcpy(seen, o->dst, o->size);
+        if (o->staged && memcmp(seen, o->staged, o->size) != 0)
+            violation("consumer stream",
+                      "device buffer does not hold the batch when the consumer's work starts",
+                      o->size);
         sleep_us(o->delay_us);
         if (memcmp(o->dst, seen, o->size) != 0)
             violation("consumer stream",
@@ -629,7 +643,9 @@ CUresult fake_cuEventRecord(CUevent event, CUstream stream)
     o->ev = event;
     pthread_mutex_lock(&mu);
     o->gen = ++event->recorded;
-    enqueue(resolve(stream), o);
+    CUstream s = resolve(stream);
+    s->records++;
+    enqueue(s, o);
     pthread_mutex_unlock(&mu);
     return CUDA_SUCCESS;
 }
@@ -756,9 +772,23 @@ int fakecuda_violations(char *buf, size_t size)
 
 CUresult fakecuda_check_async(CUstream stream, CUdeviceptr p, size_t size, unsigned delay_us)
 {
+    return fakecuda_expect_async(stream, p, NULL, size, delay_us);
+}
+
+CUresult fakecuda_expect_async(CUstream stream, CUdeviceptr p, const void *want, size_t size,
+                               unsigned delay_us)
+{
     op *o = calloc(1, sizeof(*o));
     if (!o)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    if (want) {
+        o->staged = malloc(size ? size : 1);
+        if (!o->staged) {
+            free(o);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        memcpy(o->staged, want, size);
+    }
     o->kind = OP_CHECK;
     o->dst = (uint8_t *)(uintptr_t)p;
     o->size = size;
@@ -768,9 +798,19 @@ CUresult fakecuda_check_async(CUstream stream, CUdeviceptr p, size_t size, unsig
     if (ok)
         enqueue(resolve(stream), o);
     pthread_mutex_unlock(&mu);
-    if (!ok)
+    if (!ok) {
+        free(o->staged);
         free(o);
+    }
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+uint64_t fakecuda_records(CUstream stream)
+{
+    pthread_mutex_lock(&mu);
+    uint64_t n = resolve(stream)->records;
+    pthread_mutex_unlock(&mu);
+    return n;
 }
 
 void fakecuda_counts(uint64_t *pinned_bytes, uint64_t *device_bytes, uint64_t *copies,

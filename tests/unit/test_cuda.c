@@ -8,7 +8,9 @@
  *  - Device copies under load: every batch's device bytes equal its host batch, every sample
  *    once per epoch; poison tests where the fake's slow asynchronous copies and consumer
  *    "kernels" catch a host slot refilled before its copy finished or a device buffer overwritten
- *    before the consumer's release event (negative controls show the detectors fire).
+ *    before the consumer's release event (negative controls show the detectors fire), including
+ *    a consumer reading on a second stream declared with stk_batch_device_use (and, without it,
+ *    the overwrite the fake catches); the bound on streams per batch.
  *  - Finishing: the kernel's per-element code (the same text NVRTC compiles) run over whole
  *    samples equals the CPU pipeline's normalised float32 / float16 / bfloat16 output bit for
  *    bit; the loader's device and CPU finishing equal it too; NVRTC compiles the kernel to PTX
@@ -100,9 +102,13 @@ static const char *const *fake_env(const char *extra1, const char *extra2)
 typedef int (*violations_fn)(char *, size_t);
 typedef CUresult (*check_fn)(CUstream, CUdeviceptr, size_t, unsigned);
 typedef void (*counts_fn)(uint64_t *, uint64_t *, uint64_t *, uint64_t *);
+typedef CUresult (*expect_fn)(CUstream, CUdeviceptr, const void *, size_t, unsigned);
+typedef uint64_t (*records_fn)(CUstream);
 static violations_fn fk_violations;
 static check_fn fk_check;
 static counts_fn fk_counts;
+static expect_fn fk_expect;
+static records_fn fk_records;
 
 /* In a child using the fake: open the device (loads the driver) and find the hooks. */
 static int fake_open(stk__cudev *d)
@@ -114,7 +120,9 @@ static int fake_open(stk__cudev *d)
     *(void **)&fk_violations = dlsym(h, "fakecuda_violations");
     *(void **)&fk_check = dlsym(h, "fakecuda_check_async");
     *(void **)&fk_counts = dlsym(h, "fakecuda_counts");
-    T_CHECK(fk_violations && fk_check && fk_counts);
+    *(void **)&fk_expect = dlsym(h, "fakecuda_expect_async");
+    *(void **)&fk_records = dlsym(h, "fakecuda_records");
+    T_CHECK(fk_violations && fk_check && fk_counts && fk_expect && fk_records);
     return 0;
 }
 
@@ -561,6 +569,174 @@ static int child_poison_device(void)
         return 1;
     consumer_close(&d, s);
     return 0;
+}
+
+/* The consumer waits on stream s1 and reads each batch on a second stream s2 (ordered after s1,
+ * as torch's s2.wait_stream(s1)): each of its "kernels" checks that the buffer holds the batch's
+ * bytes while it reads. With stk_batch_device_use(b, s2) the release is recorded on s2 too and no
+ * overwrite happens; without it (declare = false) the small ring overwrites buffers under s2's
+ * reads and the fake must see it. Returns the fake's violation count through *violations. */
+static int second_stream_run(bool declare, int *violations)
+{
+    stk__cudev d;
+    CUstream s1, s2;
+    if (consumer_open(&d, &s1))
+        return 1;
+    const stk__cuda_api *cu = d.cu;
+    T_EQ(cu->cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUevent ready;
+    T_EQ(cu->cuEventCreate(&ready, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    stk_loader *L = device_loader(5, 4, 2);
+    T_CHECK(L);
+    const int n_batches = 40;
+    stk_batch *b;
+    for (int n = 0; n < n_batches; n++) {
+        T_OK(stk_loader_next(L, &b));
+        T_OK(stk_batch_device_wait(b, s1));
+        T_EQ(cu->cuEventRecord(ready, s1), CUDA_SUCCESS);
+        T_EQ(cu->cuStreamWaitEvent(s2, ready, 0), CUDA_SUCCESS);
+        for (size_t i = 0; i < stk_batch_n_tensors(b); i++) {
+            stk_tensor h, t;
+            T_OK(stk_batch_tensor(b, i, &h));
+            T_OK(stk_batch_device_tensor(b, i, &t));
+            T_EQ(fk_expect(s2, (CUdeviceptr)(uintptr_t)t.data, h.data, t.size, 1500), CUDA_SUCCESS);
+        }
+        if (declare) {
+            T_OK(stk_batch_device_use(b, s2));
+            T_OK(stk_batch_device_use(b, s2)); /* recorded once */
+        }
+        if (n % 2) /* both ways of releasing: on the wait stream, and on a named one */
+            stk_batch_release(b);
+        else
+            T_OK(stk_batch_release_after(b, s1));
+    }
+    T_EQ(cu->cuStreamSynchronize(s2), CUDA_SUCCESS);
+    T_EQ(cu->cuStreamSynchronize(s1), CUDA_SUCCESS);
+    /* One release event per batch on each stream that read it (none on s2 undeclared). */
+    T_EQ(fk_records(s2), declare ? (uint64_t)n_batches : 0);
+    stk_loader_destroy(L);
+    *violations = fk_violations(NULL, 0);
+    if (declare && no_violations())
+        return 1;
+    cu->cuEventDestroy(ready);
+    cu->cuStreamDestroy(s2);
+    consumer_close(&d, s1);
+    return 0;
+}
+
+static int child_second_stream(void)
+{
+    int v;
+    return second_stream_run(true, &v);
+}
+
+/* Negative control: the same consumer without stk_batch_device_use is caught. */
+static int child_second_stream_undeclared(void)
+{
+    int v = 0;
+    if (second_stream_run(false, &v))
+        return 1;
+    T_CHECKF(v > 0, "no overwrite seen under the second stream's reads (%d violations)", v);
+    return 0;
+}
+
+/* stk_batch_device_use: at most 4 streams per batch counting the wait stream, duplicates (and
+ * the wait stream itself) counted once, each recorded once at release and forgotten after it;
+ * STK_ENOTSUP on a host batch. */
+static int child_use_limits(void)
+{
+    stk__cudev d;
+    CUstream s[6];
+    if (consumer_open(&d, &s[0]))
+        return 1;
+    const stk__cuda_api *cu = d.cu;
+    for (int i = 1; i < 6; i++)
+        T_EQ(cu->cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    uint64_t rec[6];
+#define RECORDS_ADDED(...)                                                                         \
+    do {                                                                                           \
+        const uint64_t want_[6] = {__VA_ARGS__};                                                   \
+        for (int i_ = 0; i_ < 6; i_++) {                                                           \
+            uint64_t now_ = fk_records(s[i_]);                                                     \
+            T_CHECKF(now_ - rec[i_] == want_[i_], "stream %d: %llu new records, want %llu", i_,    \
+                     (unsigned long long)(now_ - rec[i_]), (unsigned long long)want_[i_]);         \
+            rec[i_] = now_;                                                                        \
+        }                                                                                          \
+    } while (0)
+    for (int i = 0; i < 6; i++)
+        rec[i] = fk_records(s[i]);
+    stk_loader *L = device_loader(5, 2, 2);
+    T_CHECK(L);
+    stk_batch *b;
+    /* Waited on s0; s0 again, s1..s3 fit (4 streams), s4 does not; duplicates are free. */
+    T_OK(stk_loader_next(L, &b));
+    T_OK(stk_batch_device_wait(b, s[0]));
+    T_OK(stk_batch_device_use(b, s[0]));
+    for (int i = 1; i <= 3; i++)
+        T_OK(stk_batch_device_use(b, s[i]));
+    T_EQ(stk_batch_device_use(b, s[4]), STK_ELIMIT);
+    T_CHECKF(strstr(stk_last_errmsg(), "at most 4 streams"), "%s", stk_last_errmsg());
+    T_OK(stk_batch_device_use(b, s[2]));
+    T_OK(stk_batch_device_use(b, s[0]));
+    RECORDS_ADDED(0, 0, 0, 0, 0, 0); /* nothing until the release */
+    stk_batch_release(b);
+    RECORDS_ADDED(1, 1, 1, 1, 0, 0);
+    /* Not waited: 4 streams of its own; released after a fifth, every one is recorded. */
+    T_OK(stk_loader_next(L, &b));
+    for (int i = 0; i < 4; i++)
+        T_OK(stk_batch_device_use(b, s[i]));
+    T_EQ(stk_batch_device_use(b, s[4]), STK_ELIMIT);
+    T_OK(stk_batch_release_after(b, s[5]));
+    RECORDS_ADDED(1, 1, 1, 1, 0, 1);
+    /* The wait stream declared, then released on another: both recorded. */
+    T_OK(stk_loader_next(L, &b));
+    T_OK(stk_batch_device_wait(b, s[0]));
+    T_OK(stk_batch_device_use(b, s[0]));
+    T_OK(stk_batch_release_after(b, s[1]));
+    RECORDS_ADDED(1, 1, 0, 0, 0, 0);
+    /* The next batches in the same slots start with no extra stream. */
+    for (int n = 0; n < 2; n++) {
+        T_OK(stk_loader_next(L, &b));
+        T_OK(stk_batch_device_wait(b, s[0]));
+        stk_batch_release(b);
+    }
+    RECORDS_ADDED(2, 0, 0, 0, 0, 0);
+#undef RECORDS_ADDED
+    stk_loader_destroy(L);
+    if (no_violations())
+        return 1;
+    for (int i = 1; i < 6; i++)
+        cu->cuStreamDestroy(s[i]);
+    consumer_close(&d, s[0]);
+    /* A host batch: not supported. */
+    const char *paths[] = {fx_raw};
+    stk_loader_opts o = fx_opts(paths, 5, 1);
+    T_OK(stk_loader_create(&o, &L));
+    T_OK(stk_loader_next(L, &b));
+    T_EQ(stk_batch_device(b), -1);
+    T_EQ(stk_batch_device_use(b, NULL), STK_ENOTSUP);
+    stk_batch_release(b);
+    stk_loader_destroy(L);
+    return 0;
+}
+
+static int test_second_stream(void)
+{
+    return in_child(child_second_stream, fake_env("FAKE_CUDA_DELAY_US=100", NULL));
+}
+
+static int test_second_stream_undeclared(void)
+{
+#ifdef __SANITIZE_THREAD__
+    fprintf(stderr, "  skipped under TSan: the negative control races on purpose\n");
+    return T_SKIP;
+#endif
+    return in_child(child_second_stream_undeclared, fake_env("FAKE_CUDA_DELAY_US=100", NULL));
+}
+
+static int test_use_limits(void)
+{
+    return in_child(child_use_limits, fake_env("FAKE_CUDA_DELAY_US=100", NULL));
 }
 
 static int test_poison_host_slot(void)
@@ -1023,8 +1199,9 @@ static int test_opts_abi(void)
 T_MAIN(T_CASE(setup), T_CASE(test_fake_detects), T_CASE(test_no_driver), T_CASE(test_no_device),
        T_CASE(test_missing_device), T_CASE(test_pinned_accounting), T_CASE(test_pinned_refused),
        T_CASE(test_pinned_env), T_CASE(test_device_copies), T_CASE(test_poison_host_slot),
-       T_CASE(test_poison_device_buffer), T_CASE(test_copy_error), T_CASE(test_trace_device),
-       T_CASE(test_finish_conversions), T_CASE(test_finish_equals_pipeline),
-       T_CASE(test_nvrtc_compile), T_CASE(test_finish_device), T_CASE(test_finish_fallback),
-       T_CASE(test_finish_host), T_CASE(test_finish_invalid), T_CASE(test_opts_abi),
-       T_CASE(teardown))
+       T_CASE(test_poison_device_buffer), T_CASE(test_second_stream),
+       T_CASE(test_second_stream_undeclared), T_CASE(test_use_limits), T_CASE(test_copy_error),
+       T_CASE(test_trace_device), T_CASE(test_finish_conversions),
+       T_CASE(test_finish_equals_pipeline), T_CASE(test_nvrtc_compile), T_CASE(test_finish_device),
+       T_CASE(test_finish_fallback), T_CASE(test_finish_host), T_CASE(test_finish_invalid),
+       T_CASE(test_opts_abi), T_CASE(teardown))
