@@ -140,6 +140,27 @@ def test_a_slow_consumer_on_its_own_stream_reads_every_batch_intact(jpegs):
 
 
 @cuda
+def test_a_second_stream_declared_with_record_stream_reads_every_batch_intact(jpegs):
+    """The batch is made ready for the current stream, then read late on a second stream that
+    waits for the first: batch.record_stream(second) keeps its buffer until then (torch's own
+    tensor.record_stream would not: it skips memory torch did not allocate)."""
+    cpu, dev = _pair(jpegs, "imagenet-val", prefetch=2)
+    want = {tuple(i): float(s) for s, i in _checksums(cpu)}
+    main, second = torch.cuda.current_stream(), torch.cuda.Stream()
+    got = []
+    for b in dev:
+        second.wait_stream(main)
+        b.record_stream(second)
+        with torch.cuda.stream(second):
+            torch.cuda._sleep(5_000_000)
+            got.append((b["image"].double().sum(), b["index"].cpu().tolist()))
+    torch.cuda.synchronize()
+    assert len(got) == N // 4
+    for s, i in got:
+        assert float(s) == want[tuple(i)], i
+
+
+@cuda
 def test_held_device_batches_stay_intact(jpegs):
     cpu, dev = _pair(jpegs, "imagenet-val", prefetch=2)
     want = [b["image"].clone() for b in cpu]

@@ -8,7 +8,8 @@
  *  - poison: a consumer kernel that spins, then copies each batch's device buffers aside, on the
  *    consumer's stream, with the batch released at once: a host slot refilled before its copy
  *    finished, or a device buffer overwritten before the consumer's release event, shows up as
- *    bytes that differ from the batch the consumer was given;
+ *    bytes that differ from the batch the consumer was given; then again with the kernel on a
+ *    second stream, ordered after the first and declared with stk_batch_device_use;
  *  - finishing: the kernel's output equals the CPU pipeline's normalised output bit for bit.
  * `tests/gpu/run.sh` runs it again under compute-sanitizer (memcheck) when installed; STK_GPU_QUICK
  * shortens the loops there.
@@ -20,7 +21,9 @@
 
 static stk__cudev dev;
 static bool have_dev;
-static CUstream cs; /* the consumer's stream */
+static CUstream cs;    /* the consumer's stream */
+static CUstream cs2;   /* a second stream reading the batches (stk_batch_device_use) */
+static CUevent order;  /* orders cs2 after cs */
 static CUmodule mod;
 static CUfunction slow_copy; /* NULL without NVRTC: the poison cases skip */
 static int quick;
@@ -58,6 +61,8 @@ static int setup(void)
     T_OK(stk__cudev_open(0, &dev, why, sizeof(why)));
     T_OK(stk__cudev_push(&dev, why, sizeof(why)));
     T_EQ(dev.cu->cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    T_EQ(dev.cu->cuStreamCreate(&cs2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    T_EQ(dev.cu->cuEventCreate(&order, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
     have_dev = true;
     char arch[32], *ptx = NULL;
     snprintf(arch, sizeof(arch), "compute_%d%d", dev.cc_major, dev.cc_minor);
@@ -83,6 +88,8 @@ static int teardown(void)
         return T_SKIP;
     if (mod)
         dev.cu->cuModuleUnload(mod);
+    dev.cu->cuEventDestroy(order);
+    dev.cu->cuStreamDestroy(cs2);
     dev.cu->cuStreamDestroy(cs);
     stk__cudev_pop(&dev);
     stk__cudev_close(&dev);
@@ -151,8 +158,9 @@ static int test_copies_legacy_stream(void)
     return copies_on(NULL);
 }
 
-/* The poison test (see the top of the file). */
-static int test_poison(void)
+/* The poison test (see the top of the file). With `second`, the consumer kernel runs on cs2,
+ * after cs (an event), and the batch names cs2 with stk_batch_device_use before its release. */
+static int poison(bool second)
 {
     if (!have_dev)
         return T_SKIP;
@@ -188,10 +196,17 @@ static int test_poison(void)
             memcpy(want[k], h.data, h.size); /* the batch the consumer was given */
             size[k] = h.size;
             T_OK(stk_batch_device_wait(b, cs));
+            CUstream on = cs;
+            if (second) {
+                T_EQ(dev.cu->cuEventRecord(order, cs), CUDA_SUCCESS);
+                T_EQ(dev.cu->cuStreamWaitEvent(cs2, order, 0), CUDA_SUCCESS);
+                T_OK(stk_batch_device_use(b, cs2));
+                on = cs2;
+            }
             CUdeviceptr src = (CUdeviceptr)(uintptr_t)d.data;
             unsigned long long n = d.size;
             void *params[] = {&src, &priv[k], &n, &spin};
-            T_EQ(dev.cu->cuLaunchKernel(slow_copy, 64, 1, 1, 256, 1, 1, 0, cs, params, NULL),
+            T_EQ(dev.cu->cuLaunchKernel(slow_copy, 64, 1, 1, 256, 1, 1, 0, on, params, NULL),
                  CUDA_SUCCESS);
             if (k % 2)
                 T_OK(stk_batch_release_after(b, cs));
@@ -199,6 +214,7 @@ static int test_poison(void)
                 stk_batch_release(b); /* records on cs: the batch waited there */
         }
         T_EQ(dev.cu->cuStreamSynchronize(cs), CUDA_SUCCESS);
+        T_EQ(dev.cu->cuStreamSynchronize(cs2), CUDA_SUCCESS);
         for (int k = 0; k < K; k++) {
             T_EQ(dev.cu->cuMemcpyDtoH(got, priv[k], size[k]), CUDA_SUCCESS);
             T_CHECKF(memcmp(got, want[k], size[k]) == 0,
@@ -213,6 +229,16 @@ static int test_poison(void)
     free(got);
     stk_loader_destroy(L);
     return 0;
+}
+
+static int test_poison(void)
+{
+    return poison(false);
+}
+
+static int test_poison_second_stream(void)
+{
+    return poison(true);
 }
 
 /* Device finishing equals the CPU pipeline for three output formats. */
@@ -249,4 +275,5 @@ static int test_finish(void)
 }
 
 T_MAIN(T_CASE(setup), T_CASE(test_copies_consumer_stream), T_CASE(test_copies_legacy_stream),
-       T_CASE(test_poison), T_CASE(test_finish), T_CASE(teardown))
+       T_CASE(test_poison), T_CASE(test_poison_second_stream), T_CASE(test_finish),
+       T_CASE(teardown))
