@@ -67,7 +67,7 @@ phase "build"
 export PYTHONPATH=$ROOT/build/python${PYTHONPATH:+:$PYTHONPATH}
 # NVRTC for the finishing kernel (and the GPU tests' slow-copy kernel): the one torch ships.
 if [ -z "${STOKER_NVRTC:-}" ]; then
-    nvrtc=$("$PYTHON" -c 'from stoker import _nvrtc; print(_nvrtc.find() or "")')
+    nvrtc=$("$PYTHON" -c 'import torch; from stoker import _nvrtc; print(_nvrtc.find() or "")')
     [ -n "$nvrtc" ] && export STOKER_NVRTC=$nvrtc
 fi
 echo "STOKER_NVRTC=${STOKER_NVRTC:-(not found: the loader searches the linker path)}"
