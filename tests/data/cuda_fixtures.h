@@ -144,6 +144,13 @@ FX_FN int fx_device_equals_host(stk_batch *b, fx_fetch fetch)
 /* A transform: RandomResizedCrop(40, 36) + ColorJitter + RandomHorizontalFlip [+ Normalize with
  * ImageNet's mean and std]. */
 static const float FX_MEAN[3] = {0.485f, 0.456f, 0.406f}, FX_STD[3] = {0.229f, 0.224f, 0.225f};
+
+/* The finishing formats both the fake-driver and the real-device tests check. */
+static const struct {
+    stk_dtype dtype;
+    bool nhwc;
+} FX_FINISH_CASES[3] = {
+    {STK_DTYPE_FLOAT32, false}, {STK_DTYPE_BFLOAT16, true}, {STK_DTYPE_FLOAT16, false}};
 FX_FN stk_transform *fx_transform(bool normalize, stk_dtype dtype, bool nhwc)
 {
     stk_op ops[4];

@@ -21,9 +21,9 @@
 
 static stk__cudev dev;
 static bool have_dev;
-static CUstream cs;    /* the consumer's stream */
-static CUstream cs2;   /* a second stream reading the batches (stk_batch_device_use) */
-static CUevent order;  /* orders cs2 after cs */
+static CUstream cs;   /* the consumer's stream */
+static CUstream cs2;  /* a second stream reading the batches (stk_batch_device_use) */
+static CUevent order; /* orders cs2 after cs */
 static CUmodule mod;
 static CUfunction slow_copy; /* NULL without NVRTC: the poison cases skip */
 static int quick;
@@ -141,9 +141,8 @@ static int copies_on(CUstream stream)
     }
     stk_loader_stats_get(L, &st);
     T_CHECK(st.copies > 0 && st.copied_bytes > 0 && st.copy_ns > 0);
-    printf("  %llu copies, %.1f MB, H2D %.2f GB/s while copying\n",
-           (unsigned long long)st.copies, st.h2d_bytes / 1e6,
-           (double)st.copied_bytes / (double)st.copy_ns);
+    printf("  %llu copies, %.1f MB, H2D %.2f GB/s while copying\n", (unsigned long long)st.copies,
+           st.h2d_bytes / 1e6, (double)st.copied_bytes / (double)st.copy_ns);
     stk_loader_destroy(L);
     return 0;
 }
@@ -246,16 +245,13 @@ static int test_finish(void)
 {
     if (!have_dev || !fx_have_images)
         return T_SKIP;
-    static const struct {
-        stk_dtype dtype;
-        bool nhwc;
-    } cases[] = {{STK_DTYPE_FLOAT32, false}, {STK_DTYPE_BFLOAT16, true}, {STK_DTYPE_FLOAT16, false}};
     stk_transform *u8 = fx_transform(false, STK_DTYPE_UINT8, true);
     T_CHECK(u8);
     for (size_t k = 0; k < 3; k++) {
-        stk_transform *ref = fx_transform(true, cases[k].dtype, cases[k].nhwc);
+        stk_transform *ref = fx_transform(true, FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc);
         stk_loader *R = fx_img_loader(ref, 2, -1, STK_DTYPE_UINT8, false, 0);
-        stk_loader *L = fx_img_loader(u8, 4, 0, cases[k].dtype, cases[k].nhwc, 0);
+        stk_loader *L =
+            fx_img_loader(u8, 4, 0, FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc, 0);
         T_CHECK(ref && R && L);
         stk_loader_stats st;
         stk_loader_stats_get(L, &st);

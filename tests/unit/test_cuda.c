@@ -966,17 +966,13 @@ static int test_nvrtc_compile(void)
  * its CPU fallback (FAKE_CUDA_NO_MODULE or no NVRTC): either way equal to the CPU pipeline. */
 static int finish_in_loader(stk_finish_where want)
 {
-    static const struct {
-        stk_dtype dtype;
-        bool nhwc;
-    } cases[] = {
-        {STK_DTYPE_FLOAT32, false}, {STK_DTYPE_BFLOAT16, true}, {STK_DTYPE_FLOAT16, false}};
     stk_transform *u8 = fx_transform(false, STK_DTYPE_UINT8, true);
     T_CHECK(u8);
     for (size_t k = 0; k < 3; k++) {
-        stk_transform *ref = fx_transform(true, cases[k].dtype, cases[k].nhwc);
+        stk_transform *ref = fx_transform(true, FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc);
         stk_loader *R = fx_img_loader(ref, 2, -1, STK_DTYPE_UINT8, false, 0);
-        stk_loader *L = fx_img_loader(u8, 3, 0, cases[k].dtype, cases[k].nhwc, 0);
+        stk_loader *L =
+            fx_img_loader(u8, 3, 0, FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc, 0);
         T_CHECK(ref && R && L);
         stk_loader_stats st;
         stk_loader_stats_get(L, &st);
