@@ -115,9 +115,21 @@ def test_batches_are_zero_copy_views_of_a_bounded_ring(jpegs):
     assert 1 <= len(ptrs) <= slots, (len(ptrs), slots)
 
 
-def _checksums(loader):
-    """Per batch: float64 sum of the image (queued on the current stream) and the index."""
-    return [(b["image"].double().sum(), b["index"].cpu().tolist()) for b in loader]
+def _read_late(b):
+    """Spin ~2-3 ms of GPU time on the current stream, then queue the float64 sum of the image
+    and a copy of the index there. Nothing waits on the host, so the loader's copies run ahead
+    of these reads."""
+    torch.cuda._sleep(5_000_000)
+    return b["image"].double().sum(), b["index"].clone()
+
+
+def _assert_intact(got, cpu):
+    """Every late read saw the bytes of its batch: the sums equal the CPU loader's."""
+    want = {tuple(b["index"].tolist()): float(b["image"].double().sum()) for b in cpu}
+    torch.cuda.synchronize()
+    assert len(got) == N // 4
+    for s, i in got:
+        assert float(s) == want[tuple(i.tolist())], i
 
 
 @cuda
@@ -126,17 +138,11 @@ def test_a_slow_consumer_on_its_own_stream_reads_every_batch_intact(jpegs):
     copies into a 2-slot ring run far ahead: a buffer released (or read) before its time shows
     up as a wrong sum."""
     cpu, dev = _pair(jpegs, "imagenet-val", prefetch=2)
-    want = {tuple(i): float(s) for s, i in _checksums(cpu)}
-    side = torch.cuda.Stream()
     got = []
-    with torch.cuda.stream(side):
+    with torch.cuda.stream(torch.cuda.Stream()):
         for b in dev:
-            torch.cuda._sleep(5_000_000)  # ~2-3 ms of GPU time before the read, on `side`
-            got.append((b["image"].double().sum(), b["index"].cpu().tolist()))
-    torch.cuda.synchronize()
-    assert len(got) == N // 4
-    for s, i in got:
-        assert float(s) == want[tuple(i)], i
+            got.append(_read_late(b))
+    _assert_intact(got, cpu)
 
 
 @cuda
@@ -145,19 +151,14 @@ def test_a_second_stream_declared_with_record_stream_reads_every_batch_intact(jp
     waits for the first: batch.record_stream(second) keeps its buffer until then (torch's own
     tensor.record_stream would not: it skips memory torch did not allocate)."""
     cpu, dev = _pair(jpegs, "imagenet-val", prefetch=2)
-    want = {tuple(i): float(s) for s, i in _checksums(cpu)}
     main, second = torch.cuda.current_stream(), torch.cuda.Stream()
     got = []
     for b in dev:
         second.wait_stream(main)
         b.record_stream(second)
         with torch.cuda.stream(second):
-            torch.cuda._sleep(5_000_000)
-            got.append((b["image"].double().sum(), b["index"].cpu().tolist()))
-    torch.cuda.synchronize()
-    assert len(got) == N // 4
-    for s, i in got:
-        assert float(s) == want[tuple(i)], i
+            got.append(_read_late(b))
+    _assert_intact(got, cpu)
 
 
 @cuda
