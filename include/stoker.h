@@ -203,19 +203,66 @@ typedef struct stk_dataset stk_dataset;
 /** Flags for stk_dataset_open. */
 #define STK_DATASET_NO_VERIFY 0x1u /* do not check record checksums on read (index is checked) */
 
-/** Open a dataset. Each path is a `.stk` file, a directory (its `*.stk` files, sorted by name),
- *  or a glob pattern (matches sorted by name); record numbers follow the order of the resulting
- *  list of shards. All shards must share one schema. Each shard's header, footer and index are
- *  validated (magic, version, bounds, index checksum); record checksums are checked on read.
- *  @return STK_OK (*out set), STK_EINVAL (no paths, empty dataset, schema mismatch),
- *          STK_EIO (missing/unreadable file), STK_EFORMAT (bad magic, truncated, corrupt index),
- *          STK_ENOTSUP (a format version newer than this library), STK_ENOMEM.
- *          Details, naming the file, in stk_last_errmsg().
+/** Open a dataset of the format detected from its paths: stk_dataset_open_ex with these paths
+ *  and flags and no format given.
+ *  @return as stk_dataset_open_ex.
  *  Lifetime: *out until stk_dataset_close(*out). */
 STK_API stk_status stk_dataset_open(const char *const *paths, size_t n_paths, unsigned flags,
                                     stk_dataset **out);
 
-/** Close the dataset and unmap its shards. Accepts NULL. Must not race with other calls. */
+/** Options for stk_dataset_open_ex. Initialise with stk_dataset_opts_init, then set fields. More
+ *  fields may be added at the end in later versions. */
+typedef struct stk_dataset_opts {
+    size_t struct_size;       /* set by stk_dataset_opts_init(); never by hand */
+    const char *const *paths; /* what the user wrote: files, directories, globs and brace ranges
+                                 ("train-{000000..000127}.stk"); copied at open */
+    size_t n_paths;
+    unsigned flags;           /* STK_DATASET_* */
+    const char *format;       /* a name from stk_format_name ("stk", "imagefolder", "npy"), or
+                                 NULL/"" to detect it (default); copied */
+} stk_dataset_opts;
+
+/** Fill `opts` with defaults (no paths, no flags, detect the format).
+ *  Threads: thread-safe. */
+STK_API void stk_dataset_opts_init(stk_dataset_opts *opts);
+
+/** Open a dataset: one or more files (or a directory) of one format seen as records 0..N-1.
+ *  Paths are expanded first (brace ranges, then glob patterns, each sorted in byte order); the
+ *  format is the one named by opts->format, else detected from each path's first bytes (magic),
+ *  then its name and directory layout; all paths must be of one format. Record numbers follow
+ *  the order of the expanded paths. `.stk`: a directory stands for its `*.stk` files sorted by
+ *  name; each shard's header, footer and index are validated (magic, version, bounds, index
+ *  checksum, records in order without overlap) and record checksums are checked on first read.
+ *  `imagefolder`: a directory read as torchvision's ImageFolder (fields image, label, path).
+ *  `npy`: `.npy` files (a directory or a list) sharing their first dimension, one field each.
+ *  @return STK_OK (*out set), STK_EINVAL (no paths, unknown or mixed formats, empty dataset,
+ *          schema mismatch), STK_EIO (missing/unreadable file, a pattern matching nothing),
+ *          STK_EFORMAT (bad magic, truncated, corrupt index), STK_ENOTSUP (a format version
+ *          newer than this library, an unsupported dtype), STK_ELIMIT (too many shards or
+ *          records), STK_ENOMEM. Details, naming the file, in stk_last_errmsg().
+ *  Lifetime: *out until stk_dataset_close(*out). */
+STK_API stk_status stk_dataset_open_ex(const stk_dataset_opts *opts, stk_dataset **out);
+
+/** Number of formats this library reads.
+ *  Threads: thread-safe. */
+STK_API size_t stk_format_count(void);
+
+/** Name of format `i` (< stk_format_count(): "stk", "imagefolder", "npy", ...), or NULL.
+ *  Lifetime: static storage. Threads: thread-safe. */
+STK_API const char *stk_format_name(size_t i);
+
+/** The format of an open dataset ("stk", "imagefolder", ...).
+ *  Lifetime: static storage. */
+STK_API const char *stk_dataset_format(const stk_dataset *ds);
+
+/** Describe where record `index` lives, for messages: "data/shard-00003.stk record 1841
+ *  (global 1841) at byte 123456", "train/dog/1.jpg (record 40)".
+ *  @return STK_OK, or STK_EINVAL (NULL argument, index out of range: buf says so).
+ *  Threads: thread-safe. */
+STK_API stk_status stk_dataset_describe(const stk_dataset *ds, uint64_t index, char *buf,
+                                        size_t size);
+
+/** Close the dataset and its files. Accepts NULL. Must not race with other calls. */
 STK_API void stk_dataset_close(stk_dataset *ds);
 
 /** Number of records. */
@@ -236,7 +283,8 @@ STK_API uint64_t stk_dataset_field_max_size(const stk_dataset *ds, size_t i);
 /** Largest total record size in bytes over all records. */
 STK_API uint64_t stk_dataset_max_record_size(const stk_dataset *ds);
 
-/** Per-shard facts, for `stoker inspect`. */
+/** Per-file facts, for `stoker inspect`: the shards of a `.stk` dataset, the files of other
+ *  formats (one entry for an ImageFolder tree: its root). */
 typedef struct stk_shard_info {
     const char *path;      /* as resolved at open; valid until stk_dataset_close */
     uint64_t first_record; /* global number of the shard's first record */
@@ -244,7 +292,8 @@ typedef struct stk_shard_info {
     uint64_t file_size;
     uint64_t data_size;    /* bytes of record payload (with padding) */
     uint32_t version;      /* format version of the shard */
-    const char *metadata;  /* the writer's metadata JSON; valid until stk_dataset_close */
+    const char *metadata;  /* the writer's metadata JSON ("{}" when the format has none; an
+                              ImageFolder tree: its classes); valid until stk_dataset_close */
 } stk_shard_info;
 
 /** Number of shards, and facts about shard `i`.
@@ -501,6 +550,8 @@ typedef struct stk_loader_opts {
     float finish_std[3];         /* ToTensor + Normalize in float32 (default 0 and 1) */
     float finish_flip;           /* finishing mirrors each sample with this probability, drawn
                                     from the sample's own random stream (default 0) */
+    const char *format;          /* with paths: the dataset's format (stk_dataset_opts.format);
+                                    NULL = detect it (default); copied */
 } stk_loader_opts;
 
 /** Fill `opts` with the defaults documented on each field.

@@ -97,37 +97,15 @@ static inline uint64_t stk__mix64(uint64_t z)
 /* One Philox4x32-10 block (exposed for the known-answer tests). */
 void stk__philox_block(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
-/* ---- dataset internals used by the loader (src/io/stk_recfile.c) ---- */
+/* ---- schema model (src/common/stk_field.c) ---- */
 
-/* Where a record lives, as found in the index (validated at open). */
-typedef struct stk__recloc {
-    uint32_t shard;
-    uint64_t local;                         /* record number inside the shard */
-    uint64_t offset;                        /* file offset of the record's first byte */
-    uint64_t size;                          /* total bytes */
-    uint64_t checksum;                      /* XXH3-64 of the record bytes */
-    uint64_t field_off[STK_MAX_FIELDS];     /* offset of each field, relative to `offset` */
-    uint64_t field_size[STK_MAX_FIELDS];
-} stk__recloc;
-
-/* Look up record `index`. Returns STK_OK or STK_EINVAL (out of range, message in err). */
-stk_status stk__dataset_locate(const stk_dataset *ds, uint64_t index, stk__recloc *out, char *err,
-                               size_t err_size);
-
-/* Read every field of record `index` straight into dst[f] (capacity cap[f] each), verifying the
- * checksum over the bytes as read unless `verify` is false. Fields may go to scattered places
- * (a batch slot row, a worker's scratch buffer); nothing else is copied. loc receives the
- * record's location. Errors name the shard file and record:
- *   "data/shard-00003.stk record 1841: checksum mismatch (record corrupt)". */
-stk_status stk__dataset_read_fields(const stk_dataset *ds, uint64_t index, void *const dst[],
-                                    const size_t cap[], bool verify, stk__recloc *loc, char *err,
-                                    size_t err_size);
-
-/* Path of shard `shard` (valid until close). */
-const char *stk__dataset_shard_path(const stk_dataset *ds, uint32_t shard);
-
-/* Whether records are verified on read (opened without STK_DATASET_NO_VERIFY). */
-bool stk__dataset_verifies(const stk_dataset *ds);
+/* Fixed byte size of a field's value, or 0 for variable-length bytes. */
+uint64_t stk__field_fixed_size(const stk_field *f);
+/* Validate one field description; `why` gets the reason. */
+bool stk__field_valid(const stk_field *f, char *why, size_t why_size);
+/* The canonical form of a field: scalars and bytes carry their implied dtype and no shape. */
+stk_field stk__field_canonical(const stk_field *f);
+bool stk__field_equal(const stk_field *a, const stk_field *b);
 
 /* ---- transforms (src/xform, src/decode) ---- */
 

@@ -36,6 +36,7 @@
 #include "stk_internal.h"
 #include "batch/stk_ring.h"
 #include "cuda/stk_cuda.h"
+#include "source/stk_source.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -127,6 +128,7 @@ typedef struct worker {
     _Atomic uint64_t finish_ns; /* CPU finishing */
     tbuf trace;
     stk__tworker *tw;
+    stk__cursor *cur; /* the record source's per-thread state (NULL when it needs none) */
     uint8_t *scratch; /* encoded bytes of the transformed field */
     size_t scratch_size;
 } worker;
@@ -148,10 +150,10 @@ struct core {
     stk__layout lay;
     uint32_t prefetch, n_threads, batch_size, rank, world;
     uint64_t seed, n;
-    bool shuffle, drop_last, skip_corrupt, verify, pinned;
+    bool shuffle, drop_last, skip_corrupt, pinned;
+    unsigned read_flags; /* STK__READ_* for every record read */
     slot *slots;
     worker *workers;
-    _Atomic uint64_t *verified; /* one bit per record: checksum already verified by this loader */
     uint32_t n_started;
 
     /* dispatcher: what the next opened batch is */
@@ -254,7 +256,6 @@ static void core_free(core *c)
         stk__cudev_pop(&c->cudev);
     if (c->cudev_open)
         stk__cudev_close(&c->cudev);
-    stk__free((void *)c->verified);
     stk__free(c->ctrace.ev);
     stk__free(c->dtrace.ev);
     stk_dataset_close(c->owned_ds);
@@ -350,22 +351,16 @@ static stk_status load_record(core *c, worker *w, slot *s, uint32_t t, uint64_t 
             cap[tl->field] = tl->row_size;
         }
     }
-    stk__recloc loc;
-    /* Checksums are verified on a record's first read only (DESIGN.md: "lazily, per record, on
-     * first read"): later epochs re-read it from the page cache at copy speed. */
-    _Atomic uint64_t *word = c->verified ? &c->verified[idx / 64] : NULL;
-    uint64_t bit = 1ULL << (idx % 64);
-    bool verify = word && !(atomic_load_explicit(word, memory_order_relaxed) & bit);
+    stk__recinfo loc;
     uint64_t t0 = tnow(c);
-    stk_status rc = stk__dataset_read_fields(c->ds, idx, dst, cap, verify, &loc, err, err_size);
+    stk_status rc =
+        stk__dataset_read(c->ds, w->cur, idx, dst, cap, c->read_flags, &loc, err, err_size);
     uint64_t t1 = tnow(c);
     atomic_fetch_add_explicit(&w->read_ns, t1 - t0, memory_order_relaxed);
     if (w->trace.cap)
         trace_add(c, &w->trace, TR_READ, t0, t1, t);
     if (rc < 0)
         return rc;
-    if (verify)
-        atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->st_bytes, loc.size, memory_order_relaxed);
     for (size_t i = 0; i + 1 < lay->n_tensors; i++) {
         const stk__tlayout *tl = &lay->t[i];
@@ -389,11 +384,11 @@ static stk_status load_record(core *c, worker *w, slot *s, uint32_t t, uint64_t 
                 trace_add(c, &w->trace, TR_AUGMENT, t1 + (d1 - d0), t1 + (d1 - d0) + (a1 - a0),
                           t);
             }
-            if (rc < 0)
-                return stk__set_error(err, err_size, rc,
-                                      "%s record %" PRIu64 " (global %" PRIu64 "): %s",
-                                      stk__dataset_shard_path(c->ds, loc.shard), loc.local, idx,
-                                      why);
+            if (rc < 0) {
+                char where[STK_ERRMSG_SIZE];
+                stk_dataset_describe(c->ds, idx, where, sizeof(where));
+                return stk__set_error(err, err_size, rc, "%s: %s", where, why);
+            }
         }
     }
     return STK_OK;
@@ -708,6 +703,7 @@ static void stop_workers(core *c)
     if (c->workers) {
         for (uint32_t i = 0; i < c->n_threads; i++) {
             stk__transform_worker_destroy(c->workers[i].tw);
+            stk__dataset_cursor_close(c->ds, c->workers[i].cur);
             stk__free(c->workers[i].scratch);
             stk__free(c->workers[i].trace.ev);
         }
@@ -1004,8 +1000,13 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     if (opts->dataset) {
         c->ds = opts->dataset;
     } else {
-        unsigned dflags = (opts->flags & STK_LOADER_NO_VERIFY) ? STK_DATASET_NO_VERIFY : 0;
-        if ((rc = stk_dataset_open(opts->paths, opts->n_paths, dflags, &c->owned_ds)) < 0) {
+        stk_dataset_opts dopts;
+        stk_dataset_opts_init(&dopts);
+        dopts.paths = opts->paths;
+        dopts.n_paths = opts->n_paths;
+        dopts.flags = (opts->flags & STK_LOADER_NO_VERIFY) ? STK_DATASET_NO_VERIFY : 0;
+        dopts.format = opts->format;
+        if ((rc = stk_dataset_open_ex(&dopts, &c->owned_ds)) < 0) {
             snprintf(err, sizeof(err), "%s", stk_last_errmsg());
             goto fail;
         }
@@ -1031,7 +1032,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     c->depth = c->autotune ? STK_MIN(2, c->prefetch) : c->prefetch;
     c->at_last_ns = c->created_ns;
     c->at_ceiling = c->n_threads;
-    c->verify = !(opts->flags & STK_LOADER_NO_VERIFY) && stk__dataset_verifies(c->ds);
+    c->read_flags = (opts->flags & STK_LOADER_NO_VERIFY) ? STK__READ_NO_VERIFY : 0;
     c->transform = opts->transform;
     c->tfield = -1;
     stk__tspec tspec;
@@ -1046,13 +1047,6 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     }
     STK_TRY(stk__layout_init(&c->lay, c->ds, c->batch_size, c->tfield, &tspec, err,
                              sizeof(err)));
-    if (c->verify) {
-        /* calloc'd pages stay untouched (not resident) until a bit in them is set */
-        c->verified = stk__calloc((size_t)((c->n + 63) / 64), sizeof(uint64_t));
-        if (!c->verified)
-            STK_FAIL(err, STK_ENOMEM, "out of memory for the %" PRIu64 "-record verify bitmap",
-                     c->n);
-    }
 
     STK_TRY(ring_setup(c, opts, err, sizeof(err)));
 
@@ -1086,6 +1080,8 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
             if (!w->trace.ev)
                 STK_FAIL(err, STK_ENOMEM, "out of memory for the trace buffers");
         }
+        if ((rc = stk__dataset_cursor_open(c->ds, &w->cur, err, sizeof(err))) < 0)
+            goto fail;
         if (c->transform) {
             w->scratch_size = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
             w->scratch = stk__malloc(w->scratch_size);

@@ -10,7 +10,8 @@
  *
  * Corpus: tests/fuzz/corpus/recfile, made by tests/data/gen_recfile_corpus.c.
  */
-#include "io/stk_recfile_format.h"
+#include "format/stk_format.h"
+#include "source/stk_source.h"
 #include "stk_internal.h"
 
 #include <xxhash.h>
@@ -89,8 +90,9 @@ static void read_all(const stk_dataset *ds)
             for (size_t f = 0; f < nf; f++)
                 (void)(stk_record_i64(&r, f) + stk_record_f32(&r, f));
         }
-        stk__recloc loc;
-        (void)stk__dataset_read_fields(ds, i, dst, cap, true, &loc, err, sizeof(err));
+        stk__recinfo loc;
+        (void)stk__dataset_read(ds, NULL, i, dst, cap, STK__READ_VERIFY_ALL, &loc, err,
+                                sizeof(err));
     }
     free(buf);
     free(scatter);

@@ -5,6 +5,7 @@
  * shutdown at any point with batches outstanding; errors surfacing at their batch (and the skip
  * policy); bad arguments; allocation failures (debug builds).
  */
+#include "source/stk_source.h"
 #include "stk_internal.h"
 #include "t.h"
 #include "data/fixtures.h"
@@ -569,10 +570,12 @@ static int corrupt_record(const char *dir, uint64_t idx)
     const char *paths[] = {dir};
     stk_dataset *ds;
     T_OK(stk_dataset_open(paths, 1, 0, &ds));
-    stk__recloc loc;
+    stk__recinfo loc;
     char err[256];
     T_OK(stk__dataset_locate(ds, idx, &loc, err, sizeof(err)));
-    int fd = open(stk__dataset_shard_path(ds, loc.shard), O_RDWR);
+    stk_shard_info si;
+    T_OK(stk_dataset_shard(ds, loc.file, &si));
+    int fd = open(si.path, O_RDWR);
     T_CHECK(fd >= 0);
     uint8_t byte;
     T_EQ(pread(fd, &byte, 1, (off_t)loc.offset), 1);

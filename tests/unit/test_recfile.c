@@ -4,7 +4,8 @@
  * (field maxima, fingerprint), and every bad input with its exact status and a message that
  * names the file.
  */
-#include "io/stk_recfile_format.h"
+#include "format/stk_format.h"
+#include "source/stk_source.h"
 #include "stk_internal.h"
 #include "t.h"
 
@@ -290,7 +291,7 @@ static int test_alignment(void)
         T_OK(open1(path, 0, &ds));
         uint64_t prev_end = 0;
         for (uint64_t i = 0; i < 9; i++) {
-            stk__recloc l;
+            stk__recinfo l;
             T_OK(stk__dataset_locate(ds, i, &l, NULL, 0));
             T_CHECKF(l.offset % aligns[a] == 0, "align %u: record %llu at %llu", aligns[a],
                      (unsigned long long)i, (unsigned long long)l.offset);
@@ -347,12 +348,11 @@ static int test_open_directory(void)
     T_EQ(si.first_record, 3);
     T_EQ(si.n_records, 4);
     T_CHECK(strstr(si.path, "shard-00002.stk") != NULL);
-    stk__recloc l;
+    stk__recinfo l;
     T_OK(stk__dataset_locate(ds, 3, &l, NULL, 0));
-    T_EQ(l.shard, 2); /* the empty shard 1 is skipped */
+    T_EQ(l.file, 2); /* the empty shard 1 is skipped */
     T_EQ(l.local, 0);
-    T_CHECK(strstr(stk__dataset_shard_path(ds, 2), "shard-00002.stk") != NULL);
-    T_CHECK(stk__dataset_verifies(ds));
+    T_CHECK(strcmp(stk_dataset_format(ds), "stk") == 0);
     stk_dataset_close(ds);
     rmtree(dir);
     return 0;
@@ -377,7 +377,6 @@ static int test_open_glob_and_list(void)
     const char *paths[2] = {a, b};
     T_OK(stk_dataset_open(paths, 2, STK_DATASET_NO_VERIFY, &ds));
     T_EQ(stk_dataset_count(ds), 7);
-    T_CHECK(!stk__dataset_verifies(ds));
     for (uint64_t i = 0; i < 4; i++)
         T_CHECK(check_std_record(ds, i, 3 + i) == 0);
     for (uint64_t i = 0; i < 3; i++)
@@ -431,8 +430,8 @@ static int test_read_fields_scattered(void)
     void *dst[N_STD] = {img, label, score, vec, p};
     size_t cap[N_STD] = {sizeof(img), 8, 4, 24, sizeof(p)};
     char err[256];
-    stk__recloc l;
-    T_OK(stk__dataset_read_fields(ds, 4, dst, cap, true, &l, err, sizeof(err)));
+    stk__recinfo l;
+    T_OK(stk__dataset_read(ds, NULL, 4, dst, cap, 0, &l, err, sizeof(err)));
     T_EQ(l.local, 4);
     T_EQ(l.field_size[F_IMAGE], image_of(4, want));
     T_CHECK(memcmp(img, want, l.field_size[F_IMAGE]) == 0);
@@ -440,9 +439,9 @@ static int test_read_fields_scattered(void)
     T_CHECK(memcmp(p, "img/4.jpg", 9) == 0);
     /* A destination smaller than the field is refused before any read. */
     cap[F_IMAGE] = 3;
-    T_EQ(stk__dataset_read_fields(ds, 4, dst, cap, true, &l, err, sizeof(err)), STK_ELIMIT);
+    T_EQ(stk__dataset_read(ds, NULL, 4, dst, cap, 0, &l, err, sizeof(err)), STK_ELIMIT);
     T_CHECK(strstr(err, path) && strstr(err, "'image'"));
-    T_EQ(stk__dataset_read_fields(ds, 5, dst, cap, true, &l, err, sizeof(err)), STK_EINVAL);
+    T_EQ(stk__dataset_read(ds, NULL, 5, dst, cap, 0, &l, err, sizeof(err)), STK_EINVAL);
     /* Public read: index out of range and buffer too small. */
     stk_record r;
     T_EQ(stk_dataset_read(ds, 99, img, sizeof(img), &r, err, sizeof(err)), STK_EINVAL);
@@ -551,7 +550,7 @@ static int test_truncated(void)
     long size = file_size(src), hs = header_size_of(src);
     stk_dataset *ds;
     T_OK(open1(src, 0, &ds));
-    stk__recloc last;
+    stk__recinfo last;
     T_OK(stk__dataset_locate(ds, 9, &last, NULL, 0));
     stk_dataset_close(ds);
     long data_end = (long)(last.offset + last.size);
@@ -580,7 +579,7 @@ static int test_flipped_record_byte(void)
     T_CHECK(write_std(path, 0, 6, 64) == 0);
     stk_dataset *ds;
     T_OK(open1(path, 0, &ds));
-    stk__recloc l;
+    stk__recinfo l;
     T_OK(stk__dataset_locate(ds, 4, &l, NULL, 0));
     stk_dataset_close(ds);
     T_CHECK(flip_byte(path, (long)(l.offset + l.size / 2)) == 0);
@@ -590,7 +589,7 @@ static int test_flipped_record_byte(void)
     stk_record r;
     char err[256];
     T_EQ(stk_dataset_read(ds, 4, buf, sizeof(buf), &r, err, sizeof(err)), STK_EFORMAT);
-    T_CHECKF(strstr(err, path) && strstr(err, "record 4 (global 4): checksum mismatch"), "%s", err);
+    T_CHECKF(strstr(err, path) && strstr(err, "record 4 (global 4) at byte "), "%s", err);
     T_CHECK(strstr(stk_last_errmsg(), "checksum mismatch") != NULL);
     for (uint64_t i = 0; i < 6; i++)
         if (i != 4)

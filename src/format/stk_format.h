@@ -6,11 +6,13 @@
  *
  *   [header][pad to align][record 0][pad][record 1]...[pad to 8][index][footer]
  *
- * Used by src/io/stk_recfile.c and by the fuzz harness (which repairs checksums of mutated
+ * Used by the writer (stk_writer.c), the reader (src/source/stk_src_stk.c) and the fuzz harness (which repairs checksums of mutated
  * inputs to reach the index validation); nothing else should need it.
  */
-#ifndef STK_RECFILE_FORMAT_H
-#define STK_RECFILE_FORMAT_H
+#ifndef STK_FORMAT_H
+#define STK_FORMAT_H
+
+#include "common/stk_endian.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -88,31 +90,4 @@ static inline uint64_t stk__fmt_index_fixed(uint32_t n_fields)
     return STK_FMT_I_FIXED + 8u * (uint64_t)n_fields;
 }
 
-static inline uint32_t stk__ld32(const void *p)
-{
-    const uint8_t *b = p;
-    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
-static inline uint64_t stk__ld64(const void *p)
-{
-    const uint8_t *b = p;
-    return (uint64_t)stk__ld32(b) | (uint64_t)stk__ld32(b + 4) << 32;
-}
-
-static inline void stk__st32(void *p, uint32_t v)
-{
-    uint8_t *b = p;
-    b[0] = (uint8_t)v;
-    b[1] = (uint8_t)(v >> 8);
-    b[2] = (uint8_t)(v >> 16);
-    b[3] = (uint8_t)(v >> 24);
-}
-
-static inline void stk__st64(void *p, uint64_t v)
-{
-    stk__st32(p, (uint32_t)v);
-    stk__st32((uint8_t *)p + 4, (uint32_t)(v >> 32));
-}
-
-#endif /* STK_RECFILE_FORMAT_H */
+#endif /* STK_FORMAT_H */

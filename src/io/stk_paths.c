@@ -1,0 +1,193 @@
+/*
+ * stk_paths.c: what users write for a dataset, expanded into paths the same way for every format:
+ * a list of arguments, each with brace ranges ("shards/train-{000000..000127}.tar"), then glob
+ * patterns, each level sorted in byte order (never the locale's collation). Directories are kept
+ * for the formats to interpret (a directory of shards, an ImageFolder tree).
+ */
+#include "io/stk_vfs.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_BRACE_NAMES 1000000 /* one brace range expands to at most this many names */
+
+stk_status stk__strlist_add(stk__strlist *l, const char *s)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **v = stk__realloc(l->v, cap * sizeof(*v));
+        if (!v)
+            return STK_ENOMEM;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n] = stk__strdup(s);
+    if (!l->v[l->n])
+        return STK_ENOMEM;
+    l->n++;
+    return STK_OK;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void stk__strlist_sort(stk__strlist *l)
+{
+    if (l->n > 1) /* qsort(NULL, 0) is undefined */
+        qsort(l->v, l->n, sizeof(*l->v), cmp_str);
+}
+
+void stk__strlist_free(stk__strlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        stk__free(l->v[i]);
+    stk__free(l->v);
+    memset(l, 0, sizeof(*l));
+}
+
+char *stk__path_join(const char *dir, const char *name)
+{
+    size_t ld = strlen(dir), ln = strlen(name);
+    while (ld > 1 && dir[ld - 1] == '/')
+        ld--;
+    char *s = stk__malloc(ld + ln + 2);
+    if (s) {
+        memcpy(s, dir, ld);
+        s[ld] = '/';
+        memcpy(s + ld + 1, name, ln + 1);
+    }
+    return s;
+}
+
+bool stk__path_is_temp(const char *name)
+{
+    return strstr(name, ".tmp.") != NULL;
+}
+
+/* Parse "{A..B}" at p (p points at '{'): the bounds, their text widths and the end ('}'). Only
+ * decimal ranges: other braces are left to glob. */
+static bool brace_range(const char *p, unsigned long long *a, unsigned long long *b, int *width,
+                        const char **end)
+{
+    char *q;
+    if (p[1] < '0' || p[1] > '9')
+        return false;
+    *a = strtoull(p + 1, &q, 10);
+    int wa = (int)(q - (p + 1));
+    if (q[0] != '.' || q[1] != '.' || q[2] < '0' || q[2] > '9')
+        return false;
+    const char *bs = q + 2;
+    *b = strtoull(bs, &q, 10);
+    if (*q != '}' || *a > *b)
+        return false;
+    /* "{000..127}": zero padded to the first bound's width, as bash does */
+    *width = p[1] == '0' && wa > 1 ? wa : 0;
+    *end = q;
+    return true;
+}
+
+/* Expand the first brace range of `arg` (recursively the later ones) into out. */
+static stk_status brace_expand(const char *arg, stk__strlist *out, char *err, size_t err_size)
+{
+    const char *open = strchr(arg, '{');
+    unsigned long long a, b;
+    int width;
+    const char *close;
+    while (open && !brace_range(open, &a, &b, &width, &close))
+        open = strchr(open + 1, '{');
+    if (!open) {
+        if (stk__strlist_add(out, arg) < 0)
+            return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", arg);
+        return STK_OK;
+    }
+    if (b - a >= MAX_BRACE_NAMES)
+        return stk__set_error(err, err_size, STK_ELIMIT, "%s: the range {%llu..%llu} has over %d names",
+                              arg, a, b, MAX_BRACE_NAMES);
+    size_t pre = (size_t)(open - arg), len = strlen(arg);
+    char *buf = stk__malloc(len + 32);
+    if (!buf)
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", arg);
+    stk_status rc = STK_OK;
+    for (unsigned long long v = a; v <= b && rc == STK_OK; v++) {
+        snprintf(buf, len + 32, "%.*s%0*llu%s", (int)pre, arg, width, v, close + 1);
+        rc = brace_expand(buf, out, err, err_size);
+    }
+    stk__free(buf);
+    return rc;
+}
+
+stk_status stk__paths_expand(const char *const *args, size_t n_args, stk__strlist *out, char *err,
+                             size_t err_size)
+{
+    stk_status rc = STK_OK;
+    stk__strlist names = {0};
+    if (!args || n_args == 0)
+        return stk__set_error(err, err_size, STK_EINVAL, "no paths given");
+    for (size_t i = 0; i < n_args && rc == STK_OK; i++) {
+        if (!args[i] || !*args[i]) {
+            rc = stk__set_error(err, err_size, STK_EINVAL, "path %zu is empty", i);
+            break;
+        }
+        rc = brace_expand(args[i], &names, err, err_size);
+    }
+    for (size_t i = 0; i < names.n && rc == STK_OK; i++) {
+        const char *p = names.v[i];
+        stk__stat st;
+        const stk__vfs *vfs = stk__vfs_for(p);
+        rc = vfs->stat(p, &st, err, err_size);
+        if (rc == STK_OK) {
+            rc = stk__strlist_add(out, p) < 0
+                     ? stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", p)
+                     : STK_OK;
+        } else if (strpbrk(p, "*?[")) { /* not a path: a pattern */
+            size_t before = out->n;
+            rc = vfs->glob(p, out, err, err_size);
+            /* a writer's temporary files are never data */
+            size_t k = before;
+            for (size_t j = before; j < out->n; j++) {
+                const char *base = strrchr(out->v[j], '/');
+                if (stk__path_is_temp(base ? base + 1 : out->v[j]))
+                    stk__free(out->v[j]);
+                else
+                    out->v[k++] = out->v[j];
+            }
+            out->n = k;
+            if (rc == STK_OK && k == before)
+                rc = stk__set_error(err, err_size, STK_EIO,
+                                    "%s: no file matches this pattern (only temporary files)", p);
+        }
+    }
+    stk__strlist_free(&names);
+    return rc;
+}
+
+stk_status stk__paths_list_dir(const char *dir, const char *suffix, bool dirs, stk__strlist *out,
+                               char *err, size_t err_size)
+{
+    stk__strlist names = {0};
+    const stk__vfs *vfs = stk__vfs_for(dir);
+    stk_status rc = vfs->list(dir, &names, err, err_size);
+    stk__strlist_sort(&names);
+    size_t ls = suffix ? strlen(suffix) : 0;
+    for (size_t i = 0; i < names.n && rc == STK_OK; i++) {
+        const char *n = names.v[i];
+        size_t len = strlen(n);
+        if ((suffix && (len <= ls || strcmp(n + len - ls, suffix) != 0)) || stk__path_is_temp(n))
+            continue;
+        char *p = stk__path_join(dir, n);
+        stk__stat st;
+        if (!p) {
+            rc = stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", dir);
+            break;
+        }
+        /* a broken link or a vanished entry counts as a file: opening it names the problem */
+        bool is_dir = vfs->stat(p, &st, NULL, 0) == STK_OK && st.is_dir;
+        if ((!is_dir || dirs) && stk__strlist_add(out, p) < 0)
+            rc = stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", dir);
+        stk__free(p);
+    }
+    stk__strlist_free(&names);
+    return rc;
+}

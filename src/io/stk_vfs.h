@@ -1,0 +1,116 @@
+/*
+ * stk_vfs.h: byte sources. Every byte a record source reads comes through this small
+ * VFS-style table (sqlite's sqlite3_vfs/sqlite3_io_methods, curl's protocol handlers): open a
+ * file, its size, a scattered read at an offset, list a directory (or an object-store prefix),
+ * expand a pattern, close. POSIX is the first implementation (stk_vfs_posix.c); a remote one
+ * (HTTP ranged GETs, S3) is added as one more table claiming its URL scheme, without touching the
+ * loader or any format.
+ *
+ * Contract for implementations:
+ *  - `read` is thread-safe on one open file (worker threads share it; pread semantics) and reads
+ *    exactly the bytes asked for or fails: a short file is STK_EFORMAT ("truncated"), a failed
+ *    read STK_EIO. Messages name the path (and the offset for reads).
+ *  - Errors go to (err, err_size), never to stderr; nothing here prints.
+ *  - The file's size is taken at open and is what readers validate against. A file that shrinks
+ *    later gives an error from `read`, never a signal (nothing is mapped).
+ *
+ * Path lists (stk_paths.c) expand what users write for a dataset, the same for every format:
+ * lists, brace ranges (`train-{000000..000127}.tar`), globs, and directories listed with a
+ * suffix filter, each sorted in byte order whatever the locale.
+ */
+#ifndef STK_VFS_H
+#define STK_VFS_H
+
+#include "stk_internal.h"
+
+typedef struct stk__vfs stk__vfs;
+
+/* An open file. Implementations embed it first in their own struct. */
+typedef struct stk__file {
+    const stk__vfs *vfs;
+    char *path;    /* as opened */
+    uint64_t size; /* at open */
+} stk__file;
+
+/* One piece of a scattered read. */
+typedef struct stk__iov {
+    void *base;
+    size_t len;
+} stk__iov;
+
+/* What stat says about a path. */
+typedef struct stk__stat {
+    bool is_dir;
+    bool is_regular; /* a regular file (not a FIFO, device or socket) */
+    uint64_t size;
+    uint64_t dev, ino; /* identity of the object (0 when the byte source has none) */
+} stk__stat;
+
+/* A growable list of strings (paths or names), owned. */
+typedef struct stk__strlist {
+    char **v;
+    size_t n, cap;
+} stk__strlist;
+
+struct stk__vfs {
+    const char *name; /* "posix", "s3", "http" */
+    /* Whether this table serves `path` (a URL scheme; POSIX serves the rest). */
+    bool (*claims)(const char *path);
+    stk_status (*open)(const char *path, stk__file **out, char *err, size_t err_size);
+    /* Read the pieces back to back from `offset` (one request for contiguous bytes). */
+    stk_status (*read)(stk__file *f, uint64_t offset, const stk__iov *iov, int n_iov, char *err,
+                       size_t err_size);
+    void (*close)(stk__file *f);
+    /* STK_OK with *st, STK_EIO when the path does not exist (message names it). */
+    stk_status (*stat)(const char *path, stk__stat *st, char *err, size_t err_size);
+    /* Names (not paths) of a directory's entries, unsorted, without "." and "..". */
+    stk_status (*list)(const char *dir, stk__strlist *out, char *err, size_t err_size);
+    /* Append the matches of a glob pattern, sorted; STK_EIO when nothing matches. */
+    stk_status (*glob)(const char *pattern, stk__strlist *out, char *err, size_t err_size);
+};
+
+/* The byte source serving `path`: the first registered table that claims it, else POSIX. */
+const stk__vfs *stk__vfs_for(const char *path);
+
+/* Open `path` with the byte source serving it. */
+stk_status stk__vfs_open(const char *path, stk__file **out, char *err, size_t err_size);
+
+/* Read `size` bytes at `offset` into buf (one piece). */
+stk_status stk__vfs_read(stk__file *f, uint64_t offset, void *buf, size_t size, char *err,
+                         size_t err_size);
+
+/* Close a file (accepts NULL). */
+void stk__vfs_close(stk__file *f);
+
+/* stat through the byte source serving `path`. */
+stk_status stk__vfs_stat(const char *path, stk__stat *st, char *err, size_t err_size);
+
+/* The POSIX byte source (files on local disks and mounts). */
+extern const stk__vfs stk__vfs_posix;
+
+/* ---- string lists (stk_paths.c) ---- */
+
+stk_status stk__strlist_add(stk__strlist *l, const char *s);
+void stk__strlist_sort(stk__strlist *l); /* byte order */
+void stk__strlist_free(stk__strlist *l);
+
+/* "dir/name" with exactly one slash between them (a fresh stk__malloc string, NULL on OOM). */
+char *stk__path_join(const char *dir, const char *name);
+
+/* Expand the dataset arguments into paths, in order: each argument's brace ranges
+ * ("a-{00..12}.tar", zero padding kept, at most 1,000,000 names), then glob patterns (sorted
+ * matches; no match is an error naming the pattern); an argument that names nothing is an error
+ * naming it. Directories are kept as they are (formats decide what a directory holds). */
+stk_status stk__paths_expand(const char *const *args, size_t n_args, stk__strlist *out, char *err,
+                             size_t err_size);
+
+/* The entries of directory `dir` whose names end with `suffix` (all when NULL), as full paths
+ * sorted by name; temporary writer files ("x.stk.tmp.<pid>.<n>") are left out. Directories are
+ * left out unless `dirs` is true. */
+stk_status stk__paths_list_dir(const char *dir, const char *suffix, bool dirs, stk__strlist *out,
+                               char *err, size_t err_size);
+
+/* Whether `name` is a writer's temporary file name ("<shard>.tmp.<pid>.<n>"). */
+bool stk__path_is_temp(const char *name);
+
+#endif /* STK_VFS_H */

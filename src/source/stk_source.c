@@ -1,0 +1,441 @@
+/*
+ * stk_source.c: the registry of record sources, format detection, and the public stk_dataset_*
+ * API as thin wrappers over the source table (stk_source.h).
+ *
+ * Detection, in one place: the arguments are expanded (lists, brace ranges, globs); each path is
+ * stat'ed and, for a file, its first bytes read; every source scores it (2: magic bytes, 1: name
+ * or directory layout, 0: not mine) and the best score wins, ties going to the earlier source in
+ * stk_sources.def. All paths of a dataset must be of one format. `format=` skips the scoring (the
+ * source still validates what it opens).
+ */
+#include "source/stk_source.h"
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include <inttypes.h>
+#include <string.h>
+
+#define HEAD_SIZE 64 /* bytes read from each file for detection */
+
+#define STK_SOURCE(name) &stk__src_##name,
+static const stk__source_methods *const sources[] = {
+#include "source/stk_sources.def"
+    NULL};
+#undef STK_SOURCE
+#define N_SOURCES (sizeof(sources) / sizeof(sources[0]) - 1)
+
+size_t stk_format_count(void)
+{
+    return N_SOURCES;
+}
+
+const char *stk_format_name(size_t i)
+{
+    return i < N_SOURCES ? sources[i]->name : NULL;
+}
+
+/* "stk (.stk shards), imagefolder (...), ..." into buf. */
+static const char *format_list(char *buf, size_t size)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_SOURCES && n < size; i++) {
+        int k = snprintf(buf + n, size - n, "%s%s (%s)", i ? ", " : "", sources[i]->name,
+                         sources[i]->summary);
+        if (k < 0)
+            break;
+        n += (size_t)k;
+    }
+    return buf;
+}
+
+/* The source for one path: the best probe score; NULL when none claims it. */
+static const stk__source_methods *detect(const char *path, char *err, size_t err_size,
+                                         stk_status *rc)
+{
+    stk__stat st;
+    uint8_t head[HEAD_SIZE];
+    size_t n = 0;
+    *rc = stk__vfs_stat(path, &st, err, err_size);
+    if (*rc < 0)
+        return NULL;
+    if (!st.is_dir && st.is_regular && st.size > 0) {
+        stk__file *f = NULL;
+        n = (size_t)STK_MIN(st.size, sizeof(head));
+        if (stk__vfs_open(path, &f, NULL, 0) != STK_OK || stk__vfs_read(f, 0, head, n, NULL, 0))
+            n = 0; /* unreadable: decide by name; opening it reports the reason */
+        stk__vfs_close(f);
+    }
+    const stk__source_methods *best = NULL;
+    int best_score = 0;
+    for (size_t i = 0; i < N_SOURCES; i++) {
+        int s = sources[i]->probe(path, &st, head, n);
+        if (s > best_score) {
+            best_score = s;
+            best = sources[i];
+        }
+    }
+    if (!best) {
+        char list[512];
+        *rc = stk__set_error(err, err_size, STK_EINVAL,
+                             st.is_dir ? "%s: no .stk shards in this directory, nor another format "
+                                         "stoker reads (%s); make shards with `stoker pack SRC DIR`"
+                                       : "%s: unknown format (stoker reads: %s)",
+                             path, format_list(list, sizeof(list)));
+    }
+    return best;
+}
+
+void stk_dataset_opts_init(stk_dataset_opts *opts)
+{
+    if (!opts)
+        return;
+    memset(opts, 0, sizeof(*opts));
+    opts->struct_size = sizeof(*opts);
+}
+
+stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **out)
+{
+    stk_status rc = STK_OK;
+    char err[STK_ERRMSG_SIZE] = "";
+    stk__strlist paths = {0};
+    stk_dataset *ds = NULL;
+    if (out)
+        *out = NULL;
+    if (!out || !opts_in || opts_in->struct_size < offsetof(stk_dataset_opts, format))
+        return stk__set_last_error(STK_EINVAL, "stk_dataset_open_ex: NULL argument or options "
+                                               "not initialised with stk_dataset_opts_init");
+    stk_dataset_opts o;
+    stk_dataset_opts_init(&o);
+    memcpy(&o, opts_in, STK_MIN(opts_in->struct_size, sizeof(o)));
+    if (!o.paths || o.n_paths == 0)
+        return stk__set_last_error(STK_EINVAL, "stk_dataset_open: no paths given");
+    STK_TRY(stk__paths_expand(o.paths, o.n_paths, &paths, err, sizeof(err)));
+
+    const stk__source_methods *m = NULL;
+    if (o.format && *o.format) {
+        for (size_t i = 0; i < N_SOURCES && !m; i++)
+            if (strcmp(sources[i]->name, o.format) == 0)
+                m = sources[i];
+        if (!m) {
+            char list[512];
+            STK_FAIL(err, STK_EINVAL, "unknown format '%s' (stoker reads: %s)", o.format,
+                     format_list(list, sizeof(list)));
+        }
+    } else {
+        for (size_t i = 0; i < paths.n; i++) {
+            const stk__source_methods *pm = detect(paths.v[i], err, sizeof(err), &rc);
+            if (!pm)
+                goto fail;
+            if (m && pm != m)
+                STK_FAIL(err, STK_EINVAL,
+                         "%s is %s but %s is %s: the paths of a dataset must be of one format "
+                         "(format= chooses one)",
+                         paths.v[0], m->name, paths.v[i], pm->name);
+            m = pm;
+        }
+    }
+
+    ds = stk__calloc(1, sizeof(*ds));
+    if (!ds)
+        STK_FAIL(err, STK_ENOMEM, "%s: out of memory", paths.v[0]);
+    ds->m = m;
+    ds->flags = o.flags;
+    STK_TRY(m->open(ds, (const char *const *)paths.v, paths.n, err, sizeof(err)));
+    if (ds->count == 0)
+        STK_FAIL(err, STK_EINVAL, "%s%s: dataset is empty (0 records)", o.paths[0],
+                 o.n_paths > 1 ? " (and the other paths)" : "");
+    stk__strlist_free(&paths);
+    stk__clear_last_error();
+    *out = ds;
+    return STK_OK;
+fail:
+    stk__strlist_free(&paths);
+    stk_dataset_close(ds);
+    return stk__last_error_copy(rc, err);
+}
+
+stk_status stk_dataset_open(const char *const *paths, size_t n_paths, unsigned flags,
+                            stk_dataset **out)
+{
+    stk_dataset_opts o;
+    stk_dataset_opts_init(&o);
+    o.paths = paths;
+    o.n_paths = n_paths;
+    o.flags = flags;
+    return stk_dataset_open_ex(&o, out);
+}
+
+void stk_dataset_close(stk_dataset *ds)
+{
+    if (!ds)
+        return;
+    if (ds->m)
+        ds->m->close(ds);
+    for (size_t i = 0; i < ds->n_files; i++) {
+        stk__free(ds->files[i].path);
+        stk__free(ds->files[i].metadata);
+    }
+    stk__free(ds->files);
+    stk__free(ds);
+}
+
+stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size)
+{
+    ds->files = stk__calloc(n ? n : 1, sizeof(*ds->files));
+    if (!ds->files)
+        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for %zu files", n);
+    ds->n_files = n;
+    return STK_OK;
+}
+
+stk_status stk__dataset_cursor_open(const stk_dataset *ds, stk__cursor **out, char *err,
+                                    size_t err_size)
+{
+    *out = NULL;
+    return ds->m->cursor_open ? ds->m->cursor_open(ds, out, err, err_size) : STK_OK;
+}
+
+void stk__dataset_cursor_close(const stk_dataset *ds, stk__cursor *cur)
+{
+    if (cur && ds->m->cursor_close)
+        ds->m->cursor_close(ds, cur);
+}
+
+stk_status stk__dataset_locate(const stk_dataset *ds, uint64_t i, stk__recinfo *info, char *err,
+                               size_t err_size)
+{
+    void *dst[STK_MAX_FIELDS] = {0};
+    size_t cap[STK_MAX_FIELDS];
+    stk__cursor *cur = NULL;
+    stk_status rc = STK_OK;
+    for (uint32_t f = 0; f < ds->n_fields; f++) {
+        cap[f] = (size_t)stk_dataset_field_max_size(ds, f);
+        if (!(dst[f] = stk__malloc(cap[f] ? cap[f] : 1)))
+            rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
+    }
+    if (rc == STK_OK)
+        rc = stk__dataset_cursor_open(ds, &cur, err, err_size);
+    if (rc == STK_OK)
+        rc = stk__dataset_read(ds, cur, i, dst, cap, STK__READ_NO_VERIFY, info, err, err_size);
+    stk__dataset_cursor_close(ds, cur);
+    for (uint32_t f = 0; f < ds->n_fields; f++)
+        stk__free(dst[f]);
+    return rc;
+}
+
+/* ---- fingerprints ---- */
+
+struct stk__fphash {
+    XXH3_state_t st;
+};
+
+stk__fphash *stk__fp_begin(void)
+{
+    stk__fphash *h = stk__malloc(sizeof(*h));
+    if (h)
+        XXH3_64bits_reset(&h->st);
+    return h;
+}
+
+void stk__fp_add(stk__fphash *h, const void *data, size_t size)
+{
+    if (h && size)
+        XXH3_64bits_update(&h->st, data, size);
+}
+
+void stk__fp_add_u64(stk__fphash *h, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i)); /* little-endian: the same value on every host */
+    stk__fp_add(h, b, 8);
+}
+
+uint64_t stk__fp_end(stk__fphash *h)
+{
+    if (!h)
+        return 0;
+    uint64_t v = XXH3_64bits_digest(&h->st);
+    stk__free(h);
+    return v;
+}
+
+/* ---- the public dataset API ---- */
+
+const char *stk_dataset_format(const stk_dataset *ds)
+{
+    return ds ? ds->m->name : "";
+}
+
+uint64_t stk_dataset_count(const stk_dataset *ds)
+{
+    return ds ? ds->count : 0;
+}
+
+size_t stk_dataset_n_fields(const stk_dataset *ds)
+{
+    return ds ? ds->n_fields : 0;
+}
+
+const stk_field *stk_dataset_field(const stk_dataset *ds, size_t i)
+{
+    return ds && i < ds->n_fields ? &ds->fields[i] : NULL;
+}
+
+int stk_dataset_find_field(const stk_dataset *ds, const char *name)
+{
+    for (uint32_t i = 0; ds && name && i < ds->n_fields; i++)
+        if (strcmp(ds->fields[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+uint64_t stk_dataset_field_max_size(const stk_dataset *ds, size_t i)
+{
+    if (!ds || i >= ds->n_fields)
+        return 0;
+    uint64_t fixed = stk__field_fixed_size(&ds->fields[i]);
+    return fixed ? fixed : ds->field_max[i];
+}
+
+uint64_t stk_dataset_max_record_size(const stk_dataset *ds)
+{
+    return ds ? ds->max_record : 0;
+}
+
+size_t stk_dataset_n_shards(const stk_dataset *ds)
+{
+    return ds ? ds->n_files : 0;
+}
+
+stk_status stk_dataset_shard(const stk_dataset *ds, size_t i, stk_shard_info *out)
+{
+    if (!ds || !out || i >= ds->n_files)
+        return STK_EINVAL;
+    const stk__srcfile *f = &ds->files[i];
+    out->path = f->path;
+    out->first_record = f->first;
+    out->n_records = f->count;
+    out->file_size = f->size;
+    out->data_size = f->data_size;
+    out->version = f->version;
+    out->metadata = f->metadata ? f->metadata : "{}";
+    return STK_OK;
+}
+
+uint64_t stk_dataset_fingerprint(const stk_dataset *ds)
+{
+    return ds ? ds->fingerprint : 0;
+}
+
+stk_status stk_dataset_describe(const stk_dataset *ds, uint64_t index, char *buf, size_t size)
+{
+    if (!ds || !buf || size == 0)
+        return STK_EINVAL;
+    if (index >= ds->count) {
+        snprintf(buf, size, "record %" PRIu64 " (out of range: %" PRIu64 " records)", index,
+                 ds->count);
+        return STK_EINVAL;
+    }
+    ds->m->describe(ds, index, buf, size);
+    return STK_OK;
+}
+
+stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf, size_t buf_size,
+                            stk_record *out, char *errbuf, size_t errbuf_size)
+{
+    char local_err[STK_ERRMSG_SIZE];
+    char *err = errbuf ? errbuf : local_err;
+    size_t err_size = errbuf ? errbuf_size : sizeof(local_err);
+    stk_status rc = STK_OK;
+    stk__cursor *cur = NULL;
+    uint8_t *tmp = NULL;
+    if (!ds || !out || (!buf && buf_size)) {
+        rc = stk__set_error(err, err_size, STK_EINVAL, "stk_dataset_read: NULL argument");
+        goto fail;
+    }
+    if (index >= ds->count) {
+        rc = stk__set_error(err, err_size, STK_EINVAL,
+                            "record %" PRIu64 " out of range (dataset has %" PRIu64 " records)",
+                            index, ds->count);
+        goto fail;
+    }
+    /* Each field gets room for its largest value, then the fields are packed back to back. */
+    size_t room = 0, cap[STK_MAX_FIELDS], off[STK_MAX_FIELDS];
+    void *dst[STK_MAX_FIELDS];
+    for (uint32_t f = 0; f < ds->n_fields; f++) {
+        cap[f] = (size_t)stk_dataset_field_max_size(ds, f);
+        off[f] = room;
+        room += cap[f];
+    }
+    uint8_t *base = buf;
+    if (room > buf_size) {
+        tmp = stk__malloc(room ? room : 1);
+        if (!tmp) {
+            rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory reading record %" PRIu64,
+                                index);
+            goto fail;
+        }
+        base = tmp;
+    }
+    for (uint32_t f = 0; f < ds->n_fields; f++)
+        dst[f] = base + off[f];
+    STK_TRY(stk__dataset_cursor_open(ds, &cur, err, err_size));
+    stk__recinfo info;
+    unsigned flags = (ds->flags & STK_DATASET_NO_VERIFY) ? STK__READ_NO_VERIFY : STK__READ_VERIFY_ALL;
+    STK_TRY(stk__dataset_read(ds, cur, index, dst, cap, flags, &info, err, err_size));
+    if (info.size > buf_size) {
+        char where[STK_ERRMSG_SIZE];
+        ds->m->describe(ds, index, where, sizeof(where));
+        rc = stk__set_error(err, err_size, STK_EINVAL,
+                            "%s: record is %" PRIu64 " bytes, buffer only %zu", where, info.size,
+                            buf_size);
+        goto fail;
+    }
+    memset(out, 0, sizeof(*out));
+    out->index = index;
+    out->shard = info.file;
+    out->local = info.local;
+    out->size = (size_t)info.size;
+    size_t at = 0;
+    for (uint32_t f = 0; f < ds->n_fields; f++) { /* pack: fields only move towards the start */
+        memmove((uint8_t *)buf + at, dst[f], (size_t)info.field_size[f]);
+        out->field[f] = (const uint8_t *)buf + at;
+        out->field_size[f] = (size_t)info.field_size[f];
+        at += (size_t)info.field_size[f];
+    }
+    stk__dataset_cursor_close(ds, cur);
+    stk__free(tmp);
+    return STK_OK;
+fail:
+    stk__dataset_cursor_close(ds, cur);
+    stk__free(tmp);
+    stk__last_error_copy(rc, err);
+    return rc;
+}
+
+int64_t stk_record_i64(const stk_record *rec, size_t f)
+{
+    if (!rec || f >= STK_MAX_FIELDS || rec->field_size[f] != 8 || !rec->field[f])
+        return 0;
+    int64_t v;
+    uint64_t u = 0;
+    for (int i = 7; i >= 0; i--)
+        u = u << 8 | rec->field[f][i];
+    memcpy(&v, &u, 8);
+    return v;
+}
+
+float stk_record_f32(const stk_record *rec, size_t f)
+{
+    if (!rec || f >= STK_MAX_FIELDS || rec->field_size[f] != 4 || !rec->field[f])
+        return 0.0f;
+    uint32_t bits = 0;
+    for (int i = 3; i >= 0; i--)
+        bits = bits << 8 | rec->field[f][i];
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}

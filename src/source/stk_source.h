@@ -1,0 +1,140 @@
+/*
+ * stk_source.h: record sources. Every input format (.stk shards, ImageFolder trees, a directory
+ * of .npy files; WebDataset tar, TFRecord, HDF5, LMDB next) implements one table of functions,
+ * as sqlite's sqlite3_io_methods or curl's protocol handlers, and fills the common part of the
+ * dataset at open. The loader, the CLI (inspect, verify, bench, pack, doctor) and the Python
+ * Dataset see only this: the public stk_dataset_* functions are thin wrappers over the table
+ * (stk_source.c), which also holds the registry and format detection (magic bytes, then
+ * extension; `format=` overrides), in one place.
+ *
+ * Adding a format: one new file defining `const stk__source_methods stk__src_NAME` and one line
+ * `STK_SOURCE(NAME)` in stk_sources.def. docs/design.md walks through an example.
+ *
+ * Every byte a source reads goes through the byte-source interface (io/stk_vfs.h), so remote
+ * storage plugs in below the formats.
+ *
+ * Threads: after open the dataset is immutable except for what a source guards itself (the
+ * .stk source's verified-record bitmap uses atomics). `read` and `describe` may run on any
+ * number of threads at once; a source that needs per-thread state (an LMDB read transaction, a
+ * decompression buffer) provides a cursor, one per thread.
+ */
+#ifndef STK_SOURCE_H
+#define STK_SOURCE_H
+
+#include "io/stk_vfs.h"
+#include "stk_internal.h"
+
+typedef struct stk__source_methods stk__source_methods;
+
+/* STK_FAIL for functions that report into (err, err_size) parameters. */
+#define STK_FAIL_E(code, ...)                                                                      \
+    do {                                                                                           \
+        rc = stk__set_error(err, err_size, (code), __VA_ARGS__);                                   \
+        goto fail;                                                                                 \
+    } while (0)
+
+/* Per-thread read state of a source (opaque; NULL for sources that need none). */
+typedef struct stk__cursor stk__cursor;
+
+/* One file (shard) of a dataset, as stoker inspect lists it. */
+typedef struct stk__srcfile {
+    char *path;
+    uint64_t first;     /* global number of its first record */
+    uint64_t count;     /* records */
+    uint64_t size;      /* bytes of the file (the tree's image bytes for a directory source) */
+    uint64_t data_size; /* bytes of record payload */
+    uint32_t version;   /* format version (0 when the format has none) */
+    char *metadata;     /* JSON ("{}" when the format has none) */
+} stk__srcfile;
+
+/* The common part of every open dataset, filled by the source's open (count, schema, maxima,
+ * files, fingerprint) except m, flags and vfs, which the dispatcher sets before calling it. */
+struct stk_dataset {
+    const stk__source_methods *m;
+    void *impl; /* the source's own state */
+    unsigned flags; /* STK_DATASET_* */
+    uint64_t count;
+    uint32_t n_fields;
+    stk_field fields[STK_MAX_FIELDS];
+    uint64_t field_max[STK_MAX_FIELDS]; /* largest size of each field over all records */
+    uint64_t max_record;                /* largest total record size */
+    uint64_t fingerprint;               /* identity for resume states */
+    stk__srcfile *files;
+    size_t n_files;
+};
+
+/* What a read found: where the record lives and each field's size. */
+typedef struct stk__recinfo {
+    uint32_t file;    /* index into ds->files */
+    uint64_t local;   /* record number inside that file */
+    uint64_t offset;  /* byte offset of the record in the file (UINT64_MAX: not one place) */
+    uint64_t size;    /* bytes of all fields */
+    uint64_t field_size[STK_MAX_FIELDS];
+} stk__recinfo;
+
+/* Read flags. */
+#define STK__READ_NO_VERIFY 0x1u  /* skip checksum checks (STK_LOADER_NO_VERIFY) */
+#define STK__READ_VERIFY_ALL 0x2u /* check checksums even of records verified before */
+
+struct stk__source_methods {
+    const char *name;       /* the format= name: "stk", "imagefolder", "npy" */
+    const char *summary;    /* one line for `--help` and the unknown-format message */
+    /* How sure the source is that `path` is its format: 0 no, 1 by name (extension, directory
+     * contents), 2 by content (magic bytes). `head` holds the first bytes of a file (n may be
+     * less than asked, 0 for a directory). Must not block or fail. */
+    int (*probe)(const char *path, const stk__stat *st, const uint8_t *head, size_t n);
+    /* Open the paths (expanded by stk__paths_expand; directories as given) and fill the common
+     * part. On failure the dispatcher calls close on the partly opened dataset. */
+    stk_status (*open)(stk_dataset *ds, const char *const *paths, size_t n_paths, char *err,
+                       size_t err_size);
+    /* Free the source's state (ds->impl) and everything open may have set. */
+    void (*close)(stk_dataset *ds);
+    /* Optional per-thread state for read; NULL when read needs none. */
+    stk_status (*cursor_open)(const stk_dataset *ds, stk__cursor **out, char *err,
+                              size_t err_size);
+    void (*cursor_close)(const stk_dataset *ds, stk__cursor *cur);
+    /* Read record i: field f's bytes into dst[f] (capacity cap[f]; a larger field is
+     * STK_ELIMIT). info receives the sizes and location. Errors name the file and record (as
+     * describe does) and the reason. */
+    stk_status (*read)(const stk_dataset *ds, stk__cursor *cur, uint64_t i, void *const dst[],
+                       const size_t cap[], unsigned flags, stk__recinfo *info, char *err,
+                       size_t err_size);
+    /* "data/shard-00003.stk record 1841 (global 1841) at byte 1234567": where record i is, for
+     * error messages. */
+    void (*describe)(const stk_dataset *ds, uint64_t i, char *buf, size_t size);
+};
+
+/* Open a cursor for the calling thread (*out NULL when the source needs none). */
+stk_status stk__dataset_cursor_open(const stk_dataset *ds, stk__cursor **out, char *err,
+                                    size_t err_size);
+void stk__dataset_cursor_close(const stk_dataset *ds, stk__cursor *cur);
+
+/* Read record i through the source (see stk__source_methods.read). */
+static inline stk_status stk__dataset_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i,
+                                           void *const dst[], const size_t cap[], unsigned flags,
+                                           stk__recinfo *info, char *err, size_t err_size)
+{
+    return ds->m->read(ds, cur, i, dst, cap, flags, info, err, err_size);
+}
+
+/* Where record i lives (file, local number, offset, field sizes): a read without checksum check
+ * into scratch buffers. For tests and tools, not for the hot path. */
+stk_status stk__dataset_locate(const stk_dataset *ds, uint64_t i, stk__recinfo *info, char *err,
+                               size_t err_size);
+
+/* Set up the files array for n files (zeroed); STK_ENOMEM with a message. */
+stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size);
+
+/* XXH3-64 helpers for fingerprints: start, add bytes, add a u64, finish. */
+typedef struct stk__fphash stk__fphash;
+stk__fphash *stk__fp_begin(void);
+void stk__fp_add(stk__fphash *h, const void *data, size_t size);
+void stk__fp_add_u64(stk__fphash *h, uint64_t v);
+uint64_t stk__fp_end(stk__fphash *h); /* frees h; 0 when h is NULL (out of memory) */
+
+/* The sources (stk_sources.def): `extern const stk__source_methods stk__src_NAME;`. */
+#define STK_SOURCE(name) extern const stk__source_methods stk__src_##name;
+#include "source/stk_sources.def"
+#undef STK_SOURCE
+
+#endif /* STK_SOURCE_H */
