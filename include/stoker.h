@@ -332,6 +332,51 @@ STK_API int64_t stk_record_i64(const stk_record *rec, size_t f);
 STK_API float stk_record_f32(const stk_record *rec, size_t f);
 
 /* ---------------------------------------------------------------------------------------------
+ * Packing: any dataset to `.stk` shards (the packer behind `stoker pack` and stoker.pack)
+ * ------------------------------------------------------------------------------------------- */
+
+/** Options for stk_pack. Initialise with stk_pack_opts_init. More fields may be added at the end
+ *  in later versions. */
+typedef struct stk_pack_opts {
+    size_t struct_size;  /* set by stk_pack_opts_init(); never by hand */
+    uint64_t shard_size; /* start a new shard before one would exceed this many bytes; setting
+                            it makes OUT a directory (0 = one file for OUT ending in ".stk",
+                            else 1 GiB shards in the directory OUT; default 0) */
+    uint32_t align;      /* record alignment, a power of two (default 64) */
+    bool force;          /* replace an existing OUT file; write into a non-empty OUT directory
+                            and remove its other .stk files afterwards (default false) */
+    const char *tool;    /* recorded as "tool" in the shards' metadata (default "stoker pack") */
+    /* Called after each record, on the calling thread: records done, of total, bytes so far. */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total, uint64_t bytes);
+    void *progress_ctx;
+} stk_pack_opts;
+
+/** Fill `opts` with the defaults documented on each field.
+ *  Threads: thread-safe. */
+STK_API void stk_pack_opts_init(stk_pack_opts *opts);
+
+/** What stk_pack wrote. The caller sets struct_size = sizeof(stk_pack_result); a caller built
+ *  against an older, shorter struct gets only the fields it knows. */
+typedef struct stk_pack_result {
+    size_t struct_size;  /* set by the caller */
+    uint64_t records;    /* records written */
+    uint64_t shards;     /* shard files written */
+    uint64_t bytes;      /* record bytes */
+    uint64_t file_bytes; /* bytes of the shard files on disk */
+} stk_pack_result;
+
+/** Write every record of `ds` (any format), all fields in order, to `.stk` shards at `out`: one
+ *  file when `out` ends in ".stk" and no shard size is set, else the directory `out` with
+ *  shard-00000.stk, ... Metadata: the dataset's first file's, with "tool" added. Each shard
+ *  appears under its name only when complete; on failure nothing of this run is left.
+ *  @return STK_OK, STK_EINVAL (bad options), STK_ESTATE (`out` exists and force is false),
+ *          STK_EIO (cannot create or write), or a read error of `ds` (STK_EFORMAT, STK_EIO, ...,
+ *          naming the record). Details in stk_last_errmsg().
+ *  Threads: `ds` may be read by other threads meanwhile. */
+STK_API stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts *opts,
+                            stk_pack_result *res);
+
+/* ---------------------------------------------------------------------------------------------
  * Per-sample random stream
  * ------------------------------------------------------------------------------------------- */
 

@@ -70,21 +70,14 @@ static bool has_image_ext(const char *name)
     return false;
 }
 
+/* Any directory: the last source in detection order, so a directory of shards or of .npy files
+ * goes to those, and any other directory gets ImageFolder's errors ("no class folders"). */
 static int folder_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
 {
+    (void)path;
     (void)head;
     (void)n;
-    if (!st->is_dir)
-        return 0;
-    stk__strlist l = {0};
-    bool any = stk__paths_list_dir(path, NULL, true, &l, NULL, 0) == STK_OK;
-    bool sub = false;
-    for (size_t i = 0; any && i < l.n && !sub; i++) {
-        stk__stat s;
-        sub = stk__vfs_stat(l.v[i], &s, NULL, 0) == STK_OK && s.is_dir;
-    }
-    stk__strlist_free(&l);
-    return sub; /* a directory with subdirectories: one per class */
+    return st->is_dir;
 }
 
 /* Collect directory `rel` (and, recursively, its subdirectories) with their file names. */
@@ -162,6 +155,13 @@ static stk_status add_class(folder *fo, walk *w, int64_t label, char *err, size_
             stk__stat st;
             stk_status rc = abs ? stk__vfs_stat(abs, &st, err, err_size)
                                 : stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
+            if (rc == STK_EIO) { /* "PATH: why" -> "PATH: cannot read: why" (a dangling link) */
+                char why[STK_ERRMSG_SIZE];
+                size_t la = strlen(abs);
+                snprintf(why, sizeof(why), "%s",
+                         strncmp(err, abs, la) == 0 && err[la] == ':' ? err + la + 2 : err);
+                stk__set_error(err, err_size, rc, "%s: cannot read: %s", abs, why);
+            }
             stk__free(abs);
             if (rc == STK_OK && !st.is_regular) {
                 rc = stk__strlist_add(&fo->skipped, rel) < 0
@@ -288,9 +288,10 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
     }
     if (classes.n == 0)
         STK_FAIL_E(STK_EINVAL,
-                 "no class folders in %s (an ImageFolder tree has one subfolder per class, as "
-                 "torchvision expects)",
-                 root);
+                 "%s: no .stk shards, no .npy files and no class folders in %s (an ImageFolder "
+                 "tree has one subfolder per class, as torchvision expects; `stoker pack` makes "
+                 "shards)",
+                 root, root);
     for (size_t c = 0; c < classes.n; c++) {
         walk w;
         memset(&w, 0, sizeof(w));

@@ -168,7 +168,7 @@ expect 0 "packed 13" "$STOKER" pack --force src afile
 
 # ---- errors in SRC ----
 expect 1 "nope: No such file or directory" "$STOKER" pack nope o1.stk
-expect 1 "afile2: not a directory" sh -c "printf x > afile2 && \"$STOKER\" pack afile2 o1.stk"
+expect 1 "afile2: unknown format" sh -c "printf x > afile2 && \"$STOKER\" pack afile2 o1.stk"
 mkdir -p noclass && printf 'x' > noclass/a.jpg
 expect 1 "no class folders in noclass" "$STOKER" pack noclass o1.stk
 mkdir -p emptysrc
