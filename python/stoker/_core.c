@@ -308,7 +308,27 @@ static PyObject *mod_cuda_probe(PyObject *self, PyObject *args)
     return Py_BuildValue("(Os)", rc == STK_OK ? Py_True : Py_False, buf);
 }
 
+/* formats() -> tuple of the format names the library reads (stk_format_name). */
+static PyObject *mod_formats(PyObject *m, PyObject *noargs)
+{
+    (void)m;
+    (void)noargs;
+    size_t n = stk_format_count();
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    for (size_t i = 0; t && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(stk_format_name(i));
+        if (!s) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
+    }
+    return t;
+}
+
 static PyMethodDef module_methods[] = {
+    {"formats", mod_formats, METH_NOARGS,
+     "formats() -> tuple: the format names Dataset(format=...) takes, in detection order."},
     {"cuda_probe", mod_cuda_probe, METH_VARARGS,
      "cuda_probe(device=0) -> (usable, text): whether stoker can use CUDA device `device` (it "
      "loads libcuda.so.1, or $STOKER_LIBCUDA, once), with the driver and device, or the reason."},

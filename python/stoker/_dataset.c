@@ -46,10 +46,11 @@ void stkpy_dataset_borrow(PyObject *obj, int delta)
 
 static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"data", "verify", NULL};
+    static char *kwlist[] = {"data", "verify", "format", NULL};
     PyObject *data;
     int verify = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p:Dataset", kwlist, &data, &verify))
+    const char *format = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pz:Dataset", kwlist, &data, &verify, &format))
         return NULL;
     PyObject *keep;
     size_t n;
@@ -59,8 +60,14 @@ static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     stk_dataset *ds = NULL;
     stk_status rc;
     char err[512] = "";
+    stk_dataset_opts o;
+    stk_dataset_opts_init(&o);
+    o.paths = paths;
+    o.n_paths = n;
+    o.flags = verify ? 0 : STK_DATASET_NO_VERIFY;
+    o.format = format;
     Py_BEGIN_ALLOW_THREADS
-    rc = stk_dataset_open(paths, n, verify ? 0 : STK_DATASET_NO_VERIFY, &ds);
+    rc = stk_dataset_open_ex(&o, &ds);
     if (rc < 0)
         snprintf(err, sizeof(err), "%s", stk_last_errmsg());
     Py_END_ALLOW_THREADS
@@ -255,6 +262,22 @@ static PyObject *Dataset_max_record_size(DatasetObject *self, void *closure)
     return PyLong_FromUnsignedLongLong(stk_dataset_max_record_size(self->ds));
 }
 
+/* Pin the dataset for a call that releases the GIL (close waits for it). */
+static void dataset_enter(DatasetObject *self)
+{
+    pthread_mutex_lock(&self->mu);
+    self->in_flight++;
+    pthread_mutex_unlock(&self->mu);
+}
+
+static void dataset_leave(DatasetObject *self)
+{
+    pthread_mutex_lock(&self->mu);
+    if (--self->in_flight == 0)
+        pthread_cond_broadcast(&self->cv);
+    pthread_mutex_unlock(&self->mu);
+}
+
 /* read(i) -> dict: bytes and array fields as bytes, int64 as int, float32 as float. */
 static PyObject *Dataset_read(DatasetObject *self, PyObject *arg)
 {
@@ -278,9 +301,7 @@ static PyObject *Dataset_read(DatasetObject *self, PyObject *arg)
     stk_record rec;
     char err[512] = "";
     stk_status rc;
-    pthread_mutex_lock(&self->mu);
-    self->in_flight++;
-    pthread_mutex_unlock(&self->mu);
+    dataset_enter(self);
     const stk_dataset *ds = self->ds;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_dataset_read(ds, (uint64_t)idx, buf, cap, &rec, err, sizeof(err));
@@ -312,14 +333,107 @@ static PyObject *Dataset_read(DatasetObject *self, PyObject *arg)
     }
 done:
     PyMem_Free(buf);
-    pthread_mutex_lock(&self->mu);
-    if (--self->in_flight == 0)
-        pthread_cond_broadcast(&self->cv);
-    pthread_mutex_unlock(&self->mu);
+    dataset_leave(self);
     return out;
 }
 
+/* describe(i) -> str: where record i lives ("shard.stk record 3 (global 3) at byte 4096"). */
+static PyObject *Dataset_describe(DatasetObject *self, PyObject *arg)
+{
+    if (!stkpy_dataset_get((PyObject *)self))
+        return NULL;
+    unsigned long long idx = PyLong_AsUnsignedLongLong(arg);
+    if (idx == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    char buf[512];
+    if (stk_dataset_describe(self->ds, idx, buf, sizeof(buf)) < 0) {
+        PyErr_SetString(PyExc_IndexError, buf);
+        return NULL;
+    }
+    return PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
+}
+
+typedef struct {
+    PyObject *fn;
+    uint64_t next; /* call fn when done reaches this */
+    int failed;
+} progress_ctx;
+
+/* stk_pack's progress callback (GIL released around stk_pack): about 100 calls of fn. */
+static void pack_progress(void *ctx, uint64_t done, uint64_t total, uint64_t bytes)
+{
+    progress_ctx *p = ctx;
+    if (p->failed || (done < p->next && done != total))
+        return;
+    p->next = done + (total / 100 ? total / 100 : 1);
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *r = PyObject_CallFunction(p->fn, "KKK", (unsigned long long)done,
+                                        (unsigned long long)total, (unsigned long long)bytes);
+    if (!r)
+        p->failed = 1; /* the exception stays set; the pack itself goes on */
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+}
+
+/* pack(out, shard_size=0, align=64, force=False, tool=None, progress=None) -> dict. */
+static PyObject *Dataset_pack(DatasetObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"out", "shard_size", "align", "force", "tool", "progress", NULL};
+    PyObject *out_obj, *progress = Py_None, *out_bytes = NULL;
+    unsigned long long shard_size = 0;
+    unsigned int align = 64;
+    int force = 0;
+    const char *tool = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|KIpzO:pack", kwlist, &out_obj, &shard_size,
+                                     &align, &force, &tool, &progress))
+        return NULL;
+    if (!stkpy_dataset_get((PyObject *)self) || !PyUnicode_FSConverter(out_obj, &out_bytes))
+        return NULL;
+    stk_pack_opts o;
+    stk_pack_opts_init(&o);
+    o.shard_size = shard_size;
+    o.align = align;
+    o.force = force != 0;
+    o.tool = tool;
+    progress_ctx pc = {progress, 0, 0};
+    if (progress != Py_None) {
+        o.progress = pack_progress;
+        o.progress_ctx = &pc;
+    }
+    stk_pack_result r = {.struct_size = sizeof(r)};
+    stk_status rc;
+    char err[512] = "";
+    dataset_enter(self);
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_pack(self->ds, PyBytes_AS_STRING(out_bytes), &o, &r);
+    if (rc < 0)
+        snprintf(err, sizeof(err), "%s", stk_last_errmsg());
+    Py_END_ALLOW_THREADS
+    dataset_leave(self);
+    Py_DECREF(out_bytes);
+    if (pc.failed)
+        return NULL;
+    if (rc < 0)
+        return stkpy_raise(rc, err);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K}", "records", (unsigned long long)r.records, "shards",
+                         (unsigned long long)r.shards, "bytes", (unsigned long long)r.bytes,
+                         "file_bytes", (unsigned long long)r.file_bytes);
+}
+
+static PyObject *Dataset_format(DatasetObject *self, void *c)
+{
+    (void)c;
+    if (!stkpy_dataset_get((PyObject *)self))
+        return NULL;
+    return PyUnicode_FromString(stk_dataset_format(self->ds));
+}
+
 static PyMethodDef Dataset_methods[] = {
+    {"describe", (PyCFunction)Dataset_describe, METH_O,
+     "describe(i) -> str: where record i lives, as error messages name it."},
+    {"pack", (PyCFunction)(void (*)(void))Dataset_pack, METH_VARARGS | METH_KEYWORDS,
+     "pack(out, shard_size=0, align=64, force=False, tool=None, progress=None) -> dict: write "
+     "every record to .stk shards at `out` (stk_pack; `stoker pack` does the same)."},
     {"close", (PyCFunction)Dataset_close, METH_NOARGS, "Close the dataset (idempotent)."},
     {"read", (PyCFunction)Dataset_read, METH_O,
      "read(i) -> dict: record i; bytes and array fields as bytes, int64 as int, float32 as "
@@ -339,6 +453,7 @@ static PyGetSetDef Dataset_getset[] = {
      "The dataset's 64-bit fingerprint as 16 hex digits (record count and index checksums).", NULL},
     {"max_record_size", (getter)Dataset_max_record_size, NULL, "Largest record in bytes.", NULL},
     {"closed", (getter)Dataset_closed, NULL, "Whether close() was called.", NULL},
+    {"format", (getter)Dataset_format, NULL, "The format: 'stk', 'imagefolder', 'npy', ...", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods Dataset_as_sequence = {.sq_length = (lenfunc)Dataset_len};

@@ -1,11 +1,13 @@
-"""Reading and writing .stk shards from Python.
+"""Reading datasets and writing .stk shards from Python.
 
-``Dataset`` opens shards (a file, a directory, a glob, or a list) as records 0..N-1;
-``Writer`` writes one shard; ``write_shard`` writes records in one call;
-``pack_image_folder`` packs an ImageFolder tree (one subfolder per class) with the schema
-``stoker pack`` uses: ``image`` (the encoded file, bytes), ``label`` (int64, the class's
-position in the sorted class list, as torchvision's ImageFolder numbers them) and ``path``
-(bytes, relative to the root).
+``Dataset`` opens a dataset of any format stoker reads (``.stk`` shards: a file, a
+directory, a glob, a brace range or a list; an ImageFolder tree; ``.npy`` files) as records
+0..N-1; the format is detected, ``format=`` overrides it. ``Writer`` writes one shard;
+``write_shard`` writes records in one call; ``pack`` converts any dataset to ``.stk`` shards
+with the library's one packer (the one ``stoker pack`` runs); ``pack_image_folder`` packs an
+ImageFolder tree (one subfolder per class) with the schema ``stoker pack`` uses: ``image``
+(the encoded file, bytes), ``label`` (int64, the class's position in the sorted class list,
+as torchvision's ImageFolder numbers them) and ``path`` (bytes, relative to the root).
 """
 import json
 import os
@@ -14,15 +16,25 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["Dataset", "Writer", "write_shard", "pack_image_folder", "IMAGE_EXTENSIONS"]
+__all__ = ["Dataset", "Writer", "write_shard", "pack", "pack_image_folder", "formats",
+           "IMAGE_EXTENSIONS"]
 
 # torchvision's IMG_EXTENSIONS, so that records and labels line up with ImageFolder's samples
 # (the loader's decoders read JPEG and PNG)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
+def formats():
+    """The formats stoker reads, as format= names them ("stk", "npy", "imagefolder", ...)."""
+    return list(_core.formats())
+
+
 class Dataset(_core.Dataset):
-    """Dataset(data, verify=True): .stk shards opened as records 0..N-1.
+    """Dataset(data, verify=True, format=None): a dataset opened as records 0..N-1.
+
+    ``data`` is a path, a glob, a brace range ("train-{000..127}.stk") or a list of them;
+    ``format`` names the format (see :func:`formats`) instead of detecting it; ``ds.format``
+    says which was used. ``ds.describe(i)`` names where record i lives.
 
     ``len(ds)``, ``ds.fields`` (the schema), ``ds.shards``, ``ds.metadata`` (the first shard's
     writer metadata, parsed), ``ds.classes`` (ImageFolder class names, if recorded) and
@@ -160,65 +172,30 @@ def write_shard(path, fields, records, metadata=None, align=None):
     return n
 
 
-def _image_folder(root):
-    root = os.fspath(root)
-    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
-    if not classes:
-        raise _core.StokerInvalidError(f"{root}: no class subfolders (expected an ImageFolder "
-                                       "tree: ROOT/<class>/<image>)")
-    samples, empty = [], []
-    for label, c in enumerate(classes):
-        before = len(samples)
-        for dirpath, _, files in sorted(os.walk(os.path.join(root, c), followlinks=True)):
-            for f in sorted(files):
-                if f.lower().endswith(IMAGE_EXTENSIONS):
-                    full = os.path.join(dirpath, f)
-                    samples.append((full, os.path.relpath(full, root), label))
-        if len(samples) == before:
-            empty.append(c)
-    if empty:
-        raise _core.StokerInvalidError(
-            f"{root}: found no valid file for the classes {', '.join(empty)}; supported "
-            f"extensions are: {', '.join(IMAGE_EXTENSIONS)}")
-    return classes, samples
-
-
-def pack_image_folder(src, out, shard_size=1 << 30):
-    """Pack an ImageFolder tree into `out`, as ``stoker pack SRC OUT`` does: a single shard
-    when `out` ends with ".stk", else a directory of shards ``shard-00000.stk``, ... of at
-    most about `shard_size` bytes of images each. Files are stored as they are (not
-    re-encoded), in torchvision ImageFolder's order (classes sorted, files sorted, the same
-    extensions), so record i is ``ImageFolder(src).samples[i]``. Returns the number of
-    records."""
-    classes, samples = _image_folder(src)
-    fields = {"image": "bytes", "label": "int64", "path": "bytes"}
-    meta = {"source": "imagefolder", "classes": classes,
-            "tool": f"stoker.pack_image_folder {_core.version()}"}
-    out = os.fspath(out)
-    if out.endswith(".stk"):
-        single, shard_size = True, float("inf")
-    else:
-        single = False
-        os.makedirs(out, exist_ok=True)
-    n, shard, w = 0, 0, None
+def pack(src, out, format=None, shard_size=0, align=64, force=False, progress=None):
+    """Write every record of `src` (a Dataset, or anything Dataset() opens, of any format) to
+    ``.stk`` shards at `out`, all fields in order: one file when `out` ends with ".stk" and no
+    `shard_size` is given, else the directory `out` of shard-00000.stk, ... of at most about
+    `shard_size` bytes each (default 1 GiB). The same packer as ``stoker pack SRC OUT``.
+    ``progress(done, total, bytes)`` is called about 100 times. Returns a dict: records,
+    shards, bytes, file_bytes."""
+    ds = src if isinstance(src, _core.Dataset) else Dataset(src, format=format)
     try:
-        for full, rel, label in samples:
-            with open(full, "rb") as f:
-                data = f.read()
-            if w is not None and w.count and size + len(data) > shard_size:
-                w.close()  # start a new shard before this one would exceed shard_size
-                w, shard = None, shard + 1
-            if w is None:
-                path = out if single else os.path.join(out, f"shard-{shard:05d}.stk")
-                w = Writer(path, fields, meta)
-                size = 0
-            w.add({"image": data, "label": label, "path": os.fsencode(rel)})
-            n += 1
-            size += len(data)
-        if w is not None:
-            w.close()
-    except BaseException:
-        if w is not None:
-            w.abort()
-        raise
-    return n
+        return ds.pack(os.fspath(out), shard_size=int(shard_size), align=int(align),
+                       force=bool(force), tool=f"stoker.pack {_core.version()}",
+                       progress=progress)
+    finally:
+        if ds is not src:
+            ds.close()
+
+
+def pack_image_folder(src, out, shard_size=1 << 30, force=False):
+    """Pack an ImageFolder tree into `out`, as ``stoker pack SRC OUT`` does: a single shard
+    when `out` ends with ".stk", else a directory of shards ``shard-00000.stk``, ... of at most
+    about `shard_size` bytes each. Files are stored as they are (not re-encoded), in
+    torchvision ImageFolder's order (classes sorted, files sorted, the same extensions), so
+    record i is ``ImageFolder(src).samples[i]``. Returns the number of records."""
+    out = os.fspath(out)
+    size = 0 if out.endswith(".stk") else int(shard_size)
+    return pack(os.fspath(src), out, format="imagefolder", shard_size=size,
+                force=force)["records"]

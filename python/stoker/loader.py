@@ -206,9 +206,11 @@ class _LoaderIter:
 class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
     num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
-    world_size=None, transforms=None, on_error="raise", trace=None)
+    world_size=None, transforms=None, on_error="raise", trace=None, format=None)
 
-    Iterating gives :class:`Batch` dicts; each ``iter()`` is the next epoch. See
+    ``data`` is a dataset of any format stoker reads (``.stk`` shards, an ImageFolder
+    directory, ``.npy`` files; ``format=`` names it instead of detecting it) or a
+    stoker.Dataset. Iterating gives :class:`Batch` dicts; each ``iter()`` is the next epoch. See
     docs/python.md for every argument. ``num_workers=None`` (or ``"auto"``) lets the loader
     choose its thread count and depth online (at most one thread per CPU and ``prefetch``
     batches): the fewest threads that keep the training loop from waiting; ``stats()`` says
@@ -219,7 +221,7 @@ class Loader:
     def __init__(self, data, batch_size, shuffle=False, seed=0, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
                  world_size=None, transforms=None, on_error="raise", trace=None, *,
-                 transform_field="image", verify=True, output=None):
+                 transform_field="image", verify=True, output=None, format=None):
         self._core = None  # so that close()/__del__ work on a half-built object
         self._dataset = None
         self._own_dataset = False
@@ -276,7 +278,7 @@ class Loader:
         if isinstance(data, _core.Dataset):
             self._dataset = data
         else:
-            self._dataset = Dataset(data, verify=verify)
+            self._dataset = Dataset(data, verify=verify, format=format)
             self._own_dataset = True
         self._core_kwargs = dict(
             batch_size=batch_size, num_threads=threads, prefetch=self.prefetch + 1, seed=seed,
