@@ -59,6 +59,13 @@ const char *stk_cli_format_size(uint64_t bytes, char *buf, size_t size);
 int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                       stk_dataset **out);
 
+/* stk_cli_open_data of a given format (NULL: detect it; --format NAME). */
+int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsigned flags,
+                         const char *format, stk_dataset **out);
+
+/* Number of items of the "classes" array of a metadata object, or -1 (cmd_inspect.c). */
+long stk_cli_count_classes(const char *meta);
+
 /* ---- progress bar: "[#####     ] 1234/5000 records 12.3 MB/s ETA 0:05" on stderr ---- */
 
 typedef struct stk_cli_progress {

@@ -48,6 +48,7 @@ static bool is_text(const uint8_t *s, size_t n)
 typedef struct inspect_args {
     bool json, records;
     uint64_t limit; /* records to list; 0 = all */
+    const char *format; /* --format: NULL = detect */
 } inspect_args;
 
 /* The first member of `meta` if it is a valid JSON object, else NULL. */
@@ -122,8 +123,7 @@ static void print_metadata(const char *meta)
     }
 }
 
-/* Number of items of the "classes" array of a metadata object, or -1. */
-static long count_classes(const char *meta)
+long stk_cli_count_classes(const char *meta)
 {
     const char *p = json_object_members(meta), *key, *v, *v_end, *shown_end;
     int key_len;
@@ -225,9 +225,9 @@ static void inspect_json(const stk_dataset *ds)
 {
     size_t ns = stk_dataset_n_shards(ds), nf = stk_dataset_n_fields(ds);
     stk_shard_info si;
-    printf("{\"records\": %llu, \"fingerprint\": \"%016llx\", \"max_record_size\": %llu, "
+    printf("{\"format\": \"%s\", \"records\": %llu, \"fingerprint\": \"%016llx\", \"max_record_size\": %llu, "
            "\"shards\": [",
-           (unsigned long long)stk_dataset_count(ds),
+           stk_dataset_format(ds), (unsigned long long)stk_dataset_count(ds),
            (unsigned long long)stk_dataset_fingerprint(ds),
            (unsigned long long)stk_dataset_max_record_size(ds));
     for (size_t i = 0; i < ns; i++) {
@@ -251,7 +251,7 @@ static void inspect_json(const stk_dataset *ds)
         printf("], \"max_size\": %llu}", (unsigned long long)stk_dataset_field_max_size(ds, i));
     }
     stk_dataset_shard(ds, 0, &si);
-    long classes = count_classes(si.metadata);
+    long classes = stk_cli_count_classes(si.metadata);
     printf("], \"classes\": %ld, \"metadata\": ", classes);
     if (stk_cli_json_valid(si.metadata))
         printf("%s", si.metadata);
@@ -264,6 +264,7 @@ static void inspect_text(const stk_dataset *ds)
     size_t ns = stk_dataset_n_shards(ds), nf = stk_dataset_n_fields(ds);
     stk_shard_info si;
     char b1[32], b2[32], tb[64];
+    printf("format:      %s\n", stk_dataset_format(ds));
     printf("records:     %llu\n", (unsigned long long)stk_dataset_count(ds));
     printf("shards:      %zu\n", ns);
     printf("fingerprint: %016llx\n", (unsigned long long)stk_dataset_fingerprint(ds));
@@ -284,7 +285,7 @@ static void inspect_text(const stk_dataset *ds)
                (unsigned long long)stk_dataset_field_max_size(ds, i));
     }
     stk_dataset_shard(ds, 0, &si);
-    long classes = count_classes(si.metadata);
+    long classes = stk_cli_count_classes(si.metadata);
     printf("\nmetadata (shard 0):\n");
     print_metadata(si.metadata);
     if (classes >= 0)
@@ -301,6 +302,7 @@ static void inspect_usage(FILE *f)
                "DATA: .stk files, directories of shards or glob patterns, in order.\n"
                "\n"
                "options:\n"
+               "  --format NAME  the format of DATA instead of detecting it\n"
                "  --json       one JSON object on stdout\n"
                "  --records    also list every record's fields (bytes as text when printable)\n"
                "  --limit N    list only the first N records\n"
@@ -313,6 +315,7 @@ int stk_cmd_inspect(int argc, char **argv)
         {"json", no_argument, NULL, 'j'},
         {"records", no_argument, NULL, 'r'},
         {"limit", required_argument, NULL, 'l'},
+        {"format", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -335,6 +338,9 @@ int stk_cmd_inspect(int argc, char **argv)
                 return 2;
             a.limit = (uint64_t)v;
             break;
+        case 'F':
+            a.format = optarg;
+            break;
         case 'h':
             inspect_usage(stdout);
             return 0;
@@ -343,7 +349,7 @@ int stk_cmd_inspect(int argc, char **argv)
         }
     }
     stk_dataset *ds;
-    int rc = stk_cli_open_data("inspect", argv + optind, argc - optind, 0, &ds);
+    int rc = stk_cli_open_data_as("inspect", argv + optind, argc - optind, 0, a.format, &ds);
     if (rc)
         return rc;
     if (a.json)
@@ -444,6 +450,7 @@ static void verify_usage(FILE *f)
             "or the dataset cannot be opened (bad header, index or footer, truncated shard).\n"
             "\n"
             "options:\n"
+            "  --format NAME  the format of DATA instead of detecting it\n"
             "  --threads N  reader threads (default: online CPUs, at most 8)\n"
             "  --quiet      no progress bar\n"
             "  -h, --help   show this help\n");
@@ -454,11 +461,13 @@ int stk_cmd_verify(int argc, char **argv)
     static const struct option longopts[] = {
         {"threads", required_argument, NULL, 't'},
         {"quiet", no_argument, NULL, 'q'},
+        {"format", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     long long threads = 0, v;
     bool quiet = false;
+    const char *format = NULL;
     int c;
     opterr = 0;
     optind = 1;
@@ -472,6 +481,9 @@ int stk_cmd_verify(int argc, char **argv)
         case 'q':
             quiet = true;
             break;
+        case 'F':
+            format = optarg;
+            break;
         case 'h':
             verify_usage(stdout);
             return 0;
@@ -480,7 +492,7 @@ int stk_cmd_verify(int argc, char **argv)
         }
     }
     stk_dataset *ds;
-    int rc = stk_cli_open_data("verify", argv + optind, argc - optind, 0, &ds);
+    int rc = stk_cli_open_data_as("verify", argv + optind, argc - optind, 0, format, &ds);
     if (rc)
         return rc;
     if (threads == 0) {

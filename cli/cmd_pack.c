@@ -30,24 +30,6 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, uint64_t bytes
     stk_cli_progress_update(ctx, done, bytes);
 }
 
-/* Number of entries of the "classes" array in a metadata object (0 when there is none). */
-static size_t count_classes(const char *meta)
-{
-    const char *p = meta ? strstr(meta, "\"classes\"") : NULL;
-    size_t n = 0;
-    if (!p || !(p = strchr(p, '[')))
-        return 0;
-    p = stk_cli_json_ws(p + 1);
-    while (p && *p && *p != ']') {
-        p = stk_cli_json_skip(p);
-        n++;
-        p = p ? stk_cli_json_ws(p) : NULL;
-        if (p && *p == ',')
-            p = stk_cli_json_ws(p + 1);
-    }
-    return n;
-}
-
 static int pack(const pack_args *a)
 {
     stk_dataset *ds = NULL;
@@ -81,12 +63,12 @@ static int pack(const pack_args *a)
         return 1;
     }
     stk_shard_info si;
-    size_t classes = stk_dataset_shard(ds, 0, &si) == STK_OK ? count_classes(si.metadata) : 0;
+    long classes = stk_dataset_shard(ds, 0, &si) == STK_OK ? stk_cli_count_classes(si.metadata) : -1;
     if (!a->quiet) {
         char b1[32], b2[32], cls[32] = "";
         double secs = stk_cli_now() - t0;
-        if (classes)
-            snprintf(cls, sizeof(cls), " (%zu classes)", classes);
+        if (classes >= 0)
+            snprintf(cls, sizeof(cls), " (%ld classes)", classes);
         printf("packed %llu records%s from %s (%s) into %llu shard%s in %s: %s of records, %s on "
                "disk, %.2f s (%.1f MB/s)\n",
                (unsigned long long)r.records, cls, a->src, stk_dataset_format(ds),

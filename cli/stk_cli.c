@@ -201,10 +201,21 @@ const char *stk_cli_format_size(uint64_t bytes, char *buf, size_t size)
 int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                       stk_dataset **out)
 {
+    return stk_cli_open_data_as(cmd, paths, n_paths, flags, NULL, out);
+}
+
+int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsigned flags,
+                         const char *format, stk_dataset **out)
+{
     if (n_paths <= 0)
         return stk_cli_usage_error(cmd, "no DATA given");
-    stk_status rc = stk_dataset_open((const char *const *)paths, (size_t)n_paths, flags, out);
-    if (rc < 0)
+    stk_dataset_opts o;
+    stk_dataset_opts_init(&o);
+    o.paths = (const char *const *)paths;
+    o.n_paths = (size_t)n_paths;
+    o.flags = flags;
+    o.format = format;
+    if (stk_dataset_open_ex(&o, out) < 0)
         return stk_cli_error(cmd, "%s", stk_last_errmsg());
     return 0;
 }

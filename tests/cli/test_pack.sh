@@ -211,4 +211,21 @@ if script -qec "true" /dev/null > /dev/null 2>&1; then
     script -qec "\"$STOKER\" pack --quiet --force many tty.stk" /dev/null > tty.txt
     grep -q 'records' tty.txt && fail "--quiet drew a progress bar"
 fi
+# ---- any format in, through the record sources (issue 11) ----
+# inspect, verify and pack read the ImageFolder tree itself, exactly as they read its shards.
+expect 0 "format:      imagefolder" "$STOKER" inspect src
+expect 0 '"format": "imagefolder"' "$STOKER" inspect --json src
+expect 0 "format:      stk" "$STOKER" inspect out.stk
+records src > direct.txt
+records out.stk > packed.txt
+diff direct.txt packed.txt || fail "the tree read directly differs from its packed shard"
+expect 0 "13 records" "$STOKER" verify src
+expect 1 "unknown format 'tar'" "$STOKER" inspect --format tar src
+expect 0 "packed 13 records (4 classes) from out.stk (stk)" "$STOKER" pack out.stk again.stk
+records again.stk > again.txt
+diff packed.txt again.txt || fail "repacking a .stk changed its records"
+# A FIFO named like an image is skipped with a warning, never opened (it would block).
+mkdir -p fifo/cls && printf 'x' > fifo/cls/a.jpg && mkfifo fifo/cls/pipe.jpg
+expect 0 "skipped 1 entries of fifo that are not regular files" timeout 20 "$STOKER" pack fifo f.stk
+expect 0 "records:     1" "$STOKER" inspect f.stk
 echo "test_pack: ok"
