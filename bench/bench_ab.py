@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""A/B throughput of two builds of stoker on the same data, interleaved in one process run
+(issue 11: a restructuring must stay within noise of the commit before it).
+
+    /usr/bin/python3 bench/bench_ab.py --base 53de931 [--rounds 5] [--images 1500]
+        [--records 3000] [--threads 1,2]
+
+Builds BASE's CLI in a temporary git worktree (`make cli`), packs the data once with the
+current build (both builds read version-1 shards), then alternates `stoker bench ... --json`
+runs of the two builds, A B A B ..., for each workload: imagenet-train on generated photo-like
+JPEGs (bench/gen_images.py) and raw ~100 KB records (bench/bench_raw.py's generator). Prints a
+Markdown table of medians with [min-max] and the new/base ratio of the medians, and the commands.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+
+
+def sh(cmd, **kw):
+    print("$", " ".join(cmd), file=sys.stderr)
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def build_base(rev, where):
+    sh(["git", "-C", ROOT, "worktree", "add", "--detach", "-f", where, rev],
+       stdout=subprocess.DEVNULL)
+    sh(["make", "-C", where, "-j2", "cli"], stdout=subprocess.DEVNULL)
+    return os.path.join(where, "build", "stoker")
+
+
+def bench(stoker, data, recipe, threads, epochs):
+    cmd = [stoker, "bench", data, "--recipe", recipe, "--threads", str(threads), "--epochs",
+           str(epochs), "--json", "--quiet"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["samples_per_s"], " ".join(cmd[1:])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", required=True, help="git revision to compare against")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--images", type=int, default=1500)
+    ap.add_argument("--records", type=int, default=3000)
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--work", default=None, help="keep data here (default: a temp dir)")
+    a = ap.parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="stk-ab-")
+    os.makedirs(work, exist_ok=True)
+    new = os.path.join(ROOT, "build", "stoker")
+    base = build_base(a.base, os.path.join(work, "base"))
+    imgs, raw = os.path.join(work, "imgs"), os.path.join(work, "raw")
+    if not os.path.exists(imgs + ".stk"):
+        sh([sys.executable, os.path.join(ROOT, "bench", "gen_images.py"), imgs, "--classes",
+            "10", "--per-class", str(max(1, a.images // 10))], stdout=subprocess.DEVNULL)
+        sh([new, "pack", imgs, imgs + ".stk", "--quiet"])
+    if not os.path.exists(raw + ".stk"):
+        import bench_raw
+        bench_raw.make_tree(raw, a.records)
+        sh([new, "pack", raw, raw + ".stk", "--quiet"])
+    rows = []
+    for recipe, data, epochs in (("imagenet-train", imgs + ".stk", 1), ("raw", raw + ".stk", 3)):
+        for t in [int(x) for x in a.threads.split(",")]:
+            res = {"base": [], "new": []}
+            cmd = ""
+            for _ in range(a.rounds):
+                for name, exe in (("base", base), ("new", new)):
+                    r, cmd = bench(exe, data, recipe, t, epochs)
+                    res[name].append(r)
+            mb, mn = statistics.median(res["base"]), statistics.median(res["new"])
+            rows.append((recipe, t, res, mb, mn, cmd))
+    print(f"\nbase {a.base} vs new (working tree), {a.rounds} interleaved rounds each\n")
+    print("| workload | threads | base samples/s | new samples/s | new / base |")
+    print("|---|---|---|---|---|")
+    for recipe, t, res, mb, mn, _ in rows:
+        print(f"| {recipe} | {t} | {mb:.0f} [{min(res['base']):.0f}-{max(res['base']):.0f}] "
+              f"| {mn:.0f} [{min(res['new']):.0f}-{max(res['new']):.0f}] | {mn / mb:.3f} |")
+    print("\ncommands (each build): " + "; ".join(sorted({r[5] for r in rows})))
+    sh(["git", "-C", ROOT, "worktree", "remove", "--force", os.path.join(work, "base")])
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
