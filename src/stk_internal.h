@@ -52,26 +52,10 @@ void *stk__calloc(size_t n, size_t size); /* checks n*size for overflow */
 void *stk__realloc(void *p, size_t size);
 void stk__free(void *p);
 char *stk__strdup(const char *s);
-/* 64-byte aligned buffer for ring slots, the one place ring memory is allocated. With
- * want_pinned (and a CUDA context current on the thread) it is page-locked when the process-wide
- * count of pinned bytes stays within `limit` (0 = stk__pinned_limit_default()); *pinned reports
- * it, and when it is not, why (why_size bytes) says why. Free with stk__slot_free. */
-void *stk__slot_alloc_ex(size_t size, bool want_pinned, uint64_t limit, bool *pinned, char *why,
-                         size_t why_size);
-/* stk__slot_alloc_ex with the default limit, the reason dropped. */
-void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned);
-void stk__slot_free(void *p, size_t size, bool pinned);
-/* Page-locked bytes held by all ring slots of the process, and the default cap on them (env
- * STOKER_PINNED_LIMIT, e.g. "8G", else a quarter of physical memory; read once). */
-uint64_t stk__pinned_total(void);
-uint64_t stk__pinned_limit_default(void);
+/* Whether this allocation is the one STK_FAULT_ALLOC (debug builds) makes fail; counts it. For
+ * allocators outside stk_alloc.c (ring slots, src/batch/stk_pinned.c). */
+int stk__fault_alloc_hit(void);
 
-/* ---- CUDA (src/cuda/stk_cuda.c; no CUDA types here) ---- */
-
-/* cuMemHostAlloc (portable) with the current context; STK_ENOTSUP without a driver, STK_ENOMEM
- * when the driver refuses; the reason in why. */
-stk_status stk__cuda_host_alloc(size_t size, void **p, char *why, size_t why_size);
-void stk__cuda_host_free(void *p);
 /* Overflow-checked a*b; returns false on overflow. */
 static inline bool stk__mul_ok(size_t a, size_t b, size_t *out)
 {
@@ -92,7 +76,7 @@ static inline uint64_t stk__mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* ---- sampler (src/loader/stk_sampler.c) ---- */
+/* ---- random stream (src/common/stk_rng.c) ---- */
 
 /* One Philox4x32-10 block (exposed for the known-answer tests). */
 void stk__philox_block(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);

@@ -34,6 +34,7 @@
  * busy dropped to 0).
  */
 #include "stk_internal.h"
+#include "batch/stk_pinned.h"
 #include "batch/stk_ring.h"
 #include "cuda/stk_cuda.h"
 

@@ -19,6 +19,7 @@
  * The driver is loaded once per process, so each scenario with its own environment runs in a
  * forked child (the parent never starts a thread or loads CUDA).
  */
+#include "batch/stk_pinned.h"
 #include "cuda/stk_cuda.h"
 #include "t.h"
 #include "xform/stk_xform.h"
