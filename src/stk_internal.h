@@ -128,6 +128,19 @@ typedef struct stk__tworker stk__tworker;
 
 /* Implemented by the image pipeline (src/xform/stk_transform.c). */
 void stk__transform_spec(const stk_transform *t, stk__tspec *out);
+
+/* A transform's finishing (stk_transform_opts.finish_on_device): what the loader applies after
+ * the workers' uint8 output, on the device when it can, else on the CPU. */
+typedef struct stk__finish {
+    bool on;
+    stk_dtype dtype; /* float32, float16 or bfloat16 */
+    bool nhwc;       /* [H, W, 3] out, else [3, H, W] */
+    float mean[3], std[3];
+    float flip; /* mirror probability, [0, 1] */
+} stk__finish;
+/* The transform's finishing (on = false when it has none). When on, stk__transform_spec gives the
+ * workers' output, uint8 [H, W, 3]. (src/xform/stk_finish_opts.c) */
+void stk__transform_finish(const stk_transform *t, stk__finish *out);
 stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **out);
 void stk__transform_worker_destroy(stk__tworker *w);
 /* Decode/augment `src` (size bytes) into `dst` (one sample's output, laid out per the spec),

@@ -9,13 +9,14 @@ Main names: Loader, Batch, profile (is a training loop waiting on data? see Prof
 Dataset, Writer, write_shard, pack_image_folder, transforms (alias ops), cuda_probe (can
 stoker copy to this GPU itself, and if not why), and the exceptions: Error and its per-status subclasses StokerInvalidError (also a
 ValueError), StokerMemoryError (MemoryError), StokerIOError (OSError), StokerFormatError,
-StokerLimitError, StokerNotSupportedError, StokerStateError (RuntimeError) and
-StokerCanceledError. docs/python.md is the manual.
+StokerLimitError (and its subclass StokerBusyError: the next ring slot is still held),
+StokerNotSupportedError, StokerStateError (RuntimeError) and StokerCanceledError. docs/python.md is the manual.
 """
 from . import _core
-from ._core import (Error, StokerCanceledError, StokerFormatError, StokerInvalidError,
-                    StokerIOError, StokerLimitError, StokerMemoryError, StokerNotSupportedError,
-                    StokerStateError, cuda_probe, epoch_order, has_transforms)
+from ._core import (Error, StokerBusyError, StokerCanceledError, StokerFormatError,
+                    StokerInvalidError, StokerIOError, StokerLimitError, StokerMemoryError,
+                    StokerNotSupportedError, StokerStateError, cuda_probe, epoch_order,
+                    has_transforms)
 from . import transforms
 from .dataset import Dataset, Writer, pack_image_folder, write_shard
 from .loader import Batch, Loader
@@ -28,5 +29,5 @@ __all__ = [
     "Loader", "Batch", "profile", "Profile", "Dataset", "Writer", "write_shard", "pack_image_folder", "transforms",
     "ops", "has_transforms", "cuda_probe", "epoch_order", "Error", "StokerInvalidError", "StokerMemoryError",
     "StokerIOError", "StokerFormatError", "StokerLimitError", "StokerNotSupportedError",
-    "StokerStateError", "StokerCanceledError", "__version__",
+    "StokerStateError", "StokerCanceledError", "StokerBusyError", "__version__",
 ]
