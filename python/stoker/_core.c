@@ -380,7 +380,8 @@ PyMODINIT_FUNC PyInit__core(void)
                   {"EINVAL", STK_EINVAL}, {"ENOMEM", STK_ENOMEM},
                   {"EIO", STK_EIO},       {"EFORMAT", STK_EFORMAT},
                   {"ELIMIT", STK_ELIMIT}, {"ENOTSUP", STK_ENOTSUP},
-                  {"ESTATE", STK_ESTATE}, {"ECANCELED", STK_ECANCELED}};
+                  {"ESTATE", STK_ESTATE}, {"ECANCELED", STK_ECANCELED},
+                  {"EBUSY", STK_EBUSY}};
     for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
         if (PyModule_AddIntConstant(m, consts[i].name, consts[i].v) < 0)
             goto fail;

@@ -58,8 +58,12 @@ stk_status stk__layout_init(stk__layout *lay, const stk_field *fields, const uin
                 t->shape[0] = (int64_t)STK_ALIGN_UP(max_size[f], 64);
                 elems = (size_t)t->shape[0];
                 break;
-            case STK_FIELD_INT64: t->dtype = STK_DTYPE_INT64; break;
-            case STK_FIELD_FLOAT32: t->dtype = STK_DTYPE_FLOAT32; break;
+            case STK_FIELD_INT64:
+                t->dtype = STK_DTYPE_INT64;
+                break;
+            case STK_FIELD_FLOAT32:
+                t->dtype = STK_DTYPE_FLOAT32;
+                break;
             case STK_FIELD_ARRAY:
                 t->dtype = fd->dtype;
                 t->ndim = fd->ndim;

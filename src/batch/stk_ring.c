@@ -23,8 +23,8 @@ void stk__ring_init(stk__ring *r)
 }
 
 stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool want_pinned,
-                           uint64_t limit, stk__devcopy *dc, char *why, size_t why_size,
-                           char *err, size_t err_size)
+                           uint64_t limit, stk__devcopy *dc, char *why, size_t why_size, char *err,
+                           size_t err_size)
 {
     r->slots = stk__calloc(n_slots, sizeof(stk__slot));
     if (!r->slots)
@@ -47,8 +47,8 @@ stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool wan
         r->pinned_bytes += pinned ? (uint64_t)STK_ALIGN_UP(size, 64) : 0;
         s->state = STK__SLOT_FREE;
         s->seq = UINT64_MAX;
-        s->handle = (stk_batch){.dv = {.dc = dc, .slot = i, .mem = s->mem}, .r = r, .slot = i,
-                                .pinned = pinned};
+        s->handle = (stk_batch){
+            .dv = {.dc = dc, .slot = i, .mem = s->mem}, .r = r, .slot = i, .pinned = pinned};
     }
     return STK_OK;
 }

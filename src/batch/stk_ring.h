@@ -76,8 +76,8 @@ void stk__ring_init(stk__ring *r);
  * cap) when `want_pinned` (a CUDA context current); when a slot could not be pinned, *why says why
  * (and r->pinned is false). `dc` is the device side each batch handle points to. STK_ENOMEM. */
 stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool want_pinned,
-                           uint64_t limit, stk__devcopy *dc, char *why, size_t why_size,
-                           char *err, size_t err_size);
+                           uint64_t limit, stk__devcopy *dc, char *why, size_t why_size, char *err,
+                           size_t err_size);
 /* Free the slots' memory and the locks (the caller has the device context current for pinned
  * slots). */
 void stk__ring_free(stk__ring *r);

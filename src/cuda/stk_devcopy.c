@@ -50,8 +50,7 @@ static size_t ranges_merge(stk__range *r, size_t n)
 }
 
 stk_status stk__devcopy_issue(stk__devcopy *dc, stk__devbatch *b, uint32_t count, stk__range *r,
-                              size_t n, uint64_t epoch, uint64_t number, char *err,
-                              size_t err_size)
+                              size_t n, uint64_t epoch, uint64_t number, char *err, size_t err_size)
 {
     if (dc->finish == STK_FINISH_DEVICE && dc->flags_offset != SIZE_MAX)
         r[n++] = (stk__range){dc->flags_offset, count};
@@ -88,8 +87,7 @@ stk_status stk__devcopy_drain(stk__devcopy *dc, stk__devbatch *b, stk__copytimes
     stk_status rc = stk__devring_drain(dc->dev, b->slot, ct, err, err_size);
     if (rc == STK_OK && ct->valid) {
         atomic_fetch_add_explicit(&dc->st_copy_ns, ct->copied - ct->t0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&dc->st_dfinish_ns, ct->done - ct->copied,
-                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&dc->st_dfinish_ns, ct->done - ct->copied, memory_order_relaxed);
         atomic_fetch_add_explicit(&dc->st_copied, bytes, memory_order_relaxed);
     }
     return rc;

@@ -19,15 +19,15 @@ typedef struct stk__devcopy {
     stk__devring *dev; /* device buffers, stream, events; NULL = host only */
     int32_t device;
     stk_finish_where finish;
-    int fin_t;               /* tensor finished (index in the ring's layout), or -1 */
-    stk__fin_args fin;       /* kernel arguments but the per-batch n and addresses */
-    float flip;              /* probability of mirroring a sample */
-    size_t fin_in_offset;    /* the finished tensor's uint8 input in the slot */
-    size_t flags_offset;     /* uint8 flip flag per sample in the slot, or SIZE_MAX */
-    size_t fin_host_offset;  /* CPU finishing output in the host slot, or SIZE_MAX */
-    size_t fin_dev_offset;   /* device finishing output in the device buffer, or SIZE_MAX */
-    size_t fin_row;          /* bytes of one finished sample */
-    float lut32[3][256];     /* CPU finishing: the kernel's value of each uint8, per channel */
+    int fin_t;              /* tensor finished (index in the ring's layout), or -1 */
+    stk__fin_args fin;      /* kernel arguments but the per-batch n and addresses */
+    float flip;             /* probability of mirroring a sample */
+    size_t fin_in_offset;   /* the finished tensor's uint8 input in the slot */
+    size_t flags_offset;    /* uint8 flip flag per sample in the slot, or SIZE_MAX */
+    size_t fin_host_offset; /* CPU finishing output in the host slot, or SIZE_MAX */
+    size_t fin_dev_offset;  /* device finishing output in the device buffer, or SIZE_MAX */
+    size_t fin_row;         /* bytes of one finished sample */
+    float lut32[3][256];    /* CPU finishing: the kernel's value of each uint8, per channel */
     uint16_t lut16[3][256];
     _Atomic uint64_t st_copies, st_h2d, st_copied, st_copy_ns, st_dfinish_ns;
 } stk__devcopy;

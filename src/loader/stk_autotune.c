@@ -24,7 +24,7 @@ bool stk__autotune_decide(stk__autotune *a, const stk__at_window *w)
     double rate = (double)w->samples * 1e9 / dt;
     if (++a->windows % 20 == 0)
         a->ceiling = a->n_threads; /* the machine may have changed: probe again */
-    if (a->settle > 0) { /* let the last change show in a whole window first */
+    if (a->settle > 0) {           /* let the last change show in a whole window first */
         a->settle--;
         return false;
     }
@@ -60,8 +60,8 @@ bool stk__autotune_decide(stk__autotune *a, const stk__at_window *w)
     } else if (cw < 0.005 && a->active > 1 && ww > 1.2) {
         a->active--;
         snprintf(a->reason, sizeof(a->reason),
-                 "consumer never waited and %u threads idled %.1f threads' worth: %u threads",
-                 old, ww, a->active);
+                 "consumer never waited and %u threads idled %.1f threads' worth: %u threads", old,
+                 ww, a->active);
     }
     if (a->active == old && a->depth == old_depth)
         return false;

@@ -31,11 +31,11 @@ typedef struct stk__autotune {
     uint32_t depth;               /* batches opened ahead of the consumer */
     uint32_t settle;              /* windows left to let the last change show */
     uint32_t changes, windows;
-    uint32_t ceiling;     /* more threads than this gave no gain (forgotten every 20 windows) */
-    uint32_t prev;        /* threads before the last growth step */
-    double rate_before;   /* samples/s in the window before the last growth step */
+    uint32_t ceiling;   /* more threads than this gave no gain (forgotten every 20 windows) */
+    uint32_t prev;      /* threads before the last growth step */
+    double rate_before; /* samples/s in the window before the last growth step */
     bool grew;
-    char reason[160];     /* the last change, in words */
+    char reason[160]; /* the last change, in words */
 } stk__autotune;
 
 /* Start with one thread and min(2, prefetch) batches ahead. */

@@ -99,8 +99,8 @@ static stk_status resolve_rank(const stk_loader_opts *o, uint32_t *rank, uint32_
                                    ">= 1 (or both -1 to read them from the environment)",
                                    (int)o->rank, (int)o->world);
     if (o->rank >= o->world)
-        return stk__set_last_error(STK_EINVAL, "rank %d is not below world size %d",
-                                   (int)o->rank, (int)o->world);
+        return stk__set_last_error(STK_EINVAL, "rank %d is not below world size %d", (int)o->rank,
+                                   (int)o->world);
     *rank = (uint32_t)o->rank;
     *world = (uint32_t)o->world;
     return STK_OK;
@@ -127,8 +127,9 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         return stk__set_last_error(STK_EINVAL, "batch size %" PRId64 " is invalid (must be >= 1)",
                                    opts->batch_size);
     if (opts->n_threads < 0)
-        return stk__set_last_error(STK_EINVAL, "thread count %d is invalid (must be >= 0; 0 = "
-                                               "one per CPU)",
+        return stk__set_last_error(STK_EINVAL,
+                                   "thread count %d is invalid (must be >= 0; 0 = "
+                                   "one per CPU)",
                                    (int)opts->n_threads);
     if (opts->prefetch < 0)
         return stk__set_last_error(STK_EINVAL, "prefetch %d is invalid (must be >= 1; 0 = default)",
@@ -251,8 +252,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
                 STK_FAIL(err, STK_ENOMEM, "out of memory allocating a %zu-byte read buffer",
                          w->scratch_size);
             if ((rc = stk__transform_worker_create(c->transform, &w->tw)) < 0)
-                STK_FAIL(err, rc, "cannot create transform worker state: %s",
-                         stk_last_errmsg());
+                STK_FAIL(err, rc, "cannot create transform worker state: %s", stk_last_errmsg());
         }
     }
     for (uint32_t i = 0; i < c->n_threads; i++) {
@@ -374,7 +374,8 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
             if (timeout_ms < 0)
                 pthread_cond_wait(&c->r.cv_ready, &c->r.mu);
             else
-                timed_out = pthread_cond_timedwait(&c->r.cv_ready, &c->r.mu, &deadline) == ETIMEDOUT;
+                timed_out =
+                    pthread_cond_timedwait(&c->r.cv_ready, &c->r.mu, &deadline) == ETIMEDOUT;
         }
         uint64_t t1 = stk__loader_now(c);
         atomic_fetch_add_explicit(&c->consumer_wait_ns, t1 - t0, memory_order_relaxed);
@@ -504,9 +505,9 @@ void stk_loader_stats_get(const stk_loader *L, stk_loader_stats *out)
         uint64_t fin = atomic_load_explicit(&w->finish_ns, memory_order_relaxed);
         uint64_t col = run > read + d + a + fin ? run - read - d - a - fin : 0;
         uint64_t seen = atomic_load_explicit(&w->collate_seen, memory_order_relaxed);
-        while (col > seen && !atomic_compare_exchange_weak_explicit(
-                                 &w->collate_seen, &seen, col, memory_order_relaxed,
-                                 memory_order_relaxed)) {
+        while (col > seen &&
+               !atomic_compare_exchange_weak_explicit(&w->collate_seen, &seen, col,
+                                                      memory_order_relaxed, memory_order_relaxed)) {
         }
         out->collate_ns += col > seen ? col : seen;
         out->finish_ns += fin;
@@ -531,4 +532,3 @@ void stk_loader_stats_get(const stk_loader *L, stk_loader_stats *out)
     snprintf(out->autotune_reason, sizeof(out->autotune_reason), "%s", c->at.reason);
     pthread_mutex_unlock(&c->r.mu);
 }
-

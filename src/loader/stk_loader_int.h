@@ -138,8 +138,7 @@ static inline void stk__loader_plan(const core *c, uint64_t start, stk_plan *p)
 }
 
 /* Append a trace event (by the buffer's own thread only; the device track under mu). */
-void stk__trace_add(const core *c, tbuf *b, uint32_t stage, uint64_t t0, uint64_t t1,
-                    uint32_t arg);
+void stk__trace_add(const core *c, tbuf *b, uint32_t stage, uint64_t t0, uint64_t t1, uint32_t arg);
 
 /* The worker thread (stk_worker.c); arg is its worker. */
 void *stk__worker_main(void *arg);

@@ -11,7 +11,6 @@
 
 #define STATE_VERSION 1
 
-
 stk_status stk_loader_state(const stk_loader *L, char *buf, size_t buf_size)
 {
     core *c = L->c;
@@ -69,8 +68,9 @@ stk_status stk_loader_load_state(stk_loader *L, const char *json)
         STK_FAIL(L->errmsg, STK_EINVAL, "state is NULL");
     const char *fmt = json_find(json, "format");
     if (!fmt || strncmp(fmt, "\"stoker-state\"", 14) != 0)
-        STK_FAIL(L->errmsg, STK_EINVAL, "not a stoker loader state (no \"format\": "
-                                        "\"stoker-state\")");
+        STK_FAIL(L->errmsg, STK_EINVAL,
+                 "not a stoker loader state (no \"format\": "
+                 "\"stoker-state\")");
     if (!json_u64(json, "version", &version))
         STK_FAIL(L->errmsg, STK_EINVAL, "state has no valid \"version\"");
     if (version > STATE_VERSION)
@@ -81,8 +81,9 @@ stk_status stk_loader_load_state(stk_loader *L, const char *json)
     if (!json_u64(json, "records", &records) || !json_u64(json, "seed", &seed) ||
         !json_u64(json, "epoch", &epoch) || !json_u64(json, "consumed", &consumed) || !fps ||
         *fps != '"')
-        STK_FAIL(L->errmsg, STK_EINVAL, "state is missing records, seed, epoch, consumed or "
-                                        "fingerprint");
+        STK_FAIL(L->errmsg, STK_EINVAL,
+                 "state is missing records, seed, epoch, consumed or "
+                 "fingerprint");
     fp = strtoull(fps + 1, NULL, 16);
     const char *sh = json_find(json, "shuffle");
     bool shuffle = sh && strncmp(sh, "true", 4) == 0;
@@ -92,8 +93,9 @@ stk_status stk_loader_load_state(stk_loader *L, const char *json)
                  "; this one has %" PRIu64 ", %016" PRIx64 ")",
                  records, fp, c->n, stk_dataset_fingerprint(c->ds));
     if (shuffle != c->shuffle)
-        STK_FAIL(L->errmsg, STK_EINVAL, "state was taken with shuffle=%s, this loader has "
-                                        "shuffle=%s",
+        STK_FAIL(L->errmsg, STK_EINVAL,
+                 "state was taken with shuffle=%s, this loader has "
+                 "shuffle=%s",
                  shuffle ? "true" : "false", c->shuffle ? "true" : "false");
     if (consumed > c->n + 0x7fffffffULL) /* padding is always below one world size */
         STK_FAIL(L->errmsg, STK_EINVAL, "state position %" PRIu64 " is past the epoch's end",

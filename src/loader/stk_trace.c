@@ -13,8 +13,7 @@ static const char *const tr_names[TR_N] = {
     "read",         "decode",     "augment",       "wait for slot", "wait for batch", "step",
     "finish (cpu)", "copy issue", "wait for copy", "copy",          "finish"};
 
-void stk__trace_add(const core *c, tbuf *b, uint32_t stage, uint64_t t0, uint64_t t1,
-                    uint32_t arg)
+void stk__trace_add(const core *c, tbuf *b, uint32_t stage, uint64_t t0, uint64_t t1, uint32_t arg)
 {
     uint32_t n = atomic_load_explicit(&b->n, memory_order_relaxed);
     if (n >= b->cap)
@@ -47,8 +46,8 @@ stk_status stk_loader_trace_write(const stk_loader *L, const char *path)
                               "tracing is off: create the loader with trace_events > 0");
     FILE *f = fopen(path, "w");
     if (!f)
-        return stk__set_error(((stk_loader *)L)->errmsg, sizeof(L->errmsg), STK_EIO,
-                              "%s: %s", path, strerror(errno));
+        return stk__set_error(((stk_loader *)L)->errmsg, sizeof(L->errmsg), STK_EIO, "%s: %s", path,
+                              strerror(errno));
     bool first = true;
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [");
     /* Track names: tid 0 is the consumer, tid k the worker k-1. */
@@ -75,7 +74,7 @@ stk_status stk_loader_trace_write(const stk_loader *L, const char *path)
     }
     fprintf(f, "\n]}\n");
     if (fclose(f) != 0)
-        return stk__set_error(((stk_loader *)L)->errmsg, sizeof(L->errmsg), STK_EIO,
-                              "%s: %s", path, strerror(errno));
+        return stk__set_error(((stk_loader *)L)->errmsg, sizeof(L->errmsg), STK_EIO, "%s: %s", path,
+                              strerror(errno));
     return STK_OK;
 }

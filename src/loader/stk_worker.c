@@ -90,22 +90,20 @@ static stk_status load_record(core *c, worker *w, stk__slot *s, uint32_t t, uint
             uint64_t d0 = 0, a0 = 0;
             if (w->trace.cap)
                 stk__transform_worker_stage_ns(w->tw, &d0, &a0);
-            rc = stk__transform_apply(c->transform, w->tw, w->scratch,
-                                      loc.field_size[tl->field], &rng,
-                                      s->mem + tl->offset + (size_t)t * tl->row_size, why,
+            rc = stk__transform_apply(c->transform, w->tw, w->scratch, loc.field_size[tl->field],
+                                      &rng, s->mem + tl->offset + (size_t)t * tl->row_size, why,
                                       sizeof(why));
             if (w->trace.cap) { /* split the call into its decode and augment slices */
                 uint64_t d1, a1;
                 stk__transform_worker_stage_ns(w->tw, &d1, &a1);
                 stk__trace_add(c, &w->trace, TR_DECODE, t1, t1 + (d1 - d0), t);
                 stk__trace_add(c, &w->trace, TR_AUGMENT, t1 + (d1 - d0), t1 + (d1 - d0) + (a1 - a0),
-                          t);
+                               t);
             }
             if (rc < 0)
-                return stk__set_error(err, err_size, rc,
-                                      "%s record %" PRIu64 " (global %" PRIu64 "): %s",
-                                      stk__dataset_shard_path(c->ds, loc.shard), loc.local, idx,
-                                      why);
+                return stk__set_error(
+                    err, err_size, rc, "%s record %" PRIu64 " (global %" PRIu64 "): %s",
+                    stk__dataset_shard_path(c->ds, loc.shard), loc.local, idx, why);
         }
     }
     return STK_OK;
@@ -150,8 +148,10 @@ static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t)
         } else {
             char first[STK_ERRMSG_SIZE];
             memcpy(first, err, sizeof(first));
-            snprintf(err, sizeof(err), "%.400s (on_error=skip: no good substitute among the "
-                     "next %d records)", first, SKIP_MAX_TRIES);
+            snprintf(err, sizeof(err),
+                     "%.400s (on_error=skip: no good substitute among the "
+                     "next %d records)",
+                     first, SKIP_MAX_TRIES);
             rc = STK_EFORMAT;
         }
     }
@@ -264,7 +264,8 @@ void *stk__worker_main(void *arg)
         if (c->claim_seq == c->open_seq) {
             /* The next batch is not open yet: open it when its slot is free and the depth
              * allows another batch ahead of the consumer. */
-            if (s->state != STK__SLOT_FREE || c->open_seq - c->c_seq >= c->at.depth || !open_batch(c)) {
+            if (s->state != STK__SLOT_FREE || c->open_seq - c->c_seq >= c->at.depth ||
+                !open_batch(c)) {
                 worker_wait(c, w);
                 continue;
             }
@@ -305,4 +306,3 @@ void *stk__worker_main(void *arg)
     pthread_mutex_unlock(&c->r.mu);
     return NULL;
 }
-

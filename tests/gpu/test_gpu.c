@@ -247,7 +247,8 @@ static int test_finish(void)
         return T_SKIP;
     for (size_t k = 0; k < 3; k++) {
         stk_transform *ref = fx_transform(true, FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc);
-        stk_transform *fin = fx_finish_transform(FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc, 0);
+        stk_transform *fin =
+            fx_finish_transform(FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc, 0);
         stk_loader *R = fx_img_loader(ref, 2, -1);
         stk_loader *L = fx_img_loader(fin, 4, 0);
         T_CHECK(ref && fin && R && L);

@@ -1137,7 +1137,8 @@ static int test_finish_invalid(void)
         {true, STK_DTYPE_FLOAT32, -0.5f, "flip probability"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        stk_transform *t = fx_transform_ex(bad[i].normalize, bad[i].dtype, false, true, bad[i].flip);
+        stk_transform *t =
+            fx_transform_ex(bad[i].normalize, bad[i].dtype, false, true, bad[i].flip);
         T_CHECK(t == NULL);
         T_CHECKF(strstr(stk_last_errmsg(), bad[i].msg), "\"%s\" lacks \"%s\"", stk_last_errmsg(),
                  bad[i].msg);

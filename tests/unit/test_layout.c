@@ -8,11 +8,11 @@
 #include "t.h"
 
 /* The schema of a shard with these fields, whose largest image is 900 bytes. */
-static const stk_field fields[4] = {{.name = "image", .kind = STK_FIELD_BYTES},
-                                    {.name = "label", .kind = STK_FIELD_INT64},
-                                    {.name = "weight", .kind = STK_FIELD_FLOAT32},
-                                    {.name = "box", .kind = STK_FIELD_ARRAY,
-                                     .dtype = STK_DTYPE_INT16, .ndim = 2, .shape = {2, 3}}};
+static const stk_field fields[4] = {
+    {.name = "image", .kind = STK_FIELD_BYTES},
+    {.name = "label", .kind = STK_FIELD_INT64},
+    {.name = "weight", .kind = STK_FIELD_FLOAT32},
+    {.name = "box", .kind = STK_FIELD_ARRAY, .dtype = STK_DTYPE_INT16, .ndim = 2, .shape = {2, 3}}};
 static const uint64_t max_size[4] = {900, 8, 4, 12};
 
 static int test_layout(void)
@@ -65,9 +65,10 @@ static int test_layout(void)
     T_CHECK(img.lengths == NULL);
 
     /* Sizes that overflow are refused with a message naming the field. */
-    stk__tspec huge = {.dtype = STK_DTYPE_FLOAT64, .ndim = 4,
-                       .shape = {1 << 20, 1 << 20, 1 << 20, 1 << 10}};
-    T_EQ(stk__layout_init(&lay, fields, max_size, 4, 0x7fffffff, 0, &huge, err, sizeof(err)), STK_ELIMIT);
+    stk__tspec huge = {
+        .dtype = STK_DTYPE_FLOAT64, .ndim = 4, .shape = {1 << 20, 1 << 20, 1 << 20, 1 << 10}};
+    T_EQ(stk__layout_init(&lay, fields, max_size, 4, 0x7fffffff, 0, &huge, err, sizeof(err)),
+         STK_ELIMIT);
     T_CHECK(strstr(err, "image"));
     uint64_t absurd[4] = {UINT64_MAX - 8, 8, 4, 12}; /* a bytes size from a corrupt index */
     T_EQ(stk__layout_init(&lay, fields, absurd, 4, 2, -1, NULL, err, sizeof(err)), STK_ELIMIT);
