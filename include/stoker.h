@@ -407,7 +407,8 @@ STK_API void stk_transform_opts_init(stk_transform_opts *opts);
 /** Compile a transform. The output size must be fixed by the ops (end with RandomResizedCrop,
  *  CenterCrop or Resize((h, w))).
  *  @return STK_OK (*out set), STK_EINVAL (bad parameter, output size not fixed, Normalize with
- *          uint8 output), STK_ENOMEM. Details in stk_last_errmsg().
+ *          uint8 output; with finish_on_device: a uint8 dtype, Normalize not last, a flip
+ *          probability outside [0, 1]), STK_ENOMEM. Details in stk_last_errmsg().
  *  Lifetime: *out until stk_transform_destroy. */
 STK_API stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out);
 
