@@ -240,9 +240,11 @@ PyTypeObject StkTransform_Type = {
     .tp_basicsize = sizeof(TransformObject),
     .tp_dealloc = (destructor)Transform_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Transform(ops, dtype='float32', layout='NCHW', exact=False, max_pixels=0): "
-              "compile a recipe name ('imagenet-train', 'imagenet-val') or a list of op dicts "
-              "({'kind': 'Resize', 'size': (256, 0)}, ...).",
+    .tp_doc = "Transform(ops, dtype='float32', layout='NCHW', exact=False, max_pixels=0, "
+              "finish=None): compile a recipe name ('imagenet-train', 'imagenet-val') or a list "
+              "of op dicts ({'kind': 'Resize', 'size': (256, 0)}, ...). finish='device': the "
+              "workers output uint8 [H, W, 3] and a loader finishes (layout, Normalize, dtype) "
+              "after its copy to the device; .output is the finished output.",
     .tp_new = Transform_new,
     .tp_getset = Transform_getset,
 };
