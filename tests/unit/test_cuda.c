@@ -1159,6 +1159,10 @@ static int test_finish_invalid(void)
     T_EQ(stk_transform_create(&to, &t), STK_EINVAL);
     T_CHECK(strstr(stk_last_errmsg(), "Normalize (ops[1]) must be the last op"));
     to.n_ops = 2;
+    ops[1].std[1] = 0; /* Normalize's parameters are checked as ever */
+    T_EQ(stk_transform_create(&to, &t), STK_EINVAL);
+    T_CHECK(strstr(stk_last_errmsg(), "std[1] must be finite and non-zero"));
+    ops[1].std[1] = 1;
     T_OK(stk_transform_create(&to, &t));
     stk_dtype dt;
     uint32_t ndim;
