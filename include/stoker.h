@@ -61,7 +61,7 @@ enum {
     STK_ENOMEM = -2,     /* out of memory */
     STK_EIO = -3,        /* I/O error (open, read, write, rename, mmap) */
     STK_EFORMAT = -4,    /* malformed or corrupt data (bad magic, checksum, truncated file) */
-    STK_ELIMIT = -5,     /* a limit was exceeded (pixels, record size, slot size) */
+    STK_ELIMIT = -5,     /* a limit was exceeded (pixels, record size, slot size, streams) */
     STK_ENOTSUP = -6,    /* not supported (format version, field kind, missing driver) */
     STK_ESTATE = -7,     /* call not valid in the object's current state */
     STK_ECANCELED = -8,  /* the operation was cancelled (loader closing) */
@@ -538,8 +538,8 @@ STK_API void stk_loader_destroy(stk_loader *loader);
  *  (the batch is dropped; the next call continues with the following batch) unless
  *  STK_LOADER_SKIP_CORRUPT replaced it.
  *  @return STK_OK (*out set), STK_END, STK_EBUSY (the slot the next batch needs is still held
- *          by the consumer: release the oldest batch, or raise prefetch; nothing changed), or <0 with the detail naming shard file and record in
- *          stk_loader_errmsg().
+ *          by the consumer: release the oldest batch, or raise prefetch; nothing changed), or
+ *          <0 with the detail naming shard file and record in stk_loader_errmsg().
  *  Lifetime: *out stays valid until stk_batch_release(*out).
  *  Threads: one consumer thread at a time. */
 STK_API stk_status stk_loader_next(stk_loader *loader, stk_batch **out);

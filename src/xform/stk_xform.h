@@ -50,7 +50,8 @@ struct stk_transform {
      * Normalize), mean (0); set only where the arithmetic was checked equal to lut_f32 on all 256
      * values at create. */
     bool store_arith;
-    float st_rstd[3], st_std[3], st_mean[3];    stk__finish fin; /* finishing after the copy (stk_finish_opts.c); ops, dtype, nhwc above are
+    float st_rstd[3], st_std[3], st_mean[3];
+    stk__finish fin; /* finishing after the copy (stk_finish_opts.c); ops, dtype, nhwc above are
                       * then the workers' part: uint8 [H, W, 3] */
 };
 
