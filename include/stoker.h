@@ -61,11 +61,12 @@ enum {
     STK_ENOMEM = -2,     /* out of memory */
     STK_EIO = -3,        /* I/O error (open, read, write, rename, mmap) */
     STK_EFORMAT = -4,    /* malformed or corrupt data (bad magic, checksum, truncated file) */
-    STK_ELIMIT = -5,     /* a limit was exceeded (pixels, record size, ring slots) */
+    STK_ELIMIT = -5,     /* a limit was exceeded (pixels, record size, slot size, streams) */
     STK_ENOTSUP = -6,    /* not supported (format version, field kind, missing driver) */
     STK_ESTATE = -7,     /* call not valid in the object's current state */
     STK_ECANCELED = -8,  /* the operation was cancelled (loader closing) */
-    STK_EAGAIN = -9      /* nothing ready before the timeout: call again (nothing changed) */
+    STK_EAGAIN = -9,     /* nothing ready before the timeout: call again (nothing changed) */
+    STK_EBUSY = -10      /* the next ring slot is held by the caller: release the oldest batch */
 };
 
 /** Static English text for a status code ("invalid argument", ...); never NULL, also for
@@ -486,6 +487,13 @@ typedef struct stk_transform_opts {
     bool nhwc;           /* output layout HWC per sample (default false: CHW) */
     bool exact;          /* decode at full scale: no DCT-domain downscaling (default false) */
     uint64_t max_pixels; /* larger images fail with STK_ELIMIT (default 64 Mpx) */
+    bool finish_on_device; /* the workers output uint8 [H, W, 3] and the loader finishes (layout,
+                            * x/255, Normalize's (x-mean)/std, the dtype cast) after the copy, on
+                            * the device when it can, else on the CPU; needs a float dtype and
+                            * Normalize (if any) last. stk_transform_output still gives the
+                            * finished output. (default false) */
+    float finish_flip;     /* with finish_on_device: mirror each sample with this probability,
+                            * from its own random stream (default 0) */
 } stk_transform_opts;
 
 STK_API void stk_transform_opts_init(stk_transform_opts *opts);
@@ -493,7 +501,8 @@ STK_API void stk_transform_opts_init(stk_transform_opts *opts);
 /** Compile a transform. The output size must be fixed by the ops (end with RandomResizedCrop,
  *  CenterCrop or Resize((h, w))).
  *  @return STK_OK (*out set), STK_EINVAL (bad parameter, output size not fixed, Normalize with
- *          uint8 output), STK_ENOMEM. Details in stk_last_errmsg().
+ *          uint8 output; with finish_on_device: a uint8 dtype, Normalize not last, a flip
+ *          probability outside [0, 1]), STK_ENOMEM. Details in stk_last_errmsg().
  *  Lifetime: *out until stk_transform_destroy. */
 STK_API stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out);
 
@@ -583,18 +592,9 @@ typedef struct stk_loader_opts {
     uint64_t pinned_limit;       /* cap in bytes on page-locked memory held by all loaders of the
                                     process; a ring that would exceed it stays pageable. 0 = env
                                     STOKER_PINNED_LIMIT (e.g. "8G"), else 1/4 of RAM (default) */
-    stk_dtype finish_dtype;      /* finishing of the field `transform_field` (a uint8 [H, W, 3]
-                                    transform output or array field): FLOAT32, FLOAT16 or
-                                    BFLOAT16 turn it on; UINT8 = off (default). On the device
-                                    when there is one and the kernel loads, else on the CPU.
-                                    stk_batch_device_tensor shows the finished tensor;
-                                    stk_batch_tensor shows it after CPU finishing, the uint8
-                                    input when the device finishes */
-    bool finish_nhwc;            /* finishing output layout [H, W, 3] (default false: [3, H, W]) */
-    float finish_mean[3];        /* finishing: (x / 255 - mean) / std per channel, torchvision's */
-    float finish_std[3];         /* ToTensor + Normalize in float32 (default 0 and 1) */
-    float finish_flip;           /* finishing mirrors each sample with this probability, drawn
-                                    from the sample's own random stream (default 0) */
+    /* Finishing (normalise, cast, layout after the copy) is the transform's:
+     * stk_transform_opts.finish_on_device. stk_batch_device_tensor shows the finished tensor;
+     * stk_batch_tensor shows it after CPU finishing, the uint8 input when the device finishes. */
     const char *format;          /* with paths: the dataset's format (stk_dataset_opts.format);
                                     NULL = detect it (default); copied */
 } stk_loader_opts;
@@ -614,7 +614,8 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
  *  A device that cannot be used (no driver, no such device) is not an error: the loader runs on
  *  the host and stk_loader_stats.device_reason says why (docs/gpu.md).
  *  @return STK_OK (*out set), STK_EINVAL (batch size 0, negative threads, rank >= world, no
- *          data, empty dataset, unknown field, bad finishing options), STK_EIO/STK_EFORMAT/
+ *          data, empty dataset, unknown field), STK_ELIMIT (batch slot too large; finishing
+ *          over 2^32 pixels per batch), STK_EIO/STK_EFORMAT/
  *          STK_ENOTSUP (from opening the dataset), STK_ENOMEM (also: device buffers).
  *          Details in stk_last_errmsg().
  *  Lifetime: *out until stk_loader_destroy(*out). */
@@ -632,9 +633,9 @@ STK_API void stk_loader_destroy(stk_loader *loader);
  *  epoch (epochs advance by themselves). A failed sample makes this call return its error
  *  (the batch is dropped; the next call continues with the following batch) unless
  *  STK_LOADER_SKIP_CORRUPT replaced it.
- *  @return STK_OK (*out set), STK_END, STK_ELIMIT (every ring slot is held by the consumer:
- *          release one), or <0 with the detail naming shard file and record in
- *          stk_loader_errmsg().
+ *  @return STK_OK (*out set), STK_END, STK_EBUSY (the slot the next batch needs is still held
+ *          by the consumer: release the oldest batch, or raise prefetch; nothing changed), or
+ *          <0 with the detail naming shard file and record in stk_loader_errmsg().
  *  Lifetime: *out stays valid until stk_batch_release(*out).
  *  Threads: one consumer thread at a time. */
 STK_API stk_status stk_loader_next(stk_loader *loader, stk_batch **out);
@@ -808,7 +809,7 @@ STK_API void stk_batch_release(stk_batch *b);
  * context, the one the CUDA runtime and PyTorch use.
  * ------------------------------------------------------------------------------------------- */
 
-/** Where finishing (stk_loader_opts.finish_dtype) runs. */
+/** Where finishing (stk_transform_opts.finish_on_device) runs. */
 typedef enum stk_finish_where {
     STK_FINISH_NONE = 0,  /* not requested */
     STK_FINISH_CPU = 1,   /* on the worker threads: no device, or the kernel could not be loaded */

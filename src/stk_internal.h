@@ -52,26 +52,10 @@ void *stk__calloc(size_t n, size_t size); /* checks n*size for overflow */
 void *stk__realloc(void *p, size_t size);
 void stk__free(void *p);
 char *stk__strdup(const char *s);
-/* 64-byte aligned buffer for ring slots, the one place ring memory is allocated. With
- * want_pinned (and a CUDA context current on the thread) it is page-locked when the process-wide
- * count of pinned bytes stays within `limit` (0 = stk__pinned_limit_default()); *pinned reports
- * it, and when it is not, why (why_size bytes) says why. Free with stk__slot_free. */
-void *stk__slot_alloc_ex(size_t size, bool want_pinned, uint64_t limit, bool *pinned, char *why,
-                         size_t why_size);
-/* stk__slot_alloc_ex with the default limit, the reason dropped. */
-void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned);
-void stk__slot_free(void *p, size_t size, bool pinned);
-/* Page-locked bytes held by all ring slots of the process, and the default cap on them (env
- * STOKER_PINNED_LIMIT, e.g. "8G", else a quarter of physical memory; read once). */
-uint64_t stk__pinned_total(void);
-uint64_t stk__pinned_limit_default(void);
+/* Whether this allocation is the one STK_FAULT_ALLOC (debug builds) makes fail; counts it. For
+ * allocators outside stk_alloc.c (ring slots, src/batch/stk_pinned.c). */
+int stk__fault_alloc_hit(void);
 
-/* ---- CUDA (src/cuda/stk_cuda.c; no CUDA types here) ---- */
-
-/* cuMemHostAlloc (portable) with the current context; STK_ENOTSUP without a driver, STK_ENOMEM
- * when the driver refuses; the reason in why. */
-stk_status stk__cuda_host_alloc(size_t size, void **p, char *why, size_t why_size);
-void stk__cuda_host_free(void *p);
 /* Overflow-checked a*b; returns false on overflow. */
 static inline bool stk__mul_ok(size_t a, size_t b, size_t *out)
 {
@@ -92,7 +76,7 @@ static inline uint64_t stk__mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* ---- sampler (src/loader/stk_sampler.c) ---- */
+/* ---- random stream (src/common/stk_rng.c) ---- */
 
 /* One Philox4x32-10 block (exposed for the known-answer tests). */
 void stk__philox_block(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
@@ -122,6 +106,19 @@ typedef struct stk__tworker stk__tworker;
 
 /* Implemented by the image pipeline (src/xform/stk_transform.c). */
 void stk__transform_spec(const stk_transform *t, stk__tspec *out);
+
+/* A transform's finishing (stk_transform_opts.finish_on_device): what the loader applies after
+ * the workers' uint8 output, on the device when it can, else on the CPU. */
+typedef struct stk__finish {
+    bool on;
+    stk_dtype dtype; /* float32, float16 or bfloat16 */
+    bool nhwc;       /* [H, W, 3] out, else [3, H, W] */
+    float mean[3], std[3];
+    float flip; /* mirror probability, [0, 1] */
+} stk__finish;
+/* The transform's finishing (on = false when it has none). When on, stk__transform_spec gives the
+ * workers' output, uint8 [H, W, 3]. (src/xform/stk_finish_opts.c) */
+void stk__transform_finish(const stk_transform *t, stk__finish *out);
 stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **out);
 void stk__transform_worker_destroy(stk__tworker *w);
 /* Decode/augment `src` (size bytes) into `dst` (one sample's output, laid out per the spec),

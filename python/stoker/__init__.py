@@ -10,13 +10,14 @@ Dataset (any format: .stk, ImageFolder, .npy; see formats), Writer, write_shard,
 dataset to .stk shards), pack_image_folder, transforms (alias ops), cuda_probe (can
 stoker copy to this GPU itself, and if not why), and the exceptions: Error and its per-status subclasses StokerInvalidError (also a
 ValueError), StokerMemoryError (MemoryError), StokerIOError (OSError), StokerFormatError,
-StokerLimitError, StokerNotSupportedError, StokerStateError (RuntimeError) and
-StokerCanceledError. docs/python.md is the manual.
+StokerLimitError (and its subclass StokerBusyError: the next ring slot is still held),
+StokerNotSupportedError, StokerStateError (RuntimeError) and StokerCanceledError. docs/python.md is the manual.
 """
 from . import _core
-from ._core import (Error, StokerCanceledError, StokerFormatError, StokerInvalidError,
-                    StokerIOError, StokerLimitError, StokerMemoryError, StokerNotSupportedError,
-                    StokerStateError, cuda_probe, epoch_order, has_transforms)
+from ._core import (Error, StokerBusyError, StokerCanceledError, StokerFormatError,
+                    StokerInvalidError, StokerIOError, StokerLimitError, StokerMemoryError,
+                    StokerNotSupportedError, StokerStateError, cuda_probe, epoch_order,
+                    has_transforms)
 from . import transforms
 from .dataset import Dataset, Writer, formats, pack, pack_image_folder, write_shard
 from .loader import Batch, Loader
@@ -29,5 +30,5 @@ __all__ = [
     "Loader", "Batch", "profile", "Profile", "Dataset", "Writer", "write_shard", "pack", "pack_image_folder", "formats", "transforms",
     "ops", "has_transforms", "cuda_probe", "epoch_order", "Error", "StokerInvalidError", "StokerMemoryError",
     "StokerIOError", "StokerFormatError", "StokerLimitError", "StokerNotSupportedError",
-    "StokerStateError", "StokerCanceledError", "__version__",
+    "StokerStateError", "StokerCanceledError", "StokerBusyError", "__version__",
 ]

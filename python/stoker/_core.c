@@ -16,6 +16,8 @@
  *   STK_ENOTSUP   StokerNotSupportedError
  *   STK_ESTATE    StokerStateError        (RuntimeError)
  *   STK_ECANCELED StokerCanceledError
+ *   STK_EBUSY     StokerBusyError         (StokerLimitError: code that caught the ring-slots
+ *                                          STK_ELIMIT of older versions still catches it)
  * Every class carries `status` (the stk_status number) as a class attribute.
  */
 #include "_core.h"
@@ -30,6 +32,7 @@ typedef struct exc_entry {
     stk_status status;
     const char *name;    /* attribute name in the module */
     const char *builtin; /* name of a builtin base, or NULL */
+    stk_status parent;   /* the class of an earlier entry to derive from instead of Error; 0 */
     const char *doc;
     PyObject *cls;
 } exc_entry;
@@ -37,21 +40,23 @@ typedef struct exc_entry {
 static PyObject *error_base;
 
 static exc_entry exc_table[] = {
-    {STK_EINVAL, "StokerInvalidError", "ValueError", "Invalid argument (STK_EINVAL).", NULL},
-    {STK_ENOMEM, "StokerMemoryError", "MemoryError", "Out of memory (STK_ENOMEM).", NULL},
-    {STK_EIO, "StokerIOError", "OSError", "I/O error: open, read, mmap (STK_EIO).", NULL},
-    {STK_EFORMAT, "StokerFormatError", NULL,
+    {STK_EINVAL, "StokerInvalidError", "ValueError", 0, "Invalid argument (STK_EINVAL).", NULL},
+    {STK_ENOMEM, "StokerMemoryError", "MemoryError", 0, "Out of memory (STK_ENOMEM).", NULL},
+    {STK_EIO, "StokerIOError", "OSError", 0, "I/O error: open, read, mmap (STK_EIO).", NULL},
+    {STK_EFORMAT, "StokerFormatError", NULL, 0,
      "Malformed or corrupt data: bad magic, checksum, truncated file, undecodable image "
      "(STK_EFORMAT).",
      NULL},
-    {STK_ELIMIT, "StokerLimitError", NULL,
-     "A limit was exceeded: pixels, record size, ring slots held (STK_ELIMIT).", NULL},
-    {STK_ENOTSUP, "StokerNotSupportedError", NULL,
+    {STK_ELIMIT, "StokerLimitError", NULL, 0,
+     "A limit was exceeded: pixels, record size, streams per batch (STK_ELIMIT).", NULL},
+    {STK_ENOTSUP, "StokerNotSupportedError", NULL, 0,
      "Not supported: format version, field kind, missing driver (STK_ENOTSUP).", NULL},
-    {STK_ESTATE, "StokerStateError", "RuntimeError",
+    {STK_ESTATE, "StokerStateError", "RuntimeError", 0,
      "Call not valid in the object's current state (STK_ESTATE).", NULL},
-    {STK_ECANCELED, "StokerCanceledError", NULL, "The operation was cancelled (STK_ECANCELED).",
+    {STK_ECANCELED, "StokerCanceledError", NULL, 0, "The operation was cancelled (STK_ECANCELED).",
      NULL},
+    {STK_EBUSY, "StokerBusyError", NULL, STK_ELIMIT,
+     "The next ring slot is held by the caller: release the oldest batch (STK_EBUSY).", NULL},
 };
 #define N_EXC (sizeof(exc_table) / sizeof(exc_table[0]))
 
@@ -89,13 +94,17 @@ static int add_exceptions(PyObject *m)
     for (size_t i = 0; i < N_EXC; i++) {
         exc_entry *e = &exc_table[i];
         PyObject *bases, *dict, *st;
+        PyObject *parent = error_base;
+        for (size_t k = 0; k < i && e->parent; k++)
+            if (exc_table[k].status == e->parent)
+                parent = exc_table[k].cls;
         if (e->builtin) {
             PyObject *b = PyDict_GetItemString(builtins, e->builtin); /* borrowed */
             if (!b)
                 return -1;
-            bases = PyTuple_Pack(2, error_base, b);
+            bases = PyTuple_Pack(2, parent, b);
         } else {
-            bases = PyTuple_Pack(1, error_base);
+            bases = PyTuple_Pack(1, parent);
         }
         dict = PyDict_New();
         st = PyLong_FromLong(e->status);
@@ -391,7 +400,8 @@ PyMODINIT_FUNC PyInit__core(void)
                   {"EINVAL", STK_EINVAL}, {"ENOMEM", STK_ENOMEM},
                   {"EIO", STK_EIO},       {"EFORMAT", STK_EFORMAT},
                   {"ELIMIT", STK_ELIMIT}, {"ENOTSUP", STK_ENOTSUP},
-                  {"ESTATE", STK_ESTATE}, {"ECANCELED", STK_ECANCELED}};
+                  {"ESTATE", STK_ESTATE}, {"ECANCELED", STK_ECANCELED},
+                  {"EBUSY", STK_EBUSY}};
     for (size_t i = 0; i < sizeof(consts) / sizeof(consts[0]); i++)
         if (PyModule_AddIntConstant(m, consts[i].name, consts[i].v) < 0)
             goto fail;

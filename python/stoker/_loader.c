@@ -599,8 +599,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         "data",   "batch_size", "num_threads", "prefetch",        "seed",
         "rank",   "world",      "shuffle",     "drop_last",       "skip_corrupt",
         "verify", "pinned",     "transform",   "transform_field", "autotune",
-        "trace_events", "device", "pinned_limit", "finish_dtype", "finish_nhwc", "finish_mean",
-        "finish_std", "finish_flip", NULL};
+        "trace_events", "device", "pinned_limit", NULL};
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
     int n_threads = 0, prefetch = 0, rank = -1, world = -1;
@@ -608,27 +607,18 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     int shuffle = 0, drop_last = 0, skip_corrupt = 0, verify = 1, pinned = 0, autotune = 0;
     unsigned int trace_events = 0;
     const char *tfield = "image";
-    int device = -1, finish_nhwc = 0;
+    int device = -1;
     unsigned long long pinned_limit = 0;
-    PyObject *finish_dtype = Py_None;
-    float mean[3] = {0, 0, 0}, std[3] = {1, 1, 1}, flip = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspIiKOp(fff)(fff)f:Loader", kwlist,
-                                     &data, &batch_size, &n_threads, &prefetch, &seed, &rank,
-                                     &world, &shuffle, &drop_last, &skip_corrupt, &verify, &pinned,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspIiK:Loader", kwlist, &data,
+                                     &batch_size, &n_threads, &prefetch, &seed, &rank, &world,
+                                     &shuffle, &drop_last, &skip_corrupt, &verify, &pinned,
                                      &transform, &tfield, &autotune, &trace_events, &device,
-                                     &pinned_limit, &finish_dtype, &finish_nhwc, &mean[0], &mean[1],
-                                     &mean[2], &std[0], &std[1], &std[2], &flip))
+                                     &pinned_limit))
         return NULL;
     stk_loader_opts o;
     stk_loader_opts_init(&o);
     o.device = device;
     o.pinned_limit = pinned_limit;
-    if (finish_dtype != Py_None && stkpy_parse_dtype(finish_dtype, &o.finish_dtype) < 0)
-        return NULL;
-    o.finish_nhwc = finish_nhwc != 0;
-    memcpy(o.finish_mean, mean, sizeof(mean));
-    memcpy(o.finish_std, std, sizeof(std));
-    o.finish_flip = flip;
     PyObject *keep = NULL, *dataset_ref = NULL, *transform_ref = NULL;
     const char **paths = NULL;
     if (PyObject_TypeCheck(data, &StkDataset_Type)) {
@@ -1075,9 +1065,7 @@ PyTypeObject StkLoader_Type = {
     .tp_doc = "Loader(data, batch_size=256, num_threads=0, prefetch=0, seed=0, rank=-1, "
               "world=-1, shuffle=False, drop_last=False, skip_corrupt=False, verify=True, "
               "pinned=False, transform=None, transform_field='image', autotune=False, "
-              "trace_events=0, device=-1, pinned_limit=0, finish_dtype=None, finish_nhwc=False, "
-              "finish_mean=(0, 0, 0), finish_std=(1, 1, 1), finish_flip=0.0): the C loader with C "
-              "semantics (num_threads 0 = one per CPU, prefetch = ring slots, 0 = default). "
+              "trace_events=0, device=-1, pinned_limit=0): the C loader with C semantics (num_threads 0 = one per CPU, prefetch = ring slots, 0 = default). "
               "next() returns a Batch; the end of an epoch is StopIteration, and the next call "
               "starts the next epoch.",
     .tp_new = Loader_new,

@@ -124,13 +124,13 @@ static int parse_op(PyObject *d, stk_op *op)
 
 static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"ops", "dtype", "layout", "exact", "max_pixels", NULL};
+    static char *kwlist[] = {"ops", "dtype", "layout", "exact", "max_pixels", "finish", NULL};
     PyObject *ops_obj, *dtype_obj = NULL;
-    const char *layout = "NCHW";
+    const char *layout = "NCHW", *finish = NULL;
     int exact = 0;
     unsigned long long max_pixels = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OspK:Transform", kwlist, &ops_obj, &dtype_obj,
-                                     &layout, &exact, &max_pixels))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OspKz:Transform", kwlist, &ops_obj, &dtype_obj,
+                                     &layout, &exact, &max_pixels, &finish))
         return NULL;
     stk_transform_opts o;
     stk_transform_opts_init(&o);
@@ -143,6 +143,9 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     else
         return stkpy_invalid("layout must be 'NCHW' or 'NHWC', not '%s'", layout);
     o.exact = exact != 0;
+    if (finish && strcmp(finish, "device") != 0)
+        return stkpy_invalid("finish must be 'device' or None, not '%s'", finish);
+    o.finish_on_device = finish != NULL; /* the loader normalises and casts after the copy */
     if (max_pixels)
         o.max_pixels = max_pixels;
     stk_transform *t = NULL;
@@ -153,7 +156,7 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         const char *name = PyUnicode_AsUTF8(ops_obj);
         if (!name)
             return NULL;
-        if (o.dtype != STK_DTYPE_FLOAT32 || o.nhwc || max_pixels)
+        if (o.dtype != STK_DTYPE_FLOAT32 || o.nhwc || max_pixels || finish)
             return stkpy_invalid("recipe '%s' is float32 NCHW; build the ops yourself for "
                                  "another dtype or layout",
                                  name);
@@ -237,9 +240,11 @@ PyTypeObject StkTransform_Type = {
     .tp_basicsize = sizeof(TransformObject),
     .tp_dealloc = (destructor)Transform_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Transform(ops, dtype='float32', layout='NCHW', exact=False, max_pixels=0): "
-              "compile a recipe name ('imagenet-train', 'imagenet-val') or a list of op dicts "
-              "({'kind': 'Resize', 'size': (256, 0)}, ...).",
+    .tp_doc = "Transform(ops, dtype='float32', layout='NCHW', exact=False, max_pixels=0, "
+              "finish=None): compile a recipe name ('imagenet-train', 'imagenet-val') or a list "
+              "of op dicts ({'kind': 'Resize', 'size': (256, 0)}, ...). finish='device': the "
+              "workers output uint8 [H, W, 3] and a loader finishes (layout, Normalize, dtype) "
+              "after its copy to the device; .output is the finished output.",
     .tp_new = Transform_new,
     .tp_getset = Transform_getset,
 };

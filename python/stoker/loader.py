@@ -398,10 +398,7 @@ class Loader:
         while True:
             try:
                 raw = next(core, None)
-            except _core.StokerLimitError as e:
-                if "ring slots" not in str(e):
-                    self._after_error()
-                    raise  # a sample over a limit (max_pixels): that batch's error
+            except _core.StokerBusyError:  # the slot the next batch needs is still held
                 self._relieve_ring()
                 core = self._core
                 continue

@@ -373,26 +373,21 @@ def compile(transforms, dtype=None, layout=None, exact=None):
 
 
 def compile_for_device(transforms):
-    """Split `transforms` for a loader that copies to a GPU: (the C transform, finishing
-    arguments for stoker._core.Loader or None). When the output is floating point and Normalize
-    (if any) is the last op, the CPU part stops at uint8 [H, W, 3] (4x fewer bytes to copy) and
-    the loader finishes on the device: layout, (x / 255 - mean) / std and the cast, as the CPU
-    store would have done. Otherwise (uint8 output, a prebuilt Transform) nothing is split."""
+    """Compile `transforms` for a loader that copies to a GPU: (the C transform, None). When
+    the output is floating point and Normalize (if any) is the last op, the transform is built
+    with finish="device": its CPU part stops at uint8 [H, W, 3] (4x fewer bytes to copy) and the
+    loader finishes on the device: layout, (x / 255 - mean) / std and the cast, as the CPU store
+    would have done. Otherwise (uint8 output, a prebuilt Transform) nothing is split."""
     if transforms is None or isinstance(transforms, _core.Transform):
         return compile(transforms), None
     if isinstance(transforms, str):
         transforms = _recipe_compose(_recipe(transforms))
     ops, out_dtype, layout, exact = _ops_and_options(transforms, None, None, None)
-    mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
     norms = [i for i, op in enumerate(ops) if isinstance(op, Normalize)]
     if out_dtype == "uint8" or len(norms) > 1 or (norms and norms[0] != len(ops) - 1):
         return compile(transforms), None
-    if norms:
-        mean, std = ops[-1].mean, ops[-1].std
-        ops = ops[:-1]
-    if not ops:
+    if len(ops) == len(norms):
         return compile(transforms), None
-    core = _core.Transform([op.to_dict() for op in ops], dtype="uint8", layout="NHWC",
-                           exact=exact)
-    return core, dict(finish_dtype=out_dtype, finish_nhwc=layout == "NHWC", finish_mean=mean,
-                      finish_std=std)
+    core = _core.Transform([op.to_dict() for op in ops], dtype=out_dtype, layout=layout,
+                           exact=exact, finish="device")
+    return core, None

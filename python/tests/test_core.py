@@ -32,6 +32,7 @@ def test_exception_table():
         _core.ENOTSUP: (stoker.StokerNotSupportedError, None),
         _core.ESTATE: (stoker.StokerStateError, RuntimeError),
         _core.ECANCELED: (stoker.StokerCanceledError, None),
+        _core.EBUSY: (stoker.StokerBusyError, stoker.StokerLimitError),  # old except still works
     }
     for status, (cls, builtin) in table.items():
         assert issubclass(cls, stoker.Error)
@@ -183,8 +184,9 @@ def test_slot_released_when_last_view_dies(ds_small):
     assert wb() is not None  # still referenced through the numpy view
     b2 = next(core)  # 2 slots: holding one while taking the next is fine
     del b2
-    with pytest.raises(stoker.StokerLimitError):  # batch 2 needs batch 0's slot
+    with pytest.raises(stoker.StokerBusyError) as e:  # batch 2 needs batch 0's slot
         next(core)
+    assert e.value.status == _core.EBUSY and "release the oldest batch" in str(e.value)
     assert view.tolist() == [21, 28]
     del label, view
     gc.collect()

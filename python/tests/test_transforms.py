@@ -206,6 +206,26 @@ def test_output_dtypes_and_layout(packed):
 
 
 @needs_pipeline
+def test_finish_split_equals_the_whole_transform(packed):
+    """A transform built with finish="device" runs its uint8 part on the workers and leaves the
+    rest (layout, Normalize, cast) to the loader; without a device the loader finishes on the
+    CPU, with the same values as the whole transform, and .output is the finished output."""
+    ops = [op.to_dict() for op in [T.CenterCrop(20), T.Normalize((0.5, 0.4, 0.3), (0.2, 0.3, 0.4))]]
+    whole = stoker._core.Transform(ops, dtype="float16")
+    split = stoker._core.Transform(ops, dtype="float16", finish="device")
+    assert split.output == whole.output == {"dtype": "float16", "shape": (3, 20, 20)}
+    a = torch.cat([b["image"].clone() for b in _make(packed, 8, transforms=whole)])
+    loader = _make(packed, 8, transforms=split)
+    got = torch.cat([b["image"].clone() for b in loader])
+    assert loader.stats()["finish"] == "cpu"
+    assert got.dtype == torch.float16 and torch.equal(got, a)
+    with pytest.raises(stoker.StokerInvalidError, match="must be the last op"):
+        stoker._core.Transform(ops + [T.RandomHorizontalFlip().to_dict()], finish="device")
+    with pytest.raises(stoker.StokerInvalidError, match="not uint8"):
+        stoker._core.Transform(ops[:1], dtype="uint8", finish="device")
+
+
+@needs_pipeline
 def test_undecodable_image_names_the_record(folder, tmp_path):
     bad = tmp_path / "bad"
     for cls in ("a", "b"):

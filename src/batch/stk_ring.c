@@ -1,102 +1,204 @@
 /*
- * stk_ring.c: the layout of a batch slot (see stk_ring.h). Every tensor starts on a 64-byte
- * boundary; a bytes field gets rows of `stride` bytes (its largest record rounded up to 64) and
- * an int64 lengths vector. The slot is allocated once per ring entry by the loader through
- * stk__slot_alloc, the one function that can make it pinned.
+ * stk_ring.c: the batch ring's slots, tickets, errors and reference count (stk_ring.h), and the
+ * public stk_batch_* accessors of a batch's host side.
  */
-#include "stk_ring.h"
+#include "batch/stk_ring.h"
+#include "batch/stk_pinned.h"
 
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
-/* Append `size` bytes (64-byte aligned) to the slot; false on overflow. */
-static bool grow(size_t *total, size_t size, size_t *offset)
+void stk__ring_init(stk__ring *r)
 {
-    size_t at = (size_t)STK_ALIGN_UP(*total, 64);
-    if (at < *total || at + size < at)
-        return false;
-    *offset = at;
-    *total = at + size;
-    return true;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv_work, NULL);
+    pthread_condattr_t ca; /* timed waits (stk_loader_next_timeout) use CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv_ready, &ca);
+    pthread_condattr_destroy(&ca);
+    r->pid = getpid();
+    r->refs = 1;
 }
 
-stk_status stk__layout_init(stk__layout *lay, const stk_dataset *ds, uint32_t batch_size,
-                            int tfield, const stk__tspec *tspec, char *err, size_t err_size)
+stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool want_pinned,
+                           uint64_t limit, stk__devcopy *dc, char *why, size_t why_size, char *err,
+                           size_t err_size)
 {
-    memset(lay, 0, sizeof(*lay));
-    lay->batch_size = batch_size;
-    size_t total = 0, nf = stk_dataset_n_fields(ds);
-    for (size_t f = 0; f <= nf; f++) {
-        stk__tlayout *t = &lay->t[lay->n_tensors++];
-        t->lengths_offset = SIZE_MAX;
-        t->field = f < nf ? (int)f : -1;
-        size_t elems = 1;
-        if (f == nf) { /* the "index" tensor */
-            snprintf(t->name, sizeof(t->name), "index");
-            t->dtype = STK_DTYPE_INT64;
-        } else if ((int)f == tfield) {
-            const stk_field *fd = stk_dataset_field(ds, f);
-            snprintf(t->name, sizeof(t->name), "%s", fd->name);
-            t->transformed = true;
-            t->dtype = tspec->dtype;
-            t->ndim = tspec->ndim;
-            for (uint32_t d = 0; d < tspec->ndim; d++) {
-                t->shape[d] = tspec->shape[d];
-                if (tspec->shape[d] < 0 || !stk__mul_ok(elems, (size_t)tspec->shape[d], &elems))
-                    goto too_large;
-            }
-        } else {
-            const stk_field *fd = stk_dataset_field(ds, f);
-            snprintf(t->name, sizeof(t->name), "%s", fd->name);
-            switch (fd->kind) {
-            case STK_FIELD_BYTES:
-                t->bytes = true;
-                t->dtype = STK_DTYPE_UINT8;
-                t->ndim = 1;
-                t->shape[0] = (int64_t)STK_ALIGN_UP(stk_dataset_field_max_size(ds, f), 64);
-                elems = (size_t)t->shape[0];
-                break;
-            case STK_FIELD_INT64: t->dtype = STK_DTYPE_INT64; break;
-            case STK_FIELD_FLOAT32: t->dtype = STK_DTYPE_FLOAT32; break;
-            case STK_FIELD_ARRAY:
-                t->dtype = fd->dtype;
-                t->ndim = fd->ndim;
-                for (uint32_t d = 0; d < fd->ndim; d++) {
-                    t->shape[d] = fd->shape[d];
-                    /* the shape comes from the shard's schema: untrusted */
-                    if (fd->shape[d] < 0 || !stk__mul_ok(elems, (size_t)fd->shape[d], &elems))
-                        goto too_large;
-                }
-                break;
-            }
-        }
-        size_t row, all;
-        if (!stk__mul_ok(elems, stk_dtype_size(t->dtype), &row) ||
-            !stk__mul_ok(row, batch_size, &all) || !grow(&total, all, &t->offset))
-            goto too_large;
-        t->row_size = row;
-        if (t->bytes && !grow(&total, sizeof(int64_t) * batch_size, &t->lengths_offset))
-            return stk__set_error(err, err_size, STK_ELIMIT, "batch slot too large");
+    r->slots = stk__calloc(n_slots, sizeof(stk__slot));
+    if (!r->slots)
+        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory allocating %u ring slots",
+                              n_slots);
+    r->n_slots = n_slots;
+    r->slot_alloc = size;
+    r->pinned = want_pinned;
+    for (uint32_t i = 0; i < n_slots; i++) {
+        stk__slot *s = &r->slots[i];
+        bool pinned = false;
+        char note[STK_ERRMSG_SIZE] = "";
+        s->mem = stk__slot_alloc_ex(size, want_pinned, limit, &pinned, note, sizeof(note));
+        if (!s->mem)
+            return stk__set_error(err, err_size, STK_ENOMEM,
+                                  "out of memory allocating a ring slot of %zu bytes", size);
+        if (want_pinned && !pinned && r->pinned)
+            snprintf(why, why_size, "%s", note);
+        r->pinned = r->pinned && pinned;
+        r->pinned_bytes += pinned ? (uint64_t)STK_ALIGN_UP(size, 64) : 0;
+        s->state = STK__SLOT_FREE;
+        s->seq = UINT64_MAX;
+        s->handle = (stk_batch){
+            .dv = {.dc = dc, .slot = i, .mem = s->mem}, .r = r, .slot = i, .pinned = pinned};
     }
-    lay->slot_size = (size_t)STK_ALIGN_UP(total, 64);
     return STK_OK;
-too_large:
-    return stk__set_error(err, err_size, STK_ELIMIT,
-                          "batch slot too large (field '%s' x batch size %u)",
-                          lay->t[lay->n_tensors - 1].name, batch_size);
 }
 
-void stk__layout_tensor(const stk__layout *lay, size_t i, uint8_t *slot, uint32_t n,
-                        stk_tensor *out)
+void stk__ring_free(stk__ring *r)
 {
-    const stk__tlayout *t = &lay->t[i];
-    memset(out, 0, sizeof(*out));
-    out->name = t->name;
-    out->dtype = t->dtype;
-    out->ndim = t->ndim + 1;
-    out->shape[0] = n;
-    for (uint32_t d = 0; d < t->ndim; d++)
-        out->shape[d + 1] = t->shape[d];
-    out->data = slot + t->offset;
-    out->size = t->row_size * n;
-    out->lengths = t->bytes ? (const int64_t *)(slot + t->lengths_offset) : NULL;
+    if (r->slots) {
+        for (uint32_t i = 0; i < r->n_slots; i++)
+            stk__slot_free(r->slots[i].mem, r->slot_alloc, r->slots[i].handle.pinned);
+        stk__free(r->slots);
+        r->slots = NULL;
+    }
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv_work);
+    pthread_cond_destroy(&r->cv_ready);
+}
+
+bool stk__ring_forked(const stk__ring *r)
+{
+    return getpid() != r->pid;
+}
+
+bool stk__ring_unref_locked(stk__ring *r)
+{
+    return --r->refs == 0;
+}
+
+/* The ticket word's high half: the batch's seq (low 32 bits), so a stale slot pointer never
+ * takes a newer batch's ticket. */
+static inline uint64_t ticket_tag(uint64_t seq)
+{
+    return (seq & 0xffffffffULL) << 32;
+}
+
+void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count)
+{
+    s->seq = seq;
+    s->count = count;
+    atomic_store(&s->ticket, ticket_tag(seq));
+    atomic_store(&s->done, 0);
+    atomic_store(&s->skipped, 0);
+    s->err_sample = UINT32_MAX;
+    s->err_code = STK_OK;
+    s->errmsg[0] = '\0';
+    s->state = STK__SLOT_FILLING;
+}
+
+bool stk__slot_take_ticket(stk__slot *s, uint64_t seq, uint32_t count, uint32_t *t)
+{
+    uint64_t want_tag = ticket_tag(seq);
+    uint64_t cur = atomic_load(&s->ticket);
+    for (;;) {
+        if ((cur & 0xffffffff00000000ULL) != want_tag || (uint32_t)cur >= count)
+            return false;
+        if (atomic_compare_exchange_weak(&s->ticket, &cur, cur + 1)) {
+            *t = (uint32_t)cur;
+            return true;
+        }
+    }
+}
+
+bool stk__slot_tickets_out(stk__slot *s)
+{
+    return (uint32_t)atomic_load(&s->ticket) >= s->count;
+}
+
+void stk__slot_error_locked(stk__slot *s, uint32_t sample, stk_status rc, const char *msg)
+{
+    if (sample < s->err_sample) {
+        s->err_sample = sample;
+        s->err_code = rc;
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s", msg);
+    }
+}
+
+void stk__slot_hold_locked(stk__ring *r, stk__slot *s)
+{
+    s->state = STK__SLOT_HELD;
+    s->handle.dv.ds.waited = false;
+    s->handle.dv.ds.n_use = 0;
+    r->held++;
+    r->refs++;
+}
+
+void stk__ring_drop_locked(stk__ring *r)
+{
+    for (uint32_t i = 0; i < r->n_slots; i++) {
+        stk__slot *s = &r->slots[i];
+        if (s->state != STK__SLOT_HELD) {
+            s->state = STK__SLOT_FREE;
+            s->seq = UINT64_MAX;
+            atomic_store(&s->ticket, UINT64_MAX); /* no seq tag matches: no ticket is taken */
+        }
+    }
+}
+
+/* ---- batches ---- */
+
+uint32_t stk_batch_size(const stk_batch *b)
+{
+    return b->r->slots[b->slot].count;
+}
+
+uint64_t stk_batch_epoch(const stk_batch *b)
+{
+    return b->r->slots[b->slot].epoch;
+}
+
+uint64_t stk_batch_number(const stk_batch *b)
+{
+    return b->r->slots[b->slot].number;
+}
+
+size_t stk_batch_n_tensors(const stk_batch *b)
+{
+    return b->r->lay.n_tensors;
+}
+
+stk_status stk_batch_tensor(const stk_batch *b, size_t i, stk_tensor *out)
+{
+    const stk__ring *r = b->r;
+    if (i >= r->view.n_tensors)
+        return STK_EINVAL;
+    const stk__slot *s = &r->slots[b->slot];
+    stk__layout_tensor(&r->view, i, s->mem, s->count, out);
+    return STK_OK;
+}
+
+const int64_t *stk_batch_indices(const stk_batch *b)
+{
+    const stk__ring *r = b->r;
+    const stk__slot *s = &r->slots[b->slot];
+    return (const int64_t *)(s->mem + r->lay.t[r->lay.n_tensors - 1].offset);
+}
+
+void stk_batch_release(stk_batch *b)
+{
+    if (!b)
+        return;
+    stk__ring *r = b->r;
+    if (stk__ring_forked(r))
+        return;
+    stk__slot *s = &r->slots[b->slot];
+    stk__devcopy_release(&b->dv); /* the next copy into the buffer: after the consumer's work */
+    pthread_mutex_lock(&r->mu);
+    s->state = STK__SLOT_FREE;
+    r->held--;
+    pthread_cond_broadcast(&r->cv_work);
+    bool last = stk__ring_unref_locked(r);
+    pthread_mutex_unlock(&r->mu);
+    if (last)
+        r->destroy(r, r->destroy_arg);
 }

@@ -1,44 +1,113 @@
 /*
- * stk_ring.h: layout of a batch slot. A slot is one 64-byte aligned allocation holding every
- * output tensor of one batch at full batch size: workers write each sample straight into its
- * row, so collation copies nothing.
+ * stk_ring.h: the batch ring: `n_slots` slots of one layout, each holding one batch.
+ *
+ * A slot is FREE -> FILLING (opened for a batch seq) -> READY (every sample done) -> HELD
+ * (borrowed by the consumer as a stk_batch) -> FREE (stk_batch_release). Workers take the
+ * samples of a FILLING slot through its ticket word, a lock-free compare-and-swap that packs the
+ * batch's seq (low 32 bits) beside the next ticket, so a worker holding a stale slot pointer can
+ * never take a ticket of a newer batch. A failed sample is recorded on its slot; the lowest
+ * sample wins, so the error a consumer sees does not depend on thread timing.
+ *
+ * Locking: `mu` guards slot states, `held` and the reference count (and whatever else its owner,
+ * the loader, puts under it). The ring is shared with the batches the consumer holds: the owner
+ * holds one reference and every HELD slot one, and the last unref calls `destroy`.
  */
 #ifndef STK_RING_H
 #define STK_RING_H
 
-#include "stk_internal.h"
+#include "batch/stk_layout.h"
+#include "cuda/stk_devcopy.h"
 
-#define STK_MAX_TENSORS (STK_MAX_FIELDS + 1)
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
 
-/* Where one output tensor lives inside a slot, and how a sample's row is found. */
-typedef struct stk__tlayout {
-    char name[STK_MAX_NAME];
-    stk_dtype dtype;
-    uint32_t ndim;                   /* per sample */
-    int64_t shape[STK_MAX_DIMS + 1]; /* per sample; bytes fields: [stride] */
-    size_t offset;                   /* of the tensor in the slot */
-    size_t row_size;                 /* bytes per sample */
-    size_t lengths_offset;           /* bytes fields: int64 lengths[B]; else SIZE_MAX */
-    int field;                       /* source field, or -1 for "index" */
-    bool transformed;                /* produced by the transform from `field` */
-    bool bytes;                      /* a variable-length bytes field */
-} stk__tlayout;
+enum { STK__SLOT_FREE, STK__SLOT_FILLING, STK__SLOT_READY, STK__SLOT_HELD };
 
-typedef struct stk__layout {
-    uint32_t batch_size;
-    size_t n_tensors;
-    stk__tlayout t[STK_MAX_TENSORS];
-    size_t slot_size;
-} stk__layout;
+struct stk__ring;
 
-/* Lay out a slot for `ds` (all fields, in schema order; field `tfield` replaced by the transform
- * output `tspec` when tfield >= 0), then "index". Fails with STK_ELIMIT when the slot size
- * overflows. */
-stk_status stk__layout_init(stk__layout *lay, const stk_dataset *ds, uint32_t batch_size,
-                            int tfield, const stk__tspec *tspec, char *err, size_t err_size);
+/* The handle of a slot's batch, handed to the consumer. */
+struct stk_batch {
+    stk__devbatch dv; /* first: src/cuda reads a batch's device side through it */
+    struct stk__ring *r;
+    uint32_t slot;
+    bool pinned; /* the slot's memory is page-locked */
+};
 
-/* Describe tensor i of a slot holding n samples. */
-void stk__layout_tensor(const stk__layout *lay, size_t i, uint8_t *slot, uint32_t n,
-                        stk_tensor *out);
+typedef struct stk__slot {
+    uint8_t *mem;
+    int state;
+    uint64_t seq;
+    uint64_t epoch, number;  /* the batch's epoch and its number within the epoch */
+    uint64_t first;          /* global position of the batch's first sample */
+    uint64_t consumed;       /* global position reached once this step is taken */
+    uint32_t count;          /* samples */
+    _Atomic uint64_t ticket; /* (seq low 32 bits) << 32 | next ticket */
+    atomic_uint done;        /* samples finished */
+    atomic_uint skipped;
+    uint32_t err_sample; /* lowest failed sample, or UINT32_MAX */
+    stk_status err_code;
+    char errmsg[STK_ERRMSG_SIZE];
+    bool draining; /* a worker is waiting for the slot's last device copy (mu) */
+    stk_batch handle;
+} stk__slot;
+
+typedef struct stk__ring {
+    pid_t pid; /* the process that created it (see stk__ring_forked) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work;  /* workers: a slot was freed (and the owner's own reasons) */
+    pthread_cond_t cv_ready; /* the consumer: a batch became READY; CLOCK_MONOTONIC */
+    int refs;                /* 1 for the owner + 1 per HELD slot */
+    uint32_t n_slots, held;
+    stk__slot *slots;
+    /* `lay` is where workers write, `view` what stk_batch_tensor shows (CPU finishing swaps in
+     * its output). */
+    stk__layout lay, view;
+    size_t slot_alloc; /* bytes of one slot */
+    bool pinned;       /* every slot is page-locked */
+    uint64_t pinned_bytes;
+    void (*destroy)(struct stk__ring *r, void *arg); /* called on the last unref, mu not held */
+    void *destroy_arg;
+} stk__ring;
+
+/* Initialise the locks of r (zeroed by the caller); one reference, the owner's. */
+void stk__ring_init(stk__ring *r);
+/* Allocate `n_slots` FREE slots of `size` bytes, page-locked within `limit` bytes (0 = the default
+ * cap) when `want_pinned` (a CUDA context current); when a slot could not be pinned, *why says why
+ * (and r->pinned is false). `dc` is the device side each batch handle points to. STK_ENOMEM. */
+stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool want_pinned,
+                           uint64_t limit, stk__devcopy *dc, char *why, size_t why_size, char *err,
+                           size_t err_size);
+/* Free the slots' memory and the locks (the caller has the device context current for pinned
+ * slots). */
+void stk__ring_free(stk__ring *r);
+
+/* Whether we run in a child forked after the ring was created. The child has none of the worker
+ * threads and may have inherited the mutex locked: it must not lock or free anything of the ring
+ * (its memory is a copy-on-write copy; leaking it is harmless). */
+bool stk__ring_forked(const stk__ring *r);
+/* Drop one reference (mu held); true when the caller must destroy the ring's owner. */
+bool stk__ring_unref_locked(stk__ring *r);
+
+/* The slot of batch seq. */
+static inline stk__slot *stk__ring_slot(const stk__ring *r, uint64_t seq)
+{
+    return &r->slots[seq % r->n_slots];
+}
+
+/* Open FREE slot s for batch `seq` of `count` samples (mu held): no ticket taken, no error. */
+void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count);
+/* Take the next sample ticket of batch `seq` (of `count` samples, read under mu when the batch
+ * was claimed) in slot s; false when none is left (or the slot holds another batch now).
+ * Lock-free. */
+bool stk__slot_take_ticket(stk__slot *s, uint64_t seq, uint32_t count, uint32_t *t);
+/* Whether every ticket of s's batch was taken (mu held). */
+bool stk__slot_tickets_out(stk__slot *s);
+/* Record failed sample `sample` on s (mu held): the lowest sample number wins. */
+void stk__slot_error_locked(stk__slot *s, uint32_t sample, stk_status rc, const char *msg);
+/* Hand READY slot s to the consumer (mu held): HELD, one more reference. */
+void stk__slot_hold_locked(stk__ring *r, stk__slot *s);
+/* Free every slot the consumer does not hold (mu held): no ticket of them is taken any more. */
+void stk__ring_drop_locked(stk__ring *r);
 
 #endif /* STK_RING_H */

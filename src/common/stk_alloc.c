@@ -2,11 +2,7 @@
  * stk_alloc.c: every allocation of the library. With -DSTK_DEBUG, STK_FAULT_ALLOC=N in the
  * environment makes the Nth stk__malloc/stk__calloc/stk__realloc (counted from 1, over the whole
  * process) fail, so tests can walk N over a whole loader run (curl torture, sqlite OOM tests).
- * Ring slots come from stk__slot_alloc: the one place ring memory is allocated. Page-locked slots
- * (cuMemHostAlloc through src/cuda, with a CUDA context current) are counted process-wide in one
- * atomic and capped: the caller's limit, else env STOKER_PINNED_LIMIT, else a quarter of physical
- * memory (too much page-locked memory starves the page cache and can hang a machine). Over the
- * cap, or without CUDA, a slot is pageable and the reason is returned.
+ * Ring slots (pageable or pinned) come from src/batch/stk_pinned.c.
  */
 #include "stk_internal.h"
 
@@ -22,7 +18,7 @@
 #ifdef STK_DEBUG
 static atomic_long alloc_count;
 static long fault_at = -1; /* read once; -1 = not yet read, 0 = off */
-static int fault_injected(void)
+int stk__fault_alloc_hit(void)
 {
     if (fault_at < 0) {
         const char *e = getenv("STK_FAULT_ALLOC");
@@ -38,7 +34,7 @@ void stk__fault_alloc_set(long n)
     fault_at = n;
 }
 #else
-static int fault_injected(void)
+int stk__fault_alloc_hit(void)
 {
     return 0;
 }
@@ -46,7 +42,7 @@ static int fault_injected(void)
 
 void *stk__malloc(size_t size)
 {
-    if (fault_injected())
+    if (stk__fault_alloc_hit())
         return NULL;
     return malloc(size ? size : 1);
 }
@@ -54,14 +50,14 @@ void *stk__malloc(size_t size)
 void *stk__calloc(size_t n, size_t size)
 {
     size_t total;
-    if (!stk__mul_ok(n, size, &total) || fault_injected())
+    if (!stk__mul_ok(n, size, &total) || stk__fault_alloc_hit())
         return NULL;
     return calloc(1, total ? total : 1);
 }
 
 void *stk__realloc(void *p, size_t size)
 {
-    if (fault_injected())
+    if (stk__fault_alloc_hit())
         return NULL;
     return realloc(p, size ? size : 1);
 }
@@ -78,118 +74,4 @@ char *stk__strdup(const char *s)
     if (d)
         memcpy(d, s, n);
     return d;
-}
-
-/* ---- ring slots: pageable, or page-locked and counted against a process-wide cap ---- */
-
-static _Atomic uint64_t pinned_total; /* page-locked bytes held by every loader of the process */
-static pthread_once_t limit_once = PTHREAD_ONCE_INIT;
-static uint64_t default_limit;
-static char limit_note[160];
-
-/* Parse "8G", "512M", "1048576", "0" (binary units, optional "B"/"iB"); false if malformed. */
-static bool parse_size(const char *s, uint64_t *out)
-{
-    static const char units[] = "kmgt";
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0))
-        return false;
-    const char *u = *end ? strchr(units, tolower((unsigned char)*end)) : NULL;
-    for (const char *k = units; u && k <= u; k++)
-        v *= 1024.0;
-    end += u != NULL;
-    end += *end == 'i';
-    end += *end == 'b' || *end == 'B';
-    if (*end != '\0' || v >= 18446744073709551615.0)
-        return false;
-    *out = (uint64_t)v;
-    return true;
-}
-
-/* The default cap: env STOKER_PINNED_LIMIT, else a quarter of physical memory. */
-static void limit_init(void)
-{
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    default_limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : (1ULL << 30);
-    const char *e = getenv("STOKER_PINNED_LIMIT");
-    uint64_t v;
-    if (e && *e) {
-        if (parse_size(e, &v))
-            default_limit = v;
-        else
-            snprintf(limit_note, sizeof(limit_note),
-                     " (STOKER_PINNED_LIMIT=\"%.60s\" is not a size such as 8G; ignored)", e);
-    }
-}
-
-uint64_t stk__pinned_limit_default(void)
-{
-    pthread_once(&limit_once, limit_init);
-    return default_limit;
-}
-
-uint64_t stk__pinned_total(void)
-{
-    return atomic_load(&pinned_total);
-}
-
-/* Reserve `size` pinned bytes under `limit`; false when they do not fit. */
-static bool pinned_reserve(uint64_t size, uint64_t limit)
-{
-    uint64_t cur = atomic_load(&pinned_total);
-    do {
-        if (cur > limit || size > limit - cur)
-            return false;
-    } while (!atomic_compare_exchange_weak(&pinned_total, &cur, cur + size));
-    return true;
-}
-
-void *stk__slot_alloc_ex(size_t size, bool want_pinned, uint64_t limit, bool *pinned, char *why,
-                         size_t why_size)
-{
-    *pinned = false;
-    if (fault_injected())
-        return NULL;
-    size = (size_t)STK_ALIGN_UP(size ? size : 1, 64);
-    if (want_pinned) {
-        if (!limit)
-            limit = stk__pinned_limit_default();
-        if (!pinned_reserve(size, limit)) {
-            pthread_once(&limit_once, limit_init);
-            snprintf(why, why_size,
-                     "pinned memory limit: %zu more bytes would exceed the %" PRIu64
-                     "-byte cap (%" PRIu64 " held; opts.pinned_limit or STOKER_PINNED_LIMIT)%s",
-                     size, limit, stk__pinned_total(), limit_note);
-        } else {
-            void *p = NULL;
-            if (stk__cuda_host_alloc(size, &p, why, why_size) == STK_OK) {
-                *pinned = true;
-                return p;
-            }
-            atomic_fetch_sub(&pinned_total, (uint64_t)size);
-        }
-    }
-    void *p = NULL;
-    /* 64-byte alignment: whole cache lines, and what SIMD stores and DLPack consumers like. */
-    if (posix_memalign(&p, 64, size) != 0)
-        return NULL;
-    return p;
-}
-
-void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned)
-{
-    char why[STK_ERRMSG_SIZE];
-    return stk__slot_alloc_ex(size, want_pinned, 0, pinned, why, sizeof(why));
-}
-
-void stk__slot_free(void *p, size_t size, bool pinned)
-{
-    if (pinned && p) {
-        stk__cuda_host_free(p);
-        atomic_fetch_sub(&pinned_total, (uint64_t)STK_ALIGN_UP(size ? size : 1, 64));
-        return;
-    }
-    free(p);
 }

@@ -22,6 +22,7 @@ const char *stk_strerror(stk_status code)
     case STK_ESTATE: return "invalid state for this call";
     case STK_ECANCELED: return "cancelled";
     case STK_EAGAIN: return "nothing ready yet: try again";
+    case STK_EBUSY: return "the next ring slot is held by the caller";
     default: return "unknown status code";
     }
 }

@@ -19,6 +19,11 @@
  * Threads: thread-safe. */
 const stk__cuda_api *stk__cuda_load(char *why, size_t why_size);
 
+/* cuMemHostAlloc (portable) with the current context; STK_ENOTSUP without a driver, STK_ENOMEM
+ * when the driver refuses; the reason in why. Ring slots get it through src/batch/stk_pinned.c. */
+stk_status stk__cuda_host_alloc(size_t size, void **p, char *why, size_t why_size);
+void stk__cuda_host_free(void *p);
+
 /* Write "call: CUDA_ERROR_NAME (description)" into err and return `code`. */
 stk_status stk__cuda_error(char *err, size_t err_size, stk_status code, const char *call,
                            CUresult r);

@@ -229,6 +229,8 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     }
     t->out_h = (uint32_t)oh;
     t->out_w = (uint32_t)ow;
+    if (opts->finish_on_device)
+        STK_TRY(stk__finish_compile(t, opts));
     stk__store_init(t);
     *out = t;
     return STK_OK;
@@ -287,6 +289,7 @@ void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *nd
 {
     stk__tspec s;
     stk__transform_spec(t, &s);
+    stk__finish_output(t, &s); /* the finished output when the loader finishes */
     if (dtype)
         *dtype = s.dtype;
     if (ndim)

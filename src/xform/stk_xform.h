@@ -51,7 +51,17 @@ struct stk_transform {
      * values at create. */
     bool store_arith;
     float st_rstd[3], st_std[3], st_mean[3];
+    stk__finish fin; /* finishing after the copy (stk_finish_opts.c); ops, dtype, nhwc above are
+                      * then the workers' part: uint8 [H, W, 3] */
 };
+
+/* ---- finishing (stk_finish_opts.c) ---- */
+
+/* With opts->finish_on_device, split compiled transform t (its ops checked) into the workers'
+ * part (uint8 NHWC, the trailing Normalize dropped) and t->fin. STK_EINVAL with the reason. */
+stk_status stk__finish_compile(stk_transform *t, const stk_transform_opts *opts);
+/* Make workers' output spec `s` the finished output when t has finishing. */
+void stk__finish_output(const stk_transform *t, stk__tspec *s);
 
 /* ---- geometry (stk_crop.c) ---- */
 

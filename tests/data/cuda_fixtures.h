@@ -151,7 +151,8 @@ static const struct {
     bool nhwc;
 } FX_FINISH_CASES[3] = {
     {STK_DTYPE_FLOAT32, false}, {STK_DTYPE_BFLOAT16, true}, {STK_DTYPE_FLOAT16, false}};
-FX_FN stk_transform *fx_transform(bool normalize, stk_dtype dtype, bool nhwc)
+FX_FN stk_transform *fx_transform_ex(bool normalize, stk_dtype dtype, bool nhwc, bool finish,
+                                     float flip)
 {
     stk_op ops[4];
     stk_op_init(&ops[0], STK_OP_RANDOM_RESIZED_CROP);
@@ -170,16 +171,30 @@ FX_FN stk_transform *fx_transform(bool normalize, stk_dtype dtype, bool nhwc)
     to.n_ops = normalize ? 4 : 3;
     to.dtype = dtype;
     to.nhwc = nhwc;
+    to.finish_on_device = finish;
+    to.finish_flip = flip;
     stk_transform *t = NULL;
     if (stk_transform_create(&to, &t) < 0)
         fprintf(stderr, "  transform: %s\n", stk_last_errmsg());
     return t;
 }
 
-/* A shuffled loader over the image dataset with `t` and the given device and finishing (ImageNet
- * mean/std). */
-FX_FN stk_loader *fx_img_loader(const stk_transform *t, int threads, int32_t device,
-                                stk_dtype finish, bool nhwc, float flip)
+FX_FN stk_transform *fx_transform(bool normalize, stk_dtype dtype, bool nhwc)
+{
+    return fx_transform_ex(normalize, dtype, nhwc, false, 0);
+}
+
+/* The same transform (with Normalize) finished by the loader: the workers output uint8
+ * [40, 36, 3], the loader gives `dtype` in the layout asked for, each sample mirrored with
+ * probability `flip`. */
+FX_FN stk_transform *fx_finish_transform(stk_dtype dtype, bool nhwc, float flip)
+{
+    return fx_transform_ex(true, dtype, nhwc, true, flip);
+}
+
+/* A shuffled loader over the image dataset with `t` (finishing when t has it) and the given
+ * device. */
+FX_FN stk_loader *fx_img_loader(const stk_transform *t, int threads, int32_t device)
 {
     const char *paths[] = {fx_img};
     stk_loader_opts o = fx_opts(paths, 8, threads);
@@ -187,13 +202,6 @@ FX_FN stk_loader *fx_img_loader(const stk_transform *t, int threads, int32_t dev
     o.flags = STK_LOADER_SHUFFLE;
     o.seed = 3;
     o.device = device;
-    o.finish_dtype = finish;
-    o.finish_nhwc = nhwc;
-    o.finish_flip = flip;
-    if (finish != STK_DTYPE_UINT8) {
-        memcpy(o.finish_mean, FX_MEAN, sizeof(FX_MEAN));
-        memcpy(o.finish_std, FX_STD, sizeof(FX_STD));
-    }
     stk_loader *L = NULL;
     if (stk_loader_create(&o, &L) < 0)
         fprintf(stderr, "  loader: %s\n", stk_last_errmsg());

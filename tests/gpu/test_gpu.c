@@ -245,14 +245,13 @@ static int test_finish(void)
 {
     if (!have_dev || !fx_have_images)
         return T_SKIP;
-    stk_transform *u8 = fx_transform(false, STK_DTYPE_UINT8, true);
-    T_CHECK(u8);
     for (size_t k = 0; k < 3; k++) {
         stk_transform *ref = fx_transform(true, FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc);
-        stk_loader *R = fx_img_loader(ref, 2, -1, STK_DTYPE_UINT8, false, 0);
-        stk_loader *L =
-            fx_img_loader(u8, 4, 0, FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc, 0);
-        T_CHECK(ref && R && L);
+        stk_transform *fin =
+            fx_finish_transform(FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc, 0);
+        stk_loader *R = fx_img_loader(ref, 2, -1);
+        stk_loader *L = fx_img_loader(fin, 4, 0);
+        T_CHECK(ref && fin && R && L);
         stk_loader_stats st;
         stk_loader_stats_get(L, &st);
         if (st.finish != STK_FINISH_DEVICE && strstr(st.device_reason, "NVRTC not found")) {
@@ -265,8 +264,8 @@ static int test_finish(void)
         stk_loader_destroy(L);
         stk_loader_destroy(R);
         stk_transform_destroy(ref);
+        stk_transform_destroy(fin);
     }
-    stk_transform_destroy(u8);
     return 0;
 }
 

@@ -2,6 +2,7 @@
  * test_common.c: status texts, the per-thread last-error buffer, dtype facts, version, the
  * allocation wrappers (overflow checks, aligned ring slots) and fault injection in debug builds.
  */
+#include "batch/stk_pinned.h"
 #include "stk_internal.h"
 #include "t.h"
 

@@ -19,6 +19,7 @@
  * The driver is loaded once per process, so each scenario with its own environment runs in a
  * forked child (the parent never starts a thread or loads CUDA).
  */
+#include "batch/stk_pinned.h"
 #include "cuda/stk_cuda.h"
 #include "t.h"
 #include "xform/stk_xform.h"
@@ -966,14 +967,13 @@ static int test_nvrtc_compile(void)
  * its CPU fallback (FAKE_CUDA_NO_MODULE or no NVRTC): either way equal to the CPU pipeline. */
 static int finish_in_loader(stk_finish_where want)
 {
-    stk_transform *u8 = fx_transform(false, STK_DTYPE_UINT8, true);
-    T_CHECK(u8);
     for (size_t k = 0; k < 3; k++) {
         stk_transform *ref = fx_transform(true, FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc);
-        stk_loader *R = fx_img_loader(ref, 2, -1, STK_DTYPE_UINT8, false, 0);
-        stk_loader *L =
-            fx_img_loader(u8, 3, 0, FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc, 0);
-        T_CHECK(ref && R && L);
+        stk_transform *fin =
+            fx_finish_transform(FX_FINISH_CASES[k].dtype, FX_FINISH_CASES[k].nhwc, 0);
+        stk_loader *R = fx_img_loader(ref, 2, -1);
+        stk_loader *L = fx_img_loader(fin, 3, 0);
+        T_CHECK(ref && fin && R && L);
         stk_loader_stats st;
         stk_loader_stats_get(L, &st);
         T_EQ(st.device, 0);
@@ -992,8 +992,8 @@ static int finish_in_loader(stk_finish_where want)
         stk_loader_destroy(L);
         stk_loader_destroy(R);
         stk_transform_destroy(ref);
+        stk_transform_destroy(fin);
     }
-    stk_transform_destroy(u8);
     return no_violations();
 }
 
@@ -1017,8 +1017,8 @@ static int child_finish_fallback(void)
     if (rc)
         return rc;
     /* The reason names the driver's refusal. */
-    stk_transform *u8 = fx_transform(false, STK_DTYPE_UINT8, true);
-    stk_loader *L = fx_img_loader(u8, 2, 0, STK_DTYPE_FLOAT32, false, 0);
+    stk_transform *fin = fx_finish_transform(STK_DTYPE_FLOAT32, false, 0);
+    stk_loader *L = fx_img_loader(fin, 2, 0);
     T_CHECK(L);
     stk_loader_stats st;
     stk_loader_stats_get(L, &st);
@@ -1026,7 +1026,7 @@ static int child_finish_fallback(void)
         T_CHECKF(strstr(st.device_reason, "cuModuleLoadData: CUDA_ERROR_UNSUPPORTED_PTX_VERSION"),
                  "%s", st.device_reason);
     stk_loader_destroy(L);
-    stk_transform_destroy(u8);
+    stk_transform_destroy(fin);
     return 0;
 }
 
@@ -1048,11 +1048,11 @@ static int test_finish_fallback(void)
  * flip is drawn per sample whatever the thread count. */
 static int child_finish_host(void)
 {
-    stk_transform *u8 = fx_transform(false, STK_DTYPE_UINT8, true);
+    stk_transform *fin = fx_finish_transform(STK_DTYPE_FLOAT32, false, 0);
     stk_transform *ref = fx_transform(true, STK_DTYPE_FLOAT32, false);
-    stk_loader *R = fx_img_loader(ref, 2, -1, STK_DTYPE_UINT8, false, 0);
-    stk_loader *L = fx_img_loader(u8, 3, -1, STK_DTYPE_FLOAT32, false, 0);
-    T_CHECK(u8 && ref && R && L);
+    stk_loader *R = fx_img_loader(ref, 2, -1);
+    stk_loader *L = fx_img_loader(fin, 3, -1);
+    T_CHECK(fin && ref && R && L);
     stk_loader_stats st;
     stk_loader_stats_get(L, &st);
     T_EQ(st.finish, STK_FINISH_CPU);
@@ -1063,11 +1063,13 @@ static int child_finish_host(void)
     stk_loader_destroy(L);
     stk_loader_destroy(R);
     /* flip = 1 mirrors every sample; flip = 0.5 is the same for 1 and 4 threads. */
-    stk_loader *F = fx_img_loader(u8, 2, -1, STK_DTYPE_FLOAT32, false, 1.0f);
-    stk_loader *P = fx_img_loader(u8, 2, -1, STK_DTYPE_FLOAT32, false, 0.0f);
-    stk_loader *A = fx_img_loader(u8, 1, -1, STK_DTYPE_FLOAT32, false, 0.5f);
-    stk_loader *B = fx_img_loader(u8, 4, -1, STK_DTYPE_FLOAT32, false, 0.5f);
-    T_CHECK(F && P && A && B);
+    stk_transform *always = fx_finish_transform(STK_DTYPE_FLOAT32, false, 1.0f);
+    stk_transform *half = fx_finish_transform(STK_DTYPE_FLOAT32, false, 0.5f);
+    stk_loader *F = fx_img_loader(always, 2, -1);
+    stk_loader *P = fx_img_loader(fin, 2, -1);
+    stk_loader *A = fx_img_loader(half, 1, -1);
+    stk_loader *B = fx_img_loader(half, 4, -1);
+    T_CHECK(always && half && F && P && A && B);
     stk_batch *f, *p, *a, *b;
     int mirrored = 0, straight = 0;
     while (stk_loader_next(F, &f) == STK_OK) {
@@ -1104,8 +1106,10 @@ static int child_finish_host(void)
     stk_loader_destroy(P);
     stk_loader_destroy(A);
     stk_loader_destroy(B);
-    stk_transform_destroy(u8);
+    stk_transform_destroy(fin);
     stk_transform_destroy(ref);
+    stk_transform_destroy(always);
+    stk_transform_destroy(half);
     return 0;
 }
 
@@ -1116,56 +1120,73 @@ static int test_finish_host(void)
     return in_child(child_finish_host, NULL);
 }
 
-/* Bad finishing options fail at create with a message naming the problem. */
+/* Bad finishing options fail at the transform's create with a message naming the problem; a
+ * good one reports the finished output and gives the loader a slot with room for it. */
 static int test_finish_invalid(void)
 {
-    const char *paths[] = {fx_raw};
     struct {
-        const char *field;
+        bool normalize;
         stk_dtype dtype;
-        float std0, flip;
+        float flip;
         const char *msg;
     } bad[] = {
-        {"data", STK_DTYPE_FLOAT32, 1, 0, "variable-length bytes"},
-        {"label", STK_DTYPE_FLOAT32, 1, 0, "int64 []"},
-        {"nope", STK_DTYPE_FLOAT32, 1, 0, "no field 'nope'"},
-        {"data", STK_DTYPE_INT32, 1, 0, "finish_dtype int32"},
+        {true, STK_DTYPE_UINT8, 0, "Normalize): needs a float output dtype"},
+        {false, STK_DTYPE_UINT8, 0, "float32, float16 or bfloat16, not uint8"},
+        {true, STK_DTYPE_INT32, 0, "output dtype int32 not supported"},
+        {true, STK_DTYPE_FLOAT32, 1.5f, "flip probability 1.5 is not in [0, 1]"},
+        {true, STK_DTYPE_FLOAT32, -0.5f, "flip probability"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        stk_loader_opts o = fx_opts(paths, 4, 1);
-        o.transform_field = bad[i].field;
-        o.finish_dtype = bad[i].dtype;
-        stk_loader *L;
-        T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
+        stk_transform *t =
+            fx_transform_ex(bad[i].normalize, bad[i].dtype, false, true, bad[i].flip);
+        T_CHECK(t == NULL);
         T_CHECKF(strstr(stk_last_errmsg(), bad[i].msg), "\"%s\" lacks \"%s\"", stk_last_errmsg(),
                  bad[i].msg);
     }
+    /* Normalize must be the last op (here a flip follows it). */
+    stk_op ops[3];
+    stk_op_init(&ops[0], STK_OP_CENTER_CROP);
+    ops[0].size[0] = ops[0].size[1] = 8;
+    stk_op_init(&ops[1], STK_OP_NORMALIZE);
+    stk_op_init(&ops[2], STK_OP_RANDOM_HORIZONTAL_FLIP);
+    stk_transform_opts to;
+    stk_transform_opts_init(&to);
+    T_CHECK(!to.finish_on_device && to.finish_flip == 0);
+    to.ops = ops;
+    to.n_ops = 3;
+    to.finish_on_device = true;
+    stk_transform *t;
+    T_EQ(stk_transform_create(&to, &t), STK_EINVAL);
+    T_CHECK(strstr(stk_last_errmsg(), "Normalize (ops[1]) must be the last op"));
+    to.n_ops = 2;
+    ops[1].std[1] = 0; /* Normalize's parameters are checked as ever */
+    T_EQ(stk_transform_create(&to, &t), STK_EINVAL);
+    T_CHECK(strstr(stk_last_errmsg(), "std[1] must be finite and non-zero"));
+    ops[1].std[1] = 1;
+    T_OK(stk_transform_create(&to, &t));
+    stk_dtype dt;
+    uint32_t ndim;
+    int64_t shape[STK_MAX_DIMS];
+    stk_transform_output(t, &dt, &ndim, shape); /* the finished output */
+    T_CHECKF(dt == STK_DTYPE_FLOAT32 && ndim == 3 && shape[0] == 3 && shape[1] == 8 &&
+                 shape[2] == 8,
+             "%s %u [%lld, %lld, %lld]", stk_dtype_name(dt), ndim, (long long)shape[0],
+             (long long)shape[1], (long long)shape[2]);
+    stk_transform_destroy(t);
     if (!fx_have_images)
         return 0;
-    stk_transform *f32 = fx_transform(true, STK_DTYPE_FLOAT32, false);
-    stk_transform *u8 = fx_transform(false, STK_DTYPE_UINT8, true);
+    stk_transform *f16 = fx_finish_transform(STK_DTYPE_FLOAT16, false, 0);
+    T_CHECK(f16);
     const char *ipaths[] = {fx_img};
     stk_loader_opts o = fx_opts(ipaths, 4, 1);
-    o.transform = f32;
-    o.finish_dtype = STK_DTYPE_FLOAT16;
+    o.transform = f16;
     stk_loader *L;
-    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
-    T_CHECKF(strstr(stk_last_errmsg(), "'image' is float32 [3, 40, 36]"), "%s", stk_last_errmsg());
-    o.transform = u8;
-    o.finish_std[1] = 0;
-    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
-    o.finish_std[1] = 1;
-    o.finish_flip = 1.5f;
-    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
-    T_CHECK(strstr(stk_last_errmsg(), "flip probability"));
-    o.finish_flip = 0;
     T_OK(stk_loader_create(&o, &L));
     stk_loader_info info;
     stk_loader_info_get(L, &info);
     T_CHECK(info.slot_size >= 4 * 40 * 36 * 3 * 3); /* the uint8 rows plus the float16 output */
     stk_loader_destroy(L);
-    stk_transform_destroy(f32);
-    stk_transform_destroy(u8);
+    stk_transform_destroy(f16);
     return 0;
 }
 
@@ -1188,7 +1209,7 @@ static int test_opts_abi(void)
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     stk_loader_opts_init(&o);
     T_EQ(o.device, -1);
-    T_CHECK(o.finish_dtype == STK_DTYPE_UINT8 && o.finish_std[2] == 1.0f && o.pinned_limit == 0);
+    T_CHECK(o.pinned_limit == 0 && o.transform == NULL);
     return 0;
 }
 

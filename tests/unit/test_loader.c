@@ -380,12 +380,16 @@ static int test_backpressure_and_holding(void)
     stk_batch *b[3], *extra;
     for (int i = 0; i < 3; i++)
         T_OK(stk_loader_next(L, &b[i]));
-    /* All three slots held: the next batch cannot be produced; an error, not a hang. */
-    T_EQ(stk_loader_next(L, &extra), STK_ELIMIT);
+    /* All three slots held: the next batch cannot be produced; its own status (STK_EBUSY, not
+     * a hang), and nothing consumed: the timed call says the same. */
+    T_EQ(stk_loader_next(L, &extra), STK_EBUSY);
+    T_CHECK(extra == NULL);
     T_CHECK(strstr(stk_loader_errmsg(L), "release"));
+    T_CHECK(strcmp(stk_strerror(STK_EBUSY), "the next ring slot is held by the caller") == 0);
+    T_EQ(stk_loader_next_timeout(L, &extra, 10), STK_EBUSY);
     /* Releasing a newer batch does not help: the next batch needs the oldest slot. */
     stk_batch_release(b[2]);
-    T_EQ(stk_loader_next(L, &extra), STK_ELIMIT);
+    T_EQ(stk_loader_next(L, &extra), STK_EBUSY);
     stk_batch_release(b[0]);
     T_OK(stk_loader_next(L, &extra));
     T_EQ(stk_batch_indices(extra)[0], 12);

@@ -1,101 +1,135 @@
 /*
- * test_ring.c: batch-slot layout: every tensor 64-byte aligned and disjoint, bytes fields as
- * [n, stride] rows with a lengths vector, scalars and arrays with their dtype and shape, the
- * transformed field replaced by the transform's output, "index" last, and overflow refused.
+ * test_ring.c: the batch ring on its own (src/batch/stk_ring.c): a slot's tickets are taken once
+ * each and never by a stale batch, the lowest failed sample's error wins, a reset frees every slot
+ * but the held ones, the stk_batch accessors show the slot's batch, and the last reference (the
+ * owner's or a held batch's) destroys the owner exactly once.
  */
-#include "stk_internal.h"
 #include "batch/stk_ring.h"
 #include "t.h"
 
-#include <unistd.h>
+static int destroyed; /* calls of on_destroy with the owner given at setup */
 
-static char path[256];
-
-static int make_shard(void)
+static void on_destroy(stk__ring *r, void *arg)
 {
-    snprintf(path, sizeof(path), "/tmp/stk_test_ring_%d.stk", (int)getpid());
-    stk_field f[4] = {{.name = "image", .kind = STK_FIELD_BYTES},
-                      {.name = "label", .kind = STK_FIELD_INT64},
-                      {.name = "weight", .kind = STK_FIELD_FLOAT32},
-                      {.name = "box", .kind = STK_FIELD_ARRAY, .dtype = STK_DTYPE_INT16,
-                       .ndim = 2, .shape = {2, 3}}};
-    stk_writer_opts o;
-    stk_writer_opts_init(&o);
-    o.fields = f;
-    o.n_fields = 4;
-    stk_writer *w;
-    T_OK(stk_writer_open(path, &o, &w));
-    static uint8_t img[1000];
-    int16_t box[6] = {0};
-    for (int i = 0; i < 3; i++) {
-        stk_value v[4] = {{.data = img, .size = (size_t)(100 + 400 * i)}, {.i64 = i}, {.f32 = 1},
-                          {.data = box, .size = sizeof(box)}};
-        T_OK(stk_writer_add(w, v));
-    }
-    T_OK(stk_writer_close(w));
+    destroyed += arg == (void *)r;
+    stk__ring_free(r);
+}
+
+/* A ring of two slots of one int64 "label" column (plus "index"), batches of up to 4. */
+static int make_ring(stk__ring *r, stk__devcopy *dc)
+{
+    static const stk_field label = {.name = "label", .kind = STK_FIELD_INT64};
+    static const uint64_t max_size = 8;
+    char err[256], why[256] = "";
+    memset(r, 0, sizeof(*r));
+    memset(dc, 0, sizeof(*dc)); /* host only */
+    stk__ring_init(r);
+    r->destroy = on_destroy;
+    r->destroy_arg = r;
+    T_OK(stk__layout_init(&r->lay, &label, &max_size, 1, 4, -1, NULL, err, sizeof(err)));
+    r->view = r->lay;
+    T_OK(stk__ring_alloc(r, 2, r->lay.slot_size, false, 0, dc, why, sizeof(why), err, sizeof(err)));
+    T_CHECK(!r->pinned && r->pinned_bytes == 0 && why[0] == '\0');
     return 0;
 }
 
-static int test_layout(void)
+static int test_tickets(void)
 {
-    const char *paths[] = {path};
-    stk_dataset *ds;
-    T_OK(stk_dataset_open(paths, 1, 0, &ds));
-    stk__layout lay;
-    char err[256];
-    T_OK(stk__layout_init(&lay, ds, 7, -1, NULL, err, sizeof(err)));
-    T_EQ(lay.n_tensors, 5);
-    static const char *names[] = {"image", "label", "weight", "box", "index"};
-    static const stk_dtype dt[] = {STK_DTYPE_UINT8, STK_DTYPE_INT64, STK_DTYPE_FLOAT32,
-                                   STK_DTYPE_INT16, STK_DTYPE_INT64};
-    static uint8_t slot[1 << 16] __attribute__((aligned(64)));
-    T_CHECK(lay.slot_size <= sizeof(slot));
-    T_EQ(lay.slot_size % 64, 0);
-    size_t end = 0;
-    for (size_t i = 0; i < lay.n_tensors; i++) {
-        stk_tensor t;
-        stk__layout_tensor(&lay, i, slot, 5, &t); /* a partial batch of 5 */
-        T_CHECK(strcmp(t.name, names[i]) == 0);
-        T_EQ(t.dtype, dt[i]);
-        T_EQ(t.shape[0], 5);
-        T_EQ(((uint8_t *)t.data - slot) % 64, 0);
-        T_CHECK((size_t)((uint8_t *)t.data - slot) >= end); /* in order, not overlapping */
-        end = (size_t)((uint8_t *)t.data - slot) + lay.t[i].row_size * 7;
-        T_EQ(t.size, lay.t[i].row_size * 5);
+    stk__ring r;
+    stk__devcopy dc;
+    if (make_ring(&r, &dc))
+        return 1;
+    stk__slot *s = stk__ring_slot(&r, 5); /* batch 5 lives in slot 1 */
+    T_CHECK(s == &r.slots[1]);
+    T_EQ(s->state, STK__SLOT_FREE);
+    pthread_mutex_lock(&r.mu);
+    stk__slot_open_locked(s, 5, 3);
+    T_EQ(s->state, STK__SLOT_FILLING);
+    T_CHECK(!stk__slot_tickets_out(s));
+    pthread_mutex_unlock(&r.mu);
+    uint32_t t, taken = 0;
+    T_CHECK(!stk__slot_take_ticket(s, 3, 3, &t)); /* a stale batch's worker gets nothing */
+    for (uint32_t want = 0; want < 3; want++) {
+        T_CHECK(stk__slot_take_ticket(s, 5, 3, &t));
+        T_EQ(t, want);
+        taken++;
     }
-    T_CHECK(end <= lay.slot_size);
-    stk_tensor img, box;
-    stk__layout_tensor(&lay, 0, slot, 7, &img);
-    T_EQ(img.ndim, 2);
-    T_EQ(img.shape[1], 960); /* largest image (900 bytes) rounded up to 64 */
-    T_CHECK(img.lengths != NULL);
-    T_CHECK((uint8_t *)img.lengths >= (uint8_t *)img.data + img.size);
-    stk__layout_tensor(&lay, 3, slot, 7, &box);
-    T_EQ(box.ndim, 3);
-    T_EQ(box.shape[1], 2);
-    T_EQ(box.shape[2], 3);
-    T_EQ(box.size, 7 * 6 * 2);
-    T_CHECK(box.lengths == NULL);
-
-    /* A transform's output replaces the field it reads. */
-    stk__tspec spec = {.dtype = STK_DTYPE_FLOAT32, .ndim = 3, .shape = {3, 4, 5}};
-    T_OK(stk__layout_init(&lay, ds, 2, 0, &spec, err, sizeof(err)));
-    stk__layout_tensor(&lay, 0, slot, 2, &img);
-    T_CHECK(strcmp(img.name, "image") == 0);
-    T_EQ(img.dtype, STK_DTYPE_FLOAT32);
-    T_EQ(img.ndim, 4);
-    T_EQ(img.shape[3], 5);
-    T_EQ(img.size, 2 * 3 * 4 * 5 * 4);
-    T_CHECK(img.lengths == NULL);
-
-    /* Sizes that overflow are refused with a message naming the field. */
-    stk__tspec huge = {.dtype = STK_DTYPE_FLOAT64, .ndim = 4,
-                       .shape = {1 << 20, 1 << 20, 1 << 20, 1 << 10}};
-    T_EQ(stk__layout_init(&lay, ds, 0x7fffffff, 0, &huge, err, sizeof(err)), STK_ELIMIT);
-    T_CHECK(strstr(err, "image"));
-    stk_dataset_close(ds);
-    unlink(path);
+    T_CHECK(!stk__slot_take_ticket(s, 5, 3, &t)); /* every ticket once */
+    T_EQ(taken, 3);
+    pthread_mutex_lock(&r.mu);
+    T_CHECK(stk__slot_tickets_out(s));
+    /* The lowest failed sample wins, whatever the order the errors come in. */
+    stk__slot_error_locked(s, 2, STK_EIO, "sample 2");
+    stk__slot_error_locked(s, 1, STK_EFORMAT, "sample 1");
+    stk__slot_error_locked(s, 2, STK_ENOMEM, "sample 2 again");
+    T_EQ(s->err_sample, 1);
+    T_EQ(s->err_code, STK_EFORMAT);
+    T_CHECK(strcmp(s->errmsg, "sample 1") == 0);
+    /* A reset frees it: no ticket of it is taken any more. */
+    stk__ring_drop_locked(&r);
+    T_EQ(s->state, STK__SLOT_FREE);
+    pthread_mutex_unlock(&r.mu);
+    T_CHECK(!stk__slot_take_ticket(s, 5, 3, &t));
+    pthread_mutex_lock(&r.mu);
+    stk__slot_open_locked(s, 7, 2); /* reopened for a newer batch: a clean slate */
+    T_EQ(s->err_sample, UINT32_MAX);
+    T_EQ(s->err_code, STK_OK);
+    T_EQ(atomic_load(&s->done), 0);
+    bool last = stk__ring_unref_locked(&r);
+    pthread_mutex_unlock(&r.mu);
+    T_CHECK(last);
+    destroyed = 0;
+    r.destroy(&r, r.destroy_arg);
+    T_EQ(destroyed, 1);
     return 0;
 }
 
-T_MAIN(T_CASE(make_shard), T_CASE(test_layout))
+/* A held batch shows its slot and keeps the ring alive past its owner. */
+static int test_hold_and_release(void)
+{
+    stk__ring r;
+    stk__devcopy dc;
+    if (make_ring(&r, &dc))
+        return 1;
+    stk__slot *s = stk__ring_slot(&r, 0);
+    pthread_mutex_lock(&r.mu);
+    stk__slot_open_locked(s, 0, 3);
+    s->epoch = 2;
+    s->number = 9;
+    s->state = STK__SLOT_READY;
+    for (int64_t i = 0; i < 3; i++) {
+        ((int64_t *)(s->mem + r.lay.t[0].offset))[i] = 10 + i;
+        ((int64_t *)(s->mem + r.lay.t[1].offset))[i] = 100 + i;
+    }
+    stk__slot_hold_locked(&r, s);
+    T_EQ(s->state, STK__SLOT_HELD);
+    T_EQ(r.held, 1);
+    T_EQ(r.refs, 2);
+    stk__ring_drop_locked(&r); /* a reset leaves a held slot alone */
+    T_EQ(s->state, STK__SLOT_HELD);
+    pthread_mutex_unlock(&r.mu);
+    stk_batch *b = &s->handle;
+    T_EQ(stk_batch_size(b), 3);
+    T_EQ(stk_batch_epoch(b), 2);
+    T_EQ(stk_batch_number(b), 9);
+    T_EQ(stk_batch_n_tensors(b), 2);
+    T_EQ(stk_batch_device(b), -1);
+    stk_tensor t;
+    T_OK(stk_batch_tensor(b, 0, &t));
+    T_CHECK(strcmp(t.name, "label") == 0 && t.shape[0] == 3 && t.dtype == STK_DTYPE_INT64);
+    T_EQ(((const int64_t *)t.data)[2], 12);
+    T_EQ(stk_batch_tensor(b, 2, &t), STK_EINVAL);
+    T_EQ(stk_batch_device_tensor(b, 0, &t), STK_ENOTSUP);
+    T_EQ(stk_batch_indices(b)[1], 101);
+    /* The owner goes first; the batch's release is the last reference. */
+    destroyed = 0;
+    pthread_mutex_lock(&r.mu);
+    T_CHECK(!stk__ring_unref_locked(&r));
+    pthread_mutex_unlock(&r.mu);
+    T_EQ(destroyed, 0);
+    stk_batch_release(b);
+    T_EQ(destroyed, 1);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_tickets), T_CASE(test_hold_and_release))

@@ -1,0 +1,131 @@
+/*
+ * stk_pinned.c: memory of ring slots, the one place it is allocated. Page-locked slots
+ * (cuMemHostAlloc through src/cuda, with a CUDA context current) are counted process-wide in one
+ * atomic and capped: the caller's limit, else env STOKER_PINNED_LIMIT, else a quarter of physical
+ * memory (too much page-locked memory starves the page cache and can hang a machine). Over the
+ * cap, or without CUDA, a slot is pageable and the reason is returned. STK_FAULT_ALLOC counts a
+ * slot allocation as one allocation (stk__fault_alloc_hit).
+ */
+#include "batch/stk_pinned.h"
+#include "cuda/stk_cuda.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static _Atomic uint64_t pinned_total; /* page-locked bytes held by every loader of the process */
+static pthread_once_t limit_once = PTHREAD_ONCE_INIT;
+static uint64_t default_limit;
+static char limit_note[160];
+
+/* Parse "8G", "512M", "1048576", "0" (binary units, optional "B"/"iB"); false if malformed. */
+static bool parse_size(const char *s, uint64_t *out)
+{
+    static const char units[] = "kmgt";
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0))
+        return false;
+    const char *u = *end ? strchr(units, tolower((unsigned char)*end)) : NULL;
+    for (const char *k = units; u && k <= u; k++)
+        v *= 1024.0;
+    end += u != NULL;
+    end += *end == 'i';
+    end += *end == 'b' || *end == 'B';
+    if (*end != '\0' || v >= 18446744073709551615.0)
+        return false;
+    *out = (uint64_t)v;
+    return true;
+}
+
+/* The default cap: env STOKER_PINNED_LIMIT, else a quarter of physical memory. */
+static void limit_init(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    default_limit = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 4 : (1ULL << 30);
+    const char *e = getenv("STOKER_PINNED_LIMIT");
+    uint64_t v;
+    if (e && *e) {
+        if (parse_size(e, &v))
+            default_limit = v;
+        else
+            snprintf(limit_note, sizeof(limit_note),
+                     " (STOKER_PINNED_LIMIT=\"%.60s\" is not a size such as 8G; ignored)", e);
+    }
+}
+
+uint64_t stk__pinned_limit_default(void)
+{
+    pthread_once(&limit_once, limit_init);
+    return default_limit;
+}
+
+uint64_t stk__pinned_total(void)
+{
+    return atomic_load(&pinned_total);
+}
+
+/* Reserve `size` pinned bytes under `limit`; false when they do not fit. */
+static bool pinned_reserve(uint64_t size, uint64_t limit)
+{
+    uint64_t cur = atomic_load(&pinned_total);
+    do {
+        if (cur > limit || size > limit - cur)
+            return false;
+    } while (!atomic_compare_exchange_weak(&pinned_total, &cur, cur + size));
+    return true;
+}
+
+void *stk__slot_alloc_ex(size_t size, bool want_pinned, uint64_t limit, bool *pinned, char *why,
+                         size_t why_size)
+{
+    *pinned = false;
+    if (stk__fault_alloc_hit())
+        return NULL;
+    size = (size_t)STK_ALIGN_UP(size ? size : 1, 64);
+    if (want_pinned) {
+        if (!limit)
+            limit = stk__pinned_limit_default();
+        if (!pinned_reserve(size, limit)) {
+            pthread_once(&limit_once, limit_init);
+            snprintf(why, why_size,
+                     "pinned memory limit: %zu more bytes would exceed the %" PRIu64
+                     "-byte cap (%" PRIu64 " held; opts.pinned_limit or STOKER_PINNED_LIMIT)%s",
+                     size, limit, stk__pinned_total(), limit_note);
+        } else {
+            void *p = NULL;
+            if (stk__cuda_host_alloc(size, &p, why, why_size) == STK_OK) {
+                *pinned = true;
+                return p;
+            }
+            atomic_fetch_sub(&pinned_total, (uint64_t)size);
+        }
+    }
+    void *p = NULL;
+    /* 64-byte alignment: whole cache lines, and what SIMD stores and DLPack consumers like. */
+    if (posix_memalign(&p, 64, size) != 0)
+        return NULL;
+    return p;
+}
+
+void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned)
+{
+    char why[STK_ERRMSG_SIZE];
+    return stk__slot_alloc_ex(size, want_pinned, 0, pinned, why, sizeof(why));
+}
+
+void stk__slot_free(void *p, size_t size, bool pinned)
+{
+    if (pinned && p) {
+        stk__cuda_host_free(p);
+        atomic_fetch_sub(&pinned_total, (uint64_t)STK_ALIGN_UP(size ? size : 1, 64));
+        return;
+    }
+    free(p);
+}

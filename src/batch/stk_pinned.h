@@ -1,0 +1,23 @@
+/*
+ * stk_pinned.h: memory of ring slots, pageable or page-locked (pinned) within a process-wide cap.
+ */
+#ifndef STK_PINNED_H
+#define STK_PINNED_H
+
+#include "stk_internal.h"
+
+/* 64-byte aligned buffer for ring slots, the one place ring memory is allocated. With
+ * want_pinned (and a CUDA context current on the thread) it is page-locked when the process-wide
+ * count of pinned bytes stays within `limit` (0 = stk__pinned_limit_default()); *pinned reports
+ * it, and when it is not, why (why_size bytes) says why. Free with stk__slot_free. */
+void *stk__slot_alloc_ex(size_t size, bool want_pinned, uint64_t limit, bool *pinned, char *why,
+                         size_t why_size);
+/* stk__slot_alloc_ex with the default limit, the reason dropped. */
+void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned);
+void stk__slot_free(void *p, size_t size, bool pinned);
+/* Page-locked bytes held by all ring slots of the process, and the default cap on them (env
+ * STOKER_PINNED_LIMIT, e.g. "8G", else a quarter of physical memory; read once). */
+uint64_t stk__pinned_total(void);
+uint64_t stk__pinned_limit_default(void);
+
+#endif /* STK_PINNED_H */

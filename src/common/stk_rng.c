@@ -1,0 +1,72 @@
+/*
+ * stk_rng.c: the per-sample random stream. Philox4x32-10 (Salmon et al., SC'11), key = seed,
+ * counter = (index, epoch, block): counter-based, so a sample's numbers depend on nothing but
+ * (seed, epoch, index). Used by the transforms (src/xform) and the loader's finishing flip.
+ */
+#include "stk_internal.h"
+
+/* ---- Philox4x32-10 ---- */
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+/* One Philox4x32-10 block: 4 words out of a 4-word counter and a 2-word key. */
+void stk__philox_block(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4])
+{
+    uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3];
+    uint32_t k0 = key_in[0], k1 = key_in[1];
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c0 = n0;
+        c1 = (uint32_t)p1;
+        c2 = n2;
+        c3 = (uint32_t)p0;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+void stk_rng_init(stk_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index)
+{
+    /* Epochs beyond 2^32 fold their high half into the key rather than wrap the counter. */
+    uint64_t key = seed ^ stk__mix64((epoch >> 32) + 0x6a09e667f3bcc908ULL);
+    if ((epoch >> 32) == 0)
+        key = seed;
+    rng->key[0] = (uint32_t)key;
+    rng->key[1] = (uint32_t)(key >> 32);
+    rng->ctr[0] = (uint32_t)index;
+    rng->ctr[1] = (uint32_t)(index >> 32);
+    rng->ctr[2] = (uint32_t)epoch;
+    rng->ctr[3] = 0; /* block number within the sample's stream */
+    rng->used = 4;
+}
+
+uint32_t stk_rng_u32(stk_rng *rng)
+{
+    if (rng->used == 4) {
+        stk__philox_block(rng->ctr, rng->key, rng->buf);
+        rng->ctr[3]++;
+        rng->used = 0;
+    }
+    return rng->buf[rng->used++];
+}
+
+uint64_t stk_rng_u64(stk_rng *rng)
+{
+    uint64_t hi = stk_rng_u32(rng);
+    return (hi << 32) | stk_rng_u32(rng);
+}
+
+double stk_rng_uniform(stk_rng *rng)
+{
+    return (double)(stk_rng_u64(rng) >> 11) * (1.0 / 9007199254740992.0);
+}

@@ -1,0 +1,46 @@
+/*
+ * stk_autotune.h: the loader's autotune as a pure decision: fed one measurement window at a time
+ * (how long it was, how long the consumer and the workers waited in it, how many samples were
+ * consumed), it moves `active` (worker threads that work; the others park) and `depth` (batches
+ * opened ahead of the consumer) and says why. No clock, no lock: the loader gathers the windows
+ * (every 250 ms of consumption, on the consumer thread) and applies the decisions.
+ *
+ * The policy: grow the threads while the consumer waits (+1, doubling above 30% waiting); undo a
+ * growth that did not bring 5% more samples/s and remember that count as the ceiling (forgotten
+ * every 20 windows, so a changed machine is probed again); with every thread busy and the
+ * consumer still waiting, open one more batch ahead; when the consumer never waits and the
+ * workers idle more than 1.2 threads' worth, park one. After each change one window settles
+ * unjudged.
+ */
+#ifndef STK_AUTOTUNE_H
+#define STK_AUTOTUNE_H
+
+#include "stk_internal.h"
+
+/* One measurement window. */
+typedef struct stk__at_window {
+    uint64_t dt_ns;            /* its length (> 0) */
+    uint64_t consumer_wait_ns; /* the consumer's wait for batches in it */
+    uint64_t worker_wait_ns;   /* the workers' wait for slots in it, summed over the threads */
+    uint64_t samples;          /* samples handed to the consumer in it */
+} stk__at_window;
+
+typedef struct stk__autotune {
+    uint32_t n_threads, prefetch; /* the limits */
+    uint32_t active;              /* workers with id < active work; the others park */
+    uint32_t depth;               /* batches opened ahead of the consumer */
+    uint32_t settle;              /* windows left to let the last change show */
+    uint32_t changes, windows;
+    uint32_t ceiling;   /* more threads than this gave no gain (forgotten every 20 windows) */
+    uint32_t prev;      /* threads before the last growth step */
+    double rate_before; /* samples/s in the window before the last growth step */
+    bool grew;
+    char reason[160]; /* the last change, in words */
+} stk__autotune;
+
+/* Start with one thread and min(2, prefetch) batches ahead. */
+void stk__autotune_init(stk__autotune *a, uint32_t n_threads, uint32_t prefetch);
+/* Judge window w; returns true when a->active or a->depth changed (a->reason says why). */
+bool stk__autotune_decide(stk__autotune *a, const stk__at_window *w);
+
+#endif /* STK_AUTOTUNE_H */

@@ -1,0 +1,155 @@
+/*
+ * stk_loader_int.h: the loader's internal state, shared by its files:
+ *
+ *   stk_loader.c      create/destroy, the consumer (next), reset, info and stats
+ *   stk_ring_setup.c  the ring's memory and the GPU path (pinned slots, device ring, finishing)
+ *   stk_worker.c      the worker threads: open batches, take tickets, read/transform/finish
+ *                     samples, queue device copies
+ *   stk_autotune.c    the autotune decision (pure; the consumer feeds it windows)
+ *   stk_resume.c      stk_loader_state / stk_loader_load_state
+ *   stk_trace.c       per-thread trace buffers and stk_loader_trace_write
+ *
+ * The ring (slots, states, tickets, refcount, the stk_batch accessors) is src/batch/stk_ring.c;
+ * device copies and finishing are src/cuda/stk_devcopy.c and stk_finish_cpu.c.
+ */
+#ifndef STK_LOADER_INT_H
+#define STK_LOADER_INT_H
+
+#include "batch/stk_ring.h"
+#include "cuda/stk_devcopy.h"
+#include "loader/stk_autotune.h"
+#include "source/stk_source.h"
+#include "stk_internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Trace stages. */
+enum {
+    TR_READ,
+    TR_DECODE,
+    TR_AUGMENT,
+    TR_WAIT,
+    TR_CWAIT,
+    TR_STEP,
+    TR_FINISH,   /* CPU finishing of a sample */
+    TR_ISSUE,    /* queueing a batch's device copy */
+    TR_WAITCOPY, /* a worker waiting for a slot's copy to complete before refilling it */
+    TR_DCOPY,    /* device track: the host-to-device copy */
+    TR_DFINISH,  /* device track: the finishing kernel */
+    TR_N
+};
+
+typedef struct tev {
+    uint64_t t0, t1; /* ns since the loader was created */
+    uint32_t stage;
+    uint32_t arg; /* sample (workers) or batch number (consumer) */
+} tev;
+
+/* An append-only trace buffer written by one thread. */
+typedef struct tbuf {
+    tev *ev;
+    uint32_t cap;
+    atomic_uint n; /* published with release: events [0, n) are complete */
+} tbuf;
+
+typedef struct core core;
+
+typedef struct worker {
+    core *c;
+    uint32_t id;
+    pthread_t thread;
+    _Atomic uint64_t read_ns, wait_ns;
+    _Atomic uint64_t run_ns; /* time inside runs of samples; collate = run - read - transform */
+    _Atomic uint64_t collate_seen; /* the largest collate time reported (stats_get) */
+    _Atomic uint64_t finish_ns;    /* CPU finishing */
+    tbuf trace;
+    stk__tworker *tw;
+    stk__cursor *cur; /* the record source's per-thread state (NULL when it needs none) */
+    uint8_t *scratch; /* encoded bytes of the transformed field */
+    size_t scratch_size;
+} worker;
+
+/* The part of a loader that outlives stk_loader_destroy while batches are still held. The ring's
+ * mutex `r.mu` guards the slot states, the dispatcher and consumer state, `busy`, `stop`, the
+ * autotune state and the reference count; sample work runs without it. */
+struct core {
+    stk__ring r;
+    bool stop;
+    uint32_t busy;   /* workers inside sample work */
+    atomic_uint gen; /* bumped by reset: workers drop what they hold */
+
+    const stk_dataset *ds;
+    stk_dataset *owned_ds;
+    const stk_transform *transform;
+    int tfield;
+    uint32_t prefetch, n_threads, batch_size, rank, world;
+    uint64_t seed, n;
+    bool shuffle, drop_last, skip_corrupt;
+    unsigned read_flags; /* STK__READ_* for every record read */
+    worker *workers;
+    uint32_t n_started;
+
+    /* dispatcher: what the next opened batch is */
+    uint64_t claim_seq; /* earliest batch that may still have tickets (or the next to open) */
+    uint64_t open_seq;  /* next seq to open */
+    uint64_t d_epoch, d_b;
+    stk_plan d_plan;
+    bool d_idle; /* every epoch is empty: nothing to open */
+
+    /* consumer */
+    uint64_t c_seq, c_epoch, c_b, c_consumed;
+    stk_plan c_plan;
+
+    /* stats */
+    bool timed; /* stage timing on (not STK_LOADER_NO_STATS) */
+    uint64_t created_ns;
+    atomic_uint_fast64_t st_batches, st_samples, st_bytes, st_skipped, st_errors;
+    _Atomic uint64_t consumer_wait_ns;
+    tbuf ctrace;          /* the consumer's track */
+    uint64_t c_return_ns; /* when stk_loader_next last returned a batch (for "step") */
+
+    /* autotune: at.active and at.depth steer the workers with or without it (under mu) */
+    bool autotune;
+    stk__autotune at;
+    uint64_t at_last_ns, at_last_cwait, at_last_wwait, at_last_samples;
+
+    /* GPU path (docs/gpu.md) */
+    bool cudev_open; /* cudev's primary context is retained */
+    stk__cudev cudev;
+    stk__devcopy dc; /* device copies and finishing; dc.dev NULL = host only */
+    tbuf dtrace;     /* the device track (appended under mu by whoever drains) */
+    char dev_reason[256];
+};
+
+struct stk_loader {
+    core *c;
+    char errmsg[STK_ERRMSG_SIZE];
+};
+
+/* The clock for stats, or 0 when timing is off. */
+static inline uint64_t stk__loader_now(const core *c)
+{
+    return c->timed ? stk__now_ns() : 0;
+}
+
+/* Plan this rank's part of an epoch from global position `start`. */
+static inline void stk__loader_plan(const core *c, uint64_t start, stk_plan *p)
+{
+    stk_plan_init(p, c->n, start, c->batch_size, c->rank, c->world, c->drop_last);
+}
+
+/* Append a trace event (by the buffer's own thread only; the device track under mu). */
+void stk__trace_add(const core *c, tbuf *b, uint32_t stage, uint64_t t0, uint64_t t1, uint32_t arg);
+
+/* The worker thread (stk_worker.c); arg is its worker. */
+void *stk__worker_main(void *arg);
+
+/* Lay out the ring's memory and set up the GPU path (stk_ring_setup.c). */
+stk_status stk__ring_setup(core *c, const stk_loader_opts *o, char *err, size_t err_size);
+
+/* Discard everything not held and restart the dispatcher at the consumer's position: epoch
+ * `epoch` from global position `start`, with `seed` (stk_loader.c). */
+void stk__loader_reset(core *c, uint64_t seed, uint64_t epoch, uint64_t start);
+
+#endif /* STK_LOADER_INT_H */

@@ -1,0 +1,303 @@
+/*
+ * stk_worker.c: the worker threads. Workers persist. Each takes the next sample ticket of the
+ * earliest batch that still has tickets (`claim_seq`); when a batch's tickets run out, workers
+ * move on to the next batch while stragglers finish, so all threads cooperate on the batch
+ * needed first. A worker opens batch `open_seq` only when its slot is FREE and the autotune depth
+ * allows one more batch ahead of the consumer: that is the backpressure. A sample is its record
+ * read through the record source (which owns the checksum policy), transformed, and finished (flip drawn; on the CPU path its
+ * finished output written); the worker completing a batch queues its device copy before marking
+ * it READY, so the copy runs ahead of the consumer. A slot whose last copy may still be reading
+ * it is refilled only once the copy completed (drain).
+ */
+#include "loader/stk_loader_int.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define SKIP_MAX_TRIES 64 /* substitutes tried for one bad sample before giving up */
+
+/* Open batch c->open_seq in its slot from the dispatcher state (mu held; the slot is FREE).
+ * Returns false when there is nothing to open. */
+static bool open_batch(core *c)
+{
+    if (c->d_idle)
+        return false;
+    /* Skip epochs without batches (a resumed epoch that was already done, or drop_last with a
+     * tiny dataset); if a whole fresh epoch is empty, every epoch is: go idle. */
+    while (c->d_b >= c->d_plan.n_batches) {
+        c->d_epoch++;
+        c->d_b = 0;
+        stk__loader_plan(c, 0, &c->d_plan);
+        if (c->d_plan.n_batches == 0) {
+            c->d_idle = true;
+            return false;
+        }
+    }
+    stk__slot *s = stk__ring_slot(&c->r, c->open_seq);
+    uint32_t count;
+    s->epoch = c->d_epoch;
+    stk_plan_batch(&c->d_plan, c->d_b, &s->first, &count, &s->consumed);
+    /* A resumed epoch numbers its batches from the epoch's start, not from the resume point. */
+    s->number = (c->d_plan.start / ((uint64_t)c->world * c->batch_size)) + c->d_b;
+    stk__slot_open_locked(s, c->open_seq, count);
+    c->open_seq++;
+    c->d_b++;
+    return true;
+}
+
+/* Read (and transform) record `idx` into row `t` of slot `s`. */
+static stk_status load_record(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx, char *err,
+                              size_t err_size)
+{
+    void *dst[STK_MAX_FIELDS];
+    size_t cap[STK_MAX_FIELDS];
+    const stk__layout *lay = &c->r.lay;
+    for (size_t i = 0; i + 1 < lay->n_tensors; i++) { /* the last tensor is "index" */
+        const stk__tlayout *tl = &lay->t[i];
+        if (tl->transformed) {
+            dst[tl->field] = w->scratch;
+            cap[tl->field] = w->scratch_size;
+        } else {
+            dst[tl->field] = s->mem + tl->offset + (size_t)t * tl->row_size;
+            cap[tl->field] = tl->row_size;
+        }
+    }
+    stk__recinfo loc;
+    uint64_t t0 = stk__loader_now(c);
+    stk_status rc =
+        stk__dataset_read(c->ds, w->cur, idx, dst, cap, c->read_flags, &loc, err, err_size);
+    uint64_t t1 = stk__loader_now(c);
+    atomic_fetch_add_explicit(&w->read_ns, t1 - t0, memory_order_relaxed);
+    if (w->trace.cap)
+        stk__trace_add(c, &w->trace, TR_READ, t0, t1, t);
+    if (rc < 0)
+        return rc;
+    atomic_fetch_add_explicit(&c->st_bytes, loc.size, memory_order_relaxed);
+    for (size_t i = 0; i + 1 < lay->n_tensors; i++) {
+        const stk__tlayout *tl = &lay->t[i];
+        if (tl->bytes)
+            ((int64_t *)(s->mem + tl->lengths_offset))[t] = (int64_t)loc.field_size[tl->field];
+        if (tl->transformed) {
+            stk_rng rng;
+            char why[STK_ERRMSG_SIZE];
+            stk_rng_init(&rng, c->seed, s->epoch, idx);
+            uint64_t d0 = 0, a0 = 0;
+            if (w->trace.cap)
+                stk__transform_worker_stage_ns(w->tw, &d0, &a0);
+            rc = stk__transform_apply(c->transform, w->tw, w->scratch, loc.field_size[tl->field],
+                                      &rng, s->mem + tl->offset + (size_t)t * tl->row_size, why,
+                                      sizeof(why));
+            if (w->trace.cap) { /* split the call into its decode and augment slices */
+                uint64_t d1, a1;
+                stk__transform_worker_stage_ns(w->tw, &d1, &a1);
+                stk__trace_add(c, &w->trace, TR_DECODE, t1, t1 + (d1 - d0), t);
+                stk__trace_add(c, &w->trace, TR_AUGMENT, t1 + (d1 - d0), t1 + (d1 - d0) + (a1 - a0),
+                               t);
+            }
+            if (rc < 0) {
+                char where[STK_ERRMSG_SIZE];
+                stk_dataset_describe(c->ds, idx, where, sizeof(where));
+                return stk__set_error(err, err_size, rc, "%s: %s", where, why);
+            }
+        }
+    }
+    return STK_OK;
+}
+
+/* Finishing of sample t (uint8 [H, W, 3] in its row): draw its flip, and on the CPU path write
+ * its finished output (stk_finish_cpu.c). */
+static void finish_sample(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx)
+{
+    const stk__devcopy *dc = &c->dc;
+    bool flip = stk__finish_flip_draw(dc, c->seed, s->epoch, idx);
+    if (dc->flags_offset != SIZE_MAX)
+        s->mem[dc->flags_offset + t] = flip;
+    if (dc->finish != STK_FINISH_CPU)
+        return;
+    uint64_t t0 = stk__loader_now(c);
+    const stk__tlayout *in = &c->r.lay.t[dc->fin_t];
+    stk__finish_cpu(dc, s->mem + in->offset + (size_t)t * in->row_size,
+                    s->mem + dc->fin_host_offset + (size_t)t * dc->fin_row, flip);
+    uint64_t t1 = stk__loader_now(c);
+    atomic_fetch_add_explicit(&w->finish_ns, t1 - t0, memory_order_relaxed);
+    if (w->trace.cap)
+        stk__trace_add(c, &w->trace, TR_FINISH, t0, t1, t);
+}
+
+/* Produce sample `t` of slot `s`: its record, or under skip_corrupt the next good record of the
+ * epoch's order (counted). */
+static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t)
+{
+    char err[STK_ERRMSG_SIZE];
+    uint64_t pos = s->first + t;
+    uint64_t idx = stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, pos % c->n);
+    stk_status rc = load_record(c, w, s, t, idx, err, sizeof(err));
+    if (rc == STK_EFORMAT && c->skip_corrupt) {
+        for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->n && rc == STK_EFORMAT; k++) {
+            idx = stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, (pos + k) % c->n);
+            char err2[STK_ERRMSG_SIZE];
+            rc = load_record(c, w, s, t, idx, err2, sizeof(err2));
+        }
+        if (rc == STK_OK) {
+            atomic_fetch_add(&s->skipped, 1);
+        } else {
+            char first[STK_ERRMSG_SIZE];
+            memcpy(first, err, sizeof(first));
+            snprintf(err, sizeof(err),
+                     "%.400s (on_error=skip: no good substitute among the "
+                     "next %d records)",
+                     first, SKIP_MAX_TRIES);
+            rc = STK_EFORMAT;
+        }
+    }
+    ((int64_t *)(s->mem + c->r.lay.t[c->r.lay.n_tensors - 1].offset))[t] = (int64_t)idx;
+    if (rc == STK_OK && c->dc.fin_t >= 0)
+        finish_sample(c, w, s, t, idx);
+    if (rc < 0) {
+        pthread_mutex_lock(&c->r.mu);
+        stk__slot_error_locked(s, t, rc, err);
+        pthread_mutex_unlock(&c->r.mu);
+    }
+}
+
+/* Append [offset, offset + size) to a range list. */
+static void range_add(stk__range *r, size_t *n, size_t offset, size_t size)
+{
+    if (size)
+        r[(*n)++] = (stk__range){offset, size};
+}
+
+/* Queue the device copy of completed batch `s` (and its finishing) on the loader's stream. Called
+ * by the worker that completed it, without mu: the slot is FILLING with every sample done, so
+ * nobody else touches it. A failed batch is not copied (the consumer only gets its error). */
+static stk_status device_issue(core *c, worker *w, stk__slot *s, char *err, size_t err_size)
+{
+    if (s->err_sample != UINT32_MAX)
+        return STK_OK;
+    /* What the host view shows (with CPU finishing its output, not the uint8 input). */
+    const stk__layout *src = &c->r.view;
+    stk__range r[2 * STK_MAX_TENSORS + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < src->n_tensors; i++) {
+        const stk__tlayout *t = &src->t[i];
+        range_add(r, &n, t->offset, t->row_size * s->count);
+        if (t->bytes)
+            range_add(r, &n, t->lengths_offset, sizeof(int64_t) * s->count);
+    }
+    uint64_t t0 = stk__loader_now(c);
+    stk_status rc = stk__devcopy_issue(&c->dc, &s->handle.dv, s->count, r, n, s->epoch, s->number,
+                                       err, err_size);
+    uint64_t t1 = stk__loader_now(c);
+    if (w->trace.cap)
+        stk__trace_add(c, &w->trace, TR_ISSUE, t0, t1, (uint32_t)s->number);
+    return rc;
+}
+
+/* Wait until slot s's last copy completed so its host memory may be refilled (mu held on entry
+ * and on return, released meanwhile; s->draining keeps other workers out). Adds the copy's device
+ * times to the device track. */
+static void drain_slot(core *c, worker *w, stk__slot *s)
+{
+    s->draining = true;
+    uint64_t number = s->number;
+    pthread_mutex_unlock(&c->r.mu);
+    char err[STK_ERRMSG_SIZE];
+    stk__copytimes ct;
+    uint64_t t0 = stk__loader_now(c);
+    stk_status rc = stk__devcopy_drain(&c->dc, &s->handle.dv, &ct, err, sizeof(err));
+    uint64_t t1 = stk__loader_now(c);
+    atomic_fetch_add_explicit(&w->wait_ns, t1 - t0, memory_order_relaxed);
+    if (w->trace.cap)
+        stk__trace_add(c, &w->trace, TR_WAITCOPY, t0, t1, (uint32_t)number);
+    pthread_mutex_lock(&c->r.mu);
+    if (rc == STK_OK && ct.valid && c->dtrace.cap) {
+        stk__trace_add(c, &c->dtrace, TR_DCOPY, ct.t0, ct.copied, (uint32_t)number);
+        if (ct.done > ct.copied)
+            stk__trace_add(c, &c->dtrace, TR_DFINISH, ct.copied, ct.done, (uint32_t)number);
+    }
+    s->draining = false;
+    pthread_cond_broadcast(&c->r.cv_work);
+}
+
+/* Wait for work (mu held), counting the time as worker wait. */
+static void worker_wait(core *c, worker *w)
+{
+    uint64_t t0 = stk__loader_now(c);
+    pthread_cond_wait(&c->r.cv_work, &c->r.mu);
+    uint64_t t1 = stk__loader_now(c);
+    atomic_fetch_add_explicit(&w->wait_ns, t1 - t0, memory_order_relaxed);
+    if (w->trace.cap)
+        stk__trace_add(c, &w->trace, TR_WAIT, t0, t1, 0);
+}
+
+void *stk__worker_main(void *arg)
+{
+    worker *w = arg;
+    core *c = w->c;
+    if (c->dc.dev) { /* copies are queued from this thread: make the context current for good */
+        char err[STK_ERRMSG_SIZE];
+        stk__devring_thread_init(c->dc.dev, err, sizeof(err));
+    }
+    pthread_mutex_lock(&c->r.mu);
+    for (;;) {
+        if (c->stop)
+            break;
+        if (w->id >= c->at.active) { /* parked by autotune: not counted as waiting */
+            pthread_cond_wait(&c->r.cv_work, &c->r.mu);
+            continue;
+        }
+        stk__slot *s = stk__ring_slot(&c->r, c->claim_seq);
+        if (c->claim_seq == c->open_seq && s->state == STK__SLOT_FREE && c->dc.dev &&
+            (s->draining || stk__devring_pending(c->dc.dev, s->handle.slot))) {
+            /* The slot's last copy may still be reading it: refill only once it completed. */
+            if (s->draining)
+                worker_wait(c, w);
+            else
+                drain_slot(c, w, s);
+            continue;
+        }
+        if (c->claim_seq == c->open_seq) {
+            /* The next batch is not open yet: open it when its slot is free and the depth
+             * allows another batch ahead of the consumer. */
+            if (s->state != STK__SLOT_FREE || c->open_seq - c->c_seq >= c->at.depth ||
+                !open_batch(c)) {
+                worker_wait(c, w);
+                continue;
+            }
+        }
+        uint64_t seq = c->claim_seq;
+        uint32_t count = s->count;
+        unsigned gen = atomic_load(&c->gen);
+        if (stk__slot_tickets_out(s)) {
+            c->claim_seq++; /* tickets exhausted: stragglers finish it, we move on */
+            continue;
+        }
+        c->busy++;
+        pthread_mutex_unlock(&c->r.mu);
+        uint32_t t;
+        uint64_t t0 = stk__loader_now(c);
+        while (atomic_load(&c->gen) == gen && stk__slot_take_ticket(s, seq, count, &t)) {
+            do_sample(c, w, s, t);
+            if (atomic_fetch_add(&s->done, 1) + 1 == count) {
+                /* Complete: queue its device copy before handing it out, so the copy runs
+                 * ahead of the consumer. */
+                char cerr[STK_ERRMSG_SIZE];
+                stk_status crc = c->dc.dev ? device_issue(c, w, s, cerr, sizeof(cerr)) : STK_OK;
+                pthread_mutex_lock(&c->r.mu);
+                if (s->seq == seq && s->state == STK__SLOT_FILLING) {
+                    if (crc < 0) /* after every sample's own error (those come first) */
+                        stk__slot_error_locked(s, UINT32_MAX - 1, crc, cerr);
+                    s->state = STK__SLOT_READY;
+                    pthread_cond_broadcast(&c->r.cv_ready);
+                }
+                pthread_mutex_unlock(&c->r.mu);
+            }
+        }
+        atomic_fetch_add_explicit(&w->run_ns, stk__loader_now(c) - t0, memory_order_relaxed);
+        pthread_mutex_lock(&c->r.mu);
+        if (--c->busy == 0)
+            pthread_cond_broadcast(&c->r.cv_ready); /* a reset may be waiting for busy == 0 */
+    }
+    pthread_mutex_unlock(&c->r.mu);
+    return NULL;
+}
