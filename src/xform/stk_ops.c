@@ -335,7 +335,8 @@ size_t stk_op_count(void)
 stk_status stk_op_kind_at(size_t i, stk_op_kind *out)
 {
     if (i >= N(op_table) || !out)
-        return STK_EINVAL;
+        return stk__set_last_error(STK_EINVAL, "stk_op_kind_at: %s",
+                                   !out ? "NULL out" : "index past the table");
     *out = op_table[i].kind;
     return STK_OK;
 }
