@@ -359,7 +359,8 @@ STK_API stk_status stk_env_rank(uint32_t *rank, uint32_t *world);
  *  Immutable after create; may be shared by several loaders. */
 typedef struct stk_transform stk_transform;
 
-/** Ops, named and parameterised as in torchvision.transforms. */
+/** Ops, named and parameterised as in torchvision.transforms. New kinds are appended, never
+ *  renumbered; stk_op_count and stk_op_kind_at enumerate the kinds this library has. */
 typedef enum stk_op_kind {
     STK_OP_RANDOM_RESIZED_CROP = 0, /* size, scale, ratio: torchvision's sampler (10 tries) */
     STK_OP_RESIZE = 1,              /* size: (h, w), or shorter side when size[1] == 0 */
