@@ -325,11 +325,9 @@ def imagenet_val(size=224, resize=None, dtype="float32"):
                     Normalize(IMAGENET_MEAN, IMAGENET_STD)], dtype=dtype)
 
 
-# torchvision class name -> the stoker class that converts it (the same name; v2's ToImage is
-# PILToTensor: uint8 output).
-_BY_TV_NAME = {c.__name__: c for c in (
-    RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, ColorJitter,
-    Normalize, ToTensor, PILToTensor, ConvertImageDtype, ToDtype)}
+# torchvision class name -> the stoker class of the same name that converts it (every supported
+# name but Compose; v2's ToImage is PILToTensor: uint8 output).
+_BY_TV_NAME = {name: globals().get(name) for name in SUPPORTED if name != "Compose"}
 _BY_TV_NAME["ToImage"] = PILToTensor
 
 

@@ -120,7 +120,7 @@ def test_supported_is_the_c_op_table():
     assert T.SUPPORTED == tuple(names) + T.MARKERS
     for name in names:
         cls = getattr(T, name)
-        assert issubclass(cls, T.Op) and name in T.__all__
+        assert issubclass(cls, T.Op) and name in T.__all__ and T._BY_TV_NAME[name] is cls
         op = EXAMPLES.get(name) or cls()
         params = {p[0]: p for p in stoker._core.op_params(name)}
         d = op.to_dict()
