@@ -454,14 +454,16 @@ STK_API stk_status stk_env_rank(uint32_t *rank, uint32_t *world);
  *  Immutable after create; may be shared by several loaders. */
 typedef struct stk_transform stk_transform;
 
-/** Ops, named and parameterised as in torchvision.transforms. */
+/** Ops, named and parameterised as in torchvision.transforms. New kinds are appended, never
+ *  renumbered; stk_op_count and stk_op_kind_at enumerate the kinds this library has. */
 typedef enum stk_op_kind {
     STK_OP_RANDOM_RESIZED_CROP = 0, /* size, scale, ratio: torchvision's sampler (10 tries) */
     STK_OP_RESIZE = 1,              /* size: (h, w), or shorter side when size[1] == 0 */
     STK_OP_CENTER_CROP = 2,         /* size: (h, w) */
     STK_OP_RANDOM_HORIZONTAL_FLIP = 3, /* p */
     STK_OP_COLOR_JITTER = 4,        /* brightness, contrast, saturation, hue */
-    STK_OP_NORMALIZE = 5            /* mean, std (per channel, on the 0..1 scale) */
+    STK_OP_NORMALIZE = 5,           /* mean, std (per channel, on the 0..1 scale) */
+    STK_OP_RANDOM_VERTICAL_FLIP = 6 /* p */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
@@ -470,13 +472,61 @@ typedef struct stk_op {
     int64_t size[2];      /* (h, w); Resize with size[1] == 0 resizes the shorter side */
     double scale[2];      /* RandomResizedCrop area range (default 0.08, 1.0) */
     double ratio[2];      /* RandomResizedCrop aspect range (default 3/4, 4/3) */
-    double p;             /* RandomHorizontalFlip probability (default 0.5) */
+    double p;             /* RandomHorizontalFlip/RandomVerticalFlip probability (default 0.5) */
     double brightness, contrast, saturation, hue; /* ColorJitter (default 0: off) */
     float mean[3], std[3];                        /* Normalize */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */
 STK_API void stk_op_init(stk_op *op, stk_op_kind kind);
+
+/** How the elements of an op parameter are stored in stk_op (see stk_op_param). */
+typedef enum stk_op_param_type {
+    STK_OP_PARAM_INT64 = 0,  /* int64_t */
+    STK_OP_PARAM_DOUBLE = 1, /* double */
+    STK_OP_PARAM_FLOAT = 2   /* float */
+} stk_op_param_type;
+
+/** One parameter of an op kind: torchvision's argument `name` and where it lives in stk_op, so
+ *  that a front end (the Python package) can fill any op from (name, value) pairs without
+ *  knowing the op. More fields may be appended: read it through the pointer
+ *  stk_op_param_at returns, never copy an array of them. */
+typedef struct stk_op_param {
+    const char *name;       /* torchvision's argument name: "size", "scale", "p", "mean", ... */
+    stk_op_param_type type; /* type of each element */
+    uint32_t count;         /* elements: 1 (a number), 2 (a pair, e.g. (h, w)), 3 (per channel) */
+    size_t offset;          /* byte offset of the first element in stk_op */
+} stk_op_param;
+
+/** The number of op kinds this library supports (the rows of its op table). Enumerate them with
+ *  stk_op_kind_at(0 .. stk_op_count() - 1).
+ *  Threads: thread-safe (static data). */
+STK_API size_t stk_op_count(void);
+
+/** The kind of supported op number `i`, in table order (which is enum order).
+ *  @return STK_OK (*out set) or STK_EINVAL (i >= stk_op_count(), or out NULL; *out untouched).
+ *  Threads: thread-safe (static data). */
+STK_API stk_status stk_op_kind_at(size_t i, stk_op_kind *out);
+
+/** The torchvision class name of an op kind ("RandomResizedCrop", ...).
+ *  @return the name, or NULL for a kind this library does not know.
+ *  Lifetime: static. Threads: thread-safe. */
+STK_API const char *stk_op_name(stk_op_kind kind);
+
+/** Look up an op kind by its torchvision class name (exact, case-sensitive).
+ *  @return STK_OK (*out set) or STK_EINVAL (unknown name, or a NULL argument; *out untouched;
+ *          the message in stk_last_errmsg() lists the supported names).
+ *  Threads: thread-safe. */
+STK_API stk_status stk_op_find(const char *name, stk_op_kind *out);
+
+/** The number of parameters of an op kind (0 for an unknown kind).
+ *  Threads: thread-safe (static data). */
+STK_API size_t stk_op_n_params(stk_op_kind kind);
+
+/** Parameter `i` of an op kind, in torchvision's argument order.
+ *  @return the parameter, or NULL when the kind is unknown or i >= stk_op_n_params(kind).
+ *  Lifetime: static. Threads: thread-safe. */
+STK_API const stk_op_param *stk_op_param_at(stk_op_kind kind, size_t i);
 
 /** Options for stk_transform_create. Initialise with stk_transform_opts_init. */
 typedef struct stk_transform_opts {

@@ -346,6 +346,12 @@ static PyMethodDef module_methods[] = {
     {"has_transforms", mod_has_transforms, METH_NOARGS,
      "has_transforms() -> bool: whether the image pipeline (decoders and transforms) is "
      "available in this build."},
+    {"op_names", stkpy_op_names, METH_NOARGS,
+     "op_names() -> tuple: the image ops the library supports (torchvision's class names), in "
+     "the order of its op table."},
+    {"op_params", stkpy_op_params, METH_O,
+     "op_params(name) -> tuple of (parameter, type, count): the parameters op `name` takes in "
+     "an op dict, e.g. ('size', 'int64', 2)."},
     {"env_rank", mod_env_rank, METH_NOARGS,
      "env_rank() -> (rank, world): from RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or "
      "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else (0, 1)."},

@@ -55,4 +55,9 @@ const stk_transform *stkpy_transform_get(PyObject *obj);
 /* Whether the image pipeline is linked and works (a recipe compiles). */
 int stkpy_has_transforms(void);
 
+/* _core.op_names() -> tuple of the library's op names; _core.op_params(name) -> tuple of
+ * (parameter name, element type, count) from its op table. */
+PyObject *stkpy_op_names(PyObject *self, PyObject *noargs);
+PyObject *stkpy_op_params(PyObject *self, PyObject *name);
+
 #endif /* STK_PY_CORE_H */

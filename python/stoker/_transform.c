@@ -2,29 +2,23 @@
  * _transform.c: stoker._core.Transform, a compiled per-sample image pipeline (stk_transform).
  *
  * The Python layer (stoker/transforms.py) turns torchvision-style op objects into plain dicts;
- * this file maps each dict onto an stk_op (starting from stk_op_init's torchvision defaults) and
- * compiles them with stk_transform_create, or compiles a named recipe with stk_transform_recipe.
+ * this file maps each dict onto an stk_op through the library's op table (stk_op_find,
+ * stk_op_param_at: no op is named here, so a new op in the library needs no code in this file),
+ * starting from stk_op_init's torchvision defaults, and compiles them with stk_transform_create,
+ * or compiles a named recipe with stk_transform_recipe. op_names() and op_params(name) expose
+ * the table to Python.
  * A Transform is immutable after create; loaders borrow it (the Loader object keeps a reference
  * until its C loader is destroyed, so the transform outlives every worker that uses it).
  */
 #include "_core.h"
+
+#include <math.h>
 
 typedef struct {
     PyObject ob_base;
     stk_transform *t;
     PyObject *desc; /* what it was built from: a recipe name or the list of op dicts */
 } TransformObject;
-
-static const struct {
-    const char *name;
-    stk_op_kind kind;
-} op_names[] = {{"RandomResizedCrop", STK_OP_RANDOM_RESIZED_CROP},
-                {"Resize", STK_OP_RESIZE},
-                {"CenterCrop", STK_OP_CENTER_CROP},
-                {"RandomHorizontalFlip", STK_OP_RANDOM_HORIZONTAL_FLIP},
-                {"ColorJitter", STK_OP_COLOR_JITTER},
-                {"Normalize", STK_OP_NORMALIZE}};
-#define N_OPS (sizeof(op_names) / sizeof(op_names[0]))
 
 const stk_transform *stkpy_transform_get(PyObject *obj)
 {
@@ -47,79 +41,178 @@ int stkpy_has_transforms(void)
     return cached;
 }
 
-/* Read `n` doubles from d[key] (a number when n == 1, else a sequence of n numbers) into out;
- * absent keys leave out unchanged. Returns 0 or -1 with an exception. */
-static int get_doubles(PyObject *d, const char *key, double *out, Py_ssize_t n)
+/* Store one element of parameter `pa` (index i) from the number v into op. Returns 0, or -1
+ * (no exception set) when v is not a number of the parameter's type. */
+static int set_element(stk_op *op, const stk_op_param *pa, uint32_t i, PyObject *v)
 {
-    PyObject *v = PyDict_GetItemString(d, key); /* borrowed */
-    if (!v || v == Py_None)
-        return 0;
-    if (n == 1) {
-        out[0] = PyFloat_AsDouble(v);
-        return out[0] == -1.0 && PyErr_Occurred() ? -1 : 0;
-    }
-    PyObject *t = PySequence_Tuple(v);
-    if (!t)
+    char *at = (char *)op + pa->offset;
+    if (!PyNumber_Check(v))
         return -1;
-    if (PyTuple_GET_SIZE(t) != n) {
-        Py_DECREF(t);
-        stkpy_invalid("op parameter '%s' needs %zd numbers", key, n);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        out[i] = PyFloat_AsDouble(PyTuple_GET_ITEM(t, i));
-        if (out[i] == -1.0 && PyErr_Occurred()) {
-            Py_DECREF(t);
-            return -1;
+    if (pa->type == STK_OP_PARAM_INT64) {
+        long long n;
+        if (PyFloat_Check(v)) { /* 224.0 is 224; 224.5 is an error */
+            double d = PyFloat_AS_DOUBLE(v);
+            if (!(d == floor(d) && fabs(d) < 9.0e18))
+                return -1;
+            n = (long long)d;
+        } else {
+            n = PyLong_AsLongLong(v);
+            if (n == -1 && PyErr_Occurred()) {
+                PyErr_Clear();
+                return -1;
+            }
         }
+        ((int64_t *)(void *)at)[i] = n;
+        return 0;
     }
-    Py_DECREF(t);
+    double d = PyFloat_AsDouble(v);
+    if (d == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (pa->type == STK_OP_PARAM_FLOAT)
+        ((float *)(void *)at)[i] = (float)d;
+    else
+        ((double *)(void *)at)[i] = d;
     return 0;
 }
 
-/* One op dict -> stk_op. */
+/* Set parameter `pa` from v: a number when it has one element, else a sequence of `count`
+ * numbers. Returns 0 or -1 with a ValueError naming the op and the parameter. */
+static int set_param(stk_op *op, const stk_op_param *pa, PyObject *v, const char *op_name)
+{
+    int ok = 0;
+    if (pa->count == 1) {
+        ok = set_element(op, pa, 0, v) == 0;
+    } else {
+        PyObject *t = PySequence_Check(v) && !PyUnicode_Check(v) ? PySequence_Tuple(v) : NULL;
+        PyErr_Clear();
+        ok = t && PyTuple_GET_SIZE(t) == (Py_ssize_t)pa->count;
+        for (uint32_t i = 0; ok && i < pa->count; i++)
+            ok = set_element(op, pa, i, PyTuple_GET_ITEM(t, i)) == 0;
+        Py_XDECREF(t);
+    }
+    if (ok)
+        return 0;
+    PyObject *r = PyObject_Repr(v);
+    const char *rs = r ? PyUnicode_AsUTF8(r) : NULL;
+    PyErr_Clear();
+    const char *what = pa->type == STK_OP_PARAM_INT64 ? "integer" : "number";
+    if (pa->count == 1)
+        stkpy_invalid("%s: parameter '%s' needs a %s, got %.200s", op_name, pa->name, what,
+                      rs ? rs : "?");
+    else
+        stkpy_invalid("%s: parameter '%s' needs %u %ss, got %.200s", op_name, pa->name,
+                      (unsigned)pa->count, what, rs ? rs : "?");
+    Py_XDECREF(r);
+    return -1;
+}
+
+/* The parameter of `kind` named `key`, or NULL. */
+static const stk_op_param *find_param(stk_op_kind kind, const char *key)
+{
+    for (size_t j = 0; j < stk_op_n_params(kind); j++) {
+        const stk_op_param *pa = stk_op_param_at(kind, j);
+        if (strcmp(pa->name, key) == 0)
+            return pa;
+    }
+    return NULL;
+}
+
+/* One op dict -> stk_op, through the library's op table: the kind by name (stk_op_find), the
+ * torchvision defaults (stk_op_init), then each other key as one of the kind's parameters. */
 static int parse_op(PyObject *d, stk_op *op)
 {
     if (!PyDict_Check(d)) {
         PyErr_SetString(PyExc_TypeError, "each op is a dict with a 'kind' key");
         return -1;
     }
-    PyObject *k = PyDict_GetItemString(d, "kind");
-    const char *kind = k ? PyUnicode_AsUTF8(k) : NULL;
-    if (!kind) {
+    PyObject *k = PyDict_GetItemString(d, "kind"); /* borrowed */
+    const char *name = k && PyUnicode_Check(k) ? PyUnicode_AsUTF8(k) : NULL;
+    if (!name) {
         if (!PyErr_Occurred())
-            stkpy_invalid("an op dict needs a 'kind'");
+            stkpy_invalid("an op dict needs a 'kind': the op's name (a str)");
         return -1;
     }
-    size_t i;
-    for (i = 0; i < N_OPS; i++)
-        if (strcmp(kind, op_names[i].name) == 0)
-            break;
-    if (i == N_OPS) {
-        stkpy_invalid("unknown op '%s' (supported: RandomResizedCrop, Resize, CenterCrop, "
-                      "RandomHorizontalFlip, ColorJitter, Normalize)",
-                      kind);
+    stk_op_kind kind;
+    if (stk_op_find(name, &kind) < 0) {
+        stkpy_invalid("%s", stk_last_errmsg()); /* names the supported ops */
         return -1;
     }
-    stk_op_init(op, op_names[i].kind);
-    double size[2] = {(double)op->size[0], (double)op->size[1]};
-    double mean[3] = {op->mean[0], op->mean[1], op->mean[2]};
-    double std[3] = {op->std[0], op->std[1], op->std[2]};
-    if (get_doubles(d, "size", size, 2) < 0 || get_doubles(d, "scale", op->scale, 2) < 0 ||
-        get_doubles(d, "ratio", op->ratio, 2) < 0 || get_doubles(d, "p", &op->p, 1) < 0 ||
-        get_doubles(d, "brightness", &op->brightness, 1) < 0 ||
-        get_doubles(d, "contrast", &op->contrast, 1) < 0 ||
-        get_doubles(d, "saturation", &op->saturation, 1) < 0 ||
-        get_doubles(d, "hue", &op->hue, 1) < 0 || get_doubles(d, "mean", mean, 3) < 0 ||
-        get_doubles(d, "std", std, 3) < 0)
-        return -1;
-    op->size[0] = (int64_t)size[0];
-    op->size[1] = (int64_t)size[1];
-    for (int c = 0; c < 3; c++) {
-        op->mean[c] = (float)mean[c];
-        op->std[c] = (float)std[c];
+    stk_op_init(op, kind);
+    PyObject *key, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d, &pos, &key, &v)) {
+        const char *kn = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        if (!kn) {
+            if (!PyErr_Occurred())
+                stkpy_invalid("%s: op dict keys are parameter names (str)", name);
+            return -1;
+        }
+        if (strcmp(kn, "kind") == 0 || v == Py_None) /* None: the default */
+            continue;
+        const stk_op_param *pa = find_param(kind, kn);
+        if (!pa) {
+            char known[256] = "";
+            size_t len = 0;
+            for (size_t j = 0; j < stk_op_n_params(kind) && len < sizeof(known); j++)
+                len += (size_t)snprintf(known + len, sizeof(known) - len, "%s%s", j ? ", " : "",
+                                        stk_op_param_at(kind, j)->name);
+            stkpy_invalid("%s has no parameter '%s' (its parameters: %s)", name, kn, known);
+            return -1;
+        }
+        if (set_param(op, pa, v, name) < 0)
+            return -1;
     }
     return 0;
+}
+
+PyObject *stkpy_op_names(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+    size_t n = stk_op_count();
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    if (!t)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        stk_op_kind kind = STK_OP_RANDOM_RESIZED_CROP;
+        stk_op_kind_at(i, &kind);
+        PyObject *s = PyUnicode_FromString(stk_op_name(kind));
+        if (!s) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
+    }
+    return t;
+}
+
+PyObject *stkpy_op_params(PyObject *self, PyObject *name_obj)
+{
+    (void)self;
+    const char *name = PyUnicode_AsUTF8(name_obj);
+    if (!name)
+        return NULL;
+    stk_op_kind kind;
+    if (stk_op_find(name, &kind) < 0)
+        return stkpy_invalid("%s", stk_last_errmsg());
+    static const char *const types[] = {"int64", "float64", "float32"};
+    size_t n = stk_op_n_params(kind);
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    if (!t)
+        return NULL;
+    for (size_t j = 0; j < n; j++) {
+        const stk_op_param *pa = stk_op_param_at(kind, j);
+        const char *ty = (unsigned)pa->type < 3 ? types[pa->type] : "?";
+        PyObject *e = Py_BuildValue("(ssI)", pa->name, ty, (unsigned)pa->count);
+        if (!e) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, (Py_ssize_t)j, e);
+    }
+    return t;
 }
 
 static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)

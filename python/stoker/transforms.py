@@ -12,10 +12,12 @@ worker threads apply to every sample, fused with the JPEG/PNG decode::
                        T.ToTensor(), T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)])
     loader = stoker.Loader("train/", batch_size=64, transforms=train)
 
-Supported ops: RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, ColorJitter and
-Normalize. ToTensor, PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype
-(ToTensor: float32 in [0, 1]; PILToTensor: uint8; ConvertImageDtype/ToDtype: that dtype,
-scaled as torchvision scales it). Without any of them the output is float32. Output layout
+Supported ops (the C library's op table, ``SUPPORTED``): RandomResizedCrop, Resize, CenterCrop,
+RandomHorizontalFlip, RandomVerticalFlip, ColorJitter and Normalize, from ``torchvision.transforms``
+or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name). ToTensor,
+PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype (ToTensor: float32 in
+[0, 1]; PILToTensor and v2's ToImage: uint8; ConvertImageDtype/ToDtype: that dtype, scaled as
+torchvision scales it). Without any of them the output is float32. Output layout
 is NCHW unless ``Compose(..., layout="NHWC")``. Resampling is bilinear with antialiasing
 (PIL's, which is what torchvision uses on PIL images); other interpolation modes are refused.
 Randomness comes from the loader's (seed, epoch, sample index), so augmentation is identical
@@ -26,17 +28,19 @@ import numbers
 from . import _core
 
 __all__ = [
-    "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "ColorJitter",
-    "Normalize", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype", "Compose",
-    "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD", "RECIPES",
-    "SUPPORTED",
+    "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
+    "ColorJitter", "Normalize", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
+    "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
+    "RECIPES", "SUPPORTED",
 ]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 RECIPES = ("imagenet-train", "imagenet-val")
-SUPPORTED = ("RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "ColorJitter",
-             "Normalize", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype", "Compose")
+# Python-side names: they choose the output dtype or group ops, and run no C op.
+MARKERS = ("ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype", "Compose")
+# What a transform list may hold: the C library's ops (its op table), then the markers.
+SUPPORTED = tuple(_core.op_names()) + MARKERS
 
 
 def _invalid(msg):
@@ -68,7 +72,19 @@ def _check_interpolation(interpolation, what):
 
 
 class Op:
-    """Base of the ops: each knows its torchvision name and its C parameters."""
+    """Base of the ops: each knows its torchvision name and its C parameters.
+
+    A subclass named like a row of the C op table (``_core.op_names()``) is that op: its
+    ``_params()`` keys are the row's parameter names (``_core.op_params(name)``), and
+    ``from_torchvision`` builds it from a torchvision transform of the same class name by
+    passing the attributes named in ``_tv_args`` to ``__init__``."""
+
+    _tv_args = ()
+
+    @classmethod
+    def from_torchvision(cls, t):
+        """This op from a torchvision transform of the same name (v1 or v2)."""
+        return cls(*(getattr(t, a) for a in cls._tv_args))
 
     def _params(self):
         raise NotImplementedError
@@ -95,6 +111,8 @@ class RandomResizedCrop(Op):
     """torchvision.transforms.RandomResizedCrop(size, scale, ratio): a random crop of area
     scale*image and aspect ratio in ratio (log-uniform), resized to size."""
 
+    _tv_args = ("size", "scale", "ratio", "interpolation")
+
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
                  interpolation=None, antialias=None):
         _check_interpolation(interpolation, "RandomResizedCrop")
@@ -109,6 +127,13 @@ class RandomResizedCrop(Op):
 class Resize(Op):
     """torchvision.transforms.Resize(size): an int resizes the shorter side to it (keeping the
     aspect ratio); (h, w) resizes to exactly that."""
+
+    @classmethod
+    def from_torchvision(cls, t):
+        size = t.size
+        if isinstance(size, (list, tuple)) and len(size) == 1:
+            size = size[0]
+        return cls(size, t.interpolation, getattr(t, "max_size", None))
 
     def __init__(self, size, interpolation=None, max_size=None, antialias=None):
         _check_interpolation(interpolation, "Resize")
@@ -127,6 +152,8 @@ class Resize(Op):
 class CenterCrop(Op):
     """torchvision.transforms.CenterCrop(size) (zero padding when the image is smaller)."""
 
+    _tv_args = ("size",)
+
     def __init__(self, size):
         self.size = _size2(size, "CenterCrop")
 
@@ -134,14 +161,24 @@ class CenterCrop(Op):
         return {"size": self.size}
 
 
-class RandomHorizontalFlip(Op):
-    """torchvision.transforms.RandomHorizontalFlip(p)."""
+class _Flip(Op):
+    """An op with one parameter, the probability p."""
+
+    _tv_args = ("p",)
 
     def __init__(self, p=0.5):
         self.p = float(p)
 
     def _params(self):
         return {"p": self.p}
+
+
+class RandomHorizontalFlip(_Flip):
+    """torchvision.transforms.RandomHorizontalFlip(p): mirrored with probability p."""
+
+
+class RandomVerticalFlip(_Flip):
+    """torchvision.transforms.RandomVerticalFlip(p): upside down with probability p."""
 
 
 def _jitter_amount(value, name, center):
@@ -163,6 +200,8 @@ class ColorJitter(Op):
     """torchvision.transforms.ColorJitter(brightness, contrast, saturation, hue); applied in a
     random order per sample, on the output-size image."""
 
+    _tv_args = ("brightness", "contrast", "saturation", "hue")
+
     def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
         self.brightness = _jitter_amount(brightness, "brightness", 1.0)
         self.contrast = _jitter_amount(contrast, "contrast", 1.0)
@@ -176,6 +215,8 @@ class ColorJitter(Op):
 
 class Normalize(Op):
     """torchvision.transforms.Normalize(mean, std) on the 0..1 scale, three channels."""
+
+    _tv_args = ("mean", "std")
 
     def __init__(self, mean, std, inplace=False):
         mean, std = [float(m) for m in mean], [float(s) for s in std]
@@ -223,6 +264,8 @@ class ConvertImageDtype(_DtypeMarker):
     """Output `dtype` (torchvision.transforms.ConvertImageDtype): float32, float16 or
     bfloat16 scaled to [0, 1], or uint8."""
 
+    _tv_args = ("dtype",)
+
     def __init__(self, dtype):
         self.dtype = _dtype_name(dtype)
         if self.dtype not in ("uint8", "float32", "float16", "bfloat16"):
@@ -232,6 +275,20 @@ class ConvertImageDtype(_DtypeMarker):
 
 class ToDtype(ConvertImageDtype):
     """Output `dtype` (uint8, float32, float16 or bfloat16); floats are scaled to [0, 1]."""
+
+    @classmethod
+    def from_torchvision(cls, t):
+        """torchvision.transforms.v2.ToDtype(dtype, scale): the image's dtype, scaled."""
+        dtype = t.dtype
+        if isinstance(dtype, dict):  # {tv_tensors.Image: dtype, "others": ...}
+            image = [v for k, v in dtype.items() if getattr(k, "__name__", k) == "Image"]
+            dtype = image[0] if image else dtype.get("others")
+        if dtype is None:
+            raise _invalid(f"ToDtype: no dtype for images in {t.dtype!r}")
+        if not getattr(t, "scale", True) and _dtype_name(dtype) != "uint8":
+            raise _invalid("ToDtype(scale=False) is not supported: stoker scales floats to "
+                           "[0, 1]; use ToDtype(dtype, scale=True)")
+        return cls(dtype)
 
 
 class Compose:
@@ -268,39 +325,33 @@ def imagenet_val(size=224, resize=None, dtype="float32"):
                     Normalize(IMAGENET_MEAN, IMAGENET_STD)], dtype=dtype)
 
 
+# torchvision class name -> the stoker class of the same name that converts it (every supported
+# name but Compose; v2's ToImage is PILToTensor: uint8 output).
+_BY_TV_NAME = {name: globals().get(name) for name in SUPPORTED if name != "Compose"}
+_BY_TV_NAME["ToImage"] = PILToTensor
+
+
+def _unsupported(what):
+    return _invalid(f"transform {what} is not supported by stoker; supported: "
+                    f"{', '.join(SUPPORTED)} (torchvision's, v1 or v2, or stoker.transforms'), "
+                    f"or a recipe name ({', '.join(RECIPES)})")
+
+
 def _from_torchvision(t):
-    """One torchvision transform -> stoker ops (a list), or raise naming it."""
+    """One torchvision transform (torchvision.transforms or .v2, matched by class name) ->
+    stoker ops (a list), or raise naming it and the supported list."""
     name = type(t).__name__
     if name == "Compose":
         out = []
         for sub in t.transforms:
             out.extend(_from_torchvision(sub) if not isinstance(sub, Op) else [sub])
         return out
-    if name == "RandomResizedCrop":
-        return [RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation)]
-    if name == "Resize":
-        size = t.size
-        if isinstance(size, (list, tuple)) and len(size) == 1:
-            size = size[0]
-        return [Resize(size, t.interpolation, getattr(t, "max_size", None))]
-    if name == "CenterCrop":
-        return [CenterCrop(t.size)]
-    if name == "RandomHorizontalFlip":
-        return [RandomHorizontalFlip(t.p)]
-    if name == "ColorJitter":
-        return [ColorJitter(t.brightness, t.contrast, t.saturation, t.hue)]
-    if name == "Normalize":
-        return [Normalize(t.mean, t.std)]
-    if name == "ToTensor":
-        return [ToTensor()]
-    if name == "PILToTensor":
-        return [PILToTensor()]
-    if name == "ConvertImageDtype":
-        return [ConvertImageDtype(t.dtype)]
-    mod = type(t).__module__
-    raise _invalid(f"transform {mod}.{name} is not supported by stoker; supported: "
-                   f"{', '.join(SUPPORTED)} (torchvision's or stoker.transforms'), or a recipe "
-                   f"name ({', '.join(RECIPES)})")
+    if name == "ToPureTensor":  # v2: unwraps tv_tensors; nothing to do here
+        return []
+    cls = _BY_TV_NAME.get(name)
+    if cls is None:
+        raise _unsupported(f"{type(t).__module__}.{name}")
+    return [cls.from_torchvision(t)]
 
 
 def _flatten(obj, out):
@@ -315,8 +366,7 @@ def _flatten(obj, out):
     elif type(obj).__module__.startswith("torchvision"):
         out.extend(_from_torchvision(obj))
     else:
-        raise _invalid(f"transform {obj!r} is not supported by stoker; supported: "
-                       f"{', '.join(SUPPORTED)}, or a recipe name ({', '.join(RECIPES)})")
+        raise _unsupported(repr(obj))
 
 
 def _ops_and_options(transforms, dtype, layout, exact):

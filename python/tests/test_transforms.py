@@ -77,13 +77,18 @@ def test_torchvision_compose_maps_onto_ops():
     assert resize[0].size == (256, 0)  # shorter side
     T._flatten(TV.Resize((32, 48)), resize)
     assert resize[1].size == (32, 48)
+    flips = []
+    T._flatten(TV.Compose([TV.RandomVerticalFlip(0.2), TV.RandomHorizontalFlip(0.7)]), flips)
+    assert flips == [T.RandomVerticalFlip(0.2), T.RandomHorizontalFlip(0.7)]
+    assert flips[0].to_dict() == {"kind": "RandomVerticalFlip", "p": 0.2}
 
 
 def test_unsupported_transform_is_named():
     with pytest.raises(ValueError) as e:
         T.compile(TV.Compose([TV.RandomRotation(10), TV.ToTensor()]))
     msg = str(e.value)
-    assert "RandomRotation" in msg and "RandomResizedCrop" in msg and "imagenet-train" in msg
+    assert "RandomRotation" in msg and "imagenet-train" in msg
+    assert all(n in msg for n in T.SUPPORTED)  # the list comes from the C op table
     assert isinstance(e.value, stoker.Error)
     with pytest.raises(ValueError, match="bilinear"):
         T.compile(TV.Compose([TV.Resize(32, interpolation=TV.InterpolationMode.NEAREST)]))
@@ -99,6 +104,106 @@ def test_unsupported_transform_is_named():
         T.Resize(32)(Image.new("RGB", (4, 4)))
     with pytest.raises(ValueError):
         T.compile(lambda x: x)
+
+
+# One example of each C op's stoker.transforms class, built with its required arguments.
+EXAMPLES = {"RandomResizedCrop": T.RandomResizedCrop(24), "Resize": T.Resize(20),
+            "CenterCrop": T.CenterCrop(16), "Normalize": T.Normalize(T.IMAGENET_MEAN,
+                                                                     T.IMAGENET_STD)}
+
+
+def test_supported_is_the_c_op_table():
+    """SUPPORTED is the C library's op table plus the Python-only markers, and every C op has
+    a stoker.transforms class whose parameters are the C row's."""
+    names = stoker._core.op_names()
+    assert "RandomVerticalFlip" in names and len(set(names)) == len(names)
+    assert T.SUPPORTED == tuple(names) + T.MARKERS
+    for name in names:
+        cls = getattr(T, name)
+        assert issubclass(cls, T.Op) and name in T.__all__ and T._BY_TV_NAME[name] is cls
+        op = EXAMPLES.get(name) or cls()
+        params = {p[0]: p for p in stoker._core.op_params(name)}
+        d = op.to_dict()
+        assert d.pop("kind") == name
+        assert set(d) == set(params), name
+        for key, value in d.items():  # each value has the count the C row wants
+            count = params[key][2]
+            assert (len(value) if isinstance(value, tuple) else 1) == count, (name, key)
+    assert stoker._core.op_params("Resize") == (("size", "int64", 2),)
+    with pytest.raises(ValueError, match="RandomVerticalFlip"):
+        stoker._core.op_params("RandomRotation")
+
+
+def test_op_dicts_are_parsed_from_the_c_table():
+    """stoker._core.Transform reads op dicts through the C table: unknown ops and parameters,
+    and values of the wrong shape or type, are named."""
+    crop = {"kind": "CenterCrop", "size": (8, 8)}
+    with pytest.raises(ValueError) as e:
+        stoker._core.Transform([{"kind": "RandomRotation", "degrees": 10}, crop])
+    assert "RandomRotation" in str(e.value)
+    assert all(n in str(e.value) for n in stoker._core.op_names())
+    with pytest.raises(ValueError, match=r"Resize has no parameter 'sise' \(its parameters: size"):
+        stoker._core.Transform([{"kind": "Resize", "sise": (8, 8)}, crop])
+    with pytest.raises(ValueError, match="'size' needs 2 integers"):
+        stoker._core.Transform([{"kind": "Resize", "size": (8.5, 8)}, crop])
+    with pytest.raises(ValueError, match="'mean' needs 3 numbers"):
+        stoker._core.Transform([crop, {"kind": "Normalize", "mean": (0.5, 0.5)}])
+    with pytest.raises(ValueError, match="'p' needs a number"):
+        stoker._core.Transform([crop, {"kind": "RandomVerticalFlip", "p": "half"}])
+    with pytest.raises(ValueError, match="'kind'"):
+        stoker._core.Transform([{"size": (8, 8)}])
+
+
+def _fake_v2(name, **attrs):
+    """An object whose class is named like torchvision.transforms.v2's `name`."""
+    cls = type(name, (), {"__module__": "torchvision.transforms.v2._fake"})
+    obj = cls()
+    obj.__dict__.update(attrs)
+    return obj
+
+
+def test_torchvision_v2_class_names_convert():
+    """v2 transforms convert by class name as v1's do (v2's attributes: ColorJitter ranges as
+    tuples or None, ToDtype with a dtype dict and `scale`, ToImage, ToPureTensor)."""
+    v2 = [_fake_v2("RandomResizedCrop", size=[32, 32], scale=(0.5, 1.0), ratio=(0.75, 1.33),
+                   interpolation=None, antialias=True),
+          _fake_v2("RandomVerticalFlip", p=0.25),
+          _fake_v2("ColorJitter", brightness=(0.6, 1.4), contrast=None, saturation=None,
+                   hue=(-0.1, 0.1)),
+          _fake_v2("ToImage"), _fake_v2("ToDtype", dtype=torch.float16, scale=True),
+          _fake_v2("Normalize", mean=[0.5, 0.5, 0.5], std=[0.2, 0.2, 0.2], inplace=False),
+          _fake_v2("ToPureTensor")]
+    ops, dtype, layout, _ = T._ops_and_options(_fake_v2("Compose", transforms=v2), None, None,
+                                               None)
+    assert [type(o).__name__ for o in ops] == ["RandomResizedCrop", "RandomVerticalFlip",
+                                               "ColorJitter", "Normalize"]
+    assert ops[0].size == (32, 32) and ops[1].p == 0.25 and dtype == "float16"
+    assert ops[2].brightness == pytest.approx(0.4) and ops[2].contrast == 0
+    ops, dtype, _, _ = T._ops_and_options(
+        [T.Resize((8, 8)), _fake_v2("ToDtype", dtype={"others": None, _fake_v2("Image").__class__:
+                                                      torch.uint8}, scale=False)],
+        None, None, None)
+    assert dtype == "uint8"
+    with pytest.raises(ValueError, match="scale=False"):
+        T.compile([T.Resize((8, 8)), _fake_v2("ToDtype", dtype=torch.float32, scale=False)])
+    with pytest.raises(ValueError) as e:
+        T.compile(_fake_v2("Compose", transforms=[_fake_v2("RandomRotation", degrees=10)]))
+    msg = str(e.value)
+    assert "torchvision.transforms.v2._fake.RandomRotation" in msg
+    assert all(n in msg for n in T.SUPPORTED)
+    try:
+        from torchvision.transforms import v2 as TV2
+    except ImportError:
+        return  # torchvision < 0.15: the fakes above stand in for it
+    ops, dtype, _, _ = T._ops_and_options(
+        TV2.Compose([TV2.RandomResizedCrop(24), TV2.RandomVerticalFlip(0.3),
+                     TV2.RandomHorizontalFlip(), TV2.ToImage(),
+                     TV2.ToDtype(torch.float32, scale=True), TV2.Normalize(T.IMAGENET_MEAN,
+                                                                            T.IMAGENET_STD)]),
+        None, None, None)
+    assert [type(o).__name__ for o in ops] == ["RandomResizedCrop", "RandomVerticalFlip",
+                                               "RandomHorizontalFlip", "Normalize"]
+    assert dtype == "float32"
 
 
 def test_ops_alias_and_recipes_build():
@@ -177,6 +282,18 @@ def test_loader_matches_torchvision(packed, folder):
         diff = (b["image"][j].int() - want).abs()
         assert float(diff.float().mean()) < 1.0, f"image {i}: mean |diff| {diff.float().mean()}"
         assert int(diff.max()) <= 8
+
+
+@needs_pipeline
+def test_loader_vertical_flip_matches_torchvision(packed, folder):
+    """RandomVerticalFlip from a torchvision Compose, through the loader: torchvision's pixels
+    upside down, exactly (a pure crop decodes as PIL does)."""
+    tv = TV.Compose([TV.CenterCrop(32), TV.RandomVerticalFlip(1.0), TV.PILToTensor()])
+    b = next(iter(_make(packed, 24, transforms=tv)))
+    assert b["image"].dtype == torch.uint8 and b["image"].shape == (24, 3, 32, 32)
+    ref = ImageFolder(folder, transform=tv)
+    for j, i in enumerate(b["index"].tolist()):
+        assert torch.equal(b["image"][j], ref[i][0]), f"image {i}"
 
 
 @needs_pipeline

@@ -212,28 +212,51 @@ def test_center_crop_padding(images):
     assert np.array_equal(got, want)
 
 
-def test_flip_exact(images):
+# gen_imgdump's op for each flip: (the mirror of a HWC array, torchvision's function)
+FLIPS = {"flip": (lambda a: a[:, ::-1], F.hflip), "vflip": (lambda a: a[::-1], F.vflip)}
+
+
+@pytest.mark.parametrize("flip", list(FLIPS))
+def test_flip_exact(images, flip):
+    mirror = FLIPS[flip][0]
     path = images["p640x480.jpg"]
     base, _ = u8(path, "resize:256 ccrop:224", 224, 224)
-    flipped, p = u8(path, "resize:256 ccrop:224 flip:1", 224, 224)
-    assert p["flip"] == 1
-    assert np.array_equal(flipped, base[:, ::-1])
+    flipped, p = u8(path, f"resize:256 ccrop:224 {flip}:1", 224, 224)
+    assert p[flip] == 1
+    assert np.array_equal(flipped, mirror(base))
     # p = 0.5: each sample is either untouched or mirrored, as its plan says.
     n_flip = 0
     for index in range(40):
-        out, p = u8(path, "ccrop:224 flip:0.5", 224, 224, index=index)
+        out, p = u8(path, f"ccrop:224 {flip}:0.5", 224, 224, index=index)
         plain, _ = u8(path, "ccrop:224", 224, 224, index=index)
-        assert np.array_equal(out, plain[:, ::-1] if p["flip"] else plain)
-        n_flip += p["flip"]
+        assert np.array_equal(out, mirror(plain) if p[flip] else plain)
+        n_flip += p[flip]
     assert 8 <= n_flip <= 32  # binomial(40, 0.5): outside this range has p < 1e-4
 
 
-def test_flip_then_crop_matches_torchvision(images):
+@pytest.mark.parametrize("flip", list(FLIPS))
+def test_flip_then_crop_matches_torchvision(images, flip):
     """Flip before an asymmetric crop is folded into the geometry exactly."""
     path = images["p333x500.jpg"]
-    got, _ = u8(path, "flip:1 ccrop:101,76 resize:64,50", 64, 50, exact=True)
-    want = np.asarray(F.resize(T.CenterCrop((101, 76))(F.hflip(pil(path))), [64, 50]))
+    got, _ = u8(path, f"{flip}:1 ccrop:101,76 resize:64,50", 64, 50, exact=True)
+    want = np.asarray(F.resize(T.CenterCrop((101, 76))(FLIPS[flip][1](pil(path))), [64, 50]))
     assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+
+
+def test_vertical_flip_matches_torchvision(images):
+    """RandomVerticalFlip (an op added through the op table) is torchvision's, bit for bit, on a
+    pure crop; with the horizontal flip the output is turned by 180 degrees."""
+    for name in ("p500x375.jpg", "p400x300.png", "g500x375.jpg"):
+        path = images[name]
+        got, p = u8(path, "ccrop:224,200 vflip:1", 224, 200)
+        assert p["vflip"] == 1 and p["flip"] == 0
+        want = np.asarray(T.RandomVerticalFlip(p=1.0)(T.CenterCrop((224, 200))(pil(path))))
+        assert np.array_equal(got, want), name
+    path = images["p640x480.jpg"]
+    base, _ = u8(path, "resize:256 ccrop:224", 224, 224)
+    both, p = u8(path, "resize:256 ccrop:224 vflip:1 flip:1", 224, 224)
+    assert p["vflip"] == 1 and p["flip"] == 1
+    assert np.array_equal(both, base[::-1, ::-1])
 
 
 # ---- Normalize, dtypes and layouts: exact ----

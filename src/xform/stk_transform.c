@@ -5,14 +5,16 @@
  *   probe the header -> plan (fold the ops into one resample per axis, draw the randomness) ->
  *   decode only the window the output needs, at the largest DCT scale 1/den with den <= the
  *   downscale factor (den = 1 when `exact`) -> resample straight to the output size, mirrored if
- *   flipped -> ColorJitter (uint8, in place) -> convert/normalise into dst.
+ *   flipped -> the pixel kernels (ColorJitter; uint8, in place) -> convert/normalise into dst.
+ * What each op does at each step is its row in the op table (stk_ops.c); this file only walks
+ * the rows.
  * No per-sample allocation in steady state: the worker's scratch grows to the largest need and
  * stays.
  *
  * Randomness: a sample draws from its own stream (seed, epoch, index) in op order: each
- * RandomResizedCrop its box, each RandomHorizontalFlip one uniform (flip when u < p), each
- * ColorJitter its permutation and factors. The draws depend only on the image size and the op
- * list, never on the thread, so outputs are identical for any thread count.
+ * RandomResizedCrop its box, each RandomHorizontalFlip or RandomVerticalFlip one uniform (flip
+ * when u < p), each ColorJitter its permutation and factors. The draws depend only on the image
+ * size and the op list, never on the thread, so outputs are identical for any thread count.
  *
  * Semantics are torchvision 0.14's on PIL images (what `ImageFolder` + transforms gives), with
  * these documented differences: consecutive resizing ops are fused into one resample (exact for
@@ -31,29 +33,6 @@
 
 #define DEFAULT_MAX_PIXELS (64ull << 20)
 
-static const char *const op_names[] = {"RandomResizedCrop",    "Resize",      "CenterCrop",
-                                       "RandomHorizontalFlip", "ColorJitter", "Normalize"};
-
-void stk_op_init(stk_op *op, stk_op_kind kind)
-{
-    if (!op)
-        return;
-    memset(op, 0, sizeof(*op));
-    op->kind = kind;
-    /* torchvision requires a size; these are the ImageNet recipes' (224 crops, Resize(256)). */
-    op->size[0] = kind == STK_OP_RESIZE ? 256 : 224;
-    op->size[1] = kind == STK_OP_RESIZE ? 0 : 224;
-    op->scale[0] = 0.08;
-    op->scale[1] = 1.0;
-    op->ratio[0] = 3.0 / 4.0;
-    op->ratio[1] = 4.0 / 3.0;
-    op->p = 0.5;
-    for (int c = 0; c < 3; c++) { /* torchvision has no default; the identity */
-        op->mean[c] = 0.0f;
-        op->std[c] = 1.0f;
-    }
-}
-
 void stk_transform_opts_init(stk_transform_opts *opts)
 {
     if (!opts)
@@ -62,82 +41,6 @@ void stk_transform_opts_init(stk_transform_opts *opts)
     opts->struct_size = sizeof(*opts);
     opts->dtype = STK_DTYPE_FLOAT32;
     opts->max_pixels = DEFAULT_MAX_PIXELS;
-}
-
-static bool finite2(const double v[2])
-{
-    return isfinite(v[0]) && isfinite(v[1]);
-}
-
-/* Check one op (index i) and resolve its square-size shorthand into *op. */
-static stk_status check_op(size_t i, stk_op *op)
-{
-    const char *name = (unsigned)op->kind < 6 ? op_names[op->kind] : "?";
-    switch (op->kind) {
-    case STK_OP_RANDOM_RESIZED_CROP:
-    case STK_OP_RESIZE:
-    case STK_OP_CENTER_CROP:
-        if (op->size[0] < 1 || op->size[0] > STK__XF_MAX_SIZE || op->size[1] < 0 ||
-            op->size[1] > STK__XF_MAX_SIZE)
-            return stk__set_last_error(STK_EINVAL,
-                                       "ops[%zu] (%s): size must be (h, w) with 1 <= h, w <= %d "
-                                       "(w = 0: %s), got (%lld, %lld)",
-                                       i, name, STK__XF_MAX_SIZE,
-                                       op->kind == STK_OP_RESIZE ? "resize the shorter side to h"
-                                                                 : "square",
-                                       (long long)op->size[0], (long long)op->size[1]);
-        if (op->kind != STK_OP_RESIZE && op->size[1] == 0)
-            op->size[1] = op->size[0]; /* torchvision's int size: square */
-        if (op->kind != STK_OP_RANDOM_RESIZED_CROP)
-            break;
-        if (!finite2(op->scale) || op->scale[0] < 0 || op->scale[0] > op->scale[1] ||
-            op->scale[1] <= 0)
-            return stk__set_last_error(STK_EINVAL,
-                                       "ops[%zu] (%s): scale must satisfy 0 <= scale[0] <= "
-                                       "scale[1], scale[1] > 0, got (%g, %g)",
-                                       i, name, op->scale[0], op->scale[1]);
-        if (!finite2(op->ratio) || op->ratio[0] <= 0 || op->ratio[0] > op->ratio[1])
-            return stk__set_last_error(STK_EINVAL,
-                                       "ops[%zu] (%s): ratio must satisfy 0 < ratio[0] <= "
-                                       "ratio[1], got (%g, %g)",
-                                       i, name, op->ratio[0], op->ratio[1]);
-        break;
-    case STK_OP_RANDOM_HORIZONTAL_FLIP:
-        if (!(op->p >= 0.0 && op->p <= 1.0))
-            return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): p must be in [0, 1], got %g", i,
-                                       name, op->p);
-        break;
-    case STK_OP_COLOR_JITTER: {
-        const double v[3] = {op->brightness, op->contrast, op->saturation};
-        static const char *const what[3] = {"brightness", "contrast", "saturation"};
-        for (int k = 0; k < 3; k++)
-            if (!(v[k] >= 0.0 && isfinite(v[k])))
-                return stk__set_last_error(STK_EINVAL,
-                                           "ops[%zu] (%s): %s must be a finite number >= 0, "
-                                           "got %g",
-                                           i, name, what[k], v[k]);
-        if (!(op->hue >= 0.0 && op->hue <= 0.5))
-            return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): hue must be in [0, 0.5], got %g",
-                                       i, name, op->hue);
-        break;
-    }
-    case STK_OP_NORMALIZE:
-        for (int c = 0; c < 3; c++) {
-            if (!isfinite(op->mean[c]))
-                return stk__set_last_error(STK_EINVAL,
-                                           "ops[%zu] (%s): mean[%d] must be finite, got %g", i,
-                                           name, c, (double)op->mean[c]);
-            if (!isfinite(op->std[c]) || op->std[c] == 0.0f)
-                return stk__set_last_error(STK_EINVAL,
-                                           "ops[%zu] (%s): std[%d] must be finite and non-zero, "
-                                           "got %g",
-                                           i, name, c, (double)op->std[c]);
-        }
-        break;
-    default:
-        return stk__set_last_error(STK_EINVAL, "ops[%zu]: unknown op kind %d", i, (int)op->kind);
-    }
-    return STK_OK;
 }
 
 stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out)
@@ -177,42 +80,34 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     for (int c = 0; c < 3; c++)
         t->std[c] = 1.0f;
 
-    /* Validate each op and follow the output size through the list. */
-    int64_t oh = 0, ow = 0; /* 0: depends on the image */
-    size_t norm_at = SIZE_MAX;
+    /* Validate each op and follow the output size through the list (the op table's rows). */
+    int64_t oh = 0, ow = 0;    /* 0: depends on the image */
+    size_t norm_at = SIZE_MAX; /* the STORE op (Normalize) */
     for (size_t i = 0; i < t->n_ops; i++) {
         stk_op *op = &t->ops[i];
-        STK_TRY(check_op(i, op));
-        if (norm_at != SIZE_MAX && op->kind != STK_OP_RANDOM_HORIZONTAL_FLIP) {
-            rc = stk__set_last_error(STK_EINVAL,
-                                     "ops[%zu] (%s): Normalize (ops[%zu]) must come last (only "
-                                     "RandomHorizontalFlip may follow it)",
-                                     i, op_names[op->kind], norm_at);
+        const stk__op_def *d = stk__op_def_get(op->kind);
+        if (!d) {
+            rc = stk__set_last_error(STK_EINVAL, "ops[%zu]: unknown op kind %d", i, (int)op->kind);
             goto fail;
         }
-        switch (op->kind) {
-        case STK_OP_RANDOM_RESIZED_CROP:
-        case STK_OP_CENTER_CROP:
-            oh = op->size[0];
-            ow = op->size[1];
-            break;
-        case STK_OP_RESIZE:
-            oh = op->size[1] ? op->size[0] : 0;
-            ow = op->size[1];
-            break;
-        case STK_OP_COLOR_JITTER:
-            if (op->brightness != 0 || op->contrast != 0 || op->saturation != 0 || op->hue != 0)
-                t->jitter = true;
-            break;
-        case STK_OP_NORMALIZE:
-            norm_at = i;
-            t->normalize = true;
-            memcpy(t->mean, op->mean, sizeof(t->mean));
-            memcpy(t->std, op->std, sizeof(t->std));
-            break;
-        default:
-            break;
+        t->defs[i] = d;
+        if (d->check)
+            STK_TRY(d->check(i, op));
+        if (norm_at != SIZE_MAX && !d->after_store) {
+            char after[256];
+            stk__op_list_names(true, after, sizeof(after));
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu] (%s): %s (ops[%zu]) must come last (only %s may "
+                                     "follow it)",
+                                     i, d->name, t->defs[norm_at]->name, norm_at, after);
+            goto fail;
         }
+        if (d->size)
+            d->size(op, &oh, &ow);
+        if (d->compile)
+            d->compile(op, t);
+        if (d->stage == STK__OP_STORE)
+            norm_at = i;
     }
     if (oh == 0 || ow == 0) {
         rc = stk__set_last_error(STK_EINVAL,
@@ -335,45 +230,18 @@ void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, st
     stk__axis_init(&out->x, width);
     stk__axis_init(&out->y, height);
     for (size_t i = 0; i < t->n_ops; i++) {
-        const stk_op *op = &t->ops[i];
-        switch (op->kind) {
-        case STK_OP_RANDOM_RESIZED_CROP: {
-            stk__box b;
-            stk__rrc_box(rng, out->y.n, out->x.n, op->scale, op->ratio, &b);
-            if (!out->has_box) {
-                out->has_box = true;
-                out->box = b;
-            }
-            stk__axis_crop(&out->y, b.i, b.h);
-            stk__axis_crop(&out->x, b.j, b.w);
-            stk__axis_resize(&out->y, op->size[0]);
-            stk__axis_resize(&out->x, op->size[1]);
-            break;
+        const stk__op_def *d = t->defs[i];
+        stk__opdraw *draw = NULL;
+        if (d->kernel) {
+            stk__xpix *px = &out->pix[out->n_pix++];
+            px->def = d;
+            draw = &px->draw;
         }
-        case STK_OP_RESIZE: {
-            int64_t nh = op->size[0], nw = op->size[1];
-            if (nw == 0)
-                stk__resize_short(out->y.n, out->x.n, op->size[0], &nh, &nw);
-            stk__axis_resize(&out->y, nh);
-            stk__axis_resize(&out->x, nw);
-            break;
-        }
-        case STK_OP_CENTER_CROP:
-            stk__axis_center_crop(&out->y, op->size[0]);
-            stk__axis_center_crop(&out->x, op->size[1]);
-            break;
-        case STK_OP_RANDOM_HORIZONTAL_FLIP:
-            if (stk_rng_uniform(rng) < op->p) /* torch.rand(1) < p */
-                stk__axis_flip(&out->x);
-            break;
-        case STK_OP_COLOR_JITTER:
-            stk__jitter_draw(rng, op, &out->jitter[out->n_jitter++]);
-            break;
-        default:
-            break;
-        }
+        if (d->plan)
+            d->plan(&t->ops[i], rng, out, draw);
     }
     out->flip = out->x.dir < 0;
+    out->vflip = out->y.dir < 0;
 
     /* DCT scale: the largest 1/den with den <= the downscale factor on both axes, so the decoded
      * window keeps at least one pixel per output pixel. Scales other than 1/2, 1/4, 1/8 would
@@ -488,8 +356,9 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
     STK_TRY(
         stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)t->out_w * 3, err, err_size));
     uint64_t t1 = stk__now_ns();
-    for (uint32_t i = 0; i < plan->n_jitter; i++)
-        stk__jitter_apply(img, npix, &plan->jitter[i]);
+    const stk__pixctx px = {img, t->out_w, t->out_h};
+    for (uint32_t i = 0; i < plan->n_pix; i++) /* one call per kernel per sample */
+        plan->pix[i].def->kernel(&px, &plan->pix[i].draw);
     uint64_t t2 = stk__now_ns();
     stk__store(t, img, t->out_w, t->out_h, dst);
     uint64_t t3 = stk__now_ns();

@@ -3,13 +3,15 @@
  *
  * A transform is compiled once (stk_transform, immutable, shared by all workers) and applied per
  * sample in three steps:
- *  1. plan   (stk_transform.c, stk_crop.c): from the image size and the sample's random stream,
- *            fold the geometric ops (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip)
- *            into one resample per axis (stk__xaxis), draw the flip and ColorJitter parameters,
- *            and choose the window and DCT scale to decode;
+ *  1. plan   (stk_transform.c, each op's row in stk_ops.c, stk_crop.c): from the image size and
+ *            the sample's random stream, fold the geometric ops (RandomResizedCrop, Resize,
+ *            CenterCrop, the flips) into one resample per axis (stk__xaxis), draw the flips and
+ *            the pixel kernels' parameters (ColorJitter), and choose the window and DCT scale to
+ *            decode;
  *  2. decode (src/decode): only that window, at that scale;
- *  3. render (stk_resize.c, stk_color.c, stk_normalize.c): resample the decoded buffer straight
- *            to the output size (flip included), jitter, then convert and store into the batch.
+ *  3. render (stk_resize.c, the kernels (stk_color.c), stk_normalize.c): resample the decoded
+ *            buffer straight to the output size (flips included), run the pixel kernels, then
+ *            convert and store into the batch.
  *
  * Geometry model (one axis). The resample maps a "grid" of `grid` pixels onto the full-resolution
  * interval [c0, c1): grid pixel u has its centre at c0 + (u + 0.5) * (c1 - c0) / grid, exactly as
@@ -30,9 +32,12 @@
 #define STK__XF_MAX_OPS 16     /* ops per transform */
 #define STK__XF_MAX_SIZE 16384 /* largest output (and op) height or width */
 
+struct stk__op_def;
+
 /* A compiled transform. Immutable after stk_transform_create. */
 struct stk_transform {
     stk_op ops[STK__XF_MAX_OPS];
+    const struct stk__op_def *defs[STK__XF_MAX_OPS]; /* the table row of each op */
     size_t n_ops;
     stk_dtype dtype;
     bool nhwc;
@@ -41,7 +46,6 @@ struct stk_transform {
     uint32_t out_w, out_h; /* output size, fixed by the ops */
     bool normalize;        /* a Normalize op is present */
     float mean[3], std[3]; /* its parameters (float32, as torchvision's tensors) */
-    bool jitter;           /* at least one ColorJitter op with an effect */
     /* The float output of each uint8 value per channel (stk__store_init): the exact per-value
      * result of ToTensor/Normalize/rounding, so the store is a table lookup. */
     float lut_f32[3][256];
@@ -133,15 +137,81 @@ void stk__adjust_contrast(uint8_t *rgb, size_t npix, double factor);
 void stk__adjust_saturation(uint8_t *rgb, size_t npix, double factor);
 void stk__adjust_hue(uint8_t *rgb, size_t npix, double factor);
 
+/* ---- the op table (stk_ops.c) ----
+ *
+ * One row per op kind (stk__op_def): its name, parameters, check, effect on the output size,
+ * per-sample plan and pixel kernel. stk_transform_create, stk__xform_plan and stk__xform_render
+ * only walk the rows; adding an op is one row plus its kernel (docs/images.md, "Adding an op"). */
+
+/* Where an op acts in the per-sample pipeline (plan -> decode -> resample -> kernels -> store). */
+typedef enum stk__op_stage {
+    STK__OP_GEOMETRY = 0, /* moves pixels: its plan folds it into the per-axis resample */
+    STK__OP_PIXEL = 1,    /* a kernel on the uint8 output-size image, after the resample */
+    STK__OP_STORE = 2     /* sets the conversion into the output dtype (at most one, last) */
+} stk__op_stage;
+
+/* One sample's draw for a pixel kernel (filled by the op's plan, read by its kernel): one member
+ * per kernel that needs more than its stk_op. */
+typedef union stk__opdraw {
+    stk__jitter jitter; /* ColorJitter */
+} stk__opdraw;
+
+/* What a pixel kernel works on: the uint8 output-size image of one sample. */
+typedef struct stk__pixctx {
+    uint8_t *rgb; /* interleaved RGB, w * h pixels, rows of w * 3 bytes; modified in place */
+    uint32_t w, h;
+} stk__pixctx;
+
+struct stk__xplan;
+
+typedef struct stk__op_def {
+    const char *name; /* torchvision's class name */
+    stk_op_kind kind; /* == the row's index in the table */
+    stk__op_stage stage;
+    bool after_store; /* may follow the STORE op (a flip commutes with a per-pixel store) */
+    const stk_op_param *params; /* torchvision's arguments, in its order */
+    size_t n_params;
+    /* Optional defaults beyond stk_op_init's common ones (e.g. Resize's size (256, 0)). */
+    void (*init)(stk_op *op);
+    /* Validate ops[i] and normalise it in place (square shorthand). Messages start with
+     * "ops[i] (Name): ". @return STK_OK or STK_EINVAL (stk_last_errmsg set). */
+    stk_status (*check)(size_t i, stk_op *op);
+    /* The output size after the op, given the size before it in *h, *w (0: depends on the
+     * image). NULL: unchanged. */
+    void (*size)(const stk_op *op, int64_t *h, int64_t *w);
+    /* At create: record what the compiled transform needs (Normalize: mean, std). NULL: none. */
+    void (*compile)(const stk_op *op, stk_transform *t);
+    /* Per sample, in op order: fold the op into p's geometry and draw its randomness from rng
+     * (into *draw, non-NULL exactly when the op has a kernel). NULL: nothing to plan. */
+    void (*plan)(const stk_op *op, stk_rng *rng, struct stk__xplan *p, stk__opdraw *draw);
+    /* Pixel kernel (STK__OP_PIXEL ops): apply the draw to the image. Called once per sample in
+     * op order; runs over every pixel, so it is the op's whole per-pixel cost. */
+    void (*kernel)(const stk__pixctx *c, const stk__opdraw *draw);
+} stk__op_def;
+
+/* The row of `kind`, or NULL for an unknown kind. */
+const stk__op_def *stk__op_def_get(stk_op_kind kind);
+
+/* Write the names of the ops (all of them, or only those with after_store when
+ * after_store_only) into buf, separated by ", ". */
+void stk__op_list_names(bool after_store_only, char *buf, size_t size);
+
 /* ---- per-sample plan (stk_transform.c) ---- */
+
+/* One pixel kernel to run on a sample: its row and its draw. */
+typedef struct stk__xpix {
+    const stk__op_def *def;
+    stk__opdraw draw;
+} stk__xpix;
 
 typedef struct stk__xplan {
     stk__xaxis x, y; /* the output geometry */
     bool has_box;    /* a RandomResizedCrop drew `box` (the first one) */
     stk__box box;
-    bool flip; /* the output is mirrored (x.dir < 0) */
-    uint32_t n_jitter;
-    stk__jitter jitter[STK__XF_MAX_OPS]; /* in op order */
+    bool flip;  /* the output is mirrored (x.dir < 0) */
+    bool vflip; /* the output is upside down (y.dir < 0) */
+    uint32_t n_pix;
+    stk__xpix pix[STK__XF_MAX_OPS];      /* pixel kernels in op order */
     bool decode;                         /* false when every output pixel is padding */
     uint32_t win_x, win_y, win_w, win_h; /* full-resolution window to decode */
     uint32_t min_w, min_h;               /* decoded size wanted (sets the DCT scale) */
@@ -150,8 +220,8 @@ typedef struct stk__xplan {
 } stk__xplan;
 
 /* Fold the ops over a width x height image, drawing randomness from rng in op order (each
- * RandomResizedCrop: its box; each RandomHorizontalFlip: one uniform; each ColorJitter: its
- * permutation and factors), and choose the decode window. */
+ * op's plan: RandomResizedCrop its box; each flip one uniform; ColorJitter its permutation and
+ * factors), and choose the decode window. */
 void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, stk_rng *rng,
                      stk__xplan *out);
 
@@ -223,7 +293,7 @@ struct stk__tworker {
     stk__xtimes times;
 };
 
-/* Step 3 of the pipeline: resample `src` per the plan, jitter, store into dst. */
+/* Step 3 of the pipeline: resample `src` per the plan, run the pixel kernels, store into dst. */
 stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
                              const stk__decoded *src, void *dst, char *err, size_t err_size);
 

@@ -16,7 +16,7 @@
  *       from the stream (S, 0, k) exactly as the transform draws it.
  *
  * SPEC is a list of ops separated by spaces or '+':
- *   rrc:H[,W[,S0,S1[,R0,R1]]]  resize:H[,W]  ccrop:H[,W]  flip:P  jitter:B,C,S,H
+ *   rrc:H[,W[,S0,S1[,R0,R1]]]  resize:H[,W]  ccrop:H[,W]  flip:P  vflip:P  jitter:B,C,S,H
  *   norm[:imagenet | :M0,M1,M2,S0,S1,S2]
  */
 #include "xform/stk_xform.h"
@@ -88,6 +88,10 @@ static bool parse_op(const char *tok, stk_op *op)
         stk_op_init(op, STK_OP_RANDOM_HORIZONTAL_FLIP);
         if (numbers(args, v, 1) == 1)
             op->p = v[0];
+    } else if (IS("vflip")) {
+        stk_op_init(op, STK_OP_RANDOM_VERTICAL_FLIP);
+        if (numbers(args, v, 1) == 1)
+            op->p = v[0];
     } else if (IS("jitter")) {
         stk_op_init(op, STK_OP_COLOR_JITTER);
         numbers(args, v, 4);
@@ -156,16 +160,19 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
     stk__xplan p;
     stk__xform_plan(t, info.width, info.height, &rng, &p);
     printf("{\"width\": %u, \"height\": %u, \"box\": [%lld, %lld, %lld, %lld], \"fallback\": %d, "
-           "\"has_box\": %d, \"flip\": %d, \"decode\": %d, \"den\": %u, "
+           "\"has_box\": %d, \"flip\": %d, \"vflip\": %d, \"decode\": %d, \"den\": %u, "
            "\"win\": [%u, %u, %u, %u], \"jitter\": [",
            info.width, info.height, (long long)p.box.i, (long long)p.box.j, (long long)p.box.h,
-           (long long)p.box.w, p.box.fallback, p.has_box, p.flip, p.decode, p.den, p.win_x, p.win_y,
-           p.win_w, p.win_h);
-    for (uint32_t k = 0; k < p.n_jitter; k++) {
-        const stk__jitter *j = &p.jitter[k];
+           (long long)p.box.w, p.box.fallback, p.has_box, p.flip, p.vflip, p.decode, p.den, p.win_x,
+           p.win_y, p.win_w, p.win_h);
+    int n_jitter = 0;
+    for (uint32_t k = 0; k < p.n_pix; k++) {
+        if (p.pix[k].def->kind != STK_OP_COLOR_JITTER)
+            continue;
+        const stk__jitter *j = &p.pix[k].draw.jitter;
         printf("%s{\"order\": [%d, %d, %d, %d], \"on\": [%d, %d, %d, %d], "
                "\"factor\": [%.17g, %.17g, %.17g, %.17g]}",
-               k ? ", " : "", j->order[0], j->order[1], j->order[2], j->order[3], j->on[0],
+               n_jitter++ ? ", " : "", j->order[0], j->order[1], j->order[2], j->order[3], j->on[0],
                j->on[1], j->on[2], j->on[3], j->factor[0], j->factor[1], j->factor[2],
                j->factor[3]);
     }

@@ -281,6 +281,12 @@ static int test_op_defaults(void)
     T_CHECK(op.ratio[0] == 0.75 && fabs(op.ratio[1] - 4.0 / 3.0) < 1e-15);
     stk_op_init(&op, STK_OP_RANDOM_HORIZONTAL_FLIP);
     T_CHECK(op.p == 0.5);
+    stk_op_init(&op, STK_OP_RANDOM_VERTICAL_FLIP);
+    T_CHECK(op.p == 0.5 && op.kind == STK_OP_RANDOM_VERTICAL_FLIP);
+    stk_op_init(&op, STK_OP_RESIZE);
+    T_CHECK(op.size[0] == 256 && op.size[1] == 0);
+    stk_op_init(&op, STK_OP_CENTER_CROP);
+    T_CHECK(op.size[0] == 224 && op.size[1] == 224);
     stk_op_init(&op, STK_OP_COLOR_JITTER);
     T_CHECK(op.brightness == 0 && op.contrast == 0 && op.saturation == 0 && op.hue == 0);
     stk_transform_opts o;
@@ -315,6 +321,98 @@ static int test_recipes(void)
     T_CHECK(strstr(stk_last_errmsg(), "imagenet-train") &&
             strstr(stk_last_errmsg(), "imagenet-val"));
     stk_transform_destroy(NULL);
+    return 0;
+}
+
+/* The op table: every row complete and consistent with the public lookups. */
+static int test_op_table(void)
+{
+    size_t n = stk_op_count();
+    T_CHECK(n >= 7);
+    for (size_t i = 0; i < n; i++) {
+        stk_op_kind k;
+        T_OK(stk_op_kind_at(i, &k));
+        const stk__op_def *d = stk__op_def_get(k);
+        T_CHECK(d != NULL && d->name && d->name[0]);
+        T_CHECKF((size_t)d->kind == i && (size_t)k == i, "row %zu has kind %d", i, (int)d->kind);
+        T_CHECKF(d->check != NULL, "%s has no check", d->name);
+        /* A stage's hooks: geometry and pixel ops plan, exactly the pixel ops have a kernel,
+         * the store op compiles its parameters into the transform. */
+        T_CHECKF(d->stage == STK__OP_STORE || d->plan, "%s has no plan", d->name);
+        T_CHECKF((d->stage == STK__OP_PIXEL) == (d->kernel != NULL), "%s: kernel", d->name);
+        T_CHECKF(d->stage != STK__OP_STORE || d->compile, "%s: compile", d->name);
+        T_CHECKF(!d->after_store || d->stage == STK__OP_GEOMETRY, "%s: after_store", d->name);
+        /* Names round-trip and are unique. */
+        T_CHECK(strcmp(stk_op_name(k), d->name) == 0);
+        stk_op_kind found = (stk_op_kind)99;
+        T_OK(stk_op_find(d->name, &found));
+        T_EQ(found, k);
+        for (size_t m = 0; m < i; m++)
+            T_CHECKF(strcmp(stk_op_name((stk_op_kind)m), d->name) != 0, "duplicate %s", d->name);
+        /* Parameters: named, unique, inside stk_op. */
+        T_EQ(stk_op_n_params(k), d->n_params);
+        T_CHECK(d->n_params >= 1);
+        for (size_t j = 0; j < d->n_params; j++) {
+            const stk_op_param *pa = stk_op_param_at(k, j);
+            T_CHECK(pa == &d->params[j] && pa->name && pa->name[0]);
+            size_t el = pa->type == STK_OP_PARAM_INT64    ? sizeof(int64_t)
+                        : pa->type == STK_OP_PARAM_DOUBLE ? sizeof(double)
+                        : pa->type == STK_OP_PARAM_FLOAT  ? sizeof(float)
+                                                          : 0;
+            T_CHECKF(el && pa->count >= 1 && pa->count <= 4, "%s.%s", d->name, pa->name);
+            T_CHECKF(pa->offset % el == 0 && pa->offset + el * pa->count <= sizeof(stk_op),
+                     "%s.%s: offset %zu", d->name, pa->name, pa->offset);
+            for (size_t m = 0; m < j; m++)
+                T_CHECK(strcmp(d->params[m].name, pa->name) != 0);
+        }
+        T_CHECK(stk_op_param_at(k, d->n_params) == NULL);
+
+        /* The defaults pass the check; an invalid value written through each parameter's
+         * descriptor is refused with a message naming the op and the parameter (so the
+         * descriptor points at the field the check reads). */
+        stk_op op;
+        stk_op_init(&op, k);
+        T_EQ(op.kind, k);
+        T_OK(d->check(0, &op));
+        for (size_t j = 0; j < d->n_params; j++) {
+            const stk_op_param *pa = &d->params[j];
+            stk_op_init(&op, k);
+            char *at = (char *)&op + pa->offset;
+            if (pa->type == STK_OP_PARAM_INT64)
+                *(int64_t *)(void *)at = -1;
+            else if (pa->type == STK_OP_PARAM_DOUBLE)
+                *(double *)(void *)at = NAN;
+            else
+                *(float *)(void *)at = NAN;
+            T_EQ(d->check(3, &op), STK_EINVAL);
+            T_CHECKF(strstr(stk_last_errmsg(), d->name) && strstr(stk_last_errmsg(), pa->name) &&
+                         strstr(stk_last_errmsg(), "ops[3]"),
+                     "%s.%s: '%s'", d->name, pa->name, stk_last_errmsg());
+        }
+    }
+    stk_op_kind k = (stk_op_kind)42;
+    T_EQ(stk_op_kind_at(n, &k), STK_EINVAL);
+    T_EQ(k, (stk_op_kind)42);
+    T_EQ(stk_op_kind_at(0, NULL), STK_EINVAL);
+    T_CHECK(stk_op_name((stk_op_kind)n) == NULL && stk_op_name((stk_op_kind)-1) == NULL);
+    T_CHECK(stk__op_def_get((stk_op_kind)n) == NULL);
+    T_EQ(stk_op_n_params((stk_op_kind)n), 0);
+    T_CHECK(stk_op_param_at((stk_op_kind)n, 0) == NULL);
+
+    /* Unknown names (torchvision's case, no aliases) list every supported name. */
+    static const char *const bad[] = {"RandomRotation", "resize", "", "Normalize "};
+    for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+        T_EQ(stk_op_find(bad[b], &k), STK_EINVAL);
+        T_EQ(k, (stk_op_kind)42);
+        T_CHECK(strstr(stk_last_errmsg(), "unknown op"));
+        for (size_t i = 0; i < n; i++)
+            T_CHECKF(strstr(stk_last_errmsg(), stk_op_name((stk_op_kind)i)), "'%s' lacks %s",
+                     stk_last_errmsg(), stk_op_name((stk_op_kind)i));
+    }
+    T_EQ(stk_op_find(NULL, &k), STK_EINVAL);
+    T_EQ(stk_op_find("Resize", NULL), STK_EINVAL);
+    T_OK(stk_op_find("RandomVerticalFlip", &k));
+    T_EQ(k, STK_OP_RANDOM_VERTICAL_FLIP);
     return 0;
 }
 
@@ -377,6 +475,9 @@ static int test_bad_op_lists(void)
     T_CHECK(!expect_bad(o, 2, F, "RandomHorizontalFlip", "p must be"));
     o[1].p = -0.1;
     T_CHECK(!expect_bad(o, 2, F, "ops[1]", "p must be"));
+    stk_op_init(&o[1], STK_OP_RANDOM_VERTICAL_FLIP);
+    o[1].p = NAN;
+    T_CHECK(!expect_bad(o, 2, F, "RandomVerticalFlip", "p must be"));
 
     stk_op_init(&o[1], STK_OP_COLOR_JITTER);
     o[1].brightness = -0.2;
@@ -398,6 +499,9 @@ static int test_bad_op_lists(void)
     stk_op_init(&o[0], STK_OP_NORMALIZE);
     o[1] = c;
     T_CHECK(!expect_bad(o, 2, F, "Normalize", "last"));
+    stk_op_init(&o[0], STK_OP_NORMALIZE); /* the message names what may follow */
+    stk_op_init(&o[1], STK_OP_COLOR_JITTER);
+    T_CHECK(!expect_bad(o, 2, F, "ColorJitter", "only RandomHorizontalFlip, RandomVerticalFlip"));
 
     /* Output size not fixed: nothing, or Resize(short side) last. */
     stk_op_init(&o[0], STK_OP_RANDOM_HORIZONTAL_FLIP);
@@ -421,11 +525,12 @@ static int test_bad_op_lists(void)
     T_CHECK(strstr(stk_last_errmsg(), "stk_transform_opts_init"));
     T_EQ(stk_transform_create(NULL, &t), STK_EINVAL);
 
-    /* Accepted: the maximum op count, square shorthand, a flip after Normalize. */
+    /* Accepted: the maximum op count, square shorthand, flips after Normalize. */
     for (int i = 0; i < STK__XF_MAX_OPS; i++)
         o[i] = c;
     o[0].size[1] = 0;
-    stk_op_init(&o[STK__XF_MAX_OPS - 2], STK_OP_NORMALIZE);
+    stk_op_init(&o[STK__XF_MAX_OPS - 3], STK_OP_NORMALIZE);
+    stk_op_init(&o[STK__XF_MAX_OPS - 2], STK_OP_RANDOM_VERTICAL_FLIP);
     stk_op_init(&o[STK__XF_MAX_OPS - 1], STK_OP_RANDOM_HORIZONTAL_FLIP);
     t = make_t(o, STK__XF_MAX_OPS, F, false, false);
     T_CHECK(t != NULL);
@@ -687,17 +792,22 @@ static int test_flip_exact(void)
             stk__axis_crop(&x, 25, 100);
             stk__axis_resize(&x, 333);
         }
-        stk__xaxis xf = x;
+        stk__xaxis xf = x, yf = y;
         stk__axis_flip(&xf);
+        stk__axis_flip(&yf);
         size_t n = (size_t)x.n * y.n * 3;
-        uint8_t *a = malloc(n), *b = malloc(n);
+        uint8_t *a = malloc(n), *b = malloc(n), *v = malloc(n);
         T_OK(stk__resample(&rs, &d, &x, &y, a, (size_t)x.n * 3, err, sizeof(err)));
         T_OK(stk__resample(&rs, &d, &xf, &y, b, (size_t)x.n * 3, err, sizeof(err)));
-        for (int64_t j = 0; j < y.n; j++)
+        T_OK(stk__resample(&rs, &d, &x, &yf, v, (size_t)x.n * 3, err, sizeof(err)));
+        for (int64_t j = 0; j < y.n; j++) {
             for (int64_t i = 0; i < x.n; i++)
                 T_CHECK(memcmp(a + (j * x.n + i) * 3, b + (j * x.n + (x.n - 1 - i)) * 3, 3) == 0);
+            T_CHECK(memcmp(a + j * x.n * 3, v + (y.n - 1 - j) * x.n * 3, (size_t)x.n * 3) == 0);
+        }
         free(a);
         free(b);
+        free(v);
     }
     free(img);
     stk__rscratch_free(&rs);
@@ -1064,6 +1174,38 @@ static int test_apply_png_pipelines(void)
     stk_transform_destroy(t0);
     stk_transform_destroy(t1);
     stk_transform_destroy(tn);
+
+    /* RandomVerticalFlip: p = 1 turns the p = 0 output upside down, with the same crop box (one
+     * uniform drawn either way); p = 0.5 gives one of the two as the plan says, and both kinds
+     * happen. */
+    stk_op_init(&ops[1], STK_OP_RANDOM_VERTICAL_FLIP);
+    ops[1].p = 0.0;
+    t0 = make_t(ops, 2, STK_DTYPE_UINT8, true, false);
+    ops[1].p = 1.0;
+    t1 = make_t(ops, 2, STK_DTYPE_UINT8, true, false);
+    ops[1].p = 0.5;
+    stk_transform *th = make_t(ops, 2, STK_DTYPE_UINT8, true, false);
+    T_CHECK(t0 && t1 && th);
+    uint8_t hb[64 * 48 * 3];
+    int n_flipped = 0;
+    for (uint64_t k = 0; k < 20; k++) {
+        T_OK(apply_once(t0, png, size, 7, k, a, err, sizeof(err)));
+        T_OK(apply_once(t1, png, size, 7, k, b, err, sizeof(err)));
+        T_OK(apply_once(th, png, size, 7, k, hb, err, sizeof(err)));
+        for (int j = 0; j < 64; j++)
+            T_CHECK(memcmp(a + j * 48 * 3, b + (63 - j) * 48 * 3, 48 * 3) == 0);
+        stk__xplan plan;
+        stk_rng rng;
+        stk_rng_init(&rng, 7, 0, k);
+        stk__xform_plan(th, W, H, &rng, &plan);
+        T_CHECK(!plan.flip && plan.x.dir > 0);
+        T_CHECK(memcmp(hb, plan.vflip ? b : a, sizeof(hb)) == 0);
+        n_flipped += plan.vflip;
+    }
+    T_CHECKF(n_flipped > 0 && n_flipped < 20, "%d of 20 flipped", n_flipped);
+    stk_transform_destroy(t0);
+    stk_transform_destroy(t1);
+    stk_transform_destroy(th);
     free(png);
     free(rgb);
     return 0;
@@ -1332,10 +1474,11 @@ static int test_alloc_failures(void)
 }
 #endif
 
-T_MAIN(T_CASE(test_op_defaults), T_CASE(test_recipes), T_CASE(test_bad_op_lists),
-       T_CASE(test_box_invariants), T_CASE(test_rng_below), T_CASE(test_geometry_rules),
-       T_CASE(test_resize_identity), T_CASE(test_resize_vs_reference), T_CASE(test_flip_exact),
-       T_CASE(test_f16_bf16), T_CASE(test_store_layouts), T_CASE(test_store_arith_equals_table),
-       T_CASE(test_jitter_basics), T_CASE(test_apply_png_pipelines),
-       T_CASE(test_apply_deterministic), T_CASE(test_threads_identical), T_CASE(test_apply_errors),
-       T_CASE(test_apply_padding), T_CASE(test_alloc_failures))
+T_MAIN(T_CASE(test_op_defaults), T_CASE(test_op_table), T_CASE(test_recipes),
+       T_CASE(test_bad_op_lists), T_CASE(test_box_invariants), T_CASE(test_rng_below),
+       T_CASE(test_geometry_rules), T_CASE(test_resize_identity), T_CASE(test_resize_vs_reference),
+       T_CASE(test_flip_exact), T_CASE(test_f16_bf16), T_CASE(test_store_layouts),
+       T_CASE(test_store_arith_equals_table), T_CASE(test_jitter_basics),
+       T_CASE(test_apply_png_pipelines), T_CASE(test_apply_deterministic),
+       T_CASE(test_threads_identical), T_CASE(test_apply_errors), T_CASE(test_apply_padding),
+       T_CASE(test_alloc_failures))

@@ -1,0 +1,374 @@
+/*
+ * stk_ops.c: the op table. One row (stk__op_def) per stk_op_kind, in enum order: torchvision's
+ * name, the parameters (name, type, place in stk_op: what stk_op_param_at publishes and the
+ * Python front end parses generically), the check, the effect on the output size, the
+ * create-time hook, the per-sample plan and the pixel kernel.
+ *
+ * The rest of src/xform only walks these rows: stk_transform_create checks each op and follows
+ * the output size; stk__xform_plan calls each op's plan in op order (geometric ops fold into the
+ * per-axis resample, random ops draw from the sample's stream); stk__xform_render runs the
+ * kernels the plan collected, once per sample each (never an indirect call per pixel).
+ *
+ * Adding an op: append its kind to stk_op_kind (include/stoker.h), its fields to stk_op if it
+ * needs new ones, a row here, its kernel (a pixel op), and its Python class
+ * (python/stoker/transforms.py). See docs/images.md, "Adding an op".
+ *
+ * Threads: the table is static and read-only.
+ */
+#include "xform/stk_xform.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- parameter lists ---- */
+
+#define PARAM(name, type, count, field)                                                            \
+    {                                                                                              \
+        name, STK_OP_PARAM_##type, count, offsetof(stk_op, field)                                  \
+    }
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static const stk_op_param p_rrc[] = {PARAM("size", INT64, 2, size),
+                                     PARAM("scale", DOUBLE, 2, scale),
+                                     PARAM("ratio", DOUBLE, 2, ratio)};
+static const stk_op_param p_size[] = {PARAM("size", INT64, 2, size)};
+static const stk_op_param p_p[] = {PARAM("p", DOUBLE, 1, p)};
+static const stk_op_param p_jitter[] = {
+    PARAM("brightness", DOUBLE, 1, brightness), PARAM("contrast", DOUBLE, 1, contrast),
+    PARAM("saturation", DOUBLE, 1, saturation), PARAM("hue", DOUBLE, 1, hue)};
+static const stk_op_param p_normalize[] = {PARAM("mean", FLOAT, 3, mean),
+                                           PARAM("std", FLOAT, 3, std)};
+
+/* ---- checks ---- */
+
+static bool finite2(const double v[2])
+{
+    return isfinite(v[0]) && isfinite(v[1]);
+}
+
+/* size = (h, w) with w = 0 meaning `zero_means` (square for the crops); the crops resolve it. */
+static stk_status check_size(size_t i, stk_op *op, const char *zero_means, bool square)
+{
+    if (op->size[0] < 1 || op->size[0] > STK__XF_MAX_SIZE || op->size[1] < 0 ||
+        op->size[1] > STK__XF_MAX_SIZE)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): size must be (h, w) with 1 <= h, w <= %d "
+                                   "(w = 0: %s), got (%lld, %lld)",
+                                   i, stk_op_name(op->kind), STK__XF_MAX_SIZE, zero_means,
+                                   (long long)op->size[0], (long long)op->size[1]);
+    if (square && op->size[1] == 0)
+        op->size[1] = op->size[0]; /* torchvision's int size: square */
+    return STK_OK;
+}
+
+static stk_status check_crop(size_t i, stk_op *op)
+{
+    return check_size(i, op, "square", true);
+}
+
+static stk_status check_resize(size_t i, stk_op *op)
+{
+    return check_size(i, op, "resize the shorter side to h", false);
+}
+
+static stk_status check_rrc(size_t i, stk_op *op)
+{
+    stk_status rc = check_crop(i, op);
+    if (rc < 0)
+        return rc;
+    const char *name = stk_op_name(op->kind);
+    if (!finite2(op->scale) || op->scale[0] < 0 || op->scale[0] > op->scale[1] || op->scale[1] <= 0)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): scale must satisfy 0 <= scale[0] <= "
+                                   "scale[1], scale[1] > 0, got (%g, %g)",
+                                   i, name, op->scale[0], op->scale[1]);
+    if (!finite2(op->ratio) || op->ratio[0] <= 0 || op->ratio[0] > op->ratio[1])
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): ratio must satisfy 0 < ratio[0] <= "
+                                   "ratio[1], got (%g, %g)",
+                                   i, name, op->ratio[0], op->ratio[1]);
+    return STK_OK;
+}
+
+/* A probability p in [0, 1] (the flips). */
+static stk_status check_p(size_t i, stk_op *op)
+{
+    if (!(op->p >= 0.0 && op->p <= 1.0))
+        return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): p must be in [0, 1], got %g", i,
+                                   stk_op_name(op->kind), op->p);
+    return STK_OK;
+}
+
+static stk_status check_jitter(size_t i, stk_op *op)
+{
+    const double v[3] = {op->brightness, op->contrast, op->saturation};
+    static const char *const what[3] = {"brightness", "contrast", "saturation"};
+    const char *name = stk_op_name(op->kind);
+    for (int k = 0; k < 3; k++)
+        if (!(v[k] >= 0.0 && isfinite(v[k])))
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): %s must be a finite number >= 0, got %g", i,
+                                       name, what[k], v[k]);
+    if (!(op->hue >= 0.0 && op->hue <= 0.5))
+        return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): hue must be in [0, 0.5], got %g", i,
+                                   name, op->hue);
+    return STK_OK;
+}
+
+static stk_status check_normalize(size_t i, stk_op *op)
+{
+    const char *name = stk_op_name(op->kind);
+    for (int c = 0; c < 3; c++) {
+        if (!isfinite(op->mean[c]))
+            return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): mean[%d] must be finite, got %g",
+                                       i, name, c, (double)op->mean[c]);
+        if (!isfinite(op->std[c]) || op->std[c] == 0.0f)
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): std[%d] must be finite and non-zero, "
+                                       "got %g",
+                                       i, name, c, (double)op->std[c]);
+    }
+    return STK_OK;
+}
+
+/* ---- defaults, output sizes, create-time hooks ---- */
+
+static void init_resize(stk_op *op)
+{
+    op->size[0] = 256; /* the ImageNet evaluation recipe's Resize(256): shorter side */
+    op->size[1] = 0;
+}
+
+/* The crops fix the output size to their own. */
+static void size_crop(const stk_op *op, int64_t *h, int64_t *w)
+{
+    *h = op->size[0];
+    *w = op->size[1];
+}
+
+/* Resize((h, w)) fixes it; Resize(short side) makes it depend on the image. */
+static void size_resize(const stk_op *op, int64_t *h, int64_t *w)
+{
+    *h = op->size[1] ? op->size[0] : 0;
+    *w = op->size[1];
+}
+
+static void compile_normalize(const stk_op *op, stk_transform *t)
+{
+    t->normalize = true;
+    memcpy(t->mean, op->mean, sizeof(t->mean));
+    memcpy(t->std, op->std, sizeof(t->std));
+}
+
+/* ---- per-sample plans ---- */
+
+static void plan_rrc(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)draw;
+    stk__box b;
+    stk__rrc_box(rng, p->y.n, p->x.n, op->scale, op->ratio, &b);
+    if (!p->has_box) {
+        p->has_box = true;
+        p->box = b;
+    }
+    stk__axis_crop(&p->y, b.i, b.h);
+    stk__axis_crop(&p->x, b.j, b.w);
+    stk__axis_resize(&p->y, op->size[0]);
+    stk__axis_resize(&p->x, op->size[1]);
+}
+
+static void plan_resize(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)rng;
+    (void)draw;
+    int64_t nh = op->size[0], nw = op->size[1];
+    if (nw == 0)
+        stk__resize_short(p->y.n, p->x.n, op->size[0], &nh, &nw);
+    stk__axis_resize(&p->y, nh);
+    stk__axis_resize(&p->x, nw);
+}
+
+static void plan_center_crop(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)rng;
+    (void)draw;
+    stk__axis_center_crop(&p->y, op->size[0]);
+    stk__axis_center_crop(&p->x, op->size[1]);
+}
+
+static void plan_hflip(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)draw;
+    if (stk_rng_uniform(rng) < op->p) /* torch.rand(1) < p */
+        stk__axis_flip(&p->x);
+}
+
+static void plan_vflip(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)draw;
+    if (stk_rng_uniform(rng) < op->p) /* torch.rand(1) < p */
+        stk__axis_flip(&p->y);
+}
+
+static void plan_jitter(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)p;
+    stk__jitter_draw(rng, op, &draw->jitter);
+}
+
+/* ---- pixel kernels ---- */
+
+static void kernel_jitter(const stk__pixctx *c, const stk__opdraw *draw)
+{
+    stk__jitter_apply(c->rgb, (size_t)c->w * c->h, &draw->jitter);
+}
+
+/* ---- the table ---- */
+
+#define PARAMS(a) a, N(a)
+
+/* Indexed by stk_op_kind: row k has kind k (tests/unit/test_xform.c checks). */
+static const stk__op_def op_table[] = {
+    {.name = "RandomResizedCrop",
+     .kind = STK_OP_RANDOM_RESIZED_CROP,
+     .stage = STK__OP_GEOMETRY,
+     .params = PARAMS(p_rrc),
+     .check = check_rrc,
+     .size = size_crop,
+     .plan = plan_rrc},
+    {.name = "Resize",
+     .kind = STK_OP_RESIZE,
+     .stage = STK__OP_GEOMETRY,
+     .params = PARAMS(p_size),
+     .init = init_resize,
+     .check = check_resize,
+     .size = size_resize,
+     .plan = plan_resize},
+    {.name = "CenterCrop",
+     .kind = STK_OP_CENTER_CROP,
+     .stage = STK__OP_GEOMETRY,
+     .params = PARAMS(p_size),
+     .check = check_crop,
+     .size = size_crop,
+     .plan = plan_center_crop},
+    {.name = "RandomHorizontalFlip",
+     .kind = STK_OP_RANDOM_HORIZONTAL_FLIP,
+     .stage = STK__OP_GEOMETRY,
+     .after_store = true,
+     .params = PARAMS(p_p),
+     .check = check_p,
+     .plan = plan_hflip},
+    {.name = "ColorJitter",
+     .kind = STK_OP_COLOR_JITTER,
+     .stage = STK__OP_PIXEL,
+     .params = PARAMS(p_jitter),
+     .check = check_jitter,
+     .plan = plan_jitter,
+     .kernel = kernel_jitter},
+    {.name = "Normalize",
+     .kind = STK_OP_NORMALIZE,
+     .stage = STK__OP_STORE,
+     .params = PARAMS(p_normalize),
+     .check = check_normalize,
+     .compile = compile_normalize},
+    {.name = "RandomVerticalFlip",
+     .kind = STK_OP_RANDOM_VERTICAL_FLIP,
+     .stage = STK__OP_GEOMETRY,
+     .after_store = true,
+     .params = PARAMS(p_p),
+     .check = check_p,
+     .plan = plan_vflip},
+};
+
+const stk__op_def *stk__op_def_get(stk_op_kind kind)
+{
+    return (size_t)kind < N(op_table) ? &op_table[kind] : NULL;
+}
+
+void stk__op_list_names(bool after_store_only, char *buf, size_t size)
+{
+    size_t len = 0;
+    if (size)
+        buf[0] = '\0';
+    for (size_t k = 0; k < N(op_table) && len < size; k++) {
+        if (after_store_only && !op_table[k].after_store)
+            continue;
+        int n = snprintf(buf + len, size - len, "%s%s", len ? ", " : "", op_table[k].name);
+        if (n < 0)
+            break;
+        len += (size_t)n;
+    }
+}
+
+/* ---- public API ---- */
+
+void stk_op_init(stk_op *op, stk_op_kind kind)
+{
+    if (!op)
+        return;
+    memset(op, 0, sizeof(*op));
+    op->kind = kind;
+    /* torchvision requires a size; these are the ImageNet recipes' (224 crops, Resize(256)). */
+    op->size[0] = 224;
+    op->size[1] = 224;
+    op->scale[0] = 0.08;
+    op->scale[1] = 1.0;
+    op->ratio[0] = 3.0 / 4.0;
+    op->ratio[1] = 4.0 / 3.0;
+    op->p = 0.5;
+    for (int c = 0; c < 3; c++) { /* torchvision has no default; the identity */
+        op->mean[c] = 0.0f;
+        op->std[c] = 1.0f;
+    }
+    const stk__op_def *d = stk__op_def_get(kind);
+    if (d && d->init)
+        d->init(op);
+}
+
+size_t stk_op_count(void)
+{
+    return N(op_table);
+}
+
+stk_status stk_op_kind_at(size_t i, stk_op_kind *out)
+{
+    if (i >= N(op_table) || !out)
+        return stk__set_last_error(STK_EINVAL, "stk_op_kind_at: %s",
+                                   !out ? "NULL out" : "index past the table");
+    *out = op_table[i].kind;
+    return STK_OK;
+}
+
+const char *stk_op_name(stk_op_kind kind)
+{
+    const stk__op_def *d = stk__op_def_get(kind);
+    return d ? d->name : NULL;
+}
+
+stk_status stk_op_find(const char *name, stk_op_kind *out)
+{
+    if (!name || !out)
+        return stk__set_last_error(STK_EINVAL, "stk_op_find: NULL %s", !name ? "name" : "out");
+    for (size_t k = 0; k < N(op_table); k++)
+        if (strcmp(name, op_table[k].name) == 0) {
+            *out = op_table[k].kind;
+            return STK_OK;
+        }
+    char names[512];
+    stk__op_list_names(false, names, sizeof(names));
+    return stk__set_last_error(STK_EINVAL, "unknown op '%s' (supported: %s)", name, names);
+}
+
+size_t stk_op_n_params(stk_op_kind kind)
+{
+    const stk__op_def *d = stk__op_def_get(kind);
+    return d ? d->n_params : 0;
+}
+
+const stk_op_param *stk_op_param_at(stk_op_kind kind, size_t i)
+{
+    const stk__op_def *d = stk__op_def_get(kind);
+    return d && i < d->n_params ? &d->params[i] : NULL;
+}
