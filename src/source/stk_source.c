@@ -181,6 +181,18 @@ void stk_dataset_close(stk_dataset *ds)
     stk__free(ds);
 }
 
+stk_status stk__source_read_error(stk_status rc, const char *where, const char *path, char *err,
+                                  size_t err_size)
+{
+    if (!err || err_size == 0)
+        return rc;
+    char why[STK_ERRMSG_SIZE];
+    size_t lp = strlen(path);
+    bool named = strncmp(err, path, lp) == 0 && err[lp] == ':' && err[lp + 1] == ' ';
+    snprintf(why, sizeof(why), "%s", named ? err + lp + 2 : err);
+    return stk__set_error(err, err_size, rc, "%s: %s", where, why);
+}
+
 stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size)
 {
     ds->files = stk__calloc(n ? n : 1, sizeof(*ds->files));

@@ -122,6 +122,12 @@ static inline stk_status stk__dataset_read(const stk_dataset *ds, stk__cursor *c
 stk_status stk__dataset_locate(const stk_dataset *ds, uint64_t i, stk__recinfo *info, char *err,
                                size_t err_size);
 
+/* A read error from the byte source, rewritten to say which record: "WHERE: REASON", where
+ * REASON is the message in err without its leading "PATH: " (byte sources start with the path,
+ * which WHERE names already). err may be NULL (err_size 0). Returns rc. */
+stk_status stk__source_read_error(stk_status rc, const char *where, const char *path, char *err,
+                                  size_t err_size);
+
 /* Set up the files array for n files (zeroed); STK_ENOMEM with a message. */
 stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size);
 

@@ -400,13 +400,13 @@ static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t 
     if (rc == STK_OK)
         rc = stk__vfs_read(f, 0, dst[0], (size_t)it->size, err, err_size);
     stk__vfs_close(f);
-    stk__free(abs);
-    if (rc < 0) {
-        char why[STK_ERRMSG_SIZE];
-        snprintf(why, sizeof(why), "%s", err);
-        snprintf(err, err_size, "record %" PRIu64 ": %s", i, why);
-        return rc;
+    if (rc < 0 && abs) {
+        folder_describe(ds, i, where, sizeof(where));
+        rc = stk__source_read_error(rc, where, abs, err, err_size);
     }
+    stk__free(abs);
+    if (rc < 0)
+        return rc;
     uint8_t *l = dst[1];
     for (int b = 0; b < 8; b++)
         l[b] = (uint8_t)((uint64_t)it->label >> (8 * b));

@@ -250,8 +250,11 @@ static stk_status npy_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
             return stk__set_error(err, err_size, STK_ELIMIT, "%s row %" PRIu64 ": over its buffer",
                                   ds->files[f].path, i);
         stk_status rc = stk__vfs_read(nf[f].f, off, dst[f], (size_t)nf[f].row_size, err, err_size);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) {
+            char where[STK_ERRMSG_SIZE];
+            snprintf(where, sizeof(where), "%s row %" PRIu64, ds->files[f].path, i);
+            return stk__source_read_error(rc, where, ds->files[f].path, err, err_size);
+        }
         info->field_size[f] = nf[f].row_size;
         info->size += nf[f].row_size;
     }

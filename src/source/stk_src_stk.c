@@ -425,13 +425,8 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
     /* One request for all fields: contiguous in the file, scattered in memory. */
     stk_status rc = s->f->vfs->read(s->f, info->offset, iov, n, err, err_size);
     if (rc < 0) {
-        char why[STK_ERRMSG_SIZE];
-        size_t lp = strlen(s->f->path);
-        /* the byte source's message starts with the path, which `where` names already */
-        snprintf(why, sizeof(why), "%s",
-                 strncmp(err, s->f->path, lp) == 0 && err[lp] == ':' ? err + lp + 2 : err);
         stk_describe(ds, index, where, sizeof(where));
-        return stk__set_error(err, err_size, rc, "%s: %s", where, why);
+        return stk__source_read_error(rc, where, s->f->path, err, err_size);
     }
     /* Checksums: on a record's first read only (unless asked), see the top of the file. */
     _Atomic uint64_t *word = d->verified ? &d->verified[index / 64] : NULL;
