@@ -60,21 +60,30 @@ static const stk__source_methods *detect(const char *path, char *err, size_t err
     *rc = stk__vfs_stat(path, &st, err, err_size);
     if (*rc < 0)
         return NULL;
+    bool oom = false;
     if (!st.is_dir && st.is_regular && st.size > 0) {
         stk__file *f = NULL;
         n = (size_t)STK_MIN(st.size, sizeof(head));
-        if (stk__vfs_open(path, &f, NULL, 0) != STK_OK || stk__vfs_read(f, 0, head, n, NULL, 0))
+        stk_status orc = stk__vfs_open(path, &f, NULL, 0);
+        if (orc != STK_OK || stk__vfs_read(f, 0, head, n, NULL, 0))
             n = 0; /* unreadable: decide by name; opening it reports the reason */
+        oom = orc == STK_ENOMEM;
         stk__vfs_close(f);
     }
     const stk__source_methods *best = NULL;
     int best_score = 0;
-    for (size_t i = 0; i < N_SOURCES; i++) {
+    for (size_t i = 0; i < N_SOURCES && !oom; i++) {
         int s = sources[i]->probe(path, &st, head, n);
+        oom = s < 0;
         if (s > best_score) {
             best_score = s;
             best = sources[i];
         }
+    }
+    if (oom) {
+        *rc = stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory detecting its format",
+                             path);
+        return NULL;
     }
     if (!best) {
         char list[512];

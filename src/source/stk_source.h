@@ -80,8 +80,9 @@ struct stk__source_methods {
     const char *name;       /* the format= name: "stk", "imagefolder", "npy" */
     const char *summary;    /* one line for `--help` and the unknown-format message */
     /* How sure the source is that `path` is its format: 0 no, 1 by name (extension, directory
-     * contents), 2 by content (magic bytes). `head` holds the first bytes of a file (n may be
-     * less than asked, 0 for a directory). Must not block or fail. */
+     * contents), 2 by content (magic bytes); -1 when it cannot tell for lack of memory (opening
+     * fails with STK_ENOMEM rather than guess). `head` holds the first bytes of a file (n may
+     * be less than asked, 0 for a directory). Must not block. */
     int (*probe)(const char *path, const stk__stat *st, const uint8_t *head, size_t n);
     /* Open the paths (expanded by stk__paths_expand; directories as given) and fill the common
      * part. On failure the dispatcher calls close on the partly opened dataset. */

@@ -36,9 +36,10 @@ static int npy_probe(const char *path, const stk__stat *st, const uint8_t *head,
         return len > 4 && strcmp(path + len - 4, ".npy") == 0;
     }
     stk__strlist l = {0};
-    bool any = stk__paths_list_dir(path, ".npy", false, &l, NULL, 0) == STK_OK && l.n > 0;
+    stk_status rc = stk__paths_list_dir(path, ".npy", false, &l, NULL, 0);
+    bool any = rc == STK_OK && l.n > 0;
     stk__strlist_free(&l);
-    return any;
+    return rc == STK_ENOMEM ? -1 : any;
 }
 
 /* The value of 'key' in the header dict (points after the colon and spaces), or NULL. */

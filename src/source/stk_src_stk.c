@@ -54,9 +54,10 @@ static int stk_probe(const char *path, const stk__stat *st, const uint8_t *head,
     if (!st->is_dir)
         return len > 4 && strcmp(path + len - 4, ".stk") == 0;
     stk__strlist l = {0};
-    bool any = stk__paths_list_dir(path, ".stk", false, &l, NULL, 0) == STK_OK && l.n > 0;
+    stk_status rc = stk__paths_list_dir(path, ".stk", false, &l, NULL, 0);
+    bool any = rc == STK_OK && l.n > 0;
     stk__strlist_free(&l);
-    return any; /* a directory of shards */
+    return rc == STK_ENOMEM ? -1 : any; /* a directory of shards */
 }
 
 /* ---- open ---- */
