@@ -60,21 +60,30 @@ static const stk__source_methods *detect(const char *path, char *err, size_t err
     *rc = stk__vfs_stat(path, &st, err, err_size);
     if (*rc < 0)
         return NULL;
+    bool oom = false;
     if (!st.is_dir && st.is_regular && st.size > 0) {
         stk__file *f = NULL;
         n = (size_t)STK_MIN(st.size, sizeof(head));
-        if (stk__vfs_open(path, &f, NULL, 0) != STK_OK || stk__vfs_read(f, 0, head, n, NULL, 0))
+        stk_status orc = stk__vfs_open(path, &f, NULL, 0);
+        if (orc != STK_OK || stk__vfs_read(f, 0, head, n, NULL, 0))
             n = 0; /* unreadable: decide by name; opening it reports the reason */
+        oom = orc == STK_ENOMEM;
         stk__vfs_close(f);
     }
     const stk__source_methods *best = NULL;
     int best_score = 0;
-    for (size_t i = 0; i < N_SOURCES; i++) {
+    for (size_t i = 0; i < N_SOURCES && !oom; i++) {
         int s = sources[i]->probe(path, &st, head, n);
+        oom = s < 0;
         if (s > best_score) {
             best_score = s;
             best = sources[i];
         }
+    }
+    if (oom) {
+        *rc = stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory detecting its format",
+                             path);
+        return NULL;
     }
     if (!best) {
         char list[512];
@@ -179,6 +188,18 @@ void stk_dataset_close(stk_dataset *ds)
     }
     stk__free(ds->files);
     stk__free(ds);
+}
+
+stk_status stk__source_read_error(stk_status rc, const char *where, const char *path, char *err,
+                                  size_t err_size)
+{
+    if (!err || err_size == 0)
+        return rc;
+    char why[STK_ERRMSG_SIZE];
+    size_t lp = strlen(path);
+    bool named = strncmp(err, path, lp) == 0 && err[lp] == ':' && err[lp + 1] == ' ';
+    snprintf(why, sizeof(why), "%s", named ? err + lp + 2 : err);
+    return stk__set_error(err, err_size, rc, "%s: %s", where, why);
 }
 
 stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size)

@@ -80,8 +80,9 @@ struct stk__source_methods {
     const char *name;       /* the format= name: "stk", "imagefolder", "npy" */
     const char *summary;    /* one line for `--help` and the unknown-format message */
     /* How sure the source is that `path` is its format: 0 no, 1 by name (extension, directory
-     * contents), 2 by content (magic bytes). `head` holds the first bytes of a file (n may be
-     * less than asked, 0 for a directory). Must not block or fail. */
+     * contents), 2 by content (magic bytes); -1 when it cannot tell for lack of memory (opening
+     * fails with STK_ENOMEM rather than guess). `head` holds the first bytes of a file (n may
+     * be less than asked, 0 for a directory). Must not block. */
     int (*probe)(const char *path, const stk__stat *st, const uint8_t *head, size_t n);
     /* Open the paths (expanded by stk__paths_expand; directories as given) and fill the common
      * part. On failure the dispatcher calls close on the partly opened dataset. */
@@ -121,6 +122,12 @@ static inline stk_status stk__dataset_read(const stk_dataset *ds, stk__cursor *c
  * into scratch buffers. For tests and tools, not for the hot path. */
 stk_status stk__dataset_locate(const stk_dataset *ds, uint64_t i, stk__recinfo *info, char *err,
                                size_t err_size);
+
+/* A read error from the byte source, rewritten to say which record: "WHERE: REASON", where
+ * REASON is the message in err without its leading "PATH: " (byte sources start with the path,
+ * which WHERE names already). err may be NULL (err_size 0). Returns rc. */
+stk_status stk__source_read_error(stk_status rc, const char *where, const char *path, char *err,
+                                  size_t err_size);
 
 /* Set up the files array for n files (zeroed); STK_ENOMEM with a message. */
 stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size);

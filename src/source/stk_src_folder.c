@@ -277,6 +277,8 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
         STK_FAIL_E(STK_ENOMEM, "out of memory");
     }
     ds->impl = fo;
+    for (size_t lr = strlen(fo->root); lr > 1 && fo->root[lr - 1] == '/'; lr--)
+        fo->root[lr - 1] = '\0'; /* "train/" names records "train/cls/x.jpg", as stk__path_join */
     STK_TRY(stk__paths_list_dir(root, NULL, true, &entries, err, err_size));
     for (size_t i = 0; i < entries.n; i++) {
         stk__stat e;
@@ -361,7 +363,9 @@ fail:
 static void folder_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t size)
 {
     const folder *fo = ds->impl;
-    snprintf(buf, size, "%s/%s (record %" PRIu64 ")", fo->root, fo->items[i].rel, i);
+    size_t lr = strlen(fo->root);
+    snprintf(buf, size, "%s%s%s (record %" PRIu64 ")", fo->root,
+             lr && fo->root[lr - 1] == '/' ? "" : "/", fo->items[i].rel, i);
 }
 
 static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i,
@@ -401,13 +405,13 @@ static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t 
     if (rc == STK_OK)
         rc = stk__vfs_read(f, 0, dst[0], (size_t)it->size, err, err_size);
     stk__vfs_close(f);
-    stk__free(abs);
-    if (rc < 0) {
-        char why[STK_ERRMSG_SIZE];
-        snprintf(why, sizeof(why), "%s", err);
-        snprintf(err, err_size, "record %" PRIu64 ": %s", i, why);
-        return rc;
+    if (rc < 0 && abs) {
+        folder_describe(ds, i, where, sizeof(where));
+        rc = stk__source_read_error(rc, where, abs, err, err_size);
     }
+    stk__free(abs);
+    if (rc < 0)
+        return rc;
     uint8_t *l = dst[1];
     for (int b = 0; b < 8; b++)
         l[b] = (uint8_t)((uint64_t)it->label >> (8 * b));

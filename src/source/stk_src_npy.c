@@ -36,9 +36,10 @@ static int npy_probe(const char *path, const stk__stat *st, const uint8_t *head,
         return len > 4 && strcmp(path + len - 4, ".npy") == 0;
     }
     stk__strlist l = {0};
-    bool any = stk__paths_list_dir(path, ".npy", false, &l, NULL, 0) == STK_OK && l.n > 0;
+    stk_status rc = stk__paths_list_dir(path, ".npy", false, &l, NULL, 0);
+    bool any = rc == STK_OK && l.n > 0;
     stk__strlist_free(&l);
-    return any;
+    return rc == STK_ENOMEM ? -1 : any;
 }
 
 /* The value of 'key' in the header dict (points after the colon and spaces), or NULL. */
@@ -250,8 +251,11 @@ static stk_status npy_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
             return stk__set_error(err, err_size, STK_ELIMIT, "%s row %" PRIu64 ": over its buffer",
                                   ds->files[f].path, i);
         stk_status rc = stk__vfs_read(nf[f].f, off, dst[f], (size_t)nf[f].row_size, err, err_size);
-        if (rc < 0)
-            return rc;
+        if (rc < 0) {
+            char where[STK_ERRMSG_SIZE];
+            snprintf(where, sizeof(where), "%s row %" PRIu64, ds->files[f].path, i);
+            return stk__source_read_error(rc, where, ds->files[f].path, err, err_size);
+        }
         info->field_size[f] = nf[f].row_size;
         info->size += nf[f].row_size;
     }

@@ -54,9 +54,10 @@ static int stk_probe(const char *path, const stk__stat *st, const uint8_t *head,
     if (!st->is_dir)
         return len > 4 && strcmp(path + len - 4, ".stk") == 0;
     stk__strlist l = {0};
-    bool any = stk__paths_list_dir(path, ".stk", false, &l, NULL, 0) == STK_OK && l.n > 0;
+    stk_status rc = stk__paths_list_dir(path, ".stk", false, &l, NULL, 0);
+    bool any = rc == STK_OK && l.n > 0;
     stk__strlist_free(&l);
-    return any; /* a directory of shards */
+    return rc == STK_ENOMEM ? -1 : any; /* a directory of shards */
 }
 
 /* ---- open ---- */
@@ -425,13 +426,8 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
     /* One request for all fields: contiguous in the file, scattered in memory. */
     stk_status rc = s->f->vfs->read(s->f, info->offset, iov, n, err, err_size);
     if (rc < 0) {
-        char why[STK_ERRMSG_SIZE];
-        size_t lp = strlen(s->f->path);
-        /* the byte source's message starts with the path, which `where` names already */
-        snprintf(why, sizeof(why), "%s",
-                 strncmp(err, s->f->path, lp) == 0 && err[lp] == ':' ? err + lp + 2 : err);
         stk_describe(ds, index, where, sizeof(where));
-        return stk__set_error(err, err_size, rc, "%s: %s", where, why);
+        return stk__source_read_error(rc, where, s->f->path, err, err_size);
     }
     /* Checksums: on a record's first read only (unless asked), see the top of the file. */
     _Atomic uint64_t *word = d->verified ? &d->verified[index / 64] : NULL;

@@ -1,14 +1,18 @@
 /*
- * fixtures.h: the raw-record generator and loader options shared by the C tests (test_loader.c,
- * and through cuda_fixtures.h the GPU path's tests). Include after t.h.
+ * fixtures.h: the raw-record generator, the two-field shard schema, loader options and temporary
+ * directories shared by the C tests (test_loader.c, test_recfile.c, test_source.c, and through
+ * cuda_fixtures.h the GPU path's tests). Include after t.h.
  */
 #ifndef STK_TEST_FIXTURES_H
 #define STK_TEST_FIXTURES_H
 
 #include "stoker.h"
 
+#include <ftw.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #define FX_FN static __attribute__((unused))
 
@@ -19,6 +23,39 @@ FX_FN size_t fx_payload(uint64_t i, uint8_t *buf)
     for (size_t k = 0; k < len; k++)
         buf[k] = (uint8_t)(i * 131 + k);
     return len;
+}
+
+/* Open a shard writer at `path` with the loader tests' schema: data (bytes), label (int64). */
+FX_FN stk_status fx_shard_open(const char *path, stk_writer **w)
+{
+    stk_field fields[2] = {{.name = "data", .kind = STK_FIELD_BYTES},
+                           {.name = "label", .kind = STK_FIELD_INT64}};
+    stk_writer_opts wo;
+    stk_writer_opts_init(&wo);
+    wo.fields = fields;
+    wo.n_fields = 2;
+    return stk_writer_open(path, &wo, w);
+}
+
+/* A fresh empty directory /tmp/stk_<name>_XXXXXX for one case (NULL on failure). Lifetime: a
+ * static buffer, until the next call. */
+FX_FN const char *fx_tmpdir(const char *name)
+{
+    static char dir[96];
+    snprintf(dir, sizeof(dir), "/tmp/stk_%s_XXXXXX", name);
+    return mkdtemp(dir);
+}
+
+FX_FN int fx_rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(p);
+}
+
+/* Remove a directory tree (links are removed, never followed). */
+FX_FN void fx_rmtree(const char *dir)
+{
+    nftw(dir, fx_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Loader options over one dataset path: rank 0 of 1. */

@@ -24,18 +24,12 @@ static int make_dataset(const char *name, uint64_t n, int shards, char *dir, siz
 {
     snprintf(dir, dir_size, "%s/%s", tmpdir, name);
     mkdir(dir, 0755);
-    stk_field fields[2] = {{.name = "data", .kind = STK_FIELD_BYTES},
-                           {.name = "label", .kind = STK_FIELD_INT64}};
-    stk_writer_opts wo;
-    stk_writer_opts_init(&wo);
-    wo.fields = fields;
-    wo.n_fields = 2;
     uint64_t per = (n + shards - 1) / shards, i = 0;
     for (int s = 0; s < shards; s++) {
         char path[512];
         snprintf(path, sizeof(path), "%s/shard-%05d.stk", dir, s);
         stk_writer *w;
-        T_OK(stk_writer_open(path, &wo, &w));
+        T_OK(fx_shard_open(path, &w));
         for (uint64_t k = 0; k < per && i < n; k++, i++) {
             uint8_t buf[512];
             stk_value v[2] = {{.data = buf, .size = fx_payload(i, buf)}, {.i64 = (int64_t)i * 7}};

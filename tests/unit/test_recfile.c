@@ -8,36 +8,16 @@
 #include "source/stk_source.h"
 #include "stk_internal.h"
 #include "t.h"
+#include "data/fixtures.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- fixtures ---- */
-
-static char tmp_root[64];
-
-/* A fresh empty directory under /tmp for one case. */
-static const char *tmpdir(void)
-{
-    snprintf(tmp_root, sizeof(tmp_root), "/tmp/stk_recfile_XXXXXX");
-    return mkdtemp(tmp_root);
-}
-
-static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-static void rmtree(const char *dir)
-{
-    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* The standard schema: every field kind. */
 enum { F_IMAGE, F_LABEL, F_SCORE, F_VEC, F_PATH, N_STD };
@@ -214,7 +194,7 @@ static int count_entries(const char *dir)
 
 static int test_roundtrip(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/one.stk", dir);
     T_CHECK(write_std(path, 0, 12, 64) == 0);
@@ -246,13 +226,13 @@ static int test_roundtrip(void)
     T_CHECK(strcmp(si.metadata, "{\"source\": \"test\"}") == 0);
     T_EQ(stk_dataset_shard(ds, 1, &si), STK_EINVAL);
     stk_dataset_close(ds);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_field_max_sizes(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/m.stk", dir);
     T_CHECK(write_std(path, 0, 20, 64) == 0);
@@ -275,7 +255,7 @@ static int test_field_max_sizes(void)
     T_EQ(stk_dataset_field_max_size(ds, F_PATH), strlen("img/10.jpg"));
     T_EQ(stk_dataset_max_record_size(ds), max_rec);
     stk_dataset_close(ds);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
@@ -283,7 +263,7 @@ static int test_alignment(void)
 {
     const uint32_t aligns[] = {1, 8, 64, 4096};
     for (size_t a = 0; a < sizeof(aligns) / sizeof(aligns[0]); a++) {
-        const char *dir = tmpdir();
+        const char *dir = fx_tmpdir("recfile");
         char path[128];
         snprintf(path, sizeof(path), "%s/a.stk", dir);
         T_CHECK(write_std(path, 3, 9, aligns[a]) == 0);
@@ -302,7 +282,7 @@ static int test_alignment(void)
             T_CHECK(check_std_record(ds, i, 3 + i) == 0);
         }
         stk_dataset_close(ds);
-        rmtree(dir);
+        fx_rmtree(dir);
     }
     return 0;
 }
@@ -310,7 +290,7 @@ static int test_alignment(void)
 /* Three shards (the middle one empty) in a directory, with distractors the reader must skip. */
 static const char *make_shard_dir(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char p[160];
     snprintf(p, sizeof(p), "%s/shard-00000.stk", dir);
     if (write_std(p, 0, 3, 64))
@@ -354,7 +334,7 @@ static int test_open_directory(void)
     T_EQ(l.local, 0);
     T_CHECK(strcmp(stk_dataset_format(ds), "stk") == 0);
     stk_dataset_close(ds);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
@@ -387,7 +367,7 @@ static int test_open_glob_and_list(void)
     /* A glob with no match names the pattern. */
     snprintf(pat, sizeof(pat), "%s/nothing-*.stk", dir);
     T_CHECK(expect_open_error(pat, STK_EIO, "no file matches") == 0);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
@@ -413,14 +393,14 @@ static int test_fingerprint(void)
     T_CHECK(stk_dataset_fingerprint(x) != stk_dataset_fingerprint(y));
     stk_dataset_close(x);
     stk_dataset_close(y);
-    rmtree(d1c);
-    rmtree(d2);
+    fx_rmtree(d1c);
+    fx_rmtree(d2);
     return 0;
 }
 
 static int test_read_fields_scattered(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/s.stk", dir);
     T_CHECK(write_std(path, 0, 5, 64) == 0);
@@ -450,13 +430,13 @@ static int test_read_fields_scattered(void)
     T_EQ(stk_dataset_read(ds, 4, img, 10, &r, NULL, 0), STK_EINVAL);
     T_CHECK(strstr(stk_last_errmsg(), "record 4") != NULL);
     stk_dataset_close(ds);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_empty_fields(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/e.stk", dir);
     stk_field f;
@@ -488,7 +468,7 @@ static int test_empty_fields(void)
     T_OK(stk_dataset_shard(ds, 0, &si));
     T_CHECK(strcmp(si.metadata, "{}") == 0); /* NULL metadata_json is stored as "{}" */
     stk_dataset_close(ds);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
@@ -524,7 +504,7 @@ static int test_concurrent_reads(void)
         T_EQ(args[i].fails, 0);
     }
     stk_dataset_close(ds);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
@@ -542,7 +522,7 @@ static long header_size_of(const char *path)
 
 static int test_truncated(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char src[128], cut[128];
     snprintf(src, sizeof(src), "%s/full.stk", dir);
     snprintf(cut, sizeof(cut), "%s/cut.stk", dir);
@@ -567,13 +547,13 @@ static int test_truncated(void)
             return 1;
         }
     }
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_flipped_record_byte(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/f.stk", dir);
     T_CHECK(write_std(path, 0, 6, 64) == 0);
@@ -599,38 +579,38 @@ static int test_flipped_record_byte(void)
     T_OK(open1(path, STK_DATASET_NO_VERIFY, &ds));
     T_OK(stk_dataset_read(ds, 4, buf, sizeof(buf), &r, err, sizeof(err)));
     stk_dataset_close(ds);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_flipped_index_byte(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/i.stk", dir);
     T_CHECK(write_std(path, 0, 6, 64) == 0);
     /* a record entry's offset, in the middle of the index */
     T_CHECK(flip_byte(path, file_size(path) - STK_FMT_FOOTER_SIZE - 50) == 0);
     T_CHECK(expect_open_error(path, STK_EFORMAT, "corrupt index (checksum mismatch)") == 0);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_flipped_header_byte(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/h.stk", dir);
     T_CHECK(write_std(path, 0, 2, 64) == 0);
     T_CHECK(flip_byte(path, STK_FMT_H_FIXED + 2) == 0); /* a field name */
     T_CHECK(expect_open_error(path, STK_EFORMAT, "corrupt header") == 0);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_bad_magic(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/m.stk", dir);
     T_CHECK(write_std(path, 0, 2, 64) == 0);
@@ -642,52 +622,52 @@ static int test_bad_magic(void)
     fputs("hello, world: this is not a shard at all, just some text", f);
     fclose(f);
     T_CHECK(expect_open_error(path, STK_EFORMAT, "bad magic") == 0);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_future_version(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/v.stk", dir);
     T_CHECK(write_std(path, 0, 2, 64) == 0);
     T_CHECK(write_u32_at(path, STK_FMT_H_VERSION, 7) == 0);
     T_CHECK(expect_open_error(path, STK_ENOTSUP,
                               "format version 7 is newer than this stoker (reads 1)") == 0);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_corrupt_footer(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/t.stk", dir);
     T_CHECK(write_std(path, 0, 2, 64) == 0);
     T_CHECK(flip_byte(path, file_size(path) - STK_FMT_FOOTER_SIZE + STK_FMT_T_COUNT) == 0);
     T_CHECK(expect_open_error(path, STK_EFORMAT, "truncated or incomplete shard") == 0);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_empty_dataset(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/zero.stk", dir);
     T_CHECK(write_std(path, 0, 0, 64) == 0);
     T_CHECK(expect_open_error(path, STK_EINVAL, "dataset is empty (0 records)") == 0);
     T_CHECK(expect_open_error(dir, STK_EINVAL, "dataset is empty (0 records)") == 0);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_empty_directory(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     T_CHECK(expect_open_error(dir, STK_EINVAL, "no .stk shards") == 0);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
@@ -703,7 +683,7 @@ static int test_missing_file(void)
 
 static int test_unreadable(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     /* A directory where a shard file is expected (a directory inside a dataset directory). */
     snprintf(path, sizeof(path), "%s/shard-00000.stk", dir);
@@ -723,13 +703,13 @@ static int test_unreadable(void)
         T_CHECK(chmod(path, 0) == 0);
         T_CHECK(expect_open_error(path, STK_EIO, "Permission denied") == 0);
     }
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_schema_mismatch(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char a[128], b[128];
     snprintf(a, sizeof(a), "%s/a.stk", dir);
     snprintf(b, sizeof(b), "%s/b.stk", dir);
@@ -752,7 +732,7 @@ static int test_schema_mismatch(void)
     T_CHECKF(strstr(stk_last_errmsg(), a) && strstr(stk_last_errmsg(), b) &&
                  strstr(stk_last_errmsg(), "schema"),
              "%s", stk_last_errmsg());
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
@@ -760,7 +740,7 @@ static int test_schema_mismatch(void)
 
 static int test_writer_abort(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/ab.stk", dir);
     stk_field f[N_STD];
@@ -781,13 +761,13 @@ static int test_writer_abort(void)
     stk_writer_abort(w);
     T_EQ(count_entries(dir), 0);
     stk_writer_abort(NULL);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_writer_wrong_array_size(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/wa.stk", dir);
     stk_field f[N_STD];
@@ -817,13 +797,13 @@ static int test_writer_wrong_array_size(void)
     T_OK(open1(path, 0, &ds));
     T_EQ(stk_dataset_count(ds), 1);
     stk_dataset_close(ds);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_writer_bad_options(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/bo.stk", dir);
     stk_field f[2];
@@ -868,13 +848,13 @@ static int test_writer_bad_options(void)
     o.n_fields = 1;
     T_EQ(stk_writer_open("/tmp/stk-no-such-dir/x.stk", &o, &w), STK_EIO);
     T_CHECK(strstr(stk_last_errmsg(), "/tmp/stk-no-such-dir/x.stk.tmp.") != NULL);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
 static int test_writer_replaces_atomically(void)
 {
-    const char *dir = tmpdir();
+    const char *dir = fx_tmpdir("recfile");
     char path[128];
     snprintf(path, sizeof(path), "%s/r.stk", dir);
     T_CHECK(write_std(path, 0, 3, 64) == 0);
@@ -901,7 +881,7 @@ static int test_writer_replaces_atomically(void)
     T_CHECK(check_std_record(ds, 0, 10) == 0);
     stk_dataset_close(ds);
     T_EQ(count_entries(dir), 1);
-    rmtree(dir);
+    fx_rmtree(dir);
     return 0;
 }
 
