@@ -19,8 +19,9 @@
  *
  * Every run skips its first batch (thread start, empty ring): its window runs from the arrival
  * of batch 0 to the arrival of batch k, so it holds k steps, k waits and k batches. The verdict
- * is the waiting share of the window (> 5% = data-bound); the advice compares the demand
- * (samples per step / step time) with the measured ceilings.
+ * and the choice of advice come from stk_diagnose (src/doctor/stk_diagnose.c, shared with
+ * stoker.profile): the waiting share of the window (> 5% = data-bound) and the demand
+ * (samples per step / step time) against the measured ceilings; this file words the advice.
  */
 #include "cli.h"
 
@@ -43,11 +44,8 @@
 #define MAX_PROBES 16
 #define MAX_ADVICE 12
 #define ADVICE_LEN 480
-#define DATA_BOUND_SHARE 0.05 /* waiting more than this share of the time = data-bound */
-#define HEADROOM 1.2          /* a thread count keeps up when its ceiling is 20% above demand */
-#define NO_STEP_S 5e-5        /* a mean step shorter than this "takes no time": demand unbounded */
-#define WAITED_S 1e-3         /* a step "waited" when its stk_loader_next blocked longer */
-#define PY_STEPS 100          /* steps the profiler takes from a script without --steps */
+#define WAITED_S 1e-3 /* a step "waited" when its stk_loader_next blocked longer */
+#define PY_STEPS 100  /* steps the profiler takes from a script without --steps */
 
 typedef enum doctor_mode { MODE_CEILING, MODE_STEP, MODE_PYTHON } doctor_mode;
 
@@ -98,7 +96,9 @@ typedef struct verdict {
     double demand;   /* samples/s the step consumes; INFINITY when it takes no time */
     double achieved; /* samples/s delivered under the step; NAN when unknown */
     unsigned cur_threads;
-    int recommended; /* the thread count advised; 0 = none */
+    int recommended;        /* the thread count advised; 0 = none */
+    stk_diag_action action; /* what stk_diagnose calls for */
+    int need, cur, best;    /* its probe indices: recommended (-1 = none), current, best */
     char advice[MAX_ADVICE][ADVICE_LEN];
     int n_advice;
 } verdict;
@@ -508,16 +508,6 @@ static void plan_probes(doctor *d)
     d->n_probes = n;
 }
 
-/* The probe whose thread count is the largest not above `threads` (the first one if none). */
-static int probe_at(const doctor *d, unsigned threads)
-{
-    int k = 0;
-    for (int i = 0; i < d->n_probes; i++)
-        if ((unsigned)d->probe_threads[i] <= threads)
-            k = i;
-    return k;
-}
-
 /* The probe with the highest ceiling. */
 static int best_probe(const doctor *d)
 {
@@ -803,15 +793,6 @@ static void advise(verdict *v, const char *fmt, ...)
     va_end(ap);
 }
 
-/* The fewest measured threads whose ceiling is HEADROOM above the demand; 0 if none. */
-static int threads_for(const doctor *d, double demand)
-{
-    for (int i = 0; i < d->n_probes && isfinite(demand); i++)
-        if (rate(&d->probe[i]) >= demand * HEADROOM)
-            return d->probe_threads[i];
-    return 0;
-}
-
 /* "s" unless n is 1. */
 static const char *plural(double n)
 {
@@ -898,25 +879,24 @@ static void advise_threads(doctor *d, const char *loader)
 {
     verdict *v = &d->v;
     bool ours = !loader || strcmp(loader, "stoker.Loader") == 0;
-    int need = threads_for(d, v->demand), best = best_probe(d);
-    const run_result *cur = &d->probe[probe_at(d, v->cur_threads)], *top = &d->probe[best];
-    double c_need = need ? rate(&d->probe[probe_at(d, (unsigned)need)]) : 0;
+    int need = v->recommended;
+    const run_result *cur = &d->probe[v->cur], *top = &d->probe[v->best];
+    double c_need = need ? rate(&d->probe[v->need]) : 0;
     unsigned ct = v->cur_threads;
-    v->recommended = need;
     if (!v->data_bound) {
         if (need && !ours)
             advise(v,
                    "not data-bound: the script's %s keeps up; stoker.Loader would need %d "
                    "thread%s (num_workers=%d): measured ceiling %s samples/s vs %s needed",
                    loader, need, plural(need), need, num(c_need), num(v->demand));
-        else if (need && (unsigned)need < ct)
+        else if (v->action == STK_DIAG_FEWER)
             advise(v,
                    "not data-bound: threads could be reduced to %d (num_workers=%d), leaving "
                    "%u more core%s to the trainer: measured ceiling %s samples/s at %d thread%s "
                    "vs %s needed",
                    need, need, ct - (unsigned)need, plural(ct - (unsigned)need), num(c_need), need,
                    plural(need), num(v->demand));
-        else if (need && (unsigned)need > ct)
+        else if (v->action == STK_DIAG_NO_HEADROOM)
             advise(v,
                    "not data-bound, but with no headroom: the loader alone measured %s "
                    "samples/s at %u thread%s, %.2fx the %s samples/s the step consumes; %s%d "
@@ -928,8 +908,8 @@ static void advise_threads(doctor *d, const char *loader)
                    "not data-bound: the loader alone reaches %s samples/s at %u thread%s, "
                    "%.2fx the %s samples/s the step consumes%s; keep %u",
                    num(rate(cur)), cur->threads, plural(cur->threads), rate(cur) / v->demand,
-                   num(v->demand), rate(cur) < v->demand * HEADROOM ? " (little headroom)" : "",
-                   ct);
+                   num(v->demand),
+                   rate(cur) < v->demand * STK_DIAG_HEADROOM ? " (little headroom)" : "", ct);
         return;
     }
     if (need && !ours) {
@@ -939,7 +919,7 @@ static void advise_threads(doctor *d, const char *loader)
                "(%s samples per %.2f ms step)",
                v->samples_per_step, need, d->a.recipe, num(c_need), need, plural(need),
                num(v->demand), num(v->samples_per_step), v->step_ms);
-    } else if (need && (unsigned)need > ct) {
+    } else if (v->action == STK_DIAG_MORE) {
         char knob[64];
         if (loader) /* the script's stoker.Loader */
             snprintf(knob, sizeof(knob), "num_workers=%d", need);
@@ -950,7 +930,7 @@ static void advise_threads(doctor *d, const char *loader)
                "step); %u thread%s reach%s %s",
                knob, num(c_need), num(v->demand), num(v->samples_per_step), v->step_ms, ct,
                plural(ct), ct == 1 ? "es" : "", num(rate(cur)));
-    } else if (need) { /* the loader alone keeps up at these threads, yet the step waited */
+    } else if (v->action == STK_DIAG_CONTENTION) { /* the loader alone keeps up, yet it waited */
         advise(v,
                "the loader alone reaches %s samples/s at %u thread%s (%.1fx the %s needed), "
                "yet the step waited %.1f%% of the time: %s",
@@ -1009,21 +989,54 @@ static void advise_depth(doctor *d, const run_result *r)
                2 * r->prefetch);
 }
 
+/* The verdict from stk_diagnose on the measured loop (totals over `steps`) against the ceilings
+ * at d->v.cur_threads; fills d->v. Returns 0, or 1 when the measurements are unusable. */
+static int diagnose(doctor *d, double wait_s, double step_s, uint64_t steps, double per_step)
+{
+    verdict *v = &d->v;
+    int64_t threads[MAX_PROBES];
+    double rates[MAX_PROBES];
+    for (int i = 0; i < d->n_probes; i++) {
+        threads[i] = d->probe_threads[i];
+        rates[i] = rate(&d->probe[i]);
+    }
+    stk_diag_input in;
+    stk_diag_result r = {.struct_size = sizeof(r)};
+    stk_diag_input_init(&in);
+    in.wait_s = wait_s;
+    in.step_s = step_s;
+    in.steps = steps;
+    in.samples_per_step = per_step;
+    in.current_threads = v->cur_threads;
+    in.probe_threads = threads;
+    in.probe_rate = rates;
+    in.n_probes = (size_t)d->n_probes;
+    v->have = true;
+    if (stk_diagnose(&in, &r) != STK_OK)
+        return 1;
+    v->action = r.action;
+    v->data_bound = r.data_bound;
+    v->wait_share = r.wait_share;
+    v->step_ms = r.step_ms;
+    v->wait_ms = r.wait_ms;
+    v->samples_per_step = per_step;
+    v->demand = r.demand;
+    v->need = (int)r.recommended;
+    v->recommended = r.recommended >= 0 ? d->probe_threads[r.recommended] : 0;
+    v->cur = r.current >= 0 ? (int)r.current : 0; /* below every probe: judge against the least */
+    v->best = r.best >= 0 ? (int)r.best : 0;
+    return 0;
+}
+
 /* Fill d->v from the simulated step run. */
 static void judge_step(doctor *d)
 {
     verdict *v = &d->v;
     const run_result *r = &d->step;
-    double busy = r->wait_s + r->step_s;
-    v->have = true;
-    v->wait_share = busy > 0 ? r->wait_s / busy : 0;
-    v->data_bound = v->wait_share > DATA_BOUND_SHARE;
-    v->step_ms = r->steps ? r->step_s / (double)r->steps * 1e3 : 0;
-    v->wait_ms = r->steps ? r->wait_s / (double)r->steps * 1e3 : 0;
-    v->samples_per_step = r->steps ? (double)r->samples / (double)r->steps : 0;
-    v->demand = v->step_ms / 1e3 < NO_STEP_S ? INFINITY : v->samples_per_step / (v->step_ms / 1e3);
     v->achieved = rate(r);
     v->cur_threads = d->a.auto_threads ? r->st.active_threads : r->threads;
+    diagnose(d, r->wait_s, r->step_s, r->steps,
+             r->steps ? (double)r->samples / (double)r->steps : 0);
     advise_threads(d, NULL);
     advise_depth(d, r);
 }
@@ -1032,29 +1045,23 @@ static void judge_step(doctor *d)
 static void judge_python(doctor *d)
 {
     verdict *v = &d->v;
-    const char *j = d->py_json, *db = json_get(j, "data_bound"), *ld = json_get(j, "loader");
+    const char *j = d->py_json, *ld = json_get(j, "loader");
     char loader[128] = "";
     if (ld && *ld == '"')
         json_str(ld, loader, sizeof(loader));
-    v->have = true;
-    v->wait_share = json_num(j, "wait_share");
-    v->step_ms = json_num(j, "step_ms");
-    v->wait_ms = json_num(j, "wait_ms");
-    if (isnan(v->wait_share) && v->step_ms + v->wait_ms > 0)
-        v->wait_share = v->wait_ms / (v->step_ms + v->wait_ms);
-    v->data_bound = db ? strncmp(db, "true", 4) == 0 : v->wait_share > DATA_BOUND_SHARE;
-    v->samples_per_step = json_num(j, "batch_size");
-    if (!(v->samples_per_step > 0))
-        v->samples_per_step = (double)d->a.batch;
-    v->demand =
-        !(v->step_ms / 1e3 >= NO_STEP_S) ? INFINITY : v->samples_per_step / (v->step_ms / 1e3);
+    double step_ms = json_num(j, "step_ms"), wait_ms = json_num(j, "wait_ms");
+    double per_step = json_num(j, "batch_size");
     v->achieved = json_num(j, "samples_per_s");
     double workers = json_num(j, "num_workers");
     /* The script's workers, or all cores for stoker's autotune (num_workers=None). */
     v->cur_threads = workers > 0                            ? (unsigned)workers
                      : strcmp(loader, "stoker.Loader") == 0 ? (unsigned)d->cpus
                                                             : 1;
-    if (!isnan(v->wait_share))
+    v->have = true;
+    v->wait_share = NAN; /* the profiler measured no step: the verdict is unknown */
+    /* The report's means per step, judged as one step: the same shares and demand. */
+    if (step_ms >= 0 && wait_ms >= 0 &&
+        !diagnose(d, wait_ms / 1e3, step_ms / 1e3, 1, per_step > 0 ? per_step : (double)d->a.batch))
         advise_threads(d, *loader ? loader : "the script's loader");
 }
 
@@ -1107,7 +1114,7 @@ static void print_json(const doctor *d)
                a->spin ? "spin" : "sleep", a->step_ms, r->threads, st->active_threads,
                a->auto_threads ? "true" : "false", r->prefetch, r->steps, r->seconds, v->step_ms,
                v->wait_ms, v->wait_share, r->max_wait_s * 1e3, r->waited, r->first_batch_s * 1e3,
-               rate(r), rate(&d->probe[probe_at(d, v->cur_threads)]), cw, ww);
+               rate(r), rate(&d->probe[v->cur]), cw, ww);
         stk_cli_json_string(stdout, st->autotune_reason, strlen(st->autotune_reason));
         printf("}");
         if (a->trace) {
@@ -1121,7 +1128,7 @@ static void print_json(const doctor *d)
     }
     if (!v->have) {
         printf(", \"data_bound\": null, \"wait_share\": null, \"demand_samples_per_s\": null, "
-               "\"recommended_threads\": null, \"advice\": []}\n");
+               "\"action\": null, \"recommended_threads\": null, \"advice\": []}\n");
         return;
     }
     printf(", \"data_bound\": %s, \"wait_share\": ", v->data_bound ? "true" : "false");
@@ -1132,7 +1139,7 @@ static void print_json(const doctor *d)
     printf(isfinite(v->wait_ms) ? "%.4f" : "null", v->wait_ms);
     printf(", \"demand_samples_per_s\": ");
     printf(isfinite(v->demand) ? "%.1f" : "null", v->demand);
-    printf(", \"recommended_threads\": ");
+    printf(", \"action\": \"%s\", \"recommended_threads\": ", stk_diag_action_name(v->action));
     printf(v->recommended ? "%d" : "null", v->recommended);
     printf(", \"advice\": [");
     for (int i = 0; i < v->n_advice; i++) {
@@ -1176,7 +1183,7 @@ static void print_step(const doctor *d)
     double ww = st->wall_ns && r->threads
                     ? (double)st->worker_wait_ns / ((double)st->wall_ns * r->threads)
                     : 0;
-    double ceil = rate(&d->probe[probe_at(d, v->cur_threads)]);
+    double ceil = rate(&d->probe[v->cur]);
     printf("\nstep: %.2f ms (%s) per batch of %lld, %u thread%s%s, prefetch %u: %" PRIu64
            " steps in %.2f s\n",
            d->a.step_ms, d->a.spin ? "spin" : "sleep", d->a.batch, v->cur_threads,
@@ -1253,7 +1260,7 @@ static void print_report(const doctor *d)
     }
     printf("\nverdict: %s: waiting for data %.1f%% of the time (data-bound above %.0f%%)\n",
            v->data_bound ? "DATA-BOUND" : "not data-bound", 100 * v->wait_share,
-           100 * DATA_BOUND_SHARE);
+           100 * STK_DIAG_DATA_BOUND_SHARE);
     if (v->n_advice)
         printf("advice:\n");
     for (int i = 0; i < v->n_advice; i++)

@@ -7,6 +7,7 @@
  * _batch.c      Batch (one borrowed ring slot)
  * _tensor.c     Tensor (a zero-copy buffer-protocol view of one tensor of a batch)
  * _transform.c  Transform (a compiled image pipeline) and the op table
+ * _diagnose.c   diagnose(): the doctor's decision (stk_diagnose) for stoker.profile
  *
  * The extension uses the public C API only (include/stoker.h), as the CLI does.
  */
@@ -60,6 +61,12 @@ PyObject *stkpy_batch_new(stk_batch *b);
  * while it exists. Returns a new reference, or NULL with an exception. */
 PyObject *stkpy_tensor_new(PyObject *owner, const char *name, stk_dtype dtype, void *data, int ndim,
                            const int64_t *shape);
+
+/* _core.diagnose(wait_s, step_s, steps, samples_per_step, current_threads=None, probes=None)
+ * -> dict: stk_diagnose's verdict; probes is {threads: samples/s}. */
+PyObject *stkpy_diagnose(PyObject *module, PyObject *args, PyObject *kw);
+/* Add DIAG_DATA_BOUND_SHARE and DIAG_HEADROOM to the module; 0 or -1 with an exception. */
+int stkpy_diagnose_constants(PyObject *m);
 
 /* Whether the image pipeline is linked and works (a recipe compiles). */
 int stkpy_has_transforms(void);

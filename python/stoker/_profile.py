@@ -14,25 +14,22 @@ else. Two forms::
 Each ``next()`` on the loader is timed as *waiting*; the time from a batch's arrival to the
 next ``next()`` call is the *step* (with ``torch.cuda.synchronize()`` before the clock stops
 when the loop uses CUDA, so the step includes the GPU's work). The loop is data-bound when
-waiting takes more than 5% of the time. When it is, the advice comes from measurements: the
+waiting takes more than 5% of the time: the verdict is _core.diagnose (stk_diagnose), the
+decision `stoker doctor` takes too, with the same thresholds. When it is, the advice comes from
+measurements (_advice.py; imports go from here to there, never back): the
 loader is re-created alone at several worker counts to find the fewest that meet the step's
 demand, and the loader's own stage times say where the time goes.
 """
-import os
 import sys
 import time
 
+from . import _core
+from ._advice import _batch_size, advise as _advise
+
 __all__ = ["profile", "Profile", "DATA_BOUND_SHARE"]
 
-DATA_BOUND_SHARE = 0.05   # waiting share of the loop's time above which it is data-bound
-_MARGIN = 1.1             # a worker count "meets" the step when its rate is 10% above demand
-_SWEEP_BATCHES = 40       # batches timed per worker count in the sweep (after the first)
-_SWEEP_SECONDS = 2.0      # ... or this long, whichever comes first
-
-
-# > 0 while the advice re-creates loaders to measure them: stoker.doctor's patched __iter__
-# leaves those iterators alone (their batches are not the training loop's).
-_measuring = 0
+# waiting share of the loop's time above which it is data-bound (STK_DIAG_DATA_BOUND_SHARE)
+DATA_BOUND_SHARE = _core.DIAG_DATA_BOUND_SHARE
 
 
 class _StopProfiling(BaseException):
@@ -58,22 +55,6 @@ def _cuda_sync_fn(sync):
                 cuda.synchronize()
         return maybe
     return cuda.synchronize
-
-
-def _batch_size(batch):
-    """The number of samples in a batch (the first dimension of its first array), or None."""
-    x = batch
-    for _ in range(3):
-        if isinstance(x, dict):
-            x = next(iter(x.values()), None)
-        elif isinstance(x, (list, tuple)):
-            x = x[0] if x else None
-        else:
-            break
-    shape = getattr(x, "shape", None)
-    if shape is not None and len(shape) > 0:
-        return int(shape[0])
-    return None
 
 
 class _TimedIter:
@@ -222,14 +203,17 @@ class Profile:
     def step_s(self):
         return sum(self._measured()[1])
 
+    def _verdict(self):
+        w, s, _ = self._measured()
+        return _core.diagnose(sum(w), sum(s), len(w), self.batch_size or 0)
+
     @property
     def wait_share(self):
-        w, s = self.wait_s, self.step_s
-        return w / (w + s) if w + s > 0 else 0.0
+        return self._verdict()["wait_share"]
 
     @property
     def data_bound(self):
-        return self.wait_share > DATA_BOUND_SHARE
+        return self._verdict()["data_bound"]
 
     @property
     def wait_ms(self):
@@ -271,8 +255,7 @@ class Profile:
     @property
     def advice(self):
         if self._advice is None:
-            from ._advice import advise
-            self._advice = advise(self) if self.advise and self.steps else []
+            self._advice = _advise(self) if self.advise and self.steps else []
         return self._advice
 
     def to_dict(self):

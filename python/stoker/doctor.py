@@ -13,7 +13,7 @@ import runpy
 import sys
 import traceback
 
-from . import _profile
+from . import _advice, _profile
 from .loader import Loader
 
 
@@ -25,7 +25,7 @@ class _Session:
         self.profiles = {}
 
     def wrap(self, loader, it):
-        if _profile._measuring:
+        if _advice._measuring:
             return it  # a loader the advice re-created to measure: not the script's loop
         prof = self.profiles.get(id(loader))
         if prof is None or prof.iterable is not loader:
