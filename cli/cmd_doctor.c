@@ -372,17 +372,67 @@ static stk_loader_stats stats_delta(const stk_loader_stats *start, const stk_loa
     return d;
 }
 
+/* The window of one doctor run, kept by its batch callback. */
+typedef struct run_window {
+    doctor *d;
+    bool autotune, measuring;
+    double step_ms, budget_s, win0;
+    uint64_t min_steps;
+    stk_loader_stats s0;
+    run_result *r;
+} run_window;
+
+/* The doctor's batch callback: the window opens at the first batch (with autotune at the first
+ * one after --time seconds: its ramp-up is not the steady state judged); each later batch adds
+ * its wait and the step after it. Epochs advance by themselves (b NULL): keep going. */
+static int doctor_batch(stk_cli_run *run, stk_batch *b, void *ctx)
+{
+    run_window *x = ctx;
+    run_result *r = x->r;
+    const doctor_args *a = &x->d->a;
+    double w1 = run->arrived_s, w = run->wait_s;
+    if (x->measuring)
+        r->wait_s += w;
+    if (!b)
+        return 0;
+    if (r->first_batch_s == 0)
+        r->first_batch_s = w1 - run->start_s;
+    if (!x->measuring && x->autotune && w1 - run->start_s < a->time_s) {
+        /* still ramping up */
+    } else if (!x->measuring) { /* the first batch opens the window */
+        x->measuring = true;
+        stk_loader_stats_get(run->loader, &x->s0);
+        x->win0 = w1;
+        r->cpu_s = cpu_now();
+    } else {
+        r->steps++;
+        r->samples += stk_batch_size(b);
+        r->waited += w > WAITED_S;
+        r->max_wait_s = w > r->max_wait_s ? w : r->max_wait_s;
+    }
+    bool enough = a->steps ? r->steps >= (uint64_t)a->steps
+                           : r->steps >= x->min_steps && w1 - x->win0 >= x->budget_s;
+    if (enough) {
+        r->seconds = w1 - x->win0;
+        r->cpu_s = cpu_now() - r->cpu_s;
+        return 1;
+    }
+    if (x->step_ms >= 0)
+        simulate_step(x->step_ms, a->spin);
+    if (x->measuring)
+        r->step_s += stk_cli_now() - w1;
+    stk_cli_progress_update(&x->d->prog, x->d->runs_done, 0);
+    return 0;
+}
+
 /* One loader run at `threads` (autotune: an upper bound): batches as fast as they come
  * (step_ms < 0) or with a simulated step after each, until --steps measured batches or
- * `budget_s` (and at least `min_steps`). The window opens at the first batch, or with autotune
- * at the first one after --time seconds (its ramp-up is not the steady state judged). Returns 0
- * or 1 (error printed). */
+ * `budget_s` (and at least `min_steps`). Returns 0 or 1 (error printed). */
 static int run_loader(doctor *d, int threads, bool autotune, double step_ms, double budget_s,
                       uint64_t min_steps, const char *trace, run_result *r)
 {
     const doctor_args *a = &d->a;
     stk_loader_opts o;
-    stk_loader *L;
     stk_loader_opts_init(&o);
     o.dataset = d->ds;
     o.batch_size = a->batch;
@@ -395,72 +445,20 @@ static int run_loader(doctor *d, int threads, bool autotune, double step_ms, dou
     o.flags = (a->shuffle ? STK_LOADER_SHUFFLE : 0) | (a->no_verify ? STK_LOADER_NO_VERIFY : 0) |
               (autotune ? STK_LOADER_AUTOTUNE : 0);
     memset(r, 0, sizeof(*r));
-    double t0 = stk_cli_now(), win0 = 0;
-    if (stk_loader_create(&o, &L) < 0)
-        return stk_cli_error("doctor", "%s", stk_last_errmsg());
-    stk_loader_info info;
-    stk_loader_info_get(L, &info);
-    r->threads = info.n_threads;
-    r->prefetch = info.prefetch;
-    stk_loader_stats s0, s1;
-    bool measuring = false;
-    for (;;) {
-        stk_batch *b;
-        double w0 = stk_cli_now();
-        stk_status rc = stk_loader_next(L, &b);
-        double w1 = stk_cli_now();
-        if (measuring)
-            r->wait_s += w1 - w0;
-        if (rc == STK_END) /* epochs advance by themselves: keep going */
-            continue;
-        if (rc < 0) {
-            stk_cli_progress_end(&d->prog);
-            stk_cli_error("doctor", "%s", stk_loader_errmsg(L));
-            stk_loader_destroy(L);
-            return 1;
-        }
-        if (r->first_batch_s == 0)
-            r->first_batch_s = w1 - t0;
-        if (!measuring && autotune && w1 - t0 < a->time_s) {
-            /* still ramping up */
-        } else if (!measuring) { /* the first batch opens the window */
-            measuring = true;
-            stk_loader_stats_get(L, &s0);
-            win0 = w1;
-            r->cpu_s = cpu_now();
-        } else {
-            double w = w1 - w0;
-            r->steps++;
-            r->samples += stk_batch_size(b);
-            r->waited += w > WAITED_S;
-            r->max_wait_s = w > r->max_wait_s ? w : r->max_wait_s;
-        }
-        bool enough = a->steps ? r->steps >= (uint64_t)a->steps
-                               : r->steps >= min_steps && w1 - win0 >= budget_s;
-        if (enough) {
-            stk_loader_stats_get(L, &s1);
-            r->seconds = w1 - win0;
-            r->cpu_s = cpu_now() - r->cpu_s;
-            stk_batch_release(b);
-            break;
-        }
-        if (step_ms >= 0)
-            simulate_step(step_ms, a->spin);
-        stk_batch_release(b);
-        if (measuring)
-            r->step_s += stk_cli_now() - w1;
-        stk_cli_progress_update(&d->prog, d->runs_done, 0);
-    }
-    r->st = stats_delta(&s0, &s1);
-    stk_status trc = trace ? stk_loader_trace_write(L, trace) : STK_OK;
-    if (trc < 0) {
-        stk_cli_progress_end(&d->prog);
-        stk_cli_error("doctor", "%s: %s", trace, stk_loader_errmsg(L));
-    }
-    stk_loader_destroy(L);
+    run_window x = {.d = d,
+                    .autotune = autotune,
+                    .step_ms = step_ms,
+                    .budget_s = budget_s,
+                    .min_steps = min_steps,
+                    .r = r};
+    stk_cli_run run;
+    int rc = stk_cli_loader_run("doctor", &o, trace, &d->prog, doctor_batch, &x, &run);
+    r->threads = run.info.n_threads;
+    r->prefetch = run.info.prefetch;
+    r->st = stats_delta(&x.s0, &run.stats);
     d->runs_done++;
     stk_cli_progress_update(&d->prog, d->runs_done, 0);
-    return trc < 0;
+    return rc;
 }
 
 /* The stage split of a run's workers. */
@@ -516,76 +514,6 @@ static int best_probe(const doctor *d)
         if (rate(&d->probe[i]) > rate(&d->probe[k]))
             k = i;
     return k;
-}
-
-/* ---- reading the report: top-level members of a validated JSON object ---- */
-
-/* The value of member `key` of the object at obj, or NULL (keys with escapes never match). */
-static const char *json_get(const char *obj, const char *key)
-{
-    size_t klen = strlen(key);
-    const char *p = stk_cli_json_ws(stk_cli_json_ws(obj) + 1);
-    while (*p == '"') {
-        const char *kend = stk_cli_json_skip(p);
-        const char *val = stk_cli_json_ws(stk_cli_json_ws(kend) + 1);
-        if ((size_t)(kend - p - 2) == klen && strncmp(p + 1, key, klen) == 0)
-            return val;
-        p = stk_cli_json_ws(stk_cli_json_skip(val));
-        if (*p == ',')
-            p = stk_cli_json_ws(p + 1);
-    }
-    return NULL;
-}
-
-/* A number member as a double; NAN when absent, null or not a number. */
-static double json_num(const char *obj, const char *key)
-{
-    const char *v = json_get(obj, key);
-    return v && (*v == '-' || (*v >= '0' && *v <= '9')) ? strtod(v, NULL) : NAN;
-}
-
-/* Decode the JSON string literal at v into out (at most size bytes, truncated, NUL-terminated);
- * \u escapes become UTF-8 (surrogate pairs joined; a lone one becomes U+FFFD). */
-static void json_str(const char *v, char *out, size_t size)
-{
-    size_t n = 0;
-    for (const char *p = v + 1; *p && *p != '"' && n + 5 < size; p++) {
-        unsigned cp = (unsigned char)*p;
-        if (*p == '\\') {
-            p++;
-            const char *esc = strchr("b\bf\fn\nr\rt\t", *p);
-            if (*p == 'u') {
-                cp = (unsigned)strtoul((char[5]){p[1], p[2], p[3], p[4], 0}, NULL, 16);
-                p += 4;
-                if (cp >= 0xd800 && cp < 0xdc00 && p[1] == '\\' && p[2] == 'u') {
-                    unsigned lo = (unsigned)strtoul((char[5]){p[3], p[4], p[5], p[6], 0}, NULL, 16);
-                    if (lo >= 0xdc00 && lo < 0xe000) {
-                        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                        p += 6;
-                    }
-                }
-                if (cp >= 0xd800 && cp < 0xe000)
-                    cp = 0xfffd;
-            } else {
-                cp = esc && *p ? (unsigned char)esc[1] : (unsigned char)*p;
-            }
-            if (cp >= 0x80) { /* UTF-8 encode */
-                if (cp < 0x800) {
-                    out[n++] = (char)(0xc0 | cp >> 6);
-                } else if (cp < 0x10000) {
-                    out[n++] = (char)(0xe0 | cp >> 12);
-                    out[n++] = (char)(0x80 | (cp >> 6 & 0x3f));
-                } else {
-                    out[n++] = (char)(0xf0 | cp >> 18);
-                    out[n++] = (char)(0x80 | (cp >> 12 & 0x3f));
-                    out[n++] = (char)(0x80 | (cp >> 6 & 0x3f));
-                }
-                cp = 0x80 | (cp & 0x3f);
-            }
-        }
-        out[n++] = (char)cp;
-    }
-    out[n] = '\0';
 }
 
 /* ---- the Python profiler ---- */
@@ -726,11 +654,11 @@ static int run_python(doctor *d)
                       WTERMSIG(status), strsignal(WTERMSIG(status)));
     } else if (WEXITSTATUS(status) != 0) {
         /* The profiler's report says why when it got that far. */
-        const char *se = d->py_json ? json_get(d->py_json, "script_error") : NULL;
+        const char *se = d->py_json ? stk_cli_json_get(d->py_json, "script_error") : NULL;
         char why[ADVICE_LEN] = "see its messages above";
         if (se && *se == '"')
-            json_str(se, why, sizeof(why));
-        else if (d->py_json && json_num(d->py_json, "steps") == 0)
+            stk_cli_json_str(se, why, sizeof(why));
+        else if (d->py_json && stk_cli_json_num(d->py_json, "steps") == 0)
             snprintf(why, sizeof(why),
                      "it iterated no DataLoader or stoker.Loader: nothing "
                      "to measure");
@@ -1045,14 +973,14 @@ static void judge_step(doctor *d)
 static void judge_python(doctor *d)
 {
     verdict *v = &d->v;
-    const char *j = d->py_json, *ld = json_get(j, "loader");
+    const char *j = d->py_json, *ld = stk_cli_json_get(j, "loader");
     char loader[128] = "";
     if (ld && *ld == '"')
-        json_str(ld, loader, sizeof(loader));
-    double step_ms = json_num(j, "step_ms"), wait_ms = json_num(j, "wait_ms");
-    double per_step = json_num(j, "batch_size");
-    v->achieved = json_num(j, "samples_per_s");
-    double workers = json_num(j, "num_workers");
+        stk_cli_json_str(ld, loader, sizeof(loader));
+    double step_ms = stk_cli_json_num(j, "step_ms"), wait_ms = stk_cli_json_num(j, "wait_ms");
+    double per_step = stk_cli_json_num(j, "batch_size");
+    v->achieved = stk_cli_json_num(j, "samples_per_s");
+    double workers = stk_cli_json_num(j, "num_workers");
     /* The script's workers, or all cores for stoker's autotune (num_workers=None). */
     v->cur_threads = workers > 0                            ? (unsigned)workers
                      : strcmp(loader, "stoker.Loader") == 0 ? (unsigned)d->cpus
@@ -1206,12 +1134,13 @@ static void print_step(const doctor *d)
 
 static void print_python(const doctor *d)
 {
-    const char *j = d->py_json, *ld = json_get(j, "loader"), *adv = json_get(j, "advice");
+    const char *j = d->py_json, *ld = stk_cli_json_get(j, "loader"),
+               *adv = stk_cli_json_get(j, "advice");
     char loader[128] = "?", line[ADVICE_LEN];
     if (ld && *ld == '"')
-        json_str(ld, loader, sizeof(loader));
-    double workers = json_num(j, "num_workers"), sps = json_num(j, "samples_per_s");
-    printf("\nscript %s: %.0f steps with %s", d->a.script, json_num(j, "steps"), loader);
+        stk_cli_json_str(ld, loader, sizeof(loader));
+    double workers = stk_cli_json_num(j, "num_workers"), sps = stk_cli_json_num(j, "samples_per_s");
+    printf("\nscript %s: %.0f steps with %s", d->a.script, stk_cli_json_num(j, "steps"), loader);
     if (isfinite(workers))
         printf(" (num_workers=%.0f)", workers);
     printf("\n  per step: waiting %.2f ms, step %.2f ms -> waiting %.1f%% of the time",
@@ -1220,15 +1149,12 @@ static void print_python(const doctor *d)
         printf("; %s samples/s", num(sps));
     printf("\n");
     if (adv && *adv == '[') {
-        const char *p = stk_cli_json_ws(adv + 1);
+        const char *p = stk_cli_json_ws(adv + 1), *v, *v_end;
         bool first = true;
-        while (*p == '"') {
-            json_str(p, line, sizeof(line));
+        while (stk_cli_json_item(&p, &v, &v_end) && *v == '"') {
+            stk_cli_json_str(v, line, sizeof(line));
             printf("%s    - %s\n", first ? "  the profiler's advice:\n" : "", line);
             first = false;
-            p = stk_cli_json_ws(stk_cli_json_skip(p));
-            if (*p == ',')
-                p = stk_cli_json_ws(p + 1);
         }
     }
 }
@@ -1296,7 +1222,7 @@ static int doctor_run(doctor *d)
     /* The script first: the ceiling is then measured at the batch size it uses. */
     if (a->mode == MODE_PYTHON && run_python(d))
         return 1;
-    double script_batch = a->mode == MODE_PYTHON ? json_num(d->py_json, "batch_size") : NAN;
+    double script_batch = a->mode == MODE_PYTHON ? stk_cli_json_num(d->py_json, "batch_size") : NAN;
     if (a->batch == 0)
         a->batch = script_batch >= 1 && script_batch <= 1 << 24 ? (long long)script_batch : 256;
     d->cpus = cpu_count();
