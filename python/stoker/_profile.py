@@ -19,11 +19,19 @@ decision `stoker doctor` takes too, with the same thresholds. When it is, the ad
 measurements (_advice.py; imports go from here to there, never back): the
 loader is re-created alone at several worker counts to find the fewest that meet the step's
 demand, and the loader's own stage times say where the time goes.
+
+Across ranks (torch.distributed, or torchrun's environment with STOKER_DOCTOR_DIR; see
+_ranks.py): when the loop ends (the `steps` limit, or the end of the iterable without one),
+every rank sends its figures to the others; `ranks` holds the table, `straggler` the rank whose
+data wait holds the job back (or None) and `ranks_verdict` says so; the advice is measured on
+that rank (on rank 0 when there is none) and every rank's report carries it. `trace=` writes
+one Perfetto trace of every rank's loop (rank 0 writes it).
 """
+import os
 import sys
 import time
 
-from . import _core
+from . import _core, _ranks
 from ._advice import _batch_size, advise as _advise
 
 __all__ = ["profile", "Profile", "DATA_BOUND_SHARE"]
@@ -65,6 +73,9 @@ class _TimedIter:
         self._prof, self._it = prof, it
         self._last = None       # perf_counter when the previous batch was handed over
         self._first = True
+        self._coll0 = 0.0       # _ranks.collective_s then
+        if _ranks.context()[1] > 1:
+            _ranks.install_collective_timer()
 
     def __iter__(self):
         return self
@@ -82,20 +93,23 @@ class _TimedIter:
             if prof._sync is not None:
                 prof._sync()
                 t0 = time.perf_counter()
-            prof._step(t0 - self._last)
+            prof._step(t0 - self._last, _ranks.collective_s - self._coll0, self._last)
             self._last = None
         if prof.steps_limit is not None and prof.steps >= prof.steps_limit + prof.warmup:
-            prof.advice  # measured now, while the loop's loader is certainly still open
+            prof._finish()  # measured now, while the loop's loader is certainly still open
             raise _StopProfiling()
         try:
             batch = next(self._it)
         except StopIteration:
             prof._epoch_end()
+            if prof.steps_limit is None and _ranks.context()[1] > 1:
+                prof._finish()  # the loop is over on every rank: exchange the figures
             raise
         t1 = time.perf_counter()
-        prof._wait(t1 - t0, batch, self._first)
+        prof._wait(t1 - t0, batch, self._first, t0)
         self._first = False
         self._last = time.perf_counter()
+        self._coll0 = _ranks.collective_s
         return batch
 
 
@@ -108,9 +122,15 @@ class Profile:
     epoch_start_ms (mean wait for each later epoch's first batch), batch_size, samples_per_s,
     loader (the loader's type), num_workers, sweep ({num_workers: samples/s of the loader
     alone}), stages (the stoker loader's stage shares), advice (list of str).
+
+    Across ranks, once the loop has ended: rank and world, ranks (one dict per rank: rank,
+    host, steps, wait_share, data_bound, wait_ms, step_ms, samples_per_s, collective_ms and
+    collective_source, "measured" or "estimate"; None for a rank that did not report),
+    straggler (a rank or None), ranks_verdict (str) and advice_rank (where the advice was
+    measured). A single process has world 1 and ranks None.
     """
 
-    def __init__(self, iterable, steps=None, warmup=2, sync=None, advise=True):
+    def __init__(self, iterable, steps=None, warmup=2, sync=None, advise=True, trace=None):
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps should be a positive integer, got steps={steps!r}")
         if not isinstance(warmup, int) or warmup < 0:
@@ -128,6 +148,13 @@ class Profile:
         self.sweep = {}
         self.stages = {}
         self.epochs = 0
+        self.trace = None if trace is None else os.fspath(trace)
+        self._colls = []          # seconds in collectives during each step
+        self._events = []         # (name, wall-clock start, seconds) for the trace
+        self._clock = time.time() - time.perf_counter()   # perf_counter -> wall clock
+        self.rank, self.world = 0, 1
+        self.ranks = self.straggler = self.ranks_verdict = self.advice_rank = None
+        self._finished_at = None  # steps when _finish last ran
         try:  # taken now: the loop may close its loader before the report is read
             n = getattr(iterable, "num_workers", None)
         except Exception:  # noqa: BLE001 - a closed loader: unknown
@@ -145,22 +172,31 @@ class Profile:
     def __exit__(self, exc_type, exc, tb):
         return exc_type is _StopProfiling  # the steps limit ends a `with` block quietly
 
-    def _wait(self, seconds, batch, first):
+    def _event(self, name, start, seconds):
+        if len(self._events) < _ranks._MAX_EVENTS:
+            self._events.append((name, start + self._clock, seconds))
+
+    def _wait(self, seconds, batch, first, start=None):
+        if start is not None:
+            self._event("wait for data", start, seconds)
         if self.first_wait_ms is None:
             self.first_wait_ms = seconds * 1e3
         if self.batch_size is None:
             self.batch_size = _batch_size(batch)
         self._pending = (seconds, first)
 
-    def _step(self, seconds):
+    def _step(self, seconds, collective=0.0, start=None):
         if self._pending is None:
             return
         w, first = self._pending
         self._pending = None
         self._waits.append(w)
         self._steps.append(seconds)
+        self._colls.append(collective)
         self._first_of_epoch.append(first)
         self._advice = None
+        if start is not None:
+            self._event("step", start, seconds)
 
     def _epoch_end(self):
         self.epochs += 1
@@ -182,7 +218,49 @@ class Profile:
             passes += 1
             if limit is None or got == 0 or hasattr(self.iterable, "__next__"):
                 break  # one pass when no limit; an iterator cannot start again
+        if self._finished_at != self.steps:
+            self._finish()
         return self
+
+    # ---- the end of the loop: advice, and the exchange between ranks ----
+
+    def _record(self):
+        """This rank's row of the table (and its loop events, for the merged trace)."""
+        k = self.warmup if len(self._waits) > self.warmup else 0
+        colls = self._colls[k:]
+        return {"rank": self.rank, "host": _ranks.host(), "steps": len(colls),
+                "wait_share": self.wait_share, "data_bound": self.data_bound,
+                "wait_ms": self.wait_ms, "step_ms": self.step_ms,
+                "samples_per_s": self.samples_per_s,
+                "collective_ms": 1e3 * sum(colls) / len(colls) if any(colls) else None,
+                "collective_source": "measured" if any(colls) else None,
+                "events": self._events + [("collective", t + self._clock, d)
+                                          for t, d in _ranks.collective_spans]}
+
+    def _finish(self):
+        """The loop has ended (on every rank, at the same step): with one process, take the
+        advice now (the loader is still open); across ranks, exchange the figures, judge, take
+        the advice on the straggler (or rank 0) and share it. Writes the trace when asked."""
+        self._finished_at = self.steps
+        rank, world, how = _ranks.context()
+        self.rank, self.world = rank, world
+        if world <= 1:
+            self.advice  # noqa: B018 - measured now
+            if self.trace:
+                _ranks.write_trace(self.trace, [self._record()])
+            return
+        table = _ranks.gather(self._record(), how, rank, world)
+        _ranks.estimate_collective(table)
+        self.straggler, self.ranks_verdict = _ranks.judge(table)
+        self.advice_rank = self.straggler if self.straggler is not None else 0
+        mine = _advise(self) if self.advise and self.steps and rank == self.advice_rank \
+            else None
+        shared = _ranks.gather(mine, how, rank, world)[self.advice_rank]
+        self._advice = list(shared) if shared is not None else []
+        if self.trace and rank == 0:
+            _ranks.write_trace(self.trace, table)
+        self.ranks = [None if r is None else {k: v for k, v in r.items() if k != "events"}
+                      for r in table]
 
     # ---- results ----
 
@@ -255,7 +333,8 @@ class Profile:
     @property
     def advice(self):
         if self._advice is None:
-            self._advice = _advise(self) if self.advise and self.steps else []
+            self._advice = _advise(self) if self.advise and self.steps and self.world <= 1 \
+                else []
         return self._advice
 
     def to_dict(self):
@@ -267,12 +346,15 @@ class Profile:
                 "batch_size": self.batch_size, "samples_per_s": self.samples_per_s,
                 "loader": self.loader, "num_workers": self.num_workers,
                 "sweep": {str(k): v for k, v in sorted(self.sweep.items())},
-                "stages": self.stages, "advice": advice}
+                "stages": self.stages, "advice": advice, "rank": self.rank,
+                "world": self.world, "ranks": self.ranks, "straggler": self.straggler,
+                "ranks_verdict": self.ranks_verdict, "advice_rank": self.advice_rank}
 
     def __str__(self):
         d = self.to_dict()
         verdict = "DATA-BOUND" if d["data_bound"] else "not data-bound"
-        lines = [f"stoker.profile: {verdict}: waiting for data {100 * d['wait_share']:.1f}% of "
+        who = f" (rank {self.rank} of {self.world})" if self.world > 1 else ""
+        lines = [f"stoker.profile{who}: {verdict}: waiting for data {100 * d['wait_share']:.1f}% of "
                  f"the time ({d['steps']} steps, {d['loader']}"
                  + (f", num_workers={d['num_workers']}" if d["num_workers"] is not None else "")
                  + ")",
@@ -285,6 +367,23 @@ class Profile:
         if self.stages:
             lines.append("  worker time: " + ", ".join(
                 f"{k} {100 * v:.0f}%" for k, v in self.stages.items()))
+        if self.ranks is not None:
+            lines.append(f"  across {self.world} ranks (this is rank {self.rank}):")
+            lines.append(f"    {'rank':>4} {'host':<16} {'waiting':>8} {'wait ms':>8} "
+                         f"{'step ms':>8} {'samples/s':>10} {'in collectives ms':>18}")
+            for i, r in enumerate(self.ranks):
+                if r is None:
+                    lines.append(f"    {i:>4} (no report)")
+                    continue
+                sps = f"{r['samples_per_s']:.0f}" if r["samples_per_s"] else "?"
+                coll = f"{r['collective_ms']:.2f}" + (
+                    " (est.)" if r["collective_source"] == "estimate" else "")
+                lines.append(f"    {r['rank']:>4} {r['host'][:16]:<16} "
+                             f"{100 * r['wait_share']:>7.1f}% {r['wait_ms']:>8.2f} "
+                             f"{r['step_ms']:>8.2f} {sps:>10} {coll:>18}")
+            lines.append(f"  verdict: {self.ranks_verdict}")
+            if d["advice"]:
+                lines.append(f"  advice, measured on rank {self.advice_rank}:")
         lines += [f"  - {a}" for a in d["advice"]]
         return "\n".join(lines)
 
@@ -293,7 +392,7 @@ class Profile:
                 f"data_bound={self.data_bound}>")
 
 
-def profile(iterable, step=None, steps=None, warmup=2, sync=None, advise=True):
+def profile(iterable, step=None, steps=None, warmup=2, sync=None, advise=True, trace=None):
     """Measure whether a training loop waits on `iterable` (a DataLoader, stoker.Loader, ...).
 
     With `step` (a callable taking a batch): run it for `steps` steps (default: one pass) and
@@ -302,9 +401,12 @@ def profile(iterable, step=None, steps=None, warmup=2, sync=None, advise=True):
     given. `warmup` steps are measured but left out of the figures. `sync`: call
     torch.cuda.synchronize() before each step's clock stops (None = when CUDA is initialised).
     `advise`: on a data-bound verdict, re-create the loader alone at several worker counts to
-    find what fixes it (a few seconds; False skips it). See the module's doc.
+    find what fixes it (a few seconds; False skips it). `trace`: write a Perfetto trace of the
+    loop (waits, steps, collectives) here; across ranks one file with a track per rank, written
+    by rank 0. Under torch.distributed or torchrun every rank must call it alike: the ranks
+    exchange their figures when the loop ends (see the module's doc and `Profile`).
     """
-    prof = Profile(iterable, steps=steps, warmup=warmup, sync=sync, advise=advise)
+    prof = Profile(iterable, steps=steps, warmup=warmup, sync=sync, advise=advise, trace=trace)
     if step is not None:
         if not callable(step):
             raise TypeError(f"step should be a callable taking a batch, not "
