@@ -152,6 +152,7 @@ class Profile:
         self._colls = []          # seconds in collectives during each step
         self._events = []         # (name, wall-clock start, seconds) for the trace
         self._clock = time.time() - time.perf_counter()   # perf_counter -> wall clock
+        self._span0 = len(_ranks.collective_spans)          # the collectives before are not ours
         self.rank, self.world = 0, 1
         self.ranks = self.straggler = self.ranks_verdict = self.advice_rank = None
         self._finished_at = None  # steps when _finish last ran
@@ -235,7 +236,7 @@ class Profile:
                 "collective_ms": 1e3 * sum(colls) / len(colls) if any(colls) else None,
                 "collective_source": "measured" if any(colls) else None,
                 "events": self._events + [("collective", t + self._clock, d)
-                                          for t, d in _ranks.collective_spans]}
+                                          for t, d in _ranks.collective_spans[self._span0:]]}
 
     def _finish(self):
         """The loop has ended (on every rank, at the same step): with one process, take the
@@ -252,7 +253,10 @@ class Profile:
         table = _ranks.gather(self._record(), how, rank, world)
         _ranks.estimate_collective(table)
         self.straggler, self.ranks_verdict = _ranks.judge(table)
-        self.advice_rank = self.straggler if self.straggler is not None else 0
+        # the advice is measured on the straggler (rank 0 without one); a rank that cannot
+        # reach the others measures its own
+        self.advice_rank = rank if how == "none" else \
+            self.straggler if self.straggler is not None else 0
         mine = _advise(self) if self.advise and self.steps and rank == self.advice_rank \
             else None
         shared = _ranks.gather(mine, how, rank, world)[self.advice_rank]

@@ -189,6 +189,9 @@ def judge(ranks):
             f"report)") if missing else ""
     if not known:
         return None, "no rank reported" + note
+    if len(known) == 1 and len(ranks) > 1:
+        return None, (f"only rank {known[0]['rank']} is seen: no process group and no "
+                      f"STOKER_DOCTOR_DIR (or the other ranks did not report)" + note)
     top = max(known, key=lambda r: r["wait_share"])
     others = [r["wait_share"] for r in known if r is not top]
     rest = statistics.median(others) if others else 0.0

@@ -72,6 +72,18 @@ def test_merged_trace_has_a_process_per_rank():
     assert coll and coll[0]["tid"] == 1 and coll[0]["dur"] == pytest.approx(40000)
 
 
+def test_rank_that_cannot_reach_the_others_reports_alone(monkeypatch):
+    """torchrun's environment, no process group, no STOKER_DOCTOR_DIR: the report says so."""
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("STOKER_DOCTOR_DIR", raising=False)
+    p = stoker.profile([[1, 2]] * 8, step=lambda b: None, steps=3, warmup=1)
+    assert p.world == 2 and p.rank == 1 and p.straggler is None
+    assert p.ranks[0] is None and p.ranks[1]["rank"] == 1
+    assert p.ranks_verdict.startswith("only rank 1 is seen"), p.ranks_verdict
+    assert p.advice_rank == 1
+
+
 # ---- 2-process jobs ----
 
 torch = pytest.importorskip("torch")
