@@ -92,6 +92,32 @@ void stk_cli_progress_end(stk_cli_progress *p);
 /* Monotonic clock in seconds. */
 double stk_cli_now(void);
 
+/* ---- the loader run loop (stk_cli_run.c) ---- */
+
+/* One loader run as stk_cli_loader_run drives it; the callback sees it filled so far. */
+typedef struct stk_cli_run {
+    stk_loader *loader;     /* valid during the callbacks (stats, trace), NULL after */
+    stk_loader_info info;   /* the resolved settings, from create */
+    double start_s;         /* stk_cli_now() before stk_loader_create */
+    double arrived_s;       /* when the last stk_loader_next returned */
+    double wait_s;          /* how long it blocked */
+    double end_s;           /* when the callback stopped the run */
+    uint64_t batches;       /* batches handed to the callback so far (this one included) */
+    uint64_t epochs;        /* STK_END seen so far */
+    stk_loader_stats stats; /* at the end of the run (cumulative since create) */
+} stk_cli_run;
+
+/* Called with each batch (b, released by the loop when the callback returns), and with b NULL
+ * at each end of an epoch; returns nonzero to end the run. */
+typedef int (*stk_cli_batch_fn)(stk_cli_run *run, stk_batch *b, void *ctx);
+
+/* Create a loader with *o, hand its batches to fn until fn returns nonzero, read the stats,
+ * write the trace to `trace` (when not NULL; o->trace_events must be set) and destroy it.
+ * Returns 0, or 1 with "stoker <cmd>: <why>" printed (the progress bar `prog`, when given, is
+ * ended first). */
+int stk_cli_loader_run(const char *cmd, const stk_loader_opts *o, const char *trace,
+                       stk_cli_progress *prog, stk_cli_batch_fn fn, void *ctx, stk_cli_run *run);
+
 /* ---- JSON output ---- */
 
 /* Length of the well-formed UTF-8 sequence at s (1 for ASCII), or 0 if there is none. */
@@ -110,5 +136,32 @@ const char *stk_cli_json_ws(const char *p);
 
 /* Whether `s` is one complete, valid JSON value (surrounding whitespace allowed). */
 bool stk_cli_json_valid(const char *s);
+
+/* ---- JSON input: the one reader of the CLI (metadata, the profiler's report) ---- */
+
+/* The first member of `obj` if it is a valid JSON object (the position to give
+ * stk_cli_json_member), else NULL. */
+const char *stk_cli_json_members(const char *obj);
+
+/* Step through the members of a validated object: from *p (at a key, or at the closing brace),
+ * set the key (without quotes, escapes as written) and the value's extent, and move *p to the
+ * next member. Returns false at the end. */
+bool stk_cli_json_member(const char **p, const char **key, int *key_len, const char **val,
+                         const char **val_end);
+
+/* Step through the items of a validated array: *p starts just inside '[' (after whitespace);
+ * sets the item's extent and moves *p to the next. Returns false at the end. */
+bool stk_cli_json_item(const char **p, const char **val, const char **val_end);
+
+/* The value of member `key` of the JSON object `obj`, or NULL when obj is not a valid object or
+ * has no such member (keys with escapes never match). */
+const char *stk_cli_json_get(const char *obj, const char *key);
+
+/* A number member as a double; NAN when absent, null or not a number. */
+double stk_cli_json_num(const char *obj, const char *key);
+
+/* Decode the JSON string literal at v into out (at most size bytes, truncated, NUL-terminated);
+ * \u escapes become UTF-8 (surrogate pairs joined; a lone one becomes U+FFFD). */
+void stk_cli_json_str(const char *v, char *out, size_t size);
 
 #endif /* STK_CLI_H */

@@ -212,11 +212,35 @@ static int parse(int argc, char **argv, bench_args *a)
 
 /* ---- the loader run ---- */
 
+/* The bench's batch callback: count the samples until --epochs or --max-samples. */
+typedef struct bench_run {
+    const bench_args *a;
+    bench_result *r;
+    stk_cli_progress prog;
+} bench_run;
+
+static int bench_batch(stk_cli_run *run, stk_batch *b, void *ctx)
+{
+    bench_run *br = ctx;
+    bench_result *r = br->r;
+    if (b) {
+        if (r->samples == 0) {
+            r->first_batch_s = run->arrived_s - run->start_s;
+            stk_cli_progress_start(&br->prog, "bench",
+                                   stk_loader_n_batches(run->loader) * (uint64_t)br->a->epochs,
+                                   "batches", br->a->quiet || br->a->json);
+        }
+        r->samples += stk_batch_size(b);
+        stk_cli_progress_update(&br->prog, run->batches, 0);
+    }
+    return run->epochs >= (uint64_t)br->a->epochs ||
+           (br->a->max_samples && r->samples >= br->a->max_samples);
+}
+
 static int run_loader(const bench_args *a, int threads, int prefetch, stk_transform *t,
                       const char *trace, bench_result *r)
 {
     stk_loader_opts o;
-    stk_loader *L;
     stk_loader_opts_init(&o);
     o.paths = a->paths;
     o.n_paths = a->n_paths;
@@ -233,55 +257,23 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     memset(r, 0, sizeof(*r));
     reset_peak_rss();
     r->rss_before_mib = proc_status_mib("VmRSS");
-    double t0 = stk_cli_now();
-    stk_status rc = stk_loader_create(&o, &L);
-    if (rc < 0) {
-        stk_cli_error("bench", "%s", stk_last_errmsg());
-        return 1;
-    }
-    stk_loader_info info;
-    stk_loader_info_get(L, &info);
-    r->threads = info.n_threads;
-    r->prefetch = info.prefetch;
-    r->slot_size = info.slot_size;
-    r->ring_mib = (double)info.slot_size * info.prefetch / 1048576.0;
-    uint64_t per_epoch = stk_loader_n_batches(L), total = per_epoch * (uint64_t)a->epochs;
-    stk_cli_progress prog;
-    stk_cli_progress_start(&prog, "bench", total, "batches", a->quiet || a->json);
-    uint64_t done = 0;
-    int epochs = 0;
-    while (epochs < a->epochs && (!a->max_samples || r->samples < a->max_samples)) {
-        stk_batch *b;
-        rc = stk_loader_next(L, &b);
-        if (rc == STK_END) {
-            epochs++;
-            continue;
-        }
-        if (rc < 0) {
-            stk_cli_progress_end(&prog);
-            stk_cli_error("bench", "%s", stk_loader_errmsg(L));
-            stk_loader_destroy(L);
-            return 1;
-        }
-        if (r->samples == 0)
-            r->first_batch_s = stk_cli_now() - t0;
-        r->samples += stk_batch_size(b);
-        stk_batch_release(b);
-        stk_cli_progress_update(&prog, ++done, 0);
-    }
-    r->seconds = stk_cli_now() - t0;
-    stk_cli_progress_end(&prog);
-    stk_loader_stats_get(L, &r->st);
+    /* The bar starts at the first batch, when the loader knows its batch count. */
+    bench_run br = {.a = a, .r = r};
+    stk_cli_run run;
+    int rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
+    stk_cli_progress_end(&br.prog);
+    if (rc)
+        return rc;
+    r->seconds = run.end_s - run.start_s;
+    r->threads = run.info.n_threads;
+    r->prefetch = run.info.prefetch;
+    r->slot_size = run.info.slot_size;
+    r->ring_mib = (double)run.info.slot_size * run.info.prefetch / 1048576.0;
+    r->st = run.stats;
     r->bytes = r->st.bytes_read;
     r->peak_rss_mib = proc_status_mib("VmHWM");
     if (a->auto_threads)
         r->threads = r->st.active_threads;
-    if (trace && stk_loader_trace_write(L, trace) < 0) {
-        stk_cli_error("bench", "%s", stk_loader_errmsg(L));
-        stk_loader_destroy(L);
-        return 1;
-    }
-    stk_loader_destroy(L);
     return 0;
 }
 

@@ -19,8 +19,9 @@
  *
  * Every run skips its first batch (thread start, empty ring): its window runs from the arrival
  * of batch 0 to the arrival of batch k, so it holds k steps, k waits and k batches. The verdict
- * is the waiting share of the window (> 5% = data-bound); the advice compares the demand
- * (samples per step / step time) with the measured ceilings.
+ * and the choice of advice come from stk_diagnose (src/doctor/stk_diagnose.c, shared with
+ * stoker.profile): the waiting share of the window (> 5% = data-bound) and the demand
+ * (samples per step / step time) against the measured ceilings; this file words the advice.
  */
 #include "cli.h"
 
@@ -43,11 +44,8 @@
 #define MAX_PROBES 16
 #define MAX_ADVICE 12
 #define ADVICE_LEN 480
-#define DATA_BOUND_SHARE 0.05 /* waiting more than this share of the time = data-bound */
-#define HEADROOM 1.2          /* a thread count keeps up when its ceiling is 20% above demand */
-#define NO_STEP_S 5e-5        /* a mean step shorter than this "takes no time": demand unbounded */
-#define WAITED_S 1e-3         /* a step "waited" when its stk_loader_next blocked longer */
-#define PY_STEPS 100          /* steps the profiler takes from a script without --steps */
+#define WAITED_S 1e-3 /* a step "waited" when its stk_loader_next blocked longer */
+#define PY_STEPS 100  /* steps the profiler takes from a script without --steps */
 
 typedef enum doctor_mode { MODE_CEILING, MODE_STEP, MODE_PYTHON } doctor_mode;
 
@@ -98,7 +96,9 @@ typedef struct verdict {
     double demand;   /* samples/s the step consumes; INFINITY when it takes no time */
     double achieved; /* samples/s delivered under the step; NAN when unknown */
     unsigned cur_threads;
-    int recommended; /* the thread count advised; 0 = none */
+    int recommended;        /* the thread count advised; 0 = none */
+    stk_diag_action action; /* what stk_diagnose calls for */
+    int need, cur, best;    /* its probe indices: recommended (-1 = none), current, best */
     char advice[MAX_ADVICE][ADVICE_LEN];
     int n_advice;
 } verdict;
@@ -372,17 +372,67 @@ static stk_loader_stats stats_delta(const stk_loader_stats *start, const stk_loa
     return d;
 }
 
+/* The window of one doctor run, kept by its batch callback. */
+typedef struct run_window {
+    doctor *d;
+    bool autotune, measuring;
+    double step_ms, budget_s, win0;
+    uint64_t min_steps;
+    stk_loader_stats s0;
+    run_result *r;
+} run_window;
+
+/* The doctor's batch callback: the window opens at the first batch (with autotune at the first
+ * one after --time seconds: its ramp-up is not the steady state judged); each later batch adds
+ * its wait and the step after it. Epochs advance by themselves (b NULL): keep going. */
+static int doctor_batch(stk_cli_run *run, stk_batch *b, void *ctx)
+{
+    run_window *x = ctx;
+    run_result *r = x->r;
+    const doctor_args *a = &x->d->a;
+    double w1 = run->arrived_s, w = run->wait_s;
+    if (x->measuring)
+        r->wait_s += w;
+    if (!b)
+        return 0;
+    if (r->first_batch_s == 0)
+        r->first_batch_s = w1 - run->start_s;
+    if (!x->measuring && x->autotune && w1 - run->start_s < a->time_s) {
+        /* still ramping up */
+    } else if (!x->measuring) { /* the first batch opens the window */
+        x->measuring = true;
+        stk_loader_stats_get(run->loader, &x->s0);
+        x->win0 = w1;
+        r->cpu_s = cpu_now();
+    } else {
+        r->steps++;
+        r->samples += stk_batch_size(b);
+        r->waited += w > WAITED_S;
+        r->max_wait_s = w > r->max_wait_s ? w : r->max_wait_s;
+    }
+    bool enough = a->steps ? r->steps >= (uint64_t)a->steps
+                           : r->steps >= x->min_steps && w1 - x->win0 >= x->budget_s;
+    if (enough) {
+        r->seconds = w1 - x->win0;
+        r->cpu_s = cpu_now() - r->cpu_s;
+        return 1;
+    }
+    if (x->step_ms >= 0)
+        simulate_step(x->step_ms, a->spin);
+    if (x->measuring)
+        r->step_s += stk_cli_now() - w1;
+    stk_cli_progress_update(&x->d->prog, x->d->runs_done, 0);
+    return 0;
+}
+
 /* One loader run at `threads` (autotune: an upper bound): batches as fast as they come
  * (step_ms < 0) or with a simulated step after each, until --steps measured batches or
- * `budget_s` (and at least `min_steps`). The window opens at the first batch, or with autotune
- * at the first one after --time seconds (its ramp-up is not the steady state judged). Returns 0
- * or 1 (error printed). */
+ * `budget_s` (and at least `min_steps`). Returns 0 or 1 (error printed). */
 static int run_loader(doctor *d, int threads, bool autotune, double step_ms, double budget_s,
                       uint64_t min_steps, const char *trace, run_result *r)
 {
     const doctor_args *a = &d->a;
     stk_loader_opts o;
-    stk_loader *L;
     stk_loader_opts_init(&o);
     o.dataset = d->ds;
     o.batch_size = a->batch;
@@ -395,72 +445,20 @@ static int run_loader(doctor *d, int threads, bool autotune, double step_ms, dou
     o.flags = (a->shuffle ? STK_LOADER_SHUFFLE : 0) | (a->no_verify ? STK_LOADER_NO_VERIFY : 0) |
               (autotune ? STK_LOADER_AUTOTUNE : 0);
     memset(r, 0, sizeof(*r));
-    double t0 = stk_cli_now(), win0 = 0;
-    if (stk_loader_create(&o, &L) < 0)
-        return stk_cli_error("doctor", "%s", stk_last_errmsg());
-    stk_loader_info info;
-    stk_loader_info_get(L, &info);
-    r->threads = info.n_threads;
-    r->prefetch = info.prefetch;
-    stk_loader_stats s0, s1;
-    bool measuring = false;
-    for (;;) {
-        stk_batch *b;
-        double w0 = stk_cli_now();
-        stk_status rc = stk_loader_next(L, &b);
-        double w1 = stk_cli_now();
-        if (measuring)
-            r->wait_s += w1 - w0;
-        if (rc == STK_END) /* epochs advance by themselves: keep going */
-            continue;
-        if (rc < 0) {
-            stk_cli_progress_end(&d->prog);
-            stk_cli_error("doctor", "%s", stk_loader_errmsg(L));
-            stk_loader_destroy(L);
-            return 1;
-        }
-        if (r->first_batch_s == 0)
-            r->first_batch_s = w1 - t0;
-        if (!measuring && autotune && w1 - t0 < a->time_s) {
-            /* still ramping up */
-        } else if (!measuring) { /* the first batch opens the window */
-            measuring = true;
-            stk_loader_stats_get(L, &s0);
-            win0 = w1;
-            r->cpu_s = cpu_now();
-        } else {
-            double w = w1 - w0;
-            r->steps++;
-            r->samples += stk_batch_size(b);
-            r->waited += w > WAITED_S;
-            r->max_wait_s = w > r->max_wait_s ? w : r->max_wait_s;
-        }
-        bool enough = a->steps ? r->steps >= (uint64_t)a->steps
-                               : r->steps >= min_steps && w1 - win0 >= budget_s;
-        if (enough) {
-            stk_loader_stats_get(L, &s1);
-            r->seconds = w1 - win0;
-            r->cpu_s = cpu_now() - r->cpu_s;
-            stk_batch_release(b);
-            break;
-        }
-        if (step_ms >= 0)
-            simulate_step(step_ms, a->spin);
-        stk_batch_release(b);
-        if (measuring)
-            r->step_s += stk_cli_now() - w1;
-        stk_cli_progress_update(&d->prog, d->runs_done, 0);
-    }
-    r->st = stats_delta(&s0, &s1);
-    stk_status trc = trace ? stk_loader_trace_write(L, trace) : STK_OK;
-    if (trc < 0) {
-        stk_cli_progress_end(&d->prog);
-        stk_cli_error("doctor", "%s: %s", trace, stk_loader_errmsg(L));
-    }
-    stk_loader_destroy(L);
+    run_window x = {.d = d,
+                    .autotune = autotune,
+                    .step_ms = step_ms,
+                    .budget_s = budget_s,
+                    .min_steps = min_steps,
+                    .r = r};
+    stk_cli_run run;
+    int rc = stk_cli_loader_run("doctor", &o, trace, &d->prog, doctor_batch, &x, &run);
+    r->threads = run.info.n_threads;
+    r->prefetch = run.info.prefetch;
+    r->st = stats_delta(&x.s0, &run.stats);
     d->runs_done++;
     stk_cli_progress_update(&d->prog, d->runs_done, 0);
-    return trc < 0;
+    return rc;
 }
 
 /* The stage split of a run's workers. */
@@ -508,16 +506,6 @@ static void plan_probes(doctor *d)
     d->n_probes = n;
 }
 
-/* The probe whose thread count is the largest not above `threads` (the first one if none). */
-static int probe_at(const doctor *d, unsigned threads)
-{
-    int k = 0;
-    for (int i = 0; i < d->n_probes; i++)
-        if ((unsigned)d->probe_threads[i] <= threads)
-            k = i;
-    return k;
-}
-
 /* The probe with the highest ceiling. */
 static int best_probe(const doctor *d)
 {
@@ -526,76 +514,6 @@ static int best_probe(const doctor *d)
         if (rate(&d->probe[i]) > rate(&d->probe[k]))
             k = i;
     return k;
-}
-
-/* ---- reading the report: top-level members of a validated JSON object ---- */
-
-/* The value of member `key` of the object at obj, or NULL (keys with escapes never match). */
-static const char *json_get(const char *obj, const char *key)
-{
-    size_t klen = strlen(key);
-    const char *p = stk_cli_json_ws(stk_cli_json_ws(obj) + 1);
-    while (*p == '"') {
-        const char *kend = stk_cli_json_skip(p);
-        const char *val = stk_cli_json_ws(stk_cli_json_ws(kend) + 1);
-        if ((size_t)(kend - p - 2) == klen && strncmp(p + 1, key, klen) == 0)
-            return val;
-        p = stk_cli_json_ws(stk_cli_json_skip(val));
-        if (*p == ',')
-            p = stk_cli_json_ws(p + 1);
-    }
-    return NULL;
-}
-
-/* A number member as a double; NAN when absent, null or not a number. */
-static double json_num(const char *obj, const char *key)
-{
-    const char *v = json_get(obj, key);
-    return v && (*v == '-' || (*v >= '0' && *v <= '9')) ? strtod(v, NULL) : NAN;
-}
-
-/* Decode the JSON string literal at v into out (at most size bytes, truncated, NUL-terminated);
- * \u escapes become UTF-8 (surrogate pairs joined; a lone one becomes U+FFFD). */
-static void json_str(const char *v, char *out, size_t size)
-{
-    size_t n = 0;
-    for (const char *p = v + 1; *p && *p != '"' && n + 5 < size; p++) {
-        unsigned cp = (unsigned char)*p;
-        if (*p == '\\') {
-            p++;
-            const char *esc = strchr("b\bf\fn\nr\rt\t", *p);
-            if (*p == 'u') {
-                cp = (unsigned)strtoul((char[5]){p[1], p[2], p[3], p[4], 0}, NULL, 16);
-                p += 4;
-                if (cp >= 0xd800 && cp < 0xdc00 && p[1] == '\\' && p[2] == 'u') {
-                    unsigned lo = (unsigned)strtoul((char[5]){p[3], p[4], p[5], p[6], 0}, NULL, 16);
-                    if (lo >= 0xdc00 && lo < 0xe000) {
-                        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                        p += 6;
-                    }
-                }
-                if (cp >= 0xd800 && cp < 0xe000)
-                    cp = 0xfffd;
-            } else {
-                cp = esc && *p ? (unsigned char)esc[1] : (unsigned char)*p;
-            }
-            if (cp >= 0x80) { /* UTF-8 encode */
-                if (cp < 0x800) {
-                    out[n++] = (char)(0xc0 | cp >> 6);
-                } else if (cp < 0x10000) {
-                    out[n++] = (char)(0xe0 | cp >> 12);
-                    out[n++] = (char)(0x80 | (cp >> 6 & 0x3f));
-                } else {
-                    out[n++] = (char)(0xf0 | cp >> 18);
-                    out[n++] = (char)(0x80 | (cp >> 12 & 0x3f));
-                    out[n++] = (char)(0x80 | (cp >> 6 & 0x3f));
-                }
-                cp = 0x80 | (cp & 0x3f);
-            }
-        }
-        out[n++] = (char)cp;
-    }
-    out[n] = '\0';
 }
 
 /* ---- the Python profiler ---- */
@@ -736,11 +654,11 @@ static int run_python(doctor *d)
                       WTERMSIG(status), strsignal(WTERMSIG(status)));
     } else if (WEXITSTATUS(status) != 0) {
         /* The profiler's report says why when it got that far. */
-        const char *se = d->py_json ? json_get(d->py_json, "script_error") : NULL;
+        const char *se = d->py_json ? stk_cli_json_get(d->py_json, "script_error") : NULL;
         char why[ADVICE_LEN] = "see its messages above";
         if (se && *se == '"')
-            json_str(se, why, sizeof(why));
-        else if (d->py_json && json_num(d->py_json, "steps") == 0)
+            stk_cli_json_str(se, why, sizeof(why));
+        else if (d->py_json && stk_cli_json_num(d->py_json, "steps") == 0)
             snprintf(why, sizeof(why),
                      "it iterated no DataLoader or stoker.Loader: nothing "
                      "to measure");
@@ -801,15 +719,6 @@ static void advise(verdict *v, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(v->advice[v->n_advice++], ADVICE_LEN, fmt, ap);
     va_end(ap);
-}
-
-/* The fewest measured threads whose ceiling is HEADROOM above the demand; 0 if none. */
-static int threads_for(const doctor *d, double demand)
-{
-    for (int i = 0; i < d->n_probes && isfinite(demand); i++)
-        if (rate(&d->probe[i]) >= demand * HEADROOM)
-            return d->probe_threads[i];
-    return 0;
 }
 
 /* "s" unless n is 1. */
@@ -898,25 +807,24 @@ static void advise_threads(doctor *d, const char *loader)
 {
     verdict *v = &d->v;
     bool ours = !loader || strcmp(loader, "stoker.Loader") == 0;
-    int need = threads_for(d, v->demand), best = best_probe(d);
-    const run_result *cur = &d->probe[probe_at(d, v->cur_threads)], *top = &d->probe[best];
-    double c_need = need ? rate(&d->probe[probe_at(d, (unsigned)need)]) : 0;
+    int need = v->recommended;
+    const run_result *cur = &d->probe[v->cur], *top = &d->probe[v->best];
+    double c_need = need ? rate(&d->probe[v->need]) : 0;
     unsigned ct = v->cur_threads;
-    v->recommended = need;
     if (!v->data_bound) {
         if (need && !ours)
             advise(v,
                    "not data-bound: the script's %s keeps up; stoker.Loader would need %d "
                    "thread%s (num_workers=%d): measured ceiling %s samples/s vs %s needed",
                    loader, need, plural(need), need, num(c_need), num(v->demand));
-        else if (need && (unsigned)need < ct)
+        else if (v->action == STK_DIAG_FEWER)
             advise(v,
                    "not data-bound: threads could be reduced to %d (num_workers=%d), leaving "
                    "%u more core%s to the trainer: measured ceiling %s samples/s at %d thread%s "
                    "vs %s needed",
                    need, need, ct - (unsigned)need, plural(ct - (unsigned)need), num(c_need), need,
                    plural(need), num(v->demand));
-        else if (need && (unsigned)need > ct)
+        else if (v->action == STK_DIAG_NO_HEADROOM)
             advise(v,
                    "not data-bound, but with no headroom: the loader alone measured %s "
                    "samples/s at %u thread%s, %.2fx the %s samples/s the step consumes; %s%d "
@@ -928,8 +836,8 @@ static void advise_threads(doctor *d, const char *loader)
                    "not data-bound: the loader alone reaches %s samples/s at %u thread%s, "
                    "%.2fx the %s samples/s the step consumes%s; keep %u",
                    num(rate(cur)), cur->threads, plural(cur->threads), rate(cur) / v->demand,
-                   num(v->demand), rate(cur) < v->demand * HEADROOM ? " (little headroom)" : "",
-                   ct);
+                   num(v->demand),
+                   rate(cur) < v->demand * STK_DIAG_HEADROOM ? " (little headroom)" : "", ct);
         return;
     }
     if (need && !ours) {
@@ -939,7 +847,7 @@ static void advise_threads(doctor *d, const char *loader)
                "(%s samples per %.2f ms step)",
                v->samples_per_step, need, d->a.recipe, num(c_need), need, plural(need),
                num(v->demand), num(v->samples_per_step), v->step_ms);
-    } else if (need && (unsigned)need > ct) {
+    } else if (v->action == STK_DIAG_MORE) {
         char knob[64];
         if (loader) /* the script's stoker.Loader */
             snprintf(knob, sizeof(knob), "num_workers=%d", need);
@@ -950,7 +858,7 @@ static void advise_threads(doctor *d, const char *loader)
                "step); %u thread%s reach%s %s",
                knob, num(c_need), num(v->demand), num(v->samples_per_step), v->step_ms, ct,
                plural(ct), ct == 1 ? "es" : "", num(rate(cur)));
-    } else if (need) { /* the loader alone keeps up at these threads, yet the step waited */
+    } else if (v->action == STK_DIAG_CONTENTION) { /* the loader alone keeps up, yet it waited */
         advise(v,
                "the loader alone reaches %s samples/s at %u thread%s (%.1fx the %s needed), "
                "yet the step waited %.1f%% of the time: %s",
@@ -1009,21 +917,54 @@ static void advise_depth(doctor *d, const run_result *r)
                2 * r->prefetch);
 }
 
+/* The verdict from stk_diagnose on the measured loop (totals over `steps`) against the ceilings
+ * at d->v.cur_threads; fills d->v. Returns 0, or 1 when the measurements are unusable. */
+static int diagnose(doctor *d, double wait_s, double step_s, uint64_t steps, double per_step)
+{
+    verdict *v = &d->v;
+    int64_t threads[MAX_PROBES];
+    double rates[MAX_PROBES];
+    for (int i = 0; i < d->n_probes; i++) {
+        threads[i] = d->probe_threads[i];
+        rates[i] = rate(&d->probe[i]);
+    }
+    stk_diag_input in;
+    stk_diag_result r = {.struct_size = sizeof(r)};
+    stk_diag_input_init(&in);
+    in.wait_s = wait_s;
+    in.step_s = step_s;
+    in.steps = steps;
+    in.samples_per_step = per_step;
+    in.current_threads = v->cur_threads;
+    in.probe_threads = threads;
+    in.probe_rate = rates;
+    in.n_probes = (size_t)d->n_probes;
+    v->have = true;
+    if (stk_diagnose(&in, &r) != STK_OK)
+        return 1;
+    v->action = r.action;
+    v->data_bound = r.data_bound;
+    v->wait_share = r.wait_share;
+    v->step_ms = r.step_ms;
+    v->wait_ms = r.wait_ms;
+    v->samples_per_step = per_step;
+    v->demand = r.demand;
+    v->need = (int)r.recommended;
+    v->recommended = r.recommended >= 0 ? d->probe_threads[r.recommended] : 0;
+    v->cur = r.current >= 0 ? (int)r.current : 0; /* below every probe: judge against the least */
+    v->best = r.best >= 0 ? (int)r.best : 0;
+    return 0;
+}
+
 /* Fill d->v from the simulated step run. */
 static void judge_step(doctor *d)
 {
     verdict *v = &d->v;
     const run_result *r = &d->step;
-    double busy = r->wait_s + r->step_s;
-    v->have = true;
-    v->wait_share = busy > 0 ? r->wait_s / busy : 0;
-    v->data_bound = v->wait_share > DATA_BOUND_SHARE;
-    v->step_ms = r->steps ? r->step_s / (double)r->steps * 1e3 : 0;
-    v->wait_ms = r->steps ? r->wait_s / (double)r->steps * 1e3 : 0;
-    v->samples_per_step = r->steps ? (double)r->samples / (double)r->steps : 0;
-    v->demand = v->step_ms / 1e3 < NO_STEP_S ? INFINITY : v->samples_per_step / (v->step_ms / 1e3);
     v->achieved = rate(r);
     v->cur_threads = d->a.auto_threads ? r->st.active_threads : r->threads;
+    diagnose(d, r->wait_s, r->step_s, r->steps,
+             r->steps ? (double)r->samples / (double)r->steps : 0);
     advise_threads(d, NULL);
     advise_depth(d, r);
 }
@@ -1032,29 +973,23 @@ static void judge_step(doctor *d)
 static void judge_python(doctor *d)
 {
     verdict *v = &d->v;
-    const char *j = d->py_json, *db = json_get(j, "data_bound"), *ld = json_get(j, "loader");
+    const char *j = d->py_json, *ld = stk_cli_json_get(j, "loader");
     char loader[128] = "";
     if (ld && *ld == '"')
-        json_str(ld, loader, sizeof(loader));
-    v->have = true;
-    v->wait_share = json_num(j, "wait_share");
-    v->step_ms = json_num(j, "step_ms");
-    v->wait_ms = json_num(j, "wait_ms");
-    if (isnan(v->wait_share) && v->step_ms + v->wait_ms > 0)
-        v->wait_share = v->wait_ms / (v->step_ms + v->wait_ms);
-    v->data_bound = db ? strncmp(db, "true", 4) == 0 : v->wait_share > DATA_BOUND_SHARE;
-    v->samples_per_step = json_num(j, "batch_size");
-    if (!(v->samples_per_step > 0))
-        v->samples_per_step = (double)d->a.batch;
-    v->demand =
-        !(v->step_ms / 1e3 >= NO_STEP_S) ? INFINITY : v->samples_per_step / (v->step_ms / 1e3);
-    v->achieved = json_num(j, "samples_per_s");
-    double workers = json_num(j, "num_workers");
+        stk_cli_json_str(ld, loader, sizeof(loader));
+    double step_ms = stk_cli_json_num(j, "step_ms"), wait_ms = stk_cli_json_num(j, "wait_ms");
+    double per_step = stk_cli_json_num(j, "batch_size");
+    v->achieved = stk_cli_json_num(j, "samples_per_s");
+    double workers = stk_cli_json_num(j, "num_workers");
     /* The script's workers, or all cores for stoker's autotune (num_workers=None). */
     v->cur_threads = workers > 0                            ? (unsigned)workers
                      : strcmp(loader, "stoker.Loader") == 0 ? (unsigned)d->cpus
                                                             : 1;
-    if (!isnan(v->wait_share))
+    v->have = true;
+    v->wait_share = NAN; /* the profiler measured no step: the verdict is unknown */
+    /* The report's means per step, judged as one step: the same shares and demand. */
+    if (step_ms >= 0 && wait_ms >= 0 &&
+        !diagnose(d, wait_ms / 1e3, step_ms / 1e3, 1, per_step > 0 ? per_step : (double)d->a.batch))
         advise_threads(d, *loader ? loader : "the script's loader");
 }
 
@@ -1107,7 +1042,7 @@ static void print_json(const doctor *d)
                a->spin ? "spin" : "sleep", a->step_ms, r->threads, st->active_threads,
                a->auto_threads ? "true" : "false", r->prefetch, r->steps, r->seconds, v->step_ms,
                v->wait_ms, v->wait_share, r->max_wait_s * 1e3, r->waited, r->first_batch_s * 1e3,
-               rate(r), rate(&d->probe[probe_at(d, v->cur_threads)]), cw, ww);
+               rate(r), rate(&d->probe[v->cur]), cw, ww);
         stk_cli_json_string(stdout, st->autotune_reason, strlen(st->autotune_reason));
         printf("}");
         if (a->trace) {
@@ -1121,7 +1056,7 @@ static void print_json(const doctor *d)
     }
     if (!v->have) {
         printf(", \"data_bound\": null, \"wait_share\": null, \"demand_samples_per_s\": null, "
-               "\"recommended_threads\": null, \"advice\": []}\n");
+               "\"action\": null, \"recommended_threads\": null, \"advice\": []}\n");
         return;
     }
     printf(", \"data_bound\": %s, \"wait_share\": ", v->data_bound ? "true" : "false");
@@ -1132,7 +1067,7 @@ static void print_json(const doctor *d)
     printf(isfinite(v->wait_ms) ? "%.4f" : "null", v->wait_ms);
     printf(", \"demand_samples_per_s\": ");
     printf(isfinite(v->demand) ? "%.1f" : "null", v->demand);
-    printf(", \"recommended_threads\": ");
+    printf(", \"action\": \"%s\", \"recommended_threads\": ", stk_diag_action_name(v->action));
     printf(v->recommended ? "%d" : "null", v->recommended);
     printf(", \"advice\": [");
     for (int i = 0; i < v->n_advice; i++) {
@@ -1176,7 +1111,7 @@ static void print_step(const doctor *d)
     double ww = st->wall_ns && r->threads
                     ? (double)st->worker_wait_ns / ((double)st->wall_ns * r->threads)
                     : 0;
-    double ceil = rate(&d->probe[probe_at(d, v->cur_threads)]);
+    double ceil = rate(&d->probe[v->cur]);
     printf("\nstep: %.2f ms (%s) per batch of %lld, %u thread%s%s, prefetch %u: %" PRIu64
            " steps in %.2f s\n",
            d->a.step_ms, d->a.spin ? "spin" : "sleep", d->a.batch, v->cur_threads,
@@ -1199,12 +1134,13 @@ static void print_step(const doctor *d)
 
 static void print_python(const doctor *d)
 {
-    const char *j = d->py_json, *ld = json_get(j, "loader"), *adv = json_get(j, "advice");
+    const char *j = d->py_json, *ld = stk_cli_json_get(j, "loader"),
+               *adv = stk_cli_json_get(j, "advice");
     char loader[128] = "?", line[ADVICE_LEN];
     if (ld && *ld == '"')
-        json_str(ld, loader, sizeof(loader));
-    double workers = json_num(j, "num_workers"), sps = json_num(j, "samples_per_s");
-    printf("\nscript %s: %.0f steps with %s", d->a.script, json_num(j, "steps"), loader);
+        stk_cli_json_str(ld, loader, sizeof(loader));
+    double workers = stk_cli_json_num(j, "num_workers"), sps = stk_cli_json_num(j, "samples_per_s");
+    printf("\nscript %s: %.0f steps with %s", d->a.script, stk_cli_json_num(j, "steps"), loader);
     if (isfinite(workers))
         printf(" (num_workers=%.0f)", workers);
     printf("\n  per step: waiting %.2f ms, step %.2f ms -> waiting %.1f%% of the time",
@@ -1213,15 +1149,12 @@ static void print_python(const doctor *d)
         printf("; %s samples/s", num(sps));
     printf("\n");
     if (adv && *adv == '[') {
-        const char *p = stk_cli_json_ws(adv + 1);
+        const char *p = stk_cli_json_ws(adv + 1), *v, *v_end;
         bool first = true;
-        while (*p == '"') {
-            json_str(p, line, sizeof(line));
+        while (stk_cli_json_item(&p, &v, &v_end) && *v == '"') {
+            stk_cli_json_str(v, line, sizeof(line));
             printf("%s    - %s\n", first ? "  the profiler's advice:\n" : "", line);
             first = false;
-            p = stk_cli_json_ws(stk_cli_json_skip(p));
-            if (*p == ',')
-                p = stk_cli_json_ws(p + 1);
         }
     }
 }
@@ -1253,7 +1186,7 @@ static void print_report(const doctor *d)
     }
     printf("\nverdict: %s: waiting for data %.1f%% of the time (data-bound above %.0f%%)\n",
            v->data_bound ? "DATA-BOUND" : "not data-bound", 100 * v->wait_share,
-           100 * DATA_BOUND_SHARE);
+           100 * STK_DIAG_DATA_BOUND_SHARE);
     if (v->n_advice)
         printf("advice:\n");
     for (int i = 0; i < v->n_advice; i++)
@@ -1289,7 +1222,7 @@ static int doctor_run(doctor *d)
     /* The script first: the ceiling is then measured at the batch size it uses. */
     if (a->mode == MODE_PYTHON && run_python(d))
         return 1;
-    double script_batch = a->mode == MODE_PYTHON ? json_num(d->py_json, "batch_size") : NAN;
+    double script_batch = a->mode == MODE_PYTHON ? stk_cli_json_num(d->py_json, "batch_size") : NAN;
     if (a->batch == 0)
         a->batch = script_batch >= 1 && script_batch <= 1 << 24 ? (long long)script_batch : 256;
     d->cpus = cpu_count();

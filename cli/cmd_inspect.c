@@ -51,46 +51,15 @@ typedef struct inspect_args {
     const char *format; /* --format: NULL = detect */
 } inspect_args;
 
-/* The first member of `meta` if it is a valid JSON object, else NULL. */
-static const char *json_object_members(const char *meta)
-{
-    const char *p = stk_cli_json_ws(meta);
-    return *p == '{' && stk_cli_json_valid(meta) ? stk_cli_json_ws(p + 1) : NULL;
-}
-
-/* Step through the members of a validated object: from *p (at a key, or at the closing brace),
- * set the key (without quotes) and the value's extent, and move *p to the next member.
- * Returns false at the end. */
-static bool json_member(const char **p, const char **key, int *key_len, const char **val,
-                        const char **val_end)
-{
-    if (**p != '"')
-        return false;
-    const char *k_end = stk_cli_json_skip(*p);
-    *key = *p + 1;
-    *key_len = (int)(k_end - *p - 2);
-    *val = stk_cli_json_ws(stk_cli_json_ws(k_end) + 1);
-    *val_end = stk_cli_json_skip(*val);
-    *p = stk_cli_json_ws(*val_end);
-    if (**p == ',')
-        *p = stk_cli_json_ws(*p + 1);
-    return true;
-}
-
 /* Number of items of the validated array at v; *shown_end marks the end of the first `show`. */
 static size_t json_array_items(const char *v, size_t show, const char **shown_end)
 {
     size_t n = 0;
-    const char *q = stk_cli_json_ws(v + 1);
+    const char *q = stk_cli_json_ws(v + 1), *item, *item_end;
     *shown_end = q;
-    while (*q != ']') {
-        q = stk_cli_json_skip(q);
+    while (stk_cli_json_item(&q, &item, &item_end))
         if (++n <= show)
-            *shown_end = q;
-        q = stk_cli_json_ws(q);
-        if (*q == ',')
-            q = stk_cli_json_ws(q + 1);
-    }
+            *shown_end = item_end;
     return n;
 }
 
@@ -98,13 +67,13 @@ static size_t json_array_items(const char *v, size_t show, const char **shown_en
  * their length and first items. Anything that is not a JSON object prints as raw text. */
 static void print_metadata(const char *meta)
 {
-    const char *p = json_object_members(meta), *key, *v, *v_end;
+    const char *p = stk_cli_json_members(meta), *key, *v, *v_end;
     int key_len;
     if (!p) {
         printf("  %.200s%s\n", meta, strlen(meta) > 200 ? "..." : "");
         return;
     }
-    while (json_member(&p, &key, &key_len, &v, &v_end)) {
+    while (stk_cli_json_member(&p, &key, &key_len, &v, &v_end)) {
         printf("  %.*s: ", key_len, key);
         if (*v == '[') {
             const char *shown_end;
@@ -125,9 +94,9 @@ static void print_metadata(const char *meta)
 
 long stk_cli_count_classes(const char *meta)
 {
-    const char *p = json_object_members(meta), *key, *v, *v_end, *shown_end;
+    const char *p = stk_cli_json_members(meta), *key, *v, *v_end, *shown_end;
     int key_len;
-    while (p && json_member(&p, &key, &key_len, &v, &v_end))
+    while (p && stk_cli_json_member(&p, &key, &key_len, &v, &v_end))
         if (key_len == 7 && strncmp(key, "classes", 7) == 0 && *v == '[')
             return (long)json_array_items(v, 0, &shown_end);
     return -1;

@@ -443,3 +443,98 @@ bool stk_cli_json_valid(const char *s)
     const char *end = stk_cli_json_skip(s);
     return end && *stk_cli_json_ws(end) == '\0';
 }
+
+/* ---- reading JSON: members and items of validated values ---- */
+
+const char *stk_cli_json_members(const char *obj)
+{
+    const char *p = stk_cli_json_ws(obj);
+    return *p == '{' && stk_cli_json_valid(obj) ? stk_cli_json_ws(p + 1) : NULL;
+}
+
+bool stk_cli_json_member(const char **p, const char **key, int *key_len, const char **val,
+                         const char **val_end)
+{
+    if (**p != '"')
+        return false;
+    const char *k_end = stk_cli_json_skip(*p);
+    *key = *p + 1;
+    *key_len = (int)(k_end - *p - 2);
+    *val = stk_cli_json_ws(stk_cli_json_ws(k_end) + 1);
+    *val_end = stk_cli_json_skip(*val);
+    *p = stk_cli_json_ws(*val_end);
+    if (**p == ',')
+        *p = stk_cli_json_ws(*p + 1);
+    return true;
+}
+
+bool stk_cli_json_item(const char **p, const char **val, const char **val_end)
+{
+    if (**p == ']' || **p == '\0')
+        return false;
+    *val = *p;
+    *val_end = stk_cli_json_skip(*p);
+    *p = stk_cli_json_ws(*val_end);
+    if (**p == ',')
+        *p = stk_cli_json_ws(*p + 1);
+    return true;
+}
+
+const char *stk_cli_json_get(const char *obj, const char *key)
+{
+    size_t klen = strlen(key);
+    const char *p = stk_cli_json_members(obj), *k, *v, *v_end;
+    int k_len;
+    while (p && stk_cli_json_member(&p, &k, &k_len, &v, &v_end))
+        if ((size_t)k_len == klen && strncmp(k, key, klen) == 0)
+            return v;
+    return NULL;
+}
+
+double stk_cli_json_num(const char *obj, const char *key)
+{
+    const char *v = stk_cli_json_get(obj, key);
+    return v && (*v == '-' || (*v >= '0' && *v <= '9')) ? strtod(v, NULL) : NAN;
+}
+
+void stk_cli_json_str(const char *v, char *out, size_t size)
+{
+    size_t n = 0;
+    for (const char *p = v + 1; *p && *p != '"' && n + 5 < size; p++) {
+        unsigned cp = (unsigned char)*p;
+        if (*p == '\\') {
+            p++;
+            const char *esc = strchr("b\bf\fn\nr\rt\t", *p);
+            if (*p == 'u') {
+                cp = (unsigned)strtoul((char[5]){p[1], p[2], p[3], p[4], 0}, NULL, 16);
+                p += 4;
+                if (cp >= 0xd800 && cp < 0xdc00 && p[1] == '\\' && p[2] == 'u') {
+                    unsigned lo = (unsigned)strtoul((char[5]){p[3], p[4], p[5], p[6], 0}, NULL, 16);
+                    if (lo >= 0xdc00 && lo < 0xe000) {
+                        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                        p += 6;
+                    }
+                }
+                if (cp >= 0xd800 && cp < 0xe000)
+                    cp = 0xfffd;
+            } else {
+                cp = esc && *p ? (unsigned char)esc[1] : (unsigned char)*p;
+            }
+            if (cp >= 0x80) { /* UTF-8 encode */
+                if (cp < 0x800) {
+                    out[n++] = (char)(0xc0 | cp >> 6);
+                } else if (cp < 0x10000) {
+                    out[n++] = (char)(0xe0 | cp >> 12);
+                    out[n++] = (char)(0x80 | (cp >> 6 & 0x3f));
+                } else {
+                    out[n++] = (char)(0xf0 | cp >> 18);
+                    out[n++] = (char)(0x80 | (cp >> 12 & 0x3f));
+                    out[n++] = (char)(0x80 | (cp >> 6 & 0x3f));
+                }
+                cp = 0x80 | (cp & 0x3f);
+            }
+        }
+        out[n++] = (char)cp;
+    }
+    out[n] = '\0';
+}

@@ -920,6 +920,77 @@ STK_API stk_status stk_batch_device_use(stk_batch *b, void *stream);
  *  Threads: thread-safe; any thread may release. */
 STK_API stk_status stk_batch_release_after(stk_batch *b, void *stream);
 
+/* ---- the doctor's decision: is a training loop data-bound, and what fixes it ---- */
+
+/* The thresholds of stk_diagnose (`stoker doctor` and stoker.profile both use them). */
+#define STK_DIAG_DATA_BOUND_SHARE 0.05 /* waiting more than this share of the time = data-bound */
+#define STK_DIAG_HEADROOM 1.2          /* a thread count keeps up at >= demand * this */
+#define STK_DIAG_NO_STEP_S 5e-5        /* a mean step shorter than this takes no time */
+
+/** What the measurements call for: picks the advice; the caller words it. */
+typedef enum stk_diag_action {
+    STK_DIAG_UNKNOWN = 0,     /* no step was measured */
+    STK_DIAG_KEEP = 1,        /* not data-bound: keep the current thread count */
+    STK_DIAG_FEWER = 2,       /* not data-bound: the fewer threads of `recommended` keep up too */
+    STK_DIAG_NO_HEADROOM = 3, /* not data-bound, but only the more threads of `recommended`
+                                 keep up with headroom */
+    STK_DIAG_MORE = 4,        /* data-bound: the threads of `recommended` (more than now, or
+                                 the current count is unknown) meet the demand */
+    STK_DIAG_CONTENTION = 5,  /* data-bound, yet the loader alone keeps up at the current
+                                 count: the step competes for the cores or waits come in bursts */
+    STK_DIAG_TOO_SLOW = 6     /* data-bound, and no measured thread count keeps up */
+} stk_diag_action;
+
+/** Measurements of a training loop for stk_diagnose. Initialise with stk_diag_input_init;
+ *  more fields may be added at the end in later versions. */
+typedef struct stk_diag_input {
+    size_t struct_size;      /* set by stk_diag_input_init(); never by hand */
+    double wait_s;           /* total seconds the loop waited for batches in the window */
+    double step_s;           /* total seconds of the steps in the window */
+    uint64_t steps;          /* steps in the window; 0 = nothing measured */
+    double samples_per_step; /* mean samples per batch */
+    int64_t current_threads; /* workers the loop ran with; -1 (the default) = not known */
+    /* The loader alone (no step), when measured: thread counts in ascending order and the
+     * samples/s at each. Borrowed for the call. */
+    const int64_t *probe_threads;
+    const double *probe_rate;
+    size_t n_probes;
+} stk_diag_input;
+
+/** The verdict of stk_diagnose and the numbers it came from. The caller sets struct_size to
+ *  sizeof(stk_diag_result); fields past it are not written (an older, shorter struct works). */
+typedef struct stk_diag_result {
+    size_t struct_size;
+    stk_diag_action action;
+    bool data_bound;         /* wait_share > data_bound_share */
+    double wait_share;       /* wait_s / (wait_s + step_s); 0 when both are 0 */
+    double wait_ms, step_ms; /* means per step */
+    double demand;           /* samples/s the step consumes; INFINITY when it takes no time,
+                                NAN when no step was measured */
+    int64_t recommended;     /* probe index of the fewest threads at >= demand * headroom; -1 */
+    int64_t best;            /* probe index of the highest rate; -1 without probes */
+    int64_t current;         /* probe index of the largest count not above current_threads; -1 */
+    double data_bound_share; /* the thresholds used: STK_DIAG_DATA_BOUND_SHARE */
+    double headroom;         /* and STK_DIAG_HEADROOM */
+} stk_diag_result;
+
+/** Set the defaults of `in`: all zero, current_threads -1, struct_size filled. Accepts NULL.
+ *  Threads: thread-safe (touches only `in`). */
+STK_API void stk_diag_input_init(stk_diag_input *in);
+
+/** Judge a measured training loop: the waiting share, data-bound or not, the demand, and the
+ *  fewest measured thread count that meets it with headroom. Pure: no clock, no I/O.
+ *  @return STK_OK (*out filled), or STK_EINVAL (NULL, struct_size not set, a negative or
+ *          non-finite time, probes without arrays, probe thread counts not ascending; see
+ *          stk_last_errmsg; *out untouched).
+ *  Threads: thread-safe. */
+STK_API stk_status stk_diagnose(const stk_diag_input *in, stk_diag_result *out);
+
+/** Name of an action: "unknown", "keep", "fewer", "no_headroom", "more", "contention",
+ *  "too_slow" ("?" for a value out of range).
+ *  Lifetime: static text; never NULL. Threads: thread-safe. */
+STK_API const char *stk_diag_action_name(stk_diag_action action);
+
 #ifdef __cplusplus
 }
 #endif

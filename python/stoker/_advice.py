@@ -1,15 +1,41 @@
 """The advice of stoker.profile: every line comes from a measurement taken here or during the
 profiled loop (the loader re-created alone at several worker counts, the stoker loader's stage
-times, a sample's cost in __getitem__, file sizes), never from a fixed list."""
+times, a sample's cost in __getitem__, file sizes), never from a fixed list. Which advice fits
+is decided by _core.diagnose (stk_diagnose, shared with `stoker doctor`); this module measures
+and words it.
+
+Imports go one way: _profile imports this module, never the reverse (what both need, the
+batch-size probe and the sweep's limits, lives here).
+"""
 import os
 import sys
 import time
 import warnings
 
-from . import _profile
+from . import _core
 
-_BATCHES = _profile._SWEEP_BATCHES
-_SECONDS = _profile._SWEEP_SECONDS
+_BATCHES = 40      # batches timed per worker count in the sweep (after the first)
+_SECONDS = 2.0     # ... or this long, whichever comes first
+
+# > 0 while the advice re-creates loaders to measure them: stoker.doctor's patched __iter__
+# leaves those iterators alone (their batches are not the training loop's).
+_measuring = 0
+
+
+def _batch_size(batch):
+    """The number of samples in a batch (the first dimension of its first array), or None."""
+    x = batch
+    for _ in range(3):
+        if isinstance(x, dict):
+            x = next(iter(x.values()), None)
+        elif isinstance(x, (list, tuple)):
+            x = x[0] if x else None
+        else:
+            break
+    shape = getattr(x, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    return None
 
 
 def _cpus():
@@ -31,7 +57,7 @@ def _kind(it):
     return None
 
 
-def _timed_rate(batches_iter, close, size=_profile._batch_size):
+def _timed_rate(batches_iter, close, size=_batch_size):
     """Samples/s of an iterator of batches after its first batch (start-up left out), over
     _BATCHES batches or _SECONDS seconds; None when it has fewer than two batches. `size(b)`
     gives a batch's sample count."""
@@ -93,8 +119,9 @@ def _rate_stoker(loader, workers):
 
 
 def _sweep(prof, kind, counts):
+    global _measuring
     it = prof.iterable
-    _profile._measuring += 1
+    _measuring += 1
     try:
         for w in counts:
             if w in prof.sweep:
@@ -107,7 +134,7 @@ def _sweep(prof, kind, counts):
             if r is not None:
                 prof.sweep[w] = r
     finally:
-        _profile._measuring -= 1
+        _measuring -= 1
     return None
 
 
@@ -185,14 +212,21 @@ def _pin_advice(prof, kind):
     return None
 
 
+def _diagnose(prof, kind, bsz):
+    """stk_diagnose on the profile and the sweep so far. A DataLoader with num_workers=0 loads in
+    the training loop itself: however fast, it never overlaps the step, so it never "keeps up"
+    and is left out of the probes."""
+    w, s, _ = prof._measured()
+    probes = {k: r for k, r in prof.sweep.items() if not (kind == "torch" and k == 0)}
+    return _core.diagnose(sum(w), sum(s), len(w), bsz, prof.num_workers, probes)
+
+
 def advise(prof):
     """The advice lines for a finished Profile (fills prof.sweep and prof.stages)."""
     kind = _kind(prof.iterable)
     out = []
     cur = prof.num_workers
-    step_s, wait_s = prof.step_ms / 1e3, prof.wait_ms / 1e3
     bsz = prof.batch_size or getattr(prof.iterable, "batch_size", None) or 1
-    demand = bsz / step_s if step_s > 0 else float("inf")   # samples/s the step consumes
     if kind == "stoker" and prof.iterable.closed:
         return [f"the stoker.Loader was closed before the profile ended: measure with "
                 f"steps= (or --steps) so that the advice is taken while it is open"]
@@ -210,15 +244,15 @@ def advise(prof):
         # Enough data: can fewer workers do? (leave cores to the trainer)
         if cur is not None and cur > 1:
             err = _sweep(prof, kind, [w for w in _counts(kind, cur, cur) if w < cur])
-            fewer = [w for w, r in sorted(prof.sweep.items())
-                     if r >= demand * _profile._MARGIN and not (kind == "torch" and w == 0)]
+            d = _diagnose(prof, kind, bsz)
             if err:
                 out.append(err)
-            elif fewer:
-                out.append(f"not data-bound; {word}={fewer[0]} would still keep up (the loader "
-                           f"alone delivers {prof.sweep[fewer[0]]:.0f} samples/s there against "
-                           f"{demand:.0f} samples/s consumed): lower it to leave cores to the "
-                           f"training process")
+            elif d["action"] == "fewer":
+                w = d["recommended"]
+                out.append(f"not data-bound; {word}={w} would still keep up (the loader "
+                           f"alone delivers {prof.sweep[w]:.0f} samples/s there against "
+                           f"{d['demand']:.0f} samples/s consumed): lower it to leave cores to "
+                           f"the training process")
         if st is not None and st["autotune_reason"]:
             out.append(f"autotune: {st['active_threads']} of {st['num_workers']} threads "
                        f"working, depth {st['depth']} ({st['autotune_reason']})")
@@ -229,19 +263,17 @@ def advise(prof):
     err = _sweep(prof, kind, _counts(kind, cur, upto))
     if err:
         out.append(err)
-    # A DataLoader with num_workers=0 loads in the training loop itself: however fast, it never
-    # overlaps the step, so it never "keeps up".
-    meets = [w for w, r in sorted(prof.sweep.items())
-             if r >= demand * _profile._MARGIN and not (kind == "torch" and w == 0)]
+    d = _diagnose(prof, kind, bsz)
+    demand, action = d["demand"], d["action"]
     cur_rate = prof.sweep.get(cur)
     cur_txt = f" (at {word}={cur}: {cur_rate:.0f})" if cur_rate is not None else ""
-    if meets and (cur is None or meets[0] > cur):
-        w = meets[0]
+    if action == "more":
+        w = d["recommended"]
         what = "set" if cur is None else f"raise {word} from {cur} to"
         out.append(f"{what} {word}={w}" if cur is None else f"{what} {w}")
         out[-1] += (f": alone, the loader delivers {prof.sweep[w]:.0f} samples/s at {word}={w} "
                     f"against the {demand:.0f} samples/s the step consumes{cur_txt}")
-    elif meets:
+    elif action == "contention":
         # Fast enough alone at the current setting, yet the loop waits: bursts or contention.
         w = cur
         pf = getattr(prof.iterable, "prefetch_factor", None) if kind == "torch" else \
@@ -273,7 +305,7 @@ def advise(prof):
             out.append(f"{top[0]} takes {100 * top[1]:.0f}% of the workers' time: {hint}")
     if kind == "torch":
         dl = prof.iterable
-        if not meets:
+        if action == "too_slow":
             cost = _sample_cost(dl.dataset)
             if cost is not None:
                 out.append(f"one sample costs {1e3 * cost:.2f} ms in the Dataset's __getitem__ "

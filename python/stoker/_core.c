@@ -358,6 +358,11 @@ static PyMethodDef module_methods[] = {
     {"epoch_order", (PyCFunction)(void (*)(void))mod_epoch_order, METH_VARARGS | METH_KEYWORDS,
      "epoch_order(n, shuffle=False, seed=0, epoch=0) -> list: the global order of an epoch "
      "(record at each position), as the loader's sampler computes it."},
+    {"diagnose", (PyCFunction)(void (*)(void))stkpy_diagnose, METH_VARARGS | METH_KEYWORDS,
+     "diagnose(wait_s, step_s, steps, samples_per_step, current_threads=None, probes=None) -> "
+     "dict: the doctor's verdict (stk_diagnose) on a measured loop; probes is {threads: "
+     "samples/s} of the loader alone. Keys: action, data_bound, wait_share, wait_ms, step_ms, "
+     "demand, recommended, best, current (thread counts or None), data_bound_share, headroom."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {
@@ -397,7 +402,8 @@ PyMODINIT_FUNC PyInit__core(void)
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0)
             goto fail;
     if (PyModule_AddIntConstant(m, "VERSION_NUMBER", STK_VERSION_NUMBER) < 0 ||
-        PyModule_AddStringConstant(m, "__version__", stk_version_string()) < 0)
+        PyModule_AddStringConstant(m, "__version__", stk_version_string()) < 0 ||
+        stkpy_diagnose_constants(m) < 0)
         goto fail;
     static const struct {
         const char *name;

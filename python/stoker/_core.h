@@ -3,9 +3,11 @@
  *
  * _core.c       the module: version check, exception table, helpers, type registration
  * _dataset.c    Dataset (read side of .stk shards) and Writer (write side)
- * _loader.c     Loader (worker threads + ring), Batch (one borrowed ring slot) and Tensor (a
- *               zero-copy buffer-protocol view of one tensor of a batch)
+ * _loader.c     Loader (worker threads + ring)
+ * _batch.c      Batch (one borrowed ring slot)
+ * _tensor.c     Tensor (a zero-copy buffer-protocol view of one tensor of a batch)
  * _transform.c  Transform (a compiled image pipeline) and the op table
+ * _diagnose.c   diagnose(): the doctor's decision (stk_diagnose) for stoker.profile
  *
  * The extension uses the public C API only (include/stoker.h), as the CLI does.
  */
@@ -51,6 +53,20 @@ const stk_dataset *stkpy_dataset_get(PyObject *obj);
 void stkpy_dataset_borrow(PyObject *obj, int delta);
 /* The C transform of a Transform object (NULL with an exception if not a Transform). */
 const stk_transform *stkpy_transform_get(PyObject *obj);
+
+/* A new Batch owning the borrowed slot `b` (released in its dealloc; released at once when
+ * the object cannot be created). Returns a new reference, or NULL with an exception. */
+PyObject *stkpy_batch_new(stk_batch *b);
+/* A new Tensor viewing `data` (C-contiguous, `ndim` dims of `shape`), keeping `owner` alive
+ * while it exists. Returns a new reference, or NULL with an exception. */
+PyObject *stkpy_tensor_new(PyObject *owner, const char *name, stk_dtype dtype, void *data, int ndim,
+                           const int64_t *shape);
+
+/* _core.diagnose(wait_s, step_s, steps, samples_per_step, current_threads=None, probes=None)
+ * -> dict: stk_diagnose's verdict; probes is {threads: samples/s}. */
+PyObject *stkpy_diagnose(PyObject *module, PyObject *args, PyObject *kw);
+/* Add DIAG_DATA_BOUND_SHARE and DIAG_HEADROOM to the module; 0 or -1 with an exception. */
+int stkpy_diagnose_constants(PyObject *m);
 
 /* Whether the image pipeline is linked and works (a recipe compiles). */
 int stkpy_has_transforms(void);

@@ -14,25 +14,30 @@ else. Two forms::
 Each ``next()`` on the loader is timed as *waiting*; the time from a batch's arrival to the
 next ``next()`` call is the *step* (with ``torch.cuda.synchronize()`` before the clock stops
 when the loop uses CUDA, so the step includes the GPU's work). The loop is data-bound when
-waiting takes more than 5% of the time. When it is, the advice comes from measurements: the
+waiting takes more than 5% of the time: the verdict is _core.diagnose (stk_diagnose), the
+decision `stoker doctor` takes too, with the same thresholds. When it is, the advice comes from
+measurements (_advice.py; imports go from here to there, never back): the
 loader is re-created alone at several worker counts to find the fewest that meet the step's
 demand, and the loader's own stage times say where the time goes.
+
+Across ranks (torch.distributed, or torchrun's environment with STOKER_DOCTOR_DIR; see
+_ranks.py): when the loop ends (the `steps` limit, or the end of the iterable without one),
+every rank sends its figures to the others; `ranks` holds the table, `straggler` the rank whose
+data wait holds the job back (or None) and `ranks_verdict` says so; the advice is measured on
+that rank (on rank 0 when there is none) and every rank's report carries it. `trace=` writes
+one Perfetto trace of every rank's loop (rank 0 writes it).
 """
 import os
 import sys
 import time
 
+from . import _core, _ranks
+from ._advice import _batch_size, advise as _advise
+
 __all__ = ["profile", "Profile", "DATA_BOUND_SHARE"]
 
-DATA_BOUND_SHARE = 0.05   # waiting share of the loop's time above which it is data-bound
-_MARGIN = 1.1             # a worker count "meets" the step when its rate is 10% above demand
-_SWEEP_BATCHES = 40       # batches timed per worker count in the sweep (after the first)
-_SWEEP_SECONDS = 2.0      # ... or this long, whichever comes first
-
-
-# > 0 while the advice re-creates loaders to measure them: stoker.doctor's patched __iter__
-# leaves those iterators alone (their batches are not the training loop's).
-_measuring = 0
+# waiting share of the loop's time above which it is data-bound (STK_DIAG_DATA_BOUND_SHARE)
+DATA_BOUND_SHARE = _core.DIAG_DATA_BOUND_SHARE
 
 
 class _StopProfiling(BaseException):
@@ -60,22 +65,6 @@ def _cuda_sync_fn(sync):
     return cuda.synchronize
 
 
-def _batch_size(batch):
-    """The number of samples in a batch (the first dimension of its first array), or None."""
-    x = batch
-    for _ in range(3):
-        if isinstance(x, dict):
-            x = next(iter(x.values()), None)
-        elif isinstance(x, (list, tuple)):
-            x = x[0] if x else None
-        else:
-            break
-    shape = getattr(x, "shape", None)
-    if shape is not None and len(shape) > 0:
-        return int(shape[0])
-    return None
-
-
 class _TimedIter:
     """Iterator wrapper: each __next__ records the step that just ended and the wait for the
     next batch into its Profile. Attributes of the wrapped iterator pass through."""
@@ -84,6 +73,9 @@ class _TimedIter:
         self._prof, self._it = prof, it
         self._last = None       # perf_counter when the previous batch was handed over
         self._first = True
+        self._coll0 = 0.0       # _ranks.collective_s then
+        if _ranks.context()[1] > 1:
+            _ranks.install_collective_timer()
 
     def __iter__(self):
         return self
@@ -101,20 +93,23 @@ class _TimedIter:
             if prof._sync is not None:
                 prof._sync()
                 t0 = time.perf_counter()
-            prof._step(t0 - self._last)
+            prof._step(t0 - self._last, _ranks.collective_s - self._coll0, self._last)
             self._last = None
         if prof.steps_limit is not None and prof.steps >= prof.steps_limit + prof.warmup:
-            prof.advice  # measured now, while the loop's loader is certainly still open
+            prof._finish()  # measured now, while the loop's loader is certainly still open
             raise _StopProfiling()
         try:
             batch = next(self._it)
         except StopIteration:
             prof._epoch_end()
+            if prof.steps_limit is None and _ranks.context()[1] > 1:
+                prof._finish()  # the loop is over on every rank: exchange the figures
             raise
         t1 = time.perf_counter()
-        prof._wait(t1 - t0, batch, self._first)
+        prof._wait(t1 - t0, batch, self._first, t0)
         self._first = False
         self._last = time.perf_counter()
+        self._coll0 = _ranks.collective_s
         return batch
 
 
@@ -127,9 +122,15 @@ class Profile:
     epoch_start_ms (mean wait for each later epoch's first batch), batch_size, samples_per_s,
     loader (the loader's type), num_workers, sweep ({num_workers: samples/s of the loader
     alone}), stages (the stoker loader's stage shares), advice (list of str).
+
+    Across ranks, once the loop has ended: rank and world, ranks (one dict per rank: rank,
+    host, steps, wait_share, data_bound, wait_ms, step_ms, samples_per_s, collective_ms and
+    collective_source, "measured" or "estimate"; None for a rank that did not report),
+    straggler (a rank or None), ranks_verdict (str) and advice_rank (where the advice was
+    measured). A single process has world 1 and ranks None.
     """
 
-    def __init__(self, iterable, steps=None, warmup=2, sync=None, advise=True):
+    def __init__(self, iterable, steps=None, warmup=2, sync=None, advise=True, trace=None):
         if steps is not None and (not isinstance(steps, int) or steps < 1):
             raise ValueError(f"steps should be a positive integer, got steps={steps!r}")
         if not isinstance(warmup, int) or warmup < 0:
@@ -147,6 +148,14 @@ class Profile:
         self.sweep = {}
         self.stages = {}
         self.epochs = 0
+        self.trace = None if trace is None else os.fspath(trace)
+        self._colls = []          # seconds in collectives during each step
+        self._events = []         # (name, wall-clock start, seconds) for the trace
+        self._clock = time.time() - time.perf_counter()   # perf_counter -> wall clock
+        self._span0 = len(_ranks.collective_spans)          # the collectives before are not ours
+        self.rank, self.world = 0, 1
+        self.ranks = self.straggler = self.ranks_verdict = self.advice_rank = None
+        self._finished_at = None  # steps when _finish last ran
         try:  # taken now: the loop may close its loader before the report is read
             n = getattr(iterable, "num_workers", None)
         except Exception:  # noqa: BLE001 - a closed loader: unknown
@@ -164,22 +173,31 @@ class Profile:
     def __exit__(self, exc_type, exc, tb):
         return exc_type is _StopProfiling  # the steps limit ends a `with` block quietly
 
-    def _wait(self, seconds, batch, first):
+    def _event(self, name, start, seconds):
+        if len(self._events) < _ranks._MAX_EVENTS:
+            self._events.append((name, start + self._clock, seconds))
+
+    def _wait(self, seconds, batch, first, start=None):
+        if start is not None:
+            self._event("wait for data", start, seconds)
         if self.first_wait_ms is None:
             self.first_wait_ms = seconds * 1e3
         if self.batch_size is None:
             self.batch_size = _batch_size(batch)
         self._pending = (seconds, first)
 
-    def _step(self, seconds):
+    def _step(self, seconds, collective=0.0, start=None):
         if self._pending is None:
             return
         w, first = self._pending
         self._pending = None
         self._waits.append(w)
         self._steps.append(seconds)
+        self._colls.append(collective)
         self._first_of_epoch.append(first)
         self._advice = None
+        if start is not None:
+            self._event("step", start, seconds)
 
     def _epoch_end(self):
         self.epochs += 1
@@ -201,7 +219,52 @@ class Profile:
             passes += 1
             if limit is None or got == 0 or hasattr(self.iterable, "__next__"):
                 break  # one pass when no limit; an iterator cannot start again
+        if self._finished_at != self.steps:
+            self._finish()
         return self
+
+    # ---- the end of the loop: advice, and the exchange between ranks ----
+
+    def _record(self):
+        """This rank's row of the table (and its loop events, for the merged trace)."""
+        k = self.warmup if len(self._waits) > self.warmup else 0
+        colls = self._colls[k:]
+        return {"rank": self.rank, "host": _ranks.host(), "steps": len(colls),
+                "wait_share": self.wait_share, "data_bound": self.data_bound,
+                "wait_ms": self.wait_ms, "step_ms": self.step_ms,
+                "samples_per_s": self.samples_per_s,
+                "collective_ms": 1e3 * sum(colls) / len(colls) if any(colls) else None,
+                "collective_source": "measured" if any(colls) else None,
+                "events": self._events + [("collective", t + self._clock, d)
+                                          for t, d in _ranks.collective_spans[self._span0:]]}
+
+    def _finish(self):
+        """The loop has ended (on every rank, at the same step): with one process, take the
+        advice now (the loader is still open); across ranks, exchange the figures, judge, take
+        the advice on the straggler (or rank 0) and share it. Writes the trace when asked."""
+        self._finished_at = self.steps
+        rank, world, how = _ranks.context()
+        self.rank, self.world = rank, world
+        if world <= 1:
+            self.advice  # noqa: B018 - measured now
+            if self.trace:
+                _ranks.write_trace(self.trace, [self._record()])
+            return
+        table = _ranks.gather(self._record(), how, rank, world)
+        _ranks.estimate_collective(table)
+        self.straggler, self.ranks_verdict = _ranks.judge(table)
+        # the advice is measured on the straggler (rank 0 without one); a rank that cannot
+        # reach the others measures its own
+        self.advice_rank = rank if how == "none" else \
+            self.straggler if self.straggler is not None else 0
+        mine = _advise(self) if self.advise and self.steps and rank == self.advice_rank \
+            else None
+        shared = _ranks.gather(mine, how, rank, world)[self.advice_rank]
+        self._advice = list(shared) if shared is not None else []
+        if self.trace and rank == 0:
+            _ranks.write_trace(self.trace, table)
+        self.ranks = [None if r is None else {k: v for k, v in r.items() if k != "events"}
+                      for r in table]
 
     # ---- results ----
 
@@ -222,14 +285,17 @@ class Profile:
     def step_s(self):
         return sum(self._measured()[1])
 
+    def _verdict(self):
+        w, s, _ = self._measured()
+        return _core.diagnose(sum(w), sum(s), len(w), self.batch_size or 0)
+
     @property
     def wait_share(self):
-        w, s = self.wait_s, self.step_s
-        return w / (w + s) if w + s > 0 else 0.0
+        return self._verdict()["wait_share"]
 
     @property
     def data_bound(self):
-        return self.wait_share > DATA_BOUND_SHARE
+        return self._verdict()["data_bound"]
 
     @property
     def wait_ms(self):
@@ -271,8 +337,8 @@ class Profile:
     @property
     def advice(self):
         if self._advice is None:
-            from ._advice import advise
-            self._advice = advise(self) if self.advise and self.steps else []
+            self._advice = _advise(self) if self.advise and self.steps and self.world <= 1 \
+                else []
         return self._advice
 
     def to_dict(self):
@@ -284,12 +350,15 @@ class Profile:
                 "batch_size": self.batch_size, "samples_per_s": self.samples_per_s,
                 "loader": self.loader, "num_workers": self.num_workers,
                 "sweep": {str(k): v for k, v in sorted(self.sweep.items())},
-                "stages": self.stages, "advice": advice}
+                "stages": self.stages, "advice": advice, "rank": self.rank,
+                "world": self.world, "ranks": self.ranks, "straggler": self.straggler,
+                "ranks_verdict": self.ranks_verdict, "advice_rank": self.advice_rank}
 
     def __str__(self):
         d = self.to_dict()
         verdict = "DATA-BOUND" if d["data_bound"] else "not data-bound"
-        lines = [f"stoker.profile: {verdict}: waiting for data {100 * d['wait_share']:.1f}% of "
+        who = f" (rank {self.rank} of {self.world})" if self.world > 1 else ""
+        lines = [f"stoker.profile{who}: {verdict}: waiting for data {100 * d['wait_share']:.1f}% of "
                  f"the time ({d['steps']} steps, {d['loader']}"
                  + (f", num_workers={d['num_workers']}" if d["num_workers"] is not None else "")
                  + ")",
@@ -302,6 +371,23 @@ class Profile:
         if self.stages:
             lines.append("  worker time: " + ", ".join(
                 f"{k} {100 * v:.0f}%" for k, v in self.stages.items()))
+        if self.ranks is not None:
+            lines.append(f"  across {self.world} ranks (this is rank {self.rank}):")
+            lines.append(f"    {'rank':>4} {'host':<16} {'waiting':>8} {'wait ms':>8} "
+                         f"{'step ms':>8} {'samples/s':>10} {'in collectives ms':>18}")
+            for i, r in enumerate(self.ranks):
+                if r is None:
+                    lines.append(f"    {i:>4} (no report)")
+                    continue
+                sps = f"{r['samples_per_s']:.0f}" if r["samples_per_s"] else "?"
+                coll = f"{r['collective_ms']:.2f}" + (
+                    " (est.)" if r["collective_source"] == "estimate" else "")
+                lines.append(f"    {r['rank']:>4} {r['host'][:16]:<16} "
+                             f"{100 * r['wait_share']:>7.1f}% {r['wait_ms']:>8.2f} "
+                             f"{r['step_ms']:>8.2f} {sps:>10} {coll:>18}")
+            lines.append(f"  verdict: {self.ranks_verdict}")
+            if d["advice"]:
+                lines.append(f"  advice, measured on rank {self.advice_rank}:")
         lines += [f"  - {a}" for a in d["advice"]]
         return "\n".join(lines)
 
@@ -310,7 +396,7 @@ class Profile:
                 f"data_bound={self.data_bound}>")
 
 
-def profile(iterable, step=None, steps=None, warmup=2, sync=None, advise=True):
+def profile(iterable, step=None, steps=None, warmup=2, sync=None, advise=True, trace=None):
     """Measure whether a training loop waits on `iterable` (a DataLoader, stoker.Loader, ...).
 
     With `step` (a callable taking a batch): run it for `steps` steps (default: one pass) and
@@ -319,9 +405,12 @@ def profile(iterable, step=None, steps=None, warmup=2, sync=None, advise=True):
     given. `warmup` steps are measured but left out of the figures. `sync`: call
     torch.cuda.synchronize() before each step's clock stops (None = when CUDA is initialised).
     `advise`: on a data-bound verdict, re-create the loader alone at several worker counts to
-    find what fixes it (a few seconds; False skips it). See the module's doc.
+    find what fixes it (a few seconds; False skips it). `trace`: write a Perfetto trace of the
+    loop (waits, steps, collectives) here; across ranks one file with a track per rank, written
+    by rank 0. Under torch.distributed or torchrun every rank must call it alike: the ranks
+    exchange their figures when the loop ends (see the module's doc and `Profile`).
     """
-    prof = Profile(iterable, steps=steps, warmup=warmup, sync=sync, advise=advise)
+    prof = Profile(iterable, steps=steps, warmup=warmup, sync=sync, advise=advise, trace=trace)
     if step is not None:
         if not callable(step):
             raise TypeError(f"step should be a callable taking a batch, not "

@@ -1,10 +1,17 @@
-"""python3 -m stoker.doctor [--json-out PATH] [--steps N] [--warmup W] [--no-advice] SCRIPT [ARGS...]
+"""python3 -m stoker.doctor [--json-out PATH] [--steps N] [--warmup W] [--no-advice] [--trace PATH]
+                           [--all-ranks] SCRIPT [ARGS...]
 
 Runs a training script unchanged under stoker.profile: every PyTorch DataLoader and
 stoker.Loader the script iterates is timed (each next() is waiting, the time between batches
 is the step). After N steps of the busiest loader (or when the script ends) it prints the
 verdict (is the loop data-bound, by how much) and measured advice, and writes them as JSON to
 PATH. `stoker doctor DATA --recipe R --python SCRIPT` runs this for you.
+
+Under torchrun (`torchrun --nproc_per_node N -m stoker.doctor train.py ARGS`) every rank
+measures its own loop and the ranks exchange their figures when it ends (through the process
+group the script initialises, or through files in $STOKER_DOCTOR_DIR without one): rank 0
+prints one report with a row per rank, the straggler and the advice measured on it, writes the
+JSON and the merged trace; the other ranks print nothing unless --all-ranks.
 """
 import argparse
 import json
@@ -13,24 +20,24 @@ import runpy
 import sys
 import traceback
 
-from . import _profile
+from . import _advice, _profile, _ranks
 from .loader import Loader
 
 
 class _Session:
     """The Profiles of every loader the script iterates, keyed by the loader object."""
 
-    def __init__(self, steps, warmup, advise):
-        self.steps, self.warmup, self.advise = steps, warmup, advise
+    def __init__(self, steps, warmup, advise, trace=None):
+        self.steps, self.warmup, self.advise, self.trace = steps, warmup, advise, trace
         self.profiles = {}
 
     def wrap(self, loader, it):
-        if _profile._measuring:
+        if _advice._measuring:
             return it  # a loader the advice re-created to measure: not the script's loop
         prof = self.profiles.get(id(loader))
         if prof is None or prof.iterable is not loader:
             prof = _profile.Profile(loader, steps=self.steps, warmup=self.warmup,
-                                    advise=self.advise)
+                                    advise=self.advise, trace=self.trace)
             self.profiles[id(loader)] = prof
         return _profile._TimedIter(prof, it)
 
@@ -60,7 +67,9 @@ def _parse(argv):
         description="Run a training script unchanged and tell whether its loop waits on data: "
                     "the waiting share, the step and wait times, and advice measured by trying "
                     "the loader alone at several worker counts.")
-    ap.add_argument("--json-out", metavar="PATH", help="also write the report as JSON here")
+    ap.add_argument("--json-out", metavar="PATH",
+                    help="also write the report as JSON here (rank 0; with --all-ranks the "
+                         "other ranks write PATH.rankN)")
     ap.add_argument("--steps", type=int, metavar="N",
                     help="stop the script after N measured steps of its busiest loader "
                          "(default: run it to the end)")
@@ -68,6 +77,11 @@ def _parse(argv):
                     help="steps measured but left out of the figures (default 2)")
     ap.add_argument("--no-advice", action="store_true",
                     help="skip the worker-count measurements behind the advice")
+    ap.add_argument("--trace", metavar="PATH",
+                    help="write a Perfetto trace of the loop (waits, steps, collectives); "
+                         "under torchrun one file with a track per rank")
+    ap.add_argument("--all-ranks", action="store_true",
+                    help="under torchrun, every rank prints its report (default: rank 0)")
     ap.add_argument("script", help="the training script (a Python file)")
     ap.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     a = ap.parse_args(argv)
@@ -82,7 +96,7 @@ def _parse(argv):
 
 def main(argv=None):
     a = _parse(sys.argv[1:] if argv is None else argv)
-    session = _Session(a.steps, a.warmup, not a.no_advice)
+    session = _Session(a.steps, a.warmup, not a.no_advice, a.trace)
     _patch(session)
     script = os.path.abspath(a.script)
     sys.argv = [a.script] + a.args
@@ -114,11 +128,13 @@ def main(argv=None):
     report["script"] = a.script
     report["script_error"] = error
     report["exit_status"] = status
-    print(msg, file=sys.stderr)
+    rank = prof.rank if prof is not None and prof.world > 1 else _ranks.context()[0]
+    if rank == 0 or a.all_ranks:
+        print(msg, file=sys.stderr)
     if error:
         print(f"stoker.doctor: {error}", file=sys.stderr)
-    if a.json_out:
-        with open(a.json_out, "w") as f:
+    if a.json_out and (rank == 0 or a.all_ranks):
+        with open(a.json_out if rank == 0 else f"{a.json_out}.rank{rank}", "w") as f:
             json.dump(report, f, indent=1)
             f.write("\n")
     return status

@@ -1,0 +1,237 @@
+/*
+ * _batch.c: stoker._core.Batch, one borrowed ring slot (stk_batch) of a Loader.
+ *
+ * A Batch releases its slot in tp_dealloc. Its tensors are Tensor views (_tensor.c) that hold a
+ * reference to the Batch. The C library keeps the ring alive after stk_loader_destroy until the
+ * last release, so a Batch does not keep the Loader alive.
+ */
+#include "_core.h"
+
+#include <unistd.h>
+
+typedef struct {
+    PyObject ob_base;
+    stk_batch *batch;
+    pid_t pid;
+    uint32_t size;
+    uint64_t epoch, number;
+    PyObject *weakreflist;
+} BatchObject;
+
+/* ---- Batch ---- */
+
+PyObject *stkpy_batch_new(stk_batch *b)
+{
+    BatchObject *self = PyObject_New(BatchObject, &StkBatch_Type);
+    if (!self) {
+        stk_batch_release(b);
+        return NULL;
+    }
+    self->batch = b;
+    self->pid = getpid();
+    self->size = stk_batch_size(b);
+    self->epoch = stk_batch_epoch(b);
+    self->number = stk_batch_number(b);
+    self->weakreflist = NULL;
+    return (PyObject *)self;
+}
+
+static void Batch_dealloc(BatchObject *self)
+{
+    if (self->weakreflist)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    /* Thread-safe, and valid after the loader is destroyed. Not in a forked child: the
+     * ring's lock may have been held by a thread that does not exist there. */
+    if (self->pid == getpid())
+        stk_batch_release(self->batch);
+    PyObject_Free(self);
+}
+
+static PyObject *Batch_size(BatchObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLong(self->size);
+}
+
+static PyObject *Batch_epoch(BatchObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong(self->epoch);
+}
+
+static PyObject *Batch_number(BatchObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong(self->number);
+}
+
+static Py_ssize_t Batch_len(BatchObject *self)
+{
+    return (Py_ssize_t)self->size;
+}
+
+static PyObject *Batch_device(BatchObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(stk_batch_device(self->batch));
+}
+
+/* The lengths of a bytes field as a Tensor, or None (new references; NULL on error). */
+static PyObject *lengths_tensor(BatchObject *self, const stk_tensor *t)
+{
+    if (!t->lengths)
+        return Py_NewRef(Py_None);
+    char lname[STK_MAX_NAME + 8];
+    snprintf(lname, sizeof(lname), "%s_lengths", t->name);
+    return stkpy_tensor_new((PyObject *)self, lname, STK_DTYPE_INT64, (void *)t->lengths, 1,
+                            t->shape);
+}
+
+/* One entry of tensors(): (name, Tensor, lengths), or of device_tensors(): (name, device
+ * address, shape, dtype name, lengths). */
+static PyObject *tensor_item(BatchObject *self, const stk_tensor *t, bool device)
+{
+    PyObject *lv = lengths_tensor(self, t);
+    if (!lv)
+        return NULL;
+    PyObject *item = NULL;
+    if (!device) {
+        PyObject *tv =
+            stkpy_tensor_new((PyObject *)self, t->name, t->dtype, t->data, (int)t->ndim, t->shape);
+        if (tv)
+            item = Py_BuildValue("(sNO)", t->name, tv, lv);
+    } else {
+        PyObject *shape = PyTuple_New((Py_ssize_t)t->ndim);
+        for (uint32_t d = 0; shape && d < t->ndim; d++)
+            PyTuple_SET_ITEM(shape, d, PyLong_FromLongLong(t->shape[d]));
+        if (shape)
+            item = Py_BuildValue("(sNNsO)", t->name, PyLong_FromVoidPtr(t->data), shape,
+                                 stkpy_dtype_name(t->dtype), lv);
+    }
+    Py_DECREF(lv);
+    return item;
+}
+
+static PyObject *tensor_list(BatchObject *self, bool device)
+{
+    size_t n = stk_batch_n_tensors(self->batch);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    if (!list)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        stk_tensor t;
+        stk_status rc = device ? stk_batch_device_tensor(self->batch, i, &t)
+                               : stk_batch_tensor(self->batch, i, &t);
+        PyObject *item = NULL;
+        if (rc < 0)
+            stkpy_raise(rc, rc == STK_ENOTSUP ? "the batch is not on a device"
+                                              : "tensor index out of range");
+        else
+            item = tensor_item(self, &t, device);
+        if (!item) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
+/* tensors() -> list of (name, Tensor, lengths Tensor or None), in the batch's order. */
+static PyObject *Batch_tensors(BatchObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    return tensor_list(self, false);
+}
+
+/* device_tensors() -> list of (name, device address, shape, dtype name, lengths Tensor or None):
+ * the batch's tensors on its device (the lengths of bytes fields stay on the host). */
+static PyObject *Batch_device_tensors(BatchObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    return tensor_list(self, true);
+}
+
+/* A CUstream handle from a Python int (torch.cuda.Stream.cuda_stream); 0 = the default stream. */
+static int stream_arg(PyObject *arg, void **out)
+{
+    *out = arg == Py_None ? NULL : PyLong_AsVoidPtr(arg);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *Batch_device_wait(BatchObject *self, PyObject *arg)
+{
+    void *stream;
+    if (stream_arg(arg, &stream) < 0)
+        return NULL;
+    stk_status rc = stk_batch_device_wait(self->batch, stream);
+    if (rc < 0)
+        return stkpy_raise(rc, rc == STK_ENOTSUP ? "the batch is not on a device"
+                                                 : "cuStreamWaitEvent failed on that stream");
+    Py_RETURN_NONE;
+}
+
+static PyObject *Batch_device_use(BatchObject *self, PyObject *arg)
+{
+    void *stream;
+    if (stream_arg(arg, &stream) < 0)
+        return NULL;
+    stk_status rc = stk_batch_device_use(self->batch, stream);
+    if (rc < 0)
+        return stkpy_raise(rc, stk_last_errmsg());
+    Py_RETURN_NONE;
+}
+
+static PyObject *Batch_device_sync(BatchObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    stk_status rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_batch_device_sync(self->batch);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return stkpy_raise(rc, rc == STK_ENOTSUP ? "the batch is not on a device"
+                                                 : "the batch's device copy failed");
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Batch_methods[] = {
+    {"tensors", (PyCFunction)Batch_tensors, METH_NOARGS,
+     "tensors() -> list of (name, Tensor, lengths Tensor or None): the dataset's fields in "
+     "schema order (a transformed field replaced by its output), then 'index'."},
+    {"device_tensors", (PyCFunction)Batch_device_tensors, METH_NOARGS,
+     "device_tensors() -> list of (name, device address, shape, dtype, lengths Tensor or None): "
+     "the batch's copy on its device (read it on a stream device_wait made wait)."},
+    {"device_wait", (PyCFunction)Batch_device_wait, METH_O,
+     "device_wait(stream): make CUDA stream `stream` (a CUstream as int; 0 = default) wait for "
+     "the batch's copy, on the device; the release is then recorded on that stream."},
+    {"device_use", (PyCFunction)Batch_device_use, METH_O,
+     "device_use(stream): the batch is also read on CUDA stream `stream` (a CUstream as int): "
+     "its release is recorded there too, and the buffer is reused only after that work "
+     "(stk_batch_device_use)."},
+    {"device_sync", (PyCFunction)Batch_device_sync, METH_NOARGS,
+     "device_sync(): block until the batch's copy and finishing are done."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Batch_getset[] = {
+    {"size", (getter)Batch_size, NULL, "Samples in the batch.", NULL},
+    {"device", (getter)Batch_device, NULL,
+     "The CUDA device the batch was copied to, or -1 (host only).", NULL},
+    {"epoch", (getter)Batch_epoch, NULL, "The batch's epoch.", NULL},
+    {"number", (getter)Batch_number, NULL, "The batch's number within its epoch.", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PySequenceMethods Batch_as_sequence = {.sq_length = (lenfunc)Batch_len};
+
+PyTypeObject StkBatch_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._core.Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_dealloc = (destructor)Batch_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One batch borrowed from the loader's ring. The slot returns to the ring when "
+              "this object and every Tensor made from it are gone.",
+    .tp_methods = Batch_methods,
+    .tp_getset = Batch_getset,
+    .tp_as_sequence = &Batch_as_sequence,
+    .tp_weaklistoffset = offsetof(BatchObject, weakreflist),
+};
