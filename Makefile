@@ -26,6 +26,9 @@ CLI_SRCS := $(sort $(wildcard cli/*.c))
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+# The unit tests that inject allocation failures (STK_FAULT_ALLOC; needs -DSTK_DEBUG): `make oom`.
+OOM_SRCS := $(shell grep -l STK_DEBUG $(UNIT_SRCS))
+OOM_BINS := $(OOM_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/tests/replay_%)
 GEN_SRCS := $(sort $(wildcard tests/data/gen_*.c))
@@ -38,7 +41,7 @@ NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/loc
 
 SO_NAME  := libstoker.so.0.1
 
-.PHONY: all lib cli python test unit fuzz-replay cli-test pytest asan ubsan tsan fuzz \
+.PHONY: all lib cli python test unit oom oom-cases fuzz-replay cli-test pytest asan ubsan tsan fuzz \
         deps demo bench format check-format check-exports clean test-gpu check-ptx
 
 all: lib cli python
@@ -116,10 +119,17 @@ deps:
 test: deps
 	$(MAKE) all
 	$(MAKE) check-exports
-	$(MAKE) unit fuzz-replay cli-test pytest check-ptx
+	$(MAKE) unit oom fuzz-replay cli-test pytest check-ptx
 
 unit: $(UNIT_BINS) $(FAKE_CUDA)
 	@bash scripts/run_tests.sh $(UNIT_BINS)
+
+# OOM injection in every `make test`: a debug build (build/debug, -DSTK_DEBUG) of the unit tests
+# that fail each allocation in turn (curl torture, sqlite OOM tests), running only those cases.
+oom:
+	$(MAKE) BUILD=build/debug EXTRA_CFLAGS=-DSTK_DEBUG oom-cases
+oom-cases: $(OOM_BINS) $(FAKE_CUDA)
+	@STK_TEST_ONLY=alloc_failures,fault_injection bash scripts/run_tests.sh $(OOM_BINS)
 
 fuzz-replay: $(FUZZ_REPLAY)
 	@set -e; for r in $(FUZZ_REPLAY); do \
