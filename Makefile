@@ -42,7 +42,7 @@ NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/loc
 SO_NAME  := libstoker.so.0.1
 
 .PHONY: all lib cli python test unit oom oom-cases fuzz-replay cli-test pytest asan ubsan tsan fuzz \
-        deps demo bench format check-format check-exports clean test-gpu check-ptx
+        deps demo bench format check-format check-exports clean test-gpu check-ptx fuzz-ci
 
 all: lib cli python
 
@@ -156,12 +156,26 @@ ubsan:
 tsan:
 	$(MAKE) BUILD=build/tsan OPT=-O1 SANITIZE=-fsanitize=thread unit
 
-# libFuzzer builds (clang 14): build/fuzz/fuzz_<entry>; run e.g. build/fuzz/fuzz_recfile corpus
-fuzz: $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
-build/fuzz/%: tests/fuzz/%.c $(LIB_SRCS)
+# libFuzzer builds (clang 14, ASan + UBSan): build/fuzz/fuzz_<entry>, over one instrumented copy
+# of the library (build/fuzz/obj); run e.g. build/fuzz/fuzz_recfile -max_total_time=60 DIR
+# `make fuzz-ci` runs every target FUZZ_SECONDS (default 60) from its corpus (scripts/fuzz_ci.sh).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS  := -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
+                $(PKG_CFLAGS) -fno-omit-frame-pointer -fsanitize=address,undefined \
+                -fno-sanitize-recover=undefined
+FUZZ_OBJS    := $(LIB_SRCS:%.c=build/fuzz/obj/%.o)
+FUZZ_BINS    := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
+fuzz: $(FUZZ_BINS)
+fuzz-ci: $(FUZZ_BINS)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz_ci.sh $(FUZZ_BINS)
+build/fuzz/obj/%.o: %.c include/stoker.h src/stk_internal.h
 	@mkdir -p $(dir $@)
-	clang -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
-	    $(PKG_CFLAGS) -fsanitize=fuzzer,address -o $@ $< $(LIB_SRCS) $(LDLIBS_ALL)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LDLIBS_ALL)
+.SECONDARY: $(FUZZ_OBJS)
+-include $(FUZZ_OBJS:.o=.d)
 
 # The GPU tests on the real driver (exit 77 when there is no device), then again under
 # compute-sanitizer when it is installed. See docs/gpu.md.
