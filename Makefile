@@ -192,7 +192,9 @@ check-ptx: $(BUILD)/tests/gen_finish_src
 	 grep -q '\.entry stk_finish' $(BUILD)/stk_finish.ptx; \
 	 echo "check-ptx: $(NVCC) compiled the finishing kernel ($(BUILD)/stk_finish.ptx)"
 
-demo: all
+# The README's first command: on a fresh machine it installs what it needs first, as `make test`.
+demo: deps
+	$(MAKE) all
 	@bash scripts/demo.sh $(BUILD)
 
 format:
