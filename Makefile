@@ -153,8 +153,17 @@ asan:
 ubsan:
 	$(MAKE) BUILD=build/ubsan OPT=-O1 \
 	    SANITIZE="-fsanitize=undefined -fno-sanitize-recover=undefined" unit fuzz-replay
+# TSan also runs the Python extension's concurrency tests: the extension built with
+# -fsanitize=thread, Debian's interpreter (not instrumented) with libtsan preloaded. The GIL and
+# the interpreter's locks go through the intercepted pthread calls, so TSan sees that
+# synchronisation; the torchrun and profile tests stay out (races reported inside torch's gloo,
+# timing that TSan's slowdown changes: docs/reliability.md).
+TSAN_PY_TESTS := python/tests/test_loader.py python/tests/test_core.py python/tests/test_transforms.py
 tsan:
-	$(MAKE) BUILD=build/tsan OPT=-O1 SANITIZE=-fsanitize=thread unit
+	$(MAKE) BUILD=build/tsan OPT=-O1 SANITIZE=-fsanitize=thread unit cli python
+	@echo "== tsan: the Python extension's concurrency tests"
+	@STK_PYTEST_PRELOAD=$$($(CC) -print-file-name=libtsan.so) TSAN_OPTIONS="halt_on_error=1" \
+	    bash scripts/run_pytest.sh build/tsan $(PYTHON) $(TSAN_PY_TESTS)
 
 # libFuzzer builds (clang 14, ASan + UBSan): build/fuzz/fuzz_<entry>, over one instrumented copy
 # of the library (build/fuzz/obj); run e.g. build/fuzz/fuzz_recfile -max_total_time=60 DIR
