@@ -26,6 +26,9 @@ CLI_SRCS := $(sort $(wildcard cli/*.c))
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+# The unit tests that inject allocation failures (STK_FAULT_ALLOC; needs -DSTK_DEBUG): `make oom`.
+OOM_SRCS := $(shell grep -l STK_DEBUG $(UNIT_SRCS))
+OOM_BINS := $(OOM_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/tests/replay_%)
 GEN_SRCS := $(sort $(wildcard tests/data/gen_*.c))
@@ -38,8 +41,8 @@ NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/loc
 
 SO_NAME  := libstoker.so.0.1
 
-.PHONY: all lib cli python test unit fuzz-replay cli-test pytest asan ubsan tsan fuzz \
-        deps demo bench format check-format check-exports clean test-gpu check-ptx
+.PHONY: all lib cli python test unit oom oom-cases fuzz-replay cli-test pytest asan ubsan tsan fuzz \
+        deps demo bench format check-format check-exports clean test-gpu check-ptx fuzz-ci
 
 all: lib cli python
 
@@ -118,10 +121,17 @@ deps:
 test: deps
 	$(MAKE) all
 	$(MAKE) check-exports
-	$(MAKE) unit fuzz-replay cli-test pytest check-ptx
+	$(MAKE) unit oom fuzz-replay cli-test pytest check-ptx
 
 unit: $(UNIT_BINS) $(FAKE_CUDA)
 	@bash scripts/run_tests.sh $(UNIT_BINS)
+
+# OOM injection in every `make test`: a debug build (build/debug, -DSTK_DEBUG) of the unit tests
+# that fail each allocation in turn (curl torture, sqlite OOM tests), running only those cases.
+oom:
+	$(MAKE) BUILD=build/debug EXTRA_CFLAGS=-DSTK_DEBUG oom-cases
+oom-cases: $(OOM_BINS) $(FAKE_CUDA)
+	@STK_TEST_ONLY=alloc_failures,fault_injection bash scripts/run_tests.sh $(OOM_BINS)
 
 fuzz-replay: $(FUZZ_REPLAY)
 	@set -e; for r in $(FUZZ_REPLAY); do \
@@ -145,15 +155,38 @@ asan:
 ubsan:
 	$(MAKE) BUILD=build/ubsan OPT=-O1 \
 	    SANITIZE="-fsanitize=undefined -fno-sanitize-recover=undefined" unit fuzz-replay
+# TSan also runs the Python extension's concurrency tests: the extension built with
+# -fsanitize=thread, Debian's interpreter (not instrumented) with libtsan preloaded. The GIL and
+# the interpreter's locks go through the intercepted pthread calls, so TSan sees that
+# synchronisation; the torchrun and profile tests stay out (races reported inside torch's gloo,
+# timing that TSan's slowdown changes: docs/reliability.md).
+TSAN_PY_TESTS := python/tests/test_loader.py python/tests/test_core.py python/tests/test_transforms.py
 tsan:
-	$(MAKE) BUILD=build/tsan OPT=-O1 SANITIZE=-fsanitize=thread unit
+	$(MAKE) BUILD=build/tsan OPT=-O1 SANITIZE=-fsanitize=thread unit cli python
+	@echo "== tsan: the Python extension's concurrency tests"
+	@STK_PYTEST_PRELOAD=$$($(CC) -print-file-name=libtsan.so) TSAN_OPTIONS="halt_on_error=1" \
+	    bash scripts/run_pytest.sh build/tsan $(PYTHON) $(TSAN_PY_TESTS)
 
-# libFuzzer builds (clang 14): build/fuzz/fuzz_<entry>; run e.g. build/fuzz/fuzz_recfile corpus
-fuzz: $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
-build/fuzz/%: tests/fuzz/%.c $(LIB_SRCS)
+# libFuzzer builds (clang 14, ASan + UBSan): build/fuzz/fuzz_<entry>, over one instrumented copy
+# of the library (build/fuzz/obj); run e.g. build/fuzz/fuzz_recfile -max_total_time=60 DIR
+# `make fuzz-ci` runs every target FUZZ_SECONDS (default 60) from its corpus (scripts/fuzz_ci.sh).
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS  := -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
+                $(PKG_CFLAGS) -fno-omit-frame-pointer -fsanitize=address,undefined \
+                -fno-sanitize-recover=undefined
+FUZZ_OBJS    := $(LIB_SRCS:%.c=build/fuzz/obj/%.o)
+FUZZ_BINS    := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
+fuzz: $(FUZZ_BINS)
+fuzz-ci: $(FUZZ_BINS)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz_ci.sh $(FUZZ_BINS)
+build/fuzz/obj/%.o: %.c include/stoker.h src/stk_internal.h
 	@mkdir -p $(dir $@)
-	clang -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
-	    $(PKG_CFLAGS) -fsanitize=fuzzer,address -o $@ $< $(LIB_SRCS) $(LDLIBS_ALL)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LDLIBS_ALL)
+.SECONDARY: $(FUZZ_OBJS)
+-include $(FUZZ_OBJS:.o=.d)
 
 # The GPU tests on the real driver (exit 77 when there is no device), then again under
 # compute-sanitizer when it is installed. See docs/gpu.md.
@@ -170,7 +203,9 @@ check-ptx: $(BUILD)/tests/gen_finish_src
 	 grep -q '\.entry stk_finish' $(BUILD)/stk_finish.ptx; \
 	 echo "check-ptx: $(NVCC) compiled the finishing kernel ($(BUILD)/stk_finish.ptx)"
 
-demo: all
+# The README's first command: on a fresh machine it installs what it needs first, as `make test`.
+demo: deps
+	$(MAKE) all
 	@bash scripts/demo.sh $(BUILD)
 
 format:

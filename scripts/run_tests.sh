@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Run unit-test binaries; each prints "N passed, N failed". Exit 77 counts as a skip.
-# Prints a closing total line and fails if any binary failed.
+# Prints a closing total line and fails if any binary failed. Each case has its own time limit
+# (tests/t.h, STK_TEST_TIMEOUT); a whole binary gets STK_TEST_BINARY_TIMEOUT seconds (default 1200)
+# in case the runner itself is stuck.
 set -u
+limit=${STK_TEST_BINARY_TIMEOUT:-1200}
 tp=0; tf=0; fails=()
 for t in "$@"; do
     echo "== ${t##*/}"
-    out=$("$t" 2>&1); rc=$?
+    out=$(timeout -k 10 "$limit" "$t" 2>&1); rc=$?
+    [ $rc -eq 124 ] && out="$out
+FAIL ${t##*/} (the binary timed out after $limit s)"
     printf '%s\n' "$out" | grep -v '^ok ' || true
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n1)
     p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/'); f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')

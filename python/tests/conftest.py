@@ -3,6 +3,7 @@ known function of the record number, so tests can check a batch against the reco
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -92,3 +93,31 @@ def run_python(code, timeout=120, env=None, **kw):
         e.update(env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=timeout, env=e, **kw)
+
+
+# ---- per-test time limit (scripts/run_pytest.sh passes --timeout, --timeout_method=thread) ----
+# pytest-timeout's thread method dumps every thread's stack and ends the run, which catches a test
+# stuck in C with the GIL released; this hook makes it say first which test ran past the limit.
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: pytest-timeout may be missing
+def pytest_timeout_set_timer(item, settings):
+    if settings.method != "thread" or settings.timeout <= 0:
+        return None  # pytest-timeout's own handling
+    import pytest_timeout
+
+    def expired():
+        msg = "\nTIMEOUT %s: still running after %g s\n" % (item.nodeid, settings.timeout)
+        sys.stderr.write(msg)
+        sys.stderr.flush()
+        pytest_timeout.timeout_timer(item, settings.timeout)
+
+    timer = threading.Timer(settings.timeout, expired)
+    timer.name = "timeout %s" % item.nodeid
+    timer.daemon = True
+
+    def cancel():
+        timer.cancel()
+        timer.join()
+
+    item.cancel_timeout = cancel
+    timer.start()
+    return True

@@ -15,6 +15,9 @@
  * shortens the loops there.
  */
 #include "cuda/stk_cuda.h"
+/* The cases share the CUDA context setup makes, which a forked child cannot use: run in-process
+ * (t.h still puts each case under the time limit). */
+#define T_NOFORK 1
 #include "t.h"
 
 #include "data/cuda_fixtures.h"

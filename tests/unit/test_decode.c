@@ -212,10 +212,13 @@ static size_t find_marker(const uint8_t *j, size_t n, uint8_t m)
 /* ---- PIL fixtures, generated once ---- */
 
 static char fixdir[64];
-static int fix_state; /* 0 not yet, 1 ready, -1 unavailable */
+static int fix_state;   /* 0 not yet, 1 ready, -1 unavailable */
+static pid_t fix_owner; /* the process that made them: forked cases must not remove them */
 
 static void remove_fixtures(void)
 {
+    if (getpid() != fix_owner)
+        return;
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fixdir);
     if (system(cmd) != 0)
@@ -233,6 +236,7 @@ static int fixtures_ready(void)
     snprintf(fixdir, sizeof(fixdir), "/tmp/stk_decode_XXXXXX");
     if (!mkdtemp(fixdir))
         return 0;
+    fix_owner = getpid();
     atexit(remove_fixtures);
 
     int w = 45, h = 38;
@@ -1110,8 +1114,15 @@ static int test_alloc_failures(void)
 #endif
 }
 
-T_MAIN(T_CASE(test_sniff_errors), T_CASE(test_public_api), T_CASE(test_full_matches_turbojpeg),
-       T_CASE(test_window_exact), T_CASE(test_window_fast),
+/* Fixture: make the PIL fixtures once, in the runner's process, for every case after it. */
+static int setup(void)
+{
+    fixtures_ready();
+    return 0;
+}
+
+T_MAIN(T_CASE(setup), T_CASE(test_sniff_errors), T_CASE(test_public_api),
+       T_CASE(test_full_matches_turbojpeg), T_CASE(test_window_exact), T_CASE(test_window_fast),
        T_CASE(test_window_fast_exact_alternate), T_CASE(test_window_odd_sampling),
        T_CASE(test_window_tiny), T_CASE(test_den_rule), T_CASE(test_invalid_args),
        T_CASE(test_probe_then_other_image), T_CASE(test_buffers_reused),

@@ -647,6 +647,7 @@ static int test_alloc_failures(void)
     extern void stk__fault_alloc_set(long n);
     const char *paths[] = {ds_small};
     int failures = 0;
+    bool completed = false;
     for (long k = 1; k < 500; k++) {
         stk_loader_opts o = fx_opts(paths, 8, 2);
         stk_loader *L;
@@ -658,12 +659,14 @@ static int test_alloc_failures(void)
                 stk_batch_release(b);
             stk_loader_destroy(L);
             stk__fault_alloc_set(0);
+            completed = true;
             break;
         }
         T_CHECKF(rc == STK_ENOMEM, "allocation %ld: rc %d (%s)", k, rc, stk_last_errmsg());
         failures++;
     }
     stk__fault_alloc_set(0);
+    T_CHECKF(completed, "still failing after %d allocations: not every one was tried", failures);
     T_CHECK(failures > 3);
     return 0;
 #else

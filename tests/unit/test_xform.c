@@ -1409,6 +1409,7 @@ static int test_alloc_failures(void)
     stk_op_init(&ops[2], STK_OP_NORMALIZE);
     char err[256];
     int failures = 0;
+    bool completed = false;
     for (long n = 1; n < 200; n++) {
         stk_transform_opts o;
         stk_transform_opts_init(&o);
@@ -1429,10 +1430,13 @@ static int test_alloc_failures(void)
         T_CHECKF(rc == STK_OK || rc == STK_ENOMEM, "allocation %ld: rc %d", n, rc);
         stk__transform_worker_destroy(w);
         stk_transform_destroy(t);
-        if (rc == STK_OK)
+        if (rc == STK_OK) {
+            completed = true;
             break;
+        }
         failures++;
     }
+    T_CHECKF(completed, "still failing after %d allocations: not every one was tried", failures);
     T_CHECK(failures > 2);
 
     /* Steady state: once the worker has rendered the largest window, rendering allocates
