@@ -18,18 +18,6 @@
 static char fx_dir[256], fx_raw[512], fx_img[512];
 static bool fx_have_images;
 
-/* A whole small file (up to 1 MiB), malloc'd; NULL if it cannot be read. */
-FX_FN uint8_t *fx_read_file(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    uint8_t *buf = malloc(1 << 20);
-    *size = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
-    return buf;
-}
-
 /* A temporary directory with raw.stk: n_raw records {data: fx_payload(i), label: 7i}, and img.stk:
  * 60 records {image: one of the two JPEG fixtures of tests/data/decode, label: i} when those are
  * found (the tests run from the repository root). */

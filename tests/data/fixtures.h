@@ -58,6 +58,18 @@ FX_FN void fx_rmtree(const char *dir)
     nftw(dir, fx_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* A whole small file (up to 1 MiB), malloc'd; NULL if it cannot be read. */
+FX_FN uint8_t *fx_read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    uint8_t *buf = malloc(1 << 20);
+    *size = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    return buf;
+}
+
 /* Loader options over one dataset path: rank 0 of 1. */
 FX_FN stk_loader_opts fx_opts(const char *const *paths, int64_t batch, int threads)
 {

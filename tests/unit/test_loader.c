@@ -88,7 +88,7 @@ static int64_t run_epoch(stk_loader *L, int64_t *seq, size_t *n_seq)
     return batches;
 }
 
-static char ds_main[512], ds_small[512];
+static char ds_main[512], ds_small[512], ds_img[512]; /* ds_img "" without the JPEG fixtures */
 
 static int test_in_order(void)
 {
@@ -674,12 +674,96 @@ static int test_alloc_failures(void)
 #endif
 }
 
+/* 24 JPEG records {image, label} from tests/data/decode into tmpdir/img.stk; ds_img stays ""
+ * when the fixtures are not found (the tests run from the repository root). */
+static int make_image_dataset(void)
+{
+    size_t sz[2];
+    uint8_t *jpg[2] = {fx_read_file("tests/data/decode/h4v2.jpg", &sz[0]),
+                       fx_read_file("tests/data/decode/h2v4_prog.jpg", &sz[1])};
+    if (jpg[0] && jpg[1]) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/img.stk", tmpdir);
+        stk_field f[2] = {{.name = "image", .kind = STK_FIELD_BYTES},
+                          {.name = "label", .kind = STK_FIELD_INT64}};
+        stk_writer_opts wo;
+        stk_writer_opts_init(&wo);
+        wo.fields = f;
+        wo.n_fields = 2;
+        stk_writer *w;
+        T_OK(stk_writer_open(path, &wo, &w));
+        for (uint64_t i = 0; i < 24; i++) {
+            stk_value v[2] = {{.data = jpg[i % 2], .size = sz[i % 2]}, {.i64 = (int64_t)i}};
+            T_OK(stk_writer_add(w, v));
+        }
+        T_OK(stk_writer_close(w));
+        snprintf(ds_img, sizeof(ds_img), "%s", path);
+    }
+    free(jpg[0]);
+    free(jpg[1]);
+    return 0;
+}
+
+/* The workers' allocations (decode buffers, resize tables, per-thread scratch) failing in turn,
+ * over a whole epoch of decoded images: each failure is STK_ENOMEM from stk_loader_next, naming
+ * the record and saying "out of memory"; destroy after it is clean (ASan: no leak). */
+static int test_alloc_failures_decode(void)
+{
+#ifdef STK_DEBUG
+    extern void stk__fault_alloc_set(long n);
+    if (!ds_img[0])
+        return T_SKIP;
+    const char *paths[] = {ds_img};
+    int failures = 0, in_workers = 0;
+    bool completed = false;
+    for (long k = 1; k < 2000 && !completed; k++) {
+        stk_transform *t = NULL;
+        stk_loader *L = NULL;
+        stk__fault_alloc_set(k);
+        stk_status rc = stk_transform_recipe("imagenet-train", false, &t);
+        if (rc == STK_OK) {
+            stk_loader_opts o = fx_opts(paths, 8, 2);
+            o.transform = t;
+            rc = stk_loader_create(&o, &L);
+        }
+        if (rc == STK_OK) {
+            stk_batch *b;
+            while ((rc = stk_loader_next(L, &b)) == STK_OK)
+                stk_batch_release(b);
+            if (rc == STK_END) {
+                rc = STK_OK;
+                completed = true;
+            } else {
+                T_CHECKF(rc == STK_ENOMEM, "allocation %ld: next rc %d (%s)", k, rc,
+                         stk_loader_errmsg(L));
+                const char *msg = stk_loader_errmsg(L);
+                T_CHECKF(strstr(msg, "img.stk record") && strstr(msg, "out of memory"),
+                         "allocation %ld: message '%s'", k, msg);
+                in_workers++;
+            }
+        }
+        stk__fault_alloc_set(0);
+        stk_loader_destroy(L);
+        stk_transform_destroy(t);
+        T_CHECKF(rc == STK_OK || rc == STK_ENOMEM, "allocation %ld: rc %d (%s)", k, rc,
+                 stk_last_errmsg());
+        failures += rc == STK_ENOMEM;
+    }
+    T_CHECKF(completed, "still failing after %d allocations: not every one was tried", failures);
+    T_CHECKF(in_workers > 3, "only %d failures inside the workers", in_workers);
+    return 0;
+#else
+    return T_SKIP;
+#endif
+}
+
 static int setup(void)
 {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/stk_test_loader.XXXXXX");
     T_CHECK(mkdtemp(tmpdir));
     T_CHECK(make_dataset("main", 1000, 3, ds_main, sizeof(ds_main)) == 0);
     T_CHECK(make_dataset("small", 100, 1, ds_small, sizeof(ds_small)) == 0);
+    T_CHECK(make_image_dataset() == 0);
     return 0;
 }
 
@@ -695,5 +779,5 @@ T_MAIN(T_CASE(setup), T_CASE(test_in_order), T_CASE(test_shuffle_once_ranks_thre
        T_CASE(test_epochs_advance_and_repeat), T_CASE(test_drop_last), T_CASE(test_resume),
        T_CASE(test_resume_other_world), T_CASE(test_backpressure_and_holding),
        T_CASE(test_shutdown_anywhere), T_CASE(test_fork_child), T_CASE(test_next_timeout),
-       T_CASE(test_bad_arguments), T_CASE(test_bad_states),
-       T_CASE(test_corrupt_record), T_CASE(test_alloc_failures), T_CASE(teardown))
+       T_CASE(test_bad_arguments), T_CASE(test_bad_states), T_CASE(test_corrupt_record),
+       T_CASE(test_alloc_failures), T_CASE(test_alloc_failures_decode), T_CASE(teardown))
