@@ -81,7 +81,7 @@ typedef struct t_case {
  * runs in the runner's own process, so what it prepares is inherited by the cases after it, and it
  * runs even when a filter selects other cases. Cases must not depend on each other's effects.
  *
- *   STK_TEST_TIMEOUT=N  seconds per case (default 60; 0 = no limit)
+ *   STK_TEST_TIMEOUT=N  seconds per case (default 60, 180 under ASan/TSan; 0 = no limit)
  *   STK_TEST_NOFORK=1   run every case in-process (debuggers; a binary that must not fork, as
  *                       one holding a CUDA context, defines T_NOFORK before including t.h)
  *   STK_TEST_ONLY=a,b   run the cases whose name contains one of the substrings (argv[1] too)
@@ -89,7 +89,11 @@ typedef struct t_case {
 #ifndef T_NOFORK
 #define T_NOFORK 0
 #endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define T_DEFAULT_TIMEOUT 180 /* the sanitizers slow a case down several times */
+#else
 #define T_DEFAULT_TIMEOUT 60
+#endif
 
 static char t_alarm_msg_[256];  /* what the alarm handler prints for the in-process case */
 static unsigned t_timeout_;     /* seconds per case; 0 = none */
