@@ -30,7 +30,7 @@ typedef struct bench_args {
     const char *recipe; /* "raw", "imagenet-train", "imagenet-val" */
     int threads_list[MAX_LIST], prefetch_list[MAX_LIST];
     int n_threads_list, n_prefetch_list;
-    bool auto_threads;  /* --threads auto: STK_LOADER_AUTOTUNE, capped by the CPU count */
+    bool auto_threads; /* --threads auto: STK_LOADER_AUTOTUNE, capped by the CPU count */
     const char *trace, *plot;
     int epochs;
     int64_t batch;
@@ -150,14 +150,15 @@ static int parse(int argc, char **argv, bench_args *a)
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'r': a->recipe = optarg; break;
+        case 'r':
+            a->recipe = optarg;
+            break;
         case 't':
             if (strcmp(optarg, "auto") == 0) {
                 a->auto_threads = true;
                 a->n_threads_list = 1;
                 a->threads_list[0] = 0;
-            } else if (parse_list(optarg, "--threads", 0, a->threads_list,
-                                  &a->n_threads_list)) {
+            } else if (parse_list(optarg, "--threads", 0, a->threads_list, &a->n_threads_list)) {
                 return 2;
             }
             break;
@@ -175,8 +176,12 @@ static int parse(int argc, char **argv, bench_args *a)
             if (parse_list(optarg, "--prefetch", 1, a->prefetch_list, &a->n_prefetch_list))
                 return 2;
             break;
-        case 'P': a->plot = optarg; break;
-        case 'T': a->trace = optarg; break;
+        case 'P':
+            a->plot = optarg;
+            break;
+        case 'T':
+            a->trace = optarg;
+            break;
         case 'm':
             if (stk_cli_parse_int(optarg, "--max-samples", 1, INT64_MAX, &v))
                 return 2;
@@ -187,23 +192,42 @@ static int parse(int argc, char **argv, bench_args *a)
                 return 2;
             a->seed = (uint64_t)v;
             break;
-        case 'S': a->shuffle = true; break;
-        case 'x': a->exact = true; break;
-        case 'c': a->ceiling = true; break;
-        case 'j': a->json = true; break;
-        case 'q': a->quiet = true; break;
-        case 'V': a->no_verify = true; break;
-        case 'N': a->no_stats = true; break;
-        case 'h': usage(stdout); return -1;
-        default: return stk_cli_getopt_error("bench", c, argv);
+        case 'S':
+            a->shuffle = true;
+            break;
+        case 'x':
+            a->exact = true;
+            break;
+        case 'c':
+            a->ceiling = true;
+            break;
+        case 'j':
+            a->json = true;
+            break;
+        case 'q':
+            a->quiet = true;
+            break;
+        case 'V':
+            a->no_verify = true;
+            break;
+        case 'N':
+            a->no_stats = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return -1;
+        default:
+            return stk_cli_getopt_error("bench", c, argv);
         }
     }
     if (optind >= argc)
         return stk_cli_usage_error("bench", "no DATA given");
     if (strcmp(a->recipe, "raw") != 0 && strcmp(a->recipe, "imagenet-train") != 0 &&
         strcmp(a->recipe, "imagenet-val") != 0) {
-        return stk_cli_usage_error("bench", "unknown recipe '%s' (raw, imagenet-train, "
-                                   "imagenet-val)", a->recipe);
+        return stk_cli_usage_error("bench",
+                                   "unknown recipe '%s' (raw, imagenet-train, "
+                                   "imagenet-val)",
+                                   a->recipe);
     }
     a->paths = (const char *const *)argv + optind;
     a->n_paths = (size_t)(argc - optind);
@@ -282,10 +306,10 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
 typedef struct ceiling_job {
     const uint8_t *const *rec; /* record (or image) bytes in memory */
     const size_t *size;
-    size_t n, first, step;     /* this thread takes records first, first+step, ... */
+    size_t n, first, step; /* this thread takes records first, first+step, ... */
     int epochs;
     bool decode;
-    uint8_t *dst;              /* memcpy destination, one ring slot's worth */
+    uint8_t *dst; /* memcpy destination, one ring slot's worth */
     size_t dst_size;
     uint64_t samples, bytes;
     int failed;
@@ -307,8 +331,7 @@ static void *ceiling_thread(void *arg)
             if (j->decode) {
                 stk_image img;
                 if (stk_decoder_decode(dec, j->rec[i], j->size[i], &img) < 0) {
-                    snprintf(j->err, sizeof(j->err), "record %zu: %s", i,
-                             stk_decoder_errmsg(dec));
+                    snprintf(j->err, sizeof(j->err), "record %zu: %s", i, stk_decoder_errmsg(dec));
                     j->failed = 1;
                     break;
                 }
@@ -383,9 +406,14 @@ static int run_ceiling(const bench_args *a, unsigned threads, size_t slot_size, 
     }
     double t0 = stk_cli_now();
     for (unsigned k = 0; k < threads; k++) {
-        jobs[k] = (ceiling_job){.rec = (const uint8_t *const *)rec, .size = size, .n = n,
-                                .first = k, .step = threads, .epochs = a->epochs,
-                                .decode = decode, .dst_size = slot_size};
+        jobs[k] = (ceiling_job){.rec = (const uint8_t *const *)rec,
+                                .size = size,
+                                .n = n,
+                                .first = k,
+                                .step = threads,
+                                .epochs = a->epochs,
+                                .decode = decode,
+                                .dst_size = slot_size};
         if (!decode)
             jobs[k].dst = malloc(slot_size);
         pthread_create(&tids[k], NULL, ceiling_thread, &jobs[k]);
@@ -451,10 +479,9 @@ static int report_single(const bench_args *a, const bench_result *lr, const benc
                "\"autotune_changes\": %u, \"autotune_reason\": ",
                a->recipe, a->exact ? "true" : "false", lr->threads, lr->prefetch, a->epochs,
                a->batch, lr->samples, lr->seconds, sps, bps, lr->first_batch_s * 1e3,
-               lr->rss_before_mib, lr->peak_rss_mib, lr->ring_mib, lr->st.read_ns,
-               lr->st.decode_ns, lr->st.augment_ns, lr->st.collate_ns, lr->st.worker_wait_ns,
-               lr->st.consumer_wait_ns, lr->st.wall_ns, lr->st.active_threads, lr->st.depth,
-               lr->st.autotune_changes);
+               lr->rss_before_mib, lr->peak_rss_mib, lr->ring_mib, lr->st.read_ns, lr->st.decode_ns,
+               lr->st.augment_ns, lr->st.collate_ns, lr->st.worker_wait_ns, lr->st.consumer_wait_ns,
+               lr->st.wall_ns, lr->st.active_threads, lr->st.depth, lr->st.autotune_changes);
         stk_cli_json_string(stdout, lr->st.autotune_reason, strlen(lr->st.autotune_reason));
         printf("}");
         if (cr)
@@ -509,8 +536,7 @@ static int write_plot(const bench_args *a, const double *sps, const double *ceil
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
             "font-family=\"sans-serif\" font-size=\"12\">\n"
             "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-            "<text x=\"%d\" y=\"25\" font-size=\"15\">stoker bench: %s, batch %" PRId64
-            "</text>\n",
+            "<text x=\"%d\" y=\"25\" font-size=\"15\">stoker bench: %s, batch %" PRId64 "</text>\n",
             W, H, L, a->recipe, a->batch);
     for (int k = 0; k <= 5; k++) { /* y grid and labels */
         double v = ymax * k / 5;
@@ -545,8 +571,8 @@ static int write_plot(const bench_args *a, const double *sps, const double *ceil
         fprintf(f,
                 "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>"
                 "<text x=\"%d\" y=\"%d\">",
-                W - R + 15, ly, W - R + 40, ly, color,
-                j < np ? "" : " stroke-dasharray=\"6,4\"", W - R + 46, ly + 4);
+                W - R + 15, ly, W - R + 40, ly, color, j < np ? "" : " stroke-dasharray=\"6,4\"",
+                W - R + 46, ly + 4);
         if (j < np)
             fprintf(f, "prefetch %d</text>\n", a->prefetch_list[j]);
         else
@@ -576,8 +602,8 @@ static int run_sweep(const bench_args *a, stk_transform *t)
     for (int i = 0; i < nt; i++) {
         for (int j = 0; j < np; j++) {
             bool last = i == nt - 1 && j == np - 1;
-            if (run_loader(a, a->threads_list[i], a->prefetch_list[j], t,
-                           last ? a->trace : NULL, &r))
+            if (run_loader(a, a->threads_list[i], a->prefetch_list[j], t, last ? a->trace : NULL,
+                           &r))
                 return 1;
             sps[i * np + j] = r.samples / r.seconds;
             if (j == 0 && run_ceiling(a, r.threads, r.slot_size, &cr))
@@ -590,8 +616,8 @@ static int run_sweep(const bench_args *a, stk_transform *t)
                        i || j ? "," : "", r.threads, r.prefetch, sps[i * np + j], ceil_sps[i],
                        r.st.wall_ns ? (double)r.st.consumer_wait_ns / r.st.wall_ns : 0.0);
             else
-                printf("%-8u %-9u %14.1f %14.1f %10.3f\n", r.threads, r.prefetch,
-                       sps[i * np + j], ceil_sps[i], sps[i * np + j] / ceil_sps[i]);
+                printf("%-8u %-9u %14.1f %14.1f %10.3f\n", r.threads, r.prefetch, sps[i * np + j],
+                       ceil_sps[i], sps[i * np + j] / ceil_sps[i]);
             fflush(stdout);
         }
     }

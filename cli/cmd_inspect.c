@@ -47,7 +47,7 @@ static bool is_text(const uint8_t *s, size_t n)
 
 typedef struct inspect_args {
     bool json, records;
-    uint64_t limit; /* records to list; 0 = all */
+    uint64_t limit;     /* records to list; 0 = all */
     const char *format; /* --format: NULL = detect */
 } inspect_args;
 
@@ -194,7 +194,8 @@ static void inspect_json(const stk_dataset *ds)
 {
     size_t ns = stk_dataset_n_shards(ds), nf = stk_dataset_n_fields(ds);
     stk_shard_info si;
-    printf("{\"format\": \"%s\", \"records\": %llu, \"fingerprint\": \"%016llx\", \"max_record_size\": %llu, "
+    printf("{\"format\": \"%s\", \"records\": %llu, \"fingerprint\": \"%016llx\", "
+           "\"max_record_size\": %llu, "
            "\"shards\": [",
            stk_dataset_format(ds), (unsigned long long)stk_dataset_count(ds),
            (unsigned long long)stk_dataset_fingerprint(ds),
@@ -281,12 +282,9 @@ static void inspect_usage(FILE *f)
 int stk_cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"records", no_argument, NULL, 'r'},
-        {"limit", required_argument, NULL, 'l'},
-        {"format", required_argument, NULL, 'F'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'j'},        {"records", no_argument, NULL, 'r'},
+        {"limit", required_argument, NULL, 'l'}, {"format", required_argument, NULL, 'F'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     inspect_args a;
     memset(&a, 0, sizeof(a));

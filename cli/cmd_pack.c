@@ -63,7 +63,8 @@ static int pack(const pack_args *a)
         return 1;
     }
     stk_shard_info si;
-    long classes = stk_dataset_shard(ds, 0, &si) == STK_OK ? stk_cli_count_classes(si.metadata) : -1;
+    long classes =
+        stk_dataset_shard(ds, 0, &si) == STK_OK ? stk_cli_count_classes(si.metadata) : -1;
     if (!a->quiet) {
         char b1[32], b2[32], cls[32] = "";
         double secs = stk_cli_now() - t0;

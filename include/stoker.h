@@ -55,18 +55,18 @@ STK_API const char *stk_version_string(void);
 typedef int stk_status;
 
 enum {
-    STK_OK = 0,          /* success */
-    STK_END = 1,         /* not an error: the epoch is done (stk_loader_next) */
-    STK_EINVAL = -1,     /* invalid argument */
-    STK_ENOMEM = -2,     /* out of memory */
-    STK_EIO = -3,        /* I/O error (open, read, write, rename, mmap) */
-    STK_EFORMAT = -4,    /* malformed or corrupt data (bad magic, checksum, truncated file) */
-    STK_ELIMIT = -5,     /* a limit was exceeded (pixels, record size, slot size, streams) */
-    STK_ENOTSUP = -6,    /* not supported (format version, field kind, missing driver) */
-    STK_ESTATE = -7,     /* call not valid in the object's current state */
-    STK_ECANCELED = -8,  /* the operation was cancelled (loader closing) */
-    STK_EAGAIN = -9,     /* nothing ready before the timeout: call again (nothing changed) */
-    STK_EBUSY = -10      /* the next ring slot is held by the caller: release the oldest batch */
+    STK_OK = 0,         /* success */
+    STK_END = 1,        /* not an error: the epoch is done (stk_loader_next) */
+    STK_EINVAL = -1,    /* invalid argument */
+    STK_ENOMEM = -2,    /* out of memory */
+    STK_EIO = -3,       /* I/O error (open, read, write, rename, mmap) */
+    STK_EFORMAT = -4,   /* malformed or corrupt data (bad magic, checksum, truncated file) */
+    STK_ELIMIT = -5,    /* a limit was exceeded (pixels, record size, slot size, streams) */
+    STK_ENOTSUP = -6,   /* not supported (format version, field kind, missing driver) */
+    STK_ESTATE = -7,    /* call not valid in the object's current state */
+    STK_ECANCELED = -8, /* the operation was cancelled (loader closing) */
+    STK_EAGAIN = -9,    /* nothing ready before the timeout: call again (nothing changed) */
+    STK_EBUSY = -10     /* the next ring slot is held by the caller: release the oldest batch */
 };
 
 /** Static English text for a status code ("invalid argument", ...); never NULL, also for
@@ -114,8 +114,8 @@ typedef enum stk_field_kind {
     STK_FIELD_ARRAY = 3    /* a fixed-shape array of `dtype`, C order */
 } stk_field_kind;
 
-#define STK_MAX_NAME 32  /* field and tensor names, including the terminating NUL */
-#define STK_MAX_DIMS 4   /* dimensions of an array field (not counting the batch) */
+#define STK_MAX_NAME 32 /* field and tensor names, including the terminating NUL */
+#define STK_MAX_DIMS 4  /* dimensions of an array field (not counting the batch) */
 #define STK_MAX_FIELDS 16
 
 /** Lower-case name of a field kind ("bytes", "int64", "float32", "array"); "unknown" for an
@@ -125,10 +125,10 @@ STK_API const char *stk_field_kind_name(stk_field_kind kind);
 
 /** One field of a record schema. */
 typedef struct stk_field {
-    char name[STK_MAX_NAME];  /* NUL-terminated, unique within the schema, [A-Za-z0-9_.-] */
+    char name[STK_MAX_NAME]; /* NUL-terminated, unique within the schema, [A-Za-z0-9_.-] */
     stk_field_kind kind;
-    stk_dtype dtype;           /* STK_FIELD_ARRAY only (otherwise implied by kind) */
-    uint32_t ndim;             /* STK_FIELD_ARRAY only: 1..STK_MAX_DIMS */
+    stk_dtype dtype; /* STK_FIELD_ARRAY only (otherwise implied by kind) */
+    uint32_t ndim;   /* STK_FIELD_ARRAY only: 1..STK_MAX_DIMS */
     int64_t shape[STK_MAX_DIMS];
 } stk_field;
 
@@ -218,9 +218,9 @@ typedef struct stk_dataset_opts {
     const char *const *paths; /* what the user wrote: files, directories, globs and brace ranges
                                  ("train-{000000..000127}.stk"); copied at open */
     size_t n_paths;
-    unsigned flags;           /* STK_DATASET_* */
-    const char *format;       /* a name from stk_format_name ("stk", "imagefolder", "npy"), or
-                                 NULL/"" to detect it (default); copied */
+    unsigned flags;     /* STK_DATASET_* */
+    const char *format; /* a name from stk_format_name ("stk", "imagefolder", "npy"), or
+                           NULL/"" to detect it (default); copied */
 } stk_dataset_opts;
 
 /** Fill `opts` with defaults (no paths, no flags, detect the format).
@@ -291,10 +291,10 @@ typedef struct stk_shard_info {
     uint64_t first_record; /* global number of the shard's first record */
     uint64_t n_records;
     uint64_t file_size;
-    uint64_t data_size;    /* bytes of record payload (with padding) */
-    uint32_t version;      /* format version of the shard */
-    const char *metadata;  /* the writer's metadata JSON ("{}" when the format has none; an
-                              ImageFolder tree: its classes); valid until stk_dataset_close */
+    uint64_t data_size;   /* bytes of record payload (with padding) */
+    uint32_t version;     /* format version of the shard */
+    const char *metadata; /* the writer's metadata JSON ("{}" when the format has none; an
+                             ImageFolder tree: its classes); valid until stk_dataset_close */
 } stk_shard_info;
 
 /** Number of shards, and facts about shard `i`.
@@ -413,11 +413,11 @@ STK_API uint64_t stk_sampler_index(uint64_t n, bool shuffle, uint64_t seed, uint
 
 /** How one rank walks an epoch (see DESIGN.md, "Distributed"). Filled by stk_plan_init. */
 typedef struct stk_plan {
-    uint64_t n;          /* records in the dataset */
-    uint64_t start;      /* global position the epoch (re)starts from (resume point) */
-    uint64_t end;        /* one past the last global position used (with padding) */
-    uint64_t per_rank;   /* samples this rank receives in this epoch */
-    uint64_t n_batches;  /* batches this rank receives */
+    uint64_t n;         /* records in the dataset */
+    uint64_t start;     /* global position the epoch (re)starts from (resume point) */
+    uint64_t end;       /* one past the last global position used (with padding) */
+    uint64_t per_rank;  /* samples this rank receives in this epoch */
+    uint64_t n_batches; /* batches this rank receives */
     uint32_t batch_size;
     uint32_t rank, world;
     bool drop_last;
@@ -457,22 +457,22 @@ typedef struct stk_transform stk_transform;
 /** Ops, named and parameterised as in torchvision.transforms. New kinds are appended, never
  *  renumbered; stk_op_count and stk_op_kind_at enumerate the kinds this library has. */
 typedef enum stk_op_kind {
-    STK_OP_RANDOM_RESIZED_CROP = 0, /* size, scale, ratio: torchvision's sampler (10 tries) */
-    STK_OP_RESIZE = 1,              /* size: (h, w), or shorter side when size[1] == 0 */
-    STK_OP_CENTER_CROP = 2,         /* size: (h, w) */
+    STK_OP_RANDOM_RESIZED_CROP = 0,    /* size, scale, ratio: torchvision's sampler (10 tries) */
+    STK_OP_RESIZE = 1,                 /* size: (h, w), or shorter side when size[1] == 0 */
+    STK_OP_CENTER_CROP = 2,            /* size: (h, w) */
     STK_OP_RANDOM_HORIZONTAL_FLIP = 3, /* p */
-    STK_OP_COLOR_JITTER = 4,        /* brightness, contrast, saturation, hue */
-    STK_OP_NORMALIZE = 5,           /* mean, std (per channel, on the 0..1 scale) */
-    STK_OP_RANDOM_VERTICAL_FLIP = 6 /* p */
+    STK_OP_COLOR_JITTER = 4,           /* brightness, contrast, saturation, hue */
+    STK_OP_NORMALIZE = 5,              /* mean, std (per channel, on the 0..1 scale) */
+    STK_OP_RANDOM_VERTICAL_FLIP = 6    /* p */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
 typedef struct stk_op {
     stk_op_kind kind;
-    int64_t size[2];      /* (h, w); Resize with size[1] == 0 resizes the shorter side */
-    double scale[2];      /* RandomResizedCrop area range (default 0.08, 1.0) */
-    double ratio[2];      /* RandomResizedCrop aspect range (default 3/4, 4/3) */
-    double p;             /* RandomHorizontalFlip/RandomVerticalFlip probability (default 0.5) */
+    int64_t size[2]; /* (h, w); Resize with size[1] == 0 resizes the shorter side */
+    double scale[2]; /* RandomResizedCrop area range (default 0.08, 1.0) */
+    double ratio[2]; /* RandomResizedCrop aspect range (default 3/4, 4/3) */
+    double p;        /* RandomHorizontalFlip/RandomVerticalFlip probability (default 0.5) */
     double brightness, contrast, saturation, hue; /* ColorJitter (default 0: off) */
     float mean[3], std[3];                        /* Normalize */
 } stk_op;
@@ -530,13 +530,13 @@ STK_API const stk_op_param *stk_op_param_at(stk_op_kind kind, size_t i);
 
 /** Options for stk_transform_create. Initialise with stk_transform_opts_init. */
 typedef struct stk_transform_opts {
-    size_t struct_size;  /* set by stk_transform_opts_init(); never by hand */
-    const stk_op *ops;   /* applied in order; copied at create */
+    size_t struct_size; /* set by stk_transform_opts_init(); never by hand */
+    const stk_op *ops;  /* applied in order; copied at create */
     size_t n_ops;
-    stk_dtype dtype;     /* output: UINT8, FLOAT32 (default), FLOAT16 or BFLOAT16 */
-    bool nhwc;           /* output layout HWC per sample (default false: CHW) */
-    bool exact;          /* decode at full scale: no DCT-domain downscaling (default false) */
-    uint64_t max_pixels; /* larger images fail with STK_ELIMIT (default 64 Mpx) */
+    stk_dtype dtype;       /* output: UINT8, FLOAT32 (default), FLOAT16 or BFLOAT16 */
+    bool nhwc;             /* output layout HWC per sample (default false: CHW) */
+    bool exact;            /* decode at full scale: no DCT-domain downscaling (default false) */
+    uint64_t max_pixels;   /* larger images fail with STK_ELIMIT (default 64 Mpx) */
     bool finish_on_device; /* the workers output uint8 [H, W, 3] and the loader finishes (layout,
                             * x/255, Normalize's (x-mean)/std, the dtype cast) after the copy, on
                             * the device when it can, else on the CPU; needs a float dtype and
@@ -577,7 +577,7 @@ typedef struct stk_decoder stk_decoder;
 typedef struct stk_image {
     const uint8_t *data; /* valid until the next call on the decoder */
     uint32_t width, height;
-    size_t stride;       /* bytes per row */
+    size_t stride; /* bytes per row */
 } stk_image;
 
 /** Create a decoder refusing images over `max_pixels` (0 = 64 Mpx).
@@ -589,8 +589,7 @@ STK_API void stk_decoder_destroy(stk_decoder *d);
  *  @return STK_OK, STK_EFORMAT (corrupt or not an image; reason in stk_decoder_errmsg),
  *          STK_ELIMIT (over max_pixels), STK_ENOMEM.
  *  Lifetime: out->data until the next call on `d`. */
-STK_API stk_status stk_decoder_decode(stk_decoder *d, const void *src, size_t size,
-                                      stk_image *out);
+STK_API stk_status stk_decoder_decode(stk_decoder *d, const void *src, size_t size, stk_image *out);
 STK_API const char *stk_decoder_errmsg(const stk_decoder *d);
 
 /** Destroy a transform. Accepts NULL. Must outlive every loader that uses it. */
@@ -609,44 +608,44 @@ typedef struct stk_loader stk_loader;
 typedef struct stk_batch stk_batch;
 
 /* Loader flags. */
-#define STK_LOADER_SHUFFLE 0x1u     /* shuffle each epoch from (seed, epoch) */
-#define STK_LOADER_DROP_LAST 0x2u   /* drop the partial last batch (and the rank tail) */
+#define STK_LOADER_SHUFFLE 0x1u      /* shuffle each epoch from (seed, epoch) */
+#define STK_LOADER_DROP_LAST 0x2u    /* drop the partial last batch (and the rank tail) */
 #define STK_LOADER_SKIP_CORRUPT 0x4u /* on_error=skip: replace a bad sample, count it */
-#define STK_LOADER_NO_VERIFY 0x8u   /* do not check record checksums */
-#define STK_LOADER_PINNED 0x10u     /* allocate the ring page-locked (needs CUDA; else pageable) */
-#define STK_LOADER_AUTOTUNE 0x20u   /* choose active threads and depth online (see below) */
-#define STK_LOADER_NO_STATS 0x40u   /* do not time the stages (to measure what timing costs) */
+#define STK_LOADER_NO_VERIFY 0x8u    /* do not check record checksums */
+#define STK_LOADER_PINNED 0x10u      /* allocate the ring page-locked (needs CUDA; else pageable) */
+#define STK_LOADER_AUTOTUNE 0x20u    /* choose active threads and depth online (see below) */
+#define STK_LOADER_NO_STATS 0x40u    /* do not time the stages (to measure what timing costs) */
 
 /** Options for stk_loader_create. Initialise with stk_loader_opts_init. More fields may be
  *  added at the end in later versions. */
 typedef struct stk_loader_opts {
-    size_t struct_size;          /* set by stk_loader_opts_init(); never by hand */
-    const char *const *paths;    /* dataset paths as for stk_dataset_open; copied at create */
+    size_t struct_size;       /* set by stk_loader_opts_init(); never by hand */
+    const char *const *paths; /* dataset paths as for stk_dataset_open; copied at create */
     size_t n_paths;
-    const stk_dataset *dataset;  /* or an open dataset (borrowed; must outlive the loader) */
-    int64_t batch_size;          /* samples per batch, >= 1 (default 256) */
-    int32_t n_threads;           /* worker threads; 0 = online CPUs (default 0); < 0 invalid */
-    int32_t prefetch;            /* ring slots (batches in flight), >= 1; 0 = default (4) */
-    uint64_t seed;               /* shuffle and augmentation seed (default 0) */
-    int32_t rank;                /* this process's rank; -1 = from the environment (default) */
-    int32_t world;               /* number of ranks; -1 = from the environment (default) */
-    uint32_t flags;              /* STK_LOADER_* */
+    const stk_dataset *dataset;     /* or an open dataset (borrowed; must outlive the loader) */
+    int64_t batch_size;             /* samples per batch, >= 1 (default 256) */
+    int32_t n_threads;              /* worker threads; 0 = online CPUs (default 0); < 0 invalid */
+    int32_t prefetch;               /* ring slots (batches in flight), >= 1; 0 = default (4) */
+    uint64_t seed;                  /* shuffle and augmentation seed (default 0) */
+    int32_t rank;                   /* this process's rank; -1 = from the environment (default) */
+    int32_t world;                  /* number of ranks; -1 = from the environment (default) */
+    uint32_t flags;                 /* STK_LOADER_* */
     const stk_transform *transform; /* NULL = raw records (default); borrowed */
-    const char *transform_field; /* field the transform reads (default "image") */
-    uint32_t trace_events;       /* per-thread trace capacity in events; 0 = no trace (default) */
+    const char *transform_field;    /* field the transform reads (default "image") */
+    uint32_t trace_events; /* per-thread trace capacity in events; 0 = no trace (default) */
     /* ---- GPU path (docs/gpu.md). CUDA is loaded at run time; without it these degrade to the
      * CPU path and stk_loader_stats.device_reason says why. ---- */
-    int32_t device;              /* CUDA device to copy each batch to, ahead of the consumer, on
-                                    the loader's own stream; -1 = none (default). Implies a
-                                    pinned ring. */
-    uint64_t pinned_limit;       /* cap in bytes on page-locked memory held by all loaders of the
-                                    process; a ring that would exceed it stays pageable. 0 = env
-                                    STOKER_PINNED_LIMIT (e.g. "8G"), else 1/4 of RAM (default) */
+    int32_t device;        /* CUDA device to copy each batch to, ahead of the consumer, on
+                              the loader's own stream; -1 = none (default). Implies a
+                              pinned ring. */
+    uint64_t pinned_limit; /* cap in bytes on page-locked memory held by all loaders of the
+                              process; a ring that would exceed it stays pageable. 0 = env
+                              STOKER_PINNED_LIMIT (e.g. "8G"), else 1/4 of RAM (default) */
     /* Finishing (normalise, cast, layout after the copy) is the transform's:
      * stk_transform_opts.finish_on_device. stk_batch_device_tensor shows the finished tensor;
      * stk_batch_tensor shows it after CPU finishing, the uint8 input when the device finishes. */
-    const char *format;          /* with paths: the dataset's format (stk_dataset_opts.format);
-                                    NULL = detect it (default); copied */
+    const char *format; /* with paths: the dataset's format (stk_dataset_opts.format);
+                           NULL = detect it (default); copied */
 } stk_loader_opts;
 
 /** Fill `opts` with the defaults documented on each field.
@@ -696,8 +695,7 @@ STK_API stk_status stk_loader_next(stk_loader *loader, stk_batch **out);
  *  @return as stk_loader_next, or STK_EAGAIN when no batch was ready in time; then nothing has
  *          changed and the call may simply be repeated.
  *  Threads: one consumer thread at a time. */
-STK_API stk_status stk_loader_next_timeout(stk_loader *loader, stk_batch **out,
-                                           int64_t timeout_ms);
+STK_API stk_status stk_loader_next_timeout(stk_loader *loader, stk_batch **out, int64_t timeout_ms);
 
 /** Detail of the loader's last failure.
  *  Lifetime: valid until the next call on the loader. */
@@ -720,8 +718,8 @@ typedef struct stk_loader_info {
     uint32_t rank;
     uint32_t world;
     uint64_t n_records;
-    size_t slot_size;   /* bytes of one ring slot */
-    bool pinned;        /* ring is page-locked */
+    size_t slot_size; /* bytes of one ring slot */
+    bool pinned;      /* ring is page-locked */
 } stk_loader_info;
 
 STK_API void stk_loader_info_get(const stk_loader *loader, stk_loader_info *out);
@@ -750,17 +748,17 @@ typedef struct stk_loader_stats {
     uint32_t autotune_changes; /* decisions the autotuner has taken */
     char autotune_reason[160]; /* why the last decision was taken ("" when none) */
     /* ---- GPU path ---- */
-    bool pinned;               /* every ring slot is page-locked */
-    uint64_t pinned_bytes;     /* page-locked bytes of this loader's ring */
-    uint64_t pinned_total;     /* page-locked bytes of all loaders in the process */
-    int32_t device;            /* device batches are copied to; -1 = none (or unavailable) */
-    uint32_t finish;           /* stk_finish_where: where finishing runs */
-    uint64_t copies;           /* batches whose device copy was issued */
-    uint64_t h2d_bytes;        /* bytes of those copies */
-    uint64_t copied_bytes;     /* bytes of the copies seen complete (copy_ns covers these) */
-    uint64_t finish_ns;        /* finishing: device time of the kernel, or CPU time (fallback) */
-    char device_reason[256];   /* why the ring is not pinned, there is no device copy or
-                                  finishing fell back to the CPU; "" when all requested is on */
+    bool pinned;             /* every ring slot is page-locked */
+    uint64_t pinned_bytes;   /* page-locked bytes of this loader's ring */
+    uint64_t pinned_total;   /* page-locked bytes of all loaders in the process */
+    int32_t device;          /* device batches are copied to; -1 = none (or unavailable) */
+    uint32_t finish;         /* stk_finish_where: where finishing runs */
+    uint64_t copies;         /* batches whose device copy was issued */
+    uint64_t h2d_bytes;      /* bytes of those copies */
+    uint64_t copied_bytes;   /* bytes of the copies seen complete (copy_ns covers these) */
+    uint64_t finish_ns;      /* finishing: device time of the kernel, or CPU time (fallback) */
+    char device_reason[256]; /* why the ring is not pinned, there is no device copy or
+                                finishing fell back to the CPU; "" when all requested is on */
 } stk_loader_stats;
 
 /** Fill `out`. Every counter only grows from one call to the next.
@@ -800,13 +798,13 @@ STK_API stk_status stk_loader_load_state(stk_loader *loader, const char *json);
 /** One output tensor of a batch. For a bytes field the data is [n, stride] uint8 with each
  *  sample's bytes at the start of its row and its length in `lengths`. */
 typedef struct stk_tensor {
-    const char *name;        /* field name, or "index" */
+    const char *name; /* field name, or "index" */
     stk_dtype dtype;
-    uint32_t ndim;           /* including the leading batch dimension */
+    uint32_t ndim; /* including the leading batch dimension */
     int64_t shape[STK_MAX_DIMS + 2];
-    void *data;              /* 64-byte aligned, C order */
-    size_t size;             /* bytes */
-    const int64_t *lengths;  /* bytes fields: valid bytes per sample; NULL otherwise */
+    void *data;             /* 64-byte aligned, C order */
+    size_t size;            /* bytes */
+    const int64_t *lengths; /* bytes fields: valid bytes per sample; NULL otherwise */
 } stk_tensor;
 
 /** Samples in the batch (the batch size, or fewer for the last batch of an epoch). */
@@ -867,10 +865,10 @@ typedef enum stk_finish_where {
 } stk_finish_where;
 
 /** Whether CUDA is usable for `device`: loads the driver (once per process) and looks the device
- *  up, without creating a context (cheap). `buf` (may be NULL) receives "CUDA driver 12.4, device 0: NVIDIA H100 80GB HBM3 (compute
- *  capability 9.0)" or the reason it is not usable ("libcuda.so.1: cannot open shared object
- *  file: No such file or directory", "cuInit: CUDA_ERROR_NO_DEVICE (...)").
- *  The driver is libcuda.so.1, or the library named by env STOKER_LIBCUDA.
+ *  up, without creating a context (cheap). `buf` (may be NULL) receives "CUDA driver 12.4, device
+ * 0: NVIDIA H100 80GB HBM3 (compute capability 9.0)" or the reason it is not usable ("libcuda.so.1:
+ * cannot open shared object file: No such file or directory", "cuInit: CUDA_ERROR_NO_DEVICE
+ * (...)"). The driver is libcuda.so.1, or the library named by env STOKER_LIBCUDA.
  *  @return STK_OK or STK_ENOTSUP.
  *  Threads: thread-safe. */
 STK_API stk_status stk_cuda_probe(int32_t device, char *buf, size_t buf_size);

@@ -11,19 +11,32 @@ static _Thread_local char last_errmsg[STK_ERRMSG_SIZE];
 const char *stk_strerror(stk_status code)
 {
     switch (code) {
-    case STK_OK: return "success";
-    case STK_END: return "end of epoch";
-    case STK_EINVAL: return "invalid argument";
-    case STK_ENOMEM: return "out of memory";
-    case STK_EIO: return "I/O error";
-    case STK_EFORMAT: return "malformed or corrupt data";
-    case STK_ELIMIT: return "limit exceeded";
-    case STK_ENOTSUP: return "not supported";
-    case STK_ESTATE: return "invalid state for this call";
-    case STK_ECANCELED: return "cancelled";
-    case STK_EAGAIN: return "nothing ready yet: try again";
-    case STK_EBUSY: return "the next ring slot is held by the caller";
-    default: return "unknown status code";
+    case STK_OK:
+        return "success";
+    case STK_END:
+        return "end of epoch";
+    case STK_EINVAL:
+        return "invalid argument";
+    case STK_ENOMEM:
+        return "out of memory";
+    case STK_EIO:
+        return "I/O error";
+    case STK_EFORMAT:
+        return "malformed or corrupt data";
+    case STK_ELIMIT:
+        return "limit exceeded";
+    case STK_ENOTSUP:
+        return "not supported";
+    case STK_ESTATE:
+        return "invalid state for this call";
+    case STK_ECANCELED:
+        return "cancelled";
+    case STK_EAGAIN:
+        return "nothing ready yet: try again";
+    case STK_EBUSY:
+        return "the next ring slot is held by the caller";
+    default:
+        return "unknown status code";
     }
 }
 

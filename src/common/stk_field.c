@@ -110,4 +110,3 @@ bool stk__field_equal(const stk_field *a, const stk_field *b)
             return false;
     return true;
 }
-

@@ -21,14 +21,18 @@ size_t stk_dtype_size(stk_dtype dtype)
 {
     switch (dtype) {
     case STK_DTYPE_UINT8:
-    case STK_DTYPE_INT8: return 1;
+    case STK_DTYPE_INT8:
+        return 1;
     case STK_DTYPE_INT16:
     case STK_DTYPE_FLOAT16:
-    case STK_DTYPE_BFLOAT16: return 2;
+    case STK_DTYPE_BFLOAT16:
+        return 2;
     case STK_DTYPE_INT32:
-    case STK_DTYPE_FLOAT32: return 4;
+    case STK_DTYPE_FLOAT32:
+        return 4;
     case STK_DTYPE_INT64:
-    case STK_DTYPE_FLOAT64: return 8;
+    case STK_DTYPE_FLOAT64:
+        return 8;
     }
     return 0;
 }
@@ -36,15 +40,24 @@ size_t stk_dtype_size(stk_dtype dtype)
 const char *stk_dtype_name(stk_dtype dtype)
 {
     switch (dtype) {
-    case STK_DTYPE_UINT8: return "uint8";
-    case STK_DTYPE_INT8: return "int8";
-    case STK_DTYPE_INT16: return "int16";
-    case STK_DTYPE_INT32: return "int32";
-    case STK_DTYPE_INT64: return "int64";
-    case STK_DTYPE_FLOAT16: return "float16";
-    case STK_DTYPE_BFLOAT16: return "bfloat16";
-    case STK_DTYPE_FLOAT32: return "float32";
-    case STK_DTYPE_FLOAT64: return "float64";
+    case STK_DTYPE_UINT8:
+        return "uint8";
+    case STK_DTYPE_INT8:
+        return "int8";
+    case STK_DTYPE_INT16:
+        return "int16";
+    case STK_DTYPE_INT32:
+        return "int32";
+    case STK_DTYPE_INT64:
+        return "int64";
+    case STK_DTYPE_FLOAT16:
+        return "float16";
+    case STK_DTYPE_BFLOAT16:
+        return "bfloat16";
+    case STK_DTYPE_FLOAT32:
+        return "float32";
+    case STK_DTYPE_FLOAT64:
+        return "float64";
     }
     return "unknown";
 }
@@ -52,10 +65,14 @@ const char *stk_dtype_name(stk_dtype dtype)
 const char *stk_field_kind_name(stk_field_kind kind)
 {
     switch (kind) {
-    case STK_FIELD_BYTES: return "bytes";
-    case STK_FIELD_INT64: return "int64";
-    case STK_FIELD_FLOAT32: return "float32";
-    case STK_FIELD_ARRAY: return "array";
+    case STK_FIELD_BYTES:
+        return "bytes";
+    case STK_FIELD_INT64:
+        return "int64";
+    case STK_FIELD_FLOAT32:
+        return "float32";
+    case STK_FIELD_ARRAY:
+        return "array";
     }
     return "unknown";
 }

@@ -81,7 +81,8 @@ enum {
     X(cuEventDestroy, "cuEventDestroy_v2", (CUevent event))                                        \
     X(cuModuleLoadData, "cuModuleLoadData", (CUmodule * mod, const void *image))                   \
     X(cuModuleUnload, "cuModuleUnload", (CUmodule mod))                                            \
-    X(cuModuleGetFunction, "cuModuleGetFunction", (CUfunction * fn, CUmodule mod, const char *name)) \
+    X(cuModuleGetFunction, "cuModuleGetFunction",                                                  \
+      (CUfunction * fn, CUmodule mod, const char *name))                                           \
     X(cuLaunchKernel, "cuLaunchKernel",                                                            \
       (CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,             \
        unsigned bz, unsigned shared, CUstream stream, void **params, void **extra))

@@ -16,11 +16,7 @@
 
 #include "stk_internal.h"
 
-typedef enum stk__imgfmt {
-    STK__IMG_UNKNOWN = 0,
-    STK__IMG_JPEG = 1,
-    STK__IMG_PNG = 2
-} stk__imgfmt;
+typedef enum stk__imgfmt { STK__IMG_UNKNOWN = 0, STK__IMG_JPEG = 1, STK__IMG_PNG = 2 } stk__imgfmt;
 
 /* Header facts, from parsing the image header only. */
 typedef struct stk__imginfo {
@@ -32,11 +28,11 @@ typedef struct stk__imginfo {
  * [origin_x + u*scale_x, origin_x + (u+1)*scale_x) x [origin_y + v*scale_y, ...). The buffer may
  * extend beyond the requested window (iMCU alignment); it always contains it. */
 typedef struct stk__decoded {
-    const uint8_t *rgb;       /* RGB interleaved; valid until the next call on the decoder */
-    uint32_t width, height;   /* buffer size in pixels */
-    size_t stride;            /* bytes per row */
+    const uint8_t *rgb;     /* RGB interleaved; valid until the next call on the decoder */
+    uint32_t width, height; /* buffer size in pixels */
+    size_t stride;          /* bytes per row */
     double origin_x, origin_y;
-    double scale_x, scale_y;  /* full-resolution pixels per buffer pixel (1, 2, 4 or 8 for JPEG) */
+    double scale_x, scale_y; /* full-resolution pixels per buffer pixel (1, 2, 4 or 8 for JPEG) */
 } stk__decoded;
 
 typedef struct stk__decoder stk__decoder;

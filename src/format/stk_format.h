@@ -6,8 +6,9 @@
  *
  *   [header][pad to align][record 0][pad][record 1]...[pad to 8][index][footer]
  *
- * Used by the writer (stk_writer.c), the reader (src/source/stk_src_stk.c) and the fuzz harness (which repairs checksums of mutated
- * inputs to reach the index validation); nothing else should need it.
+ * Used by the writer (stk_writer.c), the reader (src/source/stk_src_stk.c) and the fuzz harness
+ * (which repairs checksums of mutated inputs to reach the index validation); nothing else should
+ * need it.
  */
 #ifndef STK_FORMAT_H
 #define STK_FORMAT_H

@@ -445,4 +445,3 @@ void stk_writer_abort(stk_writer *w)
     if (w)
         writer_free(w, true);
 }
-

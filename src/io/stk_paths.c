@@ -103,8 +103,9 @@ static stk_status brace_expand(const char *arg, stk__strlist *out, char *err, si
         return STK_OK;
     }
     if (b - a >= MAX_BRACE_NAMES)
-        return stk__set_error(err, err_size, STK_ELIMIT, "%s: the range {%llu..%llu} has over %d names",
-                              arg, a, b, MAX_BRACE_NAMES);
+        return stk__set_error(err, err_size, STK_ELIMIT,
+                              "%s: the range {%llu..%llu} has over %d names", arg, a, b,
+                              MAX_BRACE_NAMES);
     size_t pre = (size_t)(open - arg), len = strlen(arg);
     char *buf = stk__malloc(len + 32);
     if (!buf)

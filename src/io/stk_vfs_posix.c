@@ -83,8 +83,9 @@ static stk_status posix_read(stk__file *file, uint64_t offset, const stk__iov *i
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
-            return stk__set_error(err, err_size, STK_EIO, "%s: read of %zu bytes at %llu failed: %s",
-                                  file->path, want, (unsigned long long)offset, strerror(errno));
+            return stk__set_error(err, err_size, STK_EIO,
+                                  "%s: read of %zu bytes at %llu failed: %s", file->path, want,
+                                  (unsigned long long)offset, strerror(errno));
         if (r == 0) {
             struct stat now;
             long long now_size = fstat(f->fd, &now) == 0 ? (long long)now.st_size : -1;

@@ -67,8 +67,8 @@ stk_status stk_plan_init(stk_plan *plan, uint64_t n, uint64_t start, uint32_t ba
         plan->per_rank = drop_last ? rem / world : (rem + world - 1) / world;
     }
     plan->end = start + plan->per_rank * world;
-    plan->n_batches = drop_last ? plan->per_rank / batch_size
-                                : (plan->per_rank + batch_size - 1) / batch_size;
+    plan->n_batches =
+        drop_last ? plan->per_rank / batch_size : (plan->per_rank + batch_size - 1) / batch_size;
     return STK_OK;
 }
 
@@ -122,8 +122,8 @@ stk_status stk_env_rank(uint32_t *rank, uint32_t *world)
         if (hr == 0 && hw == 0)
             continue;
         if (hr == 0 || hw == 0)
-            return stk__set_last_error(STK_EINVAL, "%s is set but %s is not",
-                                       pairs[i][hr ? 0 : 1], pairs[i][hr ? 1 : 0]);
+            return stk__set_last_error(STK_EINVAL, "%s is set but %s is not", pairs[i][hr ? 0 : 1],
+                                       pairs[i][hr ? 1 : 0]);
         if (w == 0 || r >= w)
             return stk__set_last_error(STK_EINVAL, "rank %s=%u is not below world size %s=%u",
                                        pairs[i][0], r, pairs[i][1], w);

@@ -4,10 +4,10 @@
  * move on to the next batch while stragglers finish, so all threads cooperate on the batch
  * needed first. A worker opens batch `open_seq` only when its slot is FREE and the autotune depth
  * allows one more batch ahead of the consumer: that is the backpressure. A sample is its record
- * read through the record source (which owns the checksum policy), transformed, and finished (flip drawn; on the CPU path its
- * finished output written); the worker completing a batch queues its device copy before marking
- * it READY, so the copy runs ahead of the consumer. A slot whose last copy may still be reading
- * it is refilled only once the copy completed (drain).
+ * read through the record source (which owns the checksum policy), transformed, and finished (flip
+ * drawn; on the CPU path its finished output written); the worker completing a batch queues its
+ * device copy before marking it READY, so the copy runs ahead of the consumer. A slot whose last
+ * copy may still be reading it is refilled only once the copy completed (drain).
  */
 #include "loader/stk_loader_int.h"
 

@@ -133,8 +133,8 @@ static stk_status prepare_out(packer *p)
                                   "replace it)",
                                   p->out);
         if (unlink(p->out) != 0)
-            return stk__set_error(p->err, sizeof(p->err), STK_EIO, "%s: cannot remove: %s",
-                                  p->out, strerror(errno));
+            return stk__set_error(p->err, sizeof(p->err), STK_EIO, "%s: cannot remove: %s", p->out,
+                                  strerror(errno));
         exists = false;
     }
     if (exists && !dir_is_empty(p->out) && !p->o.force)
@@ -240,8 +240,8 @@ stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts 
     if (opts_in)
         memcpy(&p.o, opts_in, STK_MIN(opts_in->struct_size, sizeof(p.o)));
     if (p.o.align == 0 || (p.o.align & (p.o.align - 1)) || p.o.align > STK_FMT_MAX_ALIGN)
-        return stk__set_last_error(STK_EINVAL, "align %u is not a power of two in 1..%u",
-                                   p.o.align, STK_FMT_MAX_ALIGN);
+        return stk__set_last_error(STK_EINVAL, "align %u is not a power of two in 1..%u", p.o.align,
+                                   STK_FMT_MAX_ALIGN);
     p.ds = ds;
     p.out = out;
     uint32_t nf = (uint32_t)stk_dataset_n_fields(ds);

@@ -405,7 +405,8 @@ stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf, si
         dst[f] = base + off[f];
     STK_TRY(stk__dataset_cursor_open(ds, &cur, err, err_size));
     stk__recinfo info;
-    unsigned flags = (ds->flags & STK_DATASET_NO_VERIFY) ? STK__READ_NO_VERIFY : STK__READ_VERIFY_ALL;
+    unsigned flags =
+        (ds->flags & STK_DATASET_NO_VERIFY) ? STK__READ_NO_VERIFY : STK__READ_VERIFY_ALL;
     STK_TRY(stk__dataset_read(ds, cur, index, dst, cap, flags, &info, err, err_size));
     if (info.size > buf_size) {
         char where[STK_ERRMSG_SIZE];

@@ -51,7 +51,7 @@ typedef struct stk__srcfile {
  * files, fingerprint) except m, flags and vfs, which the dispatcher sets before calling it. */
 struct stk_dataset {
     const stk__source_methods *m;
-    void *impl; /* the source's own state */
+    void *impl;     /* the source's own state */
     unsigned flags; /* STK_DATASET_* */
     uint64_t count;
     uint32_t n_fields;
@@ -65,10 +65,10 @@ struct stk_dataset {
 
 /* What a read found: where the record lives and each field's size. */
 typedef struct stk__recinfo {
-    uint32_t file;    /* index into ds->files */
-    uint64_t local;   /* record number inside that file */
-    uint64_t offset;  /* byte offset of the record in the file (UINT64_MAX: not one place) */
-    uint64_t size;    /* bytes of all fields */
+    uint32_t file;   /* index into ds->files */
+    uint64_t local;  /* record number inside that file */
+    uint64_t offset; /* byte offset of the record in the file (UINT64_MAX: not one place) */
+    uint64_t size;   /* bytes of all fields */
     uint64_t field_size[STK_MAX_FIELDS];
 } stk__recinfo;
 
@@ -77,8 +77,8 @@ typedef struct stk__recinfo {
 #define STK__READ_VERIFY_ALL 0x2u /* check checksums even of records verified before */
 
 struct stk__source_methods {
-    const char *name;       /* the format= name: "stk", "imagefolder", "npy" */
-    const char *summary;    /* one line for `--help` and the unknown-format message */
+    const char *name;    /* the format= name: "stk", "imagefolder", "npy" */
+    const char *summary; /* one line for `--help` and the unknown-format message */
     /* How sure the source is that `path` is its format: 0 no, 1 by name (extension, directory
      * contents), 2 by content (magic bytes); -1 when it cannot tell for lack of memory (opening
      * fails with STK_ENOMEM rather than guess). `head` holds the first bytes of a file (n may
@@ -91,8 +91,7 @@ struct stk__source_methods {
     /* Free the source's state (ds->impl) and everything open may have set. */
     void (*close)(stk_dataset *ds);
     /* Optional per-thread state for read; NULL when read needs none. */
-    stk_status (*cursor_open)(const stk_dataset *ds, stk__cursor **out, char *err,
-                              size_t err_size);
+    stk_status (*cursor_open)(const stk_dataset *ds, stk__cursor **out, char *err, size_t err_size);
     void (*cursor_close)(const stk_dataset *ds, stk__cursor *cur);
     /* Read record i: field f's bytes into dst[f] (capacity cap[f]; a larger field is
      * STK_ELIMIT). info receives the sizes and location. Errors name the file and record (as

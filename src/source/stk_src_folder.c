@@ -270,7 +270,7 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
     STK_TRY(stk__vfs_stat(root, &st, err, err_size));
     if (!st.is_dir)
         STK_FAIL_E(STK_EINVAL,
-                 "%s: not a directory (an ImageFolder tree has one subfolder per class)", root);
+                   "%s: not a directory (an ImageFolder tree has one subfolder per class)", root);
     folder *fo = stk__calloc(1, sizeof(*fo));
     if (!fo || !(fo->root = stk__strdup(root))) {
         stk__free(fo);
@@ -290,10 +290,10 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
     }
     if (classes.n == 0)
         STK_FAIL_E(STK_EINVAL,
-                 "%s: no .stk shards, no .npy files and no class folders in %s (an ImageFolder "
-                 "tree has one subfolder per class, as torchvision expects; `stoker pack` makes "
-                 "shards)",
-                 root, root);
+                   "%s: no .stk shards, no .npy files and no class folders in %s (an ImageFolder "
+                   "tree has one subfolder per class, as torchvision expects; `stoker pack` makes "
+                   "shards)",
+                   root, root);
     for (size_t c = 0; c < classes.n; c++) {
         walk w;
         memset(&w, 0, sizeof(w));
@@ -311,12 +311,12 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
     if (empty.n) { /* torchvision: "Found no valid file for the classes ..." */
         char names[256] = "";
         for (size_t i = 0, k = 0; i < empty.n && k + 1 < sizeof(names); i++)
-            k += (size_t)snprintf(names + k, sizeof(names) - k, "%s'%s'", i ? ", " : "",
-                                  empty.v[i]);
+            k +=
+                (size_t)snprintf(names + k, sizeof(names) - k, "%s'%s'", i ? ", " : "", empty.v[i]);
         STK_FAIL_E(STK_EINVAL,
-                 "class folder%s %s in %s contain%s no images (extensions: .jpg .jpeg .png .ppm "
-                 ".bmp .pgm .tif .tiff .webp)",
-                 empty.n > 1 ? "s" : "", names, root, empty.n > 1 ? "" : "s");
+                   "class folder%s %s in %s contain%s no images (extensions: .jpg .jpeg .png .ppm "
+                   ".bmp .pgm .tif .tiff .webp)",
+                   empty.n > 1 ? "s" : "", names, root, empty.n > 1 ? "" : "s");
     }
     /* The schema stoker pack writes. */
     static const char *const names[3] = {"image", "label", "path"};
@@ -399,8 +399,8 @@ static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t 
                         : stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
     if (rc == STK_OK && f->size != it->size)
         rc = stk__set_error(err, err_size, STK_EFORMAT,
-                            "%s: changed since the dataset was opened (size %" PRIu64
-                            " -> %" PRIu64 ")",
+                            "%s: changed since the dataset was opened (size %" PRIu64 " -> %" PRIu64
+                            ")",
                             abs, it->size, f->size);
     if (rc == STK_OK)
         rc = stk__vfs_read(f, 0, dst[0], (size_t)it->size, err, err_size);

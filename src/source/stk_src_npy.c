@@ -62,8 +62,8 @@ static bool parse_descr(const char *v, stk_dtype *dt, const char **why)
     static const struct {
         const char *d;
         stk_dtype t;
-    } map[] = {{"u1", STK_DTYPE_UINT8},   {"i1", STK_DTYPE_INT8},    {"i2", STK_DTYPE_INT16},
-               {"i4", STK_DTYPE_INT32},   {"i8", STK_DTYPE_INT64},   {"f2", STK_DTYPE_FLOAT16},
+    } map[] = {{"u1", STK_DTYPE_UINT8},   {"i1", STK_DTYPE_INT8},   {"i2", STK_DTYPE_INT16},
+               {"i4", STK_DTYPE_INT32},   {"i8", STK_DTYPE_INT64},  {"f2", STK_DTYPE_FLOAT16},
                {"f4", STK_DTYPE_FLOAT32}, {"f8", STK_DTYPE_FLOAT64}};
     if (*v != '\'') {
         *why = "structured dtype (descr is not a string)";
@@ -95,8 +95,7 @@ static stk_status npy_header(npyfile *nf, const char *path, stk_field *fd, uint6
     STK_TRY(stk__vfs_read(nf->f, 0, pre, STK_MIN(sizeof(pre), (size_t)nf->f->size), err, err_size));
     if (memcmp(pre, NPY_MAGIC, 6) != 0 || pre[6] < 1 || pre[6] > 3)
         STK_FAIL_E(STK_EFORMAT, "%s: not a .npy file (bad magic or version)", path);
-    uint64_t hlen = pre[6] == 1 ? (uint64_t)pre[8] | (uint64_t)pre[9] << 8
-                                : stk__ld32(pre + 8);
+    uint64_t hlen = pre[6] == 1 ? (uint64_t)pre[8] | (uint64_t)pre[9] << 8 : stk__ld32(pre + 8);
     uint64_t hoff = pre[6] == 1 ? 10 : 12;
     if (hlen > NPY_MAX_HEADER || hoff + hlen > nf->f->size)
         STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (length %" PRIu64 ")", path, hlen);
@@ -111,7 +110,7 @@ static stk_status npy_header(npyfile *nf, const char *path, stk_field *fd, uint6
         STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (%s)", path, h);
     if (strncmp(fo, "False", 5) != 0)
         STK_FAIL_E(STK_ENOTSUP, "%s: Fortran-order array (save it with np.ascontiguousarray)",
-                 path);
+                   path);
     memset(fd, 0, sizeof(*fd));
     if (!parse_descr(descr, &fd->dtype, &why))
         STK_FAIL_E(STK_ENOTSUP, "%s: %s is not supported (%.20s)", path, why, descr);
@@ -123,8 +122,8 @@ static stk_status npy_header(npyfile *nf, const char *path, stk_field *fd, uint6
         long long d = strtoll(p, &end, 10);
         if (end == p || d < 0 || nd == STK_MAX_DIMS + 1)
             STK_FAIL_E(nd == STK_MAX_DIMS + 1 ? STK_ENOTSUP : STK_EFORMAT,
-                     "%s: shape %.40s: need 1 to %d dimensions of sizes >= 0", path, shape,
-                     STK_MAX_DIMS + 1);
+                       "%s: shape %.40s: need 1 to %d dimensions of sizes >= 0", path, shape,
+                       STK_MAX_DIMS + 1);
         dims[nd++] = d;
         p = end;
         while (*p == ',' || *p == ' ')
@@ -152,9 +151,10 @@ static stk_status npy_header(npyfile *nf, const char *path, stk_field *fd, uint6
     nf->data_offset = hoff + hlen;
     nf->row_size = stk__field_fixed_size(fd);
     if (*rows && nf->row_size > (nf->f->size - nf->data_offset) / *rows)
-        STK_FAIL_E(STK_EFORMAT, "%s: truncated (%" PRIu64 " rows of %" PRIu64
-                 " bytes need more than the file's %" PRIu64 " bytes)",
-                 path, *rows, nf->row_size, nf->f->size);
+        STK_FAIL_E(STK_EFORMAT,
+                   "%s: truncated (%" PRIu64 " rows of %" PRIu64
+                   " bytes need more than the file's %" PRIu64 " bytes)",
+                   path, *rows, nf->row_size, nf->f->size);
 fail:
     stk__free(h);
     return rc;
@@ -182,8 +182,8 @@ static stk_status npy_open(stk_dataset *ds, const char *const *paths, size_t n_p
             STK_FAIL_E(STK_ENOMEM, "out of memory");
     }
     if (list.n == 0 || list.n > STK_MAX_FIELDS)
-        STK_FAIL_E(STK_EINVAL, "%s: need 1 to %d .npy files (one per field), found %zu",
-                 paths[0], STK_MAX_FIELDS, list.n);
+        STK_FAIL_E(STK_EINVAL, "%s: need 1 to %d .npy files (one per field), found %zu", paths[0],
+                   STK_MAX_FIELDS, list.n);
     npyfile *nf = stk__calloc(list.n, sizeof(*nf));
     if (!nf)
         STK_FAIL_E(STK_ENOMEM, "out of memory");

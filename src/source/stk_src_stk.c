@@ -110,14 +110,12 @@ static stk_status header_parse(shard *s, stk__srcfile *sf, const uint8_t *h, uin
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(s->fields[i].name, s->fields[j].name) == 0)
                 return stk__set_error(err, err_size, STK_EFORMAT,
-                                      "%s: corrupt schema (duplicate '%s')", p,
-                                      s->fields[i].name);
+                                      "%s: corrupt schema (duplicate '%s')", p, s->fields[i].name);
     }
     sf->metadata = stk__malloc((size_t)meta_size + 1);
     if (!sf->metadata)
         return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", p);
-    memcpy(sf->metadata, h + STK_FMT_H_FIXED + (size_t)s->n_fields * STK_FMT_FIELD_SIZE,
-           meta_size);
+    memcpy(sf->metadata, h + STK_FMT_H_FIXED + (size_t)s->n_fields * STK_FMT_FIELD_SIZE, meta_size);
     sf->metadata[meta_size] = '\0';
     return STK_OK;
 }
@@ -147,23 +145,21 @@ static stk_status index_validate(shard *s, const stk__srcfile *sf, char *err, si
             uint64_t fs = stk__ld32(e + STK_FMT_E_SIZES + 4 * f);
             if (fixed[f] && fs != fixed[f])
                 return stk__set_error(err, err_size, STK_EFORMAT,
-                                      "%s: corrupt index (record %" PRIu64 ": field '%s' is %" PRIu64
-                                      " bytes, expected %" PRIu64 ")",
+                                      "%s: corrupt index (record %" PRIu64
+                                      ": field '%s' is %" PRIu64 " bytes, expected %" PRIu64 ")",
                                       p, r, s->fields[f].name, fs, fixed[f]);
             seen[f] = STK_MAX(seen[f], fs);
             size += fs;
         }
         /* sizes are u32 and at most 16 fields: no overflow; off is checked before subtracting */
         if (off < s->data_offset || off > s->index_offset || size > s->index_offset - off)
-            return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "%s: corrupt index (record %" PRIu64
-                                  " lies outside the data region)",
-                                  p, r);
+            return stk__set_error(
+                err, err_size, STK_EFORMAT,
+                "%s: corrupt index (record %" PRIu64 " lies outside the data region)", p, r);
         if (off < prev_end) /* docs/format.md: offsets increase, records do not overlap */
             return stk__set_error(err, err_size, STK_EFORMAT,
                                   "%s: corrupt index (record %" PRIu64 " at byte %" PRIu64
-                                  " overlaps the record before it, which ends at byte %" PRIu64
-                                  ")",
+                                  " overlaps the record before it, which ends at byte %" PRIu64 ")",
                                   p, r, off, prev_end);
         prev_end = off + size;
         seen_record = STK_MAX(seen_record, size);
@@ -194,7 +190,7 @@ static stk_status shard_open(shard *s, stk__srcfile *sf, char *err, size_t err_s
         sf->version = stk__ld32(fixed + STK_FMT_H_VERSION);
         if (sf->version > STK_FMT_VERSION)
             STK_FAIL_E(STK_ENOTSUP, "%s: format version %u is newer than this stoker (reads %u)",
-                     path, sf->version, STK_FMT_VERSION);
+                       path, sf->version, STK_FMT_VERSION);
         if (sf->version == 0)
             STK_FAIL_E(STK_EFORMAT, "%s: corrupt header (format version 0)", path);
     }
@@ -203,14 +199,14 @@ static stk_status shard_open(shard *s, stk__srcfile *sf, char *err, size_t err_s
      * shorter than a header and a footer has none: this includes a cut inside the magic). */
     bool has_footer = sf->size >= STK_FMT_H_FIXED + 8 + STK_FMT_FOOTER_SIZE;
     if (has_footer)
-        STK_TRY(read_at(s->f, sf->size - sizeof(foot), foot, sizeof(foot), "footer", err,
-                        err_size));
+        STK_TRY(
+            read_at(s->f, sf->size - sizeof(foot), foot, sizeof(foot), "footer", err, err_size));
     if (!has_footer || memcmp(foot + STK_FMT_T_MAGIC, STK_FMT_FOOTER_MAGIC, 8) != 0)
         STK_FAIL_E(STK_EFORMAT, "%s: truncated or incomplete shard (footer missing)", path);
     if (XXH3_64bits(foot, STK_FMT_T_SUM) != stk__ld64(foot + STK_FMT_T_SUM) ||
         stk__ld32(foot + STK_FMT_T_VERSION) != sf->version)
         STK_FAIL_E(STK_EFORMAT,
-                 "%s: truncated or incomplete shard (footer damaged: checksum mismatch)", path);
+                   "%s: truncated or incomplete shard (footer damaged: checksum mismatch)", path);
 
     /* Header: its size bounds everything else, its checksum must match the footer's copy. */
     uint64_t header_size = stk__ld32(fixed + STK_FMT_H_HEADER_SIZE);
@@ -239,13 +235,13 @@ static stk_status shard_open(shard *s, stk__srcfile *sf, char *err, size_t err_s
         (index_size - ifixed) / s->entry_size != sf->count ||
         (index_size - ifixed) % s->entry_size != 0)
         STK_FAIL_E(STK_EFORMAT,
-                 "%s: corrupt footer (index at %" PRIu64 ", %" PRIu64 " bytes, for %" PRIu64
-                 " records)",
-                 path, s->index_offset, index_size, sf->count);
+                   "%s: corrupt footer (index at %" PRIu64 ", %" PRIu64 " bytes, for %" PRIu64
+                   " records)",
+                   path, s->index_offset, index_size, sf->count);
     s->index = stk__malloc((size_t)index_size);
     if (!s->index)
         STK_FAIL_E(STK_ENOMEM, "%s: out of memory for the %" PRIu64 "-byte index", path,
-                 index_size);
+                   index_size);
     STK_TRY(read_at(s->f, s->index_offset, s->index, (size_t)index_size, "index", err, err_size));
     s->index_sum = XXH3_64bits(s->index, (size_t)index_size);
     if (s->index_sum != stk__ld64(foot + STK_FMT_T_INDEX_SUM))
@@ -298,9 +294,9 @@ static stk_status stk_open(stk_dataset *ds, const char *const *paths, size_t n_p
             STK_TRY(stk__paths_list_dir(paths[i], ".stk", true, &list, err, err_size));
             if (list.n == before)
                 STK_FAIL_E(STK_EINVAL,
-                         "%s: no .stk shards in this directory (make them with `stoker pack SRC "
-                         "%s`, or give format= for another format)",
-                         paths[i], paths[i]);
+                           "%s: no .stk shards in this directory (make them with `stoker pack SRC "
+                           "%s`, or give format= for another format)",
+                           paths[i], paths[i]);
         } else if (stk__strlist_add(&list, paths[i]) < 0) {
             STK_FAIL_E(STK_ENOMEM, "%s: out of memory", paths[i]);
         }
@@ -327,9 +323,9 @@ static stk_status stk_open(stk_dataset *ds, const char *const *paths, size_t n_p
             same = stk__field_equal(&s->fields[f], &s0->fields[f]);
         if (!same)
             STK_FAIL_E(STK_EINVAL,
-                     "%s: schema differs from %s (all shards of a dataset must have the same "
-                     "fields)",
-                     sf->path, ds->files[0].path);
+                       "%s: schema differs from %s (all shards of a dataset must have the same "
+                       "fields)",
+                       sf->path, ds->files[0].path);
         if (sf->count > UINT64_MAX - ds->count)
             STK_FAIL_E(STK_ELIMIT, "%s: too many records", sf->path);
         sf->first = ds->count;
@@ -345,7 +341,7 @@ static stk_status stk_open(stk_dataset *ds, const char *const *paths, size_t n_p
         d->verified = stk__calloc((size_t)((ds->count + 63) / 64), sizeof(uint64_t));
         if (!d->verified)
             STK_FAIL_E(STK_ENOMEM, "out of memory for the %" PRIu64 "-record verify bitmap",
-                     ds->count);
+                       ds->count);
     }
 fail:
     stk__strlist_free(&list);

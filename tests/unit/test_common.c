@@ -10,9 +10,9 @@
 
 static int test_strerror(void)
 {
-    static const int codes[] = {STK_OK,    STK_END,     STK_EINVAL, STK_ENOMEM,   STK_EIO,
-                                STK_EFORMAT, STK_ELIMIT, STK_ENOTSUP, STK_ESTATE, STK_ECANCELED,
-                                STK_EAGAIN};
+    static const int codes[] = {STK_OK,     STK_END,       STK_EINVAL, STK_ENOMEM,
+                                STK_EIO,    STK_EFORMAT,   STK_ELIMIT, STK_ENOTSUP,
+                                STK_ESTATE, STK_ECANCELED, STK_EAGAIN};
     for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         const char *s = stk_strerror(codes[i]);
         T_CHECK(s && *s && strcmp(s, "unknown status code") != 0);

@@ -147,8 +147,8 @@ static int test_shuffle_once_ranks_threads(void)
             }
             uint64_t pad = (w - 1000 % w) % w, dups = 0;
             for (int i = 0; i < 1000; i++) {
-                T_CHECKF(count[i] >= 1 && count[i] <= 2, "record %d seen %u times (W=%u K=%d)",
-                         i, count[i], w, threads[t]);
+                T_CHECKF(count[i] >= 1 && count[i] <= 2, "record %d seen %u times (W=%u K=%d)", i,
+                         count[i], w, threads[t]);
                 dups += count[i] - 1;
             }
             T_EQ(dups, pad);

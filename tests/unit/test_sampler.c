@@ -133,8 +133,8 @@ static int test_shuffle_determinism(void)
 }
 
 /* Collect a rank's sample records (no shuffle) over a whole epoch. */
-static int rank_samples(uint64_t n, uint32_t b, uint32_t r, uint32_t w, bool drop,
-                        uint64_t *out, size_t *n_out)
+static int rank_samples(uint64_t n, uint32_t b, uint32_t r, uint32_t w, bool drop, uint64_t *out,
+                        size_t *n_out)
 {
     stk_plan p;
     T_OK(stk_plan_init(&p, n, 0, b, r, w, drop));

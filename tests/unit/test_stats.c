@@ -134,10 +134,10 @@ static int test_counters_never_decrease(void)
                 stk_batch_release(b);
         }
         stk_loader_stats_get(L, &st);
-        const uint64_t *a[] = {&prev.read_ns,  &prev.collate_ns,     &prev.worker_wait_ns,
-                               &prev.batches,  &prev.consumer_wait_ns, &prev.bytes_read};
-        const uint64_t *z[] = {&st.read_ns,  &st.collate_ns,     &st.worker_wait_ns,
-                               &st.batches,  &st.consumer_wait_ns, &st.bytes_read};
+        const uint64_t *a[] = {&prev.read_ns, &prev.collate_ns,       &prev.worker_wait_ns,
+                               &prev.batches, &prev.consumer_wait_ns, &prev.bytes_read};
+        const uint64_t *z[] = {&st.read_ns, &st.collate_ns,       &st.worker_wait_ns,
+                               &st.batches, &st.consumer_wait_ns, &st.bytes_read};
         for (size_t i = 0; i < sizeof(a) / sizeof(a[0]); i++)
             T_CHECKF(*z[i] >= *a[i], "counter %zu went from %llu to %llu at read %d", i,
                      (unsigned long long)*a[i], (unsigned long long)*z[i], k);
@@ -274,6 +274,5 @@ static int teardown(void)
 }
 
 T_MAIN(T_CASE(setup), T_CASE(test_stage_times), T_CASE(test_counters_never_decrease),
-       T_CASE(test_who_waits), T_CASE(test_trace),
-       T_CASE(test_autotune_slow_consumer), T_CASE(test_autotune_fast_consumer),
-       T_CASE(teardown))
+       T_CASE(test_who_waits), T_CASE(test_trace), T_CASE(test_autotune_slow_consumer),
+       T_CASE(test_autotune_fast_consumer), T_CASE(teardown))
