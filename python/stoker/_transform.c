@@ -13,6 +13,7 @@ typedef struct {
     PyObject ob_base;
     stk_transform *t;
     PyObject *desc; /* what it was built from: a recipe name or the list of op dicts */
+    bool strict;    /* !stk_transform_opts.lenient */
 } TransformObject;
 
 static const struct {
@@ -124,13 +125,13 @@ static int parse_op(PyObject *d, stk_op *op)
 
 static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"ops", "dtype", "layout", "exact", "max_pixels", NULL};
+    static char *kwlist[] = {"ops", "dtype", "layout", "exact", "max_pixels", "strict", NULL};
     PyObject *ops_obj, *dtype_obj = NULL;
     const char *layout = "NCHW";
-    int exact = 0;
+    int exact = 0, strict = 1;
     unsigned long long max_pixels = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OspK:Transform", kwlist, &ops_obj, &dtype_obj,
-                                     &layout, &exact, &max_pixels))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OspKp:Transform", kwlist, &ops_obj, &dtype_obj,
+                                     &layout, &exact, &max_pixels, &strict))
         return NULL;
     stk_transform_opts o;
     stk_transform_opts_init(&o);
@@ -143,6 +144,7 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     else
         return stkpy_invalid("layout must be 'NCHW' or 'NHWC', not '%s'", layout);
     o.exact = exact != 0;
+    o.lenient = !strict;
     if (max_pixels)
         o.max_pixels = max_pixels;
     stk_transform *t = NULL;
@@ -153,9 +155,9 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         const char *name = PyUnicode_AsUTF8(ops_obj);
         if (!name)
             return NULL;
-        if (o.dtype != STK_DTYPE_FLOAT32 || o.nhwc || max_pixels)
-            return stkpy_invalid("recipe '%s' is float32 NCHW; build the ops yourself for "
-                                 "another dtype or layout",
+        if (o.dtype != STK_DTYPE_FLOAT32 || o.nhwc || max_pixels || !strict)
+            return stkpy_invalid("recipe '%s' is float32 NCHW and strict; build the ops "
+                                 "yourself for another dtype, layout or strict=False",
                                  name);
         rc = stk_transform_recipe(name, exact != 0, &t);
     } else {
@@ -194,6 +196,7 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     self->t = t;
     self->desc = Py_NewRef(ops_obj);
+    self->strict = strict != 0;
     return (PyObject *)self;
 }
 
@@ -225,11 +228,19 @@ static PyObject *Transform_desc(TransformObject *self, void *closure)
     return Py_NewRef(self->desc);
 }
 
+static PyObject *Transform_strict(TransformObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->strict);
+}
+
 static PyGetSetDef Transform_getset[] = {
     {"output", (getter)Transform_output, NULL,
      "Per-sample output: a dict with dtype and shape (without the batch dimension).", NULL},
     {"source", (getter)Transform_desc, NULL, "The recipe name or the op dicts it was built from.",
      NULL},
+    {"strict", (getter)Transform_strict, NULL,
+     "True (the default): a corrupt JPEG is an error; False: libjpeg's lenient recovery.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject StkTransform_Type = {
@@ -237,9 +248,10 @@ PyTypeObject StkTransform_Type = {
     .tp_basicsize = sizeof(TransformObject),
     .tp_dealloc = (destructor)Transform_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Transform(ops, dtype='float32', layout='NCHW', exact=False, max_pixels=0): "
-              "compile a recipe name ('imagenet-train', 'imagenet-val') or a list of op dicts "
-              "({'kind': 'Resize', 'size': (256, 0)}, ...).",
+    .tp_doc = "Transform(ops, dtype='float32', layout='NCHW', exact=False, max_pixels=0, "
+              "strict=True): compile a recipe name ('imagenet-train', 'imagenet-val') or a list "
+              "of op dicts ({'kind': 'Resize', 'size': (256, 0)}, ...). strict=False keeps "
+              "libjpeg's lenient decoding of corrupt JPEGs instead of failing the record.",
     .tp_new = Transform_new,
     .tp_getset = Transform_getset,
 };

@@ -33,11 +33,21 @@
  * (crop_is_exact), whole rows are decoded instead.
  *
  * Errors: error_exit longjmps back to the entry point with libjpeg's text ("JPEG: Premature end
- * of JPEG file"). Warnings are ignored, as PIL ignores them ("Corrupt JPEG data: N extraneous
- * bytes"), except JWRN_JPEG_EOF: a truncated image must fail, as it does in PIL ("image file is
- * truncated"). When the decode reads every row, jpeg_finish_decompress also checks the data up
- * to EOI. A progress monitor caps progressive images at 500 scans (TJFLAG_LIMITSCANS in
- * libjpeg-turbo 2.1), against scan-count decompression bombs.
+ * of JPEG file"). Strict mode (the default; issue 16): every warning about the data is fatal too
+ * ("JPEG: Corrupt JPEG data: 1234 extraneous bytes before marker 0xd9", "bad Huffman code",
+ * "premature end of data segment", bogus progression...); only the two about metadata
+ * (JWRN_JFIF_MAJOR, JWRN_ADOBE_XFORM) stay warnings. libjpeg recovers from corrupt entropy-coded
+ * data by filling grey or smeared blocks; PIL ignores the warnings but fails on the errors that
+ * follow them (a marker in the middle of the data, data past EOI, a truncated image), and a
+ * corrupt run almost always raises one of these warnings first, so strict rejects a superset of
+ * what PIL rejects (python/tests/test_strict_decode.py counts both). Strict also reads the
+ * entropy-coded data through EOI when the window ends above the last row: jpeg_skip_scanlines
+ * over the rest (Huffman decoding only, no IDCT; skipping to the very end would only set
+ * eoi_reached, so the last row is read), then jpeg_finish_decompress; corruption below the
+ * window is then caught as in a full decode. Lenient mode ignores warnings (libjpeg's
+ * recovery), except JWRN_JPEG_EOF: a truncated image always fails, as it does in PIL ("image file
+ * is truncated"), and stops reading after the window. A progress monitor caps progressive images at
+ * 500 scans (TJFLAG_LIMITSCANS in libjpeg-turbo 2.1), against scan-count decompression bombs.
  *
  * Colour: YCbCr, RGB and grayscale come out as JCS_EXT_RGB (gray replicated). CMYK and YCCK are
  * decoded as JCS_CMYK and converted as PIL does: PIL reads every 4-component JPEG as inverted
@@ -73,6 +83,7 @@ struct stk__jpeg {
     struct jpeg_error_mgr jerr;
     struct jpeg_progress_mgr progress;
     jmp_buf jump;
+    bool lenient; /* the decoder's mode, copied at each entry point */
     char msg[JMSG_LENGTH_MAX];
 };
 
@@ -89,12 +100,15 @@ static void on_error_exit(j_common_ptr c)
     longjmp(j->jump, 1);
 }
 
-/* Warnings (level < 0) and trace messages: only a premature end of data is fatal. */
+/* Warnings (level < 0) and trace messages: a premature end of data is always fatal, and in
+ * strict mode so is every warning about the data. */
 static void on_emit_message(j_common_ptr c, int level)
 {
     if (level >= 0)
         return;
-    if (c->err->msg_code == JWRN_JPEG_EOF)
+    int code = c->err->msg_code;
+    if (code == JWRN_JPEG_EOF ||
+        (!from_cinfo(c)->lenient && code != JWRN_JFIF_MAJOR && code != JWRN_ADOBE_XFORM))
         on_error_exit(c);
     c->err->num_warnings++;
 }
@@ -199,6 +213,7 @@ static stk_status probe_body(stk__decoder *d, const uint8_t *src, size_t size, s
 stk_status stk__jpeg_probe(stk__decoder *d, const uint8_t *src, size_t size, stk__imginfo *out,
                            char *err, size_t err_size)
 {
+    d->jpeg->lenient = d->lenient;
     if (setjmp(d->jpeg->jump))
         return jpeg_failed(d->jpeg, err, err_size);
     return probe_body(d, src, size, out, err, err_size);
@@ -320,6 +335,20 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
         }
     }
 
+    /* Strict: read the data below the window too (header comment). The last row is read, not
+     * skipped: a skip to the end would not read the data. Where 2.1's crop is wrong
+     * (crop_is_exact), its skip after reading rows never returns (h4v2 at 1/2 and 1/4 scale),
+     * so those rare samplings read every row. aux is free again here. */
+    uint32_t left = c->output_height - c->output_scanline;
+    if (!d->lenient && left > 0) {
+        uint32_t skip = crop_is_exact(c) ? left - 1 : 0;
+        if (skip > 0 && jpeg_skip_scanlines(c, skip) != skip)
+            STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "JPEG: could not skip to the last row");
+        STK_TRY(stk__decoder_reserve(&d->aux, &d->aux_cap, in_row, err, err_size));
+        for (JSAMPROW row = d->aux; c->output_scanline < c->output_height;)
+            if (jpeg_read_scanlines(c, &row, 1) != 1)
+                STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "JPEG: no scanline returned");
+    }
     /* All rows read: check the rest of the data through EOI, as a full decode in PIL does */
     if (c->output_scanline == c->output_height)
         jpeg_finish_decompress(c);
@@ -346,6 +375,7 @@ stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
                             uint32_t h, uint32_t num, bool fast, stk__decoded *out, char *err,
                             size_t err_size)
 {
+    d->jpeg->lenient = d->lenient;
     if (setjmp(d->jpeg->jump))
         return jpeg_failed(d->jpeg, err, err_size);
     return decode_body(d, src, size, info, x, y, w, h, num, fast, out, err, err_size);
