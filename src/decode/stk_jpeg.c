@@ -41,10 +41,9 @@
  * follow them (a marker in the middle of the data, data past EOI, a truncated image), and a
  * corrupt run almost always raises one of these warnings first, so strict rejects a superset of
  * what PIL rejects (python/tests/test_strict_decode.py counts both). Strict also reads the
- * entropy-coded data through EOI when the window ends above the last row: jpeg_skip_scanlines
- * over the rest (Huffman decoding only, no IDCT; skipping to the very end would only set
- * eoi_reached, so the last row is read), then jpeg_finish_decompress; corruption below the
- * window is then caught as in a full decode. Lenient mode ignores warnings (libjpeg's
+ * entropy-coded data through EOI when the window ends above the last row: the rows below are
+ * read into scratch (the column crop still limits the IDCT to the window's columns), then
+ * jpeg_finish_decompress; corruption below the window is then caught as in a full decode. Lenient mode ignores warnings (libjpeg's
  * recovery), except JWRN_JPEG_EOF: a truncated image always fails, as it does in PIL ("image file
  * is truncated"), and stops reading after the window. A progress monitor caps progressive images at
  * 500 scans (TJFLAG_LIMITSCANS in libjpeg-turbo 2.1), against scan-count decompression bombs.
@@ -335,15 +334,13 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
         }
     }
 
-    /* Strict: read the data below the window too (header comment). The last row is read, not
-     * skipped: a skip to the end would not read the data. Where 2.1's crop is wrong
-     * (crop_is_exact), its skip after reading rows never returns (h4v2 at 1/2 and 1/4 scale),
-     * so those rare samplings read every row. aux is free again here. */
-    uint32_t left = c->output_height - c->output_scanline;
-    if (!d->lenient && left > 0) {
-        uint32_t skip = crop_is_exact(c) ? left - 1 : 0;
-        if (skip > 0 && jpeg_skip_scanlines(c, skip) != skip)
-            STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "JPEG: could not skip to the last row");
+    /* Strict: read the data below the window too (header comment), one row at a time into
+     * scratch (aux is free again here). Rows, not jpeg_skip_scanlines: in libjpeg-turbo 2.1 a
+     * skip after reading rows misplaces the entropy decoder in a cropped decode ("premature end
+     * of data segment" on a clean file) and never returns for h4v2 at 1/2 scale; and a skip to
+     * the end would not read the data at all. The crop still applies, so only the window's
+     * columns go through the IDCT. */
+    if (!d->lenient && c->output_scanline < c->output_height) {
         STK_TRY(stk__decoder_reserve(&d->aux, &d->aux_cap, in_row, err, err_size));
         for (JSAMPROW row = d->aux; c->output_scanline < c->output_height;)
             if (jpeg_read_scanlines(c, &row, 1) != 1)
