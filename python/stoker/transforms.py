@@ -3,7 +3,8 @@
 The classes carry torchvision's names and parameters. They do not transform anything in
 Python: :func:`compile` turns a list of them (or a torchvision ``transforms.Compose`` of the
 supported torchvision classes) into one C transform (``stk_transform``) that the loader's
-worker threads apply to every sample, fused with the JPEG/PNG decode::
+worker threads apply to every sample, fused with the image decode (JPEG, PNG, WebP, TIFF, BMP,
+binary PPM/PGM)::
 
     import stoker
     from stoker import transforms as T

@@ -53,10 +53,11 @@ void stk__decoder_destroy(stk__decoder *d);
 /* Strict (the default, lenient = false): a JPEG that libjpeg reports as corrupt (any warning
  * about the data: "Corrupt JPEG data: ...", premature end, bad Huffman code, bad progression)
  * fails with STK_EFORMAT and libjpeg's text, and the entropy-coded data is read through EOI even
- * when the window ends earlier (the rows below it are decoded within the window's columns and
- * dropped), so what PIL's full decode rejects is rejected. Lenient: libjpeg's recovery is kept (corrupt runs decode to grey or
- * smeared blocks) and decoding stops after the window's last row; a premature end of the file
- * still fails. PNG always checks every chunk's CRC; the other formats have no such choice. */
+ * when the window ends earlier (entropy decoding only for the whole iMCU rows below it), so
+ * what PIL's full decode rejects is rejected. Lenient: libjpeg's recovery is kept (corrupt runs
+ * decode to grey or smeared blocks) and decoding stops after the window's last row; a premature end
+ * of the file still fails. PNG always checks every chunk's CRC; the other formats have no such
+ * choice. */
 void stk__decoder_set_lenient(stk__decoder *d, bool lenient);
 
 /* Parse the header of a JPEG, PNG, WebP, TIFF, BMP or binary PPM/PGM (sniffed from the magic

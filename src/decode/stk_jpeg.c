@@ -41,9 +41,10 @@
  * follow them (a marker in the middle of the data, data past EOI, a truncated image), and a
  * corrupt run almost always raises one of these warnings first, so strict rejects a superset of
  * what PIL rejects (python/tests/test_strict_decode.py counts both). Strict also reads the
- * entropy-coded data through EOI when the window ends above the last row: the rows below are
- * read into scratch (the column crop still limits the IDCT to the window's columns), then
- * jpeg_finish_decompress; corruption below the window is then caught as in a full decode. Lenient mode ignores warnings (libjpeg's
+ * entropy-coded data through EOI when the window ends above the last row: whole iMCU rows below
+ * it are skipped with jpeg_skip_scanlines (entropy decoding only, no IDCT), the few rows around
+ * them are read into scratch (read_to_end), then jpeg_finish_decompress; corruption below the
+ * window is then caught as in a full decode. Lenient mode ignores warnings (libjpeg's
  * recovery), except JWRN_JPEG_EOF: a truncated image always fails, as it does in PIL ("image file
  * is truncated"), and stops reading after the window. A progress monitor caps progressive images at
  * 500 scans (TJFLAG_LIMITSCANS in libjpeg-turbo 2.1), against scan-count decompression bombs.
@@ -255,6 +256,38 @@ static bool crop_is_exact(const struct jpeg_decompress_struct *c)
     return true;
 }
 
+/* Strict mode, after the window's rows: run the entropy decoder over the rest of the data (the
+ * header comment says why). Rows are read into scratch (aux; free again by now) up to an iMCU
+ * row boundary, whole iMCU rows are skipped (jpeg_skip_scanlines: Huffman decoding only, no
+ * IDCT) up to the last iMCU row, and its rows are read. Only whole-iMCU skips are safe here: in
+ * libjpeg-turbo 2.1 a skip that starts inside an iMCU row after rows were read misplaces the
+ * entropy decoder with the merged upsampler (fast mode, 4:2:x: "premature end of data segment"
+ * on a clean file), and never returns for the samplings crop_is_exact rejects, which read every
+ * row instead. A skip to the very end would not read the data at all. May longjmp. */
+static stk_status read_to_end(struct jpeg_decompress_struct *c, stk__decoder *d, size_t in_row,
+                              char *err, size_t err_size)
+{
+    stk_status rc = stk__decoder_reserve(&d->aux, &d->aux_cap, in_row, err, err_size);
+    if (rc < 0)
+        return rc;
+    JSAMPROW row = d->aux;
+    uint32_t per = (uint32_t)(c->min_DCT_scaled_size * c->max_v_samp_factor); /* rows an iMCU */
+    bool skip = crop_is_exact(c) && per > 0;
+    while (c->output_scanline < c->output_height) {
+        uint32_t left = c->output_height - c->output_scanline;
+        if (skip && c->output_scanline % per == 0 && left > per) {
+            uint32_t whole = (left - 1) / per * per; /* keeps the last iMCU row to read */
+            if (jpeg_skip_scanlines(c, whole) != whole)
+                return stk__set_error(err, err_size, STK_EFORMAT, "JPEG: could not skip rows");
+            skip = false;
+            continue;
+        }
+        if (jpeg_read_scanlines(c, &row, 1) != 1)
+            return stk__set_error(err, err_size, STK_EFORMAT, "JPEG: no scanline returned");
+    }
+    return STK_OK;
+}
+
 /* Body of stk__jpeg_decode, under its setjmp: libjpeg errors longjmp out of it. */
 static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
                               const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
@@ -334,18 +367,8 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
         }
     }
 
-    /* Strict: read the data below the window too (header comment), one row at a time into
-     * scratch (aux is free again here). Rows, not jpeg_skip_scanlines: in libjpeg-turbo 2.1 a
-     * skip after reading rows misplaces the entropy decoder in a cropped decode ("premature end
-     * of data segment" on a clean file) and never returns for h4v2 at 1/2 scale; and a skip to
-     * the end would not read the data at all. The crop still applies, so only the window's
-     * columns go through the IDCT. */
-    if (!d->lenient && c->output_scanline < c->output_height) {
-        STK_TRY(stk__decoder_reserve(&d->aux, &d->aux_cap, in_row, err, err_size));
-        for (JSAMPROW row = d->aux; c->output_scanline < c->output_height;)
-            if (jpeg_read_scanlines(c, &row, 1) != 1)
-                STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "JPEG: no scanline returned");
-    }
+    if (!d->lenient && c->output_scanline < c->output_height)
+        STK_TRY(read_to_end(c, d, in_row, err, err_size));
     /* All rows read: check the rest of the data through EOI, as a full decode in PIL does */
     if (c->output_scanline == c->output_height)
         jpeg_finish_decompress(c);
