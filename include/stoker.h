@@ -396,8 +396,10 @@ typedef struct stk_transform_opts {
                           * ("Corrupt JPEG data: ...", bad Huffman code, premature end) fails
                           * with STK_EFORMAT and libjpeg's text, as PIL would reject it; the
                           * whole entropy-coded data is checked even when only a window is
-                          * decoded. true: libjpeg's recovery (grey or smeared blocks) is kept
-                          * and only a truncated file fails. PNG CRCs are checked either way. */
+                          * decoded (a PNG is decoded to its last row, so that every chunk's
+                          * CRC is checked). true: libjpeg's recovery (grey or smeared blocks)
+                          * is kept, only a truncated file fails, and decoding stops after the
+                          * window (PNG chunks below it go unchecked). */
 } stk_transform_opts;
 
 STK_API void stk_transform_opts_init(stk_transform_opts *opts);

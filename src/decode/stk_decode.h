@@ -56,8 +56,8 @@ void stk__decoder_destroy(stk__decoder *d);
  * when the window ends earlier (entropy decoding only for the whole iMCU rows below it), so
  * what PIL's full decode rejects is rejected. Lenient: libjpeg's recovery is kept (corrupt runs
  * decode to grey or smeared blocks) and decoding stops after the window's last row; a premature end
- * of the file still fails. PNG always checks every chunk's CRC; the other formats have no such
- * choice. */
+ * of the file still fails. PNG: every chunk CRC that is read is checked (libspng); strict reads
+ * every row, lenient stops after the window's last. The other formats have no such choice. */
 void stk__decoder_set_lenient(stk__decoder *d, bool lenient);
 
 /* Parse the header of a JPEG, PNG, WebP, TIFF, BMP or binary PPM/PGM (sniffed from the magic
