@@ -64,8 +64,8 @@ def corrupt(tmp_path_factory):
             (root / "ok" / f"{k:03d}.jpg").write_bytes(data)
             continue
         start, end = _entropy_start(data), len(data) - 2
-        for _ in range(int(rng.integers(1, 4))):  # 1-3 runs of 1-24 random bytes
-            n = int(rng.integers(1, 25))
+        for _ in range(int(rng.integers(1, 5))):  # 1-4 runs of 1-96 random bytes
+            n = int(rng.integers(1, 97))
             at = int(rng.integers(start, end - n))
             data[at:at + n] = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
         (root / "c" / f"{k:03d}.jpg").write_bytes(data)
