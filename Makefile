@@ -9,7 +9,7 @@ OPT      ?= -O2
 WERROR   ?= $(if $(CI),-Werror,)
 SANITIZE ?=
 
-PKGS     := libturbojpeg spng libxxhash
+PKGS     := libturbojpeg spng libxxhash libwebp libtiff-4
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

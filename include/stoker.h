@@ -544,6 +544,14 @@ typedef struct stk_transform_opts {
                             * finished output. (default false) */
     float finish_flip;     /* with finish_on_device: mirror each sample with this probability,
                             * from its own random stream (default 0) */
+    bool lenient;          /* default false (strict): a JPEG that libjpeg reports as corrupt
+                            * ("Corrupt JPEG data: ...", bad Huffman code, premature end) fails
+                            * with STK_EFORMAT and libjpeg's text, as PIL would reject it; the
+                            * whole entropy-coded data is checked even when only a window is
+                            * decoded (a PNG is decoded to its last row, so that every chunk's
+                            * CRC is checked). true: libjpeg's recovery (grey or smeared blocks)
+                            * is kept, only a truncated file fails, and decoding stops after the
+                            * window (PNG chunks below it go unchecked). */
 } stk_transform_opts;
 
 STK_API void stk_transform_opts_init(stk_transform_opts *opts);
@@ -570,7 +578,10 @@ STK_API void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint
  * Image decoder (full-size decode; the decode-only ceiling and C users)
  * ------------------------------------------------------------------------------------------- */
 
-/** A JPEG/PNG decoder with reusable buffers. Thread-compatible: one thread at a time. */
+/** An image decoder with reusable buffers: JPEG, PNG, WebP, TIFF, BMP and binary PPM/PGM,
+ *  told apart by their magic bytes. It is always strict: a JPEG that libjpeg reports as corrupt
+ *  fails (stk_transform_opts.lenient has the details; there is no lenient public decoder).
+ *  Thread-compatible: one thread at a time. */
 typedef struct stk_decoder stk_decoder;
 
 /** A decoded image: 8-bit RGB, interleaved. */
@@ -585,8 +596,11 @@ typedef struct stk_image {
 STK_API stk_status stk_decoder_create(uint64_t max_pixels, stk_decoder **out);
 STK_API void stk_decoder_destroy(stk_decoder *d);
 
-/** Decode a whole JPEG or PNG image at full size to RGB (grayscale and CMYK converted).
- *  @return STK_OK, STK_EFORMAT (corrupt or not an image; reason in stk_decoder_errmsg),
+/** Decode a whole image (any format above) at full size to RGB (grayscale, palette, 16-bit
+ *  and CMYK converted, alpha dropped).
+ *  @return STK_OK, STK_EFORMAT (corrupt, truncated, an unsupported variant such as animated
+ *          WebP or RLE BMP, or not an image; reason in stk_decoder_errmsg, e.g.
+ *          "JPEG: Corrupt JPEG data: bad Huffman code"),
  *          STK_ELIMIT (over max_pixels), STK_ENOMEM.
  *  Lifetime: out->data until the next call on `d`. */
 STK_API stk_status stk_decoder_decode(stk_decoder *d, const void *src, size_t size, stk_image *out);
