@@ -195,7 +195,7 @@ static int list_records(const stk_dataset *ds, const inspect_args *a)
 static void inspect_json(const stk_dataset *ds)
 {
     size_t ns = stk_dataset_n_shards(ds), nf = stk_dataset_n_fields(ds);
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     printf("{\"format\": \"%s\", \"records\": %llu, \"fingerprint\": \"%016llx\", "
            "\"max_record_size\": %llu, "
            "\"shards\": [",
@@ -234,7 +234,7 @@ static void inspect_json(const stk_dataset *ds)
 static void inspect_text(const stk_dataset *ds)
 {
     size_t ns = stk_dataset_n_shards(ds), nf = stk_dataset_n_fields(ds);
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     char b1[32], b2[32], tb[64];
     printf("format:      %s\n", stk_dataset_format(ds));
     printf("records:     %llu\n", (unsigned long long)stk_dataset_count(ds));
@@ -391,7 +391,7 @@ static void verify_decode(verify_state *s, stk_decoder *dec, const stk_record *r
         stk_image img;
         if (stk_decoder_decode(dec, r->field[f], r->field_size[f], &img) == STK_OK)
             continue;
-        stk_shard_info sh;
+        stk_shard_info sh = {.struct_size = sizeof(sh)};
         char where[320] = "", err[1024];
         if (s->path_field >= 0) {
             size_t n = r->field_size[s->path_field];

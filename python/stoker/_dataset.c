@@ -217,7 +217,7 @@ static PyObject *Dataset_shards(DatasetObject *self, void *closure)
     if (!list)
         return NULL;
     for (size_t i = 0; i < n; i++) {
-        stk_shard_info si;
+        stk_shard_info si = {.struct_size = sizeof(si)};
         stk_status rc = stk_dataset_shard(self->ds, i, &si);
         if (rc < 0) {
             Py_DECREF(list);

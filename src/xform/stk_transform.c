@@ -52,9 +52,12 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     if (!opts || !out)
         return stk__set_last_error(STK_EINVAL, "stk_transform_create: NULL %s",
                                    !opts ? "opts" : "out");
-    if (opts->struct_size < sizeof(stk_transform_opts))
+    stk_transform_opts full;
+    stk_transform_opts_init(&full);
+    if (!stk__opts_load(&full, sizeof(full), opts))
         return stk__set_last_error(STK_EINVAL, "stk_transform_create: opts not initialised with "
                                                "stk_transform_opts_init");
+    opts = &full;
     if (opts->n_ops == 0 || !opts->ops)
         return stk__set_last_error(STK_EINVAL, "stk_transform_create: no ops");
     if (opts->n_ops > STK__XF_MAX_OPS)
