@@ -41,10 +41,10 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define STK_VERSION_MAJOR 0
-#define STK_VERSION_MINOR 1
+#define STK_VERSION_MINOR 2
 #define STK_VERSION_PATCH 0
 #define STK_VERSION_NUMBER (STK_VERSION_MAJOR * 10000 + STK_VERSION_MINOR * 100 + STK_VERSION_PATCH)
-#define STK_VERSION_STRING "0.1.0"
+#define STK_VERSION_STRING "0.2.0"
 
 /** The library's version as M*10000 + m*100 + p; compare with STK_VERSION_NUMBER to detect a
  *  header/library mismatch.
