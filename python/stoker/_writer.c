@@ -8,8 +8,6 @@
  */
 #include "_core.h"
 
-#include <pthread.h>
-
 /* ---- Writer ---- */
 
 typedef struct {
