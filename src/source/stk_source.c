@@ -247,22 +247,18 @@ stk_status stk__dataset_locate(const stk_dataset *ds, uint64_t i, stk__recinfo *
 
 /* ---- fingerprints ---- */
 
-struct stk__fphash {
-    XXH3_state_t st;
-};
+_Static_assert(sizeof(XXH3_state_t) <= sizeof(((stk__fphash *)0)->state),
+               "stk__fphash too small for an XXH3 state");
 
-stk__fphash *stk__fp_begin(void)
+void stk__fp_begin(stk__fphash *h)
 {
-    stk__fphash *h = stk__malloc(sizeof(*h));
-    if (h)
-        XXH3_64bits_reset(&h->st);
-    return h;
+    XXH3_64bits_reset((XXH3_state_t *)h->state);
 }
 
 void stk__fp_add(stk__fphash *h, const void *data, size_t size)
 {
-    if (h && size)
-        XXH3_64bits_update(&h->st, data, size);
+    if (size)
+        XXH3_64bits_update((XXH3_state_t *)h->state, data, size);
 }
 
 void stk__fp_add_u64(stk__fphash *h, uint64_t v)
@@ -275,11 +271,7 @@ void stk__fp_add_u64(stk__fphash *h, uint64_t v)
 
 uint64_t stk__fp_end(stk__fphash *h)
 {
-    if (!h)
-        return 0;
-    uint64_t v = XXH3_64bits_digest(&h->st);
-    stk__free(h);
-    return v;
+    return XXH3_64bits_digest((XXH3_state_t *)h->state);
 }
 
 /* ---- the public dataset API ---- */
