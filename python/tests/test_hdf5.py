@@ -24,6 +24,13 @@ def _write(path, n=N):
         f.create_dataset("feat", data=rng.standard_normal((n, 5)).astype(np.float64),
                          compression="gzip", shuffle=True, chunks=(4, 5))
         f.create_dataset("be", data=np.arange(n * 2, dtype=">i4").reshape(n, 2))
+        blob = f.create_dataset("g/blob", (n,), dtype=h5py.vlen_dtype(np.uint8), chunks=(8,),
+                                compression="gzip")  # vlen through the library
+        for i in range(n):
+            blob[i] = np.full(i % 5, i, np.uint8)
+        some = f.create_dataset("g/some", (n,), dtype=h5py.vlen_dtype(np.uint8))
+        for i in range(n):
+            some[i] = np.full(0 if i % 3 == 0 else i, i, np.uint8)  # empty rows too
         f["version"] = 3  # scalar: metadata, not a column
     return str(path)
 
@@ -38,6 +45,7 @@ def test_fields_and_values(h5):
     assert ds.format == "hdf5" and len(ds) == N
     kinds = {f["name"]: (f["kind"], f["dtype"], tuple(f["shape"])) for f in ds.fields}
     assert kinds == {"be": ("array", "int32", (2,)), "feat": ("array", "float64", (5,)),
+                     "g/blob": ("bytes", "uint8", (None,)), "g/some": ("bytes", "uint8", (None,)),
                      "image": ("bytes", "uint8", (None,)), "label": ("int64", "int64", ()),
                      "meta/id16": ("array", "int16", (1,)),
                      "meta/rgb": ("array", "uint8", (2, 3, 3)),
@@ -51,6 +59,12 @@ def test_fields_and_values(h5):
             assert np.array_equal(r["feat"], f["feat"][i])  # gzip + shuffle, chunked
             assert r["be"].tolist() == f["be"][i].tolist()  # big-endian converted
             assert r["meta/id16"].tolist() == [f["meta/id16"][i]]
+            assert r["g/blob"] == bytes([i]) * (i % 5)
+            assert r["g/some"] == (b"" if i % 3 == 0 else bytes([i]) * i)
+    # contiguous ones (vlen bytes too) are read by offset from the workers, the rest serialised
+    # (big-endian data is converted by the library)
+    assert ds.metadata == {"by_offset": ["g/some", "image", "label", "meta/id16", "meta/rgb",
+                                         "w"], "library": ["be", "feat", "g/blob"]}
     assert ds.describe(4) == f"{h5} row 4"
     assert stoker.Dataset(h5, format="hdf5").fingerprint == ds.fingerprint
 
@@ -113,3 +127,22 @@ def test_other_bad_inputs(tmp_path):
     fake.write_bytes(b"not hdf5 at all" * 10)
     with pytest.raises(stoker.StokerFormatError, match="fake.h5: not an HDF5 file"):
         stoker.Dataset(str(fake))
+
+
+def test_truncated_and_corrupt_files(tmp_path):
+    p = tmp_path / "t.h5"
+    with h5py.File(p, "w") as f:
+        d = f.create_dataset("image", (20,), dtype=h5py.vlen_dtype(np.uint8))
+        for i in range(20):
+            d[i] = np.full(3000, i, np.uint8)
+        f["label"] = np.arange(20)
+    data = p.read_bytes()
+    (tmp_path / "trunc.h5").write_bytes(data[:len(data) * 2 // 3])
+    with pytest.raises(stoker.StokerFormatError, match="trunc.h5: cannot open as HDF5: .*trunc"):
+        stoker.Dataset(str(tmp_path / "trunc.h5"))
+    bad = bytearray(data)
+    bad[data.find(b"GCOL")] = ord("X")  # the first heap collection's signature
+    (tmp_path / "heap.h5").write_bytes(bytes(bad))
+    with pytest.raises(stoker.StokerIOError,
+                       match="heap.h5: dataset 'image' row 0: .*global heap collection"):
+        stoker.Dataset(str(tmp_path / "heap.h5"))

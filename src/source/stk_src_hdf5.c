@@ -55,6 +55,8 @@ typedef struct h5col {
     hsize_t dims[H5S_MAX_RANK];
     uint64_t offset;   /* COL_OFFSET: file offset of row 0 */
     uint64_t row_size; /* fixed size of a row (0 for vlen) */
+    uint64_t *voff;    /* COL_VLEN read directly: each row's file offset and length */
+    uint32_t *vlen;
 } h5col;
 
 typedef struct h5src {
@@ -187,32 +189,124 @@ static stk_status map_type(hid_t t, h5col *c, stk_field *fd, const char *path, c
     return STK_OK;
 }
 
-/* The largest row of a vlen dataset: from the on-disk descriptors (u32 length, heap id) when the
- * dataset is contiguous, else by reading every row through the library. */
-static stk_status vlen_max(h5src *s, h5col *c, hid_t plist, const char *path, const char *dname,
-                           uint64_t *max, char *err, size_t err_size)
+/* One row's heap reference, sorted by (collection, object) to resolve each collection once. */
+typedef struct vref {
+    uint64_t addr; /* global heap collection */
+    uint32_t obj;  /* object index in it */
+    uint32_t len;  /* sequence length (bytes) */
+    uint64_t row;
+} vref;
+
+static int vref_cmp(const void *a, const void *b)
+{
+    const vref *x = a, *y = b;
+    if (x->addr != y->addr)
+        return x->addr < y->addr ? -1 : 1;
+    return x->obj < y->obj ? -1 : x->obj > y->obj;
+}
+
+/* Resolve the heap objects of refs[0..k) (one collection, sorted by object) to file offsets by
+ * walking the collection's object headers ("GCOL", version 1, u64 size; then per object u16
+ * index, u16 refcount, u32 reserved, u64 size, data padded to 8 bytes). false when the layout
+ * is not as expected (the caller falls back to the library). */
+static bool walk_collection(h5col *c, stk__file *f, const vref *refs, size_t k)
+{
+    uint8_t h[16];
+    uint64_t addr = refs[0].addr;
+    if (addr > f->size || f->size - addr < 16 || stk__vfs_read(f, addr, h, 16, NULL, 0) < 0 ||
+        memcmp(h, "GCOL", 4) != 0 || h[4] != 1)
+        return false;
+    uint64_t end = addr + stk__ld64(h + 8), pos = addr + 16;
+    if (end > f->size || end < pos)
+        return false;
+    size_t done = 0;
+    while (done < k && pos + 16 <= end) {
+        if (stk__vfs_read(f, pos, h, 16, NULL, 0) < 0)
+            return false;
+        uint32_t obj = (uint32_t)(h[0] | h[1] << 8);
+        uint64_t size = stk__ld64(h + 8);
+        if (obj == 0 || size > end - pos - 16)
+            break; /* free space: the rest of the collection */
+        /* refs are sorted by object: every ref to this object */
+        size_t lo = 0, hi = k;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (refs[mid].obj < obj)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (; lo < k && refs[lo].obj == obj; lo++, done++) {
+            if (refs[lo].len != size)
+                return false;
+            c->voff[refs[lo].row] = pos + 16;
+        }
+        pos += 16 + STK_ALIGN_UP(size, 8);
+    }
+    return done == k;
+}
+
+/* Where every row of a contiguous vlen-bytes dataset lives in the file, from its descriptors
+ * (u32 length, u64 collection address, u32 object index) and the heap collections' object
+ * headers, so rows are read by offset from the workers like contiguous datasets. Sets c->voff
+ * and c->vlen (12 bytes per row) and *max; leaves them NULL when the layout is not the one
+ * expected (other offset sizes, filters, anything odd): the rows then go through the library.
+ * Open reads the descriptors (16 bytes per row) and one 16-byte header per heap object. */
+static stk_status vlen_direct(h5col *c, stk__file *f, hid_t plist, uint64_t *max, char *err,
+                              size_t err_size)
 {
     uint64_t n = c->dims[0], stor = H5Dget_storage_size(c->dset);
     haddr_t off = H5Dget_offset(c->dset);
-    *max = 0;
-    if (n == 0)
+    if (H5Pget_layout(plist) != H5D_CONTIGUOUS || off == HADDR_UNDEF || n == 0 || stor != n * 16 ||
+        off > f->size || f->size - off < stor)
         return STK_OK;
-    if (H5Pget_layout(plist) == H5D_CONTIGUOUS && off != HADDR_UNDEF && stor % n == 0 &&
-        (stor / n == 12 || stor / n == 16) && off + stor <= s->f->size) {
-        uint64_t esz = stor / n;
-        uint8_t buf[16 * 1024];
-        for (uint64_t r = 0; r < n;) {
-            uint64_t k = STK_MIN(n - r, sizeof(buf) / esz);
-            stk_status rc =
-                stk__vfs_read(s->f, off + r * esz, buf, (size_t)(k * esz), err, err_size);
-            if (rc < 0)
-                return rc;
-            for (uint64_t j = 0; j < k; j++)
-                *max = STK_MAX(*max, stk__ld32(buf + j * esz));
-            r += k;
-        }
-        return STK_OK;
+    vref *refs = stk__calloc((size_t)n, sizeof(*refs));
+    c->voff = stk__calloc((size_t)n, sizeof(uint64_t));
+    c->vlen = stk__calloc((size_t)n, sizeof(uint32_t));
+    if (!refs || !c->voff || !c->vlen) {
+        stk__free(refs);
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory for %" PRIu64 " rows",
+                              f->path, n);
     }
+    uint8_t buf[16 * 1024];
+    stk_status rc = STK_OK;
+    for (uint64_t r = 0; r < n && rc == STK_OK;) {
+        uint64_t k = STK_MIN(n - r, sizeof(buf) / 16);
+        rc = stk__vfs_read(f, off + r * 16, buf, (size_t)(k * 16), err, err_size);
+        for (uint64_t j = 0; rc == STK_OK && j < k; j++, r++) {
+            refs[r] = (vref){stk__ld64(buf + j * 16 + 4), stk__ld32(buf + j * 16 + 12),
+                             stk__ld32(buf + j * 16), r};
+            c->vlen[r] = refs[r].len;
+            *max = STK_MAX(*max, refs[r].len);
+        }
+    }
+    qsort(refs, (size_t)n, sizeof(*refs), vref_cmp);
+    bool ok = rc == STK_OK;
+    for (size_t a = 0, b; ok && a < n; a = b) {
+        for (b = a; b < n && refs[b].addr == refs[a].addr; b++)
+            ;
+        /* an empty sequence has no heap object (address 0) */
+        ok = refs[a].len == 0 && refs[b - 1].len == 0 ? true
+                                                      : walk_collection(c, f, refs + a, b - a);
+    }
+    stk__free(refs);
+    if (!ok) {
+        stk__free(c->voff);
+        stk__free(c->vlen);
+        c->voff = NULL;
+        c->vlen = NULL;
+        *max = 0;
+    }
+    return rc;
+}
+
+/* The largest row of a vlen dataset by reading every row through the library (when the heap
+ * could not be resolved directly). */
+static stk_status vlen_max(h5col *c, const char *path, const char *dname, uint64_t *max, char *err,
+                           size_t err_size)
+{
+    uint64_t n = c->dims[0];
+    *max = 0;
     for (uint64_t r = 0; r < n; r++) {
         hvl_t v = {0, NULL};
         hsize_t start = r, one = 1;
@@ -290,7 +384,9 @@ static stk_status open_col(stk_dataset *ds, h5src *s, const char *path, const ch
     *fd = stk__field_canonical(fd);
     c->row_size = stk__field_fixed_size(fd);
     if (c->mode == COL_VLEN) {
-        STK_TRY(vlen_max(s, c, plist, path, dname, &ds->field_max[s->n], err, err_size));
+        STK_TRY(vlen_direct(c, s->f, plist, &ds->field_max[s->n], err, err_size));
+        if (!c->voff)
+            STK_TRY(vlen_max(c, path, dname, &ds->field_max[s->n], err, err_size));
     } else {
         ds->field_max[s->n] = c->row_size;
         haddr_t off = layout == H5D_CONTIGUOUS ? H5Dget_offset(c->dset) : HADDR_UNDEF;
@@ -314,6 +410,8 @@ fail:
 
 static void col_close(h5col *c)
 {
+    stk__free(c->voff);
+    stk__free(c->vlen);
     if (c->dset > 0)
         H5Dclose(c->dset);
     if (c->mtype > 0)
@@ -339,6 +437,30 @@ static void h5_close(stk_dataset *ds)
         pthread_mutex_destroy(&s->lock);
     stk__free(s);
     ds->impl = NULL;
+}
+
+/* The file's metadata for inspect and Dataset.metadata: which datasets are read by offset from
+ * the workers and which through the library (serialised), {"by_offset": [...], "library":
+ * [...]}. NULL when out of memory. */
+static char *read_paths_json(const stk_dataset *ds, const h5src *s)
+{
+    size_t cap = 64 + (size_t)s->n * (STK_MAX_NAME + 4), n = 0;
+    char *j = stk__malloc(cap);
+    if (!j)
+        return NULL;
+    for (int lib = 0; lib < 2; lib++) {
+        n += (size_t)snprintf(j + n, cap - n, "%s\"%s\": [", lib ? ", " : "{",
+                              lib ? "library" : "by_offset");
+        const char *sep = "";
+        for (uint32_t k = 0; k < s->n; k++)
+            if ((s->col[k].mode == COL_OFFSET || s->col[k].voff) == !lib) {
+                n += (size_t)snprintf(j + n, cap - n, "%s\"%s\"", sep, ds->fields[k].name);
+                sep = ", ";
+            }
+        n += (size_t)snprintf(j + n, cap - n, "]");
+    }
+    snprintf(j + n, cap - n, "}");
+    return j;
 }
 
 static stk_status h5_open(stk_dataset *ds, const char *const *paths, size_t n_paths, char *err,
@@ -411,6 +533,8 @@ static stk_status h5_open(stk_dataset *ds, const char *const *paths, size_t n_pa
         STK_FAIL_E(STK_EINVAL, "%s: no datasets of rank >= 1 (nothing to read as records)", path);
     sf->count = ds->count;
     sf->version = 0;
+    if (!(sf->metadata = read_paths_json(ds, s)))
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
     stk__fphash *h = stk__fp_begin();
     for (uint32_t k = 0; k < s->n; k++) {
         stk__fp_add(h, &ds->fields[k], sizeof(ds->fields[k]));
@@ -489,15 +613,23 @@ static stk_status h5_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, v
             return stk__set_error(err, err_size, STK_ELIMIT, "%s: dataset '%s': over its buffer",
                                   where, ds->fields[f].name);
         }
-        if (c->mode == COL_OFFSET) {
-            stk_status rc = stk__vfs_read(s->f, c->offset + i * c->row_size, dst[f],
-                                          (size_t)c->row_size, err, err_size);
+        bool direct = c->mode == COL_OFFSET || c->voff;
+        if (c->voff && c->vlen[i] > cap[f]) {
+            char where[STK_ERRMSG_SIZE];
+            h5_describe(ds, i, where, sizeof(where));
+            return stk__set_error(err, err_size, STK_ELIMIT,
+                                  "%s: dataset '%s': %u bytes, over its %zu-byte buffer", where,
+                                  ds->fields[f].name, c->vlen[i], cap[f]);
+        }
+        if (direct) {
+            size = c->voff ? c->vlen[i] : c->row_size;
+            stk_status rc = stk__vfs_read(s->f, c->voff ? c->voff[i] : c->offset + i * c->row_size,
+                                          dst[f], (size_t)size, err, err_size);
             if (rc < 0) {
                 char where[STK_ERRMSG_SIZE];
                 h5_describe(ds, i, where, sizeof(where));
                 return stk__source_read_error(rc, where, ds->files[0].path, err, err_size);
             }
-            size = c->row_size;
         } else {
             stk_status rc = read_lib(ds, s, f, i, dst[f], cap[f], &size, err, err_size);
             if (rc < 0)
