@@ -8,8 +8,10 @@ cores, one run.
 1. Generates ~N photo-like JPEGs (bench/gen_images.py --profile small) unless present, packs
    them to .stk (stoker.pack_image_folder), and writes the same records, in the same order, as
    an HDF5 file (dataset `image`: h5py vlen uint8, the usual way to store encoded images;
-   `label`: int64) and as an LMDB environment (key %08d, value = the JPEG bytes).
-2. stoker.Loader over each of the three, shuffle, --threads workers, batch 64: imagenet-train
+   `label`: int64), the same HDF5 with the vlen dataset chunked (64 rows a chunk, which stoker
+   reads through libhdf5, serialised) and an LMDB environment (key %08d, value = the JPEGs).
+2. stoker.Loader over each of them (and .stk with verify=False: HDF5 and LMDB have no
+   checksums, while .stk checks each record's XXH3 on its first read in a process), shuffle, --threads workers, batch 64: imagenet-train
    (transform_field `image`, or `value` for LMDB) and raw records (no transform), over several
    epochs; the three formats are interleaved in each repeat, medians reported.
 3. DataLoader(num_workers=--threads, persistent workers, shuffle) over a torch Dataset that opens
@@ -30,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "build", "python"))
 import stoker  # noqa: E402
 
+FORMATS = ("stk", "stk-nv", "hdf5", "lmdb", "hdf5-lib")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
@@ -39,7 +42,7 @@ def prepare(out, images):
         subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gen_images.py"), tree,
                         "--classes", "5", "--per-class", str(images // 5), "--profile",
                         "small"], check=True)
-    stk, h5, mdb = tree + ".stk", tree + ".h5", tree + ".lmdb"
+    stk, h5, mdb, h5lib = tree + ".stk", tree + ".h5", tree + ".lmdb", tree + ".chunked.h5"
     if not os.path.exists(stk):
         stoker.pack_image_folder(tree, stk)
     ds = stoker.Dataset(stk)
@@ -51,6 +54,15 @@ def prepare(out, images):
                 img[i] = np.frombuffer(ds[i]["image"], np.uint8)
             f["label"] = np.array([ds[i]["label"] for i in range(len(ds))], np.int64)
         os.rename(h5 + ".tmp", h5)
+    if not os.path.exists(h5lib):  # the same, chunked: stoker reads it through the library
+        import h5py
+        with h5py.File(h5lib + ".tmp", "w") as f:
+            img = f.create_dataset("image", (len(ds),), dtype=h5py.vlen_dtype(np.uint8),
+                                   chunks=(64,))
+            for i in range(len(ds)):
+                img[i] = np.frombuffer(ds[i]["image"], np.uint8)
+            f["label"] = np.array([ds[i]["label"] for i in range(len(ds))], np.int64)
+        os.rename(h5lib + ".tmp", h5lib)
     if not os.path.exists(mdb):
         import lmdb
         env = lmdb.open(mdb + ".tmp", map_size=1 << 32)
@@ -61,11 +73,12 @@ def prepare(out, images):
         os.rename(mdb + ".tmp", mdb)
     n = len(ds)
     ds.close()
-    return n, {"stk": stk, "hdf5": h5, "lmdb": mdb}
+    return n, {"stk": stk, "stk-nv": stk, "hdf5": h5, "lmdb": mdb, "hdf5-lib": h5lib}
 
 
 def run_stoker(path, fmt, recipe, threads, epochs):
-    kw = dict(shuffle=True, num_workers=threads, rank=0, world_size=1)
+    kw = dict(shuffle=True, num_workers=threads, rank=0, world_size=1, format=fmt.split("-")[0],
+              verify=fmt != "stk-nv")
     if recipe != "raw":
         kw.update(transforms=recipe, transform_field="value" if fmt == "lmdb" else "image")
     t0 = time.perf_counter()
@@ -163,13 +176,15 @@ def main():
                                                  sizes.items()) +
           f"; {a.threads} threads/workers, {os.cpu_count()} CPUs", flush=True)
     res = {}
+    for fmt in FORMATS:  # warm the page cache
+        run_stoker(paths[fmt], fmt, "raw", a.threads, 1)
     for recipe, epochs in (("imagenet-train", a.epochs), ("raw", a.raw_epochs)):
         for r in range(a.repeat):
-            for fmt in ("stk", "hdf5", "lmdb"):
+            for fmt in FORMATS:
                 res.setdefault((recipe, fmt), []).append(
                     run_stoker(paths[fmt], fmt, recipe, a.threads, epochs))
             print(f"  {recipe} run {r + 1}: " + ", ".join(
-                f"{f} {res[(recipe, f)][-1]:.0f}" for f in ("stk", "hdf5", "lmdb")), flush=True)
+                f"{f} {res[(recipe, f)][-1]:.0f}" for f in FORMATS), flush=True)
         for fmt in ("hdf5", "lmdb"):
             res[(recipe, "torch-" + fmt)] = [run_torch(paths[fmt], fmt, recipe, a.threads,
                                                        max(2, epochs // 4))]
@@ -180,9 +195,10 @@ def main():
     print("|---|---|---|---|---|")
     for recipe in ("imagenet-train", "raw"):
         base = med[(recipe, "stk")]
-        for fmt in ("stk", "hdf5", "lmdb", "torch-hdf5", "torch-lmdb"):
+        for fmt in FORMATS + ("torch-hdf5", "torch-lmdb"):
             v = med[(recipe, fmt)]
-            name = {"stk": "stoker, .stk", "hdf5": "stoker, HDF5 (vlen bytes)",
+            name = {"stk": "stoker, .stk", "stk-nv": "stoker, .stk, verify=False", "hdf5": "stoker, HDF5 (vlen bytes, contiguous)",
+                    "hdf5-lib": "stoker, HDF5 (vlen bytes, chunked: through libhdf5)",
                     "lmdb": "stoker, LMDB", "torch-hdf5": "h5py in DataLoader",
                     "torch-lmdb": "py-lmdb in DataLoader"}[fmt]
             vs = (f"{med[(recipe, fmt[6:])] / v:.2f}x (stoker {fmt[6:]})"

@@ -242,8 +242,8 @@ def pack_records(records, out, shard_size=0, metadata=None, force=False):
     For what C cannot read, e.g. an LMDB of ``pickle.dumps((jpeg_bytes, label))``::
 
         env = lmdb.open("train_lmdb", readonly=True, lock=False)
-        recs = ({"image": img, "label": lab} for _, v in env.begin().cursor()
-                for img, lab in [pickle.loads(v)])
+        recs = ({"image": img, "label": lab} for k, v in env.begin().cursor()
+                if not k.startswith(b"__") for img, lab in [pickle.loads(v)])
         stoker.pack_records(recs, "train-stk/")
 
     Returns a dict: records, shards, bytes (values written)."""

@@ -89,13 +89,14 @@ def test_pack_records_from_pickled_lmdb(tmp_path):
     """The torchvision-era layout: value = pickle.dumps((jpeg_bytes, label)), converted with
     the three lines of docs/formats.md."""
     n = 23
-    src = _write(tmp_path / "pickled", {f"{i:05d}".encode(): pickle.dumps((_jpeg(i), i % 4))
-                                        for i in range(n)})
+    items = {f"{i:05d}".encode(): pickle.dumps((_jpeg(i), i % 4)) for i in range(n)}
+    items[b"__len__"] = pickle.dumps(n)  # folder2lmdb's meta keys
+    src = _write(tmp_path / "pickled", items)
     out = tmp_path / "shards"
     # -- the documented conversion --
     env = lmdb.open(src, readonly=True, lock=False)
-    recs = ({"image": img, "label": lab} for _, v in env.begin().cursor()
-            for img, lab in [pickle.loads(v)])
+    recs = ({"image": img, "label": lab} for k, v in env.begin().cursor()
+            if not k.startswith(b"__") for img, lab in [pickle.loads(v)])
     r = stoker.pack_records(recs, out, shard_size=4096)
     env.close()
     assert r["records"] == n and r["shards"] > 1
