@@ -94,6 +94,26 @@ static const char *h5_errmsg(char *buf)
     return buf[0] ? buf : "HDF5 library error";
 }
 
+/* The library prints its error stack to stderr unless told not to, per thread in the thread-safe
+ * build: silence it around our calls and put back what the thread had (h5py's or the user's). */
+typedef struct h5quiet {
+    H5E_auto2_t fn;
+    void *data;
+} h5quiet;
+
+static h5quiet quiet_begin(void)
+{
+    h5quiet q = {NULL, NULL};
+    H5Eget_auto2(H5E_DEFAULT, &q.fn, &q.data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    return q;
+}
+
+static void quiet_end(h5quiet q)
+{
+    H5Eset_auto2(H5E_DEFAULT, q.fn, q.data);
+}
+
 /* Collect the paths of every dataset (H5Lvisit callback). */
 static herr_t collect(hid_t g, const char *name, const H5L_info_t *info, void *data)
 {
@@ -471,6 +491,7 @@ static stk_status h5_open(stk_dataset *ds, const char *const *paths, size_t n_pa
     hid_t dapl = -1;
     char m[160];
     const char *path = paths[0];
+    h5quiet q = quiet_begin(); /* errors come back here, never to stderr */
     if (n_paths != 1)
         STK_FAIL_E(STK_ENOTSUP,
                    "%s and %zu more: an HDF5 dataset is one file (pack each to .stk "
@@ -485,7 +506,6 @@ static stk_status h5_open(stk_dataset *ds, const char *const *paths, size_t n_pa
         STK_FAIL_E(STK_ENOMEM, "%s: cannot create a mutex", path);
     s->lock_init = true;
     STK_TRY(stk__vfs_open(path, &s->f, err, err_size));
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors come back here, never to stderr */
     if (H5Fis_hdf5(path) <= 0)
         STK_FAIL_E(STK_EFORMAT, "%s: not an HDF5 file", path);
     s->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -546,6 +566,7 @@ fail:
     if (dapl >= 0)
         H5Pclose(dapl);
     stk__strlist_free(&names);
+    quiet_end(q);
     return rc;
 }
 
@@ -567,7 +588,7 @@ static stk_status read_lib(const stk_dataset *ds, h5src *s, uint32_t f, uint64_t
     for (int d = 1; d < c->rank; d++)
         count[d] = c->dims[d];
     pthread_mutex_lock(&s->lock);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* per thread in the thread-safe build */
+    h5quiet q = quiet_begin();
     hvl_t v = {0, NULL};
     bool ok = H5Sselect_hyperslab(c->fspace, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
               H5Dread(c->dset, c->mtype, c->mspace, c->fspace, H5P_DEFAULT,
@@ -590,6 +611,7 @@ static stk_status read_lib(const stk_dataset *ds, h5src *s, uint32_t f, uint64_t
     } else {
         *size = c->row_size;
     }
+    quiet_end(q);
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
