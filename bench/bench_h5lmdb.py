@@ -160,6 +160,34 @@ def run_torch(path, fmt, recipe, workers, epochs):
     return sps
 
 
+def index_cost(out, n=1_000_000):
+    """Open time and index memory for n keys (LMDB, 8-byte keys) and n vlen rows (HDF5)."""
+    import h5py
+    import lmdb
+    mdb, h5 = os.path.join(out, f"keys_{n}.lmdb"), os.path.join(out, f"vlen_{n}.h5")
+    if not os.path.exists(mdb):
+        env = lmdb.open(mdb, map_size=1 << 31)
+        with env.begin(write=True) as t:
+            for i in range(n):
+                t.put(b"%08d" % i, b"v" * 16)
+        env.close()
+    if not os.path.exists(h5):
+        with h5py.File(h5, "w") as f:
+            d = f.create_dataset("image", (n,), dtype=h5py.vlen_dtype(np.uint8))
+            a = np.empty(n, dtype=object)
+            for i in range(n):
+                a[i] = np.full(16 + i % 32, i % 251, np.uint8)
+            d[:] = a
+            f["label"] = np.arange(n, dtype=np.int64)
+    for path, what in ((mdb, "LMDB keys"), (h5, "HDF5 vlen rows")):
+        stoker.Dataset(path).close()  # warm the page cache
+        t0 = time.perf_counter()
+        ds = stoker.Dataset(path)
+        print(f"{what}: {len(ds)} opened in {time.perf_counter() - t0:.2f} s "
+              f"({ds.metadata if what.startswith('HDF5') else 'key index'})")
+        ds.close()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--images", type=int, default=500)
@@ -168,7 +196,11 @@ def main():
     ap.add_argument("--epochs", type=int, default=3, help="imagenet-train epochs per run")
     ap.add_argument("--raw-epochs", type=int, default=20)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
+    ap.add_argument("--index-cost", action="store_true",
+                    help="only: open time for 1M LMDB keys and 1M HDF5 vlen rows")
     a = ap.parse_args()
+    if a.index_cost:
+        return index_cost(a.out)
     n, paths = prepare(a.out, a.images)
     sizes = {k: sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(p) for f in fs)
              if os.path.isdir(p) else os.path.getsize(p) for k, p in paths.items()}

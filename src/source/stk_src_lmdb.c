@@ -110,6 +110,9 @@ static stk_status build_index(stk_dataset *ds, lmsrc *s, MDB_txn *txn, const cha
     if (e != MDB_NOTFOUND)
         STK_FAIL_E(STK_EFORMAT, "%s: reading key %" PRIu64 ": %s", path, n, mdb_strerror(e));
     ds->count = n;
+    uint8_t *fit = stk__realloc(s->keys, used ? used : 1); /* give back the doubling's slack */
+    if (fit)
+        s->keys = fit;
 fail:
     if (cur)
         mdb_cursor_close(cur);
