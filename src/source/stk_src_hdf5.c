@@ -15,16 +15,18 @@
  * fields, one row at a time. Anything else is refused naming the dataset and its type.
  *
  * Reading. Debian's libhdf5 is the thread-safe build: one global lock around every call, so
- * nothing read through the library runs in parallel. Hence three paths:
+ * nothing read through the library runs in parallel. Hence these paths:
  *  - contiguous, unfiltered datasets: the data's file offset is taken at open (H5Dget_offset) and
  *    rows are read with stk__vfs_read from the worker threads, never touching the library;
  *  - chunked (and so compressed) or compact datasets: H5Dread of one row under this source's own
  *    mutex (the library's lock would serialise them anyway; the mutex guards the shared
  *    dataspaces). Each row read inflates its whole chunk unless the chunk cache (32 MiB per
  *    dataset here) still holds it, so shuffled reads of compressed data cost a chunk each;
- *  - variable-length bytes: H5Dread under the mutex too (the bytes live in the global heap).
- *    The largest row (the loader's buffer size) comes from the on-disk descriptors (length,
- *    heap id) when the dataset is contiguous, else from one pass over the rows at open.
+ *  - variable-length bytes, contiguous (h5py's default): at open the rows' descriptors (u32
+ *    length, global heap collection, object index) and the heap collections' object headers give
+ *    each row's offset and length (12 bytes a row), and rows are read by offset like the above;
+ *  - variable-length bytes in any other layout (chunked, or a heap not as expected): H5Dread
+ *    under the mutex, the largest row found by one pass over the rows at open.
  * Filters: deflate (gzip), shuffle and fletcher32 are read; any other (lzf, szip,
  * scaleoffset, nbit, blosc, ...) is refused at open naming the dataset and the filter.
  *
