@@ -6,6 +6,8 @@ pkgs=(gcc make pkg-config clang libclang-rt-14-dev clang-format libturbojpeg0-de
       libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libxxhash-dev python3-dev
       python3-numpy python3-pytest python3-pytest-timeout python3-torch python3-torchvision
       python3-pil)
+pkgs+=(libhdf5-dev python3-h5py)
+pkgs+=(liblmdb-dev python3-lmdb)
 missing=()
 for p in "${pkgs[@]}"; do
     status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

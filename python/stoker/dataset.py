@@ -4,7 +4,8 @@
 directory, a glob, a brace range or a list; an ImageFolder tree; ``.npy`` files) as records
 0..N-1; the format is detected, ``format=`` overrides it. ``Writer`` writes one shard;
 ``write_shard`` writes records in one call; ``pack`` converts any dataset to ``.stk`` shards
-with the library's one packer (the one ``stoker pack`` runs); ``pack_image_folder`` packs an
+with the library's one packer (the one ``stoker pack`` runs); ``pack_records`` writes shards
+from Python dicts (records C cannot read: pickled LMDB values, Caffe Datums); ``pack_image_folder`` packs an
 ImageFolder tree (one subfolder per class) with the schema ``stoker pack`` uses: ``image``
 (the encoded file, bytes), ``label`` (int64, the class's position in the sorted class list,
 as torchvision's ImageFolder numbers them) and ``path`` (bytes, relative to the root).
@@ -16,8 +17,8 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["Dataset", "Writer", "write_shard", "pack", "pack_image_folder", "formats",
-           "IMAGE_EXTENSIONS"]
+__all__ = ["Dataset", "Writer", "write_shard", "pack", "pack_records", "pack_image_folder",
+           "formats", "IMAGE_EXTENSIONS"]
 
 # torchvision's IMG_EXTENSIONS, so that records and labels line up with ImageFolder's samples
 # (the loader decodes all of them: JPEG, PNG, WebP, TIFF, BMP, binary PPM/PGM)
@@ -199,3 +200,96 @@ def pack_image_folder(src, out, shard_size=1 << 30, force=False):
     size = 0 if out.endswith(".stk") else int(shard_size)
     return pack(os.fspath(src), out, format="imagefolder", shard_size=size,
                 force=force)["records"]
+
+
+DEFAULT_SHARD_SIZE = 1 << 30  # stoker.pack's default for a directory of shards
+
+
+def _infer_spec(name, value):
+    """The Writer field spec for a record's value: bytes-like (and str, stored as UTF-8) ->
+    bytes, int -> int64, float -> float32, numpy arrays -> (dtype, shape)."""
+    if isinstance(value, (bytes, bytearray, memoryview, str)):
+        return "bytes"
+    if isinstance(value, (bool, int, np.integer)):
+        return "int64"
+    if isinstance(value, (float, np.floating)) and np.ndim(value) == 0:
+        return "float32"
+    if isinstance(value, np.ndarray) or hasattr(value, "numpy"):
+        a = value.numpy() if hasattr(value, "numpy") else value
+        if a.dtype == object:
+            raise _core.StokerInvalidError(f"field {name!r}: object arrays cannot be stored")
+        return (a.dtype, tuple(a.shape) if a.ndim else (1,))
+    raise _core.StokerInvalidError(
+        f"field {name!r}: cannot store a {type(value).__name__} (bytes, str, int, float or a "
+        "numpy array)")
+
+
+def _value_size(value):
+    if isinstance(value, str):
+        return len(value.encode())
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return len(value)
+    return getattr(value, "nbytes", 8)
+
+
+def pack_records(records, out, shard_size=0, metadata=None, force=False):
+    """Write `records` (an iterable of dicts with the same keys) to ``.stk`` shards at `out`:
+    one file when `out` ends with ".stk" and no `shard_size` is given, else the directory
+    `out` of shard-00000.stk, ... of at most about `shard_size` bytes of values each (default
+    1 GiB), as :func:`pack` does. The schema comes from the first record, field order from its
+    keys: bytes/bytearray/memoryview -> bytes, str -> bytes (UTF-8), int -> int64, float ->
+    float32, numpy arrays -> array fields of their dtype and shape (every record the same).
+    For what C cannot read, e.g. an LMDB of ``pickle.dumps((jpeg_bytes, label))``::
+
+        env = lmdb.open("train_lmdb", readonly=True, lock=False)
+        recs = ({"image": img, "label": lab} for k, v in env.begin().cursor()
+                if not k.startswith(b"__") for img, lab in [pickle.loads(v)])
+        stoker.pack_records(recs, "train-stk/")
+
+    Returns a dict: records, shards, bytes (values written)."""
+    out = os.fspath(out)
+    single = out.endswith(".stk") and not shard_size
+    limit = 0 if single else int(shard_size or DEFAULT_SHARD_SIZE)
+    if os.path.exists(out) and not force:
+        if single or not os.path.isdir(out):
+            raise _core.StokerStateError(f"{out} already exists (force=True replaces it)")
+        if os.listdir(out):
+            raise _core.StokerStateError(f"{out} is not empty (force=True writes into it)")
+    if not single:
+        os.makedirs(out, exist_ok=True)
+    it = iter(records)
+    try:
+        first = next(it)
+    except StopIteration:
+        raise _core.StokerInvalidError("pack_records: no records") from None
+    fields = {k: _infer_spec(k, v) for k, v in first.items()}
+    enc = [k for k, v in first.items() if isinstance(v, str)]
+    n = shards = total = size = 0
+    w = None
+    try:
+        for rec in ([first], it):
+            for r in rec:
+                if enc:
+                    r = dict(r)
+                    for k in enc:
+                        if isinstance(r.get(k), str):
+                            r[k] = r[k].encode()
+                rsize = sum(_value_size(v) for v in r.values())
+                if w is not None and limit and size and size + rsize > limit:
+                    w.close()
+                    w = None
+                if w is None:
+                    path = out if single else os.path.join(out, f"shard-{shards:05d}.stk")
+                    w = Writer(path, fields, metadata)
+                    shards += 1
+                    size = 0
+                w.add(r)
+                n += 1
+                size += rsize
+                total += rsize
+        w.close()
+    except BaseException:
+        if w is not None:
+            w.abort()
+        raise
+    return {"records": n, "shards": shards, "bytes": total}

@@ -1,0 +1,148 @@
+"""HDF5 files read directly (format "hdf5"): row i of every dataset is record i. Files are
+written here with h5py (Debian's python3-h5py)."""
+import numpy as np
+import pytest
+
+import stoker
+from source_checks import check_equals_packed, check_exactly_once, check_resume
+
+h5py = pytest.importorskip("h5py")
+
+N = 37
+
+
+def _write(path, n=N):
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        img = f.create_dataset("image", (n,), dtype=h5py.vlen_dtype(np.uint8))
+        for i in range(n):
+            img[i] = rng.integers(0, 256, 50 + 13 * i, dtype=np.uint8)
+        f["label"] = np.arange(n, dtype=np.int64) * 3 - 5
+        f["w"] = np.linspace(-1, 1, n, dtype=np.float32)
+        f["meta/rgb"] = rng.integers(0, 256, (n, 2, 3, 3), dtype=np.uint8)
+        f["meta/id16"] = np.arange(n, dtype=np.int16)  # a [1] array: not int64/float32
+        f.create_dataset("feat", data=rng.standard_normal((n, 5)).astype(np.float64),
+                         compression="gzip", shuffle=True, chunks=(4, 5))
+        f.create_dataset("be", data=np.arange(n * 2, dtype=">i4").reshape(n, 2))
+        blob = f.create_dataset("g/blob", (n,), dtype=h5py.vlen_dtype(np.uint8), chunks=(8,),
+                                compression="gzip")  # vlen through the library
+        for i in range(n):
+            blob[i] = np.full(i % 5, i, np.uint8)
+        some = f.create_dataset("g/some", (n,), dtype=h5py.vlen_dtype(np.uint8))
+        for i in range(n):
+            some[i] = np.full(0 if i % 3 == 0 else i, i, np.uint8)  # empty rows too
+        f["version"] = 3  # scalar: metadata, not a column
+    return str(path)
+
+
+@pytest.fixture
+def h5(tmp_path):
+    return _write(tmp_path / "d.h5")
+
+
+def test_fields_and_values(h5):
+    ds = stoker.Dataset(h5)
+    assert ds.format == "hdf5" and len(ds) == N
+    kinds = {f["name"]: (f["kind"], f["dtype"], tuple(f["shape"])) for f in ds.fields}
+    assert kinds == {"be": ("array", "int32", (2,)), "feat": ("array", "float64", (5,)),
+                     "g/blob": ("bytes", "uint8", (None,)), "g/some": ("bytes", "uint8", (None,)),
+                     "image": ("bytes", "uint8", (None,)), "label": ("int64", "int64", ()),
+                     "meta/id16": ("array", "int16", (1,)),
+                     "meta/rgb": ("array", "uint8", (2, 3, 3)),
+                     "w": ("float32", "float32", ())}
+    with h5py.File(h5, "r") as f:
+        for i in (0, 17, N - 1):
+            r = ds[i]
+            assert r["image"] == f["image"][i].tobytes()
+            assert r["label"] == f["label"][i] and r["w"] == f["w"][i]
+            assert np.array_equal(r["meta/rgb"], f["meta/rgb"][i])
+            assert np.array_equal(r["feat"], f["feat"][i])  # gzip + shuffle, chunked
+            assert r["be"].tolist() == f["be"][i].tolist()  # big-endian converted
+            assert r["meta/id16"].tolist() == [f["meta/id16"][i]]
+            assert r["g/blob"] == bytes([i]) * (i % 5)
+            assert r["g/some"] == (b"" if i % 3 == 0 else bytes([i]) * i)
+    # contiguous ones (vlen bytes too) are read by offset from the workers, the rest serialised
+    # (big-endian data is converted by the library)
+    assert ds.metadata == {"by_offset": ["g/some", "image", "label", "meta/id16", "meta/rgb",
+                                         "w"], "library": ["be", "feat", "g/blob"]}
+    assert ds.describe(4) == f"{h5} row 4"
+    assert stoker.Dataset(h5, format="hdf5").fingerprint == ds.fingerprint
+
+
+def test_detection_by_magic_and_extension(h5, tmp_path):
+    other = tmp_path / "renamed.bin"
+    other.write_bytes(open(h5, "rb").read())
+    assert stoker.Dataset(str(other)).format == "hdf5"
+    assert "hdf5" in stoker.formats() and stoker.formats()[-1] == "imagefolder"
+
+
+def test_exactly_once_shuffled_two_ranks(h5):
+    check_exactly_once(h5, N)
+
+
+def test_equals_packed_and_resume_with_fingerprint(h5, tmp_path):
+    packed = check_equals_packed(h5, tmp_path, N)
+    state = check_resume(h5)
+    other = stoker.Loader(packed, 4, shuffle=True, rank=0, world_size=1)
+    with pytest.raises(stoker.Error, match="fingerprint|different dataset"):
+        other.load_state_dict(state)
+    other.close()
+
+
+def test_datasets_of_different_lengths(tmp_path):
+    p = tmp_path / "bad.h5"
+    with h5py.File(p, "w") as f:
+        f["a"] = np.zeros((5, 2), np.float32)
+        f["g/b"] = np.zeros(6, np.int64)
+    with pytest.raises(stoker.StokerInvalidError,
+                       match=r"bad.h5: dataset 'g/b' has 6 rows but 'a' has 5"):
+        stoker.Dataset(str(p))
+
+
+@pytest.mark.parametrize("kw,name", [(dict(compression="lzf"), "lzf"),
+                                     (dict(scaleoffset=0), "scaleoffset")])
+def test_unsupported_filter(tmp_path, kw, name):
+    p = tmp_path / "f.h5"
+    with h5py.File(p, "w") as f:
+        f["ok"] = np.zeros(8, np.int64)
+        f.create_dataset("packed", data=np.arange(16, dtype=np.int32).reshape(8, 2),
+                         chunks=(4, 2), **kw)
+    with pytest.raises(stoker.StokerNotSupportedError,
+                       match=rf"f.h5: dataset 'packed' uses the HDF5 filter '{name}"):
+        stoker.Dataset(str(p))
+
+
+def test_other_bad_inputs(tmp_path):
+    p = tmp_path / "u.h5"
+    with h5py.File(p, "w") as f:
+        f["u32"] = np.zeros(4, np.uint32)
+    with pytest.raises(stoker.StokerNotSupportedError, match="'u32' has unsigned 4-byte"):
+        stoker.Dataset(str(p))
+    s = tmp_path / "s.h5"
+    with h5py.File(s, "w") as f:
+        f["n"] = 4
+    with pytest.raises(stoker.StokerInvalidError, match="no datasets of rank >= 1"):
+        stoker.Dataset(str(s))
+    fake = tmp_path / "fake.h5"
+    fake.write_bytes(b"not hdf5 at all" * 10)
+    with pytest.raises(stoker.StokerFormatError, match="fake.h5: not an HDF5 file"):
+        stoker.Dataset(str(fake))
+
+
+def test_truncated_and_corrupt_files(tmp_path):
+    p = tmp_path / "t.h5"
+    with h5py.File(p, "w") as f:
+        d = f.create_dataset("image", (20,), dtype=h5py.vlen_dtype(np.uint8))
+        for i in range(20):
+            d[i] = np.full(3000, i, np.uint8)
+        f["label"] = np.arange(20)
+    data = p.read_bytes()
+    (tmp_path / "trunc.h5").write_bytes(data[:len(data) * 2 // 3])
+    with pytest.raises(stoker.StokerFormatError, match="trunc.h5: cannot open as HDF5: .*trunc"):
+        stoker.Dataset(str(tmp_path / "trunc.h5"))
+    bad = bytearray(data)
+    bad[data.find(b"GCOL")] = ord("X")  # the first heap collection's signature
+    (tmp_path / "heap.h5").write_bytes(bytes(bad))
+    with pytest.raises(stoker.StokerIOError,
+                       match="heap.h5: dataset 'image' row 0: .*global heap collection"):
+        stoker.Dataset(str(tmp_path / "heap.h5"))
