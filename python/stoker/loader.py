@@ -9,6 +9,7 @@ The slot goes back to the ring when the last tensor viewing it is garbage-collec
 
 See docs/python.md for the full contract.
 """
+import atexit
 import collections
 import json
 import os
@@ -204,6 +205,18 @@ class _LoaderIter:
         return batch
 
 
+_MAPPED = weakref.WeakSet()  # loaders whose worker threads run Python (map=)
+
+
+@atexit.register
+def _close_mapped():
+    for loader in list(_MAPPED):
+        try:
+            loader.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
 class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
     num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
@@ -302,6 +315,7 @@ class Loader:
         if map is not None:
             self._map = self._map_setup(map, seed, transform_field, verify)
             self._core_kwargs.update(map_fn=self._map, map_fields=self._map.schema)
+            _MAPPED.add(self)  # closed at exit, before the interpreter stops running threads
         self._core = _core.Loader(self._dataset, **self._core_kwargs)
         self._on_device = False   # batches come in the loader's device ring
         if self._device is not None:
