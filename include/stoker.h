@@ -718,7 +718,9 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
  *  A device that cannot be used (no driver, no such device) is not an error: the loader runs on
  *  the host and stk_loader_stats.device_reason says why (docs/gpu.md).
  *  @return STK_OK (*out set), STK_EINVAL (batch size 0, negative threads, rank >= world, no
- *          data, empty dataset, unknown field), STK_ELIMIT (batch slot too large; finishing
+ *          data, empty dataset, unknown field; batch_ops with a bad kind, alpha or num_classes,
+ *          no int64 label field, MixUp on non-float32 images; sample_fields empty, too many or
+ *          not batchable, or sample_fn with a finish_on_device transform), STK_ELIMIT (batch slot too large; finishing
  *          over 2^32 pixels per batch), STK_EIO/STK_EFORMAT/
  *          STK_ENOTSUP (from opening the dataset), STK_ENOMEM (also: device buffers).
  *          Details in stk_last_errmsg().

@@ -256,3 +256,61 @@ def test_map_close_while_fn_runs(ds):
     started.wait(10)
     L.close()  # joins the workers while they are inside fn (they need the GIL: not a deadlock)
     assert L.closed
+
+
+# ---- with decoded images (an ImageFolder tree) ----
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    Image = pytest.importorskip("PIL.Image")
+    if not stoker.has_transforms():
+        pytest.skip("this build has no image pipeline")
+    root = tmp_path_factory.mktemp("imgs")
+    for i in range(16):
+        cls = root / f"class_{i % 4}"
+        cls.mkdir(exist_ok=True)
+        rng = np.random.default_rng(i)
+        arr = np.clip(rng.normal(60 + 10 * i, 40, (40 + i, 48, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(arr).save(cls / f"img_{i:03d}.jpg", quality=90)
+    return str(root)
+
+
+def test_cutmix_on_decoded_nhwc_uint8(folder):
+    ops = T.Compose([T.CenterCrop(32), T.PILToTensor()], layout="NHWC")
+    plain = batches(folder, batch_size=8, transforms=ops, num_workers=2)
+    mixed = batches(folder, batch_size=8, transforms=ops, num_workers=2,
+                    batch_transforms=T.CutMix(1.0, 4))
+    for p, m in zip(plain, mixed):
+        assert m["image"].shape == p["image"].shape == (8, 32, 32, 3)
+        assert m["image"].dtype == np.uint8
+        for i in range(8):
+            j = i - 1 if i else 7
+            other = (m["image"][i] != p["image"][i]).any(-1)  # [H, W]: pixels from row j
+            assert np.array_equal(m["image"][i][other], p["image"][j][other])
+            area = np.count_nonzero((m["image"][i] == p["image"][j]).all(-1) &
+                                    ~(p["image"][i] == p["image"][j]).all(-1))
+            assert area == other.sum()
+            lam = 1 - area / (32 * 32)
+            if other.any():
+                ys, xs = np.nonzero(other)
+                assert other.sum() == (ys.ptp() + 1) * (xs.ptp() + 1)  # a box
+            want = np.zeros(4, np.float32)
+            want[int(p["label"][i])] += lam
+            want[int(p["label"][j])] += 1 - lam
+            np.testing.assert_allclose(m["label"][i], want, atol=1e-5)
+
+
+def test_map_after_decode_and_transforms(folder):
+    ops = [T.CenterCrop(32), T.ToTensor()]
+    plain = batches(folder, batch_size=8, transforms=ops, num_workers=2)
+
+    def fn(s):
+        assert s["image"].shape == (3, 32, 32) and s["image"].dtype == np.float32
+        assert isinstance(s["label"], int)
+        return {"gray": s["image"].mean(axis=0), "label": s["label"]}
+
+    mapped = batches(folder, batch_size=8, transforms=ops, num_workers=2, map=fn)
+    for p, m in zip(plain, mapped):
+        np.testing.assert_array_equal(p["index"], m["index"])
+        np.testing.assert_array_equal(p["label"], m["label"])
+        np.testing.assert_allclose(m["gray"], p["image"].mean(axis=1), rtol=1e-6)
