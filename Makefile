@@ -162,6 +162,7 @@ ubsan:
 # synchronisation; the torchrun and profile tests stay out (races reported inside torch's gloo,
 # timing that TSan's slowdown changes: docs/reliability.md).
 TSAN_PY_TESTS := python/tests/test_loader.py python/tests/test_core.py python/tests/test_transforms.py
+TSAN_PY_TESTS += python/tests/test_batchmap.py
 tsan:
 	$(MAKE) BUILD=build/tsan OPT=-O1 SANITIZE=-fsanitize=thread unit cli python
 	@echo "== tsan: the Python extension's concurrency tests"

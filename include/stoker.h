@@ -664,6 +664,44 @@ typedef struct stk_batch stk_batch;
 #define STK_LOADER_AUTOTUNE 0x20u    /* choose active threads and depth online (see below) */
 #define STK_LOADER_NO_STATS 0x40u    /* do not time the stages (to measure what timing costs) */
 
+/** A batch transform (stk_loader_opts.batch_ops), as torchvision.transforms.v2 defines it.
+ *  Both draw lambda ~ Beta(alpha, alpha) once per batch from the batch's own random stream,
+ *  keyed by (seed, epoch, batch number, rank): the same for any thread count and after resume.
+ *  The labels become one-hot float32 [B, num_classes] rows, then
+ *  - STK_BATCH_MIXUP: image = lambda * image + (1 - lambda) * image rolled by one along the
+ *    batch (row i mixes with row i - 1, row 0 with the last); labels mixed alike. Needs a
+ *    float32 image tensor.
+ *  - STK_BATCH_CUTMIX: a box centred on a uniform pixel, half-sides int(0.5 * sqrt(1 - lambda)
+ *    * W) and likewise H, clipped to the image, takes the rolled batch's pixels; the labels mix
+ *    with lambda = 1 - box area / image area. Images of any dtype, [..., H, W] (or [H, W, C]
+ *    when the transform outputs HWC). */
+typedef enum stk_batch_op_kind { STK_BATCH_MIXUP = 1, STK_BATCH_CUTMIX = 2 } stk_batch_op_kind;
+
+#define STK_MAX_BATCH_OPS 8
+
+/** One batch transform: its kind and Beta parameter (alpha > 0; torchvision's default 1.0). */
+typedef struct stk_batch_op {
+    stk_batch_op_kind kind;
+    double alpha;
+} stk_batch_op;
+
+/** Per-sample callback (stk_loader_opts.sample_fn), run by a worker thread on each sample after
+ *  its record was read, decoded and transformed, before the batch is complete.
+ *  `in[0, n_in)` are the sample's tensors as the loader would have batched them (shape[0] = 1;
+ *  bytes fields with lengths[0] valid bytes), "index" not included; `out[0, n_out)` describe
+ *  the sample's rows of the batch, one per stk_loader_opts.sample_fields entry (shape[0] = 1,
+ *  data writable, size bytes): the callback fills every one. `index` is the record number.
+ *  Return STK_OK, STK_EFORMAT for a failure of this record (skipped and counted under
+ *  STK_LOADER_SKIP_CORRUPT, else the batch's error), or another status for a failure that no
+ *  substitute can cure; write the reason into err (the loader prefixes the record's
+ *  description).
+ *  Threads: called concurrently from every worker thread; the loader holds none of its locks
+ *  while it runs. Lifetime: `in`, `out` and their data only during the call; it is never called
+ *  after stk_loader_destroy returned (destroy waits for running calls). */
+typedef struct stk_tensor stk_tensor; /* below, with the batch accessors */
+typedef stk_status (*stk_sample_fn)(void *ctx, uint64_t index, const stk_tensor *in, size_t n_in,
+                                    stk_tensor *out, size_t n_out, char *err, size_t err_size);
+
 /** Options for stk_loader_create. Initialise with stk_loader_opts_init. More fields may be
  *  added at the end in later versions. */
 typedef struct stk_loader_opts {
@@ -694,6 +732,23 @@ typedef struct stk_loader_opts {
      * stk_batch_tensor shows it after CPU finishing, the uint8 input when the device finishes. */
     const char *format; /* with paths: the dataset's format (stk_dataset_opts.format);
                            NULL = detect it (default); copied */
+    /* ---- batch transforms (stk_batch_op): applied to each complete batch by the worker that
+     * completed it, before it is handed out (and before its device copy) ---- */
+    const stk_batch_op *batch_ops; /* NULL = none (default); copied at create */
+    uint32_t n_batch_ops;          /* 0..STK_MAX_BATCH_OPS */
+    bool batch_ops_choice;         /* apply one op per batch, chosen uniformly (torchvision's
+                                      RandomChoice); false = each op in turn (default) */
+    int64_t num_classes;           /* with batch_ops: classes of the one-hot labels, >= 1 */
+    const char *label_field;       /* with batch_ops: the int64 label field, which becomes
+                                      float32 [num_classes] soft targets (default "label");
+                                      the images are transform_field's tensor */
+    /* ---- per-sample callback (stk_sample_fn): the Python binding's map= ---- */
+    stk_sample_fn sample_fn;        /* NULL = none (default) */
+    void *sample_ctx;               /* passed to sample_fn; borrowed, must outlive the loader */
+    const stk_field *sample_fields; /* the tensors sample_fn writes (array, int64 or float32
+                                       fields; no bytes), which replace the record's fields
+                                       in the batch; copied at create */
+    size_t n_sample_fields;         /* 1..STK_MAX_FIELDS with sample_fn */
 } stk_loader_opts;
 
 /** Fill `opts` with the defaults documented on each field.
@@ -711,11 +766,12 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
  *  A device that cannot be used (no driver, no such device) is not an error: the loader runs on
  *  the host and stk_loader_stats.device_reason says why (docs/gpu.md).
  *  @return STK_OK (*out set), STK_EINVAL (batch size 0, negative threads, rank >= world, no
- *          data, empty dataset, unknown field), STK_ELIMIT (batch slot too large; finishing
- *          over 2^32 pixels per batch), STK_EIO/STK_EFORMAT/
- *          STK_ENOTSUP (from opening the dataset), STK_ENOMEM (also: device buffers).
- *          Details in stk_last_errmsg().
- *  Lifetime: *out until stk_loader_destroy(*out). */
+ *          data, empty dataset, unknown field; batch_ops with a bad kind, alpha or num_classes,
+ *          no int64 label field, MixUp on non-float32 images; sample_fields empty, too many or
+ *          not batchable, or sample_fn with a finish_on_device transform), STK_ELIMIT (batch slot
+ * too large; finishing over 2^32 pixels per batch), STK_EIO/STK_EFORMAT/ STK_ENOTSUP (from opening
+ * the dataset), STK_ENOMEM (also: device buffers). Details in stk_last_errmsg(). Lifetime: *out
+ * until stk_loader_destroy(*out). */
 STK_API stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out);
 
 /** Stop the workers and free the loader, at any point: mid-epoch, with batches outstanding

@@ -8,6 +8,7 @@
  * _tensor.c     Tensor (a zero-copy buffer-protocol view of one tensor of a batch)
  * _transform.c  Transform (a compiled image pipeline) and the op table
  * _diagnose.c   diagnose(): the doctor's decision (stk_diagnose) for stoker.profile
+ * _map.c        Loader(map=fn): the per-sample callback on the worker threads
  *
  * The extension uses the public C API only (include/stoker.h), as the CLI does.
  */
@@ -75,5 +76,12 @@ int stkpy_has_transforms(void);
  * (parameter name, element type, count) from its op table. */
 PyObject *stkpy_op_names(PyObject *self, PyObject *noargs);
 PyObject *stkpy_op_params(PyObject *self, PyObject *name);
+
+/* Loader(map=...) (_map.c): set o's sample_fn from the loader.py wrapper `fn` and its output
+ * fields [(name, kind, dtype, shape)]; *out is NULL when fn is None. Free the map after the
+ * C loader is destroyed. Returns 0, or -1 with an exception. */
+struct stkpy_map;
+int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct stkpy_map **out);
+void stkpy_map_free(struct stkpy_map *m);
 
 #endif /* STK_PY_CORE_H */

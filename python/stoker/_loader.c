@@ -44,6 +44,7 @@ typedef struct {
     stk_loader *loader;
     PyObject *dataset_ref;   /* the Dataset it reads, when created from one */
     PyObject *transform_ref; /* the Transform it applies; outlives the C loader */
+    struct stkpy_map *map;   /* map=: the per-sample callback's state; outlives the C loader */
     pid_t pid;               /* the creating process: after fork() there are no workers */
     bool closing, closed;
     int in_flight;      /* calls running with the GIL released (guarded by mu) */
@@ -209,13 +210,39 @@ static void discard_request(LoaderObject *self)
 
 /* ---- Loader: create and close ---- */
 
+/* batch_ops: a sequence of (kind, alpha) with kind 1 = MixUp, 2 = CutMix (checked in C). */
+static int parse_batch_ops(PyObject *obj, stk_batch_op *ops, uint32_t *n)
+{
+    PyObject *seq = PySequence_Fast(obj, "batch_ops must be a sequence of (kind, alpha)");
+    if (!seq)
+        return -1;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    if (k > STK_MAX_BATCH_OPS) {
+        Py_DECREF(seq);
+        stkpy_invalid("at most %d batch transforms, got %zd", STK_MAX_BATCH_OPS, k);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        int kind;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "id", &kind, &ops[i].alpha)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        ops[i].kind = (stk_batch_op_kind)kind;
+    }
+    *n = (uint32_t)k;
+    Py_DECREF(seq);
+    return 0;
+}
+
 static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {
         "data",   "batch_size", "num_threads", "prefetch",        "seed",
         "rank",   "world",      "shuffle",     "drop_last",       "skip_corrupt",
         "verify", "pinned",     "transform",   "transform_field", "autotune",
-        "trace_events", "device", "pinned_limit", NULL};
+        "trace_events", "device", "pinned_limit", "batch_ops", "batch_choice", "num_classes",
+        "label_field", "map_fn", "map_fields", NULL};
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
     int n_threads = 0, prefetch = 0, rank = -1, world = -1;
@@ -225,14 +252,29 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     const char *tfield = "image";
     int device = -1;
     unsigned long long pinned_limit = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspIiK:Loader", kwlist, &data,
+    PyObject *batch_ops = Py_None, *map_fn = Py_None, *map_fields = Py_None;
+    int batch_choice = 0;
+    long long num_classes = 0;
+    const char *label_field = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspIiKOpLzOO:Loader", kwlist, &data,
                                      &batch_size, &n_threads, &prefetch, &seed, &rank, &world,
                                      &shuffle, &drop_last, &skip_corrupt, &verify, &pinned,
                                      &transform, &tfield, &autotune, &trace_events, &device,
-                                     &pinned_limit))
+                                     &pinned_limit, &batch_ops, &batch_choice, &num_classes,
+                                     &label_field, &map_fn, &map_fields))
         return NULL;
     stk_loader_opts o;
     stk_loader_opts_init(&o);
+    stk_batch_op ops[STK_MAX_BATCH_OPS];
+    if (batch_ops != Py_None && parse_batch_ops(batch_ops, ops, &o.n_batch_ops) < 0)
+        return NULL;
+    o.batch_ops = ops;
+    o.batch_ops_choice = batch_choice;
+    o.num_classes = num_classes;
+    o.label_field = label_field;
+    struct stkpy_map *map = NULL;
+    if (stkpy_map_setup(map_fn, map_fields, &o, &map) < 0)
+        return NULL;
     o.device = device;
     o.pinned_limit = pinned_limit;
     PyObject *keep = NULL, *dataset_ref = NULL, *transform_ref = NULL;
@@ -279,6 +321,8 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     paths = NULL;
     Py_CLEAR(keep);
     if (rc < 0) {
+        stkpy_map_free(map);
+        map = NULL;
         stkpy_raise(rc, err);
         goto fail;
     }
@@ -290,6 +334,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         goto fail;
     }
     self->loader = L;
+    self->map = map;
     self->pid = getpid();
     self->dataset_ref = Py_XNewRef(dataset_ref);
     if (dataset_ref)
@@ -305,6 +350,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->req = REQ_IDLE;
     return (PyObject *)self;
 fail:
+    stkpy_map_free(map);
     PyMem_Free(paths);
     Py_XDECREF(keep);
     return NULL;
@@ -344,6 +390,8 @@ static void loader_close(LoaderObject *self)
     self->req = REQ_IDLE;
     stk_loader_destroy(self->loader); /* joins the workers */
     Py_END_ALLOW_THREADS
+    stkpy_map_free(self->map); /* no worker runs the map function any more */
+    self->map = NULL;
     self->loader = NULL;
     self->helper_started = false;
     self->closed = true;

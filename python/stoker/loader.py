@@ -9,6 +9,7 @@ The slot goes back to the ring when the last tensor viewing it is garbage-collec
 
 See docs/python.md for the full contract.
 """
+import atexit
 import collections
 import json
 import os
@@ -20,6 +21,7 @@ import numpy as np
 
 from . import _core
 from . import _nvrtc
+from . import _batchmap
 from . import transforms as _transforms
 from .dataset import Dataset
 
@@ -203,6 +205,18 @@ class _LoaderIter:
         return batch
 
 
+_MAPPED = weakref.WeakSet()  # loaders whose worker threads run Python (map=)
+
+
+@atexit.register
+def _close_mapped():
+    for loader in list(_MAPPED):
+        try:
+            loader.close()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
 class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
     num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
@@ -223,8 +237,10 @@ class Loader:
     def __init__(self, data, batch_size, shuffle=False, seed=0, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
                  world_size=None, transforms=None, on_error="raise", trace=None, *,
-                 transform_field="image", verify=True, output=None, format=None, strict=None):
+                 transform_field="image", verify=True, output=None, format=None, strict=None,
+                 batch_transforms=None, map=None, label_field="label"):
         self._core = None  # so that close()/__del__ work on a half-built object
+        self._map = None
         self._dataset = None
         self._own_dataset = False
         batch_size = _check_int(batch_size, "batch_size", 1)
@@ -273,7 +289,11 @@ class Loader:
             trace = os.fspath(trace)
         self._trace = trace
         finish = None
-        if self._device is not None:
+        batch_args = _batchmap.batch_ops_args(batch_transforms)
+        if map is not None and not callable(map):
+            raise _core.StokerInvalidError(f"map should be a function of one sample dict, not "
+                                           f"{type(map).__name__}")
+        if self._device is not None and not batch_args and map is None:
             self._transform, finish = _transforms.compile_for_device(transforms, strict=strict)
         else:
             self._transform = _transforms.compile(transforms, strict=strict)
@@ -291,6 +311,13 @@ class Loader:
         if self._device is not None:
             self._core_kwargs["device"] = self._device.index
             self._core_kwargs.update(finish or {})
+        if batch_args:
+            self._core_kwargs.update(batch_args, label_field=label_field)
+        self._map = None
+        if map is not None:
+            self._map = self._map_setup(map, seed, transform_field, verify)
+            self._core_kwargs.update(map_fn=self._map, map_fields=self._map.schema)
+            _MAPPED.add(self)  # closed at exit, before the interpreter stops running threads
         self._core = _core.Loader(self._dataset, **self._core_kwargs)
         self._on_device = False   # batches come in the loader's device ring
         if self._device is not None:
@@ -319,6 +346,29 @@ class Loader:
         self._debug_delay = 0
 
     # ---- construction helpers ----
+
+    def _map_setup(self, fn, seed, transform_field, verify):
+        """Run `fn` on record 0 (decoded and transformed as the workers will) in this thread:
+        its result fixes the output fields. Returns the runner the worker threads call."""
+        probe = _core.Loader(self._dataset, batch_size=1, num_threads=1, prefetch=1, seed=seed,
+                             rank=0, world=1, verify=bool(verify), transform=self._transform,
+                             transform_field=transform_field)
+        try:
+            raw = next(probe, None)
+            items = _batchmap.probe_items(raw)
+            del raw
+        finally:
+            probe.close()
+        try:
+            out = fn(_batchmap.sample_dict(items))
+        except Exception as e:
+            raise _core.StokerInvalidError(
+                f"{self._dataset.describe(0)}: map function raised {type(e).__name__}: {e} "
+                "(on the first record, which fixes the output fields)") from e
+        schema = _batchmap.map_schema(out)
+        runner = _batchmap.MapRunner(fn, schema)
+        runner.pack(out)  # the first sample's values must be batchable as they are
+        return runner
 
     @staticmethod
     def _resolve_device(device, torch):
@@ -404,8 +454,11 @@ class Loader:
                 self._relieve_ring()
                 core = self._core
                 continue
-            except _core.Error:
+            except _core.Error as e:
                 self._after_error()
+                cause = self._map.cause(str(e), self._dataset.describe) if self._map else None
+                if cause is not None:  # the map function's own exception, with its traceback
+                    raise e from cause
                 raise
             break
         if raw is None:

@@ -452,3 +452,9 @@ def compile_for_device(transforms, strict=None):
     core = _core.Transform([op.to_dict() for op in ops], dtype=out_dtype, layout=layout,
                            exact=exact, finish="device", strict=strict)
     return core, None
+
+
+# Batch transforms (Loader(..., batch_transforms=...)): they run in C on each complete batch.
+from ._batchmap import CutMix, MixUp, RandomChoice  # noqa: E402
+
+__all__ += ["MixUp", "CutMix", "RandomChoice"]

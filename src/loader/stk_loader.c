@@ -71,6 +71,7 @@ static void stop_workers(core *c)
 {
     pthread_mutex_lock(&c->r.mu);
     c->stop = true;
+    atomic_fetch_add(&c->gen, 1); /* workers drop the batch they are in (a slow sample_fn) */
     pthread_cond_broadcast(&c->r.cv_work);
     pthread_mutex_unlock(&c->r.mu);
     for (uint32_t i = 0; i < c->n_started; i++)
@@ -80,12 +81,41 @@ static void stop_workers(core *c)
             stk__transform_worker_destroy(c->workers[i].tw);
             stk__dataset_cursor_close(c->ds, c->workers[i].cur);
             stk__free(c->workers[i].scratch);
+            stk__free(c->workers[i].bscratch);
+            stk__free(c->workers[i].in);
             stk__free(c->workers[i].trace.ev);
         }
         stk__free(c->workers);
         c->workers = NULL;
     }
     c->n_started = 0;
+}
+
+/* The slot's fields under a sample_fn: its declared outputs (checked). */
+static stk_status sample_fields(const stk_loader_opts *o, stk_field *fields, uint64_t *max_size,
+                                size_t *n_fields, char *err, size_t err_size)
+{
+    if (!o->sample_fields || o->n_sample_fields < 1 || o->n_sample_fields > STK_MAX_FIELDS)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "sample_fn: %zu output fields declared (1..%d)", o->n_sample_fields,
+                              STK_MAX_FIELDS);
+    for (size_t f = 0; f < o->n_sample_fields; f++) {
+        const stk_field *fd = &o->sample_fields[f];
+        if (fd->kind == STK_FIELD_BYTES ||
+            (fd->kind == STK_FIELD_ARRAY &&
+             (fd->ndim < 1 || fd->ndim > STK_MAX_DIMS || stk_dtype_size(fd->dtype) == 0)))
+            return stk__set_error(err, err_size, STK_EINVAL,
+                                  "sample_fn: output field '%.*s' cannot be batched (fixed-shape "
+                                  "arrays, int64 and float32 only)",
+                                  STK_MAX_NAME, fd->name);
+        if (memchr(fd->name, 0, STK_MAX_NAME) == NULL || strcmp(fd->name, "index") == 0)
+            return stk__set_error(err, err_size, STK_EINVAL,
+                                  "sample_fn: output field %zu has an invalid name", f);
+        fields[f] = *fd;
+        max_size[f] = 0;
+    }
+    *n_fields = o->n_sample_fields;
+    return STK_OK;
 }
 
 /* Resolve rank and world from options or environment. */
@@ -206,10 +236,39 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         fields[f] = *stk_dataset_field(c->ds, f);
         max_size[f] = stk_dataset_field_max_size(c->ds, f);
     }
-    STK_TRY(stk__layout_init(&c->r.lay, fields, max_size, n_fields, c->batch_size, c->tfield,
-                             &tspec, err, sizeof(err)));
+    STK_TRY(stk__batchops_opts(&c->bops, opts, err, sizeof(err)));
+    int tf = c->tfield;
+    if (opts->sample_fn) {
+        /* Workers read each record into their own buffer (laid out as in_lay); the slot holds
+         * what the callback writes. */
+        STK_TRY(stk__layout_init(&c->in_lay, fields, max_size, n_fields, 1, c->tfield, &tspec, err,
+                                 sizeof(err)));
+        STK_TRY(sample_fields(opts, fields, max_size, &n_fields, err, sizeof(err)));
+        c->sample_fn = opts->sample_fn;
+        c->sample_ctx = opts->sample_ctx;
+        tf = -1;
+    }
+    const char *label = opts->label_field ? opts->label_field : "label";
+    if (c->bops.n) { /* the int64 label becomes float32 [num_classes] soft targets */
+        size_t lf = 0;
+        while (lf < n_fields && strcmp(fields[lf].name, label) != 0)
+            lf++;
+        if (lf == n_fields || fields[lf].kind != STK_FIELD_INT64)
+            STK_FAIL(err, STK_EINVAL,
+                     "batch transforms: the label field '%s' is %s (MixUp/CutMix need an int64 "
+                     "class label field)",
+                     label, lf == n_fields ? "not in the batch" : "not an int64 field");
+        stk__batchops_label_field(&c->bops, &fields[lf]);
+    }
+    STK_TRY(stk__layout_init(&c->r.lay, fields, max_size, n_fields, c->batch_size, tf, &tspec, err,
+                             sizeof(err)));
 
     STK_TRY(stk__ring_setup(c, opts, err, sizeof(err)));
+    bool hwc =
+        c->dc.fin_t >= 0 ? c->dc.fin.nhwc != 0 : c->transform && stk__transform_nhwc(c->transform);
+    STK_TRY(stk__batchops_init(&c->bops, &c->r.view,
+                               opts->transform_field ? opts->transform_field : "image", label, hwc,
+                               err, sizeof(err)));
 
     /* Epoch 0 from position 0; the consumer and the dispatcher start in step. */
     stk__loader_plan(c, 0, &c->d_plan);
@@ -243,6 +302,11 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         }
         if ((rc = stk__dataset_cursor_open(c->ds, &w->cur, err, sizeof(err))) < 0)
             goto fail;
+        if (c->bops.n && !(w->bscratch = stk__malloc(c->bops.scratch_size)))
+            STK_FAIL(err, STK_ENOMEM, "out of memory for the batch transforms' scratch");
+        if (c->sample_fn && !(w->in = stk__malloc(c->in_lay.slot_size)))
+            STK_FAIL(err, STK_ENOMEM, "out of memory for a %zu-byte sample buffer",
+                     c->in_lay.slot_size);
         if (c->transform) {
             w->scratch_size = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
             w->scratch = stk__malloc(w->scratch_size);

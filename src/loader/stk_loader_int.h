@@ -15,6 +15,7 @@
 #ifndef STK_LOADER_INT_H
 #define STK_LOADER_INT_H
 
+#include "batch/stk_batchops.h"
 #include "batch/stk_ring.h"
 #include "cuda/stk_devcopy.h"
 #include "loader/stk_autotune.h"
@@ -68,6 +69,8 @@ typedef struct worker {
     stk__cursor *cur; /* the record source's per-thread state (NULL when it needs none) */
     uint8_t *scratch; /* encoded bytes of the transformed field */
     size_t scratch_size;
+    uint8_t *bscratch; /* batch transforms' scratch (bops.scratch_size) */
+    uint8_t *in;       /* with sample_fn: the sample's fields, laid out as c->in_lay */
 } worker;
 
 /* The part of a loader that outlives stk_loader_destroy while batches are still held. The ring's
@@ -113,6 +116,12 @@ struct core {
     bool autotune;
     stk__autotune at;
     uint64_t at_last_ns, at_last_cwait, at_last_wwait, at_last_samples;
+
+    /* batch transforms (stk_batchops.c) and the per-sample callback */
+    stk__batchops bops;
+    stk_sample_fn sample_fn;
+    void *sample_ctx;
+    stk__layout in_lay; /* with sample_fn: one sample's fields as read (batch size 1) */
 
     /* GPU path (docs/gpu.md) */
     bool cudev_open; /* cudev's primary context is retained */

@@ -33,6 +33,10 @@ static stk_status finish_setup(core *c, char *err, size_t err_size)
         stk__transform_finish(c->transform, &f);
     if (!f.on)
         return STK_OK;
+    if (c->sample_fn)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "a transform with finish_on_device cannot be combined with "
+                              "sample_fn (the callback sees the finished sample)");
     int ti = -1;
     for (size_t i = 0; i + 1 < c->r.lay.n_tensors; i++)
         if (c->r.lay.t[i].transformed)
@@ -120,8 +124,11 @@ stk_status stk__ring_setup(core *c, const stk_loader_opts *o, char *err, size_t 
             goto fail;
         dc->device = o->device;
         if (finishing) {
-            dc->finish = stk__devring_can_finish(dc->dev) ? STK_FINISH_DEVICE : STK_FINISH_CPU;
-            if (dc->finish == STK_FINISH_CPU)
+            dc->finish =
+                stk__devring_can_finish(dc->dev) && !c->bops.n ? STK_FINISH_DEVICE : STK_FINISH_CPU;
+            if (c->bops.n) /* MixUp/CutMix mix the finished batch on the host, before the copy */
+                dev_note(c, "finishing on the CPU", "batch transforms run on the host");
+            else if (dc->finish == STK_FINISH_CPU)
                 dev_note(c, "finishing on the CPU", why);
         }
     } else if (finishing) {

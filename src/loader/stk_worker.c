@@ -45,20 +45,19 @@ static bool open_batch(core *c)
     return true;
 }
 
-/* Read (and transform) record `idx` into row `t` of slot `s`. */
-static stk_status load_record(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx, char *err,
-                              size_t err_size)
+/* Read (and transform) record `idx` into row `t` of `mem`, laid out as `lay`. */
+static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_t *mem, uint32_t t,
+                              uint64_t epoch, uint64_t idx, char *err, size_t err_size)
 {
     void *dst[STK_MAX_FIELDS];
     size_t cap[STK_MAX_FIELDS];
-    const stk__layout *lay = &c->r.lay;
     for (size_t i = 0; i + 1 < lay->n_tensors; i++) { /* the last tensor is "index" */
         const stk__tlayout *tl = &lay->t[i];
         if (tl->transformed) {
             dst[tl->field] = w->scratch;
             cap[tl->field] = w->scratch_size;
         } else {
-            dst[tl->field] = s->mem + tl->offset + (size_t)t * tl->row_size;
+            dst[tl->field] = mem + tl->offset + (size_t)t * tl->row_size;
             cap[tl->field] = tl->row_size;
         }
     }
@@ -76,16 +75,16 @@ static stk_status load_record(core *c, worker *w, stk__slot *s, uint32_t t, uint
     for (size_t i = 0; i + 1 < lay->n_tensors; i++) {
         const stk__tlayout *tl = &lay->t[i];
         if (tl->bytes)
-            ((int64_t *)(s->mem + tl->lengths_offset))[t] = (int64_t)loc.field_size[tl->field];
+            ((int64_t *)(mem + tl->lengths_offset))[t] = (int64_t)loc.field_size[tl->field];
         if (tl->transformed) {
             stk_rng rng;
             char why[STK_ERRMSG_SIZE];
-            stk_rng_init(&rng, c->seed, s->epoch, idx);
+            stk_rng_init(&rng, c->seed, epoch, idx);
             uint64_t d0 = 0, a0 = 0;
             if (w->trace.cap)
                 stk__transform_worker_stage_ns(w->tw, &d0, &a0);
             rc = stk__transform_apply(c->transform, w->tw, w->scratch, loc.field_size[tl->field],
-                                      &rng, s->mem + tl->offset + (size_t)t * tl->row_size, why,
+                                      &rng, mem + tl->offset + (size_t)t * tl->row_size, why,
                                       sizeof(why));
             if (w->trace.cap) { /* split the call into its decode and augment slices */
                 uint64_t d1, a1;
@@ -102,6 +101,45 @@ static stk_status load_record(core *c, worker *w, stk__slot *s, uint32_t t, uint
         }
     }
     return STK_OK;
+}
+
+/* Run the sample_fn on the sample in w->in (laid out as c->in_lay), writing row t of slot s. */
+static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t t, uint64_t idx,
+                                char *err, size_t err_size)
+{
+    stk_tensor in[STK_MAX_TENSORS], out[STK_MAX_TENSORS];
+    size_t n_in = c->in_lay.n_tensors - 1, n_out = c->r.lay.n_tensors - 1; /* not "index" */
+    for (size_t i = 0; i < n_in; i++)
+        stk__layout_tensor(&c->in_lay, i, w->in, 1, &in[i]);
+    for (size_t i = 0; i < n_out; i++) {
+        const stk__tlayout *tl = &c->r.lay.t[i];
+        stk__layout_tensor(&c->r.lay, i, s->mem, 1, &out[i]);
+        out[i].data = s->mem + tl->offset + (size_t)t * tl->row_size;
+        if ((int)i == c->bops.lab_t) { /* the callback writes the int64 label (batch ops) */
+            out[i].dtype = STK_DTYPE_INT64;
+            out[i].ndim = 1;
+            out[i].size = sizeof(int64_t);
+        }
+    }
+    char why[STK_ERRMSG_SIZE] = "";
+    stk_status rc = c->sample_fn(c->sample_ctx, idx, in, n_in, out, n_out, why, sizeof(why));
+    if (rc >= 0)
+        return STK_OK;
+    char where[STK_ERRMSG_SIZE];
+    stk_dataset_describe(c->ds, idx, where, sizeof(where));
+    return stk__set_error(err, err_size, rc, "%s: %s", where, why[0] ? why : "sample_fn failed");
+}
+
+/* Read (and transform) record `idx` into row `t` of slot `s` (through the sample_fn when there
+ * is one). */
+static stk_status load_record(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx, char *err,
+                              size_t err_size)
+{
+    if (c->sample_fn) { /* read into the worker's buffer, row 0 */
+        stk_status rc = read_record(c, w, &c->in_lay, w->in, 0, s->epoch, idx, err, err_size);
+        return rc < 0 ? rc : run_sample_fn(c, w, s, t, idx, err, err_size);
+    }
+    return read_record(c, w, &c->r.lay, s->mem, t, s->epoch, idx, err, err_size);
 }
 
 /* Finishing of sample t (uint8 [H, W, 3] in its row): draw its flip, and on the CPU path write
@@ -193,6 +231,18 @@ static stk_status device_issue(core *c, worker *w, stk__slot *s, char *err, size
     return rc;
 }
 
+/* Apply the batch transforms to completed batch `s` (on the host, before its device copy, so
+ * both paths see the same batch). Called like device_issue by the worker that completed it. */
+static stk_status batch_ops(core *c, worker *w, stk__slot *s, char *err, size_t err_size)
+{
+    if (!c->bops.n || s->err_sample != UINT32_MAX)
+        return STK_OK;
+    /* The batch's own stream: (seed, epoch, number within the epoch, rank). */
+    uint64_t key = s->number * c->world + c->rank;
+    return stk__batchops_apply(&c->bops, &c->r.view, s->mem, s->count, c->seed, s->epoch, key,
+                               w->bscratch, c->ds, err, err_size);
+}
+
 /* Wait until slot s's last copy completed so its host memory may be refilled (mu held on entry
  * and on return, released meanwhile; s->draining keeps other workers out). Adds the copy's device
  * times to the device track. */
@@ -282,7 +332,9 @@ void *stk__worker_main(void *arg)
                 /* Complete: queue its device copy before handing it out, so the copy runs
                  * ahead of the consumer. */
                 char cerr[STK_ERRMSG_SIZE];
-                stk_status crc = c->dc.dev ? device_issue(c, w, s, cerr, sizeof(cerr)) : STK_OK;
+                stk_status crc = batch_ops(c, w, s, cerr, sizeof(cerr));
+                if (crc == STK_OK && c->dc.dev)
+                    crc = device_issue(c, w, s, cerr, sizeof(cerr));
                 pthread_mutex_lock(&c->r.mu);
                 if (s->seq == seq && s->state == STK__SLOT_FILLING) {
                     if (crc < 0) /* after every sample's own error (those come first) */
