@@ -125,7 +125,7 @@ STK_API const char *stk_field_kind_name(stk_field_kind kind);
 
 /** One field of a record schema. */
 typedef struct stk_field {
-    char name[STK_MAX_NAME]; /* NUL-terminated, unique within the schema, [A-Za-z0-9_.-] */
+    char name[STK_MAX_NAME]; /* NUL-terminated, unique within the schema, [A-Za-z0-9_./-] */
     stk_field_kind kind;
     stk_dtype dtype; /* STK_FIELD_ARRAY only (otherwise implied by kind) */
     uint32_t ndim;   /* STK_FIELD_ARRAY only: 1..STK_MAX_DIMS */

@@ -38,8 +38,8 @@ bool stk__field_valid(const stk_field *f, char *why, size_t why_size)
     for (size_t i = 0; i < len; i++) {
         char c = f->name[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-')) {
-            snprintf(why, why_size, "field name '%.*s' has a character outside [A-Za-z0-9_.-]",
+              c == '_' || c == '.' || c == '-' || c == '/')) {
+            snprintf(why, why_size, "field name '%.*s' has a character outside [A-Za-z0-9_./-]",
                      (int)len, f->name);
             return false;
         }
