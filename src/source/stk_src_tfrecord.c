@@ -356,7 +356,7 @@ int stk__tf_feature_value(const stk__tf_feature *f, void *dst, size_t cap, size_
     const char *bad = NULL;
     uint32_t field, wt;
     *size = 0;
-    if (f->kind == STK__TF_NONE)
+    if (f->kind == STK__TF_NONE || (f->kind == STK__TF_BYTES && f->count != 1))
         return -1;
     if (w) {
         if (f->count > SIZE_MAX / w)

@@ -51,7 +51,8 @@ int stk__tf_example_parse(const uint8_t *p, size_t n, stk__tf_feature_fn fn, voi
 
 /* The values of a feature, little-endian: bytes -> the one value (count must be 1), int64 ->
  * count int64s, float -> count float32s. Writes at most cap bytes to dst; *size gets the value's
- * size. Returns 0, 1 when the value is larger than cap (nothing written past cap), -1 for
+ * size. Returns 0, 1 when the value is larger than cap (nothing written past cap), -1 for no
+ * list, a bytes_list of other than one value, or
  * malformed lists (never after a successful stk__tf_example_parse of the same bytes). */
 int stk__tf_feature_value(const stk__tf_feature *f, void *dst, size_t cap, size_t *size);
 
