@@ -719,21 +719,24 @@ static stk_status read_frame(const stk_dataset *ds, stk__cursor *cur, uint64_t i
     const tffile *tf = &t->files[s];
     uint64_t frame = tf->off[local + 1] - tf->off[local];
     char where[STK_ERRMSG_SIZE];
-    if (frame > cur->cap) {
-        uint8_t *nb = stk__realloc(cur->buf, (size_t)frame);
+    /* the frame lands at the same offset modulo 64 as in the file: the kernel's copy out of the
+     * page cache runs at about twice the speed when source and destination are aligned alike */
+    size_t skew = (size_t)(tf->off[local] & 63);
+    if (frame + 128 > cur->cap) {
+        uint8_t *nb = stk__realloc(cur->buf, (size_t)frame + 128);
         if (!nb) {
             tf_describe(ds, i, where, sizeof(where));
             return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", where);
         }
         cur->buf = nb;
-        cur->cap = (size_t)frame;
+        cur->cap = (size_t)frame + 128;
     }
-    stk_status rc = stk__vfs_read(tf->f, tf->off[local], cur->buf, (size_t)frame, err, err_size);
+    uint8_t *b = (uint8_t *)(((uintptr_t)cur->buf + 63) & ~(uintptr_t)63) + skew;
+    stk_status rc = stk__vfs_read(tf->f, tf->off[local], b, (size_t)frame, err, err_size);
     if (rc < 0) {
         tf_describe(ds, i, where, sizeof(where));
         return stk__source_read_error(rc, where, tf->f->path, err, err_size);
     }
-    const uint8_t *b = cur->buf;
     *len = frame - TF_FRAMING;
     *data = b + TF_HEADER;
     if (!frame_header_ok(b) || stk__ld64(b) != *len) {
@@ -1035,15 +1038,18 @@ static stk_status tf_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, v
         goto fail;
     read_ctx rx = {ds, dst, cap, info, 0, STK_OK, ""};
     int r = stk__tf_example_parse(data, (size_t)len, read_feature, &rx, why, sizeof(why));
+    uint32_t f = 0;
+    while (r == 0 && f < ds->n_fields && (rx.seen & (1u << f)))
+        f++;
+    if (r == 0 && f == ds->n_fields)
+        goto fail; /* rc is STK_OK */
     tf_describe(ds, i, where, sizeof(where));
     if (r > 0)
         STK_FAIL_E(rx.rc, "%s: %s", where, rx.msg);
     if (r < 0)
         STK_FAIL_E(STK_EFORMAT, "%s: not a tf.train.Example (%s)", where, why);
-    for (uint32_t f = 0; f < ds->n_fields; f++)
-        if (!(rx.seen & (1u << f)))
-            STK_FAIL_E(STK_EFORMAT, "%s: feature '%s' is missing (the first record has it)", where,
-                       ds->fields[f].name);
+    STK_FAIL_E(STK_EFORMAT, "%s: feature '%s' is missing (the first record has it)", where,
+               ds->fields[f].name);
 fail:
     if (c == &local)
         stk__free(local.buf);
