@@ -36,7 +36,7 @@
 #define TF_HEADER 12 /* u64 length + u32 masked crc */
 #define TF_FRAMING 16
 #define TF_SCAN_WINDOW (256u << 10)
-#define TF_MAX_INDEX_FILE (1ull << 34) /* a text index larger than this is not read */
+#define TF_MAX_INDEX_LINE 48 /* an .idx longer than this per possible frame is not read */
 
 /* ---- CRC32C ---- */
 
@@ -557,7 +557,8 @@ static stk_status load_text_index(tffile *tf, uint64_t *count, char *err, size_t
         STK_FAIL_E(STK_ENOMEM, "%s: out of memory", tf->f->path);
     sprintf(ip, "%s.idx", tf->f->path);
     if (stk__vfs_stat(ip, &st, NULL, 0) != STK_OK || !st.is_regular ||
-        st.size > TF_MAX_INDEX_FILE || stk__vfs_open(ip, &f, NULL, 0) != STK_OK)
+        st.size > (tf->f->size / TF_FRAMING + 1) * TF_MAX_INDEX_LINE ||
+        stk__vfs_open(ip, &f, NULL, 0) != STK_OK)
         goto fail;
     if (!(text = stk__malloc((size_t)f->size + 1)))
         STK_FAIL_E(STK_ENOMEM, "%s: out of memory", ip);
