@@ -310,6 +310,61 @@ static int test_dataset_roundtrip_and_bad_crc(void)
     return 0;
 }
 
+/* Each allocation of an open (index scan, schema) and of the reads failing in turn: STK_ENOMEM
+ * saying "out of memory", never a crash or a leak (ASan), until every one has been tried. */
+static int test_alloc_failures_tfrecord(void)
+{
+#ifdef STK_DEBUG
+    extern void stk__fault_alloc_set(long n);
+    char dir[] = "/tmp/stk_tfoom_XXXXXX", path[256], idx[300];
+    T_CHECK(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/o.tfrecord", dir);
+    snprintf(idx, sizeof(idx), "%s.idx", path);
+    FILE *f = fopen(path, "wb");
+    T_CHECK(f);
+    for (int r = 0; r < 3; r++) {
+        pb img = {0}, bl = {0}, feats = {0}, ex = {0};
+        put(&img, "abcdefgh", 3 + (size_t)r);
+        ld(&bl, 1, &img);
+        entry(&feats, "image/encoded", 1, &bl, false);
+        ld(&ex, 1, &feats);
+        frame(f, &ex);
+    }
+    T_CHECK(fclose(f) == 0);
+    const char *paths[] = {path};
+    int failures = 0, ok_in_a_row = 0;
+    /* a failure in the index cache write is silent (the index stays in memory): done after a run
+     * of successes longer than any such stretch */
+    for (long k = 1; k < 1000 && ok_in_a_row < 20; k++) {
+        unlink(idx); /* scan every time (the cache write may fail too: silently) */
+        stk_dataset *ds = NULL;
+        uint8_t buf[64];
+        stk_record rec;
+        char err[512] = "";
+        stk__fault_alloc_set(k);
+        stk_status rc = stk_dataset_open(paths, 1, 0, &ds);
+        if (rc != STK_OK)
+            snprintf(err, sizeof(err), "%s", stk_last_errmsg());
+        for (uint64_t i = 0; rc == STK_OK && i < 3; i++)
+            rc = stk_dataset_read(ds, i, buf, sizeof(buf), &rec, err, sizeof(err));
+        stk__fault_alloc_set(0);
+        stk_dataset_close(ds);
+        T_CHECKF(rc == STK_OK || (rc == STK_ENOMEM && strstr(err, "out of memory")),
+                 "allocation %ld: rc %d (%s)", k, rc, err);
+        failures += rc == STK_ENOMEM;
+        ok_in_a_row = rc == STK_OK ? ok_in_a_row + 1 : 0;
+    }
+    T_CHECKF(ok_in_a_row == 20 && failures > 3, "%d failures, then %d successes", failures,
+             ok_in_a_row);
+    unlink(idx);
+    unlink(path);
+    rmdir(dir);
+    return 0;
+#else
+    return T_SKIP;
+#endif
+}
+
 T_MAIN(T_CASE(test_crc32c_vectors), T_CASE(test_crc32c_hw_matches_table),
        T_CASE(test_example_parse), T_CASE(test_example_malformed),
-       T_CASE(test_dataset_roundtrip_and_bad_crc))
+       T_CASE(test_dataset_roundtrip_and_bad_crc), T_CASE(test_alloc_failures_tfrecord))
