@@ -201,6 +201,22 @@ stk_status stk__source_read_error(stk_status rc, const char *where, const char *
     return stk__set_error(err, err_size, rc, "%s: %s", where, why);
 }
 
+size_t stk__dataset_file_of(const stk_dataset *ds, uint64_t index, uint64_t *local)
+{
+    size_t lo = 0, hi = ds->n_files;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (ds->files[mid].first <= index)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    while (index - ds->files[lo].first >= ds->files[lo].count)
+        lo++; /* only when a later shard starts at the same number (empty shards) */
+    *local = index - ds->files[lo].first;
+    return lo;
+}
+
 stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size)
 {
     ds->files = stk__calloc(n ? n : 1, sizeof(*ds->files));

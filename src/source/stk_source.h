@@ -128,6 +128,11 @@ stk_status stk__dataset_locate(const stk_dataset *ds, uint64_t i, stk__recinfo *
 stk_status stk__source_read_error(stk_status rc, const char *where, const char *path, char *err,
                                   size_t err_size);
 
+/* The file holding record `index` (< count): the last one whose first record is <= index,
+ * skipping empty files; *local receives the record's number in it. For sources whose files hold
+ * consecutive records (files[].first, files[].count set). */
+size_t stk__dataset_file_of(const stk_dataset *ds, uint64_t index, uint64_t *local);
+
 /* Set up the files array for n files (zeroed); STK_ENOMEM with a message. */
 stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size);
 

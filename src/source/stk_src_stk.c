@@ -351,29 +351,11 @@ fail:
 
 /* ---- reading ---- */
 
-/* The shard holding record `index` (< count): the last one whose first record is <= index,
- * skipping empty shards; *local receives the record's number in it. */
-static size_t locate(const stk_dataset *ds, uint64_t index, uint64_t *local)
-{
-    size_t lo = 0, hi = ds->n_files;
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (ds->files[mid].first <= index)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    while (index - ds->files[lo].first >= ds->files[lo].count)
-        lo++; /* only when a later shard starts at the same number (empty shards) */
-    *local = index - ds->files[lo].first;
-    return lo;
-}
-
 static void stk_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t size)
 {
     const stkds *d = ds->impl;
     uint64_t local;
-    size_t s = locate(ds, i, &local);
+    size_t s = stk__dataset_file_of(ds, i, &local);
     const uint8_t *e = d->shards[s].entries + local * d->shards[s].entry_size;
     snprintf(buf, size, "%s record %" PRIu64 " (global %" PRIu64 ") at byte %" PRIu64,
              ds->files[s].path, local, i, stk__ld64(e + STK_FMT_E_OFFSET));
@@ -391,7 +373,7 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
         return stk__set_error(err, err_size, STK_EINVAL,
                               "record %" PRIu64 " out of range (dataset has %" PRIu64 " records)",
                               index, ds->count);
-    size_t si = locate(ds, index, &local);
+    size_t si = stk__dataset_file_of(ds, index, &local);
     const shard *s = &d->shards[si];
     const uint8_t *e = s->entries + local * s->entry_size;
     memset(info, 0, sizeof(*info));

@@ -14,6 +14,8 @@
 #include "source/stk_source.h"
 #include "stk_internal.h"
 
+#include "fuzz/fuzz_input.h"
+
 #include <xxhash.h>
 
 #include <stdlib.h>
@@ -23,92 +25,17 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define MAX_RECORDS 10000
-#define MAX_RECORD_SIZE (1u << 20)
-
-/* An unlinked file holding the input; *path names it for stk_dataset_open. */
-static int input_file(const uint8_t *data, size_t size, char *path, size_t path_size)
-{
-    int fd = memfd_create("fuzz.stk", MFD_CLOEXEC);
-    if (fd >= 0) {
-        snprintf(path, path_size, "/proc/self/fd/%d", fd);
-        if (access(path, R_OK) != 0) { /* no /proc: fall back to a real file */
-            close(fd);
-            fd = -1;
-        }
-    }
-    if (fd < 0) {
-        snprintf(path, path_size, "/tmp/fuzz_recfile_XXXXXX");
-        fd = mkstemp(path);
-        if (fd < 0)
-            return -1;
-    }
-    size_t off = 0;
-    while (off < size) {
-        ssize_t n = write(fd, data + off, size - off);
-        if (n <= 0)
-            break;
-        off += (size_t)n;
-    }
-    return fd;
-}
-
-/* Read every record through both read paths. */
-static void read_all(const stk_dataset *ds)
-{
-    uint64_t max = stk_dataset_max_record_size(ds);
-    size_t nf = stk_dataset_n_fields(ds);
-    uint64_t sum_max = 0; /* scattered layout: each field at its own max-size region */
-    for (size_t f = 0; f < nf; f++) {
-        if (stk_dataset_field(ds, f)->name[0] == '\0')
-            abort(); /* validated at open */
-        sum_max += stk_dataset_field_max_size(ds, f);
-    }
-    if (max > MAX_RECORD_SIZE || sum_max > STK_MAX_FIELDS * (uint64_t)MAX_RECORD_SIZE)
-        return;
-    uint8_t *buf = malloc(max ? max : 1);
-    uint8_t *scatter = malloc(sum_max ? sum_max : 1);
-    void *dst[STK_MAX_FIELDS];
-    size_t cap[STK_MAX_FIELDS];
-    size_t off = 0;
-    for (size_t f = 0; f < nf; f++) {
-        cap[f] = (size_t)stk_dataset_field_max_size(ds, f);
-        dst[f] = scatter + off;
-        off += cap[f];
-    }
-    for (size_t s = 0; s < stk_dataset_n_shards(ds); s++) {
-        stk_shard_info si = {.struct_size = sizeof(si)};
-        if (stk_dataset_shard(ds, s, &si) == STK_OK)
-            (void)strlen(si.metadata);
-    }
-    (void)stk_dataset_fingerprint(ds);
-    uint64_t n = STK_MIN(stk_dataset_count(ds), MAX_RECORDS);
-    for (uint64_t i = 0; buf && scatter && i < n; i++) {
-        stk_record r;
-        char err[256];
-        if (stk_dataset_read(ds, i, buf, (size_t)max, &r, err, sizeof(err)) == STK_OK) {
-            for (size_t f = 0; f < nf; f++)
-                (void)(stk_record_i64(&r, f) + stk_record_f32(&r, f));
-        }
-        stk__recinfo loc;
-        (void)stk__dataset_read(ds, NULL, i, dst, cap, STK__READ_VERIFY_ALL, &loc, err,
-                                sizeof(err));
-    }
-    free(buf);
-    free(scatter);
-}
-
 static void run_one(const uint8_t *data, size_t size)
 {
     char path[64];
-    int fd = input_file(data, size, path, sizeof(path));
+    int fd = fuzz_input_file(data, size, "recfile", path, sizeof(path));
     if (fd < 0)
         return;
     const char *paths[1] = {path};
     for (unsigned flags = 0; flags <= STK_DATASET_NO_VERIFY; flags += STK_DATASET_NO_VERIFY) {
         stk_dataset *ds = NULL;
         if (stk_dataset_open(paths, 1, flags, &ds) == STK_OK) {
-            read_all(ds);
+            fuzz_read_all(ds);
             stk_dataset_close(ds);
         } else if (strstr(stk_last_errmsg(), path) == NULL) {
             abort(); /* every open error must name the file */
@@ -147,15 +74,6 @@ static int repair(uint8_t *b, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    run_one(data, size);
-    if (size > (4u << 20))
-        return 0;
-    uint8_t *copy = malloc(size ? size : 1);
-    if (!copy)
-        return 0;
-    memcpy(copy, data, size);
-    if (repair(copy, size))
-        run_one(copy, size);
-    free(copy);
+    fuzz_run_repaired(data, size, run_one, repair);
     return 0;
 }
