@@ -402,10 +402,12 @@ static bool timed_out(const LoaderObject *self, int64_t deadline)
 {
     if (!deadline || now_ns() < deadline)
         return false;
-    PyErr_Format(PyExc_RuntimeError,
-                 "stoker.Loader timed out after %.3g seconds waiting for a batch (timeout=); "
-                 "nothing was consumed: the next call goes on waiting",
-                 (double)self->timeout_ns / 1e9);
+    char msg[160];
+    snprintf(msg, sizeof(msg),
+             "stoker.Loader timed out after %g seconds waiting for a batch (timeout=); nothing "
+             "was consumed: the next call goes on waiting",
+             (double)self->timeout_ns / 1e9);
+    PyErr_SetString(PyExc_RuntimeError, msg);
     return true;
 }
 
