@@ -5,9 +5,6 @@ close() from another thread, the dataset after the loader, a batch larger than t
 import gc
 import json
 import math
-import os
-import subprocess
-import sys
 import threading
 
 import numpy as np
@@ -21,7 +18,7 @@ from torchvision.datasets import DatasetFolder, ImageFolder
 from torchvision.datasets.folder import default_loader
 
 import stoker
-from conftest import PYTHONPATH
+from conftest import torchrun
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 VAL = T.Compose([T.Resize(72), T.CenterCrop(64), T.ToTensor(), T.Normalize(MEAN, STD)])
@@ -381,18 +378,8 @@ dist.destroy_process_group()
 
 
 def test_torchrun_two_ranks_with_distributed_sampler(root, tmp_path):
-    script = tmp_path / "ddp.py"
-    script.write_text(DDP_SCRIPT)
     verdict = tmp_path / "verdict.json"
-    env = dict(os.environ, PYTHONPATH=PYTHONPATH, OMP_NUM_THREADS="1")
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "2", "--tee", "2",
-           "--standalone", "--nnodes", "1", "--nproc_per_node", "2", str(script), root,
-           str(verdict)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env,
-                       cwd=str(tmp_path))
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    torchrun(DDP_SCRIPT, 2, [root, verdict], tmp_path)
     v = json.loads(verdict.read_text())
     assert v["world"] == 2
     for order in v["epochs"]:  # every sample seen, padded by wrapping as DistributedSampler
