@@ -524,6 +524,7 @@ class Loader:
             try:
                 raw = next(core, None)
             except _core.StokerBusyError:  # the slot the next batch needs is still held
+                self._check_open()  # (closed by another thread meanwhile)
                 self._relieve_ring()
                 core = self._core
                 continue
