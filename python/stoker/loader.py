@@ -407,6 +407,8 @@ class Loader:
                               f"with a synchronous .to(device) instead", RuntimeWarning,
                               stacklevel=2)
         self.batch_size = batch_size
+        self.sampler, self.generator = sampler, generator  # as the DataLoader's attributes
+        self.seed = seed
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.on_error = on_error

@@ -200,11 +200,11 @@ def test_distributed_sampler_follows_set_epoch(root):
     for rank in range(2):
         sampler = DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=7)
         loader = stoker.Loader(ds, batch_size=4, sampler=sampler, num_workers=1)
-        assert (loader.rank, loader.world_size) == (rank, 2)
+        assert (loader.rank, loader.world_size, loader.sampler) == (rank, 2, sampler)
         ref = stoker.Loader(root, 4, shuffle=True, seed=7, rank=rank, world_size=2,
                             transforms=SMALL, num_workers=1)
         for epoch in (0, 1, 1):  # set_epoch(1) twice: the same order twice, as the sampler's
-            sampler.set_epoch(epoch)
+            loader.sampler.set_epoch(epoch)  # the DDP script's habit
             ref.set_epoch(epoch)
             got = pairs(loader)
             want = [(b["image"].clone(), b["label"].clone(), b["index"].clone()) for b in ref]
