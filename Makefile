@@ -9,7 +9,7 @@ OPT      ?= -O2
 WERROR   ?= $(if $(CI),-Werror,)
 SANITIZE ?=
 
-PKGS     := libturbojpeg spng libxxhash
+PKGS     := libturbojpeg spng libxxhash libwebp libtiff-4
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
@@ -39,7 +39,7 @@ FAKE_CUDA := $(BUILD)/tests/libfakecuda.so
 # nvcc is optional: `make check-ptx` compiles the finishing kernel's NVRTC source with it.
 NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 
-SO_NAME  := libstoker.so.0.1
+SO_NAME  := libstoker.so.0.2
 
 .PHONY: all lib cli python test unit oom oom-cases fuzz-replay cli-test pytest asan ubsan tsan fuzz \
         deps demo bench format check-format check-exports clean test-gpu check-ptx fuzz-ci

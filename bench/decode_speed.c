@@ -3,7 +3,7 @@
  *
  *   /usr/bin/python3 bench/gen_images.py /tmp/bimg --classes 1 --per-class 64 --profile small
  *   make lib && cc -O2 -Iinclude -Isrc bench/decode_speed.c build/libstoker.a \
- *       -lturbojpeg -lspng -lxxhash -ljpeg -lpthread -ldl -lm -o build/decode_speed
+ *       -lturbojpeg -lspng -lwebp -ltiff -lxxhash -ljpeg -lpthread -ldl -lm -o build/decode_speed
  *   build/decode_speed $(find /tmp/bimg -name '*.jpg')
  *
  * Loads every file given into memory, then decodes all of them in each mode, in interleaved
@@ -14,6 +14,11 @@
  * rule picks for a 224x224 output, also through the fast decode and at the smallest M/8. Also
  * prints the PSNR of TurboJPEG's FASTDCT (and FASTDCT + FASTUPSAMPLE, the fast decode) against
  * the ISLOW one (= PIL's decode).
+ *
+ * Strict against lenient decoding (issue 16): every stk__ mode above runs strict (the default);
+ * the last four rows are the full image at 1/1 and the RandomResizedCrop windows (exact, and
+ * fast at 1/2^k: the transform's default path) strict and again through a lenient decoder,
+ * side by side in the same interleaved rounds.
  */
 #include "decode/stk_codec.h"
 
@@ -33,7 +38,7 @@ typedef struct {
 
 static img *imgs;
 static int n_imgs;
-static stk__decoder *dec;
+static stk__decoder *dec, *dec_lenient;
 static stk_decoder *pub;
 static tjhandle tj;
 static uint8_t *tjbuf;
@@ -52,9 +57,19 @@ static double urand(void)
     return (rng_state >> 8) / 16777216.0;
 }
 
+/* The lenient twins of modes 13, 9 and 10 (see names[]). */
+static const int lenient_base[] = {13, 9, 10};
+
 /* Decode image i in mode m; returns 0 on success. */
 static int run(int m, int i)
 {
+    if (m >= 14) { /* a lenient twin: the same decode through the lenient decoder */
+        stk__decoder *strict = dec;
+        dec = dec_lenient;
+        int rc = run(lenient_base[m - 14], i);
+        dec = strict;
+        return rc;
+    }
     img *im = &imgs[i];
     uint32_t W = im->info.width, H = im->info.height;
     char err[256];
@@ -79,9 +94,10 @@ static int run(int m, int i)
                                  mh, &out, err, sizeof(err));
     }
     case 8:
+    case 13: /* 1/8, or 1/1 */
         stk__image_probe(dec, im->p, im->n, &im->info, err, sizeof(err));
-        return stk__image_decode(dec, im->p, im->n, &im->info, 0, 0, W, H, 0, 0, &out, err,
-                                 sizeof(err));
+        return stk__image_decode(dec, im->p, im->n, &im->info, 0, 0, W, H, m == 13 ? W : 0,
+                                 m == 13 ? H : 0, &out, err, sizeof(err));
     case 9:
     case 10:
     case 11:
@@ -128,7 +144,11 @@ static const char *names[] = {"tjDecompress2 full (ISLOW)",
                               "RandomResizedCrop(224) windows",
                               "RRC windows, fast, 1/2^k",
                               "RRC windows, fast, M/8",
-                              "RRC windows, ISLOW+fancy, M/8"};
+                              "RRC windows, ISLOW+fancy, M/8",
+                              "full image 1/1, strict",
+                              "full image 1/1, lenient",
+                              "RRC windows, lenient",
+                              "RRC windows, fast, 1/2^k, lenient"};
 
 int main(int argc, char **argv)
 {
@@ -138,6 +158,8 @@ int main(int argc, char **argv)
     }
     imgs = calloc((size_t)argc, sizeof(*imgs));
     stk__decoder_create(0, &dec);
+    stk__decoder_create(0, &dec_lenient);
+    stk__decoder_set_lenient(dec_lenient, true);
     stk_decoder_create(0, &pub);
     tj = tjInitDecompress();
     size_t total = 0, maxpx = 0;

@@ -32,6 +32,7 @@ typedef struct bench_args {
     int n_threads_list, n_prefetch_list;
     bool auto_threads; /* --threads auto: STK_LOADER_AUTOTUNE, capped by the CPU count */
     const char *trace, *plot;
+    const char *format; /* --format: NULL = detect */
     int epochs;
     int64_t batch;
     uint64_t seed, max_samples;
@@ -80,7 +81,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: stoker bench DATA... [options]\n"
             "\n"
-            "Measure loader throughput on DATA (.stk files, directories or globs) and, with\n"
+            "Measure loader throughput on DATA (any format stoker reads: .stk shards, an\n"
+            "ImageFolder tree, .npy files; files, directories, globs or brace ranges) and, with\n"
             "--ceiling, the ceiling on the same records and threads: memcpy of the record bytes\n"
             "(raw) or a full-size decode of every image and nothing else (image recipes).\n"
             "\n"
@@ -98,6 +100,7 @@ static void usage(FILE *f)
             "  --seed S\n"
             "  --exact             image recipes: decode at full scale (no DCT downscaling)\n"
             "  --no-verify         do not check record checksums (default: on first read)\n"
+            "  --format NAME       DATA's format (stk, npy, imagefolder); default: detected\n"
             "  --no-stats          do not time the stages (measures what timing costs)\n"
             "  --ceiling           also measure the ceiling and print the ratio\n"
             "  --json              print one JSON object instead of a table\n"
@@ -130,15 +133,25 @@ static int parse_list(const char *arg, const char *what, long long min, int *lis
 static int parse(int argc, char **argv, bench_args *a)
 {
     static const struct option longopts[] = {
-        {"recipe", required_argument, NULL, 'r'},   {"threads", required_argument, NULL, 't'},
-        {"epochs", required_argument, NULL, 'e'},   {"batch-size", required_argument, NULL, 'b'},
-        {"prefetch", required_argument, NULL, 'p'}, {"max-samples", required_argument, NULL, 'm'},
-        {"seed", required_argument, NULL, 's'},     {"shuffle", no_argument, NULL, 'S'},
-        {"exact", no_argument, NULL, 'x'},          {"ceiling", no_argument, NULL, 'c'},
-        {"json", no_argument, NULL, 'j'},           {"quiet", no_argument, NULL, 'q'},
-        {"no-verify", no_argument, NULL, 'V'},      {"plot", required_argument, NULL, 'P'},
-        {"trace", required_argument, NULL, 'T'},    {"no-stats", no_argument, NULL, 'N'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+        {"recipe", required_argument, NULL, 'r'},
+        {"threads", required_argument, NULL, 't'},
+        {"epochs", required_argument, NULL, 'e'},
+        {"batch-size", required_argument, NULL, 'b'},
+        {"prefetch", required_argument, NULL, 'p'},
+        {"max-samples", required_argument, NULL, 'm'},
+        {"seed", required_argument, NULL, 's'},
+        {"shuffle", no_argument, NULL, 'S'},
+        {"exact", no_argument, NULL, 'x'},
+        {"ceiling", no_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"no-verify", no_argument, NULL, 'V'},
+        {"plot", required_argument, NULL, 'P'},
+        {"trace", required_argument, NULL, 'T'},
+        {"no-stats", no_argument, NULL, 'N'},
+        {"format", required_argument, NULL, 'F'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof(*a));
     a->recipe = "raw";
@@ -210,6 +223,9 @@ static int parse(int argc, char **argv, bench_args *a)
         case 'V':
             a->no_verify = true;
             break;
+        case 'F':
+            a->format = optarg;
+            break;
         case 'N':
             a->no_stats = true;
             break;
@@ -268,6 +284,7 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     stk_loader_opts_init(&o);
     o.paths = a->paths;
     o.n_paths = a->n_paths;
+    o.format = a->format;
     o.batch_size = a->batch;
     o.n_threads = threads;
     o.prefetch = prefetch;

@@ -401,6 +401,7 @@ static int doctor_batch(stk_cli_run *run, stk_batch *b, void *ctx)
         /* still ramping up */
     } else if (!x->measuring) { /* the first batch opens the window */
         x->measuring = true;
+        x->s0.struct_size = sizeof(x->s0);
         stk_loader_stats_get(run->loader, &x->s0);
         x->win0 = w1;
         r->cpu_s = cpu_now();

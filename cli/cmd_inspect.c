@@ -1,7 +1,9 @@
 /*
  * cmd_inspect.c: `stoker inspect DATA` (shards, fields, metadata and, on request, records; text
  * or JSON) and `stoker verify DATA` (read every record and check its checksum on several
- * threads, report each bad record by shard file and number).
+ * threads, report each bad record by shard file and number; with --decode also decode every
+ * image field through the public stk_decoder, strict, and report the images that fail with
+ * their `path` field).
  *
  * Opening already validates each shard's header, footer and index (stk_dataset_open), so a
  * truncated or torn shard fails both commands up front with a message naming the file.
@@ -193,7 +195,7 @@ static int list_records(const stk_dataset *ds, const inspect_args *a)
 static void inspect_json(const stk_dataset *ds)
 {
     size_t ns = stk_dataset_n_shards(ds), nf = stk_dataset_n_fields(ds);
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     printf("{\"format\": \"%s\", \"records\": %llu, \"fingerprint\": \"%016llx\", "
            "\"max_record_size\": %llu, "
            "\"shards\": [",
@@ -232,7 +234,7 @@ static void inspect_json(const stk_dataset *ds)
 static void inspect_text(const stk_dataset *ds)
 {
     size_t ns = stk_dataset_n_shards(ds), nf = stk_dataset_n_fields(ds);
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     char b1[32], b2[32], tb[64];
     printf("format:      %s\n", stk_dataset_format(ds));
     printf("records:     %llu\n", (unsigned long long)stk_dataset_count(ds));
@@ -338,9 +340,14 @@ typedef struct bad_record {
     char *msg;
 } bad_record;
 
+#define VERIFY_MAX_DECODE 8 /* image fields --decode may name */
+
 typedef struct verify_state {
     const stk_dataset *ds;
     uint64_t count;
+    int decode[VERIFY_MAX_DECODE]; /* --decode: field numbers to decode */
+    size_t n_decode;
+    int path_field;             /* the `path` bytes field, or -1 */
     atomic_uint_fast64_t next;  /* next chunk start */
     atomic_uint_fast64_t done;  /* records checked */
     atomic_uint_fast64_t bytes; /* bytes checked */
@@ -353,11 +360,63 @@ typedef struct verify_state {
 
 #define VERIFY_CHUNK 64 /* records per grab: consecutive, so the kernel's readahead helps */
 
+/* Add record i's failure to the list (sorted by record at the end). */
+static void verify_add_bad(verify_state *s, uint64_t i, const char *err)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->n_bad == s->cap_bad) {
+        size_t cap = s->cap_bad ? s->cap_bad * 2 : 64;
+        bad_record *b = realloc(s->bad, cap * sizeof(*b));
+        if (b) {
+            s->bad = b;
+            s->cap_bad = cap;
+        }
+    }
+    char *msg = strdup(err);
+    if (s->n_bad < s->cap_bad && msg)
+        s->bad[s->n_bad++] = (bad_record){i, msg};
+    else {
+        free(msg);
+        s->oom = true;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* --decode: decode each image field of a good record r; the first failure is reported as
+ * "<shard> record <n> (global <i>, path "<path>"): <field>: <decoder's reason>". */
+static void verify_decode(verify_state *s, stk_decoder *dec, const stk_record *r)
+{
+    for (size_t k = 0; k < s->n_decode; k++) {
+        int f = s->decode[k];
+        stk_image img;
+        if (stk_decoder_decode(dec, r->field[f], r->field_size[f], &img) == STK_OK)
+            continue;
+        stk_shard_info sh = {.struct_size = sizeof(sh)};
+        char where[320] = "", err[1024];
+        if (s->path_field >= 0) {
+            size_t n = r->field_size[s->path_field];
+            snprintf(where, sizeof(where), ", path \"%.*s\"", n > 256 ? 256 : (int)n,
+                     (const char *)r->field[s->path_field]);
+        }
+        snprintf(err, sizeof(err), "%s record %llu (global %llu%s): %s: %s",
+                 stk_dataset_shard(s->ds, r->shard, &sh) == STK_OK ? sh.path : "?",
+                 (unsigned long long)r->local, (unsigned long long)r->index, where,
+                 stk_dataset_field(s->ds, (size_t)f)->name, stk_decoder_errmsg(dec));
+        verify_add_bad(s, r->index, err);
+        return;
+    }
+}
+
 static void *verify_thread(void *arg)
 {
     verify_state *s = arg;
     uint64_t max = stk_dataset_max_record_size(s->ds);
     uint8_t *buf = malloc(max ? max : 1);
+    stk_decoder *dec = NULL;
+    if (s->n_decode && stk_decoder_create(0, &dec) != STK_OK) {
+        free(buf);
+        buf = NULL;
+    }
     for (;;) {
         uint64_t first = atomic_fetch_add(&s->next, VERIFY_CHUNK);
         if (first >= s->count || !buf)
@@ -368,28 +427,15 @@ static void *verify_thread(void *arg)
             char err[512];
             if (stk_dataset_read(s->ds, i, buf, max, &r, err, sizeof(err)) == STK_OK) {
                 atomic_fetch_add(&s->bytes, r.size);
+                if (dec)
+                    verify_decode(s, dec, &r);
             } else {
-                pthread_mutex_lock(&s->lock);
-                if (s->n_bad == s->cap_bad) {
-                    size_t cap = s->cap_bad ? s->cap_bad * 2 : 64;
-                    bad_record *b = realloc(s->bad, cap * sizeof(*b));
-                    if (b) {
-                        s->bad = b;
-                        s->cap_bad = cap;
-                    }
-                }
-                char *msg = strdup(err);
-                if (s->n_bad < s->cap_bad && msg)
-                    s->bad[s->n_bad++] = (bad_record){i, msg};
-                else {
-                    free(msg);
-                    s->oom = true;
-                }
-                pthread_mutex_unlock(&s->lock);
+                verify_add_bad(s, i, err);
             }
             atomic_fetch_add(&s->done, 1);
         }
     }
+    stk_decoder_destroy(dec);
     if (!buf) {
         pthread_mutex_lock(&s->lock);
         s->oom = true;
@@ -409,32 +455,63 @@ static int cmp_bad(const void *a, const void *b)
 static void verify_usage(FILE *f)
 {
     fprintf(f,
-            "usage: stoker verify DATA... [--threads N] [--quiet]\n"
+            "usage: stoker verify DATA... [--decode[=FIELD,...]] [--threads N] [--quiet]\n"
             "\n"
             "Read every record of DATA and check it against the XXH3 checksum in its shard's\n"
             "index. Each bad record is printed as \"<shard> record <n> (global <i>): <reason>\",\n"
             "then a summary line. Exit status 0 when every record is good, 1 when one is bad\n"
             "or the dataset cannot be opened (bad header, index or footer, truncated shard).\n"
             "\n"
+            "--decode also decodes every image of every record, strictly, as the loader's\n"
+            "transforms do (JPEG, PNG, WebP, TIFF, BMP, PPM/PGM; a JPEG that libjpeg reports as\n"
+            "corrupt fails), and lists each image that fails as\n"
+            "\"<shard> record <n> (global <i>, path \"<path>\"): <field>: <reason>\" (the path\n"
+            "when the records have a `path` field, as `stoker pack` writes). The image fields\n"
+            "are FIELD,... (bytes fields), by default `image`.\n"
+            "\n"
             "options:\n"
-            "  --format NAME  the format of DATA instead of detecting it\n"
-            "  --threads N  reader threads (default: online CPUs, at most 8)\n"
-            "  --quiet      no progress bar\n"
-            "  -h, --help   show this help\n");
+            "  --format NAME   the format of DATA instead of detecting it\n"
+            "  --decode[=F,..] decode the image fields (default: image) and report failures\n"
+            "  --threads N     reader threads (default: online CPUs, at most 8)\n"
+            "  --quiet         no progress bar\n"
+            "  -h, --help      show this help\n");
+}
+
+/* --decode=LIST: resolve each comma-separated name to a bytes field of ds. */
+static int parse_decode_fields(const stk_dataset *ds, const char *list, verify_state *s)
+{
+    const char *p = list ? list : "image";
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        char name[STK_MAX_NAME];
+        if (n == 0 || n >= sizeof(name))
+            return stk_cli_usage_error("verify", "--decode: bad field list '%s'", list);
+        memcpy(name, p, n);
+        name[n] = '\0';
+        int f = stk_dataset_find_field(ds, name);
+        if (f < 0)
+            return stk_cli_error("verify", "--decode: no field '%s' in the data%s", name,
+                                 list ? "" : " (name the image fields: --decode=FIELD,...)");
+        if (stk_dataset_field(ds, (size_t)f)->kind != STK_FIELD_BYTES)
+            return stk_cli_error("verify", "--decode: field '%s' is not a bytes field", name);
+        if (s->n_decode == VERIFY_MAX_DECODE)
+            return stk_cli_usage_error("verify", "--decode: at most %d fields", VERIFY_MAX_DECODE);
+        s->decode[s->n_decode++] = f;
+        p += n + (p[n] == ',');
+    }
+    return 0;
 }
 
 int stk_cmd_verify(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"threads", required_argument, NULL, 't'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"format", required_argument, NULL, 'F'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"threads", required_argument, NULL, 't'}, {"quiet", no_argument, NULL, 'q'},
+        {"format", required_argument, NULL, 'F'},  {"decode", optional_argument, NULL, 'd'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     long long threads = 0, v;
-    bool quiet = false;
-    const char *format = NULL;
+    bool quiet = false, decode = false;
+    const char *format = NULL, *decode_list = NULL;
     int c;
     opterr = 0;
     optind = 1;
@@ -450,6 +527,10 @@ int stk_cmd_verify(int argc, char **argv)
             break;
         case 'F':
             format = optarg;
+            break;
+        case 'd':
+            decode = true;
+            decode_list = optarg;
             break;
         case 'h':
             verify_usage(stdout);
@@ -470,6 +551,17 @@ int stk_cmd_verify(int argc, char **argv)
     memset(&s, 0, sizeof(s));
     s.ds = ds;
     s.count = stk_dataset_count(ds);
+    s.path_field = -1;
+    if (decode) {
+        int pf = stk_dataset_find_field(ds, "path");
+        if (pf >= 0 && stk_dataset_field(ds, (size_t)pf)->kind == STK_FIELD_BYTES)
+            s.path_field = pf;
+        rc = parse_decode_fields(ds, decode_list, &s);
+        if (rc) {
+            stk_dataset_close(ds);
+            return rc;
+        }
+    }
     pthread_mutex_init(&s.lock, NULL);
     if ((uint64_t)threads > s.count)
         threads = (long long)s.count;
@@ -514,9 +606,10 @@ int stk_cmd_verify(int argc, char **argv)
                            (unsigned long long)checked, (unsigned long long)s.count);
     else
         rc = s.n_bad ? 1 : 0;
-    printf("verify: %llu records in %zu shard%s: %s%zu bad (%s checked in %.2f s, %.1f MB/s)\n",
+    printf("verify: %llu records in %zu shard%s: %s%zu bad (%s checked%s in %.2f s, %.1f MB/s)\n",
            (unsigned long long)s.count, ns, ns == 1 ? "" : "s", s.n_bad ? "" : "all good, ",
-           s.n_bad, stk_cli_format_size(atomic_load(&s.bytes), b, sizeof(b)), secs,
+           s.n_bad, stk_cli_format_size(atomic_load(&s.bytes), b, sizeof(b)),
+           s.n_decode ? ", images decoded" : "", secs,
            secs > 0 ? (double)atomic_load(&s.bytes) / secs / 1e6 : 0.0);
     free(s.bad);
     free(th);

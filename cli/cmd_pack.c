@@ -62,7 +62,7 @@ static int pack(const pack_args *a)
         stk_dataset_close(ds);
         return 1;
     }
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     long classes =
         stk_dataset_shard(ds, 0, &si) == STK_OK ? stk_cli_count_classes(si.metadata) : -1;
     if (!a->quiet) {

@@ -18,6 +18,7 @@ int stk_cli_loader_run(const char *cmd, const stk_loader_opts *o, const char *tr
     if (stk_loader_create(o, &L) < 0)
         return stk_cli_error(cmd, "%s", stk_last_errmsg());
     run->loader = L;
+    run->info.struct_size = sizeof(run->info);
     stk_loader_info_get(L, &run->info);
     int stop = 0;
     while (!stop) {
@@ -44,6 +45,7 @@ int stk_cli_loader_run(const char *cmd, const stk_loader_opts *o, const char *tr
         stk_batch_release(b);
     }
     run->end_s = stk_cli_now();
+    run->stats.struct_size = sizeof(run->stats);
     stk_loader_stats_get(L, &run->stats);
     int failed = trace && stk_loader_trace_write(L, trace) < 0;
     if (failed) {

@@ -13,6 +13,13 @@
  *  - Handles are opaque. Constructors fill an out-pointer; destructors accept NULL.
  *  - The library never prints, never exits and never aborts on bad input. Error detail is in
  *    the handle's errmsg, or in stk_last_errmsg() when no handle exists yet.
+ *  - Structs: one rule for every struct that crosses the ABI. Its first member is `size_t
+ *    struct_size`. Options structs (inputs) are filled by their _init function, which sets it; a
+ *    caller built against an older, shorter struct is accepted everywhere, the fields it lacks
+ *    taking their defaults. Output structs are sized by the caller (`stk_loader_stats st =
+ *    {.struct_size = sizeof st};`): the library writes only the fields that fit, so a struct may
+ *    grow without overrunning an older caller's buffer. A struct_size below the size of the
+ *    struct_size member itself plus one field is STK_EINVAL.
  */
 #ifndef STK_FG_H
 #define STK_FG_H
@@ -34,10 +41,10 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define STK_VERSION_MAJOR 0
-#define STK_VERSION_MINOR 1
+#define STK_VERSION_MINOR 2
 #define STK_VERSION_PATCH 0
 #define STK_VERSION_NUMBER (STK_VERSION_MAJOR * 10000 + STK_VERSION_MINOR * 100 + STK_VERSION_PATCH)
-#define STK_VERSION_STRING "0.1.0"
+#define STK_VERSION_STRING "0.2.0"
 
 /** The library's version as M*10000 + m*100 + p; compare with STK_VERSION_NUMBER to detect a
  *  header/library mismatch.
@@ -64,7 +71,7 @@ enum {
     STK_ELIMIT = -5,    /* a limit was exceeded (pixels, record size, slot size, streams) */
     STK_ENOTSUP = -6,   /* not supported (format version, field kind, missing driver) */
     STK_ESTATE = -7,    /* call not valid in the object's current state */
-    STK_ECANCELED = -8, /* the operation was cancelled (loader closing) */
+    STK_ECANCELED = -8, /* pinned, reserved: no function of this version returns it */
     STK_EAGAIN = -9,    /* nothing ready before the timeout: call again (nothing changed) */
     STK_EBUSY = -10     /* the next ring slot is held by the caller: release the oldest batch */
 };
@@ -269,9 +276,12 @@ STK_API void stk_dataset_close(stk_dataset *ds);
 /** Number of records. */
 STK_API uint64_t stk_dataset_count(const stk_dataset *ds);
 
-/** Number of fields in the schema, and field `i` of it.
- *  Lifetime: the returned pointer is valid until stk_dataset_close. NULL if i is out of range. */
+/** Number of fields in the schema (0 for NULL).
+ *  Threads: thread-safe. */
 STK_API size_t stk_dataset_n_fields(const stk_dataset *ds);
+
+/** Field `i` of the schema, or NULL if `i` is out of range.
+ *  Lifetime: valid until stk_dataset_close. Threads: thread-safe. */
 STK_API const stk_field *stk_dataset_field(const stk_dataset *ds, size_t i);
 
 /** Index of the field named `name`, or -1. */
@@ -287,6 +297,7 @@ STK_API uint64_t stk_dataset_max_record_size(const stk_dataset *ds);
 /** Per-file facts, for `stoker inspect`: the shards of a `.stk` dataset, the files of other
  *  formats (one entry for an ImageFolder tree: its root). */
 typedef struct stk_shard_info {
+    size_t struct_size;    /* set by the caller to sizeof(stk_shard_info) (an output struct) */
     const char *path;      /* as resolved at open; valid until stk_dataset_close */
     uint64_t first_record; /* global number of the shard's first record */
     uint64_t n_records;
@@ -297,9 +308,14 @@ typedef struct stk_shard_info {
                              ImageFolder tree: its classes); valid until stk_dataset_close */
 } stk_shard_info;
 
-/** Number of shards, and facts about shard `i`.
- *  @return STK_OK or STK_EINVAL (i out of range). */
+/** Number of files (shards) of the dataset: the `i` stk_dataset_shard takes.
+ *  Threads: thread-safe. */
 STK_API size_t stk_dataset_n_shards(const stk_dataset *ds);
+
+/** Facts about file (shard) `i`. `out` is an output struct: set out->struct_size (see
+ *  "Structs" at the top of this header).
+ *  @return STK_OK, or STK_EINVAL (i out of range, NULL argument, struct_size not set).
+ *  Lifetime: the strings until stk_dataset_close. Threads: thread-safe. */
 STK_API stk_status stk_dataset_shard(const stk_dataset *ds, size_t i, stk_shard_info *out);
 
 /** A 64-bit fingerprint of the dataset (record count and every shard's index checksum), used
@@ -328,8 +344,12 @@ STK_API stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void 
                                     size_t buf_size, stk_record *out, char *errbuf,
                                     size_t errbuf_size);
 
-/** Value of scalar field `f` of a record read with stk_dataset_read (0 if not that kind). */
+/** Value of int64 field `f` of a record read with stk_dataset_read (0 if it is not 8 bytes).
+ *  Threads: thread-safe. */
 STK_API int64_t stk_record_i64(const stk_record *rec, size_t f);
+
+/** Value of float32 field `f` of a record read with stk_dataset_read (0 if it is not 4 bytes).
+ *  Threads: thread-safe. */
 STK_API float stk_record_f32(const stk_record *rec, size_t f);
 
 /* ---------------------------------------------------------------------------------------------
@@ -394,9 +414,16 @@ typedef struct stk_rng {
 /** Position `rng` at the start of the stream of (seed, epoch, index). */
 STK_API void stk_rng_init(stk_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index);
 
-/** Next 32 random bits, next 64 random bits, and a double uniform in [0, 1) (53 bits). */
+/** The next 32 random bits of the stream.
+ *  Threads: thread-compatible (the caller owns `rng`). */
 STK_API uint32_t stk_rng_u32(stk_rng *rng);
+
+/** The next 64 random bits of the stream (two 32-bit draws, low word first).
+ *  Threads: thread-compatible. */
 STK_API uint64_t stk_rng_u64(stk_rng *rng);
+
+/** A double uniform in [0, 1) with 53 random bits (one 64-bit draw).
+ *  Threads: thread-compatible. */
 STK_API double stk_rng_uniform(stk_rng *rng);
 
 /* ---------------------------------------------------------------------------------------------
@@ -544,8 +571,18 @@ typedef struct stk_transform_opts {
                             * finished output. (default false) */
     float finish_flip;     /* with finish_on_device: mirror each sample with this probability,
                             * from its own random stream (default 0) */
+    bool lenient;          /* default false (strict): a JPEG that libjpeg reports as corrupt
+                            * ("Corrupt JPEG data: ...", bad Huffman code, premature end) fails
+                            * with STK_EFORMAT and libjpeg's text, as PIL would reject it; the
+                            * whole entropy-coded data is checked even when only a window is
+                            * decoded (a PNG is decoded to its last row, so that every chunk's
+                            * CRC is checked). true: libjpeg's recovery (grey or smeared blocks)
+                            * is kept, only a truncated file fails, and decoding stops after the
+                            * window (PNG chunks below it go unchecked). */
 } stk_transform_opts;
 
+/** Fill `opts` with the defaults documented on each field (no ops, float32 CHW, strict).
+ *  Threads: thread-safe. */
 STK_API void stk_transform_opts_init(stk_transform_opts *opts);
 
 /** Compile a transform. The output size must be fixed by the ops (end with RandomResizedCrop,
@@ -570,7 +607,10 @@ STK_API void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint
  * Image decoder (full-size decode; the decode-only ceiling and C users)
  * ------------------------------------------------------------------------------------------- */
 
-/** A JPEG/PNG decoder with reusable buffers. Thread-compatible: one thread at a time. */
+/** An image decoder with reusable buffers: JPEG, PNG, WebP, TIFF, BMP and binary PPM/PGM,
+ *  told apart by their magic bytes. It is always strict: a JPEG that libjpeg reports as corrupt
+ *  fails (stk_transform_opts.lenient has the details; there is no lenient public decoder).
+ *  Thread-compatible: one thread at a time. */
 typedef struct stk_decoder stk_decoder;
 
 /** A decoded image: 8-bit RGB, interleaved. */
@@ -583,13 +623,21 @@ typedef struct stk_image {
 /** Create a decoder refusing images over `max_pixels` (0 = 64 Mpx).
  *  @return STK_OK (*out set) or STK_ENOMEM. Lifetime: until stk_decoder_destroy. */
 STK_API stk_status stk_decoder_create(uint64_t max_pixels, stk_decoder **out);
+
+/** Destroy a decoder. Accepts NULL. */
 STK_API void stk_decoder_destroy(stk_decoder *d);
 
-/** Decode a whole JPEG or PNG image at full size to RGB (grayscale and CMYK converted).
- *  @return STK_OK, STK_EFORMAT (corrupt or not an image; reason in stk_decoder_errmsg),
+/** Decode a whole image (any format above) at full size to RGB (grayscale, palette, 16-bit
+ *  and CMYK converted, alpha dropped).
+ *  @return STK_OK, STK_EFORMAT (corrupt, truncated, an unsupported variant such as animated
+ *          WebP or RLE BMP, or not an image; reason in stk_decoder_errmsg, e.g.
+ *          "JPEG: Corrupt JPEG data: bad Huffman code"),
  *          STK_ELIMIT (over max_pixels), STK_ENOMEM.
  *  Lifetime: out->data until the next call on `d`. */
 STK_API stk_status stk_decoder_decode(stk_decoder *d, const void *src, size_t size, stk_image *out);
+
+/** Detail of the decoder's last failure ("" when none).
+ *  Lifetime: valid until the next call on `d`. */
 STK_API const char *stk_decoder_errmsg(const stk_decoder *d);
 
 /** Destroy a transform. Accepts NULL. Must outlive every loader that uses it. */
@@ -712,6 +760,7 @@ STK_API const stk_dataset *stk_loader_dataset(const stk_loader *loader);
 
 /** Resolved settings: threads, ring depth, batch size, rank and world. */
 typedef struct stk_loader_info {
+    size_t struct_size; /* set by the caller to sizeof(stk_loader_info) (an output struct) */
     uint32_t n_threads;
     uint32_t prefetch;
     uint32_t batch_size;
@@ -722,12 +771,16 @@ typedef struct stk_loader_info {
     bool pinned;      /* ring is page-locked */
 } stk_loader_info;
 
-STK_API void stk_loader_info_get(const stk_loader *loader, stk_loader_info *out);
+/** Fill `out` (an output struct: set out->struct_size) with the resolved settings.
+ *  @return STK_OK, or STK_EINVAL (out->struct_size not set).
+ *  Threads: thread-safe. */
+STK_API stk_status stk_loader_info_get(const stk_loader *loader, stk_loader_info *out);
 
 /** Counters and stage times, cumulative since create, summed over the worker threads. Each
  *  worker times its stages with a monotonic clock into its own counters (no lock); reading them
  *  is cheap enough to do every step. Times are 0 with STK_LOADER_NO_STATS. */
 typedef struct stk_loader_stats {
+    size_t struct_size;        /* set by the caller to sizeof(stk_loader_stats) (output struct) */
     uint64_t batches;          /* delivered to the consumer */
     uint64_t samples;          /* delivered to the consumer */
     uint64_t bytes_read;       /* record bytes read from shards */
@@ -761,9 +814,11 @@ typedef struct stk_loader_stats {
                                 finishing fell back to the CPU; "" when all requested is on */
 } stk_loader_stats;
 
-/** Fill `out`. Every counter only grows from one call to the next.
+/** Fill `out` (an output struct: set out->struct_size). Every counter only grows from one call
+ *  to the next.
+ *  @return STK_OK, or STK_EINVAL (out->struct_size not set).
  *  Threads: thread-safe. */
-STK_API void stk_loader_stats_get(const stk_loader *loader, stk_loader_stats *out);
+STK_API stk_status stk_loader_stats_get(const stk_loader *loader, stk_loader_stats *out);
 
 /** Write a Chrome/Perfetto trace (trace-event JSON) of the events recorded so far: one track per
  *  worker thread (read, decode, augment, wait-for-slot slices) and one for the consumer (wait
@@ -810,17 +865,24 @@ typedef struct stk_tensor {
 /** Samples in the batch (the batch size, or fewer for the last batch of an epoch). */
 STK_API uint32_t stk_batch_size(const stk_batch *b);
 
-/** The epoch and the batch's number within the epoch (counted from the epoch's start, also
- *  after a resume). */
+/** The epoch the batch belongs to.
+ *  Threads: the thread holding the batch. */
 STK_API uint64_t stk_batch_epoch(const stk_batch *b);
+
+/** The batch's number within its epoch (counted from the epoch's start, also after a resume).
+ *  Threads: the thread holding the batch. */
 STK_API uint64_t stk_batch_number(const stk_batch *b);
 
-/** Number of output tensors, and tensor `i`: the dataset's fields in schema order (a field
+/** Number of output tensors of the batch: the dataset's fields in schema order (a field
+ *  consumed by the transform replaced by its output), then "index".
+ *  Threads: the thread holding the batch. */
+STK_API size_t stk_batch_n_tensors(const stk_batch *b);
+
+/** Tensor `i` of the batch (see stk_batch_n_tensors): the dataset's fields in schema order (a field
  *  consumed by the transform is replaced by its output), then "index" (int64 [n], the global
  *  record number of each sample).
  *  @return STK_OK or STK_EINVAL (i out of range).
  *  Lifetime: data valid until stk_batch_release(b). */
-STK_API size_t stk_batch_n_tensors(const stk_batch *b);
 STK_API stk_status stk_batch_tensor(const stk_batch *b, size_t i, stk_tensor *out);
 
 /** The record numbers of the batch's samples (the "index" tensor's data).

@@ -64,6 +64,17 @@ static inline bool stk__mul_ok(size_t a, size_t b, size_t *out)
 
 /* ---- misc (src/common/stk_util.c) ---- */
 
+/* The one rule for structs crossing the ABI (include/stoker.h, "Structs"). Minimum struct_size:
+ * the member itself and one more field. */
+#define STK__STRUCT_MIN (2 * sizeof(size_t))
+/* Load a caller's options struct `src` over `dst` (which holds the defaults, from its _init):
+ * the caller's fields up to its struct_size, then dst->struct_size = dst_size. false when src is
+ * NULL or its struct_size is below STK__STRUCT_MIN (not initialised). */
+bool stk__opts_load(void *dst, size_t dst_size, const void *src);
+/* Store a complete output struct `full` (full_size bytes) into the caller's `dst`, only as far
+ * as dst->struct_size reaches; dst->struct_size becomes the bytes written. false when dst is NULL
+ * or its struct_size is below STK__STRUCT_MIN. */
+bool stk__out_store(void *dst, const void *full, size_t full_size);
 /* Online CPUs, computed once (pthread_once). */
 uint32_t stk__cpu_count(void);
 /* Monotonic clock in nanoseconds. */

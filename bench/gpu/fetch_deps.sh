@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Download the Debian packages stoker builds against (libjpeg-turbo, libspng, xxhash, and make)
+# Download the Debian packages stoker builds against (libjpeg-turbo, libspng, libwebp, libtiff and
+# the libraries libtiff links, xxhash, and make)
 # into bench/gpu/deps/, for a machine that has no package archive: the GPU machine, whose image
 # is not this Debian and which reaches no network. bench/gpu/run.sh unpacks them into
 # build/gpu-sysroot/ (never into /) and builds and links stoker against them (with an rpath), so
@@ -9,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 pkgs=(libturbojpeg0 libturbojpeg0-dev libjpeg62-turbo libjpeg62-turbo-dev libspng0 libspng-dev
+      libwebp7 libwebp-dev libtiff6 libtiff-dev libdeflate0 libjbig0 liblerc4 libzstd1 liblzma5
       libxxhash0 libxxhash-dev make)
 rm -rf deps.tmp && mkdir deps.tmp
 if ! (cd deps.tmp && apt-get download "${pkgs[@]}"); then

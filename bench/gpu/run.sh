@@ -54,10 +54,12 @@ if [ ${#debs[@]} -gt 0 ]; then
     for f in "${debs[@]}"; do dpkg -x "$f" "$sys" || exit 1; done
     lib=$sys/usr/lib/x86_64-linux-gnu
     MAKE=(make "PKG_CFLAGS=-I$sys/usr/include -I$sys/usr/include/x86_64-linux-gnu"
-          "PKG_LIBS=-lturbojpeg -lspng -lxxhash" "EXTRA_LDFLAGS=-L$lib -Wl,-rpath,$lib")
+          "PKG_LIBS=-lturbojpeg -lspng -lxxhash -lwebp -ltiff"
+          "EXTRA_LDFLAGS=-L$lib -Wl,-rpath,$lib")
     command -v make >/dev/null || MAKE[0]=$sys/usr/bin/make
-elif ! pkg-config --exists libturbojpeg spng libxxhash 2>/dev/null; then
-    echo "bench/gpu: libturbojpeg, libspng or libxxhash missing here and bench/gpu/deps is" \
+elif ! pkg-config --exists libturbojpeg spng libxxhash libwebp libtiff-4 2>/dev/null; then
+    echo "bench/gpu: libturbojpeg, libspng, libxxhash, libwebp or libtiff missing here and" \
+         "bench/gpu/deps is" \
          "empty: run bench/gpu/fetch_deps.sh where a Debian archive is reachable, carry it" >&2
     exit 1
 fi

@@ -578,7 +578,7 @@ static PyObject *Loader_info(LoaderObject *self, PyObject *noargs)
     (void)noargs;
     if (loader_enter(self, false) < 0)
         return NULL;
-    stk_loader_info i;
+    stk_loader_info i = {.struct_size = sizeof(i)};
     stk_loader_info_get(self->loader, &i);
     loader_leave(self, false);
     return Py_BuildValue("{s:I,s:I,s:I,s:I,s:I,s:K,s:n,s:O}", "n_threads", i.n_threads, "prefetch",
@@ -592,7 +592,7 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *noargs)
     (void)noargs;
     if (loader_enter(self, false) < 0)
         return NULL;
-    stk_loader_stats s;
+    stk_loader_stats s = {.struct_size = sizeof(s)};
     stk_loader_stats_get(self->loader, &s);
     loader_leave(self, false);
     static const char *const where[] = {"none", "cpu", "device"};

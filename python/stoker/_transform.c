@@ -18,6 +18,7 @@ typedef struct {
     PyObject ob_base;
     stk_transform *t;
     PyObject *desc; /* what it was built from: a recipe name or the list of op dicts */
+    bool strict;    /* !stk_transform_opts.lenient */
 } TransformObject;
 
 const stk_transform *stkpy_transform_get(PyObject *obj)
@@ -217,13 +218,14 @@ PyObject *stkpy_op_params(PyObject *self, PyObject *name_obj)
 
 static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"ops", "dtype", "layout", "exact", "max_pixels", "finish", NULL};
+    static char *kwlist[] = {"ops", "dtype", "layout", "exact", "max_pixels", "finish", "strict",
+                             NULL};
     PyObject *ops_obj, *dtype_obj = NULL;
     const char *layout = "NCHW", *finish = NULL;
-    int exact = 0;
+    int exact = 0, strict = 1;
     unsigned long long max_pixels = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OspKz:Transform", kwlist, &ops_obj, &dtype_obj,
-                                     &layout, &exact, &max_pixels, &finish))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OspKzp:Transform", kwlist, &ops_obj, &dtype_obj,
+                                     &layout, &exact, &max_pixels, &finish, &strict))
         return NULL;
     stk_transform_opts o;
     stk_transform_opts_init(&o);
@@ -239,6 +241,7 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (finish && strcmp(finish, "device") != 0)
         return stkpy_invalid("finish must be 'device' or None, not '%s'", finish);
     o.finish_on_device = finish != NULL; /* the loader normalises and casts after the copy */
+    o.lenient = !strict;
     if (max_pixels)
         o.max_pixels = max_pixels;
     stk_transform *t = NULL;
@@ -249,9 +252,9 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         const char *name = PyUnicode_AsUTF8(ops_obj);
         if (!name)
             return NULL;
-        if (o.dtype != STK_DTYPE_FLOAT32 || o.nhwc || max_pixels || finish)
-            return stkpy_invalid("recipe '%s' is float32 NCHW; build the ops yourself for "
-                                 "another dtype or layout",
+        if (o.dtype != STK_DTYPE_FLOAT32 || o.nhwc || max_pixels || finish || !strict)
+            return stkpy_invalid("recipe '%s' is float32 NCHW and strict; build the ops "
+                                 "yourself for another dtype, layout, finish or strict=False",
                                  name);
         rc = stk_transform_recipe(name, exact != 0, &t);
     } else {
@@ -290,6 +293,7 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     self->t = t;
     self->desc = Py_NewRef(ops_obj);
+    self->strict = strict != 0;
     return (PyObject *)self;
 }
 
@@ -321,11 +325,19 @@ static PyObject *Transform_desc(TransformObject *self, void *closure)
     return Py_NewRef(self->desc);
 }
 
+static PyObject *Transform_strict(TransformObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->strict);
+}
+
 static PyGetSetDef Transform_getset[] = {
     {"output", (getter)Transform_output, NULL,
      "Per-sample output: a dict with dtype and shape (without the batch dimension).", NULL},
     {"source", (getter)Transform_desc, NULL, "The recipe name or the op dicts it was built from.",
      NULL},
+    {"strict", (getter)Transform_strict, NULL,
+     "True (the default): a corrupt JPEG is an error; False: libjpeg's lenient recovery.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject StkTransform_Type = {
@@ -334,10 +346,12 @@ PyTypeObject StkTransform_Type = {
     .tp_dealloc = (destructor)Transform_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Transform(ops, dtype='float32', layout='NCHW', exact=False, max_pixels=0, "
-              "finish=None): compile a recipe name ('imagenet-train', 'imagenet-val') or a list "
-              "of op dicts ({'kind': 'Resize', 'size': (256, 0)}, ...). finish='device': the "
-              "workers output uint8 [H, W, 3] and a loader finishes (layout, Normalize, dtype) "
-              "after its copy to the device; .output is the finished output.",
+              "finish=None, strict=True): compile a recipe name ('imagenet-train', "
+              "'imagenet-val') or a list of op dicts ({'kind': 'Resize', 'size': (256, 0)}, ...). "
+              "finish='device': the workers output uint8 [H, W, 3] and a loader finishes (layout, "
+              "Normalize, dtype) after its copy to the device; .output is the finished output. "
+              "strict=False keeps libjpeg's lenient decoding of corrupt JPEGs instead of failing "
+              "the record.",
     .tp_new = Transform_new,
     .tp_getset = Transform_getset,
 };

@@ -20,7 +20,7 @@ __all__ = ["Dataset", "Writer", "write_shard", "pack", "pack_image_folder", "for
            "IMAGE_EXTENSIONS"]
 
 # torchvision's IMG_EXTENSIONS, so that records and labels line up with ImageFolder's samples
-# (the loader's decoders read JPEG and PNG)
+# (the loader decodes all of them: JPEG, PNG, WebP, TIFF, BMP, binary PPM/PGM)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 

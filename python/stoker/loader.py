@@ -227,7 +227,7 @@ class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
     num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
     world_size=None, transforms=None, on_error="raise", trace=None, format=None,
-    output=None, fields=None, **DataLoader arguments)
+    output=None, fields=None, strict=None, **DataLoader arguments)
 
     ``data`` is a dataset of any format stoker reads (``.stk`` shards, an ImageFolder
     directory, ``.npy`` files; ``format=`` names it instead of detecting it) or a
@@ -242,14 +242,16 @@ class Loader:
     choose its thread count and depth online (at most one thread per CPU and ``prefetch``
     batches): the fewest threads that keep the training loop from waiting; ``stats()`` says
     what it chose and why. ``trace="out.json"`` records a Chrome/Perfetto trace written at
-    ``close()`` (or with ``write_trace()``).
+    ``close()`` (or with ``write_trace()``). ``strict`` (default: the transform's, else True):
+    a JPEG that libjpeg reports as corrupt fails its record (skipped under
+    ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery.
     """
 
     def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
                  world_size=None, transforms=None, on_error="raise", trace=None, *,
                  transform_field="image", verify=True, output=None, format=None, fields=None,
-                 sampler=None, batch_sampler=None, collate_fn=None, timeout=0,
+                 strict=None, sampler=None, batch_sampler=None, collate_fn=None, timeout=0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None,
                  prefetch_factor=None, persistent_workers=None, pin_memory_device=None,
                  in_order=None):
@@ -369,9 +371,9 @@ class Loader:
         self._trace = trace
         finish = None
         if self._device is not None:
-            self._transform, finish = _transforms.compile_for_device(transforms)
+            self._transform, finish = _transforms.compile_for_device(transforms, strict=strict)
         else:
-            self._transform = _transforms.compile(transforms)
+            self._transform = _transforms.compile(transforms, strict=strict)
         if isinstance(data, _core.Dataset):
             self._dataset = data
         else:

@@ -3,7 +3,8 @@
 The classes carry torchvision's names and parameters. They do not transform anything in
 Python: :func:`compile` turns a list of them (or a torchvision ``transforms.Compose`` of the
 supported torchvision classes) into one C transform (``stk_transform``) that the loader's
-worker threads apply to every sample, fused with the JPEG/PNG decode::
+worker threads apply to every sample, fused with the image decode (JPEG, PNG, WebP, TIFF, BMP,
+binary PPM/PGM)::
 
     import stoker
     from stoker import transforms as T
@@ -293,13 +294,16 @@ class ToDtype(ConvertImageDtype):
 
 class Compose:
     """A list of ops plus output options: dtype (None = from the markers, else float32),
-    layout "NCHW" or "NHWC", and exact (decode at full scale, no DCT-domain downscaling)."""
+    layout "NCHW" or "NHWC", exact (decode at full scale, no DCT-domain downscaling) and strict
+    (the default: a JPEG that libjpeg reports as corrupt fails its record, as PIL would reject
+    it; strict=False keeps libjpeg's recovery, grey or smeared blocks, as before)."""
 
-    def __init__(self, transforms, dtype=None, layout="NCHW", exact=False):
+    def __init__(self, transforms, dtype=None, layout="NCHW", exact=False, strict=True):
         self.transforms = list(transforms)
         self.dtype = None if dtype is None else _dtype_name(dtype)
         self.layout = layout
         self.exact = bool(exact)
+        self.strict = bool(strict)
 
     def __repr__(self):
         inner = ",\n    ".join(repr(t) for t in self.transforms)
@@ -369,15 +373,16 @@ def _flatten(obj, out):
         raise _unsupported(repr(obj))
 
 
-def _ops_and_options(transforms, dtype, layout, exact):
-    """(ops without dtype markers, output dtype, layout, exact) of a list of ops, a stoker
-    Compose or a torchvision Compose."""
+def _ops_and_options(transforms, dtype, layout, exact, strict=None):
+    """(ops without dtype markers, output dtype, layout, exact, strict) of a list of ops, a
+    stoker Compose or a torchvision Compose."""
     ops = []
     _flatten(transforms, ops)
     if isinstance(transforms, Compose):
         dtype = dtype if dtype is not None else transforms.dtype
         layout = layout if layout is not None else transforms.layout
         exact = exact if exact is not None else transforms.exact
+        strict = strict if strict is not None else transforms.strict
     out_dtype = None
     for op in ops:
         if isinstance(op, _DtypeMarker):
@@ -388,7 +393,8 @@ def _ops_and_options(transforms, dtype, layout, exact):
     if not ops:
         raise _invalid("the transform has no ops; its output size must be fixed by "
                        "RandomResizedCrop, CenterCrop or Resize((h, w))")
-    return ops, out_dtype or "float32", layout or "NCHW", bool(exact)
+    strict = strict is None or bool(strict)
+    return ops, out_dtype or "float32", layout or "NCHW", bool(exact), strict
 
 
 def _recipe(name):
@@ -403,41 +409,46 @@ def _recipe_compose(key):
     return imagenet_train() if key == "imagenet-train" else imagenet_val()
 
 
-def compile(transforms, dtype=None, layout=None, exact=None):
+def compile(transforms, dtype=None, layout=None, exact=None, strict=None):
     """Build the C transform for `transforms`: a recipe name ("imagenet-train",
     "imagenet-val"), a list of ops, a stoker Compose, or a torchvision Compose of supported
     transforms. Returns a stoker._core.Transform (its .output gives dtype and shape), or None
-    for None."""
+    for None. strict (default True, or the Compose's): a JPEG that libjpeg reports as corrupt
+    fails its record; strict=False keeps libjpeg's lenient recovery."""
     if transforms is None:
         return None
     if isinstance(transforms, _core.Transform):
+        if strict is not None and bool(strict) != transforms.strict:
+            raise _invalid(f"the prebuilt Transform has strict={transforms.strict}; compile "
+                           f"it with strict={bool(strict)} instead")
         return transforms
     if isinstance(transforms, str):
         name = _recipe(transforms)
-        if dtype in (None, "float32") and layout in (None, "NCHW"):
+        if dtype in (None, "float32") and layout in (None, "NCHW") and strict in (None, True):
             return _core.Transform(name, exact=bool(exact))
         transforms = _recipe_compose(name)
-    ops, out_dtype, layout, exact = _ops_and_options(transforms, dtype, layout, exact)
+    ops, out_dtype, layout, exact, strict = _ops_and_options(transforms, dtype, layout, exact,
+                                                             strict)
     return _core.Transform([op.to_dict() for op in ops], dtype=out_dtype, layout=layout,
-                           exact=exact)
+                           exact=exact, strict=strict)
 
 
-def compile_for_device(transforms):
+def compile_for_device(transforms, strict=None):
     """Compile `transforms` for a loader that copies to a GPU: (the C transform, None). When
     the output is floating point and Normalize (if any) is the last op, the transform is built
     with finish="device": its CPU part stops at uint8 [H, W, 3] (4x fewer bytes to copy) and the
     loader finishes on the device: layout, (x / 255 - mean) / std and the cast, as the CPU store
     would have done. Otherwise (uint8 output, a prebuilt Transform) nothing is split."""
     if transforms is None or isinstance(transforms, _core.Transform):
-        return compile(transforms), None
+        return compile(transforms, strict=strict), None
     if isinstance(transforms, str):
         transforms = _recipe_compose(_recipe(transforms))
-    ops, out_dtype, layout, exact = _ops_and_options(transforms, None, None, None)
+    ops, out_dtype, layout, exact, strict = _ops_and_options(transforms, None, None, None, strict)
     norms = [i for i, op in enumerate(ops) if isinstance(op, Normalize)]
     if out_dtype == "uint8" or len(norms) > 1 or (norms and norms[0] != len(ops) - 1):
-        return compile(transforms), None
+        return compile(transforms, strict=strict), None
     if len(ops) == len(norms):
-        return compile(transforms), None
+        return compile(transforms, strict=strict), None
     core = _core.Transform([op.to_dict() for op in ops], dtype=out_dtype, layout=layout,
-                           exact=exact, finish="device")
+                           exact=exact, finish="device", strict=strict)
     return core, None

@@ -173,13 +173,13 @@ def test_torchvision_v2_class_names_convert():
           _fake_v2("ToImage"), _fake_v2("ToDtype", dtype=torch.float16, scale=True),
           _fake_v2("Normalize", mean=[0.5, 0.5, 0.5], std=[0.2, 0.2, 0.2], inplace=False),
           _fake_v2("ToPureTensor")]
-    ops, dtype, layout, _ = T._ops_and_options(_fake_v2("Compose", transforms=v2), None, None,
+    ops, dtype, layout, _, _ = T._ops_and_options(_fake_v2("Compose", transforms=v2), None, None,
                                                None)
     assert [type(o).__name__ for o in ops] == ["RandomResizedCrop", "RandomVerticalFlip",
                                                "ColorJitter", "Normalize"]
     assert ops[0].size == (32, 32) and ops[1].p == 0.25 and dtype == "float16"
     assert ops[2].brightness == pytest.approx(0.4) and ops[2].contrast == 0
-    ops, dtype, _, _ = T._ops_and_options(
+    ops, dtype, _, _, _ = T._ops_and_options(
         [T.Resize((8, 8)), _fake_v2("ToDtype", dtype={"others": None, _fake_v2("Image").__class__:
                                                       torch.uint8}, scale=False)],
         None, None, None)
@@ -195,7 +195,7 @@ def test_torchvision_v2_class_names_convert():
         from torchvision.transforms import v2 as TV2
     except ImportError:
         return  # torchvision < 0.15: the fakes above stand in for it
-    ops, dtype, _, _ = T._ops_and_options(
+    ops, dtype, _, _, _ = T._ops_and_options(
         TV2.Compose([TV2.RandomResizedCrop(24), TV2.RandomVerticalFlip(0.3),
                      TV2.RandomHorizontalFlip(), TV2.ToImage(),
                      TV2.ToDtype(torch.float32, scale=True), TV2.Normalize(T.IMAGENET_MEAN,

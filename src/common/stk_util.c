@@ -3,6 +3,8 @@
  */
 #include "stk_internal.h"
 
+#include <string.h>
+
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
@@ -101,4 +103,31 @@ uint64_t stk__now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+bool stk__opts_load(void *dst, size_t dst_size, const void *src)
+{
+    size_t n;
+    if (!src)
+        return false;
+    memcpy(&n, src, sizeof(n));
+    if (n < STK__STRUCT_MIN)
+        return false;
+    memcpy(dst, src, STK_MIN(n, dst_size)); /* a newer, longer struct: the fields we know */
+    memcpy(dst, &dst_size, sizeof(dst_size));
+    return true;
+}
+
+bool stk__out_store(void *dst, const void *full, size_t full_size)
+{
+    size_t n;
+    if (!dst)
+        return false;
+    memcpy(&n, dst, sizeof(n));
+    if (n < STK__STRUCT_MIN)
+        return false;
+    n = STK_MIN(n, full_size);
+    memcpy(dst, full, n);
+    memcpy(dst, &n, sizeof(n));
+    return true;
 }

@@ -23,6 +23,7 @@ typedef struct stk__jpeg stk__jpeg; /* libjpeg state, reused for every JPEG (stk
 
 struct stk__decoder {
     uint64_t max_pixels;
+    bool lenient; /* keep libjpeg's recovery from corrupt data (default false: it is an error) */
     uint8_t *pix; /* output pixels: grows to the largest window seen, then reused */
     size_t pix_cap;
     uint8_t *aux; /* codec scratch (row pointers, CMYK rows, PNG rows outside the window) */
@@ -48,10 +49,26 @@ stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
                             uint32_t h, uint32_t num, bool fast, stk__decoded *out, char *err,
                             size_t err_size);
 
-stk_status stk__png_probe(stk__decoder *d, const uint8_t *src, size_t size, stk__imginfo *out,
-                          char *err, size_t err_size);
-stk_status stk__png_decode(stk__decoder *d, const uint8_t *src, size_t size,
-                           const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w, uint32_t h,
-                           stk__decoded *out, char *err, size_t err_size);
+/* The codecs that decode at full scale (no DCT scaling). Their decode fills d->pix with at least
+ * rows 0 .. y+h-1 of the image at full width (origin 0, scale 1); the window logic crops. PNG
+ * stops after the window's last row; the others decode the whole image. */
+#define STK__DECLARE_WHOLE_CODEC(name)                                                             \
+    stk_status stk__##name##_probe(stk__decoder *d, const uint8_t *src, size_t size,               \
+                                   stk__imginfo *out, char *err, size_t err_size);                 \
+    stk_status stk__##name##_decode(stk__decoder *d, const uint8_t *src, size_t size,              \
+                                    const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,  \
+                                    uint32_t h, stk__decoded *out, char *err, size_t err_size)
+STK__DECLARE_WHOLE_CODEC(png);
+STK__DECLARE_WHOLE_CODEC(webp);
+STK__DECLARE_WHOLE_CODEC(tiff);
+STK__DECLARE_WHOLE_CODEC(bmp);
+STK__DECLARE_WHOLE_CODEC(pnm);
+
+/* Point *out at d->pix holding a whole w x h image, 3 bytes per pixel, rows packed. */
+void stk__decoded_whole(const stk__decoder *d, uint32_t w, uint32_t h, stk__decoded *out);
+
+/* Reserve d->pix for a whole w x h RGB image after checking max_pixels; sets *stride. */
+stk_status stk__decoder_reserve_rgb(stk__decoder *d, uint32_t w, uint32_t h, size_t *stride,
+                                    char *err, size_t err_size);
 
 #endif /* STK_CODEC_H */

@@ -1,6 +1,7 @@
 /*
  * stk_decode.h: the internal image-decoding interface between src/decode (JPEG via
- * libjpeg-turbo, PNG via libspng) and src/xform (crop/resize/normalise ops).
+ * libjpeg-turbo, PNG via libspng, WebP via libwebp, TIFF via libtiff, BMP and binary PPM/PGM
+ * parsed in src/decode) and src/xform (crop/resize/normalise ops).
  *
  * The transform first chooses a crop window in full-resolution pixel coordinates (from the image
  * size alone, via stk__image_probe), then asks the decoder for just that window, at the smallest
@@ -16,7 +17,15 @@
 
 #include "stk_internal.h"
 
-typedef enum stk__imgfmt { STK__IMG_UNKNOWN = 0, STK__IMG_JPEG = 1, STK__IMG_PNG = 2 } stk__imgfmt;
+typedef enum stk__imgfmt {
+    STK__IMG_UNKNOWN = 0,
+    STK__IMG_JPEG = 1,
+    STK__IMG_PNG = 2,
+    STK__IMG_WEBP = 3,
+    STK__IMG_TIFF = 4,
+    STK__IMG_BMP = 5,
+    STK__IMG_PNM = 6
+} stk__imgfmt;
 
 /* Header facts, from parsing the image header only. */
 typedef struct stk__imginfo {
@@ -41,7 +50,18 @@ typedef struct stk__decoder stk__decoder;
 stk_status stk__decoder_create(uint64_t max_pixels, stk__decoder **out);
 void stk__decoder_destroy(stk__decoder *d);
 
-/* Parse the header of a JPEG or PNG. Errors (STK_EFORMAT, STK_ELIMIT) carry the decoder's reason
+/* Strict (the default, lenient = false): a JPEG that libjpeg reports as corrupt (any warning
+ * about the data: "Corrupt JPEG data: ...", premature end, bad Huffman code, bad progression)
+ * fails with STK_EFORMAT and libjpeg's text, and the entropy-coded data is read through EOI even
+ * when the window ends earlier (entropy decoding only for the whole iMCU rows below it), so
+ * what PIL's full decode rejects is rejected. Lenient: libjpeg's recovery is kept (corrupt runs
+ * decode to grey or smeared blocks) and decoding stops after the window's last row; a premature end
+ * of the file still fails. PNG: every chunk CRC that is read is checked (libspng); strict reads
+ * every row, lenient stops after the window's last. The other formats have no such choice. */
+void stk__decoder_set_lenient(stk__decoder *d, bool lenient);
+
+/* Parse the header of a JPEG, PNG, WebP, TIFF, BMP or binary PPM/PGM (sniffed from the magic
+ * bytes, whatever the file name says). Errors (STK_EFORMAT, STK_ELIMIT) carry the decoder's reason
  * in err, e.g. "JPEG: Not a JPEG file: starts with 0x89 0x50". */
 stk_status stk__image_probe(stk__decoder *d, const void *src, size_t size, stk__imginfo *out,
                             char *err, size_t err_size);
@@ -50,8 +70,9 @@ stk_status stk__image_probe(stk__decoder *d, const void *src, size_t size, stk__
  * `info`. JPEG: choose the largest denominator in {1, 2, 4, 8} with ceil(w/den) >= min_w and
  * ceil(h/den) >= min_h (min_w = min_h = 0 allows 1/8; pass w, h to force full scale), decode only
  * the iMCU rows/columns covering the window (jpeg_crop_scanline + jpeg_skip_scanlines).
- * PNG: decode at full scale (rows past the window are not decoded). Grayscale, palette, 16-bit and
- * CMYK inputs come out as 8-bit RGB; alpha is dropped. */
+ * PNG: decode at full scale (rows past the window are not decoded). WebP, TIFF, BMP, PPM/PGM:
+ * decode the whole image at full scale (origin 0, scale 1) and let the caller crop. Grayscale,
+ * palette, 16-bit and CMYK inputs come out as 8-bit RGB; alpha is dropped. */
 stk_status stk__image_decode(stk__decoder *d, const void *src, size_t size,
                              const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
                              uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,

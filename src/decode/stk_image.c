@@ -1,7 +1,9 @@
 /*
  * stk_image.c: the image decoder front end. Sniffs the format from the magic bytes, checks the
- * arguments once for both codecs, picks the JPEG DCT scale, dispatches to stk_jpeg.c or
- * stk_png.c, and implements the public stk_decoder_* API (a full-size decode) on top.
+ * arguments once for every codec, picks the JPEG DCT scale, dispatches to the codec (stk_jpeg.c,
+ * stk_png.c, stk_webp.c, stk_tiff.c, stk_bmp.c, stk_pnm.c), and implements the public
+ * stk_decoder_* API (a full-size decode) on top. Only JPEG decodes a window at a reduced scale;
+ * the others decode at full scale and the window logic crops (stk_codec.h).
  *
  * Scale rule (stk_decode.h): the largest den in {8, 4, 2, 1} with ceil(w/den) >= min_w and
  * ceil(h/den) >= min_h. Passing min = w, h asks for full scale; for a 1x1 window the rule alone
@@ -17,6 +19,24 @@
 
 static const uint8_t JPEG_MAGIC[3] = {0xFF, 0xD8, 0xFF};
 static const uint8_t PNG_MAGIC[8] = {0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A};
+
+typedef stk_status (*probe_fn)(stk__decoder *, const uint8_t *, size_t, stk__imginfo *, char *,
+                               size_t);
+typedef stk_status (*decode_fn)(stk__decoder *, const uint8_t *, size_t, const stk__imginfo *,
+                                uint32_t, uint32_t, uint32_t, uint32_t, stk__decoded *, char *,
+                                size_t);
+
+/* The full-scale codecs, indexed by stk__imgfmt (JPEG has its own scaled path). */
+static const struct {
+    probe_fn probe;
+    decode_fn decode;
+} whole_codecs[] = {
+    [STK__IMG_PNG] = {stk__png_probe, stk__png_decode},
+    [STK__IMG_WEBP] = {stk__webp_probe, stk__webp_decode},
+    [STK__IMG_TIFF] = {stk__tiff_probe, stk__tiff_decode},
+    [STK__IMG_BMP] = {stk__bmp_probe, stk__bmp_decode},
+    [STK__IMG_PNM] = {stk__pnm_probe, stk__pnm_decode},
+};
 
 struct stk_decoder {
     stk__decoder *d;
@@ -48,6 +68,35 @@ stk_status stk__decoder_check_pixels(const stk__decoder *d, uint32_t w, uint32_t
     return STK_OK;
 }
 
+stk_status stk__decoder_reserve_rgb(stk__decoder *d, uint32_t w, uint32_t h, size_t *stride,
+                                    char *err, size_t err_size)
+{
+    size_t total;
+    stk_status rc = stk__decoder_check_pixels(d, w, h, err, err_size);
+    if (rc < 0)
+        return rc;
+    /* Cannot overflow once w*h <= max_pixels (a uint64_t), but size_t may be narrower */
+    if (!stk__mul_ok((size_t)w * 3, h, &total))
+        return stk__set_error(err, err_size, STK_ELIMIT, "image %ux%u too large", w, h);
+    *stride = (size_t)w * 3;
+    return stk__decoder_reserve(&d->pix, &d->pix_cap, total, err, err_size);
+}
+
+void stk__decoded_whole(const stk__decoder *d, uint32_t w, uint32_t h, stk__decoded *out)
+{
+    out->rgb = d->pix;
+    out->width = w;
+    out->height = h;
+    out->stride = (size_t)w * 3;
+    out->origin_x = out->origin_y = 0;
+    out->scale_x = out->scale_y = 1;
+}
+
+void stk__decoder_set_lenient(stk__decoder *d, bool lenient)
+{
+    d->lenient = lenient;
+}
+
 stk_status stk__decoder_create(uint64_t max_pixels, stk__decoder **out)
 {
     stk__decoder *d = stk__calloc(1, sizeof(*d));
@@ -73,13 +122,24 @@ void stk__decoder_destroy(stk__decoder *d)
     stk__free(d);
 }
 
-/* The format from the magic bytes, or the reason it is neither. */
+/* The format from the magic bytes, or the reason it is none of them. */
 static stk__imgfmt sniff(const uint8_t *p, size_t size, char *err, size_t err_size)
 {
     if (size >= sizeof(JPEG_MAGIC) && memcmp(p, JPEG_MAGIC, sizeof(JPEG_MAGIC)) == 0)
         return STK__IMG_JPEG;
     if (size >= sizeof(PNG_MAGIC) && memcmp(p, PNG_MAGIC, sizeof(PNG_MAGIC)) == 0)
         return STK__IMG_PNG;
+    if (size >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0)
+        return STK__IMG_WEBP;
+    /* Classic TIFF (42) and BigTIFF (43), either byte order */
+    if (size >= 4 && ((p[0] == 'I' && p[1] == 'I' && (p[2] == 42 || p[2] == 43) && p[3] == 0) ||
+                      (p[0] == 'M' && p[1] == 'M' && p[2] == 0 && (p[3] == 42 || p[3] == 43))))
+        return STK__IMG_TIFF;
+    if (size >= 2 && p[0] == 'B' && p[1] == 'M')
+        return STK__IMG_BMP;
+    /* Every Netpbm type (P1-P7), so that the unsupported ones get stk_pnm.c's reason */
+    if (size >= 2 && p[0] == 'P' && p[1] >= '1' && p[1] <= '7')
+        return STK__IMG_PNM;
     if (size == 0) {
         stk__set_error(err, err_size, STK_EFORMAT, "empty (0 bytes)");
         return STK__IMG_UNKNOWN;
@@ -88,7 +148,9 @@ static stk__imgfmt sniff(const uint8_t *p, size_t size, char *err, size_t err_si
     size_t n = STK_MIN(size, (size_t)4), at = 0;
     for (size_t i = 0; i < n; i++)
         at += (size_t)snprintf(hex + at, sizeof(hex) - at, "%s0x%02x", i ? " " : "", p[i]);
-    stk__set_error(err, err_size, STK_EFORMAT, "not a JPEG or PNG image (starts with %s)", hex);
+    stk__set_error(err, err_size, STK_EFORMAT,
+                   "not a supported image (JPEG, PNG, WebP, TIFF, BMP, PPM/PGM; starts with %s)",
+                   hex);
     return STK__IMG_UNKNOWN;
 }
 
@@ -98,14 +160,12 @@ stk_status stk__image_probe(stk__decoder *d, const void *src, size_t size, stk__
     if (!d || (!src && size) || !out)
         return stk__set_error(err, err_size, STK_EINVAL, "image probe: NULL argument");
     memset(out, 0, sizeof(*out));
-    switch (sniff(src, size, err, err_size)) {
-    case STK__IMG_JPEG:
-        return stk__jpeg_probe(d, src, size, out, err, err_size);
-    case STK__IMG_PNG:
-        return stk__png_probe(d, src, size, out, err, err_size);
-    default:
+    stk__imgfmt fmt = sniff(src, size, err, err_size);
+    if (fmt == STK__IMG_UNKNOWN)
         return STK_EFORMAT;
-    }
+    if (fmt == STK__IMG_JPEG)
+        return stk__jpeg_probe(d, src, size, out, err, err_size);
+    return whole_codecs[fmt].probe(d, src, size, out, err, err_size);
 }
 
 /* The DCT scale num/8 for a w x h window decoded to at least min_w x min_h: the smallest num in
@@ -142,7 +202,7 @@ static stk_status image_decode(stk__decoder *d, const void *src, size_t size,
     if (fmt == STK__IMG_JPEG)
         return stk__jpeg_decode(d, src, size, info, x, y, w, h, choose_num(w, h, min_w, min_h),
                                 fast, out, err, err_size);
-    return stk__png_decode(d, src, size, info, x, y, w, h, out, err, err_size);
+    return whole_codecs[fmt].decode(d, src, size, info, x, y, w, h, out, err, err_size);
 }
 
 stk_status stk__image_decode(stk__decoder *d, const void *src, size_t size,

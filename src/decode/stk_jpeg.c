@@ -33,11 +33,21 @@
  * (crop_is_exact), whole rows are decoded instead.
  *
  * Errors: error_exit longjmps back to the entry point with libjpeg's text ("JPEG: Premature end
- * of JPEG file"). Warnings are ignored, as PIL ignores them ("Corrupt JPEG data: N extraneous
- * bytes"), except JWRN_JPEG_EOF: a truncated image must fail, as it does in PIL ("image file is
- * truncated"). When the decode reads every row, jpeg_finish_decompress also checks the data up
- * to EOI. A progress monitor caps progressive images at 500 scans (TJFLAG_LIMITSCANS in
- * libjpeg-turbo 2.1), against scan-count decompression bombs.
+ * of JPEG file"). Strict mode (the default; issue 16): every warning about the data is fatal too
+ * ("JPEG: Corrupt JPEG data: 1234 extraneous bytes before marker 0xd9", "bad Huffman code",
+ * "premature end of data segment", bogus progression...); only the two about metadata
+ * (JWRN_JFIF_MAJOR, JWRN_ADOBE_XFORM) stay warnings. libjpeg recovers from corrupt entropy-coded
+ * data by filling grey or smeared blocks; PIL ignores the warnings but fails on the errors that
+ * follow them (a marker in the middle of the data, data past EOI, a truncated image), and a
+ * corrupt run almost always raises one of these warnings first, so strict rejects a superset of
+ * what PIL rejects (python/tests/test_strict_decode.py counts both). Strict also reads the
+ * entropy-coded data through EOI when the window ends above the last row: whole iMCU rows below
+ * it are skipped with jpeg_skip_scanlines (entropy decoding only, no IDCT), the few rows around
+ * them are read into scratch (read_to_end), then jpeg_finish_decompress; corruption below the
+ * window is then caught as in a full decode. Lenient mode ignores warnings (libjpeg's
+ * recovery), except JWRN_JPEG_EOF: a truncated image always fails, as it does in PIL ("image file
+ * is truncated"), and stops reading after the window. A progress monitor caps progressive images at
+ * 500 scans (TJFLAG_LIMITSCANS in libjpeg-turbo 2.1), against scan-count decompression bombs.
  *
  * Colour: YCbCr, RGB and grayscale come out as JCS_EXT_RGB (gray replicated). CMYK and YCCK are
  * decoded as JCS_CMYK and converted as PIL does: PIL reads every 4-component JPEG as inverted
@@ -73,6 +83,7 @@ struct stk__jpeg {
     struct jpeg_error_mgr jerr;
     struct jpeg_progress_mgr progress;
     jmp_buf jump;
+    bool lenient; /* the decoder's mode, copied at each entry point */
     char msg[JMSG_LENGTH_MAX];
 };
 
@@ -89,12 +100,15 @@ static void on_error_exit(j_common_ptr c)
     longjmp(j->jump, 1);
 }
 
-/* Warnings (level < 0) and trace messages: only a premature end of data is fatal. */
+/* Warnings (level < 0) and trace messages: a premature end of data is always fatal, and in
+ * strict mode so is every warning about the data. */
 static void on_emit_message(j_common_ptr c, int level)
 {
     if (level >= 0)
         return;
-    if (c->err->msg_code == JWRN_JPEG_EOF)
+    int code = c->err->msg_code;
+    if (code == JWRN_JPEG_EOF ||
+        (!from_cinfo(c)->lenient && code != JWRN_JFIF_MAJOR && code != JWRN_ADOBE_XFORM))
         on_error_exit(c);
     c->err->num_warnings++;
 }
@@ -199,6 +213,7 @@ static stk_status probe_body(stk__decoder *d, const uint8_t *src, size_t size, s
 stk_status stk__jpeg_probe(stk__decoder *d, const uint8_t *src, size_t size, stk__imginfo *out,
                            char *err, size_t err_size)
 {
+    d->jpeg->lenient = d->lenient;
     if (setjmp(d->jpeg->jump))
         return jpeg_failed(d->jpeg, err, err_size);
     return probe_body(d, src, size, out, err, err_size);
@@ -239,6 +254,38 @@ static bool crop_is_exact(const struct jpeg_decompress_struct *c)
             return false;
     }
     return true;
+}
+
+/* Strict mode, after the window's rows: run the entropy decoder over the rest of the data (the
+ * header comment says why). Rows are read into scratch (aux; free again by now) up to an iMCU
+ * row boundary, whole iMCU rows are skipped (jpeg_skip_scanlines: Huffman decoding only, no
+ * IDCT) up to the last iMCU row, and its rows are read. Only whole-iMCU skips are safe here: in
+ * libjpeg-turbo 2.1 a skip that starts inside an iMCU row after rows were read misplaces the
+ * entropy decoder with the merged upsampler (fast mode, 4:2:x: "premature end of data segment"
+ * on a clean file), and never returns for the samplings crop_is_exact rejects, which read every
+ * row instead. A skip to the very end would not read the data at all. May longjmp. */
+static stk_status read_to_end(struct jpeg_decompress_struct *c, stk__decoder *d, size_t in_row,
+                              char *err, size_t err_size)
+{
+    stk_status rc = stk__decoder_reserve(&d->aux, &d->aux_cap, in_row, err, err_size);
+    if (rc < 0)
+        return rc;
+    JSAMPROW row = d->aux;
+    uint32_t per = (uint32_t)(c->min_DCT_scaled_size * c->max_v_samp_factor); /* rows an iMCU */
+    bool skip = crop_is_exact(c) && per > 0;
+    while (c->output_scanline < c->output_height) {
+        uint32_t left = c->output_height - c->output_scanline;
+        if (skip && c->output_scanline % per == 0 && left > per) {
+            uint32_t whole = (left - 1) / per * per; /* keeps the last iMCU row to read */
+            if (jpeg_skip_scanlines(c, whole) != whole)
+                return stk__set_error(err, err_size, STK_EFORMAT, "JPEG: could not skip rows");
+            skip = false;
+            continue;
+        }
+        if (jpeg_read_scanlines(c, &row, 1) != 1)
+            return stk__set_error(err, err_size, STK_EFORMAT, "JPEG: no scanline returned");
+    }
+    return STK_OK;
 }
 
 /* Body of stk__jpeg_decode, under its setjmp: libjpeg errors longjmp out of it. */
@@ -320,6 +367,8 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
         }
     }
 
+    if (!d->lenient && c->output_scanline < c->output_height)
+        STK_TRY(read_to_end(c, d, in_row, err, err_size));
     /* All rows read: check the rest of the data through EOI, as a full decode in PIL does */
     if (c->output_scanline == c->output_height)
         jpeg_finish_decompress(c);
@@ -346,6 +395,7 @@ stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
                             uint32_t h, uint32_t num, bool fast, stk__decoded *out, char *err,
                             size_t err_size)
 {
+    d->jpeg->lenient = d->lenient;
     if (setjmp(d->jpeg->jump))
         return jpeg_failed(d->jpeg, err, err_size);
     return decode_body(d, src, size, info, x, y, w, h, num, fast, out, err, err_size);

@@ -8,10 +8,12 @@
  * and its I -> RGB conversion clips at 255 (almost every pixel turns white); here 16-bit gray
  * keeps its high byte like every other 16-bit type.
  *
- * Rows are decoded progressively (SPNG_DECODE_PROGRESSIVE + spng_decode_row) and decoding stops
- * after the last row of the window; an interlaced (Adam7) image needs every pass, so it is
- * decoded whole, rows past the window going to a scratch row. The buffer holds rows 0 to the
- * window's last, at full scale: origin 0, scale 1.
+ * Rows are decoded progressively (SPNG_DECODE_PROGRESSIVE + spng_decode_row). Lenient, decoding
+ * stops after the last row of the window. Strict (the default; stk_decode.h), every row is
+ * decoded, rows past the window going to a scratch row, so that every IDAT chunk's CRC and the
+ * whole zlib stream are checked as in a full decode: a corrupt PNG fails even when the window
+ * ends above the damage. An interlaced (Adam7) image needs every pass, so it is always decoded
+ * whole. The buffer holds rows 0 to the window's last, at full scale: origin 0, scale 1.
  *
  * libspng has no way to reset a context, so each image gets a new one; its allocations go
  * through stk__malloc/stk__free (OOM injection sees them, and a failed one is reported as
@@ -127,7 +129,8 @@ stk_status stk__png_decode(stk__decoder *d, const uint8_t *src, size_t size,
         STK_FAIL_SIZED(err, err_size, STK_ELIMIT, "PNG: image too large");
     STK_TRY(stk__decoder_reserve(&d->pix, &d->pix_cap, total, err, err_size));
     bool interlaced = ihdr.interlace_method != SPNG_INTERLACE_NONE;
-    if (interlaced)
+    bool stop_early = !interlaced && d->lenient; /* else rows past the window go to aux */
+    if (!stop_early)
         STK_TRY(stk__decoder_reserve(&d->aux, &d->aux_cap, stride, err, err_size));
 
     ret = spng_decode_image(ctx, NULL, 0, SPNG_FMT_RGB8, SPNG_DECODE_PROGRESSIVE);
@@ -137,7 +140,7 @@ stk_status stk__png_decode(stk__decoder *d, const uint8_t *src, size_t size,
             break;
         uint8_t *dst = ri.row_num < rows ? d->pix + (size_t)ri.row_num * stride : d->aux;
         ret = spng_decode_row(ctx, dst, stride);
-        if (ret == 0 && !interlaced && ri.row_num + 1 == rows)
+        if (ret == 0 && stop_early && ri.row_num + 1 == rows)
             break; /* the window's last row: the rest is not needed */
     }
     if (ret != 0 && ret != SPNG_EOI) {

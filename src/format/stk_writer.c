@@ -176,11 +176,14 @@ stk_status stk_writer_open(const char *path, const stk_writer_opts *opts, stk_wr
         *out = NULL;
     if (!path || !*path || !opts || !out)
         return stk__set_last_error(STK_EINVAL, "stk_writer_open: NULL or empty argument");
-    if (opts->struct_size < offsetof(stk_writer_opts, align) + sizeof(opts->align))
+    stk_writer_opts full;
+    stk_writer_opts_init(&full);
+    if (!stk__opts_load(&full, sizeof(full), opts))
         return stk__set_last_error(STK_EINVAL,
                                    "%s: stk_writer_opts not initialised "
                                    "(call stk_writer_opts_init)",
                                    path);
+    opts = &full;
     if (!opts->fields || opts->n_fields < 1 || opts->n_fields > STK_MAX_FIELDS)
         return stk__set_last_error(STK_EINVAL, "%s: need 1..%d fields, got %zu", path,
                                    STK_MAX_FIELDS, opts->fields ? opts->n_fields : 0);

@@ -114,14 +114,12 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     char err[STK_ERRMSG_SIZE] = "";
     *out = NULL;
     stk__clear_last_error();
-    if (!opts || opts->struct_size < offsetof(stk_loader_opts, device))
-        return stk__set_last_error(STK_EINVAL, "options not initialised with "
-                                               "stk_loader_opts_init");
     /* A caller built against an older header passes a shorter struct: defaults for the rest. */
     stk_loader_opts full;
     stk_loader_opts_init(&full);
-    memcpy(&full, opts, STK_MIN(opts->struct_size, sizeof(full)));
-    full.struct_size = sizeof(full);
+    if (!stk__opts_load(&full, sizeof(full), opts))
+        return stk__set_last_error(STK_EINVAL, "options not initialised with "
+                                               "stk_loader_opts_init");
     opts = &full;
     if (opts->batch_size < 1 || opts->batch_size > 0x7fffffff)
         return stk__set_last_error(STK_EINVAL, "batch size %" PRId64 " is invalid (must be >= 1)",
@@ -470,9 +468,10 @@ const char *stk_loader_errmsg(const stk_loader *L)
     return L->errmsg;
 }
 
-void stk_loader_info_get(const stk_loader *L, stk_loader_info *out)
+stk_status stk_loader_info_get(const stk_loader *L, stk_loader_info *dst)
 {
     const core *c = L->c;
+    stk_loader_info full, *out = &full;
     memset(out, 0, sizeof(*out));
     out->n_threads = c->n_threads;
     out->prefetch = c->prefetch;
@@ -482,11 +481,13 @@ void stk_loader_info_get(const stk_loader *L, stk_loader_info *out)
     out->n_records = c->n;
     out->slot_size = c->r.slot_alloc;
     out->pinned = c->r.pinned;
+    return stk__out_store(dst, &full, sizeof(full)) ? STK_OK : STK_EINVAL;
 }
 
-void stk_loader_stats_get(const stk_loader *L, stk_loader_stats *out)
+stk_status stk_loader_stats_get(const stk_loader *L, stk_loader_stats *dst)
 {
     core *c = L->c;
+    stk_loader_stats full, *out = &full;
     memset(out, 0, sizeof(*out));
     out->batches = atomic_load(&c->st_batches);
     out->samples = atomic_load(&c->st_samples);
@@ -535,4 +536,5 @@ void stk_loader_stats_get(const stk_loader *L, stk_loader_stats *out)
     out->autotune_changes = c->at.changes;
     snprintf(out->autotune_reason, sizeof(out->autotune_reason), "%s", c->at.reason);
     pthread_mutex_unlock(&c->r.mu);
+    return stk__out_store(dst, &full, sizeof(full)) ? STK_OK : STK_EINVAL;
 }

@@ -50,7 +50,7 @@ typedef struct packer {
 /* The source's first-file metadata with "tool" added (a JSON object), or NULL on OOM. */
 static char *pack_metadata(const stk_dataset *ds, const char *tool)
 {
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     const char *m = stk_dataset_shard(ds, 0, &si) == STK_OK && si.metadata ? si.metadata : "{}";
     size_t len = strlen(m);
     while (len && (m[len - 1] == ' ' || m[len - 1] == '\n'))
@@ -232,13 +232,11 @@ stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts 
     uint8_t *buf = NULL;
     memset(&p, 0, sizeof(p));
     stk_pack_opts_init(&p.o);
-    if (!ds || !out || !*out || (opts_in && opts_in->struct_size < offsetof(stk_pack_opts, force)))
+    if (!ds || !out || !*out || (opts_in && !stk__opts_load(&p.o, sizeof(p.o), opts_in)))
         return stk__set_last_error(STK_EINVAL, "stk_pack: NULL argument or options not "
                                                "initialised with stk_pack_opts_init");
-    if (res && res->struct_size < sizeof(uint64_t) + offsetof(stk_pack_result, records))
+    if (res && res->struct_size < STK__STRUCT_MIN)
         return stk__set_last_error(STK_EINVAL, "stk_pack: result.struct_size not set");
-    if (opts_in)
-        memcpy(&p.o, opts_in, STK_MIN(opts_in->struct_size, sizeof(p.o)));
     if (p.o.align == 0 || (p.o.align & (p.o.align - 1)) || p.o.align > STK_FMT_MAX_ALIGN)
         return stk__set_last_error(STK_EINVAL, "align %u is not a power of two in 1..%u", p.o.align,
                                    STK_FMT_MAX_ALIGN);
@@ -291,7 +289,6 @@ stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts 
     if (res) {
         stk_pack_result full;
         memset(&full, 0, sizeof(full));
-        full.struct_size = STK_MIN(res->struct_size, sizeof(full));
         full.records = n;
         full.shards = p.n_written;
         full.bytes = total_bytes;
@@ -300,7 +297,7 @@ stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts 
             if (stat(p.written[i], &st) == 0)
                 full.file_bytes += (uint64_t)st.st_size;
         }
-        memcpy(res, &full, full.struct_size);
+        stk__out_store(res, &full, sizeof(full));
     }
 fail:
     if (rc < 0) {

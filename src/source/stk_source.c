@@ -112,12 +112,11 @@ stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **ou
     stk_dataset *ds = NULL;
     if (out)
         *out = NULL;
-    if (!out || !opts_in || opts_in->struct_size < offsetof(stk_dataset_opts, format))
-        return stk__set_last_error(STK_EINVAL, "stk_dataset_open_ex: NULL argument or options "
-                                               "not initialised with stk_dataset_opts_init");
     stk_dataset_opts o;
     stk_dataset_opts_init(&o);
-    memcpy(&o, opts_in, STK_MIN(opts_in->struct_size, sizeof(o)));
+    if (!out || !stk__opts_load(&o, sizeof(o), opts_in))
+        return stk__set_last_error(STK_EINVAL, "stk_dataset_open_ex: NULL argument or options "
+                                               "not initialised with stk_dataset_opts_init");
     if (!o.paths || o.n_paths == 0)
         return stk__set_last_error(STK_EINVAL, "stk_dataset_open: no paths given");
     STK_TRY(stk__paths_expand(o.paths, o.n_paths, &paths, err, sizeof(err)));
@@ -248,22 +247,18 @@ stk_status stk__dataset_locate(const stk_dataset *ds, uint64_t i, stk__recinfo *
 
 /* ---- fingerprints ---- */
 
-struct stk__fphash {
-    XXH3_state_t st;
-};
+_Static_assert(sizeof(XXH3_state_t) <= sizeof(((stk__fphash *)0)->state),
+               "stk__fphash too small for an XXH3 state");
 
-stk__fphash *stk__fp_begin(void)
+void stk__fp_begin(stk__fphash *h)
 {
-    stk__fphash *h = stk__malloc(sizeof(*h));
-    if (h)
-        XXH3_64bits_reset(&h->st);
-    return h;
+    XXH3_64bits_reset((XXH3_state_t *)h->state);
 }
 
 void stk__fp_add(stk__fphash *h, const void *data, size_t size)
 {
-    if (h && size)
-        XXH3_64bits_update(&h->st, data, size);
+    if (size)
+        XXH3_64bits_update((XXH3_state_t *)h->state, data, size);
 }
 
 void stk__fp_add_u64(stk__fphash *h, uint64_t v)
@@ -276,11 +271,7 @@ void stk__fp_add_u64(stk__fphash *h, uint64_t v)
 
 uint64_t stk__fp_end(stk__fphash *h)
 {
-    if (!h)
-        return 0;
-    uint64_t v = XXH3_64bits_digest(&h->st);
-    stk__free(h);
-    return v;
+    return XXH3_64bits_digest((XXH3_state_t *)h->state);
 }
 
 /* ---- the public dataset API ---- */
@@ -336,14 +327,16 @@ stk_status stk_dataset_shard(const stk_dataset *ds, size_t i, stk_shard_info *ou
     if (!ds || !out || i >= ds->n_files)
         return STK_EINVAL;
     const stk__srcfile *f = &ds->files[i];
-    out->path = f->path;
-    out->first_record = f->first;
-    out->n_records = f->count;
-    out->file_size = f->size;
-    out->data_size = f->data_size;
-    out->version = f->version;
-    out->metadata = f->metadata ? f->metadata : "{}";
-    return STK_OK;
+    stk_shard_info full;
+    memset(&full, 0, sizeof(full));
+    full.path = f->path;
+    full.first_record = f->first;
+    full.n_records = f->count;
+    full.file_size = f->size;
+    full.data_size = f->data_size;
+    full.version = f->version;
+    full.metadata = f->metadata ? f->metadata : "{}";
+    return stk__out_store(out, &full, sizeof(full)) ? STK_OK : STK_EINVAL;
 }
 
 uint64_t stk_dataset_fingerprint(const stk_dataset *ds)

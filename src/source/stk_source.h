@@ -132,11 +132,14 @@ stk_status stk__source_read_error(stk_status rc, const char *where, const char *
 stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size);
 
 /* XXH3-64 helpers for fingerprints: start, add bytes, add a u64, finish. */
-typedef struct stk__fphash stk__fphash;
-stk__fphash *stk__fp_begin(void);
+typedef struct stk__fphash {
+    _Alignas(64) unsigned char state[640]; /* an XXH3 state, on the caller's stack: no allocation
+                                              that could fail (stk_source.c checks the size) */
+} stk__fphash;
+void stk__fp_begin(stk__fphash *h);
 void stk__fp_add(stk__fphash *h, const void *data, size_t size);
 void stk__fp_add_u64(stk__fphash *h, uint64_t v);
-uint64_t stk__fp_end(stk__fphash *h); /* frees h; 0 when h is NULL (out of memory) */
+uint64_t stk__fp_end(stk__fphash *h);
 
 /* The sources (stk_sources.def): `extern const stk__source_methods stk__src_NAME;`. */
 #define STK_SOURCE(name) extern const stk__source_methods stk__src_##name;

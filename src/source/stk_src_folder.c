@@ -331,7 +331,8 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
     }
     ds->count = fo->n;
     uint64_t total = 0;
-    stk__fphash *h = stk__fp_begin();
+    stk__fphash fp, *h = &fp;
+    stk__fp_begin(h);
     stk__fp_add_u64(h, fo->n);
     for (size_t i = 0; i < fo->n; i++) {
         const item *it = &fo->items[i];

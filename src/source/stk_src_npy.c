@@ -189,7 +189,8 @@ static stk_status npy_open(stk_dataset *ds, const char *const *paths, size_t n_p
         STK_FAIL_E(STK_ENOMEM, "out of memory");
     ds->impl = nf;
     STK_TRY(stk__dataset_files_alloc(ds, list.n, err, err_size));
-    stk__fphash *h = stk__fp_begin();
+    stk__fphash fp, *h = &fp;
+    stk__fp_begin(h);
     for (size_t i = 0; i < list.n && rc == STK_OK; i++) {
         uint64_t rows = 0;
         ds->n_fields = (uint32_t)i + 1; /* so close sees the files opened so far */

@@ -272,7 +272,8 @@ static void stk_close(stk_dataset *ds)
 /* Hash of the dataset's identity: total count, then each shard's count and index checksum. */
 static uint64_t fingerprint(const stk_dataset *ds, const stkds *d)
 {
-    stk__fphash *h = stk__fp_begin();
+    stk__fphash fp, *h = &fp;
+    stk__fp_begin(h);
     stk__fp_add_u64(h, ds->count);
     for (size_t i = 0; i < d->n; i++) {
         stk__fp_add_u64(h, ds->files[i].count);

@@ -52,9 +52,12 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     if (!opts || !out)
         return stk__set_last_error(STK_EINVAL, "stk_transform_create: NULL %s",
                                    !opts ? "opts" : "out");
-    if (opts->struct_size < sizeof(stk_transform_opts))
+    stk_transform_opts full;
+    stk_transform_opts_init(&full);
+    if (!stk__opts_load(&full, sizeof(full), opts))
         return stk__set_last_error(STK_EINVAL, "stk_transform_create: opts not initialised with "
                                                "stk_transform_opts_init");
+    opts = &full;
     if (opts->n_ops == 0 || !opts->ops)
         return stk__set_last_error(STK_EINVAL, "stk_transform_create: no ops");
     if (opts->n_ops > STK__XF_MAX_OPS)
@@ -77,6 +80,7 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     t->nhwc = opts->nhwc;
     t->exact = opts->exact;
     t->max_pixels = opts->max_pixels ? opts->max_pixels : DEFAULT_MAX_PIXELS;
+    t->lenient = opts->lenient;
     for (int c = 0; c < 3; c++)
         t->std[c] = 1.0f;
 
@@ -300,6 +304,7 @@ stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **o
             stk__set_last_error(rc, "cannot create an image decoder: %s", stk_strerror(rc));
         goto fail;
     }
+    stk__decoder_set_lenient(w->dec, t->lenient);
     /* Size the output image now so that the first sample does not allocate it. */
     if (!img_reserve(w, (size_t)t->out_w * t->out_h * 3)) {
         rc = stk__set_last_error(STK_ENOMEM, "out of memory for a transform worker image");

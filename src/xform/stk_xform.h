@@ -43,6 +43,7 @@ struct stk_transform {
     bool nhwc;
     bool exact;
     uint64_t max_pixels;
+    bool lenient;          /* stk_transform_opts.lenient: passed to each worker's decoder */
     uint32_t out_w, out_h; /* output size, fixed by the ops */
     bool normalize;        /* a Normalize op is present */
     float mean[3], std[3]; /* its parameters (float32, as torchvision's tensors) */

@@ -127,6 +127,40 @@ expect 0 "usage: stoker inspect DATA" "$STOKER" inspect --help
 expect 0 "usage: stoker verify DATA" "$STOKER" verify --help
 expect 0 "usage: stoker pack SRC OUT" "$STOKER" help pack
 
+# ---- verify --decode: every image decoded (strict), failures named by record and path ----
+mkdir -p imgs/cat imgs/dog
+$PY - <<'PYEOF' || fail "cannot write the test images with PIL"
+import io
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(3)
+im = Image.fromarray(rng.integers(0, 256, (24, 32, 3), dtype=np.uint8))
+for i, (name, kw) in enumerate([("a.jpg", {}), ("b.png", {}), ("c.bmp", {}), ("d.webp", {}),
+                                ("e.tif", {}), ("f.ppm", {})]):
+    im.save("imgs/cat/" + name, **kw)
+buf = io.BytesIO()
+im.save(buf, "JPEG", quality=90)
+j = buf.getvalue()
+open("imgs/dog/junk.jpg", "wb").write(j[:-2] + b"\x01\x02\x03\x04" + j[-2:])  # before EOI
+open("imgs/dog/cut.png", "wb").write(open("imgs/cat/b.png", "rb").read()[:100])
+open("imgs/dog/ok.jpg", "wb").write(j)
+PYEOF
+"$STOKER" pack --quiet imgs imgs.stk
+expect 0 "all good, 0 bad" "$STOKER" verify imgs.stk # the checksums are fine
+expect 1 "2 bad" "$STOKER" verify --decode --quiet imgs.stk
+grep -qF 'imgs.stk record 6 (global 6, path "dog/cut.png"): image: PNG: ' out.txt ||
+    fail "verify --decode: the truncated PNG: $(cat out.txt)"
+grep -qF 'imgs.stk record 7 (global 7, path "dog/junk.jpg"): image: JPEG: Corrupt JPEG data: ' \
+    out.txt || fail "verify --decode: the corrupt JPEG: $(cat out.txt)"
+[ "$(grep -c '^imgs.stk record' out.txt)" -eq 2 ] || fail "verify --decode lists more: $(cat out.txt)"
+expect 1 "images decoded" "$STOKER" verify --decode=image --threads 1 imgs.stk
+expect 1 "--decode: no field 'pixels'" "$STOKER" verify --decode=pixels imgs.stk
+expect 1 "--decode: field 'label' is not a bytes field" "$STOKER" verify --decode=label imgs.stk
+rm -rf imgs/dog/junk.jpg imgs/dog/cut.png
+"$STOKER" pack --quiet imgs good.stk
+expect 0 "all good, 0 bad" "$STOKER" verify --decode good.stk
+expect 0 "--decode" "$STOKER" verify --help
+
 # ---- top level ----
 expect 0 "usage: stoker <command>" "$STOKER" --help
 for c in pack inspect verify bench; do

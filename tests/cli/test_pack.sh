@@ -220,6 +220,7 @@ records src > direct.txt
 records out.stk > packed.txt
 diff direct.txt packed.txt || fail "the tree read directly differs from its packed shard"
 expect 0 "13 records" "$STOKER" verify src
+expect 0 '"samples": 13,' "$STOKER" bench src --format imagefolder --json --quiet
 expect 1 "unknown format 'tar'" "$STOKER" inspect --format tar src
 expect 0 "packed 13 records (4 classes) from out.stk (stk)" "$STOKER" pack out.stk again.stk
 records again.stk > again.txt

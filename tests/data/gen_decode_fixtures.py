@@ -3,8 +3,11 @@
 
 1. Writes images that need PIL (or hand-made PNG chunks) into OUTDIR: CMYK and grayscale JPEGs,
    a JPEG with an EXIF orientation tag, and PNGs of every colour type and bit depth (8/16-bit,
-   gray, gray+alpha, palette with and without tRNS, 1/2/4-bit, Adam7-interlaced).
-2. For every *.jpg and *.png in OUTDIR (including the ones the C test wrote before calling this,
+   gray, gray+alpha, palette with and without tRNS, 1/2/4-bit, Adam7-interlaced), and the other
+   formats of torchvision's IMG_EXTENSIONS as PIL writes them: WebP (lossy, lossless, with
+   alpha), BMP (24-bit, 8-bit palette, 1-bit, 32-bit), binary PPM/PGM (and a PGM with maxval
+   100, written by hand), TIFF (raw, LZW, deflate, JPEG-compressed, gray, palette).
+2. For every image in OUTDIR (including the ones the C test wrote before calling this,
    e.g. a YCCK JPEG from TurboJPEG), writes NAME.rgb: width and height (uint32 little-endian)
    then the pixels of PIL's Image.open(NAME).convert('RGB'), the reference the decoder must match.
    Exception: 16-bit grayscale, where PIL's I -> RGB conversion clips at 255; the decoder keeps
@@ -125,21 +128,53 @@ def write_pil_fixtures(d):
         data = png_bytes(w, h, bd, ct, packed_rows(samples, bd), **kw)
         with open(os.path.join(d, name + ".png"), "wb") as f:
             f.write(data)
+    write_other_formats(d)
     return {"png_gray16.png": np.repeat((g16 >> 8).astype(np.uint8)[..., None], 3, axis=2)}
+
+
+def write_other_formats(d):
+    """WebP, BMP, PPM/PGM and TIFF fixtures, as PIL writes them."""
+    im = Image.fromarray(photo(43, 31, 6))
+    rgba = Image.fromarray(np.concatenate(
+        [photo(43, 31, 7), np.random.default_rng(8).integers(0, 256, (31, 43, 1), np.uint8)], 2))
+    saves = {
+        "webp_lossy.webp": (im, dict(quality=80)),
+        "webp_lossless.webp": (im, dict(lossless=True)),
+        "webp_alpha.webp": (rgba, dict(quality=90)),
+        "bmp_rgb24.bmp": (im, {}),
+        "bmp_pal8.bmp": (im.convert("P"), {}),
+        "bmp_gray8.bmp": (im.convert("L"), {}),
+        "bmp_bw1.bmp": (im.convert("1"), {}),
+        "bmp_rgba32.bmp": (rgba, {}),
+        "pnm_rgb.ppm": (im, {}),
+        "pnm_gray.pgm": (im.convert("L"), {}),
+        "tiff_raw.tif": (im, {}),
+        "tiff_lzw.tif": (im, dict(compression="tiff_lzw")),
+        "tiff_deflate.tif": (im, dict(compression="tiff_adobe_deflate")),
+        "tiff_jpeg.tif": (im, dict(compression="jpeg")),
+        "tiff_gray.tif": (im.convert("L"), {}),
+        "tiff_pal.tif": (im.convert("P"), {}),
+    }
+    for name, (img, kw) in saves.items():
+        img.save(os.path.join(d, name), **kw)
+    # maxval 100: samples scaled by PIL to round(v / 100 * 255)
+    g = (np.asarray(im.convert("L"), np.uint16) * 100 // 255).astype(np.uint8)
+    with open(os.path.join(d, "pnm_max100.pgm"), "wb") as f:
+        f.write(b"P5\n# a comment\n43 31\n100\n" + g.tobytes())
 
 
 def main():
     d = sys.argv[1]
     overrides = write_pil_fixtures(d)
     for name in sorted(os.listdir(d)):
-        if not name.endswith((".jpg", ".png")):
+        if not name.endswith((".jpg", ".png", ".webp", ".bmp", ".ppm", ".pgm", ".tif")):
             continue
         if name in overrides:
             px = overrides[name]
         else:
             px = np.asarray(Image.open(os.path.join(d, name)).convert("RGB"))
         h, w = px.shape[:2]
-        with open(os.path.join(d, name[:-4] + ".rgb"), "wb") as f:
+        with open(os.path.join(d, os.path.splitext(name)[0] + ".rgb"), "wb") as f:
             f.write(struct.pack("<II", w, h) + np.ascontiguousarray(px).tobytes())
 
 

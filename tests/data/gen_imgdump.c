@@ -3,7 +3,7 @@
  * comparison tests against torchvision (python/tests/test_xform_vs_torchvision.py) and for
  * profiling the image pipeline.
  *
- *   gen_imgdump [--recipe NAME | --ops SPEC] [--dtype T] [--nhwc] [--exact]
+ *   gen_imgdump [--recipe NAME | --ops SPEC] [--dtype T] [--nhwc] [--exact] [--lenient]
  *               [--seed S] [--epoch E] [--index I] [--plan] IMAGE OUT
  *       Apply the transform to IMAGE as sample (S, E, I) and write the output tensor's raw bytes
  *       to OUT. --plan prints the sample's plan as one JSON line (image size, RandomResizedCrop
@@ -219,7 +219,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--boxes") == 0)
         return boxes(argc, argv);
     const char *recipe = NULL, *spec = NULL, *dtype = NULL;
-    bool nhwc = false, exact = false, plan = false;
+    bool nhwc = false, exact = false, plan = false, lenient = false;
     unsigned long long seed = 0, epoch = 0, index = 0;
     long bench = 0;
     const char *files[4096];
@@ -245,6 +245,8 @@ int main(int argc, char **argv)
             nhwc = true;
         else if (strcmp(a, "--exact") == 0)
             exact = true;
+        else if (strcmp(a, "--lenient") == 0) /* stk_transform_opts.lenient */
+            lenient = true;
         else if (strcmp(a, "--plan") == 0)
             plan = true;
         else if (a[0] == '-' && a[1] == '-')
@@ -280,6 +282,7 @@ int main(int argc, char **argv)
     o.ops = ops;
     o.n_ops = n_ops;
     o.exact = exact;
+    o.lenient = lenient;
     o.nhwc = nhwc;
     if (dtype)
         o.dtype = parse_dtype(dtype);

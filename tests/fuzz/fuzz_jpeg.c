@@ -1,5 +1,7 @@
 /*
- * fuzz_jpeg.c: libFuzzer target for the image decoders (src/decode): stk__image_probe, then
+ * fuzz_jpeg.c: libFuzzer target for the image decoders (src/decode: JPEG, PNG, WebP, TIFF, BMP,
+ * PPM/PGM, dispatched by stk__image_probe's sniffing; the corpus has each), strict or lenient
+ * (from the tail hash): stk__image_probe, then
  * stk__image_decode of the full image, a window at full scale, the full image at 1/8, and a
  * window with a minimum size (also through stk__image_decode_fast), all chosen from a hash of the
  * input's last bytes (the data after EOI/IEND, which mutations can change without breaking the
@@ -57,6 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (stk__image_probe(d, data, size, &info, err, sizeof(err)) < 0 || !info.width || !info.height)
         return 0;
     uint32_t W = info.width, H = info.height, s = tail_hash(data, size);
+    stk__decoder_set_lenient(d, (s >> 31) != 0);
 
     decode_window(d, data, size, &info, 0, 0, W, H, W, H, false); /* full */
     uint32_t w = 1 + s % W, h = 1 + (s >> 8) % H;                 /* centred window, full scale */

@@ -77,7 +77,7 @@ static void read_all(const stk_dataset *ds)
         off += cap[f];
     }
     for (size_t s = 0; s < stk_dataset_n_shards(ds); s++) {
-        stk_shard_info si;
+        stk_shard_info si = {.struct_size = sizeof(si)};
         if (stk_dataset_shard(ds, s, &si) == STK_OK)
             (void)strlen(si.metadata);
     }

@@ -120,7 +120,7 @@ static int copies_on(CUstream stream)
         return T_SKIP;
     stk_loader *L = raw_loader(32, 0, 4, STK_LOADER_SHUFFLE);
     T_CHECK(L);
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_CHECKF(st.device == 0 && st.pinned, "device %d pinned %d: %s", st.device, st.pinned,
              st.device_reason);
@@ -255,7 +255,7 @@ static int test_finish(void)
         stk_loader *R = fx_img_loader(ref, 2, -1);
         stk_loader *L = fx_img_loader(fin, 4, 0);
         T_CHECK(ref && fin && R && L);
-        stk_loader_stats st;
+        stk_loader_stats st = {.struct_size = sizeof(st)};
         stk_loader_stats_get(L, &st);
         if (st.finish != STK_FINISH_DEVICE && strstr(st.device_reason, "NVRTC not found")) {
             printf("  skipped: %s\n", st.device_reason);

@@ -244,12 +244,12 @@ static int host_only_epoch(const char *want_reason)
     o.flags = STK_LOADER_PINNED | STK_LOADER_SHUFFLE;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_CHECK(!st.pinned && st.pinned_bytes == 0 && st.device == -1);
     T_CHECKF(strstr(st.device_reason, want_reason), "reason \"%s\" lacks \"%s\"", st.device_reason,
              want_reason);
-    stk_loader_info info;
+    stk_loader_info info = {.struct_size = sizeof(info)};
     stk_loader_info_get(L, &info);
     T_CHECK(!info.pinned);
     static int64_t seen[600];
@@ -303,7 +303,7 @@ static int child_missing_device(void)
     o.device = 5;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_CHECKF(st.device == -1 && strstr(st.device_reason, "CUDA device 5 does not exist"), "%s",
              st.device_reason);
@@ -340,9 +340,9 @@ static int child_pinned_accounting(void)
     o.prefetch = 3;
     stk_loader *L1, *L2;
     T_OK(stk_loader_create(&o, &L1));
-    stk_loader_info info;
+    stk_loader_info info = {.struct_size = sizeof(info)};
     stk_loader_info_get(L1, &info);
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L1, &st);
     uint64_t ring = 3 * (uint64_t)STK_ALIGN_UP(info.slot_size, 64);
     T_CHECKF(st.pinned && info.pinned && st.device_reason[0] == '\0', "%s", st.device_reason);
@@ -387,7 +387,7 @@ static int child_pinned_refused(void)
     o.prefetch = 3;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_CHECKF(!st.pinned && st.pinned_bytes > 0 &&
                  strstr(st.device_reason, "cuMemHostAlloc: CUDA_ERROR_OUT_OF_MEMORY"),
@@ -411,7 +411,7 @@ static int child_pinned_env(void)
     o.flags = STK_LOADER_PINNED;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_CHECKF(!st.pinned && strstr(st.device_reason, "1024-byte cap"), "%s", st.device_reason);
     stk_loader_destroy(L);
@@ -430,7 +430,7 @@ static int test_pinned_refused(void)
     stk_loader_opts o = fx_opts(paths, 16, 2);
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L)); /* a host-only loader: the slot size, no CUDA touched */
-    stk_loader_info info;
+    stk_loader_info info = {.struct_size = sizeof(info)};
     stk_loader_info_get(L, &info);
     stk_loader_destroy(L);
     snprintf(lim, sizeof(lim), "FAKE_CUDA_HOST_LIMIT=%zu",
@@ -462,7 +462,7 @@ static int child_device_copies(void)
     o.seed = 5;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_CHECKF(st.device == 0 && st.pinned && st.device_reason[0] == '\0', "%s", st.device_reason);
     uint64_t batches = 0;
@@ -532,7 +532,7 @@ static int child_poison_host(void)
         n++;
     }
     T_EQ(n, 60);
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_CHECK(st.worker_wait_ns > 0);
     stk_loader_destroy(L);
@@ -782,7 +782,7 @@ static int child_copy_error(void)
     }
     T_EQ(failed, 1);
     T_EQ(n_seen, 450);
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_EQ(st.errors, 1);
     stk_loader_destroy(L);
@@ -974,7 +974,7 @@ static int finish_in_loader(stk_finish_where want)
         stk_loader *R = fx_img_loader(ref, 2, -1);
         stk_loader *L = fx_img_loader(fin, 3, 0);
         T_CHECK(ref && fin && R && L);
-        stk_loader_stats st;
+        stk_loader_stats st = {.struct_size = sizeof(st)};
         stk_loader_stats_get(L, &st);
         T_EQ(st.device, 0);
         if (want == STK_FINISH_DEVICE && st.finish == STK_FINISH_CPU &&
@@ -1020,7 +1020,7 @@ static int child_finish_fallback(void)
     stk_transform *fin = fx_finish_transform(STK_DTYPE_FLOAT32, false, 0);
     stk_loader *L = fx_img_loader(fin, 2, 0);
     T_CHECK(L);
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     if (!strstr(st.device_reason, "NVRTC not found"))
         T_CHECKF(strstr(st.device_reason, "cuModuleLoadData: CUDA_ERROR_UNSUPPORTED_PTX_VERSION"),
@@ -1053,7 +1053,7 @@ static int child_finish_host(void)
     stk_loader *R = fx_img_loader(ref, 2, -1);
     stk_loader *L = fx_img_loader(fin, 3, -1);
     T_CHECK(fin && ref && R && L);
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_EQ(st.finish, STK_FINISH_CPU);
     T_EQ(st.device, -1);
@@ -1182,7 +1182,7 @@ static int test_finish_invalid(void)
     o.transform = f16;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
-    stk_loader_info info;
+    stk_loader_info info = {.struct_size = sizeof(info)};
     stk_loader_info_get(L, &info);
     T_CHECK(info.slot_size >= 4 * 40 * 36 * 3 * 3); /* the uint8 rows plus the float16 output */
     stk_loader_destroy(L);
@@ -1201,11 +1201,22 @@ static int test_opts_abi(void)
     o.struct_size = offsetof(stk_loader_opts, device);
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_CHECK(st.device == -1 && st.finish == STK_FINISH_NONE && !st.pinned);
     stk_loader_destroy(L);
+    /* One rule for every options struct: any older, shorter struct is accepted (the fields it
+     * lacks take their defaults); only one that does not even cover a field is refused. */
     o.struct_size = offsetof(stk_loader_opts, trace_events);
+    T_OK(stk_loader_create(&o, &L));
+    stk_loader_info info = {.struct_size = offsetof(stk_loader_info, batch_size)};
+    T_OK(stk_loader_info_get(L, &info)); /* an older, shorter output struct: not overrun */
+    T_EQ(info.struct_size, offsetof(stk_loader_info, batch_size));
+    T_EQ(info.n_threads, 1);
+    stk_loader_destroy(L);
+    o.struct_size = sizeof(size_t);
+    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
+    o.struct_size = 0;
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     stk_loader_opts_init(&o);
     T_EQ(o.device, -1);

@@ -265,14 +265,14 @@ static int fixtures_ready(void)
     return 1;
 }
 
-/* Load fixture NAME (.jpg/.png) and its PIL reference NAME.rgb. */
+/* Load fixture NAME (any image extension) and its PIL reference NAME-without-extension.rgb. */
 static int load_fixture(const char *name, uint8_t **img, size_t *n, uint8_t **ref, int *rw, int *rh)
 {
     char path[160];
     size_t rn;
     snprintf(path, sizeof(path), "%s/%s", fixdir, name);
     *img = read_file(path, n);
-    snprintf(path, sizeof(path), "%s/%.*s.rgb", fixdir, (int)strlen(name) - 4, name);
+    snprintf(path, sizeof(path), "%s/%.*s.rgb", fixdir, (int)(strrchr(name, '.') - name), name);
     *ref = read_file(path, &rn);
     if (!*img || !*ref || rn < 8)
         return -1;
@@ -299,10 +299,23 @@ static int test_sniff_errors(void)
     T_CHECKF(strcmp(err, "empty (0 bytes)") == 0, "%s", err);
     const char *text = "hello, world\n";
     T_EQ(stk__image_probe(d, text, strlen(text), &info, err, ERRSZ), STK_EFORMAT);
-    T_CHECKF(strcmp(err, "not a JPEG or PNG image (starts with 0x68 0x65 0x6c 0x6c)") == 0, "%s",
-             err);
+    T_CHECKF(strcmp(err, "not a supported image (JPEG, PNG, WebP, TIFF, BMP, PPM/PGM; starts with "
+                         "0x68 0x65 0x6c 0x6c)") == 0,
+             "%s", err);
     T_EQ(stk__image_probe(d, "\xff\xd8", 2, &info, err, ERRSZ), STK_EFORMAT);
-    T_CHECKF(strcmp(err, "not a JPEG or PNG image (starts with 0xff 0xd8)") == 0, "%s", err);
+    T_CHECKF(strstr(err, "not a supported image (") && strstr(err, "starts with 0xff 0xd8)"), "%s",
+             err);
+    /* the magic of a format that is then refused, with the codec's reason */
+    T_EQ(stk__image_probe(d, "P3\n2 2\n255\n", 11, &info, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strcmp(err, "PNM: P3 (ASCII) is not supported; only binary PGM (P5) and PPM (P6)") ==
+                 0,
+             "%s", err);
+    T_EQ(stk__image_probe(d, "BM", 2, &info, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strncmp(err, "BMP: truncated header", 21) == 0, "%s", err);
+    T_EQ(stk__image_probe(d, "II*\0\0\0\0\0", 8, &info, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strncmp(err, "TIFF: ", 6) == 0, "%s", err);
+    T_EQ(stk__image_probe(d, "RIFF\0\0\0\0WEBPVP8 ", 16, &info, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strncmp(err, "WebP: ", 6) == 0, "%s", err);
     /* PNG magic cut short */
     T_EQ(stk__image_probe(d, "\x89PNG\r\n", 6, &info, err, ERRSZ), STK_EFORMAT);
     /* JPEG magic and nothing else: libjpeg's reason */
@@ -329,8 +342,7 @@ static int test_public_api(void)
     T_EQ(im.stride, 360);
     T_CHECK(memcmp(im.data, ref, (size_t)rw * rh * 3) == 0);
     T_EQ(stk_decoder_decode(pd, "GIF89a", 6, &im), STK_EFORMAT);
-    T_CHECKF(strstr(stk_decoder_errmsg(pd), "not a JPEG or PNG image"), "%s",
-             stk_decoder_errmsg(pd));
+    T_CHECKF(strstr(stk_decoder_errmsg(pd), "not a supported image"), "%s", stk_decoder_errmsg(pd));
     T_CHECK(im.data == NULL);
     T_OK(stk_decoder_decode(pd, j, n, &im));
     T_CHECK(memcmp(im.data, ref, (size_t)rw * rh * 3) == 0);
@@ -738,8 +750,8 @@ static int test_truncated_jpeg(void)
     return 0;
 }
 
-/* Flipped bytes in the header and in the entropy data: never a crash; OK (libjpeg, like PIL,
- * decodes through corrupt entropy data with a warning) or an error naming libjpeg's reason. */
+/* Flipped bytes in the header and in the entropy data: never a crash; OK (libjpeg decodes
+ * through some corrupt entropy data without a warning) or an error naming libjpeg's reason. */
 static int test_corrupt_jpeg(void)
 {
     stk__decoder *d;
@@ -762,7 +774,8 @@ static int test_corrupt_jpeg(void)
                      rc);
             if (rc == STK_EFORMAT) {
                 n_err++;
-                T_CHECKF(strncmp(err, "JPEG: ", 6) == 0 || strncmp(err, "not a JPEG", 10) == 0,
+                T_CHECKF(strncmp(err, "JPEG: ", 6) == 0 ||
+                             strncmp(err, "not a supported image", 21) == 0,
                          "%s", err);
             }
             j[i] = save;
@@ -861,6 +874,11 @@ static int test_scan_limit(void)
     T_CHECK(j);
     uint8_t *ok = many_scans(j, n, 500, &nb);
     T_CHECK(ok);
+    /* A repeated refinement scan is a bogus progression: strict refuses it at once */
+    T_EQ(decode_full(d, ok, nb, &out, err), STK_EFORMAT);
+    T_CHECKF(strncmp(err, "JPEG: Inconsistent progression sequence", 39) == 0, "%s", err);
+    /* Lenient decodes through it, so the scan limit is what stops the bombs */
+    stk__decoder_set_lenient(d, true);
     T_CHECKF(decode_full(d, ok, nb, &out, err) == STK_OK, "%s", err);
     free(ok);
     uint8_t *bomb = many_scans(j, n, 501, &nb);
@@ -883,13 +901,45 @@ static int test_scan_limit(void)
 static int test_pil_fixtures(void)
 {
     static const char *names[] = {
-        "gray.jpg",           "cmyk.jpg",           "ycck.jpg",
-        "exif6.jpg",          "png_gray8.png",      "png_gray16.png",
-        "png_ga8.png",        "png_ga16.png",       "png_rgb8.png",
-        "png_rgb16.png",      "png_rgba8.png",      "png_rgba16.png",
-        "png_pal8.png",       "png_pal8_trns.png",  "png_pal4.png",
-        "png_gray1.png",      "png_gray2.png",      "png_gray4.png",
-        "png_gray8_trns.png", "png_rgb8_adam7.png", "png_rgba16_adam7.png",
+        "gray.jpg",
+        "cmyk.jpg",
+        "ycck.jpg",
+        "exif6.jpg",
+        "png_gray8.png",
+        "png_gray16.png",
+        "png_ga8.png",
+        "png_ga16.png",
+        "png_rgb8.png",
+        "png_rgb16.png",
+        "png_rgba8.png",
+        "png_rgba16.png",
+        "png_pal8.png",
+        "png_pal8_trns.png",
+        "png_pal4.png",
+        "png_gray1.png",
+        "png_gray2.png",
+        "png_gray4.png",
+        "png_gray8_trns.png",
+        "png_rgb8_adam7.png",
+        "png_rgba16_adam7.png",
+        /* the other formats of torchvision's IMG_EXTENSIONS */
+        "webp_lossy.webp",
+        "webp_lossless.webp",
+        "webp_alpha.webp",
+        "bmp_rgb24.bmp",
+        "bmp_pal8.bmp",
+        "bmp_gray8.bmp",
+        "bmp_bw1.bmp",
+        "bmp_rgba32.bmp",
+        "pnm_rgb.ppm",
+        "pnm_gray.pgm",
+        "pnm_max100.pgm",
+        "tiff_raw.tif",
+        "tiff_lzw.tif",
+        "tiff_deflate.tif",
+        "tiff_jpeg.tif",
+        "tiff_gray.tif",
+        "tiff_pal.tif",
     };
     if (!fixtures_ready())
         return T_SKIP;
@@ -1029,6 +1079,19 @@ static int test_png_errors_and_windows(void)
     T_EQ(decode_full(d, img, n, &out, err), STK_EFORMAT);
     T_CHECKF(strncmp(err, "PNG: ", 5) == 0, "%s", err);
     img[idat + 20] ^= 0x10;
+    /* strict (the default) decodes every row, so damage below a window of the top rows fails
+     * too; lenient stops after the window */
+    size_t late =
+        idat + 8 +
+        (size_t)((uint8_t *)memmem(img + idat, n - idat, "IEND", 4) - img - idat - 8) * 9 / 10;
+    img[late] ^= 0x10;
+    T_EQ(stk__image_decode(d, img, n, &info, 0, 0, 10, 2, 0, 0, &out, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strncmp(err, "PNG: ", 5) == 0, "%s", err);
+    stk__decoder_set_lenient(d, true);
+    T_OK(stk__image_decode(d, img, n, &info, 0, 0, 10, 2, 0, 0, &out, err, ERRSZ));
+    T_EQ(region_diff(&out, ref, rw, 2, 0, 0), 0);
+    stk__decoder_set_lenient(d, false);
+    img[late] ^= 0x10;
     /* a flipped bit in IHDR: CRC error too */
     img[17] ^= 0x01;
     T_EQ(decode_full(d, img, n, &out, err), STK_EFORMAT);
@@ -1114,6 +1177,170 @@ static int test_alloc_failures(void)
 #endif
 }
 
+/* Strict (the default) against lenient on corrupt entropy-coded data (issue 16): junk before EOI
+ * fails strictly with libjpeg's text, also when the window ends above it (the data is read
+ * through EOI), and decodes leniently; random byte runs fail strictly at least as often. */
+static int test_strict_jpeg(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    stk__decoded out;
+    stk__imginfo info;
+    size_t n;
+    T_OK(stk__decoder_create(0, &d));
+    uint8_t *j = make_jpeg(96, 64, 11, TJSAMP_420, 90, 0, &n);
+    T_CHECK(j && n > 100 && j[n - 2] == 0xFF && j[n - 1] == 0xD9);
+    uint8_t *junk = malloc(n + 5);
+    T_CHECK(junk);
+    memcpy(junk, j, n - 2);
+    memset(junk + n - 2, 0x5A, 5);
+    memcpy(junk + n + 3, j + n - 2, 2);
+    /* libjpeg's entropy decoder reads ahead into the junk, so it counts fewer than 5 bytes */
+    char want[ERRSZ];
+    T_EQ(decode_full(d, junk, n + 5, &out, want), STK_EFORMAT);
+    T_CHECKF(strncmp(want, "JPEG: Corrupt JPEG data: ", 25) == 0 &&
+                 strstr(want, " extraneous bytes before marker 0xd9"),
+             "%s", want);
+    T_OK(stk__image_probe(d, junk, n + 5, &info, err, ERRSZ));
+    for (int fast = 0; fast < 2; fast++) { /* a window of the top rows only, at 1/2 */
+        err[0] = '\0';
+        T_EQ(decode_window(fast, d, junk, n + 5, &info, 8, 0, 40, 16, 20, 8, &out, err),
+             STK_EFORMAT);
+        T_CHECKF(strcmp(err, want) == 0, "%s", err);
+    }
+    /* the public decoder is strict */
+    stk_decoder *pd;
+    stk_image im;
+    T_OK(stk_decoder_create(0, &pd));
+    T_EQ(stk_decoder_decode(pd, junk, n + 5, &im), STK_EFORMAT);
+    T_CHECKF(strcmp(stk_decoder_errmsg(pd), want) == 0, "%s", stk_decoder_errmsg(pd));
+    stk_decoder_destroy(pd);
+    /* lenient: libjpeg's warning is ignored; the pixels are the clean file's */
+    stk__decoder_set_lenient(d, true);
+    T_OK(decode_full(d, junk, n + 5, &out, err));
+    int rw, rh;
+    uint8_t *ref = tj_decode(j, n, 1, &rw, &rh);
+    T_CHECK(ref);
+    T_EQ(region_diff(&out, ref, rw, rh, 0, 0), 0);
+    T_OK(decode_window(false, d, junk, n + 5, &info, 8, 0, 40, 16, 20, 8, &out, err));
+    free(ref);
+    free(junk);
+
+    /* Random byte runs in the entropy-coded data */
+    size_t sos = find_marker(j, n, 0xDA);
+    T_CHECK(sos > 0 && sos + 40 < n);
+    uint8_t *c = malloc(n);
+    T_CHECK(c);
+    uint32_t seed = 99;
+    int strict_fail = 0, lenient_fail = 0;
+    for (int trial = 0; trial < 60; trial++) {
+        memcpy(c, j, n);
+        size_t len = 1 + lcg(&seed) % 16;
+        size_t at = sos + 20 + lcg(&seed) % (n - 2 - len - sos - 20);
+        for (size_t k = 0; k < len; k++)
+            c[at + k] = (uint8_t)lcg(&seed);
+        stk__decoder_set_lenient(d, false);
+        stk_status rs = decode_full(d, c, n, &out, err);
+        T_CHECKF(rs == STK_OK || (rs == STK_EFORMAT && strncmp(err, "JPEG: ", 6) == 0),
+                 "trial %d: rc %d %s", trial, rs, err);
+        stk__decoder_set_lenient(d, true);
+        stk_status rl = decode_full(d, c, n, &out, err);
+        T_CHECKF(rl == STK_OK || rl == STK_EFORMAT, "trial %d: rc %d", trial, rl);
+        T_CHECKF(rl == STK_OK || rs != STK_OK, "trial %d: only lenient failed: %s", trial, err);
+        strict_fail += rs != STK_OK;
+        lenient_fail += rl != STK_OK;
+    }
+    printf("  60 corrupt JPEGs: strict rejects %d, lenient %d\n", strict_fail, lenient_fail);
+    T_CHECK(strict_fail > lenient_fail);
+    T_CHECK(still_works(d) == 0);
+    free(c);
+    free(j);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
+/* WebP, BMP, PPM/PGM, TIFF: windows come from a full-scale decode (origin 0); truncated files
+ * fail with the codec's name; flipped bytes never crash; oversized headers fail before any
+ * allocation for them. */
+static int test_other_formats_errors(void)
+{
+    static const struct {
+        const char *name, *prefix;
+    } files[] = {
+        {"webp_lossy.webp", "WebP: "}, {"webp_lossless.webp", "WebP: "}, {"bmp_rgb24.bmp", "BMP: "},
+        {"bmp_pal8.bmp", "BMP: "},     {"bmp_bw1.bmp", "BMP: "},         {"pnm_rgb.ppm", "PNM: "},
+        {"pnm_gray.pgm", "PNM: "},     {"tiff_raw.tif", "TIFF: "},       {"tiff_lzw.tif", "TIFF: "},
+        {"tiff_jpeg.tif", "TIFF: "},
+    };
+    if (!fixtures_ready())
+        return T_SKIP;
+    stk__decoder *d;
+    char err[ERRSZ];
+    stk__imginfo info;
+    stk__decoded out;
+    T_OK(stk__decoder_create(0, &d));
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+        uint8_t *img, *ref;
+        size_t n;
+        int rw, rh;
+        T_CHECKF(load_fixture(files[f].name, &img, &n, &ref, &rw, &rh) == 0, "%s", files[f].name);
+        T_OK(stk__image_probe(d, img, n, &info, err, ERRSZ));
+        T_EQ(info.width, rw);
+        T_EQ(info.height, rh);
+        T_CHECKF(stk__image_decode(d, img, n, &info, 5, 3, 10, 7, 0, 0, &out, err, ERRSZ) == STK_OK,
+                 "%s: %s", files[f].name, err);
+        T_CHECK(out.origin_x == 0 && out.origin_y == 0 && out.scale_x == 1 && out.scale_y == 1);
+        T_CHECK((int)out.width == rw && out.height >= 10);
+        T_CHECKF(region_diff(&out, ref, rw, (int)out.height, 0, 0) == 0, "%s", files[f].name);
+
+        size_t cuts[] = {n / 10, n / 2, n * 99 / 100};
+        for (size_t k = 0; k < 3; k++) {
+            stk_status rc = decode_full(d, img, cuts[k], &out, err);
+            T_CHECKF(rc == STK_EFORMAT, "%s cut at %zu: rc %d", files[f].name, cuts[k], rc);
+            T_CHECKF(strncmp(err, files[f].prefix, strlen(files[f].prefix)) == 0, "%s: %s",
+                     files[f].name, err);
+        }
+        uint32_t seed = (uint32_t)f + 1;
+        for (size_t i = 0; i < n; i += 1 + lcg(&seed) % 5) {
+            uint8_t save = img[i];
+            img[i] ^= (uint8_t)(1u << (lcg(&seed) % 8));
+            stk_status rc = decode_full(d, img, n, &out, err);
+            T_CHECKF(rc == STK_OK || rc == STK_EFORMAT || rc == STK_ELIMIT, "%s byte %zu: rc %d",
+                     files[f].name, i, rc);
+            img[i] = save;
+        }
+        T_OK(decode_full(d, img, n, &out, err));
+        T_EQ(region_diff(&out, ref, rw, rh, 0, 0), 0);
+        free(img);
+        free(ref);
+    }
+    /* Oversized headers */
+    const char *big_pnm = "P6\n30000 30000\n255\n";
+    T_EQ(stk__image_probe(d, big_pnm, strlen(big_pnm), &info, err, ERRSZ), STK_ELIMIT);
+    T_CHECKF(strcmp(err, "image 30000x30000 exceeds the pixel limit (64 Mpx)") == 0, "%s", err);
+    uint8_t bmp[54] = {'B', 'M'};
+    bmp[10] = 54;                   /* pixel data offset */
+    bmp[14] = 40;                   /* BITMAPINFOHEADER */
+    bmp[18] = 0x30, bmp[19] = 0x75; /* width 30000 */
+    bmp[22] = 0x30, bmp[23] = 0x75; /* height 30000 */
+    bmp[26] = 1, bmp[28] = 24;      /* planes, bits */
+    T_EQ(stk__image_probe(d, bmp, sizeof(bmp), &info, err, ERRSZ), STK_ELIMIT);
+    /* Unsupported variants, named */
+    bmp[19] = 0, bmp[23] = 0, bmp[30] = 1; /* 48x48, RLE8 */
+    T_EQ(stk__image_probe(d, bmp, sizeof(bmp), &info, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strcmp(err, "BMP: RLE8 compression is not supported") == 0, "%s", err);
+    const char *deep = "P5\n2 2\n65535\n\1\2\3\4\5\6\7\10";
+    T_EQ(stk__image_probe(d, deep, 21, &info, err, ERRSZ), STK_EFORMAT);
+    T_CHECKF(strcmp(err, "PNM: 16-bit samples (maxval 65535) are not supported") == 0, "%s", err);
+    const char *over = "P5\n2 2\n100\n\1\2\3\145";
+    T_OK(stk__image_probe(d, over, 15, &info, err, ERRSZ));
+    T_EQ(decode_full(d, over, 15, &out, err), STK_EFORMAT);
+    T_CHECKF(strcmp(err, "PNM: sample 101 above maxval 100 (byte 14)") == 0, "%s", err);
+    T_CHECK(still_works(d) == 0);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
 /* Fixture: make the PIL fixtures once, in the runner's process, for every case after it. */
 static int setup(void)
 {
@@ -1128,5 +1355,5 @@ T_MAIN(T_CASE(setup), T_CASE(test_sniff_errors), T_CASE(test_public_api),
        T_CASE(test_probe_then_other_image), T_CASE(test_buffers_reused),
        T_CASE(test_truncated_jpeg), T_CASE(test_corrupt_jpeg), T_CASE(test_oversized),
        T_CASE(test_scan_limit), T_CASE(test_pil_fixtures), T_CASE(test_exif_orientation_ignored),
-       T_CASE(test_window_cmyk_gray), T_CASE(test_png_errors_and_windows),
-       T_CASE(test_alloc_failures))
+       T_CASE(test_window_cmyk_gray), T_CASE(test_png_errors_and_windows), T_CASE(test_strict_jpeg),
+       T_CASE(test_other_formats_errors), T_CASE(test_alloc_failures))

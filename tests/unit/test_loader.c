@@ -215,7 +215,7 @@ static int test_drop_last(void)
     stk_loader_destroy(L);
     /* batch larger than the dataset: one short batch, or none with drop_last; its ring slots
      * hold the 100 records, not 1000 rows (nor 50 on each of two ranks) */
-    stk_loader_info info, exact;
+    stk_loader_info info = {.struct_size = sizeof(info)}, exact = {.struct_size = sizeof(exact)};
     o = fx_opts(paths, 100, 2);
     T_OK(stk_loader_create(&o, &L));
     stk_loader_info_get(L, &exact);
@@ -385,7 +385,7 @@ static int test_backpressure_and_holding(void)
     o.prefetch = 3;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
-    stk_loader_info info;
+    stk_loader_info info = {.struct_size = sizeof(info)};
     stk_loader_info_get(L, &info);
     T_EQ(info.prefetch, 3);
     T_EQ(info.n_threads, 2);
@@ -589,7 +589,7 @@ static int corrupt_record(const char *dir, uint64_t idx)
     stk__recinfo loc;
     char err[256];
     T_OK(stk__dataset_locate(ds, idx, &loc, err, sizeof(err)));
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     T_OK(stk_dataset_shard(ds, loc.file, &si));
     int fd = open(si.path, O_RDWR);
     T_CHECK(fd >= 0);
@@ -632,7 +632,7 @@ static int test_corrupt_record(void)
     }
     T_EQ(ok, 9);
     T_EQ(failed, 1);
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_EQ(st.errors, 1);
     stk_loader_destroy(L);

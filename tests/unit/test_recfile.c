@@ -216,7 +216,7 @@ static int test_roundtrip(void)
     for (uint64_t i = 0; i < 12; i++)
         T_CHECK(check_std_record(ds, i, i) == 0);
     T_EQ(stk_dataset_n_shards(ds), 1);
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     T_OK(stk_dataset_shard(ds, 0, &si));
     T_CHECK(strcmp(si.path, path) == 0);
     T_EQ(si.version, 1);
@@ -323,7 +323,7 @@ static int test_open_directory(void)
     T_EQ(stk_dataset_n_shards(ds), 3);
     for (uint64_t i = 0; i < 7; i++)
         T_CHECK(check_std_record(ds, i, i) == 0);
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     T_OK(stk_dataset_shard(ds, 2, &si));
     T_EQ(si.first_record, 3);
     T_EQ(si.n_records, 4);
@@ -464,7 +464,7 @@ static int test_empty_fields(void)
     T_EQ(r.size, 0);
     T_OK(stk_dataset_read(ds, 1, buf, sizeof(buf), &r, NULL, 0));
     T_CHECK(r.size == 3 && memcmp(r.field[0], "xyz", 3) == 0);
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     T_OK(stk_dataset_shard(ds, 0, &si));
     T_CHECK(strcmp(si.metadata, "{}") == 0); /* NULL metadata_json is stored as "{}" */
     stk_dataset_close(ds);

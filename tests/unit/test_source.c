@@ -318,7 +318,7 @@ static int test_brace_range(void)
     T_EQ(stk_dataset_n_shards(ds), 3);
     T_EQ(stk_dataset_count(ds), 1 + 2 + 3);
     for (int s = 0; s < 3; s++) {
-        stk_shard_info si;
+        stk_shard_info si = {.struct_size = sizeof(si)};
         T_OK(stk_dataset_shard(ds, (size_t)s, &si));
         snprintf(p, sizeof(p), "%s/s-%02d.stk", dir, s);
         T_CHECK(strcmp(si.path, p) == 0);
@@ -365,7 +365,7 @@ static int test_glob_byte_order(void)
     T_OK(open1(pattern, NULL, &ds));
     T_EQ(stk_dataset_n_shards(ds), 5);
     for (int s = 0; s < 5; s++) { /* record numbers follow the sorted paths */
-        stk_shard_info si;
+        stk_shard_info si = {.struct_size = sizeof(si)};
         T_OK(stk_dataset_shard(ds, (size_t)s, &si));
         T_EQ(si.n_records, s + 1);
     }
@@ -550,7 +550,7 @@ static int test_folder_tree(void)
     for (size_t i = 0; i < n; i++)
         T_CHECK(check_folder_record(ds, root, i, order[i], label_of(order[i], tree_classes, 3)) ==
                 0);
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     T_EQ(stk_dataset_n_shards(ds), 1);
     T_OK(stk_dataset_shard(ds, 0, &si));
     T_CHECK(strcmp(si.path, root) == 0);

@@ -88,7 +88,7 @@ static int test_stage_times(void)
     T_OK(stk_loader_create(&o, &L));
     uint64_t n;
     T_CHECK(consume(L, 0.3, 0, &n) == 0);
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     T_EQ(st.samples, n);
     T_CHECK(st.wall_ns > 250000000ull);
@@ -123,7 +123,7 @@ static int test_counters_never_decrease(void)
     stk_loader_opts o = opts(2, STK_LOADER_SHUFFLE);
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
-    stk_loader_stats prev, st;
+    stk_loader_stats prev = {.struct_size = sizeof(prev)}, st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &prev);
     for (int k = 0; k < 3000; k++) {
         stk_batch *b;
@@ -153,7 +153,7 @@ static int test_who_waits(void)
     stk_loader_opts o = opts(1, 0);
     stk_loader *L;
     uint64_t n;
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     T_OK(stk_loader_create(&o, &L));
     T_CHECK(consume(L, 0.4, 20000000ull, &n) == 0); /* 20 ms per batch of 4 */
     stk_loader_stats_get(L, &st);
@@ -217,25 +217,11 @@ static int one_thread_rate(double *rate)
     return 0;
 }
 
-static int test_autotune_slow_consumer(void)
-{
-    double rate;
-    T_CHECK(one_thread_rate(&rate) == 0);
-    /* A consumer needing a quarter of what one thread delivers. */
-    uint64_t step = (uint64_t)(4.0 / (rate / 4.0) * 1e9);
-    stk_loader_opts o = opts(4, STK_LOADER_AUTOTUNE);
-    o.prefetch = 8;
-    stk_loader *L;
-    uint64_t n;
-    T_OK(stk_loader_create(&o, &L));
-    T_CHECK(consume(L, 1.5, step, &n) == 0);
-    stk_loader_stats st;
-    stk_loader_stats_get(L, &st);
-    T_CHECKF(st.active_threads == 1, "slow consumer: %u threads (%s)", st.active_threads,
-             st.autotune_reason);
-    stk_loader_destroy(L);
-    return 0;
-}
+/* A slow consumer ending on one thread was tested here by timing a real consumer against a
+ * measured single-thread rate: its verdict depended on the wall clock and flaked on loaded
+ * machines. The decision itself (park a thread when the consumer never waits and the workers
+ * idle more than one thread's worth) is tested on synthetic windows in test_autotune.c
+ * (test_park_idle_thread, test_start). */
 
 static int test_autotune_fast_consumer(void)
 {
@@ -247,7 +233,7 @@ static int test_autotune_fast_consumer(void)
     uint64_t n;
     T_OK(stk_loader_create(&o, &L));
     T_CHECK(consume(L, 2.5, 0, &n) == 0);
-    stk_loader_stats st;
+    stk_loader_stats st = {.struct_size = sizeof(st)};
     stk_loader_stats_get(L, &st);
     /* It must have added threads. Where it kept them depends on what they gained: on a machine
      * whose other processes hold the cores, a second thread gains nothing and going back to one
@@ -274,5 +260,5 @@ static int teardown(void)
 }
 
 T_MAIN(T_CASE(setup), T_CASE(test_stage_times), T_CASE(test_counters_never_decrease),
-       T_CASE(test_who_waits), T_CASE(test_trace), T_CASE(test_autotune_slow_consumer),
-       T_CASE(test_autotune_fast_consumer), T_CASE(teardown))
+       T_CASE(test_who_waits), T_CASE(test_trace), T_CASE(test_autotune_fast_consumer),
+       T_CASE(teardown))

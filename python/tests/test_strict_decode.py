@@ -1,0 +1,212 @@
+"""Strict decoding and the formats of torchvision's IMG_EXTENSIONS (issue 16, items 2 and 3).
+
+* Corrupt JPEGs: photo-like JPEGs (bench/gen_images.py's generator) with random byte runs
+  written at random offsets of their entropy-coded data, fixed seed. File by file, stoker's
+  strict decode (the default) must reject at least every file PIL rejects
+  (Image.open(...).load() raising), through a full-image transform and through a small window
+  (RandomResizedCrop-like, where the corruption is often below the window); strict=False keeps
+  libjpeg's lenient recovery. The counts are printed (pytest -s).
+* Loader level: on_error="skip" skips and counts the corrupt records, on_error="raise" names the
+  record and its libjpeg message.
+* WebP, BMP, PPM/PGM and TIFF written by PIL decode through the loader exactly as PIL decodes
+  them (Image.open(...).convert("RGB")).
+"""
+import io
+import os
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import stoker
+from stoker import transforms as T
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from gen_images import make_image  # noqa: E402
+
+needs_pipeline = pytest.mark.skipif(not stoker.has_transforms(),
+                                    reason="this build has no image pipeline")
+
+W, H = 192, 144
+N_CORRUPT = 72
+
+
+def _entropy_start(data):
+    """Offset just past the first SOS header: where the entropy-coded data begins."""
+    i = data.index(b"\xff\xda")
+    return i + 2 + (data[i + 2] << 8 | data[i + 3])
+
+
+def _pil_rejects(path):
+    try:
+        with Image.open(path) as im:
+            im.load()
+        return None
+    except Exception as e:  # noqa: BLE001 - PIL raises OSError, SyntaxError, ValueError...
+        return f"{type(e).__name__}: {e}"
+
+
+@pytest.fixture(scope="module")
+def corrupt(tmp_path_factory):
+    """An ImageFolder of N_CORRUPT corrupted JPEGs (class "c") plus 4 clean ones (class "ok"),
+    packed; returns (folder, shard, names of the corrupt files in record order, PIL verdicts)."""
+    root = tmp_path_factory.mktemp("corrupt")
+    (root / "c").mkdir()
+    (root / "ok").mkdir()
+    rng = np.random.default_rng(20260516)
+    for k in range(N_CORRUPT + 4):
+        im, q = make_image(rng, W, H, k % 7, "small")
+        buf = io.BytesIO()
+        im.save(buf, "JPEG", quality=q)
+        data = bytearray(buf.getvalue())
+        if k >= N_CORRUPT:
+            (root / "ok" / f"{k:03d}.jpg").write_bytes(data)
+            continue
+        start, end = _entropy_start(data), len(data) - 2
+        for _ in range(int(rng.integers(1, 5))):  # 1-4 runs of 1-96 random bytes
+            n = int(rng.integers(1, 97))
+            at = int(rng.integers(start, end - n))
+            data[at:at + n] = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        (root / "c" / f"{k:03d}.jpg").write_bytes(data)
+    names = sorted(os.listdir(root / "c"))
+    pil = [_pil_rejects(str(root / "c" / n)) for n in names]
+    shard = str(tmp_path_factory.mktemp("corrupt_packed") / "corrupt.stk")
+    assert stoker.pack_image_folder(str(root), shard) == N_CORRUPT + 4
+    return str(root), shard, names, pil
+
+
+def _verdicts(shard, transforms, strict):
+    """Per record: None if the record decodes, else the error message."""
+    out = []
+    loader = stoker.Loader(shard, 1, rank=0, world_size=1, num_workers=1, transforms=transforms,
+                           output="numpy", strict=strict)
+    it = iter(loader)
+    for _ in range(len(loader)):
+        try:
+            next(it)
+            out.append(None)
+        except stoker.StokerFormatError as e:
+            out.append(str(e))
+    loader.close()
+    return out
+
+
+FULL = [T.CenterCrop((H, W)), T.ToDtype("uint8")]  # the whole image, no resampling
+WINDOW = [T.RandomResizedCrop(48, scale=(0.05, 0.2)), T.ToDtype("uint8")]  # small windows
+
+
+@needs_pipeline
+@pytest.mark.parametrize("ops", [FULL, WINDOW], ids=["full", "window"])
+def test_strict_rejects_what_pil_rejects(corrupt, ops):
+    _, shard, names, pil = corrupt
+    strict = _verdicts(shard, ops, True)
+    lenient = _verdicts(shard, ops, False)
+    assert strict[N_CORRUPT:] == [None] * 4 and lenient[N_CORRUPT:] == [None] * 4
+    missed = [(names[i], pil[i]) for i in range(N_CORRUPT) if pil[i] and strict[i] is None]
+    assert not missed, f"PIL rejects these, strict stoker decodes them: {missed}"
+    # lenient never rejects a file strict accepts
+    assert all(s is not None for s, l in zip(strict, lenient) if l is not None)
+    n_pil = sum(p is not None for p in pil)
+    n_strict = sum(s is not None for s in strict[:N_CORRUPT])
+    n_lenient = sum(v is not None for v in lenient[:N_CORRUPT])
+    print(f"\n{N_CORRUPT} corrupt JPEGs ({'full image' if ops is FULL else 'small windows'}): "
+          f"PIL rejects {n_pil}, stoker strict {n_strict}, stoker lenient {n_lenient}")
+    assert n_pil > 0 and n_strict > n_lenient
+    for s in strict:
+        assert s is None or "JPEG: " in s, s
+
+
+@needs_pipeline
+def test_loader_skip_and_raise(corrupt):
+    _, shard, names, _ = corrupt
+    n_bad = sum(s is not None for s in _verdicts(shard, FULL, True))
+    skip = stoker.Loader(shard, 4, rank=0, world_size=1, transforms=FULL, on_error="skip",
+                         output="numpy")
+    got = np.concatenate([np.array(b["index"]) for b in skip])
+    assert skip.stats()["skipped"] == n_bad
+    assert len(got) == N_CORRUPT + 4  # the bad ones replaced by good records
+    skip.close()
+
+    loader = stoker.Loader(shard, 1, rank=0, world_size=1, transforms=FULL, output="numpy")
+    with pytest.raises(stoker.StokerFormatError) as e:
+        for _ in loader:
+            pass
+    msg = str(e.value)
+    assert "corrupt.stk" in msg and "record " in msg and "JPEG: " in msg, msg
+    loader.close()
+
+    # strict=False: every record is delivered, as before strict decoding
+    lenient_bad = sum(v is not None for v in _verdicts(shard, FULL, False))
+    lenient = stoker.Loader(shard, 4, rank=0, world_size=1, transforms=FULL, output="numpy",
+                            strict=False, on_error="skip")
+    assert sum(len(b["index"]) for b in lenient) == N_CORRUPT + 4
+    assert lenient.stats()["skipped"] == lenient_bad < n_bad
+    lenient.close()
+
+
+def test_strict_option_plumbing():
+    assert T.compile([T.CenterCrop(8)]).strict is True
+    assert T.compile([T.CenterCrop(8)], strict=False).strict is False
+    assert T.compile(T.Compose([T.CenterCrop(8)], strict=False)).strict is False
+    assert T.compile("imagenet-val").strict is True
+    assert T.compile("imagenet-val", strict=False).strict is False
+    built = T.compile([T.CenterCrop(8)])
+    with pytest.raises(ValueError, match="strict"):
+        T.compile(built, strict=False)
+    with pytest.raises(ValueError, match="strict"):
+        stoker._core.Transform("imagenet-val", strict=False)
+
+
+# ---- the other formats of IMG_EXTENSIONS ----
+
+def _photo(w, h, seed):
+    im, _ = make_image(np.random.default_rng(seed), w, h, seed % 5, "small")
+    return im
+
+
+FORMATS = [  # (file name, how PIL writes it)
+    ("a.webp", lambda im: dict(format="WEBP", quality=85)),
+    ("b.webp", lambda im: dict(format="WEBP", lossless=True)),
+    ("c.bmp", lambda im: dict(format="BMP")),
+    ("d.ppm", lambda im: dict(format="PPM")),
+    ("e.tif", lambda im: dict(format="TIFF")),
+    ("f.tiff", lambda im: dict(format="TIFF", compression="tiff_lzw")),
+    ("g.tif", lambda im: dict(format="TIFF", compression="jpeg")),
+    ("h.jpg", lambda im: dict(format="JPEG", quality=90)),
+    ("i.png", lambda im: dict(format="PNG")),
+]
+GRAY = [("j.pgm", dict(format="PPM")), ("k.bmp", dict(format="BMP")),
+        ("l.tif", dict(format="TIFF"))]
+PALETTE = [("m.bmp", dict(format="BMP")), ("n.tif", dict(format="TIFF"))]
+
+
+@needs_pipeline
+def test_formats_decode_as_pil(tmp_path):
+    """Every IMG_EXTENSIONS format packs and decodes through the loader to PIL's pixels."""
+    root = tmp_path / "imgs" / "x"
+    root.mkdir(parents=True)
+    files = []
+    for i, (name, kw) in enumerate(FORMATS):
+        _photo(W, H, i).save(root / name, **kw(None))
+        files.append(name)
+    for i, (name, kw) in enumerate(GRAY):
+        _photo(W, H, 50 + i).convert("L").save(root / name, **kw)
+        files.append(name)
+    for i, (name, kw) in enumerate(PALETTE):
+        _photo(W, H, 60 + i).convert("P").save(root / name, **kw)
+        files.append(name)
+    shard = str(tmp_path / "formats.stk")
+    assert stoker.pack_image_folder(str(tmp_path / "imgs"), shard) == len(files)
+    loader = stoker.Loader(shard, len(files), rank=0, world_size=1, output="numpy",
+                           transforms=T.Compose(FULL, layout="NHWC", exact=True))
+    batch = next(iter(loader))
+    paths = [p.decode() for p in batch.bytes("path")]
+    images = np.asarray(batch["image"])
+    loader.close()
+    for i, name in enumerate(sorted(files)):
+        assert paths[i] == "x/" + name, (paths[i], name)
+        with Image.open(root / name) as im:
+            want = np.asarray(im.convert("RGB"))
+        diff = int(np.abs(images[i].astype(int) - want).max())
+        assert diff == 0, f"{name}: max difference {diff} from PIL"
