@@ -823,7 +823,7 @@ typedef struct stk_loader_info {
     uint32_t rank;
     uint32_t world;
     uint64_t n_records;
-    size_t slot_size; /* bytes of one ring slot */
+    size_t slot_size; /* bytes of one ring slot: min(batch_size, ceil(records / world)) rows */
     bool pinned;      /* ring is page-locked */
 } stk_loader_info;
 

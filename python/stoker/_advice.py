@@ -8,14 +8,17 @@ Imports go one way: _profile imports this module, never the reverse (what both n
 batch-size probe and the sweep's limits, lives here).
 """
 import os
+import shutil
 import sys
 import time
 import warnings
 
 from . import _core
+from . import _torchcompat
 
 _BATCHES = 40      # batches timed per worker count in the sweep (after the first)
 _SECONDS = 2.0     # ... or this long, whichever comes first
+_ROUNDS = 3        # the sweep is repeated until two in a row choose the same, at most this often
 
 # > 0 while the advice re-creates loaders to measure them: stoker.doctor's patched __iter__
 # leaves those iterators alone (their batches are not the training loop's).
@@ -138,6 +141,50 @@ def _sweep(prof, kind, counts):
     return None
 
 
+def settle(choices, most=_ROUNDS):
+    """Whether repeated sweeps agree (pure: `choices` are the decisions of the sweeps so far,
+    oldest first, each an (action, workers) pair from stk_diagnose). "stable" when the last two
+    agree, "noisy" when `most` sweeps ran without two in a row agreeing, else "again"."""
+    if len(choices) >= 2 and choices[-1] == choices[-2]:
+        return "stable"
+    return "noisy" if len(choices) >= most else "again"
+
+
+def median_sweep(sweeps):
+    """{workers: median samples/s} over sweeps ({workers: samples/s} each)."""
+    out = {}
+    for w in sorted({w for s in sweeps for w in s}):
+        rates = sorted(s[w] for s in sweeps if w in s)
+        m = len(rates) // 2
+        out[w] = rates[m] if len(rates) % 2 else (rates[m - 1] + rates[m]) / 2
+    return out
+
+
+def _settled_sweep(prof, kind, counts, bsz, word):
+    """Sweep `counts` until two sweeps in a row lead to the same decision (settle()); a noisy
+    series leaves the median rates in prof.sweep. Returns (error or None, note or None)."""
+    sweeps, choices = [], []
+    while True:
+        prof.sweep = {}
+        err = _sweep(prof, kind, counts)
+        if err:
+            return err, None
+        sweeps.append(dict(prof.sweep))
+        d = _diagnose(prof, kind, bsz)
+        choices.append((d["action"], d["recommended"]))
+        verdict = settle(choices)
+        prof.sweep_rounds = len(sweeps)
+        if verdict == "stable":
+            return None, None
+        if verdict == "noisy":
+            prof.sweep = median_sweep(sweeps)
+            picks = ", ".join(f"{a} ({word}={w})" if w is not None and w >= 0 else a
+                              for a, w in choices)
+            return None, (f"the measurements are noisy (another load on the machine?): "
+                          f"{len(sweeps)} sweeps decided {picks}; the advice below uses each "
+                          f"worker count's median rate")
+
+
 def _counts(kind, cur, upto):
     counts = {1, cur if cur is not None else 1}
     if kind == "torch" and cur == 0:
@@ -188,6 +235,30 @@ def _image_folder(dataset):
         except (OSError, TypeError):
             return None
     return os.fspath(root), len(samples), sum(sizes) / len(sizes)
+
+
+def switch_advice(dataset, folder):
+    """The "switch to stoker" line for an ImageFolder-like dataset, only when stoker can read it
+    and express its transform (checked by converting them, as stoker.Loader(dataset) would);
+    otherwise why not. The packing command is the CLI's when `stoker` is installed, else the
+    Python package's."""
+    root, n, mean = folder
+    try:
+        sds, _ = _torchcompat.folder_dataset(dataset)
+        sds.close()
+    except _core.StokerInvalidError as e:
+        return f"stoker.Loader cannot replace this DataLoader: {e}"
+    out = "data.stk"
+    if shutil.which("stoker"):
+        pack = f"`stoker pack {root} {out}`"
+    else:
+        pack = f"`python3 -c \"import stoker; stoker.pack_image_folder({root!r}, '{out}')\"`"
+    return (f"switch to stoker.Loader: {n} files of {mean / 1024:.0f} KB on average are decoded "
+            f"and transformed in Python one by one; stoker can read this dataset and express its "
+            f"transform, so replacing DataLoader by stoker.Loader (same arguments) reads {root} "
+            f"directly, decoding and transforming on C threads; to also save the per-file "
+            f"opens, pack it once with {pack} and load '{out}' with "
+            f"transforms=dataset.transform")
 
 
 def _pin_advice(prof, kind):
@@ -258,11 +329,14 @@ def advise(prof):
                        f"working, depth {st['depth']} ({st['autotune_reason']})")
         return out
 
-    # DataLoader workers are processes whose __getitem__ may wait on I/O: try past the cores.
-    upto = 2 * max(_cpus(), 4) if kind == "torch" else max(_cpus(), cur or 1)
-    err = _sweep(prof, kind, _counts(kind, cur, upto))
+    # DataLoader workers are processes whose __getitem__ may wait on I/O: try past the cores
+    # (up to twice their number, as docs/python.md says).
+    upto = 2 * _cpus() if kind == "torch" else max(_cpus(), cur or 1)
+    err, noisy = _settled_sweep(prof, kind, _counts(kind, cur, upto), bsz, word)
     if err:
         out.append(err)
+    if noisy:
+        out.append(noisy)
     d = _diagnose(prof, kind, bsz)
     demand, action = d["demand"], d["action"]
     cur_rate = prof.sweep.get(cur)
@@ -312,13 +386,7 @@ def advise(prof):
                            f"({1 / cost:.0f} samples/s per worker process)")
             folder = _image_folder(dl.dataset)
             if folder is not None:
-                root, n, mean = folder
-                out.append(f"switch to stoker.Loader: {n} files of {mean / 1024:.0f} KB on "
-                           f"average are read one by one; pack them into shards with "
-                           f"`stoker pack {root} data.stk` and load with "
-                           f"stoker.Loader('data.stk', batch_size={bsz}, "
-                           f"shuffle=True, num_workers=None, transforms=...) (decoding on "
-                           f"threads, cropping before it decodes)")
+                out.append(switch_advice(dl.dataset, folder))
         es = prof.epoch_start_ms
         if cur and not dl.persistent_workers and es is not None and \
                 es > max(5 * prof.wait_ms, prof.step_ms):

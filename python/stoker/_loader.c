@@ -24,6 +24,9 @@
  * before a pending request; set_epoch(), load_state() and close() wait for the request and
  * discard its result.
  *
+ * A timeout (set_timeout, the DataLoader's `timeout`) ends a next() that waited that long with
+ * a RuntimeError, as the DataLoader's does; nothing is consumed, so the next call goes on.
+ *
  * Lock order: the GIL, then `mu`. `mu` is never held while acquiring the GIL.
  */
 #include "_core.h"
@@ -61,6 +64,7 @@ typedef struct {
     char res_err[ERR_BUF];
     char pre_state[STATE_BUF]; /* state before the pending request */
     unsigned debug_delay_ms;   /* test hook: the helper sleeps before each next */
+    int64_t timeout_ns;        /* next() gives up after this long (0 = waits as long as it takes) */
     PyObject *weakreflist;
 } LoaderObject;
 
@@ -427,6 +431,34 @@ static PyObject *Loader_close(LoaderObject *self, PyObject *noargs)
 
 /* ---- Loader: consumer calls ---- */
 
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The deadline of a next() starting now (0 = none). */
+static int64_t next_deadline(const LoaderObject *self)
+{
+    return self->timeout_ns > 0 ? now_ns() + self->timeout_ns : 0;
+}
+
+/* Whether a next() with this deadline has waited long enough; if so, raise the DataLoader's
+ * error (a RuntimeError). Called outside loader_enter. */
+static bool timed_out(const LoaderObject *self, int64_t deadline)
+{
+    if (!deadline || now_ns() < deadline)
+        return false;
+    char msg[160];
+    snprintf(msg, sizeof(msg),
+             "stoker.Loader timed out after %g seconds waiting for a batch (timeout=); nothing "
+             "was consumed: the next call goes on waiting",
+             (double)self->timeout_ns / 1e9);
+    PyErr_SetString(PyExc_RuntimeError, msg);
+    return true;
+}
+
 /* tp_iternext: the next Batch; NULL without an exception at the end of an epoch (the next call
  * starts the next epoch); NULL with a stoker error for a failed batch (iteration may go on). */
 /* next() on the calling thread: 100 ms timed waits with the GIL released, signals checked
@@ -435,15 +467,21 @@ static PyObject *next_direct(LoaderObject *self)
 {
     stk_batch *b = NULL;
     stk_status rc;
+    int64_t deadline = next_deadline(self);
     for (;;) {
+        int64_t step_ms = POLL_NS / 1000000;
+        if (deadline) {
+            int64_t left_ms = (deadline - now_ns()) / 1000000;
+            step_ms = left_ms < 1 ? 1 : left_ms < step_ms ? left_ms : step_ms;
+        }
         Py_BEGIN_ALLOW_THREADS
-        rc = stk_loader_next_timeout(self->loader, &b, POLL_NS / 1000000);
+        rc = stk_loader_next_timeout(self->loader, &b, step_ms);
         Py_END_ALLOW_THREADS
         if (rc != STK_EAGAIN)
             break;
         /* Leave while signal handlers run: a handler may close the loader. */
         loader_leave(self, true);
-        if (PyErr_CheckSignals() < 0)
+        if (PyErr_CheckSignals() < 0 || timed_out(self, deadline))
             return NULL; /* nothing was consumed */
         if (loader_enter(self, true) < 0)
             return NULL;
@@ -468,6 +506,7 @@ static PyObject *Loader_next(LoaderObject *self)
     pthread_mutex_unlock(&self->mu);
     if (direct)
         return next_direct(self);
+    int64_t deadline = next_deadline(self);
     for (;;) {
         pthread_mutex_lock(&self->mu);
         bool idle = self->req == REQ_IDLE;
@@ -480,7 +519,7 @@ static PyObject *Loader_next(LoaderObject *self)
             break;
         /* Leave while signal handlers run: a handler may close the loader. */
         loader_leave(self, true);
-        if (PyErr_CheckSignals() < 0)
+        if (PyErr_CheckSignals() < 0 || timed_out(self, deadline))
             return NULL; /* the request stays pending; the next call delivers it */
         if (loader_enter(self, true) < 0)
             return NULL;
@@ -674,6 +713,17 @@ static PyObject *Loader_set_debug_delay(LoaderObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *Loader_set_timeout(LoaderObject *self, PyObject *arg)
+{
+    double seconds = PyFloat_AsDouble(arg);
+    if (seconds == -1.0 && PyErr_Occurred())
+        return NULL;
+    if (!(seconds >= 0) || seconds > 1e9)
+        return stkpy_invalid("timeout should be a non-negative number of seconds, got %g", seconds);
+    self->timeout_ns = (int64_t)(seconds * 1e9);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Loader_enter_ctx(PyObject *self, PyObject *noargs)
 {
     (void)noargs;
@@ -708,6 +758,9 @@ static PyMethodDef Loader_methods[] = {
     {"_set_debug_delay", (PyCFunction)Loader_set_debug_delay, METH_O,
      "Test hook: make every next() take at least this many milliseconds (as a slow pipeline "
      "would), to test Ctrl-C during a blocking next."},
+    {"set_timeout", (PyCFunction)Loader_set_timeout, METH_O,
+     "set_timeout(seconds): a next() that waits this long for its batch raises RuntimeError "
+     "(nothing is consumed); 0 = wait as long as it takes (the default)."},
     {"__enter__", Loader_enter_ctx, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)Loader_exit_ctx, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};

@@ -121,7 +121,8 @@ class Profile:
     wait_ms and step_ms (means per step), first_wait_ms (the very first batch: start-up),
     epoch_start_ms (mean wait for each later epoch's first batch), batch_size, samples_per_s,
     loader (the loader's type), num_workers, sweep ({num_workers: samples/s of the loader
-    alone}), stages (the stoker loader's stage shares), advice (list of str).
+    alone; the medians when the sweeps disagreed}), sweep_rounds (sweeps run: repeated until
+    two in a row decide the same, at most 3), stages (the stoker loader's stage shares), advice (list of str).
 
     Across ranks, once the loop has ended: rank and world, ranks (one dict per rank: rank,
     host, steps, wait_share, data_bound, wait_ms, step_ms, samples_per_s, collective_ms and
@@ -146,6 +147,7 @@ class Profile:
         self.batch_size = None
         self._advice = None
         self.sweep = {}
+        self.sweep_rounds = 0
         self.stages = {}
         self.epochs = 0
         self.trace = None if trace is None else os.fspath(trace)
@@ -350,6 +352,7 @@ class Profile:
                 "batch_size": self.batch_size, "samples_per_s": self.samples_per_s,
                 "loader": self.loader, "num_workers": self.num_workers,
                 "sweep": {str(k): v for k, v in sorted(self.sweep.items())},
+                "sweep_rounds": self.sweep_rounds,
                 "stages": self.stages, "advice": advice, "rank": self.rank,
                 "world": self.world, "ranks": self.ranks, "straggler": self.straggler,
                 "ranks_verdict": self.ranks_verdict, "advice_rank": self.advice_rank}

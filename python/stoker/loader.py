@@ -14,6 +14,7 @@ import collections
 import json
 import os
 import sys
+import threading
 import warnings
 import weakref
 
@@ -22,6 +23,7 @@ import numpy as np
 from . import _core
 from . import _nvrtc
 from . import _batchmap
+from . import _torchcompat
 from . import transforms as _transforms
 from .dataset import Dataset
 
@@ -180,12 +182,15 @@ def _resolve_rank(rank, world_size):
 
 
 class _LoaderIter:
-    """The iterator of one pass over a Loader (one epoch)."""
+    """The iterator of one pass over a Loader (one epoch). It ends normally (StopIteration)
+    only at the end of its epoch, or when the same thread started another pass (iter(),
+    set_epoch, load_state_dict); close() before the end makes next() raise StokerStateError."""
 
-    __slots__ = ("_loader", "_gen", "_done")
+    __slots__ = ("_loader", "_gen", "_done", "_thread", "__weakref__")
 
     def __init__(self, loader, gen):
         self._loader, self._gen, self._done = loader, gen, False
+        self._thread = threading.current_thread()
 
     def __iter__(self):
         return self
@@ -195,14 +200,29 @@ class _LoaderIter:
 
     def __next__(self):
         loader = self._loader
-        if self._done or self._gen != loader._gen or loader._core is None:
+        if self._done or self._gen != loader._gen:
             raise StopIteration
+        if loader._core is None:
+            raise _core.StokerStateError(
+                "the loader was closed (close() was called) before this epoch ended")
+        self._thread = threading.current_thread()
         batch = loader._next_batch()
         if batch is None:
             self._done = True
             loader._mid_epoch = False
             raise StopIteration
+        fields = loader._fields
+        if fields is not None:
+            return tuple(batch[f] for f in fields)
         return batch
+
+    def _active_elsewhere(self):
+        """The thread iterating this pass, when it is another live thread and the pass is not
+        over (None otherwise)."""
+        t = self._thread
+        if self._done or self._gen != self._loader._gen or t is threading.current_thread():
+            return None
+        return t if t.is_alive() else None
 
 
 _MAPPED = weakref.WeakSet()  # loaders whose worker threads run Python (map=)
@@ -220,12 +240,19 @@ def _close_mapped():
 class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
     num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
-    world_size=None, transforms=None, on_error="raise", trace=None, format=None, strict=None)
+    world_size=None, transforms=None, on_error="raise", trace=None, format=None,
+    output=None, fields=None, strict=None, **DataLoader arguments)
 
     ``data`` is a dataset of any format stoker reads (``.stk`` shards, an ImageFolder
     directory, ``.npy`` files; ``format=`` names it instead of detecting it) or a
-    stoker.Dataset. Iterating gives :class:`Batch` dicts; each ``iter()`` is the next epoch. See
-    docs/python.md for every argument. ``num_workers=None`` (or ``"auto"``) lets the loader
+    stoker.Dataset. Iterating gives :class:`Batch` dicts (``output="tuple"``: tuples of
+    ``fields``); each ``iter()`` is the next epoch. See docs/python.md for every argument.
+
+    The one-name switch: ``data`` may also be a ``torchvision.datasets.ImageFolder`` (or a
+    DatasetFolder with the default loader) whose transform stoker can express, with the
+    DataLoader's arguments (sampler, collate_fn, timeout, generator, prefetch_factor,
+    persistent_workers, ...): it then yields ``(images, labels)`` as the DataLoader would,
+    reading the folder directly (docs/python.md "From DataLoader"). ``num_workers=None`` (or ``"auto"``) lets the loader
     choose its thread count and depth online (at most one thread per CPU and ``prefetch``
     batches): the fewest threads that keep the training loop from waiting; ``stats()`` says
     what it chose and why. ``trace="out.json"`` records a Chrome/Perfetto trace written at
@@ -234,16 +261,84 @@ class Loader:
     ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery.
     """
 
-    def __init__(self, data, batch_size, shuffle=False, seed=0, drop_last=False,
+    def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
                  world_size=None, transforms=None, on_error="raise", trace=None, *,
-                 transform_field="image", verify=True, output=None, format=None, strict=None,
-                 batch_transforms=None, map=None, label_field="label"):
+                 transform_field="image", verify=True, output=None, format=None, fields=None,
+                 strict=None, sampler=None, batch_sampler=None, collate_fn=None, timeout=0,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None,
+                 prefetch_factor=None, persistent_workers=None, pin_memory_device=None,
+                 in_order=None, batch_transforms=None, map=None, label_field="label"):
+        # multiprocessing_context, persistent_workers (always true: the threads live as long
+        # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
+        # (always in order) are accepted with those meanings: nothing to do.
         self._core = None  # so that close()/__del__ work on a half-built object
         self._map = None
         self._dataset = None
         self._own_dataset = False
+        self._fields = None
+        self._dist_sampler = None
+        self._torch_dataset = None
+        self._dataset_weak = None  # the dataset this loader opened, after close()
+        _torchcompat.check_dataloader_args(collate_fn, batch_sampler, worker_init_fn, timeout)
+        torch_dataset = None
+        if _torchcompat.is_dataset_object(data):
+            torch_dataset = data
+            data, tv_transform = _torchcompat.folder_dataset(data)
+            self._own_dataset = True  # opened here: closed with the loader unless shared
+            if transforms is not None:
+                raise _core.StokerInvalidError(
+                    "transforms= with a torchvision dataset: the dataset's own transform is "
+                    "applied (as the DataLoader would); set it there")
+            transforms = tv_transform
+            if output not in (None, "tuple"):
+                raise _core.StokerInvalidError(
+                    f"a torchvision dataset gives (images, labels) tuples, as the DataLoader "
+                    f"does; output={output!r} applies to stoker's own datasets")
+            output, fields = "tuple", ("image", "label")
+            if batch_size is None:
+                batch_size = 1  # the DataLoader's default
+        if batch_size is None:
+            raise _core.StokerInvalidError("batch_size is required (samples per batch)")
         batch_size = _check_int(batch_size, "batch_size", 1)
+        picked = _torchcompat.map_sampler(sampler, shuffle, drop_last, generator)
+        shuffle = picked.get("shuffle", shuffle)
+        self._dist_sampler = picked.get("distributed")
+        if seed is None:
+            seed = picked.get("seed")
+        if seed is None and generator is not None:
+            seed = _torchcompat.seed_of(generator)
+        if seed is None:
+            # The DataLoader draws its shuffle from torch's global RNG; stoker's own datasets
+            # keep their documented default, seed 0.
+            seed = _torchcompat.draw_seed() if torch_dataset is not None and shuffle else 0
+        if "rank" in picked:
+            if rank is not None and rank != picked["rank"] or \
+                    world_size is not None and world_size != picked["world"]:
+                raise _core.StokerInvalidError(
+                    f"rank={rank}, world_size={world_size} disagree with the "
+                    f"DistributedSampler's rank={picked['rank']}, "
+                    f"num_replicas={picked['world']}; pass one of them")
+            rank, world_size = picked["rank"], picked["world"]
+        elif torch_dataset is not None and rank is None and world_size is None:
+            rank, world_size = 0, 1  # the DataLoader reads everything on every rank
+        if prefetch is None and prefetch_factor is not None:
+            # the DataLoader keeps prefetch_factor batches per worker in flight
+            factor = _check_int(prefetch_factor, "prefetch_factor", 1)
+            workers = num_workers if isinstance(num_workers, (int, np.integer)) and \
+                not isinstance(num_workers, bool) else 1
+            prefetch = factor * max(1, int(workers))
+        if output == "tuple":
+            if fields is None:
+                fields = ("image", "label")
+            if isinstance(fields, str) or not fields or \
+                    not all(isinstance(f, str) for f in fields):
+                raise _core.StokerInvalidError(
+                    f"fields should be a sequence of field names, got {fields!r}")
+            self._fields = tuple(fields)
+            output = None
+        elif fields is not None:
+            raise _core.StokerInvalidError("fields= goes with output='tuple'")
         autotune = num_workers is None or (isinstance(num_workers, str) and num_workers == "auto")
         if autotune:
             threads = 0  # at most one per online CPU (the C default); the autotuner picks
@@ -268,7 +363,8 @@ class Loader:
         if output is None:
             output = "torch" if torch is not None else "numpy"
         if output not in ("torch", "numpy"):
-            raise _core.StokerInvalidError(f"output should be 'torch' or 'numpy', got {output!r}")
+            raise _core.StokerInvalidError(f"output should be 'torch', 'numpy' or 'tuple', got "
+                                           f"{output!r}")
         if output == "torch" and torch is None:
             raise ImportError("stoker.Loader(output='torch') needs torch, which is not "
                               "importable")
@@ -302,6 +398,13 @@ class Loader:
         else:
             self._dataset = Dataset(data, verify=verify, format=format)
             self._own_dataset = True
+        self._torch_dataset = torch_dataset
+        if self._fields is not None:
+            names = [f["name"] for f in self._dataset.fields] + ["index"]
+            missing = [f for f in self._fields if f not in names]
+            if missing:
+                raise _core.StokerInvalidError(f"fields {missing} are not in the dataset "
+                                               f"(its fields: {', '.join(names)})")
         self._core_kwargs = dict(
             batch_size=batch_size, num_threads=threads, prefetch=self.prefetch + 1, seed=seed,
             rank=rank, world=world_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
@@ -319,6 +422,9 @@ class Loader:
             self._core_kwargs.update(map_fn=self._map, map_fields=self._map.schema)
             _MAPPED.add(self)  # closed at exit, before the interpreter stops running threads
         self._core = _core.Loader(self._dataset, **self._core_kwargs)
+        self.timeout = timeout or 0
+        if self.timeout:
+            self._core.set_timeout(float(self.timeout))
         self._on_device = False   # batches come in the loader's device ring
         if self._device is not None:
             st = self._core.stats()
@@ -329,6 +435,8 @@ class Loader:
                               f"with a synchronous .to(device) instead", RuntimeWarning,
                               stacklevel=2)
         self.batch_size = batch_size
+        self.sampler, self.generator = sampler, generator  # as the DataLoader's attributes
+        self.seed = seed
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
         self.on_error = on_error
@@ -338,6 +446,7 @@ class Loader:
         self.autotune = autotune
         self._convert = self._converter(output, torch)
         self._gen = 0             # bumped by iter(), set_epoch and load_state_dict
+        self._iter = None         # weakref to the newest _LoaderIter
         self._mid_epoch = False   # a pass stopped before the end of its epoch
         self._cur_epoch = 0       # epoch of the last batch delivered
         self._live = collections.deque()  # (weakref Batch dict, weakref ring Batch)
@@ -433,12 +542,29 @@ class Loader:
 
     def __iter__(self):
         self._check_open()
+        self._check_consumer("iterate")
         if self._mid_epoch:
             # The previous pass was abandoned mid-epoch: this pass is the next epoch.
             self._core.set_epoch(self._cur_epoch + 1)
             self._mid_epoch = False
+        sampler = self._dist_sampler
+        if sampler is not None and self._core.epoch != sampler.epoch:
+            # DistributedSampler.set_epoch(e) chooses the epoch, as it does for the DataLoader
+            self._core.set_epoch(_check_int(sampler.epoch, "DistributedSampler.epoch", 0))
         self._gen += 1
-        return _LoaderIter(self, self._gen)
+        it = _LoaderIter(self, self._gen)
+        self._iter = weakref.ref(it)
+        return it
+
+    def _check_consumer(self, what):
+        """Refuse a call that would move the position while another thread iterates (the
+        other thread's pass goes on undisturbed)."""
+        it = self._iter() if self._iter is not None else None
+        other = it._active_elsewhere() if it is not None else None
+        if other is not None:
+            raise _core.StokerStateError(
+                f"cannot {what}: thread {other.name!r} is iterating this loader (one consumer "
+                f"at a time: each batch is handed out once); give each thread its own Loader")
 
     def __len__(self):
         self._check_open()
@@ -451,6 +577,7 @@ class Loader:
             try:
                 raw = next(core, None)
             except _core.StokerBusyError:  # the slot the next batch needs is still held
+                self._check_open()  # (closed by another thread meanwhile)
                 self._relieve_ring()
                 core = self._core
                 continue
@@ -567,6 +694,7 @@ class Loader:
         """Jump to the start of `epoch` (free when it is the epoch about to start anyway, so
         calling it before every epoch, the DistributedSampler habit, is harmless)."""
         self._check_open()
+        self._check_consumer("set_epoch")
         self._core.set_epoch(_check_int(epoch, "epoch", 0))
         self._mid_epoch = False
         self._gen += 1
@@ -581,6 +709,7 @@ class Loader:
         """Resume from `state` (a dict from state_dict(), or its JSON text). The next iter()
         yields exactly the batches an uninterrupted run would have yielded after it."""
         self._check_open()
+        self._check_consumer("load_state_dict")
         if isinstance(state, (bytes, bytearray)):
             state = state.decode()
         if not isinstance(state, str):
@@ -596,7 +725,18 @@ class Loader:
 
     @property
     def dataset(self):
-        """The stoker.Dataset being read."""
+        """The dataset given: the torchvision dataset (as DataLoader.dataset), else the
+        stoker.Dataset being read. It outlives the loader: close() closes a stoker.Dataset the
+        loader opened only when nothing else holds it."""
+        if self._torch_dataset is not None:
+            return self._torch_dataset
+        if self._dataset is None and self._dataset_weak is not None:
+            ds = self._dataset_weak()
+            if ds is None:
+                raise _core.StokerStateError("the loader is closed and nothing else held its "
+                                             "dataset, so it was closed too: take loader.dataset "
+                                             "before closing the loader")
+            return ds
         return self._dataset
 
     @property
@@ -668,7 +808,9 @@ class Loader:
             finally:
                 core.close()
         if getattr(self, "_own_dataset", False) and self._dataset is not None:
-            self._dataset.close()
+            # Closed by its last reference: `ds = loader.dataset; del loader; len(ds)` works.
+            self._dataset_weak = weakref.ref(self._dataset)
+            self._dataset = None
 
     def __enter__(self):
         return self

@@ -121,3 +121,20 @@ def pytest_timeout_set_timer(item, settings):
     item.cancel_timeout = cancel
     timer.start()
     return True
+
+
+def torchrun(script_text, nproc, args, tmp_path, timeout=180):
+    """Run `script_text` under torch.distributed.run with `nproc` local ranks (a clean rendezvous
+    environment, one OMP thread each); assert it succeeded and return the CompletedProcess."""
+    script = tmp_path / "torchrun_script.py"
+    script.write_text(script_text)
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH, OMP_NUM_THREADS="1")
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "2", "--tee", "2",
+           "--standalone", "--nnodes", "1", "--nproc_per_node", str(nproc), str(script),
+           *[str(a) for a in args]]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                       cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r

@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 import stoker
-from conftest import PYTHONPATH, SMALL_N, run_python
+from conftest import PYTHONPATH, SMALL_N, run_python, torchrun
 
 
 def _rss_bytes():
@@ -266,18 +266,8 @@ dist.destroy_process_group()
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_torchrun_ranks_cover_dataset(ds_small, tmp_path, world):
-    script = tmp_path / "dist_check.py"
-    script.write_text(DIST_SCRIPT)
     verdict = tmp_path / "verdict.json"
-    env = dict(os.environ, PYTHONPATH=PYTHONPATH, OMP_NUM_THREADS="1")
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--redirects", "2", "--tee", "2",
-           "--standalone", "--nnodes", "1", "--nproc_per_node", str(world), str(script),
-           ds_small, str(verdict), str(SMALL_N), "8"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env,
-                       cwd=str(tmp_path))
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    torchrun(DIST_SCRIPT, world, [ds_small, verdict, SMALL_N, 8], tmp_path)
     v = json.loads(verdict.read_text())
     assert v["world"] == world
     assert v["equal_counts"], v

@@ -273,3 +273,72 @@ def test_doctor_bad_scripts(tmp_path):
     r = subprocess.run([sys.executable, "-m", "stoker.doctor", str(tmp_path / "missing.py")],
                        env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "missing.py: no such file" in r.stderr
+
+
+# ---- issue 16 item 5: advice only where it holds ----
+
+def test_sweep_settles_when_two_in_a_row_agree_else_reports_noise():
+    from stoker import _advice
+    settle = _advice.settle
+    assert settle([("more", 2)]) == "again"
+    assert settle([("more", 2), ("more", 2)]) == "stable"
+    assert settle([("more", 2), ("more", 4)]) == "again"
+    assert settle([("more", 2), ("more", 4), ("more", 4)]) == "stable"
+    assert settle([("more", 2), ("more", 4), ("more", 8)]) == "noisy"  # at most 3 sweeps
+    # Synthetic measurements through stk_diagnose (the decision stoker doctor takes too): a
+    # step consuming 1000 samples/s, batch 10; three sweeps of a 2-core machine where noise
+    # moves the rate at 2 workers around the 1200 samples/s (20% headroom) threshold.
+    sweeps = [{1: 700.0, 2: 1300.0, 4: 1500.0}, {1: 690.0, 2: 1100.0, 4: 1450.0},
+              {1: 710.0, 2: 1250.0, 4: 1480.0}]
+
+    def decide(sweep):
+        d = stoker._core.diagnose(5.0, 10.0, 1000, 10, 0, sweep)  # 10 ms steps, 5 ms waits
+        return d["action"], d["recommended"]
+
+    choices = [decide(s) for s in sweeps]
+    assert choices[0] != choices[1]
+    assert settle(choices[:2]) == "again" and settle(choices) == "noisy"
+    med = _advice.median_sweep(sweeps)
+    assert med == {1: 700.0, 2: 1250.0, 4: 1480.0}
+    assert decide(med) == choices[0]
+
+
+def test_sweep_is_capped_at_twice_the_cores(monkeypatch):
+    from stoker import _advice
+    monkeypatch.setattr(_advice, "_cpus", lambda: 2)
+    assert max(_advice._counts("torch", 0, 2 * _advice._cpus())) == 4
+
+
+@pytest.fixture
+def folder(tmp_path):
+    from PIL import Image
+    import numpy as np
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        d = tmp_path / "tree" / f"c{i % 2}"
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(d / f"{i}.jpg")
+    return str(tmp_path / "tree")
+
+
+def test_switch_advice_only_when_stoker_can_express_the_transform(folder, monkeypatch):
+    if not stoker.has_transforms():
+        pytest.skip("no image pipeline")
+    from torchvision import transforms as T
+    from torchvision.datasets import ImageFolder
+    from stoker import _advice
+    fancy = ImageFolder(folder, transform=T.Compose([T.TrivialAugmentWide(), T.ToTensor(),
+                                                      T.RandomErasing()]))
+    line = _advice.switch_advice(fancy, _advice._image_folder(fancy))
+    assert line.startswith("stoker.Loader cannot replace this DataLoader")
+    assert "TrivialAugmentWide" in line and "switch to" not in line
+    val = ImageFolder(folder, transform=T.Compose([T.Resize(32), T.CenterCrop(32),
+                                                   T.ToTensor()]))
+    monkeypatch.setattr(_advice.shutil, "which", lambda name: None)  # pip installs no CLI
+    line = _advice.switch_advice(val, _advice._image_folder(val))
+    assert line.startswith("switch to stoker.Loader") and "6 files" in line
+    assert f"stoker.pack_image_folder({folder!r}, 'data.stk')" in line
+    assert "`stoker pack" not in line
+    monkeypatch.setattr(_advice.shutil, "which", lambda name: "/usr/local/bin/stoker")
+    assert f"`stoker pack {folder} data.stk`" in _advice.switch_advice(
+        val, _advice._image_folder(val))

@@ -260,7 +260,11 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
                      label, lf == n_fields ? "not in the batch" : "not an int64 field");
         stk__batchops_label_field(&c->bops, &fields[lf]);
     }
-    STK_TRY(stk__layout_init(&c->r.lay, fields, max_size, n_fields, c->batch_size, tf, &tspec, err,
+    /* A slot holds at most the records one rank gets in an epoch: batch_size=5000 over 1,000
+     * records must not allocate 5000-row slots. */
+    uint64_t per_rank = c->n / world + (c->n % world != 0);
+    uint32_t rows = (uint32_t)STK_MIN((uint64_t)c->batch_size, STK_MAX(per_rank, (uint64_t)1));
+    STK_TRY(stk__layout_init(&c->r.lay, fields, max_size, n_fields, rows, tf, &tspec, err,
                              sizeof(err)));
 
     STK_TRY(stk__ring_setup(c, opts, err, sizeof(err)));

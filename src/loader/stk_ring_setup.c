@@ -48,7 +48,7 @@ static stk_status finish_setup(core *c, char *err, size_t err_size)
                               "finishing needs the transform's uint8 [H, W, 3] output, not %s",
                               ti < 0 ? "none" : tensor_desc(t, desc, sizeof(desc)));
     stk_status rc = stk__finish_init(dc, &f, (uint32_t)t->shape[0], (uint32_t)t->shape[1],
-                                     c->batch_size, err, err_size);
+                                     c->r.lay.batch_size, err, err_size);
     if (rc < 0)
         return rc;
     dc->fin_t = ti;
@@ -94,10 +94,10 @@ stk_status stk__ring_setup(core *c, const stk_loader_opts *o, char *err, size_t 
     size_t host = c->r.lay.slot_size, fsize = 0;
     if (finishing && dc->flip > 0) {
         dc->flags_offset = (size_t)STK_ALIGN_UP(host, 64);
-        host = dc->flags_offset + c->batch_size;
+        host = dc->flags_offset + c->r.lay.batch_size;
     }
     host = (size_t)STK_ALIGN_UP(host, 64);
-    if (finishing && !stk__mul_ok(dc->fin_row, c->batch_size, &fsize))
+    if (finishing && !stk__mul_ok(dc->fin_row, c->r.lay.batch_size, &fsize))
         return stk__set_error(err, err_size, STK_ELIMIT, "finishing output too large");
     bool want_pinned = (o->flags & STK_LOADER_PINNED) || o->device >= 0;
     if (want_pinned) {

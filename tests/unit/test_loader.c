@@ -213,12 +213,30 @@ static int test_drop_last(void)
     T_EQ(run_epoch(L, seq, &n), 12);
     T_EQ(n, 96);
     stk_loader_destroy(L);
-    /* batch larger than the dataset: one short batch, or none with drop_last */
+    /* batch larger than the dataset: one short batch, or none with drop_last; its ring slots
+     * hold the 100 records, not 1000 rows (nor 50 on each of two ranks) */
+    stk_loader_info info = {.struct_size = sizeof(info)}, exact = {.struct_size = sizeof(exact)};
+    o = fx_opts(paths, 100, 2);
+    T_OK(stk_loader_create(&o, &L));
+    stk_loader_info_get(L, &exact);
+    stk_loader_destroy(L);
     o = fx_opts(paths, 1000, 2);
     T_OK(stk_loader_create(&o, &L));
+    stk_loader_info_get(L, &info);
+    T_EQ(info.slot_size, exact.slot_size);
+    T_EQ(info.batch_size, 1000);
     T_EQ(run_epoch(L, seq, &n), 1);
     T_EQ(n, 100);
     stk_loader_destroy(L);
+    o.rank = 1;
+    o.world = 2;
+    T_OK(stk_loader_create(&o, &L));
+    stk_loader_info_get(L, &info);
+    T_CHECK(info.slot_size < exact.slot_size);
+    T_EQ(run_epoch(L, seq, &n), 1);
+    T_EQ(n, 50);
+    stk_loader_destroy(L);
+    o = fx_opts(paths, 1000, 2);
     o.flags = STK_LOADER_DROP_LAST;
     T_OK(stk_loader_create(&o, &L));
     T_EQ(run_epoch(L, seq, &n), 0);

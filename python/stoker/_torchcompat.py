@@ -1,0 +1,218 @@
+"""The one-name switch: torch.utils.data.DataLoader's arguments and torchvision's folder
+datasets, mapped onto stoker.Loader's settings (docs/python.md "From DataLoader").
+
+Every DataLoader argument is accepted with its DataLoader meaning or a stated mapping; one
+that cannot apply raises a ValueError (StokerInvalidError) that says why and what to do
+instead. Nothing here imports torch or torchvision unless the caller handed over one of their
+objects (they are then already imported).
+"""
+import os
+import sys
+
+from . import _core
+from . import transforms as _transforms
+
+# What stoker reads natively, for the errors that refuse something else.
+READS = ("a path (or list of paths) to .stk shards, an ImageFolder directory tree or .npy "
+         "files; a stoker.Dataset; or a torchvision.datasets.ImageFolder / DatasetFolder with "
+         "the default loader whose transform stoker can express")
+CONVERT = ("convert it once to .stk shards, with stoker.pack(src, 'out/') (any format stoker "
+           "reads) or stoker.write_shard(path, fields, records) / stoker.Writer (records from "
+           "Python), and pass their path")
+
+
+def _invalid(msg):
+    return _core.StokerInvalidError(msg)
+
+
+def _mod(name):
+    """An already imported module (None when the program did not import it)."""
+    return sys.modules.get(name)
+
+
+def is_dataset_object(data):
+    """Whether `data` is a Python dataset object (a torch Dataset, or anything indexable or
+    iterable that is neither paths nor a stoker Dataset), not something Dataset() opens."""
+    if isinstance(data, (str, bytes, os.PathLike, _core.Dataset)):
+        return False
+    if isinstance(data, (list, tuple)) and \
+            all(isinstance(p, (str, bytes, os.PathLike)) for p in data):
+        return False
+    return hasattr(data, "__getitem__") or hasattr(data, "__iter__")
+
+
+def refuse_dataset(data):
+    """The error for a dataset object stoker cannot read."""
+    return _invalid(f"stoker.Loader cannot read a {type(data).__module__}."
+                    f"{type(data).__qualname__}: its samples come from Python code (__getitem__) "
+                    f"that stoker's C workers cannot run. stoker reads {READS}. For this "
+                    f"dataset, {CONVERT}; or keep torch.utils.data.DataLoader")
+
+
+def _base_method(obj, base, name):
+    return getattr(type(obj), name, None) is getattr(base, name)
+
+
+def folder_dataset(data):
+    """For a torchvision ImageFolder / DatasetFolder that stoker can read: (the stoker Dataset
+    of its root, read with format="imagefolder", the transform to compile). Raise a
+    StokerInvalidError explaining anything that does not hold."""
+    folder = _mod("torchvision.datasets.folder")
+    if folder is None or not isinstance(data, folder.DatasetFolder):
+        raise refuse_dataset(data)
+    name = type(data).__name__
+    if not _base_method(data, folder.DatasetFolder, "__getitem__"):
+        raise _invalid(f"this {name} overrides __getitem__: its samples come from Python code "
+                       f"stoker's C workers cannot run; keep torch.utils.data.DataLoader, or "
+                       f"{CONVERT}")
+    if data.loader not in (folder.default_loader, folder.pil_loader):
+        raise _invalid(f"this {name} reads files with {getattr(data.loader, '__name__', data.loader)!r}, "
+                       f"not torchvision's default loader (PIL, converted to RGB), so stoker's "
+                       f"decoder would not give the same images; keep torch.utils.data.DataLoader")
+    if data.target_transform is not None:
+        raise _invalid(f"this {name} has a target_transform, which stoker cannot apply (its "
+                       f"labels are the class indices); apply it to the labels in the training "
+                       f"loop instead and pass target_transform=None")
+    if data.transform is None:
+        raise _invalid(f"this {name} has no transform: it gives PIL images, which the "
+                       f"DataLoader's default collate cannot batch either; give it a transform "
+                       f"ending in ToTensor() (stoker supports {', '.join(_transforms.SUPPORTED)})")
+    try:
+        _transforms.compile(data.transform)
+    except _core.StokerInvalidError as e:
+        raise _invalid(f"stoker cannot express this {name}'s transform ({e}); keep "
+                       f"torch.utils.data.DataLoader for it") from None
+    from .dataset import Dataset
+    sds = Dataset(os.fspath(data.root), format="imagefolder")
+    try:
+        _check_same_samples(data, sds)
+    except BaseException:
+        sds.close()
+        raise
+    return sds, data.transform
+
+
+def _check_same_samples(data, sds):
+    """stoker's class list and sample list (path, label) equal the torchvision dataset's."""
+    name = type(data).__name__
+    if list(sds.classes or []) != list(data.classes):
+        raise _invalid(f"stoker finds classes {_short(sds.classes)} under {data.root!r}, this "
+                       f"{name} has {_short(data.classes)} (a custom find_classes?): stoker "
+                       f"numbers classes as torchvision's ImageFolder does (sorted folder names); "
+                       f"keep torch.utils.data.DataLoader for this dataset")
+    samples = data.samples
+    if len(sds) != len(samples):
+        raise _invalid(f"stoker finds {len(sds)} images under {data.root!r}, this {name} has "
+                       f"{len(samples)} samples (custom extensions or is_valid_file?): stoker "
+                       f"takes torchvision's IMG_EXTENSIONS; keep torch.utils.data.DataLoader "
+                       f"for this dataset")
+    index = {c: i for i, c in enumerate(sds.classes)}
+    root = os.fspath(data.root)
+    for i, (path, label) in enumerate(samples):
+        mine = sds.describe(i)
+        mine = mine[:mine.rfind(" (record ")]
+        rel = os.path.relpath(mine, root)
+        want = index.get(rel.split(os.sep, 1)[0])
+        if os.path.normpath(mine) != os.path.normpath(path) or want != label:
+            raise _invalid(f"sample {i} differs: stoker reads {mine!r} (label {want}), this "
+                           f"{name} has {path!r} (label {label}); keep "
+                           f"torch.utils.data.DataLoader for this dataset")
+
+
+def _short(names):
+    names = list(names or [])
+    return repr(names) if len(names) <= 6 else repr(names[:6])[:-1] + f", ... ({len(names)})]"
+
+
+# ---- DataLoader arguments ----
+
+def _is_default_collate(fn):
+    if fn is None:
+        return True
+    data = _mod("torch.utils.data")
+    collate = _mod("torch.utils.data._utils.collate")
+    return any(fn is getattr(m, "default_collate", object()) for m in (data, collate) if m)
+
+
+def check_dataloader_args(collate_fn, batch_sampler, worker_init_fn, timeout):
+    """Refuse the DataLoader arguments that cannot apply (with why and what to do)."""
+    if not _is_default_collate(collate_fn):
+        raise _invalid("collate_fn: stoker collates in its C workers, straight into each batch's "
+                       "memory; a Python collate_fn cannot run there. Leave collate_fn=None (the "
+                       "default collate's result: stacked tensors) and do the rest on the batch "
+                       "in the training loop")
+    if batch_sampler is not None:
+        raise _invalid("batch_sampler: stoker forms the batches itself (batch_size, drop_last, "
+                       "and per rank); pass batch_size= with sampler=/shuffle= instead")
+    if worker_init_fn is not None:
+        raise _invalid("worker_init_fn: stoker's workers are C threads that run no Python, so "
+                       "there is nothing for it to set up (random augmentation is seeded from "
+                       "(seed, epoch, sample index), the same for any number of workers); drop "
+                       "worker_init_fn")
+    if timeout is not None and (isinstance(timeout, bool) or
+                                not isinstance(timeout, (int, float)) or timeout < 0):
+        raise _invalid(f"timeout should be a non-negative number of seconds, got {timeout!r}")
+
+
+def seed_of(generator):
+    """The shuffle seed a torch.Generator stands for (its initial_seed())."""
+    seed_fn = getattr(generator, "initial_seed", None)
+    if seed_fn is None:
+        raise _invalid(f"generator should be a torch.Generator, not {type(generator).__name__}")
+    return int(seed_fn()) & ((1 << 64) - 1)
+
+
+def draw_seed():
+    """A shuffle seed drawn from torch's global RNG, as the DataLoader's RandomSampler draws
+    one (so torch.manual_seed makes the order reproducible)."""
+    torch = _mod("torch")
+    if torch is None:
+        return 0
+    return int(torch.empty((), dtype=torch.int64).random_().item()) & ((1 << 63) - 1)
+
+
+SAMPLERS_OK = ("shuffle=True/False, SequentialSampler, RandomSampler (without replacement, "
+               "num_samples=len(dataset)) and DistributedSampler")
+
+
+def map_sampler(sampler, shuffle, drop_last, generator):
+    """A torch sampler -> dict(shuffle=, seed= (None: not fixed by the sampler), rank=, world=,
+    distributed= (the DistributedSampler, whose set_epoch the loader follows)); keys absent
+    when the sampler does not say. Refuses samplers stoker's sampler cannot express."""
+    data = _mod("torch.utils.data")
+    if sampler is None:
+        return {}
+    if shuffle:
+        raise _invalid("sampler option is mutually exclusive with shuffle (as in the "
+                       "DataLoader): the sampler decides the order")
+    name = type(sampler).__name__
+    if data is not None and isinstance(sampler, data.DistributedSampler) and \
+            _base_method(sampler, data.DistributedSampler, "__iter__"):
+        if sampler.drop_last and not drop_last:
+            raise _invalid("DistributedSampler(drop_last=True) with the loader's drop_last=False: "
+                           "stoker's drop_last drops both the uneven tail across ranks and the "
+                           "last partial batch; pass drop_last=True to the loader too, or "
+                           "DistributedSampler(drop_last=False) (stoker then pads by wrapping, "
+                           "as DistributedSampler does)")
+        return {"shuffle": bool(sampler.shuffle), "seed": int(sampler.seed) & ((1 << 64) - 1),
+                "rank": int(sampler.rank), "world": int(sampler.num_replicas),
+                "distributed": sampler}
+    if data is not None and type(sampler) is data.SequentialSampler:
+        return {"shuffle": False}
+    if data is not None and type(sampler) is data.RandomSampler:
+        if sampler.replacement:
+            raise _invalid(f"RandomSampler(replacement=True): stoker reads every sample exactly "
+                           f"once per epoch and cannot draw with replacement; use "
+                           f"shuffle=True (or RandomSampler without replacement). stoker takes "
+                           f"{SAMPLERS_OK}")
+        if sampler._num_samples is not None and sampler._num_samples != len(sampler.data_source):
+            raise _invalid(f"RandomSampler(num_samples={sampler._num_samples}) on "
+                           f"{len(sampler.data_source)} samples: stoker's epoch is the whole "
+                           f"dataset; use shuffle=True and stop the loop early instead")
+        gen = sampler.generator if sampler.generator is not None else generator
+        return {"shuffle": True, "seed": None if gen is None else seed_of(gen)}
+    raise _invalid(f"sampler {name}: stoker's loader cannot take an explicit list of indices "
+                   f"(yet): each epoch it reads every record once, in order or shuffled from "
+                   f"(seed, epoch), split across ranks. It takes {SAMPLERS_OK}. For a subset "
+                   f"(SubsetRandomSampler), make a directory of the subset (or pack it with "
+                   f"stoker.pack); for WeightedRandomSampler, keep torch.utils.data.DataLoader")

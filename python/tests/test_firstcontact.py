@@ -1,0 +1,387 @@
+"""Issue 16, first contact: a DataLoader user changes one name (DataLoader -> stoker.Loader)
+and nothing surprises them. Each test is written as the user hit the trap: the (images, labels)
+loop over a torchvision ImageFolder, the DataLoader's arguments, samplers, resume, two threads,
+close() from another thread, the dataset after the loader, a batch larger than the dataset."""
+import gc
+import json
+import math
+import threading
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageDraw
+from torch.utils.data import (DataLoader, DistributedSampler, RandomSampler, SequentialSampler,
+                              SubsetRandomSampler, WeightedRandomSampler)
+from torchvision import transforms as T
+from torchvision.datasets import DatasetFolder, ImageFolder
+from torchvision.datasets.folder import default_loader
+
+import stoker
+from conftest import torchrun
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+VAL = T.Compose([T.Resize(72), T.CenterCrop(64), T.ToTensor(), T.Normalize(MEAN, STD)])
+TRAIN = T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ToTensor(),
+                   T.Normalize(MEAN, STD)])
+SMALL = T.Compose([T.Resize((16, 16)), T.ToTensor()])
+N = 23
+
+pytestmark = pytest.mark.skipif(not stoker.has_transforms(), reason="no image pipeline")
+
+
+def _photo(rng, w, h):
+    """A smooth photo-like image (gradients and shapes): resampling differences stay small."""
+    y, x = np.mgrid[0:h, 0:w].astype(np.float32)
+    c = rng.uniform(0, 1, (3, 3))
+    arr = np.stack([255 * (c[k, 0] * x / w + c[k, 1] * y / h) / max(c[k, 0] + c[k, 1], 1e-3)
+                    for k in range(3)], axis=-1)
+    im = Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8))
+    d = ImageDraw.Draw(im)
+    for _ in range(3):
+        x0, y0 = int(rng.integers(0, w - 10)), int(rng.integers(0, h - 10))
+        d.ellipse([x0, y0, x0 + w // 4, y0 + h // 4], fill=tuple(rng.integers(0, 255, 3).tolist()))
+    return im
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """An ImageFolder tree: N JPEGs in 3 classes (one in a nested folder)."""
+    base = tmp_path_factory.mktemp("firstcontact") / "train"
+    rng = np.random.default_rng(16)
+    for i in range(N):
+        d = base / f"class{i % 3}" / ("sub" if i == 4 else "")
+        d.mkdir(parents=True, exist_ok=True)
+        _photo(rng, 96 + 8 * (i % 4), 80 + 4 * (i % 5)).save(d / f"img{i:02d}.jpg", quality=92)
+    return str(base)
+
+
+def psnr01(a, b):
+    mse = float(np.mean((np.asarray(a, np.float64) - np.asarray(b, np.float64)) ** 2))
+    return float("inf") if mse == 0 else 10 * np.log10(1.0 / mse)
+
+
+def unnormalise(x):
+    return x * torch.tensor(STD)[:, None, None] + torch.tensor(MEAN)[:, None, None]
+
+
+def pairs(loader):
+    out = []
+    for images, labels in loader:  # the loop every DataLoader user writes
+        out.append((images.clone(), labels.clone()))
+    return out
+
+
+# ---- the one-name switch over ImageFolder ----
+
+def test_val_transform_matches_dataloader_and_stokers_own_path(root):
+    ds = ImageFolder(root, transform=VAL)
+    loader = stoker.Loader(ds, batch_size=5, num_workers=2)
+    got = pairs(loader)
+    want = pairs(DataLoader(ds, batch_size=5))
+    assert len(loader) == len(got) == len(want) == math.ceil(N / 5)
+    for (a, la), (b, lb) in zip(got, want):
+        assert a.shape == b.shape and a.dtype == b.dtype == torch.float32
+        assert la.dtype == lb.dtype == torch.int64 and la.tolist() == lb.tolist()
+        for x, y in zip(a, b):
+            assert psnr01(unnormalise(x), unnormalise(y)) >= 30.0
+    own = stoker.Loader(root, 5, transforms=VAL, num_workers=2, rank=0, world_size=1)
+    own_images = torch.cat([b["image"].clone() for b in own])
+    assert torch.equal(torch.cat([a for a, _ in got]), own_images)
+
+
+def test_train_transform_equals_stokers_own_path(root):
+    ds = ImageFolder(root, transform=TRAIN)
+    g = torch.Generator().manual_seed(1234)
+    loader = stoker.Loader(ds, batch_size=4, shuffle=True, generator=g, num_workers=2,
+                           pin_memory=False, persistent_workers=True, prefetch_factor=2)
+    got = pairs(loader)
+    own = stoker.Loader(root, 4, shuffle=True, seed=g.initial_seed(), transforms=TRAIN,
+                        num_workers=1, rank=0, world_size=1)
+    ref = [(b["image"].clone(), b["label"].clone()) for b in own]
+    assert [a.shape for a, _ in got] == [a.shape for a, _ in ref]
+    for (a, la), (b, lb) in zip(got, ref):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+    labels = sorted(torch.cat([la for _, la in got]).tolist())
+    assert labels == sorted(t for _, t in ds.samples)  # every sample once
+
+
+def test_datasetfolder_with_default_loader(root):
+    ds = DatasetFolder(root, loader=default_loader, extensions=(".jpg",), transform=SMALL)
+    got = pairs(stoker.Loader(ds, batch_size=8, num_workers=1))
+    assert torch.cat([la for _, la in got]).tolist() == [t for _, t in ds.samples]
+
+
+def test_what_cannot_be_expressed_is_refused_with_why(root):
+    with pytest.raises(ValueError, match="cannot express.*TrivialAugmentWide.*DataLoader"):
+        stoker.Loader(ImageFolder(root, transform=T.Compose([T.TrivialAugmentWide(),
+                                                             T.ToTensor()])), batch_size=4)
+    with pytest.raises(ValueError, match="target_transform"):
+        stoker.Loader(ImageFolder(root, transform=SMALL, target_transform=lambda t: t + 1),
+                      batch_size=4)
+    with pytest.raises(ValueError, match="no transform"):
+        stoker.Loader(ImageFolder(root), batch_size=4)
+    with pytest.raises(ValueError, match="default loader"):
+        stoker.Loader(DatasetFolder(root, loader=lambda p: p, extensions=(".jpg",),
+                                    transform=SMALL), batch_size=4)
+    nested_only = DatasetFolder(root, loader=default_loader, transform=SMALL,
+                                is_valid_file=lambda p: "sub" not in p)
+    with pytest.raises(ValueError, match="images under"):
+        stoker.Loader(nested_only, batch_size=4)
+
+    class Renamed(ImageFolder):
+        def find_classes(self, directory):
+            classes, _ = super().find_classes(directory)
+            return classes, {c: len(classes) - 1 - i for i, c in enumerate(classes)}
+
+    with pytest.raises(ValueError, match="sample 0 differs"):
+        stoker.Loader(Renamed(root, transform=SMALL), batch_size=4)
+
+
+def test_other_dataset_names_what_stoker_reads_without_calling_getitem():
+    calls = []
+
+    class Squares(torch.utils.data.Dataset):
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            calls.append(i)
+            return torch.tensor([i * i]), i
+
+    with pytest.raises(ValueError, match=r"ImageFolder.*stoker\.pack") as e:
+        stoker.Loader(Squares(), batch_size=4)
+    assert "Squares" in str(e.value) and not calls
+
+
+def test_dataloader_arguments_that_cannot_apply_are_valueerrors(root):
+    ds = ImageFolder(root, transform=SMALL)
+    cases = {"collate_fn": (dict(collate_fn=lambda b: b), "collate_fn"),
+             "worker_init_fn": (dict(worker_init_fn=lambda w: None), "worker_init_fn"),
+             "batch_sampler": (dict(batch_sampler=[[0, 1]]), "batch_sampler"),
+             "subset": (dict(sampler=SubsetRandomSampler([1, 2, 3])),
+                        "SubsetRandomSampler.*explicit list.*DistributedSampler"),
+             "weighted": (dict(sampler=WeightedRandomSampler([1.0] * N, N)),
+                          "WeightedRandomSampler"),
+             "replacement": (dict(sampler=RandomSampler(ds, replacement=True)), "replacement"),
+             "shuffle+sampler": (dict(sampler=SequentialSampler(ds), shuffle=True),
+                                 "mutually exclusive"),
+             "custom": (dict(sampler=iter(range(N))), "explicit list")}
+    for name, (kw, match) in cases.items():
+        with pytest.raises(ValueError, match=match):
+            stoker.Loader(ds, batch_size=4, **kw)
+    # the default collate and every other argument are accepted
+    loader = stoker.Loader(ds, 4, collate_fn=torch.utils.data.default_collate, timeout=60,
+                           multiprocessing_context="spawn", persistent_workers=False,
+                           pin_memory_device="", in_order=True, drop_last=True)
+    assert [len(la) for _, la in pairs(loader)] == [4] * (N // 4)
+
+
+def test_samplers(root):
+    ds = ImageFolder(root, transform=SMALL)
+    seq = pairs(stoker.Loader(ds, batch_size=6, sampler=SequentialSampler(ds)))
+    assert torch.cat([la for _, la in seq]).tolist() == [t for _, t in ds.samples]
+    g = torch.Generator().manual_seed(99)
+    a = pairs(stoker.Loader(ds, batch_size=6, sampler=RandomSampler(ds, generator=g)))
+    b = pairs(stoker.Loader(ds, batch_size=6, shuffle=True, generator=g))
+    order = stoker.epoch_order(N, True, g.initial_seed(), 0)
+    assert torch.cat([la for _, la in a]).tolist() == [ds.samples[i][1] for i in order]
+    assert all(torch.equal(x, y) for (x, _), (y, _) in zip(a, b))
+    torch.manual_seed(5)  # no generator: drawn from torch's RNG, as the DataLoader does
+    c = torch.cat([la for _, la in pairs(stoker.Loader(ds, batch_size=6, shuffle=True))])
+    torch.manual_seed(5)
+    d = torch.cat([la for _, la in pairs(stoker.Loader(ds, batch_size=6, shuffle=True))])
+    assert c.tolist() == d.tolist()
+
+
+def test_distributed_sampler_follows_set_epoch(root):
+    ds = ImageFolder(root, transform=SMALL)
+    seen = []
+    for rank in range(2):
+        sampler = DistributedSampler(ds, num_replicas=2, rank=rank, shuffle=True, seed=7)
+        loader = stoker.Loader(ds, batch_size=4, sampler=sampler, num_workers=1)
+        assert (loader.rank, loader.world_size, loader.sampler) == (rank, 2, sampler)
+        ref = stoker.Loader(root, 4, shuffle=True, seed=7, rank=rank, world_size=2,
+                            transforms=SMALL, num_workers=1)
+        for epoch in (0, 1, 1):  # set_epoch(1) twice: the same order twice, as the sampler's
+            loader.sampler.set_epoch(epoch)  # the DDP script's habit
+            ref.set_epoch(epoch)
+            got = pairs(loader)
+            want = [(b["image"].clone(), b["label"].clone(), b["index"].clone()) for b in ref]
+            assert all(torch.equal(x, y) and torch.equal(la, lb)
+                       for (x, la), (y, lb, _) in zip(got, want))
+            assert sum(len(la) for _, la in got) == math.ceil(N / 2)
+            if epoch == 0:
+                seen += torch.cat([i for _, _, i in want]).tolist()
+    assert sorted(set(seen)) == list(range(N))
+    with pytest.raises(ValueError, match="drop_last=True to the loader"):
+        stoker.Loader(ds, batch_size=4, sampler=DistributedSampler(ds, 2, 0, drop_last=True))
+
+
+def test_resume_mid_epoch(root):
+    ds = ImageFolder(root, transform=TRAIN)
+    kw = dict(batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(3),
+              num_workers=2)
+    full = pairs(stoker.Loader(ds, **kw))
+    first = stoker.Loader(ds, **kw)
+    it = iter(first)
+    head = [next(it), next(it)]
+    state = first.state_dict()
+    first.close()
+    second = stoker.Loader(ds, **kw)
+    second.load_state_dict(state)
+    rest = pairs(second)
+    assert len(head) + len(rest) == len(full)
+    for (a, la), (b, lb) in zip(head + rest, full):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_tuples_from_stokers_own_sources(root):
+    loader = stoker.Loader(root, 5, output="tuple", fields=("image", "label"), transforms=SMALL,
+                           rank=0, world_size=1)
+    images, labels = next(iter(loader))
+    assert images.shape == (5, 3, 16, 16) and labels.dtype == torch.int64
+    with pytest.raises(ValueError, match="not in the dataset"):
+        stoker.Loader(root, 5, output="tuple", fields=("image", "target"), rank=0,
+                      world_size=1)
+
+
+def test_timeout_raises_like_dataloader_and_loses_nothing(root):
+    loader = stoker.Loader(ImageFolder(root, transform=SMALL), batch_size=4, num_workers=1,
+                           timeout=0.05)
+    loader._set_debug_delay(400)  # every batch takes 0.4 s
+    it = iter(loader)
+    with pytest.raises(RuntimeError, match="timed out after 0.05 seconds"):
+        next(it)
+    loader._set_debug_delay(0)
+    loader._core.set_timeout(0)
+    labels = [la.clone() for _, la in it]
+    assert torch.cat(labels).tolist() == [t for _, t in loader.dataset.samples]
+
+
+# ---- threads and close (item 4) ----
+
+def test_second_consumer_thread_is_refused_and_the_first_finishes_its_epoch(root):
+    loader = stoker.Loader(root, 2, num_workers=1, rank=0, world_size=1)
+    first_batch, go_on = threading.Event(), threading.Event()
+    got, errors = [], []
+
+    def first():
+        for b in loader:
+            got.append(b["index"].tolist())
+            first_batch.set()
+            go_on.wait(30)
+
+    def second():
+        try:
+            for b in loader:
+                errors.append("second thread got a batch")
+        except stoker.StokerStateError as e:
+            errors.append(e)
+
+    t1 = threading.Thread(target=first)
+    t1.start()
+    assert first_batch.wait(30)
+    t2 = threading.Thread(target=second)
+    t2.start()
+    t2.join(30)
+    go_on.set()
+    t1.join(60)
+    assert not t1.is_alive() and not t2.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], stoker.StokerStateError)
+    assert "one consumer" in str(errors[0])
+    assert sum(got, []) == list(range(N))  # the whole epoch, undisturbed
+    loader.close()
+
+
+def test_close_from_another_thread_raises_in_the_blocked_loop(root):
+    loader = stoker.Loader(ImageFolder(root, transform=SMALL), batch_size=2, num_workers=1)
+    loader._set_debug_delay(200)
+    outcome = []
+
+    def consume():
+        try:
+            for _ in loader:
+                outcome.append("batch")
+            outcome.append("ended normally")
+        except stoker.StokerStateError as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    while "batch" not in outcome and t.is_alive():
+        t.join(0.01)
+    loader.close()
+    t.join(30)
+    assert not t.is_alive()
+    assert isinstance(outcome[-1], stoker.StokerStateError) and "closed" in str(outcome[-1])
+
+
+# ---- lifetimes and sizes (item 6) ----
+
+def test_dataset_outlives_the_loader(root):
+    loader = stoker.Loader(root, 4, rank=0, world_size=1)
+    ds = loader.dataset
+    del loader
+    gc.collect()
+    assert len(ds) == N and ds[0]["label"] == 0
+    loader = stoker.Loader(root, 4, rank=0, world_size=1)
+    loader.close()
+    with pytest.raises(stoker.StokerStateError, match="take loader.dataset before"):
+        loader.dataset
+
+
+def test_ring_slots_sized_to_the_records_per_rank(root):
+    small = stoker.Loader(root, N, rank=0, world_size=1).info()["slot_size"]
+    huge = stoker.Loader(root, 5000, rank=0, world_size=1)
+    assert huge.info()["slot_size"] == small and huge.info()["batch_size"] == 5000
+    assert [len(b["index"]) for b in huge] == [N]
+    half = stoker.Loader(root, 5000, rank=1, world_size=2).info()["slot_size"]
+    assert half == stoker.Loader(root, math.ceil(N / 2), rank=1, world_size=2).info()["slot_size"]
+    assert half < small
+
+
+# ---- under torchrun (2 ranks) ----
+
+DDP_SCRIPT = r"""
+import json, sys
+import torch
+import torch.distributed as dist
+from torch.utils.data import DistributedSampler
+from torchvision import transforms as T
+from torchvision.datasets import ImageFolder
+import stoker
+
+root, out = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+ds = ImageFolder(root, transform=T.Compose([T.Resize((16, 16)), T.ToTensor()]))
+sampler = DistributedSampler(ds, shuffle=True, seed=11)  # rank and world from torchrun
+loader = stoker.Loader(ds, batch_size=4, sampler=sampler, num_workers=1)
+ref = stoker.Loader(root, 4, shuffle=True, seed=11, transforms=ds.transform, num_workers=1)
+assert (loader.rank, loader.world_size, ref.rank) == (rank, world, rank)
+epochs = []
+for epoch in range(2):
+    sampler.set_epoch(epoch)
+    labels = torch.cat([labels for images, labels in loader])
+    idx = torch.cat([b["index"].clone() for b in ref])
+    assert labels.tolist() == [ds.samples[i][1] for i in idx.tolist()]
+    gathered = [torch.zeros_like(idx) for _ in range(world)]
+    dist.all_gather(gathered, idx)
+    epochs.append(torch.cat(gathered).tolist())
+if rank == 0:
+    with open(out, "w") as f:
+        json.dump({"world": world, "epochs": epochs, "n": len(ds)}, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_two_ranks_with_distributed_sampler(root, tmp_path):
+    verdict = tmp_path / "verdict.json"
+    torchrun(DDP_SCRIPT, 2, [root, verdict], tmp_path)
+    v = json.loads(verdict.read_text())
+    assert v["world"] == 2
+    for order in v["epochs"]:  # every sample seen, padded by wrapping as DistributedSampler
+        assert sorted(set(order)) == list(range(N)) and len(order) == 2 * math.ceil(N / 2)
+    assert v["epochs"][0] != v["epochs"][1]  # set_epoch reshuffled
