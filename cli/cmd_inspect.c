@@ -46,7 +46,7 @@ static bool is_text(const uint8_t *s, size_t n)
 /* ---- inspect ---- */
 
 typedef struct inspect_args {
-    bool json, records;
+    bool json, records, concat;
     uint64_t limit;     /* records to list; 0 = all */
     const char *format; /* --format: NULL = detect */
 } inspect_args;
@@ -273,6 +273,7 @@ static void inspect_usage(FILE *f)
                "\n"
                "options:\n"
                "  --format NAME  the format of DATA instead of detecting it\n"
+               "  --concat     read shards of different packs as one dataset\n"
                "  --json       one JSON object on stdout\n"
                "  --records    also list every record's fields (bytes as text when printable)\n"
                "  --limit N    list only the first N records\n"
@@ -282,9 +283,13 @@ static void inspect_usage(FILE *f)
 int stk_cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},        {"records", no_argument, NULL, 'r'},
-        {"limit", required_argument, NULL, 'l'}, {"format", required_argument, NULL, 'F'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'j'},
+        {"records", no_argument, NULL, 'r'},
+        {"limit", required_argument, NULL, 'l'},
+        {"format", required_argument, NULL, 'F'},
+        {"concat", no_argument, NULL, 'C'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     inspect_args a;
     memset(&a, 0, sizeof(a));
@@ -308,6 +313,9 @@ int stk_cmd_inspect(int argc, char **argv)
         case 'F':
             a.format = optarg;
             break;
+        case 'C':
+            a.concat = true;
+            break;
         case 'h':
             inspect_usage(stdout);
             return 0;
@@ -316,7 +324,8 @@ int stk_cmd_inspect(int argc, char **argv)
         }
     }
     stk_dataset *ds;
-    int rc = stk_cli_open_data_as("inspect", argv + optind, argc - optind, 0, a.format, &ds);
+    int rc = stk_cli_open_data_as("inspect", argv + optind, argc - optind,
+                                  a.concat ? STK_DATASET_CONCAT : 0, a.format, &ds);
     if (rc)
         return rc;
     if (a.json)
@@ -418,6 +427,7 @@ static void verify_usage(FILE *f)
             "\n"
             "options:\n"
             "  --format NAME  the format of DATA instead of detecting it\n"
+            "  --concat     read shards of different packs as one dataset\n"
             "  --threads N  reader threads (default: online CPUs, at most 8)\n"
             "  --quiet      no progress bar\n"
             "  -h, --help   show this help\n");
@@ -426,14 +436,12 @@ static void verify_usage(FILE *f)
 int stk_cmd_verify(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"threads", required_argument, NULL, 't'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"format", required_argument, NULL, 'F'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"threads", required_argument, NULL, 't'}, {"quiet", no_argument, NULL, 'q'},
+        {"format", required_argument, NULL, 'F'},  {"concat", no_argument, NULL, 'C'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     long long threads = 0, v;
-    bool quiet = false;
+    bool quiet = false, concat = false;
     const char *format = NULL;
     int c;
     opterr = 0;
@@ -451,6 +459,9 @@ int stk_cmd_verify(int argc, char **argv)
         case 'F':
             format = optarg;
             break;
+        case 'C':
+            concat = true;
+            break;
         case 'h':
             verify_usage(stdout);
             return 0;
@@ -459,7 +470,8 @@ int stk_cmd_verify(int argc, char **argv)
         }
     }
     stk_dataset *ds;
-    int rc = stk_cli_open_data_as("verify", argv + optind, argc - optind, 0, format, &ds);
+    int rc = stk_cli_open_data_as("verify", argv + optind, argc - optind,
+                                  concat ? STK_DATASET_CONCAT : 0, format, &ds);
     if (rc)
         return rc;
     if (threads == 0) {
