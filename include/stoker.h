@@ -657,8 +657,12 @@ typedef struct stk_loader_opts {
     /* Finishing (normalise, cast, layout after the copy) is the transform's:
      * stk_transform_opts.finish_on_device. stk_batch_device_tensor shows the finished tensor;
      * stk_batch_tensor shows it after CPU finishing, the uint8 input when the device finishes. */
-    const char *format; /* with paths: the dataset's format (stk_dataset_opts.format);
-                           NULL = detect it (default); copied */
+    const char *format;     /* with paths: the dataset's format (stk_dataset_opts.format);
+                               NULL = detect it (default); copied */
+    uint64_t memory_budget; /* bytes this loader may use at most, counted at create: the ring
+                               (prefetch slots), each thread's read scratch and decode buffer
+                               (the transform's max_pixels x 3); over it, create fails with
+                               STK_ELIMIT saying what takes what. 0 = no budget (default) */
 } stk_loader_opts;
 
 /** Fill `opts` with the defaults documented on each field.
@@ -675,9 +679,9 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
  *  fewest threads that keep the consumer from waiting; stats report the choice and why.
  *  A device that cannot be used (no driver, no such device) is not an error: the loader runs on
  *  the host and stk_loader_stats.device_reason says why (docs/gpu.md).
- *  @return STK_OK (*out set), STK_EINVAL (batch size 0, negative threads, rank >= world, no
- *          data, empty dataset, unknown field), STK_ELIMIT (batch slot too large; finishing
- *          over 2^32 pixels per batch), STK_EIO/STK_EFORMAT/
+ *  @return STK_OK (*out set), STK_EINVAL (batch size 0 or over 2^31-1, negative threads,
+ *          rank >= world, no data, empty dataset, unknown field), STK_ELIMIT (batch slot too
+ *          large; finishing over 2^32 pixels per batch; over memory_budget), STK_EIO/STK_EFORMAT/
  *          STK_ENOTSUP (from opening the dataset), STK_ENOMEM (also: device buffers).
  *          Details in stk_last_errmsg().
  *  Lifetime: *out until stk_loader_destroy(*out). */

@@ -215,7 +215,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         "data",   "batch_size", "num_threads", "prefetch",        "seed",
         "rank",   "world",      "shuffle",     "drop_last",       "skip_corrupt",
         "verify", "pinned",     "transform",   "transform_field", "autotune",
-        "trace_events", "device", "pinned_limit", NULL};
+        "trace_events", "device", "pinned_limit", "memory_budget", NULL};
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
     int n_threads = 0, prefetch = 0, rank = -1, world = -1;
@@ -224,17 +224,18 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     unsigned int trace_events = 0;
     const char *tfield = "image";
     int device = -1;
-    unsigned long long pinned_limit = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspIiK:Loader", kwlist, &data,
+    unsigned long long pinned_limit = 0, memory_budget = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspIiKK:Loader", kwlist, &data,
                                      &batch_size, &n_threads, &prefetch, &seed, &rank, &world,
                                      &shuffle, &drop_last, &skip_corrupt, &verify, &pinned,
                                      &transform, &tfield, &autotune, &trace_events, &device,
-                                     &pinned_limit))
+                                     &pinned_limit, &memory_budget))
         return NULL;
     stk_loader_opts o;
     stk_loader_opts_init(&o);
     o.device = device;
     o.pinned_limit = pinned_limit;
+    o.memory_budget = memory_budget;
     PyObject *keep = NULL, *dataset_ref = NULL, *transform_ref = NULL;
     const char **paths = NULL;
     if (PyObject_TypeCheck(data, &StkDataset_Type)) {

@@ -144,7 +144,7 @@ class Batch(dict):
         return f"<stoker.Batch epoch={self.epoch} number={self.number} {{{', '.join(parts)}}}>"
 
 
-def _check_int(value, name, minimum):
+def _check_int(value, name, minimum, maximum=None):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise _core.StokerInvalidError(f"{name} should be an integer, but got {name}={value!r}")
     value = int(value)
@@ -152,6 +152,8 @@ def _check_int(value, name, minimum):
         what = "a positive" if minimum == 1 else "a non-negative"
         raise _core.StokerInvalidError(f"{name} should be {what} integer value, but got "
                                        f"{name}={value}")
+    if maximum is not None and value > maximum:
+        raise _core.StokerInvalidError(f"{name}={value} is too large (at most {maximum})")
     return value
 
 
@@ -206,7 +208,8 @@ class _LoaderIter:
 class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
     num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
-    world_size=None, transforms=None, on_error="raise", trace=None, format=None)
+    world_size=None, transforms=None, on_error="raise", trace=None, format=None,
+    memory_budget=None)
 
     ``data`` is a dataset of any format stoker reads (``.stk`` shards, an ImageFolder
     directory, ``.npy`` files; ``format=`` names it instead of detecting it) or a
@@ -215,17 +218,20 @@ class Loader:
     choose its thread count and depth online (at most one thread per CPU and ``prefetch``
     batches): the fewest threads that keep the training loop from waiting; ``stats()`` says
     what it chose and why. ``trace="out.json"`` records a Chrome/Perfetto trace written at
-    ``close()`` (or with ``write_trace()``).
+    ``close()`` (or with ``write_trace()``). ``memory_budget=`` (bytes) bounds what the loader
+    takes: the ring, each thread's read scratch and largest decode; over it the Loader is not
+    created (StokerLimitError saying what takes what).
     """
 
     def __init__(self, data, batch_size, shuffle=False, seed=0, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
                  world_size=None, transforms=None, on_error="raise", trace=None, *,
-                 transform_field="image", verify=True, output=None, format=None):
+                 transform_field="image", verify=True, output=None, format=None,
+                 memory_budget=None):
         self._core = None  # so that close()/__del__ work on a half-built object
         self._dataset = None
         self._own_dataset = False
-        batch_size = _check_int(batch_size, "batch_size", 1)
+        batch_size = _check_int(batch_size, "batch_size", 1, 2**31 - 1)
         autotune = num_workers is None or (isinstance(num_workers, str) and num_workers == "auto")
         if autotune:
             threads = 0  # at most one per online CPU (the C default); the autotuner picks
@@ -286,6 +292,8 @@ class Loader:
             skip_corrupt=on_error == "skip", verify=bool(verify), pinned=pinned,
             transform=self._transform, transform_field=transform_field, autotune=autotune,
             trace_events=_TRACE_EVENTS if trace else 0)
+        if memory_budget is not None:
+            self._core_kwargs["memory_budget"] = _check_int(memory_budget, "memory_budget", 1)
         if self._device is not None:
             self._core_kwargs["device"] = self._device.index
             self._core_kwargs.update(finish or {})
