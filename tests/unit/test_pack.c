@@ -20,15 +20,8 @@
 /* A source shard of n records (the fixtures' payloads, label = i + base), metadata `meta`. */
 static int make_source(const char *path, uint64_t n, int64_t base, const char *meta)
 {
-    stk_field fields[2] = {{.name = "data", .kind = STK_FIELD_BYTES},
-                           {.name = "label", .kind = STK_FIELD_INT64}};
-    stk_writer_opts wo;
-    stk_writer_opts_init(&wo);
-    wo.fields = fields;
-    wo.n_fields = 2;
-    wo.metadata_json = meta;
     stk_writer *w;
-    T_OK(stk_writer_open(path, &wo, &w));
+    T_OK(fx_shard_open_meta(path, meta, &w));
     for (uint64_t i = 0; i < n; i++) {
         uint8_t buf[320];
         stk_value v[2];
