@@ -304,6 +304,60 @@ static int test_metadata_not_json(void)
     return 0;
 }
 
+/* Every allocation of opening a packed directory (manifest, shards, checks) and of packing one
+ * failing in turn: STK_ENOMEM, nothing half-made (ASan: no leak), the old dataset intact. */
+static int test_alloc_failures_manifest(void)
+{
+#ifdef STK_DEBUG
+    extern void stk__fault_alloc_set(long n);
+    setup s;
+    T_CHECK(make_setup(&s) == 0);
+    uint64_t n0, fp0, n, fp;
+    facts(s.out, 0, &n0, &fp0);
+    int failures = 0;
+    bool opened = false, packed = false;
+    for (long k = 1; k < 5000 && !opened; k++) {
+        stk_dataset *ds = NULL;
+        const char *p[] = {s.out};
+        stk__fault_alloc_set(k);
+        stk_status rc = stk_dataset_open(p, 1, 0, &ds);
+        stk__fault_alloc_set(0);
+        opened = rc == STK_OK;
+        stk_dataset_close(ds);
+        T_CHECKF(opened || rc == STK_ENOMEM, "open, allocation %ld: %d %s", k, rc,
+                 stk_last_errmsg());
+        failures += !opened;
+    }
+    /* --force over it, failing at each allocation in turn (the source opened before) */
+    for (long k = 1; k < 5000 && !packed; k++) {
+        stk_dataset *ds;
+        const char *src[] = {s.src_b};
+        T_OK(stk_dataset_open(src, 1, 0, &ds));
+        stk_pack_opts o;
+        stk_pack_opts_init(&o);
+        o.shard_size = 2048;
+        o.force = true;
+        stk__fault_alloc_set(k);
+        stk_status rc = stk_pack(ds, s.out, &o, NULL);
+        stk__fault_alloc_set(0);
+        stk_dataset_close(ds);
+        packed = rc == STK_OK;
+        if (packed)
+            break;
+        T_CHECKF(rc == STK_ENOMEM || rc == STK_EIO, "pack, allocation %ld: %d %s", k, rc,
+                 stk_last_errmsg());
+        facts(s.out, 0, &n, &fp);
+        T_CHECKF(n == n0 && fp == fp0, "pack, allocation %ld: old dataset changed", k);
+        failures++;
+    }
+    T_CHECK(opened && packed && failures > 5);
+    fx_rmtree(s.dir);
+    return 0;
+#else
+    return T_SKIP;
+#endif
+}
+
 T_MAIN(T_CASE(test_manifest_written), T_CASE(test_fault_injection_pack_enospc),
        T_CASE(test_mixed_packs_refused), T_CASE(test_manifest_tampering),
-       T_CASE(test_metadata_not_json))
+       T_CASE(test_metadata_not_json), T_CASE(test_alloc_failures_manifest))
