@@ -48,7 +48,7 @@ static bool is_text(const uint8_t *s, size_t n)
 /* ---- inspect ---- */
 
 typedef struct inspect_args {
-    bool json, records;
+    bool json, records, concat;
     uint64_t limit;     /* records to list; 0 = all */
     const char *format; /* --format: NULL = detect */
 } inspect_args;
@@ -275,6 +275,7 @@ static void inspect_usage(FILE *f)
                "\n"
                "options:\n"
                "  --format NAME  the format of DATA instead of detecting it\n"
+               "  --concat     read shards of different packs as one dataset\n"
                "  --json       one JSON object on stdout\n"
                "  --records    also list every record's fields (bytes as text when printable)\n"
                "  --limit N    list only the first N records\n"
@@ -284,9 +285,13 @@ static void inspect_usage(FILE *f)
 int stk_cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, 'j'},        {"records", no_argument, NULL, 'r'},
-        {"limit", required_argument, NULL, 'l'}, {"format", required_argument, NULL, 'F'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, 'j'},
+        {"records", no_argument, NULL, 'r'},
+        {"limit", required_argument, NULL, 'l'},
+        {"format", required_argument, NULL, 'F'},
+        {"concat", no_argument, NULL, 'C'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     inspect_args a;
     memset(&a, 0, sizeof(a));
@@ -310,6 +315,9 @@ int stk_cmd_inspect(int argc, char **argv)
         case 'F':
             a.format = optarg;
             break;
+        case 'C':
+            a.concat = true;
+            break;
         case 'h':
             inspect_usage(stdout);
             return 0;
@@ -318,7 +326,8 @@ int stk_cmd_inspect(int argc, char **argv)
         }
     }
     stk_dataset *ds;
-    int rc = stk_cli_open_data_as("inspect", argv + optind, argc - optind, 0, a.format, &ds);
+    int rc = stk_cli_open_data_as("inspect", argv + optind, argc - optind,
+                                  a.concat ? STK_DATASET_CONCAT : 0, a.format, &ds);
     if (rc)
         return rc;
     if (a.json)
@@ -471,6 +480,7 @@ static void verify_usage(FILE *f)
             "\n"
             "options:\n"
             "  --format NAME   the format of DATA instead of detecting it\n"
+            "  --concat        read shards of different packs as one dataset\n"
             "  --decode[=F,..] decode the image fields (default: image) and report failures\n"
             "  --threads N     reader threads (default: online CPUs, at most 8)\n"
             "  --quiet         no progress bar\n"
@@ -505,12 +515,16 @@ static int parse_decode_fields(const stk_dataset *ds, const char *list, verify_s
 int stk_cmd_verify(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"threads", required_argument, NULL, 't'}, {"quiet", no_argument, NULL, 'q'},
-        {"format", required_argument, NULL, 'F'},  {"decode", optional_argument, NULL, 'd'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"threads", required_argument, NULL, 't'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"format", required_argument, NULL, 'F'},
+        {"decode", optional_argument, NULL, 'd'},
+        {"concat", no_argument, NULL, 'C'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     long long threads = 0, v;
-    bool quiet = false, decode = false;
+    bool quiet = false, decode = false, concat = false;
     const char *format = NULL, *decode_list = NULL;
     int c;
     opterr = 0;
@@ -532,6 +546,9 @@ int stk_cmd_verify(int argc, char **argv)
             decode = true;
             decode_list = optarg;
             break;
+        case 'C':
+            concat = true;
+            break;
         case 'h':
             verify_usage(stdout);
             return 0;
@@ -540,7 +557,8 @@ int stk_cmd_verify(int argc, char **argv)
         }
     }
     stk_dataset *ds;
-    int rc = stk_cli_open_data_as("verify", argv + optind, argc - optind, 0, format, &ds);
+    int rc = stk_cli_open_data_as("verify", argv + optind, argc - optind,
+                                  concat ? STK_DATASET_CONCAT : 0, format, &ds);
     if (rc)
         return rc;
     if (threads == 0) {

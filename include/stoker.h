@@ -210,6 +210,9 @@ typedef struct stk_dataset stk_dataset;
 
 /** Flags for stk_dataset_open. */
 #define STK_DATASET_NO_VERIFY 0x1u /* do not check record checksums on read (index is checked) */
+#define STK_DATASET_CONCAT                                                                         \
+    0x2u /* `.stk`: read shards of different packs (another dataset_id or                          \
+            class list in their metadata) as one dataset */
 
 /** Open a dataset of the format detected from its paths: stk_dataset_open_ex with these paths
  *  and flags and no format given.
@@ -238,14 +241,20 @@ STK_API void stk_dataset_opts_init(stk_dataset_opts *opts);
  *  Paths are expanded first (brace ranges, then glob patterns, each sorted in byte order); the
  *  format is the one named by opts->format, else detected from each path's first bytes (magic),
  *  then its name and directory layout; all paths must be of one format. Record numbers follow
- *  the order of the expanded paths. `.stk`: a directory stands for its `*.stk` files sorted by
- *  name; each shard's header, footer and index are validated (magic, version, bounds, index
+ *  the order of the expanded paths. `.stk`: a directory stands for the shards its manifest
+ *  (stoker-manifest.json, written by stk_pack) lists, each checked against it (present, record
+ *  count, index checksum, metadata), other files there ignored; a directory without a manifest
+ *  for its `*.stk` files sorted by name. Shards of different packs (dataset_id or class list in
+ *  their metadata) are refused together unless flags has STK_DATASET_CONCAT. Metadata must be
+ *  JSON. Each shard's header, footer and index are validated (magic, version, bounds, index
  *  checksum, records in order without overlap) and record checksums are checked on first read.
  *  `imagefolder`: a directory read as torchvision's ImageFolder (fields image, label, path).
  *  `npy`: `.npy` files (a directory or a list) sharing their first dimension, one field each.
  *  @return STK_OK (*out set), STK_EINVAL (no paths, unknown or mixed formats, empty dataset,
- *          schema mismatch), STK_EIO (missing/unreadable file, a pattern matching nothing),
- *          STK_EFORMAT (bad magic, truncated, corrupt index), STK_ENOTSUP (a format version
+ *          schema mismatch, shards of different datasets), STK_EIO (missing/unreadable file, a
+ *          shard a manifest lists missing, a pattern matching nothing), STK_EFORMAT (bad magic,
+ *          truncated, corrupt index, a damaged manifest or a shard disagreeing with it),
+ *          STK_ENOTSUP (a format version
  *          newer than this library, an unsupported dtype), STK_ELIMIT (too many shards or
  *          records), STK_ENOMEM. Details, naming the file, in stk_last_errmsg().
  *  Lifetime: *out until stk_dataset_close(*out). */
@@ -388,8 +397,12 @@ typedef struct stk_pack_result {
 
 /** Write every record of `ds` (any format), all fields in order, to `.stk` shards at `out`: one
  *  file when `out` ends in ".stk" and no shard size is set, else the directory `out` with
- *  shard-00000.stk, ... Metadata: the dataset's first file's, with "tool" added. Each shard
- *  appears under its name only when complete; on failure nothing of this run is left.
+ *  shard-00000.stk, ... and stoker-manifest.json. Metadata: the dataset's first file's, with
+ *  "tool" and a new random "dataset_id" added. A directory is published as a whole: shards are
+ *  written as NAME.part, the manifest renamed into place is the commit, then the parts are
+ *  renamed and an older dataset's files in `out` removed (with force, over an existing dataset,
+ *  the new shards are named shard-ID-00000.stk, ...). A failure (or a kill) before the commit
+ *  leaves `out` as it was; on failure nothing of this run is left.
  *  @return STK_OK, STK_EINVAL (bad options), STK_ESTATE (`out` exists and force is false),
  *          STK_EIO (cannot create or write), or a read error of `ds` (STK_EFORMAT, STK_EIO, ...,
  *          naming the record). Details in stk_last_errmsg().
@@ -749,6 +762,10 @@ typedef struct stk_loader_opts {
                                        fields; no bytes), which replace the record's fields
                                        in the batch; copied at create */
     size_t n_sample_fields;         /* 1..STK_MAX_FIELDS with sample_fn */
+    uint64_t memory_budget; /* bytes this loader may use at most, counted at create: the ring
+                               (prefetch slots), each thread's read scratch and decode buffer
+                               (the transform's max_pixels x 3); over it, create fails with
+                               STK_ELIMIT saying what takes what. 0 = no budget (default) */
 } stk_loader_opts;
 
 /** Fill `opts` with the defaults documented on each field.
@@ -765,13 +782,14 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
  *  fewest threads that keep the consumer from waiting; stats report the choice and why.
  *  A device that cannot be used (no driver, no such device) is not an error: the loader runs on
  *  the host and stk_loader_stats.device_reason says why (docs/gpu.md).
- *  @return STK_OK (*out set), STK_EINVAL (batch size 0, negative threads, rank >= world, no
- *          data, empty dataset, unknown field; batch_ops with a bad kind, alpha or num_classes,
- *          no int64 label field, MixUp on non-float32 images; sample_fields empty, too many or
- *          not batchable, or sample_fn with a finish_on_device transform), STK_ELIMIT (batch slot
- * too large; finishing over 2^32 pixels per batch), STK_EIO/STK_EFORMAT/ STK_ENOTSUP (from opening
- * the dataset), STK_ENOMEM (also: device buffers). Details in stk_last_errmsg(). Lifetime: *out
- * until stk_loader_destroy(*out). */
+ *  @return STK_OK (*out set), STK_EINVAL (batch size 0 or over 2^31-1, negative threads,
+ *          rank >= world, no data, empty dataset, unknown field; batch_ops with a bad kind,
+ *          alpha or num_classes, no int64 label field, MixUp on non-float32 images;
+ *          sample_fields empty, too many or not batchable, or sample_fn with a finish_on_device
+ *          transform), STK_ELIMIT (batch slot too large; finishing over 2^32 pixels per batch;
+ *          over memory_budget), STK_EIO/STK_EFORMAT/STK_ENOTSUP (from opening the dataset),
+ *          STK_ENOMEM (also: device buffers). Details in stk_last_errmsg().
+ *  Lifetime: *out until stk_loader_destroy(*out). */
 STK_API stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out);
 
 /** Stop the workers and free the loader, at any point: mid-epoch, with batches outstanding

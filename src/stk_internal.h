@@ -55,12 +55,26 @@ char *stk__strdup(const char *s);
 /* Whether this allocation is the one STK_FAULT_ALLOC (debug builds) makes fail; counts it. For
  * allocators outside stk_alloc.c (ring slots, src/batch/stk_pinned.c). */
 int stk__fault_alloc_hit(void);
+/* Whether a write of `size` bytes must fail with ENOSPC (sets errno) because STK_FAULT_WRITE
+ * (debug builds) says the disk is full by now; counts the bytes. Always 0 in release builds. */
+int stk__fault_write_hit(size_t size);
 
 /* Overflow-checked a*b; returns false on overflow. */
 static inline bool stk__mul_ok(size_t a, size_t b, size_t *out)
 {
     return !__builtin_mul_overflow(a, b, out);
 }
+
+/* ---- JSON (src/common/stk_json.c) ---- */
+
+/* Write `s` as a JSON string literal at p (at most 6 bytes per byte of s, plus 2); returns the
+ * end (not terminated). */
+char *stk__json_put(char *p, const char *s);
+/* Whether `text` is exactly one JSON value (RFC 8259; nesting at most 64 deep). */
+bool stk__json_valid(const char *text);
+/* The raw text of the value of top-level key `key` in the JSON object `json` (*val, *len bytes:
+ * a string with its quotes, an array with its brackets, ...); false when absent or not valid. */
+bool stk__json_member(const char *json, const char *key, const char **val, size_t *len);
 
 /* ---- misc (src/common/stk_util.c) ---- */
 

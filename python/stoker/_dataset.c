@@ -44,11 +44,12 @@ void stkpy_dataset_borrow(PyObject *obj, int delta)
 
 static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"data", "verify", "format", NULL};
+    static char *kwlist[] = {"data", "verify", "format", "concat", NULL};
     PyObject *data;
-    int verify = 1;
+    int verify = 1, concat = 0;
     const char *format = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pz:Dataset", kwlist, &data, &verify, &format))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pzp:Dataset", kwlist, &data, &verify, &format,
+                                     &concat))
         return NULL;
     PyObject *keep;
     size_t n;
@@ -62,7 +63,7 @@ static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     stk_dataset_opts_init(&o);
     o.paths = paths;
     o.n_paths = n;
-    o.flags = verify ? 0 : STK_DATASET_NO_VERIFY;
+    o.flags = (verify ? 0 : STK_DATASET_NO_VERIFY) | (concat ? STK_DATASET_CONCAT : 0);
     o.format = format;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_dataset_open_ex(&o, &ds);

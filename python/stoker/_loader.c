@@ -246,7 +246,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         "rank",   "world",      "shuffle",     "drop_last",       "skip_corrupt",
         "verify", "pinned",     "transform",   "transform_field", "autotune",
         "trace_events", "device", "pinned_limit", "batch_ops", "batch_choice", "num_classes",
-        "label_field", "map_fn", "map_fields", NULL};
+        "label_field", "map_fn", "map_fields", "memory_budget", NULL};
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
     int n_threads = 0, prefetch = 0, rank = -1, world = -1;
@@ -255,17 +255,17 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     unsigned int trace_events = 0;
     const char *tfield = "image";
     int device = -1;
-    unsigned long long pinned_limit = 0;
+    unsigned long long pinned_limit = 0, memory_budget = 0;
     PyObject *batch_ops = Py_None, *map_fn = Py_None, *map_fields = Py_None;
     int batch_choice = 0;
     long long num_classes = 0;
     const char *label_field = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspIiKOpLzOO:Loader", kwlist, &data,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspIiKOpLzOOK:Loader", kwlist, &data,
                                      &batch_size, &n_threads, &prefetch, &seed, &rank, &world,
                                      &shuffle, &drop_last, &skip_corrupt, &verify, &pinned,
                                      &transform, &tfield, &autotune, &trace_events, &device,
                                      &pinned_limit, &batch_ops, &batch_choice, &num_classes,
-                                     &label_field, &map_fn, &map_fields))
+                                     &label_field, &map_fn, &map_fields, &memory_budget))
         return NULL;
     stk_loader_opts o;
     stk_loader_opts_init(&o);
@@ -281,6 +281,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     o.device = device;
     o.pinned_limit = pinned_limit;
+    o.memory_budget = memory_budget;
     PyObject *keep = NULL, *dataset_ref = NULL, *transform_ref = NULL;
     const char **paths = NULL;
     if (PyObject_TypeCheck(data, &StkDataset_Type)) {

@@ -31,7 +31,7 @@ def formats():
 
 
 class Dataset(_core.Dataset):
-    """Dataset(data, verify=True, format=None): a dataset opened as records 0..N-1.
+    """Dataset(data, verify=True, format=None, concat=False): a dataset opened as records 0..N-1.
 
     ``data`` is a path, a glob, a brace range ("train-{000..127}.stk") or a list of them;
     ``format`` names the format (see :func:`formats`) instead of detecting it; ``ds.format``
@@ -41,7 +41,8 @@ class Dataset(_core.Dataset):
     writer metadata, parsed), ``ds.classes`` (ImageFolder class names, if recorded) and
     ``ds[i]``: record i as a dict (bytes fields as bytes, int64 as int, float32 as float, array
     fields as numpy arrays of their dtype and shape). Checksums are verified on read unless
-    ``verify=False``.
+    ``verify=False``. Shards of different packs (another dataset id or class list in their
+    metadata) are refused together unless ``concat=True``.
     """
 
     def __getitem__(self, i):
@@ -59,7 +60,13 @@ class Dataset(_core.Dataset):
     @property
     def metadata(self):
         shards = self.shards
-        return json.loads(shards[0]["metadata"]) if shards else {}
+        if not shards:
+            return {}
+        try:
+            return json.loads(shards[0]["metadata"])
+        except ValueError as e:
+            raise _core.StokerFormatError(
+                "%s: writer metadata is not valid JSON (%s)" % (shards[0]["path"], e)) from None
 
     @property
     def classes(self):

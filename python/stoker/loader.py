@@ -148,7 +148,7 @@ class Batch(dict):
         return f"<stoker.Batch epoch={self.epoch} number={self.number} {{{', '.join(parts)}}}>"
 
 
-def _check_int(value, name, minimum):
+def _check_int(value, name, minimum, maximum=None):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise _core.StokerInvalidError(f"{name} should be an integer, but got {name}={value!r}")
     value = int(value)
@@ -156,6 +156,8 @@ def _check_int(value, name, minimum):
         what = "a positive" if minimum == 1 else "a non-negative"
         raise _core.StokerInvalidError(f"{name} should be {what} integer value, but got "
                                        f"{name}={value}")
+    if maximum is not None and value > maximum:
+        raise _core.StokerInvalidError(f"{name}={value} is too large (at most {maximum})")
     return value
 
 
@@ -241,7 +243,7 @@ class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
     num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
     world_size=None, transforms=None, on_error="raise", trace=None, format=None,
-    output=None, fields=None, strict=None, **DataLoader arguments)
+    output=None, fields=None, strict=None, memory_budget=None, **DataLoader arguments)
 
     ``data`` is a dataset of any format stoker reads (``.stk`` shards, an ImageFolder
     directory, ``.npy`` files; ``format=`` names it instead of detecting it) or a
@@ -259,6 +261,9 @@ class Loader:
     ``close()`` (or with ``write_trace()``). ``strict`` (default: the transform's, else True):
     a JPEG that libjpeg reports as corrupt fails its record (skipped under
     ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery.
+    ``memory_budget=`` (bytes) bounds what the loader
+    takes: the ring, each thread's read scratch and largest decode; over it the Loader is not
+    created (StokerLimitError saying what takes what).
     """
 
     def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,
@@ -268,7 +273,8 @@ class Loader:
                  strict=None, sampler=None, batch_sampler=None, collate_fn=None, timeout=0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None,
                  prefetch_factor=None, persistent_workers=None, pin_memory_device=None,
-                 in_order=None, batch_transforms=None, map=None, label_field="label"):
+                 in_order=None, batch_transforms=None, map=None, label_field="label",
+                 memory_budget=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -300,7 +306,7 @@ class Loader:
                 batch_size = 1  # the DataLoader's default
         if batch_size is None:
             raise _core.StokerInvalidError("batch_size is required (samples per batch)")
-        batch_size = _check_int(batch_size, "batch_size", 1)
+        batch_size = _check_int(batch_size, "batch_size", 1, 2**31 - 1)
         picked = _torchcompat.map_sampler(sampler, shuffle, drop_last, generator)
         shuffle = picked.get("shuffle", shuffle)
         self._dist_sampler = picked.get("distributed")
@@ -411,6 +417,8 @@ class Loader:
             skip_corrupt=on_error == "skip", verify=bool(verify), pinned=pinned,
             transform=self._transform, transform_field=transform_field, autotune=autotune,
             trace_events=_TRACE_EVENTS if trace else 0)
+        if memory_budget is not None:
+            self._core_kwargs["memory_budget"] = _check_int(memory_budget, "memory_budget", 1)
         if self._device is not None:
             self._core_kwargs["device"] = self._device.index
             self._core_kwargs.update(finish or {})

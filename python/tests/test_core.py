@@ -207,3 +207,33 @@ def test_core_loader_iterates_epochs(ds_small):
     core.close()
     with pytest.raises(stoker.StokerStateError):
         next(core)
+
+
+def _tree(root, classes, n):
+    for i in range(n):
+        d = os.path.join(root, classes[i % len(classes)])
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "f%d.jpg" % i), "wb") as f:
+            f.write(bytes([i % 256]) * (50 + i))
+
+
+def test_packs_not_mixed_unless_concat(tmp_path):
+    """Shards of two packs (another dataset id / class list) are one dataset only with
+    concat=True; a packed directory carries its manifest (issue 17)."""
+    _tree(tmp_path / "a", ["cat", "dog"], 10)
+    _tree(tmp_path / "b", ["x", "y", "z"], 12)
+    stoker.pack_image_folder(tmp_path / "a", str(tmp_path / "pa"), shard_size=600)
+    stoker.pack_image_folder(tmp_path / "b", str(tmp_path / "pb"), shard_size=600)
+    assert os.path.exists(tmp_path / "pa" / "stoker-manifest.json")
+    a, b = str(tmp_path / "pa"), str(tmp_path / "pb")
+    assert len(stoker.Dataset(a)) == 10 and stoker.Dataset(a).classes == ["cat", "dog"]
+    with pytest.raises(stoker.StokerInvalidError, match="a shard of a different dataset"):
+        stoker.Dataset([a, b])
+    ds = stoker.Dataset([a, b], concat=True)
+    assert len(ds) == 22
+
+
+def test_metadata_must_be_json(tmp_path):
+    with pytest.raises(stoker.StokerInvalidError, match="metadata is not valid JSON"):
+        stoker.write_shard(str(tmp_path / "m.stk"), [("data", "bytes")], [{"data": b"x"}],
+                           metadata="{not json")

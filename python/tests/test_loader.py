@@ -420,8 +420,17 @@ def test_bad_arguments(ds_small, tmp_path):
         make(ds_small, 0)
     with pytest.raises(ValueError, match="batch_size"):
         make(ds_small, True)
+    with pytest.raises(ValueError, match=r"batch_size=1099511627776 is too large \(at most "):
+        make(ds_small, 2**40)
+    # the core says so too (no "must be >= 1" for a size that is too large)
+    with pytest.raises(ValueError, match="batch size 1099511627776 is too large"):
+        stoker._core.Loader(stoker.Dataset(ds_small), batch_size=2**40, rank=0, world=1)
     with pytest.raises(ValueError, match="num_workers"):
         make(ds_small, 4, num_workers=-1)
+    with pytest.raises(stoker.StokerLimitError, match="memory budget of 1000 bytes exceeded"):
+        make(ds_small, 4, num_workers=2, memory_budget=1000)
+    with make(ds_small, 4, num_workers=2, memory_budget=2**30) as loader:
+        assert len(next(iter(loader))["label"]) == 4
     with pytest.raises(ValueError, match="prefetch"):
         make(ds_small, 4, prefetch=0)
     with pytest.raises(ValueError, match="on_error"):

@@ -33,9 +33,36 @@ void stk__fault_alloc_set(long n)
     atomic_store(&alloc_count, 0);
     fault_at = n;
 }
+/* STK_FAULT_WRITE=N: once N bytes have been written by the library (shards, manifests), every
+ * further write fails as a full disk would (ENOSPC). */
+static atomic_long write_count;
+static long write_limit = -1;
+int stk__fault_write_hit(size_t size)
+{
+    if (write_limit < 0) {
+        const char *e = getenv("STK_FAULT_WRITE");
+        write_limit = e ? atol(e) : 0;
+    }
+    if (write_limit <= 0 || atomic_fetch_add(&write_count, (long)size) + (long)size <= write_limit)
+        return 0;
+    errno = ENOSPC;
+    return 1;
+}
+/* Tests: fail writes once n more bytes have been written (0 = off), resetting the count. */
+void stk__fault_write_set(long n);
+void stk__fault_write_set(long n)
+{
+    atomic_store(&write_count, 0);
+    write_limit = n;
+}
 #else
 int stk__fault_alloc_hit(void)
 {
+    return 0;
+}
+int stk__fault_write_hit(size_t size)
+{
+    (void)size;
     return 0;
 }
 #endif

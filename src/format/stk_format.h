@@ -91,4 +91,16 @@ static inline uint64_t stk__fmt_index_fixed(uint32_t n_fields)
     return STK_FMT_I_FIXED + 8u * (uint64_t)n_fields;
 }
 
+/* A packed directory's manifest (docs/format.md "Directories"): written last by stk_pack and
+ * renamed into place, it is the commit point of the whole dataset. */
+#define STK_MANIFEST_NAME "stoker-manifest.json"
+#define STK_MANIFEST_VERSION 1
+/* Suffix of a shard written by stk_pack that is not yet (or just) committed: readers of a
+ * manifest-less directory never see it; a manifest naming "X.stk" accepts "X.stk.part". */
+#define STK_PART_SUFFIX ".part"
+
+/* fsync the directory holding `path`, so a rename in it survives a crash (best effort;
+ * stk_writer.c). */
+void stk__fsync_parent(const char *path);
+
 #endif /* STK_FORMAT_H */

@@ -96,7 +96,7 @@ static stk_status write_all(stk_writer *w, const void *data, size_t size)
 {
     const uint8_t *p = data;
     while (size > 0) {
-        ssize_t n = write(w->fd, p, size);
+        ssize_t n = stk__fault_write_hit(size) ? -1 : write(w->fd, p, size);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
@@ -195,6 +195,8 @@ stk_status stk_writer_open(const char *path, const stk_writer_opts *opts, stk_wr
     if (meta_size > STK_FMT_MAX_META)
         return stk__set_last_error(STK_EINVAL, "%s: metadata is %zu bytes (limit %u)", path,
                                    meta_size, STK_FMT_MAX_META);
+    if (!stk__json_valid(meta))
+        return stk__set_last_error(STK_EINVAL, "%s: metadata is not valid JSON", path);
     for (size_t i = 0; i < opts->n_fields; i++) {
         if (!stk__field_valid(&opts->fields[i], why, sizeof(why)))
             return stk__set_last_error(STK_EINVAL, "%s: %s", path, why);
@@ -357,7 +359,7 @@ const char *stk_writer_errmsg(const stk_writer *w)
 }
 
 /* fsync the directory holding `path`, so the rename itself survives a crash (best effort). */
-static void fsync_parent(const char *path)
+void stk__fsync_parent(const char *path)
 {
     const char *slash = strrchr(path, '/');
     char dir[PATH_MAX];
@@ -420,7 +422,8 @@ stk_status stk_writer_close(stk_writer *w)
     STK_TRY(wbuf_put(w, foot, sizeof(foot)));
     STK_TRY(wbuf_flush(w));
 
-    if (pwrite(w->fd, hdr, w->header_size, 0) != (ssize_t)w->header_size)
+    if (stk__fault_write_hit(w->header_size) ||
+        pwrite(w->fd, hdr, w->header_size, 0) != (ssize_t)w->header_size)
         STK_FAIL(w->err, STK_EIO, "%s: write failed: %s", w->tmp_path, strerror(errno));
     if (fsync(w->fd) != 0)
         STK_FAIL(w->err, STK_EIO, "%s: fsync failed: %s", w->tmp_path, strerror(errno));
@@ -432,7 +435,7 @@ stk_status stk_writer_close(stk_writer *w)
     if (rename(w->tmp_path, w->path) != 0)
         STK_FAIL(w->err, STK_EIO, "%s: cannot rename %s to it: %s", w->path, w->tmp_path,
                  strerror(errno));
-    fsync_parent(w->path);
+    stk__fsync_parent(w->path);
     stk__free(hdr);
     writer_free(w, false);
     return STK_OK;

@@ -25,6 +25,7 @@
  */
 #include "batch/stk_pinned.h"
 #include "loader/stk_loader_int.h"
+#include "xform/stk_xform.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -136,6 +137,32 @@ static stk_status resolve_rank(const stk_loader_opts *o, uint32_t *rank, uint32_
     return STK_OK;
 }
 
+/* The loader's memory at create against opts.memory_budget (0 = none): the ring, and per
+ * thread the read scratch of the transformed field and the largest decode (max_pixels x 3). */
+static stk_status budget_check(const core *c, uint64_t budget, char *err, size_t err_size)
+{
+    if (!budget)
+        return STK_OK;
+    uint64_t ring = (uint64_t)c->r.slot_alloc * c->prefetch, scratch = 0, decode = 0;
+    if (c->transform) {
+        scratch = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
+        decode = c->transform->max_pixels * 3;
+    }
+    uint64_t per_thread = scratch + decode;
+    uint64_t total = ring + per_thread * c->n_threads;
+    if (total <= budget && per_thread * c->n_threads / c->n_threads == per_thread)
+        return STK_OK;
+    return stk__set_error(err, err_size, STK_ELIMIT,
+                          "memory budget of %" PRIu64 " bytes exceeded: the ring takes %" PRIu64
+                          " (%u slots of %zu bytes), %u threads take %" PRIu64
+                          " each (read scratch %" PRIu64 ", decode buffer %" PRIu64
+                          " = max_pixels x 3), %" PRIu64
+                          " in all; lower prefetch, batch size, threads or the transform's "
+                          "max_pixels, or raise memory_budget",
+                          budget, ring, c->prefetch, c->r.slot_alloc, c->n_threads, per_thread,
+                          scratch, decode, total);
+}
+
 stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
 {
     stk_status rc = STK_OK;
@@ -151,8 +178,12 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         return stk__set_last_error(STK_EINVAL, "options not initialised with "
                                                "stk_loader_opts_init");
     opts = &full;
-    if (opts->batch_size < 1 || opts->batch_size > 0x7fffffff)
+    if (opts->batch_size < 1)
         return stk__set_last_error(STK_EINVAL, "batch size %" PRId64 " is invalid (must be >= 1)",
+                                   opts->batch_size);
+    if (opts->batch_size > 0x7fffffff)
+        return stk__set_last_error(STK_EINVAL,
+                                   "batch size %" PRId64 " is too large (at most 2147483647)",
                                    opts->batch_size);
     if (opts->n_threads < 0)
         return stk__set_last_error(STK_EINVAL,
@@ -273,6 +304,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     STK_TRY(stk__batchops_init(&c->bops, &c->r.view,
                                opts->transform_field ? opts->transform_field : "image", label, hwc,
                                err, sizeof(err)));
+    STK_TRY(budget_check(c, opts->memory_budget, err, sizeof(err)));
 
     /* Epoch 0 from position 0; the consumer and the dispatcher start in step. */
     stk__loader_plan(c, 0, &c->d_plan);

@@ -201,26 +201,6 @@ static void walk_free(walk *w)
     stk__free(w->dirs);
 }
 
-/* Write `s` as a JSON string literal at p (at most 6 bytes per byte of s, plus 2); returns the
- * end. */
-static char *json_put(char *p, const char *s)
-{
-    *p++ = '"';
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            *p++ = '\\';
-            *p++ = (char)c;
-        } else if (c < 0x20) {
-            p += sprintf(p, "\\u%04x", c);
-        } else {
-            *p++ = (char)c;
-        }
-    }
-    *p++ = '"';
-    return p;
-}
-
 /* {"source": "imagefolder", "classes": [...], "skipped": [first 16], "n_skipped": N}. */
 static char *metadata(const stk__strlist *classes, const stk__strlist *skipped)
 {
@@ -234,10 +214,10 @@ static char *metadata(const stk__strlist *classes, const stk__strlist *skipped)
         return NULL;
     p += sprintf(p, "{\"source\": \"imagefolder\", \"classes\": [");
     for (size_t i = 0; i < classes->n; i++)
-        p = json_put(p + (i ? sprintf(p, ", ") : 0), classes->v[i]);
+        p = stk__json_put(p + (i ? sprintf(p, ", ") : 0), classes->v[i]);
     p += sprintf(p, "], \"skipped\": [");
     for (size_t i = 0; i < n_skip; i++)
-        p = json_put(p + (i ? sprintf(p, ", ") : 0), skipped->v[i]);
+        p = stk__json_put(p + (i ? sprintf(p, ", ") : 0), skipped->v[i]);
     sprintf(p, "], \"n_skipped\": %zu}", skipped->n);
     return s;
 }

@@ -13,6 +13,14 @@
  * a bitmap (one bit per record, atomics; calloc'd pages stay untouched until a bit in them is
  * set), so later epochs re-read at copy speed; STK__READ_VERIFY_ALL checks again,
  * STK__READ_NO_VERIFY and STK_DATASET_NO_VERIFY never check.
+ *
+ * Datasets (docs/format.md "Directories"): a directory holding stoker-manifest.json is the
+ * shards the manifest lists, nothing else (other *.stk files there are ignored: leftovers of an
+ * interrupted clean-up); each must exist (as NAME or, after a pack killed just after its commit,
+ * NAME.part) with the listed record count, index checksum and metadata. A directory without a
+ * manifest is its *.stk files (packs before manifests). Shards of different datasets (another
+ * "dataset_id" or "classes" in their writer metadata) are refused together unless the dataset is
+ * opened with STK_DATASET_CONCAT.
  */
 #include "format/stk_format.h"
 #include "source/stk_source.h"
@@ -22,6 +30,7 @@
 
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct shard {
@@ -54,6 +63,14 @@ static int stk_probe(const char *path, const stk__stat *st, const uint8_t *head,
     if (!st->is_dir)
         return len > 4 && strcmp(path + len - 4, ".stk") == 0;
     stk__strlist l = {0};
+    stk__stat mst;
+    char *m = stk__path_join(path, STK_MANIFEST_NAME);
+    bool manifest = m && stk__vfs_stat(m, &mst, NULL, 0) == STK_OK;
+    stk__free(m);
+    if (!m)
+        return -1;
+    if (manifest)
+        return 2; /* a packed directory: its manifest says so */
     stk_status rc = stk__paths_list_dir(path, ".stk", false, &l, NULL, 0);
     bool any = rc == STK_OK && l.n > 0;
     stk__strlist_free(&l);
@@ -117,6 +134,9 @@ static stk_status header_parse(shard *s, stk__srcfile *sf, const uint8_t *h, uin
         return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", p);
     memcpy(sf->metadata, h + STK_FMT_H_FIXED + (size_t)s->n_fields * STK_FMT_FIELD_SIZE, meta_size);
     sf->metadata[meta_size] = '\0';
+    if (!stk__json_valid(sf->metadata)) /* docs/format.md: UTF-8 JSON text */
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: corrupt header (writer metadata is not valid JSON)", p);
     return STK_OK;
 }
 
@@ -282,14 +302,184 @@ static uint64_t fingerprint(const stk_dataset *ds, const stkds *d)
     return stk__fp_end(h);
 }
 
+/* What a manifest says about one shard of the list (on = listed by a manifest). */
+typedef struct want {
+    bool on;
+    uint64_t count, index_sum, meta_sum;
+    char manifest[STK_ERRMSG_SIZE / 2]; /* the manifest's path, for messages */
+} want;
+
+/* Read a whole small file through the byte source (NUL-terminated); *out freed by the caller. */
+static stk_status read_small(const char *path, uint64_t limit, char **out, char *err,
+                             size_t err_size)
+{
+    stk__file *f = NULL;
+    stk_status rc = stk__vfs_open(path, &f, err, err_size);
+    *out = NULL;
+    if (rc < 0)
+        return rc;
+    if (f->size > limit)
+        rc = stk__set_error(err, err_size, STK_EFORMAT, "%s: too large (%" PRIu64 " bytes)", path,
+                            f->size);
+    else if (!(*out = stk__malloc((size_t)f->size + 1)))
+        rc = stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", path);
+    else if ((rc = stk__vfs_read(f, 0, *out, (size_t)f->size, err, err_size)) == STK_OK)
+        (*out)[f->size] = '\0';
+    stk__vfs_close(f);
+    if (rc < 0) {
+        stk__free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* A hex u64 member ("key": "0123456789abcdef") or a number member ("key": 12). */
+static bool manifest_u64(const char *json, const char *key, bool hex, uint64_t *v)
+{
+    const char *p;
+    size_t len;
+    char end;
+    if (!stk__json_member(json, key, &p, &len))
+        return false;
+    if (hex)
+        return len == 18 && sscanf(p, "\"%16" SCNx64 "%c", v, &end) == 2 && end == '"';
+    return len > 0 && len < 21 && p[0] >= '0' && p[0] <= '9' && sscanf(p, "%" SCNu64, v) == 1;
+}
+
+/* Add the shards that DIR's manifest lists to `list` (and what it says of them to `*wants`, grown
+ * to list->n). Returns STK_OK with *found false when DIR has no manifest. */
+static stk_status manifest_load(const char *dir, stk__strlist *list, want **wants, bool *found,
+                                char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    char *text = NULL, *path = stk__path_join(dir, STK_MANIFEST_NAME), *file = NULL;
+    stk__stat st;
+    *found = false;
+    if (!path)
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", dir);
+    if (stk__vfs_stat(path, &st, NULL, 0) != STK_OK)
+        goto fail; /* no manifest */
+    *found = true;
+    STK_TRY(read_small(path, 16ull * STK_FMT_MAX_META, &text, err, err_size));
+    /* Its last member is the checksum of every byte before that member's line. */
+    const char *ck = NULL;
+    for (const char *q = text; (q = strstr(q, "\n  \"checksum\": \"")); q++)
+        ck = q;
+    uint64_t sum = 0, version = 0, id = 0, records = 0, n_shards = 0, meta_sum = 0;
+    char end;
+    if (!ck || sscanf(ck + 16, "%16" SCNx64 "%c", &sum, &end) != 2 || end != '"' ||
+        sum != XXH3_64bits(text, (size_t)(ck - text) + 1) || !stk__json_valid(text))
+        STK_FAIL_E(STK_EFORMAT,
+                   "%s: damaged or edited manifest (checksum mismatch); repack the dataset, or "
+                   "give its shard files by name to read them without it",
+                   path);
+    if (!manifest_u64(text, "stoker_manifest", false, &version) || version == 0)
+        STK_FAIL_E(STK_EFORMAT, "%s: not a stoker manifest", path);
+    if (version > STK_MANIFEST_VERSION)
+        STK_FAIL_E(STK_ENOTSUP, "%s: manifest version %" PRIu64 " is newer than this stoker", path,
+                   version);
+    const char *sh;
+    size_t sh_len;
+    if (!manifest_u64(text, "dataset_id", true, &id) ||
+        !manifest_u64(text, "records", false, &records) ||
+        !manifest_u64(text, "shard_count", false, &n_shards) ||
+        !manifest_u64(text, "metadata_checksum", true, &meta_sum) ||
+        !stk__json_member(text, "shards", &sh, &sh_len) || *sh != '[')
+        STK_FAIL_E(STK_EFORMAT, "%s: corrupt manifest (a member is missing)", path);
+    uint64_t seen = 0, total = 0;
+    const char *q = sh;
+    while ((q = strstr(q, "{\"file\": \"")) && q < sh + sh_len) {
+        char name[256];
+        uint64_t count, isum;
+        int used = 0;
+        if (sscanf(q,
+                   "{\"file\": \"%255[^\"\\/]\", \"records\": %" SCNu64
+                   ", \"index_checksum\": \"%16" SCNx64 "\"}%n",
+                   name, &count, &isum, &used) != 3 ||
+            used == 0 || name[0] == '.')
+            STK_FAIL_E(STK_EFORMAT, "%s: corrupt manifest (shard entry %" PRIu64 ")", path, seen);
+        q += used;
+        seen++;
+        total += count;
+        stk__free(file);
+        if (!(file = stk__path_join(dir, name)))
+            STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
+        if (stk__vfs_stat(file, &st, NULL, 0) != STK_OK) {
+            /* a pack killed after its commit, before renaming the parts */
+            size_t n = strlen(file);
+            char *part = stk__realloc(file, n + sizeof(STK_PART_SUFFIX));
+            if (!part)
+                STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
+            file = part;
+            memcpy(file + n, STK_PART_SUFFIX, sizeof(STK_PART_SUFFIX));
+            if (stk__vfs_stat(file, &st, NULL, 0) != STK_OK) {
+                file[n] = '\0';
+                STK_FAIL_E(STK_EIO,
+                           "%s: missing, but the manifest %s lists it (%" PRIu64
+                           " records): the dataset is incomplete",
+                           file, path, count);
+            }
+        }
+        if (stk__strlist_add(list, file) < 0)
+            STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
+        want *w = stk__realloc(*wants, list->n * sizeof(**wants));
+        if (!w)
+            STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
+        *wants = w;
+        want *x = &w[list->n - 1];
+        memset(x, 0, sizeof(*x));
+        x->on = true;
+        x->count = count;
+        x->index_sum = isum;
+        x->meta_sum = meta_sum;
+        snprintf(x->manifest, sizeof(x->manifest), "%s", path);
+    }
+    if (seen != n_shards || total != records || seen == 0)
+        STK_FAIL_E(STK_EFORMAT,
+                   "%s: corrupt manifest (%" PRIu64 " shards of %" PRIu64 " records listed, "
+                   "%" PRIu64 " of %" PRIu64 " announced)",
+                   path, seen, total, n_shards, records);
+fail:
+    stk__free(file);
+    stk__free(text);
+    stk__free(path);
+    return rc;
+}
+
+/* Whether shards a and b (writer metadata) are of one dataset: same "dataset_id" and same
+ * "classes" (each compared as text; absent equals absent). *what says which differs. */
+static bool same_dataset(const char *a, const char *b, const char **what)
+{
+    static const char *const keys[] = {"dataset_id", "classes"};
+    for (int k = 0; k < 2; k++) {
+        const char *va = "", *vb = "";
+        size_t la = 0, lb = 0;
+        stk__json_member(a, keys[k], &va, &la);
+        stk__json_member(b, keys[k], &vb, &lb);
+        if (la != lb || memcmp(va, vb, la) != 0) {
+            *what = k == 0 ? "another dataset_id" : "another class list";
+            return false;
+        }
+    }
+    return true;
+}
+
 static stk_status stk_open(stk_dataset *ds, const char *const *paths, size_t n_paths, char *err,
                            size_t err_size)
 {
     stk_status rc = STK_OK;
     stk__strlist list = {0};
-    for (size_t i = 0; i < n_paths; i++) { /* a directory stands for its shards, by name */
+    want *wants = NULL;
+    for (size_t i = 0; i < n_paths; i++) { /* a directory: its manifest, else its shards */
         stk__stat st;
-        if (stk__vfs_stat(paths[i], &st, NULL, 0) == STK_OK && st.is_dir) {
+        bool manifest = false,
+             is_dir = stk__vfs_stat(paths[i], &st, NULL, 0) == STK_OK && st.is_dir;
+        size_t listed = list.n;
+        if (is_dir)
+            STK_TRY(manifest_load(paths[i], &list, &wants, &manifest, err, err_size));
+        if (manifest) {
+            continue;
+        } else if (is_dir) {
             size_t before = list.n;
             /* directories named *.stk too: opening one names the problem */
             STK_TRY(stk__paths_list_dir(paths[i], ".stk", true, &list, err, err_size));
@@ -301,6 +491,12 @@ static stk_status stk_open(stk_dataset *ds, const char *const *paths, size_t n_p
         } else if (stk__strlist_add(&list, paths[i]) < 0) {
             STK_FAIL_E(STK_ENOMEM, "%s: out of memory", paths[i]);
         }
+        want *w = stk__realloc(wants, (list.n ? list.n : 1) * sizeof(*wants));
+        if (!w)
+            STK_FAIL_E(STK_ENOMEM, "%s: out of memory", paths[i]);
+        wants = w;
+        for (size_t j = listed; j < list.n; j++)
+            wants[j].on = false;
     }
     if (list.n > UINT32_MAX)
         STK_FAIL_E(STK_ELIMIT, "%s: too many shards (%zu)", paths[0], list.n);
@@ -327,6 +523,26 @@ static stk_status stk_open(stk_dataset *ds, const char *const *paths, size_t n_p
                        "%s: schema differs from %s (all shards of a dataset must have the same "
                        "fields)",
                        sf->path, ds->files[0].path);
+        const want *w = &wants[i];
+        if (w->on && (sf->count != w->count || s->index_sum != w->index_sum))
+            STK_FAIL_E(STK_EFORMAT,
+                       "%s: %" PRIu64 " records, index checksum %016" PRIx64 ", but the manifest "
+                       "%s lists %" PRIu64 " records, %016" PRIx64
+                       " (a shard of another pack, or changed since)",
+                       sf->path, sf->count, s->index_sum, w->manifest, w->count, w->index_sum);
+        if (w->on && XXH3_64bits(sf->metadata, strlen(sf->metadata)) != w->meta_sum)
+            STK_FAIL_E(STK_EFORMAT,
+                       "%s: writer metadata differs from the manifest %s (a shard of another "
+                       "pack)",
+                       sf->path, w->manifest);
+        const char *what;
+        if (!(ds->flags & STK_DATASET_CONCAT) &&
+            !same_dataset(ds->files[0].metadata, sf->metadata, &what))
+            STK_FAIL_E(STK_EINVAL,
+                       "%s: a shard of a different dataset than %s (%s in its metadata); shards "
+                       "of different packs are not mixed unless asked (concat: "
+                       "STK_DATASET_CONCAT, `--concat`, Dataset(..., concat=True))",
+                       sf->path, ds->files[0].path, what);
         if (sf->count > UINT64_MAX - ds->count)
             STK_FAIL_E(STK_ELIMIT, "%s: too many records", sf->path);
         sf->first = ds->count;
@@ -345,6 +561,7 @@ static stk_status stk_open(stk_dataset *ds, const char *const *paths, size_t n_p
                        ds->count);
     }
 fail:
+    stk__free(wants);
     stk__strlist_free(&list);
     return rc;
 }

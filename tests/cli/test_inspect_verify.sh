@@ -51,11 +51,13 @@ assert [x["index"] for x in r] == list(range(7))
 expect 0 'path="ant/a3.jpg"' "$STOKER" inspect --records one.stk
 
 # DATA forms: directory, glob, list (in the given order).
-n=$(ls shards | wc -l)
+n=$(ls shards/*.stk | wc -l)
 [ "$n" -gt 2 ] || fail "expected several shards, got $n"
 expect 0 "shards:      $n" "$STOKER" inspect shards
 expect 0 "shards:      $n" "$STOKER" inspect 'shards/shard-*.stk'
-expect 0 "records:     20" "$STOKER" inspect one.stk shards
+# two packs (one.stk and shards) are two datasets: read as one only when asked
+expect 1 "a shard of a different dataset" "$STOKER" inspect one.stk shards
+expect 0 "records:     20" "$STOKER" inspect --concat one.stk shards
 "$STOKER" inspect --json --records shards/shard-00001.stk shards/shard-00000.stk | $PY -c '
 import json, sys
 d = json.load(sys.stdin)
@@ -67,7 +69,7 @@ assert d["record_list"][0]["shard"] == 0 and d["record_list"][0]["local"] == 0
 # ---- verify: good data ----
 expect 0 "verify: 10 records in 1 shard: all good, 0 bad" "$STOKER" verify one.stk
 expect 0 "all good" "$STOKER" verify shards
-expect 0 "all good" "$STOKER" verify --threads 1 one.stk shards
+expect 0 "all good" "$STOKER" verify --concat --threads 1 one.stk shards
 expect 0 "all good" "$STOKER" verify --threads 3 --quiet 'shards/*.stk'
 
 # ---- a flipped byte inside a record ----
@@ -86,7 +88,7 @@ expect 1 "bad.stk record 3 (global 3) at byte" "$STOKER" inspect --records bad.s
 
 # In a multi-shard directory: the shard file and its local record number are named.
 cp -r shards badshards
-last=$(ls badshards | tail -n1)
+last=$(cd badshards && ls *.stk | tail -n1)
 off=$(offset_of "badshards/$last" "bee-image-03")
 [ -n "$off" ] || fail "bee-image-03 not in the last shard $last"
 flip "badshards/$last" $((off + 5))

@@ -114,7 +114,7 @@ EOF
 mkdir -p many/c0 many/c1
 for i in $(seq -w 0 19); do head -c 1000 /dev/zero | tr '\0' "x" > many/c$((10#$i % 2))/img$i.jpg; done
 expect 0 "into 7 shards" "$STOKER" pack many shards --shard-size 4k
-ls shards > list.txt
+ls shards | grep -v stoker-manifest.json > list.txt
 [ "$(head -n1 list.txt)" = shard-00000.stk ] || fail "first shard name: $(cat list.txt)"
 [ "$(wc -l < list.txt)" -eq 7 ] || fail "expected 7 shards: $(cat list.txt)"
 for f in shards/*.stk; do
@@ -157,9 +157,10 @@ expect 0 "packed 20" "$STOKER" pack many s5.stk --align 1
 expect 1 "out.stk already exists" "$STOKER" pack src out.stk
 expect 0 "packed 13" "$STOKER" pack src out.stk --force
 expect 1 "shards is not empty" "$STOKER" pack src shards
-# --force into a non-empty directory: old shards beyond the new count are removed.
+# --force into a non-empty directory: the old shards are removed (after the new manifest).
 expect 0 "into 1 shard" "$STOKER" pack --force src shards
-[ "$(ls shards | wc -l)" -eq 1 ] || fail "stale shards left: $(ls shards)"
+[ "$(ls shards | wc -l)" -eq 2 ] || fail "stale shards left: $(ls shards)"
+[ -f shards/stoker-manifest.json ] || fail "no manifest in shards"
 "$STOKER" verify shards > /dev/null || fail "verify after --force"
 printf 'x' > afile
 expect 1 "afile already exists and is not a directory" "$STOKER" pack src afile

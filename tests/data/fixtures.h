@@ -25,8 +25,9 @@ FX_FN size_t fx_payload(uint64_t i, uint8_t *buf)
     return len;
 }
 
-/* Open a shard writer at `path` with the loader tests' schema: data (bytes), label (int64). */
-FX_FN stk_status fx_shard_open(const char *path, stk_writer **w)
+/* Open a shard writer at `path` with the loader tests' schema: data (bytes), label (int64), and
+ * writer metadata `meta` (NULL: "{}"). */
+FX_FN stk_status fx_shard_open_meta(const char *path, const char *meta, stk_writer **w)
 {
     stk_field fields[2] = {{.name = "data", .kind = STK_FIELD_BYTES},
                            {.name = "label", .kind = STK_FIELD_INT64}};
@@ -34,7 +35,14 @@ FX_FN stk_status fx_shard_open(const char *path, stk_writer **w)
     stk_writer_opts_init(&wo);
     wo.fields = fields;
     wo.n_fields = 2;
+    wo.metadata_json = meta;
     return stk_writer_open(path, &wo, w);
+}
+
+/* fx_shard_open_meta without metadata. */
+FX_FN stk_status fx_shard_open(const char *path, stk_writer **w)
+{
+    return fx_shard_open_meta(path, NULL, w);
 }
 
 /* A fresh empty directory /tmp/stk_<name>_XXXXXX for one case (NULL on failure). Lifetime: a

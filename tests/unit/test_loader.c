@@ -516,6 +516,10 @@ static int test_bad_arguments(void)
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     T_CHECK(L == NULL);
     T_CHECK(strstr(stk_last_errmsg(), "batch size"));
+    o = fx_opts(paths, (int64_t)1 << 40, 1); /* too large, not "must be >= 1" */
+    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
+    T_CHECKF(strstr(stk_last_errmsg(), "batch size 1099511627776 is too large"), "%s",
+             stk_last_errmsg());
     o = fx_opts(paths, 4, -1);
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     T_CHECK(strstr(stk_last_errmsg(), "thread count"));
@@ -793,9 +797,49 @@ static int teardown(void)
     return 0;
 }
 
+/* memory_budget: the loader's memory at create (ring; per thread the read scratch and the
+ * largest decode, max_pixels x 3) against the budget; over it create fails saying what takes
+ * what, under it the loader runs. */
+static int test_memory_budget(void)
+{
+    const char *paths[] = {ds_small};
+    stk_loader *L;
+    stk_loader_opts o = fx_opts(paths, 4, 2);
+    o.prefetch = 3;
+    o.memory_budget = 1;
+    T_EQ(stk_loader_create(&o, &L), STK_ELIMIT);
+    T_CHECKF(strstr(stk_last_errmsg(), "memory budget of 1 bytes exceeded: the ring takes") &&
+                 strstr(stk_last_errmsg(), "(3 slots of"),
+             "%s", stk_last_errmsg());
+    o.memory_budget = 1ull << 30;
+    T_OK(stk_loader_create(&o, &L));
+    stk_batch *b;
+    T_OK(stk_loader_next(L, &b));
+    stk_batch_release(b);
+    stk_loader_destroy(L);
+    if (!ds_img[0])
+        return 0;
+    /* with a transform, each thread's decode buffer counts: 2 x 64 Mpx x 3 > 256 MiB */
+    const char *img[] = {ds_img};
+    stk_transform *t;
+    T_OK(stk_transform_recipe("imagenet-train", false, &t));
+    o = fx_opts(img, 4, 2);
+    o.transform = t;
+    o.memory_budget = 256ull << 20;
+    T_EQ(stk_loader_create(&o, &L), STK_ELIMIT);
+    T_CHECKF(strstr(stk_last_errmsg(), "decode buffer 201326592 = max_pixels x 3"), "%s",
+             stk_last_errmsg());
+    o.n_threads = 1;
+    T_OK(stk_loader_create(&o, &L));
+    stk_loader_destroy(L);
+    stk_transform_destroy(t);
+    return 0;
+}
+
 T_MAIN(T_CASE(setup), T_CASE(test_in_order), T_CASE(test_shuffle_once_ranks_threads),
        T_CASE(test_epochs_advance_and_repeat), T_CASE(test_drop_last), T_CASE(test_resume),
        T_CASE(test_resume_other_world), T_CASE(test_backpressure_and_holding),
        T_CASE(test_shutdown_anywhere), T_CASE(test_fork_child), T_CASE(test_next_timeout),
        T_CASE(test_bad_arguments), T_CASE(test_bad_states), T_CASE(test_corrupt_record),
-       T_CASE(test_alloc_failures), T_CASE(test_alloc_failures_decode), T_CASE(teardown))
+       T_CASE(test_alloc_failures), T_CASE(test_alloc_failures_decode), T_CASE(test_memory_budget),
+       T_CASE(teardown))
