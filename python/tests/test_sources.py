@@ -30,7 +30,7 @@ def tree(tmp_path):
 
 
 def test_formats_listed():
-    assert stoker.formats() == ["stk", "npy", "imagefolder"]
+    assert stoker.formats() == ["stk", "npy", "wds", "imagefolder"]
 
 
 def test_imagefolder_read_directly_equals_packed(tree, tmp_path):
