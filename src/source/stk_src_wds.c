@@ -235,7 +235,7 @@ static bool memberlist_add(memberlist *ml, uint64_t data_off, uint64_t size, con
         ml->v = v;
         ml->cap = cap;
     }
-    if (ml->names_len + name_len > ml->names_cap) {
+    if (!ml->names || ml->names_len + name_len > ml->names_cap) {
         size_t cap = STK_MAX(ml->names_cap * 2, ml->names_len + name_len + 4096);
         char *p = stk__realloc(ml->names, cap);
         if (!p)

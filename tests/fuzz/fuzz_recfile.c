@@ -12,46 +12,19 @@
  */
 #include "format/stk_format.h"
 #include "source/stk_source.h"
+#include "fuzz_input.h"
 #include "stk_internal.h"
 
 #include <xxhash.h>
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAX_RECORDS 10000
 #define MAX_RECORD_SIZE (1u << 20)
-
-/* An unlinked file holding the input; *path names it for stk_dataset_open. */
-static int input_file(const uint8_t *data, size_t size, char *path, size_t path_size)
-{
-    int fd = memfd_create("fuzz.stk", MFD_CLOEXEC);
-    if (fd >= 0) {
-        snprintf(path, path_size, "/proc/self/fd/%d", fd);
-        if (access(path, R_OK) != 0) { /* no /proc: fall back to a real file */
-            close(fd);
-            fd = -1;
-        }
-    }
-    if (fd < 0) {
-        snprintf(path, path_size, "/tmp/fuzz_recfile_XXXXXX");
-        fd = mkstemp(path);
-        if (fd < 0)
-            return -1;
-    }
-    size_t off = 0;
-    while (off < size) {
-        ssize_t n = write(fd, data + off, size - off);
-        if (n <= 0)
-            break;
-        off += (size_t)n;
-    }
-    return fd;
-}
 
 /* Read every record through both read paths. */
 static void read_all(const stk_dataset *ds)
@@ -101,7 +74,7 @@ static void read_all(const stk_dataset *ds)
 static void run_one(const uint8_t *data, size_t size)
 {
     char path[64];
-    int fd = input_file(data, size, path, sizeof(path));
+    int fd = fuzz_input_file("recfile", data, size, path, sizeof(path));
     if (fd < 0)
         return;
     const char *paths[1] = {path};
