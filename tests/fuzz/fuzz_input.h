@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -38,6 +39,25 @@ static int fuzz_input_file(const char *tag, const uint8_t *data, size_t size, ch
         off += (size_t)n;
     }
     return fd;
+}
+
+/* Run the input, then (inputs up to 4 MiB) a copy with its checksums recomputed by `repair`
+ * when that changed anything: most mutations break a checksum, and the repaired copy reaches the
+ * parsing behind it. */
+static void fuzz_run_repaired(const uint8_t *data, size_t size,
+                              void (*run)(const uint8_t *, size_t),
+                              int (*repair)(uint8_t *, size_t))
+{
+    run(data, size);
+    if (size > (4u << 20))
+        return;
+    uint8_t *copy = malloc(size ? size : 1);
+    if (!copy)
+        return;
+    memcpy(copy, data, size);
+    if (repair(copy, size))
+        run(copy, size);
+    free(copy);
 }
 
 #endif /* FUZZ_INPUT_H */

@@ -102,15 +102,6 @@ static int repair(uint8_t *b, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    run_one(data, size);
-    if (size > (4u << 20))
-        return 0;
-    uint8_t *copy = malloc(size ? size : 1);
-    if (!copy)
-        return 0;
-    memcpy(copy, data, size);
-    if (repair(copy, size))
-        run_one(copy, size);
-    free(copy);
+    fuzz_run_repaired(data, size, run_one, repair);
     return 0;
 }
