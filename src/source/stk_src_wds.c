@@ -794,6 +794,12 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         sf->first = sh->first;
         sf->count = sh->count;
         sf->size = sh->f->size;
+        char meta[96];
+        snprintf(meta, sizeof(meta), "{\"index\": \"%s\", \"members\": %zu}",
+                 sh->from_cache ? "cached" : "scanned", ml.n);
+        sf->metadata = stk__strdup(meta);
+        if (!sf->metadata)
+            STK_FAIL_E(STK_ENOMEM, "out of memory");
         for (uint64_t r = sh->first; r < b.n_recs; r++)
             for (uint32_t k = 0; k < b.recs[r].n; k++)
                 sf->data_size += b.mems[b.recs[r].first + k].size;
@@ -935,6 +941,27 @@ static bool parse_int(const char *t, size_t n, int64_t *out)
     return true;
 }
 
+/* The tar header just before field f's data must still describe it (else the shard changed). */
+static stk_status check_header(const stk_dataset *ds, uint64_t i, uint32_t f, const uint8_t *hdr,
+                               uint64_t hdr_off, uint32_t size, char *err, size_t err_size)
+{
+    uint64_t hsize;
+    if (tar_checksum_ok(hdr) && tar_number(hdr + 124, 12, &hsize) && hsize == size)
+        return STK_OK;
+    char where[STK_ERRMSG_SIZE];
+    wds_describe(ds, i, where, sizeof(where));
+    return stk__set_error(err, err_size, STK_EFORMAT,
+                          "%s: the tar header of field '%s' at byte %" PRIu64
+                          " does not match the index: the shard changed after it was indexed "
+                          "(reopen the dataset)",
+                          where, ds->fields[f].name, hdr_off);
+}
+
+#define READ_GAPS 8192 /* bytes of headers and padding one read may skip over */
+#define READ_PIECES (STK_MAX_FIELDS + 1)
+
+/* Record i: the members' data go straight to dst (ints through text); the headers and padding
+ * between them to a stack buffer, so a sample of adjacent members is one read. */
 static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, void *const dst[],
                            const size_t cap[], unsigned flags, stk__recinfo *info, char *err,
                            size_t err_size)
@@ -957,6 +984,9 @@ static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
     memcpy(dst[0], sh->keys + r->key_off, r->key_len);
     info->field_size[0] = r->key_len;
     info->size = r->key_len;
+    /* the fields in file order */
+    uint32_t order[STK_MAX_FIELDS];
+    uint32_t np = 0;
     for (uint32_t f = 1; f < ds->n_fields; f++) {
         const wds_loc *l = &loc[f - 1];
         bool as_int = w->is_int[f];
@@ -966,44 +996,69 @@ static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
                                   "%s: no '%s' member (other samples have one)", where,
                                   ds->fields[f].name);
         }
-        uint8_t hdr[TAR_BLOCK];
-        char text[MAX_INT_TEXT];
         if (as_int ? l->size > MAX_INT_TEXT || cap[f] < 8 : l->size > cap[f]) {
+            bool text = as_int && cap[f] >= 8;
             wds_describe(ds, i, where, sizeof(where));
-            return stk__set_error(
-                err, err_size, as_int && cap[f] >= 8 ? STK_EFORMAT : STK_ELIMIT,
-                "%s: field '%s' (%" PRIu32 " bytes) %s", where, ds->fields[f].name, l->size,
-                as_int && cap[f] >= 8 ? "is too long for an ASCII integer" : "is over its buffer");
+            return stk__set_error(err, err_size, text ? STK_EFORMAT : STK_ELIMIT,
+                                  "%s: field '%s' (%" PRIu32 " bytes) %s", where,
+                                  ds->fields[f].name, l->size,
+                                  text ? "is too long for an ASCII integer" : "is over its buffer");
         }
-        uint64_t data_off = r->off + l->rel;
-        stk__iov iov[2] = {{hdr, TAR_BLOCK}, {as_int ? (void *)text : dst[f], l->size}};
-        stk_status rc = sh->f->vfs->read(sh->f, data_off - TAR_BLOCK, iov, 2, err, err_size);
+        uint32_t k = np++;
+        while (k > 0 && loc[order[k - 1] - 1].rel > l->rel) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = f;
+    }
+    uint8_t gaps[READ_GAPS];
+    char text[STK_MAX_FIELDS][MAX_INT_TEXT];
+    for (uint32_t a = 0; a < np;) {
+        /* one read from the header of order[a] over as many following members as fit */
+        stk__iov iov[READ_PIECES];
+        const uint8_t *hdr[STK_MAX_FIELDS];
+        int n = 0;
+        size_t used = 0;
+        uint64_t start = r->off + loc[order[a] - 1].rel - TAR_BLOCK, pos = start;
+        uint32_t z = a;
+        for (; z < np && n + 2 <= READ_PIECES; z++) {
+            uint32_t f = order[z];
+            uint64_t data_off = r->off + loc[f - 1].rel;
+            uint64_t gap = data_off - pos;
+            if (gap < TAR_BLOCK || gap > sizeof(gaps) - used)
+                break; /* a long PAX header or a skipped member in between: a new read */
+            iov[n++] = (stk__iov){gaps + used, (size_t)gap};
+            hdr[z] = gaps + used + gap - TAR_BLOCK;
+            used += (size_t)gap;
+            iov[n++] = (stk__iov){w->is_int[f] ? (void *)text[f] : dst[f], loc[f - 1].size};
+            pos = data_off + loc[f - 1].size;
+        }
+        stk_status rc = sh->f->vfs->read(sh->f, start, iov, n, err, err_size);
         if (rc < 0) {
             wds_describe(ds, i, where, sizeof(where));
             return stk__source_read_error(rc, where, sh->f->path, err, err_size);
         }
-        uint64_t hsize;
-        if (!tar_checksum_ok(hdr) || !tar_number(hdr + 124, 12, &hsize) || hsize != l->size) {
-            wds_describe(ds, i, where, sizeof(where));
-            return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "%s: the tar header of field '%s' at byte %" PRIu64
-                                  " does not match the index: the shard changed after it was "
-                                  "indexed (reopen the dataset)",
-                                  where, ds->fields[f].name, data_off - TAR_BLOCK);
-        }
-        if (as_int) {
+        for (uint32_t k = a; k < z; k++) {
+            uint32_t f = order[k];
+            const wds_loc *l = &loc[f - 1];
+            uint64_t data_off = r->off + l->rel;
+            rc = check_header(ds, i, f, hdr[k], data_off - TAR_BLOCK, l->size, err, err_size);
+            if (rc < 0)
+                return rc;
             int64_t v;
-            if (!parse_int(text, l->size, &v)) {
+            if (w->is_int[f] && !parse_int(text[f], l->size, &v)) {
                 wds_describe(ds, i, where, sizeof(where));
                 return stk__set_error(err, err_size, STK_EFORMAT,
                                       "%s: field '%s' at byte %" PRIu64
                                       " is not an ASCII integer ('%.*s')",
-                                      where, ds->fields[f].name, data_off, (int)l->size, text);
+                                      where, ds->fields[f].name, data_off, (int)l->size, text[f]);
             }
-            stk__st64(dst[f], (uint64_t)v);
+            if (w->is_int[f])
+                stk__st64(dst[f], (uint64_t)v);
+            info->field_size[f] = w->is_int[f] ? 8 : l->size;
+            info->size += info->field_size[f];
         }
-        info->field_size[f] = as_int ? 8 : l->size;
-        info->size += info->field_size[f];
+        a = z;
     }
     return STK_OK;
 }
