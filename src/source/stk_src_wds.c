@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -896,6 +897,10 @@ fail:
     stk__free(b.recs);
     stk__free(b.mems);
     stk__strlist_free(&list);
+#ifdef __GLIBC__
+    if (b.n_mems > 100000)
+        malloc_trim(0); /* hand the build's temporaries (~4x the index) back to the system */
+#endif
     return rc;
 }
 
