@@ -128,14 +128,17 @@ static bool tar_checksum_ok(const uint8_t *h)
     uint64_t want;
     if (!tar_number(h + 148, 8, &want))
         return false;
-    uint64_t u = 0;
-    int64_t s = 0;
-    for (int i = 0; i < TAR_BLOCK; i++) {
-        uint8_t c = i >= 148 && i < 156 ? ' ' : h[i];
-        u += c;
-        s += (int8_t)c;
-    }
-    return want == u || (int64_t)want == s;
+    uint32_t u = 8 * ' '; /* a plain byte sum (vectorised), then the chksum field swapped out */
+    for (int i = 0; i < TAR_BLOCK; i++)
+        u += h[i];
+    for (int i = 148; i < 156; i++)
+        u -= h[i];
+    if (want == u)
+        return true;
+    int64_t s = 8 * ' '; /* old writers summed signed chars */
+    for (int i = 0; i < TAR_BLOCK; i++)
+        s += i >= 148 && i < 156 ? 0 : (int8_t)h[i];
+    return (int64_t)want == s;
 }
 
 static bool is_ustar(const uint8_t *h)
