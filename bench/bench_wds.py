@@ -18,6 +18,7 @@ import argparse
 import io
 import json
 import os
+import resource
 import subprocess
 import sys
 import tarfile
@@ -128,8 +129,15 @@ print(json.dumps({"seconds": dt, "records": len(ds), "rss_delta": r1 - r0,
 """
 
 
-def run_json(args):
+CPU = {}  # CPU seconds (user + sys) of the last run_json child, by the key it was given
+
+
+def run_json(args, key=None):
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(args, check=True, capture_output=True, text=True, env=ENV).stdout
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if key:
+        CPU.setdefault(key, []).append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -183,16 +191,15 @@ def main():
     rate = {"tar": [], "stk": [], "tarfile": [], "raw_tar": [], "raw_stk": []}
     for _ in range(a.repeat):
         rate["tar"].append(run_json([sys.executable, "-c", STOKER_LOOP, tar_arg,
-                                     str(a.epochs)])["samples_per_s"])
+                                     str(a.epochs)], "tar")["samples_per_s"])
         rate["stk"].append(run_json([sys.executable, "-c", STOKER_LOOP, packed,
-                                     str(a.epochs)])["samples_per_s"])
+                                     str(a.epochs)], "stk")["samples_per_s"])
         rate["tarfile"].append(run_json([sys.executable, "-c", TARFILE_LOOP, tar_arg,
                                          str(a.epochs)])["samples_per_s"])
         for key, data in (("raw_tar", brace), ("raw_stk", packed)):
             rate[key].append(run_json([STOKER, "bench", data, "--threads", "2", "--epochs",
-                                       str(a.raw_epochs),
-                                       "--batch-size", "64", "--shuffle", "--json",
-                                       "--quiet"])["samples_per_s"])
+                                       str(a.raw_epochs), "--batch-size", "64", "--shuffle",
+                                       "--json", "--quiet"], key)["samples_per_s"])
     m = {k: median(v) for k, v in rate.items()}
     print(f"{a.images} JPEGs in {a.shards} shards, {a.repeat} interleaved runs, medians "
           "[min-max] samples/s\n")
@@ -203,6 +210,11 @@ def main():
           f"| **{m['tar'] / m['stk']:.2f}x** | - |")
     print(f"| raw records, `stoker bench` 2 threads | {rng('raw_tar')} | {rng('raw_stk')} | - "
           f"| **{m['raw_tar'] / m['raw_stk']:.2f}x** | - |")
+    cpu = {k: median(v) for k, v in CPU.items()}
+    print(f"| CPU seconds per run (user + sys), imagenet-train | {cpu['tar']:.2f} | "
+          f"{cpu['stk']:.2f} | - | **{cpu['stk'] / cpu['tar']:.2f}x** (samples per CPU-s) | - |")
+    print(f"| CPU seconds per run (user + sys), raw | {cpu['raw_tar']:.2f} | {cpu['raw_stk']:.2f} "
+          f"| - | **{cpu['raw_stk'] / cpu['raw_tar']:.2f}x** (samples per CPU-s) | - |")
     print(f"| imagenet-train vs tarfile + PIL + torchvision, DataLoader(num_workers=2) "
           f"| {rng('tar')} | - | {rng('tarfile')} | - | **{m['tar'] / m['tarfile']:.2f}x** |")
 
