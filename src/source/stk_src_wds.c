@@ -154,9 +154,23 @@ static bool ends_with(const char *s, const char *suffix)
     return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
+/* Whether head can start a tar header: a non-empty name, NUL-padded (so a NUL is followed only by
+ * NULs). Rejects .stk, JPEG, .npy and most other files without opening them again. */
+static bool tar_name_prefix(const uint8_t *head, size_t n)
+{
+    if (head[0] == 0)
+        return false;
+    size_t i = 0;
+    while (i < n && head[i])
+        i++;
+    for (; i < n; i++)
+        if (head[i])
+            return false;
+    return true;
+}
+
 static int wds_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
 {
-    (void)head;
     if (st->is_dir) {
         stk__strlist l = {0};
         stk_status rc = stk__paths_list_dir(path, ".tar", false, &l, NULL, 0);
@@ -165,7 +179,7 @@ static int wds_probe(const char *path, const stk__stat *st, const uint8_t *head,
         return rc == STK_ENOMEM ? -1 : any;
     }
     int by_name = ends_with(path, ".tar");
-    if (n == 0 || st->size < TAR_BLOCK)
+    if (n == 0 || st->size < TAR_BLOCK || !tar_name_prefix(head, n))
         return by_name;
     uint8_t h[TAR_BLOCK];
     stk__file *f = NULL;
