@@ -40,6 +40,7 @@
 
 #define TAR_BLOCK 512
 #define SCAN_BUF (64u << 10)
+#define SCAN_SMALL (4u << 10)
 #define MAX_LONGNAME (64u << 10)
 #define MAX_PAX (1u << 20)
 #define MAX_INT_TEXT 64
@@ -217,7 +218,10 @@ static const uint8_t *scan_get(scanbuf *sb, uint64_t off, size_t n, char *err, s
 {
     if (off >= sb->at && off + n <= sb->at + sb->len)
         return sb->buf + (off - sb->at);
-    size_t want = (size_t)STK_MIN((uint64_t)SCAN_BUF, sb->f->size - off);
+    /* after skipping data (a member larger than the buffer), read little: big members mean the
+     * next header is likely followed by another big member; after a contiguous run, read a lot */
+    bool skipped = sb->len && off > sb->at + sb->len;
+    size_t want = (size_t)STK_MIN((uint64_t)(skipped ? SCAN_SMALL : SCAN_BUF), sb->f->size - off);
     if (want < n)
         want = n; /* the caller checked that n bytes exist */
     if (stk__vfs_read(sb->f, off, sb->buf, want, err, err_size) < 0)
