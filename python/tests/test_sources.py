@@ -32,7 +32,7 @@ def tree(tmp_path):
 def test_formats_listed():
     fmts = stoker.formats()  # each new format adds itself before imagefolder, which stays last
     assert fmts[:2] == ["stk", "npy"] and fmts[-1] == "imagefolder"
-    assert {"hdf5", "lmdb", "tfrecord"} <= set(fmts)
+    assert {"hdf5", "lmdb", "tfrecord", "wds"} <= set(fmts)
 
 
 def test_imagefolder_read_directly_equals_packed(tree, tmp_path):

@@ -237,7 +237,7 @@ static int test_sample_fn(void)
             }
             stk_batch_release(b);
         }
-        stk_loader_stats st;
+        stk_loader_stats st = {.struct_size = sizeof(st)};
         stk_loader_stats_get(L, &st);
         if (skip) {
             T_EQ(delivered, N);

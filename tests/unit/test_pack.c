@@ -120,7 +120,7 @@ static int test_manifest_written(void)
     stk_dataset *ds;
     const char *p[] = {s.out};
     T_OK(stk_dataset_open(p, 1, 0, &ds));
-    stk_shard_info si;
+    stk_shard_info si = {.struct_size = sizeof(si)};
     T_OK(stk_dataset_shard(ds, 0, &si));
     T_CHECK(strstr(si.metadata, "\"dataset_id\": \"") && strstr(si.metadata, "\"classes\""));
     char again[256], old_id[17];

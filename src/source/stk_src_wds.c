@@ -1,0 +1,1101 @@
+/*
+ * stk_src_wds.c: WebDataset tar shards as a record source ("wds"). A dataset is one or more
+ * .tar files (a list, glob or brace range, or a directory of *.tar). Each sample is the group of
+ * adjacent members sharing a key: the path up to the first dot of the last path component
+ * (`a/x.seg.png` -> key `a/x`, extension `seg.png`, lowercased). Fields: `__key__` (bytes), then
+ * one per extension, sorted by name; `cls`, `index` and `id` hold ASCII integers and are int64
+ * fields, everything else bytes. The schema is the union over all shards (every header is
+ * scanned at open anyway).
+ *
+ * Random access: one scan of the tar headers per shard at open builds the member list (ustar,
+ * GNU 'L' long names, PAX 'x' path=/size=; 'g' global headers, directories, links and members
+ * whose name starts with "__" are skipped). The member list is cached beside the shard as
+ * `<shard>.stkidx` when the shard is a local file and its directory writable, validated against
+ * the shard's size, mtime and inode (and its own checksum), and rebuilt when any differs. A read
+ * also checks the tar header just before each member's data (checksum and size), so an index
+ * that no longer matches its shard is an error, never wrong bytes.
+ *
+ * Refused at open, naming the shard, member and byte offset: a header with a bad checksum (not a
+ * tar), a member running past the end of the file (truncated), a key whose files are not
+ * adjacent, one key split across two shards, an extension twice in one sample, an extension that
+ * cannot be a field name. At read (STK_EFORMAT, so on_error="skip" skips and counts it): a
+ * sample missing a field other samples have, a non-integer `cls`/`index`/`id`.
+ *
+ * Not supported: gunzipping `.gz` members (they are bytes fields named e.g. `json.gz`), `.npy`
+ * members as array fields (they are bytes), members of 4 GiB or more, sparse members.
+ */
+#include "common/stk_endian.h"
+#include "source/stk_source.h"
+
+#include <xxhash.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define TAR_BLOCK 512
+#define SCAN_BUF (64u << 10)
+#define SCAN_SMALL (4u << 10)
+#define MAX_LONGNAME (64u << 10)
+#define MAX_PAX (1u << 20)
+#define MAX_INT_TEXT 64
+#define MISSING UINT32_MAX
+#define CACHE_SUFFIX ".stkidx"
+#define CACHE_MAGIC "STKWDSX1"
+#define CACHE_HEAD 56 /* magic, size, mtime, ino, n_members, names_size, reserved */
+
+/* One regular member of a shard (the cache holds exactly these). */
+typedef struct wds_member {
+    uint64_t data_off, size;
+    uint32_t name_off, name_len; /* in the shard's names */
+} wds_member;
+
+typedef struct wds_shard {
+    stk__file *f;
+    char *keys; /* the keys of its samples, back to back */
+    uint64_t first, count;
+    bool from_cache;
+} wds_shard;
+
+typedef struct wds_rec {
+    uint64_t off;     /* byte offset of the sample's first header */
+    uint32_t shard;   /* index into shards */
+    uint32_t key_off; /* in the shard's keys */
+    uint32_t key_len;
+} wds_rec;
+
+typedef struct wds_loc {
+    uint32_t rel;  /* data offset - rec.off */
+    uint32_t size; /* MISSING: the sample has no such member */
+} wds_loc;
+
+typedef struct wds {
+    wds_shard *shards;
+    size_t n_shards;
+    wds_rec *recs;
+    wds_loc *locs; /* count * (n_fields - 1): field f >= 1 of record i at [i * (n - 1) + f - 1] */
+    bool is_int[STK_MAX_FIELDS];
+} wds;
+
+/* ---- tar headers ---- */
+
+static bool all_zero(const uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i])
+            return false;
+    return true;
+}
+
+/* An octal (or GNU base-256) number field; false when malformed. */
+static bool tar_number(const uint8_t *p, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (p[0] & 0x80) { /* base-256, big-endian, positive only */
+        if (p[0] != 0x80)
+            return false;
+        for (size_t i = 1; i < n; i++) {
+            if (v >> 56)
+                return false;
+            v = v << 8 | p[i];
+        }
+        *out = v;
+        return true;
+    }
+    size_t i = 0;
+    while (i < n && p[i] == ' ')
+        i++;
+    size_t digits = 0;
+    for (; i < n && p[i] >= '0' && p[i] <= '7'; i++, digits++) {
+        if (v >> 60)
+            return false;
+        v = v << 3 | (uint64_t)(p[i] - '0');
+    }
+    for (; i < n; i++)
+        if (p[i] != ' ' && p[i] != '\0')
+            return false;
+    *out = v;
+    return digits > 0;
+}
+
+/* Whether the header's checksum (unsigned or signed sum, chksum field as spaces) matches. */
+static bool tar_checksum_ok(const uint8_t *h)
+{
+    uint64_t want;
+    if (!tar_number(h + 148, 8, &want))
+        return false;
+    uint32_t u = 8 * ' '; /* a plain byte sum (vectorised), then the chksum field swapped out */
+    for (int i = 0; i < TAR_BLOCK; i++)
+        u += h[i];
+    for (int i = 148; i < 156; i++)
+        u -= h[i];
+    if (want == u)
+        return true;
+    int64_t s = 8 * ' '; /* old writers summed signed chars */
+    for (int i = 0; i < TAR_BLOCK; i++)
+        s += i >= 148 && i < 156 ? 0 : (int8_t)h[i];
+    return (int64_t)want == s;
+}
+
+static bool is_ustar(const uint8_t *h)
+{
+    return memcmp(h + 257, "ustar", 5) == 0;
+}
+
+/* ---- probe ---- */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Whether head can start a tar header: a non-empty name, NUL-padded (so a NUL is followed only by
+ * NULs). Rejects .stk, JPEG, .npy and most other files without opening them again. */
+static bool tar_name_prefix(const uint8_t *head, size_t n)
+{
+    if (head[0] == 0)
+        return false;
+    size_t i = 0;
+    while (i < n && head[i])
+        i++;
+    for (; i < n; i++)
+        if (head[i])
+            return false;
+    return true;
+}
+
+static int wds_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
+{
+    if (st->is_dir) {
+        stk__strlist l = {0};
+        stk_status rc = stk__paths_list_dir(path, ".tar", false, &l, NULL, 0);
+        bool any = rc == STK_OK && l.n > 0;
+        stk__strlist_free(&l);
+        return rc == STK_ENOMEM ? -1 : any;
+    }
+    int by_name = ends_with(path, ".tar");
+    if (n == 0 || st->size < TAR_BLOCK || !tar_name_prefix(head, n))
+        return by_name;
+    uint8_t h[TAR_BLOCK];
+    stk__file *f = NULL;
+    stk_status rc = stk__vfs_open(path, &f, NULL, 0);
+    if (rc == STK_ENOMEM)
+        return -1;
+    bool ok = rc == STK_OK && stk__vfs_read(f, 0, h, TAR_BLOCK, NULL, 0) == STK_OK;
+    stk__vfs_close(f);
+    if (!ok || !is_ustar(h) || !tar_checksum_ok(h))
+        return by_name;
+    if (h[156] == 'x' || h[156] == 'g' || h[156] == 'L')
+        return 2;
+    /* a WebDataset member: key.ext in the last path component */
+    char name[101];
+    memcpy(name, h, 100);
+    name[100] = '\0';
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    const char *dot = strchr(base, '.');
+    return dot && dot > base && dot[1] ? 2 : 1;
+}
+
+/* ---- scanning a shard ---- */
+
+/* A buffered reader over a shard for the header scan. */
+typedef struct scanbuf {
+    stk__file *f;
+    uint8_t *buf;
+    uint64_t at; /* file offset of buf[0] */
+    size_t len;
+} scanbuf;
+
+/* The n bytes at off (n <= SCAN_BUF), or NULL with the error set. */
+static const uint8_t *scan_get(scanbuf *sb, uint64_t off, size_t n, char *err, size_t err_size)
+{
+    if (off >= sb->at && off + n <= sb->at + sb->len)
+        return sb->buf + (off - sb->at);
+    /* after skipping data (a member larger than the buffer), read little: big members mean the
+     * next header is likely followed by another big member; after a contiguous run, read a lot */
+    bool skipped = sb->len && off > sb->at + sb->len;
+    size_t want = (size_t)STK_MIN((uint64_t)(skipped ? SCAN_SMALL : SCAN_BUF), sb->f->size - off);
+    if (want < n)
+        want = n; /* the caller checked that n bytes exist */
+    if (stk__vfs_read(sb->f, off, sb->buf, want, err, err_size) < 0)
+        return NULL;
+    sb->at = off;
+    sb->len = want;
+    return sb->buf;
+}
+
+/* Growable members + names of one shard. */
+typedef struct memberlist {
+    wds_member *v;
+    size_t n, cap;
+    char *names;
+    size_t names_len, names_cap;
+} memberlist;
+
+static void memberlist_free(memberlist *ml)
+{
+    stk__free(ml->v);
+    stk__free(ml->names);
+    memset(ml, 0, sizeof(*ml));
+}
+
+static bool memberlist_add(memberlist *ml, uint64_t data_off, uint64_t size, const char *name,
+                           size_t name_len)
+{
+    if (ml->n == ml->cap) {
+        size_t cap = ml->cap ? ml->cap * 2 : 256;
+        wds_member *v = stk__realloc(ml->v, cap * sizeof(*v));
+        if (!v)
+            return false;
+        ml->v = v;
+        ml->cap = cap;
+    }
+    if (!ml->names || ml->names_len + name_len > ml->names_cap) {
+        size_t cap = STK_MAX(ml->names_cap * 2, ml->names_len + name_len + 4096);
+        char *p = stk__realloc(ml->names, cap);
+        if (!p)
+            return false;
+        ml->names = p;
+        ml->names_cap = cap;
+    }
+    memcpy(ml->names + ml->names_len, name, name_len);
+    ml->v[ml->n++] = (wds_member){data_off, size, (uint32_t)ml->names_len, (uint32_t)name_len};
+    ml->names_len += name_len;
+    return true;
+}
+
+/* The value of PAX record `key` in data (n bytes), or NULL; *vlen its length. */
+static const char *pax_value(const char *data, size_t n, const char *key, size_t *vlen, bool *bad)
+{
+    size_t i = 0, klen = strlen(key);
+    while (i < n) {
+        size_t len = 0, j = i;
+        while (j < n && data[j] >= '0' && data[j] <= '9' && len < n)
+            len = len * 10 + (size_t)(data[j++] - '0');
+        if (j == i || j >= n || data[j] != ' ' || len < j - i + 2 || len > n - i) {
+            *bad = true;
+            return NULL;
+        }
+        const char *rec = data + j + 1, *end = data + i + len - 1; /* end: the '\n' */
+        if ((size_t)(end - rec) > klen && memcmp(rec, key, klen) == 0 && rec[klen] == '=') {
+            *vlen = (size_t)(end - rec) - klen - 1;
+            return rec + klen + 1;
+        }
+        i += len;
+    }
+    return NULL;
+}
+
+/* One scan of the shard's headers into ml. */
+static stk_status scan_shard(stk__file *f, memberlist *ml, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    const char *path = f->path;
+    scanbuf sb = {f, stk__malloc(SCAN_BUF), 0, 0};
+    char *longname = NULL, *pax = NULL;
+    size_t longname_len = 0, pax_path_len = 0;
+    const char *pax_path = NULL;
+    uint64_t pax_size = UINT64_MAX;
+    char name[256 + 2];
+    if (!sb.buf)
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
+    uint64_t off = 0;
+    while (off < f->size) {
+        if (f->size - off < TAR_BLOCK)
+            STK_FAIL_E(STK_EFORMAT,
+                       "%s: truncated tar: %" PRIu64 " stray bytes at byte %" PRIu64
+                       " (a header is 512 bytes)",
+                       path, f->size - off, off);
+        const uint8_t *h = scan_get(&sb, off, TAR_BLOCK, err, err_size);
+        if (!h)
+            STK_FAIL_E(STK_EIO, "%s", err);
+        if (all_zero(h, TAR_BLOCK))
+            break; /* end of archive */
+        if (!tar_checksum_ok(h))
+            STK_FAIL_E(STK_EFORMAT, "%s: %s at byte %" PRIu64 " (bad tar header checksum)", path,
+                       off == 0 ? "not a tar file" : "corrupt tar header", off);
+        uint64_t size;
+        if (!tar_number(h + 124, 12, &size))
+            STK_FAIL_E(STK_EFORMAT, "%s: corrupt tar header at byte %" PRIu64 " (size field)", path,
+                       off);
+        char type = (char)h[156];
+        if (pax_size != UINT64_MAX && type != 'x' && type != 'g' && type != 'L')
+            size = pax_size;
+        uint64_t data_off = off + TAR_BLOCK;
+        /* name of this header as written (prefix/name for POSIX ustar) */
+        size_t nl = strnlen((const char *)h, 100);
+        if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345]) {
+            size_t pl = strnlen((const char *)h + 345, 155);
+            memcpy(name, h + 345, pl);
+            name[pl] = '/';
+            memcpy(name + pl + 1, h, nl);
+            nl += pl + 1;
+        } else {
+            memcpy(name, h, nl);
+        }
+        name[nl] = '\0';
+        const char *mname = pax_path ? pax_path : longname ? longname : name;
+        size_t mlen = pax_path ? pax_path_len : longname ? longname_len : nl;
+        if (size > f->size - data_off)
+            STK_FAIL_E(STK_EFORMAT,
+                       "%s: truncated tar: member '%.*s' at byte %" PRIu64 " needs %" PRIu64
+                       " bytes of data but the file ends %" PRIu64 " bytes after its header",
+                       path, (int)STK_MIN(mlen, 200), mname, off, size, f->size - data_off);
+        uint64_t next = data_off + STK_ALIGN_UP(size, TAR_BLOCK);
+        if (next > f->size)
+            STK_FAIL_E(STK_EFORMAT,
+                       "%s: truncated tar: the file ends inside the padding of member '%.*s' at "
+                       "byte %" PRIu64 " (later members are lost)",
+                       path, (int)STK_MIN(mlen, 200), mname, off);
+        if (type == 'L' || type == 'x') {
+            if (size > (type == 'L' ? MAX_LONGNAME : MAX_PAX))
+                STK_FAIL_E(STK_ELIMIT, "%s: %s header at byte %" PRIu64 " of %" PRIu64 " bytes",
+                           path, type == 'L' ? "GNU long-name" : "PAX", off, size);
+            char *buf = stk__malloc((size_t)size + 1);
+            if (!buf)
+                STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
+            rc = stk__vfs_read(f, data_off, buf, (size_t)size, err, err_size);
+            if (rc < 0) {
+                stk__free(buf);
+                goto fail;
+            }
+            buf[size] = '\0';
+            if (type == 'L') {
+                stk__free(longname);
+                longname = buf;
+                longname_len = strnlen(buf, (size_t)size);
+            } else {
+                stk__free(pax);
+                pax = buf;
+                bool bad = false;
+                size_t vl = 0;
+                const char *v = pax_value(pax, (size_t)size, "path", &vl, &bad);
+                if (v) {
+                    pax_path = v;
+                    pax_path_len = vl;
+                }
+                v = pax_value(pax, (size_t)size, "size", &vl, &bad);
+                if (v) {
+                    char *end;
+                    char num[32];
+                    snprintf(num, sizeof(num), "%.*s", (int)STK_MIN(vl, 31), v);
+                    errno = 0;
+                    unsigned long long ps = strtoull(num, &end, 10);
+                    if (end == num || *end || errno)
+                        bad = true;
+                    pax_size = ps;
+                }
+                if (bad)
+                    STK_FAIL_E(STK_EFORMAT, "%s: corrupt PAX header at byte %" PRIu64, path, off);
+            }
+            off = next;
+            continue;
+        }
+        if (type == 'S')
+            STK_FAIL_E(STK_ENOTSUP, "%s: member '%.*s' at byte %" PRIu64 ": sparse files", path,
+                       (int)STK_MIN(mlen, 200), mname, off);
+        if (type == '0' || type == '\0' || type == '7') {
+            if (size >= UINT32_MAX)
+                STK_FAIL_E(STK_ENOTSUP,
+                           "%s: member '%.*s' at byte %" PRIu64 " is %" PRIu64
+                           " bytes (members of 4 GiB or more are not supported)",
+                           path, (int)STK_MIN(mlen, 200), mname, off, size);
+            if (!memberlist_add(ml, data_off, size, mname, mlen))
+                STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
+        }
+        /* 'g' global headers, directories, links, devices: nothing to read */
+        pax_path = NULL;
+        pax_size = UINT64_MAX;
+        stk__free(longname);
+        longname = NULL;
+        off = next;
+    }
+fail:
+    stk__free(sb.buf);
+    stk__free(longname);
+    stk__free(pax);
+    return rc;
+}
+
+/* ---- the index cache ---- */
+
+static char *cache_path(const char *shard)
+{
+    size_t n = strlen(shard);
+    char *p = stk__malloc(n + sizeof(CACHE_SUFFIX));
+    if (p) {
+        memcpy(p, shard, n);
+        memcpy(p + n, CACHE_SUFFIX, sizeof(CACHE_SUFFIX));
+    }
+    return p;
+}
+
+/* Size, mtime and inode of a local shard; false for remote ones (no cache). */
+static bool shard_identity(const char *path, uint64_t id[3])
+{
+    struct stat st;
+    if (stk__vfs_for(path) != &stk__vfs_posix || stat(path, &st) != 0)
+        return false;
+    id[0] = (uint64_t)st.st_size;
+    id[1] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+    id[2] = (uint64_t)st.st_ino;
+    return true;
+}
+
+/* Load the cached member list when it is valid for this shard; false otherwise (ml empty). */
+static bool cache_load(const char *cpath, const uint64_t id[3], uint64_t shard_size, memberlist *ml)
+{
+    stk__file *cf = NULL;
+    uint8_t *b = NULL;
+    bool ok = false;
+    if (stk__vfs_open(cpath, &cf, NULL, 0) != STK_OK || cf->size < CACHE_HEAD + 8 ||
+        cf->size > ((uint64_t)1 << 40))
+        goto out;
+    size_t n = (size_t)cf->size;
+    b = stk__malloc(n);
+    if (!b || stk__vfs_read(cf, 0, b, n, NULL, 0) != STK_OK)
+        goto out;
+    if (memcmp(b, CACHE_MAGIC, 8) != 0 || stk__ld64(b + 8) != id[0] || stk__ld64(b + 16) != id[1] ||
+        stk__ld64(b + 24) != id[2] || XXH3_64bits(b, n - 8) != stk__ld64(b + n - 8))
+        goto out;
+    uint64_t nm = stk__ld64(b + 32), names = stk__ld64(b + 40);
+    if (nm > (n - CACHE_HEAD) / 24 || names != n - CACHE_HEAD - 8 - nm * 24 || names > UINT32_MAX)
+        goto out;
+    ml->v = stk__malloc(nm ? (size_t)nm * sizeof(wds_member) : 1);
+    ml->names = stk__malloc(names ? (size_t)names : 1);
+    if (!ml->v || !ml->names)
+        goto out;
+    const uint8_t *e = b + CACHE_HEAD;
+    for (uint64_t i = 0; i < nm; i++, e += 24) {
+        wds_member m = {stk__ld64(e), stk__ld64(e + 8), stk__ld32(e + 16), stk__ld32(e + 20)};
+        if (m.data_off < TAR_BLOCK || m.data_off > shard_size || m.size > shard_size - m.data_off ||
+            m.name_off > names || m.name_len > names - m.name_off)
+            goto out;
+        ml->v[i] = m;
+    }
+    memcpy(ml->names, e, (size_t)names);
+    ml->n = ml->cap = (size_t)nm;
+    ml->names_len = ml->names_cap = (size_t)names;
+    ok = true;
+out:
+    if (!ok)
+        memberlist_free(ml);
+    stk__free(b);
+    stk__vfs_close(cf);
+    return ok;
+}
+
+/* Write the member list beside the shard (best effort: a read-only directory is no error). */
+static void cache_store(const char *cpath, const uint64_t id[3], const memberlist *ml)
+{
+    size_t n = CACHE_HEAD + ml->n * 24 + ml->names_len + 8;
+    uint8_t *b = stk__calloc(1, n);
+    char *tmp = stk__malloc(strlen(cpath) + 48);
+    static _Atomic unsigned seq;
+    if (!b || !tmp)
+        goto out;
+    memcpy(b, CACHE_MAGIC, 8);
+    stk__st64(b + 8, id[0]);
+    stk__st64(b + 16, id[1]);
+    stk__st64(b + 24, id[2]);
+    stk__st64(b + 32, ml->n);
+    stk__st64(b + 40, ml->names_len);
+    uint8_t *e = b + CACHE_HEAD;
+    for (size_t i = 0; i < ml->n; i++, e += 24) {
+        stk__st64(e, ml->v[i].data_off);
+        stk__st64(e + 8, ml->v[i].size);
+        stk__st32(e + 16, ml->v[i].name_off);
+        stk__st32(e + 20, ml->v[i].name_len);
+    }
+    if (ml->names_len)
+        memcpy(e, ml->names, ml->names_len);
+    stk__st64(b + n - 8, XXH3_64bits(b, n - 8));
+    sprintf(tmp, "%s.tmp.%ld.%u", cpath, (long)getpid(), seq++);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        goto out;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = write(fd, b + done, n - done);
+        if (k <= 0)
+            break;
+        done += (size_t)k;
+    }
+    if (close(fd) != 0 || done != n || rename(tmp, cpath) != 0)
+        unlink(tmp);
+out:
+    stk__free(b);
+    stk__free(tmp);
+}
+
+/* ---- grouping members into samples ---- */
+
+/* Extension names seen so far (index = provisional field id). */
+typedef struct extset {
+    char name[STK_MAX_FIELDS][STK_MAX_NAME];
+    size_t n;
+} extset;
+
+/* Temporary per-record member range while the shards are grouped. */
+typedef struct tmprec {
+    uint32_t shard;
+    uint32_t first;            /* first member in b->mems */
+    uint32_t key_off, key_len; /* in the shard's keys */
+    uint32_t n;
+} tmprec;
+
+/* A tmp member: data offset, size, provisional field id. */
+typedef struct tmpmem {
+    uint64_t data_off;
+    uint32_t size;
+    uint8_t ext;
+} tmpmem;
+
+typedef struct builder {
+    tmprec *recs;
+    size_t n_recs, cap_recs;
+    tmpmem *mems;
+    size_t n_mems, cap_mems;
+    extset ext;
+} builder;
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t c = STK_MAX(*cap * 2, need + 1024);
+    void *q = stk__realloc(*p, c * elem);
+    if (!q)
+        return false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+/* Split a member name into key and extension (lowercased into ext); false when it has none. */
+static bool split_name(const char *name, size_t len, size_t *key_len, char *ext, size_t ext_size,
+                       size_t *ext_len)
+{
+    size_t base = len;
+    while (base > 0 && name[base - 1] != '/')
+        base--;
+    const char *dot = memchr(name + base, '.', len - base);
+    if (!dot || dot == name + base)
+        return false; /* no extension, or a hidden file */
+    *key_len = (size_t)(dot - name);
+    size_t el = len - *key_len - 1;
+    *ext_len = el;
+    for (size_t i = 0; i < el && i + 1 < ext_size; i++) {
+        char c = dot[1 + i];
+        ext[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+    }
+    ext[STK_MIN(el, ext_size - 1)] = '\0';
+    return true;
+}
+
+static bool valid_ext(const char *e, size_t len)
+{
+    if (len == 0 || len >= STK_MAX_NAME)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = e[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
+            return false;
+    }
+    return strcmp(e, "__key__") != 0;
+}
+
+/* Open-addressing set of key hashes -> record, to find a key whose files are not adjacent. */
+typedef struct keyset {
+    uint64_t *h;
+    uint32_t *rec;
+    size_t cap;
+} keyset;
+
+/* Group one shard's members into samples (appended to b); keys go to *keys_out. */
+static stk_status group_shard(builder *b, uint32_t s, const char *path, const memberlist *ml,
+                              char **keys_out, uint64_t *count, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    keyset ks = {0};
+    char *keys = NULL;
+    size_t keys_len = 0, keys_cap = 0;
+    size_t first_rec = b->n_recs;
+    ks.cap = 64;
+    while (ks.cap < ml->n * 2)
+        ks.cap *= 2;
+    ks.h = stk__calloc(ks.cap, sizeof(*ks.h));
+    ks.rec = stk__calloc(ks.cap, sizeof(*ks.rec));
+    if (!ks.h || !ks.rec)
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
+    const char *cur_key = NULL;
+    size_t cur_len = 0;
+    for (size_t m = 0; m < ml->n; m++) {
+        const wds_member *mb = &ml->v[m];
+        const char *name = ml->names + mb->name_off;
+        size_t klen, elen;
+        char ext[STK_MAX_NAME + 1];
+        size_t base = mb->name_len;
+        while (base > 0 && name[base - 1] != '/')
+            base--;
+        if (mb->name_len - base >= 2 && name[base] == '_' && name[base + 1] == '_')
+            continue; /* __meta__ and the like */
+        if (!split_name(name, mb->name_len, &klen, ext, sizeof(ext), &elen))
+            continue; /* no extension: not part of a sample */
+        uint64_t hoff = mb->data_off - TAR_BLOCK;
+        if (!valid_ext(ext, elen))
+            STK_FAIL_E(STK_EINVAL,
+                       "%s: member '%.*s' at byte %" PRIu64
+                       ": extension '%.*s' cannot be a field name (1 to %d characters of "
+                       "[a-z0-9_.-])",
+                       path, (int)STK_MIN(mb->name_len, 200), name, hoff, (int)STK_MIN(elen, 60),
+                       name + klen + 1, STK_MAX_NAME - 1);
+        if (klen >= UINT32_MAX / 2)
+            STK_FAIL_E(STK_ELIMIT, "%s: key too long at byte %" PRIu64, path, hoff);
+        size_t e = 0;
+        while (e < b->ext.n && strcmp(b->ext.name[e], ext) != 0)
+            e++;
+        if (e == b->ext.n) {
+            if (e == STK_MAX_FIELDS - 1)
+                STK_FAIL_E(STK_ELIMIT,
+                           "%s: member '%.*s' at byte %" PRIu64
+                           ": more than %d distinct extensions (fields)",
+                           path, (int)STK_MIN(mb->name_len, 200), name, hoff, STK_MAX_FIELDS - 1);
+            memcpy(b->ext.name[e], ext, STK_MAX_NAME);
+            b->ext.n++;
+        }
+        bool same = cur_key && cur_len == klen && memcmp(cur_key, name, klen) == 0;
+        if (!same) {
+            /* a new sample: its key must not have appeared before in this shard */
+            uint64_t hv = XXH3_64bits(name, klen) | 1;
+            size_t slot = (size_t)hv & (ks.cap - 1);
+            while (ks.h[slot]) {
+                const tmprec *o = &b->recs[ks.rec[slot]];
+                if (ks.h[slot] == hv && o->key_len == klen &&
+                    memcmp(keys + o->key_off, name, klen) == 0)
+                    break;
+                slot = (slot + 1) & (ks.cap - 1);
+            }
+            if (ks.h[slot])
+                STK_FAIL_E(STK_EFORMAT,
+                           "%s: sample '%.*s': its files are not adjacent (member '%.*s' at byte "
+                           "%" PRIu64 " comes after another sample's files; WebDataset shards "
+                           "keep the files of one key together)",
+                           path, (int)STK_MIN(klen, 200), name, (int)STK_MIN(mb->name_len, 200),
+                           name, hoff);
+            if (b->n_recs >= UINT32_MAX)
+                STK_FAIL_E(STK_ELIMIT, "%s: too many samples", path);
+            ks.h[slot] = hv;
+            ks.rec[slot] = (uint32_t)b->n_recs;
+            if (!grow((void **)&b->recs, &b->cap_recs, b->n_recs + 1, sizeof(*b->recs)) ||
+                !grow((void **)&keys, &keys_cap, keys_len + klen, 1))
+                STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
+            if (keys_len + klen > UINT32_MAX)
+                STK_FAIL_E(STK_ELIMIT, "%s: keys over 4 GiB", path);
+            b->recs[b->n_recs] =
+                (tmprec){s, (uint32_t)b->n_mems, (uint32_t)keys_len, (uint32_t)klen, 0};
+            b->n_recs++;
+            memcpy(keys + keys_len, name, klen);
+            keys_len += klen;
+            cur_key = name;
+            cur_len = klen;
+        }
+        tmprec *r = &b->recs[b->n_recs - 1];
+        for (uint32_t k = 0; k < r->n; k++)
+            if (b->mems[r->first + k].ext == e)
+                STK_FAIL_E(STK_EFORMAT,
+                           "%s: sample '%.*s' has two '%s' members (the second at byte %" PRIu64
+                           ")",
+                           path, (int)STK_MIN(klen, 200), name, ext, hoff);
+        if (b->n_mems >= UINT32_MAX ||
+            !grow((void **)&b->mems, &b->cap_mems, b->n_mems + 1, sizeof(*b->mems)))
+            STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
+        b->mems[b->n_mems++] = (tmpmem){mb->data_off, (uint32_t)mb->size, (uint8_t)e};
+        r->n++;
+    }
+    *count = b->n_recs - first_rec;
+    *keys_out = keys;
+    keys = NULL;
+fail:
+    stk__free(keys);
+    stk__free(ks.h);
+    stk__free(ks.rec);
+    return rc;
+}
+
+/* ---- open, read ---- */
+
+static void wds_close(stk_dataset *ds)
+{
+    wds *w = ds->impl;
+    if (!w)
+        return;
+    for (size_t s = 0; s < w->n_shards; s++) {
+        stk__vfs_close(w->shards[s].f);
+        stk__free(w->shards[s].keys);
+    }
+    stk__free(w->shards);
+    stk__free(w->recs);
+    stk__free(w->locs);
+    stk__free(w);
+    ds->impl = NULL;
+}
+
+/* The members of shard s: from its valid cache, else by a scan (then cached). */
+static stk_status shard_members(wds_shard *sh, memberlist *ml, char *err, size_t err_size)
+{
+    uint64_t id[3] = {0};
+    bool local = shard_identity(sh->f->path, id) && id[0] == sh->f->size;
+    char *cpath = local ? cache_path(sh->f->path) : NULL;
+    if (cpath && cache_load(cpath, id, sh->f->size, ml)) {
+        sh->from_cache = true;
+        stk__free(cpath);
+        return STK_OK;
+    }
+    stk_status rc = scan_shard(sh->f, ml, err, err_size);
+    if (rc == STK_OK && cpath)
+        cache_store(cpath, id, ml);
+    stk__free(cpath);
+    return rc;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static bool is_int_ext(const char *e)
+{
+    return strcmp(e, "cls") == 0 || strcmp(e, "index") == 0 || strcmp(e, "id") == 0;
+}
+
+static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_paths, char *err,
+                           size_t err_size)
+{
+    stk_status rc = STK_OK;
+    stk__strlist list = {0};
+    builder b = {0};
+    memberlist ml = {0};
+    for (size_t i = 0; i < n_paths; i++) {
+        stk__stat st;
+        if (stk__vfs_stat(paths[i], &st, NULL, 0) == STK_OK && st.is_dir)
+            STK_TRY(stk__paths_list_dir(paths[i], ".tar", false, &list, err, err_size));
+        else if (stk__strlist_add(&list, paths[i]) < 0)
+            STK_FAIL_E(STK_ENOMEM, "out of memory");
+    }
+    if (list.n == 0)
+        STK_FAIL_E(STK_EINVAL, "%s: no .tar shards", paths[0]);
+    if (list.n > UINT32_MAX)
+        STK_FAIL_E(STK_ELIMIT, "%s: too many shards", paths[0]);
+    wds *w = stk__calloc(1, sizeof(*w));
+    if (!w)
+        STK_FAIL_E(STK_ENOMEM, "out of memory");
+    ds->impl = w;
+    w->shards = stk__calloc(list.n, sizeof(*w->shards));
+    if (!w->shards)
+        STK_FAIL_E(STK_ENOMEM, "out of memory");
+    STK_TRY(stk__dataset_files_alloc(ds, list.n, err, err_size));
+    for (size_t s = 0; s < list.n; s++) {
+        wds_shard *sh = &w->shards[s];
+        w->n_shards = s + 1;
+        STK_TRY(stk__vfs_open(list.v[s], &sh->f, err, err_size));
+        STK_TRY(shard_members(sh, &ml, err, err_size));
+        sh->first = b.n_recs;
+        STK_TRY(group_shard(&b, (uint32_t)s, list.v[s], &ml, &sh->keys, &sh->count, err, err_size));
+        stk__srcfile *sf = &ds->files[s];
+        sf->path = stk__strdup(list.v[s]);
+        if (!sf->path)
+            STK_FAIL_E(STK_ENOMEM, "out of memory");
+        sf->first = sh->first;
+        sf->count = sh->count;
+        sf->size = sh->f->size;
+        char meta[96];
+        snprintf(meta, sizeof(meta), "{\"index\": \"%s\", \"members\": %zu}",
+                 sh->from_cache ? "cached" : "scanned", ml.n);
+        sf->metadata = stk__strdup(meta);
+        if (!sf->metadata)
+            STK_FAIL_E(STK_ENOMEM, "out of memory");
+        for (uint64_t r = sh->first; r < b.n_recs; r++)
+            for (uint32_t k = 0; k < b.recs[r].n; k++)
+                sf->data_size += b.mems[b.recs[r].first + k].size;
+        memberlist_free(&ml);
+        /* one key split across two shards */
+        for (size_t p = s; p-- > 0 && sh->count > 0;) {
+            if (w->shards[p].count == 0)
+                continue;
+            const tmprec *last = &b.recs[w->shards[p].first + w->shards[p].count - 1];
+            const tmprec *first = &b.recs[sh->first];
+            if (last->key_len == first->key_len &&
+                memcmp(w->shards[p].keys + last->key_off, sh->keys + first->key_off,
+                       first->key_len) == 0)
+                STK_FAIL_E(STK_EFORMAT,
+                           "%s: sample '%.*s' at byte %" PRIu64
+                           " continues the last sample of %s: its files are split across two "
+                           "shards (a sample's files must be together in one shard)",
+                           list.v[s], (int)STK_MIN(first->key_len, 200), sh->keys + first->key_off,
+                           b.mems[first->first].data_off - TAR_BLOCK, list.v[p]);
+            break;
+        }
+    }
+    /* the schema: __key__, then the extensions sorted by name */
+    const char *order[STK_MAX_FIELDS];
+    for (size_t e = 0; e < b.ext.n; e++)
+        order[e] = b.ext.name[e];
+    qsort(order, b.ext.n, sizeof(order[0]), cmp_name);
+    uint32_t field_of[STK_MAX_FIELDS];
+    ds->n_fields = (uint32_t)b.ext.n + 1;
+    memset(ds->fields, 0, sizeof(ds->fields));
+    snprintf(ds->fields[0].name, STK_MAX_NAME, "__key__");
+    ds->fields[0].kind = STK_FIELD_BYTES;
+    for (size_t k = 0; k < b.ext.n; k++) {
+        size_t e = (size_t)((const char(*)[STK_MAX_NAME])order[k] - b.ext.name);
+        field_of[e] = (uint32_t)k + 1;
+        stk_field *fd = &ds->fields[k + 1];
+        memcpy(fd->name, order[k], STK_MAX_NAME);
+        w->is_int[k + 1] = is_int_ext(order[k]);
+        fd->kind = w->is_int[k + 1] ? STK_FIELD_INT64 : STK_FIELD_BYTES;
+        *fd = stk__field_canonical(fd);
+    }
+    size_t nf1 = b.ext.n;
+    ds->count = b.n_recs;
+    w->recs = stk__calloc(b.n_recs ? b.n_recs : 1, sizeof(*w->recs));
+    w->locs = stk__calloc(b.n_recs && nf1 ? b.n_recs * nf1 : 1, sizeof(*w->locs));
+    if (!w->recs || !w->locs)
+        STK_FAIL_E(STK_ENOMEM, "out of memory indexing %zu samples", b.n_recs);
+    for (size_t f = 1; f < ds->n_fields; f++)
+        ds->field_max[f] = w->is_int[f] ? 8 : 0;
+    for (size_t i = 0; i < b.n_recs; i++) {
+        const tmprec *t = &b.recs[i];
+        wds_rec *r = &w->recs[i];
+        r->off = b.mems[t->first].data_off - TAR_BLOCK;
+        r->shard = t->shard;
+        r->key_off = t->key_off;
+        r->key_len = t->key_len;
+        wds_loc *loc = w->locs + i * nf1;
+        for (size_t f = 0; f < nf1; f++)
+            loc[f].size = MISSING;
+        uint64_t total = t->key_len;
+        for (uint32_t k = 0; k < t->n; k++) {
+            const tmpmem *m = &b.mems[t->first + k];
+            uint32_t f = field_of[m->ext];
+            if (m->data_off - r->off >= UINT32_MAX)
+                STK_FAIL_E(STK_ELIMIT, "%s: sample '%.*s' at byte %" PRIu64 " spans 4 GiB or more",
+                           list.v[t->shard], (int)STK_MIN(t->key_len, 200),
+                           w->shards[t->shard].keys + t->key_off, r->off);
+            loc[f - 1].rel = (uint32_t)(m->data_off - r->off);
+            loc[f - 1].size = m->size;
+            uint64_t fsz = w->is_int[f] ? 8 : m->size;
+            ds->field_max[f] = STK_MAX(ds->field_max[f], fsz);
+            total += fsz;
+        }
+        ds->field_max[0] = STK_MAX(ds->field_max[0], t->key_len);
+        ds->max_record = STK_MAX(ds->max_record, total);
+    }
+    stk__fphash fp, *h = &fp;
+    stk__fp_begin(h);
+    for (size_t f = 0; f < ds->n_fields; f++)
+        stk__fp_add(h, ds->fields[f].name, sizeof(ds->fields[f].name));
+    for (size_t s = 0; s < w->n_shards; s++) {
+        const wds_shard *sh = &w->shards[s];
+        stk__fp_add_u64(h, sh->f->size);
+        stk__fp_add_u64(h, sh->count);
+        if (sh->count) {
+            const wds_rec *a = &w->recs[sh->first], *z = &w->recs[sh->first + sh->count - 1];
+            stk__fp_add(h, sh->keys + a->key_off, a->key_len);
+            stk__fp_add(h, sh->keys + z->key_off, z->key_len);
+        }
+    }
+    stk__fp_add_u64(h, ds->count);
+    ds->fingerprint = stk__fp_end(h);
+fail:
+    memberlist_free(&ml);
+    stk__free(b.recs);
+    stk__free(b.mems);
+    stk__strlist_free(&list);
+#ifdef __GLIBC__
+    if (b.n_mems > 100000)
+        malloc_trim(0); /* hand the build's temporaries (~4x the index) back to the system */
+#endif
+    return rc;
+}
+
+static void wds_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t size)
+{
+    const wds *w = ds->impl;
+    if (i >= ds->count) {
+        snprintf(buf, size, "%s record %" PRIu64 " (out of range)", ds->files[0].path, i);
+        return;
+    }
+    const wds_rec *r = &w->recs[i];
+    const wds_shard *sh = &w->shards[r->shard];
+    snprintf(buf, size,
+             "%s sample '%.*s' (record %" PRIu64 " of the shard, global %" PRIu64
+             ") at byte %" PRIu64,
+             ds->files[r->shard].path, (int)STK_MIN(r->key_len, 200), sh->keys + r->key_off,
+             i - sh->first, i, r->off);
+}
+
+/* ASCII integer (spaces around allowed) -> int64; false when it is not one. */
+static bool parse_int(const char *t, size_t n, int64_t *out)
+{
+    size_t i = 0;
+    while (i < n && (t[i] == ' ' || t[i] == '\n' || t[i] == '\r' || t[i] == '\t'))
+        i++;
+    while (n > i && (t[n - 1] == ' ' || t[n - 1] == '\n' || t[n - 1] == '\r' || t[n - 1] == '\t' ||
+                     t[n - 1] == '\0'))
+        n--;
+    bool neg = i < n && t[i] == '-';
+    if (i < n && (t[i] == '-' || t[i] == '+'))
+        i++;
+    if (i == n)
+        return false;
+    uint64_t v = 0;
+    for (; i < n; i++) {
+        if (t[i] < '0' || t[i] > '9' || v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(t[i] - '0');
+    }
+    if (v > (uint64_t)INT64_MAX + neg)
+        return false;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return true;
+}
+
+/* The tar header just before field f's data must still describe it (else the shard changed). */
+static stk_status check_header(const stk_dataset *ds, uint64_t i, uint32_t f, const uint8_t *hdr,
+                               uint64_t hdr_off, uint32_t size, char *err, size_t err_size)
+{
+    uint64_t hsize;
+    if (tar_checksum_ok(hdr) && tar_number(hdr + 124, 12, &hsize) && hsize == size)
+        return STK_OK;
+    char where[STK_ERRMSG_SIZE];
+    wds_describe(ds, i, where, sizeof(where));
+    return stk__set_error(err, err_size, STK_EFORMAT,
+                          "%s: the tar header of field '%s' at byte %" PRIu64
+                          " does not match the index: the shard changed after it was indexed "
+                          "(reopen the dataset)",
+                          where, ds->fields[f].name, hdr_off);
+}
+
+#define READ_GAPS 8192 /* bytes of headers and padding one read may skip over */
+#define READ_PIECES (STK_MAX_FIELDS + 1)
+
+/* Record i: the members' data go straight to dst (ints through text); the headers and padding
+ * between them to a stack buffer, so a sample of adjacent members is one read. */
+static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, void *const dst[],
+                           const size_t cap[], unsigned flags, stk__recinfo *info, char *err,
+                           size_t err_size)
+{
+    (void)cur;
+    (void)flags;
+    const wds *w = ds->impl;
+    const wds_rec *r = &w->recs[i];
+    const wds_shard *sh = &w->shards[r->shard];
+    const wds_loc *loc = w->locs + i * (ds->n_fields - 1);
+    char where[STK_ERRMSG_SIZE];
+    memset(info, 0, sizeof(*info));
+    info->file = r->shard;
+    info->local = i - sh->first;
+    info->offset = r->off;
+    if (r->key_len > cap[0]) {
+        wds_describe(ds, i, where, sizeof(where));
+        return stk__set_error(err, err_size, STK_ELIMIT, "%s: __key__ over its buffer", where);
+    }
+    memcpy(dst[0], sh->keys + r->key_off, r->key_len);
+    info->field_size[0] = r->key_len;
+    info->size = r->key_len;
+    /* the fields in file order */
+    uint32_t order[STK_MAX_FIELDS];
+    uint32_t np = 0;
+    for (uint32_t f = 1; f < ds->n_fields; f++) {
+        const wds_loc *l = &loc[f - 1];
+        bool as_int = w->is_int[f];
+        if (l->size == MISSING) {
+            wds_describe(ds, i, where, sizeof(where));
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "%s: no '%s' member (other samples have one)", where,
+                                  ds->fields[f].name);
+        }
+        if (as_int ? l->size > MAX_INT_TEXT || cap[f] < 8 : l->size > cap[f]) {
+            bool text = as_int && cap[f] >= 8;
+            wds_describe(ds, i, where, sizeof(where));
+            return stk__set_error(err, err_size, text ? STK_EFORMAT : STK_ELIMIT,
+                                  "%s: field '%s' (%" PRIu32 " bytes) %s", where,
+                                  ds->fields[f].name, l->size,
+                                  text ? "is too long for an ASCII integer" : "is over its buffer");
+        }
+        uint32_t k = np++;
+        while (k > 0 && loc[order[k - 1] - 1].rel > l->rel) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = f;
+    }
+    uint8_t gaps[READ_GAPS];
+    char text[STK_MAX_FIELDS][MAX_INT_TEXT];
+    for (uint32_t a = 0; a < np;) {
+        /* one read from the header of order[a] over as many following members as fit */
+        stk__iov iov[READ_PIECES];
+        const uint8_t *hdr[STK_MAX_FIELDS];
+        int n = 0;
+        size_t used = 0;
+        uint64_t start = r->off + loc[order[a] - 1].rel - TAR_BLOCK, pos = start;
+        uint32_t z = a;
+        for (; z < np && n + 2 <= READ_PIECES; z++) {
+            uint32_t f = order[z];
+            uint64_t data_off = r->off + loc[f - 1].rel;
+            uint64_t gap = data_off - pos;
+            if (gap < TAR_BLOCK || gap > sizeof(gaps) - used)
+                break; /* a long PAX header or a skipped member in between: a new read */
+            iov[n++] = (stk__iov){gaps + used, (size_t)gap};
+            hdr[z] = gaps + used + gap - TAR_BLOCK;
+            used += (size_t)gap;
+            iov[n++] = (stk__iov){w->is_int[f] ? (void *)text[f] : dst[f], loc[f - 1].size};
+            pos = data_off + loc[f - 1].size;
+        }
+        stk_status rc = sh->f->vfs->read(sh->f, start, iov, n, err, err_size);
+        if (rc < 0) {
+            wds_describe(ds, i, where, sizeof(where));
+            return stk__source_read_error(rc, where, sh->f->path, err, err_size);
+        }
+        for (uint32_t k = a; k < z; k++) {
+            uint32_t f = order[k];
+            const wds_loc *l = &loc[f - 1];
+            uint64_t data_off = r->off + l->rel;
+            rc = check_header(ds, i, f, hdr[k], data_off - TAR_BLOCK, l->size, err, err_size);
+            if (rc < 0)
+                return rc;
+            int64_t v;
+            if (w->is_int[f] && !parse_int(text[f], l->size, &v)) {
+                wds_describe(ds, i, where, sizeof(where));
+                return stk__set_error(err, err_size, STK_EFORMAT,
+                                      "%s: field '%s' at byte %" PRIu64
+                                      " is not an ASCII integer ('%.*s')",
+                                      where, ds->fields[f].name, data_off, (int)l->size, text[f]);
+            }
+            if (w->is_int[f])
+                stk__st64(dst[f], (uint64_t)v);
+            info->field_size[f] = w->is_int[f] ? 8 : l->size;
+            info->size += info->field_size[f];
+        }
+        a = z;
+    }
+    return STK_OK;
+}
+
+const stk__source_methods stk__src_wds = {
+    .name = "wds",
+    .summary = "WebDataset .tar shards, one sample per key, one field per extension",
+    .probe = wds_probe,
+    .open = wds_open,
+    .close = wds_close,
+    .read = wds_read,
+    .describe = wds_describe,
+};
