@@ -13,15 +13,18 @@ worker threads apply to every sample, fused with the JPEG/PNG decode::
     loader = stoker.Loader("train/", batch_size=64, transforms=train)
 
 Supported ops (the C library's op table, ``SUPPORTED``): RandomResizedCrop, Resize, CenterCrop,
-RandomHorizontalFlip, RandomVerticalFlip, ColorJitter and Normalize, from ``torchvision.transforms``
+RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Normalize, Grayscale (3 channels),
+RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness,
+RandomAutocontrast, RandomEqualize and GaussianBlur, from ``torchvision.transforms``
 or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name). ToTensor,
 PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype (ToTensor: float32 in
 [0, 1]; PILToTensor and v2's ToImage: uint8; ConvertImageDtype/ToDtype: that dtype, scaled as
 torchvision scales it). Without any of them the output is float32. Output layout
 is NCHW unless ``Compose(..., layout="NHWC")``. Resampling is bilinear with antialiasing
 (PIL's, which is what torchvision uses on PIL images); other interpolation modes are refused.
-Randomness comes from the loader's (seed, epoch, sample index), so augmentation is identical
-for any number of threads or ranks.
+Pixel ops (ColorJitter and the ops from Grayscale on) run on the output-size uint8 image, after
+the geometric ops, whatever their place in the list. Randomness comes from the loader's (seed,
+epoch, sample index), so augmentation is identical for any number of threads or ranks.
 """
 import numbers
 
@@ -29,7 +32,9 @@ from . import _core
 
 __all__ = [
     "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
-    "ColorJitter", "Normalize", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
+    "ColorJitter", "Normalize", "Grayscale", "RandomGrayscale", "RandomInvert",
+    "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast",
+    "RandomEqualize", "GaussianBlur", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
     "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
     "RECIPES", "SUPPORTED",
 ]
@@ -179,6 +184,99 @@ class RandomHorizontalFlip(_Flip):
 
 class RandomVerticalFlip(_Flip):
     """torchvision.transforms.RandomVerticalFlip(p): upside down with probability p."""
+
+
+class RandomInvert(_Flip):
+    """torchvision.transforms.RandomInvert(p): 255 - x with probability p."""
+
+
+class RandomAutocontrast(_Flip):
+    """torchvision.transforms.RandomAutocontrast(p): each channel stretched to 0..255 with
+    probability p."""
+
+
+class RandomEqualize(_Flip):
+    """torchvision.transforms.RandomEqualize(p): each channel's histogram equalized with
+    probability p."""
+
+
+class RandomGrayscale(_Flip):
+    """torchvision.transforms.RandomGrayscale(p=0.1): gray (in all three channels) with
+    probability p."""
+
+    def __init__(self, p=0.1):
+        super().__init__(p)
+
+
+class Grayscale(Op):
+    """torchvision.transforms.Grayscale(num_output_channels): stoker's images keep three
+    channels, so only num_output_channels=3 is accepted (the gray value in each channel)."""
+
+    _tv_args = ("num_output_channels",)
+
+    def __init__(self, num_output_channels=1):
+        self.num_output_channels = int(num_output_channels)
+
+    def _params(self):
+        return {"num_output_channels": self.num_output_channels}
+
+
+class _ValueP(Op):
+    """An op with one value (named by _value, converted by _conv) and a probability p."""
+
+    _value, _conv = "", float
+
+    @classmethod
+    def from_torchvision(cls, t):
+        return cls(getattr(t, cls._value), t.p)
+
+    def __init__(self, value, p=0.5):
+        self.value, self.p = type(self)._conv(value), float(p)
+
+    def _params(self):
+        return {self._value: self.value, "p": self.p}
+
+
+class RandomPosterize(_ValueP):
+    """torchvision.transforms.RandomPosterize(bits, p): keep the top `bits` bits of each value
+    with probability p."""
+
+    _value, _conv = "bits", int
+
+
+class RandomSolarize(_ValueP):
+    """torchvision.transforms.RandomSolarize(threshold, p): values >= threshold (uint8 scale)
+    inverted with probability p."""
+
+    _value = "threshold"
+
+
+class RandomAdjustSharpness(_ValueP):
+    """torchvision.transforms.RandomAdjustSharpness(sharpness_factor, p): blend with the 3x3
+    smoothed image (0 blurs, 1 keeps, 2 sharpens) with probability p."""
+
+    _value = "sharpness_factor"
+
+
+class GaussianBlur(Op):
+    """torchvision.transforms.GaussianBlur(kernel_size, sigma=(0.1, 2.0)): kernel_size an odd int
+    or (x, y) = (width, height) as torchvision orders it; sigma a number or a (min, max) range
+    drawn uniformly per sample."""
+
+    _tv_args = ("kernel_size", "sigma")
+
+    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+        if isinstance(kernel_size, numbers.Number):
+            kernel_size = (kernel_size, kernel_size)
+        ks = [int(k) for k in kernel_size]
+        self.kernel_size = (ks[0], ks[0]) if len(ks) == 1 else tuple(ks)
+        if isinstance(sigma, numbers.Number):
+            sigma = (sigma, sigma)
+        sg = [float(v) for v in sigma]
+        self.sigma = (sg[0], sg[0]) if len(sg) == 1 else tuple(sg)
+
+    def _params(self):
+        return {"kernel_size": self.kernel_size, "sigma": self.sigma}
 
 
 def _jitter_amount(value, name, center):

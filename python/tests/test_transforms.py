@@ -108,8 +108,10 @@ def test_unsupported_transform_is_named():
 
 # One example of each C op's stoker.transforms class, built with its required arguments.
 EXAMPLES = {"RandomResizedCrop": T.RandomResizedCrop(24), "Resize": T.Resize(20),
-            "CenterCrop": T.CenterCrop(16), "Normalize": T.Normalize(T.IMAGENET_MEAN,
-                                                                     T.IMAGENET_STD)}
+            "CenterCrop": T.CenterCrop(16), "Grayscale": T.Grayscale(3),
+            "RandomPosterize": T.RandomPosterize(4), "RandomSolarize": T.RandomSolarize(128),
+            "RandomAdjustSharpness": T.RandomAdjustSharpness(2), "GaussianBlur": T.GaussianBlur(3),
+            "Normalize": T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)}
 
 
 def test_supported_is_the_c_op_table():
@@ -387,3 +389,58 @@ def test_cli_pack_matches_python_pack(folder, packed, tmp_path):
     a, b = stoker.Dataset(out), stoker.Dataset(packed)
     assert len(a) == len(b) and a.fields == b.fields and a.classes == b.classes
     assert all(a[i] == b[i] for i in range(len(a)))
+
+
+def test_pixel_ops_from_torchvision():
+    """The pixel ops convert from torchvision (v1) with their arguments; Grayscale(1) is refused
+    with a message naming it (stoker's images have three channels)."""
+    tv = TV.Compose([TV.CenterCrop(16), TV.Grayscale(3), TV.RandomGrayscale(0.2),
+                     TV.RandomInvert(0.3), TV.RandomPosterize(3, 0.4),
+                     TV.RandomSolarize(100.0, 0.6), TV.RandomAdjustSharpness(1.5, 0.7),
+                     TV.RandomAutocontrast(0.8), TV.RandomEqualize(0.9),
+                     TV.GaussianBlur((5, 3), (0.5, 1.5))])
+    ops = []
+    T._flatten(tv, ops)
+    assert ops[1:] == [T.Grayscale(3), T.RandomGrayscale(0.2), T.RandomInvert(0.3),
+                       T.RandomPosterize(3, 0.4), T.RandomSolarize(100.0, 0.6),
+                       T.RandomAdjustSharpness(1.5, 0.7), T.RandomAutocontrast(0.8),
+                       T.RandomEqualize(0.9), T.GaussianBlur((5, 3), (0.5, 1.5))]
+    assert T.GaussianBlur(3, 0.7).to_dict() == {"kind": "GaussianBlur", "kernel_size": (3, 3),
+                                                "sigma": (0.7, 0.7)}
+    t = T.compile(tv, dtype="uint8")
+    assert t.output == {"dtype": "uint8", "shape": (3, 16, 16)}
+    with pytest.raises(ValueError, match="Grayscale.*num_output_channels must be 3"):
+        T.compile([T.CenterCrop(8), T.Grayscale()])
+    with pytest.raises(ValueError, match="GaussianBlur.*kernel_size must be odd"):
+        T.compile([T.CenterCrop(8), T.GaussianBlur(4)])
+    with pytest.raises(ValueError, match="RandomPosterize.*bits"):
+        T.compile([T.CenterCrop(8), T.RandomPosterize(9)])
+
+
+PIXEL_AUG = [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.RandomAdjustSharpness(2.0),
+             T.RandomGrayscale(0.3), T.RandomInvert(), T.RandomPosterize(3), T.RandomSolarize(128),
+             T.RandomAutocontrast(), T.RandomEqualize(), T.GaussianBlur(3), T.PILToTensor()]
+
+
+@needs_pipeline
+def test_pixel_ops_thread_independent_and_resume(packed):
+    """The random pixel ops draw from the sample's stream in op order: 1 and 2 worker threads
+    give the same bytes, and a loader resumed from a state_dict mid-epoch continues with
+    exactly the rest of the epoch."""
+    def loader(workers, seed=5):
+        return _make(packed, 8, shuffle=True, seed=seed, num_workers=workers,
+                     transforms=PIXEL_AUG)
+    one = [b["image"].clone() for b in loader(1)]
+    two = [b["image"].clone() for b in loader(2)]
+    assert len(one) >= 2 and all(torch.equal(a, b) for a, b in zip(one, two))
+    other = torch.cat([b["image"].clone() for b in loader(1, seed=6)])
+    assert not torch.equal(torch.cat(one), other)
+    first = loader(2)
+    it = iter(first)
+    head = [next(it)["image"].clone()]
+    state = first.state_dict()
+    first.close()
+    resumed = loader(1, seed=99)  # the seed comes from the state
+    resumed.load_state_dict(state)
+    tail = [b["image"].clone() for b in resumed]
+    assert all(torch.equal(a, b) for a, b in zip(head + tail, one)) and len(head + tail) == len(one)

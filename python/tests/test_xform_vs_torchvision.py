@@ -402,3 +402,127 @@ def test_decoder_error_reaches_caller(images, tmp_path):
                          capture_output=True, text=True)
     assert res.returncode != 0
     assert "apply failed" in res.stderr and len(res.stderr.strip()) > len("apply failed: ")
+
+
+# ---- pixel ops (stk_pixops.c) against torchvision's tensor ops on the same uint8 image ----
+
+def _tv_tensor(fn):
+    """fn on a uint8 CHW tensor, as HWC numpy (torchvision's functional_tensor path)."""
+    return lambda a: fn(torch.from_numpy(a.copy()).permute(2, 0, 1)).permute(1, 2, 0).numpy()
+
+
+def _tv_pil(fn):
+    """fn on a PIL image (the path of transforms.Compose over ImageFolder), as HWC numpy."""
+    return lambda a: np.asarray(fn(Image.fromarray(a)).convert("RGB"))
+
+
+# gen_imgdump op -> (torchvision functional on tensors, on PIL images). Every one of these
+# runs with p = 1 (always applied).
+PIXEL_OPS = {
+    "gray": (lambda t: F.rgb_to_grayscale(t, 3), lambda im: F.rgb_to_grayscale(im, 3)),
+    "rgray:1": (lambda t: F.rgb_to_grayscale(t, 3), lambda im: F.rgb_to_grayscale(im, 3)),
+    "invert:1": (F.invert, F.invert),
+    "posterize:3,1": (lambda t: F.posterize(t, 3), lambda im: F.posterize(im, 3)),
+    "posterize:0,1": (lambda t: F.posterize(t, 0), lambda im: F.posterize(im, 0)),
+    "solarize:128,1": (lambda t: F.solarize(t, 128), lambda im: F.solarize(im, 128)),
+    "solarize:77.5,1": (lambda t: F.solarize(t, 77.5), lambda im: F.solarize(im, 77.5)),
+    "sharp:2,1": (lambda t: F.adjust_sharpness(t, 2.0), lambda im: F.adjust_sharpness(im, 2.0)),
+    "sharp:0.3,1": (lambda t: F.adjust_sharpness(t, 0.3), lambda im: F.adjust_sharpness(im, 0.3)),
+    "autocontrast:1": (F.autocontrast, F.autocontrast),
+    "equalize:1": (F.equalize, F.equalize),
+    "blur:5,5,1.5": (lambda t: F.gaussian_blur(t, [5, 5], [1.5, 1.5]),
+                     lambda im: F.gaussian_blur(im, [5, 5], [1.5, 1.5])),
+    "blur:9,3,0.7": (lambda t: F.gaussian_blur(t, [9, 3], [0.7, 0.7]),
+                     lambda im: F.gaussian_blur(im, [9, 3], [0.7, 0.7])),
+}
+# Those whose torchvision tensor op is float32 convolution: PSNR, not bit for bit.
+PIXEL_PSNR = ("blur",)
+
+
+def _psnr255(a, b):
+    return psnr01(np.asarray(a, np.float64) / 255, np.asarray(b, np.float64) / 255)
+
+
+@pytest.mark.parametrize("spec", list(PIXEL_OPS))
+def test_pixel_op_matches_torchvision(images, spec):
+    """Each pixel op on the output-size image equals torchvision's functional_tensor op on the
+    same uint8 image bit for bit (GaussianBlur: >= 50 dB; torch's conv2d sums in its own float
+    order). Against the PIL path (what Compose does on ImageFolder's PIL images) the integer
+    ops are identical too; grayscale, sharpness and autocontrast round differently there, so
+    those are held to PSNR >= 35 dB."""
+    tensor_fn, pil_fn = PIXEL_OPS[spec]
+    for name, crop in (("p500x375.jpg", "224,200"), ("p400x300.png", "224"), ("g500x375.jpg", "97,131")):
+        path = images[name]
+        h, w = (int(v) for v in (crop.split(",") * 2)[:2])
+        base, _ = u8(path, f"ccrop:{crop}", h, w)
+        got, p = u8(path, f"ccrop:{crop} {spec}", h, w)
+        assert p["pixel"] and p["pixel"][0]["on"] == 1
+        want = _tv_tensor(tensor_fn)(base)
+        if spec.split(":")[0] in PIXEL_PSNR:
+            assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, (spec, name)
+            assert _psnr255(got, want) >= 50, (spec, name)
+        else:
+            assert np.array_equal(got, want), (spec, name, int(np.sum(got != want)))
+        via_pil = _tv_pil(pil_fn)(base)
+        assert _psnr255(got, via_pil) >= 35, (spec, name, _psnr255(got, via_pil))
+
+
+@pytest.mark.parametrize("spec", ["rgray:0.5", "invert:0.3", "posterize:2,0.5", "solarize:100,0.7",
+                                  "sharp:1.7,0.5", "autocontrast:0.5", "equalize:0.5"])
+def test_random_pixel_op_applies_as_its_draw_says(images, spec):
+    """p < 1: each sample is the op's output or untouched, as its plan's draw says; the share
+    applied is binomial(40, p)."""
+    path = images["p500x375.jpg"]
+    always = spec.split(",")[0] + ",1" if "," in spec else spec.split(":")[0] + ":1"
+    name, p = spec.split(":")[0], float(spec.split(",")[-1].split(":")[-1])
+    done, on = u8(path, f"ccrop:128 {always}", 128, 128)
+    plain, _ = u8(path, "ccrop:128", 128, 128)
+    assert not np.array_equal(done, plain), spec
+    n_on = 0
+    for index in range(40):
+        out, pl = u8(path, f"ccrop:128 {spec}", 128, 128, index=index)
+        on = pl["pixel"][0]["on"]
+        assert np.array_equal(out, done if on else plain), (spec, index)
+        n_on += on
+    lo, hi = {0.3: (3, 23), 0.5: (8, 32), 0.7: (17, 37)}[p]
+    assert lo <= n_on <= hi, (name, n_on)
+
+
+def _plans(path, ops, n, seed=0):
+    res = subprocess.run([tool(), "--ops", ops, "--plan", "--plans", str(n), "--seed", str(seed),
+                          "--dtype", "uint8", path, path + ".plans.out"],
+                         capture_output=True, text=True, check=True)
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(lines) == n
+    return lines
+
+
+def test_pixel_op_draws_distribution(images):
+    """The random pixel ops' draws against torchvision's: each op's torch.rand(1) < p over 4000
+    samples (chi-square, 1 dof, 0.1% level), and GaussianBlur.get_params's sigma (two-sample
+    Kolmogorov-Smirnov against 4000 of torchvision's draws, 0.1% level). The ops draw in op
+    order from one stream, so the draws of different ops are independent."""
+    path = images["p400x300.png"]
+    ops = "ccrop:16 rgray:0.1 invert:0.5 posterize:4,0.8 solarize:128,0.3 sharp:2,0.5 " \
+          "autocontrast:0.6 equalize:0.9 blur:3,3,0.1,2.0"
+    n = 4000
+    plans = _plans(path, ops, n)
+    ps = [0.1, 0.5, 0.8, 0.3, 0.5, 0.6, 0.9]
+    on = np.array([[d["on"] for d in pl["pixel"]] for pl in plans])
+    assert on.shape == (n, 8) and on[:, 7].all()
+    for k, p in enumerate(ps):
+        hits = on[:, k].sum()
+        chi2 = (hits - n * p) ** 2 / (n * p) + (hits - n * p) ** 2 / (n * (1 - p))
+        assert chi2 < 10.83, (k, p, hits)
+    # independent of each other: pairwise agreement as for independent Bernoullis
+    both = (on[:, 1] & on[:, 4]).sum()
+    assert abs(both - n * 0.25) < 4 * np.sqrt(n * 0.25 * 0.75)
+    sigma = np.array([pl["pixel"][7]["sigma"] for pl in plans])
+    torch.manual_seed(0)
+    ref = np.array([T.GaussianBlur.get_params(0.1, 2.0) for _ in range(n)])
+    a, b = np.sort(sigma), np.sort(ref)
+    grid = np.concatenate([a, b])
+    ks = np.max(np.abs(np.searchsorted(a, grid, side="right") / n -
+                       np.searchsorted(b, grid, side="right") / n))
+    assert ks < 1.95 * np.sqrt(2 / n), ks
+    assert sigma.min() >= 0.1 and sigma.max() < 2.0

@@ -356,9 +356,9 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
     STK_TRY(
         stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)t->out_w * 3, err, err_size));
     uint64_t t1 = stk__now_ns();
-    const stk__pixctx px = {img, t->out_w, t->out_h};
+    const stk__pixctx px = {img, t->out_w, t->out_h, err, err_size};
     for (uint32_t i = 0; i < plan->n_pix; i++) /* one call per kernel per sample */
-        plan->pix[i].def->kernel(&px, &plan->pix[i].draw);
+        STK_TRY(plan->pix[i].def->kernel(&px, &plan->pix[i].draw));
     uint64_t t2 = stk__now_ns();
     stk__store(t, img, t->out_w, t->out_h, dst);
     uint64_t t3 = stk__now_ns();

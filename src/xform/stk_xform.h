@@ -31,6 +31,7 @@
 
 #define STK__XF_MAX_OPS 16     /* ops per transform */
 #define STK__XF_MAX_SIZE 16384 /* largest output (and op) height or width */
+#define STK__XF_MAX_KERNEL 255 /* largest GaussianBlur kernel side */
 
 struct stk__op_def;
 
@@ -137,6 +138,32 @@ void stk__adjust_contrast(uint8_t *rgb, size_t npix, double factor);
 void stk__adjust_saturation(uint8_t *rgb, size_t npix, double factor);
 void stk__adjust_hue(uint8_t *rgb, size_t npix, double factor);
 
+/* ---- pixel ops (stk_pixops.c): torchvision 0.14's functional_tensor on uint8, bit for bit
+ * (GaussianBlur: up to float rounding) on an interleaved RGB image of w x h pixels, in place ----
+ */
+
+/* rgb_to_grayscale: trunc((0.2989 r + 0.587 g) + 0.114 b) in float32, into all three channels. */
+void stk__px_grayscale(uint8_t *rgb, size_t npix);
+/* invert: 255 - x. */
+void stk__px_invert(uint8_t *rgb, size_t npix);
+/* posterize: x & (0xff << (8 - bits)), bits in 0..8. */
+void stk__px_posterize(uint8_t *rgb, size_t npix, int bits);
+/* solarize: x >= threshold ? 255 - x : x. */
+void stk__px_solarize(uint8_t *rgb, size_t npix, double threshold);
+/* autocontrast: per channel (x - min) * (255 / (max - min)) in float32, truncated; a flat channel
+ * is unchanged. */
+void stk__px_autocontrast(uint8_t *rgb, size_t npix);
+/* equalize: per channel, torchvision's histogram lookup table (PIL's ImageOps.equalize). */
+void stk__px_equalize(uint8_t *rgb, size_t npix);
+/* adjust_sharpness: blend with the 3x3 smoothing (1 1 1 / 1 5 1 / 1 1 1) / 13 of the interior
+ * (the border rows and columns keep their values); images under 3x3 are unchanged. Needs two rows
+ * of scratch past 1024 pixels wide: @return false when they cannot be allocated. */
+bool stk__px_sharpness(uint8_t *rgb, uint32_t w, uint32_t h, double factor);
+/* gaussian_blur with a kx x ky kernel (odd) of this sigma, reflect padding, rounded. Needs
+ * scratch of (size_t)w * h * 3 floats; @return false when it cannot be allocated (the image is
+ * then unchanged). */
+bool stk__px_gaussian_blur(uint8_t *rgb, uint32_t w, uint32_t h, int kx, int ky, double sigma);
+
 /* ---- the op table (stk_ops.c) ----
  *
  * One row per op kind (stk__op_def): its name, parameters, check, effect on the output size,
@@ -152,14 +179,25 @@ typedef enum stk__op_stage {
 
 /* One sample's draw for a pixel kernel (filled by the op's plan, read by its kernel): one member
  * per kernel that needs more than its stk_op. */
+/* The pixel ops of stk_pixops.c: their op (its parameters), whether they apply to this sample
+ * (torch.rand(1) < p) and GaussianBlur's sigma. */
+typedef struct stk__pixdraw {
+    const stk_op *op; /* in the compiled transform (lives as long as it) */
+    bool on;
+    double sigma;
+} stk__pixdraw;
+
 typedef union stk__opdraw {
     stk__jitter jitter; /* ColorJitter */
+    stk__pixdraw pix;   /* the ops of stk_pixops.c */
 } stk__opdraw;
 
 /* What a pixel kernel works on: the uint8 output-size image of one sample. */
 typedef struct stk__pixctx {
     uint8_t *rgb; /* interleaved RGB, w * h pixels, rows of w * 3 bytes; modified in place */
     uint32_t w, h;
+    char *err; /* where a kernel that fails (out of memory for scratch) writes why */
+    size_t err_size;
 } stk__pixctx;
 
 struct stk__xplan;
@@ -185,8 +223,9 @@ typedef struct stk__op_def {
      * (into *draw, non-NULL exactly when the op has a kernel). NULL: nothing to plan. */
     void (*plan)(const stk_op *op, stk_rng *rng, struct stk__xplan *p, stk__opdraw *draw);
     /* Pixel kernel (STK__OP_PIXEL ops): apply the draw to the image. Called once per sample in
-     * op order; runs over every pixel, so it is the op's whole per-pixel cost. */
-    void (*kernel)(const stk__pixctx *c, const stk__opdraw *draw);
+     * op order; runs over every pixel, so it is the op's whole per-pixel cost. @return STK_OK,
+     * or STK_ENOMEM (scratch; message in c->err). */
+    stk_status (*kernel)(const stk__pixctx *c, const stk__opdraw *draw);
 } stk__op_def;
 
 /* The row of `kind`, or NULL for an unknown kind. */

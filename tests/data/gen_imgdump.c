@@ -7,7 +7,9 @@
  *               [--seed S] [--epoch E] [--index I] [--plan] IMAGE OUT
  *       Apply the transform to IMAGE as sample (S, E, I) and write the output tensor's raw bytes
  *       to OUT. --plan prints the sample's plan as one JSON line (image size, RandomResizedCrop
- *       box, flip, decode window and DCT denominator, ColorJitter draws).
+ *       box, flip, decode window and DCT denominator, ColorJitter and pixel ops' draws);
+ *       --plans N first prints the plans of samples I+1 .. I+N-1, one line each (the
+ *       distribution tests).
  *   gen_imgdump ... --bench N IMAGE...
  *       Apply the transform N times over the images (indices 0..N-1 round robin) and print the
  *       per-stage time and images/s.
@@ -18,6 +20,8 @@
  * SPEC is a list of ops separated by spaces or '+':
  *   rrc:H[,W[,S0,S1[,R0,R1]]]  resize:H[,W]  ccrop:H[,W]  flip:P  vflip:P  jitter:B,C,S,H
  *   norm[:imagenet | :M0,M1,M2,S0,S1,S2]
+ *   gray  rgray:P  invert:P  posterize:BITS[,P]  solarize:T[,P]  sharp:F[,P]  autocontrast:P
+ *   equalize:P  blur:KX[,KY[,S0[,S1]]]
  */
 #include "xform/stk_xform.h"
 
@@ -113,6 +117,37 @@ static bool parse_op(const char *tok, stk_op *op)
                 op->std[c] = (float)v[3 + c];
             }
         }
+    } else if (IS("gray")) {
+        stk_op_init(op, STK_OP_GRAYSCALE);
+    } else if (IS("rgray") || IS("invert") || IS("autocontrast") || IS("equalize")) {
+        stk_op_init(op, IS("rgray")          ? STK_OP_RANDOM_GRAYSCALE
+                        : IS("invert")       ? STK_OP_RANDOM_INVERT
+                        : IS("autocontrast") ? STK_OP_RANDOM_AUTOCONTRAST
+                                             : STK_OP_RANDOM_EQUALIZE);
+        if (numbers(args, v, 1) == 1)
+            op->p = v[0];
+    } else if (IS("posterize") || IS("solarize") || IS("sharp")) {
+        stk_op_init(op, IS("posterize")  ? STK_OP_RANDOM_POSTERIZE
+                        : IS("solarize") ? STK_OP_RANDOM_SOLARIZE
+                                         : STK_OP_RANDOM_ADJUST_SHARPNESS);
+        n = numbers(args, v, 2);
+        if (op->kind == STK_OP_RANDOM_POSTERIZE)
+            op->bits = (int64_t)v[0];
+        else if (op->kind == STK_OP_RANDOM_SOLARIZE)
+            op->threshold = v[0];
+        else
+            op->sharpness_factor = v[0];
+        if (n > 1)
+            op->p = v[1];
+    } else if (IS("blur")) {
+        stk_op_init(op, STK_OP_GAUSSIAN_BLUR);
+        n = numbers(args, v, 4);
+        op->kernel_size[0] = (int64_t)v[0];
+        op->kernel_size[1] = n > 1 ? (int64_t)v[1] : op->kernel_size[0];
+        if (n > 2)
+            op->sigma[0] = op->sigma[1] = v[2];
+        if (n > 3)
+            op->sigma[1] = v[3];
     } else {
         return false;
     }
@@ -176,6 +211,14 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
                j->on[1], j->on[2], j->on[3], j->factor[0], j->factor[1], j->factor[2],
                j->factor[3]);
     }
+    printf("], \"pixel\": [");
+    int n_px = 0;
+    for (uint32_t k = 0; k < p.n_pix; k++) {
+        if (p.pix[k].def->kind == STK_OP_COLOR_JITTER)
+            continue;
+        printf("%s{\"op\": \"%s\", \"on\": %d, \"sigma\": %.17g}", n_px++ ? ", " : "",
+               p.pix[k].def->name, p.pix[k].draw.pix.on, p.pix[k].draw.pix.sigma);
+    }
     printf("]}\n");
 }
 
@@ -221,7 +264,7 @@ int main(int argc, char **argv)
     const char *recipe = NULL, *spec = NULL, *dtype = NULL;
     bool nhwc = false, exact = false, plan = false;
     unsigned long long seed = 0, epoch = 0, index = 0;
-    long bench = 0;
+    long bench = 0, plans = 1;
     const char *files[4096];
     int n_files = 0;
     for (int i = 1; i < argc; i++) {
@@ -247,6 +290,8 @@ int main(int argc, char **argv)
             exact = true;
         else if (strcmp(a, "--plan") == 0)
             plan = true;
+        else if (strcmp(a, "--plans") == 0 && more)
+            plans = atol(argv[++i]);
         else if (a[0] == '-' && a[1] == '-')
             die("unknown option '%s'", a);
         else if (n_files < 4096)
@@ -326,6 +371,11 @@ int main(int argc, char **argv)
         uint8_t *img = read_file(files[0], &size);
         stk_rng rng;
         stk_rng_init(&rng, seed, epoch, index);
+        for (long k = 1; plan && k < plans; k++) { /* the plans of the next samples */
+            stk_rng next;
+            stk_rng_init(&next, seed, epoch, index + (uint64_t)k);
+            print_plan(t, w, img, size, next);
+        }
         if (plan)
             print_plan(t, w, img, size, rng);
         if (stk__transform_apply(t, w, img, size, &rng, out, err, sizeof(err)) < 0)
