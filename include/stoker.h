@@ -472,7 +472,9 @@ typedef enum stk_op_kind {
     STK_OP_RANDOM_ADJUST_SHARPNESS = 12, /* sharpness_factor, p */
     STK_OP_RANDOM_AUTOCONTRAST = 13,     /* p */
     STK_OP_RANDOM_EQUALIZE = 14,         /* p */
-    STK_OP_GAUSSIAN_BLUR = 15            /* kernel_size, sigma */
+    STK_OP_GAUSSIAN_BLUR = 15,           /* kernel_size, sigma */
+    STK_OP_RANDOM_CROP = 16,             /* size, padding, pad_if_needed, fill (0 only) */
+    STK_OP_PAD = 17                      /* padding, fill (0 only) */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
@@ -490,6 +492,9 @@ typedef struct stk_op {
     double sharpness_factor;     /* RandomAdjustSharpness: 0 blurs, 1 keeps, 2 sharpens */
     int64_t kernel_size[2];      /* GaussianBlur (x, y) = (width, height) as torchvision: odd */
     double sigma[2];             /* GaussianBlur sigma range (default 0.1, 2.0) */
+    int64_t padding[4];          /* Pad/RandomCrop: (left, top, right, bottom), >= 0 */
+    int64_t pad_if_needed;       /* RandomCrop: 1 pads a side shorter than size (both ends) */
+    double fill[3];              /* Pad/RandomCrop padding value: only 0 is supported */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */

@@ -15,7 +15,8 @@ worker threads apply to every sample, fused with the JPEG/PNG decode::
 Supported ops (the C library's op table, ``SUPPORTED``): RandomResizedCrop, Resize, CenterCrop,
 RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Normalize, Grayscale (3 channels),
 RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness,
-RandomAutocontrast, RandomEqualize and GaussianBlur, from ``torchvision.transforms``
+RandomAutocontrast, RandomEqualize, GaussianBlur, RandomCrop and Pad (zero fill), from
+``torchvision.transforms``
 or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name). ToTensor,
 PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype (ToTensor: float32 in
 [0, 1]; PILToTensor and v2's ToImage: uint8; ConvertImageDtype/ToDtype: that dtype, scaled as
@@ -34,7 +35,7 @@ __all__ = [
     "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
     "ColorJitter", "Normalize", "Grayscale", "RandomGrayscale", "RandomInvert",
     "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast",
-    "RandomEqualize", "GaussianBlur", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
+    "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
     "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
     "RECIPES", "SUPPORTED",
 ]
@@ -164,6 +165,68 @@ class CenterCrop(Op):
 
     def _params(self):
         return {"size": self.size}
+
+
+def _padding4(padding, what):
+    """torchvision's padding: an int (all sides), (left/right, top/bottom) or (left, top, right,
+    bottom) -> the four."""
+    if padding is None:
+        return (0, 0, 0, 0)
+    if isinstance(padding, numbers.Integral):
+        return (int(padding),) * 4
+    seq = [int(v) for v in padding]
+    if len(seq) == 1:
+        return (seq[0],) * 4
+    if len(seq) == 2:
+        return (seq[0], seq[1], seq[0], seq[1])
+    if len(seq) == 4:
+        return tuple(seq)
+    raise _invalid(f"{what}: padding must be an int or a sequence of 1, 2 or 4, got {padding!r}")
+
+
+def _fill3(fill, padding_mode, what):
+    if padding_mode != "constant":
+        raise _invalid(f"{what}: only padding_mode='constant' is supported, got "
+                       f"{padding_mode!r}")
+    if fill is None:
+        fill = 0
+    if isinstance(fill, numbers.Number):
+        return (float(fill),) * 3
+    vals = [float(v) for v in fill]
+    return tuple(vals * 3) if len(vals) == 1 else tuple(vals)
+
+
+class RandomCrop(Op):
+    """torchvision.transforms.RandomCrop(size, padding, pad_if_needed, fill, padding_mode): a
+    crop of size at a uniform position, after zero padding (fill 0, padding_mode 'constant'
+    only)."""
+
+    _tv_args = ("size", "padding", "pad_if_needed", "fill", "padding_mode")
+
+    def __init__(self, size, padding=None, pad_if_needed=False, fill=0,
+                 padding_mode="constant"):
+        self.size = _size2(size, "RandomCrop")
+        self.padding = _padding4(padding, "RandomCrop")
+        self.pad_if_needed = bool(pad_if_needed)
+        self.fill = _fill3(fill, padding_mode, "RandomCrop")
+
+    def _params(self):
+        return {"size": self.size, "padding": self.padding,
+                "pad_if_needed": int(self.pad_if_needed), "fill": self.fill}
+
+
+class Pad(Op):
+    """torchvision.transforms.Pad(padding, fill, padding_mode): zero padding (fill 0,
+    padding_mode 'constant' only)."""
+
+    _tv_args = ("padding", "fill", "padding_mode")
+
+    def __init__(self, padding, fill=0, padding_mode="constant"):
+        self.padding = _padding4(padding, "Pad")
+        self.fill = _fill3(fill, padding_mode, "Pad")
+
+    def _params(self):
+        return {"padding": self.padding, "fill": self.fill}
 
 
 class _Flip(Op):

@@ -111,6 +111,7 @@ EXAMPLES = {"RandomResizedCrop": T.RandomResizedCrop(24), "Resize": T.Resize(20)
             "CenterCrop": T.CenterCrop(16), "Grayscale": T.Grayscale(3),
             "RandomPosterize": T.RandomPosterize(4), "RandomSolarize": T.RandomSolarize(128),
             "RandomAdjustSharpness": T.RandomAdjustSharpness(2), "GaussianBlur": T.GaussianBlur(3),
+            "RandomCrop": T.RandomCrop(16), "Pad": T.Pad(2),
             "Normalize": T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)}
 
 

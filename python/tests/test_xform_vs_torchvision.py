@@ -526,3 +526,60 @@ def test_pixel_op_draws_distribution(images):
                        np.searchsorted(b, grid, side="right") / n))
     assert ks < 1.95 * np.sqrt(2 / n), ks
     assert sigma.min() >= 0.1 and sigma.max() < 2.0
+
+
+# ---- RandomCrop and Pad (geometry: zero padding folded into the per-axis crop) ----
+
+@pytest.mark.parametrize("args", [(224, 200, 0, 0, 0, 0, 0), (300, 280, 4, 4, 4, 4, 0),
+                                  (380, 520, 3, 1, 4, 1, 1), (600, 600, 0, 0, 0, 0, 1),
+                                  (64, 64, 10, 20, 30, 40, 0)])
+def test_random_crop_matches_torchvision(images, args):
+    """RandomCrop(size, padding, pad_if_needed) is torchvision's crop of its zero-padded image
+    at the offset the plan drew, bit for bit (a pure crop decodes as PIL does)."""
+    h, w, left, top, right, bottom, pin = args
+    for name in ("p500x375.jpg", "p400x300.png"):
+        path = images[name]
+        padded = F.pad(pil(path), [left, top, right, bottom], fill=0)
+        pw, ph = padded.size
+        dw = max(w - pw, 0) if pin else 0
+        dh = max(h - ph, 0) if pin else 0
+        if pin:
+            padded = F.pad(padded, [dw, dh, dw, dh], fill=0)
+        if padded.size[0] < w or padded.size[1] < h:
+            continue  # torchvision raises; stoker pads after the end (documented)
+        for index in range(3):
+            got, p = u8(path, "rcrop:" + ",".join(map(str, args)), h, w, index=index)
+            i = int(p["origin"][0]) + top + dh
+            j = int(p["origin"][1]) + left + dw
+            assert 0 <= i <= padded.size[1] - h and 0 <= j <= padded.size[0] - w
+            want = np.asarray(F.crop(padded, i, j, h, w))
+            assert np.array_equal(got, want), (name, args, index)
+
+
+def test_pad_matches_torchvision(images):
+    path = images["p500x375.jpg"]
+    got, _ = u8(path, "ccrop:200,180 pad:3,5,7,2", 207, 190)
+    want = np.asarray(F.pad(F.center_crop(pil(path), [200, 180]), [3, 5, 7, 2], fill=0))
+    assert np.array_equal(got, want)
+    got, _ = u8(path, "pad:4,4,4,4 rcrop:383,508", 383, 508)
+    assert got.shape == (383, 508, 3)
+
+
+def test_random_crop_offsets_distribution(images):
+    """RandomCrop's offsets against torchvision's get_params on the same padded size: both
+    uniform over the same support (chi-square against uniform, 0.1% level, 4000 samples)."""
+    path = images["p400x300.png"]
+    n = 4000
+    plans = _plans(path, "rcrop:290,392,0,0,0,0", n)
+    i = np.array([int(pl["origin"][0]) for pl in plans])
+    j = np.array([int(pl["origin"][1]) for pl in plans])
+    torch.manual_seed(0)
+    ref = np.array([T.RandomCrop.get_params(torch.zeros(3, 300, 400), (290, 392))[:2]
+                    for _ in range(2000)])
+    for got, want, k, crit in ((i, ref[:, 0], 11, 29.59), (j, ref[:, 1], 9, 26.12)):
+        assert set(got) == set(range(k)) == set(want)
+        counts = np.bincount(got, minlength=k)
+        chi2 = float(np.sum((counts - n / k) ** 2 / (n / k)))
+        assert chi2 < crit, chi2  # chi-square critical value, k - 1 dof, 0.1%
+    # i and j are drawn independently
+    assert abs(np.corrcoef(i, j)[0, 1]) < 0.06

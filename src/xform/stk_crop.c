@@ -19,6 +19,8 @@ void stk__axis_init(stk__xaxis *a, int64_t size)
     a->lim0 = 0.0;
     a->lim1 = (double)size;
     a->grid = size;
+    a->v0 = 0;
+    a->v1 = size;
     a->off = 0;
     a->dir = 1;
     a->n = size;
@@ -26,6 +28,14 @@ void stk__axis_init(stk__xaxis *a, int64_t size)
 
 void stk__axis_crop(stk__xaxis *a, int64_t c, int64_t m)
 {
+    if (c < 0 || c + m > a->n) { /* padding: only the current image stays content */
+        int64_t lo = a->dir > 0 ? a->off : a->off - a->n + 1, hi = lo + a->n;
+        double span = a->c1 - a->c0;
+        a->v0 = STK_MAX(a->v0, lo);
+        a->v1 = STK_MIN(a->v1, hi);
+        a->lim0 = STK_MAX(a->lim0, a->c0 + span * (double)lo / (double)a->grid);
+        a->lim1 = STK_MIN(a->lim1, a->c0 + span * (double)hi / (double)a->grid);
+    }
     a->off += a->dir * c;
     a->n = m;
 }
@@ -54,6 +64,8 @@ void stk__axis_resize(stk__xaxis *a, int64_t m)
     a->c0 = c0;
     a->c1 = c1;
     a->grid = m;
+    a->v0 = 0; /* padding inside the resized image was resampled as an edge extension */
+    a->v1 = m;
     /* Resampling commutes with mirroring (the filter is symmetric), so a mirrored image stays
      * mirrored: output pixel 0 is the last grid pixel. */
     a->off = a->dir > 0 ? 0 : m - 1;

@@ -46,6 +46,11 @@ static const stk_op_param p_solarize[] = {PARAM("threshold", DOUBLE, 1, threshol
                                           PARAM("p", DOUBLE, 1, p)};
 static const stk_op_param p_sharpness[] = {PARAM("sharpness_factor", DOUBLE, 1, sharpness_factor),
                                            PARAM("p", DOUBLE, 1, p)};
+static const stk_op_param p_rcrop[] = {
+    PARAM("size", INT64, 2, size), PARAM("padding", INT64, 4, padding),
+    PARAM("pad_if_needed", INT64, 1, pad_if_needed), PARAM("fill", DOUBLE, 3, fill)};
+static const stk_op_param p_pad[] = {PARAM("padding", INT64, 4, padding),
+                                     PARAM("fill", DOUBLE, 3, fill)};
 static const stk_op_param p_blur[] = {PARAM("kernel_size", INT64, 2, kernel_size),
                                       PARAM("sigma", DOUBLE, 2, sigma)};
 
@@ -197,6 +202,39 @@ static stk_status check_blur(size_t i, stk_op *op)
     return STK_OK;
 }
 
+/* Pad's and RandomCrop's padding (>= 0) and fill (0: the resample pads with zeros). */
+static stk_status check_padding(size_t i, stk_op *op)
+{
+    const char *name = stk_op_name(op->kind);
+    for (int k = 0; k < 4; k++)
+        if (op->padding[k] < 0 || op->padding[k] > STK__XF_MAX_SIZE)
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): padding must be (left, top, right, bottom) "
+                                       "in 0..%d, got (%lld, %lld, %lld, %lld)",
+                                       i, name, STK__XF_MAX_SIZE, (long long)op->padding[0],
+                                       (long long)op->padding[1], (long long)op->padding[2],
+                                       (long long)op->padding[3]);
+    for (int c = 0; c < 3; c++)
+        if (op->fill[c] != 0.0)
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): fill must be 0 (stoker pads with zeros), "
+                                       "got %g in channel %d",
+                                       i, name, op->fill[c], c);
+    return STK_OK;
+}
+
+static stk_status check_rcrop(size_t i, stk_op *op)
+{
+    stk_status rc = check_crop(i, op);
+    if (rc < 0)
+        return rc;
+    if (op->pad_if_needed != 0 && op->pad_if_needed != 1)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): pad_if_needed must be 0 or 1, got %lld", i,
+                                   stk_op_name(op->kind), (long long)op->pad_if_needed);
+    return check_padding(i, op);
+}
+
 /* ---- defaults, output sizes, create-time hooks ---- */
 
 /* The pixel ops' parameters beyond p: identities where torchvision has no default (posterize 8
@@ -230,6 +268,15 @@ static void size_resize(const stk_op *op, int64_t *h, int64_t *w)
 {
     *h = op->size[1] ? op->size[0] : 0;
     *w = op->size[1];
+}
+
+/* Pad adds its padding to a known size. */
+static void size_pad(const stk_op *op, int64_t *h, int64_t *w)
+{
+    if (*h)
+        *h += op->padding[1] + op->padding[3];
+    if (*w)
+        *w += op->padding[0] + op->padding[2];
 }
 
 static void compile_normalize(const stk_op *op, stk_transform *t)
@@ -273,6 +320,43 @@ static void plan_center_crop(const stk_op *op, stk_rng *rng, stk__xplan *p, stk_
     (void)draw;
     stk__axis_center_crop(&p->y, op->size[0]);
     stk__axis_center_crop(&p->x, op->size[1]);
+}
+
+/* Pad: a crop that starts before the image and ends after it (zeros, as constant fill 0). */
+static void pad_axes(stk__xplan *p, const int64_t pad[4])
+{
+    stk__axis_crop(&p->x, -pad[0], p->x.n + pad[0] + pad[2]);
+    stk__axis_crop(&p->y, -pad[1], p->y.n + pad[1] + pad[3]);
+}
+
+static void plan_pad(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)rng;
+    (void)draw;
+    pad_axes(p, op->padding);
+}
+
+/* torchvision's RandomCrop.forward: pad by `padding`; with pad_if_needed pad a side shorter than
+ * the crop by the difference at both ends; then get_params: (0, 0) when the sizes are equal,
+ * else i = randint(0, h - th + 1), j = randint(0, w - tw + 1) (height first). An image still
+ * smaller than the crop (torchvision raises) is padded with zeros after its end. */
+static void plan_rcrop(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)draw;
+    pad_axes(p, op->padding);
+    int64_t th = op->size[0], tw = op->size[1];
+    if (op->pad_if_needed) {
+        int64_t dw = tw > p->x.n ? tw - p->x.n : 0, dh = th > p->y.n ? th - p->y.n : 0;
+        const int64_t pad[4] = {dw, dh, dw, dh};
+        pad_axes(p, pad);
+    }
+    int64_t i = 0, j = 0;
+    if (p->y.n != th || p->x.n != tw) {
+        i = p->y.n > th ? (int64_t)stk__rng_below(rng, (uint64_t)(p->y.n - th + 1)) : 0;
+        j = p->x.n > tw ? (int64_t)stk__rng_below(rng, (uint64_t)(p->x.n - tw + 1)) : 0;
+    }
+    stk__axis_crop(&p->y, i, th);
+    stk__axis_crop(&p->x, j, tw);
 }
 
 static void plan_hflip(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
@@ -449,6 +533,20 @@ static const stk__op_def op_table[] = {
     PIXEL_ROW("RandomAutocontrast", STK_OP_RANDOM_AUTOCONTRAST, p_p, check_p, plan_pixel_p),
     PIXEL_ROW("RandomEqualize", STK_OP_RANDOM_EQUALIZE, p_p, check_p, plan_pixel_p),
     PIXEL_ROW("GaussianBlur", STK_OP_GAUSSIAN_BLUR, p_blur, check_blur, plan_blur),
+    {.name = "RandomCrop",
+     .kind = STK_OP_RANDOM_CROP,
+     .stage = STK__OP_GEOMETRY,
+     .params = PARAMS(p_rcrop),
+     .check = check_rcrop,
+     .size = size_crop,
+     .plan = plan_rcrop},
+    {.name = "Pad",
+     .kind = STK_OP_PAD,
+     .stage = STK__OP_GEOMETRY,
+     .params = PARAMS(p_pad),
+     .check = check_padding,
+     .size = size_pad,
+     .plan = plan_pad},
 };
 
 const stk__op_def *stk__op_def_get(stk_op_kind kind)

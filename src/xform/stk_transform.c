@@ -205,8 +205,8 @@ void stk_transform_destroy(stk_transform *t)
 static bool axis_window(const stk__xaxis *a, int64_t full, uint32_t den, int64_t *w0, int64_t *w1)
 {
     int64_t ulo = a->dir > 0 ? a->off : a->off - (a->n - 1), uhi = ulo + a->n - 1;
-    ulo = STK_MAX(ulo, 0);
-    uhi = STK_MIN(uhi, a->grid - 1);
+    ulo = STK_MAX(ulo, a->v0);
+    uhi = STK_MIN(uhi, a->v1 - 1);
     if (ulo > uhi)
         return false;
     double scale = (a->c1 - a->c0) / (double)a->grid;

@@ -18,8 +18,9 @@
  * PIL (and torchvision's antialiased resize) place output pixels. Filter taps are clipped to
  * [lim0, lim1), the extent of the image the resize op saw (the crop box for RandomResizedCrop, the
  * whole image for Resize), again as PIL does. Output pixel x (0..n-1) is grid pixel off + dir * x
- * (dir = -1 after an odd number of flips); grid pixels outside [0, grid) are padding (zero), which
- * is how a CenterCrop larger than its input behaves in torchvision.
+ * (dir = -1 after an odd number of flips); grid pixels outside [v0, v1) (at most [0, grid)) are
+ * padding (zero), which is how a CenterCrop larger than its input, Pad and RandomCrop's padding
+ * behave in torchvision.
  */
 #ifndef STK_XFORM_H
 #define STK_XFORM_H
@@ -75,6 +76,7 @@ typedef struct stk__xaxis {
     double c0, c1;     /* the grid spans [c0, c1) in full-resolution pixels */
     double lim0, lim1; /* taps are clipped to [lim0, lim1) */
     int64_t grid;      /* grid pixels */
+    int64_t v0, v1;    /* grid pixels [v0, v1) are content, the others padding (zero) */
     int64_t off;       /* grid pixel of output pixel 0 */
     int dir;           /* +1, or -1 when mirrored */
     int64_t n;         /* current size; the output size once the plan is complete */
@@ -88,7 +90,8 @@ typedef struct stk__box {
 
 /* Start an axis on an image of `size` pixels. */
 void stk__axis_init(stk__xaxis *a, int64_t size);
-/* Crop m pixels starting at current pixel c (c < 0 or c + m > n pads with zeros). */
+/* Crop m pixels starting at current pixel c (c < 0 or c + m > n pads with zeros: the content
+ * then shrinks to the current image, in grid pixels and in the taps' limits). */
 void stk__axis_crop(stk__xaxis *a, int64_t c, int64_t m);
 /* Mirror the current image. */
 void stk__axis_flip(stk__xaxis *a);

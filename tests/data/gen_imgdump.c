@@ -21,7 +21,7 @@
  *   rrc:H[,W[,S0,S1[,R0,R1]]]  resize:H[,W]  ccrop:H[,W]  flip:P  vflip:P  jitter:B,C,S,H
  *   norm[:imagenet | :M0,M1,M2,S0,S1,S2]
  *   gray  rgray:P  invert:P  posterize:BITS[,P]  solarize:T[,P]  sharp:F[,P]  autocontrast:P
- *   equalize:P  blur:KX[,KY[,S0[,S1]]]
+ *   equalize:P  blur:KX[,KY[,S0[,S1]]]  rcrop:H,W[,L,T,R,B[,PAD_IF_NEEDED]]  pad:L,T,R,B
  */
 #include "xform/stk_xform.h"
 
@@ -139,6 +139,19 @@ static bool parse_op(const char *tok, stk_op *op)
             op->sharpness_factor = v[0];
         if (n > 1)
             op->p = v[1];
+    } else if (IS("rcrop") || IS("pad")) {
+        bool crop = IS("rcrop");
+        stk_op_init(op, crop ? STK_OP_RANDOM_CROP : STK_OP_PAD);
+        n = numbers(args, v, 7);
+        int at = crop ? 2 : 0;
+        if (crop) {
+            op->size[0] = (int64_t)v[0];
+            op->size[1] = (int64_t)v[1];
+        }
+        for (int k = 0; k < 4; k++)
+            op->padding[k] = (int64_t)v[at + k];
+        if (crop && n > 6)
+            op->pad_if_needed = (int64_t)v[6];
     } else if (IS("blur")) {
         stk_op_init(op, STK_OP_GAUSSIAN_BLUR);
         n = numbers(args, v, 4);
@@ -184,6 +197,13 @@ static uint8_t *read_file(const char *path, size_t *size)
     return buf;
 }
 
+/* Where output pixel 0's grid pixel starts, in full-resolution pixels (for pure crops and pads:
+ * the crop's offset in the image, negative inside the padding). */
+static double origin(const stk__xaxis *a)
+{
+    return a->c0 + (a->c1 - a->c0) * (double)a->off / (double)a->grid;
+}
+
 /* Print the plan of sample rng (a copy: the caller's stream is not advanced) as JSON. */
 static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *img, size_t size,
                        stk_rng rng)
@@ -196,10 +216,10 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
     stk__xform_plan(t, info.width, info.height, &rng, &p);
     printf("{\"width\": %u, \"height\": %u, \"box\": [%lld, %lld, %lld, %lld], \"fallback\": %d, "
            "\"has_box\": %d, \"flip\": %d, \"vflip\": %d, \"decode\": %d, \"den\": %u, "
-           "\"win\": [%u, %u, %u, %u], \"jitter\": [",
+           "\"win\": [%u, %u, %u, %u], \"origin\": [%.17g, %.17g], \"jitter\": [",
            info.width, info.height, (long long)p.box.i, (long long)p.box.j, (long long)p.box.h,
            (long long)p.box.w, p.box.fallback, p.has_box, p.flip, p.vflip, p.decode, p.den, p.win_x,
-           p.win_y, p.win_w, p.win_h);
+           p.win_y, p.win_w, p.win_h, origin(&p.y), origin(&p.x));
     int n_jitter = 0;
     for (uint32_t k = 0; k < p.n_pix; k++) {
         if (p.pix[k].def->kind != STK_OP_COLOR_JITTER)
