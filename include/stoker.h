@@ -474,15 +474,16 @@ typedef enum stk_op_kind {
     STK_OP_RANDOM_EQUALIZE = 14,         /* p */
     STK_OP_GAUSSIAN_BLUR = 15,           /* kernel_size, sigma */
     STK_OP_RANDOM_CROP = 16,             /* size, padding, pad_if_needed, fill (0 only) */
-    STK_OP_PAD = 17                      /* padding, fill (0 only) */
+    STK_OP_PAD = 17,                     /* padding, fill (0 only) */
+    STK_OP_RANDOM_ERASING = 18           /* p, scale, ratio, value: on the output tensor */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
 typedef struct stk_op {
     stk_op_kind kind;
     int64_t size[2]; /* (h, w); Resize with size[1] == 0 resizes the shorter side */
-    double scale[2]; /* RandomResizedCrop area range (default 0.08, 1.0) */
-    double ratio[2]; /* RandomResizedCrop aspect range (default 3/4, 4/3) */
+    double scale[2]; /* RandomResizedCrop area range (default 0.08, 1.0); RandomErasing's */
+    double ratio[2]; /* RandomResizedCrop aspect range (default 3/4, 4/3); RandomErasing's */
     double p;        /* probability of the Random* ops (default 0.5) */
     double brightness, contrast, saturation, hue; /* ColorJitter (default 0: off) */
     float mean[3], std[3];                        /* Normalize */
@@ -495,6 +496,7 @@ typedef struct stk_op {
     int64_t padding[4];          /* Pad/RandomCrop: (left, top, right, bottom), >= 0 */
     int64_t pad_if_needed;       /* RandomCrop: 1 pads a side shorter than size (both ends) */
     double fill[3];              /* Pad/RandomCrop padding value: only 0 is supported */
+    double value[3]; /* RandomErasing: per channel, in the output's units (after Normalize) */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */

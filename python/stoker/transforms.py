@@ -15,7 +15,8 @@ worker threads apply to every sample, fused with the JPEG/PNG decode::
 Supported ops (the C library's op table, ``SUPPORTED``): RandomResizedCrop, Resize, CenterCrop,
 RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Normalize, Grayscale (3 channels),
 RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness,
-RandomAutocontrast, RandomEqualize, GaussianBlur, RandomCrop and Pad (zero fill), from
+RandomAutocontrast, RandomEqualize, GaussianBlur, RandomCrop, Pad (zero fill) and
+RandomErasing (on the output tensor, after Normalize), from
 ``torchvision.transforms``
 or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name). ToTensor,
 PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype (ToTensor: float32 in
@@ -35,7 +36,7 @@ __all__ = [
     "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
     "ColorJitter", "Normalize", "Grayscale", "RandomGrayscale", "RandomInvert",
     "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast",
-    "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
+    "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "RandomErasing", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
     "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
     "RECIPES", "SUPPORTED",
 ]
@@ -393,6 +394,29 @@ class Normalize(Op):
         return {"mean": self.mean, "std": self.std}
 
 
+class RandomErasing(Op):
+    """torchvision.transforms.RandomErasing(p, scale, ratio, value): with probability p, a box
+    of the output tensor (after Normalize, in its dtype and layout) set to value (a number or
+    one per channel; value="random" is not supported). Must come after the other ops."""
+
+    _tv_args = ("p", "scale", "ratio", "value")
+
+    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
+        if isinstance(value, str):
+            raise _invalid(f"RandomErasing: value={value!r} is not supported; use a number or "
+                           "one per channel")
+        vals = [float(value)] if isinstance(value, numbers.Number) else [float(v) for v in value]
+        if len(vals) not in (1, 3):
+            raise _invalid(f"RandomErasing: value needs 1 or 3 numbers, got {value!r}")
+        self.p = float(p)
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.value = tuple(vals * 3) if len(vals) == 1 else tuple(vals)
+
+    def _params(self):
+        return {"p": self.p, "scale": self.scale, "ratio": self.ratio, "value": self.value}
+
+
 class _DtypeMarker(Op):
     """An op that only chooses the output dtype."""
     dtype = "float32"
@@ -595,7 +619,9 @@ def compile_for_device(transforms):
         transforms = _recipe_compose(_recipe(transforms))
     ops, out_dtype, layout, exact = _ops_and_options(transforms, None, None, None)
     norms = [i for i, op in enumerate(ops) if isinstance(op, Normalize)]
-    if out_dtype == "uint8" or len(norms) > 1 or (norms and norms[0] != len(ops) - 1):
+    erasing = any(isinstance(op, RandomErasing) for op in ops)  # works on the finished tensor
+    if out_dtype == "uint8" or erasing or len(norms) > 1 or \
+            (norms and norms[0] != len(ops) - 1):
         return compile(transforms), None
     if len(ops) == len(norms):
         return compile(transforms), None

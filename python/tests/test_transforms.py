@@ -111,7 +111,7 @@ EXAMPLES = {"RandomResizedCrop": T.RandomResizedCrop(24), "Resize": T.Resize(20)
             "CenterCrop": T.CenterCrop(16), "Grayscale": T.Grayscale(3),
             "RandomPosterize": T.RandomPosterize(4), "RandomSolarize": T.RandomSolarize(128),
             "RandomAdjustSharpness": T.RandomAdjustSharpness(2), "GaussianBlur": T.GaussianBlur(3),
-            "RandomCrop": T.RandomCrop(16), "Pad": T.Pad(2),
+            "RandomCrop": T.RandomCrop(16), "Pad": T.Pad(2), "RandomErasing": T.RandomErasing(),
             "Normalize": T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)}
 
 
@@ -420,7 +420,8 @@ def test_pixel_ops_from_torchvision():
 
 PIXEL_AUG = [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.RandomAdjustSharpness(2.0),
              T.RandomGrayscale(0.3), T.RandomInvert(), T.RandomPosterize(3), T.RandomSolarize(128),
-             T.RandomAutocontrast(), T.RandomEqualize(), T.GaussianBlur(3), T.PILToTensor()]
+             T.RandomAutocontrast(), T.RandomEqualize(), T.GaussianBlur(3),
+             T.RandomErasing(value=(10, 20, 30)), T.PILToTensor()]
 
 
 @needs_pipeline

@@ -583,3 +583,69 @@ def test_random_crop_offsets_distribution(images):
         assert chi2 < crit, chi2  # chi-square critical value, k - 1 dof, 0.1%
     # i and j are drawn independently
     assert abs(np.corrcoef(i, j)[0, 1]) < 0.06
+
+
+# ---- RandomErasing: on the output tensor, after Normalize ----
+
+@pytest.mark.parametrize("dtype,nhwc,norm", [("float32", False, True), ("float16", True, True),
+                                             ("bfloat16", False, False), ("uint8", True, False)])
+def test_random_erasing_matches_torchvision(images, dtype, nhwc, norm):
+    """RandomErasing is torchvision's F.erase of the drawn box on the finished tensor (after
+    Normalize, in the output dtype and layout), bit for bit; value per channel."""
+    path = images["p500x375.jpg"]
+    ops = "resize:256 ccrop:224" + (" norm:imagenet" if norm else "")
+    value = "0.5,-1.25,2" if dtype != "uint8" else "7,200.7,255.9"  # uint8: truncated
+    np_dt = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}
+    shape = (224, 224, 3) if nhwc else (3, 224, 224)
+    n_on = 0
+    for index in range(6):
+        base, _ = run(path, ops=ops, dtype=dtype, nhwc=nhwc, index=index)
+        spec = f"{ops} erase:0.7,0.02,0.33,0.3,3.3,{value}"
+        got, p = run(path, ops=spec, dtype=dtype, nhwc=nhwc, index=index, plan=True)
+        er = p["pixel"][-1]
+        base = np.frombuffer(base, np_dt[dtype]).reshape(shape).copy()
+        got = np.frombuffer(got, np_dt[dtype]).reshape(shape)
+        if not er["on"]:
+            assert np.array_equal(got, base)
+            continue
+        n_on += 1
+        i, j, h, w = er["box"]
+        t = torch.from_numpy(base.astype(np.int16).view(np.int16) if dtype in ("float16", "bfloat16")
+                             else base)
+        if dtype in ("float16", "bfloat16"):
+            t = t.view(torch.float16 if dtype == "float16" else torch.bfloat16)
+        if nhwc:
+            t = t.permute(2, 0, 1)
+        v = torch.tensor([float(x) for x in value.split(",")])[:, None, None]
+        want = F.erase(t, i, j, h, w, v)
+        if nhwc:
+            want = want.permute(1, 2, 0)
+        want = want.contiguous()
+        if dtype in ("float16", "bfloat16"):
+            want = want.view(torch.int16)
+        assert np.array_equal(got, want.numpy().view(np_dt[dtype])), (dtype, index)
+    assert n_on >= 1
+
+
+def test_random_erasing_box_distribution(images):
+    """RandomErasing's boxes against torchvision's get_params on a 224 x 224 tensor (4000 draws
+    each): the share erased (chi-square against p), and i, j, h, w by two-sample KS (0.1%)."""
+    path = images["p400x300.png"]
+    n = 4000
+    plans = _plans(path, "ccrop:224 erase:0.5", n)
+    boxes = np.array([pl["pixel"][0]["box"] for pl in plans if pl["pixel"][0]["on"]])
+    hits = len(boxes)
+    chi2 = (hits - n * 0.5) ** 2 / (n * 0.25) * 1.0
+    assert chi2 < 10.83, hits
+    torch.manual_seed(0)
+    img = torch.zeros(3, 224, 224)
+    ref = np.array([T.RandomErasing.get_params(img, (0.02, 0.33), (0.3, 3.3), [0.0])[:4]
+                    for _ in range(n)])
+    m = len(boxes)
+    crit = 1.95 * np.sqrt((n + m) / (n * m))
+    for k, what in enumerate("ijhw"):
+        a, b = np.sort(boxes[:, k]), np.sort(ref[:, k])
+        grid = np.concatenate([a, b])
+        ks = np.max(np.abs(np.searchsorted(a, grid, side="right") / m -
+                           np.searchsorted(b, grid, side="right") / n))
+        assert ks < crit, (what, ks, crit)

@@ -116,6 +116,28 @@ static int64_t py_round(double x)
     return (int64_t)nearbyint(x);
 }
 
+void stk__erase_box(stk_rng *rng, int64_t height, int64_t width, const double scale[2],
+                    const double ratio[2], stk__erase *out)
+{
+    double area = (double)height * (double)width;
+    double lr0 = log(ratio[0]), lr1 = log(ratio[1]);
+    out->on = false;
+    for (int t = 0; t < 10; t++) {
+        double target = area * stk__rng_range(rng, scale[0], scale[1]);
+        double aspect = exp(stk__rng_range(rng, lr0, lr1));
+        int64_t h = py_round(sqrt(target * aspect));
+        int64_t w = py_round(sqrt(target / aspect));
+        if (h < height && w < width) {
+            out->i = (int64_t)stk__rng_below(rng, (uint64_t)(height - h + 1));
+            out->j = (int64_t)stk__rng_below(rng, (uint64_t)(width - w + 1));
+            out->h = h;
+            out->w = w;
+            out->on = true;
+            return;
+        }
+    }
+}
+
 void stk__rrc_box(stk_rng *rng, int64_t height, int64_t width, const double scale[2],
                   const double ratio[2], stk__box *out)
 {

@@ -51,6 +51,9 @@ static const stk_op_param p_rcrop[] = {
     PARAM("pad_if_needed", INT64, 1, pad_if_needed), PARAM("fill", DOUBLE, 3, fill)};
 static const stk_op_param p_pad[] = {PARAM("padding", INT64, 4, padding),
                                      PARAM("fill", DOUBLE, 3, fill)};
+static const stk_op_param p_erase[] = {PARAM("p", DOUBLE, 1, p), PARAM("scale", DOUBLE, 2, scale),
+                                       PARAM("ratio", DOUBLE, 2, ratio),
+                                       PARAM("value", DOUBLE, 3, value)};
 static const stk_op_param p_blur[] = {PARAM("kernel_size", INT64, 2, kernel_size),
                                       PARAM("sigma", DOUBLE, 2, sigma)};
 
@@ -86,6 +89,17 @@ static stk_status check_resize(size_t i, stk_op *op)
     return check_size(i, op, "resize the shorter side to h", false);
 }
 
+/* RandomResizedCrop's and RandomErasing's aspect range. */
+static stk_status check_ratio(size_t i, stk_op *op)
+{
+    if (!finite2(op->ratio) || op->ratio[0] <= 0 || op->ratio[0] > op->ratio[1])
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): ratio must satisfy 0 < ratio[0] <= "
+                                   "ratio[1], got (%g, %g)",
+                                   i, stk_op_name(op->kind), op->ratio[0], op->ratio[1]);
+    return STK_OK;
+}
+
 static stk_status check_rrc(size_t i, stk_op *op)
 {
     stk_status rc = check_crop(i, op);
@@ -97,12 +111,7 @@ static stk_status check_rrc(size_t i, stk_op *op)
                                    "ops[%zu] (%s): scale must satisfy 0 <= scale[0] <= "
                                    "scale[1], scale[1] > 0, got (%g, %g)",
                                    i, name, op->scale[0], op->scale[1]);
-    if (!finite2(op->ratio) || op->ratio[0] <= 0 || op->ratio[0] > op->ratio[1])
-        return stk__set_last_error(STK_EINVAL,
-                                   "ops[%zu] (%s): ratio must satisfy 0 < ratio[0] <= "
-                                   "ratio[1], got (%g, %g)",
-                                   i, name, op->ratio[0], op->ratio[1]);
-    return STK_OK;
+    return check_ratio(i, op);
 }
 
 /* A probability p in [0, 1] (the flips). */
@@ -235,7 +244,33 @@ static stk_status check_rcrop(size_t i, stk_op *op)
     return check_padding(i, op);
 }
 
+static stk_status check_erase(size_t i, stk_op *op)
+{
+    const char *name = stk_op_name(op->kind);
+    if (!finite2(op->scale) || op->scale[0] < 0 || op->scale[0] > op->scale[1] || op->scale[1] > 1)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): scale must satisfy 0 <= scale[0] <= scale[1] "
+                                   "<= 1, got (%g, %g)",
+                                   i, name, op->scale[0], op->scale[1]);
+    stk_status rc = check_ratio(i, op);
+    if (rc < 0)
+        return rc;
+    for (int c = 0; c < 3; c++)
+        if (!isfinite(op->value[c]))
+            return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): value[%d] must be finite", i,
+                                       name, c);
+    return check_p(i, op);
+}
+
 /* ---- defaults, output sizes, create-time hooks ---- */
+
+static void init_erase(stk_op *op)
+{
+    op->scale[0] = 0.02; /* torchvision's RandomErasing defaults */
+    op->scale[1] = 0.33;
+    op->ratio[0] = 0.3;
+    op->ratio[1] = 3.3;
+}
 
 /* The pixel ops' parameters beyond p: identities where torchvision has no default (posterize 8
  * bits, sharpness 1), its defaults otherwise. */
@@ -405,6 +440,20 @@ static void plan_blur(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw
     draw->pix.sigma = stk__rng_range(rng, op->sigma[0], op->sigma[1]);
 }
 
+/* RandomErasing: torch.rand(1) < p, then get_params on the output size. */
+static void plan_erase(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    draw->erase.op = op;
+    draw->erase.on = false;
+    if (stk_rng_uniform(rng) < op->p)
+        stk__erase_box(rng, p->y.n, p->x.n, op->scale, op->ratio, &draw->erase);
+}
+
+static void post_erase(const stk_transform *t, void *dst, const stk__opdraw *draw)
+{
+    stk__erase_apply(t, dst, &draw->erase);
+}
+
 /* ---- pixel kernels ---- */
 
 static stk_status kernel_jitter(const stk__pixctx *c, const stk__opdraw *draw)
@@ -547,6 +596,15 @@ static const stk__op_def op_table[] = {
      .check = check_padding,
      .size = size_pad,
      .plan = plan_pad},
+    {.name = "RandomErasing",
+     .kind = STK_OP_RANDOM_ERASING,
+     .stage = STK__OP_TENSOR,
+     .after_store = true,
+     .params = PARAMS(p_erase),
+     .init = init_erase,
+     .check = check_erase,
+     .plan = plan_erase,
+     .post = post_erase},
 };
 
 const stk__op_def *stk__op_def_get(stk_op_kind kind)

@@ -245,3 +245,34 @@ bool stk__px_gaussian_blur(uint8_t *rgb, uint32_t w, uint32_t h, int kx, int ky,
     stk__free(tmp);
     return true;
 }
+
+/* ---- RandomErasing: a box of the stored tensor set to `value` (torch's copy into the dtype) ----
+ */
+
+void stk__erase_apply(const stk_transform *t, void *dst, const stk__erase *e)
+{
+    if (!e->on || e->h <= 0 || e->w <= 0)
+        return;
+    size_t W = t->out_w, H = t->out_h, es = stk_dtype_size(t->dtype);
+    uint8_t val[3][4]; /* each channel's value in the output dtype */
+    for (int c = 0; c < 3; c++) {
+        float f = (float)e->op->value[c]; /* torch.tensor(value): float32 */
+        if (t->dtype == STK_DTYPE_UINT8) {
+            float v = f < 0.0f ? 0.0f : f > 255.0f ? 255.0f : f;
+            val[c][0] = (uint8_t)(int)v;
+        } else if (t->dtype == STK_DTYPE_FLOAT32) {
+            memcpy(val[c], &f, 4);
+        } else {
+            uint16_t b = t->dtype == STK_DTYPE_FLOAT16 ? stk__f32_to_f16(f) : stk__f32_to_bf16(f);
+            memcpy(val[c], &b, 2);
+        }
+    }
+    uint8_t *out = dst;
+    for (int64_t y = e->i; y < e->i + e->h; y++)
+        for (int64_t x = e->j; x < e->j + e->w; x++)
+            for (size_t c = 0; c < 3; c++) {
+                size_t at = t->nhwc ? ((size_t)y * W + (size_t)x) * 3 + c
+                                    : (c * H + (size_t)y) * W + (size_t)x;
+                memcpy(out + at * es, val[c], es);
+            }
+}

@@ -81,8 +81,9 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         t->std[c] = 1.0f;
 
     /* Validate each op and follow the output size through the list (the op table's rows). */
-    int64_t oh = 0, ow = 0;    /* 0: depends on the image */
-    size_t norm_at = SIZE_MAX; /* the STORE op (Normalize) */
+    int64_t oh = 0, ow = 0;      /* 0: depends on the image */
+    size_t norm_at = SIZE_MAX;   /* the STORE op (Normalize) */
+    size_t tensor_at = SIZE_MAX; /* the first TENSOR op (RandomErasing) */
     for (size_t i = 0; i < t->n_ops; i++) {
         stk_op *op = &t->ops[i];
         const stk__op_def *d = stk__op_def_get(op->kind);
@@ -102,6 +103,15 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
                                      i, d->name, t->defs[norm_at]->name, norm_at, after);
             goto fail;
         }
+        if (tensor_at != SIZE_MAX && d->stage != STK__OP_TENSOR) {
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu] (%s): %s (ops[%zu]) works on the output tensor; "
+                                     "only such ops may follow it",
+                                     i, d->name, t->defs[tensor_at]->name, tensor_at);
+            goto fail;
+        }
+        if (d->stage == STK__OP_TENSOR && tensor_at == SIZE_MAX)
+            tensor_at = i;
         if (d->size)
             d->size(op, &oh, &ow);
         if (d->compile)
@@ -232,7 +242,7 @@ void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, st
     for (size_t i = 0; i < t->n_ops; i++) {
         const stk__op_def *d = t->defs[i];
         stk__opdraw *draw = NULL;
-        if (d->kernel) {
+        if (d->kernel || d->post) {
             stk__xpix *px = &out->pix[out->n_pix++];
             px->def = d;
             draw = &px->draw;
@@ -358,9 +368,13 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
     uint64_t t1 = stk__now_ns();
     const stk__pixctx px = {img, t->out_w, t->out_h, err, err_size};
     for (uint32_t i = 0; i < plan->n_pix; i++) /* one call per kernel per sample */
-        STK_TRY(plan->pix[i].def->kernel(&px, &plan->pix[i].draw));
+        if (plan->pix[i].def->kernel)
+            STK_TRY(plan->pix[i].def->kernel(&px, &plan->pix[i].draw));
     uint64_t t2 = stk__now_ns();
     stk__store(t, img, t->out_w, t->out_h, dst);
+    for (uint32_t i = 0; i < plan->n_pix; i++) /* tensor passes (RandomErasing) */
+        if (plan->pix[i].def->post)
+            plan->pix[i].def->post(t, dst, &plan->pix[i].draw);
     uint64_t t3 = stk__now_ns();
     atomic_fetch_add_explicit(&w->times.resize_ns, t1 - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->times.jitter_ns, t2 - t1, memory_order_relaxed);

@@ -114,6 +114,22 @@ double stk__rng_range(stk_rng *rng, double a, double b);
 void stk__rrc_box(stk_rng *rng, int64_t height, int64_t width, const double scale[2],
                   const double ratio[2], stk__box *out);
 
+/* A RandomErasing draw: erase rows i .. i+h-1, columns j .. j+w-1 when `on`. */
+typedef struct stk__erase {
+    const stk_op *op;
+    bool on;
+    int64_t i, j, h, w;
+} stk__erase;
+
+/* torchvision's RandomErasing.get_params on a height x width output: 10 tries of area =
+ * H*W*U(scale), log-uniform aspect in ratio, h = round(sqrt(area*r)), w = round(sqrt(area/r)),
+ * accepted when h < H and w < W, then i = randint(0, H-h+1), j = randint(0, W-w+1); otherwise
+ * nothing is erased (out->on false). */
+void stk__erase_box(stk_rng *rng, int64_t height, int64_t width, const double scale[2],
+                    const double ratio[2], stk__erase *out);
+/* Write the erase's value into the box of one stored sample (t's dtype, layout, size). */
+void stk__erase_apply(const stk_transform *t, void *dst, const stk__erase *e);
+
 /* torchvision's _compute_resized_output_size for Resize(short) on an h x w image (no max_size). */
 void stk__resize_short(int64_t h, int64_t w, int64_t short_side, int64_t *out_h, int64_t *out_w);
 
@@ -177,7 +193,8 @@ bool stk__px_gaussian_blur(uint8_t *rgb, uint32_t w, uint32_t h, int kx, int ky,
 typedef enum stk__op_stage {
     STK__OP_GEOMETRY = 0, /* moves pixels: its plan folds it into the per-axis resample */
     STK__OP_PIXEL = 1,    /* a kernel on the uint8 output-size image, after the resample */
-    STK__OP_STORE = 2     /* sets the conversion into the output dtype (at most one, last) */
+    STK__OP_STORE = 2,    /* sets the conversion into the output dtype (at most one, last) */
+    STK__OP_TENSOR = 3    /* a pass over the stored output tensor (its dtype and layout) */
 } stk__op_stage;
 
 /* One sample's draw for a pixel kernel (filled by the op's plan, read by its kernel): one member
@@ -193,6 +210,7 @@ typedef struct stk__pixdraw {
 typedef union stk__opdraw {
     stk__jitter jitter; /* ColorJitter */
     stk__pixdraw pix;   /* the ops of stk_pixops.c */
+    stk__erase erase;   /* RandomErasing */
 } stk__opdraw;
 
 /* What a pixel kernel works on: the uint8 output-size image of one sample. */
@@ -223,12 +241,15 @@ typedef struct stk__op_def {
     /* At create: record what the compiled transform needs (Normalize: mean, std). NULL: none. */
     void (*compile)(const stk_op *op, stk_transform *t);
     /* Per sample, in op order: fold the op into p's geometry and draw its randomness from rng
-     * (into *draw, non-NULL exactly when the op has a kernel). NULL: nothing to plan. */
+     * (into *draw, non-NULL exactly when the op has a kernel or a post). NULL: nothing to plan. */
     void (*plan)(const stk_op *op, stk_rng *rng, struct stk__xplan *p, stk__opdraw *draw);
     /* Pixel kernel (STK__OP_PIXEL ops): apply the draw to the image. Called once per sample in
      * op order; runs over every pixel, so it is the op's whole per-pixel cost. @return STK_OK,
      * or STK_ENOMEM (scratch; message in c->err). */
     stk_status (*kernel)(const stk__pixctx *c, const stk__opdraw *draw);
+    /* Tensor pass (STK__OP_TENSOR ops): apply the draw to the stored sample at dst (t's output
+     * dtype and layout), after the store. */
+    void (*post)(const stk_transform *t, void *dst, const stk__opdraw *draw);
 } stk__op_def;
 
 /* The row of `kind`, or NULL for an unknown kind. */

@@ -22,6 +22,7 @@
  *   norm[:imagenet | :M0,M1,M2,S0,S1,S2]
  *   gray  rgray:P  invert:P  posterize:BITS[,P]  solarize:T[,P]  sharp:F[,P]  autocontrast:P
  *   equalize:P  blur:KX[,KY[,S0[,S1]]]  rcrop:H,W[,L,T,R,B[,PAD_IF_NEEDED]]  pad:L,T,R,B
+ *   erase:P[,S0,S1[,R0,R1[,V0,V1,V2]]]
  */
 #include "xform/stk_xform.h"
 
@@ -152,6 +153,21 @@ static bool parse_op(const char *tok, stk_op *op)
             op->padding[k] = (int64_t)v[at + k];
         if (crop && n > 6)
             op->pad_if_needed = (int64_t)v[6];
+    } else if (IS("erase")) {
+        stk_op_init(op, STK_OP_RANDOM_ERASING);
+        n = numbers(args, v, 8);
+        if (n > 0)
+            op->p = v[0];
+        if (n > 2) {
+            op->scale[0] = v[1];
+            op->scale[1] = v[2];
+        }
+        if (n > 4) {
+            op->ratio[0] = v[3];
+            op->ratio[1] = v[4];
+        }
+        for (int c = 0; n > 7 && c < 3; c++)
+            op->value[c] = v[5 + c];
     } else if (IS("blur")) {
         stk_op_init(op, STK_OP_GAUSSIAN_BLUR);
         n = numbers(args, v, 4);
@@ -236,6 +252,13 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
     for (uint32_t k = 0; k < p.n_pix; k++) {
         if (p.pix[k].def->kind == STK_OP_COLOR_JITTER)
             continue;
+        if (p.pix[k].def->kind == STK_OP_RANDOM_ERASING) {
+            const stk__erase *e = &p.pix[k].draw.erase;
+            printf("%s{\"op\": \"RandomErasing\", \"on\": %d, \"box\": [%lld, %lld, %lld, %lld]}",
+                   n_px++ ? ", " : "", e->on, (long long)e->i, (long long)e->j, (long long)e->h,
+                   (long long)e->w);
+            continue;
+        }
         printf("%s{\"op\": \"%s\", \"on\": %d, \"sigma\": %.17g}", n_px++ ? ", " : "",
                p.pix[k].def->name, p.pix[k].draw.pix.on, p.pix[k].draw.pix.sigma);
     }

@@ -341,7 +341,9 @@ static int test_op_table(void)
         T_CHECKF(d->stage == STK__OP_STORE || d->plan, "%s has no plan", d->name);
         T_CHECKF((d->stage == STK__OP_PIXEL) == (d->kernel != NULL), "%s: kernel", d->name);
         T_CHECKF(d->stage != STK__OP_STORE || d->compile, "%s: compile", d->name);
-        T_CHECKF(!d->after_store || d->stage == STK__OP_GEOMETRY, "%s: after_store", d->name);
+        T_CHECKF((d->stage == STK__OP_TENSOR) == (d->post != NULL), "%s: post", d->name);
+        T_CHECKF(!d->after_store || d->stage == STK__OP_GEOMETRY || d->stage == STK__OP_TENSOR,
+                 "%s: after_store", d->name);
         /* Names round-trip and are unique. */
         T_CHECK(strcmp(stk_op_name(k), d->name) == 0);
         stk_op_kind found = (stk_op_kind)99;
@@ -439,6 +441,26 @@ static int test_bad_op_lists(void)
     stk_op o[STK__XF_MAX_OPS + 1], c;
     stk_op_init(&c, STK_OP_CENTER_CROP);
     const stk_dtype F = STK_DTYPE_FLOAT32;
+
+    /* RandomErasing works on the output tensor: only tensor ops may follow it (not Normalize,
+     * not a flip), and it cannot be finished on the device. */
+    o[0] = c;
+    stk_op_init(&o[1], STK_OP_RANDOM_ERASING);
+    stk_op_init(&o[2], STK_OP_NORMALIZE);
+    T_CHECK(
+        !expect_bad(o, 3, F, "ops[2] (Normalize)", "RandomErasing (ops[1]) works on the output"));
+    stk_op_init(&o[2], STK_OP_RANDOM_HORIZONTAL_FLIP);
+    T_CHECK(!expect_bad(o, 3, F, "ops[2] (RandomHorizontalFlip)", "only such ops"));
+    {
+        stk_transform_opts fo;
+        stk_transform_opts_init(&fo);
+        fo.ops = o;
+        fo.n_ops = 2;
+        fo.finish_on_device = true;
+        stk_transform *ft = NULL;
+        T_EQ(stk_transform_create(&fo, &ft), STK_EINVAL);
+        T_CHECK(strstr(stk_last_errmsg(), "RandomErasing (ops[1]) works on the finished"));
+    }
 
     stk_op_init(&o[0], STK_OP_RANDOM_RESIZED_CROP);
     o[0].size[0] = 0;
