@@ -217,30 +217,42 @@ bool stk__px_gaussian_blur(uint8_t *rgb, uint32_t w, uint32_t h, int kx, int ky,
     float wx[STK__XF_MAX_KERNEL], wy[STK__XF_MAX_KERNEL];
     gauss1d(kx, sigma, wx);
     gauss1d(ky, sigma, wy);
+    int rx = kx / 2, ry = ky / 2;
     size_t stride = (size_t)w * 3, npix = (size_t)w * h;
-    float *tmp = stk__malloc(npix * 3 * sizeof(float)); /* horizontal pass */
+    size_t prow = ((size_t)w + 2 * (size_t)rx) * 3; /* a reflect-padded row */
+    /* the horizontal pass (npix * 3), a padded row and an accumulator row */
+    float *tmp = stk__malloc((npix * 3 + prow + stride) * sizeof(float));
     if (!tmp)
         return false;
-    int rx = kx / 2, ry = ky / 2;
+    float *pad = tmp + npix * 3, *acc = pad + prow;
+    /* Each output value sums its taps in kernel order (k outer, values inner: vectorisable). */
     for (uint32_t y = 0; y < h; y++) {
         const uint8_t *row = rgb + y * stride;
+        for (int64_t x = -rx; x < (int64_t)w + rx; x++)
+            for (int c = 0; c < 3; c++)
+                pad[(size_t)(x + rx) * 3 + c] = (float)row[reflect(x, w) * 3 + c];
         float *out = tmp + y * stride;
-        for (int64_t x = 0; x < (int64_t)w; x++)
-            for (int c = 0; c < 3; c++) {
-                float s = 0.0f;
-                for (int k = 0; k < kx; k++)
-                    s += wx[k] * (float)row[reflect(x + k - rx, w) * 3 + c];
-                out[x * 3 + c] = s;
-            }
+        for (size_t i = 0; i < stride; i++)
+            out[i] = 0.0f;
+        for (int k = 0; k < kx; k++) {
+            const float *src = pad + (size_t)k * 3;
+            float wk = wx[k];
+            for (size_t i = 0; i < stride; i++)
+                out[i] += wk * src[i];
+        }
     }
     for (int64_t y = 0; y < (int64_t)h; y++) {
-        uint8_t *out = rgb + (size_t)y * stride;
-        for (size_t i = 0; i < stride; i++) {
-            float s = 0.0f;
-            for (int k = 0; k < ky; k++)
-                s += wy[k] * tmp[(size_t)reflect(y + k - ry, h) * stride + i];
-            out[i] = trunc_u8(clamp255(nearbyintf(s)));
+        for (size_t i = 0; i < stride; i++)
+            acc[i] = 0.0f;
+        for (int k = 0; k < ky; k++) {
+            const float *src = tmp + (size_t)reflect(y + k - ry, h) * stride;
+            float wk = wy[k];
+            for (size_t i = 0; i < stride; i++)
+                acc[i] += wk * src[i];
         }
+        uint8_t *out = rgb + (size_t)y * stride;
+        for (size_t i = 0; i < stride; i++)
+            out[i] = trunc_u8(clamp255(nearbyintf(acc[i])));
     }
     stk__free(tmp);
     return true;

@@ -372,7 +372,7 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
             STK_TRY(plan->pix[i].def->kernel(&px, &plan->pix[i].draw));
     uint64_t t2 = stk__now_ns();
     stk__store(t, img, t->out_w, t->out_h, dst);
-    for (uint32_t i = 0; i < plan->n_pix; i++) /* tensor passes (RandomErasing) */
+    for (uint32_t i = 0; i < plan->n_pix; i++) /* tensor passes (RandomErasing): store time */
         if (plan->pix[i].def->post)
             plan->pix[i].def->post(t, dst, &plan->pix[i].draw);
     uint64_t t3 = stk__now_ns();
