@@ -550,6 +550,9 @@ def _flatten(obj, out):
             _flatten(t, out)
     elif type(obj).__module__.startswith("torchvision"):
         out.extend(_from_torchvision(obj))
+    elif type(obj).__module__.startswith("albumentations"):
+        from . import albumentations
+        _flatten(albumentations._from_albu(obj), out)
     else:
         raise _unsupported(repr(obj))
 
@@ -564,9 +567,10 @@ def _ops_and_options(transforms, dtype, layout, exact):
         layout = layout if layout is not None else transforms.layout
         exact = exact if exact is not None else transforms.exact
     out_dtype = None
+    normalized = any(isinstance(op, Normalize) for op in ops)
     for op in ops:
-        if isinstance(op, _DtypeMarker):
-            out_dtype = op.dtype
+        if isinstance(op, _DtypeMarker):  # dtype None (ToTensorV2): keeps the data's type
+            out_dtype = op.dtype or ("float32" if normalized else "uint8")
     if dtype is not None:
         out_dtype = _dtype_name(dtype)
     ops = [op for op in ops if not isinstance(op, _DtypeMarker)]

@@ -446,3 +446,43 @@ def test_pixel_ops_thread_independent_and_resume(packed):
     resumed.load_state_dict(state)
     tail = [b["image"].clone() for b in resumed]
     assert all(torch.equal(a, b) for a, b in zip(head + tail, one)) and len(head + tail) == len(one)
+
+
+def test_albumentations_spellings():
+    """stoker.albumentations: Albumentations' argument order and defaults give the same ops as
+    the torchvision spellings; real albumentations objects convert by class name."""
+    from stoker import albumentations as A
+    albu = A.Compose([A.Resize(256, 256), A.RandomCrop(224, 224), A.HorizontalFlip(),
+                      A.Normalize(), A.ToTensorV2()])
+    tv = T.Compose([T.Resize((256, 256)), T.RandomCrop(224), T.RandomHorizontalFlip(0.5),
+                    T.ToTensor(), T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)])
+    ops_a, dt_a, _, _ = T._ops_and_options(albu, None, None, None)
+    ops_t, dt_t, _, _ = T._ops_and_options(tv, None, None, None)
+    assert ops_a == ops_t and dt_a == dt_t == "float32"
+    assert T.compile(albu).output == {"dtype": "float32", "shape": (3, 224, 224)}
+    # ToTensorV2 without Normalize keeps uint8, as Albumentations does
+    assert T.compile(A.Compose([A.CenterCrop(32, 48), A.ToTensorV2()])).output == \
+        {"dtype": "uint8", "shape": (3, 32, 48)}
+    # max_pixel_value scales mean and std: (x - m*M) / (s*M) == (x/255 - m*M/255) / (s*M/255)
+    n = A.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25), max_pixel_value=1.0)
+    assert n == T.Normalize([0.5 / 255] * 3, [0.25 / 255] * 3)
+    with pytest.raises(ValueError, match="RandomCrop: p=0.5"):
+        A.RandomCrop(8, 8, p=0.5)
+    with pytest.raises(ValueError, match="INTER_LINEAR"):
+        A.Resize(8, 8, interpolation=3)
+
+    def fake(name, **attrs):
+        cls = type(name, (), {"__module__": "albumentations.augmentations.transforms"})
+        obj = cls()
+        obj.__dict__.update(attrs)
+        return obj
+    real = fake("Compose", p=1.0, transforms=[
+        fake("Resize", height=64, width=80, interpolation=1, p=1.0),
+        fake("RandomCrop", height=48, width=40, p=1.0), fake("HorizontalFlip", p=0.25),
+        fake("Normalize", mean=(0.4, 0.4, 0.4), std=(0.2, 0.2, 0.2), max_pixel_value=255.0,
+             p=1.0), fake("ToTensorV2", p=1.0)])
+    ops, dt, _, _ = T._ops_and_options([real], None, None, None)
+    assert ops == [T.Resize((64, 80)), T.RandomCrop((48, 40)), T.RandomHorizontalFlip(0.25),
+                   T.Normalize([0.4] * 3, [0.2] * 3)] and dt == "float32"
+    with pytest.raises(ValueError, match="albumentations.Rotate is not supported"):
+        T._ops_and_options([fake("Rotate", p=1.0)], None, None, None)
