@@ -475,7 +475,8 @@ typedef enum stk_op_kind {
     STK_OP_GAUSSIAN_BLUR = 15,           /* kernel_size, sigma */
     STK_OP_RANDOM_CROP = 16,             /* size, padding, pad_if_needed, fill (0 only) */
     STK_OP_PAD = 17,                     /* padding, fill (0 only) */
-    STK_OP_RANDOM_ERASING = 18           /* p, scale, ratio, value: on the output tensor */
+    STK_OP_RANDOM_ERASING = 18,          /* p, scale, ratio, value: on the output tensor */
+    STK_OP_TRIVIAL_AUGMENT_WIDE = 19     /* num_magnitude_bins (fill 0, nearest) */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
@@ -497,6 +498,7 @@ typedef struct stk_op {
     int64_t pad_if_needed;       /* RandomCrop: 1 pads a side shorter than size (both ends) */
     double fill[3];              /* Pad/RandomCrop padding value: only 0 is supported */
     double value[3]; /* RandomErasing: per channel, in the output's units (after Normalize) */
+    int64_t num_magnitude_bins; /* TrivialAugmentWide: 2..1024 (default 31) */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */

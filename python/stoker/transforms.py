@@ -16,7 +16,7 @@ Supported ops (the C library's op table, ``SUPPORTED``): RandomResizedCrop, Resi
 RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Normalize, Grayscale (3 channels),
 RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness,
 RandomAutocontrast, RandomEqualize, GaussianBlur, RandomCrop, Pad (zero fill) and
-RandomErasing (on the output tensor, after Normalize), from
+RandomErasing (on the output tensor, after Normalize) and TrivialAugmentWide, from
 ``torchvision.transforms``
 or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name). ToTensor,
 PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype (ToTensor: float32 in
@@ -36,7 +36,8 @@ __all__ = [
     "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
     "ColorJitter", "Normalize", "Grayscale", "RandomGrayscale", "RandomInvert",
     "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast",
-    "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "RandomErasing", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
+    "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "RandomErasing", "TrivialAugmentWide",
+    "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
     "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
     "RECIPES", "SUPPORTED",
 ]
@@ -392,6 +393,27 @@ class Normalize(Op):
 
     def _params(self):
         return {"mean": self.mean, "std": self.std}
+
+
+class TrivialAugmentWide(Op):
+    """torchvision.transforms.TrivialAugmentWide(num_magnitude_bins=31, interpolation=NEAREST,
+    fill=None): one op of its 14 at a random magnitude per sample, on the output-size image
+    (warps as PIL's nearest affine with fill 0). Other interpolations and fills are refused."""
+
+    _tv_args = ("num_magnitude_bins", "interpolation", "fill")
+
+    def __init__(self, num_magnitude_bins=31, interpolation=None, fill=None):
+        name = getattr(interpolation, "value", interpolation)
+        if interpolation is not None and str(name).lower() not in ("nearest", "0"):
+            raise _invalid(f"TrivialAugmentWide: only interpolation=NEAREST is supported, got "
+                           f"{interpolation}")
+        if fill is not None and any(float(v) != 0 for v in
+                                    (fill if hasattr(fill, "__len__") else [fill])):
+            raise _invalid(f"TrivialAugmentWide: only fill=None/0 is supported, got {fill!r}")
+        self.num_magnitude_bins = int(num_magnitude_bins)
+
+    def _params(self):
+        return {"num_magnitude_bins": self.num_magnitude_bins}
 
 
 class RandomErasing(Op):

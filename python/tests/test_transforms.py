@@ -414,6 +414,11 @@ def test_pixel_ops_from_torchvision():
         T.compile([T.CenterCrop(8), T.Grayscale()])
     with pytest.raises(ValueError, match="GaussianBlur.*kernel_size must be odd"):
         T.compile([T.CenterCrop(8), T.GaussianBlur(4)])
+    assert T.TrivialAugmentWide.from_torchvision(TV.TrivialAugmentWide(15)) == \
+        T.TrivialAugmentWide(15)
+    with pytest.raises(ValueError, match="NEAREST"):
+        T.TrivialAugmentWide.from_torchvision(
+            TV.TrivialAugmentWide(interpolation=TV.InterpolationMode.BILINEAR))
     with pytest.raises(ValueError, match="RandomPosterize.*bits"):
         T.compile([T.CenterCrop(8), T.RandomPosterize(9)])
 
@@ -421,7 +426,7 @@ def test_pixel_ops_from_torchvision():
 PIXEL_AUG = [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.RandomAdjustSharpness(2.0),
              T.RandomGrayscale(0.3), T.RandomInvert(), T.RandomPosterize(3), T.RandomSolarize(128),
              T.RandomAutocontrast(), T.RandomEqualize(), T.GaussianBlur(3),
-             T.RandomErasing(value=(10, 20, 30)), T.PILToTensor()]
+             T.TrivialAugmentWide(), T.RandomErasing(value=(10, 20, 30)), T.PILToTensor()]
 
 
 @needs_pipeline

@@ -649,3 +649,64 @@ def test_random_erasing_box_distribution(images):
         ks = np.max(np.abs(np.searchsorted(a, grid, side="right") / m -
                            np.searchsorted(b, grid, side="right") / n))
         assert ks < crit, (what, ks, crit)
+
+
+# ---- TrivialAugmentWide ----
+
+def test_trivial_augment_table_equals_torchvision():
+    """The op list, magnitude bins (float32 values) and signs equal torchvision's
+    _augmentation_space, for the default 31 bins and others."""
+    for bins in (31, 2, 7, 100):
+        res = subprocess.run([tool(), "--ta-table", str(bins)], capture_output=True, text=True,
+                             check=True)
+        ours = json.loads(res.stdout)
+        theirs = T.TrivialAugmentWide()._augmentation_space(bins)
+        assert [o[0] for o in ours] == list(theirs), bins
+        for name, signed, mags in ours:
+            tmag, tsigned = theirs[name]
+            assert bool(signed) == tsigned, name
+            want = [float(v) for v in tmag.tolist()] if tmag.ndim > 0 else []
+            assert mags == want, (bins, name)
+
+
+def test_trivial_augment_matches_torchvision(images):
+    """Each sample is torchvision's _apply_op with the sample's op and magnitude: the warps
+    (ShearX/Y, TranslateX/Y, Rotate; nearest, fill 0) bit for bit against the PIL path, the
+    pixel ops bit for bit against the tensor path."""
+    from torchvision.transforms.autoaugment import _apply_op
+    from torchvision.transforms import InterpolationMode
+    path = images["p500x375.jpg"]
+    seen = set()
+    for index in range(60):
+        base, _ = u8(path, "ccrop:224,200", 224, 200, index=index)
+        got, p = u8(path, "ccrop:224,200 ta", 224, 200, index=index)
+        d = p["pixel"][0]
+        name, mag = d["ta_op"], d["magnitude"]
+        seen.add(name)
+        if name in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Identity"):
+            want = np.asarray(_apply_op(Image.fromarray(base), name, mag,
+                                        InterpolationMode.NEAREST, None))
+        else:
+            want = _tv_tensor(lambda t: _apply_op(t, name, mag, InterpolationMode.NEAREST,
+                                                  None))(base)
+        assert np.array_equal(got, want), (index, name, mag, int(np.sum(got != want)))
+    assert len(seen) >= 12, seen
+
+
+def test_trivial_augment_draws_distribution(images):
+    """Over 4000 samples: the op uniform over the 14 (chi-square, 13 dof, 0.1%), each signed
+    op's sign fair, and the magnitudes uniform over the bins (chi-square over Rotate's 31
+    values pooled by |magnitude|, 30 dof)."""
+    path = images["p400x300.png"]
+    n = 4000
+    draws = [pl["pixel"][0] for pl in _plans(path, "ccrop:16 ta", n)]
+    names = list(T.TrivialAugmentWide()._augmentation_space(31))
+    counts = np.array([sum(d["ta_op"] == k for d in draws) for k in names])
+    chi2 = float(np.sum((counts - n / 14) ** 2 / (n / 14)))
+    assert chi2 < 34.53, counts
+    rot = np.array([d["magnitude"] for d in draws if d["ta_op"] == "Rotate"])
+    assert abs((rot < 0).mean() - 0.5) < 4 * np.sqrt(0.25 / len(rot))
+    levels = T.TrivialAugmentWide()._augmentation_space(31)["Rotate"][0].tolist()
+    idx = np.array([levels.index(abs(m)) for m in rot])
+    c = np.bincount(idx, minlength=31)
+    assert float(np.sum((c - len(rot) / 31) ** 2 / (len(rot) / 31))) < 59.70

@@ -54,6 +54,7 @@ static const stk_op_param p_pad[] = {PARAM("padding", INT64, 4, padding),
 static const stk_op_param p_erase[] = {PARAM("p", DOUBLE, 1, p), PARAM("scale", DOUBLE, 2, scale),
                                        PARAM("ratio", DOUBLE, 2, ratio),
                                        PARAM("value", DOUBLE, 3, value)};
+static const stk_op_param p_ta[] = {PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
 static const stk_op_param p_blur[] = {PARAM("kernel_size", INT64, 2, kernel_size),
                                       PARAM("sigma", DOUBLE, 2, sigma)};
 
@@ -262,7 +263,21 @@ static stk_status check_erase(size_t i, stk_op *op)
     return check_p(i, op);
 }
 
+static stk_status check_ta(size_t i, stk_op *op)
+{
+    if (op->num_magnitude_bins < 2 || op->num_magnitude_bins > 1024)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): num_magnitude_bins must be in 2..1024, got %lld",
+                                   i, stk_op_name(op->kind), (long long)op->num_magnitude_bins);
+    return STK_OK;
+}
+
 /* ---- defaults, output sizes, create-time hooks ---- */
+
+static void init_ta(stk_op *op)
+{
+    op->num_magnitude_bins = 31;
+}
 
 static void init_erase(stk_op *op)
 {
@@ -454,6 +469,17 @@ static void post_erase(const stk_transform *t, void *dst, const stk__opdraw *dra
     stk__erase_apply(t, dst, &draw->erase);
 }
 
+static void plan_ta(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)p;
+    stk__ta_draw(rng, op->num_magnitude_bins, &draw->ta);
+}
+
+static stk_status kernel_ta(const stk__pixctx *c, const stk__opdraw *draw)
+{
+    return stk__ta_apply(c, &draw->ta);
+}
+
 /* ---- pixel kernels ---- */
 
 static stk_status kernel_jitter(const stk__pixctx *c, const stk__opdraw *draw)
@@ -605,6 +631,14 @@ static const stk__op_def op_table[] = {
      .check = check_erase,
      .plan = plan_erase,
      .post = post_erase},
+    {.name = "TrivialAugmentWide",
+     .kind = STK_OP_TRIVIAL_AUGMENT_WIDE,
+     .stage = STK__OP_PIXEL,
+     .params = PARAMS(p_ta),
+     .init = init_ta,
+     .check = check_ta,
+     .plan = plan_ta,
+     .kernel = kernel_ta},
 };
 
 const stk__op_def *stk__op_def_get(stk_op_kind kind)

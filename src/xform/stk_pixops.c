@@ -161,11 +161,22 @@ bool stk__px_sharpness(uint8_t *rgb, uint32_t w, uint32_t h, double factor)
         prev = heap;
         cur = heap + stride;
     }
+    /* The border keeps its values as the smoothing, but is blended too: r * x + (1 - r) * x
+     * need not give x back in float32. */
+    uint8_t self[256];
+    for (int v = 0; v < 256; v++)
+        self[v] = blend(r, q, (uint8_t)v, (uint8_t)v);
     memcpy(prev, rgb, stride);
+    for (size_t k = 0; k < stride; k++)
+        rgb[k] = self[rgb[k]];
     for (uint32_t y = 1; y + 1 < h; y++) {
         uint8_t *row = rgb + y * stride;
         const uint8_t *next = row + stride; /* not yet modified */
         memcpy(cur, row, stride);
+        for (int c = 0; c < 3; c++) {
+            row[c] = self[row[c]];
+            row[stride - 3 + c] = self[row[stride - 3 + c]];
+        }
         for (uint32_t x = 1; x + 1 < w; x++) {
             for (int c = 0; c < 3; c++) {
                 size_t k = (size_t)x * 3 + c;
@@ -179,6 +190,9 @@ bool stk__px_sharpness(uint8_t *rgb, uint32_t w, uint32_t h, double factor)
         prev = cur;
         cur = tmp;
     }
+    uint8_t *last = rgb + (size_t)(h - 1) * stride;
+    for (size_t k = 0; k < stride; k++)
+        last[k] = self[last[k]];
     stk__free(heap);
     return true;
 }

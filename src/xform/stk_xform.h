@@ -175,13 +175,49 @@ void stk__px_autocontrast(uint8_t *rgb, size_t npix);
 /* equalize: per channel, torchvision's histogram lookup table (PIL's ImageOps.equalize). */
 void stk__px_equalize(uint8_t *rgb, size_t npix);
 /* adjust_sharpness: blend with the 3x3 smoothing (1 1 1 / 1 5 1 / 1 1 1) / 13 of the interior
- * (the border rows and columns keep their values); images under 3x3 are unchanged. Needs two rows
- * of scratch past 1024 pixels wide: @return false when they cannot be allocated. */
+ * (the border rows and columns blend with themselves); images under 3x3 are unchanged. Needs two
+ * rows of scratch past 1024 pixels wide: @return false when they cannot be allocated. */
 bool stk__px_sharpness(uint8_t *rgb, uint32_t w, uint32_t h, double factor);
 /* gaussian_blur with a kx x ky kernel (odd) of this sigma, reflect padding, rounded. Needs
  * scratch of (size_t)w * h * 3 floats; @return false when it cannot be allocated (the image is
  * then unchanged). */
 bool stk__px_gaussian_blur(uint8_t *rgb, uint32_t w, uint32_t h, int kx, int ky, double sigma);
+
+/* ---- TrivialAugmentWide (stk_autoaug.c) ---- */
+
+/* Its ops, in torchvision's _augmentation_space order. */
+enum {
+    STK__TA_IDENTITY = 0,
+    STK__TA_SHEAR_X,
+    STK__TA_SHEAR_Y,
+    STK__TA_TRANSLATE_X,
+    STK__TA_TRANSLATE_Y,
+    STK__TA_ROTATE,
+    STK__TA_BRIGHTNESS,
+    STK__TA_COLOR,
+    STK__TA_CONTRAST,
+    STK__TA_SHARPNESS,
+    STK__TA_POSTERIZE,
+    STK__TA_SOLARIZE,
+    STK__TA_AUTOCONTRAST,
+    STK__TA_EQUALIZE,
+    STK__TA_N
+};
+
+/* One draw: the op and its signed magnitude (torchvision's Python float). */
+typedef struct stk__ta {
+    int op;
+    double magnitude;
+} stk__ta;
+
+/* The name of TrivialAugmentWide's op `op` (torchvision's key), NULL past the list. */
+const char *stk__ta_name(int op);
+/* Whether op has magnitude bins (*is_signed: whether it draws a sign). */
+bool stk__ta_has_bins(int op, bool *is_signed);
+/* Magnitude of bin idx of op for `bins` bins (torchvision's float32 table value). */
+double stk__ta_magnitude(int op, int64_t bins, int64_t idx);
+/* torchvision's forward: randint(14), then randint(bins) with bins, then randint(2) if signed. */
+void stk__ta_draw(stk_rng *rng, int64_t bins, stk__ta *out);
 
 /* ---- the op table (stk_ops.c) ----
  *
@@ -211,6 +247,7 @@ typedef union stk__opdraw {
     stk__jitter jitter; /* ColorJitter */
     stk__pixdraw pix;   /* the ops of stk_pixops.c */
     stk__erase erase;   /* RandomErasing */
+    stk__ta ta;         /* TrivialAugmentWide */
 } stk__opdraw;
 
 /* What a pixel kernel works on: the uint8 output-size image of one sample. */
@@ -220,6 +257,10 @@ typedef struct stk__pixctx {
     char *err; /* where a kernel that fails (out of memory for scratch) writes why */
     size_t err_size;
 } stk__pixctx;
+
+/* TrivialAugmentWide: apply a draw to the image (torchvision's _apply_op; warps as PIL's).
+ * @return STK_OK or STK_ENOMEM (scratch; message in c->err). */
+stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d);
 
 struct stk__xplan;
 

@@ -22,7 +22,9 @@
  *   norm[:imagenet | :M0,M1,M2,S0,S1,S2]
  *   gray  rgray:P  invert:P  posterize:BITS[,P]  solarize:T[,P]  sharp:F[,P]  autocontrast:P
  *   equalize:P  blur:KX[,KY[,S0[,S1]]]  rcrop:H,W[,L,T,R,B[,PAD_IF_NEEDED]]  pad:L,T,R,B
- *   erase:P[,S0,S1[,R0,R1[,V0,V1,V2]]]
+ *   erase:P[,S0,S1[,R0,R1[,V0,V1,V2]]]  ta[:BINS]
+ *   gen_imgdump --ta-table BINS
+ *       Print TrivialAugmentWide's op table as JSON: [[name, signed, [magnitudes]], ...].
  */
 #include "xform/stk_xform.h"
 
@@ -168,6 +170,10 @@ static bool parse_op(const char *tok, stk_op *op)
         }
         for (int c = 0; n > 7 && c < 3; c++)
             op->value[c] = v[5 + c];
+    } else if (IS("ta")) {
+        stk_op_init(op, STK_OP_TRIVIAL_AUGMENT_WIDE);
+        if (numbers(args, v, 1) == 1)
+            op->num_magnitude_bins = (int64_t)v[0];
     } else if (IS("blur")) {
         stk_op_init(op, STK_OP_GAUSSIAN_BLUR);
         n = numbers(args, v, 4);
@@ -252,6 +258,12 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
     for (uint32_t k = 0; k < p.n_pix; k++) {
         if (p.pix[k].def->kind == STK_OP_COLOR_JITTER)
             continue;
+        if (p.pix[k].def->kind == STK_OP_TRIVIAL_AUGMENT_WIDE) {
+            const stk__ta *d = &p.pix[k].draw.ta;
+            printf("%s{\"op\": \"TrivialAugmentWide\", \"ta_op\": \"%s\", \"magnitude\": %.17g}",
+                   n_px++ ? ", " : "", stk__ta_name(d->op), d->magnitude);
+            continue;
+        }
         if (p.pix[k].def->kind == STK_OP_RANDOM_ERASING) {
             const stk__erase *e = &p.pix[k].draw.erase;
             printf("%s{\"op\": \"RandomErasing\", \"on\": %d, \"box\": [%lld, %lld, %lld, %lld]}",
@@ -300,10 +312,28 @@ static int boxes(int argc, char **argv)
     return 0;
 }
 
+static int ta_table(int argc, char **argv)
+{
+    long bins = argc > 2 ? atol(argv[2]) : 31;
+    printf("[");
+    for (int op = 0; op < STK__TA_N; op++) {
+        bool sgn;
+        bool has = stk__ta_has_bins(op, &sgn);
+        printf("%s[\"%s\", %d, [", op ? ", " : "", stk__ta_name(op), sgn);
+        for (long k = 0; has && k < bins; k++)
+            printf("%s%.17g", k ? ", " : "", stk__ta_magnitude(op, bins, k));
+        printf("]]");
+    }
+    printf("]\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--boxes") == 0)
         return boxes(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--ta-table") == 0)
+        return ta_table(argc, argv);
     const char *recipe = NULL, *spec = NULL, *dtype = NULL;
     bool nhwc = false, exact = false, plan = false;
     unsigned long long seed = 0, epoch = 0, index = 0;

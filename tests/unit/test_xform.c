@@ -1310,17 +1310,12 @@ static void *th_main(void *arg)
  * ones at p = 0.5, so the draws matter). */
 static stk_transform *all_pixel_ops(void)
 {
-    static const stk_op_kind kinds[] = {STK_OP_RANDOM_RESIZED_CROP,
-                                        STK_OP_RANDOM_HORIZONTAL_FLIP,
-                                        STK_OP_RANDOM_ADJUST_SHARPNESS,
-                                        STK_OP_RANDOM_GRAYSCALE,
-                                        STK_OP_RANDOM_INVERT,
-                                        STK_OP_RANDOM_POSTERIZE,
-                                        STK_OP_RANDOM_SOLARIZE,
-                                        STK_OP_RANDOM_AUTOCONTRAST,
-                                        STK_OP_RANDOM_EQUALIZE,
-                                        STK_OP_GAUSSIAN_BLUR,
-                                        STK_OP_NORMALIZE};
+    static const stk_op_kind kinds[] = {
+        STK_OP_RANDOM_RESIZED_CROP, STK_OP_RANDOM_HORIZONTAL_FLIP, STK_OP_RANDOM_ADJUST_SHARPNESS,
+        STK_OP_RANDOM_GRAYSCALE,    STK_OP_RANDOM_INVERT,          STK_OP_RANDOM_POSTERIZE,
+        STK_OP_RANDOM_SOLARIZE,     STK_OP_RANDOM_AUTOCONTRAST,    STK_OP_RANDOM_EQUALIZE,
+        STK_OP_GAUSSIAN_BLUR,       STK_OP_TRIVIAL_AUGMENT_WIDE,   STK_OP_NORMALIZE,
+        STK_OP_RANDOM_ERASING};
     const size_t n = sizeof(kinds) / sizeof(kinds[0]);
     stk_op ops[16];
     for (size_t i = 0; i < n; i++)
