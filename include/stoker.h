@@ -476,7 +476,8 @@ typedef enum stk_op_kind {
     STK_OP_RANDOM_CROP = 16,             /* size, padding, pad_if_needed, fill (0 only) */
     STK_OP_PAD = 17,                     /* padding, fill (0 only) */
     STK_OP_RANDOM_ERASING = 18,          /* p, scale, ratio, value: on the output tensor */
-    STK_OP_TRIVIAL_AUGMENT_WIDE = 19     /* num_magnitude_bins (fill 0, nearest) */
+    STK_OP_TRIVIAL_AUGMENT_WIDE = 19,    /* num_magnitude_bins (fill 0, nearest) */
+    STK_OP_RAND_AUGMENT = 20             /* num_ops, magnitude, num_magnitude_bins */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
@@ -498,7 +499,9 @@ typedef struct stk_op {
     int64_t pad_if_needed;       /* RandomCrop: 1 pads a side shorter than size (both ends) */
     double fill[3];              /* Pad/RandomCrop padding value: only 0 is supported */
     double value[3]; /* RandomErasing: per channel, in the output's units (after Normalize) */
-    int64_t num_magnitude_bins; /* TrivialAugmentWide: 2..1024 (default 31) */
+    int64_t num_magnitude_bins; /* TrivialAugmentWide/RandAugment: 2..1024 (default 31) */
+    int64_t num_ops;            /* RandAugment: ops per sample, 0..8 (default 2) */
+    int64_t magnitude;          /* RandAugment: the bin, 0..num_magnitude_bins - 1 (default 9) */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */

@@ -16,7 +16,7 @@ Supported ops (the C library's op table, ``SUPPORTED``): RandomResizedCrop, Resi
 RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Normalize, Grayscale (3 channels),
 RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness,
 RandomAutocontrast, RandomEqualize, GaussianBlur, RandomCrop, Pad (zero fill) and
-RandomErasing (on the output tensor, after Normalize) and TrivialAugmentWide, from
+RandomErasing (on the output tensor, after Normalize), TrivialAugmentWide and RandAugment, from
 ``torchvision.transforms``
 or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name). ToTensor,
 PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype (ToTensor: float32 in
@@ -36,7 +36,7 @@ __all__ = [
     "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
     "ColorJitter", "Normalize", "Grayscale", "RandomGrayscale", "RandomInvert",
     "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast",
-    "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "RandomErasing", "TrivialAugmentWide",
+    "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "RandomErasing", "TrivialAugmentWide", "RandAugment",
     "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
     "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
     "RECIPES", "SUPPORTED",
@@ -395,6 +395,15 @@ class Normalize(Op):
         return {"mean": self.mean, "std": self.std}
 
 
+def _check_policy_args(what, interpolation, fill):
+    name = getattr(interpolation, "value", interpolation)
+    if interpolation is not None and str(name).lower() not in ("nearest", "0"):
+        raise _invalid(f"{what}: only interpolation=NEAREST is supported, got {interpolation}")
+    if fill is not None and any(float(v) != 0 for v in
+                                (fill if hasattr(fill, "__len__") else [fill])):
+        raise _invalid(f"{what}: only fill=None/0 is supported, got {fill!r}")
+
+
 class TrivialAugmentWide(Op):
     """torchvision.transforms.TrivialAugmentWide(num_magnitude_bins=31, interpolation=NEAREST,
     fill=None): one op of its 14 at a random magnitude per sample, on the output-size image
@@ -403,17 +412,30 @@ class TrivialAugmentWide(Op):
     _tv_args = ("num_magnitude_bins", "interpolation", "fill")
 
     def __init__(self, num_magnitude_bins=31, interpolation=None, fill=None):
-        name = getattr(interpolation, "value", interpolation)
-        if interpolation is not None and str(name).lower() not in ("nearest", "0"):
-            raise _invalid(f"TrivialAugmentWide: only interpolation=NEAREST is supported, got "
-                           f"{interpolation}")
-        if fill is not None and any(float(v) != 0 for v in
-                                    (fill if hasattr(fill, "__len__") else [fill])):
-            raise _invalid(f"TrivialAugmentWide: only fill=None/0 is supported, got {fill!r}")
+        _check_policy_args("TrivialAugmentWide", interpolation, fill)
         self.num_magnitude_bins = int(num_magnitude_bins)
 
     def _params(self):
         return {"num_magnitude_bins": self.num_magnitude_bins}
+
+
+class RandAugment(Op):
+    """torchvision.transforms.RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31,
+    interpolation=NEAREST, fill=None): num_ops random ops of its 14 at bin `magnitude`, on the
+    output-size image (translations scale with it). Other interpolations and fills are
+    refused."""
+
+    _tv_args = ("num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill")
+
+    def __init__(self, num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation=None,
+                 fill=None):
+        _check_policy_args("RandAugment", interpolation, fill)
+        self.num_ops, self.magnitude = int(num_ops), int(magnitude)
+        self.num_magnitude_bins = int(num_magnitude_bins)
+
+    def _params(self):
+        return {"num_ops": self.num_ops, "magnitude": self.magnitude,
+                "num_magnitude_bins": self.num_magnitude_bins}
 
 
 class RandomErasing(Op):

@@ -680,8 +680,7 @@ def test_trivial_augment_matches_torchvision(images):
     for index in range(60):
         base, _ = u8(path, "ccrop:224,200", 224, 200, index=index)
         got, p = u8(path, "ccrop:224,200 ta", 224, 200, index=index)
-        d = p["pixel"][0]
-        name, mag = d["ta_op"], d["magnitude"]
+        (name, mag), = p["pixel"][0]["ops"]
         seen.add(name)
         if name in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Identity"):
             want = np.asarray(_apply_op(Image.fromarray(base), name, mag,
@@ -699,7 +698,8 @@ def test_trivial_augment_draws_distribution(images):
     values pooled by |magnitude|, 30 dof)."""
     path = images["p400x300.png"]
     n = 4000
-    draws = [pl["pixel"][0] for pl in _plans(path, "ccrop:16 ta", n)]
+    draws = [dict(zip(("ta_op", "magnitude"), pl["pixel"][0]["ops"][0]))
+             for pl in _plans(path, "ccrop:16 ta", n)]
     names = list(T.TrivialAugmentWide()._augmentation_space(31))
     counts = np.array([sum(d["ta_op"] == k for d in draws) for k in names])
     chi2 = float(np.sum((counts - n / 14) ** 2 / (n / 14)))
@@ -710,3 +710,60 @@ def test_trivial_augment_draws_distribution(images):
     idx = np.array([levels.index(abs(m)) for m in rot])
     c = np.bincount(idx, minlength=31)
     assert float(np.sum((c - len(rot) / 31) ** 2 / (len(rot) / 31))) < 59.70
+
+
+# ---- RandAugment ----
+
+def test_rand_augment_table_equals_torchvision():
+    """RandAugment's table (its own ranges; translations from the image size) equals
+    torchvision's _augmentation_space for several bin counts and image sizes."""
+    for bins, h, w in ((31, 224, 224), (31, 224, 200), (10, 97, 131), (5, 331, 331)):
+        res = subprocess.run([tool(), "--ta-table", str(bins), str(h), str(w)],
+                             capture_output=True, text=True, check=True)
+        ours = json.loads(res.stdout)
+        theirs = T.RandAugment()._augmentation_space(bins, (h, w))
+        assert [o[0] for o in ours] == list(theirs)
+        for name, signed, mags in ours:
+            tmag, tsigned = theirs[name]
+            assert bool(signed) == tsigned, name
+            want = [float(v) for v in tmag.tolist()] if tmag.ndim > 0 else []
+            assert mags == want, (bins, h, w, name)
+
+
+def test_rand_augment_matches_torchvision(images):
+    """Each sample is torchvision's _apply_op for each drawn (op, magnitude) in turn: the warps
+    against the PIL path, the colour ops against the tensor path, bit for bit."""
+    from torchvision.transforms.autoaugment import _apply_op
+    from torchvision.transforms import InterpolationMode
+    path = images["p500x375.jpg"]
+    nearest = InterpolationMode.NEAREST
+    for index in range(25):
+        img, _ = u8(path, "ccrop:224,200", 224, 200, index=index)
+        got, p = u8(path, "ccrop:224,200 ra:2,9,31", 224, 200, index=index)
+        ops = p["pixel"][0]["ops"]
+        assert len(ops) == 2
+        for name, mag in ops:
+            if name in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Identity"):
+                img = np.asarray(_apply_op(Image.fromarray(img), name, mag, nearest, None))
+            else:
+                img = _tv_tensor(lambda t: _apply_op(t, name, mag, nearest, None))(img)
+        assert np.array_equal(got, img), (index, ops)
+
+
+def test_rand_augment_draws_distribution(images):
+    """Over 2000 samples of 2 ops: each op uniform over the 14 (chi-square, 0.1%), magnitude
+    always bin 9 (or 0 for the ops without bins), signs fair."""
+    path = images["p400x300.png"]
+    n = 2000
+    draws = [o for pl in _plans(path, "ccrop:16 ra:2,9", n) for o in pl["pixel"][0]["ops"]]
+    space = T.RandAugment()._augmentation_space(31, (16, 16))
+    names = list(space)
+    counts = np.array([sum(d[0] == k for d in draws) for k in names])
+    m = len(draws)
+    assert float(np.sum((counts - m / 14) ** 2 / (m / 14))) < 34.53, counts
+    for name, mag in draws:
+        tmag, signed = space[name]
+        want = float(tmag[9]) if tmag.ndim > 0 else 0.0
+        assert abs(mag) == abs(want) and (signed or mag == want), (name, mag)
+    rot = [mag for name, mag in draws if name == "Rotate"]
+    assert abs(np.mean(np.array(rot) < 0) - 0.5) < 4 * np.sqrt(0.25 / len(rot))

@@ -1,5 +1,6 @@
 /*
- * stk_autoaug.c: TrivialAugmentWide (torchvision 0.14) on the uint8 output-size image.
+ * stk_autoaug.c: TrivialAugmentWide and RandAugment (torchvision 0.14) on the uint8 output-size
+ * image.
  *
  * The op list, magnitude bins and signs are torchvision's _augmentation_space (float32 linspace
  * values, as torch computes them); the draw is its forward: op = randint(14), bin =
@@ -68,26 +69,74 @@ static float linspace_f32(float start, float end, int64_t steps, int64_t idx)
                          : fmaf(-step, (float)(steps - idx - 1), end);
 }
 
-double stk__ta_magnitude(int op, int64_t bins, int64_t idx)
+double stk__ta_magnitude(int policy, int op, int64_t bins, int64_t idx, int64_t h, int64_t w)
 {
-    if (op == STK__TA_POSTERIZE) { /* 8 - (arange(bins) / ((bins - 1) / 6)).round().int() */
-        float q = (float)idx / (float)((double)(bins - 1) / 6.0);
+    bool rand = policy == STK__POLICY_RAND;
+    if (op == STK__TA_POSTERIZE) { /* 8 - (arange(bins) / ((bins - 1) / D)).round().int() */
+        float q = (float)idx / (float)((double)(bins - 1) / (rand ? 4.0 : 6.0));
         return 8.0 - (double)nearbyintf(q);
     }
     const ta_space *s = &ta_spaces[op];
-    return s->bins ? (double)linspace_f32(s->start, s->end, bins, idx) : 0.0;
+    if (!s->bins)
+        return 0.0;
+    float end = s->end;
+    if (rand) { /* RandAugment's table */
+        switch (op) {
+        case STK__TA_SHEAR_X:
+        case STK__TA_SHEAR_Y:
+            end = 0.3f;
+            break;
+        case STK__TA_TRANSLATE_X:
+            end = (float)(150.0 / 331.0 * (double)w);
+            break;
+        case STK__TA_TRANSLATE_Y:
+            end = (float)(150.0 / 331.0 * (double)h);
+            break;
+        case STK__TA_ROTATE:
+            end = 30.0f;
+            break;
+        case STK__TA_SOLARIZE:
+            break;
+        default: /* Brightness, Color, Contrast, Sharpness */
+            end = 0.9f;
+            break;
+        }
+    }
+    return (double)linspace_f32(s->start, end, bins, idx);
+}
+
+/* One op: its magnitude (bin idx when it has bins), negated on randint(2) when signed. */
+static void draw_one(stk_rng *rng, int policy, int op, int64_t bins, int64_t idx, int64_t h,
+                     int64_t w, stk__ta *out)
+{
+    bool is_signed;
+    double m = 0.0;
+    if (stk__ta_has_bins(op, &is_signed))
+        m = stk__ta_magnitude(policy, op, bins, idx, h, w);
+    if (is_signed && stk__rng_below(rng, 2))
+        m = -m;
+    out->op[out->n] = op;
+    out->magnitude[out->n] = m;
+    out->n++;
 }
 
 void stk__ta_draw(stk_rng *rng, int64_t bins, stk__ta *out)
 {
-    out->op = (int)stk__rng_below(rng, STK__TA_N);
+    out->n = 0;
+    int op = (int)stk__rng_below(rng, STK__TA_N);
     bool is_signed;
-    out->magnitude = 0.0;
-    if (stk__ta_has_bins(out->op, &is_signed))
-        out->magnitude =
-            stk__ta_magnitude(out->op, bins, (int64_t)stk__rng_below(rng, (uint64_t)bins));
-    if (is_signed && stk__rng_below(rng, 2))
-        out->magnitude = -out->magnitude;
+    int64_t idx =
+        stk__ta_has_bins(op, &is_signed) ? (int64_t)stk__rng_below(rng, (uint64_t)bins) : 0;
+    draw_one(rng, STK__POLICY_TRIVIAL_WIDE, op, bins, idx, 0, 0, out);
+}
+
+void stk__ra_draw(stk_rng *rng, int64_t num_ops, int64_t magnitude, int64_t bins, int64_t h,
+                  int64_t w, stk__ta *out)
+{
+    out->n = 0;
+    for (int64_t k = 0; k < num_ops && k < STK__TA_MAX_OPS; k++)
+        draw_one(rng, STK__POLICY_RAND, (int)stk__rng_below(rng, STK__TA_N), bins, magnitude, h, w,
+                 out);
 }
 
 /* ---- PIL's nearest-neighbour affine transform (Geometry.c), fill 0 ---- */
@@ -212,12 +261,12 @@ static void pil_rotate(uint8_t *dst, const uint8_t *src, int w, int h, double an
     pil_affine(dst, src, w, h, m);
 }
 
-stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d)
+/* One of the ops (torchvision's _apply_op). */
+static stk_status apply_one(const stk__pixctx *c, int op, double mag)
 {
     size_t npix = (size_t)c->w * c->h;
-    double mag = d->magnitude;
     int w = (int)c->w, h = (int)c->h;
-    if (d->op >= STK__TA_SHEAR_X && d->op <= STK__TA_ROTATE) {
+    if (op >= STK__TA_SHEAR_X && op <= STK__TA_ROTATE) {
         uint8_t *src = stk__malloc(npix * 3);
         if (!src)
             return stk__set_error(c->err, c->err_size, STK_ENOMEM,
@@ -225,7 +274,7 @@ stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d)
         memcpy(src, c->rgb, npix * 3);
         double m[6];
         double deg = atan(mag) * 180.0 / M_PI; /* math.degrees(math.atan(magnitude)) */
-        switch (d->op) {
+        switch (op) {
         case STK__TA_SHEAR_X:
             inverse_affine(0, 0, 0, 0, deg, 0, m);
             pil_affine(c->rgb, src, w, h, m);
@@ -237,7 +286,7 @@ stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d)
         case STK__TA_TRANSLATE_X:
         case STK__TA_TRANSLATE_Y: {
             double t = (double)(int64_t)mag; /* int(magnitude) */
-            bool xdir = d->op == STK__TA_TRANSLATE_X;
+            bool xdir = op == STK__TA_TRANSLATE_X;
             inverse_affine(w * 0.5, h * 0.5, xdir ? t : 0, xdir ? 0 : t, 0, 0, m);
             pil_affine(c->rgb, src, w, h, m);
             break;
@@ -249,7 +298,7 @@ stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d)
         stk__free(src);
         return STK_OK;
     }
-    switch (d->op) {
+    switch (op) {
     case STK__TA_BRIGHTNESS:
         stk__adjust_brightness(c->rgb, npix, 1.0 + mag);
         break;
@@ -278,6 +327,16 @@ stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d)
         break;
     default: /* Identity */
         break;
+    }
+    return STK_OK;
+}
+
+stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d)
+{
+    for (int k = 0; k < d->n; k++) {
+        stk_status rc = apply_one(c, d->op[k], d->magnitude[k]);
+        if (rc < 0)
+            return rc;
     }
     return STK_OK;
 }

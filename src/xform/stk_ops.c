@@ -55,6 +55,9 @@ static const stk_op_param p_erase[] = {PARAM("p", DOUBLE, 1, p), PARAM("scale", 
                                        PARAM("ratio", DOUBLE, 2, ratio),
                                        PARAM("value", DOUBLE, 3, value)};
 static const stk_op_param p_ta[] = {PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
+static const stk_op_param p_ra[] = {PARAM("num_ops", INT64, 1, num_ops),
+                                    PARAM("magnitude", INT64, 1, magnitude),
+                                    PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
 static const stk_op_param p_blur[] = {PARAM("kernel_size", INT64, 2, kernel_size),
                                       PARAM("sigma", DOUBLE, 2, sigma)};
 
@@ -272,11 +275,31 @@ static stk_status check_ta(size_t i, stk_op *op)
     return STK_OK;
 }
 
+static stk_status check_ra(size_t i, stk_op *op)
+{
+    stk_status rc = check_ta(i, op);
+    if (rc < 0)
+        return rc;
+    if (op->num_ops < 0 || op->num_ops > STK__TA_MAX_OPS)
+        return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): num_ops must be in 0..%d, got %lld",
+                                   i, stk_op_name(op->kind), STK__TA_MAX_OPS,
+                                   (long long)op->num_ops);
+    if (op->magnitude < 0 || op->magnitude >= op->num_magnitude_bins)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): magnitude must be in 0..num_magnitude_bins - 1 "
+                                   "(%lld), got %lld",
+                                   i, stk_op_name(op->kind), (long long)op->num_magnitude_bins - 1,
+                                   (long long)op->magnitude);
+    return STK_OK;
+}
+
 /* ---- defaults, output sizes, create-time hooks ---- */
 
 static void init_ta(stk_op *op)
 {
     op->num_magnitude_bins = 31;
+    op->num_ops = 2; /* RandAugment's defaults */
+    op->magnitude = 9;
 }
 
 static void init_erase(stk_op *op)
@@ -475,6 +498,12 @@ static void plan_ta(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *
     stk__ta_draw(rng, op->num_magnitude_bins, &draw->ta);
 }
 
+static void plan_ra(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    stk__ra_draw(rng, op->num_ops, op->magnitude, op->num_magnitude_bins, p->y.n, p->x.n,
+                 &draw->ta);
+}
+
 static stk_status kernel_ta(const stk__pixctx *c, const stk__opdraw *draw)
 {
     return stk__ta_apply(c, &draw->ta);
@@ -638,6 +667,14 @@ static const stk__op_def op_table[] = {
      .init = init_ta,
      .check = check_ta,
      .plan = plan_ta,
+     .kernel = kernel_ta},
+    {.name = "RandAugment",
+     .kind = STK_OP_RAND_AUGMENT,
+     .stage = STK__OP_PIXEL,
+     .params = PARAMS(p_ra),
+     .init = init_ta,
+     .check = check_ra,
+     .plan = plan_ra,
      .kernel = kernel_ta},
 };
 

@@ -91,11 +91,13 @@ void stk__px_autocontrast(uint8_t *rgb, size_t npix)
             lo++;
         while (!hist[c][hi])
             hi--;
-        /* scale = 255.0 / (max - min) in float32; a flat channel keeps min 0 and scale 1 */
+        /* scale = 255.0 / (max - min): torch's __rtruediv__ is reciprocal(t) * 255.0, two float32
+         * roundings; a flat channel keeps min 0 and scale 1 */
         float mn = (float)lo, scale = 1.0f;
-        if (hi > lo)
-            scale = 255.0f / (float)(hi - lo);
-        else
+        if (hi > lo) {
+            float rec = 1.0f / (float)(hi - lo);
+            scale = rec * 255.0f;
+        } else
             mn = 0.0f;
         for (int v = 0; v < 256; v++)
             lut[c][v] = trunc_u8(clamp255(((float)v - mn) * scale));

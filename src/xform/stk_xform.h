@@ -204,20 +204,32 @@ enum {
     STK__TA_N
 };
 
-/* One draw: the op and its signed magnitude (torchvision's Python float). */
+#define STK__TA_MAX_OPS 8 /* RandAugment's num_ops at most */
+
+/* The policies sharing these ops: their magnitude tables differ. */
+enum { STK__POLICY_TRIVIAL_WIDE = 0, STK__POLICY_RAND = 1 };
+
+/* One draw: n ops and their signed magnitudes (torchvision's Python floats), applied in order. */
 typedef struct stk__ta {
-    int op;
-    double magnitude;
+    int n;
+    int op[STK__TA_MAX_OPS];
+    double magnitude[STK__TA_MAX_OPS];
 } stk__ta;
 
 /* The name of TrivialAugmentWide's op `op` (torchvision's key), NULL past the list. */
 const char *stk__ta_name(int op);
 /* Whether op has magnitude bins (*is_signed: whether it draws a sign). */
 bool stk__ta_has_bins(int op, bool *is_signed);
-/* Magnitude of bin idx of op for `bins` bins (torchvision's float32 table value). */
-double stk__ta_magnitude(int op, int64_t bins, int64_t idx);
-/* torchvision's forward: randint(14), then randint(bins) with bins, then randint(2) if signed. */
+/* Magnitude of bin idx of op in `policy`'s table of `bins` bins for an h x w image
+ * (torchvision's float32 table value; RandAugment's translations scale with the image). */
+double stk__ta_magnitude(int policy, int op, int64_t bins, int64_t idx, int64_t h, int64_t w);
+/* TrivialAugmentWide's forward: randint(14), then randint(bins) with bins, then randint(2) if
+ * signed. */
 void stk__ta_draw(stk_rng *rng, int64_t bins, stk__ta *out);
+/* RandAugment's forward on an h x w image: num_ops times randint(14), bin `magnitude`, then
+ * randint(2) if signed. */
+void stk__ra_draw(stk_rng *rng, int64_t num_ops, int64_t magnitude, int64_t bins, int64_t h,
+                  int64_t w, stk__ta *out);
 
 /* ---- the op table (stk_ops.c) ----
  *

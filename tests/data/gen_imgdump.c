@@ -22,9 +22,10 @@
  *   norm[:imagenet | :M0,M1,M2,S0,S1,S2]
  *   gray  rgray:P  invert:P  posterize:BITS[,P]  solarize:T[,P]  sharp:F[,P]  autocontrast:P
  *   equalize:P  blur:KX[,KY[,S0[,S1]]]  rcrop:H,W[,L,T,R,B[,PAD_IF_NEEDED]]  pad:L,T,R,B
- *   erase:P[,S0,S1[,R0,R1[,V0,V1,V2]]]  ta[:BINS]
- *   gen_imgdump --ta-table BINS
- *       Print TrivialAugmentWide's op table as JSON: [[name, signed, [magnitudes]], ...].
+ *   erase:P[,S0,S1[,R0,R1[,V0,V1,V2]]]  ta[:BINS]  ra[:N[,M[,BINS]]]
+ *   gen_imgdump --ta-table BINS [H W]
+ *       Print TrivialAugmentWide's op table (with H W: RandAugment's for an H x W image) as
+ *       JSON: [[name, signed, [magnitudes]], ...].
  */
 #include "xform/stk_xform.h"
 
@@ -170,6 +171,15 @@ static bool parse_op(const char *tok, stk_op *op)
         }
         for (int c = 0; n > 7 && c < 3; c++)
             op->value[c] = v[5 + c];
+    } else if (IS("ra")) {
+        stk_op_init(op, STK_OP_RAND_AUGMENT);
+        n = numbers(args, v, 3);
+        if (n > 0)
+            op->num_ops = (int64_t)v[0];
+        if (n > 1)
+            op->magnitude = (int64_t)v[1];
+        if (n > 2)
+            op->num_magnitude_bins = (int64_t)v[2];
     } else if (IS("ta")) {
         stk_op_init(op, STK_OP_TRIVIAL_AUGMENT_WIDE);
         if (numbers(args, v, 1) == 1)
@@ -258,10 +268,13 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
     for (uint32_t k = 0; k < p.n_pix; k++) {
         if (p.pix[k].def->kind == STK_OP_COLOR_JITTER)
             continue;
-        if (p.pix[k].def->kind == STK_OP_TRIVIAL_AUGMENT_WIDE) {
+        if (p.pix[k].def->kind == STK_OP_TRIVIAL_AUGMENT_WIDE ||
+            p.pix[k].def->kind == STK_OP_RAND_AUGMENT) {
             const stk__ta *d = &p.pix[k].draw.ta;
-            printf("%s{\"op\": \"TrivialAugmentWide\", \"ta_op\": \"%s\", \"magnitude\": %.17g}",
-                   n_px++ ? ", " : "", stk__ta_name(d->op), d->magnitude);
+            printf("%s{\"op\": \"%s\", \"ops\": [", n_px++ ? ", " : "", p.pix[k].def->name);
+            for (int q = 0; q < d->n; q++)
+                printf("%s[\"%s\", %.17g]", q ? ", " : "", stk__ta_name(d->op[q]), d->magnitude[q]);
+            printf("]}");
             continue;
         }
         if (p.pix[k].def->kind == STK_OP_RANDOM_ERASING) {
@@ -315,13 +328,15 @@ static int boxes(int argc, char **argv)
 static int ta_table(int argc, char **argv)
 {
     long bins = argc > 2 ? atol(argv[2]) : 31;
+    int policy = argc > 4 ? STK__POLICY_RAND : STK__POLICY_TRIVIAL_WIDE;
+    long h = argc > 4 ? atol(argv[3]) : 0, w = argc > 4 ? atol(argv[4]) : 0;
     printf("[");
     for (int op = 0; op < STK__TA_N; op++) {
         bool sgn;
         bool has = stk__ta_has_bins(op, &sgn);
         printf("%s[\"%s\", %d, [", op ? ", " : "", stk__ta_name(op), sgn);
         for (long k = 0; has && k < bins; k++)
-            printf("%s%.17g", k ? ", " : "", stk__ta_magnitude(op, bins, k));
+            printf("%s%.17g", k ? ", " : "", stk__ta_magnitude(policy, op, bins, k, h, w));
         printf("]]");
     }
     printf("]\n");
