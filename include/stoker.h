@@ -477,7 +477,8 @@ typedef enum stk_op_kind {
     STK_OP_PAD = 17,                     /* padding, fill (0 only) */
     STK_OP_RANDOM_ERASING = 18,          /* p, scale, ratio, value: on the output tensor */
     STK_OP_TRIVIAL_AUGMENT_WIDE = 19,    /* num_magnitude_bins (fill 0, nearest) */
-    STK_OP_RAND_AUGMENT = 20             /* num_ops, magnitude, num_magnitude_bins */
+    STK_OP_RAND_AUGMENT = 20,            /* num_ops, magnitude, num_magnitude_bins */
+    STK_OP_AUTO_AUGMENT = 21             /* policy (0: IMAGENET, the only one) */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
@@ -502,6 +503,7 @@ typedef struct stk_op {
     int64_t num_magnitude_bins; /* TrivialAugmentWide/RandAugment: 2..1024 (default 31) */
     int64_t num_ops;            /* RandAugment: ops per sample, 0..8 (default 2) */
     int64_t magnitude;          /* RandAugment: the bin, 0..num_magnitude_bins - 1 (default 9) */
+    int64_t policy;             /* AutoAugment: 0 = AutoAugmentPolicy.IMAGENET (the only one) */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */

@@ -16,7 +16,8 @@ Supported ops (the C library's op table, ``SUPPORTED``): RandomResizedCrop, Resi
 RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Normalize, Grayscale (3 channels),
 RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness,
 RandomAutocontrast, RandomEqualize, GaussianBlur, RandomCrop, Pad (zero fill) and
-RandomErasing (on the output tensor, after Normalize), TrivialAugmentWide and RandAugment, from
+RandomErasing (on the output tensor, after Normalize), TrivialAugmentWide, RandAugment and
+AutoAugment (IMAGENET policy), from
 ``torchvision.transforms``
 or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name). ToTensor,
 PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype (ToTensor: float32 in
@@ -37,6 +38,7 @@ __all__ = [
     "ColorJitter", "Normalize", "Grayscale", "RandomGrayscale", "RandomInvert",
     "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast",
     "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "RandomErasing", "TrivialAugmentWide", "RandAugment",
+    "AutoAugment",
     "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
     "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
     "RECIPES", "SUPPORTED",
@@ -436,6 +438,26 @@ class RandAugment(Op):
     def _params(self):
         return {"num_ops": self.num_ops, "magnitude": self.magnitude,
                 "num_magnitude_bins": self.num_magnitude_bins}
+
+
+class AutoAugment(Op):
+    """torchvision.transforms.AutoAugment(policy=AutoAugmentPolicy.IMAGENET, interpolation=
+    NEAREST, fill=None): one of the 25 ImageNet sub-policies per sample, each step applied with
+    its probability, on the output-size image. CIFAR10/SVHN policies, other interpolations and
+    fills are refused."""
+
+    _tv_args = ("policy", "interpolation", "fill")
+
+    def __init__(self, policy=None, interpolation=None, fill=None):
+        _check_policy_args("AutoAugment", interpolation, fill)
+        name = str(getattr(policy, "value", policy) or "imagenet").lower()
+        if name not in ("imagenet", "0"):
+            raise _invalid(f"AutoAugment: only policy=AutoAugmentPolicy.IMAGENET is supported, "
+                           f"got {policy}")
+        self.policy = 0
+
+    def _params(self):
+        return {"policy": self.policy}
 
 
 class RandomErasing(Op):

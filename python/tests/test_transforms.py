@@ -417,6 +417,9 @@ def test_pixel_ops_from_torchvision():
     assert T.TrivialAugmentWide.from_torchvision(TV.TrivialAugmentWide(15)) == \
         T.TrivialAugmentWide(15)
     assert T.RandAugment.from_torchvision(TV.RandAugment(3, 5, 11)) == T.RandAugment(3, 5, 11)
+    assert T.AutoAugment.from_torchvision(TV.AutoAugment()) == T.AutoAugment()
+    with pytest.raises(ValueError, match="IMAGENET"):
+        T.AutoAugment.from_torchvision(TV.AutoAugment(TV.AutoAugmentPolicy.CIFAR10))
     with pytest.raises(ValueError, match="RandAugment.*magnitude must be in"):
         T.compile([T.CenterCrop(8), T.RandAugment(magnitude=31)])
     with pytest.raises(ValueError, match="NEAREST"):
@@ -429,7 +432,8 @@ def test_pixel_ops_from_torchvision():
 PIXEL_AUG = [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.RandomAdjustSharpness(2.0),
              T.RandomGrayscale(0.3), T.RandomInvert(), T.RandomPosterize(3), T.RandomSolarize(128),
              T.RandomAutocontrast(), T.RandomEqualize(), T.GaussianBlur(3),
-             T.TrivialAugmentWide(), T.RandAugment(), T.RandomErasing(value=(10, 20, 30)),
+             T.TrivialAugmentWide(), T.RandAugment(), T.AutoAugment(),
+             T.RandomErasing(value=(10, 20, 30)),
              T.PILToTensor()]
 
 

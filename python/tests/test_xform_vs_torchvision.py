@@ -767,3 +767,65 @@ def test_rand_augment_draws_distribution(images):
         assert abs(mag) == abs(want) and (signed or mag == want), (name, mag)
     rot = [mag for name, mag in draws if name == "Rotate"]
     assert abs(np.mean(np.array(rot) < 0) - 0.5) < 4 * np.sqrt(0.25 / len(rot))
+
+
+# ---- AutoAugment (IMAGENET) ----
+
+def test_auto_augment_tables_equal_torchvision():
+    """The IMAGENET policy (25 sub-policies of (op, p, bin)) and the 10-bin magnitude table
+    (with Invert) equal torchvision's."""
+    res = subprocess.run([tool(), "--aa-policy"], capture_output=True, text=True, check=True)
+    ours = [[tuple(step) for step in sub] for sub in json.loads(res.stdout)]
+    theirs = [[tuple(step) for step in sub]
+              for sub in T.AutoAugment()._get_policies(T.AutoAugmentPolicy.IMAGENET)]
+    assert ours == theirs
+    for h, w in ((224, 224), (97, 131)):
+        res = subprocess.run([tool(), "--ta-table", "10", str(h), str(w)], capture_output=True,
+                             text=True, check=True)
+        table = {name: (signed, mags) for name, signed, mags in json.loads(res.stdout)}
+        space = T.AutoAugment()._augmentation_space(10, (h, w))
+        for name, (tmag, tsigned) in space.items():
+            if name == "Invert":
+                assert tmag.ndim == 0 and not tsigned
+                continue
+            signed, mags = table[name]
+            want = [float(v) for v in tmag.tolist()] if tmag.ndim > 0 else []
+            assert bool(signed) == tsigned and mags == want, name
+
+
+def test_auto_augment_matches_torchvision(images):
+    """Each sample is its sub-policy's applied steps (torchvision's _apply_op), bit for bit
+    (warps against the PIL path, colour ops against the tensor path)."""
+    from torchvision.transforms.autoaugment import _apply_op
+    from torchvision.transforms import InterpolationMode
+    path = images["p500x375.jpg"]
+    nearest = InterpolationMode.NEAREST
+    policies = T.AutoAugment()._get_policies(T.AutoAugmentPolicy.IMAGENET)
+    for index in range(30):
+        img, _ = u8(path, "ccrop:224,200", 224, 200, index=index)
+        got, p = u8(path, "ccrop:224,200 aa", 224, 200, index=index)
+        d = p["pixel"][0]
+        names = [s[0] for s in policies[d["policy"]]]
+        for name, mag in d["ops"]:
+            assert name in names
+            if name in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"):
+                img = np.asarray(_apply_op(Image.fromarray(img), name, mag, nearest, None))
+            else:
+                img = _tv_tensor(lambda t: _apply_op(t, name, mag, nearest, None))(img)
+        assert np.array_equal(got, img), (index, d)
+
+
+def test_auto_augment_draws_distribution(images):
+    """Over 4000 samples: the sub-policy uniform over 25 (chi-square, 24 dof, 0.1%), and each
+    step applied at its probability (pooled over the sub-policies: the expected count of
+    applied steps within 4 sigma)."""
+    path = images["p400x300.png"]
+    n = 4000
+    draws = [pl["pixel"][0] for pl in _plans(path, "ccrop:16 aa", n)]
+    counts = np.bincount([d["policy"] for d in draws], minlength=25)
+    assert float(np.sum((counts - n / 25) ** 2 / (n / 25))) < 51.18, counts
+    policies = T.AutoAugment()._get_policies(T.AutoAugmentPolicy.IMAGENET)
+    expect = sum(sum(s[1] for s in policies[d["policy"]]) for d in draws)
+    var = sum(sum(s[1] * (1 - s[1]) for s in policies[d["policy"]]) for d in draws)
+    applied = sum(len(d["ops"]) for d in draws)
+    assert abs(applied - expect) < 4 * np.sqrt(var), (applied, expect)

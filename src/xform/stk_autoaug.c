@@ -1,6 +1,6 @@
 /*
- * stk_autoaug.c: TrivialAugmentWide and RandAugment (torchvision 0.14) on the uint8 output-size
- * image.
+ * stk_autoaug.c: TrivialAugmentWide, RandAugment and AutoAugment(IMAGENET) (torchvision 0.14) on
+ * the uint8 output-size image.
  *
  * The op list, magnitude bins and signs are torchvision's _augmentation_space (float32 linspace
  * values, as torch computes them); the draw is its forward: op = randint(14), bin =
@@ -17,9 +17,10 @@
 #include <math.h>
 #include <string.h>
 
-static const char *const ta_names[STK__TA_N] = {
-    "Identity", "ShearX",   "ShearY",    "TranslateX", "TranslateY", "Rotate",       "Brightness",
-    "Color",    "Contrast", "Sharpness", "Posterize",  "Solarize",   "AutoContrast", "Equalize"};
+static const char *const ta_names[STK__TA_N + 1] = {
+    "Identity",  "ShearX",     "ShearY",       "TranslateX", "TranslateY",
+    "Rotate",    "Brightness", "Color",        "Contrast",   "Sharpness",
+    "Posterize", "Solarize",   "AutoContrast", "Equalize",   "Invert"};
 
 /* (start, end) of each op's linspace, signed; Posterize has its own formula; none: no bins */
 typedef struct ta_space {
@@ -27,16 +28,16 @@ typedef struct ta_space {
     bool bins, is_signed;
 } ta_space;
 
-static const ta_space ta_spaces[STK__TA_N] = {
+static const ta_space ta_spaces[STK__TA_N + 1] = {
     {0, 0, false, false},      {0.0f, 0.99f, true, true}, {0.0f, 0.99f, true, true},
     {0.0f, 32.0f, true, true}, {0.0f, 32.0f, true, true}, {0.0f, 135.0f, true, true},
     {0.0f, 0.99f, true, true}, {0.0f, 0.99f, true, true}, {0.0f, 0.99f, true, true},
     {0.0f, 0.99f, true, true}, {0, 0, true, false},       {255.0f, 0.0f, true, false},
-    {0, 0, false, false},      {0, 0, false, false}};
+    {0, 0, false, false},      {0, 0, false, false},      {0, 0, false, false}};
 
 const char *stk__ta_name(int op)
 {
-    return op >= 0 && op < STK__TA_N ? ta_names[op] : NULL;
+    return op >= 0 && op <= STK__TA_INVERT ? ta_names[op] : NULL;
 }
 
 bool stk__ta_has_bins(int op, bool *is_signed)
@@ -71,7 +72,7 @@ static float linspace_f32(float start, float end, int64_t steps, int64_t idx)
 
 double stk__ta_magnitude(int policy, int op, int64_t bins, int64_t idx, int64_t h, int64_t w)
 {
-    bool rand = policy == STK__POLICY_RAND;
+    bool rand = policy != STK__POLICY_TRIVIAL_WIDE; /* AutoAugment's table is RandAugment's */
     if (op == STK__TA_POSTERIZE) { /* 8 - (arange(bins) / ((bins - 1) / D)).round().int() */
         float q = (float)idx / (float)((double)(bins - 1) / (rand ? 4.0 : 6.0));
         return 8.0 - (double)nearbyintf(q);
@@ -122,6 +123,7 @@ static void draw_one(stk_rng *rng, int policy, int op, int64_t bins, int64_t idx
 
 void stk__ta_draw(stk_rng *rng, int64_t bins, stk__ta *out)
 {
+    out->policy = -1;
     out->n = 0;
     int op = (int)stk__rng_below(rng, STK__TA_N);
     bool is_signed;
@@ -133,10 +135,73 @@ void stk__ta_draw(stk_rng *rng, int64_t bins, stk__ta *out)
 void stk__ra_draw(stk_rng *rng, int64_t num_ops, int64_t magnitude, int64_t bins, int64_t h,
                   int64_t w, stk__ta *out)
 {
+    out->policy = -1;
     out->n = 0;
     for (int64_t k = 0; k < num_ops && k < STK__TA_MAX_OPS; k++)
         draw_one(rng, STK__POLICY_RAND, (int)stk__rng_below(rng, STK__TA_N), bins, magnitude, h, w,
                  out);
+}
+
+/* AutoAugmentPolicy.IMAGENET (torchvision 0.14's _get_policies; the test compares). */
+static const stk__aa_step aa_imagenet[STK__AA_N_POLICIES][2] = {
+    {{STK__TA_POSTERIZE, 0.4, 8}, {STK__TA_ROTATE, 0.6, 9}},
+    {{STK__TA_SOLARIZE, 0.6, 5}, {STK__TA_AUTOCONTRAST, 0.6, -1}},
+    {{STK__TA_EQUALIZE, 0.8, -1}, {STK__TA_EQUALIZE, 0.6, -1}},
+    {{STK__TA_POSTERIZE, 0.6, 7}, {STK__TA_POSTERIZE, 0.6, 6}},
+    {{STK__TA_EQUALIZE, 0.4, -1}, {STK__TA_SOLARIZE, 0.2, 4}},
+    {{STK__TA_EQUALIZE, 0.4, -1}, {STK__TA_ROTATE, 0.8, 8}},
+    {{STK__TA_SOLARIZE, 0.6, 3}, {STK__TA_EQUALIZE, 0.6, -1}},
+    {{STK__TA_POSTERIZE, 0.8, 5}, {STK__TA_EQUALIZE, 1.0, -1}},
+    {{STK__TA_ROTATE, 0.2, 3}, {STK__TA_SOLARIZE, 0.6, 8}},
+    {{STK__TA_EQUALIZE, 0.6, -1}, {STK__TA_POSTERIZE, 0.4, 6}},
+    {{STK__TA_ROTATE, 0.8, 8}, {STK__TA_COLOR, 0.4, 0}},
+    {{STK__TA_ROTATE, 0.4, 9}, {STK__TA_EQUALIZE, 0.6, -1}},
+    {{STK__TA_EQUALIZE, 0.0, -1}, {STK__TA_EQUALIZE, 0.8, -1}},
+    {{STK__TA_INVERT, 0.6, -1}, {STK__TA_EQUALIZE, 1.0, -1}},
+    {{STK__TA_COLOR, 0.6, 4}, {STK__TA_CONTRAST, 1.0, 8}},
+    {{STK__TA_ROTATE, 0.8, 8}, {STK__TA_COLOR, 1.0, 2}},
+    {{STK__TA_COLOR, 0.8, 8}, {STK__TA_SOLARIZE, 0.8, 7}},
+    {{STK__TA_SHARPNESS, 0.4, 7}, {STK__TA_INVERT, 0.6, -1}},
+    {{STK__TA_SHEAR_X, 0.6, 5}, {STK__TA_EQUALIZE, 1.0, -1}},
+    {{STK__TA_COLOR, 0.4, 0}, {STK__TA_EQUALIZE, 0.6, -1}},
+    {{STK__TA_EQUALIZE, 0.4, -1}, {STK__TA_SOLARIZE, 0.2, 4}},
+    {{STK__TA_SOLARIZE, 0.6, 5}, {STK__TA_AUTOCONTRAST, 0.6, -1}},
+    {{STK__TA_INVERT, 0.6, -1}, {STK__TA_EQUALIZE, 1.0, -1}},
+    {{STK__TA_COLOR, 0.6, 4}, {STK__TA_CONTRAST, 1.0, 8}},
+    {{STK__TA_EQUALIZE, 0.8, -1}, {STK__TA_EQUALIZE, 0.6, -1}},
+};
+
+const stk__aa_step *stk__aa_policy(int k, int i)
+{
+    return k >= 0 && k < STK__AA_N_POLICIES && (i == 0 || i == 1) ? &aa_imagenet[k][i] : NULL;
+}
+
+void stk__aa_draw(stk_rng *rng, int64_t h, int64_t w, stk__ta *out)
+{
+    int k = (int)stk__rng_below(rng, STK__AA_N_POLICIES);
+    double u[2];
+    int sign[2];
+    for (int i = 0; i < 2; i++)
+        u[i] = stk_rng_uniform(rng);
+    for (int i = 0; i < 2; i++)
+        sign[i] = (int)stk__rng_below(rng, 2);
+    out->policy = k;
+    out->n = 0;
+    for (int i = 0; i < 2; i++) {
+        const stk__aa_step *st = &aa_imagenet[k][i];
+        if (!(u[i] <= st->p))
+            continue;
+        bool is_signed;
+        double m = 0.0;
+        if (st->bin >= 0 && stk__ta_has_bins(st->op, &is_signed))
+            m = stk__ta_magnitude(STK__POLICY_AUTO, st->op, 10, st->bin, h, w);
+        stk__ta_has_bins(st->op, &is_signed);
+        if (is_signed && sign[i] == 0)
+            m = -m;
+        out->op[out->n] = st->op;
+        out->magnitude[out->n] = m;
+        out->n++;
+    }
 }
 
 /* ---- PIL's nearest-neighbour affine transform (Geometry.c), fill 0 ---- */
@@ -324,6 +389,9 @@ static stk_status apply_one(const stk__pixctx *c, int op, double mag)
         break;
     case STK__TA_EQUALIZE:
         stk__px_equalize(c->rgb, npix);
+        break;
+    case STK__TA_INVERT:
+        stk__px_invert(c->rgb, npix);
         break;
     default: /* Identity */
         break;

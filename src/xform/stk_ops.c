@@ -58,6 +58,7 @@ static const stk_op_param p_ta[] = {PARAM("num_magnitude_bins", INT64, 1, num_ma
 static const stk_op_param p_ra[] = {PARAM("num_ops", INT64, 1, num_ops),
                                     PARAM("magnitude", INT64, 1, magnitude),
                                     PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
+static const stk_op_param p_aa[] = {PARAM("policy", INT64, 1, policy)};
 static const stk_op_param p_blur[] = {PARAM("kernel_size", INT64, 2, kernel_size),
                                       PARAM("sigma", DOUBLE, 2, sigma)};
 
@@ -293,6 +294,16 @@ static stk_status check_ra(size_t i, stk_op *op)
     return STK_OK;
 }
 
+static stk_status check_aa(size_t i, stk_op *op)
+{
+    if (op->policy != 0)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): policy must be 0 (AutoAugmentPolicy.IMAGENET; "
+                                   "CIFAR10 and SVHN are not supported), got %lld",
+                                   i, stk_op_name(op->kind), (long long)op->policy);
+    return STK_OK;
+}
+
 /* ---- defaults, output sizes, create-time hooks ---- */
 
 static void init_ta(stk_op *op)
@@ -504,6 +515,12 @@ static void plan_ra(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *
                  &draw->ta);
 }
 
+static void plan_aa(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)op;
+    stk__aa_draw(rng, p->y.n, p->x.n, &draw->ta);
+}
+
 static stk_status kernel_ta(const stk__pixctx *c, const stk__opdraw *draw)
 {
     return stk__ta_apply(c, &draw->ta);
@@ -675,6 +692,13 @@ static const stk__op_def op_table[] = {
      .init = init_ta,
      .check = check_ra,
      .plan = plan_ra,
+     .kernel = kernel_ta},
+    {.name = "AutoAugment",
+     .kind = STK_OP_AUTO_AUGMENT,
+     .stage = STK__OP_PIXEL,
+     .params = PARAMS(p_aa),
+     .check = check_aa,
+     .plan = plan_aa,
      .kernel = kernel_ta},
 };
 

@@ -201,21 +201,38 @@ enum {
     STK__TA_SOLARIZE,
     STK__TA_AUTOCONTRAST,
     STK__TA_EQUALIZE,
-    STK__TA_N
+    STK__TA_N,                 /* TrivialAugmentWide's and RandAugment's 14 */
+    STK__TA_INVERT = STK__TA_N /* AutoAugment's one more */
 };
 
 #define STK__TA_MAX_OPS 8 /* RandAugment's num_ops at most */
 
 /* The policies sharing these ops: their magnitude tables differ. */
-enum { STK__POLICY_TRIVIAL_WIDE = 0, STK__POLICY_RAND = 1 };
+enum { STK__POLICY_TRIVIAL_WIDE = 0, STK__POLICY_RAND = 1, STK__POLICY_AUTO = 2 };
+#define STK__AA_N_POLICIES 25 /* AutoAugmentPolicy.IMAGENET's sub-policies */
 
-/* One draw: n ops and their signed magnitudes (torchvision's Python floats), applied in order. */
+/* One step of an AutoAugment sub-policy: (op, probability, magnitude bin or -1). */
+typedef struct stk__aa_step {
+    int op;
+    double p;
+    int bin;
+} stk__aa_step;
+
+/* One draw: n ops and their signed magnitudes (torchvision's Python floats), applied in order;
+ * `policy`: AutoAugment's sub-policy index (-1 for the others). */
 typedef struct stk__ta {
+    int policy;
     int n;
     int op[STK__TA_MAX_OPS];
     double magnitude[STK__TA_MAX_OPS];
 } stk__ta;
 
+/* AutoAugment (IMAGENET) on an h x w image, as its forward: sub-policy randint(25), two
+ * uniforms and two randint(2) signs drawn up front; step i applies when u[i] <= p with bin
+ * magnitudes of the 10-bin table, negated when signed and sign[i] == 0. */
+void stk__aa_draw(stk_rng *rng, int64_t h, int64_t w, stk__ta *out);
+/* Step `i` (0, 1) of sub-policy `k` of AutoAugmentPolicy.IMAGENET (NULL past them). */
+const stk__aa_step *stk__aa_policy(int k, int i);
 /* The name of TrivialAugmentWide's op `op` (torchvision's key), NULL past the list. */
 const char *stk__ta_name(int op);
 /* Whether op has magnitude bins (*is_signed: whether it draws a sign). */

@@ -22,7 +22,9 @@
  *   norm[:imagenet | :M0,M1,M2,S0,S1,S2]
  *   gray  rgray:P  invert:P  posterize:BITS[,P]  solarize:T[,P]  sharp:F[,P]  autocontrast:P
  *   equalize:P  blur:KX[,KY[,S0[,S1]]]  rcrop:H,W[,L,T,R,B[,PAD_IF_NEEDED]]  pad:L,T,R,B
- *   erase:P[,S0,S1[,R0,R1[,V0,V1,V2]]]  ta[:BINS]  ra[:N[,M[,BINS]]]
+ *   erase:P[,S0,S1[,R0,R1[,V0,V1,V2]]]  ta[:BINS]  ra[:N[,M[,BINS]]]  aa
+ *   gen_imgdump --aa-policy
+ *       Print AutoAugment's IMAGENET policy as JSON: [[[name, p, bin or null], ...], ...].
  *   gen_imgdump --ta-table BINS [H W]
  *       Print TrivialAugmentWide's op table (with H W: RandAugment's for an H x W image) as
  *       JSON: [[name, signed, [magnitudes]], ...].
@@ -180,6 +182,8 @@ static bool parse_op(const char *tok, stk_op *op)
             op->magnitude = (int64_t)v[1];
         if (n > 2)
             op->num_magnitude_bins = (int64_t)v[2];
+    } else if (IS("aa")) {
+        stk_op_init(op, STK_OP_AUTO_AUGMENT);
     } else if (IS("ta")) {
         stk_op_init(op, STK_OP_TRIVIAL_AUGMENT_WIDE);
         if (numbers(args, v, 1) == 1)
@@ -269,9 +273,11 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
         if (p.pix[k].def->kind == STK_OP_COLOR_JITTER)
             continue;
         if (p.pix[k].def->kind == STK_OP_TRIVIAL_AUGMENT_WIDE ||
-            p.pix[k].def->kind == STK_OP_RAND_AUGMENT) {
+            p.pix[k].def->kind == STK_OP_RAND_AUGMENT ||
+            p.pix[k].def->kind == STK_OP_AUTO_AUGMENT) {
             const stk__ta *d = &p.pix[k].draw.ta;
-            printf("%s{\"op\": \"%s\", \"ops\": [", n_px++ ? ", " : "", p.pix[k].def->name);
+            printf("%s{\"op\": \"%s\", \"policy\": %d, \"ops\": [", n_px++ ? ", " : "",
+                   p.pix[k].def->name, d->policy);
             for (int q = 0; q < d->n; q++)
                 printf("%s[\"%s\", %.17g]", q ? ", " : "", stk__ta_name(d->op[q]), d->magnitude[q]);
             printf("]}");
@@ -343,8 +349,29 @@ static int ta_table(int argc, char **argv)
     return 0;
 }
 
+static int aa_policy(void)
+{
+    printf("[");
+    for (int k = 0; k < STK__AA_N_POLICIES; k++) {
+        printf("%s[", k ? ", " : "");
+        for (int i = 0; i < 2; i++) {
+            const stk__aa_step *st = stk__aa_policy(k, i);
+            printf("%s[\"%s\", %.17g, ", i ? ", " : "", stk__ta_name(st->op), st->p);
+            if (st->bin < 0)
+                printf("null]");
+            else
+                printf("%d]", st->bin);
+        }
+        printf("]");
+    }
+    printf("]\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--aa-policy") == 0)
+        return aa_policy();
     if (argc > 1 && strcmp(argv[1], "--boxes") == 0)
         return boxes(argc, argv);
     if (argc > 1 && strcmp(argv[1], "--ta-table") == 0)
