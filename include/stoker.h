@@ -478,7 +478,9 @@ typedef enum stk_op_kind {
     STK_OP_RANDOM_ERASING = 18,          /* p, scale, ratio, value: on the output tensor */
     STK_OP_TRIVIAL_AUGMENT_WIDE = 19,    /* num_magnitude_bins (fill 0, nearest) */
     STK_OP_RAND_AUGMENT = 20,            /* num_ops, magnitude, num_magnitude_bins */
-    STK_OP_AUTO_AUGMENT = 21             /* policy (0: IMAGENET, the only one) */
+    STK_OP_AUTO_AUGMENT = 21,            /* policy (0: IMAGENET, the only one) */
+    STK_OP_RANDOM_APPLY = 22,            /* transforms (the count of ops after it), p */
+    STK_OP_RANDOM_CHOICE = 23            /* transforms (the count of ops after it): one of them */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
@@ -504,6 +506,7 @@ typedef struct stk_op {
     int64_t num_ops;            /* RandAugment: ops per sample, 0..8 (default 2) */
     int64_t magnitude;          /* RandAugment: the bin, 0..num_magnitude_bins - 1 (default 9) */
     int64_t policy;             /* AutoAugment: 0 = AutoAugmentPolicy.IMAGENET (the only one) */
+    int64_t n_transforms; /* RandomApply/RandomChoice: how many of the following ops are theirs */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */

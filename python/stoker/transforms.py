@@ -17,7 +17,7 @@ RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Normalize, Grayscale (3 c
 RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness,
 RandomAutocontrast, RandomEqualize, GaussianBlur, RandomCrop, Pad (zero fill) and
 RandomErasing (on the output tensor, after Normalize), TrivialAugmentWide, RandAugment and
-AutoAugment (IMAGENET policy), from
+AutoAugment (IMAGENET policy), RandomApply and RandomChoice (of ops that keep the size), from
 ``torchvision.transforms``
 or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name). ToTensor,
 PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype (ToTensor: float32 in
@@ -38,7 +38,7 @@ __all__ = [
     "ColorJitter", "Normalize", "Grayscale", "RandomGrayscale", "RandomInvert",
     "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast",
     "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "RandomErasing", "TrivialAugmentWide", "RandAugment",
-    "AutoAugment",
+    "AutoAugment", "RandomApply", "RandomChoice",
     "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
     "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
     "RECIPES", "SUPPORTED",
@@ -483,6 +483,56 @@ class RandomErasing(Op):
         return {"p": self.p, "scale": self.scale, "ratio": self.ratio, "value": self.value}
 
 
+class _Container(Op):
+    """An op over the ops listed in it (flattened after it, with their count)."""
+
+    def __init__(self, transforms):
+        self.transforms = list(transforms)
+        self.n = 0  # set when flattened
+
+    @classmethod
+    def from_torchvision(cls, t):
+        return cls(list(t.transforms), *cls._extra(t))
+
+    def _params(self):
+        return {"transforms": self.n}
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.transforms == other.transforms and \
+            self._params() == other._params()
+
+
+class RandomApply(_Container):
+    """torchvision.transforms.RandomApply(transforms, p=0.5): all of them with probability p.
+    The transforms must keep the image size (flips, pixel ops, policies, nested RandomApply)."""
+
+    @staticmethod
+    def _extra(t):
+        return (t.p,)
+
+    def __init__(self, transforms, p=0.5):
+        super().__init__(transforms)
+        self.p = float(p)
+
+    def _params(self):
+        return {"transforms": self.n, "p": self.p}
+
+
+class RandomChoice(_Container):
+    """torchvision.transforms.RandomChoice(transforms, p=None): one of them, uniformly (weights
+    are refused; torchvision draws with Python's random module, stoker from the sample's
+    stream). The transforms must be single ops that keep the image size."""
+
+    @staticmethod
+    def _extra(t):
+        return (getattr(t, "p", None),)
+
+    def __init__(self, transforms, p=None):
+        if p is not None:
+            raise _invalid("RandomChoice: weights (p) are not supported; only a uniform choice")
+        super().__init__(transforms)
+
+
 class _DtypeMarker(Op):
     """An op that only chooses the output dtype."""
     dtype = "float32"
@@ -602,11 +652,31 @@ def _from_torchvision(t):
     cls = _BY_TV_NAME.get(name)
     if cls is None:
         raise _unsupported(f"{type(t).__module__}.{name}")
-    return [cls.from_torchvision(t)]
+    op = cls.from_torchvision(t)
+    if isinstance(op, _Container):  # its transforms: torchvision's, converted
+        op.transforms = [s if isinstance(s, Op) else _Compose1(_from_torchvision(s))
+                         for s in op.transforms]
+    return [op]
+
+
+def _Compose1(ops):
+    """Converted ops of one torchvision transform: the op itself, or a Compose of several."""
+    return ops[0] if len(ops) == 1 else Compose(ops)
 
 
 def _flatten(obj, out):
-    if isinstance(obj, Op):
+    if isinstance(obj, _Container):
+        out.append(obj)
+        start = len(out)
+        for t in obj.transforms:
+            before = len(out)
+            _flatten(t, out)
+            if isinstance(obj, RandomChoice) and len(out) - before != 1:
+                raise _invalid("RandomChoice: each of its transforms must be one op")
+        obj.n = len(out) - start
+        if any(isinstance(o, _DtypeMarker) for o in out[start:]):
+            raise _invalid(f"{type(obj).__name__}: dtype markers (ToTensor ...) cannot be inside")
+    elif isinstance(obj, Op):
         out.append(obj)
     elif isinstance(obj, Compose):
         for t in obj.transforms:
@@ -615,7 +685,8 @@ def _flatten(obj, out):
         for t in obj:
             _flatten(t, out)
     elif type(obj).__module__.startswith("torchvision"):
-        out.extend(_from_torchvision(obj))
+        for op in _from_torchvision(obj):  # containers flatten their transforms after them
+            _flatten(op, out)
     elif type(obj).__module__.startswith("albumentations"):
         from . import albumentations
         _flatten(albumentations._from_albu(obj), out)

@@ -112,6 +112,8 @@ EXAMPLES = {"RandomResizedCrop": T.RandomResizedCrop(24), "Resize": T.Resize(20)
             "RandomPosterize": T.RandomPosterize(4), "RandomSolarize": T.RandomSolarize(128),
             "RandomAdjustSharpness": T.RandomAdjustSharpness(2), "GaussianBlur": T.GaussianBlur(3),
             "RandomCrop": T.RandomCrop(16), "Pad": T.Pad(2), "RandomErasing": T.RandomErasing(),
+            "RandomApply": T.RandomApply([T.RandomInvert()]),
+            "RandomChoice": T.RandomChoice([T.RandomInvert()]),
             "Normalize": T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)}
 
 
@@ -433,6 +435,8 @@ PIXEL_AUG = [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.RandomAdjustSh
              T.RandomGrayscale(0.3), T.RandomInvert(), T.RandomPosterize(3), T.RandomSolarize(128),
              T.RandomAutocontrast(), T.RandomEqualize(), T.GaussianBlur(3),
              T.TrivialAugmentWide(), T.RandAugment(), T.AutoAugment(),
+             T.RandomApply([T.ColorJitter(0.3), T.RandomInvert(1.0)], p=0.5),
+             T.RandomChoice([T.RandomGrayscale(1.0), T.RandomEqualize(1.0)]),
              T.RandomErasing(value=(10, 20, 30)),
              T.PILToTensor()]
 
@@ -499,3 +503,24 @@ def test_albumentations_spellings():
                    T.Normalize([0.4] * 3, [0.2] * 3)] and dt == "float32"
     with pytest.raises(ValueError, match="albumentations.Rotate is not supported"):
         T._ops_and_options([fake("Rotate", p=1.0)], None, None, None)
+
+
+def test_random_apply_and_choice_from_torchvision():
+    """RandomApply/RandomChoice convert with their transforms flattened after them (the count
+    in `transforms`); RandomOrder, weighted choices and size-changing members are refused."""
+    tv = TV.Compose([TV.CenterCrop(16),
+                     TV.RandomApply([TV.ColorJitter(0.2), TV.RandomGrayscale(1.0)], p=0.3),
+                     TV.RandomChoice([TV.RandomInvert(1.0), TV.RandomEqualize(1.0)])])
+    ops, _, _, _ = T._ops_and_options(tv, None, None, None)
+    assert [type(o).__name__ for o in ops] == ["CenterCrop", "RandomApply", "ColorJitter",
+                                              "RandomGrayscale", "RandomChoice", "RandomInvert",
+                                              "RandomEqualize"]
+    assert ops[1].to_dict() == {"kind": "RandomApply", "transforms": 2, "p": 0.3}
+    assert ops[4].to_dict() == {"kind": "RandomChoice", "transforms": 2}
+    assert T.compile(tv, dtype="uint8").output == {"dtype": "uint8", "shape": (3, 16, 16)}
+    with pytest.raises(ValueError, match="RandomOrder"):
+        T.compile(TV.Compose([TV.CenterCrop(8), TV.RandomOrder([TV.RandomInvert()])]))
+    with pytest.raises(ValueError, match="weights"):
+        T.RandomChoice([T.RandomInvert()], p=[1.0])
+    with pytest.raises(ValueError, match="RandomApply.*CenterCrop.*cannot be one of"):
+        T.compile([T.CenterCrop(8), T.RandomApply([T.CenterCrop(4)])])

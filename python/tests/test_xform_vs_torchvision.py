@@ -829,3 +829,32 @@ def test_auto_augment_draws_distribution(images):
     var = sum(sum(s[1] * (1 - s[1]) for s in policies[d["policy"]]) for d in draws)
     applied = sum(len(d["ops"]) for d in draws)
     assert abs(applied - expect) < 4 * np.sqrt(var), (applied, expect)
+
+
+# ---- RandomApply / RandomChoice ----
+
+def test_random_apply_and_choice(images):
+    """RandomApply applies all its ops or none (one uniform, torch.rand(1) > p skips; applied
+    share binomial), its ops drawing only when applied; RandomChoice runs exactly one of its
+    ops, uniformly (chi-square, 0.1%). Outputs are the member ops' outputs."""
+    path = images["p500x375.jpg"]
+    plain, _ = u8(path, "ccrop:64", 64, 64)
+    both = _tv_tensor(lambda t: F.solarize(F.invert(t), 128))(plain)
+    n_on = 0
+    for index in range(40):
+        got, p = u8(path, "ccrop:64 apply:0.3,2 invert:1 solarize:128,1", 64, 64, index=index)
+        ran = [d["op"] for d in p["pixel"]]
+        assert ran in ([], ["RandomInvert", "RandomSolarize"]), ran
+        assert np.array_equal(got, both if ran else plain)
+        n_on += bool(ran)
+    assert 3 <= n_on <= 23, n_on
+    n = 3000
+    plans = _plans(images["p400x300.png"], "ccrop:16 choice:3 invert:1 posterize:2,1 gray", n)
+    ran = [tuple(d["op"] for d in pl["pixel"]) for pl in plans]
+    assert all(len(r) == 1 for r in ran)
+    counts = np.array([sum(r[0] == k for r in ran)
+                       for k in ("RandomInvert", "RandomPosterize", "Grayscale")])
+    assert float(np.sum((counts - n / 3) ** 2 / (n / 3))) < 13.82, counts
+    got, p = u8(path, "ccrop:64 choice:2 invert:1 equalize:1", 64, 64, index=5)
+    fn = F.invert if p["pixel"][0]["op"] == "RandomInvert" else F.equalize
+    assert np.array_equal(got, _tv_tensor(fn)(plain))

@@ -59,6 +59,9 @@ static const stk_op_param p_ra[] = {PARAM("num_ops", INT64, 1, num_ops),
                                     PARAM("magnitude", INT64, 1, magnitude),
                                     PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
 static const stk_op_param p_aa[] = {PARAM("policy", INT64, 1, policy)};
+static const stk_op_param p_apply[] = {PARAM("transforms", INT64, 1, n_transforms),
+                                       PARAM("p", DOUBLE, 1, p)};
+static const stk_op_param p_choice[] = {PARAM("transforms", INT64, 1, n_transforms)};
 static const stk_op_param p_blur[] = {PARAM("kernel_size", INT64, 2, kernel_size),
                                       PARAM("sigma", DOUBLE, 2, sigma)};
 
@@ -304,6 +307,18 @@ static stk_status check_aa(size_t i, stk_op *op)
     return STK_OK;
 }
 
+/* RandomApply/RandomChoice: 1..16 following ops (stk_transform_create checks what they are). */
+static stk_status check_container(size_t i, stk_op *op)
+{
+    if (op->n_transforms < 1 || op->n_transforms > STK__XF_MAX_OPS)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): transforms must count 1..%d following ops, got "
+                                   "%lld",
+                                   i, stk_op_name(op->kind), STK__XF_MAX_OPS,
+                                   (long long)op->n_transforms);
+    return op->kind == STK_OP_RANDOM_APPLY ? check_p(i, op) : STK_OK;
+}
+
 /* ---- defaults, output sizes, create-time hooks ---- */
 
 static void init_ta(stk_op *op)
@@ -521,6 +536,29 @@ static void plan_aa(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *
     stk__aa_draw(rng, p->y.n, p->x.n, &draw->ta);
 }
 
+static void init_container(stk_op *op)
+{
+    op->n_transforms = 1;
+}
+
+/* RandomApply: torchvision's `if self.p < torch.rand(1): return img` (one uniform), then the
+ * transforms draw only when applied. */
+static void plan_apply(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)draw;
+    if (op->p < stk_rng_uniform(rng))
+        p->skip |= (uint32_t)((1ull << op->n_transforms) - 1);
+}
+
+/* RandomChoice: one of the transforms, uniformly (torchvision draws it with Python's random;
+ * here from the sample's stream). */
+static void plan_choice(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)draw;
+    uint64_t k = stk__rng_below(rng, (uint64_t)op->n_transforms);
+    p->skip |= (uint32_t)(((1ull << op->n_transforms) - 1) & ~(1ull << k));
+}
+
 static stk_status kernel_ta(const stk__pixctx *c, const stk__opdraw *draw)
 {
     return stk__ta_apply(c, &draw->ta);
@@ -700,6 +738,22 @@ static const stk__op_def op_table[] = {
      .check = check_aa,
      .plan = plan_aa,
      .kernel = kernel_ta},
+    {.name = "RandomApply",
+     .kind = STK_OP_RANDOM_APPLY,
+     .stage = STK__OP_GEOMETRY,
+     .container = true,
+     .params = PARAMS(p_apply),
+     .init = init_container,
+     .check = check_container,
+     .plan = plan_apply},
+    {.name = "RandomChoice",
+     .kind = STK_OP_RANDOM_CHOICE,
+     .stage = STK__OP_GEOMETRY,
+     .container = true,
+     .params = PARAMS(p_choice),
+     .init = init_container,
+     .check = check_container,
+     .plan = plan_choice},
 };
 
 const stk__op_def *stk__op_def_get(stk_op_kind kind)

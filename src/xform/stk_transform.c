@@ -119,6 +119,34 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         if (d->stage == STK__OP_STORE)
             norm_at = i;
     }
+    /* RandomApply/RandomChoice: their `transforms` ops follow them and may not change the size
+     * (the output size would depend on the draw) nor be the store or a tensor op. */
+    for (size_t i = 0; i < t->n_ops; i++) {
+        if (!t->defs[i]->container)
+            continue;
+        int64_t n = t->ops[i].n_transforms;
+        if ((size_t)n > t->n_ops - 1 - i) {
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu] (%s): its %lld transforms must follow it (only "
+                                     "%zu ops do)",
+                                     i, t->defs[i]->name, (long long)n, t->n_ops - 1 - i);
+            goto fail;
+        }
+        for (size_t k = i + 1; k <= i + (size_t)n; k++) {
+            const stk__op_def *c = t->defs[k];
+            bool nested = c->container && t->defs[i]->kind == STK_OP_RANDOM_CHOICE;
+            if (c->size || c->stage == STK__OP_STORE || c->stage == STK__OP_TENSOR || nested) {
+                rc = stk__set_last_error(STK_EINVAL,
+                                         "ops[%zu] (%s): ops[%zu] (%s) cannot be one of its "
+                                         "transforms (only ops that keep the size: flips, "
+                                         "pixel ops%s)",
+                                         i, t->defs[i]->name, k, c->name,
+                                         t->defs[i]->kind == STK_OP_RANDOM_APPLY ? ", RandomApply"
+                                                                                 : "");
+                goto fail;
+            }
+        }
+    }
     if (oh == 0 || ow == 0) {
         rc = stk__set_last_error(STK_EINVAL,
                                  "the output size is not fixed: end the geometric ops with "
@@ -239,9 +267,14 @@ void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, st
     memset(out, 0, sizeof(*out));
     stk__axis_init(&out->x, width);
     stk__axis_init(&out->y, height);
+    uint32_t skip = 0; /* bit 0: skip this op (a RandomApply/RandomChoice left it out) */
     for (size_t i = 0; i < t->n_ops; i++) {
         const stk__op_def *d = t->defs[i];
         stk__opdraw *draw = NULL;
+        bool skipped = skip & 1;
+        skip >>= 1;
+        if (skipped)
+            continue;
         if (d->kernel || d->post) {
             stk__xpix *px = &out->pix[out->n_pix++];
             px->def = d;
@@ -249,6 +282,8 @@ void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, st
         }
         if (d->plan)
             d->plan(&t->ops[i], rng, out, draw);
+        skip |= out->skip; /* a container's choice over the ops after it */
+        out->skip = 0;
     }
     out->flip = out->x.dir < 0;
     out->vflip = out->y.dir < 0;

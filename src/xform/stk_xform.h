@@ -298,6 +298,7 @@ typedef struct stk__op_def {
     stk_op_kind kind; /* == the row's index in the table */
     stk__op_stage stage;
     bool after_store; /* may follow the STORE op (a flip commutes with a per-pixel store) */
+    bool container;   /* RandomApply/RandomChoice: applies to the `n_transforms` ops after it */
     const stk_op_param *params; /* torchvision's arguments, in its order */
     size_t n_params;
     /* Optional defaults beyond stk_op_init's common ones (e.g. Resize's size (256, 0)). */
@@ -350,6 +351,7 @@ typedef struct stk__xplan {
     uint32_t min_w, min_h;               /* decoded size wanted (sets the DCT scale) */
     uint32_t den;                        /* DCT scale denominator asked for (1, 2, 4, 8) */
     bool fast; /* decode with stk__image_decode_fast: not `exact`, and the output is resampled */
+    uint32_t skip; /* set by a container's plan: bit j skips the j-th op after it */
 } stk__xplan;
 
 /* Fold the ops over a width x height image, drawing randomness from rng in op order (each

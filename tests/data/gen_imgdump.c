@@ -23,6 +23,7 @@
  *   gray  rgray:P  invert:P  posterize:BITS[,P]  solarize:T[,P]  sharp:F[,P]  autocontrast:P
  *   equalize:P  blur:KX[,KY[,S0[,S1]]]  rcrop:H,W[,L,T,R,B[,PAD_IF_NEEDED]]  pad:L,T,R,B
  *   erase:P[,S0,S1[,R0,R1[,V0,V1,V2]]]  ta[:BINS]  ra[:N[,M[,BINS]]]  aa
+ *   apply:P,N  choice:N  (RandomApply / RandomChoice over the N ops after them)
  *   gen_imgdump --aa-policy
  *       Print AutoAugment's IMAGENET policy as JSON: [[[name, p, bin or null], ...], ...].
  *   gen_imgdump --ta-table BINS [H W]
@@ -182,6 +183,16 @@ static bool parse_op(const char *tok, stk_op *op)
             op->magnitude = (int64_t)v[1];
         if (n > 2)
             op->num_magnitude_bins = (int64_t)v[2];
+    } else if (IS("apply") || IS("choice")) {
+        bool apply = IS("apply");
+        stk_op_init(op, apply ? STK_OP_RANDOM_APPLY : STK_OP_RANDOM_CHOICE);
+        n = numbers(args, v, 2);
+        if (apply) {
+            op->p = v[0];
+            op->n_transforms = (int64_t)v[1];
+        } else {
+            op->n_transforms = (int64_t)v[0];
+        }
     } else if (IS("aa")) {
         stk_op_init(op, STK_OP_AUTO_AUGMENT);
     } else if (IS("ta")) {

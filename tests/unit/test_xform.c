@@ -442,6 +442,20 @@ static int test_bad_op_lists(void)
     stk_op_init(&c, STK_OP_CENTER_CROP);
     const stk_dtype F = STK_DTYPE_FLOAT32;
 
+    /* RandomApply/RandomChoice: their transforms follow them and keep the size. */
+    o[0] = c;
+    stk_op_init(&o[1], STK_OP_RANDOM_APPLY);
+    o[1].n_transforms = 2;
+    stk_op_init(&o[2], STK_OP_RANDOM_INVERT);
+    T_CHECK(!expect_bad(o, 3, F, "ops[1] (RandomApply): its 2 transforms", "only 1 ops"));
+    o[2] = c;
+    o[1].n_transforms = 1;
+    T_CHECK(!expect_bad(o, 3, F, "ops[2] (CenterCrop) cannot be one of", "keep the size"));
+    stk_op_init(&o[1], STK_OP_RANDOM_CHOICE);
+    stk_op_init(&o[2], STK_OP_RANDOM_APPLY);
+    stk_op_init(&o[3], STK_OP_RANDOM_INVERT);
+    T_CHECK(!expect_bad(o, 4, F, "ops[1] (RandomChoice): ops[2] (RandomApply)", NULL));
+
     /* RandomErasing works on the output tensor: only tensor ops may follow it (not Normalize,
      * not a flip), and it cannot be finished on the device. */
     o[0] = c;
