@@ -432,13 +432,11 @@ def test_pixel_ops_from_torchvision():
 
 
 PIXEL_AUG = [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.RandomAdjustSharpness(2.0),
-             T.RandomGrayscale(0.3), T.RandomInvert(), T.RandomPosterize(3), T.RandomSolarize(128),
-             T.RandomAutocontrast(), T.RandomEqualize(), T.GaussianBlur(3),
-             T.TrivialAugmentWide(), T.RandAugment(), T.AutoAugment(),
+             T.RandomGrayscale(0.3), T.GaussianBlur(3), T.TrivialAugmentWide(), T.AutoAugment(),
              T.RandomApply([T.ColorJitter(0.3), T.RandomInvert(1.0)], p=0.5),
-             T.RandomChoice([T.RandomGrayscale(1.0), T.RandomEqualize(1.0)]),
-             T.RandomErasing(value=(10, 20, 30)),
-             T.PILToTensor()]
+             T.RandomChoice([T.RandomPosterize(3, 1.0), T.RandomSolarize(128, 1.0),
+                             T.RandomAutocontrast(1.0), T.RandomEqualize(1.0)]),
+             T.RandomErasing(value=(10, 20, 30)), T.PILToTensor()]  # 16 ops, the most there are
 
 
 @needs_pipeline
