@@ -19,7 +19,7 @@ print(" ".join("%.1f" % min(r[k] for r in runs) for k in ("jitter", "store", "re
 base=$(stage "rrc:224 flip norm:imagenet")
 echo "base (jitter store resize): $base"
 for op in gray rgray:1 invert:1 posterize:4,1 solarize:128,1 sharp:2,1 autocontrast:1 \
-    equalize:1 blur:5,5,1.0,2.0 blur:23,23,1.0,2.0; do
+    equalize:1 blur:5,5,1.0,2.0 blur:23,23,1.0,2.0 ta ra:2,9 aa; do
     echo "$op $(stage "rrc:224 flip $op norm:imagenet")"
 done
 echo "erase:1 $(stage "rrc:224 flip norm:imagenet erase:1")"

@@ -26,6 +26,8 @@ OPS = [("gray", T.Grayscale(3), imgs), ("rgray:1", T.RandomGrayscale(1.0), imgs)
        ("equalize:1", T.RandomEqualize(1.0), imgs),
        ("blur:5,5,1.0,2.0", T.GaussianBlur(5, (1.0, 2.0)), imgs),
        ("blur:23,23,1.0,2.0", T.GaussianBlur(23, (1.0, 2.0)), imgs),
+       ("ta", T.TrivialAugmentWide(), imgs), ("ra:2,9", T.RandAugment(), imgs),
+       ("aa", T.AutoAugment(), imgs),
        ("erase:1", T.RandomErasing(1.0), tensors),
        ("rcrop", T.RandomCrop(224, padding=4), imgs)]
 for name, op, data in OPS:
