@@ -497,24 +497,56 @@ typedef struct stk_transform stk_transform;
 /** Ops, named and parameterised as in torchvision.transforms. New kinds are appended, never
  *  renumbered; stk_op_count and stk_op_kind_at enumerate the kinds this library has. */
 typedef enum stk_op_kind {
-    STK_OP_RANDOM_RESIZED_CROP = 0,    /* size, scale, ratio: torchvision's sampler (10 tries) */
-    STK_OP_RESIZE = 1,                 /* size: (h, w), or shorter side when size[1] == 0 */
-    STK_OP_CENTER_CROP = 2,            /* size: (h, w) */
-    STK_OP_RANDOM_HORIZONTAL_FLIP = 3, /* p */
-    STK_OP_COLOR_JITTER = 4,           /* brightness, contrast, saturation, hue */
-    STK_OP_NORMALIZE = 5,              /* mean, std (per channel, on the 0..1 scale) */
-    STK_OP_RANDOM_VERTICAL_FLIP = 6    /* p */
+    STK_OP_RANDOM_RESIZED_CROP = 0,      /* size, scale, ratio: torchvision's sampler (10 tries) */
+    STK_OP_RESIZE = 1,                   /* size: (h, w), or shorter side when size[1] == 0 */
+    STK_OP_CENTER_CROP = 2,              /* size: (h, w) */
+    STK_OP_RANDOM_HORIZONTAL_FLIP = 3,   /* p */
+    STK_OP_COLOR_JITTER = 4,             /* brightness, contrast, saturation, hue */
+    STK_OP_NORMALIZE = 5,                /* mean, std (per channel, on the 0..1 scale) */
+    STK_OP_RANDOM_VERTICAL_FLIP = 6,     /* p */
+    STK_OP_GRAYSCALE = 7,                /* num_output_channels (3: stoker's images are RGB) */
+    STK_OP_RANDOM_GRAYSCALE = 8,         /* p */
+    STK_OP_RANDOM_INVERT = 9,            /* p */
+    STK_OP_RANDOM_POSTERIZE = 10,        /* bits, p */
+    STK_OP_RANDOM_SOLARIZE = 11,         /* threshold, p */
+    STK_OP_RANDOM_ADJUST_SHARPNESS = 12, /* sharpness_factor, p */
+    STK_OP_RANDOM_AUTOCONTRAST = 13,     /* p */
+    STK_OP_RANDOM_EQUALIZE = 14,         /* p */
+    STK_OP_GAUSSIAN_BLUR = 15,           /* kernel_size, sigma */
+    STK_OP_RANDOM_CROP = 16,             /* size, padding, pad_if_needed, fill (0 only) */
+    STK_OP_PAD = 17,                     /* padding, fill (0 only) */
+    STK_OP_RANDOM_ERASING = 18,          /* p, scale, ratio, value: on the output tensor */
+    STK_OP_TRIVIAL_AUGMENT_WIDE = 19,    /* num_magnitude_bins (fill 0, nearest) */
+    STK_OP_RAND_AUGMENT = 20,            /* num_ops, magnitude, num_magnitude_bins */
+    STK_OP_AUTO_AUGMENT = 21,            /* policy (0: IMAGENET, the only one) */
+    STK_OP_RANDOM_APPLY = 22,            /* transforms (the count of ops after it), p */
+    STK_OP_RANDOM_CHOICE = 23            /* transforms (the count of ops after it): one of them */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
 typedef struct stk_op {
     stk_op_kind kind;
     int64_t size[2]; /* (h, w); Resize with size[1] == 0 resizes the shorter side */
-    double scale[2]; /* RandomResizedCrop area range (default 0.08, 1.0) */
-    double ratio[2]; /* RandomResizedCrop aspect range (default 3/4, 4/3) */
-    double p;        /* RandomHorizontalFlip/RandomVerticalFlip probability (default 0.5) */
+    double scale[2]; /* RandomResizedCrop area range (default 0.08, 1.0); RandomErasing's */
+    double ratio[2]; /* RandomResizedCrop aspect range (default 3/4, 4/3); RandomErasing's */
+    double p;        /* probability of the Random* ops (default 0.5) */
     double brightness, contrast, saturation, hue; /* ColorJitter (default 0: off) */
     float mean[3], std[3];                        /* Normalize */
+    int64_t num_output_channels; /* Grayscale: must be 3 (the output is RGB; default 3) */
+    int64_t bits;                /* RandomPosterize: bits kept per channel, 0..8 (default 8) */
+    double threshold;            /* RandomSolarize: values >= threshold invert (default 128) */
+    double sharpness_factor;     /* RandomAdjustSharpness: 0 blurs, 1 keeps, 2 sharpens */
+    int64_t kernel_size[2];      /* GaussianBlur (x, y) = (width, height) as torchvision: odd */
+    double sigma[2];             /* GaussianBlur sigma range (default 0.1, 2.0) */
+    int64_t padding[4];          /* Pad/RandomCrop: (left, top, right, bottom), >= 0 */
+    int64_t pad_if_needed;       /* RandomCrop: 1 pads a side shorter than size (both ends) */
+    double fill[3];              /* Pad/RandomCrop padding value: only 0 is supported */
+    double value[3]; /* RandomErasing: per channel, in the output's units (after Normalize) */
+    int64_t num_magnitude_bins; /* TrivialAugmentWide/RandAugment: 2..1024 (default 31) */
+    int64_t num_ops;            /* RandAugment: ops per sample, 0..8 (default 2) */
+    int64_t magnitude;          /* RandAugment: the bin, 0..num_magnitude_bins - 1 (default 9) */
+    int64_t policy;             /* AutoAugment: 0 = AutoAugmentPolicy.IMAGENET (the only one) */
+    int64_t n_transforms; /* RandomApply/RandomChoice: how many of the following ops are theirs */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */

@@ -14,15 +14,21 @@ binary PPM/PGM)::
     loader = stoker.Loader("train/", batch_size=64, transforms=train)
 
 Supported ops (the C library's op table, ``SUPPORTED``): RandomResizedCrop, Resize, CenterCrop,
-RandomHorizontalFlip, RandomVerticalFlip, ColorJitter and Normalize, from ``torchvision.transforms``
+RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Normalize, Grayscale (3 channels),
+RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness,
+RandomAutocontrast, RandomEqualize, GaussianBlur, RandomCrop, Pad (zero fill) and
+RandomErasing (on the output tensor, after Normalize), TrivialAugmentWide, RandAugment and
+AutoAugment (IMAGENET policy), RandomApply and RandomChoice (of ops that keep the size), from
+``torchvision.transforms``
 or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name). ToTensor,
 PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype (ToTensor: float32 in
 [0, 1]; PILToTensor and v2's ToImage: uint8; ConvertImageDtype/ToDtype: that dtype, scaled as
 torchvision scales it). Without any of them the output is float32. Output layout
 is NCHW unless ``Compose(..., layout="NHWC")``. Resampling is bilinear with antialiasing
 (PIL's, which is what torchvision uses on PIL images); other interpolation modes are refused.
-Randomness comes from the loader's (seed, epoch, sample index), so augmentation is identical
-for any number of threads or ranks.
+Pixel ops (ColorJitter and the ops from Grayscale on) run on the output-size uint8 image, after
+the geometric ops, whatever their place in the list. Randomness comes from the loader's (seed,
+epoch, sample index), so augmentation is identical for any number of threads or ranks.
 """
 import numbers
 
@@ -30,7 +36,11 @@ from . import _core
 
 __all__ = [
     "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
-    "ColorJitter", "Normalize", "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
+    "ColorJitter", "Normalize", "Grayscale", "RandomGrayscale", "RandomInvert",
+    "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast",
+    "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "RandomErasing", "TrivialAugmentWide", "RandAugment",
+    "AutoAugment", "RandomApply", "RandomChoice",
+    "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
     "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
     "RECIPES", "SUPPORTED",
 ]
@@ -162,6 +172,68 @@ class CenterCrop(Op):
         return {"size": self.size}
 
 
+def _padding4(padding, what):
+    """torchvision's padding: an int (all sides), (left/right, top/bottom) or (left, top, right,
+    bottom) -> the four."""
+    if padding is None:
+        return (0, 0, 0, 0)
+    if isinstance(padding, numbers.Integral):
+        return (int(padding),) * 4
+    seq = [int(v) for v in padding]
+    if len(seq) == 1:
+        return (seq[0],) * 4
+    if len(seq) == 2:
+        return (seq[0], seq[1], seq[0], seq[1])
+    if len(seq) == 4:
+        return tuple(seq)
+    raise _invalid(f"{what}: padding must be an int or a sequence of 1, 2 or 4, got {padding!r}")
+
+
+def _fill3(fill, padding_mode, what):
+    if padding_mode != "constant":
+        raise _invalid(f"{what}: only padding_mode='constant' is supported, got "
+                       f"{padding_mode!r}")
+    if fill is None:
+        fill = 0
+    if isinstance(fill, numbers.Number):
+        return (float(fill),) * 3
+    vals = [float(v) for v in fill]
+    return tuple(vals * 3) if len(vals) == 1 else tuple(vals)
+
+
+class RandomCrop(Op):
+    """torchvision.transforms.RandomCrop(size, padding, pad_if_needed, fill, padding_mode): a
+    crop of size at a uniform position, after zero padding (fill 0, padding_mode 'constant'
+    only)."""
+
+    _tv_args = ("size", "padding", "pad_if_needed", "fill", "padding_mode")
+
+    def __init__(self, size, padding=None, pad_if_needed=False, fill=0,
+                 padding_mode="constant"):
+        self.size = _size2(size, "RandomCrop")
+        self.padding = _padding4(padding, "RandomCrop")
+        self.pad_if_needed = bool(pad_if_needed)
+        self.fill = _fill3(fill, padding_mode, "RandomCrop")
+
+    def _params(self):
+        return {"size": self.size, "padding": self.padding,
+                "pad_if_needed": int(self.pad_if_needed), "fill": self.fill}
+
+
+class Pad(Op):
+    """torchvision.transforms.Pad(padding, fill, padding_mode): zero padding (fill 0,
+    padding_mode 'constant' only)."""
+
+    _tv_args = ("padding", "fill", "padding_mode")
+
+    def __init__(self, padding, fill=0, padding_mode="constant"):
+        self.padding = _padding4(padding, "Pad")
+        self.fill = _fill3(fill, padding_mode, "Pad")
+
+    def _params(self):
+        return {"padding": self.padding, "fill": self.fill}
+
+
 class _Flip(Op):
     """An op with one parameter, the probability p."""
 
@@ -180,6 +252,99 @@ class RandomHorizontalFlip(_Flip):
 
 class RandomVerticalFlip(_Flip):
     """torchvision.transforms.RandomVerticalFlip(p): upside down with probability p."""
+
+
+class RandomInvert(_Flip):
+    """torchvision.transforms.RandomInvert(p): 255 - x with probability p."""
+
+
+class RandomAutocontrast(_Flip):
+    """torchvision.transforms.RandomAutocontrast(p): each channel stretched to 0..255 with
+    probability p."""
+
+
+class RandomEqualize(_Flip):
+    """torchvision.transforms.RandomEqualize(p): each channel's histogram equalized with
+    probability p."""
+
+
+class RandomGrayscale(_Flip):
+    """torchvision.transforms.RandomGrayscale(p=0.1): gray (in all three channels) with
+    probability p."""
+
+    def __init__(self, p=0.1):
+        super().__init__(p)
+
+
+class Grayscale(Op):
+    """torchvision.transforms.Grayscale(num_output_channels): stoker's images keep three
+    channels, so only num_output_channels=3 is accepted (the gray value in each channel)."""
+
+    _tv_args = ("num_output_channels",)
+
+    def __init__(self, num_output_channels=1):
+        self.num_output_channels = int(num_output_channels)
+
+    def _params(self):
+        return {"num_output_channels": self.num_output_channels}
+
+
+class _ValueP(Op):
+    """An op with one value (named by _value, converted by _conv) and a probability p."""
+
+    _value, _conv = "", float
+
+    @classmethod
+    def from_torchvision(cls, t):
+        return cls(getattr(t, cls._value), t.p)
+
+    def __init__(self, value, p=0.5):
+        self.value, self.p = type(self)._conv(value), float(p)
+
+    def _params(self):
+        return {self._value: self.value, "p": self.p}
+
+
+class RandomPosterize(_ValueP):
+    """torchvision.transforms.RandomPosterize(bits, p): keep the top `bits` bits of each value
+    with probability p."""
+
+    _value, _conv = "bits", int
+
+
+class RandomSolarize(_ValueP):
+    """torchvision.transforms.RandomSolarize(threshold, p): values >= threshold (uint8 scale)
+    inverted with probability p."""
+
+    _value = "threshold"
+
+
+class RandomAdjustSharpness(_ValueP):
+    """torchvision.transforms.RandomAdjustSharpness(sharpness_factor, p): blend with the 3x3
+    smoothed image (0 blurs, 1 keeps, 2 sharpens) with probability p."""
+
+    _value = "sharpness_factor"
+
+
+class GaussianBlur(Op):
+    """torchvision.transforms.GaussianBlur(kernel_size, sigma=(0.1, 2.0)): kernel_size an odd int
+    or (x, y) = (width, height) as torchvision orders it; sigma a number or a (min, max) range
+    drawn uniformly per sample."""
+
+    _tv_args = ("kernel_size", "sigma")
+
+    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+        if isinstance(kernel_size, numbers.Number):
+            kernel_size = (kernel_size, kernel_size)
+        ks = [int(k) for k in kernel_size]
+        self.kernel_size = (ks[0], ks[0]) if len(ks) == 1 else tuple(ks)
+        if isinstance(sigma, numbers.Number):
+            sigma = (sigma, sigma)
+        sg = [float(v) for v in sigma]
+        self.sigma = (sg[0], sg[0]) if len(sg) == 1 else tuple(sg)
+
+    def _params(self):
+        return {"kernel_size": self.kernel_size, "sigma": self.sigma}
 
 
 def _jitter_amount(value, name, center):
@@ -231,6 +396,142 @@ class Normalize(Op):
 
     def _params(self):
         return {"mean": self.mean, "std": self.std}
+
+
+def _check_policy_args(what, interpolation, fill):
+    name = getattr(interpolation, "value", interpolation)
+    if interpolation is not None and str(name).lower() not in ("nearest", "0"):
+        raise _invalid(f"{what}: only interpolation=NEAREST is supported, got {interpolation}")
+    if fill is not None and any(float(v) != 0 for v in
+                                (fill if hasattr(fill, "__len__") else [fill])):
+        raise _invalid(f"{what}: only fill=None/0 is supported, got {fill!r}")
+
+
+class TrivialAugmentWide(Op):
+    """torchvision.transforms.TrivialAugmentWide(num_magnitude_bins=31, interpolation=NEAREST,
+    fill=None): one op of its 14 at a random magnitude per sample, on the output-size image
+    (warps as PIL's nearest affine with fill 0). Other interpolations and fills are refused."""
+
+    _tv_args = ("num_magnitude_bins", "interpolation", "fill")
+
+    def __init__(self, num_magnitude_bins=31, interpolation=None, fill=None):
+        _check_policy_args("TrivialAugmentWide", interpolation, fill)
+        self.num_magnitude_bins = int(num_magnitude_bins)
+
+    def _params(self):
+        return {"num_magnitude_bins": self.num_magnitude_bins}
+
+
+class RandAugment(Op):
+    """torchvision.transforms.RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31,
+    interpolation=NEAREST, fill=None): num_ops random ops of its 14 at bin `magnitude`, on the
+    output-size image (translations scale with it). Other interpolations and fills are
+    refused."""
+
+    _tv_args = ("num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill")
+
+    def __init__(self, num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation=None,
+                 fill=None):
+        _check_policy_args("RandAugment", interpolation, fill)
+        self.num_ops, self.magnitude = int(num_ops), int(magnitude)
+        self.num_magnitude_bins = int(num_magnitude_bins)
+
+    def _params(self):
+        return {"num_ops": self.num_ops, "magnitude": self.magnitude,
+                "num_magnitude_bins": self.num_magnitude_bins}
+
+
+class AutoAugment(Op):
+    """torchvision.transforms.AutoAugment(policy=AutoAugmentPolicy.IMAGENET, interpolation=
+    NEAREST, fill=None): one of the 25 ImageNet sub-policies per sample, each step applied with
+    its probability, on the output-size image. CIFAR10/SVHN policies, other interpolations and
+    fills are refused."""
+
+    _tv_args = ("policy", "interpolation", "fill")
+
+    def __init__(self, policy=None, interpolation=None, fill=None):
+        _check_policy_args("AutoAugment", interpolation, fill)
+        name = str(getattr(policy, "value", policy) or "imagenet").lower()
+        if name not in ("imagenet", "0"):
+            raise _invalid(f"AutoAugment: only policy=AutoAugmentPolicy.IMAGENET is supported, "
+                           f"got {policy}")
+        self.policy = 0
+
+    def _params(self):
+        return {"policy": self.policy}
+
+
+class RandomErasing(Op):
+    """torchvision.transforms.RandomErasing(p, scale, ratio, value): with probability p, a box
+    of the output tensor (after Normalize, in its dtype and layout) set to value (a number or
+    one per channel; value="random" is not supported). Must come after the other ops."""
+
+    _tv_args = ("p", "scale", "ratio", "value")
+
+    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
+        if isinstance(value, str):
+            raise _invalid(f"RandomErasing: value={value!r} is not supported; use a number or "
+                           "one per channel")
+        vals = [float(value)] if isinstance(value, numbers.Number) else [float(v) for v in value]
+        if len(vals) not in (1, 3):
+            raise _invalid(f"RandomErasing: value needs 1 or 3 numbers, got {value!r}")
+        self.p = float(p)
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.value = tuple(vals * 3) if len(vals) == 1 else tuple(vals)
+
+    def _params(self):
+        return {"p": self.p, "scale": self.scale, "ratio": self.ratio, "value": self.value}
+
+
+class _Container(Op):
+    """An op over the ops listed in it (flattened after it, with their count)."""
+
+    def __init__(self, transforms):
+        self.transforms = list(transforms)
+        self.n = 0  # set when flattened
+
+    @classmethod
+    def from_torchvision(cls, t):
+        return cls(list(t.transforms), *cls._extra(t))
+
+    def _params(self):
+        return {"transforms": self.n}
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self.transforms == other.transforms and \
+            self._params() == other._params()
+
+
+class RandomApply(_Container):
+    """torchvision.transforms.RandomApply(transforms, p=0.5): all of them with probability p.
+    The transforms must keep the image size (flips, pixel ops, policies, nested RandomApply)."""
+
+    @staticmethod
+    def _extra(t):
+        return (t.p,)
+
+    def __init__(self, transforms, p=0.5):
+        super().__init__(transforms)
+        self.p = float(p)
+
+    def _params(self):
+        return {"transforms": self.n, "p": self.p}
+
+
+class RandomChoice(_Container):
+    """torchvision.transforms.RandomChoice(transforms, p=None): one of them, uniformly (weights
+    are refused; torchvision draws with Python's random module, stoker from the sample's
+    stream). The transforms must be single ops that keep the image size."""
+
+    @staticmethod
+    def _extra(t):
+        return (getattr(t, "p", None),)
+
+    def __init__(self, transforms, p=None):
+        if p is not None:
+            raise _invalid("RandomChoice: weights (p) are not supported; only a uniform choice")
+        super().__init__(transforms)
 
 
 class _DtypeMarker(Op):
@@ -355,11 +656,31 @@ def _from_torchvision(t):
     cls = _BY_TV_NAME.get(name)
     if cls is None:
         raise _unsupported(f"{type(t).__module__}.{name}")
-    return [cls.from_torchvision(t)]
+    op = cls.from_torchvision(t)
+    if isinstance(op, _Container):  # its transforms: torchvision's, converted
+        op.transforms = [s if isinstance(s, Op) else _Compose1(_from_torchvision(s))
+                         for s in op.transforms]
+    return [op]
+
+
+def _Compose1(ops):
+    """Converted ops of one torchvision transform: the op itself, or a Compose of several."""
+    return ops[0] if len(ops) == 1 else Compose(ops)
 
 
 def _flatten(obj, out):
-    if isinstance(obj, Op):
+    if isinstance(obj, _Container):
+        out.append(obj)
+        start = len(out)
+        for t in obj.transforms:
+            before = len(out)
+            _flatten(t, out)
+            if isinstance(obj, RandomChoice) and len(out) - before != 1:
+                raise _invalid("RandomChoice: each of its transforms must be one op")
+        obj.n = len(out) - start
+        if any(isinstance(o, _DtypeMarker) for o in out[start:]):
+            raise _invalid(f"{type(obj).__name__}: dtype markers (ToTensor ...) cannot be inside")
+    elif isinstance(obj, Op):
         out.append(obj)
     elif isinstance(obj, Compose):
         for t in obj.transforms:
@@ -368,7 +689,11 @@ def _flatten(obj, out):
         for t in obj:
             _flatten(t, out)
     elif type(obj).__module__.startswith("torchvision"):
-        out.extend(_from_torchvision(obj))
+        for op in _from_torchvision(obj):  # containers flatten their transforms after them
+            _flatten(op, out)
+    elif type(obj).__module__.startswith("albumentations"):
+        from . import albumentations
+        _flatten(albumentations._from_albu(obj), out)
     else:
         raise _unsupported(repr(obj))
 
@@ -384,9 +709,10 @@ def _ops_and_options(transforms, dtype, layout, exact, strict=None):
         exact = exact if exact is not None else transforms.exact
         strict = strict if strict is not None else transforms.strict
     out_dtype = None
+    normalized = any(isinstance(op, Normalize) for op in ops)
     for op in ops:
-        if isinstance(op, _DtypeMarker):
-            out_dtype = op.dtype
+        if isinstance(op, _DtypeMarker):  # dtype None (ToTensorV2): keeps the data's type
+            out_dtype = op.dtype or ("float32" if normalized else "uint8")
     if dtype is not None:
         out_dtype = _dtype_name(dtype)
     ops = [op for op in ops if not isinstance(op, _DtypeMarker)]
@@ -445,7 +771,9 @@ def compile_for_device(transforms, strict=None):
         transforms = _recipe_compose(_recipe(transforms))
     ops, out_dtype, layout, exact, strict = _ops_and_options(transforms, None, None, None, strict)
     norms = [i for i, op in enumerate(ops) if isinstance(op, Normalize)]
-    if out_dtype == "uint8" or len(norms) > 1 or (norms and norms[0] != len(ops) - 1):
+    erasing = any(isinstance(op, RandomErasing) for op in ops)  # works on the finished tensor
+    if out_dtype == "uint8" or erasing or len(norms) > 1 or \
+            (norms and norms[0] != len(ops) - 1):
         return compile(transforms, strict=strict), None
     if len(ops) == len(norms):
         return compile(transforms, strict=strict), None
@@ -455,6 +783,8 @@ def compile_for_device(transforms, strict=None):
 
 
 # Batch transforms (Loader(..., batch_transforms=...)): they run in C on each complete batch.
-from ._batchmap import CutMix, MixUp, RandomChoice  # noqa: E402
+# RandomChoice is the per-sample op above; a RandomChoice of MixUp/CutMix given as
+# batch_transforms= is read by _batchmap by its members.
+from ._batchmap import CutMix, MixUp  # noqa: E402
 
-__all__ += ["MixUp", "CutMix", "RandomChoice"]
+__all__ += ["MixUp", "CutMix"]

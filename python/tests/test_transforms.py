@@ -108,8 +108,13 @@ def test_unsupported_transform_is_named():
 
 # One example of each C op's stoker.transforms class, built with its required arguments.
 EXAMPLES = {"RandomResizedCrop": T.RandomResizedCrop(24), "Resize": T.Resize(20),
-            "CenterCrop": T.CenterCrop(16), "Normalize": T.Normalize(T.IMAGENET_MEAN,
-                                                                     T.IMAGENET_STD)}
+            "CenterCrop": T.CenterCrop(16), "Grayscale": T.Grayscale(3),
+            "RandomPosterize": T.RandomPosterize(4), "RandomSolarize": T.RandomSolarize(128),
+            "RandomAdjustSharpness": T.RandomAdjustSharpness(2), "GaussianBlur": T.GaussianBlur(3),
+            "RandomCrop": T.RandomCrop(16), "Pad": T.Pad(2), "RandomErasing": T.RandomErasing(),
+            "RandomApply": T.RandomApply([T.RandomInvert()]),
+            "RandomChoice": T.RandomChoice([T.RandomInvert()]),
+            "Normalize": T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)}
 
 
 def test_supported_is_the_c_op_table():
@@ -387,3 +392,133 @@ def test_cli_pack_matches_python_pack(folder, packed, tmp_path):
     a, b = stoker.Dataset(out), stoker.Dataset(packed)
     assert len(a) == len(b) and a.fields == b.fields and a.classes == b.classes
     assert all(a[i] == b[i] for i in range(len(a)))
+
+
+def test_pixel_ops_from_torchvision():
+    """The pixel ops convert from torchvision (v1) with their arguments; Grayscale(1) is refused
+    with a message naming it (stoker's images have three channels)."""
+    tv = TV.Compose([TV.CenterCrop(16), TV.Grayscale(3), TV.RandomGrayscale(0.2),
+                     TV.RandomInvert(0.3), TV.RandomPosterize(3, 0.4),
+                     TV.RandomSolarize(100.0, 0.6), TV.RandomAdjustSharpness(1.5, 0.7),
+                     TV.RandomAutocontrast(0.8), TV.RandomEqualize(0.9),
+                     TV.GaussianBlur((5, 3), (0.5, 1.5))])
+    ops = []
+    T._flatten(tv, ops)
+    assert ops[1:] == [T.Grayscale(3), T.RandomGrayscale(0.2), T.RandomInvert(0.3),
+                       T.RandomPosterize(3, 0.4), T.RandomSolarize(100.0, 0.6),
+                       T.RandomAdjustSharpness(1.5, 0.7), T.RandomAutocontrast(0.8),
+                       T.RandomEqualize(0.9), T.GaussianBlur((5, 3), (0.5, 1.5))]
+    assert T.GaussianBlur(3, 0.7).to_dict() == {"kind": "GaussianBlur", "kernel_size": (3, 3),
+                                                "sigma": (0.7, 0.7)}
+    t = T.compile(tv, dtype="uint8")
+    assert t.output == {"dtype": "uint8", "shape": (3, 16, 16)}
+    with pytest.raises(ValueError, match="Grayscale.*num_output_channels must be 3"):
+        T.compile([T.CenterCrop(8), T.Grayscale()])
+    with pytest.raises(ValueError, match="GaussianBlur.*kernel_size must be odd"):
+        T.compile([T.CenterCrop(8), T.GaussianBlur(4)])
+    assert T.TrivialAugmentWide.from_torchvision(TV.TrivialAugmentWide(15)) == \
+        T.TrivialAugmentWide(15)
+    assert T.RandAugment.from_torchvision(TV.RandAugment(3, 5, 11)) == T.RandAugment(3, 5, 11)
+    assert T.AutoAugment.from_torchvision(TV.AutoAugment()) == T.AutoAugment()
+    with pytest.raises(ValueError, match="IMAGENET"):
+        T.AutoAugment.from_torchvision(TV.AutoAugment(TV.AutoAugmentPolicy.CIFAR10))
+    with pytest.raises(ValueError, match="RandAugment.*magnitude must be in"):
+        T.compile([T.CenterCrop(8), T.RandAugment(magnitude=31)])
+    with pytest.raises(ValueError, match="NEAREST"):
+        T.TrivialAugmentWide.from_torchvision(
+            TV.TrivialAugmentWide(interpolation=TV.InterpolationMode.BILINEAR))
+    with pytest.raises(ValueError, match="RandomPosterize.*bits"):
+        T.compile([T.CenterCrop(8), T.RandomPosterize(9)])
+
+
+PIXEL_AUG = [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.RandomAdjustSharpness(2.0),
+             T.RandomGrayscale(0.3), T.GaussianBlur(3), T.TrivialAugmentWide(), T.AutoAugment(),
+             T.RandomApply([T.ColorJitter(0.3), T.RandomInvert(1.0)], p=0.5),
+             T.RandomChoice([T.RandomPosterize(3, 1.0), T.RandomSolarize(128, 1.0),
+                             T.RandomAutocontrast(1.0), T.RandomEqualize(1.0)]),
+             T.RandomErasing(value=(10, 20, 30)), T.PILToTensor()]  # 16 ops, the most there are
+
+
+@needs_pipeline
+def test_pixel_ops_thread_independent_and_resume(packed):
+    """The random pixel ops draw from the sample's stream in op order: 1 and 2 worker threads
+    give the same bytes, and a loader resumed from a state_dict mid-epoch continues with
+    exactly the rest of the epoch."""
+    def loader(workers, seed=5):
+        return _make(packed, 8, shuffle=True, seed=seed, num_workers=workers,
+                     transforms=PIXEL_AUG)
+    one = [b["image"].clone() for b in loader(1)]
+    two = [b["image"].clone() for b in loader(2)]
+    assert len(one) >= 2 and all(torch.equal(a, b) for a, b in zip(one, two))
+    other = torch.cat([b["image"].clone() for b in loader(1, seed=6)])
+    assert not torch.equal(torch.cat(one), other)
+    first = loader(2)
+    it = iter(first)
+    head = [next(it)["image"].clone()]
+    state = first.state_dict()
+    first.close()
+    resumed = loader(1, seed=99)  # the seed comes from the state
+    resumed.load_state_dict(state)
+    tail = [b["image"].clone() for b in resumed]
+    assert all(torch.equal(a, b) for a, b in zip(head + tail, one)) and len(head + tail) == len(one)
+
+
+def test_albumentations_spellings():
+    """stoker.albumentations: Albumentations' argument order and defaults give the same ops as
+    the torchvision spellings; real albumentations objects convert by class name."""
+    from stoker import albumentations as A
+    albu = A.Compose([A.Resize(256, 256), A.RandomCrop(224, 224), A.HorizontalFlip(),
+                      A.Normalize(), A.ToTensorV2()])
+    tv = T.Compose([T.Resize((256, 256)), T.RandomCrop(224), T.RandomHorizontalFlip(0.5),
+                    T.ToTensor(), T.Normalize(T.IMAGENET_MEAN, T.IMAGENET_STD)])
+    ops_a, dt_a, _, _, _ = T._ops_and_options(albu, None, None, None)
+    ops_t, dt_t, _, _, _ = T._ops_and_options(tv, None, None, None)
+    assert ops_a == ops_t and dt_a == dt_t == "float32"
+    assert T.compile(albu).output == {"dtype": "float32", "shape": (3, 224, 224)}
+    # ToTensorV2 without Normalize keeps uint8, as Albumentations does
+    assert T.compile(A.Compose([A.CenterCrop(32, 48), A.ToTensorV2()])).output == \
+        {"dtype": "uint8", "shape": (3, 32, 48)}
+    # max_pixel_value scales mean and std: (x - m*M) / (s*M) == (x/255 - m*M/255) / (s*M/255)
+    n = A.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25), max_pixel_value=1.0)
+    assert n == T.Normalize([0.5 / 255] * 3, [0.25 / 255] * 3)
+    with pytest.raises(ValueError, match="RandomCrop: p=0.5"):
+        A.RandomCrop(8, 8, p=0.5)
+    with pytest.raises(ValueError, match="INTER_LINEAR"):
+        A.Resize(8, 8, interpolation=3)
+
+    def fake(name, **attrs):
+        cls = type(name, (), {"__module__": "albumentations.augmentations.transforms"})
+        obj = cls()
+        obj.__dict__.update(attrs)
+        return obj
+    real = fake("Compose", p=1.0, transforms=[
+        fake("Resize", height=64, width=80, interpolation=1, p=1.0),
+        fake("RandomCrop", height=48, width=40, p=1.0), fake("HorizontalFlip", p=0.25),
+        fake("Normalize", mean=(0.4, 0.4, 0.4), std=(0.2, 0.2, 0.2), max_pixel_value=255.0,
+             p=1.0), fake("ToTensorV2", p=1.0)])
+    ops, dt, _, _, _ = T._ops_and_options([real], None, None, None)
+    assert ops == [T.Resize((64, 80)), T.RandomCrop((48, 40)), T.RandomHorizontalFlip(0.25),
+                   T.Normalize([0.4] * 3, [0.2] * 3)] and dt == "float32"
+    with pytest.raises(ValueError, match="albumentations.Rotate is not supported"):
+        T._ops_and_options([fake("Rotate", p=1.0)], None, None, None)
+
+
+def test_random_apply_and_choice_from_torchvision():
+    """RandomApply/RandomChoice convert with their transforms flattened after them (the count
+    in `transforms`); RandomOrder, weighted choices and size-changing members are refused."""
+    tv = TV.Compose([TV.CenterCrop(16),
+                     TV.RandomApply([TV.ColorJitter(0.2), TV.RandomGrayscale(1.0)], p=0.3),
+                     TV.RandomChoice([TV.RandomInvert(1.0), TV.RandomEqualize(1.0)])])
+    ops, _, _, _, _ = T._ops_and_options(tv, None, None, None)
+    assert [type(o).__name__ for o in ops] == ["CenterCrop", "RandomApply", "ColorJitter",
+                                              "RandomGrayscale", "RandomChoice", "RandomInvert",
+                                              "RandomEqualize"]
+    assert ops[1].to_dict() == {"kind": "RandomApply", "transforms": 2, "p": 0.3}
+    assert ops[4].to_dict() == {"kind": "RandomChoice", "transforms": 2}
+    assert T.compile(tv, dtype="uint8").output == {"dtype": "uint8", "shape": (3, 16, 16)}
+    with pytest.raises(ValueError, match="RandomOrder"):
+        T.compile(TV.Compose([TV.CenterCrop(8), TV.RandomOrder([TV.RandomInvert()])]))
+    with pytest.raises(ValueError, match="weights"):
+        T.RandomChoice([T.RandomInvert()], p=[1.0])
+    with pytest.raises(ValueError, match="RandomApply.*CenterCrop.*cannot be one of"):
+        T.compile([T.CenterCrop(8), T.RandomApply([T.CenterCrop(4)])])

@@ -402,3 +402,459 @@ def test_decoder_error_reaches_caller(images, tmp_path):
                          capture_output=True, text=True)
     assert res.returncode != 0
     assert "apply failed" in res.stderr and len(res.stderr.strip()) > len("apply failed: ")
+
+
+# ---- pixel ops (stk_pixops.c) against torchvision's tensor ops on the same uint8 image ----
+
+def _tv_tensor(fn):
+    """fn on a uint8 CHW tensor, as HWC numpy (torchvision's functional_tensor path)."""
+    return lambda a: fn(torch.from_numpy(a.copy()).permute(2, 0, 1)).permute(1, 2, 0).numpy()
+
+
+def _tv_pil(fn):
+    """fn on a PIL image (the path of transforms.Compose over ImageFolder), as HWC numpy."""
+    return lambda a: np.asarray(fn(Image.fromarray(a)).convert("RGB"))
+
+
+# gen_imgdump op -> (torchvision functional on tensors, on PIL images). Every one of these
+# runs with p = 1 (always applied).
+PIXEL_OPS = {
+    "gray": (lambda t: F.rgb_to_grayscale(t, 3), lambda im: F.rgb_to_grayscale(im, 3)),
+    "rgray:1": (lambda t: F.rgb_to_grayscale(t, 3), lambda im: F.rgb_to_grayscale(im, 3)),
+    "invert:1": (F.invert, F.invert),
+    "posterize:3,1": (lambda t: F.posterize(t, 3), lambda im: F.posterize(im, 3)),
+    "posterize:0,1": (lambda t: F.posterize(t, 0), lambda im: F.posterize(im, 0)),
+    "solarize:128,1": (lambda t: F.solarize(t, 128), lambda im: F.solarize(im, 128)),
+    "solarize:77.5,1": (lambda t: F.solarize(t, 77.5), lambda im: F.solarize(im, 77.5)),
+    "sharp:2,1": (lambda t: F.adjust_sharpness(t, 2.0), lambda im: F.adjust_sharpness(im, 2.0)),
+    "sharp:0.3,1": (lambda t: F.adjust_sharpness(t, 0.3), lambda im: F.adjust_sharpness(im, 0.3)),
+    "autocontrast:1": (F.autocontrast, F.autocontrast),
+    "equalize:1": (F.equalize, F.equalize),
+    "blur:5,5,1.5": (lambda t: F.gaussian_blur(t, [5, 5], [1.5, 1.5]),
+                     lambda im: F.gaussian_blur(im, [5, 5], [1.5, 1.5])),
+    "blur:9,3,0.7": (lambda t: F.gaussian_blur(t, [9, 3], [0.7, 0.7]),
+                     lambda im: F.gaussian_blur(im, [9, 3], [0.7, 0.7])),
+}
+# Those whose torchvision tensor op is float32 convolution: PSNR, not bit for bit.
+PIXEL_PSNR = ("blur",)
+
+
+def _psnr255(a, b):
+    return psnr01(np.asarray(a, np.float64) / 255, np.asarray(b, np.float64) / 255)
+
+
+@pytest.mark.parametrize("spec", list(PIXEL_OPS))
+def test_pixel_op_matches_torchvision(images, spec):
+    """Each pixel op on the output-size image equals torchvision's functional_tensor op on the
+    same uint8 image bit for bit (GaussianBlur: >= 50 dB; torch's conv2d sums in its own float
+    order). Against the PIL path (what Compose does on ImageFolder's PIL images) the integer
+    ops are identical too; grayscale, sharpness and autocontrast round differently there, so
+    those are held to PSNR >= 35 dB."""
+    tensor_fn, pil_fn = PIXEL_OPS[spec]
+    for name, crop in (("p500x375.jpg", "224,200"), ("p400x300.png", "224"), ("g500x375.jpg", "97,131")):
+        path = images[name]
+        h, w = (int(v) for v in (crop.split(",") * 2)[:2])
+        base, _ = u8(path, f"ccrop:{crop}", h, w)
+        got, p = u8(path, f"ccrop:{crop} {spec}", h, w)
+        assert p["pixel"] and p["pixel"][0]["on"] == 1
+        want = _tv_tensor(tensor_fn)(base)
+        if spec.split(":")[0] in PIXEL_PSNR:
+            assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, (spec, name)
+            assert _psnr255(got, want) >= 50, (spec, name)
+        else:
+            assert np.array_equal(got, want), (spec, name, int(np.sum(got != want)))
+        via_pil = _tv_pil(pil_fn)(base)
+        assert _psnr255(got, via_pil) >= 35, (spec, name, _psnr255(got, via_pil))
+
+
+@pytest.mark.parametrize("spec", ["rgray:0.5", "invert:0.3", "posterize:2,0.5", "solarize:100,0.7",
+                                  "sharp:1.7,0.5", "autocontrast:0.5", "equalize:0.5"])
+def test_random_pixel_op_applies_as_its_draw_says(images, spec):
+    """p < 1: each sample is the op's output or untouched, as its plan's draw says; the share
+    applied is binomial(40, p)."""
+    path = images["p500x375.jpg"]
+    always = spec.split(",")[0] + ",1" if "," in spec else spec.split(":")[0] + ":1"
+    name, p = spec.split(":")[0], float(spec.split(",")[-1].split(":")[-1])
+    done, on = u8(path, f"ccrop:128 {always}", 128, 128)
+    plain, _ = u8(path, "ccrop:128", 128, 128)
+    assert not np.array_equal(done, plain), spec
+    n_on = 0
+    for index in range(40):
+        out, pl = u8(path, f"ccrop:128 {spec}", 128, 128, index=index)
+        on = pl["pixel"][0]["on"]
+        assert np.array_equal(out, done if on else plain), (spec, index)
+        n_on += on
+    lo, hi = {0.3: (3, 23), 0.5: (8, 32), 0.7: (17, 37)}[p]
+    assert lo <= n_on <= hi, (name, n_on)
+
+
+def _plans(path, ops, n, seed=0):
+    res = subprocess.run([tool(), "--ops", ops, "--plan", "--plans", str(n), "--seed", str(seed),
+                          "--dtype", "uint8", path, path + ".plans.out"],
+                         capture_output=True, text=True, check=True)
+    lines = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(lines) == n
+    return lines
+
+
+def test_pixel_op_draws_distribution(images):
+    """The random pixel ops' draws against torchvision's: each op's torch.rand(1) < p over 4000
+    samples (chi-square, 1 dof, 0.1% level), and GaussianBlur.get_params's sigma (two-sample
+    Kolmogorov-Smirnov against 4000 of torchvision's draws, 0.1% level). The ops draw in op
+    order from one stream, so the draws of different ops are independent."""
+    path = images["p400x300.png"]
+    ops = "ccrop:16 rgray:0.1 invert:0.5 posterize:4,0.8 solarize:128,0.3 sharp:2,0.5 " \
+          "autocontrast:0.6 equalize:0.9 blur:3,3,0.1,2.0"
+    n = 4000
+    plans = _plans(path, ops, n)
+    ps = [0.1, 0.5, 0.8, 0.3, 0.5, 0.6, 0.9]
+    on = np.array([[d["on"] for d in pl["pixel"]] for pl in plans])
+    assert on.shape == (n, 8) and on[:, 7].all()
+    for k, p in enumerate(ps):
+        hits = on[:, k].sum()
+        chi2 = (hits - n * p) ** 2 / (n * p) + (hits - n * p) ** 2 / (n * (1 - p))
+        assert chi2 < 10.83, (k, p, hits)
+    # independent of each other: pairwise agreement as for independent Bernoullis
+    both = (on[:, 1] & on[:, 4]).sum()
+    assert abs(both - n * 0.25) < 4 * np.sqrt(n * 0.25 * 0.75)
+    sigma = np.array([pl["pixel"][7]["sigma"] for pl in plans])
+    torch.manual_seed(0)
+    ref = np.array([T.GaussianBlur.get_params(0.1, 2.0) for _ in range(n)])
+    a, b = np.sort(sigma), np.sort(ref)
+    grid = np.concatenate([a, b])
+    ks = np.max(np.abs(np.searchsorted(a, grid, side="right") / n -
+                       np.searchsorted(b, grid, side="right") / n))
+    assert ks < 1.95 * np.sqrt(2 / n), ks
+    assert sigma.min() >= 0.1 and sigma.max() < 2.0
+
+
+# ---- RandomCrop and Pad (geometry: zero padding folded into the per-axis crop) ----
+
+@pytest.mark.parametrize("args", [(224, 200, 0, 0, 0, 0, 0), (300, 280, 4, 4, 4, 4, 0),
+                                  (380, 520, 3, 1, 4, 1, 1), (600, 600, 0, 0, 0, 0, 1),
+                                  (64, 64, 10, 20, 30, 40, 0)])
+def test_random_crop_matches_torchvision(images, args):
+    """RandomCrop(size, padding, pad_if_needed) is torchvision's crop of its zero-padded image
+    at the offset the plan drew, bit for bit (a pure crop decodes as PIL does)."""
+    h, w, left, top, right, bottom, pin = args
+    for name in ("p500x375.jpg", "p400x300.png"):
+        path = images[name]
+        padded = F.pad(pil(path), [left, top, right, bottom], fill=0)
+        pw, ph = padded.size
+        dw = max(w - pw, 0) if pin else 0
+        dh = max(h - ph, 0) if pin else 0
+        if pin:
+            padded = F.pad(padded, [dw, dh, dw, dh], fill=0)
+        if padded.size[0] < w or padded.size[1] < h:
+            continue  # torchvision raises; stoker pads after the end (documented)
+        for index in range(3):
+            got, p = u8(path, "rcrop:" + ",".join(map(str, args)), h, w, index=index)
+            i = int(p["origin"][0]) + top + dh
+            j = int(p["origin"][1]) + left + dw
+            assert 0 <= i <= padded.size[1] - h and 0 <= j <= padded.size[0] - w
+            want = np.asarray(F.crop(padded, i, j, h, w))
+            assert np.array_equal(got, want), (name, args, index)
+
+
+def test_pad_matches_torchvision(images):
+    path = images["p500x375.jpg"]
+    got, _ = u8(path, "ccrop:200,180 pad:3,5,7,2", 207, 190)
+    want = np.asarray(F.pad(F.center_crop(pil(path), [200, 180]), [3, 5, 7, 2], fill=0))
+    assert np.array_equal(got, want)
+    got, _ = u8(path, "pad:4,4,4,4 rcrop:383,508", 383, 508)
+    assert got.shape == (383, 508, 3)
+
+
+def test_random_crop_offsets_distribution(images):
+    """RandomCrop's offsets against torchvision's get_params on the same padded size: both
+    uniform over the same support (chi-square against uniform, 0.1% level, 4000 samples)."""
+    path = images["p400x300.png"]
+    n = 4000
+    plans = _plans(path, "rcrop:290,392,0,0,0,0", n)
+    i = np.array([int(pl["origin"][0]) for pl in plans])
+    j = np.array([int(pl["origin"][1]) for pl in plans])
+    torch.manual_seed(0)
+    ref = np.array([T.RandomCrop.get_params(torch.zeros(3, 300, 400), (290, 392))[:2]
+                    for _ in range(2000)])
+    for got, want, k, crit in ((i, ref[:, 0], 11, 29.59), (j, ref[:, 1], 9, 26.12)):
+        assert set(got) == set(range(k)) == set(want)
+        counts = np.bincount(got, minlength=k)
+        chi2 = float(np.sum((counts - n / k) ** 2 / (n / k)))
+        assert chi2 < crit, chi2  # chi-square critical value, k - 1 dof, 0.1%
+    # i and j are drawn independently
+    assert abs(np.corrcoef(i, j)[0, 1]) < 0.06
+
+
+# ---- RandomErasing: on the output tensor, after Normalize ----
+
+@pytest.mark.parametrize("dtype,nhwc,norm", [("float32", False, True), ("float16", True, True),
+                                             ("bfloat16", False, False), ("uint8", True, False)])
+def test_random_erasing_matches_torchvision(images, dtype, nhwc, norm):
+    """RandomErasing is torchvision's F.erase of the drawn box on the finished tensor (after
+    Normalize, in the output dtype and layout), bit for bit; value per channel."""
+    path = images["p500x375.jpg"]
+    ops = "resize:256 ccrop:224" + (" norm:imagenet" if norm else "")
+    value = "0.5,-1.25,2" if dtype != "uint8" else "7,200.7,255.9"  # uint8: truncated
+    np_dt = {"float32": np.float32, "float16": np.uint16, "bfloat16": np.uint16, "uint8": np.uint8}
+    shape = (224, 224, 3) if nhwc else (3, 224, 224)
+    n_on = 0
+    for index in range(6):
+        base, _ = run(path, ops=ops, dtype=dtype, nhwc=nhwc, index=index)
+        spec = f"{ops} erase:0.7,0.02,0.33,0.3,3.3,{value}"
+        got, p = run(path, ops=spec, dtype=dtype, nhwc=nhwc, index=index, plan=True)
+        er = p["pixel"][-1]
+        base = np.frombuffer(base, np_dt[dtype]).reshape(shape).copy()
+        got = np.frombuffer(got, np_dt[dtype]).reshape(shape)
+        if not er["on"]:
+            assert np.array_equal(got, base)
+            continue
+        n_on += 1
+        i, j, h, w = er["box"]
+        t = torch.from_numpy(base.astype(np.int16).view(np.int16) if dtype in ("float16", "bfloat16")
+                             else base)
+        if dtype in ("float16", "bfloat16"):
+            t = t.view(torch.float16 if dtype == "float16" else torch.bfloat16)
+        if nhwc:
+            t = t.permute(2, 0, 1)
+        v = torch.tensor([float(x) for x in value.split(",")])[:, None, None]
+        want = F.erase(t, i, j, h, w, v)
+        if nhwc:
+            want = want.permute(1, 2, 0)
+        want = want.contiguous()
+        if dtype in ("float16", "bfloat16"):
+            want = want.view(torch.int16)
+        assert np.array_equal(got, want.numpy().view(np_dt[dtype])), (dtype, index)
+    assert n_on >= 1
+
+
+def test_random_erasing_box_distribution(images):
+    """RandomErasing's boxes against torchvision's get_params on a 224 x 224 tensor (4000 draws
+    each): the share erased (chi-square against p), and i, j, h, w by two-sample KS (0.1%)."""
+    path = images["p400x300.png"]
+    n = 4000
+    plans = _plans(path, "ccrop:224 erase:0.5", n)
+    boxes = np.array([pl["pixel"][0]["box"] for pl in plans if pl["pixel"][0]["on"]])
+    hits = len(boxes)
+    chi2 = (hits - n * 0.5) ** 2 / (n * 0.25) * 1.0
+    assert chi2 < 10.83, hits
+    torch.manual_seed(0)
+    img = torch.zeros(3, 224, 224)
+    ref = np.array([T.RandomErasing.get_params(img, (0.02, 0.33), (0.3, 3.3), [0.0])[:4]
+                    for _ in range(n)])
+    m = len(boxes)
+    crit = 1.95 * np.sqrt((n + m) / (n * m))
+    for k, what in enumerate("ijhw"):
+        a, b = np.sort(boxes[:, k]), np.sort(ref[:, k])
+        grid = np.concatenate([a, b])
+        ks = np.max(np.abs(np.searchsorted(a, grid, side="right") / m -
+                           np.searchsorted(b, grid, side="right") / n))
+        assert ks < crit, (what, ks, crit)
+
+
+# ---- TrivialAugmentWide ----
+
+def test_trivial_augment_table_equals_torchvision():
+    """The op list, magnitude bins (float32 values) and signs equal torchvision's
+    _augmentation_space, for the default 31 bins and others."""
+    for bins in (31, 2, 7, 100):
+        res = subprocess.run([tool(), "--ta-table", str(bins)], capture_output=True, text=True,
+                             check=True)
+        ours = json.loads(res.stdout)
+        theirs = T.TrivialAugmentWide()._augmentation_space(bins)
+        assert [o[0] for o in ours] == list(theirs), bins
+        for name, signed, mags in ours:
+            tmag, tsigned = theirs[name]
+            assert bool(signed) == tsigned, name
+            want = [float(v) for v in tmag.tolist()] if tmag.ndim > 0 else []
+            assert mags == want, (bins, name)
+
+
+def test_trivial_augment_matches_torchvision(images):
+    """Each sample is torchvision's _apply_op with the sample's op and magnitude: the warps
+    (ShearX/Y, TranslateX/Y, Rotate; nearest, fill 0) bit for bit against the PIL path, the
+    pixel ops bit for bit against the tensor path."""
+    from torchvision.transforms.autoaugment import _apply_op
+    from torchvision.transforms import InterpolationMode
+    path = images["p500x375.jpg"]
+    seen = set()
+    for index in range(60):
+        base, _ = u8(path, "ccrop:224,200", 224, 200, index=index)
+        got, p = u8(path, "ccrop:224,200 ta", 224, 200, index=index)
+        (name, mag), = p["pixel"][0]["ops"]
+        seen.add(name)
+        if name in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Identity"):
+            want = np.asarray(_apply_op(Image.fromarray(base), name, mag,
+                                        InterpolationMode.NEAREST, None))
+        else:
+            want = _tv_tensor(lambda t: _apply_op(t, name, mag, InterpolationMode.NEAREST,
+                                                  None))(base)
+        assert np.array_equal(got, want), (index, name, mag, int(np.sum(got != want)))
+    assert len(seen) >= 12, seen
+
+
+def test_trivial_augment_draws_distribution(images):
+    """Over 4000 samples: the op uniform over the 14 (chi-square, 13 dof, 0.1%), each signed
+    op's sign fair, and the magnitudes uniform over the bins (chi-square over Rotate's 31
+    values pooled by |magnitude|, 30 dof)."""
+    path = images["p400x300.png"]
+    n = 4000
+    draws = [dict(zip(("ta_op", "magnitude"), pl["pixel"][0]["ops"][0]))
+             for pl in _plans(path, "ccrop:16 ta", n)]
+    names = list(T.TrivialAugmentWide()._augmentation_space(31))
+    counts = np.array([sum(d["ta_op"] == k for d in draws) for k in names])
+    chi2 = float(np.sum((counts - n / 14) ** 2 / (n / 14)))
+    assert chi2 < 34.53, counts
+    rot = np.array([d["magnitude"] for d in draws if d["ta_op"] == "Rotate"])
+    assert abs((rot < 0).mean() - 0.5) < 4 * np.sqrt(0.25 / len(rot))
+    levels = T.TrivialAugmentWide()._augmentation_space(31)["Rotate"][0].tolist()
+    idx = np.array([levels.index(abs(m)) for m in rot])
+    c = np.bincount(idx, minlength=31)
+    assert float(np.sum((c - len(rot) / 31) ** 2 / (len(rot) / 31))) < 59.70
+
+
+# ---- RandAugment ----
+
+def test_rand_augment_table_equals_torchvision():
+    """RandAugment's table (its own ranges; translations from the image size) equals
+    torchvision's _augmentation_space for several bin counts and image sizes."""
+    for bins, h, w in ((31, 224, 224), (31, 224, 200), (10, 97, 131), (5, 331, 331)):
+        res = subprocess.run([tool(), "--ta-table", str(bins), str(h), str(w)],
+                             capture_output=True, text=True, check=True)
+        ours = json.loads(res.stdout)
+        theirs = T.RandAugment()._augmentation_space(bins, (h, w))
+        assert [o[0] for o in ours] == list(theirs)
+        for name, signed, mags in ours:
+            tmag, tsigned = theirs[name]
+            assert bool(signed) == tsigned, name
+            want = [float(v) for v in tmag.tolist()] if tmag.ndim > 0 else []
+            assert mags == want, (bins, h, w, name)
+
+
+def test_rand_augment_matches_torchvision(images):
+    """Each sample is torchvision's _apply_op for each drawn (op, magnitude) in turn: the warps
+    against the PIL path, the colour ops against the tensor path, bit for bit."""
+    from torchvision.transforms.autoaugment import _apply_op
+    from torchvision.transforms import InterpolationMode
+    path = images["p500x375.jpg"]
+    nearest = InterpolationMode.NEAREST
+    for index in range(25):
+        img, _ = u8(path, "ccrop:224,200", 224, 200, index=index)
+        got, p = u8(path, "ccrop:224,200 ra:2,9,31", 224, 200, index=index)
+        ops = p["pixel"][0]["ops"]
+        assert len(ops) == 2
+        for name, mag in ops:
+            if name in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Identity"):
+                img = np.asarray(_apply_op(Image.fromarray(img), name, mag, nearest, None))
+            else:
+                img = _tv_tensor(lambda t: _apply_op(t, name, mag, nearest, None))(img)
+        assert np.array_equal(got, img), (index, ops)
+
+
+def test_rand_augment_draws_distribution(images):
+    """Over 2000 samples of 2 ops: each op uniform over the 14 (chi-square, 0.1%), magnitude
+    always bin 9 (or 0 for the ops without bins), signs fair."""
+    path = images["p400x300.png"]
+    n = 2000
+    draws = [o for pl in _plans(path, "ccrop:16 ra:2,9", n) for o in pl["pixel"][0]["ops"]]
+    space = T.RandAugment()._augmentation_space(31, (16, 16))
+    names = list(space)
+    counts = np.array([sum(d[0] == k for d in draws) for k in names])
+    m = len(draws)
+    assert float(np.sum((counts - m / 14) ** 2 / (m / 14))) < 34.53, counts
+    for name, mag in draws:
+        tmag, signed = space[name]
+        want = float(tmag[9]) if tmag.ndim > 0 else 0.0
+        assert abs(mag) == abs(want) and (signed or mag == want), (name, mag)
+    rot = [mag for name, mag in draws if name == "Rotate"]
+    assert abs(np.mean(np.array(rot) < 0) - 0.5) < 4 * np.sqrt(0.25 / len(rot))
+
+
+# ---- AutoAugment (IMAGENET) ----
+
+def test_auto_augment_tables_equal_torchvision():
+    """The IMAGENET policy (25 sub-policies of (op, p, bin)) and the 10-bin magnitude table
+    (with Invert) equal torchvision's."""
+    res = subprocess.run([tool(), "--aa-policy"], capture_output=True, text=True, check=True)
+    ours = [[tuple(step) for step in sub] for sub in json.loads(res.stdout)]
+    theirs = [[tuple(step) for step in sub]
+              for sub in T.AutoAugment()._get_policies(T.AutoAugmentPolicy.IMAGENET)]
+    assert ours == theirs
+    for h, w in ((224, 224), (97, 131)):
+        res = subprocess.run([tool(), "--ta-table", "10", str(h), str(w)], capture_output=True,
+                             text=True, check=True)
+        table = {name: (signed, mags) for name, signed, mags in json.loads(res.stdout)}
+        space = T.AutoAugment()._augmentation_space(10, (h, w))
+        for name, (tmag, tsigned) in space.items():
+            if name == "Invert":
+                assert tmag.ndim == 0 and not tsigned
+                continue
+            signed, mags = table[name]
+            want = [float(v) for v in tmag.tolist()] if tmag.ndim > 0 else []
+            assert bool(signed) == tsigned and mags == want, name
+
+
+def test_auto_augment_matches_torchvision(images):
+    """Each sample is its sub-policy's applied steps (torchvision's _apply_op), bit for bit
+    (warps against the PIL path, colour ops against the tensor path)."""
+    from torchvision.transforms.autoaugment import _apply_op
+    from torchvision.transforms import InterpolationMode
+    path = images["p500x375.jpg"]
+    nearest = InterpolationMode.NEAREST
+    policies = T.AutoAugment()._get_policies(T.AutoAugmentPolicy.IMAGENET)
+    for index in range(30):
+        img, _ = u8(path, "ccrop:224,200", 224, 200, index=index)
+        got, p = u8(path, "ccrop:224,200 aa", 224, 200, index=index)
+        d = p["pixel"][0]
+        names = [s[0] for s in policies[d["policy"]]]
+        for name, mag in d["ops"]:
+            assert name in names
+            if name in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"):
+                img = np.asarray(_apply_op(Image.fromarray(img), name, mag, nearest, None))
+            else:
+                img = _tv_tensor(lambda t: _apply_op(t, name, mag, nearest, None))(img)
+        assert np.array_equal(got, img), (index, d)
+
+
+def test_auto_augment_draws_distribution(images):
+    """Over 4000 samples: the sub-policy uniform over 25 (chi-square, 24 dof, 0.1%), and each
+    step applied at its probability (pooled over the sub-policies: the expected count of
+    applied steps within 4 sigma)."""
+    path = images["p400x300.png"]
+    n = 4000
+    draws = [pl["pixel"][0] for pl in _plans(path, "ccrop:16 aa", n)]
+    counts = np.bincount([d["policy"] for d in draws], minlength=25)
+    assert float(np.sum((counts - n / 25) ** 2 / (n / 25))) < 51.18, counts
+    policies = T.AutoAugment()._get_policies(T.AutoAugmentPolicy.IMAGENET)
+    expect = sum(sum(s[1] for s in policies[d["policy"]]) for d in draws)
+    var = sum(sum(s[1] * (1 - s[1]) for s in policies[d["policy"]]) for d in draws)
+    applied = sum(len(d["ops"]) for d in draws)
+    assert abs(applied - expect) < 4 * np.sqrt(var), (applied, expect)
+
+
+# ---- RandomApply / RandomChoice ----
+
+def test_random_apply_and_choice(images):
+    """RandomApply applies all its ops or none (one uniform, torch.rand(1) > p skips; applied
+    share binomial), its ops drawing only when applied; RandomChoice runs exactly one of its
+    ops, uniformly (chi-square, 0.1%). Outputs are the member ops' outputs."""
+    path = images["p500x375.jpg"]
+    plain, _ = u8(path, "ccrop:64", 64, 64)
+    both = _tv_tensor(lambda t: F.solarize(F.invert(t), 128))(plain)
+    n_on = 0
+    for index in range(40):
+        got, p = u8(path, "ccrop:64 apply:0.3,2 invert:1 solarize:128,1", 64, 64, index=index)
+        ran = [d["op"] for d in p["pixel"]]
+        assert ran in ([], ["RandomInvert", "RandomSolarize"]), ran
+        assert np.array_equal(got, both if ran else plain)
+        n_on += bool(ran)
+    assert 3 <= n_on <= 23, n_on
+    n = 3000
+    plans = _plans(images["p400x300.png"], "ccrop:16 choice:3 invert:1 posterize:2,1 gray", n)
+    ran = [tuple(d["op"] for d in pl["pixel"]) for pl in plans]
+    assert all(len(r) == 1 for r in ran)
+    counts = np.array([sum(r[0] == k for r in ran)
+                       for k in ("RandomInvert", "RandomPosterize", "Grayscale")])
+    assert float(np.sum((counts - n / 3) ** 2 / (n / 3))) < 13.82, counts
+    got, p = u8(path, "ccrop:64 choice:2 invert:1 equalize:1", 64, 64, index=5)
+    fn = F.invert if p["pixel"][0]["op"] == "RandomInvert" else F.equalize
+    assert np.array_equal(got, _tv_tensor(fn)(plain))

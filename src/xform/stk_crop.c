@@ -19,6 +19,8 @@ void stk__axis_init(stk__xaxis *a, int64_t size)
     a->lim0 = 0.0;
     a->lim1 = (double)size;
     a->grid = size;
+    a->v0 = 0;
+    a->v1 = size;
     a->off = 0;
     a->dir = 1;
     a->n = size;
@@ -26,6 +28,14 @@ void stk__axis_init(stk__xaxis *a, int64_t size)
 
 void stk__axis_crop(stk__xaxis *a, int64_t c, int64_t m)
 {
+    if (c < 0 || c + m > a->n) { /* padding: only the current image stays content */
+        int64_t lo = a->dir > 0 ? a->off : a->off - a->n + 1, hi = lo + a->n;
+        double span = a->c1 - a->c0;
+        a->v0 = STK_MAX(a->v0, lo);
+        a->v1 = STK_MIN(a->v1, hi);
+        a->lim0 = STK_MAX(a->lim0, a->c0 + span * (double)lo / (double)a->grid);
+        a->lim1 = STK_MIN(a->lim1, a->c0 + span * (double)hi / (double)a->grid);
+    }
     a->off += a->dir * c;
     a->n = m;
 }
@@ -54,6 +64,8 @@ void stk__axis_resize(stk__xaxis *a, int64_t m)
     a->c0 = c0;
     a->c1 = c1;
     a->grid = m;
+    a->v0 = 0; /* padding inside the resized image was resampled as an edge extension */
+    a->v1 = m;
     /* Resampling commutes with mirroring (the filter is symmetric), so a mirrored image stays
      * mirrored: output pixel 0 is the last grid pixel. */
     a->off = a->dir > 0 ? 0 : m - 1;
@@ -102,6 +114,28 @@ static int64_t py_round(double x)
     if (!(x < 9.0e18)) /* also catches NaN: treated as "too large", rejected by the caller */
         return INT64_MAX;
     return (int64_t)nearbyint(x);
+}
+
+void stk__erase_box(stk_rng *rng, int64_t height, int64_t width, const double scale[2],
+                    const double ratio[2], stk__erase *out)
+{
+    double area = (double)height * (double)width;
+    double lr0 = log(ratio[0]), lr1 = log(ratio[1]);
+    out->on = false;
+    for (int t = 0; t < 10; t++) {
+        double target = area * stk__rng_range(rng, scale[0], scale[1]);
+        double aspect = exp(stk__rng_range(rng, lr0, lr1));
+        int64_t h = py_round(sqrt(target * aspect));
+        int64_t w = py_round(sqrt(target / aspect));
+        if (h < height && w < width) {
+            out->i = (int64_t)stk__rng_below(rng, (uint64_t)(height - h + 1));
+            out->j = (int64_t)stk__rng_below(rng, (uint64_t)(width - w + 1));
+            out->h = h;
+            out->w = w;
+            out->on = true;
+            return;
+        }
+    }
 }
 
 void stk__rrc_box(stk_rng *rng, int64_t height, int64_t width, const double scale[2],

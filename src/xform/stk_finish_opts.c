@@ -22,6 +22,12 @@ stk_status stk__finish_compile(stk_transform *t, const stk_transform_opts *opts)
         return stk__set_last_error(STK_EINVAL,
                                    "finish_on_device: flip probability %g is not in [0, 1]",
                                    (double)opts->finish_flip);
+    for (size_t i = 0; i < t->n_ops; i++)
+        if (t->defs[i]->stage == STK__OP_TENSOR)
+            return stk__set_last_error(STK_EINVAL,
+                                       "finish_on_device: %s (ops[%zu]) works on the finished "
+                                       "tensor; build the transform without finishing",
+                                       t->defs[i]->name, i);
     size_t last = t->n_ops - 1;
     for (size_t i = 0; i < last; i++)
         if (t->ops[i].kind == STK_OP_NORMALIZE)

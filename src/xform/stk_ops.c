@@ -40,6 +40,30 @@ static const stk_op_param p_jitter[] = {
     PARAM("saturation", DOUBLE, 1, saturation), PARAM("hue", DOUBLE, 1, hue)};
 static const stk_op_param p_normalize[] = {PARAM("mean", FLOAT, 3, mean),
                                            PARAM("std", FLOAT, 3, std)};
+static const stk_op_param p_gray[] = {PARAM("num_output_channels", INT64, 1, num_output_channels)};
+static const stk_op_param p_posterize[] = {PARAM("bits", INT64, 1, bits), PARAM("p", DOUBLE, 1, p)};
+static const stk_op_param p_solarize[] = {PARAM("threshold", DOUBLE, 1, threshold),
+                                          PARAM("p", DOUBLE, 1, p)};
+static const stk_op_param p_sharpness[] = {PARAM("sharpness_factor", DOUBLE, 1, sharpness_factor),
+                                           PARAM("p", DOUBLE, 1, p)};
+static const stk_op_param p_rcrop[] = {
+    PARAM("size", INT64, 2, size), PARAM("padding", INT64, 4, padding),
+    PARAM("pad_if_needed", INT64, 1, pad_if_needed), PARAM("fill", DOUBLE, 3, fill)};
+static const stk_op_param p_pad[] = {PARAM("padding", INT64, 4, padding),
+                                     PARAM("fill", DOUBLE, 3, fill)};
+static const stk_op_param p_erase[] = {PARAM("p", DOUBLE, 1, p), PARAM("scale", DOUBLE, 2, scale),
+                                       PARAM("ratio", DOUBLE, 2, ratio),
+                                       PARAM("value", DOUBLE, 3, value)};
+static const stk_op_param p_ta[] = {PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
+static const stk_op_param p_ra[] = {PARAM("num_ops", INT64, 1, num_ops),
+                                    PARAM("magnitude", INT64, 1, magnitude),
+                                    PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
+static const stk_op_param p_aa[] = {PARAM("policy", INT64, 1, policy)};
+static const stk_op_param p_apply[] = {PARAM("transforms", INT64, 1, n_transforms),
+                                       PARAM("p", DOUBLE, 1, p)};
+static const stk_op_param p_choice[] = {PARAM("transforms", INT64, 1, n_transforms)};
+static const stk_op_param p_blur[] = {PARAM("kernel_size", INT64, 2, kernel_size),
+                                      PARAM("sigma", DOUBLE, 2, sigma)};
 
 /* ---- checks ---- */
 
@@ -73,6 +97,17 @@ static stk_status check_resize(size_t i, stk_op *op)
     return check_size(i, op, "resize the shorter side to h", false);
 }
 
+/* RandomResizedCrop's and RandomErasing's aspect range. */
+static stk_status check_ratio(size_t i, stk_op *op)
+{
+    if (!finite2(op->ratio) || op->ratio[0] <= 0 || op->ratio[0] > op->ratio[1])
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): ratio must satisfy 0 < ratio[0] <= "
+                                   "ratio[1], got (%g, %g)",
+                                   i, stk_op_name(op->kind), op->ratio[0], op->ratio[1]);
+    return STK_OK;
+}
+
 static stk_status check_rrc(size_t i, stk_op *op)
 {
     stk_status rc = check_crop(i, op);
@@ -84,12 +119,7 @@ static stk_status check_rrc(size_t i, stk_op *op)
                                    "ops[%zu] (%s): scale must satisfy 0 <= scale[0] <= "
                                    "scale[1], scale[1] > 0, got (%g, %g)",
                                    i, name, op->scale[0], op->scale[1]);
-    if (!finite2(op->ratio) || op->ratio[0] <= 0 || op->ratio[0] > op->ratio[1])
-        return stk__set_last_error(STK_EINVAL,
-                                   "ops[%zu] (%s): ratio must satisfy 0 < ratio[0] <= "
-                                   "ratio[1], got (%g, %g)",
-                                   i, name, op->ratio[0], op->ratio[1]);
-    return STK_OK;
+    return check_ratio(i, op);
 }
 
 /* A probability p in [0, 1] (the flips). */
@@ -133,7 +163,191 @@ static stk_status check_normalize(size_t i, stk_op *op)
     return STK_OK;
 }
 
+static stk_status check_gray(size_t i, stk_op *op)
+{
+    if (op->num_output_channels != 3)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): num_output_channels must be 3 (stoker's images "
+                                   "have three channels; the gray value goes into each), got %lld",
+                                   i, stk_op_name(op->kind), (long long)op->num_output_channels);
+    return STK_OK;
+}
+
+/* An op with one number in [lo, hi] besides p (RandomPosterize, RandomSolarize,
+ * RandomAdjustSharpness). */
+static stk_status check_value_p(size_t i, stk_op *op, const char *what, double v, double lo,
+                                double hi)
+{
+    if (!(v >= lo && v <= hi))
+        return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): %s must be in [%g, %g], got %g", i,
+                                   stk_op_name(op->kind), what, lo, hi, v);
+    return check_p(i, op);
+}
+
+static stk_status check_posterize(size_t i, stk_op *op)
+{
+    return check_value_p(i, op, "bits", (double)op->bits, 0, 8);
+}
+
+/* torchvision: "Threshold should be less than bound of img." (uint8: 255) */
+static stk_status check_solarize(size_t i, stk_op *op)
+{
+    return check_value_p(i, op, "threshold (uint8 scale)", op->threshold, -HUGE_VAL, 255);
+}
+
+static stk_status check_sharpness(size_t i, stk_op *op)
+{
+    return check_value_p(i, op, "sharpness_factor", op->sharpness_factor, 0, HUGE_VAL);
+}
+
+static stk_status check_blur(size_t i, stk_op *op)
+{
+    const char *name = stk_op_name(op->kind);
+    for (int k = 0; k < 2; k++)
+        if (op->kernel_size[k] < 1 || op->kernel_size[k] > STK__XF_MAX_KERNEL ||
+            op->kernel_size[k] % 2 == 0)
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): kernel_size must be odd and in 1..%d "
+                                       "(x, y), got (%lld, %lld)",
+                                       i, name, STK__XF_MAX_KERNEL, (long long)op->kernel_size[0],
+                                       (long long)op->kernel_size[1]);
+    if (!finite2(op->sigma) || op->sigma[0] <= 0 || op->sigma[0] > op->sigma[1])
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): sigma must satisfy 0 < sigma[0] <= sigma[1], "
+                                   "got (%g, %g)",
+                                   i, name, op->sigma[0], op->sigma[1]);
+    return STK_OK;
+}
+
+/* Pad's and RandomCrop's padding (>= 0) and fill (0: the resample pads with zeros). */
+static stk_status check_padding(size_t i, stk_op *op)
+{
+    const char *name = stk_op_name(op->kind);
+    for (int k = 0; k < 4; k++)
+        if (op->padding[k] < 0 || op->padding[k] > STK__XF_MAX_SIZE)
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): padding must be (left, top, right, bottom) "
+                                       "in 0..%d, got (%lld, %lld, %lld, %lld)",
+                                       i, name, STK__XF_MAX_SIZE, (long long)op->padding[0],
+                                       (long long)op->padding[1], (long long)op->padding[2],
+                                       (long long)op->padding[3]);
+    for (int c = 0; c < 3; c++)
+        if (op->fill[c] != 0.0)
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu] (%s): fill must be 0 (stoker pads with zeros), "
+                                       "got %g in channel %d",
+                                       i, name, op->fill[c], c);
+    return STK_OK;
+}
+
+static stk_status check_rcrop(size_t i, stk_op *op)
+{
+    stk_status rc = check_crop(i, op);
+    if (rc < 0)
+        return rc;
+    if (op->pad_if_needed != 0 && op->pad_if_needed != 1)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): pad_if_needed must be 0 or 1, got %lld", i,
+                                   stk_op_name(op->kind), (long long)op->pad_if_needed);
+    return check_padding(i, op);
+}
+
+static stk_status check_erase(size_t i, stk_op *op)
+{
+    const char *name = stk_op_name(op->kind);
+    if (!finite2(op->scale) || op->scale[0] < 0 || op->scale[0] > op->scale[1] || op->scale[1] > 1)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): scale must satisfy 0 <= scale[0] <= scale[1] "
+                                   "<= 1, got (%g, %g)",
+                                   i, name, op->scale[0], op->scale[1]);
+    stk_status rc = check_ratio(i, op);
+    if (rc < 0)
+        return rc;
+    for (int c = 0; c < 3; c++)
+        if (!isfinite(op->value[c]))
+            return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): value[%d] must be finite", i,
+                                       name, c);
+    return check_p(i, op);
+}
+
+static stk_status check_ta(size_t i, stk_op *op)
+{
+    if (op->num_magnitude_bins < 2 || op->num_magnitude_bins > 1024)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): num_magnitude_bins must be in 2..1024, got %lld",
+                                   i, stk_op_name(op->kind), (long long)op->num_magnitude_bins);
+    return STK_OK;
+}
+
+static stk_status check_ra(size_t i, stk_op *op)
+{
+    stk_status rc = check_ta(i, op);
+    if (rc < 0)
+        return rc;
+    if (op->num_ops < 0 || op->num_ops > STK__TA_MAX_OPS)
+        return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): num_ops must be in 0..%d, got %lld",
+                                   i, stk_op_name(op->kind), STK__TA_MAX_OPS,
+                                   (long long)op->num_ops);
+    if (op->magnitude < 0 || op->magnitude >= op->num_magnitude_bins)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): magnitude must be in 0..num_magnitude_bins - 1 "
+                                   "(%lld), got %lld",
+                                   i, stk_op_name(op->kind), (long long)op->num_magnitude_bins - 1,
+                                   (long long)op->magnitude);
+    return STK_OK;
+}
+
+static stk_status check_aa(size_t i, stk_op *op)
+{
+    if (op->policy != 0)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): policy must be 0 (AutoAugmentPolicy.IMAGENET; "
+                                   "CIFAR10 and SVHN are not supported), got %lld",
+                                   i, stk_op_name(op->kind), (long long)op->policy);
+    return STK_OK;
+}
+
+/* RandomApply/RandomChoice: 1..16 following ops (stk_transform_create checks what they are). */
+static stk_status check_container(size_t i, stk_op *op)
+{
+    if (op->n_transforms < 1 || op->n_transforms > STK__XF_MAX_OPS)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): transforms must count 1..%d following ops, got "
+                                   "%lld",
+                                   i, stk_op_name(op->kind), STK__XF_MAX_OPS,
+                                   (long long)op->n_transforms);
+    return op->kind == STK_OP_RANDOM_APPLY ? check_p(i, op) : STK_OK;
+}
+
 /* ---- defaults, output sizes, create-time hooks ---- */
+
+static void init_ta(stk_op *op)
+{
+    op->num_magnitude_bins = 31;
+    op->num_ops = 2; /* RandAugment's defaults */
+    op->magnitude = 9;
+}
+
+static void init_erase(stk_op *op)
+{
+    op->scale[0] = 0.02; /* torchvision's RandomErasing defaults */
+    op->scale[1] = 0.33;
+    op->ratio[0] = 0.3;
+    op->ratio[1] = 3.3;
+}
+
+/* The pixel ops' parameters beyond p: identities where torchvision has no default (posterize 8
+ * bits, sharpness 1), its defaults otherwise. */
+static void init_pixel(stk_op *op)
+{
+    op->num_output_channels = 3;
+    op->bits = 8;
+    op->threshold = 128.0;
+    op->sharpness_factor = 1.0;
+    op->kernel_size[0] = op->kernel_size[1] = 3;
+    op->sigma[0] = 0.1;
+    op->sigma[1] = 2.0;
+}
 
 static void init_resize(stk_op *op)
 {
@@ -153,6 +367,15 @@ static void size_resize(const stk_op *op, int64_t *h, int64_t *w)
 {
     *h = op->size[1] ? op->size[0] : 0;
     *w = op->size[1];
+}
+
+/* Pad adds its padding to a known size. */
+static void size_pad(const stk_op *op, int64_t *h, int64_t *w)
+{
+    if (*h)
+        *h += op->padding[1] + op->padding[3];
+    if (*w)
+        *w += op->padding[0] + op->padding[2];
 }
 
 static void compile_normalize(const stk_op *op, stk_transform *t)
@@ -198,6 +421,43 @@ static void plan_center_crop(const stk_op *op, stk_rng *rng, stk__xplan *p, stk_
     stk__axis_center_crop(&p->x, op->size[1]);
 }
 
+/* Pad: a crop that starts before the image and ends after it (zeros, as constant fill 0). */
+static void pad_axes(stk__xplan *p, const int64_t pad[4])
+{
+    stk__axis_crop(&p->x, -pad[0], p->x.n + pad[0] + pad[2]);
+    stk__axis_crop(&p->y, -pad[1], p->y.n + pad[1] + pad[3]);
+}
+
+static void plan_pad(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)rng;
+    (void)draw;
+    pad_axes(p, op->padding);
+}
+
+/* torchvision's RandomCrop.forward: pad by `padding`; with pad_if_needed pad a side shorter than
+ * the crop by the difference at both ends; then get_params: (0, 0) when the sizes are equal,
+ * else i = randint(0, h - th + 1), j = randint(0, w - tw + 1) (height first). An image still
+ * smaller than the crop (torchvision raises) is padded with zeros after its end. */
+static void plan_rcrop(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)draw;
+    pad_axes(p, op->padding);
+    int64_t th = op->size[0], tw = op->size[1];
+    if (op->pad_if_needed) {
+        int64_t dw = tw > p->x.n ? tw - p->x.n : 0, dh = th > p->y.n ? th - p->y.n : 0;
+        const int64_t pad[4] = {dw, dh, dw, dh};
+        pad_axes(p, pad);
+    }
+    int64_t i = 0, j = 0;
+    if (p->y.n != th || p->x.n != tw) {
+        i = p->y.n > th ? (int64_t)stk__rng_below(rng, (uint64_t)(p->y.n - th + 1)) : 0;
+        j = p->x.n > tw ? (int64_t)stk__rng_below(rng, (uint64_t)(p->x.n - tw + 1)) : 0;
+    }
+    stk__axis_crop(&p->y, i, th);
+    stk__axis_crop(&p->x, j, tw);
+}
+
 static void plan_hflip(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
     (void)draw;
@@ -218,16 +478,157 @@ static void plan_jitter(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdr
     stk__jitter_draw(rng, op, &draw->jitter);
 }
 
+/* The pixel ops of stk_pixops.c: Random* ops draw torch.rand(1) < p (one uniform); the
+ * deterministic ones (Grayscale, GaussianBlur) always apply; GaussianBlur draws its sigma
+ * (torch.empty(1).uniform_(sigma[0], sigma[1]): one uniform). */
+static void plan_pixel_p(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)p;
+    draw->pix.op = op;
+    draw->pix.on = stk_rng_uniform(rng) < op->p;
+}
+
+static void plan_pixel(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)rng;
+    (void)p;
+    draw->pix.op = op;
+    draw->pix.on = true;
+}
+
+static void plan_blur(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)p;
+    draw->pix.op = op;
+    draw->pix.on = true;
+    draw->pix.sigma = stk__rng_range(rng, op->sigma[0], op->sigma[1]);
+}
+
+/* RandomErasing: torch.rand(1) < p, then get_params on the output size. */
+static void plan_erase(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    draw->erase.op = op;
+    draw->erase.on = false;
+    if (stk_rng_uniform(rng) < op->p)
+        stk__erase_box(rng, p->y.n, p->x.n, op->scale, op->ratio, &draw->erase);
+}
+
+static void post_erase(const stk_transform *t, void *dst, const stk__opdraw *draw)
+{
+    stk__erase_apply(t, dst, &draw->erase);
+}
+
+static void plan_ta(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)p;
+    stk__ta_draw(rng, op->num_magnitude_bins, &draw->ta);
+}
+
+static void plan_ra(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    stk__ra_draw(rng, op->num_ops, op->magnitude, op->num_magnitude_bins, p->y.n, p->x.n,
+                 &draw->ta);
+}
+
+static void plan_aa(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)op;
+    stk__aa_draw(rng, p->y.n, p->x.n, &draw->ta);
+}
+
+static void init_container(stk_op *op)
+{
+    op->n_transforms = 1;
+}
+
+/* RandomApply: torchvision's `if self.p < torch.rand(1): return img` (one uniform), then the
+ * transforms draw only when applied. */
+static void plan_apply(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)draw;
+    if (op->p < stk_rng_uniform(rng))
+        p->skip |= (uint32_t)((1ull << op->n_transforms) - 1);
+}
+
+/* RandomChoice: one of the transforms, uniformly (torchvision draws it with Python's random;
+ * here from the sample's stream). */
+static void plan_choice(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)draw;
+    uint64_t k = stk__rng_below(rng, (uint64_t)op->n_transforms);
+    p->skip |= (uint32_t)(((1ull << op->n_transforms) - 1) & ~(1ull << k));
+}
+
+static stk_status kernel_ta(const stk__pixctx *c, const stk__opdraw *draw)
+{
+    return stk__ta_apply(c, &draw->ta);
+}
+
 /* ---- pixel kernels ---- */
 
-static void kernel_jitter(const stk__pixctx *c, const stk__opdraw *draw)
+static stk_status kernel_jitter(const stk__pixctx *c, const stk__opdraw *draw)
 {
     stk__jitter_apply(c->rgb, (size_t)c->w * c->h, &draw->jitter);
+    return STK_OK;
+}
+
+static stk_status scratch_failed(const stk__pixctx *c, const stk__opdraw *draw)
+{
+    return stk__set_error(c->err, c->err_size, STK_ENOMEM, "out of memory for %s's scratch",
+                          stk_op_name(draw->pix.op->kind));
+}
+
+/* One kernel for the ops of stk_pixops.c (each op is one case, called once per sample). */
+static stk_status kernel_pixel(const stk__pixctx *c, const stk__opdraw *draw)
+{
+    const stk_op *op = draw->pix.op;
+    size_t npix = (size_t)c->w * c->h;
+    if (!draw->pix.on)
+        return STK_OK;
+    switch (op->kind) {
+    case STK_OP_GRAYSCALE:
+    case STK_OP_RANDOM_GRAYSCALE:
+        stk__px_grayscale(c->rgb, npix);
+        break;
+    case STK_OP_RANDOM_INVERT:
+        stk__px_invert(c->rgb, npix);
+        break;
+    case STK_OP_RANDOM_POSTERIZE:
+        stk__px_posterize(c->rgb, npix, (int)op->bits);
+        break;
+    case STK_OP_RANDOM_SOLARIZE:
+        stk__px_solarize(c->rgb, npix, op->threshold);
+        break;
+    case STK_OP_RANDOM_ADJUST_SHARPNESS:
+        if (!stk__px_sharpness(c->rgb, c->w, c->h, op->sharpness_factor))
+            return scratch_failed(c, draw);
+        break;
+    case STK_OP_RANDOM_AUTOCONTRAST:
+        stk__px_autocontrast(c->rgb, npix);
+        break;
+    case STK_OP_RANDOM_EQUALIZE:
+        stk__px_equalize(c->rgb, npix);
+        break;
+    case STK_OP_GAUSSIAN_BLUR:
+        if (!stk__px_gaussian_blur(c->rgb, c->w, c->h, (int)op->kernel_size[0],
+                                   (int)op->kernel_size[1], draw->pix.sigma))
+            return scratch_failed(c, draw);
+        break;
+    default:
+        break;
+    }
+    return STK_OK;
 }
 
 /* ---- the table ---- */
 
 #define PARAMS(a) a, N(a)
+/* A row of the ops of stk_pixops.c: one kernel (kernel_pixel), their defaults (init_pixel). */
+#define PIXEL_ROW(nm, k, pa, chk, pl)                                                              \
+    {                                                                                              \
+        .name = nm, .kind = k, .stage = STK__OP_PIXEL, .params = PARAMS(pa), .init = init_pixel,   \
+        .check = chk, .plan = pl, .kernel = kernel_pixel                                           \
+    }
 
 /* Indexed by stk_op_kind: row k has kind k (tests/unit/test_xform.c checks). */
 static const stk__op_def op_table[] = {
@@ -280,6 +681,79 @@ static const stk__op_def op_table[] = {
      .params = PARAMS(p_p),
      .check = check_p,
      .plan = plan_vflip},
+    PIXEL_ROW("Grayscale", STK_OP_GRAYSCALE, p_gray, check_gray, plan_pixel),
+    PIXEL_ROW("RandomGrayscale", STK_OP_RANDOM_GRAYSCALE, p_p, check_p, plan_pixel_p),
+    PIXEL_ROW("RandomInvert", STK_OP_RANDOM_INVERT, p_p, check_p, plan_pixel_p),
+    PIXEL_ROW("RandomPosterize", STK_OP_RANDOM_POSTERIZE, p_posterize, check_posterize,
+              plan_pixel_p),
+    PIXEL_ROW("RandomSolarize", STK_OP_RANDOM_SOLARIZE, p_solarize, check_solarize, plan_pixel_p),
+    PIXEL_ROW("RandomAdjustSharpness", STK_OP_RANDOM_ADJUST_SHARPNESS, p_sharpness, check_sharpness,
+              plan_pixel_p),
+    PIXEL_ROW("RandomAutocontrast", STK_OP_RANDOM_AUTOCONTRAST, p_p, check_p, plan_pixel_p),
+    PIXEL_ROW("RandomEqualize", STK_OP_RANDOM_EQUALIZE, p_p, check_p, plan_pixel_p),
+    PIXEL_ROW("GaussianBlur", STK_OP_GAUSSIAN_BLUR, p_blur, check_blur, plan_blur),
+    {.name = "RandomCrop",
+     .kind = STK_OP_RANDOM_CROP,
+     .stage = STK__OP_GEOMETRY,
+     .params = PARAMS(p_rcrop),
+     .check = check_rcrop,
+     .size = size_crop,
+     .plan = plan_rcrop},
+    {.name = "Pad",
+     .kind = STK_OP_PAD,
+     .stage = STK__OP_GEOMETRY,
+     .params = PARAMS(p_pad),
+     .check = check_padding,
+     .size = size_pad,
+     .plan = plan_pad},
+    {.name = "RandomErasing",
+     .kind = STK_OP_RANDOM_ERASING,
+     .stage = STK__OP_TENSOR,
+     .after_store = true,
+     .params = PARAMS(p_erase),
+     .init = init_erase,
+     .check = check_erase,
+     .plan = plan_erase,
+     .post = post_erase},
+    {.name = "TrivialAugmentWide",
+     .kind = STK_OP_TRIVIAL_AUGMENT_WIDE,
+     .stage = STK__OP_PIXEL,
+     .params = PARAMS(p_ta),
+     .init = init_ta,
+     .check = check_ta,
+     .plan = plan_ta,
+     .kernel = kernel_ta},
+    {.name = "RandAugment",
+     .kind = STK_OP_RAND_AUGMENT,
+     .stage = STK__OP_PIXEL,
+     .params = PARAMS(p_ra),
+     .init = init_ta,
+     .check = check_ra,
+     .plan = plan_ra,
+     .kernel = kernel_ta},
+    {.name = "AutoAugment",
+     .kind = STK_OP_AUTO_AUGMENT,
+     .stage = STK__OP_PIXEL,
+     .params = PARAMS(p_aa),
+     .check = check_aa,
+     .plan = plan_aa,
+     .kernel = kernel_ta},
+    {.name = "RandomApply",
+     .kind = STK_OP_RANDOM_APPLY,
+     .stage = STK__OP_GEOMETRY,
+     .container = true,
+     .params = PARAMS(p_apply),
+     .init = init_container,
+     .check = check_container,
+     .plan = plan_apply},
+    {.name = "RandomChoice",
+     .kind = STK_OP_RANDOM_CHOICE,
+     .stage = STK__OP_GEOMETRY,
+     .container = true,
+     .params = PARAMS(p_choice),
+     .init = init_container,
+     .check = check_container,
+     .plan = plan_choice},
 };
 
 const stk__op_def *stk__op_def_get(stk_op_kind kind)

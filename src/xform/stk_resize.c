@@ -140,7 +140,7 @@ static void axis_taps(const stk__xaxis *a, double origin, double bscale, int64_t
         int16_t *w = t->w + i * k;
         t->tmin[i] = 0;
         t->tn[i] = 0;
-        if (u < 0 || u >= a->grid)
+        if (u < a->v0 || u >= a->v1)
             continue; /* padding */
         double c = rel ? (u + 0.5) * scale : base + (u + 0.5) * sb;
         int64_t t0 = (int64_t)floor(c - support + 0.5) + (int64_t)shift;

@@ -85,8 +85,9 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         t->std[c] = 1.0f;
 
     /* Validate each op and follow the output size through the list (the op table's rows). */
-    int64_t oh = 0, ow = 0;    /* 0: depends on the image */
-    size_t norm_at = SIZE_MAX; /* the STORE op (Normalize) */
+    int64_t oh = 0, ow = 0;      /* 0: depends on the image */
+    size_t norm_at = SIZE_MAX;   /* the STORE op (Normalize) */
+    size_t tensor_at = SIZE_MAX; /* the first TENSOR op (RandomErasing) */
     for (size_t i = 0; i < t->n_ops; i++) {
         stk_op *op = &t->ops[i];
         const stk__op_def *d = stk__op_def_get(op->kind);
@@ -106,12 +107,49 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
                                      i, d->name, t->defs[norm_at]->name, norm_at, after);
             goto fail;
         }
+        if (tensor_at != SIZE_MAX && d->stage != STK__OP_TENSOR) {
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu] (%s): %s (ops[%zu]) works on the output tensor; "
+                                     "only such ops may follow it",
+                                     i, d->name, t->defs[tensor_at]->name, tensor_at);
+            goto fail;
+        }
+        if (d->stage == STK__OP_TENSOR && tensor_at == SIZE_MAX)
+            tensor_at = i;
         if (d->size)
             d->size(op, &oh, &ow);
         if (d->compile)
             d->compile(op, t);
         if (d->stage == STK__OP_STORE)
             norm_at = i;
+    }
+    /* RandomApply/RandomChoice: their `transforms` ops follow them and may not change the size
+     * (the output size would depend on the draw) nor be the store or a tensor op. */
+    for (size_t i = 0; i < t->n_ops; i++) {
+        if (!t->defs[i]->container)
+            continue;
+        int64_t n = t->ops[i].n_transforms;
+        if ((size_t)n > t->n_ops - 1 - i) {
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu] (%s): its %lld transforms must follow it (only "
+                                     "%zu ops do)",
+                                     i, t->defs[i]->name, (long long)n, t->n_ops - 1 - i);
+            goto fail;
+        }
+        for (size_t k = i + 1; k <= i + (size_t)n; k++) {
+            const stk__op_def *c = t->defs[k];
+            bool nested = c->container && t->defs[i]->kind == STK_OP_RANDOM_CHOICE;
+            if (c->size || c->stage == STK__OP_STORE || c->stage == STK__OP_TENSOR || nested) {
+                rc = stk__set_last_error(STK_EINVAL,
+                                         "ops[%zu] (%s): ops[%zu] (%s) cannot be one of its "
+                                         "transforms (only ops that keep the size: flips, "
+                                         "pixel ops%s)",
+                                         i, t->defs[i]->name, k, c->name,
+                                         t->defs[i]->kind == STK_OP_RANDOM_APPLY ? ", RandomApply"
+                                                                                 : "");
+                goto fail;
+            }
+        }
     }
     if (oh == 0 || ow == 0) {
         rc = stk__set_last_error(STK_EINVAL,
@@ -209,8 +247,8 @@ void stk_transform_destroy(stk_transform *t)
 static bool axis_window(const stk__xaxis *a, int64_t full, uint32_t den, int64_t *w0, int64_t *w1)
 {
     int64_t ulo = a->dir > 0 ? a->off : a->off - (a->n - 1), uhi = ulo + a->n - 1;
-    ulo = STK_MAX(ulo, 0);
-    uhi = STK_MIN(uhi, a->grid - 1);
+    ulo = STK_MAX(ulo, a->v0);
+    uhi = STK_MIN(uhi, a->v1 - 1);
     if (ulo > uhi)
         return false;
     double scale = (a->c1 - a->c0) / (double)a->grid;
@@ -233,16 +271,23 @@ void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, st
     memset(out, 0, sizeof(*out));
     stk__axis_init(&out->x, width);
     stk__axis_init(&out->y, height);
+    uint32_t skip = 0; /* bit 0: skip this op (a RandomApply/RandomChoice left it out) */
     for (size_t i = 0; i < t->n_ops; i++) {
         const stk__op_def *d = t->defs[i];
         stk__opdraw *draw = NULL;
-        if (d->kernel) {
+        bool skipped = skip & 1;
+        skip >>= 1;
+        if (skipped)
+            continue;
+        if (d->kernel || d->post) {
             stk__xpix *px = &out->pix[out->n_pix++];
             px->def = d;
             draw = &px->draw;
         }
         if (d->plan)
             d->plan(&t->ops[i], rng, out, draw);
+        skip |= out->skip; /* a container's choice over the ops after it */
+        out->skip = 0;
     }
     out->flip = out->x.dir < 0;
     out->vflip = out->y.dir < 0;
@@ -361,11 +406,15 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
     STK_TRY(
         stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)t->out_w * 3, err, err_size));
     uint64_t t1 = stk__now_ns();
-    const stk__pixctx px = {img, t->out_w, t->out_h};
+    const stk__pixctx px = {img, t->out_w, t->out_h, err, err_size};
     for (uint32_t i = 0; i < plan->n_pix; i++) /* one call per kernel per sample */
-        plan->pix[i].def->kernel(&px, &plan->pix[i].draw);
+        if (plan->pix[i].def->kernel)
+            STK_TRY(plan->pix[i].def->kernel(&px, &plan->pix[i].draw));
     uint64_t t2 = stk__now_ns();
     stk__store(t, img, t->out_w, t->out_h, dst);
+    for (uint32_t i = 0; i < plan->n_pix; i++) /* tensor passes (RandomErasing): store time */
+        if (plan->pix[i].def->post)
+            plan->pix[i].def->post(t, dst, &plan->pix[i].draw);
     uint64_t t3 = stk__now_ns();
     atomic_fetch_add_explicit(&w->times.resize_ns, t1 - t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->times.jitter_ns, t2 - t1, memory_order_relaxed);

@@ -18,8 +18,9 @@
  * PIL (and torchvision's antialiased resize) place output pixels. Filter taps are clipped to
  * [lim0, lim1), the extent of the image the resize op saw (the crop box for RandomResizedCrop, the
  * whole image for Resize), again as PIL does. Output pixel x (0..n-1) is grid pixel off + dir * x
- * (dir = -1 after an odd number of flips); grid pixels outside [0, grid) are padding (zero), which
- * is how a CenterCrop larger than its input behaves in torchvision.
+ * (dir = -1 after an odd number of flips); grid pixels outside [v0, v1) (at most [0, grid)) are
+ * padding (zero), which is how a CenterCrop larger than its input, Pad and RandomCrop's padding
+ * behave in torchvision.
  */
 #ifndef STK_XFORM_H
 #define STK_XFORM_H
@@ -31,6 +32,7 @@
 
 #define STK__XF_MAX_OPS 16     /* ops per transform */
 #define STK__XF_MAX_SIZE 16384 /* largest output (and op) height or width */
+#define STK__XF_MAX_KERNEL 255 /* largest GaussianBlur kernel side */
 
 struct stk__op_def;
 
@@ -75,6 +77,7 @@ typedef struct stk__xaxis {
     double c0, c1;     /* the grid spans [c0, c1) in full-resolution pixels */
     double lim0, lim1; /* taps are clipped to [lim0, lim1) */
     int64_t grid;      /* grid pixels */
+    int64_t v0, v1;    /* grid pixels [v0, v1) are content, the others padding (zero) */
     int64_t off;       /* grid pixel of output pixel 0 */
     int dir;           /* +1, or -1 when mirrored */
     int64_t n;         /* current size; the output size once the plan is complete */
@@ -88,7 +91,8 @@ typedef struct stk__box {
 
 /* Start an axis on an image of `size` pixels. */
 void stk__axis_init(stk__xaxis *a, int64_t size);
-/* Crop m pixels starting at current pixel c (c < 0 or c + m > n pads with zeros). */
+/* Crop m pixels starting at current pixel c (c < 0 or c + m > n pads with zeros: the content
+ * then shrinks to the current image, in grid pixels and in the taps' limits). */
 void stk__axis_crop(stk__xaxis *a, int64_t c, int64_t m);
 /* Mirror the current image. */
 void stk__axis_flip(stk__xaxis *a);
@@ -110,6 +114,22 @@ double stk__rng_range(stk_rng *rng, double a, double b);
  * try, then 2 bounded integers on success. */
 void stk__rrc_box(stk_rng *rng, int64_t height, int64_t width, const double scale[2],
                   const double ratio[2], stk__box *out);
+
+/* A RandomErasing draw: erase rows i .. i+h-1, columns j .. j+w-1 when `on`. */
+typedef struct stk__erase {
+    const stk_op *op;
+    bool on;
+    int64_t i, j, h, w;
+} stk__erase;
+
+/* torchvision's RandomErasing.get_params on a height x width output: 10 tries of area =
+ * H*W*U(scale), log-uniform aspect in ratio, h = round(sqrt(area*r)), w = round(sqrt(area/r)),
+ * accepted when h < H and w < W, then i = randint(0, H-h+1), j = randint(0, W-w+1); otherwise
+ * nothing is erased (out->on false). */
+void stk__erase_box(stk_rng *rng, int64_t height, int64_t width, const double scale[2],
+                    const double ratio[2], stk__erase *out);
+/* Write the erase's value into the box of one stored sample (t's dtype, layout, size). */
+void stk__erase_apply(const stk_transform *t, void *dst, const stk__erase *e);
 
 /* torchvision's _compute_resized_output_size for Resize(short) on an h x w image (no max_size). */
 void stk__resize_short(int64_t h, int64_t w, int64_t short_side, int64_t *out_h, int64_t *out_w);
@@ -138,6 +158,97 @@ void stk__adjust_contrast(uint8_t *rgb, size_t npix, double factor);
 void stk__adjust_saturation(uint8_t *rgb, size_t npix, double factor);
 void stk__adjust_hue(uint8_t *rgb, size_t npix, double factor);
 
+/* ---- pixel ops (stk_pixops.c): torchvision 0.14's functional_tensor on uint8, bit for bit
+ * (GaussianBlur: up to float rounding) on an interleaved RGB image of w x h pixels, in place ----
+ */
+
+/* rgb_to_grayscale: trunc((0.2989 r + 0.587 g) + 0.114 b) in float32, into all three channels. */
+void stk__px_grayscale(uint8_t *rgb, size_t npix);
+/* invert: 255 - x. */
+void stk__px_invert(uint8_t *rgb, size_t npix);
+/* posterize: x & (0xff << (8 - bits)), bits in 0..8. */
+void stk__px_posterize(uint8_t *rgb, size_t npix, int bits);
+/* solarize: x >= threshold ? 255 - x : x. */
+void stk__px_solarize(uint8_t *rgb, size_t npix, double threshold);
+/* autocontrast: per channel (x - min) * (255 / (max - min)) in float32, truncated; a flat channel
+ * is unchanged. */
+void stk__px_autocontrast(uint8_t *rgb, size_t npix);
+/* equalize: per channel, torchvision's histogram lookup table (PIL's ImageOps.equalize). */
+void stk__px_equalize(uint8_t *rgb, size_t npix);
+/* adjust_sharpness: blend with the 3x3 smoothing (1 1 1 / 1 5 1 / 1 1 1) / 13 of the interior
+ * (the border rows and columns blend with themselves); images under 3x3 are unchanged. Needs two
+ * rows of scratch past 1024 pixels wide: @return false when they cannot be allocated. */
+bool stk__px_sharpness(uint8_t *rgb, uint32_t w, uint32_t h, double factor);
+/* gaussian_blur with a kx x ky kernel (odd) of this sigma, reflect padding, rounded. Needs
+ * scratch of (size_t)w * h * 3 floats; @return false when it cannot be allocated (the image is
+ * then unchanged). */
+bool stk__px_gaussian_blur(uint8_t *rgb, uint32_t w, uint32_t h, int kx, int ky, double sigma);
+
+/* ---- TrivialAugmentWide (stk_autoaug.c) ---- */
+
+/* Its ops, in torchvision's _augmentation_space order. */
+enum {
+    STK__TA_IDENTITY = 0,
+    STK__TA_SHEAR_X,
+    STK__TA_SHEAR_Y,
+    STK__TA_TRANSLATE_X,
+    STK__TA_TRANSLATE_Y,
+    STK__TA_ROTATE,
+    STK__TA_BRIGHTNESS,
+    STK__TA_COLOR,
+    STK__TA_CONTRAST,
+    STK__TA_SHARPNESS,
+    STK__TA_POSTERIZE,
+    STK__TA_SOLARIZE,
+    STK__TA_AUTOCONTRAST,
+    STK__TA_EQUALIZE,
+    STK__TA_N,                 /* TrivialAugmentWide's and RandAugment's 14 */
+    STK__TA_INVERT = STK__TA_N /* AutoAugment's one more */
+};
+
+#define STK__TA_MAX_OPS 8 /* RandAugment's num_ops at most */
+
+/* The policies sharing these ops: their magnitude tables differ. */
+enum { STK__POLICY_TRIVIAL_WIDE = 0, STK__POLICY_RAND = 1, STK__POLICY_AUTO = 2 };
+#define STK__AA_N_POLICIES 25 /* AutoAugmentPolicy.IMAGENET's sub-policies */
+
+/* One step of an AutoAugment sub-policy: (op, probability, magnitude bin or -1). */
+typedef struct stk__aa_step {
+    int op;
+    double p;
+    int bin;
+} stk__aa_step;
+
+/* One draw: n ops and their signed magnitudes (torchvision's Python floats), applied in order;
+ * `policy`: AutoAugment's sub-policy index (-1 for the others). */
+typedef struct stk__ta {
+    int policy;
+    int n;
+    int op[STK__TA_MAX_OPS];
+    double magnitude[STK__TA_MAX_OPS];
+} stk__ta;
+
+/* AutoAugment (IMAGENET) on an h x w image, as its forward: sub-policy randint(25), two
+ * uniforms and two randint(2) signs drawn up front; step i applies when u[i] <= p with bin
+ * magnitudes of the 10-bin table, negated when signed and sign[i] == 0. */
+void stk__aa_draw(stk_rng *rng, int64_t h, int64_t w, stk__ta *out);
+/* Step `i` (0, 1) of sub-policy `k` of AutoAugmentPolicy.IMAGENET (NULL past them). */
+const stk__aa_step *stk__aa_policy(int k, int i);
+/* The name of TrivialAugmentWide's op `op` (torchvision's key), NULL past the list. */
+const char *stk__ta_name(int op);
+/* Whether op has magnitude bins (*is_signed: whether it draws a sign). */
+bool stk__ta_has_bins(int op, bool *is_signed);
+/* Magnitude of bin idx of op in `policy`'s table of `bins` bins for an h x w image
+ * (torchvision's float32 table value; RandAugment's translations scale with the image). */
+double stk__ta_magnitude(int policy, int op, int64_t bins, int64_t idx, int64_t h, int64_t w);
+/* TrivialAugmentWide's forward: randint(14), then randint(bins) with bins, then randint(2) if
+ * signed. */
+void stk__ta_draw(stk_rng *rng, int64_t bins, stk__ta *out);
+/* RandAugment's forward on an h x w image: num_ops times randint(14), bin `magnitude`, then
+ * randint(2) if signed. */
+void stk__ra_draw(stk_rng *rng, int64_t num_ops, int64_t magnitude, int64_t bins, int64_t h,
+                  int64_t w, stk__ta *out);
+
 /* ---- the op table (stk_ops.c) ----
  *
  * One row per op kind (stk__op_def): its name, parameters, check, effect on the output size,
@@ -148,20 +259,38 @@ void stk__adjust_hue(uint8_t *rgb, size_t npix, double factor);
 typedef enum stk__op_stage {
     STK__OP_GEOMETRY = 0, /* moves pixels: its plan folds it into the per-axis resample */
     STK__OP_PIXEL = 1,    /* a kernel on the uint8 output-size image, after the resample */
-    STK__OP_STORE = 2     /* sets the conversion into the output dtype (at most one, last) */
+    STK__OP_STORE = 2,    /* sets the conversion into the output dtype (at most one, last) */
+    STK__OP_TENSOR = 3    /* a pass over the stored output tensor (its dtype and layout) */
 } stk__op_stage;
 
 /* One sample's draw for a pixel kernel (filled by the op's plan, read by its kernel): one member
  * per kernel that needs more than its stk_op. */
+/* The pixel ops of stk_pixops.c: their op (its parameters), whether they apply to this sample
+ * (torch.rand(1) < p) and GaussianBlur's sigma. */
+typedef struct stk__pixdraw {
+    const stk_op *op; /* in the compiled transform (lives as long as it) */
+    bool on;
+    double sigma;
+} stk__pixdraw;
+
 typedef union stk__opdraw {
     stk__jitter jitter; /* ColorJitter */
+    stk__pixdraw pix;   /* the ops of stk_pixops.c */
+    stk__erase erase;   /* RandomErasing */
+    stk__ta ta;         /* TrivialAugmentWide */
 } stk__opdraw;
 
 /* What a pixel kernel works on: the uint8 output-size image of one sample. */
 typedef struct stk__pixctx {
     uint8_t *rgb; /* interleaved RGB, w * h pixels, rows of w * 3 bytes; modified in place */
     uint32_t w, h;
+    char *err; /* where a kernel that fails (out of memory for scratch) writes why */
+    size_t err_size;
 } stk__pixctx;
+
+/* TrivialAugmentWide: apply a draw to the image (torchvision's _apply_op; warps as PIL's).
+ * @return STK_OK or STK_ENOMEM (scratch; message in c->err). */
+stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d);
 
 struct stk__xplan;
 
@@ -170,6 +299,7 @@ typedef struct stk__op_def {
     stk_op_kind kind; /* == the row's index in the table */
     stk__op_stage stage;
     bool after_store; /* may follow the STORE op (a flip commutes with a per-pixel store) */
+    bool container;   /* RandomApply/RandomChoice: applies to the `n_transforms` ops after it */
     const stk_op_param *params; /* torchvision's arguments, in its order */
     size_t n_params;
     /* Optional defaults beyond stk_op_init's common ones (e.g. Resize's size (256, 0)). */
@@ -183,11 +313,15 @@ typedef struct stk__op_def {
     /* At create: record what the compiled transform needs (Normalize: mean, std). NULL: none. */
     void (*compile)(const stk_op *op, stk_transform *t);
     /* Per sample, in op order: fold the op into p's geometry and draw its randomness from rng
-     * (into *draw, non-NULL exactly when the op has a kernel). NULL: nothing to plan. */
+     * (into *draw, non-NULL exactly when the op has a kernel or a post). NULL: nothing to plan. */
     void (*plan)(const stk_op *op, stk_rng *rng, struct stk__xplan *p, stk__opdraw *draw);
     /* Pixel kernel (STK__OP_PIXEL ops): apply the draw to the image. Called once per sample in
-     * op order; runs over every pixel, so it is the op's whole per-pixel cost. */
-    void (*kernel)(const stk__pixctx *c, const stk__opdraw *draw);
+     * op order; runs over every pixel, so it is the op's whole per-pixel cost. @return STK_OK,
+     * or STK_ENOMEM (scratch; message in c->err). */
+    stk_status (*kernel)(const stk__pixctx *c, const stk__opdraw *draw);
+    /* Tensor pass (STK__OP_TENSOR ops): apply the draw to the stored sample at dst (t's output
+     * dtype and layout), after the store. */
+    void (*post)(const stk_transform *t, void *dst, const stk__opdraw *draw);
 } stk__op_def;
 
 /* The row of `kind`, or NULL for an unknown kind. */
@@ -218,6 +352,7 @@ typedef struct stk__xplan {
     uint32_t min_w, min_h;               /* decoded size wanted (sets the DCT scale) */
     uint32_t den;                        /* DCT scale denominator asked for (1, 2, 4, 8) */
     bool fast; /* decode with stk__image_decode_fast: not `exact`, and the output is resampled */
+    uint32_t skip; /* set by a container's plan: bit j skips the j-th op after it */
 } stk__xplan;
 
 /* Fold the ops over a width x height image, drawing randomness from rng in op order (each

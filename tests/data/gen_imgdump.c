@@ -7,7 +7,9 @@
  *               [--seed S] [--epoch E] [--index I] [--plan] IMAGE OUT
  *       Apply the transform to IMAGE as sample (S, E, I) and write the output tensor's raw bytes
  *       to OUT. --plan prints the sample's plan as one JSON line (image size, RandomResizedCrop
- *       box, flip, decode window and DCT denominator, ColorJitter draws).
+ *       box, flip, decode window and DCT denominator, ColorJitter and pixel ops' draws);
+ *       --plans N first prints the plans of samples I+1 .. I+N-1, one line each (the
+ *       distribution tests).
  *   gen_imgdump ... --bench N IMAGE...
  *       Apply the transform N times over the images (indices 0..N-1 round robin) and print the
  *       per-stage time and images/s.
@@ -18,6 +20,15 @@
  * SPEC is a list of ops separated by spaces or '+':
  *   rrc:H[,W[,S0,S1[,R0,R1]]]  resize:H[,W]  ccrop:H[,W]  flip:P  vflip:P  jitter:B,C,S,H
  *   norm[:imagenet | :M0,M1,M2,S0,S1,S2]
+ *   gray  rgray:P  invert:P  posterize:BITS[,P]  solarize:T[,P]  sharp:F[,P]  autocontrast:P
+ *   equalize:P  blur:KX[,KY[,S0[,S1]]]  rcrop:H,W[,L,T,R,B[,PAD_IF_NEEDED]]  pad:L,T,R,B
+ *   erase:P[,S0,S1[,R0,R1[,V0,V1,V2]]]  ta[:BINS]  ra[:N[,M[,BINS]]]  aa
+ *   apply:P,N  choice:N  (RandomApply / RandomChoice over the N ops after them)
+ *   gen_imgdump --aa-policy
+ *       Print AutoAugment's IMAGENET policy as JSON: [[[name, p, bin or null], ...], ...].
+ *   gen_imgdump --ta-table BINS [H W]
+ *       Print TrivialAugmentWide's op table (with H W: RandAugment's for an H x W image) as
+ *       JSON: [[name, signed, [magnitudes]], ...].
  */
 #include "xform/stk_xform.h"
 
@@ -113,6 +124,90 @@ static bool parse_op(const char *tok, stk_op *op)
                 op->std[c] = (float)v[3 + c];
             }
         }
+    } else if (IS("gray")) {
+        stk_op_init(op, STK_OP_GRAYSCALE);
+    } else if (IS("rgray") || IS("invert") || IS("autocontrast") || IS("equalize")) {
+        stk_op_init(op, IS("rgray")          ? STK_OP_RANDOM_GRAYSCALE
+                        : IS("invert")       ? STK_OP_RANDOM_INVERT
+                        : IS("autocontrast") ? STK_OP_RANDOM_AUTOCONTRAST
+                                             : STK_OP_RANDOM_EQUALIZE);
+        if (numbers(args, v, 1) == 1)
+            op->p = v[0];
+    } else if (IS("posterize") || IS("solarize") || IS("sharp")) {
+        stk_op_init(op, IS("posterize")  ? STK_OP_RANDOM_POSTERIZE
+                        : IS("solarize") ? STK_OP_RANDOM_SOLARIZE
+                                         : STK_OP_RANDOM_ADJUST_SHARPNESS);
+        n = numbers(args, v, 2);
+        if (op->kind == STK_OP_RANDOM_POSTERIZE)
+            op->bits = (int64_t)v[0];
+        else if (op->kind == STK_OP_RANDOM_SOLARIZE)
+            op->threshold = v[0];
+        else
+            op->sharpness_factor = v[0];
+        if (n > 1)
+            op->p = v[1];
+    } else if (IS("rcrop") || IS("pad")) {
+        bool crop = IS("rcrop");
+        stk_op_init(op, crop ? STK_OP_RANDOM_CROP : STK_OP_PAD);
+        n = numbers(args, v, 7);
+        int at = crop ? 2 : 0;
+        if (crop) {
+            op->size[0] = (int64_t)v[0];
+            op->size[1] = (int64_t)v[1];
+        }
+        for (int k = 0; k < 4; k++)
+            op->padding[k] = (int64_t)v[at + k];
+        if (crop && n > 6)
+            op->pad_if_needed = (int64_t)v[6];
+    } else if (IS("erase")) {
+        stk_op_init(op, STK_OP_RANDOM_ERASING);
+        n = numbers(args, v, 8);
+        if (n > 0)
+            op->p = v[0];
+        if (n > 2) {
+            op->scale[0] = v[1];
+            op->scale[1] = v[2];
+        }
+        if (n > 4) {
+            op->ratio[0] = v[3];
+            op->ratio[1] = v[4];
+        }
+        for (int c = 0; n > 7 && c < 3; c++)
+            op->value[c] = v[5 + c];
+    } else if (IS("ra")) {
+        stk_op_init(op, STK_OP_RAND_AUGMENT);
+        n = numbers(args, v, 3);
+        if (n > 0)
+            op->num_ops = (int64_t)v[0];
+        if (n > 1)
+            op->magnitude = (int64_t)v[1];
+        if (n > 2)
+            op->num_magnitude_bins = (int64_t)v[2];
+    } else if (IS("apply") || IS("choice")) {
+        bool apply = IS("apply");
+        stk_op_init(op, apply ? STK_OP_RANDOM_APPLY : STK_OP_RANDOM_CHOICE);
+        n = numbers(args, v, 2);
+        if (apply) {
+            op->p = v[0];
+            op->n_transforms = (int64_t)v[1];
+        } else {
+            op->n_transforms = (int64_t)v[0];
+        }
+    } else if (IS("aa")) {
+        stk_op_init(op, STK_OP_AUTO_AUGMENT);
+    } else if (IS("ta")) {
+        stk_op_init(op, STK_OP_TRIVIAL_AUGMENT_WIDE);
+        if (numbers(args, v, 1) == 1)
+            op->num_magnitude_bins = (int64_t)v[0];
+    } else if (IS("blur")) {
+        stk_op_init(op, STK_OP_GAUSSIAN_BLUR);
+        n = numbers(args, v, 4);
+        op->kernel_size[0] = (int64_t)v[0];
+        op->kernel_size[1] = n > 1 ? (int64_t)v[1] : op->kernel_size[0];
+        if (n > 2)
+            op->sigma[0] = op->sigma[1] = v[2];
+        if (n > 3)
+            op->sigma[1] = v[3];
     } else {
         return false;
     }
@@ -149,6 +244,13 @@ static uint8_t *read_file(const char *path, size_t *size)
     return buf;
 }
 
+/* Where output pixel 0's grid pixel starts, in full-resolution pixels (for pure crops and pads:
+ * the crop's offset in the image, negative inside the padding). */
+static double origin(const stk__xaxis *a)
+{
+    return a->c0 + (a->c1 - a->c0) * (double)a->off / (double)a->grid;
+}
+
 /* Print the plan of sample rng (a copy: the caller's stream is not advanced) as JSON. */
 static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *img, size_t size,
                        stk_rng rng)
@@ -161,10 +263,10 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
     stk__xform_plan(t, info.width, info.height, &rng, &p);
     printf("{\"width\": %u, \"height\": %u, \"box\": [%lld, %lld, %lld, %lld], \"fallback\": %d, "
            "\"has_box\": %d, \"flip\": %d, \"vflip\": %d, \"decode\": %d, \"den\": %u, "
-           "\"win\": [%u, %u, %u, %u], \"jitter\": [",
+           "\"win\": [%u, %u, %u, %u], \"origin\": [%.17g, %.17g], \"jitter\": [",
            info.width, info.height, (long long)p.box.i, (long long)p.box.j, (long long)p.box.h,
            (long long)p.box.w, p.box.fallback, p.has_box, p.flip, p.vflip, p.decode, p.den, p.win_x,
-           p.win_y, p.win_w, p.win_h);
+           p.win_y, p.win_w, p.win_h, origin(&p.y), origin(&p.x));
     int n_jitter = 0;
     for (uint32_t k = 0; k < p.n_pix; k++) {
         if (p.pix[k].def->kind != STK_OP_COLOR_JITTER)
@@ -175,6 +277,32 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
                n_jitter++ ? ", " : "", j->order[0], j->order[1], j->order[2], j->order[3], j->on[0],
                j->on[1], j->on[2], j->on[3], j->factor[0], j->factor[1], j->factor[2],
                j->factor[3]);
+    }
+    printf("], \"pixel\": [");
+    int n_px = 0;
+    for (uint32_t k = 0; k < p.n_pix; k++) {
+        if (p.pix[k].def->kind == STK_OP_COLOR_JITTER)
+            continue;
+        if (p.pix[k].def->kind == STK_OP_TRIVIAL_AUGMENT_WIDE ||
+            p.pix[k].def->kind == STK_OP_RAND_AUGMENT ||
+            p.pix[k].def->kind == STK_OP_AUTO_AUGMENT) {
+            const stk__ta *d = &p.pix[k].draw.ta;
+            printf("%s{\"op\": \"%s\", \"policy\": %d, \"ops\": [", n_px++ ? ", " : "",
+                   p.pix[k].def->name, d->policy);
+            for (int q = 0; q < d->n; q++)
+                printf("%s[\"%s\", %.17g]", q ? ", " : "", stk__ta_name(d->op[q]), d->magnitude[q]);
+            printf("]}");
+            continue;
+        }
+        if (p.pix[k].def->kind == STK_OP_RANDOM_ERASING) {
+            const stk__erase *e = &p.pix[k].draw.erase;
+            printf("%s{\"op\": \"RandomErasing\", \"on\": %d, \"box\": [%lld, %lld, %lld, %lld]}",
+                   n_px++ ? ", " : "", e->on, (long long)e->i, (long long)e->j, (long long)e->h,
+                   (long long)e->w);
+            continue;
+        }
+        printf("%s{\"op\": \"%s\", \"on\": %d, \"sigma\": %.17g}", n_px++ ? ", " : "",
+               p.pix[k].def->name, p.pix[k].draw.pix.on, p.pix[k].draw.pix.sigma);
     }
     printf("]}\n");
 }
@@ -214,14 +342,55 @@ static int boxes(int argc, char **argv)
     return 0;
 }
 
+static int ta_table(int argc, char **argv)
+{
+    long bins = argc > 2 ? atol(argv[2]) : 31;
+    int policy = argc > 4 ? STK__POLICY_RAND : STK__POLICY_TRIVIAL_WIDE;
+    long h = argc > 4 ? atol(argv[3]) : 0, w = argc > 4 ? atol(argv[4]) : 0;
+    printf("[");
+    for (int op = 0; op < STK__TA_N; op++) {
+        bool sgn;
+        bool has = stk__ta_has_bins(op, &sgn);
+        printf("%s[\"%s\", %d, [", op ? ", " : "", stk__ta_name(op), sgn);
+        for (long k = 0; has && k < bins; k++)
+            printf("%s%.17g", k ? ", " : "", stk__ta_magnitude(policy, op, bins, k, h, w));
+        printf("]]");
+    }
+    printf("]\n");
+    return 0;
+}
+
+static int aa_policy(void)
+{
+    printf("[");
+    for (int k = 0; k < STK__AA_N_POLICIES; k++) {
+        printf("%s[", k ? ", " : "");
+        for (int i = 0; i < 2; i++) {
+            const stk__aa_step *st = stk__aa_policy(k, i);
+            printf("%s[\"%s\", %.17g, ", i ? ", " : "", stk__ta_name(st->op), st->p);
+            if (st->bin < 0)
+                printf("null]");
+            else
+                printf("%d]", st->bin);
+        }
+        printf("]");
+    }
+    printf("]\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--aa-policy") == 0)
+        return aa_policy();
     if (argc > 1 && strcmp(argv[1], "--boxes") == 0)
         return boxes(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--ta-table") == 0)
+        return ta_table(argc, argv);
     const char *recipe = NULL, *spec = NULL, *dtype = NULL;
     bool nhwc = false, exact = false, plan = false, lenient = false;
     unsigned long long seed = 0, epoch = 0, index = 0;
-    long bench = 0;
+    long bench = 0, plans = 1;
     const char *files[4096];
     int n_files = 0;
     for (int i = 1; i < argc; i++) {
@@ -249,6 +418,8 @@ int main(int argc, char **argv)
             lenient = true;
         else if (strcmp(a, "--plan") == 0)
             plan = true;
+        else if (strcmp(a, "--plans") == 0 && more)
+            plans = atol(argv[++i]);
         else if (a[0] == '-' && a[1] == '-')
             die("unknown option '%s'", a);
         else if (n_files < 4096)
@@ -329,6 +500,11 @@ int main(int argc, char **argv)
         uint8_t *img = read_file(files[0], &size);
         stk_rng rng;
         stk_rng_init(&rng, seed, epoch, index);
+        for (long k = 1; plan && k < plans; k++) { /* the plans of the next samples */
+            stk_rng next;
+            stk_rng_init(&next, seed, epoch, index + (uint64_t)k);
+            print_plan(t, w, img, size, next);
+        }
         if (plan)
             print_plan(t, w, img, size, rng);
         if (stk__transform_apply(t, w, img, size, &rng, out, err, sizeof(err)) < 0)

@@ -341,7 +341,9 @@ static int test_op_table(void)
         T_CHECKF(d->stage == STK__OP_STORE || d->plan, "%s has no plan", d->name);
         T_CHECKF((d->stage == STK__OP_PIXEL) == (d->kernel != NULL), "%s: kernel", d->name);
         T_CHECKF(d->stage != STK__OP_STORE || d->compile, "%s: compile", d->name);
-        T_CHECKF(!d->after_store || d->stage == STK__OP_GEOMETRY, "%s: after_store", d->name);
+        T_CHECKF((d->stage == STK__OP_TENSOR) == (d->post != NULL), "%s: post", d->name);
+        T_CHECKF(!d->after_store || d->stage == STK__OP_GEOMETRY || d->stage == STK__OP_TENSOR,
+                 "%s: after_store", d->name);
         /* Names round-trip and are unique. */
         T_CHECK(strcmp(stk_op_name(k), d->name) == 0);
         stk_op_kind found = (stk_op_kind)99;
@@ -439,6 +441,40 @@ static int test_bad_op_lists(void)
     stk_op o[STK__XF_MAX_OPS + 1], c;
     stk_op_init(&c, STK_OP_CENTER_CROP);
     const stk_dtype F = STK_DTYPE_FLOAT32;
+
+    /* RandomApply/RandomChoice: their transforms follow them and keep the size. */
+    o[0] = c;
+    stk_op_init(&o[1], STK_OP_RANDOM_APPLY);
+    o[1].n_transforms = 2;
+    stk_op_init(&o[2], STK_OP_RANDOM_INVERT);
+    T_CHECK(!expect_bad(o, 3, F, "ops[1] (RandomApply): its 2 transforms", "only 1 ops"));
+    o[2] = c;
+    o[1].n_transforms = 1;
+    T_CHECK(!expect_bad(o, 3, F, "ops[2] (CenterCrop) cannot be one of", "keep the size"));
+    stk_op_init(&o[1], STK_OP_RANDOM_CHOICE);
+    stk_op_init(&o[2], STK_OP_RANDOM_APPLY);
+    stk_op_init(&o[3], STK_OP_RANDOM_INVERT);
+    T_CHECK(!expect_bad(o, 4, F, "ops[1] (RandomChoice): ops[2] (RandomApply)", NULL));
+
+    /* RandomErasing works on the output tensor: only tensor ops may follow it (not Normalize,
+     * not a flip), and it cannot be finished on the device. */
+    o[0] = c;
+    stk_op_init(&o[1], STK_OP_RANDOM_ERASING);
+    stk_op_init(&o[2], STK_OP_NORMALIZE);
+    T_CHECK(
+        !expect_bad(o, 3, F, "ops[2] (Normalize)", "RandomErasing (ops[1]) works on the output"));
+    stk_op_init(&o[2], STK_OP_RANDOM_HORIZONTAL_FLIP);
+    T_CHECK(!expect_bad(o, 3, F, "ops[2] (RandomHorizontalFlip)", "only such ops"));
+    {
+        stk_transform_opts fo;
+        stk_transform_opts_init(&fo);
+        fo.ops = o;
+        fo.n_ops = 2;
+        fo.finish_on_device = true;
+        stk_transform *ft = NULL;
+        T_EQ(stk_transform_create(&fo, &ft), STK_EINVAL);
+        T_CHECK(strstr(stk_last_errmsg(), "RandomErasing (ops[1]) works on the finished"));
+    }
 
     stk_op_init(&o[0], STK_OP_RANDOM_RESIZED_CROP);
     o[0].size[0] = 0;
@@ -1284,42 +1320,138 @@ static void *th_main(void *arg)
     return NULL;
 }
 
+/* A transform with every pixel op of stk_pixops.c after RandomResizedCrop + flip (the random
+ * ones at p = 0.5, so the draws matter). */
+static stk_transform *all_pixel_ops(void)
+{
+    static const stk_op_kind kinds[] = {
+        STK_OP_RANDOM_RESIZED_CROP, STK_OP_RANDOM_HORIZONTAL_FLIP, STK_OP_RANDOM_ADJUST_SHARPNESS,
+        STK_OP_RANDOM_GRAYSCALE,    STK_OP_RANDOM_INVERT,          STK_OP_RANDOM_POSTERIZE,
+        STK_OP_RANDOM_SOLARIZE,     STK_OP_RANDOM_AUTOCONTRAST,    STK_OP_RANDOM_EQUALIZE,
+        STK_OP_GAUSSIAN_BLUR,       STK_OP_TRIVIAL_AUGMENT_WIDE,   STK_OP_NORMALIZE,
+        STK_OP_RANDOM_ERASING};
+    const size_t n = sizeof(kinds) / sizeof(kinds[0]);
+    stk_op ops[16];
+    for (size_t i = 0; i < n; i++)
+        stk_op_init(&ops[i], kinds[i]);
+    ops[0].size[0] = ops[0].size[1] = 96;
+    ops[2].sharpness_factor = 2.0;
+    ops[5].bits = 3;
+    stk_transform_opts o;
+    stk_transform_opts_init(&o);
+    o.ops = ops;
+    o.n_ops = n;
+    stk_transform *t = NULL;
+    return stk_transform_create(&o, &t) == STK_OK ? t : NULL;
+}
+
 static int test_threads_identical(void)
 {
     uint32_t W = 211, H = 160;
     uint8_t *rgb = make_rgb(W, H, 7);
     size_t size;
     uint8_t *png = make_png(rgb, W, H, &size);
-    stk_transform *t;
-    T_OK(stk_transform_recipe("imagenet-train", false, &t));
-    size_t sample = out_bytes(t);
-    const int N = 21;
-    uint8_t *ref = NULL;
-    static const int counts[] = {1, 2, 7};
-    for (int ci = 0; ci < 3; ci++) {
-        int nt = counts[ci];
-        uint8_t *out = malloc(sample * N);
-        pthread_t th[7];
-        th_job jobs[7];
-        for (int i = 0; i < nt; i++) {
-            jobs[i] = (th_job){t, png, size, out, sample, N, i, nt, 0};
-            T_CHECK(pthread_create(&th[i], NULL, th_main, &jobs[i]) == 0);
+    for (int which = 0; which < 2; which++) {
+        stk_transform *t = NULL;
+        if (which == 0)
+            T_OK(stk_transform_recipe("imagenet-train", false, &t));
+        else
+            T_CHECKF((t = all_pixel_ops()) != NULL, "create: %s", stk_last_errmsg());
+        size_t sample = out_bytes(t);
+        const int N = 21;
+        uint8_t *ref = NULL;
+        static const int counts[] = {1, 2, 7};
+        for (int ci = 0; ci < 3; ci++) {
+            int nt = counts[ci];
+            uint8_t *out = malloc(sample * N);
+            pthread_t th[7];
+            th_job jobs[7];
+            for (int i = 0; i < nt; i++) {
+                jobs[i] = (th_job){t, png, size, out, sample, N, i, nt, 0};
+                T_CHECK(pthread_create(&th[i], NULL, th_main, &jobs[i]) == 0);
+            }
+            for (int i = 0; i < nt; i++) {
+                pthread_join(th[i], NULL);
+                T_EQ(jobs[i].rc, 0);
+            }
+            if (!ref)
+                ref = out;
+            else {
+                T_CHECKF(memcmp(ref, out, sample * N) == 0, "%d threads differ from 1 (%s)", nt,
+                         which ? "pixel ops" : "imagenet-train");
+                free(out);
+            }
         }
-        for (int i = 0; i < nt; i++) {
-            pthread_join(th[i], NULL);
-            T_EQ(jobs[i].rc, 0);
-        }
-        if (!ref)
-            ref = out;
-        else {
-            T_CHECKF(memcmp(ref, out, sample * N) == 0, "%d threads differ from 1", nt);
-            free(out);
-        }
+        free(ref);
+        stk_transform_destroy(t);
     }
-    free(ref);
-    stk_transform_destroy(t);
     free(png);
     free(rgb);
+    return 0;
+}
+
+/* The pixel kernels of stk_pixops.c on small images with known results (the comparison with
+ * torchvision is python/tests/test_xform_vs_torchvision.py). */
+static int test_pixel_kernels(void)
+{
+    uint8_t a[6] = {0, 100, 200, 255, 128, 127};
+    stk__px_invert(a, 2);
+    T_CHECK(a[0] == 255 && a[1] == 155 && a[2] == 55 && a[3] == 0 && a[5] == 128);
+    uint8_t b[6] = {255, 200, 129, 7, 0, 64};
+    stk__px_posterize(b, 2, 2);
+    T_CHECK(b[0] == 192 && b[1] == 192 && b[2] == 128 && b[3] == 0 && b[5] == 64);
+    stk__px_posterize(b, 2, 0);
+    T_CHECK(b[0] == 0 && b[1] == 0 && b[2] == 0);
+    uint8_t c[6] = {127, 128, 129, 0, 255, 77};
+    stk__px_solarize(c, 2, 128);
+    T_CHECK(c[0] == 127 && c[1] == 127 && c[2] == 126 && c[3] == 0 && c[4] == 0 && c[5] == 77);
+    /* autocontrast: R spans 50..150 -> 0..255; G flat (unchanged); B spans 0..255 (identity) */
+    uint8_t d[9] = {50, 9, 0, 100, 9, 128, 150, 9, 255};
+    stk__px_autocontrast(d, 3);
+    T_CHECK(d[0] == 0 && d[3] == 127 && d[6] == 255);
+    T_CHECK(d[1] == 9 && d[4] == 9 && d[7] == 9 && d[2] == 0 && d[5] == 128 && d[8] == 255);
+    /* grayscale: trunc(0.2989 * 255 + 0.587 * 0 + 0.114 * 0) = 76 in every channel */
+    uint8_t g[3] = {255, 0, 0};
+    stk__px_grayscale(g, 1);
+    T_CHECK(g[0] == 76 && g[1] == 76 && g[2] == 76);
+    /* equalize: 512 pixels. Channel 0 holds 0..255 twice: step = 510 // 255 = 2, the identity.
+     * Channel 1 holds 256 x 10 then 256 x 20: step = 256 // 255 = 1, 10 -> 0, 20 -> 255. */
+    uint8_t *e = malloc(512 * 3);
+    for (int i = 0; i < 512; i++) {
+        e[i * 3] = (uint8_t)(i / 2);
+        e[i * 3 + 1] = i < 256 ? 10 : 20;
+        e[i * 3 + 2] = (uint8_t)(i % 4 == 0 ? 200 : 100); /* 128 x 200, 384 x 100 */
+    }
+    stk__px_equalize(e, 512);
+    /* channel 2: step = 384 // 255 = 1; lut[100] = 0, lut[200] = min(384, 255) */
+    T_CHECK(e[0] == 0 && e[300] == 50 && e[1] == 0 && e[3 * 300 + 1] == 255);
+    T_CHECK(e[2] == 255 && e[5] == 0);
+    free(e);
+    /* sharpness and blur keep a flat image; sharpness leaves images under 3x3 alone */
+    uint8_t flat[5 * 4 * 3];
+    memset(flat, 77, sizeof(flat));
+    T_CHECK(stk__px_sharpness(flat, 5, 4, 2.0));
+    T_CHECK(stk__px_gaussian_blur(flat, 5, 4, 5, 3, 1.3));
+    for (size_t i = 0; i < sizeof(flat); i++)
+        T_EQ(flat[i], 77);
+    uint8_t tiny[2 * 2 * 3] = {0, 255, 0, 255, 0, 255, 0, 255, 0, 255, 0, 255};
+    uint8_t keep[sizeof(tiny)];
+    memcpy(keep, tiny, sizeof(tiny));
+    T_CHECK(stk__px_sharpness(tiny, 2, 2, 0.0));
+    T_CHECK(memcmp(tiny, keep, sizeof(tiny)) == 0);
+    /* a 1 x 1 kernel is the identity; a kernel larger than the image still reflects inside it */
+    T_CHECK(stk__px_gaussian_blur(tiny, 2, 2, 1, 1, 0.5));
+    T_CHECK(memcmp(tiny, keep, sizeof(tiny)) == 0);
+    T_CHECK(stk__px_gaussian_blur(tiny, 2, 2, 9, 9, 3.0));
+    for (size_t i = 0; i < sizeof(tiny); i++)
+        T_CHECK(tiny[i] >= 100 && tiny[i] <= 155);
+    /* sharpness 0: the interior pixel becomes the smoothing, round(s / 13) */
+    uint8_t sq[3 * 3 * 3];
+    for (int i = 0; i < 9; i++)
+        sq[i * 3] = sq[i * 3 + 1] = sq[i * 3 + 2] = (uint8_t)(i == 4 ? 130 : 0);
+    T_CHECK(stk__px_sharpness(sq, 3, 3, 0.0));
+    T_EQ(sq[4 * 3], 50); /* round(5 * 130 / 13) */
+    T_EQ(sq[0], 0);
     return 0;
 }
 
@@ -1484,5 +1616,5 @@ T_MAIN(T_CASE(test_op_defaults), T_CASE(test_op_table), T_CASE(test_recipes),
        T_CASE(test_flip_exact), T_CASE(test_f16_bf16), T_CASE(test_store_layouts),
        T_CASE(test_store_arith_equals_table), T_CASE(test_jitter_basics),
        T_CASE(test_apply_png_pipelines), T_CASE(test_apply_deterministic),
-       T_CASE(test_threads_identical), T_CASE(test_apply_errors), T_CASE(test_apply_padding),
-       T_CASE(test_alloc_failures))
+       T_CASE(test_threads_identical), T_CASE(test_pixel_kernels), T_CASE(test_apply_errors),
+       T_CASE(test_apply_padding), T_CASE(test_alloc_failures))

@@ -1,0 +1,410 @@
+/*
+ * stk_autoaug.c: TrivialAugmentWide, RandAugment and AutoAugment(IMAGENET) (torchvision 0.14) on
+ * the uint8 output-size image.
+ *
+ * The op list, magnitude bins and signs are torchvision's _augmentation_space (float32 linspace
+ * values, as torch computes them); the draw is its forward: op = randint(14), bin =
+ * randint(num_magnitude_bins) for ops with magnitudes, sign = randint(2) for signed ones, from
+ * the sample's stream. The ops are torchvision's _apply_op:
+ *   - ShearX/ShearY/TranslateX/TranslateY/Rotate: nearest-neighbour affine warps with fill 0
+ *     repeating PIL's (Image.transform AFFINE: 16.16 fixed point, or its scale-only path;
+ *     Image.rotate's matrix and its transpose shortcuts), i.e. what Compose gives on PIL images;
+ *   - Brightness/Color/Contrast/Sharpness/Posterize/Solarize/AutoContrast/Equalize: the
+ *     functional_tensor ops of stk_color.c and stk_pixops.c (bit-identical to torch on uint8).
+ */
+#include "xform/stk_xform.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *const ta_names[STK__TA_N + 1] = {
+    "Identity",  "ShearX",     "ShearY",       "TranslateX", "TranslateY",
+    "Rotate",    "Brightness", "Color",        "Contrast",   "Sharpness",
+    "Posterize", "Solarize",   "AutoContrast", "Equalize",   "Invert"};
+
+/* (start, end) of each op's linspace, signed; Posterize has its own formula; none: no bins */
+typedef struct ta_space {
+    float start, end;
+    bool bins, is_signed;
+} ta_space;
+
+static const ta_space ta_spaces[STK__TA_N + 1] = {
+    {0, 0, false, false},      {0.0f, 0.99f, true, true}, {0.0f, 0.99f, true, true},
+    {0.0f, 32.0f, true, true}, {0.0f, 32.0f, true, true}, {0.0f, 135.0f, true, true},
+    {0.0f, 0.99f, true, true}, {0.0f, 0.99f, true, true}, {0.0f, 0.99f, true, true},
+    {0.0f, 0.99f, true, true}, {0, 0, true, false},       {255.0f, 0.0f, true, false},
+    {0, 0, false, false},      {0, 0, false, false},      {0, 0, false, false}};
+
+const char *stk__ta_name(int op)
+{
+    return op >= 0 && op <= STK__TA_INVERT ? ta_names[op] : NULL;
+}
+
+bool stk__ta_has_bins(int op, bool *is_signed)
+{
+    *is_signed = ta_spaces[op].is_signed;
+    return ta_spaces[op].bins;
+}
+
+/* torch.linspace(start, end, steps)[idx] as a float32 tensor, as torch 1.13's CPU kernel on
+ * AVX2 computes it (so the table values are torchvision's to the bit; the test compares all of
+ * them): step = (end - start) / (steps - 1) in float32; blocks of two 8-wide vectors while 16
+ * values remain, each vector from base = start + step * i (or end - step * (steps - i - 1) past
+ * the half), one fused multiply-add, then base + step * k (two roundings); the rest one by one
+ * with fused multiply-adds. */
+static float linspace_f32(float start, float end, int64_t steps, int64_t idx)
+{
+    if (steps == 1)
+        return start;
+    float step = (end - start) / (float)(steps - 1);
+    int64_t halfway = steps / 2;
+    int64_t vec_end = steps / 16 * 16;
+    if (idx < vec_end) {
+        int64_t i = idx / 8 * 8, k = idx - i;
+        float base =
+            i < halfway ? fmaf(step, (float)i, start) : fmaf(-step, (float)(steps - i - 1), end);
+        float sk = step * (float)k;
+        return base + sk;
+    }
+    return idx < halfway ? fmaf(step, (float)idx, start)
+                         : fmaf(-step, (float)(steps - idx - 1), end);
+}
+
+double stk__ta_magnitude(int policy, int op, int64_t bins, int64_t idx, int64_t h, int64_t w)
+{
+    bool rand = policy != STK__POLICY_TRIVIAL_WIDE; /* AutoAugment's table is RandAugment's */
+    if (op == STK__TA_POSTERIZE) { /* 8 - (arange(bins) / ((bins - 1) / D)).round().int() */
+        float q = (float)idx / (float)((double)(bins - 1) / (rand ? 4.0 : 6.0));
+        return 8.0 - (double)nearbyintf(q);
+    }
+    const ta_space *s = &ta_spaces[op];
+    if (!s->bins)
+        return 0.0;
+    float end = s->end;
+    if (rand) { /* RandAugment's table */
+        switch (op) {
+        case STK__TA_SHEAR_X:
+        case STK__TA_SHEAR_Y:
+            end = 0.3f;
+            break;
+        case STK__TA_TRANSLATE_X:
+            end = (float)(150.0 / 331.0 * (double)w);
+            break;
+        case STK__TA_TRANSLATE_Y:
+            end = (float)(150.0 / 331.0 * (double)h);
+            break;
+        case STK__TA_ROTATE:
+            end = 30.0f;
+            break;
+        case STK__TA_SOLARIZE:
+            break;
+        default: /* Brightness, Color, Contrast, Sharpness */
+            end = 0.9f;
+            break;
+        }
+    }
+    return (double)linspace_f32(s->start, end, bins, idx);
+}
+
+/* One op: its magnitude (bin idx when it has bins), negated on randint(2) when signed. */
+static void draw_one(stk_rng *rng, int policy, int op, int64_t bins, int64_t idx, int64_t h,
+                     int64_t w, stk__ta *out)
+{
+    bool is_signed;
+    double m = 0.0;
+    if (stk__ta_has_bins(op, &is_signed))
+        m = stk__ta_magnitude(policy, op, bins, idx, h, w);
+    if (is_signed && stk__rng_below(rng, 2))
+        m = -m;
+    out->op[out->n] = op;
+    out->magnitude[out->n] = m;
+    out->n++;
+}
+
+void stk__ta_draw(stk_rng *rng, int64_t bins, stk__ta *out)
+{
+    out->policy = -1;
+    out->n = 0;
+    int op = (int)stk__rng_below(rng, STK__TA_N);
+    bool is_signed;
+    int64_t idx =
+        stk__ta_has_bins(op, &is_signed) ? (int64_t)stk__rng_below(rng, (uint64_t)bins) : 0;
+    draw_one(rng, STK__POLICY_TRIVIAL_WIDE, op, bins, idx, 0, 0, out);
+}
+
+void stk__ra_draw(stk_rng *rng, int64_t num_ops, int64_t magnitude, int64_t bins, int64_t h,
+                  int64_t w, stk__ta *out)
+{
+    out->policy = -1;
+    out->n = 0;
+    for (int64_t k = 0; k < num_ops && k < STK__TA_MAX_OPS; k++)
+        draw_one(rng, STK__POLICY_RAND, (int)stk__rng_below(rng, STK__TA_N), bins, magnitude, h, w,
+                 out);
+}
+
+/* AutoAugmentPolicy.IMAGENET (torchvision 0.14's _get_policies; the test compares). */
+static const stk__aa_step aa_imagenet[STK__AA_N_POLICIES][2] = {
+    {{STK__TA_POSTERIZE, 0.4, 8}, {STK__TA_ROTATE, 0.6, 9}},
+    {{STK__TA_SOLARIZE, 0.6, 5}, {STK__TA_AUTOCONTRAST, 0.6, -1}},
+    {{STK__TA_EQUALIZE, 0.8, -1}, {STK__TA_EQUALIZE, 0.6, -1}},
+    {{STK__TA_POSTERIZE, 0.6, 7}, {STK__TA_POSTERIZE, 0.6, 6}},
+    {{STK__TA_EQUALIZE, 0.4, -1}, {STK__TA_SOLARIZE, 0.2, 4}},
+    {{STK__TA_EQUALIZE, 0.4, -1}, {STK__TA_ROTATE, 0.8, 8}},
+    {{STK__TA_SOLARIZE, 0.6, 3}, {STK__TA_EQUALIZE, 0.6, -1}},
+    {{STK__TA_POSTERIZE, 0.8, 5}, {STK__TA_EQUALIZE, 1.0, -1}},
+    {{STK__TA_ROTATE, 0.2, 3}, {STK__TA_SOLARIZE, 0.6, 8}},
+    {{STK__TA_EQUALIZE, 0.6, -1}, {STK__TA_POSTERIZE, 0.4, 6}},
+    {{STK__TA_ROTATE, 0.8, 8}, {STK__TA_COLOR, 0.4, 0}},
+    {{STK__TA_ROTATE, 0.4, 9}, {STK__TA_EQUALIZE, 0.6, -1}},
+    {{STK__TA_EQUALIZE, 0.0, -1}, {STK__TA_EQUALIZE, 0.8, -1}},
+    {{STK__TA_INVERT, 0.6, -1}, {STK__TA_EQUALIZE, 1.0, -1}},
+    {{STK__TA_COLOR, 0.6, 4}, {STK__TA_CONTRAST, 1.0, 8}},
+    {{STK__TA_ROTATE, 0.8, 8}, {STK__TA_COLOR, 1.0, 2}},
+    {{STK__TA_COLOR, 0.8, 8}, {STK__TA_SOLARIZE, 0.8, 7}},
+    {{STK__TA_SHARPNESS, 0.4, 7}, {STK__TA_INVERT, 0.6, -1}},
+    {{STK__TA_SHEAR_X, 0.6, 5}, {STK__TA_EQUALIZE, 1.0, -1}},
+    {{STK__TA_COLOR, 0.4, 0}, {STK__TA_EQUALIZE, 0.6, -1}},
+    {{STK__TA_EQUALIZE, 0.4, -1}, {STK__TA_SOLARIZE, 0.2, 4}},
+    {{STK__TA_SOLARIZE, 0.6, 5}, {STK__TA_AUTOCONTRAST, 0.6, -1}},
+    {{STK__TA_INVERT, 0.6, -1}, {STK__TA_EQUALIZE, 1.0, -1}},
+    {{STK__TA_COLOR, 0.6, 4}, {STK__TA_CONTRAST, 1.0, 8}},
+    {{STK__TA_EQUALIZE, 0.8, -1}, {STK__TA_EQUALIZE, 0.6, -1}},
+};
+
+const stk__aa_step *stk__aa_policy(int k, int i)
+{
+    return k >= 0 && k < STK__AA_N_POLICIES && (i == 0 || i == 1) ? &aa_imagenet[k][i] : NULL;
+}
+
+void stk__aa_draw(stk_rng *rng, int64_t h, int64_t w, stk__ta *out)
+{
+    int k = (int)stk__rng_below(rng, STK__AA_N_POLICIES);
+    double u[2];
+    int sign[2];
+    for (int i = 0; i < 2; i++)
+        u[i] = stk_rng_uniform(rng);
+    for (int i = 0; i < 2; i++)
+        sign[i] = (int)stk__rng_below(rng, 2);
+    out->policy = k;
+    out->n = 0;
+    for (int i = 0; i < 2; i++) {
+        const stk__aa_step *st = &aa_imagenet[k][i];
+        if (!(u[i] <= st->p))
+            continue;
+        bool is_signed;
+        double m = 0.0;
+        if (st->bin >= 0 && stk__ta_has_bins(st->op, &is_signed))
+            m = stk__ta_magnitude(STK__POLICY_AUTO, st->op, 10, st->bin, h, w);
+        stk__ta_has_bins(st->op, &is_signed);
+        if (is_signed && sign[i] == 0)
+            m = -m;
+        out->op[out->n] = st->op;
+        out->magnitude[out->n] = m;
+        out->n++;
+    }
+}
+
+/* ---- PIL's nearest-neighbour affine transform (Geometry.c), fill 0 ---- */
+
+static inline int coord(double v)
+{
+    return v < 0.0 ? -1 : (int)v;
+}
+
+/* a: the inverse map, output (x + 0.5, y + 0.5) -> input. src: a copy of the image. */
+static void pil_affine(uint8_t *dst, const uint8_t *src, int w, int h, const double a[6])
+{
+    memset(dst, 0, (size_t)w * h * 3);
+    if (a[1] == 0 && a[3] == 0) { /* ImagingScaleAffine */
+        double yo = a[5] + a[4] * 0.5;
+        for (int y = 0; y < h; y++, yo += a[4]) {
+            int yi = coord(yo);
+            if (yi < 0 || yi >= h)
+                continue;
+            double xo = a[2] + a[0] * 0.5;
+            for (int x = 0; x < w; x++, xo += a[0]) {
+                int xi = coord(xo);
+                if (xi >= 0 && xi < w)
+                    memcpy(dst + ((size_t)y * w + x) * 3, src + ((size_t)yi * w + xi) * 3, 3);
+            }
+        }
+        return;
+    }
+#define FITS(x, y)                                                                                 \
+    (fabs(a[0] * (x) + a[1] * (y) + a[2]) < 32768.0 &&                                             \
+     fabs(a[3] * (x) + a[4] * (y) + a[5]) < 32768.0)
+    if (FITS(0, 0) && FITS(w, h) && FITS(0, h) && FITS(w, 0)) { /* affine_fixed: 16.16 */
+#define FIX(v) ((int)floor((v)*65536.0 + 0.5))
+        int a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
+        int a2 = FIX(a[2] + a[1] * 0.5 + a[0] * 0.5), a5 = FIX(a[5] + a[4] * 0.5 + a[3] * 0.5);
+#undef FIX
+        for (int y = 0; y < h; y++, a2 += a1, a5 += a4) {
+            int xx = a2, yy = a5;
+            for (int x = 0; x < w; x++, xx += a0, yy += a3) {
+                int xi = xx >> 16, yi = yy >> 16;
+                if (xi >= 0 && xi < w && yi >= 0 && yi < h)
+                    memcpy(dst + ((size_t)y * w + x) * 3, src + ((size_t)yi * w + xi) * 3, 3);
+            }
+        }
+        return;
+    }
+#undef FITS
+    double xo = a[2] + a[1] * 0.5 + a[0] * 0.5, yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+    for (int y = 0; y < h; y++, xo += a[1], yo += a[4]) {
+        double xx = xo, yy = yo;
+        for (int x = 0; x < w; x++, xx += a[0], yy += a[3]) {
+            int xi = coord(xx), yi = coord(yy);
+            if (xi >= 0 && xi < w && yi >= 0 && yi < h)
+                memcpy(dst + ((size_t)y * w + x) * 3, src + ((size_t)yi * w + xi) * 3, 3);
+        }
+    }
+}
+
+/* torchvision's _get_inverse_affine_matrix (inverted) for angle 0, scale 1. */
+static void inverse_affine(double cx, double cy, double tx, double ty, double shx, double shy,
+                           double m[6])
+{
+    double rot = 0.0, sx = shx * M_PI / 180.0, sy = shy * M_PI / 180.0;
+    double a = cos(rot - sy) / cos(sy);
+    double b = -cos(rot - sy) * tan(sx) / cos(sy) - sin(rot);
+    double c = sin(rot - sy) / cos(sy);
+    double d = -sin(rot - sy) * tan(sx) / cos(sy) + cos(rot);
+    m[0] = d;
+    m[1] = -b;
+    m[2] = 0.0;
+    m[3] = -c;
+    m[4] = a;
+    m[5] = 0.0;
+    m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
+    m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
+    m[2] += cx;
+    m[5] += cy;
+}
+
+/* Python's round(x, 15) closely enough for cos/sin values (|x| <= 1). */
+static double round15(double x)
+{
+    return nearbyint(x * 1e15) / 1e15;
+}
+
+/* PIL's Image.rotate(angle) (counter-clockwise degrees, centre (w/2, h/2), same size). */
+static void pil_rotate(uint8_t *dst, const uint8_t *src, int w, int h, double angle)
+{
+    angle = fmod(angle, 360.0);
+    if (angle < 0)
+        angle += 360.0;
+    size_t n = (size_t)w * h;
+    if (angle == 0) {
+        memcpy(dst, src, n * 3);
+        return;
+    }
+    if (angle == 180 || ((angle == 90 || angle == 270) && w == h)) { /* transposes */
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                int xi, yi;
+                if (angle == 180) {
+                    xi = w - 1 - x;
+                    yi = h - 1 - y;
+                } else if (angle == 90) {
+                    xi = w - 1 - y;
+                    yi = x;
+                } else {
+                    xi = y;
+                    yi = h - 1 - x;
+                }
+                memcpy(dst + ((size_t)y * w + x) * 3, src + ((size_t)yi * w + xi) * 3, 3);
+            }
+        return;
+    }
+    double r = -angle * M_PI / 180.0, cx = w / 2.0, cy = h / 2.0;
+    double m[6] = {round15(cos(r)), round15(sin(r)), 0.0, round15(-sin(r)), round15(cos(r)), 0.0};
+    double x0 = -cx, y0 = -cy;
+    m[2] = m[0] * x0 + m[1] * y0 + m[2];
+    m[5] = m[3] * x0 + m[4] * y0 + m[5];
+    m[2] += cx;
+    m[5] += cy;
+    pil_affine(dst, src, w, h, m);
+}
+
+/* One of the ops (torchvision's _apply_op). */
+static stk_status apply_one(const stk__pixctx *c, int op, double mag)
+{
+    size_t npix = (size_t)c->w * c->h;
+    int w = (int)c->w, h = (int)c->h;
+    if (op >= STK__TA_SHEAR_X && op <= STK__TA_ROTATE) {
+        uint8_t *src = stk__malloc(npix * 3);
+        if (!src)
+            return stk__set_error(c->err, c->err_size, STK_ENOMEM,
+                                  "out of memory for TrivialAugmentWide's scratch");
+        memcpy(src, c->rgb, npix * 3);
+        double m[6];
+        double deg = atan(mag) * 180.0 / M_PI; /* math.degrees(math.atan(magnitude)) */
+        switch (op) {
+        case STK__TA_SHEAR_X:
+            inverse_affine(0, 0, 0, 0, deg, 0, m);
+            pil_affine(c->rgb, src, w, h, m);
+            break;
+        case STK__TA_SHEAR_Y:
+            inverse_affine(0, 0, 0, 0, 0, deg, m);
+            pil_affine(c->rgb, src, w, h, m);
+            break;
+        case STK__TA_TRANSLATE_X:
+        case STK__TA_TRANSLATE_Y: {
+            double t = (double)(int64_t)mag; /* int(magnitude) */
+            bool xdir = op == STK__TA_TRANSLATE_X;
+            inverse_affine(w * 0.5, h * 0.5, xdir ? t : 0, xdir ? 0 : t, 0, 0, m);
+            pil_affine(c->rgb, src, w, h, m);
+            break;
+        }
+        default:
+            pil_rotate(c->rgb, src, w, h, mag);
+            break;
+        }
+        stk__free(src);
+        return STK_OK;
+    }
+    switch (op) {
+    case STK__TA_BRIGHTNESS:
+        stk__adjust_brightness(c->rgb, npix, 1.0 + mag);
+        break;
+    case STK__TA_COLOR:
+        stk__adjust_saturation(c->rgb, npix, 1.0 + mag);
+        break;
+    case STK__TA_CONTRAST:
+        stk__adjust_contrast(c->rgb, npix, 1.0 + mag);
+        break;
+    case STK__TA_SHARPNESS:
+        if (!stk__px_sharpness(c->rgb, c->w, c->h, 1.0 + mag))
+            return stk__set_error(c->err, c->err_size, STK_ENOMEM,
+                                  "out of memory for TrivialAugmentWide's scratch");
+        break;
+    case STK__TA_POSTERIZE:
+        stk__px_posterize(c->rgb, npix, (int)mag);
+        break;
+    case STK__TA_SOLARIZE:
+        stk__px_solarize(c->rgb, npix, mag);
+        break;
+    case STK__TA_AUTOCONTRAST:
+        stk__px_autocontrast(c->rgb, npix);
+        break;
+    case STK__TA_EQUALIZE:
+        stk__px_equalize(c->rgb, npix);
+        break;
+    case STK__TA_INVERT:
+        stk__px_invert(c->rgb, npix);
+        break;
+    default: /* Identity */
+        break;
+    }
+    return STK_OK;
+}
+
+stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d)
+{
+    for (int k = 0; k < d->n; k++) {
+        stk_status rc = apply_one(c, d->op[k], d->magnitude[k]);
+        if (rc < 0)
+            return rc;
+    }
+    return STK_OK;
+}
