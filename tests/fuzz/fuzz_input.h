@@ -18,7 +18,7 @@
 #define MAX_RECORD_SIZE (1u << 20)
 
 /* An unlinked file holding the input; *path names it for stk_dataset_open. */
-static int fuzz_input_file(const uint8_t *data, size_t size, const char *name, char *path,
+__attribute__((unused)) static int fuzz_input_file(const uint8_t *data, size_t size, const char *name, char *path,
                            size_t path_size)
 {
     int fd = memfd_create(name, MFD_CLOEXEC);
@@ -46,7 +46,7 @@ static int fuzz_input_file(const uint8_t *data, size_t size, const char *name, c
 }
 
 /* Read every record through both read paths. */
-static void fuzz_read_all(const stk_dataset *ds)
+__attribute__((unused)) static void fuzz_read_all(const stk_dataset *ds)
 {
     uint64_t max = stk_dataset_max_record_size(ds);
     size_t nf = stk_dataset_n_fields(ds);
@@ -92,7 +92,7 @@ static void fuzz_read_all(const stk_dataset *ds)
 
 /* Run the input as it is, then (inputs up to 4 MiB) once more with its checksums recomputed by
  * `repair` when that changed anything, so mutations get past the first checksum check. */
-static void fuzz_run_repaired(const uint8_t *data, size_t size,
+__attribute__((unused)) static void fuzz_run_repaired(const uint8_t *data, size_t size,
                               void (*run)(const uint8_t *, size_t),
                               int (*repair)(uint8_t *, size_t))
 {
