@@ -10,6 +10,7 @@ WERROR   ?= $(if $(CI),-Werror,)
 SANITIZE ?=
 
 PKGS     := libturbojpeg spng libxxhash
+PKGS     += libcurl libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

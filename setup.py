@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 os.chdir(HERE)  # sources are given relative to the repository root
 
 PKGS = ["libturbojpeg", "spng", "libxxhash"]
+PKGS += ["libcurl", "libcrypto"]  # remote byte sources (issue 14)
 
 
 def pkg_config(flag):

@@ -5,6 +5,7 @@ set -eu
 pkgs=(gcc make pkg-config clang libclang-rt-14-dev clang-format libturbojpeg0-dev
       libjpeg62-turbo-dev libspng-dev libxxhash-dev python3-dev python3-numpy python3-pytest
       python3-pytest-timeout python3-torch python3-torchvision python3-pil)
+pkgs+=(libcurl4-openssl-dev libssl-dev nodejs)  # remote byte sources (issue 14); s3rver tests
 missing=()
 for p in "${pkgs[@]}"; do
     status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
