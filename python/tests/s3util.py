@@ -199,8 +199,11 @@ class FaultProxy:
                 with proxy.lock:
                     proxy.bytes += len(data)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        class Server(http.server.ThreadingHTTPServer):
+            request_queue_size = 256  # a short backlog drops SYNs: 1 s, 3 s connect stalls
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
