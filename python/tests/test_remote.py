@@ -118,6 +118,7 @@ def test_faults_every_sample_exactly_once(s3, endpoint, monkeypatch):
     with FaultProxy(host, error_rate=0.1, truncate_rate=0.05, drop_rate=0.05, seed=7) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         monkeypatch.setenv("STOKER_HTTP_RETRIES", "12")
+        monkeypatch.setenv("STOKER_HTTP_BACKOFF_MS", "5")  # exactness is checked, not waiting
         loader = stoker.Loader("s3://data/train/shard-00000.stk", batch_size=25, shuffle=True,
                                seed=5, num_workers=2)
         got = epoch(loader)

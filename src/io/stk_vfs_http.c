@@ -16,6 +16,7 @@
  * AWS_REGION / AWS_DEFAULT_REGION (default us-east-1), AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL
  * (path-style addressing; virtual-hosted AWS endpoints otherwise), STOKER_HTTP_RETRIES,
  * STOKER_HTTP_TIMEOUT (seconds: connect, and the longest stall of a transfer; default 30),
+ * STOKER_HTTP_BACKOFF_MS (the first retry's wait; default 100),
  * STOKER_HTTP_INSECURE=1 (do not verify TLS certificates), STOKER_CACHE_DIR / STOKER_CACHE_LIMIT.
  */
 #include "io/stk_vfs_http.h"
@@ -516,7 +517,8 @@ static stk_status request(req *q, resp *r, const char *name, char *err, size_t e
         if (!stk__http_retryable((int)cc, cc == CURLE_OK ? r->status : 0, short_body) ||
             attempt >= max)
             break;
-        sleep_ms(stk__http_backoff_ms(attempt, 100, 5000, rnd64()));
+        sleep_ms(stk__http_backoff_ms(
+            attempt, (uint64_t)env_long("STOKER_HTTP_BACKOFF_MS", 100, 0, 60000), 5000, rnd64()));
     }
     char code[64];
     s3_code(r->errbody, code, sizeof(code));
