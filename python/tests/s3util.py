@@ -26,7 +26,7 @@ def s3rver_command():
     prefix = os.environ.get("STOKER_S3RVER_PREFIX", os.path.join(REPO, "build", "s3rver"))
     try:
         out = subprocess.run(["bash", os.path.join(REPO, "scripts", "s3rver.sh"), prefix],
-                             capture_output=True, text=True, timeout=300, check=True)
+                             capture_output=True, text=True, timeout=120, check=True)
     except (subprocess.SubprocessError, OSError):
         return None
     return out.stdout.strip().splitlines()[-1]

@@ -235,3 +235,18 @@ def test_ranks_share_one_cache_exactly_once(endpoint, tmp_path):
     allidx = [i for part in parts for i in part]
     assert sorted(allidx) == list(range(BIG_N))  # disjoint and complete
     assert dir_bytes(tmp_path / "cache") <= 4 * BLOCK
+
+
+def test_cli_inspect_and_verify_take_urls(endpoint):
+    import subprocess
+    from conftest import REPO
+    cli = os.path.join(REPO, "build", "stoker")
+    if not os.path.exists(cli):
+        pytest.skip("build/stoker not built")
+    r = subprocess.run([cli, "inspect", "s3://data/train/"], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    assert "600" in r.stdout, r.stdout
+    r = subprocess.run([cli, "verify", "s3://data/train/shard-00001.stk"], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr + r.stdout
