@@ -215,7 +215,7 @@ static uint64_t scan(const stk__cache *c, uint64_t evict_to)
             v = nv;
             cap = nc;
         }
-        snprintf(v[n].name, sizeof(v[n].name), "%s", e->d_name);
+        memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1); /* length checked above */
         v[n].atime = st.st_atim;
         v[n].size = (uint64_t)st.st_size;
         n++;
