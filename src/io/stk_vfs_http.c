@@ -468,6 +468,7 @@ static stk_status perform(const req *q, resp *r, CURLcode *cc, char *curl_err)
     *cc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL); /* curl_err is on the caller's stack */
     curl_slist_free_all(h);
     return STK_OK;
 }
