@@ -11,6 +11,7 @@ SANITIZE ?=
 
 PKGS     := libturbojpeg spng libxxhash libwebp libtiff-4
 PKGS     += hdf5 lmdb
+PKGS     += libcurl libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

@@ -18,7 +18,8 @@ from setuptools import Extension, setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 os.chdir(HERE)  # sources are given relative to the repository root
 
-PKGS = ["libturbojpeg", "spng", "libxxhash"]
+PKGS = ["libturbojpeg", "spng", "libxxhash", "libwebp", "libtiff-4", "hdf5", "lmdb"]
+PKGS += ["libcurl", "libcrypto"]  # remote byte sources (issue 14)
 
 
 def pkg_config(flag):

@@ -5,6 +5,7 @@
  * The registry of byte sources (stk__vfs_for) lives here too, since POSIX is the fallback.
  */
 #include "io/stk_vfs.h"
+#include "io/stk_vfs_http.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -191,7 +192,11 @@ const stk__vfs stk__vfs_posix = {
 };
 
 /* Byte sources other than POSIX, tried in order; a remote one is one more line here. */
-static const stk__vfs *const vfs_table[] = {NULL};
+static const stk__vfs *const vfs_table[] = {
+    &stk__vfs_s3,   /* s3://bucket/key (stk_vfs_http.c) */
+    &stk__vfs_http, /* http:// and https:// */
+    NULL,
+};
 
 const stk__vfs *stk__vfs_for(const char *path)
 {

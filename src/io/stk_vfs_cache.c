@@ -1,0 +1,412 @@
+/*
+ * stk_vfs_cache.c: the on-disk cache of remote bytes, shared by every process on the machine.
+ *
+ * Layout under the cache directory: `entries/<sha256(key)>-<block>` (one block of STK_CACHE_BLOCK
+ * bytes of one object version; key = URL + ETag + size), `tmp/` (blocks being written), `.lock`
+ * (flock'ed while an entry goes in; holds the entries' total size). A miss fetches the whole
+ * block, writes it under tmp/ and renames it into entries/ (rename is atomic: a reader sees a
+ * whole entry or none). Inserting takes the lock, evicts the least recently used entries (atime,
+ * set on every hit with futimens) until the new one fits under the limit, renames, and updates
+ * the total: entries never exceed the limit, whatever the number of processes. Readers take no
+ * lock; an entry evicted while being read stays readable through its open descriptor. flock is
+ * released when a process dies, so a crash never wedges the cache.
+ */
+#include "io/stk_sigv4.h"
+#include "io/stk_vfs_http.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+struct stk__cache {
+    char *dir, *entries, *tmp;
+    uint64_t limit;
+    int lock_fd;
+    struct stk__cache *next; /* the process's caches (stk__cache_from_env) */
+};
+
+static stk_status mkdir_p(const char *d, char *err, size_t err_size)
+{
+    char buf[4096];
+    snprintf(buf, sizeof(buf), "%s", d);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", buf, strerror(errno));
+    return STK_OK;
+}
+
+void stk__cache_close(stk__cache *c)
+{
+    if (!c)
+        return;
+    if (c->lock_fd >= 0)
+        close(c->lock_fd);
+    stk__free(c->dir);
+    stk__free(c->entries);
+    stk__free(c->tmp);
+    stk__free(c);
+}
+
+stk_status stk__cache_open(const char *dir, uint64_t limit, stk__cache **out, char *err,
+                           size_t err_size)
+{
+    *out = NULL;
+    if (limit < STK_CACHE_BLOCK)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "cache %s: the limit (%llu bytes) is smaller than one cache block "
+                              "(%llu bytes): raise STOKER_CACHE_LIMIT / cache_limit=",
+                              dir, (unsigned long long)limit, (unsigned long long)STK_CACHE_BLOCK);
+    stk__cache *c = stk__calloc(1, sizeof(*c));
+    if (!c)
+        return stk__set_error(err, err_size, STK_ENOMEM, "cache %s: out of memory", dir);
+    c->lock_fd = -1;
+    c->limit = limit;
+    c->dir = stk__strdup(dir);
+    c->entries = stk__path_join(dir, "entries");
+    c->tmp = stk__path_join(dir, "tmp");
+    char *lock = stk__path_join(dir, ".lock");
+    stk_status rc = STK_OK;
+    if (!c->dir || !c->entries || !c->tmp || !lock) {
+        rc = stk__set_error(err, err_size, STK_ENOMEM, "cache %s: out of memory", dir);
+        goto fail;
+    }
+    if ((rc = mkdir_p(c->entries, err, err_size)) < 0 || (rc = mkdir_p(c->tmp, err, err_size)) < 0)
+        goto fail;
+    c->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (c->lock_fd < 0) {
+        rc = stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", lock, strerror(errno));
+        goto fail;
+    }
+    stk__free(lock);
+    *out = c;
+    return STK_OK;
+fail:
+    stk__free(lock);
+    stk__cache_close(c);
+    return rc;
+}
+
+static bool parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0)
+        return false;
+    double mul = 1;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        mul = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (*end == 'i' && end[1] == 'B')
+        end += 2;
+    else if (*end == 'B')
+        end++;
+    if (*end || v * mul > 1.8e19)
+        return false;
+    *out = (uint64_t)(v * mul);
+    return true;
+}
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static stk__cache *g_caches; /* kept for the process's lifetime: open files point at them */
+
+stk_status stk__cache_from_env(stk__cache **out, char *err, size_t err_size)
+{
+    *out = NULL;
+    const char *dir = getenv("STOKER_CACHE_DIR");
+    if (!dir || !*dir)
+        return STK_OK;
+    const char *ls = getenv("STOKER_CACHE_LIMIT");
+    uint64_t limit = (uint64_t)10 << 30;
+    if (ls && *ls && !parse_size(ls, &limit))
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "STOKER_CACHE_LIMIT=%s: not a size (bytes, or with K/M/G/T)", ls);
+    pthread_mutex_lock(&g_lock);
+    stk_status rc = STK_OK;
+    stk__cache *c = g_caches;
+    while (c && (strcmp(c->dir, dir) != 0 || c->limit != limit))
+        c = c->next;
+    if (!c && (rc = stk__cache_open(dir, limit, &c, err, err_size)) == STK_OK) {
+        c->next = g_caches;
+        g_caches = c;
+    }
+    pthread_mutex_unlock(&g_lock);
+    *out = c;
+    return rc;
+}
+
+/* ---- accounting and eviction (under the lock) ---- */
+
+typedef struct entry {
+    char name[96];
+    struct timespec atime;
+    uint64_t size;
+} entry;
+
+static int by_atime(const void *a, const void *b)
+{
+    const entry *x = a, *y = b;
+    if (x->atime.tv_sec != y->atime.tv_sec)
+        return x->atime.tv_sec < y->atime.tv_sec ? -1 : 1;
+    return x->atime.tv_nsec < y->atime.tv_nsec ? -1 : x->atime.tv_nsec > y->atime.tv_nsec;
+}
+
+/* Scan the entries: their total, and when `evict_to` is not UINT64_MAX, unlink the least
+ * recently used until the total is at most evict_to. Entries vanishing meanwhile (another
+ * process evicting) are skipped. */
+static uint64_t scan(const stk__cache *c, uint64_t evict_to)
+{
+    DIR *d = opendir(c->entries);
+    if (!d)
+        return 0;
+    entry *v = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t total = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat st;
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof(v->name) ||
+            fstatat(dirfd(d), e->d_name, &st, 0) != 0)
+            continue;
+        total += (uint64_t)st.st_size;
+        if (evict_to == UINT64_MAX)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 256;
+            entry *nv = stk__realloc(v, nc * sizeof(*v));
+            if (!nv)
+                break;
+            v = nv;
+            cap = nc;
+        }
+        memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1); /* length checked above */
+        v[n].atime = st.st_atim;
+        v[n].size = (uint64_t)st.st_size;
+        n++;
+    }
+    if (v && n > 1)
+        qsort(v, n, sizeof(*v), by_atime);
+    for (size_t i = 0; i < n && total > evict_to; i++)
+        if (unlinkat(dirfd(d), v[i].name, 0) == 0 || errno == ENOENT)
+            total -= v[i].size;
+    closedir(d);
+    stk__free(v);
+    /* temporary files left by a process that died mid-write, after an hour */
+    DIR *t = opendir(c->tmp);
+    time_t now = time(NULL);
+    while (t && (e = readdir(t))) {
+        struct stat st;
+        if (e->d_name[0] != '.' && fstatat(dirfd(t), e->d_name, &st, 0) == 0 &&
+            now - st.st_mtime > 3600)
+            unlinkat(dirfd(t), e->d_name, 0);
+    }
+    if (t)
+        closedir(t);
+    return total;
+}
+
+uint64_t stk__cache_bytes(const char *dir)
+{
+    stk__cache c = {.entries = stk__path_join(dir, "entries"), .tmp = stk__path_join(dir, "tmp")};
+    uint64_t total = c.entries && c.tmp ? scan(&c, UINT64_MAX) : 0;
+    stk__free(c.entries);
+    stk__free(c.tmp);
+    return total;
+}
+
+static bool total_read(int fd, uint64_t *total)
+{
+    char buf[32] = {0};
+    ssize_t r = pread(fd, buf, sizeof(buf) - 1, 0);
+    char *end;
+    if (r <= 0)
+        return false;
+    *total = strtoull(buf, &end, 10);
+    return end != buf && *end == '\n';
+}
+
+static void total_write(int fd, uint64_t total)
+{
+    char buf[32];
+    int n = snprintf(buf, sizeof(buf), "%llu\n", (unsigned long long)total);
+    if (pwrite(fd, buf, (size_t)n, 0) == n)
+        (void)!ftruncate(fd, n);
+}
+
+/* Move tmp into place as `path` (len bytes), evicting to keep the entries under the limit. */
+static stk_status insert(stk__cache *c, const char *tmp, const char *path, uint64_t len, char *err,
+                         size_t err_size)
+{
+    while (flock(c->lock_fd, LOCK_EX) != 0)
+        if (errno != EINTR)
+            return stk__set_error(err, err_size, STK_EIO, "cache %s: lock: %s", c->dir,
+                                  strerror(errno));
+    uint64_t total;
+    if (!total_read(c->lock_fd, &total))
+        total = scan(c, UINT64_MAX);
+    struct stat st;
+    bool exists = stat(path, &st) == 0; /* another process put it in first */
+    if (exists) {
+        unlink(tmp);
+    } else {
+        if (total + len > c->limit) { /* evict a sixteenth more, so scans stay rare */
+            uint64_t slack = c->limit / 16, room = c->limit - len;
+            total = scan(c, room > slack ? room - slack : room);
+            if (total + len > c->limit) /* entries held by others' accounting: be exact */
+                total = scan(c, room);
+        }
+        if (rename(tmp, path) != 0) {
+            int e = errno;
+            unlink(tmp);
+            flock(c->lock_fd, LOCK_UN);
+            return stk__set_error(err, err_size, STK_EIO, "cache: rename %s -> %s: %s", tmp, path,
+                                  strerror(e));
+        }
+        total += len;
+    }
+    total_write(c->lock_fd, total);
+    flock(c->lock_fd, LOCK_UN);
+    return STK_OK;
+}
+
+/* Copy [lo, hi) of the request's bytes (relative to its start) from src into the pieces. */
+static void scatter(const stk__iov *iov, int n_iov, size_t lo, size_t hi, const uint8_t *src)
+{
+    size_t pos = 0;
+    for (int i = 0; i < n_iov && pos < hi; i++) {
+        size_t a = pos, b = pos + iov[i].len;
+        pos = b;
+        size_t x = STK_MAX(a, lo), y = STK_MIN(b, hi);
+        if (x < y)
+            memcpy((uint8_t *)iov[i].base + (x - a), src + (x - lo), y - x);
+    }
+}
+
+static _Atomic unsigned long g_seq;
+
+stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64_t offset,
+                           const stk__iov *iov, int n_iov, stk__cache_fetch fetch, void *ctx,
+                           char *err, size_t err_size)
+{
+    size_t want = 0;
+    for (int i = 0; i < n_iov; i++)
+        want += iov[i].len;
+    if (want == 0)
+        return STK_OK;
+    if (offset > size || want > size - offset)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "read of %zu bytes at %llu is past the end (%llu bytes)", want,
+                              (unsigned long long)offset, (unsigned long long)size);
+    char hash[65];
+    stk__sha256_hex(key, strlen(key), hash);
+    size_t dl = strlen(c->entries) + strlen(c->tmp) + 200;
+    char *path = stk__malloc(dl), *tmp = stk__malloc(dl);
+    uint8_t *buf = NULL;
+    stk_status rc = STK_OK;
+    if (!path || !tmp) {
+        rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (uint64_t blk = offset / STK_CACHE_BLOCK; blk <= (offset + want - 1) / STK_CACHE_BLOCK;
+         blk++) {
+        uint64_t boff = blk * STK_CACHE_BLOCK;
+        size_t blen = (size_t)STK_MIN(STK_CACHE_BLOCK, size - boff);
+        /* this block's share of the request: request bytes [lo, hi), block bytes from `in` */
+        uint64_t a = STK_MAX(offset, boff), b = STK_MIN(offset + want, boff + blen);
+        size_t lo = (size_t)(a - offset), hi = (size_t)(b - offset);
+        size_t in = (size_t)(a - boff);
+        snprintf(path, dl, "%s/%s-%llu", c->entries, hash, (unsigned long long)blk);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == blen) {
+            /* a hit: read our part straight into the pieces */
+            struct iovec v[STK_MAX_FIELDS + 1];
+            int nv = 0;
+            size_t pos = 0;
+            for (int i = 0; i < n_iov && pos < hi && nv < (int)(sizeof(v) / sizeof(v[0])); i++) {
+                size_t x = STK_MAX(pos, lo), y = STK_MIN(pos + iov[i].len, hi);
+                if (x < y) {
+                    v[nv].iov_base = (uint8_t *)iov[i].base + (x - pos);
+                    v[nv].iov_len = y - x;
+                    nv++;
+                }
+                pos += iov[i].len;
+            }
+            ssize_t r = preadv(fd, v, nv, (off_t)in);
+            struct timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+            futimens(fd, ts); /* least recently used = oldest atime */
+            close(fd);
+            if (r == (ssize_t)(hi - lo))
+                continue;
+        } else if (fd >= 0) {
+            close(fd);
+        }
+        /* a miss: fetch the whole block, keep it, copy our part */
+        if (!buf && !(buf = stk__malloc(STK_CACHE_BLOCK))) {
+            rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
+            goto done;
+        }
+        if ((rc = fetch(ctx, boff, buf, blen, err, err_size)) < 0)
+            goto done;
+        scatter(iov, n_iov, lo, hi, buf + in);
+        snprintf(tmp, dl, "%s/%s-%llu.%d.%lu", c->tmp, hash, (unsigned long long)blk, (int)getpid(),
+                 (unsigned long)g_seq++);
+        int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        bool wrote = tfd >= 0;
+        for (size_t done = 0; wrote && done < blen;) {
+            ssize_t w = write(tfd, buf + done, blen - done);
+            if (w < 0 && errno == EINTR)
+                continue;
+            wrote = w > 0;
+            done += wrote ? (size_t)w : 0;
+        }
+        if (tfd >= 0)
+            close(tfd);
+        /* a cache that cannot be written (disk full) only costs speed: the bytes are read */
+        if (wrote)
+            insert(c, tmp, path, blen, NULL, 0);
+        else if (tfd >= 0)
+            unlink(tmp);
+    }
+done:
+    stk__free(buf);
+    stk__free(path);
+    stk__free(tmp);
+    return rc;
+}

@@ -1,0 +1,55 @@
+/*
+ * stk_vfs_http.h: the remote byte sources (stk_vfs_http.c): `http://`, `https://` (ranged GETs)
+ * and `s3://bucket/key` (the same, signed with SigV4, plus ListObjectsV2 for prefixes and
+ * globs), and the on-disk block cache they share (stk_vfs_cache.c). Internal pieces are here for
+ * the unit tests: the retry decision and the cache.
+ */
+#ifndef STK_VFS_HTTP_H
+#define STK_VFS_HTTP_H
+
+#include "io/stk_vfs.h"
+
+extern const stk__vfs stk__vfs_http;
+extern const stk__vfs stk__vfs_s3;
+
+/* Whether a request that ended with curl code `curl_code` (0 = transfer done), HTTP status
+ * `status` (0 = none) and `short_body` (fewer bytes than asked) is worth another attempt:
+ * connection errors, timeouts, 408, 429, 5xx (503 SlowDown included) and short bodies are;
+ * 4xx answers and a body longer than asked are not. */
+bool stk__http_retryable(int curl_code, long status, bool short_body);
+
+/* The wait before attempt `attempt` + 1 (attempt >= 1): "full jitter" exponential backoff,
+ * `rnd` scaled into [cap/2, cap] where cap = min(base_ms << (attempt - 1), max_ms). */
+uint64_t stk__http_backoff_ms(int attempt, uint64_t base_ms, uint64_t max_ms, uint64_t rnd);
+
+/* ---- the shared on-disk cache (stk_vfs_cache.c) ---- */
+
+#define STK_CACHE_BLOCK ((uint64_t)4 << 20) /* bytes per cache entry (the last one shorter) */
+
+typedef struct stk__cache stk__cache;
+
+/* Fetch `len` bytes at `off` of the remote object into buf (the cache's miss path). */
+typedef stk_status (*stk__cache_fetch)(void *ctx, uint64_t off, void *buf, size_t len, char *err,
+                                       size_t err_size);
+
+/* The cache in `dir` (created if missing) holding at most `limit` bytes of entries. STK_EINVAL
+ * when limit is below one block (STK_CACHE_BLOCK), STK_EIO when dir cannot be made. */
+stk_status stk__cache_open(const char *dir, uint64_t limit, stk__cache **out, char *err,
+                           size_t err_size);
+void stk__cache_close(stk__cache *c);
+
+/* The cache named by STOKER_CACHE_DIR / STOKER_CACHE_LIMIT (bytes, or with a K/M/G/T suffix;
+ * default 10G), one per process; *out NULL when STOKER_CACHE_DIR is unset or empty. */
+stk_status stk__cache_from_env(stk__cache **out, char *err, size_t err_size);
+
+/* Read pieces at `offset` of the object `key` (URL + ETag, size `size`) through the cache:
+ * whole blocks fetched on a miss, written atomically (temp file + rename), evicted least recently
+ * used within the limit. Thread-safe; several processes may share the directory. */
+stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64_t offset,
+                           const stk__iov *iov, int n_iov, stk__cache_fetch fetch, void *ctx,
+                           char *err, size_t err_size);
+
+/* Bytes held by the cache's entries now (a directory scan; for tests and tools). */
+uint64_t stk__cache_bytes(const char *dir);
+
+#endif /* STK_VFS_HTTP_H */

@@ -1,0 +1,192 @@
+/* test_remote.c: the remote byte sources' pure pieces (retry decision, backoff) and the on-disk
+ * cache (fed by an in-memory "remote"), with no network. The loopback S3/HTTP tests are
+ * python/tests/test_remote.py. */
+#include "io/stk_vfs_http.h"
+#include "t.h"
+
+#include <curl/curl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+static int test_retry_decision(void)
+{
+    /* connection errors and timeouts */
+    T_CHECK(stk__http_retryable(CURLE_COULDNT_CONNECT, 0, false));
+    T_CHECK(stk__http_retryable(CURLE_OPERATION_TIMEDOUT, 0, false));
+    T_CHECK(stk__http_retryable(CURLE_RECV_ERROR, 0, false));
+    T_CHECK(stk__http_retryable(CURLE_GOT_NOTHING, 0, false));
+    T_CHECK(stk__http_retryable(CURLE_PARTIAL_FILE, 200, false));
+    /* 5xx (503 SlowDown), 429, 408 */
+    T_CHECK(stk__http_retryable(CURLE_OK, 500, false));
+    T_CHECK(stk__http_retryable(CURLE_OK, 503, false));
+    T_CHECK(stk__http_retryable(CURLE_OK, 429, false));
+    T_CHECK(stk__http_retryable(CURLE_OK, 408, false));
+    /* a short body */
+    T_CHECK(stk__http_retryable(CURLE_OK, 206, true));
+    /* not: answers that will not change, local errors */
+    T_CHECK(!stk__http_retryable(CURLE_OK, 404, false));
+    T_CHECK(!stk__http_retryable(CURLE_OK, 403, false));
+    T_CHECK(!stk__http_retryable(CURLE_OK, 416, false));
+    T_CHECK(!stk__http_retryable(CURLE_OK, 206, false));
+    T_CHECK(!stk__http_retryable(CURLE_WRITE_ERROR, 206, false));
+    T_CHECK(!stk__http_retryable(CURLE_URL_MALFORMAT, 0, false));
+    return 0;
+}
+
+static int test_backoff(void)
+{
+    /* attempt k waits within [cap/2, cap], cap = base * 2^(k-1) up to max */
+    for (uint64_t rnd = 0; rnd < 1000; rnd += 37) {
+        uint64_t w1 = stk__http_backoff_ms(1, 100, 5000, rnd);
+        uint64_t w3 = stk__http_backoff_ms(3, 100, 5000, rnd);
+        uint64_t w20 = stk__http_backoff_ms(20, 100, 5000, rnd);
+        T_CHECKF(w1 >= 50 && w1 <= 100, "%llu", (unsigned long long)w1);
+        T_CHECKF(w3 >= 200 && w3 <= 400, "%llu", (unsigned long long)w3);
+        T_CHECKF(w20 >= 2500 && w20 <= 5000, "%llu", (unsigned long long)w20);
+    }
+    /* jitter: different draws give different waits */
+    T_CHECK(stk__http_backoff_ms(4, 100, 5000, 1) != stk__http_backoff_ms(4, 100, 5000, 2));
+    T_EQ(stk__http_backoff_ms(1, 0, 0, 12345), 0);
+    return 0;
+}
+
+/* ---- the cache over an in-memory object ---- */
+
+typedef struct mem_remote {
+    const uint8_t *data;
+    int fetches;
+} mem_remote;
+
+static stk_status mem_fetch(void *ctx, uint64_t off, void *buf, size_t len, char *err,
+                            size_t err_size)
+{
+    (void)err, (void)err_size;
+    mem_remote *m = ctx;
+    memcpy(buf, m->data + off, len);
+    m->fetches++;
+    return STK_OK;
+}
+
+static char g_dir[256];
+
+static void remove_dir(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "  could not remove %s\n", g_dir);
+}
+
+/* A fresh cache directory, removed when the case's process exits. */
+static int make_dir(void)
+{
+    snprintf(g_dir, sizeof(g_dir), "/tmp/stk_cache_test_%d_XXXXXX", (int)getpid());
+    if (!mkdtemp(g_dir))
+        return 1;
+    atexit(remove_dir);
+    return 0;
+}
+
+static int test_cache_limit_below_one_block(void)
+{
+    T_CHECK(make_dir() == 0);
+    stk__cache *c = NULL;
+    char err[512];
+    T_EQ(stk__cache_open(g_dir, STK_CACHE_BLOCK - 1, &c, err, sizeof(err)), STK_EINVAL);
+    T_CHECKF(strstr(err, "smaller than one cache block") != NULL, "%s", err);
+    T_CHECK(c == NULL);
+    return 0;
+}
+
+static int test_cache_hits_and_limit(void)
+{
+    T_CHECK(make_dir() == 0);
+    const size_t size = (size_t)(5 * STK_CACHE_BLOCK + 12345);
+    uint8_t *obj = malloc(size), *out = malloc(size);
+    T_CHECK(obj && out);
+    for (size_t i = 0; i < size; i++)
+        obj[i] = (uint8_t)(i * 7 + (i >> 13));
+    mem_remote m = {obj, 0};
+    stk__cache *c = NULL;
+    char err[512];
+    const uint64_t limit = 3 * STK_CACHE_BLOCK;
+    T_OK(stk__cache_open(g_dir, limit, &c, err, sizeof(err)));
+    /* a read across a block boundary, in two pieces */
+    uint64_t off = STK_CACHE_BLOCK - 100;
+    stk__iov v[2] = {{out, 50}, {out + 50, 200}};
+    T_OK(stk__cache_read(c, "k1", size, off, v, 2, mem_fetch, &m, err, sizeof(err)));
+    T_CHECK(memcmp(out, obj + off, 250) == 0);
+    T_EQ(m.fetches, 2);
+    /* again: both blocks are hits */
+    memset(out, 0, 250);
+    T_OK(stk__cache_read(c, "k1", size, off, v, 2, mem_fetch, &m, err, sizeof(err)));
+    T_CHECK(memcmp(out, obj + off, 250) == 0);
+    T_EQ(m.fetches, 2);
+    /* the whole object (6 blocks, the last short) through a 3-block cache: the bytes are right,
+     * the entries never above the limit */
+    stk__iov all = {out, size};
+    T_OK(stk__cache_read(c, "k1", size, 0, &all, 1, mem_fetch, &m, err, sizeof(err)));
+    T_CHECK(memcmp(out, obj, size) == 0);
+    T_CHECKF(stk__cache_bytes(g_dir) <= limit, "%llu", (unsigned long long)stk__cache_bytes(g_dir));
+    /* the most recent blocks stayed: reading the last one again fetches nothing */
+    int before = m.fetches;
+    stk__iov last = {out, 10};
+    T_OK(stk__cache_read(c, "k1", size, size - 10, &last, 1, mem_fetch, &m, err, sizeof(err)));
+    T_EQ(m.fetches, before);
+    T_CHECK(memcmp(out, obj + size - 10, 10) == 0);
+    /* another key (a new ETag) is another entry */
+    T_OK(stk__cache_read(c, "k2", size, size - 10, &last, 1, mem_fetch, &m, err, sizeof(err)));
+    T_EQ(m.fetches, before + 1);
+    /* past the end is an error naming the offset */
+    T_EQ(stk__cache_read(c, "k1", size, size - 5, &last, 1, mem_fetch, &m, err, sizeof(err)),
+         STK_EFORMAT);
+    T_CHECKF(strstr(err, "past the end") != NULL, "%s", err);
+    stk__cache_close(c);
+    free(obj);
+    free(out);
+    return 0;
+}
+
+/* Several processes filling one small cache at once: every byte right, entries within the limit. */
+static int test_cache_shared_by_processes(void)
+{
+    T_CHECK(make_dir() == 0);
+    const size_t size = (size_t)(8 * STK_CACHE_BLOCK);
+    uint8_t *obj = malloc(size);
+    T_CHECK(obj);
+    for (size_t i = 0; i < size; i++)
+        obj[i] = (uint8_t)(i * 13 + (i >> 11));
+    const uint64_t limit = 2 * STK_CACHE_BLOCK + 1000;
+    pid_t kids[3];
+    for (int k = 0; k < 3; k++) {
+        kids[k] = fork();
+        T_CHECK(kids[k] >= 0);
+        if (kids[k] == 0) {
+            stk__cache *c = NULL;
+            char err[512];
+            mem_remote m = {obj, 0};
+            uint8_t buf[4096];
+            int bad = stk__cache_open(g_dir, limit, &c, err, sizeof(err)) != STK_OK;
+            for (int r = 0; r < 200 && !bad; r++) {
+                uint64_t off = ((uint64_t)(r * 7919 + k * 104729) * 4099) % (size - sizeof(buf));
+                stk__iov v = {buf, sizeof(buf)};
+                bad = stk__cache_read(c, "shared", size, off, &v, 1, mem_fetch, &m, err,
+                                      sizeof(err)) != STK_OK ||
+                      memcmp(buf, obj + off, sizeof(buf)) != 0 || stk__cache_bytes(g_dir) > limit;
+            }
+            stk__cache_close(c);
+            _exit(bad);
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        int st = 0;
+        T_CHECK(waitpid(kids[k], &st, 0) == kids[k]);
+        T_CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d: status %d", k, st);
+    }
+    T_CHECK(stk__cache_bytes(g_dir) <= limit);
+    free(obj);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_retry_decision), T_CASE(test_backoff), T_CASE(test_cache_limit_below_one_block),
+       T_CASE(test_cache_hits_and_limit), T_CASE(test_cache_shared_by_processes))
