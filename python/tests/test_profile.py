@@ -75,7 +75,10 @@ def test_sleep_dataset_fast_step_is_data_bound():
     assert "num_workers" in advice, p.advice
     # The advice names a measured worker count above 0, and the sweep that found it is kept.
     assert p.sweep and 0 in p.sweep and max(p.sweep) > 0
-    assert "raise num_workers from 0 to" in advice, p.advice
+    # Which action the advice takes (raise num_workers to N, or "no worker count keeps up")
+    # follows from the sweep's measured rates, which depend on what else runs on the machine:
+    # that decision is tested on synthetic measurements (tests/unit/test_diagnose.c and the
+    # settle/median_sweep cases below), not here against the wall clock.
     d = json.loads(json.dumps(p.to_dict()))
     for key in ("steps", "wait_share", "data_bound", "step_ms", "wait_ms", "batch_size",
                 "samples_per_s", "loader", "num_workers", "advice", "sweep"):
