@@ -284,6 +284,8 @@ void *stk__worker_main(void *arg)
 {
     worker *w = arg;
     core *c = w->c;
+    /* "stk-worker" in top, py-spy, gdb and /proc/<pid>/task/<tid>/comm (tests count them) */
+    pthread_setname_np(pthread_self(), "stk-worker");
     if (c->dc.dev) { /* copies are queued from this thread: make the context current for good */
         char err[STK_ERRMSG_SIZE];
         stk__devring_thread_init(c->dc.dev, err, sizeof(err));

@@ -204,19 +204,6 @@ static int test_trace(void)
     return 0;
 }
 
-/* Throughput of one thread with the consumer taking batches as they come. */
-static int one_thread_rate(double *rate)
-{
-    stk_loader_opts o = opts(1, 0);
-    stk_loader *L;
-    uint64_t n;
-    T_OK(stk_loader_create(&o, &L));
-    T_CHECK(consume(L, 0.5, 0, &n) == 0);
-    stk_loader_destroy(L);
-    *rate = (double)n / 0.5;
-    return 0;
-}
-
 /* A slow consumer ending on one thread was tested here by timing a real consumer against a
  * measured single-thread rate: its verdict depended on the wall clock and flaked on loaded
  * machines. The decision itself (park a thread when the consumer never waits and the workers
