@@ -197,13 +197,17 @@ def test_trace_one_track_per_thread_no_overlap(tmp_path):
     loader = stoker.Loader(path, batch_size=10, num_workers=2, trace=out)
     for _ in loader:
         time.sleep(0.001)
+    waited = loader.stats()["consumer_wait_s"] > 0
     loader.close()
     events = json.loads(out.read_text())["traceEvents"]
     names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
     assert sorted(names.values()) == ["consumer", "worker 0", "worker 1"]
     slices = [e for e in events if e["ph"] == "X"]
     assert {e["tid"] for e in slices} <= set(names)
-    assert {e["name"] for e in slices} >= {"read", "step", "wait for batch"}
+    assert {e["name"] for e in slices} >= {"read", "step"}
+    # Whether the loop ever waited for a batch depends on the machine's speed; the trace must
+    # agree with the stats about it either way.
+    assert ("wait for batch" in {e["name"] for e in slices}) == waited
     busy_workers = 0
     for tid in names:
         track = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices if e["tid"] == tid)
