@@ -89,6 +89,9 @@ bool stk__opts_load(void *dst, size_t dst_size, const void *src);
  * as dst->struct_size reaches; dst->struct_size becomes the bytes written. false when dst is NULL
  * or its struct_size is below STK__STRUCT_MIN. */
 bool stk__out_store(void *dst, const void *full, size_t full_size);
+/* Parse a byte size for environment settings: "8G", "512M", "1.5GiB", "1048576", "0" (binary
+ * units, optional "B"/"iB"); false if malformed (src/common/stk_util.c). */
+bool stk__parse_size(const char *s, uint64_t *out);
 /* Online CPUs, computed once (pthread_once). */
 uint32_t stk__cpu_count(void);
 /* Monotonic clock in nanoseconds. */

@@ -23,27 +23,6 @@ static pthread_once_t limit_once = PTHREAD_ONCE_INIT;
 static uint64_t default_limit;
 static char limit_note[160];
 
-/* Parse "8G", "512M", "1048576", "0" (binary units, optional "B"/"iB"); false if malformed. */
-static bool parse_size(const char *s, uint64_t *out)
-{
-    static const char units[] = "kmgt";
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0))
-        return false;
-    const char *u = *end ? strchr(units, tolower((unsigned char)*end)) : NULL;
-    for (const char *k = units; u && k <= u; k++)
-        v *= 1024.0;
-    end += u != NULL;
-    end += *end == 'i';
-    end += *end == 'b' || *end == 'B';
-    if (*end != '\0' || v >= 18446744073709551615.0)
-        return false;
-    *out = (uint64_t)v;
-    return true;
-}
-
 /* The default cap: env STOKER_PINNED_LIMIT, else a quarter of physical memory. */
 static void limit_init(void)
 {
@@ -52,7 +31,7 @@ static void limit_init(void)
     const char *e = getenv("STOKER_PINNED_LIMIT");
     uint64_t v;
     if (e && *e) {
-        if (parse_size(e, &v))
+        if (stk__parse_size(e, &v))
             default_limit = v;
         else
             snprintf(limit_note, sizeof(limit_note),

@@ -3,6 +3,9 @@
  */
 #include "stk_internal.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <pthread.h>
@@ -129,5 +132,26 @@ bool stk__out_store(void *dst, const void *full, size_t full_size)
     n = STK_MIN(n, full_size);
     memcpy(dst, full, n);
     memcpy(dst, &n, sizeof(n));
+    return true;
+}
+
+/* Parse "8G", "512M", "1048576", "0" (binary units, optional "B"/"iB"); false if malformed. */
+bool stk__parse_size(const char *s, uint64_t *out)
+{
+    static const char units[] = "kmgt";
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0))
+        return false;
+    const char *u = *end ? strchr(units, tolower((unsigned char)*end)) : NULL;
+    for (const char *k = units; u && k <= u; k++)
+        v *= 1024.0;
+    end += u != NULL;
+    end += *end == 'i';
+    end += *end == 'b' || *end == 'B';
+    if (*end != '\0' || v >= 18446744073709551615.0)
+        return false;
+    *out = (uint64_t)v;
     return true;
 }

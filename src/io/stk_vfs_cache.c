@@ -101,48 +101,6 @@ fail:
     return rc;
 }
 
-static bool parse_size(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0)
-        return false;
-    double mul = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        mul = 1024.0;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        mul = 1024.0 * 1024;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        mul = 1024.0 * 1024 * 1024;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        mul = 1024.0 * 1024 * 1024 * 1024;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'i' && end[1] == 'B')
-        end += 2;
-    else if (*end == 'B')
-        end++;
-    if (*end || v * mul > 1.8e19)
-        return false;
-    *out = (uint64_t)(v * mul);
-    return true;
-}
-
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static stk__cache *g_caches; /* kept for the process's lifetime: open files point at them */
 
@@ -154,7 +112,7 @@ stk_status stk__cache_from_env(stk__cache **out, char *err, size_t err_size)
         return STK_OK;
     const char *ls = getenv("STOKER_CACHE_LIMIT");
     uint64_t limit = (uint64_t)10 << 30;
-    if (ls && *ls && !parse_size(ls, &limit))
+    if (ls && *ls && !stk__parse_size(ls, &limit))
         return stk__set_error(err, err_size, STK_EINVAL,
                               "STOKER_CACHE_LIMIT=%s: not a size (bytes, or with K/M/G/T)", ls);
     pthread_mutex_lock(&g_lock);
