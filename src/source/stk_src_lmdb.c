@@ -15,9 +15,12 @@
  * memory map into the caller's buffer (one memcpy, no intermediate copy).
  *
  * The map is read by LMDB itself (mmap), the one exception to "every byte through stk_vfs.h":
- * LMDB environments are local.
+ * LMDB environments are local. liblmdb trusts its file (a zero page size divides by zero, a page
+ * past the end is SIGBUS), so open first checks the file's structure through the byte source
+ * (stk_lmdb_check.c).
  */
 #include "source/stk_source.h"
+#include "source/stk_lmdb_check.h"
 
 #include <lmdb.h>
 
@@ -142,6 +145,8 @@ static stk_status lm_open(stk_dataset *ds, const char *const *paths, size_t n_pa
     if (st.is_dir && stk__vfs_stat(file, &fst, NULL, 0) != STK_OK)
         STK_FAIL_E(STK_EFORMAT, "%s: not an LMDB environment (no data.mdb in this directory)",
                    path);
+    /* liblmdb trusts the file; check what it will read first (stk_lmdb_check.c) */
+    STK_TRY(stk__lmdb_check(file, path, err, err_size));
     int e = mdb_env_create(&s->env);
     if (e)
         STK_FAIL_E(STK_ENOMEM, "%s: mdb_env_create: %s", path, mdb_strerror(e));
