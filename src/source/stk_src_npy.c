@@ -27,6 +27,8 @@ typedef struct npyfile {
     uint64_t row_size;
 } npyfile;
 
+static const char *const npy_suffixes[] = {".npy", NULL};
+
 static int npy_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
 {
     if (n >= 6 && memcmp(head, NPY_MAGIC, 6) == 0)
@@ -35,11 +37,7 @@ static int npy_probe(const char *path, const stk__stat *st, const uint8_t *head,
         size_t len = strlen(path);
         return len > 4 && strcmp(path + len - 4, ".npy") == 0;
     }
-    stk__strlist l = {0};
-    stk_status rc = stk__paths_list_dir(path, ".npy", false, &l, NULL, 0);
-    bool any = rc == STK_OK && l.n > 0;
-    stk__strlist_free(&l);
-    return rc == STK_ENOMEM ? -1 : any;
+    return stk__paths_dir_has(path, npy_suffixes);
 }
 
 /* The value of 'key' in the header dict (points after the colon and spaces), or NULL. */
@@ -174,13 +172,7 @@ static stk_status npy_open(stk_dataset *ds, const char *const *paths, size_t n_p
 {
     stk_status rc = STK_OK;
     stk__strlist list = {0};
-    for (size_t i = 0; i < n_paths; i++) {
-        stk__stat st;
-        if (stk__vfs_stat(paths[i], &st, NULL, 0) == STK_OK && st.is_dir)
-            STK_TRY(stk__paths_list_dir(paths[i], ".npy", false, &list, err, err_size));
-        else if (stk__strlist_add(&list, paths[i]) < 0)
-            STK_FAIL_E(STK_ENOMEM, "out of memory");
-    }
+    STK_TRY(stk__paths_files(paths, n_paths, npy_suffixes, ".npy files", &list, err, err_size));
     if (list.n == 0 || list.n > STK_MAX_FIELDS)
         STK_FAIL_E(STK_EINVAL, "%s: need 1 to %d .npy files (one per field), found %zu", paths[0],
                    STK_MAX_FIELDS, list.n);

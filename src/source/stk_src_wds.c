@@ -170,14 +170,12 @@ static bool tar_name_prefix(const uint8_t *head, size_t n)
     return true;
 }
 
+static const char *const wds_suffixes[] = {".tar", NULL};
+
 static int wds_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
 {
     if (st->is_dir) {
-        stk__strlist l = {0};
-        stk_status rc = stk__paths_list_dir(path, ".tar", false, &l, NULL, 0);
-        bool any = rc == STK_OK && l.n > 0;
-        stk__strlist_free(&l);
-        return rc == STK_ENOMEM ? -1 : any;
+        return stk__paths_dir_has(path, wds_suffixes);
     }
     int by_name = ends_with(path, ".tar");
     if (n == 0 || st->size < TAR_BLOCK || !tar_name_prefix(head, n))
@@ -783,15 +781,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
     stk__strlist list = {0};
     builder b = {0};
     memberlist ml = {0};
-    for (size_t i = 0; i < n_paths; i++) {
-        stk__stat st;
-        if (stk__vfs_stat(paths[i], &st, NULL, 0) == STK_OK && st.is_dir)
-            STK_TRY(stk__paths_list_dir(paths[i], ".tar", false, &list, err, err_size));
-        else if (stk__strlist_add(&list, paths[i]) < 0)
-            STK_FAIL_E(STK_ENOMEM, "out of memory");
-    }
-    if (list.n == 0)
-        STK_FAIL_E(STK_EINVAL, "%s: no .tar shards", paths[0]);
+    STK_TRY(stk__paths_files(paths, n_paths, wds_suffixes, ".tar shards", &list, err, err_size));
     if (list.n > UINT32_MAX)
         STK_FAIL_E(STK_ELIMIT, "%s: too many shards", paths[0]);
     wds *w = stk__calloc(1, sizeof(*w));

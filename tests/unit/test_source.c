@@ -410,6 +410,41 @@ static int test_temp_files_ignored(void)
     return 0;
 }
 
+/* A directory stands for its files with the format's suffixes: several suffixes merged into one
+ * byte-ordered list, other names and temporary files left out, none an error naming the
+ * directory and what was looked for. */
+static int test_dir_files(void)
+{
+    const char *dir = fx_tmpdir("source");
+    char err[STK_ERRMSG_SIZE], sub[512];
+    const char *const names[] = {"b.tfrecords", "a.tfrecord", "C.tfrecord", "x.txt",
+                                 "c.tfrecord.tmp.1.0"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        T_CHECK(put_file(dir, names[i], "x", 1) == 0);
+    const char *const suf[] = {".tfrecord", ".tfrecords", NULL}, *const none[] = {".tar", NULL};
+    stk__strlist out = {0};
+    T_OK(stk__paths_dir_files(dir, suf, "TFRecord files", false, &out, err, sizeof(err)));
+    T_EQ(out.n, 3);
+    const char *const want[] = {"C.tfrecord", "a.tfrecord", "b.tfrecords"};
+    for (size_t i = 0; i < 3; i++)
+        T_CHECKF(strcmp(strrchr(out.v[i], '/') + 1, want[i]) == 0, "%s", out.v[i]);
+    T_EQ(stk__paths_dir_has(dir, suf), 1);
+    T_EQ(stk__paths_dir_has(dir, none), 0);
+    T_EQ(stk__paths_dir_files(dir, none, ".tar shards", false, &out, err, sizeof(err)), STK_EINVAL);
+    T_EQ(out.n, 3);
+    T_CHECKF(strstr(err, dir) && strstr(err, "no .tar shards in this directory"), "%s", err);
+    stk__strlist_free(&out);
+    /* a list of arguments: a file kept as given, a directory replaced by its files */
+    snprintf(sub, sizeof(sub), "%s/x.txt", dir);
+    const char *args[] = {sub, dir};
+    T_OK(stk__paths_files(args, 2, suf, "TFRecord files", &out, err, sizeof(err)));
+    T_EQ(out.n, 4);
+    T_CHECK(strcmp(out.v[0], sub) == 0);
+    stk__strlist_free(&out);
+    fx_rmtree(dir);
+    return 0;
+}
+
 /* ---- ImageFolder ---- */
 
 /* The test tree: classes Bee, ant, cat (byte order: upper case first); "ant" nests directories
@@ -965,7 +1000,7 @@ static int test_loader_imagefolder(void)
 T_MAIN(T_CASE(test_detect_stk), T_CASE(test_detect_folder_and_npy), T_CASE(test_detect_errors),
        T_CASE(test_format_override), T_CASE(test_format_names), T_CASE(test_fifo_path),
        T_CASE(test_brace_range), T_CASE(test_glob_byte_order), T_CASE(test_temp_files_ignored),
-       T_CASE(test_folder_tree), T_CASE(test_folder_empty_class),
+       T_CASE(test_dir_files), T_CASE(test_folder_tree), T_CASE(test_folder_empty_class),
        T_CASE(test_folder_changed_and_fingerprint), T_CASE(test_npy_fields),
        T_CASE(test_npy_errors), T_CASE(test_stk_overlap), T_CASE(test_stk_truncated_while_open),
        T_CASE(test_loader_imagefolder))
