@@ -7,13 +7,14 @@
  * fields, everything else bytes. The schema is the union over all shards (every header is
  * scanned at open anyway).
  *
- * Random access: one scan of the tar headers per shard at open builds the member list (ustar,
- * GNU 'L' long names, PAX 'x' path=/size=; 'g' global headers, directories, links and members
- * whose name starts with "__" are skipped). The member list is cached beside the shard as
- * `<shard>.stkidx` when the shard is a local file and its directory writable, validated against
- * the shard's size, mtime and inode (and its own checksum), and rebuilt when any differs. A read
- * also checks the tar header just before each member's data (checksum and size), so an index
- * that no longer matches its shard is an error, never wrong bytes.
+ * Random access: one scan of the tar headers per shard at open (stk_tar.c) builds the member
+ * list (ustar, GNU 'L' long names, PAX 'x' path=/size=; 'g' global headers, directories, links
+ * and members whose name starts with "__" are skipped). The member list is cached
+ * (stk_tar_index.c) beside the shard as `<shard>.stkidx` when the shard is a local file and its
+ * directory writable, validated against the shard's size, mtime and inode (and its own
+ * checksum), and rebuilt when any differs. A read also checks the tar header just before each
+ * member's data (checksum and size), so an index that no longer matches its shard is an error,
+ * never wrong bytes.
  *
  * Refused at open, naming the shard, member and byte offset: a header with a bad checksum (not a
  * tar), a member running past the end of the file (truncated), a key whose files are not
@@ -26,34 +27,18 @@
  */
 #include "common/stk_endian.h"
 #include "source/stk_source.h"
+#include "source/stk_tar.h"
 
 #include <xxhash.h>
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#define TAR_BLOCK 512
-#define SCAN_BUF (64u << 10)
-#define SCAN_SMALL (4u << 10)
-#define MAX_LONGNAME (64u << 10)
-#define MAX_PAX (1u << 20)
+#define TAR_BLOCK STK__TAR_BLOCK
 #define MAX_INT_TEXT 64
 #define MISSING UINT32_MAX
-#define CACHE_SUFFIX ".stkidx"
-#define CACHE_MAGIC "STKWDSX1"
-#define CACHE_HEAD 56 /* magic, size, mtime, ino, n_members, names_size, reserved */
-
-/* One regular member of a shard (the cache holds exactly these). */
-typedef struct wds_member {
-    uint64_t data_off, size;
-    uint32_t name_off, name_len; /* in the shard's names */
-} wds_member;
 
 typedef struct wds_shard {
     stk__file *f;
@@ -81,71 +66,6 @@ typedef struct wds {
     wds_loc *locs; /* count * (n_fields - 1): field f >= 1 of record i at [i * (n - 1) + f - 1] */
     bool is_int[STK_MAX_FIELDS];
 } wds;
-
-/* ---- tar headers ---- */
-
-static bool all_zero(const uint8_t *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (b[i])
-            return false;
-    return true;
-}
-
-/* An octal (or GNU base-256) number field; false when malformed. */
-static bool tar_number(const uint8_t *p, size_t n, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (p[0] & 0x80) { /* base-256, big-endian, positive only */
-        if (p[0] != 0x80)
-            return false;
-        for (size_t i = 1; i < n; i++) {
-            if (v >> 56)
-                return false;
-            v = v << 8 | p[i];
-        }
-        *out = v;
-        return true;
-    }
-    size_t i = 0;
-    while (i < n && p[i] == ' ')
-        i++;
-    size_t digits = 0;
-    for (; i < n && p[i] >= '0' && p[i] <= '7'; i++, digits++) {
-        if (v >> 60)
-            return false;
-        v = v << 3 | (uint64_t)(p[i] - '0');
-    }
-    for (; i < n; i++)
-        if (p[i] != ' ' && p[i] != '\0')
-            return false;
-    *out = v;
-    return digits > 0;
-}
-
-/* Whether the header's checksum (unsigned or signed sum, chksum field as spaces) matches. */
-static bool tar_checksum_ok(const uint8_t *h)
-{
-    uint64_t want;
-    if (!tar_number(h + 148, 8, &want))
-        return false;
-    uint32_t u = 8 * ' '; /* a plain byte sum (vectorised), then the chksum field swapped out */
-    for (int i = 0; i < TAR_BLOCK; i++)
-        u += h[i];
-    for (int i = 148; i < 156; i++)
-        u -= h[i];
-    if (want == u)
-        return true;
-    int64_t s = 8 * ' '; /* old writers summed signed chars */
-    for (int i = 0; i < TAR_BLOCK; i++)
-        s += i >= 148 && i < 156 ? 0 : (int8_t)h[i];
-    return (int64_t)want == s;
-}
-
-static bool is_ustar(const uint8_t *h)
-{
-    return memcmp(h + 257, "ustar", 5) == 0;
-}
 
 /* ---- probe ---- */
 
@@ -187,7 +107,7 @@ static int wds_probe(const char *path, const stk__stat *st, const uint8_t *head,
         return -1;
     bool ok = rc == STK_OK && stk__vfs_read(f, 0, h, TAR_BLOCK, NULL, 0) == STK_OK;
     stk__vfs_close(f);
-    if (!ok || !is_ustar(h) || !tar_checksum_ok(h))
+    if (!ok || !stk__tar_is_ustar(h) || !stk__tar_checksum_ok(h))
         return by_name;
     if (h[156] == 'x' || h[156] == 'g' || h[156] == 'L')
         return 2;
@@ -199,338 +119,6 @@ static int wds_probe(const char *path, const stk__stat *st, const uint8_t *head,
     base = base ? base + 1 : name;
     const char *dot = strchr(base, '.');
     return dot && dot > base && dot[1] ? 2 : 1;
-}
-
-/* ---- scanning a shard ---- */
-
-/* A buffered reader over a shard for the header scan. */
-typedef struct scanbuf {
-    stk__file *f;
-    uint8_t *buf;
-    uint64_t at; /* file offset of buf[0] */
-    size_t len;
-} scanbuf;
-
-/* The n bytes at off (n <= SCAN_BUF), or NULL with the error set. */
-static const uint8_t *scan_get(scanbuf *sb, uint64_t off, size_t n, char *err, size_t err_size)
-{
-    if (off >= sb->at && off + n <= sb->at + sb->len)
-        return sb->buf + (off - sb->at);
-    /* after skipping data (a member larger than the buffer), read little: big members mean the
-     * next header is likely followed by another big member; after a contiguous run, read a lot */
-    bool skipped = sb->len && off > sb->at + sb->len;
-    size_t want = (size_t)STK_MIN((uint64_t)(skipped ? SCAN_SMALL : SCAN_BUF), sb->f->size - off);
-    if (want < n)
-        want = n; /* the caller checked that n bytes exist */
-    if (stk__vfs_read(sb->f, off, sb->buf, want, err, err_size) < 0)
-        return NULL;
-    sb->at = off;
-    sb->len = want;
-    return sb->buf;
-}
-
-/* Growable members + names of one shard. */
-typedef struct memberlist {
-    wds_member *v;
-    size_t n, cap;
-    char *names;
-    size_t names_len, names_cap;
-} memberlist;
-
-static void memberlist_free(memberlist *ml)
-{
-    stk__free(ml->v);
-    stk__free(ml->names);
-    memset(ml, 0, sizeof(*ml));
-}
-
-static bool memberlist_add(memberlist *ml, uint64_t data_off, uint64_t size, const char *name,
-                           size_t name_len)
-{
-    if (ml->n == ml->cap) {
-        size_t cap = ml->cap ? ml->cap * 2 : 256;
-        wds_member *v = stk__realloc(ml->v, cap * sizeof(*v));
-        if (!v)
-            return false;
-        ml->v = v;
-        ml->cap = cap;
-    }
-    if (!ml->names || ml->names_len + name_len > ml->names_cap) {
-        size_t cap = STK_MAX(ml->names_cap * 2, ml->names_len + name_len + 4096);
-        char *p = stk__realloc(ml->names, cap);
-        if (!p)
-            return false;
-        ml->names = p;
-        ml->names_cap = cap;
-    }
-    memcpy(ml->names + ml->names_len, name, name_len);
-    ml->v[ml->n++] = (wds_member){data_off, size, (uint32_t)ml->names_len, (uint32_t)name_len};
-    ml->names_len += name_len;
-    return true;
-}
-
-/* The value of PAX record `key` in data (n bytes), or NULL; *vlen its length. */
-static const char *pax_value(const char *data, size_t n, const char *key, size_t *vlen, bool *bad)
-{
-    size_t i = 0, klen = strlen(key);
-    while (i < n) {
-        size_t len = 0, j = i;
-        while (j < n && data[j] >= '0' && data[j] <= '9' && len < n)
-            len = len * 10 + (size_t)(data[j++] - '0');
-        if (j == i || j >= n || data[j] != ' ' || len < j - i + 2 || len > n - i) {
-            *bad = true;
-            return NULL;
-        }
-        const char *rec = data + j + 1, *end = data + i + len - 1; /* end: the '\n' */
-        if ((size_t)(end - rec) > klen && memcmp(rec, key, klen) == 0 && rec[klen] == '=') {
-            *vlen = (size_t)(end - rec) - klen - 1;
-            return rec + klen + 1;
-        }
-        i += len;
-    }
-    return NULL;
-}
-
-/* One scan of the shard's headers into ml. */
-static stk_status scan_shard(stk__file *f, memberlist *ml, char *err, size_t err_size)
-{
-    stk_status rc = STK_OK;
-    const char *path = f->path;
-    scanbuf sb = {f, stk__malloc(SCAN_BUF), 0, 0};
-    char *longname = NULL, *pax = NULL;
-    size_t longname_len = 0, pax_path_len = 0;
-    const char *pax_path = NULL;
-    uint64_t pax_size = UINT64_MAX;
-    char name[256 + 2];
-    if (!sb.buf)
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-    uint64_t off = 0;
-    while (off < f->size) {
-        if (f->size - off < TAR_BLOCK)
-            STK_FAIL_E(STK_EFORMAT,
-                       "%s: truncated tar: %" PRIu64 " stray bytes at byte %" PRIu64
-                       " (a header is 512 bytes)",
-                       path, f->size - off, off);
-        const uint8_t *h = scan_get(&sb, off, TAR_BLOCK, err, err_size);
-        if (!h)
-            STK_FAIL_E(STK_EIO, "%s", err);
-        if (all_zero(h, TAR_BLOCK))
-            break; /* end of archive */
-        if (!tar_checksum_ok(h))
-            STK_FAIL_E(STK_EFORMAT, "%s: %s at byte %" PRIu64 " (bad tar header checksum)", path,
-                       off == 0 ? "not a tar file" : "corrupt tar header", off);
-        uint64_t size;
-        if (!tar_number(h + 124, 12, &size))
-            STK_FAIL_E(STK_EFORMAT, "%s: corrupt tar header at byte %" PRIu64 " (size field)", path,
-                       off);
-        char type = (char)h[156];
-        if (pax_size != UINT64_MAX && type != 'x' && type != 'g' && type != 'L')
-            size = pax_size;
-        uint64_t data_off = off + TAR_BLOCK;
-        /* name of this header as written (prefix/name for POSIX ustar) */
-        size_t nl = strnlen((const char *)h, 100);
-        if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345]) {
-            size_t pl = strnlen((const char *)h + 345, 155);
-            memcpy(name, h + 345, pl);
-            name[pl] = '/';
-            memcpy(name + pl + 1, h, nl);
-            nl += pl + 1;
-        } else {
-            memcpy(name, h, nl);
-        }
-        name[nl] = '\0';
-        const char *mname = pax_path ? pax_path : longname ? longname : name;
-        size_t mlen = pax_path ? pax_path_len : longname ? longname_len : nl;
-        if (size > f->size - data_off)
-            STK_FAIL_E(STK_EFORMAT,
-                       "%s: truncated tar: member '%.*s' at byte %" PRIu64 " needs %" PRIu64
-                       " bytes of data but the file ends %" PRIu64 " bytes after its header",
-                       path, (int)STK_MIN(mlen, 200), mname, off, size, f->size - data_off);
-        uint64_t next = data_off + STK_ALIGN_UP(size, TAR_BLOCK);
-        if (next > f->size)
-            STK_FAIL_E(STK_EFORMAT,
-                       "%s: truncated tar: the file ends inside the padding of member '%.*s' at "
-                       "byte %" PRIu64 " (later members are lost)",
-                       path, (int)STK_MIN(mlen, 200), mname, off);
-        if (type == 'L' || type == 'x') {
-            if (size > (type == 'L' ? MAX_LONGNAME : MAX_PAX))
-                STK_FAIL_E(STK_ELIMIT, "%s: %s header at byte %" PRIu64 " of %" PRIu64 " bytes",
-                           path, type == 'L' ? "GNU long-name" : "PAX", off, size);
-            char *buf = stk__malloc((size_t)size + 1);
-            if (!buf)
-                STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-            rc = stk__vfs_read(f, data_off, buf, (size_t)size, err, err_size);
-            if (rc < 0) {
-                stk__free(buf);
-                goto fail;
-            }
-            buf[size] = '\0';
-            if (type == 'L') {
-                stk__free(longname);
-                longname = buf;
-                longname_len = strnlen(buf, (size_t)size);
-            } else {
-                stk__free(pax);
-                pax = buf;
-                bool bad = false;
-                size_t vl = 0;
-                const char *v = pax_value(pax, (size_t)size, "path", &vl, &bad);
-                if (v) {
-                    pax_path = v;
-                    pax_path_len = vl;
-                }
-                v = pax_value(pax, (size_t)size, "size", &vl, &bad);
-                if (v) {
-                    char *end;
-                    char num[32];
-                    snprintf(num, sizeof(num), "%.*s", (int)STK_MIN(vl, 31), v);
-                    errno = 0;
-                    unsigned long long ps = strtoull(num, &end, 10);
-                    if (end == num || *end || errno)
-                        bad = true;
-                    pax_size = ps;
-                }
-                if (bad)
-                    STK_FAIL_E(STK_EFORMAT, "%s: corrupt PAX header at byte %" PRIu64, path, off);
-            }
-            off = next;
-            continue;
-        }
-        if (type == 'S')
-            STK_FAIL_E(STK_ENOTSUP, "%s: member '%.*s' at byte %" PRIu64 ": sparse files", path,
-                       (int)STK_MIN(mlen, 200), mname, off);
-        if (type == '0' || type == '\0' || type == '7') {
-            if (size >= UINT32_MAX)
-                STK_FAIL_E(STK_ENOTSUP,
-                           "%s: member '%.*s' at byte %" PRIu64 " is %" PRIu64
-                           " bytes (members of 4 GiB or more are not supported)",
-                           path, (int)STK_MIN(mlen, 200), mname, off, size);
-            if (!memberlist_add(ml, data_off, size, mname, mlen))
-                STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-        }
-        /* 'g' global headers, directories, links, devices: nothing to read */
-        pax_path = NULL;
-        pax_size = UINT64_MAX;
-        stk__free(longname);
-        longname = NULL;
-        off = next;
-    }
-fail:
-    stk__free(sb.buf);
-    stk__free(longname);
-    stk__free(pax);
-    return rc;
-}
-
-/* ---- the index cache ---- */
-
-static char *cache_path(const char *shard)
-{
-    size_t n = strlen(shard);
-    char *p = stk__malloc(n + sizeof(CACHE_SUFFIX));
-    if (p) {
-        memcpy(p, shard, n);
-        memcpy(p + n, CACHE_SUFFIX, sizeof(CACHE_SUFFIX));
-    }
-    return p;
-}
-
-/* Size, mtime and inode of a local shard; false for remote ones (no cache). */
-static bool shard_identity(const char *path, uint64_t id[3])
-{
-    struct stat st;
-    if (stk__vfs_for(path) != &stk__vfs_posix || stat(path, &st) != 0)
-        return false;
-    id[0] = (uint64_t)st.st_size;
-    id[1] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
-    id[2] = (uint64_t)st.st_ino;
-    return true;
-}
-
-/* Load the cached member list when it is valid for this shard; false otherwise (ml empty). */
-static bool cache_load(const char *cpath, const uint64_t id[3], uint64_t shard_size, memberlist *ml)
-{
-    stk__file *cf = NULL;
-    uint8_t *b = NULL;
-    bool ok = false;
-    if (stk__vfs_open(cpath, &cf, NULL, 0) != STK_OK || cf->size < CACHE_HEAD + 8 ||
-        cf->size > ((uint64_t)1 << 40))
-        goto out;
-    size_t n = (size_t)cf->size;
-    b = stk__malloc(n);
-    if (!b || stk__vfs_read(cf, 0, b, n, NULL, 0) != STK_OK)
-        goto out;
-    if (memcmp(b, CACHE_MAGIC, 8) != 0 || stk__ld64(b + 8) != id[0] || stk__ld64(b + 16) != id[1] ||
-        stk__ld64(b + 24) != id[2] || XXH3_64bits(b, n - 8) != stk__ld64(b + n - 8))
-        goto out;
-    uint64_t nm = stk__ld64(b + 32), names = stk__ld64(b + 40);
-    if (nm > (n - CACHE_HEAD) / 24 || names != n - CACHE_HEAD - 8 - nm * 24 || names > UINT32_MAX)
-        goto out;
-    ml->v = stk__malloc(nm ? (size_t)nm * sizeof(wds_member) : 1);
-    ml->names = stk__malloc(names ? (size_t)names : 1);
-    if (!ml->v || !ml->names)
-        goto out;
-    const uint8_t *e = b + CACHE_HEAD;
-    for (uint64_t i = 0; i < nm; i++, e += 24) {
-        wds_member m = {stk__ld64(e), stk__ld64(e + 8), stk__ld32(e + 16), stk__ld32(e + 20)};
-        if (m.data_off < TAR_BLOCK || m.data_off > shard_size || m.size > shard_size - m.data_off ||
-            m.name_off > names || m.name_len > names - m.name_off)
-            goto out;
-        ml->v[i] = m;
-    }
-    memcpy(ml->names, e, (size_t)names);
-    ml->n = ml->cap = (size_t)nm;
-    ml->names_len = ml->names_cap = (size_t)names;
-    ok = true;
-out:
-    if (!ok)
-        memberlist_free(ml);
-    stk__free(b);
-    stk__vfs_close(cf);
-    return ok;
-}
-
-/* Write the member list beside the shard (best effort: a read-only directory is no error). */
-static void cache_store(const char *cpath, const uint64_t id[3], const memberlist *ml)
-{
-    size_t n = CACHE_HEAD + ml->n * 24 + ml->names_len + 8;
-    uint8_t *b = stk__calloc(1, n);
-    char *tmp = stk__malloc(strlen(cpath) + 48);
-    static _Atomic unsigned seq;
-    if (!b || !tmp)
-        goto out;
-    memcpy(b, CACHE_MAGIC, 8);
-    stk__st64(b + 8, id[0]);
-    stk__st64(b + 16, id[1]);
-    stk__st64(b + 24, id[2]);
-    stk__st64(b + 32, ml->n);
-    stk__st64(b + 40, ml->names_len);
-    uint8_t *e = b + CACHE_HEAD;
-    for (size_t i = 0; i < ml->n; i++, e += 24) {
-        stk__st64(e, ml->v[i].data_off);
-        stk__st64(e + 8, ml->v[i].size);
-        stk__st32(e + 16, ml->v[i].name_off);
-        stk__st32(e + 20, ml->v[i].name_len);
-    }
-    if (ml->names_len)
-        memcpy(e, ml->names, ml->names_len);
-    stk__st64(b + n - 8, XXH3_64bits(b, n - 8));
-    sprintf(tmp, "%s.tmp.%ld.%u", cpath, (long)getpid(), seq++);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        goto out;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t k = write(fd, b + done, n - done);
-        if (k <= 0)
-            break;
-        done += (size_t)k;
-    }
-    if (close(fd) != 0 || done != n || rename(tmp, cpath) != 0)
-        unlink(tmp);
-out:
-    stk__free(b);
-    stk__free(tmp);
 }
 
 /* ---- grouping members into samples ---- */
@@ -618,7 +206,7 @@ typedef struct keyset {
 } keyset;
 
 /* Group one shard's members into samples (appended to b); keys go to *keys_out. */
-static stk_status group_shard(builder *b, uint32_t s, const char *path, const memberlist *ml,
+static stk_status group_shard(builder *b, uint32_t s, const char *path, const stk__tar_members *ml,
                               char **keys_out, uint64_t *count, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
@@ -636,7 +224,7 @@ static stk_status group_shard(builder *b, uint32_t s, const char *path, const me
     const char *cur_key = NULL;
     size_t cur_len = 0;
     for (size_t m = 0; m < ml->n; m++) {
-        const wds_member *mb = &ml->v[m];
+        const stk__tar_member *mb = &ml->v[m];
         const char *name = ml->names + mb->name_off;
         size_t klen, elen;
         char ext[STK_MAX_NAME + 1];
@@ -746,24 +334,6 @@ static void wds_close(stk_dataset *ds)
     ds->impl = NULL;
 }
 
-/* The members of shard s: from its valid cache, else by a scan (then cached). */
-static stk_status shard_members(wds_shard *sh, memberlist *ml, char *err, size_t err_size)
-{
-    uint64_t id[3] = {0};
-    bool local = shard_identity(sh->f->path, id) && id[0] == sh->f->size;
-    char *cpath = local ? cache_path(sh->f->path) : NULL;
-    if (cpath && cache_load(cpath, id, sh->f->size, ml)) {
-        sh->from_cache = true;
-        stk__free(cpath);
-        return STK_OK;
-    }
-    stk_status rc = scan_shard(sh->f, ml, err, err_size);
-    if (rc == STK_OK && cpath)
-        cache_store(cpath, id, ml);
-    stk__free(cpath);
-    return rc;
-}
-
 static int cmp_name(const void *a, const void *b)
 {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -780,7 +350,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
     stk_status rc = STK_OK;
     stk__strlist list = {0};
     builder b = {0};
-    memberlist ml = {0};
+    stk__tar_members ml = {0};
     STK_TRY(stk__paths_files(paths, n_paths, wds_suffixes, ".tar shards", &list, err, err_size));
     if (list.n > UINT32_MAX)
         STK_FAIL_E(STK_ELIMIT, "%s: too many shards", paths[0]);
@@ -796,7 +366,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         wds_shard *sh = &w->shards[s];
         w->n_shards = s + 1;
         STK_TRY(stk__vfs_open(list.v[s], &sh->f, err, err_size));
-        STK_TRY(shard_members(sh, &ml, err, err_size));
+        STK_TRY(stk__tar_index(sh->f, &ml, &sh->from_cache, err, err_size));
         sh->first = b.n_recs;
         STK_TRY(group_shard(&b, (uint32_t)s, list.v[s], &ml, &sh->keys, &sh->count, err, err_size));
         stk__srcfile *sf = &ds->files[s];
@@ -815,7 +385,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         for (uint64_t r = sh->first; r < b.n_recs; r++)
             for (uint32_t k = 0; k < b.recs[r].n; k++)
                 sf->data_size += b.mems[b.recs[r].first + k].size;
-        memberlist_free(&ml);
+        stk__tar_members_free(&ml);
         /* one key split across two shards */
         for (size_t p = s; p-- > 0 && sh->count > 0;) {
             if (w->shards[p].count == 0)
@@ -905,7 +475,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
     stk__fp_add_u64(h, ds->count);
     ds->fingerprint = stk__fp_end(h);
 fail:
-    memberlist_free(&ml);
+    stk__tar_members_free(&ml);
     stk__free(b.recs);
     stk__free(b.mems);
     stk__strlist_free(&list);
@@ -963,7 +533,7 @@ static stk_status check_header(const stk_dataset *ds, uint64_t i, uint32_t f, co
                                uint64_t hdr_off, uint32_t size, char *err, size_t err_size)
 {
     uint64_t hsize;
-    if (tar_checksum_ok(hdr) && tar_number(hdr + 124, 12, &hsize) && hsize == size)
+    if (stk__tar_checksum_ok(hdr) && stk__tar_number(hdr + 124, 12, &hsize) && hsize == size)
         return STK_OK;
     char where[STK_ERRMSG_SIZE];
     wds_describe(ds, i, where, sizeof(where));
