@@ -2,8 +2,10 @@
  * stk_src_npy.c: NumPy `.npy` files as a record source, the example docs/design.md walks through
  * ("a new format is one file plus one line in stk_sources.def"). A dataset is a directory of
  * `<field>.npy` files, or a list of `.npy` files, sharing their first dimension N: record i is row
- * i of every file, one field per file named after it (x.npy -> "x"). Rows are read in place by
- * offset (no copy of the file, no mapping).
+ * i of every file, one field per file named after it (x.npy -> "x"), or by the caller: the
+ * NumPy dict form {"image": "x.npy", "label": "y.npy"} arrives as stk_dataset_opts.field_names
+ * (ds->open_names during open), one file per name. Rows are read in place by offset (no copy of
+ * the file, no mapping).
  *
  * The header (format versions 1-3) is a Python dict literal: {'descr': '<f4', 'fortran_order':
  * False, 'shape': (N, ...)}. Supported: little-endian or byte-sized integers and floats, C order;
@@ -158,6 +160,21 @@ fail:
     return rc;
 }
 
+/* The caller's name for the field of file `path` (the NumPy dict form). */
+static stk_status set_name(stk_field *fd, const char *name, const char *path, char *err,
+                           size_t err_size)
+{
+    if (strlen(name) >= STK_MAX_NAME)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "%s: field name '%.40s...' is over %d characters", path, name,
+                              STK_MAX_NAME - 1);
+    snprintf(fd->name, sizeof(fd->name), "%s", name);
+    char bad[160];
+    if (!stk__field_valid(fd, bad, sizeof(bad)))
+        return stk__set_error(err, err_size, STK_EINVAL, "%s: %s", path, bad);
+    return STK_OK;
+}
+
 static void npy_close(stk_dataset *ds)
 {
     npyfile *nf = ds->impl;
@@ -172,7 +189,13 @@ static stk_status npy_open(stk_dataset *ds, const char *const *paths, size_t n_p
 {
     stk_status rc = STK_OK;
     stk__strlist list = {0};
-    STK_TRY(stk__paths_files(paths, n_paths, npy_suffixes, ".npy files", &list, err, err_size));
+    if (ds->open_names) { /* one file per named field, as given */
+        for (size_t i = 0; i < n_paths; i++)
+            if (stk__strlist_add(&list, paths[i]) < 0)
+                STK_FAIL_E(STK_ENOMEM, "out of memory");
+    } else {
+        STK_TRY(stk__paths_files(paths, n_paths, npy_suffixes, ".npy files", &list, err, err_size));
+    }
     if (list.n == 0 || list.n > STK_MAX_FIELDS)
         STK_FAIL_E(STK_EINVAL, "%s: need 1 to %d .npy files (one per field), found %zu", paths[0],
                    STK_MAX_FIELDS, list.n);
@@ -189,6 +212,8 @@ static stk_status npy_open(stk_dataset *ds, const char *const *paths, size_t n_p
         rc = stk__vfs_open(list.v[i], &nf[i].f, err, err_size);
         if (rc == STK_OK)
             rc = npy_header(&nf[i], list.v[i], &ds->fields[i], &rows, err, err_size);
+        if (rc == STK_OK && ds->open_names)
+            rc = set_name(&ds->fields[i], ds->open_names[i], list.v[i], err, err_size);
         for (size_t j = 0; rc == STK_OK && j < i; j++)
             if (strcmp(ds->fields[i].name, ds->fields[j].name) == 0)
                 rc = stk__set_error(err, err_size, STK_EINVAL, "%s and %s: two fields named '%s'",
@@ -257,7 +282,8 @@ static stk_status npy_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
 
 const stk__source_methods stk__src_npy = {
     .name = "npy",
-    .summary = ".npy files (a directory or a list), one field per file, sharing their rows",
+    .summary = ".npy files (a directory, a list or a dict), one field per file, sharing rows",
+    .takes_names = true,
     .probe = npy_probe,
     .open = npy_open,
     .close = npy_close,
