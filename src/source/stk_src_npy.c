@@ -14,6 +14,7 @@
  * different lengths, a file shorter than its header says.
  */
 #include "common/stk_endian.h"
+#include "source/stk_npy.h"
 #include "source/stk_source.h"
 
 #include <inttypes.h>
@@ -83,54 +84,93 @@ static bool parse_descr(const char *v, stk_dtype *dt, const char **why)
     return false;
 }
 
+stk_status stk__npy_header_size(const uint8_t *pre, size_t n, const char *what, uint64_t *size,
+                                char *err, size_t err_size)
+{
+    if (n < 10)
+        return stk__set_error(err, err_size, STK_EFORMAT, "%s: not a .npy file (too short)", what);
+    if (memcmp(pre, NPY_MAGIC, 6) != 0 || pre[6] < 1 || pre[6] > 3 || (pre[6] > 1 && n < 12))
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: not a .npy file (bad magic or version)", what);
+    uint64_t hlen = pre[6] == 1 ? (uint64_t)pre[8] | (uint64_t)pre[9] << 8 : stk__ld32(pre + 8);
+    if (hlen > NPY_MAX_HEADER)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: corrupt .npy header (length %" PRIu64 ")", what, hlen);
+    *size = (pre[6] == 1 ? 10 : 12) + hlen;
+    return STK_OK;
+}
+
+stk_status stk__npy_parse(const uint8_t *b, size_t n, const char *what, stk__npy *out, char *err,
+                          size_t err_size)
+{
+    uint64_t end;
+    stk_status rc = stk__npy_header_size(b, n, what, &end, err, err_size);
+    if (rc < 0)
+        return rc;
+    if (end > n)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: corrupt .npy header (length %" PRIu64 ", over the %zu bytes)",
+                              what, end, n);
+    size_t hoff = b[6] == 1 ? 10 : 12, hlen = (size_t)end - hoff;
+    char *h = stk__malloc(hlen + 1);
+    if (!h)
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", what);
+    memcpy(h, b + hoff, hlen);
+    h[hlen] = '\0';
+    memset(out, 0, sizeof(*out));
+    out->data_offset = end;
+    const char *descr = dict_value(h, "descr"), *fo = dict_value(h, "fortran_order"),
+               *shape = dict_value(h, "shape"), *why = "";
+    if (!descr || !fo || !shape || *shape != '(')
+        STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (%.200s)", what, h);
+    if (strncmp(fo, "False", 5) != 0)
+        STK_FAIL_E(STK_ENOTSUP, "%s: Fortran-order array (save it with np.ascontiguousarray)",
+                   what);
+    if (!parse_descr(descr, &out->dtype, &why))
+        STK_FAIL_E(STK_ENOTSUP, "%s: %s is not supported (%.20s)", what, why, descr);
+    const char *p = shape + 1;
+    while (*p && *p != ')') {
+        char *e;
+        long long d = strtoll(p, &e, 10);
+        if (e == p || d < 0 || out->nd == STK_MAX_DIMS + 1)
+            STK_FAIL_E(out->nd == STK_MAX_DIMS + 1 ? STK_ENOTSUP : STK_EFORMAT,
+                       "%s: shape %.40s: need at most %d dimensions of sizes >= 0", what, shape,
+                       STK_MAX_DIMS + 1);
+        out->dims[out->nd++] = d;
+        p = e;
+        while (*p == ',' || *p == ' ')
+            p++;
+    }
+fail:
+    stk__free(h);
+    return rc;
+}
+
 /* Parse one file's header into its field and N. */
 static stk_status npy_header(npyfile *nf, const char *path, stk_field *fd, uint64_t *rows,
                              char *err, size_t err_size)
 {
     uint8_t pre[12];
-    char *h = NULL;
+    uint8_t *h = NULL;
     stk_status rc = STK_OK;
-    if (nf->f->size < 10)
-        STK_FAIL_E(STK_EFORMAT, "%s: not a .npy file (too short)", path);
-    STK_TRY(stk__vfs_read(nf->f, 0, pre, STK_MIN(sizeof(pre), (size_t)nf->f->size), err, err_size));
-    if (memcmp(pre, NPY_MAGIC, 6) != 0 || pre[6] < 1 || pre[6] > 3)
-        STK_FAIL_E(STK_EFORMAT, "%s: not a .npy file (bad magic or version)", path);
-    uint64_t hlen = pre[6] == 1 ? (uint64_t)pre[8] | (uint64_t)pre[9] << 8 : stk__ld32(pre + 8);
-    uint64_t hoff = pre[6] == 1 ? 10 : 12;
-    if (hlen > NPY_MAX_HEADER || hoff + hlen > nf->f->size)
-        STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (length %" PRIu64 ")", path, hlen);
-    h = stk__malloc((size_t)hlen + 1);
+    uint64_t hsize;
+    stk__npy np;
+    STK_TRY(stk__vfs_read(nf->f, 0, pre, (size_t)STK_MIN(sizeof(pre), nf->f->size), err, err_size));
+    STK_TRY(stk__npy_header_size(pre, (size_t)STK_MIN(sizeof(pre), nf->f->size), path, &hsize, err,
+                                 err_size));
+    if (hsize > nf->f->size)
+        STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (length %" PRIu64 ")", path, hsize);
+    h = stk__malloc((size_t)hsize);
     if (!h)
         STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
-    STK_TRY(stk__vfs_read(nf->f, hoff, h, (size_t)hlen, err, err_size));
-    h[hlen] = '\0';
-    const char *descr = dict_value(h, "descr"), *fo = dict_value(h, "fortran_order"),
-               *shape = dict_value(h, "shape"), *why = "";
-    if (!descr || !fo || !shape || *shape != '(')
-        STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (%s)", path, h);
-    if (strncmp(fo, "False", 5) != 0)
-        STK_FAIL_E(STK_ENOTSUP, "%s: Fortran-order array (save it with np.ascontiguousarray)",
-                   path);
-    memset(fd, 0, sizeof(*fd));
-    if (!parse_descr(descr, &fd->dtype, &why))
-        STK_FAIL_E(STK_ENOTSUP, "%s: %s is not supported (%.20s)", path, why, descr);
-    int64_t dims[STK_MAX_DIMS + 1];
-    uint32_t nd = 0;
-    const char *p = shape + 1;
-    while (*p && *p != ')') {
-        char *end;
-        long long d = strtoll(p, &end, 10);
-        if (end == p || d < 0 || nd == STK_MAX_DIMS + 1)
-            STK_FAIL_E(nd == STK_MAX_DIMS + 1 ? STK_ENOTSUP : STK_EFORMAT,
-                       "%s: shape %.40s: need 1 to %d dimensions of sizes >= 0", path, shape,
-                       STK_MAX_DIMS + 1);
-        dims[nd++] = d;
-        p = end;
-        while (*p == ',' || *p == ' ')
-            p++;
-    }
-    if (nd == 0)
+    STK_TRY(stk__vfs_read(nf->f, 0, h, (size_t)hsize, err, err_size));
+    STK_TRY(stk__npy_parse(h, (size_t)hsize, path, &np, err, err_size));
+    if (np.nd == 0)
         STK_FAIL_E(STK_EINVAL, "%s: a 0-d array has no rows", path);
+    memset(fd, 0, sizeof(*fd));
+    fd->dtype = np.dtype;
+    uint32_t nd = np.nd;
+    const int64_t *dims = np.dims;
     *rows = (uint64_t)dims[0];
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -148,7 +188,7 @@ static stk_status npy_header(npyfile *nf, const char *path, stk_field *fd, uint6
     if (!stk__field_valid(fd, bad, sizeof(bad)))
         STK_FAIL_E(STK_EINVAL, "%s: %s", path, bad);
     *fd = stk__field_canonical(fd);
-    nf->data_offset = hoff + hlen;
+    nf->data_offset = np.data_offset;
     nf->row_size = stk__field_fixed_size(fd);
     if (*rows && nf->row_size > (nf->f->size - nf->data_offset) / *rows)
         STK_FAIL_E(STK_EFORMAT,

@@ -4,8 +4,11 @@
  * adjacent members sharing a key: the path up to the first dot of the last path component
  * (`a/x.seg.png` -> key `a/x`, extension `seg.png`, lowercased). Fields: `__key__` (bytes), then
  * one per extension, sorted by name; `cls`, `index` and `id` hold ASCII integers and are int64
- * fields, everything else bytes. The schema is the union over all shards (every header is
- * scanned at open anyway).
+ * fields, `npy`/`*.npy` members array fields (dtype and shape of the first sample's array,
+ * checked at each read), everything else bytes. A member named `*.gz` is gunzipped at read
+ * (zlib; its size from the gzip trailer, read during the scan) and its field named without the
+ * `.gz`, as webdataset does (`json.gz` -> `json`). The schema is the union over all shards (every
+ * header is scanned at open anyway).
  *
  * Random access: one scan of the tar headers per shard at open (stk_tar.c) builds the member
  * list (ustar, GNU 'L' long names, PAX 'x' path=/size=; 'g' global headers, directories, links
@@ -22,14 +25,16 @@
  * cannot be a field name. At read (STK_EFORMAT, so on_error="skip" skips and counts it): a
  * sample missing a field other samples have, a non-integer `cls`/`index`/`id`.
  *
- * Not supported: gunzipping `.gz` members (they are bytes fields named e.g. `json.gz`), `.npy`
- * members as array fields (they are bytes), members of 4 GiB or more, sparse members.
+ * Not supported: members of 4 GiB or more, sparse members, a `.gz` member of several gzip
+ * streams.
  */
 #include "common/stk_endian.h"
+#include "source/stk_npy.h"
 #include "source/stk_source.h"
 #include "source/stk_tar.h"
 
 #include <xxhash.h>
+#include <zlib.h>
 
 #include <inttypes.h>
 #include <malloc.h>
@@ -65,6 +70,9 @@ typedef struct wds {
     wds_rec *recs;
     wds_loc *locs; /* count * (n_fields - 1): field f >= 1 of record i at [i * (n - 1) + f - 1] */
     bool is_int[STK_MAX_FIELDS];
+    bool is_npy[STK_MAX_FIELDS]; /* an array field from .npy members */
+    uint32_t *gz; /* NULL when no member is gzipped, else count * (n_fields - 1) gunzipped sizes
+                     (STK__TAR_NOT_GZ: that member is not gzipped), laid out as locs */
 } wds;
 
 /* ---- probe ---- */
@@ -142,6 +150,7 @@ typedef struct tmpmem {
     uint64_t data_off;
     uint32_t size;
     uint8_t ext;
+    uint32_t gz_size; /* STK__TAR_NOT_GZ: not gzipped */
 } tmpmem;
 
 typedef struct builder {
@@ -236,6 +245,12 @@ static stk_status group_shard(builder *b, uint32_t s, const char *path, const st
         if (!split_name(name, mb->name_len, &klen, ext, sizeof(ext), &elen))
             continue; /* no extension: not part of a sample */
         uint64_t hoff = mb->data_off - TAR_BLOCK;
+        uint32_t gz_size = STK__TAR_NOT_GZ;
+        if (elen > 3 && elen < sizeof(ext) && strcmp(ext + elen - 3, ".gz") == 0) {
+            elen -= 3; /* "json.gz": field json, gunzipped at read, as webdataset does */
+            ext[elen] = '\0';
+            gz_size = mb->gz_size;
+        }
         if (!valid_ext(ext, elen))
             STK_FAIL_E(STK_EINVAL,
                        "%s: member '%.*s' at byte %" PRIu64
@@ -303,7 +318,7 @@ static stk_status group_shard(builder *b, uint32_t s, const char *path, const st
         if (b->n_mems >= UINT32_MAX ||
             !grow((void **)&b->mems, &b->cap_mems, b->n_mems + 1, sizeof(*b->mems)))
             STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-        b->mems[b->n_mems++] = (tmpmem){mb->data_off, (uint32_t)mb->size, (uint8_t)e};
+        b->mems[b->n_mems++] = (tmpmem){mb->data_off, (uint32_t)mb->size, (uint8_t)e, gz_size};
         r->n++;
     }
     *count = b->n_recs - first_rec;
@@ -330,6 +345,7 @@ static void wds_close(stk_dataset *ds)
     stk__free(w->shards);
     stk__free(w->recs);
     stk__free(w->locs);
+    stk__free(w->gz);
     stk__free(w);
     ds->impl = NULL;
 }
@@ -342,6 +358,159 @@ static int cmp_name(const void *a, const void *b)
 static bool is_int_ext(const char *e)
 {
     return strcmp(e, "cls") == 0 || strcmp(e, "index") == 0 || strcmp(e, "id") == 0;
+}
+
+/* "npy", "seg.npy": a NumPy array per sample */
+static bool is_npy_ext(const char *e)
+{
+    size_t n = strlen(e);
+    return strcmp(e, "npy") == 0 || (n > 4 && strcmp(e + n - 4, ".npy") == 0);
+}
+
+/* Gunzip one gzip stream (n bytes) into exactly out_size bytes (its trailer's ISIZE): anything
+ * else (not gzip, corrupt, a different length, bytes after the stream) is STK_EFORMAT. */
+static stk_status gunzip(const uint8_t *in, size_t n, uint8_t *out, size_t out_size,
+                         const char *where, char *err, size_t err_size)
+{
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory for zlib", where);
+    z.next_in = (Bytef *)(uintptr_t)in;
+    z.avail_in = (uInt)n;
+    z.next_out = out_size ? out : (Bytef *)&z; /* zlib wants a pointer even for 0 bytes */
+    z.avail_out = (uInt)out_size;
+    int zr = inflate(&z, Z_FINISH);
+    bool done = zr == Z_STREAM_END && z.total_out == out_size && z.avail_in == 0;
+    const char *zmsg = z.msg;
+    inflateEnd(&z);
+    if (zr == Z_MEM_ERROR)
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory gunzipping", where);
+    if (done)
+        return STK_OK;
+    if (zr == Z_STREAM_END && z.avail_in)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: %u bytes after the gzip stream (one stream per member)", where,
+                              z.avail_in);
+    if (zr == Z_BUF_ERROR && z.avail_out == 0)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: gunzips to more than the %zu bytes its gzip trailer says", where,
+                              out_size);
+    return stk__set_error(err, err_size, STK_EFORMAT, "%s: not valid gzip data (zlib: %s)", where,
+                          zmsg                 ? zmsg
+                          : zr == Z_STREAM_END ? "size differs from the trailer"
+                                               : "truncated stream");
+}
+
+/* A member's data (gunzipped when gz_size is not STK__TAR_NOT_GZ) in a fresh buffer (*out, *n;
+ * stk__free it), its tar header checked to still describe it. */
+static stk_status member_bytes(stk__file *f, uint64_t data_off, uint32_t size, uint32_t gz_size,
+                               const char *where, uint8_t **out, size_t *n, char *err,
+                               size_t err_size)
+{
+    uint8_t hdr[TAR_BLOCK];
+    uint8_t *raw = stk__malloc(size ? size : 1), *plain = NULL;
+    stk_status rc = STK_OK;
+    uint64_t hsize;
+    *out = NULL;
+    if (!raw)
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory for a %" PRIu32 "-byte member", where, size);
+    stk__iov iov[2] = {{hdr, TAR_BLOCK}, {raw, size}};
+    rc = f->vfs->read(f, data_off - TAR_BLOCK, iov, 2, err, err_size);
+    if (rc < 0) {
+        rc = stk__source_read_error(rc, where, f->path, err, err_size);
+        goto fail;
+    }
+    if (!stk__tar_checksum_ok(hdr) || !stk__tar_number(hdr + 124, 12, &hsize) || hsize != size)
+        STK_FAIL_E(STK_EFORMAT,
+                   "%s: the tar header at byte %" PRIu64 " does not match the index: the shard "
+                   "changed after it was indexed (reopen the dataset)",
+                   where, data_off - TAR_BLOCK);
+    if (gz_size == STK__TAR_NOT_GZ) {
+        *out = raw;
+        *n = size;
+        return STK_OK;
+    }
+    plain = stk__malloc(gz_size ? gz_size : 1);
+    if (!plain)
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory gunzipping to %" PRIu32 " bytes", where, gz_size);
+    STK_TRY(gunzip(raw, size, plain, gz_size, where, err, err_size));
+    *out = plain;
+    *n = gz_size;
+    plain = NULL;
+fail:
+    stk__free(plain);
+    if (*out != raw)
+        stk__free(raw);
+    return rc;
+}
+
+/* The array field a .npy member holds (its whole array; a 0-d array is a [1] array). */
+static stk_status npy_field(const uint8_t *b, size_t n, const char *where, stk_field *fd,
+                            uint64_t *data_offset, char *err, size_t err_size)
+{
+    stk__npy np;
+    stk_status rc = stk__npy_parse(b, n, where, &np, err, err_size);
+    if (rc < 0)
+        return rc;
+    if (np.nd > STK_MAX_DIMS)
+        return stk__set_error(err, err_size, STK_ENOTSUP,
+                              "%s: a %u-dimensional array (array fields have 1 to %d)", where,
+                              np.nd, STK_MAX_DIMS);
+    stk_field f = {0};
+    memcpy(f.name, fd->name, sizeof(f.name));
+    f.kind = STK_FIELD_ARRAY;
+    f.dtype = np.dtype;
+    f.ndim = np.nd ? np.nd : 1;
+    for (uint32_t d = 0; d < f.ndim; d++)
+        f.shape[d] = np.nd ? np.dims[d] : 1;
+    char bad[160];
+    if (!stk__field_valid(&f, bad, sizeof(bad)))
+        return stk__set_error(err, err_size, STK_EINVAL, "%s: %s", where, bad);
+    *fd = stk__field_canonical(&f);
+    *data_offset = np.data_offset;
+    if (stk__field_fixed_size(fd) != n - np.data_offset)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: %zu bytes of data where its header says %" PRIu64, where,
+                              n - (size_t)np.data_offset, stk__field_fixed_size(fd));
+    return STK_OK;
+}
+
+/* "shard.tar: member 'key.ext' at byte N" for errors about one member before records exist. */
+static void member_where(char *buf, size_t size, const char *path, const char *key, size_t key_len,
+                         const char *ext, bool gz, uint64_t data_off)
+{
+    snprintf(buf, size, "%s: member '%.*s.%s%s' at byte %" PRIu64, path, (int)STK_MIN(key_len, 200),
+             key, ext, gz ? ".gz" : "", data_off - TAR_BLOCK);
+}
+
+/* The schema of .npy field f (extension id e): from the first sample that has one. */
+static stk_status npy_schema(const wds *w, const builder *b, const stk__strlist *list, size_t e,
+                             stk_field *fd, char *err, size_t err_size)
+{
+    for (size_t i = 0; i < b->n_recs; i++) {
+        const tmprec *t = &b->recs[i];
+        for (uint32_t k = 0; k < t->n; k++) {
+            const tmpmem *m = &b->mems[t->first + k];
+            if (m->ext != e)
+                continue;
+            char where[STK_ERRMSG_SIZE];
+            member_where(where, sizeof(where), list->v[t->shard],
+                         w->shards[t->shard].keys + t->key_off, t->key_len, fd->name,
+                         m->gz_size != STK__TAR_NOT_GZ, m->data_off);
+            uint8_t *bytes;
+            size_t n;
+            uint64_t data_offset;
+            stk_status rc = member_bytes(w->shards[t->shard].f, m->data_off, m->size, m->gz_size,
+                                         where, &bytes, &n, err, err_size);
+            if (rc < 0)
+                return rc;
+            rc = npy_field(bytes, n, where, fd, &data_offset, err, err_size);
+            stk__free(bytes);
+            return rc;
+        }
+    }
+    return STK_OK; /* not reached: every extension comes from a member */
 }
 
 static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_paths, char *err,
@@ -420,17 +589,27 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         stk_field *fd = &ds->fields[k + 1];
         memcpy(fd->name, order[k], STK_MAX_NAME);
         w->is_int[k + 1] = is_int_ext(order[k]);
+        w->is_npy[k + 1] = is_npy_ext(order[k]);
         fd->kind = w->is_int[k + 1] ? STK_FIELD_INT64 : STK_FIELD_BYTES;
         *fd = stk__field_canonical(fd);
+        if (w->is_npy[k + 1])
+            STK_TRY(npy_schema(w, &b, &list, e, fd, err, err_size));
     }
+    bool any_gz = false;
+    for (size_t m = 0; m < b.n_mems && !any_gz; m++)
+        any_gz = b.mems[m].gz_size != STK__TAR_NOT_GZ;
     size_t nf1 = b.ext.n;
     ds->count = b.n_recs;
     w->recs = stk__calloc(b.n_recs ? b.n_recs : 1, sizeof(*w->recs));
     w->locs = stk__calloc(b.n_recs && nf1 ? b.n_recs * nf1 : 1, sizeof(*w->locs));
-    if (!w->recs || !w->locs)
+    if (any_gz)
+        w->gz = stk__malloc(b.n_recs && nf1 ? b.n_recs * nf1 * sizeof(*w->gz) : 1);
+    if (!w->recs || !w->locs || (any_gz && !w->gz))
         STK_FAIL_E(STK_ENOMEM, "out of memory indexing %zu samples", b.n_recs);
     for (size_t f = 1; f < ds->n_fields; f++)
-        ds->field_max[f] = w->is_int[f] ? 8 : 0;
+        ds->field_max[f] = w->is_int[f]   ? 8
+                           : w->is_npy[f] ? stk__field_fixed_size(&ds->fields[f])
+                                          : 0;
     for (size_t i = 0; i < b.n_recs; i++) {
         const tmprec *t = &b.recs[i];
         wds_rec *r = &w->recs[i];
@@ -441,6 +620,8 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         wds_loc *loc = w->locs + i * nf1;
         for (size_t f = 0; f < nf1; f++)
             loc[f].size = MISSING;
+        for (size_t f = 0; w->gz && f < nf1; f++)
+            w->gz[i * nf1 + f] = STK__TAR_NOT_GZ;
         uint64_t total = t->key_len;
         for (uint32_t k = 0; k < t->n; k++) {
             const tmpmem *m = &b.mems[t->first + k];
@@ -451,7 +632,12 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
                            w->shards[t->shard].keys + t->key_off, r->off);
             loc[f - 1].rel = (uint32_t)(m->data_off - r->off);
             loc[f - 1].size = m->size;
-            uint64_t fsz = w->is_int[f] ? 8 : m->size;
+            if (w->gz)
+                w->gz[i * nf1 + f - 1] = m->gz_size;
+            uint64_t fsz = w->is_int[f]                    ? 8
+                           : w->is_npy[f]                  ? ds->field_max[f]
+                           : m->gz_size != STK__TAR_NOT_GZ ? m->gz_size
+                                                           : m->size;
             ds->field_max[f] = STK_MAX(ds->field_max[f], fsz);
             total += fsz;
         }
@@ -544,6 +730,89 @@ static stk_status check_header(const stk_dataset *ds, uint64_t i, uint32_t f, co
                           where, ds->fields[f].name, hdr_off);
 }
 
+/* "x.tar sample 'k' (...) at byte N: field 'npy' (member 'k.npy.gz' at byte M)" */
+static void field_where(const stk_dataset *ds, uint64_t i, uint32_t f, bool gz, char *buf,
+                        size_t size)
+{
+    const wds *w = ds->impl;
+    const wds_rec *r = &w->recs[i];
+    const char *key = w->shards[r->shard].keys + r->key_off;
+    wds_describe(ds, i, buf, size);
+    size_t n = strlen(buf);
+    snprintf(buf + n, size - n, ": field '%s' (member '%.*s.%s%s' at byte %" PRIu64 ")",
+             ds->fields[f].name, (int)STK_MIN(r->key_len, 200), key, ds->fields[f].name,
+             gz ? ".gz" : "", r->off + w->locs[i * (ds->n_fields - 1) + f - 1].rel - TAR_BLOCK);
+}
+
+/* "uint8 [4, 4, 3]" */
+static void array_str(const stk_field *f, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%s [", stk_dtype_name(f->dtype));
+    for (uint32_t d = 0; d < f->ndim && n > 0 && (size_t)n < size; d++)
+        n += snprintf(buf + n, size - (size_t)n, "%s%" PRId64, d ? ", " : "", f->shape[d]);
+    if (n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, "]");
+}
+
+/* Field f of record i through a buffer: a gzipped member gunzipped, a .npy member's header
+ * checked against the schema (dtype and shape of the first sample's). */
+static stk_status read_buffered(const stk_dataset *ds, uint64_t i, uint32_t f, uint32_t gz,
+                                void *dst, size_t cap, stk__recinfo *info, char *err,
+                                size_t err_size)
+{
+    const wds *w = ds->impl;
+    const wds_rec *r = &w->recs[i];
+    const wds_loc *l = &w->locs[i * (ds->n_fields - 1) + f - 1];
+    char where[STK_ERRMSG_SIZE];
+    uint8_t *b = NULL;
+    size_t n = 0;
+    uint64_t size = 0;
+    field_where(ds, i, f, gz != STK__TAR_NOT_GZ, where, sizeof(where));
+    stk_status rc = member_bytes(w->shards[r->shard].f, r->off + l->rel, l->size, gz, where, &b, &n,
+                                 err, err_size);
+    if (rc < 0)
+        return rc;
+    if (w->is_npy[f]) {
+        stk_field got;
+        uint64_t doff = 0;
+        memcpy(got.name, ds->fields[f].name, sizeof(got.name));
+        STK_TRY(npy_field(b, n, where, &got, &doff, err, err_size));
+        if (got.dtype != ds->fields[f].dtype || got.ndim != ds->fields[f].ndim ||
+            memcmp(got.shape, ds->fields[f].shape, got.ndim * sizeof(got.shape[0])) != 0) {
+            char a[96], want[96];
+            array_str(&got, a, sizeof(a));
+            array_str(&ds->fields[f], want, sizeof(want));
+            STK_FAIL_E(STK_EFORMAT,
+                       "%s: a %s array where the dataset's field is %s (the first sample's; "
+                       "every sample's .npy must have one dtype and shape)",
+                       where, a, want);
+        }
+        size = n - doff;
+        if (size > cap)
+            STK_FAIL_E(STK_ELIMIT, "%s: over its buffer", where);
+        memcpy(dst, b + doff, (size_t)size);
+    } else if (w->is_int[f]) {
+        int64_t v;
+        if (cap < 8)
+            STK_FAIL_E(STK_ELIMIT, "%s: over its buffer", where);
+        if (n > MAX_INT_TEXT || !parse_int((const char *)b, n, &v))
+            STK_FAIL_E(STK_EFORMAT, "%s: not an ASCII integer ('%.*s')", where,
+                       (int)STK_MIN(n, MAX_INT_TEXT), (const char *)b);
+        stk__st64(dst, (uint64_t)v);
+        size = 8;
+    } else {
+        if (n > cap)
+            STK_FAIL_E(STK_ELIMIT, "%s: %zu bytes gunzipped, over its buffer", where, n);
+        memcpy(dst, b, n);
+        size = n;
+    }
+    info->field_size[f] = size;
+    info->size += size;
+fail:
+    stk__free(b);
+    return rc;
+}
+
 #define READ_GAPS 8192 /* bytes of headers and padding one read may skip over */
 #define READ_PIECES (STK_MAX_FIELDS + 1)
 
@@ -582,6 +851,13 @@ static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
             return stk__set_error(err, err_size, STK_EFORMAT,
                                   "%s: no '%s' member (other samples have one)", where,
                                   ds->fields[f].name);
+        }
+        uint32_t gz = w->gz ? w->gz[i * (ds->n_fields - 1) + f - 1] : STK__TAR_NOT_GZ;
+        if (w->is_npy[f] || gz != STK__TAR_NOT_GZ) { /* through a buffer, on its own */
+            stk_status rc = read_buffered(ds, i, f, gz, dst[f], cap[f], info, err, err_size);
+            if (rc < 0)
+                return rc;
+            continue;
         }
         if (as_int ? l->size > MAX_INT_TEXT || cap[f] < 8 : l->size > cap[f]) {
             bool text = as_int && cap[f] >= 8;

@@ -4,6 +4,7 @@
  * directories, links and devices are skipped. Moved out of stk_src_wds.c, which groups the
  * members into samples.
  */
+#include "common/stk_endian.h"
 #include "source/stk_tar.h"
 #include "source/stk_source.h"
 
@@ -16,6 +17,7 @@
 #define SCAN_SMALL (4u << 10)
 #define MAX_LONGNAME (64u << 10)
 #define MAX_PAX (1u << 20)
+#define GZ_MIN 18 /* the smallest gzip stream: 10-byte header, empty deflate, 8-byte trailer */
 
 /* ---- tar headers ---- */
 
@@ -117,8 +119,8 @@ void stk__tar_members_free(stk__tar_members *ml)
     memset(ml, 0, sizeof(*ml));
 }
 
-static bool stk__tar_members_add(stk__tar_members *ml, uint64_t data_off, uint64_t size,
-                                 const char *name, size_t name_len)
+static bool members_add(stk__tar_members *ml, uint64_t data_off, uint64_t size, const char *name,
+                        size_t name_len, uint32_t gz_size)
 {
     if (ml->n == ml->cap) {
         size_t cap = ml->cap ? ml->cap * 2 : 256;
@@ -137,7 +139,8 @@ static bool stk__tar_members_add(stk__tar_members *ml, uint64_t data_off, uint64
         ml->names_cap = cap;
     }
     memcpy(ml->names + ml->names_len, name, name_len);
-    ml->v[ml->n++] = (stk__tar_member){data_off, size, (uint32_t)ml->names_len, (uint32_t)name_len};
+    ml->v[ml->n++] =
+        (stk__tar_member){data_off, size, (uint32_t)ml->names_len, (uint32_t)name_len, gz_size};
     ml->names_len += name_len;
     return true;
 }
@@ -278,7 +281,18 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
                            "%s: member '%.*s' at byte %" PRIu64 " is %" PRIu64
                            " bytes (members of 4 GiB or more are not supported)",
                            path, (int)STK_MIN(mlen, 200), mname, off, size);
-            if (!stk__tar_members_add(ml, data_off, size, mname, mlen))
+            uint32_t gz_size = STK__TAR_NOT_GZ;
+            if (mlen > 3 && mname[mlen - 3] == '.' && (mname[mlen - 2] | 0x20) == 'g' &&
+                (mname[mlen - 1] | 0x20) == 'z') {
+                const uint8_t *t =
+                    size >= GZ_MIN ? scan_get(&sb, data_off + size - 4, 4, err, err_size) : NULL;
+                if (size >= GZ_MIN && !t)
+                    STK_FAIL_E(STK_EIO, "%s", err);
+                gz_size = t ? stk__ld32(t) : 0;
+                if (gz_size == STK__TAR_NOT_GZ)
+                    gz_size = 0; /* 4 GiB - 1 gunzipped: over any field's limit anyway */
+            }
+            if (!members_add(ml, data_off, size, mname, mlen, gz_size))
                 STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
         }
         /* 'g' global headers, directories, links, devices: nothing to read */

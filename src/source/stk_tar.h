@@ -9,11 +9,16 @@
 #include "io/stk_vfs.h"
 
 #define STK__TAR_BLOCK 512
+#define STK__TAR_NOT_GZ UINT32_MAX /* stk__tar_member.gz_size of a member not named *.gz */
 
 /* One regular member of a shard (the cache holds exactly these). */
 typedef struct stk__tar_member {
-    uint64_t data_off, size;
+    uint64_t data_off, size;     /* size < 4 GiB (larger members are refused) */
     uint32_t name_off, name_len; /* in the list's names */
+    /* A member named *.gz (any case): the last 4 bytes of its data, the gzip trailer's ISIZE
+     * (the gunzipped size mod 2^32; 0 when the member is too short to be gzip); else
+     * STK__TAR_NOT_GZ. Read during the scan, where they are almost always in its buffer. */
+    uint32_t gz_size;
 } stk__tar_member;
 
 /* Growable members + names of one shard. */

@@ -18,8 +18,8 @@
 #include <unistd.h>
 
 #define CACHE_SUFFIX ".stkidx"
-#define CACHE_MAGIC "STKWDSX1"
-#define CACHE_HEAD 56 /* magic, size, mtime, ino, n_members, names_size, reserved */
+#define CACHE_MAGIC "STKWDSX2" /* X2: 32-bit member sizes and the .gz trailer size */
+#define CACHE_HEAD 56          /* magic, size, mtime, ino, n_members, names_size, reserved */
 
 static char *cache_path(const char *shard)
 {
@@ -70,7 +70,8 @@ static bool cache_load(const char *cpath, const uint64_t id[3], uint64_t shard_s
         goto out;
     const uint8_t *e = b + CACHE_HEAD;
     for (uint64_t i = 0; i < nm; i++, e += 24) {
-        stk__tar_member m = {stk__ld64(e), stk__ld64(e + 8), stk__ld32(e + 16), stk__ld32(e + 20)};
+        stk__tar_member m = {stk__ld64(e), stk__ld32(e + 8), stk__ld32(e + 16), stk__ld32(e + 20),
+                             stk__ld32(e + 12)};
         if (m.data_off < STK__TAR_BLOCK || m.data_off > shard_size ||
             m.size > shard_size - m.data_off || m.name_off > names ||
             m.name_len > names - m.name_off)
@@ -107,7 +108,8 @@ static void cache_store(const char *cpath, const uint64_t id[3], const stk__tar_
     uint8_t *e = b + CACHE_HEAD;
     for (size_t i = 0; i < ml->n; i++, e += 24) {
         stk__st64(e, ml->v[i].data_off);
-        stk__st64(e + 8, ml->v[i].size);
+        stk__st32(e + 8, (uint32_t)ml->v[i].size); /* the scan refuses members of 4 GiB */
+        stk__st32(e + 12, ml->v[i].gz_size);
         stk__st32(e + 16, ml->v[i].name_off);
         stk__st32(e + 20, ml->v[i].name_len);
     }
