@@ -508,3 +508,19 @@ float stk_record_f32(const stk_record *rec, size_t f)
     memcpy(&v, &bits, 4);
     return v;
 }
+
+void stk__field_str(const stk_field *f, char *buf, size_t size)
+{
+    if (f->kind != STK_FIELD_ARRAY) {
+        snprintf(buf, size, "%s",
+                 f->kind == STK_FIELD_BYTES   ? "bytes"
+                 : f->kind == STK_FIELD_INT64 ? "int64"
+                                              : "float32");
+        return;
+    }
+    int n = snprintf(buf, size, "%s [", stk_dtype_name(f->dtype));
+    for (uint32_t d = 0; d < f->ndim && n > 0 && (size_t)n < size; d++)
+        n += snprintf(buf + n, size - (size_t)n, "%s%" PRId64, d ? ", " : "", f->shape[d]);
+    if (n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, "]");
+}

@@ -137,6 +137,9 @@ stk_status stk__source_read_error(stk_status rc, const char *where, const char *
  * consecutive records (files[].first, files[].count set). */
 size_t stk__dataset_file_of(const stk_dataset *ds, uint64_t index, uint64_t *local);
 
+/* A field's type for messages: "uint8 [32, 32, 3]", "int64", "float32", "bytes". */
+void stk__field_str(const stk_field *f, char *buf, size_t size);
+
 /* Set up the files array for n files (zeroed); STK_ENOMEM with a message. */
 stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size);
 

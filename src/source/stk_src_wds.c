@@ -744,16 +744,6 @@ static void field_where(const stk_dataset *ds, uint64_t i, uint32_t f, bool gz, 
              gz ? ".gz" : "", r->off + w->locs[i * (ds->n_fields - 1) + f - 1].rel - TAR_BLOCK);
 }
 
-/* "uint8 [4, 4, 3]" */
-static void array_str(const stk_field *f, char *buf, size_t size)
-{
-    int n = snprintf(buf, size, "%s [", stk_dtype_name(f->dtype));
-    for (uint32_t d = 0; d < f->ndim && n > 0 && (size_t)n < size; d++)
-        n += snprintf(buf + n, size - (size_t)n, "%s%" PRId64, d ? ", " : "", f->shape[d]);
-    if (n > 0 && (size_t)n < size)
-        snprintf(buf + n, size - (size_t)n, "]");
-}
-
 /* Field f of record i through a buffer: a gzipped member gunzipped, a .npy member's header
  * checked against the schema (dtype and shape of the first sample's). */
 static stk_status read_buffered(const stk_dataset *ds, uint64_t i, uint32_t f, uint32_t gz,
@@ -780,8 +770,8 @@ static stk_status read_buffered(const stk_dataset *ds, uint64_t i, uint32_t f, u
         if (got.dtype != ds->fields[f].dtype || got.ndim != ds->fields[f].ndim ||
             memcmp(got.shape, ds->fields[f].shape, got.ndim * sizeof(got.shape[0])) != 0) {
             char a[96], want[96];
-            array_str(&got, a, sizeof(a));
-            array_str(&ds->fields[f], want, sizeof(want));
+            stk__field_str(&got, a, sizeof(a));
+            stk__field_str(&ds->fields[f], want, sizeof(want));
             STK_FAIL_E(STK_EFORMAT,
                        "%s: a %s array where the dataset's field is %s (the first sample's; "
                        "every sample's .npy must have one dtype and shape)",
