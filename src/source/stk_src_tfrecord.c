@@ -446,6 +446,12 @@ static stk_status tf_open(stk_dataset *ds, const char *const *paths, size_t n_pa
             break;
         if ((rc = load_text_index(tf, &count, err, err_size)) < 0)
             break;
+        /* inspect's metadata: where the frame offsets came from */
+        if (!(sf->metadata =
+                  stk__strdup(tf->off ? "{\"index\": \"idx\"}" : "{\"index\": \"scanned\"}"))) {
+            rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
+            break;
+        }
         if (!tf->off) {
             if ((rc = scan_index(tf, &count, err, err_size)) < 0)
                 break;

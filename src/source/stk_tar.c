@@ -15,6 +15,7 @@
 
 #define SCAN_BUF (64u << 10)
 #define SCAN_SMALL (4u << 10)
+#define SCAN_REMOTE (1u << 20) /* a remote shard: every read is a request, bytes are cheap */
 #define MAX_LONGNAME (64u << 10)
 #define MAX_PAX (1u << 20)
 #define GZ_MIN 18 /* the smallest gzip stream: 10-byte header, empty deflate, 8-byte trailer */
@@ -92,6 +93,7 @@ typedef struct scanbuf {
     uint8_t *buf;
     uint64_t at; /* file offset of buf[0] */
     size_t len;
+    size_t cap; /* bytes of buf: SCAN_BUF, or SCAN_REMOTE for a remote shard */
 } scanbuf;
 
 /* The n bytes at off (n <= SCAN_BUF), or NULL with the error set. */
@@ -102,7 +104,8 @@ static const uint8_t *scan_get(scanbuf *sb, uint64_t off, size_t n, char *err, s
     /* after skipping data (a member larger than the buffer), read little: big members mean the
      * next header is likely followed by another big member; after a contiguous run, read a lot */
     bool skipped = sb->len && off > sb->at + sb->len;
-    size_t want = (size_t)STK_MIN((uint64_t)(skipped ? SCAN_SMALL : SCAN_BUF), sb->f->size - off);
+    size_t window = sb->cap > SCAN_BUF ? sb->cap : skipped ? SCAN_SMALL : SCAN_BUF;
+    size_t want = (size_t)STK_MIN((uint64_t)window, sb->f->size - off);
     if (want < n)
         want = n; /* the caller checked that n bytes exist */
     if (stk__vfs_read(sb->f, off, sb->buf, want, err, err_size) < 0)
@@ -172,7 +175,11 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
 {
     stk_status rc = STK_OK;
     const char *path = f->path;
-    scanbuf sb = {f, stk__malloc(SCAN_BUF), 0, 0};
+    /* a remote shard is read in large windows whatever the members' sizes: one request per
+     * member header would cost a round trip per sample (the block cache, when set, rounds the
+     * windows up to its blocks anyway) */
+    size_t cap = f->vfs == &stk__vfs_posix ? SCAN_BUF : SCAN_REMOTE;
+    scanbuf sb = {f, stk__malloc(cap), 0, 0, cap};
     char *longname = NULL, *pax = NULL;
     size_t longname_len = 0, pax_path_len = 0;
     const char *pax_path = NULL;
