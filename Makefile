@@ -12,6 +12,7 @@ SANITIZE ?=
 PKGS     := libturbojpeg spng libxxhash libwebp libtiff-4
 PKGS     += hdf5 lmdb
 PKGS     += libcurl libcrypto
+PKGS     += zlib
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

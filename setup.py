@@ -20,6 +20,7 @@ os.chdir(HERE)  # sources are given relative to the repository root
 
 PKGS = ["libturbojpeg", "spng", "libxxhash", "libwebp", "libtiff-4", "hdf5", "lmdb"]
 PKGS += ["libcurl", "libcrypto"]  # remote byte sources (issue 14)
+PKGS += ["zlib"]  # gzipped WebDataset members (issue 12)
 
 
 def pkg_config(flag):

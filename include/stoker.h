@@ -231,6 +231,11 @@ typedef struct stk_dataset_opts {
     unsigned flags;     /* STK_DATASET_* */
     const char *format; /* a name from stk_format_name ("stk", "imagefolder", "npy"), or
                            NULL/"" to detect it (default); copied */
+    /* NULL (default), or n_paths field names: path i is one file giving the field named
+     * field_names[i] (Python's {"image": "x.npy", "label": "y.npy"}). Each path must then name
+     * exactly one file (a glob matching one file is fine; a directory is not). Only formats
+     * that read one field per file take names ("npy"); others refuse them. Copied at open. */
+    const char *const *field_names;
 } stk_dataset_opts;
 
 /** Fill `opts` with defaults (no paths, no flags, detect the format).
@@ -249,9 +254,11 @@ STK_API void stk_dataset_opts_init(stk_dataset_opts *opts);
  *  JSON. Each shard's header, footer and index are validated (magic, version, bounds, index
  *  checksum, records in order without overlap) and record checksums are checked on first read.
  *  `imagefolder`: a directory read as torchvision's ImageFolder (fields image, label, path).
- *  `npy`: `.npy` files (a directory or a list) sharing their first dimension, one field each.
+ *  `npy`: `.npy` files (a directory or a list) sharing their first dimension, one field each,
+ *  named after the file (x.npy -> "x") or by opts->field_names.
  *  @return STK_OK (*out set), STK_EINVAL (no paths, unknown or mixed formats, empty dataset,
- *          schema mismatch, shards of different datasets), STK_EIO (missing/unreadable file, a
+ *          schema mismatch, shards of different datasets, field_names with a format that takes
+ *          none or a path naming no file or several), STK_EIO (missing/unreadable file, a
  *          shard a manifest lists missing, a pattern matching nothing), STK_EFORMAT (bad magic,
  *          truncated, corrupt index, a damaged manifest or a shard disagreeing with it),
  *          STK_ENOTSUP (a format version

@@ -9,6 +9,7 @@ pkgs=(gcc make pkg-config clang libclang-rt-14-dev clang-format libturbojpeg0-de
 pkgs+=(libhdf5-dev python3-h5py)
 pkgs+=(liblmdb-dev python3-lmdb)
 pkgs+=(libcurl4-openssl-dev libssl-dev nodejs)  # remote byte sources (issue 14); s3rver tests
+pkgs+=(zlib1g-dev)  # gzipped WebDataset members (issue 12)
 missing=()
 for p in "${pkgs[@]}"; do
     status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

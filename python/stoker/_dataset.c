@@ -42,6 +42,40 @@ void stkpy_dataset_borrow(PyObject *obj, int delta)
     ((DatasetObject *)obj)->borrowers += delta;
 }
 
+/* The keys of a dict of paths as UTF-8 field names (kept alive by *keep), in the dict's order,
+ * which is the order of PyDict_Values. */
+static const char **dict_names(PyObject *dict, PyObject **keep)
+{
+    Py_ssize_t n = PyDict_Size(dict), pos = 0, i = 0;
+    PyObject *key, *value;
+    const char **names = PyMem_Calloc((size_t)n + 1, sizeof(char *));
+    *keep = PyList_New(0);
+    if (!names || !*keep)
+        goto fail;
+    while (PyDict_Next(dict, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key)) {
+            PyErr_Format(PyExc_TypeError,
+                         "a dict of paths maps field names (str) to files, not %.100s keys",
+                         Py_TYPE(key)->tp_name);
+            goto fail;
+        }
+        PyObject *b = PyUnicode_AsUTF8String(key);
+        if (!b || PyList_Append(*keep, b) < 0) {
+            Py_XDECREF(b);
+            goto fail;
+        }
+        Py_DECREF(b);
+        names[i++] = PyBytes_AS_STRING(b);
+    }
+    return names;
+fail:
+    PyMem_Free(names);
+    Py_CLEAR(*keep);
+    if (!PyErr_Occurred())
+        PyErr_NoMemory();
+    return NULL;
+}
+
 static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"data", "verify", "format", "concat", NULL};
@@ -51,9 +85,22 @@ static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pzp:Dataset", kwlist, &data, &verify, &format,
                                      &concat))
         return NULL;
-    PyObject *keep;
+    PyObject *keep, *keep_names = NULL;
     size_t n;
-    const char **paths = stkpy_paths(data, &keep, &n);
+    const char **names = NULL;
+    const char **paths = NULL;
+    if (PyDict_Check(data)) { /* the NumPy dict form: {"image": "x.npy", ...} */
+        PyObject *values = PyDict_Values(data);
+        paths = values ? stkpy_paths(values, &keep, &n) : NULL;
+        Py_XDECREF(values);
+        if (paths && !(names = dict_names(data, &keep_names))) {
+            PyMem_Free(paths);
+            Py_DECREF(keep);
+            paths = NULL;
+        }
+    } else {
+        paths = stkpy_paths(data, &keep, &n);
+    }
     if (!paths)
         return NULL;
     stk_dataset *ds = NULL;
@@ -65,13 +112,16 @@ static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o.n_paths = n;
     o.flags = (verify ? 0 : STK_DATASET_NO_VERIFY) | (concat ? STK_DATASET_CONCAT : 0);
     o.format = format;
+    o.field_names = names;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_dataset_open_ex(&o, &ds);
     if (rc < 0)
         snprintf(err, sizeof(err), "%s", stk_last_errmsg());
     Py_END_ALLOW_THREADS
     PyMem_Free(paths);
+    PyMem_Free(names);
     Py_DECREF(keep);
+    Py_XDECREF(keep_names);
     if (rc < 0)
         return stkpy_raise(rc, err);
     DatasetObject *self = (DatasetObject *)type->tp_alloc(type, 0);

@@ -38,6 +38,9 @@ def is_dataset_object(data):
     if isinstance(data, (list, tuple)) and \
             all(isinstance(p, (str, bytes, os.PathLike)) for p in data):
         return False
+    if isinstance(data, dict) and \
+            all(isinstance(p, (str, bytes, os.PathLike)) for p in data.values()):
+        return False  # {"image": "x.npy", ...}: one file per field (format npy)
     return hasattr(data, "__getitem__") or hasattr(data, "__iter__")
 
 

@@ -33,7 +33,9 @@ def formats():
 class Dataset(_core.Dataset):
     """Dataset(data, verify=True, format=None, concat=False): a dataset opened as records 0..N-1.
 
-    ``data`` is a path, a glob, a brace range ("train-{000..127}.stk") or a list of them;
+    ``data`` is a path, a glob, a brace range ("train-{000..127}.stk") or a list of them, or a
+    dict of ``.npy`` files ``{"image": "x.npy", "label": "y.npy"}`` (one field per key, named by
+    it; the files share their first dimension);
     ``format`` names the format (see :func:`formats`) instead of detecting it; ``ds.format``
     says which was used. ``ds.describe(i)`` names where record i lives.
 

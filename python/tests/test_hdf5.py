@@ -146,3 +146,61 @@ def test_truncated_and_corrupt_files(tmp_path):
     with pytest.raises(stoker.StokerIOError,
                        match="heap.h5: dataset 'image' row 0: .*global heap collection"):
         stoker.Dataset(str(tmp_path / "heap.h5"))
+
+
+def _part(path, lo, hi, **kw):
+    """Rows lo..hi-1 of one logical dataset (the same values whichever file holds them)."""
+    with h5py.File(path, "w") as f:
+        img = f.create_dataset("image", (hi - lo,), dtype=h5py.vlen_dtype(np.uint8))
+        for i in range(lo, hi):
+            img[i - lo] = np.full(3 + i % 7, i, np.uint8)
+        f["label"] = np.arange(lo, hi, dtype=np.int64)
+        f.create_dataset("x", data=np.arange(lo * 6, hi * 6, dtype=kw.get("dtype", np.float32))
+                         .reshape(hi - lo, *kw.get("shape", (2, 3))))
+        if kw.get("extra"):
+            f["extra"] = np.zeros(hi - lo, np.int8)
+    return str(path)
+
+
+def test_multiple_files_are_one_dataset(tmp_path):
+    """A list, glob or brace range of .h5 files: records concatenated in the listed order; the
+    usual semantics hold over them (exactly once, equal to packed, resume)."""
+    bounds = [(0, 10), (10, 11), (11, 11), (11, 25)]  # one file of one row, one of none
+    paths = [_part(tmp_path / f"p-{k}.h5", lo, hi) for k, (lo, hi) in enumerate(bounds)]
+    n = 25
+    for data in (paths, str(tmp_path / "p-*.h5"), str(tmp_path / "p-{0..3}.h5")):
+        ds = stoker.Dataset(data)
+        assert ds.format == "hdf5" and len(ds) == n and len(ds.shards) == 4
+        assert [s["n_records"] for s in ds.shards] == [10, 1, 0, 14]
+        for i in range(n):
+            r = ds[i]
+            assert r["label"] == i and r["image"] == bytes([i]) * (3 + i % 7)
+            assert r["x"].ravel().tolist() == list(range(i * 6, i * 6 + 6))
+    assert ds.describe(12) == f"{paths[3]} row 1 (global 12)"
+    # the listed order, not the names' order
+    rev = stoker.Dataset([paths[3], paths[0]])
+    assert rev[0]["label"] == 11 and rev[14]["label"] == 0
+    check_exactly_once(paths, n)
+    check_equals_packed(paths, tmp_path, n)
+    check_resume(paths)
+    assert stoker.Dataset(paths).fingerprint != stoker.Dataset(paths[:1]).fingerprint
+
+
+def test_multiple_files_that_differ(tmp_path):
+    a = _part(tmp_path / "a.h5", 0, 4)
+    cases = [(dict(dtype=np.float64), r"dataset 'x' has rows of float64 \[2, 3\] but in .*a.h5 "
+                                      r"of float32 \[2, 3\]"),
+             (dict(shape=(3, 2)), r"dataset 'x' has rows of float32 \[3, 2\] but in .*a.h5 of "
+                                  r"float32 \[2, 3\]"),
+             (dict(extra=True), r"dataset 'extra' is in .*b.h5 but not in .*a.h5")]
+    for kw, msg in cases:
+        b = _part(tmp_path / "b.h5", 4, 8, **kw)
+        with pytest.raises(stoker.StokerInvalidError, match=r"b.h5: " + msg):
+            stoker.Dataset([a, b])
+    with pytest.raises(stoker.StokerInvalidError, match=r"dataset 'extra' is in .*b.h5 but not "
+                                                        r"in .*a.h5"):
+        stoker.Dataset([b, a])  # the first file has one the second lacks
+    bad = tmp_path / "c.h5"
+    bad.write_bytes(open(a, "rb").read()[:1000])  # truncated: named, whatever its position
+    with pytest.raises(stoker.Error, match="c.h5"):
+        stoker.Dataset([a, str(bad)])

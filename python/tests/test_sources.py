@@ -125,6 +125,48 @@ def test_npy_bad_input(tmp_path):
         stoker.Dataset(str(o))
 
 
+def test_npy_dict_names_the_fields(tmp_path):
+    """The NumPy dict form: one field per key, named by the key whatever the file is called;
+    the Loader takes the dict too (exactly once over an epoch, shuffled)."""
+    n = 12
+    feats = np.arange(n * 6, dtype=np.float32).reshape(n, 2, 3)
+    np.save(tmp_path / "features-v2.npy", feats)
+    np.save(tmp_path / "targets.npy", np.arange(n, dtype=np.int64) * 3)
+    data = {"feat": str(tmp_path / "features-v2.npy"), "label": tmp_path / "targets.npy"}
+    ds = stoker.Dataset(data)
+    assert ds.format == "npy" and len(ds) == n
+    assert [f["name"] for f in ds.fields] == ["feat", "label"]
+    assert np.array_equal(ds[5]["feat"], feats[5]) and ds[5]["label"] == 15
+    loader = stoker.Loader(data, 5, shuffle=True, seed=1, num_workers=2, rank=0, world_size=1)
+    got = np.concatenate([b["label"].numpy() for b in loader])
+    assert sorted(got.tolist()) == [3 * i for i in range(n)]
+    loader.close()
+    # a glob naming exactly one file is that file
+    assert len(stoker.Dataset({"f": str(tmp_path / "features-*.npy")})) == n
+
+
+def test_npy_dict_bad_input(tmp_path):
+    np.save(tmp_path / "a.npy", np.zeros((5, 2), np.float32))
+    np.save(tmp_path / "b.npy", np.zeros((6,), np.int64))
+    np.save(tmp_path / "c.npy", np.zeros((5,), np.int64))
+    a, b = str(tmp_path / "a.npy"), str(tmp_path / "b.npy")
+    with pytest.raises(stoker.StokerInvalidError, match="b.npy has 6 rows but .*a.npy has 5"):
+        stoker.Dataset({"x": a, "y": b})
+    with pytest.raises(stoker.StokerInvalidError, match=r"field 'x': .*\*.npy names 3 files"):
+        stoker.Dataset({"x": str(tmp_path / "*.npy")})
+    with pytest.raises(stoker.StokerInvalidError, match="is a directory"):
+        stoker.Dataset({"x": str(tmp_path)})
+    with pytest.raises(stoker.StokerInvalidError, match="character outside"):
+        stoker.Dataset({"bad name": a})
+    with pytest.raises(TypeError, match="field names"):
+        stoker.Dataset({1: a})
+    with pytest.raises(stoker.StokerIOError, match="missing.npy"):
+        stoker.Dataset({"x": str(tmp_path / "missing.npy")})
+    stoker.write_shard(tmp_path / "s.stk", {"v": "int64"}, [{"v": 1}])
+    with pytest.raises(stoker.StokerInvalidError, match="format stk takes no field names"):
+        stoker.Dataset({"v": str(tmp_path / "s.stk")})
+
+
 def test_brace_range_and_format_override(tmp_path):
     for k in range(3):
         stoker.write_shard(tmp_path / f"s-{k:02d}.stk", {"v": "int64"}, [{"v": k * 10 + j}

@@ -252,3 +252,103 @@ def test_stale_index_detected(tmp_path):
         f.write(b"\0" * 2048)
     with pytest.raises(stoker.StokerFormatError, match="does not match the index"):
         ds[1]
+
+
+def _npy(a):
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def test_gz_members_gunzipped(tmp_path):
+    """`json.gz` is the field `json`, gunzipped (as webdataset does); `cls.gz` an int; plain
+    and gzipped members of one field mix; the index cache keeps what the gunzip needs."""
+    import gzip
+    items = [(f"k{i}", {"json.gz": gzip.compress(b'{"i": %d}' % i * (i + 1)),
+                        "cls.gz" if i % 2 else "cls": (gzip.compress(b"%d" % i) if i % 2
+                                                       else b"%d" % i),
+                        "txt": b"t%d" % i}) for i in range(6)]
+    p = _write(tmp_path / "g.tar", items)
+    for opened in range(2):  # scanned, then from the cache
+        ds = stoker.Dataset(p)
+        assert ds.shards[0]["metadata"].startswith('{"index": "%s"'
+                                                   % ("cached" if opened else "scanned"))
+        assert [(f["name"], f["kind"]) for f in ds.fields] == [
+            ("__key__", "bytes"), ("cls", "int64"), ("json", "bytes"), ("txt", "bytes")]
+        for i in range(6):
+            r = ds[i]
+            assert r["json"] == b'{"i": %d}' % i * (i + 1) and r["cls"] == i
+    loader = stoker.Loader(p, 4, num_workers=2, rank=0, world_size=1)
+    got = sorted(len(j) for b in loader for j in b.bytes("json"))
+    assert got == sorted(len(b'{"i": %d}' % i) * (i + 1) for i in range(6))
+    loader.close()
+    out = tmp_path / "g.stk"
+    stoker.pack(p, out)
+    packed = stoker.Dataset(str(out))
+    assert all(packed[i] == ds[i] for i in range(6))
+
+
+def test_gz_bad_members(tmp_path):
+    import gzip
+    good = gzip.compress(b"hello world" * 10)
+    corrupt = good[:12] + bytes(b ^ 0x55 for b in good[12:-8]) + good[-8:]
+    trailer_lies = good[:-4] + (5).to_bytes(4, "little")
+    members = [good, b"not gzip at all, but long enough", corrupt, trailer_lies, good + good]
+    p = _write(tmp_path / "b.tar", [(f"k{i}", {"txt.gz": m}) for i, m in enumerate(members)])
+    ds = stoker.Dataset(p)
+    assert ds[0]["txt"] == b"hello world" * 10
+    for i, why in [(1, "not valid gzip data"), (2, "not valid gzip data"),
+                   (3, "more than the 5 bytes its gzip trailer says"),
+                   (4, "bytes after the gzip stream")]:
+        with pytest.raises(stoker.StokerFormatError,
+                           match=r"b.tar sample 'k%d' .*: field 'txt' \(member 'k%d.txt.gz' at "
+                                 r"byte \d+\): .*%s" % (i, i, why)):
+            ds[i]
+    loader = stoker.Loader(p, 5, num_workers=1, rank=0, world_size=1, on_error="skip")
+    idx = [i for b in loader for i in b["index"].numpy().tolist()]
+    assert set(idx) == {0} and loader.stats()["skipped"] == 4  # skipped ones are replaced
+    loader.close()
+
+
+def test_npy_members_are_arrays(tmp_path):
+    """`.npy` members (and `.npy.gz`) become array fields of their dtype and shape."""
+    import gzip
+    arrs = [np.arange(12, dtype=np.float32).reshape(3, 4) + i for i in range(5)]
+    items = [(f"k{i}", {"npy": _npy(arrs[i]), "lbl.npy.gz": gzip.compress(_npy(np.int16(i))),
+                        "cls": b"%d" % i}) for i in range(5)]
+    p = _write(tmp_path / "n.tar", items)
+    ds = stoker.Dataset(p)
+    f = {x["name"]: x for x in ds.fields}
+    assert f["npy"]["kind"] == "array" and f["npy"]["dtype"] == "float32"
+    assert tuple(f["npy"]["shape"]) == (3, 4)
+    assert f["lbl.npy"]["dtype"] == "int16" and tuple(f["lbl.npy"]["shape"]) == (1,)
+    for i in range(5):
+        assert np.array_equal(ds[i]["npy"], arrs[i]) and ds[i]["lbl.npy"].tolist() == [i]
+    loader = stoker.Loader(p, 5, num_workers=2, rank=0, world_size=1)
+    b = next(iter(loader))
+    assert tuple(b["npy"].shape) == (5, 3, 4)
+    assert np.array_equal(np.sort(b["npy"].numpy()[:, 0, 0]), np.arange(5, dtype=np.float32))
+    loader.close()
+
+
+def test_npy_members_inconsistent(tmp_path):
+    items = [("k0", {"npy": _npy(np.zeros((2, 2), np.uint8))}),
+             ("k1", {"npy": _npy(np.zeros((2, 3), np.uint8))}),
+             ("k2", {"npy": _npy(np.zeros((2, 2), np.float64))}),
+             ("k3", {"npy": b"\x93NUMPY garbage"}),
+             ("k4", {"npy": _npy(np.zeros((2, 2), np.uint8))[:-1]})]
+    p = _write(tmp_path / "i.tar", items)
+    ds = stoker.Dataset(p)
+    assert ds[0]["npy"].shape == (2, 2)
+    for i, why in [(1, r"a uint8 \[2, 3\] array where the dataset's field is uint8 \[2, 2\]"),
+                   (2, r"a float64 \[2, 2\] array where"), (3, "not a .npy file|corrupt .npy"),
+                   (4, "3 bytes of data where its header says 4")]:
+        with pytest.raises(stoker.StokerFormatError,
+                           match=r"i.tar sample 'k%d' .*member 'k%d.npy' at byte \d+\): .*(%s)"
+                                 % (i, i, why)):
+            ds[i]
+    # the first sample's .npy defines the field: a bad one there fails the open, naming it
+    bad = _write(tmp_path / "f.tar", [("k0", {"npy": _npy(np.array([1, "a"], dtype=object))})])
+    with pytest.raises(stoker.StokerNotSupportedError,
+                       match=r"f.tar: member 'k0.npy' at byte 0: object dtype"):
+        stoker.Dataset(bad)

@@ -164,18 +164,30 @@ stk_status stk__paths_expand(const char *const *args, size_t n_args, stk__strlis
     return rc;
 }
 
-stk_status stk__paths_list_dir(const char *dir, const char *suffix, bool dirs, stk__strlist *out,
-                               char *err, size_t err_size)
+/* Whether `name` ends with one of `suffixes` (NULL-terminated; a NULL list takes every name). */
+static bool has_suffix(const char *name, const char *const *suffixes)
+{
+    if (!suffixes)
+        return true;
+    size_t len = strlen(name);
+    for (; *suffixes; suffixes++) {
+        size_t ls = strlen(*suffixes);
+        if (len > ls && strcmp(name + len - ls, *suffixes) == 0)
+            return true;
+    }
+    return false;
+}
+
+static stk_status list_dir(const char *dir, const char *const *suffixes, bool dirs,
+                           stk__strlist *out, char *err, size_t err_size)
 {
     stk__strlist names = {0};
     const stk__vfs *vfs = stk__vfs_for(dir);
     stk_status rc = vfs->list(dir, &names, err, err_size);
     stk__strlist_sort(&names);
-    size_t ls = suffix ? strlen(suffix) : 0;
     for (size_t i = 0; i < names.n && rc == STK_OK; i++) {
         const char *n = names.v[i];
-        size_t len = strlen(n);
-        if ((suffix && (len <= ls || strcmp(n + len - ls, suffix) != 0)) || stk__path_is_temp(n))
+        if (!has_suffix(n, suffixes) || stk__path_is_temp(n))
             continue;
         char *p = stk__path_join(dir, n);
         stk__stat st;
@@ -191,4 +203,44 @@ stk_status stk__paths_list_dir(const char *dir, const char *suffix, bool dirs, s
     }
     stk__strlist_free(&names);
     return rc;
+}
+
+stk_status stk__paths_list_dir(const char *dir, const char *suffix, bool dirs, stk__strlist *out,
+                               char *err, size_t err_size)
+{
+    const char *one[] = {suffix, NULL};
+    return list_dir(dir, suffix ? one : NULL, dirs, out, err, err_size);
+}
+
+stk_status stk__paths_dir_files(const char *dir, const char *const *suffixes, const char *what,
+                                bool dirs, stk__strlist *out, char *err, size_t err_size)
+{
+    size_t before = out->n;
+    stk_status rc = list_dir(dir, suffixes, dirs, out, err, err_size);
+    if (rc == STK_OK && out->n == before)
+        rc = stk__set_error(err, err_size, STK_EINVAL, "%s: no %s in this directory", dir, what);
+    return rc;
+}
+
+stk_status stk__paths_files(const char *const *paths, size_t n_paths, const char *const *suffixes,
+                            const char *what, stk__strlist *out, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    for (size_t i = 0; i < n_paths && rc == STK_OK; i++) {
+        stk__stat st;
+        if (stk__vfs_stat(paths[i], &st, NULL, 0) == STK_OK && st.is_dir)
+            rc = stk__paths_dir_files(paths[i], suffixes, what, false, out, err, err_size);
+        else if (stk__strlist_add(out, paths[i]) < 0)
+            rc = stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", paths[i]);
+    }
+    return rc;
+}
+
+int stk__paths_dir_has(const char *dir, const char *const *suffixes)
+{
+    stk__strlist l = {0};
+    stk_status rc = list_dir(dir, suffixes, false, &l, NULL, 0);
+    bool any = rc == STK_OK && l.n > 0;
+    stk__strlist_free(&l);
+    return rc == STK_ENOMEM ? -1 : any;
 }

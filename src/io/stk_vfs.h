@@ -110,6 +110,22 @@ stk_status stk__paths_expand(const char *const *args, size_t n_args, stk__strlis
 stk_status stk__paths_list_dir(const char *dir, const char *suffix, bool dirs, stk__strlist *out,
                                char *err, size_t err_size);
 
+/* A directory given as a dataset stands for its files whose names end with one of `suffixes`
+ * (NULL-terminated: {".tfrecord", ".tfrecords", NULL}), appended to out sorted by name as
+ * stk__paths_list_dir lists them (directories too when `dirs`). None is STK_EINVAL
+ * "DIR: no WHAT in this directory" (what: ".tar shards"). Every file format's open uses this. */
+stk_status stk__paths_dir_files(const char *dir, const char *const *suffixes, const char *what,
+                                bool dirs, stk__strlist *out, char *err, size_t err_size);
+
+/* The files of a file format's dataset arguments (already expanded by stk__paths_expand): each
+ * directory replaced by its files (stk__paths_dir_files), anything else kept as given. */
+stk_status stk__paths_files(const char *const *paths, size_t n_paths, const char *const *suffixes,
+                            const char *what, stk__strlist *out, char *err, size_t err_size);
+
+/* For a format's probe: 1 when directory `dir` holds at least one file ending with one of
+ * `suffixes`, 0 when none (or it cannot be listed), -1 when out of memory. Does not block. */
+int stk__paths_dir_has(const char *dir, const char *const *suffixes);
+
 /* Whether `name` is a writer's temporary file name ("<shard>.tmp.<pid>.<n>"). */
 bool stk__path_is_temp(const char *name);
 

@@ -96,6 +96,33 @@ static const stk__source_methods *detect(const char *path, char *err, size_t err
     return best;
 }
 
+/* The paths of a dataset whose fields the caller names: each argument expanded alone, to
+ * exactly one file. */
+static stk_status expand_named(const stk_dataset_opts *o, stk__strlist *out, char *err,
+                               size_t err_size)
+{
+    for (size_t i = 0; i < o->n_paths; i++) {
+        const char *name = o->field_names[i];
+        size_t before = out->n;
+        stk__stat st;
+        if (!name || !*name)
+            return stk__set_error(err, err_size, STK_EINVAL, "%s: its field has no name",
+                                  o->paths[i] ? o->paths[i] : "(null)");
+        stk_status rc = stk__paths_expand(o->paths + i, 1, out, err, err_size);
+        if (rc < 0)
+            return rc;
+        if (out->n != before + 1)
+            return stk__set_error(err, err_size, STK_EINVAL,
+                                  "field '%s': %s names %zu files (a named field is one file)",
+                                  name, o->paths[i], out->n - before);
+        if (stk__vfs_stat(out->v[before], &st, NULL, 0) == STK_OK && st.is_dir)
+            return stk__set_error(err, err_size, STK_EINVAL,
+                                  "field '%s': %s is a directory (a named field is one file)", name,
+                                  out->v[before]);
+    }
+    return STK_OK;
+}
+
 void stk_dataset_opts_init(stk_dataset_opts *opts)
 {
     if (!opts)
@@ -119,7 +146,10 @@ stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **ou
                                                "not initialised with stk_dataset_opts_init");
     if (!o.paths || o.n_paths == 0)
         return stk__set_last_error(STK_EINVAL, "stk_dataset_open: no paths given");
-    STK_TRY(stk__paths_expand(o.paths, o.n_paths, &paths, err, sizeof(err)));
+    if (o.field_names)
+        STK_TRY(expand_named(&o, &paths, err, sizeof(err)));
+    else
+        STK_TRY(stk__paths_expand(o.paths, o.n_paths, &paths, err, sizeof(err)));
 
     const stk__source_methods *m = NULL;
     if (o.format && *o.format) {
@@ -148,9 +178,17 @@ stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **ou
     ds = stk__calloc(1, sizeof(*ds));
     if (!ds)
         STK_FAIL(err, STK_ENOMEM, "%s: out of memory", paths.v[0]);
+    if (o.field_names && !m->takes_names)
+        STK_FAIL(err, STK_EINVAL,
+                 "%s: format %s takes no field names (a dict of paths, one file per field, is "
+                 "for npy)",
+                 paths.v[0], m->name);
     ds->m = m;
     ds->flags = o.flags;
-    STK_TRY(m->open(ds, (const char *const *)paths.v, paths.n, err, sizeof(err)));
+    ds->open_names = o.field_names;
+    rc = m->open(ds, (const char *const *)paths.v, paths.n, err, sizeof(err));
+    ds->open_names = NULL;
+    STK_TRY(rc);
     if (ds->count == 0)
         STK_FAIL(err, STK_EINVAL, "%s%s: dataset is empty (0 records)", o.paths[0],
                  o.n_paths > 1 ? " (and the other paths)" : "");
@@ -469,4 +507,20 @@ float stk_record_f32(const stk_record *rec, size_t f)
     float v;
     memcpy(&v, &bits, 4);
     return v;
+}
+
+void stk__field_str(const stk_field *f, char *buf, size_t size)
+{
+    if (f->kind != STK_FIELD_ARRAY) {
+        snprintf(buf, size, "%s",
+                 f->kind == STK_FIELD_BYTES   ? "bytes"
+                 : f->kind == STK_FIELD_INT64 ? "int64"
+                                              : "float32");
+        return;
+    }
+    int n = snprintf(buf, size, "%s [", stk_dtype_name(f->dtype));
+    for (uint32_t d = 0; d < f->ndim && n > 0 && (size_t)n < size; d++)
+        n += snprintf(buf + n, size - (size_t)n, "%s%" PRId64, d ? ", " : "", f->shape[d]);
+    if (n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, "]");
 }

@@ -53,6 +53,9 @@ struct stk_dataset {
     const stk__source_methods *m;
     void *impl;     /* the source's own state */
     unsigned flags; /* STK_DATASET_* */
+    /* During open only (NULL otherwise): the field name of each path, one file per path
+     * (stk_dataset_opts.field_names), for sources with takes_names. */
+    const char *const *open_names;
     uint64_t count;
     uint32_t n_fields;
     stk_field fields[STK_MAX_FIELDS];
@@ -79,6 +82,7 @@ typedef struct stk__recinfo {
 struct stk__source_methods {
     const char *name;    /* the format= name: "stk", "imagefolder", "npy" */
     const char *summary; /* one line for `--help` and the unknown-format message */
+    bool takes_names;    /* open reads ds->open_names (one field per file, named by the caller) */
     /* How sure the source is that `path` is its format: 0 no, 1 by name (extension, directory
      * contents), 2 by content (magic bytes); -1 when it cannot tell for lack of memory (opening
      * fails with STK_ENOMEM rather than guess). `head` holds the first bytes of a file (n may
@@ -132,6 +136,9 @@ stk_status stk__source_read_error(stk_status rc, const char *where, const char *
  * skipping empty files; *local receives the record's number in it. For sources whose files hold
  * consecutive records (files[].first, files[].count set). */
 size_t stk__dataset_file_of(const stk_dataset *ds, uint64_t index, uint64_t *local);
+
+/* A field's type for messages: "uint8 [32, 32, 3]", "int64", "float32", "bytes". */
+void stk__field_str(const stk_field *f, char *buf, size_t size);
 
 /* Set up the files array for n files (zeroed); STK_ENOMEM with a message. */
 stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t err_size);

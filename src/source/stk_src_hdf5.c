@@ -1,8 +1,10 @@
 /*
- * stk_src_hdf5.c: an HDF5 file (as h5py writes them) as a record source. Record i is row i of
+ * stk_src_hdf5.c: HDF5 files (as h5py writes them) as a record source. Record i is row i of
  * every dataset of the file (root group and subgroups, in byte order of their paths) whose first
  * dimension is the common length N; one field per dataset, named by its path without the leading
- * '/' ("images", "meta/label").
+ * '/' ("images", "meta/label"). Several files (a list, glob or brace range) are one dataset:
+ * their rows one file after another, in the listed order; each file must hold the same datasets
+ * with the same dtypes and row shapes (an error names the first file that differs).
  *
  * Which datasets are records: every dataset of rank >= 1. Scalar (rank 0) and null datasets are
  * metadata and left out. Datasets of rank >= 1 whose first dimensions differ are an error naming
@@ -61,13 +63,19 @@ typedef struct h5col {
     uint32_t *vlen;
 } h5col;
 
-typedef struct h5src {
+/* One file of the dataset: its datasets as columns, in the schema's order. */
+typedef struct h5file {
     hid_t file;
     stk__file *f; /* the same file through the byte source, for COL_OFFSET rows */
-    pthread_mutex_t lock;
-    bool lock_init;
     uint32_t n;
     h5col col[STK_MAX_FIELDS];
+} h5file;
+
+typedef struct h5src {
+    pthread_mutex_t lock; /* around every library call of a read, whatever the file */
+    bool lock_init;
+    h5file **fl; /* one per file (ds->files[k] describes fl[k]) */
+    size_t n_fl;
 } h5src;
 
 static int h5_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
@@ -344,15 +352,15 @@ static stk_status vlen_max(h5col *c, const char *path, const char *dname, uint64
     return STK_OK;
 }
 
-/* Open one dataset as field k; *skip when it is metadata (rank 0). */
-static stk_status open_col(stk_dataset *ds, h5src *s, const char *path, const char *dname,
-                           hid_t dapl, bool *skip, char *err, size_t err_size)
+/* Open one dataset of file s as its column s->n (field fd, largest row *fmax); *skip when it is
+ * metadata (rank 0). */
+static stk_status open_col(h5file *s, stk_field *fd, uint64_t *fmax, const char *path,
+                           const char *dname, hid_t dapl, bool *skip, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
     char m[160];
     hid_t sp = -1, t = -1, plist = -1;
     h5col *c = &s->col[s->n];
-    stk_field *fd = &ds->fields[s->n];
     memset(fd, 0, sizeof(*fd));
     c->dset = H5Dopen2(s->file, dname, dapl);
     if (c->dset < 0)
@@ -406,11 +414,11 @@ static stk_status open_col(stk_dataset *ds, h5src *s, const char *path, const ch
     *fd = stk__field_canonical(fd);
     c->row_size = stk__field_fixed_size(fd);
     if (c->mode == COL_VLEN) {
-        STK_TRY(vlen_direct(c, s->f, plist, &ds->field_max[s->n], err, err_size));
+        STK_TRY(vlen_direct(c, s->f, plist, fmax, err, err_size));
         if (!c->voff)
-            STK_TRY(vlen_max(c, path, dname, &ds->field_max[s->n], err, err_size));
+            STK_TRY(vlen_max(c, path, dname, fmax, err, err_size));
     } else {
-        ds->field_max[s->n] = c->row_size;
+        *fmax = c->row_size;
         haddr_t off = layout == H5D_CONTIGUOUS ? H5Dget_offset(c->dset) : HADDR_UNDEF;
         bool le = c->row_size == 0 || H5Tget_order(t) != H5T_ORDER_BE;
         c->mode = COL_LIB;
@@ -445,9 +453,8 @@ static void col_close(h5col *c)
     memset(c, 0, sizeof(*c));
 }
 
-static void h5_close(stk_dataset *ds)
+static void file_close(h5file *s)
 {
-    h5src *s = ds->impl;
     if (!s)
         return;
     for (uint32_t k = 0; k <= s->n && k < STK_MAX_FIELDS; k++)
@@ -455,6 +462,17 @@ static void h5_close(stk_dataset *ds)
     if (s->file > 0)
         H5Fclose(s->file);
     stk__vfs_close(s->f);
+    stk__free(s);
+}
+
+static void h5_close(stk_dataset *ds)
+{
+    h5src *s = ds->impl;
+    if (!s)
+        return;
+    for (size_t k = 0; k < s->n_fl; k++)
+        file_close(s->fl[k]);
+    stk__free(s->fl);
     if (s->lock_init)
         pthread_mutex_destroy(&s->lock);
     stk__free(s);
@@ -464,7 +482,7 @@ static void h5_close(stk_dataset *ds)
 /* The file's metadata for inspect and Dataset.metadata: which datasets are read by offset from
  * the workers and which through the library (serialised), {"by_offset": [...], "library":
  * [...]}. NULL when out of memory. */
-static char *read_paths_json(const stk_dataset *ds, const h5src *s)
+static char *read_paths_json(const stk_dataset *ds, const h5file *s)
 {
     size_t cap = 64 + (size_t)s->n * (STK_MAX_NAME + 4), n = 0;
     char *j = stk__malloc(cap);
@@ -485,28 +503,16 @@ static char *read_paths_json(const stk_dataset *ds, const h5src *s)
     return j;
 }
 
-static stk_status h5_open(stk_dataset *ds, const char *const *paths, size_t n_paths, char *err,
-                          size_t err_size)
+/* Open one file: its datasets of rank >= 1 sorted by path, each a field (fields[], fmax[]),
+ * sharing their first dimension (*rows). */
+static stk_status open_file(h5file *s, const char *path, hid_t dapl, stk_field *fields,
+                            uint64_t *fmax, uint64_t *rows, uint64_t *data_size, char *err,
+                            size_t err_size)
 {
     stk_status rc = STK_OK;
     stk__strlist names = {0};
-    hid_t dapl = -1;
     char m[160];
-    const char *path = paths[0];
-    h5quiet q = quiet_begin(); /* errors come back here, never to stderr */
-    if (n_paths != 1)
-        STK_FAIL_E(STK_ENOTSUP,
-                   "%s and %zu more: an HDF5 dataset is one file (pack each to .stk "
-                   "and open the shards together)",
-                   path, n_paths - 1);
-    h5src *s = stk__calloc(1, sizeof(*s));
-    if (!s)
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
-    ds->impl = s;
     s->file = -1;
-    if (pthread_mutex_init(&s->lock, NULL) != 0)
-        STK_FAIL_E(STK_ENOMEM, "%s: cannot create a mutex", path);
-    s->lock_init = true;
     STK_TRY(stk__vfs_open(path, &s->f, err, err_size));
     if (H5Fis_hdf5(path) <= 0)
         STK_FAIL_E(STK_EFORMAT, "%s: not an HDF5 file", path);
@@ -516,14 +522,6 @@ static stk_status h5_open(stk_dataset *ds, const char *const *paths, size_t n_pa
     if (H5Lvisit(s->file, H5_INDEX_NAME, H5_ITER_INC, collect, &names) < 0)
         STK_FAIL_E(STK_EFORMAT, "%s: cannot list its datasets: %s", path, h5_errmsg(m));
     stk__strlist_sort(&names);
-    dapl = H5Pcreate(H5P_DATASET_ACCESS);
-    if (dapl < 0 || H5Pset_chunk_cache(dapl, 10007, CHUNK_CACHE_BYTES, 0.75) < 0)
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
-    STK_TRY(stk__dataset_files_alloc(ds, 1, err, err_size));
-    stk__srcfile *sf = &ds->files[0];
-    if (!(sf->path = stk__strdup(path)))
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
-    sf->size = s->f->size;
     const char *first = NULL;
     for (size_t i = 0; i < names.n; i++) {
         bool skip = false;
@@ -532,61 +530,148 @@ static stk_status h5_open(stk_dataset *ds, const char *const *paths, size_t n_pa
                        "%s: more than %d per-row datasets (a record has at most %d "
                        "fields)",
                        path, STK_MAX_FIELDS, STK_MAX_FIELDS);
-        STK_TRY(open_col(ds, s, path, names.v[i], dapl, &skip, err, err_size));
+        STK_TRY(
+            open_col(s, &fields[s->n], &fmax[s->n], path, names.v[i], dapl, &skip, err, err_size));
         h5col *c = &s->col[s->n];
         if (skip) {
             col_close(c);
             continue;
         }
-        if (first && c->dims[0] != ds->count)
+        if (first && c->dims[0] != *rows)
             STK_FAIL_E(STK_EINVAL,
                        "%s: dataset '%s' has %" PRIu64 " rows but '%s' has %" PRIu64
                        ": every dataset of rank >= 1 is a column of the records and they must "
                        "share their first dimension",
-                       path, names.v[i], (uint64_t)c->dims[0], first, ds->count);
+                       path, names.v[i], (uint64_t)c->dims[0], first, *rows);
         first = first ? first : names.v[i];
-        ds->count = c->dims[0];
-        ds->max_record += ds->field_max[s->n];
-        sf->data_size += H5Dget_storage_size(c->dset);
+        *rows = c->dims[0];
+        *data_size += H5Dget_storage_size(c->dset);
         s->n++;
     }
-    ds->n_fields = s->n;
     if (s->n == 0)
         STK_FAIL_E(STK_EINVAL, "%s: no datasets of rank >= 1 (nothing to read as records)", path);
-    sf->count = ds->count;
-    sf->version = 0;
-    if (!(sf->metadata = read_paths_json(ds, s)))
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
+fail:
+    stk__strlist_free(&names);
+    return rc;
+}
+
+/* File k's datasets must be the first file's: the same names, dtypes and row shapes. */
+static stk_status same_schema(const stk_dataset *ds, const char *path, const stk_field *got,
+                              uint32_t n, char *err, size_t err_size)
+{
+    const char *first = ds->files[0].path;
+    for (uint32_t f = 0; f < STK_MAX(n, ds->n_fields); f++) {
+        const stk_field *a = f < ds->n_fields ? &ds->fields[f] : NULL, *b = f < n ? &got[f] : NULL;
+        if (!a || !b || strcmp(a->name, b->name) != 0) {
+            /* the first name in byte order that only one of them has */
+            const char *only = !b || (a && strcmp(a->name, b->name) < 0) ? a->name : b->name;
+            bool in_first = only == (a ? a->name : NULL);
+            return stk__set_error(err, err_size, STK_EINVAL,
+                                  "%s: dataset '%s' is in %s but not in %s (the files of an "
+                                  "HDF5 dataset hold the same datasets)",
+                                  path, only, in_first ? first : path, in_first ? path : first);
+        }
+        if (a->kind != b->kind || a->dtype != b->dtype || a->ndim != b->ndim ||
+            memcmp(a->shape, b->shape, sizeof(a->shape[0]) * a->ndim) != 0) {
+            char sa[96], sb[96];
+            stk__field_str(a, sa, sizeof(sa));
+            stk__field_str(b, sb, sizeof(sb));
+            return stk__set_error(err, err_size, STK_EINVAL,
+                                  "%s: dataset '%s' has rows of %s but in %s of %s (the files of "
+                                  "an HDF5 dataset agree on dtypes and row shapes)",
+                                  path, a->name, sb, first, sa);
+        }
+    }
+    return STK_OK;
+}
+
+static stk_status h5_open(stk_dataset *ds, const char *const *paths, size_t n_paths, char *err,
+                          size_t err_size)
+{
+    stk_status rc = STK_OK;
+    hid_t dapl = -1;
+    h5quiet q = quiet_begin(); /* errors come back here, never to stderr */
+    h5src *s = stk__calloc(1, sizeof(*s));
+    if (!s)
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory", paths[0]);
+    ds->impl = s;
+    if (pthread_mutex_init(&s->lock, NULL) != 0)
+        STK_FAIL_E(STK_ENOMEM, "%s: cannot create a mutex", paths[0]);
+    s->lock_init = true;
+    dapl = H5Pcreate(H5P_DATASET_ACCESS);
+    if (dapl < 0 || H5Pset_chunk_cache(dapl, 10007, CHUNK_CACHE_BYTES, 0.75) < 0)
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory", paths[0]);
+    STK_TRY(stk__dataset_files_alloc(ds, n_paths, err, err_size));
+    if (!(s->fl = stk__calloc(n_paths, sizeof(*s->fl))))
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory for %zu files", paths[0], n_paths);
     stk__fphash fp, *h = &fp;
     stk__fp_begin(h);
-    for (uint32_t k = 0; k < s->n; k++) {
-        stk__fp_add(h, &ds->fields[k], sizeof(ds->fields[k]));
-        stk__fp_add_u64(h, s->col[k].dims[0]);
+    for (size_t k = 0; k < n_paths; k++) {
+        const char *path = paths[k];
+        stk_field fields[STK_MAX_FIELDS];
+        uint64_t fmax[STK_MAX_FIELDS] = {0}, rows = 0;
+        stk__srcfile *sf = &ds->files[k];
+        if (!(s->fl[k] = stk__calloc(1, sizeof(*s->fl[k]))))
+            STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
+        s->n_fl = k + 1;
+        if (!(sf->path = stk__strdup(path)))
+            STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
+        h5file *hf = s->fl[k];
+        STK_TRY(open_file(hf, path, dapl, fields, fmax, &rows, &sf->data_size, err, err_size));
+        if (k == 0) {
+            memcpy(ds->fields, fields, hf->n * sizeof(fields[0]));
+            ds->n_fields = hf->n;
+        } else {
+            STK_TRY(same_schema(ds, path, fields, hf->n, err, err_size));
+        }
+        for (uint32_t f = 0; f < hf->n; f++)
+            ds->field_max[f] = STK_MAX(ds->field_max[f], fmax[f]);
+        sf->first = ds->count;
+        sf->count = rows;
+        sf->size = hf->f->size;
+        sf->version = 0;
+        ds->count += rows;
+        if (!(sf->metadata = read_paths_json(ds, hf)))
+            STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
+        for (uint32_t f = 0; f < hf->n; f++) {
+            if (k == 0)
+                stk__fp_add(h, &ds->fields[f], sizeof(ds->fields[f]));
+            stk__fp_add_u64(h, hf->col[f].dims[0]);
+        }
+        stk__fp_add_u64(h, sf->size);
     }
-    stk__fp_add_u64(h, sf->size);
+    ds->max_record = 0;
+    for (uint32_t f = 0; f < ds->n_fields; f++)
+        ds->max_record += ds->field_max[f];
     ds->fingerprint = stk__fp_end(h);
 fail:
     if (dapl >= 0)
         H5Pclose(dapl);
-    stk__strlist_free(&names);
     quiet_end(q);
     return rc;
 }
 
 static void h5_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t size)
 {
-    snprintf(buf, size, "%s row %" PRIu64, ds->files[0].path, i);
+    if (ds->n_files == 1 || i >= ds->count) {
+        snprintf(buf, size, "%s row %" PRIu64, ds->files[0].path, i);
+        return;
+    }
+    uint64_t local;
+    size_t k = stk__dataset_file_of(ds, i, &local);
+    snprintf(buf, size, "%s row %" PRIu64 " (global %" PRIu64 ")", ds->files[k].path, local, i);
 }
 
 /* Row i of a column through the library (under the source's mutex). */
-static stk_status read_lib(const stk_dataset *ds, h5src *s, uint32_t f, uint64_t i, void *dst,
-                           size_t cap, uint64_t *size, char *err, size_t err_size)
+static stk_status read_lib(const stk_dataset *ds, h5src *s, h5file *hf, uint32_t f, uint64_t local,
+                           uint64_t i, void *dst, size_t cap, uint64_t *size, char *err,
+                           size_t err_size)
 {
-    h5col *c = &s->col[f];
+    h5col *c = &hf->col[f];
     hsize_t start[H5S_MAX_RANK] = {0}, count[H5S_MAX_RANK];
     stk_status rc = STK_OK;
     char m[160], where[STK_ERRMSG_SIZE];
-    start[0] = i;
+    start[0] = local;
     count[0] = 1;
     for (int d = 1; d < c->rank; d++)
         count[d] = c->dims[d];
@@ -626,11 +711,15 @@ static stk_status h5_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, v
     (void)cur;
     (void)flags;
     h5src *s = ds->impl;
+    uint64_t local = i;
+    size_t k = s->n_fl == 1 ? 0 : stk__dataset_file_of(ds, i, &local);
+    h5file *hf = s->fl[k];
     memset(info, 0, sizeof(*info));
-    info->local = i;
+    info->file = (uint32_t)k;
+    info->local = local;
     info->offset = UINT64_MAX; /* one place per dataset */
-    for (uint32_t f = 0; f < s->n; f++) {
-        h5col *c = &s->col[f];
+    for (uint32_t f = 0; f < hf->n; f++) {
+        h5col *c = &hf->col[f];
         uint64_t size = 0;
         if (c->mode != COL_VLEN && c->row_size > cap[f]) {
             char where[STK_ERRMSG_SIZE];
@@ -639,24 +728,25 @@ static stk_status h5_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, v
                                   where, ds->fields[f].name);
         }
         bool direct = c->mode == COL_OFFSET || c->voff;
-        if (c->voff && c->vlen[i] > cap[f]) {
+        if (c->voff && c->vlen[local] > cap[f]) {
             char where[STK_ERRMSG_SIZE];
             h5_describe(ds, i, where, sizeof(where));
             return stk__set_error(err, err_size, STK_ELIMIT,
                                   "%s: dataset '%s': %u bytes, over its %zu-byte buffer", where,
-                                  ds->fields[f].name, c->vlen[i], cap[f]);
+                                  ds->fields[f].name, c->vlen[local], cap[f]);
         }
         if (direct) {
-            size = c->voff ? c->vlen[i] : c->row_size;
-            stk_status rc = stk__vfs_read(s->f, c->voff ? c->voff[i] : c->offset + i * c->row_size,
-                                          dst[f], (size_t)size, err, err_size);
+            size = c->voff ? c->vlen[local] : c->row_size;
+            stk_status rc =
+                stk__vfs_read(hf->f, c->voff ? c->voff[local] : c->offset + local * c->row_size,
+                              dst[f], (size_t)size, err, err_size);
             if (rc < 0) {
                 char where[STK_ERRMSG_SIZE];
                 h5_describe(ds, i, where, sizeof(where));
-                return stk__source_read_error(rc, where, ds->files[0].path, err, err_size);
+                return stk__source_read_error(rc, where, ds->files[k].path, err, err_size);
             }
         } else {
-            stk_status rc = read_lib(ds, s, f, i, dst[f], cap[f], &size, err, err_size);
+            stk_status rc = read_lib(ds, s, hf, f, local, i, dst[f], cap[f], &size, err, err_size);
             if (rc < 0)
                 return rc;
         }
@@ -668,7 +758,7 @@ static stk_status h5_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, v
 
 const stk__source_methods stk__src_hdf5 = {
     .name = "hdf5",
-    .summary = "an HDF5 file: row i of every dataset is record i",
+    .summary = "HDF5 files: row i of every dataset is a record, files one after another",
     .probe = h5_probe,
     .open = h5_open,
     .close = h5_close,

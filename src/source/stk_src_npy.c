@@ -2,8 +2,10 @@
  * stk_src_npy.c: NumPy `.npy` files as a record source, the example docs/design.md walks through
  * ("a new format is one file plus one line in stk_sources.def"). A dataset is a directory of
  * `<field>.npy` files, or a list of `.npy` files, sharing their first dimension N: record i is row
- * i of every file, one field per file named after it (x.npy -> "x"). Rows are read in place by
- * offset (no copy of the file, no mapping).
+ * i of every file, one field per file named after it (x.npy -> "x"), or by the caller: the
+ * NumPy dict form {"image": "x.npy", "label": "y.npy"} arrives as stk_dataset_opts.field_names
+ * (ds->open_names during open), one file per name. Rows are read in place by offset (no copy of
+ * the file, no mapping).
  *
  * The header (format versions 1-3) is a Python dict literal: {'descr': '<f4', 'fortran_order':
  * False, 'shape': (N, ...)}. Supported: little-endian or byte-sized integers and floats, C order;
@@ -12,6 +14,7 @@
  * different lengths, a file shorter than its header says.
  */
 #include "common/stk_endian.h"
+#include "source/stk_npy.h"
 #include "source/stk_source.h"
 
 #include <inttypes.h>
@@ -27,6 +30,8 @@ typedef struct npyfile {
     uint64_t row_size;
 } npyfile;
 
+static const char *const npy_suffixes[] = {".npy", NULL};
+
 static int npy_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
 {
     if (n >= 6 && memcmp(head, NPY_MAGIC, 6) == 0)
@@ -35,11 +40,7 @@ static int npy_probe(const char *path, const stk__stat *st, const uint8_t *head,
         size_t len = strlen(path);
         return len > 4 && strcmp(path + len - 4, ".npy") == 0;
     }
-    stk__strlist l = {0};
-    stk_status rc = stk__paths_list_dir(path, ".npy", false, &l, NULL, 0);
-    bool any = rc == STK_OK && l.n > 0;
-    stk__strlist_free(&l);
-    return rc == STK_ENOMEM ? -1 : any;
+    return stk__paths_dir_has(path, npy_suffixes);
 }
 
 /* The value of 'key' in the header dict (points after the colon and spaces), or NULL. */
@@ -83,54 +84,93 @@ static bool parse_descr(const char *v, stk_dtype *dt, const char **why)
     return false;
 }
 
+stk_status stk__npy_header_size(const uint8_t *pre, size_t n, const char *what, uint64_t *size,
+                                char *err, size_t err_size)
+{
+    if (n < 10)
+        return stk__set_error(err, err_size, STK_EFORMAT, "%s: not a .npy file (too short)", what);
+    if (memcmp(pre, NPY_MAGIC, 6) != 0 || pre[6] < 1 || pre[6] > 3 || (pre[6] > 1 && n < 12))
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: not a .npy file (bad magic or version)", what);
+    uint64_t hlen = pre[6] == 1 ? (uint64_t)pre[8] | (uint64_t)pre[9] << 8 : stk__ld32(pre + 8);
+    if (hlen > NPY_MAX_HEADER)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: corrupt .npy header (length %" PRIu64 ")", what, hlen);
+    *size = (pre[6] == 1 ? 10 : 12) + hlen;
+    return STK_OK;
+}
+
+stk_status stk__npy_parse(const uint8_t *b, size_t n, const char *what, stk__npy *out, char *err,
+                          size_t err_size)
+{
+    uint64_t end;
+    stk_status rc = stk__npy_header_size(b, n, what, &end, err, err_size);
+    if (rc < 0)
+        return rc;
+    if (end > n)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: corrupt .npy header (length %" PRIu64 ", over the %zu bytes)",
+                              what, end, n);
+    size_t hoff = b[6] == 1 ? 10 : 12, hlen = (size_t)end - hoff;
+    char *h = stk__malloc(hlen + 1);
+    if (!h)
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", what);
+    memcpy(h, b + hoff, hlen);
+    h[hlen] = '\0';
+    memset(out, 0, sizeof(*out));
+    out->data_offset = end;
+    const char *descr = dict_value(h, "descr"), *fo = dict_value(h, "fortran_order"),
+               *shape = dict_value(h, "shape"), *why = "";
+    if (!descr || !fo || !shape || *shape != '(')
+        STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (%.200s)", what, h);
+    if (strncmp(fo, "False", 5) != 0)
+        STK_FAIL_E(STK_ENOTSUP, "%s: Fortran-order array (save it with np.ascontiguousarray)",
+                   what);
+    if (!parse_descr(descr, &out->dtype, &why))
+        STK_FAIL_E(STK_ENOTSUP, "%s: %s is not supported (%.20s)", what, why, descr);
+    const char *p = shape + 1;
+    while (*p && *p != ')') {
+        char *e;
+        long long d = strtoll(p, &e, 10);
+        if (e == p || d < 0 || out->nd == STK_MAX_DIMS + 1)
+            STK_FAIL_E(out->nd == STK_MAX_DIMS + 1 ? STK_ENOTSUP : STK_EFORMAT,
+                       "%s: shape %.40s: need at most %d dimensions of sizes >= 0", what, shape,
+                       STK_MAX_DIMS + 1);
+        out->dims[out->nd++] = d;
+        p = e;
+        while (*p == ',' || *p == ' ')
+            p++;
+    }
+fail:
+    stk__free(h);
+    return rc;
+}
+
 /* Parse one file's header into its field and N. */
 static stk_status npy_header(npyfile *nf, const char *path, stk_field *fd, uint64_t *rows,
                              char *err, size_t err_size)
 {
     uint8_t pre[12];
-    char *h = NULL;
+    uint8_t *h = NULL;
     stk_status rc = STK_OK;
-    if (nf->f->size < 10)
-        STK_FAIL_E(STK_EFORMAT, "%s: not a .npy file (too short)", path);
-    STK_TRY(stk__vfs_read(nf->f, 0, pre, STK_MIN(sizeof(pre), (size_t)nf->f->size), err, err_size));
-    if (memcmp(pre, NPY_MAGIC, 6) != 0 || pre[6] < 1 || pre[6] > 3)
-        STK_FAIL_E(STK_EFORMAT, "%s: not a .npy file (bad magic or version)", path);
-    uint64_t hlen = pre[6] == 1 ? (uint64_t)pre[8] | (uint64_t)pre[9] << 8 : stk__ld32(pre + 8);
-    uint64_t hoff = pre[6] == 1 ? 10 : 12;
-    if (hlen > NPY_MAX_HEADER || hoff + hlen > nf->f->size)
-        STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (length %" PRIu64 ")", path, hlen);
-    h = stk__malloc((size_t)hlen + 1);
+    uint64_t hsize;
+    stk__npy np;
+    STK_TRY(stk__vfs_read(nf->f, 0, pre, (size_t)STK_MIN(sizeof(pre), nf->f->size), err, err_size));
+    STK_TRY(stk__npy_header_size(pre, (size_t)STK_MIN(sizeof(pre), nf->f->size), path, &hsize, err,
+                                 err_size));
+    if (hsize > nf->f->size)
+        STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (length %" PRIu64 ")", path, hsize);
+    h = stk__malloc((size_t)hsize);
     if (!h)
         STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
-    STK_TRY(stk__vfs_read(nf->f, hoff, h, (size_t)hlen, err, err_size));
-    h[hlen] = '\0';
-    const char *descr = dict_value(h, "descr"), *fo = dict_value(h, "fortran_order"),
-               *shape = dict_value(h, "shape"), *why = "";
-    if (!descr || !fo || !shape || *shape != '(')
-        STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (%s)", path, h);
-    if (strncmp(fo, "False", 5) != 0)
-        STK_FAIL_E(STK_ENOTSUP, "%s: Fortran-order array (save it with np.ascontiguousarray)",
-                   path);
-    memset(fd, 0, sizeof(*fd));
-    if (!parse_descr(descr, &fd->dtype, &why))
-        STK_FAIL_E(STK_ENOTSUP, "%s: %s is not supported (%.20s)", path, why, descr);
-    int64_t dims[STK_MAX_DIMS + 1];
-    uint32_t nd = 0;
-    const char *p = shape + 1;
-    while (*p && *p != ')') {
-        char *end;
-        long long d = strtoll(p, &end, 10);
-        if (end == p || d < 0 || nd == STK_MAX_DIMS + 1)
-            STK_FAIL_E(nd == STK_MAX_DIMS + 1 ? STK_ENOTSUP : STK_EFORMAT,
-                       "%s: shape %.40s: need 1 to %d dimensions of sizes >= 0", path, shape,
-                       STK_MAX_DIMS + 1);
-        dims[nd++] = d;
-        p = end;
-        while (*p == ',' || *p == ' ')
-            p++;
-    }
-    if (nd == 0)
+    STK_TRY(stk__vfs_read(nf->f, 0, h, (size_t)hsize, err, err_size));
+    STK_TRY(stk__npy_parse(h, (size_t)hsize, path, &np, err, err_size));
+    if (np.nd == 0)
         STK_FAIL_E(STK_EINVAL, "%s: a 0-d array has no rows", path);
+    memset(fd, 0, sizeof(*fd));
+    fd->dtype = np.dtype;
+    uint32_t nd = np.nd;
+    const int64_t *dims = np.dims;
     *rows = (uint64_t)dims[0];
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -148,7 +188,7 @@ static stk_status npy_header(npyfile *nf, const char *path, stk_field *fd, uint6
     if (!stk__field_valid(fd, bad, sizeof(bad)))
         STK_FAIL_E(STK_EINVAL, "%s: %s", path, bad);
     *fd = stk__field_canonical(fd);
-    nf->data_offset = hoff + hlen;
+    nf->data_offset = np.data_offset;
     nf->row_size = stk__field_fixed_size(fd);
     if (*rows && nf->row_size > (nf->f->size - nf->data_offset) / *rows)
         STK_FAIL_E(STK_EFORMAT,
@@ -158,6 +198,21 @@ static stk_status npy_header(npyfile *nf, const char *path, stk_field *fd, uint6
 fail:
     stk__free(h);
     return rc;
+}
+
+/* The caller's name for the field of file `path` (the NumPy dict form). */
+static stk_status set_name(stk_field *fd, const char *name, const char *path, char *err,
+                           size_t err_size)
+{
+    if (strlen(name) >= STK_MAX_NAME)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "%s: field name '%.40s...' is over %d characters", path, name,
+                              STK_MAX_NAME - 1);
+    snprintf(fd->name, sizeof(fd->name), "%s", name);
+    char bad[160];
+    if (!stk__field_valid(fd, bad, sizeof(bad)))
+        return stk__set_error(err, err_size, STK_EINVAL, "%s: %s", path, bad);
+    return STK_OK;
 }
 
 static void npy_close(stk_dataset *ds)
@@ -174,12 +229,12 @@ static stk_status npy_open(stk_dataset *ds, const char *const *paths, size_t n_p
 {
     stk_status rc = STK_OK;
     stk__strlist list = {0};
-    for (size_t i = 0; i < n_paths; i++) {
-        stk__stat st;
-        if (stk__vfs_stat(paths[i], &st, NULL, 0) == STK_OK && st.is_dir)
-            STK_TRY(stk__paths_list_dir(paths[i], ".npy", false, &list, err, err_size));
-        else if (stk__strlist_add(&list, paths[i]) < 0)
-            STK_FAIL_E(STK_ENOMEM, "out of memory");
+    if (ds->open_names) { /* one file per named field, as given */
+        for (size_t i = 0; i < n_paths; i++)
+            if (stk__strlist_add(&list, paths[i]) < 0)
+                STK_FAIL_E(STK_ENOMEM, "out of memory");
+    } else {
+        STK_TRY(stk__paths_files(paths, n_paths, npy_suffixes, ".npy files", &list, err, err_size));
     }
     if (list.n == 0 || list.n > STK_MAX_FIELDS)
         STK_FAIL_E(STK_EINVAL, "%s: need 1 to %d .npy files (one per field), found %zu", paths[0],
@@ -197,6 +252,8 @@ static stk_status npy_open(stk_dataset *ds, const char *const *paths, size_t n_p
         rc = stk__vfs_open(list.v[i], &nf[i].f, err, err_size);
         if (rc == STK_OK)
             rc = npy_header(&nf[i], list.v[i], &ds->fields[i], &rows, err, err_size);
+        if (rc == STK_OK && ds->open_names)
+            rc = set_name(&ds->fields[i], ds->open_names[i], list.v[i], err, err_size);
         for (size_t j = 0; rc == STK_OK && j < i; j++)
             if (strcmp(ds->fields[i].name, ds->fields[j].name) == 0)
                 rc = stk__set_error(err, err_size, STK_EINVAL, "%s and %s: two fields named '%s'",
@@ -265,7 +322,8 @@ static stk_status npy_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
 
 const stk__source_methods stk__src_npy = {
     .name = "npy",
-    .summary = ".npy files (a directory or a list), one field per file, sharing their rows",
+    .summary = ".npy files (a directory, a list or a dict), one field per file, sharing rows",
+    .takes_names = true,
     .probe = npy_probe,
     .open = npy_open,
     .close = npy_close,

@@ -55,6 +55,8 @@ typedef struct stkds {
 
 /* ---- detection ---- */
 
+static const char *const stk_suffixes[] = {".stk", NULL};
+
 static int stk_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
 {
     if (n >= STK_FMT_MAGIC_SIZE && memcmp(head, STK_FMT_MAGIC, STK_FMT_MAGIC_SIZE) == 0)
@@ -62,7 +64,6 @@ static int stk_probe(const char *path, const stk__stat *st, const uint8_t *head,
     size_t len = strlen(path);
     if (!st->is_dir)
         return len > 4 && strcmp(path + len - 4, ".stk") == 0;
-    stk__strlist l = {0};
     stk__stat mst;
     char *m = stk__path_join(path, STK_MANIFEST_NAME);
     bool manifest = m && stk__vfs_stat(m, &mst, NULL, 0) == STK_OK;
@@ -70,11 +71,8 @@ static int stk_probe(const char *path, const stk__stat *st, const uint8_t *head,
     if (!m)
         return -1;
     if (manifest)
-        return 2; /* a packed directory: its manifest says so */
-    stk_status rc = stk__paths_list_dir(path, ".stk", false, &l, NULL, 0);
-    bool any = rc == STK_OK && l.n > 0;
-    stk__strlist_free(&l);
-    return rc == STK_ENOMEM ? -1 : any; /* a directory of shards */
+        return 2;                                  /* a packed directory: its manifest says so */
+    return stk__paths_dir_has(path, stk_suffixes); /* a directory of shards */
 }
 
 /* ---- open ---- */
@@ -480,14 +478,11 @@ static stk_status stk_open(stk_dataset *ds, const char *const *paths, size_t n_p
         if (manifest) {
             continue;
         } else if (is_dir) {
-            size_t before = list.n;
             /* directories named *.stk too: opening one names the problem */
-            STK_TRY(stk__paths_list_dir(paths[i], ".stk", true, &list, err, err_size));
-            if (list.n == before)
-                STK_FAIL_E(STK_EINVAL,
-                           "%s: no .stk shards in this directory (make them with `stoker pack SRC "
-                           "%s`, or give format= for another format)",
-                           paths[i], paths[i]);
+            STK_TRY(stk__paths_dir_files(paths[i], stk_suffixes,
+                                         ".stk shards (make them with `stoker pack SRC DIR`, or "
+                                         "give format= for another format)",
+                                         true, &list, err, err_size));
         } else if (stk__strlist_add(&list, paths[i]) < 0) {
             STK_FAIL_E(STK_ENOMEM, "%s: out of memory", paths[i]);
         }

@@ -71,6 +71,8 @@ static bool frame_header_ok(const uint8_t *h)
     return stk__ld32(h + 8) == stk__crc32c_mask(stk__crc32c(0, h, 8));
 }
 
+static const char *const tf_suffixes[] = {".tfrecord", ".tfrecords", NULL};
+
 static int tf_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
 {
     if (!st->is_dir) {
@@ -78,13 +80,7 @@ static int tf_probe(const char *path, const stk__stat *st, const uint8_t *head, 
             return 2;
         return has_ext(path);
     }
-    stk__strlist l = {0};
-    stk_status rc = stk__paths_list_dir(path, ".tfrecord", false, &l, NULL, 0);
-    if (rc == STK_OK)
-        rc = stk__paths_list_dir(path, ".tfrecords", false, &l, NULL, 0);
-    bool any = rc == STK_OK && l.n > 0;
-    stk__strlist_free(&l);
-    return rc == STK_ENOMEM ? -1 : any;
+    return stk__paths_dir_has(path, tf_suffixes);
 }
 
 /* Read a DALI / `tfrecord` text index into tf->off when it exists and describes the file
@@ -427,27 +423,8 @@ static stk_status tf_open(stk_dataset *ds, const char *const *paths, size_t n_pa
 {
     stk_status rc = STK_OK;
     stk__strlist list = {0};
-    for (size_t i = 0; i < n_paths; i++) {
-        stk__stat st;
-        if (stk__vfs_stat(paths[i], &st, NULL, 0) == STK_OK && st.is_dir) {
-            stk__strlist d = {0};
-            rc = stk__paths_list_dir(paths[i], ".tfrecord", false, &d, err, err_size);
-            if (rc == STK_OK)
-                rc = stk__paths_list_dir(paths[i], ".tfrecords", false, &d, err, err_size);
-            stk__strlist_sort(&d);
-            for (size_t k = 0; k < d.n && rc == STK_OK; k++)
-                if (stk__strlist_add(&list, d.v[k]) < 0)
-                    rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
-            size_t found = d.n;
-            stk__strlist_free(&d);
-            STK_TRY(rc);
-            if (found == 0)
-                STK_FAIL_E(STK_EINVAL, "%s: no .tfrecord or .tfrecords files in this directory",
-                           paths[i]);
-        } else if (stk__strlist_add(&list, paths[i]) < 0) {
-            STK_FAIL_E(STK_ENOMEM, "out of memory");
-        }
-    }
+    STK_TRY(stk__paths_files(paths, n_paths, tf_suffixes, ".tfrecord or .tfrecords files", &list,
+                             err, err_size));
     tfds *t = stk__calloc(1, sizeof(*t));
     if (!t)
         STK_FAIL_E(STK_ENOMEM, "out of memory");
@@ -469,6 +446,12 @@ static stk_status tf_open(stk_dataset *ds, const char *const *paths, size_t n_pa
             break;
         if ((rc = load_text_index(tf, &count, err, err_size)) < 0)
             break;
+        /* inspect's metadata: where the frame offsets came from */
+        if (!(sf->metadata =
+                  stk__strdup(tf->off ? "{\"index\": \"idx\"}" : "{\"index\": \"scanned\"}"))) {
+            rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
+            break;
+        }
         if (!tf->off) {
             if ((rc = scan_index(tf, &count, err, err_size)) < 0)
                 break;

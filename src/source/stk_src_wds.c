@@ -4,16 +4,20 @@
  * adjacent members sharing a key: the path up to the first dot of the last path component
  * (`a/x.seg.png` -> key `a/x`, extension `seg.png`, lowercased). Fields: `__key__` (bytes), then
  * one per extension, sorted by name; `cls`, `index` and `id` hold ASCII integers and are int64
- * fields, everything else bytes. The schema is the union over all shards (every header is
- * scanned at open anyway).
+ * fields, `npy`/`*.npy` members array fields (dtype and shape of the first sample's array,
+ * checked at each read), everything else bytes. A member named `*.gz` is gunzipped at read
+ * (zlib; its size from the gzip trailer, read during the scan) and its field named without the
+ * `.gz`, as webdataset does (`json.gz` -> `json`). The schema is the union over all shards (every
+ * header is scanned at open anyway).
  *
- * Random access: one scan of the tar headers per shard at open builds the member list (ustar,
- * GNU 'L' long names, PAX 'x' path=/size=; 'g' global headers, directories, links and members
- * whose name starts with "__" are skipped). The member list is cached beside the shard as
- * `<shard>.stkidx` when the shard is a local file and its directory writable, validated against
- * the shard's size, mtime and inode (and its own checksum), and rebuilt when any differs. A read
- * also checks the tar header just before each member's data (checksum and size), so an index
- * that no longer matches its shard is an error, never wrong bytes.
+ * Random access: one scan of the tar headers per shard at open (stk_tar.c) builds the member
+ * list (ustar, GNU 'L' long names, PAX 'x' path=/size=; 'g' global headers, directories, links
+ * and members whose name starts with "__" are skipped). The member list is cached
+ * (stk_tar_index.c) beside the shard as `<shard>.stkidx` when the shard is a local file and its
+ * directory writable, validated against the shard's size, mtime and inode (and its own
+ * checksum), and rebuilt when any differs. A read also checks the tar header just before each
+ * member's data (checksum and size), so an index that no longer matches its shard is an error,
+ * never wrong bytes.
  *
  * Refused at open, naming the shard, member and byte offset: a header with a bad checksum (not a
  * tar), a member running past the end of the file (truncated), a key whose files are not
@@ -21,39 +25,25 @@
  * cannot be a field name. At read (STK_EFORMAT, so on_error="skip" skips and counts it): a
  * sample missing a field other samples have, a non-integer `cls`/`index`/`id`.
  *
- * Not supported: gunzipping `.gz` members (they are bytes fields named e.g. `json.gz`), `.npy`
- * members as array fields (they are bytes), members of 4 GiB or more, sparse members.
+ * Not supported: members of 4 GiB or more, sparse members, a `.gz` member of several gzip
+ * streams.
  */
 #include "common/stk_endian.h"
+#include "source/stk_npy.h"
 #include "source/stk_source.h"
+#include "source/stk_tar.h"
 
 #include <xxhash.h>
+#include <zlib.h>
 
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#define TAR_BLOCK 512
-#define SCAN_BUF (64u << 10)
-#define SCAN_SMALL (4u << 10)
-#define MAX_LONGNAME (64u << 10)
-#define MAX_PAX (1u << 20)
+#define TAR_BLOCK STK__TAR_BLOCK
 #define MAX_INT_TEXT 64
 #define MISSING UINT32_MAX
-#define CACHE_SUFFIX ".stkidx"
-#define CACHE_MAGIC "STKWDSX1"
-#define CACHE_HEAD 56 /* magic, size, mtime, ino, n_members, names_size, reserved */
-
-/* One regular member of a shard (the cache holds exactly these). */
-typedef struct wds_member {
-    uint64_t data_off, size;
-    uint32_t name_off, name_len; /* in the shard's names */
-} wds_member;
 
 typedef struct wds_shard {
     stk__file *f;
@@ -80,72 +70,10 @@ typedef struct wds {
     wds_rec *recs;
     wds_loc *locs; /* count * (n_fields - 1): field f >= 1 of record i at [i * (n - 1) + f - 1] */
     bool is_int[STK_MAX_FIELDS];
+    bool is_npy[STK_MAX_FIELDS]; /* an array field from .npy members */
+    uint32_t *gz; /* NULL when no member is gzipped, else count * (n_fields - 1) gunzipped sizes
+                     (STK__TAR_NOT_GZ: that member is not gzipped), laid out as locs */
 } wds;
-
-/* ---- tar headers ---- */
-
-static bool all_zero(const uint8_t *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (b[i])
-            return false;
-    return true;
-}
-
-/* An octal (or GNU base-256) number field; false when malformed. */
-static bool tar_number(const uint8_t *p, size_t n, uint64_t *out)
-{
-    uint64_t v = 0;
-    if (p[0] & 0x80) { /* base-256, big-endian, positive only */
-        if (p[0] != 0x80)
-            return false;
-        for (size_t i = 1; i < n; i++) {
-            if (v >> 56)
-                return false;
-            v = v << 8 | p[i];
-        }
-        *out = v;
-        return true;
-    }
-    size_t i = 0;
-    while (i < n && p[i] == ' ')
-        i++;
-    size_t digits = 0;
-    for (; i < n && p[i] >= '0' && p[i] <= '7'; i++, digits++) {
-        if (v >> 60)
-            return false;
-        v = v << 3 | (uint64_t)(p[i] - '0');
-    }
-    for (; i < n; i++)
-        if (p[i] != ' ' && p[i] != '\0')
-            return false;
-    *out = v;
-    return digits > 0;
-}
-
-/* Whether the header's checksum (unsigned or signed sum, chksum field as spaces) matches. */
-static bool tar_checksum_ok(const uint8_t *h)
-{
-    uint64_t want;
-    if (!tar_number(h + 148, 8, &want))
-        return false;
-    uint32_t u = 8 * ' '; /* a plain byte sum (vectorised), then the chksum field swapped out */
-    for (int i = 0; i < TAR_BLOCK; i++)
-        u += h[i];
-    for (int i = 148; i < 156; i++)
-        u -= h[i];
-    if (want == u)
-        return true;
-    int64_t s = 8 * ' '; /* old writers summed signed chars */
-    for (int i = 0; i < TAR_BLOCK; i++)
-        s += i >= 148 && i < 156 ? 0 : (int8_t)h[i];
-    return (int64_t)want == s;
-}
-
-static bool is_ustar(const uint8_t *h)
-{
-    return memcmp(h + 257, "ustar", 5) == 0;
-}
 
 /* ---- probe ---- */
 
@@ -170,14 +98,12 @@ static bool tar_name_prefix(const uint8_t *head, size_t n)
     return true;
 }
 
+static const char *const wds_suffixes[] = {".tar", NULL};
+
 static int wds_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
 {
     if (st->is_dir) {
-        stk__strlist l = {0};
-        stk_status rc = stk__paths_list_dir(path, ".tar", false, &l, NULL, 0);
-        bool any = rc == STK_OK && l.n > 0;
-        stk__strlist_free(&l);
-        return rc == STK_ENOMEM ? -1 : any;
+        return stk__paths_dir_has(path, wds_suffixes);
     }
     int by_name = ends_with(path, ".tar");
     if (n == 0 || st->size < TAR_BLOCK || !tar_name_prefix(head, n))
@@ -189,7 +115,7 @@ static int wds_probe(const char *path, const stk__stat *st, const uint8_t *head,
         return -1;
     bool ok = rc == STK_OK && stk__vfs_read(f, 0, h, TAR_BLOCK, NULL, 0) == STK_OK;
     stk__vfs_close(f);
-    if (!ok || !is_ustar(h) || !tar_checksum_ok(h))
+    if (!ok || !stk__tar_is_ustar(h) || !stk__tar_checksum_ok(h))
         return by_name;
     if (h[156] == 'x' || h[156] == 'g' || h[156] == 'L')
         return 2;
@@ -201,338 +127,6 @@ static int wds_probe(const char *path, const stk__stat *st, const uint8_t *head,
     base = base ? base + 1 : name;
     const char *dot = strchr(base, '.');
     return dot && dot > base && dot[1] ? 2 : 1;
-}
-
-/* ---- scanning a shard ---- */
-
-/* A buffered reader over a shard for the header scan. */
-typedef struct scanbuf {
-    stk__file *f;
-    uint8_t *buf;
-    uint64_t at; /* file offset of buf[0] */
-    size_t len;
-} scanbuf;
-
-/* The n bytes at off (n <= SCAN_BUF), or NULL with the error set. */
-static const uint8_t *scan_get(scanbuf *sb, uint64_t off, size_t n, char *err, size_t err_size)
-{
-    if (off >= sb->at && off + n <= sb->at + sb->len)
-        return sb->buf + (off - sb->at);
-    /* after skipping data (a member larger than the buffer), read little: big members mean the
-     * next header is likely followed by another big member; after a contiguous run, read a lot */
-    bool skipped = sb->len && off > sb->at + sb->len;
-    size_t want = (size_t)STK_MIN((uint64_t)(skipped ? SCAN_SMALL : SCAN_BUF), sb->f->size - off);
-    if (want < n)
-        want = n; /* the caller checked that n bytes exist */
-    if (stk__vfs_read(sb->f, off, sb->buf, want, err, err_size) < 0)
-        return NULL;
-    sb->at = off;
-    sb->len = want;
-    return sb->buf;
-}
-
-/* Growable members + names of one shard. */
-typedef struct memberlist {
-    wds_member *v;
-    size_t n, cap;
-    char *names;
-    size_t names_len, names_cap;
-} memberlist;
-
-static void memberlist_free(memberlist *ml)
-{
-    stk__free(ml->v);
-    stk__free(ml->names);
-    memset(ml, 0, sizeof(*ml));
-}
-
-static bool memberlist_add(memberlist *ml, uint64_t data_off, uint64_t size, const char *name,
-                           size_t name_len)
-{
-    if (ml->n == ml->cap) {
-        size_t cap = ml->cap ? ml->cap * 2 : 256;
-        wds_member *v = stk__realloc(ml->v, cap * sizeof(*v));
-        if (!v)
-            return false;
-        ml->v = v;
-        ml->cap = cap;
-    }
-    if (!ml->names || ml->names_len + name_len > ml->names_cap) {
-        size_t cap = STK_MAX(ml->names_cap * 2, ml->names_len + name_len + 4096);
-        char *p = stk__realloc(ml->names, cap);
-        if (!p)
-            return false;
-        ml->names = p;
-        ml->names_cap = cap;
-    }
-    memcpy(ml->names + ml->names_len, name, name_len);
-    ml->v[ml->n++] = (wds_member){data_off, size, (uint32_t)ml->names_len, (uint32_t)name_len};
-    ml->names_len += name_len;
-    return true;
-}
-
-/* The value of PAX record `key` in data (n bytes), or NULL; *vlen its length. */
-static const char *pax_value(const char *data, size_t n, const char *key, size_t *vlen, bool *bad)
-{
-    size_t i = 0, klen = strlen(key);
-    while (i < n) {
-        size_t len = 0, j = i;
-        while (j < n && data[j] >= '0' && data[j] <= '9' && len < n)
-            len = len * 10 + (size_t)(data[j++] - '0');
-        if (j == i || j >= n || data[j] != ' ' || len < j - i + 2 || len > n - i) {
-            *bad = true;
-            return NULL;
-        }
-        const char *rec = data + j + 1, *end = data + i + len - 1; /* end: the '\n' */
-        if ((size_t)(end - rec) > klen && memcmp(rec, key, klen) == 0 && rec[klen] == '=') {
-            *vlen = (size_t)(end - rec) - klen - 1;
-            return rec + klen + 1;
-        }
-        i += len;
-    }
-    return NULL;
-}
-
-/* One scan of the shard's headers into ml. */
-static stk_status scan_shard(stk__file *f, memberlist *ml, char *err, size_t err_size)
-{
-    stk_status rc = STK_OK;
-    const char *path = f->path;
-    scanbuf sb = {f, stk__malloc(SCAN_BUF), 0, 0};
-    char *longname = NULL, *pax = NULL;
-    size_t longname_len = 0, pax_path_len = 0;
-    const char *pax_path = NULL;
-    uint64_t pax_size = UINT64_MAX;
-    char name[256 + 2];
-    if (!sb.buf)
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-    uint64_t off = 0;
-    while (off < f->size) {
-        if (f->size - off < TAR_BLOCK)
-            STK_FAIL_E(STK_EFORMAT,
-                       "%s: truncated tar: %" PRIu64 " stray bytes at byte %" PRIu64
-                       " (a header is 512 bytes)",
-                       path, f->size - off, off);
-        const uint8_t *h = scan_get(&sb, off, TAR_BLOCK, err, err_size);
-        if (!h)
-            STK_FAIL_E(STK_EIO, "%s", err);
-        if (all_zero(h, TAR_BLOCK))
-            break; /* end of archive */
-        if (!tar_checksum_ok(h))
-            STK_FAIL_E(STK_EFORMAT, "%s: %s at byte %" PRIu64 " (bad tar header checksum)", path,
-                       off == 0 ? "not a tar file" : "corrupt tar header", off);
-        uint64_t size;
-        if (!tar_number(h + 124, 12, &size))
-            STK_FAIL_E(STK_EFORMAT, "%s: corrupt tar header at byte %" PRIu64 " (size field)", path,
-                       off);
-        char type = (char)h[156];
-        if (pax_size != UINT64_MAX && type != 'x' && type != 'g' && type != 'L')
-            size = pax_size;
-        uint64_t data_off = off + TAR_BLOCK;
-        /* name of this header as written (prefix/name for POSIX ustar) */
-        size_t nl = strnlen((const char *)h, 100);
-        if (memcmp(h + 257, "ustar\0", 6) == 0 && h[345]) {
-            size_t pl = strnlen((const char *)h + 345, 155);
-            memcpy(name, h + 345, pl);
-            name[pl] = '/';
-            memcpy(name + pl + 1, h, nl);
-            nl += pl + 1;
-        } else {
-            memcpy(name, h, nl);
-        }
-        name[nl] = '\0';
-        const char *mname = pax_path ? pax_path : longname ? longname : name;
-        size_t mlen = pax_path ? pax_path_len : longname ? longname_len : nl;
-        if (size > f->size - data_off)
-            STK_FAIL_E(STK_EFORMAT,
-                       "%s: truncated tar: member '%.*s' at byte %" PRIu64 " needs %" PRIu64
-                       " bytes of data but the file ends %" PRIu64 " bytes after its header",
-                       path, (int)STK_MIN(mlen, 200), mname, off, size, f->size - data_off);
-        uint64_t next = data_off + STK_ALIGN_UP(size, TAR_BLOCK);
-        if (next > f->size)
-            STK_FAIL_E(STK_EFORMAT,
-                       "%s: truncated tar: the file ends inside the padding of member '%.*s' at "
-                       "byte %" PRIu64 " (later members are lost)",
-                       path, (int)STK_MIN(mlen, 200), mname, off);
-        if (type == 'L' || type == 'x') {
-            if (size > (type == 'L' ? MAX_LONGNAME : MAX_PAX))
-                STK_FAIL_E(STK_ELIMIT, "%s: %s header at byte %" PRIu64 " of %" PRIu64 " bytes",
-                           path, type == 'L' ? "GNU long-name" : "PAX", off, size);
-            char *buf = stk__malloc((size_t)size + 1);
-            if (!buf)
-                STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-            rc = stk__vfs_read(f, data_off, buf, (size_t)size, err, err_size);
-            if (rc < 0) {
-                stk__free(buf);
-                goto fail;
-            }
-            buf[size] = '\0';
-            if (type == 'L') {
-                stk__free(longname);
-                longname = buf;
-                longname_len = strnlen(buf, (size_t)size);
-            } else {
-                stk__free(pax);
-                pax = buf;
-                bool bad = false;
-                size_t vl = 0;
-                const char *v = pax_value(pax, (size_t)size, "path", &vl, &bad);
-                if (v) {
-                    pax_path = v;
-                    pax_path_len = vl;
-                }
-                v = pax_value(pax, (size_t)size, "size", &vl, &bad);
-                if (v) {
-                    char *end;
-                    char num[32];
-                    snprintf(num, sizeof(num), "%.*s", (int)STK_MIN(vl, 31), v);
-                    errno = 0;
-                    unsigned long long ps = strtoull(num, &end, 10);
-                    if (end == num || *end || errno)
-                        bad = true;
-                    pax_size = ps;
-                }
-                if (bad)
-                    STK_FAIL_E(STK_EFORMAT, "%s: corrupt PAX header at byte %" PRIu64, path, off);
-            }
-            off = next;
-            continue;
-        }
-        if (type == 'S')
-            STK_FAIL_E(STK_ENOTSUP, "%s: member '%.*s' at byte %" PRIu64 ": sparse files", path,
-                       (int)STK_MIN(mlen, 200), mname, off);
-        if (type == '0' || type == '\0' || type == '7') {
-            if (size >= UINT32_MAX)
-                STK_FAIL_E(STK_ENOTSUP,
-                           "%s: member '%.*s' at byte %" PRIu64 " is %" PRIu64
-                           " bytes (members of 4 GiB or more are not supported)",
-                           path, (int)STK_MIN(mlen, 200), mname, off, size);
-            if (!memberlist_add(ml, data_off, size, mname, mlen))
-                STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-        }
-        /* 'g' global headers, directories, links, devices: nothing to read */
-        pax_path = NULL;
-        pax_size = UINT64_MAX;
-        stk__free(longname);
-        longname = NULL;
-        off = next;
-    }
-fail:
-    stk__free(sb.buf);
-    stk__free(longname);
-    stk__free(pax);
-    return rc;
-}
-
-/* ---- the index cache ---- */
-
-static char *cache_path(const char *shard)
-{
-    size_t n = strlen(shard);
-    char *p = stk__malloc(n + sizeof(CACHE_SUFFIX));
-    if (p) {
-        memcpy(p, shard, n);
-        memcpy(p + n, CACHE_SUFFIX, sizeof(CACHE_SUFFIX));
-    }
-    return p;
-}
-
-/* Size, mtime and inode of a local shard; false for remote ones (no cache). */
-static bool shard_identity(const char *path, uint64_t id[3])
-{
-    struct stat st;
-    if (stk__vfs_for(path) != &stk__vfs_posix || stat(path, &st) != 0)
-        return false;
-    id[0] = (uint64_t)st.st_size;
-    id[1] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
-    id[2] = (uint64_t)st.st_ino;
-    return true;
-}
-
-/* Load the cached member list when it is valid for this shard; false otherwise (ml empty). */
-static bool cache_load(const char *cpath, const uint64_t id[3], uint64_t shard_size, memberlist *ml)
-{
-    stk__file *cf = NULL;
-    uint8_t *b = NULL;
-    bool ok = false;
-    if (stk__vfs_open(cpath, &cf, NULL, 0) != STK_OK || cf->size < CACHE_HEAD + 8 ||
-        cf->size > ((uint64_t)1 << 40))
-        goto out;
-    size_t n = (size_t)cf->size;
-    b = stk__malloc(n);
-    if (!b || stk__vfs_read(cf, 0, b, n, NULL, 0) != STK_OK)
-        goto out;
-    if (memcmp(b, CACHE_MAGIC, 8) != 0 || stk__ld64(b + 8) != id[0] || stk__ld64(b + 16) != id[1] ||
-        stk__ld64(b + 24) != id[2] || XXH3_64bits(b, n - 8) != stk__ld64(b + n - 8))
-        goto out;
-    uint64_t nm = stk__ld64(b + 32), names = stk__ld64(b + 40);
-    if (nm > (n - CACHE_HEAD) / 24 || names != n - CACHE_HEAD - 8 - nm * 24 || names > UINT32_MAX)
-        goto out;
-    ml->v = stk__malloc(nm ? (size_t)nm * sizeof(wds_member) : 1);
-    ml->names = stk__malloc(names ? (size_t)names : 1);
-    if (!ml->v || !ml->names)
-        goto out;
-    const uint8_t *e = b + CACHE_HEAD;
-    for (uint64_t i = 0; i < nm; i++, e += 24) {
-        wds_member m = {stk__ld64(e), stk__ld64(e + 8), stk__ld32(e + 16), stk__ld32(e + 20)};
-        if (m.data_off < TAR_BLOCK || m.data_off > shard_size || m.size > shard_size - m.data_off ||
-            m.name_off > names || m.name_len > names - m.name_off)
-            goto out;
-        ml->v[i] = m;
-    }
-    memcpy(ml->names, e, (size_t)names);
-    ml->n = ml->cap = (size_t)nm;
-    ml->names_len = ml->names_cap = (size_t)names;
-    ok = true;
-out:
-    if (!ok)
-        memberlist_free(ml);
-    stk__free(b);
-    stk__vfs_close(cf);
-    return ok;
-}
-
-/* Write the member list beside the shard (best effort: a read-only directory is no error). */
-static void cache_store(const char *cpath, const uint64_t id[3], const memberlist *ml)
-{
-    size_t n = CACHE_HEAD + ml->n * 24 + ml->names_len + 8;
-    uint8_t *b = stk__calloc(1, n);
-    char *tmp = stk__malloc(strlen(cpath) + 48);
-    static _Atomic unsigned seq;
-    if (!b || !tmp)
-        goto out;
-    memcpy(b, CACHE_MAGIC, 8);
-    stk__st64(b + 8, id[0]);
-    stk__st64(b + 16, id[1]);
-    stk__st64(b + 24, id[2]);
-    stk__st64(b + 32, ml->n);
-    stk__st64(b + 40, ml->names_len);
-    uint8_t *e = b + CACHE_HEAD;
-    for (size_t i = 0; i < ml->n; i++, e += 24) {
-        stk__st64(e, ml->v[i].data_off);
-        stk__st64(e + 8, ml->v[i].size);
-        stk__st32(e + 16, ml->v[i].name_off);
-        stk__st32(e + 20, ml->v[i].name_len);
-    }
-    if (ml->names_len)
-        memcpy(e, ml->names, ml->names_len);
-    stk__st64(b + n - 8, XXH3_64bits(b, n - 8));
-    sprintf(tmp, "%s.tmp.%ld.%u", cpath, (long)getpid(), seq++);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        goto out;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t k = write(fd, b + done, n - done);
-        if (k <= 0)
-            break;
-        done += (size_t)k;
-    }
-    if (close(fd) != 0 || done != n || rename(tmp, cpath) != 0)
-        unlink(tmp);
-out:
-    stk__free(b);
-    stk__free(tmp);
 }
 
 /* ---- grouping members into samples ---- */
@@ -556,6 +150,7 @@ typedef struct tmpmem {
     uint64_t data_off;
     uint32_t size;
     uint8_t ext;
+    uint32_t gz_size; /* STK__TAR_NOT_GZ: not gzipped */
 } tmpmem;
 
 typedef struct builder {
@@ -620,7 +215,7 @@ typedef struct keyset {
 } keyset;
 
 /* Group one shard's members into samples (appended to b); keys go to *keys_out. */
-static stk_status group_shard(builder *b, uint32_t s, const char *path, const memberlist *ml,
+static stk_status group_shard(builder *b, uint32_t s, const char *path, const stk__tar_members *ml,
                               char **keys_out, uint64_t *count, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
@@ -638,7 +233,7 @@ static stk_status group_shard(builder *b, uint32_t s, const char *path, const me
     const char *cur_key = NULL;
     size_t cur_len = 0;
     for (size_t m = 0; m < ml->n; m++) {
-        const wds_member *mb = &ml->v[m];
+        const stk__tar_member *mb = &ml->v[m];
         const char *name = ml->names + mb->name_off;
         size_t klen, elen;
         char ext[STK_MAX_NAME + 1];
@@ -650,6 +245,12 @@ static stk_status group_shard(builder *b, uint32_t s, const char *path, const me
         if (!split_name(name, mb->name_len, &klen, ext, sizeof(ext), &elen))
             continue; /* no extension: not part of a sample */
         uint64_t hoff = mb->data_off - TAR_BLOCK;
+        uint32_t gz_size = STK__TAR_NOT_GZ;
+        if (elen > 3 && elen < sizeof(ext) && strcmp(ext + elen - 3, ".gz") == 0) {
+            elen -= 3; /* "json.gz": field json, gunzipped at read, as webdataset does */
+            ext[elen] = '\0';
+            gz_size = mb->gz_size;
+        }
         if (!valid_ext(ext, elen))
             STK_FAIL_E(STK_EINVAL,
                        "%s: member '%.*s' at byte %" PRIu64
@@ -717,7 +318,7 @@ static stk_status group_shard(builder *b, uint32_t s, const char *path, const me
         if (b->n_mems >= UINT32_MAX ||
             !grow((void **)&b->mems, &b->cap_mems, b->n_mems + 1, sizeof(*b->mems)))
             STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-        b->mems[b->n_mems++] = (tmpmem){mb->data_off, (uint32_t)mb->size, (uint8_t)e};
+        b->mems[b->n_mems++] = (tmpmem){mb->data_off, (uint32_t)mb->size, (uint8_t)e, gz_size};
         r->n++;
     }
     *count = b->n_recs - first_rec;
@@ -744,26 +345,9 @@ static void wds_close(stk_dataset *ds)
     stk__free(w->shards);
     stk__free(w->recs);
     stk__free(w->locs);
+    stk__free(w->gz);
     stk__free(w);
     ds->impl = NULL;
-}
-
-/* The members of shard s: from its valid cache, else by a scan (then cached). */
-static stk_status shard_members(wds_shard *sh, memberlist *ml, char *err, size_t err_size)
-{
-    uint64_t id[3] = {0};
-    bool local = shard_identity(sh->f->path, id) && id[0] == sh->f->size;
-    char *cpath = local ? cache_path(sh->f->path) : NULL;
-    if (cpath && cache_load(cpath, id, sh->f->size, ml)) {
-        sh->from_cache = true;
-        stk__free(cpath);
-        return STK_OK;
-    }
-    stk_status rc = scan_shard(sh->f, ml, err, err_size);
-    if (rc == STK_OK && cpath)
-        cache_store(cpath, id, ml);
-    stk__free(cpath);
-    return rc;
 }
 
 static int cmp_name(const void *a, const void *b)
@@ -776,22 +360,167 @@ static bool is_int_ext(const char *e)
     return strcmp(e, "cls") == 0 || strcmp(e, "index") == 0 || strcmp(e, "id") == 0;
 }
 
+/* "npy", "seg.npy": a NumPy array per sample */
+static bool is_npy_ext(const char *e)
+{
+    size_t n = strlen(e);
+    return strcmp(e, "npy") == 0 || (n > 4 && strcmp(e + n - 4, ".npy") == 0);
+}
+
+/* Gunzip one gzip stream (n bytes) into exactly out_size bytes (its trailer's ISIZE): anything
+ * else (not gzip, corrupt, a different length, bytes after the stream) is STK_EFORMAT. */
+static stk_status gunzip(const uint8_t *in, size_t n, uint8_t *out, size_t out_size,
+                         const char *where, char *err, size_t err_size)
+{
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory for zlib", where);
+    z.next_in = (Bytef *)(uintptr_t)in;
+    z.avail_in = (uInt)n;
+    z.next_out = out_size ? out : (Bytef *)&z; /* zlib wants a pointer even for 0 bytes */
+    z.avail_out = (uInt)out_size;
+    int zr = inflate(&z, Z_FINISH);
+    bool done = zr == Z_STREAM_END && z.total_out == out_size && z.avail_in == 0;
+    const char *zmsg = z.msg;
+    inflateEnd(&z);
+    if (zr == Z_MEM_ERROR)
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory gunzipping", where);
+    if (done)
+        return STK_OK;
+    if (zr == Z_STREAM_END && z.avail_in)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: %u bytes after the gzip stream (one stream per member)", where,
+                              z.avail_in);
+    if (zr == Z_BUF_ERROR && z.avail_out == 0)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: gunzips to more than the %zu bytes its gzip trailer says", where,
+                              out_size);
+    return stk__set_error(err, err_size, STK_EFORMAT, "%s: not valid gzip data (zlib: %s)", where,
+                          zmsg                 ? zmsg
+                          : zr == Z_STREAM_END ? "size differs from the trailer"
+                                               : "truncated stream");
+}
+
+/* A member's data (gunzipped when gz_size is not STK__TAR_NOT_GZ) in a fresh buffer (*out, *n;
+ * stk__free it), its tar header checked to still describe it. */
+static stk_status member_bytes(stk__file *f, uint64_t data_off, uint32_t size, uint32_t gz_size,
+                               const char *where, uint8_t **out, size_t *n, char *err,
+                               size_t err_size)
+{
+    uint8_t hdr[TAR_BLOCK];
+    uint8_t *raw = stk__malloc(size ? size : 1), *plain = NULL;
+    stk_status rc = STK_OK;
+    uint64_t hsize;
+    *out = NULL;
+    if (!raw)
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory for a %" PRIu32 "-byte member", where, size);
+    stk__iov iov[2] = {{hdr, TAR_BLOCK}, {raw, size}};
+    rc = f->vfs->read(f, data_off - TAR_BLOCK, iov, 2, err, err_size);
+    if (rc < 0) {
+        rc = stk__source_read_error(rc, where, f->path, err, err_size);
+        goto fail;
+    }
+    if (!stk__tar_checksum_ok(hdr) || !stk__tar_number(hdr + 124, 12, &hsize) || hsize != size)
+        STK_FAIL_E(STK_EFORMAT,
+                   "%s: the tar header at byte %" PRIu64 " does not match the index: the shard "
+                   "changed after it was indexed (reopen the dataset)",
+                   where, data_off - TAR_BLOCK);
+    if (gz_size == STK__TAR_NOT_GZ) {
+        *out = raw;
+        *n = size;
+        return STK_OK;
+    }
+    plain = stk__malloc(gz_size ? gz_size : 1);
+    if (!plain)
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory gunzipping to %" PRIu32 " bytes", where, gz_size);
+    STK_TRY(gunzip(raw, size, plain, gz_size, where, err, err_size));
+    *out = plain;
+    *n = gz_size;
+    plain = NULL;
+fail:
+    stk__free(plain);
+    if (*out != raw)
+        stk__free(raw);
+    return rc;
+}
+
+/* The array field a .npy member holds (its whole array; a 0-d array is a [1] array). */
+static stk_status npy_field(const uint8_t *b, size_t n, const char *where, stk_field *fd,
+                            uint64_t *data_offset, char *err, size_t err_size)
+{
+    stk__npy np;
+    stk_status rc = stk__npy_parse(b, n, where, &np, err, err_size);
+    if (rc < 0)
+        return rc;
+    if (np.nd > STK_MAX_DIMS)
+        return stk__set_error(err, err_size, STK_ENOTSUP,
+                              "%s: a %u-dimensional array (array fields have 1 to %d)", where,
+                              np.nd, STK_MAX_DIMS);
+    stk_field f = {0};
+    memcpy(f.name, fd->name, sizeof(f.name));
+    f.kind = STK_FIELD_ARRAY;
+    f.dtype = np.dtype;
+    f.ndim = np.nd ? np.nd : 1;
+    for (uint32_t d = 0; d < f.ndim; d++)
+        f.shape[d] = np.nd ? np.dims[d] : 1;
+    char bad[160];
+    if (!stk__field_valid(&f, bad, sizeof(bad)))
+        return stk__set_error(err, err_size, STK_EINVAL, "%s: %s", where, bad);
+    *fd = stk__field_canonical(&f);
+    *data_offset = np.data_offset;
+    if (stk__field_fixed_size(fd) != n - np.data_offset)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: %zu bytes of data where its header says %" PRIu64, where,
+                              n - (size_t)np.data_offset, stk__field_fixed_size(fd));
+    return STK_OK;
+}
+
+/* "shard.tar: member 'key.ext' at byte N" for errors about one member before records exist. */
+static void member_where(char *buf, size_t size, const char *path, const char *key, size_t key_len,
+                         const char *ext, bool gz, uint64_t data_off)
+{
+    snprintf(buf, size, "%s: member '%.*s.%s%s' at byte %" PRIu64, path, (int)STK_MIN(key_len, 200),
+             key, ext, gz ? ".gz" : "", data_off - TAR_BLOCK);
+}
+
+/* The schema of .npy field f (extension id e): from the first sample that has one. */
+static stk_status npy_schema(const wds *w, const builder *b, const stk__strlist *list, size_t e,
+                             stk_field *fd, char *err, size_t err_size)
+{
+    for (size_t i = 0; i < b->n_recs; i++) {
+        const tmprec *t = &b->recs[i];
+        for (uint32_t k = 0; k < t->n; k++) {
+            const tmpmem *m = &b->mems[t->first + k];
+            if (m->ext != e)
+                continue;
+            char where[STK_ERRMSG_SIZE];
+            member_where(where, sizeof(where), list->v[t->shard],
+                         w->shards[t->shard].keys + t->key_off, t->key_len, fd->name,
+                         m->gz_size != STK__TAR_NOT_GZ, m->data_off);
+            uint8_t *bytes;
+            size_t n;
+            uint64_t data_offset;
+            stk_status rc = member_bytes(w->shards[t->shard].f, m->data_off, m->size, m->gz_size,
+                                         where, &bytes, &n, err, err_size);
+            if (rc < 0)
+                return rc;
+            rc = npy_field(bytes, n, where, fd, &data_offset, err, err_size);
+            stk__free(bytes);
+            return rc;
+        }
+    }
+    return STK_OK; /* not reached: every extension comes from a member */
+}
+
 static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_paths, char *err,
                            size_t err_size)
 {
     stk_status rc = STK_OK;
     stk__strlist list = {0};
     builder b = {0};
-    memberlist ml = {0};
-    for (size_t i = 0; i < n_paths; i++) {
-        stk__stat st;
-        if (stk__vfs_stat(paths[i], &st, NULL, 0) == STK_OK && st.is_dir)
-            STK_TRY(stk__paths_list_dir(paths[i], ".tar", false, &list, err, err_size));
-        else if (stk__strlist_add(&list, paths[i]) < 0)
-            STK_FAIL_E(STK_ENOMEM, "out of memory");
-    }
-    if (list.n == 0)
-        STK_FAIL_E(STK_EINVAL, "%s: no .tar shards", paths[0]);
+    stk__tar_members ml = {0};
+    STK_TRY(stk__paths_files(paths, n_paths, wds_suffixes, ".tar shards", &list, err, err_size));
     if (list.n > UINT32_MAX)
         STK_FAIL_E(STK_ELIMIT, "%s: too many shards", paths[0]);
     wds *w = stk__calloc(1, sizeof(*w));
@@ -806,7 +535,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         wds_shard *sh = &w->shards[s];
         w->n_shards = s + 1;
         STK_TRY(stk__vfs_open(list.v[s], &sh->f, err, err_size));
-        STK_TRY(shard_members(sh, &ml, err, err_size));
+        STK_TRY(stk__tar_index(sh->f, &ml, &sh->from_cache, err, err_size));
         sh->first = b.n_recs;
         STK_TRY(group_shard(&b, (uint32_t)s, list.v[s], &ml, &sh->keys, &sh->count, err, err_size));
         stk__srcfile *sf = &ds->files[s];
@@ -825,7 +554,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         for (uint64_t r = sh->first; r < b.n_recs; r++)
             for (uint32_t k = 0; k < b.recs[r].n; k++)
                 sf->data_size += b.mems[b.recs[r].first + k].size;
-        memberlist_free(&ml);
+        stk__tar_members_free(&ml);
         /* one key split across two shards */
         for (size_t p = s; p-- > 0 && sh->count > 0;) {
             if (w->shards[p].count == 0)
@@ -860,17 +589,27 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         stk_field *fd = &ds->fields[k + 1];
         memcpy(fd->name, order[k], STK_MAX_NAME);
         w->is_int[k + 1] = is_int_ext(order[k]);
+        w->is_npy[k + 1] = is_npy_ext(order[k]);
         fd->kind = w->is_int[k + 1] ? STK_FIELD_INT64 : STK_FIELD_BYTES;
         *fd = stk__field_canonical(fd);
+        if (w->is_npy[k + 1])
+            STK_TRY(npy_schema(w, &b, &list, e, fd, err, err_size));
     }
+    bool any_gz = false;
+    for (size_t m = 0; m < b.n_mems && !any_gz; m++)
+        any_gz = b.mems[m].gz_size != STK__TAR_NOT_GZ;
     size_t nf1 = b.ext.n;
     ds->count = b.n_recs;
     w->recs = stk__calloc(b.n_recs ? b.n_recs : 1, sizeof(*w->recs));
     w->locs = stk__calloc(b.n_recs && nf1 ? b.n_recs * nf1 : 1, sizeof(*w->locs));
-    if (!w->recs || !w->locs)
+    if (any_gz)
+        w->gz = stk__malloc(b.n_recs && nf1 ? b.n_recs * nf1 * sizeof(*w->gz) : 1);
+    if (!w->recs || !w->locs || (any_gz && !w->gz))
         STK_FAIL_E(STK_ENOMEM, "out of memory indexing %zu samples", b.n_recs);
     for (size_t f = 1; f < ds->n_fields; f++)
-        ds->field_max[f] = w->is_int[f] ? 8 : 0;
+        ds->field_max[f] = w->is_int[f]   ? 8
+                           : w->is_npy[f] ? stk__field_fixed_size(&ds->fields[f])
+                                          : 0;
     for (size_t i = 0; i < b.n_recs; i++) {
         const tmprec *t = &b.recs[i];
         wds_rec *r = &w->recs[i];
@@ -881,6 +620,8 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         wds_loc *loc = w->locs + i * nf1;
         for (size_t f = 0; f < nf1; f++)
             loc[f].size = MISSING;
+        for (size_t f = 0; w->gz && f < nf1; f++)
+            w->gz[i * nf1 + f] = STK__TAR_NOT_GZ;
         uint64_t total = t->key_len;
         for (uint32_t k = 0; k < t->n; k++) {
             const tmpmem *m = &b.mems[t->first + k];
@@ -891,7 +632,12 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
                            w->shards[t->shard].keys + t->key_off, r->off);
             loc[f - 1].rel = (uint32_t)(m->data_off - r->off);
             loc[f - 1].size = m->size;
-            uint64_t fsz = w->is_int[f] ? 8 : m->size;
+            if (w->gz)
+                w->gz[i * nf1 + f - 1] = m->gz_size;
+            uint64_t fsz = w->is_int[f]                    ? 8
+                           : w->is_npy[f]                  ? ds->field_max[f]
+                           : m->gz_size != STK__TAR_NOT_GZ ? m->gz_size
+                                                           : m->size;
             ds->field_max[f] = STK_MAX(ds->field_max[f], fsz);
             total += fsz;
         }
@@ -915,7 +661,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
     stk__fp_add_u64(h, ds->count);
     ds->fingerprint = stk__fp_end(h);
 fail:
-    memberlist_free(&ml);
+    stk__tar_members_free(&ml);
     stk__free(b.recs);
     stk__free(b.mems);
     stk__strlist_free(&list);
@@ -973,7 +719,7 @@ static stk_status check_header(const stk_dataset *ds, uint64_t i, uint32_t f, co
                                uint64_t hdr_off, uint32_t size, char *err, size_t err_size)
 {
     uint64_t hsize;
-    if (tar_checksum_ok(hdr) && tar_number(hdr + 124, 12, &hsize) && hsize == size)
+    if (stk__tar_checksum_ok(hdr) && stk__tar_number(hdr + 124, 12, &hsize) && hsize == size)
         return STK_OK;
     char where[STK_ERRMSG_SIZE];
     wds_describe(ds, i, where, sizeof(where));
@@ -982,6 +728,79 @@ static stk_status check_header(const stk_dataset *ds, uint64_t i, uint32_t f, co
                           " does not match the index: the shard changed after it was indexed "
                           "(reopen the dataset)",
                           where, ds->fields[f].name, hdr_off);
+}
+
+/* "x.tar sample 'k' (...) at byte N: field 'npy' (member 'k.npy.gz' at byte M)" */
+static void field_where(const stk_dataset *ds, uint64_t i, uint32_t f, bool gz, char *buf,
+                        size_t size)
+{
+    const wds *w = ds->impl;
+    const wds_rec *r = &w->recs[i];
+    const char *key = w->shards[r->shard].keys + r->key_off;
+    wds_describe(ds, i, buf, size);
+    size_t n = strlen(buf);
+    snprintf(buf + n, size - n, ": field '%s' (member '%.*s.%s%s' at byte %" PRIu64 ")",
+             ds->fields[f].name, (int)STK_MIN(r->key_len, 200), key, ds->fields[f].name,
+             gz ? ".gz" : "", r->off + w->locs[i * (ds->n_fields - 1) + f - 1].rel - TAR_BLOCK);
+}
+
+/* Field f of record i through a buffer: a gzipped member gunzipped, a .npy member's header
+ * checked against the schema (dtype and shape of the first sample's). */
+static stk_status read_buffered(const stk_dataset *ds, uint64_t i, uint32_t f, uint32_t gz,
+                                void *dst, size_t cap, stk__recinfo *info, char *err,
+                                size_t err_size)
+{
+    const wds *w = ds->impl;
+    const wds_rec *r = &w->recs[i];
+    const wds_loc *l = &w->locs[i * (ds->n_fields - 1) + f - 1];
+    char where[STK_ERRMSG_SIZE];
+    uint8_t *b = NULL;
+    size_t n = 0;
+    uint64_t size = 0;
+    field_where(ds, i, f, gz != STK__TAR_NOT_GZ, where, sizeof(where));
+    stk_status rc = member_bytes(w->shards[r->shard].f, r->off + l->rel, l->size, gz, where, &b, &n,
+                                 err, err_size);
+    if (rc < 0)
+        return rc;
+    if (w->is_npy[f]) {
+        stk_field got;
+        uint64_t doff = 0;
+        memcpy(got.name, ds->fields[f].name, sizeof(got.name));
+        STK_TRY(npy_field(b, n, where, &got, &doff, err, err_size));
+        if (got.dtype != ds->fields[f].dtype || got.ndim != ds->fields[f].ndim ||
+            memcmp(got.shape, ds->fields[f].shape, got.ndim * sizeof(got.shape[0])) != 0) {
+            char a[96], want[96];
+            stk__field_str(&got, a, sizeof(a));
+            stk__field_str(&ds->fields[f], want, sizeof(want));
+            STK_FAIL_E(STK_EFORMAT,
+                       "%s: a %s array where the dataset's field is %s (the first sample's; "
+                       "every sample's .npy must have one dtype and shape)",
+                       where, a, want);
+        }
+        size = n - doff;
+        if (size > cap)
+            STK_FAIL_E(STK_ELIMIT, "%s: over its buffer", where);
+        memcpy(dst, b + doff, (size_t)size);
+    } else if (w->is_int[f]) {
+        int64_t v;
+        if (cap < 8)
+            STK_FAIL_E(STK_ELIMIT, "%s: over its buffer", where);
+        if (n > MAX_INT_TEXT || !parse_int((const char *)b, n, &v))
+            STK_FAIL_E(STK_EFORMAT, "%s: not an ASCII integer ('%.*s')", where,
+                       (int)STK_MIN(n, MAX_INT_TEXT), (const char *)b);
+        stk__st64(dst, (uint64_t)v);
+        size = 8;
+    } else {
+        if (n > cap)
+            STK_FAIL_E(STK_ELIMIT, "%s: %zu bytes gunzipped, over its buffer", where, n);
+        memcpy(dst, b, n);
+        size = n;
+    }
+    info->field_size[f] = size;
+    info->size += size;
+fail:
+    stk__free(b);
+    return rc;
 }
 
 #define READ_GAPS 8192 /* bytes of headers and padding one read may skip over */
@@ -1022,6 +841,13 @@ static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
             return stk__set_error(err, err_size, STK_EFORMAT,
                                   "%s: no '%s' member (other samples have one)", where,
                                   ds->fields[f].name);
+        }
+        uint32_t gz = w->gz ? w->gz[i * (ds->n_fields - 1) + f - 1] : STK__TAR_NOT_GZ;
+        if (w->is_npy[f] || gz != STK__TAR_NOT_GZ) { /* through a buffer, on its own */
+            stk_status rc = read_buffered(ds, i, f, gz, dst[f], cap[f], info, err, err_size);
+            if (rc < 0)
+                return rc;
+            continue;
         }
         if (as_int ? l->size > MAX_INT_TEXT || cap[f] < 8 : l->size > cap[f]) {
             bool text = as_int && cap[f] >= 8;

@@ -1,6 +1,6 @@
 /*
- * fuzz_tar.c: libFuzzer target for the WebDataset tar reader (src/source/stk_src_wds.c). The
- * input is written to an anonymous file and opened with format "wds"; every sample (bounded:
+ * fuzz_tar.c: libFuzzer target for the WebDataset tar reader (src/source/stk_src_wds.c, stk_tar.c).
+ * The input is written to an anonymous file and opened with format "wds"; every sample (bounded:
  * 10k samples, 1 MiB each) is read, and every error must name the file. It must never crash,
  * hang or leak, whatever the bytes.
  *

@@ -410,6 +410,41 @@ static int test_temp_files_ignored(void)
     return 0;
 }
 
+/* A directory stands for its files with the format's suffixes: several suffixes merged into one
+ * byte-ordered list, other names and temporary files left out, none an error naming the
+ * directory and what was looked for. */
+static int test_dir_files(void)
+{
+    const char *dir = fx_tmpdir("source");
+    char err[STK_ERRMSG_SIZE], sub[512];
+    const char *const names[] = {"b.tfrecords", "a.tfrecord", "C.tfrecord", "x.txt",
+                                 "c.tfrecord.tmp.1.0"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        T_CHECK(put_file(dir, names[i], "x", 1) == 0);
+    const char *const suf[] = {".tfrecord", ".tfrecords", NULL}, *const none[] = {".tar", NULL};
+    stk__strlist out = {0};
+    T_OK(stk__paths_dir_files(dir, suf, "TFRecord files", false, &out, err, sizeof(err)));
+    T_EQ(out.n, 3);
+    const char *const want[] = {"C.tfrecord", "a.tfrecord", "b.tfrecords"};
+    for (size_t i = 0; i < 3; i++)
+        T_CHECKF(strcmp(strrchr(out.v[i], '/') + 1, want[i]) == 0, "%s", out.v[i]);
+    T_EQ(stk__paths_dir_has(dir, suf), 1);
+    T_EQ(stk__paths_dir_has(dir, none), 0);
+    T_EQ(stk__paths_dir_files(dir, none, ".tar shards", false, &out, err, sizeof(err)), STK_EINVAL);
+    T_EQ(out.n, 3);
+    T_CHECKF(strstr(err, dir) && strstr(err, "no .tar shards in this directory"), "%s", err);
+    stk__strlist_free(&out);
+    /* a list of arguments: a file kept as given, a directory replaced by its files */
+    snprintf(sub, sizeof(sub), "%s/x.txt", dir);
+    const char *args[] = {sub, dir};
+    T_OK(stk__paths_files(args, 2, suf, "TFRecord files", &out, err, sizeof(err)));
+    T_EQ(out.n, 4);
+    T_CHECK(strcmp(out.v[0], sub) == 0);
+    stk__strlist_free(&out);
+    fx_rmtree(dir);
+    return 0;
+}
+
 /* ---- ImageFolder ---- */
 
 /* The test tree: classes Bee, ant, cat (byte order: upper case first); "ant" nests directories
@@ -712,6 +747,66 @@ static int test_npy_fields(void)
     return 0;
 }
 
+/* The dict form from C: stk_dataset_opts.field_names names each file's field; a pattern must
+ * name one file; formats that read no named files refuse names. */
+static int test_npy_named_fields(void)
+{
+    const char *dir = fx_tmpdir("source");
+    char a[256], b[256], pat[256], shard[256];
+    int64_t v[4] = {10, 11, 12, 13};
+    float x[4] = {0.5f, 1.5f, 2.5f, 3.5f};
+    snprintf(a, sizeof(a), "%s/values-a.npy", dir);
+    snprintf(b, sizeof(b), "%s/values-b.npy", dir);
+    T_CHECK(write_npy(a, "<i8", false, "(4,)", v, sizeof(v)) == 0);
+    T_CHECK(write_npy(b, "<f4", false, "(4,)", x, sizeof(x)) == 0);
+    stk_dataset_opts o;
+    stk_dataset_opts_init(&o);
+    const char *paths[] = {b, a}, *names[] = {"score", "label"};
+    o.paths = paths;
+    o.n_paths = 2;
+    o.field_names = names;
+    stk_dataset *ds;
+    T_OK(stk_dataset_open_ex(&o, &ds));
+    T_EQ(stk_dataset_count(ds), 4);
+    T_CHECK(strcmp(stk_dataset_field(ds, 0)->name, "score") == 0); /* the caller's order */
+    T_CHECK(strcmp(stk_dataset_field(ds, 1)->name, "label") == 0);
+    uint8_t buf[64];
+    stk_record r;
+    char err[STK_ERRMSG_SIZE];
+    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r, err, sizeof(err)));
+    T_CHECK(stk_record_f32(&r, 0) == 2.5f);
+    T_EQ(stk_record_i64(&r, 1), 12);
+    stk_dataset_close(ds);
+
+    snprintf(pat, sizeof(pat), "%s/values-*.npy", dir);
+    const char *glob2[] = {pat}, *one[] = {"v"};
+    o.paths = glob2;
+    o.n_paths = 1;
+    o.field_names = one;
+    ds = (stk_dataset *)1;
+    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_CHECK(ds == NULL);
+    T_CHECKF(strstr(stk_last_errmsg(), "field 'v'") && strstr(stk_last_errmsg(), "names 2 files"),
+             "%s", stk_last_errmsg());
+    const char *empty[] = {""}, *dirs[] = {dir};
+    o.field_names = empty;
+    o.paths = paths;
+    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_CHECKF(strstr(stk_last_errmsg(), "has no name"), "%s", stk_last_errmsg());
+    o.field_names = one;
+    o.paths = dirs;
+    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_CHECKF(strstr(stk_last_errmsg(), "is a directory"), "%s", stk_last_errmsg());
+    snprintf(shard, sizeof(shard), "%s/s.stk", dir);
+    T_CHECK(write_shard(shard, 0, 2, 8) == 0);
+    const char *stk_path[] = {shard};
+    o.paths = stk_path;
+    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_CHECKF(strstr(stk_last_errmsg(), "format stk takes no field names"), "%s", stk_last_errmsg());
+    fx_rmtree(dir);
+    return 0;
+}
+
 static int test_npy_errors(void)
 {
     const char *dir = fx_tmpdir("source");
@@ -965,7 +1060,7 @@ static int test_loader_imagefolder(void)
 T_MAIN(T_CASE(test_detect_stk), T_CASE(test_detect_folder_and_npy), T_CASE(test_detect_errors),
        T_CASE(test_format_override), T_CASE(test_format_names), T_CASE(test_fifo_path),
        T_CASE(test_brace_range), T_CASE(test_glob_byte_order), T_CASE(test_temp_files_ignored),
-       T_CASE(test_folder_tree), T_CASE(test_folder_empty_class),
+       T_CASE(test_dir_files), T_CASE(test_folder_tree), T_CASE(test_folder_empty_class),
        T_CASE(test_folder_changed_and_fingerprint), T_CASE(test_npy_fields),
-       T_CASE(test_npy_errors), T_CASE(test_stk_overlap), T_CASE(test_stk_truncated_while_open),
-       T_CASE(test_loader_imagefolder))
+       T_CASE(test_npy_named_fields), T_CASE(test_npy_errors), T_CASE(test_stk_overlap),
+       T_CASE(test_stk_truncated_while_open), T_CASE(test_loader_imagefolder))

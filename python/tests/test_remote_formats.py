@@ -1,0 +1,129 @@
+"""WebDataset tar shards and TFRecord files read over s3:// and http:// (a local S3 server,
+s3rver, as in test_remote.py; skipped when it cannot be installed): the same records as the local
+files, every sample exactly once per epoch, TFRecord with and without its DALI .idx beside it,
+the WebDataset member list indexed in memory (nothing written next to a remote shard) and its
+scan's bytes taken from the shared block cache on the next open."""
+import os
+
+import numpy as np
+import pytest
+
+import stoker
+from s3util import S3Server, s3rver_command
+from test_tfrecord import _records, _shards as _tf_shards
+from test_wds import _shards as _wds_shards
+
+N_WDS = 24
+N_TF = 40
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    cmd = s3rver_command()
+    if not cmd:
+        pytest.skip("s3rver cannot be installed here (npm)")
+    tmp = tmp_path_factory.mktemp("s3fmt")
+    srv = S3Server(cmd, tmp / "root").start()
+    try:
+        srv.wds_local = _wds_shards(tmp / "wds")
+        srv.put_dir(tmp / "wds", "wds")
+        srv.tf_recs = _records(N_TF)
+        srv.tf_local = _tf_shards(str(tmp / "tf"), srv.tf_recs)
+        srv.put_dir(tmp / "tf", "tf")  # no .idx: scanned
+        idx = tmp / "tfidx"
+        _tf_shards(str(idx), srv.tf_recs)
+        for p in stoker.Dataset(str(idx)).shards:  # opening writes each file's .idx
+            assert os.path.exists(p["path"] + ".idx")
+        srv.put_dir(idx, "tfidx")
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def endpoint(s3, monkeypatch):
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+              "STOKER_CACHE_DIR", "STOKER_CACHE_LIMIT"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+    monkeypatch.setenv("STOKER_HTTP_RETRIES", "3")
+    return s3.endpoint
+
+
+def _same(remote, local):
+    assert remote.fields == local.fields and len(remote) == len(local)
+    for i in range(len(local)):
+        a, b = remote[i], local[i]
+        for k in a:
+            assert np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k]
+
+
+def _exactly_once(data, n):
+    loader = stoker.Loader(data, 5, shuffle=True, seed=2, num_workers=2, rank=0, world_size=1)
+    try:
+        for _ in range(2):
+            got = [i for b in loader for i in b["index"].numpy().tolist()]
+            assert sorted(got) == list(range(n))
+    finally:
+        loader.close()
+
+
+def test_wds_over_s3_and_http(s3, endpoint):
+    local = stoker.Dataset(s3.wds_local)
+    for data in ("s3://data/wds/", "s3://data/wds/shard-{000000..000002}.tar",
+                 [f"{endpoint}/data/wds/shard-{k:06d}.tar" for k in range(3)]):
+        ds = stoker.Dataset(data)
+        assert ds.format == "wds"
+        assert all(s["metadata"].startswith('{"index": "scanned"') for s in ds.shards)
+        _same(ds, local)
+    _exactly_once("s3://data/wds/", N_WDS)
+    # nothing was written beside the remote shards
+    keys = sorted(os.listdir(os.path.join(s3.directory, "data", "wds")))
+    assert not [k for k in keys if "stkidx" in k], keys
+
+
+def test_wds_remote_scan_from_block_cache(s3, endpoint, monkeypatch, tmp_path):
+    """With STOKER_CACHE_DIR, a second open scans the shards from the block cache (keyed by
+    URL + ETag + size): the same member list without fetching the shards again."""
+    monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
+    a = stoker.Dataset("s3://data/wds/")
+    entries = sorted(os.listdir(tmp_path / "cache" / "entries"))
+    assert entries  # the scan's blocks
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # the server is unreachable...
+    monkeypatch.setenv("STOKER_HTTP_RETRIES", "0")
+    with pytest.raises(stoker.StokerIOError):  # ...so HEAD fails: the cache cannot mask it
+        stoker.Dataset("s3://data/wds/shard-000000.tar")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    b = stoker.Dataset("s3://data/wds/")
+    assert sorted(os.listdir(tmp_path / "cache" / "entries")) == entries
+    _same(b, a)
+
+
+def test_tfrecord_over_s3_with_and_without_index(s3, endpoint):
+    local = stoker.Dataset(s3.tf_local)
+    for prefix, index in (("tf", "scanned"), ("tfidx", "idx")):
+        ds = stoker.Dataset(f"s3://data/{prefix}/train-*.tfrecord")
+        assert ds.format == "tfrecord" and len(ds) == N_TF
+        assert [s["metadata"] for s in ds.shards] == ['{"index": "%s"}' % index] * 6
+        _same(ds, local)
+        _exactly_once(f"s3://data/{prefix}/train-*.tfrecord", N_TF)
+    http = stoker.Dataset(f"{endpoint}/data/tfidx/train-000.tfrecord")
+    assert len(http) == 7 and http.shards[0]["metadata"] == '{"index": "idx"}'
+    _same(http, stoker.Dataset(s3.tf_local[0]))
+    # no .idx was written for the remote files
+    keys = sorted(os.listdir(os.path.join(s3.directory, "data", "tf")))
+    assert not [k for k in keys if k.endswith(".idx")], keys
+
+
+def test_remote_bad_index_and_missing_shard(s3, endpoint):
+    """A remote .idx that does not describe its file is ignored (the file is scanned); a shard
+    that is not there is an error naming its URL."""
+    s3.put("tfbad/train-000.tfrecord", open(s3.tf_local[0], "rb").read())
+    s3.put("tfbad/train-000.tfrecord.idx", b"0 10\n10 99999\n")
+    ds = stoker.Dataset("s3://data/tfbad/train-000.tfrecord")
+    assert len(ds) == 7 and ds.shards[0]["metadata"] == '{"index": "scanned"}'
+    _same(ds, stoker.Dataset(s3.tf_local[0]))
+    with pytest.raises(stoker.StokerIOError, match="s3://data/wds/shard-000009.tar.*404"):
+        stoker.Dataset(["s3://data/wds/shard-{000000..000002}.tar",
+                        "s3://data/wds/shard-000009.tar"])
