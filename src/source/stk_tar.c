@@ -253,8 +253,12 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
                 longname = buf;
                 longname_len = strnlen(buf, (size_t)size);
             } else {
+                /* A second PAX header before one member replaces the first: its path pointed
+                 * into the buffer freed here (a use after free found by fuzzing). */
                 stk__free(pax);
                 pax = buf;
+                pax_path = NULL;
+                pax_size = UINT64_MAX;
                 bool bad = false;
                 size_t vl = 0;
                 const char *v = pax_value(pax, (size_t)size, "path", &vl, &bad);
