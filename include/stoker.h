@@ -296,6 +296,22 @@ STK_API const stk_field *stk_dataset_field(const stk_dataset *ds, size_t i);
 /** Index of the field named `name`, or -1. */
 STK_API int stk_dataset_find_field(const stk_dataset *ds, const char *name);
 
+/** The field a transform applies to when none is named (stk_loader_opts.transform_field NULL,
+ *  Python's transform_field=None, `stoker bench` without --field). In order, each step only when
+ *  the ones before found nothing: the field named "image"; the bytes fields named as encoded
+ *  images (extension jpg, jpeg, png, webp, bmp, tif, tiff, ppm, pgm or pnm after the last dot of
+ *  the name's last '/' component, as WebDataset names them, or a name ending in
+ *  "image/encoded", TFRecord's key); the other bytes fields whose value in record 0 starts with
+ *  a JPEG, PNG, WebP or TIFF magic (read once, here); the uint8 image arrays of three channels,
+ *  (H, W, 3) or (3, H, W); those of one channel, (H, W), (H, W, 1) or (1, H, W) (arrays with a
+ *  side under 8 are not picked). One field found by a step is the answer.
+ *  @return STK_OK (*field set), STK_EINVAL (several fields found by one step: the message names
+ *          them; or none at all: the message lists the fields; both say to name one; also a NULL
+ *          argument), or the failure of reading record 0 (STK_EIO, STK_EFORMAT, STK_ENOMEM, ...).
+ *          Details in stk_last_errmsg().
+ *  Threads: thread-safe. */
+STK_API stk_status stk_dataset_image_field(const stk_dataset *ds, size_t *field);
+
 /** Largest size in bytes of field `i` over all records (from the shards' index headers);
  *  the fixed size for scalar and array fields. */
 STK_API uint64_t stk_dataset_field_max_size(const stk_dataset *ds, size_t i);
