@@ -303,6 +303,22 @@ STK_API const stk_field *stk_dataset_field(const stk_dataset *ds, size_t i);
 /** Index of the field named `name`, or -1. */
 STK_API int stk_dataset_find_field(const stk_dataset *ds, const char *name);
 
+/** The field a transform applies to when none is named (stk_loader_opts.transform_field NULL,
+ *  Python's transform_field=None, `stoker bench` without --field). In order, each step only when
+ *  the ones before found nothing: the field named "image"; the bytes fields named as encoded
+ *  images (extension jpg, jpeg, png, webp, bmp, tif, tiff, ppm, pgm or pnm after the last dot of
+ *  the name's last '/' component, as WebDataset names them, or a name ending in
+ *  "image/encoded", TFRecord's key); the other bytes fields whose value in record 0 starts with
+ *  a JPEG, PNG, WebP or TIFF magic (read once, here); the uint8 image arrays of three channels,
+ *  (H, W, 3) or (3, H, W); those of one channel, (H, W), (H, W, 1) or (1, H, W) (arrays with a
+ *  side under 8 are not picked). One field found by a step is the answer.
+ *  @return STK_OK (*field set), STK_EINVAL (several fields found by one step: the message names
+ *          them; or none at all: the message lists the fields; both say to name one; also a NULL
+ *          argument), or the failure of reading record 0 (STK_EIO, STK_EFORMAT, STK_ENOMEM, ...).
+ *          Details in stk_last_errmsg().
+ *  Threads: thread-safe. */
+STK_API stk_status stk_dataset_image_field(const stk_dataset *ds, size_t *field);
+
 /** Largest size in bytes of field `i` over all records (from the shards' index headers);
  *  the fixed size for scalar and array fields. */
 STK_API uint64_t stk_dataset_field_max_size(const stk_dataset *ds, size_t i);
@@ -497,7 +513,8 @@ STK_API stk_status stk_env_rank(uint32_t *rank, uint32_t *world);
  * Transforms (image pipeline; see the "Images" section of DESIGN.md)
  * ------------------------------------------------------------------------------------------- */
 
-/** A compiled per-sample transform that turns one bytes field (an encoded image) into a tensor.
+/** A compiled per-sample transform that turns one field (an encoded image, or a uint8 image array:
+ *  stk_loader_opts.transform_field) into a tensor.
  *  Immutable after create; may be shared by several loaders. */
 typedef struct stk_transform stk_transform;
 
@@ -769,7 +786,11 @@ typedef struct stk_loader_opts {
     int32_t world;                  /* number of ranks; -1 = from the environment (default) */
     uint32_t flags;                 /* STK_LOADER_* */
     const stk_transform *transform; /* NULL = raw records (default); borrowed */
-    const char *transform_field;    /* field the transform reads (default "image") */
+    const char *transform_field;    /* field the transform reads: encoded image bytes, or a
+                                       uint8 image array (H, W, 3), (3, H, W), (H, W), (H, W, 1)
+                                       or (1, H, W), fed as RGB without a decode (grayscale
+                                       repeated into 3 channels); NULL = the field
+                                       stk_dataset_image_field picks (default) */
     uint32_t trace_events; /* per-thread trace capacity in events; 0 = no trace (default) */
     /* ---- GPU path (docs/gpu.md). CUDA is loaded at run time; without it these degrade to the
      * CPU path and stk_loader_stats.device_reason says why. ---- */
@@ -822,12 +843,15 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
  *  A device that cannot be used (no driver, no such device) is not an error: the loader runs on
  *  the host and stk_loader_stats.device_reason says why (docs/gpu.md).
  *  @return STK_OK (*out set), STK_EINVAL (batch size 0 or over 2^31-1, negative threads,
- *          rank >= world, no data, empty dataset, unknown field; batch_ops with a bad kind,
+ *          rank >= world, no data, empty dataset, unknown field; a transform field
+ *          that is neither bytes nor a uint8 image array, or none or several picked when none
+ *          is named (stk_dataset_image_field); batch_ops with a bad kind,
  *          alpha or num_classes, no int64 label field, MixUp on non-float32 images;
  *          sample_fields empty, too many or not batchable, or sample_fn with a finish_on_device
  *          transform), STK_ELIMIT (batch slot too large; finishing over 2^32 pixels per batch;
- *          over memory_budget), STK_EIO/STK_EFORMAT/STK_ENOTSUP (from opening the dataset),
- *          STK_ENOMEM (also: device buffers). Details in stk_last_errmsg().
+ *          over memory_budget), STK_EIO/STK_EFORMAT/STK_ENOTSUP (from opening the dataset,
+ *          or reading record 0 to pick the transform field), STK_ENOMEM (also: device
+ *          buffers). Details in stk_last_errmsg().
  *  Lifetime: *out until stk_loader_destroy(*out). */
 STK_API stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out);
 

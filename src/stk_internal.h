@@ -158,5 +158,11 @@ void stk__transform_worker_stage_ns(const stk__tworker *w, uint64_t *decode_ns,
                                     uint64_t *augment_ns);
 stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
                                 size_t size, stk_rng *rng, void *dst, char *err, size_t err_size);
+/* stk__transform_apply on an image already decoded: width x height interleaved RGB pixels, rows
+ * `stride` bytes apart (a uint8 array field). The same plan, draws and rendering as for an
+ * encoded image of that size decoded at full scale; nothing is decoded. */
+stk_status stk__transform_apply_rgb(const stk_transform *t, stk__tworker *w, const uint8_t *rgb,
+                                    uint32_t width, uint32_t height, size_t stride, stk_rng *rng,
+                                    void *dst, char *err, size_t err_size);
 
 #endif /* STK_INTERNAL_H */

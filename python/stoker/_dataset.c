@@ -477,7 +477,31 @@ static PyObject *Dataset_format(DatasetObject *self, void *c)
     return PyUnicode_FromString(stk_dataset_format(self->ds));
 }
 
+static PyObject *Dataset_image_field(DatasetObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (!stkpy_dataset_get((PyObject *)self))
+        return NULL;
+    size_t f = 0;
+    stk_status rc;
+    char err[512] = "";
+    dataset_enter(self);
+    Py_BEGIN_ALLOW_THREADS /* may read record 0 */
+    rc = stk_dataset_image_field(self->ds, &f);
+    if (rc < 0)
+        snprintf(err, sizeof(err), "%s", stk_last_errmsg());
+    Py_END_ALLOW_THREADS
+    dataset_leave(self);
+    if (rc < 0)
+        return stkpy_raise(rc, err);
+    return PyUnicode_FromString(stk_dataset_field(self->ds, f)->name);
+}
+
 static PyMethodDef Dataset_methods[] = {
+    {"image_field", (PyCFunction)Dataset_image_field, METH_NOARGS,
+     "image_field() -> str: the field transforms apply to when transform_field is not given "
+     "(stk_dataset_image_field); ValueError naming the candidates when several or none "
+     "qualify."},
     {"describe", (PyCFunction)Dataset_describe, METH_O,
      "describe(i) -> str: where record i lives, as error messages name it."},
     {"pack", (PyCFunction)(void (*)(void))Dataset_pack, METH_VARARGS | METH_KEYWORDS,

@@ -253,14 +253,14 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     unsigned long long seed = 0;
     int shuffle = 0, drop_last = 0, skip_corrupt = 0, verify = 1, pinned = 0, autotune = 0;
     unsigned int trace_events = 0;
-    const char *tfield = "image";
+    const char *tfield = NULL; /* None: stk_dataset_image_field picks */
     int device = -1;
     unsigned long long pinned_limit = 0, memory_budget = 0;
     PyObject *batch_ops = Py_None, *map_fn = Py_None, *map_fields = Py_None;
     int batch_choice = 0;
     long long num_classes = 0;
     const char *label_field = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOspIiKOpLzOOK:Loader", kwlist, &data,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOzpIiKOpLzOOK:Loader", kwlist, &data,
                                      &batch_size, &n_threads, &prefetch, &seed, &rank, &world,
                                      &shuffle, &drop_last, &skip_corrupt, &verify, &pinned,
                                      &transform, &tfield, &autotune, &trace_events, &device,
@@ -782,7 +782,7 @@ PyTypeObject StkLoader_Type = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Loader(data, batch_size=256, num_threads=0, prefetch=0, seed=0, rank=-1, "
               "world=-1, shuffle=False, drop_last=False, skip_corrupt=False, verify=True, "
-              "pinned=False, transform=None, transform_field='image', autotune=False, "
+              "pinned=False, transform=None, transform_field=None, autotune=False, "
               "trace_events=0, device=-1, pinned_limit=0): the C loader with C semantics (num_threads 0 = one per CPU, prefetch = ring slots, 0 = default). "
               "next() returns a Batch; the end of an epoch is StopIteration, and the next call "
               "starts the next epoch.",

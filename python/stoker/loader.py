@@ -169,7 +169,7 @@ class Loader:
     def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
                  world_size=None, transforms=None, on_error="raise", trace=None, *,
-                 transform_field="image", verify=True, output=None, format=None, fields=None,
+                 transform_field=None, verify=True, output=None, format=None, fields=None,
                  strict=None, sampler=None, batch_sampler=None, collate_fn=None, timeout=0,
                  worker_init_fn=None, multiprocessing_context=None, generator=None,
                  prefetch_factor=None, persistent_workers=None, pin_memory_device=None,

@@ -63,7 +63,7 @@ void stk_loader_opts_init(stk_loader_opts *opts)
     opts->prefetch = 0;
     opts->rank = -1;
     opts->world = -1;
-    opts->transform_field = "image";
+    opts->transform_field = NULL;
     opts->device = -1;
 }
 
@@ -82,6 +82,7 @@ static void stop_workers(core *c)
             stk__transform_worker_destroy(c->workers[i].tw);
             stk__dataset_cursor_close(c->ds, c->workers[i].cur);
             stk__free(c->workers[i].scratch);
+            stk__free(c->workers[i].rgb);
             stk__free(c->workers[i].bscratch);
             stk__free(c->workers[i].in);
             stk__free(c->workers[i].trace.ev);
@@ -117,6 +118,32 @@ static stk_status sample_fields(const stk_loader_opts *o, stk_field *fields, uin
     }
     *n_fields = o->n_sample_fields;
     return STK_OK;
+}
+
+/* The field the transform reads: `name`, or stk_dataset_image_field's pick when NULL; an
+ * encoded image (bytes) or a uint8 image array (c->tarray, c->tgeom). */
+static stk_status transform_field(core *c, const char *name, char *err, size_t err_size)
+{
+    if (!name) {
+        size_t f;
+        stk_status rc = stk_dataset_image_field(c->ds, &f);
+        if (rc < 0)
+            return stk__set_error(err, err_size, rc, "%s", stk_last_errmsg());
+        c->tfield = (int)f;
+    } else if ((c->tfield = stk_dataset_find_field(c->ds, name)) < 0) {
+        char list[STK_MAX_FIELDS * (STK_MAX_NAME + 2)] = "";
+        for (size_t f = 0, at = 0; f < stk_dataset_n_fields(c->ds) && f < STK_MAX_FIELDS; f++)
+            at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s", f ? ", " : "",
+                                   stk_dataset_field(c->ds, f)->name);
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "the transform's field '%s' is not in the dataset (its fields: %s)",
+                              name, list);
+    }
+    const stk_field *fd = stk_dataset_field(c->ds, (size_t)c->tfield);
+    if (fd->kind == STK_FIELD_BYTES)
+        return STK_OK;
+    c->tarray = true;
+    return stk__imgarray_of(fd, &c->tgeom, err, err_size);
 }
 
 /* Resolve rank and world from options or environment. */
@@ -252,12 +279,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     c->tfield = -1;
     stk__tspec tspec;
     if (c->transform) {
-        const char *fname = opts->transform_field ? opts->transform_field : "image";
-        c->tfield = stk_dataset_find_field(c->ds, fname);
-        if (c->tfield < 0)
-            STK_FAIL(err, STK_EINVAL, "the transform's field '%s' is not in the dataset", fname);
-        if (stk_dataset_field(c->ds, (size_t)c->tfield)->kind != STK_FIELD_BYTES)
-            STK_FAIL(err, STK_EINVAL, "the transform's field '%s' is not a bytes field", fname);
+        STK_TRY(transform_field(c, opts->transform_field, err, sizeof(err)));
         stk__transform_spec(c->transform, &tspec);
     }
     stk_field fields[STK_MAX_FIELDS];
@@ -302,8 +324,9 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     bool hwc =
         c->dc.fin_t >= 0 ? c->dc.fin.nhwc != 0 : c->transform && stk__transform_nhwc(c->transform);
     STK_TRY(stk__batchops_init(&c->bops, &c->r.view,
-                               opts->transform_field ? opts->transform_field : "image", label, hwc,
-                               err, sizeof(err)));
+                               c->transform ? stk_dataset_field(c->ds, (size_t)c->tfield)->name
+                                            : "image",
+                               label, hwc, err, sizeof(err)));
     STK_TRY(budget_check(c, opts->memory_budget, err, sizeof(err)));
 
     /* Epoch 0 from position 0; the consumer and the dispatcher start in step. */
@@ -349,6 +372,10 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
             if (!w->scratch)
                 STK_FAIL(err, STK_ENOMEM, "out of memory allocating a %zu-byte read buffer",
                          w->scratch_size);
+            if (c->tarray && stk__imgarray_converts(&c->tgeom) &&
+                !(w->rgb = stk__malloc((size_t)c->tgeom.width * c->tgeom.height * 3)))
+                STK_FAIL(err, STK_ENOMEM, "out of memory for a %ux%u RGB image buffer",
+                         c->tgeom.width, c->tgeom.height);
             if ((rc = stk__transform_worker_create(c->transform, &w->tw)) < 0)
                 STK_FAIL(err, rc, "cannot create transform worker state: %s", stk_last_errmsg());
         }

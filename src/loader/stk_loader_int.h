@@ -19,6 +19,7 @@
 #include "batch/stk_ring.h"
 #include "cuda/stk_devcopy.h"
 #include "loader/stk_autotune.h"
+#include "source/stk_imgfield.h"
 #include "source/stk_source.h"
 #include "stk_internal.h"
 
@@ -69,6 +70,7 @@ typedef struct worker {
     stk__cursor *cur; /* the record source's per-thread state (NULL when it needs none) */
     uint8_t *scratch; /* encoded bytes of the transformed field */
     size_t scratch_size;
+    uint8_t *rgb;      /* an image array field's value as RGB (when it is grayscale or planes) */
     uint8_t *bscratch; /* batch transforms' scratch (bops.scratch_size) */
     uint8_t *in;       /* with sample_fn: the sample's fields, laid out as c->in_lay */
 } worker;
@@ -86,6 +88,8 @@ struct core {
     stk_dataset *owned_ds;
     const stk_transform *transform;
     int tfield;
+    bool tarray;         /* the transformed field is a uint8 image array, not encoded bytes */
+    stk__imgarray tgeom; /* its geometry */
     uint32_t prefetch, n_threads, batch_size, rank, world;
     uint64_t seed, n;
     bool shuffle, drop_last, skip_corrupt;

@@ -45,6 +45,23 @@ static bool open_batch(core *c)
     return true;
 }
 
+/* The transform on a uint8 image array value (size bytes in w->scratch): its pixels as RGB,
+ * straight into the pipeline (nothing to decode). */
+static stk_status transform_array(core *c, worker *w, size_t size, stk_rng *rng, void *dst,
+                                  char *why, size_t why_size)
+{
+    const stk__imgarray *a = &c->tgeom;
+    if (size != a->size) /* a source whose array values vary in size */
+        return stk__set_error(why, why_size, STK_EFORMAT,
+                              "field '%s' holds %zu bytes, not the %zu of a %ux%u uint8 image "
+                              "of %u channel%s",
+                              stk_dataset_field(c->ds, (size_t)c->tfield)->name, size, a->size,
+                              a->height, a->width, a->channels, a->channels > 1 ? "s" : "");
+    const uint8_t *rgb = stk__imgarray_rgb(a, w->scratch, w->rgb);
+    return stk__transform_apply_rgb(c->transform, w->tw, rgb, a->width, a->height,
+                                    (size_t)a->width * 3, rng, dst, why, why_size);
+}
+
 /* Read (and transform) record `idx` into row `t` of `mem`, laid out as `lay`. */
 static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_t *mem, uint32_t t,
                               uint64_t epoch, uint64_t idx, char *err, size_t err_size)
@@ -83,9 +100,12 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
             uint64_t d0 = 0, a0 = 0;
             if (w->trace.cap)
                 stk__transform_worker_stage_ns(w->tw, &d0, &a0);
-            rc = stk__transform_apply(c->transform, w->tw, w->scratch, loc.field_size[tl->field],
-                                      &rng, mem + tl->offset + (size_t)t * tl->row_size, why,
-                                      sizeof(why));
+            void *out = mem + tl->offset + (size_t)t * tl->row_size;
+            if (c->tarray)
+                rc = transform_array(c, w, loc.field_size[tl->field], &rng, out, why, sizeof(why));
+            else
+                rc = stk__transform_apply(c->transform, w->tw, w->scratch,
+                                          loc.field_size[tl->field], &rng, out, why, sizeof(why));
             if (w->trace.cap) { /* split the call into its decode and augment slices */
                 uint64_t d1, a1;
                 stk__transform_worker_stage_ns(w->tw, &d1, &a1);

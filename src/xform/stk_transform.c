@@ -452,3 +452,23 @@ stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const v
 fail:
     return rc;
 }
+
+stk_status stk__transform_apply_rgb(const stk_transform *t, stk__tworker *w, const uint8_t *rgb,
+                                    uint32_t width, uint32_t height, size_t stride, stk_rng *rng,
+                                    void *dst, char *err, size_t err_size)
+{
+    stk__xplan plan;
+    stk__xform_plan(t, width, height, rng, &plan);
+    /* The pixels are the full-scale image a decode would have given (origin 0, scale 1). */
+    stk__decoded dec = {.scale_x = 1.0, .scale_y = 1.0};
+    if (plan.decode) { /* else all padding: every pixel comes out 0, as in stk__transform_apply */
+        dec.rgb = rgb;
+        dec.width = width;
+        dec.height = height;
+        dec.stride = stride;
+    }
+    stk_status rc = stk__xform_render(t, w, &plan, &dec, dst, err, err_size);
+    if (rc >= 0)
+        atomic_fetch_add_explicit(&w->times.samples, 1, memory_order_relaxed);
+    return rc;
+}

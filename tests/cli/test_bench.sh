@@ -89,4 +89,25 @@ head -c 1000 data.stk > cut.stk
 expect 1 "cut.stk" "$STOKER" bench cut.stk
 # The image recipes on records that are not images: an error naming shard and record.
 expect 1 "data.stk record" "$STOKER" bench data.stk --recipe imagenet-val --threads 1
+
+# The field an image recipe reads: picked (a uint8 image array in .npy files; its ceiling is the
+# memcpy of the arrays), or named with --field; several candidates: exit 1 naming them.
+mkdir npy
+$PY -c "
+import numpy as np
+np.save('npy/pixels.npy', np.random.default_rng(0).integers(0, 256, (12, 40, 30, 3), np.uint8))
+np.save('npy/label.npy', np.arange(12))
+np.save('npy/depth.npy', np.zeros((12, 40, 30), np.uint8))" || fail "write npy"
+"$STOKER" bench npy --recipe imagenet-val --threads 1 --batch-size 4 --ceiling --json \
+    > a.json || fail "bench on a uint8 array: $(cat a.json)"
+$PY -c "import json; j = json.load(open('a.json')); assert j['samples'] == 12 and \
+j['ceiling']['kind'] == 'memcpy', j" || fail "bench on a uint8 array: $(cat a.json)"
+expect 0 "samples/s" "$STOKER" bench npy --recipe imagenet-train --threads 1 --field depth
+expect 1 "field 'label' is an int64" "$STOKER" bench npy --recipe imagenet-val --field label
+expect 1 "'nope' is not in the dataset" "$STOKER" bench npy --recipe imagenet-val --field nope
+for k in a b; do head -c 300 /dev/urandom > $k.jpg; cp $k.jpg $k.png; done
+tar cf two.tar a.jpg a.png b.jpg b.png
+expect 1 "('jpg', 'png'); name it with transform_field= (Python) or --field" \
+    "$STOKER" bench two.tar --recipe imagenet-val --threads 1
+expect 1 "two.tar" "$STOKER" bench two.tar --recipe imagenet-val --threads 1 --field png
 echo "bench: ok"
