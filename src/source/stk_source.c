@@ -35,14 +35,14 @@ const char *stk_format_name(size_t i)
     return i < N_SOURCES ? sources[i]->name : NULL;
 }
 
-/* "stk (.stk shards), imagefolder (...), ..." into buf. */
+/* "stk, npy, ..., imagefolder": every format's name, into buf (stoker.formats() and
+ * docs/formats.md describe them; the descriptions outgrew one error message). */
 static const char *format_list(char *buf, size_t size)
 {
     size_t n = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < N_SOURCES && n < size; i++) {
-        int k = snprintf(buf + n, size - n, "%s%s (%s)", i ? ", " : "", sources[i]->name,
-                         sources[i]->summary);
+        int k = snprintf(buf + n, size - n, "%s%s", i ? ", " : "", sources[i]->name);
         if (k < 0)
             break;
         n += (size_t)k;
@@ -90,7 +90,8 @@ static const stk__source_methods *detect(const char *path, char *err, size_t err
         *rc = stk__set_error(err, err_size, STK_EINVAL,
                              st.is_dir ? "%s: no .stk shards in this directory, nor another format "
                                          "stoker reads (%s); make shards with `stoker pack SRC DIR`"
-                                       : "%s: unknown format (stoker reads: %s)",
+                                       : "%s: unknown format (stoker reads: %s; "
+                                         "docs/formats.md describes each)",
                              path, format_list(list, sizeof(list)));
     }
     return best;
