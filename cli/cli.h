@@ -53,6 +53,10 @@ const char *stk_cli_format_size(uint64_t bytes, char *buf, size_t size);
 
 /* ---- data ---- */
 
+/* Print "formats (--format NAME; detected when left out):" and one line per format the library
+ * reads, name and summary, for a command's --help. */
+void stk_cli_print_formats(FILE *f);
+
 /* Open the dataset named by the DATA arguments (each a .stk file, a directory of shards or a
  * glob, passed through to stk_dataset_open). On failure prints "stoker <cmd>: <why>" (the
  * message names the file) and returns 1; else 0 with *out set. */

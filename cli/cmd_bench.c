@@ -102,7 +102,7 @@ static void usage(FILE *f)
             "  --seed S\n"
             "  --exact             image recipes: decode at full scale (no DCT downscaling)\n"
             "  --no-verify         do not check record checksums (default: on first read)\n"
-            "  --format NAME       DATA's format (stk, npy, imagefolder); default: detected\n"
+            "  --format NAME       DATA's format (listed below); default: detected\n"
             "  --field NAME        image recipes: the field they read (encoded image bytes or\n"
             "                      a uint8 image array); default: 'image', else the one field\n"
             "                      named or sniffed as an image, else the one uint8 image array\n"
@@ -111,6 +111,7 @@ static void usage(FILE *f)
             "  --json              print one JSON object instead of a table\n"
             "  --quiet             no progress bar\n"
             "  -h, --help          this help\n");
+    stk_cli_print_formats(f);
 }
 
 /* Parse "1,2,4" into list (values >= min, at most MAX_LIST); nonzero (message printed) if bad. */

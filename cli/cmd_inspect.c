@@ -271,7 +271,7 @@ static void inspect_usage(FILE *f)
                "Show a dataset: record count, fingerprint, each shard (path, records, file size,\n"
                "data size, format version), each field (name, kind/dtype/shape, max size) and the\n"
                "writer's metadata (with the number of classes of a packed ImageFolder).\n"
-               "DATA: .stk files, directories of shards or glob patterns, in order.\n"
+               "DATA: files, directories, globs or brace ranges of a format below, in order.\n"
                "\n"
                "options:\n"
                "  --format NAME  the format of DATA instead of detecting it\n"
@@ -280,6 +280,7 @@ static void inspect_usage(FILE *f)
                "  --records    also list every record's fields (bytes as text when printable)\n"
                "  --limit N    list only the first N records\n"
                "  -h, --help   show this help\n");
+    stk_cli_print_formats(f);
 }
 
 int stk_cmd_inspect(int argc, char **argv)
@@ -485,6 +486,7 @@ static void verify_usage(FILE *f)
             "  --threads N     reader threads (default: online CPUs, at most 8)\n"
             "  --quiet         no progress bar\n"
             "  -h, --help      show this help\n");
+    stk_cli_print_formats(f);
 }
 
 /* --decode=LIST: resolve each comma-separated name to a bytes field of ds. */

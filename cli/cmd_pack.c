@@ -103,7 +103,7 @@ static void usage(FILE *f)
         "  path   bytes  the file's path relative to SRC\n"
         "Images are the files ending in " EXT_LIST " (any case); entries\n"
         "that are not regular files (FIFOs, sockets) are skipped and reported.\n"
-        "The format is detected from SRC (see `stoker inspect --help`); --format overrides.\n"
+        "The format is detected from SRC (formats below); --format overrides.\n"
         "\n"
         "OUT ending in .stk (without --shard-size) is written as one shard; otherwise OUT is a\n"
         "directory that receives shard-00000.stk, shard-00001.stk, ... and stoker-manifest.json,\n"
@@ -111,7 +111,7 @@ static void usage(FILE *f)
         "manifest leaves OUT as it was).\n"
         "\n"
         "options:\n"
-        "  --format NAME      SRC's format (stk, npy, imagefolder); default: detected\n"
+        "  --format NAME      SRC's format (listed below); default: detected\n"
         "  --shard-size SIZE  start a new shard before one would exceed SIZE bytes\n"
         "                     (512M, 1G, 100k, plain bytes; default 1G for a directory)\n"
         "  --align N          record alignment in bytes, a power of two (default 64)\n"
@@ -120,6 +120,7 @@ static void usage(FILE *f)
         "                     complete)\n"
         "  --quiet            no progress bar, no summary\n"
         "  -h, --help         show this help\n");
+    stk_cli_print_formats(f);
 }
 
 int stk_cmd_pack(int argc, char **argv)

@@ -180,6 +180,13 @@ int stk_cli_parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
+void stk_cli_print_formats(FILE *f)
+{
+    fprintf(f, "\nformats (--format NAME; detected from magic bytes and names when left out):\n");
+    for (size_t i = 0; i < stk_format_count(); i++)
+        fprintf(f, "  %-12s %s\n", stk_format_name(i), stk_format_summary(i));
+}
+
 const char *stk_cli_format_size(uint64_t bytes, char *buf, size_t size)
 {
     static const char *units[] = {"B", "kB", "MB", "GB", "TB", "PB"};

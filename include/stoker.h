@@ -275,6 +275,11 @@ STK_API size_t stk_format_count(void);
  *  Lifetime: static storage. Threads: thread-safe. */
 STK_API const char *stk_format_name(size_t i);
 
+/** One line saying what format `i` reads and as which records (for `--help` listings), or NULL
+ *  when i >= stk_format_count().
+ *  Lifetime: static storage. Threads: thread-safe. */
+STK_API const char *stk_format_summary(size_t i);
+
 /** The format of an open dataset ("stk", "imagefolder", ...).
  *  Lifetime: static storage. */
 STK_API const char *stk_dataset_format(const stk_dataset *ds);

@@ -35,6 +35,11 @@ const char *stk_format_name(size_t i)
     return i < N_SOURCES ? sources[i]->name : NULL;
 }
 
+const char *stk_format_summary(size_t i)
+{
+    return i < N_SOURCES ? sources[i]->summary : NULL;
+}
+
 /* "stk, npy, ..., imagefolder": every format's name, into buf (stoker.formats() and
  * docs/formats.md describe them; the descriptions outgrew one error message). */
 static const char *format_list(char *buf, size_t size)

@@ -81,7 +81,7 @@ typedef struct stk__recinfo {
 
 struct stk__source_methods {
     const char *name;    /* the format= name: "stk", "imagefolder", "npy" */
-    const char *summary; /* one line for `--help` and the unknown-format message */
+    const char *summary; /* one line for `--help` (stk_format_summary) */
     bool takes_names;    /* open reads ds->open_names (one field per file, named by the caller) */
     /* How sure the source is that `path` is its format: 0 no, 1 by name (extension, directory
      * contents), 2 by content (magic bytes); -1 when it cannot tell for lack of memory (opening

@@ -128,6 +128,13 @@ expect 2 "unknown option '-z'" "$STOKER" inspect -z one.stk
 expect 0 "usage: stoker inspect DATA" "$STOKER" inspect --help
 expect 0 "usage: stoker verify DATA" "$STOKER" verify --help
 expect 0 "usage: stoker pack SRC OUT" "$STOKER" help pack
+# every command's --help lists every format the library reads, with what it reads
+for cmd in inspect verify pack bench; do
+    "$STOKER" $cmd --help > help.txt 2>&1 || fail "$cmd --help exit status"
+    for f in stk npy hdf5 lmdb tfrecord wds imagefolder; do
+        grep -qE "^  $f +[a-zA-Z.]" help.txt || fail "$cmd --help does not list format $f"
+    done
+done
 
 # ---- verify --decode: every image decoded (strict), failures named by record and path ----
 mkdir -p imgs/cat imgs/dog
