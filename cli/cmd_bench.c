@@ -104,7 +104,7 @@ static void usage(FILE *f)
             "  --no-stats          do not time the stages (measures what timing costs)\n"
             "  --ceiling           also measure the ceiling and print the ratio\n"
             "  --json              print one JSON object instead of a table\n"
-            "  --quiet             no progress bar\n"
+            "  --quiet             no progress bar\n" STK_CLI_CACHE_HELP
             "  -h, --help          this help\n");
 }
 
@@ -151,6 +151,7 @@ static int parse(int argc, char **argv, bench_args *a)
         {"no-stats", no_argument, NULL, 'N'},
         {"format", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
+        STK_CLI_CACHE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof(*a));
@@ -232,6 +233,10 @@ static int parse(int argc, char **argv, bench_args *a)
         case 'h':
             usage(stdout);
             return -1;
+        case STK_CLI_OPT_CACHE_DIR:
+        case STK_CLI_OPT_CACHE_LIMIT:
+            stk_cli_cache_option(c, optarg);
+            break;
         default:
             return stk_cli_getopt_error("bench", c, argv);
         }
@@ -282,9 +287,6 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
 {
     stk_loader_opts o;
     stk_loader_opts_init(&o);
-    o.paths = a->paths;
-    o.n_paths = a->n_paths;
-    o.format = a->format;
     o.batch_size = a->batch;
     o.n_threads = threads;
     o.prefetch = prefetch;
@@ -298,11 +300,18 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     memset(r, 0, sizeof(*r));
     reset_peak_rss();
     r->rss_before_mib = proc_status_mib("VmRSS");
+    stk_dataset *ds; /* opened here, with the cache options */
+    int rc = stk_cli_open_data_as("bench", (char *const *)a->paths, (int)a->n_paths,
+                                  a->no_verify ? STK_DATASET_NO_VERIFY : 0, a->format, &ds);
+    if (rc)
+        return rc;
+    o.dataset = ds;
     /* The bar starts at the first batch, when the loader knows its batch count. */
     bench_run br = {.a = a, .r = r};
     stk_cli_run run;
-    int rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
+    rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
     stk_cli_progress_end(&br.prog);
+    stk_dataset_close(ds);
     if (rc)
         return rc;
     r->seconds = run.end_s - run.start_s;
@@ -369,10 +378,8 @@ static void *ceiling_thread(void *arg)
 static int run_ceiling(const bench_args *a, unsigned threads, size_t slot_size, bench_result *r)
 {
     stk_dataset *ds;
-    if (stk_dataset_open(a->paths, a->n_paths, 0, &ds) < 0) {
-        stk_cli_error("bench", "%s", stk_last_errmsg());
+    if (stk_cli_open_data_as("bench", (char *const *)a->paths, (int)a->n_paths, 0, a->format, &ds))
         return 1;
-    }
     bool decode = strcmp(a->recipe, "raw") != 0;
     int field = decode ? stk_dataset_find_field(ds, "image") : -1;
     if (decode && field < 0) {

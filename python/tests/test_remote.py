@@ -254,6 +254,25 @@ def test_cli_inspect_and_verify_take_urls(endpoint):
     assert r.returncode == 0, r.stderr + r.stdout
 
 
+def test_cli_cache_options(endpoint, tmp_path):
+    import subprocess
+    from conftest import REPO
+    cli = os.path.join(REPO, "build", "stoker")
+    if not os.path.exists(cli):
+        pytest.skip("build/stoker not built")
+    cache = tmp_path / "cache"
+    for cmd in (["verify"], ["bench", "--max-samples", "50", "--quiet"]):
+        r = subprocess.run([cli, *cmd, "--cache-dir", str(cache), "--cache-limit", "64M",
+                            "s3://data/big/shard-00002.stk"], capture_output=True, text=True,
+                           timeout=60, env=dict(os.environ))
+        assert r.returncode == 0, r.stderr + r.stdout
+        assert dir_bytes(cache) > 0
+    r = subprocess.run([cli, "inspect", "--cache-dir", str(cache), "--cache-limit", "1M",
+                        "s3://data/big/"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ))
+    assert r.returncode == 1 and "smaller than one cache block" in r.stderr, r.stderr
+
+
 # ---- cache_dir= / cache_limit= ----
 
 def test_cache_kwargs_override_the_environment(s3, endpoint, monkeypatch, tmp_path):
