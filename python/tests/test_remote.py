@@ -299,7 +299,7 @@ def test_cache_kwargs_override_the_environment(s3, endpoint, monkeypatch, tmp_pa
         assert ds[5]["label"] == 105
 
 
-def test_cache_kwargs_bad_values(endpoint, tmp_path):
+def test_cache_kwargs_bad_values(endpoint, monkeypatch, tmp_path):
     d = tmp_path / "c"
     # smaller than one block: refused at start, before anything is read
     for limit in ("1MB", 4096, "0"):
@@ -314,12 +314,9 @@ def test_cache_kwargs_bad_values(endpoint, tmp_path):
         stoker.Loader(ds, batch_size=4, cache_dir=d)
     assert not os.path.exists(d)
     # the environment's limit, too small, with the directory given here
-    os.environ["STOKER_CACHE_LIMIT"] = "1M"
-    try:
-        with pytest.raises(stoker.StokerInvalidError, match="smaller than one cache block"):
-            stoker.Dataset("s3://data/big/shard-00000.stk", cache_dir=d)
-    finally:
-        del os.environ["STOKER_CACHE_LIMIT"]
+    monkeypatch.setenv("STOKER_CACHE_LIMIT", "1M")
+    with pytest.raises(stoker.StokerInvalidError, match="smaller than one cache block"):
+        stoker.Dataset("s3://data/big/shard-00000.stk", cache_dir=d)
 
 
 # ---- resume and outages ----
