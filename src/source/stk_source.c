@@ -161,11 +161,11 @@ stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **ou
     ds = stk__calloc(1, sizeof(*ds));
     if (!ds)
         STK_FAIL(err, STK_ENOMEM, "%s: out of memory", paths.v[0]);
-    ds->m = m;
-    ds->flags = o.flags;
     ds->vfs.cache_limit = vo.cache_limit;
     if (o.cache_dir && !(ds->vfs.cache_dir = ds->cache_dir = stk__strdup(o.cache_dir)))
         STK_FAIL(err, STK_ENOMEM, "%s: out of memory", paths.v[0]);
+    ds->m = m; /* from here on, closing calls the source's close */
+    ds->flags = o.flags;
     STK_TRY(m->open(ds, (const char *const *)paths.v, paths.n, err, sizeof(err)));
     if (ds->count == 0)
         STK_FAIL(err, STK_EINVAL, "%s%s: dataset is empty (0 records)", o.paths[0],
