@@ -67,6 +67,22 @@ int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned
 int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                          const char *format, stk_dataset **out);
 
+/* --cache-dir DIR / --cache-limit SIZE (inspect, verify, bench): the on-disk cache of remote
+ * data (stk_dataset_opts.cache_dir / cache_limit), which stk_cli_open_data passes on. Commands
+ * add STK_CLI_CACHE_LONGOPTS to their options, STK_CLI_CACHE_HELP to their help, and hand
+ * those two option codes to stk_cli_cache_option. The CLI reads one dataset per process. */
+enum { STK_CLI_OPT_CACHE_DIR = 0x1000, STK_CLI_OPT_CACHE_LIMIT };
+#define STK_CLI_CACHE_LONGOPTS                                                                     \
+    {"cache-dir", required_argument, NULL, STK_CLI_OPT_CACHE_DIR},                                 \
+        {"cache-limit", required_argument, NULL, STK_CLI_OPT_CACHE_LIMIT}
+#define STK_CLI_CACHE_HELP                                                                         \
+    "  --cache-dir DIR     cache the bytes of s3:// and http(s):// DATA in DIR, shared by\n"       \
+    "                      every process (default: $STOKER_CACHE_DIR; unset: no cache)\n"         \
+    "  --cache-limit SIZE  at most SIZE there (\"20G\"; default: $STOKER_CACHE_LIMIT or 10G)\n"
+
+/* Keep the value of a cache option (c: STK_CLI_OPT_CACHE_*). */
+void stk_cli_cache_option(int c, const char *arg);
+
 /* Number of items of the "classes" array of a metadata object, or -1 (cmd_inspect.c). */
 long stk_cli_count_classes(const char *meta);
 

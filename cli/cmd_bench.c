@@ -109,7 +109,7 @@ static void usage(FILE *f)
             "  --no-stats          do not time the stages (measures what timing costs)\n"
             "  --ceiling           also measure the ceiling and print the ratio\n"
             "  --json              print one JSON object instead of a table\n"
-            "  --quiet             no progress bar\n"
+            "  --quiet             no progress bar\n" STK_CLI_CACHE_HELP
             "  -h, --help          this help\n");
     stk_cli_print_formats(f);
 }
@@ -139,16 +139,27 @@ static int parse_list(const char *arg, const char *what, long long min, int *lis
 static int parse(int argc, char **argv, bench_args *a)
 {
     static const struct option longopts[] = {
-        {"recipe", required_argument, NULL, 'r'},   {"threads", required_argument, NULL, 't'},
-        {"epochs", required_argument, NULL, 'e'},   {"batch-size", required_argument, NULL, 'b'},
-        {"prefetch", required_argument, NULL, 'p'}, {"max-samples", required_argument, NULL, 'm'},
-        {"seed", required_argument, NULL, 's'},     {"shuffle", no_argument, NULL, 'S'},
-        {"exact", no_argument, NULL, 'x'},          {"ceiling", no_argument, NULL, 'c'},
-        {"json", no_argument, NULL, 'j'},           {"quiet", no_argument, NULL, 'q'},
-        {"no-verify", no_argument, NULL, 'V'},      {"plot", required_argument, NULL, 'P'},
-        {"trace", required_argument, NULL, 'T'},    {"no-stats", no_argument, NULL, 'N'},
-        {"format", required_argument, NULL, 'F'},   {"field", required_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
+        {"recipe", required_argument, NULL, 'r'},
+        {"threads", required_argument, NULL, 't'},
+        {"epochs", required_argument, NULL, 'e'},
+        {"batch-size", required_argument, NULL, 'b'},
+        {"prefetch", required_argument, NULL, 'p'},
+        {"max-samples", required_argument, NULL, 'm'},
+        {"seed", required_argument, NULL, 's'},
+        {"shuffle", no_argument, NULL, 'S'},
+        {"exact", no_argument, NULL, 'x'},
+        {"ceiling", no_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"no-verify", no_argument, NULL, 'V'},
+        {"plot", required_argument, NULL, 'P'},
+        {"trace", required_argument, NULL, 'T'},
+        {"no-stats", no_argument, NULL, 'N'},
+        {"format", required_argument, NULL, 'F'},
+        {"field", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        STK_CLI_CACHE_LONGOPTS,
+        {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof(*a));
     a->recipe = "raw";
@@ -232,6 +243,10 @@ static int parse(int argc, char **argv, bench_args *a)
         case 'h':
             usage(stdout);
             return -1;
+        case STK_CLI_OPT_CACHE_DIR:
+        case STK_CLI_OPT_CACHE_LIMIT:
+            stk_cli_cache_option(c, optarg);
+            break;
         default:
             return stk_cli_getopt_error("bench", c, argv);
         }
@@ -282,9 +297,6 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
 {
     stk_loader_opts o;
     stk_loader_opts_init(&o);
-    o.paths = a->paths;
-    o.n_paths = a->n_paths;
-    o.format = a->format;
     o.batch_size = a->batch;
     o.n_threads = threads;
     o.prefetch = prefetch;
@@ -299,11 +311,18 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     memset(r, 0, sizeof(*r));
     reset_peak_rss();
     r->rss_before_mib = proc_status_mib("VmRSS");
+    stk_dataset *ds; /* opened here, with the cache options */
+    int rc = stk_cli_open_data_as("bench", (char *const *)a->paths, (int)a->n_paths,
+                                  a->no_verify ? STK_DATASET_NO_VERIFY : 0, a->format, &ds);
+    if (rc)
+        return rc;
+    o.dataset = ds;
     /* The bar starts at the first batch, when the loader knows its batch count. */
     bench_run br = {.a = a, .r = r};
     stk_cli_run run;
-    int rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
+    rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
     stk_cli_progress_end(&br.prog);
+    stk_dataset_close(ds);
     if (rc)
         return rc;
     r->seconds = run.end_s - run.start_s;
@@ -370,15 +389,8 @@ static void *ceiling_thread(void *arg)
 static int run_ceiling(const bench_args *a, unsigned threads, size_t slot_size, bench_result *r)
 {
     stk_dataset *ds;
-    stk_dataset_opts dopts;
-    stk_dataset_opts_init(&dopts);
-    dopts.paths = a->paths;
-    dopts.n_paths = a->n_paths;
-    dopts.format = a->format;
-    if (stk_dataset_open_ex(&dopts, &ds) < 0) {
-        stk_cli_error("bench", "%s", stk_last_errmsg());
+    if (stk_cli_open_data_as("bench", (char *const *)a->paths, (int)a->n_paths, 0, a->format, &ds))
         return 1;
-    }
     /* An image recipe's ceiling decodes the field the loader read; an image array field has
      * nothing to decode: its ceiling is the memcpy of its bytes. */
     int field = -1;

@@ -278,7 +278,7 @@ static void inspect_usage(FILE *f)
                "  --concat     read shards of different packs as one dataset\n"
                "  --json       one JSON object on stdout\n"
                "  --records    also list every record's fields (bytes as text when printable)\n"
-               "  --limit N    list only the first N records\n"
+               "  --limit N    list only the first N records\n" STK_CLI_CACHE_HELP
                "  -h, --help   show this help\n");
     stk_cli_print_formats(f);
 }
@@ -292,6 +292,7 @@ int stk_cmd_inspect(int argc, char **argv)
         {"format", required_argument, NULL, 'F'},
         {"concat", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},
+        STK_CLI_CACHE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     inspect_args a;
@@ -322,6 +323,10 @@ int stk_cmd_inspect(int argc, char **argv)
         case 'h':
             inspect_usage(stdout);
             return 0;
+        case STK_CLI_OPT_CACHE_DIR:
+        case STK_CLI_OPT_CACHE_LIMIT:
+            stk_cli_cache_option(c, optarg);
+            break;
         default:
             return stk_cli_getopt_error("inspect", c, argv);
         }
@@ -484,7 +489,7 @@ static void verify_usage(FILE *f)
             "  --concat        read shards of different packs as one dataset\n"
             "  --decode[=F,..] decode the image fields (default: image) and report failures\n"
             "  --threads N     reader threads (default: online CPUs, at most 8)\n"
-            "  --quiet         no progress bar\n"
+            "  --quiet         no progress bar\n" STK_CLI_CACHE_HELP
             "  -h, --help      show this help\n");
     stk_cli_print_formats(f);
 }
@@ -523,6 +528,7 @@ int stk_cmd_verify(int argc, char **argv)
         {"decode", optional_argument, NULL, 'd'},
         {"concat", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},
+        STK_CLI_CACHE_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     long long threads = 0, v;
@@ -554,6 +560,10 @@ int stk_cmd_verify(int argc, char **argv)
         case 'h':
             verify_usage(stdout);
             return 0;
+        case STK_CLI_OPT_CACHE_DIR:
+        case STK_CLI_OPT_CACHE_LIMIT:
+            stk_cli_cache_option(c, optarg);
+            break;
         default:
             return stk_cli_getopt_error("verify", c, argv);
         }

@@ -211,6 +211,16 @@ int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned
     return stk_cli_open_data_as(cmd, paths, n_paths, flags, NULL, out);
 }
 
+static const char *g_cache_dir, *g_cache_limit; /* --cache-dir, --cache-limit */
+
+void stk_cli_cache_option(int c, const char *arg)
+{
+    if (c == STK_CLI_OPT_CACHE_DIR)
+        g_cache_dir = arg;
+    else if (c == STK_CLI_OPT_CACHE_LIMIT)
+        g_cache_limit = arg;
+}
+
 int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                          const char *format, stk_dataset **out)
 {
@@ -222,6 +232,8 @@ int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsig
     o.n_paths = (size_t)n_paths;
     o.flags = flags;
     o.format = format;
+    o.cache_dir = g_cache_dir;
+    o.cache_limit = g_cache_limit;
     if (stk_dataset_open_ex(&o, out) < 0)
         return stk_cli_error(cmd, "%s", stk_last_errmsg());
     return 0;

@@ -236,6 +236,13 @@ typedef struct stk_dataset_opts {
      * exactly one file (a glob matching one file is fine; a directory is not). Only formats
      * that read one field per file take names ("npy"); others refuse them. Copied at open. */
     const char *const *field_names;
+    /* The on-disk cache of remote bytes (s3://, http(s):// paths; local files never use it),
+     * shared by every process on the machine (docs/remote.md). */
+    const char *cache_dir;   /* its directory (created if missing); NULL: STOKER_CACHE_DIR, and
+                                no cache when that is unset; "": no cache; copied */
+    const char *cache_limit; /* its size: bytes or with a K/M/G/T suffix ("20G", "512MB");
+                                NULL/"": STOKER_CACHE_LIMIT, else 10G. At least one cache block
+                                (4 MiB); copied */
 } stk_dataset_opts;
 
 /** Fill `opts` with defaults (no paths, no flags, detect the format).
@@ -256,10 +263,13 @@ STK_API void stk_dataset_opts_init(stk_dataset_opts *opts);
  *  `imagefolder`: a directory read as torchvision's ImageFolder (fields image, label, path).
  *  `npy`: `.npy` files (a directory or a list) sharing their first dimension, one field each,
  *  named after the file (x.npy -> "x") or by opts->field_names.
+ *  Remote paths read through the cache named by cache_dir / cache_limit (or the environment).
  *  @return STK_OK (*out set), STK_EINVAL (no paths, unknown or mixed formats, empty dataset,
  *          schema mismatch, shards of different datasets, field_names with a format that takes
- *          none or a path naming no file or several), STK_EIO (missing/unreadable file, a
- *          shard a manifest lists missing, a pattern matching nothing), STK_EFORMAT (bad magic,
+ *          none or a path naming no file or several, a cache_limit that is not a size or is
+ *          below one cache block), STK_EIO (missing/unreadable file, a shard a manifest lists
+ *          missing, a pattern matching nothing, a cache directory that cannot be made),
+ *          STK_EFORMAT (bad magic,
  *          truncated, corrupt index, a damaged manifest or a shard disagreeing with it),
  *          STK_ENOTSUP (a format version
  *          newer than this library, an unsupported dtype), STK_ELIMIT (too many shards or

@@ -78,13 +78,34 @@ fail:
 
 static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"data", "verify", "format", "concat", NULL};
-    PyObject *data;
+    static char *kwlist[] = {"data",      "verify",      "format", "concat",
+                             "cache_dir", "cache_limit", NULL};
+    PyObject *data, *cache_dir = Py_None, *cache_limit = Py_None;
     int verify = 1, concat = 0;
     const char *format = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pzp:Dataset", kwlist, &data, &verify, &format,
-                                     &concat))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pzp$OO:Dataset", kwlist, &data, &verify, &format,
+                                     &concat, &cache_dir, &cache_limit))
         return NULL;
+    /* cache_dir: a path (str, bytes, os.PathLike); cache_limit: bytes (int) or "20G" */
+    PyObject *cdir = NULL, *climit = NULL;
+    if (cache_dir != Py_None && !PyUnicode_FSConverter(cache_dir, &cdir))
+        return NULL;
+    if (cache_limit != Py_None) {
+        if (PyLong_Check(cache_limit) && !PyBool_Check(cache_limit)) {
+            climit = PyObject_Str(cache_limit);
+        } else if (PyUnicode_Check(cache_limit)) {
+            Py_INCREF(cache_limit);
+            climit = cache_limit;
+        } else {
+            PyErr_Format(PyExc_TypeError,
+                         "cache_limit should be bytes (an int) or a size like \"20G\", not %.100s",
+                         Py_TYPE(cache_limit)->tp_name);
+        }
+        if (!climit) {
+            Py_XDECREF(cdir);
+            return NULL;
+        }
+    }
     PyObject *keep, *keep_names = NULL;
     size_t n;
     const char **names = NULL;
@@ -101,8 +122,11 @@ static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     } else {
         paths = stkpy_paths(data, &keep, &n);
     }
-    if (!paths)
+    if (!paths) {
+        Py_XDECREF(cdir);
+        Py_XDECREF(climit);
         return NULL;
+    }
     stk_dataset *ds = NULL;
     stk_status rc;
     char err[512] = "";
@@ -113,15 +137,25 @@ static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     o.flags = (verify ? 0 : STK_DATASET_NO_VERIFY) | (concat ? STK_DATASET_CONCAT : 0);
     o.format = format;
     o.field_names = names;
-    Py_BEGIN_ALLOW_THREADS
-    rc = stk_dataset_open_ex(&o, &ds);
-    if (rc < 0)
-        snprintf(err, sizeof(err), "%s", stk_last_errmsg());
-    Py_END_ALLOW_THREADS
+    o.cache_dir = cdir ? PyBytes_AS_STRING(cdir) : NULL;
+    o.cache_limit = climit ? PyUnicode_AsUTF8(climit) : NULL;
+    if (climit && !o.cache_limit) {
+        rc = STK_ENOMEM; /* the exception is set */
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = stk_dataset_open_ex(&o, &ds);
+        if (rc < 0)
+            snprintf(err, sizeof(err), "%s", stk_last_errmsg());
+        Py_END_ALLOW_THREADS
+    }
     PyMem_Free(paths);
     PyMem_Free(names);
     Py_DECREF(keep);
     Py_XDECREF(keep_names);
+    Py_XDECREF(cdir);
+    Py_XDECREF(climit);
+    if (rc < 0 && PyErr_Occurred())
+        return NULL;
     if (rc < 0)
         return stkpy_raise(rc, err);
     DatasetObject *self = (DatasetObject *)type->tp_alloc(type, 0);

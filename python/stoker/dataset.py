@@ -31,7 +31,8 @@ def formats():
 
 
 class Dataset(_core.Dataset):
-    """Dataset(data, verify=True, format=None, concat=False): a dataset opened as records 0..N-1.
+    """Dataset(data, verify=True, format=None, concat=False, *, cache_dir=None, cache_limit=None):
+    a dataset opened as records 0..N-1.
 
     ``data`` is a path, a glob, a brace range ("train-{000..127}.stk") or a list of them, or a
     dict of ``.npy`` files ``{"image": "x.npy", "label": "y.npy"}`` (one field per key, named by
@@ -45,6 +46,11 @@ class Dataset(_core.Dataset):
     fields as numpy arrays of their dtype and shape). Checksums are verified on read unless
     ``verify=False``. Shards of different packs (another dataset id or class list in their
     metadata) are refused together unless ``concat=True``.
+
+    ``data`` may be s3:// or http(s):// URLs (docs/remote.md). Their bytes are cached on local
+    disk in ``cache_dir`` (default ``STOKER_CACHE_DIR``; none when unset; ``""``: none), at most
+    ``cache_limit`` bytes (an int or "20G", "512MB"; default ``STOKER_CACHE_LIMIT``, else 10G;
+    at least one 4 MiB block, else StokerInvalidError at open).
     """
 
     def __getitem__(self, i):

@@ -163,7 +163,9 @@ class Loader:
     ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery.
     ``memory_budget=`` (bytes) bounds what the loader
     takes: the ring, each thread's read scratch and largest decode; over it the Loader is not
-    created (StokerLimitError saying what takes what).
+    created (StokerLimitError saying what takes what). ``cache_dir=`` / ``cache_limit=``
+    (bytes or "20G"; default ``STOKER_CACHE_DIR`` / ``STOKER_CACHE_LIMIT``): the on-disk cache
+    of s3:// and http(s):// data, shared by every process on the machine (docs/remote.md).
     """
 
     def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,
@@ -174,7 +176,7 @@ class Loader:
                  worker_init_fn=None, multiprocessing_context=None, generator=None,
                  prefetch_factor=None, persistent_workers=None, pin_memory_device=None,
                  in_order=None, batch_transforms=None, map=None, label_field="label",
-                 memory_budget=None):
+                 memory_budget=None, cache_dir=None, cache_limit=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -300,9 +302,13 @@ class Loader:
         else:
             self._transform = _transforms.compile(transforms, strict=strict)
         if isinstance(data, _core.Dataset):
+            if cache_dir is not None or cache_limit is not None:
+                raise _core.StokerInvalidError("cache_dir=/cache_limit= apply where the data is "
+                                               "opened: pass them to stoker.Dataset")
             self._dataset = data
         else:
-            self._dataset = Dataset(data, verify=verify, format=format)
+            self._dataset = Dataset(data, verify=verify, format=format, cache_dir=cache_dir,
+                                    cache_limit=cache_limit)
             self._own_dataset = True
         self._torch_dataset = torch_dataset
         if self._fields is not None:

@@ -101,7 +101,10 @@ class FaultProxy:
     carries a body it draws, with a seeded RNG: an error answer (500 or 503 SlowDown) with
     probability `error_rate`, a truncated body with `truncate_rate`, a dropped connection with
     `drop_rate`; every request waits `latency` seconds first. `down` makes it refuse everything
-    (connections closed at once). Counts requests and faults."""
+    (connections closed at once). `outage(after, seconds, status)` schedules a stop mid-epoch:
+    once `after` ranged GETs went through, every request for `seconds` (None: for good) has its
+    connection dropped (`status` None) or is answered `status` (503: SlowDown), then the server
+    comes back. Counts requests, faults, refused requests and ranged GETs served."""
 
     def __init__(self, upstream, error_rate=0.0, truncate_rate=0.0, drop_rate=0.0, latency=0.0,
                  seed=1):
@@ -111,7 +114,8 @@ class FaultProxy:
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.down = False
-        self.requests = self.faults = self.bytes = 0
+        self.requests = self.faults = self.bytes = self.range_gets = self.refused = 0
+        self.outage_after = self.outage_seconds = self.outage_status = self.outage_start = None
         self.in_flight = self.max_in_flight = 0
         proxy = self
 
@@ -142,9 +146,17 @@ class FaultProxy:
             def _forward(self, body, r):
                 if proxy.latency:
                     time.sleep(proxy.latency)
-                if proxy.down:
+                status = proxy.outage_now()
+                if proxy.down or status == "drop":
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if status:
+                    msg = b"<Error><Code>SlowDown</Code></Error>"
+                    self.send_response(status)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
                     return
                 fault = None
                 if body and "Range" in self.headers:
@@ -198,6 +210,7 @@ class FaultProxy:
                 self.wfile.write(data)
                 with proxy.lock:
                     proxy.bytes += len(data)
+                    proxy.range_gets += "Range" in self.headers
 
         class Server(http.server.ThreadingHTTPServer):
             request_queue_size = 256  # a short backlog drops SYNs: 1 s, 3 s connect stalls
@@ -210,6 +223,24 @@ class FaultProxy:
     @property
     def endpoint(self):
         return f"http://127.0.0.1:{self.port}"
+
+    def outage(self, after, seconds=None, status=None):
+        with self.lock:
+            self.outage_after, self.outage_seconds = after, seconds
+            self.outage_status, self.outage_start = status, None
+
+    def outage_now(self):
+        """None when the server is up for this request, else "drop" or the status to answer."""
+        with self.lock:
+            if self.outage_after is None or self.range_gets < self.outage_after:
+                return None
+            now = time.monotonic()
+            if self.outage_start is None:
+                self.outage_start = now
+            if self.outage_seconds is not None and now - self.outage_start >= self.outage_seconds:
+                return None
+            self.refused += 1
+            return self.outage_status or "drop"
 
     def __enter__(self):
         self.thread.start()

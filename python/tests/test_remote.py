@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import stoker
-from conftest import PYTHONPATH, record, run_python, write_dataset
+from conftest import PYTHONPATH, record, run_python, torchrun, write_dataset
 from s3util import FaultProxy, S3Server, s3rver_command
 
 N = 600
@@ -36,7 +36,9 @@ def s3(tmp_path_factory):
                                                                   "label": "int64"},
                             make=big_record)
         srv.put_dir(big, "big")
-        srv.big_bytes = sum(os.path.getsize(os.path.join(big, n)) for n in os.listdir(big))
+        sizes = [os.path.getsize(os.path.join(big, n)) for n in os.listdir(big)]
+        srv.big_bytes = sum(sizes)
+        srv.big_blocks = sum(-(-n // BLOCK) for n in sizes)  # cache blocks of the dataset
         yield srv
     finally:
         srv.stop()
@@ -250,3 +252,161 @@ def test_cli_inspect_and_verify_take_urls(endpoint):
     r = subprocess.run([cli, "verify", "s3://data/train/shard-00001.stk"], capture_output=True,
                        text=True, timeout=60, env=dict(os.environ))
     assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_cli_cache_options(endpoint, tmp_path):
+    import subprocess
+    from conftest import REPO
+    cli = os.path.join(REPO, "build", "stoker")
+    if not os.path.exists(cli):
+        pytest.skip("build/stoker not built")
+    cache = tmp_path / "cache"
+    for cmd in (["verify"], ["bench", "--max-samples", "50", "--quiet"]):
+        r = subprocess.run([cli, *cmd, "--cache-dir", str(cache), "--cache-limit", "64M",
+                            "s3://data/big/shard-00002.stk"], capture_output=True, text=True,
+                           timeout=60, env=dict(os.environ))
+        assert r.returncode == 0, r.stderr + r.stdout
+        assert dir_bytes(cache) > 0
+    r = subprocess.run([cli, "inspect", "--cache-dir", str(cache), "--cache-limit", "1M",
+                        "s3://data/big/"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ))
+    assert r.returncode == 1 and "smaller than one cache block" in r.stderr, r.stderr
+
+
+# ---- cache_dir= / cache_limit= ----
+
+def test_cache_kwargs_override_the_environment(s3, endpoint, monkeypatch, tmp_path):
+    host = endpoint.split("//")[1]
+    env_dir, kw_dir = tmp_path / "env", tmp_path / "kw"
+    cache_env(monkeypatch, env_dir, 64 << 20)  # the default, overridden by the arguments
+    with FaultProxy(host) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        loader = stoker.Loader("s3://data/big/", batch_size=20, shuffle=True, seed=1,
+                               num_workers=2, cache_dir=kw_dir, cache_limit="64MB")
+        assert sorted(epoch(loader)) == list(range(BIG_N))
+        cold = proxy.bytes
+        assert sorted(epoch(loader)) == list(range(BIG_N))
+        assert proxy.bytes == cold  # the warm epoch reads every byte from kw_dir
+        assert dir_bytes(kw_dir) >= s3.big_bytes and not os.path.exists(env_dir)
+        # cache_dir="" turns the cache off whatever the environment says
+        ds = stoker.Dataset("s3://data/big/shard-00000.stk", cache_dir="")
+        assert ds[5]["label"] == 5 and not os.path.exists(env_dir)
+        # no arguments: the environment's cache
+        ds = stoker.Dataset("s3://data/big/shard-00000.stk")
+        assert ds[5]["label"] == 5 and dir_bytes(env_dir) > 0
+        # an int limit (bytes) with the environment's directory
+        ds = stoker.Dataset("s3://data/big/shard-00001.stk", cache_limit=8 << 20)
+        assert ds[5]["label"] == 105
+
+
+def test_cache_kwargs_bad_values(endpoint, monkeypatch, tmp_path):
+    d = tmp_path / "c"
+    # smaller than one block: refused at start, before anything is read
+    for limit in ("1MB", 4096, "0"):
+        with pytest.raises(stoker.StokerInvalidError, match="smaller than one cache block"):
+            stoker.Loader("s3://data/big/", batch_size=4, cache_dir=d, cache_limit=limit)
+    with pytest.raises(stoker.StokerInvalidError, match="cache_limit=lots: not a size"):
+        stoker.Dataset("s3://data/big/", cache_dir=d, cache_limit="lots")
+    with pytest.raises(TypeError, match="cache_limit"):
+        stoker.Dataset("s3://data/big/", cache_dir=d, cache_limit=1.5)
+    ds = stoker.Dataset("s3://data/big/shard-00000.stk")
+    with pytest.raises(stoker.StokerInvalidError, match="pass them to stoker.Dataset"):
+        stoker.Loader(ds, batch_size=4, cache_dir=d)
+    assert not os.path.exists(d)
+    # the environment's limit, too small, with the directory given here
+    monkeypatch.setenv("STOKER_CACHE_LIMIT", "1M")
+    with pytest.raises(stoker.StokerInvalidError, match="smaller than one cache block"):
+        stoker.Dataset("s3://data/big/shard-00000.stk", cache_dir=d)
+
+
+# ---- resume and outages ----
+
+def test_resume_mid_epoch_from_s3(endpoint, tmp_path):
+    args = dict(batch_size=32, shuffle=True, seed=8, num_workers=2)
+    full = [np.asarray(b["index"]).tolist() for b in stoker.Loader("s3://data/train/", **args)]
+    loader = stoker.Loader("s3://data/train/", cache_dir=tmp_path / "c", **args)
+    it = iter(loader)
+    head = [np.asarray(next(it)["index"]).tolist() for _ in range(7)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    loader.close()
+    resumed = stoker.Loader("s3://data/train/", cache_dir=tmp_path / "c",
+                            **dict(args, seed=99, num_workers=1))  # the seed comes from the state
+    resumed.load_state_dict(state)
+    tail = [np.asarray(b["index"]).tolist() for b in resumed]
+    assert head + tail == full
+    got = [i for b in head + tail for i in b]
+    assert sorted(got) == list(range(N))  # the epoch, each sample exactly once
+
+
+def test_server_stops_mid_epoch_and_comes_back(s3, endpoint, monkeypatch):
+    host = endpoint.split("//")[1]
+    with FaultProxy(host) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        # the retry budget (12 attempts from 50 ms, doubling to 5 s: at least 13 s of waiting)
+        # outlasts the 1 s outage many times over
+        monkeypatch.setenv("STOKER_HTTP_RETRIES", "12")
+        monkeypatch.setenv("STOKER_HTTP_BACKOFF_MS", "50")
+        loader = stoker.Loader("s3://data/train/shard-00001.stk", batch_size=10, shuffle=True,
+                               seed=2, num_workers=2)
+        proxy.outage(after=60, seconds=1.0)  # dropped connections, once 60 GETs went through
+        got = epoch(loader, first=200)
+        assert sorted(got) == list(range(200))
+        assert proxy.refused > 0 and proxy.outage_start is not None
+        assert proxy.range_gets > 60  # reads went on after the outage
+
+
+@pytest.mark.parametrize("status", [503, None])
+def test_server_down_past_the_retry_budget_names_url_record_status(s3, endpoint, monkeypatch,
+                                                                   status):
+    host = endpoint.split("//")[1]
+    with FaultProxy(host) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        monkeypatch.setenv("STOKER_HTTP_RETRIES", "3")
+        monkeypatch.setenv("STOKER_HTTP_BACKOFF_MS", "10")
+        loader = stoker.Loader("s3://data/train/shard-00002.stk", batch_size=10, num_workers=1)
+        proxy.outage(after=40, status=status)  # mid-epoch, for good
+        got = []
+        with pytest.raises(stoker.Error) as e:
+            for b in loader:
+                got += np.asarray(b["index"]).tolist()
+        msg = str(e.value)
+        assert got and got == list(range(len(got))) and len(got) < 200  # stopped mid-epoch
+        assert "s3://data/train/shard-00002.stk" in msg and "record" in msg, msg
+        assert "after 3 attempt" in msg, msg
+        if status:
+            assert "last HTTP status 503 SlowDown" in msg, msg
+        assert proxy.refused >= 3
+
+
+# ---- torchrun: 2 ranks, one cache directory ----
+
+TORCHRUN_JOB = r"""
+import json, os, sys
+import numpy as np, torch.distributed as dist, stoker
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+out, cache = sys.argv[1], sys.argv[2]
+if rank == 1:
+    dist.barrier()  # rank 0 reads its share first: rank 1 then finds every block it needs cached
+loader = stoker.Loader("s3://data/big/", batch_size=10, shuffle=True, seed=9, num_workers=1,
+                       cache_dir=cache, cache_limit="64MB")
+assert (loader.rank, loader.world_size) == (rank, 2)
+got = [i for b in loader for i in np.asarray(b["index"]).tolist()]
+if rank == 0:
+    dist.barrier()
+with open(os.path.join(out, "rank%d.json" % rank), "w") as f:
+    json.dump(got, f)
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_two_ranks_share_one_cache(s3, endpoint, monkeypatch, tmp_path):
+    host = endpoint.split("//")[1]
+    with FaultProxy(host) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        torchrun(TORCHRUN_JOB, 2, [tmp_path, tmp_path / "cache"], tmp_path)
+        parts = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+        assert not set(parts[0]) & set(parts[1])  # disjoint
+        assert sorted(parts[0] + parts[1]) == list(range(BIG_N))  # and together the epoch
+        # each block was fetched once for both ranks (rank 1 read them all from the cache)
+        assert proxy.range_gets == s3.big_blocks, (proxy.range_gets, s3.big_blocks)

@@ -69,6 +69,18 @@ struct stk__vfs {
     stk_status (*glob)(const char *pattern, stk__strlist *out, char *err, size_t err_size);
 };
 
+/* Per-dataset settings of the remote byte sources (stk_dataset_opts' cache_dir / cache_limit).
+ * They reach the byte sources' open through the calling thread: the dataset sets them around its
+ * open and its reads (stk__dataset_read), so no format passes them along. */
+typedef struct stk__vfs_opts {
+    const char *cache_dir; /* NULL: STOKER_CACHE_DIR (unset: no cache); "": no cache */
+    uint64_t cache_limit;  /* bytes; 0: STOKER_CACHE_LIMIT, else 10 GiB */
+} stk__vfs_opts;
+
+/* Make `o` (NULL: the environment's) the settings of the calling thread's opens; returns the
+ * previous ones, for the caller to put back. */
+const stk__vfs_opts *stk__vfs_opts_use(const stk__vfs_opts *o);
+
 /* The byte source serving `path`: the first registered table that claims it, else POSIX. */
 const stk__vfs *stk__vfs_for(const char *path);
 

@@ -62,15 +62,24 @@ void stk__cache_close(stk__cache *c)
     stk__free(c);
 }
 
+stk_status stk__cache_check_limit(const char *dir, uint64_t limit, char *err, size_t err_size)
+{
+    if (limit >= STK_CACHE_BLOCK)
+        return STK_OK;
+    return stk__set_error(err, err_size, STK_EINVAL,
+                          "cache %s: the limit (%llu bytes) is smaller than one cache block "
+                          "(%llu bytes): raise STOKER_CACHE_LIMIT / cache_limit=",
+                          dir ? dir : "(STOKER_CACHE_DIR)", (unsigned long long)limit,
+                          (unsigned long long)STK_CACHE_BLOCK);
+}
+
 stk_status stk__cache_open(const char *dir, uint64_t limit, stk__cache **out, char *err,
                            size_t err_size)
 {
     *out = NULL;
-    if (limit < STK_CACHE_BLOCK)
-        return stk__set_error(err, err_size, STK_EINVAL,
-                              "cache %s: the limit (%llu bytes) is smaller than one cache block "
-                              "(%llu bytes): raise STOKER_CACHE_LIMIT / cache_limit=",
-                              dir, (unsigned long long)limit, (unsigned long long)STK_CACHE_BLOCK);
+    stk_status lrc = stk__cache_check_limit(dir, limit, err, err_size);
+    if (lrc < 0)
+        return lrc;
     stk__cache *c = stk__calloc(1, sizeof(*c));
     if (!c)
         return stk__set_error(err, err_size, STK_ENOMEM, "cache %s: out of memory", dir);
@@ -104,15 +113,27 @@ fail:
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static stk__cache *g_caches; /* kept for the process's lifetime: open files point at them */
 
+static _Thread_local const stk__vfs_opts *t_opts; /* the calling thread's (NULL: env) */
+
+const stk__vfs_opts *stk__vfs_opts_use(const stk__vfs_opts *o)
+{
+    const stk__vfs_opts *prev = t_opts;
+    t_opts = o;
+    return prev;
+}
+
 stk_status stk__cache_from_env(stk__cache **out, char *err, size_t err_size)
 {
     *out = NULL;
-    const char *dir = getenv("STOKER_CACHE_DIR");
+    const stk__vfs_opts *o = t_opts;
+    const char *dir = o && o->cache_dir ? o->cache_dir : getenv("STOKER_CACHE_DIR");
     if (!dir || !*dir)
         return STK_OK;
     const char *ls = getenv("STOKER_CACHE_LIMIT");
     uint64_t limit = (uint64_t)10 << 30;
-    if (ls && *ls && !stk__parse_size(ls, &limit))
+    if (o && o->cache_limit)
+        limit = o->cache_limit;
+    else if (ls && *ls && !stk__parse_size(ls, &limit))
         return stk__set_error(err, err_size, STK_EINVAL,
                               "STOKER_CACHE_LIMIT=%s: not a size (bytes, or with K/M/G/T)", ls);
     pthread_mutex_lock(&g_lock);

@@ -38,8 +38,15 @@ stk_status stk__cache_open(const char *dir, uint64_t limit, stk__cache **out, ch
                            size_t err_size);
 void stk__cache_close(stk__cache *c);
 
-/* The cache named by STOKER_CACHE_DIR / STOKER_CACHE_LIMIT (bytes, or with a K/M/G/T suffix;
- * default 10G), one per process; *out NULL when STOKER_CACHE_DIR is unset or empty. */
+/* STK_OK when `limit` holds at least one block, else STK_EINVAL saying so (naming dir, or
+ * STOKER_CACHE_DIR when NULL). */
+stk_status stk__cache_check_limit(const char *dir, uint64_t limit, char *err, size_t err_size);
+
+/* The cache of the calling thread's settings (stk__vfs_opts_use), each unset one taken from
+ * STOKER_CACHE_DIR / STOKER_CACHE_LIMIT (bytes, or with a K/M/G/T suffix; default 10G); one per
+ * directory and limit in the process; *out NULL when no directory is set (or "" is). STK_EINVAL
+ * for a limit that is not a size or is below one block, STK_EIO when the directory cannot be
+ * made. */
 stk_status stk__cache_from_env(stk__cache **out, char *err, size_t err_size);
 
 /* Read pieces at `offset` of the object `key` (URL + ETag, size `size`) through the cache:

@@ -9,6 +9,7 @@
  * source still validates what it opens).
  */
 #include "source/stk_source.h"
+#include "io/stk_vfs_http.h"
 
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
@@ -152,6 +153,18 @@ stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **ou
                                                "not initialised with stk_dataset_opts_init");
     if (!o.paths || o.n_paths == 0)
         return stk__set_last_error(STK_EINVAL, "stk_dataset_open: no paths given");
+    /* the cache settings, in force on this thread while the files open */
+    stk__vfs_opts vo = {.cache_dir = o.cache_dir};
+    if (o.cache_limit && *o.cache_limit) {
+        if (!stk__parse_size(o.cache_limit, &vo.cache_limit))
+            return stk__set_last_error(STK_EINVAL,
+                                       "cache_limit=%s: not a size (bytes, or with K/M/G/T: "
+                                       "\"20G\", \"512MB\")",
+                                       o.cache_limit);
+        if (stk__cache_check_limit(o.cache_dir, vo.cache_limit, err, sizeof(err)) < 0)
+            return stk__set_last_error(STK_EINVAL, "%s", err);
+    }
+    const stk__vfs_opts *prev_vo = stk__vfs_opts_use(&vo);
     if (o.field_names)
         STK_TRY(expand_named(&o, &paths, err, sizeof(err)));
     else
@@ -189,7 +202,10 @@ stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **ou
                  "%s: format %s takes no field names (a dict of paths, one file per field, is "
                  "for npy)",
                  paths.v[0], m->name);
-    ds->m = m;
+    ds->vfs.cache_limit = vo.cache_limit;
+    if (o.cache_dir && !(ds->vfs.cache_dir = ds->cache_dir = stk__strdup(o.cache_dir)))
+        STK_FAIL(err, STK_ENOMEM, "%s: out of memory", paths.v[0]);
+    ds->m = m; /* from here on, closing calls the source's close */
     ds->flags = o.flags;
     ds->open_names = o.field_names;
     rc = m->open(ds, (const char *const *)paths.v, paths.n, err, sizeof(err));
@@ -199,12 +215,14 @@ stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **ou
         STK_FAIL(err, STK_EINVAL, "%s%s: dataset is empty (0 records)", o.paths[0],
                  o.n_paths > 1 ? " (and the other paths)" : "");
     stk__strlist_free(&paths);
+    stk__vfs_opts_use(prev_vo);
     stk__clear_last_error();
     *out = ds;
     return STK_OK;
 fail:
     stk__strlist_free(&paths);
     stk_dataset_close(ds);
+    stk__vfs_opts_use(prev_vo);
     return stk__last_error_copy(rc, err);
 }
 
@@ -230,6 +248,7 @@ void stk_dataset_close(stk_dataset *ds)
         stk__free(ds->files[i].metadata);
     }
     stk__free(ds->files);
+    stk__free(ds->cache_dir);
     stk__free(ds);
 }
 
@@ -274,7 +293,12 @@ stk_status stk__dataset_cursor_open(const stk_dataset *ds, stk__cursor **out, ch
                                     size_t err_size)
 {
     *out = NULL;
-    return ds->m->cursor_open ? ds->m->cursor_open(ds, out, err, err_size) : STK_OK;
+    if (!ds->m->cursor_open)
+        return STK_OK;
+    const stk__vfs_opts *prev = stk__vfs_opts_use(&ds->vfs);
+    stk_status rc = ds->m->cursor_open(ds, out, err, err_size);
+    stk__vfs_opts_use(prev);
+    return rc;
 }
 
 void stk__dataset_cursor_close(const stk_dataset *ds, stk__cursor *cur)

@@ -48,7 +48,7 @@ typedef struct stk__srcfile {
 } stk__srcfile;
 
 /* The common part of every open dataset, filled by the source's open (count, schema, maxima,
- * files, fingerprint) except m, flags and vfs, which the dispatcher sets before calling it. */
+ * files, fingerprint) except m, flags, vfs and cache_dir, which the dispatcher sets. */
 struct stk_dataset {
     const stk__source_methods *m;
     void *impl;     /* the source's own state */
@@ -64,6 +64,9 @@ struct stk_dataset {
     uint64_t fingerprint;               /* identity for resume states */
     stk__srcfile *files;
     size_t n_files;
+    stk__vfs_opts vfs; /* the byte sources' settings (stk_dataset_opts' cache), in force on the
+                          thread around open, cursor_open and read */
+    char *cache_dir;   /* owned copy behind vfs.cache_dir */
 };
 
 /* What a read found: where the record lives and each field's size. */
@@ -118,7 +121,10 @@ static inline stk_status stk__dataset_read(const stk_dataset *ds, stk__cursor *c
                                            void *const dst[], const size_t cap[], unsigned flags,
                                            stk__recinfo *info, char *err, size_t err_size)
 {
-    return ds->m->read(ds, cur, i, dst, cap, flags, info, err, err_size);
+    const stk__vfs_opts *prev = stk__vfs_opts_use(&ds->vfs); /* a source opening lazily */
+    stk_status rc = ds->m->read(ds, cur, i, dst, cap, flags, info, err, err_size);
+    stk__vfs_opts_use(prev);
+    return rc;
 }
 
 /* Where record i lives (file, local number, offset, field sizes): a read without checksum check

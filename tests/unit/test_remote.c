@@ -147,6 +147,56 @@ static int test_cache_hits_and_limit(void)
     return 0;
 }
 
+/* The cache settings of a dataset (stk_dataset_opts' cache_dir / cache_limit) reach the byte
+ * sources' open through the thread; unset ones come from the environment. */
+static int test_cache_settings_per_thread(void)
+{
+    T_CHECK(make_dir() == 0);
+    char env_dir[300], err[512];
+    snprintf(env_dir, sizeof(env_dir), "%s/env", g_dir);
+    setenv("STOKER_CACHE_DIR", env_dir, 1);
+    setenv("STOKER_CACHE_LIMIT", "8M", 1);
+    stk__cache *c = NULL, *e = NULL;
+    T_OK(stk__cache_from_env(&e, err, sizeof(err))); /* no settings: the environment's */
+    T_CHECK(e != NULL);
+    stk__vfs_opts o = {.cache_dir = g_dir, .cache_limit = 16 << 20};
+    T_CHECK(stk__vfs_opts_use(&o) == NULL);
+    T_OK(stk__cache_from_env(&c, err, sizeof(err)));
+    T_CHECK(c != NULL && c != e);
+    o.cache_dir = ""; /* no cache, whatever the environment says */
+    T_OK(stk__cache_from_env(&c, err, sizeof(err)));
+    T_CHECK(c == NULL);
+    o.cache_dir = NULL; /* the environment's directory with this limit */
+    T_OK(stk__cache_from_env(&c, err, sizeof(err)));
+    T_CHECK(c != NULL && c != e);
+    o.cache_limit = 0; /* both from the environment: the same cache as before */
+    T_OK(stk__cache_from_env(&c, err, sizeof(err)));
+    T_CHECK(c == e);
+    T_CHECK(stk__vfs_opts_use(NULL) == &o);
+    setenv("STOKER_CACHE_LIMIT", "1M", 1); /* below one block: a clear error */
+    T_EQ(stk__cache_from_env(&c, err, sizeof(err)), STK_EINVAL);
+    T_CHECKF(strstr(err, "smaller than one cache block") != NULL, "%s", err);
+
+    /* stk_dataset_open_ex checks cache_limit before reading anything */
+    const char *paths[] = {"s3://bucket/never-read.stk"};
+    stk_dataset_opts d;
+    stk_dataset_opts_init(&d);
+    d.paths = paths;
+    d.n_paths = 1;
+    d.cache_dir = g_dir;
+    d.cache_limit = "lots";
+    stk_dataset *ds = NULL;
+    T_EQ(stk_dataset_open_ex(&d, &ds), STK_EINVAL);
+    T_CHECKF(strstr(stk_last_errmsg(), "cache_limit=lots: not a size") != NULL, "%s",
+             stk_last_errmsg());
+    d.cache_limit = "1MB";
+    T_EQ(stk_dataset_open_ex(&d, &ds), STK_EINVAL);
+    T_CHECKF(strstr(stk_last_errmsg(), "smaller than one cache block") != NULL, "%s",
+             stk_last_errmsg());
+    T_CHECK(ds == NULL);
+    return 0;
+}
+
 /* Several processes filling one small cache at once: every byte right, entries within the limit. */
 static int test_cache_shared_by_processes(void)
 {
@@ -189,4 +239,5 @@ static int test_cache_shared_by_processes(void)
 }
 
 T_MAIN(T_CASE(test_retry_decision), T_CASE(test_backoff), T_CASE(test_cache_limit_below_one_block),
-       T_CASE(test_cache_hits_and_limit), T_CASE(test_cache_shared_by_processes))
+       T_CASE(test_cache_hits_and_limit), T_CASE(test_cache_settings_per_thread),
+       T_CASE(test_cache_shared_by_processes))
