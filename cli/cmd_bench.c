@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define MAX_LIST 16
 
@@ -43,6 +44,7 @@ typedef struct bench_args {
 typedef struct bench_result {
     uint64_t samples, bytes;
     double seconds, first_batch_s;
+    double cpu_s; /* user + system CPU time of the process during the run (all its threads) */
     double rss_before_mib, peak_rss_mib, ring_mib;
     size_t slot_size;
     unsigned threads, prefetch;
@@ -66,6 +68,17 @@ static double proc_status_mib(const char *key)
         }
     fclose(f);
     return v;
+}
+
+/* User + system CPU seconds of this process so far (every thread). On a machine shared with other
+ * jobs, bytes per CPU second compares the loader with its ceiling where wall-clock cannot. */
+static double process_cpu_s(void)
+{
+    struct rusage u;
+    if (getrusage(RUSAGE_SELF, &u) != 0)
+        return 0;
+    return (double)u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
+           u.ru_stime.tv_usec * 1e-6;
 }
 
 /* Reset the peak-RSS counter so VmHWM measures from here (Linux >= 4.0; harmless otherwise). */
@@ -320,7 +333,9 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     /* The bar starts at the first batch, when the loader knows its batch count. */
     bench_run br = {.a = a, .r = r};
     stk_cli_run run;
+    double cpu0 = process_cpu_s();
     rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
+    r->cpu_s = process_cpu_s() - cpu0;
     stk_cli_progress_end(&br.prog);
     stk_dataset_close(ds);
     if (rc)
@@ -447,7 +462,7 @@ static int run_ceiling(const bench_args *a, unsigned threads, size_t slot_size, 
         rc = 1;
         goto out;
     }
-    double t0 = stk_cli_now();
+    double t0 = stk_cli_now(), cpu0 = process_cpu_s();
     for (unsigned k = 0; k < threads; k++) {
         jobs[k] = (ceiling_job){.rec = (const uint8_t *const *)rec,
                                 .size = size,
@@ -473,6 +488,7 @@ static int run_ceiling(const bench_args *a, unsigned threads, size_t slot_size, 
         free(jobs[k].dst);
     }
     r->seconds = stk_cli_now() - t0;
+    r->cpu_s = process_cpu_s() - cpu0;
     r->threads = threads;
     r->decoded = decode;
     free(jobs);
@@ -507,6 +523,14 @@ static void print_stages(const bench_result *r)
                st->active_threads, st->depth, st->autotune_changes, st->autotune_reason);
 }
 
+/* Loader samples per CPU second over the ceiling's (0 when a run took no measurable CPU). */
+static double cpu_ratio(const bench_result *lr, const bench_result *cr)
+{
+    if (lr->cpu_s <= 0 || cr->cpu_s <= 0 || cr->samples == 0)
+        return 0;
+    return (lr->samples / lr->cpu_s) / (cr->samples / cr->cpu_s);
+}
+
 static int report_single(const bench_args *a, const bench_result *lr, const bench_result *cr)
 {
     double sps = lr->samples / lr->seconds, bps = lr->bytes / lr->seconds;
@@ -527,13 +551,14 @@ static int report_single(const bench_args *a, const bench_result *lr, const benc
                lr->st.augment_ns, lr->st.collate_ns, lr->st.worker_wait_ns, lr->st.consumer_wait_ns,
                lr->st.wall_ns, lr->st.active_threads, lr->st.depth, lr->st.autotune_changes);
         stk_cli_json_string(stdout, lr->st.autotune_reason, strlen(lr->st.autotune_reason));
-        printf("}");
+        printf("}, \"cpu_s\": %.6f", lr->cpu_s);
         if (cr)
             printf(", \"ceiling\": {\"kind\": \"%s\", \"samples\": %" PRIu64
-                   ", \"seconds\": %.6f, \"samples_per_s\": %.1f, \"bytes_per_s\": %.0f}, "
-                   "\"ratio_to_ceiling\": %.4f",
+                   ", \"seconds\": %.6f, \"samples_per_s\": %.1f, \"bytes_per_s\": %.0f, "
+                   "\"cpu_s\": %.6f}, \"ratio_to_ceiling\": %.4f, \"cpu_ratio_to_ceiling\": %.4f",
                    ckind, cr->samples, cr->seconds, cr->samples / cr->seconds,
-                   cr->bytes / cr->seconds, sps / (cr->samples / cr->seconds));
+                   cr->bytes / cr->seconds, cr->cpu_s, sps / (cr->samples / cr->seconds),
+                   cpu_ratio(lr, cr));
         printf("}\n");
         return 0;
     }
@@ -546,9 +571,9 @@ static int report_single(const bench_args *a, const bench_result *lr, const benc
     print_stages(lr);
     if (cr)
         printf("  ceiling  %10.1f samples/s  %9.1f MB/s  (%s, same records and threads)\n"
-               "  loader / ceiling = %.3f\n",
+               "  loader / ceiling = %.3f (per CPU second: %.3f)\n",
                cr->samples / cr->seconds, cr->bytes / cr->seconds / 1e6, ckind,
-               sps / (cr->samples / cr->seconds));
+               sps / (cr->samples / cr->seconds), cpu_ratio(lr, cr));
     return 0;
 }
 
