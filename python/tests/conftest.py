@@ -149,6 +149,5 @@ def torchrun(script_text, nproc, args, tmp_path, timeout=180):
     return r
 
 
-_RENDEZVOUS_FAILURE = re.compile(r"RendezvousConnectionError|RendezvousTimeoutError|"
-                                 r"torch\.distributed\.elastic\.rendezvous.*(Broken pipe|"
-                                 r"Connection reset)")
+_RENDEZVOUS_FAILURE = re.compile(r"Rendezvous(Connection|Timeout)Error|"
+                                 r"(?s:rendezvous.*(Broken pipe|Connection reset))", re.I)
