@@ -19,6 +19,7 @@
 #define MAX_LONGNAME (64u << 10)
 #define MAX_PAX (1u << 20)
 #define GZ_MIN 18 /* the smallest gzip stream: 10-byte header, empty deflate, 8-byte trailer */
+#define GZ_MAX_RATIO 1032u /* deflate's largest expansion (258 bytes from 2 bits) */
 
 /* ---- tar headers ---- */
 
@@ -302,6 +303,14 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
                 gz_size = t ? stk__ld32(t) : 0;
                 if (gz_size == STK__TAR_NOT_GZ)
                     gz_size = 0; /* 4 GiB - 1 gunzipped: over any field's limit anyway */
+                /* deflate expands at most 1032:1: a trailer claiming more is corrupt, and
+                 * believing it would size buffers (and the loader's slots) by it */
+                if ((uint64_t)gz_size > size * GZ_MAX_RATIO)
+                    STK_FAIL_E(STK_EFORMAT,
+                               "%s: member '%.*s' at byte %" PRIu64 ": corrupt gzip trailer (it "
+                               "claims %" PRIu32 " bytes from %" PRIu64 ", more than deflate "
+                               "can expand)",
+                               path, (int)STK_MIN(mlen, 200), mname, off, gz_size, size);
             }
             if (!members_add(ml, data_off, size, mname, mlen, gz_size))
                 STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
