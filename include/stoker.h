@@ -520,7 +520,10 @@ typedef enum stk_op_kind {
     STK_OP_RAND_AUGMENT = 20,            /* num_ops, magnitude, num_magnitude_bins */
     STK_OP_AUTO_AUGMENT = 21,            /* policy (0: IMAGENET, the only one) */
     STK_OP_RANDOM_APPLY = 22,            /* transforms (the count of ops after it), p */
-    STK_OP_RANDOM_CHOICE = 23            /* transforms (the count of ops after it): one of them */
+    STK_OP_RANDOM_CHOICE = 23,           /* transforms (the count of ops after it): one of them */
+    STK_OP_RANDOM_ORDER = 24,            /* transforms (the count of ops after it): shuffled */
+    STK_OP_RANDOM_ROTATION = 25,         /* degrees, interpolation, expand, center, fill */
+    STK_OP_RANDOM_AFFINE = 26 /* degrees, translate, scale, shear, interpolation, fill, center */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
@@ -546,7 +549,16 @@ typedef struct stk_op {
     int64_t num_ops;            /* RandAugment: ops per sample, 0..8 (default 2) */
     int64_t magnitude;          /* RandAugment: the bin, 0..num_magnitude_bins - 1 (default 9) */
     int64_t policy;             /* AutoAugment: 0 = AutoAugmentPolicy.IMAGENET (the only one) */
-    int64_t n_transforms; /* RandomApply/RandomChoice: how many of the following ops are theirs */
+    int64_t
+        n_transforms;  /* RandomApply/RandomChoice/RandomOrder: how many following ops are theirs */
+    double degrees[2]; /* RandomRotation/RandomAffine: angle range, counter-clockwise degrees */
+    int64_t interpolation; /* the warps (RandomRotation, RandomAffine, the policies): PIL's numbers,
+                            * 0 NEAREST (default), 2 BILINEAR */
+    int64_t expand;        /* RandomRotation: 1 grows the output to hold the whole rotated image */
+    double center[2];      /* RandomRotation/RandomAffine: (x, y); NaN (default): image centre */
+    double translate[2];   /* RandomAffine: max |shift| as fractions of (width, height) (0: none) */
+    double shear[4];       /* RandomAffine: x range then y range, degrees (default 0: none) */
+    int64_t padding_mode;  /* Pad/RandomCrop: 0 constant (fill), 1 edge, 2 reflect, 3 symmetric */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */

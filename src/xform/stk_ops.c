@@ -24,10 +24,7 @@
 
 /* ---- parameter lists ---- */
 
-#define PARAM(name, type, count, field)                                                            \
-    {                                                                                              \
-        name, STK_OP_PARAM_##type, count, offsetof(stk_op, field)                                  \
-    }
+#define PARAM STK__PARAM
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 static const stk_op_param p_rrc[] = {PARAM("size", INT64, 2, size),
@@ -54,11 +51,16 @@ static const stk_op_param p_pad[] = {PARAM("padding", INT64, 4, padding),
 static const stk_op_param p_erase[] = {PARAM("p", DOUBLE, 1, p), PARAM("scale", DOUBLE, 2, scale),
                                        PARAM("ratio", DOUBLE, 2, ratio),
                                        PARAM("value", DOUBLE, 3, value)};
-static const stk_op_param p_ta[] = {PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
-static const stk_op_param p_ra[] = {PARAM("num_ops", INT64, 1, num_ops),
-                                    PARAM("magnitude", INT64, 1, magnitude),
-                                    PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
-static const stk_op_param p_aa[] = {PARAM("policy", INT64, 1, policy)};
+static const stk_op_param p_ta[] = {PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins),
+                                    PARAM("interpolation", INT64, 1, interpolation),
+                                    PARAM("fill", DOUBLE, 3, fill)};
+static const stk_op_param p_ra[] = {
+    PARAM("num_ops", INT64, 1, num_ops), PARAM("magnitude", INT64, 1, magnitude),
+    PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins),
+    PARAM("interpolation", INT64, 1, interpolation), PARAM("fill", DOUBLE, 3, fill)};
+static const stk_op_param p_aa[] = {PARAM("policy", INT64, 1, policy),
+                                    PARAM("interpolation", INT64, 1, interpolation),
+                                    PARAM("fill", DOUBLE, 3, fill)};
 static const stk_op_param p_apply[] = {PARAM("transforms", INT64, 1, n_transforms),
                                        PARAM("p", DOUBLE, 1, p)};
 static const stk_op_param p_choice[] = {PARAM("transforms", INT64, 1, n_transforms)};
@@ -276,7 +278,7 @@ static stk_status check_ta(size_t i, stk_op *op)
         return stk__set_last_error(STK_EINVAL,
                                    "ops[%zu] (%s): num_magnitude_bins must be in 2..1024, got %lld",
                                    i, stk_op_name(op->kind), (long long)op->num_magnitude_bins);
-    return STK_OK;
+    return stk__check_interp_fill(i, op);
 }
 
 static stk_status check_ra(size_t i, stk_op *op)
@@ -304,10 +306,11 @@ static stk_status check_aa(size_t i, stk_op *op)
                                    "ops[%zu] (%s): policy must be 0 (AutoAugmentPolicy.IMAGENET; "
                                    "CIFAR10 and SVHN are not supported), got %lld",
                                    i, stk_op_name(op->kind), (long long)op->policy);
-    return STK_OK;
+    return stk__check_interp_fill(i, op);
 }
 
-/* RandomApply/RandomChoice: 1..16 following ops (stk_transform_create checks what they are). */
+/* RandomApply/RandomChoice/RandomOrder: 1..16 following ops (stk_transform_create checks what
+ * they are). */
 static stk_status check_container(size_t i, stk_op *op)
 {
     if (op->n_transforms < 1 || op->n_transforms > STK__XF_MAX_OPS)
@@ -507,10 +510,12 @@ static void plan_blur(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw
 /* RandomErasing: torch.rand(1) < p, then get_params on the output size. */
 static void plan_erase(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
+    int64_t h, w;
+    stk__plan_size(p, &h, &w);
     draw->erase.op = op;
     draw->erase.on = false;
     if (stk_rng_uniform(rng) < op->p)
-        stk__erase_box(rng, p->y.n, p->x.n, op->scale, op->ratio, &draw->erase);
+        stk__erase_box(rng, h, w, op->scale, op->ratio, &draw->erase);
 }
 
 static void post_erase(const stk_transform *t, void *dst, const stk__opdraw *draw)
@@ -518,22 +523,34 @@ static void post_erase(const stk_transform *t, void *dst, const stk__opdraw *dra
     stk__erase_apply(t, dst, &draw->erase);
 }
 
+/* The policies' warps: the op's interpolation and fill. */
+static void ta_warps(const stk_op *op, stk__ta *d)
+{
+    d->interp = (int)op->interpolation;
+    stk__fill_u8(op->fill, d->fill);
+}
+
 static void plan_ta(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
     (void)p;
     stk__ta_draw(rng, op->num_magnitude_bins, &draw->ta);
+    ta_warps(op, &draw->ta);
 }
 
 static void plan_ra(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
-    stk__ra_draw(rng, op->num_ops, op->magnitude, op->num_magnitude_bins, p->y.n, p->x.n,
-                 &draw->ta);
+    int64_t h, w;
+    stk__plan_size(p, &h, &w);
+    stk__ra_draw(rng, op->num_ops, op->magnitude, op->num_magnitude_bins, h, w, &draw->ta);
+    ta_warps(op, &draw->ta);
 }
 
 static void plan_aa(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
-    (void)op;
-    stk__aa_draw(rng, p->y.n, p->x.n, &draw->ta);
+    int64_t h, w;
+    stk__plan_size(p, &h, &w);
+    stk__aa_draw(rng, h, w, &draw->ta);
+    ta_warps(op, &draw->ta);
 }
 
 static void init_container(stk_op *op)
@@ -557,6 +574,23 @@ static void plan_choice(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdr
     (void)draw;
     uint64_t k = stk__rng_below(rng, (uint64_t)op->n_transforms);
     p->skip |= (uint32_t)(((1ull << op->n_transforms) - 1) & ~(1ull << k));
+}
+
+/* RandomOrder: its ops in a random order (torchvision shuffles with Python's random.shuffle:
+ * for i = n - 1 .. 1, swap i with randbelow(i + 1); here from the sample's stream). */
+static void plan_order(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    (void)draw;
+    stk__orderdraw *o = &p->order;
+    o->n = (int)op->n_transforms;
+    for (int k = 0; k < o->n; k++)
+        o->perm[k] = (uint8_t)k;
+    for (int k = o->n - 1; k > 0; k--) {
+        int j = (int)stk__rng_below(rng, (uint64_t)k + 1);
+        uint8_t tmp = o->perm[k];
+        o->perm[k] = o->perm[j];
+        o->perm[j] = tmp;
+    }
 }
 
 static stk_status kernel_ta(const stk__pixctx *c, const stk__opdraw *draw)
@@ -754,11 +788,39 @@ static const stk__op_def op_table[] = {
      .init = init_container,
      .check = check_container,
      .plan = plan_choice},
+    {.name = "RandomOrder",
+     .kind = STK_OP_RANDOM_ORDER,
+     .stage = STK__OP_GEOMETRY,
+     .container = true,
+     .params = PARAMS(p_choice),
+     .init = init_container,
+     .check = check_container,
+     .plan = plan_order},
 };
+
+/* The table: op_table, then the warps' rows (stk_ops_warp.c), in stk_op_kind order. */
+static const struct {
+    const stk__op_def *rows;
+    size_t n;
+} parts[] = {{op_table, N(op_table)}, {stk__warp_op_rows, STK__WARP_N_ROWS}};
+
+static size_t n_rows(void)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < N(parts); k++)
+        n += parts[k].n;
+    return n;
+}
 
 const stk__op_def *stk__op_def_get(stk_op_kind kind)
 {
-    return (size_t)kind < N(op_table) ? &op_table[kind] : NULL;
+    size_t i = (size_t)kind;
+    for (size_t k = 0; k < N(parts); k++) {
+        if (i < parts[k].n)
+            return &parts[k].rows[i];
+        i -= parts[k].n;
+    }
+    return NULL;
 }
 
 void stk__op_list_names(bool after_store_only, char *buf, size_t size)
@@ -766,10 +828,11 @@ void stk__op_list_names(bool after_store_only, char *buf, size_t size)
     size_t len = 0;
     if (size)
         buf[0] = '\0';
-    for (size_t k = 0; k < N(op_table) && len < size; k++) {
-        if (after_store_only && !op_table[k].after_store)
+    for (size_t k = 0; k < n_rows() && len < size; k++) {
+        const stk__op_def *d = stk__op_def_get((stk_op_kind)k);
+        if (after_store_only && !d->after_store)
             continue;
-        int n = snprintf(buf + len, size - len, "%s%s", len ? ", " : "", op_table[k].name);
+        int n = snprintf(buf + len, size - len, "%s%s", len ? ", " : "", d->name);
         if (n < 0)
             break;
         len += (size_t)n;
@@ -803,15 +866,15 @@ void stk_op_init(stk_op *op, stk_op_kind kind)
 
 size_t stk_op_count(void)
 {
-    return N(op_table);
+    return n_rows();
 }
 
 stk_status stk_op_kind_at(size_t i, stk_op_kind *out)
 {
-    if (i >= N(op_table) || !out)
+    if (i >= n_rows() || !out)
         return stk__set_last_error(STK_EINVAL, "stk_op_kind_at: %s",
                                    !out ? "NULL out" : "index past the table");
-    *out = op_table[i].kind;
+    *out = stk__op_def_get((stk_op_kind)i)->kind;
     return STK_OK;
 }
 
@@ -825,12 +888,12 @@ stk_status stk_op_find(const char *name, stk_op_kind *out)
 {
     if (!name || !out)
         return stk__set_last_error(STK_EINVAL, "stk_op_find: NULL %s", !name ? "name" : "out");
-    for (size_t k = 0; k < N(op_table); k++)
-        if (strcmp(name, op_table[k].name) == 0) {
-            *out = op_table[k].kind;
+    for (size_t k = 0; k < n_rows(); k++)
+        if (strcmp(name, stk__op_def_get((stk_op_kind)k)->name) == 0) {
+            *out = (stk_op_kind)k;
             return STK_OK;
         }
-    char names[512];
+    char names[768];
     stk__op_list_names(false, names, sizeof(names));
     return stk__set_last_error(STK_EINVAL, "unknown op '%s' (supported: %s)", name, names);
 }

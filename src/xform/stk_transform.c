@@ -85,11 +85,15 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         t->std[c] = 1.0f;
 
     /* Validate each op and follow the output size through the list (the op table's rows). */
-    int64_t oh = 0, ow = 0;      /* 0: depends on the image */
-    size_t norm_at = SIZE_MAX;   /* the STORE op (Normalize) */
+    int64_t oh = 0, ow = 0;                                   /* 0: depends on the image */
+    int64_t size_h[STK__XF_MAX_OPS], size_w[STK__XF_MAX_OPS]; /* before each op */
+    size_t norm_at = SIZE_MAX;                                /* the STORE op (Normalize) */
     size_t tensor_at = SIZE_MAX; /* the first TENSOR op (RandomErasing) */
+    size_t warp_at = SIZE_MAX;   /* the first warp (RandomRotation, RandomAffine) */
     for (size_t i = 0; i < t->n_ops; i++) {
         stk_op *op = &t->ops[i];
+        size_h[i] = oh;
+        size_w[i] = ow;
         const stk__op_def *d = stk__op_def_get(op->kind);
         if (!d) {
             rc = stk__set_last_error(STK_EINVAL, "ops[%zu]: unknown op kind %d", i, (int)op->kind);
@@ -114,6 +118,17 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
                                      i, d->name, t->defs[tensor_at]->name, tensor_at);
             goto fail;
         }
+        if (warp_at != SIZE_MAX && d->stage == STK__OP_GEOMETRY && !d->container) {
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu] (%s): a geometric op cannot follow %s (ops[%zu]), "
+                                     "which warps the output-size image; put %s after the "
+                                     "crops, resizes and flips",
+                                     i, d->name, t->defs[warp_at]->name, warp_at,
+                                     t->defs[warp_at]->name);
+            goto fail;
+        }
+        if (d->warp && warp_at == SIZE_MAX)
+            warp_at = i;
         if (d->stage == STK__OP_TENSOR && tensor_at == SIZE_MAX)
             tensor_at = i;
         if (d->size)
@@ -123,12 +138,16 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         if (d->stage == STK__OP_STORE)
             norm_at = i;
     }
-    /* RandomApply/RandomChoice: their `transforms` ops follow them and may not change the size
-     * (the output size would depend on the draw) nor be the store or a tensor op. */
+    /* RandomApply/RandomChoice/RandomOrder: their `transforms` ops follow them and may not
+     * change the size (the output size would depend on the draw) nor be the store or a tensor
+     * op; RandomOrder's are single ops, and not both warps and geometric ops (the geometry is
+     * folded into the resample before every kernel, so it cannot come after a warp). */
     for (size_t i = 0; i < t->n_ops; i++) {
         if (!t->defs[i]->container)
             continue;
         int64_t n = t->ops[i].n_transforms;
+        bool order = t->defs[i]->kind == STK_OP_RANDOM_ORDER;
+        bool has_warp = false, has_geometry = false;
         if ((size_t)n > t->n_ops - 1 - i) {
             rc = stk__set_last_error(STK_EINVAL,
                                      "ops[%zu] (%s): its %lld transforms must follow it (only "
@@ -138,12 +157,27 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         }
         for (size_t k = i + 1; k <= i + (size_t)n; k++) {
             const stk__op_def *c = t->defs[k];
-            bool nested = c->container && t->defs[i]->kind == STK_OP_RANDOM_CHOICE;
-            if (c->size || c->stage == STK__OP_STORE || c->stage == STK__OP_TENSOR || nested) {
+            bool nested = c->container && t->defs[i]->kind != STK_OP_RANDOM_APPLY;
+            int64_t h = size_h[k], w = size_w[k];
+            if (c->size)
+                c->size(&t->ops[k], &h, &w);
+            bool resizes = c->size && (c->stage != STK__OP_PIXEL || h == 0 || w == 0 ||
+                                       h != size_h[k] || w != size_w[k]);
+            has_warp |= c->warp;
+            has_geometry |= c->stage == STK__OP_GEOMETRY;
+            if (order && has_warp && has_geometry) {
+                rc = stk__set_last_error(STK_EINVAL,
+                                         "ops[%zu] (%s): its transforms cannot mix warps "
+                                         "(RandomRotation, RandomAffine) with geometric ops "
+                                         "(a geometric op cannot run after a warp)",
+                                         i, t->defs[i]->name);
+                goto fail;
+            }
+            if (resizes || c->stage == STK__OP_STORE || c->stage == STK__OP_TENSOR || nested) {
                 rc = stk__set_last_error(STK_EINVAL,
                                          "ops[%zu] (%s): ops[%zu] (%s) cannot be one of its "
                                          "transforms (only ops that keep the size: flips, "
-                                         "pixel ops%s)",
+                                         "pixel ops, warps%s)",
                                          i, t->defs[i]->name, k, c->name,
                                          t->defs[i]->kind == STK_OP_RANDOM_APPLY ? ", RandomApply"
                                                                                  : "");
@@ -265,6 +299,27 @@ static bool axis_window(const stk__xaxis *a, int64_t full, uint32_t den, int64_t
     return true;
 }
 
+void stk__plan_size(const stk__xplan *p, int64_t *h, int64_t *w)
+{
+    *h = p->pix_h ? p->pix_h : p->y.n;
+    *w = p->pix_w ? p->pix_w : p->x.n;
+}
+
+/* Plan op i: fold it into the geometry, draw its randomness, queue its kernel. */
+static void plan_op(const stk_transform *t, size_t i, stk_rng *rng, stk__xplan *out)
+{
+    const stk__op_def *d = t->defs[i];
+    stk__opdraw *draw = NULL;
+    if (d->kernel || d->post) {
+        stk__xpix *px = &out->pix[out->n_pix++];
+        px->def = d;
+        px->op = &t->ops[i];
+        draw = &px->draw;
+    }
+    if (d->plan)
+        d->plan(&t->ops[i], rng, out, draw);
+}
+
 void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, stk_rng *rng,
                      stk__xplan *out)
 {
@@ -273,21 +328,22 @@ void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, st
     stk__axis_init(&out->y, height);
     uint32_t skip = 0; /* bit 0: skip this op (a RandomApply/RandomChoice left it out) */
     for (size_t i = 0; i < t->n_ops; i++) {
-        const stk__op_def *d = t->defs[i];
-        stk__opdraw *draw = NULL;
         bool skipped = skip & 1;
         skip >>= 1;
         if (skipped)
             continue;
-        if (d->kernel || d->post) {
-            stk__xpix *px = &out->pix[out->n_pix++];
-            px->def = d;
-            draw = &px->draw;
-        }
-        if (d->plan)
-            d->plan(&t->ops[i], rng, out, draw);
+        plan_op(t, i, rng, out);
         skip |= out->skip; /* a container's choice over the ops after it */
         out->skip = 0;
+        if (out->order.n) { /* RandomOrder: its (single, non-container) ops in its order */
+            int n = out->order.n;
+            out->order.n = 0;
+            for (int k = 0; k < n; k++)
+                if (!(skip >> out->order.perm[k] & 1))
+                    plan_op(t, i + 1 + out->order.perm[k], rng, out);
+            skip >>= n;
+            i += (size_t)n;
+        }
     }
     out->flip = out->x.dir < 0;
     out->vflip = out->y.dir < 0;
@@ -403,13 +459,22 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
         }
         img = w->img;
     }
-    STK_TRY(
-        stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)t->out_w * 3, err, err_size));
+    /* The geometry's size; a RandomRotation(expand=True) grows it (to at most the output's). */
+    stk__pixctx px = {img, (uint32_t)plan->x.n, (uint32_t)plan->y.n, err, err_size};
+    STK_TRY(stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)px.w * 3, err, err_size));
     uint64_t t1 = stk__now_ns();
-    const stk__pixctx px = {img, t->out_w, t->out_h, err, err_size};
-    for (uint32_t i = 0; i < plan->n_pix; i++) /* one call per kernel per sample */
-        if (plan->pix[i].def->kernel)
-            STK_TRY(plan->pix[i].def->kernel(&px, &plan->pix[i].draw));
+    for (uint32_t i = 0; i < plan->n_pix; i++) { /* one call per kernel per sample */
+        const stk__xpix *k = &plan->pix[i];
+        if (!k->def->kernel)
+            continue;
+        STK_TRY(k->def->kernel(&px, &k->draw));
+        if (k->def->size) {
+            int64_t h = px.h, wd = px.w;
+            k->def->size(k->op, &h, &wd);
+            px.h = (uint32_t)h;
+            px.w = (uint32_t)wd;
+        }
+    }
     uint64_t t2 = stk__now_ns();
     stk__store(t, img, t->out_w, t->out_h, dst);
     for (uint32_t i = 0; i < plan->n_pix; i++) /* tensor passes (RandomErasing): store time */

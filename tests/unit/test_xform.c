@@ -382,8 +382,8 @@ static int test_op_table(void)
             char *at = (char *)&op + pa->offset;
             if (pa->type == STK_OP_PARAM_INT64)
                 *(int64_t *)(void *)at = -1;
-            else if (pa->type == STK_OP_PARAM_DOUBLE)
-                *(double *)(void *)at = NAN;
+            else if (pa->type == STK_OP_PARAM_DOUBLE) /* NaN where it is a default (center) */
+                *(double *)(void *)at = isnan(*(double *)(void *)at) ? INFINITY : NAN;
             else
                 *(float *)(void *)at = NAN;
             T_EQ(d->check(3, &op), STK_EINVAL);
@@ -402,7 +402,7 @@ static int test_op_table(void)
     T_CHECK(stk_op_param_at((stk_op_kind)n, 0) == NULL);
 
     /* Unknown names (torchvision's case, no aliases) list every supported name. */
-    static const char *const bad[] = {"RandomRotation", "resize", "", "Normalize "};
+    static const char *const bad[] = {"RandomPerspective", "resize", "", "Normalize "};
     for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
         T_EQ(stk_op_find(bad[b], &k), STK_EINVAL);
         T_EQ(k, (stk_op_kind)42);
