@@ -513,17 +513,17 @@ typedef enum stk_op_kind {
     STK_OP_RANDOM_AUTOCONTRAST = 13,     /* p */
     STK_OP_RANDOM_EQUALIZE = 14,         /* p */
     STK_OP_GAUSSIAN_BLUR = 15,           /* kernel_size, sigma */
-    STK_OP_RANDOM_CROP = 16,             /* size, padding, pad_if_needed, fill (0 only) */
-    STK_OP_PAD = 17,                     /* padding, fill (0 only) */
+    STK_OP_RANDOM_CROP = 16,             /* size, padding, pad_if_needed, fill, padding_mode */
+    STK_OP_PAD = 17,                     /* padding, fill, padding_mode */
     STK_OP_RANDOM_ERASING = 18,          /* p, scale, ratio, value: on the output tensor */
-    STK_OP_TRIVIAL_AUGMENT_WIDE = 19,    /* num_magnitude_bins (fill 0, nearest) */
-    STK_OP_RAND_AUGMENT = 20,            /* num_ops, magnitude, num_magnitude_bins */
-    STK_OP_AUTO_AUGMENT = 21,            /* policy (0: IMAGENET, the only one) */
-    STK_OP_RANDOM_APPLY = 22,            /* transforms (the count of ops after it), p */
-    STK_OP_RANDOM_CHOICE = 23,           /* transforms (the count of ops after it): one of them */
-    STK_OP_RANDOM_ORDER = 24,            /* transforms (the count of ops after it): shuffled */
-    STK_OP_RANDOM_ROTATION = 25,         /* degrees, interpolation, expand, center, fill */
-    STK_OP_RANDOM_AFFINE = 26 /* degrees, translate, scale, shear, interpolation, fill, center */
+    STK_OP_TRIVIAL_AUGMENT_WIDE = 19,    /* num_magnitude_bins, interpolation, fill */
+    STK_OP_RAND_AUGMENT = 20,    /* num_ops, magnitude, num_magnitude_bins, interpolation, fill */
+    STK_OP_AUTO_AUGMENT = 21,    /* policy (0: IMAGENET, the only one), interpolation, fill */
+    STK_OP_RANDOM_APPLY = 22,    /* transforms (the count of ops after it), p */
+    STK_OP_RANDOM_CHOICE = 23,   /* transforms (the count of ops after it): one of them */
+    STK_OP_RANDOM_ORDER = 24,    /* transforms (the count of ops after it): shuffled */
+    STK_OP_RANDOM_ROTATION = 25, /* degrees, interpolation, expand, center, fill */
+    STK_OP_RANDOM_AFFINE = 26    /* degrees, translate, scale, shear, interpolation, fill, center */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
@@ -543,7 +543,7 @@ typedef struct stk_op {
     double sigma[2];             /* GaussianBlur sigma range (default 0.1, 2.0) */
     int64_t padding[4];          /* Pad/RandomCrop: (left, top, right, bottom), >= 0 */
     int64_t pad_if_needed;       /* RandomCrop: 1 pads a side shorter than size (both ends) */
-    double fill[3];              /* Pad/RandomCrop padding value: only 0 is supported */
+    double fill[3];  /* Pad/RandomCrop constant padding, the warps' outside: per channel, 0..255 */
     double value[3]; /* RandomErasing: per channel, in the output's units (after Normalize) */
     int64_t num_magnitude_bins; /* TrivialAugmentWide/RandAugment: 2..1024 (default 31) */
     int64_t num_ops;            /* RandAugment: ops per sample, 0..8 (default 2) */

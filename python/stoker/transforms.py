@@ -191,22 +191,26 @@ def _padding4(padding, what):
     raise _invalid(f"{what}: padding must be an int or a sequence of 1, 2 or 4, got {padding!r}")
 
 
-def _fill3(fill, padding_mode, what):
-    if padding_mode != "constant":
-        raise _invalid(f"{what}: only padding_mode='constant' is supported, got "
+PADDING_MODES = ("constant", "edge", "reflect", "symmetric")  # the C op's 0..3
+
+
+def _fill(fill, what):
+    """torchvision's fill -> 3 floats in 0..255 (stoker._warps._fill)."""
+    from ._warps import _fill as fill3
+    return fill3(fill, what)
+
+
+def _padding_mode(padding_mode, what):
+    if padding_mode not in PADDING_MODES:
+        raise _invalid(f"{what}: padding_mode must be one of {', '.join(PADDING_MODES)}, got "
                        f"{padding_mode!r}")
-    if fill is None:
-        fill = 0
-    if isinstance(fill, numbers.Number):
-        return (float(fill),) * 3
-    vals = [float(v) for v in fill]
-    return tuple(vals * 3) if len(vals) == 1 else tuple(vals)
+    return PADDING_MODES.index(padding_mode)
 
 
 class RandomCrop(Op):
     """torchvision.transforms.RandomCrop(size, padding, pad_if_needed, fill, padding_mode): a
-    crop of size at a uniform position, after zero padding (fill 0, padding_mode 'constant'
-    only)."""
+    crop of size at a uniform position, after padding with fill (a number or one per channel)
+    or by padding_mode 'edge', 'reflect' or 'symmetric'."""
 
     _tv_args = ("size", "padding", "pad_if_needed", "fill", "padding_mode")
 
@@ -215,25 +219,28 @@ class RandomCrop(Op):
         self.size = _size2(size, "RandomCrop")
         self.padding = _padding4(padding, "RandomCrop")
         self.pad_if_needed = bool(pad_if_needed)
-        self.fill = _fill3(fill, padding_mode, "RandomCrop")
+        self.fill = _fill(fill, "RandomCrop")
+        self.padding_mode = _padding_mode(padding_mode, "RandomCrop")
 
     def _params(self):
         return {"size": self.size, "padding": self.padding,
-                "pad_if_needed": int(self.pad_if_needed), "fill": self.fill}
+                "pad_if_needed": int(self.pad_if_needed), "fill": self.fill,
+                "padding_mode": self.padding_mode}
 
 
 class Pad(Op):
-    """torchvision.transforms.Pad(padding, fill, padding_mode): zero padding (fill 0,
-    padding_mode 'constant' only)."""
+    """torchvision.transforms.Pad(padding, fill, padding_mode): padding with fill (a number or
+    one per channel) or by padding_mode 'edge', 'reflect' or 'symmetric'."""
 
     _tv_args = ("padding", "fill", "padding_mode")
 
     def __init__(self, padding, fill=0, padding_mode="constant"):
         self.padding = _padding4(padding, "Pad")
-        self.fill = _fill3(fill, padding_mode, "Pad")
+        self.fill = _fill(fill, "Pad")
+        self.padding_mode = _padding_mode(padding_mode, "Pad")
 
     def _params(self):
-        return {"padding": self.padding, "fill": self.fill}
+        return {"padding": self.padding, "fill": self.fill, "padding_mode": self.padding_mode}
 
 
 class _Flip(Op):

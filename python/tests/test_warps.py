@@ -324,3 +324,67 @@ def test_warps_thread_independent_and_resume(tmp_path):
     resumed.load_state_dict(state)
     tail = [b["image"].clone() for b in resumed]
     assert all(torch.equal(a, b) for a, b in zip(head + tail, one)) and len(head + tail) == 3
+
+
+# ---- Pad/RandomCrop: fill and padding_mode ----
+
+MODE_CODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}
+
+
+@pytest.mark.parametrize("mode", list(MODE_CODES))
+def test_pad_fill_and_modes_match_torchvision(images, mode):
+    """Pad(padding, fill, padding_mode) is torchvision's F.pad on the PIL image bit for bit:
+    constant with a per-channel fill (int() of each), edge, reflect and symmetric, including
+    padding wider than the image (numpy's repeated reflection)."""
+    from test_xform_vs_torchvision import pil
+    path = images["p400x300.png"]
+    img = F.center_crop(pil(path), [37, 50])
+    for pad in ((3, 5, 7, 2), (60, 1, 0, 45), (10, 10, 10, 10)):
+        fill = (9, 99, 200.5) if mode == "constant" else 0
+        want = np.asarray(F.pad(img, list(pad), fill=fill, padding_mode=mode))
+        h, w = want.shape[:2]
+        got, _ = u8(path, "ccrop:37,50 Pad:padding=" + ",".join(map(str, pad)) +
+                    f";fill=9,99,200.5;padding_mode={MODE_CODES[mode]}", h, w)
+        assert np.array_equal(got, want), (mode, pad, int(np.sum(got != want)))
+
+
+@pytest.mark.parametrize("mode", list(MODE_CODES))
+def test_random_crop_fill_and_modes_match_torchvision(images, mode):
+    """RandomCrop(size, padding, pad_if_needed, fill, padding_mode) is torchvision's crop of its
+    padded image at the offset the plan drew, bit for bit."""
+    from test_xform_vs_torchvision import pil
+    code = MODE_CODES[mode]
+    for name, (h, w, pad, pin) in (("p500x375.jpg", (300, 280, (4, 4, 4, 4), 0)),
+                                   ("p400x300.png", (320, 420, (3, 1, 4, 1), 1))):
+        path = images[name]
+        fill = (5, 6, 7) if mode == "constant" else 0
+        padded = F.pad(pil(path), list(pad), fill=fill, padding_mode=mode)
+        dw = max(w - padded.size[0], 0) if pin else 0
+        dh = max(h - padded.size[1], 0) if pin else 0
+        if pin:
+            padded = F.pad(padded, [dw, dh, dw, dh], fill=fill, padding_mode=mode)
+        for index in range(3):
+            got, p = u8(path, f"RandomCrop:size={h},{w};padding={','.join(map(str, pad))};"
+                        f"pad_if_needed={pin};fill=5,6,7;padding_mode={code}", h, w, index=index)
+            i = int(p["origin"][0]) + pad[1] + dh
+            j = int(p["origin"][1]) + pad[0] + dw
+            want = np.asarray(F.crop(padded, i, j, h, w))
+            assert np.array_equal(got, want), (name, mode, index)
+    t = T.compile(TV.Compose([TV.CenterCrop(32), TV.RandomCrop(32, 4, fill=(1, 2, 3),
+                                                               padding_mode=mode)]))
+    assert t.output["shape"] == (3, 32, 32)
+
+
+def test_padding_style_rules():
+    """One padding style per transform, none before a resize (stoker resamples padding as an
+    edge extension), the modes by name; errors name the ops."""
+    with pytest.raises(ValueError, match=r"ops\[2\] \(Resize\): cannot follow Pad \(ops\[1\]\)"):
+        T.compile([T.CenterCrop(32), T.Pad(4, padding_mode="reflect"), T.Resize((32, 32))])
+    with pytest.raises(ValueError, match=r"RandomCrop.*must equal those of Pad \(ops\[1\]\)"):
+        T.compile([T.CenterCrop(32), T.Pad(4, fill=3), T.RandomCrop(32, 2, fill=4)])
+    with pytest.raises(ValueError, match="Pad: padding_mode must be one of"):
+        T.Pad(2, padding_mode="wrap")
+    with pytest.raises(ValueError, match="RandomCrop: fill"):
+        T.RandomCrop(8, 2, fill=(1, 2))
+    # a zero fill before a resize stays as it was (padding resampled as an edge extension)
+    assert T.compile([T.Pad(4), T.Resize((16, 16))]).output["shape"] == (3, 16, 16)

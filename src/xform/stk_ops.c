@@ -45,9 +45,11 @@ static const stk_op_param p_sharpness[] = {PARAM("sharpness_factor", DOUBLE, 1, 
                                            PARAM("p", DOUBLE, 1, p)};
 static const stk_op_param p_rcrop[] = {
     PARAM("size", INT64, 2, size), PARAM("padding", INT64, 4, padding),
-    PARAM("pad_if_needed", INT64, 1, pad_if_needed), PARAM("fill", DOUBLE, 3, fill)};
+    PARAM("pad_if_needed", INT64, 1, pad_if_needed), PARAM("fill", DOUBLE, 3, fill),
+    PARAM("padding_mode", INT64, 1, padding_mode)};
 static const stk_op_param p_pad[] = {PARAM("padding", INT64, 4, padding),
-                                     PARAM("fill", DOUBLE, 3, fill)};
+                                     PARAM("fill", DOUBLE, 3, fill),
+                                     PARAM("padding_mode", INT64, 1, padding_mode)};
 static const stk_op_param p_erase[] = {PARAM("p", DOUBLE, 1, p), PARAM("scale", DOUBLE, 2, scale),
                                        PARAM("ratio", DOUBLE, 2, ratio),
                                        PARAM("value", DOUBLE, 3, value)};
@@ -221,7 +223,7 @@ static stk_status check_blur(size_t i, stk_op *op)
     return STK_OK;
 }
 
-/* Pad's and RandomCrop's padding (>= 0) and fill (0: the resample pads with zeros). */
+/* Pad's and RandomCrop's padding (>= 0), fill (0..255) and padding_mode (0..3). */
 static stk_status check_padding(size_t i, stk_op *op)
 {
     const char *name = stk_op_name(op->kind);
@@ -233,13 +235,12 @@ static stk_status check_padding(size_t i, stk_op *op)
                                        i, name, STK__XF_MAX_SIZE, (long long)op->padding[0],
                                        (long long)op->padding[1], (long long)op->padding[2],
                                        (long long)op->padding[3]);
-    for (int c = 0; c < 3; c++)
-        if (op->fill[c] != 0.0)
-            return stk__set_last_error(STK_EINVAL,
-                                       "ops[%zu] (%s): fill must be 0 (stoker pads with zeros), "
-                                       "got %g in channel %d",
-                                       i, name, op->fill[c], c);
-    return STK_OK;
+    if (op->padding_mode < STK__PAD_CONSTANT || op->padding_mode > STK__PAD_SYMMETRIC)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): padding_mode must be 0 (constant), 1 (edge), "
+                                   "2 (reflect) or 3 (symmetric), got %lld",
+                                   i, name, (long long)op->padding_mode);
+    return stk__check_fill(i, op);
 }
 
 static stk_status check_rcrop(size_t i, stk_op *op)
@@ -424,33 +425,37 @@ static void plan_center_crop(const stk_op *op, stk_rng *rng, stk__xplan *p, stk_
     stk__axis_center_crop(&p->x, op->size[1]);
 }
 
-/* Pad: a crop that starts before the image and ends after it (zeros, as constant fill 0). */
-static void pad_axes(stk__xplan *p, const int64_t pad[4])
+/* Pad: a crop that starts before the image and ends after it; the padding pixels get their
+ * values by the op's padding_mode (the resample maps them onto content, or they are zero and
+ * the fill replaces them: stk__xform_render). */
+static void pad_axes(stk__xplan *p, const int64_t pad[4], int64_t mode)
 {
+    p->x.pad_mode = p->y.pad_mode = (int)mode;
     stk__axis_crop(&p->x, -pad[0], p->x.n + pad[0] + pad[2]);
     stk__axis_crop(&p->y, -pad[1], p->y.n + pad[1] + pad[3]);
+    p->x.pad_mode = p->y.pad_mode = STK__PAD_CONSTANT; /* a larger CenterCrop pads with zeros */
 }
 
 static void plan_pad(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
     (void)rng;
     (void)draw;
-    pad_axes(p, op->padding);
+    pad_axes(p, op->padding, op->padding_mode);
 }
 
 /* torchvision's RandomCrop.forward: pad by `padding`; with pad_if_needed pad a side shorter than
  * the crop by the difference at both ends; then get_params: (0, 0) when the sizes are equal,
  * else i = randint(0, h - th + 1), j = randint(0, w - tw + 1) (height first). An image still
- * smaller than the crop (torchvision raises) is padded with zeros after its end. */
+ * smaller than the crop (torchvision raises) is padded after its end. */
 static void plan_rcrop(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
     (void)draw;
-    pad_axes(p, op->padding);
+    pad_axes(p, op->padding, op->padding_mode);
     int64_t th = op->size[0], tw = op->size[1];
     if (op->pad_if_needed) {
         int64_t dw = tw > p->x.n ? tw - p->x.n : 0, dh = th > p->y.n ? th - p->y.n : 0;
         const int64_t pad[4] = {dw, dh, dw, dh};
-        pad_axes(p, pad);
+        pad_axes(p, pad, op->padding_mode);
     }
     int64_t i = 0, j = 0;
     if (p->y.n != th || p->x.n != tw) {
@@ -669,6 +674,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomResizedCrop",
      .kind = STK_OP_RANDOM_RESIZED_CROP,
      .stage = STK__OP_GEOMETRY,
+     .resamples = true,
      .params = PARAMS(p_rrc),
      .check = check_rrc,
      .size = size_crop,
@@ -676,6 +682,7 @@ static const stk__op_def op_table[] = {
     {.name = "Resize",
      .kind = STK_OP_RESIZE,
      .stage = STK__OP_GEOMETRY,
+     .resamples = true,
      .params = PARAMS(p_size),
      .init = init_resize,
      .check = check_resize,

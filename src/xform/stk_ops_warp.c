@@ -38,12 +38,17 @@ static const stk_op_param p_affine[] = {STK__PARAM("degrees", DOUBLE, 2, degrees
 
 stk_status stk__check_interp_fill(size_t i, const stk_op *op)
 {
-    const char *name = stk_op_name(op->kind);
     if (op->interpolation != STK__INTERP_NEAREST && op->interpolation != STK__INTERP_BILINEAR)
         return stk__set_last_error(STK_EINVAL,
                                    "ops[%zu] (%s): interpolation must be 0 (NEAREST) or 2 "
                                    "(BILINEAR), got %lld",
-                                   i, name, (long long)op->interpolation);
+                                   i, stk_op_name(op->kind), (long long)op->interpolation);
+    return stk__check_fill(i, op);
+}
+
+stk_status stk__check_fill(size_t i, const stk_op *op)
+{
+    const char *name = stk_op_name(op->kind);
     for (int c = 0; c < 3; c++)
         if (!(op->fill[c] >= 0.0 && op->fill[c] < 256.0))
             return stk__set_last_error(STK_EINVAL,

@@ -43,6 +43,46 @@ void stk_transform_opts_init(stk_transform_opts *opts)
     opts->max_pixels = DEFAULT_MAX_PIXELS;
 }
 
+/* The padding style of ops[i] (Pad/RandomCrop's fill and padding_mode, other than zeros): the
+ * axes hold one padding_mode and the render one fill, so every padding op must agree; and a
+ * resize after it would resample the padding as an edge extension (not torchvision's).
+ * *pad_at: the first padding op with a style. @return STK_OK or STK_EINVAL. */
+static stk_status check_pad_style(stk_transform *t, size_t i, size_t *pad_at)
+{
+    const stk_op *op = &t->ops[i];
+    const stk__op_def *d = t->defs[i];
+    if (*pad_at != SIZE_MAX && d->resamples)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): cannot follow %s (ops[%zu]) with a fill or a "
+                                   "padding_mode (stoker resamples padding as an edge "
+                                   "extension); put the padding after the resize",
+                                   i, d->name, t->defs[*pad_at]->name, *pad_at);
+    if (op->kind != STK_OP_PAD && op->kind != STK_OP_RANDOM_CROP)
+        return STK_OK;
+    bool styled = op->padding_mode != 0 || op->fill[0] || op->fill[1] || op->fill[2];
+    if (*pad_at == SIZE_MAX) {
+        if (!styled)
+            return STK_OK;
+        for (size_t k = 0; k < i; k++)
+            if (t->ops[k].kind == STK_OP_PAD || t->ops[k].kind == STK_OP_RANDOM_CROP)
+                *pad_at = k; /* an earlier plain one: it must agree too */
+        if (*pad_at == SIZE_MAX) {
+            *pad_at = i;
+            t->pad_fill = op->padding_mode == 0;
+            stk__fill_u8(op->fill, t->pad_rgb);
+            return STK_OK;
+        }
+    }
+    const stk_op *first = &t->ops[*pad_at];
+    if (first->padding_mode != op->padding_mode ||
+        memcmp(first->fill, op->fill, sizeof(op->fill)) != 0)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): its fill and padding_mode must equal those of "
+                                   "%s (ops[%zu]) (one padding style per transform)",
+                                   i, d->name, t->defs[*pad_at]->name, *pad_at);
+    return STK_OK;
+}
+
 stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out)
 {
     stk_status rc = STK_OK;
@@ -90,6 +130,7 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     size_t norm_at = SIZE_MAX;                                /* the STORE op (Normalize) */
     size_t tensor_at = SIZE_MAX; /* the first TENSOR op (RandomErasing) */
     size_t warp_at = SIZE_MAX;   /* the first warp (RandomRotation, RandomAffine) */
+    size_t pad_at = SIZE_MAX;    /* the first Pad/RandomCrop with a fill or padding_mode */
     for (size_t i = 0; i < t->n_ops; i++) {
         stk_op *op = &t->ops[i];
         size_h[i] = oh;
@@ -129,6 +170,7 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         }
         if (d->warp && warp_at == SIZE_MAX)
             warp_at = i;
+        STK_TRY(check_pad_style(t, i, &pad_at));
         if (d->stage == STK__OP_TENSOR && tensor_at == SIZE_MAX)
             tensor_at = i;
         if (d->size)
@@ -281,6 +323,19 @@ void stk_transform_destroy(stk_transform *t)
 static bool axis_window(const stk__xaxis *a, int64_t full, uint32_t den, int64_t *w0, int64_t *w1)
 {
     int64_t ulo = a->dir > 0 ? a->off : a->off - (a->n - 1), uhi = ulo + a->n - 1;
+    bool copies = false; /* edge/reflect/symmetric padding: the content it copies */
+    for (int s = 0; s < a->n_pads; s++)
+        copies |= a->pads[s].mode != STK__PAD_CONSTANT;
+    if (copies && a->v1 > a->v0) {
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        for (int64_t u = ulo; u <= uhi; u++) {
+            int64_t m = stk__axis_pad_map(a, u);
+            lo = STK_MIN(lo, m);
+            hi = STK_MAX(hi, m);
+        }
+        ulo = lo;
+        uhi = hi;
+    }
     ulo = STK_MAX(ulo, a->v0);
     uhi = STK_MIN(uhi, a->v1 - 1);
     if (ulo > uhi)
@@ -444,6 +499,25 @@ void stk__transform_worker_stage_ns(const stk__tworker *w, uint64_t *decode_ns,
                   atomic_load_explicit(&x->store_ns, memory_order_relaxed);
 }
 
+static inline bool is_padding(const stk__xaxis *a, int64_t i)
+{
+    int64_t u = a->off + a->dir * i;
+    return u < a->v0 || u >= a->v1;
+}
+
+/* Pad/RandomCrop's constant fill: the padding pixels (zero from the resample) get the colour. */
+static void fill_padding(uint8_t *img, const stk__xaxis *x, const stk__xaxis *y,
+                         const uint8_t rgb[3])
+{
+    for (int64_t j = 0; j < y->n; j++) {
+        uint8_t *row = img + (size_t)j * x->n * 3;
+        bool all = is_padding(y, j);
+        for (int64_t i = 0; i < x->n; i++)
+            if (all || is_padding(x, i))
+                memcpy(row + i * 3, rgb, 3);
+    }
+}
+
 stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
                              const stk__decoded *src, void *dst, char *err, size_t err_size)
 {
@@ -462,6 +536,8 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
     /* The geometry's size; a RandomRotation(expand=True) grows it (to at most the output's). */
     stk__pixctx px = {img, (uint32_t)plan->x.n, (uint32_t)plan->y.n, err, err_size};
     STK_TRY(stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)px.w * 3, err, err_size));
+    if (t->pad_fill)
+        fill_padding(img, &plan->x, &plan->y, t->pad_rgb);
     uint64_t t1 = stk__now_ns();
     for (uint32_t i = 0; i < plan->n_pix; i++) { /* one call per kernel per sample */
         const stk__xpix *k = &plan->pix[i];

@@ -47,6 +47,8 @@ struct stk_transform {
     uint64_t max_pixels;
     bool lenient;          /* stk_transform_opts.lenient: passed to each worker's decoder */
     uint32_t out_w, out_h; /* output size, fixed by the ops */
+    bool pad_fill;         /* Pad/RandomCrop fill constant padding with pad_rgb (not 0) */
+    uint8_t pad_rgb[3];
     bool normalize;        /* a Normalize op is present */
     float mean[3], std[3]; /* its parameters (float32, as torchvision's tensors) */
     /* The float output of each uint8 value per channel (stk__store_init): the exact per-value
@@ -81,7 +83,21 @@ typedef struct stk__xaxis {
     int64_t off;       /* grid pixel of output pixel 0 */
     int dir;           /* +1, or -1 when mirrored */
     int64_t n;         /* current size; the output size once the plan is complete */
+    int pad_mode;      /* STK__PAD_* of the padding the next crop makes (Pad/RandomCrop set it) */
+    int n_pads;        /* the paddings since the last resize, innermost first: the image each */
+    struct {           /* padded spanned grid pixels [lo, hi); pixels outside it got `mode` */
+        int64_t lo, hi;
+        int mode;
+    } pads[STK__XF_MAX_OPS];
 } stk__xaxis;
+
+/* torchvision's padding_mode (stk_op.padding_mode). */
+enum { STK__PAD_CONSTANT = 0, STK__PAD_EDGE = 1, STK__PAD_REFLECT = 2, STK__PAD_SYMMETRIC = 3 };
+
+/* Grid pixel u of the axis, or where u lies in edge/reflect/symmetric padding, the pixel
+ * numpy's pad (what torchvision uses on PIL images) copies there, through each padding from the
+ * outermost in (constant padding stays outside the content [v0, v1)). */
+int64_t stk__axis_pad_map(const stk__xaxis *a, int64_t u);
 
 /* A RandomResizedCrop box, as torchvision's get_params returns it: top i, left j, h, w. */
 typedef struct stk__box {
@@ -340,6 +356,8 @@ typedef struct stk__op_def {
     bool container;   /* RandomApply/RandomChoice/RandomOrder: the `n_transforms` ops after it */
     bool warp;        /* moves pixels on the output-size image (a pixel kernel): no geometric op may
                        * follow it */
+    bool resamples;   /* resizes (Resize, RandomResizedCrop): padding before it is resampled as an
+                       * edge extension, so a fill or padding_mode cannot precede it */
     const stk_op_param *params; /* torchvision's arguments, in its order */
     size_t n_params;
     /* Optional defaults beyond stk_op_init's common ones (e.g. Resize's size (256, 0)). */
@@ -376,6 +394,8 @@ extern const stk__op_def stk__warp_op_rows[STK__WARP_N_ROWS];
 /* Check an op's interpolation (0 NEAREST or 2 BILINEAR) and fill (0..255 per channel).
  * @return STK_OK or STK_EINVAL naming ops[i]. */
 stk_status stk__check_interp_fill(size_t i, const stk_op *op);
+/* Check an op's fill only (0..255 per channel). @return STK_OK or STK_EINVAL naming ops[i]. */
+stk_status stk__check_fill(size_t i, const stk_op *op);
 /* torchvision's _parse_fill for a PIL image: int() of each channel. */
 void stk__fill_u8(const double fill[3], uint8_t out[3]);
 
