@@ -28,6 +28,7 @@
 #include "decode/stk_decode.h"
 #include "stk_internal.h"
 
+#include <math.h>
 #include <stdatomic.h>
 
 #define STK__XF_MAX_OPS 16     /* ops per transform */
@@ -387,6 +388,19 @@ typedef struct stk__op_def {
     {                                                                                              \
         name, STK_OP_PARAM_##type, count, offsetof(stk_op, field)                                  \
     }
+
+/* Both numbers of a pair finite. */
+static inline bool stk__finite2(const double v[2])
+{
+    return isfinite(v[0]) && isfinite(v[1]);
+}
+
+/* The pixel ops' rows (stk_ops_pixel.c): ColorJitter, Grayscale .. GaussianBlur, the policies. */
+#define STK__PIXEL_N_ROWS 13
+extern const stk__op_def stk__pixel_op_rows[STK__PIXEL_N_ROWS];
+/* The parameter list {p} and the check of a probability p in [0, 1] (stk_ops.c). */
+extern const stk_op_param stk__params_p[1];
+stk_status stk__check_p(size_t i, stk_op *op);
 
 /* The warps' rows (stk_ops_warp.c), kinds STK_OP_RANDOM_ROTATION and STK_OP_RANDOM_AFFINE. */
 #define STK__WARP_N_ROWS 2
