@@ -523,7 +523,9 @@ typedef enum stk_op_kind {
     STK_OP_RANDOM_CHOICE = 23,   /* transforms (the count of ops after it): one of them */
     STK_OP_RANDOM_ORDER = 24,    /* transforms (the count of ops after it): shuffled */
     STK_OP_RANDOM_ROTATION = 25, /* degrees, interpolation, expand, center, fill */
-    STK_OP_RANDOM_AFFINE = 26    /* degrees, translate, scale, shear, interpolation, fill, center */
+    STK_OP_RANDOM_AFFINE = 26,   /* degrees, translate, scale, shear, interpolation, fill, center */
+    STK_OP_AUG_MIX =
+        27 /* severity, mixture_width, chain_depth, alpha, all_ops, interpolation, fill */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
@@ -559,6 +561,11 @@ typedef struct stk_op {
     double translate[2];   /* RandomAffine: max |shift| as fractions of (width, height) (0: none) */
     double shear[4];       /* RandomAffine: x range then y range, degrees (default 0: none) */
     int64_t padding_mode;  /* Pad/RandomCrop: 0 constant (fill), 1 edge, 2 reflect, 3 symmetric */
+    int64_t severity;      /* AugMix: magnitude bins drawn from, 1..10 (default 3) */
+    int64_t mixture_width; /* AugMix: chains mixed, 1..8 (default 3) */
+    int64_t chain_depth;   /* AugMix: ops per chain, 1..4, or -1: uniform in 1..3 (default) */
+    double alpha;          /* AugMix: Dirichlet/Beta parameter (default 1) */
+    int64_t all_ops;       /* AugMix: 1 adds Brightness, Color, Contrast, Sharpness (default) */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */

@@ -187,3 +187,27 @@ class AutoAugment(_Policy):
 
     def _params(self):
         return {"policy": self.policy, **super()._params()}
+
+
+class AugMix(_Policy):
+    """torchvision.transforms.AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0,
+    all_ops=True, interpolation=BILINEAR, fill=None): the output-size image mixed with
+    mixture_width chains of 1-3 (or chain_depth) random ops, Dirichlet/Beta weights drawn from
+    the sample's stream, as torchvision's forward. Its warps are PIL's (torchvision runs AugMix on
+    tensors: grid_sample), so warped chains differ from torchvision's by interpolation details
+    (docs/images.md)."""
+
+    _tv_args = ("severity", "mixture_width", "chain_depth", "alpha", "all_ops",
+                "interpolation", "fill")
+
+    def __init__(self, severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=True,
+                 interpolation=None, fill=None):
+        self.interpolation = _interp(interpolation, "AugMix", default=_BILINEAR)
+        self.fill = _fill(fill, "AugMix")
+        self.severity, self.mixture_width = int(severity), int(mixture_width)
+        self.chain_depth, self.alpha, self.all_ops = int(chain_depth), float(alpha), bool(all_ops)
+
+    def _params(self):
+        return {"severity": self.severity, "mixture_width": self.mixture_width,
+                "chain_depth": self.chain_depth, "alpha": self.alpha,
+                "all_ops": int(self.all_ops), **super()._params()}

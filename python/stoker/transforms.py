@@ -18,8 +18,8 @@ RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Normalize, Grayscale (3 c
 RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness,
 RandomAutocontrast, RandomEqualize, GaussianBlur, RandomCrop, Pad (zero fill) and
 RandomErasing (on the output tensor, after Normalize), TrivialAugmentWide, RandAugment and
-AutoAugment (IMAGENET policy), RandomApply, RandomChoice and RandomOrder (of ops that keep the
-size), RandomRotation and RandomAffine (PIL's warps, NEAREST or BILINEAR, with fill; after the
+AutoAugment (IMAGENET policy), AugMix, RandomApply, RandomChoice and RandomOrder (of ops that
+keep the size), RandomRotation and RandomAffine (PIL's warps, NEAREST or BILINEAR, with fill; after the
 crops, resizes and flips), from ``torchvision.transforms``
 or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name; the names
 only v2 has are in ``V2_ONLY``). ToTensor,
@@ -42,6 +42,7 @@ __all__ = [
     "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast",
     "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "RandomErasing", "TrivialAugmentWide", "RandAugment",
     "AutoAugment", "RandomApply", "RandomChoice", "RandomOrder", "RandomRotation", "RandomAffine",
+    "AugMix",
     "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
     "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
     "RECIPES", "SUPPORTED",
@@ -409,8 +410,8 @@ class Normalize(Op):
 
 # The ops that warp with PIL's affine transforms (RandomRotation, RandomAffine, the policies)
 # live in _warps.py; they need Op and _invalid above.
-from ._warps import (AutoAugment, RandAugment, RandomAffine, RandomRotation,  # noqa: E402
-                     TrivialAugmentWide)
+from ._warps import (AugMix, AutoAugment, RandAugment, RandomAffine,  # noqa: E402
+                     RandomRotation, TrivialAugmentWide)
 
 
 class RandomErasing(Op):

@@ -285,6 +285,69 @@ def test_albumentations_rotate_and_shift_scale_rotate():
                                                (1, 2, 3)))
 
 
+# ---- AugMix ----
+
+WARPS = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
+
+
+def test_augmix_matches_torchvision(images):
+    """Each sample is torchvision's AugMix forward with the sample's draws: m0 * image + the sum
+    of w_i * chain_i in float32, truncated; the chains' colour ops on the tensor path as
+    torchvision runs them, bit for bit; a chain with a warp differs by the warp (stoker's are
+    PIL's, torchvision's AugMix uses grid_sample): 40 dB PSNR at least."""
+    from torchvision.transforms.autoaugment import _apply_op
+    path, base = _base(images)
+    t = torch.from_numpy(base.copy()).permute(2, 0, 1)
+    n_exact = 0
+    for index in range(16):
+        got, p = u8(path, f"{CROP} AugMix:severity=3", 224, 200, index=index)
+        d = p["pixel"][0]
+        mix = np.float32(d["m0"]) * base.astype(np.float32)
+        warped = False
+        for chain in d["chains"]:
+            aug = t
+            for name, mag in chain["ops"]:
+                warped |= name in WARPS
+                aug = _apply_op(aug, name, mag, IM.BILINEAR, None)
+            mix += np.float32(chain["w"]) * aug.permute(1, 2, 0).numpy().astype(np.float32)
+        want = mix.astype(np.uint8)
+        if not warped:
+            assert np.array_equal(got, want), index
+            n_exact += 1
+        else:
+            mse = float(np.mean((got.astype(float) - want) ** 2))
+            assert mse == 0 or 10 * np.log10(255 ** 2 / mse) >= 40, (index, mse)
+    assert n_exact >= 1
+    assert T.AugMix.from_torchvision(TV.AugMix(2, 4, 2, 0.5, False)) == \
+        T.AugMix(2, 4, 2, 0.5, False)
+
+
+def test_augmix_draws_distribution(images):
+    """Over 2000 samples: m0 ~ Beta(alpha, alpha) (two-sample KS against torch's
+    _sample_dirichlet, alpha 1 and 0.5), the weights sum to 1, depth uniform in 1..3 and ops
+    uniform over the 13 (chi-square, 0.1%), magnitudes from the first `severity` bins."""
+    path = images["p400x300.png"]
+    n = 2000
+    for alpha in (1.0, 0.5):
+        plans = _plans(path, f"ccrop:16 AugMix:alpha={alpha}", n)
+        draws = [pl["pixel"][0] for pl in plans]
+        m0 = np.array([d["m0"] for d in draws])
+        torch.manual_seed(0)
+        ref = torch._sample_dirichlet(torch.full((n, 2), alpha))[:, 0].numpy()
+        assert _ks_ok(m0, ref), (alpha, _ks(m0, ref))
+        sums = np.array([d["m0"] + sum(c["w"] for c in d["chains"]) for d in draws])
+        assert np.allclose(sums, 1, atol=1e-5)
+    depths = np.array([len(c["ops"]) for d in draws for c in d["chains"]])
+    counts = np.bincount(depths, minlength=4)[1:]
+    assert float(np.sum((counts - len(depths) / 3) ** 2 / (len(depths) / 3))) < 13.82, counts
+    names = list(TV.AugMix()._augmentation_space(10, (16, 16)))
+    ops = [o for d in draws for c in d["chains"] for o in c["ops"]]
+    c = np.array([sum(o[0] == k for o in ops) for k in names])
+    assert float(np.sum((c - len(ops) / 13) ** 2 / (len(ops) / 13))) < 32.91, c
+    rot = TV.AugMix()._augmentation_space(10, (16, 16))["Rotate"][0].tolist()[:3]
+    assert {abs(m) for name, m in ops if name == "Rotate"} == set(rot)
+
+
 needs_pipeline = pytest.mark.skipif(not stoker.has_transforms(),
                                     reason="this build has no image pipeline")
 
@@ -292,12 +355,12 @@ WARP_AUG = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(),
                       T.RandomOrder([T.RandomInvert(0.3), T.RandomEqualize(0.3)]),
                       T.RandomApply([T.RandomRotation(30, IM.BILINEAR, fill=(9, 90, 200))], 0.7),
                       T.RandomAffine(10, (0.1, 0.1), (0.8, 1.2), 5, fill=50),
-                      T.TrivialAugmentWide(fill=(1, 2, 3)), T.ToTensor()])
+                      T.TrivialAugmentWide(fill=(1, 2, 3)), T.AugMix(), T.ToTensor()])
 
 
 @needs_pipeline
 def test_warps_thread_independent_and_resume(tmp_path):
-    """The warps and RandomOrder draw from the sample's stream: 1, 2 and 7 worker threads give
+    """The warps, RandomOrder and AugMix draw from the sample's stream: 1, 2 and 7 threads give
     the same bytes, and a loader resumed mid-epoch continues with exactly the rest."""
     from test_transforms import _image
     root = tmp_path / "imgs"

@@ -71,10 +71,11 @@ static float linspace_f32(float start, float end, int64_t steps, int64_t idx)
 
 double stk__ta_magnitude(int policy, int op, int64_t bins, int64_t idx, int64_t h, int64_t w)
 {
-    bool rand = policy != STK__POLICY_TRIVIAL_WIDE; /* AutoAugment's table is RandAugment's */
-    if (op == STK__TA_POSTERIZE) { /* 8 - (arange(bins) / ((bins - 1) / D)).round().int() */
+    /* AutoAugment's table is RandAugment's; AugMix's too but for Posterize and translations */
+    bool rand = policy != STK__POLICY_TRIVIAL_WIDE, augmix = policy == STK__POLICY_AUGMIX;
+    if (op == STK__TA_POSTERIZE) { /* B - (arange(bins) / ((bins - 1) / D)).round().int() */
         float q = (float)idx / (float)((double)(bins - 1) / (rand ? 4.0 : 6.0));
-        return 8.0 - (double)nearbyintf(q);
+        return (augmix ? 4.0 : 8.0) - (double)nearbyintf(q);
     }
     const ta_space *s = &ta_spaces[op];
     if (!s->bins)
@@ -87,10 +88,10 @@ double stk__ta_magnitude(int policy, int op, int64_t bins, int64_t idx, int64_t 
             end = 0.3f;
             break;
         case STK__TA_TRANSLATE_X:
-            end = (float)(150.0 / 331.0 * (double)w);
+            end = (float)(augmix ? (double)w / 3.0 : 150.0 / 331.0 * (double)w);
             break;
         case STK__TA_TRANSLATE_Y:
-            end = (float)(150.0 / 331.0 * (double)h);
+            end = (float)(augmix ? (double)h / 3.0 : 150.0 / 331.0 * (double)h);
             break;
         case STK__TA_ROTATE:
             end = 30.0f;
@@ -286,4 +287,97 @@ stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d)
             return rc;
     }
     return STK_OK;
+}
+
+/* ---- AugMix ---- */
+
+/* Its _augmentation_space order: 9 ops, then 4 more with all_ops. */
+static const int8_t am_ops[13] = {STK__TA_SHEAR_X,     STK__TA_SHEAR_Y,      STK__TA_TRANSLATE_X,
+                                  STK__TA_TRANSLATE_Y, STK__TA_ROTATE,       STK__TA_POSTERIZE,
+                                  STK__TA_SOLARIZE,    STK__TA_AUTOCONTRAST, STK__TA_EQUALIZE,
+                                  STK__TA_BRIGHTNESS,  STK__TA_COLOR,        STK__TA_CONTRAST,
+                                  STK__TA_SHARPNESS};
+
+const char *stk__am_op_name(int k)
+{
+    return k >= 0 && k < 13 ? ta_names[am_ops[k]] : NULL;
+}
+
+/* torch._sample_dirichlet of n equal alphas, as float32 weights. */
+static void dirichlet(stk_rng *rng, double alpha, int n, float *out)
+{
+    double g[STK__AM_MAX_WIDTH], sum = 0.0;
+    for (int k = 0; k < n; k++)
+        sum += g[k] = stk__rng_gamma(rng, alpha);
+    for (int k = 0; k < n; k++)
+        out[k] = sum > 0.0 ? (float)(g[k] / sum) : (k == 0 ? 1.0f : 0.0f);
+}
+
+void stk__am_draw(stk_rng *rng, const stk_op *op, int64_t h, int64_t w, stk__augmix *out)
+{
+    float m[2];
+    dirichlet(rng, op->alpha, 2, m);
+    out->m0 = m[0];
+    out->width = (int)op->mixture_width;
+    dirichlet(rng, op->alpha, out->width, out->w);
+    for (int i = 0; i < out->width; i++)
+        out->w[i] *= m[1]; /* float32 product, as torch's */
+    int n_ops = op->all_ops ? 13 : 9;
+    for (int i = 0; i < out->width; i++) {
+        int depth = op->chain_depth > 0 ? (int)op->chain_depth : 1 + (int)stk__rng_below(rng, 3);
+        out->chain[i].n = depth;
+        for (int k = 0; k < depth; k++) {
+            int o = am_ops[stk__rng_below(rng, (uint64_t)n_ops)];
+            bool is_signed;
+            double mag = 0.0;
+            if (stk__ta_has_bins(o, &is_signed)) {
+                int64_t idx = (int64_t)stk__rng_below(rng, (uint64_t)op->severity);
+                mag = stk__ta_magnitude(STK__POLICY_AUGMIX, o, 10, idx, h, w);
+            }
+            if (is_signed && stk__rng_below(rng, 2))
+                mag = -mag;
+            out->chain[i].op[k] = (int8_t)o;
+            out->chain[i].magnitude[k] = mag;
+        }
+    }
+}
+
+stk_status stk__am_apply(const stk__pixctx *c, const stk__augmix *d)
+{
+    size_t n = (size_t)c->w * c->h * 3;
+    float *mix = stk__malloc(n * sizeof(float));
+    uint8_t *aug = stk__malloc(n);
+    stk_status rc = STK_OK;
+    if (!mix || !aug) {
+        rc = stk__set_error(c->err, c->err_size, STK_ENOMEM, "out of memory for AugMix's scratch");
+        goto done;
+    }
+    for (size_t k = 0; k < n; k++)
+        mix[k] = d->m0 * (float)c->rgb[k];
+    stk__ta chain;
+    chain.policy = -1;
+    chain.interp = d->interp;
+    memcpy(chain.fill, d->fill, 3);
+    const stk__pixctx ac = {aug, c->w, c->h, c->err, c->err_size};
+    for (int i = 0; i < d->width; i++) {
+        memcpy(aug, c->rgb, n);
+        chain.n = d->chain[i].n;
+        for (int k = 0; k < chain.n; k++) {
+            chain.op[k] = d->chain[i].op[k];
+            chain.magnitude[k] = d->chain[i].magnitude[k];
+        }
+        rc = stk__ta_apply(&ac, &chain);
+        if (rc < 0)
+            goto done;
+        for (size_t k = 0; k < n; k++) {
+            float t = d->w[i] * (float)aug[k]; /* mix.add_(w * aug): two float32 roundings */
+            mix[k] += t;
+        }
+    }
+    for (size_t k = 0; k < n; k++) /* .to(uint8): truncation (the sum stays within 0..255) */
+        c->rgb[k] = (uint8_t)(mix[k] >= 255.0f ? 255 : mix[k] <= 0.0f ? 0 : (int)mix[k]);
+done:
+    stk__free(mix);
+    stk__free(aug);
+    return rc;
 }

@@ -40,6 +40,14 @@ static const stk_op_param p_aa[] = {PARAM("policy", INT64, 1, policy),
 static const stk_op_param p_blur[] = {PARAM("kernel_size", INT64, 2, kernel_size),
                                       PARAM("sigma", DOUBLE, 2, sigma)};
 
+static const stk_op_param p_augmix[] = {PARAM("severity", INT64, 1, severity),
+                                        PARAM("mixture_width", INT64, 1, mixture_width),
+                                        PARAM("chain_depth", INT64, 1, chain_depth),
+                                        PARAM("alpha", DOUBLE, 1, alpha),
+                                        PARAM("all_ops", INT64, 1, all_ops),
+                                        PARAM("interpolation", INT64, 1, interpolation),
+                                        PARAM("fill", DOUBLE, 3, fill)};
+
 /* ---- checks, defaults, draws, kernels ---- */
 
 static stk_status check_jitter(size_t i, stk_op *op)
@@ -233,6 +241,55 @@ static void plan_aa(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *
     ta_warps(op, &draw->ta);
 }
 
+/* AugMix: torchvision's defaults (BILINEAR: its interpolation default). */
+static void init_augmix(stk_op *op)
+{
+    op->severity = 3;
+    op->mixture_width = 3;
+    op->chain_depth = -1;
+    op->alpha = 1.0;
+    op->all_ops = 1;
+    op->interpolation = STK__INTERP_BILINEAR;
+}
+
+static stk_status check_augmix(size_t i, stk_op *op)
+{
+    const char *name = stk_op_name(op->kind);
+    if (op->severity < 1 || op->severity > 10)
+        return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): severity must be in 1..10, got %lld",
+                                   i, name, (long long)op->severity);
+    if (op->mixture_width < 1 || op->mixture_width > STK__AM_MAX_WIDTH)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): mixture_width must be in 1..%d, got %lld", i,
+                                   name, STK__AM_MAX_WIDTH, (long long)op->mixture_width);
+    if (op->chain_depth != -1 && (op->chain_depth < 1 || op->chain_depth > STK__AM_MAX_DEPTH))
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): chain_depth must be -1 (1..3 at random) or "
+                                   "1..%d, got %lld",
+                                   i, name, STK__AM_MAX_DEPTH, (long long)op->chain_depth);
+    if (!(op->alpha > 0.0 && isfinite(op->alpha)))
+        return stk__set_last_error(
+            STK_EINVAL, "ops[%zu] (%s): alpha must be finite and > 0, got %g", i, name, op->alpha);
+    if (op->all_ops != 0 && op->all_ops != 1)
+        return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): all_ops must be 0 or 1, got %lld", i,
+                                   name, (long long)op->all_ops);
+    return stk__check_interp_fill(i, op);
+}
+
+static void plan_augmix(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
+{
+    int64_t h, w;
+    stk__plan_size(p, &h, &w);
+    stk__am_draw(rng, op, h, w, &draw->augmix);
+    draw->augmix.interp = (int)op->interpolation;
+    stk__fill_u8(op->fill, draw->augmix.fill);
+}
+
+static stk_status kernel_augmix(const stk__pixctx *c, const stk__opdraw *draw)
+{
+    return stk__am_apply(c, &draw->augmix);
+}
+
 static stk_status kernel_ta(const stk__pixctx *c, const stk__opdraw *draw)
 {
     return stk__ta_apply(c, &draw->ta);
@@ -344,4 +401,12 @@ const stk__op_def stk__pixel_op_rows[STK__PIXEL_N_ROWS] = {
      .check = check_aa,
      .plan = plan_aa,
      .kernel = kernel_ta},
+    {.name = "AugMix",
+     .kind = STK_OP_AUG_MIX,
+     .stage = STK__OP_PIXEL,
+     .params = PARAMS(p_augmix),
+     .init = init_augmix,
+     .check = check_augmix,
+     .plan = plan_augmix,
+     .kernel = kernel_augmix},
 };

@@ -247,7 +247,12 @@ enum {
 #define STK__TA_MAX_OPS 8 /* RandAugment's num_ops at most */
 
 /* The policies sharing these ops: their magnitude tables differ. */
-enum { STK__POLICY_TRIVIAL_WIDE = 0, STK__POLICY_RAND = 1, STK__POLICY_AUTO = 2 };
+enum {
+    STK__POLICY_TRIVIAL_WIDE = 0,
+    STK__POLICY_RAND = 1,
+    STK__POLICY_AUTO = 2,
+    STK__POLICY_AUGMIX = 3
+};
 #define STK__AA_N_POLICIES 25 /* AutoAugmentPolicy.IMAGENET's sub-policies */
 
 /* One step of an AutoAugment sub-policy: (op, probability, magnitude bin or -1). */
@@ -256,6 +261,29 @@ typedef struct stk__aa_step {
     double p;
     int bin;
 } stk__aa_step;
+
+/* AugMix (torchvision 0.14, on its tensor path): the original weighted by m0 plus `width` chains
+ * of 1..4 ops from its own 13-op (all_ops) or 9-op table, each weighted by w[i]; the draw. */
+#define STK__AM_MAX_WIDTH 8
+#define STK__AM_MAX_DEPTH 4
+typedef struct stk__augmix {
+    float m0, w[STK__AM_MAX_WIDTH]; /* float32, as torch's _sample_dirichlet */
+    int width, interp;
+    uint8_t fill[3];
+    struct {
+        int n;
+        int8_t op[STK__AM_MAX_DEPTH]; /* STK__TA_* */
+        double magnitude[STK__AM_MAX_DEPTH];
+    } chain[STK__AM_MAX_WIDTH];
+} stk__augmix;
+
+/* AugMix's forward on an h x w image: m = Dirichlet([alpha, alpha]), weights =
+ * Dirichlet([alpha] * width) * m[1]; per chain its depth (chain_depth, or randint(1, 4)), per
+ * op randint(len(space)), bin randint(severity) where the op has bins, randint(2) sign where
+ * signed. Magnitudes are its 10-bin table's. */
+void stk__am_draw(stk_rng *rng, const stk_op *op, int64_t h, int64_t w, stk__augmix *out);
+/* The name of AugMix's op k of its table (all_ops order), NULL past it. */
+const char *stk__am_op_name(int k);
 
 /* One draw: n ops and their signed magnitudes (torchvision's Python floats), applied in order;
  * `policy`: AutoAugment's sub-policy index (-1 for the others). */
@@ -331,6 +359,7 @@ typedef union stk__opdraw {
     stk__pixdraw pix;   /* the ops of stk_pixops.c */
     stk__erase erase;   /* RandomErasing */
     stk__ta ta;         /* TrivialAugmentWide */
+    stk__augmix augmix; /* AugMix */
 } stk__opdraw;
 
 /* What a pixel kernel works on: the uint8 image of one sample (the output size, or smaller
@@ -346,6 +375,9 @@ typedef struct stk__pixctx {
 /* TrivialAugmentWide: apply a draw to the image (torchvision's _apply_op; warps as PIL's).
  * @return STK_OK or STK_ENOMEM (scratch; message in c->err). */
 stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d);
+/* AugMix: mix the image with its chains as the draw says (float32, truncated to uint8).
+ * @return STK_OK or STK_ENOMEM (scratch; message in c->err). */
+stk_status stk__am_apply(const stk__pixctx *c, const stk__augmix *d);
 
 struct stk__xplan;
 
@@ -396,7 +428,7 @@ static inline bool stk__finite2(const double v[2])
 }
 
 /* The pixel ops' rows (stk_ops_pixel.c): ColorJitter, Grayscale .. GaussianBlur, the policies. */
-#define STK__PIXEL_N_ROWS 13
+#define STK__PIXEL_N_ROWS 14
 extern const stk__op_def stk__pixel_op_rows[STK__PIXEL_N_ROWS];
 /* The parameter list {p} and the check of a probability p in [0, 1] (stk_ops.c). */
 extern const stk_op_param stk__params_p[1];

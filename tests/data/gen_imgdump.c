@@ -338,6 +338,20 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
             printf("]}");
             continue;
         }
+        if (p.pix[k].def->kind == STK_OP_AUG_MIX) {
+            const stk__augmix *d = &p.pix[k].draw.augmix;
+            printf("%s{\"op\": \"AugMix\", \"m0\": %.9g, \"chains\": [", n_px++ ? ", " : "",
+                   (double)d->m0);
+            for (int i = 0; i < d->width; i++) {
+                printf("%s{\"w\": %.9g, \"ops\": [", i ? ", " : "", (double)d->w[i]);
+                for (int q = 0; q < d->chain[i].n; q++)
+                    printf("%s[\"%s\", %.17g]", q ? ", " : "", stk__ta_name(d->chain[i].op[q]),
+                           d->chain[i].magnitude[q]);
+                printf("]}");
+            }
+            printf("]}");
+            continue;
+        }
         if (p.pix[k].def->warp) {
             const stk__warpdraw *d = &p.pix[k].draw.warp;
             printf("%s{\"op\": \"%s\", \"angle\": %.17g, \"translate\": [%.17g, %.17g], "

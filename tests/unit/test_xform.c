@@ -380,8 +380,8 @@ static int test_op_table(void)
             const stk_op_param *pa = &d->params[j];
             stk_op_init(&op, k);
             char *at = (char *)&op + pa->offset;
-            if (pa->type == STK_OP_PARAM_INT64)
-                *(int64_t *)(void *)at = -1;
+            if (pa->type == STK_OP_PARAM_INT64) /* -2 where -1 is a default (chain_depth) */
+                *(int64_t *)(void *)at = *(int64_t *)(void *)at == -1 ? -2 : -1;
             else if (pa->type == STK_OP_PARAM_DOUBLE) /* NaN where it is a default (center) */
                 *(double *)(void *)at = isnan(*(double *)(void *)at) ? INFINITY : NAN;
             else
