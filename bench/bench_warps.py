@@ -1,7 +1,7 @@
 """Cost per sample of the warps (RandomRotation, RandomAffine, the policies with BILINEAR),
-RandomOrder and the padding modes, stoker next to torchvision on the same JPEGs, interleaved in
-one run (op by op: stoker, then torchvision, three rounds, best of each); and torchvision's
-AugMix next to its TrivialAugmentWide (the figure behind AugMix's absence, docs/images.md).
+AugMix, RandomOrder and the padding modes, stoker next to torchvision on the same JPEGs,
+interleaved in one run (op by op: stoker, then torchvision, three rounds, best of each); and
+torchvision's AugMix next to its TrivialAugmentWide.
 
 stoker: gen_imgdump --bench's per-stage times for "rrc:224 flip OP norm:imagenet" minus the
 same without OP (the pixel kernels' stage, plus the resample stage for the padding ops).
@@ -70,6 +70,9 @@ CASES = [
     ("TrivialAugmentWide BILINEAR, fill 128", "TrivialAugmentWide:interpolation=2;"
      "fill=128,128,128", TRAIN, T.TrivialAugmentWide(interpolation=IM.BILINEAR, fill=128),
      imgs),
+    ("AugMix() (BILINEAR warps)", "AugMix", TRAIN, T.AugMix(), imgs),
+    ("AugMix(interpolation=NEAREST)", "AugMix:interpolation=0", TRAIN,
+     T.AugMix(interpolation=IM.NEAREST), imgs),
     ("RandomOrder([Invert(1), Equalize(1)])", "RandomOrder:transforms=2 invert:1 equalize:1",
      TRAIN, T.RandomOrder([T.RandomInvert(1.0), T.RandomEqualize(1.0)]), imgs),
     ("RandomCrop(224, 4, fill=(124,116,104)) after Resize(256)",

@@ -107,7 +107,9 @@ static void bilinear(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, i
                 continue;
             xin -= 0.5;
             yin -= 0.5;
-            int xf = (int)floor(xin), yf = (int)floor(yin);
+            int xf = (int)xin, yf = (int)yin; /* floor (xin, yin >= -0.5): no libm call */
+            xf -= xin < xf;
+            yf -= yin < yf;
             double dx = xin - xf, dy = yin - yf;
             const uint8_t *r0 = src + (size_t)clip(yf, sh) * sw * 3;
             const uint8_t *r1 = yf + 1 >= 0 && yf + 1 < sh ? src + (size_t)(yf + 1) * sw * 3 : NULL;
