@@ -1638,6 +1638,55 @@ static int test_warps_order_padding(void)
         orders += (&seen[0][0][0])[i] > 0;
     T_EQ(orders, 6);
     stk_transform_destroy(t);
+
+    /* The whole path (plan, decode, resample, fill pass, kernels that grow the image) on a PNG,
+     * in every layout: a sample is the same bytes each time (the sanitizers watch the buffers). */
+    uint32_t W = 30, H = 20;
+    uint8_t *rgb = make_rgb(W, H, 4);
+    size_t size;
+    uint8_t *png = make_png(rgb, W, H, &size);
+    stk_op g[6];
+    stk_op_init(&g[0], STK_OP_CENTER_CROP);
+    g[0].size[0] = 18;
+    g[0].size[1] = 26;
+    stk_op_init(&g[1], STK_OP_PAD);
+    g[1].padding[0] = g[1].padding[3] = 31; /* wider than the image: repeated reflection */
+    g[1].padding_mode = STK__PAD_REFLECT;
+    stk_op_init(&g[2], STK_OP_RANDOM_ROTATION);
+    g[2].degrees[0] = g[2].degrees[1] = 33;
+    g[2].expand = 1;
+    g[2].interpolation = STK__INTERP_BILINEAR;
+    stk_op_init(&g[3], STK_OP_RANDOM_AFFINE);
+    g[3].degrees[1] = 20;
+    g[3].translate[0] = 0.2;
+    g[3].fill[2] = 200;
+    stk_op_init(&g[4], STK_OP_AUG_MIX);
+    stk_op_init(&g[5], STK_OP_TRIVIAL_AUGMENT_WIDE);
+    g[5].interpolation = STK__INTERP_BILINEAR;
+    for (int layout = 0; layout < 2; layout++) {
+        t = make_t(g, 6, layout ? STK_DTYPE_FLOAT32 : STK_DTYPE_UINT8, layout == 0, false);
+        T_CHECK(t != NULL);
+        stk_dtype dt;
+        int64_t shape[STK_MAX_DIMS];
+        stk_transform_output(t, &dt, NULL, shape);
+        int ew, eh;
+        stk__warp_rotate_size(26 + 31, 18 + 31, 33, NULL, true, &ew, &eh, m);
+        T_EQ(shape[layout ? 1 : 0], eh);
+        T_EQ(shape[layout ? 2 : 1], ew);
+        size_t n = (size_t)ew * eh * 3 * stk_dtype_size(dt);
+        uint8_t *o1 = malloc(n), *o2 = malloc(n);
+        char err[256];
+        for (uint64_t k = 0; k < 4; k++) {
+            T_OK(apply_once(t, png, size, 5, k, o1, err, sizeof(err)));
+            T_OK(apply_once(t, png, size, 5, k, o2, err, sizeof(err)));
+            T_CHECK(memcmp(o1, o2, n) == 0);
+        }
+        free(o1);
+        free(o2);
+        stk_transform_destroy(t);
+    }
+    free(png);
+    free(rgb);
     return 0;
 }
 
