@@ -552,14 +552,19 @@ typedef enum stk_op_kind {
     STK_OP_RANDOM_AUTOCONTRAST = 13,     /* p */
     STK_OP_RANDOM_EQUALIZE = 14,         /* p */
     STK_OP_GAUSSIAN_BLUR = 15,           /* kernel_size, sigma */
-    STK_OP_RANDOM_CROP = 16,             /* size, padding, pad_if_needed, fill (0 only) */
-    STK_OP_PAD = 17,                     /* padding, fill (0 only) */
+    STK_OP_RANDOM_CROP = 16,             /* size, padding, pad_if_needed, fill, padding_mode */
+    STK_OP_PAD = 17,                     /* padding, fill, padding_mode */
     STK_OP_RANDOM_ERASING = 18,          /* p, scale, ratio, value: on the output tensor */
-    STK_OP_TRIVIAL_AUGMENT_WIDE = 19,    /* num_magnitude_bins (fill 0, nearest) */
-    STK_OP_RAND_AUGMENT = 20,            /* num_ops, magnitude, num_magnitude_bins */
-    STK_OP_AUTO_AUGMENT = 21,            /* policy (0: IMAGENET, the only one) */
-    STK_OP_RANDOM_APPLY = 22,            /* transforms (the count of ops after it), p */
-    STK_OP_RANDOM_CHOICE = 23            /* transforms (the count of ops after it): one of them */
+    STK_OP_TRIVIAL_AUGMENT_WIDE = 19,    /* num_magnitude_bins, interpolation, fill */
+    STK_OP_RAND_AUGMENT = 20,    /* num_ops, magnitude, num_magnitude_bins, interpolation, fill */
+    STK_OP_AUTO_AUGMENT = 21,    /* policy (0: IMAGENET, the only one), interpolation, fill */
+    STK_OP_RANDOM_APPLY = 22,    /* transforms (the count of ops after it), p */
+    STK_OP_RANDOM_CHOICE = 23,   /* transforms (the count of ops after it): one of them */
+    STK_OP_RANDOM_ORDER = 24,    /* transforms (the count of ops after it): shuffled */
+    STK_OP_RANDOM_ROTATION = 25, /* degrees, interpolation, expand, center, fill */
+    STK_OP_RANDOM_AFFINE = 26,   /* degrees, translate, scale, shear, interpolation, fill, center */
+    STK_OP_AUG_MIX =
+        27 /* severity, mixture_width, chain_depth, alpha, all_ops, interpolation, fill */
 } stk_op_kind;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
@@ -579,13 +584,27 @@ typedef struct stk_op {
     double sigma[2];             /* GaussianBlur sigma range (default 0.1, 2.0) */
     int64_t padding[4];          /* Pad/RandomCrop: (left, top, right, bottom), >= 0 */
     int64_t pad_if_needed;       /* RandomCrop: 1 pads a side shorter than size (both ends) */
-    double fill[3];              /* Pad/RandomCrop padding value: only 0 is supported */
+    double fill[3];  /* Pad/RandomCrop constant padding, the warps' outside: per channel, 0..255 */
     double value[3]; /* RandomErasing: per channel, in the output's units (after Normalize) */
     int64_t num_magnitude_bins; /* TrivialAugmentWide/RandAugment: 2..1024 (default 31) */
     int64_t num_ops;            /* RandAugment: ops per sample, 0..8 (default 2) */
     int64_t magnitude;          /* RandAugment: the bin, 0..num_magnitude_bins - 1 (default 9) */
     int64_t policy;             /* AutoAugment: 0 = AutoAugmentPolicy.IMAGENET (the only one) */
-    int64_t n_transforms; /* RandomApply/RandomChoice: how many of the following ops are theirs */
+    int64_t
+        n_transforms;  /* RandomApply/RandomChoice/RandomOrder: how many following ops are theirs */
+    double degrees[2]; /* RandomRotation/RandomAffine: angle range, counter-clockwise degrees */
+    int64_t interpolation; /* the warps (RandomRotation, RandomAffine, the policies): PIL's numbers,
+                            * 0 NEAREST (default), 2 BILINEAR */
+    int64_t expand;        /* RandomRotation: 1 grows the output to hold the whole rotated image */
+    double center[2];      /* RandomRotation/RandomAffine: (x, y); NaN (default): image centre */
+    double translate[2];   /* RandomAffine: max |shift| as fractions of (width, height) (0: none) */
+    double shear[4];       /* RandomAffine: x range then y range, degrees (default 0: none) */
+    int64_t padding_mode;  /* Pad/RandomCrop: 0 constant (fill), 1 edge, 2 reflect, 3 symmetric */
+    int64_t severity;      /* AugMix: magnitude bins drawn from, 1..10 (default 3) */
+    int64_t mixture_width; /* AugMix: chains mixed, 1..8 (default 3) */
+    int64_t chain_depth;   /* AugMix: ops per chain, 1..4, or -1: uniform in 1..3 (default) */
+    double alpha;          /* AugMix: Dirichlet/Beta parameter (default 1) */
+    int64_t all_ops;       /* AugMix: 1 adds Brightness, Color, Contrast, Sharpness (default) */
 } stk_op;
 
 /** Fill `op` with torchvision's defaults for `kind`. */

@@ -106,6 +106,10 @@ static inline uint64_t stk__mix64(uint64_t z)
 
 /* ---- random stream (src/common/stk_rng.c) ---- */
 
+/* Gamma(a, 1) (a > 0) from the stream: Marsaglia and Tsang (2000) on Box-Muller normals;
+ * a < 1 through Gamma(a + 1) * U^(1/a). Draws a variable number of values. */
+double stk__rng_gamma(stk_rng *rng, double a);
+
 /* One Philox4x32-10 block (exposed for the known-answer tests). */
 void stk__philox_block(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 

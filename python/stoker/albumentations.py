@@ -17,7 +17,7 @@ antialiased bilinear (Albumentations uses OpenCV's INTER_LINEAR, without antiali
 from . import transforms as _T
 
 __all__ = ["Resize", "RandomCrop", "CenterCrop", "HorizontalFlip", "VerticalFlip", "Normalize",
-           "ToTensorV2", "Compose"]
+           "Rotate", "ShiftScaleRotate", "ToTensorV2", "Compose"]
 
 _LINEAR = (None, 1)  # cv2.INTER_LINEAR
 
@@ -74,6 +74,70 @@ def Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), max_pixel_v
     return _T.Normalize(mean, std)
 
 
+_BORDER_CONSTANT = 0  # cv2.BORDER_CONSTANT
+_CV2_INTERP = {0: "nearest", 1: "bilinear"}  # cv2.INTER_NEAREST, INTER_LINEAR
+
+
+def _warp_args(what, interpolation, border_mode, value):
+    if border_mode != _BORDER_CONSTANT:
+        raise _T._invalid(f"{what}: only border_mode=cv2.BORDER_CONSTANT (0) is supported (the "
+                          f"fill is `value`), got {border_mode!r}")
+    if interpolation not in _CV2_INTERP:
+        raise _T._invalid(f"{what}: only interpolation=cv2.INTER_NEAREST (0) or INTER_LINEAR "
+                          f"(1) is supported, got {interpolation!r}")
+    return _CV2_INTERP[interpolation], (0 if value is None else value)
+
+
+def _symmetric(limit, what, name):
+    """Albumentations' limit (a number l: (-l, l), or a range) -> (lo, hi)."""
+    if isinstance(limit, (int, float)):
+        return (-abs(float(limit)), abs(float(limit)))
+    lo, hi = (float(v) for v in limit)
+    return (lo, hi)
+
+
+def _maybe(op, p):
+    """The op with probability p (RandomApply), or the op itself when p == 1."""
+    return op if float(p) == 1.0 else _T.RandomApply([op], p=float(p))
+
+
+def Rotate(limit=90, interpolation=1, border_mode=4, value=None, mask_value=None,
+           rotate_method="largest_box", crop_border=False, always_apply=False, p=0.5):
+    """albumentations.Rotate(limit=90, interpolation=INTER_LINEAR, border_mode, value, p=0.5):
+    torchvision's RandomRotation(limit) with fill `value`, applied with probability p.
+    border_mode must be cv2.BORDER_CONSTANT (Albumentations' default, BORDER_REFLECT_101, is
+    refused) and crop_border False. The rotation is PIL's (centre (w/2, h/2), PIL's bilinear),
+    not OpenCV's."""
+    interp, fill = _warp_args("Rotate", interpolation, border_mode, value)
+    if crop_border:
+        raise _T._invalid("Rotate: crop_border=True is not supported")
+    return _maybe(_T.RandomRotation(_symmetric(limit, "Rotate", "limit"), interp, fill=fill), p)
+
+
+def ShiftScaleRotate(shift_limit=0.0625, scale_limit=0.1, rotate_limit=45, interpolation=1,
+                     border_mode=4, value=None, mask_value=None, shift_limit_x=None,
+                     shift_limit_y=None, rotate_method="largest_box", always_apply=False,
+                     p=0.5):
+    """albumentations.ShiftScaleRotate(shift_limit, scale_limit, rotate_limit, interpolation,
+    border_mode, value, p=0.5): torchvision's RandomAffine(degrees=rotate_limit,
+    translate=(shift_x, shift_y), scale=(1 - scale_limit, 1 + scale_limit)) with fill
+    `value`, applied with probability p. Shifts must be symmetric (torchvision's translate) and
+    are rounded to whole pixels as torchvision does; border_mode must be cv2.BORDER_CONSTANT."""
+    interp, fill = _warp_args("ShiftScaleRotate", interpolation, border_mode, value)
+    shifts = []
+    for lim in (shift_limit if shift_limit_x is None else shift_limit_x,
+                shift_limit if shift_limit_y is None else shift_limit_y):
+        lo, hi = _symmetric(lim, "ShiftScaleRotate", "shift_limit")
+        if lo != -hi:
+            raise _T._invalid(f"ShiftScaleRotate: shift limits must be symmetric (-a, a) "
+                              f"(torchvision's translate), got {lim!r}")
+        shifts.append(hi)
+    lo, hi = _symmetric(scale_limit, "ShiftScaleRotate", "scale_limit")
+    return _maybe(_T.RandomAffine(_symmetric(rotate_limit, "ShiftScaleRotate", "rotate_limit"),
+                                  translate=tuple(shifts), scale=(1.0 + lo, 1.0 + hi),
+                                  interpolation=interp, fill=fill), p)
+
+
 class ToTensorV2(_T._DtypeMarker):
     """albumentations.pytorch.ToTensorV2: HWC -> CHW without scaling: float32 after Normalize,
     else uint8 (the image's own dtype)."""
@@ -111,6 +175,14 @@ def _from_albu(t):
         return globals()[name](p=p)
     if name == "Normalize":
         return Normalize(t.mean, t.std, t.max_pixel_value, p=p)
+    if name == "Rotate":  # Albumentations stores limit as a range
+        return Rotate(t.limit, t.interpolation, t.border_mode, t.value,
+                      crop_border=getattr(t, "crop_border", False), p=p)
+    if name == "ShiftScaleRotate":  # ranges; scale_limit stored biased by 1
+        scale = tuple(float(v) - 1.0 for v in t.scale_limit)
+        return ShiftScaleRotate(0, scale, t.rotate_limit, t.interpolation, t.border_mode,
+                                t.value, shift_limit_x=t.shift_limit_x,
+                                shift_limit_y=t.shift_limit_y, p=p)
     if name == "ToTensorV2":
         return ToTensorV2()
     if name == "Compose":

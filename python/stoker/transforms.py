@@ -18,9 +18,11 @@ RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Normalize, Grayscale (3 c
 RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness,
 RandomAutocontrast, RandomEqualize, GaussianBlur, RandomCrop, Pad (zero fill) and
 RandomErasing (on the output tensor, after Normalize), TrivialAugmentWide, RandAugment and
-AutoAugment (IMAGENET policy), RandomApply and RandomChoice (of ops that keep the size), from
-``torchvision.transforms``
-or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name). ToTensor,
+AutoAugment (IMAGENET policy), AugMix, RandomApply, RandomChoice and RandomOrder (of ops that
+keep the size), RandomRotation and RandomAffine (PIL's warps, NEAREST or BILINEAR, with fill; after the
+crops, resizes and flips), from ``torchvision.transforms``
+or, where torchvision has it, ``torchvision.transforms.v2`` (matched by class name; the names
+only v2 has are in ``V2_ONLY``). ToTensor,
 PILToTensor, ConvertImageDtype and ToDtype only choose the output dtype (ToTensor: float32 in
 [0, 1]; PILToTensor and v2's ToImage: uint8; ConvertImageDtype/ToDtype: that dtype, scaled as
 torchvision scales it). Without any of them the output is float32. Output layout
@@ -39,7 +41,8 @@ __all__ = [
     "ColorJitter", "Normalize", "Grayscale", "RandomGrayscale", "RandomInvert",
     "RandomPosterize", "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast",
     "RandomEqualize", "GaussianBlur", "RandomCrop", "Pad", "RandomErasing", "TrivialAugmentWide", "RandAugment",
-    "AutoAugment", "RandomApply", "RandomChoice",
+    "AutoAugment", "RandomApply", "RandomChoice", "RandomOrder", "RandomRotation", "RandomAffine",
+    "AugMix",
     "ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype",
     "Compose", "imagenet_train", "imagenet_val", "compile", "IMAGENET_MEAN", "IMAGENET_STD",
     "RECIPES", "SUPPORTED",
@@ -189,22 +192,26 @@ def _padding4(padding, what):
     raise _invalid(f"{what}: padding must be an int or a sequence of 1, 2 or 4, got {padding!r}")
 
 
-def _fill3(fill, padding_mode, what):
-    if padding_mode != "constant":
-        raise _invalid(f"{what}: only padding_mode='constant' is supported, got "
+PADDING_MODES = ("constant", "edge", "reflect", "symmetric")  # the C op's 0..3
+
+
+def _fill(fill, what):
+    """torchvision's fill -> 3 floats in 0..255 (stoker._warps._fill)."""
+    from ._warps import _fill as fill3
+    return fill3(fill, what)
+
+
+def _padding_mode(padding_mode, what):
+    if padding_mode not in PADDING_MODES:
+        raise _invalid(f"{what}: padding_mode must be one of {', '.join(PADDING_MODES)}, got "
                        f"{padding_mode!r}")
-    if fill is None:
-        fill = 0
-    if isinstance(fill, numbers.Number):
-        return (float(fill),) * 3
-    vals = [float(v) for v in fill]
-    return tuple(vals * 3) if len(vals) == 1 else tuple(vals)
+    return PADDING_MODES.index(padding_mode)
 
 
 class RandomCrop(Op):
     """torchvision.transforms.RandomCrop(size, padding, pad_if_needed, fill, padding_mode): a
-    crop of size at a uniform position, after zero padding (fill 0, padding_mode 'constant'
-    only)."""
+    crop of size at a uniform position, after padding with fill (a number or one per channel)
+    or by padding_mode 'edge', 'reflect' or 'symmetric'."""
 
     _tv_args = ("size", "padding", "pad_if_needed", "fill", "padding_mode")
 
@@ -213,25 +220,28 @@ class RandomCrop(Op):
         self.size = _size2(size, "RandomCrop")
         self.padding = _padding4(padding, "RandomCrop")
         self.pad_if_needed = bool(pad_if_needed)
-        self.fill = _fill3(fill, padding_mode, "RandomCrop")
+        self.fill = _fill(fill, "RandomCrop")
+        self.padding_mode = _padding_mode(padding_mode, "RandomCrop")
 
     def _params(self):
         return {"size": self.size, "padding": self.padding,
-                "pad_if_needed": int(self.pad_if_needed), "fill": self.fill}
+                "pad_if_needed": int(self.pad_if_needed), "fill": self.fill,
+                "padding_mode": self.padding_mode}
 
 
 class Pad(Op):
-    """torchvision.transforms.Pad(padding, fill, padding_mode): zero padding (fill 0,
-    padding_mode 'constant' only)."""
+    """torchvision.transforms.Pad(padding, fill, padding_mode): padding with fill (a number or
+    one per channel) or by padding_mode 'edge', 'reflect' or 'symmetric'."""
 
     _tv_args = ("padding", "fill", "padding_mode")
 
     def __init__(self, padding, fill=0, padding_mode="constant"):
         self.padding = _padding4(padding, "Pad")
-        self.fill = _fill3(fill, padding_mode, "Pad")
+        self.fill = _fill(fill, "Pad")
+        self.padding_mode = _padding_mode(padding_mode, "Pad")
 
     def _params(self):
-        return {"padding": self.padding, "fill": self.fill}
+        return {"padding": self.padding, "fill": self.fill, "padding_mode": self.padding_mode}
 
 
 class _Flip(Op):
@@ -398,67 +408,10 @@ class Normalize(Op):
         return {"mean": self.mean, "std": self.std}
 
 
-def _check_policy_args(what, interpolation, fill):
-    name = getattr(interpolation, "value", interpolation)
-    if interpolation is not None and str(name).lower() not in ("nearest", "0"):
-        raise _invalid(f"{what}: only interpolation=NEAREST is supported, got {interpolation}")
-    if fill is not None and any(float(v) != 0 for v in
-                                (fill if hasattr(fill, "__len__") else [fill])):
-        raise _invalid(f"{what}: only fill=None/0 is supported, got {fill!r}")
-
-
-class TrivialAugmentWide(Op):
-    """torchvision.transforms.TrivialAugmentWide(num_magnitude_bins=31, interpolation=NEAREST,
-    fill=None): one op of its 14 at a random magnitude per sample, on the output-size image
-    (warps as PIL's nearest affine with fill 0). Other interpolations and fills are refused."""
-
-    _tv_args = ("num_magnitude_bins", "interpolation", "fill")
-
-    def __init__(self, num_magnitude_bins=31, interpolation=None, fill=None):
-        _check_policy_args("TrivialAugmentWide", interpolation, fill)
-        self.num_magnitude_bins = int(num_magnitude_bins)
-
-    def _params(self):
-        return {"num_magnitude_bins": self.num_magnitude_bins}
-
-
-class RandAugment(Op):
-    """torchvision.transforms.RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31,
-    interpolation=NEAREST, fill=None): num_ops random ops of its 14 at bin `magnitude`, on the
-    output-size image (translations scale with it). Other interpolations and fills are
-    refused."""
-
-    _tv_args = ("num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill")
-
-    def __init__(self, num_ops=2, magnitude=9, num_magnitude_bins=31, interpolation=None,
-                 fill=None):
-        _check_policy_args("RandAugment", interpolation, fill)
-        self.num_ops, self.magnitude = int(num_ops), int(magnitude)
-        self.num_magnitude_bins = int(num_magnitude_bins)
-
-    def _params(self):
-        return {"num_ops": self.num_ops, "magnitude": self.magnitude,
-                "num_magnitude_bins": self.num_magnitude_bins}
-
-
-class AutoAugment(Op):
-    """torchvision.transforms.AutoAugment(policy=AutoAugmentPolicy.IMAGENET, interpolation=
-    NEAREST, fill=None): one of the 25 ImageNet sub-policies per sample, each step applied with
-    its probability, on the output-size image. CIFAR10/SVHN policies, other interpolations and
-    fills are refused."""
-
-    _tv_args = ("policy", "interpolation", "fill")
-
-    def __init__(self, policy=None, interpolation=None, fill=None):
-        _check_policy_args("AutoAugment", interpolation, fill)
-        name = str(getattr(policy, "value", policy) or "imagenet").lower()
-        if name not in ("imagenet", "0"):
-            raise _invalid(f"AutoAugment: only policy=AutoAugmentPolicy.IMAGENET is supported, "
-                           f"got {policy}")
-        self.policy = 0
-
-    def _params(self):
-        return {"policy": self.policy}
+# The ops that warp with PIL's affine transforms (RandomRotation, RandomAffine, the policies)
+# live in _warps.py; they need Op and _invalid above.
+from ._warps import (AugMix, AutoAugment, RandAugment, RandomAffine,  # noqa: E402
+                     RandomRotation, TrivialAugmentWide)
 
 
 class RandomErasing(Op):
@@ -532,6 +485,17 @@ class RandomChoice(_Container):
         if p is not None:
             raise _invalid("RandomChoice: weights (p) are not supported; only a uniform choice")
         super().__init__(transforms)
+
+
+class RandomOrder(_Container):
+    """torchvision.transforms.RandomOrder(transforms): all of them, in a random order per sample
+    (torchvision shuffles with Python's random module, stoker from the sample's stream). Each
+    transform must be one op that keeps the image size, and warps (RandomRotation,
+    RandomAffine) cannot be mixed with flips."""
+
+    @staticmethod
+    def _extra(t):
+        return ()
 
 
 class _DtypeMarker(Op):
@@ -630,10 +594,16 @@ def imagenet_val(size=224, resize=None, dtype="float32"):
                     Normalize(IMAGENET_MEAN, IMAGENET_STD)], dtype=dtype)
 
 
-# torchvision class name -> the stoker class of the same name that converts it (every supported
-# name but Compose; v2's ToImage is PILToTensor: uint8 output).
+# torchvision class name -> the stoker class that converts it: every supported name but Compose
+# (v1 and v2 alike), then the names only torchvision.transforms.v2 has (None: nothing to do).
 _BY_TV_NAME = {name: globals().get(name) for name in SUPPORTED if name != "Compose"}
-_BY_TV_NAME["ToImage"] = PILToTensor
+V2_ONLY = {
+    "ToImage": PILToTensor,        # v2 (0.16+): a uint8 tv_tensors.Image
+    "ToImageTensor": PILToTensor,  # v2 (0.15)
+    "ConvertDtype": ConvertImageDtype,  # v2 (0.15)
+    "ToPureTensor": None,          # unwraps tv_tensors
+}
+_BY_TV_NAME.update(V2_ONLY)
 
 
 def _unsupported(what):
@@ -651,11 +621,11 @@ def _from_torchvision(t):
         for sub in t.transforms:
             out.extend(_from_torchvision(sub) if not isinstance(sub, Op) else [sub])
         return out
-    if name == "ToPureTensor":  # v2: unwraps tv_tensors; nothing to do here
-        return []
-    cls = _BY_TV_NAME.get(name)
-    if cls is None:
+    if name not in _BY_TV_NAME:
         raise _unsupported(f"{type(t).__module__}.{name}")
+    cls = _BY_TV_NAME[name]
+    if cls is None:  # v2's ToPureTensor: nothing to do here
+        return []
     op = cls.from_torchvision(t)
     if isinstance(op, _Container):  # its transforms: torchvision's, converted
         op.transforms = [s if isinstance(s, Op) else _Compose1(_from_torchvision(s))
@@ -675,8 +645,8 @@ def _flatten(obj, out):
         for t in obj.transforms:
             before = len(out)
             _flatten(t, out)
-            if isinstance(obj, RandomChoice) and len(out) - before != 1:
-                raise _invalid("RandomChoice: each of its transforms must be one op")
+            if isinstance(obj, (RandomChoice, RandomOrder)) and len(out) - before != 1:
+                raise _invalid(f"{type(obj).__name__}: each of its transforms must be one op")
         obj.n = len(out) - start
         if any(isinstance(o, _DtypeMarker) for o in out[start:]):
             raise _invalid(f"{type(obj).__name__}: dtype markers (ToTensor ...) cannot be inside")

@@ -113,9 +113,11 @@ def test_datasetfolder_with_default_loader(root):
 
 
 def test_what_cannot_be_expressed_is_refused_with_why(root):
-    # (an op stoker does not have; TrivialAugmentWide was the example until it was added)
-    with pytest.raises(ValueError, match="cannot express.*RandomRotation.*DataLoader"):
-        stoker.Loader(ImageFolder(root, transform=T.Compose([T.CenterCrop(8), T.RandomRotation(10),
+    # (an op stoker does not have; TrivialAugmentWide, then RandomRotation were the example
+    # until they were added)
+    with pytest.raises(ValueError, match="cannot express.*RandomPerspective.*DataLoader"):
+        stoker.Loader(ImageFolder(root, transform=T.Compose([T.CenterCrop(8),
+                                                             T.RandomPerspective(),
                                                              T.ToTensor()])), batch_size=4)
     with pytest.raises(ValueError, match="target_transform"):
         stoker.Loader(ImageFolder(root, transform=SMALL, target_transform=lambda t: t + 1),

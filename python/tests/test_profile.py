@@ -350,11 +350,11 @@ def test_switch_advice_only_when_stoker_can_express_the_transform(folder, monkey
     from torchvision import transforms as T
     from torchvision.datasets import ImageFolder
     from stoker import _advice
-    fancy = ImageFolder(folder, transform=T.Compose([T.RandomRotation(10), T.ToTensor(),
+    fancy = ImageFolder(folder, transform=T.Compose([T.RandomPerspective(), T.ToTensor(),
                                                       T.RandomErasing()]))
     line = _advice.switch_advice(fancy, _advice._image_folder(fancy))
     assert line.startswith("stoker.Loader cannot replace this DataLoader")
-    assert "RandomRotation" in line and "switch to" not in line
+    assert "RandomPerspective" in line and "switch to" not in line
     val = ImageFolder(folder, transform=T.Compose([T.Resize(32), T.CenterCrop(32),
                                                    T.ToTensor()]))
     monkeypatch.setattr(_advice.shutil, "which", lambda name: None)  # pip installs no CLI

@@ -14,34 +14,9 @@
 
 #define BATCH_KEY 0x6d69787570637574ULL /* "mixupcut": keeps the batch streams apart */
 
-static double normal_draw(stk_rng *rng)
-{
-    double u1 = 1.0 - stk_rng_uniform(rng), u2 = stk_rng_uniform(rng); /* u1 in (0, 1] */
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-/* Gamma(a, 1) by Marsaglia and Tsang (2000); a < 1 through Gamma(a + 1) * U^(1/a). */
-static double gamma_draw(stk_rng *rng, double a)
-{
-    if (a < 1.0) {
-        double u = 1.0 - stk_rng_uniform(rng);
-        return gamma_draw(rng, a + 1.0) * pow(u, 1.0 / a);
-    }
-    double d = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
-    for (;;) {
-        double x = normal_draw(rng), v = 1.0 + c * x;
-        if (v <= 0.0)
-            continue;
-        v = v * v * v;
-        double u = 1.0 - stk_rng_uniform(rng);
-        if (u < 1.0 - 0.0331 * x * x * x * x || log(u) < 0.5 * x * x + d * (1.0 - v + log(v)))
-            return d * v;
-    }
-}
-
 double stk__beta_draw(stk_rng *rng, double alpha)
 {
-    double x = gamma_draw(rng, alpha), y = gamma_draw(rng, alpha);
+    double x = stk__rng_gamma(rng, alpha), y = stk__rng_gamma(rng, alpha);
     return x + y > 0.0 ? x / (x + y) : 0.5;
 }
 

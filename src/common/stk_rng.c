@@ -5,6 +5,8 @@
  */
 #include "stk_internal.h"
 
+#include <math.h>
+
 /* ---- Philox4x32-10 ---- */
 
 #define PHILOX_M0 0xD2511F53u
@@ -69,4 +71,31 @@ uint64_t stk_rng_u64(stk_rng *rng)
 double stk_rng_uniform(stk_rng *rng)
 {
     return (double)(stk_rng_u64(rng) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- samplers (MixUp/CutMix's Beta, AugMix's Dirichlet) ---- */
+
+static double normal_draw(stk_rng *rng)
+{
+    double u1 = 1.0 - stk_rng_uniform(rng), u2 = stk_rng_uniform(rng); /* u1 in (0, 1] */
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Gamma(a, 1) by Marsaglia and Tsang (2000); a < 1 through Gamma(a + 1) * U^(1/a). */
+double stk__rng_gamma(stk_rng *rng, double a)
+{
+    if (a < 1.0) {
+        double u = 1.0 - stk_rng_uniform(rng);
+        return stk__rng_gamma(rng, a + 1.0) * pow(u, 1.0 / a);
+    }
+    double d = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+    for (;;) {
+        double x = normal_draw(rng), v = 1.0 + c * x;
+        if (v <= 0.0)
+            continue;
+        v = v * v * v;
+        double u = 1.0 - stk_rng_uniform(rng);
+        if (u < 1.0 - 0.0331 * x * x * x * x || log(u) < 0.5 * x * x + d * (1.0 - v + log(v)))
+            return d * v;
+    }
 }

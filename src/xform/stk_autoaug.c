@@ -6,9 +6,8 @@
  * values, as torch computes them); the draw is its forward: op = randint(14), bin =
  * randint(num_magnitude_bins) for ops with magnitudes, sign = randint(2) for signed ones, from
  * the sample's stream. The ops are torchvision's _apply_op:
- *   - ShearX/ShearY/TranslateX/TranslateY/Rotate: nearest-neighbour affine warps with fill 0
- *     repeating PIL's (Image.transform AFFINE: 16.16 fixed point, or its scale-only path;
- *     Image.rotate's matrix and its transpose shortcuts), i.e. what Compose gives on PIL images;
+ *   - ShearX/ShearY/TranslateX/TranslateY/Rotate: PIL's affine warps (stk_warp.c) with the op's
+ *     interpolation (NEAREST or BILINEAR) and fill, i.e. what Compose gives on PIL images;
  *   - Brightness/Color/Contrast/Sharpness/Posterize/Solarize/AutoContrast/Equalize: the
  *     functional_tensor ops of stk_color.c and stk_pixops.c (bit-identical to torch on uint8).
  */
@@ -72,10 +71,11 @@ static float linspace_f32(float start, float end, int64_t steps, int64_t idx)
 
 double stk__ta_magnitude(int policy, int op, int64_t bins, int64_t idx, int64_t h, int64_t w)
 {
-    bool rand = policy != STK__POLICY_TRIVIAL_WIDE; /* AutoAugment's table is RandAugment's */
-    if (op == STK__TA_POSTERIZE) { /* 8 - (arange(bins) / ((bins - 1) / D)).round().int() */
+    /* AutoAugment's table is RandAugment's; AugMix's too but for Posterize and translations */
+    bool rand = policy != STK__POLICY_TRIVIAL_WIDE, augmix = policy == STK__POLICY_AUGMIX;
+    if (op == STK__TA_POSTERIZE) { /* B - (arange(bins) / ((bins - 1) / D)).round().int() */
         float q = (float)idx / (float)((double)(bins - 1) / (rand ? 4.0 : 6.0));
-        return 8.0 - (double)nearbyintf(q);
+        return (augmix ? 4.0 : 8.0) - (double)nearbyintf(q);
     }
     const ta_space *s = &ta_spaces[op];
     if (!s->bins)
@@ -88,10 +88,10 @@ double stk__ta_magnitude(int policy, int op, int64_t bins, int64_t idx, int64_t 
             end = 0.3f;
             break;
         case STK__TA_TRANSLATE_X:
-            end = (float)(150.0 / 331.0 * (double)w);
+            end = (float)(augmix ? (double)w / 3.0 : 150.0 / 331.0 * (double)w);
             break;
         case STK__TA_TRANSLATE_Y:
-            end = (float)(150.0 / 331.0 * (double)h);
+            end = (float)(augmix ? (double)h / 3.0 : 150.0 / 331.0 * (double)h);
             break;
         case STK__TA_ROTATE:
             end = 30.0f;
@@ -204,130 +204,8 @@ void stk__aa_draw(stk_rng *rng, int64_t h, int64_t w, stk__ta *out)
     }
 }
 
-/* ---- PIL's nearest-neighbour affine transform (Geometry.c), fill 0 ---- */
-
-static inline int coord(double v)
-{
-    return v < 0.0 ? -1 : (int)v;
-}
-
-/* a: the inverse map, output (x + 0.5, y + 0.5) -> input. src: a copy of the image. */
-static void pil_affine(uint8_t *dst, const uint8_t *src, int w, int h, const double a[6])
-{
-    memset(dst, 0, (size_t)w * h * 3);
-    if (a[1] == 0 && a[3] == 0) { /* ImagingScaleAffine */
-        double yo = a[5] + a[4] * 0.5;
-        for (int y = 0; y < h; y++, yo += a[4]) {
-            int yi = coord(yo);
-            if (yi < 0 || yi >= h)
-                continue;
-            double xo = a[2] + a[0] * 0.5;
-            for (int x = 0; x < w; x++, xo += a[0]) {
-                int xi = coord(xo);
-                if (xi >= 0 && xi < w)
-                    memcpy(dst + ((size_t)y * w + x) * 3, src + ((size_t)yi * w + xi) * 3, 3);
-            }
-        }
-        return;
-    }
-#define FITS(x, y)                                                                                 \
-    (fabs(a[0] * (x) + a[1] * (y) + a[2]) < 32768.0 &&                                             \
-     fabs(a[3] * (x) + a[4] * (y) + a[5]) < 32768.0)
-    if (FITS(0, 0) && FITS(w, h) && FITS(0, h) && FITS(w, 0)) { /* affine_fixed: 16.16 */
-#define FIX(v) ((int)floor((v)*65536.0 + 0.5))
-        int a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
-        int a2 = FIX(a[2] + a[1] * 0.5 + a[0] * 0.5), a5 = FIX(a[5] + a[4] * 0.5 + a[3] * 0.5);
-#undef FIX
-        for (int y = 0; y < h; y++, a2 += a1, a5 += a4) {
-            int xx = a2, yy = a5;
-            for (int x = 0; x < w; x++, xx += a0, yy += a3) {
-                int xi = xx >> 16, yi = yy >> 16;
-                if (xi >= 0 && xi < w && yi >= 0 && yi < h)
-                    memcpy(dst + ((size_t)y * w + x) * 3, src + ((size_t)yi * w + xi) * 3, 3);
-            }
-        }
-        return;
-    }
-#undef FITS
-    double xo = a[2] + a[1] * 0.5 + a[0] * 0.5, yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
-    for (int y = 0; y < h; y++, xo += a[1], yo += a[4]) {
-        double xx = xo, yy = yo;
-        for (int x = 0; x < w; x++, xx += a[0], yy += a[3]) {
-            int xi = coord(xx), yi = coord(yy);
-            if (xi >= 0 && xi < w && yi >= 0 && yi < h)
-                memcpy(dst + ((size_t)y * w + x) * 3, src + ((size_t)yi * w + xi) * 3, 3);
-        }
-    }
-}
-
-/* torchvision's _get_inverse_affine_matrix (inverted) for angle 0, scale 1. */
-static void inverse_affine(double cx, double cy, double tx, double ty, double shx, double shy,
-                           double m[6])
-{
-    double rot = 0.0, sx = shx * M_PI / 180.0, sy = shy * M_PI / 180.0;
-    double a = cos(rot - sy) / cos(sy);
-    double b = -cos(rot - sy) * tan(sx) / cos(sy) - sin(rot);
-    double c = sin(rot - sy) / cos(sy);
-    double d = -sin(rot - sy) * tan(sx) / cos(sy) + cos(rot);
-    m[0] = d;
-    m[1] = -b;
-    m[2] = 0.0;
-    m[3] = -c;
-    m[4] = a;
-    m[5] = 0.0;
-    m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
-    m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
-    m[2] += cx;
-    m[5] += cy;
-}
-
-/* Python's round(x, 15) closely enough for cos/sin values (|x| <= 1). */
-static double round15(double x)
-{
-    return nearbyint(x * 1e15) / 1e15;
-}
-
-/* PIL's Image.rotate(angle) (counter-clockwise degrees, centre (w/2, h/2), same size). */
-static void pil_rotate(uint8_t *dst, const uint8_t *src, int w, int h, double angle)
-{
-    angle = fmod(angle, 360.0);
-    if (angle < 0)
-        angle += 360.0;
-    size_t n = (size_t)w * h;
-    if (angle == 0) {
-        memcpy(dst, src, n * 3);
-        return;
-    }
-    if (angle == 180 || ((angle == 90 || angle == 270) && w == h)) { /* transposes */
-        for (int y = 0; y < h; y++)
-            for (int x = 0; x < w; x++) {
-                int xi, yi;
-                if (angle == 180) {
-                    xi = w - 1 - x;
-                    yi = h - 1 - y;
-                } else if (angle == 90) {
-                    xi = w - 1 - y;
-                    yi = x;
-                } else {
-                    xi = y;
-                    yi = h - 1 - x;
-                }
-                memcpy(dst + ((size_t)y * w + x) * 3, src + ((size_t)yi * w + xi) * 3, 3);
-            }
-        return;
-    }
-    double r = -angle * M_PI / 180.0, cx = w / 2.0, cy = h / 2.0;
-    double m[6] = {round15(cos(r)), round15(sin(r)), 0.0, round15(-sin(r)), round15(cos(r)), 0.0};
-    double x0 = -cx, y0 = -cy;
-    m[2] = m[0] * x0 + m[1] * y0 + m[2];
-    m[5] = m[3] * x0 + m[4] * y0 + m[5];
-    m[2] += cx;
-    m[5] += cy;
-    pil_affine(dst, src, w, h, m);
-}
-
 /* One of the ops (torchvision's _apply_op). */
-static stk_status apply_one(const stk__pixctx *c, int op, double mag)
+static stk_status apply_one(const stk__pixctx *c, const stk__ta *d, int op, double mag)
 {
     size_t npix = (size_t)c->w * c->h;
     int w = (int)c->w, h = (int)c->h;
@@ -339,25 +217,27 @@ static stk_status apply_one(const stk__pixctx *c, int op, double mag)
         memcpy(src, c->rgb, npix * 3);
         double m[6];
         double deg = atan(mag) * 180.0 / M_PI; /* math.degrees(math.atan(magnitude)) */
+        const double none[2] = {0.0, 0.0}, mid[2] = {w * 0.5, h * 0.5};
         switch (op) {
         case STK__TA_SHEAR_X:
-            inverse_affine(0, 0, 0, 0, deg, 0, m);
-            pil_affine(c->rgb, src, w, h, m);
+        case STK__TA_SHEAR_Y: { /* F.affine(angle 0, center (0, 0), shear) */
+            const double sh[2] = {op == STK__TA_SHEAR_X ? deg : 0.0,
+                                  op == STK__TA_SHEAR_Y ? deg : 0.0};
+            stk__warp_inverse_matrix(none, 0.0, none, 1.0, sh, m);
+            stk__warp_affine(c->rgb, w, h, src, w, h, m, d->interp, d->fill);
             break;
-        case STK__TA_SHEAR_Y:
-            inverse_affine(0, 0, 0, 0, 0, deg, m);
-            pil_affine(c->rgb, src, w, h, m);
-            break;
+        }
         case STK__TA_TRANSLATE_X:
         case STK__TA_TRANSLATE_Y: {
             double t = (double)(int64_t)mag; /* int(magnitude) */
             bool xdir = op == STK__TA_TRANSLATE_X;
-            inverse_affine(w * 0.5, h * 0.5, xdir ? t : 0, xdir ? 0 : t, 0, 0, m);
-            pil_affine(c->rgb, src, w, h, m);
+            const double tr[2] = {xdir ? t : 0, xdir ? 0 : t};
+            stk__warp_inverse_matrix(mid, 0.0, tr, 1.0, none, m);
+            stk__warp_affine(c->rgb, w, h, src, w, h, m, d->interp, d->fill);
             break;
         }
         default:
-            pil_rotate(c->rgb, src, w, h, mag);
+            stk__warp_rotate(c->rgb, src, w, h, mag, NULL, false, d->interp, d->fill);
             break;
         }
         stk__free(src);
@@ -402,9 +282,102 @@ static stk_status apply_one(const stk__pixctx *c, int op, double mag)
 stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d)
 {
     for (int k = 0; k < d->n; k++) {
-        stk_status rc = apply_one(c, d->op[k], d->magnitude[k]);
+        stk_status rc = apply_one(c, d, d->op[k], d->magnitude[k]);
         if (rc < 0)
             return rc;
     }
     return STK_OK;
+}
+
+/* ---- AugMix ---- */
+
+/* Its _augmentation_space order: 9 ops, then 4 more with all_ops. */
+static const int8_t am_ops[13] = {STK__TA_SHEAR_X,     STK__TA_SHEAR_Y,      STK__TA_TRANSLATE_X,
+                                  STK__TA_TRANSLATE_Y, STK__TA_ROTATE,       STK__TA_POSTERIZE,
+                                  STK__TA_SOLARIZE,    STK__TA_AUTOCONTRAST, STK__TA_EQUALIZE,
+                                  STK__TA_BRIGHTNESS,  STK__TA_COLOR,        STK__TA_CONTRAST,
+                                  STK__TA_SHARPNESS};
+
+const char *stk__am_op_name(int k)
+{
+    return k >= 0 && k < 13 ? ta_names[am_ops[k]] : NULL;
+}
+
+/* torch._sample_dirichlet of n equal alphas, as float32 weights. */
+static void dirichlet(stk_rng *rng, double alpha, int n, float *out)
+{
+    double g[STK__AM_MAX_WIDTH], sum = 0.0;
+    for (int k = 0; k < n; k++)
+        sum += g[k] = stk__rng_gamma(rng, alpha);
+    for (int k = 0; k < n; k++)
+        out[k] = sum > 0.0 ? (float)(g[k] / sum) : (k == 0 ? 1.0f : 0.0f);
+}
+
+void stk__am_draw(stk_rng *rng, const stk_op *op, int64_t h, int64_t w, stk__augmix *out)
+{
+    float m[2];
+    dirichlet(rng, op->alpha, 2, m);
+    out->m0 = m[0];
+    out->width = (int)op->mixture_width;
+    dirichlet(rng, op->alpha, out->width, out->w);
+    for (int i = 0; i < out->width; i++)
+        out->w[i] *= m[1]; /* float32 product, as torch's */
+    int n_ops = op->all_ops ? 13 : 9;
+    for (int i = 0; i < out->width; i++) {
+        int depth = op->chain_depth > 0 ? (int)op->chain_depth : 1 + (int)stk__rng_below(rng, 3);
+        out->chain[i].n = depth;
+        for (int k = 0; k < depth; k++) {
+            int o = am_ops[stk__rng_below(rng, (uint64_t)n_ops)];
+            bool is_signed;
+            double mag = 0.0;
+            if (stk__ta_has_bins(o, &is_signed)) {
+                int64_t idx = (int64_t)stk__rng_below(rng, (uint64_t)op->severity);
+                mag = stk__ta_magnitude(STK__POLICY_AUGMIX, o, 10, idx, h, w);
+            }
+            if (is_signed && stk__rng_below(rng, 2))
+                mag = -mag;
+            out->chain[i].op[k] = (int8_t)o;
+            out->chain[i].magnitude[k] = mag;
+        }
+    }
+}
+
+stk_status stk__am_apply(const stk__pixctx *c, const stk__augmix *d)
+{
+    size_t n = (size_t)c->w * c->h * 3;
+    float *mix = stk__malloc(n * sizeof(float));
+    uint8_t *aug = stk__malloc(n);
+    stk_status rc = STK_OK;
+    if (!mix || !aug) {
+        rc = stk__set_error(c->err, c->err_size, STK_ENOMEM, "out of memory for AugMix's scratch");
+        goto done;
+    }
+    for (size_t k = 0; k < n; k++)
+        mix[k] = d->m0 * (float)c->rgb[k];
+    stk__ta chain;
+    chain.policy = -1;
+    chain.interp = d->interp;
+    memcpy(chain.fill, d->fill, 3);
+    const stk__pixctx ac = {aug, c->w, c->h, c->err, c->err_size};
+    for (int i = 0; i < d->width; i++) {
+        memcpy(aug, c->rgb, n);
+        chain.n = d->chain[i].n;
+        for (int k = 0; k < chain.n; k++) {
+            chain.op[k] = d->chain[i].op[k];
+            chain.magnitude[k] = d->chain[i].magnitude[k];
+        }
+        rc = stk__ta_apply(&ac, &chain);
+        if (rc < 0)
+            goto done;
+        for (size_t k = 0; k < n; k++) {
+            float t = d->w[i] * (float)aug[k]; /* mix.add_(w * aug): two float32 roundings */
+            mix[k] += t;
+        }
+    }
+    for (size_t k = 0; k < n; k++) /* .to(uint8): truncation (the sum stays within 0..255) */
+        c->rgb[k] = (uint8_t)(mix[k] >= 255.0f ? 255 : mix[k] <= 0.0f ? 0 : (int)mix[k]);
+done:
+    stk__free(mix);
+    stk__free(aug);
+    return rc;
 }

@@ -24,12 +24,20 @@ void stk__axis_init(stk__xaxis *a, int64_t size)
     a->off = 0;
     a->dir = 1;
     a->n = size;
+    a->pad_mode = STK__PAD_CONSTANT;
+    a->n_pads = 0;
 }
 
 void stk__axis_crop(stk__xaxis *a, int64_t c, int64_t m)
 {
     if (c < 0 || c + m > a->n) { /* padding: only the current image stays content */
         int64_t lo = a->dir > 0 ? a->off : a->off - a->n + 1, hi = lo + a->n;
+        if (a->n_pads < STK__XF_MAX_OPS) {
+            a->pads[a->n_pads].lo = lo;
+            a->pads[a->n_pads].hi = hi;
+            a->pads[a->n_pads].mode = a->pad_mode;
+            a->n_pads++;
+        }
         double span = a->c1 - a->c0;
         a->v0 = STK_MAX(a->v0, lo);
         a->v1 = STK_MIN(a->v1, hi);
@@ -38,6 +46,49 @@ void stk__axis_crop(stk__xaxis *a, int64_t c, int64_t m)
     }
     a->off += a->dir * c;
     a->n = m;
+}
+
+/* u mapped into [lo, hi) by numpy's pad mode (u outside it). */
+static int64_t pad_map1(int64_t u, int64_t lo, int64_t hi, int mode)
+{
+    int64_t len = hi - lo, k = u - lo;
+    switch (mode) {
+    case STK__PAD_EDGE:
+        k = k < 0 ? 0 : len - 1;
+        break;
+    case STK__PAD_REFLECT: { /* ... 2 1 | 0 1 2 ... len-1 | len-2 ...: period 2 (len - 1) */
+        int64_t period = 2 * (len - 1);
+        if (period == 0) {
+            k = 0;
+            break;
+        }
+        k %= period;
+        k = k < 0 ? k + period : k;
+        k = k >= len ? period - k : k;
+        break;
+    }
+    default: { /* symmetric: ... 1 0 | 0 1 ... len-1 | len-1 ...: period 2 len */
+        int64_t period = 2 * len;
+        k %= period;
+        k = k < 0 ? k + period : k;
+        k = k >= len ? period - 1 - k : k;
+        break;
+    }
+    }
+    return lo + k;
+}
+
+int64_t stk__axis_pad_map(const stk__xaxis *a, int64_t u)
+{
+    for (int s = a->n_pads - 1; s >= 0; s--) {
+        int64_t lo = a->pads[s].lo, hi = a->pads[s].hi;
+        if (u >= lo && u < hi)
+            continue;
+        if (a->pads[s].mode == STK__PAD_CONSTANT || hi <= lo)
+            return u; /* padding: zero, or the fill */
+        u = pad_map1(u, lo, hi, a->pads[s].mode);
+    }
+    return u;
 }
 
 void stk__axis_flip(stk__xaxis *a)
@@ -66,6 +117,7 @@ void stk__axis_resize(stk__xaxis *a, int64_t m)
     a->grid = m;
     a->v0 = 0; /* padding inside the resized image was resampled as an edge extension */
     a->v1 = m;
+    a->n_pads = 0;
     /* Resampling commutes with mirroring (the filter is symmetric), so a mirrored image stays
      * mirrored: output pixel 0 is the last grid pixel. */
     a->off = a->dir > 0 ? 0 : m - 1;

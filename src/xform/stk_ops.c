@@ -1,5 +1,5 @@
 /*
- * stk_ops.c: the op table. One row (stk__op_def) per stk_op_kind, in enum order: torchvision's
+ * stk_ops.c: the op table. One row (stk__op_def) per stk_op_kind: torchvision's
  * name, the parameters (name, type, place in stk_op: what stk_op_param_at publishes and the
  * Python front end parses generically), the check, the effect on the output size, the
  * create-time hook, the per-sample plan and the pixel kernel.
@@ -8,6 +8,10 @@
  * the output size; stk__xform_plan calls each op's plan in op order (geometric ops fold into the
  * per-axis resample, random ops draw from the sample's stream); stk__xform_render runs the
  * kernels the plan collected, once per sample each (never an indirect call per pixel).
+ *
+ * The rows live in three parts: here the geometric, store, tensor and container ops; the pixel
+ * ops and policies in stk_ops_pixel.c; the warps (RandomRotation, RandomAffine) in
+ * stk_ops_warp.c. stk__op_def_get finds a kind's row in them.
  *
  * Adding an op: append its kind to stk_op_kind (include/stoker.h), its fields to stk_op if it
  * needs new ones, a row here, its kernel (a pixel op), and its Python class
@@ -24,53 +28,31 @@
 
 /* ---- parameter lists ---- */
 
-#define PARAM(name, type, count, field)                                                            \
-    {                                                                                              \
-        name, STK_OP_PARAM_##type, count, offsetof(stk_op, field)                                  \
-    }
+#define PARAM STK__PARAM
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 static const stk_op_param p_rrc[] = {PARAM("size", INT64, 2, size),
                                      PARAM("scale", DOUBLE, 2, scale),
                                      PARAM("ratio", DOUBLE, 2, ratio)};
 static const stk_op_param p_size[] = {PARAM("size", INT64, 2, size)};
-static const stk_op_param p_p[] = {PARAM("p", DOUBLE, 1, p)};
-static const stk_op_param p_jitter[] = {
-    PARAM("brightness", DOUBLE, 1, brightness), PARAM("contrast", DOUBLE, 1, contrast),
-    PARAM("saturation", DOUBLE, 1, saturation), PARAM("hue", DOUBLE, 1, hue)};
+const stk_op_param stk__params_p[1] = {PARAM("p", DOUBLE, 1, p)};
 static const stk_op_param p_normalize[] = {PARAM("mean", FLOAT, 3, mean),
                                            PARAM("std", FLOAT, 3, std)};
-static const stk_op_param p_gray[] = {PARAM("num_output_channels", INT64, 1, num_output_channels)};
-static const stk_op_param p_posterize[] = {PARAM("bits", INT64, 1, bits), PARAM("p", DOUBLE, 1, p)};
-static const stk_op_param p_solarize[] = {PARAM("threshold", DOUBLE, 1, threshold),
-                                          PARAM("p", DOUBLE, 1, p)};
-static const stk_op_param p_sharpness[] = {PARAM("sharpness_factor", DOUBLE, 1, sharpness_factor),
-                                           PARAM("p", DOUBLE, 1, p)};
 static const stk_op_param p_rcrop[] = {
     PARAM("size", INT64, 2, size), PARAM("padding", INT64, 4, padding),
-    PARAM("pad_if_needed", INT64, 1, pad_if_needed), PARAM("fill", DOUBLE, 3, fill)};
+    PARAM("pad_if_needed", INT64, 1, pad_if_needed), PARAM("fill", DOUBLE, 3, fill),
+    PARAM("padding_mode", INT64, 1, padding_mode)};
 static const stk_op_param p_pad[] = {PARAM("padding", INT64, 4, padding),
-                                     PARAM("fill", DOUBLE, 3, fill)};
+                                     PARAM("fill", DOUBLE, 3, fill),
+                                     PARAM("padding_mode", INT64, 1, padding_mode)};
 static const stk_op_param p_erase[] = {PARAM("p", DOUBLE, 1, p), PARAM("scale", DOUBLE, 2, scale),
                                        PARAM("ratio", DOUBLE, 2, ratio),
                                        PARAM("value", DOUBLE, 3, value)};
-static const stk_op_param p_ta[] = {PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
-static const stk_op_param p_ra[] = {PARAM("num_ops", INT64, 1, num_ops),
-                                    PARAM("magnitude", INT64, 1, magnitude),
-                                    PARAM("num_magnitude_bins", INT64, 1, num_magnitude_bins)};
-static const stk_op_param p_aa[] = {PARAM("policy", INT64, 1, policy)};
 static const stk_op_param p_apply[] = {PARAM("transforms", INT64, 1, n_transforms),
                                        PARAM("p", DOUBLE, 1, p)};
 static const stk_op_param p_choice[] = {PARAM("transforms", INT64, 1, n_transforms)};
-static const stk_op_param p_blur[] = {PARAM("kernel_size", INT64, 2, kernel_size),
-                                      PARAM("sigma", DOUBLE, 2, sigma)};
 
 /* ---- checks ---- */
-
-static bool finite2(const double v[2])
-{
-    return isfinite(v[0]) && isfinite(v[1]);
-}
 
 /* size = (h, w) with w = 0 meaning `zero_means` (square for the crops); the crops resolve it. */
 static stk_status check_size(size_t i, stk_op *op, const char *zero_means, bool square)
@@ -100,7 +82,7 @@ static stk_status check_resize(size_t i, stk_op *op)
 /* RandomResizedCrop's and RandomErasing's aspect range. */
 static stk_status check_ratio(size_t i, stk_op *op)
 {
-    if (!finite2(op->ratio) || op->ratio[0] <= 0 || op->ratio[0] > op->ratio[1])
+    if (!stk__finite2(op->ratio) || op->ratio[0] <= 0 || op->ratio[0] > op->ratio[1])
         return stk__set_last_error(STK_EINVAL,
                                    "ops[%zu] (%s): ratio must satisfy 0 < ratio[0] <= "
                                    "ratio[1], got (%g, %g)",
@@ -114,7 +96,8 @@ static stk_status check_rrc(size_t i, stk_op *op)
     if (rc < 0)
         return rc;
     const char *name = stk_op_name(op->kind);
-    if (!finite2(op->scale) || op->scale[0] < 0 || op->scale[0] > op->scale[1] || op->scale[1] <= 0)
+    if (!stk__finite2(op->scale) || op->scale[0] < 0 || op->scale[0] > op->scale[1] ||
+        op->scale[1] <= 0)
         return stk__set_last_error(STK_EINVAL,
                                    "ops[%zu] (%s): scale must satisfy 0 <= scale[0] <= "
                                    "scale[1], scale[1] > 0, got (%g, %g)",
@@ -122,28 +105,11 @@ static stk_status check_rrc(size_t i, stk_op *op)
     return check_ratio(i, op);
 }
 
-/* A probability p in [0, 1] (the flips). */
-static stk_status check_p(size_t i, stk_op *op)
+stk_status stk__check_p(size_t i, stk_op *op)
 {
     if (!(op->p >= 0.0 && op->p <= 1.0))
         return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): p must be in [0, 1], got %g", i,
                                    stk_op_name(op->kind), op->p);
-    return STK_OK;
-}
-
-static stk_status check_jitter(size_t i, stk_op *op)
-{
-    const double v[3] = {op->brightness, op->contrast, op->saturation};
-    static const char *const what[3] = {"brightness", "contrast", "saturation"};
-    const char *name = stk_op_name(op->kind);
-    for (int k = 0; k < 3; k++)
-        if (!(v[k] >= 0.0 && isfinite(v[k])))
-            return stk__set_last_error(STK_EINVAL,
-                                       "ops[%zu] (%s): %s must be a finite number >= 0, got %g", i,
-                                       name, what[k], v[k]);
-    if (!(op->hue >= 0.0 && op->hue <= 0.5))
-        return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): hue must be in [0, 0.5], got %g", i,
-                                   name, op->hue);
     return STK_OK;
 }
 
@@ -163,63 +129,7 @@ static stk_status check_normalize(size_t i, stk_op *op)
     return STK_OK;
 }
 
-static stk_status check_gray(size_t i, stk_op *op)
-{
-    if (op->num_output_channels != 3)
-        return stk__set_last_error(STK_EINVAL,
-                                   "ops[%zu] (%s): num_output_channels must be 3 (stoker's images "
-                                   "have three channels; the gray value goes into each), got %lld",
-                                   i, stk_op_name(op->kind), (long long)op->num_output_channels);
-    return STK_OK;
-}
-
-/* An op with one number in [lo, hi] besides p (RandomPosterize, RandomSolarize,
- * RandomAdjustSharpness). */
-static stk_status check_value_p(size_t i, stk_op *op, const char *what, double v, double lo,
-                                double hi)
-{
-    if (!(v >= lo && v <= hi))
-        return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): %s must be in [%g, %g], got %g", i,
-                                   stk_op_name(op->kind), what, lo, hi, v);
-    return check_p(i, op);
-}
-
-static stk_status check_posterize(size_t i, stk_op *op)
-{
-    return check_value_p(i, op, "bits", (double)op->bits, 0, 8);
-}
-
-/* torchvision: "Threshold should be less than bound of img." (uint8: 255) */
-static stk_status check_solarize(size_t i, stk_op *op)
-{
-    return check_value_p(i, op, "threshold (uint8 scale)", op->threshold, -HUGE_VAL, 255);
-}
-
-static stk_status check_sharpness(size_t i, stk_op *op)
-{
-    return check_value_p(i, op, "sharpness_factor", op->sharpness_factor, 0, HUGE_VAL);
-}
-
-static stk_status check_blur(size_t i, stk_op *op)
-{
-    const char *name = stk_op_name(op->kind);
-    for (int k = 0; k < 2; k++)
-        if (op->kernel_size[k] < 1 || op->kernel_size[k] > STK__XF_MAX_KERNEL ||
-            op->kernel_size[k] % 2 == 0)
-            return stk__set_last_error(STK_EINVAL,
-                                       "ops[%zu] (%s): kernel_size must be odd and in 1..%d "
-                                       "(x, y), got (%lld, %lld)",
-                                       i, name, STK__XF_MAX_KERNEL, (long long)op->kernel_size[0],
-                                       (long long)op->kernel_size[1]);
-    if (!finite2(op->sigma) || op->sigma[0] <= 0 || op->sigma[0] > op->sigma[1])
-        return stk__set_last_error(STK_EINVAL,
-                                   "ops[%zu] (%s): sigma must satisfy 0 < sigma[0] <= sigma[1], "
-                                   "got (%g, %g)",
-                                   i, name, op->sigma[0], op->sigma[1]);
-    return STK_OK;
-}
-
-/* Pad's and RandomCrop's padding (>= 0) and fill (0: the resample pads with zeros). */
+/* Pad's and RandomCrop's padding (>= 0), fill (0..255) and padding_mode (0..3). */
 static stk_status check_padding(size_t i, stk_op *op)
 {
     const char *name = stk_op_name(op->kind);
@@ -231,13 +141,12 @@ static stk_status check_padding(size_t i, stk_op *op)
                                        i, name, STK__XF_MAX_SIZE, (long long)op->padding[0],
                                        (long long)op->padding[1], (long long)op->padding[2],
                                        (long long)op->padding[3]);
-    for (int c = 0; c < 3; c++)
-        if (op->fill[c] != 0.0)
-            return stk__set_last_error(STK_EINVAL,
-                                       "ops[%zu] (%s): fill must be 0 (stoker pads with zeros), "
-                                       "got %g in channel %d",
-                                       i, name, op->fill[c], c);
-    return STK_OK;
+    if (op->padding_mode < STK__PAD_CONSTANT || op->padding_mode > STK__PAD_SYMMETRIC)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): padding_mode must be 0 (constant), 1 (edge), "
+                                   "2 (reflect) or 3 (symmetric), got %lld",
+                                   i, name, (long long)op->padding_mode);
+    return stk__check_fill(i, op);
 }
 
 static stk_status check_rcrop(size_t i, stk_op *op)
@@ -255,7 +164,8 @@ static stk_status check_rcrop(size_t i, stk_op *op)
 static stk_status check_erase(size_t i, stk_op *op)
 {
     const char *name = stk_op_name(op->kind);
-    if (!finite2(op->scale) || op->scale[0] < 0 || op->scale[0] > op->scale[1] || op->scale[1] > 1)
+    if (!stk__finite2(op->scale) || op->scale[0] < 0 || op->scale[0] > op->scale[1] ||
+        op->scale[1] > 1)
         return stk__set_last_error(STK_EINVAL,
                                    "ops[%zu] (%s): scale must satisfy 0 <= scale[0] <= scale[1] "
                                    "<= 1, got (%g, %g)",
@@ -267,47 +177,11 @@ static stk_status check_erase(size_t i, stk_op *op)
         if (!isfinite(op->value[c]))
             return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): value[%d] must be finite", i,
                                        name, c);
-    return check_p(i, op);
+    return stk__check_p(i, op);
 }
 
-static stk_status check_ta(size_t i, stk_op *op)
-{
-    if (op->num_magnitude_bins < 2 || op->num_magnitude_bins > 1024)
-        return stk__set_last_error(STK_EINVAL,
-                                   "ops[%zu] (%s): num_magnitude_bins must be in 2..1024, got %lld",
-                                   i, stk_op_name(op->kind), (long long)op->num_magnitude_bins);
-    return STK_OK;
-}
-
-static stk_status check_ra(size_t i, stk_op *op)
-{
-    stk_status rc = check_ta(i, op);
-    if (rc < 0)
-        return rc;
-    if (op->num_ops < 0 || op->num_ops > STK__TA_MAX_OPS)
-        return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): num_ops must be in 0..%d, got %lld",
-                                   i, stk_op_name(op->kind), STK__TA_MAX_OPS,
-                                   (long long)op->num_ops);
-    if (op->magnitude < 0 || op->magnitude >= op->num_magnitude_bins)
-        return stk__set_last_error(STK_EINVAL,
-                                   "ops[%zu] (%s): magnitude must be in 0..num_magnitude_bins - 1 "
-                                   "(%lld), got %lld",
-                                   i, stk_op_name(op->kind), (long long)op->num_magnitude_bins - 1,
-                                   (long long)op->magnitude);
-    return STK_OK;
-}
-
-static stk_status check_aa(size_t i, stk_op *op)
-{
-    if (op->policy != 0)
-        return stk__set_last_error(STK_EINVAL,
-                                   "ops[%zu] (%s): policy must be 0 (AutoAugmentPolicy.IMAGENET; "
-                                   "CIFAR10 and SVHN are not supported), got %lld",
-                                   i, stk_op_name(op->kind), (long long)op->policy);
-    return STK_OK;
-}
-
-/* RandomApply/RandomChoice: 1..16 following ops (stk_transform_create checks what they are). */
+/* RandomApply/RandomChoice/RandomOrder: 1..16 following ops (stk_transform_create checks what
+ * they are). */
 static stk_status check_container(size_t i, stk_op *op)
 {
     if (op->n_transforms < 1 || op->n_transforms > STK__XF_MAX_OPS)
@@ -316,17 +190,10 @@ static stk_status check_container(size_t i, stk_op *op)
                                    "%lld",
                                    i, stk_op_name(op->kind), STK__XF_MAX_OPS,
                                    (long long)op->n_transforms);
-    return op->kind == STK_OP_RANDOM_APPLY ? check_p(i, op) : STK_OK;
+    return op->kind == STK_OP_RANDOM_APPLY ? stk__check_p(i, op) : STK_OK;
 }
 
 /* ---- defaults, output sizes, create-time hooks ---- */
-
-static void init_ta(stk_op *op)
-{
-    op->num_magnitude_bins = 31;
-    op->num_ops = 2; /* RandAugment's defaults */
-    op->magnitude = 9;
-}
 
 static void init_erase(stk_op *op)
 {
@@ -334,19 +201,6 @@ static void init_erase(stk_op *op)
     op->scale[1] = 0.33;
     op->ratio[0] = 0.3;
     op->ratio[1] = 3.3;
-}
-
-/* The pixel ops' parameters beyond p: identities where torchvision has no default (posterize 8
- * bits, sharpness 1), its defaults otherwise. */
-static void init_pixel(stk_op *op)
-{
-    op->num_output_channels = 3;
-    op->bits = 8;
-    op->threshold = 128.0;
-    op->sharpness_factor = 1.0;
-    op->kernel_size[0] = op->kernel_size[1] = 3;
-    op->sigma[0] = 0.1;
-    op->sigma[1] = 2.0;
 }
 
 static void init_resize(stk_op *op)
@@ -421,33 +275,37 @@ static void plan_center_crop(const stk_op *op, stk_rng *rng, stk__xplan *p, stk_
     stk__axis_center_crop(&p->x, op->size[1]);
 }
 
-/* Pad: a crop that starts before the image and ends after it (zeros, as constant fill 0). */
-static void pad_axes(stk__xplan *p, const int64_t pad[4])
+/* Pad: a crop that starts before the image and ends after it; the padding pixels get their
+ * values by the op's padding_mode (the resample maps them onto content, or they are zero and
+ * the fill replaces them: stk__xform_render). */
+static void pad_axes(stk__xplan *p, const int64_t pad[4], int64_t mode)
 {
+    p->x.pad_mode = p->y.pad_mode = (int)mode;
     stk__axis_crop(&p->x, -pad[0], p->x.n + pad[0] + pad[2]);
     stk__axis_crop(&p->y, -pad[1], p->y.n + pad[1] + pad[3]);
+    p->x.pad_mode = p->y.pad_mode = STK__PAD_CONSTANT; /* a larger CenterCrop pads with zeros */
 }
 
 static void plan_pad(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
     (void)rng;
     (void)draw;
-    pad_axes(p, op->padding);
+    pad_axes(p, op->padding, op->padding_mode);
 }
 
 /* torchvision's RandomCrop.forward: pad by `padding`; with pad_if_needed pad a side shorter than
  * the crop by the difference at both ends; then get_params: (0, 0) when the sizes are equal,
  * else i = randint(0, h - th + 1), j = randint(0, w - tw + 1) (height first). An image still
- * smaller than the crop (torchvision raises) is padded with zeros after its end. */
+ * smaller than the crop (torchvision raises) is padded after its end. */
 static void plan_rcrop(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
     (void)draw;
-    pad_axes(p, op->padding);
+    pad_axes(p, op->padding, op->padding_mode);
     int64_t th = op->size[0], tw = op->size[1];
     if (op->pad_if_needed) {
         int64_t dw = tw > p->x.n ? tw - p->x.n : 0, dh = th > p->y.n ? th - p->y.n : 0;
         const int64_t pad[4] = {dw, dh, dw, dh};
-        pad_axes(p, pad);
+        pad_axes(p, pad, op->padding_mode);
     }
     int64_t i = 0, j = 0;
     if (p->y.n != th || p->x.n != tw) {
@@ -472,68 +330,20 @@ static void plan_vflip(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdra
         stk__axis_flip(&p->y);
 }
 
-static void plan_jitter(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
-{
-    (void)p;
-    stk__jitter_draw(rng, op, &draw->jitter);
-}
-
-/* The pixel ops of stk_pixops.c: Random* ops draw torch.rand(1) < p (one uniform); the
- * deterministic ones (Grayscale, GaussianBlur) always apply; GaussianBlur draws its sigma
- * (torch.empty(1).uniform_(sigma[0], sigma[1]): one uniform). */
-static void plan_pixel_p(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
-{
-    (void)p;
-    draw->pix.op = op;
-    draw->pix.on = stk_rng_uniform(rng) < op->p;
-}
-
-static void plan_pixel(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
-{
-    (void)rng;
-    (void)p;
-    draw->pix.op = op;
-    draw->pix.on = true;
-}
-
-static void plan_blur(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
-{
-    (void)p;
-    draw->pix.op = op;
-    draw->pix.on = true;
-    draw->pix.sigma = stk__rng_range(rng, op->sigma[0], op->sigma[1]);
-}
-
 /* RandomErasing: torch.rand(1) < p, then get_params on the output size. */
 static void plan_erase(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
+    int64_t h, w;
+    stk__plan_size(p, &h, &w);
     draw->erase.op = op;
     draw->erase.on = false;
     if (stk_rng_uniform(rng) < op->p)
-        stk__erase_box(rng, p->y.n, p->x.n, op->scale, op->ratio, &draw->erase);
+        stk__erase_box(rng, h, w, op->scale, op->ratio, &draw->erase);
 }
 
 static void post_erase(const stk_transform *t, void *dst, const stk__opdraw *draw)
 {
     stk__erase_apply(t, dst, &draw->erase);
-}
-
-static void plan_ta(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
-{
-    (void)p;
-    stk__ta_draw(rng, op->num_magnitude_bins, &draw->ta);
-}
-
-static void plan_ra(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
-{
-    stk__ra_draw(rng, op->num_ops, op->magnitude, op->num_magnitude_bins, p->y.n, p->x.n,
-                 &draw->ta);
-}
-
-static void plan_aa(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
-{
-    (void)op;
-    stk__aa_draw(rng, p->y.n, p->x.n, &draw->ta);
 }
 
 static void init_container(stk_op *op)
@@ -559,82 +369,35 @@ static void plan_choice(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdr
     p->skip |= (uint32_t)(((1ull << op->n_transforms) - 1) & ~(1ull << k));
 }
 
-static stk_status kernel_ta(const stk__pixctx *c, const stk__opdraw *draw)
+/* RandomOrder: its ops in a random order (torchvision shuffles with Python's random.shuffle:
+ * for i = n - 1 .. 1, swap i with randbelow(i + 1); here from the sample's stream). */
+static void plan_order(const stk_op *op, stk_rng *rng, stk__xplan *p, stk__opdraw *draw)
 {
-    return stk__ta_apply(c, &draw->ta);
+    (void)draw;
+    stk__orderdraw *o = &p->order;
+    o->n = (int)op->n_transforms;
+    for (int k = 0; k < o->n; k++)
+        o->perm[k] = (uint8_t)k;
+    for (int k = o->n - 1; k > 0; k--) {
+        int j = (int)stk__rng_below(rng, (uint64_t)k + 1);
+        uint8_t tmp = o->perm[k];
+        o->perm[k] = o->perm[j];
+        o->perm[j] = tmp;
+    }
 }
 
 /* ---- pixel kernels ---- */
 
-static stk_status kernel_jitter(const stk__pixctx *c, const stk__opdraw *draw)
-{
-    stk__jitter_apply(c->rgb, (size_t)c->w * c->h, &draw->jitter);
-    return STK_OK;
-}
-
-static stk_status scratch_failed(const stk__pixctx *c, const stk__opdraw *draw)
-{
-    return stk__set_error(c->err, c->err_size, STK_ENOMEM, "out of memory for %s's scratch",
-                          stk_op_name(draw->pix.op->kind));
-}
-
-/* One kernel for the ops of stk_pixops.c (each op is one case, called once per sample). */
-static stk_status kernel_pixel(const stk__pixctx *c, const stk__opdraw *draw)
-{
-    const stk_op *op = draw->pix.op;
-    size_t npix = (size_t)c->w * c->h;
-    if (!draw->pix.on)
-        return STK_OK;
-    switch (op->kind) {
-    case STK_OP_GRAYSCALE:
-    case STK_OP_RANDOM_GRAYSCALE:
-        stk__px_grayscale(c->rgb, npix);
-        break;
-    case STK_OP_RANDOM_INVERT:
-        stk__px_invert(c->rgb, npix);
-        break;
-    case STK_OP_RANDOM_POSTERIZE:
-        stk__px_posterize(c->rgb, npix, (int)op->bits);
-        break;
-    case STK_OP_RANDOM_SOLARIZE:
-        stk__px_solarize(c->rgb, npix, op->threshold);
-        break;
-    case STK_OP_RANDOM_ADJUST_SHARPNESS:
-        if (!stk__px_sharpness(c->rgb, c->w, c->h, op->sharpness_factor))
-            return scratch_failed(c, draw);
-        break;
-    case STK_OP_RANDOM_AUTOCONTRAST:
-        stk__px_autocontrast(c->rgb, npix);
-        break;
-    case STK_OP_RANDOM_EQUALIZE:
-        stk__px_equalize(c->rgb, npix);
-        break;
-    case STK_OP_GAUSSIAN_BLUR:
-        if (!stk__px_gaussian_blur(c->rgb, c->w, c->h, (int)op->kernel_size[0],
-                                   (int)op->kernel_size[1], draw->pix.sigma))
-            return scratch_failed(c, draw);
-        break;
-    default:
-        break;
-    }
-    return STK_OK;
-}
-
 /* ---- the table ---- */
 
 #define PARAMS(a) a, N(a)
-/* A row of the ops of stk_pixops.c: one kernel (kernel_pixel), their defaults (init_pixel). */
-#define PIXEL_ROW(nm, k, pa, chk, pl)                                                              \
-    {                                                                                              \
-        .name = nm, .kind = k, .stage = STK__OP_PIXEL, .params = PARAMS(pa), .init = init_pixel,   \
-        .check = chk, .plan = pl, .kernel = kernel_pixel                                           \
-    }
 
-/* Indexed by stk_op_kind: row k has kind k (tests/unit/test_xform.c checks). */
+/* The geometric, store, tensor and container rows. */
 static const stk__op_def op_table[] = {
     {.name = "RandomResizedCrop",
      .kind = STK_OP_RANDOM_RESIZED_CROP,
      .stage = STK__OP_GEOMETRY,
+     .resamples = true,
      .params = PARAMS(p_rrc),
      .check = check_rrc,
      .size = size_crop,
@@ -642,6 +405,7 @@ static const stk__op_def op_table[] = {
     {.name = "Resize",
      .kind = STK_OP_RESIZE,
      .stage = STK__OP_GEOMETRY,
+     .resamples = true,
      .params = PARAMS(p_size),
      .init = init_resize,
      .check = check_resize,
@@ -658,16 +422,9 @@ static const stk__op_def op_table[] = {
      .kind = STK_OP_RANDOM_HORIZONTAL_FLIP,
      .stage = STK__OP_GEOMETRY,
      .after_store = true,
-     .params = PARAMS(p_p),
-     .check = check_p,
+     .params = PARAMS(stk__params_p),
+     .check = stk__check_p,
      .plan = plan_hflip},
-    {.name = "ColorJitter",
-     .kind = STK_OP_COLOR_JITTER,
-     .stage = STK__OP_PIXEL,
-     .params = PARAMS(p_jitter),
-     .check = check_jitter,
-     .plan = plan_jitter,
-     .kernel = kernel_jitter},
     {.name = "Normalize",
      .kind = STK_OP_NORMALIZE,
      .stage = STK__OP_STORE,
@@ -678,20 +435,9 @@ static const stk__op_def op_table[] = {
      .kind = STK_OP_RANDOM_VERTICAL_FLIP,
      .stage = STK__OP_GEOMETRY,
      .after_store = true,
-     .params = PARAMS(p_p),
-     .check = check_p,
+     .params = PARAMS(stk__params_p),
+     .check = stk__check_p,
      .plan = plan_vflip},
-    PIXEL_ROW("Grayscale", STK_OP_GRAYSCALE, p_gray, check_gray, plan_pixel),
-    PIXEL_ROW("RandomGrayscale", STK_OP_RANDOM_GRAYSCALE, p_p, check_p, plan_pixel_p),
-    PIXEL_ROW("RandomInvert", STK_OP_RANDOM_INVERT, p_p, check_p, plan_pixel_p),
-    PIXEL_ROW("RandomPosterize", STK_OP_RANDOM_POSTERIZE, p_posterize, check_posterize,
-              plan_pixel_p),
-    PIXEL_ROW("RandomSolarize", STK_OP_RANDOM_SOLARIZE, p_solarize, check_solarize, plan_pixel_p),
-    PIXEL_ROW("RandomAdjustSharpness", STK_OP_RANDOM_ADJUST_SHARPNESS, p_sharpness, check_sharpness,
-              plan_pixel_p),
-    PIXEL_ROW("RandomAutocontrast", STK_OP_RANDOM_AUTOCONTRAST, p_p, check_p, plan_pixel_p),
-    PIXEL_ROW("RandomEqualize", STK_OP_RANDOM_EQUALIZE, p_p, check_p, plan_pixel_p),
-    PIXEL_ROW("GaussianBlur", STK_OP_GAUSSIAN_BLUR, p_blur, check_blur, plan_blur),
     {.name = "RandomCrop",
      .kind = STK_OP_RANDOM_CROP,
      .stage = STK__OP_GEOMETRY,
@@ -715,29 +461,6 @@ static const stk__op_def op_table[] = {
      .check = check_erase,
      .plan = plan_erase,
      .post = post_erase},
-    {.name = "TrivialAugmentWide",
-     .kind = STK_OP_TRIVIAL_AUGMENT_WIDE,
-     .stage = STK__OP_PIXEL,
-     .params = PARAMS(p_ta),
-     .init = init_ta,
-     .check = check_ta,
-     .plan = plan_ta,
-     .kernel = kernel_ta},
-    {.name = "RandAugment",
-     .kind = STK_OP_RAND_AUGMENT,
-     .stage = STK__OP_PIXEL,
-     .params = PARAMS(p_ra),
-     .init = init_ta,
-     .check = check_ra,
-     .plan = plan_ra,
-     .kernel = kernel_ta},
-    {.name = "AutoAugment",
-     .kind = STK_OP_AUTO_AUGMENT,
-     .stage = STK__OP_PIXEL,
-     .params = PARAMS(p_aa),
-     .check = check_aa,
-     .plan = plan_aa,
-     .kernel = kernel_ta},
     {.name = "RandomApply",
      .kind = STK_OP_RANDOM_APPLY,
      .stage = STK__OP_GEOMETRY,
@@ -754,11 +477,40 @@ static const stk__op_def op_table[] = {
      .init = init_container,
      .check = check_container,
      .plan = plan_choice},
+    {.name = "RandomOrder",
+     .kind = STK_OP_RANDOM_ORDER,
+     .stage = STK__OP_GEOMETRY,
+     .container = true,
+     .params = PARAMS(p_choice),
+     .init = init_container,
+     .check = check_container,
+     .plan = plan_order},
 };
+
+/* The table: op_table, the pixel ops' rows (stk_ops_pixel.c) and the warps' (stk_ops_warp.c).
+ * Every kind 0 .. stk_op_count() - 1 has exactly one row (tests/unit/test_xform.c checks). */
+static const struct {
+    const stk__op_def *rows;
+    size_t n;
+} parts[] = {{op_table, N(op_table)},
+             {stk__pixel_op_rows, STK__PIXEL_N_ROWS},
+             {stk__warp_op_rows, STK__WARP_N_ROWS}};
+
+static size_t n_rows(void)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < N(parts); k++)
+        n += parts[k].n;
+    return n;
+}
 
 const stk__op_def *stk__op_def_get(stk_op_kind kind)
 {
-    return (size_t)kind < N(op_table) ? &op_table[kind] : NULL;
+    for (size_t k = 0; k < N(parts); k++)
+        for (size_t i = 0; i < parts[k].n; i++)
+            if (parts[k].rows[i].kind == kind)
+                return &parts[k].rows[i];
+    return NULL;
 }
 
 void stk__op_list_names(bool after_store_only, char *buf, size_t size)
@@ -766,10 +518,11 @@ void stk__op_list_names(bool after_store_only, char *buf, size_t size)
     size_t len = 0;
     if (size)
         buf[0] = '\0';
-    for (size_t k = 0; k < N(op_table) && len < size; k++) {
-        if (after_store_only && !op_table[k].after_store)
+    for (size_t k = 0; k < n_rows() && len < size; k++) {
+        const stk__op_def *d = stk__op_def_get((stk_op_kind)k);
+        if (after_store_only && !d->after_store)
             continue;
-        int n = snprintf(buf + len, size - len, "%s%s", len ? ", " : "", op_table[k].name);
+        int n = snprintf(buf + len, size - len, "%s%s", len ? ", " : "", d->name);
         if (n < 0)
             break;
         len += (size_t)n;
@@ -803,15 +556,15 @@ void stk_op_init(stk_op *op, stk_op_kind kind)
 
 size_t stk_op_count(void)
 {
-    return N(op_table);
+    return n_rows();
 }
 
 stk_status stk_op_kind_at(size_t i, stk_op_kind *out)
 {
-    if (i >= N(op_table) || !out)
+    if (i >= n_rows() || !out)
         return stk__set_last_error(STK_EINVAL, "stk_op_kind_at: %s",
                                    !out ? "NULL out" : "index past the table");
-    *out = op_table[i].kind;
+    *out = (stk_op_kind)i; /* enum order: every kind below the count has its row */
     return STK_OK;
 }
 
@@ -825,12 +578,12 @@ stk_status stk_op_find(const char *name, stk_op_kind *out)
 {
     if (!name || !out)
         return stk__set_last_error(STK_EINVAL, "stk_op_find: NULL %s", !name ? "name" : "out");
-    for (size_t k = 0; k < N(op_table); k++)
-        if (strcmp(name, op_table[k].name) == 0) {
-            *out = op_table[k].kind;
+    for (size_t k = 0; k < n_rows(); k++)
+        if (strcmp(name, stk__op_def_get((stk_op_kind)k)->name) == 0) {
+            *out = (stk_op_kind)k;
             return STK_OK;
         }
-    char names[512];
+    char names[768];
     stk__op_list_names(false, names, sizeof(names));
     return stk__set_last_error(STK_EINVAL, "unknown op '%s' (supported: %s)", name, names);
 }

@@ -140,6 +140,7 @@ static void axis_taps(const stk__xaxis *a, double origin, double bscale, int64_t
         int16_t *w = t->w + i * k;
         t->tmin[i] = 0;
         t->tn[i] = 0;
+        u = stk__axis_pad_map(a, u); /* padding_mode edge/reflect/symmetric: a content pixel */
         if (u < a->v0 || u >= a->v1)
             continue; /* padding */
         double c = rel ? (u + 0.5) * scale : base + (u + 0.5) * sb;

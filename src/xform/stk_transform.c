@@ -43,6 +43,46 @@ void stk_transform_opts_init(stk_transform_opts *opts)
     opts->max_pixels = DEFAULT_MAX_PIXELS;
 }
 
+/* The padding style of ops[i] (Pad/RandomCrop's fill and padding_mode, other than zeros): the
+ * axes hold one padding_mode and the render one fill, so every padding op must agree; and a
+ * resize after it would resample the padding as an edge extension (not torchvision's).
+ * *pad_at: the first padding op with a style. @return STK_OK or STK_EINVAL. */
+static stk_status check_pad_style(stk_transform *t, size_t i, size_t *pad_at)
+{
+    const stk_op *op = &t->ops[i];
+    const stk__op_def *d = t->defs[i];
+    if (*pad_at != SIZE_MAX && d->resamples)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): cannot follow %s (ops[%zu]) with a fill or a "
+                                   "padding_mode (stoker resamples padding as an edge "
+                                   "extension); put the padding after the resize",
+                                   i, d->name, t->defs[*pad_at]->name, *pad_at);
+    if (op->kind != STK_OP_PAD && op->kind != STK_OP_RANDOM_CROP)
+        return STK_OK;
+    bool styled = op->padding_mode != 0 || op->fill[0] || op->fill[1] || op->fill[2];
+    if (*pad_at == SIZE_MAX) {
+        if (!styled)
+            return STK_OK;
+        for (size_t k = 0; k < i; k++)
+            if (t->ops[k].kind == STK_OP_PAD || t->ops[k].kind == STK_OP_RANDOM_CROP)
+                *pad_at = k; /* an earlier plain one: it must agree too */
+        if (*pad_at == SIZE_MAX) {
+            *pad_at = i;
+            t->pad_fill = op->padding_mode == 0;
+            stk__fill_u8(op->fill, t->pad_rgb);
+            return STK_OK;
+        }
+    }
+    const stk_op *first = &t->ops[*pad_at];
+    if (first->padding_mode != op->padding_mode ||
+        memcmp(first->fill, op->fill, sizeof(op->fill)) != 0)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): its fill and padding_mode must equal those of "
+                                   "%s (ops[%zu]) (one padding style per transform)",
+                                   i, d->name, t->defs[*pad_at]->name, *pad_at);
+    return STK_OK;
+}
+
 stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out)
 {
     stk_status rc = STK_OK;
@@ -85,11 +125,16 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         t->std[c] = 1.0f;
 
     /* Validate each op and follow the output size through the list (the op table's rows). */
-    int64_t oh = 0, ow = 0;      /* 0: depends on the image */
-    size_t norm_at = SIZE_MAX;   /* the STORE op (Normalize) */
+    int64_t oh = 0, ow = 0;                                   /* 0: depends on the image */
+    int64_t size_h[STK__XF_MAX_OPS], size_w[STK__XF_MAX_OPS]; /* before each op */
+    size_t norm_at = SIZE_MAX;                                /* the STORE op (Normalize) */
     size_t tensor_at = SIZE_MAX; /* the first TENSOR op (RandomErasing) */
+    size_t warp_at = SIZE_MAX;   /* the first warp (RandomRotation, RandomAffine) */
+    size_t pad_at = SIZE_MAX;    /* the first Pad/RandomCrop with a fill or padding_mode */
     for (size_t i = 0; i < t->n_ops; i++) {
         stk_op *op = &t->ops[i];
+        size_h[i] = oh;
+        size_w[i] = ow;
         const stk__op_def *d = stk__op_def_get(op->kind);
         if (!d) {
             rc = stk__set_last_error(STK_EINVAL, "ops[%zu]: unknown op kind %d", i, (int)op->kind);
@@ -114,6 +159,18 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
                                      i, d->name, t->defs[tensor_at]->name, tensor_at);
             goto fail;
         }
+        if (warp_at != SIZE_MAX && d->stage == STK__OP_GEOMETRY && !d->container) {
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu] (%s): a geometric op cannot follow %s (ops[%zu]), "
+                                     "which warps the output-size image; put %s after the "
+                                     "crops, resizes and flips",
+                                     i, d->name, t->defs[warp_at]->name, warp_at,
+                                     t->defs[warp_at]->name);
+            goto fail;
+        }
+        if (d->warp && warp_at == SIZE_MAX)
+            warp_at = i;
+        STK_TRY(check_pad_style(t, i, &pad_at));
         if (d->stage == STK__OP_TENSOR && tensor_at == SIZE_MAX)
             tensor_at = i;
         if (d->size)
@@ -123,12 +180,16 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         if (d->stage == STK__OP_STORE)
             norm_at = i;
     }
-    /* RandomApply/RandomChoice: their `transforms` ops follow them and may not change the size
-     * (the output size would depend on the draw) nor be the store or a tensor op. */
+    /* RandomApply/RandomChoice/RandomOrder: their `transforms` ops follow them and may not
+     * change the size (the output size would depend on the draw) nor be the store or a tensor
+     * op; RandomOrder's are single ops, and not both warps and geometric ops (the geometry is
+     * folded into the resample before every kernel, so it cannot come after a warp). */
     for (size_t i = 0; i < t->n_ops; i++) {
         if (!t->defs[i]->container)
             continue;
         int64_t n = t->ops[i].n_transforms;
+        bool order = t->defs[i]->kind == STK_OP_RANDOM_ORDER;
+        bool has_warp = false, has_geometry = false;
         if ((size_t)n > t->n_ops - 1 - i) {
             rc = stk__set_last_error(STK_EINVAL,
                                      "ops[%zu] (%s): its %lld transforms must follow it (only "
@@ -138,12 +199,27 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         }
         for (size_t k = i + 1; k <= i + (size_t)n; k++) {
             const stk__op_def *c = t->defs[k];
-            bool nested = c->container && t->defs[i]->kind == STK_OP_RANDOM_CHOICE;
-            if (c->size || c->stage == STK__OP_STORE || c->stage == STK__OP_TENSOR || nested) {
+            bool nested = c->container && t->defs[i]->kind != STK_OP_RANDOM_APPLY;
+            int64_t h = size_h[k], w = size_w[k];
+            if (c->size)
+                c->size(&t->ops[k], &h, &w);
+            bool resizes = c->size && (c->stage != STK__OP_PIXEL || h == 0 || w == 0 ||
+                                       h != size_h[k] || w != size_w[k]);
+            has_warp |= c->warp;
+            has_geometry |= c->stage == STK__OP_GEOMETRY;
+            if (order && has_warp && has_geometry) {
+                rc = stk__set_last_error(STK_EINVAL,
+                                         "ops[%zu] (%s): its transforms cannot mix warps "
+                                         "(RandomRotation, RandomAffine) with geometric ops "
+                                         "(a geometric op cannot run after a warp)",
+                                         i, t->defs[i]->name);
+                goto fail;
+            }
+            if (resizes || c->stage == STK__OP_STORE || c->stage == STK__OP_TENSOR || nested) {
                 rc = stk__set_last_error(STK_EINVAL,
                                          "ops[%zu] (%s): ops[%zu] (%s) cannot be one of its "
                                          "transforms (only ops that keep the size: flips, "
-                                         "pixel ops%s)",
+                                         "pixel ops, warps%s)",
                                          i, t->defs[i]->name, k, c->name,
                                          t->defs[i]->kind == STK_OP_RANDOM_APPLY ? ", RandomApply"
                                                                                  : "");
@@ -247,6 +323,19 @@ void stk_transform_destroy(stk_transform *t)
 static bool axis_window(const stk__xaxis *a, int64_t full, uint32_t den, int64_t *w0, int64_t *w1)
 {
     int64_t ulo = a->dir > 0 ? a->off : a->off - (a->n - 1), uhi = ulo + a->n - 1;
+    bool copies = false; /* edge/reflect/symmetric padding: the content it copies */
+    for (int s = 0; s < a->n_pads; s++)
+        copies |= a->pads[s].mode != STK__PAD_CONSTANT;
+    if (copies && a->v1 > a->v0) {
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        for (int64_t u = ulo; u <= uhi; u++) {
+            int64_t m = stk__axis_pad_map(a, u);
+            lo = STK_MIN(lo, m);
+            hi = STK_MAX(hi, m);
+        }
+        ulo = lo;
+        uhi = hi;
+    }
     ulo = STK_MAX(ulo, a->v0);
     uhi = STK_MIN(uhi, a->v1 - 1);
     if (ulo > uhi)
@@ -265,6 +354,27 @@ static bool axis_window(const stk__xaxis *a, int64_t full, uint32_t den, int64_t
     return true;
 }
 
+void stk__plan_size(const stk__xplan *p, int64_t *h, int64_t *w)
+{
+    *h = p->pix_h ? p->pix_h : p->y.n;
+    *w = p->pix_w ? p->pix_w : p->x.n;
+}
+
+/* Plan op i: fold it into the geometry, draw its randomness, queue its kernel. */
+static void plan_op(const stk_transform *t, size_t i, stk_rng *rng, stk__xplan *out)
+{
+    const stk__op_def *d = t->defs[i];
+    stk__opdraw *draw = NULL;
+    if (d->kernel || d->post) {
+        stk__xpix *px = &out->pix[out->n_pix++];
+        px->def = d;
+        px->op = &t->ops[i];
+        draw = &px->draw;
+    }
+    if (d->plan)
+        d->plan(&t->ops[i], rng, out, draw);
+}
+
 void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, stk_rng *rng,
                      stk__xplan *out)
 {
@@ -273,21 +383,22 @@ void stk__xform_plan(const stk_transform *t, uint32_t width, uint32_t height, st
     stk__axis_init(&out->y, height);
     uint32_t skip = 0; /* bit 0: skip this op (a RandomApply/RandomChoice left it out) */
     for (size_t i = 0; i < t->n_ops; i++) {
-        const stk__op_def *d = t->defs[i];
-        stk__opdraw *draw = NULL;
         bool skipped = skip & 1;
         skip >>= 1;
         if (skipped)
             continue;
-        if (d->kernel || d->post) {
-            stk__xpix *px = &out->pix[out->n_pix++];
-            px->def = d;
-            draw = &px->draw;
-        }
-        if (d->plan)
-            d->plan(&t->ops[i], rng, out, draw);
+        plan_op(t, i, rng, out);
         skip |= out->skip; /* a container's choice over the ops after it */
         out->skip = 0;
+        if (out->order.n) { /* RandomOrder: its (single, non-container) ops in its order */
+            int n = out->order.n;
+            out->order.n = 0;
+            for (int k = 0; k < n; k++)
+                if (!(skip >> out->order.perm[k] & 1))
+                    plan_op(t, i + 1 + out->order.perm[k], rng, out);
+            skip >>= n;
+            i += (size_t)n;
+        }
     }
     out->flip = out->x.dir < 0;
     out->vflip = out->y.dir < 0;
@@ -388,6 +499,25 @@ void stk__transform_worker_stage_ns(const stk__tworker *w, uint64_t *decode_ns,
                   atomic_load_explicit(&x->store_ns, memory_order_relaxed);
 }
 
+static inline bool is_padding(const stk__xaxis *a, int64_t i)
+{
+    int64_t u = a->off + a->dir * i;
+    return u < a->v0 || u >= a->v1;
+}
+
+/* Pad/RandomCrop's constant fill: the padding pixels (zero from the resample) get the colour. */
+static void fill_padding(uint8_t *img, const stk__xaxis *x, const stk__xaxis *y,
+                         const uint8_t rgb[3])
+{
+    for (int64_t j = 0; j < y->n; j++) {
+        uint8_t *row = img + (size_t)j * x->n * 3;
+        bool all = is_padding(y, j);
+        for (int64_t i = 0; i < x->n; i++)
+            if (all || is_padding(x, i))
+                memcpy(row + i * 3, rgb, 3);
+    }
+}
+
 stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
                              const stk__decoded *src, void *dst, char *err, size_t err_size)
 {
@@ -403,13 +533,24 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
         }
         img = w->img;
     }
-    STK_TRY(
-        stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)t->out_w * 3, err, err_size));
+    /* The geometry's size; a RandomRotation(expand=True) grows it (to at most the output's). */
+    stk__pixctx px = {img, (uint32_t)plan->x.n, (uint32_t)plan->y.n, err, err_size};
+    STK_TRY(stk__resample(&w->rs, src, &plan->x, &plan->y, img, (size_t)px.w * 3, err, err_size));
+    if (t->pad_fill)
+        fill_padding(img, &plan->x, &plan->y, t->pad_rgb);
     uint64_t t1 = stk__now_ns();
-    const stk__pixctx px = {img, t->out_w, t->out_h, err, err_size};
-    for (uint32_t i = 0; i < plan->n_pix; i++) /* one call per kernel per sample */
-        if (plan->pix[i].def->kernel)
-            STK_TRY(plan->pix[i].def->kernel(&px, &plan->pix[i].draw));
+    for (uint32_t i = 0; i < plan->n_pix; i++) { /* one call per kernel per sample */
+        const stk__xpix *k = &plan->pix[i];
+        if (!k->def->kernel)
+            continue;
+        STK_TRY(k->def->kernel(&px, &k->draw));
+        if (k->def->size) {
+            int64_t h = px.h, wd = px.w;
+            k->def->size(k->op, &h, &wd);
+            px.h = (uint32_t)h;
+            px.w = (uint32_t)wd;
+        }
+    }
     uint64_t t2 = stk__now_ns();
     stk__store(t, img, t->out_w, t->out_h, dst);
     for (uint32_t i = 0; i < plan->n_pix; i++) /* tensor passes (RandomErasing): store time */

@@ -28,6 +28,7 @@
 #include "decode/stk_decode.h"
 #include "stk_internal.h"
 
+#include <math.h>
 #include <stdatomic.h>
 
 #define STK__XF_MAX_OPS 16     /* ops per transform */
@@ -47,6 +48,8 @@ struct stk_transform {
     uint64_t max_pixels;
     bool lenient;          /* stk_transform_opts.lenient: passed to each worker's decoder */
     uint32_t out_w, out_h; /* output size, fixed by the ops */
+    bool pad_fill;         /* Pad/RandomCrop fill constant padding with pad_rgb (not 0) */
+    uint8_t pad_rgb[3];
     bool normalize;        /* a Normalize op is present */
     float mean[3], std[3]; /* its parameters (float32, as torchvision's tensors) */
     /* The float output of each uint8 value per channel (stk__store_init): the exact per-value
@@ -81,7 +84,21 @@ typedef struct stk__xaxis {
     int64_t off;       /* grid pixel of output pixel 0 */
     int dir;           /* +1, or -1 when mirrored */
     int64_t n;         /* current size; the output size once the plan is complete */
+    int pad_mode;      /* STK__PAD_* of the padding the next crop makes (Pad/RandomCrop set it) */
+    int n_pads;        /* the paddings since the last resize, innermost first: the image each */
+    struct {           /* padded spanned grid pixels [lo, hi); pixels outside it got `mode` */
+        int64_t lo, hi;
+        int mode;
+    } pads[STK__XF_MAX_OPS];
 } stk__xaxis;
+
+/* torchvision's padding_mode (stk_op.padding_mode). */
+enum { STK__PAD_CONSTANT = 0, STK__PAD_EDGE = 1, STK__PAD_REFLECT = 2, STK__PAD_SYMMETRIC = 3 };
+
+/* Grid pixel u of the axis, or where u lies in edge/reflect/symmetric padding, the pixel
+ * numpy's pad (what torchvision uses on PIL images) copies there, through each padding from the
+ * outermost in (constant padding stays outside the content [v0, v1)). */
+int64_t stk__axis_pad_map(const stk__xaxis *a, int64_t u);
 
 /* A RandomResizedCrop box, as torchvision's get_params returns it: top i, left j, h, w. */
 typedef struct stk__box {
@@ -184,6 +201,27 @@ bool stk__px_sharpness(uint8_t *rgb, uint32_t w, uint32_t h, double factor);
  * then unchanged). */
 bool stk__px_gaussian_blur(uint8_t *rgb, uint32_t w, uint32_t h, int kx, int ky, double sigma);
 
+/* ---- affine warps (stk_warp.c): PIL's, as torchvision uses them on PIL images ---- */
+
+/* Interpolation of the warps: PIL's filter numbers (InterpolationMode.NEAREST, BILINEAR). */
+enum { STK__INTERP_NEAREST = 0, STK__INTERP_BILINEAR = 2 };
+
+/* Image.transform(AFFINE) of src (sw x sh) into dst (dw x dh, not overlapping src): `a` maps the
+ * output pixel centre (x + 0.5, y + 0.5) to input coordinates; outside the input: fill. */
+void stk__warp_affine(uint8_t *dst, int dw, int dh, const uint8_t *src, int sw, int sh,
+                      const double a[6], int interp, const uint8_t fill[3]);
+/* torchvision's _get_inverse_affine_matrix (inverted=True): angle and shear in degrees. */
+void stk__warp_inverse_matrix(const double center[2], double angle, const double translate[2],
+                              double scale, const double shear[2], double m[6]);
+/* Image.rotate's output size (*nw, *nh) and matrix m (unset when it transposes) for a w x h
+ * image; center NULL: the image centre. */
+void stk__warp_rotate_size(int w, int h, double angle, const double *center, bool expand, int *nw,
+                           int *nh, double m[6]);
+/* Image.rotate(angle, interp, expand, center, fillcolor) of src (w x h) into dst (the size
+ * stk__warp_rotate_size gives; not overlapping src). */
+void stk__warp_rotate(uint8_t *dst, const uint8_t *src, int w, int h, double angle,
+                      const double *center, bool expand, int interp, const uint8_t fill[3]);
+
 /* ---- TrivialAugmentWide (stk_autoaug.c) ---- */
 
 /* Its ops, in torchvision's _augmentation_space order. */
@@ -209,7 +247,12 @@ enum {
 #define STK__TA_MAX_OPS 8 /* RandAugment's num_ops at most */
 
 /* The policies sharing these ops: their magnitude tables differ. */
-enum { STK__POLICY_TRIVIAL_WIDE = 0, STK__POLICY_RAND = 1, STK__POLICY_AUTO = 2 };
+enum {
+    STK__POLICY_TRIVIAL_WIDE = 0,
+    STK__POLICY_RAND = 1,
+    STK__POLICY_AUTO = 2,
+    STK__POLICY_AUGMIX = 3
+};
 #define STK__AA_N_POLICIES 25 /* AutoAugmentPolicy.IMAGENET's sub-policies */
 
 /* One step of an AutoAugment sub-policy: (op, probability, magnitude bin or -1). */
@@ -219,11 +262,36 @@ typedef struct stk__aa_step {
     int bin;
 } stk__aa_step;
 
+/* AugMix (torchvision 0.14, on its tensor path): the original weighted by m0 plus `width` chains
+ * of 1..4 ops from its own 13-op (all_ops) or 9-op table, each weighted by w[i]; the draw. */
+#define STK__AM_MAX_WIDTH 8
+#define STK__AM_MAX_DEPTH 4
+typedef struct stk__augmix {
+    float m0, w[STK__AM_MAX_WIDTH]; /* float32, as torch's _sample_dirichlet */
+    int width, interp;
+    uint8_t fill[3];
+    struct {
+        int n;
+        int8_t op[STK__AM_MAX_DEPTH]; /* STK__TA_* */
+        double magnitude[STK__AM_MAX_DEPTH];
+    } chain[STK__AM_MAX_WIDTH];
+} stk__augmix;
+
+/* AugMix's forward on an h x w image: m = Dirichlet([alpha, alpha]), weights =
+ * Dirichlet([alpha] * width) * m[1]; per chain its depth (chain_depth, or randint(1, 4)), per
+ * op randint(len(space)), bin randint(severity) where the op has bins, randint(2) sign where
+ * signed. Magnitudes are its 10-bin table's. */
+void stk__am_draw(stk_rng *rng, const stk_op *op, int64_t h, int64_t w, stk__augmix *out);
+/* The name of AugMix's op k of its table (all_ops order), NULL past it. */
+const char *stk__am_op_name(int k);
+
 /* One draw: n ops and their signed magnitudes (torchvision's Python floats), applied in order;
  * `policy`: AutoAugment's sub-policy index (-1 for the others). */
 typedef struct stk__ta {
     int policy;
     int n;
+    int interp;      /* the warps' interpolation (STK__INTERP_*) */
+    uint8_t fill[3]; /* the warps' fill */
     int op[STK__TA_MAX_OPS];
     double magnitude[STK__TA_MAX_OPS];
 } stk__ta;
@@ -273,16 +341,32 @@ typedef struct stk__pixdraw {
     double sigma;
 } stk__pixdraw;
 
+/* A warp's draw (RandomRotation: angle; RandomAffine: all five), its op's parameters beside. */
+typedef struct stk__warpdraw {
+    const stk_op *op;
+    double angle, translate[2], scale, shear[2];
+} stk__warpdraw;
+
+/* A RandomOrder draw: the order (a permutation of 0 .. n - 1) its n ops run in. */
+typedef struct stk__orderdraw {
+    int n;
+    uint8_t perm[STK__XF_MAX_OPS];
+} stk__orderdraw;
+
 typedef union stk__opdraw {
     stk__jitter jitter; /* ColorJitter */
+    stk__warpdraw warp; /* RandomRotation, RandomAffine */
     stk__pixdraw pix;   /* the ops of stk_pixops.c */
     stk__erase erase;   /* RandomErasing */
     stk__ta ta;         /* TrivialAugmentWide */
+    stk__augmix augmix; /* AugMix */
 } stk__opdraw;
 
-/* What a pixel kernel works on: the uint8 output-size image of one sample. */
+/* What a pixel kernel works on: the uint8 image of one sample (the output size, or smaller
+ * before a RandomRotation(expand=True)). */
 typedef struct stk__pixctx {
-    uint8_t *rgb; /* interleaved RGB, w * h pixels, rows of w * 3 bytes; modified in place */
+    uint8_t *rgb; /* interleaved RGB, w * h pixels, rows of w * 3 bytes; modified in place (room
+                   * for the output size) */
     uint32_t w, h;
     char *err; /* where a kernel that fails (out of memory for scratch) writes why */
     size_t err_size;
@@ -291,6 +375,9 @@ typedef struct stk__pixctx {
 /* TrivialAugmentWide: apply a draw to the image (torchvision's _apply_op; warps as PIL's).
  * @return STK_OK or STK_ENOMEM (scratch; message in c->err). */
 stk_status stk__ta_apply(const stk__pixctx *c, const stk__ta *d);
+/* AugMix: mix the image with its chains as the draw says (float32, truncated to uint8).
+ * @return STK_OK or STK_ENOMEM (scratch; message in c->err). */
+stk_status stk__am_apply(const stk__pixctx *c, const stk__augmix *d);
 
 struct stk__xplan;
 
@@ -299,7 +386,11 @@ typedef struct stk__op_def {
     stk_op_kind kind; /* == the row's index in the table */
     stk__op_stage stage;
     bool after_store; /* may follow the STORE op (a flip commutes with a per-pixel store) */
-    bool container;   /* RandomApply/RandomChoice: applies to the `n_transforms` ops after it */
+    bool container;   /* RandomApply/RandomChoice/RandomOrder: the `n_transforms` ops after it */
+    bool warp;        /* moves pixels on the output-size image (a pixel kernel): no geometric op may
+                       * follow it */
+    bool resamples;   /* resizes (Resize, RandomResizedCrop): padding before it is resampled as an
+                       * edge extension, so a fill or padding_mode cannot precede it */
     const stk_op_param *params; /* torchvision's arguments, in its order */
     size_t n_params;
     /* Optional defaults beyond stk_op_init's common ones (e.g. Resize's size (256, 0)). */
@@ -308,7 +399,7 @@ typedef struct stk__op_def {
      * "ops[i] (Name): ". @return STK_OK or STK_EINVAL (stk_last_errmsg set). */
     stk_status (*check)(size_t i, stk_op *op);
     /* The output size after the op, given the size before it in *h, *w (0: depends on the
-     * image). NULL: unchanged. */
+     * image). NULL: unchanged. A pixel op's (RandomRotation's expand) applies after its kernel. */
     void (*size)(const stk_op *op, int64_t *h, int64_t *w);
     /* At create: record what the compiled transform needs (Normalize: mean, std). NULL: none. */
     void (*compile)(const stk_op *op, stk_transform *t);
@@ -324,6 +415,36 @@ typedef struct stk__op_def {
     void (*post)(const stk_transform *t, void *dst, const stk__opdraw *draw);
 } stk__op_def;
 
+/* A parameter of a row (torchvision's argument `name`: `count` elements of `type` at `field`). */
+#define STK__PARAM(name, type, count, field)                                                       \
+    {                                                                                              \
+        name, STK_OP_PARAM_##type, count, offsetof(stk_op, field)                                  \
+    }
+
+/* Both numbers of a pair finite. */
+static inline bool stk__finite2(const double v[2])
+{
+    return isfinite(v[0]) && isfinite(v[1]);
+}
+
+/* The pixel ops' rows (stk_ops_pixel.c): ColorJitter, Grayscale .. GaussianBlur, the policies. */
+#define STK__PIXEL_N_ROWS 14
+extern const stk__op_def stk__pixel_op_rows[STK__PIXEL_N_ROWS];
+/* The parameter list {p} and the check of a probability p in [0, 1] (stk_ops.c). */
+extern const stk_op_param stk__params_p[1];
+stk_status stk__check_p(size_t i, stk_op *op);
+
+/* The warps' rows (stk_ops_warp.c), kinds STK_OP_RANDOM_ROTATION and STK_OP_RANDOM_AFFINE. */
+#define STK__WARP_N_ROWS 2
+extern const stk__op_def stk__warp_op_rows[STK__WARP_N_ROWS];
+/* Check an op's interpolation (0 NEAREST or 2 BILINEAR) and fill (0..255 per channel).
+ * @return STK_OK or STK_EINVAL naming ops[i]. */
+stk_status stk__check_interp_fill(size_t i, const stk_op *op);
+/* Check an op's fill only (0..255 per channel). @return STK_OK or STK_EINVAL naming ops[i]. */
+stk_status stk__check_fill(size_t i, const stk_op *op);
+/* torchvision's _parse_fill for a PIL image: int() of each channel. */
+void stk__fill_u8(const double fill[3], uint8_t out[3]);
+
 /* The row of `kind`, or NULL for an unknown kind. */
 const stk__op_def *stk__op_def_get(stk_op_kind kind);
 
@@ -336,6 +457,7 @@ void stk__op_list_names(bool after_store_only, char *buf, size_t size);
 /* One pixel kernel to run on a sample: its row and its draw. */
 typedef struct stk__xpix {
     const stk__op_def *def;
+    const stk_op *op; /* its op in the compiled transform */
     stk__opdraw draw;
 } stk__xpix;
 
@@ -352,8 +474,14 @@ typedef struct stk__xplan {
     uint32_t min_w, min_h;               /* decoded size wanted (sets the DCT scale) */
     uint32_t den;                        /* DCT scale denominator asked for (1, 2, 4, 8) */
     bool fast; /* decode with stk__image_decode_fast: not `exact`, and the output is resampled */
-    uint32_t skip; /* set by a container's plan: bit j skips the j-th op after it */
+    uint32_t skip;        /* set by a container's plan: bit j skips the j-th op after it */
+    stk__orderdraw order; /* set by RandomOrder's plan: the order of the ops after it */
+    int64_t pix_h, pix_w; /* the pixel ops' image size so far, when a pixel op changed it (0:
+                           * the geometry's, y.n and x.n) */
 } stk__xplan;
+
+/* The image size the pixel op being planned sees (stk__xplan.pix_h/pix_w, else the axes'). */
+void stk__plan_size(const stk__xplan *p, int64_t *h, int64_t *w);
 
 /* Fold the ops over a width x height image, drawing randomness from rng in op order (each
  * op's plan: RandomResizedCrop its box; each flip one uniform; ColorJitter its permutation and

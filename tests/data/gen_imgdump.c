@@ -63,9 +63,53 @@ static int numbers(const char *s, double *v, int max)
     return n;
 }
 
+/* A token "Name:param=v,v;param=v" (torchvision's class and argument names, through the op
+ * table's parameter list) into op. */
+static void parse_generic(const char *tok, stk_op *op)
+{
+    char buf[512];
+    snprintf(buf, sizeof(buf), "%s", tok);
+    char *colon = strchr(buf, ':');
+    if (colon)
+        *colon = '\0';
+    stk_op_kind kind;
+    if (stk_op_find(buf, &kind) < 0)
+        die("%s", stk_last_errmsg());
+    stk_op_init(op, kind);
+    for (char *kv = colon ? strtok(colon + 1, ";") : NULL; kv; kv = strtok(NULL, ";")) {
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            die("expected param=value in '%s'", kv);
+        *eq = '\0';
+        const stk_op_param *pa = NULL;
+        for (size_t k = 0; k < stk_op_n_params(kind); k++)
+            if (strcmp(stk_op_param_at(kind, k)->name, kv) == 0)
+                pa = stk_op_param_at(kind, k);
+        if (!pa)
+            die("%s has no parameter '%s'", buf, kv);
+        double v[8];
+        int n = numbers(eq + 1, v, 8);
+        if (n != (int)pa->count)
+            die("%s: %s needs %u numbers", buf, kv, pa->count);
+        char *at = (char *)op + pa->offset;
+        for (int k = 0; k < n; k++) {
+            if (pa->type == STK_OP_PARAM_INT64)
+                ((int64_t *)(void *)at)[k] = (int64_t)v[k];
+            else if (pa->type == STK_OP_PARAM_DOUBLE)
+                ((double *)(void *)at)[k] = v[k];
+            else
+                ((float *)(void *)at)[k] = (float)v[k];
+        }
+    }
+}
+
 /* Parse one op token into op; returns false for an unknown name. */
 static bool parse_op(const char *tok, stk_op *op)
 {
+    if (tok[0] >= 'A' && tok[0] <= 'Z') {
+        parse_generic(tok, op);
+        return true;
+    }
     const char *colon = strchr(tok, ':');
     size_t nlen = colon ? (size_t)(colon - tok) : strlen(tok);
     const char *args = colon ? colon + 1 : NULL;
@@ -292,6 +336,28 @@ static void print_plan(const stk_transform *t, stk__tworker *w, const uint8_t *i
             for (int q = 0; q < d->n; q++)
                 printf("%s[\"%s\", %.17g]", q ? ", " : "", stk__ta_name(d->op[q]), d->magnitude[q]);
             printf("]}");
+            continue;
+        }
+        if (p.pix[k].def->kind == STK_OP_AUG_MIX) {
+            const stk__augmix *d = &p.pix[k].draw.augmix;
+            printf("%s{\"op\": \"AugMix\", \"m0\": %.9g, \"chains\": [", n_px++ ? ", " : "",
+                   (double)d->m0);
+            for (int i = 0; i < d->width; i++) {
+                printf("%s{\"w\": %.9g, \"ops\": [", i ? ", " : "", (double)d->w[i]);
+                for (int q = 0; q < d->chain[i].n; q++)
+                    printf("%s[\"%s\", %.17g]", q ? ", " : "", stk__ta_name(d->chain[i].op[q]),
+                           d->chain[i].magnitude[q]);
+                printf("]}");
+            }
+            printf("]}");
+            continue;
+        }
+        if (p.pix[k].def->warp) {
+            const stk__warpdraw *d = &p.pix[k].draw.warp;
+            printf("%s{\"op\": \"%s\", \"angle\": %.17g, \"translate\": [%.17g, %.17g], "
+                   "\"scale\": %.17g, \"shear\": [%.17g, %.17g]}",
+                   n_px++ ? ", " : "", p.pix[k].def->name, d->angle, d->translate[0],
+                   d->translate[1], d->scale, d->shear[0], d->shear[1]);
             continue;
         }
         if (p.pix[k].def->kind == STK_OP_RANDOM_ERASING) {

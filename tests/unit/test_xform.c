@@ -380,10 +380,10 @@ static int test_op_table(void)
             const stk_op_param *pa = &d->params[j];
             stk_op_init(&op, k);
             char *at = (char *)&op + pa->offset;
-            if (pa->type == STK_OP_PARAM_INT64)
-                *(int64_t *)(void *)at = -1;
-            else if (pa->type == STK_OP_PARAM_DOUBLE)
-                *(double *)(void *)at = NAN;
+            if (pa->type == STK_OP_PARAM_INT64) /* -2 where -1 is a default (chain_depth) */
+                *(int64_t *)(void *)at = *(int64_t *)(void *)at == -1 ? -2 : -1;
+            else if (pa->type == STK_OP_PARAM_DOUBLE) /* NaN where it is a default (center) */
+                *(double *)(void *)at = isnan(*(double *)(void *)at) ? INFINITY : NAN;
             else
                 *(float *)(void *)at = NAN;
             T_EQ(d->check(3, &op), STK_EINVAL);
@@ -402,7 +402,7 @@ static int test_op_table(void)
     T_CHECK(stk_op_param_at((stk_op_kind)n, 0) == NULL);
 
     /* Unknown names (torchvision's case, no aliases) list every supported name. */
-    static const char *const bad[] = {"RandomRotation", "resize", "", "Normalize "};
+    static const char *const bad[] = {"RandomPerspective", "resize", "", "Normalize "};
     for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
         T_EQ(stk_op_find(bad[b], &k), STK_EINVAL);
         T_EQ(k, (stk_op_kind)42);
@@ -1521,6 +1521,175 @@ static int test_apply_padding(void)
     return 0;
 }
 
+/* The warps, RandomOrder and the padding modes (their pixels against torchvision are
+ * python/tests/test_warps.py's): numpy's pad index maps, a stacked padding, Image.rotate's
+ * transposes and fill, the placement rules, RandomOrder's permutations. */
+static int test_warps_order_padding(void)
+{
+    /* One axis of 5 content pixels padded 3 on the left: numpy's pad indices. */
+    stk__xaxis a;
+    static const int64_t want[4][11] = {
+        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, /* constant: outside stays outside (-3 .. -1) */
+        {0, 0, 0, 0, 1, 2, 3, 4, 4, 4, 4}, /* edge */
+        {3, 2, 1, 0, 1, 2, 3, 4, 3, 2, 1}, /* reflect */
+        {2, 1, 0, 0, 1, 2, 3, 4, 4, 3, 2}, /* symmetric */
+    };
+    for (int mode = 0; mode < 4; mode++) {
+        stk__axis_init(&a, 5);
+        a.pad_mode = mode;
+        stk__axis_crop(&a, -3, 11);
+        for (int64_t i = 0; i < 11; i++) {
+            int64_t u = stk__axis_pad_map(&a, i - 3); /* grid pixel of output i */
+            if (mode == STK__PAD_CONSTANT)
+                T_EQ(u, i - 3);
+            else
+                T_CHECKF(u == want[mode][i], "mode %d pixel %lld: %lld", mode, (long long)i,
+                         (long long)u);
+        }
+    }
+    /* Reflect twice (RandomCrop's padding, then pad_if_needed): the second reflects the padded
+     * image, [3 2 1 | 0 1 2 3 4] padded 2 more: [1 2 | 3 2 1 0 ...]. */
+    stk__axis_init(&a, 5);
+    a.pad_mode = STK__PAD_REFLECT;
+    stk__axis_crop(&a, -3, 8);
+    stk__axis_crop(&a, -2, 10);
+    T_EQ(stk__axis_pad_map(&a, -5), 1);
+    T_EQ(stk__axis_pad_map(&a, -4), 2);
+    T_EQ(stk__axis_pad_map(&a, -3), 3);
+
+    /* Image.rotate: 90 degrees on a square image is a transpose (counter-clockwise), 180 on
+     * any; 45 degrees leaves the corners to the fill. */
+    enum { S = 6 };
+    uint8_t src[S * S * 3], dst[S * S * 3];
+    for (int k = 0; k < S * S * 3; k++)
+        src[k] = (uint8_t)(k * 7);
+    const uint8_t fill[3] = {1, 2, 3};
+    stk__warp_rotate(dst, src, S, S, 90, NULL, false, STK__INTERP_NEAREST, fill);
+    for (int y = 0; y < S; y++)
+        for (int x = 0; x < S; x++)
+            T_CHECK(memcmp(dst + (y * S + x) * 3, src + (x * S + (S - 1 - y)) * 3, 3) == 0);
+    stk__warp_rotate(dst, src, S, S, -180, NULL, false, STK__INTERP_BILINEAR, fill);
+    T_CHECK(memcmp(dst, src + (S * S - 1) * 3, 3) == 0);
+    stk__warp_rotate(dst, src, S, S, 45, NULL, false, STK__INTERP_NEAREST, fill);
+    T_CHECK(memcmp(dst, fill, 3) == 0 && memcmp(dst + (S * S - 1) * 3, fill, 3) == 0);
+    int nw, nh;
+    double m[6];
+    stk__warp_rotate_size(200, 100, 90, NULL, true, &nw, &nh, m);
+    T_CHECK(nw == 100 && nh == 200);
+
+    /* Placement: no geometric op after a warp; expand needs one angle; RandomOrder of single
+     * ops, not mixing a warp with a flip; one padding style, none before a resize. */
+    stk_op o[5];
+    const stk_dtype F = STK_DTYPE_FLOAT32;
+    stk_op_init(&o[0], STK_OP_CENTER_CROP);
+    stk_op_init(&o[1], STK_OP_RANDOM_ROTATION);
+    o[1].degrees[0] = -10;
+    o[1].degrees[1] = 10;
+    stk_op_init(&o[2], STK_OP_RANDOM_VERTICAL_FLIP);
+    T_CHECK(!expect_bad(o, 3, F,
+                        "ops[2] (RandomVerticalFlip): a geometric op cannot follow "
+                        "RandomRotation (ops[1])",
+                        NULL));
+    o[1].expand = 1;
+    T_CHECK(!expect_bad(o, 2, F, "ops[1] (RandomRotation): expand=True", "degrees=(a, a)"));
+    o[1].expand = 0;
+    stk_op_init(&o[1], STK_OP_RANDOM_ORDER);
+    o[1].n_transforms = 2;
+    stk_op_init(&o[2], STK_OP_RANDOM_HORIZONTAL_FLIP);
+    stk_op_init(&o[3], STK_OP_RANDOM_AFFINE);
+    T_CHECK(!expect_bad(o, 4, F, "ops[1] (RandomOrder): its transforms cannot mix warps", NULL));
+    stk_op_init(&o[2], STK_OP_RANDOM_APPLY);
+    T_CHECK(!expect_bad(o, 4, F, "ops[1] (RandomOrder): ops[2] (RandomApply)", NULL));
+    stk_op_init(&o[1], STK_OP_PAD);
+    o[1].padding_mode = STK__PAD_REFLECT;
+    o[1].padding[0] = 4;
+    stk_op_init(&o[2], STK_OP_RESIZE);
+    o[2].size[1] = 32;
+    T_CHECK(!expect_bad(o, 3, F, "ops[2] (Resize): cannot follow Pad (ops[1])", NULL));
+    stk_op_init(&o[2], STK_OP_PAD);
+    o[2].fill[1] = 9;
+    T_CHECK(!expect_bad(o, 3, F, "ops[2] (Pad): its fill and padding_mode must equal", NULL));
+
+    /* RandomOrder: each op once per sample, all 3! orders. */
+    stk_op_init(&o[0], STK_OP_CENTER_CROP);
+    o[0].size[0] = o[0].size[1] = 8;
+    stk_op_init(&o[1], STK_OP_RANDOM_ORDER);
+    o[1].n_transforms = 3;
+    stk_op_init(&o[2], STK_OP_RANDOM_INVERT);
+    stk_op_init(&o[3], STK_OP_GRAYSCALE);
+    stk_op_init(&o[4], STK_OP_RANDOM_ROTATION);
+    stk_transform *t = make_t(o, 5, F, false, false);
+    T_CHECK(t != NULL);
+    int seen[3][3][3] = {{{0}}};
+    for (uint64_t k = 0; k < 300; k++) {
+        stk_rng rng;
+        stk__xplan plan;
+        stk_rng_init(&rng, 3, 0, k);
+        stk__xform_plan(t, 16, 16, &rng, &plan);
+        T_EQ(plan.n_pix, 3);
+        int at[3];
+        for (int q = 0; q < 3; q++)
+            at[q] = (int)(plan.pix[q].op - &t->ops[2]);
+        T_CHECK(at[0] != at[1] && at[1] != at[2] && at[0] != at[2]);
+        seen[at[0]][at[1]][at[2]]++;
+    }
+    int orders = 0;
+    for (int i = 0; i < 27; i++)
+        orders += (&seen[0][0][0])[i] > 0;
+    T_EQ(orders, 6);
+    stk_transform_destroy(t);
+
+    /* The whole path (plan, decode, resample, fill pass, kernels that grow the image) on a PNG,
+     * in every layout: a sample is the same bytes each time (the sanitizers watch the buffers). */
+    uint32_t W = 30, H = 20;
+    uint8_t *rgb = make_rgb(W, H, 4);
+    size_t size;
+    uint8_t *png = make_png(rgb, W, H, &size);
+    stk_op g[6];
+    stk_op_init(&g[0], STK_OP_CENTER_CROP);
+    g[0].size[0] = 18;
+    g[0].size[1] = 26;
+    stk_op_init(&g[1], STK_OP_PAD);
+    g[1].padding[0] = g[1].padding[3] = 31; /* wider than the image: repeated reflection */
+    g[1].padding_mode = STK__PAD_REFLECT;
+    stk_op_init(&g[2], STK_OP_RANDOM_ROTATION);
+    g[2].degrees[0] = g[2].degrees[1] = 33;
+    g[2].expand = 1;
+    g[2].interpolation = STK__INTERP_BILINEAR;
+    stk_op_init(&g[3], STK_OP_RANDOM_AFFINE);
+    g[3].degrees[1] = 20;
+    g[3].translate[0] = 0.2;
+    g[3].fill[2] = 200;
+    stk_op_init(&g[4], STK_OP_AUG_MIX);
+    stk_op_init(&g[5], STK_OP_TRIVIAL_AUGMENT_WIDE);
+    g[5].interpolation = STK__INTERP_BILINEAR;
+    for (int layout = 0; layout < 2; layout++) {
+        t = make_t(g, 6, layout ? STK_DTYPE_FLOAT32 : STK_DTYPE_UINT8, layout == 0, false);
+        T_CHECK(t != NULL);
+        stk_dtype dt;
+        int64_t shape[STK_MAX_DIMS];
+        stk_transform_output(t, &dt, NULL, shape);
+        int ew, eh;
+        stk__warp_rotate_size(26 + 31, 18 + 31, 33, NULL, true, &ew, &eh, m);
+        T_EQ(shape[layout ? 1 : 0], eh);
+        T_EQ(shape[layout ? 2 : 1], ew);
+        size_t n = (size_t)ew * eh * 3 * stk_dtype_size(dt);
+        uint8_t *o1 = malloc(n), *o2 = malloc(n);
+        char err[256];
+        for (uint64_t k = 0; k < 4; k++) {
+            T_OK(apply_once(t, png, size, 5, k, o1, err, sizeof(err)));
+            T_OK(apply_once(t, png, size, 5, k, o2, err, sizeof(err)));
+            T_CHECK(memcmp(o1, o2, n) == 0);
+        }
+        free(o1);
+        free(o2);
+        stk_transform_destroy(t);
+    }
+    free(png);
+    free(rgb);
+    return 0;
+}
+
 #ifdef STK_DEBUG
 void stk__fault_alloc_set(long n); /* src/common/stk_alloc.c, debug builds */
 
@@ -1617,4 +1786,4 @@ T_MAIN(T_CASE(test_op_defaults), T_CASE(test_op_table), T_CASE(test_recipes),
        T_CASE(test_store_arith_equals_table), T_CASE(test_jitter_basics),
        T_CASE(test_apply_png_pipelines), T_CASE(test_apply_deterministic),
        T_CASE(test_threads_identical), T_CASE(test_pixel_kernels), T_CASE(test_apply_errors),
-       T_CASE(test_apply_padding), T_CASE(test_alloc_failures))
+       T_CASE(test_apply_padding), T_CASE(test_warps_order_padding), T_CASE(test_alloc_failures))
