@@ -210,3 +210,36 @@ def test_formats_decode_as_pil(tmp_path):
             want = np.asarray(im.convert("RGB"))
         diff = int(np.abs(images[i].astype(int) - want).max())
         assert diff == 0, f"{name}: max difference {diff} from PIL"
+
+
+@needs_pipeline
+@pytest.mark.parametrize("marker", [b"\xff\xdb", b"\xff\xda", b"\xff\xd9"],
+                         ids=["before-DQT", "before-SOS", "before-EOI"])
+def test_extraneous_bytes_before_marker(tmp_path, marker):
+    """Bytes between a segment and the next marker (libjpeg's "N extraneous bytes before marker"
+    warning, which real ImageNet files carry): PIL accepts the file, strict stoker decodes it to
+    the same pixels as the file without them (docs/images.md "Strict decoding")."""
+    rng = np.random.default_rng(7)
+    im, q = make_image(rng, W, H, 3, "small")
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=q)
+    clean = buf.getvalue()
+    at = clean.rindex(marker) if marker == b"\xff\xd9" else clean.index(marker)
+    dirty = clean[:at] + b"\x00garbage\x01\x02" * 3 + clean[at:]
+    for name, data in (("clean", clean), ("dirty", dirty)):
+        (tmp_path / "c").mkdir(exist_ok=True)
+        (tmp_path / "c" / f"{name}.jpg").write_bytes(data)
+    assert _pil_rejects(str(tmp_path / "c" / "dirty.jpg")) is None
+    with Image.open(tmp_path / "c" / "dirty.jpg") as a, \
+            Image.open(tmp_path / "c" / "clean.jpg") as b:
+        assert np.array_equal(np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB")))
+    loader = stoker.Loader(str(tmp_path), 2, rank=0, world_size=1, num_workers=1,
+                           transforms=FULL, output="numpy", strict=True)
+    batch = next(iter(loader))
+    names = [os.path.basename(loader.dataset.describe(int(i)).split(" (record ")[0])
+             for i in batch["index"]]
+    images = dict(zip(names, batch["image"]))
+    loader.close()
+    assert np.array_equal(images["clean.jpg"], images["dirty.jpg"])
+    with Image.open(tmp_path / "c" / "clean.jpg") as b:  # CHW, as ToDtype gives it
+        assert np.array_equal(images["clean.jpg"].transpose(1, 2, 0), np.asarray(b.convert("RGB")))
