@@ -243,3 +243,30 @@ def test_extraneous_bytes_before_marker(tmp_path, marker):
     assert np.array_equal(images["clean.jpg"], images["dirty.jpg"])
     with Image.open(tmp_path / "c" / "clean.jpg") as b:  # CHW, as ToDtype gives it
         assert np.array_equal(images["clean.jpg"].transpose(1, 2, 0), np.asarray(b.convert("RGB")))
+
+
+@needs_pipeline
+def test_packed_error_names_original_file(tmp_path):
+    """A packed image that cannot be decoded is named by its record and by the file it was packed
+    from (the `path` field stoker pack writes), on raise and in skip's count."""
+    src = tmp_path / "src"
+    for cls in ("cat", "dog"):
+        (src / cls).mkdir(parents=True)
+        for k in range(3):
+            im, q = make_image(np.random.default_rng(k), 64, 48, k, "small")
+            im.save(src / cls / f"{k}.jpg", "JPEG", quality=q)
+    (src / "dog" / "x.jpg").write_bytes(b"this is not an image at all" * 4)
+    out = tmp_path / "packed"
+    stoker.pack(str(src), str(out))
+    ops = [T.Resize((32, 32)), T.ToDtype("uint8")]
+    loader = stoker.Loader(str(out), 8, rank=0, world_size=1, num_workers=1, transforms=ops,
+                           output="numpy")
+    with pytest.raises(stoker.StokerFormatError) as e:
+        next(iter(loader))
+    loader.close()
+    msg = str(e.value)
+    assert ".stk record " in msg and "(dog/x.jpg)" in msg and "not a" in msg, msg
+    loader = stoker.Loader(str(out), 8, rank=0, world_size=1, num_workers=1, transforms=ops,
+                           output="numpy", on_error="skip")
+    assert sum(len(b["index"]) for b in loader) == 7 and loader.stats()["skipped"] == 1
+    loader.close()

@@ -45,6 +45,27 @@ static bool open_batch(core *c)
     return true;
 }
 
+/* Append the record's original file path (the `path` bytes field stoker pack writes), read into
+ * row `t` of `mem`, to its description `where`, unless the description already names it (an
+ * ImageFolder record is its file). */
+static void name_path(const stk__layout *lay, const uint8_t *mem, uint32_t t,
+                      const stk__recinfo *loc, char *where, size_t size)
+{
+    for (size_t i = 0; i + 1 < lay->n_tensors; i++) {
+        const stk__tlayout *tl = &lay->t[i];
+        if (!tl->bytes || tl->transformed || strcmp(tl->name, "path") != 0)
+            continue;
+        char path[1024];
+        size_t n = STK_MIN((size_t)loc->field_size[tl->field], sizeof(path) - 1);
+        memcpy(path, mem + tl->offset + (size_t)t * tl->row_size, n);
+        path[n] = '\0';
+        size_t len = strlen(where);
+        if (n && memchr(path, 0, n) == NULL && !strstr(where, path) && len < size)
+            snprintf(where + len, size - len, " (%s)", path);
+        return;
+    }
+}
+
 /* Read (and transform) record `idx` into row `t` of `mem`, laid out as `lay`. */
 static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_t *mem, uint32_t t,
                               uint64_t epoch, uint64_t idx, char *err, size_t err_size)
@@ -96,6 +117,7 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
             if (rc < 0) {
                 char where[STK_ERRMSG_SIZE];
                 stk_dataset_describe(c->ds, idx, where, sizeof(where));
+                name_path(lay, mem, t, &loc, where, sizeof(where));
                 return stk__set_error(err, err_size, rc, "%s: %s", where, why);
             }
         }
