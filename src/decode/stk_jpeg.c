@@ -35,16 +35,16 @@
  * Errors: error_exit longjmps back to the entry point with libjpeg's text ("JPEG: Premature end
  * of JPEG file"). Strict mode (the default; issue 16): every warning about the data is fatal too
  * ("bad Huffman code", "premature end of data segment", bogus progression...); only the two
- * about metadata (JWRN_JFIF_MAJOR, JWRN_ADOBE_XFORM) and "N extraneous bytes before marker"
- * (JWRN_EXTRANEOUS_DATA: skipped bytes, the pixels are unaffected) stay warnings. libjpeg recovers
- * from corrupt entropy-coded data by filling grey or smeared blocks; PIL ignores the warnings but
- * fails on the errors that follow them (a marker in the middle of the data, data past EOI, a
- * truncated image), and a corrupt run almost always raises one of these warnings first, so strict
- * rejects a superset of what PIL rejects (python/tests/test_strict_decode.py counts both). Strict
- * also reads the entropy-coded data through EOI when the window ends above the last row: whole iMCU
- * rows below it are skipped with jpeg_skip_scanlines (entropy decoding only, no IDCT), the few rows
- * around them are read into scratch (read_to_end), then jpeg_finish_decompress; corruption below
- * the window is then caught as in a full decode. Lenient mode ignores warnings (libjpeg's
+ * about metadata (JWRN_JFIF_MAJOR, JWRN_ADOBE_XFORM) and JWRN_EXTRANEOUS_DATA (bytes skipped
+ * before a marker: on_emit_message) stay warnings. libjpeg recovers from corrupt entropy-coded
+ * data by filling grey or smeared blocks; PIL ignores the warnings but fails on the errors that
+ * follow them (a marker in the middle of the data, data past EOI, a truncated image), and a
+ * corrupt run almost always raises one of these warnings first, so strict rejects a superset of
+ * what PIL rejects (python/tests/test_strict_decode.py counts both). Strict also reads the
+ * entropy-coded data through EOI when the window ends above the last row: whole iMCU rows below
+ * it are skipped with jpeg_skip_scanlines (entropy decoding only, no IDCT), the few rows around
+ * them are read into scratch (read_to_end), then jpeg_finish_decompress; corruption below the
+ * window is then caught as in a full decode. Lenient mode ignores warnings (libjpeg's
  * recovery), except JWRN_JPEG_EOF: a truncated image always fails, as it does in PIL ("image file
  * is truncated"), and stops reading after the window. A progress monitor caps progressive images at
  * 500 scans (TJFLAG_LIMITSCANS in libjpeg-turbo 2.1), against scan-count decompression bombs.
@@ -104,9 +104,7 @@ static void on_error_exit(j_common_ptr c)
  * strict mode so is every warning about the data except JWRN_EXTRANEOUS_DATA ("N extraneous
  * bytes before marker"): libjpeg skips bytes it finds between the end of a segment and the next
  * marker and decodes the image exactly as without them; PIL accepts such files and real ImageNet
- * files have them (docs/formats.md "Strict JPEG decoding"). Corruption of the entropy-coded
- * data that desynchronises the decoder still raises a warning that stays fatal (bad Huffman
- * code, premature end of data segment, ...). */
+ * files have them (the decision and its price: docs/images.md "Strict decoding"). */
 static void on_emit_message(j_common_ptr c, int level)
 {
     if (level >= 0)
