@@ -50,6 +50,7 @@ static void core_destroy(stk__ring *r, void *arg)
         stk__cudev_close(&c->cudev);
     stk__free(c->ctrace.ev);
     stk__free(c->dtrace.ev);
+    stk__order_free(c);
     stk_dataset_close(c->owned_ds);
     stk__free(c);
 }
@@ -291,9 +292,10 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
                      label, lf == n_fields ? "not in the batch" : "not an int64 field");
         stk__batchops_label_field(&c->bops, &fields[lf]);
     }
+    STK_TRY(stk__order_setup(c, opts, err, sizeof(err)));
     /* A slot holds at most the records one rank gets in an epoch: batch_size=5000 over 1,000
      * records must not allocate 5000-row slots. */
-    uint64_t per_rank = c->n / world + (c->n % world != 0);
+    uint64_t per_rank = c->m / world + (c->m % world != 0);
     uint32_t rows = (uint32_t)STK_MIN((uint64_t)c->batch_size, STK_MAX(per_rank, (uint64_t)1));
     STK_TRY(stk__layout_init(&c->r.lay, fields, max_size, n_fields, rows, tf, &tspec, err,
                              sizeof(err)));
@@ -510,12 +512,26 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
  * `epoch` from global position `start`. */
 void stk__loader_reset(core *c, uint64_t seed, uint64_t epoch, uint64_t start)
 {
+    stk__loader_reset_with(c, seed, epoch, start, NULL, 0);
+}
+
+void stk__loader_reset_with(core *c, uint64_t seed, uint64_t epoch, uint64_t start, uint64_t *list,
+                            uint64_t m)
+{
     pthread_mutex_lock(&c->r.mu);
     atomic_fetch_add(&c->gen, 1);
     while (c->busy > 0)
         pthread_cond_wait(&c->r.cv_ready, &c->r.mu);
     stk__ring_drop_locked(&c->r);
     c->seed = seed; /* no worker is inside a sample: safe to change */
+    if (list) {
+        c->ilist = list;
+        c->m = m;
+    }
+    if (c->d_list) { /* the seed may have changed: the next batch makes its list anew */
+        c->d_list->refs--;
+        c->d_list = NULL;
+    }
     c->claim_seq = c->open_seq = c->c_seq;
     c->d_epoch = c->c_epoch = epoch;
     c->d_b = c->c_b = 0;

@@ -36,6 +36,7 @@ static bool open_batch(core *c)
     stk__slot *s = stk__ring_slot(&c->r, c->open_seq);
     uint32_t count;
     s->epoch = c->d_epoch;
+    stk__order_open_locked(c, s);
     stk_plan_batch(&c->d_plan, c->d_b, &s->first, &count, &s->consumed);
     /* A resumed epoch numbers its batches from the epoch's start, not from the resume point. */
     s->number = (c->d_plan.start / ((uint64_t)c->world * c->batch_size)) + c->d_b;
@@ -55,13 +56,17 @@ static void name_path(const stk__layout *lay, const uint8_t *mem, uint32_t t,
         const stk__tlayout *tl = &lay->t[i];
         if (!tl->bytes || tl->transformed || strcmp(tl->name, "path") != 0)
             continue;
-        char path[1024];
+        char path[256];
         size_t n = STK_MIN((size_t)loc->field_size[tl->field], sizeof(path) - 1);
         memcpy(path, mem + tl->offset + (size_t)t * tl->row_size, n);
         path[n] = '\0';
         size_t len = strlen(where);
-        if (n && memchr(path, 0, n) == NULL && !strstr(where, path) && len < size)
-            snprintf(where + len, size - len, " (%s)", path);
+        if (n && memchr(path, 0, n) == NULL && !strstr(where, path) && len + n + 4 <= size) {
+            where[len] = ' ';
+            where[len + 1] = '(';
+            memcpy(where + len + 2, path, n);
+            memcpy(where + len + 2 + n, ")", 2);
+        }
         return;
     }
 }
@@ -190,11 +195,11 @@ static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t)
 {
     char err[STK_ERRMSG_SIZE];
     uint64_t pos = s->first + t;
-    uint64_t idx = stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, pos % c->n);
+    uint64_t idx = stk__order_at(c, s, pos % c->m);
     stk_status rc = load_record(c, w, s, t, idx, err, sizeof(err));
     if (rc == STK_EFORMAT && c->skip_corrupt) {
-        for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->n && rc == STK_EFORMAT; k++) {
-            idx = stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, (pos + k) % c->n);
+        for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->m && rc == STK_EFORMAT; k++) {
+            idx = stk__order_at(c, s, (pos + k) % c->m);
             char err2[STK_ERRMSG_SIZE];
             rc = load_record(c, w, s, t, idx, err2, sizeof(err2));
         }
