@@ -854,10 +854,12 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
  *          rank >= world, no data, empty dataset, unknown field; batch_ops with a bad kind,
  *          alpha or num_classes, no int64 label field, MixUp on non-float32 images;
  *          sample_fields empty, too many or not batchable, or sample_fn with a finish_on_device
- *          transform), STK_ELIMIT (batch slot too large; finishing over 2^32 pixels per batch;
- *          over memory_budget), STK_EIO/STK_EFORMAT/STK_ENOTSUP (from opening the dataset),
- *          STK_ENOMEM (also: device buffers). Details in stk_last_errmsg().
- *  Lifetime: *out until stk_loader_destroy(*out). */
+ *          transform; an unknown order, an empty or out-of-range index list, weights not one
+ *          per record, negative, not finite or all 0, num_samples 0 or without replacement
+ *          over the records of positive weight), STK_ELIMIT (batch slot too large; finishing over
+ * 2^32 pixels per batch; over memory_budget), STK_EIO/STK_EFORMAT/STK_ENOTSUP (from opening the
+ * dataset), STK_ENOMEM (also: device buffers). Details in stk_last_errmsg(). Lifetime: *out until
+ * stk_loader_destroy(*out). */
 STK_API stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out);
 
 /** Stop the workers and free the loader, at any point: mid-epoch, with batches outstanding
