@@ -817,10 +817,13 @@ typedef struct stk_loader_opts {
                                        fields; no bytes), which replace the record's fields
                                        in the batch; copied at create */
     size_t n_sample_fields;         /* 1..STK_MAX_FIELDS with sample_fn */
-    uint64_t memory_budget; /* bytes this loader may use at most, counted at create: the ring
-                               (prefetch slots), each thread's read scratch and decode buffer
-                               (the transform's max_pixels x 3); over it, create fails with
-                               STK_ELIMIT saying what takes what. 0 = no budget (default) */
+    uint64_t memory_budget;         /* bytes this loader may use at most: the ring (prefetch slots)
+                                       and each thread's scratch (read, batch transforms, sample
+                                       buffer) are counted at create (over it, create fails with
+                                       STK_ELIMIT saying what takes what); the image decoders'
+                                       buffers are charged as they grow while running, and a decode
+                                       that would go over fails its record with STK_ELIMIT, named
+                                       (skipped under STK_LOADER_SKIP_CORRUPT). 0 = none (default) */
     /* ---- the epoch's order (stk_order_kind; docs/python.md "Samplers"): which records an
      * epoch reads and in what order. An epoch is a sequence of positions, split among ranks and
      * batched as for STK_ORDER_ALL; each position names one record. ---- */

@@ -162,8 +162,9 @@ class Loader:
     a JPEG that libjpeg reports as corrupt fails its record (skipped under
     ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery.
     ``memory_budget=`` (bytes) bounds what the loader
-    takes: the ring, each thread's read scratch and largest decode; over it the Loader is not
-    created (StokerLimitError saying what takes what).
+    takes: the ring and each thread's scratch (over them the Loader is not created,
+    StokerLimitError saying what takes what) and the decode buffers as they grow (a decode that
+    would go over fails its record, named; skipped under ``on_error="skip"``).
     """
 
     def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,

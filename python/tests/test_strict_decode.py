@@ -270,3 +270,39 @@ def test_packed_error_names_original_file(tmp_path):
                            output="numpy", on_error="skip")
     assert sum(len(b["index"]) for b in loader) == 7 and loader.stats()["skipped"] == 1
     loader.close()
+
+
+@needs_pipeline
+@pytest.mark.parametrize("fmt", ["png", "jpg"])
+def test_memory_budget_refuses_a_huge_image_from_a_small_file(tmp_path, fmt):
+    """A 5000x5000 image in a file of a few hundred KB (a decode buffer of 75 MB) under a
+    memory_budget of 48 MB: that record fails, named, instead of allocating; on_error="skip"
+    skips and counts it; the small images around it decode."""
+    (tmp_path / "c").mkdir()
+    for k in range(3):
+        im, q = make_image(np.random.default_rng(k), 64, 48, k, "small")
+        im.save(tmp_path / "c" / f"{k}.{fmt}", quality=q) if fmt == "jpg" else \
+            im.save(tmp_path / "c" / f"{k}.{fmt}")
+    big = tmp_path / "c" / f"1big.{fmt}"
+    Image.new("RGB", (5000, 5000), (200, 30, 30)).save(big, quality=20) if fmt == "jpg" else \
+        Image.new("RGB", (5000, 5000), (200, 30, 30)).save(big)
+    assert big.stat().st_size < 1 << 20
+    # a JPEG shrunk this much decodes at 1/8 scale (a 1.2 MB buffer, within the budget): exact=
+    # decodes it at full scale
+    ops = T.Compose([T.Resize((32, 32)), T.ToDtype("uint8")], exact=fmt == "jpg")
+    kw = dict(rank=0, world_size=1, num_workers=1, transforms=ops, output="numpy",
+              memory_budget=48 << 20)
+    loader = stoker.Loader(str(tmp_path), 1, **kw)
+    with pytest.raises(stoker.StokerLimitError) as e:
+        for _ in loader:
+            pass
+    loader.close()
+    msg = str(e.value)
+    assert f"1big.{fmt}" in msg and "over the memory budget of 50331648 bytes" in msg, msg
+    loader = stoker.Loader(str(tmp_path), 4, on_error="skip", **kw)
+    assert sum(len(b["index"]) for b in loader) == 4 and loader.stats()["skipped"] == 1
+    loader.close()
+    # without a budget it decodes
+    loader = stoker.Loader(str(tmp_path), 4, **dict(kw, memory_budget=None))
+    assert sum(len(b["index"]) for b in loader) == 4 and loader.stats()["skipped"] == 0
+    loader.close()

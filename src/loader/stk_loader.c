@@ -138,30 +138,33 @@ static stk_status resolve_rank(const stk_loader_opts *o, uint32_t *rank, uint32_
     return STK_OK;
 }
 
-/* The loader's memory at create against opts.memory_budget (0 = none): the ring, and per
- * thread the read scratch of the transformed field and the largest decode (max_pixels x 3). */
-static stk_status budget_check(const core *c, uint64_t budget, char *err, size_t err_size)
+/* The loader's fixed memory against opts.memory_budget (0 = none), at create: the ring, and per
+ * thread the read scratch of the transformed field, the batch transforms' scratch and the
+ * sample_fn buffer. What remains is the room for decode buffers, charged while running as they
+ * grow (stk__decoder_reserve through the workers' stk__thread_budget): a decode that does not
+ * fit fails its record. */
+static stk_status budget_check(core *c, uint64_t budget, char *err, size_t err_size)
 {
     if (!budget)
         return STK_OK;
-    uint64_t ring = (uint64_t)c->r.slot_alloc * c->prefetch, scratch = 0, decode = 0;
-    if (c->transform) {
+    uint64_t ring = (uint64_t)c->r.slot_alloc * c->prefetch, scratch = 0;
+    if (c->transform)
         scratch = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
-        decode = c->transform->max_pixels * 3;
-    }
-    uint64_t per_thread = scratch + decode;
-    uint64_t total = ring + per_thread * c->n_threads;
-    if (total <= budget && per_thread * c->n_threads / c->n_threads == per_thread)
+    scratch += c->bops.n ? c->bops.scratch_size : 0;
+    scratch += c->sample_fn ? c->in_lay.slot_size : 0;
+    uint64_t total = ring + scratch * c->n_threads;
+    c->budget.limit = budget;
+    c->budget.fixed = total;
+    c->budget_on = true;
+    if (total <= budget && scratch * c->n_threads / c->n_threads == scratch)
         return STK_OK;
     return stk__set_error(err, err_size, STK_ELIMIT,
                           "memory budget of %" PRIu64 " bytes exceeded: the ring takes %" PRIu64
                           " (%u slots of %zu bytes), %u threads take %" PRIu64
-                          " each (read scratch %" PRIu64 ", decode buffer %" PRIu64
-                          " = max_pixels x 3), %" PRIu64
-                          " in all; lower prefetch, batch size, threads or the transform's "
-                          "max_pixels, or raise memory_budget",
-                          budget, ring, c->prefetch, c->r.slot_alloc, c->n_threads, per_thread,
-                          scratch, decode, total);
+                          " each in scratch (read, batch transforms, sample buffer), %" PRIu64
+                          " in all, before any image is decoded; lower prefetch, batch size or "
+                          "threads, or raise memory_budget",
+                          budget, ring, c->prefetch, c->r.slot_alloc, c->n_threads, scratch, total);
 }
 
 stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)

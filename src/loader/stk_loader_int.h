@@ -144,6 +144,10 @@ struct core {
     void *sample_ctx;
     stk__layout in_lay; /* with sample_fn: one sample's fields as read (batch size 1) */
 
+    /* memory_budget: the fixed part counted at create, decode buffers charged while running */
+    stk__budget budget;
+    bool budget_on;
+
     /* GPU path (docs/gpu.md) */
     bool cudev_open; /* cudev's primary context is retained */
     stk__cudev cudev;

@@ -189,6 +189,13 @@ static void finish_sample(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t
         stk__trace_add(c, &w->trace, TR_FINISH, t0, t1, t);
 }
 
+/* A failure of one record that on_error=skip replaces: a corrupt record, or one over a limit
+ * (max_pixels, the running memory_budget). */
+static bool skippable(stk_status rc)
+{
+    return rc == STK_EFORMAT || rc == STK_ELIMIT;
+}
+
 /* Produce sample `t` of slot `s`: its record, or under skip_corrupt the next good record of the
  * epoch's order (counted). */
 static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t)
@@ -197,8 +204,8 @@ static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t)
     uint64_t pos = s->first + t;
     uint64_t idx = stk__order_at(c, s, pos % c->m);
     stk_status rc = load_record(c, w, s, t, idx, err, sizeof(err));
-    if (rc == STK_EFORMAT && c->skip_corrupt) {
-        for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->m && rc == STK_EFORMAT; k++) {
+    if (skippable(rc) && c->skip_corrupt) {
+        for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->m && skippable(rc); k++) {
             idx = stk__order_at(c, s, (pos + k) % c->m);
             char err2[STK_ERRMSG_SIZE];
             rc = load_record(c, w, s, t, idx, err2, sizeof(err2));
@@ -313,6 +320,7 @@ void *stk__worker_main(void *arg)
     core *c = w->c;
     /* "stk-worker" in top, py-spy, gdb and /proc/<pid>/task/<tid>/comm (tests count them) */
     pthread_setname_np(pthread_self(), "stk-worker");
+    stk__thread_budget = c->budget_on ? &c->budget : NULL; /* decode buffers charge it */
     if (c->dc.dev) { /* copies are queued from this thread: make the context current for good */
         char err[STK_ERRMSG_SIZE];
         stk__devring_thread_init(c->dc.dev, err, sizeof(err));
