@@ -20,22 +20,11 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler
 
 import stoker
 
-
-class SleepDataset(Dataset):
-    def __init__(self, n, ms):
-        self.n, self.ms = n, ms
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        if self.ms:
-            time.sleep(self.ms / 1e3)
-        return torch.tensor([float(i)])
+from sleep_dataset import SleepDataset  # bench/, the script's own directory
 
 
 class Step:

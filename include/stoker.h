@@ -805,6 +805,29 @@ typedef struct stk_tensor stk_tensor; /* below, with the batch accessors */
 typedef stk_status (*stk_sample_fn)(void *ctx, uint64_t index, const stk_tensor *in, size_t n_in,
                                     stk_tensor *out, size_t n_out, char *err, size_t err_size);
 
+/** The order of an epoch (stk_loader_opts.order). Every order is a pure function of (seed,
+ *  epoch, position), so a resumed epoch continues exactly (stk_loader_load_state) and every
+ *  rank computes the same global order.
+ *  - STK_ORDER_ALL: every record once, in order, or with STK_LOADER_SHUFFLE permuted by
+ *    stk_sampler_index (torch's SequentialSampler / RandomSampler).
+ *  - STK_ORDER_INDICES: the positions are `indices`, in that order, or with STK_LOADER_SHUFFLE
+ *    permuted per (seed, epoch) by stk_sampler_index over the list (torch's
+ *    SubsetRandomSampler); stk_loader_set_indices replaces the list (a custom sampler's indices
+ *    each epoch).
+ *  - STK_ORDER_WEIGHTED: num_samples positions, record i drawn with probability
+ *    weights[i] / sum(weights) (torch's WeightedRandomSampler): with replacement each position
+ *    draws on its own (a Philox stream of (seed, epoch, position) kept apart from the
+ *    augmentation streams, then a binary search of the weights' prefix sums); without
+ *    replacement the epoch's list is the num_samples records of largest key log(u_i)/w_i with
+ *    u_i uniform from the stream of (seed, epoch, i) (Efraimidis-Spirakis: the distribution of
+ *    successive draws without replacement), made once per epoch (O(n log n), by the worker
+ *    that opens the epoch's first batch). */
+typedef enum stk_order_kind {
+    STK_ORDER_ALL = 0,
+    STK_ORDER_INDICES = 1,
+    STK_ORDER_WEIGHTED = 2
+} stk_order_kind;
+
 /** Options for stk_loader_create. Initialise with stk_loader_opts_init. More fields may be
  *  added at the end in later versions. */
 typedef struct stk_loader_opts {
@@ -856,10 +879,26 @@ typedef struct stk_loader_opts {
                                        fields; no bytes), which replace the record's fields
                                        in the batch; copied at create */
     size_t n_sample_fields;         /* 1..STK_MAX_FIELDS with sample_fn */
-    uint64_t memory_budget; /* bytes this loader may use at most, counted at create: the ring
-                               (prefetch slots), each thread's read scratch and decode buffer
-                               (the transform's max_pixels x 3); over it, create fails with
-                               STK_ELIMIT saying what takes what. 0 = no budget (default) */
+    uint64_t memory_budget;         /* bytes this loader may use at most: the ring (prefetch slots)
+                                       and each thread's scratch (read, batch transforms, sample
+                                       buffer) are counted at create (over it, create fails with
+                                       STK_ELIMIT saying what takes what); the image decoders'
+                                       buffers are charged as they grow while running, and a decode
+                                       that would go over fails its record with STK_ELIMIT, named
+                                       (skipped under STK_LOADER_SKIP_CORRUPT). 0 = none (default) */
+    /* ---- the epoch's order (stk_order_kind; docs/python.md "Samplers"): which records an
+     * epoch reads and in what order. An epoch is a sequence of positions, split among ranks and
+     * batched as for STK_ORDER_ALL; each position names one record. ---- */
+    uint32_t order;          /* stk_order_kind (default STK_ORDER_ALL) */
+    const uint64_t *indices; /* STK_ORDER_INDICES: the records of an epoch, each < the record
+                                count, repeats allowed; copied at create */
+    uint64_t n_indices;      /* STK_ORDER_INDICES: >= 1 */
+    const double *weights;   /* STK_ORDER_WEIGHTED: one per record, finite and >= 0, at least
+                                one > 0; copied at create */
+    uint64_t n_weights;      /* STK_ORDER_WEIGHTED: the record count */
+    uint64_t num_samples;    /* STK_ORDER_WEIGHTED: positions per epoch, >= 1; without
+                                replacement at most the number of positive weights */
+    bool replacement;        /* STK_ORDER_WEIGHTED: draw with replacement (default false) */
 } stk_loader_opts;
 
 /** Fill `opts` with the defaults documented on each field.
@@ -882,10 +921,12 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
  *          is named (stk_dataset_image_field); batch_ops with a bad kind,
  *          alpha or num_classes, no int64 label field, MixUp on non-float32 images;
  *          sample_fields empty, too many or not batchable, or sample_fn with a finish_on_device
- *          transform), STK_ELIMIT (batch slot too large; finishing over 2^32 pixels per batch;
- *          over memory_budget), STK_EIO/STK_EFORMAT/STK_ENOTSUP (from opening the dataset,
- *          or reading record 0 to pick the transform field), STK_ENOMEM (also: device
- *          buffers). Details in stk_last_errmsg().
+ *          transform; an unknown order, an empty or out-of-range index list, weights not one
+ *          per record, negative, not finite or all 0, num_samples 0 or without replacement
+ *          over the records of positive weight), STK_ELIMIT (batch slot too large; finishing
+ *          over 2^32 pixels per batch; over memory_budget), STK_EIO/STK_EFORMAT/STK_ENOTSUP
+ *          (from opening the dataset, or reading record 0 to pick the transform field),
+ *          STK_ENOMEM (also: device buffers). Details in stk_last_errmsg().
  *  Lifetime: *out until stk_loader_destroy(*out). */
 STK_API stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out);
 
@@ -1006,19 +1047,34 @@ STK_API stk_status stk_loader_trace_write(const stk_loader *loader, const char *
  *  @return STK_OK. */
 STK_API stk_status stk_loader_set_epoch(stk_loader *loader, uint64_t epoch);
 
+/** Replace the index list of an STK_ORDER_INDICES loader (copied) from the consumer's current
+ *  position on: the epoch and the position within it stay, batches prepared with the old list
+ *  are discarded (a list equal to the current one changes nothing and keeps them). Bindings call
+ *  it at the start of each epoch with a custom sampler's indices.
+ *  @return STK_OK, STK_EINVAL (not an STK_ORDER_INDICES loader, NULL or empty list, an index
+ *          not below the record count), STK_ELIMIT (the list gives a rank more records than the
+ *          ring's slots hold rows: slots are sized to min(batch_size, records per rank) at
+ *          create), STK_ENOMEM. Details in stk_loader_errmsg().
+ *  Threads: not concurrently with stk_loader_next on the same loader. */
+STK_API stk_status stk_loader_set_indices(stk_loader *loader, const uint64_t *indices,
+                                          uint64_t n_indices);
+
 /** Write the resume state as a NUL-terminated JSON object into `buf`: format version, dataset
  *  fingerprint and size, seed, shuffle, epoch, and the global position consumed by the batches
  *  delivered so far (taken after the last batch of an epoch it resumes to zero batches; taken
- *  after STK_END, to the whole next epoch).
- *  @return STK_OK, or STK_ELIMIT if `buf_size` is too small (256 bytes always suffice). */
+ *  after STK_END, to the whole next epoch); with an order other than STK_ORDER_ALL also
+ *  "order", a checksum of the order's settings (kind, list or weights, num_samples,
+ *  replacement), which stk_loader_load_state requires to match.
+ *  @return STK_OK, or STK_ELIMIT if `buf_size` is too small (256 bytes always suffice with
+ *          STK_ORDER_ALL, 320 with any order). */
 STK_API stk_status stk_loader_state(const stk_loader *loader, char *buf, size_t buf_size);
 
 /** Restore a state from stk_loader_state, possibly taken with another world size or thread
  *  count: the rest of that epoch is re-split among this loader's ranks, then epochs continue.
  *  Prefetched batches are discarded.
  *  @return STK_OK, STK_EINVAL (not a stoker state, a state from another dataset or with other
- *          shuffle settings, or an impossible position), STK_ENOTSUP (newer state version).
- *          Details in stk_loader_errmsg(). The seed is taken from the state. */
+ *          shuffle or order settings, or an impossible position), STK_ENOTSUP (newer state
+ * version). Details in stk_loader_errmsg(). The seed is taken from the state. */
 STK_API stk_status stk_loader_load_state(stk_loader *loader, const char *json);
 
 /** One output tensor of a batch. For a bytes field the data is [n, stride] uint8 with each

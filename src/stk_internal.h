@@ -92,6 +92,23 @@ bool stk__out_store(void *dst, const void *full, size_t full_size);
 /* Parse a byte size for environment settings: "8G", "512M", "1.5GiB", "1048576", "0" (binary
  * units, optional "B"/"iB"); false if malformed (src/common/stk_util.c). */
 bool stk__parse_size(const char *s, uint64_t *out);
+
+/* ---- the running memory budget of a loader (stk_loader_opts.memory_budget) ---- */
+
+/* `fixed`: what the loader holds for its whole life, counted at create (ring, per-thread
+ * scratch); `held`: the decode buffers, charged as they grow (they are reused, never shrunk). */
+typedef struct stk__budget {
+    uint64_t limit, fixed;
+    _Atomic uint64_t held;
+} stk__budget;
+/* Pure: whether `grow` more bytes fit under `limit` with `fixed` and `held` taken (no
+ * overflow whatever the values). */
+bool stk__budget_fits(uint64_t limit, uint64_t fixed, uint64_t held, uint64_t grow);
+/* Charge `grow` bytes to b (atomically; false and nothing charged when they do not fit). */
+bool stk__budget_charge(stk__budget *b, uint64_t grow);
+/* The account the calling thread's image decoders charge when their buffers grow (NULL =
+ * none): set by a loader's worker threads for their life (src/common/stk_util.c). */
+extern _Thread_local stk__budget *stk__thread_budget;
 /* Online CPUs, computed once (pthread_once). */
 uint32_t stk__cpu_count(void);
 /* Monotonic clock in nanoseconds. */

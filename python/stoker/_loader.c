@@ -246,7 +246,8 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         "rank",   "world",      "shuffle",     "drop_last",       "skip_corrupt",
         "verify", "pinned",     "transform",   "transform_field", "autotune",
         "trace_events", "device", "pinned_limit", "batch_ops", "batch_choice", "num_classes",
-        "label_field", "map_fn", "map_fields", "memory_budget", NULL};
+        "label_field", "map_fn", "map_fields", "memory_budget", "indices", "weights",
+        "num_samples", "replacement", NULL};
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
     int n_threads = 0, prefetch = 0, rank = -1, world = -1;
@@ -260,15 +261,36 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     int batch_choice = 0;
     long long num_classes = 0;
     const char *label_field = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|LiiKiipppppOzpIiKOpLzOOK:Loader", kwlist, &data,
-                                     &batch_size, &n_threads, &prefetch, &seed, &rank, &world,
-                                     &shuffle, &drop_last, &skip_corrupt, &verify, &pinned,
-                                     &transform, &tfield, &autotune, &trace_events, &device,
-                                     &pinned_limit, &batch_ops, &batch_choice, &num_classes,
-                                     &label_field, &map_fn, &map_fields, &memory_budget))
+    PyObject *indices = Py_None, *weights = Py_None;
+    unsigned long long num_samples = 0;
+    int replacement = 0;
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKp:Loader", kwlist, &data, &batch_size,
+            &n_threads, &prefetch, &seed, &rank, &world, &shuffle, &drop_last, &skip_corrupt,
+            &verify, &pinned, &transform, &tfield, &autotune, &trace_events, &device,
+            &pinned_limit, &batch_ops, &batch_choice, &num_classes, &label_field, &map_fn,
+            &map_fields, &memory_budget, &indices, &weights, &num_samples, &replacement))
         return NULL;
     stk_loader_opts o;
     stk_loader_opts_init(&o);
+    /* The epoch's order: indices (uint64) or weights (float64), C-contiguous buffers that
+     * stoker/_torchcompat.py makes; copied by stk_loader_create. */
+    Py_buffer ibuf = {0}, wbuf = {0};
+    if (indices != Py_None) {
+        if (PyObject_GetBuffer(indices, &ibuf, PyBUF_C_CONTIGUOUS) < 0)
+            return NULL;
+        o.order = STK_ORDER_INDICES;
+        o.indices = ibuf.buf;
+        o.n_indices = (uint64_t)ibuf.len / sizeof(uint64_t);
+    } else if (weights != Py_None) {
+        if (PyObject_GetBuffer(weights, &wbuf, PyBUF_C_CONTIGUOUS) < 0)
+            return NULL;
+        o.order = STK_ORDER_WEIGHTED;
+        o.weights = wbuf.buf;
+        o.n_weights = (uint64_t)wbuf.len / sizeof(double);
+        o.num_samples = num_samples;
+        o.replacement = replacement;
+    }
     stk_batch_op ops[STK_MAX_BATCH_OPS];
     if (batch_ops != Py_None && parse_batch_ops(batch_ops, ops, &o.n_batch_ops) < 0)
         return NULL;
@@ -322,6 +344,10 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (rc < 0)
         snprintf(err, sizeof(err), "%s", stk_last_errmsg());
     Py_END_ALLOW_THREADS
+    if (ibuf.obj)
+        PyBuffer_Release(&ibuf);
+    if (wbuf.obj)
+        PyBuffer_Release(&wbuf);
     PyMem_Free(paths);
     paths = NULL;
     Py_CLEAR(keep);
@@ -355,6 +381,10 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->req = REQ_IDLE;
     return (PyObject *)self;
 fail:
+    if (ibuf.obj)
+        PyBuffer_Release(&ibuf);
+    if (wbuf.obj)
+        PyBuffer_Release(&wbuf);
     stkpy_map_free(map);
     PyMem_Free(paths);
     Py_XDECREF(keep);
@@ -601,6 +631,30 @@ static PyObject *Loader_set_epoch(LoaderObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *Loader_set_indices(LoaderObject *self, PyObject *arg)
+{
+    Py_buffer b;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (loader_enter(self, true) < 0) {
+        PyBuffer_Release(&b);
+        return NULL;
+    }
+    discard_request(self);
+    stk_status rc;
+    char err[ERR_BUF] = "";
+    Py_BEGIN_ALLOW_THREADS
+    rc = stk_loader_set_indices(self->loader, b.buf, (uint64_t)b.len / sizeof(uint64_t));
+    if (rc < 0)
+        snprintf(err, sizeof(err), "%s", stk_loader_errmsg(self->loader));
+    Py_END_ALLOW_THREADS
+    loader_leave(self, true);
+    PyBuffer_Release(&b);
+    if (rc < 0)
+        return stkpy_raise(rc, err);
+    Py_RETURN_NONE;
+}
+
 /* ---- Loader: queries (any thread) ---- */
 
 static PyObject *Loader_epoch(LoaderObject *self, void *c)
@@ -743,6 +797,9 @@ static PyMethodDef Loader_methods[] = {
      "state() -> str: the resume state as JSON (position of the batches delivered so far)."},
     {"load_state", (PyCFunction)Loader_load_state, METH_O,
      "load_state(json): resume from a state (also one taken with another world size)."},
+    {"set_indices", (PyCFunction)Loader_set_indices, METH_O,
+     "set_indices(uint64 buffer): the epoch's index list from the current position on (an "
+     "equal list keeps what is prepared)."},
     {"set_epoch", (PyCFunction)Loader_set_epoch, METH_O,
      "set_epoch(e): jump to the start of epoch e (a no-op when e is about to start)."},
     {"info", (PyCFunction)Loader_info, METH_NOARGS,

@@ -174,21 +174,110 @@ def draw_seed():
     return int(torch.empty((), dtype=torch.int64).random_().item()) & ((1 << 63) - 1)
 
 
-SAMPLERS_OK = ("shuffle=True/False, SequentialSampler, RandomSampler (without replacement, "
-               "num_samples=len(dataset)) and DistributedSampler")
+SAMPLERS_OK = ("shuffle=True/False and any torch Sampler: SequentialSampler, RandomSampler, "
+               "SubsetRandomSampler, WeightedRandomSampler and DistributedSampler map onto "
+               "stoker's own order; any other Sampler is iterated for its indices each epoch")
+
+
+def _np():
+    import numpy
+    return numpy
+
+
+def _index_array(values, what):
+    """values (a sequence, tensor or iterator of ints) -> a C-contiguous uint64 array; refuses
+    negative or non-integer indices naming `what`."""
+    np = _np()
+    try:
+        a = np.asarray(list(values) if not hasattr(values, "__len__") else values)
+    except (TypeError, ValueError) as e:
+        raise _invalid(f"{what} should give integer indices: {e}") from None
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise _invalid(f"{what} should give one integer index per sample (a Sampler, not a "
+                       f"BatchSampler: pass batch_size= instead), got "
+                       f"{a.dtype if a.ndim == 1 else f'an array of shape {a.shape}'}")
+    if a.size == 0:
+        raise _invalid(f"{what} gave no indices: an epoch needs at least one sample")
+    if a.dtype.kind == "i" and a.min() < 0:
+        raise _invalid(f"{what} gave index {int(a.min())}: indices must be >= 0")
+    return np.ascontiguousarray(a, dtype=np.uint64)
+
+
+def _sampler_seed(sampler, generator):
+    gen = getattr(sampler, "generator", None)
+    gen = gen if gen is not None else generator
+    return None if gen is None else seed_of(gen)
+
+
+def _weighted(weights, num_samples, replacement):
+    np = _np()
+    return {"weights": np.ascontiguousarray(np.asarray(weights, dtype=np.float64).reshape(-1)),
+            "num_samples": int(num_samples), "replacement": bool(replacement)}
+
+
+class CustomOrder:
+    """A Sampler stoker's order cannot express: iterated for its indices once per epoch, as the
+    DataLoader iterates it (the first time when the loader is created, for len() and to start
+    reading), and handed to the C loader (Loader.set_indices; an equal list keeps what is
+    prepared). A sampler with set_epoch gets the loader's epoch before each iteration, unless
+    the user called set_epoch since: then the loader follows the sampler's epoch. Resume is
+    exact when the sampler gives the same indices when iterated again for that epoch."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.ready = None       # the list already given to the C loader for the next pass
+        self.seen_epoch = None  # the sampler's epoch after the last sync
+
+    def indices(self):
+        return _index_array(iter(self.sampler), f"sampler {type(self.sampler).__name__}")
+
+    def _sync_epoch(self, core, epoch):
+        """Return the epoch to use: the sampler's if the user moved it, else `epoch`."""
+        set_epoch = getattr(self.sampler, "set_epoch", None)
+        if set_epoch is None:
+            return epoch
+        cur = getattr(self.sampler, "epoch", None)
+        if isinstance(cur, int) and cur != self.seen_epoch and self.seen_epoch is not None:
+            epoch = cur  # the user called set_epoch(cur): the loader follows
+            if core is not None and core.epoch != epoch:
+                core.set_epoch(epoch)
+        else:
+            set_epoch(epoch)
+        self.seen_epoch = getattr(self.sampler, "epoch", epoch)
+        return epoch
+
+    def first(self):
+        """The loader's create-time kwargs: the indices of the first epoch."""
+        cur = getattr(self.sampler, "epoch", 0)
+        self._sync_epoch(None, cur if isinstance(cur, int) else 0)
+        self.ready = self.indices()
+        return {"indices": self.ready}
+
+    def next_pass(self, loader, epoch=None):
+        """Before a pass (iter()) or a load_state_dict for `epoch`: this epoch's indices."""
+        core = loader._core
+        moved = self.seen_epoch
+        e = self._sync_epoch(core, core.epoch if epoch is None else epoch)
+        if self.ready is None or self.seen_epoch != moved:
+            self.ready = self.indices()
+            core.set_indices(self.ready)
+        loader._core_kwargs["indices"] = self.ready  # what a rebuilt C loader starts from
+        if epoch is None:
+            self.ready = None  # consumed by this pass: the next one iterates again
+        return e
 
 
 def map_sampler(sampler, shuffle, drop_last, generator):
     """A torch sampler -> dict(shuffle=, seed= (None: not fixed by the sampler), rank=, world=,
-    distributed= (the DistributedSampler, whose set_epoch the loader follows)); keys absent
-    when the sampler does not say. Refuses samplers stoker's sampler cannot express."""
+    distributed= (the DistributedSampler, whose set_epoch the loader follows), order= (the C
+    loader's order kwargs: indices= or weights=/num_samples=/replacement=), custom= (a
+    CustomOrder)); keys absent when the sampler does not say."""
     data = _mod("torch.utils.data")
     if sampler is None:
         return {}
     if shuffle:
         raise _invalid("sampler option is mutually exclusive with shuffle (as in the "
                        "DataLoader): the sampler decides the order")
-    name = type(sampler).__name__
     if data is not None and isinstance(sampler, data.DistributedSampler) and \
             _base_method(sampler, data.DistributedSampler, "__iter__"):
         if sampler.drop_last and not drop_last:
@@ -203,19 +292,21 @@ def map_sampler(sampler, shuffle, drop_last, generator):
     if data is not None and type(sampler) is data.SequentialSampler:
         return {"shuffle": False}
     if data is not None and type(sampler) is data.RandomSampler:
-        if sampler.replacement:
-            raise _invalid(f"RandomSampler(replacement=True): stoker reads every sample exactly "
-                           f"once per epoch and cannot draw with replacement; use "
-                           f"shuffle=True (or RandomSampler without replacement). stoker takes "
-                           f"{SAMPLERS_OK}")
-        if sampler._num_samples is not None and sampler._num_samples != len(sampler.data_source):
-            raise _invalid(f"RandomSampler(num_samples={sampler._num_samples}) on "
-                           f"{len(sampler.data_source)} samples: stoker's epoch is the whole "
-                           f"dataset; use shuffle=True and stop the loop early instead")
-        gen = sampler.generator if sampler.generator is not None else generator
-        return {"shuffle": True, "seed": None if gen is None else seed_of(gen)}
-    raise _invalid(f"sampler {name}: stoker's loader cannot take an explicit list of indices "
-                   f"(yet): each epoch it reads every record once, in order or shuffled from "
-                   f"(seed, epoch), split across ranks. It takes {SAMPLERS_OK}. For a subset "
-                   f"(SubsetRandomSampler), make a directory of the subset (or pack it with "
-                   f"stoker.pack); for WeightedRandomSampler, keep torch.utils.data.DataLoader")
+        n = len(sampler.data_source)
+        seed = _sampler_seed(sampler, generator)
+        if sampler.replacement or sampler.num_samples != n:
+            # a uniform draw of num_samples, with or without replacement
+            return {"shuffle": False, "seed": seed,
+                    "order": _weighted([1.0] * n, sampler.num_samples, sampler.replacement)}
+        return {"shuffle": True, "seed": seed}
+    if data is not None and type(sampler) is data.SubsetRandomSampler:
+        return {"shuffle": True, "seed": _sampler_seed(sampler, generator),
+                "order": {"indices": _index_array(sampler.indices, "SubsetRandomSampler")}}
+    if data is not None and type(sampler) is data.WeightedRandomSampler:
+        return {"shuffle": False, "seed": _sampler_seed(sampler, generator),
+                "order": _weighted(sampler.weights, sampler.num_samples, sampler.replacement)}
+    if not hasattr(sampler, "__iter__"):
+        raise _invalid(f"sampler should be a torch Sampler (or any iterable of indices), not "
+                       f"{type(sampler).__name__}")
+    custom = CustomOrder(sampler)
+    return {"shuffle": False, "order": custom.first(), "custom": custom}

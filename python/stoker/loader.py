@@ -162,10 +162,12 @@ class Loader:
     a JPEG that libjpeg reports as corrupt fails its record (skipped under
     ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery.
     ``memory_budget=`` (bytes) bounds what the loader
-    takes: the ring, each thread's read scratch and largest decode; over it the Loader is not
-    created (StokerLimitError saying what takes what). ``cache_dir=`` / ``cache_limit=``
-    (bytes or "20G"; default ``STOKER_CACHE_DIR`` / ``STOKER_CACHE_LIMIT``): the on-disk cache
-    of s3:// and http(s):// data, shared by every process on the machine (docs/remote.md).
+    takes: the ring and each thread's scratch (over them the Loader is not created,
+    StokerLimitError saying what takes what) and the decode buffers as they grow (a decode that
+    would go over fails its record, named; skipped under ``on_error="skip"``).
+    ``cache_dir=`` / ``cache_limit=`` (bytes or "20G"; default ``STOKER_CACHE_DIR`` /
+    ``STOKER_CACHE_LIMIT``): the on-disk cache of s3:// and http(s):// data, shared by every
+    process on the machine (docs/remote.md).
     """
 
     def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,
@@ -212,6 +214,7 @@ class Loader:
         picked = _torchcompat.map_sampler(sampler, shuffle, drop_last, generator)
         shuffle = picked.get("shuffle", shuffle)
         self._dist_sampler = picked.get("distributed")
+        self._order = picked.get("custom")  # a sampler iterated each epoch (_torchcompat)
         if seed is None:
             seed = picked.get("seed")
         if seed is None and generator is not None:
@@ -219,7 +222,10 @@ class Loader:
         if seed is None:
             # The DataLoader draws its shuffle from torch's global RNG; stoker's own datasets
             # keep their documented default, seed 0.
-            seed = _torchcompat.draw_seed() if torch_dataset is not None and shuffle else 0
+            # (so do the random samplers stoker maps onto its order)
+            random_order = "order" in picked and self._order is None
+            seed = _torchcompat.draw_seed() if (torch_dataset is not None and shuffle) or \
+                random_order else 0
         if "rank" in picked:
             if rank is not None and rank != picked["rank"] or \
                     world_size is not None and world_size != picked["world"]:
@@ -322,7 +328,7 @@ class Loader:
             rank=rank, world=world_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
             skip_corrupt=on_error == "skip", verify=bool(verify), pinned=pinned,
             transform=self._transform, transform_field=transform_field, autotune=autotune,
-            trace_events=_TRACE_EVENTS if trace else 0)
+            trace_events=_TRACE_EVENTS if trace else 0, **picked.get("order", {}))
         if memory_budget is not None:
             self._core_kwargs["memory_budget"] = _check_int(memory_budget, "memory_budget", 1)
         if self._device is not None:
@@ -465,6 +471,8 @@ class Loader:
         if sampler is not None and self._core.epoch != sampler.epoch:
             # DistributedSampler.set_epoch(e) chooses the epoch, as it does for the DataLoader
             self._core.set_epoch(_check_int(sampler.epoch, "DistributedSampler.epoch", 0))
+        if self._order is not None:
+            self._order.next_pass(self)  # the custom sampler's indices for this epoch
         self._gen += 1
         it = _LoaderIter(self, self._gen)
         self._iter = weakref.ref(it)
@@ -631,6 +639,13 @@ class Loader:
                 raise _core.StokerInvalidError(f"state should be a dict from state_dict(), not "
                                                f"{type(state).__name__}")
             state = json.dumps(state)
+        if self._order is not None:  # the custom sampler's indices of the state's epoch
+            try:
+                epoch = json.loads(state).get("epoch")
+            except (ValueError, AttributeError):
+                epoch = None  # not a state: the C loader says why
+            if isinstance(epoch, int) and epoch >= 0:
+                self._order.next_pass(self, epoch)
         self._core.load_state(state)
         self._mid_epoch = False
         self._gen += 1

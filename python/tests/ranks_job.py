@@ -13,29 +13,17 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler
 
 import stoker
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from sleep_dataset import SleepDataset  # noqa: E402
 
 cfg = json.loads(sys.argv[1])
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if cfg["group"]:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-
-
-class SleepDataset(Dataset):
-    """n samples, each taking `ms` milliseconds in __getitem__."""
-
-    def __init__(self, n, ms):
-        self.n, self.ms = n, ms
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        if self.ms:
-            time.sleep(self.ms / 1e3)
-        return torch.tensor([float(i)])
 
 
 def make_step(ms):

@@ -210,3 +210,99 @@ def test_formats_decode_as_pil(tmp_path):
             want = np.asarray(im.convert("RGB"))
         diff = int(np.abs(images[i].astype(int) - want).max())
         assert diff == 0, f"{name}: max difference {diff} from PIL"
+
+
+@needs_pipeline
+@pytest.mark.parametrize("marker", [b"\xff\xdb", b"\xff\xda", b"\xff\xd9"],
+                         ids=["before-DQT", "before-SOS", "before-EOI"])
+def test_extraneous_bytes_before_marker(tmp_path, marker):
+    """Bytes between a segment and the next marker (libjpeg's "N extraneous bytes before marker"
+    warning, which real ImageNet files carry): PIL accepts the file, strict stoker decodes it to
+    the same pixels as the file without them (docs/images.md "Strict decoding")."""
+    rng = np.random.default_rng(7)
+    im, q = make_image(rng, W, H, 3, "small")
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=q)
+    clean = buf.getvalue()
+    at = clean.rindex(marker) if marker == b"\xff\xd9" else clean.index(marker)
+    dirty = clean[:at] + b"\x00garbage\x01\x02" * 3 + clean[at:]
+    for name, data in (("clean", clean), ("dirty", dirty)):
+        (tmp_path / "c").mkdir(exist_ok=True)
+        (tmp_path / "c" / f"{name}.jpg").write_bytes(data)
+    assert _pil_rejects(str(tmp_path / "c" / "dirty.jpg")) is None
+    with Image.open(tmp_path / "c" / "dirty.jpg") as a, \
+            Image.open(tmp_path / "c" / "clean.jpg") as b:
+        assert np.array_equal(np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB")))
+    loader = stoker.Loader(str(tmp_path), 2, rank=0, world_size=1, num_workers=1,
+                           transforms=FULL, output="numpy", strict=True)
+    batch = next(iter(loader))
+    names = [os.path.basename(loader.dataset.describe(int(i)).split(" (record ")[0])
+             for i in batch["index"]]
+    images = dict(zip(names, batch["image"]))
+    loader.close()
+    assert np.array_equal(images["clean.jpg"], images["dirty.jpg"])
+    with Image.open(tmp_path / "c" / "clean.jpg") as b:  # CHW, as ToDtype gives it
+        assert np.array_equal(images["clean.jpg"].transpose(1, 2, 0), np.asarray(b.convert("RGB")))
+
+
+@needs_pipeline
+def test_packed_error_names_original_file(tmp_path):
+    """A packed image that cannot be decoded is named by its record and by the file it was packed
+    from (the `path` field stoker pack writes), on raise and in skip's count."""
+    src = tmp_path / "src"
+    for cls in ("cat", "dog"):
+        (src / cls).mkdir(parents=True)
+        for k in range(3):
+            im, q = make_image(np.random.default_rng(k), 64, 48, k, "small")
+            im.save(src / cls / f"{k}.jpg", "JPEG", quality=q)
+    (src / "dog" / "x.jpg").write_bytes(b"this is not an image at all" * 4)
+    out = tmp_path / "packed"
+    stoker.pack(str(src), str(out))
+    ops = [T.Resize((32, 32)), T.ToDtype("uint8")]
+    loader = stoker.Loader(str(out), 8, rank=0, world_size=1, num_workers=1, transforms=ops,
+                           output="numpy")
+    with pytest.raises(stoker.StokerFormatError) as e:
+        next(iter(loader))
+    loader.close()
+    msg = str(e.value)
+    assert ".stk record " in msg and "(dog/x.jpg)" in msg and "not a" in msg, msg
+    loader = stoker.Loader(str(out), 8, rank=0, world_size=1, num_workers=1, transforms=ops,
+                           output="numpy", on_error="skip")
+    assert sum(len(b["index"]) for b in loader) == 7 and loader.stats()["skipped"] == 1
+    loader.close()
+
+
+@needs_pipeline
+@pytest.mark.parametrize("fmt", ["png", "jpg"])
+def test_memory_budget_refuses_a_huge_image_from_a_small_file(tmp_path, fmt):
+    """A 5000x5000 image in a file of a few hundred KB (a decode buffer of 75 MB) under a
+    memory_budget of 48 MB: that record fails, named, instead of allocating; on_error="skip"
+    skips and counts it; the small images around it decode."""
+    (tmp_path / "c").mkdir()
+    for k in range(3):
+        im, q = make_image(np.random.default_rng(k), 64, 48, k, "small")
+        im.save(tmp_path / "c" / f"{k}.{fmt}", quality=q) if fmt == "jpg" else \
+            im.save(tmp_path / "c" / f"{k}.{fmt}")
+    big = tmp_path / "c" / f"1big.{fmt}"
+    Image.new("RGB", (5000, 5000), (200, 30, 30)).save(big, quality=20) if fmt == "jpg" else \
+        Image.new("RGB", (5000, 5000), (200, 30, 30)).save(big)
+    assert big.stat().st_size < 1 << 20
+    # a JPEG shrunk this much decodes at 1/8 scale (a 1.2 MB buffer, within the budget): exact=
+    # decodes it at full scale
+    ops = T.Compose([T.Resize((32, 32)), T.ToDtype("uint8")], exact=fmt == "jpg")
+    kw = dict(rank=0, world_size=1, num_workers=1, transforms=ops, output="numpy",
+              memory_budget=48 << 20)
+    loader = stoker.Loader(str(tmp_path), 1, **kw)
+    with pytest.raises(stoker.StokerLimitError) as e:
+        for _ in loader:
+            pass
+    loader.close()
+    msg = str(e.value)
+    assert f"1big.{fmt}" in msg and "over the memory budget of 50331648 bytes" in msg, msg
+    loader = stoker.Loader(str(tmp_path), 4, on_error="skip", **kw)
+    assert sum(len(b["index"]) for b in loader) == 4 and loader.stats()["skipped"] == 1
+    loader.close()
+    # without a budget it decodes
+    loader = stoker.Loader(str(tmp_path), 4, **dict(kw, memory_budget=None))
+    assert sum(len(b["index"]) for b in loader) == 4 and loader.stats()["skipped"] == 0
+    loader.close()

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -153,5 +154,25 @@ bool stk__parse_size(const char *s, uint64_t *out)
     if (*end != '\0' || v >= 18446744073709551615.0)
         return false;
     *out = (uint64_t)v;
+    return true;
+}
+
+/* ---- the running memory budget ---- */
+
+_Thread_local stk__budget *stk__thread_budget;
+
+bool stk__budget_fits(uint64_t limit, uint64_t fixed, uint64_t held, uint64_t grow)
+{
+    return fixed <= limit && held <= limit - fixed && grow <= limit - fixed - held;
+}
+
+bool stk__budget_charge(stk__budget *b, uint64_t grow)
+{
+    uint64_t held = atomic_load_explicit(&b->held, memory_order_relaxed);
+    do {
+        if (!stk__budget_fits(b->limit, b->fixed, held, grow))
+            return false;
+    } while (!atomic_compare_exchange_weak_explicit(&b->held, &held, held + grow,
+                                                    memory_order_relaxed, memory_order_relaxed));
     return true;
 }

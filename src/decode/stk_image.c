@@ -15,6 +15,8 @@
  */
 #include "stk_codec.h"
 
+#include <inttypes.h>
+#include <stdatomic.h>
 #include <string.h>
 
 static const uint8_t JPEG_MAGIC[3] = {0xFF, 0xD8, 0xFF};
@@ -49,6 +51,20 @@ stk_status stk__decoder_reserve(uint8_t **buf, size_t *cap, size_t size, char *e
         return STK_OK;
     /* Grow geometrically so that slowly growing windows settle quickly */
     size_t want = STK_MAX(size, *cap + *cap / 2);
+    stk__budget *b = stk__thread_budget; /* a loader's memory_budget, charged as buffers grow */
+    if (b && !stk__budget_charge(b, want - *cap)) {
+        want = size; /* the exact size may still fit */
+        if (!stk__budget_charge(b, want - *cap)) {
+            uint64_t held = atomic_load_explicit(&b->held, memory_order_relaxed);
+            return stk__set_error(err, err_size, STK_ELIMIT,
+                                  "decoding needs %zu more bytes of image buffer, over the "
+                                  "memory budget of %" PRIu64 " bytes (the ring and per-thread "
+                                  "scratch take %" PRIu64 ", decode buffers already hold %" PRIu64
+                                  "): raise memory_budget, lower the transform's max_pixels to "
+                                  "refuse such images up front, or use fewer threads",
+                                  size - *cap, b->limit, b->fixed, held);
+        }
+    }
     uint8_t *p = stk__realloc(*buf, want);
     if (!p)
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory (%zu-byte image buffer)",

@@ -34,9 +34,9 @@
  *
  * Errors: error_exit longjmps back to the entry point with libjpeg's text ("JPEG: Premature end
  * of JPEG file"). Strict mode (the default; issue 16): every warning about the data is fatal too
- * ("JPEG: Corrupt JPEG data: 1234 extraneous bytes before marker 0xd9", "bad Huffman code",
- * "premature end of data segment", bogus progression...); only the two about metadata
- * (JWRN_JFIF_MAJOR, JWRN_ADOBE_XFORM) stay warnings. libjpeg recovers from corrupt entropy-coded
+ * ("bad Huffman code", "premature end of data segment", bogus progression...); only the two
+ * about metadata (JWRN_JFIF_MAJOR, JWRN_ADOBE_XFORM) and JWRN_EXTRANEOUS_DATA (bytes skipped
+ * before a marker: on_emit_message) stay warnings. libjpeg recovers from corrupt entropy-coded
  * data by filling grey or smeared blocks; PIL ignores the warnings but fails on the errors that
  * follow them (a marker in the middle of the data, data past EOI, a truncated image), and a
  * corrupt run almost always raises one of these warnings first, so strict rejects a superset of
@@ -101,14 +101,17 @@ static void on_error_exit(j_common_ptr c)
 }
 
 /* Warnings (level < 0) and trace messages: a premature end of data is always fatal, and in
- * strict mode so is every warning about the data. */
+ * strict mode so is every warning about the data except JWRN_EXTRANEOUS_DATA ("N extraneous
+ * bytes before marker"): libjpeg skips bytes it finds between the end of a segment and the next
+ * marker and decodes the image exactly as without them; PIL accepts such files and real ImageNet
+ * files have them (the decision and its price: docs/images.md "Strict decoding"). */
 static void on_emit_message(j_common_ptr c, int level)
 {
     if (level >= 0)
         return;
     int code = c->err->msg_code;
-    if (code == JWRN_JPEG_EOF ||
-        (!from_cinfo(c)->lenient && code != JWRN_JFIF_MAJOR && code != JWRN_ADOBE_XFORM))
+    if (code == JWRN_JPEG_EOF || (!from_cinfo(c)->lenient && code != JWRN_JFIF_MAJOR &&
+                                  code != JWRN_ADOBE_XFORM && code != JWRN_EXTRANEOUS_DATA))
         on_error_exit(c);
     c->err->num_warnings++;
 }

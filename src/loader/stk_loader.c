@@ -50,6 +50,7 @@ static void core_destroy(stk__ring *r, void *arg)
         stk__cudev_close(&c->cudev);
     stk__free(c->ctrace.ev);
     stk__free(c->dtrace.ev);
+    stk__order_free(c);
     stk_dataset_close(c->owned_ds);
     stk__free(c);
 }
@@ -164,30 +165,33 @@ static stk_status resolve_rank(const stk_loader_opts *o, uint32_t *rank, uint32_
     return STK_OK;
 }
 
-/* The loader's memory at create against opts.memory_budget (0 = none): the ring, and per
- * thread the read scratch of the transformed field and the largest decode (max_pixels x 3). */
-static stk_status budget_check(const core *c, uint64_t budget, char *err, size_t err_size)
+/* The loader's fixed memory against opts.memory_budget (0 = none), at create: the ring, and per
+ * thread the read scratch of the transformed field, the batch transforms' scratch and the
+ * sample_fn buffer. What remains is the room for decode buffers, charged while running as they
+ * grow (stk__decoder_reserve through the workers' stk__thread_budget): a decode that does not
+ * fit fails its record. */
+static stk_status budget_check(core *c, uint64_t budget, char *err, size_t err_size)
 {
     if (!budget)
         return STK_OK;
-    uint64_t ring = (uint64_t)c->r.slot_alloc * c->prefetch, scratch = 0, decode = 0;
-    if (c->transform) {
+    uint64_t ring = (uint64_t)c->r.slot_alloc * c->prefetch, scratch = 0;
+    if (c->transform)
         scratch = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
-        decode = c->transform->max_pixels * 3;
-    }
-    uint64_t per_thread = scratch + decode;
-    uint64_t total = ring + per_thread * c->n_threads;
-    if (total <= budget && per_thread * c->n_threads / c->n_threads == per_thread)
+    scratch += c->bops.n ? c->bops.scratch_size : 0;
+    scratch += c->sample_fn ? c->in_lay.slot_size : 0;
+    uint64_t total = ring + scratch * c->n_threads;
+    c->budget.limit = budget;
+    c->budget.fixed = total;
+    c->budget_on = true;
+    if (total <= budget && scratch * c->n_threads / c->n_threads == scratch)
         return STK_OK;
     return stk__set_error(err, err_size, STK_ELIMIT,
                           "memory budget of %" PRIu64 " bytes exceeded: the ring takes %" PRIu64
                           " (%u slots of %zu bytes), %u threads take %" PRIu64
-                          " each (read scratch %" PRIu64 ", decode buffer %" PRIu64
-                          " = max_pixels x 3), %" PRIu64
-                          " in all; lower prefetch, batch size, threads or the transform's "
-                          "max_pixels, or raise memory_budget",
-                          budget, ring, c->prefetch, c->r.slot_alloc, c->n_threads, per_thread,
-                          scratch, decode, total);
+                          " each in scratch (read, batch transforms, sample buffer), %" PRIu64
+                          " in all, before any image is decoded; lower prefetch, batch size or "
+                          "threads, or raise memory_budget",
+                          budget, ring, c->prefetch, c->r.slot_alloc, c->n_threads, scratch, total);
 }
 
 stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
@@ -313,9 +317,10 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
                      label, lf == n_fields ? "not in the batch" : "not an int64 field");
         stk__batchops_label_field(&c->bops, &fields[lf]);
     }
+    STK_TRY(stk__order_setup(c, opts, err, sizeof(err)));
     /* A slot holds at most the records one rank gets in an epoch: batch_size=5000 over 1,000
      * records must not allocate 5000-row slots. */
-    uint64_t per_rank = c->n / world + (c->n % world != 0);
+    uint64_t per_rank = c->m / world + (c->m % world != 0);
     uint32_t rows = (uint32_t)STK_MIN((uint64_t)c->batch_size, STK_MAX(per_rank, (uint64_t)1));
     STK_TRY(stk__layout_init(&c->r.lay, fields, max_size, n_fields, rows, tf, &tspec, err,
                              sizeof(err)));
@@ -537,12 +542,26 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
  * `epoch` from global position `start`. */
 void stk__loader_reset(core *c, uint64_t seed, uint64_t epoch, uint64_t start)
 {
+    stk__loader_reset_with(c, seed, epoch, start, NULL, 0);
+}
+
+void stk__loader_reset_with(core *c, uint64_t seed, uint64_t epoch, uint64_t start, uint64_t *list,
+                            uint64_t m)
+{
     pthread_mutex_lock(&c->r.mu);
     atomic_fetch_add(&c->gen, 1);
     while (c->busy > 0)
         pthread_cond_wait(&c->r.cv_ready, &c->r.mu);
     stk__ring_drop_locked(&c->r);
     c->seed = seed; /* no worker is inside a sample: safe to change */
+    if (list) {
+        c->ilist = list;
+        c->m = m;
+    }
+    if (c->d_list) { /* the seed may have changed: the next batch makes its list anew */
+        c->d_list->refs--;
+        c->d_list = NULL;
+    }
     c->claim_seq = c->open_seq = c->c_seq;
     c->d_epoch = c->c_epoch = epoch;
     c->d_b = c->c_b = 0;

@@ -19,6 +19,7 @@
 #include "batch/stk_ring.h"
 #include "cuda/stk_devcopy.h"
 #include "loader/stk_autotune.h"
+#include "loader/stk_order.h"
 #include "source/stk_imgfield.h"
 #include "source/stk_source.h"
 #include "stk_internal.h"
@@ -57,6 +58,13 @@ typedef struct tbuf {
 
 typedef struct core core;
 
+/* A list of an epoch's records (STK_ORDER_WEIGHTED without replacement; stk_order.c). */
+typedef struct stk__olist {
+    uint64_t epoch;
+    uint32_t refs; /* slots holding a batch of it, + 1 for the dispatcher's current list */
+    uint64_t *idx; /* [m] */
+} stk__olist;
+
 typedef struct worker {
     core *c;
     uint32_t id;
@@ -86,6 +94,19 @@ struct core {
 
     const stk_dataset *ds;
     stk_dataset *owned_ds;
+
+    /* the epoch's order (stk_order.c): m positions per epoch */
+    uint32_t order; /* stk_order_kind */
+    bool replacement;
+    uint64_t m;
+    uint64_t order_hash; /* of the settings, in the resume state (0 = STK_ORDER_ALL) */
+    uint64_t *ilist;     /* STK_ORDER_INDICES: [m] (replaced by set_indices in a reset) */
+    double *cdf;         /* STK_ORDER_WEIGHTED: prefix sums of the weights [n] */
+    double *weights;     /* without replacement: the weights [n], keys scratch, list pool */
+    stk__okey *okeys;
+    stk__olist *pool, *d_list; /* pool [n_pool]; the dispatcher's current list (mu) */
+    stk__olist **slot_list;    /* [prefetch]: the list of the batch each slot holds (mu) */
+    uint32_t n_pool;
     const stk_transform *transform;
     int tfield;
     bool tarray;         /* the transformed field is a uint8 image array, not encoded bytes */
@@ -127,6 +148,10 @@ struct core {
     void *sample_ctx;
     stk__layout in_lay; /* with sample_fn: one sample's fields as read (batch size 1) */
 
+    /* memory_budget: the fixed part counted at create, decode buffers charged while running */
+    stk__budget budget;
+    bool budget_on;
+
     /* GPU path (docs/gpu.md) */
     bool cudev_open; /* cudev's primary context is retained */
     stk__cudev cudev;
@@ -149,7 +174,7 @@ static inline uint64_t stk__loader_now(const core *c)
 /* Plan this rank's part of an epoch from global position `start`. */
 static inline void stk__loader_plan(const core *c, uint64_t start, stk_plan *p)
 {
-    stk_plan_init(p, c->n, start, c->batch_size, c->rank, c->world, c->drop_last);
+    stk_plan_init(p, c->m, start, c->batch_size, c->rank, c->world, c->drop_last);
 }
 
 /* Append a trace event (by the buffer's own thread only; the device track under mu). */
@@ -164,5 +189,17 @@ stk_status stk__ring_setup(core *c, const stk_loader_opts *o, char *err, size_t 
 /* Discard everything not held and restart the dispatcher at the consumer's position: epoch
  * `epoch` from global position `start`, with `seed` (stk_loader.c). */
 void stk__loader_reset(core *c, uint64_t seed, uint64_t epoch, uint64_t start);
+/* The same, replacing the STK_ORDER_INDICES list by `list` ([m], owned by the loader after)
+ * while no worker is inside a sample. */
+void stk__loader_reset_with(core *c, uint64_t seed, uint64_t epoch, uint64_t start, uint64_t *list,
+                            uint64_t m);
+
+/* The order (stk_order.c): set up from the options at create (c->n, prefetch, batch_size and
+ * world known), freed with the core; the record at position pos (< m) of slot s's batch's
+ * epoch; a slot being opened takes its epoch's list (mu held). */
+stk_status stk__order_setup(core *c, const stk_loader_opts *o, char *err, size_t err_size);
+void stk__order_free(core *c);
+uint64_t stk__order_at(const core *c, const stk__slot *s, uint64_t pos);
+void stk__order_open_locked(core *c, const stk__slot *s);
 
 #endif /* STK_LOADER_INT_H */

@@ -17,12 +17,15 @@ stk_status stk_loader_state(const stk_loader *L, char *buf, size_t buf_size)
     pthread_mutex_lock(&c->r.mu);
     uint64_t epoch = c->c_epoch, consumed = c->c_consumed;
     pthread_mutex_unlock(&c->r.mu);
+    char order[40] = ""; /* only for an order other than STK_ORDER_ALL */
+    if (c->order_hash)
+        snprintf(order, sizeof(order), ", \"order\": \"%016" PRIx64 "\"", c->order_hash);
     int n = snprintf(buf, buf_size,
                      "{\"format\": \"stoker-state\", \"version\": %d, \"records\": %" PRIu64
                      ", \"fingerprint\": \"%016" PRIx64 "\", \"seed\": %" PRIu64
-                     ", \"shuffle\": %s, \"epoch\": %" PRIu64 ", \"consumed\": %" PRIu64 "}",
+                     ", \"shuffle\": %s, \"epoch\": %" PRIu64 ", \"consumed\": %" PRIu64 "%s}",
                      STATE_VERSION, c->n, stk_dataset_fingerprint(c->ds), c->seed,
-                     c->shuffle ? "true" : "false", epoch, consumed);
+                     c->shuffle ? "true" : "false", epoch, consumed, order);
     if (n < 0 || (size_t)n >= buf_size)
         return STK_ELIMIT;
     return STK_OK;
@@ -97,7 +100,17 @@ stk_status stk_loader_load_state(stk_loader *L, const char *json)
                  "state was taken with shuffle=%s, this loader has "
                  "shuffle=%s",
                  shuffle ? "true" : "false", c->shuffle ? "true" : "false");
-    if (consumed > c->n + 0x7fffffffULL) /* padding is always below one world size */
+    const char *ord = json_find(json, "order");
+    uint64_t oh = ord && *ord == '"' ? strtoull(ord + 1, NULL, 16) : 0;
+    if (oh != c->order_hash)
+        STK_FAIL(L->errmsg, STK_EINVAL,
+                 "state was taken with another epoch order (sampler: %s), this loader has %s; a "
+                 "custom sampler resumes exactly only if it gives the same indices again",
+                 oh ? "a list or weights" : "every record",
+                 c->order_hash ? "its own"
+                               : "every "
+                                 "record");
+    if (consumed > c->m + 0x7fffffffULL) /* padding is always below one world size */
         STK_FAIL(L->errmsg, STK_EINVAL, "state position %" PRIu64 " is past the epoch's end",
                  consumed);
     stk__loader_reset(c, seed, epoch, consumed);

@@ -36,6 +36,7 @@ static bool open_batch(core *c)
     stk__slot *s = stk__ring_slot(&c->r, c->open_seq);
     uint32_t count;
     s->epoch = c->d_epoch;
+    stk__order_open_locked(c, s);
     stk_plan_batch(&c->d_plan, c->d_b, &s->first, &count, &s->consumed);
     /* A resumed epoch numbers its batches from the epoch's start, not from the resume point. */
     s->number = (c->d_plan.start / ((uint64_t)c->world * c->batch_size)) + c->d_b;
@@ -60,6 +61,31 @@ static stk_status transform_array(core *c, worker *w, size_t size, stk_rng *rng,
     const uint8_t *rgb = stk__imgarray_rgb(a, w->scratch, w->rgb);
     return stk__transform_apply_rgb(c->transform, w->tw, rgb, a->width, a->height,
                                     (size_t)a->width * 3, rng, dst, why, why_size);
+}
+
+/* Append the record's original file path (the `path` bytes field stoker pack writes), read into
+ * row `t` of `mem`, to its description `where`, unless the description already names it (an
+ * ImageFolder record is its file). */
+static void name_path(const stk__layout *lay, const uint8_t *mem, uint32_t t,
+                      const stk__recinfo *loc, char *where, size_t size)
+{
+    for (size_t i = 0; i + 1 < lay->n_tensors; i++) {
+        const stk__tlayout *tl = &lay->t[i];
+        if (!tl->bytes || tl->transformed || strcmp(tl->name, "path") != 0)
+            continue;
+        char path[256];
+        size_t n = STK_MIN((size_t)loc->field_size[tl->field], sizeof(path) - 1);
+        memcpy(path, mem + tl->offset + (size_t)t * tl->row_size, n);
+        path[n] = '\0';
+        size_t len = strlen(where);
+        if (n && memchr(path, 0, n) == NULL && !strstr(where, path) && len + n + 4 <= size) {
+            where[len] = ' ';
+            where[len + 1] = '(';
+            memcpy(where + len + 2, path, n);
+            memcpy(where + len + 2 + n, ")", 2);
+        }
+        return;
+    }
 }
 
 /* Read (and transform) record `idx` into row `t` of `mem`, laid out as `lay`. */
@@ -116,6 +142,7 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
             if (rc < 0) {
                 char where[STK_ERRMSG_SIZE];
                 stk_dataset_describe(c->ds, idx, where, sizeof(where));
+                name_path(lay, mem, t, &loc, where, sizeof(where));
                 return stk__set_error(err, err_size, rc, "%s: %s", where, why);
             }
         }
@@ -182,17 +209,24 @@ static void finish_sample(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t
         stk__trace_add(c, &w->trace, TR_FINISH, t0, t1, t);
 }
 
+/* A failure of one record that on_error=skip replaces: a corrupt record, or one over a limit
+ * (max_pixels, the running memory_budget). */
+static bool skippable(stk_status rc)
+{
+    return rc == STK_EFORMAT || rc == STK_ELIMIT;
+}
+
 /* Produce sample `t` of slot `s`: its record, or under skip_corrupt the next good record of the
  * epoch's order (counted). */
 static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t)
 {
     char err[STK_ERRMSG_SIZE];
     uint64_t pos = s->first + t;
-    uint64_t idx = stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, pos % c->n);
+    uint64_t idx = stk__order_at(c, s, pos % c->m);
     stk_status rc = load_record(c, w, s, t, idx, err, sizeof(err));
-    if (rc == STK_EFORMAT && c->skip_corrupt) {
-        for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->n && rc == STK_EFORMAT; k++) {
-            idx = stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, (pos + k) % c->n);
+    if (skippable(rc) && c->skip_corrupt) {
+        for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->m && skippable(rc); k++) {
+            idx = stk__order_at(c, s, (pos + k) % c->m);
             char err2[STK_ERRMSG_SIZE];
             rc = load_record(c, w, s, t, idx, err2, sizeof(err2));
         }
@@ -306,6 +340,7 @@ void *stk__worker_main(void *arg)
     core *c = w->c;
     /* "stk-worker" in top, py-spy, gdb and /proc/<pid>/task/<tid>/comm (tests count them) */
     pthread_setname_np(pthread_self(), "stk-worker");
+    stk__thread_budget = c->budget_on ? &c->budget : NULL; /* decode buffers charge it */
     if (c->dc.dev) { /* copies are queued from this thread: make the context current for good */
         char err[STK_ERRMSG_SIZE];
         stk__devring_thread_init(c->dc.dev, err, sizeof(err));

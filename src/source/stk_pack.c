@@ -18,7 +18,11 @@
  * removes); after it, readers see the complete new dataset. Over an existing dataset the new
  * shards get names of their own (shard-ID-00000.stk), so no old file is touched before the
  * commit. A single-file OUT appears under its name only when complete (the writer's temporary
- * name + rename); with `force` an existing OUT file is replaced at that rename.
+ * name + rename); with `force` an existing OUT file is replaced at that rename. A directory
+ * asked for where OUT is a file (`force`) is written as OUT.pack-ID.tmp next to it and swapped
+ * with the file at the commit (swap_in), so a failure before leaves the old file as it was. An
+ * existing directory OUT is always written as a directory (whatever its name), by the rules
+ * above.
  */
 #include "format/stk_format.h"
 #include "stk_internal.h"
@@ -57,10 +61,13 @@ typedef struct packed {
 
 typedef struct packer {
     const stk_dataset *ds;
-    const char *out;
+    const char *out;    /* where the shards go: OUT, or the staging directory (swap_file) */
+    const char *target; /* OUT as given */
+    char staging[PATH_MAX];
     stk_pack_opts o;
     bool dir_mode, made_dir, own_names;
-    uint64_t id; /* the dataset id */
+    bool swap_file; /* --force with OUT a file and a directory asked: staged, then swapped */
+    uint64_t id;    /* the dataset id */
     char *meta;
     stk_writer *w;
     char name[96];      /* the open shard's final name */
@@ -187,9 +194,13 @@ static stk_status prepare_out(packer *p)
                                   "%s already exists and is not a directory (use --force to "
                                   "replace it)",
                                   p->out);
-        if (unlink(p->out) != 0)
-            return stk__set_error(p->err, sizeof(p->err), STK_EIO, "%s: cannot remove: %s", p->out,
-                                  strerror(errno));
+        /* The old file stays until the commit: the directory is written next to it and swapped
+         * in (swap_in). */
+        if (snprintf(p->staging, sizeof(p->staging), "%s.pack-%016" PRIx64 ".tmp", p->out, p->id) >=
+            (int)sizeof(p->staging))
+            return stk__set_error(p->err, sizeof(p->err), STK_EINVAL, "%s: path too long", p->out);
+        p->swap_file = true;
+        p->out = p->staging;
         exists = false;
     }
     if (exists && !dir_is_empty(p->out) && !p->o.force)
@@ -405,6 +416,33 @@ static void publish(packer *p)
     stk__fsync_parent(manifest);
 }
 
+/* The commit of a directory replacing a file: the staged directory and the old file exchange
+ * names in one step (renameat2 RENAME_EXCHANGE), then the old file, now under the staging name,
+ * is removed. Where the file system cannot exchange, the old file is removed just before the
+ * rename (the only window in which OUT is absent). Afterwards p->out is OUT. */
+static stk_status swap_in(packer *p)
+{
+    bool swapped = renameat2(AT_FDCWD, p->staging, AT_FDCWD, p->target, RENAME_EXCHANGE) == 0;
+    if (swapped) {
+        unlink(p->staging); /* the old file */
+    } else if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
+        return stk__set_error(p->err, sizeof(p->err), STK_EIO, "%s: cannot move %s into place: %s",
+                              p->target, p->staging, strerror(errno));
+    } else if ((unlink(p->target) != 0 && errno != ENOENT) || rename(p->staging, p->target) != 0) {
+        return stk__set_error(p->err, sizeof(p->err), STK_EIO, "%s: cannot move %s into place: %s",
+                              p->target, p->staging, strerror(errno));
+    }
+    stk__fsync_parent(p->target);
+    p->out = p->target;
+    for (size_t i = 0; i < p->n_done; i++) {
+        char final[PATH_MAX];
+        out_path(p, p->done[i].name, final, sizeof(final));
+        stk__free(p->done[i].path);
+        p->done[i].path = stk__strdup(final); /* NULL (OOM) only loses file_bytes */
+    }
+    return STK_OK;
+}
+
 /* File size of the shard being written once it holds n records whose data ends at data_end:
  * index (fixed part, per-field maxima, one entry per record) and footer (docs/format.md). */
 static uint64_t shard_file_size(uint64_t data_end, uint64_t n, uint32_t nf)
@@ -430,7 +468,7 @@ stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts 
         return stk__set_last_error(STK_EINVAL, "align %u is not a power of two in 1..%u", p.o.align,
                                    STK_FMT_MAX_ALIGN);
     p.ds = ds;
-    p.out = out;
+    p.out = p.target = out;
     uint32_t nf = (uint32_t)stk_dataset_n_fields(ds);
     uint64_t n = stk_dataset_count(ds), total_bytes = 0;
     p.id = random_id();
@@ -475,8 +513,10 @@ stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts 
     }
     STK_TRY(close_shard(&p));
     if (p.dir_mode) {
-        STK_TRY(write_manifest(&p, n)); /* the commit */
+        STK_TRY(write_manifest(&p, n)); /* the commit (of a staged directory: swap_in) */
         publish(&p);
+        if (p.swap_file)
+            STK_TRY(swap_in(&p));
     }
     if (res) {
         stk_pack_result full;
@@ -498,8 +538,13 @@ fail:
         stk_writer_abort(p.w);
         for (size_t i = 0; i < p.n_done; i++)
             unlink(p.done[i].path);
+        if (p.swap_file && p.out == p.staging) { /* the staged manifest, if written */
+            char m[PATH_MAX + 32];
+            out_path(&p, STK_MANIFEST_NAME, m, sizeof(m));
+            unlink(m);
+        }
         if (p.made_dir)
-            rmdir(out);
+            rmdir(p.out);
         stk__last_error_copy(rc, p.err);
     }
     for (size_t i = 0; i < p.n_done; i++) {

@@ -150,7 +150,13 @@ for i, (name, kw) in enumerate([("a.jpg", {}), ("b.png", {}), ("c.bmp", {}), ("d
 buf = io.BytesIO()
 im.save(buf, "JPEG", quality=90)
 j = buf.getvalue()
-open("imgs/dog/junk.jpg", "wb").write(j[:-2] + b"\x01\x02\x03\x04" + j[-2:])  # before EOI
+# a marker in the middle of the entropy-coded data ("premature end of data segment"); bytes
+# before EOI would not do: strict decoding accepts them (docs/images.md "Strict decoding")
+sos = j.index(b"\xff\xda")
+mid = (sos + 2 + (j[sos + 2] << 8 | j[sos + 3]) + len(j) - 2) // 2
+while j[mid - 1] == 0xFF:
+    mid += 1
+open("imgs/dog/junk.jpg", "wb").write(j[:mid] + b"\xff\xd9" + j[mid:])
 open("imgs/dog/cut.png", "wb").write(open("imgs/cat/b.png", "rb").read()[:100])
 open("imgs/dog/ok.jpg", "wb").write(j)
 PYEOF

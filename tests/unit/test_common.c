@@ -6,6 +6,8 @@
 #include "stk_internal.h"
 #include "t.h"
 
+#include <stdatomic.h>
+
 #include <pthread.h>
 
 static int test_strerror(void)
@@ -128,5 +130,30 @@ static int test_fault_injection(void)
 #endif
 }
 
+/* The running memory budget's decision (stk__budget_fits) and its account (stk__budget_charge):
+ * what fits fits exactly, nothing overflows, a refused charge takes nothing. */
+static int test_budget(void)
+{
+    T_CHECK(stk__budget_fits(100, 40, 50, 10));
+    T_CHECK(!stk__budget_fits(100, 40, 50, 11));
+    T_CHECK(stk__budget_fits(100, 100, 0, 0));
+    T_CHECK(!stk__budget_fits(100, 101, 0, 0));          /* fixed part alone over it */
+    T_CHECK(!stk__budget_fits(100, 40, 70, 0));          /* held over what remains */
+    T_CHECK(!stk__budget_fits(100, 40, 50, UINT64_MAX)); /* no wrap-around */
+    T_CHECK(!stk__budget_fits(UINT64_MAX, UINT64_MAX - 1, 1, 1));
+    T_CHECK(stk__budget_fits(UINT64_MAX, UINT64_MAX - 2, 1, 1));
+    /* 64 Mpx x 3 from a small file against 256 MiB with a 64 MiB ring and 2 x 1 MiB scratch */
+    T_CHECK(!stk__budget_fits(256ull << 20, (64ull << 20) + (2ull << 20), 0, (64ull << 20) * 3));
+    T_CHECK(stk__budget_fits(256ull << 20, (64ull << 20) + (2ull << 20), 0, 4000000ull * 3));
+    stk__budget b = {.limit = 1000, .fixed = 600};
+    T_CHECK(stk__budget_charge(&b, 300));
+    T_CHECK(!stk__budget_charge(&b, 101));
+    T_EQ(atomic_load(&b.held), 300);
+    T_CHECK(stk__budget_charge(&b, 100));
+    T_CHECK(!stk__budget_charge(&b, 1));
+    T_EQ(atomic_load(&b.held), 400);
+    return 0;
+}
+
 T_MAIN(T_CASE(test_strerror), T_CASE(test_last_errmsg_per_thread), T_CASE(test_dtypes_and_version),
-       T_CASE(test_alloc), T_CASE(test_fault_injection))
+       T_CASE(test_alloc), T_CASE(test_fault_injection), T_CASE(test_budget))

@@ -1177,9 +1177,11 @@ static int test_alloc_failures(void)
 #endif
 }
 
-/* Strict (the default) against lenient on corrupt entropy-coded data (issue 16): junk before EOI
- * fails strictly with libjpeg's text, also when the window ends above it (the data is read
- * through EOI), and decodes leniently; random byte runs fail strictly at least as often. */
+/* Strict (the default) against lenient (issue 16): junk before EOI (libjpeg's "extraneous
+ * bytes before marker" warning, which real ImageNet files carry and PIL accepts) decodes in both
+ * modes to the clean file's pixels, also through a window and the public decoder (the decision:
+ * docs/images.md "Strict decoding"); random byte runs in the entropy-coded data fail strictly at
+ * least as often as leniently. */
 static int test_strict_jpeg(void)
 {
     stk__decoder *d;
@@ -1195,34 +1197,24 @@ static int test_strict_jpeg(void)
     memcpy(junk, j, n - 2);
     memset(junk + n - 2, 0x5A, 5);
     memcpy(junk + n + 3, j + n - 2, 2);
-    /* libjpeg's entropy decoder reads ahead into the junk, so it counts fewer than 5 bytes */
-    char want[ERRSZ];
-    T_EQ(decode_full(d, junk, n + 5, &out, want), STK_EFORMAT);
-    T_CHECKF(strncmp(want, "JPEG: Corrupt JPEG data: ", 25) == 0 &&
-                 strstr(want, " extraneous bytes before marker 0xd9"),
-             "%s", want);
-    T_OK(stk__image_probe(d, junk, n + 5, &info, err, ERRSZ));
-    for (int fast = 0; fast < 2; fast++) { /* a window of the top rows only, at 1/2 */
-        err[0] = '\0';
-        T_EQ(decode_window(fast, d, junk, n + 5, &info, 8, 0, 40, 16, 20, 8, &out, err),
-             STK_EFORMAT);
-        T_CHECKF(strcmp(err, want) == 0, "%s", err);
-    }
-    /* the public decoder is strict */
-    stk_decoder *pd;
-    stk_image im;
-    T_OK(stk_decoder_create(0, &pd));
-    T_EQ(stk_decoder_decode(pd, junk, n + 5, &im), STK_EFORMAT);
-    T_CHECKF(strcmp(stk_decoder_errmsg(pd), want) == 0, "%s", stk_decoder_errmsg(pd));
-    stk_decoder_destroy(pd);
-    /* lenient: libjpeg's warning is ignored; the pixels are the clean file's */
-    stk__decoder_set_lenient(d, true);
-    T_OK(decode_full(d, junk, n + 5, &out, err));
     int rw, rh;
     uint8_t *ref = tj_decode(j, n, 1, &rw, &rh);
     T_CHECK(ref);
-    T_EQ(region_diff(&out, ref, rw, rh, 0, 0), 0);
-    T_OK(decode_window(false, d, junk, n + 5, &info, 8, 0, 40, 16, 20, 8, &out, err));
+    for (int lenient = 0; lenient < 2; lenient++) {
+        stk__decoder_set_lenient(d, lenient);
+        T_OK(decode_full(d, junk, n + 5, &out, err));
+        T_EQ(region_diff(&out, ref, rw, rh, 0, 0), 0);
+        T_OK(stk__image_probe(d, junk, n + 5, &info, err, ERRSZ));
+        for (int fast = 0; fast < 2; fast++) /* a window of the top rows only, at 1/2 */
+            T_OK(decode_window(fast, d, junk, n + 5, &info, 8, 0, 40, 16, 20, 8, &out, err));
+    }
+    stk__decoder_set_lenient(d, false);
+    /* the public decoder (always strict) */
+    stk_decoder *pd;
+    stk_image im;
+    T_OK(stk_decoder_create(0, &pd));
+    T_OK(stk_decoder_decode(pd, junk, n + 5, &im));
+    stk_decoder_destroy(pd);
     free(ref);
     free(junk);
 

@@ -358,6 +358,97 @@ static int test_alloc_failures_manifest(void)
 #endif
 }
 
-T_MAIN(T_CASE(test_manifest_written), T_CASE(test_fault_injection_pack_enospc),
-       T_CASE(test_mixed_packs_refused), T_CASE(test_manifest_tampering),
-       T_CASE(test_metadata_not_json), T_CASE(test_alloc_failures_manifest))
+/* Damage the stored bytes of record `rec` of the shard at path (its checksum then fails). */
+static int corrupt_record(const char *path, uint64_t rec)
+{
+    stk_dataset *ds;
+    const char *p[] = {path};
+    T_OK(stk_dataset_open(p, 1, 0, &ds));
+    char where[512];
+    T_OK(stk_dataset_describe(ds, rec, where, sizeof(where)));
+    stk_dataset_close(ds);
+    const char *at = strstr(where, "at byte ");
+    T_CHECK(at != NULL);
+    long off = strtol(at + 8, NULL, 10);
+    int fd = open(path, O_RDWR);
+    T_CHECK(fd >= 0);
+    uint8_t b;
+    T_CHECK(pread(fd, &b, 1, off) == 1);
+    b ^= 0xff;
+    T_CHECK(pwrite(fd, &b, 1, off) == 1);
+    close(fd);
+    return 0;
+}
+
+/* Entries of dir (without . and ..). */
+static int count_entries(const char *dir)
+{
+    return count_suffix(dir, "") - 2;
+}
+
+/* --force where OUT is a regular file and a directory is asked for (and where OUT is a
+ * directory named like a file): a failure before the commit leaves the old dataset exactly as
+ * it was and nothing next to it; a success replaces it. */
+static int test_force_over_a_file_is_atomic(void)
+{
+    setup s;
+    T_CHECK(make_setup(&s) == 0);
+    char file[256], bad[256], named_dir[256];
+    snprintf(file, sizeof(file), "%s/single.stk", s.dir);
+    snprintf(bad, sizeof(bad), "%s/bad.stk", s.dir);
+    snprintf(named_dir, sizeof(named_dir), "%s/dir.stk", s.dir);
+    T_CHECK(make_source(bad, 60, 100, "{\"classes\": [\"x\", \"y\", \"z\"]}") == 0);
+    T_CHECK(corrupt_record(bad, 45) == 0); /* packing it fails late, after several shards */
+    stk_dataset *ds;
+    const char *pa[] = {s.src_a};
+    T_OK(stk_dataset_open(pa, 1, 0, &ds));
+    stk_pack_opts o;
+    stk_pack_opts_init(&o);
+    T_OK(stk_pack(ds, file, &o, NULL)); /* one file */
+    stk_dataset_close(ds);
+    uint64_t n0, fp0, n, fp;
+    facts(file, 0, &n0, &fp0);
+    T_EQ(n0, 40);
+    int entries = count_entries(s.dir);
+
+    T_EQ(pack_dir(bad, file, true), STK_EFORMAT); /* a directory over the file, failing */
+    T_CHECKF(strstr(stk_last_errmsg(), "checksum"), "%s", stk_last_errmsg());
+    struct stat st;
+    T_CHECK(stat(file, &st) == 0 && S_ISREG(st.st_mode));
+    facts(file, 0, &n, &fp);
+    T_CHECK(n == n0 && fp == fp0);
+    T_EQ(count_entries(s.dir), entries); /* no staging directory left behind */
+
+    T_OK(pack_dir(s.src_b, file, true)); /* succeeding: now a directory of 60 records */
+    T_CHECK(stat(file, &st) == 0 && S_ISDIR(st.st_mode));
+    facts(file, 0, &n, &fp);
+    T_EQ(n, 60);
+    T_CHECK(count_suffix(file, ".stk") > 1);
+    T_EQ(count_entries(s.dir), entries);
+
+    /* vice versa: OUT a directory named like a file, a single file asked (no shard size): it
+     * stays a directory, replaced at the manifest's commit, untouched by a failure */
+    T_OK(pack_dir(s.src_a, named_dir, false));
+    facts(named_dir, 0, &n0, &fp0);
+    const char *pb[] = {bad};
+    T_OK(stk_dataset_open(pb, 1, 0, &ds));
+    o.force = true;
+    T_EQ(stk_pack(ds, named_dir, &o, NULL), STK_EFORMAT);
+    stk_dataset_close(ds);
+    facts(named_dir, 0, &n, &fp);
+    T_CHECK(n == n0 && fp == fp0 && count_suffix(named_dir, ".part") == 0);
+    const char *pb2[] = {s.src_b};
+    T_OK(stk_dataset_open(pb2, 1, 0, &ds));
+    T_OK(stk_pack(ds, named_dir, &o, NULL));
+    stk_dataset_close(ds);
+    T_CHECK(stat(named_dir, &st) == 0 && S_ISDIR(st.st_mode));
+    facts(named_dir, 0, &n, &fp);
+    T_EQ(n, 60);
+    fx_rmtree(s.dir);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_manifest_written), T_CASE(test_force_over_a_file_is_atomic),
+       T_CASE(test_fault_injection_pack_enospc), T_CASE(test_mixed_packs_refused),
+       T_CASE(test_manifest_tampering), T_CASE(test_metadata_not_json),
+       T_CASE(test_alloc_failures_manifest))
