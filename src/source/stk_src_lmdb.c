@@ -149,6 +149,18 @@ static stk_status lm_open(stk_dataset *ds, const char *const *paths, size_t n_pa
     if ((e = mdb_env_open(s->env, path, fl | (st.is_dir ? 0 : MDB_NOSUBDIR), 0444)) != 0)
         STK_FAIL_E(e == ENOMEM ? STK_ENOMEM : STK_EFORMAT, "%s: not an LMDB environment (%s)", path,
                    mdb_strerror(e));
+    /* LMDB reads its pages through a memory map: a data.mdb shorter than its meta page says
+     * would be a SIGBUS at the first page past the end, so it is refused here */
+    MDB_envinfo info;
+    MDB_stat ms;
+    uint64_t have = st.is_dir ? fst.size : st.size;
+    if (mdb_env_info(s->env, &info) == 0 && mdb_env_stat(s->env, &ms) == 0 &&
+        have < ((uint64_t)info.me_last_pgno + 1) * ms.ms_psize)
+        STK_FAIL_E(STK_EFORMAT,
+                   "%s: truncated LMDB environment (%" PRIu64
+                   " bytes; its last page, %zu, ends at byte %" PRIu64 ")",
+                   file, have, (size_t)info.me_last_pgno,
+                   ((uint64_t)info.me_last_pgno + 1) * ms.ms_psize);
     if ((e = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0 ||
         (e = mdb_dbi_open(txn, NULL, 0, &s->dbi)) != 0)
         STK_FAIL_E(STK_EFORMAT, "%s: cannot open the main database: %s", path, mdb_strerror(e));
