@@ -90,6 +90,8 @@ $(BUILD)/tests/test_cuda: tests/data/cuda_fixtures.h tests/data/fixtures.h
 $(BUILD)/tests/test_loader: tests/data/fixtures.h
 $(BUILD)/tests/test_recfile: tests/data/fixtures.h
 $(BUILD)/tests/test_source: tests/data/fixtures.h
+$(BUILD)/tests/test_hdf5: tests/data/fixtures.h
+$(BUILD)/tests/test_lmdb: tests/data/fixtures.h
 
 # GPU tests (tests/gpu): against the real driver; each exits 77 without a device.
 $(BUILD)/tests/gpu_test_%: tests/gpu/test_%.c tests/t.h tests/data/cuda_fixtures.h \

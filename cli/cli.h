@@ -58,8 +58,10 @@ const char *stk_cli_format_size(uint64_t bytes, char *buf, size_t size);
 void stk_cli_print_formats(FILE *f);
 
 /* Open the dataset named by the DATA arguments (each a .stk file, a directory of shards or a
- * glob, passed through to stk_dataset_open). On failure prints "stoker <cmd>: <why>" (the
- * message names the file) and returns 1; else 0 with *out set. */
+ * glob, passed through to stk_dataset_open; when every argument is NAME=PATH naming no file,
+ * `image=x.npy label=y.npy`, one field per file named NAME: stk_dataset_opts.field_names). On
+ * failure prints "stoker <cmd>: <why>" (the message names the file) and returns 1; else 0 with
+ * *out set. */
 int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                       stk_dataset **out);
 

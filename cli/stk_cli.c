@@ -221,6 +221,20 @@ void stk_cli_cache_option(int c, const char *arg)
         g_cache_limit = arg;
 }
 
+/* Whether arg is NAME=PATH naming a field (the NumPy dict form, `image=x.npy`): NAME is a field
+ * name ([A-Za-z0-9_./-], 1 to 31 bytes) and arg itself names no file. */
+static bool named_field_arg(const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || eq - arg >= STK_MAX_NAME || !eq[1] || access(arg, F_OK) == 0)
+        return false;
+    for (const char *c = arg; c < eq; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_' || *c == '.' || *c == '/' || *c == '-'))
+            return false;
+    return true;
+}
+
 int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                          const char *format, stk_dataset **out)
 {
@@ -234,9 +248,35 @@ int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsig
     o.format = format;
     o.cache_dir = g_cache_dir;
     o.cache_limit = g_cache_limit;
-    if (stk_dataset_open_ex(&o, out) < 0)
-        return stk_cli_error(cmd, "%s", stk_last_errmsg());
-    return 0;
+    /* every DATA argument NAME=PATH: one field per file, named (stk_dataset_opts.field_names) */
+    int named = 0;
+    while (named < n_paths && named_field_arg(paths[named]))
+        named++;
+    char **names = NULL;
+    const char **files = NULL;
+    if (named == n_paths) {
+        names = calloc((size_t)n_paths, sizeof(*names));
+        files = calloc((size_t)n_paths, sizeof(*files));
+        bool ok = names && files;
+        for (int i = 0; ok && i < n_paths; i++) {
+            const char *eq = strchr(paths[i], '=');
+            ok = (names[i] = strndup(paths[i], (size_t)(eq - paths[i]))) != NULL;
+            files[i] = eq + 1;
+        }
+        o.field_names = (const char *const *)names;
+        o.paths = files;
+        if (!ok)
+            named = -1; /* out of memory */
+    }
+    int rc = named < 0                          ? stk_cli_error(cmd, "out of memory")
+             : stk_dataset_open_ex(&o, out) < 0 ? stk_cli_error(cmd, "%s", stk_last_errmsg())
+                                                : 0;
+    named = named < 0 ? n_paths : named;
+    for (int i = 0; names && i < named; i++)
+        free(names[i]);
+    free(names);
+    free(files);
+    return rc;
 }
 
 /* ---- progress bar ---- */

@@ -69,7 +69,7 @@ def test_not_an_environment(tmp_path):
     bogus = tmp_path / "bogus"
     bogus.mkdir()
     (bogus / "data.mdb").write_bytes(b"\0" * 8192)
-    with pytest.raises(stoker.StokerFormatError, match="bogus: not an LMDB environment"):
+    with pytest.raises(stoker.StokerFormatError, match="bogus/data.mdb: not an LMDB environment"):  # the file itself
         stoker.Dataset(str(bogus))
     f = tmp_path / "x.bin"
     f.write_bytes(b"hello" * 100)

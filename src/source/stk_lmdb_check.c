@@ -219,11 +219,11 @@ stk_status stk__lmdb_check(const char *file, const char *name, char *err, size_t
                    "%s: corrupt LMDB environment: the meta pages disagree on the "
                    "page size (%" PRIu32 ", %" PRIu32 ")",
                    name, m0.psize, m1.psize);
-    if (m->last_pg >= c.npages)
+    if (m->last_pg >= c.npages) /* liblmdb would map past the end: SIGBUS at the first read */
         STK_FAIL_E(STK_EFORMAT,
-                   "%s: truncated LMDB environment: its last page is %" PRIu64
-                   " but the file holds %" PRIu64 " pages",
-                   name, m->last_pg, c.npages);
+                   "%s: truncated LMDB environment (%" PRIu64 " bytes; its last page, %" PRIu64
+                   ", ends at byte %" PRIu64 ")",
+                   name, c.f->size, m->last_pg, (m->last_pg + 1) * c.psize);
     if (m->main_flags & ~DB_KEY_FLAGS)
         STK_FAIL_E(STK_ENOTSUP,
                    "%s: the main database has flags 0x%x (duplicate keys, "

@@ -758,7 +758,7 @@ static stk_status h5_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, v
 
 const stk__source_methods stk__src_hdf5 = {
     .name = "hdf5",
-    .summary = "HDF5 files: row i of every dataset is a record, files one after another",
+    .summary = "HDF5 files: row i of every dataset is record i",
     .probe = h5_probe,
     .open = h5_open,
     .close = h5_close,

@@ -146,7 +146,7 @@ static stk_status lm_open(stk_dataset *ds, const char *const *paths, size_t n_pa
         STK_FAIL_E(STK_EFORMAT, "%s: not an LMDB environment (no data.mdb in this directory)",
                    path);
     /* liblmdb trusts the file; check what it will read first (stk_lmdb_check.c) */
-    STK_TRY(stk__lmdb_check(file, path, err, err_size));
+    STK_TRY(stk__lmdb_check(file, file, err, err_size));
     int e = mdb_env_create(&s->env);
     if (e)
         STK_FAIL_E(STK_ENOMEM, "%s: mdb_env_create: %s", path, mdb_strerror(e));

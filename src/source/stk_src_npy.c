@@ -322,7 +322,7 @@ static stk_status npy_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
 
 const stk__source_methods stk__src_npy = {
     .name = "npy",
-    .summary = ".npy files (a directory, a list or a dict), one field per file, sharing rows",
+    .summary = ".npy files (a directory, a list or a dict), one field per file",
     .takes_names = true,
     .probe = npy_probe,
     .open = npy_open,

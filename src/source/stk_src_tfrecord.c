@@ -5,8 +5,12 @@
  * order.
  *
  * Frame: u64 length (LE) | u32 masked CRC32C of those 8 bytes | data | u32 masked CRC32C of the
- * data. Both CRCs of every frame read are checked (CRC32C with SSE4.2 where the CPU has it);
- * STK__READ_NO_VERIFY skips the data CRC only.
+ * data. Checksums follow .stk's policy (docs/design.md, DESIGN.md "verify lazily, per record, on
+ * first read"): every read checks the length CRC and that the length is the indexed one (12
+ * bytes, nearly free); the data CRC (CRC32C with SSE4.2 where the CPU has it) is checked on a
+ * record's first read and remembered in a bitmap (one bit per record, atomics), so later epochs
+ * skip it; STK__READ_VERIFY_ALL checks it again, STK__READ_NO_VERIFY and STK_DATASET_NO_VERIFY
+ * never do.
  *
  * Index (random access): one offset per record (8 bytes), from a DALI / `tfrecord`-package text
  * index `<file>.idx` ("offset length" per line, length including the 16 framing bytes) when one
@@ -29,6 +33,7 @@
 #include "source/stk_tfrecord.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +54,13 @@ typedef struct tffile {
 
 typedef struct tfds {
     tffile *files;
+    _Atomic uint64_t *verified; /* one bit per record whose data CRC matched; NULL: never verify */
+    /* The bytes field read in place (the first one; UINT32_MAX: none) and, per record, where its
+     * value lies in the frame's data once a read has parsed it: offset << 32 | length (0:
+     * unknown). A read that needs no CRC then puts the value straight into the batch row, the
+     * rest of the frame into the cursor's buffer, and skips the copy. */
+    uint32_t inplace;
+    _Atomic uint64_t *vloc;
     int kind[STK_MAX_FIELDS];
     uint64_t values[STK_MAX_FIELDS]; /* values per record of each field */
     uint64_t max_len;                /* largest frame data */
@@ -250,10 +262,51 @@ static void tf_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t siz
              ds->files[s].path, local, i, t->files[s].off[local]);
 }
 
-/* Read frame `local` of file s into cur (grown as needed); checks the header against the index
- * and the CRCs. *data, *len: the payload. */
+/* Whether read i must check the data CRC (see the top of the file). */
+static bool crc_due(const tfds *t, uint64_t i, unsigned flags)
+{
+    if (flags & STK__READ_NO_VERIFY)
+        return false;
+    if (flags & STK__READ_VERIFY_ALL)
+        return true;
+    return t->verified &&
+           !(atomic_load_explicit(&t->verified[i / 64], memory_order_relaxed) & (1ULL << (i % 64)));
+}
+
+/* The cursor's buffer for a frame of `frame` bytes at file offset `off`, placed at the same
+ * offset modulo 64 as in the file: the kernel's copy out of the page cache is faster when source
+ * and destination are aligned alike. NULL when out of memory. */
+static uint8_t *frame_buf(stk__cursor *cur, uint64_t frame, uint64_t off)
+{
+    if (frame + 128 > cur->cap) {
+        uint8_t *nb = stk__realloc(cur->buf, (size_t)frame + 128);
+        if (!nb)
+            return NULL;
+        cur->buf = nb;
+        cur->cap = (size_t)frame + 128;
+    }
+    return (uint8_t *)(((uintptr_t)cur->buf + 63) & ~(uintptr_t)63) + (size_t)(off & 63);
+}
+
+/* The frame header at b must still describe the indexed frame (length CRC, length). */
+static stk_status check_frame_header(const stk_dataset *ds, uint64_t i, const uint8_t *b,
+                                     uint64_t len, char *err, size_t err_size)
+{
+    if (frame_header_ok(b) && stk__ld64(b) == len)
+        return STK_OK;
+    char where[STK_ERRMSG_SIZE];
+    tf_describe(ds, i, where, sizeof(where));
+    return stk__set_error(
+        err, err_size, STK_EFORMAT, "%s: %s (the file changed after its index was made?)", where,
+        frame_header_ok(b) ? "frame length differs from the index" : "length CRC mismatch");
+}
+
+/* Read frame i into cur (grown as needed), the header checked against the index, the data CRC
+ * when due. With `value` (a known place, vloc: offset << 32 | length), the bytes of that value go
+ * to `value` instead and the buffer keeps a hole there. *data, *len: the payload. */
 static stk_status read_frame(const stk_dataset *ds, stk__cursor *cur, uint64_t i, unsigned flags,
-                             const uint8_t **data, uint64_t *len, char *err, size_t err_size)
+                             void *value, uint64_t vloc, const uint8_t **data, uint64_t *len,
+                             char *err, size_t err_size)
 {
     const tfds *t = ds->impl;
     uint64_t local;
@@ -261,41 +314,40 @@ static stk_status read_frame(const stk_dataset *ds, stk__cursor *cur, uint64_t i
     const tffile *tf = &t->files[s];
     uint64_t frame = tf->off[local + 1] - tf->off[local];
     char where[STK_ERRMSG_SIZE];
-    /* the frame lands at the same offset modulo 64 as in the file: the kernel's copy out of the
-     * page cache runs at about twice the speed when source and destination are aligned alike */
-    size_t skew = (size_t)(tf->off[local] & 63);
-    if (frame + 128 > cur->cap) {
-        uint8_t *nb = stk__realloc(cur->buf, (size_t)frame + 128);
-        if (!nb) {
-            tf_describe(ds, i, where, sizeof(where));
-            return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", where);
-        }
-        cur->buf = nb;
-        cur->cap = (size_t)frame + 128;
+    uint8_t *b = frame_buf(cur, frame, tf->off[local]);
+    if (!b) {
+        tf_describe(ds, i, where, sizeof(where));
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", where);
     }
-    uint8_t *b = (uint8_t *)(((uintptr_t)cur->buf + 63) & ~(uintptr_t)63) + skew;
-    stk_status rc = stk__vfs_read(tf->f, tf->off[local], b, (size_t)frame, err, err_size);
+    size_t voff = (size_t)(vloc >> 32), vlen = (size_t)(vloc & UINT32_MAX);
+    stk_status rc;
+    if (value && TF_HEADER + voff + vlen <= frame - 4) {
+        stk__iov iov[3] = {{b, TF_HEADER + voff},
+                           {value, vlen},
+                           {b + TF_HEADER + voff + vlen, (size_t)frame - TF_HEADER - voff - vlen}};
+        rc = tf->f->vfs->read(tf->f, tf->off[local], iov, 3, err, err_size);
+    } else {
+        rc = stk__vfs_read(tf->f, tf->off[local], b, (size_t)frame, err, err_size);
+    }
     if (rc < 0) {
         tf_describe(ds, i, where, sizeof(where));
         return stk__source_read_error(rc, where, tf->f->path, err, err_size);
     }
     *len = frame - TF_FRAMING;
     *data = b + TF_HEADER;
-    if (!frame_header_ok(b) || stk__ld64(b) != *len) {
-        tf_describe(ds, i, where, sizeof(where));
-        return stk__set_error(err, err_size, STK_EFORMAT,
-                              "%s: %s (the file changed after its index was made?)", where,
-                              frame_header_ok(b) ? "frame length differs from the index"
-                                                 : "length CRC mismatch");
-    }
-    if (!(flags & STK__READ_NO_VERIFY) &&
-        stk__ld32(b + TF_HEADER + *len) !=
+    STK_TRY(check_frame_header(ds, i, b, *len, err, err_size));
+    if (!value && crc_due(t, i, flags)) {
+        if (stk__ld32(b + TF_HEADER + *len) !=
             stk__crc32c_mask(stk__crc32c(0, b + TF_HEADER, (size_t)*len))) {
-        tf_describe(ds, i, where, sizeof(where));
-        return stk__set_error(err, err_size, STK_EFORMAT, "%s: data CRC mismatch (corrupt record)",
-                              where);
+            tf_describe(ds, i, where, sizeof(where));
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "%s: data CRC mismatch (corrupt record)", where);
+        }
+        if (t->verified)
+            atomic_fetch_or_explicit(&t->verified[i / 64], 1ULL << (i % 64), memory_order_relaxed);
     }
-    return STK_OK;
+fail:
+    return rc;
 }
 
 /* ---- schema from the first record ---- */
@@ -375,7 +427,7 @@ static stk_status tf_schema(stk_dataset *ds, char *err, size_t err_size)
     const uint8_t *data;
     uint64_t len;
     char where[STK_ERRMSG_SIZE], why[256] = "";
-    stk_status rc = read_frame(ds, &cur, 0, 0, &data, &len, err, err_size);
+    stk_status rc = read_frame(ds, &cur, 0, 0, NULL, 0, &data, &len, err, err_size);
     if (rc < 0)
         goto fail;
     tf_describe(ds, 0, where, sizeof(where));
@@ -412,8 +464,11 @@ static void tf_close(stk_dataset *ds)
         stk__vfs_close(t->files[i].f);
         stk__free(t->files[i].off);
     }
-    if (t)
+    if (t) {
         stk__free(t->files);
+        stk__free((void *)t->verified);
+        stk__free((void *)t->vloc);
+    }
     stk__free(t);
     ds->impl = NULL;
 }
@@ -468,8 +523,20 @@ static stk_status tf_open(stk_dataset *ds, const char *const *paths, size_t n_pa
         stk__fp_add_u64(h, sf->size);
         stk__fp_add_u64(h, count);
     }
+    if (rc == STK_OK && !(ds->flags & STK_DATASET_NO_VERIFY) && ds->count &&
+        !(t->verified = stk__calloc((size_t)((ds->count + 63) / 64), sizeof(uint64_t))))
+        rc = stk__set_error(err, err_size, STK_ENOMEM,
+                            "out of memory for the %" PRIu64 "-record verify bitmap", ds->count);
     if (rc == STK_OK && ds->count > 0)
         rc = tf_schema(ds, err, err_size);
+    t->inplace = UINT32_MAX;
+    for (uint32_t f = 0; rc == STK_OK && f < ds->n_fields && t->inplace == UINT32_MAX; f++)
+        if (ds->fields[f].kind == STK_FIELD_BYTES)
+            t->inplace = f;
+    if (rc == STK_OK && t->inplace != UINT32_MAX &&
+        !(t->vloc = stk__calloc((size_t)ds->count, sizeof(uint64_t))))
+        rc = stk__set_error(err, err_size, STK_ENOMEM,
+                            "out of memory for the %" PRIu64 "-record value index", ds->count);
     if (rc == STK_OK) {
         for (uint32_t f = 0; f < ds->n_fields; f++) {
             uint64_t fixed = stk__field_fixed_size(&ds->fields[f]);
@@ -508,6 +575,10 @@ typedef struct read_ctx {
     stk__recinfo *info;
     uint32_t seen;
     stk_status rc;
+    const uint8_t *data; /* the frame's data (with a hole at vloc when in_place) */
+    uint64_t vloc;       /* the in-place field's value: offset << 32 | length, found or known */
+    bool in_place;       /* its value was read into dst[t->inplace] already */
+    uint32_t found;      /* times the in-place field's key occurred (a repeated key: not learnt) */
     char msg[200];
 } read_ctx;
 
@@ -536,7 +607,25 @@ static int read_feature(void *vctx, const stk__tf_feature *f)
         return 1;
     }
     size_t size;
-    int r = stk__tf_feature_value(f, c->dst[j], c->cap[j], &size);
+    int r;
+    if (j == t->inplace) { /* where the value lies: learnt, or checked against what was read */
+        const uint8_t *v;
+        r = stk__tf_bytes_value(f, &v, &size);
+        uint64_t at = r == 0 ? (uint64_t)(v - c->data) : 0;
+        c->found++;
+        if (r == 0 && c->in_place && ((at << 32) | size) != c->vloc) {
+            snprintf(c->msg, sizeof(c->msg), "field '%s' moved in its frame", ds->fields[j].name);
+            c->rc = STK_EFORMAT;
+            return 1;
+        }
+        if (r == 0 && !c->in_place) {
+            if (at < UINT32_MAX && size < UINT32_MAX)
+                c->vloc = at << 32 | size;
+            r = stk__tf_feature_value(f, c->dst[j], c->cap[j], &size);
+        }
+    } else {
+        r = stk__tf_feature_value(f, c->dst[j], c->cap[j], &size);
+    }
     if (r != 0) {
         snprintf(c->msg, sizeof(c->msg), r > 0 ? "field '%s' is over its buffer" : "malformed %s",
                  ds->fields[j].name);
@@ -558,28 +647,47 @@ static stk_status tf_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, v
     const uint8_t *data;
     uint64_t len;
     char where[STK_ERRMSG_SIZE], why[256] = "";
-    memset(info, 0, sizeof(*info));
+    const tfds *t = ds->impl;
     uint64_t l;
-    info->file = (uint32_t)stk__dataset_file_of(ds, i, &l);
-    info->local = l;
-    info->offset = ((const tfds *)ds->impl)->files[info->file].off[l];
-    stk_status rc = read_frame(ds, c, i, flags, &data, &len, err, err_size);
-    if (rc < 0)
-        goto fail;
-    read_ctx rx = {ds, dst, cap, info, 0, STK_OK, ""};
-    int r = stk__tf_example_parse(data, (size_t)len, read_feature, &rx, why, sizeof(why));
-    uint32_t f = 0;
-    while (r == 0 && f < ds->n_fields && (rx.seen & (1u << f)))
-        f++;
-    if (r == 0 && f == ds->n_fields)
-        goto fail; /* rc is STK_OK */
-    tf_describe(ds, i, where, sizeof(where));
-    if (r > 0)
-        STK_FAIL_E(rx.rc, "%s: %s", where, rx.msg);
-    if (r < 0)
-        STK_FAIL_E(STK_EFORMAT, "%s: not a tf.train.Example (%s)", where, why);
-    STK_FAIL_E(STK_EFORMAT, "%s: feature '%s' is missing (the first record has it)", where,
-               ds->fields[f].name);
+    size_t file = stk__dataset_file_of(ds, i, &l);
+    uint64_t vloc = t->vloc ? atomic_load_explicit(&t->vloc[i], memory_order_relaxed) : 0;
+    /* the bytes value straight into its row when no CRC is due and where it lies is known */
+    bool in_place = vloc && !crc_due(t, i, flags) && (vloc & UINT32_MAX) <= cap[t->inplace];
+    stk_status rc;
+    for (;;) {
+        memset(info, 0, sizeof(*info));
+        info->file = (uint32_t)file;
+        info->local = l;
+        info->offset = t->files[file].off[l];
+        rc = read_frame(ds, c, i, flags, in_place ? dst[t->inplace] : NULL, vloc, &data, &len, err,
+                        err_size);
+        if (rc < 0)
+            goto fail;
+        read_ctx rx = {ds, dst, cap, info, 0, STK_OK, data, in_place ? vloc : 0, in_place, 0, ""};
+        int r = stk__tf_example_parse(data, (size_t)len, read_feature, &rx, why, sizeof(why));
+        uint32_t f = 0;
+        while (r == 0 && f < ds->n_fields && (rx.seen & (1u << f)))
+            f++;
+        if (r == 0 && f == ds->n_fields) {
+            if (t->vloc && !in_place && rx.vloc && rx.found == 1)
+                atomic_store_explicit(&t->vloc[i], rx.vloc, memory_order_relaxed);
+            goto fail; /* rc is STK_OK */
+        }
+        if (in_place) {
+            /* the frame is not as a previous read found it (the file changed under the index):
+             * read and check it whole, as for a first read */
+            in_place = false;
+            flags = (flags & ~STK__READ_NO_VERIFY) | STK__READ_VERIFY_ALL;
+            continue;
+        }
+        tf_describe(ds, i, where, sizeof(where));
+        if (r > 0)
+            STK_FAIL_E(rx.rc, "%s: %s", where, rx.msg);
+        if (r < 0)
+            STK_FAIL_E(STK_EFORMAT, "%s: not a tf.train.Example (%s)", where, why);
+        STK_FAIL_E(STK_EFORMAT, "%s: feature '%s' is missing (the first record has it)", where,
+                   ds->fields[f].name);
+    }
 fail:
     if (c == &local)
         stk__free(local.buf);

@@ -244,6 +244,27 @@ int stk__tf_example_parse(const uint8_t *p, size_t n, stk__tf_feature_fn fn, voi
     return 0;
 }
 
+int stk__tf_bytes_value(const stk__tf_feature *f, const uint8_t **value, size_t *len)
+{
+    pbuf b = {f->list, f->list_len, 0};
+    const char *bad = NULL;
+    uint32_t field, wt;
+    bool found = false;
+    if (f->kind != STK__TF_BYTES || f->count != 1)
+        return -1;
+    while (pb_key(&b, &field, &wt, &bad)) {
+        if (field != 1) {
+            if (!pb_skip(&b, wt, &bad))
+                return -1;
+            continue;
+        }
+        if (wt != 2 || !pb_bytes(&b, value, len, &bad))
+            return -1;
+        found = true; /* one value (count 1): the last is the only */
+    }
+    return found && !bad ? 0 : -1;
+}
+
 int stk__tf_feature_value(const stk__tf_feature *f, void *dst, size_t cap, size_t *size)
 {
     size_t w = f->kind == STK__TF_INT64 ? 8 : f->kind == STK__TF_FLOAT ? 4 : 0;
@@ -255,6 +276,17 @@ int stk__tf_feature_value(const stk__tf_feature *f, void *dst, size_t cap, size_
     *size = 0;
     if (f->kind == STK__TF_NONE || (f->kind == STK__TF_BYTES && f->count != 1))
         return -1;
+    if (f->kind == STK__TF_BYTES) {
+        const uint8_t *v;
+        size_t l;
+        if (stk__tf_bytes_value(f, &v, &l) < 0)
+            return -1;
+        *size = l;
+        if (l > cap)
+            return 1;
+        memcpy(out, v, l);
+        return 0;
+    }
     if (w) {
         if (f->count > SIZE_MAX / w)
             return -1;
@@ -268,15 +300,6 @@ int stk__tf_feature_value(const stk__tf_feature *f, void *dst, size_t cap, size_
         if (field != 1) {
             if (!pb_skip(&b, wt, &bad))
                 return -1;
-            continue;
-        }
-        if (f->kind == STK__TF_BYTES) {
-            if (wt != 2 || !pb_bytes(&b, &v, &l, &bad))
-                return -1;
-            *size = l; /* one value (count 1): the last is the only */
-            if (l > cap)
-                return 1;
-            memcpy(out, v, l);
             continue;
         }
         pbuf vals = b;

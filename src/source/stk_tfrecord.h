@@ -56,4 +56,8 @@ int stk__tf_example_parse(const uint8_t *p, size_t n, stk__tf_feature_fn fn, voi
  * malformed lists (never after a successful stk__tf_example_parse of the same bytes). */
 int stk__tf_feature_value(const stk__tf_feature *f, void *dst, size_t cap, size_t *size);
 
+/* Where the one value of a bytes_list feature lies in the parsed bytes (no copy): 0, or -1 when
+ * f is not a bytes_list of one value or the list is malformed. */
+int stk__tf_bytes_value(const stk__tf_feature *f, const uint8_t **value, size_t *len);
+
 #endif /* STK_TFRECORD_H */

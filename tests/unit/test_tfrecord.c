@@ -244,28 +244,75 @@ static void frame(FILE *f, const pb *data)
     fwrite(&c, 1, 4, f);
 }
 
-static int test_dataset_roundtrip_and_bad_crc(void)
+/* Five records {image/encoded: "imagebytes"[:5 + r], image/class/label: 10 r} at path; offs[r]:
+ * each frame's offset. `swap`: record `swap` has its two features the other way round (the same
+ * frame length, the image value elsewhere in it). */
+static int write_five_swap(const char *path, long offs[5], int swap)
 {
-    char dir[] = "/tmp/stk_tfrec_XXXXXX", path[256], idx[300];
-    T_CHECK(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
-    snprintf(idx, sizeof(idx), "%s.idx", path);
     FILE *f = fopen(path, "wb");
     T_CHECK(f);
-    long offs[5];
     for (int r = 0; r < 5; r++) {
         pb img = {0}, bl = {0}, lab = {0}, feats = {0}, ex = {0};
         put(&img, "imagebytes", 5 + (size_t)r);
         ld(&bl, 1, &img);
         varint(&lab, 1 << 3 | 0);
         varint(&lab, (uint64_t)(r * 10));
+        if (r == swap)
+            entry(&feats, "image/class/label", 3, &lab, false);
         entry(&feats, "image/encoded", 1, &bl, false);
-        entry(&feats, "image/class/label", 3, &lab, false);
+        if (r != swap)
+            entry(&feats, "image/class/label", 3, &lab, false);
         ld(&ex, 1, &feats);
         offs[r] = ftell(f);
         frame(f, &ex);
     }
     T_CHECK(fclose(f) == 0);
+    return 0;
+}
+
+static int write_five(const char *path, long offs[5])
+{
+    return write_five_swap(path, offs, -1);
+}
+
+/* Flip the byte at `off` of the file; off < 0: the first byte of the first "imageb" (the image
+ * value, not the key) at or after -off. */
+static int flip_byte(const char *path, long off)
+{
+    FILE *f = fopen(path, "r+b");
+    T_CHECK(f);
+    if (off < 0) {
+        char buf[4096];
+        size_t n = fread(buf, 1, sizeof(buf), f);
+        const char *p = memmem(buf - off, n + (size_t)off, "imageb", 6);
+        T_CHECK(-off < (long)n && p);
+        off = (long)(p - buf);
+    }
+    T_CHECK(fseek(f, off, SEEK_SET) == 0);
+    int c = fgetc(f);
+    T_CHECK(c != EOF && fseek(f, off, SEEK_SET) == 0);
+    fputc(c ^ 0x5a, f);
+    T_CHECK(fclose(f) == 0);
+    return 0;
+}
+
+/* A fresh temporary directory (dir: "/tmp/stk_tfrec_XXXXXX") holding a.tfrecord of write_five;
+ * path and idx (256 and 300 bytes) receive the file's and its index's paths. */
+static int five_in_tmpdir(char *dir, char *path, char *idx, long offs[5])
+{
+    T_CHECK(mkdtemp(dir));
+    snprintf(path, 256, "%s/a.tfrecord", dir);
+    snprintf(idx, 300, "%s.idx", path);
+    T_CHECK(write_five(path, offs) == 0);
+    return 0;
+}
+
+static int test_dataset_roundtrip_and_bad_crc(void)
+{
+    char dir[] = "/tmp/stk_tfrec_XXXXXX", path[256], idx[300];
+    long offs[5];
+    T_CHECK(five_in_tmpdir(dir, path, idx, offs) == 0);
+    FILE *f;
     const char *paths[] = {path};
     stk_dataset *ds = NULL;
     T_OK(stk_dataset_open(paths, 1, 0, &ds));
@@ -312,6 +359,80 @@ static int test_dataset_roundtrip_and_bad_crc(void)
 
 /* Each allocation of an open (index scan, schema) and of the reads failing in turn: STK_ENOMEM
  * saying "out of memory", never a crash or a leak (ASan), until every one has been tried. */
+/* Read record i as the loader does (flags 0: checksums on first read), or with `flags`. */
+static stk_status read_as_loader(const stk_dataset *ds, uint64_t i, unsigned flags, char *err,
+                                 size_t err_size)
+{
+    uint8_t a[8], b[64];
+    void *const dst[] = {a, b};
+    const size_t cap[] = {sizeof(a), sizeof(b)};
+    stk__recinfo info;
+    stk_status rc = stk__dataset_read(ds, NULL, i, dst, cap, flags, &info, err, err_size);
+    /* record i's values (the image's first byte flipped by some cases below: not compared) */
+    int64_t label;
+    memcpy(&label, a, 8);
+    if (rc == STK_OK && (info.field_size[1] != 5 + i || memcmp(b + 1, "imagebytes" + 1, 4 + i) ||
+                         label != (int64_t)(10 * i)))
+        return stk__set_error(err, err_size, STK_EINVAL, "record %d: wrong values", (int)i);
+    return rc;
+}
+
+/* The data CRC follows .stk's policy: checked on a record's first read, remembered, checked
+ * again only when asked (STK__READ_VERIFY_ALL: stk_dataset_read and `stoker verify`), never
+ * under STK_DATASET_NO_VERIFY; the length CRC on every read. */
+static int test_crc_checked_on_first_read(void)
+{
+    char dir[] = "/tmp/stk_tfrec_XXXXXX", path[256], idx[300];
+    long offs[5];
+    T_CHECK(five_in_tmpdir(dir, path, idx, offs) == 0);
+    const char *paths[] = {path};
+    stk_dataset *ds = NULL, *nv = NULL;
+    T_OK(stk_dataset_open(paths, 1, 0, &ds));
+    T_OK(stk_dataset_open(paths, 1, STK_DATASET_NO_VERIFY, &nv));
+    char err[512];
+    T_OK(read_as_loader(ds, 3, 0, err, sizeof(err))); /* verified */
+    T_CHECK(flip_byte(path, -offs[3]) == 0);          /* its image bytes, after the check */
+    T_OK(read_as_loader(ds, 3, 0, err, sizeof(err)));
+    T_EQ(read_as_loader(ds, 3, STK__READ_VERIFY_ALL, err, sizeof(err)), STK_EFORMAT);
+    T_CHECKF(strstr(err, "record 3 (global 3)") && strstr(err, "data CRC mismatch"), "%s", err);
+    /* a record read for the first time after the damage: refused, every time */
+    T_CHECK(flip_byte(path, -offs[4]) == 0);
+    T_EQ(read_as_loader(ds, 4, 0, err, sizeof(err)), STK_EFORMAT);
+    T_EQ(read_as_loader(ds, 4, 0, err, sizeof(err)), STK_EFORMAT);
+    /* without verification the bytes are read as they are (the Example still parses) */
+    T_OK(read_as_loader(nv, 4, 0, err, sizeof(err)));
+    T_OK(read_as_loader(ds, 4, STK__READ_NO_VERIFY, err, sizeof(err)));
+    /* a verified record whose image value is read straight into its row: its place in the frame
+     * is checked (the same frame length, the features swapped: an error, not wrong bytes) */
+    for (int k = 0; k < 3; k++)
+        T_OK(read_as_loader(ds, 1, 0, err, sizeof(err)));
+    T_CHECK(write_five_swap(path, offs, 1) == 0);
+    T_OK(read_as_loader(ds, 1, 0, err, sizeof(err))); /* read again whole, checked, right values */
+    T_OK(read_as_loader(ds, 1, 0, err, sizeof(err))); /* and in place at its new place */
+    T_CHECK(write_five_swap(path, offs, 2) == 0);     /* the same, CRC damaged too */
+    T_OK(read_as_loader(ds, 2, 0, err, sizeof(err)));
+    T_OK(read_as_loader(ds, 2, 0, err, sizeof(err)));
+    T_CHECK(write_five(path, offs) == 0);
+    /* back to its first layout with one byte damaged: the in-place read misses, the whole read
+     * finds the CRC wrong */
+    T_CHECK(flip_byte(path, offs[2] + 12 + 40) == 0);
+    T_EQ(read_as_loader(ds, 2, 0, err, sizeof(err)), STK_EFORMAT);
+    T_CHECKF(strstr(err, "record 2 (global 2)") && strstr(err, "data CRC mismatch"), "%s", err);
+    T_CHECK(write_five(path, offs) == 0);
+    T_CHECK(flip_byte(path, -offs[3]) == 0);
+    /* the length CRC is checked on every read, verified or not */
+    T_CHECK(flip_byte(path, offs[3] + 9) == 0);
+    T_EQ(read_as_loader(ds, 3, 0, err, sizeof(err)), STK_EFORMAT);
+    T_CHECKF(strstr(err, "length CRC mismatch"), "%s", err);
+    T_EQ(read_as_loader(nv, 3, 0, err, sizeof(err)), STK_EFORMAT);
+    stk_dataset_close(ds);
+    stk_dataset_close(nv);
+    unlink(idx);
+    unlink(path);
+    rmdir(dir);
+    return 0;
+}
+
 static int test_alloc_failures_tfrecord(void)
 {
 #ifdef STK_DEBUG
@@ -367,4 +488,5 @@ static int test_alloc_failures_tfrecord(void)
 
 T_MAIN(T_CASE(test_crc32c_vectors), T_CASE(test_crc32c_hw_matches_table),
        T_CASE(test_example_parse), T_CASE(test_example_malformed),
-       T_CASE(test_dataset_roundtrip_and_bad_crc), T_CASE(test_alloc_failures_tfrecord))
+       T_CASE(test_dataset_roundtrip_and_bad_crc), T_CASE(test_crc_checked_on_first_read),
+       T_CASE(test_alloc_failures_tfrecord))

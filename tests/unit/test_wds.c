@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* Append one member (a GNU 'L' entry first when the name is over 100 bytes). */
 static void tar_member(FILE *f, const char *name, const void *data, size_t size, char type)
@@ -170,4 +171,118 @@ static int test_alloc_failures(void)
 #endif
 }
 
-T_MAIN(T_CASE(test_read_and_detect), T_CASE(test_alloc_failures))
+/* data gzipped (one gzip stream) into out; its size, 0 on failure. */
+static size_t gzip_bytes(const void *data, size_t n, uint8_t *out, size_t cap)
+{
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    if (deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return 0;
+    z.next_in = (Bytef *)(uintptr_t)data;
+    z.avail_in = (uInt)n;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    int r = deflate(&z, Z_FINISH);
+    size_t got = z.total_out;
+    deflateEnd(&z);
+    return r == Z_STREAM_END ? got : 0;
+}
+
+/* n samples: <k>.txt.gz (gzip of "text <i>" repeated i + 1 times) and <k>.npy (int16 (2, 3),
+ * 6 i + j), written as numpy 1.0 files. */
+static int write_gz_npy_tar(const char *path, int n)
+{
+    FILE *f = fopen(path, "wb");
+    T_CHECK(f);
+    for (int i = 0; i < n; i++) {
+        char name[64], text[256] = "";
+        uint8_t gz[512], npy[128 + 12];
+        for (int k = 0; k <= i; k++)
+            snprintf(text + strlen(text), sizeof(text) - strlen(text), "text %d ", i);
+        size_t gn = gzip_bytes(text, strlen(text), gz, sizeof(gz));
+        T_CHECK(gn > 0);
+        snprintf(name, sizeof(name), "s%03d.txt.gz", i);
+        tar_member(f, name, gz, gn, '0');
+        /* .npy 1.0: magic, version, header length, the dict padded to 128 bytes in all */
+        memset(npy, ' ', 128);
+        memcpy(npy, "\x93NUMPY\x01\x00\x76\x00", 10);
+        const char *dict = "{'descr': '<i2', 'fortran_order': False, 'shape': (2, 3), }";
+        memcpy(npy + 10, dict, strlen(dict));
+        npy[127] = '\n';
+        for (int j = 0; j < 6; j++) {
+            int16_t v = (int16_t)(6 * i + j);
+            memcpy(npy + 128 + 2 * j, &v, 2);
+        }
+        snprintf(name, sizeof(name), "s%03d.npy", i);
+        tar_member(f, name, npy, sizeof(npy), '0');
+    }
+    static const uint8_t zero[1024];
+    fwrite(zero, 1, sizeof(zero), f);
+    T_CHECK(fclose(f) == 0);
+    return 0;
+}
+
+/* Open the gz/npy tar and check every record: STK_OK or the failing status. */
+static stk_status check_gz_npy(const char *path, int n)
+{
+    stk_dataset *ds = NULL;
+    const char *paths[1] = {path};
+    stk_status rc = stk_dataset_open(paths, 1, 0, &ds);
+    if (rc != STK_OK)
+        return rc;
+    T_EQ(stk_dataset_n_fields(ds), 3);
+    const stk_field *npy = stk_dataset_field(ds, 1), *txt = stk_dataset_field(ds, 2);
+    T_CHECK(strcmp(npy->name, "npy") == 0 && npy->kind == STK_FIELD_ARRAY &&
+            npy->dtype == STK_DTYPE_INT16 && npy->ndim == 2 && npy->shape[0] == 2 &&
+            npy->shape[1] == 3);
+    T_CHECK(strcmp(txt->name, "txt") == 0 && txt->kind == STK_FIELD_BYTES);
+    for (int i = 0; i < n && rc == STK_OK; i++) {
+        uint8_t buf[1024];
+        stk_record r;
+        char err[512], want[256] = "";
+        rc = stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r, err, sizeof(err));
+        if (rc != STK_OK)
+            break;
+        for (int k = 0; k <= i; k++)
+            snprintf(want + strlen(want), sizeof(want) - strlen(want), "text %d ", i);
+        T_CHECK(r.field_size[2] == strlen(want) && memcmp(r.field[2], want, strlen(want)) == 0);
+        T_EQ(r.field_size[1], 12);
+        int16_t v[6];
+        memcpy(v, r.field[1], 12);
+        for (int j = 0; j < 6; j++)
+            T_EQ(v[j], 6 * i + j);
+    }
+    stk_dataset_close(ds);
+    return rc;
+}
+
+/* `.gz` members gunzipped (the field named without .gz), `.npy` members as array fields; with
+ * STK_DEBUG every allocation of open and read failing in turn: STK_ENOMEM, never a crash. */
+static int test_gz_npy_members_alloc_failures(void)
+{
+    const char *dir = fx_tmpdir("wds");
+    char tar[128];
+    snprintf(tar, sizeof(tar), "%s/gz.tar", dir);
+    T_CHECK(write_gz_npy_tar(tar, 5) == 0);
+    T_OK(check_gz_npy(tar, 5)); /* scanned */
+    T_OK(check_gz_npy(tar, 5)); /* from the cache */
+#ifdef STK_DEBUG
+    extern void stk__fault_alloc_set(long n);
+    int failures = 0, oks = 0;
+    for (long k = 1; k < 400 && oks <= 20; k++) {
+        stk__fault_alloc_set(k);
+        stk_status rc = check_gz_npy(tar, 5);
+        stk__fault_alloc_set(0);
+        T_CHECKF(rc == STK_OK || (rc == STK_ENOMEM && strstr(stk_last_errmsg(), "memory")),
+                 "allocation %ld: rc %d (%s)", k, rc, stk_last_errmsg());
+        failures += rc == STK_ENOMEM;
+        oks = rc == STK_OK ? oks + 1 : 0;
+    }
+    T_CHECKF(failures >= 10, "%d failures", failures);
+#endif
+    fx_rmtree(dir);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_read_and_detect), T_CASE(test_alloc_failures),
+       T_CASE(test_gz_npy_members_alloc_failures))
