@@ -170,9 +170,6 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
         STK_TRY(stk__finish_compile(t, opts));
     stk__store_init(t);
     t->planar = !t->exact;
-    for (size_t i = 0; i < t->n_ops; i++)
-        if (t->defs[i]->kernel)
-            t->planar = false;
     *out = t;
     return STK_OK;
 fail:
@@ -438,7 +435,7 @@ static bool axis_all_content(const stk__xaxis *a)
 /* The planes path: resample the Y, Cb and Cr planes, each at its own resolution, to the output
  * size (luma 1 plane at full resolution and 4:2:0 chroma 2 quarter planes: half the vertical
  * work of resampling RGB and two thirds of the horizontal), then colour-convert the output-size
- * planes, inside the float32 store where it has a kernel for that. */
+ * planes, inside the float32 store where it has a kernel for that and no pixel kernel runs. */
 static stk_status render_planes(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
                                 const stk__decoded planes[3], void *dst, char *err, size_t err_size)
 {
@@ -453,18 +450,28 @@ static stk_status render_planes(const stk_transform *t, stk__tworker *w, const s
     for (int c = 0; c < 3; c++)
         STK_TRY(stk__resample_plane(&w->rs, &planes[c], &plan->x, &plan->y, w->img + c * npix,
                                     t->out_w, err, err_size));
-    uint64_t t1 = stk__now_ns();
-    if (!stk__store_ycc(t, py, pu, pv, t->out_w, t->out_h, dst)) {
+    bool kernels = false;
+    for (uint32_t i = 0; i < plan->n_pix; i++)
+        kernels = kernels || plan->pix[i].def->kernel;
+    uint64_t t1 = stk__now_ns(), t2 = t1;
+    if (kernels || !stk__store_ycc(t, py, pu, pv, t->out_w, t->out_h, dst)) {
+        /* the RGB image, the pixel kernels on it (ColorJitter...), the store */
         uint8_t *rgb = t->dtype == STK_DTYPE_UINT8 && t->nhwc ? dst : w->img + npix * 3;
         stk__ycc_to_rgb(py, pu, pv, npix, rgb);
+        const stk__pixctx px = {rgb, t->out_w, t->out_h, err, err_size};
+        for (uint32_t i = 0; i < plan->n_pix; i++)
+            if (plan->pix[i].def->kernel)
+                STK_TRY(plan->pix[i].def->kernel(&px, &plan->pix[i].draw));
+        t2 = stk__now_ns();
         stk__store(t, rgb, t->out_w, t->out_h, dst);
     }
     for (uint32_t i = 0; i < plan->n_pix; i++) /* tensor passes (RandomErasing): store time */
         if (plan->pix[i].def->post)
             plan->pix[i].def->post(t, dst, &plan->pix[i].draw);
-    uint64_t t2 = stk__now_ns();
+    uint64_t t3 = stk__now_ns();
     atomic_fetch_add_explicit(&w->times.resize_ns, t1 - t0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->times.store_ns, t2 - t1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->times.jitter_ns, t2 - t1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->times.store_ns, t3 - t2, memory_order_relaxed);
     return STK_OK;
 fail:
     return rc;

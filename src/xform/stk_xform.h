@@ -58,8 +58,8 @@ struct stk_transform {
      * values at create. */
     bool store_arith;
     float st_rstd[3], st_std[3], st_mean[3];
-    /* The planes path may run (stk_transform.c): not exact, no pixel kernel. Tests and bench
-     * tools may clear it after create to compare with the RGB path. */
+    /* The planes path may run (stk_transform.c): not exact. Tests and bench tools may clear it
+     * after create to compare with the RGB path. */
     bool planar;
     stk__finish fin; /* finishing after the copy (stk_finish_opts.c); ops, dtype, nhwc above are
                       * then the workers' part: uint8 [H, W, 3] */
