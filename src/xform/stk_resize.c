@@ -461,8 +461,25 @@ static stk_status resample(stk__rscratch *s, const stk__decoded *src, int nc, co
     if (!taps_reserve(&s->x, (size_t)ow, (size_t)kx) ||
         !taps_reserve(&s->y, (size_t)oh, (size_t)ky))
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for resize tables");
-    axis_taps(x, src->origin_x, src->scale_x, src->width, &s->x, kx);
-    axis_taps(y, src->origin_y, src->scale_y, src->height, &s->y, ky);
+    /* The tables of the previous call when the geometry is the same (the planes path's Cb and
+     * Cr, which share their map): they depend only on the axes and the buffer's map and size. */
+    stk__tapkey key;
+    memset(&key, 0, sizeof(key)); /* padding bytes too: the key is compared with memcmp */
+    memcpy(&key.x, x, sizeof(*x));
+    memcpy(&key.y, y, sizeof(*y));
+    key.origin[0] = src->origin_x;
+    key.origin[1] = src->origin_y;
+    key.scale[0] = src->scale_x;
+    key.scale[1] = src->scale_y;
+    key.size[0] = src->width;
+    key.size[1] = src->height;
+    if (!s->key_valid || memcmp(&key, &s->key, sizeof(key)) != 0) {
+        s->key_valid = false; /* until both tables are filled */
+        axis_taps(x, src->origin_x, src->scale_x, src->width, &s->x, kx);
+        axis_taps(y, src->origin_y, src->scale_y, src->height, &s->y, ky);
+        s->key = key;
+        s->key_valid = true;
+    }
     const int32_t *xmin = s->x.tmin, *xn = s->x.tn, *ymin = s->y.tmin, *yn = s->y.tn;
 
     int32_t xlo = INT32_MAX, xhi = 0;

@@ -374,9 +374,18 @@ typedef struct stk__taps {
     size_t cap_i, cap_w; /* capacity in entries / weights */
 } stk__taps;
 
+/* What the tap tables were computed for: the two axes and the buffer's map and size. */
+typedef struct stk__tapkey {
+    stk__xaxis x, y;
+    double origin[2], scale[2];
+    uint32_t size[2];
+} stk__tapkey;
+
 /* Per-worker scratch of the resampler: tap tables and one int16 row; grown, never shrunk. */
 typedef struct stk__rscratch {
     stk__taps x, y;
+    stk__tapkey key; /* the tables are those of key when key_valid */
+    bool key_valid;
     int16_t *row; /* vertical-pass result for one output row (7 fractional bits) */
     size_t cap_row;
     int16_t *blk; /* AVX2 path: a block of vertical-pass rows, then its transpose */
