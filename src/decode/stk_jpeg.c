@@ -22,6 +22,16 @@
  * (replicated chroma needs no neighbour); the buffer equals TurboJPEG's TJFLAG_FASTDCT |
  * TJFLAG_FASTUPSAMPLE decode (tested like the exact mode).
  *
+ * Planes mode (stk__jpeg_decode_planes, the transform's default for YCbCr JPEGs; issue 15): the
+ * fast mode with JCS_YCbCr output, whose colour deconverter (null_convert: interleaving) is
+ * replaced after jpeg_start_decompress by ycc_rows, which copies the window's rows into planes:
+ * luma whole, chroma at its own resolution (every other sample of each row, every other row,
+ * where plain upsampling replicated them; at 1/2 .. 1/8 libjpeg-turbo often enlarges the
+ * chroma IDCT instead and there is nothing to drop). Crop, skip and the strict read to the end
+ * work as in the fast mode; jpeg_skip_scanlines swaps in its own no-op converter while it
+ * discards rows and restores ours. The planes equal TurboJPEG's raw YUV decode with
+ * TJFLAG_FASTDCT at full scale (test_decode's test_planes).
+ *
  * Exactness: the buffer equals the same region of libjpeg's own full decode at that scale. At
  * den 1, 4:2:x chroma is upsampled with the "fancy" triangle filter, which reads the chroma
  * sample on each side; at a crop edge libjpeg replicates its last sample instead. So the crop

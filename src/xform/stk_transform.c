@@ -6,6 +6,8 @@
  *   decode only the window the output needs, at the largest DCT scale 1/den with den <= the
  *   downscale factor (den = 1 when `exact`) -> resample straight to the output size, mirrored if
  *   flipped -> the pixel kernels (ColorJitter; uint8, in place) -> convert/normalise into dst.
+ *   Not exact and a YCbCr JPEG: the window is decoded as Y, Cb, Cr planes, each resampled from
+ *   its own resolution, and colour-converted at the output size (render_planes).
  * What each op does at each step is its row in the op table (stk_ops.c); this file only walks
  * the rows.
  * No per-sample allocation in steady state: the worker's scratch grows to the largest need and
