@@ -477,7 +477,7 @@ static stk_status resample(stk__rscratch *s, const stk__decoded *src, int nc, co
         s->key_valid = false; /* until both tables are filled */
         axis_taps(x, src->origin_x, src->scale_x, src->width, &s->x, kx);
         axis_taps(y, src->origin_y, src->scale_y, src->height, &s->y, ky);
-        s->key = key;
+        memcpy(&s->key, &key, sizeof(key));
         s->key_valid = true;
     }
     const int32_t *xmin = s->x.tmin, *xn = s->x.tn, *ymin = s->y.tmin, *yn = s->y.tn;
