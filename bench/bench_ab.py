@@ -3,13 +3,17 @@
 (issue 11: a restructuring must stay within noise of the commit before it).
 
     /usr/bin/python3 bench/bench_ab.py --base 53de931 [--rounds 5] [--images 1500]
-        [--records 3000] [--threads 1,2]
+        [--records 3000] [--threads 1,2] [--profile small|imagenet|grain] [--ceiling]
+        [--workloads images,raw]
 
 Builds BASE's CLI in a temporary git worktree (`make cli`), packs the data once with the
 current build (both builds read version-1 shards), then alternates `stoker bench ... --json`
 runs of the two builds, A B A B ..., for each workload: imagenet-train on generated photo-like
 JPEGs (bench/gen_images.py) and raw ~100 KB records (bench/bench_raw.py's generator). Prints a
 Markdown table of medians with [min-max] and the new/base ratio of the medians, and the commands.
+--profile picks gen_images.py's image set; --ceiling adds each run's own ceiling (`stoker bench
+--ceiling`: full decode, or memcpy, of the same records on the same threads, measured right
+after it) and the table then also gives each build's ratio to it, median [min-max].
 """
 import argparse
 import json
@@ -36,11 +40,11 @@ def build_base(rev, where):
     return os.path.join(where, "build", "stoker")
 
 
-def bench(stoker, data, recipe, threads, epochs):
+def bench(stoker, data, recipe, threads, epochs, ceiling=False):
     cmd = [stoker, "bench", data, "--recipe", recipe, "--threads", str(threads), "--epochs",
-           str(epochs), "--json", "--quiet"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["samples_per_s"], " ".join(cmd[1:])
+           str(epochs), "--json", "--quiet"] + (["--ceiling"] if ceiling else [])
+    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    return out["samples_per_s"], out.get("ratio_to_ceiling"), " ".join(cmd[1:])
 
 
 def main():
@@ -51,37 +55,56 @@ def main():
     ap.add_argument("--records", type=int, default=3000)
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--work", default=None, help="keep data here (default: a temp dir)")
+    ap.add_argument("--profile", default="small", choices=["small", "imagenet", "grain"])
+    ap.add_argument("--ceiling", action="store_true", help="also each run's ratio to its ceiling")
+    ap.add_argument("--workloads", default="images,raw")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="stk-ab-")
     os.makedirs(work, exist_ok=True)
     new = os.path.join(ROOT, "build", "stoker")
     base = build_base(a.base, os.path.join(work, "base"))
-    imgs, raw = os.path.join(work, "imgs"), os.path.join(work, "raw")
-    if not os.path.exists(imgs + ".stk"):
+    imgs, raw = os.path.join(work, f"imgs_{a.profile}"), os.path.join(work, "raw")
+    workloads = a.workloads.split(",")
+    if "images" in workloads and not os.path.exists(imgs + ".stk"):
         sh([sys.executable, os.path.join(ROOT, "bench", "gen_images.py"), imgs, "--classes",
-            "10", "--per-class", str(max(1, a.images // 10))], stdout=subprocess.DEVNULL)
+            "10", "--per-class", str(max(1, a.images // 10)), "--profile", a.profile],
+           stdout=subprocess.DEVNULL)
         sh([new, "pack", imgs, imgs + ".stk", "--quiet"])
-    if not os.path.exists(raw + ".stk"):
+    if "raw" in workloads and not os.path.exists(raw + ".stk"):
         import bench_raw
         bench_raw.make_tree(raw, a.records)
         sh([new, "pack", raw, raw + ".stk", "--quiet"])
     rows = []
-    for recipe, data, epochs in (("imagenet-train", imgs + ".stk", 1), ("raw", raw + ".stk", 3)):
+    jobs = [("imagenet-train", imgs + ".stk", 1), ("raw", raw + ".stk", 3)]
+    for recipe, data, epochs in [j for j in jobs if ("images" if j[0] != "raw" else "raw")
+                                 in workloads]:
         for t in [int(x) for x in a.threads.split(",")]:
             res = {"base": [], "new": []}
+            rat = {"base": [], "new": []}
             cmd = ""
             for _ in range(a.rounds):
                 for name, exe in (("base", base), ("new", new)):
-                    r, cmd = bench(exe, data, recipe, t, epochs)
+                    r, q, cmd = bench(exe, data, recipe, t, epochs, a.ceiling)
                     res[name].append(r)
+                    if q is not None:
+                        rat[name].append(q)
             mb, mn = statistics.median(res["base"]), statistics.median(res["new"])
-            rows.append((recipe, t, res, mb, mn, cmd))
-    print(f"\nbase {a.base} vs new (working tree), {a.rounds} interleaved rounds each\n")
-    print("| workload | threads | base samples/s | new samples/s | new / base |")
-    print("|---|---|---|---|---|")
-    for recipe, t, res, mb, mn, _ in rows:
-        print(f"| {recipe} | {t} | {mb:.0f} [{min(res['base']):.0f}-{max(res['base']):.0f}] "
-              f"| {mn:.0f} [{min(res['new']):.0f}-{max(res['new']):.0f}] | {mn / mb:.3f} |")
+            rows.append((recipe, t, res, mb, mn, cmd, rat))
+    print(f"\nbase {a.base} vs new (working tree), {a.rounds} interleaved rounds each, "
+          f"images: gen_images.py --profile {a.profile}\n")
+
+    def spread(v, f):
+        return f"{statistics.median(v):{f}} [{min(v):{f}}-{max(v):{f}}]" if v else "-"
+
+    print("| workload | threads | base samples/s | new samples/s | new / base"
+          + (" | base / ceiling | new / ceiling |" if a.ceiling else " |"))
+    print("|---|---|---|---|---|" + ("---|---|" if a.ceiling else ""))
+    for recipe, t, res, mb, mn, _, rat in rows:
+        line = (f"| {recipe} | {t} | {spread(res['base'], '.0f')} | {spread(res['new'], '.0f')} "
+                f"| {mn / mb:.3f} |")
+        if a.ceiling:
+            line += f" {spread(rat['base'], '.3f')} | {spread(rat['new'], '.3f')} |"
+        print(line)
     print("\ncommands (each build): " + "; ".join(sorted({r[5] for r in rows})))
     sh(["git", "-C", ROOT, "worktree", "remove", "--force", os.path.join(work, "base")])
     if not a.work:

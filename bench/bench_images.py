@@ -2,7 +2,7 @@
 """Side-by-side image pipeline benchmark: PyTorch's DataLoader + torchvision, stoker, and the
 decode-only ceiling, on the same JPEGs, the same recipe and the same cores, in one run.
 
-    /usr/bin/python3 bench/bench_images.py [--images 2000] [--profile small|imagenet]
+    /usr/bin/python3 bench/bench_images.py [--images 2000] [--profile small|imagenet|grain]
         [--recipe imagenet-train|imagenet-val] [--threads 2] [--workers 0,1,2,3,4]
         [--repeat 3] [--torch-repeat 1]
 
@@ -84,7 +84,7 @@ def stoker_bench(packed, recipe, threads, epochs, batch, exact):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--images", type=int, default=2000)
-    ap.add_argument("--profile", default="small", choices=["small", "imagenet"])
+    ap.add_argument("--profile", default="small", choices=["small", "imagenet", "grain"])
     ap.add_argument("--recipe", default="imagenet-train",
                     choices=["imagenet-train", "imagenet-val"])
     ap.add_argument("--threads", type=int, default=os.cpu_count())

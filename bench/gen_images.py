@@ -24,10 +24,15 @@ SIZES = [(500, 375)] * 6 + [(375, 500)] * 3 + [(500, 333)] * 2 + [(333, 500), (6
                                                                  (300, 400), (500, 400),
                                                                  (600, 450)]
 
+GRAIN_SIGMA, GRAIN_CHROMA = 6.0, 0.35
+
 PROFILES = {
     # texture amplitude, noise sigma, quality range
     "small": (36.0, 6.5, (75, 95)),
     "imagenet": (56.0, 9.5, (88, 96)),
+    # photographs with sensor grain (issue 15): little texture, pixel-scale noise mostly in luma
+    # (GRAIN_CHROMA of it in each channel independently), quality ~90, 4:2:0
+    "grain": (12.0, GRAIN_SIGMA, (89, 91)),
 }
 
 
@@ -62,7 +67,11 @@ def make_image(rng, w, h, label, profile):
     tex = smooth_field(rng, h, w, 3) - 128.0
     mask = np.clip((yy - h * 0.35) / (h * 0.3), 0.2, 1.0)[..., None]
     arr += tex * (tex_amp / 128.0) * mask
-    arr += rng.normal(0, noise, size=arr.shape).astype(np.float32)
+    if profile == "grain":  # sensor grain: shared by the channels (luma), a little chroma
+        arr += rng.normal(0, noise, size=(h, w, 1)).astype(np.float32)
+        arr += rng.normal(0, noise * GRAIN_CHROMA, size=arr.shape).astype(np.float32)
+    else:
+        arr += rng.normal(0, noise, size=arr.shape).astype(np.float32)
     quality = int(rng.integers(qlo, qhi + 1))
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)), quality
 
@@ -73,8 +82,8 @@ def work(args):
     w, h = SIZES[int(rng.integers(0, len(SIZES)))]
     img, q = make_image(rng, w, h, cls, profile)
     path = os.path.join(out, f"class_{cls:03d}", f"img_{idx:05d}.jpg")
-    img.save(path, quality=q)
-    return os.path.getsize(path)
+    img.save(path, quality=q, subsampling="4:2:0")
+    return os.path.getsize(path), w * h
 
 
 def main():
@@ -91,16 +100,17 @@ def main():
     for c in range(a.classes):
         os.makedirs(os.path.join(a.out, f"class_{c:03d}"), exist_ok=True)
     jobs = [(a.out, c, i, a.seed, a.profile) for c in range(a.classes) for i in range(a.per_class)]
-    total = 0
+    total = pixels = 0
     with Pool(a.jobs) as pool:
-        for k, size in enumerate(pool.imap_unordered(work, jobs, chunksize=8), 1):
+        for k, (size, npix) in enumerate(pool.imap_unordered(work, jobs, chunksize=8), 1):
             total += size
+            pixels += npix
             if sys.stderr.isatty():
                 print(f"\rgenerating {k}/{len(jobs)} images", end="", file=sys.stderr)
     if sys.stderr.isatty():
         print(file=sys.stderr)
     print(f"{len(jobs)} JPEGs in {a.classes} classes, {total / len(jobs) / 1000:.1f} KB mean, "
-          f"{total / 1e6:.1f} MB -> {a.out}")
+          f"{total / pixels:.3f} bytes per pixel, {total / 1e6:.1f} MB -> {a.out}")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,12 @@ stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
                             uint32_t h, uint32_t num, bool fast, stk__decoded *out, char *err,
                             size_t err_size);
 
+/* stk__jpeg_decode in fast mode, the window as planes (stk__image_decode_planes). */
+stk_status stk__jpeg_decode_planes(stk__decoder *d, const uint8_t *src, size_t size,
+                                   const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                                   uint32_t h, uint32_t num, stk__decoded planes[3], char *err,
+                                   size_t err_size);
+
 /* The codecs that decode at full scale (no DCT scaling). Their decode fills d->pix with at least
  * rows 0 .. y+h-1 of the image at full width (origin 0, scale 1); the window logic crops. PNG
  * stops after the window's last row; the others decode the whole image. */

@@ -87,4 +87,21 @@ stk_status stk__image_decode_fast(stk__decoder *d, const void *src, size_t size,
                                   uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
                                   char *err, size_t err_size);
 
+/* stk__image_decode_planes' answer when the image cannot come out as planes (not a JPEG, or not
+ * 3-component YCbCr with 1x1 chroma and luma sampled 1 or 2 each way): nothing was decoded, and
+ * nothing is wrong with the image. */
+#define STK__NOT_PLANAR 1
+
+/* stk__image_decode_fast, but the window comes out before colour conversion: planes[0] is luma
+ * (Y) at the decoded scale, planes[1] and planes[2] are Cb and Cr at their own resolution (half
+ * the luma's on each subsampled axis), one byte per pixel, each with its own map to full
+ * resolution (a chroma sample covers the full-resolution pixels of the luma samples it was
+ * subsampled from). Same window and DCT scale rule as stk__image_decode_fast; the luma plane
+ * equals the Y of that decode, and the chroma planes hold the samples its plain upsampling
+ * replicates. @return STK_OK, STK__NOT_PLANAR, or the errors of stk__image_decode_fast. */
+stk_status stk__image_decode_planes(stk__decoder *d, const void *src, size_t size,
+                                    const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                                    uint32_t h, uint32_t min_w, uint32_t min_h,
+                                    stk__decoded planes[3], char *err, size_t err_size);
+
 #endif /* STK_DECODE_H */

@@ -197,13 +197,13 @@ static uint32_t choose_num(uint32_t w, uint32_t h, uint32_t min_w, uint32_t min_
     return 8;
 }
 
-/* stk__image_decode and stk__image_decode_fast. */
+/* stk__image_decode, stk__image_decode_fast and (planes != NULL) stk__image_decode_planes. */
 static stk_status image_decode(stk__decoder *d, const void *src, size_t size,
                                const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
                                uint32_t h, uint32_t min_w, uint32_t min_h, bool fast,
-                               stk__decoded *out, char *err, size_t err_size)
+                               stk__decoded *out, stk__decoded *planes, char *err, size_t err_size)
 {
-    if (!d || (!src && size) || !info || !out)
+    if (!d || (!src && size) || !info || (!out && !planes))
         return stk__set_error(err, err_size, STK_EINVAL, "image decode: NULL argument");
     if (w == 0 || h == 0 || x >= info->width || y >= info->height || w > info->width - x ||
         h > info->height - y)
@@ -215,6 +215,11 @@ static stk_status image_decode(stk__decoder *d, const void *src, size_t size,
         return STK_EFORMAT;
     if (fmt != info->format)
         return stk__set_error(err, err_size, STK_EINVAL, "image format differs from its probe");
+    if (planes && fmt != STK__IMG_JPEG)
+        return STK__NOT_PLANAR;
+    if (planes)
+        return stk__jpeg_decode_planes(d, src, size, info, x, y, w, h,
+                                       choose_num(w, h, min_w, min_h), planes, err, err_size);
     if (fmt == STK__IMG_JPEG)
         return stk__jpeg_decode(d, src, size, info, x, y, w, h, choose_num(w, h, min_w, min_h),
                                 fast, out, err, err_size);
@@ -226,7 +231,8 @@ stk_status stk__image_decode(stk__decoder *d, const void *src, size_t size,
                              uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
                              char *err, size_t err_size)
 {
-    return image_decode(d, src, size, info, x, y, w, h, min_w, min_h, false, out, err, err_size);
+    return image_decode(d, src, size, info, x, y, w, h, min_w, min_h, false, out, NULL, err,
+                        err_size);
 }
 
 stk_status stk__image_decode_fast(stk__decoder *d, const void *src, size_t size,
@@ -234,7 +240,17 @@ stk_status stk__image_decode_fast(stk__decoder *d, const void *src, size_t size,
                                   uint32_t h, uint32_t min_w, uint32_t min_h, stk__decoded *out,
                                   char *err, size_t err_size)
 {
-    return image_decode(d, src, size, info, x, y, w, h, min_w, min_h, true, out, err, err_size);
+    return image_decode(d, src, size, info, x, y, w, h, min_w, min_h, true, out, NULL, err,
+                        err_size);
+}
+
+stk_status stk__image_decode_planes(stk__decoder *d, const void *src, size_t size,
+                                    const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                                    uint32_t h, uint32_t min_w, uint32_t min_h,
+                                    stk__decoded planes[3], char *err, size_t err_size)
+{
+    return image_decode(d, src, size, info, x, y, w, h, min_w, min_h, true, NULL, planes, err,
+                        err_size);
 }
 
 /* ---- public API: full-size decode ---- */

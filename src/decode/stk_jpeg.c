@@ -22,6 +22,16 @@
  * (replicated chroma needs no neighbour); the buffer equals TurboJPEG's TJFLAG_FASTDCT |
  * TJFLAG_FASTUPSAMPLE decode (tested like the exact mode).
  *
+ * Planes mode (stk__jpeg_decode_planes, the transform's default for YCbCr JPEGs; issue 15): the
+ * fast mode with JCS_YCbCr output, whose colour deconverter (null_convert: interleaving) is
+ * replaced after jpeg_start_decompress by ycc_rows, which copies the window's rows into planes:
+ * luma whole, chroma at its own resolution (every other sample of each row, every other row,
+ * where plain upsampling replicated them; at 1/2 .. 1/8 libjpeg-turbo often enlarges the
+ * chroma IDCT instead and there is nothing to drop). Crop, skip and the strict read to the end
+ * work as in the fast mode; jpeg_skip_scanlines swaps in its own no-op converter while it
+ * discards rows and restores ours. The planes equal TurboJPEG's raw YUV decode with
+ * TJFLAG_FASTDCT at full scale (test_decode's test_planes).
+ *
  * Exactness: the buffer equals the same region of libjpeg's own full decode at that scale. At
  * den 1, 4:2:x chroma is upsampled with the "fancy" triangle filter, which reads the chroma
  * sample on each side; at a crop edge libjpeg replicates its last sample instead. So the crop
@@ -75,11 +85,32 @@
 
 #include <jerror.h>
 #include <jpeglib.h>
+/* jpegint.h: the colour deconverter's method table, whose color_convert the planes mode replaces
+ * (its layout has been the same since libjpeg 6b; libjpeg-turbo installs the header) */
+#include <jpegint.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #define MAX_SCANS 500
 
+/* The planes mode's colour-conversion hook (ycc_rows): where the window's rows go. */
+typedef struct ycc_sink {
+    bool active;          /* only while the window's rows are read */
+    const JSAMPROW *base; /* the row array handed to jpeg_read_scanlines: row r is base + r */
+    uint32_t rows;        /* window rows */
+    uint32_t ys;          /* the window's first row in the scaled image */
+    uint32_t width;       /* luma bytes a row (the cropped width) */
+    uint32_t cwidth;      /* chroma samples a row */
+    uint32_t fx, fy;      /* chroma subsampling left in libjpeg's upsampled rows (1 or 2) */
+    uint8_t *plane[3];
+    size_t stride[3];
+} ycc_sink;
+
 struct stk__jpeg {
     struct jpeg_decompress_struct cinfo;
+    ycc_sink ycc;
     struct jpeg_error_mgr jerr;
     struct jpeg_progress_mgr progress;
     jmp_buf jump;
@@ -291,11 +322,84 @@ static stk_status read_to_end(struct jpeg_decompress_struct *c, stk__decoder *d,
     return STK_OK;
 }
 
-/* Body of stk__jpeg_decode, under its setjmp: libjpeg errors longjmp out of it. */
+/* dst[i] = src[i * 2] for i < n (one chroma sample of each replicated pair). */
+static void take_even(uint8_t *restrict dst, const uint8_t *restrict src, uint32_t n)
+{
+    uint32_t i = 0;
+#if defined(__SSE2__)
+    const __m128i lo = _mm_set1_epi16(0xFF);
+    for (; i + 17 <= n; i += 16) { /* reads src[2i .. 2i + 31], below src[2n - 2] */
+        __m128i a = _mm_and_si128(_mm_loadu_si128((const __m128i *)(src + 2 * i)), lo);
+        __m128i b = _mm_and_si128(_mm_loadu_si128((const __m128i *)(src + 2 * i + 16)), lo);
+        _mm_storeu_si128((__m128i *)(dst + i), _mm_packus_epi16(a, b));
+    }
+#endif
+    for (; i < n; i++)
+        dst[i] = src[2 * i];
+}
+
+/* The colour "conversion" of the planes mode (stk__jpeg_decode_planes): instead of interleaving
+ * libjpeg's upsampled Y, Cb, Cr rows, keep the window's rows as planes, luma whole and chroma at
+ * its own resolution (every fx-th sample of every fy-th row: libjpeg's plain upsampling only
+ * replicated them). Rows are told apart by where jpeg_read_scanlines was asked to put them; the
+ * rows read outside the window (read_to_end, jpeg_skip_scanlines' discards) are ignored. */
+static void ycc_rows(j_decompress_ptr c, JSAMPIMAGE in, JDIMENSION in_row, JSAMPARRAY out,
+                     int num_rows)
+{
+    ycc_sink *y = &from_cinfo((j_common_ptr)c)->ycc;
+    uintptr_t o = (uintptr_t)out, b = (uintptr_t)y->base;
+    if (!y->active || o < b || (o - b) % sizeof(JSAMPROW) != 0)
+        return;
+    uint64_t r0 = (o - b) / sizeof(JSAMPROW);
+    for (int k = 0; k < num_rows && r0 + (uint64_t)k < y->rows; k++) {
+        uint32_t r = (uint32_t)r0 + (uint32_t)k, a = y->ys + r; /* window row, image row */
+        memcpy(y->plane[0] + (size_t)r * y->stride[0], in[0][in_row + (JDIMENSION)k], y->width);
+        if (a % y->fy != 0 && r != 0)
+            continue; /* the replica of the chroma row above */
+        size_t cr = a / y->fy - y->ys / y->fy;
+        for (int ci = 1; ci < 3; ci++) {
+            uint8_t *dst = y->plane[ci] + cr * y->stride[ci];
+            const uint8_t *row = in[ci][in_row + (JDIMENSION)k];
+            if (y->fx == 2)
+                take_even(dst, row, y->cwidth);
+            else
+                memcpy(dst, row, y->cwidth);
+        }
+    }
+}
+
+/* Whether the planes mode applies to this header: 3-component YCbCr, luma at the largest sampling
+ * factors (1 or 2 each way), both chroma components at 1x1. */
+static bool planes_header_ok(const struct jpeg_decompress_struct *c)
+{
+    if (c->jpeg_color_space != JCS_YCbCr || c->num_components != 3)
+        return false;
+    const jpeg_component_info *ci = c->comp_info;
+    return ci[0].h_samp_factor <= 2 && ci[0].v_samp_factor <= 2 &&
+           ci[0].h_samp_factor == c->max_h_samp_factor &&
+           ci[0].v_samp_factor == c->max_v_samp_factor && ci[1].h_samp_factor == 1 &&
+           ci[1].v_samp_factor == 1 && ci[2].h_samp_factor == 1 && ci[2].v_samp_factor == 1;
+}
+
+/* The upsampling factor libjpeg applies to component ci on one axis, after its DCT scaling
+ * (which may already have enlarged chroma): 0 when it is not 1 or 2. */
+static uint32_t expand(const struct jpeg_decompress_struct *c, int ci, bool vertical)
+{
+    const jpeg_component_info *p = &c->comp_info[ci];
+    int num = (vertical ? c->max_v_samp_factor : c->max_h_samp_factor) * c->min_DCT_scaled_size;
+    int den = (vertical ? p->v_samp_factor : p->h_samp_factor) * p->DCT_scaled_size;
+    if (den <= 0 || num % den != 0 || (num / den != 1 && num / den != 2))
+        return 0;
+    return (uint32_t)(num / den);
+}
+
+/* Body of stk__jpeg_decode, under its setjmp: libjpeg errors longjmp out of it. With `planes`
+ * (fast mode only), the window comes out as Y, Cb, Cr planes, or STK__NOT_PLANAR when this JPEG
+ * cannot (then nothing was decoded). */
 static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
                               const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
-                              uint32_t h, uint32_t num, bool fast, stk__decoded *out, char *err,
-                              size_t err_size)
+                              uint32_t h, uint32_t num, bool fast, stk__decoded *out,
+                              stk__decoded *planes, char *err, size_t err_size)
 {
     stk__jpeg *j = d->jpeg;
     struct jpeg_decompress_struct *c = &j->cinfo;
@@ -307,8 +411,12 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
         STK_FAIL_SIZED(err, err_size, STK_EINVAL, "image is %ux%u, not the probed %ux%u",
                        c->image_width, c->image_height, info->width, info->height);
 
+    if (planes && (!fast || !planes_header_ok(c))) {
+        jpeg_abort_decompress(c);
+        return STK__NOT_PLANAR;
+    }
     bool cmyk = c->jpeg_color_space == JCS_CMYK || c->jpeg_color_space == JCS_YCCK;
-    c->out_color_space = cmyk ? JCS_CMYK : JCS_EXT_RGB;
+    c->out_color_space = planes ? JCS_YCbCr : cmyk ? JCS_CMYK : JCS_EXT_RGB;
     c->scale_num = num;
     c->scale_denom = 8;
     c->dct_method = fast ? JDCT_IFAST : JDCT_ISLOW;
@@ -318,7 +426,18 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
      * jpeg_skip_scanlines then writes through it (use after free, fixed in libjpeg-turbo 3.1.2;
      * it crashed here under the alternating exact/fast decodes of one worker). */
     c->cconvert = NULL;
+    j->ycc.active = false;
     jpeg_start_decompress(c);
+    uint32_t fx = 1, fy = 1;
+    if (planes) { /* luma must come out unscaled, chroma at most doubled */
+        fx = expand(c, 1, false);
+        fy = expand(c, 1, true);
+        if (expand(c, 0, false) != 1 || expand(c, 0, true) != 1 || !fx || !fy ||
+            expand(c, 2, false) != fx || expand(c, 2, true) != fy || !c->cconvert) {
+            jpeg_abort_decompress(c);
+            return STK__NOT_PLANAR;
+        }
+    }
 
     /* The window in scaled pixels: [xs, xe) x [ys, ye) */
     uint32_t out_w = c->output_width, out_h = c->output_height;
@@ -343,23 +462,45 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
 
     uint32_t rows = ye - ys;
     size_t stride, total, in_row = (size_t)c->output_width * (size_t)c->output_components;
-    if (!stk__mul_ok(c->output_width, 3, &stride) || !stk__mul_ok(stride, rows, &total))
+    /* Planes mode: Y rows x cw, then Cb and Cr at their resolution, rows 32-byte aligned */
+    uint32_t ccw = (c->output_width + fx - 1) / fx, crows = (ye - 1) / fy - ys / fy + 1;
+    size_t ystride = ((size_t)c->output_width + 31) & ~(size_t)31, cstride = (ccw + 31) & ~31u;
+    size_t ysize = 0, csize = 0;
+    if (!stk__mul_ok(c->output_width, 3, &stride) || !stk__mul_ok(stride, rows, &total) ||
+        !stk__mul_ok(ystride, rows, &ysize) || !stk__mul_ok(cstride, crows, &csize))
         STK_FAIL_SIZED(err, err_size, STK_ELIMIT, "JPEG: window too large");
+    if (planes)
+        total = ysize + 2 * csize;
     STK_TRY(stk__decoder_reserve(&d->pix, &d->pix_cap, total, err, err_size));
 
     if (!cmyk) {
         size_t ptr_size;
-        if (!stk__mul_ok(rows, sizeof(JSAMPROW), &ptr_size))
+        if (!stk__mul_ok(rows, sizeof(JSAMPROW), &ptr_size) || ptr_size > SIZE_MAX - in_row)
             STK_FAIL_SIZED(err, err_size, STK_ELIMIT, "JPEG: window too large");
-        STK_TRY(stk__decoder_reserve(&d->aux, &d->aux_cap, ptr_size, err, err_size));
+        STK_TRY(stk__decoder_reserve(&d->aux, &d->aux_cap, ptr_size + (planes ? in_row : 0), err,
+                                     err_size));
         JSAMPROW *ptr = (JSAMPROW *)(void *)d->aux;
-        for (uint32_t r = 0; r < rows; r++)
-            ptr[r] = d->pix + (size_t)r * stride;
+        for (uint32_t r = 0; r < rows; r++) /* planes: the hook writes the planes instead */
+            ptr[r] = planes ? d->aux + ptr_size : d->pix + (size_t)r * stride;
+        if (planes) {
+            j->ycc = (ycc_sink){.active = true,
+                                .base = ptr,
+                                .rows = rows,
+                                .ys = ys,
+                                .width = c->output_width,
+                                .cwidth = ccw,
+                                .fx = fx,
+                                .fy = fy,
+                                .plane = {d->pix, d->pix + ysize, d->pix + ysize + csize},
+                                .stride = {ystride, cstride, cstride}};
+            c->cconvert->color_convert = ycc_rows;
+        }
         for (uint32_t done = 0, n; done < rows; done += n) {
             n = jpeg_read_scanlines(c, ptr + done, rows - done);
             if (n == 0) /* only a suspending source returns 0; never jpeg_mem_src */
                 STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "JPEG: no scanline returned");
         }
+        j->ycc.active = false;
     } else {
         STK_TRY(stk__decoder_reserve(&d->aux, &d->aux_cap, in_row, err, err_size));
         for (uint32_t r = 0; r < rows; r++) {
@@ -379,16 +520,33 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
         jpeg_abort_decompress(c);
 
     /* Report only the window's columns: the crop margins may differ from a full decode */
+    double px = 8.0 / num; /* full-resolution pixels per decoded pixel */
+    if (planes) {
+        uint32_t cxs = xs / fx, cxe = (xe + fx - 1) / fx, cys = ys / fy;
+        for (int ci = 0; ci < 3; ci++) {
+            uint32_t f = ci ? fx : 1, g = ci ? fy : 1, x0 = ci ? cxs : xs;
+            planes[ci] = (stk__decoded){.rgb = j->ycc.plane[ci] + (x0 - xoff / f),
+                                        .width = ci ? cxe - cxs : xe - xs,
+                                        .height = ci ? crows : rows,
+                                        .stride = j->ycc.stride[ci],
+                                        .origin_x = (double)x0 * f * px,
+                                        .origin_y = (double)(ci ? cys * fy : ys) * px,
+                                        .scale_x = f * px,
+                                        .scale_y = g * px};
+        }
+        return STK_OK;
+    }
     out->rgb = d->pix + (size_t)(xs - xoff) * 3;
     out->width = xe - xs;
     out->height = rows;
     out->stride = stride;
-    out->scale_x = out->scale_y = 8.0 / num;
-    out->origin_x = (double)xs * 8.0 / num;
-    out->origin_y = (double)ys * 8.0 / num;
+    out->scale_x = out->scale_y = px;
+    out->origin_x = (double)xs * px;
+    out->origin_y = (double)ys * px;
     return STK_OK;
 
 fail:
+    j->ycc.active = false;
     jpeg_abort_decompress(c);
     return rc;
 }
@@ -401,5 +559,19 @@ stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
     d->jpeg->lenient = d->lenient;
     if (setjmp(d->jpeg->jump))
         return jpeg_failed(d->jpeg, err, err_size);
-    return decode_body(d, src, size, info, x, y, w, h, num, fast, out, err, err_size);
+    return decode_body(d, src, size, info, x, y, w, h, num, fast, out, NULL, err, err_size);
+}
+
+stk_status stk__jpeg_decode_planes(stk__decoder *d, const uint8_t *src, size_t size,
+                                   const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                                   uint32_t h, uint32_t num, stk__decoded planes[3], char *err,
+                                   size_t err_size)
+{
+    d->jpeg->lenient = d->lenient;
+    d->jpeg->ycc.active = false;
+    if (setjmp(d->jpeg->jump)) {
+        d->jpeg->ycc.active = false;
+        return jpeg_failed(d->jpeg, err, err_size);
+    }
+    return decode_body(d, src, size, info, x, y, w, h, num, true, NULL, planes, err, err_size);
 }

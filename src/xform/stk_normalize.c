@@ -301,6 +301,138 @@ static void store(const stk_transform *t, const uint8_t *restrict rgb, uint32_t 
     }
 }
 
+/* ---- from Y, Cb, Cr planes (the planes path of stk_transform.c) ---- */
+
+/* JFIF's YCbCr -> RGB, in float32 with fused multiply-adds, rounded to the nearest integer (ties
+ * to even) and clamped to 0..255: the same operations in the scalar and AVX2 code, so the same
+ * bytes. (libjpeg's own integer tables round slightly differently: at most one level.) */
+#define YCC_RV 1.402f
+#define YCC_GU (-0.344136286f)
+#define YCC_GV (-0.714136286f)
+#define YCC_BU 1.772f
+
+static inline uint8_t ycc_level(float v)
+{
+    v = nearbyintf(v);
+    return (uint8_t)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+}
+
+/* Pixel i of the planes as R, G, B. */
+static inline void ycc_pixel(const uint8_t *py, const uint8_t *pu, const uint8_t *pv, size_t i,
+                             uint8_t out[3])
+{
+    float y = py[i], u = (float)pu[i] - 128.0f, v = (float)pv[i] - 128.0f;
+    out[0] = ycc_level(fmaf(v, YCC_RV, y));
+    out[1] = ycc_level(fmaf(u, YCC_GU, fmaf(v, YCC_GV, y)));
+    out[2] = ycc_level(fmaf(u, YCC_BU, y));
+}
+
+#ifdef HAVE_ARITH_STORE
+/* R, G, B of 8 pixels as int32 levels (ycc_pixel's operations on 8 lanes). */
+__attribute__((target("avx2,fma"))) static inline void ycc8(const uint8_t *py, const uint8_t *pu,
+                                                            const uint8_t *pv, __m256i rgb[3])
+{
+    const __m256 c128 = _mm256_set1_ps(128.0f);
+    __m256 y = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)py)));
+    __m256 u = _mm256_sub_ps(
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)pu))), c128);
+    __m256 v = _mm256_sub_ps(
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)pv))), c128);
+    __m256 f[3] = {
+        _mm256_fmadd_ps(v, _mm256_set1_ps(YCC_RV), y),
+        _mm256_fmadd_ps(u, _mm256_set1_ps(YCC_GU), _mm256_fmadd_ps(v, _mm256_set1_ps(YCC_GV), y)),
+        _mm256_fmadd_ps(u, _mm256_set1_ps(YCC_BU), y)};
+    for (int c = 0; c < 3; c++) /* cvtps rounds to nearest even, as nearbyintf */
+        rgb[c] =
+            _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(f[c]), _mm256_setzero_si256()),
+                             _mm256_set1_epi32(255));
+}
+
+/* float32 NCHW straight from the planes, 8 pixels a step: the levels of ycc8, then exactly the
+ * arithmetic store's operations (value8), so the values equal stk__store of the RGB image
+ * stk__ycc_to_rgb makes. Returns the pixels done. */
+__attribute__((target("avx2,fma"))) static size_t
+store_ycc_planes_arith(const stk_transform *t, const uint8_t *restrict py,
+                       const uint8_t *restrict pu, const uint8_t *restrict pv, size_t npix,
+                       float *restrict dst)
+{
+    __m256 mean[3], sd[3], rsd[3];
+    for (int c = 0; c < 3; c++) {
+        mean[c] = _mm256_set1_ps(t->st_mean[c]);
+        sd[c] = _mm256_set1_ps(t->st_std[c]);
+        rsd[c] = _mm256_set1_ps(t->st_rstd[c]);
+    }
+    const __m256 k255 = _mm256_set1_ps(255.0f), r255 = _mm256_set1_ps(1.0f / 255.0f);
+    size_t i = 0;
+    for (; i + 8 <= npix; i += 8) {
+        __m256i rgb[3];
+        ycc8(py + i, pu + i, pv + i, rgb);
+        for (int c = 0; c < 3; c++) {
+            __m256 q = div8(_mm256_cvtepi32_ps(rgb[c]), k255, r255);
+            _mm256_storeu_ps(dst + (size_t)c * npix + i,
+                             div8(_mm256_sub_ps(q, mean[c]), sd[c], rsd[c]));
+        }
+    }
+    return i;
+}
+
+/* Interleaved RGB from the planes, 8 pixels a step; returns the pixels done. */
+__attribute__((target("avx2,fma"))) static size_t
+ycc_to_rgb_avx2(const uint8_t *restrict py, const uint8_t *restrict pu, const uint8_t *restrict pv,
+                size_t npix, uint8_t *restrict rgb)
+{
+    size_t i = 0;
+    for (; i + 8 <= npix; i += 8) {
+        __m256i c[3];
+        ycc8(py + i, pu + i, pv + i, c);
+        int32_t v[3][8];
+        for (int k = 0; k < 3; k++)
+            _mm256_storeu_si256((__m256i *)v[k], c[k]);
+        uint8_t *o = rgb + i * 3;
+        for (int p = 0; p < 8; p++) {
+            o[p * 3] = (uint8_t)v[0][p];
+            o[p * 3 + 1] = (uint8_t)v[1][p];
+            o[p * 3 + 2] = (uint8_t)v[2][p];
+        }
+    }
+    return i;
+}
+#endif
+
+void stk__ycc_to_rgb(const uint8_t *restrict py, const uint8_t *restrict pu,
+                     const uint8_t *restrict pv, size_t npix, uint8_t *restrict rgb)
+{
+    size_t i = 0;
+#ifdef HAVE_ARITH_STORE
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        i = ycc_to_rgb_avx2(py, pu, pv, npix, rgb);
+#endif
+    for (; i < npix; i++)
+        ycc_pixel(py, pu, pv, i, rgb + i * 3);
+}
+
+bool stk__store_ycc(const stk_transform *t, const uint8_t *restrict py, const uint8_t *restrict pu,
+                    const uint8_t *restrict pv, uint32_t w, uint32_t h, void *restrict dst)
+{
+#ifdef HAVE_ARITH_STORE
+    if (t->dtype != STK_DTYPE_FLOAT32 || t->nhwc || !arith_ok(t))
+        return false;
+    size_t npix = (size_t)w * h;
+    float *o = dst;
+    size_t i = store_ycc_planes_arith(t, py, pu, pv, npix, o);
+    for (; i < npix; i++) { /* the last pixels through the tables */
+        uint8_t rgb[3];
+        ycc_pixel(py, pu, pv, i, rgb);
+        for (int c = 0; c < 3; c++)
+            o[(size_t)c * npix + i] = t->lut_f32[c][rgb[c]];
+    }
+    return true;
+#else
+    (void)t, (void)py, (void)pu, (void)pv, (void)w, (void)h, (void)dst;
+    return false;
+#endif
+}
+
 void stk__store(const stk_transform *t, const uint8_t *restrict rgb, uint32_t w, uint32_t h,
                 void *restrict dst)
 {

@@ -211,21 +211,21 @@ static void vertical_pass(int16_t *restrict row, const uint8_t *restrict src, si
     }
 }
 
-/* One output row from the int16 row: pixel i combines kk taps (kk even, zero-padded weights)
- * from buffer pixel tmin[i] on, then rounds and clips to uint8. */
+/* One output row from the int16 row of nc channels: pixel i combines kk taps (kk even,
+ * zero-padded weights) from buffer pixel tmin[i] on, then rounds and clips to uint8. */
 static void horizontal_pass(uint8_t *restrict out, const int16_t *restrict row, int64_t n_out,
                             const int32_t *restrict tmin, const int16_t *restrict w, int stride_w,
-                            int kk, int32_t xlo)
+                            int kk, int32_t xlo, int nc)
 {
     for (int64_t i = 0; i < n_out; i++) {
-        const int16_t *p = row + (size_t)(tmin[i] - xlo) * 3;
+        const int16_t *p = row + (size_t)(tmin[i] - xlo) * (size_t)nc;
         const int16_t *wi = w + i * stride_w;
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < nc; c++) {
             int32_t acc = 0;
             for (int q = 0; q < kk; q++)
-                acc += (int32_t)wi[q] * p[q * 3 + c];
+                acc += (int32_t)wi[q] * p[q * nc + c];
             int32_t v = descale(acc, H_SHIFT);
-            out[i * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+            out[i * nc + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
         }
     }
 }
@@ -329,21 +329,21 @@ __attribute__((target("avx2"))) static inline void transpose16_u8(__m128i r[16])
         }
 }
 
-/* Output value t = i*3 + c (pixel i, channel c) of BLK rows at once, from the transposed block
- * vt (value v of the block's vertical rows at vt + v*BLK, the BLK rows side by side): every tap
- * is one contiguous load of BLK values, and one vpmaddwd applies a tap pair to 8 rows. Returns
+/* Output value t = i*nc + c (pixel i, channel c of nc) of BLK rows at once, from the transposed
+ * block vt (value v of the block's vertical rows at vt + v*BLK, the BLK rows side by side): every
+ * tap is one contiguous load of BLK values, and one vpmaddwd applies a tap pair to 8 rows. Returns
  * the 16 rows as int16, in order. The sums are those of horizontal_pass. */
-__attribute__((target("avx2"))) static inline __m256i
+__attribute__((target("avx2"), always_inline)) static inline __m256i
 value_rows_avx2(const int16_t *restrict vt, int64_t t, const int32_t *restrict tmin,
-                const int16_t *restrict w, int stride_w, int kk, int32_t xlo)
+                const int16_t *restrict w, int stride_w, int kk, int32_t xlo, int nc)
 {
-    int64_t i = t / 3;
+    int64_t i = t / nc;
     const int16_t *wi = w + i * stride_w;
-    const int16_t *p = vt + ((size_t)(tmin[i] - xlo) * 3 + (size_t)(t - i * 3)) * BLK;
+    const int16_t *p = vt + ((size_t)(tmin[i] - xlo) * (size_t)nc + (size_t)(t - i * nc)) * BLK;
     __m256i lo = _mm256_set1_epi32(1 << (H_SHIFT - 1)), hi = lo;
-    for (int q = 0; q < kk; q += 2, p += 6 * BLK) {
+    for (int q = 0; q < kk; q += 2, p += 2 * nc * BLK) {
         __m256i a = _mm256_loadu_si256((const __m256i *)p);
-        __m256i b = _mm256_loadu_si256((const __m256i *)(p + 3 * BLK));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(p + nc * BLK));
         int32_t pair;
         memcpy(&pair, wi + q, sizeof(pair)); /* (w[q], w[q+1]) as an int16 pair */
         __m256i wv = _mm256_set1_epi32(pair);
@@ -356,46 +356,59 @@ value_rows_avx2(const int16_t *restrict vt, int64_t t, const int32_t *restrict t
 
 /* The horizontal pass of a block: every output value of BLK rows, written transposed,
  * obuf[t * BLK + row], two values (32 bytes) a step. */
-__attribute__((target("avx2"))) static void
-horizontal_block_avx2(uint8_t *restrict obuf, const int16_t *restrict vt, int64_t n_out,
-                      const int32_t *restrict tmin, const int16_t *restrict w, int stride_w, int kk,
-                      int32_t xlo)
+__attribute__((target("avx2"), always_inline)) static inline void
+horizontal_block_nc(uint8_t *restrict obuf, const int16_t *restrict vt, int64_t n_out,
+                    const int32_t *restrict tmin, const int16_t *restrict w, int stride_w, int kk,
+                    int32_t xlo, int nc)
 {
-    int64_t n_val = n_out * 3, t = 0;
+    int64_t n_val = n_out * nc, t = 0;
     for (; t + 2 <= n_val; t += 2) {
-        __m256i a = value_rows_avx2(vt, t, tmin, w, stride_w, kk, xlo);
-        __m256i b = value_rows_avx2(vt, t + 1, tmin, w, stride_w, kk, xlo);
+        __m256i a = value_rows_avx2(vt, t, tmin, w, stride_w, kk, xlo, nc);
+        __m256i b = value_rows_avx2(vt, t + 1, tmin, w, stride_w, kk, xlo, nc);
         /* [a 0-7, b 0-7 | a 8-15, b 8-15] -> [a 0-15 | b 0-15] */
         __m256i v = _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xD8);
         _mm256_storeu_si256((__m256i *)(obuf + (size_t)t * BLK), v);
     }
     if (t < n_val) {
-        __m256i a = value_rows_avx2(vt, t, tmin, w, stride_w, kk, xlo);
+        __m256i a = value_rows_avx2(vt, t, tmin, w, stride_w, kk, xlo, nc);
         __m256i v = _mm256_permute4x64_epi64(_mm256_packus_epi16(a, a), 0xD8);
         _mm_storeu_si128((__m128i *)(obuf + (size_t)t * BLK), _mm256_castsi256_si128(v));
     }
+}
+
+/* horizontal_block_nc compiled for RGB (nc = 3) and for one plane (nc = 1). */
+__attribute__((target("avx2"))) static void
+horizontal_block_avx2(uint8_t *restrict obuf, const int16_t *restrict vt, int64_t n_out,
+                      const int32_t *restrict tmin, const int16_t *restrict w, int stride_w, int kk,
+                      int32_t xlo, int nc)
+{
+    if (nc == 3)
+        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, 3);
+    else
+        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, 1);
 }
 
 /* Resample with the AVX2 kernels, BLK output rows at a time: the vertical pass of each row
  * into a BLK x ld block, one transpose to vt, horizontal_block_avx2, and a transpose of the
  * bytes back into the output rows. */
 __attribute__((target("avx2"))) static void
-resample_blocks_avx2(const stk__rscratch *s, const stk__decoded *src, int64_t ow, int64_t oh,
-                     int kx, int ky, int kk, int32_t xlo, size_t len, size_t ld, uint8_t *dst,
-                     size_t dst_stride)
+resample_blocks_avx2(const stk__rscratch *s, const stk__decoded *src, int nc, int64_t ow,
+                     int64_t oh, int kx, int ky, int kk, int32_t xlo, size_t len, size_t ld,
+                     uint8_t *dst, size_t dst_stride)
 {
     int16_t *vb = s->blk, *vt = s->blk + ld * BLK;
     uint8_t *obuf = s->obuf;
     const int32_t *ymin = s->y.tmin, *yn = s->y.tn;
-    size_t n_val = (size_t)ow * 3;
+    size_t n_val = (size_t)ow * (size_t)nc;
     for (int64_t j0 = 0; j0 < oh; j0 += BLK) {
         int rows = (int)STK_MIN((int64_t)BLK, oh - j0);
         for (int r = 0; r < BLK; r++) {
             int64_t j = j0 + r;
             int16_t *row = vb + (size_t)r * ld;
             if (r < rows && yn[j] > 0)
-                vertical_pass_avx2(row, src->rgb + (size_t)ymin[j] * src->stride + (size_t)xlo * 3,
-                                   src->stride, s->y.w + j * ky, yn[j], len);
+                vertical_pass_avx2(
+                    row, src->rgb + (size_t)ymin[j] * src->stride + (size_t)xlo * (size_t)nc,
+                    src->stride, s->y.w + j * ky, yn[j], len);
             else
                 memset(row, 0, len * sizeof(int16_t));
         }
@@ -407,7 +420,7 @@ resample_blocks_avx2(const stk__rscratch *s, const stk__decoded *src, int64_t ow
             for (int k = 0; k < BLK; k++)
                 _mm256_storeu_si256((__m256i *)(vt + (v0 + (size_t)k) * BLK), r[k]);
         }
-        horizontal_block_avx2(obuf, vt, ow, s->x.tmin, s->x.w, kx, kk, xlo);
+        horizontal_block_avx2(obuf, vt, ow, s->x.tmin, s->x.w, kx, kk, xlo, nc);
         size_t t0 = 0;
         for (; t0 + BLK <= n_val; t0 += BLK) {
             __m128i r[BLK];
@@ -437,18 +450,37 @@ static void uniform_taps(stk__taps *t, int64_t n, int k, int kk, int32_t at)
     }
 }
 
-stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__xaxis *x,
-                         const stk__xaxis *y, uint8_t *dst, size_t dst_stride, char *err,
-                         size_t err_size)
+/* stk__resample and stk__resample_plane: src holds nc interleaved channels. */
+static stk_status resample(stk__rscratch *s, const stk__decoded *src, int nc, const stk__xaxis *x,
+                           const stk__xaxis *y, uint8_t *dst, size_t dst_stride, char *err,
+                           size_t err_size)
 {
+    size_t px = (size_t)nc; /* bytes per pixel */
     int64_t ow = x->n, oh = y->n;
     /* One spare x weight: tap counts are padded to even (pairs for the AVX2 kernel). */
     int kx = axis_ksize(x, src->scale_x) + 1, ky = axis_ksize(y, src->scale_y);
     if (!taps_reserve(&s->x, (size_t)ow, (size_t)kx) ||
         !taps_reserve(&s->y, (size_t)oh, (size_t)ky))
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for resize tables");
-    axis_taps(x, src->origin_x, src->scale_x, src->width, &s->x, kx);
-    axis_taps(y, src->origin_y, src->scale_y, src->height, &s->y, ky);
+    /* The tables of the previous call when the geometry is the same (the planes path's Cb and
+     * Cr, which share their map): they depend only on the axes and the buffer's map and size. */
+    stk__tapkey key;
+    memset(&key, 0, sizeof(key)); /* padding bytes too: the key is compared with memcmp */
+    memcpy(&key.x, x, sizeof(*x));
+    memcpy(&key.y, y, sizeof(*y));
+    key.origin[0] = src->origin_x;
+    key.origin[1] = src->origin_y;
+    key.scale[0] = src->scale_x;
+    key.scale[1] = src->scale_y;
+    key.size[0] = src->width;
+    key.size[1] = src->height;
+    if (!s->key_valid || memcmp(&key, &s->key, sizeof(key)) != 0) {
+        s->key_valid = false; /* until both tables are filled */
+        axis_taps(x, src->origin_x, src->scale_x, src->width, &s->x, kx);
+        axis_taps(y, src->origin_y, src->scale_y, src->height, &s->y, ky);
+        memcpy(&s->key, &key, sizeof(key));
+        s->key_valid = true;
+    }
     const int32_t *xmin = s->x.tmin, *xn = s->x.tn, *ymin = s->y.tmin, *yn = s->y.tn;
 
     int32_t xlo = INT32_MAX, xhi = 0;
@@ -460,7 +492,7 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
     }
     if (xlo >= xhi) { /* every column is padding */
         for (int64_t j = 0; j < oh; j++)
-            memset(dst + (size_t)j * dst_stride, 0, (size_t)ow * 3);
+            memset(dst + (size_t)j * dst_stride, 0, (size_t)ow * px);
         return STK_OK;
     }
 
@@ -471,16 +503,15 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
             uint8_t *o = dst + (size_t)j * dst_stride;
             const uint8_t *r = src->rgb + (size_t)ymin[j] * src->stride;
             if (yn[j] == 0) {
-                memset(o, 0, (size_t)ow * 3);
+                memset(o, 0, (size_t)ow * px);
             } else if (run) {
-                memcpy(o, r + (size_t)xmin[0] * 3, (size_t)ow * 3);
+                memcpy(o, r + (size_t)xmin[0] * px, (size_t)ow * px);
             } else {
                 for (int64_t i = 0; i < ow; i++) {
-                    const uint8_t *p = r + (size_t)xmin[i] * 3;
+                    const uint8_t *p = r + (size_t)xmin[i] * px;
                     bool pad = xn[i] == 0;
-                    o[i * 3] = pad ? 0 : p[0];
-                    o[i * 3 + 1] = pad ? 0 : p[1];
-                    o[i * 3 + 2] = pad ? 0 : p[2];
+                    for (size_t c = 0; c < px; c++)
+                        o[(size_t)i * px + c] = pad ? 0 : p[c];
                 }
             }
         }
@@ -493,19 +524,19 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
         kk = STK_MAX(kk, xn[i]);
     kk = (kk + 1) & ~1;
     uniform_taps(&s->x, ow, kx, kk, xlo);
-    size_t len = (size_t)(xhi - xlo) * 3, slack = (size_t)kk * 3 + 16;
+    size_t len = (size_t)(xhi - xlo) * px, slack = (size_t)kk * px + 16;
 #ifdef HAVE_AVX2_VARIANT
     if (!s->portable && __builtin_cpu_supports("avx2")) {
         /* Block rows of ld values (a multiple of BLK), zero past len; the transpose and the
          * output bytes of one block. */
         size_t ld = (len + slack + BLK - 1) / BLK * BLK, nb, nv;
-        if (!stk__mul_ok(ld, 2 * BLK, &nb) || !stk__mul_ok((size_t)ow, 3 * BLK, &nv) ||
+        if (!stk__mul_ok(ld, 2 * BLK, &nb) || !stk__mul_ok((size_t)ow, px * BLK, &nv) ||
             !grow((void **)&s->blk, &s->cap_blk, nb, sizeof(int16_t)) ||
             !grow((void **)&s->obuf, &s->cap_obuf, nv, 1))
             return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for the resize rows");
         for (int r = 0; r < BLK; r++)
             memset(s->blk + (size_t)r * ld + len, 0, (ld - len) * sizeof(int16_t));
-        resample_blocks_avx2(s, src, ow, oh, kx, ky, kk, xlo, len, ld, dst, dst_stride);
+        resample_blocks_avx2(s, src, nc, ow, oh, kx, ky, kk, xlo, len, ld, dst, dst_stride);
         return STK_OK;
     }
 #endif
@@ -515,12 +546,26 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
     for (int64_t j = 0; j < oh; j++) {
         uint8_t *o = dst + (size_t)j * dst_stride;
         if (yn[j] == 0) {
-            memset(o, 0, (size_t)ow * 3);
+            memset(o, 0, (size_t)ow * px);
             continue;
         }
-        const uint8_t *r = src->rgb + (size_t)ymin[j] * src->stride + (size_t)xlo * 3;
+        const uint8_t *r = src->rgb + (size_t)ymin[j] * src->stride + (size_t)xlo * px;
         vertical_pass(s->row, r, src->stride, s->y.w + j * ky, yn[j], len);
-        horizontal_pass(o, s->row, ow, xmin, s->x.w, kx, kk, xlo);
+        horizontal_pass(o, s->row, ow, xmin, s->x.w, kx, kk, xlo, nc);
     }
     return STK_OK;
+}
+
+stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__xaxis *x,
+                         const stk__xaxis *y, uint8_t *dst, size_t dst_stride, char *err,
+                         size_t err_size)
+{
+    return resample(s, src, 3, x, y, dst, dst_stride, err, err_size);
+}
+
+stk_status stk__resample_plane(stk__rscratch *s, const stk__decoded *src, const stk__xaxis *x,
+                               const stk__xaxis *y, uint8_t *dst, size_t dst_stride, char *err,
+                               size_t err_size)
+{
+    return resample(s, src, 1, x, y, dst, dst_stride, err, err_size);
 }

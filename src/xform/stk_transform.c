@@ -6,6 +6,8 @@
  *   decode only the window the output needs, at the largest DCT scale 1/den with den <= the
  *   downscale factor (den = 1 when `exact`) -> resample straight to the output size, mirrored if
  *   flipped -> the pixel kernels (ColorJitter; uint8, in place) -> convert/normalise into dst.
+ *   Not exact and a YCbCr JPEG: the window is decoded as Y, Cb, Cr planes, each resampled from
+ *   its own resolution, and colour-converted at the output size (render_planes).
  * What each op does at each step is its row in the op table (stk_ops.c); this file only walks
  * the rows.
  * No per-sample allocation in steady state: the worker's scratch grows to the largest need and
@@ -245,6 +247,7 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     if (opts->finish_on_device)
         STK_TRY(stk__finish_compile(t, opts));
     stk__store_init(t);
+    t->planar = !t->exact;
     *out = t;
     return STK_OK;
 fail:
@@ -565,6 +568,58 @@ fail:
     return rc;
 }
 
+/* Whether every output pixel of an axis is content (no padding). */
+static bool axis_all_content(const stk__xaxis *a)
+{
+    int64_t lo = a->dir > 0 ? a->off : a->off - (a->n - 1);
+    return lo >= a->v0 && lo + a->n <= a->v1;
+}
+
+/* The planes path: resample the Y, Cb and Cr planes, each at its own resolution, to the output
+ * size (luma 1 plane at full resolution and 4:2:0 chroma 2 quarter planes: half the vertical
+ * work of resampling RGB and two thirds of the horizontal), then colour-convert the output-size
+ * planes, inside the float32 store where it has a kernel for that and no pixel kernel runs. */
+static stk_status render_planes(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
+                                const stk__decoded planes[3], void *dst, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    size_t npix = (size_t)t->out_w * t->out_h;
+    uint64_t t0 = stk__now_ns();
+    if (!img_reserve(w, npix * 6)) { /* the planes, then the RGB image made of them */
+        rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory for the output image");
+        goto fail;
+    }
+    uint8_t *py = w->img, *pu = py + npix, *pv = pu + npix;
+    for (int c = 0; c < 3; c++)
+        STK_TRY(stk__resample_plane(&w->rs, &planes[c], &plan->x, &plan->y, w->img + c * npix,
+                                    t->out_w, err, err_size));
+    bool kernels = false;
+    for (uint32_t i = 0; i < plan->n_pix; i++)
+        kernels = kernels || plan->pix[i].def->kernel;
+    uint64_t t1 = stk__now_ns(), t2 = t1;
+    if (kernels || !stk__store_ycc(t, py, pu, pv, t->out_w, t->out_h, dst)) {
+        /* the RGB image, the pixel kernels on it (ColorJitter...), the store */
+        uint8_t *rgb = t->dtype == STK_DTYPE_UINT8 && t->nhwc ? dst : w->img + npix * 3;
+        stk__ycc_to_rgb(py, pu, pv, npix, rgb);
+        const stk__pixctx px = {rgb, t->out_w, t->out_h, err, err_size};
+        for (uint32_t i = 0; i < plan->n_pix; i++)
+            if (plan->pix[i].def->kernel)
+                STK_TRY(plan->pix[i].def->kernel(&px, &plan->pix[i].draw));
+        t2 = stk__now_ns();
+        stk__store(t, rgb, t->out_w, t->out_h, dst);
+    }
+    for (uint32_t i = 0; i < plan->n_pix; i++) /* tensor passes (RandomErasing): store time */
+        if (plan->pix[i].def->post)
+            plan->pix[i].def->post(t, dst, &plan->pix[i].draw);
+    uint64_t t3 = stk__now_ns();
+    atomic_fetch_add_explicit(&w->times.resize_ns, t1 - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->times.jitter_ns, t2 - t1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->times.store_ns, t3 - t2, memory_order_relaxed);
+    return STK_OK;
+fail:
+    return rc;
+}
+
 stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
                                 size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
 {
@@ -576,6 +631,21 @@ stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const v
     STK_TRY(stk__image_probe(w->dec, src, size, &info, err, err_size));
     stk__xform_plan(t, info.width, info.height, rng, &plan);
     uint64_t t1 = stk__now_ns();
+    if (plan.decode && plan.fast && t->planar && axis_all_content(&plan.x) &&
+        axis_all_content(&plan.y)) {
+        stk__decoded planes[3];
+        STK_TRY(stk__image_decode_planes(w->dec, src, size, &info, plan.win_x, plan.win_y,
+                                         plan.win_w, plan.win_h, plan.min_w, plan.min_h, planes,
+                                         err, err_size));
+        if (rc == STK_OK) {
+            uint64_t t2 = stk__now_ns();
+            atomic_fetch_add_explicit(&w->times.probe_ns, t1 - t0, memory_order_relaxed);
+            atomic_fetch_add_explicit(&w->times.decode_ns, t2 - t1, memory_order_relaxed);
+            STK_TRY(render_planes(t, w, &plan, planes, dst, err, err_size));
+            atomic_fetch_add_explicit(&w->times.samples, 1, memory_order_relaxed);
+            return STK_OK;
+        } /* STK__NOT_PLANAR (not a YCbCr JPEG of a usual sampling): the RGB path */
+    }
     if (plan.decode) {
         STK_TRY((plan.fast ? stk__image_decode_fast : stk__image_decode)(
             w->dec, src, size, &info, plan.win_x, plan.win_y, plan.win_w, plan.win_h, plan.min_w,

@@ -61,6 +61,9 @@ struct stk_transform {
      * values at create. */
     bool store_arith;
     float st_rstd[3], st_std[3], st_mean[3];
+    /* The planes path may run (stk_transform.c): not exact. Tests and bench tools may clear it
+     * after create to compare with the RGB path. */
+    bool planar;
     stk__finish fin; /* finishing after the copy (stk_finish_opts.c); ops, dtype, nhwc above are
                       * then the workers' part: uint8 [H, W, 3] */
 };
@@ -499,9 +502,18 @@ typedef struct stk__taps {
     size_t cap_i, cap_w; /* capacity in entries / weights */
 } stk__taps;
 
+/* What the tap tables were computed for: the two axes and the buffer's map and size. */
+typedef struct stk__tapkey {
+    stk__xaxis x, y;
+    double origin[2], scale[2];
+    uint32_t size[2];
+} stk__tapkey;
+
 /* Per-worker scratch of the resampler: tap tables and one int16 row; grown, never shrunk. */
 typedef struct stk__rscratch {
     stk__taps x, y;
+    stk__tapkey key; /* the tables are those of key when key_valid */
+    bool key_valid;
     int16_t *row; /* vertical-pass result for one output row (7 fractional bits) */
     size_t cap_row;
     int16_t *blk; /* AVX2 path: a block of vertical-pass rows, then its transpose */
@@ -521,7 +533,23 @@ stk_status stk__resample(stk__rscratch *s, const stk__decoded *src, const stk__x
                          const stk__xaxis *y, uint8_t *dst, size_t dst_stride, char *err,
                          size_t err_size);
 
+/* stk__resample on one plane (src: one byte per pixel, e.g. a plane of
+ * stk__image_decode_planes), writing x.n by y.n bytes a row. */
+stk_status stk__resample_plane(stk__rscratch *s, const stk__decoded *src, const stk__xaxis *x,
+                               const stk__xaxis *y, uint8_t *dst, size_t dst_stride, char *err,
+                               size_t err_size);
+
 /* ---- conversion and store (stk_normalize.c) ---- */
+
+/* Interleaved RGB (uint8) from npix pixels of Y, Cb, Cr planes (JFIF), converted in float32
+ * and rounded to the nearest level. */
+void stk__ycc_to_rgb(const uint8_t *py, const uint8_t *pu, const uint8_t *pv, size_t npix,
+                     uint8_t *rgb);
+/* stk__store of the RGB image stk__ycc_to_rgb would make of w x h planes, without making it, the
+ * same bytes; only where it has a kernel for it (float32 NCHW with the arithmetic store):
+ * false, nothing written, otherwise. */
+bool stk__store_ycc(const stk_transform *t, const uint8_t *py, const uint8_t *pu, const uint8_t *pv,
+                    uint32_t w, uint32_t h, void *dst);
 
 /* IEEE binary16 and bfloat16 from float, round to nearest even (NaN stays NaN, quiet). */
 uint16_t stk__f32_to_f16(float f);

@@ -10,9 +10,13 @@
  *       box, flip, decode window and DCT denominator, ColorJitter and pixel ops' draws);
  *       --plans N first prints the plans of samples I+1 .. I+N-1, one line each (the
  *       distribution tests).
- *   gen_imgdump ... --bench N IMAGE...
- *       Apply the transform N times over the images (indices 0..N-1 round robin) and print the
- *       per-stage time and images/s.
+ *   gen_imgdump ... --bench N [--rounds R] [--ceiling] IMAGE...
+ *       Apply the transform N times over the images (indices 0..N-1 round robin), R times, and
+ *       print the per-stage time (wall clock, from the worker's stage timers) and images/s (wall
+ *       and this thread's CPU time) as JSON. --ceiling: after each round, the full decode
+ *       (libjpeg-turbo at full scale, nothing else) of the same N images, and the ratio
+ *       pipeline/ceiling of each round's CPU times (median, min, max). --no-planes: the RGB path
+ *       only (stk_transform.planar cleared).
  *   gen_imgdump --boxes H W N [--scale A,B] [--ratio A,B] [--seed S]
  *       Print N RandomResizedCrop boxes "i j h w fallback" for an H x W image, sample k drawn
  *       from the stream (S, 0, k) exactly as the transform draws it.
@@ -36,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -272,6 +277,21 @@ static stk_dtype parse_dtype(const char *s)
     die("unknown dtype '%s'", s);
 }
 
+/* This thread's CPU time in seconds: on a loaded machine, unlike wall time, it leaves out the
+ * time other processes had the core. */
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static uint8_t *read_file(const char *path, size_t *size)
 {
     FILE *f = fopen(path, "rb");
@@ -456,7 +476,8 @@ int main(int argc, char **argv)
     const char *recipe = NULL, *spec = NULL, *dtype = NULL;
     bool nhwc = false, exact = false, plan = false, lenient = false;
     unsigned long long seed = 0, epoch = 0, index = 0;
-    long bench = 0, plans = 1;
+    long bench = 0, plans = 1, rounds = 1;
+    bool ceiling = false, no_planes = false;
     const char *files[4096];
     int n_files = 0;
     for (int i = 1; i < argc; i++) {
@@ -476,6 +497,12 @@ int main(int argc, char **argv)
             index = strtoull(argv[++i], NULL, 10);
         else if (strcmp(a, "--bench") == 0 && more)
             bench = atol(argv[++i]);
+        else if (strcmp(a, "--rounds") == 0 && more)
+            rounds = atol(argv[++i]);
+        else if (strcmp(a, "--ceiling") == 0)
+            ceiling = true;
+        else if (strcmp(a, "--no-planes") == 0) /* the RGB path only (stk_transform.planar) */
+            no_planes = true;
         else if (strcmp(a, "--nhwc") == 0)
             nhwc = true;
         else if (strcmp(a, "--exact") == 0)
@@ -491,7 +518,7 @@ int main(int argc, char **argv)
         else if (n_files < 4096)
             files[n_files++] = a;
     }
-    if (n_files < (bench ? 1 : 2) || (!recipe && !spec))
+    if (n_files < (bench ? 1 : 2) || (!recipe && !spec) || rounds < 1)
         die("usage: gen_imgdump (--recipe NAME | --ops SPEC) [options] IMAGE OUT");
 
     stk_transform *t = NULL;
@@ -525,6 +552,8 @@ int main(int argc, char **argv)
         o.dtype = parse_dtype(dtype);
     if (stk_transform_create(&o, &t) < 0)
         die("%s", stk_last_errmsg());
+    if (no_planes)
+        t->planar = false;
     stk__tworker *w;
     if (stk__transform_worker_create(t, &w) < 0)
         die("%s", stk_last_errmsg());
@@ -541,22 +570,62 @@ int main(int argc, char **argv)
         size_t *sizes = malloc(sizeof(*sizes) * (size_t)n_files);
         for (int k = 0; k < n_files; k++)
             imgs[k] = read_file(files[k], &sizes[k]);
-        uint64_t t0 = stk__now_ns();
-        for (long k = 0; k < bench; k++) {
-            stk_rng rng;
-            stk_rng_init(&rng, seed, epoch, (uint64_t)k);
-            int f = (int)(k % n_files);
-            if (stk__transform_apply(t, w, imgs[f], sizes[f], &rng, out, err, sizeof(err)) < 0)
-                die("apply failed: %s", err);
+        /* Rounds of the pipeline, each followed by the ceiling when asked: the full decode of
+         * the same N images (libjpeg-turbo at full scale, exact, nothing else). */
+        double secs = 0.0, cpu = 0.0, ratios[64];
+        int n_ratios = 0;
+        stk__decoder *dec = NULL;
+        if (ceiling && stk__decoder_create(0, &dec) < 0)
+            die("cannot create a decoder");
+        double csecs = 0.0;
+        for (long r = 0; r < rounds; r++) {
+            uint64_t t0 = stk__now_ns();
+            double c0 = cpu_seconds();
+            for (long k = 0; k < bench; k++) {
+                stk_rng rng;
+                stk_rng_init(&rng, seed, epoch, (uint64_t)k);
+                int f = (int)(k % n_files);
+                if (stk__transform_apply(t, w, imgs[f], sizes[f], &rng, out, err, sizeof(err)) < 0)
+                    die("apply failed: %s", err);
+            }
+            double ps = cpu_seconds() - c0;
+            secs += (double)(stk__now_ns() - t0) / 1e9;
+            cpu += ps;
+            if (!ceiling)
+                continue;
+            t0 = stk__now_ns();
+            c0 = cpu_seconds();
+            for (long k = 0; k < bench; k++) {
+                int f = (int)(k % n_files);
+                stk__imginfo info;
+                stk__decoded d;
+                if (stk__image_probe(dec, imgs[f], sizes[f], &info, err, sizeof(err)) < 0 ||
+                    stk__image_decode(dec, imgs[f], sizes[f], &info, 0, 0, info.width, info.height,
+                                      info.width, info.height, &d, err, sizeof(err)) < 0)
+                    die("ceiling decode failed: %s", err);
+            }
+            double cs = cpu_seconds() - c0;
+            csecs += cs;
+            if (n_ratios < 64)
+                ratios[n_ratios++] = cs / ps;
         }
-        double secs = (double)(stk__now_ns() - t0) / 1e9;
+        stk__decoder_destroy(dec);
         const stk__xtimes *tm = stk__transform_worker_times(w);
         double n = (double)tm->samples;
-        printf("{\"samples\": %.0f, \"seconds\": %.4f, \"img_per_s\": %.1f, \"us_per_img\": "
+        printf("{\"samples\": %.0f, \"seconds\": %.4f, \"cpu_seconds\": %.4f, \"img_per_cpu_s\": "
+               "%.1f, \"img_per_s\": %.1f, \"us_per_img\": "
                "{\"probe\": %.1f, \"decode\": %.1f, \"resize\": %.1f, \"jitter\": %.1f, "
-               "\"store\": %.1f}}\n",
-               n, secs, n / secs, tm->probe_ns / n / 1e3, tm->decode_ns / n / 1e3,
+               "\"store\": %.1f}",
+               n, secs, cpu, n / cpu, n / secs, tm->probe_ns / n / 1e3, tm->decode_ns / n / 1e3,
                tm->resize_ns / n / 1e3, tm->jitter_ns / n / 1e3, tm->store_ns / n / 1e3);
+        if (ceiling) {
+            qsort(ratios, (size_t)n_ratios, sizeof(double), cmp_double);
+            printf(", \"ceiling_img_per_cpu_s\": %.1f, \"ceiling_cpu_us_per_img\": %.1f, "
+                   "\"ratio_to_ceiling\": {\"median\": %.3f, \"min\": %.3f, \"max\": %.3f}",
+                   n / csecs, csecs / n * 1e6, ratios[n_ratios / 2], ratios[0],
+                   ratios[n_ratios - 1]);
+        }
+        printf("}\n");
         for (int k = 0; k < n_files; k++)
             free(imgs[k]);
         free(imgs);

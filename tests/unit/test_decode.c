@@ -513,6 +513,153 @@ static int test_window_fast(void)
     return window_exact(true);
 }
 
+/* ---- planes (stk__image_decode_planes) ---- */
+
+/* Max difference between plane pl (one byte a pixel) and the same region of ref (rw x rh, one
+ * byte a pixel) at (ox, oy); 999 when the plane reaches outside ref. */
+static int plane_diff(const stk__decoded *pl, const uint8_t *ref, int rw, int rh, int ox, int oy)
+{
+    int worst = 0;
+    for (uint32_t v = 0; v < pl->height; v++)
+        for (uint32_t u = 0; u < pl->width; u++) {
+            int rx = ox + (int)u, ry = oy + (int)v;
+            if (rx < 0 || ry < 0 || rx >= rw || ry >= rh)
+                return 999;
+            int e = abs(pl->rgb[v * pl->stride + u] - ref[(size_t)ry * rw + rx]);
+            worst = e > worst ? e : worst;
+        }
+    return worst;
+}
+
+/* A planes window against reference planes: every plane covers the window, sits on its own grid
+ * (origin a multiple of its scale) and equals the reference there. */
+static int check_planes(stk__decoder *d, const uint8_t *j, size_t n, const stk__imginfo *info,
+                        uint32_t x, uint32_t y, uint32_t w, uint32_t h, uint32_t den,
+                        uint8_t *const ref[3], const int rw[3], const int rh[3])
+{
+    char err[ERRSZ];
+    stk__decoded pl[3];
+    uint32_t min_w = den == 1 ? w : (w + den - 1) / den;
+    uint32_t min_h = den == 1 ? h : (h + den - 1) / den;
+    T_CHECKF(stk__image_decode_planes(d, j, n, info, x, y, w, h, min_w, min_h, pl, err, ERRSZ) ==
+                 STK_OK,
+             "%s", err);
+    T_CHECK(pl[0].scale_x == den && pl[0].scale_y == den);
+    for (int c = 0; c < 3; c++) {
+        const stk__decoded *p = &pl[c];
+        T_CHECK(p->scale_x >= den && p->scale_y >= den);
+        T_CHECK(p->origin_x == (double)((uint32_t)(p->origin_x / p->scale_x)) * p->scale_x);
+        T_CHECK(p->origin_y == (double)((uint32_t)(p->origin_y / p->scale_y)) * p->scale_y);
+        T_CHECK(p->origin_x <= x && p->origin_y <= y);
+        T_CHECK(p->origin_x + p->width * p->scale_x >= x + w);
+        T_CHECK(p->origin_y + p->height * p->scale_y >= y + h);
+        int diff = plane_diff(p, ref[c], rw[c], rh[c], (int)(p->origin_x / p->scale_x),
+                              (int)(p->origin_y / p->scale_y));
+        T_CHECKF(diff == 0, "window %u,%u %ux%u den %u plane %d: max diff %d", x, y, w, h, den, c,
+                 diff);
+    }
+    T_CHECK(pl[1].scale_x == pl[2].scale_x && pl[1].scale_y == pl[2].scale_y);
+    return 0;
+}
+
+/* The whole image's planes at 1/den (no crop, no skip), copied out. */
+static int whole_planes(stk__decoder *d, const uint8_t *j, size_t n, const stk__imginfo *info,
+                        uint32_t den, uint8_t *ref[3], int rw[3], int rh[3])
+{
+    char err[ERRSZ];
+    stk__decoded pl[3];
+    uint32_t W = info->width, H = info->height;
+    T_CHECKF(stk__image_decode_planes(d, j, n, info, 0, 0, W, H, den == 1 ? W : (W + den - 1) / den,
+                                      den == 1 ? H : (H + den - 1) / den, pl, err, ERRSZ) == STK_OK,
+             "%s", err);
+    for (int c = 0; c < 3; c++) {
+        T_CHECK(pl[c].origin_x == 0 && pl[c].origin_y == 0);
+        rw[c] = (int)pl[c].width;
+        rh[c] = (int)pl[c].height;
+        ref[c] = malloc((size_t)rw[c] * rh[c]);
+        T_CHECK(ref[c]);
+        for (int v = 0; v < rh[c]; v++)
+            memcpy(ref[c] + (size_t)v * rw[c], pl[c].rgb + v * pl[c].stride, (size_t)rw[c]);
+    }
+    return 0;
+}
+
+/* TurboJPEG's raw planes at full scale with the fast IDCT, as the planes mode decodes them. */
+static int tj_planes(const uint8_t *j, size_t n, uint8_t *ref[3], int rw[3], int rh[3])
+{
+    tjhandle tj = tjInitDecompress();
+    int W, H, ss, cs;
+    T_CHECK(tj && tjDecompressHeader3(tj, j, n, &W, &H, &ss, &cs) == 0);
+    int strides[3];
+    for (int c = 0; c < 3; c++) {
+        rw[c] = tjPlaneWidth(c, W, ss);
+        rh[c] = tjPlaneHeight(c, H, ss);
+        strides[c] = rw[c];
+        ref[c] = malloc((size_t)rw[c] * rh[c]);
+        T_CHECK(ref[c]);
+    }
+    T_CHECK(tjDecompressToYUVPlanes(tj, j, (unsigned long)n, ref, W, strides, H, TJFLAG_FASTDCT) ==
+            0);
+    tjDestroy(tj);
+    return 0;
+}
+
+/* Planes windows of every subsampling the planes mode takes (4:4:4, 4:2:2, 4:2:0, 4:4:0),
+ * baseline and progressive: at full scale equal to TurboJPEG's raw YUV decode, at 1/2 .. 1/8
+ * equal to the same region of the whole image's planes; 4:1:1 and grayscale are STK__NOT_PLANAR
+ * and leave the decoder working. */
+static int test_planes(void)
+{
+    static const int subsamp[] = {TJSAMP_444, TJSAMP_422, TJSAMP_420, TJSAMP_440};
+    static const int sizes[][2] = {{500, 375}, {203, 157}, {37, 300}};
+    stk__decoder *d;
+    T_OK(stk__decoder_create(0, &d));
+    char err[ERRSZ];
+    uint32_t seed = 7;
+    for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+        for (size_t k = 0; k < sizeof(subsamp) / sizeof(subsamp[0]); k++)
+            for (int prog = 0; prog < 2; prog++) {
+                size_t n;
+                uint8_t *j = make_jpeg(sizes[s][0], sizes[s][1], (uint32_t)(300 + s * 5 + k),
+                                       subsamp[k], 90, prog ? TJFLAG_PROGRESSIVE : 0, &n);
+                T_CHECK(j);
+                stk__imginfo info;
+                T_OK(stk__image_probe(d, j, n, &info, err, ERRSZ));
+                uint32_t W = info.width, H = info.height;
+                for (uint32_t den = 1; den <= 8; den *= 2) {
+                    uint8_t *ref[3];
+                    int rw[3], rh[3];
+                    T_CHECK((den == 1 ? tj_planes(j, n, ref, rw, rh)
+                                      : whole_planes(d, j, n, &info, den, ref, rw, rh)) == 0);
+                    for (int t = 0; t < 10; t++) {
+                        uint32_t w = 16 + lcg(&seed) % (W - 16), h = 16 + lcg(&seed) % (H - 16);
+                        uint32_t x = t == 0 ? 0 : lcg(&seed) % (W - w + 1);
+                        uint32_t y = t == 1 ? H - h : lcg(&seed) % (H - h + 1);
+                        T_CHECKF(check_planes(d, j, n, &info, x, y, w, h, den, ref, rw, rh) == 0,
+                                 "%dx%d subsamp %d prog %d", sizes[s][0], sizes[s][1], subsamp[k],
+                                 prog);
+                    }
+                    for (int c = 0; c < 3; c++)
+                        free(ref[c]);
+                }
+                free(j);
+            }
+    static const int other[] = {TJSAMP_411, TJSAMP_GRAY};
+    for (size_t k = 0; k < 2; k++) {
+        size_t n;
+        uint8_t *j = make_jpeg(120, 90, 9, other[k], 90, 0, &n);
+        stk__imginfo info;
+        stk__decoded pl[3];
+        T_OK(stk__image_probe(d, j, n, &info, err, ERRSZ));
+        T_EQ(stk__image_decode_planes(d, j, n, &info, 3, 5, 100, 80, 50, 40, pl, err, ERRSZ),
+             STK__NOT_PLANAR);
+        free(j);
+        T_CHECK(still_works(d) == 0);
+    }
+    stk__decoder_destroy(d);
+    return 0;
+}
+
 /* One decoder alternating exact and fast decodes, 4:4:4 (a colour deconverter) and 4:2:0 (the
  * fast mode's merged upsampler, none), with skips inside an iMCU row: what a worker does. A
  * pointer left from the previous image made libjpeg-turbo 2.1 write to freed memory here
@@ -1342,9 +1489,9 @@ static int setup(void)
 
 T_MAIN(T_CASE(setup), T_CASE(test_sniff_errors), T_CASE(test_public_api),
        T_CASE(test_full_matches_turbojpeg), T_CASE(test_window_exact), T_CASE(test_window_fast),
-       T_CASE(test_window_fast_exact_alternate), T_CASE(test_window_odd_sampling),
-       T_CASE(test_window_tiny), T_CASE(test_den_rule), T_CASE(test_invalid_args),
-       T_CASE(test_probe_then_other_image), T_CASE(test_buffers_reused),
+       T_CASE(test_window_fast_exact_alternate), T_CASE(test_planes),
+       T_CASE(test_window_odd_sampling), T_CASE(test_window_tiny), T_CASE(test_den_rule),
+       T_CASE(test_invalid_args), T_CASE(test_probe_then_other_image), T_CASE(test_buffers_reused),
        T_CASE(test_truncated_jpeg), T_CASE(test_corrupt_jpeg), T_CASE(test_oversized),
        T_CASE(test_scan_limit), T_CASE(test_pil_fixtures), T_CASE(test_exif_orientation_ignored),
        T_CASE(test_window_cmyk_gray), T_CASE(test_png_errors_and_windows), T_CASE(test_strict_jpeg),

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <turbojpeg.h>
+
 /* ---- fixtures ---- */
 
 /* Deterministic pseudo-random bytes. */
@@ -210,6 +212,26 @@ static int check_vs_ref(const stk__decoded *d, const stk__xaxis *x, const stk__x
     rs.portable = true;
     T_OK(stk__resample(&rs, d, x, y, base, (size_t)x->n * 3, err, sizeof(err)));
     T_CHECK(memcmp(got, base, n) == 0);
+    /* Each channel resampled alone as a plane (the planes path), AVX2 and portable, gives that
+     * channel's bytes: the same integer sums. */
+    size_t np = (size_t)x->n * y->n;
+    uint8_t *plane = malloc((size_t)d->width * d->height), *po = malloc(np);
+    for (int port = 0; port < 2; port++)
+        for (int c = 0; c < 3; c++) {
+            for (uint32_t v = 0; v < d->height; v++)
+                for (uint32_t u = 0; u < d->width; u++)
+                    plane[(size_t)v * d->width + u] = d->rgb[v * d->stride + u * 3 + c];
+            stk__decoded pd = *d;
+            pd.rgb = plane;
+            pd.stride = d->width;
+            rs.portable = port;
+            T_OK(stk__resample_plane(&rs, &pd, x, y, po, (size_t)x->n, err, sizeof(err)));
+            for (size_t i = 0; i < np; i++)
+                T_CHECKF(po[i] == got[i * 3 + c], "plane %d value %zu: %d, RGB path %d", c, i,
+                         po[i], got[i * 3 + c]);
+        }
+    free(plane);
+    free(po);
     free(base);
     uint8_t *want = ref_resample(d, x, y);
     size_t off = 0;
@@ -1247,6 +1269,119 @@ static int test_apply_png_pipelines(void)
     return 0;
 }
 
+/* A JPEG of rgb (w x h) with TurboJPEG's subsampling ss (TJSAMP_*), quality 90. */
+static uint8_t *make_jpeg(const uint8_t *rgb, uint32_t w, uint32_t h, int ss, size_t *size)
+{
+    tjhandle tj = tjInitCompress();
+    unsigned char *buf = NULL;
+    unsigned long n = 0;
+    uint8_t *out = NULL;
+    if (tj && tjCompress2(tj, rgb, (int)w, 0, (int)h, TJPF_RGB, &buf, &n,
+                          ss == TJSAMP_GRAY ? TJSAMP_GRAY : ss, 90, 0) == 0) {
+        out = malloc(n);
+        memcpy(out, buf, n);
+        *size = n;
+    }
+    tjFree(buf);
+    if (tj)
+        tjDestroy(tj);
+    return out;
+}
+
+/* PSNR in dB of two float32 NCHW outputs of imagenet-train, in 0..255 levels. */
+static double psnr_levels(const float *a, const float *b, size_t npix)
+{
+    static const float sd[3] = {0.229f, 0.224f, 0.225f};
+    double se = 0.0;
+    for (size_t i = 0; i < npix * 3; i++) {
+        double d = (double)(a[i] - b[i]) * sd[i / npix] * 255.0;
+        se += d * d;
+    }
+    return se == 0.0 ? INFINITY : 10.0 * log10(255.0 * 255.0 / (se / (double)(npix * 3)));
+}
+
+/* The planes path (default mode, YCbCr JPEG): within 40 dB of the RGB path for every sampling
+ * it takes, NHWC equal to NCHW transposed, the RGB path's bytes exactly where it does not apply
+ * (grayscale, 4:1:1, exact mode), and the same levels in every dtype. */
+static int test_planes_path(void)
+{
+    uint32_t W = 333, H = 250;
+    uint8_t *rgb = make_rgb(W, H, 11);
+    static const int ss[] = {TJSAMP_420, TJSAMP_422, TJSAMP_444,
+                             TJSAMP_440, TJSAMP_411, TJSAMP_GRAY};
+    char err[256];
+    for (int exact = 0; exact < 2; exact++) {
+        stk_transform *t, *tn;
+        T_OK(stk_transform_recipe("imagenet-train", exact, &t));
+        T_CHECK(t->planar == !exact);
+        stk_op ops[3];
+        memcpy(ops, t->ops, sizeof(ops));
+        tn = make_t(ops, 3, STK_DTYPE_FLOAT32, true, exact);
+        T_CHECK(tn);
+        size_t npix = 224 * 224, nb = npix * 3 * sizeof(float);
+        float *a = malloc(nb), *b = malloc(nb), *h = malloc(nb);
+        for (size_t k = 0; k < sizeof(ss) / sizeof(ss[0]); k++) {
+            size_t size;
+            uint8_t *jpg = make_jpeg(rgb, W, H, ss[k], &size);
+            T_CHECK(jpg);
+            bool planar = !exact && ss[k] != TJSAMP_411 && ss[k] != TJSAMP_GRAY;
+            for (uint64_t idx = 0; idx < 6; idx++) {
+                t->planar = tn->planar = !exact;
+                T_OK(apply_once(t, jpg, size, 3, idx, a, err, sizeof(err)));
+                T_OK(apply_once(tn, jpg, size, 3, idx, h, err, sizeof(err)));
+                for (size_t i = 0; i < npix; i++)
+                    for (int c = 0; c < 3; c++)
+                        T_CHECK(memcmp(&h[i * 3 + c], &a[c * npix + i], sizeof(float)) == 0);
+                t->planar = false;
+                T_OK(apply_once(t, jpg, size, 3, idx, b, err, sizeof(err)));
+                if (!planar) {
+                    T_CHECKF(memcmp(a, b, nb) == 0, "subsampling %d exact %d", ss[k], exact);
+                    continue;
+                }
+                double db = psnr_levels(a, b, npix);
+                if (getenv("XF_VERBOSE"))
+                    fprintf(stderr, "  planes vs RGB path, subsampling %d: %.1f dB\n", ss[k], db);
+                T_CHECKF(db >= 40.0 && db < INFINITY, "subsampling %d sample %llu: %.1f dB", ss[k],
+                         (unsigned long long)idx, db);
+            }
+            free(jpg);
+        }
+        free(a);
+        free(b);
+        free(h);
+        stk_transform_destroy(t);
+        stk_transform_destroy(tn);
+    }
+    /* Every dtype and layout stores the same levels: the float32 output is the exact
+     * ToTensor/Normalize of the uint8 output (stk__store_ycc against stk__ycc_to_rgb + store) */
+    stk_op ops[3];
+    stk_op_init(&ops[0], STK_OP_RANDOM_RESIZED_CROP);
+    stk_op_init(&ops[1], STK_OP_NORMALIZE);
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    memcpy(ops[1].mean, mean, sizeof(mean));
+    memcpy(ops[1].std, sd, sizeof(sd));
+    stk_transform *u8 = make_t(ops, 1, STK_DTYPE_UINT8, true, false);
+    stk_transform *f32 = make_t(ops, 2, STK_DTYPE_FLOAT32, false, false);
+    T_CHECK(u8 && f32 && u8->planar && f32->planar);
+    size_t size, npix = 224 * 224;
+    uint8_t *jpg = make_jpeg(rgb, W, H, TJSAMP_420, &size), *lv = malloc(npix * 3);
+    float *got = malloc(npix * 3 * sizeof(float));
+    for (uint64_t idx = 0; idx < 4; idx++) {
+        T_OK(apply_once(u8, jpg, size, 5, idx, lv, err, sizeof(err)));
+        T_OK(apply_once(f32, jpg, size, 5, idx, got, err, sizeof(err)));
+        for (size_t i = 0; i < npix; i++)
+            for (int c = 0; c < 3; c++)
+                T_CHECK(memcmp(&got[c * npix + i], &f32->lut_f32[c][lv[i * 3 + c]], 4) == 0);
+    }
+    free(jpg);
+    free(lv);
+    free(got);
+    stk_transform_destroy(u8);
+    stk_transform_destroy(f32);
+    free(rgb);
+    return 0;
+}
+
 /* Same seed, epoch and index give the same bytes, with fresh workers or reused ones; another
  * index gives other bytes. */
 static int test_apply_deterministic(void)
@@ -1786,4 +1921,5 @@ T_MAIN(T_CASE(test_op_defaults), T_CASE(test_op_table), T_CASE(test_recipes),
        T_CASE(test_store_arith_equals_table), T_CASE(test_jitter_basics),
        T_CASE(test_apply_png_pipelines), T_CASE(test_apply_deterministic),
        T_CASE(test_threads_identical), T_CASE(test_pixel_kernels), T_CASE(test_apply_errors),
-       T_CASE(test_apply_padding), T_CASE(test_warps_order_padding), T_CASE(test_alloc_failures))
+       T_CASE(test_apply_padding), T_CASE(test_warps_order_padding), T_CASE(test_planes_path),
+       T_CASE(test_alloc_failures))
