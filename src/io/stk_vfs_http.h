@@ -1,8 +1,8 @@
 /*
- * stk_vfs_http.h: the remote byte sources (stk_vfs_http.c): `http://`, `https://` (ranged GETs)
- * and `s3://bucket/key` (the same, signed with SigV4, plus ListObjectsV2 for prefixes and
- * globs), and the on-disk block cache they share (stk_vfs_cache.c). Internal pieces are here for
- * the unit tests: the retry decision and the cache.
+ * stk_vfs_http.h: the remote byte sources (stk_vfs_http.c, stk_vfs_s3.c): `http://`, `https://`
+ * (ranged GETs) and `s3://bucket/key` (the same, signed with SigV4, plus ListObjectsV2 for prefixes
+ * and globs), and the on-disk block cache they share (stk_vfs_cache.c). Internal pieces are here
+ * for the unit tests: the retry decision and the cache.
  */
 #ifndef STK_VFS_HTTP_H
 #define STK_VFS_HTTP_H

@@ -1,0 +1,113 @@
+/*
+ * stk_http_int.h: what the HTTP transport (stk_vfs_http.c: curl handles, retries, one request,
+ * remote files, the http:// table) and the S3 byte source (stk_vfs_s3.c: settings and
+ * credentials, s3:// targets, ListObjectsV2, the s3:// table) share. Private to those two files
+ * (and their unit tests).
+ */
+#ifndef STK_HTTP_INT_H
+#define STK_HTTP_INT_H
+
+#include "io/stk_vfs_http.h"
+
+#define STK_TRY_RET(expr)                                                                          \
+    do {                                                                                           \
+        stk_status rc_ = (expr);                                                                   \
+        if (rc_ < 0)                                                                               \
+            return rc_;                                                                            \
+    } while (0)
+
+/* S3 settings of one open (stk_vfs_s3.c reads them from the environment). */
+typedef struct stk__s3cfg {
+    char region[64];
+    char endpoint[1024]; /* "scheme://authority[/base]" without a trailing slash; "" = AWS */
+    char akid[256], secret[256];
+    char *token; /* NULL without a session token */
+} stk__s3cfg;
+
+static inline void stk__s3cfg_free(stk__s3cfg *c)
+{
+    stk__free(c->token);
+    c->token = NULL;
+}
+
+/* What a path means: the URL to fetch, and for S3 what to sign. */
+typedef struct stk__target {
+    char *url;   /* without the query */
+    char *host;  /* the Host header (S3) */
+    char *cpath; /* the canonical URI (S3) */
+    char *bucket, *key;
+} stk__target;
+
+void stk__target_free(stk__target *t);
+
+/* An integer setting from the environment, `def` when unset or not a number, clamped. */
+long stk__http_env_long(const char *name, long def, long lo, long hi);
+/* Strip blanks (and CR/LF) from both ends, in place. */
+void stk__http_trim(char *s);
+/* A fresh stk__malloc'ed printf string (NULL on OOM). */
+char *stk__http_fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+
+/* Where a body goes: the caller's pieces (ranged reads) or a growing buffer (listings). */
+typedef struct stk__http_sink {
+    const stk__iov *iov;
+    int n, i;
+    size_t pos;    /* in iov[i] */
+    uint64_t skip; /* bytes to drop first (a 200 answer to a ranged GET sends the whole object) */
+    uint64_t range_a;
+    size_t got, want;
+    bool started, done, overflow;
+    char *mem; /* listings */
+    size_t mem_len, mem_cap;
+} stk__http_sink;
+
+#define STK_HTTP_ERRBODY 300 /* bytes of an error answer kept for the message */
+
+typedef struct stk__http_resp {
+    long status;
+    char etag[256], last_modified[128];
+    uint64_t length;
+    bool has_length;
+    char errbody[STK_HTTP_ERRBODY + 1];
+    size_t errlen;
+    stk__http_sink *s;
+    void *c; /* the CURL handle running it */
+} stk__http_resp;
+
+/* A request: the URL to fetch, and for S3 what to sign. */
+typedef struct stk__http_req {
+    const char *method;    /* "HEAD" or "GET" */
+    const char *url;       /* with the query string */
+    const stk__s3cfg *cfg; /* NULL: plain HTTP */
+    const char *host, *cpath, *query;
+    bool ranged;
+    uint64_t a, b; /* inclusive */
+} stk__http_req;
+
+/* Run q with retries. `name` is what messages call the object (the URL as the user wrote it);
+ * for ranged GETs r->s is the sink and a retry resumes after the bytes already received. */
+stk_status stk__http_request(stk__http_req *q, stk__http_resp *r, const char *name, char *err,
+                             size_t err_size);
+
+/* An open remote object (http://, https://, s3://). */
+typedef struct stk__rfile {
+    stk__file base;
+    bool s3;
+    stk__s3cfg cfg;
+    stk__target t;
+    char *cache_key; /* URL + validator */
+    stk__cache *cache;
+} stk__rfile;
+
+/* HEAD of f's target: its size and (validator non-NULL) its ETag or Last-Modified. */
+stk_status stk__remote_head(stk__rfile *f, const char *path, uint64_t *size, char *validator,
+                            size_t vsize, char *err, size_t err_size);
+
+/* Open `path` served by `vfs`: a HEAD, then the cache. For S3 (cfg non-NULL) cfg and t are
+ * taken over (moved into the file, freed on failure too); for HTTP both are NULL. */
+stk_status stk__remote_open(const char *path, const stk__vfs *vfs, stk__s3cfg *cfg, stk__target *t,
+                            stk__file **out, char *err, size_t err_size);
+stk_status stk__remote_read(stk__file *file, uint64_t offset, const stk__iov *iov, int n_iov,
+                            char *err, size_t err_size);
+void stk__remote_close(stk__file *file);
+
+#endif /* STK_HTTP_INT_H */
