@@ -83,6 +83,17 @@ typedef struct stk__http_req {
     uint64_t a, b; /* inclusive */
 } stk__http_req;
 
+struct curl_slist;
+
+/* The CA bundle to verify TLS peers with: AWS_CA_BUNDLE (S3 requests only), else CURL_CA_BUNDLE,
+ * else SSL_CERT_FILE; NULL (curl's default, the system's bundle) when none is set. */
+const char *stk__http_ca_bundle(bool s3);
+
+/* Set up easy handle `handle` (a CURL *) to run q into r (headers, signing, timeouts, TLS);
+ * *headers receives the header list to free once the transfer ended. STK_ENOMEM only. */
+stk_status stk__http_setup(void *handle, const stk__http_req *q, stk__http_resp *r,
+                           struct curl_slist **headers, char *curl_err);
+
 /* Run q with retries. `name` is what messages call the object (the URL as the user wrote it);
  * for ranged GETs r->s is the sink and a retry resumes after the bytes already received. */
 stk_status stk__http_request(stk__http_req *q, stk__http_resp *r, const char *name, char *err,
@@ -96,6 +107,10 @@ typedef struct stk__rfile {
     stk__target t;
     char *cache_key; /* URL + validator */
     stk__cache *cache;
+    /* prefetch (stk_vfs_fetch.c; guarded by its lock) */
+    int pf_refs;          /* prefetched ranges in flight that still need the file */
+    _Atomic bool pf_used; /* counted among the files the fetcher thread serves */
+    bool closing;         /* closed while pf_refs > 0: the fetcher frees it */
 } stk__rfile;
 
 /* HEAD of f's target: its size and (validator non-NULL) its ETag or Last-Modified. */
@@ -109,5 +124,27 @@ stk_status stk__remote_open(const char *path, const stk__vfs *vfs, stk__s3cfg *c
 stk_status stk__remote_read(stk__file *file, uint64_t offset, const stk__iov *iov, int n_iov,
                             char *err, size_t err_size);
 void stk__remote_close(stk__file *file);
+
+/* The ranged GET of bytes [offset, offset + len) of f (len > 0). */
+stk__http_req stk__rfile_get(const stk__rfile *f, uint64_t offset, uint64_t len);
+
+/* Free an open remote file now (its prefetches are gone). */
+void stk__rfile_free(stk__rfile *f);
+
+/* ---- prefetch (stk_vfs_fetch.c) ---- */
+
+/* The VFS prefetch of remote files: coalesce the ranges (STOKER_HTTP_COALESCE_GAP,
+ * STOKER_HTTP_COALESCE_MAX; whole cache blocks with a cache) and queue them for the fetcher
+ * thread, which keeps up to STOKER_HTTP_INFLIGHT requests in flight (curl multi) within
+ * STOKER_HTTP_PREFETCH bytes of memory. */
+void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n);
+
+/* Serve [off, off + len) into the pieces from a prefetched range covering it (waiting while it
+ * is in flight). false: no prefetched range holds it (none, failed, dropped): read it directly. */
+bool stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_iov, size_t len);
+
+/* Forget f's prefetches at close. true when f may be freed now; false when requests in flight
+ * still use it (the fetcher frees it when the last ends). */
+bool stk__prefetch_forget(stk__rfile *f);
 
 #endif /* STK_HTTP_INT_H */

@@ -52,6 +52,17 @@ void stk__http_trim(char *s)
 
 /* Credentials of `profile` from the shared credentials file (none found: akid stays empty). */
 
+const char *stk__http_ca_bundle(bool s3)
+{
+    const char *names[] = {"AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"};
+    for (size_t i = s3 ? 0 : 1; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v)
+            return v;
+    }
+    return NULL;
+}
+
 /* ---- curl handles: one per thread ---- */
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -244,11 +255,10 @@ static size_t on_body(char *data, size_t size, size_t n, void *ud)
     return len;
 }
 
-static stk_status perform(const stk__http_req *q, stk__http_resp *r, CURLcode *cc, char *curl_err)
+stk_status stk__http_setup(void *handle, const stk__http_req *q, stk__http_resp *r,
+                           struct curl_slist **headers, char *curl_err)
 {
-    CURL *c = thread_handle();
-    if (!c)
-        return STK_ENOMEM;
+    CURL *c = handle;
     r->c = c;
     long timeout = stk__http_env_long("STOKER_HTTP_TIMEOUT", 30, 1, 86400);
     struct curl_slist *h = NULL, *t;
@@ -321,10 +331,23 @@ static stk_status perform(const stk__http_req *q, stk__http_resp *r, CURLcode *c
     curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c, CURLOPT_USERAGENT, "stoker/0.1");
+    const char *ca = stk__http_ca_bundle(q->cfg != NULL);
+    if (ca)
+        curl_easy_setopt(c, CURLOPT_CAINFO, ca);
     if (stk__http_env_long("STOKER_HTTP_INSECURE", 0, 0, 1)) {
         curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
     }
+    *headers = h;
+    return STK_OK;
+}
+
+static stk_status perform(const stk__http_req *q, stk__http_resp *r, CURLcode *cc, char *curl_err)
+{
+    CURL *c = thread_handle();
+    struct curl_slist *h = NULL;
+    if (!c || stk__http_setup(c, q, r, &h, curl_err) < 0)
+        return STK_ENOMEM;
     *cc = curl_easy_perform(c);
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, NULL);
@@ -385,7 +408,17 @@ stk_status stk__http_request(stk__http_req *q, stk__http_resp *r, const char *na
     }
     char code[64];
     s3_code(r->errbody, code, sizeof(code));
-    const char *what = cc != CURLE_OK     ? (curl_err[0] ? curl_err : curl_easy_strerror(cc))
+    char tls[CURL_ERROR_SIZE + 300];
+    if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE) {
+        const char *ca = stk__http_ca_bundle(q->cfg != NULL);
+        snprintf(tls, sizeof(tls),
+                 "TLS certificate verification failed: %s (CA bundle: %s; set %sCURL_CA_BUNDLE "
+                 "or SSL_CERT_FILE to the CA that signed the server's certificate)",
+                 curl_err[0] ? curl_err : curl_easy_strerror(cc), ca ? ca : "the system's",
+                 q->cfg ? "AWS_CA_BUNDLE, " : "");
+    }
+    const char *what = cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE ? tls
+                       : cc != CURLE_OK   ? (curl_err[0] ? curl_err : curl_easy_strerror(cc))
                        : short_body       ? "short body"
                        : r->status == 404 ? "not found"
                        : r->status == 403 ? "access denied (check the AWS credentials)"
@@ -454,7 +487,7 @@ stk_status stk__remote_head(stk__rfile *f, const char *path, uint64_t *size, cha
     return STK_OK;
 }
 
-static void rfile_free(stk__rfile *f)
+void stk__rfile_free(stk__rfile *f)
 {
     if (!f)
         return;
@@ -482,7 +515,7 @@ stk_status stk__remote_open(const char *path, const stk__vfs *vfs, stk__s3cfg *c
         memset(t, 0, sizeof(*t));
     }
     if (!f || !(f->base.path = stk__strdup(path))) {
-        rfile_free(f);
+        stk__rfile_free(f);
         if (cfg) {
             stk__s3cfg_free(cfg);
             stk__target_free(t);
@@ -508,8 +541,20 @@ stk_status stk__remote_open(const char *path, const stk__vfs *vfs, stk__s3cfg *c
     *out = &f->base;
     return STK_OK;
 fail:
-    rfile_free(f);
+    stk__rfile_free(f);
     return rc;
+}
+
+stk__http_req stk__rfile_get(const stk__rfile *f, uint64_t offset, uint64_t len)
+{
+    return (stk__http_req){.method = "GET",
+                           .url = f->t.url,
+                           .cfg = f->s3 ? &f->cfg : NULL,
+                           .host = f->t.host,
+                           .cpath = f->t.cpath,
+                           .ranged = true,
+                           .a = offset,
+                           .b = offset + len - 1};
 }
 
 static stk_status read_pieces(stk__rfile *f, uint64_t offset, const stk__iov *iov, int n_iov,
@@ -525,16 +570,11 @@ static stk_status read_pieces(stk__rfile *f, uint64_t offset, const stk__iov *io
                               "%s: read of %zu bytes at %llu is past the end (%llu bytes)",
                               f->base.path, want, (unsigned long long)offset,
                               (unsigned long long)f->base.size);
+    if (stk__prefetch_take(f, offset, iov, n_iov, want))
+        return STK_OK;
     stk__http_sink s = {.iov = iov, .n = n_iov, .want = want};
     stk__http_resp r = {.s = &s};
-    stk__http_req q = {.method = "GET",
-                       .url = f->t.url,
-                       .cfg = f->s3 ? &f->cfg : NULL,
-                       .host = f->t.host,
-                       .cpath = f->t.cpath,
-                       .ranged = true,
-                       .a = offset,
-                       .b = offset + want - 1};
+    stk__http_req q = stk__rfile_get(f, offset, want);
     return stk__http_request(&q, &r, f->base.path, err, err_size);
 }
 
@@ -557,7 +597,9 @@ stk_status stk__remote_read(stk__file *file, uint64_t offset, const stk__iov *io
 
 void stk__remote_close(stk__file *file)
 {
-    rfile_free((stk__rfile *)file);
+    stk__rfile *f = (stk__rfile *)file;
+    if (stk__prefetch_forget(f))
+        stk__rfile_free(f);
 }
 
 /* ---- HTTP(S) ---- */
@@ -604,4 +646,5 @@ const stk__vfs stk__vfs_http = {
     .stat = http_stat,
     .list = http_list,
     .glob = http_glob,
+    .prefetch = stk__remote_prefetch,
 };

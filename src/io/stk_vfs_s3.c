@@ -481,4 +481,5 @@ const stk__vfs stk__vfs_s3 = {
     .stat = s3_stat,
     .list = s3_list,
     .glob = s3_glob,
+    .prefetch = stk__remote_prefetch,
 };
