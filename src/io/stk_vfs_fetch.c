@@ -94,7 +94,9 @@ typedef struct pf_entry {
     struct pf_entry *prev, *next; /* g_all, oldest first */
     struct pf_entry *qnext;       /* g_queue */
     stk__rfile *f;
-    uint64_t off, len, useful, used;
+    uint64_t off, len;
+    stk__brange *want;   /* the hinted ranges inside it, sorted; taken ones get len 0 */
+    size_t n_want, left; /* left: not taken yet (the entry goes when none is left) */
     uint8_t *buf;
     int state;
     int waiters;
@@ -128,6 +130,7 @@ static void unlink_entry(pf_entry *e)
     else
         g_last = e->prev;
     g_held -= e->len;
+    stk__free(e->want);
     stk__free(e->buf);
     stk__free(e);
 }
@@ -142,13 +145,37 @@ static void make_room(uint64_t len, uint64_t budget)
     }
 }
 
-/* Whether some entry of f already covers [off, off + len). */
-static pf_entry *covering(const stk__rfile *f, uint64_t off, uint64_t len)
+/* The index of the hinted range [off, off + len) in e->want not taken yet, or SIZE_MAX. */
+static size_t wanted(const pf_entry *e, uint64_t off, uint64_t len)
 {
-    for (pf_entry *e = g_first; e; e = e->next)
-        if (e->f == f && e->off <= off && off + len <= e->off + e->len)
+    size_t lo = 0, hi = e->n_want;
+    while (lo < hi) { /* the first range at or after off */
+        size_t mid = lo + (hi - lo) / 2;
+        if (e->want[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (; lo < e->n_want && e->want[lo].off == off; lo++)
+        if (e->want[lo].len == len)
+            return lo;
+    return SIZE_MAX;
+}
+
+/* The entry of f holding [off, off + len): the one it was hinted to (*slot its index in want),
+ * else any whose bytes cover it (*slot SIZE_MAX); NULL when none. */
+static pf_entry *covering(const stk__rfile *f, uint64_t off, uint64_t len, size_t *slot)
+{
+    pf_entry *any = NULL;
+    for (pf_entry *e = g_first; e; e = e->next) {
+        if (e->f != f || off < e->off || off + len > e->off + e->len)
+            continue;
+        if ((*slot = wanted(e, off, len)) != SIZE_MAX)
             return e;
-    return NULL;
+        any = any ? any : e;
+    }
+    *slot = SIZE_MAX;
+    return any;
 }
 
 /* ---- the fetcher thread ---- */
@@ -345,24 +372,32 @@ void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n)
         return;
     }
     pthread_mutex_lock(&g_mu);
-    /* ranges already prefetched (read-ahead hinted them before) are left out */
-    size_t m = 0;
+    /* ranges hinted before (the read-ahead of the last batch) are left out */
+    size_t m = 0, slot;
     for (size_t i = 0; i < n; i++)
-        if (r[i].len && !covering(f, r[i].off, r[i].len))
+        if (r[i].len && (!covering(f, r[i].off, r[i].len, &slot) || slot == SIZE_MAX))
             r[m++] = r[i];
     size_t k = stk__ranges_coalesce(r, m, gap, max, out, useful);
     bool queued = false;
-    for (size_t i = 0; i < k; i++) {
+    for (size_t i = 0, j = 0; i < k; i++) {
+        size_t j0 = j; /* r is sorted: request i holds the next ranges inside it */
+        while (j < m && r[j].off + r[j].len <= out[i].off + out[i].len)
+            j++;
         make_room(out[i].len, budget);
         if (!stk__prefetch_admit(g_held, out[i].len, budget))
             break; /* the rest is read directly */
         pf_entry *e = stk__calloc(1, sizeof(*e));
+        if (e && !(e->want = stk__malloc((j - j0) * sizeof(*e->want) + 1))) {
+            stk__free(e);
+            e = NULL;
+        }
         if (!e)
             break;
+        memcpy(e->want, r + j0, (j - j0) * sizeof(*e->want));
+        e->n_want = e->left = j - j0;
         e->f = f;
         e->off = out[i].off;
         e->len = out[i].len;
-        e->useful = f->cache ? UINT64_MAX : useful[i]; /* cache: dropped once in the cache */
         e->state = PF_QUEUED;
         e->prev = g_last;
         if (g_last)
@@ -414,7 +449,8 @@ bool stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_
     if (!f->pf_used) /* unlocked peek: set once, before any hint this reader could follow */
         return false;
     pthread_mutex_lock(&g_mu);
-    pf_entry *e = covering(f, off, len);
+    size_t slot;
+    pf_entry *e = covering(f, off, len, &slot);
     if (!e) {
         pthread_mutex_unlock(&g_mu);
         return false;
@@ -424,12 +460,14 @@ bool stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_
         pthread_cond_wait(&g_cv, &g_mu);
     e->waiters--;
     bool hit = e->state == PF_DONE;
-    if (hit) {
+    if (hit)
         copy_out(iov, n_iov, e->buf + (off - e->off));
-        e->used += len;
+    if (slot != SIZE_MAX && e->want[slot].len) { /* taken (a failed one too: read directly) */
+        e->want[slot].len = 0;
+        e->left--;
     }
-    if (e->waiters == 0 &&
-        (e->state == PF_FAILED || e->used >= e->useful || (f->cache && e->state == PF_DONE)))
+    /* gone once its ranges were read (with the cache: once its blocks are there) */
+    if (e->waiters == 0 && (e->state == PF_FAILED || e->left == 0 || f->cache))
         unlink_entry(e);
     pthread_mutex_unlock(&g_mu);
     return hit;
