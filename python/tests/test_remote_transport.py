@@ -6,6 +6,7 @@ Requests are counted by a proxy in front of s3rver (python/tests/s3util.py); eve
 once per epoch."""
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 
@@ -122,6 +123,27 @@ def test_cache_filled_by_coalesced_fetches(proxy, monkeypatch, tmp_path):
     before = proxy.requests
     assert sorted(epoch(loader)) == list(range(N))
     assert proxy.requests == before  # warm: every byte from the cache
+
+
+def test_forked_child_prefetches_on_its_own(proxy):
+    # the parent's fetcher thread does not exist in a child of fork: the child must not wait
+    # for the parent's transfers, and its own hints start a thread of its own
+    loader = stoker.Loader(URL, batch_size=50, shuffle=True, seed=6, num_workers=2)
+    it = iter(loader)
+    next(it)  # the parent has transfers queued or done now
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(60)  # a hang would fail the test, not stall it
+        ok = False
+        try:
+            child = stoker.Loader(URL, batch_size=50, shuffle=True, seed=7, num_workers=2)
+            ok = sorted(epoch(child)) == list(range(N))
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0 and not os.WIFSIGNALED(status), status
+    rest = [i for b in it for i in np.asarray(b["index"]).tolist()]
+    assert len(rest) == N - 50
 
 
 # ---- TLS ----

@@ -232,7 +232,7 @@ static void finish(pf_entry *e, CURLcode cc, CURL **pool, size_t *n_pool)
         cc == CURLE_OK && status >= 200 && status < 300 && !e->s.overflow && e->s.got == e->s.want;
     stk__rfile *f = e->f;
     bool cached = false;
-    if (ok && f->cache && !f->closing) { /* whole blocks: into the cache */
+    if (ok && f->cache) { /* whole blocks: into the cache (f lives while pf_refs > 0) */
         cached = true;
         for (uint64_t b = e->off / STK_CACHE_BLOCK; b * STK_CACHE_BLOCK < e->off + e->len; b++)
             cached = stk__cache_put(f->cache, f->cache_key, f->base.size, b,
@@ -314,9 +314,33 @@ static void *fetcher_main(void *arg)
     return NULL;
 }
 
+/* A child of fork has no fetcher thread: forget the parent's queue and transfers (their memory
+ * is left alone: it may be mid-update), so that the child's hints start a thread of its own and
+ * its reads never wait for a transfer nobody runs. */
+static void atfork_child(void)
+{
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    g_mu = mu;
+    g_cv = cv;
+    g_first = g_last = g_qhead = g_qtail = NULL;
+    g_queued = g_running = 0;
+    g_held = 0;
+    g_thread = false;
+    g_multi = NULL;
+}
+
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_register(void)
+{
+    pthread_atfork(NULL, NULL, atfork_child);
+}
+
 /* Start the fetcher thread if it is not running (g_mu held). */
 static bool ensure_thread(void)
 {
+    pthread_once(&g_atfork_once, atfork_register);
     if (g_thread)
         return true;
     curl_global_init(CURL_GLOBAL_DEFAULT); /* refcounted; the easy path has called it */
