@@ -110,6 +110,7 @@ typedef struct stk__rfile {
     /* prefetch (stk_vfs_fetch.c; guarded by its lock) */
     int pf_refs;          /* prefetched ranges in flight that still need the file */
     _Atomic bool pf_used; /* counted among the files the fetcher thread serves */
+    uint8_t *cached;      /* with the cache: 1 per block known to be there (a hint skips it) */
     bool closing;         /* closed while pf_refs > 0: the fetcher frees it */
 } stk__rfile;
 

@@ -206,14 +206,22 @@ static void start(pf_entry *e, CURL **pool, size_t *n_pool)
     g_running++;
 }
 
-/* With the cache: whether every block of e is there already (nothing to fetch). */
-static bool all_cached(const pf_entry *e)
+/* With the cache: leave out of e the blocks at its ends that the cache holds already (noting
+ * them in f->cached); true when nothing is left to fetch (g_mu held). */
+static bool trim_cached(pf_entry *e)
 {
-    const stk__rfile *f = e->f;
-    for (uint64_t b = e->off / STK_CACHE_BLOCK; b * STK_CACHE_BLOCK < e->off + e->len; b++)
-        if (!stk__cache_has(f->cache, f->cache_key, f->base.size, b))
-            return false;
-    return true;
+    stk__rfile *f = e->f;
+    uint64_t a = e->off / STK_CACHE_BLOCK, b = (e->off + e->len - 1) / STK_CACHE_BLOCK;
+    while (a <= b && stk__cache_has(f->cache, f->cache_key, f->base.size, a))
+        f->cached[a++] = 1;
+    while (a <= b && stk__cache_has(f->cache, f->cache_key, f->base.size, b))
+        f->cached[b--] = 1;
+    uint64_t off = a * STK_CACHE_BLOCK, end = STK_MIN((b + 1) * STK_CACHE_BLOCK, f->base.size);
+    uint64_t len = a <= b ? end - off : 0;
+    g_held -= e->len - len;
+    e->off = off;
+    e->len = len;
+    return len == 0;
 }
 
 /* A transfer ended with cc (g_mu not held). */
@@ -240,6 +248,9 @@ static void finish(pf_entry *e, CURLcode cc, CURL **pool, size_t *n_pool)
                      cached;
     }
     pthread_mutex_lock(&g_mu);
+    for (uint64_t b = e->off / STK_CACHE_BLOCK; cached && b * STK_CACHE_BLOCK < e->off + e->len;
+         b++)
+        f->cached[b] = 1;
     if (*n_pool < 64)
         pool[(*n_pool)++] = e->c;
     else
@@ -271,7 +282,7 @@ static void *fetcher_main(void *arg)
             if (!g_qhead)
                 g_qtail = NULL;
             g_queued--;
-            if (e->f->cache && all_cached(e)) { /* a warm cache: reads find the blocks there */
+            if (e->f->cache && trim_cached(e)) { /* a warm cache: reads find the blocks there */
                 e->state = PF_FAILED;
                 if (e->waiters == 0)
                     unlink_entry(e);
@@ -388,19 +399,35 @@ void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n)
         gap = 0;
         max = STK_MAX(max, STK_CACHE_BLOCK);
     }
+    uint64_t n_blocks = (file->size + STK_CACHE_BLOCK - 1) / STK_CACHE_BLOCK;
+    uint8_t *cached = f->cache ? stk__calloc(n_blocks + 1, 1) : NULL; /* f->cached if unset */
     stk__brange *out = stk__malloc(n * sizeof(*out));
     uint64_t *useful = stk__malloc(n * sizeof(*useful));
-    if (!out || !useful) {
+    if (!out || !useful || (f->cache && !cached)) {
         stk__free(out);
         stk__free(useful);
+        stk__free(cached);
         return;
     }
     pthread_mutex_lock(&g_mu);
-    /* ranges hinted before (the read-ahead of the last batch) are left out */
+    if (f->cache && !f->cached) {
+        f->cached = cached;
+        cached = NULL;
+    }
+    /* ranges hinted before (the read-ahead of the last batch), and blocks known to be in the
+     * cache, are left out */
     size_t m = 0, slot;
-    for (size_t i = 0; i < n; i++)
-        if (r[i].len && (!covering(f, r[i].off, r[i].len, &slot) || slot == SIZE_MAX))
+    for (size_t i = 0; i < n; i++) {
+        bool need = r[i].len && (!covering(f, r[i].off, r[i].len, &slot) || slot == SIZE_MAX);
+        if (need && f->cache) {
+            need = false;
+            for (uint64_t b = r[i].off / STK_CACHE_BLOCK;
+                 !need && b * STK_CACHE_BLOCK < r[i].off + r[i].len; b++)
+                need = !f->cached[b];
+        }
+        if (need)
             r[m++] = r[i];
+    }
     size_t k = stk__ranges_coalesce(r, m, gap, max, out, useful);
     bool queued = false;
     for (size_t i = 0, j = 0; i < k; i++) {
@@ -454,6 +481,7 @@ void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n)
         g_queued = 0;
     }
     pthread_mutex_unlock(&g_mu);
+    stk__free(cached);
     stk__free(out);
     stk__free(useful);
 }
@@ -473,6 +501,8 @@ bool stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_
     if (!f->pf_used) /* unlocked peek: set once, before any hint this reader could follow */
         return false;
     pthread_mutex_lock(&g_mu);
+    if (f->cached) /* with the cache a read comes here on a miss: the block is not there (now) */
+        f->cached[off / STK_CACHE_BLOCK] = 0;
     size_t slot;
     pf_entry *e = covering(f, off, len, &slot);
     if (!e) {

@@ -494,6 +494,7 @@ void stk__rfile_free(stk__rfile *f)
     stk__target_free(&f->t);
     stk__s3cfg_free(&f->cfg);
     stk__free(f->cache_key);
+    stk__free(f->cached);
     stk__free(f->base.path);
     stk__free(f);
 }
