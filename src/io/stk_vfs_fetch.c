@@ -196,6 +196,8 @@ static void start(pf_entry *e, CURL **pool, size_t *n_pool)
         (curl_easy_setopt(c, CURLOPT_PRIVATE, e), curl_multi_add_handle(g_multi, c)) != CURLM_OK) {
         if (c)
             curl_easy_cleanup(c);
+        curl_slist_free_all(e->h);
+        e->h = NULL;
         e->state = PF_FAILED;
         pthread_cond_broadcast(&g_cv);
         return;
@@ -385,8 +387,8 @@ void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n)
 {
     stk__rfile *f = (stk__rfile *)file;
     uint64_t budget = env_size("STOKER_HTTP_PREFETCH", (uint64_t)256 << 20);
-    uint64_t gap = env_size("STOKER_HTTP_COALESCE_GAP", (uint64_t)512 << 10);
-    uint64_t max = env_size("STOKER_HTTP_COALESCE_MAX", (uint64_t)16 << 20);
+    uint64_t gap = env_size("STOKER_HTTP_COALESCE_GAP", (uint64_t)128 << 10);
+    uint64_t max = env_size("STOKER_HTTP_COALESCE_MAX", (uint64_t)4 << 20);
     if (budget == 0 || n == 0)
         return;
     for (size_t i = 0; i < n; i++) { /* within the object (the source checks reads again) */
