@@ -11,6 +11,7 @@ runs talk to s3rver directly.
         [--images 600] [--workers 2] [--batch 64] [--latency-ms 20] [--rounds 3]
 """
 import argparse
+import gc
 import os
 import shutil
 import statistics
@@ -38,6 +39,14 @@ def epoch(path, recipe, a):
         batches += 1
     dt = time.perf_counter() - t0
     return count / dt, first, batches
+
+
+def settle(proxy, timeout=10):
+    """Wait until the proxy has nothing in flight (a closed loader's last prefetches end)."""
+    gc.collect()
+    t = time.monotonic() + timeout
+    while proxy.in_flight and time.monotonic() < t:
+        time.sleep(0.01)
 
 
 def setenv(prefetch, cache):
@@ -110,9 +119,11 @@ def main():
             os.environ["AWS_ENDPOINT_URL"] = p.endpoint
             for src, mode, prefetch, kind in configs:
                 setenv(prefetch, os.path.join(tmp, f"count-{mode}") if kind else None)
+                settle(p)
                 r0, b0 = p.requests, p.bytes
                 p.max_in_flight = 0
                 _, _, batches = epoch(URL, "raw", a)
+                settle(p)  # the loader opened next epoch's first batches: their GETs count here
                 counts.append((src, mode, p.requests - r0, p.bytes - b0, batches,
                                p.max_in_flight))
         lat = []

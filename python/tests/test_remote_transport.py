@@ -30,6 +30,7 @@ def s3(tmp_path_factory):
     srv = S3Server(cmd, tmp / "root").start()
     try:
         srv.put_dir(write_dataset(tmp / "t", N), "t")
+        srv.shard_size = os.path.getsize(tmp / "t" / "shard-00000.stk")
         yield srv
     finally:
         srv.stop()
@@ -112,14 +113,16 @@ def test_every_piece_failing_names_url_record_and_status(proxy, monkeypatch):
     assert "last HTTP status 50" in msg, msg
 
 
-def test_cache_filled_by_coalesced_fetches(proxy, monkeypatch, tmp_path):
+def test_cache_filled_by_coalesced_fetches(s3, proxy, monkeypatch, tmp_path):
     monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("STOKER_CACHE_LIMIT", "64M")
+    before, bytes_before = proxy.requests, proxy.bytes
     loader = stoker.Loader(URL, batch_size=50, shuffle=True, seed=1, num_workers=2)
-    before = proxy.requests
     assert sorted(epoch(loader)) == list(range(N))
     cold = proxy.requests - before
     assert cold <= 8, cold  # one small shard: its blocks, not its records
+    assert s3.shard_size < 4 << 20  # one block, fetched once (prefetched or not, never twice)
+    assert proxy.bytes - bytes_before == s3.shard_size, proxy.bytes - bytes_before
     before = proxy.requests
     assert sorted(epoch(loader)) == list(range(N))
     assert proxy.requests == before  # warm: every byte from the cache

@@ -110,7 +110,8 @@ typedef struct stk__rfile {
     /* prefetch (stk_vfs_fetch.c; guarded by its lock) */
     int pf_refs;          /* prefetched ranges in flight that still need the file */
     _Atomic bool pf_used; /* counted among the files the fetcher thread serves */
-    uint8_t *cached;      /* with the cache: 1 per block known to be there (a hint skips it) */
+    uint8_t *cached;      /* with the cache, per block: 1 there, 2 being fetched (hints skip
+                             both), 0 absent or unknown */
     bool closing;         /* closed while pf_refs > 0: the fetcher frees it */
 } stk__rfile;
 
@@ -141,8 +142,14 @@ void stk__rfile_free(stk__rfile *f);
 void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n);
 
 /* Serve [off, off + len) into the pieces from a prefetched range covering it (waiting while it
- * is in flight). false: no prefetched range holds it (none, failed, dropped): read it directly. */
-bool stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_iov, size_t len);
+ * is in flight): STK__TAKE_HIT. STK__TAKE_CACHED: with the cache, the block was put in the cache
+ * meanwhile (read it there). STK__TAKE_NONE: no prefetched range holds it (none, failed,
+ * dropped): read it directly. */
+enum { STK__TAKE_NONE, STK__TAKE_HIT, STK__TAKE_CACHED };
+int stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_iov, size_t len);
+
+/* The block at off was found in the cache after all (a STK__TAKE_CACHED read hit). */
+void stk__prefetch_cached(stk__rfile *f, uint64_t off);
 
 /* Forget f's prefetches at close. true when f may be freed now; false when requests in flight
  * still use it (the fetcher frees it when the last ends). */

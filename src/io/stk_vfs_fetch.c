@@ -135,6 +135,14 @@ static void unlink_entry(pf_entry *e)
     stk__free(e);
 }
 
+/* With the cache: note blocks [off, off + len) of f as absent (0), there (1) or being fetched
+ * (2) (g_mu held). */
+static void mark(stk__rfile *f, uint64_t off, uint64_t len, uint8_t v)
+{
+    for (uint64_t b = off / STK_CACHE_BLOCK; f->cached && b * STK_CACHE_BLOCK < off + len; b++)
+        f->cached[b] = v;
+}
+
 /* Drop fetched or failed entries nobody waits for, oldest first, until `len` more bytes fit. */
 static void make_room(uint64_t len, uint64_t budget)
 {
@@ -198,6 +206,7 @@ static void start(pf_entry *e, CURL **pool, size_t *n_pool)
             curl_easy_cleanup(c);
         curl_slist_free_all(e->h);
         e->h = NULL;
+        mark(f, e->off, e->len, 0);
         e->state = PF_FAILED;
         pthread_cond_broadcast(&g_cv);
         return;
@@ -250,9 +259,7 @@ static void finish(pf_entry *e, CURLcode cc, CURL **pool, size_t *n_pool)
                      cached;
     }
     pthread_mutex_lock(&g_mu);
-    for (uint64_t b = e->off / STK_CACHE_BLOCK; cached && b * STK_CACHE_BLOCK < e->off + e->len;
-         b++)
-        f->cached[b] = 1;
+    mark(f, e->off, e->len, cached ? 1 : 0);
     if (*n_pool < 64)
         pool[(*n_pool)++] = e->c;
     else
@@ -425,7 +432,7 @@ void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n)
             need = false;
             for (uint64_t b = r[i].off / STK_CACHE_BLOCK;
                  !need && b * STK_CACHE_BLOCK < r[i].off + r[i].len; b++)
-                need = !f->cached[b];
+                need = !f->cached[b]; /* neither there nor being fetched */
         }
         if (need)
             r[m++] = r[i];
@@ -465,6 +472,7 @@ void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n)
         g_qtail = e;
         g_queued++;
         g_held += e->len;
+        mark(f, e->off, e->len, 2);
         queued = true;
     }
     if (queued && !f->pf_used) {
@@ -476,8 +484,10 @@ void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n)
     else if (queued) { /* no thread: nothing will fetch them */
         for (pf_entry *e = g_first, *nx; e; e = nx) {
             nx = e->next;
-            if (e->state == PF_QUEUED)
+            if (e->state == PF_QUEUED) {
+                mark(e->f, e->off, e->len, 0);
                 unlink_entry(e);
+            }
         }
         g_qhead = g_qtail = NULL;
         g_queued = 0;
@@ -498,35 +508,48 @@ static void copy_out(const stk__iov *iov, int n_iov, const uint8_t *src)
     }
 }
 
-bool stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_iov, size_t len)
+int stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_iov, size_t len)
 {
     if (!f->pf_used) /* unlocked peek: set once, before any hint this reader could follow */
-        return false;
+        return STK__TAKE_NONE;
     pthread_mutex_lock(&g_mu);
-    if (f->cached) /* with the cache a read comes here on a miss: the block is not there (now) */
-        f->cached[off / STK_CACHE_BLOCK] = 0;
     size_t slot;
     pf_entry *e = covering(f, off, len, &slot);
-    if (!e) {
-        pthread_mutex_unlock(&g_mu);
-        return false;
+    bool hit = false;
+    if (e) {
+        e->waiters++;
+        while (e->state == PF_QUEUED || e->state == PF_RUNNING)
+            pthread_cond_wait(&g_cv, &g_mu);
+        e->waiters--;
+        hit = e->state == PF_DONE;
+        if (hit)
+            copy_out(iov, n_iov, e->buf + (off - e->off));
+        if (slot != SIZE_MAX && e->want[slot].len) { /* taken (a failed one too: read directly) */
+            e->want[slot].len = 0;
+            e->left--;
+        }
+        /* gone once its ranges were read (with the cache: once its blocks are there) */
+        if (e->waiters == 0 && (e->state == PF_FAILED || e->left == 0 || f->cache))
+            unlink_entry(e);
     }
-    e->waiters++;
-    while (e->state == PF_QUEUED || e->state == PF_RUNNING)
-        pthread_cond_wait(&g_cv, &g_mu);
-    e->waiters--;
-    bool hit = e->state == PF_DONE;
-    if (hit)
-        copy_out(iov, n_iov, e->buf + (off - e->off));
-    if (slot != SIZE_MAX && e->want[slot].len) { /* taken (a failed one too: read directly) */
-        e->want[slot].len = 0;
-        e->left--;
+    int rc = hit ? STK__TAKE_HIT : STK__TAKE_NONE;
+    if (!hit && f->cached) {
+        /* with the cache a read comes here on a miss; the fetcher may have put the block in
+         * since (or found it there): read it there. Otherwise it is not there (now). */
+        uint64_t b = off / STK_CACHE_BLOCK;
+        rc = f->cached[b] == 1 ? STK__TAKE_CACHED : STK__TAKE_NONE;
+        f->cached[b] = 0; /* set again by the read through the cache (stk__prefetch_cached) */
     }
-    /* gone once its ranges were read (with the cache: once its blocks are there) */
-    if (e->waiters == 0 && (e->state == PF_FAILED || e->left == 0 || f->cache))
-        unlink_entry(e);
     pthread_mutex_unlock(&g_mu);
-    return hit;
+    return rc;
+}
+
+void stk__prefetch_cached(stk__rfile *f, uint64_t off)
+{
+    pthread_mutex_lock(&g_mu);
+    if (f->cached)
+        f->cached[off / STK_CACHE_BLOCK] = 1;
+    pthread_mutex_unlock(&g_mu);
 }
 
 bool stk__prefetch_forget(stk__rfile *f)

@@ -546,6 +546,14 @@ fail:
     return rc;
 }
 
+/* The cache's miss path when only a hit will do. */
+static stk_status fetch_none(void *ctx, uint64_t off, void *buf, size_t len, char *err,
+                             size_t err_size)
+{
+    (void)ctx, (void)off, (void)buf, (void)len;
+    return stk__set_error(err, err_size, STK_EIO, "evicted");
+}
+
 stk__http_req stk__rfile_get(const stk__rfile *f, uint64_t offset, uint64_t len)
 {
     return (stk__http_req){.method = "GET",
@@ -571,8 +579,16 @@ static stk_status read_pieces(stk__rfile *f, uint64_t offset, const stk__iov *io
                               "%s: read of %zu bytes at %llu is past the end (%llu bytes)",
                               f->base.path, want, (unsigned long long)offset,
                               (unsigned long long)f->base.size);
-    if (stk__prefetch_take(f, offset, iov, n_iov, want))
+    int took = stk__prefetch_take(f, offset, iov, n_iov, want);
+    char scratch[STK_ERRMSG_SIZE];
+    if (took == STK__TAKE_HIT)
         return STK_OK;
+    if (took == STK__TAKE_CACHED &&
+        stk__cache_read(f->cache, f->cache_key, f->base.size, offset, iov, n_iov, fetch_none, NULL,
+                        scratch, sizeof(scratch)) == STK_OK) {
+        stk__prefetch_cached(f, offset);
+        return STK_OK;
+    }
     stk__http_sink s = {.iov = iov, .n = n_iov, .want = want};
     stk__http_resp r = {.s = &s};
     stk__http_req q = stk__rfile_get(f, offset, want);
