@@ -134,6 +134,7 @@ def main():
                 p.max_in_flight = 0
                 r = epoch(URL, "raw", a)
                 lat.append((mode, r[0], r[1], p.max_in_flight))
+                settle(p, timeout=30)  # before the server stops under the last read-ahead
     finally:
         srv.stop()
         shutil.rmtree(tmp, ignore_errors=True)
