@@ -121,6 +121,7 @@ def test_faults_every_sample_exactly_once(s3, endpoint, monkeypatch):
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         monkeypatch.setenv("STOKER_HTTP_RETRIES", "12")
         monkeypatch.setenv("STOKER_HTTP_BACKOFF_MS", "5")  # exactness is checked, not waiting
+        monkeypatch.setenv("STOKER_HTTP_PREFETCH", "0")  # one GET per record: many faults drawn
         loader = stoker.Loader("s3://data/train/shard-00000.stk", batch_size=25, shuffle=True,
                                seed=5, num_workers=2)
         got = epoch(loader)

@@ -38,6 +38,11 @@ typedef struct stk__iov {
     size_t len;
 } stk__iov;
 
+/* A byte range of a file (prefetch hints). */
+typedef struct stk__brange {
+    uint64_t off, len;
+} stk__brange;
+
 /* What stat says about a path. */
 typedef struct stk__stat {
     bool is_dir;
@@ -67,6 +72,10 @@ struct stk__vfs {
     stk_status (*list)(const char *dir, stk__strlist *out, char *err, size_t err_size);
     /* Append the matches of a glob pattern, sorted; STK_EIO when nothing matches. */
     stk_status (*glob)(const char *pattern, stk__strlist *out, char *err, size_t err_size);
+    /* Optional (NULL: a no-op, as for POSIX): a hint that the ranges will be read soon. Must not
+     * block (it queues); ranges may be dropped (a later read fetches them itself) and are
+     * reordered in place. Reads stay exact whatever the hint said. */
+    void (*prefetch)(stk__file *f, stk__brange *r, size_t n);
 };
 
 /* Per-dataset settings of the remote byte sources (stk_dataset_opts' cache_dir / cache_limit).
@@ -90,6 +99,13 @@ stk_status stk__vfs_open(const char *path, stk__file **out, char *err, size_t er
 /* Read `size` bytes at `offset` into buf (one piece). */
 stk_status stk__vfs_read(stk__file *f, uint64_t offset, void *buf, size_t size, char *err,
                          size_t err_size);
+
+/* Hint that the ranges of f will be read soon (f->vfs->prefetch; a no-op without one). */
+static inline void stk__vfs_prefetch(stk__file *f, stk__brange *r, size_t n)
+{
+    if (f->vfs->prefetch && n)
+        f->vfs->prefetch(f, r, n);
+}
 
 /* Close a file (accepts NULL). */
 void stk__vfs_close(stk__file *f);

@@ -299,6 +299,74 @@ static void scatter(const stk__iov *iov, int n_iov, size_t lo, size_t hi, const 
 
 static _Atomic unsigned long g_seq;
 
+/* Write block `blk` (blen bytes) of the object hashed `hash` under tmp/ and insert it; tmp is a
+ * scratch path buffer of dl bytes. A cache that cannot be written (disk full) only costs speed:
+ * false, and nothing is left behind. */
+static bool put_block(stk__cache *c, const char *hash, uint64_t blk, const uint8_t *buf,
+                      size_t blen, char *tmp, size_t dl)
+{
+    char *path = stk__malloc(dl);
+    if (!path)
+        return false;
+    snprintf(path, dl, "%s/%s-%llu", c->entries, hash, (unsigned long long)blk);
+    snprintf(tmp, dl, "%s/%s-%llu.%d.%lu", c->tmp, hash, (unsigned long long)blk, (int)getpid(),
+             (unsigned long)g_seq++);
+    int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    bool wrote = tfd >= 0;
+    for (size_t done = 0; wrote && done < blen;) {
+        ssize_t w = write(tfd, buf + done, blen - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        wrote = w > 0;
+        done += wrote ? (size_t)w : 0;
+    }
+    if (tfd >= 0)
+        close(tfd);
+    if (wrote)
+        wrote = insert(c, tmp, path, blen, NULL, 0) == STK_OK;
+    else if (tfd >= 0)
+        unlink(tmp);
+    stk__free(path);
+    return wrote;
+}
+
+static size_t path_size(const stk__cache *c)
+{
+    return strlen(c->entries) + strlen(c->tmp) + 200;
+}
+
+bool stk__cache_has(stk__cache *c, const char *key, uint64_t size, uint64_t blk)
+{
+    char hash[65];
+    stk__sha256_hex(key, strlen(key), hash);
+    size_t dl = path_size(c);
+    char *path = stk__malloc(dl);
+    if (!path)
+        return false;
+    snprintf(path, dl, "%s/%s-%llu", c->entries, hash, (unsigned long long)blk);
+    struct stat st;
+    uint64_t boff = blk * STK_CACHE_BLOCK;
+    bool has = boff < size && stat(path, &st) == 0 &&
+               (uint64_t)st.st_size == STK_MIN(STK_CACHE_BLOCK, size - boff);
+    stk__free(path);
+    return has;
+}
+
+bool stk__cache_put(stk__cache *c, const char *key, uint64_t size, uint64_t blk, const void *buf)
+{
+    uint64_t boff = blk * STK_CACHE_BLOCK;
+    if (boff >= size)
+        return false;
+    char hash[65];
+    stk__sha256_hex(key, strlen(key), hash);
+    size_t dl = path_size(c);
+    char *tmp = stk__malloc(dl);
+    bool ok =
+        tmp && put_block(c, hash, blk, buf, (size_t)STK_MIN(STK_CACHE_BLOCK, size - boff), tmp, dl);
+    stk__free(tmp);
+    return ok;
+}
+
 stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64_t offset,
                            const stk__iov *iov, int n_iov, stk__cache_fetch fetch, void *ctx,
                            char *err, size_t err_size)
@@ -314,7 +382,7 @@ stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64
                               (unsigned long long)offset, (unsigned long long)size);
     char hash[65];
     stk__sha256_hex(key, strlen(key), hash);
-    size_t dl = strlen(c->entries) + strlen(c->tmp) + 200;
+    size_t dl = path_size(c);
     char *path = stk__malloc(dl), *tmp = stk__malloc(dl);
     uint8_t *buf = NULL;
     stk_status rc = STK_OK;
@@ -364,24 +432,9 @@ stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64
         if ((rc = fetch(ctx, boff, buf, blen, err, err_size)) < 0)
             goto done;
         scatter(iov, n_iov, lo, hi, buf + in);
-        snprintf(tmp, dl, "%s/%s-%llu.%d.%lu", c->tmp, hash, (unsigned long long)blk, (int)getpid(),
-                 (unsigned long)g_seq++);
-        int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        bool wrote = tfd >= 0;
-        for (size_t done = 0; wrote && done < blen;) {
-            ssize_t w = write(tfd, buf + done, blen - done);
-            if (w < 0 && errno == EINTR)
-                continue;
-            wrote = w > 0;
-            done += wrote ? (size_t)w : 0;
-        }
-        if (tfd >= 0)
-            close(tfd);
-        /* a cache that cannot be written (disk full) only costs speed: the bytes are read */
-        if (wrote)
-            insert(c, tmp, path, blen, NULL, 0);
-        else if (tfd >= 0)
-            unlink(tmp);
+        struct stat now; /* the fetch may have waited for a prefetch that put it in meanwhile */
+        if (stat(path, &now) != 0 || (uint64_t)now.st_size != blen)
+            put_block(c, hash, blk, buf, blen, tmp, dl);
     }
 done:
     stk__free(buf);

@@ -1,8 +1,8 @@
 /*
- * stk_vfs_http.h: the remote byte sources (stk_vfs_http.c): `http://`, `https://` (ranged GETs)
- * and `s3://bucket/key` (the same, signed with SigV4, plus ListObjectsV2 for prefixes and
- * globs), and the on-disk block cache they share (stk_vfs_cache.c). Internal pieces are here for
- * the unit tests: the retry decision and the cache.
+ * stk_vfs_http.h: the remote byte sources (stk_vfs_http.c, stk_vfs_s3.c): `http://`, `https://`
+ * (ranged GETs) and `s3://bucket/key` (the same, signed with SigV4, plus ListObjectsV2 for prefixes
+ * and globs), and the on-disk block cache they share (stk_vfs_cache.c). Internal pieces are here
+ * for the unit tests: the retry decision and the cache.
  */
 #ifndef STK_VFS_HTTP_H
 #define STK_VFS_HTTP_H
@@ -21,6 +21,28 @@ bool stk__http_retryable(int curl_code, long status, bool short_body);
 /* The wait before attempt `attempt` + 1 (attempt >= 1): "full jitter" exponential backoff,
  * `rnd` scaled into [cap/2, cap] where cap = min(base_ms << (attempt - 1), max_ms). */
 uint64_t stk__http_backoff_ms(int attempt, uint64_t base_ms, uint64_t max_ms, uint64_t rnd);
+
+/* ---- many requests in flight (stk_vfs_fetch.c); the decisions are pure, unit tested ---- */
+
+/* Coalesce byte ranges into requests: r is sorted by offset in place (zero-length ranges are
+ * dropped); consecutive ranges join one request when the gap between them is at most `gap` bytes
+ * and the request stays at most `max` bytes long (a single range longer than max is a request of
+ * its own: a record is never split; overlapping ranges always join, so requests are disjoint).
+ * out[k] receives request k, useful[k] the bytes of ranges in it (overlaps counted once; the rest
+ * is gap read for nothing). out and useful hold n entries. Returns the number of requests. */
+size_t stk__ranges_coalesce(stk__brange *r, size_t n, uint64_t gap, uint64_t max, stk__brange *out,
+                            uint64_t *useful);
+
+/* Widen each range to whole blocks of `block` bytes, clamped to an object of `size` bytes (what
+ * the block cache fetches for it). */
+void stk__ranges_to_blocks(stk__brange *r, size_t n, uint64_t block, uint64_t size);
+
+/* How many queued requests to start now: up to `limit` in flight (at least 1). */
+size_t stk__fetch_to_start(size_t in_flight, size_t queued, size_t limit);
+
+/* Whether a prefetch of `len` bytes fits the memory budget with `held` bytes already held by
+ * prefetched (queued, in flight or unread) ranges. */
+bool stk__prefetch_admit(uint64_t held, uint64_t len, uint64_t budget);
 
 /* ---- the shared on-disk cache (stk_vfs_cache.c) ---- */
 
@@ -55,6 +77,14 @@ stk_status stk__cache_from_env(stk__cache **out, char *err, size_t err_size);
 stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64_t offset,
                            const stk__iov *iov, int n_iov, stk__cache_fetch fetch, void *ctx,
                            char *err, size_t err_size);
+
+/* Whether block `blk` of object `key` (size `size`) is in the cache, whole. */
+bool stk__cache_has(stk__cache *c, const char *key, uint64_t size, uint64_t blk);
+
+/* Insert block `blk` of object `key` (size `size`): STK_CACHE_BLOCK bytes at buf (fewer for the
+ * last block), written atomically like a miss of stk__cache_read. false when it could not be
+ * written (only speed is lost). */
+bool stk__cache_put(stk__cache *c, const char *key, uint64_t size, uint64_t blk, const void *buf);
 
 /* Bytes held by the cache's entries now (a directory scan; for tests and tools). */
 uint64_t stk__cache_bytes(const char *dir);

@@ -193,7 +193,7 @@ const stk__vfs stk__vfs_posix = {
 
 /* Byte sources other than POSIX, tried in order; a remote one is one more line here. */
 static const stk__vfs *const vfs_table[] = {
-    &stk__vfs_s3,   /* s3://bucket/key (stk_vfs_http.c) */
+    &stk__vfs_s3,   /* s3://bucket/key (stk_vfs_s3.c) */
     &stk__vfs_http, /* http:// and https:// */
     NULL,
 };

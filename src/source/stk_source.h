@@ -109,6 +109,10 @@ struct stk__source_methods {
     /* "data/shard-00003.stk record 1841 (global 1841) at byte 1234567": where record i is, for
      * error messages. */
     void (*describe)(const stk_dataset *ds, uint64_t i, char *buf, size_t size);
+    /* Optional (NULL: nothing to do, as for local files): a hint that records idx[0..n) will be
+     * read soon, passed on as byte ranges to the byte source's prefetch (stk__vfs_prefetch).
+     * Must not block; reads stay exact whatever it did. */
+    void (*prefetch)(const stk_dataset *ds, const uint64_t *idx, size_t n);
 };
 
 /* Open a cursor for the calling thread (*out NULL when the source needs none). */
@@ -125,6 +129,13 @@ static inline stk_status stk__dataset_read(const stk_dataset *ds, stk__cursor *c
     stk_status rc = ds->m->read(ds, cur, i, dst, cap, flags, info, err, err_size);
     stk__vfs_opts_use(prev);
     return rc;
+}
+
+/* Hint that records idx[0..n) will be read soon (a no-op for sources without prefetch). */
+static inline void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n)
+{
+    if (ds->m->prefetch && n)
+        ds->m->prefetch(ds, idx, n);
 }
 
 /* Where record i lives (file, local number, offset, field sizes): a read without checksum check
