@@ -22,6 +22,13 @@
         if (rc < 0)                                                                                \
             goto fail;                                                                             \
     } while (0)
+/* STK_TRY for functions without a `fail:` label: return the failing status. */
+#define STK_TRY_RET(expr)                                                                          \
+    do {                                                                                           \
+        stk_status rc_ = (expr);                                                                   \
+        if (rc_ < 0)                                                                               \
+            return rc_;                                                                            \
+    } while (0)
 #define STK_FAIL(buf, code, ...)                                                                   \
     do {                                                                                           \
         rc = stk__set_error((buf), sizeof(buf), (code), __VA_ARGS__);                              \

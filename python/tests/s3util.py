@@ -250,3 +250,21 @@ class FaultProxy:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=10)
+
+
+# every variable that changes how stoker reaches S3: the tests start from none of them
+_S3_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+           "STOKER_CACHE_DIR", "STOKER_CACHE_LIMIT", "STOKER_HTTP_PREFETCH",
+           "STOKER_HTTP_INFLIGHT", "STOKER_HTTP_COALESCE_GAP", "STOKER_HTTP_COALESCE_MAX",
+           "AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "STOKER_HTTP_INSECURE")
+
+
+def anonymous_endpoint(monkeypatch, endpoint, retries=3):
+    """Point s3:// at `endpoint` (the local server or a proxy in front of it), anonymously, with
+    no cache, the transport's defaults and `retries` attempts; returns endpoint."""
+    for k in _S3_ENV:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("STOKER_HTTP_RETRIES", str(retries))
+    return endpoint

@@ -11,7 +11,7 @@ import pytest
 
 import stoker
 from conftest import PYTHONPATH, record, run_python, torchrun, write_dataset
-from s3util import FaultProxy, S3Server, s3rver_command
+from s3util import anonymous_endpoint, FaultProxy, S3Server, s3rver_command
 
 N = 600
 BIG_N = 300  # records of the cache tests: 32 KiB each, ~9.4 MiB in all
@@ -47,13 +47,7 @@ def s3(tmp_path_factory):
 @pytest.fixture
 def endpoint(s3, monkeypatch):
     """s3:// goes to the local server, anonymously, with few retries; no cache."""
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-              "STOKER_CACHE_DIR", "STOKER_CACHE_LIMIT"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
-    monkeypatch.setenv("STOKER_HTTP_RETRIES", "3")
-    return s3.endpoint
+    return anonymous_endpoint(monkeypatch, s3.endpoint)
 
 
 def epoch(loader, first=0):
@@ -347,6 +341,9 @@ def test_server_stops_mid_epoch_and_comes_back(s3, endpoint, monkeypatch):
         # outlasts the 1 s outage many times over
         monkeypatch.setenv("STOKER_HTTP_RETRIES", "12")
         monkeypatch.setenv("STOKER_HTTP_BACKOFF_MS", "50")
+        # one GET per record, so "after 60 GETs" is mid-epoch whatever the timing; the same
+        # faults with read-ahead and coalescing on are test_remote_transport.py's
+        monkeypatch.setenv("STOKER_HTTP_PREFETCH", "0")
         loader = stoker.Loader("s3://data/train/shard-00001.stk", batch_size=10, shuffle=True,
                                seed=2, num_workers=2)
         proxy.outage(after=60, seconds=1.0)  # dropped connections, once 60 GETs went through
@@ -364,6 +361,7 @@ def test_server_down_past_the_retry_budget_names_url_record_status(s3, endpoint,
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         monkeypatch.setenv("STOKER_HTTP_RETRIES", "3")
         monkeypatch.setenv("STOKER_HTTP_BACKOFF_MS", "10")
+        monkeypatch.setenv("STOKER_HTTP_PREFETCH", "0")  # one GET per record (as above)
         loader = stoker.Loader("s3://data/train/shard-00002.stk", batch_size=10, num_workers=1)
         proxy.outage(after=40, status=status)  # mid-epoch, for good
         got = []

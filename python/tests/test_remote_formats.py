@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import stoker
-from s3util import S3Server, s3rver_command
+from s3util import anonymous_endpoint, S3Server, s3rver_command
 from test_tfrecord import _records, _shards as _tf_shards
 from test_wds import _shards as _wds_shards
 
@@ -42,13 +42,7 @@ def s3(tmp_path_factory):
 
 @pytest.fixture
 def endpoint(s3, monkeypatch):
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-              "STOKER_CACHE_DIR", "STOKER_CACHE_LIMIT"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
-    monkeypatch.setenv("STOKER_HTTP_RETRIES", "3")
-    return s3.endpoint
+    return anonymous_endpoint(monkeypatch, s3.endpoint)
 
 
 def _same(remote, local):

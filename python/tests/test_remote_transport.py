@@ -15,7 +15,7 @@ import pytest
 
 import stoker
 from conftest import write_dataset
-from s3util import FaultProxy, S3Server, s3rver_command
+from s3util import anonymous_endpoint, FaultProxy, S3Server, s3rver_command
 
 N = 200  # one shard
 URL = "s3://data/t/shard-00000.stk"
@@ -39,13 +39,7 @@ def s3(tmp_path_factory):
 @pytest.fixture
 def proxy(s3, monkeypatch):
     """s3:// through a counting proxy to the local server, anonymously, no cache."""
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-              "STOKER_CACHE_DIR", "STOKER_CACHE_LIMIT", "STOKER_HTTP_PREFETCH",
-              "STOKER_HTTP_INFLIGHT", "STOKER_HTTP_COALESCE_GAP", "STOKER_HTTP_COALESCE_MAX",
-              "AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "STOKER_HTTP_INSECURE"):
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("STOKER_HTTP_RETRIES", "3")
+    anonymous_endpoint(monkeypatch, s3.endpoint)
     monkeypatch.setenv("STOKER_HTTP_BACKOFF_MS", "5")
     with FaultProxy(s3.endpoint.split("//")[1]) as p:
         monkeypatch.setenv("AWS_ENDPOINT_URL", p.endpoint)

@@ -9,13 +9,6 @@
 
 #include "io/stk_vfs_http.h"
 
-#define STK_TRY_RET(expr)                                                                          \
-    do {                                                                                           \
-        stk_status rc_ = (expr);                                                                   \
-        if (rc_ < 0)                                                                               \
-            return rc_;                                                                            \
-    } while (0)
-
 /* S3 settings of one open (stk_vfs_s3.c reads them from the environment). */
 typedef struct stk__s3cfg {
     char region[64];

@@ -65,13 +65,6 @@ typedef struct lmcheck {
     size_t err_size;
 } lmcheck;
 
-#define STK_TRY_RET(expr)                                                                          \
-    do {                                                                                           \
-        stk_status rc_ = (expr);                                                                   \
-        if (rc_ < 0)                                                                               \
-            return rc_;                                                                            \
-    } while (0)
-
 static unsigned u16_at(const uint8_t *p)
 {
     return (unsigned)p[0] | (unsigned)p[1] << 8;
