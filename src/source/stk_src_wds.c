@@ -12,7 +12,8 @@
  *
  * Random access: one scan of the tar headers per shard at open (stk_tar.c) builds the member
  * list (ustar, GNU 'L' long names, PAX 'x' path=/size=; 'g' global headers, directories, links
- * and members whose name starts with "__" are skipped). The member list is cached
+ * and members whose name starts with "__" are skipped), and stk_wds_group.c groups it into
+ * samples. The member list is cached
  * (stk_tar_index.c) beside the shard as `<shard>.stkidx` when the shard is a local file and its
  * directory writable, validated against the shard's size, mtime and inode (and its own
  * checksum), and rebuilt when any differs. A read also checks the tar header just before each
@@ -32,9 +33,9 @@
 #include "source/stk_npy.h"
 #include "source/stk_source.h"
 #include "source/stk_tar.h"
+#include "source/stk_wds_group.h"
 
 #include <xxhash.h>
-#include <zlib.h>
 
 #include <inttypes.h>
 #include <malloc.h>
@@ -129,208 +130,6 @@ static int wds_probe(const char *path, const stk__stat *st, const uint8_t *head,
     return dot && dot > base && dot[1] ? 2 : 1;
 }
 
-/* ---- grouping members into samples ---- */
-
-/* Extension names seen so far (index = provisional field id). */
-typedef struct extset {
-    char name[STK_MAX_FIELDS][STK_MAX_NAME];
-    size_t n;
-} extset;
-
-/* Temporary per-record member range while the shards are grouped. */
-typedef struct tmprec {
-    uint32_t shard;
-    uint32_t first;            /* first member in b->mems */
-    uint32_t key_off, key_len; /* in the shard's keys */
-    uint32_t n;
-} tmprec;
-
-/* A tmp member: data offset, size, provisional field id. */
-typedef struct tmpmem {
-    uint64_t data_off;
-    uint32_t size;
-    uint8_t ext;
-    uint32_t gz_size; /* STK__TAR_NOT_GZ: not gzipped */
-} tmpmem;
-
-typedef struct builder {
-    tmprec *recs;
-    size_t n_recs, cap_recs;
-    tmpmem *mems;
-    size_t n_mems, cap_mems;
-    extset ext;
-} builder;
-
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t c = STK_MAX(*cap * 2, need + 1024);
-    void *q = stk__realloc(*p, c * elem);
-    if (!q)
-        return false;
-    *p = q;
-    *cap = c;
-    return true;
-}
-
-/* Split a member name into key and extension (lowercased into ext); false when it has none. */
-static bool split_name(const char *name, size_t len, size_t *key_len, char *ext, size_t ext_size,
-                       size_t *ext_len)
-{
-    size_t base = len;
-    while (base > 0 && name[base - 1] != '/')
-        base--;
-    const char *dot = memchr(name + base, '.', len - base);
-    if (!dot || dot == name + base)
-        return false; /* no extension, or a hidden file */
-    *key_len = (size_t)(dot - name);
-    size_t el = len - *key_len - 1;
-    *ext_len = el;
-    for (size_t i = 0; i < el && i + 1 < ext_size; i++) {
-        char c = dot[1 + i];
-        ext[i] = c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-    }
-    ext[STK_MIN(el, ext_size - 1)] = '\0';
-    return true;
-}
-
-static bool valid_ext(const char *e, size_t len)
-{
-    if (len == 0 || len >= STK_MAX_NAME)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = e[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-'))
-            return false;
-    }
-    return strcmp(e, "__key__") != 0;
-}
-
-/* Open-addressing set of key hashes -> record, to find a key whose files are not adjacent. */
-typedef struct keyset {
-    uint64_t *h;
-    uint32_t *rec;
-    size_t cap;
-} keyset;
-
-/* Group one shard's members into samples (appended to b); keys go to *keys_out. */
-static stk_status group_shard(builder *b, uint32_t s, const char *path, const stk__tar_members *ml,
-                              char **keys_out, uint64_t *count, char *err, size_t err_size)
-{
-    stk_status rc = STK_OK;
-    keyset ks = {0};
-    char *keys = NULL;
-    size_t keys_len = 0, keys_cap = 0;
-    size_t first_rec = b->n_recs;
-    ks.cap = 64;
-    while (ks.cap < ml->n * 2)
-        ks.cap *= 2;
-    ks.h = stk__calloc(ks.cap, sizeof(*ks.h));
-    ks.rec = stk__calloc(ks.cap, sizeof(*ks.rec));
-    if (!ks.h || !ks.rec)
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-    const char *cur_key = NULL;
-    size_t cur_len = 0;
-    for (size_t m = 0; m < ml->n; m++) {
-        const stk__tar_member *mb = &ml->v[m];
-        const char *name = ml->names + mb->name_off;
-        size_t klen, elen;
-        char ext[STK_MAX_NAME + 1];
-        size_t base = mb->name_len;
-        while (base > 0 && name[base - 1] != '/')
-            base--;
-        if (mb->name_len - base >= 2 && name[base] == '_' && name[base + 1] == '_')
-            continue; /* __meta__ and the like */
-        if (!split_name(name, mb->name_len, &klen, ext, sizeof(ext), &elen))
-            continue; /* no extension: not part of a sample */
-        uint64_t hoff = mb->data_off - TAR_BLOCK;
-        uint32_t gz_size = STK__TAR_NOT_GZ;
-        if (elen > 3 && elen < sizeof(ext) && strcmp(ext + elen - 3, ".gz") == 0) {
-            elen -= 3; /* "json.gz": field json, gunzipped at read, as webdataset does */
-            ext[elen] = '\0';
-            gz_size = mb->gz_size;
-        }
-        if (!valid_ext(ext, elen))
-            STK_FAIL_E(STK_EINVAL,
-                       "%s: member '%.*s' at byte %" PRIu64
-                       ": extension '%.*s' cannot be a field name (1 to %d characters of "
-                       "[a-z0-9_.-])",
-                       path, (int)STK_MIN(mb->name_len, 200), name, hoff, (int)STK_MIN(elen, 60),
-                       name + klen + 1, STK_MAX_NAME - 1);
-        if (klen >= UINT32_MAX / 2)
-            STK_FAIL_E(STK_ELIMIT, "%s: key too long at byte %" PRIu64, path, hoff);
-        size_t e = 0;
-        while (e < b->ext.n && strcmp(b->ext.name[e], ext) != 0)
-            e++;
-        if (e == b->ext.n) {
-            if (e == STK_MAX_FIELDS - 1)
-                STK_FAIL_E(STK_ELIMIT,
-                           "%s: member '%.*s' at byte %" PRIu64
-                           ": more than %d distinct extensions (fields)",
-                           path, (int)STK_MIN(mb->name_len, 200), name, hoff, STK_MAX_FIELDS - 1);
-            memcpy(b->ext.name[e], ext, STK_MAX_NAME);
-            b->ext.n++;
-        }
-        bool same = cur_key && cur_len == klen && memcmp(cur_key, name, klen) == 0;
-        if (!same) {
-            /* a new sample: its key must not have appeared before in this shard */
-            uint64_t hv = XXH3_64bits(name, klen) | 1;
-            size_t slot = (size_t)hv & (ks.cap - 1);
-            while (ks.h[slot]) {
-                const tmprec *o = &b->recs[ks.rec[slot]];
-                if (ks.h[slot] == hv && o->key_len == klen &&
-                    memcmp(keys + o->key_off, name, klen) == 0)
-                    break;
-                slot = (slot + 1) & (ks.cap - 1);
-            }
-            if (ks.h[slot])
-                STK_FAIL_E(STK_EFORMAT,
-                           "%s: sample '%.*s': its files are not adjacent (member '%.*s' at byte "
-                           "%" PRIu64 " comes after another sample's files; WebDataset shards "
-                           "keep the files of one key together)",
-                           path, (int)STK_MIN(klen, 200), name, (int)STK_MIN(mb->name_len, 200),
-                           name, hoff);
-            if (b->n_recs >= UINT32_MAX)
-                STK_FAIL_E(STK_ELIMIT, "%s: too many samples", path);
-            ks.h[slot] = hv;
-            ks.rec[slot] = (uint32_t)b->n_recs;
-            if (!grow((void **)&b->recs, &b->cap_recs, b->n_recs + 1, sizeof(*b->recs)) ||
-                !grow((void **)&keys, &keys_cap, keys_len + klen, 1))
-                STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-            if (keys_len + klen > UINT32_MAX)
-                STK_FAIL_E(STK_ELIMIT, "%s: keys over 4 GiB", path);
-            b->recs[b->n_recs] =
-                (tmprec){s, (uint32_t)b->n_mems, (uint32_t)keys_len, (uint32_t)klen, 0};
-            b->n_recs++;
-            memcpy(keys + keys_len, name, klen);
-            keys_len += klen;
-            cur_key = name;
-            cur_len = klen;
-        }
-        tmprec *r = &b->recs[b->n_recs - 1];
-        for (uint32_t k = 0; k < r->n; k++)
-            if (b->mems[r->first + k].ext == e)
-                STK_FAIL_E(STK_EFORMAT,
-                           "%s: sample '%.*s' has two '%s' members (the second at byte %" PRIu64
-                           ")",
-                           path, (int)STK_MIN(klen, 200), name, ext, hoff);
-        if (b->n_mems >= UINT32_MAX ||
-            !grow((void **)&b->mems, &b->cap_mems, b->n_mems + 1, sizeof(*b->mems)))
-            STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
-        b->mems[b->n_mems++] = (tmpmem){mb->data_off, (uint32_t)mb->size, (uint8_t)e, gz_size};
-        r->n++;
-    }
-    *count = b->n_recs - first_rec;
-    *keys_out = keys;
-    keys = NULL;
-fail:
-    stk__free(keys);
-    stk__free(ks.h);
-    stk__free(ks.rec);
-    return rc;
-}
-
 /* ---- open, read ---- */
 
 static void wds_close(stk_dataset *ds)
@@ -365,84 +164,6 @@ static bool is_npy_ext(const char *e)
 {
     size_t n = strlen(e);
     return strcmp(e, "npy") == 0 || (n > 4 && strcmp(e + n - 4, ".npy") == 0);
-}
-
-/* Gunzip one gzip stream (n bytes) into exactly out_size bytes (its trailer's ISIZE): anything
- * else (not gzip, corrupt, a different length, bytes after the stream) is STK_EFORMAT. */
-static stk_status gunzip(const uint8_t *in, size_t n, uint8_t *out, size_t out_size,
-                         const char *where, char *err, size_t err_size)
-{
-    z_stream z;
-    memset(&z, 0, sizeof(z));
-    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
-        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory for zlib", where);
-    z.next_in = (Bytef *)(uintptr_t)in;
-    z.avail_in = (uInt)n;
-    z.next_out = out_size ? out : (Bytef *)&z; /* zlib wants a pointer even for 0 bytes */
-    z.avail_out = (uInt)out_size;
-    int zr = inflate(&z, Z_FINISH);
-    bool done = zr == Z_STREAM_END && z.total_out == out_size && z.avail_in == 0;
-    const char *zmsg = z.msg;
-    inflateEnd(&z);
-    if (zr == Z_MEM_ERROR)
-        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory gunzipping", where);
-    if (done)
-        return STK_OK;
-    if (zr == Z_STREAM_END && z.avail_in)
-        return stk__set_error(err, err_size, STK_EFORMAT,
-                              "%s: %u bytes after the gzip stream (one stream per member)", where,
-                              z.avail_in);
-    if (zr == Z_BUF_ERROR && z.avail_out == 0)
-        return stk__set_error(err, err_size, STK_EFORMAT,
-                              "%s: gunzips to more than the %zu bytes its gzip trailer says", where,
-                              out_size);
-    return stk__set_error(err, err_size, STK_EFORMAT, "%s: not valid gzip data (zlib: %s)", where,
-                          zmsg                 ? zmsg
-                          : zr == Z_STREAM_END ? "size differs from the trailer"
-                                               : "truncated stream");
-}
-
-/* A member's data (gunzipped when gz_size is not STK__TAR_NOT_GZ) in a fresh buffer (*out, *n;
- * stk__free it), its tar header checked to still describe it. */
-static stk_status member_bytes(stk__file *f, uint64_t data_off, uint32_t size, uint32_t gz_size,
-                               const char *where, uint8_t **out, size_t *n, char *err,
-                               size_t err_size)
-{
-    uint8_t hdr[TAR_BLOCK];
-    uint8_t *raw = stk__malloc(size ? size : 1), *plain = NULL;
-    stk_status rc = STK_OK;
-    uint64_t hsize;
-    *out = NULL;
-    if (!raw)
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory for a %" PRIu32 "-byte member", where, size);
-    stk__iov iov[2] = {{hdr, TAR_BLOCK}, {raw, size}};
-    rc = f->vfs->read(f, data_off - TAR_BLOCK, iov, 2, err, err_size);
-    if (rc < 0) {
-        rc = stk__source_read_error(rc, where, f->path, err, err_size);
-        goto fail;
-    }
-    if (!stk__tar_checksum_ok(hdr) || !stk__tar_number(hdr + 124, 12, &hsize) || hsize != size)
-        STK_FAIL_E(STK_EFORMAT,
-                   "%s: the tar header at byte %" PRIu64 " does not match the index: the shard "
-                   "changed after it was indexed (reopen the dataset)",
-                   where, data_off - TAR_BLOCK);
-    if (gz_size == STK__TAR_NOT_GZ) {
-        *out = raw;
-        *n = size;
-        return STK_OK;
-    }
-    plain = stk__malloc(gz_size ? gz_size : 1);
-    if (!plain)
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory gunzipping to %" PRIu32 " bytes", where, gz_size);
-    STK_TRY(gunzip(raw, size, plain, gz_size, where, err, err_size));
-    *out = plain;
-    *n = gz_size;
-    plain = NULL;
-fail:
-    stk__free(plain);
-    if (*out != raw)
-        stk__free(raw);
-    return rc;
 }
 
 /* The array field a .npy member holds (its whole array; a 0-d array is a [1] array). */
@@ -485,13 +206,13 @@ static void member_where(char *buf, size_t size, const char *path, const char *k
 }
 
 /* The schema of .npy field f (extension id e): from the first sample that has one. */
-static stk_status npy_schema(const wds *w, const builder *b, const stk__strlist *list, size_t e,
-                             stk_field *fd, char *err, size_t err_size)
+static stk_status npy_schema(const wds *w, const stk__wds_builder *b, const stk__strlist *list,
+                             size_t e, stk_field *fd, char *err, size_t err_size)
 {
     for (size_t i = 0; i < b->n_recs; i++) {
-        const tmprec *t = &b->recs[i];
+        const stk__wds_tmprec *t = &b->recs[i];
         for (uint32_t k = 0; k < t->n; k++) {
-            const tmpmem *m = &b->mems[t->first + k];
+            const stk__wds_tmpmem *m = &b->mems[t->first + k];
             if (m->ext != e)
                 continue;
             char where[STK_ERRMSG_SIZE];
@@ -501,8 +222,8 @@ static stk_status npy_schema(const wds *w, const builder *b, const stk__strlist 
             uint8_t *bytes;
             size_t n;
             uint64_t data_offset;
-            stk_status rc = member_bytes(w->shards[t->shard].f, m->data_off, m->size, m->gz_size,
-                                         where, &bytes, &n, err, err_size);
+            stk_status rc = stk__tar_member_bytes(w->shards[t->shard].f, m->data_off, m->size,
+                                                  m->gz_size, where, &bytes, &n, err, err_size);
             if (rc < 0)
                 return rc;
             rc = npy_field(bytes, n, where, fd, &data_offset, err, err_size);
@@ -518,7 +239,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
 {
     stk_status rc = STK_OK;
     stk__strlist list = {0};
-    builder b = {0};
+    stk__wds_builder b = {0};
     stk__tar_members ml = {0};
     STK_TRY(stk__paths_files(paths, n_paths, wds_suffixes, ".tar shards", &list, err, err_size));
     if (list.n > UINT32_MAX)
@@ -537,7 +258,8 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         STK_TRY(stk__vfs_open(list.v[s], &sh->f, err, err_size));
         STK_TRY(stk__tar_index(sh->f, &ml, &sh->from_cache, err, err_size));
         sh->first = b.n_recs;
-        STK_TRY(group_shard(&b, (uint32_t)s, list.v[s], &ml, &sh->keys, &sh->count, err, err_size));
+        STK_TRY(stk__wds_group_shard(&b, (uint32_t)s, list.v[s], &ml, &sh->keys, &sh->count, err,
+                                     err_size));
         stk__srcfile *sf = &ds->files[s];
         sf->path = stk__strdup(list.v[s]);
         if (!sf->path)
@@ -559,8 +281,8 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
         for (size_t p = s; p-- > 0 && sh->count > 0;) {
             if (w->shards[p].count == 0)
                 continue;
-            const tmprec *last = &b.recs[w->shards[p].first + w->shards[p].count - 1];
-            const tmprec *first = &b.recs[sh->first];
+            const stk__wds_tmprec *last = &b.recs[w->shards[p].first + w->shards[p].count - 1];
+            const stk__wds_tmprec *first = &b.recs[sh->first];
             if (last->key_len == first->key_len &&
                 memcmp(w->shards[p].keys + last->key_off, sh->keys + first->key_off,
                        first->key_len) == 0)
@@ -611,7 +333,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
                            : w->is_npy[f] ? stk__field_fixed_size(&ds->fields[f])
                                           : 0;
     for (size_t i = 0; i < b.n_recs; i++) {
-        const tmprec *t = &b.recs[i];
+        const stk__wds_tmprec *t = &b.recs[i];
         wds_rec *r = &w->recs[i];
         r->off = b.mems[t->first].data_off - TAR_BLOCK;
         r->shard = t->shard;
@@ -624,7 +346,7 @@ static stk_status wds_open(stk_dataset *ds, const char *const *paths, size_t n_p
             w->gz[i * nf1 + f] = STK__TAR_NOT_GZ;
         uint64_t total = t->key_len;
         for (uint32_t k = 0; k < t->n; k++) {
-            const tmpmem *m = &b.mems[t->first + k];
+            const stk__wds_tmpmem *m = &b.mems[t->first + k];
             uint32_t f = field_of[m->ext];
             if (m->data_off - r->off >= UINT32_MAX)
                 STK_FAIL_E(STK_ELIMIT, "%s: sample '%.*s' at byte %" PRIu64 " spans 4 GiB or more",
@@ -758,8 +480,8 @@ static stk_status read_buffered(const stk_dataset *ds, uint64_t i, uint32_t f, u
     size_t n = 0;
     uint64_t size = 0;
     field_where(ds, i, f, gz != STK__TAR_NOT_GZ, where, sizeof(where));
-    stk_status rc = member_bytes(w->shards[r->shard].f, r->off + l->rel, l->size, gz, where, &b, &n,
-                                 err, err_size);
+    stk_status rc = stk__tar_member_bytes(w->shards[r->shard].f, r->off + l->rel, l->size, gz,
+                                          where, &b, &n, err, err_size);
     if (rc < 0)
         return rc;
     if (w->is_npy[f]) {

@@ -1,8 +1,9 @@
 /*
  * stk_tar.c: tar headers and the one scan of a shard's headers that lists its regular members
  * (stk_tar.h). ustar, GNU 'L' long names, PAX 'x' path=/size=; 'g' global headers,
- * directories, links and devices are skipped. Moved out of stk_src_wds.c, which groups the
- * members into samples.
+ * directories, links and devices are skipped; and the read of one member's bytes, gunzipped
+ * (zlib) when it is a `.gz`. Moved out of stk_src_wds.c; stk_wds_group.c groups the members
+ * into samples.
  */
 #include "common/stk_endian.h"
 #include "source/stk_tar.h"
@@ -12,6 +13,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #define SCAN_BUF (64u << 10)
 #define SCAN_SMALL (4u << 10)
@@ -324,5 +326,83 @@ fail:
     stk__free(sb.buf);
     stk__free(longname);
     stk__free(pax);
+    return rc;
+}
+
+/* ---- reading a member ---- */
+
+/* Gunzip one gzip stream (n bytes) into exactly out_size bytes (its trailer's ISIZE): anything
+ * else (not gzip, corrupt, a different length, bytes after the stream) is STK_EFORMAT. */
+static stk_status gunzip(const uint8_t *in, size_t n, uint8_t *out, size_t out_size,
+                         const char *where, char *err, size_t err_size)
+{
+    z_stream z;
+    memset(&z, 0, sizeof(z));
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory for zlib", where);
+    z.next_in = (Bytef *)(uintptr_t)in;
+    z.avail_in = (uInt)n;
+    z.next_out = out_size ? out : (Bytef *)&z; /* zlib wants a pointer even for 0 bytes */
+    z.avail_out = (uInt)out_size;
+    int zr = inflate(&z, Z_FINISH);
+    bool done = zr == Z_STREAM_END && z.total_out == out_size && z.avail_in == 0;
+    const char *zmsg = z.msg;
+    inflateEnd(&z);
+    if (zr == Z_MEM_ERROR)
+        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory gunzipping", where);
+    if (done)
+        return STK_OK;
+    if (zr == Z_STREAM_END && z.avail_in)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: %u bytes after the gzip stream (one stream per member)", where,
+                              z.avail_in);
+    if (zr == Z_BUF_ERROR && z.avail_out == 0)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: gunzips to more than the %zu bytes its gzip trailer says", where,
+                              out_size);
+    return stk__set_error(err, err_size, STK_EFORMAT, "%s: not valid gzip data (zlib: %s)", where,
+                          zmsg                 ? zmsg
+                          : zr == Z_STREAM_END ? "size differs from the trailer"
+                                               : "truncated stream");
+}
+
+stk_status stk__tar_member_bytes(stk__file *f, uint64_t data_off, uint32_t size, uint32_t gz_size,
+                                 const char *where, uint8_t **out, size_t *n, char *err,
+                                 size_t err_size)
+{
+    uint8_t hdr[STK__TAR_BLOCK];
+    uint8_t *raw = stk__malloc(size ? size : 1), *plain = NULL;
+    stk_status rc = STK_OK;
+    uint64_t hsize;
+    *out = NULL;
+    if (!raw)
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory for a %" PRIu32 "-byte member", where, size);
+    stk__iov iov[2] = {{hdr, STK__TAR_BLOCK}, {raw, size}};
+    rc = f->vfs->read(f, data_off - STK__TAR_BLOCK, iov, 2, err, err_size);
+    if (rc < 0) {
+        rc = stk__source_read_error(rc, where, f->path, err, err_size);
+        goto fail;
+    }
+    if (!stk__tar_checksum_ok(hdr) || !stk__tar_number(hdr + 124, 12, &hsize) || hsize != size)
+        STK_FAIL_E(STK_EFORMAT,
+                   "%s: the tar header at byte %" PRIu64 " does not match the index: the shard "
+                   "changed after it was indexed (reopen the dataset)",
+                   where, data_off - STK__TAR_BLOCK);
+    if (gz_size == STK__TAR_NOT_GZ) {
+        *out = raw;
+        *n = size;
+        return STK_OK;
+    }
+    plain = stk__malloc(gz_size ? gz_size : 1);
+    if (!plain)
+        STK_FAIL_E(STK_ENOMEM, "%s: out of memory gunzipping to %" PRIu32 " bytes", where, gz_size);
+    STK_TRY(gunzip(raw, size, plain, gz_size, where, err, err_size));
+    *out = plain;
+    *n = gz_size;
+    plain = NULL;
+fail:
+    stk__free(plain);
+    if (*out != raw)
+        stk__free(raw);
     return rc;
 }

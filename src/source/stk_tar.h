@@ -50,4 +50,12 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
 stk_status stk__tar_index(stk__file *f, stk__tar_members *ml, bool *from_cache, char *err,
                           size_t err_size);
 
+/* A member's data (gunzipped when gz_size is not STK__TAR_NOT_GZ) in a fresh buffer (*out, *n;
+ * stk__free it), its tar header (at data_off - 512) checked to still describe it; `where` begins
+ * each message. STK_EFORMAT (the header changed, not gzip, corrupt, another size than the
+ * trailer's, bytes after the stream), STK_EIO, STK_ENOMEM. */
+stk_status stk__tar_member_bytes(stk__file *f, uint64_t data_off, uint32_t size, uint32_t gz_size,
+                                 const char *where, uint8_t **out, size_t *n, char *err,
+                                 size_t err_size);
+
 #endif /* STK_TAR_H */
