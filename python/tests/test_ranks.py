@@ -177,8 +177,11 @@ def check_straggler(reports, name, slow, measured):
         assert d["straggler"] == slow, d["text"]
         ranks = d["ranks"]
         assert [x["rank"] for x in ranks] == [0, 1]
-        assert ranks[slow]["data_bound"] and not ranks[fast]["data_bound"], d["text"]
-        assert ranks[slow]["wait_share"] > ranks[fast]["wait_share"]
+        # the slow rank waits (its samples sleep); the fast one waits less. Whether the fast one
+        # crosses the 5% line moves with the machine's load (11% seen under a load of 16 with
+        # num_workers=0), so the test compares the ranks instead of judging the fast one alone.
+        assert ranks[slow]["data_bound"], d["text"]
+        assert ranks[slow]["wait_share"] > ranks[fast]["wait_share"], d["text"]
         assert d["ranks_verdict"].startswith(f"rank {slow} (host {socket.gethostname()}) waits "
                                              f"for data"), d["ranks_verdict"]
         assert "the other ranks wait for it in the all-reduce" in d["ranks_verdict"]
@@ -235,7 +238,8 @@ def test_without_a_process_group_through_files(files_job):
             d = files_job[0][r][name]
             assert d["straggler"] == 1, d["text"]
             ranks = d["ranks"]
-            assert ranks[1]["data_bound"] and not ranks[0]["data_bound"], d["text"]
+            assert ranks[1]["data_bound"], d["text"]  # as above: the ranks compared
+            assert ranks[1]["wait_share"] > ranks[0]["wait_share"], d["text"]
             assert {x["collective_source"] for x in ranks} == {"estimate"}
 
 
@@ -264,7 +268,8 @@ for epoch in range(3):
                     str(tmp_path), cwd=str(tmp_path))
     d = json.load(open(tmp_path / "report.json"))
     assert d["straggler"] == 1 and d["world"] == 2, d
-    assert d["ranks"][1]["data_bound"] and not d["ranks"][0]["data_bound"]
+    assert d["ranks"][1]["data_bound"]  # as above: the ranks compared
+    assert d["ranks"][1]["wait_share"] > d["ranks"][0]["wait_share"], d
     assert "across 2 ranks" in out[0][1] and "rank 1 (host" in out[0][1]
     assert "stoker.profile" not in out[1][1]   # the other ranks print nothing
     assert not (tmp_path / "report.json.rank1").exists()

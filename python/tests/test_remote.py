@@ -209,7 +209,10 @@ def dir_bytes(cache):
 
 
 def test_ranks_share_one_cache_exactly_once(endpoint, tmp_path):
-    world = 3
+    """4 ranks (processes with RANK/WORLD_SIZE) share one cache directory whose limit (4 blocks)
+    is far below the dataset: the epoch is exact and the cache, sampled while they run, never
+    holds more than its limit."""
+    world = 4
     code = (
         "import json, os, numpy as np, stoker\n"
         "l = stoker.Loader('s3://data/big/', batch_size=10, shuffle=True, seed=9, num_workers=1)\n"
@@ -224,6 +227,11 @@ def test_ranks_share_one_cache_exactly_once(endpoint, tmp_path):
                    PYTHONPATH=PYTHONPATH)
         procs.append(subprocess.Popen([sys.executable, "-c", code], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    import time
+    peak, t0 = 0, time.monotonic()
+    while any(p.poll() is None for p in procs) and time.monotonic() - t0 < 60:
+        peak = max(peak, dir_bytes(tmp_path / "cache"))
+        time.sleep(0.002)
     parts = []
     for p in procs:
         out, err = p.communicate(timeout=60)
@@ -232,6 +240,7 @@ def test_ranks_share_one_cache_exactly_once(endpoint, tmp_path):
     allidx = [i for part in parts for i in part]
     assert sorted(allidx) == list(range(BIG_N))  # disjoint and complete
     assert dir_bytes(tmp_path / "cache") <= 4 * BLOCK
+    assert 0 < peak <= 4 * BLOCK, peak  # sampled while the ranks ran
 
 
 def test_cli_inspect_and_verify_take_urls(endpoint):
