@@ -521,6 +521,20 @@ static void fill_padding(uint8_t *img, const stk__xaxis *x, const stk__xaxis *y,
     }
 }
 
+/* The end of both render paths: the tensor passes on the stored output (RandomErasing: counted
+ * as store time), then the stage times (resample from t0, pixel kernels from t1, store from t2). */
+static void finish_render(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
+                          void *dst, uint64_t t0, uint64_t t1, uint64_t t2)
+{
+    for (uint32_t i = 0; i < plan->n_pix; i++)
+        if (plan->pix[i].def->post)
+            plan->pix[i].def->post(t, dst, &plan->pix[i].draw);
+    uint64_t t3 = stk__now_ns();
+    atomic_fetch_add_explicit(&w->times.resize_ns, t1 - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->times.jitter_ns, t2 - t1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->times.store_ns, t3 - t2, memory_order_relaxed);
+}
+
 stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk__xplan *plan,
                              const stk__decoded *src, void *dst, char *err, size_t err_size)
 {
@@ -556,13 +570,7 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
     }
     uint64_t t2 = stk__now_ns();
     stk__store(t, img, t->out_w, t->out_h, dst);
-    for (uint32_t i = 0; i < plan->n_pix; i++) /* tensor passes (RandomErasing): store time */
-        if (plan->pix[i].def->post)
-            plan->pix[i].def->post(t, dst, &plan->pix[i].draw);
-    uint64_t t3 = stk__now_ns();
-    atomic_fetch_add_explicit(&w->times.resize_ns, t1 - t0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->times.jitter_ns, t2 - t1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->times.store_ns, t3 - t2, memory_order_relaxed);
+    finish_render(t, w, plan, dst, t0, t1, t2);
     return STK_OK;
 fail:
     return rc;
@@ -608,13 +616,7 @@ static stk_status render_planes(const stk_transform *t, stk__tworker *w, const s
         t2 = stk__now_ns();
         stk__store(t, rgb, t->out_w, t->out_h, dst);
     }
-    for (uint32_t i = 0; i < plan->n_pix; i++) /* tensor passes (RandomErasing): store time */
-        if (plan->pix[i].def->post)
-            plan->pix[i].def->post(t, dst, &plan->pix[i].draw);
-    uint64_t t3 = stk__now_ns();
-    atomic_fetch_add_explicit(&w->times.resize_ns, t1 - t0, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->times.jitter_ns, t2 - t1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&w->times.store_ns, t3 - t2, memory_order_relaxed);
+    finish_render(t, w, plan, dst, t0, t1, t2);
     return STK_OK;
 fail:
     return rc;
