@@ -193,4 +193,22 @@ stk_status stk__transform_apply_rgb(const stk_transform *t, stk__tworker *w, con
                                     uint32_t width, uint32_t height, size_t stride, stk_rng *rng,
                                     void *dst, char *err, size_t err_size);
 
+/* ---- image formats by their magic bytes (stk_util.c): the decoders dispatch on it, the
+ * transform-field pick (source/stk_imgfield.c) sniffs record 0 with it ---- */
+
+typedef enum stk__imgfmt {
+    STK__IMG_UNKNOWN = 0,
+    STK__IMG_JPEG = 1,
+    STK__IMG_PNG = 2,
+    STK__IMG_WEBP = 3,
+    STK__IMG_TIFF = 4,
+    STK__IMG_BMP = 5,
+    STK__IMG_PNM = 6
+} stk__imgfmt;
+
+/* The format whose magic bytes `p` (size bytes) starts with: JPEG, PNG, WebP (RIFF....WEBP),
+ * TIFF and BigTIFF in either byte order, BMP ("BM"), every Netpbm type ("P1".."P7");
+ * STK__IMG_UNKNOWN for anything else. */
+stk__imgfmt stk__image_magic(const uint8_t *p, size_t size);
+
 #endif /* STK_INTERNAL_H */

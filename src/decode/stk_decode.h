@@ -17,16 +17,6 @@
 
 #include "stk_internal.h"
 
-typedef enum stk__imgfmt {
-    STK__IMG_UNKNOWN = 0,
-    STK__IMG_JPEG = 1,
-    STK__IMG_PNG = 2,
-    STK__IMG_WEBP = 3,
-    STK__IMG_TIFF = 4,
-    STK__IMG_BMP = 5,
-    STK__IMG_PNM = 6
-} stk__imgfmt;
-
 /* Header facts, from parsing the image header only. */
 typedef struct stk__imginfo {
     stk__imgfmt format;

@@ -19,9 +19,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-static const uint8_t JPEG_MAGIC[3] = {0xFF, 0xD8, 0xFF};
-static const uint8_t PNG_MAGIC[8] = {0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A};
-
 typedef stk_status (*probe_fn)(stk__decoder *, const uint8_t *, size_t, stk__imginfo *, char *,
                                size_t);
 typedef stk_status (*decode_fn)(stk__decoder *, const uint8_t *, size_t, const stk__imginfo *,
@@ -141,21 +138,9 @@ void stk__decoder_destroy(stk__decoder *d)
 /* The format from the magic bytes, or the reason it is none of them. */
 static stk__imgfmt sniff(const uint8_t *p, size_t size, char *err, size_t err_size)
 {
-    if (size >= sizeof(JPEG_MAGIC) && memcmp(p, JPEG_MAGIC, sizeof(JPEG_MAGIC)) == 0)
-        return STK__IMG_JPEG;
-    if (size >= sizeof(PNG_MAGIC) && memcmp(p, PNG_MAGIC, sizeof(PNG_MAGIC)) == 0)
-        return STK__IMG_PNG;
-    if (size >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0)
-        return STK__IMG_WEBP;
-    /* Classic TIFF (42) and BigTIFF (43), either byte order */
-    if (size >= 4 && ((p[0] == 'I' && p[1] == 'I' && (p[2] == 42 || p[2] == 43) && p[3] == 0) ||
-                      (p[0] == 'M' && p[1] == 'M' && p[2] == 0 && (p[3] == 42 || p[3] == 43))))
-        return STK__IMG_TIFF;
-    if (size >= 2 && p[0] == 'B' && p[1] == 'M')
-        return STK__IMG_BMP;
-    /* Every Netpbm type (P1-P7), so that the unsupported ones get stk_pnm.c's reason */
-    if (size >= 2 && p[0] == 'P' && p[1] >= '1' && p[1] <= '7')
-        return STK__IMG_PNM;
+    stk__imgfmt fmt = stk__image_magic(p, size);
+    if (fmt != STK__IMG_UNKNOWN)
+        return fmt;
     if (size == 0) {
         stk__set_error(err, err_size, STK_EFORMAT, "empty (0 bytes)");
         return STK__IMG_UNKNOWN;

@@ -106,19 +106,14 @@ static bool named_as_image(const char *name)
     return false;
 }
 
-/* Step 3: whether `p` starts with the magic of an image format (only magics too long to occur in
- * text by chance: BMP's "BM" and Netpbm's "P6" are left to the names). */
+/* Step 3: whether `p` starts with the magic of an image format (stk__image_magic, the decoders'
+ * own; only magics too long to occur in text by chance: BMP's "BM" and Netpbm's "P6" are left to
+ * the names). */
 static bool image_magic(const uint8_t *p, size_t n)
 {
-    static const uint8_t jpeg[3] = {0xff, 0xd8, 0xff},
-                         png[8] = {0x89, 'P', 'N', 'G', 13, 10, 26, 10};
-    if (n >= sizeof(jpeg) && memcmp(p, jpeg, sizeof(jpeg)) == 0)
-        return true;
-    if (n >= sizeof(png) && memcmp(p, png, sizeof(png)) == 0)
-        return true;
-    if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0)
-        return true;
-    return n >= 4 && (memcmp(p, "II*\0", 4) == 0 || memcmp(p, "MM\0*", 4) == 0);
+    stk__imgfmt fmt = stk__image_magic(p, n);
+    return fmt == STK__IMG_JPEG || fmt == STK__IMG_PNG || fmt == STK__IMG_WEBP ||
+           fmt == STK__IMG_TIFF;
 }
 
 /* Step 4: 3 for a uint8 image array of three channels, 1 for one channel, 0 for neither (or too
