@@ -177,13 +177,19 @@ typedef struct stk__finish {
 void stk__transform_finish(const stk_transform *t, stk__finish *out);
 stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **out);
 void stk__transform_worker_destroy(stk__tworker *w);
-/* Decode/augment `src` (size bytes) into `dst` (one sample's output, laid out per the spec),
- * drawing randomness from `rng`. On failure returns <0 with the reason in err (no file/record
- * prefix: the loader adds it). */
 /* Time a worker has spent decoding (probe + decode) and augmenting (resize, jitter, store).
  * Threads: safe to call from any thread while the worker runs. */
 void stk__transform_worker_stage_ns(const stk__tworker *w, uint64_t *decode_ns,
                                     uint64_t *augment_ns);
+/* Checked once (stk__decoder_set_trusted in src/decode/stk_decode.h): `trusted` tells the
+ * worker's decoder that the next images passed clean through a strict decode to their end
+ * before; stk__transform_worker_checked says whether the last stk__transform_apply read its image
+ * so (false when it decoded nothing, failed, or was trusted or lenient). */
+void stk__transform_worker_trust(stk__tworker *w, bool trusted);
+bool stk__transform_worker_checked(const stk__tworker *w);
+/* Decode/augment `src` (size bytes) into `dst` (one sample's output, laid out per the spec),
+ * drawing randomness from `rng`. On failure returns <0 with the reason in err (no file/record
+ * prefix: the loader adds it). */
 stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
                                 size_t size, stk_rng *rng, void *dst, char *err, size_t err_size);
 /* stk__transform_apply on an image already decoded: width x height interleaved RGB pixels, rows

@@ -7,7 +7,9 @@
   (RandomResizedCrop-like, where the corruption is often below the window); strict=False keeps
   libjpeg's lenient recovery. The counts are printed (pytest -s).
 * Loader level: on_error="skip" skips and counts the corrupt records, on_error="raise" names the
-  record and its libjpeg message.
+  record and its libjpeg message. The check to the image's end is made on a record's first read
+  only: the records rejected then are rejected in every later epoch too, and a later (trusted)
+  read gives the bytes a first read gives.
 * WebP, BMP, PPM/PGM and TIFF written by PIL decode through the loader exactly as PIL decodes
   them (Image.open(...).convert("RGB")).
 """
@@ -143,6 +145,41 @@ def test_loader_skip_and_raise(corrupt):
     assert sum(len(b["index"]) for b in lenient) == N_CORRUPT + 4
     assert lenient.stats()["skipped"] == lenient_bad < n_bad
     lenient.close()
+
+
+def _epoch_outputs(shard, epochs, first_epoch=0, **kw):
+    """Per epoch: {record index: image bytes} and the skipped count of that epoch."""
+    loader = stoker.Loader(shard, 8, rank=0, world_size=1, transforms=WINDOW, output="numpy",
+                           shuffle=True, seed=11, num_workers=2, **kw)
+    loader.set_epoch(first_epoch)
+    out, skipped = [], 0
+    for _ in range(epochs):
+        got = {}
+        for b in loader:
+            for i, img in zip(np.asarray(b["index"]).tolist(), np.asarray(b["image"])):
+                got[i] = img.tobytes()
+        now = loader.stats()["skipped"]
+        out.append((got, now - skipped))
+        skipped = now
+    loader.close()
+    return out
+
+
+@needs_pipeline
+def test_checked_once_over_epochs(corrupt):
+    _, shard, _, _ = corrupt
+    runs = _epoch_outputs(shard, 3, on_error="skip")
+    first, n_skipped = runs[0]
+    bad = set(range(N_CORRUPT + 4)) - set(first)
+    # small windows end above most of the damage: epoch 0 (first reads, to the end) rejects them
+    assert n_skipped == len(bad) > 0
+    for got, n in runs[1:]:  # trusted reads stop after the window: the same records rejected
+        assert set(got) == set(first) and n == n_skipped
+    # a trusted read (epoch 1 of one loader) gives the bytes of a first read (a loader that
+    # starts at epoch 1)
+    fresh = _epoch_outputs(shard, 1, first_epoch=1, on_error="skip")[0][0]
+    assert set(fresh) == set(runs[1][0])
+    assert all(fresh[i] == runs[1][0][i] for i in fresh)
 
 
 def test_strict_option_plumbing():

@@ -24,6 +24,8 @@ typedef struct stk__jpeg stk__jpeg; /* libjpeg state, reused for every JPEG (stk
 struct stk__decoder {
     uint64_t max_pixels;
     bool lenient; /* keep libjpeg's recovery from corrupt data (default false: it is an error) */
+    bool trusted; /* this image read clean through its end before: stop after the window */
+    bool checked; /* the last decode read all of the image's data strictly, nothing wrong */
     uint8_t *pix; /* output pixels: grows to the largest window seen, then reused */
     size_t pix_cap;
     uint8_t *aux; /* codec scratch (row pointers, CMYK rows, PNG rows outside the window) */

@@ -50,6 +50,17 @@ void stk__decoder_destroy(stk__decoder *d);
  * every row, lenient stops after the window's last. The other formats have no such choice. */
 void stk__decoder_set_lenient(stk__decoder *d, bool lenient);
 
+/* Checked once (strict mode): after a decode, stk__decoder_checked says whether it read all of
+ * the image's data in strict mode and found nothing wrong (JPEG: through EOI; PNG: every row;
+ * WebP, TIFF, BMP and PNM always decode the whole image); false after a failure, a lenient or a
+ * trusted decode, and after a probe. A caller that remembers this per image (the loader, per
+ * record) sets `trusted` for the next decodes of that image: strict then stops after the window's
+ * last row, as lenient does, but every warning in the rows it reads stays fatal. The window's
+ * pixels never depend on the data below it, so a trusted decode gives the same pixels, and an
+ * image is rejected exactly when its first decode rejects it. The flag stays until changed. */
+void stk__decoder_set_trusted(stk__decoder *d, bool trusted);
+bool stk__decoder_checked(const stk__decoder *d);
+
 /* Parse the header of a JPEG, PNG, WebP, TIFF, BMP or binary PPM/PGM (sniffed from the magic
  * bytes, whatever the file name says). Errors (STK_EFORMAT, STK_ELIMIT) carry the decoder's reason
  * in err, e.g. "JPEG: Not a JPEG file: starts with 0x89 0x50". */

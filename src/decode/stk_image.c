@@ -110,6 +110,16 @@ void stk__decoder_set_lenient(stk__decoder *d, bool lenient)
     d->lenient = lenient;
 }
 
+void stk__decoder_set_trusted(stk__decoder *d, bool trusted)
+{
+    d->trusted = trusted;
+}
+
+bool stk__decoder_checked(const stk__decoder *d)
+{
+    return d->checked;
+}
+
 stk_status stk__decoder_create(uint64_t max_pixels, stk__decoder **out)
 {
     stk__decoder *d = stk__calloc(1, sizeof(*d));
@@ -161,6 +171,7 @@ stk_status stk__image_probe(stk__decoder *d, const void *src, size_t size, stk__
     if (!d || (!src && size) || !out)
         return stk__set_error(err, err_size, STK_EINVAL, "image probe: NULL argument");
     memset(out, 0, sizeof(*out));
+    d->checked = false;
     stk__imgfmt fmt = sniff(src, size, err, err_size);
     if (fmt == STK__IMG_UNKNOWN)
         return STK_EFORMAT;
@@ -200,6 +211,7 @@ static stk_status image_decode(stk__decoder *d, const void *src, size_t size,
         return STK_EFORMAT;
     if (fmt != info->format)
         return stk__set_error(err, err_size, STK_EINVAL, "image format differs from its probe");
+    d->checked = false; /* the JPEG and PNG decoders set it; the others decode whole images */
     if (planes && fmt != STK__IMG_JPEG)
         return STK__NOT_PLANAR;
     if (planes)
@@ -208,7 +220,10 @@ static stk_status image_decode(stk__decoder *d, const void *src, size_t size,
     if (fmt == STK__IMG_JPEG)
         return stk__jpeg_decode(d, src, size, info, x, y, w, h, choose_num(w, h, min_w, min_h),
                                 fast, out, err, err_size);
-    return whole_codecs[fmt].decode(d, src, size, info, x, y, w, h, out, err, err_size);
+    stk_status rc = whole_codecs[fmt].decode(d, src, size, info, x, y, w, h, out, err, err_size);
+    if (rc == STK_OK && fmt != STK__IMG_PNG)
+        d->checked = !d->lenient;
+    return rc;
 }
 
 stk_status stk__image_decode(stk__decoder *d, const void *src, size_t size,

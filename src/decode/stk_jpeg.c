@@ -54,7 +54,9 @@
  * entropy-coded data through EOI when the window ends above the last row: whole iMCU rows below
  * it are skipped with jpeg_skip_scanlines (entropy decoding only, no IDCT), the few rows around
  * them are read into scratch (read_to_end), then jpeg_finish_decompress; corruption below the
- * window is then caught as in a full decode. Lenient mode ignores warnings (libjpeg's
+ * window is then caught as in a full decode. That is needed once per image: a trusted decode (the
+ * image read clean through EOI before, stk__decoder_set_trusted) stops after the window with
+ * every warning still fatal. Lenient mode ignores warnings (libjpeg's
  * recovery), except JWRN_JPEG_EOF: a truncated image always fails, as it does in PIL ("image file
  * is truncated"), and stops reading after the window. A progress monitor caps progressive images at
  * 500 scans (TJFLAG_LIMITSCANS in libjpeg-turbo 2.1), against scan-count decompression bombs.
@@ -511,13 +513,15 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
         }
     }
 
-    if (!d->lenient && c->output_scanline < c->output_height)
+    if (!d->lenient && !d->trusted && c->output_scanline < c->output_height)
         STK_TRY(read_to_end(c, d, in_row, err, err_size));
     /* All rows read: check the rest of the data through EOI, as a full decode in PIL does */
-    if (c->output_scanline == c->output_height)
+    if (c->output_scanline == c->output_height) {
         jpeg_finish_decompress(c);
-    else
+        d->checked = !d->lenient;
+    } else {
         jpeg_abort_decompress(c);
+    }
 
     /* Report only the window's columns: the crop margins may differ from a full decode */
     double px = 8.0 / num; /* full-resolution pixels per decoded pixel */

@@ -12,7 +12,8 @@
  * stops after the last row of the window. Strict (the default; stk_decode.h), every row is
  * decoded, rows past the window going to a scratch row, so that every IDAT chunk's CRC and the
  * whole zlib stream are checked as in a full decode: a corrupt PNG fails even when the window
- * ends above the damage. An interlaced (Adam7) image needs every pass, so it is always decoded
+ * ends above the damage; a trusted decode (an image checked so before: stk_decode.h) stops after
+ * the window as lenient does. An interlaced (Adam7) image needs every pass, so it is always decoded
  * whole. The buffer holds rows 0 to the window's last, at full scale: origin 0, scale 1.
  *
  * libspng has no way to reset a context, so each image gets a new one; its allocations go
@@ -129,7 +130,8 @@ stk_status stk__png_decode(stk__decoder *d, const uint8_t *src, size_t size,
         STK_FAIL_SIZED(err, err_size, STK_ELIMIT, "PNG: image too large");
     STK_TRY(stk__decoder_reserve(&d->pix, &d->pix_cap, total, err, err_size));
     bool interlaced = ihdr.interlace_method != SPNG_INTERLACE_NONE;
-    bool stop_early = !interlaced && d->lenient; /* else rows past the window go to aux */
+    /* Rows past the window go to aux, unless the decode may stop after the window's last */
+    bool stop_early = !interlaced && (d->lenient || d->trusted);
     if (!stop_early)
         STK_TRY(stk__decoder_reserve(&d->aux, &d->aux_cap, stride, err, err_size));
 
@@ -148,6 +150,7 @@ stk_status stk__png_decode(stk__decoder *d, const uint8_t *src, size_t size,
         goto fail;
     }
     spng_ctx_free(ctx);
+    d->checked = !d->lenient && !stop_early;
 
     out->rgb = d->pix;
     out->width = ihdr.width;

@@ -51,6 +51,7 @@ static void core_destroy(stk__ring *r, void *arg)
     stk__free(c->ctrace.ev);
     stk__free(c->dtrace.ev);
     stk__order_free(c);
+    stk__free((void *)c->checked);
     stk_dataset_close(c->owned_ds);
     stk__free(c);
 }
@@ -179,7 +180,7 @@ static stk_status budget_check(core *c, uint64_t budget, char *err, size_t err_s
         scratch = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
     scratch += c->bops.n ? c->bops.scratch_size : 0;
     scratch += c->sample_fn ? c->in_lay.slot_size : 0;
-    uint64_t total = ring + scratch * c->n_threads;
+    uint64_t total = ring + scratch * c->n_threads + (c->checked ? (c->n / 64 + 1) * 8 : 0);
     c->budget.limit = budget;
     c->budget.fixed = total;
     c->budget_on = true;
@@ -285,6 +286,8 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     if (c->transform) {
         STK_TRY(transform_field(c, opts->transform_field, err, sizeof(err)));
         stk__transform_spec(c->transform, &tspec);
+        if (!c->tarray && !(c->checked = stk__calloc((size_t)(c->n / 64 + 1), sizeof(uint64_t))))
+            STK_FAIL(err, STK_ENOMEM, "out of memory for the per-record check bits");
     }
     stk_field fields[STK_MAX_FIELDS];
     uint64_t max_size[STK_MAX_FIELDS];

@@ -109,7 +109,10 @@ struct core {
     uint32_t n_pool;
     const stk_transform *transform;
     int tfield;
-    bool tarray;         /* the transformed field is a uint8 image array, not encoded bytes */
+    bool tarray; /* the transformed field is a uint8 image array, not encoded bytes */
+    /* Per record, one bit: its image passed a strict decode to its end, so later reads may stop
+     * after the window (stk__transform_worker_trust; NULL without an encoded-image transform) */
+    _Atomic uint64_t *checked;
     stk__imgarray tgeom; /* its geometry */
     uint32_t prefetch, n_threads, batch_size, rank, world;
     uint64_t seed, n;

@@ -150,11 +150,18 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
             if (w->trace.cap)
                 stk__transform_worker_stage_ns(w->tw, &d0, &a0);
             void *out = mem + tl->offset + (size_t)t * tl->row_size;
-            if (c->tarray)
+            if (c->tarray) {
                 rc = transform_array(c, w, loc.field_size[tl->field], &rng, out, why, sizeof(why));
-            else
+            } else { /* a strict decode reads to the image's end on its first read only */
+                _Atomic uint64_t *word = &c->checked[idx / 64];
+                uint64_t bit = 1ULL << (idx % 64);
+                bool trusted = atomic_load_explicit(word, memory_order_relaxed) & bit;
+                stk__transform_worker_trust(w->tw, trusted);
                 rc = stk__transform_apply(c->transform, w->tw, w->scratch,
                                           loc.field_size[tl->field], &rng, out, why, sizeof(why));
+                if (rc >= 0 && !trusted && stk__transform_worker_checked(w->tw))
+                    atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
+            }
             if (w->trace.cap) { /* split the call into its decode and augment slices */
                 uint64_t d1, a1;
                 stk__transform_worker_stage_ns(w->tw, &d1, &a1);

@@ -491,6 +491,16 @@ const stk__xtimes *stk__transform_worker_times(const stk__tworker *w)
     return &w->times;
 }
 
+void stk__transform_worker_trust(stk__tworker *w, bool trusted)
+{
+    stk__decoder_set_trusted(w->dec, trusted);
+}
+
+bool stk__transform_worker_checked(const stk__tworker *w)
+{
+    return stk__decoder_checked(w->dec);
+}
+
 void stk__transform_worker_stage_ns(const stk__tworker *w, uint64_t *decode_ns,
                                     uint64_t *augment_ns)
 {

@@ -16,7 +16,9 @@
  *       and this thread's CPU time) as JSON. --ceiling: after each round, the full decode
  *       (libjpeg-turbo at full scale, nothing else) of the same N images, and the ratio
  *       pipeline/ceiling of each round's CPU times (median, min, max). --no-planes: the RGB path
- *       only (stk_transform.planar cleared).
+ *       only (stk_transform.planar cleared). As the loader does, each file's first strict decode
+ *       reads it to its end and later ones stop after the window (stk__transform_worker_trust);
+ *       --check-every-read reads every one to its end, as a first read.
  *   gen_imgdump --boxes H W N [--scale A,B] [--ratio A,B] [--seed S]
  *       Print N RandomResizedCrop boxes "i j h w fallback" for an H x W image, sample k drawn
  *       from the stream (S, 0, k) exactly as the transform draws it.
@@ -477,7 +479,7 @@ int main(int argc, char **argv)
     bool nhwc = false, exact = false, plan = false, lenient = false;
     unsigned long long seed = 0, epoch = 0, index = 0;
     long bench = 0, plans = 1, rounds = 1;
-    bool ceiling = false, no_planes = false;
+    bool ceiling = false, no_planes = false, every_read = false;
     const char *files[4096];
     int n_files = 0;
     for (int i = 1; i < argc; i++) {
@@ -503,6 +505,8 @@ int main(int argc, char **argv)
             ceiling = true;
         else if (strcmp(a, "--no-planes") == 0) /* the RGB path only (stk_transform.planar) */
             no_planes = true;
+        else if (strcmp(a, "--check-every-read") == 0)
+            every_read = true;
         else if (strcmp(a, "--nhwc") == 0)
             nhwc = true;
         else if (strcmp(a, "--exact") == 0)
@@ -568,6 +572,7 @@ int main(int argc, char **argv)
     if (bench) {
         uint8_t **imgs = malloc(sizeof(*imgs) * (size_t)n_files);
         size_t *sizes = malloc(sizeof(*sizes) * (size_t)n_files);
+        bool *checked = calloc((size_t)n_files, sizeof(*checked)); /* the loader's per-record bit */
         for (int k = 0; k < n_files; k++)
             imgs[k] = read_file(files[k], &sizes[k]);
         /* Rounds of the pipeline, each followed by the ceiling when asked: the full decode of
@@ -585,8 +590,10 @@ int main(int argc, char **argv)
                 stk_rng rng;
                 stk_rng_init(&rng, seed, epoch, (uint64_t)k);
                 int f = (int)(k % n_files);
+                stk__transform_worker_trust(w, checked[f]);
                 if (stk__transform_apply(t, w, imgs[f], sizes[f], &rng, out, err, sizeof(err)) < 0)
                     die("apply failed: %s", err);
+                checked[f] = !every_read && (checked[f] || stk__transform_worker_checked(w));
             }
             double ps = cpu_seconds() - c0;
             secs += (double)(stk__now_ns() - t0) / 1e9;
@@ -630,6 +637,7 @@ int main(int argc, char **argv)
             free(imgs[k]);
         free(imgs);
         free(sizes);
+        free(checked);
     } else {
         size_t size;
         uint8_t *img = read_file(files[0], &size);

@@ -1190,6 +1190,14 @@ static void put_be32(uint8_t *p, uint32_t v)
 }
 
 /* PNG errors: truncation, CRC, oversized IHDR; windows stop early and stay exact. */
+/* An offset nine tenths into a PNG's image data (between the first IDAT and IEND). */
+static size_t png_late_offset(const uint8_t *img, size_t n)
+{
+    size_t idat = (size_t)((const uint8_t *)memmem(img, n, "IDAT", 4) - img);
+    size_t iend = (size_t)((const uint8_t *)memmem(img + idat, n - idat, "IEND", 4) - img);
+    return idat + 8 + (iend - idat - 8) * 9 / 10;
+}
+
 static int test_png_errors_and_windows(void)
 {
     if (!fixtures_ready())
@@ -1228,9 +1236,7 @@ static int test_png_errors_and_windows(void)
     img[idat + 20] ^= 0x10;
     /* strict (the default) decodes every row, so damage below a window of the top rows fails
      * too; lenient stops after the window */
-    size_t late =
-        idat + 8 +
-        (size_t)((uint8_t *)memmem(img + idat, n - idat, "IEND", 4) - img - idat - 8) * 9 / 10;
+    size_t late = png_late_offset(img, n);
     img[late] ^= 0x10;
     T_EQ(stk__image_decode(d, img, n, &info, 0, 0, 10, 2, 0, 0, &out, err, ERRSZ), STK_EFORMAT);
     T_CHECKF(strncmp(err, "PNG: ", 5) == 0, "%s", err);
@@ -1398,6 +1404,146 @@ static int test_strict_jpeg(void)
     return 0;
 }
 
+/* Copy a decoded window's rows out (the decoder's buffer is reused by the next call). */
+static uint8_t *copy_rows(const stk__decoded *o, size_t *size)
+{
+    *size = o->stride * o->height;
+    uint8_t *p = malloc(*size ? *size : 1);
+    if (p)
+        memcpy(p, o->rgb, *size);
+    return p;
+}
+
+/* One strict window decode of the top rows of j: *rc, and the pixels (or planes) it gave. */
+static uint8_t *top_window(stk__decoder *d, const uint8_t *j, size_t n, int mode, stk_status *rc,
+                           size_t *size)
+{
+    char err[ERRSZ];
+    stk__imginfo info;
+    stk__decoded out, pl[3];
+    *size = 0;
+    if ((*rc = stk__image_probe(d, j, n, &info, err, ERRSZ)) < 0)
+        return NULL;
+    uint32_t w = info.width / 2, h = 24;
+    if (mode == 2) { /* planes: luma, then each chroma plane */
+        if ((*rc = stk__image_decode_planes(d, j, n, &info, 8, 0, w, h, w / 2, h / 2, pl, err,
+                                            ERRSZ)) < 0)
+            return NULL;
+        size_t s0, s1, s2;
+        uint8_t *a = copy_rows(&pl[0], &s0), *b = copy_rows(&pl[1], &s1),
+                *c = copy_rows(&pl[2], &s2), *all = malloc(s0 + s1 + s2);
+        if (all) {
+            memcpy(all, a, s0);
+            memcpy(all + s0, b, s1);
+            memcpy(all + s0 + s1, c, s2);
+            *size = s0 + s1 + s2;
+        }
+        free(a);
+        free(b);
+        free(c);
+        return all;
+    }
+    if ((*rc = decode_window(mode == 1, d, j, n, &info, 8, 0, w, h, w / 2, h / 2, &out, err)) < 0)
+        return NULL;
+    return copy_rows(&out, size);
+}
+
+/* Checked once (stk__decoder_set_trusted / stk__decoder_checked, the loader's per-record bit):
+ * a clean strict decode to the image's end reports checked; a trusted window decode stops after
+ * the window and gives the same pixels (exact, fast and planes); a JPEG corrupt below the window
+ * fails the untrusted strict decode and passes the trusted one; lenient, trusted, failed and
+ * probe-only calls never report checked. PNG the same way. */
+static int test_checked_once(void)
+{
+    stk__decoder *d;
+    char err[ERRSZ];
+    stk__decoded out;
+    stk__imginfo info;
+    size_t n;
+    T_OK(stk__decoder_create(0, &d));
+    uint8_t *j = make_jpeg(320, 240, 21, TJSAMP_420, 90, 0, &n);
+    T_CHECK(j);
+    T_OK(stk__image_probe(d, j, n, &info, err, ERRSZ));
+    T_CHECK(!stk__decoder_checked(d));
+    T_OK(decode_full(d, j, n, &out, err));
+    T_CHECK(stk__decoder_checked(d));
+    T_OK(stk__image_probe(d, j, n, &info, err, ERRSZ));
+    T_CHECK(!stk__decoder_checked(d));
+    for (int mode = 0; mode < 3; mode++) { /* exact, fast, planes */
+        stk_status r0, r1;
+        size_t s0, s1;
+        uint8_t *a = top_window(d, j, n, mode, &r0, &s0);
+        T_CHECKF(r0 == STK_OK && stk__decoder_checked(d), "mode %d: untrusted rc %d", mode, r0);
+        stk__decoder_set_trusted(d, true);
+        uint8_t *b = top_window(d, j, n, mode, &r1, &s1);
+        T_CHECKF(r1 == STK_OK && !stk__decoder_checked(d), "mode %d: trusted rc %d", mode, r1);
+        stk__decoder_set_trusted(d, false);
+        T_CHECKF(a && b && s0 == s1 && s0 > 0 && memcmp(a, b, s0) == 0,
+                 "mode %d: trusted pixels differ", mode);
+        free(a);
+        free(b);
+    }
+    stk__decoder_set_lenient(d, true);
+    T_OK(decode_full(d, j, n, &out, err));
+    T_CHECK(!stk__decoder_checked(d));
+    stk__decoder_set_lenient(d, false);
+
+    /* Damage in the last fifth of the entropy-coded data, found by trying runs until a strict
+     * full decode rejects the file (the seed fixes which) */
+    uint8_t *c = malloc(n);
+    T_CHECK(c);
+    uint32_t seed = 5;
+    int found = 0;
+    for (int trial = 0; trial < 200 && !found; trial++) {
+        memcpy(c, j, n);
+        size_t at = n - 2 - n / 5 + lcg(&seed) % (n / 5 - 16);
+        for (size_t k = 0; k < 8; k++)
+            c[at + k] = (uint8_t)lcg(&seed);
+        found = decode_full(d, c, n, &out, err) == STK_EFORMAT;
+    }
+    T_CHECKF(found, "no run in the last fifth made the JPEG fail a strict decode");
+    T_CHECK(!stk__decoder_checked(d));
+    for (int mode = 0; mode < 3; mode++) {
+        stk_status r0, r1;
+        size_t s0, s1;
+        free(top_window(d, c, n, mode, &r0, &s0));
+        T_CHECKF(r0 == STK_EFORMAT && !stk__decoder_checked(d), "mode %d: rc %d", mode, r0);
+        stk__decoder_set_trusted(d, true);
+        uint8_t *b = top_window(d, c, n, mode, &r1, &s1);
+        uint8_t *a = top_window(d, j, n, mode, &r0, &s0); /* the clean file, trusted too */
+        stk__decoder_set_trusted(d, false);
+        T_CHECKF(r1 == STK_OK && r0 == STK_OK, "mode %d: trusted rc %d", mode, r1);
+        T_CHECKF(a && b && s0 == s1 && memcmp(a, b, s0) == 0, "mode %d: pixels differ", mode);
+        free(a);
+        free(b);
+    }
+    free(c);
+    free(j);
+
+    /* PNG: damage late in IDAT fails a strict window of the top rows, not a trusted one */
+    if (fixtures_ready()) {
+        uint8_t *img, *ref;
+        int rw, rh;
+        T_CHECK(load_fixture("png_rgb8.png", &img, &n, &ref, &rw, &rh) == 0);
+        T_OK(decode_full(d, img, n, &out, err));
+        T_CHECK(stk__decoder_checked(d));
+        size_t late = png_late_offset(img, n);
+        img[late] ^= 0x10;
+        T_OK(stk__image_probe(d, img, n, &info, err, ERRSZ));
+        T_EQ(stk__image_decode(d, img, n, &info, 0, 0, 10, 2, 0, 0, &out, err, ERRSZ), STK_EFORMAT);
+        stk__decoder_set_trusted(d, true);
+        T_OK(stk__image_decode(d, img, n, &info, 0, 0, 10, 2, 0, 0, &out, err, ERRSZ));
+        T_CHECK(!stk__decoder_checked(d));
+        T_EQ(region_diff(&out, ref, rw, 2, 0, 0), 0);
+        stk__decoder_set_trusted(d, false);
+        free(img);
+        free(ref);
+    }
+    T_CHECK(still_works(d) == 0);
+    stk__decoder_destroy(d);
+    return 0;
+}
+
 /* WebP, BMP, PPM/PGM, TIFF: windows come from a full-scale decode (origin 0); truncated files
  * fail with the codec's name; flipped bytes never crash; oversized headers fail before any
  * allocation for them. */
@@ -1495,4 +1641,4 @@ T_MAIN(T_CASE(setup), T_CASE(test_sniff_errors), T_CASE(test_public_api),
        T_CASE(test_truncated_jpeg), T_CASE(test_corrupt_jpeg), T_CASE(test_oversized),
        T_CASE(test_scan_limit), T_CASE(test_pil_fixtures), T_CASE(test_exif_orientation_ignored),
        T_CASE(test_window_cmyk_gray), T_CASE(test_png_errors_and_windows), T_CASE(test_strict_jpeg),
-       T_CASE(test_other_formats_errors), T_CASE(test_alloc_failures))
+       T_CASE(test_checked_once), T_CASE(test_other_formats_errors), T_CASE(test_alloc_failures))
