@@ -4,7 +4,7 @@
 
     /usr/bin/python3 bench/bench_ab.py --base 53de931 [--rounds 5] [--images 1500]
         [--records 3000] [--threads 1,2] [--profile small|imagenet|grain] [--ceiling]
-        [--workloads images,raw]
+        [--workloads images,raw] [--epochs 1]
 
 Builds BASE's CLI in a temporary git worktree (`make cli`), packs the data once with the
 current build (both builds read version-1 shards), then alternates `stoker bench ... --json`
@@ -13,7 +13,9 @@ JPEGs (bench/gen_images.py) and raw ~100 KB records (bench/bench_raw.py's genera
 Markdown table of medians with [min-max] and the new/base ratio of the medians, and the commands.
 --profile picks gen_images.py's image set; --ceiling adds each run's own ceiling (`stoker bench
 --ceiling`: full decode, or memcpy, of the same records on the same threads, measured right
-after it) and the table then also gives each build's ratio to it, median [min-max].
+after it) and the table then also gives each build's ratio to it, median [min-max]. --epochs:
+epochs per imagenet-train run (default 1: every read a first read; more shows the later epochs,
+where a strict decode stops after the window of a record checked before).
 """
 import argparse
 import json
@@ -58,6 +60,7 @@ def main():
     ap.add_argument("--profile", default="small", choices=["small", "imagenet", "grain"])
     ap.add_argument("--ceiling", action="store_true", help="also each run's ratio to its ceiling")
     ap.add_argument("--workloads", default="images,raw")
+    ap.add_argument("--epochs", type=int, default=1, help="epochs per imagenet-train run")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="stk-ab-")
     os.makedirs(work, exist_ok=True)
@@ -75,7 +78,7 @@ def main():
         bench_raw.make_tree(raw, a.records)
         sh([new, "pack", raw, raw + ".stk", "--quiet"])
     rows = []
-    jobs = [("imagenet-train", imgs + ".stk", 1), ("raw", raw + ".stk", 3)]
+    jobs = [("imagenet-train", imgs + ".stk", a.epochs), ("raw", raw + ".stk", 3)]
     for recipe, data, epochs in [j for j in jobs if ("images" if j[0] != "raw" else "raw")
                                  in workloads]:
         for t in [int(x) for x in a.threads.split(",")]:
