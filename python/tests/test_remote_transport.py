@@ -1,7 +1,7 @@
 """The remote transport over loopback: coalescing neighbouring records into one ranged GET, many
 requests in flight (curl multi, bounded by STOKER_HTTP_INFLIGHT), a failed coalesced piece
 retried record by record, the block cache filled by coalesced fetches, and TLS (a self-signed CA
-made with openssl at test time, taken from AWS_CA_BUNDLE / CURL_CA_BUNDLE / SSL_CERT_FILE).
+made with openssl at test time, taken from AWS_CA_BUNDLE / CURL_CA_BUNDLE / SSL_CERT_FILE, or a hashed directory in SSL_CERT_DIR).
 Requests are counted by a proxy in front of s3rver (python/tests/s3util.py); every sample exactly
 once per epoch."""
 import os
@@ -183,6 +183,25 @@ def test_https_with_ca_from_the_environment(tls, monkeypatch):
         monkeypatch.delenv(var)
     monkeypatch.setenv("AWS_CA_BUNDLE", crt)  # S3 over https
     assert sorted(epoch(stoker.Loader(URL, batch_size=50, num_workers=2))) == list(range(N))
+    monkeypatch.delenv("AWS_CA_BUNDLE")
+
+
+def test_https_with_a_ca_directory(tls, tmp_path, monkeypatch):
+    """SSL_CERT_DIR: a directory of CAs under OpenSSL's hashed names (`openssl rehash`)."""
+    ep, crt, other = tls
+    url = f"{ep}/data/t/shard-00000.stk"
+    cas = tmp_path / "cas"
+    cas.mkdir()
+    shutil.copy(other, cas / "other.pem")
+    subprocess.run(["openssl", "rehash", str(cas)], check=True, capture_output=True, timeout=60)
+    monkeypatch.setenv("SSL_CERT_DIR", str(cas))  # only a CA that did not sign it: refused
+    with pytest.raises(stoker.StokerIOError, match="TLS certificate verification failed.*"
+                       "CA directory: " + str(cas)):
+        stoker.Dataset(url)
+    shutil.copy(crt, cas / "server.pem")
+    subprocess.run(["openssl", "rehash", str(cas)], check=True, capture_output=True, timeout=60)
+    got = epoch(stoker.Loader(url, batch_size=50, shuffle=True, seed=3, num_workers=2))
+    assert sorted(got) == list(range(N))
 
 
 def test_tls_verification_failure_names_the_url(tls, monkeypatch):

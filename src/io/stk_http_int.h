@@ -81,6 +81,9 @@ struct curl_slist;
 /* The CA bundle to verify TLS peers with: AWS_CA_BUNDLE (S3 requests only), else CURL_CA_BUNDLE,
  * else SSL_CERT_FILE; NULL (curl's default, the system's bundle) when none is set. */
 const char *stk__http_ca_bundle(bool s3);
+/* A directory of CA certificates (OpenSSL's hashed names, `openssl rehash DIR`) to verify TLS
+ * peers with too: SSL_CERT_DIR; NULL when unset. */
+const char *stk__http_ca_dir(void);
 
 /* Set up easy handle `handle` (a CURL *) to run q into r (headers, signing, timeouts, TLS);
  * *headers receives the header list to free once the transfer ended. STK_ENOMEM only. */

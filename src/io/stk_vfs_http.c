@@ -63,6 +63,12 @@ const char *stk__http_ca_bundle(bool s3)
     return NULL;
 }
 
+const char *stk__http_ca_dir(void)
+{
+    const char *v = getenv("SSL_CERT_DIR");
+    return v && *v ? v : NULL;
+}
+
 /* ---- curl handles: one per thread ---- */
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -334,6 +340,8 @@ stk_status stk__http_setup(void *handle, const stk__http_req *q, stk__http_resp 
     const char *ca = stk__http_ca_bundle(q->cfg != NULL);
     if (ca)
         curl_easy_setopt(c, CURLOPT_CAINFO, ca);
+    if (stk__http_ca_dir())
+        curl_easy_setopt(c, CURLOPT_CAPATH, stk__http_ca_dir());
     if (stk__http_env_long("STOKER_HTTP_INSECURE", 0, 0, 1)) {
         curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -410,12 +418,13 @@ stk_status stk__http_request(stk__http_req *q, stk__http_resp *r, const char *na
     s3_code(r->errbody, code, sizeof(code));
     char tls[CURL_ERROR_SIZE + 300];
     if (cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE) {
-        const char *ca = stk__http_ca_bundle(q->cfg != NULL);
-        snprintf(tls, sizeof(tls),
-                 "TLS certificate verification failed: %s (CA bundle: %s; set %sCURL_CA_BUNDLE "
-                 "or SSL_CERT_FILE to the CA that signed the server's certificate)",
-                 curl_err[0] ? curl_err : curl_easy_strerror(cc), ca ? ca : "the system's",
-                 q->cfg ? "AWS_CA_BUNDLE, " : "");
+        const char *ca = stk__http_ca_bundle(q->cfg != NULL), *dir = stk__http_ca_dir();
+        snprintf(
+            tls, sizeof(tls),
+            "TLS certificate verification failed: %s (CA bundle: %s%s%s; set %sCURL_CA_BUNDLE, "
+            "SSL_CERT_FILE or SSL_CERT_DIR to the CA that signed the server's certificate)",
+            curl_err[0] ? curl_err : curl_easy_strerror(cc), ca ? ca : "the system's",
+            dir ? ", CA directory: " : "", dir ? dir : "", q->cfg ? "AWS_CA_BUNDLE, " : "");
     }
     const char *what = cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE ? tls
                        : cc != CURLE_OK   ? (curl_err[0] ? curl_err : curl_easy_strerror(cc))
