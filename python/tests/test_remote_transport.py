@@ -1,7 +1,8 @@
 """The remote transport over loopback: coalescing neighbouring records into one ranged GET, many
 requests in flight (curl multi, bounded by STOKER_HTTP_INFLIGHT), a failed coalesced piece
 retried record by record, the block cache filled by coalesced fetches, and TLS (a self-signed CA
-made with openssl at test time, taken from AWS_CA_BUNDLE / CURL_CA_BUNDLE / SSL_CERT_FILE, or a hashed directory in SSL_CERT_DIR).
+made with openssl at test time, taken from AWS_CA_BUNDLE / CURL_CA_BUNDLE / SSL_CERT_FILE, or
+from a hashed directory in SSL_CERT_DIR).
 Requests are counted by a proxy in front of s3rver (python/tests/s3util.py); every sample exactly
 once per epoch."""
 import os
