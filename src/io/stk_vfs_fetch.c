@@ -1,7 +1,8 @@
 /*
  * stk_vfs_fetch.c: many requests in flight for the remote byte sources. The loader tells a
- * dataset which records a batch (and the batch after it) will read; the .stk source turns that
- * into byte ranges per shard and hands them to the VFS prefetch (stk__vfs_prefetch). Here the
+ * dataset which records a batch (and the batch after it) will read; their byte ranges (each
+ * source's extent: .stk, TFRecord, WebDataset), gathered per file, come to the VFS prefetch
+ * (stk__vfs_prefetch). Here the
  * ranges are coalesced (neighbours whose gap is at most STOKER_HTTP_COALESCE_GAP join one ranged
  * GET of at most STOKER_HTTP_COALESCE_MAX bytes; with the block cache, the missing 4 MiB blocks
  * they touch) and queued for one fetcher thread, which keeps up to STOKER_HTTP_INFLIGHT of them

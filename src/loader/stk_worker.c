@@ -20,7 +20,7 @@
  * byte sources fetch them ahead, coalesced and many at once; a no-op for local files). */
 static void prefetch_records(core *c, uint64_t epoch, uint64_t first, uint32_t count)
 {
-    if (!c->ds->m->prefetch)
+    if (!c->ds->m->extent)
         return;
     uint64_t idx[512];
     for (uint32_t t = 0; t < count; t += 512) {
@@ -58,7 +58,7 @@ static bool open_batch(core *c)
     stk__slot_open_locked(s, c->open_seq, count);
     /* its records, and read-ahead: the next batch's (ranges hinted before are not asked again) */
     prefetch_records(c, s->epoch, s->first, count);
-    if (c->ds->m->prefetch && c->d_b + 1 < c->d_plan.n_batches) {
+    if (c->ds->m->extent && c->d_b + 1 < c->d_plan.n_batches) {
         uint64_t first, consumed;
         uint32_t next;
         stk_plan_batch(&c->d_plan, c->d_b + 1, &first, &next, &consumed);

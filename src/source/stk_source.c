@@ -289,6 +289,35 @@ stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t
     return STK_OK;
 }
 
+void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n)
+{
+    if (!ds->m->extent)
+        return;
+    stk__brange r[256];
+    stk__file *file_of[256];
+    for (size_t at = 0; at < n; at += 256) {
+        size_t m = 0, k = STK_MIN(n - at, (size_t)256);
+        for (size_t j = 0; j < k; j++)
+            if (idx[at + j] < ds->count && ds->m->extent(ds, idx[at + j], &file_of[m], &r[m]) &&
+                file_of[m]->vfs->prefetch)
+                m++;
+        /* one hint per file, its ranges gathered at the front */
+        for (size_t a = 0; a < m;) {
+            size_t b = a + 1;
+            for (size_t j = a + 1; j < m; j++)
+                if (file_of[j] == file_of[a]) {
+                    stk__brange t = r[b];
+                    stk__file *tf = file_of[b];
+                    r[b] = r[j], file_of[b] = file_of[j];
+                    r[j] = t, file_of[j] = tf;
+                    b++;
+                }
+            stk__vfs_prefetch(file_of[a], r + a, b - a);
+            a = b;
+        }
+    }
+}
+
 stk_status stk__dataset_cursor_open(const stk_dataset *ds, stk__cursor **out, char *err,
                                     size_t err_size)
 {

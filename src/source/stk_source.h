@@ -109,10 +109,10 @@ struct stk__source_methods {
     /* "data/shard-00003.stk record 1841 (global 1841) at byte 1234567": where record i is, for
      * error messages. */
     void (*describe)(const stk_dataset *ds, uint64_t i, char *buf, size_t size);
-    /* Optional (NULL: nothing to do, as for local files): a hint that records idx[0..n) will be
-     * read soon, passed on as byte ranges to the byte source's prefetch (stk__vfs_prefetch).
-     * Must not block; reads stay exact whatever it did. */
-    void (*prefetch)(const stk_dataset *ds, const uint64_t *idx, size_t n);
+    /* Optional (NULL: no read-ahead): the file record i is read from and the byte range its read
+     * covers, for read-ahead (stk__dataset_prefetch). false when there is none to give. Must
+     * not block; reads stay exact whatever the read-ahead did. */
+    bool (*extent)(const stk_dataset *ds, uint64_t i, stk__file **f, stk__brange *r);
 };
 
 /* Open a cursor for the calling thread (*out NULL when the source needs none). */
@@ -131,12 +131,10 @@ static inline stk_status stk__dataset_read(const stk_dataset *ds, stk__cursor *c
     return rc;
 }
 
-/* Hint that records idx[0..n) will be read soon (a no-op for sources without prefetch). */
-static inline void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n)
-{
-    if (ds->m->prefetch && n)
-        ds->m->prefetch(ds, idx, n);
-}
+/* Hint that records idx[0..n) will be read soon: their extents, gathered per file, go to the
+ * byte sources' prefetch (stk__vfs_prefetch; remote files read them ahead, coalesced). A no-op
+ * for sources without extent and files without prefetch (local ones). */
+void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n);
 
 /* Where record i lives (file, local number, offset, field sizes): a read without checksum check
  * into scratch buffers. For tests and tools, not for the hot path. */

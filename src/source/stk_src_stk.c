@@ -648,43 +648,18 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
 }
 
 /* Byte ranges of the records, per shard, to the shards' byte sources (remote ones prefetch). */
-static void stk_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n)
+static bool stk_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__brange *r)
 {
     const stkds *d = ds->impl;
-    stk__brange r[256];
-    size_t shard_of[256];
-    for (size_t at = 0; at < n; at += 256) {
-        size_t m = 0, k = STK_MIN(n - at, (size_t)256);
-        for (size_t j = 0; j < k; j++) {
-            uint64_t local;
-            if (idx[at + j] >= ds->count)
-                continue;
-            size_t si = stk__dataset_file_of(ds, idx[at + j], &local);
-            const shard *s = &d->shards[si];
-            if (!s->f->vfs->prefetch)
-                continue;
-            const uint8_t *e = s->entries + local * s->entry_size;
-            uint64_t size = 0;
-            for (uint32_t f = 0; f < ds->n_fields; f++)
-                size += stk__ld32(e + STK_FMT_E_SIZES + 4 * f);
-            shard_of[m] = si;
-            r[m++] = (stk__brange){stk__ld64(e + STK_FMT_E_OFFSET), size};
-        }
-        /* one hint per shard, its ranges gathered at the front */
-        for (size_t a = 0; a < m;) {
-            size_t b = a + 1;
-            for (size_t j = a + 1; j < m; j++)
-                if (shard_of[j] == shard_of[a]) {
-                    stk__brange t = r[b];
-                    size_t ts = shard_of[b];
-                    r[b] = r[j], shard_of[b] = shard_of[j];
-                    r[j] = t, shard_of[j] = ts;
-                    b++;
-                }
-            stk__vfs_prefetch(d->shards[shard_of[a]].f, r + a, b - a);
-            a = b;
-        }
-    }
+    uint64_t local;
+    const shard *s = &d->shards[stk__dataset_file_of(ds, i, &local)];
+    const uint8_t *e = s->entries + local * s->entry_size;
+    uint64_t size = 0;
+    for (uint32_t k = 0; k < ds->n_fields; k++)
+        size += stk__ld32(e + STK_FMT_E_SIZES + 4 * k);
+    *f = s->f;
+    *r = (stk__brange){stk__ld64(e + STK_FMT_E_OFFSET), size};
+    return true;
 }
 
 const stk__source_methods stk__src_stk = {
@@ -695,5 +670,5 @@ const stk__source_methods stk__src_stk = {
     .close = stk_close,
     .read = stk_read,
     .describe = stk_describe,
-    .prefetch = stk_prefetch,
+    .extent = stk_extent,
 };

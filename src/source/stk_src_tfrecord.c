@@ -694,6 +694,17 @@ fail:
     return rc;
 }
 
+/* The frame of record i (read-ahead of remote files). */
+static bool tf_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__brange *r)
+{
+    const tfds *t = ds->impl;
+    uint64_t local;
+    const tffile *tf = &t->files[stk__dataset_file_of(ds, i, &local)];
+    *f = tf->f;
+    *r = (stk__brange){tf->off[local], tf->off[local + 1] - tf->off[local]};
+    return true;
+}
+
 const stk__source_methods stk__src_tfrecord = {
     .name = "tfrecord",
     .summary = "TFRecord files of tf.train.Example, one field per feature",
@@ -704,4 +715,5 @@ const stk__source_methods stk__src_tfrecord = {
     .cursor_close = tf_cursor_close,
     .read = tf_read,
     .describe = tf_describe,
+    .extent = tf_extent,
 };

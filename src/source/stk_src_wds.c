@@ -638,6 +638,25 @@ static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
     return STK_OK;
 }
 
+/* Sample i's bytes for read-ahead of remote shards: from its first member's header to the end of
+ * its last member, the range wds_read reads in one piece when nothing lies between its members
+ * (the usual shard: the prefetched range is then released as soon as it was read). */
+static bool wds_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__brange *r)
+{
+    const wds *w = ds->impl;
+    const wds_rec *rec = &w->recs[i];
+    const wds_loc *loc = w->locs + i * (ds->n_fields - 1);
+    uint64_t start = UINT64_MAX, end = 0;
+    for (uint32_t k = 1; k < ds->n_fields; k++)
+        if (loc[k - 1].size != MISSING) {
+            start = STK_MIN(start, rec->off + loc[k - 1].rel - TAR_BLOCK);
+            end = STK_MAX(end, rec->off + loc[k - 1].rel + loc[k - 1].size);
+        }
+    *f = w->shards[rec->shard].f;
+    *r = (stk__brange){start, end - start};
+    return end > start;
+}
+
 const stk__source_methods stk__src_wds = {
     .name = "wds",
     .summary = "WebDataset .tar shards, one sample per key, one field per extension",
@@ -646,4 +665,5 @@ const stk__source_methods stk__src_wds = {
     .close = wds_close,
     .read = wds_read,
     .describe = wds_describe,
+    .extent = wds_extent,
 };
