@@ -4,53 +4,24 @@
  *
  * The loader run creates a loader, takes E epochs of batches as fast as they come (the consumer
  * only releases them) and reports samples/s, bytes/s, the time to the first batch and the peak
- * resident set. `--ceiling` then runs, on the same records and the same number of threads, the
- * work with nothing else around it: for raw records a plain memcpy of every record's bytes out
- * of memory (the records are first read into RAM); for an image recipe a full-size decode of
- * every image with libjpeg-turbo/libspng and nothing else (stk_decoder_decode, images in RAM).
+ * resident set. `--ceiling` then runs (bench_ceiling.c), on the same records and the same number
+ * of threads, the work with nothing else around it: for raw records a plain memcpy of every
+ * record's bytes out of memory (the records are first read into RAM); for an image recipe a
+ * full-size decode of every image with libjpeg-turbo/libspng and nothing else
+ * (stk_decoder_decode, images in RAM).
  *
  * Lists (`--threads 1,2,4 --prefetch 2,4,8`) make a sweep: every combination is run, the ceiling
  * is measured at every thread count, and `--plot out.svg` draws throughput against threads, one
  * line per depth, with the ceiling drawn in (an SVG written here; no plotting dependency).
  */
-#include "cli.h"
+#include "bench.h"
 
 #include <getopt.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-
-#define MAX_LIST 16
-
-typedef struct bench_args {
-    const char *const *paths;
-    size_t n_paths;
-    const char *recipe; /* "raw", "imagenet-train", "imagenet-val" */
-    int threads_list[MAX_LIST], prefetch_list[MAX_LIST];
-    int n_threads_list, n_prefetch_list;
-    bool auto_threads; /* --threads auto: STK_LOADER_AUTOTUNE, capped by the CPU count */
-    const char *trace, *plot;
-    const char *format; /* --format: NULL = detect */
-    const char *field;  /* --field: the field the recipe reads; NULL = stk_dataset_image_field */
-    int epochs;
-    int64_t batch;
-    uint64_t seed, max_samples;
-    bool shuffle, exact, ceiling, json, quiet, no_verify, no_stats;
-} bench_args;
-
-typedef struct bench_result {
-    uint64_t samples, bytes;
-    double seconds, first_batch_s;
-    double cpu_s; /* user + system CPU time of the process during the run (all its threads) */
-    double rss_before_mib, peak_rss_mib, ring_mib;
-    size_t slot_size;
-    unsigned threads, prefetch;
-    stk_loader_stats st;
-    bool decoded; /* the ceiling decoded images (else it copied the records or arrays) */
-} bench_result;
 
 /* A line of /proc/self/status in MiB ("VmRSS", "VmHWM"), or 0. */
 static double proc_status_mib(const char *key)
@@ -72,7 +43,7 @@ static double proc_status_mib(const char *key)
 
 /* User + system CPU seconds of this process so far (every thread). On a machine shared with other
  * jobs, bytes per CPU second compares the loader with its ceiling where wall-clock cannot. */
-static double process_cpu_s(void)
+double stk_bench_process_cpu_s(void)
 {
     struct rusage u;
     if (getrusage(RUSAGE_SELF, &u) != 0)
@@ -333,9 +304,9 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     /* The bar starts at the first batch, when the loader knows its batch count. */
     bench_run br = {.a = a, .r = r};
     stk_cli_run run;
-    double cpu0 = process_cpu_s();
+    double cpu0 = stk_bench_process_cpu_s();
     rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
-    r->cpu_s = process_cpu_s() - cpu0;
+    r->cpu_s = stk_bench_process_cpu_s() - cpu0;
     stk_cli_progress_end(&br.prog);
     stk_dataset_close(ds);
     if (rc)
@@ -351,157 +322,6 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     if (a->auto_threads)
         r->threads = r->st.active_threads;
     return 0;
-}
-
-/* ---- the ceiling ---- */
-
-typedef struct ceiling_job {
-    const uint8_t *const *rec; /* record (or image) bytes in memory */
-    const size_t *size;
-    size_t n, first, step; /* this thread takes records first, first+step, ... */
-    int epochs;
-    bool decode;
-    uint8_t *dst; /* memcpy destination, one ring slot's worth */
-    size_t dst_size;
-    uint64_t samples, bytes;
-    int failed;
-    char err[256];
-} ceiling_job;
-
-static void *ceiling_thread(void *arg)
-{
-    ceiling_job *j = arg;
-    stk_decoder *dec = NULL;
-    if (j->decode && stk_decoder_create(0, &dec) < 0) {
-        snprintf(j->err, sizeof(j->err), "cannot create a decoder");
-        j->failed = 1;
-        return NULL;
-    }
-    size_t at = 0;
-    for (int e = 0; e < j->epochs && !j->failed; e++)
-        for (size_t i = j->first; i < j->n; i += j->step) {
-            if (j->decode) {
-                stk_image img;
-                if (stk_decoder_decode(dec, j->rec[i], j->size[i], &img) < 0) {
-                    snprintf(j->err, sizeof(j->err), "record %zu: %s", i, stk_decoder_errmsg(dec));
-                    j->failed = 1;
-                    break;
-                }
-            } else {
-                /* Rotate through a slot-sized buffer as the loader rotates through rows. */
-                if (at + j->size[i] > j->dst_size)
-                    at = 0;
-                memcpy(j->dst + at, j->rec[i], j->size[i]);
-                at += (j->size[i] + 63) & ~(size_t)63;
-            }
-            j->samples++;
-            j->bytes += j->size[i];
-        }
-    stk_decoder_destroy(dec);
-    return NULL;
-}
-
-static int run_ceiling(const bench_args *a, unsigned threads, size_t slot_size, bench_result *r)
-{
-    stk_dataset *ds;
-    if (stk_cli_open_data_as("bench", (char *const *)a->paths, (int)a->n_paths, 0, a->format, &ds))
-        return 1;
-    /* An image recipe's ceiling decodes the field the loader read; an image array field has
-     * nothing to decode: its ceiling is the memcpy of its bytes. */
-    int field = -1;
-    if (strcmp(a->recipe, "raw") != 0) {
-        size_t f;
-        field = a->field                                    ? stk_dataset_find_field(ds, a->field)
-                : stk_dataset_image_field(ds, &f) == STK_OK ? (int)f
-                                                            : -1;
-        if (field < 0) { /* the loader run accepted it: not reached in practice */
-            stk_cli_error("bench", "no image field for the ceiling");
-            stk_dataset_close(ds);
-            return 1;
-        }
-    }
-    bool decode = field >= 0 && stk_dataset_field(ds, (size_t)field)->kind == STK_FIELD_BYTES;
-    uint64_t n = stk_dataset_count(ds);
-    if (a->max_samples && a->max_samples < n)
-        n = a->max_samples;
-    size_t max = stk_dataset_max_record_size(ds);
-    uint8_t **rec = calloc(n, sizeof(*rec));
-    size_t *size = calloc(n, sizeof(*size));
-    uint8_t *buf = malloc(max ? max : 1);
-    int rc = 0;
-    if (!rec || !size || !buf) {
-        stk_cli_error("bench", "out of memory preloading %" PRIu64 " records", n);
-        rc = 1;
-        goto out;
-    }
-    /* Preload: the ceiling measures the work itself, not the reading. */
-    for (uint64_t i = 0; i < n && rc == 0; i++) {
-        stk_record recd;
-        char err[256];
-        if (stk_dataset_read(ds, i, buf, max, &recd, err, sizeof(err)) < 0) {
-            stk_cli_error("bench", "%s", err);
-            rc = 1;
-            break;
-        }
-        const uint8_t *src = field >= 0 ? recd.field[field] : buf;
-        size[i] = field >= 0 ? recd.field_size[field] : recd.size;
-        rec[i] = malloc(size[i] ? size[i] : 1);
-        if (!rec[i]) {
-            rc = 1;
-            break;
-        }
-        memcpy(rec[i], src, size[i]);
-    }
-    if (rc)
-        goto out;
-    ceiling_job *jobs = calloc(threads, sizeof(*jobs));
-    pthread_t *tids = calloc(threads, sizeof(*tids));
-    if (!jobs || !tids) {
-        free(jobs);
-        free(tids);
-        rc = 1;
-        goto out;
-    }
-    double t0 = stk_cli_now(), cpu0 = process_cpu_s();
-    for (unsigned k = 0; k < threads; k++) {
-        jobs[k] = (ceiling_job){.rec = (const uint8_t *const *)rec,
-                                .size = size,
-                                .n = n,
-                                .first = k,
-                                .step = threads,
-                                .epochs = a->epochs,
-                                .decode = decode,
-                                .dst_size = slot_size};
-        if (!decode)
-            jobs[k].dst = malloc(slot_size);
-        pthread_create(&tids[k], NULL, ceiling_thread, &jobs[k]);
-    }
-    memset(r, 0, sizeof(*r));
-    for (unsigned k = 0; k < threads; k++) {
-        pthread_join(tids[k], NULL);
-        r->samples += jobs[k].samples;
-        r->bytes += jobs[k].bytes;
-        if (jobs[k].failed && !rc) {
-            stk_cli_error("bench", "ceiling: %s", jobs[k].err);
-            rc = 1;
-        }
-        free(jobs[k].dst);
-    }
-    r->seconds = stk_cli_now() - t0;
-    r->cpu_s = process_cpu_s() - cpu0;
-    r->threads = threads;
-    r->decoded = decode;
-    free(jobs);
-    free(tids);
-out:
-    if (rec)
-        for (uint64_t i = 0; i < n; i++)
-            free(rec[i]);
-    free(rec);
-    free(size);
-    free(buf);
-    stk_dataset_close(ds);
-    return rc;
 }
 
 /* Share of the workers' thread-time per stage, and who waited, from the loader's stats. */
@@ -675,7 +495,7 @@ static int run_sweep(const bench_args *a, stk_transform *t)
                            &r))
                 return 1;
             sps[i * np + j] = r.samples / r.seconds;
-            if (j == 0 && run_ceiling(a, r.threads, r.slot_size, &cr))
+            if (j == 0 && stk_bench_run_ceiling(a, r.threads, r.slot_size, &cr))
                 return 1;
             if (j == 0)
                 ceil_sps[i] = cr.samples / cr.seconds;
@@ -718,7 +538,7 @@ int stk_cmd_bench(int argc, char **argv)
     bench_result lr, cr;
     rc = run_loader(&a, a.threads_list[0], a.prefetch_list[0], t, a.trace, &lr);
     if (rc == 0 && a.ceiling)
-        rc = run_ceiling(&a, lr.threads, lr.slot_size, &cr);
+        rc = stk_bench_run_ceiling(&a, lr.threads, lr.slot_size, &cr);
     stk_transform_destroy(t);
     if (rc)
         return rc;

@@ -4,6 +4,7 @@
  * _core.c       the module: version check, exception table, helpers, type registration
  * _dataset.c    Dataset (read side of .stk shards) and Writer (write side)
  * _loader.c     Loader (worker threads + ring)
+ * _loader_opts.c  Loader's kwargs -> stk_loader_opts, info/stats -> dict (_loader_opts.h)
  * _batch.c      Batch (one borrowed ring slot)
  * _tensor.c     Tensor (a zero-copy buffer-protocol view of one tensor of a batch)
  * _transform.c  Transform (a compiled image pipeline) and the op table

@@ -1,5 +1,5 @@
 /*
- * _loader.c: stoker._core.Loader, which wraps one stk_loader.
+ * _loader.c: stoker._core.Loader, which wraps one stk_loader; _loader_opts.c parses its arguments.
  *
  * Each batch it hands out is a Batch (_batch.c) owning one borrowed ring slot; its tensors are
  * Tensor views (_tensor.c). The C library keeps the ring alive after stk_loader_destroy until
@@ -30,6 +30,7 @@
  * Lock order: the GIL, then `mu`. `mu` is never held while acquiring the GIL.
  */
 #include "_core.h"
+#include "_loader_opts.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -214,163 +215,40 @@ static void discard_request(LoaderObject *self)
 
 /* ---- Loader: create and close ---- */
 
-/* batch_ops: a sequence of (kind, alpha) with kind 1 = MixUp, 2 = CutMix (checked in C). */
-static int parse_batch_ops(PyObject *obj, stk_batch_op *ops, uint32_t *n)
-{
-    PyObject *seq = PySequence_Fast(obj, "batch_ops must be a sequence of (kind, alpha)");
-    if (!seq)
-        return -1;
-    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
-    if (k > STK_MAX_BATCH_OPS) {
-        Py_DECREF(seq);
-        stkpy_invalid("at most %d batch transforms, got %zd", STK_MAX_BATCH_OPS, k);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < k; i++) {
-        int kind;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "id", &kind, &ops[i].alpha)) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        ops[i].kind = (stk_batch_op_kind)kind;
-    }
-    *n = (uint32_t)k;
-    Py_DECREF(seq);
-    return 0;
-}
-
+/* Loader(data, ...): the arguments become options (_loader_opts.c), then the C loader. */
 static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {
-        "data",   "batch_size", "num_threads", "prefetch",        "seed",
-        "rank",   "world",      "shuffle",     "drop_last",       "skip_corrupt",
-        "verify", "pinned",     "transform",   "transform_field", "autotune",
-        "trace_events", "device", "pinned_limit", "batch_ops", "batch_choice", "num_classes",
-        "label_field", "map_fn", "map_fields", "memory_budget", "indices", "weights",
-        "num_samples", "replacement", NULL};
-    PyObject *data, *transform = Py_None;
-    long long batch_size = 256;
-    int n_threads = 0, prefetch = 0, rank = -1, world = -1;
-    unsigned long long seed = 0;
-    int shuffle = 0, drop_last = 0, skip_corrupt = 0, verify = 1, pinned = 0, autotune = 0;
-    unsigned int trace_events = 0;
-    const char *tfield = NULL; /* None: stk_dataset_image_field picks */
-    int device = -1;
-    unsigned long long pinned_limit = 0, memory_budget = 0;
-    PyObject *batch_ops = Py_None, *map_fn = Py_None, *map_fields = Py_None;
-    int batch_choice = 0;
-    long long num_classes = 0;
-    const char *label_field = NULL;
-    PyObject *indices = Py_None, *weights = Py_None;
-    unsigned long long num_samples = 0;
-    int replacement = 0;
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKp:Loader", kwlist, &data, &batch_size,
-            &n_threads, &prefetch, &seed, &rank, &world, &shuffle, &drop_last, &skip_corrupt,
-            &verify, &pinned, &transform, &tfield, &autotune, &trace_events, &device,
-            &pinned_limit, &batch_ops, &batch_choice, &num_classes, &label_field, &map_fn,
-            &map_fields, &memory_budget, &indices, &weights, &num_samples, &replacement))
+    stkpy_loader_args a;
+    if (stkpy_loader_args_parse(args, kw, &a) < 0)
         return NULL;
-    stk_loader_opts o;
-    stk_loader_opts_init(&o);
-    /* The epoch's order: indices (uint64) or weights (float64), C-contiguous buffers that
-     * stoker/_torchcompat.py makes; copied by stk_loader_create. */
-    Py_buffer ibuf = {0}, wbuf = {0};
-    if (indices != Py_None) {
-        if (PyObject_GetBuffer(indices, &ibuf, PyBUF_C_CONTIGUOUS) < 0)
-            return NULL;
-        o.order = STK_ORDER_INDICES;
-        o.indices = ibuf.buf;
-        o.n_indices = (uint64_t)ibuf.len / sizeof(uint64_t);
-    } else if (weights != Py_None) {
-        if (PyObject_GetBuffer(weights, &wbuf, PyBUF_C_CONTIGUOUS) < 0)
-            return NULL;
-        o.order = STK_ORDER_WEIGHTED;
-        o.weights = wbuf.buf;
-        o.n_weights = (uint64_t)wbuf.len / sizeof(double);
-        o.num_samples = num_samples;
-        o.replacement = replacement;
-    }
-    stk_batch_op ops[STK_MAX_BATCH_OPS];
-    if (batch_ops != Py_None && parse_batch_ops(batch_ops, ops, &o.n_batch_ops) < 0)
-        return NULL;
-    o.batch_ops = ops;
-    o.batch_ops_choice = batch_choice;
-    o.num_classes = num_classes;
-    o.label_field = label_field;
-    struct stkpy_map *map = NULL;
-    if (stkpy_map_setup(map_fn, map_fields, &o, &map) < 0)
-        return NULL;
-    o.device = device;
-    o.pinned_limit = pinned_limit;
-    o.memory_budget = memory_budget;
-    PyObject *keep = NULL, *dataset_ref = NULL, *transform_ref = NULL;
-    const char **paths = NULL;
-    if (PyObject_TypeCheck(data, &StkDataset_Type)) {
-        o.dataset = stkpy_dataset_get(data);
-        if (!o.dataset)
-            return NULL;
-        dataset_ref = data;
-    } else {
-        size_t n;
-        paths = stkpy_paths(data, &keep, &n);
-        if (!paths)
-            return NULL;
-        o.paths = paths;
-        o.n_paths = n;
-    }
-    if (transform != Py_None) {
-        o.transform = stkpy_transform_get(transform);
-        if (!o.transform)
-            goto fail;
-        transform_ref = transform;
-        o.transform_field = tfield;
-    }
-    o.batch_size = batch_size;
-    o.n_threads = n_threads;
-    o.prefetch = prefetch;
-    o.seed = seed;
-    o.rank = rank;
-    o.world = world;
-    o.flags = (shuffle ? STK_LOADER_SHUFFLE : 0) | (drop_last ? STK_LOADER_DROP_LAST : 0) |
-              (skip_corrupt ? STK_LOADER_SKIP_CORRUPT : 0) | (verify ? 0 : STK_LOADER_NO_VERIFY) |
-              (pinned ? STK_LOADER_PINNED : 0) | (autotune ? STK_LOADER_AUTOTUNE : 0);
-    o.trace_events = trace_events;
     stk_loader *L = NULL;
     stk_status rc;
     char err[ERR_BUF] = "";
     Py_BEGIN_ALLOW_THREADS
-    rc = stk_loader_create(&o, &L);
+    rc = stk_loader_create(&a.o, &L);
     if (rc < 0)
         snprintf(err, sizeof(err), "%s", stk_last_errmsg());
     Py_END_ALLOW_THREADS
-    if (ibuf.obj)
-        PyBuffer_Release(&ibuf);
-    if (wbuf.obj)
-        PyBuffer_Release(&wbuf);
-    PyMem_Free(paths);
-    paths = NULL;
-    Py_CLEAR(keep);
+    stkpy_loader_args_release(&a);
     if (rc < 0) {
-        stkpy_map_free(map);
-        map = NULL;
-        stkpy_raise(rc, err);
-        goto fail;
+        stkpy_map_free(a.map);
+        return stkpy_raise(rc, err);
     }
     LoaderObject *self = (LoaderObject *)type->tp_alloc(type, 0);
     if (!self) {
         Py_BEGIN_ALLOW_THREADS
         stk_loader_destroy(L);
         Py_END_ALLOW_THREADS
-        goto fail;
+        stkpy_map_free(a.map);
+        return NULL;
     }
     self->loader = L;
-    self->map = map;
+    self->map = a.map;
     self->pid = getpid();
-    self->dataset_ref = Py_XNewRef(dataset_ref);
-    if (dataset_ref)
-        stkpy_dataset_borrow(dataset_ref, 1);
-    self->transform_ref = Py_XNewRef(transform_ref);
+    self->dataset_ref = Py_XNewRef(a.dataset_ref);
+    if (a.dataset_ref)
+        stkpy_dataset_borrow(a.dataset_ref, 1);
+    self->transform_ref = Py_XNewRef(a.transform_ref);
     pthread_mutex_init(&self->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -380,15 +258,6 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     pthread_condattr_destroy(&ca);
     self->req = REQ_IDLE;
     return (PyObject *)self;
-fail:
-    if (ibuf.obj)
-        PyBuffer_Release(&ibuf);
-    if (wbuf.obj)
-        PyBuffer_Release(&wbuf);
-    stkpy_map_free(map);
-    PyMem_Free(paths);
-    Py_XDECREF(keep);
-    return NULL;
 }
 
 /* Close: refuse new calls, wait for calls in flight and the helper's request, stop the helper
@@ -681,13 +550,9 @@ static PyObject *Loader_info(LoaderObject *self, PyObject *noargs)
     (void)noargs;
     if (loader_enter(self, false) < 0)
         return NULL;
-    stk_loader_info i = {.struct_size = sizeof(i)};
-    stk_loader_info_get(self->loader, &i);
+    PyObject *d = stkpy_loader_info_dict(self->loader);
     loader_leave(self, false);
-    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:I,s:K,s:n,s:O}", "n_threads", i.n_threads, "prefetch",
-                         i.prefetch, "batch_size", i.batch_size, "rank", i.rank, "world", i.world,
-                         "n_records", (unsigned long long)i.n_records, "slot_size",
-                         (Py_ssize_t)i.slot_size, "pinned", i.pinned ? Py_True : Py_False);
+    return d;
 }
 
 static PyObject *Loader_stats(LoaderObject *self, PyObject *noargs)
@@ -695,28 +560,9 @@ static PyObject *Loader_stats(LoaderObject *self, PyObject *noargs)
     (void)noargs;
     if (loader_enter(self, false) < 0)
         return NULL;
-    stk_loader_stats s = {.struct_size = sizeof(s)};
-    stk_loader_stats_get(self->loader, &s);
+    PyObject *d = stkpy_loader_stats_dict(self->loader);
     loader_leave(self, false);
-    static const char *const where[] = {"none", "cpu", "device"};
-    return Py_BuildValue(
-        "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:s,s:O,s:K,s:K,s:i,s:s,"
-        "s:K,s:K,s:K,s:K,s:s}",
-        "batches", (unsigned long long)s.batches, "samples", (unsigned long long)s.samples,
-        "bytes_read", (unsigned long long)s.bytes_read, "skipped", (unsigned long long)s.skipped,
-        "errors", (unsigned long long)s.errors, "wall_ns", (unsigned long long)s.wall_ns, "read_ns",
-        (unsigned long long)s.read_ns, "decode_ns", (unsigned long long)s.decode_ns, "augment_ns",
-        (unsigned long long)s.augment_ns, "collate_ns", (unsigned long long)s.collate_ns, "copy_ns",
-        (unsigned long long)s.copy_ns, "worker_wait_ns", (unsigned long long)s.worker_wait_ns,
-        "consumer_wait_ns", (unsigned long long)s.consumer_wait_ns, "active_threads",
-        s.active_threads, "depth", s.depth, "autotune_changes", s.autotune_changes,
-        "autotune_reason", s.autotune_reason, "pinned", s.pinned ? Py_True : Py_False,
-        "pinned_bytes", (unsigned long long)s.pinned_bytes, "pinned_total",
-        (unsigned long long)s.pinned_total, "device", s.device, "finish",
-        s.finish < 3 ? where[s.finish] : "unknown", "copies", (unsigned long long)s.copies,
-        "h2d_bytes", (unsigned long long)s.h2d_bytes, "copied_bytes",
-        (unsigned long long)s.copied_bytes, "finish_ns", (unsigned long long)s.finish_ns,
-        "device_reason", s.device_reason);
+    return d;
 }
 
 static PyObject *Loader_trace_write(LoaderObject *self, PyObject *arg)

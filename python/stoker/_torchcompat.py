@@ -5,9 +5,13 @@ Every DataLoader argument is accepted with its DataLoader meaning or a stated ma
 that cannot apply raises a ValueError (StokerInvalidError) that says why and what to do
 instead. Nothing here imports torch or torchvision unless the caller handed over one of their
 objects (they are then already imported).
+
+dataloader_args() is Loader.__init__'s DataLoader half, and check_int/resolve_rank its integer
+and rank checks (all three moved out of loader.py, which imports them from here).
 """
 import os
 import sys
+import types
 
 from . import _core
 from . import transforms as _transforms
@@ -128,6 +132,42 @@ def _short(names):
 
 
 # ---- DataLoader arguments ----
+
+def check_int(value, name, minimum, maximum=None):
+    """`value` as an int in [minimum, maximum], else the error the DataLoader would raise
+    (its wording: "batch_size should be a positive integer value, but got ...")."""
+    if isinstance(value, bool) or not isinstance(value, (int, _np().integer)):
+        raise _invalid(f"{name} should be an integer, but got {name}={value!r}")
+    value = int(value)
+    if value < minimum:
+        what = "a positive" if minimum == 1 else "a non-negative"
+        raise _invalid(f"{name} should be {what} integer value, but got {name}={value}")
+    if maximum is not None and value > maximum:
+        raise _invalid(f"{name}={value} is too large (at most {maximum})")
+    return value
+
+
+def resolve_rank(rank, world_size):
+    """rank/world_size from the arguments; None takes torch.distributed's (when initialised),
+    else the environment's (RANK/WORLD_SIZE, SLURM_*, OMPI_*), else 0/1."""
+    if rank is None or world_size is None:
+        dist = None
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            dist = getattr(torch, "distributed", None)
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            r, w = dist.get_rank(), dist.get_world_size()
+        else:
+            r, w = _core.env_rank()
+        rank = r if rank is None else rank
+        world_size = w if world_size is None else world_size
+    rank = check_int(rank, "rank", 0)
+    world_size = check_int(world_size, "world_size", 1)
+    if rank >= world_size:
+        raise _invalid(f"Invalid rank {rank}, rank should be in the interval "
+                       f"[0, {world_size - 1}] (world_size={world_size})")
+    return rank, world_size
+
 
 def _is_default_collate(fn):
     if fn is None:
@@ -310,3 +350,68 @@ def map_sampler(sampler, shuffle, drop_last, generator):
                        f"{type(sampler).__name__}")
     custom = CustomOrder(sampler)
     return {"shuffle": False, "order": custom.first(), "custom": custom}
+
+
+# ---- the Loader's arguments ----
+
+def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, prefetch, rank,
+                    world_size, transforms, output, fields, sampler, batch_sampler, collate_fn,
+                    timeout, worker_init_fn, generator, prefetch_factor):
+    """stoker.Loader's arguments with the DataLoader's mapped onto stoker's (moved out of
+    Loader.__init__): a torchvision dataset unwrapped (the stoker Dataset it reads, its
+    transform, (images, labels) tuples, batch_size 1 by default), the sampler mapped
+    (map_sampler), the seed (the sampler's, the generator's, or drawn as the DataLoader draws
+    it), rank/world_size from a DistributedSampler, prefetch from prefetch_factor. Returns a
+    namespace of torch_dataset (None for stoker's own data), data, transforms, output, fields,
+    batch_size, shuffle, seed, rank, world_size, prefetch and picked (map_sampler's dict);
+    the arguments not mapped here come back as given."""
+    check_dataloader_args(collate_fn, batch_sampler, worker_init_fn, timeout)
+    torch_dataset = None
+    if is_dataset_object(data):
+        torch_dataset = data
+        data, tv_transform = folder_dataset(data)
+        if transforms is not None:
+            raise _invalid("transforms= with a torchvision dataset: the dataset's own transform "
+                           "is applied (as the DataLoader would); set it there")
+        transforms = tv_transform
+        if output not in (None, "tuple"):
+            raise _invalid(f"a torchvision dataset gives (images, labels) tuples, as the "
+                           f"DataLoader does; output={output!r} applies to stoker's own datasets")
+        output, fields = "tuple", ("image", "label")
+        if batch_size is None:
+            batch_size = 1  # the DataLoader's default
+    if batch_size is None:
+        raise _invalid("batch_size is required (samples per batch)")
+    batch_size = check_int(batch_size, "batch_size", 1, 2**31 - 1)
+    picked = map_sampler(sampler, shuffle, drop_last, generator)
+    shuffle = picked.get("shuffle", shuffle)
+    if seed is None:
+        seed = picked.get("seed")
+    if seed is None and generator is not None:
+        seed = seed_of(generator)
+    if seed is None:
+        # The DataLoader draws its shuffle from torch's global RNG; stoker's own datasets
+        # keep their documented default, seed 0.
+        # (so do the random samplers stoker maps onto its order)
+        random_order = "order" in picked and picked.get("custom") is None
+        seed = draw_seed() if (torch_dataset is not None and shuffle) or random_order else 0
+    if "rank" in picked:
+        if rank is not None and rank != picked["rank"] or \
+                world_size is not None and world_size != picked["world"]:
+            raise _invalid(
+                f"rank={rank}, world_size={world_size} disagree with the "
+                f"DistributedSampler's rank={picked['rank']}, "
+                f"num_replicas={picked['world']}; pass one of them")
+        rank, world_size = picked["rank"], picked["world"]
+    elif torch_dataset is not None and rank is None and world_size is None:
+        rank, world_size = 0, 1  # the DataLoader reads everything on every rank
+    if prefetch is None and prefetch_factor is not None:
+        # the DataLoader keeps prefetch_factor batches per worker in flight
+        factor = check_int(prefetch_factor, "prefetch_factor", 1)
+        workers = num_workers if isinstance(num_workers, (int, _np().integer)) and \
+            not isinstance(num_workers, bool) else 1
+        prefetch = factor * max(1, int(workers))
+    return types.SimpleNamespace(
+        torch_dataset=torch_dataset, data=data, transforms=transforms, output=output,
+        fields=fields, batch_size=batch_size, shuffle=shuffle, seed=seed, rank=rank,
+        world_size=world_size, prefetch=prefetch, picked=picked)

@@ -24,6 +24,7 @@ from . import _core
 from . import _nvrtc
 from . import _batchmap
 from . import _torchcompat
+from ._torchcompat import check_int as _check_int, resolve_rank as _resolve_rank
 from . import transforms as _transforms
 from .batch import Batch, _DeviceView
 from .dataset import Dataset
@@ -46,41 +47,6 @@ def _torch():
     except ImportError:
         return None
     return torch
-
-
-def _check_int(value, name, minimum, maximum=None):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise _core.StokerInvalidError(f"{name} should be an integer, but got {name}={value!r}")
-    value = int(value)
-    if value < minimum:
-        what = "a positive" if minimum == 1 else "a non-negative"
-        raise _core.StokerInvalidError(f"{name} should be {what} integer value, but got "
-                                       f"{name}={value}")
-    if maximum is not None and value > maximum:
-        raise _core.StokerInvalidError(f"{name}={value} is too large (at most {maximum})")
-    return value
-
-
-def _resolve_rank(rank, world_size):
-    """rank/world_size from the arguments; None takes torch.distributed's (when initialised),
-    else the environment's (RANK/WORLD_SIZE, SLURM_*, OMPI_*), else 0/1."""
-    if rank is None or world_size is None:
-        dist = None
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            dist = getattr(torch, "distributed", None)
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            r, w = dist.get_rank(), dist.get_world_size()
-        else:
-            r, w = _core.env_rank()
-        rank = r if rank is None else rank
-        world_size = w if world_size is None else world_size
-    rank = _check_int(rank, "rank", 0)
-    world_size = _check_int(world_size, "world_size", 1)
-    if rank >= world_size:
-        raise _core.StokerInvalidError(f"Invalid rank {rank}, rank should be in the interval "
-                                       f"[0, {world_size - 1}] (world_size={world_size})")
-    return rank, world_size
 
 
 class _LoaderIter:
@@ -190,58 +156,20 @@ class Loader:
         self._dist_sampler = None
         self._torch_dataset = None
         self._dataset_weak = None  # the dataset this loader opened, after close()
-        _torchcompat.check_dataloader_args(collate_fn, batch_sampler, worker_init_fn, timeout)
-        torch_dataset = None
-        if _torchcompat.is_dataset_object(data):
-            torch_dataset = data
-            data, tv_transform = _torchcompat.folder_dataset(data)
+        dl = _torchcompat.dataloader_args(  # the DataLoader's arguments in stoker's terms
+            data, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+            num_workers=num_workers, prefetch=prefetch, rank=rank, world_size=world_size,
+            transforms=transforms, output=output, fields=fields, sampler=sampler,
+            batch_sampler=batch_sampler, collate_fn=collate_fn, timeout=timeout,
+            worker_init_fn=worker_init_fn, generator=generator, prefetch_factor=prefetch_factor)
+        torch_dataset, data, transforms, output = dl.torch_dataset, dl.data, dl.transforms, \
+            dl.output
+        fields, batch_size, shuffle, seed = dl.fields, dl.batch_size, dl.shuffle, dl.seed
+        rank, world_size, prefetch, picked = dl.rank, dl.world_size, dl.prefetch, dl.picked
+        if torch_dataset is not None:
             self._own_dataset = True  # opened here: closed with the loader unless shared
-            if transforms is not None:
-                raise _core.StokerInvalidError(
-                    "transforms= with a torchvision dataset: the dataset's own transform is "
-                    "applied (as the DataLoader would); set it there")
-            transforms = tv_transform
-            if output not in (None, "tuple"):
-                raise _core.StokerInvalidError(
-                    f"a torchvision dataset gives (images, labels) tuples, as the DataLoader "
-                    f"does; output={output!r} applies to stoker's own datasets")
-            output, fields = "tuple", ("image", "label")
-            if batch_size is None:
-                batch_size = 1  # the DataLoader's default
-        if batch_size is None:
-            raise _core.StokerInvalidError("batch_size is required (samples per batch)")
-        batch_size = _check_int(batch_size, "batch_size", 1, 2**31 - 1)
-        picked = _torchcompat.map_sampler(sampler, shuffle, drop_last, generator)
-        shuffle = picked.get("shuffle", shuffle)
         self._dist_sampler = picked.get("distributed")
         self._order = picked.get("custom")  # a sampler iterated each epoch (_torchcompat)
-        if seed is None:
-            seed = picked.get("seed")
-        if seed is None and generator is not None:
-            seed = _torchcompat.seed_of(generator)
-        if seed is None:
-            # The DataLoader draws its shuffle from torch's global RNG; stoker's own datasets
-            # keep their documented default, seed 0.
-            # (so do the random samplers stoker maps onto its order)
-            random_order = "order" in picked and self._order is None
-            seed = _torchcompat.draw_seed() if (torch_dataset is not None and shuffle) or \
-                random_order else 0
-        if "rank" in picked:
-            if rank is not None and rank != picked["rank"] or \
-                    world_size is not None and world_size != picked["world"]:
-                raise _core.StokerInvalidError(
-                    f"rank={rank}, world_size={world_size} disagree with the "
-                    f"DistributedSampler's rank={picked['rank']}, "
-                    f"num_replicas={picked['world']}; pass one of them")
-            rank, world_size = picked["rank"], picked["world"]
-        elif torch_dataset is not None and rank is None and world_size is None:
-            rank, world_size = 0, 1  # the DataLoader reads everything on every rank
-        if prefetch is None and prefetch_factor is not None:
-            # the DataLoader keeps prefetch_factor batches per worker in flight
-            factor = _check_int(prefetch_factor, "prefetch_factor", 1)
-            workers = num_workers if isinstance(num_workers, (int, np.integer)) and \
-                not isinstance(num_workers, bool) else 1
-            prefetch = factor * max(1, int(workers))
         if output == "tuple":
             if fields is None:
                 fields = ("image", "label")

@@ -26,7 +26,8 @@
  *    dataset here) still holds it, so shuffled reads of compressed data cost a chunk each;
  *  - variable-length bytes, contiguous (h5py's default): at open the rows' descriptors (u32
  *    length, global heap collection, object index) and the heap collections' object headers give
- *    each row's offset and length (12 bytes a row), and rows are read by offset like the above;
+ *    each row's offset and length (12 bytes a row: stk_hdf5_vlen.c), and rows are read by offset
+ *    like the above;
  *  - variable-length bytes in any other layout (chunked, or a heap not as expected): H5Dread
  *    under the mutex, the largest row found by one pass over the rows at open.
  * Filters: deflate (gzip), shuffle and fletcher32 are read; any other (lzf, szip,
@@ -38,9 +39,7 @@
  * "opened before fork" failures of DataLoader workers.
  */
 #include "common/stk_endian.h"
-#include "source/stk_source.h"
-
-#include <hdf5.h>
+#include "source/stk_hdf5.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -52,23 +51,12 @@
 
 enum { COL_OFFSET, COL_LIB, COL_VLEN };
 
-typedef struct h5col {
-    int mode;
-    hid_t dset, mtype, fspace, mspace;
-    int rank;
-    hsize_t dims[H5S_MAX_RANK];
-    uint64_t offset;   /* COL_OFFSET: file offset of row 0 */
-    uint64_t row_size; /* fixed size of a row (0 for vlen) */
-    uint64_t *voff;    /* COL_VLEN read directly: each row's file offset and length */
-    uint32_t *vlen;
-} h5col;
-
 /* One file of the dataset: its datasets as columns, in the schema's order. */
 typedef struct h5file {
     hid_t file;
     stk__file *f; /* the same file through the byte source, for COL_OFFSET rows */
     uint32_t n;
-    h5col col[STK_MAX_FIELDS];
+    stk__h5col col[STK_MAX_FIELDS];
 } h5file;
 
 typedef struct h5src {
@@ -97,7 +85,7 @@ static herr_t h5_err_walk(unsigned n, const H5E_error2_t *e, void *data)
     return 0;
 }
 
-static const char *h5_errmsg(char *buf)
+const char *stk__h5_errmsg(char *buf)
 {
     buf[0] = '\0';
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_err_walk, buf);
@@ -168,8 +156,8 @@ static stk_status check_filters(hid_t plist, const char *path, const char *dname
 }
 
 /* The field a dataset's element type makes (kind, dtype), and the memory type to read it with. */
-static stk_status map_type(hid_t t, h5col *c, stk_field *fd, const char *path, const char *dname,
-                           char *err, size_t err_size)
+static stk_status map_type(hid_t t, stk__h5col *c, stk_field *fd, const char *path,
+                           const char *dname, char *err, size_t err_size)
 {
     H5T_class_t cls = H5Tget_class(t);
     size_t size = H5Tget_size(t);
@@ -219,139 +207,6 @@ static stk_status map_type(hid_t t, h5col *c, stk_field *fd, const char *path, c
     return STK_OK;
 }
 
-/* One row's heap reference, sorted by (collection, object) to resolve each collection once. */
-typedef struct vref {
-    uint64_t addr; /* global heap collection */
-    uint32_t obj;  /* object index in it */
-    uint32_t len;  /* sequence length (bytes) */
-    uint64_t row;
-} vref;
-
-static int vref_cmp(const void *a, const void *b)
-{
-    const vref *x = a, *y = b;
-    if (x->addr != y->addr)
-        return x->addr < y->addr ? -1 : 1;
-    return x->obj < y->obj ? -1 : x->obj > y->obj;
-}
-
-/* Resolve the heap objects of refs[0..k) (one collection, sorted by object) to file offsets by
- * walking the collection's object headers ("GCOL", version 1, u64 size; then per object u16
- * index, u16 refcount, u32 reserved, u64 size, data padded to 8 bytes). false when the layout
- * is not as expected (the caller falls back to the library). */
-static bool walk_collection(h5col *c, stk__file *f, const vref *refs, size_t k)
-{
-    uint8_t h[16];
-    uint64_t addr = refs[0].addr;
-    if (addr > f->size || f->size - addr < 16 || stk__vfs_read(f, addr, h, 16, NULL, 0) < 0 ||
-        memcmp(h, "GCOL", 4) != 0 || h[4] != 1)
-        return false;
-    uint64_t end = addr + stk__ld64(h + 8), pos = addr + 16;
-    if (end > f->size || end < pos)
-        return false;
-    size_t done = 0;
-    while (done < k && pos + 16 <= end) {
-        if (stk__vfs_read(f, pos, h, 16, NULL, 0) < 0)
-            return false;
-        uint32_t obj = (uint32_t)(h[0] | h[1] << 8);
-        uint64_t size = stk__ld64(h + 8);
-        if (obj == 0 || size > end - pos - 16)
-            break; /* free space: the rest of the collection */
-        /* refs are sorted by object: every ref to this object */
-        size_t lo = 0, hi = k;
-        while (lo < hi) {
-            size_t mid = (lo + hi) / 2;
-            if (refs[mid].obj < obj)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        for (; lo < k && refs[lo].obj == obj; lo++, done++) {
-            if (refs[lo].len != size)
-                return false;
-            c->voff[refs[lo].row] = pos + 16;
-        }
-        pos += 16 + STK_ALIGN_UP(size, 8);
-    }
-    return done == k;
-}
-
-/* Where every row of a contiguous vlen-bytes dataset lives in the file, from its descriptors
- * (u32 length, u64 collection address, u32 object index) and the heap collections' object
- * headers, so rows are read by offset from the workers like contiguous datasets. Sets c->voff
- * and c->vlen (12 bytes per row) and *max; leaves them NULL when the layout is not the one
- * expected (other offset sizes, filters, anything odd): the rows then go through the library.
- * Open reads the descriptors (16 bytes per row) and one 16-byte header per heap object. */
-static stk_status vlen_direct(h5col *c, stk__file *f, hid_t plist, uint64_t *max, char *err,
-                              size_t err_size)
-{
-    uint64_t n = c->dims[0], stor = H5Dget_storage_size(c->dset);
-    haddr_t off = H5Dget_offset(c->dset);
-    if (H5Pget_layout(plist) != H5D_CONTIGUOUS || off == HADDR_UNDEF || n == 0 || stor != n * 16 ||
-        off > f->size || f->size - off < stor)
-        return STK_OK;
-    vref *refs = stk__calloc((size_t)n, sizeof(*refs));
-    c->voff = stk__calloc((size_t)n, sizeof(uint64_t));
-    c->vlen = stk__calloc((size_t)n, sizeof(uint32_t));
-    if (!refs || !c->voff || !c->vlen) {
-        stk__free(refs);
-        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory for %" PRIu64 " rows",
-                              f->path, n);
-    }
-    uint8_t buf[16 * 1024];
-    stk_status rc = STK_OK;
-    for (uint64_t r = 0; r < n && rc == STK_OK;) {
-        uint64_t k = STK_MIN(n - r, sizeof(buf) / 16);
-        rc = stk__vfs_read(f, off + r * 16, buf, (size_t)(k * 16), err, err_size);
-        for (uint64_t j = 0; rc == STK_OK && j < k; j++, r++) {
-            refs[r] = (vref){stk__ld64(buf + j * 16 + 4), stk__ld32(buf + j * 16 + 12),
-                             stk__ld32(buf + j * 16), r};
-            c->vlen[r] = refs[r].len;
-            *max = STK_MAX(*max, refs[r].len);
-        }
-    }
-    qsort(refs, (size_t)n, sizeof(*refs), vref_cmp);
-    bool ok = rc == STK_OK;
-    for (size_t a = 0, b; ok && a < n; a = b) {
-        for (b = a; b < n && refs[b].addr == refs[a].addr; b++)
-            ;
-        /* an empty sequence has no heap object (address 0) */
-        ok = refs[a].len == 0 && refs[b - 1].len == 0 ? true
-                                                      : walk_collection(c, f, refs + a, b - a);
-    }
-    stk__free(refs);
-    if (!ok) {
-        stk__free(c->voff);
-        stk__free(c->vlen);
-        c->voff = NULL;
-        c->vlen = NULL;
-        *max = 0;
-    }
-    return rc;
-}
-
-/* The largest row of a vlen dataset by reading every row through the library (when the heap
- * could not be resolved directly). */
-static stk_status vlen_max(h5col *c, const char *path, const char *dname, uint64_t *max, char *err,
-                           size_t err_size)
-{
-    uint64_t n = c->dims[0];
-    *max = 0;
-    for (uint64_t r = 0; r < n; r++) {
-        hvl_t v = {0, NULL};
-        hsize_t start = r, one = 1;
-        if (H5Sselect_hyperslab(c->fspace, H5S_SELECT_SET, &start, NULL, &one, NULL) < 0 ||
-            H5Dread(c->dset, c->mtype, c->mspace, c->fspace, H5P_DEFAULT, &v) < 0) {
-            char m[160];
-            return stk__set_error(err, err_size, STK_EIO, "%s: dataset '%s' row %" PRIu64 ": %s",
-                                  path, dname, r, h5_errmsg(m));
-        }
-        *max = STK_MAX(*max, (uint64_t)v.len);
-        H5Dvlen_reclaim(c->mtype, c->mspace, H5P_DEFAULT, &v);
-    }
-    return STK_OK;
-}
-
 /* Open one dataset of file s as its column s->n (field fd, largest row *fmax); *skip when it is
  * metadata (rank 0). */
 static stk_status open_col(h5file *s, stk_field *fd, uint64_t *fmax, const char *path,
@@ -360,16 +215,16 @@ static stk_status open_col(h5file *s, stk_field *fd, uint64_t *fmax, const char 
     stk_status rc = STK_OK;
     char m[160];
     hid_t sp = -1, t = -1, plist = -1;
-    h5col *c = &s->col[s->n];
+    stk__h5col *c = &s->col[s->n];
     memset(fd, 0, sizeof(*fd));
     c->dset = H5Dopen2(s->file, dname, dapl);
     if (c->dset < 0)
-        STK_FAIL_E(STK_EFORMAT, "%s: cannot open dataset '%s': %s", path, dname, h5_errmsg(m));
+        STK_FAIL_E(STK_EFORMAT, "%s: cannot open dataset '%s': %s", path, dname, stk__h5_errmsg(m));
     sp = H5Dget_space(c->dset);
     t = H5Dget_type(c->dset);
     plist = H5Dget_create_plist(c->dset);
     if (sp < 0 || t < 0 || plist < 0)
-        STK_FAIL_E(STK_EFORMAT, "%s: dataset '%s': %s", path, dname, h5_errmsg(m));
+        STK_FAIL_E(STK_EFORMAT, "%s: dataset '%s': %s", path, dname, stk__h5_errmsg(m));
     c->rank = H5Sget_simple_extent_ndims(sp);
     if (c->rank <= 0) {
         *skip = true; /* scalar or null dataspace: metadata */
@@ -414,9 +269,9 @@ static stk_status open_col(h5file *s, stk_field *fd, uint64_t *fmax, const char 
     *fd = stk__field_canonical(fd);
     c->row_size = stk__field_fixed_size(fd);
     if (c->mode == COL_VLEN) {
-        STK_TRY(vlen_direct(c, s->f, plist, fmax, err, err_size));
+        STK_TRY(stk__h5_vlen_direct(c, s->f, plist, fmax, err, err_size));
         if (!c->voff)
-            STK_TRY(vlen_max(c, path, dname, fmax, err, err_size));
+            STK_TRY(stk__h5_vlen_max(c, path, dname, fmax, err, err_size));
     } else {
         *fmax = c->row_size;
         haddr_t off = layout == H5D_CONTIGUOUS ? H5Dget_offset(c->dset) : HADDR_UNDEF;
@@ -438,7 +293,7 @@ fail:
     return rc;
 }
 
-static void col_close(h5col *c)
+static void col_close(stk__h5col *c)
 {
     stk__free(c->voff);
     stk__free(c->vlen);
@@ -518,9 +373,9 @@ static stk_status open_file(h5file *s, const char *path, hid_t dapl, stk_field *
         STK_FAIL_E(STK_EFORMAT, "%s: not an HDF5 file", path);
     s->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (s->file < 0)
-        STK_FAIL_E(STK_EFORMAT, "%s: cannot open as HDF5: %s", path, h5_errmsg(m));
+        STK_FAIL_E(STK_EFORMAT, "%s: cannot open as HDF5: %s", path, stk__h5_errmsg(m));
     if (H5Lvisit(s->file, H5_INDEX_NAME, H5_ITER_INC, collect, &names) < 0)
-        STK_FAIL_E(STK_EFORMAT, "%s: cannot list its datasets: %s", path, h5_errmsg(m));
+        STK_FAIL_E(STK_EFORMAT, "%s: cannot list its datasets: %s", path, stk__h5_errmsg(m));
     stk__strlist_sort(&names);
     const char *first = NULL;
     for (size_t i = 0; i < names.n; i++) {
@@ -532,7 +387,7 @@ static stk_status open_file(h5file *s, const char *path, hid_t dapl, stk_field *
                        path, STK_MAX_FIELDS, STK_MAX_FIELDS);
         STK_TRY(
             open_col(s, &fields[s->n], &fmax[s->n], path, names.v[i], dapl, &skip, err, err_size));
-        h5col *c = &s->col[s->n];
+        stk__h5col *c = &s->col[s->n];
         if (skip) {
             col_close(c);
             continue;
@@ -667,7 +522,7 @@ static stk_status read_lib(const stk_dataset *ds, h5src *s, h5file *hf, uint32_t
                            uint64_t i, void *dst, size_t cap, uint64_t *size, char *err,
                            size_t err_size)
 {
-    h5col *c = &hf->col[f];
+    stk__h5col *c = &hf->col[f];
     hsize_t start[H5S_MAX_RANK] = {0}, count[H5S_MAX_RANK];
     stk_status rc = STK_OK;
     char m[160], where[STK_ERRMSG_SIZE];
@@ -684,7 +539,7 @@ static stk_status read_lib(const stk_dataset *ds, h5src *s, h5file *hf, uint32_t
     if (!ok) {
         h5_describe(ds, i, where, sizeof(where));
         rc = stk__set_error(err, err_size, STK_EIO, "%s: dataset '%s': %s", where,
-                            ds->fields[f].name, h5_errmsg(m));
+                            ds->fields[f].name, stk__h5_errmsg(m));
     } else if (c->mode == COL_VLEN) {
         if (v.len > cap) {
             h5_describe(ds, i, where, sizeof(where));
@@ -719,7 +574,7 @@ static stk_status h5_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, v
     info->local = local;
     info->offset = UINT64_MAX; /* one place per dataset */
     for (uint32_t f = 0; f < hf->n; f++) {
-        h5col *c = &hf->col[f];
+        stk__h5col *c = &hf->col[f];
         uint64_t size = 0;
         if (c->mode != COL_VLEN && c->row_size > cap[f]) {
             char where[STK_ERRMSG_SIZE];

@@ -19,6 +19,7 @@
  * same text format, through a temporary file and a rename) when the file is on local disk and
  * its directory writable; otherwise it stays in memory only. A stale index cannot mislead a read:
  * each read checks that the frame at the offset has the indexed length and a valid length CRC.
+ * The `.idx` reader and writer are in stk_tfrecord_index.c.
  *
  * CRC32C is in stk_crc32c.c, the Example reader in stk_tfexample.c (both declared in
  * stk_tfrecord.h, for the tests and fuzz targets too).
@@ -32,18 +33,13 @@
 #include "source/stk_source.h"
 #include "source/stk_tfrecord.h"
 
-#include <errno.h>
 #include <stdatomic.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #define TF_HEADER 12 /* u64 length + u32 masked crc */
-#define TF_FRAMING 16
 #define TF_SCAN_WINDOW (256u << 10)
-#define TF_MAX_INDEX_LINE 48 /* an .idx longer than this per possible frame is not read */
 
 /* ---- the source ---- */
 
@@ -95,103 +91,6 @@ static int tf_probe(const char *path, const stk__stat *st, const uint8_t *head, 
     return stk__paths_dir_has(path, tf_suffixes);
 }
 
-/* Read a DALI / `tfrecord` text index into tf->off when it exists and describes the file
- * exactly; returns STK_OK with tf->off NULL when there is none or it does not fit (the caller
- * scans), STK_ENOMEM on allocation failure. */
-static stk_status load_text_index(tffile *tf, uint64_t *count, char *err, size_t err_size)
-{
-    stk_status rc = STK_OK;
-    char *ip = NULL, *text = NULL;
-    stk__file *f = NULL;
-    uint64_t *off = NULL;
-    size_t cap = 0, n = 0;
-    stk__stat st;
-    if (!(ip = stk__malloc(strlen(tf->f->path) + 5)))
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory", tf->f->path);
-    sprintf(ip, "%s.idx", tf->f->path);
-    if (stk__vfs_stat(ip, &st, NULL, 0) != STK_OK || !st.is_regular ||
-        st.size > (tf->f->size / TF_FRAMING + 1) * TF_MAX_INDEX_LINE ||
-        stk__vfs_open(ip, &f, NULL, 0) != STK_OK)
-        goto fail;
-    if (!(text = stk__malloc((size_t)f->size + 1)))
-        STK_FAIL_E(STK_ENOMEM, "%s: out of memory", ip);
-    if (stk__vfs_read(f, 0, text, (size_t)f->size, NULL, 0) != STK_OK)
-        goto fail;
-    text[f->size] = '\0';
-    uint64_t expect = 0;
-    bool ok = true;
-    for (char *s = text; ok;) {
-        while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
-            s++;
-        if (!*s)
-            break;
-        char *e;
-        errno = 0;
-        unsigned long long o = strtoull(s, &e, 10), l = 0;
-        ok = e != s && errno == 0;
-        if (ok) {
-            s = e;
-            l = strtoull(s, &e, 10);
-            ok =
-                e != s && errno == 0 && o == expect && l >= TF_FRAMING && l <= tf->f->size - expect;
-            s = e;
-        }
-        if (ok && n + 1 >= cap) {
-            size_t nc = cap ? cap * 2 : 1024;
-            uint64_t *no = stk__realloc(off, nc * sizeof(*off));
-            if (!no)
-                STK_FAIL_E(STK_ENOMEM, "%s: out of memory for its index", tf->f->path);
-            off = no;
-            cap = nc;
-        }
-        if (ok) {
-            off[n++] = o;
-            expect = o + l;
-        }
-    }
-    if (ok && expect == tf->f->size && n > 0) {
-        off[n] = expect;
-        tf->off = off;
-        *count = n;
-        off = NULL;
-    }
-fail:
-    stk__vfs_close(f);
-    stk__free(off);
-    stk__free(text);
-    stk__free(ip);
-    return rc;
-}
-
-/* Write the index as `<file>.idx` (DALI's text format) when the file is local and its directory
- * writable; any failure leaves the index in memory only. */
-static void save_text_index(const tffile *tf, uint64_t count)
-{
-    if (stk__vfs_for(tf->f->path) != &stk__vfs_posix)
-        return;
-    size_t pl = strlen(tf->f->path);
-    char *ip = stk__malloc(pl + 5), *tmp = stk__malloc(pl + 64);
-    FILE *out = NULL;
-    if (!ip || !tmp)
-        goto done;
-    sprintf(ip, "%s.idx", tf->f->path);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    snprintf(tmp, pl + 64, "%s.idx.tmp.%ld.%ld", tf->f->path, (long)getpid(), (long)ts.tv_nsec);
-    if (access(ip, F_OK) == 0 || !(out = fopen(tmp, "w")))
-        goto done;
-    bool ok = true;
-    for (uint64_t k = 0; k < count && ok; k++)
-        ok = fprintf(out, "%" PRIu64 " %" PRIu64 "\n", tf->off[k], tf->off[k + 1] - tf->off[k]) > 0;
-    ok = fclose(out) == 0 && ok;
-    out = NULL;
-    if (!ok || rename(tmp, ip) != 0)
-        unlink(tmp);
-done:
-    stk__free(ip);
-    stk__free(tmp);
-}
-
 /* Build tf->off by reading every frame header; *max_len gets the largest frame. */
 static stk_status scan_index(tffile *tf, uint64_t *count, char *err, size_t err_size)
 {
@@ -239,7 +138,7 @@ static stk_status scan_index(tffile *tf, uint64_t *count, char *err, size_t err_
                        path, n, at, len, size - at - TF_HEADER);
         off[n++] = at;
         data_sum += len;
-        at += len + TF_FRAMING;
+        at += len + STK__TF_FRAMING;
     }
     if (!off && !(off = stk__malloc(sizeof(*off))))
         STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
@@ -333,7 +232,7 @@ static stk_status read_frame(const stk_dataset *ds, stk__cursor *cur, uint64_t i
         tf_describe(ds, i, where, sizeof(where));
         return stk__source_read_error(rc, where, tf->f->path, err, err_size);
     }
-    *len = frame - TF_FRAMING;
+    *len = frame - STK__TF_FRAMING;
     *data = b + TF_HEADER;
     STK_TRY(check_frame_header(ds, i, b, *len, err, err_size));
     if (!value && crc_due(t, i, flags)) {
@@ -499,7 +398,7 @@ static stk_status tf_open(stk_dataset *ds, const char *const *paths, size_t n_pa
         }
         if ((rc = stk__vfs_open(list.v[i], &tf->f, err, err_size)) < 0)
             break;
-        if ((rc = load_text_index(tf, &count, err, err_size)) < 0)
+        if ((rc = stk__tf_index_load(tf->f, &tf->off, &count, err, err_size)) < 0)
             break;
         /* inspect's metadata: where the frame offsets came from */
         if (!(sf->metadata =
@@ -511,14 +410,14 @@ static stk_status tf_open(stk_dataset *ds, const char *const *paths, size_t n_pa
             if ((rc = scan_index(tf, &count, err, err_size)) < 0)
                 break;
             if (count > 0)
-                save_text_index(tf, count);
+                stk__tf_index_save(tf->f, tf->off, count);
         }
         for (uint64_t k = 0; k < count; k++)
-            t->max_len = STK_MAX(t->max_len, tf->off[k + 1] - tf->off[k] - TF_FRAMING);
+            t->max_len = STK_MAX(t->max_len, tf->off[k + 1] - tf->off[k] - STK__TF_FRAMING);
         sf->first = ds->count;
         sf->count = count;
         sf->size = tf->f->size;
-        sf->data_size = tf->f->size - count * TF_FRAMING;
+        sf->data_size = tf->f->size - count * STK__TF_FRAMING;
         ds->count += count;
         stk__fp_add_u64(h, sf->size);
         stk__fp_add_u64(h, count);

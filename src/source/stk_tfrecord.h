@@ -1,13 +1,16 @@
 /*
  * stk_tfrecord.h: the parts of the TFRecord source (stk_src_tfrecord.c) that tests and fuzz
  * targets call directly: CRC32C (hardware where the CPU has it, a table otherwise), TFRecord's
- * masking of it, and the protobuf wire-format reader for tf.train.Example.
+ * masking of it, and the protobuf wire-format reader for tf.train.Example; and the `.idx` text
+ * index next to a file (stk_tfrecord_index.c), which the source reads and writes.
  *
- * Threads: every function here is pure (no state but a table built once, thread-safely).
+ * Threads: the CRC and Example functions are pure (no state but a table built once,
+ * thread-safely); the index functions touch only the file they are given and its `.idx`.
  */
 #ifndef STK_TFRECORD_H
 #define STK_TFRECORD_H
 
+#include "io/stk_vfs.h"
 #include "stk_internal.h"
 
 /* CRC32C (Castagnoli, reflected 0x82F63B78) of n bytes, continuing from crc (0 to start). Uses
@@ -59,5 +62,22 @@ int stk__tf_feature_value(const stk__tf_feature *f, void *dst, size_t cap, size_
 /* Where the one value of a bytes_list feature lies in the parsed bytes (no copy): 0, or -1 when
  * f is not a bytes_list of one value or the list is malformed. */
 int stk__tf_bytes_value(const stk__tf_feature *f, const uint8_t **value, size_t *len);
+
+/* ---- the frame index `<file>.idx` (stk_tfrecord_index.c) ---- */
+
+/* Bytes around a record's data in its frame: u64 length, u32 masked CRC, then u32 masked CRC. */
+#define STK__TF_FRAMING 16
+
+/* Read `<path of tf_file>.idx` into *out (count + 1 frame offsets, the last one the file's size;
+ * free with stk__free) and *count when it exists and describes tf_file exactly. Returns STK_OK
+ * with *out untouched when there is none or it does not fit (the caller scans the frames),
+ * STK_ENOMEM on allocation failure. Reads through the byte source. */
+stk_status stk__tf_index_load(stk__file *tf_file, uint64_t **out, uint64_t *count, char *err,
+                              size_t err_size);
+
+/* Write tf_off[0..count] as `<path of tf_file>.idx` when tf_file is on local disk, no index exists
+ * and its directory is writable; any failure leaves nothing behind (the index stays in memory
+ * only). */
+void stk__tf_index_save(const stk__file *tf_file, const uint64_t *tf_off, uint64_t count);
 
 #endif /* STK_TFRECORD_H */

@@ -1,0 +1,51 @@
+/*
+ * bench.h: what the parts of `stoker bench` share (private to the CLI). cmd_bench.c parses the
+ * arguments, runs the loader and reports; bench_ceiling.c (moved out of cmd_bench.c) measures the
+ * ceiling the loader is judged against. See cmd_bench.c for what is measured and why.
+ */
+#ifndef STK_CLI_BENCH_H
+#define STK_CLI_BENCH_H
+
+#include "cli.h"
+
+#define MAX_LIST 16
+
+/* The parsed command line (cmd_bench.c). */
+typedef struct bench_args {
+    const char *const *paths;
+    size_t n_paths;
+    const char *recipe; /* "raw", "imagenet-train", "imagenet-val" */
+    int threads_list[MAX_LIST], prefetch_list[MAX_LIST];
+    int n_threads_list, n_prefetch_list;
+    bool auto_threads; /* --threads auto: STK_LOADER_AUTOTUNE, capped by the CPU count */
+    const char *trace, *plot;
+    const char *format; /* --format: NULL = detect */
+    const char *field;  /* --field: the field the recipe reads; NULL = stk_dataset_image_field */
+    int epochs;
+    int64_t batch;
+    uint64_t seed, max_samples;
+    bool shuffle, exact, ceiling, json, quiet, no_verify, no_stats;
+} bench_args;
+
+/* One measured run: the loader's (cmd_bench.c) or the ceiling's (bench_ceiling.c). */
+typedef struct bench_result {
+    uint64_t samples, bytes;
+    double seconds, first_batch_s;
+    double cpu_s; /* user + system CPU time of the process during the run (all its threads) */
+    double rss_before_mib, peak_rss_mib, ring_mib;
+    size_t slot_size;
+    unsigned threads, prefetch;
+    stk_loader_stats st;
+    bool decoded; /* the ceiling decoded images (else it copied the records or arrays) */
+} bench_result;
+
+/* User + system CPU seconds of this process so far, every thread (cmd_bench.c). */
+double stk_bench_process_cpu_s(void);
+
+/* The ceiling on a's records (at most --max-samples of them, preloaded into memory): `threads`
+ * threads decode every image of the recipe's field (a raw run, or an array field: memcpy every
+ * record's bytes through a slot_size buffer), a->epochs times. Fills *r (samples, bytes,
+ * seconds, cpu_s, threads, decoded). Returns 0, or 1 with the error printed. */
+int stk_bench_run_ceiling(const bench_args *a, unsigned threads, size_t slot_size, bench_result *r);
+
+#endif /* STK_CLI_BENCH_H */
