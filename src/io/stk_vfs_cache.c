@@ -4,14 +4,14 @@
  * Layout under the cache directory: `entries/<sha256(key)>-<block>` (one block of STK_CACHE_BLOCK
  * bytes of one object version; key = URL + ETag + size), `entries/<sha256(key)>-<name>` (an aux
  * entry of that version: `stkidx`, a tar shard's member list; `tfidx`, a TFRecord file's frame
- * offsets; counted and evicted like the blocks), `tmp/` (entries being written), `.lock`
+ * offsets; counted in the limit, evicted after the blocks), `tmp/` (entries being written), `.lock`
  * (flock'ed while an entry goes in; holds the entries' total size). A miss fetches the whole
  * block, writes it under tmp/ and renames it into entries/ (rename is atomic: a reader sees a
- * whole entry or none). Inserting takes the lock, evicts the least recently used entries (atime,
- * set on every hit with futimens) until the new one fits under the limit, renames, and updates
- * the total: entries never exceed the limit, whatever the number of processes. Readers take no
- * lock; an entry evicted while being read stays readable through its open descriptor. flock is
- * released when a process dies, so a crash never wedges the cache.
+ * whole entry or none). Inserting takes the lock, evicts the least recently used blocks (atime,
+ * set on every hit with futimens; then aux entries likewise) until the new one fits under the
+ * limit, renames, and updates the total: entries never exceed the limit, whatever the number of
+ * processes. Readers take no lock; an entry evicted while being read stays readable through its
+ * open descriptor. flock is released when a process dies, so a crash never wedges the cache.
  */
 #include "io/stk_sigv4.h"
 #include "io/stk_vfs_http.h"
@@ -158,19 +158,25 @@ typedef struct entry {
     char name[96];
     struct timespec atime;
     uint64_t size;
+    bool aux; /* an aux entry (its name does not end with a block number) */
 } entry;
 
+/* Eviction order: blocks before aux entries, each least recently used first. An aux entry (an
+ * index) is a few bytes per record and saves reading a whole object again at the next open, so
+ * a dataset larger than the cache keeps its indexes while its blocks come and go. */
 static int by_atime(const void *a, const void *b)
 {
     const entry *x = a, *y = b;
+    if (x->aux != y->aux)
+        return x->aux ? 1 : -1;
     if (x->atime.tv_sec != y->atime.tv_sec)
         return x->atime.tv_sec < y->atime.tv_sec ? -1 : 1;
     return x->atime.tv_nsec < y->atime.tv_nsec ? -1 : x->atime.tv_nsec > y->atime.tv_nsec;
 }
 
-/* Scan the entries: their total, and when `evict_to` is not UINT64_MAX, unlink the least
- * recently used until the total is at most evict_to. Entries vanishing meanwhile (another
- * process evicting) are skipped. */
+/* Scan the entries: their total, and when `evict_to` is not UINT64_MAX, unlink entries in
+ * eviction order (by_atime) until the total is at most evict_to. Entries vanishing meanwhile
+ * (another process evicting) are skipped. */
 static uint64_t scan(const stk__cache *c, uint64_t evict_to)
 {
     DIR *d = opendir(c->entries);
@@ -199,6 +205,8 @@ static uint64_t scan(const stk__cache *c, uint64_t evict_to)
         memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1); /* length checked above */
         v[n].atime = st.st_atim;
         v[n].size = (uint64_t)st.st_size;
+        const char *dash = strrchr(e->d_name, '-');
+        v[n].aux = dash && dash[1] && !(dash[1] >= '0' && dash[1] <= '9');
         n++;
     }
     if (v && n > 1)
