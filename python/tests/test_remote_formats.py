@@ -2,7 +2,10 @@
 s3rver, as in test_remote.py; skipped when it cannot be installed): the same records as the local
 files, every sample exactly once per epoch, TFRecord with and without its DALI .idx beside it,
 the WebDataset member list indexed in memory (nothing written next to a remote shard) and its
-scan's bytes taken from the shared block cache on the next open."""
+scan's bytes taken from the shared block cache on the next open; with a cache directory, the
+member list (and a TFRecord file's frame offsets) kept as a cache entry: the next open reads no
+header, a changed shard or a corrupt entry is scanned again, and without a cache nothing is
+written."""
 import os
 import time
 
@@ -79,8 +82,8 @@ def test_wds_over_s3_and_http(s3, endpoint):
 
 
 def test_wds_remote_scan_from_block_cache(s3, endpoint, monkeypatch, tmp_path):
-    """With STOKER_CACHE_DIR, a second open scans the shards from the block cache (keyed by
-    URL + ETag + size): the same member list without fetching the shards again."""
+    """With STOKER_CACHE_DIR, a second open takes the member lists from the cache (keyed by
+    URL + ETag + size): the same records without fetching the shards again."""
     monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
     a = stoker.Dataset("s3://data/wds/")
     entries = sorted(os.listdir(tmp_path / "cache" / "entries"))
