@@ -2,15 +2,18 @@
 s3rver, as in test_remote.py; skipped when it cannot be installed): the same records as the local
 files, every sample exactly once per epoch, TFRecord with and without its DALI .idx beside it,
 the WebDataset member list indexed in memory (nothing written next to a remote shard) and its
-scan's bytes taken from the shared block cache on the next open; read-ahead coalesces a batch's
-records into a few ranged GETs for both formats."""
+scan's bytes taken from the shared block cache on the next open; with a cache directory, the
+member list (and a TFRecord file's frame offsets) kept as a cache entry: the next open reads no
+header, a changed shard or a corrupt entry is scanned again, and without a cache nothing is
+written; read-ahead coalesces a batch's records into a few ranged GETs for both formats."""
 import os
+import time
 
 import numpy as np
 import pytest
 
 import stoker
-from s3util import anonymous_endpoint, S3Server, s3rver_command
+from s3util import anonymous_endpoint, FaultProxy, S3Server, s3rver_command
 from test_tfrecord import _records, _shards as _tf_shards
 from test_wds import _shards as _wds_shards
 
@@ -79,8 +82,8 @@ def test_wds_over_s3_and_http(s3, endpoint):
 
 
 def test_wds_remote_scan_from_block_cache(s3, endpoint, monkeypatch, tmp_path):
-    """With STOKER_CACHE_DIR, a second open scans the shards from the block cache (keyed by
-    URL + ETag + size): the same member list without fetching the shards again."""
+    """With STOKER_CACHE_DIR, a second open takes the member lists from the cache (keyed by
+    URL + ETag + size): the same records without fetching the shards again."""
     monkeypatch.setenv("STOKER_CACHE_DIR", str(tmp_path / "cache"))
     a = stoker.Dataset("s3://data/wds/")
     entries = sorted(os.listdir(tmp_path / "cache" / "entries"))
@@ -159,3 +162,156 @@ def test_read_ahead_coalesces_wds_and_tfrecord(s3, monkeypatch, fmt):
     per = 8 if fmt == "wds" else 7
     pieces = len({(i // 8, i // per) for i in range(n)})
     assert merged <= pieces + (n + per - 1) // per, (merged, pieces)
+
+
+# ---- the member list / frame offsets of a remote file kept in the block cache ----
+
+def _entries(cache, name):
+    d = os.path.join(cache, "entries")
+    return sorted(os.path.join(d, e) for e in os.listdir(d) if e.endswith("-" + name))
+
+
+def _drop_blocks(cache):
+    """Evict every block (the aux entries stay): what an open reads now comes from the server."""
+    d = os.path.join(cache, "entries")
+    for e in os.listdir(d):
+        if e.rsplit("-", 1)[1].isdigit():
+            os.unlink(os.path.join(d, e))
+
+
+@pytest.fixture
+def counted(s3, monkeypatch):
+    """s3:// through the request-counting proxy (s3util.FaultProxy, no faults)."""
+    anonymous_endpoint(monkeypatch, s3.endpoint)
+    with FaultProxy(s3.endpoint.split("//")[1]) as p:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", p.endpoint)
+        yield p
+
+
+WDS_URLS = "s3://data/wds/shard-{000000..000002}.tar"
+
+
+def _gets(proxy):
+    """Ranged GETs served so far: the proxy counts a request once its answer is written, which
+    may be just after the client has it; wait (bounded) for the handlers to finish first."""
+    deadline = time.monotonic() + 10
+    while proxy.in_flight and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return proxy.range_gets
+
+
+def test_wds_member_list_cached_second_open_gets_nothing(s3, counted, tmp_path):
+    """The first open scans each shard's headers (ranged GETs) and keeps the member list in the
+    cache; the second open, with every block evicted, makes no ranged GET at all (HEADs only)
+    and gives the same records."""
+    cache = str(tmp_path / "cache")
+    before = _gets(counted)
+    a = stoker.Dataset(WDS_URLS, format="wds", cache_dir=cache)
+    assert _gets(counted) > before  # the scan read the headers
+    assert [s["metadata"] for s in a.shards] == [
+        '{"index": "scanned", "members": 32}'] * 3
+    assert len(_entries(cache, "stkidx")) == 3
+    _drop_blocks(cache)
+    before = _gets(counted)
+    b = stoker.Dataset(WDS_URLS, format="wds", cache_dir=cache)
+    assert _gets(counted) == before  # no GET for the headers (HEADs only)
+    assert [s["metadata"] for s in b.shards] == ['{"index": "cached", "members": 32}'] * 3
+    # detection included: the format probe reads each shard's first bytes, nothing more (before
+    # any record is read: reads leave prefetches that may still be in flight)
+    _drop_blocks(cache)
+    before = _gets(counted)
+    c = stoker.Dataset(WDS_URLS, cache_dir=cache)
+    assert c.format == "wds" and _gets(counted) - before <= 3  # one per shard
+    assert all(s["metadata"].startswith('{"index": "cached"') for s in c.shards)
+    _same(b, a)
+    _same(c, stoker.Dataset(s3.wds_local))
+
+
+def test_wds_cached_member_list_rebuilt_when_shard_changes_or_entry_corrupt(s3, endpoint,
+                                                                           tmp_path):
+    cache = str(tmp_path / "cache")
+    url = "s3://data/wdsx/shard-000000.tar"
+    blobs = [open(p, "rb").read() for p in s3.wds_local[:2]]
+    assert len(blobs[0]) != len(blobs[1])
+
+    def opened(index, local):
+        ds = stoker.Dataset(url, format="wds", cache_dir=cache)
+        assert ds.shards[0]["metadata"].startswith('{"index": "%s"' % index)
+        _same(ds, stoker.Dataset(local))
+        return ds
+
+    s3.put("wdsx/shard-000000.tar", blobs[0])
+    opened("scanned", s3.wds_local[0])
+    opened("cached", s3.wds_local[0])
+    # another shard under the same key (another size and ETag): its own entry, scanned once
+    s3.put("wdsx/shard-000000.tar", blobs[1])
+    opened("scanned", s3.wds_local[1])
+    assert len(_entries(cache, "stkidx")) == 2
+    opened("cached", s3.wds_local[1])
+    # a flipped byte anywhere in the entry (header, member table, names, checksum): rebuilt
+    for where in (0, 12, 40, 80, -30, -1):
+        for e in _entries(cache, "stkidx"):
+            b = bytearray(open(e, "rb").read())
+            b[where] ^= 0x40
+            open(e, "wb").write(b)
+        opened("scanned", s3.wds_local[1])
+        opened("cached", s3.wds_local[1])  # the rescan replaced the bad entry
+    # truncated, and empty
+    for cut in (100, 0):
+        for e in _entries(cache, "stkidx"):
+            b = open(e, "rb").read()
+            open(e, "wb").write(b[:cut])
+        opened("scanned", s3.wds_local[1])
+        opened("cached", s3.wds_local[1])
+
+
+def test_tfrecord_frame_offsets_cached(s3, counted, tmp_path):
+    """A remote TFRecord file without a .idx: its scanned frame offsets go to the cache, the next
+    open reads none of its bytes; a corrupt entry is rebuilt."""
+    cache = str(tmp_path / "cache")
+    url = "s3://data/tf/train-*.tfrecord"
+    a = stoker.Dataset(url, format="tfrecord", cache_dir=cache)
+    assert [s["metadata"] for s in a.shards] == ['{"index": "scanned"}'] * 6
+    assert len(_entries(cache, "tfidx")) == 6
+    _drop_blocks(cache)
+    before = _gets(counted)
+    b = stoker.Dataset(url, format="tfrecord", cache_dir=cache)
+    assert _gets(counted) - before <= 1  # the first record (the schema), no frame header
+    assert [s["metadata"] for s in b.shards] == ['{"index": "cached"}'] * 6
+    _same(b, a)
+    _same(b, stoker.Dataset(s3.tf_local))
+    for e in _entries(cache, "tfidx"):
+        d = bytearray(open(e, "rb").read())
+        d[40] ^= 1  # an offset
+        open(e, "wb").write(d)
+    c = stoker.Dataset(url, format="tfrecord", cache_dir=cache)
+    assert [s["metadata"] for s in c.shards] == ['{"index": "scanned"}'] * 6
+    _same(c, a)
+    # a file with its DALI .idx beside it keeps using it: nothing more is cached for it
+    d = stoker.Dataset("s3://data/tfidx/train-000.tfrecord", cache_dir=cache)
+    assert d.shards[0]["metadata"] == '{"index": "idx"}'
+    assert len(_entries(cache, "tfidx")) == 6
+
+
+def test_remote_index_counted_and_evicted_like_blocks(s3, endpoint, tmp_path):
+    """The aux entries count toward the cache's limit and leave it as the blocks do."""
+    cache = str(tmp_path / "cache")
+    stoker.Dataset(WDS_URLS, format="wds", cache_dir=cache, cache_limit="4M")
+    entries = os.listdir(os.path.join(cache, "entries"))
+    total = sum(os.path.getsize(os.path.join(cache, "entries", e)) for e in entries)
+    assert total <= 4 << 20
+    assert open(os.path.join(cache, ".lock")).read() == "%d\n" % total
+    assert any(e.endswith("-stkidx") for e in entries)
+
+
+def test_remote_index_without_cache_dir_writes_nothing(s3, endpoint, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        w = stoker.Dataset(WDS_URLS)
+        assert all(s["metadata"].startswith('{"index": "scanned"') for s in w.shards)
+        t = stoker.Dataset("s3://data/tf/train-*.tfrecord", cache_dir="")
+        assert all(s["metadata"] == '{"index": "scanned"}' for s in t.shards)
+    assert os.listdir(tmp_path) == []
+    for prefix in ("wds", "tf"):
+        keys = os.listdir(os.path.join(s3.directory, "data", prefix))
+        assert not [k for k in keys if "idx" in k], keys

@@ -122,6 +122,9 @@ stk_status stk__remote_open(const char *path, const stk__vfs *vfs, stk__s3cfg *c
 stk_status stk__remote_read(stk__file *file, uint64_t offset, const stk__iov *iov, int n_iov,
                             char *err, size_t err_size);
 void stk__remote_close(stk__file *file);
+/* The aux entries of remote files: in the block cache under the file's key (none without it). */
+bool stk__remote_aux_get(stk__file *file, const char *name, uint8_t **out, size_t *n);
+void stk__remote_aux_put(stk__file *file, const char *name, const void *buf, size_t n);
 
 /* The ranged GET of bytes [offset, offset + len) of f (len > 0). */
 stk__http_req stk__rfile_get(const stk__rfile *f, uint64_t offset, uint64_t len);

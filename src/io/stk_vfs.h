@@ -76,6 +76,14 @@ struct stk__vfs {
      * block (it queues); ranges may be dropped (a later read fetches them itself) and are
      * reordered in place. Reads stay exact whatever the hint said. */
     void (*prefetch)(stk__file *f, stk__brange *r, size_t n);
+    /* Optional (NULL: none, as for POSIX, whose formats keep their indexes beside the file): a
+     * small aux entry `name` ("stkidx") derived from f's bytes, kept by the byte source (the
+     * remote block cache) under f's identity (URL, ETag or Last-Modified, size). aux_get: its
+     * bytes in a fresh buffer (*out, *n; stk__free it), false when there is none (no cache,
+     * missing, evicted); callers validate what they get. aux_put: store it, replacing, best
+     * effort. Thread-safe. */
+    bool (*aux_get)(stk__file *f, const char *name, uint8_t **out, size_t *n);
+    void (*aux_put)(stk__file *f, const char *name, const void *buf, size_t n);
 };
 
 /* Per-dataset settings of the remote byte sources (stk_dataset_opts' cache_dir / cache_limit).
@@ -105,6 +113,21 @@ static inline void stk__vfs_prefetch(stk__file *f, stk__brange *r, size_t n)
 {
     if (f->vfs->prefetch && n)
         f->vfs->prefetch(f, r, n);
+}
+
+/* f's aux entry `name` (f->vfs->aux_get; false without one). */
+static inline bool stk__vfs_aux_get(stk__file *f, const char *name, uint8_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    return f->vfs->aux_get && f->vfs->aux_get(f, name, out, n);
+}
+
+/* Store f's aux entry `name` (f->vfs->aux_put; a no-op without one). */
+static inline void stk__vfs_aux_put(stk__file *f, const char *name, const void *buf, size_t n)
+{
+    if (f->vfs->aux_put)
+        f->vfs->aux_put(f, name, buf, n);
 }
 
 /* Close a file (accepts NULL). */

@@ -2,14 +2,16 @@
  * stk_vfs_cache.c: the on-disk cache of remote bytes, shared by every process on the machine.
  *
  * Layout under the cache directory: `entries/<sha256(key)>-<block>` (one block of STK_CACHE_BLOCK
- * bytes of one object version; key = URL + ETag + size), `tmp/` (blocks being written), `.lock`
+ * bytes of one object version; key = URL + ETag + size), `entries/<sha256(key)>-<name>` (an aux
+ * entry of that version: `stkidx`, a tar shard's member list; `tfidx`, a TFRecord file's frame
+ * offsets; counted in the limit, evicted after the blocks), `tmp/` (entries being written), `.lock`
  * (flock'ed while an entry goes in; holds the entries' total size). A miss fetches the whole
  * block, writes it under tmp/ and renames it into entries/ (rename is atomic: a reader sees a
- * whole entry or none). Inserting takes the lock, evicts the least recently used entries (atime,
- * set on every hit with futimens) until the new one fits under the limit, renames, and updates
- * the total: entries never exceed the limit, whatever the number of processes. Readers take no
- * lock; an entry evicted while being read stays readable through its open descriptor. flock is
- * released when a process dies, so a crash never wedges the cache.
+ * whole entry or none). Inserting takes the lock, evicts the least recently used blocks (atime,
+ * set on every hit with futimens; then aux entries likewise) until the new one fits under the
+ * limit, renames, and updates the total: entries never exceed the limit, whatever the number of
+ * processes. Readers take no lock; an entry evicted while being read stays readable through its
+ * open descriptor. flock is released when a process dies, so a crash never wedges the cache.
  */
 #include "io/stk_sigv4.h"
 #include "io/stk_vfs_http.h"
@@ -156,19 +158,25 @@ typedef struct entry {
     char name[96];
     struct timespec atime;
     uint64_t size;
+    bool aux; /* an aux entry (its name does not end with a block number) */
 } entry;
 
+/* Eviction order: blocks before aux entries, each least recently used first. An aux entry (an
+ * index) is a few bytes per record and saves reading a whole object again at the next open, so
+ * a dataset larger than the cache keeps its indexes while its blocks come and go. */
 static int by_atime(const void *a, const void *b)
 {
     const entry *x = a, *y = b;
+    if (x->aux != y->aux)
+        return x->aux ? 1 : -1;
     if (x->atime.tv_sec != y->atime.tv_sec)
         return x->atime.tv_sec < y->atime.tv_sec ? -1 : 1;
     return x->atime.tv_nsec < y->atime.tv_nsec ? -1 : x->atime.tv_nsec > y->atime.tv_nsec;
 }
 
-/* Scan the entries: their total, and when `evict_to` is not UINT64_MAX, unlink the least
- * recently used until the total is at most evict_to. Entries vanishing meanwhile (another
- * process evicting) are skipped. */
+/* Scan the entries: their total, and when `evict_to` is not UINT64_MAX, unlink entries in
+ * eviction order (by_atime) until the total is at most evict_to. Entries vanishing meanwhile
+ * (another process evicting) are skipped. */
 static uint64_t scan(const stk__cache *c, uint64_t evict_to)
 {
     DIR *d = opendir(c->entries);
@@ -197,6 +205,8 @@ static uint64_t scan(const stk__cache *c, uint64_t evict_to)
         memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1); /* length checked above */
         v[n].atime = st.st_atim;
         v[n].size = (uint64_t)st.st_size;
+        const char *dash = strrchr(e->d_name, '-');
+        v[n].aux = dash && dash[1] && !(dash[1] >= '0' && dash[1] <= '9');
         n++;
     }
     if (v && n > 1)
@@ -248,9 +258,11 @@ static void total_write(int fd, uint64_t total)
         (void)!ftruncate(fd, n);
 }
 
-/* Move tmp into place as `path` (len bytes), evicting to keep the entries under the limit. */
-static stk_status insert(stk__cache *c, const char *tmp, const char *path, uint64_t len, char *err,
-                         size_t err_size)
+/* Move tmp into place as `path` (len bytes), evicting to keep the entries under the limit. An
+ * entry already there (another process put it in first) stays, unless `replace` (an aux entry
+ * found invalid): then the new one takes its place. */
+static stk_status insert(stk__cache *c, const char *tmp, const char *path, uint64_t len,
+                         bool replace, char *err, size_t err_size)
 {
     while (flock(c->lock_fd, LOCK_EX) != 0)
         if (errno != EINTR)
@@ -261,9 +273,11 @@ static stk_status insert(stk__cache *c, const char *tmp, const char *path, uint6
         total = scan(c, UINT64_MAX);
     struct stat st;
     bool exists = stat(path, &st) == 0; /* another process put it in first */
-    if (exists) {
+    if (exists && !replace) {
         unlink(tmp);
     } else {
+        if (exists) /* replaced: its bytes leave the total */
+            total -= STK_MIN(total, (uint64_t)st.st_size);
         if (total + len > c->limit) { /* evict a sixteenth more, so scans stay rare */
             uint64_t slack = c->limit / 16, room = c->limit - len;
             total = scan(c, room > slack ? room - slack : room);
@@ -299,17 +313,17 @@ static void scatter(const stk__iov *iov, int n_iov, size_t lo, size_t hi, const 
 
 static _Atomic unsigned long g_seq;
 
-/* Write block `blk` (blen bytes) of the object hashed `hash` under tmp/ and insert it; tmp is a
- * scratch path buffer of dl bytes. A cache that cannot be written (disk full) only costs speed:
- * false, and nothing is left behind. */
-static bool put_block(stk__cache *c, const char *hash, uint64_t blk, const uint8_t *buf,
-                      size_t blen, char *tmp, size_t dl)
+/* Write entry `<hash>-<suffix>` (blen bytes) under tmp/ and insert it; tmp is a scratch path
+ * buffer of dl bytes. A cache that cannot be written (disk full) only costs speed: false, and
+ * nothing is left behind. */
+static bool put_entry(stk__cache *c, const char *hash, const char *suffix, const uint8_t *buf,
+                      size_t blen, bool replace, char *tmp, size_t dl)
 {
     char *path = stk__malloc(dl);
     if (!path)
         return false;
-    snprintf(path, dl, "%s/%s-%llu", c->entries, hash, (unsigned long long)blk);
-    snprintf(tmp, dl, "%s/%s-%llu.%d.%lu", c->tmp, hash, (unsigned long long)blk, (int)getpid(),
+    snprintf(path, dl, "%s/%s-%s", c->entries, hash, suffix);
+    snprintf(tmp, dl, "%s/%s-%s.%d.%lu", c->tmp, hash, suffix, (int)getpid(),
              (unsigned long)g_seq++);
     int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     bool wrote = tfd >= 0;
@@ -323,11 +337,20 @@ static bool put_block(stk__cache *c, const char *hash, uint64_t blk, const uint8
     if (tfd >= 0)
         close(tfd);
     if (wrote)
-        wrote = insert(c, tmp, path, blen, NULL, 0) == STK_OK;
+        wrote = insert(c, tmp, path, blen, replace, NULL, 0) == STK_OK;
     else if (tfd >= 0)
         unlink(tmp);
     stk__free(path);
     return wrote;
+}
+
+/* Block `blk` of the object hashed `hash`, as put_entry. */
+static bool put_block(stk__cache *c, const char *hash, uint64_t blk, const uint8_t *buf,
+                      size_t blen, char *tmp, size_t dl)
+{
+    char suffix[24];
+    snprintf(suffix, sizeof(suffix), "%llu", (unsigned long long)blk);
+    return put_entry(c, hash, suffix, buf, blen, false, tmp, dl);
 }
 
 static size_t path_size(const stk__cache *c)
@@ -335,15 +358,25 @@ static size_t path_size(const stk__cache *c)
     return strlen(c->entries) + strlen(c->tmp) + 200;
 }
 
-bool stk__cache_has(stk__cache *c, const char *key, uint64_t size, uint64_t blk)
+/* The path of entry `<sha256(key)>-<suffix>` (a fresh string; NULL when out of memory). */
+static char *entry_path(const stk__cache *c, const char *key, const char *suffix)
 {
     char hash[65];
     stk__sha256_hex(key, strlen(key), hash);
     size_t dl = path_size(c);
     char *path = stk__malloc(dl);
+    if (path)
+        snprintf(path, dl, "%s/%s-%s", c->entries, hash, suffix);
+    return path;
+}
+
+bool stk__cache_has(stk__cache *c, const char *key, uint64_t size, uint64_t blk)
+{
+    char suffix[24];
+    snprintf(suffix, sizeof(suffix), "%llu", (unsigned long long)blk);
+    char *path = entry_path(c, key, suffix);
     if (!path)
         return false;
-    snprintf(path, dl, "%s/%s-%llu", c->entries, hash, (unsigned long long)blk);
     struct stat st;
     uint64_t boff = blk * STK_CACHE_BLOCK;
     bool has = boff < size && stat(path, &st) == 0 &&
@@ -441,4 +474,67 @@ done:
     stk__free(path);
     stk__free(tmp);
     return rc;
+}
+
+/* ---- aux entries: small derived files of an object (a member list, a frame index) ---- */
+
+#define AUX_MAX ((uint64_t)1 << 32) /* larger aux entries are neither kept nor read */
+
+static bool aux_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 16)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= '0' && name[i] <= '9')))
+            return false;
+    return !(name[0] >= '0' && name[0] <= '9'); /* never a block's name */
+}
+
+bool stk__cache_aux_get(stk__cache *c, const char *key, const char *name, uint8_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    char *path = aux_name_ok(name) ? entry_path(c, key, name) : NULL;
+    if (!path)
+        return false;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    stk__free(path);
+    if (fd < 0)
+        return false;
+    struct stat st;
+    uint8_t *b = NULL;
+    bool ok = fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= AUX_MAX &&
+              (b = stk__malloc((size_t)st.st_size)) != NULL;
+    size_t got = 0;
+    while (ok && got < (size_t)st.st_size) {
+        ssize_t r = pread(fd, b + got, (size_t)st.st_size - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        ok = r > 0;
+        got += ok ? (size_t)r : 0;
+    }
+    if (ok) {
+        struct timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+        futimens(fd, ts); /* least recently used = oldest atime, as for blocks */
+        *out = b;
+        *n = got;
+    } else {
+        stk__free(b);
+    }
+    close(fd);
+    return ok;
+}
+
+bool stk__cache_aux_put(stk__cache *c, const char *key, const char *name, const void *buf, size_t n)
+{
+    if (!aux_name_ok(name) || n == 0 || n > AUX_MAX || n > c->limit)
+        return false;
+    char hash[65];
+    stk__sha256_hex(key, strlen(key), hash);
+    size_t dl = path_size(c);
+    char *tmp = stk__malloc(dl);
+    bool ok = tmp && put_entry(c, hash, name, buf, n, true, tmp, dl);
+    stk__free(tmp);
+    return ok;
 }

@@ -555,6 +555,19 @@ fail:
     return rc;
 }
 
+bool stk__remote_aux_get(stk__file *file, const char *name, uint8_t **out, size_t *n)
+{
+    stk__rfile *f = (stk__rfile *)file;
+    return f->cache && stk__cache_aux_get(f->cache, f->cache_key, name, out, n);
+}
+
+void stk__remote_aux_put(stk__file *file, const char *name, const void *buf, size_t n)
+{
+    stk__rfile *f = (stk__rfile *)file;
+    if (f->cache)
+        stk__cache_aux_put(f->cache, f->cache_key, name, buf, n);
+}
+
 /* The cache's miss path when only a hit will do. */
 static stk_status fetch_none(void *ctx, uint64_t off, void *buf, size_t len, char *err,
                              size_t err_size)
@@ -673,4 +686,6 @@ const stk__vfs stk__vfs_http = {
     .list = http_list,
     .glob = http_glob,
     .prefetch = stk__remote_prefetch,
+    .aux_get = stk__remote_aux_get,
+    .aux_put = stk__remote_aux_put,
 };

@@ -86,6 +86,17 @@ bool stk__cache_has(stk__cache *c, const char *key, uint64_t size, uint64_t blk)
  * written (only speed is lost). */
 bool stk__cache_put(stk__cache *c, const char *key, uint64_t size, uint64_t blk, const void *buf);
 
+/* Aux entry `name` (1 to 16 of [a-z0-9], not starting with a digit: "stkidx") of object `key`:
+ * a small file derived from the object (an index), kept beside its blocks. Get: its bytes in a
+ * fresh buffer (*out, *n; stk__free it) and marked recently used; false when absent or
+ * unreadable (the caller rebuilds it and validates what it gets). Put: written atomically (temp
+ * file + rename), replacing the entry there, counted in the limit and evicted least recently
+ * used like the blocks, but only once no block is left to evict; false when it could not be
+ * written or exceeds the limit (only speed is lost). */
+bool stk__cache_aux_get(stk__cache *c, const char *key, const char *name, uint8_t **out, size_t *n);
+bool stk__cache_aux_put(stk__cache *c, const char *key, const char *name, const void *buf,
+                        size_t n);
+
 /* Bytes held by the cache's entries now (a directory scan; for tests and tools). */
 uint64_t stk__cache_bytes(const char *dir);
 

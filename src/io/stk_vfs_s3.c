@@ -482,4 +482,6 @@ const stk__vfs stk__vfs_s3 = {
     .list = s3_list,
     .glob = s3_glob,
     .prefetch = stk__remote_prefetch,
+    .aux_get = stk__remote_aux_get,
+    .aux_put = stk__remote_aux_put,
 };

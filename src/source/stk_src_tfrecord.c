@@ -30,6 +30,7 @@
  * extra key, another kind or length) is STK_EFORMAT at read, naming the file, record and offset.
  */
 #include "common/stk_endian.h"
+#include "source/stk_idxfile.h"
 #include "source/stk_source.h"
 #include "source/stk_tfrecord.h"
 
@@ -400,9 +401,13 @@ static stk_status tf_open(stk_dataset *ds, const char *const *paths, size_t n_pa
             break;
         if ((rc = stk__tf_index_load(tf->f, &tf->off, &count, err, err_size)) < 0)
             break;
+        /* a remote file's offsets from an earlier scan, kept in the block cache */
+        bool cached =
+            !tf->off && stk__idx_offsets_load(tf->f, "tfidx", STK__TF_FRAMING, &tf->off, &count);
         /* inspect's metadata: where the frame offsets came from */
-        if (!(sf->metadata =
-                  stk__strdup(tf->off ? "{\"index\": \"idx\"}" : "{\"index\": \"scanned\"}"))) {
+        if (!(sf->metadata = stk__strdup(!tf->off ? "{\"index\": \"scanned\"}"
+                                         : cached ? "{\"index\": \"cached\"}"
+                                                  : "{\"index\": \"idx\"}"))) {
             rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
             break;
         }
@@ -411,6 +416,7 @@ static stk_status tf_open(stk_dataset *ds, const char *const *paths, size_t n_pa
                 break;
             if (count > 0)
                 stk__tf_index_save(tf->f, tf->off, count);
+            stk__idx_offsets_store(tf->f, "tfidx", tf->off, count);
         }
         for (uint64_t k = 0; k < count; k++)
             t->max_len = STK_MAX(t->max_len, tf->off[k + 1] - tf->off[k] - STK__TF_FRAMING);

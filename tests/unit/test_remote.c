@@ -147,6 +147,86 @@ static int test_cache_hits_and_limit(void)
     return 0;
 }
 
+/* The total the cache keeps in its .lock file (what inserts count against the limit). */
+static uint64_t lock_total(void)
+{
+    char path[300], buf[32] = {0};
+    snprintf(path, sizeof(path), "%s/.lock", g_dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return UINT64_MAX;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    return n ? strtoull(buf, NULL, 10) : UINT64_MAX;
+}
+
+/* Aux entries (the remote indexes): kept, replaced, counted in the limit, refused when too large
+ * or badly named, and evicted only once no block is left to evict. */
+static int test_cache_aux_entries(void)
+{
+    T_CHECK(make_dir() == 0);
+    const size_t size = (size_t)(5 * STK_CACHE_BLOCK + 12345), big = 2 * STK_CACHE_BLOCK;
+    uint8_t *obj = malloc(size), *out = malloc(size);
+    T_CHECK(obj && out);
+    for (size_t i = 0; i < size; i++)
+        obj[i] = (uint8_t)(i * 13 + (i >> 11));
+    mem_remote m = {obj, 0};
+    stk__cache *c = NULL;
+    char err[512];
+    const uint64_t limit = 3 * STK_CACHE_BLOCK;
+    T_OK(stk__cache_open(g_dir, limit, &c, err, sizeof(err)));
+    uint8_t *got = NULL;
+    size_t n = 0;
+    T_CHECK(!stk__cache_aux_get(c, "obj", "stkidx", &got, &n) && got == NULL && n == 0);
+    T_CHECK(stk__cache_aux_put(c, "obj", "stkidx", obj, 1000));
+    T_CHECK(stk__cache_aux_get(c, "obj", "stkidx", &got, &n));
+    T_CHECK(n == 1000 && memcmp(got, obj, n) == 0);
+    free(got);
+    T_EQ(stk__cache_bytes(g_dir), 1000);
+    T_EQ(lock_total(), 1000);
+    /* another name, another key: other entries */
+    T_CHECK(!stk__cache_aux_get(c, "obj", "tfidx", &got, &n));
+    T_CHECK(!stk__cache_aux_get(c, "obj2", "stkidx", &got, &n));
+    /* names that could be a block's, or a path, or too long, are refused */
+    const char *bad[] = {"", "7", "0idx", "a-b", "a/b", "Idx", "abcdefghijklmnopq"};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        T_CHECKF(!stk__cache_aux_put(c, "obj", bad[k], obj, 10), "%s", bad[k]);
+        T_CHECKF(!stk__cache_aux_get(c, "obj", bad[k], &got, &n), "%s", bad[k]);
+    }
+    T_CHECK(!stk__cache_aux_put(c, "obj", "stkidx", obj, 0));
+    T_CHECK(!stk__cache_aux_put(c, "obj", "huge", obj, (size_t)limit + 1));
+    /* replaced (a rebuilt index), the total following */
+    T_CHECK(stk__cache_aux_put(c, "obj", "stkidx", obj + 7, 500));
+    T_CHECK(stk__cache_aux_get(c, "obj", "stkidx", &got, &n));
+    T_CHECK(n == 500 && memcmp(got, obj + 7, n) == 0);
+    free(got);
+    T_EQ(stk__cache_bytes(g_dir), 500);
+    T_EQ(lock_total(), 500);
+    /* the whole 6-block object through the 3-block cache: blocks evict blocks, the index stays */
+    stk__iov all = {out, size};
+    T_OK(stk__cache_read(c, "obj", size, 0, &all, 1, mem_fetch, &m, err, sizeof(err)));
+    T_CHECK(memcmp(out, obj, size) == 0);
+    T_CHECK(stk__cache_aux_get(c, "obj", "stkidx", &got, &n) && n == 500);
+    free(got);
+    T_CHECK(stk__cache_bytes(g_dir) <= limit && lock_total() == stk__cache_bytes(g_dir));
+    /* a large index: blocks go first, the small index stays */
+    T_CHECK(stk__cache_aux_put(c, "obj2", "stkidx", obj, big));
+    T_CHECK(stk__cache_aux_get(c, "obj", "stkidx", &got, &n) && n == 500);
+    free(got);
+    T_CHECK(stk__cache_bytes(g_dir) <= limit && lock_total() == stk__cache_bytes(g_dir));
+    /* another one that only fits once an index leaves: indexes are evicted too */
+    T_CHECK(stk__cache_aux_put(c, "obj3", "stkidx", obj + 1, big));
+    T_CHECK(stk__cache_aux_get(c, "obj3", "stkidx", &got, &n) && n == big);
+    T_CHECK(memcmp(got, obj + 1, big) == 0);
+    free(got);
+    T_CHECK(!stk__cache_aux_get(c, "obj2", "stkidx", &got, &n));
+    T_CHECK(stk__cache_bytes(g_dir) <= limit && lock_total() == stk__cache_bytes(g_dir));
+    stk__cache_close(c);
+    free(obj);
+    free(out);
+    return 0;
+}
+
 /* The cache settings of a dataset (stk_dataset_opts' cache_dir / cache_limit) reach the byte
  * sources' open through the thread; unset ones come from the environment. */
 static int test_cache_settings_per_thread(void)
@@ -239,5 +319,5 @@ static int test_cache_shared_by_processes(void)
 }
 
 T_MAIN(T_CASE(test_retry_decision), T_CASE(test_backoff), T_CASE(test_cache_limit_below_one_block),
-       T_CASE(test_cache_hits_and_limit), T_CASE(test_cache_settings_per_thread),
-       T_CASE(test_cache_shared_by_processes))
+       T_CASE(test_cache_hits_and_limit), T_CASE(test_cache_aux_entries),
+       T_CASE(test_cache_settings_per_thread), T_CASE(test_cache_shared_by_processes))

@@ -1,0 +1,189 @@
+/*
+ * stk_idxfile.c: the envelope of the formats' indexes (stk_idxfile.h), beside a local file or in
+ * the remote byte source's cache. Moved out of stk_tar_index.c, whose .stkidx layout it keeps
+ * byte for byte.
+ */
+#include "source/stk_idxfile.h"
+#include "common/stk_endian.h"
+
+#include <xxhash.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define IDX_MAX ((uint64_t)1 << 40) /* a larger index file is not read */
+#define OFFSETS_MAGIC "STKOFFS1"
+
+static bool is_local(const stk__file *f)
+{
+    return f->vfs == &stk__vfs_posix;
+}
+
+bool stk__idx_identity(const stk__file *f, uint64_t id[3])
+{
+    if (!is_local(f)) {
+        id[0] = f->size;
+        id[1] = XXH3_64bits(f->path, strlen(f->path));
+        id[2] = 0;
+        return true;
+    }
+    struct stat st;
+    if (stat(f->path, &st) != 0 || (uint64_t)st.st_size != f->size)
+        return false;
+    id[0] = (uint64_t)st.st_size;
+    id[1] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
+    id[2] = (uint64_t)st.st_ino;
+    return true;
+}
+
+uint8_t *stk__idx_new(const char magic[8], const uint64_t id[3], size_t body_len, size_t *n)
+{
+    *n = STK__IDX_HEAD + body_len + STK__IDX_TAIL;
+    uint8_t *b = stk__calloc(1, *n);
+    if (b) {
+        memcpy(b, magic, 8);
+        for (int k = 0; k < 3; k++)
+            stk__st64(b + 8 + 8 * k, id[k]);
+    }
+    return b;
+}
+
+/* `<path>.<name>` (a fresh string; NULL when out of memory). */
+static char *beside_path(const stk__file *f, const char *name)
+{
+    size_t pl = strlen(f->path), nl = strlen(name);
+    char *p = stk__malloc(pl + nl + 2);
+    if (p) {
+        memcpy(p, f->path, pl);
+        p[pl] = '.';
+        memcpy(p + pl + 1, name, nl + 1);
+    }
+    return p;
+}
+
+/* The bytes of the local index file at p, or NULL. */
+static uint8_t *read_local(const char *p, size_t *n)
+{
+    stk__file *cf = NULL;
+    uint8_t *b = NULL;
+    if (stk__vfs_open(p, &cf, NULL, 0) == STK_OK && cf->size <= IDX_MAX &&
+        (b = stk__malloc(cf->size ? (size_t)cf->size : 1)) &&
+        stk__vfs_read(cf, 0, b, (size_t)cf->size, NULL, 0) == STK_OK) {
+        *n = (size_t)cf->size;
+    } else {
+        stk__free(b);
+        b = NULL;
+    }
+    stk__vfs_close(cf);
+    return b;
+}
+
+uint8_t *stk__idx_load(stk__file *f, const char *name, bool beside, const char magic[8],
+                       const uint64_t id[3], size_t *n)
+{
+    uint8_t *b = NULL;
+    *n = 0;
+    if (is_local(f)) {
+        char *p = beside ? beside_path(f, name) : NULL;
+        b = p ? read_local(p, n) : NULL;
+        stk__free(p);
+    } else {
+        stk__vfs_aux_get(f, name, &b, n);
+    }
+    if (b && *n >= STK__IDX_HEAD + STK__IDX_TAIL && memcmp(b, magic, 8) == 0 &&
+        stk__ld64(b + 8) == id[0] && stk__ld64(b + 16) == id[1] && stk__ld64(b + 24) == id[2] &&
+        XXH3_64bits(b, *n - STK__IDX_TAIL) == stk__ld64(b + *n - STK__IDX_TAIL))
+        return b;
+    stk__free(b);
+    *n = 0;
+    return NULL;
+}
+
+/* Write b beside the local file as p, atomically (temp file + rename); failures leave nothing. */
+static void write_local(const char *p, const uint8_t *b, size_t n)
+{
+    static _Atomic unsigned seq;
+    char *tmp = stk__malloc(strlen(p) + 48);
+    if (!tmp)
+        return;
+    sprintf(tmp, "%s.tmp.%ld.%u", p, (long)getpid(), seq++);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        size_t done = 0;
+        while (done < n) {
+            ssize_t k = write(fd, b + done, n - done);
+            if (k <= 0)
+                break;
+            done += (size_t)k;
+        }
+        if (close(fd) != 0 || done != n || rename(tmp, p) != 0)
+            unlink(tmp);
+    }
+    stk__free(tmp);
+}
+
+void stk__idx_store(stk__file *f, const char *name, bool beside, uint8_t *b, size_t n)
+{
+    stk__st64(b + n - STK__IDX_TAIL, XXH3_64bits(b, n - STK__IDX_TAIL));
+    if (!is_local(f)) {
+        stk__vfs_aux_put(f, name, b, n);
+    } else if (beside) {
+        char *p = beside_path(f, name);
+        if (p)
+            write_local(p, b, n);
+        stk__free(p);
+    }
+}
+
+bool stk__idx_offsets_load(stk__file *f, const char *name, uint64_t min_gap, uint64_t **off,
+                           uint64_t *count)
+{
+    uint64_t id[3];
+    size_t n;
+    *off = NULL;
+    *count = 0;
+    if (is_local(f) || !stk__idx_identity(f, id))
+        return false;
+    uint8_t *b = stk__idx_load(f, name, false, OFFSETS_MAGIC, id, &n);
+    if (!b)
+        return false;
+    const uint8_t *body = b + STK__IDX_HEAD;
+    size_t body_len = n - STK__IDX_HEAD - STK__IDX_TAIL;
+    uint64_t c = body_len >= 8 ? stk__ld64(body) : 0;
+    uint64_t *o = NULL;
+    bool ok = c >= 1 && c < body_len / 8 && body_len == 8 + (c + 1) * 8 &&
+              (o = stk__malloc((size_t)(c + 1) * sizeof(*o)));
+    for (uint64_t k = 0; ok && k <= c; k++) {
+        o[k] = stk__ld64(body + 8 + 8 * k);
+        ok = k == 0 ? o[0] == 0 : o[k] >= o[k - 1] && o[k] - o[k - 1] >= min_gap;
+    }
+    ok = ok && o[c] == f->size;
+    stk__free(b);
+    if (!ok) {
+        stk__free(o);
+        return false;
+    }
+    *off = o;
+    *count = c;
+    return true;
+}
+
+void stk__idx_offsets_store(stk__file *f, const char *name, const uint64_t *off, uint64_t count)
+{
+    uint64_t id[3];
+    size_t n;
+    if (is_local(f) || !f->vfs->aux_put || count == 0 || count > IDX_MAX / 8 ||
+        !stk__idx_identity(f, id))
+        return;
+    uint8_t *b = stk__idx_new(OFFSETS_MAGIC, id, (size_t)(count + 2) * 8, &n);
+    if (!b)
+        return;
+    stk__st64(b + STK__IDX_HEAD, count);
+    for (uint64_t k = 0; k <= count; k++)
+        stk__st64(b + STK__IDX_HEAD + 8 + 8 * k, off[k]);
+    stk__idx_store(f, name, false, b, n);
+    stk__free(b);
+}

@@ -1,0 +1,150 @@
+/*
+ * test_idxfile.c: the envelope of the formats' indexes (src/source/stk_idxfile.c) over a byte
+ * source that keeps aux entries in memory (as the remote cache does on disk): the frame offsets
+ * of a remote file stored and loaded back, and every stale or inconsistent entry refused (another
+ * size, another path, offsets that do not start at 0, go backwards, leave frames shorter than the
+ * framing or end elsewhere than the file's end), even with a valid checksum; local files keep no
+ * offsets index.
+ */
+#include "common/stk_endian.h"
+#include "source/stk_idxfile.h"
+#include "t.h"
+
+#include <string.h>
+#include <unistd.h>
+
+/* ---- a byte source with one aux slot in memory ---- */
+
+static uint8_t *g_aux;
+static size_t g_aux_n;
+static char g_aux_name[32];
+static int g_puts;
+
+static bool mem_aux_get(stk__file *f, const char *name, uint8_t **out, size_t *n)
+{
+    (void)f;
+    if (!g_aux || strcmp(name, g_aux_name) != 0 || !(*out = stk__malloc(g_aux_n)))
+        return false;
+    memcpy(*out, g_aux, g_aux_n);
+    *n = g_aux_n;
+    return true;
+}
+
+static void mem_aux_put(stk__file *f, const char *name, const void *buf, size_t n)
+{
+    (void)f;
+    uint8_t *b = stk__malloc(n); /* buf may be the slot itself */
+    memcpy(b, buf, n);
+    stk__free(g_aux);
+    g_aux = b;
+    g_aux_n = n;
+    snprintf(g_aux_name, sizeof(g_aux_name), "%s", name);
+    g_puts++;
+}
+
+static const stk__vfs mem_vfs = {.name = "mem", .aux_get = mem_aux_get, .aux_put = mem_aux_put};
+
+#define FRAMING 16
+
+/* Seal and store an offsets index of f with `count` and the given offsets, valid checksum. */
+static int put_raw(stk__file *f, uint64_t count, const uint64_t *off, size_t n_off)
+{
+    uint64_t id[3];
+    size_t n;
+    T_CHECK(stk__idx_identity(f, id));
+    uint8_t *b = stk__idx_new("STKOFFS1", id, 8 + n_off * 8, &n);
+    stk__st64(b + STK__IDX_HEAD, count);
+    for (size_t k = 0; k < n_off; k++)
+        stk__st64(b + STK__IDX_HEAD + 8 + 8 * k, off[k]);
+    stk__idx_store(f, "tfidx", false, b, n);
+    stk__free(b);
+    return 0;
+}
+
+static bool loads(stk__file *f)
+{
+    uint64_t *off = NULL, count = 0;
+    bool ok = stk__idx_offsets_load(f, "tfidx", FRAMING, &off, &count);
+    T_CHECK(ok == (off != NULL));
+    stk__free(off);
+    return ok;
+}
+
+static int test_offsets_round_trip_and_refusals(void)
+{
+    stk__file f = {&mem_vfs, "mem://bucket/a.tfrecord", 400};
+    const uint64_t off[] = {0, 100, 250, 400};
+    T_CHECK(!loads(&f)); /* nothing stored yet */
+    stk__idx_offsets_store(&f, "tfidx", off, 0);
+    T_EQ(g_puts, 0); /* an empty file: nothing to keep */
+    stk__idx_offsets_store(&f, "tfidx", off, 3);
+    T_EQ(g_puts, 1);
+    uint64_t *got = NULL, count = 0;
+    T_CHECK(stk__idx_offsets_load(&f, "tfidx", FRAMING, &got, &count));
+    T_EQ(count, 3);
+    T_CHECK(memcmp(got, off, sizeof(off)) == 0);
+    stk__free(got);
+    /* the object changed size, or is another path: not its index */
+    stk__file g = f;
+    g.size = 401;
+    T_CHECK(!loads(&g));
+    g = f;
+    g.path = "mem://bucket/b.tfrecord";
+    T_CHECK(!loads(&g));
+    /* any byte flipped: refused */
+    for (size_t k = 0; k < g_aux_n; k++) {
+        g_aux[k] ^= 0x10;
+        T_CHECKF(!loads(&f), "byte %zu", k);
+        g_aux[k] ^= 0x10;
+    }
+    T_CHECK(loads(&f));
+    /* sealed but inconsistent */
+    const uint64_t not0[] = {8, 100, 250, 400}, back[] = {0, 250, 100, 400},
+                   short_frame[] = {0, 100, 110, 400}, end[] = {0, 100, 250, 399};
+    T_CHECK(put_raw(&f, 3, not0, 4) == 0);
+    T_CHECK(!loads(&f));
+    T_CHECK(put_raw(&f, 3, back, 4) == 0);
+    T_CHECK(!loads(&f));
+    T_CHECK(put_raw(&f, 3, short_frame, 4) == 0);
+    T_CHECK(!loads(&f));
+    T_CHECK(put_raw(&f, 3, end, 4) == 0);
+    T_CHECK(!loads(&f));
+    T_CHECK(put_raw(&f, 0, off, 1) == 0); /* no record */
+    T_CHECK(!loads(&f));
+    T_CHECK(put_raw(&f, 4, off, 4) == 0); /* a count the body does not hold */
+    T_CHECK(!loads(&f));
+    T_CHECK(put_raw(&f, UINT64_MAX, off, 4) == 0);
+    T_CHECK(!loads(&f));
+    T_CHECK(put_raw(&f, 3, off, 4) == 0); /* and the same, consistent: fine */
+    T_CHECK(loads(&f));
+    /* a wrong magic with a valid checksum */
+    g_aux[0] = 'X';
+    stk__idx_store(&f, "tfidx", false, g_aux, g_aux_n); /* reseals */
+    T_CHECK(!loads(&f));
+    stk__free(g_aux);
+    g_aux = NULL;
+    return 0;
+}
+
+static int test_local_files_keep_no_offsets_index(void)
+{
+    char dir[] = "/tmp/stk_idxfile_XXXXXX", path[64];
+    T_CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/a.tfrecord", dir);
+    FILE *w = fopen(path, "wb");
+    T_CHECK(w && fwrite("0123456789abcdef", 1, 16, w) == 16 && fclose(w) == 0);
+    stk__file *f = NULL;
+    T_OK(stk__vfs_open(path, &f, NULL, 0));
+    const uint64_t off[] = {0, 16};
+    stk__idx_offsets_store(f, "tfidx", off, 1);
+    T_CHECK(!loads(f));
+    stk__vfs_close(f);
+    char side[80];
+    snprintf(side, sizeof(side), "%s.tfidx", path);
+    T_CHECK(access(side, F_OK) != 0); /* nothing written beside it */
+    unlink(path);
+    rmdir(dir);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_offsets_round_trip_and_refusals), T_CASE(test_local_files_keep_no_offsets_index))
