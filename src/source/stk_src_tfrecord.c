@@ -41,6 +41,8 @@
 
 #define TF_HEADER 12 /* u64 length + u32 masked crc */
 #define TF_SCAN_WINDOW (256u << 10)
+/* a remote file's scan window: one ranged GET (a request per header would cost a round trip) */
+#define TF_SCAN_WINDOW_REMOTE (4u << 20)
 
 /* ---- the source ---- */
 
@@ -99,7 +101,11 @@ static stk_status scan_index(tffile *tf, uint64_t *count, char *err, size_t err_
     const char *path = tf->f->path;
     uint64_t size = tf->f->size, at = 0, n = 0, cap = 0;
     uint64_t *off = NULL;
-    uint8_t *win = stk__malloc(TF_SCAN_WINDOW);
+    /* A remote file is read through in large windows; a local one reads only the headers of
+     * large frames (a pread each, cheap) */
+    bool remote = tf->f->vfs != &stk__vfs_posix;
+    size_t window = remote ? TF_SCAN_WINDOW_REMOTE : TF_SCAN_WINDOW;
+    uint8_t *win = stk__malloc(window);
     uint64_t win_at = 0, win_len = 0, data_sum = 0;
     if (!win)
         STK_FAIL_E(STK_ENOMEM, "%s: out of memory", path);
@@ -120,9 +126,9 @@ static stk_status scan_index(tffile *tf, uint64_t *count, char *err, size_t err_
                        path, n, at, size - at);
         if (at < win_at || at + TF_HEADER > win_at + win_len) {
             /* small frames: read a window of headers and data; large ones: just the header */
-            bool small = n > 0 && data_sum / n < 4096;
+            bool small = remote || (n > 0 && data_sum / n < 4096);
             win_at = at;
-            win_len = STK_MIN(size - at, small ? TF_SCAN_WINDOW : TF_HEADER);
+            win_len = STK_MIN(size - at, small ? window : TF_HEADER);
             STK_TRY(stk__vfs_read(tf->f, at, win, (size_t)win_len, err, err_size));
         }
         const uint8_t *h = win + (at - win_at);
