@@ -17,6 +17,9 @@ cores, one run.
 3. DataLoader(num_workers=--threads, persistent workers, shuffle) over a torch Dataset that opens
    the h5py file / py-lmdb environment lazily in each worker (the fork-safe recipe), PIL decode +
    torchvision's RandomResizedCrop(224) + flip + ToTensor + Normalize; raw: the bytes only.
+Before every raw run (stoker's and the DataLoader's) its file is evicted from the page cache and
+read back sequentially (bench/pagecache.py; `--page-cache as-is` leaves the cache alone) and its
+large-folio share printed.
 Prints one Markdown table of samples/s and ratios.
 """
 import argparse
@@ -31,6 +34,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "build", "python"))
 import stoker  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import pagecache  # noqa: E402
 
 FORMATS = ("stk", "stk-nv", "hdf5", "lmdb", "hdf5-lib")
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -198,6 +203,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
     ap.add_argument("--index-cost", action="store_true",
                     help="only: open time for 1M LMDB keys and 1M HDF5 vlen rows")
+    pagecache.add_argument(ap)
     a = ap.parse_args()
     if a.index_cost:
         return index_cost(a.out)
@@ -206,18 +212,23 @@ def main():
              if os.path.isdir(p) else os.path.getsize(p) for k, p in paths.items()}
     print(f"{n} JPEGs; file sizes: " + ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in
                                                  sizes.items()) +
-          f"; {a.threads} threads/workers, {os.cpu_count()} CPUs", flush=True)
+          f"; {a.threads} threads/workers, {os.cpu_count()} CPUs; page cache {a.page_cache}",
+          flush=True)
     res = {}
     for fmt in FORMATS:  # warm the page cache
         run_stoker(paths[fmt], fmt, "raw", a.threads, 1)
     for recipe, epochs in (("imagenet-train", a.epochs), ("raw", a.raw_epochs)):
         for r in range(a.repeat):
             for fmt in FORMATS:
+                if recipe == "raw":
+                    pagecache.prepare([paths[fmt]], a.page_cache)
                 res.setdefault((recipe, fmt), []).append(
                     run_stoker(paths[fmt], fmt, recipe, a.threads, epochs))
             print(f"  {recipe} run {r + 1}: " + ", ".join(
                 f"{f} {res[(recipe, f)][-1]:.0f}" for f in FORMATS), flush=True)
         for fmt in ("hdf5", "lmdb"):
+            if recipe == "raw":
+                pagecache.prepare([paths[fmt]], a.page_cache)
             res[(recipe, "torch-" + fmt)] = [run_torch(paths[fmt], fmt, recipe, a.threads,
                                                        max(2, epochs // 4))]
             print(f"  {recipe} DataLoader {fmt}: {res[(recipe, 'torch-' + fmt)][0]:.0f}",

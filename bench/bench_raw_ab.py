@@ -5,70 +5,34 @@
 count and prefetch depth. Reports the loader/memcpy ratio by wall clock and per CPU second
 (`cpu_ratio_to_ceiling`, which a shared machine disturbs less), peak RSS against the ring, and
 how much of each shard the page cache holds in folios of 64 KiB or more (/proc/kpageflags, root
-only), since that is what the writer's change acts on.
+only), since that is what the writer's change acts on. Before every run its shard is evicted from
+the page cache and read back sequentially (bench/pagecache.py), so both shards start as a dataset
+read from disk does; `--page-cache as-is` leaves the cache as the writer left it (the old
+behaviour, the one where the writer's folio sizes show).
 
     /usr/bin/python3 bench/bench_raw_ab.py --base 51d2558 [--records 4000] [--rounds 5]
-        [--threads 1,2] [--prefetch 4,1] [--large 0] [--work DIR]
+        [--threads 1,2] [--prefetch 4,1] [--large 0] [--work DIR] [--page-cache warm|as-is]
 
 --large N adds an N-record dataset read once per build (peak RSS against the ring).
 """
 import argparse
-import collections
 import json
-import mmap
 import os
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+import pagecache  # noqa: E402
+from pagecache import large_folio_share  # noqa: E402
 
 
 def sh(cmd, **kw):
     print("$", " ".join(cmd), file=sys.stderr)
     return subprocess.run(cmd, check=True, **kw)
-
-
-def large_folio_share(path):
-    """Share of the file's pages that the page cache holds in folios of >= 16 pages (None when
-    /proc/kpageflags is not readable). Maps the file and touches every page (only cached pages
-    are counted as they are: touching a missing page reads it in)."""
-    try:
-        kf = open("/proc/kpageflags", "rb")
-        pm = open("/proc/self/pagemap", "rb")
-    except OSError:
-        return None
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        m = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
-    npages = (size + 4095) // 4096
-    for i in range(npages):
-        m[i * 4096]
-    base = None
-    real = os.path.realpath(path)
-    for line in open("/proc/self/maps"):
-        if line.rstrip().endswith(real):
-            base = int(line.split("-")[0], 16)
-            break
-    pm.seek(base // 4096 * 8)
-    ent = struct.unpack(f"{npages}Q", pm.read(npages * 8))
-    sizes, cur = collections.Counter(), 0
-    for e in ent:
-        kf.seek((e & ((1 << 55) - 1)) * 8)
-        flags = struct.unpack("Q", kf.read(8))[0]
-        if flags >> 16 & 1:  # compound tail: same folio as the page before
-            cur += 1
-            continue
-        if cur:
-            sizes[cur] += 1
-        cur = 1
-    sizes[cur] += 1
-    m.close()
-    return sum(k * v for k, v in sizes.items() if k >= 16) / npages
 
 
 def bench(stoker, data, threads, prefetch, epochs, ceiling=True):
@@ -94,6 +58,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--large", type=int, default=0)
     ap.add_argument("--work", default=None)
+    pagecache.add_argument(ap)
     a = ap.parse_args()
     import bench_raw
     work = a.work or tempfile.mkdtemp(prefix="stk-rawab-")
@@ -125,10 +90,12 @@ def main():
         for t in a.threads.split(","):
             for p in a.prefetch.split(","):
                 for tag in ("base", "new"):
+                    pagecache.prepare([sets[(a.records, tag)]], a.page_cache)
                     d, cmd = bench(new, sets[(a.records, tag)], t, p, a.epochs)
                     cmds.add(cmd.replace(sets[(a.records, tag)], f"raw_{a.records}_{{base,new}}.stk"))
                     rows.setdefault((t, p, tag), []).append(d)
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
+    print(f"page cache: {a.page_cache}\n")
     print("| threads | prefetch | packed by | loader GB/s | memcpy GB/s | loader/memcpy (wall) | "
           "loader/memcpy (per CPU s) | ring MiB | peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -143,9 +110,12 @@ def main():
         print("|---|---|---|---|---|---|")
         for tag in ("base", "new"):
             path = sets[(a.large, tag)]
-            with open(path, "rb") as fh:  # into the page cache first
-                while fh.read(1 << 24):
-                    pass
+            if a.page_cache == "as-is":  # the old behaviour: one read into the page cache
+                with open(path, "rb") as fh:
+                    while fh.read(1 << 24):
+                        pass
+            else:
+                pagecache.prepare([path], a.page_cache)
             d, cmd = bench(new, path, 2, 4, 1, ceiling=False)
             cmds.add(cmd.replace(path, f"raw_{a.large}_{{base,new}}.stk"))
             print(f"| {os.path.getsize(path) / 1e9:.1f} GB, one epoch | {tag} | 2 | "

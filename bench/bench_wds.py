@@ -11,8 +11,12 @@ to .stk and against webdataset-style tarfile iteration in a PyTorch DataLoader.
 4. index: build time per GB (first open, no cache) and with the cache, and memory per million
    records, on a synthetic tar of many small members.
 
-Runs are interleaved (tar, stk, tar, stk, ...) and medians of --repeat kept. Data is generated
-under --out (bench/gen_images.py for the JPEGs); nothing is downloaded.
+Runs are interleaved (tar, stk, tar, stk, ...) and medians of --repeat kept. Before every raw
+run its files (the tar shards, or the .stk) are evicted from the page cache and read back
+sequentially (bench/pagecache.py; `--page-cache as-is` leaves the cache alone) and their
+large-folio shares printed. `--raw-only` runs the raw rows alone (best, median and per CPU
+second). Data is generated under --out (bench/gen_images.py for the JPEGs); nothing is
+downloaded.
 """
 import argparse
 import io
@@ -27,6 +31,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STOKER = os.path.join(ROOT, "build", "stoker")
 ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "python"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import pagecache  # noqa: E402
 
 
 def write_shards(tree, out_dir, n_shards):
@@ -162,6 +168,37 @@ def synthetic_tar(path, samples):
     os.rename(path + ".part", path)
 
 
+def raw_run(data, epochs, key):
+    return run_json([STOKER, "bench", data, "--threads", "2", "--epochs", str(epochs),
+                     "--batch-size", "64", "--shuffle", "--json", "--quiet"], key)
+
+
+def raw_only(a, tars, brace, packed):
+    """The raw rows alone: --repeat interleaved rounds, best and median by wall clock and per
+    CPU second of the stoker process (its own getrusage, as `stoker bench` reports it)."""
+    wall, cpu = {"raw_tar": [], "raw_stk": []}, {"raw_tar": [], "raw_stk": []}
+    for r in range(a.repeat):
+        for key, data, files in (("raw_tar", brace, tars), ("raw_stk", packed, [packed])):
+            pagecache.prepare(files, a.page_cache)
+            d = raw_run(data, a.raw_epochs, key)
+            wall[key].append(d["samples_per_s"])
+            cpu[key].append(d["samples"] / d["cpu_s"])
+        print(f"round {r + 1}/{a.repeat}: tar {wall['raw_tar'][-1]:.0f}, "
+              f".stk {wall['raw_stk'][-1]:.0f} samples/s", file=sys.stderr, flush=True)
+    print(f"page cache: {a.page_cache}; {a.repeat} interleaved rounds, `stoker bench` 2 threads, "
+          "raw records; best and median, tar / .stk of the same statistic\n")
+    print("| statistic | tar (wds) | .stk | tar / .stk |")
+    print("|---|---|---|---|")
+    for what, v in (("samples/s (wall clock)", wall), ("samples per CPU second", cpu)):
+        for stat, f in (("best", max), ("median", median)):
+            t, s = f(v["raw_tar"]), f(v["raw_stk"])
+            print(f"| {what}, {stat} | {t:.0f} | {s:.0f} | **{t / s:.2f}x** |")
+    print(f"\ncommand: /usr/bin/python3 bench/bench_wds.py --images {a.images} --shards "
+          f"{a.shards} --repeat {a.repeat} --raw-epochs {a.raw_epochs} --raw-only "
+          f"--page-cache {a.page_cache}\n  (each run: stoker bench DATA --threads 2 --epochs "
+          f"{a.raw_epochs} --batch-size 64 --shuffle --json --quiet)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--images", type=int, default=500)
@@ -171,6 +208,9 @@ def main():
     ap.add_argument("--raw-epochs", type=int, default=100)
     ap.add_argument("--index-samples", type=int, default=200000)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out"))
+    ap.add_argument("--raw-only", action="store_true",
+                    help="only the raw rows (tar vs .stk through `stoker bench`)")
+    pagecache.add_argument(ap)
     a = ap.parse_args()
     tree = os.path.join(a.out, f"jpeg_small_{a.images}")
     if not os.path.isdir(tree):
@@ -188,6 +228,8 @@ def main():
     if not os.path.exists(packed):
         subprocess.run([STOKER, "pack", "--quiet", brace, packed], check=True)
 
+    if a.raw_only:
+        return raw_only(a, tars, brace, packed)
     rate = {"tar": [], "stk": [], "tarfile": [], "raw_tar": [], "raw_stk": []}
     for _ in range(a.repeat):
         rate["tar"].append(run_json([sys.executable, "-c", STOKER_LOOP, tar_arg,
@@ -196,10 +238,9 @@ def main():
                                      str(a.epochs)], "stk")["samples_per_s"])
         rate["tarfile"].append(run_json([sys.executable, "-c", TARFILE_LOOP, tar_arg,
                                          str(a.epochs)])["samples_per_s"])
-        for key, data in (("raw_tar", brace), ("raw_stk", packed)):
-            rate[key].append(run_json([STOKER, "bench", data, "--threads", "2", "--epochs",
-                                       str(a.raw_epochs), "--batch-size", "64", "--shuffle",
-                                       "--json", "--quiet"], key)["samples_per_s"])
+        for key, data, files in (("raw_tar", brace, tars), ("raw_stk", packed, [packed])):
+            pagecache.prepare(files, a.page_cache)
+            rate[key].append(raw_run(data, a.raw_epochs, key)["samples_per_s"])
     m = {k: median(v) for k, v in rate.items()}
     print(f"{a.images} JPEGs in {a.shards} shards, {a.repeat} interleaved runs, medians "
           "[min-max] samples/s\n")
@@ -250,7 +291,7 @@ def main():
           f": first open {j['seconds'] * 1e3:.1f} ms")
     print(f"\ncommand: /usr/bin/python3 bench/bench_wds.py --images {a.images} --shards "
           f"{a.shards} --epochs {a.epochs} --repeat {a.repeat} --raw-epochs {a.raw_epochs} "
-          f"--index-samples {a.index_samples}")
+          f"--index-samples {a.index_samples} --page-cache {a.page_cache}")
 
 
 if __name__ == "__main__":

@@ -83,6 +83,34 @@ static inline uint64_t ticket_tag(uint64_t seq)
     return (seq & 0xffffffffULL) << 32;
 }
 
+void stk__slot_release_locked(stk__ring *r, stk__slot *s)
+{
+    s->state = STK__SLOT_FREE;
+    s->freed = ++r->free_clock;
+}
+
+void stk__ring_take_hot_locked(stk__ring *r, stk__slot *s)
+{
+    if (!r->reuse_hot)
+        return;
+    stk__slot *hot = s;
+    for (uint32_t i = 0; i < r->n_slots; i++) {
+        stk__slot *f = &r->slots[i];
+        if (f->state == STK__SLOT_FREE && !f->draining && f->freed > hot->freed)
+            hot = f;
+    }
+    if (hot == s)
+        return;
+    uint8_t *mem = s->mem;
+    s->mem = hot->mem;
+    hot->mem = mem;
+    s->handle.dv.mem = s->mem;
+    hot->handle.dv.mem = hot->mem;
+    uint64_t freed = s->freed; /* the stamp goes with the memory */
+    s->freed = hot->freed;
+    hot->freed = freed;
+}
+
 void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count)
 {
     s->seq = seq;
@@ -138,7 +166,7 @@ void stk__ring_drop_locked(stk__ring *r)
     for (uint32_t i = 0; i < r->n_slots; i++) {
         stk__slot *s = &r->slots[i];
         if (s->state != STK__SLOT_HELD) {
-            s->state = STK__SLOT_FREE;
+            stk__slot_release_locked(r, s);
             s->seq = UINT64_MAX;
             atomic_store(&s->ticket, UINT64_MAX); /* no seq tag matches: no ticket is taken */
         }
@@ -194,7 +222,7 @@ void stk_batch_release(stk_batch *b)
     stk__slot *s = &r->slots[b->slot];
     stk__devcopy_release(&b->dv); /* the next copy into the buffer: after the consumer's work */
     pthread_mutex_lock(&r->mu);
-    s->state = STK__SLOT_FREE;
+    stk__slot_release_locked(r, s);
     r->held--;
     pthread_cond_broadcast(&r->cv_work);
     bool last = stk__ring_unref_locked(r);

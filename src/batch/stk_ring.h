@@ -48,7 +48,8 @@ typedef struct stk__slot {
     uint32_t err_sample; /* lowest failed sample, or UINT32_MAX */
     stk_status err_code;
     char errmsg[STK_ERRMSG_SIZE];
-    bool draining; /* a worker is waiting for the slot's last device copy (mu) */
+    bool draining;  /* a worker is waiting for the slot's last device copy (mu) */
+    uint64_t freed; /* when it was last freed, on the ring's free_clock (mu) */
     stk_batch handle;
 } stk__slot;
 
@@ -66,6 +67,11 @@ typedef struct stk__ring {
     size_t slot_alloc; /* bytes of one slot */
     bool pinned;       /* every slot is page-locked */
     uint64_t pinned_bytes;
+    /* Slots opened take the memory of the most recently freed slot (stk__ring_take_hot_locked);
+     * only for a host-only ring of pageable slots (a device copy and the pinned flag are per
+     * slot). free_clock stamps each free. (mu) */
+    bool reuse_hot;
+    uint64_t free_clock;
     void (*destroy)(struct stk__ring *r, void *arg); /* called on the last unref, mu not held */
     void *destroy_arg;
 } stk__ring;
@@ -95,6 +101,14 @@ static inline stk__slot *stk__ring_slot(const stk__ring *r, uint64_t seq)
     return &r->slots[seq % r->n_slots];
 }
 
+/* Make slot s FREE (mu held; it is READY, HELD or FILLING without workers): its memory becomes
+ * the most recently freed. */
+void stk__slot_release_locked(stk__ring *r, stk__slot *s);
+/* Give FREE slot s, about to be opened, the memory of the most recently freed FREE slot (mu held;
+ * a no-op unless r->reuse_hot): a worker then writes into memory the cache still holds instead
+ * of cycling through every slot's. The slot (its seq, state and handle) stays where the batch
+ * order puts it; only the memory behind it moves, between FREE slots nobody reads. */
+void stk__ring_take_hot_locked(stk__ring *r, stk__slot *s);
 /* Open FREE slot s for batch `seq` of `count` samples (mu held): no ticket taken, no error. */
 void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count);
 /* Take the next sample ticket of batch `seq` (of `count` samples, read under mu when the batch

@@ -525,7 +525,7 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
     if (s->err_code < 0) {
         stk_status rc = s->err_code;
         snprintf(L->errmsg, sizeof(L->errmsg), "%s", s->errmsg);
-        s->state = STK__SLOT_FREE;
+        stk__slot_release_locked(&c->r, s);
         atomic_fetch_add(&c->st_errors, 1);
         pthread_cond_broadcast(&c->r.cv_work);
         pthread_mutex_unlock(&c->r.mu);

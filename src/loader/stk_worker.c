@@ -49,6 +49,7 @@ static bool open_batch(core *c)
         }
     }
     stk__slot *s = stk__ring_slot(&c->r, c->open_seq);
+    stk__ring_take_hot_locked(&c->r, s);
     uint32_t count;
     s->epoch = c->d_epoch;
     stk__order_open_locked(c, s);

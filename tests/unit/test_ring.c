@@ -1,8 +1,9 @@
 /*
  * test_ring.c: the batch ring on its own (src/batch/stk_ring.c): a slot's tickets are taken once
  * each and never by a stale batch, the lowest failed sample's error wins, a reset frees every slot
- * but the held ones, the stk_batch accessors show the slot's batch, and the last reference (the
- * owner's or a held batch's) destroys the owner exactly once.
+ * but the held ones, the stk_batch accessors show the slot's batch, the last reference (the
+ * owner's or a held batch's) destroys the owner exactly once, and with reuse_hot a slot being
+ * opened takes the memory of the most recently freed FREE slot and of no other.
  */
 #include "batch/stk_ring.h"
 #include "t.h"
@@ -15,8 +16,8 @@ static void on_destroy(stk__ring *r, void *arg)
     stk__ring_free(r);
 }
 
-/* A ring of two slots of one int64 "label" column (plus "index"), batches of up to 4. */
-static int make_ring(stk__ring *r, stk__devcopy *dc)
+/* A ring of n slots of one int64 "label" column (plus "index"), batches of up to 4. */
+static int make_ring_n(stk__ring *r, stk__devcopy *dc, uint32_t n)
 {
     static const stk_field label = {.name = "label", .kind = STK_FIELD_INT64};
     static const uint64_t max_size = 8;
@@ -28,9 +29,14 @@ static int make_ring(stk__ring *r, stk__devcopy *dc)
     r->destroy_arg = r;
     T_OK(stk__layout_init(&r->lay, &label, &max_size, 1, 4, -1, NULL, err, sizeof(err)));
     r->view = r->lay;
-    T_OK(stk__ring_alloc(r, 2, r->lay.slot_size, false, 0, dc, why, sizeof(why), err, sizeof(err)));
+    T_OK(stk__ring_alloc(r, n, r->lay.slot_size, false, 0, dc, why, sizeof(why), err, sizeof(err)));
     T_CHECK(!r->pinned && r->pinned_bytes == 0 && why[0] == '\0');
     return 0;
+}
+
+static int make_ring(stk__ring *r, stk__devcopy *dc)
+{
+    return make_ring_n(r, dc, 2);
 }
 
 static int test_tickets(void)
@@ -132,4 +138,56 @@ static int test_hold_and_release(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_tickets), T_CASE(test_hold_and_release))
+/* Open batch seq in its slot as the loader does (mu held): take the hot memory, then open. */
+static stk__slot *open_hot(stk__ring *r, uint64_t seq)
+{
+    stk__slot *s = stk__ring_slot(r, seq);
+    stk__ring_take_hot_locked(r, s);
+    stk__slot_open_locked(s, seq, 1);
+    return s;
+}
+
+/* Fill, hand out and release slot s's batch (mu held on entry and return). */
+static void consume(stk__ring *r, stk__slot *s)
+{
+    s->state = STK__SLOT_READY;
+    stk__slot_hold_locked(r, s);
+    pthread_mutex_unlock(&r->mu);
+    stk_batch_release(&s->handle);
+    pthread_mutex_lock(&r->mu);
+}
+
+/* With reuse_hot, a slot being opened swaps its memory with the FREE slot freed last; slots
+ * FILLING, READY or HELD keep theirs; without it nothing moves. The batch stays in its slot. */
+static int test_hot_memory(void)
+{
+    stk__ring r;
+    stk__devcopy dc;
+    if (make_ring_n(&r, &dc, 3))
+        return 1;
+    uint8_t *m[3] = {r.slots[0].mem, r.slots[1].mem, r.slots[2].mem};
+    r.reuse_hot = true;
+    pthread_mutex_lock(&r.mu);
+    stk__slot *s0 = open_hot(&r, 0), *s1 = open_hot(&r, 1); /* nothing freed yet */
+    T_CHECK(s0 == &r.slots[0] && s0->mem == m[0] && s1 == &r.slots[1] && s1->mem == m[1]);
+    consume(&r, s0);
+    consume(&r, s1);                 /* m[1] freed last, then m[0] */
+    stk__slot_open_locked(s1, 4, 1); /* ... but slot 1 is filling again: its memory is in use */
+    stk__slot *s2 = open_hot(&r, 2);
+    T_CHECK(s2 == &r.slots[2] && s2->mem == m[0] && s2->handle.dv.mem == m[0]);
+    T_CHECK(s0->mem == m[2] && s0->handle.dv.mem == m[2] && s1->mem == m[1]);
+    T_EQ(s2->seq, 2);
+    T_EQ(s2->state, STK__SLOT_FILLING);
+    consume(&r, s2); /* the slot opened next was itself freed last: it keeps its memory */
+    T_CHECK(open_hot(&r, 5) == s2 && s2->mem == m[0]);
+    r.reuse_hot = false; /* off: an opened slot keeps its memory */
+    consume(&r, s1);
+    T_CHECK(open_hot(&r, 6) == s0 && s0->mem == m[2]);
+    bool last = stk__ring_unref_locked(&r);
+    pthread_mutex_unlock(&r.mu);
+    T_CHECK(last);
+    r.destroy(&r, r.destroy_arg); /* every buffer freed once (asan checks) */
+    return 0;
+}
+
+T_MAIN(T_CASE(test_tickets), T_CASE(test_hold_and_release), T_CASE(test_hot_memory))
