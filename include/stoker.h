@@ -1078,7 +1078,8 @@ STK_API stk_status stk_loader_state(const stk_loader *loader, char *buf, size_t 
 STK_API stk_status stk_loader_load_state(stk_loader *loader, const char *json);
 
 /** One output tensor of a batch. For a bytes field the data is [n, stride] uint8 with each
- *  sample's bytes at the start of its row and its length in `lengths`. */
+ *  sample's bytes at the start of its row and its length in `lengths`; the rest of the row is
+ *  not zeroed (it holds whatever an earlier batch left there). */
 typedef struct stk_tensor {
     const char *name; /* field name, or "index" */
     stk_dtype dtype;
