@@ -77,6 +77,16 @@ def test_coalescing_merges_a_batch_into_few_requests(proxy, monkeypatch):
     assert shuffled <= N // 50 + 8, shuffled
 
 
+def test_read_ahead_follows_a_sampler(proxy):
+    """Read-ahead hints the records the loader's order reads (here an index list: every other
+    record), not the plain permutation's: each batch of 25 is still about one ranged GET."""
+    loader = stoker.Loader(URL, batch_size=25, num_workers=2, sampler=list(range(0, N, 2)))
+    before = proxy.requests
+    got = epoch(loader)
+    assert got == list(range(0, N, 2))
+    assert proxy.requests - before <= N // 2 // 25 + 4, proxy.requests - before
+
+
 def test_requests_in_flight_are_bounded(proxy, monkeypatch):
     # no coalescing (gap 0, tiny max): each record its own GET, 4 at once, 20 ms each
     monkeypatch.setenv("STOKER_HTTP_COALESCE_GAP", "0")

@@ -258,6 +258,8 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         c->ds = c->owned_ds;
     }
     c->n = stk_dataset_count(c->ds);
+    for (size_t k = 0; c->ds->m->extent && k < c->ds->n_files && !c->readahead; k++)
+        c->readahead = stk__vfs_for(c->ds->files[k].path)->prefetch != NULL;
     if (c->n == 0)
         STK_FAIL(err, STK_EINVAL, "dataset is empty (0 records)");
     c->batch_size = (uint32_t)opts->batch_size;

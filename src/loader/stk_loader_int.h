@@ -113,6 +113,7 @@ struct core {
     /* Per record, one bit: its image passed a strict decode to its end, so later reads may stop
      * after the window (stk__transform_worker_trust; NULL without an encoded-image transform) */
     _Atomic uint64_t *checked;
+    bool readahead; /* some file is remote and the source gives extents: hint the next records */
     stk__imgarray tgeom; /* its geometry */
     uint32_t prefetch, n_threads, batch_size, rank, world;
     uint64_t seed, n;

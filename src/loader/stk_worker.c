@@ -16,17 +16,16 @@
 
 #define SKIP_MAX_TRIES 64 /* substitutes tried for one bad sample before giving up */
 
-/* Tell the dataset which records positions [first, first + count) of `epoch` will read (remote
- * byte sources fetch them ahead, coalesced and many at once; a no-op for local files). */
-static void prefetch_records(core *c, uint64_t epoch, uint64_t first, uint32_t count)
+/* Tell the dataset which records positions [first, first + count) of slot s's epoch will read,
+ * in the loader's order (remote byte sources fetch them ahead, coalesced and many at once; only
+ * called when some file is remote). */
+static void prefetch_records(core *c, const stk__slot *s, uint64_t first, uint32_t count)
 {
-    if (!c->ds->m->extent)
-        return;
     uint64_t idx[512];
     for (uint32_t t = 0; t < count; t += 512) {
         uint32_t k = STK_MIN(count - t, 512u);
         for (uint32_t j = 0; j < k; j++)
-            idx[j] = stk_sampler_index(c->n, c->shuffle, c->seed, epoch, (first + t + j) % c->n);
+            idx[j] = stk__order_at(c, s, (first + t + j) % c->m);
         stk__dataset_prefetch(c->ds, idx, k);
     }
 }
@@ -58,12 +57,14 @@ static bool open_batch(core *c)
     s->number = (c->d_plan.start / ((uint64_t)c->world * c->batch_size)) + c->d_b;
     stk__slot_open_locked(s, c->open_seq, count);
     /* its records, and read-ahead: the next batch's (ranges hinted before are not asked again) */
-    prefetch_records(c, s->epoch, s->first, count);
-    if (c->ds->m->extent && c->d_b + 1 < c->d_plan.n_batches) {
-        uint64_t first, consumed;
-        uint32_t next;
-        stk_plan_batch(&c->d_plan, c->d_b + 1, &first, &next, &consumed);
-        prefetch_records(c, s->epoch, first, next);
+    if (c->readahead) {
+        prefetch_records(c, s, s->first, count);
+        if (c->d_b + 1 < c->d_plan.n_batches) { /* the next batch: the same epoch and order */
+            uint64_t first, consumed;
+            uint32_t next;
+            stk_plan_batch(&c->d_plan, c->d_b + 1, &first, &next, &consumed);
+            prefetch_records(c, s, first, next);
+        }
     }
     c->open_seq++;
     c->d_b++;
