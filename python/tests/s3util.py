@@ -104,7 +104,7 @@ class FaultProxy:
     (connections closed at once). `outage(after, seconds, status)` schedules a stop mid-epoch:
     once `after` ranged GETs went through, every request for `seconds` (None: for good) has its
     connection dropped (`status` None) or is answered `status` (503: SlowDown), then the server
-    comes back. Counts requests, faults, refused requests and ranged GETs served."""
+    comes back. Counts requests, HEADs, faults, refused requests and ranged GETs served."""
 
     def __init__(self, upstream, error_rate=0.0, truncate_rate=0.0, drop_rate=0.0, latency=0.0,
                  seed=1):
@@ -115,6 +115,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.down = False
         self.requests = self.faults = self.bytes = self.range_gets = self.refused = 0
+        self.heads = 0
         self.outage_after = self.outage_seconds = self.outage_status = self.outage_start = None
         self.in_flight = self.max_in_flight = 0
         proxy = self
@@ -126,6 +127,8 @@ class FaultProxy:
                 pass
 
             def do_HEAD(self):
+                with proxy.lock:
+                    proxy.heads += 1
                 self.forward(body=False)
 
             def do_GET(self):

@@ -315,3 +315,19 @@ def test_remote_index_without_cache_dir_writes_nothing(s3, endpoint, tmp_path, m
     for prefix in ("wds", "tf"):
         keys = os.listdir(os.path.join(s3.directory, "data", prefix))
         assert not [k for k in keys if "idx" in k], keys
+
+
+def test_one_head_per_file_at_open(s3, monkeypatch):
+    """Opening remote files asks each URL once: the brace range's existence check, the
+    directory check, the format probe and the open share one HEAD per URL (answers kept for the
+    open only: a second open asks again). 42 HEADs for these 6 files and their .idx before."""
+    from s3util import FaultProxy
+    anonymous_endpoint(monkeypatch, s3.endpoint)
+    with FaultProxy(s3.endpoint.split("//")[1]) as p:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", p.endpoint)
+        for k in range(2):
+            before = p.heads
+            ds = stoker.Dataset("s3://data/tfidx/train-{000..005}.tfrecord", cache_dir="")
+            assert len(ds) == N_TF
+            # one for each file and one for its .idx beside it
+            assert p.heads - before == 2 * len(ds.shards) == 12, (k, p.heads - before)

@@ -89,14 +89,32 @@ struct stk__vfs {
 /* Per-dataset settings of the remote byte sources (stk_dataset_opts' cache_dir / cache_limit).
  * They reach the byte sources' open through the calling thread: the dataset sets them around its
  * open and its reads (stk__dataset_read), so no format passes them along. */
+/* The answers of remote HEAD requests by path (size and ETag or Last-Modified), kept for the
+ * length of one dataset open, so that a URL asked about several times (the path expansion's
+ * existence check, the directory check, the open) costs one request (stk_vfs_http.c). A hash
+ * table, open addressing; zero-initialised empty. */
+typedef struct stk__head_seen {
+    char *path; /* NULL: an empty slot */
+    char *validator;
+    uint64_t hash, size;
+} stk__head_seen;
+typedef struct stk__head_memo {
+    stk__head_seen *v;
+    size_t n, cap; /* cap: 0 or a power of two */
+} stk__head_memo;
+void stk__head_memo_clear(stk__head_memo *m);
+
 typedef struct stk__vfs_opts {
     const char *cache_dir; /* NULL: STOKER_CACHE_DIR (unset: no cache); "": no cache */
     uint64_t cache_limit;  /* bytes; 0: STOKER_CACHE_LIMIT, else 10 GiB */
+    stk__head_memo *heads; /* during a dataset open: the HEAD answers so far; NULL: none kept */
 } stk__vfs_opts;
 
 /* Make `o` (NULL: the environment's) the settings of the calling thread's opens; returns the
  * previous ones, for the caller to put back. */
 const stk__vfs_opts *stk__vfs_opts_use(const stk__vfs_opts *o);
+/* The calling thread's settings (NULL: the environment's). */
+const stk__vfs_opts *stk__vfs_opts_current(void);
 
 /* The byte source serving `path`: the first registered table that claims it, else POSIX. */
 const stk__vfs *stk__vfs_for(const char *path);

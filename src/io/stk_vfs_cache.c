@@ -124,6 +124,11 @@ const stk__vfs_opts *stk__vfs_opts_use(const stk__vfs_opts *o)
     return prev;
 }
 
+const stk__vfs_opts *stk__vfs_opts_current(void)
+{
+    return t_opts;
+}
+
 stk_status stk__cache_from_env(stk__cache **out, char *err, size_t err_size)
 {
     *out = NULL;

@@ -153,8 +153,10 @@ stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **ou
                                                "not initialised with stk_dataset_opts_init");
     if (!o.paths || o.n_paths == 0)
         return stk__set_last_error(STK_EINVAL, "stk_dataset_open: no paths given");
-    /* the cache settings, in force on this thread while the files open */
-    stk__vfs_opts vo = {.cache_dir = o.cache_dir};
+    /* the cache settings, in force on this thread while the files open, and the remote HEAD
+     * answers of this open */
+    stk__head_memo heads = {0};
+    stk__vfs_opts vo = {.cache_dir = o.cache_dir, .heads = &heads};
     if (o.cache_limit && *o.cache_limit) {
         if (!stk__parse_size(o.cache_limit, &vo.cache_limit))
             return stk__set_last_error(STK_EINVAL,
@@ -216,6 +218,7 @@ stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **ou
                  o.n_paths > 1 ? " (and the other paths)" : "");
     stk__strlist_free(&paths);
     stk__vfs_opts_use(prev_vo);
+    stk__head_memo_clear(&heads);
     stk__clear_last_error();
     *out = ds;
     return STK_OK;
@@ -223,6 +226,7 @@ fail:
     stk__strlist_free(&paths);
     stk_dataset_close(ds);
     stk__vfs_opts_use(prev_vo);
+    stk__head_memo_clear(&heads);
     return stk__last_error_copy(rc, err);
 }
 
