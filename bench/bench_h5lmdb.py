@@ -63,7 +63,7 @@ def prepare(out, images):
         import h5py
         with h5py.File(h5lib + ".tmp", "w") as f:
             img = f.create_dataset("image", (len(ds),), dtype=h5py.vlen_dtype(np.uint8),
-                                   chunks=(64,))
+                                   chunks=(min(64, len(ds)),))
             for i in range(len(ds)):
                 img[i] = np.frombuffer(ds[i]["image"], np.uint8)
             f["label"] = np.array([ds[i]["label"] for i in range(len(ds))], np.int64)
