@@ -331,3 +331,22 @@ def test_one_head_per_file_at_open(s3, monkeypatch):
             assert len(ds) == N_TF
             # one for each file and one for its .idx beside it
             assert p.heads - before == 2 * len(ds.shards) == 12, (k, p.heads - before)
+
+
+def test_listing_answers_for_head(s3, monkeypatch):
+    """A directory (a prefix listed with ListObjectsV2) opens without one HEAD per file: the
+    listing's size and ETag stand for them during the open; a brace range (no listing) still asks
+    each file once."""
+    from s3util import FaultProxy
+    anonymous_endpoint(monkeypatch, s3.endpoint)
+    with FaultProxy(s3.endpoint.split("//")[1]) as p:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", p.endpoint)
+        before = p.heads
+        listed = stoker.Dataset("s3://data/wds/", cache_dir="")
+        # only the format probes' two files that are not there (a .stk manifest, an LMDB
+        # data.mdb), whatever the number of shards; one per shard (3) and more before
+        assert p.heads - before <= 2, p.heads - before
+        before = p.heads
+        braced = stoker.Dataset("s3://data/wds/shard-{000000..000002}.tar", cache_dir="")
+        assert p.heads - before == 3, p.heads - before
+        _same(listed, braced)

@@ -85,6 +85,11 @@ const char *stk__http_ca_bundle(bool s3);
  * peers with too: SSL_CERT_DIR; NULL when unset. */
 const char *stk__http_ca_dir(void);
 
+/* What a listing says of an object (its size and ETag), kept as the answer a HEAD of `path`
+ * would give, for the rest of the calling thread's dataset open (stk__head_memo, stk_vfs.h); a
+ * no-op outside an open. */
+void stk__head_memo_note(const char *path, uint64_t size, const char *validator);
+
 /* Set up easy handle `handle` (a CURL *) to run q into r (headers, signing, timeouts, TLS);
  * *headers receives the header list to free once the transfer ended. STK_ENOMEM only. */
 stk_status stk__http_setup(void *handle, const stk__http_req *q, stk__http_resp *r,

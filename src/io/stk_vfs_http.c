@@ -520,6 +520,13 @@ static void memo_put(stk__head_memo *m, const char *path, uint64_t size, const c
     m->n++;
 }
 
+void stk__head_memo_note(const char *path, uint64_t size, const char *validator)
+{
+    const stk__vfs_opts *o = stk__vfs_opts_current();
+    if (o && o->heads && validator && *validator)
+        memo_put(o->heads, path, size, validator);
+}
+
 void stk__head_memo_clear(stk__head_memo *m)
 {
     for (size_t i = 0; i < m->cap; i++) {

@@ -282,12 +282,21 @@ static stk_status s3_list_objects(const char *path, const char *prefix, bool del
         while (rc == STK_OK && (contents = strstr(p, "<Contents>"))) {
             const char *end = strstr(contents, "</Contents>");
             p = contents;
+            const char *at = contents; /* the ETag comes before or after Size: its own cursor */
             char *key = xml_next(&p, end, "Key", &oom);
             char *size = key ? xml_next(&p, end, "Size", &oom) : NULL;
+            char *etag = size ? xml_next(&at, end, "ETag", &oom) : NULL;
+            if (key && size && etag) { /* what a HEAD of it would say, for the rest of the open */
+                char *full = stk__http_fmt("%s%s", bpath, key);
+                if (full)
+                    stk__head_memo_note(full, strtoull(size, NULL, 10), etag);
+                stk__free(full);
+            }
             if (key)
                 rc = each(ctx, key, false, size ? strtoull(size, NULL, 10) : 0);
             stk__free(key);
             stk__free(size);
+            stk__free(etag);
             if (end)
                 p = end;
             if (!key)
