@@ -85,9 +85,10 @@ const char *stk__http_ca_bundle(bool s3);
  * peers with too: SSL_CERT_DIR; NULL when unset. */
 const char *stk__http_ca_dir(void);
 
-/* What a listing says of an object (its size and ETag), kept as the answer a HEAD of `path`
- * would give, for the rest of the calling thread's dataset open (stk__head_memo, stk_vfs.h); a
- * no-op outside an open. */
+/* The answers of HEADs during the calling thread's dataset open (stk_head_memo.c; both are
+ * no-ops outside an open). get: what a HEAD of `path` answered, or what a listing said of it
+ * (false: not asked yet); note: keep an answer (a HEAD's, or a listing's size and ETag). */
+bool stk__head_memo_get(const char *path, uint64_t *size, char *validator, size_t vsize);
 void stk__head_memo_note(const char *path, uint64_t size, const char *validator);
 
 /* Set up easy handle `handle` (a CURL *) to run q into r (headers, signing, timeouts, TLS);

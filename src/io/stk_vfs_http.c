@@ -471,88 +471,13 @@ char *stk__http_fmt(const char *f, ...)
     return s;
 }
 
-/* ---- HEAD answers kept during a dataset open (stk__head_memo, stk_vfs.h) ---- */
-
-static uint64_t path_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h;
-}
-
-static stk__head_seen *memo_slot(const stk__head_memo *m, const char *path, uint64_t h)
-{
-    size_t i = (size_t)h & (m->cap - 1);
-    while (m->v[i].path && (m->v[i].hash != h || strcmp(m->v[i].path, path) != 0))
-        i = (i + 1) & (m->cap - 1);
-    return &m->v[i];
-}
-
-/* Remember a HEAD's answer (best effort: out of memory only means asking again). */
-static void memo_put(stk__head_memo *m, const char *path, uint64_t size, const char *validator)
-{
-    if (2 * (m->n + 1) > m->cap) { /* grow to keep the table at most half full */
-        size_t cap = m->cap ? 2 * m->cap : 64;
-        stk__head_seen *v = stk__calloc(cap, sizeof(*v));
-        if (!v)
-            return;
-        stk__head_memo g = {v, 0, cap};
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->v[i].path) {
-                *memo_slot(&g, m->v[i].path, m->v[i].hash) = m->v[i];
-                g.n++;
-            }
-        stk__free(m->v);
-        *m = g;
-    }
-    uint64_t h = path_hash(path);
-    stk__head_seen *e = memo_slot(m, path, h);
-    if (e->path)
-        return;
-    char *p = stk__strdup(path), *val = stk__strdup(validator);
-    if (!p || !val) {
-        stk__free(p);
-        stk__free(val);
-        return;
-    }
-    *e = (stk__head_seen){p, val, h, size};
-    m->n++;
-}
-
-void stk__head_memo_note(const char *path, uint64_t size, const char *validator)
-{
-    const stk__vfs_opts *o = stk__vfs_opts_current();
-    if (o && o->heads && validator && *validator)
-        memo_put(o->heads, path, size, validator);
-}
-
-void stk__head_memo_clear(stk__head_memo *m)
-{
-    for (size_t i = 0; i < m->cap; i++) {
-        stk__free(m->v[i].path);
-        stk__free(m->v[i].validator);
-    }
-    stk__free(m->v);
-    memset(m, 0, sizeof(*m));
-}
-
 /* ---- open files ---- */
 
 stk_status stk__remote_head(stk__rfile *f, const char *path, uint64_t *size, char *validator,
                             size_t vsize, char *err, size_t err_size)
 {
-    const stk__vfs_opts *o = stk__vfs_opts_current();
-    stk__head_memo *m = o ? o->heads : NULL;
-    if (m && m->cap) {
-        const stk__head_seen *e = memo_slot(m, path, path_hash(path));
-        if (e->path) { /* asked before during this dataset open */
-            *size = e->size;
-            if (validator)
-                snprintf(validator, vsize, "%s", e->validator);
-            return STK_OK;
-        }
-    }
+    if (stk__head_memo_get(path, size, validator, vsize)) /* asked before during this open */
+        return STK_OK;
     stk__http_resp r = {0};
     stk__http_req q = {.method = "HEAD",
                        .url = f->t.url,
@@ -571,8 +496,7 @@ stk_status stk__remote_head(stk__rfile *f, const char *path, uint64_t *size, cha
     const char *v = r.etag[0] ? r.etag : r.last_modified;
     if (validator)
         snprintf(validator, vsize, "%s", v);
-    if (m)
-        memo_put(m, path, r.length, v);
+    stk__head_memo_note(path, r.length, v);
     return STK_OK;
 }
 

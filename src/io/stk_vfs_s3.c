@@ -286,7 +286,7 @@ static stk_status s3_list_objects(const char *path, const char *prefix, bool del
             char *key = xml_next(&p, end, "Key", &oom);
             char *size = key ? xml_next(&p, end, "Size", &oom) : NULL;
             char *etag = size ? xml_next(&at, end, "ETag", &oom) : NULL;
-            if (key && size && etag) { /* what a HEAD of it would say, for the rest of the open */
+            if (key && size && etag && *etag) { /* a HEAD's answer, for the rest of the open */
                 char *full = stk__http_fmt("%s%s", bpath, key);
                 if (full)
                     stk__head_memo_note(full, strtoull(size, NULL, 10), etag);
