@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 import stoker
-from s3util import FaultProxy, S3Server, s3rver_command
+from s3util import FaultProxy, S3Server, anonymous_process, s3rver_command
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python",
                                 "tests"))
@@ -132,10 +132,7 @@ def main():
     tf_bytes = sum(os.path.getsize(os.path.join(tmp, "tf", f))
                    for f in os.listdir(os.path.join(tmp, "tf")))
     srv = S3Server(s3rver_command(), os.path.join(tmp, "s3")).start()
-    os.environ["AWS_SHARED_CREDENTIALS_FILE"] = "/nonexistent"
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "STOKER_CACHE_DIR",
-              "STOKER_CACHE_LIMIT"):
-        os.environ.pop(k, None)
+    anonymous_process(srv.endpoint)
     sets = [("wds", f"s3://data/wds/shard-{{000000..{a.shards - 1:06d}}}.tar", "wds",
              a.shards, wds_bytes),
             ("tfrecord", f"s3://data/tf/train-{{000..{a.tf_files - 1:03d}}}.tfrecord",

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import stoker
-from s3util import FaultProxy, S3Server, s3rver_command
+from s3util import FaultProxy, S3Server, anonymous_process, s3rver_command
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_remote_index import make_tf, make_wds, settle  # noqa: E402
@@ -52,9 +52,7 @@ def main():
     make_tf(os.path.join(tmp, "tf"), a.shards, a.per, rng)
     stoker.Dataset(os.path.join(tmp, "tf"))  # writes each file's .idx: the open is not measured
     srv = S3Server(s3rver_command(), os.path.join(tmp, "s3")).start()
-    os.environ["AWS_SHARED_CREDENTIALS_FILE"] = "/nonexistent"
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "STOKER_CACHE_DIR"):
-        os.environ.pop(k, None)
+    anonymous_process(srv.endpoint)
     sets = [("wds", "s3://data/wds/", "wds"), ("tfrecord", "s3://data/tf/", "tfrecord")]
     rows = {}
     try:

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 import stoker
-from s3util import FaultProxy, S3Server, s3rver_command
+from s3util import FaultProxy, S3Server, anonymous_process, s3rver_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 URL = "s3://data/ds/imgs.stk"
@@ -78,10 +78,7 @@ def main():
                    check=True)
     size = os.path.getsize(local)
     srv = S3Server(s3rver_command(), os.path.join(tmp, "s3")).start()
-    os.environ["AWS_ENDPOINT_URL"] = srv.endpoint
-    os.environ["AWS_SHARED_CREDENTIALS_FILE"] = "/nonexistent"
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
-        os.environ.pop(k, None)
+    anonymous_process(srv.endpoint)
     n = 0
     configs = [("s3rver, no cache", "before", False, None), ("s3rver, no cache", "after", True, None),
                ("s3rver, cold cache", "before", False, "cold"),

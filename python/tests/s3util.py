@@ -262,12 +262,22 @@ _S3_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "A
            "AWS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "STOKER_HTTP_INSECURE")
 
 
+def _anonymous(setenv, delenv, endpoint):
+    for k in _S3_ENV:
+        delenv(k)
+    setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    setenv("AWS_ENDPOINT_URL", endpoint)
+
+
 def anonymous_endpoint(monkeypatch, endpoint, retries=3):
     """Point s3:// at `endpoint` (the local server or a proxy in front of it), anonymously, with
     no cache, the transport's defaults and `retries` attempts; returns endpoint."""
-    for k in _S3_ENV:
-        monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    _anonymous(monkeypatch.setenv, lambda k: monkeypatch.delenv(k, raising=False), endpoint)
     monkeypatch.setenv("STOKER_HTTP_RETRIES", str(retries))
     return endpoint
+
+
+def anonymous_process(endpoint):
+    """anonymous_endpoint for the whole process (the benches, which have no monkeypatch): the
+    same settings in os.environ, the retries left at the transport's default."""
+    _anonymous(os.environ.__setitem__, lambda k: os.environ.pop(k, None), endpoint)
