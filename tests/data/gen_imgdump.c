@@ -18,7 +18,9 @@
  *       pipeline/ceiling of each round's CPU times (median, min, max). --no-planes: the RGB path
  *       only (stk_transform.planar cleared). As the loader does, each file's first strict decode
  *       reads it to its end and later ones stop after the window (stk__transform_worker_trust);
- *       --check-every-read reads every one to its end, as a first read.
+ *       --check-every-read reads every one to its end, as a first read. --slot-rows R: sample k
+ *       is stored in row k % R of an R-row buffer (written once before the first round), as the
+ *       loader stores into a ring slot that is not in cache; 1 (one hot row) by default.
  *   gen_imgdump --boxes H W N [--scale A,B] [--ratio A,B] [--seed S]
  *       Print N RandomResizedCrop boxes "i j h w fallback" for an H x W image, sample k drawn
  *       from the stream (S, 0, k) exactly as the transform draws it.
@@ -478,7 +480,7 @@ int main(int argc, char **argv)
     const char *recipe = NULL, *spec = NULL, *dtype = NULL;
     bool nhwc = false, exact = false, plan = false, lenient = false;
     unsigned long long seed = 0, epoch = 0, index = 0;
-    long bench = 0, plans = 1, rounds = 1;
+    long bench = 0, plans = 1, rounds = 1, slot_rows = 1;
     bool ceiling = false, no_planes = false, every_read = false;
     const char *files[4096];
     int n_files = 0;
@@ -501,6 +503,8 @@ int main(int argc, char **argv)
             bench = atol(argv[++i]);
         else if (strcmp(a, "--rounds") == 0 && more)
             rounds = atol(argv[++i]);
+        else if (strcmp(a, "--slot-rows") == 0 && more)
+            slot_rows = atol(argv[++i]);
         else if (strcmp(a, "--ceiling") == 0)
             ceiling = true;
         else if (strcmp(a, "--no-planes") == 0) /* the RGB path only (stk_transform.planar) */
@@ -522,7 +526,7 @@ int main(int argc, char **argv)
         else if (n_files < 4096)
             files[n_files++] = a;
     }
-    if (n_files < (bench ? 1 : 2) || (!recipe && !spec) || rounds < 1)
+    if (n_files < (bench ? 1 : 2) || (!recipe && !spec) || rounds < 1 || slot_rows < 1)
         die("usage: gen_imgdump (--recipe NAME | --ops SPEC) [options] IMAGE OUT");
 
     stk_transform *t = NULL;
@@ -566,7 +570,10 @@ int main(int argc, char **argv)
     int64_t shape[STK_MAX_DIMS];
     stk_transform_output(t, &dt, &ndim, shape);
     size_t out_size = stk_dtype_size(dt) * (size_t)(shape[0] * shape[1] * shape[2]);
-    uint8_t *out = malloc(out_size);
+    uint8_t *slot = malloc(out_size * (size_t)slot_rows), *out = slot;
+    if (!slot)
+        die("out of memory for %ld output rows", slot_rows);
+    memset(slot, 0, out_size * (size_t)slot_rows); /* its pages mapped before any timing */
     char err[STK_ERRMSG_SIZE];
 
     if (bench) {
@@ -590,6 +597,7 @@ int main(int argc, char **argv)
                 stk_rng rng;
                 stk_rng_init(&rng, seed, epoch, (uint64_t)k);
                 int f = (int)(k % n_files);
+                out = slot + (size_t)(k % slot_rows) * out_size;
                 stk__transform_worker_trust(w, checked[f]);
                 if (stk__transform_apply(t, w, imgs[f], sizes[f], &rng, out, err, sizeof(err)) < 0)
                     die("apply failed: %s", err);
@@ -657,7 +665,7 @@ int main(int argc, char **argv)
             die("cannot write '%s'", files[1]);
         free(img);
     }
-    free(out);
+    free(slot);
     stk__transform_worker_destroy(w);
     stk_transform_destroy(t);
     return 0;
