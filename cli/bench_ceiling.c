@@ -2,9 +2,10 @@
  * bench_ceiling.c: the ceiling of `stoker bench --ceiling` (moved out of cmd_bench.c): on the
  * same records and the same number of threads as the loader run, the work with nothing else
  * around it. The records are first read into memory; then each thread takes every threads-th
- * record, a->epochs times, and either decodes it at full size (stk_decoder_decode: an image
- * recipe whose field holds encoded images) or copies its bytes into a slot-sized buffer, as the
- * loader copies rows into a ring slot (raw records, or an image array field).
+ * position of each epoch's order (the loader's: stk_sampler_index, shuffled with --shuffle), and
+ * either decodes it at full size (stk_decoder_decode: an image recipe whose field holds encoded
+ * images) or copies its bytes into a slot-sized buffer, as the loader copies rows into a ring slot
+ * (raw records, or an image array field).
  */
 #include "bench.h"
 
@@ -17,7 +18,9 @@
 typedef struct ceiling_job {
     const uint8_t *const *rec; /* record (or image) bytes in memory */
     const size_t *size;
-    size_t n, first, step; /* this thread takes records first, first+step, ... */
+    bool shuffle; /* visit each epoch's records in the loader's order (stk_sampler_index) */
+    uint64_t seed;
+    size_t n, first, step; /* this thread takes positions first, first+step, ... */
     int epochs;
     bool decode;
     uint8_t *dst; /* memcpy destination, one ring slot's worth */
@@ -39,7 +42,8 @@ static void *ceiling_thread(void *arg)
     }
     size_t at = 0;
     for (int e = 0; e < j->epochs && !j->failed; e++)
-        for (size_t i = j->first; i < j->n; i += j->step) {
+        for (size_t p = j->first; p < j->n; p += j->step) {
+            size_t i = (size_t)stk_sampler_index(j->n, j->shuffle, j->seed, (uint64_t)e, p);
             if (j->decode) {
                 stk_image img;
                 if (stk_decoder_decode(dec, j->rec[i], j->size[i], &img) < 0) {
@@ -130,6 +134,8 @@ int stk_bench_run_ceiling(const bench_args *a, unsigned threads, size_t slot_siz
                                 .first = k,
                                 .step = threads,
                                 .epochs = a->epochs,
+                                .shuffle = a->shuffle,
+                                .seed = a->seed,
                                 .decode = decode,
                                 .dst_size = slot_size};
         if (!decode)
