@@ -16,7 +16,8 @@ decode-only ceiling, on the same JPEGs, the same recipe and the same cores, in o
 3. stoker: `stoker bench PACKED --recipe R --threads T --ceiling --json`, default (crop + DCT
    scaled decode) and --exact (full-scale decode). Its time includes loader start-up. The
    ceiling is libjpeg-turbo decoding every whole image and nothing else, same files, same threads.
-Prints one Markdown table of samples/s and ratios, and the commands.
+Prints one Markdown table of samples/s and ratios (wall clock, and per CPU second of the process:
+on a shared machine the steadier of the two), and the commands.
 
 On a shared machine single runs swing by tens of percent, so the stoker runs (default and
 exact alternating, each with its own ceiling run) are repeated --repeat times and the DataLoader
@@ -147,25 +148,27 @@ def main():
         if torch_best is None or med > torch_best[0]:
             torch_best = (med, w, v)
 
-    rows = [("decode-only ceiling (libjpeg-turbo, full decode)", ceilings, None, None)]
+    rows = [("decode-only ceiling (libjpeg-turbo, full decode)", ceilings, None, None, None)]
     for mode, name in (("exact", "stoker, exact (full-scale decode)"),
                        ("default", "stoker, default (crop + DCT-scaled fast decode)")):
         v = runs[mode]
         rows.append((name, [d["samples_per_s"] for d in v],
                      [d["samples_per_s"] / d["ceiling"]["samples_per_s"] for d in v],
-                     [d["first_batch_ms"] for d in v]))
+                     [d["cpu_ratio_to_ceiling"] for d in v], [d["first_batch_ms"] for d in v]))
     if torch_best:
         rows.append((f"PyTorch DataLoader + torchvision, best num_workers={torch_best[1]}",
-                     [s for s, _ in torch_best[2]], None, [f * 1e3 for _, f in torch_best[2]]))
+                     [s for s, _ in torch_best[2]], None, None,
+                     [f * 1e3 for _, f in torch_best[2]]))
     print()
-    print("| pipeline | samples/s | vs ceiling | vs PyTorch | first batch ms |")
-    print("|---|---|---|---|---|")
+    print("| pipeline | samples/s | vs ceiling | vs ceiling per CPU s | vs PyTorch | first batch ms |")
+    print("|---|---|---|---|---|---|")
     ceil_med = statistics.median(ceilings)
-    for name, sps, ratio, first in rows:
+    for name, sps, ratio, cpu_ratio, first in rows:
         vs_c = spread(ratio, "%.2f", "x") if ratio else f"{statistics.median(sps) / ceil_med:.2f}x"
+        vs_cpu = spread(cpu_ratio, "%.2f", "x") if cpu_ratio else "-"
         vs_t = spread([x / torch_best[0] for x in sps], "%.2f", "x") if torch_best else "-"
         fb = f"{statistics.median(first):.0f}" if first else "-"
-        print(f"| {name} | {spread(sps)} | {vs_c} | {vs_t} | {fb} |")
+        print(f"| {name} | {spread(sps)} | {vs_c} | {vs_cpu} | {vs_t} | {fb} |")
     print(f"\n{a.repeat} stoker runs of each mode, each with its own ceiling run; ratios to the "
           f"ceiling per run, to PyTorch against its median; median [min-max]; "
           f"load average {open('/proc/loadavg').read().split()[0]} at the end")
