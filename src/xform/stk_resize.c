@@ -253,30 +253,13 @@ madd_acc(__m256i acc, __m256i a, __m256i b, bool vnni)
     return vnni ? dot_vnni(acc, a, b) : _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 }
 
-/* vertical_pass with AVX2: rows q and q+1 interleaved byte by byte and widened to int16 pairs,
- * so that one vpmaddwd applies both taps to 8 values; the same integer sums, so the same row.
- * An odd last tap is paired with itself at weight 0. */
+/* The steps of vertical_pass_avx2 over a row, with the tap pairs' rows ra[m], rb[m] and weights
+ * wv[m]: 16 values a step, the last step overlapping the one before (the same values again). */
 __attribute__((target("avx2"), always_inline)) static inline void
-vertical_pass_avx2(int16_t *restrict row, const uint8_t *restrict src, size_t stride,
-                   const int16_t *restrict w, int n, size_t len, bool vnni)
+vertical_steps(int16_t *restrict row, const uint8_t *const *ra, const uint8_t *const *rb,
+               const __m256i *wv, int pairs, size_t len, bool vnni)
 {
-    enum { MAX_PAIRS = 32 };
-    int pairs = (n + 1) / 2;
-    if (pairs > MAX_PAIRS || len < 16) { /* a downscale by more than 32 after DCT scaling */
-        vertical_pass(row, src, stride, w, n, len);
-        return;
-    }
     const __m256i round = _mm256_set1_epi32(1 << (V_SHIFT - 1));
-    __m256i wv[MAX_PAIRS];
-    const uint8_t *ra[MAX_PAIRS], *rb[MAX_PAIRS];
-    for (int m = 0; m < pairs; m++) {
-        int q = 2 * m;
-        uint16_t w1 = q + 1 < n ? (uint16_t)w[q + 1] : 0;
-        wv[m] = _mm256_set1_epi32((int32_t)((uint32_t)w1 << 16 | (uint16_t)w[q]));
-        ra[m] = src + (size_t)q * stride;
-        rb[m] = q + 1 < n ? ra[m] + stride : ra[m];
-    }
-    /* 16 values a step; the last step overlaps the one before (the same values again) */
     for (size_t i0 = 0; i0 < len; i0 += 16) {
         size_t i = i0 + 16 <= len ? i0 : len - 16;
         __m256i lo = round, hi = round;
@@ -291,6 +274,44 @@ vertical_pass_avx2(int16_t *restrict row, const uint8_t *restrict src, size_t st
         /* packs works per 128-bit lane: [lo0-3 hi0-3 | lo4-7 hi4-7] -> reorder the quarters */
         __m256i v = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
         _mm256_storeu_si256((__m256i *)(row + i), v);
+    }
+}
+
+/* vertical_pass with AVX2: rows q and q+1 interleaved byte by byte and widened to int16 pairs,
+ * so that one vpmaddwd applies both taps to 8 values; the same integer sums, so the same row.
+ * An odd last tap is paired with itself at weight 0. The usual pair counts (a resize by up to
+ * 3x after DCT scaling) get their own copy of the steps, the pair loop unrolled. */
+__attribute__((target("avx2"), always_inline)) static inline void
+vertical_pass_avx2(int16_t *restrict row, const uint8_t *restrict src, size_t stride,
+                   const int16_t *restrict w, int n, size_t len, bool vnni)
+{
+    enum { MAX_PAIRS = 32 };
+    int pairs = (n + 1) / 2;
+    if (pairs > MAX_PAIRS || len < 16) { /* a downscale by more than 32 after DCT scaling */
+        vertical_pass(row, src, stride, w, n, len);
+        return;
+    }
+    __m256i wv[MAX_PAIRS];
+    const uint8_t *ra[MAX_PAIRS], *rb[MAX_PAIRS];
+    for (int m = 0; m < pairs; m++) {
+        int q = 2 * m;
+        uint16_t w1 = q + 1 < n ? (uint16_t)w[q + 1] : 0;
+        wv[m] = _mm256_set1_epi32((int32_t)((uint32_t)w1 << 16 | (uint16_t)w[q]));
+        ra[m] = src + (size_t)q * stride;
+        rb[m] = q + 1 < n ? ra[m] + stride : ra[m];
+    }
+    switch (pairs) {
+    case 1:
+        vertical_steps(row, ra, rb, wv, 1, len, vnni);
+        break;
+    case 2:
+        vertical_steps(row, ra, rb, wv, 2, len, vnni);
+        break;
+    case 3:
+        vertical_steps(row, ra, rb, wv, 3, len, vnni);
+        break;
+    default:
+        vertical_steps(row, ra, rb, wv, pairs, len, vnni);
     }
 }
 
@@ -392,16 +413,38 @@ horizontal_block_nc(uint8_t *restrict obuf, const int16_t *restrict vt, int64_t 
     }
 }
 
-/* horizontal_block_nc compiled for RGB (nc = 3) and for one plane (nc = 1). */
+/* horizontal_block_nc with its own copy for the usual tap counts (a resize by up to 2.5x after
+ * DCT scaling), the tap loop unrolled. */
+__attribute__((target("avx2"), always_inline)) static inline void
+horizontal_block_kk(uint8_t *restrict obuf, const int16_t *restrict vt, int64_t n_out,
+                    const int32_t *restrict tmin, const int16_t *restrict w, int stride_w, int kk,
+                    int32_t xlo, int nc, bool vnni)
+{
+    switch (kk) {
+    case 2:
+        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, 2, xlo, nc, vnni);
+        break;
+    case 4:
+        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, 4, xlo, nc, vnni);
+        break;
+    case 6:
+        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, 6, xlo, nc, vnni);
+        break;
+    default:
+        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, nc, vnni);
+    }
+}
+
+/* horizontal_block_kk compiled for RGB (nc = 3) and for one plane (nc = 1). */
 __attribute__((target("avx2"), always_inline)) static inline void
 horizontal_block_avx2(uint8_t *restrict obuf, const int16_t *restrict vt, int64_t n_out,
                       const int32_t *restrict tmin, const int16_t *restrict w, int stride_w, int kk,
                       int32_t xlo, int nc, bool vnni)
 {
     if (nc == 3)
-        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, 3, vnni);
+        horizontal_block_kk(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, 3, vnni);
     else
-        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, 1, vnni);
+        horizontal_block_kk(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, 1, vnni);
 }
 
 /* Resample with the AVX2 kernels, BLK output rows at a time: the vertical pass of each row
