@@ -254,13 +254,35 @@ madd_acc(__m256i acc, __m256i a, __m256i b, bool vnni)
 }
 
 /* The steps of vertical_pass_avx2 over a row, with the tap pairs' rows ra[m], rb[m] and weights
- * wv[m]: 16 values a step, the last step overlapping the one before (the same values again). */
+ * wv[m]: 32 values a step, rows q and q+1 interleaved byte by byte, then widened to int16 pairs
+ * (both per 128-bit lane, so the sums come out as values 0-3 | 16-19, 4-7 | 20-23, ...); the last
+ * values 16 a step, the last step overlapping the one before (the same values again). */
 __attribute__((target("avx2"), always_inline)) static inline void
 vertical_steps(int16_t *restrict row, const uint8_t *const *ra, const uint8_t *const *rb,
                const __m256i *wv, int pairs, size_t len, bool vnni)
 {
-    const __m256i round = _mm256_set1_epi32(1 << (V_SHIFT - 1));
-    for (size_t i0 = 0; i0 < len; i0 += 16) {
+    const __m256i round = _mm256_set1_epi32(1 << (V_SHIFT - 1)), zero = _mm256_setzero_si256();
+    size_t i0 = 0;
+    for (; i0 + 32 <= len; i0 += 32) {
+        __m256i s0 = round, s1 = round, s2 = round, s3 = round;
+        for (int m = 0; m < pairs; m++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(ra[m] + i0));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(rb[m] + i0));
+            __m256i x0 = _mm256_unpacklo_epi8(a, b), x1 = _mm256_unpackhi_epi8(a, b);
+            s0 = madd_acc(s0, _mm256_unpacklo_epi8(x0, zero), wv[m], vnni);
+            s1 = madd_acc(s1, _mm256_unpackhi_epi8(x0, zero), wv[m], vnni);
+            s2 = madd_acc(s2, _mm256_unpacklo_epi8(x1, zero), wv[m], vnni);
+            s3 = madd_acc(s3, _mm256_unpackhi_epi8(x1, zero), wv[m], vnni);
+        }
+        /* [0-7 | 16-23] and [8-15 | 24-31] */
+        __m256i p01 =
+            _mm256_packs_epi32(_mm256_srai_epi32(s0, V_SHIFT), _mm256_srai_epi32(s1, V_SHIFT));
+        __m256i p23 =
+            _mm256_packs_epi32(_mm256_srai_epi32(s2, V_SHIFT), _mm256_srai_epi32(s3, V_SHIFT));
+        _mm256_storeu_si256((__m256i *)(row + i0), _mm256_permute2x128_si256(p01, p23, 0x20));
+        _mm256_storeu_si256((__m256i *)(row + i0 + 16), _mm256_permute2x128_si256(p01, p23, 0x31));
+    }
+    for (; i0 < len; i0 += 16) {
         size_t i = i0 + 16 <= len ? i0 : len - 16;
         __m256i lo = round, hi = round;
         for (int m = 0; m < pairs; m++) {
