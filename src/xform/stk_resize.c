@@ -29,7 +29,8 @@
  * a tap pair to 8 rows, and the 16x16 byte tiles of results are transposed back into the rows.
  * Measured per 224x224 RandomResizedCrop sample (gen_imgdump --bench, one thread, ~55 KB
  * JPEGs): float32 per-pixel kernels 113 us, the same in int16 113 us, the blocked transposed
- * form 75-80 us.
+ * form 75-80 us. Where the CPU has AVX512-VNNI (+VL) the same kernels are compiled a second time
+ * with vpdpwssd, which does a vpmaddwd and its vpaddd in one instruction (the same sums).
  *
  * Scratch (tap tables, one row) lives in the worker's stk__rscratch and only grows.
  */
@@ -235,12 +236,76 @@ static void horizontal_pass(uint8_t *restrict out, const int16_t *restrict row, 
 #define HAVE_AVX2_VARIANT 1
 #define BLK 16 /* output rows per block of the AVX2 path */
 
+/* acc + the int16 pair products of a and b summed per int32 (vpmaddwd + vpaddd) in one
+ * instruction, vpdpwssd (AVX512-VNNI, no saturation: the same sums). Called only where `vnni` is
+ * true below, that is from resample_blocks_vnni, whose target includes this one's: it is inlined
+ * there (it cannot be always_inline: the AVX2 instantiation holds a call to it too, dead). */
+__attribute__((target("avx2,avx512vnni,avx512vl"))) static inline __m256i
+dot_vnni(__m256i acc, __m256i a, __m256i b)
+{
+    return _mm256_dpwssd_epi32(acc, a, b);
+}
+
+/* The accumulate step of every kernel below, for the instantiation `vnni` (a constant). */
+__attribute__((target("avx2"), always_inline)) static inline __m256i
+madd_acc(__m256i acc, __m256i a, __m256i b, bool vnni)
+{
+    return vnni ? dot_vnni(acc, a, b) : _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+}
+
+/* The steps of vertical_pass_avx2 over a row, with the tap pairs' rows ra[m], rb[m] and weights
+ * wv[m]: 32 values a step, rows q and q+1 interleaved byte by byte, then widened to int16 pairs
+ * (both per 128-bit lane, so the sums come out as values 0-3 | 16-19, 4-7 | 20-23, ...); the last
+ * values 16 a step, the last step overlapping the one before (the same values again). */
+__attribute__((target("avx2"), always_inline)) static inline void
+vertical_steps(int16_t *restrict row, const uint8_t *const *ra, const uint8_t *const *rb,
+               const __m256i *wv, int pairs, size_t len, bool vnni)
+{
+    const __m256i round = _mm256_set1_epi32(1 << (V_SHIFT - 1)), zero = _mm256_setzero_si256();
+    size_t i0 = 0;
+    for (; i0 + 32 <= len; i0 += 32) {
+        __m256i s0 = round, s1 = round, s2 = round, s3 = round;
+        for (int m = 0; m < pairs; m++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(ra[m] + i0));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(rb[m] + i0));
+            __m256i x0 = _mm256_unpacklo_epi8(a, b), x1 = _mm256_unpackhi_epi8(a, b);
+            s0 = madd_acc(s0, _mm256_unpacklo_epi8(x0, zero), wv[m], vnni);
+            s1 = madd_acc(s1, _mm256_unpackhi_epi8(x0, zero), wv[m], vnni);
+            s2 = madd_acc(s2, _mm256_unpacklo_epi8(x1, zero), wv[m], vnni);
+            s3 = madd_acc(s3, _mm256_unpackhi_epi8(x1, zero), wv[m], vnni);
+        }
+        /* [0-7 | 16-23] and [8-15 | 24-31] */
+        __m256i p01 =
+            _mm256_packs_epi32(_mm256_srai_epi32(s0, V_SHIFT), _mm256_srai_epi32(s1, V_SHIFT));
+        __m256i p23 =
+            _mm256_packs_epi32(_mm256_srai_epi32(s2, V_SHIFT), _mm256_srai_epi32(s3, V_SHIFT));
+        _mm256_storeu_si256((__m256i *)(row + i0), _mm256_permute2x128_si256(p01, p23, 0x20));
+        _mm256_storeu_si256((__m256i *)(row + i0 + 16), _mm256_permute2x128_si256(p01, p23, 0x31));
+    }
+    for (; i0 < len; i0 += 16) {
+        size_t i = i0 + 16 <= len ? i0 : len - 16;
+        __m256i lo = round, hi = round;
+        for (int m = 0; m < pairs; m++) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(ra[m] + i));
+            __m128i b = _mm_loadu_si128((const __m128i *)(rb[m] + i));
+            lo = madd_acc(lo, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b)), wv[m], vnni);
+            hi = madd_acc(hi, _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, b)), wv[m], vnni);
+        }
+        lo = _mm256_srai_epi32(lo, V_SHIFT);
+        hi = _mm256_srai_epi32(hi, V_SHIFT);
+        /* packs works per 128-bit lane: [lo0-3 hi0-3 | lo4-7 hi4-7] -> reorder the quarters */
+        __m256i v = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+        _mm256_storeu_si256((__m256i *)(row + i), v);
+    }
+}
+
 /* vertical_pass with AVX2: rows q and q+1 interleaved byte by byte and widened to int16 pairs,
  * so that one vpmaddwd applies both taps to 8 values; the same integer sums, so the same row.
- * An odd last tap is paired with itself at weight 0. */
-__attribute__((target("avx2"))) static void
+ * An odd last tap is paired with itself at weight 0. The usual pair counts (a resize by up to
+ * 3x after DCT scaling) get their own copy of the steps, the pair loop unrolled. */
+__attribute__((target("avx2"), always_inline)) static inline void
 vertical_pass_avx2(int16_t *restrict row, const uint8_t *restrict src, size_t stride,
-                   const int16_t *restrict w, int n, size_t len)
+                   const int16_t *restrict w, int n, size_t len, bool vnni)
 {
     enum { MAX_PAIRS = 32 };
     int pairs = (n + 1) / 2;
@@ -248,7 +313,6 @@ vertical_pass_avx2(int16_t *restrict row, const uint8_t *restrict src, size_t st
         vertical_pass(row, src, stride, w, n, len);
         return;
     }
-    const __m256i round = _mm256_set1_epi32(1 << (V_SHIFT - 1));
     __m256i wv[MAX_PAIRS];
     const uint8_t *ra[MAX_PAIRS], *rb[MAX_PAIRS];
     for (int m = 0; m < pairs; m++) {
@@ -258,23 +322,18 @@ vertical_pass_avx2(int16_t *restrict row, const uint8_t *restrict src, size_t st
         ra[m] = src + (size_t)q * stride;
         rb[m] = q + 1 < n ? ra[m] + stride : ra[m];
     }
-    /* 16 values a step; the last step overlaps the one before (the same values again) */
-    for (size_t i0 = 0; i0 < len; i0 += 16) {
-        size_t i = i0 + 16 <= len ? i0 : len - 16;
-        __m256i lo = round, hi = round;
-        for (int m = 0; m < pairs; m++) {
-            __m128i a = _mm_loadu_si128((const __m128i *)(ra[m] + i));
-            __m128i b = _mm_loadu_si128((const __m128i *)(rb[m] + i));
-            lo = _mm256_add_epi32(
-                lo, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b)), wv[m]));
-            hi = _mm256_add_epi32(
-                hi, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, b)), wv[m]));
-        }
-        lo = _mm256_srai_epi32(lo, V_SHIFT);
-        hi = _mm256_srai_epi32(hi, V_SHIFT);
-        /* packs works per 128-bit lane: [lo0-3 hi0-3 | lo4-7 hi4-7] -> reorder the quarters */
-        __m256i v = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
-        _mm256_storeu_si256((__m256i *)(row + i), v);
+    switch (pairs) {
+    case 1:
+        vertical_steps(row, ra, rb, wv, 1, len, vnni);
+        break;
+    case 2:
+        vertical_steps(row, ra, rb, wv, 2, len, vnni);
+        break;
+    case 3:
+        vertical_steps(row, ra, rb, wv, 3, len, vnni);
+        break;
+    default:
+        vertical_steps(row, ra, rb, wv, pairs, len, vnni);
     }
 }
 
@@ -335,7 +394,7 @@ __attribute__((target("avx2"))) static inline void transpose16_u8(__m128i r[16])
  * the 16 rows as int16, in order. The sums are those of horizontal_pass. */
 __attribute__((target("avx2"), always_inline)) static inline __m256i
 value_rows_avx2(const int16_t *restrict vt, int64_t t, const int32_t *restrict tmin,
-                const int16_t *restrict w, int stride_w, int kk, int32_t xlo, int nc)
+                const int16_t *restrict w, int stride_w, int kk, int32_t xlo, int nc, bool vnni)
 {
     int64_t i = t / nc;
     const int16_t *wi = w + i * stride_w;
@@ -348,8 +407,8 @@ value_rows_avx2(const int16_t *restrict vt, int64_t t, const int32_t *restrict t
         memcpy(&pair, wi + q, sizeof(pair)); /* (w[q], w[q+1]) as an int16 pair */
         __m256i wv = _mm256_set1_epi32(pair);
         /* rows 0-3 | 8-11 and 4-7 | 12-15, each with taps q and q+1 side by side */
-        lo = _mm256_add_epi32(lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(a, b), wv));
-        hi = _mm256_add_epi32(hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(a, b), wv));
+        lo = madd_acc(lo, _mm256_unpacklo_epi16(a, b), wv, vnni);
+        hi = madd_acc(hi, _mm256_unpackhi_epi16(a, b), wv, vnni);
     }
     return _mm256_packs_epi32(_mm256_srai_epi32(lo, H_SHIFT), _mm256_srai_epi32(hi, H_SHIFT));
 }
@@ -359,42 +418,64 @@ value_rows_avx2(const int16_t *restrict vt, int64_t t, const int32_t *restrict t
 __attribute__((target("avx2"), always_inline)) static inline void
 horizontal_block_nc(uint8_t *restrict obuf, const int16_t *restrict vt, int64_t n_out,
                     const int32_t *restrict tmin, const int16_t *restrict w, int stride_w, int kk,
-                    int32_t xlo, int nc)
+                    int32_t xlo, int nc, bool vnni)
 {
     int64_t n_val = n_out * nc, t = 0;
     for (; t + 2 <= n_val; t += 2) {
-        __m256i a = value_rows_avx2(vt, t, tmin, w, stride_w, kk, xlo, nc);
-        __m256i b = value_rows_avx2(vt, t + 1, tmin, w, stride_w, kk, xlo, nc);
+        __m256i a = value_rows_avx2(vt, t, tmin, w, stride_w, kk, xlo, nc, vnni);
+        __m256i b = value_rows_avx2(vt, t + 1, tmin, w, stride_w, kk, xlo, nc, vnni);
         /* [a 0-7, b 0-7 | a 8-15, b 8-15] -> [a 0-15 | b 0-15] */
         __m256i v = _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xD8);
         _mm256_storeu_si256((__m256i *)(obuf + (size_t)t * BLK), v);
     }
     if (t < n_val) {
-        __m256i a = value_rows_avx2(vt, t, tmin, w, stride_w, kk, xlo, nc);
+        __m256i a = value_rows_avx2(vt, t, tmin, w, stride_w, kk, xlo, nc, vnni);
         __m256i v = _mm256_permute4x64_epi64(_mm256_packus_epi16(a, a), 0xD8);
         _mm_storeu_si128((__m128i *)(obuf + (size_t)t * BLK), _mm256_castsi256_si128(v));
     }
 }
 
-/* horizontal_block_nc compiled for RGB (nc = 3) and for one plane (nc = 1). */
-__attribute__((target("avx2"))) static void
+/* horizontal_block_nc with its own copy for the usual tap counts (a resize by up to 2.5x after
+ * DCT scaling), the tap loop unrolled. */
+__attribute__((target("avx2"), always_inline)) static inline void
+horizontal_block_kk(uint8_t *restrict obuf, const int16_t *restrict vt, int64_t n_out,
+                    const int32_t *restrict tmin, const int16_t *restrict w, int stride_w, int kk,
+                    int32_t xlo, int nc, bool vnni)
+{
+    switch (kk) {
+    case 2:
+        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, 2, xlo, nc, vnni);
+        break;
+    case 4:
+        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, 4, xlo, nc, vnni);
+        break;
+    case 6:
+        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, 6, xlo, nc, vnni);
+        break;
+    default:
+        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, nc, vnni);
+    }
+}
+
+/* horizontal_block_kk compiled for RGB (nc = 3) and for one plane (nc = 1). */
+__attribute__((target("avx2"), always_inline)) static inline void
 horizontal_block_avx2(uint8_t *restrict obuf, const int16_t *restrict vt, int64_t n_out,
                       const int32_t *restrict tmin, const int16_t *restrict w, int stride_w, int kk,
-                      int32_t xlo, int nc)
+                      int32_t xlo, int nc, bool vnni)
 {
     if (nc == 3)
-        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, 3);
+        horizontal_block_kk(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, 3, vnni);
     else
-        horizontal_block_nc(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, 1);
+        horizontal_block_kk(obuf, vt, n_out, tmin, w, stride_w, kk, xlo, 1, vnni);
 }
 
 /* Resample with the AVX2 kernels, BLK output rows at a time: the vertical pass of each row
  * into a BLK x ld block, one transpose to vt, horizontal_block_avx2, and a transpose of the
  * bytes back into the output rows. */
-__attribute__((target("avx2"))) static void
-resample_blocks_avx2(const stk__rscratch *s, const stk__decoded *src, int nc, int64_t ow,
-                     int64_t oh, int kx, int ky, int kk, int32_t xlo, size_t len, size_t ld,
-                     uint8_t *dst, size_t dst_stride)
+__attribute__((target("avx2"), always_inline)) static inline void
+resample_blocks(const stk__rscratch *s, const stk__decoded *src, int nc, int64_t ow, int64_t oh,
+                int kx, int ky, int kk, int32_t xlo, size_t len, size_t ld, uint8_t *dst,
+                size_t dst_stride, bool vnni)
 {
     int16_t *vb = s->blk, *vt = s->blk + ld * BLK;
     uint8_t *obuf = s->obuf;
@@ -408,7 +489,7 @@ resample_blocks_avx2(const stk__rscratch *s, const stk__decoded *src, int nc, in
             if (r < rows && yn[j] > 0)
                 vertical_pass_avx2(
                     row, src->rgb + (size_t)ymin[j] * src->stride + (size_t)xlo * (size_t)nc,
-                    src->stride, s->y.w + j * ky, yn[j], len);
+                    src->stride, s->y.w + j * ky, yn[j], len, vnni);
             else
                 memset(row, 0, len * sizeof(int16_t));
         }
@@ -420,7 +501,7 @@ resample_blocks_avx2(const stk__rscratch *s, const stk__decoded *src, int nc, in
             for (int k = 0; k < BLK; k++)
                 _mm256_storeu_si256((__m256i *)(vt + (v0 + (size_t)k) * BLK), r[k]);
         }
-        horizontal_block_avx2(obuf, vt, ow, s->x.tmin, s->x.w, kx, kk, xlo, nc);
+        horizontal_block_avx2(obuf, vt, ow, s->x.tmin, s->x.w, kx, kk, xlo, nc, vnni);
         size_t t0 = 0;
         for (; t0 + BLK <= n_val; t0 += BLK) {
             __m128i r[BLK];
@@ -434,6 +515,22 @@ resample_blocks_avx2(const stk__rscratch *s, const stk__decoded *src, int nc, in
             for (int k = 0; k < rows; k++)
                 dst[(size_t)(j0 + k) * dst_stride + t0] = obuf[t0 * BLK + (size_t)k];
     }
+}
+
+/* resample_blocks compiled twice: with vpmaddwd + vpaddd (AVX2), and with vpdpwssd (where the
+ * CPU has AVX512-VNNI and AVX512VL: Ice Lake and later, Zen 4). */
+#define RESAMPLE_BLOCKS_ARGS                                                                       \
+    const stk__rscratch *s, const stk__decoded *src, int nc, int64_t ow, int64_t oh, int kx,       \
+        int ky, int kk, int32_t xlo, size_t len, size_t ld, uint8_t *dst, size_t dst_stride
+__attribute__((target("avx2"))) static void resample_blocks_avx2(RESAMPLE_BLOCKS_ARGS)
+{
+    resample_blocks(s, src, nc, ow, oh, kx, ky, kk, xlo, len, ld, dst, dst_stride, false);
+}
+
+__attribute__((target("avx2,avx512vnni,avx512vl"))) static void
+resample_blocks_vnni(RESAMPLE_BLOCKS_ARGS)
+{
+    resample_blocks(s, src, nc, ow, oh, kx, ky, kk, xlo, len, ld, dst, dst_stride, true);
 }
 #endif
 
@@ -536,7 +633,11 @@ static stk_status resample(stk__rscratch *s, const stk__decoded *src, int nc, co
             return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for the resize rows");
         for (int r = 0; r < BLK; r++)
             memset(s->blk + (size_t)r * ld + len, 0, (ld - len) * sizeof(int16_t));
-        resample_blocks_avx2(s, src, nc, ow, oh, kx, ky, kk, xlo, len, ld, dst, dst_stride);
+        if (!s->no_vnni && __builtin_cpu_supports("avx512vnni") &&
+            __builtin_cpu_supports("avx512vl"))
+            resample_blocks_vnni(s, src, nc, ow, oh, kx, ky, kk, xlo, len, ld, dst, dst_stride);
+        else
+            resample_blocks_avx2(s, src, nc, ow, oh, kx, ky, kk, xlo, len, ld, dst, dst_stride);
         return STK_OK;
     }
 #endif

@@ -521,6 +521,7 @@ typedef struct stk__rscratch {
     uint8_t *obuf; /* AVX2 path: a block's output, transposed */
     size_t cap_obuf;
     bool portable; /* use only the portable kernels: tests compare the two */
+    bool no_vnni;  /* the AVX2 kernels even where the CPU has AVX512-VNNI: tests compare them */
 } stk__rscratch;
 
 void stk__rscratch_free(stk__rscratch *s);
