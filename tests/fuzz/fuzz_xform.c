@@ -147,17 +147,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[256];
     if (stk__xform_render(t, &w, &plan, &dec, out, err, sizeof(err)) < 0)
         abort(); /* only ENOMEM can fail, and the sizes here are small */
-    /* The SIMD kernels (AVX2 where the CPU has it) and the baseline ones agree bit for bit:
-     * outputs must not depend on the machine. */
+    /* The SIMD kernels (VNNI or AVX2 where the CPU has them) and the baseline ones agree bit for
+     * bit: outputs must not depend on the machine. */
     size_t n8 = (size_t)t->out_w * t->out_h * 3;
     uint8_t *a = malloc(n8), *b = malloc(n8);
     if (stk__resample(&w.rs, &dec, &plan.x, &plan.y, a, (size_t)t->out_w * 3, err, sizeof(err)) < 0)
         abort();
-    w.rs.portable = true;
-    if (stk__resample(&w.rs, &dec, &plan.x, &plan.y, b, (size_t)t->out_w * 3, err, sizeof(err)) <
-            0 ||
-        memcmp(a, b, n8) != 0)
-        abort();
+    for (int k = 0; k < 2; k++) { /* AVX2 without VNNI (where the CPU has VNNI), then portable */
+        w.rs.no_vnni = k == 0;
+        w.rs.portable = k == 1;
+        if (stk__resample(&w.rs, &dec, &plan.x, &plan.y, b, (size_t)t->out_w * 3, err,
+                          sizeof(err)) < 0 ||
+            memcmp(a, b, n8) != 0)
+            abort();
+    }
     free(a);
     free(b);
     free(out);
