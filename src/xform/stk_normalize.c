@@ -28,10 +28,12 @@
  * From Y, Cb, Cr planes (stk__store_ycc) the colour conversion and the store are one pass; on
  * CPUs with AVX-512F it runs 16 pixels a step (the same operations on 16 lanes, so the same
  * bytes), and the levels are rounded and clamped in float (roundps, maxps, minps) instead of a
- * round trip through int32. A lookup of the 256 values per channel instead of the two divisions
- * measured slower or no faster on Zen 4: AVX2 gathers from lut_f32 2x slower; the four bytes
- * of each float from 128-byte vpermi2b tables, interleaved with unpacks, as fast as the
- * arithmetic on a hot destination and slower on a cold one (bench/RESULTS.md, "Store kernel").
+ * round trip through int32; the first pixels go through the tables up to where the vector
+ * stores start on a whole vector (a store across two cache lines costs more). A lookup of the 256
+ * values per channel instead of the two divisions measured slower or no faster on Zen 4: AVX2
+ * gathers from lut_f32 2x slower; the four bytes of each float from 128-byte vpermi2b tables,
+ * interleaved with unpacks, as fast as the arithmetic on a hot destination and slower on a cold one
+ * (bench/RESULTS.md, "Store kernel").
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -465,6 +467,19 @@ void stk__ycc_to_rgb(const uint8_t *restrict py, const uint8_t *restrict pu,
         ycc_pixel(py, pu, pv, i, rgb + i * 3);
 }
 
+/* Pixels from .. to - 1 of the planes through ycc_pixel and the tables. */
+static void store_ycc_tables(const stk_transform *t, const uint8_t *restrict py,
+                             const uint8_t *restrict pu, const uint8_t *restrict pv, size_t from,
+                             size_t to, size_t npix, float *restrict o)
+{
+    for (size_t i = from; i < to; i++) {
+        uint8_t rgb[3];
+        ycc_pixel(py, pu, pv, i, rgb);
+        for (int c = 0; c < 3; c++)
+            o[(size_t)c * npix + i] = t->lut_f32[c][rgb[c]];
+    }
+}
+
 bool stk__store_ycc_kernel(const stk_transform *t, stk__ycc_kernel k, const uint8_t *restrict py,
                            const uint8_t *restrict pu, const uint8_t *restrict pv, uint32_t w,
                            uint32_t h, void *restrict dst)
@@ -474,17 +489,19 @@ bool stk__store_ycc_kernel(const stk_transform *t, stk__ycc_kernel k, const uint
         return false;
     if (k == STK__YCC_AVX512 && !__builtin_cpu_supports("avx512f"))
         return false;
-    size_t npix = (size_t)w * h, i = 0;
+    size_t npix = (size_t)w * h;
     float *o = dst;
+    /* The first pixels through the tables up to where the vector stores start on a whole vector
+     * (64 or 32 bytes): on Zen 4 a store across two cache lines costs about twice. Planes 1 and
+     * 2 are aligned as well where npix is a multiple of 16 (224 x 224). */
+    size_t vec = k == STK__YCC_AVX512 ? 64 : 32, mis = (uintptr_t)o % vec;
+    size_t i = mis % sizeof(float) ? 0 : (vec - mis) % vec / sizeof(float);
+    i = i < npix ? i : npix;
+    store_ycc_tables(t, py, pu, pv, 0, i, npix, o);
     if (k == STK__YCC_AVX512) /* the bulk 16 pixels a step, then at most one step of 8 */
-        i = store_ycc_avx512(t, py, pu, pv, npix, npix, o);
+        i += store_ycc_avx512(t, py + i, pu + i, pv + i, npix - i, npix, o + i);
     i += store_ycc_avx2(t, py + i, pu + i, pv + i, npix - i, npix, o + i);
-    for (; i < npix; i++) { /* the last pixels through the tables */
-        uint8_t rgb[3];
-        ycc_pixel(py, pu, pv, i, rgb);
-        for (int c = 0; c < 3; c++)
-            o[(size_t)c * npix + i] = t->lut_f32[c][rgb[c]];
-    }
+    store_ycc_tables(t, py, pu, pv, i, npix, npix, o);
     return true;
 #else
     (void)t, (void)k, (void)py, (void)pu, (void)pv, (void)w, (void)h, (void)dst;
