@@ -128,8 +128,6 @@ void stk__store_init(stk_transform *t)
             if (t->normalize)
                 v = (v - t->mean[c]) / t->std[c];
             t->lut_f32[c][x] = v;
-            for (int k = 0; k < 4; k++)
-                t->lut_f32_bytes[c][k][x] = (uint8_t)(f32_bits(v) >> (8 * k));
             t->lut_u16[c][x] = t->dtype == STK_DTYPE_BFLOAT16 ? bf16_from_f32(v) : f16_from_f32(v);
             /* The arithmetic path's value, to the bit (NaN never arises: std is finite, != 0) */
             float a = div_fma((float)x, 255.0f, 1.0f / 255.0f);
@@ -434,60 +432,6 @@ store_ycc_avx512(const stk_transform *t, const uint8_t *restrict py, const uint8
     return i;
 }
 
-/* The values of 64 levels (bytes of L) of channel c, in the order the packs leave them (byte
- * 16j + 4q + s of L is pixel 16q + 4j + s), stored in pixel order at o: each byte of the float
- * from a 256-byte table as two 128-byte vpermi2b lookups and a blend on the level's top bit,
- * then the four byte planes interleaved into floats by unpacks, which undo the packs' order. */
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static inline void
-store64_tables(const stk_transform *t, int c, __m512i L, float *o)
-{
-    __mmask64 hi = _mm512_movepi8_mask(L);
-    __m512i b[4];
-    for (int k = 0; k < 4; k++) {
-        const uint8_t *tb = t->lut_f32_bytes[c][k];
-        __m512i lo =
-            _mm512_permutex2var_epi8(_mm512_loadu_si512(tb), L, _mm512_loadu_si512(tb + 64));
-        __m512i up =
-            _mm512_permutex2var_epi8(_mm512_loadu_si512(tb + 128), L, _mm512_loadu_si512(tb + 192));
-        b[k] = _mm512_mask_blend_epi8(hi, lo, up);
-    }
-    __m512i w01l = _mm512_unpacklo_epi8(b[0], b[1]), w01h = _mm512_unpackhi_epi8(b[0], b[1]);
-    __m512i w23l = _mm512_unpacklo_epi8(b[2], b[3]), w23h = _mm512_unpackhi_epi8(b[2], b[3]);
-    _mm512_storeu_si512(o, _mm512_unpacklo_epi16(w01l, w23l));
-    _mm512_storeu_si512(o + 16, _mm512_unpackhi_epi16(w01l, w23l));
-    _mm512_storeu_si512(o + 32, _mm512_unpacklo_epi16(w01h, w23h));
-    _mm512_storeu_si512(o + 48, _mm512_unpackhi_epi16(w01h, w23h));
-}
-
-/* float32 NCHW through the tables, 64 pixels a step: the levels as store_ycc_avx512 computes
- * them before rounding, rounded by cvtps (as nearbyintf) and clamped by the saturating packs to
- * bytes, then store64_tables; no division at all. Returns the pixels done. */
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static size_t
-store_ycc_vbmi(const stk_transform *t, const uint8_t *restrict py, const uint8_t *restrict pu,
-               const uint8_t *restrict pv, size_t npix, size_t stride, float *restrict dst)
-{
-    const __m512 c128 = _mm512_set1_ps(128.0f);
-    size_t i = 0;
-    for (; i + 64 <= npix; i += 64) {
-        __m512i lv[3][4];
-        for (int g = 0; g < 4; g++) {
-            size_t j = i + 16 * (size_t)g;
-            __m512 y = load16(py + j), u = _mm512_sub_ps(load16(pu + j), c128);
-            __m512 v = _mm512_sub_ps(load16(pv + j), c128);
-            lv[0][g] = _mm512_cvtps_epi32(_mm512_fmadd_ps(v, _mm512_set1_ps(YCC_RV), y));
-            lv[1][g] = _mm512_cvtps_epi32(_mm512_fmadd_ps(
-                u, _mm512_set1_ps(YCC_GU), _mm512_fmadd_ps(v, _mm512_set1_ps(YCC_GV), y)));
-            lv[2][g] = _mm512_cvtps_epi32(_mm512_fmadd_ps(u, _mm512_set1_ps(YCC_BU), y));
-        }
-        for (int c = 0; c < 3; c++) {
-            __m512i L = _mm512_packus_epi16(_mm512_packs_epi32(lv[c][0], lv[c][1]),
-                                            _mm512_packs_epi32(lv[c][2], lv[c][3]));
-            store64_tables(t, c, L, dst + (size_t)c * stride + i);
-        }
-    }
-    return i;
-}
-
 /* Interleaved RGB from the planes, 8 pixels a step; returns the pixels done. */
 __attribute__((target("avx2,fma"))) static size_t
 ycc_to_rgb_avx2(const uint8_t *restrict py, const uint8_t *restrict pu, const uint8_t *restrict pv,
@@ -543,23 +487,18 @@ bool stk__store_ycc_kernel(const stk_transform *t, stk__ycc_kernel k, const uint
 #ifdef HAVE_ARITH_STORE
     if (t->dtype != STK_DTYPE_FLOAT32 || t->nhwc || !arith_ok(t))
         return false;
-    if (k == STK__YCC_VBMI &&
-        !(__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi")))
-        return false;
-    if (k <= STK__YCC_AVX512 && !__builtin_cpu_supports("avx512f"))
+    if (k == STK__YCC_AVX512 && !__builtin_cpu_supports("avx512f"))
         return false;
     size_t npix = (size_t)w * h;
     float *o = dst;
     /* The first pixels through the tables up to where the vector stores start on a whole vector
      * (64 or 32 bytes): on Zen 4 a store across two cache lines costs about twice. Planes 1 and
      * 2 are aligned as well where npix is a multiple of 16 (224 x 224). */
-    size_t vec = k <= STK__YCC_AVX512 ? 64 : 32, mis = (uintptr_t)o % vec;
+    size_t vec = k == STK__YCC_AVX512 ? 64 : 32, mis = (uintptr_t)o % vec;
     size_t i = mis % sizeof(float) ? 0 : (vec - mis) % vec / sizeof(float);
     i = i < npix ? i : npix;
     store_ycc_tables(t, py, pu, pv, 0, i, npix, o);
-    if (k == STK__YCC_VBMI)
-        i += store_ycc_vbmi(t, py + i, pu + i, pv + i, npix - i, npix, o + i);
-    if (k <= STK__YCC_AVX512) /* the bulk (or rest) 16 pixels a step, then at most one of 8 */
+    if (k == STK__YCC_AVX512) /* the bulk 16 pixels a step, then at most one step of 8 */
         i += store_ycc_avx512(t, py + i, pu + i, pv + i, npix - i, npix, o + i);
     i += store_ycc_avx2(t, py + i, pu + i, pv + i, npix - i, npix, o + i);
     store_ycc_tables(t, py, pu, pv, i, npix, npix, o);
@@ -573,8 +512,7 @@ bool stk__store_ycc_kernel(const stk_transform *t, stk__ycc_kernel k, const uint
 bool stk__store_ycc(const stk_transform *t, const uint8_t *restrict py, const uint8_t *restrict pu,
                     const uint8_t *restrict pv, uint32_t w, uint32_t h, void *restrict dst)
 {
-    return stk__store_ycc_kernel(t, STK__YCC_VBMI, py, pu, pv, w, h, dst) ||
-           stk__store_ycc_kernel(t, STK__YCC_AVX512, py, pu, pv, w, h, dst) ||
+    return stk__store_ycc_kernel(t, STK__YCC_AVX512, py, pu, pv, w, h, dst) ||
            stk__store_ycc_kernel(t, STK__YCC_AVX2, py, pu, pv, w, h, dst);
 }
 

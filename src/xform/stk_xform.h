@@ -56,9 +56,6 @@ struct stk_transform {
      * result of ToTensor/Normalize/rounding, so the store is a table lookup. */
     float lut_f32[3][256];
     uint16_t lut_u16[3][256]; /* float16 / bfloat16 bits */
-    /* lut_f32 a byte plane at a time: lut_f32_bytes[c][k][x] is byte k (little-endian) of
-     * lut_f32[c][x], for the AVX-512 VBMI store (byte lookups in 128-byte tables). */
-    uint8_t lut_f32_bytes[3][4][256];
     /* float32 output by arithmetic (stk_normalize.c): per channel 1/std and std (1 and 1 without
      * Normalize), mean (0); set only where the arithmetic was checked equal to lut_f32 on all 256
      * values at create. */
@@ -555,8 +552,6 @@ bool stk__store_ycc(const stk_transform *t, const uint8_t *py, const uint8_t *pu
                     uint32_t w, uint32_t h, void *dst);
 /* The kernels of stk__store_ycc, which runs the first of them this CPU has. */
 typedef enum {
-    STK__YCC_VBMI,   /* 64 pixels a step through lut_f32_bytes (AVX-512 BW and VBMI), the rest
-                      * as STK__YCC_AVX512 */
     STK__YCC_AVX512, /* 16 pixels a step (AVX-512F), the rest as STK__YCC_AVX2 */
     STK__YCC_AVX2,   /* 8 pixels a step (AVX2 and FMA), the rest through the tables */
     STK__YCC_KERNELS /* how many */
