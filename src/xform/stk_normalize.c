@@ -29,11 +29,13 @@
  * CPUs with AVX-512F it runs 16 pixels a step (the same operations on 16 lanes, so the same
  * bytes), and the levels are rounded and clamped in float (roundps, maxps, minps) instead of a
  * round trip through int32; the first pixels go through the tables up to where the vector
- * stores start on a whole vector (a store across two cache lines costs more). A lookup of the 256
- * values per channel instead of the two divisions measured slower or no faster on Zen 4: AVX2
- * gathers from lut_f32 2x slower; the four bytes of each float from 128-byte vpermi2b tables,
- * interleaved with unpacks, as fast as the arithmetic on a hot destination and slower on a cold one
- * (bench/RESULTS.md, "Store kernel").
+ * stores start on a whole vector (a store across two cache lines costs more). Measured with
+ * gen_imgdump --bench (imagenet-train, 224x224, medians): store 40-44 -> 26-27 us with a hot
+ * destination, 42-48 -> 29-39 us with a 64-byte-aligned one rotating through 64 rows.
+ * Lookups of the 256 values per channel instead of the two divisions: AVX2 gathers from lut_f32
+ * are 2x slower; the four bytes of each float from 128-byte vpermi2b tables (AVX-512 VBMI),
+ * interleaved with unpacks, are 12% faster on a hot destination and no faster on a rotating
+ * one, so not kept (commit cb8383d has that kernel; bench/RESULTS.md, "Store kernel").
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
