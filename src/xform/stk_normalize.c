@@ -24,6 +24,18 @@
  * for bit; so both paths always give the same bytes. NCHW splits 16 pixels into three planes
  * with byte shuffles first. Measured on 224x224x3 float32 NCHW (gen_imgdump --bench):
  * table 47 us, arithmetic 27 us.
+ *
+ * From Y, Cb, Cr planes (stk__store_ycc) the colour conversion and the store are one pass; on
+ * CPUs with AVX-512F it runs 16 pixels a step (the same operations on 16 lanes, so the same
+ * bytes), and the levels are rounded and clamped in float (roundps, maxps, minps) instead of a
+ * round trip through int32; the first pixels go through the tables up to where the vector
+ * stores start on a whole vector (a store across two cache lines costs more). Measured with
+ * gen_imgdump --bench (imagenet-train, 224x224, medians): store 40-44 -> 26-27 us with a hot
+ * destination, 42-48 -> 29-39 us with a 64-byte-aligned one rotating through 64 rows.
+ * Lookups of the 256 values per channel instead of the two divisions: AVX2 gathers from lut_f32
+ * are 2x slower; the four bytes of each float from 128-byte vpermi2b tables (AVX-512 VBMI),
+ * interleaved with unpacks, are 12% faster on a hot destination and no faster on a rotating
+ * one, so not kept (commit cb8383d has that kernel; bench/RESULTS.md, "Store kernel").
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -328,9 +340,10 @@ static inline void ycc_pixel(const uint8_t *py, const uint8_t *pu, const uint8_t
 }
 
 #ifdef HAVE_ARITH_STORE
-/* R, G, B of 8 pixels as int32 levels (ycc_pixel's operations on 8 lanes). */
+/* R, G, B of 8 pixels as levels in float (ycc_pixel's operations on 8 lanes): rounded as
+ * nearbyintf (the current rounding direction, no inexact flag) and clamped in float. */
 __attribute__((target("avx2,fma"))) static inline void ycc8(const uint8_t *py, const uint8_t *pu,
-                                                            const uint8_t *pv, __m256i rgb[3])
+                                                            const uint8_t *pv, __m256 rgb[3])
 {
     const __m256 c128 = _mm256_set1_ps(128.0f);
     __m256 y = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const void *)py)));
@@ -342,19 +355,20 @@ __attribute__((target("avx2,fma"))) static inline void ycc8(const uint8_t *py, c
         _mm256_fmadd_ps(v, _mm256_set1_ps(YCC_RV), y),
         _mm256_fmadd_ps(u, _mm256_set1_ps(YCC_GU), _mm256_fmadd_ps(v, _mm256_set1_ps(YCC_GV), y)),
         _mm256_fmadd_ps(u, _mm256_set1_ps(YCC_BU), y)};
-    for (int c = 0; c < 3; c++) /* cvtps rounds to nearest even, as nearbyintf */
-        rgb[c] =
-            _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(f[c]), _mm256_setzero_si256()),
-                             _mm256_set1_epi32(255));
+    for (int c = 0; c < 3; c++)
+        rgb[c] = _mm256_min_ps(
+            _mm256_max_ps(_mm256_round_ps(f[c], _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC),
+                          _mm256_setzero_ps()),
+            _mm256_set1_ps(255.0f));
 }
 
 /* float32 NCHW straight from the planes, 8 pixels a step: the levels of ycc8, then exactly the
  * arithmetic store's operations (value8), so the values equal stk__store of the RGB image
- * stk__ycc_to_rgb makes. Returns the pixels done. */
+ * stk__ycc_to_rgb makes. Plane c of the output starts at dst + c * stride. Returns the pixels
+ * done. */
 __attribute__((target("avx2,fma"))) static size_t
-store_ycc_planes_arith(const stk_transform *t, const uint8_t *restrict py,
-                       const uint8_t *restrict pu, const uint8_t *restrict pv, size_t npix,
-                       float *restrict dst)
+store_ycc_avx2(const stk_transform *t, const uint8_t *restrict py, const uint8_t *restrict pu,
+               const uint8_t *restrict pv, size_t npix, size_t stride, float *restrict dst)
 {
     __m256 mean[3], sd[3], rsd[3];
     for (int c = 0; c < 3; c++) {
@@ -365,12 +379,56 @@ store_ycc_planes_arith(const stk_transform *t, const uint8_t *restrict py,
     const __m256 k255 = _mm256_set1_ps(255.0f), r255 = _mm256_set1_ps(1.0f / 255.0f);
     size_t i = 0;
     for (; i + 8 <= npix; i += 8) {
-        __m256i rgb[3];
+        __m256 rgb[3];
         ycc8(py + i, pu + i, pv + i, rgb);
         for (int c = 0; c < 3; c++) {
-            __m256 q = div8(_mm256_cvtepi32_ps(rgb[c]), k255, r255);
-            _mm256_storeu_ps(dst + (size_t)c * npix + i,
+            __m256 q = div8(rgb[c], k255, r255);
+            _mm256_storeu_ps(dst + (size_t)c * stride + i,
                              div8(_mm256_sub_ps(q, mean[c]), sd[c], rsd[c]));
+        }
+    }
+    return i;
+}
+
+/* store_ycc_avx2 on 16 lanes (AVX-512F): the same operations, so the same bytes; fewer
+ * instructions per pixel even where the CPU splits them in two halves (Zen 4). */
+__attribute__((target("avx512f"))) static inline __m512 div16(__m512 a, __m512 b, __m512 r)
+{
+    __m512 q = _mm512_mul_ps(a, r);
+    return _mm512_fmadd_ps(_mm512_fnmadd_ps(q, b, a), r, q);
+}
+
+__attribute__((target("avx512f"))) static inline __m512 load16(const uint8_t *p)
+{
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const void *)p)));
+}
+
+__attribute__((target("avx512f"))) static size_t
+store_ycc_avx512(const stk_transform *t, const uint8_t *restrict py, const uint8_t *restrict pu,
+                 const uint8_t *restrict pv, size_t npix, size_t stride, float *restrict dst)
+{
+    __m512 mean[3], sd[3], rsd[3];
+    for (int c = 0; c < 3; c++) {
+        mean[c] = _mm512_set1_ps(t->st_mean[c]);
+        sd[c] = _mm512_set1_ps(t->st_std[c]);
+        rsd[c] = _mm512_set1_ps(t->st_rstd[c]);
+    }
+    const __m512 k255 = _mm512_set1_ps(255.0f), r255 = _mm512_set1_ps(1.0f / 255.0f);
+    const __m512 c128 = _mm512_set1_ps(128.0f), zero = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= npix; i += 16) {
+        __m512 y = load16(py + i), u = _mm512_sub_ps(load16(pu + i), c128);
+        __m512 v = _mm512_sub_ps(load16(pv + i), c128);
+        __m512 f[3] = {_mm512_fmadd_ps(v, _mm512_set1_ps(YCC_RV), y),
+                       _mm512_fmadd_ps(u, _mm512_set1_ps(YCC_GU),
+                                       _mm512_fmadd_ps(v, _mm512_set1_ps(YCC_GV), y)),
+                       _mm512_fmadd_ps(u, _mm512_set1_ps(YCC_BU), y)};
+        for (int c = 0; c < 3; c++) {
+            __m512 l = _mm512_roundscale_ps(f[c], _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC);
+            l = _mm512_min_ps(_mm512_max_ps(l, zero), k255);
+            __m512 q = div16(l, k255, r255);
+            _mm512_storeu_ps(dst + (size_t)c * stride + i,
+                             div16(_mm512_sub_ps(q, mean[c]), sd[c], rsd[c]));
         }
     }
     return i;
@@ -383,11 +441,11 @@ ycc_to_rgb_avx2(const uint8_t *restrict py, const uint8_t *restrict pu, const ui
 {
     size_t i = 0;
     for (; i + 8 <= npix; i += 8) {
-        __m256i c[3];
+        __m256 c[3];
         ycc8(py + i, pu + i, pv + i, c);
         int32_t v[3][8];
-        for (int k = 0; k < 3; k++)
-            _mm256_storeu_si256((__m256i *)v[k], c[k]);
+        for (int k = 0; k < 3; k++) /* integral values in 0..255: the conversion is exact */
+            _mm256_storeu_si256((__m256i *)v[k], _mm256_cvtps_epi32(c[k]));
         uint8_t *o = rgb + i * 3;
         for (int p = 0; p < 8; p++) {
             o[p * 3] = (uint8_t)v[0][p];
@@ -411,26 +469,53 @@ void stk__ycc_to_rgb(const uint8_t *restrict py, const uint8_t *restrict pu,
         ycc_pixel(py, pu, pv, i, rgb + i * 3);
 }
 
-bool stk__store_ycc(const stk_transform *t, const uint8_t *restrict py, const uint8_t *restrict pu,
-                    const uint8_t *restrict pv, uint32_t w, uint32_t h, void *restrict dst)
+/* Pixels from .. to - 1 of the planes through ycc_pixel and the tables. */
+static void store_ycc_tables(const stk_transform *t, const uint8_t *restrict py,
+                             const uint8_t *restrict pu, const uint8_t *restrict pv, size_t from,
+                             size_t to, size_t npix, float *restrict o)
 {
-#ifdef HAVE_ARITH_STORE
-    if (t->dtype != STK_DTYPE_FLOAT32 || t->nhwc || !arith_ok(t))
-        return false;
-    size_t npix = (size_t)w * h;
-    float *o = dst;
-    size_t i = store_ycc_planes_arith(t, py, pu, pv, npix, o);
-    for (; i < npix; i++) { /* the last pixels through the tables */
+    for (size_t i = from; i < to; i++) {
         uint8_t rgb[3];
         ycc_pixel(py, pu, pv, i, rgb);
         for (int c = 0; c < 3; c++)
             o[(size_t)c * npix + i] = t->lut_f32[c][rgb[c]];
     }
+}
+
+bool stk__store_ycc_kernel(const stk_transform *t, stk__ycc_kernel k, const uint8_t *restrict py,
+                           const uint8_t *restrict pu, const uint8_t *restrict pv, uint32_t w,
+                           uint32_t h, void *restrict dst)
+{
+#ifdef HAVE_ARITH_STORE
+    if (t->dtype != STK_DTYPE_FLOAT32 || t->nhwc || !arith_ok(t))
+        return false;
+    if (k == STK__YCC_AVX512 && !__builtin_cpu_supports("avx512f"))
+        return false;
+    size_t npix = (size_t)w * h;
+    float *o = dst;
+    /* The first pixels through the tables up to where the vector stores start on a whole vector
+     * (64 or 32 bytes): on Zen 4 a store across two cache lines costs about twice. Planes 1 and
+     * 2 are aligned as well where npix is a multiple of 16 (224 x 224). */
+    size_t vec = k == STK__YCC_AVX512 ? 64 : 32, mis = (uintptr_t)o % vec;
+    size_t i = mis % sizeof(float) ? 0 : (vec - mis) % vec / sizeof(float);
+    i = i < npix ? i : npix;
+    store_ycc_tables(t, py, pu, pv, 0, i, npix, o);
+    if (k == STK__YCC_AVX512) /* the bulk 16 pixels a step, then at most one step of 8 */
+        i += store_ycc_avx512(t, py + i, pu + i, pv + i, npix - i, npix, o + i);
+    i += store_ycc_avx2(t, py + i, pu + i, pv + i, npix - i, npix, o + i);
+    store_ycc_tables(t, py, pu, pv, i, npix, npix, o);
     return true;
 #else
-    (void)t, (void)py, (void)pu, (void)pv, (void)w, (void)h, (void)dst;
+    (void)t, (void)k, (void)py, (void)pu, (void)pv, (void)w, (void)h, (void)dst;
     return false;
 #endif
+}
+
+bool stk__store_ycc(const stk_transform *t, const uint8_t *restrict py, const uint8_t *restrict pu,
+                    const uint8_t *restrict pv, uint32_t w, uint32_t h, void *restrict dst)
+{
+    return stk__store_ycc_kernel(t, STK__YCC_AVX512, py, pu, pv, w, h, dst) ||
+           stk__store_ycc_kernel(t, STK__YCC_AVX2, py, pu, pv, w, h, dst);
 }
 
 void stk__store(const stk_transform *t, const uint8_t *restrict rgb, uint32_t w, uint32_t h,

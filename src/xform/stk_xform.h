@@ -551,6 +551,16 @@ void stk__ycc_to_rgb(const uint8_t *py, const uint8_t *pu, const uint8_t *pv, si
  * false, nothing written, otherwise. */
 bool stk__store_ycc(const stk_transform *t, const uint8_t *py, const uint8_t *pu, const uint8_t *pv,
                     uint32_t w, uint32_t h, void *dst);
+/* The kernels of stk__store_ycc, which runs the first of them this CPU has. */
+typedef enum {
+    STK__YCC_AVX512, /* 16 pixels a step (AVX-512F), the rest as STK__YCC_AVX2 */
+    STK__YCC_AVX2,   /* 8 pixels a step (AVX2 and FMA), the rest through the tables */
+    STK__YCC_KERNELS /* how many */
+} stk__ycc_kernel;
+/* stk__store_ycc with kernel k only (the tests compare each one with the tables): false, nothing
+ * written, where stk__store_ycc would return false or this CPU lacks k's instructions. */
+bool stk__store_ycc_kernel(const stk_transform *t, stk__ycc_kernel k, const uint8_t *py,
+                           const uint8_t *pu, const uint8_t *pv, uint32_t w, uint32_t h, void *dst);
 
 /* IEEE binary16 and bfloat16 from float, round to nearest even (NaN stays NaN, quiet). */
 uint16_t stk__f32_to_f16(float f);

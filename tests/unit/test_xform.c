@@ -1044,6 +1044,25 @@ static int test_store_layouts(void)
     return 0;
 }
 
+/* CenterCrop + Normalize for store case k: ImageNet's mean/std (k = 0; k = 1 is the same, the
+ * caller leaving Normalize out for ToTensor alone), a subnormal std (k = 2: 1/std overflows, so
+ * the tables must be used), random mean/std drawn from s (k >= 2). */
+static void store_case_ops(stk_op ops[2], int k, uint64_t *s)
+{
+    stk_op_init(&ops[0], STK_OP_CENTER_CROP);
+    stk_op_init(&ops[1], STK_OP_NORMALIZE);
+    const float m[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+    memcpy(ops[1].mean, m, sizeof(m));
+    memcpy(ops[1].std, sd, sizeof(sd));
+    if (k >= 2)
+        for (int c = 0; c < 3; c++) {
+            ops[1].mean[c] = (float)((double)(lcg(s) % 20001) / 10000.0 - 1.0);
+            ops[1].std[c] = (float)((double)(lcg(s) % 10000 + 1) / 3000.0);
+        }
+    if (k == 2)
+        ops[1].std[1] = 1e-39f;
+}
+
 /* The float32 arithmetic store (AVX2 + FMA) gives the table's bytes: ImageNet's constants and
  * ToTensor alone (it must be enabled there), a subnormal std (it must not), random mean/std
  * (either), both layouts, sizes with and without a tail. */
@@ -1054,18 +1073,7 @@ static int test_store_arith_equals_table(void)
     int enabled = 0;
     for (int k = 0; k < 40; k++) {
         stk_op ops[2];
-        stk_op_init(&ops[0], STK_OP_CENTER_CROP);
-        stk_op_init(&ops[1], STK_OP_NORMALIZE);
-        const float m[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
-        memcpy(ops[1].mean, m, sizeof(m));
-        memcpy(ops[1].std, sd, sizeof(sd));
-        if (k >= 2)
-            for (int c = 0; c < 3; c++) {
-                ops[1].mean[c] = (float)((double)(lcg(&s) % 20001) / 10000.0 - 1.0);
-                ops[1].std[c] = (float)((double)(lcg(&s) % 10000 + 1) / 3000.0);
-            }
-        if (k == 2) /* a subnormal std: 1/std overflows, so the tables must be used */
-            ops[1].std[1] = 1e-39f;
+        store_case_ops(ops, k, &s);
         const uint32_t *sz = sizes[k % 5];
         ops[0].size[0] = sz[1];
         ops[0].size[1] = sz[0];
@@ -1091,6 +1099,95 @@ static int test_store_arith_equals_table(void)
     }
     if (getenv("XF_VERBOSE"))
         fprintf(stderr, "  arithmetic store enabled for %d of 80 transforms\n", enabled);
+    return 0;
+}
+
+/* Checks every kernel of stk__store_ycc this CPU runs on one w x h set of planes against the
+ * levels of stk__ycc_to_rgb (its scalar path, one pixel a call) through the tables. Returns how
+ * many kernels ran, -1 on a difference. */
+static int ycc_kernels_vs_tables(const stk_transform *t, const uint8_t *py, const uint8_t *pu,
+                                 const uint8_t *pv, uint32_t w, uint32_t h)
+{
+    size_t npix = (size_t)w * h;
+    uint8_t *lv = malloc(npix * 3), *simd = malloc(npix * 3);
+    float *want = malloc(npix * 3 * sizeof(float)), *buf = malloc((npix * 3 + 16) * sizeof(float));
+    int ran = 0;
+    for (size_t i = 0; i < npix; i++)
+        stk__ycc_to_rgb(py + i, pu + i, pv + i, 1, lv + i * 3);
+    stk__ycc_to_rgb(py, pu, pv, npix, simd); /* the vector path makes the same levels */
+    if (memcmp(lv, simd, npix * 3) != 0)
+        ran = -1;
+    stk__store_table(t, lv, w, h, want);
+    for (int k = 0; k < STK__YCC_KERNELS && ran >= 0; k++) {
+        bool runs = false;
+        for (size_t at = 0; at < 16 && ran >= 0; at += 5) { /* 4 alignments: 4 heads of tables */
+            float *got = buf + at;
+            memset(got, 0xA5, npix * 3 * sizeof(float));
+            runs = stk__store_ycc_kernel(t, (stk__ycc_kernel)k, py, pu, pv, w, h, got);
+            if (runs && memcmp(want, got, npix * 3 * sizeof(float)) != 0) {
+                fprintf(stderr, "  kernel %d differs from the tables on %ux%u at +%zu\n", k, w, h,
+                        at);
+                ran = -1;
+            }
+        }
+        ran += runs && ran >= 0;
+    }
+    free(lv);
+    free(simd);
+    free(want);
+    free(buf);
+    return ran;
+}
+
+/* Every kernel of stk__store_ycc (AVX-512, AVX2: those this CPU has) gives the bytes of
+ * stk__ycc_to_rgb + the tables: ImageNet's mean/std, ToTensor alone and random mean/std on sizes
+ * with and without tails of 16 and 8 pixels; on all 2^24 (Y, Cb, Cr) triples for ImageNet's
+ * constants. A subnormal std (no arithmetic store) leaves every kernel out. */
+static int test_store_ycc_kernels_equal_table(void)
+{
+    static const uint32_t sizes[][2] = {{224, 224}, {16, 1}, {13, 7}, {1, 1}, {31, 1}, {100, 3}};
+    uint64_t s = 29;
+    for (int k = 0; k < 6; k++) {
+        stk_op ops[2];
+        store_case_ops(ops, k, &s);
+        stk_transform *t = make_t(ops, k == 1 ? 1 : 2, STK_DTYPE_FLOAT32, false, false);
+        T_CHECK(t);
+        for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+            uint32_t w = sizes[z][0], h = sizes[z][1];
+            size_t npix = (size_t)w * h;
+            uint8_t *pl = malloc(npix * 3);
+            for (size_t i = 0; i < npix * 3; i++)
+                pl[i] = (uint8_t)lcg(&s);
+            int ran = ycc_kernels_vs_tables(t, pl, pl + npix, pl + 2 * npix, w, h);
+            T_CHECKF(ran >= 0, "case %d size %ux%u", k, w, h);
+            if (k == 2)
+                T_EQ(ran, 0);
+            free(pl);
+        }
+        stk_transform_destroy(t);
+    }
+    /* exhaustive, ImageNet's constants: one Y per 256 x 256 image of every (Cb, Cr) */
+    stk_op ops[2];
+    store_case_ops(ops, 0, &s);
+    stk_transform *t = make_t(ops, 2, STK_DTYPE_FLOAT32, false, false);
+    T_CHECK(t && t->store_arith);
+    uint8_t *py = malloc(65536), *pu = malloc(65536), *pv = malloc(65536);
+    int ran = 0;
+    for (int y = 0; y < 256; y++) {
+        for (int i = 0; i < 65536; i++) {
+            py[i] = (uint8_t)y;
+            pu[i] = (uint8_t)i;
+            pv[i] = (uint8_t)(i >> 8);
+        }
+        ran = ycc_kernels_vs_tables(t, py, pu, pv, 256, 256);
+        T_CHECKF(ran >= 0, "Y = %d", y);
+    }
+    if (getenv("XF_VERBOSE"))
+        fprintf(stderr, "  %d stk__store_ycc kernels run on this CPU\n", ran);
+    free(py);
+    free(pu);
+    free(pv);
+    stk_transform_destroy(t);
     return 0;
 }
 
@@ -1932,8 +2029,8 @@ T_MAIN(T_CASE(test_op_defaults), T_CASE(test_op_table), T_CASE(test_recipes),
        T_CASE(test_bad_op_lists), T_CASE(test_box_invariants), T_CASE(test_rng_below),
        T_CASE(test_geometry_rules), T_CASE(test_resize_identity), T_CASE(test_resize_vs_reference),
        T_CASE(test_flip_exact), T_CASE(test_f16_bf16), T_CASE(test_store_layouts),
-       T_CASE(test_store_arith_equals_table), T_CASE(test_jitter_basics),
-       T_CASE(test_apply_png_pipelines), T_CASE(test_apply_deterministic),
-       T_CASE(test_threads_identical), T_CASE(test_pixel_kernels), T_CASE(test_apply_errors),
-       T_CASE(test_apply_padding), T_CASE(test_warps_order_padding), T_CASE(test_planes_path),
-       T_CASE(test_alloc_failures))
+       T_CASE(test_store_arith_equals_table), T_CASE(test_store_ycc_kernels_equal_table),
+       T_CASE(test_jitter_basics), T_CASE(test_apply_png_pipelines),
+       T_CASE(test_apply_deterministic), T_CASE(test_threads_identical), T_CASE(test_pixel_kernels),
+       T_CASE(test_apply_errors), T_CASE(test_apply_padding), T_CASE(test_warps_order_padding),
+       T_CASE(test_planes_path), T_CASE(test_alloc_failures))
