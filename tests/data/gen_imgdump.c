@@ -570,7 +570,10 @@ int main(int argc, char **argv)
     int64_t shape[STK_MAX_DIMS];
     stk_transform_output(t, &dt, &ndim, shape);
     size_t out_size = stk_dtype_size(dt) * (size_t)(shape[0] * shape[1] * shape[2]);
-    uint8_t *slot = malloc(out_size * (size_t)slot_rows), *out = slot;
+    void *mem = NULL; /* 64-byte aligned, as the loader's ring slots (stk__slot_alloc) */
+    if (posix_memalign(&mem, 64, out_size * (size_t)slot_rows) != 0)
+        mem = NULL;
+    uint8_t *slot = mem, *out = slot;
     if (!slot)
         die("out of memory for %ld output rows", slot_rows);
     memset(slot, 0, out_size * (size_t)slot_rows); /* its pages mapped before any timing */
