@@ -2,7 +2,8 @@
  * bench_ceiling.c: the ceiling of `stoker bench --ceiling` (moved out of cmd_bench.c): on the
  * same records and the same number of threads as the loader run, the work with nothing else
  * around it. The records are first read into memory; then each thread takes every threads-th
- * position of each epoch's order (the loader's: stk_sampler_index, shuffled with --shuffle), and
+ * position of each epoch's order (the loader's: stk_sampler_index, shuffled with --shuffle; over
+ * the first N records with --max-samples N, where the loader draws N of all of them), and
  * either decodes it at full size (stk_decoder_decode: an image recipe whose field holds encoded
  * images) or copies its bytes into a slot-sized buffer, as the loader copies rows into a ring slot
  * (raw records, or an image array field).
