@@ -72,6 +72,22 @@ def _dist():
     return None
 
 
+def shutdown():
+    """Destroy the default process group, if the script stoker.doctor ran initialised one and is
+    over. With gloo, a process that exits with its group alive can abort at interpreter exit
+    ("terminate called without an active exception": the group's threads are destroyed
+    unjoined), which is what torch.distributed's docs ask destroy_process_group for. Only called
+    when the script ended cleanly on this rank: after a failure the other ranks may still be in
+    a collective."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None) if torch is not None else None
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except (RuntimeError, ValueError):
+        pass
+
+
 def install_collective_timer():
     """Wrap torch.distributed's blocking collectives (once per process) so that the time in
     them is measured. Code that looks them up at call time (dist.all_reduce(...)) is seen;

@@ -137,6 +137,8 @@ def main(argv=None):
         with open(a.json_out if rank == 0 else f"{a.json_out}.rank{rank}", "w") as f:
             json.dump(report, f, indent=1)
             f.write("\n")
+    if error is None:
+        _ranks.shutdown()
     return status
 
 
