@@ -65,6 +65,10 @@ int stk__fault_alloc_hit(void);
 /* Whether a write of `size` bytes must fail with ENOSPC (sets errno) because STK_FAULT_WRITE
  * (debug builds) says the disk is full by now; counts the bytes. Always 0 in release builds. */
 int stk__fault_write_hit(size_t size);
+/* write(2) all of buf to fd, retrying on EINTR and short writes, with stk__fault_write_hit's
+ * disk-full injection (src/common/stk_util.c). false on failure, errno set (0: a write made no
+ * progress). */
+bool stk__write_full(int fd, const void *buf, size_t size);
 
 /* Overflow-checked a*b; returns false on overflow. */
 static inline bool stk__mul_ok(size_t a, size_t b, size_t *out)

@@ -109,6 +109,24 @@ uint64_t stk__now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+bool stk__write_full(int fd, const void *buf, size_t size)
+{
+    const uint8_t *p = buf;
+    while (size > 0) {
+        ssize_t n = stk__fault_write_hit(size) ? -1 : write(fd, p, size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = 0;
+            return false;
+        }
+        p += n;
+        size -= (size_t)n;
+    }
+    return true;
+}
+
 bool stk__opts_load(void *dst, size_t dst_size, const void *src)
 {
     size_t n;

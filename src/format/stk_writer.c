@@ -91,23 +91,14 @@ void stk_writer_opts_init(stk_writer_opts *opts)
     opts->align = 64;
 }
 
-/* write(2) all of buf, retrying on EINTR and short writes. */
+/* write(2) all of buf (stk__write_full); a failure is the writer's. */
 static stk_status write_all(stk_writer *w, const void *data, size_t size)
 {
-    const uint8_t *p = data;
-    while (size > 0) {
-        ssize_t n = stk__fault_write_hit(size) ? -1 : write(w->fd, p, size);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            w->failed = true;
-            return stk__set_error(w->err, sizeof(w->err), STK_EIO, "%s: write failed: %s",
-                                  w->tmp_path, n < 0 ? strerror(errno) : "no progress");
-        }
-        p += n;
-        size -= (size_t)n;
-    }
-    return STK_OK;
+    if (stk__write_full(w->fd, data, size))
+        return STK_OK;
+    w->failed = true;
+    return stk__set_error(w->err, sizeof(w->err), STK_EIO, "%s: write failed: %s", w->tmp_path,
+                          errno ? strerror(errno) : "no progress");
 }
 
 static stk_status wbuf_flush(stk_writer *w)

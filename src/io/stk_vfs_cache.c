@@ -331,14 +331,7 @@ static bool put_entry(stk__cache *c, const char *hash, const char *suffix, const
     snprintf(tmp, dl, "%s/%s-%s.%d.%lu", c->tmp, hash, suffix, (int)getpid(),
              (unsigned long)g_seq++);
     int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    bool wrote = tfd >= 0;
-    for (size_t done = 0; wrote && done < blen;) {
-        ssize_t w = write(tfd, buf + done, blen - done);
-        if (w < 0 && errno == EINTR)
-            continue;
-        wrote = w > 0;
-        done += wrote ? (size_t)w : 0;
-    }
+    bool wrote = tfd >= 0 && stk__write_full(tfd, buf, blen);
     if (tfd >= 0)
         close(tfd);
     if (wrote)

@@ -112,14 +112,8 @@ static void write_local(const char *p, const uint8_t *b, size_t n)
     sprintf(tmp, "%s.tmp.%ld.%u", p, (long)getpid(), seq++);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
-        size_t done = 0;
-        while (done < n) {
-            ssize_t k = write(fd, b + done, n - done);
-            if (k <= 0)
-                break;
-            done += (size_t)k;
-        }
-        if (close(fd) != 0 || done != n || rename(tmp, p) != 0)
+        bool done = stk__write_full(fd, b, n);
+        if (close(fd) != 0 || !done || rename(tmp, p) != 0)
             unlink(tmp);
     }
     stk__free(tmp);

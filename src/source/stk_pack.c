@@ -303,21 +303,6 @@ static void out_path(const packer *p, const char *name, char *buf, size_t size)
     snprintf(buf, size, "%s%s%s", p->out, p->out[strlen(p->out) - 1] == '/' ? "" : "/", name);
 }
 
-/* Write all of buf to fd (with the debug build's disk-full injection). */
-static bool write_full(int fd, const char *buf, size_t size)
-{
-    while (size > 0) {
-        ssize_t n = stk__fault_write_hit(size) ? -1 : write(fd, buf, size);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        buf += n;
-        size -= (size_t)n;
-    }
-    return true;
-}
-
 /* The manifest's text (docs/format.md "Directories"), its last member the XXH3-64 of every
  * byte before that member's line. NULL on OOM. */
 static char *manifest_text(const packer *p, uint64_t records)
@@ -358,7 +343,7 @@ static stk_status write_manifest(packer *p, uint64_t records)
     if (!text)
         return stk__set_error(p->err, sizeof(p->err), STK_ENOMEM, "%s: out of memory", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    bool ok = fd >= 0 && write_full(fd, text, strlen(text)) && fsync(fd) == 0;
+    bool ok = fd >= 0 && stk__write_full(fd, text, strlen(text)) && fsync(fd) == 0;
     int e = errno;
     if (fd >= 0 && close(fd) != 0 && ok) {
         ok = false;
