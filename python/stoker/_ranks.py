@@ -57,15 +57,15 @@ def context():
     return rank, world, "files" if os.environ.get("STOKER_DOCTOR_DIR") else "none"
 
 
-def _dist():
-    """torch.distributed when initialised with more than one rank, else None."""
+def _dist(min_world=2):
+    """torch.distributed when initialised with at least min_world ranks, else None."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     dist = getattr(torch, "distributed", None)
     try:
         if dist is not None and dist.is_available() and dist.is_initialized() and \
-                dist.get_world_size() > 1:
+                dist.get_world_size() >= min_world:
             return dist
     except (RuntimeError, ValueError):
         pass
@@ -79,10 +79,9 @@ def shutdown():
     unjoined), which is what torch.distributed's docs ask destroy_process_group for. Only called
     when the script ended cleanly on this rank: after a failure the other ranks may still be in
     a collective."""
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None) if torch is not None else None
+    dist = _dist(min_world=1)
     try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
+        if dist is not None:
             dist.destroy_process_group()
     except (RuntimeError, ValueError):
         pass
