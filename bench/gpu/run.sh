@@ -52,6 +52,8 @@ if [ ${#debs[@]} -gt 0 ]; then
     phase "unpacking ${#debs[@]} packages from bench/gpu/deps into $sys"
     rm -rf "$sys" && mkdir -p "$sys"
     for f in "${debs[@]}"; do dpkg -x "$f" "$sys" || exit 1; done
+    # Absolute links (zlib1g-dev's libz.so -> /lib/...) point into the sysroot instead.
+    find "$sys" -type l -lname '/*' | while read -r l; do ln -sfn "$sys$(readlink "$l")" "$l"; done
     lib=$sys/usr/lib/x86_64-linux-gnu
     # RPATH (not RUNPATH: --disable-new-dtags) so that the libraries these link (libcurl's
     # krb5, nghttp2, ...) also come from the sysroot, not from the image's own versions.
