@@ -270,7 +270,7 @@ static int bench_batch(stk_cli_run *run, stk_batch *b, void *ctx)
                                    stk_loader_n_batches(run->loader) * (uint64_t)br->a->epochs,
                                    "batches", br->a->quiet || br->a->json);
         }
-        r->samples += stk_batch_size(b);
+        r->samples += stk_batch_n_samples(b);
         stk_cli_progress_update(&br->prog, run->batches, 0);
     }
     return run->epochs >= (uint64_t)br->a->epochs ||

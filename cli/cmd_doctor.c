@@ -331,7 +331,7 @@ static int doctor_batch(stk_cli_run *run, stk_batch *b, void *ctx)
         r->cpu_s = cpu_now();
     } else {
         r->steps++;
-        r->samples += stk_batch_size(b);
+        r->samples += stk_batch_n_samples(b);
         r->waited += w > WAITED_S;
         r->max_wait_s = w > r->max_wait_s ? w : r->max_wait_s;
     }
@@ -452,7 +452,7 @@ static int prepare(doctor *d)
     if (stk_cli_open_data("doctor", a->paths, a->n_paths, a->no_verify ? STK_DATASET_NO_VERIFY : 0,
                           &d->ds))
         return 1;
-    if (stk_dataset_count(d->ds) == 0)
+    if (stk_dataset_n_records(d->ds) == 0)
         return stk_cli_error("doctor", "%s: empty dataset (no records)", a->paths[0]);
     if (a->script && access(a->script, R_OK) != 0)
         return stk_cli_error("doctor", "%s: %s", a->script, strerror(errno));

@@ -340,7 +340,7 @@ void stk_doctor_print_json(const doctor *d)
         printf(i ? ", " : "");
         stk_cli_json_string(stdout, a->paths[i], strlen(a->paths[i]));
     }
-    printf("], \"records\": %" PRIu64 ", \"recipe\": ", stk_dataset_count(d->ds));
+    printf("], \"records\": %" PRIu64 ", \"recipe\": ", stk_dataset_n_records(d->ds));
     stk_cli_json_string(stdout, a->recipe, strlen(a->recipe));
     printf(", \"mode\": \"%s\", \"batch_size\": %lld, \"cpus\": %d, \"ceiling\": [",
            a->mode == MODE_STEP     ? "step"
@@ -504,8 +504,8 @@ void stk_doctor_print_report(const doctor *d)
     printf("stoker doctor: ");
     for (int i = 0; i < a->n_paths; i++)
         printf("%s%s", i ? " " : "", a->paths[i]);
-    printf(" (%" PRIu64 " records), recipe %s, batch %lld, %d CPUs\n\n", stk_dataset_count(d->ds),
-           a->recipe, a->batch, d->cpus);
+    printf(" (%" PRIu64 " records), recipe %s, batch %lld, %d CPUs\n\n",
+           stk_dataset_n_records(d->ds), a->recipe, a->batch, d->cpus);
     print_ceiling(d);
     if (a->mode == MODE_STEP)
         print_step(d);

@@ -251,13 +251,13 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         dopts.n_paths = opts->n_paths;
         dopts.flags = (opts->flags & STK_LOADER_NO_VERIFY) ? STK_DATASET_NO_VERIFY : 0;
         dopts.format = opts->format;
-        if ((rc = stk_dataset_open_ex(&dopts, &c->owned_ds)) < 0) {
+        if ((rc = stk_dataset_open_v2(&dopts, &c->owned_ds)) < 0) {
             snprintf(err, sizeof(err), "%s", stk_last_errmsg());
             goto fail;
         }
         c->ds = c->owned_ds;
     }
-    c->n = stk_dataset_count(c->ds);
+    c->n = stk_dataset_n_records(c->ds);
     for (size_t k = 0; c->ds->m->extent && k < c->ds->n_files && !c->readahead; k++)
         c->readahead = stk__vfs_for(c->ds->files[k].path)->prefetch != NULL;
     if (c->n == 0)

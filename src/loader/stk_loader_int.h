@@ -6,7 +6,7 @@
  *   stk_worker.c      the worker threads: open batches, take tickets, read/transform/finish
  *                     samples, queue device copies
  *   stk_autotune.c    the autotune decision (pure; the consumer feeds it windows)
- *   stk_resume.c      stk_loader_state / stk_loader_load_state
+ *   stk_resume.c      stk_loader_save_state / stk_loader_load_state
  *   stk_trace.c       per-thread trace buffers and stk_loader_trace_write
  *
  * The ring (slots, states, tickets, refcount, the stk_batch accessors) is src/batch/stk_ring.c;

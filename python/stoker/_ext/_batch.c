@@ -29,7 +29,7 @@ PyObject *stkpy_batch_new(stk_batch *b)
     }
     self->batch = b;
     self->pid = getpid();
-    self->size = stk_batch_size(b);
+    self->size = stk_batch_n_samples(b);
     self->epoch = stk_batch_epoch(b);
     self->number = stk_batch_number(b);
     self->weakreflist = NULL;

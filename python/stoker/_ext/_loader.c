@@ -164,7 +164,7 @@ static int post_request(LoaderObject *self)
         }
         self->helper_started = true;
     }
-    if (stk_loader_state(self->loader, self->pre_state, sizeof(self->pre_state)) < 0)
+    if (stk_loader_save_state(self->loader, self->pre_state, sizeof(self->pre_state)) < 0)
         self->pre_state[0] = '\0';
     pthread_mutex_lock(&self->mu);
     self->req = REQ_PENDING;
@@ -452,7 +452,7 @@ static PyObject *Loader_state(LoaderObject *self, PyObject *noargs)
     if (self->req == REQ_DONE && self->pre_state[0])
         memcpy(buf, self->pre_state, sizeof(buf)); /* its batch was never delivered */
     else
-        rc = stk_loader_state(self->loader, buf, sizeof(buf));
+        rc = stk_loader_save_state(self->loader, buf, sizeof(buf));
     loader_leave(self, true);
     if (rc < 0)
         return stkpy_raise(rc, "state does not fit its buffer");

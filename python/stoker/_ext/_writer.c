@@ -292,7 +292,7 @@ static PyObject *Writer_count(WriterObject *self, void *closure)
     (void)closure;
     if (!self->w)
         return stkpy_raise(STK_ESTATE, "the writer is closed");
-    return PyLong_FromUnsignedLongLong(stk_writer_count(self->w));
+    return PyLong_FromUnsignedLongLong(stk_writer_n_records(self->w));
 }
 
 static PyObject *Writer_data_size(WriterObject *self, void *closure)

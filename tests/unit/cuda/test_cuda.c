@@ -1086,8 +1086,8 @@ static int child_finish_host(void)
         for (size_t r = 0; r < rows; r++)
             for (size_t x = 0; x < W; x++)
                 T_CHECK(((float *)tf.data)[r * W + x] == ((float *)tp.data)[r * W + W - 1 - x]);
-        size_t per = ta.size / stk_batch_size(a);
-        for (uint32_t n = 0; n < stk_batch_size(a); n++) {
+        size_t per = ta.size / stk_batch_n_samples(a);
+        for (uint32_t n = 0; n < stk_batch_n_samples(a); n++) {
             bool same =
                 memcmp((uint8_t *)ta.data + n * per, (uint8_t *)tp.data + n * per, per) == 0;
             bool flip =
@@ -1138,7 +1138,7 @@ static int test_finish_invalid(void)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         stk_transform *t =
-            fx_transform_ex(bad[i].normalize, bad[i].dtype, false, true, bad[i].flip);
+            fx_transform_opts(bad[i].normalize, bad[i].dtype, false, true, bad[i].flip);
         T_CHECK(t == NULL);
         T_CHECKF(strstr(stk_last_errmsg(), bad[i].msg), "\"%s\" lacks \"%s\"", stk_last_errmsg(),
                  bad[i].msg);

@@ -52,7 +52,7 @@ static int check_batch(stk_batch *b, int64_t *seq, size_t *n_seq)
             strcmp(index.name, "index") == 0);
     T_EQ(data.dtype, STK_DTYPE_UINT8);
     T_EQ(label.dtype, STK_DTYPE_INT64);
-    uint32_t n = stk_batch_size(b);
+    uint32_t n = stk_batch_n_samples(b);
     T_EQ(index.shape[0], n);
     T_EQ(((uintptr_t)data.data) % 64, 0);
     const int64_t *idx = index.data;
@@ -299,7 +299,7 @@ static int test_resume(void)
             stk_batch_release(b);
         }
         char state[256];
-        T_OK(stk_loader_state(L, state, sizeof(state)));
+        T_OK(stk_loader_save_state(L, state, sizeof(state)));
         stk_loader_destroy(L);
         T_CHECK(resume_run(paths, 0, 1, state, 1000, tail, &nt, &bt) == 0);
         T_EQ(bt, 13 - k);
@@ -318,7 +318,7 @@ static int test_resume(void)
         T_OK(stk_loader_create(&o, &L));
         T_EQ(run_epoch(L, head, &n), 13);
         char state[256];
-        T_OK(stk_loader_state(L, state, sizeof(state)));
+        T_OK(stk_loader_save_state(L, state, sizeof(state)));
         static int64_t e1[MAXN];
         T_EQ(run_epoch(L, e1, &n), 13); /* epoch 1, uninterrupted */
         stk_loader_destroy(L);
@@ -356,7 +356,7 @@ static int test_resume_other_world(void)
         }
         for (size_t i = 0; i < n; i++)
             count[seq[i]]++;
-        T_OK(stk_loader_state(L, state, sizeof(state)));
+        T_OK(stk_loader_save_state(L, state, sizeof(state)));
         stk_loader_destroy(L);
     }
     T_CHECK(strstr(state, "\"consumed\": 48"));
@@ -552,13 +552,13 @@ static int test_bad_states(void)
     o = fx_opts(other, 8, 1);
     T_OK(stk_loader_create(&o, &M));
     char state[256];
-    T_OK(stk_loader_state(M, state, sizeof(state)));
+    T_OK(stk_loader_save_state(M, state, sizeof(state)));
     T_EQ(stk_loader_load_state(L, state), STK_EINVAL); /* another dataset */
     T_CHECK(strstr(stk_loader_errmsg(L), "another dataset"));
     T_EQ(stk_loader_load_state(L, "{\"hello\": 1}"), STK_EINVAL);
     T_EQ(stk_loader_load_state(L, "not json"), STK_EINVAL);
     T_EQ(stk_loader_load_state(L, NULL), STK_EINVAL);
-    T_OK(stk_loader_state(L, state, sizeof(state)));
+    T_OK(stk_loader_save_state(L, state, sizeof(state)));
     char future[300];
     snprintf(future, sizeof(future), "%s", state);
     char *v = strstr(future, "\"version\": 1");
@@ -573,7 +573,7 @@ static int test_bad_states(void)
     T_OK(stk_loader_create(&o, &S));
     T_EQ(stk_loader_load_state(S, state), STK_EINVAL);
     T_CHECK(strstr(stk_loader_errmsg(S), "shuffle"));
-    T_EQ(stk_loader_state(L, state, 10), STK_ELIMIT);
+    T_EQ(stk_loader_save_state(L, state, 10), STK_ELIMIT);
     /* the loader is still usable after refused states */
     static int64_t seq[MAXN];
     size_t n;
@@ -647,7 +647,7 @@ static int test_corrupt_record(void)
     size_t n = 0;
     while ((rc = stk_loader_next(L, &b)) == STK_OK) {
         const int64_t *idx = stk_batch_indices(b);
-        for (uint32_t j = 0; j < stk_batch_size(b); j++)
+        for (uint32_t j = 0; j < stk_batch_n_samples(b); j++)
             all[n++] = idx[j];
         stk_batch_release(b);
     }

@@ -73,7 +73,7 @@ static int consume(stk_loader *L, double seconds, uint64_t step_ns, uint64_t *sa
         if (rc == STK_END)
             continue;
         T_OK(rc);
-        *samples += stk_batch_size(b);
+        *samples += stk_batch_n_samples(b);
         stk_batch_release(b);
         if (step_ns)
             sleep_ns(step_ns);
