@@ -69,7 +69,7 @@ static void usage(FILE *f)
             "  --threads N         worker threads of the step run (default: one per CPU);\n"
             "                      'auto' lets the loader choose online. The ceiling is always\n"
             "                      measured at 1, 2, 4, ... threads and at N.\n"
-            "  --prefetch P        ring slots (default 4)\n"
+            "  --prefetch P        batches prepared ahead of the one in use (default 3)\n"
             "  --steps S           measured batches per run (default: what --time allows);\n"
             "                      --python: steps of the script (default 100)\n"
             "  --time SEC          time budget of each ceiling run (default 1); the step run\n"
@@ -362,7 +362,7 @@ static int run_loader(doctor *d, int threads, bool autotune, double step_ms, dou
     o.dataset = d->ds;
     o.batch_size = a->batch;
     o.n_threads = threads;
-    o.prefetch = (int32_t)a->prefetch;
+    o.n_slots = a->prefetch ? (int32_t)a->prefetch + 1 : 0; /* 0: the library's default */
     o.rank = 0;
     o.world = 1;
     o.transform = d->t;
@@ -379,7 +379,7 @@ static int run_loader(doctor *d, int threads, bool autotune, double step_ms, dou
     stk_cli_run run;
     int rc = stk_cli_loader_run("doctor", &o, trace, &d->prog, doctor_batch, &x, &run);
     r->threads = run.info.n_threads;
-    r->prefetch = run.info.prefetch;
+    r->prefetch = run.info.n_slots - 1;
     r->st = stats_delta(&x.s0, &run.stats);
     d->runs_done++;
     stk_cli_progress_update(&d->prog, d->runs_done, 0);

@@ -243,7 +243,7 @@ static void advise_depth(doctor *d, const run_result *r)
                              : 0;
     double waited = r->steps ? (double)r->waited / (double)r->steps : 0;
     /* Under autotune a depth below the allowed one is the tuner's to raise. */
-    bool tuner_room = d->a.auto_threads && r->st.depth < r->prefetch;
+    bool tuner_room = d->a.auto_threads && r->st.depth < r->prefetch + 1; /* depth counts slots */
     if (waited >= 0.05 && worker_wait >= 0.10 && d->v.wait_share >= 0.02 && !tuner_room)
         advise(&d->v,
                "the waits come in bursts: %" PRIu64 " of %" PRIu64 " steps waited (up "

@@ -837,7 +837,8 @@ typedef struct stk_loader_opts {
     const stk_dataset *dataset;     /* or an open dataset (borrowed; must outlive the loader) */
     int64_t batch_size;             /* samples per batch, >= 1 (default 256) */
     int32_t n_threads;              /* worker threads; 0 = online CPUs (default 0); < 0 invalid */
-    int32_t prefetch;               /* ring slots (batches in flight), >= 1; 0 = default (4) */
+    int32_t n_slots;                /* ring slots (batches in flight, the one the consumer holds
+                                       included; Python's prefetch + 1), >= 1; 0 = default (4) */
     uint64_t seed;                  /* shuffle and augmentation seed (default 0) */
     int32_t rank;                   /* this process's rank; -1 = from the environment (default) */
     int32_t world;                  /* number of ranks; -1 = from the environment (default) */
@@ -879,7 +880,7 @@ typedef struct stk_loader_opts {
                                        fields; no bytes), which replace the record's fields
                                        in the batch; copied at create */
     size_t n_sample_fields;         /* 1..STK_MAX_FIELDS with sample_fn */
-    uint64_t memory_budget;         /* bytes this loader may use at most: the ring (prefetch slots)
+    uint64_t memory_budget;         /* bytes this loader may use at most: the ring (n_slots slots)
                                        and each thread's scratch (read, batch transforms, sample
                                        buffer) are counted at create (over it, create fails with
                                        STK_ELIMIT saying what takes what); the image decoders'
@@ -907,7 +908,7 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
 
 /** Create a loader and start its worker threads. The first epoch is 0 (or the one restored
  *  with stk_loader_load_state). Workers start filling the ring at once.
- *  With STK_LOADER_AUTOTUNE, n_threads (0 = online CPUs) and prefetch are upper bounds: the
+ *  With STK_LOADER_AUTOTUNE, n_threads (0 = online CPUs) and n_slots are upper bounds: the
  *  loader starts one thread working and, every 250 ms of consumption, adds threads while the
  *  consumer waits for batches (doubling while it waits more than 30% of the time), raises the
  *  depth when every allowed thread is busy and the consumer still waits, and parks a thread when
@@ -943,7 +944,7 @@ STK_API void stk_loader_destroy(stk_loader *loader);
  *  (the batch is dropped; the next call continues with the following batch) unless
  *  STK_LOADER_SKIP_CORRUPT replaced it.
  *  @return STK_OK (*out set), STK_END, STK_EBUSY (the slot the next batch needs is still held
- *          by the consumer: release the oldest batch, or raise prefetch; nothing changed), or
+ *          by the consumer: release the oldest batch, or raise n_slots; nothing changed), or
  *          <0 with the detail naming shard file and record in stk_loader_errmsg().
  *  Lifetime: *out stays valid until stk_batch_release(*out).
  *  Threads: one consumer thread at a time. */
@@ -974,7 +975,7 @@ STK_API const stk_dataset *stk_loader_dataset(const stk_loader *loader);
 typedef struct stk_loader_info {
     size_t struct_size; /* set by the caller to sizeof(stk_loader_info) (an output struct) */
     uint32_t n_threads;
-    uint32_t prefetch;
+    uint32_t n_slots; /* ring slots */
     uint32_t batch_size;
     uint32_t rank;
     uint32_t world;
@@ -1040,7 +1041,7 @@ STK_API stk_status stk_loader_stats_get(const stk_loader *loader, stk_loader_sta
  *  Threads: may run while the loader works; events being written are left out. */
 STK_API stk_status stk_loader_trace_write(const stk_loader *loader, const char *path);
 
-/** Jump to epoch `epoch` (position 0). Batches already prefetched are discarded; batches the
+/** Jump to epoch `epoch` (position 0). Batches already prepared are discarded; batches the
  *  consumer still holds stay valid. Setting the epoch that is about to start anyway (nothing of
  *  it consumed yet) is a cheap no-op, so calling it before every epoch, as with PyTorch's
  *  DistributedSampler, costs nothing.

@@ -293,7 +293,7 @@ stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t
     return STK_OK;
 }
 
-void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n)
+void stk__dataset_readahead(const stk_dataset *ds, const uint64_t *idx, size_t n)
 {
     if (!ds->m->extent)
         return;
@@ -303,7 +303,7 @@ void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n)
         size_t m = 0, k = STK_MIN(n - at, (size_t)256);
         for (size_t j = 0; j < k; j++)
             if (idx[at + j] < ds->count && ds->m->extent(ds, idx[at + j], &file_of[m], &r[m]) &&
-                file_of[m]->vfs->prefetch)
+                file_of[m]->vfs->readahead)
                 m++;
         /* one hint per file, its ranges gathered at the front */
         for (size_t a = 0; a < m;) {
@@ -316,7 +316,7 @@ void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n)
                     r[j] = t, file_of[j] = tf;
                     b++;
                 }
-            stk__vfs_prefetch(file_of[a], r + a, b - a);
+            stk__vfs_readahead(file_of[a], r + a, b - a);
             a = b;
         }
     }

@@ -68,7 +68,7 @@ static int setup(void)
         o.dataset = ds;
         o.batch_size = 4;
         o.n_threads = 1;
-        o.prefetch = 2;
+        o.n_slots = 2;
         o.rank = i;
         o.world = i ? 3 : 1;
         o.flags = i ? STK_LOADER_DROP_LAST : STK_LOADER_SHUFFLE;

@@ -151,7 +151,7 @@ static stk_loader *device_loader(int64_t batch, int threads, int prefetch)
     const char *paths[] = {fx_raw};
     stk_loader_opts o = fx_opts(paths, batch, threads);
     o.device = 0;
-    o.prefetch = prefetch;
+    o.n_slots = prefetch;
     stk_loader *L = NULL;
     if (stk_loader_create(&o, &L) < 0)
         fprintf(stderr, "  loader: %s\n", stk_last_errmsg());
@@ -337,7 +337,7 @@ static int child_pinned_accounting(void)
     const char *paths[] = {fx_raw};
     stk_loader_opts o = fx_opts(paths, 16, 2);
     o.flags = STK_LOADER_PINNED;
-    o.prefetch = 3;
+    o.n_slots = 3;
     stk_loader *L1, *L2;
     T_OK(stk_loader_create(&o, &L1));
     stk_loader_info info = {.struct_size = sizeof(info)};
@@ -384,7 +384,7 @@ static int child_pinned_refused(void)
     const char *paths[] = {fx_raw};
     stk_loader_opts o = fx_opts(paths, 16, 2);
     o.flags = STK_LOADER_PINNED;
-    o.prefetch = 3;
+    o.n_slots = 3;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
     stk_loader_stats st = {.struct_size = sizeof(st)};
@@ -457,7 +457,7 @@ static int child_device_copies(void)
     const char *paths[] = {fx_raw};
     stk_loader_opts o = fx_opts(paths, 7, 4);
     o.device = 0;
-    o.prefetch = 3;
+    o.n_slots = 3;
     o.flags = STK_LOADER_SHUFFLE;
     o.seed = 5;
     stk_loader *L;

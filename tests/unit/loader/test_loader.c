@@ -382,12 +382,12 @@ static int test_backpressure_and_holding(void)
 {
     const char *paths[] = {ds_small};
     stk_loader_opts o = fx_opts(paths, 4, 2);
-    o.prefetch = 3;
+    o.n_slots = 3;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
     stk_loader_info info = {.struct_size = sizeof(info)};
     stk_loader_info_get(L, &info);
-    T_EQ(info.prefetch, 3);
+    T_EQ(info.n_slots, 3);
     T_EQ(info.n_threads, 2);
     stk_batch *b[3], *extra;
     for (int i = 0; i < 3; i++)
@@ -418,7 +418,7 @@ static int test_shutdown_anywhere(void)
     /* Destroy right after create, mid-epoch, and with batches outstanding (then read them). */
     for (int k = 0; k < 20; k++) {
         stk_loader_opts o = fx_opts(paths, 16, 1 + k % 7);
-        o.prefetch = 2 + k % 3; /* holding one batch while asking for the next needs 2 */
+        o.n_slots = 2 + k % 3; /* holding one batch while asking for the next needs 2 */
         stk_loader *L;
         T_OK(stk_loader_create(&o, &L));
         stk_batch *held = NULL;
@@ -529,7 +529,7 @@ static int test_bad_arguments(void)
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     T_CHECK(strstr(stk_last_errmsg(), "rank 4"));
     o = fx_opts(paths, 4, 1);
-    o.prefetch = -2;
+    o.n_slots = -2;
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     o = fx_opts(missing, 4, 1);
     T_CHECK(stk_loader_create(&o, &L) < 0);
@@ -806,7 +806,7 @@ static int test_memory_budget(void)
     const char *paths[] = {ds_small};
     stk_loader *L;
     stk_loader_opts o = fx_opts(paths, 4, 2);
-    o.prefetch = 3;
+    o.n_slots = 3;
     o.memory_budget = 1;
     T_EQ(stk_loader_create(&o, &L), STK_ELIMIT);
     T_CHECKF(strstr(stk_last_errmsg(), "memory budget of 1 bytes exceeded: the ring takes") &&

@@ -266,7 +266,7 @@ static int test_resume_every_order(void)
     T_CHECK(resume_case(&o) == 0);
     /* without replacement: distinct records, none of weight 0, different per epoch */
     stk_loader *L;
-    o.prefetch = 2; /* epochs of 13 batches through a pool of 3 lists */
+    o.n_slots = 2; /* epochs of 13 batches through a pool of 3 lists */
     T_OK(stk_loader_create(&o, &L));
     int64_t e0[64], e1[64];
     size_t n0, n1;

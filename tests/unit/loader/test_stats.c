@@ -215,7 +215,7 @@ static int test_autotune_fast_consumer(void)
     if (stk__cpu_count() < 2)
         return T_SKIP;
     stk_loader_opts o = opts(4, STK_LOADER_AUTOTUNE);
-    o.prefetch = 8;
+    o.n_slots = 8;
     stk_loader *L;
     uint64_t n;
     T_OK(stk_loader_create(&o, &L));
