@@ -6,7 +6,8 @@
  * A read of frames [first, first + n):
  *  - strict and not yet trusted: the stream is decoded from frame 0 to its end, the window kept
  *    as it passes; the count must be the header's and no codec error may occur (a truncated or
- *    corrupt FLAC, Vorbis, Opus or MP3 stream fails here, naming both counts);
+ *    corrupt FLAC, Vorbis, Opus or MP3 stream fails here, naming both counts); an Ogg stream's
+ *    pages are first checked against their CRCs (ogg_check);
  *  - otherwise: seek (exact for WAV, AIFF, FLAC, MP3; 80 ms early for Opus; Vorbis decodes from
  *    the start) and decode the window only.
  * Frames come from the codec in chunks of CHUNK interleaved frames and are deinterleaved (or
@@ -120,6 +121,53 @@ static stk_status wav_check(const uint8_t *p, size_t size, char *err, size_t err
         if (len > size - at - 8)
             break; /* a chunk past the end before the data: libsndfile says what is wrong */
         at += 8 + (size_t)len + (len & 1);
+    }
+    return STK_OK;
+}
+
+/* Every page of an Ogg stream (Vorbis, Opus) in a row from byte 0 to the end, each with the
+ * CRC-32 its header carries (polynomial 0x04C11DB7, MSB first, over the page with the CRC field
+ * zeroed): libogg drops a damaged page without a word, and libsndfile then decodes a shorter
+ * stream that its length agrees with. */
+static stk_status ogg_check(const uint8_t *p, size_t size, char *err, size_t err_size)
+{
+    uint32_t table[256];
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t r = i << 24;
+        for (int k = 0; k < 8; k++)
+            r = (r << 1) ^ (r & 0x80000000u ? 0x04C11DB7u : 0);
+        table[i] = r;
+    }
+    size_t at = 0, pages = 0;
+    while (at < size) {
+        if (size - at < 27 || memcmp(p + at, "OggS", 4) != 0 || p[at + 4] != 0)
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "Ogg: %s at byte %zu (page %zu)",
+                                  size - at < 27 ? "a page header cut short" : "no page header",
+                                  at, pages);
+        size_t nseg = p[at + 26], len = 27 + nseg;
+        if (size - at < len)
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "Ogg: truncated: page %zu at byte %zu ends past the file", pages,
+                                  at);
+        for (size_t k = 0; k < nseg; k++)
+            len += p[at + 27 + k];
+        if (size - at < len)
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "Ogg: truncated: page %zu at byte %zu needs %zu bytes, %zu follow",
+                                  pages, at, len, size - at);
+        uint32_t want = (uint32_t)p[at + 22] | (uint32_t)p[at + 23] << 8 |
+                        (uint32_t)p[at + 24] << 16 | (uint32_t)p[at + 25] << 24,
+                 crc = 0;
+        for (size_t k = 0; k < len; k++) {
+            uint8_t b = k >= 22 && k < 26 ? 0 : p[at + k];
+            crc = (crc << 8) ^ table[(crc >> 24) ^ b];
+        }
+        if (crc != want)
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "Ogg: page %zu at byte %zu fails its CRC (corrupt)", pages, at);
+        at += len;
+        pages++;
     }
     return STK_OK;
 }
@@ -245,6 +293,9 @@ stk_status stk__audio_decode(stk__audiodec *d, int64_t first, int64_t n, float *
     bool pcm = d->info.format == STK__AUD_WAV || d->info.format == STK__AUD_AIFF;
     if (!d->lenient && !d->trusted && !pcm) {
         /* the whole stream from frame 0, keeping the window as it passes */
+        if (d->info.format == STK__AUD_VORBIS || d->info.format == STK__AUD_OPUS ||
+            d->info.format == STK__AUD_OGG)
+            STK_TRY(ogg_check(d->src, d->size, err, err_size));
         if (d->pos != 0)
             STK_TRY(rewind_stream(d, why, sizeof(why)));
         int64_t all = 0;

@@ -10,7 +10,9 @@
  * padding are removed, as ffmpeg does), one stream per file (MPG123_NO_FRANKENSTEIN), and in
  * strict mode never resynchronises (MPG123_NO_RESYNC: junk inside the stream is an error
  * instead of a skipped stretch of audio). The length comes from the Xing/LAME tag, or from a
- * scan of the frame headers (mpg123_scan) when there is none; seeking is then exact.
+ * scan of the frame headers (mpg123_scan) when there is none; seeking is then exact. MP3 frames
+ * carry no checksum (LAME writes none): damage inside a frame's data decodes as other samples,
+ * for every decoder; a stream cut short is caught by its tag's frame count.
  *
  * Threads: a handle belongs to one thread. mpg123_init runs once (pthread_once).
  */
@@ -137,10 +139,18 @@ static stk_status mp_open(void *u, const uint8_t *src, size_t size, bool lenient
     h->open = true;
     if (mpg123_getformat(h->mh, &rate, &channels, &enc) != MPG123_OK)
         goto lib_error;
-    /* The length: the Xing/LAME tag's, else a scan of every frame header (no decoding) */
+    /* The length: the Xing/LAME tag's when there is one (positions are then "accurate" before
+     * any scan), else a scan of every frame header. The scan runs either way, for exact seeks;
+     * the tag's count stays the length, so a stream cut short decodes fewer frames than it. */
+    long accurate = 0;
+    double unused;
+    off_t frames = -1;
+    if (mpg123_getstate(h->mh, MPG123_ACCURATE, &accurate, &unused) == MPG123_OK && accurate)
+        frames = mpg123_length(h->mh);
     if (mpg123_scan(h->mh) != MPG123_OK)
         goto lib_error;
-    off_t frames = mpg123_length(h->mh);
+    if (frames < 0)
+        frames = mpg123_length(h->mh);
     if (frames < 0)
         goto lib_error;
     h->channels = (uint32_t)channels;

@@ -119,6 +119,15 @@ static stk_status sf_open_h(void *u, const uint8_t *src, size_t size, bool lenie
         return stk__set_error(err, err_size, STK_EFORMAT, "libsndfile: %s", sf_strerror(NULL));
     /* torchaudio's scaling: integer PCM over 2^(bits-1) (libsndfile's default, set anyway) */
     sf_command(h->sf, SFC_SET_NORM_FLOAT, NULL, SF_TRUE);
+    if ((h->info.format & SF_FORMAT_SUBMASK) == SF_FORMAT_OPUS && h->info.samplerate != 48000) {
+        /* libsndfile decodes Opus at the encoder's input rate rounded up to an Opus rate (22.05
+         * kHz -> 24 kHz); every other decoder (ffmpeg's, so torchaudio's; opusfile) gives 48 kHz,
+         * RFC 7845's recommendation */
+        int rate = 48000;
+        if (sf_command(h->sf, SFC_SET_ORIGINAL_SAMPLERATE, &rate, sizeof(rate)) == SF_TRUE) {
+            sf_command(h->sf, SFC_GET_CURRENT_SF_INFO, &h->info, sizeof(h->info));
+        }
+    }
     info->rate = h->info.samplerate > 0 ? (uint32_t)h->info.samplerate : 0;
     info->channels = h->info.channels > 0 ? (uint32_t)h->info.channels : 0;
     info->frames = h->info.frames;

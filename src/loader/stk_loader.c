@@ -123,39 +123,50 @@ static stk_status sample_fields(const stk_loader_opts *o, stk_field *fields, uin
     return STK_OK;
 }
 
+#define SKIP_READS 64 /* records tried for the binding under on_error=skip */
+
 /* Fit the transform to the field it reads (stk__transform_bind): a kind whose output depends on
  * its data (audio: the files' rate and channels) gets a bound copy, c->own_transform, from the
- * field and, when it needs them, record 0's bytes. */
+ * field and, when it needs them, record 0's bytes (under on_error=skip, the first record that
+ * reads and decodes). */
 static stk_status bind_transform(core *c, const stk_field *fd, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
     uint8_t *buf = NULL;
-    const void *val = NULL;
-    size_t size = 0;
     char why[STK_ERRMSG_SIZE] = "", where[STK_ERRMSG_SIZE] = "";
-    bool reads = stk__transform_bind_reads(c->transform, fd);
-    if (reads) {
-        size_t cap = stk_dataset_max_record_size(c->ds);
-        stk_record rec;
-        if (!(buf = stk__malloc(cap ? cap : 1)))
-            STK_FAIL(why, STK_ENOMEM, "out of memory reading record 0 (%zu bytes)", cap);
-        STK_TRY(stk_dataset_read(c->ds, 0, buf, cap, &rec, why, sizeof(why)));
-        val = rec.field[c->tfield];
-        size = rec.field_size[c->tfield];
-        stk_dataset_describe(c->ds, 0, where, sizeof(where));
+    if (!stk__transform_bind_reads(c->transform, fd)) {
+        rc = stk__transform_bind(c->transform, fd, NULL, 0, &c->own_transform, why, sizeof(why));
+        goto done;
     }
-    rc = stk__transform_bind(c->transform, fd, val, size, &c->own_transform, why, sizeof(why));
-    if (rc == STK_OK && c->own_transform)
-        c->transform = c->own_transform;
-fail:
+    size_t cap = stk_dataset_max_record_size(c->ds);
+    if (!(buf = stk__malloc(cap ? cap : 1)))
+        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory reading record 0");
+    /* Record 0; under on_error=skip, the first good one of the next SKIP_READS */
+    for (uint64_t i = 0; i < STK_MIN(c->n, (uint64_t)SKIP_READS); i++) {
+        stk_record rec;
+        char w[STK_ERRMSG_SIZE];
+        rc = stk_dataset_read(c->ds, i, buf, cap, &rec, w, sizeof(w));
+        if (rc == STK_OK)
+            rc = stk__transform_bind(c->transform, fd, rec.field[c->tfield],
+                                     rec.field_size[c->tfield], &c->own_transform, w, sizeof(w));
+        if (i == 0) {
+            memcpy(why, w, sizeof(why));
+            stk_dataset_describe(c->ds, 0, where, sizeof(where));
+        }
+        if (!c->skip_corrupt || (rc != STK_EFORMAT && rc != STK_ELIMIT))
+            break;
+    }
     stk__free(buf);
-    if (rc < 0 && reads)
+    if (rc < 0)
         return stk__set_error(err, err_size, rc,
-                              "%s%s%s (record 0, read to learn the files' rate and channels: "
-                              "give sample_rate= and a Downmix to need neither)",
-                              where, where[0] ? ": " : "", why);
+                              "%s: %s (read when the loader starts, to learn the files' rate and "
+                              "channel count; with sample_rate= and a Downmix it is not needed)",
+                              where, why);
+done:
     if (rc < 0)
         return stk__set_error(err, err_size, rc, "%s", why);
+    if (c->own_transform)
+        c->transform = c->own_transform;
     return STK_OK;
 }
 
