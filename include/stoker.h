@@ -567,9 +567,9 @@ typedef enum stk_op_kind {
         27, /* severity, mixture_width, chain_depth, alpha, all_ops, interpolation, fill */
     /* Audio ops (stk_op_media: STK_MEDIA_AUDIO), named and parameterised as torchaudio 0.13's
      * transforms, and stoker.audio's for what torchaudio lacks (docs/audio.md). */
-    STK_OP_RESAMPLE = 28,       /* orig_freq, new_freq, resampling_method, lowpass_filter_width,
-                                 * rolloff, beta: torchaudio's windowed sinc */
-    STK_OP_DOWNMIX = 29,        /* channels: 1 (the mean of the channels) or 2 */
+    STK_OP_RESAMPLE = 28,          /* orig_freq, new_freq, resampling_method, lowpass_filter_width,
+                                    * rolloff, beta: torchaudio's windowed sinc */
+    STK_OP_DOWNMIX = 29,           /* channels: 1 (the mean of the channels) or 2 */
     STK_OP_AUDIO_RANDOM_CROP = 30, /* seconds: a uniform window, zero padding when shorter */
     STK_OP_AUDIO_CENTER_CROP = 31, /* seconds: the centred window, zero padding when shorter */
     STK_OP_AUDIO_PAD_TO = 32,      /* seconds: the first `seconds`, zero padding when shorter */

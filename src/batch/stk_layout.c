@@ -1,8 +1,9 @@
 /*
  * stk_layout.c: the layout of a batch slot (see stk_layout.h). Every tensor starts on a 64-byte
  * boundary; a bytes field gets rows of `stride` bytes (its largest record rounded up to 64) and
- * an int64 lengths vector, as does a transform output that asks for one (audio's valid lengths). The slot is allocated once per ring entry through stk__slot_alloc
- * (stk_pinned.c), the one function that can make it pinned.
+ * an int64 lengths vector, as does a transform output that asks for one (audio's valid lengths).
+ * The slot is allocated once per ring entry through stk__slot_alloc (stk_pinned.c), the one
+ * function that can make it pinned.
  */
 #include "batch/stk_layout.h"
 

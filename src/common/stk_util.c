@@ -233,8 +233,8 @@ static bool mpeg_frame_header(const uint8_t *p, size_t size)
 
 stk__audfmt stk__audio_magic(const uint8_t *p, size_t size, bool strong)
 {
-    if (size >= 12 && (memcmp(p, "RIFF", 4) == 0 || memcmp(p, "RIFX", 4) == 0 ||
-                       memcmp(p, "RF64", 4) == 0) &&
+    if (size >= 12 &&
+        (memcmp(p, "RIFF", 4) == 0 || memcmp(p, "RIFX", 4) == 0 || memcmp(p, "RF64", 4) == 0) &&
         memcmp(p + 8, "WAVE", 4) == 0)
         return STK__AUD_WAV;
     if (size >= 12 && memcmp(p, "FORM", 4) == 0 &&

@@ -18,16 +18,16 @@
 #include <inttypes.h>
 #include <string.h>
 
-#define CHUNK 2048          /* frames per codec read */
-#define OPUS_PREROLL 3840   /* 80 ms at 48 kHz: RFC 7845's decoder pre-roll */
-#define MAX_RATE 1536000u   /* more is not audio: a corrupt header */
+#define CHUNK 2048        /* frames per codec read */
+#define OPUS_PREROLL 3840 /* 80 ms at 48 kHz: RFC 7845's decoder pre-roll */
+#define MAX_RATE 1536000u /* more is not audio: a corrupt header */
 
 enum { SEEK_EXACT, SEEK_PREROLL, SEEK_NONE };
 
 struct stk__audiodec {
     void *h[2]; /* codec handles: [0] libsndfile, [1] libmpg123, made on first use */
     const stk__audcodec *codec;
-    void *cur;  /* the open stream's handle (one of h) */
+    void *cur; /* the open stream's handle (one of h) */
     const uint8_t *src;
     size_t size;
     stk__audinfo info;
@@ -141,10 +141,9 @@ static stk_status ogg_check(const uint8_t *p, size_t size, char *err, size_t err
     size_t at = 0, pages = 0;
     while (at < size) {
         if (size - at < 27 || memcmp(p + at, "OggS", 4) != 0 || p[at + 4] != 0)
-            return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "Ogg: %s at byte %zu (page %zu)",
-                                  size - at < 27 ? "a page header cut short" : "no page header",
-                                  at, pages);
+            return stk__set_error(err, err_size, STK_EFORMAT, "Ogg: %s at byte %zu (page %zu)",
+                                  size - at < 27 ? "a page header cut short" : "no page header", at,
+                                  pages);
         size_t nseg = p[at + 26], len = 27 + nseg;
         if (size - at < len)
             return stk__set_error(err, err_size, STK_EFORMAT,
@@ -153,9 +152,10 @@ static stk_status ogg_check(const uint8_t *p, size_t size, char *err, size_t err
         for (size_t k = 0; k < nseg; k++)
             len += p[at + 27 + k];
         if (size - at < len)
-            return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "Ogg: truncated: page %zu at byte %zu needs %zu bytes, %zu follow",
-                                  pages, at, len, size - at);
+            return stk__set_error(
+                err, err_size, STK_EFORMAT,
+                "Ogg: truncated: page %zu at byte %zu needs %zu bytes, %zu follow", pages, at, len,
+                size - at);
         uint32_t want = (uint32_t)p[at + 22] | (uint32_t)p[at + 23] << 8 |
                         (uint32_t)p[at + 24] << 16 | (uint32_t)p[at + 25] << 24,
                  crc = 0;
@@ -210,14 +210,15 @@ stk_status stk__audio_open(stk__audiodec *d, const void *src, size_t size, stk__
     d->pos = 0;
     d->info.format = fmt;
     if (d->info.rate == 0 || d->info.rate > MAX_RATE || d->info.channels == 0)
-        STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "%s: a header of %" PRIu32 " Hz, %" PRIu32
-                       " channels is not audio", name, d->info.rate, d->info.channels);
-    if (d->info.channels > STK__AUD_MAX_CHANNELS)
-        STK_FAIL_SIZED(err, err_size, STK_ELIMIT, "%s: %" PRIu32 " channels (stoker reads at most %d)",
-                       name, d->info.channels, STK__AUD_MAX_CHANNELS);
-    if (d->info.frames <= 0 || d->info.frames == INT64_MAX)
         STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
-                       "%s: %s", name,
+                       "%s: a header of %" PRIu32 " Hz, %" PRIu32 " channels is not audio", name,
+                       d->info.rate, d->info.channels);
+    if (d->info.channels > STK__AUD_MAX_CHANNELS)
+        STK_FAIL_SIZED(err, err_size, STK_ELIMIT,
+                       "%s: %" PRIu32 " channels (stoker reads at most %d)", name, d->info.channels,
+                       STK__AUD_MAX_CHANNELS);
+    if (d->info.frames <= 0 || d->info.frames == INT64_MAX)
+        STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "%s: %s", name,
                        d->info.frames == INT64_MAX
                            ? "its length is unknown (a truncated Ogg stream has no last page)"
                            : "no audio frames");
@@ -301,8 +302,9 @@ stk_status stk__audio_decode(stk__audiodec *d, int64_t first, int64_t n, float *
         int64_t all = 0;
         rc = read_frames(d, INT64_MAX, first, first + n, planes, n_planes, &all, why, sizeof(why));
         if (rc < 0)
-            STK_FAIL_SIZED(err, err_size, rc, "%s: %s (after %" PRId64 " of its %" PRId64
-                           " frames)", name, why, all, total);
+            STK_FAIL_SIZED(err, err_size, rc,
+                           "%s: %s (after %" PRId64 " of its %" PRId64 " frames)", name, why, all,
+                           total);
         if (all != total)
             STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
                            "%s: %" PRId64 " frames decode where its header says %" PRId64

@@ -112,8 +112,8 @@ static stk_status mp_create(void **out, char *err, size_t err_size)
     if (e == MPG123_OK)
         e = mpg123_replace_reader_handle(h->mh, rd, sk, NULL);
     if (e != MPG123_OK) {
-        stk_status rc = stk__set_error(err, err_size, STK_ENOTSUP, "libmpg123: %s",
-                                       mpg123_strerror(h->mh));
+        stk_status rc =
+            stk__set_error(err, err_size, STK_ENOTSUP, "libmpg123: %s", mpg123_strerror(h->mh));
         mp_destroy(h);
         return rc;
     }
@@ -167,8 +167,8 @@ static stk_status mp_seek(void *u, int64_t frame, char *err, size_t err_size)
     mph *h = u;
     off_t at = mpg123_seek(h->mh, (off_t)frame, SEEK_SET);
     if (at != (off_t)frame)
-        return stk__set_error(err, err_size, STK_EFORMAT, "libmpg123: cannot seek to frame %lld: %s",
-                              (long long)frame,
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "libmpg123: cannot seek to frame %lld: %s", (long long)frame,
                               at < 0 ? mpg123_strerror(h->mh) : "landed elsewhere");
     return STK_OK;
 }

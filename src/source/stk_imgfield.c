@@ -109,8 +109,8 @@ static bool named_ext(const char *name, const char *const *exts)
  * (TFRecord). */
 static bool named_as_image(const char *name)
 {
-    static const char *const exts[] = {"jpg", "jpeg", "png", "webp", "bmp", "tif",
-                                       "tiff", "ppm", "pgm", "pnm", NULL};
+    static const char *const exts[] = {"jpg",  "jpeg", "png", "webp", "bmp", "tif",
+                                       "tiff", "ppm",  "pgm", "pnm",  NULL};
     size_t n = strnlen(name, STK_MAX_NAME);
     static const char enc[] = "image/encoded";
     size_t ne = sizeof(enc) - 1;
@@ -170,23 +170,29 @@ static uint32_t audio_array_rank(const stk_field *f)
 
 /* What a media kind's transforms read: the four steps' tests and their words for messages. */
 typedef struct field_rule {
-    const char *name;                         /* step 1: the field so named */
-    bool (*named)(const char *name);          /* step 2 */
-    bool (*magic)(const uint8_t *p, size_t n); /* step 3 */
+    const char *name;                           /* step 1: the field so named */
+    bool (*named)(const char *name);            /* step 2 */
+    bool (*magic)(const uint8_t *p, size_t n);  /* step 3 */
     uint32_t (*array_rank)(const stk_field *f); /* step 4: 2 first, then 1 */
-    const char *what[4];                      /* each step's candidates, for messages */
-    const char *none;                         /* what none of them is, for the last message */
+    const char *what[4];                        /* each step's candidates, for messages */
+    const char *none;                           /* what none of them is, for the last message */
 } field_rule;
 
 static const field_rule image_rule = {
-    "image", named_as_image, image_magic, image_array_rank,
+    "image",
+    named_as_image,
+    image_magic,
+    image_array_rank,
     {"named as encoded images", "holding an encoded image in record 0",
      "uint8 image arrays of three channels", "uint8 image arrays of one channel"},
     "none is named 'image', named as encoded images (jpg, png, ..., image/encoded), holds an "
     "encoded image in record 0 or is a uint8 image array (H, W, 3), (3, H, W) or (H, W)"};
 
 static const field_rule audio_rule = {
-    "audio", named_as_audio, audio_magic, audio_array_rank,
+    "audio",
+    named_as_audio,
+    audio_magic,
+    audio_array_rank,
     {"named as encoded audio", "holding encoded audio in record 0", "waveform arrays",
      "waveform arrays"},
     "none is named 'audio', named as encoded audio (wav, flac, mp3, ogg, opus, ...), holds "

@@ -38,9 +38,10 @@ static bool is_crop(stk_op_kind k)
            k == STK_OP_AUDIO_PAD_TO;
 }
 
+/* round(seconds * rate), Python's round (halves to even: the default rounding mode). */
 static int64_t seconds_to_samples(double seconds, uint32_t rate)
 {
-    return (int64_t)floor(seconds * (double)rate + 0.5);
+    return (int64_t)nearbyint(seconds * (double)rate);
 }
 
 /* The signal after the waveform ops of t for an input of `in` (rate, channels or length 0 / -1
@@ -98,8 +99,8 @@ static stk_status fix_shape(stk_transform *t, char *err, size_t err_size)
         return stk__set_error(err, err_size, STK_EINVAL,
                               "the output has 0 samples (a crop shorter than one sample)");
     if (at->spec_at >= 0) {
-        stk_status rc = stk__spec_compile(&t->ops[at->spec_at], at->out_sig.len, &at->spec, err,
-                                          err_size);
+        stk_status rc =
+            stk__spec_compile(&t->ops[at->spec_at], at->out_sig.len, &at->spec, err, err_size);
         if (rc < 0)
             return rc;
         at->frames = stk__spec_frames(&at->spec, at->out_sig.len);
@@ -262,9 +263,9 @@ static stk_status audio_bind(const stk_transform *t, const stk_field *f, const v
         b.a_dtype = f->dtype;
         b.in_channels = f->ndim == 2 ? (uint32_t)f->shape[0] : 1;
         b.a_len = f->shape[f->ndim - 1];
-        b.in_rate = at->sample_rate                 ? at->sample_rate
-                    : at->first_resample >= 0       ? (uint32_t)t->ops[at->first_resample].orig_freq
-                                                    : 0;
+        b.in_rate = at->sample_rate           ? at->sample_rate
+                    : at->first_resample >= 0 ? (uint32_t)t->ops[at->first_resample].orig_freq
+                                              : 0;
         bool needs_rate = false; /* a crop or Resample: seconds and Hz need the arrays' rate */
         for (size_t i = 0; i < at->n_wave; i++)
             needs_rate |= is_crop(t->ops[i].kind) || t->ops[i].kind == STK_OP_RESAMPLE;
@@ -282,7 +283,7 @@ static stk_status audio_bind(const stk_transform *t, const stk_field *f, const v
                               f->kind == STK_FIELD_INT64 ? "an int64" : "a float32");
     } else if (at->bound) {
         return STK_OK; /* encoded files, and nothing left to learn */
-    } else { /* learn record 0's rate and channels */
+    } else {           /* learn record 0's rate and channels */
         stk__audiodec *dec = NULL;
         stk__audinfo info;
         if ((rc = stk__audiodec_create(&dec)) < 0)
@@ -307,8 +308,7 @@ static stk_status audio_bind(const stk_transform *t, const stk_field *f, const v
     c->audio = ca;
     STK_TRY(fix_shape(c, err, err_size));
     if (!ca->bound)
-        STK_FAIL_SIZED(err, err_size, STK_EINVAL,
-                       "the output length is not fixed: %s",
+        STK_FAIL_SIZED(err, err_size, STK_EINVAL, "the output length is not fixed: %s",
                        b.array ? "no op sets it"
                                : "files differ in length: end the waveform ops with "
                                  "stoker.audio.RandomCrop(seconds), CenterCrop(seconds) or "
@@ -432,16 +432,16 @@ typedef struct astep {
     stk_op_kind kind;
     const stk__resampler *rs;
     stk__asig in, out;
-    int64_t off;   /* crops: the first input sample kept */
-    float gain;    /* Vol: the factor */
-    int64_t a, b;  /* the output range its buffer holds (zero outside [a2, b2)) */
+    int64_t off;  /* crops: the first input sample kept */
+    float gain;   /* Vol: the factor */
+    int64_t a, b; /* the output range its buffer holds (zero outside [a2, b2)) */
     int64_t a2, b2;
 } astep;
 
 typedef struct aplan {
-    stk__asig in;       /* the decoded (or array) signal */
-    uint32_t planes;    /* planes decoded: in.channels, or 1 with a folded Downmix */
-    int64_t a0, b0;     /* the range of the input the first step reads */
+    stk__asig in;    /* the decoded (or array) signal */
+    uint32_t planes; /* planes decoded: in.channels, or 1 with a folded Downmix */
+    int64_t a0, b0;  /* the range of the input the first step reads */
     astep step[MAX_STEPS];
     int n;
 } aplan;
@@ -672,8 +672,8 @@ static void apply_mask(const stk_op *op, stk_rng *rng, float *x, uint32_t channe
 {
     bool time = op->kind == STK_OP_TIME_MASKING;
     int64_t size = time ? T : F;
-    int64_t mp = op->p == 1.0 ? op->mask_param
-                              : STK_MIN(op->mask_param, (int64_t)((double)size * op->p));
+    int64_t mp =
+        op->p == 1.0 ? op->mask_param : STK_MIN(op->mask_param, (int64_t)((double)size * op->p));
     if (mp < 1)
         return; /* torchaudio returns before drawing */
     uint32_t draws = op->iid_masks ? channels : 1;
@@ -704,11 +704,10 @@ static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const vo
     if (at->array) {
         size_t want = stk_dtype_size(at->a_dtype) * at->in_channels * (size_t)at->a_len;
         if (size != want)
-            return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "a waveform of %zu bytes, not the %zu of (%" PRIu32 ", %" PRId64
-                                  ") %s",
-                                  size, want, at->in_channels, at->a_len,
-                                  stk_dtype_name(at->a_dtype));
+            return stk__set_error(
+                err, err_size, STK_EFORMAT,
+                "a waveform of %zu bytes, not the %zu of (%" PRIu32 ", %" PRId64 ") %s", size, want,
+                at->in_channels, at->a_len, stk_dtype_name(at->a_dtype));
         in = (stk__asig){at->in_rate, at->in_channels, at->a_len, at->a_len};
     } else {
         stk__audinfo info;
@@ -774,8 +773,8 @@ static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const vo
         fin.channels = p.planes; /* a Downmix folded into the decode was the only step */
     if (fin.channels != at->out_sig.channels || fin.len != at->out_sig.len)
         STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
-                       "the waveform came out as (%" PRIu32 ", %" PRId64 "), not the batch's (%" PRIu32
-                       ", %" PRId64 ")",
+                       "the waveform came out as (%" PRIu32 ", %" PRId64
+                       "), not the batch's (%" PRIu32 ", %" PRId64 ")",
                        fin.channels, fin.len, at->out_sig.channels, at->out_sig.len);
     float *out = dst;
     size_t n_out;

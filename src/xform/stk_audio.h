@@ -70,11 +70,11 @@ typedef struct stk__spec {
     bool center, onesided;
     int pad_mode; /* stk_op.pad_mode */
     double power;
-    int64_t n_freq; /* onesided: n_fft / 2 + 1, else n_fft */
-    float *window;  /* n_fft values: the window (win_length) zero-padded and centred */
-    float norm;     /* |X| scale: 1, 1 / sqrt(sum w^2) ("window"), n_fft^-1/2 ("frame_length") */
-    void *plan;     /* fftwf_plan: real-to-complex of n_fft, FFTW_ESTIMATE */
-    int64_t n_mels; /* MelSpectrogram, MFCC: the filterbank, mel m taking bins */
+    int64_t n_freq;    /* onesided: n_fft / 2 + 1, else n_fft */
+    float *window;     /* n_fft values: the window (win_length) zero-padded and centred */
+    float norm;        /* |X| scale: 1, 1 / sqrt(sum w^2) ("window"), n_fft^-1/2 ("frame_length") */
+    void *plan;        /* fftwf_plan: real-to-complex of n_fft, FFTW_ESTIMATE */
+    int64_t n_mels;    /* MelSpectrogram, MFCC: the filterbank, mel m taking bins */
     int32_t *mlo, *mn; /* [mlo[m], mlo[m] + mn[m]) with weights fb + m * n_freq + mlo[m] */
     float *fb;
     int64_t n_mfcc; /* MFCC: dct[k * n_mels + m], torchaudio's create_dct(n_mfcc, n_mels, norm) */
@@ -124,20 +124,20 @@ typedef struct stk__asig {
 typedef struct stk__atransform {
     uint32_t sample_rate; /* stk_transform_opts.sample_rate */
     bool lengths, lenient;
-    size_t n_wave;        /* ops [0, n_wave) are waveform ops */
-    int spec_at;          /* the spectrum op, -1 none; spectral ops follow it */
-    int first_resample;   /* the first Resample op, -1 none */
-    bool implicit;        /* files are resampled to sample_rate first (no Resample op) */
-    bool rate_fixed;      /* files must all be at in_rate (learned from record 0) */
+    size_t n_wave;      /* ops [0, n_wave) are waveform ops */
+    int spec_at;        /* the spectrum op, -1 none; spectral ops follow it */
+    int first_resample; /* the first Resample op, -1 none */
+    bool implicit;      /* files are resampled to sample_rate first (no Resample op) */
+    bool rate_fixed;    /* files must all be at in_rate (learned from record 0) */
     /* What binding learned (stk__transform_bind); 0 / -1 before */
     uint32_t in_rate, in_channels;
-    bool array;            /* the field is a waveform array, not encoded audio */
-    stk_dtype a_dtype;     /* its dtype, and (channels, samples) */
+    bool array;        /* the field is a waveform array, not encoded audio */
+    stk_dtype a_dtype; /* its dtype, and (channels, samples) */
     int64_t a_len;
-    bool bound;            /* the output shape is known */
-    stk__asig out_sig;     /* after the waveform ops (static part) */
-    stk__spec spec;        /* the spectrum op, when spec_at >= 0 and bound */
-    int64_t frames;        /* its output frames */
+    bool bound;        /* the output shape is known */
+    stk__asig out_sig; /* after the waveform ops (static part) */
+    stk__spec spec;    /* the spectrum op, when spec_at >= 0 and bound */
+    int64_t frames;    /* its output frames */
 } stk__atransform;
 
 #endif /* STK_AUDIO_H */

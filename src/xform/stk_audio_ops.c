@@ -41,8 +41,8 @@ static stk_status num_in(size_t i, const stk_op *op, const char *param, double v
     if ((isnan(v) && nan_ok) || (v >= lo && v <= hi))
         return STK_OK;
     return stk__set_last_error(STK_EINVAL, "ops[%zu] (%s): %s must be %s%g..%g, got %g", i,
-                               stk_op_name(op->kind), param, nan_ok ? "None or in " : "in ", lo,
-                               hi, v);
+                               stk_op_name(op->kind), param, nan_ok ? "None or in " : "in ", lo, hi,
+                               v);
 }
 
 #define TRY(expr)                                                                                  \
@@ -52,8 +52,8 @@ static stk_status num_in(size_t i, const stk_op *op, const char *param, double v
             return rc_;                                                                            \
     } while (0)
 
-#define MAX_RATE 1536000     /* Hz */
-#define MAX_SECONDS 86400.0  /* a day of audio per sample */
+#define MAX_RATE 1536000    /* Hz */
+#define MAX_SECONDS 86400.0 /* a day of audio per sample */
 #define MAX_FFT (1 << 20)
 
 static stk_status check_resample(size_t i, stk_op *op)
@@ -252,9 +252,8 @@ static const stk_op_param p_vol[] = {STK__PARAM("gain", DOUBLE, 1, gain),
         STK__PARAM("n_mels", INT64, 1, n_mels), STK__PARAM("mel_scale", INT64, 1, mel_scale)
 
 static const stk_op_param p_spectrogram[] = {STFT_PARAMS};
-static const stk_op_param p_mel[] = {STK__PARAM("sample_rate", INT64, 1, sample_rate),
-                                     STFT_PARAMS, MEL_PARAMS,
-                                     STK__PARAM("norm", INT64, 1, mel_norm)};
+static const stk_op_param p_mel[] = {STK__PARAM("sample_rate", INT64, 1, sample_rate), STFT_PARAMS,
+                                     MEL_PARAMS, STK__PARAM("norm", INT64, 1, mel_norm)};
 /* MFCC's own arguments, then its melkwargs (MelSpectrogram's, norm as mel_norm: MFCC's norm is
  * the DCT's) */
 static const stk_op_param p_mfcc[] = {STK__PARAM("sample_rate", INT64, 1, sample_rate),

@@ -53,7 +53,8 @@ bool stk__resampler_is(const stk__resampler *r, int64_t orig_freq, int64_t new_f
 {
     return r->orig_freq == orig_freq && r->new_freq == new_freq &&
            r->lpw == op->lowpass_filter_width && r->method == op->resampling_method &&
-           r->rolloff == op->rolloff && (r->beta == op->beta || (isnan(r->beta) && isnan(op->beta)));
+           r->rolloff == op->rolloff &&
+           (r->beta == op->beta || (isnan(r->beta) && isnan(op->beta)));
 }
 
 void stk__resampler_free(stk__resampler *r)

@@ -96,8 +96,8 @@ static stk_status make_fbank(const stk_op *op, stk__spec *s, char *err, size_t e
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for a mel filterbank");
     }
     for (int64_t i = 0; i < nm + 2; i++)
-        fp[i] = mel_to_hz(m_min + (m_max - m_min) * (double)i / (double)(nm + 1),
-                          (int)op->mel_scale);
+        fp[i] =
+            mel_to_hz(m_min + (m_max - m_min) * (double)i / (double)(nm + 1), (int)op->mel_scale);
     double top = (double)(op->sample_rate / 2);
     for (int64_t m = 0; m < nm; m++) {
         double enorm = op->mel_norm ? 2.0 / (fp[m + 2] - fp[m]) : 1.0;
@@ -328,7 +328,9 @@ static void frame_spectrum(const stk__spec *s, stk__specwork *w, const float *x,
         int64_t kk = k < nh ? k : s->n_fft - k; /* two-sided: |X[n - k]| = |X[k]| */
         float re = w->out[2 * kk] * nrm, im = w->out[2 * kk + 1] * nrm;
         float p = re * re + im * im;
-        w->pw[k] = s->power == 2.0 ? p : s->power == 1.0 ? sqrtf(p) : powf(sqrtf(p), (float)s->power);
+        w->pw[k] = s->power == 2.0   ? p
+                   : s->power == 1.0 ? sqrtf(p)
+                                     : powf(sqrtf(p), (float)s->power);
     }
 }
 #endif

@@ -624,8 +624,8 @@ fail:
     return rc;
 }
 
-static stk_status image_apply(const stk_transform *t, stk__tworker *w, const void *src,
-                              size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+static stk_status image_apply(const stk_transform *t, stk__tworker *w, const void *src, size_t size,
+                              stk_rng *rng, void *dst, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
     stk__imginfo info;

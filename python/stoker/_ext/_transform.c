@@ -239,8 +239,8 @@ PyObject *stkpy_op_params(PyObject *self, PyObject *name_obj)
 
 static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"ops",   "dtype",       "layout",  "exact", "max_pixels", "finish",
-                             "strict", "media",      "sample_rate", "lengths", NULL};
+    static char *kwlist[] = {"ops",    "dtype", "layout",      "exact",   "max_pixels", "finish",
+                             "strict", "media", "sample_rate", "lengths", NULL};
     PyObject *ops_obj, *dtype_obj = NULL;
     const char *layout = "NCHW", *finish = NULL, *media = NULL;
     int exact = 0, strict = 1, lengths = 0;

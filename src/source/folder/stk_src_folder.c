@@ -17,8 +17,9 @@
  * Records: image (bytes: the file as stored), label (int64), path (bytes: relative to ROOT) — the
  * schema `stoker pack` writes. A tree without images but with audio files (.wav, .flac, .mp3,
  * .ogg, .oga, .opus, .aif, .aiff) is read the same way with `audio` in place of `image` (issue
- * 27); format="audiofolder" reads the audio files of a tree that has images too. Each file is stat'ed at open (its size sizes the ring's rows) and
- * must still have that size when read ("changed since the dataset was opened" otherwise).
+ * 27); format="audiofolder" reads the audio files of a tree that has images too. Each file is
+ * stat'ed at open (its size sizes the ring's rows) and must still have that size when read
+ * ("changed since the dataset was opened" otherwise).
  */
 #include "source/stk_source.h"
 
@@ -29,9 +30,9 @@
 #include <strings.h>
 
 /* torchvision.datasets.folder.IMG_EXTENSIONS, and the audio files stk_audio_dec.c reads */
-static const char *const img_ext[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+static const char *const img_ext[] = {".jpg", ".jpeg", ".png",  ".ppm",  ".bmp",
                                       ".pgm", ".tif",  ".tiff", ".webp", NULL};
-static const char *const audio_ext[] = {".wav",  ".flac", ".mp3", ".ogg", ".oga",
+static const char *const audio_ext[] = {".wav",  ".flac", ".mp3",  ".ogg", ".oga",
                                         ".opus", ".aif",  ".aiff", NULL};
 #define MAX_DEPTH 256 /* nested directories under a class */
 #define MAX_SKIPPED_LISTED 16

@@ -375,8 +375,7 @@ static int test_op_table(void)
             T_CHECKF(!d->plan && !d->kernel && !d->post && !d->compile && !d->size, "%s: hooks",
                      d->name);
         } else {
-            T_CHECKF(d->media == STK_MEDIA_IMAGE && d->stage < STK__OP_WAVE, "%s: stage",
-                     d->name);
+            T_CHECKF(d->media == STK_MEDIA_IMAGE && d->stage < STK__OP_WAVE, "%s: stage", d->name);
             T_CHECKF(d->stage == STK__OP_STORE || d->plan, "%s has no plan", d->name);
             T_CHECKF((d->stage == STK__OP_PIXEL) == (d->kernel != NULL), "%s: kernel", d->name);
             T_CHECKF(d->stage != STK__OP_STORE || d->compile, "%s: compile", d->name);
