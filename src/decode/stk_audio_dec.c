@@ -228,7 +228,8 @@ stk_status stk__audio_open(stk__audiodec *d, const void *src, size_t size, stk__
     *out = d->info;
     return STK_OK;
 fail:
-    d->codec->close(d->cur);
+    if (d->cur)
+        d->codec->close(d->cur);
     d->cur = NULL;
     return rc;
 }

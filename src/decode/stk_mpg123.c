@@ -24,6 +24,8 @@
 #include <mpg123.h>
 #include <pthread.h>
 
+#define PREFRAMES 10 /* frames decoded before a seek's target (mp_create) */
+
 typedef struct mph {
     mpg123_handle *mh;
     const uint8_t *src;
@@ -109,6 +111,12 @@ static stk_status mp_create(void **out, char *err, size_t err_size)
     e = mpg123_format_none(h->mh);
     for (size_t i = 0; i < n_rates && e == MPG123_OK; i++)
         e = mpg123_format(h->mh, rates[i], MPG123_MONO | MPG123_STEREO, MPG123_ENC_FLOAT_32);
+    /* A seek decodes PREFRAMES frames before its target (their output dropped): Layer III's
+     * bit reservoir reaches up to 511 bytes of earlier frames' data, ~8 frames at 32 kbit/s,
+     * plus one for the IMDCT's overlap. libmpg123's default (4) left a libsndfile-written 57
+     * kbit/s VBR stream's windows up to 0.5 off; 10 decodes them as a full decode does. */
+    if (e == MPG123_OK)
+        e = mpg123_param(h->mh, MPG123_PREFRAMES, PREFRAMES, 0);
     if (e == MPG123_OK)
         e = mpg123_replace_reader_handle(h->mh, rd, sk, NULL);
     if (e != MPG123_OK) {

@@ -226,7 +226,10 @@ static void audio_spec(const stk_transform *t, stk__tspec *out)
     out->shape[1] = op->kind == STK_OP_SPECTROGRAM ? (op->onesided ? op->n_fft / 2 + 1 : op->n_fft)
                     : op->kind == STK_OP_MFCC      ? op->n_mfcc
                                                    : op->n_mels;
-    out->shape[2] = at->bound ? at->frames : -1;
+    /* the frames as torch.stft counts them (stk__spec_frames), known with the length */
+    stk__spec s = {.n_fft = op->n_fft, .pad = op->pad, .center = op->stft_center != 0};
+    s.hop = op->hop_length ? op->hop_length : (op->win_length ? op->win_length : op->n_fft) / 2;
+    out->shape[2] = at->out_sig.len >= 0 ? stk__spec_frames(&s, at->out_sig.len) : -1;
 }
 
 /* ---- binding to a loader's data ---- */
