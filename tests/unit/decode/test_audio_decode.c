@@ -131,7 +131,8 @@ static int test_wav_exact(void)
     /* The samples are int16 over 32768, as torchaudio's */
     const int16_t *pcm = (const int16_t *)(const void *)(wav + 44);
     for (int i = 0; i < FRAMES; i += 997)
-        T_CHECK(all[i] == (float)pcm[2 * i] / 32768.0f && all[FRAMES + i] == pcm[2 * i + 1] / 32768.0f);
+        T_CHECK(all[i] == (float)pcm[2 * i] / 32768.0f &&
+                all[FRAMES + i] == pcm[2 * i + 1] / 32768.0f);
     /* A window after a seek: the same samples */
     T_OK(decode(d, wav, size, 12345, 1000, &win, &info, err));
     T_CHECK(memcmp(win, all + 12345, 1000 * sizeof(float)) == 0);
@@ -257,8 +258,8 @@ static int test_not_audio(void)
     char err[256];
     static const char text[] = "hello, not audio at all";
     T_EQ(stk__audio_open(d, text, sizeof(text), &info, err, sizeof(err)), STK_EFORMAT);
-    T_CHECKF(strstr(err, "not a supported audio file") && strstr(err, "0x68 0x65 0x6c 0x6c"),
-             "%s", err);
+    T_CHECKF(strstr(err, "not a supported audio file") && strstr(err, "0x68 0x65 0x6c 0x6c"), "%s",
+             err);
     T_EQ(stk__audio_open(d, text, 0, &info, err, sizeof(err)), STK_EFORMAT);
     T_CHECK(strstr(err, "empty (0 bytes)"));
     static const uint8_t riff[] = "RIFF\x24\0\0\0WAVEfmt ";

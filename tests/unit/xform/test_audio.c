@@ -246,8 +246,8 @@ static uint8_t *make_wav(uint32_t rate, uint16_t ch, uint32_t n, int seed, size_
     int16_t *s = (int16_t *)(void *)(p + 44);
     for (uint32_t i = 0; i < n; i++)
         for (uint16_t c = 0; c < ch; c++)
-            s[i * ch + c] = (int16_t)(12000 * sin(2 * M_PI * (300 + 200 * c + 37 * seed) * i /
-                                                   (double)rate));
+            s[i * ch + c] =
+                (int16_t)(12000 * sin(2 * M_PI * (300 + 200 * c + 37 * seed) * i / (double)rate));
     *size = 44 + data;
     return p;
 }
@@ -337,7 +337,7 @@ static int test_loader_batches(void)
     T_OK(run_epoch(path, t, 1, a, per, len));
     T_OK(run_epoch(path, t, 2, b, per, NULL));
     T_CHECK(memcmp(a, b, sizeof(float) * per * 10) == 0); /* any thread count */
-    for (int i = 0; i < 10; i++) { /* 1 + k/22.05 s at 16 kHz, then zeros */
+    for (int i = 0; i < 10; i++) {                        /* 1 + k/22.05 s at 16 kHz, then zeros */
         int64_t n = len[i];
         T_CHECKF(n >= 16000 && n <= 16000 + 9 * 726 && (n - 16000) % 725 <= 9, "%lld",
                  (long long)n);
