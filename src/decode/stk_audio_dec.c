@@ -257,16 +257,25 @@ static stk_status read_frames(stk__audiodec *d, int64_t n, int64_t keep0, int64_
         int64_t want = (int64_t)STK_MIN((uint64_t)CHUNK, (uint64_t)(n - *got)), k = 0;
         rc = d->codec->read(d->cur, d->chunk, want, &k, err, err_size);
         int64_t f0 = d->pos, lo = STK_MAX(f0, keep0), hi = STK_MIN(f0 + k, keep1);
-        for (int64_t f = lo; f < hi; f++) { /* deinterleave, or average the channels */
-            const float *fr = d->chunk + (size_t)(f - f0) * ch;
-            if (n_planes == ch) {
-                for (uint32_t c = 0; c < ch; c++)
-                    planes[c][f - keep0] = fr[c];
-            } else {
-                float s = 0.0f;
-                for (uint32_t c = 0; c < ch; c++)
-                    s += fr[c];
-                planes[0][f - keep0] = s / (float)ch;
+        if (lo < hi) {
+            const float *fr = d->chunk + (size_t)(lo - f0) * ch;
+            size_t m = (size_t)(hi - lo);
+            if (ch == 1) { /* mono: as it is */
+                memcpy(planes[0] + (lo - keep0), fr, m * sizeof(float));
+            } else if (n_planes == ch) { /* deinterleave */
+                for (uint32_t c = 0; c < ch; c++) {
+                    float *o = planes[c] + (lo - keep0);
+                    for (size_t i = 0; i < m; i++)
+                        o[i] = fr[i * ch + c];
+                }
+            } else { /* the mean of the channels, summed in channel order */
+                float *o = planes[0] + (lo - keep0);
+                for (size_t i = 0; i < m; i++) {
+                    float sum = 0.0f;
+                    for (uint32_t c = 0; c < ch; c++)
+                        sum += fr[i * ch + c];
+                    o[i] = sum / (float)ch;
+                }
             }
         }
         d->pos += k;

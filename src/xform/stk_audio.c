@@ -617,15 +617,20 @@ static void array_frames(const stk__atransform *at, const uint8_t *src, int64_t 
 }
 
 /* Run step st from planes `in` (covering [ia, ...)) into planes `out` (covering [st->a, st->b)). */
+/* Zero plane p's samples outside [lo, hi) of its n (lo >= hi: all of them). */
+static void zero_outside(float *p, int64_t n, int64_t lo, int64_t hi)
+{
+    lo = STK_MIN(STK_MAX(lo, (int64_t)0), n);
+    hi = STK_MIN(STK_MAX(hi, lo), n);
+    memset(p, 0, (size_t)lo * sizeof(float));
+    memset(p + hi, 0, (size_t)(n - hi) * sizeof(float));
+}
+
 static void run_step(const astep *st, float *const *in, int64_t ia, float *const *out)
 {
     int64_t n = st->b - st->a;
-    for (uint32_t c = 0; c < st->out.channels; c++) {
-        float *o = out[c];
-        for (int64_t i = 0; i < n; i++) /* zeros outside [a2, b2) (a2 >= b2: all of it) */
-            if (i < st->a2 - st->a || i >= st->b2 - st->a)
-                o[i] = 0.0f;
-    }
+    for (uint32_t c = 0; c < st->out.channels; c++)
+        zero_outside(out[c], n, st->a2 - st->a, st->b2 - st->a);
     if (st->a2 >= st->b2)
         return;
     int64_t m = st->b2 - st->a2, at = st->a2 - st->a;
@@ -740,9 +745,7 @@ static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const vo
     float *planes[STK__AUD_MAX_CHANNELS];
     for (uint32_t c = 0; c < p.planes; c++) {
         planes[c] = w->buf[0] + (size_t)c * (size_t)(n0 > 0 ? n0 : 1);
-        for (int64_t i = 0; i < n0; i++)
-            if (i < f0 - p.a0 || i >= f1 - p.a0)
-                planes[c][i] = 0.0f;
+        zero_outside(planes[c], n0, f0 - p.a0, f1 - p.a0);
     }
     float *at0[STK__AUD_MAX_CHANNELS];
     for (uint32_t c = 0; c < p.planes; c++)
