@@ -14,6 +14,7 @@
  * averaged into one plane) straight into the caller's planes.
  */
 #include "decode/stk_audio_codec.h"
+#include "decode/stk_decode.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -40,29 +41,15 @@ struct stk__audiodec {
 
 stk_status stk__audio_reserve(float **buf, size_t *cap, size_t n, char *err, size_t err_size)
 {
-    if (n <= *cap)
-        return STK_OK;
-    size_t want = STK_MAX(n, *cap + *cap / 2), bytes;
-    if (!stk__mul_ok(want, sizeof(float), &bytes))
+    size_t bytes, have = *cap * sizeof(float);
+    if (!stk__mul_ok(n, sizeof(float), &bytes))
         return stk__set_error(err, err_size, STK_ELIMIT, "audio buffer of %zu samples too large",
                               n);
-    stk__budget *b = stk__thread_budget; /* a loader's memory_budget, charged as buffers grow */
-    if (b && !stk__budget_charge(b, (want - *cap) * sizeof(float))) {
-        want = n;
-        if (!stk__budget_charge(b, (want - *cap) * sizeof(float)))
-            return stk__set_error(err, err_size, STK_ELIMIT,
-                                  "decoding needs %zu more bytes of audio buffer, over the memory "
-                                  "budget of %" PRIu64 " bytes: raise memory_budget or use fewer "
-                                  "threads",
-                                  (n - *cap) * sizeof(float), b->limit);
-    }
-    float *p = stk__realloc(*buf, want * sizeof(float));
-    if (!p)
-        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory (%zu-sample audio buffer)",
-                              n);
-    *buf = p;
-    *cap = want;
-    return STK_OK;
+    uint8_t *p = (uint8_t *)*buf;
+    stk_status rc = stk__buffer_reserve(&p, &have, bytes, "audio", "", err, err_size);
+    *buf = (float *)(void *)p;
+    *cap = have / sizeof(float);
+    return rc;
 }
 
 stk_status stk__audiodec_create(stk__audiodec **out)

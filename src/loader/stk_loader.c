@@ -158,10 +158,12 @@ static stk_status bind_transform(core *c, const stk_field *fd, char *err, size_t
     }
     stk__free(buf);
     if (rc < 0)
-        return stk__set_error(err, err_size, rc,
-                              "%s: %s (read when the loader starts, to learn the files' rate and "
-                              "channel count; with sample_rate= and a Downmix it is not needed)",
-                              where, why);
+        return stk__set_error(
+            err, err_size, rc,
+            "%s: %s (read when the loader starts, to learn the files' rate and "
+            "channel count; with sample_rate= (or a Resample before the crop) and a Downmix it "
+            "is not needed)",
+            where, why);
 done:
     if (rc < 0)
         return stk__set_error(err, err_size, rc, "%s", why);
