@@ -458,3 +458,30 @@ def test_unbound_output_and_info(corpus):
     assert t.output == {"dtype": "float32", "shape": (1, 16000)}
     b = load_one(corpus["synth_chord.wav_s16"], [A.Resample(44100, 16000), A.RandomCrop(1.0)])
     assert b["audio"].shape == (1, 2, 16000)
+
+
+def test_audio_classes_are_the_c_rows():
+    """Every audio row of the C op table has a stoker.audio class whose parameters are the row's
+    (names and counts), and the torchaudio conversion reaches each torchaudio-named one."""
+    ops = {"Resample": A.Resample(), "audio.Downmix": A.Downmix(),
+           "audio.RandomCrop": A.RandomCrop(1.0), "audio.CenterCrop": A.CenterCrop(1.0),
+           "audio.PadTo": A.PadTo(1.0), "Vol": A.Vol(2.0), "Spectrogram": A.Spectrogram(),
+           "MelSpectrogram": A.MelSpectrogram(), "MFCC": A.MFCC(),
+           "AmplitudeToDB": A.AmplitudeToDB(), "TimeMasking": A.TimeMasking(5),
+           "FrequencyMasking": A.FrequencyMasking(5)}
+    assert set(ops) == set(A.SUPPORTED) == set(stoker._core.op_names("audio"))
+    assert not set(A.SUPPORTED) & set(stoker._core.op_names())  # image ops apart
+    for name, op in ops.items():
+        d = op.to_dict()
+        assert d.pop("kind") == name
+        params = {p[0]: p[2] for p in stoker._core.op_params(name)}
+        assert set(d) == set(params), name
+        assert all((len(v) if isinstance(v, tuple) else 1) == params[k] for k, v in d.items())
+    t = stoker._core.Transform([op.to_dict() for op in (A.Resample(), A.PadTo(1.0))])
+    assert t.media == "audio"
+    if torchaudio is not None:
+        from stoker import _torchaudio
+        for tobj in (TA.Resample(8000, 16000), TA.Vol(0.5), TA.Spectrogram(), TA.MelSpectrogram(),
+                     TA.MFCC(), TA.AmplitudeToDB(), TA.TimeMasking(3), TA.FrequencyMasking(3)):
+            (op,) = _torchaudio.convert(tobj, A.SUPPORTED)
+            assert type(op).__name__ == type(tobj).__name__
