@@ -24,7 +24,12 @@
 #include <mpg123.h>
 #include <pthread.h>
 
-#define PREFRAMES 10 /* frames decoded before a seek's target (mp_create) */
+/* A seek decodes frames before its target (their output dropped): Layer III's bit reservoir
+ * reaches up to 511 bytes of earlier frames' data, ~8 frames at 32 kbit/s, plus one for the
+ * IMDCT's overlap. libmpg123's default (4) left a libsndfile-written 57 kbit/s VBR stream's
+ * windows up to 0.5 off; 10 decodes them as a full decode does. A CBR stream needs fewer
+ * (preframes()). */
+#define PREFRAMES 10
 
 typedef struct mph {
     mpg123_handle *mh;
@@ -64,6 +69,24 @@ static off_t sk(void *u, off_t off, int whence)
         return -1;
     h->pos = base + off;
     return h->pos;
+}
+
+/* Frames a seek decodes before its target: enough to refill Layer III's bit reservoir (511
+ * bytes of earlier frames' data for MPEG-1, 255 for MPEG-2/2.5) from frames of this size, plus
+ * one for the IMDCT's overlap and one spare, when the stream is constant-bitrate (3-4 at 128
+ * kbit/s); PREFRAMES for VBR, ABR and the other layers. */
+static long preframes(mpg123_handle *mh)
+{
+    struct mpg123_frameinfo fi;
+    if (mpg123_info(mh, &fi) != MPG123_OK || fi.vbr != MPG123_CBR || fi.layer != 3)
+        return PREFRAMES;
+    bool mpeg1 = fi.version == MPG123_1_0, mono = fi.mode == MPG123_M_MONO;
+    int side = mpeg1 ? (mono ? 17 : 32) : (mono ? 9 : 17);
+    int data = fi.framesize - 4 - side - ((fi.flags & MPG123_CRC) ? 2 : 0);
+    if (data <= 0)
+        return PREFRAMES;
+    long need = ((mpeg1 ? 511 : 255) + data - 1) / data + 2;
+    return need < PREFRAMES ? need : PREFRAMES;
 }
 
 /* ---- the codec ---- */
@@ -111,12 +134,6 @@ static stk_status mp_create(void **out, char *err, size_t err_size)
     e = mpg123_format_none(h->mh);
     for (size_t i = 0; i < n_rates && e == MPG123_OK; i++)
         e = mpg123_format(h->mh, rates[i], MPG123_MONO | MPG123_STEREO, MPG123_ENC_FLOAT_32);
-    /* A seek decodes PREFRAMES frames before its target (their output dropped): Layer III's
-     * bit reservoir reaches up to 511 bytes of earlier frames' data, ~8 frames at 32 kbit/s,
-     * plus one for the IMDCT's overlap. libmpg123's default (4) left a libsndfile-written 57
-     * kbit/s VBR stream's windows up to 0.5 off; 10 decodes them as a full decode does. */
-    if (e == MPG123_OK)
-        e = mpg123_param(h->mh, MPG123_PREFRAMES, PREFRAMES, 0);
     if (e == MPG123_OK)
         e = mpg123_replace_reader_handle(h->mh, rd, sk, NULL);
     if (e != MPG123_OK) {
@@ -147,6 +164,7 @@ static stk_status mp_open(void *u, const uint8_t *src, size_t size, bool lenient
     h->open = true;
     if (mpg123_getformat(h->mh, &rate, &channels, &enc) != MPG123_OK)
         goto lib_error;
+    mpg123_param(h->mh, MPG123_PREFRAMES, preframes(h->mh), 0);
     /* The length: the Xing/LAME tag's when there is one (positions are then "accurate" before
      * any scan), else a scan of every frame header. The scan runs either way, for exact seeks;
      * the tag's count stays the length, so a stream cut short decodes fewer frames than it. */
