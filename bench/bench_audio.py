@@ -139,8 +139,8 @@ def run_stoker(fmt, threads, epochs, batch):
     first = times[0][0] / times[0][1]
     return {"first_epoch_sps": first, "sps": later, "cpu_sps": n / cpu, "wall_s": wall,
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "rss_before_mb": rss0 / 1024, "rss_epoch1_mb": rss1 / 1024, "ring_mb": info["slot_size"] * info["ring_slots"] / 2**20,
-            "shape": list(shape), "threads": info["num_workers"]}
+            "rss_before_mb": rss0 / 1024, "rss_epoch1_mb": rss1 / 1024, "ring_mb": info["slot_size"] * info["n_slots"] / 2**20,
+            "shape": list(shape), "threads": info["n_threads"]}
 
 
 class KWS:

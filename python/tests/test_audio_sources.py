@@ -195,7 +195,7 @@ def test_memory_budget_counts_audio_buffers(speech_tree):
     with stoker.Loader(speech_tree, 4, transforms=OPS, output="numpy", num_workers=1) as loader:
         info = loader.info()
     read = stoker.Dataset(speech_tree).fields[0]["max_size"]  # the thread's read buffer
-    fixed = info["slot_size"] * info["ring_slots"] + read
+    fixed = info["slot_size"] * info["n_slots"] + read
     with stoker.Loader(speech_tree, 4, transforms=OPS, output="numpy", num_workers=1,
                        memory_budget=fixed + 40_000) as loader:
         with pytest.raises(stoker.StokerLimitError, match="audio buffer, over the memory budget"):

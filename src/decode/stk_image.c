@@ -71,8 +71,8 @@ stk_status stk__buffer_reserve(uint8_t **buf, size_t *cap, size_t size, const ch
     }
     uint8_t *p = stk__realloc(*buf, want);
     if (!p)
-        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory (%zu-byte %s buffer)",
-                              size, what);
+        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory (%zu-byte %s buffer)", size,
+                              what);
     *buf = p;
     *cap = want;
     return STK_OK;

@@ -188,7 +188,7 @@ PyObject *stkpy_op_names(PyObject *self, PyObject *args)
     stk_media media;
     if (!PyArg_ParseTuple(args, "|s:op_names", &mname) || parse_media(mname, &media) < 0)
         return NULL;
-    size_t n = stk_op_count();
+    size_t n = stk_op_n_kinds();
     PyObject *t = PyList_New(0);
     if (!t)
         return NULL;
