@@ -13,6 +13,15 @@ PKGS     := libturbojpeg spng libxxhash libwebp libtiff-4
 PKGS     += hdf5 lmdb
 PKGS     += libcurl libcrypto
 PKGS     += zlib
+# Audio (issue 27), optional at build time: each library pkg-config finds joins the build with
+# STK_HAVE_<NAME>; without it the audio formats or ops it serves fail with "stoker was built
+# without <library>" and their tests skip (the GPU bench machine builds from fewer packages).
+# libsndfile: WAV, FLAC, Ogg Vorbis, Opus; libmpg123: MP3; libfftw3f: the spectrograms.
+AUDIO_LIBS := sndfile:SNDFILE libmpg123:MPG123 fftw3f:FFTW
+AUDIO_HAVE := $(foreach l,$(AUDIO_LIBS),$(if $(shell pkg-config --exists $(word 1,$(subst :, ,$(l))) \
+                2>/dev/null && echo y),$(l)))
+PKGS     += $(foreach l,$(AUDIO_HAVE),$(word 1,$(subst :, ,$(l))))
+AUDIO_DEFS := $(foreach l,$(AUDIO_HAVE),-DSTK_HAVE_$(word 2,$(subst :, ,$(l))))
 # Video (issue 28), optional at build time: with libavformat, libavcodec, libavutil and libswscale
 # all found by pkg-config the build defines STK_HAVE_AVCODEC; without them the video transform
 # fails with "stoker was built without libavcodec" and its tests skip (the GPU bench machine
@@ -26,7 +35,7 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2
 CFLAGS_ALL := -std=c11 $(OPT) -g -fPIC -pthread -D_GNU_SOURCE $(WARN) $(WERROR) \
-              -Iinclude -Isrc $(PKG_CFLAGS) $(VIDEO_DEFS) $(SANITIZE) $(EXTRA_CFLAGS)
+              -Iinclude -Isrc $(PKG_CFLAGS) $(AUDIO_DEFS) $(VIDEO_DEFS) $(SANITIZE) $(EXTRA_CFLAGS)
 LIB_CFLAGS := $(CFLAGS_ALL) -fvisibility=hidden -DSTK_BUILDING_LIBRARY
 LDLIBS_ALL := $(PKG_LIBS) -ljpeg -lpthread -ldl -lm
 LDFLAGS_ALL := $(SANITIZE) $(EXTRA_LDFLAGS)
@@ -199,7 +208,7 @@ tsan:
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS  := -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
-                $(PKG_CFLAGS) -fno-omit-frame-pointer -fsanitize=address,undefined \
+                $(PKG_CFLAGS) $(AUDIO_DEFS) -fno-omit-frame-pointer -fsanitize=address,undefined \
                 -fno-sanitize-recover=undefined
 FUZZ_OBJS    := $(LIB_SRCS:%.c=build/fuzz/obj/%.o)
 FUZZ_BINS    := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)

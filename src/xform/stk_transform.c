@@ -1,5 +1,6 @@
 /*
- * stk_transform.c: the public transform API (op lists, recipes) and the fused per-sample path.
+ * stk_transform.c: the image kind of transform (stk__media_image, stk_media.h): compiling an op
+ * list, the recipes, and the fused per-sample path.
  *
  * Per sample (stk__transform_apply, on a worker thread):
  *   probe the header -> plan (fold the ops into one resample per axis, draw the randomness) ->
@@ -28,22 +29,13 @@
  * Threads: a stk_transform is immutable after create and shared; a stk__tworker belongs to one
  * thread.
  */
+#include "xform/stk_media.h"
 #include "xform/stk_xform.h"
 
 #include <math.h>
 #include <string.h>
 
 #define DEFAULT_MAX_PIXELS (64ull << 20)
-
-void stk_transform_opts_init(stk_transform_opts *opts)
-{
-    if (!opts)
-        return;
-    memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
-    opts->dtype = STK_DTYPE_FLOAT32;
-    opts->max_pixels = DEFAULT_MAX_PIXELS;
-}
 
 /* The padding style of ops[i] (Pad/RandomCrop's fill and padding_mode, other than zeros): the
  * axes hold one padding_mode and the render one fill, so every padding op must agree; and a
@@ -85,21 +77,12 @@ static stk_status check_pad_style(stk_transform *t, size_t i, size_t *pad_at)
     return STK_OK;
 }
 
-stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out)
+/* The image kind's create (stk_transform_create, in stk_media.c, has loaded opts). */
+static stk_status image_create(const stk_transform_opts *opts, stk_transform **out)
 {
     stk_status rc = STK_OK;
     stk_transform *t = NULL;
-    if (out)
-        *out = NULL;
-    if (!opts || !out)
-        return stk__set_last_error(STK_EINVAL, "stk_transform_create: NULL %s",
-                                   !opts ? "opts" : "out");
-    stk_transform_opts full;
-    stk_transform_opts_init(&full);
-    if (!stk__opts_load(&full, sizeof(full), opts))
-        return stk__set_last_error(STK_EINVAL, "stk_transform_create: opts not initialised with "
-                                               "stk_transform_opts_init");
-    opts = &full;
+    *out = NULL;
     if (opts->n_ops == 0 || !opts->ops)
         return stk__set_last_error(STK_EINVAL, "stk_transform_create: no ops");
     if (opts->n_ops > STK__XF_MAX_OPS)
@@ -143,6 +126,13 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
             goto fail;
         }
         t->defs[i] = d;
+        if (d->media != STK_MEDIA_IMAGE) {
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu] (%s): an audio op in an image transform (ops[0] "
+                                     "is %s; a transform is one media kind)",
+                                     i, d->name, stk_op_name(t->ops[0].kind));
+            goto fail;
+        }
         if (d->check)
             STK_TRY(d->check(i, op));
         if (norm_at != SIZE_MAX && !d->after_store) {
@@ -284,7 +274,7 @@ stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **ou
     return stk_transform_create(&o, out);
 }
 
-void stk__transform_spec(const stk_transform *t, stk__tspec *out)
+static void image_spec(const stk_transform *t, stk__tspec *out)
 {
     memset(out, 0, sizeof(*out));
     out->dtype = t->dtype;
@@ -314,7 +304,7 @@ void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *nd
         memcpy(shape, s.shape, sizeof(s.shape));
 }
 
-void stk_transform_destroy(stk_transform *t)
+static void image_destroy(stk_transform *t)
 {
     stk__free(t);
 }
@@ -449,7 +439,9 @@ static bool img_reserve(stk__tworker *w, size_t n)
     return true;
 }
 
-stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **out)
+static void image_worker_destroy(stk__tworker *w);
+
+static stk_status image_worker_create(const stk_transform *t, stk__tworker **out)
 {
     stk_status rc = STK_OK;
     *out = NULL;
@@ -457,6 +449,7 @@ stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **o
     if (!w)
         return stk__set_last_error(STK_ENOMEM, "out of memory for a transform worker");
     stk__clear_last_error();
+    w->media = STK_MEDIA_IMAGE;
     rc = stk__decoder_create(t->max_pixels, &w->dec);
     if (rc < 0) {
         if (!stk_last_errmsg()[0])
@@ -472,11 +465,11 @@ stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **o
     *out = w;
     return STK_OK;
 fail:
-    stk__transform_worker_destroy(w);
+    image_worker_destroy(w);
     return rc;
 }
 
-void stk__transform_worker_destroy(stk__tworker *w)
+static void image_worker_destroy(stk__tworker *w)
 {
     if (!w)
         return;
@@ -491,18 +484,17 @@ const stk__xtimes *stk__transform_worker_times(const stk__tworker *w)
     return &w->times;
 }
 
-void stk__transform_worker_trust(stk__tworker *w, bool trusted)
+static void image_trust(stk__tworker *w, bool trusted)
 {
     stk__decoder_set_trusted(w->dec, trusted);
 }
 
-bool stk__transform_worker_checked(const stk__tworker *w)
+static bool image_checked(const stk__tworker *w)
 {
     return stk__decoder_checked(w->dec);
 }
 
-void stk__transform_worker_stage_ns(const stk__tworker *w, uint64_t *decode_ns,
-                                    uint64_t *augment_ns)
+static void image_stage_ns(const stk__tworker *w, uint64_t *decode_ns, uint64_t *augment_ns)
 {
     const stk__xtimes *x = &w->times;
     *decode_ns = atomic_load_explicit(&x->probe_ns, memory_order_relaxed) +
@@ -632,8 +624,8 @@ fail:
     return rc;
 }
 
-stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
-                                size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+static stk_status image_apply(const stk_transform *t, stk__tworker *w, const void *src, size_t size,
+                              stk_rng *rng, void *dst, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
     stk__imginfo info;
@@ -695,3 +687,16 @@ stk_status stk__transform_apply_rgb(const stk_transform *t, stk__tworker *w, con
         atomic_fetch_add_explicit(&w->times.samples, 1, memory_order_relaxed);
     return rc;
 }
+
+const stk__media_ops stk__media_image = {
+    .name = "image",
+    .create = image_create,
+    .destroy = image_destroy,
+    .spec = image_spec,
+    .worker_create = image_worker_create,
+    .worker_destroy = image_worker_destroy,
+    .stage_ns = image_stage_ns,
+    .trust = image_trust,
+    .checked = image_checked,
+    .apply = image_apply,
+};
