@@ -66,7 +66,7 @@ static const struct {
 
 /* ---- logging ---- */
 
-static char stk_tag; /* the `opaque` of stoker's format and codec contexts */
+static char stk_tag;                /* the `opaque` of stoker's format and codec contexts */
 static _Thread_local int log_depth; /* > 0 while this thread is inside a libav call of ours */
 static _Thread_local char log_last[200];
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
@@ -449,10 +449,10 @@ stk_status stk__vdec_index(stk__vdec *d, stk__vindex *out, char *err, size_t err
             continue;
         if (pts == AV_NOPTS_VALUE)
             FAIL(STK_EFORMAT,
-                            "%s packet %zu has no timestamp (stoker needs the container's "
-                            "presentation timestamps; remux the file, e.g. ffmpeg -i IN -c copy "
-                            "OUT.mkv)",
-                            d->codec_name, n);
+                 "%s packet %zu has no timestamp (stoker needs the container's "
+                 "presentation timestamps; remux the file, e.g. ffmpeg -i IN -c copy "
+                 "OUT.mkv)",
+                 d->codec_name, n);
         if (n >= MAX_PACKETS)
             FAIL(STK_ELIMIT, "more than %u video packets", MAX_PACKETS);
         if (!grow((void **)&d->pts, &d->pts_cap, n + 1, sizeof(int64_t)) ||
@@ -468,8 +468,7 @@ stk_status stk__vdec_index(stk__vdec *d, stk__vindex *out, char *err, size_t err
     size_t nk = 0;
     for (size_t i = 0; i < n; i++) {
         if (i > 0 && d->pts[i] == d->pts[i - 1])
-            FAIL(STK_EFORMAT, "two frames at pts %lld",
-                            (long long)d->pts[i]);
+            FAIL(STK_EFORMAT, "two frames at pts %lld", (long long)d->pts[i]);
         if (d->keyflag[i] || i == 0) {
             if (!grow((void **)&d->keys, &d->keys_cap, nk + 1, sizeof(uint32_t)))
                 FAIL(STK_ENOMEM, "out of memory indexing a video");
@@ -501,8 +500,8 @@ static stk_status convert(stk__vdec *d, const AVFrame *f, uint8_t **rgb, size_t 
     d->sws = sws_getCachedContext(d->sws, w, h, (enum AVPixelFormat)f->format, w, h,
                                   AV_PIX_FMT_RGB24, SWS_BILINEAR, NULL, NULL, NULL);
     if (!d->sws)
-        return stk__set_error(err, err_size, STK_EFORMAT,
-                              "cannot convert %dx%d %s pictures to RGB", w, h,
+        return stk__set_error(err, err_size, STK_EFORMAT, "cannot convert %dx%d %s pictures to RGB",
+                              w, h,
                               av_get_pix_fmt_name((enum AVPixelFormat)f->format)
                                   ? av_get_pix_fmt_name((enum AVPixelFormat)f->format)
                                   : "?");
@@ -517,8 +516,8 @@ static stk_status convert(stk__vdec *d, const AVFrame *f, uint8_t **rgb, size_t 
         av_free(d->rgb);
         d->rgb_cap = 0;
         if (!(d->rgb = av_malloc(need)))
-            return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for a %dx%d frame",
-                                  w, h);
+            return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for a %dx%d frame", w,
+                                  h);
         d->rgb_cap = need;
     }
     uint8_t *dst[4] = {d->rgb, NULL, NULL, NULL};
@@ -593,14 +592,12 @@ static stk_status decode_pass(stk__vdec *d, const stk__vindex *ix, uint32_t key,
     const AVStream *st = d->fmt->streams[d->stream];
     if (ix->stream != d->stream || st->time_base.num != ix->tb_num ||
         st->time_base.den != ix->tb_den)
-        FAIL(STK_EFORMAT,
-                        "the video's index does not describe it (stream or time base differs)");
+        FAIL(STK_EFORMAT, "the video's index does not describe it (stream or time base differs)");
     while (*next < n && !eof) {
         int r = av_read_frame(d->fmt, d->pkt);
         if (r < 0 && r != AVERROR_EOF && !d->lenient) {
             av_reason(r, why, sizeof(why));
-            FAIL(STK_EFORMAT, "reading the %s stream: %s",
-                            d->codec_name, why);
+            FAIL(STK_EFORMAT, "reading the %s stream: %s", d->codec_name, why);
         }
         if (r < 0) {
             eof = true;
@@ -608,6 +605,13 @@ static stk_status decode_pass(stk__vdec *d, const stk__vindex *ix, uint32_t key,
         } else if (d->pkt->stream_index != d->stream) {
             av_packet_unref(d->pkt);
             continue;
+        } else if ((d->pkt->flags & AV_PKT_FLAG_CORRUPT) && !d->lenient) {
+            /* libavformat read fewer bytes than the container says the packet has */
+            int64_t at = d->pkt->pts;
+            av_packet_unref(d->pkt);
+            FAIL(STK_EFORMAT,
+                 "the %s packet at pts %lld is cut short: the file ends at byte %zu (truncated?)",
+                 d->codec_name, (long long)at, d->mem.size);
         } else {
             /* A packet whose picture the clip does not want: a non-reference one is not decoded. */
             bool skip = d->pkt->pts != AV_NOPTS_VALUE && !wanted(ix, want, *next, n, d->pkt->pts);
@@ -619,8 +623,7 @@ static stk_status decode_pass(stk__vdec *d, const stk__vindex *ix, uint32_t key,
         }
         if (r < 0 && r != AVERROR_EOF && !d->lenient) {
             av_reason(r, why, sizeof(why));
-            FAIL(r == AVERROR(ENOMEM) ? STK_ENOMEM : STK_EFORMAT,
-                            "%s: %s", d->codec_name, why);
+            FAIL(r == AVERROR(ENOMEM) ? STK_ENOMEM : STK_EFORMAT, "%s: %s", d->codec_name, why);
         }
         for (;;) {
             r = avcodec_receive_frame(d->cc, d->frame);
@@ -630,8 +633,7 @@ static stk_status decode_pass(stk__vdec *d, const stk__vindex *ix, uint32_t key,
                 if (d->lenient)
                     break;
                 av_reason(r, why, sizeof(why));
-                FAIL(r == AVERROR(ENOMEM) ? STK_ENOMEM : STK_EFORMAT,
-                                "%s: %s", d->codec_name, why);
+                FAIL(r == AVERROR(ENOMEM) ? STK_ENOMEM : STK_EFORMAT, "%s: %s", d->codec_name, why);
             }
             d->counts.decoded++;
             AVFrame *f = d->frame;
@@ -639,15 +641,13 @@ static stk_status decode_pass(stk__vdec *d, const stk__vindex *ix, uint32_t key,
             bool bad = (f->flags & AV_FRAME_FLAG_CORRUPT) || f->decode_error_flags;
             if (bad && !d->lenient) {
                 av_frame_unref(f);
-                FAIL(STK_EFORMAT,
-                                "%s: corrupt picture at pts %lld%s%s", d->codec_name,
-                                (long long)fp, log_last[0] ? ": " : "", log_last);
+                FAIL(STK_EFORMAT, "%s: corrupt picture at pts %lld%s%s", d->codec_name,
+                     (long long)fp, log_last[0] ? ": " : "", log_last);
             }
             if ((uint64_t)f->width * (uint64_t)f->height > d->max_pixels) {
                 av_frame_unref(f);
-                FAIL(STK_ELIMIT,
-                                "frame %dx%d exceeds the pixel limit (%llu Mpx)", f->width,
-                                f->height, (unsigned long long)(d->max_pixels / 1000000));
+                FAIL(STK_ELIMIT, "frame %dx%d exceeds the pixel limit (%llu Mpx)", f->width,
+                     f->height, (unsigned long long)(d->max_pixels / 1000000));
             }
             if (first && *next < n && fp > ix->pts[want[*next]] && key != UINT32_MAX) {
                 *overshot = true; /* the seek landed after the frame: decode from the start */
@@ -658,9 +658,9 @@ static stk_status decode_pass(stk__vdec *d, const stk__vindex *ix, uint32_t key,
             if (*next < n && fp != AV_NOPTS_VALUE && fp > ix->pts[want[*next]]) {
                 av_frame_unref(f);
                 FAIL(STK_EFORMAT,
-                                "frame %u (pts %lld) was not decoded (a picture at pts %lld came "
-                                "instead)",
-                                want[*next], (long long)ix->pts[want[*next]], (long long)fp);
+                     "frame %u (pts %lld) was not decoded (a picture at pts %lld came "
+                     "instead)",
+                     want[*next], (long long)ix->pts[want[*next]], (long long)fp);
             }
             if (*next < n && fp == ix->pts[want[*next]]) {
                 uint8_t *rgb = NULL;
@@ -679,9 +679,8 @@ static stk_status decode_pass(stk__vdec *d, const stk__vindex *ix, uint32_t key,
                 (*next)++;
             } else if (fp != AV_NOPTS_VALUE && find_pts(ix, fp) < 0 && !d->lenient) {
                 av_frame_unref(f);
-                FAIL(STK_EFORMAT,
-                                "a picture at pts %lld that the video's index does not list",
-                                (long long)fp);
+                FAIL(STK_EFORMAT, "a picture at pts %lld that the video's index does not list",
+                     (long long)fp);
             }
             av_frame_unref(f);
             if (*next >= n)
@@ -689,10 +688,9 @@ static stk_status decode_pass(stk__vdec *d, const stk__vindex *ix, uint32_t key,
         }
     }
     if (*next < n)
-        FAIL(STK_EFORMAT,
-                        "the stream ends before frame %u (pts %lld) of %u (truncated?)%s%s",
-                        want[*next], (long long)ix->pts[want[*next]], ix->n_frames,
-                        log_last[0] ? ": " : "", log_last);
+        FAIL(STK_EFORMAT, "the stream ends before frame %u (pts %lld) of %u (truncated?)%s%s",
+             want[*next], (long long)ix->pts[want[*next]], ix->n_frames, log_last[0] ? ": " : "",
+             log_last);
 fail:
     return rc;
 }
@@ -728,8 +726,9 @@ stk_status stk__vdec_frames(stk__vdec *d, const stk__vindex *ix, const uint32_t 
 
 #else /* !STK_HAVE_AVCODEC */
 
-#define NO_AVCODEC "stoker was built without libavcodec (install libavformat-dev, libavcodec-dev, " \
-                   "libswscale-dev and rebuild)"
+#define NO_AVCODEC                                                                                 \
+    "stoker was built without libavcodec (install libavformat-dev, libavcodec-dev, "               \
+    "libswscale-dev and rebuild)"
 
 struct stk__vdec {
     int unused;

@@ -8,8 +8,8 @@
  * take pts[1 ..] (each frame `step` after the one before); keys[0] (u32) and n_key_runs (u32),
  * then n_key_runs x {step u32, count u32}. Runs compress constant frame rates and regular
  * keyframes to one entry each; a variable frame rate costs 12 bytes per change of step.
- * Everything is checked on unpack (counts add up, steps positive, no overflow, keys inside the
- * frames): the bytes come from a cache file that may be damaged.
+ * Everything is checked on unpack (counts add up, steps positive, no overflow, the first key frame
+ * 0, every key inside the frames): the bytes come from a cache file that may be damaged.
  */
 #include "decode/stk_video_decode.h"
 #include "common/stk_endian.h"
@@ -18,7 +18,8 @@
 
 #define MAGIC "VIX1"
 #define HEAD (4 + 8 * 4)
-#define MAX_FRAMES (1u << 28) /* a longer index is not unpacked (268M frames: 100+ days at 30 fps) */
+#define MAX_FRAMES                                                                                 \
+    (1u << 28) /* a longer index is not unpacked (268M frames: 100+ days at 30 fps) */
 
 double stk__vindex_seconds(const stk__vindex *ix, int64_t pts)
 {
@@ -160,7 +161,7 @@ bool stk__vindex_unpack(const uint8_t *buf, size_t size, stk__vindex *ix, int64_
     kv[0] = stk__ld32(p);
     runs = stk__ld32(p + 4);
     p += 8;
-    if (kv[0] >= ix->n_frames)
+    if (kv[0] != 0) /* the first frame is a keyframe (decoding starts there) */
         return false;
     n = 1;
     for (uint32_t r = 0; r < runs; r++) {
@@ -171,7 +172,7 @@ bool stk__vindex_unpack(const uint8_t *buf, size_t size, stk__vindex *ix, int64_
         if (step == 0 || count == 0 || count > ix->n_keys - n)
             return false;
         for (uint32_t k = 0; k < count; k++, n++) {
-            if (kv[n - 1] >= ix->n_frames - step)
+            if (step >= ix->n_frames - kv[n - 1])
                 return false;
             kv[n] = kv[n - 1] + step;
         }

@@ -29,14 +29,14 @@
 /* One video's frames in presentation order (what stk__vdec_index builds; arrays owned by whoever
  * filled them: the decoder's scratch, or a caller's unpack buffer). */
 typedef struct stk__vindex {
-    int32_t stream;          /* the video stream's number in the container */
-    int32_t tb_num, tb_den;  /* its time base: seconds = pts * tb_num / tb_den */
-    uint32_t width, height;  /* from the container's header */
-    uint32_t codec;          /* the libavcodec codec id (for messages) */
-    uint32_t n_frames;       /* frames that decode to pictures, >= 1 */
-    uint32_t n_keys;         /* keyframes, >= 1 (the first frame counts as one) */
-    const int64_t *pts;      /* [n_frames], strictly increasing */
-    const uint32_t *keys;    /* [n_keys], frame numbers of the keyframes, increasing */
+    int32_t stream;         /* the video stream's number in the container */
+    int32_t tb_num, tb_den; /* its time base: seconds = pts * tb_num / tb_den */
+    uint32_t width, height; /* from the container's header */
+    uint32_t codec;         /* the libavcodec codec id (for messages) */
+    uint32_t n_frames;      /* frames that decode to pictures, >= 1 */
+    uint32_t n_keys;        /* keyframes, >= 1 (the first frame counts as one) */
+    const int64_t *pts;     /* [n_frames], strictly increasing */
+    const uint32_t *keys;   /* [n_keys], frame numbers of the keyframes, increasing */
 } stk__vindex;
 
 /* Seconds of pts in ix's time base, correctly rounded when pts * tb_num fits 53 bits (it does
