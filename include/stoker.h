@@ -591,6 +591,23 @@ typedef enum stk_media {
                           * array -> float32 [C, samples] or [C, bins, frames] */
 } stk_media;
 
+/** Where a video clip starts in its video (docs/video.md). */
+typedef enum stk_clip_sampling {
+    STK_CLIP_RANDOM = 0, /* each sample's clip starts at a uniform random frame (or time) drawn
+                          * from its (seed, epoch, index) stream: training */
+    STK_CLIP_UNIFORM = 1 /* clip k of clips_per_video starts at the k-th of that many evenly
+                          * spaced positions, first and last included: evaluation */
+} stk_clip_sampling;
+
+/** What a video clip does in a video shorter than the clip. */
+typedef enum stk_short_video {
+    STK_SHORT_PAD = 0,  /* the clip's frames past the video's end repeat its last frame */
+    STK_SHORT_LOOP = 1, /* the clip runs on from the video's first frame (frame numbers and times
+                         * wrap around) */
+    STK_SHORT_FAIL = 2  /* the record fails with STK_EFORMAT naming both lengths, so that
+                         * STK_LOADER_SKIP_CORRUPT (on_error="skip") skips and counts it */
+} stk_short_video;
+
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
 typedef struct stk_op {
     stk_op_kind kind;
