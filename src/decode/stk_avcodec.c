@@ -430,7 +430,7 @@ stk_status stk__vdec_index(stk__vdec *d, stk__vindex *out, char *err, size_t err
     if (!d->fmt)
         return stk__set_error(err, err_size, STK_EINVAL, "no video open");
     enter();
-    size_t n = 0;
+    size_t n = 0, n_stream = 0;
     for (;;) {
         int r = av_read_frame(d->fmt, d->pkt);
         if (r == AVERROR_EOF)
@@ -441,10 +441,16 @@ stk_status stk__vdec_index(stk__vdec *d, stk__vindex *out, char *err, size_t err
             av_reason(r, why, sizeof(why));
             FAIL(STK_EFORMAT, "reading packet %zu: %s", n, why);
         }
-        bool take = d->pkt->stream_index == d->stream && !(d->pkt->flags & AV_PKT_FLAG_DISCARD);
+        bool ours = d->pkt->stream_index == d->stream;
+        bool cut = ours && (d->pkt->flags & AV_PKT_FLAG_CORRUPT);
+        bool take = ours && !(d->pkt->flags & AV_PKT_FLAG_DISCARD);
+        n_stream += ours;
         int64_t pts = d->pkt->pts;
         bool key = d->pkt->flags & AV_PKT_FLAG_KEY;
         av_packet_unref(d->pkt);
+        if (cut && !d->lenient)
+            FAIL(STK_EFORMAT, "%s packet %zu is cut short: the file ends at byte %zu (truncated?)",
+                 d->codec_name, n, d->mem.size);
         if (!take)
             continue;
         if (pts == AV_NOPTS_VALUE)
@@ -464,6 +470,14 @@ stk_status stk__vdec_index(stk__vdec *d, stk__vindex *out, char *err, size_t err
     }
     if (n == 0)
         FAIL(STK_EFORMAT, "no %s frame in the stream", d->codec_name);
+    /* A container that counts its frames (MP4's sample table, AVI's header) and holds fewer: the
+     * file was cut (its packets past the end are not read). */
+    int64_t declared = d->fmt->streams[d->stream]->nb_frames;
+    if (!d->lenient && declared > 0 && (int64_t)n_stream < declared)
+        FAIL(STK_EFORMAT,
+             "the file holds %zu of the %lld frames its header lists: it ends at byte %zu "
+             "(truncated?)",
+             n_stream, (long long)declared, d->mem.size);
     sort_pts(d->pts, d->keyflag, n);
     size_t nk = 0;
     for (size_t i = 0; i < n; i++) {

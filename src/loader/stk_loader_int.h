@@ -119,6 +119,9 @@ struct core {
     stk__imgarray tgeom; /* its geometry */
     uint32_t n_slots, n_threads, batch_size, rank, world;
     uint64_t seed, n;
+    uint32_t per_record; /* samples per record (a video transform's clips_per_video; else 1): the
+                          * loader's n counts samples, sample i is clip i % per_record of record
+                          * i / per_record */
     bool shuffle, drop_last, skip_corrupt;
     unsigned read_flags; /* STK__READ_* for every record read */
     worker *workers;

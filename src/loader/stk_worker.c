@@ -25,7 +25,7 @@ static void readahead_records(core *c, const stk__slot *s, uint64_t first, uint3
     for (uint32_t t = 0; t < count; t += 512) {
         uint32_t k = STK_MIN(count - t, 512u);
         for (uint32_t j = 0; j < k; j++)
-            idx[j] = stk__order_at(c, s, (first + t + j) % c->m);
+            idx[j] = stk__order_at(c, s, (first + t + j) % c->m) / c->per_record;
         stk__dataset_readahead(c->ds, idx, k);
     }
 }
@@ -113,14 +113,18 @@ static void name_path(const stk__layout *lay, const uint8_t *mem, uint32_t t,
     }
 }
 
-/* Read (and transform) record `idx` into row `t` of `mem`, laid out as `lay`. */
+/* Read (and transform) sample `idx` into row `t` of `mem`, laid out as `lay`: record
+ * idx / per_record (clip idx % per_record of a video). */
 static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_t *mem, uint32_t t,
                               uint64_t epoch, uint64_t idx, char *err, size_t err_size)
 {
     void *dst[STK_MAX_FIELDS];
     size_t cap[STK_MAX_FIELDS];
+    uint64_t rec = idx / c->per_record;
     for (size_t i = 0; i + 1 < lay->n_tensors; i++) { /* the last tensor is "index" */
         const stk__tlayout *tl = &lay->t[i];
+        if (tl->aux)
+            continue;
         if (tl->transformed) {
             dst[tl->field] = w->scratch;
             cap[tl->field] = w->scratch_size;
@@ -132,7 +136,7 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
     stk__recinfo loc;
     uint64_t t0 = stk__loader_now(c);
     stk_status rc =
-        stk__dataset_read(c->ds, w->cur, idx, dst, cap, c->read_flags, &loc, err, err_size);
+        stk__dataset_read(c->ds, w->cur, rec, dst, cap, c->read_flags, &loc, err, err_size);
     uint64_t t1 = stk__loader_now(c);
     atomic_fetch_add_explicit(&w->read_ns, t1 - t0, memory_order_relaxed);
     if (w->trace.cap)
@@ -155,6 +159,8 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
             if (c->tarray) {
                 rc = transform_array(c, w, loc.field_size[tl->field], &rng, out, why, sizeof(why));
             } else { /* a strict decode reads to the image's end on its first read only */
+                if (c->per_record > 1)
+                    stk__transform_worker_clip(w->tw, (uint32_t)(idx % c->per_record));
                 _Atomic uint64_t *word = &c->checked[idx / 64];
                 uint64_t bit = 1ULL << (idx % 64);
                 bool trusted = atomic_load_explicit(word, memory_order_relaxed) & bit;
@@ -173,12 +179,16 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
             }
             if (rc < 0) {
                 char where[STK_ERRMSG_SIZE];
-                stk_dataset_describe(c->ds, idx, where, sizeof(where));
+                stk_dataset_describe(c->ds, rec, where, sizeof(where));
                 name_path(lay, mem, t, &loc, where, sizeof(where));
                 return stk__set_error(err, err_size, rc, "%s: %s", where, why);
             }
             if (tl->lengths_offset != SIZE_MAX) /* the output's valid length (audio) */
                 ((int64_t *)(mem + tl->lengths_offset))[t] = stk__transform_worker_length(w->tw);
+            if (lay->aux_t >= 0) { /* the transform's second output (video_pts) */
+                const stk__tlayout *ax = &lay->t[lay->aux_t];
+                stk__transform_worker_aux(w->tw, mem + ax->offset + (size_t)t * ax->row_size);
+            }
         }
     }
     return STK_OK;
@@ -207,7 +217,7 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
     if (rc >= 0)
         return STK_OK;
     char where[STK_ERRMSG_SIZE];
-    stk_dataset_describe(c->ds, idx, where, sizeof(where));
+    stk_dataset_describe(c->ds, idx / c->per_record, where, sizeof(where));
     return stk__set_error(err, err_size, rc, "%s: %s", where, why[0] ? why : "sample_fn failed");
 }
 

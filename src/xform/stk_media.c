@@ -22,6 +22,8 @@ static const stk__media_ops *media_of(stk_media m)
         return &stk__media_image;
     case STK_MEDIA_AUDIO:
         return &stk__media_audio;
+    case STK_MEDIA_VIDEO:
+        return &stk__media_video;
     }
     return NULL;
 }
@@ -40,6 +42,11 @@ void stk_transform_opts_init(stk_transform_opts *opts)
     opts->struct_size = sizeof(*opts);
     opts->dtype = STK_DTYPE_FLOAT32;
     opts->max_pixels = 64ull << 20; /* the image decoders' default limit */
+    opts->frames_per_clip = 16;
+    opts->frame_step = 1;
+    opts->clips_per_video = 1;
+    opts->decoder_threads = 1;
+    opts->max_clip_pixels = 1ull << 31;
 }
 
 stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out)
@@ -132,4 +139,24 @@ stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const v
                                 size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
 {
     return media_of(t->media)->apply(t, w, src, size, rng, dst, err, err_size);
+}
+
+void stk__transform_worker_aux(const stk__tworker *w, void *dst)
+{
+    const stk__media_ops *mo = worker_media(w);
+    if (mo->aux)
+        mo->aux(w, dst);
+}
+
+uint32_t stk__transform_per_record(const stk_transform *t)
+{
+    const stk__media_ops *mo = media_of(t->media);
+    return mo->per_record ? mo->per_record(t) : 1;
+}
+
+void stk__transform_worker_clip(stk__tworker *w, uint32_t clip)
+{
+    const stk__media_ops *mo = worker_media(w);
+    if (mo->clip)
+        mo->clip(w, clip);
 }

@@ -11,6 +11,7 @@
 #define STK_VIDEO_H
 
 #include "decode/stk_video_decode.h"
+#include "xform/stk_xform.h"
 
 /* How a clip is cut from a video. */
 typedef struct stk__clipspec {
@@ -28,5 +29,17 @@ typedef struct stk__clipspec {
  * (STK_EFORMAT with both lengths in err) as cs->short_video says. Pure: no allocation, no clock. */
 stk_status stk__clip_frames(const stk__clipspec *cs, const stk__vindex *ix, uint32_t clip, double u,
                             uint32_t *out, char *err, size_t err_size);
+
+/* A compiled video transform (behind stk_transform.video). Immutable after create. */
+typedef struct stk__vtransform {
+    stk_transform *img; /* the ops as an image transform: one frame's output ([3, H, W] or
+                         * [H, W, 3] as the clip's layout needs) */
+    stk__clipspec clip;
+    bool thwc; /* the clip is [T, H, W, 3] (nhwc); else [3, T, H, W] */
+    uint32_t threads;
+    uint64_t max_pixels, max_clip_pixels;
+    bool lenient;
+    size_t frame_bytes; /* one frame's output from img */
+} stk__vtransform;
 
 #endif /* STK_VIDEO_H */
