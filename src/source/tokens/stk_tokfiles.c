@@ -151,12 +151,11 @@ static stk_status llmc_parse(stk__tokcorpus *c, const char *const *paths, size_t
 static int llmc_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
 {
     (void)path;
-    if (st->is_dir || n < 8)
+    if (st->is_dir || n < 4)
         return 0;
-    int32_t h[2];
-    memcpy(h, head, sizeof(h));
-    return (h[0] == LLMC_MAGIC_GPT2 && h[1] == 1) || (h[0] == LLMC_MAGIC_LLAMA3 && h[1] == 7) ? 2
-                                                                                              : 0;
+    int32_t magic;
+    memcpy(&magic, head, sizeof(magic)); /* the version is checked at open, by name */
+    return magic == LLMC_MAGIC_GPT2 || magic == LLMC_MAGIC_LLAMA3 ? 2 : 0;
 }
 
 /* ---- numpy token arrays ---- */
