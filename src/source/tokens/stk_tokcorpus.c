@@ -19,8 +19,9 @@ stk_status stk__tokcorpus_add(stk__tokcorpus *c, stk__file *f, uint64_t data_off
 {
     stk__tokpart *p = stk__realloc(c->parts, (c->n_parts + 1) * sizeof(*p));
     if (!p) {
+        stk_status rc = stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", f->path);
         stk__vfs_close(f);
-        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", f->path);
+        return rc;
     }
     c->parts = p;
     p[c->n_parts++] = (stk__tokpart){f, data_offset, c->n_tokens, count};

@@ -481,14 +481,17 @@ stk_status stk_tokens_open(const stk_tokens_opts *opts_in, stk_dataset **out)
             strpbrk(o.paths[i], "*?[{"))
             continue;
         char *idx = stk__megatron_path(o.paths[i], ".idx");
-        if (idx && strcmp(idx + strlen(idx) - 4, ".idx") == 0 &&
-            stk__vfs_stat(idx, &st, NULL, 0) == STK_OK)
+        if (!idx)
+            rc = stk__set_last_error(STK_ENOMEM, "out of memory");
+        else if (stk__vfs_stat(idx, &st, NULL, 0) == STK_OK)
             alt[i] = idx;
         else
             stk__free(idx);
     }
-    const char **paths = stk__calloc(o.n_paths, sizeof(char *));
-    if (paths) {
+    const char **paths = rc == STK_OK ? stk__calloc(o.n_paths, sizeof(char *)) : NULL;
+    if (rc < 0) {
+        /* out of memory above */
+    } else if (paths) {
         for (size_t i = 0; i < o.n_paths; i++)
             paths[i] = alt[i] ? alt[i] : o.paths[i];
         stk_dataset_opts d;
