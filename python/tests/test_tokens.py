@@ -570,3 +570,47 @@ def test_pinned_request_and_batches_are_plain_tensors(tmp_path):
     b = next(iter(L))
     assert isinstance(b["input_ids"], torch.Tensor) and b["input_ids"].dtype == torch.int64
     L.close()
+
+
+# ---- remote corpora (s3:// and http:// through the byte sources) ----
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    from s3util import S3Server, s3rver_command
+    cmd = s3rver_command()
+    if not cmd:
+        pytest.skip("s3rver cannot be installed here (npm)")
+    tmp = tmp_path_factory.mktemp("s3tok")
+    srv = S3Server(cmd, tmp / "root").start()
+    try:
+        local = tmp / "local"
+        local.mkdir()
+        docs = documents(200, seed=12, eos=None)
+        write_megatron(local / "corpus", docs, split=2)
+        ids = stream(docs, np.int64)
+        for k in range(2):
+            write_llmc(local / f"fw_{k:06d}.bin", ids[k * 2000:(k + 1) * 2000])
+        srv.put_dir(local, "tok")
+        srv.local, srv.ids = local, ids
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_remote_megatron_and_llmc_over_s3_and_http(s3, monkeypatch):
+    from s3util import anonymous_endpoint
+    endpoint = anonymous_endpoint(monkeypatch, s3.endpoint)
+    local = stoker.tokens.open_tokens(str(s3.local / "corpus"), T, tokens="packed")
+    for data in ("s3://data/tok/corpus", "s3://data/tok/corpus.idx",
+                 f"{endpoint}/data/tok/corpus.idx"):
+        ds = stoker.tokens.open_tokens(data, T, tokens="packed")
+        assert ds.format == "megatron" and len(ds) == len(local)
+        for r in range(0, len(ds), 7):
+            assert all(np.array_equal(ds[r][k], local[r][k]) for k in ds[r])
+    L = stoker.Loader("s3://data/tok/fw_{000000..000001}.bin", batch_size=5, seq_len=T,
+                      shuffle=True, num_workers=2)
+    assert L.dataset.format == "llmc"
+    x = np.concatenate([_arr(b["input_ids"]).copy() for b in L])
+    n = (4000 - 1) // T
+    assert np.array_equal(np.sort(x.ravel()), np.sort(s3.ids[:n * T]))
+    L.close()
