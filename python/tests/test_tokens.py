@@ -614,3 +614,21 @@ def test_remote_megatron_and_llmc_over_s3_and_http(s3, monkeypatch):
     n = (4000 - 1) // T
     assert np.array_equal(np.sort(x.ravel()), np.sort(s3.ids[:n * T]))
     L.close()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (GPU run)")
+def test_device_batches_copied_ahead_equal_host(tmp_path):
+    """On a GPU the ring is pinned and each batch copied ahead on stoker's stream, as for
+    images: the device batches equal the host ones, packed rows and cu_seqlens included."""
+    prefix, _ = _packed_corpus(tmp_path)
+    kw = dict(batch_size=6, seq_len=T, tokens="packed", shuffle=True, seed=2)
+    host = _epoch(stoker.Loader(prefix, **kw))
+    L = stoker.Loader(prefix, device="cuda", **kw)
+    dev = [{k: v.cpu().numpy() for k, v in b.items()} for b in L]
+    st = L.stats()
+    assert st["pinned"] and st["copies"] >= len(dev) and st["device"] >= 0
+    assert len(host) == len(dev)
+    for a, b in zip(host, dev):
+        for k in a:
+            assert np.array_equal(a[k], b[k]), k
+    L.close()
