@@ -414,7 +414,7 @@ STK_API float stk_record_f32(const stk_record *rec, size_t f);
 
 /** How rows are made from a corpus (stk_tokens_opts.mode). Every row has the fields input_ids
  *  and labels ([seq_len] of ids_dtype, labels[j] the token after input_ids[j]); packed rows add
- *  position_ids. */
+ *  position_ids and seq_lens. */
 typedef enum stk_tokens_mode {
     /* Row r is tokens [r*T, r*T + T + 1) of the stream (input_ids the first T, labels the last
      * T): floor((tokens - 1) / T) rows, every token in exactly one row's input_ids per epoch but
@@ -425,8 +425,11 @@ typedef enum stk_tokens_mode {
     STK_TOKENS_RANDOM = 1,
     /* Whole documents packed into rows of T positions (stk_tokens_packing), documents longer
      * than T split into pieces of T and a rest; labels are -100 after a document's last token
-     * and on padding; position_ids count from 0 in each piece and in the padding. Needs
-     * document boundaries (a Megatron index, eos/bos, or a column's records). */
+     * and on padding; position_ids count from 0 in each piece and in the padding; seq_lens
+     * (int32 [P], P the most pieces of any row, padding counted as one) the lengths of the
+     * row's pieces in order, then zeros: varlen attention's cu_seqlens are the running sum of
+     * a batch's non-zero seq_lens. Needs document boundaries (a Megatron index, eos/bos, or a
+     * column's records). */
     STK_TOKENS_PACKED = 2,
     /* Records are the documents: one bytes field "tokens" holding the stored ids (token_bytes
      * each, little-endian). What stk_dataset_open gives; seq_len is ignored. */

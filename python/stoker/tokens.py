@@ -207,7 +207,7 @@ class LoaderTokens:
     def finish(self, batch):
         """Add cu_seqlens to a packed batch; count a mixture's sources."""
         if self._packed:
-            batch["cu_seqlens"] = cu_seqlens(batch["position_ids"])
+            batch["cu_seqlens"] = cu_seqlens_of(batch["seq_lens"])
         if self._counts is not None:
             src = batch["source"]
             src = src.cpu().numpy() if hasattr(src, "cpu") else np.asarray(src)
@@ -217,6 +217,26 @@ class LoaderTokens:
         if self._counts is None:
             return {}
         return {"sources": {n: int(c) for n, c in zip(self._names, self._counts)}}
+
+
+def cu_seqlens_of(seq_lens):
+    """cu_seqlens from a packed batch's seq_lens ([B, P], each row's piece lengths then
+    zeros): int32 [n + 1], 0 then the running sum of the non-zero lengths (the same as
+    cu_seqlens(position_ids), at a fraction of the cost)."""
+    on_cpu = not hasattr(seq_lens, "device") or seq_lens.device.type == "cpu"
+    if on_cpu:
+        s = np.asarray(seq_lens).reshape(-1)
+        s = s[s > 0]
+        out = np.zeros(len(s) + 1, dtype=np.int32)
+        np.cumsum(s, out=out[1:])
+        if hasattr(seq_lens, "device"):
+            import torch
+            return torch.from_numpy(out)
+        return out
+    import torch
+    s = seq_lens.reshape(-1)
+    s = s[s > 0]
+    return torch.cat([s.new_zeros(1), torch.cumsum(s, 0, dtype=torch.int32)])
 
 
 def cu_seqlens(position_ids):

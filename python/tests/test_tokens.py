@@ -341,6 +341,12 @@ def _check_packed_batch(b, ends, T):
             if pos[r, j] > 0:
                 assert x[r, j] == x[r, j - 1] + 1 and pos[r, j] == pos[r, j - 1] + 1
             assert y[r, j] == (-100 if x[r, j] in ends else x[r, j] + 1), (r, j)
+    lens = b["seq_lens"]  # each row's piece lengths (padding one), then zeros
+    assert lens.dtype == np.int32 and np.all(lens.sum(axis=1) == T)
+    for r in range(len(x)):
+        starts = np.flatnonzero(pos[r] == 0)
+        want = np.diff(np.append(starts, T))
+        assert np.array_equal(lens[r][:len(want)], want) and not lens[r][len(want):].any()
     cu = b["cu_seqlens"]
     flat = pos.reshape(-1)
     assert cu.dtype == np.int32 and cu[-1] == flat.size

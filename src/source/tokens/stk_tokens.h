@@ -132,6 +132,7 @@ typedef struct stk__tokds {
     uint32_t T;
     uint64_t n_rows;
     stk__tokpack pack;
+    uint32_t max_pieces; /* packed: the most pieces in a row, padding counted as one */
     uint64_t max_doc;
 } stk__tokds;
 

@@ -9,7 +9,8 @@
  *              (tokens - T)): nanoGPT's get_batch as a pure function of (seed, epoch, row).
  *   PACKED     row r = the pieces stk_tokpack.c put there, then padding (pad_id, label -100);
  *              labels[j] is the next token of the same document, -100 after its last;
- *              position_ids count from 0 in each piece and in the padding. Adjacent pieces
+ *              position_ids count from 0 in each piece and in the padding; seq_lens (int32
+ *              [most pieces of a row]) the pieces' lengths, padding one, then zeros. Adjacent pieces
  *              (consecutive in the stream) are read with one read.
  *   DOCUMENTS  record d = document d, field "tokens": its stored ids as bytes.
  * The loader's order (shuffle from (seed, epoch)), rank split and resume apply to rows as to any
@@ -134,6 +135,12 @@ static stk_status rows_setup(stk_dataset *ds, stk__tokds *t, char *err, size_t e
         STK_TRY_RET(
             stk__tokpack_build(c->doc, c->n_docs, t->T, t->o.packing, &t->pack, err, err_size));
         t->n_rows = t->pack.n_rows;
+        for (uint64_t r = 0; r < t->n_rows; r++) {
+            uint64_t n = t->pack.row[r + 1] - t->pack.row[r], fill = 0;
+            for (uint64_t k = t->pack.row[r]; k < t->pack.row[r + 1]; k++)
+                fill += t->pack.seg[k].len;
+            t->max_pieces = (uint32_t)STK_MAX(t->max_pieces, n + (fill < t->T));
+        }
         if (t->n_rows == 0)
             return stk__set_error(err, err_size, STK_EINVAL,
                                   "%s: no tokens to pack (%" PRIu64 " documents, all empty)", what,
@@ -150,8 +157,10 @@ static stk_status rows_setup(stk_dataset *ds, stk__tokds *t, char *err, size_t e
     if (t->o.mode != STK_TOKENS_DOCUMENTS) {
         set_field(ds, "input_ids", STK_FIELD_ARRAY, ids, t->T);
         set_field(ds, "labels", STK_FIELD_ARRAY, ids, t->T);
-        if (t->o.mode == STK_TOKENS_PACKED)
+        if (t->o.mode == STK_TOKENS_PACKED) {
             set_field(ds, "position_ids", STK_FIELD_ARRAY, ids, t->T);
+            set_field(ds, "seq_lens", STK_FIELD_ARRAY, STK_DTYPE_INT32, t->max_pieces);
+        }
     }
     ds->count = t->n_rows;
     return describe_files(ds, t, err, err_size);
@@ -288,7 +297,8 @@ static stk_status read_packed(const stk__tokds *t, stk__tokcur *cur, uint64_t r,
     bool i32 = t->o.ids_dtype == STK_DTYPE_INT32;
     size_t es = i32 ? 4 : 8;
     uint8_t *in = dst[0], *lab = dst[1], *pos = dst[2];
-    uint32_t w = c->width;
+    int32_t *lens = dst[3];
+    uint32_t w = c->width, n_lens = 0;
     size_t at = 0;
     uint64_t cap = cur->buf_size / w; /* tokens the buffer holds: at least T + 1 */
     for (uint64_t k = t->pack.row[r], end = t->pack.row[r + 1]; k < end;) {
@@ -312,9 +322,13 @@ static stk_status read_packed(const stk__tokds *t, stk__tokcur *cur, uint64_t r,
             if (!s->more) /* the document's last token predicts nothing */
                 fill_ids(lab, i32, at + s->len - 1, 1, -100, 0);
             fill_ids(pos, i32, at, s->len, 0, 1);
+            lens[n_lens++] = (int32_t)s->len;
             at += s->len;
         }
     }
+    if (at < t->T)
+        lens[n_lens++] = (int32_t)(t->T - at);
+    memset(lens + n_lens, 0, (t->max_pieces - n_lens) * sizeof(int32_t));
     /* padding: a piece of its own, never a target */
     fill_ids(in, i32, at, t->T - at, t->o.pad_id, 0);
     fill_ids(lab, i32, at, t->T - at, -100, 0);
