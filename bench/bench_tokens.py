@@ -32,6 +32,7 @@ DATA = os.path.join(ROOT, "bench", "data", "tokens")
 
 B, T = 32, 2048
 COPY = os.path.join(ROOT, "build", "bench_tokcopy")
+LOOP = os.path.join(ROOT, "build", "bench_tokloop")
 
 
 def uptime():
@@ -157,6 +158,7 @@ def table(res, base):
 def cmd_windows(a):
     subprocess.run(["cc", "-O2", "-o", COPY, os.path.join(ROOT, "bench", "bench_tokcopy.c")],
                    check=True)
+    build_loop()
     path = gen_nanogpt(int(a.tokens))
     warm(path)
     K = a.batches
@@ -171,6 +173,8 @@ def cmd_windows(a):
             ("stoker random, 1 thread", lambda: stoker_rows(path, K, 1, "random")),
             ("stoker windows int32, 1 thread",
              lambda: stoker_rows(path, K, 1, ids_dtype="int32")),
+            ("C loop: stoker windows, 1 thread", lambda: c_loop(path, 0, 1, K)),
+            ("C loop: stoker windows, 2 threads", lambda: c_loop(path, 0, 2, K)),
             ("ceiling: pread of the rows' bytes (2/token)", lambda: ceiling(path, "pread", K)),
             ("ceiling: pread + widen (no loader)", lambda: ceiling(path, "widen", K)),
             ("ceiling: memcpy of the delivered bytes (16/token)",
@@ -184,9 +188,29 @@ def cmd_windows(a):
     table(res, "ceiling: memcpy of the delivered bytes (16/token)")
 
 
+LIBS = ("libturbojpeg", "spng", "libxxhash", "libwebp", "libtiff-4", "hdf5", "lmdb", "libcurl",
+        "libcrypto", "zlib")
+
+
+def build_loop():
+    libs = subprocess.run(["pkg-config", "--libs", *LIBS], check=True, capture_output=True,
+                          text=True).stdout.split()
+    subprocess.run(["cc", "-O2", "-I", os.path.join(ROOT, "include"), "-o", LOOP,
+                    os.path.join(ROOT, "bench", "bench_tokloop.c"),
+                    os.path.join(ROOT, "build", "libstoker.a"), *libs, "-ljpeg", "-lpthread",
+                    "-ldl", "-lm"], check=True)
+
+
+def c_loop(prefix, mode, threads, K):
+    out = subprocess.run([LOOP, prefix, str(mode), str(threads), str(K)], check=True,
+                         capture_output=True, text=True).stdout.split()
+    return float(out[1]), float(out[3])
+
+
 def cmd_packed(a):
     prefix = gen_megatron(int(a.tokens), f"ln_{int(a.tokens)}")
     warm(prefix + ".bin")
+    build_loop()
     K = a.batches
     print(uptime())
     res = {}
@@ -195,6 +219,10 @@ def cmd_packed(a):
             res.setdefault(f"windows, {t} thread(s)", []).append(stoker_rows(prefix, K, t))
             res.setdefault(f"packed best-fit, {t} thread(s)", []).append(
                 stoker_rows(prefix, K, t, "packed"))
+            res.setdefault(f"C loop: windows, {t} thread(s)", []).append(
+                c_loop(prefix, 0, t, K))
+            res.setdefault(f"C loop: packed best-fit, {t} thread(s)", []).append(
+                c_loop(prefix, 2, t, K))
     print(uptime())
     table(res, "windows, 1 thread(s)")
 
