@@ -1,20 +1,27 @@
 /*
- * bench_tokcopy.c: the ceilings for fixed windows of tokens (issue 26, bench/bench_tokens.py):
- * K batches of B rows of T + 1 uint16 tokens at the windows' offsets (row r at token r * T), the
- * rows in a shuffled order (r -> (a * r + c) mod R, a bijection), one thread, B-row destinations
- * rotating over 4 slots as a loader's ring does. Not part of the library.
+ * bench_tokcopy.c: fixed windows of tokens against their ceilings (issue 26,
+ * bench/bench_tokens.py): K batches of B rows of T + 1 uint16 tokens at the windows' offsets (row
+ * r at token r * T), one thread, destinations rotating over 4 B-row slots as a loader's ring does.
+ * Not part of the library.
  *
- *   pread   each row's 2 (T + 1) bytes pread from the file into its slot row: the bytes a
- *           loader must move, nothing else
+ *   pread   each row's 2 (T + 1) bytes pread from the file into its slot row, rows in a shuffled
+ *           order (r -> (a * r + c) mod R, a bijection): the bytes a loader must move
  *   widen   pread into a scratch row, then widened to int64 input_ids and labels rows of the slot:
  *           what the loader's read does per row, without the loader
  *   memcpy  memcpy of the delivered bytes (16 per token: int64 input_ids and labels) from a hot
  *           buffer into the slot: a copy of the batch as the trainer receives it
+ *   loop    the loader itself from C (stk_tokens_open of MODE: 0 windows, 1 random, 2 packed;
+ *           THREADS workers, shuffled), each batch taken and released at once: its figure
+ *           without Python
  *
- *   cc -O2 -o build/bench_tokcopy bench/bench_tokcopy.c
- *   build/bench_tokcopy FILE METHOD B T K   ->  "tokens/s N tokens/cpu-s M"
+ *   cc -O2 -Iinclude -o build/bench_tokcopy bench/bench_tokcopy.c build/libstoker.a $(LIBS)
+ *   build/bench_tokcopy FILE METHOD B T K [MODE THREADS]  ->  "tokens/s N tokens/cpu-s M"
+ *
+ * (LIBS: the libraries the Makefile links the CLI with.)
  */
 #define _GNU_SOURCE
+#include <stoker.h>
+
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,12 +38,64 @@ static double now(clockid_t c)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* The loader over `path` from C: K batches; 0 or 1 on failure (printed). */
+static int loop(const char *path, size_t B, size_t T, long K, int mode, int threads)
+{
+    stk_tokens_opts o;
+    stk_tokens_opts_init(&o);
+    o.paths = &path;
+    o.n_paths = 1;
+    o.seq_len = (uint32_t)T;
+    o.mode = (uint32_t)mode;
+    stk_dataset *ds;
+    if (stk_tokens_open(&o, &ds) != STK_OK) {
+        fprintf(stderr, "%s\n", stk_last_errmsg());
+        return 1;
+    }
+    stk_loader_opts lo;
+    stk_loader_opts_init(&lo);
+    lo.dataset = ds;
+    lo.batch_size = (int64_t)B;
+    lo.n_threads = threads;
+    lo.flags = STK_LOADER_SHUFFLE;
+    stk_loader *L;
+    if (stk_loader_create(&lo, &L) != STK_OK) {
+        fprintf(stderr, "%s\n", stk_last_errmsg());
+        return 1;
+    }
+    long rows = 0;
+    double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+    for (long k = 0; k < K; k++) {
+        stk_batch *b;
+        stk_status rc = stk_loader_next(L, &b);
+        if (rc == STK_END) { /* the next epoch goes on */
+            k--;
+            continue;
+        }
+        if (rc != STK_OK) {
+            fprintf(stderr, "%s\n", stk_loader_errmsg(L));
+            return 1;
+        }
+        rows += stk_batch_size(b);
+        stk_batch_release(b);
+    }
+    double w = now(CLOCK_MONOTONIC) - w0, c = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    printf("tokens/s %.0f tokens/cpu-s %.0f\n", (double)rows * (double)T / w,
+           (double)rows * (double)T / c);
+    stk_loader_destroy(L);
+    stk_dataset_close(ds);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: bench_tokcopy FILE pread|widen|memcpy B T K\n");
+    if (argc != 6 && argc != 8) {
+        fprintf(stderr, "usage: bench_tokcopy FILE pread|widen|memcpy|loop B T K [MODE THREADS]\n");
         return 2;
     }
+    if (!strcmp(argv[2], "loop"))
+        return loop(argv[1], strtoul(argv[3], NULL, 10), strtoul(argv[4], NULL, 10), atol(argv[5]),
+                    argc == 8 ? atoi(argv[6]) : 0, argc == 8 ? atoi(argv[7]) : 1);
     int fd = open(argv[1], O_RDONLY);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) {

@@ -32,7 +32,8 @@ DATA = os.path.join(ROOT, "bench", "data", "tokens")
 
 B, T = 32, 2048
 COPY = os.path.join(ROOT, "build", "bench_tokcopy")
-LOOP = os.path.join(ROOT, "build", "bench_tokloop")
+LIBS = ("libturbojpeg", "spng", "libxxhash", "libwebp", "libtiff-4", "hdf5", "lmdb", "libcurl",
+        "libcrypto", "zlib")  # the Makefile's PKGS
 
 
 def uptime():
@@ -156,9 +157,7 @@ def table(res, base):
 
 
 def cmd_windows(a):
-    subprocess.run(["cc", "-O2", "-o", COPY, os.path.join(ROOT, "bench", "bench_tokcopy.c")],
-                   check=True)
-    build_loop()
+    build_copy()
     path = gen_nanogpt(int(a.tokens))
     warm(path)
     K = a.batches
@@ -188,29 +187,25 @@ def cmd_windows(a):
     table(res, "ceiling: memcpy of the delivered bytes (16/token)")
 
 
-LIBS = ("libturbojpeg", "spng", "libxxhash", "libwebp", "libtiff-4", "hdf5", "lmdb", "libcurl",
-        "libcrypto", "zlib")
-
-
-def build_loop():
+def build_copy():
     libs = subprocess.run(["pkg-config", "--libs", *LIBS], check=True, capture_output=True,
                           text=True).stdout.split()
-    subprocess.run(["cc", "-O2", "-I", os.path.join(ROOT, "include"), "-o", LOOP,
-                    os.path.join(ROOT, "bench", "bench_tokloop.c"),
+    subprocess.run(["cc", "-O2", "-I", os.path.join(ROOT, "include"), "-o", COPY,
+                    os.path.join(ROOT, "bench", "bench_tokcopy.c"),
                     os.path.join(ROOT, "build", "libstoker.a"), *libs, "-ljpeg", "-lpthread",
                     "-ldl", "-lm"], check=True)
 
 
 def c_loop(prefix, mode, threads, K):
-    out = subprocess.run([LOOP, prefix, str(mode), str(threads), str(K)], check=True,
-                         capture_output=True, text=True).stdout.split()
+    out = subprocess.run([COPY, prefix, "loop", str(B), str(T), str(K), str(mode), str(threads)],
+                         check=True, capture_output=True, text=True).stdout.split()
     return float(out[1]), float(out[3])
 
 
 def cmd_packed(a):
     prefix = gen_megatron(int(a.tokens), f"ln_{int(a.tokens)}")
     warm(prefix + ".bin")
-    build_loop()
+    build_copy()
     K = a.batches
     print(uptime())
     res = {}

@@ -194,15 +194,7 @@ static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     if (rc < 0)
         return stkpy_raise(rc, err);
-    DatasetObject *self = (DatasetObject *)type->tp_alloc(type, 0);
-    if (!self) {
-        stk_dataset_close(ds);
-        return NULL;
-    }
-    self->ds = ds;
-    pthread_mutex_init(&self->mu, NULL);
-    pthread_cond_init(&self->cv, NULL);
-    return (PyObject *)self;
+    return stkpy_dataset_wrap(type, ds);
 }
 
 /* Wait (GIL released) until no read is in flight, then close. Returns -1 with an exception
