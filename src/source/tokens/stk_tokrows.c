@@ -10,8 +10,8 @@
  *   PACKED     row r = the pieces stk_tokpack.c put there, then padding (pad_id, label -100);
  *              labels[j] is the next token of the same document, -100 after its last;
  *              position_ids count from 0 in each piece and in the padding; seq_lens (int32
- *              [most pieces of a row]) the pieces' lengths, padding one, then zeros. Adjacent pieces
- *              (consecutive in the stream) are read with one read.
+ *              [most pieces of a row]): the pieces' lengths, padding one, then zeros.
+ *              Pieces close together in the stream are read with one read.
  *   DOCUMENTS  record d = document d, field "tokens": its stored ids as bytes.
  * The loader's order (shuffle from (seed, epoch)), rank split and resume apply to rows as to any
  * record. Every row is a pure function of the corpus, the options and (RANDOM) (seed, epoch), so
