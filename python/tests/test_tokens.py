@@ -137,6 +137,26 @@ def test_stk_token_column_round_trip(tmp_path):
         stoker.tokens.open_tokens(str(tmp_path / "arr.stk"), T, token_field="label")
 
 
+def test_token_column_of_another_format_lmdb(tmp_path):
+    """A column of a format without field extents (LMDB: each record read once at open for
+    its length, through the source's own cursor) gives the same rows."""
+    lmdb = pytest.importorskip("lmdb")
+    docs = documents(40, seed=13)
+    env = lmdb.open(str(tmp_path / "docs_lmdb"), map_size=1 << 24)
+    with env.begin(write=True) as txn:
+        for i, d in enumerate(docs):
+            txn.put(b"%08d" % i, np.asarray(d, np.uint16).tobytes())
+    env.close()
+    ds = stoker.tokens.open_tokens(str(tmp_path / "docs_lmdb"), T, token_field="value")
+    assert ds.info["documents"] == 40 and ds.info["boundaries"]
+    _check_windows(ds, stream(docs, np.int64), T)
+    L = stoker.Loader(str(tmp_path / "docs_lmdb"), batch_size=4, seq_len=T, tokens="packed",
+                      token_field="value", num_workers=2, pad_id=-1)
+    x = np.concatenate([_arr(b["input_ids"]).copy() for b in L])
+    assert np.array_equal(np.sort(x[x != -1]), np.sort(stream(docs, np.int64)))
+    L.close()
+
+
 def test_ids_int32_and_dataset_of_documents(tmp_path):
     ids = np.arange(400) % 1000
     p = write_nanogpt(tmp_path / "x.bin", ids)
@@ -455,6 +475,31 @@ def test_mix_exact_over_every_window_and_counts(tmp_path):
     assert st == {paths[0]: 1260, paths[1]: 360, paths[2]: 180}
     info = L.dataset.info
     assert [p["per_epoch"] for p in info["parts"]] == [420, 120, 60]
+    L.close()
+
+
+def test_mix_of_packed_corpora(tmp_path):
+    """Packed corpora of different document lengths mix (their seq_lens widths differ: the
+    mixture's is the widest, zeros after a corpus' own), and resume like any mixture."""
+    a = write_megatron(tmp_path / "short", documents(200, seed=14, mean=3, eos=None))
+    b = write_megatron(tmp_path / "long", documents(100, seed=15, mean=20, eos=None))
+    m = stoker.mix({a: 1, b: 1})
+    L = stoker.Loader(m, batch_size=4, seq_len=T, tokens="packed", shuffle=True, num_workers=2,
+                      output="numpy")
+    P = L.dataset.fields[3]["shape"][0]
+    assert L.dataset.fields[3]["name"] == "seq_lens"
+    parts = [stoker.tokens.open_tokens(p, T, tokens="packed").fields[3]["shape"][0] for p in (a, b)]
+    assert P == max(parts) and min(parts) < P
+    n = 0
+    for bt in L:
+        pos, lens = bt["position_ids"], bt["seq_lens"]
+        assert lens.shape[1] == P and np.all(lens.sum(axis=1) == T)
+        for r in range(len(pos)):
+            want = np.diff(np.append(np.flatnonzero(pos[r] == 0), T))
+            assert np.array_equal(lens[r][:len(want)], want) and not lens[r][len(want):].any()
+        assert np.array_equal(bt["cu_seqlens"][:-1], np.flatnonzero(pos.reshape(-1) == 0))
+        n += len(pos)
+    assert n == len(L.dataset)
     L.close()
 
 

@@ -97,6 +97,7 @@ static stk_status doc_lengths(stk__tokcorpus *c, char *err, size_t err_size)
     const stk_dataset *ds = c->col;
     stk_status rc = STK_OK;
     uint8_t *buf = NULL;
+    stk__cursor *cur = NULL;
     if (!(c->doc = stk__malloc((size_t)(ds->count + 1) * sizeof(uint64_t))))
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for %" PRIu64 " documents",
                               ds->count);
@@ -112,6 +113,8 @@ static stk_status doc_lengths(stk__tokcorpus *c, char *err, size_t err_size)
             stk__recinfo info;
             if (!buf && !(buf = stk__malloc((size_t)STK_MAX(ds->max_record, 1))))
                 STK_FAIL_E(STK_ENOMEM, "out of memory");
+            if (!cur) /* a source's per-thread state (an LMDB transaction, ...) */
+                STK_TRY(stk__dataset_cursor_open(ds, &cur, err, err_size));
             void *dst[STK_MAX_FIELDS];
             size_t cap[STK_MAX_FIELDS], at = 0;
             for (uint32_t k = 0; k < ds->n_fields; k++) {
@@ -119,7 +122,7 @@ static stk_status doc_lengths(stk__tokcorpus *c, char *err, size_t err_size)
                 cap[k] = (size_t)ds->field_max[k];
                 at += cap[k];
             }
-            STK_TRY(stk__dataset_read(ds, NULL, d, dst, cap, 0, &info, err, err_size));
+            STK_TRY(stk__dataset_read(ds, cur, d, dst, cap, 0, &info, err, err_size));
             size = info.field_size[c->col_field];
         }
         if (size % c->width) {
@@ -136,6 +139,7 @@ static stk_status doc_lengths(stk__tokcorpus *c, char *err, size_t err_size)
     c->n_tokens = c->doc[ds->count];
     c->bounded = true;
 fail:
+    stk__dataset_cursor_close(ds, cur);
     stk__free(buf);
     return rc;
 }

@@ -35,6 +35,7 @@ typedef struct tokmix {
     uint64_t *blk;       /* [(N / BLOCK + 1) * n]: each part's positions before each block */
     uint64_t *per_epoch; /* m_d */
     uint32_t source_field;
+    int lens_field; /* packed rows: seq_lens, whose tail past a part's own length is zeroed */
 } tokmix;
 
 typedef struct mixcur {
@@ -147,7 +148,13 @@ static stk_status mix_read_keyed(const stk_dataset *ds, stk__cursor *cur, const 
     stk_status rc = stk__dataset_read_keyed(m->parts[d], ((mixcur *)cur)->cur[d], &pkey, row, dst,
                                             cap, flags, info, err, err_size);
     if (rc < 0)
-        return rc; /* the part's message names its file and row */
+        return rc;            /* the part's message names its file and row */
+    if (m->lens_field >= 0) { /* a part whose rows have fewer pieces: zeros after its own */
+        uint64_t have = m->parts[d]->field_max[m->lens_field];
+        memset((uint8_t *)dst[m->lens_field] + have, 0,
+               (size_t)(ds->field_max[m->lens_field] - have));
+        info->field_size[m->lens_field] = ds->field_max[m->lens_field];
+    }
     int64_t src = (int64_t)d;
     memcpy(dst[m->source_field], &src, sizeof(src));
     info->field_size[m->source_field] = sizeof(src);
@@ -190,14 +197,19 @@ const stk__source_methods stk__src_tokmix = {
     .describe = mix_describe,
 };
 
-/* Whether parts a and b have the same fields. */
+/* Whether parts a and b have the same fields; packed rows' seq_lens may differ in length (each
+ * corpus has its own most pieces per row: the mixture takes the longest). */
 static bool same_fields(const stk_dataset *a, const stk_dataset *b)
 {
     if (a->n_fields != b->n_fields)
         return false;
-    for (uint32_t f = 0; f < a->n_fields; f++)
-        if (!stk__field_equal(&a->fields[f], &b->fields[f]))
+    for (uint32_t f = 0; f < a->n_fields; f++) {
+        stk_field x = a->fields[f], y = b->fields[f];
+        if (strcmp(x.name, "seq_lens") == 0 && strcmp(y.name, "seq_lens") == 0)
+            x.shape[0] = y.shape[0] = 0;
+        if (!stk__field_equal(&x, &y))
             return false;
+    }
     return true;
 }
 
@@ -287,9 +299,19 @@ stk_status stk_tokens_mix(stk_dataset *const *parts, const double *weights, size
     const stk_dataset *p0 = parts[0];
     ds->n_fields = p0->n_fields + 1;
     ds->max_record = p0->max_record + sizeof(int64_t);
+    m->lens_field = -1;
     for (uint32_t f = 0; f < p0->n_fields; f++) {
         ds->fields[f] = p0->fields[f];
         ds->field_max[f] = p0->field_max[f];
+        if (strcmp(p0->fields[f].name, "seq_lens") == 0) {
+            m->lens_field = (int)f;
+            for (size_t d = 1; d < n; d++)
+                if (parts[d]->fields[f].shape[0] > ds->fields[f].shape[0]) {
+                    ds->max_record += parts[d]->field_max[f] - ds->field_max[f];
+                    ds->fields[f].shape[0] = parts[d]->fields[f].shape[0];
+                    ds->field_max[f] = parts[d]->field_max[f];
+                }
+        }
     }
     m->source_field = p0->n_fields;
     stk_field *sf = &ds->fields[m->source_field];

@@ -384,7 +384,7 @@ stk_status stk__tokds_read_keyed(const stk_dataset *ds, stk__cursor *cursor,
             stk__tok_widen(cur->buf, c->width, t->T, dst[0], i32);
             stk__tok_widen(cur->buf + c->width, c->width, t->T, dst[1], i32);
         }
-        if (!c->col && c->n_parts)
+        if (!c->col && c->n_parts == 1)
             info->offset = c->parts[0].data_offset + first * c->width; /* one file: exact */
     }
     }
