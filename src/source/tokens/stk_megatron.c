@@ -230,13 +230,8 @@ static const char *const mega_suffixes[] = {".idx", NULL};
 static stk_status megatron_open(stk_dataset *ds, const char *const *paths, size_t n, char *err,
                                 size_t err_size)
 {
-    stk__strlist files = {0};
-    stk_status rc = stk__paths_files(paths, n, mega_suffixes, ".idx files", &files, err, err_size);
-    if (rc == STK_OK)
-        rc = stk__tokds_open(ds, (const char *const *)files.v, files.n, "megatron", megatron_parse,
-                             err, err_size);
-    stk__strlist_free(&files);
-    return rc;
+    return stk__tokds_open(ds, paths, n, mega_suffixes, ".idx files", "megatron", megatron_parse,
+                           err, err_size);
 }
 
 const stk__source_methods stk__src_megatron = {

@@ -136,10 +136,12 @@ typedef struct stk__tokds {
     uint64_t max_doc;
 } stk__tokds;
 
-/* The common open of every token format: parse the paths with `parse`, then documents and rows
- * per ds->open_tokens (NULL: documents, as stk_dataset_open gives). */
+/* The open of every token format: the paths' files (a directory stands for its files ending
+ * with one of `suffixes`, "no WHAT in this directory" when none), parsed with `parse`, then
+ * documents and rows per ds->open_tokens (NULL: documents, as stk_dataset_open gives). */
 stk_status stk__tokds_open(stk_dataset *ds, const char *const *paths, size_t n_paths,
-                           const char *format, stk__tokparse_fn parse, char *err, size_t err_size);
+                           const char *const *suffixes, const char *what, const char *format,
+                           stk__tokparse_fn parse, char *err, size_t err_size);
 
 /* Wrap an open dataset whose records are documents (a token column) into a token dataset with
  * the options t; *ds is replaced by the wrapper, which owns the dataset (closed with it, also on

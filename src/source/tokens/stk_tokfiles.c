@@ -273,37 +273,22 @@ static int numpy_probe(const char *path, const stk__stat *st, const uint8_t *hea
 static stk_status nanogpt_open(stk_dataset *ds, const char *const *paths, size_t n, char *err,
                                size_t err_size)
 {
-    stk__strlist files = {0};
-    stk_status rc = stk__paths_files(paths, n, bin_suffixes, ".bin files", &files, err, err_size);
-    if (rc == STK_OK)
-        rc = stk__tokds_open(ds, (const char *const *)files.v, files.n, "nanogpt", nanogpt_parse,
-                             err, err_size);
-    stk__strlist_free(&files);
-    return rc;
+    return stk__tokds_open(ds, paths, n, bin_suffixes, ".bin files", "nanogpt", nanogpt_parse, err,
+                           err_size);
 }
 
 static stk_status llmc_open(stk_dataset *ds, const char *const *paths, size_t n, char *err,
                             size_t err_size)
 {
-    stk__strlist files = {0};
-    stk_status rc = stk__paths_files(paths, n, bin_suffixes, ".bin shards", &files, err, err_size);
-    if (rc == STK_OK)
-        rc = stk__tokds_open(ds, (const char *const *)files.v, files.n, "llmc", llmc_parse, err,
-                             err_size);
-    stk__strlist_free(&files);
-    return rc;
+    return stk__tokds_open(ds, paths, n, bin_suffixes, ".bin shards", "llmc", llmc_parse, err,
+                           err_size);
 }
 
 static stk_status numpy_open(stk_dataset *ds, const char *const *paths, size_t n, char *err,
                              size_t err_size)
 {
-    stk__strlist files = {0};
-    stk_status rc = stk__paths_files(paths, n, npy_suffixes, ".npy files", &files, err, err_size);
-    if (rc == STK_OK)
-        rc = stk__tokds_open(ds, (const char *const *)files.v, files.n, "numpy-tokens", numpy_parse,
-                             err, err_size);
-    stk__strlist_free(&files);
-    return rc;
+    return stk__tokds_open(ds, paths, n, npy_suffixes, ".npy files", "numpy-tokens", numpy_parse,
+                           err, err_size);
 }
 
 const stk__source_methods stk__src_nanogpt = {

@@ -181,20 +181,25 @@ static void keep_opts(stk__tokds *t, const stk_tokens_opts *o)
 }
 
 stk_status stk__tokds_open(stk_dataset *ds, const char *const *paths, size_t n_paths,
-                           const char *format, stk__tokparse_fn parse, char *err, size_t err_size)
+                           const char *const *suffixes, const char *what, const char *format,
+                           stk__tokparse_fn parse, char *err, size_t err_size)
 {
+    stk__strlist files = {0};
     stk__tokds *t = stk__calloc(1, sizeof(*t));
     if (!t)
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
     ds->impl = t;
     keep_opts(t, ds->open_tokens);
     t->c.format = format;
-    STK_TRY_RET(parse(&t->c, paths, n_paths, t->o.token_bytes, err, err_size));
-    if (!t->c.bounded && (t->o.eos >= 0 || t->o.bos >= 0))
-        STK_TRY_RET(stk__tokcorpus_split(&t->c, t->o.eos, t->o.bos, err, err_size));
-    else if (!t->c.bounded)
-        STK_TRY_RET(stk__tokcorpus_doc_per_part(&t->c, err, err_size));
-    return rows_setup(ds, t, err, err_size);
+    stk_status rc = stk__paths_files(paths, n_paths, suffixes, what, &files, err, err_size);
+    if (rc == STK_OK)
+        rc = parse(&t->c, (const char *const *)files.v, files.n, t->o.token_bytes, err, err_size);
+    stk__strlist_free(&files);
+    if (rc == STK_OK && !t->c.bounded && (t->o.eos >= 0 || t->o.bos >= 0))
+        rc = stk__tokcorpus_split(&t->c, t->o.eos, t->o.bos, err, err_size);
+    else if (rc == STK_OK && !t->c.bounded)
+        rc = stk__tokcorpus_doc_per_part(&t->c, err, err_size);
+    return rc < 0 ? rc : rows_setup(ds, t, err, err_size);
 }
 
 /* Build the dataset part of a column wrapper (stk_tokcolumn.c fills the corpus). */
