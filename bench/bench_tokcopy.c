@@ -76,7 +76,7 @@ static int loop(const char *path, size_t B, size_t T, long K, int mode, int thre
             fprintf(stderr, "%s\n", stk_loader_errmsg(L));
             return 1;
         }
-        rows += stk_batch_size(b);
+        rows += stk_batch_n_samples(b);
         stk_batch_release(b);
     }
     double w = now(CLOCK_MONOTONIC) - w0, c = now(CLOCK_PROCESS_CPUTIME_ID) - c0;

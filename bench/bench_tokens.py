@@ -239,8 +239,8 @@ b = next(iter(L))
 t2 = time.perf_counter()
 info = ds.info
 print(json.dumps({"open_s": t1 - t0, "first_batch_s": t2 - t1, "rss_before": r0,
-                  "rss_open": r1, "rss_after": rss(), "documents": info["documents"],
-                  "rows": info["rows"], "tokens": info["tokens"], "padding": info["padding"]}))
+                  "rss_open": r1, "rss_after": rss(), "n_documents": info["n_documents"],
+                  "n_rows": info["n_rows"], "n_tokens": info["n_tokens"], "n_padding": info["n_padding"]}))
 """
 
 
@@ -262,8 +262,8 @@ def cmd_open(a):
             grown = d["rss_open"] - d["rss_before"]
             total = d["rss_after"] - d["rss_before"]
             print(f"| {mode} | {d['open_s']:.2f} | {d['first_batch_s']:.3f} | "
-                  f"{grown / 1e6:.0f} / {total / 1e6:.0f} | {d['documents']} | {d['rows']} | "
-                  f"{grown / d['documents']:.1f} |")
+                  f"{grown / 1e6:.0f} / {total / 1e6:.0f} | {d['n_documents']} | {d['n_rows']} | "
+                  f"{grown / d['n_documents']:.1f} |")
     print(uptime())
 
 
@@ -278,9 +278,9 @@ def cmd_waste(a):
                                   sigma)
             for rule in ("best-fit", "first-fit"):
                 i = stoker.tokens.open_tokens(prefix, t, tokens="packed", packing=rule).info
-                print(f"| {i['documents']} (sigma {sigma}) | {t} | "
-                      f"{i['tokens'] / i['documents']:.0f} | {rule} | {i['rows']} | "
-                      f"{100 * i['padding'] / (i['rows'] * t):.2f}% |")
+                print(f"| {i['n_documents']} (sigma {sigma}) | {t} | "
+                      f"{i['n_tokens'] / i['n_documents']:.0f} | {rule} | {i['n_rows']} | "
+                      f"{100 * i['n_padding'] / (i['n_rows'] * t):.2f}% |")
 
 
 def main():

@@ -101,22 +101,22 @@ void stk_cli_tokens_text(const stk_dataset *ds)
     char a[32], b[32];
     printf("\ntokens:\n");
     printf("  format:      %s (%u-byte ids)\n", in.format, in.token_bytes);
-    printf("  tokens:      %s\n", grouped(in.tokens, a, sizeof(a)));
+    printf("  tokens:      %s\n", grouped(in.n_tokens, a, sizeof(a)));
     if (in.boundaries)
-        printf("  documents:   %s\n", grouped(in.documents, a, sizeof(a)));
+        printf("  documents:   %s\n", grouped(in.n_documents, a, sizeof(a)));
     else
         printf("  documents:   %s (one per file: no boundaries known; give --eos or --bos)\n",
-               grouped(in.documents, a, sizeof(a)));
+               grouped(in.n_documents, a, sizeof(a)));
     printf("  longest:     %s tokens\n", grouped(in.max_document, a, sizeof(a)));
     if (in.mode != STK_TOKENS_DOCUMENTS) {
-        printf("  rows:        %s %s rows of %u", grouped(in.rows, a, sizeof(a)),
+        printf("  rows:        %s %s rows of %u", grouped(in.n_rows, a, sizeof(a)),
                mode_names[in.mode], in.seq_len);
-        if (in.mode == STK_TOKENS_PACKED && in.rows)
+        if (in.mode == STK_TOKENS_PACKED && in.n_rows)
             printf(" (%s, padding %s positions = %.2f%%)", packing_names[in.packing],
-                   grouped(in.padding, b, sizeof(b)),
-                   100.0 * (double)in.padding / ((double)in.rows * in.seq_len));
-        if (in.unused)
-            printf(" (%s tokens in no row: the tail)", grouped(in.unused, b, sizeof(b)));
+                   grouped(in.n_padding, b, sizeof(b)),
+                   100.0 * (double)in.n_padding / ((double)in.n_rows * in.seq_len));
+        if (in.n_unused)
+            printf(" (%s tokens in no row: the tail)", grouped(in.n_unused, b, sizeof(b)));
         printf("\n");
     }
     uint64_t top = 1;
@@ -144,15 +144,15 @@ void stk_cli_tokens_json(const stk_dataset *ds)
     stk_tokens_info in = {.struct_size = sizeof(in)};
     if (stk_tokens_info_get(ds, &in) < 0)
         return;
-    printf(", \"tokens\": {\"format\": \"%s\", \"token_bytes\": %u, \"tokens\": %llu, "
-           "\"documents\": %llu, \"boundaries\": %s, \"max_document\": %llu, \"mode\": \"%s\", "
-           "\"seq_len\": %u, \"rows\": %llu, \"padding\": %llu, \"unused\": %llu, "
+    printf(", \"tokens\": {\"format\": \"%s\", \"token_bytes\": %u, \"n_tokens\": %llu, "
+           "\"n_documents\": %llu, \"boundaries\": %s, \"max_document\": %llu, \"mode\": \"%s\", "
+           "\"seq_len\": %u, \"n_rows\": %llu, \"n_padding\": %llu, \"n_unused\": %llu, "
            "\"doc_hist\": [",
-           in.format, in.token_bytes, (unsigned long long)in.tokens,
-           (unsigned long long)in.documents, in.boundaries ? "true" : "false",
+           in.format, in.token_bytes, (unsigned long long)in.n_tokens,
+           (unsigned long long)in.n_documents, in.boundaries ? "true" : "false",
            (unsigned long long)in.max_document, mode_names[in.mode % 4], in.seq_len,
-           (unsigned long long)in.rows, (unsigned long long)in.padding,
-           (unsigned long long)in.unused);
+           (unsigned long long)in.n_rows, (unsigned long long)in.n_padding,
+           (unsigned long long)in.n_unused);
     int last = 47;
     while (last > 0 && !in.doc_hist[last])
         last--;

@@ -126,8 +126,8 @@ int main(int argc, char **argv)
     stk_tokens_info info = {.struct_size = sizeof(info)};
     stk_tokens_info_get(ds, &info);
     fprintf(stderr, "train_tokens: %s, %llu tokens, %llu documents, %llu rows of %u\n", info.format,
-            (unsigned long long)info.tokens, (unsigned long long)info.documents,
-            (unsigned long long)info.rows, info.seq_len);
+            (unsigned long long)info.n_tokens, (unsigned long long)info.n_documents,
+            (unsigned long long)info.n_rows, info.seq_len);
 
     stk_loader_opts lo;
     stk_loader_opts_init(&lo);
@@ -194,13 +194,14 @@ int main(int argc, char **argv)
         uint64_t h = fnv(fnv(1469598103934665603ull, x, n * 4), y, n * 4);
         printf("step %lld epoch %llu batch %llu rows %u loss %.4f sum %016llx first %d\n", step,
                (unsigned long long)stk_batch_epoch(b), (unsigned long long)stk_batch_number(b),
-               stk_batch_size(b), scored ? loss / (double)scored : 0.0, (unsigned long long)h,
+               stk_batch_n_samples(b), scored ? loss / (double)scored : 0.0, (unsigned long long)h,
                (int)x[0]);
         stk_batch_release(b);
         if (save && step == save_at) {
             char state[512];
             FILE *f = fopen(save, "w");
-            if (!f || stk_loader_state(L, state, sizeof(state)) != STK_OK || fputs(state, f) < 0) {
+            if (!f || stk_loader_save_state(L, state, sizeof(state)) != STK_OK ||
+                fputs(state, f) < 0) {
                 fprintf(stderr, "train_tokens: cannot save the state to %s\n", save);
                 rc = 1;
             }

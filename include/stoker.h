@@ -517,14 +517,14 @@ typedef struct stk_tokens_info {
     uint32_t seq_len;      /* T (0 for DOCUMENTS) */
     uint32_t mode;         /* stk_tokens_mode */
     uint32_t packing;      /* stk_tokens_packing */
-    uint64_t tokens;       /* tokens in the corpus */
-    uint64_t documents;    /* documents (each file one when no boundaries are known) */
+    uint64_t n_tokens;     /* tokens in the corpus */
+    uint64_t n_documents;  /* documents (each file one when no boundaries are known) */
     bool boundaries;       /* documents come from an index, eos/bos or records */
     uint64_t max_document; /* tokens of the longest document */
-    uint64_t rows;         /* records: rows (documents for DOCUMENTS) */
-    uint64_t row_tokens;   /* positions of the rows holding tokens */
-    uint64_t padding;      /* positions of the rows holding padding (PACKED) */
-    uint64_t unused;       /* tokens in no row's input_ids (WINDOWS: the tail) */
+    uint64_t n_rows;       /* records: rows (documents for DOCUMENTS) */
+    uint64_t n_row_tokens; /* positions of the rows holding tokens */
+    uint64_t n_padding;    /* positions of the rows holding padding (PACKED) */
+    uint64_t n_unused;     /* tokens in no row's input_ids (WINDOWS: the tail) */
     uint64_t doc_hist[48]; /* documents of length in [2^k, 2^(k+1)) (k = 0: lengths 0 and 1) */
     uint32_t n_parts;      /* a mixture: its parts (0 otherwise) */
 } stk_tokens_info;

@@ -118,8 +118,8 @@ class TokenDataset(Dataset):
         if self.closed:
             return "<stoker.TokenDataset (closed)>"
         i = self.info
-        return (f"<stoker.TokenDataset {i['format']}: {i['tokens']} tokens, {i['documents']} "
-                f"documents, {i['rows']} {i['mode']} rows of {i['seq_len']}>")
+        return (f"<stoker.TokenDataset {i['format']}: {i['n_tokens']} tokens, {i['n_documents']} "
+                f"documents, {i['n_rows']} {i['mode']} rows of {i['seq_len']}>")
 
 
 def _options(format=None, eos=None, bos=None, token_dtype=None, token_field=None):

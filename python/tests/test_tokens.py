@@ -43,14 +43,14 @@ def test_nanogpt_uint16_and_uint32(tmp_path):
     ids = np.arange(1000) * 7 % 65000
     p = write_nanogpt(tmp_path / "train.bin", ids)
     ds = stoker.tokens.open_tokens(p, T)
-    assert ds.format == "nanogpt" and ds.info["token_bytes"] == 2 and ds.info["tokens"] == 1000
+    assert ds.format == "nanogpt" and ds.info["token_bytes"] == 2 and ds.info["n_tokens"] == 1000
     _check_windows(ds, ids, T)
     big = np.arange(1000, dtype=np.int64) * 100003 % (1 << 32)
     p4 = write_nanogpt(tmp_path / "big.bin", big, np.uint32)
     ds4 = stoker.tokens.open_tokens(p4, T, token_dtype="uint32")
     _check_windows(ds4, big, T)
     # read as uint16 it is twice as many (smaller) tokens: format= and token_dtype= decide
-    assert stoker.tokens.open_tokens(p4, T).info["tokens"] == 2000
+    assert stoker.tokens.open_tokens(p4, T).info["n_tokens"] == 2000
 
 
 def test_llmc_shards_gpt2_and_llama3_one_stream(tmp_path):
@@ -58,7 +58,7 @@ def test_llmc_shards_gpt2_and_llama3_one_stream(tmp_path):
     paths = [write_llmc(tmp_path / f"fw_{k:06d}.bin", ids[k * 1000:(k + 1) * 1000])
              for k in range(3)]
     ds = stoker.tokens.open_tokens(str(tmp_path / "fw_*.bin"), T)
-    assert ds.format == "llmc" and ds.info["tokens"] == 3000 and len(ds.shards) == 3
+    assert ds.format == "llmc" and ds.info["n_tokens"] == 3000 and len(ds.shards) == 3
     _check_windows(ds, ids, T)  # windows cross the shard boundaries
     row = ds[1000 // T]  # tokens 1000..1008: the second shard's first
     assert row["input_ids"][0] == ids[1000]
@@ -80,7 +80,7 @@ def test_megatron_prefix_idx_or_bin(tmp_path, dtype, split):
         assert ds.format == "megatron"
         _check_windows(ds, ids, T)
         info = ds.info
-        assert info["documents"] == 50 and info["boundaries"] and info["tokens"] == len(ids)
+        assert info["n_documents"] == 50 and info["boundaries"] and info["n_tokens"] == len(ids)
     # documents as records (stoker.Dataset, no seq_len): Megatron's documents, not sequences
     docs_ds = stoker.Dataset(prefix + ".idx")
     assert len(docs_ds) == 50
@@ -93,7 +93,7 @@ def test_megatron_several_prefixes_and_multimodal(tmp_path):
     pa = write_megatron(tmp_path / "a", a)
     pb = write_megatron(tmp_path / "b", b, multimodal=True)
     ds = stoker.tokens.open_tokens([pa, pb], T, tokens="packed")
-    assert ds.info["documents"] == 22
+    assert ds.info["n_documents"] == 22
     one = stoker.tokens.open_tokens([pa, pb], T)
     _check_windows(one, stream(a + b, np.int64), T)
 
@@ -118,7 +118,7 @@ def test_stk_token_column_round_trip(tmp_path):
     out = str(tmp_path / "m.stk")
     stoker.pack(prefix + ".idx", out)
     col = stoker.tokens.open_tokens(out, T)
-    assert col.format == "token-column" and col.info["documents"] == 80
+    assert col.format == "token-column" and col.info["n_documents"] == 80
     _check_windows(col, stream(docs, np.int64), T)
     a = stoker.tokens.open_tokens(prefix, T, tokens="packed")
     b = stoker.tokens.open_tokens(out, T, tokens="packed")
@@ -148,7 +148,7 @@ def test_token_column_of_another_format_lmdb(tmp_path):
             txn.put(b"%08d" % i, np.asarray(d, np.uint16).tobytes())
     env.close()
     ds = stoker.tokens.open_tokens(str(tmp_path / "docs_lmdb"), T, token_field="value")
-    assert ds.info["documents"] == 40 and ds.info["boundaries"]
+    assert ds.info["n_documents"] == 40 and ds.info["boundaries"]
     _check_windows(ds, stream(docs, np.int64), T)
     L = stoker.Loader(str(tmp_path / "docs_lmdb"), batch_size=4, seq_len=T, tokens="packed",
                       token_field="value", num_workers=2, pad_id=-1)
@@ -302,7 +302,7 @@ def test_windows_every_token_once_per_epoch(tmp_path, shuffle):
         assert np.array_equal(_cat(b, "labels"), x + 1)
         orders.append(_cat(b, "index"))
     assert shuffle == (not np.array_equal(orders[0], orders[1]))
-    assert L.dataset.info["unused"] == n - 61 * T
+    assert L.dataset.info["n_unused"] == n - 61 * T
     L.close()
 
 
@@ -381,7 +381,7 @@ def test_packed_documents_once_per_epoch(tmp_path, packing):
     L = stoker.Loader(prefix, batch_size=5, seq_len=T, tokens="packed", packing=packing,
                       pad_id=-1, shuffle=True, seed=1, num_workers=2, output="numpy")
     info = L.dataset.info
-    assert info["padding"] == info["rows"] * T - total and info["packing"] == packing
+    assert info["n_padding"] == info["n_rows"] * T - total and info["packing"] == packing
     for _ in range(2):
         batches = _epoch(L)
         for b in batches:
@@ -397,18 +397,18 @@ def test_packing_waste_best_fit_not_worse(tmp_path):
     prefix = write_megatron(tmp_path / "ln", docs)
     bf = stoker.tokens.open_tokens(prefix, 8 * T, tokens="packed").info
     ff = stoker.tokens.open_tokens(prefix, 8 * T, tokens="packed", packing="first-fit").info
-    assert bf["row_tokens"] == ff["row_tokens"] == sum(len(d) for d in docs)
+    assert bf["n_row_tokens"] == ff["n_row_tokens"] == sum(len(d) for d in docs)
     for i in (bf, ff):
-        assert i["padding"] == i["rows"] * 8 * T - i["row_tokens"]
-        assert i["padding"] < 0.1 * i["rows"] * 8 * T
-    assert bf["rows"] <= ff["rows"] + 1
+        assert i["n_padding"] == i["n_rows"] * 8 * T - i["n_row_tokens"]
+        assert i["n_padding"] < 0.1 * i["n_rows"] * 8 * T
+    assert bf["n_rows"] <= ff["n_rows"] + 1
 
 
 def test_packed_from_eos_and_bos(tmp_path):
     docs = documents(60, seed=8, eos=0, vocab=500)
     p = write_nanogpt(tmp_path / "e.bin", stream(docs))
     info = stoker.tokens.open_tokens(p, T, tokens="packed", eos=0).info
-    assert info["documents"] == 60 and info["boundaries"]
+    assert info["n_documents"] == 60 and info["boundaries"]
     ds = stoker.tokens.open_tokens(p, T, tokens="packed", eos=0, pad_id=-1)
     # the eos token ends its document: its label is -100; the one before it predicts it
     n_eos = 0
@@ -429,7 +429,7 @@ def test_packed_from_eos_and_bos(tmp_path):
     bos_docs = [np.concatenate([[50256], d[:-1]]) for d in documents(30, seed=9, vocab=500)]
     pb = write_llmc(tmp_path / "b.bin", stream(bos_docs))
     ib = stoker.tokens.open_tokens(pb, T, tokens="packed", bos=50256).info
-    assert ib["documents"] == 30
+    assert ib["n_documents"] == 30
 
 
 # ---- mixtures ----

@@ -173,7 +173,7 @@ static inline stk_status stk__dataset_read_keyed(const stk_dataset *ds, stk__cur
     return rc;
 }
 
-/* Open a dataset as stk_dataset_open_ex does, with token options t (NULL: none): detection then
+/* Open a dataset as stk_dataset_open_v2 does, with token options t (NULL: none): detection then
  * prefers token formats, and a dataset of another format is wrapped as a token column. */
 stk_status stk__dataset_open_tokens(const stk_dataset_opts *o, const stk_tokens_opts *t,
                                     stk_dataset **out);

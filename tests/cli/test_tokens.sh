@@ -36,14 +36,14 @@ grep -q "documents:   200" out.txt || fail "megatron documents: $(cat out.txt)"
 import json, sys
 d = json.load(sys.stdin)
 t = d["tokens"]
-assert d["format"] == "megatron" and t["documents"] == 200 and t["boundaries"], t
-assert t["mode"] == "windows" and t["rows"] == (t["tokens"] - 1) // 32 == d["records"], t
+assert d["format"] == "megatron" and t["n_documents"] == 200 and t["boundaries"], t
+assert t["mode"] == "windows" and t["n_rows"] == (t["n_tokens"] - 1) // 32 == d["records"], t
 assert sum(t["doc_hist"]) == 200
 ' || fail "inspect --json tokens"
 "$STOKER" inspect --json train.bin --eos 50256 | $PY -c "
 import json, sys
 t = json.load(sys.stdin)['tokens']
-assert t['tokens'] == $ntok and t['documents'] == 300, t
+assert t['n_tokens'] == $ntok and t['n_documents'] == 300, t
 " || fail "inspect --json nanogpt"
 
 # bad input: named by file

@@ -64,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         stk_dataset *ds = NULL;
         if (stk_tokens_open(&o, &ds) == STK_OK) {
             uint8_t buf[512];
-            uint64_t n = STK_MIN(stk_dataset_count(ds), MAX_RECORDS);
+            uint64_t n = STK_MIN(stk_dataset_n_records(ds), MAX_RECORDS);
             for (uint64_t i = 0; i < n; i++) {
                 stk_record r;
                 char err[512];

@@ -144,12 +144,13 @@ static PyObject *info_dict(const stk_tokens_info *in)
         "{s:s,s:I,s:I,s:s,s:s,s:K,s:K,s:O,s:K,s:K,s:K,s:K,s:K,s:N,s:I}", "format", in->format,
         "token_bytes", in->token_bytes, "seq_len", in->seq_len, "mode",
         in->mode < 4 ? mode_names[in->mode] : "?", "packing",
-        in->packing < 2 ? packing_names[in->packing] : "?", "tokens",
-        (unsigned long long)in->tokens, "documents", (unsigned long long)in->documents,
+        in->packing < 2 ? packing_names[in->packing] : "?", "n_tokens",
+        (unsigned long long)in->n_tokens, "n_documents", (unsigned long long)in->n_documents,
         "boundaries", in->boundaries ? Py_True : Py_False, "max_document",
-        (unsigned long long)in->max_document, "rows", (unsigned long long)in->rows, "row_tokens",
-        (unsigned long long)in->row_tokens, "padding", (unsigned long long)in->padding, "unused",
-        (unsigned long long)in->unused, "doc_hist", hist, "n_parts", in->n_parts);
+        (unsigned long long)in->max_document, "n_rows", (unsigned long long)in->n_rows,
+        "n_row_tokens", (unsigned long long)in->n_row_tokens, "n_padding",
+        (unsigned long long)in->n_padding, "n_unused", (unsigned long long)in->n_unused, "doc_hist",
+        hist, "n_parts", in->n_parts);
 }
 
 PyObject *stkpy_tokens_info(PyObject *module, PyObject *obj)

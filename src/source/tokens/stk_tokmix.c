@@ -126,7 +126,7 @@ static uint64_t locate(const tokmix *m, const stk__readkey *key, uint64_t p, siz
                        stk__readkey *pkey)
 {
     *d = m->src[p];
-    uint64_t n_d = stk_dataset_count(m->parts[*d]);
+    uint64_t n_d = stk_dataset_n_records(m->parts[*d]);
     uint64_t s = key->epoch * m->per_epoch[*d] + rank_of(m, p, *d);
     *pkey = (stk__readkey){key->seed ^ stk__mix64(PART_SALT + *d), s / n_d, key->shuffle};
     return stk_sampler_index(n_d, key->shuffle, pkey->seed, pkey->epoch, s % n_d);
@@ -267,7 +267,7 @@ stk_status stk_tokens_mix(stk_dataset *const *parts, const double *weights, size
                                        ">= 0)",
                                        d, weights[d]);
         sum += weights[d];
-        rows += stk_dataset_count(parts[d]);
+        rows += stk_dataset_n_records(parts[d]);
     }
     if (!(sum > 0) || !isfinite(sum))
         return stk__set_last_error(STK_EINVAL, "stk_tokens_mix: every weight is 0");
@@ -349,13 +349,13 @@ stk_status stk__tokmix_info(const stk_dataset *ds, stk_tokens_info *in)
         if (d == 0) {
             *in = p;
         } else {
-            in->tokens += p.tokens;
-            in->documents += p.documents;
+            in->n_tokens += p.n_tokens;
+            in->n_documents += p.n_documents;
             in->boundaries = in->boundaries && p.boundaries;
             in->max_document = STK_MAX(in->max_document, p.max_document);
-            in->row_tokens += p.row_tokens;
-            in->padding += p.padding;
-            in->unused += p.unused;
+            in->n_row_tokens += p.n_row_tokens;
+            in->n_padding += p.n_padding;
+            in->n_unused += p.n_unused;
             in->token_bytes = STK_MAX(in->token_bytes, p.token_bytes);
             for (int k = 0; k < 48; k++)
                 in->doc_hist[k] += p.doc_hist[k];
@@ -363,7 +363,7 @@ stk_status stk__tokmix_info(const stk_dataset *ds, stk_tokens_info *in)
     }
     in->struct_size = sizeof(*in);
     in->format = "mix";
-    in->rows = m->N;
+    in->n_rows = m->N;
     in->n_parts = (uint32_t)m->n;
     return STK_OK;
 }

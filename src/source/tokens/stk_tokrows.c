@@ -569,11 +569,11 @@ void stk__tokds_info(const stk__tokds *t, stk_tokens_info *in)
     in->seq_len = t->T;
     in->mode = t->o.mode;
     in->packing = t->o.packing;
-    in->tokens = c->n_tokens;
-    in->documents = c->n_docs;
+    in->n_tokens = c->n_tokens;
+    in->n_documents = c->n_docs;
     in->boundaries = c->bounded;
     in->max_document = t->max_doc;
-    in->rows = t->n_rows;
+    in->n_rows = t->n_rows;
     for (uint64_t d = 0; d < c->n_docs; d++) {
         uint64_t L = c->doc[d + 1] - c->doc[d];
         int k = L > 1 ? 63 - __builtin_clzll(L) : 0;
@@ -581,15 +581,15 @@ void stk__tokds_info(const stk__tokds *t, stk_tokens_info *in)
     }
     switch (t->o.mode) {
     case STK_TOKENS_PACKED:
-        in->padding = t->pack.padding;
-        in->row_tokens = c->n_tokens;
+        in->n_padding = t->pack.padding;
+        in->n_row_tokens = c->n_tokens;
         break;
     case STK_TOKENS_DOCUMENTS:
-        in->row_tokens = c->n_tokens;
+        in->n_row_tokens = c->n_tokens;
         break;
     default:
-        in->row_tokens = t->n_rows * t->T;
-        in->unused = t->o.mode == STK_TOKENS_WINDOWS ? c->n_tokens - in->row_tokens : 0;
+        in->n_row_tokens = t->n_rows * t->T;
+        in->n_unused = t->o.mode == STK_TOKENS_WINDOWS ? c->n_tokens - in->n_row_tokens : 0;
     }
 }
 

@@ -259,7 +259,7 @@ static int test_llmc_and_megatron_rows_and_errors(void)
     stk_dataset *ds;
     T_OK(open_tokens(path, 10, STK_TOKENS_WINDOWS, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "llmc") == 0);
-    T_EQ(stk_dataset_count(ds), 99);
+    T_EQ(stk_dataset_n_records(ds), 99);
     uint8_t buf[256];
     stk_record rec;
     T_OK(stk_dataset_read(ds, 42, buf, sizeof(buf), &rec, NULL, 0));
@@ -281,14 +281,14 @@ static int test_llmc_and_megatron_rows_and_errors(void)
     T_OK(open_tokens(prefix, 8, STK_TOKENS_PACKED, &ds));
     stk_tokens_info in = {.struct_size = sizeof(in)};
     T_OK(stk_tokens_info_get(ds, &in));
-    T_EQ(in.documents, 300);
+    T_EQ(in.n_documents, 300);
     T_CHECK(in.boundaries);
     T_EQ(in.max_document, 9);
-    T_EQ(in.row_tokens, in.tokens);
-    T_EQ(in.padding, in.rows * 8 - in.tokens);
+    T_EQ(in.n_row_tokens, in.n_tokens);
+    T_EQ(in.n_padding, in.n_rows * 8 - in.n_tokens);
     /* every token of the stream exactly once over the packed rows */
-    uint8_t *seen = calloc(in.tokens, 1);
-    for (uint64_t r = 0; r < stk_dataset_count(ds); r++) {
+    uint8_t *seen = calloc(in.n_tokens, 1);
+    for (uint64_t r = 0; r < stk_dataset_n_records(ds); r++) {
         uint8_t rb[512];
         T_OK(stk_dataset_read(ds, r, rb, sizeof(rb), &rec, NULL, 0));
         const int64_t *ix = (const int64_t *)rec.field[0], *lab = (const int64_t *)rec.field[1];
@@ -298,13 +298,13 @@ static int test_llmc_and_megatron_rows_and_errors(void)
                 T_EQ(lab[j], -100);
                 continue;
             }
-            T_CHECK(ix[j] >= 0 && (uint64_t)ix[j] < in.tokens);
+            T_CHECK(ix[j] >= 0 && (uint64_t)ix[j] < in.n_tokens);
             seen[ix[j]]++;
             if (pos[j] > 0) /* inside a piece: consecutive tokens */
                 T_EQ(ix[j], ix[j - 1] + 1);
         }
     }
-    for (uint64_t t = 0; t < in.tokens; t++)
+    for (uint64_t t = 0; t < in.n_tokens; t++)
         T_EQ(seen[t], 1);
     free(seen);
     stk_dataset_close(ds);
@@ -383,7 +383,7 @@ static int test_loader_every_token_once_and_resume(void)
         stk_batch *b;
         T_OK(stk_loader_next(L, &b));
         if (s == 3)
-            T_OK(stk_loader_state(L, state, sizeof(state)));
+            T_OK(stk_loader_save_state(L, state, sizeof(state)));
         if (s == 4)
             memcpy(want, stk_batch_indices(b), 6 * sizeof(int64_t));
         stk_batch_release(b);
@@ -427,7 +427,7 @@ static int test_mix_public_api(void)
     const double bad[2] = {1, NAN};
     T_CHECK(stk_tokens_mix(parts, bad, 2, 0, &mix) == STK_EINVAL);
     T_OK(stk_tokens_mix(parts, w, 2, 200, &mix)); /* owns the parts from here */
-    T_EQ(stk_dataset_count(mix), 200);
+    T_EQ(stk_dataset_n_records(mix), 200);
     T_CHECK(stk_dataset_find_field(mix, "source") == 2);
     const stk_dataset *p;
     double wd;
@@ -437,8 +437,8 @@ static int test_mix_public_api(void)
     stk_tokens_info in = {.struct_size = sizeof(in)};
     T_OK(stk_tokens_info_get(mix, &in));
     T_EQ(in.n_parts, 2);
-    T_EQ(in.rows, 200);
-    T_EQ(in.tokens, 801 + 401);
+    T_EQ(in.n_rows, 200);
+    T_EQ(in.n_tokens, 801 + 401);
     uint8_t buf[512];
     stk_record rec;
     int counts[2] = {0, 0};
@@ -491,7 +491,7 @@ static int test_alloc_failures_tokens(void)
         if (rc == STK_OK) {
             uint8_t buf[1024];
             stk_record rec;
-            for (uint64_t i = 0; i < stk_dataset_count(mix) && rc == STK_OK; i++)
+            for (uint64_t i = 0; i < stk_dataset_n_records(mix) && rc == STK_OK; i++)
                 rc = stk_dataset_read(mix, i, buf, sizeof(buf), &rec, NULL, 0);
         }
         stk__fault_alloc_set(0);
