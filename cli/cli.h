@@ -9,6 +9,8 @@
 #ifndef STK_CLI_H
 #define STK_CLI_H
 
+/* The doctor's decision (stk_diagnose) and the sampler are building blocks. */
+#define STK_BUILDING_BLOCKS
 #include "stoker.h"
 
 #include <stdbool.h>

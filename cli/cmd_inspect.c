@@ -153,8 +153,9 @@ static int list_records(const stk_dataset *ds, const inspect_args *a)
     printf(a->json ? ", \"record_list\": [" : "\nrecords:\n");
     for (uint64_t i = 0; i < n; i++) {
         stk_record r;
-        char err[512];
-        if (stk_dataset_read(ds, i, buf, max, &r, err, sizeof(err)) != STK_OK) {
+        stk_record_init(&r);
+        if (stk_dataset_read(ds, i, buf, max, &r) != STK_OK) {
+            const char *err = stk_last_errmsg();
             fflush(stdout);
             stk_cli_error("inspect", "%s", err);
             rc = 1;
@@ -404,6 +405,7 @@ static void verify_decode(verify_state *s, stk_decoder *dec, const stk_record *r
     for (size_t k = 0; k < s->n_decode; k++) {
         int f = s->decode[k];
         stk_image img;
+        stk_image_init(&img);
         if (stk_decoder_decode(dec, r->field[f], r->field_size[f], &img) == STK_OK)
             continue;
         stk_shard_info sh = {.struct_size = sizeof(sh)};
@@ -439,13 +441,13 @@ static void *verify_thread(void *arg)
         uint64_t end = first + VERIFY_CHUNK < s->count ? first + VERIFY_CHUNK : s->count;
         for (uint64_t i = first; i < end; i++) {
             stk_record r;
-            char err[512];
-            if (stk_dataset_read(s->ds, i, buf, max, &r, err, sizeof(err)) == STK_OK) {
+            stk_record_init(&r);
+            if (stk_dataset_read(s->ds, i, buf, max, &r) == STK_OK) {
                 atomic_fetch_add(&s->bytes, r.size);
                 if (dec)
                     verify_decode(s, dec, &r);
             } else {
-                verify_add_bad(s, i, err);
+                verify_add_bad(s, i, stk_last_errmsg());
             }
             atomic_fetch_add(&s->done, 1);
         }

@@ -8,7 +8,7 @@ if [ "$so" = "--write" ]; then   # regenerate the map from the header
             tr -d '(' | sort -u)
     { echo "/* Exported symbols of libstoker: exactly the STK_API functions of include/stoker.h."
       echo "   Regenerate with scripts/check_exports.sh --write; make check-exports compares. */"
-      echo "STOKER_0.2 {"; echo "  global:"; for n in $names; do echo "    $n;"; done
+      echo "STOKER_0.3 {"; echo "  global:"; for n in $names; do echo "    $n;"; done
       echo "  local:"; echo "    *;"; echo "};"; } > src/libstoker.map
     exit 0
 fi

@@ -53,3 +53,6 @@ s/\["ring_slots"\]/["n_slots"]/g
 s/\b(st|stats|info)\["num_workers"\]/\1["n_threads"]/g
 s/\binfo\(\)\["num_workers"\]/info()["n_threads"]/g
 s/\bstats\(\)\["num_workers"\]/stats()["n_threads"]/g
+
+# ---- stk_op_param.count is n_values ----
+s/\bpa->count\b/pa->n_values/g

@@ -100,6 +100,13 @@ bool stk__opts_load(void *dst, size_t dst_size, const void *src);
  * as dst->struct_size reaches; dst->struct_size becomes the bytes written. false when dst is NULL
  * or its struct_size is below STK__STRUCT_MIN. */
 bool stk__out_store(void *dst, const void *full, size_t full_size);
+/* An _init_sized function's end: the defaults in `full` stored into the caller's struct of
+ * dst_size bytes (as far as both reach), struct_size set to that. */
+void stk__init_store(void *dst, size_t dst_size, const void *full, size_t full_size);
+/* Load element i of a caller's array of ABI structs (strided by its first element's
+ * struct_size) over dst, which holds the defaults, as stk__opts_load. false when the element's
+ * struct_size differs from the first's (not initialised) or is below STK__STRUCT_MIN. */
+bool stk__elem_load(void *dst, size_t dst_size, const void *array, size_t i);
 /* Parse a byte size for environment settings: "8G", "512M", "1.5GiB", "1048576", "0" (binary
  * units, optional "B"/"iB"); false if malformed (src/common/stk_util.c). */
 bool stk__parse_size(const char *s, uint64_t *out);
@@ -149,6 +156,9 @@ uint64_t stk__field_fixed_size(const stk_field *f);
 bool stk__field_valid(const stk_field *f, char *why, size_t why_size);
 /* The canonical form of a field: scalars and bytes carry their implied dtype and no shape. */
 stk_field stk__field_canonical(const stk_field *f);
+/* Load a caller's array of n fields (strided by src[0].struct_size) into dst[n]; false with the
+ * reason in `why` when an element was not initialised with stk_field_init. */
+bool stk__fields_load(stk_field *dst, const stk_field *src, size_t n, char *why, size_t why_size);
 bool stk__field_equal(const stk_field *a, const stk_field *b);
 
 /* ---- transforms (src/xform, src/decode) ---- */

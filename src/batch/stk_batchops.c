@@ -37,7 +37,13 @@ stk_status stk__batchops_opts(stk__batchops *b, const stk_loader_opts *o, char *
                               " is invalid (MixUp/CutMix need 2..16777216 classes)",
                               o->num_classes);
     for (uint32_t i = 0; i < o->n_batch_ops; i++) {
-        const stk_batch_op *op = &o->batch_ops[i];
+        stk_batch_op *op = &b->op[i];
+        stk_batch_op_init(op, 0);
+        if (!stk__elem_load(op, sizeof(*op), o->batch_ops, i)) /* strided by [0].struct_size */
+            return stk__set_error(err, err_size, STK_EINVAL,
+                                  "batch transform %u: not initialised with stk_batch_op_init "
+                                  "(struct_size unset or unlike batch_ops[0]'s)",
+                                  i);
         if (op->kind != STK_BATCH_MIXUP && op->kind != STK_BATCH_CUTMIX)
             return stk__set_error(err, err_size, STK_EINVAL,
                                   "batch transform %u: unknown kind %d (STK_BATCH_MIXUP or "
@@ -47,7 +53,6 @@ stk_status stk__batchops_opts(stk__batchops *b, const stk_loader_opts *o, char *
             return stk__set_error(err, err_size, STK_EINVAL,
                                   "batch transform %u (%s): alpha=%g is invalid (must be > 0)", i,
                                   op->kind == STK_BATCH_MIXUP ? "MixUp" : "CutMix", op->alpha);
-        b->op[i] = *op;
     }
     b->n = o->n_batch_ops;
     b->choice = o->batch_ops_choice;

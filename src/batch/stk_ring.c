@@ -201,8 +201,9 @@ stk_status stk_batch_tensor(const stk_batch *b, size_t i, stk_tensor *out)
     if (i >= r->view.n_tensors)
         return STK_EINVAL;
     const stk__slot *s = &r->slots[b->slot];
-    stk__layout_tensor(&r->view, i, s->mem, s->count, out);
-    return STK_OK;
+    stk_tensor full;
+    stk__layout_tensor(&r->view, i, s->mem, s->count, &full);
+    return stk__out_store(out, &full, sizeof(full)) ? STK_OK : STK_EINVAL; /* the caller's size */
 }
 
 const int64_t *stk_batch_indices(const stk_batch *b)

@@ -154,6 +154,30 @@ bool stk__out_store(void *dst, const void *full, size_t full_size)
     return true;
 }
 
+void stk__init_store(void *dst, size_t dst_size, const void *full, size_t full_size)
+{
+    size_t n = STK_MIN(dst_size, full_size);
+    if (!dst || n < sizeof(size_t))
+        return;
+    memcpy(dst, full, n);
+    memcpy(dst, &n, sizeof(n));
+}
+
+bool stk__elem_load(void *dst, size_t dst_size, const void *array, size_t i)
+{
+    size_t stride, n;
+    if (!array)
+        return false;
+    memcpy(&stride, array, sizeof(stride));
+    if (stride < STK__STRUCT_MIN || i > SIZE_MAX / stride)
+        return false;
+    const char *src = (const char *)array + i * stride;
+    memcpy(&n, src, sizeof(n));
+    if (n != stride) /* an element not initialised like the first */
+        return false;
+    return stk__opts_load(dst, dst_size, src);
+}
+
 /* Parse "8G", "512M", "1048576", "0" (binary units, optional "B"/"iB"); false if malformed. */
 bool stk__parse_size(const char *s, uint64_t *out)
 {

@@ -126,12 +126,14 @@ int32_t stk_batch_device(const stk_batch *b)
     return dc->dev ? dc->device : -1;
 }
 
-stk_status stk_batch_device_tensor(const stk_batch *b, size_t i, stk_tensor *out)
+stk_status stk_batch_device_tensor(const stk_batch *b, size_t i, stk_tensor *dst)
 {
     const stk__devbatch *d = dv((stk_batch *)b);
     const stk__devcopy *dc = d->dc;
     if (!dc->dev)
         return STK_ENOTSUP;
+    stk_tensor full, *out = &full;
+    stk_tensor_init(out);
     stk_status rc = stk_batch_tensor(b, i, out); /* the host view: same offsets on the device */
     if (rc < 0)
         return rc;
@@ -145,11 +147,11 @@ stk_status stk_batch_device_tensor(const stk_batch *b, size_t i, stk_tensor *out
         memcpy(&out->shape[1], shape, sizeof(shape));
         out->data = (void *)(uintptr_t)(base + dc->fin_dev_offset);
         out->size = dc->fin_row * (size_t)out->shape[0];
-        return STK_OK;
+    } else {
+        /* lengths of a bytes field stay on the host */
+        out->data = (void *)(uintptr_t)(base + (size_t)((const uint8_t *)out->data - d->mem));
     }
-    /* lengths of a bytes field stay on the host */
-    out->data = (void *)(uintptr_t)(base + (size_t)((const uint8_t *)out->data - d->mem));
-    return STK_OK;
+    return stk__out_store(dst, &full, sizeof(full)) ? STK_OK : STK_EINVAL; /* the caller's size */
 }
 
 stk_status stk_batch_device_wait(stk_batch *b, void *stream)

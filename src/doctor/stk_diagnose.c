@@ -16,13 +16,10 @@
 #include <math.h>
 #include <string.h>
 
-void stk_diag_input_init(stk_diag_input *in)
+void stk_diag_input_init_sized(stk_diag_input *in, size_t struct_size)
 {
-    if (!in)
-        return;
-    memset(in, 0, sizeof(*in));
-    in->struct_size = sizeof(*in);
-    in->current_threads = -1;
+    stk_diag_input full = {.struct_size = sizeof(full), .current_threads = -1};
+    stk__init_store(in, struct_size, &full, sizeof(full));
 }
 
 const char *stk_diag_action_name(stk_diag_action action)

@@ -56,17 +56,17 @@ static void core_destroy(stk__ring *r, void *arg)
     stk__free(c);
 }
 
-void stk_loader_opts_init(stk_loader_opts *opts)
+void stk_loader_opts_init_sized(stk_loader_opts *opts, size_t struct_size)
 {
-    memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
-    opts->batch_size = 256;
-    opts->n_threads = 0;
-    opts->n_slots = 0;
-    opts->rank = -1;
-    opts->world = -1;
-    opts->transform_field = NULL;
-    opts->device = -1;
+    stk_loader_opts full = {.struct_size = sizeof(full),
+                            .batch_size = 256,
+                            .n_threads = 0, /* online CPUs */
+                            .n_slots = 0,   /* the default depth */
+                            .rank = -1,
+                            .world = -1,
+                            .transform_field = NULL,
+                            .device = -1};
+    stk__init_store(opts, struct_size, &full, sizeof(full));
 }
 
 /* Stop and join every started worker (mu not held). */
@@ -103,8 +103,11 @@ static stk_status sample_fields(const stk_loader_opts *o, stk_field *fields, uin
         return stk__set_error(err, err_size, STK_EINVAL,
                               "sample_fn: %zu output fields declared (1..%d)", o->n_sample_fields,
                               STK_MAX_FIELDS);
+    char why[160];
+    if (!stk__fields_load(fields, o->sample_fields, o->n_sample_fields, why, sizeof(why)))
+        return stk__set_error(err, err_size, STK_EINVAL, "sample_fn: output %s", why);
     for (size_t f = 0; f < o->n_sample_fields; f++) {
-        const stk_field *fd = &o->sample_fields[f];
+        const stk_field *fd = &fields[f];
         if (fd->kind == STK_FIELD_BYTES ||
             (fd->kind == STK_FIELD_ARRAY &&
              (fd->ndim < 1 || fd->ndim > STK_MAX_DIMS || stk_dtype_size(fd->dtype) == 0)))
@@ -115,7 +118,6 @@ static stk_status sample_fields(const stk_loader_opts *o, stk_field *fields, uin
         if (memchr(fd->name, 0, STK_MAX_NAME) == NULL || strcmp(fd->name, "index") == 0)
             return stk__set_error(err, err_size, STK_EINVAL,
                                   "sample_fn: output field %zu has an invalid name", f);
-        fields[f] = *fd;
         max_size[f] = 0;
     }
     *n_fields = o->n_sample_fields;

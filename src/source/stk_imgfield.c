@@ -149,9 +149,11 @@ static stk_status sniff_record0(const stk_dataset *ds, bool *cand, size_t *n_can
     if (!buf)
         return stk__set_last_error(STK_ENOMEM, "out of memory reading record 0 (%zu bytes)", size);
     stk_record rec;
-    char why[STK_ERRMSG_SIZE];
-    rc = stk_dataset_read(ds, 0, buf, size, &rec, why, sizeof(why));
+    stk_record_init(&rec);
+    rc = stk_dataset_read(ds, 0, buf, size, &rec);
     if (rc < 0) {
+        char why[STK_ERRMSG_SIZE];
+        snprintf(why, sizeof(why), "%s", stk_last_errmsg());
         stk__set_last_error(rc, "%s (read to find the field the transforms apply to; %s)", why,
                             HOW_TO_NAME);
         goto fail;

@@ -130,12 +130,10 @@ static stk_status expand_named(const stk_dataset_opts *o, stk__strlist *out, cha
     return STK_OK;
 }
 
-void stk_dataset_opts_init(stk_dataset_opts *opts)
+void stk_dataset_opts_init_sized(stk_dataset_opts *opts, size_t struct_size)
 {
-    if (!opts)
-        return;
-    memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
+    stk_dataset_opts full = {.struct_size = sizeof(full)};
+    stk__init_store(opts, struct_size, &full, sizeof(full));
 }
 
 stk_status stk_dataset_open_v2(const stk_dataset_opts *opts_in, stk_dataset **out)
@@ -216,6 +214,8 @@ stk_status stk_dataset_open_v2(const stk_dataset_opts *opts_in, stk_dataset **ou
     if (ds->count == 0)
         STK_FAIL(err, STK_EINVAL, "%s%s: dataset is empty (0 records)", o.paths[0],
                  o.n_paths > 1 ? " (and the other paths)" : "");
+    for (uint32_t f = 0; f < ds->n_fields; f++) /* handed out by stk_dataset_field: ours */
+        ds->fields[f].struct_size = sizeof(ds->fields[f]);
     stk__strlist_free(&paths);
     stk__vfs_opts_use(prev_vo);
     stk__head_memo_clear(&heads);
@@ -468,23 +468,30 @@ stk_status stk_dataset_describe(const stk_dataset *ds, uint64_t index, char *buf
     if (index >= ds->count) {
         snprintf(buf, size, "record %" PRIu64 " (out of range: %" PRIu64 " records)", index,
                  ds->count);
-        return STK_EINVAL;
+        return stk__set_last_error(STK_EINVAL, "%s", buf);
     }
     ds->m->describe(ds, index, buf, size);
     return STK_OK;
 }
 
 stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf, size_t buf_size,
-                            stk_record *out, char *errbuf, size_t errbuf_size)
+                            stk_record *dst_rec)
 {
-    char local_err[STK_ERRMSG_SIZE];
-    char *err = errbuf ? errbuf : local_err;
-    size_t err_size = errbuf ? errbuf_size : sizeof(local_err);
+    char err[STK_ERRMSG_SIZE];
+    size_t err_size = sizeof(err);
     stk_status rc = STK_OK;
     stk__cursor *cur = NULL;
     uint8_t *tmp = NULL;
-    if (!ds || !out || (!buf && buf_size)) {
+    stk_record full, *out = &full;
+    stk_record_init(out);
+    if (!ds || !dst_rec || (!buf && buf_size)) {
         rc = stk__set_error(err, err_size, STK_EINVAL, "stk_dataset_read: NULL argument");
+        goto fail;
+    }
+    if (dst_rec->struct_size < STK__STRUCT_MIN) {
+        rc = stk__set_error(err, err_size, STK_EINVAL,
+                            "stk_dataset_read: the record's struct_size is not set "
+                            "(stk_record_init)");
         goto fail;
     }
     if (index >= ds->count) {
@@ -526,7 +533,6 @@ stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf, si
                             buf_size);
         goto fail;
     }
-    memset(out, 0, sizeof(*out));
     out->index = index;
     out->shard = info.file;
     out->local = info.local;
@@ -538,6 +544,7 @@ stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf, si
         out->field_size[f] = (size_t)info.field_size[f];
         at += (size_t)info.field_size[f];
     }
+    stk__out_store(dst_rec, &full, sizeof(full)); /* the caller's size */
     stk__dataset_cursor_close(ds, cur);
     stk__free(tmp);
     return STK_OK;

@@ -35,14 +35,11 @@
 
 #define DEFAULT_MAX_PIXELS (64ull << 20)
 
-void stk_transform_opts_init(stk_transform_opts *opts)
+void stk_transform_opts_init_sized(stk_transform_opts *opts, size_t struct_size)
 {
-    if (!opts)
-        return;
-    memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
-    opts->dtype = STK_DTYPE_FLOAT32;
-    opts->max_pixels = DEFAULT_MAX_PIXELS;
+    stk_transform_opts full = {
+        .struct_size = sizeof(full), .dtype = STK_DTYPE_FLOAT32, .max_pixels = DEFAULT_MAX_PIXELS};
+    stk__init_store(opts, struct_size, &full, sizeof(full));
 }
 
 /* The padding style of ops[i] (Pad/RandomCrop's fill and padding_mode, other than zeros): the
@@ -117,7 +114,18 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     if (!t)
         return stk__set_last_error(STK_ENOMEM, "stk_transform_create: out of memory");
     t->n_ops = opts->n_ops;
-    memcpy(t->ops, opts->ops, opts->n_ops * sizeof(stk_op));
+    for (size_t i = 0; i < t->n_ops; i++) { /* strided by ops[0].struct_size */
+        stk_op probe = {0};
+        if (!stk__elem_load(&probe, sizeof(probe), opts->ops, i)) {
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu]: not initialised with stk_op_init "
+                                     "(struct_size unset or unlike ops[0]'s)",
+                                     i);
+            goto fail;
+        }
+        stk_op_init(&t->ops[i], probe.kind); /* the defaults of fields an older caller lacks */
+        stk__elem_load(&t->ops[i], sizeof(t->ops[i]), opts->ops, i);
+    }
     t->dtype = opts->dtype;
     t->nhwc = opts->nhwc;
     t->exact = opts->exact;

@@ -314,7 +314,8 @@ static PyObject *mod_cuda_probe(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = stk_cuda_probe(device, buf, sizeof(buf));
     Py_END_ALLOW_THREADS
-    return Py_BuildValue("(Os)", rc == STK_OK ? Py_True : Py_False, buf);
+    return Py_BuildValue("(Os)", rc == STK_OK ? Py_True : Py_False,
+                         rc == STK_OK ? buf : stk_last_errmsg());
 }
 
 /* formats() -> tuple of the format names the library reads (stk_format_name). */

@@ -19,6 +19,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* The op introspection (transforms by name), the sampler (epoch_order), the rank from the
+ * environment and the doctor's decision are building blocks. */
+#define STK_BUILDING_BLOCKS
 #include "stoker.h"
 
 /* Raise the stoker exception for `status` (a negative stk_status) with `msg`, or with

@@ -83,13 +83,13 @@ static int set_element(stk_op *op, const stk_op_param *pa, uint32_t i, PyObject 
 static int set_param(stk_op *op, const stk_op_param *pa, PyObject *v, const char *op_name)
 {
     int ok = 0;
-    if (pa->count == 1) {
+    if (pa->n_values == 1) {
         ok = set_element(op, pa, 0, v) == 0;
     } else {
         PyObject *t = PySequence_Check(v) && !PyUnicode_Check(v) ? PySequence_Tuple(v) : NULL;
         PyErr_Clear();
-        ok = t && PyTuple_GET_SIZE(t) == (Py_ssize_t)pa->count;
-        for (uint32_t i = 0; ok && i < pa->count; i++)
+        ok = t && PyTuple_GET_SIZE(t) == (Py_ssize_t)pa->n_values;
+        for (uint32_t i = 0; ok && i < pa->n_values; i++)
             ok = set_element(op, pa, i, PyTuple_GET_ITEM(t, i)) == 0;
         Py_XDECREF(t);
     }
@@ -99,12 +99,12 @@ static int set_param(stk_op *op, const stk_op_param *pa, PyObject *v, const char
     const char *rs = r ? PyUnicode_AsUTF8(r) : NULL;
     PyErr_Clear();
     const char *what = pa->type == STK_OP_PARAM_INT64 ? "integer" : "number";
-    if (pa->count == 1)
+    if (pa->n_values == 1)
         stkpy_invalid("%s: parameter '%s' needs a %s, got %.200s", op_name, pa->name, what,
                       rs ? rs : "?");
     else
         stkpy_invalid("%s: parameter '%s' needs %u %ss, got %.200s", op_name, pa->name,
-                      (unsigned)pa->count, what, rs ? rs : "?");
+                      (unsigned)pa->n_values, what, rs ? rs : "?");
     Py_XDECREF(r);
     return -1;
 }
@@ -206,7 +206,7 @@ PyObject *stkpy_op_params(PyObject *self, PyObject *name_obj)
     for (size_t j = 0; j < n; j++) {
         const stk_op_param *pa = stk_op_param_at(kind, j);
         const char *ty = (unsigned)pa->type < 3 ? types[pa->type] : "?";
-        PyObject *e = Py_BuildValue("(ssI)", pa->name, ty, (unsigned)pa->count);
+        PyObject *e = Py_BuildValue("(ssI)", pa->name, ty, (unsigned)pa->n_values);
         if (!e) {
             Py_DECREF(t);
             return NULL;
