@@ -24,7 +24,7 @@
  * existing directory OUT is always written as a directory (whatever its name), by the rules
  * above.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "stk_internal.h"
 
 #define XXH_STATIC_LINKING_ONLY

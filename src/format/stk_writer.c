@@ -9,7 +9,7 @@
  *
  * Checksums are XXH3-64. A record's checksum is over the concatenation of its field bytes.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "stk_internal.h"
 
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per record */

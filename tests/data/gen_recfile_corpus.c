@@ -7,7 +7,7 @@
  *     make build/tests/gen_recfile_corpus && build/tests/gen_recfile_corpus
  * tests/fuzz/corpus/recfile
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "stoker.h"
 
 #include <stdio.h>

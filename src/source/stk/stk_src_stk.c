@@ -1,5 +1,5 @@
 /*
- * stk_src_stk.c: `.stk` shards as a record source (docs/format.md is the spec, format/stk_format.h
+ * stk_src_stk.c: `.stk` shards as a record source (docs/format.md is the spec, stk_format.h
  * its C mirror; the writer is format/stk_writer.c).
  *
  * Per shard: one open byte-source file and a copy of the index in memory (read at open, so a
@@ -22,7 +22,7 @@
  * "dataset_id" or "classes" in their writer metadata) are refused together unless the dataset is
  * opened with STK_DATASET_CONCAT.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "source/stk_source.h"
 
 #define XXH_STATIC_LINKING_ONLY

@@ -4,7 +4,7 @@
  * builds: `make oom`), shards of two packs refused unless concatenated, a manifest or shard
  * tampered with, and writer metadata that is not JSON.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "stk_internal.h"
 #include "t.h"
 #include "data/fixtures.h"

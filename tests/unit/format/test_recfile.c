@@ -4,7 +4,7 @@
  * (field maxima, fingerprint), and every bad input with its exact status and a message that
  * names the file.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "source/stk_source.h"
 #include "stk_internal.h"
 #include "t.h"

@@ -7,7 +7,7 @@
  * header), the .stk source's overlap check and a shard truncated while open (read error, no
  * SIGBUS), and the loader over an ImageFolder tree.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "io/stk_vfs.h"
 #include "source/stk_source.h"
 #include "stk_internal.h"
