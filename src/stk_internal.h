@@ -176,6 +176,8 @@ typedef struct stk__tworker stk__tworker;
 
 /* Implemented by the image pipeline (src/xform/stk_transform.c). */
 void stk__transform_spec(const stk_transform *t, stk__tspec *out);
+/* Whether transform t outputs [H, W, C] samples. */
+bool stk__transform_nhwc(const stk_transform *t);
 
 /* A transform's finishing (stk_transform_opts.finish_on_device): what the loader applies after
  * the workers' uint8 output, on the device when it can, else on the CPU. */

@@ -6,7 +6,6 @@
  * the same for any thread count, rank layout or resume point.
  */
 #include "batch/stk_batchops.h"
-#include "xform/stk_xform.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -152,7 +151,7 @@ static void paste_box(const stk__batchops *b, const stk__tlayout *t, uint8_t *im
 
 stk_status stk__batchops_apply(const stk__batchops *b, const stk__layout *view, uint8_t *slot,
                                uint32_t n, uint64_t seed, uint64_t epoch, uint64_t key,
-                               uint8_t *scratch, const stk_dataset *ds, char *err, size_t err_size)
+                               uint8_t *scratch, int64_t *bad, char *err, size_t err_size)
 {
     if (!b->n || n == 0)
         return STK_OK;
@@ -165,12 +164,11 @@ stk_status stk__batchops_apply(const stk__batchops *b, const stk__layout *view, 
         int64_t v;
         memcpy(&v, row, sizeof(v));
         if (v < 0 || v >= b->num_classes) {
-            char where[STK_ERRMSG_SIZE];
-            stk_dataset_describe(ds, (uint64_t)index[t], where, sizeof(where));
+            *bad = index[t];
             return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "%s: label %" PRId64 " is outside [0, %" PRId64
+                                  "label %" PRId64 " is outside [0, %" PRId64
                                   ") (num_classes of MixUp/CutMix)",
-                                  where, v, b->num_classes);
+                                  v, b->num_classes);
         }
         memset(row, 0, K * sizeof(float));
         row[v] = 1.0f;
@@ -203,9 +201,4 @@ stk_status stk__batchops_apply(const stk__batchops *b, const stk__layout *view, 
         mix_rows(lab, K, n, lam, (float *)(scratch + STK_ALIGN_UP(it->row_size, 64)));
     }
     return STK_OK;
-}
-
-bool stk__transform_nhwc(const stk_transform *t)
-{
-    return t->nhwc;
 }

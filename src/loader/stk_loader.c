@@ -39,15 +39,7 @@ static void core_destroy(stk__ring *r, void *arg)
 {
     (void)r;
     core *c = arg;
-    char err[STK_ERRMSG_SIZE];
-    /* Device buffers and pinned memory are freed with the device context current. */
-    bool pushed = c->cudev_open && stk__cudev_push(&c->cudev, err, sizeof(err)) == STK_OK;
-    stk__devring_destroy(c->dc.dev);
-    stk__ring_free(&c->r);
-    if (pushed)
-        stk__cudev_pop(&c->cudev);
-    if (c->cudev_open)
-        stk__cudev_close(&c->cudev);
+    stk__ring_teardown(&c->r);
     stk__free(c->ctrace.ev);
     stk__free(c->dtrace.ev);
     stk__order_free(c);
@@ -332,9 +324,18 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     STK_TRY(stk__layout_init(&c->r.lay, fields, max_size, n_fields, rows, tf, &tspec, err,
                              sizeof(err)));
 
-    STK_TRY(stk__ring_setup(c, opts, err, sizeof(err)));
-    bool hwc =
-        c->dc.fin_t >= 0 ? c->dc.fin.nhwc != 0 : c->transform && stk__transform_nhwc(c->transform);
+    stk__ring_args ra = {.n_slots = c->n_slots,
+                         .finish = {.on = false},
+                         .sample_fn = c->sample_fn != NULL,
+                         .batch_ops = c->bops.n > 0,
+                         .want_pinned = (opts->flags & STK_LOADER_PINNED) != 0,
+                         .device = opts->device,
+                         .pinned_limit = opts->pinned_limit};
+    if (c->transform)
+        stk__transform_finish(c->transform, &ra.finish);
+    STK_TRY(stk__ring_setup(&c->r, &ra, err, sizeof(err)));
+    bool hwc = c->r.dc.fin_t >= 0 ? c->r.dc.fin.nhwc != 0
+                                  : c->transform && stk__transform_nhwc(c->transform);
     STK_TRY(stk__batchops_init(&c->bops, &c->r.view,
                                c->transform ? stk_dataset_field(c->ds, (size_t)c->tfield)->name
                                             : "image",
@@ -354,7 +355,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         c->ctrace.ev = stk__calloc(opts->trace_events, sizeof(tev));
         if (!c->ctrace.ev)
             STK_FAIL(err, STK_ENOMEM, "out of memory for the trace buffers");
-        if (c->dc.dev) {
+        if (c->r.dc.dev) {
             c->dtrace.cap = opts->trace_events;
             c->dtrace.ev = stk__calloc(opts->trace_events, sizeof(tev));
             if (!c->dtrace.ev)
@@ -671,14 +672,14 @@ stk_status stk_loader_stats_get(const stk_loader *L, stk_loader_stats *dst)
     out->pinned = c->r.pinned;
     out->pinned_bytes = c->r.pinned_bytes;
     out->pinned_total = stk__pinned_total();
-    out->device = c->dc.dev ? c->dc.device : -1;
-    out->finish = (uint32_t)c->dc.finish;
-    out->copies = atomic_load_explicit(&c->dc.st_copies, memory_order_relaxed);
-    out->h2d_bytes = atomic_load_explicit(&c->dc.st_h2d, memory_order_relaxed);
-    out->copied_bytes = atomic_load_explicit(&c->dc.st_copied, memory_order_relaxed);
-    out->copy_ns = atomic_load_explicit(&c->dc.st_copy_ns, memory_order_relaxed);
-    out->finish_ns += atomic_load_explicit(&c->dc.st_dfinish_ns, memory_order_relaxed);
-    snprintf(out->device_reason, sizeof(out->device_reason), "%s", c->dev_reason);
+    out->device = c->r.dc.dev ? c->r.dc.device : -1;
+    out->finish = (uint32_t)c->r.dc.finish;
+    out->copies = atomic_load_explicit(&c->r.dc.st_copies, memory_order_relaxed);
+    out->h2d_bytes = atomic_load_explicit(&c->r.dc.st_h2d, memory_order_relaxed);
+    out->copied_bytes = atomic_load_explicit(&c->r.dc.st_copied, memory_order_relaxed);
+    out->copy_ns = atomic_load_explicit(&c->r.dc.st_copy_ns, memory_order_relaxed);
+    out->finish_ns += atomic_load_explicit(&c->r.dc.st_dfinish_ns, memory_order_relaxed);
+    snprintf(out->device_reason, sizeof(out->device_reason), "%s", c->r.dev_reason);
     out->consumer_wait_ns = atomic_load_explicit(&c->consumer_wait_ns, memory_order_relaxed);
     pthread_mutex_lock(&c->r.mu);
     out->active_threads = c->at.active;

@@ -2,7 +2,6 @@
  * stk_loader_int.h: the loader's internal state, shared by its files:
  *
  *   stk_loader.c      create/destroy, the consumer (next), reset, info and stats
- *   stk_ring_setup.c  the ring's memory and the GPU path (pinned slots, device ring, finishing)
  *   stk_worker.c      the worker threads: open batches, take tickets, read/transform/finish
  *                     samples, queue device copies
  *   stk_autotune.c    the autotune decision (pure; the consumer feeds it windows)
@@ -156,12 +155,8 @@ struct core {
     stk__budget budget;
     bool budget_on;
 
-    /* GPU path (docs/gpu.md) */
-    bool cudev_open; /* cudev's primary context is retained */
-    stk__cudev cudev;
-    stk__devcopy dc; /* device copies and finishing; dc.dev NULL = host only */
-    tbuf dtrace;     /* the device track (appended under mu by whoever drains) */
-    char dev_reason[256];
+    /* GPU path (docs/gpu.md): the device side is the ring's (r.dc, r.cudev, r.dev_reason) */
+    tbuf dtrace; /* the device track (appended under mu by whoever drains) */
 };
 
 struct stk_loader {
@@ -186,9 +181,6 @@ void stk__trace_add(const core *c, tbuf *b, uint32_t stage, uint64_t t0, uint64_
 
 /* The worker thread (stk_worker.c); arg is its worker. */
 void *stk__worker_main(void *arg);
-
-/* Lay out the ring's memory and set up the GPU path (stk_ring_setup.c). */
-stk_status stk__ring_setup(core *c, const stk_loader_opts *o, char *err, size_t err_size);
 
 /* Discard everything not held and restart the dispatcher at the consumer's position: epoch
  * `epoch` from global position `start`, with `seed` (stk_loader.c). */

@@ -292,6 +292,11 @@ stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **ou
     return stk_transform_create(&o, out);
 }
 
+bool stk__transform_nhwc(const stk_transform *t)
+{
+    return t->nhwc;
+}
+
 void stk__transform_spec(const stk_transform *t, stk__tspec *out)
 {
     memset(out, 0, sizeof(*out));
