@@ -593,6 +593,31 @@ stk_status stk_loader_set_epoch(stk_loader *L, uint64_t epoch)
     return STK_OK;
 }
 
+stk_status stk_loader_set_indices(stk_loader *L, const uint64_t *indices, uint64_t n_indices)
+{
+    core *c = L->c;
+    L->errmsg[0] = '\0';
+    if (c->order != STK_ORDER_INDICES)
+        return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_EINVAL,
+                              "stk_loader_set_indices: the loader's order is not "
+                              "STK_ORDER_INDICES");
+    if (indices && n_indices == c->m && memcmp(indices, c->ilist, n_indices * 8) == 0)
+        return STK_OK; /* the same list: keep what is prepared */
+    uint64_t *list;
+    stk_status rc = stk__order_list_new(c, indices, n_indices, &list, L->errmsg, sizeof(L->errmsg));
+    if (rc < 0)
+        return rc;
+    pthread_mutex_lock(&c->r.mu);
+    uint64_t epoch = c->c_epoch, consumed = c->c_consumed;
+    pthread_mutex_unlock(&c->r.mu);
+    uint64_t *old = c->ilist;
+    /* the reset waits until no worker is inside a sample, so none reads the old list after */
+    stk__loader_reset_with(c, c->seed, epoch, consumed, list, n_indices);
+    stk__free(old);
+    stk__order_rehash(c);
+    return STK_OK;
+}
+
 uint64_t stk_loader_epoch(const stk_loader *L)
 {
     core *c = L->c;

@@ -197,5 +197,12 @@ stk_status stk__order_setup(core *c, const stk_loader_opts *o, char *err, size_t
 void stk__order_free(core *c);
 uint64_t stk__order_at(const core *c, const stk__slot *s, uint64_t pos);
 void stk__order_open_locked(core *c, const stk__slot *s);
+/* A new STK_ORDER_INDICES list for stk_loader_set_indices, checked (each index below the record
+ * count; no more rows per rank than the ring's slots hold: STK_ELIMIT) and copied into *out
+ * ([n], the caller's; STK_EINVAL, STK_ENOMEM). After a reset swapped it in, stk__order_rehash
+ * updates the checksum of the settings that the resume state carries. */
+stk_status stk__order_list_new(const core *c, const uint64_t *indices, uint64_t n, uint64_t **out,
+                               char *err, size_t err_size);
+void stk__order_rehash(core *c);
 
 #endif /* STK_LOADER_INT_H */
