@@ -66,7 +66,7 @@ int stk__fault_alloc_hit(void);
  * (debug builds) says the disk is full by now; counts the bytes. Always 0 in release builds. */
 int stk__fault_write_hit(size_t size);
 /* write(2) all of buf to fd, retrying on EINTR and short writes, with stk__fault_write_hit's
- * disk-full injection (src/common/stk_util.c). false on failure, errno set (0: a write made no
+ * disk-full injection (src/common/stk_sys.c). false on failure, errno set (0: a write made no
  * progress). */
 bool stk__write_full(int fd, const void *buf, size_t size);
 
@@ -87,7 +87,7 @@ bool stk__json_valid(const char *text);
  * a string with its quotes, an array with its brackets, ...); false when absent or not valid. */
 bool stk__json_member(const char *json, const char *key, const char **val, size_t *len);
 
-/* ---- misc (src/common/stk_util.c) ---- */
+/* ---- the struct_size rule (src/common/stk_abi.c) ---- */
 
 /* The one rule for structs crossing the ABI (include/stoker.h, "Structs"). Minimum struct_size:
  * the member itself and one more field. */
@@ -107,11 +107,13 @@ void stk__init_store(void *dst, size_t dst_size, const void *full, size_t full_s
  * struct_size) over dst, which holds the defaults, as stk__opts_load. false when the element's
  * struct_size differs from the first's (not initialised) or is below STK__STRUCT_MIN. */
 bool stk__elem_load(void *dst, size_t dst_size, const void *array, size_t i);
-/* Parse a byte size for environment settings: "8G", "512M", "1.5GiB", "1048576", "0" (binary
- * units, optional "B"/"iB"); false if malformed (src/common/stk_util.c). */
-bool stk__parse_size(const char *s, uint64_t *out);
 
-/* ---- the running memory budget of a loader (stk_loader_opts.memory_budget) ---- */
+/* ---- amounts of memory (src/common/stk_budget.c) ---- */
+
+/* Parse a byte size for environment settings: "8G", "512M", "1.5GiB", "1048576", "0" (binary
+ * units, optional "B"/"iB"); false if malformed. */
+bool stk__parse_size(const char *s, uint64_t *out);
+/* The running memory budget of a loader (stk_loader_opts.memory_budget). */
 
 /* `fixed`: what the loader holds for its whole life, counted at create (ring, per-thread
  * scratch); `held`: the decode buffers, charged as they grow (they are reused, never shrunk). */
@@ -125,9 +127,9 @@ bool stk__budget_fits(uint64_t limit, uint64_t fixed, uint64_t held, uint64_t gr
 /* Charge `grow` bytes to b (atomically; false and nothing charged when they do not fit). */
 bool stk__budget_charge(stk__budget *b, uint64_t grow);
 /* The account the calling thread's image decoders charge when their buffers grow (NULL =
- * none): set by a loader's worker threads for their life (src/common/stk_util.c). */
+ * none): set by a loader's worker threads for their life (src/common/stk_budget.c). */
 extern _Thread_local stk__budget *stk__thread_budget;
-/* Online CPUs, computed once (pthread_once). */
+/* Online CPUs, computed once (pthread_once; src/common/stk_sys.c). */
 uint32_t stk__cpu_count(void);
 /* Monotonic clock in nanoseconds. */
 uint64_t stk__now_ns(void);
@@ -215,8 +217,8 @@ stk_status stk__transform_apply_rgb(const stk_transform *t, stk__tworker *w, con
                                     uint32_t width, uint32_t height, size_t stride, stk_rng *rng,
                                     void *dst, char *err, size_t err_size);
 
-/* ---- image formats by their magic bytes (stk_util.c): the decoders dispatch on it, the
- * transform-field pick (source/stk_imgfield.c) sniffs record 0 with it ---- */
+/* ---- image formats by their magic bytes (src/common/stk_imgfmt.c): the decoders dispatch on it,
+ * the transform-field pick (source/stk_imgfield.c) sniffs record 0 with it ---- */
 
 typedef enum stk__imgfmt {
     STK__IMG_UNKNOWN = 0,
