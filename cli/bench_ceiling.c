@@ -128,7 +128,7 @@ int stk_bench_run_ceiling(const bench_args *a, unsigned threads, size_t slot_siz
         rc = 1;
         goto out;
     }
-    double t0 = stk_cli_now(), cpu0 = stk_bench_process_cpu_s();
+    double t0 = stk_cli_now(), cpu0 = stk_cli_process_cpu_s();
     for (unsigned k = 0; k < threads; k++) {
         jobs[k] = (ceiling_job){.rec = (const uint8_t *const *)rec,
                                 .size = size,
@@ -156,7 +156,7 @@ int stk_bench_run_ceiling(const bench_args *a, unsigned threads, size_t slot_siz
         free(jobs[k].dst);
     }
     r->seconds = stk_cli_now() - t0;
-    r->cpu_s = stk_bench_process_cpu_s() - cpu0;
+    r->cpu_s = stk_cli_process_cpu_s() - cpu0;
     r->threads = threads;
     r->decoded = decode;
     free(jobs);

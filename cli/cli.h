@@ -89,7 +89,7 @@ enum { STK_CLI_OPT_CACHE_DIR = 0x1000, STK_CLI_OPT_CACHE_LIMIT };
 /* Keep the value of a cache option (c: STK_CLI_OPT_CACHE_*). */
 void stk_cli_cache_option(int c, const char *arg);
 
-/* Number of items of the "classes" array of a metadata object, or -1 (cmd_inspect.c). */
+/* Number of items of the "classes" array of a metadata object, or -1 (stk_cli.c). */
 long stk_cli_count_classes(const char *meta);
 
 /* ---- progress bar: "[#####     ] 1234/5000 records 12.3 MB/s ETA 0:05" on stderr ---- */
@@ -143,6 +143,9 @@ typedef int (*stk_cli_batch_fn)(stk_cli_run *run, stk_batch *b, void *ctx);
  * ended first). */
 int stk_cli_loader_run(const char *cmd, const stk_loader_opts *o, const char *trace,
                        stk_cli_progress *prog, stk_cli_batch_fn fn, void *ctx, stk_cli_run *run);
+
+/* User + system CPU seconds of this process so far, every thread (stk_cli_run.c). */
+double stk_cli_process_cpu_s(void);
 
 /* ---- JSON output ---- */
 

@@ -41,17 +41,6 @@ static double proc_status_mib(const char *key)
     return v;
 }
 
-/* User + system CPU seconds of this process so far (every thread). On a machine shared with other
- * jobs, bytes per CPU second compares the loader with its ceiling where wall-clock cannot. */
-double stk_bench_process_cpu_s(void)
-{
-    struct rusage u;
-    if (getrusage(RUSAGE_SELF, &u) != 0)
-        return 0;
-    return (double)u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
-           u.ru_stime.tv_usec * 1e-6;
-}
-
 /* Reset the peak-RSS counter so VmHWM measures from here (Linux >= 4.0; harmless otherwise). */
 static void reset_peak_rss(void)
 {
@@ -306,9 +295,9 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     /* The bar starts at the first batch, when the loader knows its batch count. */
     bench_run br = {.a = a, .r = r};
     stk_cli_run run;
-    double cpu0 = stk_bench_process_cpu_s();
+    double cpu0 = stk_cli_process_cpu_s();
     rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
-    r->cpu_s = stk_bench_process_cpu_s() - cpu0;
+    r->cpu_s = stk_cli_process_cpu_s() - cpu0;
     stk_cli_progress_end(&br.prog);
     stk_dataset_close(ds);
     if (rc)

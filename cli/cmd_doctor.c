@@ -233,8 +233,6 @@ static int parse(int argc, char **argv, doctor_args *a)
 
 /* ---- measuring ---- */
 
-const char *const stk_doctor_stage_names[4] = {"read", "decode", "augment", "other"};
-
 /* CPUs this process may run on (the library's default thread count). */
 static int cpu_count(void)
 {
@@ -243,21 +241,6 @@ static int cpu_count(void)
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
         n = CPU_COUNT(&set);
     return n < 1 ? 1 : n > 4096 ? 4096 : (int)n;
-}
-
-/* CPU seconds this process has used (all threads). */
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The share of `threads` cores' time the process got during a run: well below 1 when the
- * workers were busy, other processes had the cores. */
-double stk_doctor_on_cpu(const run_result *r)
-{
-    return r->seconds > 0 && r->threads ? r->cpu_s / (r->seconds * r->threads) : 0;
 }
 
 /* Spend `ms` milliseconds as the training step would: asleep, or spinning on one core. */
@@ -328,7 +311,7 @@ static int doctor_batch(stk_cli_run *run, stk_batch *b, void *ctx)
         x->s0.struct_size = sizeof(x->s0);
         stk_loader_stats_get(run->loader, &x->s0);
         x->win0 = w1;
-        r->cpu_s = cpu_now();
+        r->cpu_s = stk_cli_process_cpu_s();
     } else {
         r->steps++;
         r->samples += stk_batch_n_samples(b);
@@ -339,7 +322,7 @@ static int doctor_batch(stk_cli_run *run, stk_batch *b, void *ctx)
                            : r->steps >= x->min_steps && w1 - x->win0 >= x->budget_s;
     if (enough) {
         r->seconds = w1 - x->win0;
-        r->cpu_s = cpu_now() - r->cpu_s;
+        r->cpu_s = stk_cli_process_cpu_s() - r->cpu_s;
         return 1;
     }
     if (x->step_ms >= 0)
@@ -404,11 +387,6 @@ static stage_split split_of(const run_result *r)
     return s;
 }
 
-double stk_doctor_rate(const run_result *r)
-{
-    return r->seconds > 0 ? (double)r->samples / r->seconds : 0;
-}
-
 /* The thread counts of the ceiling: 1, 2, 4, ... below the CPU count, the CPU count, and the
  * user's --threads, ascending. */
 static void plan_probes(doctor *d)
@@ -429,16 +407,6 @@ static void plan_probes(doctor *d)
         }
     }
     d->n_probes = n;
-}
-
-/* The probe with the highest ceiling. */
-int stk_doctor_best_probe(const doctor *d)
-{
-    int k = 0;
-    for (int i = 1; i < d->n_probes; i++)
-        if (stk_doctor_rate(&d->probe[i]) > stk_doctor_rate(&d->probe[k]))
-            k = i;
-    return k;
 }
 
 /* ---- main ---- */

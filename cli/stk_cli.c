@@ -597,3 +597,18 @@ void stk_cli_json_str(const char *v, char *out, size_t size)
     }
     out[n] = '\0';
 }
+
+long stk_cli_count_classes(const char *meta)
+{
+    const char *p = stk_cli_json_members(meta), *key, *v, *v_end;
+    int key_len;
+    while (p && stk_cli_json_member(&p, &key, &key_len, &v, &v_end))
+        if (key_len == 7 && strncmp(key, "classes", 7) == 0 && *v == '[') {
+            long n = 0;
+            const char *q = stk_cli_json_ws(v + 1), *item, *item_end;
+            while (stk_cli_json_item(&q, &item, &item_end))
+                n++;
+            return n;
+        }
+    return -1;
+}
