@@ -156,17 +156,11 @@ size_t stk_cli_utf8_seq(const unsigned char *s, size_t n);
  * invalid UTF-8 escaped as \u00XX). */
 void stk_cli_json_string(FILE *f, const char *s, size_t n);
 
-/* Skip leading whitespace and one JSON value at p (nesting at most 64 deep); returns the
- * position just after the value, or NULL when it is malformed. */
-const char *stk_cli_json_skip(const char *p);
-
 /* Skip JSON whitespace. */
 const char *stk_cli_json_ws(const char *p);
 
-/* Whether `s` is one complete, valid JSON value (surrounding whitespace allowed). */
-bool stk_cli_json_valid(const char *s);
-
-/* ---- JSON input: the one reader of the CLI (metadata, the profiler's report) ---- */
+/* ---- JSON input: walking values the library's one reader (stk_json_skip, stk_json_valid)
+ * checks (metadata, the profiler's report) ---- */
 
 /* The first member of `obj` if it is a valid JSON object (the position to give
  * stk_cli_json_member), else NULL. */

@@ -211,7 +211,7 @@ static void inspect_json(const stk_dataset *ds)
     stk_dataset_shard(ds, 0, &si);
     long classes = stk_cli_count_classes(si.metadata);
     printf("], \"classes\": %ld, \"metadata\": ", classes);
-    if (stk_cli_json_valid(si.metadata))
+    if (stk_json_valid(si.metadata))
         printf("%s", si.metadata);
     else
         stk_cli_json_string(stdout, si.metadata, strlen(si.metadata));

@@ -42,16 +42,19 @@
  * Naming: one word per concept in C, the Python extension (stoker._core), stoker.Loader and the
  * CLI (STYLE.md section 3).
  *
- *   concept                C                      Python (stoker.Loader, info(), stats())   CLI
- *   worker threads         n_threads              n_threads (num_workers: the DataLoader's
- * --threads N alias, accepted wherever n_threads is) ring slots             n_slots
- * info()["n_slots"]                          - batches made ahead     (n_slots - 1) prefetch
- * --prefetch P of the one held byte read-ahead        readahead (io/)        env
- * STOKER_HTTP_READAHEAD                  - samples in a batch     stk_batch_n_samples    len of its
- * tensors' first dimension        - records                stk_dataset_n_records  len(dataset),
- * info()["n_records"]          records ranks                  rank, world            rank,
- * world_size (torch's names)           --rank resume state           stk_loader_save_state
- * state_dict() / load_state_dict()           - / _load_state
+ *   worker threads   C: n_threads. Python: n_threads= (num_workers=, the DataLoader's name, is
+ *                    its alias), info()/stats()["n_threads"]. CLI: --threads N.
+ *   ring slots       C: n_slots (batches in flight, the one the consumer holds included).
+ *                    Python: info()["n_slots"].
+ *   prefetch         batches prepared ahead of the one the consumer holds, n_slots - 1.
+ *                    Python: prefetch=. CLI: --prefetch P. (C sets n_slots.)
+ *   byte read-ahead  readahead (src/io); env STOKER_HTTP_READAHEAD.
+ *   samples          stk_batch_n_samples; _core.Batch.n_samples.
+ *   records          stk_dataset_n_records, stk_writer_n_records; Python len(dataset),
+ *                    info()["n_records"], Writer.n_records; the CLI's "records".
+ *   ranks            rank, world (C, _core); rank=, world_size= (torch's names, Python).
+ *   resume state     stk_loader_save_state / stk_loader_load_state; _core save_state() /
+ *                    load_state(); Python state_dict() / load_state_dict() (torch's names).
  *
  *   - A number of elements is n_<things> (n_paths, n_fields, n_records, n_threads, n_slots);
  *     never <thing>_count or num_<things>, except names taken from torch and torchvision with
@@ -1392,6 +1395,26 @@ STK_API stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *fi
  *  @return STK_OK, or STK_EINVAL when a variable is set but not a valid number or the rank is
  *          out of range (details in stk_last_errmsg()). */
 STK_API stk_status stk_env_rank(uint32_t *rank, uint32_t *world);
+
+/* ---------------------------------------------------------------------------------------------
+ * JSON: the library's one reader (writer metadata, the resume state), also the CLI's
+ * ------------------------------------------------------------------------------------------- */
+
+/** The end of the JSON value at `p` (leading whitespace skipped), just past it: RFC 8259, nesting
+ *  at most 64 deep.
+ *  @return the end, or NULL when `p` is NULL or does not start a valid value.
+ *  Lifetime: points into `p`. Threads: thread-safe. */
+STK_API const char *stk_json_skip(const char *p);
+
+/** Whether `text` is exactly one JSON value (whitespace around it allowed).
+ *  Threads: thread-safe. */
+STK_API bool stk_json_valid(const char *text);
+
+/** The raw text of the value of top-level key `key` in the JSON object `json`: *val and *len
+ *  bytes (a string with its quotes, an array with its brackets, a number as written).
+ *  @return true, or false when the key is absent or `json` is not a valid object up to it.
+ *  Lifetime: *val points into `json`. Threads: thread-safe. */
+STK_API bool stk_json_member(const char *json, const char *key, const char **val, size_t *len);
 
 /* ---------------------------------------------------------------------------------------------
  * Op introspection

@@ -56,3 +56,7 @@ s/\bstats\(\)\["num_workers"\]/stats()["n_threads"]/g
 
 # ---- stk_op_param.count is n_values ----
 s/\bpa->count\b/pa->n_values/g
+
+# ---- the one JSON reader, public (a building block) ----
+s/\bstk__json_valid\b/stk_json_valid/g
+s/\bstk__json_member\b/stk_json_member/g

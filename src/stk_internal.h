@@ -81,11 +81,7 @@ static inline bool stk__mul_ok(size_t a, size_t b, size_t *out)
 /* Write `s` as a JSON string literal at p (at most 6 bytes per byte of s, plus 2); returns the
  * end (not terminated). */
 char *stk__json_put(char *p, const char *s);
-/* Whether `text` is exactly one JSON value (RFC 8259; nesting at most 64 deep). */
-bool stk__json_valid(const char *text);
-/* The raw text of the value of top-level key `key` in the JSON object `json` (*val, *len bytes:
- * a string with its quotes, an array with its brackets, ...); false when absent or not valid. */
-bool stk__json_member(const char *json, const char *key, const char **val, size_t *len);
+/* Reading: stk_json_skip, stk_json_valid, stk_json_member (include/stoker.h, building blocks). */
 
 /* ---- the struct_size rule (src/common/stk_abi.c) ---- */
 

@@ -90,13 +90,13 @@ static char *pack_metadata(const stk_dataset *ds, const char *tool, uint64_t id)
     stk_shard_info si = {.struct_size = sizeof(si)};
     const char *m = stk_dataset_shard(ds, 0, &si) == STK_OK && si.metadata ? si.metadata : "{}";
     const char *open = strchr(m, '{'), *close = strrchr(m, '}');
-    bool object = stk__json_valid(m) && open && close;
+    bool object = stk_json_valid(m) && open && close;
     const char *v;
     size_t vlen;
-    bool has_tool = object && stk__json_member(m, "tool", &v, &vlen);
+    bool has_tool = object && stk_json_member(m, "tool", &v, &vlen);
     /* the object's members, without a "dataset_id" member: [open+1, cut) + [resume, close) */
     const char *cut = close, *resume = close;
-    if (object && stk__json_member(m, "dataset_id", &v, &vlen)) {
+    if (object && stk_json_member(m, "dataset_id", &v, &vlen)) {
         const char *k = NULL;
         for (const char *q = open; (q = strstr(q, "\"dataset_id\"")) && q < v; q++)
             k = q;

@@ -198,7 +198,7 @@ stk_status stk_writer_open(const char *path, const stk_writer_opts *opts, stk_wr
     if (meta_size > STK_FMT_MAX_META)
         return stk__set_last_error(STK_EINVAL, "%s: metadata is %zu bytes (limit %u)", path,
                                    meta_size, STK_FMT_MAX_META);
-    if (!stk__json_valid(meta))
+    if (!stk_json_valid(meta))
         return stk__set_last_error(STK_EINVAL, "%s: metadata is not valid JSON", path);
     for (size_t i = 0; i < opts->n_fields; i++) {
         if (!stk__field_valid(&fields[i], why, sizeof(why)))
