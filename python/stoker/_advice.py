@@ -15,6 +15,7 @@ import warnings
 
 from . import _core
 from . import _torchcompat
+from .loader import Loader
 
 _BATCHES = 40      # batches timed per worker count in the sweep (after the first)
 _SECONDS = 2.0     # ... or this long, whichever comes first
@@ -54,7 +55,6 @@ def _kind(it):
         from torch.utils.data import DataLoader
         if isinstance(it, DataLoader):
             return "torch"
-    from .loader import Loader
     if isinstance(it, Loader):
         return "stoker"
     return None
@@ -114,7 +114,6 @@ def _rate_torch(dl, workers):
 
 
 def _rate_stoker(loader, workers):
-    from . import _core
     kw = dict(loader._core_kwargs, n_threads=workers, autotune=False, trace_events=0)
     core = _core.Loader(loader._dataset, **kw)
     core.set_epoch(loader._core.epoch)

@@ -19,6 +19,12 @@ def _invalid(msg):
     return _core.StokerInvalidError(msg)
 
 
+def _unsupported(what):
+    return _invalid(f"transform {what} is not supported by stoker; supported: "
+                    f"{', '.join(SUPPORTED)} (torchvision's, v1 or v2, or stoker.transforms'), "
+                    f"or a recipe name ({', '.join(RECIPES)})")
+
+
 def _size2(size, what):
     """torchvision's size argument -> (h, w); an int (or a 1-sequence) means square."""
     if isinstance(size, numbers.Integral) and not isinstance(size, bool):
@@ -89,3 +95,19 @@ class _Flip(Op):
 
     def _params(self):
         return {"p": self.p}
+
+
+def _fill(fill, what):
+    """torchvision's fill (None, a number, or one per channel; v2: a dict by type) -> 3
+    floats in 0..255."""
+    if isinstance(fill, dict):  # v2: {tv_tensors.Image: fill, "others": ...}
+        image = [v for k, v in fill.items() if getattr(k, "__name__", k) == "Image"]
+        fill = image[0] if image else fill.get("others")
+    if fill is None:
+        fill = 0
+    vals = [float(fill)] if isinstance(fill, numbers.Number) else [float(v) for v in fill]
+    if len(vals) == 1:
+        vals *= 3
+    if len(vals) != 3 or not all(0 <= v < 256 for v in vals):
+        raise _invalid(f"{what}: fill must be a number or 3 numbers in 0..255, got {fill!r}")
+    return tuple(vals)
