@@ -51,7 +51,8 @@ NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/loc
 SO_NAME  := libstoker.so.0.3
 
 .PHONY: all lib cli python test unit oom oom-cases fuzz-replay cli-test pytest asan ubsan tsan fuzz \
-        deps demo bench format check-format check-exports clean test-gpu check-ptx fuzz-ci
+        deps demo bench format check-format check-exports check-layers clean test-gpu check-ptx \
+        fuzz-ci
 
 all: lib cli python
 
@@ -145,7 +146,7 @@ deps:
 
 test: deps
 	$(MAKE) all
-	$(MAKE) check-exports
+	$(MAKE) check-exports check-layers
 	$(MAKE) unit oom fuzz-replay cli-test pytest check-ptx
 
 unit: $(UNIT_BINS) $(FAKE_CUDA)
@@ -172,6 +173,15 @@ pytest: python $(GEN_BINS)
 
 check-exports: $(BUILD)/libstoker.so
 	@bash scripts/check_exports.sh $(BUILD)/libstoker.so
+	@printf '#define STK_BUILDING_BLOCKS\n#include "stoker.h"\n' | \
+	    $(CXX) -std=c++11 -Wall -Wextra $(WERROR) -Iinclude -fsyntax-only -x c++ - && \
+	    echo "check-exports: include/stoker.h compiles as C++ too"
+
+# Calls only go down: includes, calls (nm of the objects) and Python imports against the floors
+# of docs/design.md (scripts/check_layers.py), then the checker's own test (planted violations).
+check-layers: $(LIB_OBJS) $(CLI_OBJS)
+	@$(PYTHON) scripts/check_layers.py --build $(BUILD)
+	@PYTHON=$(PYTHON) bash scripts/check_layers_test.sh $(BUILD)
 
 # Sanitizer variants of the unit tests and fuzz replays (TSan runs the threaded tests).
 asan:

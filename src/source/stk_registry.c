@@ -17,6 +17,12 @@
 
 #define HEAD_SIZE 64 /* bytes read from each file for detection */
 
+/* The sources, each defined by its format (`const stk__source_methods stk__src_NAME`), known here
+ * only, above them all. */
+#define STK_SOURCE(name) extern const stk__source_methods stk__src_##name;
+#include "source/stk_sources.def"
+#undef STK_SOURCE
+
 #define STK_SOURCE(name) &stk__src_##name,
 static const stk__source_methods *const sources[] = {
 #include "source/stk_sources.def"
