@@ -89,6 +89,10 @@ enum { STK_CLI_OPT_CACHE_DIR = 0x1000, STK_CLI_OPT_CACHE_LIMIT };
 /* Keep the value of a cache option (c: STK_CLI_OPT_CACHE_*). */
 void stk_cli_cache_option(int c, const char *arg);
 
+/* The names --recipe takes, "raw, imagenet-train, imagenet-val": raw, then the library's
+ * recipes (stk_recipe_name), into buf. */
+const char *stk_cli_recipes(char *buf, size_t size);
+
 /* Number of items of the "classes" array of a metadata object, or -1 (stk_cli.c). */
 long stk_cli_count_classes(const char *meta);
 

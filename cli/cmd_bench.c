@@ -53,6 +53,7 @@ static void reset_peak_rss(void)
 
 static void usage(FILE *f)
 {
+    char names[256];
     fprintf(f,
             "usage: stoker bench DATA... [options]\n"
             "\n"
@@ -63,7 +64,7 @@ static void usage(FILE *f)
             "else (image recipes).\n"
             "\n"
             "options:\n"
-            "  --recipe NAME       raw (default), imagenet-train or imagenet-val\n"
+            "  --recipe NAME       %s (default: raw)\n"
             "  --threads N         worker threads (default: one per CPU); 'auto' lets the\n"
             "                      loader choose online; a list (1,2,4) makes a sweep\n"
             "  --epochs E          epochs to run (default 1)\n"
@@ -85,7 +86,8 @@ static void usage(FILE *f)
             "  --ceiling           also measure the ceiling and print the ratio\n"
             "  --json              print one JSON object instead of a table\n"
             "  --quiet             no progress bar\n" STK_CLI_CACHE_HELP
-            "  -h, --help          this help\n");
+            "  -h, --help          this help\n",
+            stk_cli_recipes(names, sizeof(names)));
     stk_cli_print_formats(f);
 }
 
@@ -228,12 +230,10 @@ static int parse(int argc, char **argv, bench_args *a)
     }
     if (optind >= argc)
         return stk_cli_usage_error("bench", "no DATA given");
-    if (strcmp(a->recipe, "raw") != 0 && strcmp(a->recipe, "imagenet-train") != 0 &&
-        strcmp(a->recipe, "imagenet-val") != 0) {
-        return stk_cli_usage_error("bench",
-                                   "unknown recipe '%s' (raw, imagenet-train, "
-                                   "imagenet-val)",
-                                   a->recipe);
+    if (strcmp(a->recipe, "raw") != 0 && stk_recipe_n_ops(a->recipe) == 0) {
+        char names[256];
+        return stk_cli_usage_error("bench", "unknown recipe '%s' (%s)", a->recipe,
+                                   stk_cli_recipes(names, sizeof(names)));
     }
     a->paths = (const char *const *)argv + optind;
     a->n_paths = (size_t)(argc - optind);

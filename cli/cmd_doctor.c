@@ -43,6 +43,7 @@
 
 static void usage(FILE *f)
 {
+    char names[256];
     fprintf(f,
             "usage: stoker doctor DATA... [--recipe R] [--step-ms X | --python SCRIPT [ARGS...]]\n"
             "                    [options]\n"
@@ -55,7 +56,7 @@ static void usage(FILE *f)
             "Data-bound means waiting for batches more than 5%% of the time.\n"
             "\n"
             "options:\n"
-            "  --recipe NAME       raw (default), imagenet-train or imagenet-val\n"
+            "  --recipe NAME       %s (default: raw)\n"
             "  --step-ms X         simulate a training step of X ms per batch\n"
             "  --step-kind KIND    sleep (default: the step leaves the CPU to the loader, as a\n"
             "                      GPU step does) or spin (it keeps one core busy, as CPU work\n"
@@ -81,7 +82,8 @@ static void usage(FILE *f)
             "  --no-verify         do not check record checksums\n"
             "  --json              print one JSON object instead of the report\n"
             "  --quiet             no progress bar\n"
-            "  -h, --help          this help\n");
+            "  -h, --help          this help\n",
+            stk_cli_recipes(names, sizeof(names)));
 }
 
 /* ---- arguments ---- */
@@ -232,16 +234,6 @@ static int parse(int argc, char **argv, doctor_args *a)
 }
 
 /* ---- measuring ---- */
-
-/* CPUs this process may run on (the library's default thread count). */
-static int cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-        n = CPU_COUNT(&set);
-    return n < 1 ? 1 : n > 4096 ? 4096 : (int)n;
-}
 
 /* Spend `ms` milliseconds as the training step would: asleep, or spinning on one core. */
 static void simulate_step(double ms, bool spin)
@@ -439,7 +431,7 @@ static int doctor_run(doctor *d)
     double script_batch = a->mode == MODE_PYTHON ? stk_cli_json_num(d->py_json, "batch_size") : NAN;
     if (a->batch == 0)
         a->batch = script_batch >= 1 && script_batch <= 1 << 24 ? (long long)script_batch : 256;
-    d->cpus = cpu_count();
+    d->cpus = (int)(stk_n_cpus() > 4096 ? 4096 : stk_n_cpus()); /* the library's count */
     plan_probes(d);
     stk_cli_progress_start(&d->prog, "doctor", (uint64_t)d->n_probes + (a->mode == MODE_STEP),
                            "runs", a->quiet || a->json);

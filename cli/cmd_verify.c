@@ -155,7 +155,7 @@ static void verify_usage(FILE *f)
             "  --format NAME   the format of DATA instead of detecting it\n"
             "  --concat        read shards of different packs as one dataset\n"
             "  --decode[=F,..] decode the image fields (default: image) and report failures\n"
-            "  --threads N     reader threads (default: online CPUs, at most 8)\n"
+            "  --threads N     reader threads (default: the CPU count, at most 8)\n"
             "  --quiet         no progress bar\n" STK_CLI_CACHE_HELP
             "  -h, --help      show this help\n");
     stk_cli_print_formats(f);
@@ -240,10 +240,8 @@ int stk_cmd_verify(int argc, char **argv)
                                   concat ? STK_DATASET_CONCAT : 0, format, &ds);
     if (rc)
         return rc;
-    if (threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n < 1 ? 1 : n > 8 ? 8 : n;
-    }
+    if (threads == 0) /* the library's CPU count, at most 8 (verify's default as it was) */
+        threads = stk_n_cpus() > 8 ? 8 : (int)stk_n_cpus();
     verify_state s;
     memset(&s, 0, sizeof(s));
     s.ds = ds;

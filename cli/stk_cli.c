@@ -516,3 +516,11 @@ long stk_cli_count_classes(const char *meta)
         }
     return -1;
 }
+
+const char *stk_cli_recipes(char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "raw");
+    for (size_t i = 0; i < stk_n_recipes() && n > 0 && (size_t)n < size; i++)
+        n += snprintf(buf + n, size - (size_t)n, ", %s", stk_recipe_name(i));
+    return buf;
+}

@@ -108,6 +108,12 @@ extern "C" {
  *  Threads: thread-safe. */
 STK_API unsigned stk_version_number(void);
 
+/** The CPUs this process may run on: its affinity mask's count (containers, taskset), else the
+ *  online CPUs; at least 1. What n_threads = 0 means, and the one count the CLI and the Python
+ *  package use. Computed once per process.
+ *  Threads: thread-safe. */
+STK_API uint32_t stk_n_cpus(void);
+
 /** The library's version as "M.m.p".
  *  Lifetime: static storage. Threads: thread-safe. */
 STK_API const char *stk_version_string(void);
@@ -382,6 +388,16 @@ STK_API const char *stk_format_name(size_t i);
  *  when i >= stk_n_formats().
  *  Lifetime: static storage. Threads: thread-safe. */
 STK_API const char *stk_format_summary(size_t i);
+
+/** The number of file name extensions an ImageFolder tree's images may have (the `imagefolder`
+ *  format reads those files, as torchvision's ImageFolder: its IMG_EXTENSIONS).
+ *  Threads: thread-safe. */
+STK_API size_t stk_n_image_extensions(void);
+
+/** Extension `i` (< stk_n_image_extensions(): ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm",
+ *  ".tif", ".tiff", ".webp"; matched without case), or NULL.
+ *  Lifetime: static. Threads: thread-safe. */
+STK_API const char *stk_image_extension(size_t i);
 
 /** The format of an open dataset ("stk", "imagefolder", ...).
  *  Lifetime: static storage. */
@@ -719,6 +735,14 @@ STK_API stk_status stk_transform_create(const stk_transform_opts *opts, stk_tran
  *  + Normalize).
  *  @return STK_OK, STK_EINVAL (unknown name; the message lists the recipes), STK_ENOMEM. */
 STK_API stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **out);
+
+/** ImageNet's per-channel mean and standard deviation (R, G, B on the 0..1 scale) as torchvision's
+ *  recipes normalise with them: the Normalize of the "imagenet-*" recipes. Initialisers of a
+ *  double[3] (or float[3]). */
+/* clang-format off */
+#define STK_IMAGENET_MEAN {0.485, 0.456, 0.406}
+#define STK_IMAGENET_STD {0.229, 0.224, 0.225}
+/* clang-format on */
 
 /** The per-sample output of a transform: dtype, rank and shape (without the batch dimension). */
 STK_API void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *ndim,
@@ -1395,6 +1419,29 @@ STK_API stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *fi
  *  @return STK_OK, or STK_EINVAL when a variable is set but not a valid number or the rank is
  *          out of range (details in stk_last_errmsg()). */
 STK_API stk_status stk_env_rank(uint32_t *rank, uint32_t *world);
+
+/* ---------------------------------------------------------------------------------------------
+ * Recipes: the ops of stk_transform_recipe's names, for front ends that build on them
+ * ------------------------------------------------------------------------------------------- */
+
+/** The number of named recipes (stk_transform_recipe).
+ *  Threads: thread-safe (static data). */
+STK_API size_t stk_n_recipes(void);
+
+/** Name of recipe `i` ("imagenet-train", "imagenet-val"), or NULL when i >= stk_n_recipes().
+ *  Lifetime: static. Threads: thread-safe. */
+STK_API const char *stk_recipe_name(size_t i);
+
+/** The number of ops of recipe `name` (0 for an unknown name).
+ *  Threads: thread-safe. */
+STK_API size_t stk_recipe_n_ops(const char *name);
+
+/** Op `i` of recipe `name`, as stk_transform_recipe compiles it, into `out` (an output struct:
+ *  initialise it with stk_op_init first, any kind).
+ *  @return STK_OK, or STK_EINVAL (unknown name, i out of range, NULL or uninitialised out; see
+ *          stk_last_errmsg()).
+ *  Threads: thread-safe. */
+STK_API stk_status stk_recipe_op(const char *name, size_t i, stk_op *out);
 
 /* ---------------------------------------------------------------------------------------------
  * JSON: the library's one reader (writer metadata, the resume state), also the CLI's

@@ -60,3 +60,6 @@ s/\bpa->count\b/pa->n_values/g
 # ---- the one JSON reader, public (a building block) ----
 s/\bstk__json_valid\b/stk_json_valid/g
 s/\bstk__json_member\b/stk_json_member/g
+
+# ---- the CPU count, public ----
+s/\bstk__cpu_count\b/stk_n_cpus/g

@@ -125,8 +125,6 @@ bool stk__budget_charge(stk__budget *b, uint64_t grow);
 /* The account the calling thread's image decoders charge when their buffers grow (NULL =
  * none): set by a loader's worker threads for their life (src/common/stk_budget.c). */
 extern _Thread_local stk__budget *stk__thread_budget;
-/* Online CPUs, computed once (pthread_once; src/common/stk_sys.c). */
-uint32_t stk__cpu_count(void);
 /* Monotonic clock in nanoseconds. */
 uint64_t stk__now_ns(void);
 /* 64-bit mixing function (splitmix64 finaliser). */
@@ -213,8 +211,9 @@ stk_status stk__transform_apply_rgb(const stk_transform *t, stk__tworker *w, con
                                     uint32_t width, uint32_t height, size_t stride, stk_rng *rng,
                                     void *dst, char *err, size_t err_size);
 
-/* ---- image formats by their magic bytes (src/common/stk_imgfmt.c): the decoders dispatch on it,
- * the transform-field pick (source/stk_imgfield.c) sniffs record 0 with it ---- */
+/* ---- image formats (src/common/stk_imgfmt.c): by their magic bytes (the decoders dispatch on
+ * it, the transform-field pick sniffs record 0 with it) and by their file name extensions (the
+ * one list: ImageFolder, the field-name pick, the Python package) ---- */
 
 typedef enum stk__imgfmt {
     STK__IMG_UNKNOWN = 0,
@@ -230,5 +229,11 @@ typedef enum stk__imgfmt {
  * TIFF and BigTIFF in either byte order, BMP ("BM"), every Netpbm type ("P1".."P7");
  * STK__IMG_UNKNOWN for anything else. */
 stk__imgfmt stk__image_magic(const uint8_t *p, size_t size);
+/* Whether the file name `name` ends in one of the extensions ImageFolder reads
+ * (stk_image_extension: torchvision's IMG_EXTENSIONS), without case. */
+bool stk__image_name(const char *name);
+/* Whether `ext` (no dot) names an encoded image, without case: ImageFolder's extensions and the
+ * other names the decoders read ("pnm"). The transform-field pick's field-name step. */
+bool stk__image_ext(const char *ext);
 
 #endif /* STK_INTERNAL_H */

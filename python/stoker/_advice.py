@@ -43,10 +43,7 @@ def _batch_size(batch):
 
 
 def _cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return _core.n_cpus()  # the library's count (what n_threads=0 means)
 
 
 def _kind(it):

@@ -1,10 +1,47 @@
 /*
  * stk_imgfmt.c: image formats as the library recognises them, in one place: by their magic bytes
- * (what the decoders dispatch on and the transform-field pick sniffs).
+ * (what the decoders dispatch on and the transform-field pick sniffs) and by their file name
+ * extensions (ImageFolder's list, torchvision's IMG_EXTENSIONS, and the field-name pick's, which
+ * adds the other names the decoders read; the Python package asks for the list).
  */
 #include "stk_internal.h"
 
 #include <string.h>
+#include <strings.h>
+
+/* torchvision.datasets.folder.IMG_EXTENSIONS (what ImageFolder reads), then the other names of
+ * formats the decoders read. */
+static const char *const extensions[] = {".jpg", ".jpeg", ".png",  ".ppm",  ".bmp",
+                                         ".pgm", ".tif",  ".tiff", ".webp", ".pnm"};
+#define N_FOLDER 9 /* the first N_FOLDER: torchvision's */
+#define N_EXTENSIONS (sizeof(extensions) / sizeof(extensions[0]))
+
+size_t stk_n_image_extensions(void)
+{
+    return N_FOLDER;
+}
+
+const char *stk_image_extension(size_t i)
+{
+    return i < N_FOLDER ? extensions[i] : NULL;
+}
+
+bool stk__image_name(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    for (size_t i = 0; dot && i < N_FOLDER; i++)
+        if (strcasecmp(dot, extensions[i]) == 0)
+            return true;
+    return false;
+}
+
+bool stk__image_ext(const char *ext)
+{
+    for (size_t i = 0; i < N_EXTENSIONS; i++)
+        if (strcasecmp(ext, extensions[i] + 1) == 0)
+            return true;
+    return false;
+}
 
 stk__imgfmt stk__image_magic(const uint8_t *p, size_t size)
 {

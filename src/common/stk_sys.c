@@ -24,7 +24,7 @@ static void cpu_init(void)
     cpu_count = n > 0 ? (uint32_t)n : 1;
 }
 
-uint32_t stk__cpu_count(void)
+uint32_t stk_n_cpus(void)
 {
     pthread_once(&cpu_once, cpu_init);
     return cpu_count;

@@ -257,7 +257,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     if (c->n == 0)
         STK_FAIL(err, STK_EINVAL, "dataset is empty (0 records)");
     c->batch_size = (uint32_t)opts->batch_size;
-    c->n_threads = opts->n_threads ? (uint32_t)opts->n_threads : stk__cpu_count();
+    c->n_threads = opts->n_threads ? (uint32_t)opts->n_threads : stk_n_cpus();
     c->n_slots = opts->n_slots ? (uint32_t)opts->n_slots : 4;
     c->rank = rank;
     c->world = world;

@@ -89,8 +89,6 @@ const uint8_t *stk__imgarray_rgb(const stk__imgarray *a, const uint8_t *src, uin
 /* Step 2: whether `name` says the field holds encoded images. */
 static bool named_as_image(const char *name)
 {
-    static const char *const exts[] = {"jpg", "jpeg", "png", "webp", "bmp",
-                                       "tif", "tiff", "ppm", "pgm",  "pnm"};
     size_t n = strnlen(name, STK_MAX_NAME);
     static const char enc[] = "image/encoded";
     size_t ne = sizeof(enc) - 1;
@@ -100,9 +98,8 @@ static bool named_as_image(const char *name)
     last = last ? last + 1 : name;
     const char *dot = strrchr(last, '.');
     const char *ext = dot ? dot + 1 : last;
-    for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++)
-        if (strcasecmp(ext, exts[i]) == 0)
-            return true;
+    if (stk__image_ext(ext))
+        return true;
     return false;
 }
 

@@ -168,5 +168,4 @@ void stk__fp_add(stk__fphash *h, const void *data, size_t size);
 void stk__fp_add_u64(stk__fphash *h, uint64_t v);
 uint64_t stk__fp_end(stk__fphash *h);
 
-
 #endif /* STK_SOURCE_H */

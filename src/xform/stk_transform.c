@@ -1,5 +1,6 @@
 /*
- * stk_transform.c: the public transform API (op lists, recipes) and the fused per-sample path.
+ * stk_transform.c: the public transform API (op lists; the recipes are stk_recipe.c) and the
+ * fused per-sample path.
  *
  * Per sample (stk__transform_apply, on a worker thread):
  *   probe the header -> plan (fold the ops into one resample per axis, draw the randomness) ->
@@ -261,35 +262,6 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
 fail:
     stk__free(t);
     return rc;
-}
-
-stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **out)
-{
-    stk_op ops[3];
-    stk_transform_opts o;
-    stk_transform_opts_init(&o);
-    o.exact = exact;
-    o.ops = ops;
-    o.n_ops = 3;
-    if (out)
-        *out = NULL;
-    if (name && strcmp(name, "imagenet-train") == 0) {
-        stk_op_init(&ops[0], STK_OP_RANDOM_RESIZED_CROP);
-        stk_op_init(&ops[1], STK_OP_RANDOM_HORIZONTAL_FLIP);
-    } else if (name && strcmp(name, "imagenet-val") == 0) {
-        stk_op_init(&ops[0], STK_OP_RESIZE);
-        stk_op_init(&ops[1], STK_OP_CENTER_CROP);
-    } else {
-        return stk__set_last_error(STK_EINVAL,
-                                   "unknown transform recipe '%s' (known: imagenet-train, "
-                                   "imagenet-val)",
-                                   name ? name : "(null)");
-    }
-    stk_op_init(&ops[2], STK_OP_NORMALIZE);
-    static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
-    memcpy(ops[2].mean, mean, sizeof(mean));
-    memcpy(ops[2].std, std, sizeof(std));
-    return stk_transform_create(&o, out);
 }
 
 bool stk__transform_nhwc(const stk_transform *t)

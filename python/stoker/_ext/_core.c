@@ -318,6 +318,29 @@ static PyObject *mod_cuda_probe(PyObject *self, PyObject *args)
                          rc == STK_OK ? buf : stk_last_errmsg());
 }
 
+/* n_cpus() -> the library's CPU count (stk_n_cpus). */
+static PyObject *mod_n_cpus(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    return PyLong_FromUnsignedLong(stk_n_cpus());
+}
+
+/* image_extensions() -> the extensions ImageFolder reads (stk_image_extension). */
+static PyObject *mod_image_extensions(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    size_t n = stk_n_image_extensions();
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    for (size_t i = 0; t && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(stk_image_extension(i));
+        if (!s)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
+    }
+    return t;
+}
+
 /* formats() -> tuple of the format names the library reads (stk_format_name). */
 static PyObject *mod_formats(PyObject *m, PyObject *noargs)
 {
@@ -343,6 +366,14 @@ static PyMethodDef module_methods[] = {
      "cuda_probe(device=0) -> (usable, text): whether stoker can use CUDA device `device` (it "
      "loads libcuda.so.1, or $STOKER_LIBCUDA, once), with the driver and device, or the reason."},
     {"version", mod_version, METH_NOARGS, "version() -> str: the library version (\"M.m.p\")."},
+    {"n_cpus", mod_n_cpus, METH_NOARGS,
+     "n_cpus() -> int: the CPUs this process may run on (what n_threads=0 means)."},
+    {"image_extensions", mod_image_extensions, METH_NOARGS,
+     "image_extensions() -> tuple: the file name extensions ImageFolder reads (\".jpg\", ...)."},
+    {"recipes", stkpy_recipes, METH_NOARGS,
+     "recipes() -> tuple: the names of the library's transform recipes."},
+    {"recipe_ops", stkpy_recipe_ops, METH_O,
+     "recipe_ops(name) -> list: the recipe's ops as the dicts Transform takes."},
     {"strerror", mod_strerror, METH_O, "strerror(code) -> str: text of a status code."},
     {"has_transforms", mod_has_transforms, METH_NOARGS,
      "has_transforms() -> bool: whether the image pipeline (decoders and transforms) is "
@@ -405,6 +436,15 @@ PyMODINIT_FUNC PyInit__core(void)
     if (PyModule_AddIntConstant(m, "VERSION_NUMBER", STK_VERSION_NUMBER) < 0 ||
         PyModule_AddStringConstant(m, "__version__", stk_version_string()) < 0 ||
         stkpy_diagnose_constants(m) < 0)
+        goto fail;
+    static const double mean[3] = STK_IMAGENET_MEAN, std[3] = STK_IMAGENET_STD;
+    PyObject *mt = Py_BuildValue("(ddd)", mean[0], mean[1], mean[2]);
+    PyObject *st = Py_BuildValue("(ddd)", std[0], std[1], std[2]);
+    int bad = !mt || !st || PyModule_AddObjectRef(m, "IMAGENET_MEAN", mt) < 0 ||
+              PyModule_AddObjectRef(m, "IMAGENET_STD", st) < 0;
+    Py_XDECREF(mt);
+    Py_XDECREF(st);
+    if (bad)
         goto fail;
     static const struct {
         const char *name;

@@ -80,6 +80,10 @@ int stkpy_has_transforms(void);
  * (parameter name, element type, count) from its op table. */
 PyObject *stkpy_op_names(PyObject *self, PyObject *noargs);
 PyObject *stkpy_op_params(PyObject *self, PyObject *name);
+/* recipes() -> the recipe names; recipe_ops(name) -> its ops as Transform's dicts (the
+ * library's recipes: stk_recipe_name, stk_recipe_op). */
+PyObject *stkpy_recipes(PyObject *self, PyObject *noargs);
+PyObject *stkpy_recipe_ops(PyObject *self, PyObject *name);
 
 /* Loader(map=...) (_map.c): set o's sample_fn from the loader.py wrapper `fn` and its output
  * fields [(name, kind, dtype, shape)]; *out is NULL when fn is None. Free the map after the

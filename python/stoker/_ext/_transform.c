@@ -216,6 +216,86 @@ PyObject *stkpy_op_params(PyObject *self, PyObject *name_obj)
     return t;
 }
 
+/* Element i of parameter `pa` of op as a Python number. */
+static PyObject *get_element(const stk_op *op, const stk_op_param *pa, uint32_t i)
+{
+    const char *at = (const char *)op + pa->offset;
+    if (pa->type == STK_OP_PARAM_INT64)
+        return PyLong_FromLongLong(((const int64_t *)(const void *)at)[i]);
+    if (pa->type == STK_OP_PARAM_FLOAT) { /* the shortest decimal that reads back as this float:
+                                           * 0.485f is 0.485, as it was written */
+        float f = ((const float *)(const void *)at)[i];
+        char buf[32];
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(buf, sizeof(buf), "%.*g", digits, (double)f);
+            if (strtof(buf, NULL) == f)
+                break;
+        }
+        return PyFloat_FromDouble(strtod(buf, NULL));
+    }
+    return PyFloat_FromDouble(((const double *)(const void *)at)[i]);
+}
+
+/* An op as the dict Transform takes: {"kind": name, parameter: number or tuple, ...}. */
+static PyObject *op_dict(const stk_op *op)
+{
+    PyObject *d = Py_BuildValue("{s:s}", "kind", stk_op_name(op->kind));
+    for (size_t j = 0; d && j < stk_op_n_params(op->kind); j++) {
+        const stk_op_param *pa = stk_op_param_at(op->kind, j);
+        PyObject *v = pa->n_values == 1 ? get_element(op, pa, 0) : PyTuple_New(pa->n_values);
+        for (uint32_t i = 0; v && pa->n_values > 1 && i < pa->n_values; i++) {
+            PyObject *e = get_element(op, pa, i);
+            if (!e)
+                Py_CLEAR(v);
+            else
+                PyTuple_SET_ITEM(v, i, e);
+        }
+        if (!v || PyDict_SetItemString(d, pa->name, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+PyObject *stkpy_recipes(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    PyObject *t = PyTuple_New((Py_ssize_t)stk_n_recipes());
+    for (size_t i = 0; t && i < stk_n_recipes(); i++) {
+        PyObject *s = PyUnicode_FromString(stk_recipe_name(i));
+        if (!s)
+            Py_CLEAR(t);
+        else
+            PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
+    }
+    return t;
+}
+
+PyObject *stkpy_recipe_ops(PyObject *self, PyObject *name_obj)
+{
+    (void)self;
+    const char *name = PyUnicode_AsUTF8(name_obj);
+    if (!name)
+        return NULL;
+    size_t n = stk_recipe_n_ops(name);
+    if (n == 0)
+        return stkpy_invalid("unknown transform recipe '%s'", name);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        stk_op op;
+        stk_op_init(&op, STK_OP_NORMALIZE); /* any kind: stk_recipe_op fills it */
+        PyObject *d = stk_recipe_op(name, i, &op) == STK_OK ? op_dict(&op) : NULL;
+        if (!d) {
+            if (!PyErr_Occurred())
+                stkpy_invalid("%s", stk_last_errmsg());
+            Py_CLEAR(list);
+        } else {
+            PyList_SET_ITEM(list, (Py_ssize_t)i, d);
+        }
+    }
+    return list;
+}
+
 static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"ops",        "dtype",  "layout", "exact",

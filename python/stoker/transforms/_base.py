@@ -1,14 +1,15 @@
 """The base every transform op builds on: the Op class (torchvision name + C parameters), the
-shared argument checks, the recipe names and constants, and SUPPORTED (the C op table plus the
+shared argument checks, the recipe names and constants (the C library's), and SUPPORTED (the C op table plus the
 Python-side markers). The op families (_geometry, _pixel, _compose, _warps) import from here;
 nothing here imports them."""
 import numbers
 
 from .. import _core
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-RECIPES = ("imagenet-train", "imagenet-val")
+# The library's (include/stoker.h: STK_IMAGENET_MEAN/STD, the recipes of stk_transform_recipe).
+IMAGENET_MEAN = _core.IMAGENET_MEAN
+IMAGENET_STD = _core.IMAGENET_STD
+RECIPES = _core.recipes()
 # Python-side names: they choose the output dtype or group ops, and run no C op.
 MARKERS = ("ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype", "Compose")
 # What a transform list may hold: the C library's ops (its op table), then the markers.

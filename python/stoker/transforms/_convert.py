@@ -9,7 +9,7 @@ from . import _compose, _geometry, _pixel, _warps
 from . import _albu
 from ._base import RECIPES, SUPPORTED, Op, _invalid, _unsupported
 from ._compose import (Compose, ConvertImageDtype, PILToTensor, RandomChoice, RandomOrder,
-                       _Container, _DtypeMarker, _dtype_name, imagenet_train, imagenet_val)
+                       _Container, _DtypeMarker, _dtype_name)
 from ._pixel import Normalize, RandomErasing
 
 # torchvision class name -> the stoker class that converts it: every supported name but Compose
@@ -114,8 +114,8 @@ def _recipe(name):
 
 
 def _recipe_compose(key):
-    """The ops of recipe `key` (from _recipe) as a Compose."""
-    return imagenet_train() if key == "imagenet-train" else imagenet_val()
+    """The ops of recipe `key` (from _recipe) as a Compose: the library's (stk_recipe_op)."""
+    return _compose.recipe(key)
 
 
 def compile(transforms, dtype=None, layout=None, exact=None, strict=None):

@@ -213,7 +213,7 @@ static int test_trace(void)
 
 static int test_autotune_fast_consumer(void)
 {
-    if (stk__cpu_count() < 2)
+    if (stk_n_cpus() < 2)
         return T_SKIP;
     stk_loader_opts o = opts(4, STK_LOADER_AUTOTUNE);
     o.n_slots = 8;
