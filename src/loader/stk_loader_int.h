@@ -1,14 +1,16 @@
 /*
  * stk_loader_int.h: the loader's internal state, shared by its files:
  *
- *   stk_loader.c      create/destroy, the consumer (next), reset, info and stats
+ *   stk_loader.c      create and destroy (the loader's life)
+ *   stk_consumer.c    the consumer: next, the resets, info and stats
  *   stk_worker.c      the worker threads: open batches, take tickets, read/transform/finish
  *                     samples, queue device copies
  *   stk_autotune.c    the autotune decision (pure; the consumer feeds it windows)
  *   stk_resume.c      stk_loader_save_state / stk_loader_load_state
  *   stk_trace.c       per-thread trace buffers and stk_loader_trace_write
  *
- * The ring (slots, states, tickets, refcount, the stk_batch accessors) is src/batch/stk_ring.c;
+ * The ring (slots, states, tickets, refcount) is src/batch/stk_ring.c, the batch the consumer
+ * holds src/batch/stk_batch.c, the ring's setup and device side src/batch/stk_ring_setup.c;
  * device copies and finishing are src/cuda/stk_devcopy.c and stk_finish_cpu.c.
  */
 #ifndef STK_LOADER_INT_H
