@@ -99,28 +99,33 @@ class Rooms:
         return rb in self.uses[ra]
 
     def cycle(self):
-        seen, stack = {}, []
+        return find_cycle(self.uses)
 
-        def visit(n):
-            seen[n] = 1
-            stack.append(n)
-            for m in sorted(self.uses[n]):
-                if seen.get(m) == 1:
-                    return stack[stack.index(m):] + [m]
-                if m not in seen:
-                    c = visit(m)
-                    if c:
-                        return c
-            stack.pop()
-            seen[n] = 2
-            return None
 
-        for n in sorted(self.uses):
-            if n not in seen:
-                c = visit(n)
+def find_cycle(graph):
+    """A cycle of `graph` ({node: set of nodes}) as a path [a, ..., a], or None."""
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                c = visit(m)
                 if c:
                     return c
+        stack.pop()
+        state[n] = 2
         return None
+
+    for n in sorted(graph):
+        if n not in state:
+            c = visit(n)
+            if c:
+                return c
+    return None
 
 
 def c_files(root):
@@ -242,28 +247,9 @@ def check_python(root, errors):
     graph = {m: py_imports(mods, m, p) if p else set() for m, p in mods.items()}
     # A module of a package also runs the package's __init__ first: that is the package's
     # business, not an import edge of the module's own.
-    state, stack = {}, []
-
-    def visit(n):
-        state[n] = 1
-        stack.append(n)
-        for m in sorted(graph[n]):
-            if state.get(m) == 1:
-                return stack[stack.index(m):] + [m]
-            if m not in state:
-                c = visit(m)
-                if c:
-                    return c
-        stack.pop()
-        state[n] = 2
-        return None
-
-    for n in sorted(graph):
-        if n not in state:
-            c = visit(n)
-            if c:
-                errors.append("python: import cycle " + " -> ".join(c))
-                return
+    c = find_cycle(graph)
+    if c:
+        errors.append("python: import cycle " + " -> ".join(c))
 
 
 def main():

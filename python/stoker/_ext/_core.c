@@ -329,16 +329,7 @@ static PyObject *mod_n_cpus(PyObject *self, PyObject *noargs)
 static PyObject *mod_image_extensions(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
-    size_t n = stk_n_image_extensions();
-    PyObject *t = PyTuple_New((Py_ssize_t)n);
-    for (size_t i = 0; t && i < n; i++) {
-        PyObject *s = PyUnicode_FromString(stk_image_extension(i));
-        if (!s)
-            Py_CLEAR(t);
-        else
-            PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
-    }
-    return t;
+    return stkpy_names(stk_n_image_extensions(), stk_image_extension);
 }
 
 /* formats() -> tuple of the format names the library reads (stk_format_name). */
@@ -346,15 +337,18 @@ static PyObject *mod_formats(PyObject *m, PyObject *noargs)
 {
     (void)m;
     (void)noargs;
-    size_t n = stk_n_formats();
+    return stkpy_names(stk_n_formats(), stk_format_name);
+}
+
+PyObject *stkpy_names(size_t n, const char *(*name)(size_t i))
+{
     PyObject *t = PyTuple_New((Py_ssize_t)n);
     for (size_t i = 0; t && i < n; i++) {
-        PyObject *s = PyUnicode_FromString(stk_format_name(i));
-        if (!s) {
+        PyObject *s = PyUnicode_FromString(name(i));
+        if (!s)
             Py_CLEAR(t);
-            break;
-        }
-        PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
+        else
+            PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
     }
     return t;
 }

@@ -83,6 +83,8 @@ PyObject *stkpy_op_params(PyObject *self, PyObject *name);
 /* recipes() -> the recipe names; recipe_ops(name) -> its ops as Transform's dicts (the
  * library's recipes: stk_recipe_name, stk_recipe_op). */
 PyObject *stkpy_recipes(PyObject *self, PyObject *noargs);
+/* The tuple of name(0 .. n-1) (the library's lists: formats, recipes, image extensions). */
+PyObject *stkpy_names(size_t n, const char *(*name)(size_t i));
 PyObject *stkpy_recipe_ops(PyObject *self, PyObject *name);
 
 /* Loader(map=...) (_map.c): set o's sample_fn from the loader.py wrapper `fn` and its output

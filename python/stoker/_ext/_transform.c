@@ -260,15 +260,7 @@ static PyObject *op_dict(const stk_op *op)
 PyObject *stkpy_recipes(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
-    PyObject *t = PyTuple_New((Py_ssize_t)stk_n_recipes());
-    for (size_t i = 0; t && i < stk_n_recipes(); i++) {
-        PyObject *s = PyUnicode_FromString(stk_recipe_name(i));
-        if (!s)
-            Py_CLEAR(t);
-        else
-            PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
-    }
-    return t;
+    return stkpy_names(stk_n_recipes(), stk_recipe_name);
 }
 
 PyObject *stkpy_recipe_ops(PyObject *self, PyObject *name_obj)
