@@ -1314,8 +1314,9 @@ STK_API stk_status stk_batch_release_after(stk_batch *b, void *stream);
  * Building blocks (fenced; as zstd fences its static-linking-only API)
  *
  * The pieces the loader is made of, exported for tools that rebuild part of it: the per-sample
- * random stream, the sampler and its rank split, op introspection (how a front end fills any op
- * by torchvision's argument names) and the doctor's decision. They are exported, documented and
+ * random stream, the sampler and its rank split, the recipes' ops, the JSON reader, op
+ * introspection (how a front end fills any op by torchvision's argument names) and the doctor's
+ * decision. They are exported, documented and
  * tested like the rest, but they may change in any minor version (CHANGES.md lists it), where the
  * API above changes only as "Versions" at the top says. Define STK_BUILDING_BLOCKS before
  * including this header to see them.
