@@ -901,7 +901,7 @@ typedef struct stk_loader_opts {
     size_t n_paths;
     const stk_dataset *dataset;     /* or an open dataset (borrowed; must outlive the loader) */
     int64_t batch_size;             /* samples per batch, >= 1 (default 256) */
-    int32_t n_threads;              /* worker threads; 0 = online CPUs (default 0); < 0 invalid */
+    int32_t n_threads;              /* worker threads; 0 = stk_n_cpus() (default 0); < 0 invalid */
     int32_t n_slots;                /* ring slots (batches in flight, the one the consumer holds
                                        included; Python's prefetch + 1), >= 1; 0 = default (4) */
     uint64_t seed;                  /* shuffle and augmentation seed (default 0) */
@@ -982,7 +982,7 @@ static inline void stk_loader_opts_init(stk_loader_opts *opts)
 
 /** Create a loader and start its worker threads. The first epoch is 0 (or the one restored
  *  with stk_loader_load_state). Workers start filling the ring at once.
- *  With STK_LOADER_AUTOTUNE, n_threads (0 = online CPUs) and n_slots are upper bounds: the
+ *  With STK_LOADER_AUTOTUNE, n_threads (0 = stk_n_cpus()) and n_slots are upper bounds: the
  *  loader starts one thread working and, every 250 ms of consumption, adds threads while the
  *  consumer waits for batches (doubling while it waits more than 30% of the time), raises the
  *  depth when every allowed thread is busy and the consumer still waits, and parks a thread when
