@@ -2,7 +2,7 @@
 # Install the Debian packages stoker builds and tests with, if any is missing. Idempotent:
 # with everything present it only runs dpkg-query.
 set -eu
-pkgs=(gcc make pkg-config clang libclang-rt-14-dev clang-format libturbojpeg0-dev
+pkgs=(gcc g++ make pkg-config clang libclang-rt-14-dev clang-format libturbojpeg0-dev
       libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libxxhash-dev python3-dev
       python3-numpy python3-pytest python3-pytest-timeout python3-torch python3-torchvision
       python3-pil)
@@ -13,6 +13,8 @@ pkgs+=(zlib1g-dev)  # gzipped WebDataset members (issue 12)
 # audio (issue 27): decoders and FFT; torchaudio, espeak-ng, sox and ffmpeg make and check the
 # test data
 pkgs+=(libsndfile1-dev libmpg123-dev libfftw3-dev python3-torchaudio espeak-ng sox ffmpeg)
+# video (issue 28): containers, codecs and RGB conversion; PyAV is the tests' reference decoder
+pkgs+=(libavformat-dev libavcodec-dev libavutil-dev libswscale-dev python3-av)
 missing=()
 for p in "${pkgs[@]}"; do
     status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

@@ -1,4 +1,6 @@
-"""torchaudio transform objects -> stoker.audio ops (stoker.audio.compile's conversion).
+"""torchaudio transform objects -> stoker.audio ops (stoker.audio.compile's conversion): each
+object becomes the (class name, args, kwargs) of the stoker.audio op to build, so this module,
+below stoker.audio, never imports it.
 
 Each supported torchaudio class is read through the attributes its __init__ sets (torchaudio
 0.13 to 2.x keep them), matched by class name, so the objects of a ``torch.nn.Sequential`` run
@@ -68,8 +70,8 @@ def _mel_kwargs(m, what):
 
 
 def convert(t, supported):
-    """The stoker.audio ops (a list) of one torchaudio transform, or raise naming it."""
-    from . import audio as A
+    """The stoker.audio ops of one torchaudio transform, as a list of (class name, args,
+    kwargs), or raise naming it."""
     name = type(t).__name__
     what = f"{type(t).__module__}.{name}"
     if not is_torchaudio(t):
@@ -77,27 +79,27 @@ def convert(t, supported):
                        f"supported: torchaudio's {', '.join(n for n in supported if '.' not in n)}"
                        f" and stoker.audio's RandomCrop, CenterCrop, PadTo, Downmix")
     if name == "Resample":
-        return [A.Resample(t.orig_freq, t.new_freq, t.resampling_method, t.lowpass_filter_width,
-                           t.rolloff, t.beta)]
+        return [("Resample", (t.orig_freq, t.new_freq, t.resampling_method,
+                              t.lowpass_filter_width, t.rolloff, t.beta), {})]
     if name == "Vol":
-        return [A.Vol(t.gain, t.gain_type)]
+        return [("Vol", (t.gain, t.gain_type), {})]
     if name == "Spectrogram":
-        return [A.Spectrogram(**_stft_kwargs(t, what))]
+        return [("Spectrogram", (), _stft_kwargs(t, what))]
     if name == "MelSpectrogram":
-        return [A.MelSpectrogram(**_mel_kwargs(t, what))]
+        return [("MelSpectrogram", (), _mel_kwargs(t, what))]
     if name == "MFCC":
         mk = _mel_kwargs(t.MelSpectrogram, what)
         mk.pop("sample_rate")
-        return [A.MFCC(t.sample_rate, t.n_mfcc, t.dct_type, t.norm, t.log_mels, melkwargs=mk,
-                       top_db=t.top_db)]
+        return [("MFCC", (t.sample_rate, t.n_mfcc, t.dct_type, t.norm, t.log_mels),
+                 dict(melkwargs=mk, top_db=t.top_db))]
     if name == "AmplitudeToDB":
-        return [A.AmplitudeToDB(t.stype, t.top_db)]
+        return [("AmplitudeToDB", (t.stype, t.top_db), {})]
     if name == "TimeMasking":
-        return [A.TimeMasking(t.mask_param, t.iid_masks, getattr(t, "p", 1.0))]
+        return [("TimeMasking", (t.mask_param, t.iid_masks, getattr(t, "p", 1.0)), {})]
     if name == "FrequencyMasking":
         if getattr(t, "p", 1.0) != 1.0:
             raise _invalid(f"{what}: p other than 1.0 is not supported")
-        return [A.FrequencyMasking(t.mask_param, t.iid_masks)]
+        return [("FrequencyMasking", (t.mask_param, t.iid_masks), {})]
     raise _invalid(f"transform {what} is not supported by stoker's audio pipeline; supported: "
                    f"torchaudio's {', '.join(n for n in supported if '.' not in n)} and "
                    f"stoker.audio's RandomCrop, CenterCrop, PadTo, Downmix")

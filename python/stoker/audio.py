@@ -26,6 +26,7 @@ the measured differences from torchaudio.
 import numbers
 
 from . import _core
+from . import _torchaudio
 from .transforms._base import Op, _invalid
 
 __all__ = ["Resample", "Vol", "Spectrogram", "MelSpectrogram", "MFCC", "AmplitudeToDB",
@@ -321,7 +322,6 @@ class Compose:
 
 
 def _flatten(obj, out):
-    from . import _torchaudio
     if isinstance(obj, _AudioOp):
         out.append(obj)
     elif isinstance(obj, Compose):
@@ -334,13 +334,13 @@ def _flatten(obj, out):
         for t in _torchaudio.children(obj):
             _flatten(t, out)
     else:
-        out.extend(_torchaudio.convert(obj, SUPPORTED))
+        out.extend(globals()[name](*args, **kw)
+                   for name, args, kw in _torchaudio.convert(obj, SUPPORTED))
 
 
 def is_audio(transforms):
     """Whether `transforms` is an audio pipeline: a stoker.audio Compose or op, or a list /
     torch.nn.Sequential holding one, or a torchaudio transform."""
-    from . import _torchaudio
     if isinstance(transforms, (Compose, _AudioOp)):
         return True
     if isinstance(transforms, _core.Transform):

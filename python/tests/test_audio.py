@@ -483,5 +483,6 @@ def test_audio_classes_are_the_c_rows():
         from stoker import _torchaudio
         for tobj in (TA.Resample(8000, 16000), TA.Vol(0.5), TA.Spectrogram(), TA.MelSpectrogram(),
                      TA.MFCC(), TA.AmplitudeToDB(), TA.TimeMasking(3), TA.FrequencyMasking(3)):
-            (op,) = _torchaudio.convert(tobj, A.SUPPORTED)
-            assert type(op).__name__ == type(tobj).__name__
+            ((name, args, kw),) = _torchaudio.convert(tobj, A.SUPPORTED)
+            assert name == type(tobj).__name__
+            assert type(getattr(A, name)(*args, **kw)).__name__ == name

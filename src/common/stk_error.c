@@ -6,8 +6,7 @@
 
 #include <string.h>
 
-/* Twice a handle's message: stk_op_find's lists every op of the table (image and audio). */
-static _Thread_local char last_errmsg[2 * STK_ERRMSG_SIZE];
+static _Thread_local char last_errmsg[STK__LAST_ERRMSG_SIZE];
 
 const char *stk_strerror(stk_status code)
 {

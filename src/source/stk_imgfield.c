@@ -93,47 +93,38 @@ const uint8_t *stk__imgarray_rgb(const stk__imgarray *a, const uint8_t *src, uin
     return buf;
 }
 
-/* Step 2: whether `name`'s extension (after the last dot of its last `/` component, or the whole
- * component) is one of exts. */
-static bool named_ext(const char *name, const char *const *exts)
+/* Step 2: `name`'s extension (after the last dot of its last `/` component, or the whole
+ * component). */
+static const char *name_ext(const char *name)
 {
     const char *last = strrchr(name, '/');
     last = last ? last + 1 : name;
     const char *dot = strrchr(last, '.');
-    const char *ext = dot ? dot + 1 : last;
-    for (size_t i = 0; exts[i]; i++)
-        if (strcasecmp(ext, exts[i]) == 0)
-            return true;
-    return false;
+    return dot ? dot + 1 : last;
 }
 
 /* Step 2 for images: an image extension (WebDataset), or a name ending in `image/encoded`
  * (TFRecord). */
 static bool named_as_image(const char *name)
 {
-    static const char *const exts[] = {"jpg",  "jpeg", "png", "webp", "bmp", "tif",
-                                       "tiff", "ppm",  "pgm", "pnm",  NULL};
     size_t n = strnlen(name, STK_MAX_NAME);
     static const char enc[] = "image/encoded";
     size_t ne = sizeof(enc) - 1;
     if (n >= ne && strcmp(name + n - ne, enc) == 0 && (n == ne || name[n - ne - 1] == '/'))
         return true;
-    return named_ext(name, exts);
+    return stk__image_ext(name_ext(name));
 }
 
 /* Step 2 for audio: an audio extension (WebDataset's .wav/.flac/.mp3 members). */
 static bool named_as_audio(const char *name)
 {
-    static const char *const exts[] = {"wav", "flac", "mp3", "ogg", "oga", "opus",
-                                       "aif", "aiff", "au",  "snd", NULL};
-    return named_ext(name, exts);
+    return stk__audio_ext(name_ext(name));
 }
 
 /* Step 2 for video: a video container's extension (WebDataset's .mp4 members). */
 static bool named_as_video(const char *name)
 {
-    static const char *const exts[] = {"mp4", "m4v", "mov", "mkv", "webm", "avi", NULL};
-    return named_ext(name, exts);
+    return stk__video_ext(name_ext(name));
 }
 
 /* Step 3: whether `p` starts with the magic of an image format (stk__image_magic, the decoders'
@@ -150,14 +141,6 @@ static bool image_magic(const uint8_t *p, size_t n)
 static bool audio_magic(const uint8_t *p, size_t n)
 {
     return stk__audio_magic(p, n, true) != STK__AUD_UNKNOWN;
-}
-
-/* Step 3 for video: an MP4/MOV "ftyp" box, Matroska/WebM's EBML header, an AVI RIFF. */
-static bool video_magic(const uint8_t *p, size_t n)
-{
-    return (n >= 8 && memcmp(p + 4, "ftyp", 4) == 0) ||
-           (n >= 4 && memcmp(p, "\x1a\x45\xdf\xa3", 4) == 0) ||
-           (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "AVI ", 4) == 0);
 }
 
 /* Step 4: 2 for a uint8 image array of three channels, 1 for one channel, 0 for neither (or too
@@ -226,7 +209,7 @@ static const field_rule audio_rule = {
 static const field_rule video_rule = {
     "video",
     named_as_video,
-    video_magic,
+    stk__video_magic,
     video_array_rank,
     {"named as videos", "holding a video file in record 0", "", ""},
     "none is named 'video', named as a video (mp4, mkv, webm, avi, mov, m4v) or holds a video "
@@ -254,9 +237,11 @@ static stk_status sniff_record0(const stk_dataset *ds, const field_rule *r, bool
     if (!buf)
         return stk__set_last_error(STK_ENOMEM, "out of memory reading record 0 (%zu bytes)", size);
     stk_record rec;
-    char why[STK_ERRMSG_SIZE];
-    rc = stk_dataset_read(ds, 0, buf, size, &rec, why, sizeof(why));
+    stk_record_init(&rec);
+    rc = stk_dataset_read(ds, 0, buf, size, &rec);
     if (rc < 0) {
+        char why[STK_ERRMSG_SIZE];
+        snprintf(why, sizeof(why), "%s", stk_last_errmsg());
         stk__set_last_error(rc, "%s (read to find the field the transforms apply to; %s)", why,
                             HOW_TO_NAME);
         goto fail;

@@ -113,12 +113,6 @@ static stk_status audio_create(const stk_transform_opts *opts, stk_transform **o
     stk_status rc = STK_OK;
     char err[STK_ERRMSG_SIZE];
     *out = NULL;
-    if (opts->n_ops > STK__XF_MAX_OPS)
-        return stk__set_last_error(STK_EINVAL,
-                                   "stk_transform_create: too many ops (%zu, at most %d)",
-                                   opts->n_ops, STK__XF_MAX_OPS);
-    if (opts->n_ops && !opts->ops)
-        return stk__set_last_error(STK_EINVAL, "stk_transform_create: ops NULL");
     if (opts->dtype != STK_DTYPE_FLOAT32 || opts->nhwc || opts->finish_on_device)
         return stk__set_last_error(STK_EINVAL,
                                    "an audio transform outputs float32 [channels, samples] or "

@@ -1,7 +1,8 @@
 /*
  * stk_media.c: the dispatch from a transform to its media kind's pipeline (stk_media.h): the
- * public create/destroy/media of stk_transform and the stk__transform_* calls the loader makes,
- * each one line through media_of, the one switch naming the kinds.
+ * public options, create/destroy/media of stk_transform (create loads the caller's options and
+ * ops into the library's layout once, for every kind) and the stk__transform_* calls the loader
+ * makes, each one line through media_of, the one switch naming the kinds.
  *
  * A transform's kind is stk_transform_opts.media, or, when that is left at image, the kind of
  * its first op's row (a list of torchaudio ops is an audio transform without saying so); each
@@ -34,19 +35,40 @@ static const stk__media_ops *worker_media(const stk__tworker *w)
     return media_of(*(const stk_media *)(const void *)w);
 }
 
-void stk_transform_opts_init(stk_transform_opts *opts)
+void stk_transform_opts_init_sized(stk_transform_opts *opts, size_t struct_size)
 {
-    if (!opts)
-        return;
-    memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
-    opts->dtype = STK_DTYPE_FLOAT32;
-    opts->max_pixels = 64ull << 20; /* the image decoders' default limit */
-    opts->frames_per_clip = 16;
-    opts->frame_step = 1;
-    opts->clips_per_video = 1;
-    opts->decoder_threads = 1;
-    opts->max_clip_pixels = 1ull << 31;
+    stk_transform_opts full = {.struct_size = sizeof(full),
+                               .dtype = STK_DTYPE_FLOAT32,
+                               .max_pixels = STK__XF_DEFAULT_MAX_PIXELS,
+                               .frames_per_clip = 16,
+                               .frame_step = 1,
+                               .clips_per_video = 1,
+                               .decoder_threads = 1,
+                               .max_clip_pixels = 1ull << 31};
+    stk__init_store(opts, struct_size, &full, sizeof(full));
+}
+
+/* The caller's ops (strided by ops[0].struct_size) into the library's layout, each over its
+ * kind's defaults (the fields an older caller lacks). */
+static stk_status load_ops(const stk_transform_opts *opts, stk_op ops[STK__XF_MAX_OPS])
+{
+    if (opts->n_ops > STK__XF_MAX_OPS)
+        return stk__set_last_error(STK_EINVAL,
+                                   "stk_transform_create: too many ops (%zu, at most %d)",
+                                   opts->n_ops, STK__XF_MAX_OPS);
+    if (opts->n_ops && !opts->ops)
+        return stk__set_last_error(STK_EINVAL, "stk_transform_create: ops NULL");
+    for (size_t i = 0; i < opts->n_ops; i++) {
+        stk_op probe = {0};
+        if (!stk__elem_load(&probe, sizeof(probe), opts->ops, i))
+            return stk__set_last_error(STK_EINVAL,
+                                       "ops[%zu]: not initialised with stk_op_init "
+                                       "(struct_size unset or unlike ops[0]'s)",
+                                       i);
+        stk_op_init(&ops[i], probe.kind);
+        stk__elem_load(&ops[i], sizeof(ops[i]), opts->ops, i);
+    }
+    return STK_OK;
 }
 
 stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out)
@@ -61,15 +83,24 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     if (!stk__opts_load(&full, sizeof(full), opts))
         return stk__set_last_error(STK_EINVAL, "stk_transform_create: opts not initialised with "
                                                "stk_transform_opts_init");
+    stk_op *ops = stk__calloc(STK__XF_MAX_OPS, sizeof(*ops));
+    if (!ops)
+        return stk__set_last_error(STK_ENOMEM, "stk_transform_create: out of memory");
+    stk_status rc = load_ops(&full, ops);
+    full.ops = ops;
     stk_media m = full.media;
-    if (m == STK_MEDIA_IMAGE && full.n_ops && full.ops)
-        m = stk_op_media(full.ops[0].kind);
+    if (m == STK_MEDIA_IMAGE && full.n_ops)
+        m = stk_op_media(ops[0].kind);
     const stk__media_ops *mo = media_of(m);
-    if (!mo)
-        return stk__set_last_error(STK_EINVAL, "stk_transform_create: unknown media kind %d",
-                                   (int)full.media);
-    full.media = m;
-    return mo->create(&full, out);
+    if (rc == STK_OK && !mo)
+        rc = stk__set_last_error(STK_EINVAL, "stk_transform_create: unknown media kind %d",
+                                 (int)full.media);
+    if (rc == STK_OK) {
+        full.media = m;
+        rc = mo->create(&full, out);
+    }
+    stk__free(ops);
+    return rc;
 }
 
 void stk_transform_destroy(stk_transform *t)

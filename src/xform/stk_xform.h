@@ -35,6 +35,9 @@
 #define STK__XF_MAX_SIZE 16384 /* largest output (and op) height or width */
 #define STK__XF_MAX_KERNEL 255 /* largest GaussianBlur kernel side */
 
+/* The pixel limit stk_transform_opts.max_pixels = 0 stands for. */
+#define STK__XF_DEFAULT_MAX_PIXELS (64ull << 20)
+
 struct stk__op_def;
 
 /* A compiled transform. Immutable after stk_transform_create. `media` says which pipeline runs
@@ -429,10 +432,10 @@ typedef struct stk__op_def {
     void (*post)(const stk_transform *t, void *dst, const stk__opdraw *draw);
 } stk__op_def;
 
-/* A parameter of a row (torchvision's argument `name`: `count` elements of `type` at `field`). */
-#define STK__PARAM(name, type, count, field)                                                       \
+/* A parameter of a row (torchvision's argument `name`: `n` elements of `type` at `field`). */
+#define STK__PARAM(name, type, n, field)                                                           \
     {                                                                                              \
-        name, STK_OP_PARAM_##type, count, offsetof(stk_op, field)                                  \
+        sizeof(stk_op_param), name, STK_OP_PARAM_##type, n, offsetof(stk_op, field)                \
     }
 
 /* Both numbers of a pair finite. */
@@ -619,5 +622,15 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
 
 /* Stage timings of a worker. */
 const stk__xtimes *stk__transform_worker_times(const stk__tworker *w);
+
+/* The image kind's worker rows of stk__media_image (stk_media.h), in stk_apply.c: what the
+ * stk__transform_worker_* calls and stk__transform_apply do for an image transform. */
+stk_status stk__image_worker_create(const stk_transform *t, stk__tworker **out);
+void stk__image_worker_destroy(stk__tworker *w);
+void stk__image_stage_ns(const stk__tworker *w, uint64_t *decode_ns, uint64_t *augment_ns);
+void stk__image_trust(stk__tworker *w, bool trusted);
+bool stk__image_checked(const stk__tworker *w);
+stk_status stk__image_apply(const stk_transform *t, stk__tworker *w, const void *src, size_t size,
+                            stk_rng *rng, void *dst, char *err, size_t err_size);
 
 #endif /* STK_XFORM_H */

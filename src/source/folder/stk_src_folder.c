@@ -29,11 +29,8 @@
 #include <string.h>
 #include <strings.h>
 
-/* torchvision.datasets.folder.IMG_EXTENSIONS, and the audio files stk_audio_dec.c reads */
-static const char *const img_ext[] = {".jpg", ".jpeg", ".png",  ".ppm",  ".bmp",
-                                      ".pgm", ".tif",  ".tiff", ".webp", NULL};
-static const char *const audio_ext[] = {".wav",  ".flac", ".mp3",  ".ogg", ".oga",
-                                        ".opus", ".aif",  ".aiff", NULL};
+extern const stk__source_methods stk__src_audiofolder; /* below: format="audiofolder" */
+
 #define MAX_DEPTH 256 /* nested directories under a class */
 #define MAX_SKIPPED_LISTED 16
 
@@ -63,17 +60,6 @@ typedef struct walk {
     uint64_t stack[MAX_DEPTH][2]; /* (dev, ino) of the directories on the current path */
     int depth;
 } walk;
-
-static bool has_ext(const char *name, const char *const *exts)
-{
-    size_t n = strlen(name);
-    for (size_t i = 0; exts[i]; i++) {
-        size_t e = strlen(exts[i]);
-        if (n >= e && strcasecmp(name + n - e, exts[i]) == 0)
-            return true;
-    }
-    return false;
-}
 
 /* Any directory: the last source in detection order, so a directory of shards or of .npy files
  * goes to those, and any other directory gets ImageFolder's errors ("no class folders"). */
@@ -145,27 +131,27 @@ static int cmp_walkdir(const void *a, const void *b)
     return strcmp(((const walkdir *)a)->rel, ((const walkdir *)b)->rel);
 }
 
-/* Files of walk w with one of exts. */
-static size_t count_ext(const walk *w, const char *const *exts)
+/* Files of walk w whose name is_media accepts (stk__image_name, stk__audio_name). */
+static size_t count_media(const walk *w, bool (*is_media)(const char *))
 {
     size_t n = 0;
     for (size_t i = 0; i < w->n; i++)
         for (size_t j = 0; j < w->dirs[i].files.n; j++)
-            n += has_ext(w->dirs[i].files.v[j], exts);
+            n += is_media(w->dirs[i].files.v[j]);
     return n;
 }
 
-/* Append the files with one of exts (the images, or the audio files) of class `label` (walk w)
+/* Append the files is_media accepts (the images, or the audio files) of class `label` (walk w)
  * to the folder, in os.walk's sorted order. */
-static stk_status add_class(folder *fo, walk *w, int64_t label, const char *const *exts, char *err,
-                            size_t err_size)
+static stk_status add_class(folder *fo, walk *w, int64_t label, bool (*is_media)(const char *),
+                            char *err, size_t err_size)
 {
     if (w->n > 1)
         qsort(w->dirs, w->n, sizeof(*w->dirs), cmp_walkdir);
     for (size_t i = 0; i < w->n; i++) {
         const stk__strlist *files = &w->dirs[i].files;
         for (size_t j = 0; j < files->n; j++) {
-            if (!has_ext(files->v[j], exts))
+            if (!is_media(files->v[j]))
                 continue;
             char *rel = stk__path_join(w->dirs[i].rel, files->v[j]);
             char *abs = rel ? stk__path_join(fo->root, rel) : NULL;
@@ -302,19 +288,19 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
     for (size_t c = 0; c < classes.n; c++) {
         walks[c].root = root;
         STK_TRY(walk_dir(&walks[c], classes.v[c], err, err_size));
-        n_img += count_ext(&walks[c], img_ext);
+        n_img += count_media(&walks[c], stk__image_name);
     }
     audio = ds->m == &stk__src_audiofolder || n_img == 0;
     if (audio && n_img == 0) {
         size_t n_audio = 0;
         for (size_t c = 0; c < classes.n; c++)
-            n_audio += count_ext(&walks[c], audio_ext);
+            n_audio += count_media(&walks[c], stk__audio_name);
         audio = n_audio > 0 || ds->m == &stk__src_audiofolder;
     }
-    const char *const *exts = audio ? audio_ext : img_ext;
+    bool (*is_media)(const char *) = audio ? stk__audio_name : stk__image_name;
     for (size_t c = 0; c < classes.n; c++) {
         size_t before = fo->n;
-        STK_TRY(add_class(fo, &walks[c], (int64_t)c, exts, err, err_size));
+        STK_TRY(add_class(fo, &walks[c], (int64_t)c, is_media, err, err_size));
         if (fo->n == before && stk__strlist_add(&empty, classes.v[c]) < 0)
             STK_FAIL_E(STK_ENOMEM, "out of memory");
     }

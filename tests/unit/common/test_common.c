@@ -63,7 +63,7 @@ static int test_last_errmsg_per_thread(void)
     memset(big, 'x', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
     stk__last_error_copy(STK_EIO, big);
-    T_EQ(strlen(stk_last_errmsg()), STK_ERRMSG_SIZE - 1);
+    T_EQ(strlen(stk_last_errmsg()), STK__LAST_ERRMSG_SIZE - 1);
     char buf[8];
     T_EQ(stk__set_error(buf, sizeof(buf), STK_ELIMIT, "%s", "truncated message"), STK_ELIMIT);
     T_CHECK(strcmp(buf, "truncat") == 0);
@@ -87,7 +87,7 @@ static int test_dtypes_and_version(void)
     T_CHECK(strcmp(stk_field_kind_name((stk_field_kind)9), "unknown") == 0);
     T_EQ(stk_version_number(), STK_VERSION_NUMBER);
     T_CHECK(strcmp(stk_version_string(), STK_VERSION_STRING) == 0);
-    T_CHECK(stk__cpu_count() >= 1);
+    T_CHECK(stk_n_cpus() >= 1);
     uint64_t a = stk__now_ns(), b = stk__now_ns();
     T_CHECK(b >= a);
     return 0;

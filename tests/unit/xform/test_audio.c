@@ -257,7 +257,8 @@ static uint8_t *make_wav(uint32_t rate, uint16_t ch, uint32_t n, int seed, size_
 static int write_shard(const char *path, int n, int bad)
 {
     stk_field f[2];
-    memset(f, 0, sizeof(f));
+    stk_field_init(&f[0]);
+    stk_field_init(&f[1]);
     snprintf(f[0].name, sizeof(f[0].name), "audio");
     f[0].kind = STK_FIELD_BYTES;
     snprintf(f[1].name, sizeof(f[1].name), "label");
@@ -271,7 +272,12 @@ static int write_shard(const char *path, int n, int bad)
     for (int i = 0; i < n; i++) {
         size_t size;
         uint8_t *wav = make_wav(22050, 1, 22050 + (uint32_t)i * 1000, i, &size);
-        stk_value v[2] = {{.data = wav, .size = i == bad ? size / 2 : size}, {.i64 = i % 3}};
+        stk_value v[2];
+        stk_value_init(&v[0]);
+        stk_value_init(&v[1]);
+        v[0].data = wav;
+        v[0].size = i == bad ? size / 2 : size;
+        v[1].i64 = i % 3;
         T_OK(stk_writer_add(w, v));
         free(wav);
     }
@@ -302,6 +308,7 @@ static stk_status run_epoch(const char *path, const stk_transform *t, int thread
     while ((rc = stk_loader_next(L, &b)) == STK_OK) {
         for (size_t i = 0; i < stk_batch_n_tensors(b); i++) {
             stk_tensor x;
+            stk_tensor_init(&x);
             stk_batch_tensor(b, i, &x);
             if (strcmp(x.name, "audio") != 0)
                 continue;
@@ -379,7 +386,7 @@ static int test_alloc_failures(void)
     size_t n_ops = 3;
 #endif
     stk_field f;
-    memset(&f, 0, sizeof(f));
+    stk_field_init(&f);
     f.kind = STK_FIELD_BYTES;
     float *out = malloc(sizeof(float) * 2 * 201 * 81 + sizeof(float) * 2 * 16000);
     char err[256];
