@@ -48,7 +48,8 @@ NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/loc
 SO_NAME  := libstoker.so.0.2
 
 .PHONY: all lib cli python test unit oom oom-cases fuzz-replay cli-test pytest asan ubsan tsan fuzz \
-        deps demo bench format check-format check-exports clean test-gpu check-ptx fuzz-ci
+        deps demo bench format check-format check-exports check-self-format clean test-gpu check-ptx \
+        fuzz-ci
 
 all: lib cli python
 
@@ -137,7 +138,7 @@ deps:
 
 test: deps
 	$(MAKE) all
-	$(MAKE) check-exports
+	$(MAKE) check-exports check-self-format
 	$(MAKE) unit oom fuzz-replay cli-test pytest check-ptx
 
 unit: $(UNIT_BINS) $(FAKE_CUDA)
@@ -164,6 +165,11 @@ pytest: python $(GEN_BINS)
 
 check-exports: $(BUILD)/libstoker.so
 	@bash scripts/check_exports.sh $(BUILD)/libstoker.so
+
+# No error message formatted into itself (issue 30): the check, and the check that it can fail.
+check-self-format:
+	@$(PYTHON) scripts/check_self_format.py --self-test
+	@$(PYTHON) scripts/check_self_format.py src cli python tests
 
 # Sanitizer variants of the unit tests and fuzz replays (TSan runs the threaded tests).
 asan:

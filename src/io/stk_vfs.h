@@ -156,6 +156,8 @@ stk_status stk__vfs_stat(const char *path, stk__stat *st, char *err, size_t err_
 
 /* The POSIX byte source (files on local disks and mounts). */
 extern const stk__vfs stk__vfs_posix;
+/* `stk-fault:PLAN:PATH`: PATH through scheduled faults, for tests (stk_vfs_fault.c). */
+extern const stk__vfs stk__vfs_fault;
 
 /* ---- string lists (stk_paths.c) ---- */
 

@@ -193,8 +193,9 @@ const stk__vfs stk__vfs_posix = {
 
 /* Byte sources other than POSIX, tried in order; a remote one is one more line here. */
 static const stk__vfs *const vfs_table[] = {
-    &stk__vfs_s3,   /* s3://bucket/key (stk_vfs_s3.c) */
-    &stk__vfs_http, /* http:// and https:// */
+    &stk__vfs_fault, /* stk-fault:PLAN:PATH, for tests (stk_vfs_fault.c) */
+    &stk__vfs_s3,    /* s3://bucket/key (stk_vfs_s3.c) */
+    &stk__vfs_http,  /* http:// and https:// */
     NULL,
 };
 

@@ -99,11 +99,15 @@ typedef struct scanbuf {
     size_t cap; /* bytes of buf: SCAN_BUF, or SCAN_REMOTE for a remote shard */
 } scanbuf;
 
-/* The n bytes at off (n <= SCAN_BUF), or NULL with the error set. */
-static const uint8_t *scan_get(scanbuf *sb, uint64_t off, size_t n, char *err, size_t err_size)
+/* The n bytes at off (n <= SCAN_BUF) in *out, or the byte source's status and message. */
+static stk_status scan_get(scanbuf *sb, uint64_t off, size_t n, const uint8_t **out, char *err,
+                           size_t err_size)
 {
-    if (off >= sb->at && off + n <= sb->at + sb->len)
-        return sb->buf + (off - sb->at);
+    *out = NULL;
+    if (off >= sb->at && off + n <= sb->at + sb->len) {
+        *out = sb->buf + (off - sb->at);
+        return STK_OK;
+    }
     /* after skipping data (a member larger than the buffer), read little: big members mean the
      * next header is likely followed by another big member; after a contiguous run, read a lot */
     bool skipped = sb->len && off > sb->at + sb->len;
@@ -111,11 +115,13 @@ static const uint8_t *scan_get(scanbuf *sb, uint64_t off, size_t n, char *err, s
     size_t want = (size_t)STK_MIN((uint64_t)window, sb->f->size - off);
     if (want < n)
         want = n; /* the caller checked that n bytes exist */
-    if (stk__vfs_read(sb->f, off, sb->buf, want, err, err_size) < 0)
-        return NULL;
+    stk_status rc = stk__vfs_read(sb->f, off, sb->buf, want, err, err_size);
+    if (rc < 0)
+        return rc; /* the message names the file and the offset */
     sb->at = off;
     sb->len = want;
-    return sb->buf;
+    *out = sb->buf;
+    return STK_OK;
 }
 
 void stk__tar_members_free(stk__tar_members *ml)
@@ -197,9 +203,8 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
                        "%s: truncated tar: %" PRIu64 " stray bytes at byte %" PRIu64
                        " (a header is 512 bytes)",
                        path, f->size - off, off);
-        const uint8_t *h = scan_get(&sb, off, STK__TAR_BLOCK, err, err_size);
-        if (!h)
-            STK_FAIL_E(STK_EIO, "%s", err);
+        const uint8_t *h;
+        STK_TRY(scan_get(&sb, off, STK__TAR_BLOCK, &h, err, err_size));
         if (all_zero(h, STK__TAR_BLOCK))
             break; /* end of archive */
         if (!stk__tar_checksum_ok(h))
@@ -298,10 +303,9 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
             uint32_t gz_size = STK__TAR_NOT_GZ;
             if (mlen > 3 && mname[mlen - 3] == '.' && (mname[mlen - 2] | 0x20) == 'g' &&
                 (mname[mlen - 1] | 0x20) == 'z') {
-                const uint8_t *t =
-                    size >= GZ_MIN ? scan_get(&sb, data_off + size - 4, 4, err, err_size) : NULL;
-                if (size >= GZ_MIN && !t)
-                    STK_FAIL_E(STK_EIO, "%s", err);
+                const uint8_t *t = NULL;
+                if (size >= GZ_MIN)
+                    STK_TRY(scan_get(&sb, data_off + size - 4, 4, &t, err, err_size));
                 gz_size = t ? stk__ld32(t) : 0;
                 if (gz_size == STK__TAR_NOT_GZ)
                     gz_size = 0; /* 4 GiB - 1 gunzipped: over any field's limit anyway */
