@@ -9,7 +9,8 @@
  * ("repaired"), which lets the fuzzer reach the size, name, PAX, long-name and grouping logic.
  *
  * Corpus: tests/fuzz/corpus/tar (small shards written with Python's tarfile: ustar, GNU and
- * PAX formats, a missing field, a non-numeric cls, a truncated member).
+ * PAX formats, a missing field, a non-numeric cls, a truncated member; and GNU tar's PAX sparse
+ * members, formats 0.0, 0.1 and 1.0, which must be refused: pax-sparse-*.tar).
  */
 #include "fuzz_input.h"
 #include "stk_internal.h"

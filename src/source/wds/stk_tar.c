@@ -157,8 +157,10 @@ static bool members_add(stk__tar_members *ml, uint64_t data_off, uint64_t size, 
     return true;
 }
 
-/* The value of PAX record `key` in data (n bytes), or NULL; *vlen its length. */
-static const char *pax_value(const char *data, size_t n, const char *key, size_t *vlen, bool *bad)
+/* The first PAX record of data (n bytes) whose key is `key` (or, with `prefix`, starts with
+ * it): its value, or NULL; *vlen its length. *bad when a record is malformed. */
+static const char *pax_find(const char *data, size_t n, const char *key, bool prefix, size_t *vlen,
+                            bool *bad)
 {
     size_t i = 0, klen = strlen(key);
     while (i < n) {
@@ -170,13 +172,23 @@ static const char *pax_value(const char *data, size_t n, const char *key, size_t
             return NULL;
         }
         const char *rec = data + j + 1, *end = data + i + len - 1; /* end: the '\n' */
-        if ((size_t)(end - rec) > klen && memcmp(rec, key, klen) == 0 && rec[klen] == '=') {
-            *vlen = (size_t)(end - rec) - klen - 1;
-            return rec + klen + 1;
+        if ((size_t)(end - rec) > klen && memcmp(rec, key, klen) == 0 &&
+            (prefix || rec[klen] == '=')) {
+            const char *eq = memchr(rec, '=', (size_t)(end - rec));
+            if (eq) {
+                *vlen = (size_t)(end - eq) - 1;
+                return eq + 1;
+            }
         }
         i += len;
     }
     return NULL;
+}
+
+/* The value of PAX record `key`, as pax_find. */
+static const char *pax_value(const char *data, size_t n, const char *key, size_t *vlen, bool *bad)
+{
+    return pax_find(data, n, key, false, vlen, bad);
 }
 
 /* One scan of the shard's headers into ml. */
@@ -193,6 +205,7 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
     size_t longname_len = 0, pax_path_len = 0;
     const char *pax_path = NULL;
     uint64_t pax_size = UINT64_MAX;
+    bool pax_sparse = false; /* the member's PAX header has GNU.sparse.* records */
     char name[256 + 2];
     if (!sb.buf)
         STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
@@ -269,6 +282,9 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
                 pax_size = UINT64_MAX;
                 bool bad = false;
                 size_t vl = 0;
+                /* GNU tar's PAX sparse formats (0.0, 0.1, 1.0): the map is in these records or
+                 * in the data, which is not the file's bytes (issue 30) */
+                pax_sparse = pax_find(pax, (size_t)size, "GNU.sparse.", true, &vl, &bad) != NULL;
                 const char *v = pax_value(pax, (size_t)size, "path", &vl, &bad);
                 if (v) {
                     pax_path = v;
@@ -291,9 +307,12 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
             off = next;
             continue;
         }
-        if (type == 'S')
-            STK_FAIL_E(STK_ENOTSUP, "%s: member '%.*s' at byte %" PRIu64 ": sparse files", path,
-                       (int)STK_MIN(mlen, 200), mname, off);
+        if (type == 'S' || (pax_sparse && type != 'g'))
+            STK_FAIL_E(STK_ENOTSUP,
+                       "%s: member '%.*s' at byte %" PRIu64
+                       ": sparse file (%s): not supported; make the tar without --sparse",
+                       path, (int)STK_MIN(mlen, 200), mname, off,
+                       type == 'S' ? "GNU" : "PAX GNU.sparse records");
         if (type == '0' || type == '\0' || type == '7') {
             if (size >= UINT32_MAX)
                 STK_FAIL_E(STK_ENOTSUP,
@@ -322,6 +341,7 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
         /* 'g' global headers, directories, links, devices: nothing to read */
         pax_path = NULL;
         pax_size = UINT64_MAX;
+        pax_sparse = false;
         stk__free(longname);
         longname = NULL;
         off = next;
