@@ -2,19 +2,30 @@
  * stk_vfs_cache.c: the on-disk cache of remote bytes, shared by every process on the machine.
  *
  * Layout under the cache directory: `entries/<sha256(key)>-<block>` (one block of STK_CACHE_BLOCK
- * bytes of one object version; key = URL + ETag + size), `entries/<sha256(key)>-<name>` (an aux
- * entry of that version: `stkidx`, a tar shard's member list; `tfidx`, a TFRecord file's frame
- * offsets; counted in the limit, evicted after the blocks), `tmp/` (entries being written), `.lock`
- * (flock'ed while an entry goes in; holds the entries' total size). A miss fetches the whole
- * block, writes it under tmp/ and renames it into entries/ (rename is atomic: a reader sees a
- * whole entry or none). Inserting takes the lock, evicts the least recently used blocks (atime,
- * set on every hit with futimens; then aux entries likewise) until the new one fits under the
- * limit, renames, and updates the total: entries never exceed the limit, whatever the number of
- * processes. Readers take no lock; an entry evicted while being read stays readable through its
- * open descriptor. flock is released when a process dies, so a crash never wedges the cache.
+ * bytes of one object version, key = URL + ETag + size, followed by its own checksums: one
+ * XXH3-64 per 4 KiB chunk, seeded by the key's hash, the block and the chunk number),
+ * `entries/<sha256(key)>-<name>` (an aux entry of that version: `stkidx`, a tar shard's member
+ * list; `tfidx`, a TFRecord file's frame offsets; counted in the limit, evicted after the blocks),
+ * `tmp/` (entries being written), `.lock` (flock'ed while an entry goes in; holds the entries'
+ * total size). A miss fetches the whole block, writes it under tmp/ and renames it into entries/
+ * (rename is atomic: a reader sees a whole entry or none). Inserting takes the lock, evicts the
+ * least recently used blocks (atime, set on every hit with futimens; then aux entries likewise)
+ * until the new one fits under the limit, renames, and updates the total: entries never exceed the
+ * limit, whatever the number of processes. Readers take no lock; an entry evicted while being read
+ * stays readable through its open descriptor. flock is released when a process dies, so a crash
+ * never wedges the cache.
+ *
+ * A hit checks the checksum of every chunk it reads (issue 30: a flipped bit in a shared cache
+ * was served to every job, every epoch, and for formats without checksums of their own, as
+ * WebDataset tars, silently). An entry whose checksum or size is wrong (damage, a cut, the
+ * layout before checksums) is evicted and its block fetched again; when that fails, the error
+ * names the cache file.
  */
+#include "common/stk_endian.h"
 #include "io/stk_sigv4.h"
 #include "io/stk_vfs_http.h"
+
+#include <xxhash.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -27,6 +38,29 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+
+#define CHUNK 4096 /* bytes of a block under one checksum */
+
+/* Bytes of the checksums after a block of blen bytes, and the whole entry's size. */
+static size_t sums_size(size_t blen)
+{
+    return (blen + CHUNK - 1) / CHUNK * 8;
+}
+
+static uint64_t entry_size(size_t blen)
+{
+    return (uint64_t)blen + sums_size(blen);
+}
+
+/* The checksum of chunk k of block blk of the object whose key hashes to `hash`. */
+static uint64_t chunk_sum(const uint8_t *p, size_t n, const char *hash, uint64_t blk, size_t k)
+{
+    uint64_t seed = strtoull((char[17]){hash[0], hash[1], hash[2], hash[3], hash[4], hash[5],
+                                        hash[6], hash[7], hash[8], hash[9], hash[10], hash[11],
+                                        hash[12], hash[13], hash[14], hash[15], 0},
+                             NULL, 16);
+    return XXH3_64bits_withSeed(p, n, seed ^ (blk << 24) ^ (uint64_t)k);
+}
 
 struct stk__cache {
     char *dir, *entries, *tmp;
@@ -66,13 +100,14 @@ void stk__cache_close(stk__cache *c)
 
 stk_status stk__cache_check_limit(const char *dir, uint64_t limit, char *err, size_t err_size)
 {
-    if (limit >= STK_CACHE_BLOCK)
+    if (limit >= entry_size(STK_CACHE_BLOCK))
         return STK_OK;
     return stk__set_error(err, err_size, STK_EINVAL,
                           "cache %s: the limit (%llu bytes) is smaller than one cache block "
-                          "(%llu bytes): raise STOKER_CACHE_LIMIT / cache_limit=",
+                          "(%llu bytes with its checksums): raise STOKER_CACHE_LIMIT / "
+                          "cache_limit=",
                           dir ? dir : "(STOKER_CACHE_DIR)", (unsigned long long)limit,
-                          (unsigned long long)STK_CACHE_BLOCK);
+                          (unsigned long long)entry_size(STK_CACHE_BLOCK));
 }
 
 stk_status stk__cache_open(const char *dir, uint64_t limit, stk__cache **out, char *err,
@@ -318,11 +353,12 @@ static void scatter(const stk__iov *iov, int n_iov, size_t lo, size_t hi, const 
 
 static _Atomic unsigned long g_seq;
 
-/* Write entry `<hash>-<suffix>` (blen bytes) under tmp/ and insert it; tmp is a scratch path
- * buffer of dl bytes. A cache that cannot be written (disk full) only costs speed: false, and
- * nothing is left behind. */
+/* Write entry `<hash>-<suffix>` (blen bytes, then `tail` of tail_len bytes) under tmp/ and
+ * insert it; tmp is a scratch path buffer of dl bytes. A cache that cannot be written (disk
+ * full) only costs speed: false, and nothing is left behind. */
 static bool put_entry(stk__cache *c, const char *hash, const char *suffix, const uint8_t *buf,
-                      size_t blen, bool replace, char *tmp, size_t dl)
+                      size_t blen, const uint8_t *tail, size_t tail_len, bool replace, char *tmp,
+                      size_t dl)
 {
     char *path = stk__malloc(dl);
     if (!path)
@@ -331,24 +367,35 @@ static bool put_entry(stk__cache *c, const char *hash, const char *suffix, const
     snprintf(tmp, dl, "%s/%s-%s.%d.%lu", c->tmp, hash, suffix, (int)getpid(),
              (unsigned long)g_seq++);
     int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    bool wrote = tfd >= 0 && stk__write_full(tfd, buf, blen);
+    bool wrote = tfd >= 0 && stk__write_full(tfd, buf, blen) &&
+                 (!tail_len || stk__write_full(tfd, tail, tail_len));
     if (tfd >= 0)
         close(tfd);
     if (wrote)
-        wrote = insert(c, tmp, path, blen, replace, NULL, 0) == STK_OK;
+        wrote = insert(c, tmp, path, blen + tail_len, replace, NULL, 0) == STK_OK;
     else if (tfd >= 0)
         unlink(tmp);
     stk__free(path);
     return wrote;
 }
 
-/* Block `blk` of the object hashed `hash`, as put_entry. */
+/* Block `blk` of the object hashed `hash` with its checksums, as put_entry; `replace` an entry
+ * found damaged meanwhile. */
 static bool put_block(stk__cache *c, const char *hash, uint64_t blk, const uint8_t *buf,
-                      size_t blen, char *tmp, size_t dl)
+                      size_t blen, bool replace, char *tmp, size_t dl)
 {
     char suffix[24];
     snprintf(suffix, sizeof(suffix), "%llu", (unsigned long long)blk);
-    return put_entry(c, hash, suffix, buf, blen, false, tmp, dl);
+    size_t ns = sums_size(blen);
+    uint8_t *sums = stk__malloc(ns);
+    if (!sums)
+        return false;
+    for (size_t k = 0; k * CHUNK < blen; k++)
+        stk__st64(sums + 8 * k, chunk_sum(buf + k * CHUNK, STK_MIN((size_t)CHUNK, blen - k * CHUNK),
+                                          hash, blk, k));
+    bool ok = put_entry(c, hash, suffix, buf, blen, sums, ns, replace, tmp, dl);
+    stk__free(sums);
+    return ok;
 }
 
 static size_t path_size(const stk__cache *c)
@@ -378,7 +425,7 @@ bool stk__cache_has(stk__cache *c, const char *key, uint64_t size, uint64_t blk)
     struct stat st;
     uint64_t boff = blk * STK_CACHE_BLOCK;
     bool has = boff < size && stat(path, &st) == 0 &&
-               (uint64_t)st.st_size == STK_MIN(STK_CACHE_BLOCK, size - boff);
+               (uint64_t)st.st_size == entry_size((size_t)STK_MIN(STK_CACHE_BLOCK, size - boff));
     stk__free(path);
     return has;
 }
@@ -392,10 +439,86 @@ bool stk__cache_put(stk__cache *c, const char *key, uint64_t size, uint64_t blk,
     stk__sha256_hex(key, strlen(key), hash);
     size_t dl = path_size(c);
     char *tmp = stk__malloc(dl);
-    bool ok =
-        tmp && put_block(c, hash, blk, buf, (size_t)STK_MIN(STK_CACHE_BLOCK, size - boff), tmp, dl);
+    bool ok = tmp && put_block(c, hash, blk, buf, (size_t)STK_MIN(STK_CACHE_BLOCK, size - boff),
+                               false, tmp, dl);
     stk__free(tmp);
     return ok;
+}
+
+/* The n bytes at position pos of the concatenation of v[0..nv): in place when one piece holds
+ * them, else gathered into tmp. */
+static const uint8_t *gather(const struct iovec *v, int nv, size_t pos, size_t n, uint8_t *tmp)
+{
+    size_t at = 0, done = 0;
+    for (int i = 0; i < nv && done < n; i++) {
+        size_t a = at, b = at + v[i].iov_len;
+        at = b;
+        if (pos + done >= b)
+            continue;
+        size_t from = pos + done - a, k = STK_MIN(n - done, b - (pos + done));
+        if (done == 0 && k == n)
+            return (const uint8_t *)v[i].iov_base + from;
+        memcpy(tmp + done, (const uint8_t *)v[i].iov_base + from, k);
+        done += k;
+    }
+    return tmp;
+}
+
+/* A hit: read block bytes [in, in + hi - lo) of the entry open as fd (block blk, blen bytes)
+ * into the request's bytes [lo, hi), with the rest of the 4 KiB chunks they touch, and check
+ * each chunk against its checksum. false when a read falls short or a checksum differs. */
+static bool hit_read(int fd, const char *hash, uint64_t blk, size_t blen, const stk__iov *iov,
+                     int n_iov, size_t lo, size_t hi, size_t in)
+{
+    size_t len = hi - lo, c0 = in / CHUNK, c1 = (in + len - 1) / CHUNK;
+    size_t span_a = c0 * CHUNK, span_b = STK_MIN((c1 + 1) * CHUNK, blen);
+    uint8_t head[CHUNK], tail[CHUNK], tmp[CHUNK];
+    struct iovec v[STK_MAX_FIELDS + 3];
+    int nv = 0;
+    if (in > span_a)
+        v[nv++] = (struct iovec){head, in - span_a};
+    size_t pos = 0;
+    for (int i = 0; i < n_iov && pos < hi && nv < (int)(sizeof(v) / sizeof(v[0])) - 1; i++) {
+        size_t x = STK_MAX(pos, lo), y = STK_MIN(pos + iov[i].len, hi);
+        if (x < y)
+            v[nv++] = (struct iovec){(uint8_t *)iov[i].base + (x - pos), y - x};
+        pos += iov[i].len;
+    }
+    if (span_b > in + len)
+        v[nv++] = (struct iovec){tail, span_b - (in + len)};
+    ssize_t r = preadv(fd, v, nv, (off_t)span_a);
+    if (r != (ssize_t)(span_b - span_a))
+        return false;
+    size_t n_sums = c1 - c0 + 1;
+    uint8_t sums[STK_CACHE_BLOCK / CHUNK * 8];
+    if (pread(fd, sums, n_sums * 8, (off_t)(blen + c0 * 8)) != (ssize_t)(n_sums * 8))
+        return false;
+    for (size_t k = c0; k <= c1; k++) {
+        size_t n = STK_MIN((size_t)CHUNK, blen - k * CHUNK);
+        const uint8_t *p = gather(v, nv, k * CHUNK - span_a, n, tmp);
+        if (chunk_sum(p, n, hash, blk, k) != stk__ld64(sums + 8 * (k - c0)))
+            return false;
+    }
+    return true;
+}
+
+/* Evict the damaged entry open as fd at path (unless another process replaced it meanwhile),
+ * taking its bytes out of the total. Best effort. */
+static void evict_damaged(stk__cache *c, int fd, const char *path)
+{
+    struct stat mine, now;
+    if (fstat(fd, &mine) != 0)
+        return;
+    while (flock(c->lock_fd, LOCK_EX) != 0)
+        if (errno != EINTR)
+            return;
+    if (stat(path, &now) == 0 && now.st_ino == mine.st_ino && now.st_dev == mine.st_dev &&
+        unlink(path) == 0) {
+        uint64_t total;
+        if (total_read(c->lock_fd, &total))
+            total_write(c->lock_fd, total - STK_MIN(total, (uint64_t)mine.st_size));
+    }
+    flock(c->lock_fd, LOCK_UN);
 }
 
 stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64_t offset,
@@ -431,28 +554,18 @@ stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64
         size_t in = (size_t)(a - boff);
         snprintf(path, dl, "%s/%s-%llu", c->entries, hash, (unsigned long long)blk);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == blen) {
-            /* a hit: read our part straight into the pieces */
-            struct iovec v[STK_MAX_FIELDS + 1];
-            int nv = 0;
-            size_t pos = 0;
-            for (int i = 0; i < n_iov && pos < hi && nv < (int)(sizeof(v) / sizeof(v[0])); i++) {
-                size_t x = STK_MAX(pos, lo), y = STK_MIN(pos + iov[i].len, hi);
-                if (x < y) {
-                    v[nv].iov_base = (uint8_t *)iov[i].base + (x - pos);
-                    v[nv].iov_len = y - x;
-                    nv++;
-                }
-                pos += iov[i].len;
-            }
-            ssize_t r = preadv(fd, v, nv, (off_t)in);
-            struct timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
-            futimens(fd, ts); /* least recently used = oldest atime */
-            close(fd);
-            if (r == (ssize_t)(hi - lo))
+        bool damaged = false;
+        if (fd >= 0) {
+            struct stat st;
+            damaged = !(fstat(fd, &st) == 0 && (uint64_t)st.st_size == entry_size(blen) &&
+                        hit_read(fd, hash, blk, blen, iov, n_iov, lo, hi, in));
+            if (!damaged) { /* a hit, checked */
+                struct timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+                futimens(fd, ts); /* least recently used = oldest atime */
+                close(fd);
                 continue;
-        } else if (fd >= 0) {
+            }
+            evict_damaged(c, fd, path);
             close(fd);
         }
         /* a miss: fetch the whole block, keep it, copy our part */
@@ -460,12 +573,18 @@ stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64
             rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
             goto done;
         }
-        if ((rc = fetch(ctx, boff, buf, blen, err, err_size)) < 0)
+        if ((rc = fetch(ctx, boff, buf, blen, err, err_size)) < 0) {
+            if (damaged)
+                stk__set_error(err, err_size, rc,
+                               "cache block %s failed its checksum (evicted), and fetching it "
+                               "again failed: %s",
+                               path, err);
             goto done;
+        }
         scatter(iov, n_iov, lo, hi, buf + in);
         struct stat now; /* the fetch may have waited for a prefetch that put it in meanwhile */
-        if (stat(path, &now) != 0 || (uint64_t)now.st_size != blen)
-            put_block(c, hash, blk, buf, blen, tmp, dl);
+        if (stat(path, &now) != 0 || (uint64_t)now.st_size != entry_size(blen))
+            put_block(c, hash, blk, buf, blen, damaged, tmp, dl);
     }
 done:
     stk__free(buf);
@@ -532,7 +651,7 @@ bool stk__cache_aux_put(stk__cache *c, const char *key, const char *name, const 
     stk__sha256_hex(key, strlen(key), hash);
     size_t dl = path_size(c);
     char *tmp = stk__malloc(dl);
-    bool ok = tmp && put_entry(c, hash, name, buf, n, true, tmp, dl);
+    bool ok = tmp && put_entry(c, hash, name, buf, n, NULL, 0, true, tmp, dl);
     stk__free(tmp);
     return ok;
 }

@@ -5,6 +5,7 @@
 #include "t.h"
 
 #include <curl/curl.h>
+#include <dirent.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -277,6 +278,109 @@ static int test_cache_settings_per_thread(void)
     return 0;
 }
 
+/* The path of the one block entry of the cache whose name ends with "-<blk>". */
+static int block_entry(char *out, size_t size, int blk)
+{
+    char dir[300], suffix[16];
+    snprintf(dir, sizeof(dir), "%s/entries", g_dir);
+    snprintf(suffix, sizeof(suffix), "-%d", blk);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name), k = strlen(suffix);
+        if (n > k && strcmp(e->d_name + n - k, suffix) == 0) {
+            snprintf(out, size, "%s/%s", dir, e->d_name);
+            found++;
+        }
+    }
+    if (d)
+        closedir(d);
+    return found == 1 ? 0 : -1;
+}
+
+/* Flip one bit of the file at `off`. */
+static int flip_byte(const char *path, long off)
+{
+    FILE *f = fopen(path, "r+b");
+    if (!f || fseek(f, off, SEEK_SET) != 0)
+        return -1;
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    return fclose(f);
+}
+
+static stk_status failing_fetch(void *ctx, uint64_t off, void *buf, size_t len, char *err,
+                                size_t err_size)
+{
+    (void)ctx, (void)buf, (void)len;
+    return stk__set_error(err, err_size, STK_EIO, "GET at %llu failed (the server is down)",
+                          (unsigned long long)off);
+}
+
+/* A cache block damaged on disk (a flipped bit in its data or its checksums, a cut, an entry of
+ * the layout before checksums) is found by its own checksum, evicted and fetched again: the
+ * bytes read are the object's, and the next read is a hit again. When it cannot be fetched
+ * again, the error names the cache file (issue 30: the damage was served to every reader). */
+static int test_cache_damaged_block_refetched(void)
+{
+    T_CHECK(make_dir() == 0);
+    const size_t size = (size_t)(STK_CACHE_BLOCK + 5000);
+    uint8_t *obj = malloc(size), out[300];
+    T_CHECK(obj);
+    for (size_t i = 0; i < size; i++)
+        obj[i] = (uint8_t)(i * 31 + (i >> 9));
+    mem_remote m = {obj, 0};
+    stk__cache *c = NULL;
+    char err[512], entry[600];
+    T_OK(stk__cache_open(g_dir, 4 * STK_CACHE_BLOCK, &c, err, sizeof(err)));
+    stk__iov v = {out, sizeof(out)};
+    const uint64_t at = 100000;
+    T_OK(stk__cache_read(c, "obj", size, at, &v, 1, mem_fetch, &m, err, sizeof(err)));
+    T_EQ(m.fetches, 1);
+    T_CHECK(block_entry(entry, sizeof(entry), 0) == 0);
+    struct stat st0;
+    T_CHECK(stat(entry, &st0) == 0);
+    /* damage: in the bytes read, elsewhere in the block, in the checksums, a cut */
+    long where[] = {(long)at + 7, 3000000, (long)(STK_CACHE_BLOCK + 8 * (at / 4096)), -1};
+    for (int k = 0; k < 4; k++) {
+        if (where[k] >= 0)
+            T_CHECK(flip_byte(entry, where[k]) == 0);
+        else
+            T_CHECK(truncate(entry, (off_t)STK_CACHE_BLOCK - 1) == 0);
+        int before = m.fetches;
+        memset(out, 0, sizeof(out));
+        stk__iov all = {out, sizeof(out)};
+        uint64_t off = where[k] == 3000000 ? 2999990 : at;
+        T_OK(stk__cache_read(c, "obj", size, off, &all, 1, mem_fetch, &m, err, sizeof(err)));
+        T_CHECKF(memcmp(out, obj + off, sizeof(out)) == 0, "damage %d: wrong bytes served", k);
+        T_CHECKF(m.fetches == before + 1, "damage %d: %d fetches", k, m.fetches - before);
+        T_OK(stk__cache_read(c, "obj", size, off, &all, 1, mem_fetch, &m, err, sizeof(err)));
+        T_EQ(m.fetches, before + 1); /* repaired: a hit again */
+        struct stat st;
+        T_CHECK(stat(entry, &st) == 0 && st.st_size == st0.st_size);
+    }
+    /* an entry of the layout before checksums (the block's bytes alone) is replaced */
+    FILE *f = fopen(entry, "wb");
+    T_CHECK(f && fwrite(obj, 1, STK_CACHE_BLOCK, f) == STK_CACHE_BLOCK && fclose(f) == 0);
+    int before = m.fetches;
+    T_OK(stk__cache_read(c, "obj", size, at, &v, 1, mem_fetch, &m, err, sizeof(err)));
+    T_CHECK(memcmp(out, obj + at, sizeof(out)) == 0 && m.fetches == before + 1);
+    /* damaged and the object unreachable: the error names the cache file and says why */
+    T_CHECK(flip_byte(entry, (long)at + 1) == 0);
+    T_EQ(stk__cache_read(c, "obj", size, at, &v, 1, failing_fetch, NULL, err, sizeof(err)),
+         STK_EIO);
+    T_CHECKF(strstr(err, entry) && strstr(err, "checksum") && strstr(err, "server is down"), "%s",
+             err);
+    T_CHECK(block_entry(entry, sizeof(entry), 0) != 0); /* evicted, nothing put back */
+    /* the total may count bytes the damage took away, never fewer than there are */
+    T_CHECK(lock_total() >= stk__cache_bytes(g_dir));
+    stk__cache_close(c);
+    free(obj);
+    return 0;
+}
+
 /* Several processes filling one small cache at once: every byte right, entries within the limit. */
 static int test_cache_shared_by_processes(void)
 {
@@ -320,4 +424,5 @@ static int test_cache_shared_by_processes(void)
 
 T_MAIN(T_CASE(test_retry_decision), T_CASE(test_backoff), T_CASE(test_cache_limit_below_one_block),
        T_CASE(test_cache_hits_and_limit), T_CASE(test_cache_aux_entries),
-       T_CASE(test_cache_settings_per_thread), T_CASE(test_cache_shared_by_processes))
+       T_CASE(test_cache_settings_per_thread), T_CASE(test_cache_damaged_block_refetched),
+       T_CASE(test_cache_shared_by_processes))
