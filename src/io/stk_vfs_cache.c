@@ -63,9 +63,11 @@ static uint64_t chunk_sum(const uint8_t *p, size_t n, const char *hash, uint64_t
 }
 
 struct stk__cache {
-    char *dir, *entries, *tmp;
+    char *dir, *entries, *tmp, *lock;
     uint64_t limit;
     int lock_fd;
+    pthread_mutex_t remake;  /* one thread at a time makes the directories again */
+    _Atomic bool unwritable; /* an insert failed even after making them again */
     struct stk__cache *next; /* the process's caches (stk__cache_from_env) */
 };
 
@@ -81,9 +83,50 @@ static stk_status mkdir_p(const char *d, char *err, size_t err_size)
             return stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", buf, strerror(errno));
         *p = '/';
     }
+    struct stat st;
     if (mkdir(buf, 0777) != 0 && errno != EEXIST)
         return stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", buf, strerror(errno));
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+        return stk__set_error(err, err_size, STK_EIO, "cache: %s: not a directory", buf);
     return STK_OK;
+}
+
+/* Make the cache's directories and lock file if they are missing: at open, and again when
+ * they were removed while the process lives (issue 30: a user or a tmp cleaner clearing the
+ * directory left every later read a miss that could never be kept, with no message). A lock
+ * file replaced by a new one is taken over in place (dup2 onto the same descriptor), so other
+ * threads keep using c->lock_fd. */
+static stk_status cache_dirs(stk__cache *c, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    pthread_mutex_lock(&c->remake);
+    struct stat have, now;
+    bool lock_ok = c->lock_fd >= 0 && fstat(c->lock_fd, &have) == 0 && stat(c->lock, &now) == 0 &&
+                   have.st_ino == now.st_ino && have.st_dev == now.st_dev;
+    if ((rc = mkdir_p(c->entries, err, err_size)) == STK_OK &&
+        (rc = mkdir_p(c->tmp, err, err_size)) == STK_OK && !lock_ok) {
+        int fd = open(c->lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            rc = stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", c->lock, strerror(errno));
+        } else if (c->lock_fd < 0) {
+            c->lock_fd = fd;
+        } else {
+            dup2(fd, c->lock_fd); /* keeps O_CLOEXEC off: set it again */
+            fcntl(c->lock_fd, F_SETFD, FD_CLOEXEC);
+            close(fd);
+        }
+    }
+    if (rc == STK_OK)
+        c->unwritable = false;
+    pthread_mutex_unlock(&c->remake);
+    return rc;
+}
+
+/* Whether the directories are still there (cheap: one stat). */
+static bool cache_dirs_there(const stk__cache *c)
+{
+    struct stat st, lk;
+    return stat(c->tmp, &st) == 0 && S_ISDIR(st.st_mode) && stat(c->lock, &lk) == 0;
 }
 
 void stk__cache_close(stk__cache *c)
@@ -92,9 +135,11 @@ void stk__cache_close(stk__cache *c)
         return;
     if (c->lock_fd >= 0)
         close(c->lock_fd);
+    pthread_mutex_destroy(&c->remake);
     stk__free(c->dir);
     stk__free(c->entries);
     stk__free(c->tmp);
+    stk__free(c->lock);
     stk__free(c);
 }
 
@@ -122,27 +167,21 @@ stk_status stk__cache_open(const char *dir, uint64_t limit, stk__cache **out, ch
         return stk__set_error(err, err_size, STK_ENOMEM, "cache %s: out of memory", dir);
     c->lock_fd = -1;
     c->limit = limit;
+    pthread_mutex_init(&c->remake, NULL);
     c->dir = stk__strdup(dir);
     c->entries = stk__path_join(dir, "entries");
     c->tmp = stk__path_join(dir, "tmp");
-    char *lock = stk__path_join(dir, ".lock");
+    c->lock = stk__path_join(dir, ".lock");
     stk_status rc = STK_OK;
-    if (!c->dir || !c->entries || !c->tmp || !lock) {
+    if (!c->dir || !c->entries || !c->tmp || !c->lock) {
         rc = stk__set_error(err, err_size, STK_ENOMEM, "cache %s: out of memory", dir);
         goto fail;
     }
-    if ((rc = mkdir_p(c->entries, err, err_size)) < 0 || (rc = mkdir_p(c->tmp, err, err_size)) < 0)
+    if ((rc = cache_dirs(c, err, err_size)) < 0)
         goto fail;
-    c->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (c->lock_fd < 0) {
-        rc = stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", lock, strerror(errno));
-        goto fail;
-    }
-    stk__free(lock);
     *out = c;
     return STK_OK;
 fail:
-    stk__free(lock);
     stk__cache_close(c);
     return rc;
 }
@@ -186,6 +225,8 @@ stk_status stk__cache_from_env(stk__cache **out, char *err, size_t err_size)
     if (!c && (rc = stk__cache_open(dir, limit, &c, err, err_size)) == STK_OK) {
         c->next = g_caches;
         g_caches = c;
+    } else if (c && (c->unwritable || !cache_dirs_there(c))) {
+        rc = cache_dirs(c, err, err_size); /* removed since: made again, or the open says why */
     }
     pthread_mutex_unlock(&g_lock);
     *out = c;
@@ -367,6 +408,8 @@ static bool put_entry(stk__cache *c, const char *hash, const char *suffix, const
     snprintf(tmp, dl, "%s/%s-%s.%d.%lu", c->tmp, hash, suffix, (int)getpid(),
              (unsigned long)g_seq++);
     int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (tfd < 0 && errno == ENOENT && cache_dirs(c, NULL, 0) == STK_OK) /* removed meanwhile */
+        tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     bool wrote = tfd >= 0 && stk__write_full(tfd, buf, blen) &&
                  (!tail_len || stk__write_full(tfd, tail, tail_len));
     if (tfd >= 0)
@@ -395,6 +438,8 @@ static bool put_block(stk__cache *c, const char *hash, uint64_t blk, const uint8
                                           hash, blk, k));
     bool ok = put_entry(c, hash, suffix, buf, blen, sums, ns, replace, tmp, dl);
     stk__free(sums);
+    if (!ok) /* not even after making the directories again: misses stop fetching whole blocks */
+        c->unwritable = true;
     return ok;
 }
 
@@ -568,10 +613,18 @@ stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64
             evict_damaged(c, fd, path);
             close(fd);
         }
-        /* a miss: fetch the whole block, keep it, copy our part */
+        /* a miss: fetch the whole block, keep it, copy our part; while the cache cannot be
+         * written, fetch only our part (a block that cannot be kept would cost a whole block's
+         * transfer per read: the silent slowdown of issue 30) */
         if (!buf && !(buf = stk__malloc(STK_CACHE_BLOCK))) {
             rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
             goto done;
+        }
+        if (c->unwritable && !damaged) {
+            if ((rc = fetch(ctx, a, buf, hi - lo, err, err_size)) < 0)
+                goto done;
+            scatter(iov, n_iov, lo, hi, buf);
+            continue;
         }
         if ((rc = fetch(ctx, boff, buf, blen, err, err_size)) < 0) {
             if (damaged)

@@ -56,6 +56,7 @@ static int test_backoff(void)
 typedef struct mem_remote {
     const uint8_t *data;
     int fetches;
+    size_t last_len; /* bytes of the last fetch */
 } mem_remote;
 
 static stk_status mem_fetch(void *ctx, uint64_t off, void *buf, size_t len, char *err,
@@ -65,6 +66,7 @@ static stk_status mem_fetch(void *ctx, uint64_t off, void *buf, size_t len, char
     mem_remote *m = ctx;
     memcpy(buf, m->data + off, len);
     m->fetches++;
+    m->last_len = len;
     return STK_OK;
 }
 
@@ -107,7 +109,7 @@ static int test_cache_hits_and_limit(void)
     T_CHECK(obj && out);
     for (size_t i = 0; i < size; i++)
         obj[i] = (uint8_t)(i * 7 + (i >> 13));
-    mem_remote m = {obj, 0};
+    mem_remote m = {obj, 0, 0};
     stk__cache *c = NULL;
     char err[512];
     const uint64_t limit = 3 * STK_CACHE_BLOCK;
@@ -171,7 +173,7 @@ static int test_cache_aux_entries(void)
     T_CHECK(obj && out);
     for (size_t i = 0; i < size; i++)
         obj[i] = (uint8_t)(i * 13 + (i >> 11));
-    mem_remote m = {obj, 0};
+    mem_remote m = {obj, 0, 0};
     stk__cache *c = NULL;
     char err[512];
     const uint64_t limit = 3 * STK_CACHE_BLOCK;
@@ -331,7 +333,7 @@ static int test_cache_damaged_block_refetched(void)
     T_CHECK(obj);
     for (size_t i = 0; i < size; i++)
         obj[i] = (uint8_t)(i * 31 + (i >> 9));
-    mem_remote m = {obj, 0};
+    mem_remote m = {obj, 0, 0};
     stk__cache *c = NULL;
     char err[512], entry[600];
     T_OK(stk__cache_open(g_dir, 4 * STK_CACHE_BLOCK, &c, err, sizeof(err)));
@@ -381,6 +383,81 @@ static int test_cache_damaged_block_refetched(void)
     return 0;
 }
 
+/* The cache directory removed while the process lives (a user clearing it between runs in a
+ * notebook, a tmp cleaner): the next insert and the next open of the same cache recreate it, so
+ * blocks are kept again, instead of every read fetching a whole block that can never be kept
+ * (issue 30: 80 samples/s against 580 with no cache at all, and no message). */
+static int test_cache_dir_removed_is_recreated(void)
+{
+    T_CHECK(make_dir() == 0);
+    char dir[300], err[512], lock[320], cmd[800];
+    snprintf(dir, sizeof(dir), "%s/c", g_dir);
+    snprintf(lock, sizeof(lock), "%s/.lock", dir);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    const size_t size = (size_t)(3 * STK_CACHE_BLOCK);
+    uint8_t *obj = malloc(size), out[100];
+    T_CHECK(obj);
+    for (size_t i = 0; i < size; i++)
+        obj[i] = (uint8_t)(i * 11 + (i >> 10));
+    mem_remote m = {obj, 0, 0};
+    stk__vfs_opts o = {.cache_dir = dir, .cache_limit = 64 << 20};
+    stk__vfs_opts_use(&o);
+    stk__cache *c = NULL;
+    T_OK(stk__cache_from_env(&c, err, sizeof(err)));
+    stk__iov v = {out, sizeof(out)};
+    T_OK(stk__cache_read(c, "obj", size, 10, &v, 1, mem_fetch, &m, err, sizeof(err)));
+    T_EQ(m.fetches, 1);
+    /* removed under the running process: the next miss puts its block into a new directory */
+    T_EQ(system(cmd), 0);
+    T_OK(stk__cache_read(c, "obj", size, STK_CACHE_BLOCK + 10, &v, 1, mem_fetch, &m, err,
+                         sizeof(err)));
+    T_CHECK(memcmp(out, obj + STK_CACHE_BLOCK + 10, sizeof(out)) == 0);
+    T_OK(stk__cache_read(c, "obj", size, STK_CACHE_BLOCK + 20, &v, 1, mem_fetch, &m, err,
+                         sizeof(err)));
+    T_EQ(m.fetches, 2); /* kept: a hit */
+    T_CHECK(access(lock, F_OK) == 0);
+    T_CHECK(stk__cache_bytes(dir) > 0);
+    /* removed between two datasets: the next open of the same cache recreates it */
+    T_EQ(system(cmd), 0);
+    stk__cache *again = NULL;
+    T_OK(stk__cache_from_env(&again, err, sizeof(err)));
+    T_CHECK(again == c);
+    T_CHECK(access(lock, F_OK) == 0);
+    T_OK(stk__cache_read(c, "obj", size, 2 * STK_CACHE_BLOCK, &v, 1, mem_fetch, &m, err,
+                         sizeof(err)));
+    T_OK(stk__cache_read(c, "obj", size, 2 * STK_CACHE_BLOCK + 1, &v, 1, mem_fetch, &m, err,
+                         sizeof(err)));
+    T_EQ(m.fetches, 3);
+    /* a cache that cannot be written (its tmp/ a file): misses fetch only what they read,
+     * not whole blocks that cannot be kept */
+    char tmpdir[320];
+    snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", dir);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && touch '%s'", tmpdir, tmpdir);
+    T_EQ(system(cmd), 0);
+    stk__iov w = {out, 40};
+    T_OK(stk__cache_read(c, "other", size, 5, &w, 1, mem_fetch, &m, err, sizeof(err)));
+    T_EQ(m.last_len, STK_CACHE_BLOCK); /* tried to keep it: could not */
+    T_OK(stk__cache_read(c, "other", size, 50, &w, 1, mem_fetch, &m, err, sizeof(err)));
+    T_CHECK(memcmp(out, obj + 50, 40) == 0);
+    T_EQ(m.last_len, 40);
+    T_OK(stk__cache_read(c, "obj", size, 2 * STK_CACHE_BLOCK + 5, &v, 1, mem_fetch, &m, err,
+                         sizeof(err)));
+    T_EQ(m.fetches, 5); /* blocks kept before are still hits */
+    /* ... and the next open says why it cannot be written */
+    T_EQ(stk__cache_from_env(&again, err, sizeof(err)), STK_EIO);
+    T_CHECKF(strstr(err, tmpdir) && strstr(err, "not a directory"), "%s", err);
+    /* a directory that cannot be made again: the open says so */
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    T_EQ(system(cmd), 0);
+    FILE *f = fopen(dir, "w"); /* a file where the directory was */
+    T_CHECK(f && fclose(f) == 0);
+    T_EQ(stk__cache_from_env(&again, err, sizeof(err)), STK_EIO);
+    T_CHECKF(strstr(err, dir) != NULL, "%s", err);
+    stk__vfs_opts_use(NULL);
+    free(obj);
+    return 0;
+}
+
 /* Several processes filling one small cache at once: every byte right, entries within the limit. */
 static int test_cache_shared_by_processes(void)
 {
@@ -398,7 +475,7 @@ static int test_cache_shared_by_processes(void)
         if (kids[k] == 0) {
             stk__cache *c = NULL;
             char err[512];
-            mem_remote m = {obj, 0};
+            mem_remote m = {obj, 0, 0};
             uint8_t buf[4096];
             int bad = stk__cache_open(g_dir, limit, &c, err, sizeof(err)) != STK_OK;
             for (int r = 0; r < 200 && !bad; r++) {
@@ -425,4 +502,4 @@ static int test_cache_shared_by_processes(void)
 T_MAIN(T_CASE(test_retry_decision), T_CASE(test_backoff), T_CASE(test_cache_limit_below_one_block),
        T_CASE(test_cache_hits_and_limit), T_CASE(test_cache_aux_entries),
        T_CASE(test_cache_settings_per_thread), T_CASE(test_cache_damaged_block_refetched),
-       T_CASE(test_cache_shared_by_processes))
+       T_CASE(test_cache_dir_removed_is_recreated), T_CASE(test_cache_shared_by_processes))
