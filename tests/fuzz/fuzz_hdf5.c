@@ -1,10 +1,10 @@
 /*
  * fuzz_hdf5.c: libFuzzer target for the HDF5 source (src/source/hdf5/): the input is written to
- * an anonymous file and opened with format "hdf5"; every record (bounded: 10k records, 1 MiB
- * each) is read through both read paths. Every open error must name the file, and open must not
- * take time in proportion to a row count the file declares but does not hold (issue 30: a
- * 1.4 KB file declaring 10^7 vlen rows never finished opening): libFuzzer's per-input timeout
- * (30 s in make fuzz-ci) catches that.
+ * a temporary file (libhdf5 cannot open a memfd's /proc path) and opened with format "hdf5"; the
+ * first 64 records (1 MiB each at most) are read through both read paths. Every open error must
+ * name the file, and open must not take time in proportion to a row count the file declares but
+ * does not hold (issue 30: a 1.4 KB file declaring 10^7 vlen rows never finished opening):
+ * libFuzzer's per-input timeout (30 s in make fuzz-ci) catches that.
  *
  * The library parses the file's metadata itself (Debian's libhdf5, not instrumented: a crash
  * inside it shows as a crash of this target, with libhdf5 frames on top).
@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char path[64];
-    int fd = fuzz_input_file(data, size, "h5", path, sizeof(path));
+    int fd = fuzz_input_file_ex(data, size, "h5", true, path, sizeof(path)); /* a real file */
     if (fd < 0)
         return 0;
     const char *paths[1] = {path};
@@ -36,13 +36,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     o.format = "hdf5";
     stk_dataset *ds = NULL;
     if (stk_dataset_open_ex(&o, &ds) == STK_OK) {
-        fuzz_read_all(ds);
+        fuzz_read_some(ds, 64); /* a row through the library costs ~0.5 ms under ASan */
         stk_dataset_close(ds);
     } else if (strstr(stk_last_errmsg(), path) == NULL) {
         abort(); /* every open error must name the file */
     }
     close(fd);
-    if (strncmp(path, "/tmp/", 5) == 0)
-        unlink(path);
+    unlink(path);
     return 0;
 }

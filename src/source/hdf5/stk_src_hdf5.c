@@ -547,7 +547,8 @@ static stk_status read_lib(const stk_dataset *ds, h5src *s, h5file *hf, uint32_t
                                 "%s: dataset '%s': %zu bytes, over its %zu-byte buffer", where,
                                 ds->fields[f].name, v.len, cap);
         } else {
-            memcpy(dst, v.p, v.len);
+            if (v.len) /* an empty row has no buffer (v.p NULL): nothing to copy */
+                memcpy(dst, v.p, v.len);
             *size = v.len;
         }
         H5Dvlen_reclaim(c->mtype, c->mspace, H5P_DEFAULT, &v);
