@@ -626,12 +626,15 @@ stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64
             scatter(iov, n_iov, lo, hi, buf);
             continue;
         }
-        if ((rc = fetch(ctx, boff, buf, blen, err, err_size)) < 0) {
+        char why[STK_ERRMSG_SIZE];
+        if ((rc = fetch(ctx, boff, buf, blen, why, sizeof(why))) < 0) {
             if (damaged)
                 stk__set_error(err, err_size, rc,
                                "cache block %s failed its checksum (evicted), and fetching it "
                                "again failed: %s",
-                               path, err);
+                               path, why);
+            else
+                stk__set_error(err, err_size, rc, "%s", why);
             goto done;
         }
         scatter(iov, n_iov, lo, hi, buf + in);
