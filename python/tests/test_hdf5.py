@@ -143,8 +143,10 @@ def test_truncated_and_corrupt_files(tmp_path):
     bad = bytearray(data)
     bad[data.find(b"GCOL")] = ord("X")  # the first heap collection's signature
     (tmp_path / "heap.h5").write_bytes(bytes(bad))
-    with pytest.raises(stoker.StokerIOError,
-                       match="heap.h5: dataset 'image' row 0: .*global heap collection"):
+    # refused before the library reads the heap (its reader copies between overlapping buffers
+    # on some damaged heaps: fuzz_hdf5)
+    with pytest.raises(stoker.StokerFormatError,
+                       match=r"heap.h5: dataset 'image' row \d+: .*global heap collection"):
         stoker.Dataset(str(tmp_path / "heap.h5"))
 
 

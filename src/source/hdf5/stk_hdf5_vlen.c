@@ -79,10 +79,13 @@ static bool walk_collection(stk__h5col *c, stk__file *f, const vref *refs, size_
  * (u32 length, u64 collection address, u32 object index) and the heap collections' object
  * headers, so rows are read by offset from the workers like contiguous datasets. Sets c->voff
  * and c->vlen (12 bytes per row) and *max; leaves them NULL when the layout is not the one
- * expected (other offset sizes, filters, anything odd): the rows then go through the library.
- * Open reads the descriptors (16 bytes per row) and one 16-byte header per heap object. */
-stk_status stk__h5_vlen_direct(stk__h5col *c, stk__file *f, hid_t plist, uint64_t *max, char *err,
-                               size_t err_size)
+ * expected (other offset sizes, filters): the rows then go through the library. Descriptors of
+ * that layout whose heap objects are not where they say (a damaged file) are STK_EFORMAT: the
+ * library given such a heap copies a megabyte between overlapping buffers (found by
+ * fuzz_hdf5 in Debian's libhdf5 1.10.8, H5HG_read). Open reads the descriptors (16 bytes per
+ * row) and one 16-byte header per heap object. */
+stk_status stk__h5_vlen_direct(stk__h5col *c, stk__file *f, hid_t plist, const char *dname,
+                               uint64_t *max, char *err, size_t err_size)
 {
     uint64_t n = c->dims[0], stor = H5Dget_storage_size(c->dset);
     haddr_t off = H5Dget_offset(c->dset);
@@ -111,14 +114,25 @@ stk_status stk__h5_vlen_direct(stk__h5col *c, stk__file *f, hid_t plist, uint64_
     }
     qsort(refs, (size_t)n, sizeof(*refs), vref_cmp);
     bool ok = rc == STK_OK;
+    uint64_t bad = 0, bad_row = 0;
     for (size_t a = 0, b; ok && a < n; a = b) {
         for (b = a; b < n && refs[b].addr == refs[a].addr; b++)
             ;
         /* an empty sequence has no heap object (address 0) */
         ok = refs[a].len == 0 && refs[b - 1].len == 0 ? true
                                                       : walk_collection(c, f, refs + a, b - a);
+        if (!ok) {
+            bad = refs[a].addr;
+            bad_row = refs[a].row;
+        }
     }
     stk__free(refs);
+    if (!ok && rc == STK_OK)
+        rc = stk__set_error(err, err_size, STK_EFORMAT,
+                            "%s: dataset '%s' row %" PRIu64 ": its bytes are not in the global "
+                            "heap collection at byte %" PRIu64 " where its descriptor points "
+                            "(a damaged file)",
+                            f->path, dname, bad_row, bad);
     if (!ok) {
         stk__free(c->voff);
         stk__free(c->vlen);

@@ -269,7 +269,7 @@ static stk_status open_col(h5file *s, stk_field *fd, uint64_t *fmax, const char 
     *fd = stk__field_canonical(fd);
     c->row_size = stk__field_fixed_size(fd);
     if (c->mode == COL_VLEN) {
-        STK_TRY(stk__h5_vlen_direct(c, s->f, plist, fmax, err, err_size));
+        STK_TRY(stk__h5_vlen_direct(c, s->f, plist, dname, fmax, err, err_size));
         if (!c->voff)
             STK_TRY(stk__h5_vlen_max(c, plist, path, dname, fmax, err, err_size));
     } else {
