@@ -38,17 +38,23 @@ DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)\(([^)]*)\)", re.M
 CALLS_FORMAT = re.compile(r"\b(stk__set_error|v?snprintf|sprintf)\s*\(")
 
 
+def quoted_end(text, i):
+    """The index just past the string or character literal that starts at text[i]."""
+    j, n = i + 1, len(text)
+    while j < n and text[j] != text[i]:
+        j += 2 if text[j] == "\\" else 1
+    return j + 1
+
+
 def strip_comments(text):
     """Comments become spaces (strings and line structure kept)."""
     out, i, n = [], 0, len(text)
     while i < n:
         c = text[i]
         if c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
+            j = quoted_end(text, i)
+            out.append(text[i:j])
+            i = j
         elif text.startswith("/*", i):
             j = text.find("*/", i + 2)
             j = n if j < 0 else j + 2
@@ -71,11 +77,9 @@ def split_args(text, start):
     while i < n:
         c = text[i]
         if c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                j += 2 if text[j] == "\\" else 1
-            cur.append(text[i:j + 1])
-            i = j + 1
+            j = quoted_end(text, i)
+            cur.append(text[i:j])
+            i = j
             continue
         if c in "([{":
             depth += 1

@@ -56,6 +56,25 @@ __attribute__((unused)) static int fuzz_input_file(const uint8_t *data, size_t s
     return fuzz_input_file_ex(data, size, name, false, path, path_size);
 }
 
+/* Open `path` as a dataset of `format`; NULL when refused, after checking that the message
+ * names `name` (every open error must say which file). */
+__attribute__((unused)) static stk_dataset *fuzz_open(const char *path, const char *format,
+                                                      const char *name)
+{
+    const char *paths[1] = {path};
+    stk_dataset_opts o;
+    stk_dataset_opts_init(&o);
+    o.paths = paths;
+    o.n_paths = 1;
+    o.format = format;
+    stk_dataset *ds = NULL;
+    if (stk_dataset_open_ex(&o, &ds) == STK_OK)
+        return ds;
+    if (strstr(stk_last_errmsg(), name) == NULL)
+        abort();
+    return NULL;
+}
+
 /* Read the first `max_records` records through both read paths. */
 __attribute__((unused)) static void fuzz_read_some(const stk_dataset *ds, uint64_t max_records)
 {
