@@ -79,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     stk_dataset *ds = fuzz_open(path, formats[fmt], file);
     if (ds) {
         uint64_t max = stk_dataset_max_record_size(ds);
-        uint64_t n = STK_MIN(stk_dataset_count(ds), MAX_RECORDS);
+        uint64_t n = STK_MIN(stk_dataset_n_records(ds), MAX_RECORDS);
         uint8_t *buf = max <= MAX_RECORD_SIZE ? malloc(max ? max : 1) : NULL;
         for (uint64_t i = 0; buf && i < n; i++) {
             stk_record r;

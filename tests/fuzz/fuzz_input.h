@@ -68,7 +68,7 @@ __attribute__((unused)) static stk_dataset *fuzz_open(const char *path, const ch
     o.n_paths = 1;
     o.format = format;
     stk_dataset *ds = NULL;
-    if (stk_dataset_open_ex(&o, &ds) == STK_OK)
+    if (stk_dataset_open_v2(&o, &ds) == STK_OK)
         return ds;
     if (strstr(stk_last_errmsg(), name) == NULL)
         abort();
@@ -104,7 +104,7 @@ __attribute__((unused)) static void fuzz_read_some(const stk_dataset *ds, uint64
             (void)strlen(si.metadata);
     }
     (void)stk_dataset_fingerprint(ds);
-    uint64_t n = STK_MIN(stk_dataset_count(ds), max_records);
+    uint64_t n = STK_MIN(stk_dataset_n_records(ds), max_records);
     for (uint64_t i = 0; buf && scatter && i < n; i++) {
         stk_record r;
         char err[256];

@@ -27,7 +27,7 @@ static void read_all(const stk_dataset *ds, const char *path)
     if (max > MAX_RECORD_SIZE)
         return;
     uint8_t *buf = malloc(max ? max : 1);
-    uint64_t n = STK_MIN(stk_dataset_count(ds), MAX_RECORDS);
+    uint64_t n = STK_MIN(stk_dataset_n_records(ds), MAX_RECORDS);
     for (uint64_t i = 0; buf && i < n; i++) {
         stk_record r;
         char err[512];

@@ -30,7 +30,7 @@
  * epoch) is delivered by the next call to next(). set_epoch(), load_state() and close() wait
  * for the request and discard its result (and a batch given back).
  *
- * state() may be called from any thread at any time, also while another thread is inside
+ * save_state() may be called from any thread at any time, also while another thread is inside
  * next() (a checkpoint thread): it answers from `st_cur`, the state after the last result
  * handed over, which the consumer updates under `mu` as it hands each one over. A parked or
  * given-back batch was not handed over, so it does not count.
@@ -75,7 +75,7 @@ typedef struct {
     stk_status res_rc;
     stk_batch *res_batch;
     char res_err[ERR_BUF];
-    /* what state() answers: the position after the results handed over (guarded by mu) */
+    /* what save_state() answers: the position after the results handed over (guarded by mu) */
     char st_cur[STATE_BUF];
     char st_prev[STATE_BUF];    /* st_cur before the last batch handed over (for _unget) */
     PyObject *held;             /* a Batch given back by _unget; next() returns it (GIL) */
@@ -228,12 +228,12 @@ static void discard_request(LoaderObject *self)
     }
 }
 
-/* Note the position after a consumer call moved it, for state(); `handed` when a batch was
+/* Note the position after a consumer call moved it, for save_state(); `handed` when a batch was
  * handed over (the state before it is kept for _unget). Inside loader_enter; any GIL state. */
 static void state_note(LoaderObject *self, bool handed)
 {
     char buf[STATE_BUF];
-    if (stk_loader_state(self->loader, buf, sizeof(buf)) < 0)
+    if (stk_loader_save_state(self->loader, buf, sizeof(buf)) < 0)
         buf[0] = '\0';
     pthread_mutex_lock(&self->mu);
     if (handed)
@@ -471,7 +471,7 @@ static int fetch_helper(LoaderObject *self)
 }
 
 /* Hand over what is ready: a batch given back by _unget, else the parked result (REQ_DONE),
- * noting the new position for state(). Inside loader_enter; leaves it. Sets *again when
+ * noting the new position for save_state(). Inside loader_enter; leaves it. Sets *again when
  * nothing was ready (a signal handler moved the position meanwhile). */
 static PyObject *hand_over(LoaderObject *self, bool *again)
 {
@@ -548,9 +548,9 @@ static PyObject *Loader_iter(PyObject *self)
     return Py_NewRef(self);
 }
 
-/* state(): any thread, any time (also while another thread is inside next(), and after close:
- * the last position); never waits. */
-static PyObject *Loader_state(LoaderObject *self, PyObject *noargs)
+/* save_state(): any thread, any time (also while another thread is inside next(), and after
+ * close: the last position); never waits. */
+static PyObject *Loader_save_state(LoaderObject *self, PyObject *noargs)
 {
     (void)noargs;
     if (self->pid != getpid())
@@ -568,7 +568,7 @@ static PyObject *Loader_state(LoaderObject *self, PyObject *noargs)
 
 /* _unget(batch): give back the batch the last next() returned, whose delivery an exception
  * (a KeyboardInterrupt while it was converted) interrupted: the next next() returns it again,
- * and state() does not count it meanwhile. */
+ * and save_state() does not count it meanwhile. */
 static PyObject *Loader_unget(LoaderObject *self, PyObject *batch)
 {
     if (!PyObject_TypeCheck(batch, &StkBatch_Type)) {
@@ -782,8 +782,8 @@ static PyObject *Loader_exit_ctx(LoaderObject *self, PyObject *args)
 }
 
 static PyMethodDef Loader_methods[] = {
-    {"state", (PyCFunction)Loader_state, METH_NOARGS,
-     "state() -> str: the resume state as JSON (position of the batches delivered so far); "
+    {"save_state", (PyCFunction)Loader_save_state, METH_NOARGS,
+     "save_state() -> str: the resume state as JSON (position of the batches delivered so far); "
      "from any thread, at any time."},
     {"load_state", (PyCFunction)Loader_load_state, METH_O,
      "load_state(json): resume from a state (also one taken with another world size)."},
@@ -793,7 +793,7 @@ static PyMethodDef Loader_methods[] = {
     {"set_epoch", (PyCFunction)Loader_set_epoch, METH_O,
      "set_epoch(e): jump to the start of epoch e (a no-op when e is about to start)."},
     {"info", (PyCFunction)Loader_info, METH_NOARGS,
-     "info() -> dict: resolved settings (n_threads, prefetch = ring slots, batch_size, rank, "
+     "info() -> dict: resolved settings (n_threads, n_slots (ring slots), batch_size, rank, "
      "world, n_records, slot_size, pinned)."},
     {"stats", (PyCFunction)Loader_stats, METH_NOARGS,
      "stats() -> dict: counters and stage times (ns) since create, active_threads, depth and the "
@@ -805,7 +805,7 @@ static PyMethodDef Loader_methods[] = {
      "Stop the workers and free the loader; batches still held stay valid."},
     {"_unget", (PyCFunction)Loader_unget, METH_O,
      "_unget(batch): give back the batch the last next() returned, whose delivery an exception "
-     "interrupted; the next next() returns it again and state() does not count it meanwhile."},
+     "interrupted; the next next() returns it again and save_state() does not count it meanwhile."},
     {"_set_debug_delay", (PyCFunction)Loader_set_debug_delay, METH_O,
      "Test hook: make every next() take at least this many milliseconds (as a slow pipeline "
      "would), to test Ctrl-C during a blocking next."},
@@ -834,11 +834,11 @@ PyTypeObject StkLoader_Type = {
     .tp_basicsize = sizeof(LoaderObject),
     .tp_dealloc = (destructor)Loader_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Loader(data, batch_size=256, num_threads=0, prefetch=0, seed=0, rank=-1, "
+    .tp_doc = "Loader(data, batch_size=256, n_threads=0, n_slots=0, seed=0, rank=-1, "
               "world=-1, shuffle=False, drop_last=False, skip_corrupt=False, verify=True, "
               "pinned=False, transform=None, transform_field=None, autotune=False, "
               "trace_events=0, device=-1, pinned_limit=0): the C loader with C semantics "
-              "(num_threads 0 = one per CPU, prefetch = ring slots, 0 = default). "
+              "(n_threads 0 = one per CPU, n_slots = ring slots, 0 = default). "
               "next() returns a Batch; the end of an epoch is StopIteration, and the next call "
               "starts the next epoch.",
     .tp_new = Loader_new,
