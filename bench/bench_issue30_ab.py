@@ -11,7 +11,8 @@ Workloads (raw records, no decode: the read path is all there is to measure):
   s3-cached   the 100 KiB dataset on s3rver (127.0.0.1) through a warm block cache: every read
               a cache hit (each build fills its own cache first: the entry layouts differ)
 Builds BASE's Python extension in a temporary worktree (`make python`). Prints a Markdown table
-of samples/s medians [min-max] per build and the new/base ratio of the medians, with `uptime`.
+of samples/s and samples per CPU second of the process (less disturbed by a shared machine),
+medians [min-max] per build, and the new/base ratio of the medians, with `uptime`.
 """
 import argparse
 import os
@@ -32,13 +33,13 @@ if os.environ.get("BENCH_CACHE"):
     kw["cache_dir"] = os.environ["BENCH_CACHE"]
 loader = stoker.Loader(path, 64, shuffle=True, seed=1, num_workers=workers, rank=0,
                        world_size=1, **kw)
-rate = 0
+rate = cpu_rate = 0
 for e in range(epochs):
-    t0, n = time.perf_counter(), 0
+    t0, c0, n = time.perf_counter(), time.process_time(), 0
     for b in loader:
         n += len(b["index"])
-    rate = n / (time.perf_counter() - t0)
-print(json.dumps({"rate": rate}))
+    rate, cpu_rate = n / (time.perf_counter() - t0), n / (time.process_time() - c0)
+print(json.dumps({"rate": rate, "cpu_rate": cpu_rate}))
 """
 
 
@@ -53,7 +54,9 @@ def rate(pythonpath, path, workers, epochs, env_extra=None):
     env.update(env_extra or {})
     out = subprocess.run([sys.executable, "-c", RUN, path, str(workers), str(epochs)],
                          check=True, capture_output=True, text=True, env=env).stdout
-    return float(out.strip().splitlines()[-1].split(":")[1].strip(" }"))
+    import json
+    r = json.loads(out.strip().splitlines()[-1])
+    return r["rate"], r["cpu_rate"]
 
 
 def main():
@@ -104,14 +107,15 @@ def main():
     finally:
         srv.stop()
     up = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    print(f"\n{a.rounds} rounds, {a.workers} worker threads, samples/s; `uptime`: {up}\n")
-    print("| workload | base " + a.base + " | new | new/base (medians) |")
-    print("|---|---|---|---|")
+    print(f"\n{a.rounds} rounds, {a.workers} worker threads; `uptime`: {up}\n")
+    print("| workload | measure | base " + a.base + " | new | new/base (medians) |")
+    print("|---|---|---|---|---|")
     for w, *_ in loads:
-        mb, mn = (statistics.median(res[(w, b)]) for b in ("base", "new"))
-        fmt = lambda b: "%.0f [%.0f-%.0f]" % (statistics.median(res[(w, b)]), min(res[(w, b)]),
-                                              max(res[(w, b)]))
-        print(f"| {w} | {fmt('base')} | {fmt('new')} | {mn / mb:.3f} |")
+        for k, what in ((0, "samples/s"), (1, "samples per CPU second")):
+            v = {b: [x[k] for x in res[(w, b)]] for b in builds}
+            mb, mn = (statistics.median(v[b]) for b in ("base", "new"))
+            fmt = lambda b: "%.0f [%.0f-%.0f]" % (statistics.median(v[b]), min(v[b]), max(v[b]))
+            print(f"| {w} | {what} | {fmt('base')} | {fmt('new')} | {mn / mb:.3f} |")
 
 
 if __name__ == "__main__":

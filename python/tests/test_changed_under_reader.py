@@ -148,7 +148,7 @@ def test_remote_object_replaced_mid_epoch(s3, monkeypatch, tmp_path, fmt, route)
     old, new = s3.blobs[fmt]
     s3.put(key, old)
     anonymous_endpoint(monkeypatch, s3.endpoint)
-    monkeypatch.setenv("STOKER_HTTP_PREFETCH", "0")  # reads after the rewrite reach the server
+    monkeypatch.setenv("STOKER_HTTP_READAHEAD", "0")  # reads after the rewrite reach the server
     kw = {"format": fmt}
     if route == "cache":
         kw["cache_dir"] = str(tmp_path / "cache")

@@ -121,6 +121,8 @@ typedef struct stk__rfile {
     char *validator; /* the ETag or Last-Modified the open saw ("" when the server sent none) */
     bool validator_etag;
     stk__cache *cache;
+    _Atomic uint64_t *checked; /* with the cache: the 4 KiB chunks whose checksums a hit of this
+                                  open checked (stk__cache_read_checked); NULL: check every hit */
     /* read-ahead (stk_vfs_fetch.c; guarded by its lock) */
     int pf_refs;          /* read-ahead ranges in flight that still need the file */
     _Atomic bool pf_used; /* counted among the files the fetcher thread serves */

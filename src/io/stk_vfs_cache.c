@@ -31,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -52,14 +53,26 @@ static uint64_t entry_size(size_t blen)
     return (uint64_t)blen + sums_size(blen);
 }
 
-/* The checksum of chunk k of block blk of the object whose key hashes to `hash`. */
-static uint64_t chunk_sum(const uint8_t *p, size_t n, const char *hash, uint64_t blk, size_t k)
+/* The seed of an object's chunk checksums: the first 16 hex digits of its key's hash. */
+static uint64_t key_seed(const char *hash)
 {
-    uint64_t seed = strtoull((char[17]){hash[0], hash[1], hash[2], hash[3], hash[4], hash[5],
-                                        hash[6], hash[7], hash[8], hash[9], hash[10], hash[11],
-                                        hash[12], hash[13], hash[14], hash[15], 0},
-                             NULL, 16);
+    char h[17];
+    memcpy(h, hash, 16);
+    h[16] = '\0';
+    return strtoull(h, NULL, 16);
+}
+
+/* The checksum of chunk k of block blk of the object whose key seeds `seed`. */
+static uint64_t chunk_sum(const uint8_t *p, size_t n, uint64_t seed, uint64_t blk, size_t k)
+{
     return XXH3_64bits_withSeed(p, n, seed ^ (blk << 24) ^ (uint64_t)k);
+}
+
+#define CHUNKS_PER_BLOCK (STK_CACHE_BLOCK / CHUNK)
+
+static bool chunk_checked(_Atomic uint64_t *checked, uint64_t i)
+{
+    return (atomic_load_explicit(&checked[i / 64], memory_order_relaxed) >> (i % 64)) & 1;
 }
 
 struct stk__cache {
@@ -433,9 +446,10 @@ static bool put_block(stk__cache *c, const char *hash, uint64_t blk, const uint8
     uint8_t *sums = stk__malloc(ns);
     if (!sums)
         return false;
+    uint64_t seed = key_seed(hash);
     for (size_t k = 0; k * CHUNK < blen; k++)
         stk__st64(sums + 8 * k, chunk_sum(buf + k * CHUNK, STK_MIN((size_t)CHUNK, blen - k * CHUNK),
-                                          hash, blk, k));
+                                          seed, blk, k));
     bool ok = put_entry(c, hash, suffix, buf, blen, sums, ns, replace, tmp, dl);
     stk__free(sums);
     if (!ok) /* not even after making the directories again: misses stop fetching whole blocks */
@@ -511,15 +525,25 @@ static const uint8_t *gather(const struct iovec *v, int nv, size_t pos, size_t n
 
 /* A hit: read block bytes [in, in + hi - lo) of the entry open as fd (block blk, blen bytes)
  * into the request's bytes [lo, hi), with the rest of the 4 KiB chunks they touch, and check
- * each chunk against its checksum. false when a read falls short or a checksum differs. */
+ * each chunk against its checksum, unless `checked` says this process checked it before (then
+ * only our bytes are read); the chunks checked now are noted there. false when a read falls
+ * short or a checksum differs. */
 static bool hit_read(int fd, const char *hash, uint64_t blk, size_t blen, const stk__iov *iov,
-                     int n_iov, size_t lo, size_t hi, size_t in)
+                     int n_iov, size_t lo, size_t hi, size_t in, _Atomic uint64_t *checked)
 {
     size_t len = hi - lo, c0 = in / CHUNK, c1 = (in + len - 1) / CHUNK;
     size_t span_a = c0 * CHUNK, span_b = STK_MIN((c1 + 1) * CHUNK, blen);
     uint8_t head[CHUNK], tail[CHUNK], tmp[CHUNK];
     struct iovec v[STK_MAX_FIELDS + 3];
     int nv = 0;
+    uint64_t first = blk * CHUNKS_PER_BLOCK; /* the block's first chunk in `checked` */
+    bool all = checked != NULL;
+    for (size_t k = c0; all && k <= c1; k++)
+        all = chunk_checked(checked, first + k);
+    if (all) { /* read before, checked then: our bytes only, straight into the pieces */
+        span_a = in;
+        span_b = in + len;
+    }
     if (in > span_a)
         v[nv++] = (struct iovec){head, in - span_a};
     size_t pos = 0;
@@ -534,16 +558,22 @@ static bool hit_read(int fd, const char *hash, uint64_t blk, size_t blen, const 
     ssize_t r = preadv(fd, v, nv, (off_t)span_a);
     if (r != (ssize_t)(span_b - span_a))
         return false;
+    if (all)
+        return true;
     size_t n_sums = c1 - c0 + 1;
-    uint8_t sums[STK_CACHE_BLOCK / CHUNK * 8];
+    uint8_t sums[CHUNKS_PER_BLOCK * 8];
     if (pread(fd, sums, n_sums * 8, (off_t)(blen + c0 * 8)) != (ssize_t)(n_sums * 8))
         return false;
+    uint64_t seed = key_seed(hash);
     for (size_t k = c0; k <= c1; k++) {
         size_t n = STK_MIN((size_t)CHUNK, blen - k * CHUNK);
         const uint8_t *p = gather(v, nv, k * CHUNK - span_a, n, tmp);
-        if (chunk_sum(p, n, hash, blk, k) != stk__ld64(sums + 8 * (k - c0)))
+        if (chunk_sum(p, n, seed, blk, k) != stk__ld64(sums + 8 * (k - c0)))
             return false;
     }
+    for (size_t k = c0; checked && k <= c1; k++) /* checked: later hits read it as it is */
+        atomic_fetch_or_explicit(&checked[(first + k) / 64], (uint64_t)1 << ((first + k) % 64),
+                                 memory_order_relaxed);
     return true;
 }
 
@@ -569,6 +599,14 @@ static void evict_damaged(stk__cache *c, int fd, const char *path)
 stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64_t offset,
                            const stk__iov *iov, int n_iov, stk__cache_fetch fetch, void *ctx,
                            char *err, size_t err_size)
+{
+    return stk__cache_read_checked(c, key, size, offset, iov, n_iov, fetch, ctx, NULL, err,
+                                   err_size);
+}
+
+stk_status stk__cache_read_checked(stk__cache *c, const char *key, uint64_t size, uint64_t offset,
+                                   const stk__iov *iov, int n_iov, stk__cache_fetch fetch,
+                                   void *ctx, _Atomic uint64_t *checked, char *err, size_t err_size)
 {
     size_t want = 0;
     for (int i = 0; i < n_iov; i++)
@@ -603,7 +641,7 @@ stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64
         if (fd >= 0) {
             struct stat st;
             damaged = !(fstat(fd, &st) == 0 && (uint64_t)st.st_size == entry_size(blen) &&
-                        hit_read(fd, hash, blk, blen, iov, n_iov, lo, hi, in));
+                        hit_read(fd, hash, blk, blen, iov, n_iov, lo, hi, in, checked));
             if (!damaged) { /* a hit, checked */
                 struct timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
                 futimens(fd, ts); /* least recently used = oldest atime */

@@ -383,6 +383,48 @@ static int test_cache_damaged_block_refetched(void)
     return 0;
 }
 
+/* With a `checked` bitmap (what an open remote file keeps), a chunk's checksum is verified on
+ * its first hit only: later hits read just their bytes. A new bitmap (the next open) checks
+ * again, and finds damage done since. */
+static int test_cache_chunks_checked_once_per_open(void)
+{
+    T_CHECK(make_dir() == 0);
+    const size_t size = (size_t)(STK_CACHE_BLOCK + 5000);
+    uint8_t *obj = malloc(size), out[300];
+    T_CHECK(obj);
+    for (size_t i = 0; i < size; i++)
+        obj[i] = (uint8_t)(i * 29 + (i >> 8));
+    mem_remote m = {obj, 0, 0};
+    stk__cache *c = NULL;
+    char err[512], entry[600];
+    T_OK(stk__cache_open(g_dir, 4 * STK_CACHE_BLOCK, &c, err, sizeof(err)));
+    size_t words = stk__cache_checked_words(size);
+    _Atomic uint64_t *first = calloc(words, sizeof(uint64_t)),
+                     *second = calloc(words, sizeof(uint64_t));
+    T_CHECK(first && second);
+    stk__iov v = {out, sizeof(out)};
+    const uint64_t at = 9000; /* chunk 2 */
+    T_OK(stk__cache_read_checked(c, "o", size, at, &v, 1, mem_fetch, &m, first, err,
+                                 sizeof(err))); /* a miss: nothing checked yet */
+    T_EQ(first[0], 0);
+    T_OK(stk__cache_read_checked(c, "o", size, at, &v, 1, mem_fetch, &m, first, err,
+                                 sizeof(err))); /* a hit: chunk 2 checked */
+    T_EQ(first[0], 1u << 2);
+    T_CHECK(block_entry(entry, sizeof(entry), 0) == 0 && flip_byte(entry, (long)at + 5) == 0);
+    T_OK(stk__cache_read_checked(c, "o", size, at, &v, 1, mem_fetch, &m, first, err, sizeof(err)));
+    T_EQ(m.fetches, 1); /* checked before: read as it is (the damage is not seen) */
+    T_CHECK(out[5] != obj[at + 5]);
+    T_OK(stk__cache_read_checked(c, "o", size, at, &v, 1, mem_fetch, &m, second, err,
+                                 sizeof(err))); /* the next open checks: damage found */
+    T_EQ(m.fetches, 2);
+    T_CHECK(memcmp(out, obj + at, sizeof(out)) == 0);
+    stk__cache_close(c);
+    free((void *)first);
+    free((void *)second);
+    free(obj);
+    return 0;
+}
+
 /* The cache directory removed while the process lives (a user clearing it between runs in a
  * notebook, a tmp cleaner): the next insert and the next open of the same cache recreate it, so
  * blocks are kept again, instead of every read fetching a whole block that can never be kept
@@ -502,4 +544,5 @@ static int test_cache_shared_by_processes(void)
 T_MAIN(T_CASE(test_retry_decision), T_CASE(test_backoff), T_CASE(test_cache_limit_below_one_block),
        T_CASE(test_cache_hits_and_limit), T_CASE(test_cache_aux_entries),
        T_CASE(test_cache_settings_per_thread), T_CASE(test_cache_damaged_block_refetched),
-       T_CASE(test_cache_dir_removed_is_recreated), T_CASE(test_cache_shared_by_processes))
+       T_CASE(test_cache_chunks_checked_once_per_open), T_CASE(test_cache_dir_removed_is_recreated),
+       T_CASE(test_cache_shared_by_processes))
