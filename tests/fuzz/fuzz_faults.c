@@ -83,9 +83,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t *buf = max <= MAX_RECORD_SIZE ? malloc(max ? max : 1) : NULL;
         for (uint64_t i = 0; buf && i < n; i++) {
             stk_record r;
-            char err[512] = "";
-            if (stk_dataset_read(ds, i, buf, (size_t)max, &r, err, sizeof(err)) != STK_OK &&
-                strstr(err, file) == NULL)
+            stk_record_init(&r);
+            if (stk_dataset_read(ds, i, buf, (size_t)max, &r) != STK_OK &&
+                strstr(stk_last_errmsg(), file) == NULL)
                 abort(); /* every read error has a message naming the file */
         }
         free(buf);

@@ -7,7 +7,7 @@
  * header), the .stk source's overlap check and a shard truncated while open (read error, no
  * SIGBUS), and the loader over an ImageFolder tree.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "io/stk_vfs.h"
 #include "source/stk_source.h"
 #include "stk_internal.h"
@@ -107,7 +107,8 @@ static int write_shard(const char *path, uint64_t first, uint64_t n, size_t size
     T_CHECK(size <= sizeof(buf));
     for (uint64_t i = first; i < first + n; i++) {
         payload(i, buf, size);
-        stk_value v[2] = {{.data = buf, .size = size}, {.i64 = (int64_t)i * 3}};
+        stk_value v[2] = {{.struct_size = sizeof(stk_value), .data = buf, .size = size},
+                          {.struct_size = sizeof(stk_value), .i64 = (int64_t)i * 3}};
         T_OK(stk_writer_add(w, v));
     }
     T_OK(stk_writer_close(w));
@@ -536,10 +537,11 @@ static int check_folder_record(const stk_dataset *ds, const char *root, uint64_t
                                int64_t label)
 {
     uint8_t buf[2048], want[512];
-    char err[STK_ERRMSG_SIZE], where[1024], want_where[1024];
+    char where[1024], want_where[1024];
     stk_record r;
-    int rc = stk_dataset_read(ds, i, buf, sizeof(buf), &r, err, sizeof(err));
-    T_CHECKF(rc == STK_OK, "record %llu: %s", (unsigned long long)i, err);
+    stk_record_init(&r);
+    int rc = stk_dataset_read(ds, i, buf, sizeof(buf), &r);
+    T_CHECKF(rc == STK_OK, "record %llu: %s", (unsigned long long)i, stk_last_errmsg());
     T_CHECKF(r.field_size[2] == strlen(rel) && memcmp(r.field[2], rel, strlen(rel)) == 0,
              "record %llu is %.*s, want %s", (unsigned long long)i, (int)r.field_size[2],
              (const char *)r.field[2], rel);
@@ -642,10 +644,12 @@ static int test_folder_changed_and_fingerprint(void)
     memset(buf, 7, sizeof(buf));
     T_CHECK(put_file(dir, "x/2.jpg", buf, old + 10) == 0);
     stk_record r;
-    char err[STK_ERRMSG_SIZE], want[600];
+    stk_record_init(&r);
+    char want[600];
     T_CHECK(check_folder_record(ds, dir, 0, "x/1.jpg", 0) == 0);
-    int rc = stk_dataset_read(ds, 1, buf, sizeof(buf), &r, err, sizeof(err));
+    int rc = stk_dataset_read(ds, 1, buf, sizeof(buf), &r);
     T_EQ(rc, STK_EFORMAT);
+    const char *err = stk_last_errmsg();
     snprintf(want, sizeof(want),
              "%s/x/2.jpg (record 1): changed since the dataset was opened (size %zu -> %zu)", dir,
              old, old + 10);
@@ -728,8 +732,8 @@ static int test_npy_fields(void)
     for (int i = 0; i < NPY_N; i++) {
         uint8_t buf[64];
         stk_record r;
-        char err[STK_ERRMSG_SIZE];
-        T_OK(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r, err, sizeof(err)));
+        stk_record_init(&r);
+        T_OK(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r));
         T_EQ(r.size, 64);
         T_EQ(r.field_size[0], 48);
         T_CHECK(memcmp(r.field[0], img[i], 48) == 0);
@@ -774,8 +778,8 @@ static int test_npy_named_fields(void)
     T_CHECK(strcmp(stk_dataset_field(ds, 1)->name, "label") == 0);
     uint8_t buf[64];
     stk_record r;
-    char err[STK_ERRMSG_SIZE];
-    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r, err, sizeof(err)));
+    stk_record_init(&r);
+    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r));
     T_CHECK(stk_record_f32(&r, 0) == 2.5f);
     T_EQ(stk_record_i64(&r, 1), 12);
     stk_dataset_close(ds);
@@ -845,13 +849,17 @@ static int test_npy_errors(void)
     T_CHECK(truncate(a, st.st_size - 2 * 8) == 0);
     uint8_t buf[8];
     stk_record r;
-    char err[STK_ERRMSG_SIZE], row[400];
+    stk_record_init(&r);
+    char row[400];
     for (int i = 2; i <= 3; i++) {
-        T_EQ(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r, err, sizeof(err)), STK_EIO);
+        T_EQ(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r), STK_EIO);
+        const char *err = stk_last_errmsg();
         snprintf(row, sizeof(row), "%s row %d: changed while open (size %lld -> %lld", a, i,
                  (long long)st.st_size, (long long)st.st_size - 16);
         T_CHECKF(strstr(err, row) == err, "'%s' does not start with '%s'", err, row);
     }
+    stk__recinfo info; /* the same failure without a message buffer */
+    T_EQ(stk__dataset_locate(ds, 4, &info, NULL, 0), STK_EIO);
     stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
@@ -941,7 +949,8 @@ static int test_stk_truncated_while_open(void)
     T_OK(stk__dataset_locate(ds, TR_CUT, &cut, NULL, 0));
     uint8_t buf[2 * TR_SIZE], want[TR_SIZE];
     stk_record r;
-    T_OK(stk_dataset_read(ds, TR_CUT - 1, buf, sizeof(buf), &r, err, sizeof(err)));
+    stk_record_init(&r);
+    T_OK(stk_dataset_read(ds, TR_CUT - 1, buf, sizeof(buf), &r));
     payload(TR_CUT - 1, want, TR_SIZE);
     T_CHECK(memcmp(r.field[0], want, TR_SIZE) == 0);
     T_CHECK(truncate(path, (off_t)cut.offset) == 0);
@@ -950,9 +959,12 @@ static int test_stk_truncated_while_open(void)
     for (int i = TR_CUT - 1; i <= 12; i += 12 - (TR_CUT - 1)) {
         char rec[64];
         snprintf(rec, sizeof(rec), "record %d (global %d)", i, i);
-        T_EQ(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r, err, sizeof(err)), STK_EIO);
+        T_EQ(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r), STK_EIO);
+        snprintf(err, sizeof(err), "%s", stk_last_errmsg());
         T_CHECKF(strstr(err, path) && strstr(err, rec) && strstr(err, sizes), "%s", err);
     }
+    stk__recinfo info; /* the same failure without a message buffer */
+    T_EQ(stk__dataset_locate(ds, 12, &info, NULL, 0), STK_EIO);
 
     const char *paths[] = {path};
     for (int threads = 1; threads <= 2; threads++) {
@@ -989,7 +1001,7 @@ static int test_stk_truncated_while_open(void)
 static int test_stk_rewritten_while_open(void)
 {
     const char *dir = fx_tmpdir("source");
-    char path[512], err[STK_ERRMSG_SIZE];
+    char path[512];
     snprintf(path, sizeof(path), "%s/t.stk", dir);
     T_CHECK(write_shard(path, 0, TR_N, TR_SIZE) == 0);
     struct timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
@@ -998,17 +1010,19 @@ static int test_stk_rewritten_while_open(void)
     T_OK(open1(path, NULL, &ds));
     uint8_t buf[2 * TR_SIZE];
     stk_record r;
-    T_OK(stk_dataset_read(ds, 3, buf, sizeof(buf), &r, err, sizeof(err)));
-    T_CHECK(write_shard(path, 0, TR_N, TR_SIZE) == 0); /* the same records, a new file */
-    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r, err, sizeof(err)), STK_OK); /* renamed */
+    stk_record_init(&r);
+    T_OK(stk_dataset_read(ds, 3, buf, sizeof(buf), &r));
+    T_CHECK(write_shard(path, 0, TR_N, TR_SIZE) == 0);           /* the same records, a new file */
+    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r), STK_OK); /* renamed */
     stk_dataset_close(ds);
     /* in place: the same inode, written over */
     T_CHECK(utimensat(AT_FDCWD, path, old, 0) == 0);
     T_OK(open1(path, NULL, &ds));
-    T_OK(stk_dataset_read(ds, 3, buf, sizeof(buf), &r, err, sizeof(err)));
+    T_OK(stk_dataset_read(ds, 3, buf, sizeof(buf), &r));
     FILE *f = fopen(path, "r+b");
     T_CHECK(f && fseek(f, 100, SEEK_SET) == 0 && fputc('x', f) != EOF && fclose(f) == 0);
-    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r, err, sizeof(err)), STK_EIO);
+    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r), STK_EIO);
+    const char *err = stk_last_errmsg();
     T_CHECKF(strstr(err, path) && strstr(err, "changed while open") &&
                  strstr(err, "would mix two versions"),
              "%s", err);
@@ -1051,6 +1065,10 @@ static int test_loader_imagefolder(void)
             stk_status rc;
             while ((rc = stk_loader_next(L, &b)) == STK_OK) {
                 stk_tensor img, label, path, index;
+                stk_tensor_init(&img);
+                stk_tensor_init(&label);
+                stk_tensor_init(&path);
+                stk_tensor_init(&index);
                 T_EQ(stk_batch_n_tensors(b), 4);
                 T_OK(stk_batch_tensor(b, 0, &img));
                 T_OK(stk_batch_tensor(b, 1, &label));
