@@ -31,11 +31,16 @@
  * marker) are libjpeg's from the start.
  *
  * Speed: a 64-bit bit buffer refilled 4-7 bytes at a time when the next 8 bytes hold no 0xFF
- * (else byte by byte, with stuffing and markers); one lookup on the next FAST_BITS bits gives a
- * code and its value bits together (AC: run, value, total length; DC: the difference) when they
- * fit, as most do on photographs, else the code alone, else a search of the longer codes. Tables
- * are built from the file's DHT contents and kept in a small cache keyed by those contents (most
- * files use the same few tables). bench/RESULTS.md (issue 29) has the figures.
+ * (else byte by byte, with stuffing and markers). One lookup on the next FAST_BITS bits gives,
+ * for AC, up to two symbols with their value bits (run, value, position, k's advance: on
+ * photographs the average symbol with its value bits is under 5 bits), for DC a code and its
+ * value; longer ones go a symbol at a time. The chain of dependent operations per lookup
+ * (shift, load, shift) is what bounds a Huffman decoder; two symbols a lookup halve it per
+ * symbol. libjpeg-turbo 2.1 decodes one symbol a lookup and its value bits in a second step.
+ * Measured (bench/RESULTS.md, issue 29): 1.9-2.0x libjpeg's entropy decoding on photographs with
+ * grain, 1.7-1.9x on the generated set. Tables are built from the file's DHT contents and kept
+ * in a small cache keyed by those contents (most files use the same few tables; a file with
+ * its own tables pays ~3% of its decode to build them).
  */
 #include "stk_jpeg_huff.h"
 
@@ -50,25 +55,37 @@
 #define RST0 0xD0     /* the restart markers RST0 .. RST7 */
 #define RST7 0xD7
 
-/* A Huffman table of the file (bits, huffval: the key) and its decoding tables. */
+/* A Huffman table of the file (bits, huffval: the key) and its decoding tables, indexed by the
+ * next FAST_BITS bits of the stream. */
 typedef struct htable {
     bool used;
     bool ac;
     uint32_t stamp; /* last use, for replacement */
     uint8_t bits[17];
     uint8_t huffval[256];
-    /* lut[i], for the FAST_BITS-bit prefix i: where it holds a whole code of length l and the
-     * code's s value bits (l + s <= FAST_BITS), value << 16 | r << 8 | (l + s) (AC: r the run;
-     * DC: value the difference), and for an AC code without value bits that ends the block
-     * (EOB, or a run other than 15 with s = 0, as libjpeg reads them) END | l; else 0 */
-    int32_t lut[1 << FAST_BITS];
-    /* the code of length l <= FAST_BITS that starts prefix i: l << 8 | symbol; 0 if longer */
+    /* DC: where the prefix holds a whole code of length l and its s value bits (l + s <=
+     * FAST_BITS), diff << 16 | (l + s); else 0 */
+    int32_t dc[1 << FAST_BITS];
+    /* AC: the prefix's first symbol (a code and its value bits), and the second where it fits
+     * too, as ACE_* fields (coefficient offsets from the block position k, k's advance, END when
+     * one of them ends the block); 0 where the first does not fit */
+    uint64_t acs[1 << FAST_BITS];
+    /* the code of length l <= FAST_BITS that starts the prefix: l << 8 | symbol; 0 if longer */
     uint16_t fast[1 << FAST_BITS];
     int32_t maxcode[18]; /* as libjpeg's: the largest code of length l, -1 if none */
     int32_t valoffset[18];
 } htable;
 
-#define END 0x80 /* lut: the block's last code */
+/* An ac[] entry: the bits both symbols take (or the first alone), the first coefficient's offset
+ * from k (its run), the second's (run + 1 + run; or run + 1, a harmless zero, when there is
+ * none), k's advance, whether the block ends, and the two values. */
+#define ACE_LEN(e) ((int)((e)&31))
+#define ACE_OFF1(e) ((int)(((e) >> 5) & 31))
+#define ACE_OFF2(e) ((int)(((e) >> 10) & 31))
+#define ACE_END (1u << 15)
+#define ACE_ADV(e) ((int)(((e) >> 16) & 63))
+#define ACE_V1(e) ((JCOEF)((e) >> 32))
+#define ACE_V2(e) ((JCOEF)((e) >> 48))
 
 struct stk__jhuff {
     htable cache[N_CACHED];
@@ -128,7 +145,9 @@ static inline int extend(int v, int s)
 }
 
 /* Build t's decoding tables from its bits and huffval (libjpeg validated the table at
- * jpeg_start_decompress: a complete prefix code, DC symbols <= 15). */
+ * jpeg_start_decompress: codes that fit their lengths, DC symbols <= 15). An AC symbol is read
+ * as libjpeg reads it: s = 0 with a run other than 15 ends the block (EOB; libjpeg stops on the
+ * others too), ZRL is a run of 15 with value 0 (whose write of a zero is harmless). */
 static void build(htable *t)
 {
     int code = 0, p = 0;
@@ -149,24 +168,50 @@ static void build(htable *t)
     }
     t->maxcode[17] = INT32_MAX;
     memset(t->fast, 0, sizeof(t->fast));
-    memset(t->lut, 0, sizeof(t->lut));
-    for (int i = 0; i < p; i++) {
-        int l = huffsize[i];
-        if (l > FAST_BITS)
-            break;
-        int sym = t->huffval[i], r = t->ac ? sym >> 4 : 0, s = t->ac ? sym & 15 : sym;
-        int first = huffcode[i] << (FAST_BITS - l), n = 1 << (FAST_BITS - l);
-        for (int j = 0; j < n; j++) {
-            t->fast[first + j] = (uint16_t)(l << 8 | sym);
-            if (t->ac && s == 0) /* ZRL: a run of 16 zeros (the zero written is harmless) */
-                t->lut[first + j] = r == 15 ? 15 << 8 | l : END | l;
-            else if (l + s <= FAST_BITS)
-                t->lut[first + j] =
-                    (int32_t)((uint32_t)(s ? extend((j >> (FAST_BITS - l - s)) & ((1 << s) - 1), s)
-                                           : 0)
-                                  << 16 |
-                              (uint32_t)r << 8 | (uint32_t)(l + s));
+    for (int i = 0; i < p && huffsize[i] <= FAST_BITS; i++) {
+        int l = huffsize[i], first = huffcode[i] << (FAST_BITS - l);
+        for (int j = 0; j < 1 << (FAST_BITS - l); j++)
+            t->fast[first + j] = (uint16_t)(l << 8 | t->huffval[i]);
+    }
+    /* one[q]: the first symbol of prefix q with its value bits, where they fit: value << 16 |
+     * end << 12 | run << 8 | length (AC), value << 16 | length (DC); 0 where they do not */
+    uint32_t one[1 << FAST_BITS];
+    for (unsigned q = 0; q < 1u << FAST_BITS; q++) {
+        unsigned e = t->fast[q];
+        int l = (int)(e >> 8), sym = (int)(e & 0xFF), r = t->ac ? sym >> 4 : 0;
+        int s = t->ac ? sym & 15 : sym, v = 0;
+        bool end = t->ac && s == 0 && r != 15;
+        if (!e || l + s > FAST_BITS) {
+            one[q] = 0;
+            continue;
         }
+        if (s)
+            v = extend((int)((q >> (FAST_BITS - l - s)) & ((1u << s) - 1)), s);
+        one[q] = (uint32_t)(uint16_t)v << 16 | (end ? 1u << 12 : 0) | (uint32_t)(end ? 0 : r) << 8 |
+                 (uint32_t)(l + s);
+    }
+    for (unsigned q = 0; q < 1u << FAST_BITS; q++) {
+        uint32_t a = one[q];
+        if (!t->ac) {
+            t->dc[q] = (int32_t)a;
+            continue;
+        }
+        if (!a) {
+            t->acs[q] = 0;
+            continue;
+        }
+        int l1 = (int)(a & 31), r1 = (int)(a >> 8 & 15);
+        bool end = a & 1u << 12;
+        /* the second symbol: the first of the rest of the prefix, if it lies within it */
+        uint32_t b = end || l1 == FAST_BITS ? 0 : one[(q << l1) & ((1u << FAST_BITS) - 1)];
+        int l2 = (int)(b & 31);
+        if (l2 > FAST_BITS - l1)
+            b = 0, l2 = 0;
+        int r2 = (int)(b >> 8 & 15), off2 = l2 ? r1 + 1 + r2 : r1 + 1, adv = l2 ? off2 + 1 : r1 + 1;
+        end = end || (b & 1u << 12);
+        t->acs[q] = (uint64_t)(l1 + l2) | (uint64_t)r1 << 5 | (uint64_t)off2 << 10 |
+                    (end ? ACE_END : 0) | (uint64_t)adv << 16 | (uint64_t)(a >> 16) << 32 |
+                    (uint64_t)(b >> 16) << 48;
     }
 }
 
@@ -366,7 +411,7 @@ static void restart(stk__jhuff *h, const uint8_t *p)
 static inline __attribute__((always_inline)) int decode_dc(stk__jhuff *h, breg *r, const htable *t)
 {
     REFILL();
-    int32_t e = t->lut[buf >> (64 - FAST_BITS)];
+    int32_t e = t->dc[buf >> (64 - FAST_BITS)];
     if (__builtin_expect(e != 0, 1)) {
         DROP(e & 31);
         return e >> 16;
@@ -378,22 +423,25 @@ static inline __attribute__((always_inline)) int decode_dc(stk__jhuff *h, breg *
     return v;
 }
 
-/* One block's AC coefficients into blk (zeroed), in natural order; or with blk NULL, only read
- * (libjpeg's two loops, with the same treatment of runs past the 63rd coefficient). */
+/* One block's AC coefficients into blk (zeroed), in natural order; or without `store`, only
+ * read (libjpeg's two loops, with the same treatment of runs past the 63rd coefficient). Two
+ * symbols a lookup where they fit; near the block's end (where the first symbol may end the
+ * block by position) and for long symbols, one at a time. */
 static inline __attribute__((always_inline)) void decode_ac(stk__jhuff *h, breg *r, const htable *t,
-                                                            JCOEF *blk)
+                                                            JCOEF *blk, const bool store)
 {
     for (int k = 1; k < 64;) {
         REFILL();
-        int32_t e = t->lut[buf >> (64 - FAST_BITS)];
-        if (__builtin_expect(e != 0, 1)) {
-            DROP(e & 31);
-            if (e & END)
+        uint64_t e = t->acs[buf >> (64 - FAST_BITS)];
+        if (__builtin_expect(e != 0 && k + ACE_OFF1(e) < 63, 1)) {
+            DROP(ACE_LEN(e));
+            if (store) { /* the second write is a zero at an unwritten position if no symbol */
+                blk[natural[k + ACE_OFF1(e)]] = ACE_V1(e);
+                blk[natural[k + ACE_OFF2(e)]] = ACE_V2(e);
+            }
+            k += ACE_ADV(e);
+            if (e & ACE_END)
                 break;
-            k += (e >> 8) & 15;
-            if (blk)
-                blk[natural[k]] = (JCOEF)(e >> 16);
-            k++;
             continue;
         }
         int sym, s, v;
@@ -402,7 +450,7 @@ static inline __attribute__((always_inline)) void decode_ac(stk__jhuff *h, breg 
         if (s) {
             k += sym >> 4;
             VALUE(v, s);
-            if (blk)
+            if (store)
                 blk[natural[k]] = (JCOEF)v;
             k++;
         } else {
@@ -434,9 +482,9 @@ static inline __attribute__((always_inline)) void mcu_body(stk__jhuff *h, breg *
                 blk[0] = (JCOEF)dc;
         }
         if (store && h->ac_needed[b])
-            decode_ac(h, r, h->ac[b], blk);
+            decode_ac(h, r, h->ac[b], blk, true);
         else
-            decode_ac(h, r, h->ac[b], NULL);
+            decode_ac(h, r, h->ac[b], NULL, false);
     }
 }
 
