@@ -1,6 +1,12 @@
 /*
- * stk_jpeg.c: JPEG decoding through the libjpeg API of libjpeg-turbo (the only file that includes
- * jpeglib.h).
+ * stk_jpeg.c: JPEG decoding through the libjpeg API of libjpeg-turbo (with stk_jpeg_huff.c, the
+ * only files that include jpeglib.h).
+ *
+ * Entropy decoding: after jpeg_start_decompress, stk_jpeg_huff.c's decoder takes over the
+ * Huffman decoding of single-scan sequential JPEGs (issue 29). When it gives up on a stream (not
+ * clean: corrupt, truncated, unusual), it longjmps here with STK__JHUFF_GAVE_UP and the image is
+ * decoded again from the start by libjpeg alone (decode_entry), whose pixels and verdict are the
+ * answer; stk_jpeg_huff.c says why a clean stream gives libjpeg's pixels and verdict too.
  *
  * Design: one jpeg_decompress_struct per stk__decoder, created once and reset with
  * jpeg_abort_decompress between images, reading from memory (jpeg_mem_src). A window is decoded
