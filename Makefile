@@ -23,15 +23,18 @@ LIB_CFLAGS := $(CFLAGS_ALL) -fvisibility=hidden -DSTK_BUILDING_LIBRARY
 LDLIBS_ALL := $(PKG_LIBS) -ljpeg -lpthread -ldl -lm
 LDFLAGS_ALL := $(SANITIZE) $(EXTRA_LDFLAGS)
 
-LIB_SRCS := $(sort $(wildcard src/*/*.c))
+# Library sources: one folder per layer, formats one folder deeper (src/source/<format>/).
+LIB_SRCS := $(sort $(wildcard src/*/*.c src/*/*/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
-UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
-UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+# Unit tests mirror the source tree (tests/unit/<folder>/test_<file>.c); binaries are
+# build/tests/test_<file> (test names are unique across the tree).
+UNIT_SRCS := $(sort $(wildcard tests/unit/*/test_*.c tests/unit/*/*/test_*.c))
+UNIT_BINS := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(UNIT_SRCS))))
 # The unit tests that inject allocation failures (STK_FAULT_ALLOC; needs -DSTK_DEBUG): `make oom`.
 OOM_SRCS := $(shell grep -l STK_DEBUG $(UNIT_SRCS))
-OOM_BINS := $(OOM_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+OOM_BINS := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(OOM_SRCS))))
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRCS:tests/fuzz/%.c=$(BUILD)/tests/replay_%)
 GEN_SRCS := $(sort $(wildcard tests/data/gen_*.c))
@@ -67,9 +70,13 @@ $(BUILD)/libstoker.so: $(LIB_OBJS) src/libstoker.map
 $(BUILD)/stoker: $(CLI_OBJS) $(BUILD)/libstoker.a
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CLI_OBJS) $(BUILD)/libstoker.a $(LDLIBS_ALL)
 
-$(BUILD)/tests/test_%: tests/unit/test_%.c tests/t.h $(BUILD)/libstoker.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+# One rule per unit test source (they live in folders; the binary takes the file's name).
+define UNIT_RULE
+$(BUILD)/tests/$(basename $(notdir $(1))): $(1) tests/t.h $(BUILD)/libstoker.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS_ALL) -Itests -o $$@ $$< $$(BUILD)/libstoker.a $$(LDFLAGS_ALL) $$(LDLIBS_ALL)
+endef
+$(foreach s,$(UNIT_SRCS),$(eval $(call UNIT_RULE,$(s))))
 
 $(BUILD)/tests/replay_%: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libstoker.a
 	@mkdir -p $(dir $@)
@@ -105,12 +112,17 @@ $(BUILD)/tests/gpu_test_%: tests/gpu/test_%.c tests/t.h tests/data/cuda_fixtures
 PY_INC  := $(shell $(PYTHON) -c 'import sysconfig;print(sysconfig.get_paths()["include"])' 2>/dev/null)
 PY_EXT  := $(shell $(PYTHON) -c 'import sysconfig;print(sysconfig.get_config_var("EXT_SUFFIX"))' 2>/dev/null)
 PY_NP   := $(shell $(PYTHON) -c 'import numpy;print(numpy.get_include())' 2>/dev/null)
-PY_SRCS := $(sort $(wildcard python/stoker/*.c))
-PY_FILES := $(sort $(wildcard python/stoker/*.py))
+# The extension's C files (python/stoker/_ext/) apart from the Python modules (python/stoker/).
+PY_SRCS := $(sort $(wildcard python/stoker/_ext/*.c))
+PY_FILES := $(sort $(wildcard python/stoker/*.py python/stoker/*/*.py))
+# Modules that left the source tree (moved into a sub-package) must leave the build too.
+PY_STALE = $(filter-out $(PY_FILES:python/%=$(BUILD)/python/%),\
+             $(wildcard $(BUILD)/python/stoker/*.py $(BUILD)/python/stoker/*/*.py))
 
 python: $(if $(PY_SRCS),$(BUILD)/python/stoker/_core$(PY_EXT) $(PY_FILES:python/%=$(BUILD)/python/%),)
+	@rm -f $(PY_STALE)
 
-$(BUILD)/python/stoker/_core$(PY_EXT): $(PY_SRCS) $(wildcard python/stoker/*.h) $(BUILD)/libstoker.a
+$(BUILD)/python/stoker/_core$(PY_EXT): $(PY_SRCS) $(wildcard python/stoker/_ext/*.h) $(BUILD)/libstoker.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -fvisibility=hidden -Wno-missing-prototypes -I$(PY_INC) -shared \
 	    -o $@ $(PY_SRCS) $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
@@ -214,10 +226,14 @@ demo: deps
 	$(MAKE) all
 	@bash scripts/demo.sh $(BUILD)
 
+# Every C file of the tree is formatted (clang-format 14, .clang-format).
+FORMAT_FILES = $(sort $(wildcard include/*.h src/*.h src/*/*.[ch] src/*/*/*.[ch] src/*/*.def \
+                 cli/*.[ch] python/stoker/_ext/*.[ch] tests/*.h tests/*/*.[ch] tests/*/*/*.[ch] \
+                 tests/*/*/*/*.[ch] bench/*.c))
 format:
-	clang-format -i include/*.h src/*.h src/*/*.c src/*/*.h cli/*.c tests/*.h tests/*/*.c
+	@clang-format -i $(filter-out %.def,$(FORMAT_FILES))
 check-format:
-	clang-format --dry-run --Werror include/*.h src/*.h src/*/*.c cli/*.c tests/*/*.c
+	@clang-format --dry-run --Werror $(filter-out %.def,$(FORMAT_FILES))
 
 clean:
 	rm -rf build

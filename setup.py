@@ -2,8 +2,8 @@
 
     /usr/bin/python3 -m pip install --no-build-isolation .
 
-The extension stoker._core is compiled from python/stoker/*.c together with the library's
-sources (src/*/*.c), so nothing needs to be built first and no shared libstoker is needed at
+The extension stoker._core is compiled from python/stoker/_ext/*.c together with the library's
+sources (src/*/*.c, src/*/*/*.c), so nothing needs to be built first and no shared libstoker is needed at
 run time. Build dependencies are the Debian packages of scripts/deps.sh (libturbojpeg0-dev,
 libjpeg62-turbo-dev, libspng-dev, libxxhash-dev, python3-dev); numpy is the only Python
 dependency (torch is optional: without it batches are numpy arrays).
@@ -38,9 +38,10 @@ def version():
 
 core = Extension(
     "stoker._core",
-    sources=sorted(glob.glob("python/stoker/*.c")) + sorted(glob.glob("src/*/*.c")),
-    depends=sorted(glob.glob("python/stoker/*.h") + glob.glob("src/*.h") +
-                   glob.glob("src/*/*.h") + ["include/stoker.h"]),
+    sources=sorted(glob.glob("python/stoker/_ext/*.c")) + sorted(glob.glob("src/*/*.c")) +
+    sorted(glob.glob("src/*/*/*.c")),
+    depends=sorted(glob.glob("python/stoker/_ext/*.h") + glob.glob("src/*.h") +
+                   glob.glob("src/*/*.h") + glob.glob("src/*/*/*.h") + ["include/stoker.h"]),
     include_dirs=["include", "src"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-pthread", "-fvisibility=hidden",
                         "-Wno-missing-prototypes"] + pkg_config("--cflags"),
@@ -55,7 +56,7 @@ setup(
     license="see repository",
     python_requires=">=3.9",
     package_dir={"": "python"},
-    packages=["stoker"],
+    packages=["stoker", "stoker.transforms"],
     ext_modules=[core],
     install_requires=["numpy"],
     extras_require={"torch": ["torch"]},

@@ -31,23 +31,30 @@ int main(int argc, char **argv)
         o.n_fields = 1;
         o.align = 1;
         stk_writer *w;
-        if (stk_writer_open(argv[1], &o, &w)) return 1;
+        if (stk_writer_open(argv[1], &o, &w))
+            return 1;
         long n = atol(argv[2]);
         for (long i = 0; i < n; i++) {
             unsigned char b = (unsigned char)i;
             stk_value v = {.data = &b, .size = 1};
-            if (stk_writer_add(w, &v)) return 1;
+            if (stk_writer_add(w, &v))
+                return 1;
         }
-        if (stk_writer_close(w)) return 1;
+        if (stk_writer_close(w))
+            return 1;
     }
     const char *p[] = {argv[1]};
     double t[7];
     for (int k = 0; k < 7; k++) {
         stk_dataset *ds;
         double t0 = now();
-        if (stk_dataset_open(p, 1, 0, &ds)) { fprintf(stderr, "%s\n", stk_last_errmsg()); return 1; }
+        if (stk_dataset_open(p, 1, 0, &ds)) {
+            fprintf(stderr, "%s\n", stk_last_errmsg());
+            return 1;
+        }
         t[k] = now() - t0;
-        if (k == 0) fprintf(stderr, "%llu records\n", (unsigned long long)stk_dataset_count(ds));
+        if (k == 0)
+            fprintf(stderr, "%llu records\n", (unsigned long long)stk_dataset_count(ds));
         stk_dataset_close(ds);
     }
     qsort(t, 7, sizeof(double), cmp);

@@ -76,10 +76,12 @@ int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsig
 enum { STK_CLI_OPT_CACHE_DIR = 0x1000, STK_CLI_OPT_CACHE_LIMIT };
 #define STK_CLI_CACHE_LONGOPTS                                                                     \
     {"cache-dir", required_argument, NULL, STK_CLI_OPT_CACHE_DIR},                                 \
-        {"cache-limit", required_argument, NULL, STK_CLI_OPT_CACHE_LIMIT}
+    {                                                                                              \
+        "cache-limit", required_argument, NULL, STK_CLI_OPT_CACHE_LIMIT                            \
+    }
 #define STK_CLI_CACHE_HELP                                                                         \
     "  --cache-dir DIR     cache the bytes of s3:// and http(s):// DATA in DIR, shared by\n"       \
-    "                      every process (default: $STOKER_CACHE_DIR; unset: no cache)\n"         \
+    "                      every process (default: $STOKER_CACHE_DIR; unset: no cache)\n"          \
     "  --cache-limit SIZE  at most SIZE there (\"20G\"; default: $STOKER_CACHE_LIMIT or 10G)\n"
 
 /* Keep the value of a cache option (c: STK_CLI_OPT_CACHE_*). */

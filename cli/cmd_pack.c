@@ -4,9 +4,10 @@
  * (stk_pack), which the Python stoker.pack uses too.
  *
  * An ImageFolder tree is read exactly as torchvision.datasets.ImageFolder reads it (the record
- * source src/source/stk_src_folder.c), so labels and order match a PyTorch pipeline on the same
- * folder: each image becomes one record with image (bytes: the file as stored, not re-encoded),
- * label (int64) and path (bytes: the path relative to SRC). docs/format.md has the worked example.
+ * source src/source/folder/stk_src_folder.c), so labels and order match a PyTorch pipeline on the
+ * same folder: each image becomes one record with image (bytes: the file as stored, not
+ * re-encoded), label (int64) and path (bytes: the path relative to SRC). docs/format.md has the
+ * worked example.
  */
 #include "cli.h"
 

@@ -2,7 +2,7 @@
 
 The batch transforms run in C (src/batch/stk_batchops.c) on each complete batch; these classes
 only carry their parameters. ``map=`` runs a Python function on stoker's worker threads
-(python/stoker/_map.c); :class:`MapRunner` is what those threads call.
+(python/stoker/_ext/_map.c); :class:`MapRunner` is what those threads call.
 """
 import collections
 import numbers

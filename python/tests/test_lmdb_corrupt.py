@@ -1,6 +1,6 @@
 """Hostile LMDB files: liblmdb trusts its file (a zero page size divides by zero in
 mdb_env_open, a page past the end of the file is SIGBUS), so stoker checks the structure first
-(src/source/stk_lmdb_check.c). Each corruption here is an error naming the file, never a crash;
+(src/source/lmdb/stk_lmdb_check.c). Each corruption here is an error naming the file, never a crash;
 a large, deep environment with overflow values still opens and reads back exactly."""
 import os
 import struct

@@ -80,7 +80,7 @@ def test_sleep_dataset_fast_step_is_data_bound():
     assert p.sweep and 0 in p.sweep and max(p.sweep) > 0
     # Which action the advice takes (raise num_workers to N, or "no worker count keeps up")
     # follows from the sweep's measured rates, which depend on what else runs on the machine:
-    # that decision is tested on synthetic measurements (tests/unit/test_diagnose.c and the
+    # that decision is tested on synthetic measurements (tests/unit/doctor/test_diagnose.c and the
     # settle/median_sweep cases below), not here against the wall clock.
     d = json.loads(json.dumps(p.to_dict()))
     for key in ("steps", "wait_share", "data_bound", "step_ms", "wait_ms", "batch_size",
@@ -100,7 +100,7 @@ def test_sleep_dataset_slow_step_is_not_data_bound():
     # more when the load stretches the 1 ms sleeps (0.21 seen under a load of 16). The test
     # checks that the profiler reports the truth and judges by it; that a 50 ms step over 1 ms
     # samples is "not data-bound" on a quiet machine is bench/bench_doctor.py's figure, and the
-    # verdict's rule is tested on synthetic measurements (tests/unit/test_diagnose.c).
+    # verdict's rule is tested on synthetic measurements (tests/unit/doctor/test_diagnose.c).
     truth = 1 - step.busy / wall
     assert abs(p.wait_share - truth) <= 0.10 * truth + 0.01, (p.wait_share, truth)
     assert p.data_bound == (p.wait_share > DATA_BOUND_SHARE), str(p)

@@ -6,7 +6,7 @@
  *
  *   [header][pad to align][record 0][pad][record 1]...[pad to 8][index][footer]
  *
- * Used by the writer (stk_writer.c), the reader (src/source/stk_src_stk.c) and the fuzz harness
+ * Used by the writer (stk_writer.c), the reader (src/source/stk/stk_src_stk.c) and the fuzz harness
  * (which repairs checksums of mutated inputs to reach the index validation); nothing else should
  * need it.
  */

@@ -5,7 +5,7 @@
  * it), the index entries accumulate in memory, and close appends index + footer, rewrites the
  * header with the final count, fsyncs and renames. Any failure unlinks the temporary file, so
  * `path` only ever holds a complete shard. The reader is a record source
- * (src/source/stk_src_stk.c).
+ * (src/source/stk/stk_src_stk.c).
  *
  * Checksums are XXH3-64. A record's checksum is over the concatenation of its field bytes.
  */

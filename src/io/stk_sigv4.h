@@ -1,6 +1,6 @@
 /*
  * stk_sigv4.h: AWS Signature Version 4 for S3 requests (the signer of stk_vfs_http.c), kept apart
- * so that its known-answer tests (tests/unit/test_sigv4.c, the AWS documentation's examples) run
+ * so that its known-answer tests (tests/unit/io/test_sigv4.c, the AWS documentation's examples) run
  * without a network. SHA-256 and HMAC come from OpenSSL's libcrypto.
  */
 #ifndef STK_SIGV4_H

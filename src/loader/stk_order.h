@@ -1,7 +1,7 @@
 /*
  * stk_order.h: the epoch's order of a loader (stk_order_kind, include/stoker.h): which record
  * each position of an epoch reads. The pure parts (the weighted draws) are exposed for
- * tests/unit/test_sampler.c; the loader's state lives in `core` (stk_loader_int.h).
+ * tests/unit/loader/test_sampler.c; the loader's state lives in `core` (stk_loader_int.h).
  */
 #ifndef STK_ORDER_H
 #define STK_ORDER_H

@@ -15,7 +15,7 @@
  *
  * Adding an op: append its kind to stk_op_kind (include/stoker.h), its fields to stk_op if it
  * needs new ones, a row here, its kernel (a pixel op), and its Python class
- * (python/stoker/transforms.py). See docs/images.md, "Adding an op".
+ * (python/stoker/transforms/). See docs/images.md, "Adding an op".
  *
  * Threads: the table is static and read-only.
  */
@@ -488,7 +488,7 @@ static const stk__op_def op_table[] = {
 };
 
 /* The table: op_table, the pixel ops' rows (stk_ops_pixel.c) and the warps' (stk_ops_warp.c).
- * Every kind 0 .. stk_op_count() - 1 has exactly one row (tests/unit/test_xform.c checks). */
+ * Every kind 0 .. stk_op_count() - 1 has exactly one row (tests/unit/xform/test_xform.c checks). */
 static const struct {
     const stk__op_def *rows;
     size_t n;

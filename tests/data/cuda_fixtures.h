@@ -1,6 +1,6 @@
 /*
  * cuda_fixtures.h: datasets, transforms and checks shared by the GPU path's tests: the CPU-only
- * ones with the fake driver (tests/unit/test_cuda.c) and the real-driver ones (tests/gpu/).
+ * ones with the fake driver (tests/unit/cuda/test_cuda.c) and the real-driver ones (tests/gpu/).
  * Include after t.h. Device memory is read through an `fx_fetch` callback: the fake's device
  * addresses are host memory, a real GPU's are copied back.
  */

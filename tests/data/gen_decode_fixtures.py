@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""gen_decode_fixtures.py OUTDIR: fixtures and PIL references for tests/unit/test_decode.c.
+"""gen_decode_fixtures.py OUTDIR: fixtures and PIL references for tests/unit/decode/test_decode.c.
 
 1. Writes images that need PIL (or hand-made PNG chunks) into OUTDIR: CMYK and grayscale JPEGs,
    a JPEG with an EXIF orientation tag, and PNGs of every colour type and bit depth (8/16-bit,

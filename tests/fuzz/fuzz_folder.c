@@ -1,10 +1,10 @@
 /*
- * fuzz_folder.c: libFuzzer target for the ImageFolder tree walk (src/source/stk_src_folder.c).
- * The input describes a small tree, built under a fresh temporary directory: directories, files
- * (image extensions in any case, other names, sizes 0..63), symlinks (to a directory, an
- * ancestor: a loop; to a file; dangling; to themselves), FIFOs named like images, and odd names
- * (spaces, punctuation, leading dots and dashes, UTF-8). The tree is then opened as an
- * ImageFolder dataset and checked against torchvision's rules:
+ * fuzz_folder.c: libFuzzer target for the ImageFolder tree walk
+ * (src/source/folder/stk_src_folder.c). The input describes a small tree, built under a fresh
+ * temporary directory: directories, files (image extensions in any case, other names, sizes 0..63),
+ * symlinks (to a directory, an ancestor: a loop; to a file; dangling; to themselves), FIFOs named
+ * like images, and odd names (spaces, punctuation, leading dots and dashes, UTF-8). The tree is
+ * then opened as an ImageFolder dataset and checked against torchvision's rules:
  *   - open succeeds, or fails with a message (no class folders, a class without images, nesting
  *     too deep); it never hangs (FIFOs are never opened: a blocking open would time out);
  *   - every record is a regular image file under its class folder (label = the class's position

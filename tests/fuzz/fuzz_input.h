@@ -18,8 +18,8 @@
 #define MAX_RECORD_SIZE (1u << 20)
 
 /* An unlinked file holding the input; *path names it for stk_dataset_open. */
-__attribute__((unused)) static int fuzz_input_file(const uint8_t *data, size_t size, const char *name, char *path,
-                           size_t path_size)
+__attribute__((unused)) static int fuzz_input_file(const uint8_t *data, size_t size,
+                                                   const char *name, char *path, size_t path_size)
 {
     int fd = memfd_create(name, MFD_CLOEXEC);
     if (fd >= 0) {
@@ -93,8 +93,8 @@ __attribute__((unused)) static void fuzz_read_all(const stk_dataset *ds)
 /* Run the input as it is, then (inputs up to 4 MiB) once more with its checksums recomputed by
  * `repair` when that changed anything, so mutations get past the first checksum check. */
 __attribute__((unused)) static void fuzz_run_repaired(const uint8_t *data, size_t size,
-                              void (*run)(const uint8_t *, size_t),
-                              int (*repair)(uint8_t *, size_t))
+                                                      void (*run)(const uint8_t *, size_t),
+                                                      int (*repair)(uint8_t *, size_t))
 {
     run(data, size);
     if (size > (4u << 20))

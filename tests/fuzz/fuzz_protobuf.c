@@ -1,14 +1,14 @@
 /*
  * fuzz_protobuf.c: libFuzzer target for the tf.train.Example wire-format reader
- * (stk__tf_example_parse, stk__tf_feature_value in src/source/stk_src_tfrecord.c). The input is
- * one serialized Example; every feature found is decoded into a buffer of its exact size and into
- * one too small. The reader must never read outside the input (ASan), loop forever or crash, and
- * every refusal must say where ("... at byte N").
+ * (stk__tf_example_parse, stk__tf_feature_value in src/source/tfrecord/stk_src_tfrecord.c). The
+ * input is one serialized Example; every feature found is decoded into a buffer of its exact size
+ * and into one too small. The reader must never read outside the input (ASan), loop forever or
+ * crash, and every refusal must say where ("... at byte N").
  *
  * Corpus: tests/fuzz/corpus/protobuf (Examples from python/tests/test_tfrecord.py's writer:
  * packed and unpacked lists, unknown fields, a few malformed ones).
  */
-#include "source/stk_tfrecord.h"
+#include "source/tfrecord/stk_tfrecord.h"
 
 #include <stdlib.h>
 #include <string.h>

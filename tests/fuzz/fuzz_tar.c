@@ -1,8 +1,8 @@
 /*
- * fuzz_tar.c: libFuzzer target for the WebDataset tar reader (src/source/stk_src_wds.c, stk_tar.c).
- * The input is written to an anonymous file and opened with format "wds"; every sample (bounded:
- * 10k samples, 1 MiB each) is read, and every error must name the file. It must never crash,
- * hang or leak, whatever the bytes.
+ * fuzz_tar.c: libFuzzer target for the WebDataset tar reader (src/source/wds/stk_src_wds.c,
+ * stk_tar.c). The input is written to an anonymous file and opened with format "wds"; every sample
+ * (bounded: 10k samples, 1 MiB each) is read, and every error must name the file. It must never
+ * crash, hang or leak, whatever the bytes.
  *
  * Most mutations break a header checksum and stop at the first header. So each input also runs
  * a second time with the checksum of every header along the member chain recomputed

@@ -14,7 +14,7 @@
  */
 #include "common/stk_endian.h"
 #include "fuzz/fuzz_input.h"
-#include "source/stk_tfrecord.h"
+#include "source/tfrecord/stk_tfrecord.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,0 +1,171 @@
+"""The conversion behind stoker.transforms.compile: torchvision transforms (v1 and v2, matched
+by class name), albumentations objects, stoker Compose objects and lists, flattened into the ops
+of the op families (_geometry, _pixel, _compose, _warps), and those ops built into one C
+transform (stoker._core.Transform). It sits above the families and imports them; the package's
+__init__ re-exports compile and compile_for_device.
+"""
+from .. import _core
+from . import _compose, _geometry, _pixel, _warps
+from ._base import RECIPES, SUPPORTED, Op, _invalid
+from ._compose import (Compose, ConvertImageDtype, PILToTensor, RandomChoice, RandomOrder,
+                       _Container, _DtypeMarker, _dtype_name, imagenet_train, imagenet_val)
+from ._pixel import Normalize, RandomErasing
+
+# torchvision class name -> the stoker class that converts it: every supported name but Compose
+# (v1 and v2 alike), then the names only torchvision.transforms.v2 has (None: nothing to do).
+_FAMILIES = (_geometry, _pixel, _compose, _warps)
+_BY_TV_NAME = {name: next((getattr(m, name) for m in _FAMILIES if hasattr(m, name)), None)
+               for name in SUPPORTED if name != "Compose"}
+V2_ONLY = {
+    "ToImage": PILToTensor,        # v2 (0.16+): a uint8 tv_tensors.Image
+    "ToImageTensor": PILToTensor,  # v2 (0.15)
+    "ConvertDtype": ConvertImageDtype,  # v2 (0.15)
+    "ToPureTensor": None,          # unwraps tv_tensors
+}
+_BY_TV_NAME.update(V2_ONLY)
+
+
+def _unsupported(what):
+    return _invalid(f"transform {what} is not supported by stoker; supported: "
+                    f"{', '.join(SUPPORTED)} (torchvision's, v1 or v2, or stoker.transforms'), "
+                    f"or a recipe name ({', '.join(RECIPES)})")
+
+
+def _from_torchvision(t):
+    """One torchvision transform (torchvision.transforms or .v2, matched by class name) ->
+    stoker ops (a list), or raise naming it and the supported list."""
+    name = type(t).__name__
+    if name == "Compose":
+        out = []
+        for sub in t.transforms:
+            out.extend(_from_torchvision(sub) if not isinstance(sub, Op) else [sub])
+        return out
+    if name not in _BY_TV_NAME:
+        raise _unsupported(f"{type(t).__module__}.{name}")
+    cls = _BY_TV_NAME[name]
+    if cls is None:  # v2's ToPureTensor: nothing to do here
+        return []
+    op = cls.from_torchvision(t)
+    if isinstance(op, _Container):  # its transforms: torchvision's, converted
+        op.transforms = [s if isinstance(s, Op) else _Compose1(_from_torchvision(s))
+                         for s in op.transforms]
+    return [op]
+
+
+def _Compose1(ops):
+    """Converted ops of one torchvision transform: the op itself, or a Compose of several."""
+    return ops[0] if len(ops) == 1 else Compose(ops)
+
+
+def _flatten(obj, out):
+    if isinstance(obj, _Container):
+        out.append(obj)
+        start = len(out)
+        for t in obj.transforms:
+            before = len(out)
+            _flatten(t, out)
+            if isinstance(obj, (RandomChoice, RandomOrder)) and len(out) - before != 1:
+                raise _invalid(f"{type(obj).__name__}: each of its transforms must be one op")
+        obj.n = len(out) - start
+        if any(isinstance(o, _DtypeMarker) for o in out[start:]):
+            raise _invalid(f"{type(obj).__name__}: dtype markers (ToTensor ...) cannot be inside")
+    elif isinstance(obj, Op):
+        out.append(obj)
+    elif isinstance(obj, Compose):
+        for t in obj.transforms:
+            _flatten(t, out)
+    elif isinstance(obj, (list, tuple)):
+        for t in obj:
+            _flatten(t, out)
+    elif type(obj).__module__.startswith("torchvision"):
+        for op in _from_torchvision(obj):  # containers flatten their transforms after them
+            _flatten(op, out)
+    elif type(obj).__module__.startswith("albumentations"):
+        from .. import albumentations
+        _flatten(albumentations._from_albu(obj), out)
+    else:
+        raise _unsupported(repr(obj))
+
+
+def _ops_and_options(transforms, dtype, layout, exact, strict=None):
+    """(ops without dtype markers, output dtype, layout, exact, strict) of a list of ops, a
+    stoker Compose or a torchvision Compose."""
+    ops = []
+    _flatten(transforms, ops)
+    if isinstance(transforms, Compose):
+        dtype = dtype if dtype is not None else transforms.dtype
+        layout = layout if layout is not None else transforms.layout
+        exact = exact if exact is not None else transforms.exact
+        strict = strict if strict is not None else transforms.strict
+    out_dtype = None
+    normalized = any(isinstance(op, Normalize) for op in ops)
+    for op in ops:
+        if isinstance(op, _DtypeMarker):  # dtype None (ToTensorV2): keeps the data's type
+            out_dtype = op.dtype or ("float32" if normalized else "uint8")
+    if dtype is not None:
+        out_dtype = _dtype_name(dtype)
+    ops = [op for op in ops if not isinstance(op, _DtypeMarker)]
+    if not ops:
+        raise _invalid("the transform has no ops; its output size must be fixed by "
+                       "RandomResizedCrop, CenterCrop or Resize((h, w))")
+    strict = strict is None or bool(strict)
+    return ops, out_dtype or "float32", layout or "NCHW", bool(exact), strict
+
+
+def _recipe(name):
+    key = name.replace("_", "-").lower()
+    if key not in RECIPES:
+        raise _invalid(f"unknown transform recipe {name!r} (known: {', '.join(RECIPES)})")
+    return key
+
+
+def _recipe_compose(key):
+    """The ops of recipe `key` (from _recipe) as a Compose."""
+    return imagenet_train() if key == "imagenet-train" else imagenet_val()
+
+
+def compile(transforms, dtype=None, layout=None, exact=None, strict=None):
+    """Build the C transform for `transforms`: a recipe name ("imagenet-train",
+    "imagenet-val"), a list of ops, a stoker Compose, or a torchvision Compose of supported
+    transforms. Returns a stoker._core.Transform (its .output gives dtype and shape), or None
+    for None. strict (default True, or the Compose's): a JPEG that libjpeg reports as corrupt
+    fails its record; strict=False keeps libjpeg's lenient recovery."""
+    if transforms is None:
+        return None
+    if isinstance(transforms, _core.Transform):
+        if strict is not None and bool(strict) != transforms.strict:
+            raise _invalid(f"the prebuilt Transform has strict={transforms.strict}; compile "
+                           f"it with strict={bool(strict)} instead")
+        return transforms
+    if isinstance(transforms, str):
+        name = _recipe(transforms)
+        if dtype in (None, "float32") and layout in (None, "NCHW") and strict in (None, True):
+            return _core.Transform(name, exact=bool(exact))
+        transforms = _recipe_compose(name)
+    ops, out_dtype, layout, exact, strict = _ops_and_options(transforms, dtype, layout, exact,
+                                                             strict)
+    return _core.Transform([op.to_dict() for op in ops], dtype=out_dtype, layout=layout,
+                           exact=exact, strict=strict)
+
+
+def compile_for_device(transforms, strict=None):
+    """Compile `transforms` for a loader that copies to a GPU: (the C transform, None). When
+    the output is floating point and Normalize (if any) is the last op, the transform is built
+    with finish="device": its CPU part stops at uint8 [H, W, 3] (4x fewer bytes to copy) and the
+    loader finishes on the device: layout, (x / 255 - mean) / std and the cast, as the CPU store
+    would have done. Otherwise (uint8 output, a prebuilt Transform) nothing is split."""
+    if transforms is None or isinstance(transforms, _core.Transform):
+        return compile(transforms, strict=strict), None
+    if isinstance(transforms, str):
+        transforms = _recipe_compose(_recipe(transforms))
+    ops, out_dtype, layout, exact, strict = _ops_and_options(transforms, None, None, None, strict)
+    norms = [i for i, op in enumerate(ops) if isinstance(op, Normalize)]
+    erasing = any(isinstance(op, RandomErasing) for op in ops)  # works on the finished tensor
+    if out_dtype == "uint8" or erasing or len(norms) > 1 or \
+            (norms and norms[0] != len(ops) - 1):
+        return compile(transforms, strict=strict), None
+    if len(ops) == len(norms):
+        return compile(transforms, strict=strict), None
+    core = _core.Transform([op.to_dict() for op in ops], dtype=out_dtype, layout=layout,
+                           exact=exact, finish="device", strict=strict)
+    return core, None
