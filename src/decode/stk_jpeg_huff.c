@@ -24,9 +24,9 @@
  * ignored in both modes). The source is left where libjpeg's would stop reading (at the marker
  * after the data, or before data it never needed), so jpeg_finish_decompress reads the same
  * markers. So a decode with this decoder gives libjpeg's pixels and libjpeg's verdict, in strict
- * and lenient mode alike. tests/unit/test_jpeg_huff.c compares the two decoders' statuses,
- * messages and pixels on clean streams of every sampling (restart intervals, optimised tables)
- * and on a thousand damaged ones; tests/fuzz/fuzz_jpeg.c does the same on every fuzzed input.
+ * and lenient mode alike. tests/unit/decode/test_jpeg_huff.c compares the two decoders'
+ * statuses, messages and pixels on clean streams of every sampling (restart intervals, optimised
+ * tables) and on 900 damaged ones; tests/fuzz/fuzz_jpeg.c does the same on every fuzzed input.
  * Files it does not take (progressive, arithmetic-coded, multi-scan, or data not followed by a
  * marker) are libjpeg's from the start.
  *
