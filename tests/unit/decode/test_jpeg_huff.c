@@ -176,6 +176,26 @@ static int same(stk__decoder *own, stk__decoder *lib, const uint8_t *j, size_t n
     return bad;
 }
 
+/* The two decoders compared: *own with stoker's entropy decoder (the default), *lib with
+ * libjpeg's. */
+static stk_status pair_create(stk__decoder **own, stk__decoder **lib)
+{
+    if (stk__decoder_create(0, own) < 0)
+        return STK_ENOMEM;
+    if (stk__decoder_create(0, lib) < 0) {
+        stk__decoder_destroy(*own);
+        return STK_ENOMEM;
+    }
+    stk__decoder_set_own_entropy(*lib, false);
+    return STK_OK;
+}
+
+static void pair_destroy(stk__decoder *own, stk__decoder *lib)
+{
+    stk__decoder_destroy(own);
+    stk__decoder_destroy(lib);
+}
+
 /* A pair of decoders in one mode (strict or lenient, trusted or not). */
 static void set_both(stk__decoder *own, stk__decoder *lib, bool lenient, bool trusted)
 {
@@ -220,9 +240,7 @@ static const enc encodings[] = {
 static int test_clean_streams(void)
 {
     stk__decoder *own, *lib;
-    T_OK(stk__decoder_create(0, &own));
-    T_OK(stk__decoder_create(0, &lib));
-    stk__decoder_set_own_entropy(lib, false);
+    T_OK(pair_create(&own, &lib));
     static const int sizes[][2] = {{160, 120}, {173, 97}, {64, 200}, {17, 9}, {1, 1}, {331, 250}};
     uint64_t taken = 0, gave_up = 0, expect = 0;
     for (size_t e = 0; e < N_ENC; e++)
@@ -248,8 +266,7 @@ static int test_clean_streams(void)
     uint64_t lib_taken, lib_gave_up;
     stk__decoder_entropy_counts(lib, &lib_taken, &lib_gave_up);
     T_EQ(lib_taken, 0);
-    stk__decoder_destroy(own);
-    stk__decoder_destroy(lib);
+    pair_destroy(own, lib);
     return 0;
 }
 
@@ -330,9 +347,7 @@ static uint8_t *damage(const uint8_t *j, size_t n, size_t at, uint32_t *s, size_
 static int test_corrupt_streams(void)
 {
     stk__decoder *own, *lib;
-    T_OK(stk__decoder_create(0, &own));
-    T_OK(stk__decoder_create(0, &lib));
-    stk__decoder_set_own_entropy(lib, false);
+    T_OK(pair_create(&own, &lib));
     static const enc bases[] = {
         {2, 2, 90, 0, 0, false, false}, {2, 1, 85, 0, 0, true, false},
         {1, 1, 95, 0, 0, false, false}, {0, 0, 90, 0, 0, false, false},
@@ -371,8 +386,7 @@ static int test_corrupt_streams(void)
     T_CHECKF(gave_up > 100 && taken > gave_up + 100, "taken %llu, gave up %llu",
              (unsigned long long)taken, (unsigned long long)gave_up);
     T_CHECKF(accepted > 50 && rejected > 200, "accepted %d, rejected %d", accepted, rejected);
-    stk__decoder_destroy(own);
-    stk__decoder_destroy(lib);
+    pair_destroy(own, lib);
     return 0;
 }
 
@@ -382,9 +396,7 @@ static int test_corrupt_streams(void)
 static int test_tail_damage_first_read(void)
 {
     stk__decoder *own, *lib;
-    T_OK(stk__decoder_create(0, &own));
-    T_OK(stk__decoder_create(0, &lib));
-    stk__decoder_set_own_entropy(lib, false);
+    T_OK(pair_create(&own, &lib));
     static const enc bases[] = {{2, 2, 90, 0, 0, false, false}, {2, 2, 90, 4, 0, false, false}};
     for (size_t e = 0; e < 2; e++) {
         uint8_t *px = synth(320, 240, 77 + (uint32_t)e);
@@ -435,8 +447,7 @@ static int test_tail_damage_first_read(void)
         free(j);
         free(px);
     }
-    stk__decoder_destroy(own);
-    stk__decoder_destroy(lib);
+    pair_destroy(own, lib);
     return 0;
 }
 
@@ -445,9 +456,7 @@ static int test_tail_damage_first_read(void)
 static int test_table_cache(void)
 {
     stk__decoder *own, *lib;
-    T_OK(stk__decoder_create(0, &own));
-    T_OK(stk__decoder_create(0, &lib));
-    stk__decoder_set_own_entropy(lib, false);
+    T_OK(pair_create(&own, &lib));
     uint8_t *js[20];
     size_t ns[20];
     for (int i = 0; i < 20; i++) {
@@ -464,8 +473,7 @@ static int test_table_cache(void)
         }
     for (int i = 0; i < 20; i++)
         free(js[i]);
-    stk__decoder_destroy(own);
-    stk__decoder_destroy(lib);
+    pair_destroy(own, lib);
     return 0;
 }
 
