@@ -63,13 +63,15 @@ typedef struct htable {
     uint32_t stamp; /* last use, for replacement */
     uint8_t bits[17];
     uint8_t huffval[256];
-    /* DC: where the prefix holds a whole code of length l and its s value bits (l + s <=
-     * FAST_BITS), diff << 16 | (l + s); else 0 */
-    int32_t dc[1 << FAST_BITS];
-    /* AC: the prefix's first symbol (a code and its value bits), and the second where it fits
-     * too, as ACE_* fields (coefficient offsets from the block position k, k's advance, END when
-     * one of them ends the block); 0 where the first does not fit */
-    uint64_t acs[1 << FAST_BITS];
+    union {
+        /* DC: where the prefix holds a whole code of length l and its s value bits (l + s <=
+         * FAST_BITS), diff << 16 | (l + s); else 0 */
+        int32_t dc[1 << FAST_BITS];
+        /* AC: the prefix's first symbol (a code and its value bits), and the second where it
+         * fits too, as ACE_* fields (coefficient offsets from the block position k, k's
+         * advance, END when one of them ends the block); 0 where the first does not fit */
+        uint64_t acs[1 << FAST_BITS];
+    };
     /* the code of length l <= FAST_BITS that starts the prefix: l << 8 | symbol; 0 if longer */
     uint16_t fast[1 << FAST_BITS];
     int32_t maxcode[18]; /* as libjpeg's: the largest code of length l, -1 if none */
