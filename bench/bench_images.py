@@ -51,8 +51,9 @@ def torch_transform(recipe):
 
 
 def bench_torch(tree, recipe, workers, batch, epochs):
-    """Samples/s of DataLoader in its first epoch (worker start-up included) and over epochs
-    2..E, and the time to its first batch."""
+    """Samples/s of DataLoader over epochs 2..E, the time to its first batch, samples/s in its
+    first epoch (worker start-up included), and samples per CPU second over all epochs (this
+    process and its workers)."""
     import torch
     from torchvision.datasets import ImageFolder
     torch.set_num_threads(1)
@@ -61,6 +62,7 @@ def bench_torch(tree, recipe, workers, batch, epochs):
     if workers > 0:
         kw.update(persistent_workers=True, prefetch_factor=4)
     dl = torch.utils.data.DataLoader(ds, **kw)
+    c0 = os.times()
     t0 = time.perf_counter()
     first = None
     n0 = n = 0
@@ -75,8 +77,10 @@ def bench_torch(tree, recipe, workers, batch, epochs):
         if e == 0:
             t1 = time.perf_counter()
     sps = n / (time.perf_counter() - t1)
-    del dl
-    return sps, first, n0 / (t1 - t0)
+    del dl  # the workers exit and are waited for: their CPU time is in os.times() now
+    c1 = os.times()
+    cpu = sum(c1[:4]) - sum(c0[:4])  # this process and its worker processes, every epoch
+    return sps, first, n0 / (t1 - t0), (n0 + n) / cpu if cpu > 0 else 0.0
 
 
 def warm(path):
@@ -168,14 +172,15 @@ def main():
     if not a.skip_torch:
         for r in range(a.torch_repeat):
             for w in [int(x) for x in a.workers.split(",")]:
-                sps, first, sps1 = bench_torch(tree, a.recipe, w, a.batch_size,
-                                               max(2, a.torch_epochs))
+                sps, first, sps1, per_cpu = bench_torch(tree, a.recipe, w, a.batch_size,
+                                                        max(2, a.torch_epochs))
                 print(f"  DataLoader num_workers={w}: first epoch {sps1:.1f}, later epochs "
-                      f"{sps:.1f} samples/s (first batch {first * 1e3:.0f} ms)", flush=True)
-                torch_runs.setdefault(w, []).append((sps, first, sps1))
+                      f"{sps:.1f} samples/s (first batch {first * 1e3:.0f} ms; {per_cpu:.0f} "
+                      f"samples per CPU second)", flush=True)
+                torch_runs.setdefault(w, []).append((sps, first, sps1, per_cpu))
     torch_best = None  # (median later-epoch samples/s, workers, runs) of the best num_workers
     for w, v in torch_runs.items():
-        med = statistics.median(s for s, _, _ in v)
+        med = statistics.median(x[0] for x in v)
         if torch_best is None or med > torch_best[0]:
             torch_best = (med, w, v)
 
@@ -195,9 +200,9 @@ def main():
                      [d["first_batch_ms"] for d in v]))
     if torch_best:
         rows.append((f"PyTorch DataLoader + torchvision, best num_workers={torch_best[1]}",
-                     max(1, torch_best[1]), [[f for _, _, f in torch_best[2]],
-                                             [s for s, _, _ in torch_best[2]]], None, None,
-                     [f * 1e3 for _, f, _ in torch_best[2]]))
+                     max(1, torch_best[1]), [[x[2] for x in torch_best[2]],
+                                             [x[0] for x in torch_best[2]]], None, None,
+                     [x[1] * 1e3 for x in torch_best[2]]))
     print()
     print("| pipeline | first epoch samples/s | per thread | vs ceiling | per CPU s "
           "| later epochs samples/s | per thread | vs ceiling | per CPU s | vs PyTorch (later) "
@@ -220,6 +225,25 @@ def main():
             else "-"
         fb = f"{statistics.median(first):.0f}" if first else "-"
         print(f"| {name} | " + " | ".join(cells) + f" | {vs_t} | {fb} |")
+    # samples per CPU second (the process's, all threads; the DataLoader's with its workers):
+    # a per-core figure that a shared machine disturbs less than samples/s
+    def per_cpu(d, key):
+        p = d.get(key) if key != "ceiling" else d["ceiling"]
+        return p["samples"] / p["cpu_s"] if p and p.get("cpu_s") else None
+
+    def cpu_spread(v):
+        v = [x for x in v if x]
+        return spread(v) if v else "-"
+
+    parts = [f"stoker {mode} first epoch "
+             f"{cpu_spread([per_cpu(d, 'first_epoch') for d in runs[mode]])}, later "
+             f"{cpu_spread([per_cpu(d, 'later_epochs') for d in runs[mode]])}"
+             for mode in ("default", "exact")]
+    parts.append(f"ceiling {cpu_spread([per_cpu(d, 'ceiling') for d in runs['default']])}")
+    if torch_best:
+        parts.append(f"DataLoader num_workers={torch_best[1]} "
+                     f"{cpu_spread([x[3] for x in torch_best[2]])}")
+    print("\nsamples per CPU second: " + "; ".join(parts))
     print(f"\n{a.repeat} stoker runs of each mode, each with its own ceiling run; ratios to the "
           f"ceiling per run and per part (first epoch to the ceiling's first, later to later), "
           f"to PyTorch against its median; per thread = samples/s / {a.threads} threads "
