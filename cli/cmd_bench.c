@@ -42,17 +42,6 @@ static double proc_status_mib(const char *key)
     return v;
 }
 
-/* User + system CPU seconds of this process so far (every thread). On a machine shared with other
- * jobs, bytes per CPU second compares the loader with its ceiling where wall-clock cannot. */
-double stk_bench_process_cpu_s(void)
-{
-    struct rusage u;
-    if (getrusage(RUSAGE_SELF, &u) != 0)
-        return 0;
-    return (double)u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
-           u.ru_stime.tv_usec * 1e-6;
-}
-
 /* Reset the peak-RSS counter so VmHWM measures from here (Linux >= 4.0; harmless otherwise). */
 static void reset_peak_rss(void)
 {
@@ -65,6 +54,7 @@ static void reset_peak_rss(void)
 
 static void usage(FILE *f)
 {
+    char names[256];
     fprintf(f,
             "usage: stoker bench DATA... [options]\n"
             "\n"
@@ -77,12 +67,13 @@ static void usage(FILE *f)
             "later ones.\n"
             "\n"
             "options:\n"
-            "  --recipe NAME       raw (default), imagenet-train or imagenet-val\n"
+            "  --recipe NAME       %s (default: raw)\n"
             "  --threads N         worker threads (default: one per CPU); 'auto' lets the\n"
             "                      loader choose online; a list (1,2,4) makes a sweep\n"
             "  --epochs E          epochs to run (default 1)\n"
             "  --batch-size B      samples per batch (default 256)\n"
-            "  --prefetch P        ring slots (default 4); a list (2,4,8) makes a sweep\n"
+            "  --prefetch P        batches prepared ahead of the one in use (ring slots - 1;\n"
+            "                      default 3); a list (2,4,8) makes a sweep\n"
             "  --plot FILE.svg     sweep: draw samples/s against threads, with the ceiling\n"
             "  --trace FILE.json   write a Chrome/Perfetto trace of the (last) run\n"
             "  --max-samples M     stop after M samples (default: all epochs)\n"
@@ -98,7 +89,8 @@ static void usage(FILE *f)
             "  --ceiling           also measure the ceiling and print the ratio\n"
             "  --json              print one JSON object instead of a table\n"
             "  --quiet             no progress bar\n" STK_CLI_CACHE_HELP
-            "  -h, --help          this help\n");
+            "  -h, --help          this help\n",
+            stk_cli_recipes(names, sizeof(names)));
     stk_cli_print_formats(f);
 }
 
@@ -241,12 +233,10 @@ static int parse(int argc, char **argv, bench_args *a)
     }
     if (optind >= argc)
         return stk_cli_usage_error("bench", "no DATA given");
-    if (strcmp(a->recipe, "raw") != 0 && strcmp(a->recipe, "imagenet-train") != 0 &&
-        strcmp(a->recipe, "imagenet-val") != 0) {
-        return stk_cli_usage_error("bench",
-                                   "unknown recipe '%s' (raw, imagenet-train, "
-                                   "imagenet-val)",
-                                   a->recipe);
+    if (strcmp(a->recipe, "raw") != 0 && stk_recipe_n_ops(a->recipe) == 0) {
+        char names[256];
+        return stk_cli_usage_error("bench", "unknown recipe '%s' (%s)", a->recipe,
+                                   stk_cli_recipes(names, sizeof(names)));
     }
     a->paths = (const char *const *)argv + optind;
     a->n_paths = (size_t)(argc - optind);
@@ -270,7 +260,7 @@ static int bench_batch(stk_cli_run *run, stk_batch *b, void *ctx)
     if (!b && run->epochs == 1) { /* the first epoch ended */
         r->first_epoch_samples = r->samples;
         r->first_epoch_s = run->arrived_s - run->start_s;
-        r->first_epoch_cpu_s = stk_bench_process_cpu_s() - br->cpu0;
+        r->first_epoch_cpu_s = stk_cli_process_cpu_s() - br->cpu0;
     }
     if (b) {
         if (r->samples == 0) {
@@ -279,7 +269,7 @@ static int bench_batch(stk_cli_run *run, stk_batch *b, void *ctx)
                                    stk_loader_n_batches(run->loader) * (uint64_t)br->a->epochs,
                                    "batches", br->a->quiet || br->a->json);
         }
-        r->samples += stk_batch_size(b);
+        r->samples += stk_batch_n_samples(b);
         stk_cli_progress_update(&br->prog, run->batches, 0);
     }
     return run->epochs >= (uint64_t)br->a->epochs ||
@@ -293,7 +283,7 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     stk_loader_opts_init(&o);
     o.batch_size = a->batch;
     o.n_threads = threads;
-    o.prefetch = prefetch;
+    o.n_slots = prefetch ? prefetch + 1 : 0; /* 0: the library's default */
     o.trace_events = trace ? 1u << 16 : 0;
     o.seed = a->seed;
     o.rank = 0;
@@ -312,10 +302,10 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
         return rc;
     o.dataset = ds;
     /* The bar starts at the first batch, when the loader knows its batch count. */
-    bench_run br = {.a = a, .r = r, .cpu0 = stk_bench_process_cpu_s()};
+    bench_run br = {.a = a, .r = r, .cpu0 = stk_cli_process_cpu_s()};
     stk_cli_run run;
     rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
-    r->cpu_s = stk_bench_process_cpu_s() - br.cpu0;
+    r->cpu_s = stk_cli_process_cpu_s() - br.cpu0;
     stk_cli_progress_end(&br.prog);
     stk_dataset_close(ds);
     if (rc)
@@ -327,9 +317,9 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
         r->first_epoch_cpu_s = r->cpu_s;
     }
     r->threads = run.info.n_threads;
-    r->prefetch = run.info.prefetch;
+    r->prefetch = run.info.n_slots - 1;
     r->slot_size = run.info.slot_size;
-    r->ring_mib = (double)run.info.slot_size * run.info.prefetch / 1048576.0;
+    r->ring_mib = (double)run.info.slot_size * run.info.n_slots / 1048576.0;
     r->st = run.stats;
     r->bytes = r->st.bytes_read;
     r->peak_rss_mib = proc_status_mib("VmHWM");

@@ -22,7 +22,7 @@ __all__ = ["Dataset", "Writer", "write_shard", "pack", "pack_records", "pack_ima
 
 # torchvision's IMG_EXTENSIONS, so that records and labels line up with ImageFolder's samples
 # (the loader decodes all of them: JPEG, PNG, WebP, TIFF, BMP, binary PPM/PGM)
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+IMAGE_EXTENSIONS = _core.image_extensions()  # the library's list (stk_image_extension)
 
 
 def formats():
@@ -136,8 +136,11 @@ class Writer:
         return list(self._names)
 
     @property
-    def count(self):
-        return self._w.count
+    def n_records(self):
+        """Records added so far."""
+        return self._w.n_records
+
+    count = n_records  # the name before 0.3
 
     @property
     def path(self):
@@ -184,7 +187,7 @@ def write_shard(path, fields, records, metadata=None, align=None):
     with Writer(path, fields, metadata, align) as w:
         for r in records:
             w.add(r)
-        n = w.count
+        n = w.n_records
     return n
 
 

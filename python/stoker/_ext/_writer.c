@@ -34,7 +34,7 @@ static int parse_kind(const char *s, stk_field_kind *out)
 /* One schema entry: (name, kind) or (name, "array", dtype, shape). */
 static int parse_field(PyObject *spec, stk_field *f)
 {
-    memset(f, 0, sizeof(*f));
+    stk_field_init(f);
     PyObject *t = PySequence_Tuple(spec);
     if (!t)
         return -1;
@@ -191,7 +191,8 @@ static PyObject *Writer_add(WriterObject *self, PyObject *arg)
     Py_buffer views[STK_MAX_FIELDS];
     size_t n_views = 0;
     PyObject *ret = NULL;
-    memset(v, 0, sizeof(v));
+    for (size_t i = 0; i < self->n_fields; i++)
+        stk_value_init(&v[i]);
     for (size_t i = 0; i < self->n_fields; i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i);
         const stk_field *f = &self->fields[i];
@@ -287,12 +288,12 @@ static PyObject *Writer_exit(WriterObject *self, PyObject *args)
     Py_RETURN_FALSE;
 }
 
-static PyObject *Writer_count(WriterObject *self, void *closure)
+static PyObject *Writer_n_records(WriterObject *self, void *closure)
 {
     (void)closure;
     if (!self->w)
         return stkpy_raise(STK_ESTATE, "the writer is closed");
-    return PyLong_FromUnsignedLongLong(stk_writer_count(self->w));
+    return PyLong_FromUnsignedLongLong(stk_writer_n_records(self->w));
 }
 
 static PyObject *Writer_data_size(WriterObject *self, void *closure)
@@ -328,7 +329,7 @@ static PyMethodDef Writer_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Writer_getset[] = {
-    {"count", (getter)Writer_count, NULL, "Records added so far.", NULL},
+    {"n_records", (getter)Writer_n_records, NULL, "Records added so far.", NULL},
     {"data_size", (getter)Writer_data_size, NULL, "Bytes of record data written so far.", NULL},
     {"closed", (getter)Writer_closed, NULL, "Whether the writer was closed or aborted.", NULL},
     {"path", (getter)Writer_path, NULL, "The shard's final path.", NULL},

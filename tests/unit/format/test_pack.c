@@ -4,7 +4,7 @@
  * builds: `make oom`), shards of two packs refused unless concatenated, a manifest or shard
  * tampered with, and writer metadata that is not JSON.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "stk_internal.h"
 #include "t.h"
 #include "data/fixtures.h"
@@ -25,7 +25,8 @@ static int make_source(const char *path, uint64_t n, int64_t base, const char *m
     for (uint64_t i = 0; i < n; i++) {
         uint8_t buf[320];
         stk_value v[2];
-        memset(v, 0, sizeof(v));
+        for (size_t vi = 0; vi < sizeof(v) / sizeof(v[0]); vi++)
+            stk_value_init(&v[vi]);
         v[0].data = buf;
         v[0].size = fx_payload(i, buf);
         v[1].i64 = (int64_t)i + base;
@@ -59,7 +60,7 @@ static void facts(const char *path, unsigned flags, uint64_t *count, uint64_t *f
     const char *p[] = {path};
     *count = *fp = 0;
     if (stk_dataset_open(p, 1, flags, &ds) == STK_OK) {
-        *count = stk_dataset_count(ds);
+        *count = stk_dataset_n_records(ds);
         *fp = stk_dataset_fingerprint(ds);
         stk_dataset_close(ds);
     }
@@ -138,7 +139,7 @@ static int test_manifest_written(void)
     T_OK(stk_dataset_shard(ds, 0, &si));
     T_CHECKF(strstr(si.metadata, old_id) == NULL && strstr(si.metadata, "\"dataset_id\": \""),
              "metadata of the repack: %s", si.metadata);
-    T_CHECK(stk_dataset_count(ds) == 40);
+    T_CHECK(stk_dataset_n_records(ds) == 40);
     stk_dataset_close(ds);
     fx_rmtree(s.dir);
     return 0;
@@ -203,7 +204,7 @@ static int test_mixed_packs_refused(void)
     const char *q[] = {s.out, other};
     T_EQ(stk_dataset_open(q, 2, 0, &ds), STK_EINVAL);
     T_OK(stk_dataset_open(q, 2, STK_DATASET_CONCAT, &ds));
-    T_EQ(stk_dataset_count(ds), 100);
+    T_EQ(stk_dataset_n_records(ds), 100);
     stk_dataset_close(ds);
     /* old shards without dataset ids but with other class lists: refused too */
     const char *r[] = {s.src_a, s.src_b};
@@ -264,7 +265,8 @@ static int test_metadata_not_json(void)
     T_CHECK(dir);
     char path[256];
     snprintf(path, sizeof(path), "%s/m.stk", dir);
-    stk_field fields[1] = {{.name = "data", .kind = STK_FIELD_BYTES}};
+    stk_field fields[1] = {
+        {.struct_size = sizeof(stk_field), .name = "data", .kind = STK_FIELD_BYTES}};
     stk_writer_opts wo;
     stk_writer_opts_init(&wo);
     wo.fields = fields;
@@ -276,7 +278,7 @@ static int test_metadata_not_json(void)
     /* a shard whose valid metadata is patched (checksums recomputed) into another text */
     wo.metadata_json = "{\"k\": \"abc\"}";
     T_OK(stk_writer_open(path, &wo, &w));
-    stk_value v = {.data = "x", .size = 1};
+    stk_value v = {.struct_size = sizeof(stk_value), .data = "x", .size = 1};
     T_OK(stk_writer_add(w, &v));
     T_OK(stk_writer_close(w));
     size_t size;

@@ -7,7 +7,7 @@
  * header), the .stk source's overlap check and a shard truncated while open (read error, no
  * SIGBUS), and the loader over an ImageFolder tree.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "io/stk_vfs.h"
 #include "source/stk_source.h"
 #include "stk_internal.h"
@@ -65,7 +65,7 @@ static int open_fmt(const char *const *paths, size_t n, const char *format, stk_
     o.paths = paths;
     o.n_paths = n;
     o.format = format;
-    return stk_dataset_open_ex(&o, ds);
+    return stk_dataset_open_v2(&o, ds);
 }
 
 static int open1(const char *path, const char *format, stk_dataset **ds)
@@ -107,7 +107,8 @@ static int write_shard(const char *path, uint64_t first, uint64_t n, size_t size
     T_CHECK(size <= sizeof(buf));
     for (uint64_t i = first; i < first + n; i++) {
         payload(i, buf, size);
-        stk_value v[2] = {{.data = buf, .size = size}, {.i64 = (int64_t)i * 3}};
+        stk_value v[2] = {{.struct_size = sizeof(stk_value), .data = buf, .size = size},
+                          {.struct_size = sizeof(stk_value), .i64 = (int64_t)i * 3}};
         T_OK(stk_writer_add(w, v));
     }
     T_OK(stk_writer_close(w));
@@ -148,7 +149,7 @@ static int test_detect_stk(void)
     stk_dataset *ds;
     T_OK(open1(bin, NULL, &ds)); /* by magic: the name says nothing */
     T_CHECK(strcmp(stk_dataset_format(ds), "stk") == 0);
-    T_EQ(stk_dataset_count(ds), 3);
+    T_EQ(stk_dataset_n_records(ds), 3);
     stk_dataset_close(ds);
 
     snprintf(shards, sizeof(shards), "%s/shards", dir);
@@ -160,7 +161,7 @@ static int test_detect_stk(void)
     T_OK(open1(shards, NULL, &ds)); /* a directory of shards */
     T_CHECK(strcmp(stk_dataset_format(ds), "stk") == 0);
     T_EQ(stk_dataset_n_shards(ds), 2);
-    T_EQ(stk_dataset_count(ds), 8);
+    T_EQ(stk_dataset_n_records(ds), 8);
     stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
@@ -176,7 +177,7 @@ static int test_detect_folder_and_npy(void)
     stk_dataset *ds;
     T_OK(open1(tree, NULL, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "imagefolder") == 0);
-    T_EQ(stk_dataset_count(ds), 2);
+    T_EQ(stk_dataset_n_records(ds), 2);
     stk_dataset_close(ds);
 
     snprintf(npys, sizeof(npys), "%s/arrays", dir);
@@ -194,7 +195,7 @@ static int test_detect_folder_and_npy(void)
     T_OK(open1(one, NULL, &ds)); /* one .npy file */
     T_CHECK(strcmp(stk_dataset_format(ds), "npy") == 0);
     T_EQ(stk_dataset_n_fields(ds), 1);
-    T_EQ(stk_dataset_count(ds), 4);
+    T_EQ(stk_dataset_n_records(ds), 4);
     stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
@@ -242,11 +243,11 @@ static int test_format_override(void)
     stk_dataset *ds;
     T_OK(open1(dir, NULL, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "stk") == 0);
-    T_EQ(stk_dataset_count(ds), 5);
+    T_EQ(stk_dataset_n_records(ds), 5);
     stk_dataset_close(ds);
     T_OK(open1(dir, "imagefolder", &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "imagefolder") == 0);
-    T_EQ(stk_dataset_count(ds), 1);
+    T_EQ(stk_dataset_n_records(ds), 1);
     T_EQ(stk_dataset_n_fields(ds), 3);
     stk_dataset_close(ds);
     /* format= still validates: a shard is not a directory of classes */
@@ -259,7 +260,7 @@ static int test_format_override(void)
 static int test_format_names(void)
 {
     static const char *const want[] = {"stk", "imagefolder", "npy"};
-    size_t n = stk_format_count();
+    size_t n = stk_n_formats();
     T_CHECK(n >= 3);
     for (size_t w = 0; w < 3; w++) { /* each once, in whatever detection order */
         int seen = 0;
@@ -318,7 +319,7 @@ static int test_brace_range(void)
     stk_dataset *ds;
     T_OK(open1(pattern, NULL, &ds));
     T_EQ(stk_dataset_n_shards(ds), 3);
-    T_EQ(stk_dataset_count(ds), 1 + 2 + 3);
+    T_EQ(stk_dataset_n_records(ds), 1 + 2 + 3);
     for (int s = 0; s < 3; s++) {
         stk_shard_info si = {.struct_size = sizeof(si)};
         T_OK(stk_dataset_shard(ds, (size_t)s, &si));
@@ -399,7 +400,7 @@ static int test_temp_files_ignored(void)
     stk__strlist_free(&out);
     stk_dataset *ds;
     T_OK(open1(pattern, NULL, &ds));
-    T_EQ(stk_dataset_count(ds), 4);
+    T_EQ(stk_dataset_n_records(ds), 4);
     stk_dataset_close(ds);
     T_OK(open1(dir, NULL, &ds));
     T_EQ(stk_dataset_n_shards(ds), 1);
@@ -536,10 +537,11 @@ static int check_folder_record(const stk_dataset *ds, const char *root, uint64_t
                                int64_t label)
 {
     uint8_t buf[2048], want[512];
-    char err[STK_ERRMSG_SIZE], where[1024], want_where[1024];
+    char where[1024], want_where[1024];
     stk_record r;
-    int rc = stk_dataset_read(ds, i, buf, sizeof(buf), &r, err, sizeof(err));
-    T_CHECKF(rc == STK_OK, "record %llu: %s", (unsigned long long)i, err);
+    stk_record_init(&r);
+    int rc = stk_dataset_read(ds, i, buf, sizeof(buf), &r);
+    T_CHECKF(rc == STK_OK, "record %llu: %s", (unsigned long long)i, stk_last_errmsg());
     T_CHECKF(r.field_size[2] == strlen(rel) && memcmp(r.field[2], rel, strlen(rel)) == 0,
              "record %llu is %.*s, want %s", (unsigned long long)i, (int)r.field_size[2],
              (const char *)r.field[2], rel);
@@ -576,7 +578,7 @@ static int test_folder_tree(void)
     stk_dataset *ds;
     T_OK(open1(root, NULL, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "imagefolder") == 0);
-    T_EQ(stk_dataset_count(ds), n);
+    T_EQ(stk_dataset_n_records(ds), n);
     T_EQ(stk_dataset_n_fields(ds), 3);
     static const char *const names[3] = {"image", "label", "path"};
     static const stk_field_kind kinds[3] = {STK_FIELD_BYTES, STK_FIELD_INT64, STK_FIELD_BYTES};
@@ -600,7 +602,7 @@ static int test_folder_tree(void)
     /* the root given with a trailing slash: the same records, described the same way */
     snprintf(p, sizeof(p), "%s/", root);
     T_OK(open1(p, NULL, &ds));
-    T_EQ(stk_dataset_count(ds), n);
+    T_EQ(stk_dataset_n_records(ds), n);
     T_CHECK(check_folder_record(ds, root, 4, order[4], 1) == 0);
     alarm(0);
     stk_dataset_close(ds);
@@ -642,10 +644,12 @@ static int test_folder_changed_and_fingerprint(void)
     memset(buf, 7, sizeof(buf));
     T_CHECK(put_file(dir, "x/2.jpg", buf, old + 10) == 0);
     stk_record r;
-    char err[STK_ERRMSG_SIZE], want[600];
+    stk_record_init(&r);
+    char want[600];
     T_CHECK(check_folder_record(ds, dir, 0, "x/1.jpg", 0) == 0);
-    int rc = stk_dataset_read(ds, 1, buf, sizeof(buf), &r, err, sizeof(err));
+    int rc = stk_dataset_read(ds, 1, buf, sizeof(buf), &r);
     T_EQ(rc, STK_EFORMAT);
+    const char *err = stk_last_errmsg();
     snprintf(want, sizeof(want),
              "%s/x/2.jpg (record 1): changed since the dataset was opened (size %zu -> %zu)", dir,
              old, old + 10);
@@ -660,7 +664,7 @@ static int test_folder_changed_and_fingerprint(void)
     /* a new file changes it too */
     T_CHECK(put_content(dir, "y/4.png") == 0);
     T_OK(open1(dir, NULL, &again));
-    T_EQ(stk_dataset_count(again), 4);
+    T_EQ(stk_dataset_n_records(again), 4);
     T_CHECK(stk_dataset_fingerprint(again) != stk_dataset_fingerprint(ds));
     stk_dataset_close(again);
     stk_dataset_close(ds);
@@ -700,7 +704,7 @@ static int test_npy_fields(void)
     stk_dataset *ds;
     T_OK(open1(dir, NULL, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "npy") == 0);
-    T_EQ(stk_dataset_count(ds), NPY_N);
+    T_EQ(stk_dataset_n_records(ds), NPY_N);
     T_EQ(stk_dataset_n_fields(ds), 4); /* one per file, in name order */
     const stk_field *f = stk_dataset_field(ds, 0);
     T_CHECK(strcmp(f->name, "img") == 0);
@@ -728,8 +732,8 @@ static int test_npy_fields(void)
     for (int i = 0; i < NPY_N; i++) {
         uint8_t buf[64];
         stk_record r;
-        char err[STK_ERRMSG_SIZE];
-        T_OK(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r, err, sizeof(err)));
+        stk_record_init(&r);
+        T_OK(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r));
         T_EQ(r.size, 64);
         T_EQ(r.field_size[0], 48);
         T_CHECK(memcmp(r.field[0], img[i], 48) == 0);
@@ -768,14 +772,14 @@ static int test_npy_named_fields(void)
     o.n_paths = 2;
     o.field_names = names;
     stk_dataset *ds;
-    T_OK(stk_dataset_open_ex(&o, &ds));
-    T_EQ(stk_dataset_count(ds), 4);
+    T_OK(stk_dataset_open_v2(&o, &ds));
+    T_EQ(stk_dataset_n_records(ds), 4);
     T_CHECK(strcmp(stk_dataset_field(ds, 0)->name, "score") == 0); /* the caller's order */
     T_CHECK(strcmp(stk_dataset_field(ds, 1)->name, "label") == 0);
     uint8_t buf[64];
     stk_record r;
-    char err[STK_ERRMSG_SIZE];
-    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r, err, sizeof(err)));
+    stk_record_init(&r);
+    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r));
     T_CHECK(stk_record_f32(&r, 0) == 2.5f);
     T_EQ(stk_record_i64(&r, 1), 12);
     stk_dataset_close(ds);
@@ -786,24 +790,24 @@ static int test_npy_named_fields(void)
     o.n_paths = 1;
     o.field_names = one;
     ds = (stk_dataset *)1;
-    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_EQ(stk_dataset_open_v2(&o, &ds), STK_EINVAL);
     T_CHECK(ds == NULL);
     T_CHECKF(strstr(stk_last_errmsg(), "field 'v'") && strstr(stk_last_errmsg(), "names 2 files"),
              "%s", stk_last_errmsg());
     const char *empty[] = {""}, *dirs[] = {dir};
     o.field_names = empty;
     o.paths = paths;
-    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_EQ(stk_dataset_open_v2(&o, &ds), STK_EINVAL);
     T_CHECKF(strstr(stk_last_errmsg(), "has no name"), "%s", stk_last_errmsg());
     o.field_names = one;
     o.paths = dirs;
-    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_EQ(stk_dataset_open_v2(&o, &ds), STK_EINVAL);
     T_CHECKF(strstr(stk_last_errmsg(), "is a directory"), "%s", stk_last_errmsg());
     snprintf(shard, sizeof(shard), "%s/s.stk", dir);
     T_CHECK(write_shard(shard, 0, 2, 8) == 0);
     const char *stk_path[] = {shard};
     o.paths = stk_path;
-    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_EQ(stk_dataset_open_v2(&o, &ds), STK_EINVAL);
     T_CHECKF(strstr(stk_last_errmsg(), "format stk takes no field names"), "%s", stk_last_errmsg());
     fx_rmtree(dir);
     return 0;
@@ -837,17 +841,19 @@ static int test_npy_errors(void)
     T_CHECK(write_npy(a, "<i8", false, "(5,)", v, 5 * 8) == 0); /* intact again */
     stk_dataset *ds;
     T_OK(open1(a, NULL, &ds));
-    T_EQ(stk_dataset_count(ds), 5);
+    T_EQ(stk_dataset_n_records(ds), 5);
     /* cut after open: a read past the cut names the file, the row and what happened */
     struct stat st;
     T_CHECK(stat(a, &st) == 0);
     T_CHECK(truncate(a, st.st_size - 2 * 8) == 0);
     uint8_t buf[8];
     stk_record r;
-    char err[STK_ERRMSG_SIZE], row[400];
-    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r, err, sizeof(err)));
+    stk_record_init(&r);
+    char row[400];
+    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r));
     T_EQ(stk_record_i64(&r, 0), 3);
-    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r, err, sizeof(err)), STK_EFORMAT);
+    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r), STK_EFORMAT);
+    const char *err = stk_last_errmsg();
     snprintf(row, sizeof(row), "%s row 3: changed while open (size %lld -> %lld)", a,
              (long long)st.st_size, (long long)st.st_size - 16);
     T_CHECKF(strstr(err, row) == err, "'%s' does not start with '%s'", err, row);
@@ -946,10 +952,12 @@ static int test_stk_truncated_while_open(void)
 
     uint8_t buf[2 * TR_SIZE], want[TR_SIZE];
     stk_record r;
-    T_OK(stk_dataset_read(ds, TR_CUT - 1, buf, sizeof(buf), &r, err, sizeof(err)));
+    stk_record_init(&r);
+    T_OK(stk_dataset_read(ds, TR_CUT - 1, buf, sizeof(buf), &r));
     payload(TR_CUT - 1, want, TR_SIZE);
     T_CHECK(memcmp(r.field[0], want, TR_SIZE) == 0);
-    T_EQ(stk_dataset_read(ds, 12, buf, sizeof(buf), &r, err, sizeof(err)), STK_EFORMAT);
+    T_EQ(stk_dataset_read(ds, 12, buf, sizeof(buf), &r), STK_EFORMAT);
+    snprintf(err, sizeof(err), "%s", stk_last_errmsg());
     T_CHECKF(strstr(err, path) && strstr(err, "record 12 (global 12)") && strstr(err, sizes), "%s",
              err);
     stk__recinfo info; /* the same failure without a message buffer */
@@ -965,7 +973,7 @@ static int test_stk_truncated_while_open(void)
         T_OK(stk_loader_create(&o, &L));
         stk_batch *b;
         T_OK(stk_loader_next(L, &b)); /* records 0..3: before the cut */
-        T_EQ(stk_batch_size(b), TR_BATCH);
+        T_EQ(stk_batch_n_samples(b), TR_BATCH);
         stk_batch_release(b);
         for (int k = 1; k < TR_N / TR_BATCH; k++) { /* every later batch has a record past it */
             b = (stk_batch *)1;
@@ -1012,7 +1020,7 @@ static int test_loader_imagefolder(void)
         T_OK(stk_loader_create(&o, &L));
         const stk_dataset *ds = stk_loader_dataset(L);
         T_CHECK(strcmp(stk_dataset_format(ds), "imagefolder") == 0);
-        T_EQ(stk_dataset_count(ds), n);
+        T_EQ(stk_dataset_n_records(ds), n);
         for (int epoch = 0; epoch < 2; epoch++) {
             uint32_t seen[3 * LF_PER_CLASS] = {0};
             size_t total = 0;
@@ -1020,6 +1028,10 @@ static int test_loader_imagefolder(void)
             stk_status rc;
             while ((rc = stk_loader_next(L, &b)) == STK_OK) {
                 stk_tensor img, label, path, index;
+                stk_tensor_init(&img);
+                stk_tensor_init(&label);
+                stk_tensor_init(&path);
+                stk_tensor_init(&index);
                 T_EQ(stk_batch_n_tensors(b), 4);
                 T_OK(stk_batch_tensor(b, 0, &img));
                 T_OK(stk_batch_tensor(b, 1, &label));
@@ -1027,7 +1039,7 @@ static int test_loader_imagefolder(void)
                 T_OK(stk_batch_tensor(b, 3, &index));
                 T_CHECK(strcmp(img.name, "image") == 0 && strcmp(path.name, "path") == 0 &&
                         strcmp(index.name, "index") == 0);
-                for (uint32_t j = 0; j < stk_batch_size(b); j++) {
+                for (uint32_t j = 0; j < stk_batch_n_samples(b); j++) {
                     int64_t idx = ((const int64_t *)index.data)[j];
                     T_CHECK(idx >= 0 && (size_t)idx < n);
                     seen[idx]++;

@@ -356,7 +356,7 @@ static int test_recipes(void)
 /* The op table: every row complete and consistent with the public lookups. */
 static int test_op_table(void)
 {
-    size_t n = stk_op_count();
+    size_t n = stk_op_n_kinds();
     T_CHECK(n >= 7);
     for (size_t i = 0; i < n; i++) {
         stk_op_kind k;
@@ -390,8 +390,8 @@ static int test_op_table(void)
                         : pa->type == STK_OP_PARAM_DOUBLE ? sizeof(double)
                         : pa->type == STK_OP_PARAM_FLOAT  ? sizeof(float)
                                                           : 0;
-            T_CHECKF(el && pa->count >= 1 && pa->count <= 4, "%s.%s", d->name, pa->name);
-            T_CHECKF(pa->offset % el == 0 && pa->offset + el * pa->count <= sizeof(stk_op),
+            T_CHECKF(el && pa->n_values >= 1 && pa->n_values <= 4, "%s.%s", d->name, pa->name);
+            T_CHECKF(pa->offset % el == 0 && pa->offset + el * pa->n_values <= sizeof(stk_op),
                      "%s.%s: offset %zu", d->name, pa->name, pa->offset);
             for (size_t m = 0; m < j; m++)
                 T_CHECK(strcmp(d->params[m].name, pa->name) != 0);
