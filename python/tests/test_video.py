@@ -271,3 +271,32 @@ def test_limits_and_arguments(videos, tmp_path):
     ds = stoker.Dataset(tar)
     with pytest.raises(stoker.StokerLimitError, match="exceeds the pixel limit"):
         next(iter(stoker._core.Loader(ds, batch_size=1, n_threads=1, transform=t)))
+
+
+def test_class_per_folder_tree_and_pack(videos, tmp_path):
+    """A Kinetics/UCF101-style tree (ROOT/<class>/<video>): labels by sorted class name, files in
+    torchvision's order, field `video`; `stoker.pack` of it gives .stk shards with the same clips."""
+    root = tmp_path / "tree"
+    layout = {"archery": ["h264.mp4", "vp9.webm"], "bowling": ["hevc.mkv"],
+              "cooking": ["mpeg4.avi", "vfr.mp4"]}
+    for cls, names in layout.items():
+        (root / cls).mkdir(parents=True)
+        for n in names:
+            shutil.copy(videos[n], root / cls / n)
+        (root / cls / "notes.txt").write_text("not a video")
+    ds = stoker.Dataset(str(root))
+    assert [f["name"] for f in ds.fields] == ["video", "label", "path"]
+    kw = dict(batch_size=5, frames_per_clip=4, frame_step=2, transforms=full_frames(),
+              output="numpy")
+    with stoker.Loader(str(root), **kw) as loader:
+        a = next(iter(loader))
+    assert list(a["label"]) == [0, 0, 1, 2, 2]
+    for k, n in enumerate(["h264.mp4", "vp9.webm", "hevc.mkv", "mpeg4.avi", "vfr.mp4"]):
+        ref, s = pyav(videos[n])
+        assert np.array_equal(a["video"][k, 0], ref[0]) and a["video_pts"][k, 0] == s[0]
+    stk = str(tmp_path / "videos.stk")
+    stoker.pack(str(root), stk)
+    with stoker.Loader(stk, **kw) as loader:
+        b = next(iter(loader))
+    assert np.array_equal(a["video"], b["video"]) and np.array_equal(a["label"], b["label"])
+    assert np.array_equal(a["video_pts"], b["video_pts"])
