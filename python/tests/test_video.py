@@ -26,7 +26,10 @@ av = pytest.importorskip("av")
 T = pytest.importorskip("torchvision.transforms")
 import gen_videos  # noqa: E402
 
-pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed"),
+    pytest.mark.skipif(not stoker._core.has_video(), reason="stoker was built without libavcodec"),
+]
 
 VIDEOS = {
     # name: gen_videos.encode arguments
