@@ -157,7 +157,7 @@ def rate(times, first):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--videos", type=int, default=32)
-    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--seconds", type=float, default=10.0)  # Kinetics clips are 10 s
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--workers", default="0,1,2,3")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
