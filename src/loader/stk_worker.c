@@ -120,7 +120,7 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
 {
     void *dst[STK_MAX_FIELDS];
     size_t cap[STK_MAX_FIELDS];
-    uint64_t rec = idx / c->per_record;
+    uint64_t rec = c->per_record > 1 ? idx / c->per_record : idx; /* no division for 1 */
     for (size_t i = 0; i + 1 < lay->n_tensors; i++) { /* the last tensor is "index" */
         const stk__tlayout *tl = &lay->t[i];
         if (tl->aux)
