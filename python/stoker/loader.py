@@ -245,6 +245,7 @@ class Loader:
                                     cache_limit=cache_limit)
             self._own_dataset = True
         self._torch_dataset = torch_dataset
+        _torchcompat.check_sampler_size(picked, len(self._dataset))
         if self._fields is not None:
             names = [f["name"] for f in self._dataset.fields] + ["index"]
             missing = [f for f in self._fields if f not in names]
@@ -256,7 +257,8 @@ class Loader:
             rank=rank, world=world_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
             skip_corrupt=on_error == "skip", verify=bool(verify), pinned=pinned,
             transform=self._transform, transform_field=transform_field, autotune=autotune,
-            trace_events=_TRACE_EVENTS if trace else 0, **picked.get("order", {}))
+            trace_events=_TRACE_EVENTS if trace else 0, **picked.get("order", {}),
+            **picked.get("split", {}))
         if memory_budget is not None:
             self._core_kwargs["memory_budget"] = _check_int(memory_budget, "memory_budget", 1)
         if self._device is not None:
