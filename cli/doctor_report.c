@@ -79,8 +79,10 @@ static void advise_stage(doctor *d)
     case 1:
         if (d->a.exact)
             advise(v,
-                   "decoding is %.0f%% of the workers' time at full scale (--exact): drop "
-                   "--exact so JPEGs decode at the DCT scale nearest the output size",
+                   "decoding is %.0f%% of the workers' time with the exact decode (full scale, "
+                   "PIL's IDCT: --exact, or an evaluation recipe's default, which keeps its "
+                   "pixels within one level of torchvision's): --fast decodes JPEGs at the DCT "
+                   "scale nearest the output size, at the cost of that agreement",
                    pct);
         else
             advise(v,

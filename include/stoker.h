@@ -731,6 +731,20 @@ STK_API stk_status stk_transform_create(const stk_transform_opts *opts, stk_tran
  *  @return STK_OK, STK_EINVAL (unknown name; the message lists the recipes), STK_ENOMEM. */
 STK_API stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **out);
 
+/** Whether ops of this kind take numbers from the sample's random stream: the Random* ops,
+ *  ColorJitter, GaussianBlur, the warps, the policies and the containers do; Resize,
+ *  CenterCrop, Pad, Grayscale and Normalize do not (their output depends on the image only).
+ *  A transform whose ops draw nothing is deterministic, an evaluation transform: the Python
+ *  package and the CLI decode it exactly (stk_transform_opts.exact) unless told otherwise,
+ *  since evaluation results must not depend on the loader (docs/images.md "Exact by default").
+ *  @return false also for a kind this library does not know.
+ *  Threads: thread-safe (static data). */
+STK_API bool stk_op_draws(stk_op_kind kind);
+
+/** Whether any op of `t` draws from the sample's random stream (stk_op_draws).
+ *  Threads: thread-safe (t is immutable). */
+STK_API bool stk_transform_draws(const stk_transform *t);
+
 /** The per-sample output of a transform: dtype, rank and shape (without the batch dimension). */
 STK_API void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *ndim,
                                   int64_t shape[STK_MAX_DIMS]);

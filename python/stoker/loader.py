@@ -126,7 +126,10 @@ class Loader:
     what it chose and why. ``trace="out.json"`` records a Chrome/Perfetto trace written at
     ``close()`` (or with ``write_trace()``). ``strict`` (default: the transform's, else True):
     a JPEG that libjpeg reports as corrupt fails its record (skipped under
-    ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery.
+    ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery. ``exact``
+    (default: the transform's, else None): None decodes exactly when no op is random (an
+    evaluation transform gives torchvision's pixels to within a level) and fast otherwise;
+    True/False force it.
     ``memory_budget=`` (bytes) bounds what the loader
     takes: the ring and each thread's scratch (over them the Loader is not created,
     StokerLimitError saying what takes what) and the decode buffers as they grow (a decode that
@@ -144,7 +147,7 @@ class Loader:
                  worker_init_fn=None, multiprocessing_context=None, generator=None,
                  prefetch_factor=None, persistent_workers=None, pin_memory_device=None,
                  in_order=None, batch_transforms=None, map=None, label_field="label",
-                 memory_budget=None, cache_dir=None, cache_limit=None):
+                 memory_budget=None, cache_dir=None, cache_limit=None, exact=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -232,9 +235,10 @@ class Loader:
             raise _core.StokerInvalidError(f"map should be a function of one sample dict, not "
                                            f"{type(map).__name__}")
         if self._device is not None and not batch_args and map is None:
-            self._transform, finish = _transforms.compile_for_device(transforms, strict=strict)
+            self._transform, finish = _transforms.compile_for_device(transforms, strict=strict,
+                                                                     exact=exact)
         else:
-            self._transform = _transforms.compile(transforms, strict=strict)
+            self._transform = _transforms.compile(transforms, strict=strict, exact=exact)
         if isinstance(data, _core.Dataset):
             if cache_dir is not None or cache_limit is not None:
                 raise _core.StokerInvalidError("cache_dir=/cache_limit= apply where the data is "
