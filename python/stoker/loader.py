@@ -24,6 +24,7 @@ from . import _core
 from . import _nvrtc
 from . import _batchmap
 from . import _torchcompat
+from . import _torchprof
 from ._torchcompat import check_int as _check_int, resolve_rank as _resolve_rank
 from . import transforms as _transforms
 from .batch import Batch, _DeviceView
@@ -52,7 +53,9 @@ def _torch():
 class _LoaderIter:
     """The iterator of one pass over a Loader (one epoch). It ends normally (StopIteration)
     only at the end of its epoch, or when the same thread started another pass (iter(),
-    set_epoch, load_state_dict); close() before the end makes next() raise StokerStateError."""
+    set_epoch, load_state_dict); close() before the end makes next() raise StokerStateError.
+    While a torch profiler records, each next() is its range "enumerate(DataLoader)#
+    _LoaderIter.__next__", as the DataLoader's (_torchprof)."""
 
     __slots__ = ("_loader", "_gen", "_done", "_thread", "__weakref__")
 
@@ -67,6 +70,13 @@ class _LoaderIter:
         return len(self._loader)
 
     def __next__(self):
+        rng = _torchprof.range_for(self)  # a torch.profiler range, as the DataLoader's
+        if rng is None:
+            return self._next()
+        with rng:
+            return self._next()
+
+    def _next(self):
         loader = self._loader
         if self._done or self._gen != loader._gen:
             raise StopIteration
