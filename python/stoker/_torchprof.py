@@ -22,14 +22,20 @@ def profile_name(iterator):
     return f"{_PREFIX}{type(iterator).__name__}.__next__"
 
 
+_enabled = None  # torch.autograd._profiler_enabled, once torch is imported
+
+
 def range_for(iterator):
     """A context manager recording iterator's __next__ as a profiler range, or None when no
     torch profiler is recording in this process (then the caller runs __next__ bare)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
+    global _enabled
+    enabled = _enabled
+    if enabled is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return None
+        enabled = _enabled = getattr(getattr(torch, "autograd", None), "_profiler_enabled",
+                                     None) or (lambda: False)
+    if not enabled():
         return None
-    autograd = getattr(torch, "autograd", None)
-    enabled = getattr(autograd, "_profiler_enabled", None)
-    if enabled is None or not enabled():
-        return None
-    return autograd.profiler.record_function(profile_name(iterator))
+    return sys.modules["torch"].autograd.profiler.record_function(profile_name(iterator))

@@ -38,7 +38,7 @@ def test_each_next_is_a_profiler_range_with_its_time(shard):
     rows = _rows(prof)
     assert (n, m) == (5, 2)
     assert ROW in rows, sorted(rows)
-X
+    # every __next__ of the two stoker passes, the StopIteration included (as the DataLoader's)
     assert rows[ROW].count == (5 + 1) + (2 + 1)
     assert rows[ROW].cpu_time_total > 0
     theirs = [k for k in rows if k != ROW]
