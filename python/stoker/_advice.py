@@ -473,7 +473,7 @@ def _python_lines(prof, kind, cur_rate_word):
         transfer = _transfer_rate(prof, best_w)
         c["transfer_samples_per_s"], c["transfer_workers"] = transfer, best_w
     name, cap = _costs.limit(kind, best, transfer, per_s, cpu if wall is not None else None,
-                             c.get("gil_share"), c.get("executor"))
+                             c.get("gil_share"), c.get("executor"), best_w, _cpus())
     c["limit"], c["limit_samples_per_s"] = name, cap
     out = []
     word = cur_rate_word

@@ -13,7 +13,7 @@ process) allows by itself.
 """
 
 WAITS_CPU_SHARE = 0.5  # __getitem__ on a CPU less than this share of its time: it mostly waits
-NEAR = 0.8             # a rate at this share of a ceiling or more: that ceiling is the limit
+LOOSE = 0.5            # a rate at this share of a ceiling or more can be held back by it
 GROWTH = 1.1           # the sweep goes on past 2x the cores while a doubling gains this much
 MOST_PER_CORE = 16     # ... up to this many workers per core
 MOST = 64              # ... and this many in all
@@ -45,25 +45,42 @@ def next_count(sweep, waits, cores, usual=None):
     return nxt if nxt <= min(MOST, MOST_PER_CORE * cores) else None
 
 
-def limit(kind, best_rate=None, transfer_rate=None, getitem_s=None, getitem_cpu_s=None,
-          gil_share=None, executor=None):
-    """What limits a loader running the user's Python at its best measured worker count:
+def getitem_cap(workers, cores, getitem_s, getitem_cpu_s):
+    """Samples/s that __getitem__ alone allows at `workers` workers on `cores` cores: each worker
+    waits in parallel (workers / seconds per sample) but computes only on a core (at most
+    cores / CPU seconds per sample), whichever is lower; None when not measured."""
+    if not getitem_s or getitem_s <= 0 or workers < 1:
+        return None
+    cap = workers / getitem_s
+    if getitem_cpu_s and getitem_cpu_s > 0:
+        cap = min(cap, min(workers, cores) / getitem_cpu_s)
+    return cap
 
-    - "transfer" (a DataLoader): its best rate is NEAR its transfer ceiling, the same batches
-      with a __getitem__ that costs nothing; making __getitem__ cheaper or adding workers
-      cannot help, moving fewer bytes between processes can;
+
+def limit(kind, best_rate=None, transfer_rate=None, getitem_s=None, getitem_cpu_s=None,
+          gil_share=None, executor=None, workers=1, cores=1):
+    """What limits a loader running the user's Python at its best measured worker count
+    (`workers`, where it delivered `best_rate`). Each candidate sets a ceiling; the lowest
+    one that the loader comes within LOOSE of is the limit (a ceiling the loader is far below
+    cannot be what holds it back, and on a loaded machine two rates measured apart differ by
+    tens of percent, so nearness is loose and the comparison of ceilings decides):
+
+    - "transfer" (a DataLoader with workers): transfer_rate, the same batches with a
+      __getitem__ that costs nothing, is below what __getitem__ allows (getitem_cap);
+      making __getitem__ cheaper or adding workers cannot help, moving fewer bytes can;
     - "gil" (stoker's thread executor): the GIL-held part of __getitem__ runs one sample at a
-      time, 1 / (seconds per sample x gil_share) samples/s at most, and the best rate is NEAR it;
+      time, 1 / (seconds per sample x gil_share) samples/s at most, below getitem_cap;
     - "getitem_wait": __getitem__ mostly waits (more workers overlap the waits);
     - "getitem_cpu": __getitem__ computes (the cores bound it);
     - None: nothing measured to tell.
-    Returns (name, ceiling samples/s of that limit or None)."""
-    if kind == "torch" and transfer_rate and best_rate is not None and \
-            best_rate >= NEAR * transfer_rate:
+    Returns (name, that ceiling in samples/s, or None for the __getitem__ kinds)."""
+    own = getitem_cap(workers, cores, getitem_s, getitem_cpu_s)
+    if kind == "torch" and workers >= 1 and transfer_rate and best_rate is not None and \
+            (own is None or transfer_rate < own) and best_rate >= LOOSE * transfer_rate:
         return "transfer", transfer_rate
     if kind == "stoker" and executor == "thread" and gil_share and getitem_s:
         cap = 1.0 / (getitem_s * gil_share)
-        if best_rate is not None and best_rate >= NEAR * cap:
+        if (own is None or cap < own) and best_rate is not None and best_rate >= LOOSE * cap:
             return "gil", cap
     waits = mostly_waits(getitem_s, getitem_cpu_s)
     if waits is None:

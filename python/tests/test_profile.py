@@ -383,15 +383,35 @@ def test_costs_decisions_on_synthetic_numbers():
     assert _costs.next_count({**grow, 8: 800.0, 16: 1600.0}, True, 2) == 32
     assert _costs.next_count({**grow, 8: 800.0, 16: 1600.0, 32: 3200.0}, True, 2) is None  # 16/core
     assert _costs.next_count({1: 1.0, 2: 2.0}, True, 1, usual=2) == 4  # stoker's usual top
-    # what limits: a DataLoader at 80% of its free-__getitem__ ceiling is transfer-bound
-    assert _costs.limit("torch", 150.0, 170.0, 1e-3, 5e-5) == ("transfer", 170.0)
-    assert _costs.limit("torch", 100.0, 170.0, 1e-3, 5e-5) == ("getitem_wait", None)
-    assert _costs.limit("torch", 100.0, None, 1e-3, 9e-4) == ("getitem_cpu", None)
+    # __getitem__'s own ceiling: waits overlap across workers, computing needs cores
+    assert _costs.getitem_cap(4, 2, 1e-3, 5e-5) == 4000.0
+    assert _costs.getitem_cap(4, 2, 1e-3, 1e-3) == 2000.0
+    assert _costs.getitem_cap(0, 2, 1e-3, 1e-3) is None
+    # what limits: moving batches when the free-__getitem__ rate is below __getitem__'s ceiling
+    # and the loader comes near it (loosely: on a loaded machine 76 against 119 happens)
+    assert _costs.limit("torch", 150.0, 170.0, 1e-3, 5e-5, workers=4, cores=2) == \
+        ("transfer", 170.0)
+    assert _costs.limit("torch", 76.0, 119.0, 4.6e-3, 6e-4, workers=4, cores=2) == \
+        ("transfer", 119.0)
+    assert _costs.limit("torch", 50.0, 170.0, 1e-3, 5e-5, workers=4, cores=2) == \
+        ("getitem_wait", None)  # far below the transfer ceiling: not what holds it back
+    assert _costs.limit("torch", 150.0, 5000.0, 1e-3, 5e-5, workers=4, cores=2)[0] == \
+        "getitem_wait"          # moving batches allows more than __getitem__ does
+    assert _costs.limit("torch", 150.0, 170.0, 1e-3, 5e-5, workers=0, cores=2)[0] == \
+        "getitem_wait"          # no workers: nothing moves between processes
+    assert _costs.limit("torch", 100.0, None, 1e-3, 9e-4, workers=2, cores=2) == \
+        ("getitem_cpu", None)
     assert _costs.limit("torch", 100.0, None, None, None) == (None, None)
-    # stoker's threads: 2 ms per sample holding the GIL half of it: 1000 samples/s at most
-    assert _costs.limit("stoker", 900.0, None, 2e-3, 1.9e-3, 0.5, "thread") == ("gil", 1000.0)
-    assert _costs.limit("stoker", 500.0, None, 2e-3, 1.9e-3, 0.5, "thread")[0] == "getitem_cpu"
-    assert _costs.limit("stoker", 900.0, None, 2e-3, 1.9e-3, 0.5, "process")[0] == "getitem_cpu"
+    # stoker's threads: 2 ms per sample (1 ms on a CPU) holding the GIL half of it: 1000
+    # samples/s at most, below the 2000 that 4 threads on 2 cores would allow
+    assert _costs.limit("stoker", 900.0, None, 2e-3, 1e-3, 0.5, "thread", 4, 2) == \
+        ("gil", 1000.0)
+    assert _costs.limit("stoker", 400.0, None, 2e-3, 1e-3, 0.5, "thread", 4, 2)[0] == \
+        "getitem_cpu"  # far below the GIL's ceiling
+    assert _costs.limit("stoker", 900.0, None, 2e-3, 1e-3, 0.5, "thread", 2, 2)[0] == \
+        "getitem_cpu"  # 2 threads: __getitem__'s own ceiling (1000) is not above the GIL's
+    assert _costs.limit("stoker", 900.0, None, 2e-3, 1e-3, 0.5, "process", 4, 2)[0] == \
+        "getitem_cpu"
     assert _costs.per_sample(2.0, 1000) == 2e-3 and _costs.per_sample(None, 0) is None
 
 
@@ -511,14 +531,19 @@ def test_stoker_python_costs_read_when_present_and_absent(monkeypatch):
     line = str(p)
     assert "python: executor thread (__getitem__ releases" in line and "GIL held 50%" in line
     # the GIL as the limit: threads at 900 samples/s against the 1000 the GIL allows
-    monkeypatch.setattr(_advice, "_rate_stoker", lambda it, w: {1: 500.0, 2: 900.0}[w])
+    monkeypatch.setattr(_advice, "_rate_stoker",
+                        lambda it, w: {1: 500.0, 2: 900.0, 4: 950.0}[w])
+    # 2 ms per sample, 1 of it on a CPU: 4 threads on 2 cores allow 2000 samples/s, the GIL
+    # (held half of it) 1000
     monkeypatch.setattr(_advice, "_cpus", lambda: 2)
-    monkeypatch.setattr(_advice, "_sample_cost", lambda ds: (2e-3, 1.9e-3))
+    monkeypatch.setattr(_advice, "_sample_cost", lambda ds: (2e-3, 1e-3))
     with_keys.dataset = object()
+    with_keys.num_workers = 4
     p = _bound_profile(with_keys)
     advice = " ".join(p.advice)
-    assert p.costs["limit"] == "gil", (p.costs, p.advice)
+    assert p.costs["limit"] == "gil" and sorted(p.sweep) == [1, 2, 4], (p.costs, p.advice)
     assert "holds the GIL 50% of its 2.00 ms" in advice and "executor='process'" in advice
+    assert "at most 1000 samples/s whatever num_workers (950 measured)" in advice
     # absent keys: a native loader, nothing about Python
     bare = _FakeStoker({}, {})
     p = _bound_profile(bare)
