@@ -254,6 +254,23 @@ static int test_cover_once(void)
     return 0;
 }
 
+/* `rest`, restarted at the position consumed after k batches of `full`, yields exactly full's
+ * batches from k on. */
+static int same_remainder(const stk_plan *full, const stk_plan *rest, uint64_t k)
+{
+    T_EQ(rest->n_batches, full->n_batches - k);
+    for (uint64_t j = 0; j < rest->n_batches; j++) {
+        uint64_t f0, f1, c0, c1;
+        uint32_t n0, n1;
+        T_OK(stk_plan_batch(full, k + j, &f0, &n0, &c0));
+        T_OK(stk_plan_batch(rest, j, &f1, &n1, &c1));
+        T_EQ(f0, f1);
+        T_EQ(n0, n1);
+        T_EQ(c0, c1);
+    }
+    return 0;
+}
+
 /* A plan restarted at the consumed position of step k yields the uninterrupted remainder, and
  * on another world size covers the remaining positions exactly once. */
 static int test_resume_positions(void)
@@ -270,16 +287,7 @@ static int test_resume_positions(void)
             start = c;
         }
         T_OK(stk_plan_init(&rest, n, start, b, 1, w, false));
-        T_EQ(rest.n_batches, full.n_batches - k);
-        for (uint64_t j = 0; j < rest.n_batches; j++) {
-            uint64_t f0, f1, c0, c1;
-            uint32_t n0, n1;
-            T_OK(stk_plan_batch(&full, k + j, &f0, &n0, &c0));
-            T_OK(stk_plan_batch(&rest, j, &f1, &n1, &c1));
-            T_EQ(f0, f1);
-            T_EQ(n0, n1);
-            T_EQ(c0, c1);
-        }
+        T_CHECK(same_remainder(&full, &rest, k) == 0);
     }
     /* Resume at position 12 with 3 ranks instead of 2: positions 12..36 once, plus padding. */
     uint32_t counts[64] = {0};
@@ -397,16 +405,7 @@ static int test_strided_resume(void)
             uint32_t cnt;
             T_OK(stk_plan_batch(&full, k - 1, &f, &cnt, &c));
             T_OK(stk_plan_init_v2(&rest, n, c, b, r, w, STK_PLAN_STRIDED | STK_PLAN_DROP_TAIL));
-            T_EQ(rest.n_batches, full.n_batches - k);
-            for (uint64_t j = 0; j < rest.n_batches; j++) {
-                uint64_t f0, f1, c0, c1;
-                uint32_t n0, n1;
-                T_OK(stk_plan_batch(&full, k + j, &f0, &n0, &c0));
-                T_OK(stk_plan_batch(&rest, j, &f1, &n1, &c1));
-                T_EQ(f0, f1);
-                T_EQ(n0, n1);
-                T_EQ(c0, c1);
-            }
+            T_CHECK(same_remainder(&full, &rest, k) == 0);
         }
     }
     return 0;
