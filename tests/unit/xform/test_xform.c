@@ -356,7 +356,7 @@ static int test_recipes(void)
 /* The op table: every row complete and consistent with the public lookups. */
 static int test_op_table(void)
 {
-    size_t n = stk_op_count();
+    size_t n = stk_op_n_kinds();
     T_CHECK(n >= 7);
     for (size_t i = 0; i < n; i++) {
         stk_op_kind k;
@@ -610,7 +610,7 @@ static int test_bad_op_lists(void)
  * taken for an evaluation op and decoded exactly by default; this catches it. */
 static int test_op_draws(void)
 {
-    for (size_t i = 0; i < stk_op_count(); i++) {
+    for (size_t i = 0; i < stk_op_n_kinds(); i++) {
         stk_op_kind k;
         T_OK(stk_op_kind_at(i, &k));
         const stk__op_def *d = stk__op_def_get(k);
@@ -647,7 +647,7 @@ static int test_op_draws(void)
         T_CHECK(stk_transform_draws(t) == d->draws);
         stk_transform_destroy(t);
     }
-    T_CHECK(!stk_op_draws((stk_op_kind)stk_op_count()) && !stk_op_draws((stk_op_kind)-1));
+    T_CHECK(!stk_op_draws((stk_op_kind)stk_op_n_kinds()) && !stk_op_draws((stk_op_kind)-1));
     stk_transform *t = NULL;
     T_OK(stk_transform_recipe("imagenet-val", false, &t));
     T_CHECK(!stk_transform_draws(t));
