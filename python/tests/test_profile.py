@@ -509,7 +509,7 @@ class _FakeStoker:
 
     def stats(self):
         base = {k + "_s": 0.0 for k in ("read", "decode", "augment", "collate", "copy")}
-        base.update(active_threads=2, num_workers=2, depth=3, autotune_reason="")
+        base.update(active_threads=2, n_threads=2, depth=3, autotune_reason="")
         base.update(self._stats)
         return base
 
