@@ -91,7 +91,8 @@ assert d["mode"] == "python", d
 p = d["python"]
 assert p["loader"] == "stoker.Loader" and p["steps"] == 5 and p["batch_size"] == 4, p
 assert d["batch_size"] == 4, d  # the ceiling runs at the batch size the script uses
-assert d["data_bound"] is False and d["data_bound"] == p["data_bound"], d
+# the verdict is the profiler's (whether a 30 ms step waits depends on the machine's load)
+assert d["data_bound"] == p["data_bound"] == (d["wait_share"] > 0.05), d
 assert abs(d["step_ms"] - p["step_ms"]) < 1e-3 and d["step_ms"] >= 25, d
 assert d["advice"], d
 PYEOF
