@@ -48,6 +48,7 @@ NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/loc
 SO_NAME  := libstoker.so.0.2
 
 .PHONY: all lib cli python test unit oom oom-cases fuzz-replay cli-test pytest asan ubsan tsan fuzz \
+        examples \
         deps demo bench format check-format check-exports clean test-gpu check-ptx fuzz-ci
 
 all: lib cli python
@@ -155,7 +156,14 @@ fuzz-replay: $(FUZZ_REPLAY)
 	    name=$${r##*/replay_fuzz_}; echo "replay $$name"; \
 	    $$r tests/fuzz/corpus/$$name; done
 
-cli-test: $(BUILD)/stoker $(GEN_BINS)
+# C examples (examples/*.c), linked as a trainer links libstoker; the CLI tests run them.
+EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+examples: $(EXAMPLE_BINS)
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libstoker.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+cli-test: $(BUILD)/stoker $(GEN_BINS) $(EXAMPLE_BINS)
 	@bash scripts/run_cli_tests.sh $(BUILD)
 
 pytest: python $(GEN_BINS)
@@ -229,7 +237,7 @@ demo: deps
 # Every C file of the tree is formatted (clang-format 14, .clang-format).
 FORMAT_FILES = $(sort $(wildcard include/*.h src/*.h src/*/*.[ch] src/*/*/*.[ch] src/*/*.def \
                  cli/*.[ch] python/stoker/_ext/*.[ch] tests/*.h tests/*/*.[ch] tests/*/*/*.[ch] \
-                 tests/*/*/*/*.[ch] bench/*.c))
+                 tests/*/*/*/*.[ch] bench/*.c examples/*.c))
 format:
 	@clang-format -i $(filter-out %.def,$(FORMAT_FILES))
 check-format:

@@ -94,6 +94,53 @@ enum { STK_CLI_OPT_CACHE_DIR = 0x1000, STK_CLI_OPT_CACHE_LIMIT };
 
 /* Keep the value of a cache option (c: STK_CLI_OPT_CACHE_*). */
 void stk_cli_cache_option(int c, const char *arg);
+/* The cache options given (NULL when not). */
+void stk_cli_cache_settings(const char **dir, const char **limit);
+
+/* ---- token corpora in stoker inspect (inspect_tokens.c) ---- */
+
+enum {
+    STK_CLI_OPT_EOS = 0x1100,
+    STK_CLI_OPT_BOS,
+    STK_CLI_OPT_TOKEN_BYTES,
+    STK_CLI_OPT_SEQ_LEN,
+    STK_CLI_OPT_TOKENS,
+    STK_CLI_OPT_PACKING
+};
+#define STK_CLI_TOKEN_LONGOPTS                                                                     \
+    {"eos", required_argument, NULL, STK_CLI_OPT_EOS},                                             \
+        {"bos", required_argument, NULL, STK_CLI_OPT_BOS},                                         \
+        {"token-bytes", required_argument, NULL, STK_CLI_OPT_TOKEN_BYTES},                         \
+        {"seq-len", required_argument, NULL, STK_CLI_OPT_SEQ_LEN},                                 \
+        {"tokens", required_argument, NULL, STK_CLI_OPT_TOKENS},                                   \
+    {                                                                                              \
+        "packing", required_argument, NULL, STK_CLI_OPT_PACKING                                    \
+    }
+#define STK_CLI_TOKEN_HELP                                                                         \
+    "token corpora (docs/tokens.md; any option opens DATA as one):\n"                              \
+    "  --eos ID            a document ends after each token ID (files without an index)\n"         \
+    "  --bos ID            a document starts at each token ID\n"                                   \
+    "  --token-bytes N     2 (uint16, default) or 4: ids of headerless files\n"                    \
+    "  --seq-len T         also make rows of T tokens and report them\n"                           \
+    "  --tokens MODE       windows (default with --seq-len), random, packed\n"                     \
+    "  --packing RULE      best-fit (default) or first-fit\n"
+
+/* The token options of one command: any given, and stk_tokens_opts (mode DOCUMENTS until
+ * --seq-len). */
+typedef struct stk_cli_tokens {
+    bool any;
+    stk_tokens_opts o;
+} stk_cli_tokens;
+void stk_cli_tokens_init(stk_cli_tokens *t);
+/* Take option c (STK_CLI_OPT_EOS..PACKING); 0, or 2 after a usage error. */
+int stk_cli_tokens_option(const char *cmd, int c, const char *arg, stk_cli_tokens *t);
+/* Open DATA with stk_tokens_open; as stk_cli_open_data_as. */
+int stk_cli_open_tokens(const char *cmd, char *const *paths, int n_paths, unsigned flags,
+                        const char *format, stk_cli_tokens *t, stk_dataset **out);
+/* The token facts of ds (nothing when it is not a token dataset): a text section, or a
+ * `, "tokens": {...}` member of inspect's JSON object. */
+void stk_cli_tokens_text(const stk_dataset *ds);
+void stk_cli_tokens_json(const stk_dataset *ds);
 
 /* Number of items of the "classes" array of a metadata object, or -1 (cmd_inspect.c). */
 long stk_cli_count_classes(const char *meta);

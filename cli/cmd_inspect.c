@@ -241,8 +241,11 @@ static void inspect_text(const stk_dataset *ds)
     printf("shards:      %zu\n", ns);
     printf("fingerprint: %016llx\n", (unsigned long long)stk_dataset_fingerprint(ds));
     printf("max record:  %llu bytes\n", (unsigned long long)stk_dataset_max_record_size(ds));
-    printf("\nshards:\n  %-40s %10s %10s %11s %11s %7s\n", "path", "records", "first", "file size",
-           "data size", "version");
+    /* a token corpus' files hold tokens, not records: its rows span them */
+    stk_tokens_info ti = {.struct_size = sizeof(ti)};
+    bool tokens = stk_tokens_info_get(ds, &ti) == STK_OK;
+    printf("\nshards:\n  %-40s %10s %10s %11s %11s %7s\n", "path", tokens ? "tokens" : "records",
+           "first", "file size", "data size", "version");
     for (size_t i = 0; i < ns; i++) {
         stk_dataset_shard(ds, i, &si);
         printf("  %-40s %10llu %10llu %11s %11s %7u\n", si.path, (unsigned long long)si.n_records,
@@ -270,7 +273,8 @@ static void inspect_usage(FILE *f)
                "\n"
                "Show a dataset: record count, fingerprint, each shard (path, records, file size,\n"
                "data size, format version), each field (name, kind/dtype/shape, max size) and the\n"
-               "writer's metadata (with the number of classes of a packed ImageFolder).\n"
+               "writer's metadata (with the number of classes of a packed ImageFolder); for a\n"
+               "token corpus also its tokens, documents and document lengths.\n"
                "DATA: files, directories, globs or brace ranges of a format below, in order.\n"
                "\n"
                "options:\n"
@@ -279,7 +283,7 @@ static void inspect_usage(FILE *f)
                "  --json       one JSON object on stdout\n"
                "  --records    also list every record's fields (bytes as text when printable)\n"
                "  --limit N    list only the first N records\n" STK_CLI_CACHE_HELP
-               "  -h, --help   show this help\n");
+               "  -h, --help   show this help\n" STK_CLI_TOKEN_HELP);
     stk_cli_print_formats(f);
 }
 
@@ -293,10 +297,13 @@ int stk_cmd_inspect(int argc, char **argv)
         {"concat", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},
         STK_CLI_CACHE_LONGOPTS,
+        STK_CLI_TOKEN_LONGOPTS,
         {NULL, 0, NULL, 0},
     };
     inspect_args a;
     memset(&a, 0, sizeof(a));
+    stk_cli_tokens tok;
+    stk_cli_tokens_init(&tok);
     int c;
     long long v;
     opterr = 0;
@@ -327,19 +334,34 @@ int stk_cmd_inspect(int argc, char **argv)
         case STK_CLI_OPT_CACHE_LIMIT:
             stk_cli_cache_option(c, optarg);
             break;
+        case STK_CLI_OPT_EOS:
+        case STK_CLI_OPT_BOS:
+        case STK_CLI_OPT_TOKEN_BYTES:
+        case STK_CLI_OPT_SEQ_LEN:
+        case STK_CLI_OPT_TOKENS:
+        case STK_CLI_OPT_PACKING:
+            if (stk_cli_tokens_option("inspect", c, optarg, &tok))
+                return 2;
+            break;
         default:
             return stk_cli_getopt_error("inspect", c, argv);
         }
     }
     stk_dataset *ds;
-    int rc = stk_cli_open_data_as("inspect", argv + optind, argc - optind,
-                                  a.concat ? STK_DATASET_CONCAT : 0, a.format, &ds);
+    unsigned flags = a.concat ? STK_DATASET_CONCAT : 0;
+    int rc = tok.any ? stk_cli_open_tokens("inspect", argv + optind, argc - optind, flags, a.format,
+                                           &tok, &ds)
+                     : stk_cli_open_data_as("inspect", argv + optind, argc - optind, flags,
+                                            a.format, &ds);
     if (rc)
         return rc;
-    if (a.json)
+    if (a.json) {
         inspect_json(ds);
-    else
+        stk_cli_tokens_json(ds);
+    } else {
         inspect_text(ds);
+        stk_cli_tokens_text(ds);
+    }
     if (a.records)
         rc = list_records(ds, &a);
     if (a.json)

@@ -242,6 +242,12 @@ void stk_cli_cache_option(int c, const char *arg)
         g_cache_limit = arg;
 }
 
+void stk_cli_cache_settings(const char **dir, const char **limit)
+{
+    *dir = g_cache_dir;
+    *limit = g_cache_limit;
+}
+
 /* Whether arg is NAME=PATH naming a field (the NumPy dict form, `image=x.npy`): NAME is a field
  * name ([A-Za-z0-9_./-], 1 to 31 bytes) and arg itself names no file. */
 static bool named_field_arg(const char *arg)

@@ -400,6 +400,150 @@ STK_API int64_t stk_record_i64(const stk_record *rec, size_t f);
 STK_API float stk_record_f32(const stk_record *rec, size_t f);
 
 /* ---------------------------------------------------------------------------------------------
+ * Token corpora: language-model pretraining data (docs/tokens.md)
+ *
+ * A token corpus is one stream of token ids, the files' tokens one file after another, cut into
+ * documents: nanoGPT's raw uint16 `.bin`, llm.c's `.bin` shards (a 1,024-byte header), a
+ * Megatron indexed dataset (`.idx` + `.bin`), raw or `.npy` numpy token arrays (OLMo), or a
+ * token column of any dataset whose records are documents (`.stk` shards written by stoker
+ * pack). stk_tokens_open turns it into a dataset whose records are rows of seq_len tokens, which
+ * any loader reads with every loader semantic (epochs, shuffle, rank slices, exact resume).
+ * stk_tokens_mix blends several such datasets by weight. stk_dataset_open on a token corpus
+ * (no options) gives its documents as records instead (field "tokens": the stored ids as bytes).
+ * ------------------------------------------------------------------------------------------- */
+
+/** How rows are made from a corpus (stk_tokens_opts.mode). Every row has the fields input_ids
+ *  and labels ([seq_len] of ids_dtype, labels[j] the token after input_ids[j]); packed rows add
+ *  position_ids and seq_lens. */
+typedef enum stk_tokens_mode {
+    /* Row r is tokens [r*T, r*T + T + 1) of the stream (input_ids the first T, labels the last
+     * T): floor((tokens - 1) / T) rows, every token in exactly one row's input_ids per epoch but
+     * the last (tokens - 1) mod T. */
+    STK_TOKENS_WINDOWS = 0,
+    /* As many rows as WINDOWS, row r of epoch e starting at a uniform offset in [0, tokens - T)
+     * drawn from (seed, e, r) (nanoGPT's get_batch). */
+    STK_TOKENS_RANDOM = 1,
+    /* Whole documents packed into rows of T positions (stk_tokens_packing), documents longer
+     * than T split into pieces of T and a rest; labels are -100 after a document's last token
+     * and on padding; position_ids count from 0 in each piece and in the padding; seq_lens
+     * (int32 [P], P the most pieces of any row, padding counted as one) the lengths of the
+     * row's pieces in order, then zeros: varlen attention's cu_seqlens are the running sum of
+     * a batch's non-zero seq_lens. Needs document boundaries (a Megatron index, eos/bos, or a
+     * column's records). */
+    STK_TOKENS_PACKED = 2,
+    /* Records are the documents: one bytes field "tokens" holding the stored ids (token_bytes
+     * each, little-endian). What stk_dataset_open gives; seq_len is ignored. */
+    STK_TOKENS_DOCUMENTS = 3
+} stk_tokens_mode;
+
+/** Packing rule (STK_TOKENS_PACKED): documents in corpus order, each into an open row with
+ *  room for it (best fit: the fullest; first fit: the earliest opened), else a new row. The
+ *  rows are fixed at open: a pure function of the corpus, seq_len and the rule. */
+typedef enum stk_tokens_packing {
+    STK_PACKING_BEST_FIT = 0,
+    STK_PACKING_FIRST_FIT = 1
+} stk_tokens_packing;
+
+/** Options for stk_tokens_open. Initialise with stk_tokens_opts_init, then set fields. More
+ *  fields may be added at the end in later versions. */
+typedef struct stk_tokens_opts {
+    size_t struct_size;       /* set by stk_tokens_opts_init(); never by hand */
+    const char *const *paths; /* files, globs, brace ranges, directories, as stk_dataset_open;
+                                 a Megatron corpus by its prefix, .idx or .bin; copied */
+    size_t n_paths;
+    const char *format;      /* "nanogpt", "llmc", "megatron", "numpy-tokens", or a stoker format
+                                whose records are documents ("stk", ...); NULL = detect (token
+                                formats first); copied */
+    uint32_t seq_len;        /* T, tokens per row, >= 1 (required but for DOCUMENTS) */
+    uint32_t mode;           /* stk_tokens_mode (default STK_TOKENS_WINDOWS) */
+    uint32_t packing;        /* stk_tokens_packing (default STK_PACKING_BEST_FIT) */
+    int64_t eos;             /* a document ends after each token of this id; -1 = none (default).
+                                Formats with a document index (Megatron, columns) ignore it */
+    int64_t bos;             /* a document starts at each token of this id; -1 = none (default) */
+    uint32_t token_bytes;    /* bytes per stored token of headerless files (nanogpt, raw
+                                numpy-tokens) and column bytes fields: 2 or 4; 0 = the format's
+                                (2; a column: its metadata's "token_bytes", else 2) (default 0) */
+    const char *token_field; /* a column corpus: the field of token ids; NULL = "tokens" (or
+                                the only bytes or integer array field); copied */
+    stk_dtype ids_dtype;     /* STK_DTYPE_INT64 (default) or STK_DTYPE_INT32 */
+    int64_t pad_id;          /* packed rows: input id of padding positions (default 0) */
+    unsigned flags;          /* STK_DATASET_* */
+    const char *cache_dir;   /* remote bytes: as stk_dataset_opts.cache_dir; copied */
+    const char *cache_limit; /* as stk_dataset_opts.cache_limit; copied */
+} stk_tokens_opts;
+
+/** Fill `opts` with the defaults documented on each field.
+ *  Threads: thread-safe. */
+STK_API void stk_tokens_opts_init(stk_tokens_opts *opts);
+
+/** Open a token corpus as rows of seq_len tokens (a dataset: any loader reads it). Files are
+ *  read in place through the byte sources (local, s3://, https://); the headers and indexes are
+ *  checked at open: a bad magic, version or dtype, a token count that does not match the file
+ *  size, a Megatron index whose arrays do not fit its size or whose sequences are not back to
+ *  back in the `.bin`, or a truncated file is STK_EFORMAT naming the file and what is wrong.
+ *  Documents come from a Megatron document index, else from eos/bos, else each file is one;
+ *  eos/bos scan the whole stream once at open. A corpus too short for one row is STK_EINVAL.
+ *  @return STK_OK (*out set), STK_EINVAL (no paths, seq_len 0, bad mode, packing, token_bytes
+ *          or ids_dtype, PACKED without document boundaries, a column field that is not token
+ *          ids, too few tokens), STK_EIO, STK_EFORMAT, STK_ENOTSUP (an unsupported dtype or
+ *          format version), STK_ENOMEM. Details, naming the file, in stk_last_errmsg().
+ *  Lifetime: *out until stk_dataset_close(*out). */
+STK_API stk_status stk_tokens_open(const stk_tokens_opts *opts, stk_dataset **out);
+
+/** Blend token datasets (from stk_tokens_open, all of one seq_len, mode and ids_dtype) into one
+ *  whose position p of every epoch is a row of part d chosen by Megatron's blending rule: the
+ *  part whose count so far falls furthest below weights[d] * p (ties to the lower d), so every
+ *  window of positions holds each part within a few samples of its share. `samples` positions
+ *  per epoch (0 = the parts' rows summed). Part d's k-th sample of epoch e is entry
+ *  e * m_d + k of its endless stream of passes (m_d its samples per epoch), each pass a
+ *  permutation of its rows from (seed, pass, d) with a shuffling loader (in order without), so a
+ *  part repeats (m_d > rows) or is subsampled and continued next epoch (m_d < rows). A loader
+ *  over a mixture keeps the positions in order (the parts shuffle themselves). Records add the
+ *  int64 field "source" (the part). On success the mixture owns the parts (closed with it);
+ *  on failure the caller still does.
+ *  @return STK_OK (*out set), STK_EINVAL (n 0 or over 255, a part that is not a token rows
+ *          dataset or differs from the first in fields, a weight negative or not finite, all
+ *          weights 0), STK_ENOMEM. Details in stk_last_errmsg().
+ *  Lifetime: *out until stk_dataset_close(*out). */
+STK_API stk_status stk_tokens_mix(stk_dataset *const *parts, const double *weights, size_t n,
+                                  uint64_t samples, stk_dataset **out);
+
+/** Facts about a token dataset (stk_tokens_info_get). */
+typedef struct stk_tokens_info {
+    size_t struct_size;    /* set by the caller to sizeof(stk_tokens_info) (an output struct) */
+    const char *format;    /* "nanogpt", "llmc", "megatron", "numpy-tokens", a column's format,
+                              or "mix"; static or valid until stk_dataset_close */
+    uint32_t token_bytes;  /* bytes per stored token */
+    uint32_t seq_len;      /* T (0 for DOCUMENTS) */
+    uint32_t mode;         /* stk_tokens_mode */
+    uint32_t packing;      /* stk_tokens_packing */
+    uint64_t n_tokens;     /* tokens in the corpus */
+    uint64_t n_documents;  /* documents (each file one when no boundaries are known) */
+    bool boundaries;       /* documents come from an index, eos/bos or records */
+    uint64_t max_document; /* tokens of the longest document */
+    uint64_t n_rows;       /* records: rows (documents for DOCUMENTS) */
+    uint64_t n_row_tokens; /* positions of the rows holding tokens */
+    uint64_t n_padding;    /* positions of the rows holding padding (PACKED) */
+    uint64_t n_unused;     /* tokens in no row's input_ids (WINDOWS: the tail) */
+    uint64_t doc_hist[48]; /* documents of length in [2^k, 2^(k+1)) (k = 0: lengths 0 and 1) */
+    uint32_t n_parts;      /* a mixture: its parts (0 otherwise) */
+} stk_tokens_info;
+
+/** Fill `out` (an output struct: set out->struct_size) with the facts of a token dataset; for a
+ *  mixture, the sums over its parts (rows: its positions per epoch).
+ *  @return STK_OK, STK_EINVAL (not a token dataset, NULL, struct_size not set).
+ *  Threads: thread-safe. */
+STK_API stk_status stk_tokens_info_get(const stk_dataset *ds, stk_tokens_info *out);
+
+/** Part `i` of a mixture: its dataset (owned by the mixture), its normalised weight and its
+ *  samples per epoch.
+ *  @return STK_OK, STK_EINVAL (not a mixture, i out of range; outputs may be NULL).
+ *  Lifetime: *part until stk_dataset_close(mixture). Threads: thread-safe. */
+STK_API stk_status stk_tokens_mix_part(const stk_dataset *mixture, size_t i,
+                                       const stk_dataset **part, double *weight,
+                                       uint64_t *per_epoch);
+
+/* ---------------------------------------------------------------------------------------------
  * Packing: any dataset to `.stk` shards (the packer behind `stoker pack` and stoker.pack)
  * ------------------------------------------------------------------------------------------- */
 

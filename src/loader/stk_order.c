@@ -233,8 +233,8 @@ uint64_t stk__order_at(const core *c, const stk__slot *s, uint64_t pos)
         if (c->replacement)
             return stk__order_draw(c->cdf, c->n, c->seed, s->epoch, pos);
         return c->slot_list[s - c->r.slots]->idx[pos];
-    default:
-        return stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, pos);
+    default: /* a self-ordered dataset (a mixture) shuffles its parts itself */
+        return stk_sampler_index(c->n, c->shuffle && !c->ds->self_ordered, c->seed, s->epoch, pos);
     }
 }
 

@@ -132,8 +132,9 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
     }
     stk__recinfo loc;
     uint64_t t0 = stk__loader_now(c);
-    stk_status rc =
-        stk__dataset_read(c->ds, w->cur, idx, dst, cap, c->read_flags, &loc, err, err_size);
+    const stk__readkey key = {c->seed, epoch, c->shuffle}; /* records drawn per epoch (tokens) */
+    stk_status rc = stk__dataset_read_keyed(c->ds, w->cur, &key, idx, dst, cap, c->read_flags, &loc,
+                                            err, err_size);
     uint64_t t1 = stk__loader_now(c);
     atomic_fetch_add_explicit(&w->read_ns, t1 - t0, memory_order_relaxed);
     if (w->trace.cap)

@@ -10,6 +10,7 @@
  */
 #include "source/stk_source.h"
 #include "io/stk_vfs_http.h"
+#include "source/tokens/stk_tokens.h"
 
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
@@ -57,7 +58,7 @@ static const char *format_list(char *buf, size_t size)
 }
 
 /* The source for one path: the best probe score; NULL when none claims it. */
-static const stk__source_methods *detect(const char *path, char *err, size_t err_size,
+static const stk__source_methods *detect(const char *path, bool tokens, char *err, size_t err_size,
                                          stk_status *rc)
 {
     stk__stat st;
@@ -78,12 +79,18 @@ static const stk__source_methods *detect(const char *path, char *err, size_t err
     }
     const stk__source_methods *best = NULL;
     int best_score = 0;
-    for (size_t i = 0; i < N_SOURCES && !oom; i++) {
-        int s = sources[i]->probe(path, &st, head, n);
-        oom = s < 0;
-        if (s > best_score) {
-            best_score = s;
-            best = sources[i];
+    /* For stk_tokens_open a token format that claims the path at all wins (a .npy of token ids
+     * is numpy-tokens, not npy); otherwise, or when none does, every format competes. */
+    for (int pass = tokens ? 0 : 1; pass < 2 && !best; pass++) {
+        for (size_t i = 0; i < N_SOURCES && !oom; i++) {
+            if (pass == 0 && !sources[i]->tokens)
+                continue;
+            int s = sources[i]->probe(path, &st, head, n);
+            oom = s < 0;
+            if (s > best_score) {
+                best_score = s;
+                best = sources[i];
+            }
         }
     }
     if (oom) {
@@ -140,6 +147,12 @@ void stk_dataset_opts_init(stk_dataset_opts *opts)
 
 stk_status stk_dataset_open_v2(const stk_dataset_opts *opts_in, stk_dataset **out)
 {
+    return stk__dataset_open_tokens(opts_in, NULL, out);
+}
+
+stk_status stk__dataset_open_tokens(const stk_dataset_opts *opts_in, const stk_tokens_opts *tokens,
+                                    stk_dataset **out)
+{
     stk_status rc = STK_OK;
     char err[STK_ERRMSG_SIZE] = "";
     stk__strlist paths = {0};
@@ -184,7 +197,7 @@ stk_status stk_dataset_open_v2(const stk_dataset_opts *opts_in, stk_dataset **ou
         }
     } else {
         for (size_t i = 0; i < paths.n; i++) {
-            const stk__source_methods *pm = detect(paths.v[i], err, sizeof(err), &rc);
+            const stk__source_methods *pm = detect(paths.v[i], tokens, err, sizeof(err), &rc);
             if (!pm)
                 goto fail;
             if (m && pm != m)
@@ -210,9 +223,13 @@ stk_status stk_dataset_open_v2(const stk_dataset_opts *opts_in, stk_dataset **ou
     ds->m = m; /* from here on, closing calls the source's close */
     ds->flags = o.flags;
     ds->open_names = o.field_names;
+    ds->open_tokens = m->tokens ? tokens : NULL;
     rc = m->open(ds, (const char *const *)paths.v, paths.n, err, sizeof(err));
     ds->open_names = NULL;
+    ds->open_tokens = NULL;
     STK_TRY(rc);
+    if (tokens && !m->tokens) /* records of documents: a token column */
+        STK_TRY(stk__tokcol_wrap(&ds, tokens, err, sizeof(err)));
     if (ds->count == 0)
         STK_FAIL(err, STK_EINVAL, "%s%s: dataset is empty (0 records)", o.paths[0],
                  o.n_paths > 1 ? " (and the other paths)" : "");

@@ -363,6 +363,15 @@ static PyMethodDef module_methods[] = {
      "dict: the doctor's verdict (stk_diagnose) on a measured loop; probes is {threads: "
      "samples/s} of the loader alone. Keys: action, data_bound, wait_share, wait_ms, step_ms, "
      "demand, recommended, best, current (thread counts or None), data_bound_share, headroom."},
+    {"tokens_open", (PyCFunction)(void (*)(void))stkpy_tokens_open, METH_VARARGS | METH_KEYWORDS,
+     "tokens_open(cls, paths, seq_len, mode, ...) -> cls: a token corpus as rows "
+     "(stk_tokens_open; stoker.tokens)."},
+    {"tokens_mix", (PyCFunction)(void (*)(void))stkpy_tokens_mix, METH_VARARGS | METH_KEYWORDS,
+     "tokens_mix(cls, parts, weights, samples=0) -> cls: a blend of token datasets, which it "
+     "takes over (stk_tokens_mix; stoker.mix)."},
+    {"tokens_info", stkpy_tokens_info, METH_O,
+     "tokens_info(dataset) -> dict: the facts of a token dataset (stk_tokens_info_get), with "
+     "'parts' for a mixture."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {

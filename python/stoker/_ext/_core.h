@@ -10,6 +10,7 @@
  * _transform.c  Transform (a compiled image pipeline) and the op table
  * _diagnose.c   diagnose(): the doctor's decision (stk_diagnose) for stoker.profile
  * _map.c        Loader(map=fn): the per-sample callback on the worker threads
+ * _tokens.c     token corpora: tokens_open, tokens_mix, tokens_info (stoker/tokens.py)
  *
  * The extension uses the public C API only (include/stoker.h), as the CLI does.
  */
@@ -53,6 +54,18 @@ extern PyTypeObject StkTransform_Type;
 const stk_dataset *stkpy_dataset_get(PyObject *obj);
 /* A loader starts or stops borrowing a Dataset: close() refuses while it is borrowed. */
 void stkpy_dataset_borrow(PyObject *obj, int delta);
+/* A new object of `type` (StkDataset_Type or a subclass) owning `ds` (closed on failure). */
+PyObject *stkpy_dataset_wrap(PyTypeObject *type, stk_dataset *ds);
+/* Take the C dataset out of a Dataset object (which is closed after), for a new owner (a token
+ * mixture); NULL with an exception when closed or in use. stkpy_dataset_give puts it back. */
+stk_dataset *stkpy_dataset_take(PyObject *obj);
+void stkpy_dataset_give(PyObject *obj, stk_dataset *ds);
+
+/* _tokens.c: token corpora (stk_tokens_open, stk_tokens_mix, stk_tokens_info_get). */
+PyObject *stkpy_tokens_open(PyObject *module, PyObject *args, PyObject *kw);
+PyObject *stkpy_tokens_mix(PyObject *module, PyObject *args, PyObject *kw);
+PyObject *stkpy_tokens_info(PyObject *module, PyObject *ds);
+
 /* The C transform of a Transform object (NULL with an exception if not a Transform). */
 const stk_transform *stkpy_transform_get(PyObject *obj);
 

@@ -663,6 +663,22 @@ static bool stk_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__br
     return true;
 }
 
+/* Field f of record i: the record's bytes hold the fields back to back, in schema order. */
+static bool stk_field_extent(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                             stk__brange *r)
+{
+    const stkds *d = ds->impl;
+    uint64_t local;
+    const shard *s = &d->shards[stk__dataset_file_of(ds, i, &local)];
+    const uint8_t *e = s->entries + local * s->entry_size;
+    uint64_t off = stk__ld64(e + STK_FMT_E_OFFSET);
+    for (size_t k = 0; k < f; k++)
+        off += stk__ld32(e + STK_FMT_E_SIZES + 4 * k);
+    *file = s->f;
+    *r = (stk__brange){off, stk__ld32(e + STK_FMT_E_SIZES + 4 * f)};
+    return true;
+}
+
 const stk__source_methods stk__src_stk = {
     .name = "stk",
     .summary = ".stk shards: files, a directory of them, a glob or a list",
@@ -672,4 +688,5 @@ const stk__source_methods stk__src_stk = {
     .read = stk_read,
     .describe = stk_describe,
     .extent = stk_extent,
+    .field_extent = stk_field_extent,
 };
