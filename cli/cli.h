@@ -9,6 +9,8 @@
 #ifndef STK_CLI_H
 #define STK_CLI_H
 
+/* The doctor's decision (stk_diagnose) and the sampler are building blocks. */
+#define STK_BUILDING_BLOCKS
 #include "stoker.h"
 
 #include <stdbool.h>
@@ -142,7 +144,11 @@ int stk_cli_open_tokens(const char *cmd, char *const *paths, int n_paths, unsign
 void stk_cli_tokens_text(const stk_dataset *ds);
 void stk_cli_tokens_json(const stk_dataset *ds);
 
-/* Number of items of the "classes" array of a metadata object, or -1 (cmd_inspect.c). */
+/* The names --recipe takes, "raw, imagenet-train, imagenet-val": raw, then the library's
+ * recipes (stk_recipe_name), into buf. */
+const char *stk_cli_recipes(char *buf, size_t size);
+
+/* Number of items of the "classes" array of a metadata object, or -1 (stk_cli.c). */
 long stk_cli_count_classes(const char *meta);
 
 /* ---- progress bar: "[#####     ] 1234/5000 records 12.3 MB/s ETA 0:05" on stderr ---- */
@@ -197,6 +203,9 @@ typedef int (*stk_cli_batch_fn)(stk_cli_run *run, stk_batch *b, void *ctx);
 int stk_cli_loader_run(const char *cmd, const stk_loader_opts *o, const char *trace,
                        stk_cli_progress *prog, stk_cli_batch_fn fn, void *ctx, stk_cli_run *run);
 
+/* User + system CPU seconds of this process so far, every thread (stk_cli_run.c). */
+double stk_cli_process_cpu_s(void);
+
 /* ---- JSON output ---- */
 
 /* Length of the well-formed UTF-8 sequence at s (1 for ASCII), or 0 if there is none. */
@@ -206,17 +215,11 @@ size_t stk_cli_utf8_seq(const unsigned char *s, size_t n);
  * invalid UTF-8 escaped as \u00XX). */
 void stk_cli_json_string(FILE *f, const char *s, size_t n);
 
-/* Skip leading whitespace and one JSON value at p (nesting at most 64 deep); returns the
- * position just after the value, or NULL when it is malformed. */
-const char *stk_cli_json_skip(const char *p);
-
 /* Skip JSON whitespace. */
 const char *stk_cli_json_ws(const char *p);
 
-/* Whether `s` is one complete, valid JSON value (surrounding whitespace allowed). */
-bool stk_cli_json_valid(const char *s);
-
-/* ---- JSON input: the one reader of the CLI (metadata, the profiler's report) ---- */
+/* ---- JSON input: walking values the library's one reader (stk_json_skip, stk_json_valid)
+ * checks (metadata, the profiler's report) ---- */
 
 /* The first member of `obj` if it is a valid JSON object (the position to give
  * stk_cli_json_member), else NULL. */

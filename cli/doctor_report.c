@@ -391,7 +391,7 @@ void stk_doctor_print_json(const doctor *d)
         }
     }
     if (a->mode == MODE_PYTHON) {
-        const char *s = stk_cli_json_ws(d->py_json), *e = stk_cli_json_skip(s);
+        const char *s = stk_cli_json_ws(d->py_json), *e = stk_json_skip(s);
         printf(", \"python\": %.*s", (int)(e - s), s);
     }
     if (!v->have) {
@@ -480,7 +480,8 @@ static void print_python_costs(const char *j)
     const char *v = stk_cli_json_get(j, "costs");
     if (!v || *v != '{')
         return;
-    char *c = strndup(v, (size_t)(stk_cli_json_skip(v) - v)); /* a valid object on its own */
+    const char *end = stk_json_skip(v);
+    char *c = end ? strndup(v, (size_t)(end - v)) : NULL; /* a valid object on its own */
     if (!c)
         return;
     char ex[32] = "", why[256] = "", line[ADVICE_LEN * 2] = "";

@@ -172,6 +172,8 @@ int main(int argc, char **argv)
             break;
         }
         stk_tensor inputs, targets;
+        stk_tensor_init(&inputs);
+        stk_tensor_init(&targets);
         stk_batch_tensor(b, 0, &inputs);  /* input_ids, int32 [B, T] */
         stk_batch_tensor(b, 1, &targets); /* labels, int32 [B, T] (-100: no target) */
         const int32_t *x = inputs.data, *y = targets.data;

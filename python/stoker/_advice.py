@@ -17,6 +17,7 @@ import warnings
 from . import _core
 from . import _costs
 from . import _torchcompat
+from .loader import Loader
 
 _BATCHES = 40      # batches timed per worker count in the sweep (after the first)
 _SECONDS = 2.0     # ... or this long, whichever comes first
@@ -63,10 +64,7 @@ def batch_bytes(batch):
 
 
 def _cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return _core.n_cpus()  # the library's count (what n_threads=0 means)
 
 
 def _kind(it):
@@ -75,7 +73,6 @@ def _kind(it):
         from torch.utils.data import DataLoader
         if isinstance(it, DataLoader):
             return "torch"
-    from .loader import Loader
     if isinstance(it, Loader):
         return "stoker"
     return None
@@ -190,7 +187,6 @@ def _rate_torch(dl, workers, dataset=None):
 
 
 def _rate_stoker(loader, workers):
-    from . import _core
     kw = dict(loader._core_kwargs, n_threads=workers, autotune=False, trace_events=0)
     core = _core.Loader(loader._dataset, **kw)
     core.set_epoch(loader._core.epoch)

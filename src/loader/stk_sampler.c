@@ -53,13 +53,14 @@ uint64_t stk_sampler_index(uint64_t n, bool shuffle, uint64_t seed, uint64_t epo
 
 /* ---- the epoch plan ---- */
 
-stk_status stk_plan_init_v2(stk_plan *plan, uint64_t n, uint64_t start, uint32_t batch_size,
-                            uint32_t rank, uint32_t world, uint32_t flags)
+stk_status stk_plan_init_v2_sized(stk_plan *dst, uint64_t n, uint64_t start, uint32_t batch_size,
+                                  uint32_t rank, uint32_t world, uint32_t flags, size_t struct_size)
 {
-    if (n == 0 || batch_size == 0 || world == 0 || rank >= world ||
+    if (n == 0 || batch_size == 0 || world == 0 || rank >= world || !dst ||
+        struct_size < sizeof(stk_plan) ||
         (flags & ~(STK_PLAN_DROP_LAST | STK_PLAN_DROP_TAIL | STK_PLAN_STRIDED)))
         return STK_EINVAL;
-    memset(plan, 0, sizeof(*plan));
+    stk_plan full = {.struct_size = sizeof(full)}, *plan = &full;
     plan->n = n;
     plan->start = start;
     plan->batch_size = batch_size;
@@ -75,17 +76,19 @@ stk_status stk_plan_init_v2(stk_plan *plan, uint64_t n, uint64_t start, uint32_t
     plan->end = start + plan->per_rank * world;
     plan->n_batches = plan->drop_last ? plan->per_rank / batch_size
                                       : (plan->per_rank + batch_size - 1) / batch_size;
+    *dst = full;
     return STK_OK;
 }
 
-stk_status stk_plan_init(stk_plan *plan, uint64_t n, uint64_t start, uint32_t batch_size,
-                         uint32_t rank, uint32_t world, bool drop_last)
+stk_status stk_plan_init_sized(stk_plan *plan, uint64_t n, uint64_t start, uint32_t batch_size,
+                               uint32_t rank, uint32_t world, bool drop_last, size_t struct_size)
 {
-    return stk_plan_init_v2(plan, n, start, batch_size, rank, world,
-                            drop_last ? STK_PLAN_DROP_LAST | STK_PLAN_DROP_TAIL : 0);
+    return stk_plan_init_v2_sized(plan, n, start, batch_size, rank, world,
+                                  drop_last ? STK_PLAN_DROP_LAST | STK_PLAN_DROP_TAIL : 0,
+                                  struct_size);
 }
 
-stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first, uint32_t *count,
+stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first, uint32_t *n_samples,
                           uint64_t *consumed)
 {
     if (b >= plan->n_batches)
@@ -97,7 +100,7 @@ stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first, uin
     /* Strided: the rank's j-th sample of the epoch is position start + rank + j * world, so its
      * batch b starts at g + rank (DistributedSampler's indices[rank::world], batched). */
     *first = plan->strided ? g + plan->rank : g + plan->rank * per;
-    *count = (uint32_t)per;
+    *n_samples = (uint32_t)per;
     *consumed = g + m;
     return STK_OK;
 }

@@ -215,9 +215,4 @@ void stk__fp_add(stk__fphash *h, const void *data, size_t size);
 void stk__fp_add_u64(stk__fphash *h, uint64_t v);
 uint64_t stk__fp_end(stk__fphash *h);
 
-/* The sources (stk_sources.def): `extern const stk__source_methods stk__src_NAME;`. */
-#define STK_SOURCE(name) extern const stk__source_methods stk__src_##name;
-#include "source/stk_sources.def"
-#undef STK_SOURCE
-
 #endif /* STK_SOURCE_H */

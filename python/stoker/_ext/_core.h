@@ -20,6 +20,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* The op introspection (transforms by name), the sampler (epoch_order), the rank from the
+ * environment and the doctor's decision are building blocks. */
+#define STK_BUILDING_BLOCKS
 #include "stoker.h"
 
 /* Raise the stoker exception for `status` (a negative stk_status) with `msg`, or with
@@ -90,6 +93,12 @@ int stkpy_has_transforms(void);
  * (parameter name, element type, count) from its op table. */
 PyObject *stkpy_op_names(PyObject *self, PyObject *noargs);
 PyObject *stkpy_op_params(PyObject *self, PyObject *name);
+/* recipes() -> the recipe names; recipe_ops(name) -> its ops as Transform's dicts (the
+ * library's recipes: stk_recipe_name, stk_recipe_op). */
+PyObject *stkpy_recipes(PyObject *self, PyObject *noargs);
+/* The tuple of name(0 .. n-1) (the library's lists: formats, recipes, image extensions). */
+PyObject *stkpy_names(size_t n, const char *(*name)(size_t i));
+PyObject *stkpy_recipe_ops(PyObject *self, PyObject *name);
 
 /* Loader(map=...) (_map.c): set o's sample_fn from the loader.py wrapper `fn` and its output
  * fields [(name, kind, dtype, shape)]; *out is NULL when fn is None. Free the map after the

@@ -411,16 +411,16 @@ static PyObject *Dataset_read(DatasetObject *self, PyObject *arg)
     if (!buf)
         return PyErr_NoMemory();
     stk_record rec;
-    char err[512] = "";
+    stk_record_init(&rec);
     stk_status rc;
     dataset_enter(self);
     const stk_dataset *ds = self->ds;
     Py_BEGIN_ALLOW_THREADS
-    rc = stk_dataset_read(ds, (uint64_t)idx, buf, cap, &rec, err, sizeof(err));
+    rc = stk_dataset_read(ds, (uint64_t)idx, buf, cap, &rec);
     Py_END_ALLOW_THREADS
     PyObject *out = NULL;
     if (rc < 0) {
-        stkpy_raise(rc, err);
+        stkpy_raise(rc, stk_last_errmsg()); /* this thread's: the read ran on it */
         goto done;
     }
     out = PyDict_New();

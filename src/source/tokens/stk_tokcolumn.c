@@ -68,7 +68,7 @@ static stk_status field_width(const stk_dataset *ds, uint32_t f, const stk_token
         size_t len;
         *w = o->token_bytes;
         if (!*w && ds->n_files && ds->files[0].metadata &&
-            stk__json_member(ds->files[0].metadata, "token_bytes", &v, &len))
+            stk_json_member(ds->files[0].metadata, "token_bytes", &v, &len))
             *w = (uint32_t)strtoul(v, NULL, 10);
         if (!*w)
             *w = 2;

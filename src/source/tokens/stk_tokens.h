@@ -9,7 +9,8 @@
  * span of the stream and finds documents from eos/bos. A token dataset (stk__tokds) is a corpus
  * plus the rows made from it (stk_tokrows.c: windows, random offsets, packed rows, documents);
  * packing itself is a pure function (stk_tokpack.c). Mixtures blend token datasets
- * (stk_tokmix.c).
+ * (stk_tokmix.c). stk_tokens_open (stk_tokopen.c) is the one file above the registry: it opens
+ * paths through it and wraps a dataset of another format as a column.
  *
  * Threads: everything here is immutable after open; reads go through a per-thread cursor.
  */

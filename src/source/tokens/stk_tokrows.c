@@ -1,6 +1,6 @@
 /*
  * stk_tokrows.c: a token corpus as records (docs/tokens.md): the rows of seq_len tokens a loader
- * batches, or the documents themselves, and stk_tokens_open / stk_tokens_info_get.
+ * batches, or the documents themselves, and stk_tokens_info_get (stk_tokens_open is stk_tokopen.c).
  *
  * Records by mode (stk_tokens_mode):
  *   WINDOWS    row r = tokens [r*T, r*T + T + 1) of the stream; fields input_ids = the first T,
@@ -441,104 +441,17 @@ bool stk__tokds_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__br
     return true;
 }
 
-/* ---- the public API ---- */
+/* ---- options and the facts of a token dataset ---- */
 
-void stk_tokens_opts_init(stk_tokens_opts *opts)
+void stk_tokens_opts_init_sized(stk_tokens_opts *opts, size_t struct_size)
 {
-    if (!opts)
-        return;
-    memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
-    opts->mode = STK_TOKENS_WINDOWS;
-    opts->packing = STK_PACKING_BEST_FIT;
-    opts->eos = -1;
-    opts->bos = -1;
-    opts->ids_dtype = STK_DTYPE_INT64;
-}
-
-/* Check the options; the message names the bad one. */
-static stk_status opts_check(const stk_tokens_opts *o, char *err, size_t err_size)
-{
-    if (!o->paths || o->n_paths == 0)
-        return stk__set_error(err, err_size, STK_EINVAL, "stk_tokens_open: no paths given");
-    if (o->mode > STK_TOKENS_DOCUMENTS)
-        return stk__set_error(err, err_size, STK_EINVAL,
-                              "tokens mode %u is not windows (0), random (1), packed (2) or "
-                              "documents (3)",
-                              o->mode);
-    if (o->mode != STK_TOKENS_DOCUMENTS && (o->seq_len == 0 || o->seq_len > (1u << 30)))
-        return stk__set_error(err, err_size, STK_EINVAL,
-                              "seq_len %u: must be 1 to 2^30 tokens per row", o->seq_len);
-    if (o->packing > STK_PACKING_FIRST_FIT)
-        return stk__set_error(err, err_size, STK_EINVAL,
-                              "packing %u is not best-fit (0) or first-fit (1)", o->packing);
-    if (o->token_bytes != 0 && o->token_bytes != 2 && o->token_bytes != 4)
-        return stk__set_error(err, err_size, STK_EINVAL, "token_bytes %u: 2 (uint16) or 4 (uint32)",
-                              o->token_bytes);
-    if (o->ids_dtype != STK_DTYPE_INT64 && o->ids_dtype != STK_DTYPE_INT32)
-        return stk__set_error(err, err_size, STK_EINVAL, "ids_dtype %s: int64 or int32",
-                              stk_dtype_name(o->ids_dtype));
-    if (o->eos < -1 || o->bos < -1)
-        return stk__set_error(err, err_size, STK_EINVAL,
-                              "eos=%" PRId64 " bos=%" PRId64 ": a token id, or -1 for none", o->eos,
-                              o->bos);
-    return STK_OK;
-}
-
-stk_status stk_tokens_open(const stk_tokens_opts *opts_in, stk_dataset **out)
-{
-    char err[STK_ERRMSG_SIZE];
-    stk_tokens_opts o;
-    stk_tokens_opts_init(&o);
-    if (out)
-        *out = NULL;
-    if (!out || !stk__opts_load(&o, sizeof(o), opts_in))
-        return stk__set_last_error(STK_EINVAL, "stk_tokens_open: NULL argument or options not "
-                                               "initialised with stk_tokens_opts_init");
-    stk_status rc = opts_check(&o, err, sizeof(err));
-    if (rc < 0)
-        return stk__last_error_copy(rc, err);
-    /* A Megatron corpus is often named by its prefix ("data/corpus_text_document"): a path that
-     * does not exist but whose .idx does is that .idx. */
-    char **alt = stk__calloc(o.n_paths, sizeof(char *));
-    if (!alt)
-        return stk__set_last_error(STK_ENOMEM, "out of memory");
-    for (size_t i = 0; i < o.n_paths && rc == STK_OK; i++) {
-        stk__stat st;
-        if (!o.paths[i] || stk__vfs_stat(o.paths[i], &st, NULL, 0) == STK_OK ||
-            strpbrk(o.paths[i], "*?[{"))
-            continue;
-        char *idx = stk__megatron_path(o.paths[i], ".idx");
-        if (!idx)
-            rc = stk__set_last_error(STK_ENOMEM, "out of memory");
-        else if (stk__vfs_stat(idx, &st, NULL, 0) == STK_OK)
-            alt[i] = idx;
-        else
-            stk__free(idx);
-    }
-    const char **paths = rc == STK_OK ? stk__calloc(o.n_paths, sizeof(char *)) : NULL;
-    if (rc < 0) {
-        /* out of memory above */
-    } else if (paths) {
-        for (size_t i = 0; i < o.n_paths; i++)
-            paths[i] = alt[i] ? alt[i] : o.paths[i];
-        stk_dataset_opts d;
-        stk_dataset_opts_init(&d);
-        d.paths = paths;
-        d.n_paths = o.n_paths;
-        d.flags = o.flags;
-        d.format = o.format;
-        d.cache_dir = o.cache_dir;
-        d.cache_limit = o.cache_limit;
-        rc = stk__dataset_open_tokens(&d, &o, out);
-    } else {
-        rc = stk__set_last_error(STK_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < o.n_paths; i++)
-        stk__free(alt[i]);
-    stk__free(alt);
-    stk__free(paths);
-    return rc;
+    stk_tokens_opts full = {.struct_size = sizeof(full),
+                            .mode = STK_TOKENS_WINDOWS,
+                            .packing = STK_PACKING_BEST_FIT,
+                            .eos = -1,
+                            .bos = -1,
+                            .ids_dtype = STK_DTYPE_INT64};
+    stk__init_store(opts, struct_size, &full, sizeof(full));
 }
 
 stk_status stk_tokens_info_get(const stk_dataset *ds, stk_tokens_info *out)

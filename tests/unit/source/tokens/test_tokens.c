@@ -262,7 +262,8 @@ static int test_llmc_and_megatron_rows_and_errors(void)
     T_EQ(stk_dataset_n_records(ds), 99);
     uint8_t buf[256];
     stk_record rec;
-    T_OK(stk_dataset_read(ds, 42, buf, sizeof(buf), &rec, NULL, 0));
+    stk_record_init(&rec);
+    T_OK(stk_dataset_read(ds, 42, buf, sizeof(buf), &rec));
     const int64_t *x = (const int64_t *)rec.field[0], *y = (const int64_t *)rec.field[1];
     for (int j = 0; j < 10; j++) {
         T_EQ(x[j], 3 * (420 + j));
@@ -290,7 +291,7 @@ static int test_llmc_and_megatron_rows_and_errors(void)
     uint8_t *seen = calloc(in.n_tokens, 1);
     for (uint64_t r = 0; r < stk_dataset_n_records(ds); r++) {
         uint8_t rb[512];
-        T_OK(stk_dataset_read(ds, r, rb, sizeof(rb), &rec, NULL, 0));
+        T_OK(stk_dataset_read(ds, r, rb, sizeof(rb), &rec));
         const int64_t *ix = (const int64_t *)rec.field[0], *lab = (const int64_t *)rec.field[1];
         const int64_t *pos = (const int64_t *)rec.field[2];
         for (int j = 0; j < 8; j++) {
@@ -441,9 +442,10 @@ static int test_mix_public_api(void)
     T_EQ(in.n_tokens, 801 + 401);
     uint8_t buf[512];
     stk_record rec;
+    stk_record_init(&rec);
     int counts[2] = {0, 0};
     for (uint64_t i = 0; i < 200; i++) {
-        T_OK(stk_dataset_read(mix, i, buf, sizeof(buf), &rec, NULL, 0));
+        T_OK(stk_dataset_read(mix, i, buf, sizeof(buf), &rec));
         counts[stk_record_i64(&rec, 2)]++;
     }
     T_EQ(counts[0], 150);
@@ -491,8 +493,9 @@ static int test_alloc_failures_tokens(void)
         if (rc == STK_OK) {
             uint8_t buf[1024];
             stk_record rec;
+            stk_record_init(&rec);
             for (uint64_t i = 0; i < stk_dataset_n_records(mix) && rc == STK_OK; i++)
-                rc = stk_dataset_read(mix, i, buf, sizeof(buf), &rec, NULL, 0);
+                rc = stk_dataset_read(mix, i, buf, sizeof(buf), &rec);
         }
         stk__fault_alloc_set(0);
         T_CHECKF(rc == STK_OK || (rc == STK_ENOMEM && strstr(stk_last_errmsg(), "memory")),
