@@ -40,6 +40,7 @@ typedef struct stk__slot {
     uint64_t seq;
     uint64_t epoch, number;  /* the batch's epoch and its number within the epoch */
     uint64_t first;          /* global position of the batch's first sample */
+    uint32_t stride;         /* between its samples' positions (world when strided, else 1) */
     uint64_t consumed;       /* global position reached once this step is taken */
     uint32_t count;          /* samples */
     _Atomic uint64_t ticket; /* (seq low 32 bits) << 32 | next ticket */

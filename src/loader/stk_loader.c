@@ -265,7 +265,15 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     c->world = world;
     c->seed = opts->seed;
     c->shuffle = opts->flags & STK_LOADER_SHUFFLE;
-    c->drop_last = opts->flags & STK_LOADER_DROP_LAST;
+    if ((opts->flags & STK_LOADER_DROP_TAIL) && (opts->flags & STK_LOADER_PAD_TAIL))
+        STK_FAIL(err, STK_EINVAL, "flags STK_LOADER_DROP_TAIL and STK_LOADER_PAD_TAIL together");
+    /* DROP_LAST alone drops both the tail across ranks and the partial last batch; the TAIL
+     * flags decide the tail on their own (DistributedSampler's drop_last vs the DataLoader's). */
+    bool drop_last = opts->flags & STK_LOADER_DROP_LAST;
+    bool drop_tail =
+        (opts->flags & STK_LOADER_DROP_TAIL) || (drop_last && !(opts->flags & STK_LOADER_PAD_TAIL));
+    c->plan_flags = (drop_last ? STK_PLAN_DROP_LAST : 0) | (drop_tail ? STK_PLAN_DROP_TAIL : 0) |
+                    ((opts->flags & STK_LOADER_STRIDED) ? STK_PLAN_STRIDED : 0);
     c->skip_corrupt = opts->flags & STK_LOADER_SKIP_CORRUPT;
     c->timed = !(opts->flags & STK_LOADER_NO_STATS);
     c->created_ns = stk__now_ns();

@@ -118,7 +118,8 @@ struct core {
     stk__imgarray tgeom; /* its geometry */
     uint32_t n_slots, n_threads, batch_size, rank, world;
     uint64_t seed, n;
-    bool shuffle, drop_last, skip_corrupt;
+    bool shuffle, skip_corrupt;
+    uint32_t plan_flags; /* STK_PLAN_*: the tail, the partial last batch, the split */
     unsigned read_flags; /* STK__READ_* for every record read */
     worker *workers;
     uint32_t n_started;
@@ -175,7 +176,7 @@ static inline uint64_t stk__loader_now(const core *c)
 /* Plan this rank's part of an epoch from global position `start`. */
 static inline void stk__loader_plan(const core *c, uint64_t start, stk_plan *p)
 {
-    stk_plan_init(p, c->m, start, c->batch_size, c->rank, c->world, c->drop_last);
+    stk_plan_init_v2(p, c->m, start, c->batch_size, c->rank, c->world, c->plan_flags);
 }
 
 /* Append a trace event (by the buffer's own thread only; the device track under mu). */

@@ -16,16 +16,16 @@
 
 #define SKIP_MAX_TRIES 64 /* substitutes tried for one bad sample before giving up */
 
-/* Tell the dataset which records positions [first, first + count) of slot s's epoch will read,
- * in the loader's order (remote byte sources fetch them ahead, coalesced and many at once; only
- * called when some file is remote). */
+/* Tell the dataset which records the `count` positions from `first` (s->stride apart) of slot
+ * s's epoch will read, in the loader's order (remote byte sources fetch them ahead, coalesced and
+ * many at once; only called when some file is remote). */
 static void readahead_records(core *c, const stk__slot *s, uint64_t first, uint32_t count)
 {
     uint64_t idx[512];
     for (uint32_t t = 0; t < count; t += 512) {
         uint32_t k = STK_MIN(count - t, 512u);
         for (uint32_t j = 0; j < k; j++)
-            idx[j] = stk__order_at(c, s, (first + t + j) % c->m);
+            idx[j] = stk__order_at(c, s, (first + (uint64_t)(t + j) * s->stride) % c->m);
         stk__dataset_readahead(c->ds, idx, k);
     }
 }
@@ -53,6 +53,7 @@ static bool open_batch(core *c)
     s->epoch = c->d_epoch;
     stk__order_open_locked(c, s);
     stk_plan_batch(&c->d_plan, c->d_b, &s->first, &count, &s->consumed);
+    s->stride = c->d_plan.strided ? c->world : 1;
     /* A resumed epoch numbers its batches from the epoch's start, not from the resume point. */
     s->number = (c->d_plan.start / ((uint64_t)c->world * c->batch_size)) + c->d_b;
     stk__slot_open_locked(s, c->open_seq, count);
@@ -254,7 +255,7 @@ static bool skippable(stk_status rc)
 static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t)
 {
     char err[STK_ERRMSG_SIZE];
-    uint64_t pos = s->first + t;
+    uint64_t pos = s->first + (uint64_t)t * s->stride;
     uint64_t idx = stk__order_at(c, s, pos % c->m);
     stk_status rc = load_record(c, w, s, t, idx, err, sizeof(err));
     if (skippable(rc) && c->skip_corrupt) {

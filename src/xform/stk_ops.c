@@ -397,6 +397,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomResizedCrop",
      .kind = STK_OP_RANDOM_RESIZED_CROP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .resamples = true,
      .params = PARAMS(p_rrc),
      .check = check_rrc,
@@ -421,6 +422,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomHorizontalFlip",
      .kind = STK_OP_RANDOM_HORIZONTAL_FLIP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .after_store = true,
      .params = PARAMS(stk__params_p),
      .check = stk__check_p,
@@ -434,6 +436,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomVerticalFlip",
      .kind = STK_OP_RANDOM_VERTICAL_FLIP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .after_store = true,
      .params = PARAMS(stk__params_p),
      .check = stk__check_p,
@@ -441,6 +444,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomCrop",
      .kind = STK_OP_RANDOM_CROP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .params = PARAMS(p_rcrop),
      .check = check_rcrop,
      .size = size_crop,
@@ -455,6 +459,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomErasing",
      .kind = STK_OP_RANDOM_ERASING,
      .stage = STK__OP_TENSOR,
+     .draws = true,
      .after_store = true,
      .params = PARAMS(p_erase),
      .init = init_erase,
@@ -464,6 +469,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomApply",
      .kind = STK_OP_RANDOM_APPLY,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .container = true,
      .params = PARAMS(p_apply),
      .init = init_container,
@@ -472,6 +478,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomChoice",
      .kind = STK_OP_RANDOM_CHOICE,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .container = true,
      .params = PARAMS(p_choice),
      .init = init_container,
@@ -480,6 +487,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomOrder",
      .kind = STK_OP_RANDOM_ORDER,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .container = true,
      .params = PARAMS(p_choice),
      .init = init_container,
@@ -572,6 +580,12 @@ const char *stk_op_name(stk_op_kind kind)
 {
     const stk__op_def *d = stk__op_def_get(kind);
     return d ? d->name : NULL;
+}
+
+bool stk_op_draws(stk_op_kind kind)
+{
+    const stk__op_def *d = stk__op_def_get(kind);
+    return d && d->draws;
 }
 
 stk_status stk_op_find(const char *name, stk_op_kind *out)

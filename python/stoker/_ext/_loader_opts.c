@@ -55,7 +55,8 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
         "verify",       "pinned",      "transform",    "transform_field", "autotune",
         "trace_events", "device",      "pinned_limit", "batch_ops",       "batch_choice",
         "num_classes",  "label_field", "map_fn",       "map_fields",      "memory_budget",
-        "indices",      "weights",     "num_samples",  "replacement",     NULL};
+        "indices",      "weights",     "num_samples",  "replacement",     "strided",
+        "drop_tail",    NULL};
     memset(a, 0, sizeof(*a));
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
@@ -73,12 +74,13 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     PyObject *indices = Py_None, *weights = Py_None;
     unsigned long long num_samples = 0;
     int replacement = 0;
+    int strided = 0, drop_tail = -1; /* -1: the tail follows drop_last */
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKp:Loader", kwlist, &data, &batch_size,
+            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKppi:Loader", kwlist, &data, &batch_size,
             &n_threads, &n_slots, &seed, &rank, &world, &shuffle, &drop_last, &skip_corrupt,
             &verify, &pinned, &transform, &tfield, &autotune, &trace_events, &device, &pinned_limit,
             &batch_ops, &batch_choice, &num_classes, &label_field, &map_fn, &map_fields,
-            &memory_budget, &indices, &weights, &num_samples, &replacement))
+            &memory_budget, &indices, &weights, &num_samples, &replacement, &strided, &drop_tail))
         return -1;
     stk_loader_opts *o = &a->o;
     stk_loader_opts_init(o);
@@ -138,7 +140,11 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     o->world = world;
     o->flags = (shuffle ? STK_LOADER_SHUFFLE : 0) | (drop_last ? STK_LOADER_DROP_LAST : 0) |
                (skip_corrupt ? STK_LOADER_SKIP_CORRUPT : 0) | (verify ? 0 : STK_LOADER_NO_VERIFY) |
-               (pinned ? STK_LOADER_PINNED : 0) | (autotune ? STK_LOADER_AUTOTUNE : 0);
+               (pinned ? STK_LOADER_PINNED : 0) | (autotune ? STK_LOADER_AUTOTUNE : 0) |
+               (strided ? STK_LOADER_STRIDED : 0) |
+               (drop_tail > 0    ? STK_LOADER_DROP_TAIL
+                : drop_tail == 0 ? STK_LOADER_PAD_TAIL
+                                 : 0);
     o->trace_events = trace_events;
     return 0;
 fail:
