@@ -116,6 +116,13 @@ expect 2 "--python" "$STOKER" doctor data.stk --python
 expect 2 "--step-kind" "$STOKER" doctor data.stk --step-ms 1 --step-kind nap
 expect 2 "--threads" "$STOKER" doctor data.stk --step-ms 1 --threads 0
 expect 2 "--bogus" "$STOKER" doctor data.stk --bogus
+expect 1 "data.stk: not a .npy file" "$STOKER" doctor --format npy data.stk --step-ms 1
+# any format, detected or named: the ImageFolder tree itself
+"$STOKER" doctor src --format imagefolder --batch-size 8 --steps 3 --json > tree.json ||
+    fail "doctor on the tree: $(cat tree.json)"
+$PY -c 'import json; d = json.load(open("tree.json")); assert d["records"] == 24 and d["ceiling"], d' ||
+    fail "doctor on the tree: $(cat tree.json)"
+expect 1 "unknown format 'tar'" "$STOKER" doctor --format tar data.stk --step-ms 1
 expect 1 "nothere.py" "$STOKER" doctor data.stk --python nothere.py
 expect 1 "/nonexistent/t.json" "$STOKER" doctor data.stk --step-ms 0 --steps 2 --batch-size 8 \
     --trace /nonexistent/t.json
