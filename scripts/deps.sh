@@ -19,12 +19,14 @@ pkgs+=(liblmdb-dev python3-lmdb)
 pkgs+=(libcurl4-openssl-dev libssl-dev nodejs)  # remote byte sources (issue 14); s3rver tests
 pkgs+=(zlib1g-dev)  # gzipped WebDataset members (issue 12)
 missing=()
-for p in "${pkgs[@]}"; do
-    status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
-    [ "$status" = "install ok installed" ] || missing+=("$p")
-done
-# shellcheck disable=SC2206 # a test's list of names, split on spaces
-[ -z "${STK_DEPS_MISSING:-}" ] || missing=(${STK_DEPS_MISSING})
+if [ -n "${STK_DEPS_MISSING:-}" ]; then
+    read -r -a missing <<< "$STK_DEPS_MISSING"
+else # one dpkg-query for all (one per package took seconds on a loaded machine)
+    installed=" $(dpkg-query -W -f='${Package}:${Status} ' "${pkgs[@]}" 2> /dev/null || true)"
+    for p in "${pkgs[@]}"; do
+        [[ $installed == *" $p:install ok installed "* ]] || missing+=("$p")
+    done
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 read -r -a locks <<< "${STK_APT_LOCKS:-/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock \
