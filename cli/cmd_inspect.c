@@ -686,8 +686,7 @@ int stk_cmd_verify(int argc, char **argv)
     if (checksum)
         at += (size_t)snprintf(what, sizeof(what), "%s checksums checked", checksum);
     else
-        at += (size_t)snprintf(what, sizeof(what), "%s keeps no checksums",
-                               stk_dataset_format(ds));
+        at += (size_t)snprintf(what, sizeof(what), "%s keeps no checksums", stk_dataset_format(ds));
     for (size_t k = 0; k < s.n_decode && at < sizeof(what); k++)
         at += (size_t)snprintf(what + at, sizeof(what) - at, "%s'%s'", k ? ", " : "; images of ",
                                stk_dataset_field(ds, (size_t)s.decode[k])->name);

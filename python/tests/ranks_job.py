@@ -26,19 +26,7 @@ import stoker
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 from sleep_dataset import SleepDataset  # noqa: E402
-
-class VirtualClock:
-    """perf_counter moves only when a sample or a step says so; time() is the real one."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def perf_counter(self):
-        return self.now
-
-    def time(self):
-        return time.time()
-
+from vclock import VirtualClock  # noqa: E402 (beside this script)
 
 class ClockSleepDataset(SleepDataset):
     def __getitem__(self, i):

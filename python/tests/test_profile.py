@@ -14,6 +14,8 @@ import pytest
 import stoker
 
 from conftest import PYTHONPATH
+from vclock import VirtualClock  # the profile's arithmetic checked exactly (the real clock's
+                                 # agreement with a loop's truth: bench/bench_doctor.py)
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
@@ -51,23 +53,6 @@ class SleepStep:
         self.calls += 1
         if self.dataset is not None:  # the loop's own __getitem__ time (not the advice's)
             self.dataset_busy = self.dataset.busy
-
-
-class VirtualClock:
-    """The profiler's clock in the tests that check its arithmetic: it moves only when the
-    dataset or the step says so, by their nominal durations, so what the profile must report
-    is known exactly whatever the machine's load (the real clock's agreement with a loop's
-    truth is a benchmark's figure: bench/bench_doctor.py). Installed as stoker._profile's
-    `time`; time() stays the real one (trace timestamps)."""
-
-    def __init__(self):
-        self.now = 1000.0
-
-    def perf_counter(self):
-        return self.now
-
-    def time(self):
-        return time.time()
 
 
 class ClockDataset(SleepDataset):
