@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 import stoker
-from conftest import PYTHONPATH, SMALL_N, run_python, torchrun
+from conftest import CHILD_LIMIT, PYTHONPATH, SMALL_N, run_python, torchrun
 
 
 def _rss_bytes():
@@ -147,7 +147,7 @@ threading.Thread(target=_interrupt_once_blocked, daemon=True).start()
 """
 
 
-def _run_child(code, timeout=120):
+def _run_child(code, timeout=CHILD_LIMIT):
     e = dict(os.environ, PYTHONPATH=PYTHONPATH)
     r = subprocess.run([sys.executable, "-c", SELF_SIGINT + code], capture_output=True,
                        text=True, env=e, timeout=timeout)

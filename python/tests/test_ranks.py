@@ -18,10 +18,10 @@ import pytest
 import stoker
 from stoker import _ranks
 
-from conftest import PYTHONPATH
+from conftest import CHILD_LIMIT, PYTHONPATH
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TIMEOUT = 240
+TIMEOUT = CHILD_LIMIT  # the jobs' hang guard
 SLEEP_MS, STEP_MS, STEPS = 40, 10, 12
 
 
@@ -166,7 +166,7 @@ def files_job(tmp_path_factory, data_file):
     return job(tmp_path_factory, data_file, False, [
         scenario("torch_r1_slow", "torch", [1]),
         scenario("stoker_r1_slow", "stoker", [1]),
-    ], {"STOKER_DOCTOR_DIR": shared, "STOKER_DOCTOR_TIMEOUT": "60"})
+    ], {"STOKER_DOCTOR_DIR": shared, "STOKER_DOCTOR_TIMEOUT": str(int(CHILD_LIMIT / 2))})
 
 
 def check_straggler(reports, name, slow, measured):
