@@ -47,7 +47,7 @@ static void usage(FILE *f)
     fprintf(f, "\nRun 'stoker <command> --help' for the options of a command.\n"
                "DATA arguments are files, directories, globs, brace ranges (train-{000..127}.tar)\n"
                "or s3:// and http(s):// URLs of one of these formats, detected from the data:\n");
-    for (size_t i = 0; i < stk_format_count(); i++)
+    for (size_t i = 0; i < stk_n_formats(); i++)
         fprintf(f, "  %-12s %s\n", stk_format_name(i), stk_format_summary(i));
 }
 
@@ -188,7 +188,7 @@ int stk_cli_parse_size(const char *s, uint64_t *out)
 void stk_cli_print_formats(FILE *f)
 {
     fprintf(f, "\nformats (--format NAME; detected from magic bytes and names when left out):\n");
-    for (size_t i = 0; i < stk_format_count(); i++)
+    for (size_t i = 0; i < stk_n_formats(); i++)
         fprintf(f, "  %-12s %s\n", stk_format_name(i), stk_format_summary(i));
 }
 
@@ -274,7 +274,7 @@ int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsig
             named = -1; /* out of memory */
     }
     int rc = named < 0                          ? stk_cli_error(cmd, "out of memory")
-             : stk_dataset_open_ex(&o, out) < 0 ? stk_cli_error(cmd, "%s", stk_last_errmsg())
+             : stk_dataset_open_v2(&o, out) < 0 ? stk_cli_error(cmd, "%s", stk_last_errmsg())
                                                 : 0;
     named = named < 0 ? n_paths : named;
     for (int i = 0; names && i < named; i++)

@@ -73,7 +73,7 @@ static int consume(stk_loader *L, double seconds, int n, uint64_t step_ns, uint6
         if (rc == STK_END)
             continue;
         T_OK(rc);
-        got += stk_batch_size(b);
+        got += stk_batch_n_samples(b);
         stk_batch_release(b);
         k++;
         if (step_ns)
@@ -161,7 +161,7 @@ static int test_who_waits(void)
 {
     enum { SLOTS = 4 };
     stk_loader_opts o = opts(1, 0);
-    o.prefetch = SLOTS;
+    o.n_slots = SLOTS;
     stk_loader *L;
     stk_loader_stats st = {.struct_size = sizeof(st)};
     T_OK(stk_loader_create(&o, &L));
@@ -243,7 +243,7 @@ static int test_autotune_fast_consumer(void)
     if (stk__cpu_count() < 2)
         return T_SKIP;
     stk_loader_opts o = opts(4, STK_LOADER_AUTOTUNE);
-    o.prefetch = 8;
+    o.n_slots = 8;
     stk_loader *L;
     uint64_t n;
     T_OK(stk_loader_create(&o, &L));
