@@ -10,7 +10,7 @@
 # For tests: STK_APT_LOCKS (the lock files to watch), STK_DEPS_MISSING (packages to treat as
 # missing) and STK_DEPS_DRY_RUN=1 (print the apt-get commands instead of running them).
 set -eu
-pkgs=(gcc make pkg-config clang libclang-rt-14-dev clang-format libturbojpeg0-dev
+pkgs=(gcc g++ make pkg-config clang libclang-rt-14-dev clang-format libturbojpeg0-dev
       libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libxxhash-dev python3-dev
       python3-numpy python3-pytest python3-pytest-timeout python3-torch python3-torchvision
       python3-pil)

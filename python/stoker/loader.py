@@ -24,6 +24,7 @@ from . import _core
 from . import _nvrtc
 from . import _batchmap
 from . import _torchcompat
+from . import tokens as _tokens
 from ._torchcompat import check_int as _check_int, resolve_rank as _resolve_rank
 from . import transforms as _transforms
 from .batch import Batch, _DeviceView
@@ -146,7 +147,9 @@ class Loader:
                  worker_init_fn=None, multiprocessing_context=None, generator=None,
                  prefetch_factor=None, persistent_workers=None, pin_memory_device=None,
                  in_order=None, batch_transforms=None, map=None, label_field="label",
-                 memory_budget=None, cache_dir=None, cache_limit=None, n_threads=None):
+                 memory_budget=None, cache_dir=None, cache_limit=None, n_threads=None,
+                 seq_len=None, tokens=None, eos=None, bos=None, packing=None, token_dtype=None,
+                 token_field=None, ids_dtype=None, pad_id=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -164,6 +167,14 @@ class Loader:
                 raise _core.StokerInvalidError("n_threads= and num_workers= (its DataLoader "
                                                "alias) name one setting: pass one of them")
             num_workers, threads_arg = n_threads, "n_threads"
+        # A token corpus (seq_len=, stoker.mix): rows of seq_len tokens (stoker/tokens.py).
+        self._tokens = _tokens.loader_corpus(
+            data, seq_len, tokens, dict(eos=eos, bos=bos, packing=packing, token_dtype=token_dtype,
+                                        token_field=token_field, ids_dtype=ids_dtype,
+                                        pad_id=pad_id), format, verify, cache_dir, cache_limit)
+        if self._tokens is not None:
+            data, format, cache_dir, cache_limit = self._tokens.dataset, None, None, None
+            self._own_dataset = True
         dl = _torchcompat.dataloader_args(  # the DataLoader's arguments in stoker's terms
             data, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
             num_workers=num_workers, prefetch=prefetch, rank=rank, world_size=world_size,
@@ -460,6 +471,8 @@ class Loader:
                 out[name] = convert(tensor)
                 if lengths is not None:
                     out[name + "_lengths"] = convert(lengths)
+        if self._tokens is not None:
+            self._tokens.finish(out)  # cu_seqlens of packed rows; a mixture's source counts
         if self._device is None or self._on_device:
             out._attached = True
             live = self._live
@@ -644,7 +657,10 @@ class Loader:
         """
         self._check_open()
         cur = self._core_stats(self._core)
-        return self._add_stats(self._stats_base, cur) if self._stats_base else cur
+        out = self._add_stats(self._stats_base, cur) if self._stats_base else cur
+        if self._tokens is not None:
+            out.update(self._tokens.stats())  # a mixture's rows per source
+        return out
 
     def write_trace(self, path=None):
         """Write the Chrome/Perfetto trace (trace-event JSON: one track per worker thread and

@@ -24,6 +24,7 @@ static int parse_batch_ops(PyObject *obj, stk_batch_op *ops, uint32_t *n)
     }
     for (Py_ssize_t i = 0; i < k; i++) {
         int kind;
+        stk_batch_op_init(&ops[i], 0);
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "id", &kind, &ops[i].alpha)) {
             Py_DECREF(seq);
             return -1;

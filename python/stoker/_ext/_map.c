@@ -149,6 +149,7 @@ int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct s
                               &shape))
             goto fail;
         stk_field *f = &m->fields[i];
+        stk_field_init(f);
         if (strlen(name) >= STK_MAX_NAME) {
             stkpy_invalid("map: field name '%s' is too long (at most %d characters)", name,
                           STK_MAX_NAME - 1);
