@@ -67,9 +67,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uint64_t n = STK_MIN(stk_dataset_n_records(ds), MAX_RECORDS);
             for (uint64_t i = 0; i < n; i++) {
                 stk_record r;
-                char err[512];
-                if (stk_dataset_read(ds, i, buf, sizeof(buf), &r, err, sizeof(err)) != STK_OK &&
-                    !strstr(err, dir))
+                stk_record_init(&r);
+                if (stk_dataset_read(ds, i, buf, sizeof(buf), &r) != STK_OK &&
+                    !strstr(stk_last_errmsg(), dir))
                     abort(); /* every read error names the file */
             }
             stk_dataset_close(ds);
