@@ -17,6 +17,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The whole command line: argv[0] is the program, argv[1] the command; returns the exit code.
+ * Called once per process: by main (main.c) and by `python -m stoker` (the extension's
+ * _cli.c), which flushes stdout and stderr after it. */
+int stk_cli_main(int argc, char **argv);
+
 /* ---- commands: argv[0] is the command name; each returns the process exit code ---- */
 
 int stk_cmd_pack(int argc, char **argv);    /* cmd_pack.c */

@@ -58,8 +58,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: stoker bench DATA... [options]\n"
             "\n"
-            "Measure loader throughput on DATA (any format stoker reads: .stk shards, an\n"
-            "ImageFolder tree, .npy files; files, directories, globs or brace ranges) and, with\n"
+            "Measure loader throughput on DATA (any format below: files, directories, globs,\n"
+            "brace ranges or s3:// and http(s):// URLs) and, with\n"
             "--ceiling, the ceiling on the same records, in the same order, on as many threads:\n"
             "memcpy of the record bytes (raw) or a full-size decode of every image and nothing\n"
             "else (image recipes; JPEGs with libjpeg-turbo's TurboJPEG). With several epochs the\n"

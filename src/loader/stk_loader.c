@@ -406,6 +406,9 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     for (uint32_t i = 0; i < c->n_threads; i++) {
         if (pthread_create(&c->workers[i].thread, NULL, stk__worker_main, &c->workers[i]) != 0)
             STK_FAIL(err, STK_ENOMEM, "cannot start worker thread %u", i);
+        /* Named before create returns, not when the thread first runs (which a loaded machine
+         * can delay): counting "stk-worker" threads is exact from here on (issue 30). */
+        pthread_setname_np(c->workers[i].thread, "stk-worker");
         c->n_started++;
     }
     *out = L;

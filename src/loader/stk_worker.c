@@ -382,7 +382,8 @@ void *stk__worker_main(void *arg)
 {
     worker *w = arg;
     core *c = w->c;
-    /* "stk-worker" in top, py-spy, gdb and /proc/<pid>/task/<tid>/comm (tests count them) */
+    /* "stk-worker" in top, py-spy, gdb and /proc/<pid>/task/<tid>/comm (tests count them); its
+     * creator names it too, through /proc, so that the name holds before it first runs */
     pthread_setname_np(pthread_self(), "stk-worker");
     stk__thread_budget = c->budget_on ? &c->budget : NULL; /* decode buffers charge it */
     if (c->r.dc.dev) { /* copies are queued from this thread: make the context current for good */

@@ -384,6 +384,9 @@ static PyMethodDef module_methods[] = {
     {"epoch_order", (PyCFunction)(void (*)(void))mod_epoch_order, METH_VARARGS | METH_KEYWORDS,
      "epoch_order(n, shuffle=False, seed=0, epoch=0) -> list: the global order of an epoch "
      "(record at each position), as the loader's sampler computes it."},
+    {"cli_main", stkpy_cli_main, METH_O,
+     "cli_main(argv) -> int: run the stoker command line on argv (argv[0] the program name) "
+     "in this process, as the `stoker` executable does; returns the exit code."},
     {"diagnose", (PyCFunction)(void (*)(void))stkpy_diagnose, METH_VARARGS | METH_KEYWORDS,
      "diagnose(wait_s, step_s, steps, samples_per_step, current_threads=None, probes=None) -> "
      "dict: the doctor's verdict (stk_diagnose) on a measured loop; probes is {threads: "

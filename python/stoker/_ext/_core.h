@@ -11,6 +11,7 @@
  * _diagnose.c   diagnose(): the doctor's decision (stk_diagnose) for stoker.profile
  * _map.c        Loader(map=fn): the per-sample callback on the worker threads
  * _tokens.c     token corpora: tokens_open, tokens_mix, tokens_info (stoker/tokens.py)
+ * _cli.c        cli_main(argv): the `stoker` command line in this process (python -m stoker)
  *
  * The extension uses the public C API only (include/stoker.h), as the CLI does.
  */
@@ -85,6 +86,10 @@ PyObject *stkpy_tensor_new(PyObject *owner, const char *name, stk_dtype dtype, v
 PyObject *stkpy_diagnose(PyObject *module, PyObject *args, PyObject *kw);
 /* Add DIAG_DATA_BOUND_SHARE and DIAG_HEADROOM to the module; 0 or -1 with an exception. */
 int stkpy_diagnose_constants(PyObject *m);
+
+/* _core.cli_main(argv) -> int: run the `stoker` command line (cli/) on argv (list of str,
+ * argv[0] the program name) in this process; returns its exit code. */
+PyObject *stkpy_cli_main(PyObject *self, PyObject *arg);
 
 /* Whether the image pipeline is linked and works (a recipe compiles). */
 int stkpy_has_transforms(void);
