@@ -781,8 +781,32 @@ typedef enum stk_op_kind {
     STK_OP_RANDOM_ROTATION = 25, /* degrees, interpolation, expand, center, fill */
     STK_OP_RANDOM_AFFINE = 26,   /* degrees, translate, scale, shear, interpolation, fill, center */
     STK_OP_AUG_MIX =
-        27 /* severity, mixture_width, chain_depth, alpha, all_ops, interpolation, fill */
+        27, /* severity, mixture_width, chain_depth, alpha, all_ops, interpolation, fill */
+    /* Audio ops (stk_op_media: STK_MEDIA_AUDIO), named and parameterised as torchaudio 0.13's
+     * transforms, and stoker.audio's for what torchaudio lacks (docs/audio.md). */
+    STK_OP_RESAMPLE = 28,          /* orig_freq, new_freq, resampling_method, lowpass_filter_width,
+                                    * rolloff, beta: torchaudio's windowed sinc */
+    STK_OP_DOWNMIX = 29,           /* channels: 1 (the mean of the channels) or 2 */
+    STK_OP_AUDIO_RANDOM_CROP = 30, /* seconds: a uniform window, zero padding when shorter */
+    STK_OP_AUDIO_CENTER_CROP = 31, /* seconds: the centred window, zero padding when shorter */
+    STK_OP_AUDIO_PAD_TO = 32,      /* seconds: the first `seconds`, zero padding when shorter */
+    STK_OP_VOL = 33,               /* gain, gain_type, then clamped to [-1, 1] */
+    STK_OP_SPECTROGRAM = 34,       /* n_fft, win_length, hop_length, pad, window, power, ... */
+    STK_OP_MEL_SPECTROGRAM = 35,   /* sample_rate, n_fft, ..., f_min, f_max, n_mels, norm, ... */
+    STK_OP_MFCC = 36,              /* sample_rate, n_mfcc, dct_type, norm, log_mels, melkwargs */
+    STK_OP_AMPLITUDE_TO_DB = 37,   /* stype, top_db */
+    STK_OP_TIME_MASKING = 38,      /* time_mask_param, iid_masks, p */
+    STK_OP_FREQUENCY_MASKING = 39  /* freq_mask_param, iid_masks */
 } stk_op_kind;
+
+/** What a transform reads and makes (stk_transform_opts.media): each kind is its own per-sample
+ *  pipeline behind the same loader, ring and random stream (docs/design.md, "Adding a media
+ *  kind"). New kinds are appended, never renumbered. */
+typedef enum stk_media {
+    STK_MEDIA_IMAGE = 0, /* an encoded image or a uint8 image array -> [3, H, W] (or [H, W, 3]) */
+    STK_MEDIA_AUDIO = 1  /* encoded audio (WAV, FLAC, Ogg Vorbis, Opus, MP3, ...) or a waveform
+                          * array -> float32 [C, samples] or [C, bins, frames] */
+} stk_media;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
 typedef struct stk_op {
@@ -823,6 +847,44 @@ typedef struct stk_op {
     int64_t chain_depth;   /* AugMix: ops per chain, 1..4, or -1: uniform in 1..3 (default) */
     double alpha;          /* AugMix: Dirichlet/Beta parameter (default 1) */
     int64_t all_ops;       /* AugMix: 1 adds Brightness, Color, Contrast, Sharpness (default) */
+    /* ---- audio ops (torchaudio's arguments; a string argument is the number given) ---- */
+    int64_t orig_freq, new_freq;  /* Resample, Hz (default 16000, 16000); orig_freq is the rate
+                                   * of waveform arrays: a decoded file is resampled from its own */
+    int64_t resampling_method;    /* Resample: 0 "sinc_interp_hann" (0.13's "sinc_interpolation",
+                                   * default), 1 "sinc_interp_kaiser" ("kaiser_window") */
+    int64_t lowpass_filter_width; /* Resample (default 6) */
+    double rolloff;               /* Resample (default 0.99) */
+    double beta;                  /* Resample with kaiser: NaN = torchaudio's 14.769656459379492 */
+    double seconds;               /* audio.RandomCrop/CenterCrop/PadTo: the output's length */
+    int64_t channels;             /* audio.Downmix: 1 (default) or 2 */
+    double gain;                  /* Vol (default 1) */
+    int64_t gain_type;            /* Vol: 0 "amplitude" (default), 1 "db", 2 "power" */
+    int64_t sample_rate;          /* MelSpectrogram, MFCC: the mel scale's rate (default 16000) */
+    int64_t n_fft;                /* the spectrograms (default 400) */
+    int64_t win_length;           /* 0 = n_fft (default) */
+    int64_t hop_length;           /* 0 = win_length / 2 (default) */
+    int64_t pad;                  /* zeros on both sides before the transform (default 0) */
+    int64_t window;               /* window_fn: 0 torch.hann_window (default), 1 hamming_window,
+                                   * 2 blackman_window, 3 torch.ones (rectangular) */
+    int64_t periodic;             /* the window's periodic= (default 1, torch's) */
+    double power;                 /* 1 (magnitude) or 2 (power; default) */
+    int64_t normalized;           /* 0 False (default), 1 True or "window", 2 "frame_length" */
+    int64_t stft_center;          /* center= (default 1): pad n_fft / 2 on both sides (pad_mode) */
+    int64_t pad_mode;             /* 0 "reflect" (default), 1 "constant", 2 "replicate",
+                                   * 3 "circular" */
+    int64_t onesided;             /* 1 (default): n_fft / 2 + 1 bins, 0: n_fft */
+    double f_min, f_max;          /* MelSpectrogram, MFCC (default 0, NaN = sample_rate // 2) */
+    int64_t n_mels;               /* MelSpectrogram, MFCC (default 128) */
+    int64_t mel_norm;             /* MelSpectrogram's norm: 0 None (default), 1 "slaney" */
+    int64_t mel_scale;            /* 0 "htk" (default), 1 "slaney" */
+    int64_t n_mfcc;               /* MFCC (default 40) */
+    int64_t dct_type;             /* MFCC: 2, the only one (default) */
+    int64_t dct_norm;             /* MFCC's norm: 0 None, 1 "ortho" (default) */
+    int64_t log_mels;             /* MFCC: 1 log(mel + 1e-6) instead of dB (default 0) */
+    int64_t stype;                /* AmplitudeToDB: 0 "power" (default), 1 "magnitude" */
+    double top_db;                /* AmplitudeToDB (NaN = None, default), MFCC (default 80) */
+    int64_t mask_param;           /* TimeMasking / FrequencyMasking: the widest mask */
+    int64_t iid_masks;            /* 1: one mask per channel; 0 (default): one per sample */
 } stk_op;
 
 /** Fill the first `struct_size` bytes of `op` with torchvision's defaults for `kind`: what
@@ -859,7 +921,20 @@ typedef struct stk_transform_opts {
                             * decoded (a PNG is decoded to its last row, so that every chunk's
                             * CRC is checked). true: libjpeg's recovery (grey or smeared blocks)
                             * is kept, only a truncated file fails, and decoding stops after the
-                            * window (PNG chunks below it go unchecked). */
+                            * window (PNG chunks below it go unchecked). Audio: strict reads a
+                            * compressed stream (FLAC, Vorbis, Opus, MP3) to its end on a
+                            * record's first read and fails one that ends early or is corrupt;
+                            * lenient decodes only what the crop keeps. */
+    /* ---- audio (docs/audio.md) ---- */
+    stk_media media;      /* STK_MEDIA_IMAGE (default); a transform whose first op is an audio op
+                           * is an audio transform whatever this says */
+    uint32_t sample_rate; /* audio: 0 (default): the files' own rate, which must be the same for
+                           * all (a loader learns it from record 0: a file at another rate
+                           * fails, naming both rates); > 0: without a Resample op every file is
+                           * resampled to it first (and it is the rate of waveform arrays) */
+    bool lengths;         /* audio: the output tensor carries each row's valid length (samples,
+                           * or frames of a spectrogram) before its zero padding
+                           * (stk_tensor.lengths; Python: "audio_lengths") (default false) */
 } stk_transform_opts;
 
 /** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field (no
@@ -896,6 +971,10 @@ STK_API stk_status stk_transform_recipe(const char *name, bool exact, stk_transf
  *  Threads: thread-safe (t is immutable). */
 STK_API bool stk_transform_draws(const stk_transform *t);
 
+/** The media kind of a transform (the pipeline it runs).
+ *  Threads: thread-safe. */
+STK_API stk_media stk_transform_media(const stk_transform *t);
+
 /** ImageNet's per-channel mean and standard deviation (R, G, B on the 0..1 scale) as torchvision's
  *  recipes normalise with them: the Normalize of the "imagenet-*" recipes. Initialisers of a
  *  double[3] (or float[3]). */
@@ -904,7 +983,9 @@ STK_API bool stk_transform_draws(const stk_transform *t);
 #define STK_IMAGENET_STD {0.229, 0.224, 0.225}
 /* clang-format on */
 
-/** The per-sample output of a transform: dtype, rank and shape (without the batch dimension). */
+/** The per-sample output of a transform: dtype, rank and shape (without the batch dimension).
+ *  An audio transform whose channel count or length depends on its input (no Downmix, the
+ *  files' own rate) gives -1 there until a loader binds it to its dataset's record 0. */
 STK_API void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *ndim,
                                   int64_t shape[STK_MAX_DIMS]);
 
@@ -1708,6 +1789,11 @@ STK_API stk_status stk_op_kind_at(size_t i, stk_op_kind *out);
  *  @return the name, or NULL for a kind this library does not know.
  *  Lifetime: static. Threads: thread-safe. */
 STK_API const char *stk_op_name(stk_op_kind kind);
+
+/** The media kind an op kind belongs to: STK_MEDIA_AUDIO for the audio ops, STK_MEDIA_IMAGE for
+ *  the image ops and for kinds this library does not know (stk_op_name says which are known).
+ *  Threads: thread-safe (static data). */
+STK_API stk_media stk_op_media(stk_op_kind kind);
 
 /** Look up an op kind by its torchvision class name (exact, case-sensitive).
  *  @return STK_OK (*out set) or STK_EINVAL (unknown name, or a NULL argument; *out untouched;

@@ -28,6 +28,7 @@ from . import _torchprof
 from . import tokens as _tokens
 from ._torchcompat import check_int as _check_int, resolve_rank as _resolve_rank
 from . import transforms as _transforms
+from . import audio as _audio
 from .batch import Batch, _DeviceView
 from .dataset import Dataset
 
@@ -154,7 +155,9 @@ class Loader:
     would go over fails its record, named; skipped under ``on_error="skip"``).
     ``cache_dir=`` / ``cache_limit=`` (bytes or "20G"; default ``STOKER_CACHE_DIR`` /
     ``STOKER_CACHE_LIMIT``): the on-disk cache of s3:// and http(s):// data, shared by every
-    process on the machine (docs/remote.md).
+    process on the machine (docs/remote.md). Audio (docs/audio.md): ``transforms`` may be
+    torchaudio transforms and ``stoker.audio`` ops (batch field ``audio``); ``sample_rate=``
+    resamples every file to that rate when the ops have no Resample.
     """
 
     def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,
@@ -167,7 +170,7 @@ class Loader:
                  in_order=None, batch_transforms=None, map=None, label_field="label",
                  memory_budget=None, cache_dir=None, cache_limit=None, n_threads=None,
                  seq_len=None, tokens=None, eos=None, bos=None, packing=None, token_dtype=None,
-                 token_field=None, ids_dtype=None, pad_id=None, exact=None):
+                 token_field=None, ids_dtype=None, pad_id=None, exact=None, sample_rate=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -268,7 +271,9 @@ class Loader:
         if map is not None and not callable(map):
             raise _core.StokerInvalidError(f"map should be a function of one sample dict, not "
                                            f"{type(map).__name__}")
-        if self._device is not None and not batch_args and map is None:
+        if sample_rate is not None or _audio.is_audio(transforms):  # docs/audio.md
+            self._transform = _audio.compile(transforms, sample_rate=sample_rate, strict=strict)
+        elif self._device is not None and not batch_args and map is None:
             self._transform, finish = _transforms.compile_for_device(transforms, strict=strict,
                                                                      exact=exact)
         else:

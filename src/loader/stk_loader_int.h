@@ -109,6 +109,8 @@ struct core {
     stk__olist **slot_list;    /* [n_slots]: the list of the batch each slot holds (mu) */
     uint32_t n_pool;
     const stk_transform *transform;
+    stk_transform *own_transform; /* the transform bound to this data (stk__transform_bind), the
+                                   * one `transform` points at; NULL when it needed none */
     int tfield;
     bool tarray; /* the transformed field is a uint8 image array, not encoded bytes */
     /* Per record, one bit: its image passed a strict decode to its end, so later reads may stop

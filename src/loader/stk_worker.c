@@ -179,6 +179,8 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                 name_path(lay, mem, t, &loc, where, sizeof(where));
                 return stk__set_error(err, err_size, rc, "%s: %s", where, why);
             }
+            if (tl->lengths_offset != SIZE_MAX) /* the output's valid length (audio) */
+                ((int64_t *)(mem + tl->lengths_offset))[t] = stk__transform_worker_length(w->tw);
         }
     }
     return STK_OK;
@@ -307,7 +309,7 @@ static stk_status device_issue(core *c, worker *w, stk__slot *s, char *err, size
     for (size_t i = 0; i < src->n_tensors; i++) {
         const stk__tlayout *t = &src->t[i];
         range_add(r, &n, t->offset, t->row_size * s->count);
-        if (t->bytes)
+        if (t->lengths_offset != SIZE_MAX)
             range_add(r, &n, t->lengths_offset, sizeof(int64_t) * s->count);
     }
     uint64_t t0 = stk__loader_now(c);

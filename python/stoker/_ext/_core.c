@@ -353,6 +353,29 @@ PyObject *stkpy_names(size_t n, const char *(*name)(size_t i))
     return t;
 }
 
+static PyObject *mod_has_audio(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+#ifdef STK_HAVE_SNDFILE
+    const int sndfile = 1;
+#else
+    const int sndfile = 0;
+#endif
+#ifdef STK_HAVE_MPG123
+    const int mpg123 = 1;
+#else
+    const int mpg123 = 0;
+#endif
+#ifdef STK_HAVE_FFTW
+    const int fftw = 1;
+#else
+    const int fftw = 0;
+#endif
+    return Py_BuildValue("{s:O,s:O,s:O}", "sndfile", sndfile ? Py_True : Py_False, "mpg123",
+                         mpg123 ? Py_True : Py_False, "fftw", fftw ? Py_True : Py_False);
+}
+
 static PyMethodDef module_methods[] = {
     {"formats", mod_formats, METH_NOARGS,
      "formats() -> tuple: the format names Dataset(format=...) takes, in detection order."},
@@ -372,9 +395,13 @@ static PyMethodDef module_methods[] = {
     {"has_transforms", mod_has_transforms, METH_NOARGS,
      "has_transforms() -> bool: whether the image pipeline (decoders and transforms) is "
      "available in this build."},
-    {"op_names", stkpy_op_names, METH_NOARGS,
-     "op_names() -> tuple: the image ops the library supports (torchvision's class names), in "
-     "the order of its op table."},
+    {"op_names", stkpy_op_names, METH_VARARGS,
+     "op_names(media='image') -> tuple: the ops of that media kind the library supports "
+     "(torchvision's, or torchaudio's, class names; 'audio.RandomCrop', ... for stoker.audio's "
+     "own), in the order of its op table."},
+    {"has_audio", mod_has_audio, METH_NOARGS,
+     "has_audio() -> dict: which audio libraries this build has ('sndfile': WAV, FLAC, Ogg "
+     "Vorbis, Opus; 'mpg123': MP3; 'fftw': the spectrograms)."},
     {"op_params", stkpy_op_params, METH_O,
      "op_params(name) -> tuple of (parameter, type, count): the parameters op `name` takes in "
      "an op dict, e.g. ('size', 'int64', 2)."},

@@ -96,7 +96,7 @@ int stkpy_has_transforms(void);
 
 /* _core.op_names() -> tuple of the library's op names; _core.op_params(name) -> tuple of
  * (parameter name, element type, count) from its op table. */
-PyObject *stkpy_op_names(PyObject *self, PyObject *noargs);
+PyObject *stkpy_op_names(PyObject *self, PyObject *args);
 PyObject *stkpy_op_params(PyObject *self, PyObject *name);
 /* recipes() -> the recipe names; recipe_ops(name) -> its ops as Transform's dicts (the
  * library's recipes: stk_recipe_name, stk_recipe_op). */
