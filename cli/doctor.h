@@ -34,7 +34,7 @@ typedef struct doctor_args {
     long long steps;    /* measured batches per run; 0 = bounded by time */
     double time_s;      /* time budget per probe; the step run gets twice that */
     const char *trace;
-    const char *format; /* --format NAME, NULL = detected */
+    const char *format;                                /* --format NAME, NULL = detected */
     bool json, quiet, exact, fast, shuffle, no_verify; /* exact: as decided (stk_cli_recipe) */
 } doctor_args;
 

@@ -320,8 +320,8 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     unsigned long long max_pixels = 0;
     unsigned int sample_rate = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsOKzpzIp:Transform", kwlist, &ops_obj,
-                                     &dtype_obj, &layout, &exact_obj, &max_pixels, &finish,
-                                     &strict, &media, &sample_rate, &lengths))
+                                     &dtype_obj, &layout, &exact_obj, &max_pixels, &finish, &strict,
+                                     &media, &sample_rate, &lengths))
         return NULL;
     /* exact=None: decide by the ops (issue 24): exact when none draws from the sample's stream
      * (an evaluation transform, whose results must not depend on the loader), else fast. */
