@@ -624,6 +624,12 @@ static int test_op_draws(void)
         stk_op_kind k;
         T_OK(stk_op_kind_at(i, &k));
         const stk__op_def *d = stk__op_def_get(k);
+        if (d->media == STK_MEDIA_AUDIO) { /* planned per sample in stk_audio.c: by name */
+            bool random = strstr(d->name, "Random") || strstr(d->name, "Masking");
+            T_CHECKF(d->draws == random && stk_op_draws(k) == random, "%s: draws=%d", d->name,
+                     d->draws);
+            continue;
+        }
         stk_op ops[3];
         size_t n = 0;
         stk_op_init(&ops[n], STK_OP_CENTER_CROP);
