@@ -179,7 +179,7 @@ static stk_status budget_check(core *c, uint64_t budget, char *err, size_t err_s
     if (c->transform)
         scratch = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
     scratch += c->bops.n ? c->bops.scratch_size : 0;
-    scratch += c->sample_fn ? c->in_lay.slot_size : 0;
+    scratch += stk__sampled(c) ? c->in_lay.slot_size : 0;
     uint64_t total = ring + scratch * c->n_threads + (c->checked ? (c->n / 64 + 1) * 8 : 0);
     c->budget.limit = budget;
     c->budget.fixed = total;
@@ -300,13 +300,14 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     }
     STK_TRY(stk__batchops_opts(&c->bops, opts, err, sizeof(err)));
     int tf = c->tfield;
-    if (opts->sample_fn) {
+    if (opts->sample_fn || opts->sample_fn_v2) {
         /* Workers read each record into their own buffer (laid out as in_lay); the slot holds
          * what the callback writes. */
         STK_TRY(stk__layout_init(&c->in_lay, fields, max_size, n_fields, 1, c->tfield, &tspec, err,
                                  sizeof(err)));
         STK_TRY(sample_fields(opts, fields, max_size, &n_fields, err, sizeof(err)));
         c->sample_fn = opts->sample_fn;
+        c->sample_fn_v2 = opts->sample_fn_v2;
         c->sample_ctx = opts->sample_ctx;
         tf = -1;
     }
@@ -373,7 +374,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
             goto fail;
         if (c->bops.n && !(w->bscratch = stk__malloc(c->bops.scratch_size)))
             STK_FAIL(err, STK_ENOMEM, "out of memory for the batch transforms' scratch");
-        if (c->sample_fn && !(w->in = stk__malloc(c->in_lay.slot_size)))
+        if (stk__sampled(c) && !(w->in = stk__malloc(c->in_lay.slot_size)))
             STK_FAIL(err, STK_ENOMEM, "out of memory for a %zu-byte sample buffer",
                      c->in_lay.slot_size);
         if (c->transform) {
@@ -613,6 +614,22 @@ const stk_dataset *stk_loader_dataset(const stk_loader *L)
 const char *stk_loader_errmsg(const stk_loader *L)
 {
     return L->errmsg;
+}
+
+stk_status stk_loader_ring_memory(const stk_loader *L, stk_ring_memory *out)
+{
+    stk_ring_memory full = {.struct_size = sizeof(full), .fd = -1};
+    if (!L || !out || out->struct_size == 0)
+        return stk__set_last_error(STK_EINVAL, "stk_loader_ring_memory: NULL argument or "
+                                               "struct_size not set");
+    const stk__ring *r = &L->c->r;
+    if (r->arena.fd >= 0) {
+        full.fd = r->arena.fd;
+        full.base = r->arena.base;
+        full.size = r->arena.size;
+        full.pinned = r->arena.pinned;
+    }
+    return stk__out_store(out, &full, sizeof(full)) ? STK_OK : STK_EINVAL;
 }
 
 stk_status stk_loader_info_get(const stk_loader *L, stk_loader_info *dst)

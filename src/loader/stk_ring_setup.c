@@ -33,7 +33,7 @@ static stk_status finish_setup(core *c, char *err, size_t err_size)
         stk__transform_finish(c->transform, &f);
     if (!f.on)
         return STK_OK;
-    if (c->sample_fn)
+    if (stk__sampled(c))
         return stk__set_error(err, err_size, STK_EINVAL,
                               "a transform with finish_on_device cannot be combined with "
                               "sample_fn (the callback sees the finished sample)");
@@ -161,7 +161,8 @@ stk_status stk__ring_setup(core *c, const stk_loader_opts *o, char *err, size_t 
         want_pinned = false;
     }
     why[0] = '\0';
-    rc = stk__ring_alloc(&c->r, c->prefetch, host, want_pinned, limit, dc, why, sizeof(why), err,
+    rc = stk__ring_alloc(&c->r, c->prefetch, host, want_pinned, limit,
+                         (o->flags & STK_LOADER_SHARED_RING) != 0, dc, why, sizeof(why), err,
                          err_size);
     if (why[0])
         dev_note(c, "pageable ring", why);
