@@ -93,6 +93,11 @@ class _LoaderIter:
         return t if t.is_alive() else None
 
 
+def _pydataset_of(data, kwargs):
+    from ._pydataset import is_python_dataset
+    return is_python_dataset(data, kwargs)
+
+
 _MAPPED = weakref.WeakSet()  # loaders whose worker threads run Python (map=)
 
 
@@ -136,7 +141,14 @@ class Loader:
     process on the machine (docs/remote.md).
     """
 
-    def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,
+    def __new__(cls, data=None, *args, dataset=None, **kwargs):
+        # A Python dataset (its samples come from __getitem__) is a PyLoader (_pydataset.py).
+        if cls is Loader and _pydataset_of(data if data is not None else dataset, kwargs):
+            from ._pydataset import PyLoader
+            return super().__new__(PyLoader)
+        return super().__new__(cls)
+
+    def __init__(self, data=None, batch_size=None, shuffle=False, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
                  world_size=None, transforms=None, on_error="raise", trace=None, *,
                  transform_field=None, verify=True, output=None, format=None, fields=None,
@@ -144,7 +156,7 @@ class Loader:
                  worker_init_fn=None, multiprocessing_context=None, generator=None,
                  prefetch_factor=None, persistent_workers=None, pin_memory_device=None,
                  in_order=None, batch_transforms=None, map=None, label_field="label",
-                 memory_budget=None, cache_dir=None, cache_limit=None):
+                 memory_budget=None, cache_dir=None, cache_limit=None, dataset=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -156,6 +168,13 @@ class Loader:
         self._dist_sampler = None
         self._torch_dataset = None
         self._dataset_weak = None  # the dataset this loader opened, after close()
+        if dataset is not None:  # the DataLoader's keyword
+            if data is not None:
+                raise _core.StokerInvalidError("pass the data once: stoker.Loader(data, ...) or "
+                                               "stoker.Loader(dataset=data, ...)")
+            data = dataset
+        if data is None:
+            raise _core.StokerInvalidError("stoker.Loader needs the data (a path, a dataset)")
         dl = _torchcompat.dataloader_args(  # the DataLoader's arguments in stoker's terms
             data, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
             num_workers=num_workers, prefetch=prefetch, rank=rank, world_size=world_size,

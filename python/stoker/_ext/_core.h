@@ -10,6 +10,8 @@
  * _transform.c  Transform (a compiled image pipeline) and the op table
  * _diagnose.c   diagnose(): the doctor's decision (stk_diagnose) for stoker.profile
  * _map.c        Loader(map=fn): the per-sample callback on the worker threads
+ * _pyexec.c     a Python Dataset's __getitem__ on the worker threads; the GIL meter
+ * _procpool.c   a Python Dataset's __getitem__ in worker processes writing the shared ring
  *
  * The extension uses the public C API only (include/stoker.h), as the CLI does.
  */
@@ -84,5 +86,23 @@ PyObject *stkpy_op_params(PyObject *self, PyObject *name);
 struct stkpy_map;
 int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct stkpy_map **out);
 void stkpy_map_free(struct stkpy_map *m);
+/* Parse [(name, kind, dtype, shape)] (kind "int64", "float32" or "array") into at most
+ * STK_MAX_FIELDS sample fields; 0, or -1 with an exception. */
+int stkpy_sample_fields(PyObject *fields, stk_field *out, size_t *n_out);
+/* "WHAT raised ValueError: message" (or "ValueError: message" when what is NULL) of the pending
+ * exception, which is cleared, into err. GIL held. */
+void stkpy_exception_text(const char *what, char *err, size_t err_size);
+
+/* Python datasets (_pyexec.c: the thread executor and the GIL meter; _procpool.c: worker
+ * processes). Loader(executor=obj) with a ThreadExec or a ProcPool: set o's sample_fn_v2,
+ * sample_ctx and sample_fields from it (the Loader keeps a reference until its C loader is
+ * destroyed). Returns 0, or -1 with an exception (not an executor). */
+int stkpy_exec_setup(PyObject *exec, stk_loader_opts *o);
+extern PyTypeObject StkThreadExec_Type;
+extern PyTypeObject StkGilMeter_Type;
+extern PyTypeObject StkProcPool_Type;
+/* The ProcPool side of stkpy_exec_setup, and the sample seed (module function). */
+int stkpy_procpool_setup(PyObject *pool, stk_loader_opts *o);
+PyObject *stkpy_sample_seed(PyObject *self, PyObject *args);
 
 #endif /* STK_PY_CORE_H */

@@ -55,8 +55,7 @@ static PyObject *sample_items(const stk_tensor *in, size_t n_in)
     return items;
 }
 
-/* "ValueError: message" of the pending exception (cleared), into err. */
-static void exception_text(char *err, size_t err_size)
+void stkpy_exception_text(const char *what, char *err, size_t err_size)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -66,7 +65,8 @@ static void exception_text(char *err, size_t err_size)
     const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
     if (!msg)
         PyErr_Clear();
-    snprintf(err, err_size, "map function raised %s: %s", tname, msg ? msg : "?");
+    snprintf(err, err_size, "%s%s%s: %s", what ? what : "", what ? " raised " : "", tname,
+             msg ? msg : "?");
     Py_XDECREF(s);
     Py_XDECREF(type);
     Py_XDECREF(value);
@@ -88,7 +88,7 @@ static stk_status map_call(void *ctx, uint64_t index, const stk_tensor *in, size
         items ? PyObject_CallFunction(m->fn, "KO", (unsigned long long)index, items) : NULL;
     Py_XDECREF(items);
     if (!res) {
-        exception_text(err, err_size);
+        stkpy_exception_text("map function", err, err_size);
         rc = STK_EFORMAT; /* this record's failure: on_error="skip" skips it */
         goto done;
     }
@@ -102,7 +102,7 @@ static stk_status map_call(void *ctx, uint64_t index, const stk_tensor *in, size
         Py_buffer view;
         if (PyObject_GetBuffer(PyList_GET_ITEM(res, (Py_ssize_t)i), &view, PyBUF_C_CONTIGUOUS) <
             0) {
-            exception_text(err, err_size);
+            stkpy_exception_text("map function", err, err_size);
             rc = STK_EFORMAT;
             goto done;
         }
@@ -122,25 +122,17 @@ done:
     return rc;
 }
 
-int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct stkpy_map **out)
+int stkpy_sample_fields(PyObject *fields, stk_field *out, size_t *n_out)
 {
-    *out = NULL;
-    if (fn == Py_None)
-        return 0;
-    PyObject *seq = PySequence_Fast(fields, "map_fields must be a sequence");
+    PyObject *seq = PySequence_Fast(fields, "sample fields must be a sequence");
     if (!seq)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    struct stkpy_map *m = PyMem_Calloc(1, sizeof(*m));
-    if (!m) {
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return -1;
-    }
     if (n < 1 || n > STK_MAX_FIELDS) {
         stkpy_invalid("map: the function returns %zd fields (1..%d)", n, STK_MAX_FIELDS);
         goto fail;
     }
+    memset(out, 0, sizeof(stk_field) * (size_t)n);
     for (Py_ssize_t i = 0; i < n; i++) {
         /* (name, kind, dtype, shape) with kind "int64", "float32" or "array" */
         const char *name, *kind;
@@ -148,7 +140,7 @@ int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct s
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ssOO", &name, &kind, &dtype,
                               &shape))
             goto fail;
-        stk_field *f = &m->fields[i];
+        stk_field *f = &out[i];
         if (strlen(name) >= STK_MAX_NAME) {
             stkpy_invalid("map: field name '%s' is too long (at most %d characters)", name,
                           STK_MAX_NAME - 1);
@@ -178,19 +170,35 @@ int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct s
             }
         }
     }
-    m->n_fields = (size_t)n;
-    m->fn = Py_NewRef(fn);
+    *n_out = (size_t)n;
     Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    return -1;
+}
+
+int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct stkpy_map **out)
+{
+    *out = NULL;
+    if (fn == Py_None)
+        return 0;
+    struct stkpy_map *m = PyMem_Calloc(1, sizeof(*m));
+    if (!m) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (stkpy_sample_fields(fields, m->fields, &m->n_fields) < 0) {
+        PyMem_Free(m);
+        return -1;
+    }
+    m->fn = Py_NewRef(fn);
     o->sample_fn = map_call;
     o->sample_ctx = m;
     o->sample_fields = m->fields;
     o->n_sample_fields = m->n_fields;
     *out = m;
     return 0;
-fail:
-    Py_DECREF(seq);
-    PyMem_Free(m);
-    return -1;
 }
 
 void stkpy_map_free(struct stkpy_map *m)
