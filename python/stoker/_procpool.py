@@ -246,8 +246,9 @@ def _main_preparation():
         return b""
     try:
         import multiprocessing.spawn as mspawn
-        return pickle.dumps(mspawn.get_preparation_data("stoker-fork-server"),
-                            protocol=pickle.HIGHEST_PROTOCOL)
+        prep = mspawn.get_preparation_data("stoker-fork-server")
+        prep.pop("authkey", None)  # (refuses to be pickled; the fork server needs none)
+        return pickle.dumps(prep, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - then classes of the main script do not unpickle
         return b""
 
@@ -471,6 +472,11 @@ def worker_main(fd, wid, spec):
             spec.worker_init_fn(wid)
         except Exception:  # noqa: BLE001 - reported with every ticket
             init_error = error_reply(f"in stoker worker process {wid} (worker_init_fn)")
+    if getattr(spec, "mode", None) == "iter":  # an IterableDataset (_pyiterable.py)
+        from ._pyiterable import iter_worker_main
+        if init_error is not None:
+            raise SystemExit(f"worker_init_fn failed in worker process {wid}: {init_error[0]}")
+        return iter_worker_main(sock, wid, spec)
     dataset = spec.dataset
     getitem = dataset.__getitem__
     arena = None

@@ -34,7 +34,7 @@ from . import _procpool
 from . import _torchcompat
 from .loader import Loader, _MAPPED, _torch
 
-__all__ = ["PyLoader", "is_python_dataset"]
+__all__ = ["PyLoader", "is_python_dataset", "loader_class"]
 
 _PROBE_SAMPLES = 3        # at most this many samples are probed
 _PROBE_BUDGET_S = 0.05    # and no more than this long (at least one sample)
@@ -59,6 +59,24 @@ def is_python_dataset(data, kwargs=None):
     return True
 
 
+def is_iterable(data):
+    """An iterable-style dataset: a torch IterableDataset, or an object with __iter__ but no
+    __getitem__/__len__."""
+    torch = _torch()
+    if torch is not None and isinstance(data, torch.utils.data.IterableDataset):
+        return True
+    return hasattr(data, "__iter__") and not (hasattr(data, "__getitem__") and
+                                              hasattr(data, "__len__"))
+
+
+def loader_class(data):
+    """The Loader subclass for a Python dataset."""
+    if is_iterable(data):
+        from ._pyiterable import PyIterLoader
+        return PyIterLoader
+    return PyLoader
+
+
 def _name(dataset):
     return type(dataset).__name__[:100] or "dataset"
 
@@ -71,21 +89,24 @@ _HOOKED = False
 
 def _install_worker_info_hook():
     """torch.utils.data.get_worker_info() answers on stoker's worker threads too (each thread
-    its own WorkerInfo); elsewhere it answers as before."""
+    its own WorkerInfo, kept thread-locally); elsewhere it answers as before. The function's
+    code is replaced in place (not the module attribute), so the references a dataset module
+    took with `from torch.utils.data import get_worker_info` see it too."""
     global _HOOKED
     torch = _torch()
     if _HOOKED or torch is None:
         return
     from torch.utils.data._utils import worker as tw
-    original = tw.get_worker_info
-
-    def get_worker_info():
-        info = getattr(_TLS, "info", None)
-        return info if info is not None else original()
-    get_worker_info.__doc__ = original.__doc__
-    get_worker_info.__wrapped__ = original
-    tw.get_worker_info = get_worker_info
-    torch.utils.data.get_worker_info = get_worker_info
+    fn = tw.get_worker_info
+    if fn.__code__.co_freevars:
+        return  # not the function this was written for: leave it
+    tw.__dict__["_stoker_tls"] = _TLS
+    src = ("def get_worker_info():\n"
+           "    info = getattr(_stoker_tls, 'info', None)\n"
+           "    return _worker_info if info is None else info\n")
+    scope = {}
+    exec(compile(src, getattr(tw, "__file__", "<torch worker>"), "exec"), tw.__dict__, scope)
+    fn.__code__ = scope["get_worker_info"].__code__
     _HOOKED = True
 
 
@@ -343,11 +364,6 @@ class PyLoader(Loader):
         if output == "numpy" or torch is None:
             torch = None
         self.output = "numpy" if torch is None else "torch"
-        iterable = torch is not None and isinstance(ds, torch.utils.data.IterableDataset)
-        if iterable or not hasattr(ds, "__len__"):
-            raise _core.StokerNotSupportedError(
-                f"{_name(ds)} is an iterable-style dataset (no __getitem__/__len__): not "
-                f"supported by stoker.Loader yet; keep torch.utils.data.DataLoader for it")
         n = len(ds)
         if n <= 0:
             raise _core.StokerInvalidError(f"{_name(ds)} is empty (len() = {n}): an epoch needs "

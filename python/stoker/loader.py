@@ -143,9 +143,10 @@ class Loader:
 
     def __new__(cls, data=None, *args, dataset=None, **kwargs):
         # A Python dataset (its samples come from __getitem__) is a PyLoader (_pydataset.py).
-        if cls is Loader and _pydataset_of(data if data is not None else dataset, kwargs):
-            from ._pydataset import PyLoader
-            return super().__new__(PyLoader)
+        src = data if data is not None else dataset
+        if cls is Loader and _pydataset_of(src, kwargs):
+            from ._pydataset import loader_class
+            return super().__new__(loader_class(src))
         return super().__new__(cls)
 
     def __init__(self, data=None, batch_size=None, shuffle=False, seed=None, drop_last=False,
