@@ -287,7 +287,8 @@ class Loader:
         self._map = None
         if map is not None:
             self._map = self._map_setup(map, seed, transform_field, verify)
-            self._core_kwargs.update(map_fn=self._map, map_fields=self._map.schema)
+            self._core_kwargs.update(map_fn=self._map,
+                                     map_fields=_batchmap.c_fields(self._map.schema))
             _MAPPED.add(self)  # closed at exit, before the interpreter stops running threads
         self._core = _core.Loader(self._dataset, **self._core_kwargs)
         self.timeout = timeout or 0
@@ -342,7 +343,16 @@ class Loader:
             raise _core.StokerInvalidError(
                 f"{self._dataset.describe(0)}: map function raised {type(e).__name__}: {e} "
                 "(on the first record, which fixes the output fields)") from e
-        schema = _batchmap.map_schema(out)
+        fields = {f["name"]: f for f in self._dataset.fields}
+
+        def bytes_room(name, first):
+            # a bytes field of the dataset: its largest record; a new one: the largest record
+            # (what fn derives its value from), at least twice the first value
+            f = fields.get(name)
+            room = f["max_size"] if f is not None and f["kind"] == "bytes" else \
+                max(self._dataset.max_record_size, 2 * first)
+            return max(64, -(-int(room) // 64) * 64)
+        schema = _batchmap.map_schema(out, bytes_room)
         runner = _batchmap.MapRunner(fn, schema)
         runner.pack(out)  # the first sample's values must be batchable as they are
         return runner
@@ -634,7 +644,10 @@ class Loader:
                 "slot_size": i["slot_size"], "pinned": i["pinned"], "output": self.output,
                 "device": None if self._device is None else str(self._device),
                 "transform": None if self._transform is None else self._transform.output,
-                "autotune": self.autotune}
+                "autotune": self.autotune, "executor": "native",
+                "executor_reason": "stoker reads this dataset itself: its C worker threads read, "
+                                   "decode and transform each record" +
+                                   (" (map= runs Python on them)" if self._map else "")}
 
     def stats(self):
         """Counters since construction, a dict:
@@ -651,7 +664,11 @@ class Loader:
         """
         self._check_open()
         cur = self._core_stats(self._core)
-        return self._add_stats(self._stats_base, cur) if self._stats_base else cur
+        st = self._add_stats(self._stats_base, cur) if self._stats_base else cur
+        m = self._map  # map=: the Python time per sample (no __getitem__ on this path)
+        st.update(python_s=m.py_ns / 1e9 if m else 0.0, python_samples=m.calls if m else 0,
+                  gil_share=None)
+        return st
 
     def write_trace(self, path=None):
         """Write the Chrome/Perfetto trace (trace-event JSON: one track per worker thread and

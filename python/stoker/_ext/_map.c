@@ -19,6 +19,7 @@
 struct stkpy_map {
     PyObject *fn; /* the wrapper */
     stk_field fields[STK_MAX_FIELDS];
+    bool var[STK_MAX_FIELDS]; /* a bytes field's row: the value may be shorter */
     size_t n_fields;
 };
 
@@ -106,14 +107,17 @@ static stk_status map_call(void *ctx, uint64_t index, const stk_tensor *in, size
             rc = STK_EFORMAT;
             goto done;
         }
-        if ((size_t)view.len != out[i].size) {
+        /* a bytes field's value fills the start of its row (kind "bytes": the row is the
+         * field's stride, the value at most that long; its length is the next field) */
+        bool var = m->var[i];
+        if (var ? (size_t)view.len > out[i].size : (size_t)view.len != out[i].size) {
             snprintf(err, err_size, "map function: field '%s' has %zd bytes, not %zu", out[i].name,
                      view.len, out[i].size);
             PyBuffer_Release(&view);
             rc = STK_EFORMAT;
             goto done;
         }
-        memcpy(out[i].data, view.buf, out[i].size);
+        memcpy(out[i].data, view.buf, var ? (size_t)view.len : out[i].size);
         PyBuffer_Release(&view);
     }
 done:
@@ -191,6 +195,13 @@ int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct s
     if (stkpy_sample_fields(fields, m->fields, &m->n_fields) < 0) {
         PyMem_Free(m);
         return -1;
+    }
+    for (size_t i = 0; i + 1 < m->n_fields; i++) { /* "x" uint8 [stride] + "x_lengths" */
+        char want[STK_MAX_NAME + 16];
+        snprintf(want, sizeof(want), "%s_lengths", m->fields[i].name);
+        m->var[i] = m->fields[i].kind == STK_FIELD_ARRAY && m->fields[i].dtype == STK_DTYPE_UINT8 &&
+                    m->fields[i].ndim == 1 && m->fields[i + 1].kind == STK_FIELD_INT64 &&
+                    strcmp(m->fields[i + 1].name, want) == 0;
     }
     m->fn = Py_NewRef(fn);
     o->sample_fn = map_call;
