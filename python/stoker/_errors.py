@@ -69,8 +69,28 @@ def wrap_exception(where):
     return text, blob
 
 
+def _exception(w):
+    """The exception ExceptionWrapper.reraise() would raise (RuntimeError when the type cannot
+    be built from one message), built here rather than raised there: reraise() keeps the
+    exception in a local of the raising frame, a reference cycle that would keep the training
+    loop's frames (and the ring slots of the batches they hold) alive until the collector
+    runs."""
+    msg = f"Caught {w.exc_type.__name__} {w.where}.\nOriginal {w.exc_msg}"
+    if w.exc_type == KeyError:
+        msg = _KeyErrorMessage(msg)
+    elif getattr(w.exc_type, "message", None):
+        try:
+            return w.exc_type(message=msg)
+        except TypeError:
+            return RuntimeError(msg)
+    try:
+        return w.exc_type(msg)
+    except TypeError:
+        return RuntimeError(msg)
+
+
 def reraise(w):
-    """Raise the wrapped exception (w: a wrapper, or its pickle)."""
+    """Raise the wrapped exception (w: a wrapper, or its pickle), as the DataLoader does."""
     if isinstance(w, (bytes, bytearray)):
         w = pickle.loads(w)
-    w.reraise()
+    raise _exception(w) from None

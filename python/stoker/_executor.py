@@ -63,16 +63,21 @@ def _gil(p):
 
 
 def thread_workers(p, num_workers, cores):
-    """Threads for the thread executor: num_workers (None: one per core; 0: one), and, when
-    __getitem__ mostly waits (GIL and CPU shares both under a half), enough threads to keep the
-    cores busy (cores / the larger share, at most MAX_THREADS)."""
-    if num_workers == 0:
-        return 1
-    base = cores if num_workers is None else num_workers
+    """Threads for the thread executor: num_workers as given (0: one); left to stoker (None),
+    one per core, and more when __getitem__ mostly waits (its GIL and CPU shares both under a
+    half): enough to keep the cores busy (cores / the larger share), no more than the GIL lets
+    run at once (t / (g*t + G): beyond that threads only queue for the GIL), at most
+    MAX_THREADS."""
+    if num_workers is not None:
+        return max(1, num_workers)
     busy = max(_gil(p), min(max(p.cpu_share, 0.0), 1.0))
+    n = cores
     if busy < 0.5:
-        base = max(base, min(MAX_THREADS, math.ceil(cores / max(busy, 1.0 / MAX_THREADS))))
-    return max(1, base)
+        t = max(p.per_sample_s, 1e-7)
+        gil_bound = (t + THREAD_GIL_S) / (_gil(p) * t + THREAD_GIL_S)
+        n = max(n, min(MAX_THREADS, math.ceil(cores / max(busy, 1.0 / MAX_THREADS)),
+                       math.ceil(1.5 * gil_bound)))
+    return n
 
 
 def rates(p, n_threads, n_procs, cores):

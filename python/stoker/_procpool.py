@@ -43,7 +43,7 @@ HDR = struct.Struct("<IIQQQQ")    # op, n, a, b, c, d: 40 bytes (parent -> worke
 REPLY = struct.Struct("<IIQQQ")   # status, payload length, python_ns, mask, cpu_ns: 32 bytes
 CTL = struct.Struct("<iiii")      # op, worker id, pid, pad (C -> server)
 CTL_REPLY = struct.Struct("<ii")  # value (pid / wait status), errno
-OP_INIT, OP_ARENA, OP_TICKET = 1, 2, 3
+OP_INIT, OP_ARENA, OP_TICKET, OP_PROBE = 1, 2, 3, 4
 CTL_SPAWN, CTL_REAP = 1, 2
 ST_OK, ST_ERROR = 0, 1
 
@@ -464,6 +464,13 @@ def error_reply(where):
 
 
 def worker_main(fd, wid, spec):
+    try:
+        _worker_main(fd, wid, spec)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the loader went away while this worker answered: nothing to report
+
+
+def _worker_main(fd, wid, spec):
     sock = socket.socket(fileno=fd)
     _worker_start(wid, spec)
     init_error = None
@@ -511,6 +518,22 @@ def worker_main(fd, wid, spec):
         if op == OP_INIT:
             init = pickle.loads(_recv_exact(sock, a))
             layout, reseed = init["layout"], init["reseed"]
+            continue
+        if op == OP_PROBE:  # the first samples, measured here (as in a worker)
+            request = pickle.loads(_recv_exact(sock, a))
+            if init_error is not None:
+                _send_error(sock, init_error, 0, 0)
+                continue
+            try:
+                from ._pydataset import probe_samples
+                payload = pickle.dumps(probe_samples(dataset, request),
+                                       protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # noqa: BLE001 - the first sample's exception, for the parent
+                _send_error(sock, error_reply(f"in stoker worker process {wid} while loading "
+                                              f"sample {request['indices'][0]} (the first "
+                                              f"sample, which fixes the batch layout)"), 0, 0)
+                continue
+            sock.sendall(REPLY.pack(ST_OK, len(payload), 0, 0, 0) + payload)
             continue
         if op != OP_TICKET:
             return

@@ -219,57 +219,75 @@ def _rng_changed(before, after):
     return False
 
 
-def probe(dataset, indices, name):
-    """Run __getitem__ on the first indices in this thread (at most _PROBE_SAMPLES, within
-    _PROBE_BUDGET_S after the first), measuring each call's wall and CPU time and the GIL-held
-    share; the global random generators are put back as they were. Returns (first sample,
-    Probe). An exception in the first sample is raised as the DataLoader would raise it."""
+def probe_samples(dataset, request):
+    """Run __getitem__ on the first indices (request["indices"]: at most _PROBE_SAMPLES, and no
+    more once _PROBE_BUDGET_S passed after the first), in a worker process or in the
+    constructing thread; each is seeded as a worker seeds it when request["reseed"] (from
+    (request["seed"], epoch 0, index)). Measures each call's wall time, CPU time and the time the
+    GIL meter waited, and whether the call drew from the global random generators. Returns
+    (first sample, [(wall_ns, cpu_ns, waited_ns, window_ns)], drew). An exception in the first
+    sample propagates; a later one ends the probe."""
     meter = _core.GilMeter()
-    states = _rng_states()
-    first = None
-    rows = []
+    rows, first, drew = [], None, False
     start = time.perf_counter()
-    try:
-        for k, index in enumerate(indices):
-            c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-            meter.start()
-            try:
-                sample = dataset[index]
-            except Exception:  # noqa: BLE001
-                meter.stop()
-                if k == 0:
-                    raise  # the first sample fixes the layout: _probe_checked reports it
-                break  # a later one: the workers will report it at its batch
-            waited, window = meter.stop()
-            t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-            rows.append((t1 - t0, c1 - c0, waited, window))
+    for k, index in enumerate(request["indices"]):
+        if request.get("reseed"):
+            _procpool.seed_all(_core.sample_seed(request["seed"], 0, index))
+        before = _rng_states()
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        meter.start()
+        try:
+            sample = dataset[index]
+        except Exception:  # noqa: BLE001
+            meter.stop()
             if k == 0:
-                first = sample
-            if k + 1 >= _PROBE_SAMPLES or time.perf_counter() - start > _PROBE_BUDGET_S:
-                break
-    finally:
-        after = _rng_states()
-        _rng_restore(states)
-    used = rows[1:] if len(rows) > 1 else rows  # the first call often pays a warm-up
+                raise  # the first sample fixes the layout: the caller reports it
+            break  # a later one: the workers will report it at its batch
+        waited, window = meter.stop()
+        t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        drew = drew or _rng_changed(before, _rng_states())
+        rows.append((t1 - t0, c1 - c0, waited, window))
+        if k == 0:
+            first = sample
+        if k + 1 >= _PROBE_SAMPLES or time.perf_counter() - start > _PROBE_BUDGET_S:
+            break
+    return first, rows, drew
+
+
+def measure(first, rows, drew):
+    """The layout the first sample fixes and the Probe the measured rows make (the first call,
+    which often pays a warm-up, is left out when there are others)."""
+    used = rows[1:] if len(rows) > 1 else rows
     wall = sum(r[0] for r in used)
     window = sum(r[3] for r in used)
     gil = min(1.0, sum(r[2] for r in used) / window) if window > 0 else None
     cpu = min(1.0, sum(r[1] for r in used) / wall) if wall > 0 else 1.0
     layout = _collate.Layout(first)
     p = _executor.Probe(wall / len(used) / 1e9, gil, cpu,
-                        sum(leaf.nbytes for leaf in layout.fixed), _rng_changed(states, after),
-                        len(used))
-    return first, layout, p
+                        sum(leaf.nbytes for leaf in layout.fixed), drew, len(used))
+    return layout, p
 
 
-def _probe_checked(dataset, indices, name):
-    """probe(), with an exception in __getitem__ raised the DataLoader's way."""
+def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name):
+    """probe_samples in this thread, as worker 0 of the thread executor (get_worker_info()
+    answers; worker_init_fn(0) runs first), with the global random generators put back as
+    they were."""
+    _install_worker_info_hook()
+    states = _rng_states()
+    _TLS.info = _worker_info(0, n_workers, base_seed, dataset)
     try:
-        return probe(dataset, indices, name)
-    except Exception:  # noqa: BLE001
-        w = _errors.wrapper(f"in stoker.Loader, reading the first sample of {name} (which fixes "
-                            f"the batch layout)")
-        w.reraise()
+        if worker_init_fn is not None:
+            worker_init_fn(0)
+        got = probe_samples(dataset, request)
+    except Exception:  # noqa: BLE001 - raised the DataLoader's way
+        w = _errors.wrapper(f"in stoker.Loader, reading the first sample of {name} (which "
+                            f"fixes the batch layout)")
+    else:
+        return got
+    finally:
+        _TLS.info = None
+        _rng_restore(states)
+    _errors.reraise(w)
 
 
 # ---- what cannot cross fork() ----
@@ -459,7 +477,18 @@ class PyLoader(Loader):
                 self._pool = _core.ProcPool(self._server.ctl.detach(), self._server.pid, n_pool,
                                             timeout=float(timeout or 0),
                                             capacity=self._capacity(ring_batch))
-            first, layout, p = _probe_checked(ds, self._probe_indices(n, picked), name)
+            request = {"indices": self._probe_indices(n, picked), "seed": seed,
+                       "reseed": self.reseed}
+            if self._pool is not None:  # in worker process 0, as the workers will run it
+                status, payload = self._pool.probe(0, pickle.dumps(request))
+                if status != 0:
+                    tl = int.from_bytes(payload[:4], "little")
+                    _errors.reraise(payload[4 + tl:])
+                first, rows, drew = pickle.loads(payload)
+            else:
+                first, rows, drew = probe_here(ds, request, max(1, workers or 1), base_seed,
+                                               worker_init_fn, name)
+            layout, p = measure(first, rows, drew)
             self._layout = layout
             self._probe = p
             choice = _executor.choose(p, executor, workers, cores, reseed=self.reseed,
@@ -598,33 +627,36 @@ class PyLoader(Loader):
                 self._check_open()
                 self._relieve_ring()
                 core = self._core
+                continue
             except _core.Error as e:
                 self._after_error()
-                self._raise_worker_error(e)
-                raise
+                w = self._worker_error(str(e))
+                if w is None:
+                    raise
+            # Raised here, outside the except block: raising from inside it would keep the
+            # error in this frame, a cycle (frame -> error -> traceback -> frame) holding the
+            # callers' frames, and with them the loop's last batch, until the collector runs.
+            _errors.reraise(w)
 
-    def _raise_worker_error(self, e):
-        """Raise the exception __getitem__ raised for the sample the error names, as the
-        DataLoader raises it; return when there is none (stoker's own error stands)."""
-        msg = str(e)
+    def _worker_error(self, msg):
+        """The wrapped exception __getitem__ raised for the sample the error message names, or
+        None (stoker's own error stands)."""
         prefix = self._dataset_name_prefix()
         at = msg.find(prefix)
         if at < 0:
-            return
+            return None
         digits = msg[at + len(prefix):].split("]", 1)[0]
         if not digits.isdigit():
-            return
+            return None
         index = int(digits)
-        w = None
         if self._runner is not None:
-            w = self._runner.errors.pop(index, None)
-        elif self._pool is not None:
+            return self._runner.errors.pop(index, None)
+        if self._pool is not None:
             blob = self._pool.take_error(index)
             if blob is not None:
                 tl = int.from_bytes(blob[:4], "little")
-                w = blob[4 + tl:]
-        if w is not None:
-            _errors.reraise(w)
+                return blob[4 + tl:]
+        return None
 
     def _dataset_name_prefix(self):
         return _name(self._torch_dataset) + "["
@@ -740,8 +772,19 @@ class PyLoader(Loader):
         self._rebuild()
 
     def _rebuild(self):
-        super()._rebuild()
+        """A new C loader at the old one's position (held batches stay valid); the worker
+        processes learn its ring before it resumes (its reset waits for their samples)."""
+        old = self._core
+        state = old.state()
+        self._stats_base = self._add_stats(self._stats_base, self._core_stats(old))
+        old.close()
+        self._core = None
+        core = _core.Loader(self._dataset, **self._core_kwargs)
+        self._core = core
         self._announce_ring()
+        core.load_state(state)
+        if self.timeout:
+            core.set_timeout(float(self.timeout))
 
     # ---- information ----
 

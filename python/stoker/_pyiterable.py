@@ -19,6 +19,7 @@ state with every batch; state_dict() holds the state of each worker at its last 
 (and whose turn is next), and after load_state_dict() each worker's replica is given its state
 before it is iterated again. Without them, state_dict() raises StokerNotSupportedError.
 """
+import copy
 import os
 import pickle
 import queue
@@ -71,9 +72,10 @@ def _collate(spec, items):
 class _Stream:
     """One worker's iteration of its replica: next batch, end, or an exception."""
 
-    def __init__(self, spec, wid, epoch, state):
+    def __init__(self, spec, wid, epoch, state, dataset=None):
         self.spec, self.wid = spec, wid
-        ds = spec.dataset
+        ds = spec.dataset if dataset is None else dataset
+        self.dataset = ds
         if state is not None:
             ds.load_state_dict(state)
         if spec.reseed:
@@ -96,7 +98,7 @@ class _Stream:
             if not items or (spec.drop_last and len(items) < k):
                 return ANS_END, None, None
         batch = _collate(spec, items)
-        st = spec.dataset.state_dict() if hasattr(spec.dataset, "state_dict") else None
+        st = self.dataset.state_dict() if hasattr(self.dataset, "state_dict") else None
         return ANS_BATCH, batch, st
 
 
@@ -187,6 +189,9 @@ class _ThreadChannel:
 
     def __init__(self, spec, wid, n, depth, timeout):
         self.spec, self.wid, self.n, self.timeout = spec, wid, n, timeout
+        # each worker thread iterates its own (shallow) copy, as each DataLoader worker has its
+        # own replica: attributes the dataset sets while iterating stay per worker
+        self.dataset = copy.copy(spec.dataset) if n > 0 else spec.dataset
         self.q = queue.Queue()
         self.cv = threading.Condition()
         self.epoch, self.state, self.gen = None, None, 0
@@ -199,7 +204,7 @@ class _ThreadChannel:
     def _run(self):
         if self.n > 0:
             _pydataset._TLS.info = _pydataset._worker_info(
-                self.wid, self.n, self.spec.base_seed + self.wid, self.spec.dataset)
+                self.wid, self.n, self.spec.base_seed + self.wid, self.dataset)
             _pydataset._TLS.ready = True
             if self.spec.worker_init_fn is not None:
                 self.spec.worker_init_fn(self.wid)
@@ -216,7 +221,7 @@ class _ThreadChannel:
                 self.wanted -= 1
             try:
                 if stream is None:
-                    stream = _Stream(self.spec, self.wid, epoch, state)
+                    stream = _Stream(self.spec, self.wid, epoch, state, self.dataset)
                 kind, batch, st = stream.next_batch()
                 out = (kind, (batch, st), epoch)
             except Exception:  # noqa: BLE001

@@ -47,7 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { OP_INIT = 1, OP_ARENA = 2, OP_TICKET = 3 };
+enum { OP_INIT = 1, OP_ARENA = 2, OP_TICKET = 3, OP_PROBE = 4 };
 enum { CTL_SPAWN = 1, CTL_REAP = 2 };
 enum { ST_OK = 0, ST_ERROR = 1 };
 #define MAX_RESTARTS 3
@@ -702,6 +702,47 @@ static PyObject *ProcPool_take_error(ProcPoolObject *p, PyObject *arg)
     return res;
 }
 
+/* probe(worker, blob) -> (status, payload): worker `worker` runs the first samples (the pickled
+ * request `blob`) before any loader exists, and replies with what it measured (or the
+ * exception). Called once, at construction, before the C loader's threads run. */
+static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
+{
+    unsigned int wid;
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "Iy*:probe", &wid, &v))
+        return NULL;
+    if (wid >= p->n || p->w[wid].sock < 0) {
+        PyBuffer_Release(&v);
+        return stkpy_raise(STK_ESTATE, "ProcPool.probe: no such worker");
+    }
+    int sock = p->w[wid].sock;
+    msg_hdr h = {.op = OP_PROBE, .a = (uint64_t)v.len};
+    reply_hdr r = {0};
+    char *payload = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = send_all(sock, &h, sizeof(h), -1);
+    if (rc == 0)
+        rc = send_all(sock, v.buf, (size_t)v.len, -1);
+    if (rc == 0)
+        rc = recv_all(sock, &r, sizeof(r), 0);
+    if (rc == 0 && r.payload) {
+        payload = malloc(r.payload);
+        rc = payload ? recv_all(sock, payload, r.payload, 0) : -1;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    if (rc != 0) {
+        free(payload);
+        return stkpy_raise(STK_EIO, "worker process 0 ended while it read the first samples "
+                                    "(see its stderr)");
+    }
+    PyObject *res = Py_BuildValue("(Iy#)", r.status, payload ? payload : "",
+                                  (Py_ssize_t)r.payload);
+    free(payload);
+    return res;
+}
+
 static PyObject *ProcPool_stats(ProcPoolObject *p, PyObject *noargs)
 {
     (void)noargs;
@@ -754,6 +795,10 @@ static PyMethodDef ProcPool_methods[] = {
     {"take_error", (PyCFunction)ProcPool_take_error, METH_O,
      "take_error(index) -> bytes or None: the last failure a worker reported for that sample "
      "(u32 text length, text, pickled exception wrapper)."},
+    {"probe", (PyCFunction)ProcPool_probe, METH_VARARGS,
+     "probe(worker, blob) -> (status, payload): the worker runs the first samples (blob: their "
+     "pickled (index, epoch, seed) list) and replies with the first sample and its measurements "
+     "(status 0), or the exception (status 1); before a loader exists."},
     {"stats", (PyCFunction)ProcPool_stats, METH_NOARGS,
      "stats() -> dict: python_ns, cpu_ns, samples, deaths, restarts."},
     {"pids", (PyCFunction)ProcPool_pids, METH_NOARGS,
