@@ -215,16 +215,20 @@ class Layout:
     def collate(self, views, objects, torch):
         """default_collate's result for a batch whose rows all fit the layout: fixed leaves are
         their views; object leaves go through default_collate (objects[row][slot])."""
-        return self._collate(self.root, views, objects, _default_collate(torch))
+        return self._collate(self.root, views, objects, _default_collate(torch), False)
 
-    def _collate(self, node, views, objects, collate_obj):
+    def _collate(self, node, views, objects, collate_obj, in_seq):
         # (a method, not a nested function: a recursive closure is a reference cycle that would
         # keep the batch's views, and so its ring slot, alive until the garbage collector runs)
         if isinstance(node, Leaf):
             if node.fixed:
                 return views[node.slot]
-            return collate_obj([row[node.slot] for row in objects])
-        kids = [self._collate(c, views, objects, collate_obj) for c in node.children]
+            # default_collate hands a leaf the samples' values as a list under a mapping (and at
+            # the top), as a tuple under a sequence (zip(*batch)): str leaves keep that type
+            values = [row[node.slot] for row in objects]
+            return collate_obj(tuple(values) if in_seq else values)
+        seq = node.kind != "mapping"
+        kids = [self._collate(c, views, objects, collate_obj, seq) for c in node.children]
         if node.kind == "mapping":
             d = dict(zip(node.keys, kids))
             try:

@@ -449,8 +449,9 @@ def _worker_start(wid, spec):
         try:
             from torch.utils.data._utils import worker as tw
             np.random.seed(tw._generate_state(spec.base_seed, wid))
-            tw._worker_info = tw.WorkerInfo(id=wid, num_workers=spec.n_workers, seed=seed,
-                                            dataset=spec.dataset)
+            if spec.n_workers > 0:  # (num_workers=0: loads as the main process would)
+                tw._worker_info = tw.WorkerInfo(id=wid, num_workers=spec.n_workers, seed=seed,
+                                                dataset=spec.dataset)
         except (ImportError, AttributeError):
             np.random.seed(seed & 0xFFFFFFFF)
     else:
