@@ -92,9 +92,15 @@ class ForkServer:
         self.pid, self.sock, self.how = pid, sock, how
         self.lock = threading.Lock()
 
+    def forget(self, token):
+        """Drop the spec inherited under `token` (no worker server will be asked for)."""
+        with self.lock:
+            self.sock.sendall(FS_REQ.pack(token, 0))
+            _recv_exact(self.sock, CTL_REPLY.size)
+
     def serve(self, token=0, blob=b""):
-        """A new worker server for one loader (the spec registered under `token` before this
-        fork server was forked, or pickled in `blob`): its control socket and pid."""
+        """Serve one more loader (the spec registered under `token` before this fork server was
+        forked, or pickled in `blob`): its control socket, and the server's pid."""
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with self.lock:
@@ -153,18 +159,46 @@ def _fork_server():
     return fs
 
 
-def start_server(spec, method):
-    """A worker server for one loader. method "fork": through stoker's fork server (forked now
-    if this process has none yet: then the spec is inherited, nothing pickled; else the spec is
-    pickled to it), or a fresh interpreter started as the fork server when this process has
-    other threads already; "spawn": multiprocessing's spawn (the main module is imported again,
-    as with the DataLoader's spawn)."""
+class Pending:
+    """A loader's worker server, prepared but not started: the fork server that will fork it
+    and the spec (a token for the copy the fork server inherited, else the pickled spec)."""
+
+    def __init__(self, spec, method, fs=None, token=0):
+        self.spec, self.method, self.fs, self.token = spec, method, fs, token
+
+    def start(self):
+        """The worker server (forked by the fork server now, or spawned)."""
+        if self.method == "spawn":
+            return _spawn_server(self.spec)
+        blob = b"" if self.token else _pickle_spec(self.spec)
+        pid, ctl = self.fs.serve(self.token, blob)
+        self.token = 0  # the worker server took it
+        return Server(pid, ctl, "fork" if not blob else "forkserver")
+
+    def forget(self):
+        """The server will not be needed (threads were chosen): the fork server drops its copy
+        of the spec."""
+        if self.token and self.fs is not None:
+            try:
+                self.fs.forget(self.token)
+            except OSError:
+                pass
+        self.token = 0
+
+
+def prepare_server(spec, method):
+    """Get ready to start a loader's worker server. method "fork": through stoker's fork server,
+    forked now if this process has none yet, while it is single-threaded (it then holds the
+    dataset as it is now, unpickled: what __getitem__ does to it in this process afterwards
+    does not reach the workers), else a fresh interpreter started as the fork server (the spec
+    is pickled to it later); "spawn": multiprocessing's spawn at start() (the main module is
+    imported again, as with the DataLoader's spawn)."""
     global _FS
     if method == "spawn":
-        return _spawn_server(spec)
+        return Pending(spec, "spawn")
     with _FS_LOCK:
         fs = _fork_server()
-        token, blob = 0, b""
+        token = 0
         if fs is None:
             if thread_count() == 1:
                 token = next(_TOKENS)
@@ -175,10 +209,12 @@ def start_server(spec, method):
                     _SPECS.pop(token, None)
             else:
                 _FS = fs = _start_fresh_fork_server()
-        if not token:
-            blob = _pickle_spec(spec)
-    pid, ctl = fs.serve(token, blob)
-    return Server(pid, ctl, "fork" if token else "forkserver")
+    return Pending(spec, "fork", fs, token)
+
+
+def start_server(spec, method):
+    """prepare_server(spec, method).start()."""
+    return prepare_server(spec, method).start()
 
 
 def _pickle_spec(spec):
@@ -303,52 +339,137 @@ def _ready_then_serve(ctl, get_spec):
 
 
 def _fork_server_main(sock):
-    """The fork server's loop: fork a worker server per request, reap the ones that ended,
-    until this process's parent closes the socket."""
+    """The fork server: serve every loader of its parent (SERVE: take a loader's spec and its
+    control socket; then fork and reap that loader's workers), until the parent closes `sock`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    while True:
-        r, _, _ = select.select([sock], [], [], 1.0)
-        while True:  # reap ended worker servers
+    _server_loop(sock, [])
+
+
+class _Served:
+    """One loader in a server: its control socket, spec and worker processes."""
+
+    def __init__(self, ctl, spec):
+        self.ctl, self.spec, self.children = ctl, spec, set()
+
+    def close(self):
+        for c in self.children:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                os.kill(c, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for c in self.children:
+            try:
+                os.waitpid(c, 0)
             except ChildProcessError:
-                break
-            if not pid:
-                break
-        if not r:
-            continue
-        try:
-            msg, fds, _, _ = socket.recv_fds(sock, FS_REQ.size, 1)
-        except OSError:
-            return
+                pass
+        self.children.clear()
+        self.ctl.close()
+
+
+def _server_loop(main, served):
+    """Answer the loaders' control sockets (SPAWN a worker, REAP one) and, on `main` (the fork
+    server's socket to its parent; None for a spawned server), SERVE requests adding loaders.
+    A control socket that ends takes its loader's workers with it; `main` ending (or the last
+    loader of a spawned server) ends the server."""
+    try:
+        while True:
+            socks = ([main] if main is not None else []) + [v.ctl for v in served]
+            if not socks:
+                return
+            ready, _, _ = select.select(socks, [], [], 1.0)
+            for s in ready:
+                if s is main:
+                    if not _serve_request(main, served):
+                        return
+                    continue
+                v = next(v for v in served if v.ctl is s)
+                if not _control_request(v, main, served):
+                    served.remove(v)
+                    v.close()
+    finally:
+        for v in served:
+            v.close()
+
+
+def _serve_request(main, served):
+    """A SERVE (or FORGET) request on the fork server's socket; False when the parent is gone."""
+    try:
+        msg, fds, _, _ = socket.recv_fds(main, FS_REQ.size, 1)
         if not msg:
-            return
+            return False
         if len(msg) < FS_REQ.size:
-            msg = bytes(msg) + bytes(_recv_exact(sock, FS_REQ.size - len(msg)))
+            msg = bytes(msg) + bytes(_recv_exact(main, FS_REQ.size - len(msg)))
         token, n = FS_REQ.unpack(msg)
-        blob = bytes(_recv_exact(sock, n)) if n else b""
-        if not fds:
-            sock.sendall(CTL_REPLY.pack(-1, 22))
-            continue
-        pid = os.fork()
-        if pid == 0:
+        blob = bytes(_recv_exact(main, n)) if n else b""
+    except (OSError, EOFError):
+        return False
+    if not fds:  # forget: the loader chose threads
+        _SPECS.pop(token, None)
+        main.sendall(CTL_REPLY.pack(0, 0))
+        return True
+    for fd in fds[1:]:
+        os.close(fd)
+    ctl = socket.socket(fileno=fds[0])
+    try:
+        spec = _SPECS.pop(token) if token else pickle.loads(blob)
+        ctl.sendall(struct.pack("<I", 0))
+        served.append(_Served(ctl, spec))
+    except BaseException as e:  # noqa: BLE001 - told to the loader on its socket
+        text = f"{type(e).__name__}: {e}".encode("utf-8", "replace")[:2000]
+        try:
+            ctl.sendall(struct.pack("<I", len(text)) + text)
+        except OSError:
+            pass
+        ctl.close()
+    main.sendall(CTL_REPLY.pack(os.getpid(), 0))
+    return True
+
+
+def _control_request(v, main, served):
+    """A SPAWN or REAP request from a loader's C pool; False when its socket ended."""
+    ctl = v.ctl
+    try:
+        msg, fds, _, _ = socket.recv_fds(ctl, CTL.size, 1)
+        if not msg:
+            return False
+        if len(msg) < CTL.size:
+            msg = bytes(msg) + bytes(_recv_exact(ctl, CTL.size - len(msg)))
+    except (OSError, EOFError):
+        return False
+    op, wid, pid, _ = CTL.unpack(msg)
+    if op == CTL_SPAWN and fds:
+        child = os.fork()
+        if child == 0:
             code = 0
             try:
-                sock.close()
+                if main is not None:
+                    main.close()
+                for other in served:
+                    other.ctl.close()
                 for fd in fds[1:]:
                     os.close(fd)
-                ctl = socket.socket(fileno=fds[0])
-                _ready_then_serve(ctl, lambda: _SPECS.pop(token) if token else
-                                  pickle.loads(blob))
+                worker_main(fds[0], wid, v.spec)
             except BaseException:  # noqa: BLE001
                 traceback.print_exc()
                 code = 1
             finally:
                 os._exit(code)
-        _SPECS.pop(token, None)  # the worker server has it now
         for fd in fds:
             os.close(fd)
-        sock.sendall(CTL_REPLY.pack(pid, 0))
+        v.children.add(child)
+        ctl.sendall(CTL_REPLY.pack(child, 0))
+    elif op == CTL_REAP:
+        try:
+            _, status = os.waitpid(pid, 0)
+            v.children.discard(pid)
+            ctl.sendall(CTL_REPLY.pack(status, 0))
+        except ChildProcessError:
+            ctl.sendall(CTL_REPLY.pack(-1, 10))  # ECHILD
+    else:
+        for fd in fds:
+            os.close(fd)
+        ctl.sendall(CTL_REPLY.pack(-1, 22))  # EINVAL
+    return True
 
 
 def _recv_exact(sock, n):
@@ -364,64 +485,9 @@ def _recv_exact(sock, n):
 
 
 def _serve(ctl, spec):
-    """The server's loop: fork workers and reap them on request, until the control socket
-    ends; then kill the workers left."""
+    """A spawned server's loop: one loader (its control socket and spec)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    children = set()
-    try:
-        while True:
-            try:
-                msg, fds, _, _ = socket.recv_fds(ctl, CTL.size, 1)
-            except (OSError, EOFError):
-                break
-            if not msg:
-                break
-            if len(msg) < CTL.size:
-                try:
-                    msg = bytes(msg) + bytes(_recv_exact(ctl, CTL.size - len(msg)))
-                except (OSError, EOFError):
-                    break
-            op, wid, pid, _ = CTL.unpack(msg)
-            if op == CTL_SPAWN and fds:
-                child = os.fork()
-                if child == 0:
-                    code = 0
-                    try:
-                        ctl.close()
-                        for fd in fds[1:]:
-                            os.close(fd)
-                        worker_main(fds[0], wid, spec)
-                    except BaseException:  # noqa: BLE001
-                        traceback.print_exc()
-                        code = 1
-                    finally:
-                        os._exit(code)
-                for fd in fds:
-                    os.close(fd)
-                children.add(child)
-                ctl.sendall(CTL_REPLY.pack(child, 0))
-            elif op == CTL_REAP:
-                try:
-                    _, status = os.waitpid(pid, 0)
-                    children.discard(pid)
-                    ctl.sendall(CTL_REPLY.pack(status, 0))
-                except ChildProcessError:
-                    ctl.sendall(CTL_REPLY.pack(-1, 10))  # ECHILD
-            else:
-                for fd in fds:
-                    os.close(fd)
-                ctl.sendall(CTL_REPLY.pack(-1, 22))  # EINVAL
-    finally:
-        for c in children:
-            try:
-                os.kill(c, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for c in children:
-            try:
-                os.waitpid(c, 0)
-            except ChildProcessError:
-                pass
+    _server_loop(None, [_Served(ctl, spec)])
 
 
 # ---- the worker ----

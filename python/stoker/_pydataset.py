@@ -36,7 +36,7 @@ from .loader import Loader, _MAPPED, _torch
 
 __all__ = ["PyLoader", "is_python_dataset", "loader_class"]
 
-_PROBE_SAMPLES = 3        # at most this many samples are probed
+_PROBE_SAMPLES = 8        # at most this many samples are probed
 _PROBE_BUDGET_S = 0.05    # and no more than this long (at least one sample)
 _EXECUTORS = ("auto", "thread", "process")
 
@@ -255,9 +255,11 @@ def probe_samples(dataset, request):
 
 
 def measure(first, rows, drew):
-    """The layout the first sample fixes and the Probe the measured rows make (the first call,
-    which often pays a warm-up, is left out when there are others)."""
+    """The layout the first sample fixes and the Probe the measured rows make: the first call,
+    which often pays a warm-up, is left out when there are others, and of the rest the faster
+    half is used (on a loaded machine a call preempted while it ran looks like one that waits)."""
     used = rows[1:] if len(rows) > 1 else rows
+    used = sorted(used)[:max(1, (len(used) + 1) // 2)]
     wall = sum(r[0] for r in used)
     window = sum(r[3] for r in used)
     gil = min(1.0, sum(r[2] for r in used) / window) if window > 0 else None
@@ -470,16 +472,23 @@ class PyLoader(Loader):
                 f"(on first use in each worker), or use executor='thread'")
         n_pool = max(1, cores if workers is None else workers)
         base_seed = seed
+        pending = None
         try:
-            if want_server:
+            if want_server:  # the fork server first, while this process is single-threaded
                 spec = _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name)
-                self._server = _procpool.start_server(spec, method)
-                self._pool = _core.ProcPool(self._server.ctl.detach(), self._server.pid, n_pool,
-                                            timeout=float(timeout or 0),
-                                            capacity=self._capacity(ring_batch))
+                pending = _procpool.prepare_server(spec, method)
             request = {"indices": self._probe_indices(n, picked), "seed": seed,
                        "reseed": self.reseed}
-            if self._pool is not None:  # in worker process 0, as the workers will run it
+            # The first samples run in worker process 0 when processes were asked for (as with
+            # the DataLoader, __getitem__ then never runs in this process) or a worker_init_fn
+            # must run first (it may change this process: torch.set_num_threads(1), files...);
+            # else here, as worker 0 of the threads would run them (worker processes would be
+            # forked from the fork server's copy of the dataset, which this does not touch).
+            in_worker = pending is not None and (worker_init_fn is not None or
+                                                 executor == "process")
+            if in_worker:
+                self._start_pool(pending, n_pool, timeout, ring_batch)
+            if in_worker:
                 status, payload = self._pool.probe(0, pickle.dumps(request))
                 if status != 0:
                     tl = int.from_bytes(payload[:4], "little")
@@ -487,7 +496,8 @@ class PyLoader(Loader):
                 first, rows, drew = pickle.loads(payload)
             else:
                 first, rows, drew = probe_here(ds, request, max(1, workers or 1), base_seed,
-                                               worker_init_fn, name)
+                                               worker_init_fn if executor == "thread" else None,
+                                               name)
             layout, p = measure(first, rows, drew)
             self._layout = layout
             self._probe = p
@@ -503,6 +513,10 @@ class PyLoader(Loader):
                               stacklevel=3)
             if choice.executor == "thread":
                 self._stop_pool()
+                if pending is not None:
+                    pending.forget()
+            elif self._pool is None:
+                self._start_pool(pending, n_pool, timeout, ring_batch)
             self._choice = choice
             self.executor = choice.executor
             # ---- the C loader ----
@@ -543,6 +557,8 @@ class PyLoader(Loader):
             self._announce_ring()
         except BaseException:
             self._stop_pool()
+            if pending is not None:
+                pending.forget()
             raise
         self.timeout = timeout or 0
         if self.timeout:
@@ -583,6 +599,13 @@ class PyLoader(Loader):
                     f"multiprocessing context), got {ctx!r}")
             return "spawn" if m == "spawn" else "fork"
         return "fork"
+
+    def _start_pool(self, pending, n, timeout, ring_batch):
+        """The worker server and its n worker processes (forked at once)."""
+        self._server = pending.start()
+        self._pool = _core.ProcPool(self._server.ctl.detach(), self._server.pid, n,
+                                    timeout=float(timeout or 0),
+                                    capacity=self._capacity(ring_batch))
 
     def _capacity(self, ring_batch):
         return max(4096, 4 * (int(self.prefetch_factor or 2) * 8 + 8) * int(ring_batch))
