@@ -390,8 +390,8 @@ PyMODINIT_FUNC PyInit__core(void)
                      STK_VERSION_MAJOR, STK_VERSION_MINOR, STK_VERSION_PATCH, stk_version_string());
         return NULL;
     }
-    PyTypeObject *types[] = {&StkDataset_Type,    &StkWriter_Type,    &StkLoader_Type,
-                             &StkBatch_Type,      &StkTensor_Type,    &StkTransform_Type,
+    PyTypeObject *types[] = {&StkDataset_Type,    &StkWriter_Type,   &StkLoader_Type,
+                             &StkBatch_Type,      &StkTensor_Type,   &StkTransform_Type,
                              &StkThreadExec_Type, &StkGilMeter_Type, &StkProcPool_Type};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyType_Ready(types[i]) < 0)

@@ -85,8 +85,8 @@ static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     int verify = 1, concat = 0;
     const char *format = NULL;
     long long count = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pzp$OOL:Dataset", kwlist, &data, &verify,
-                                     &format, &concat, &cache_dir, &cache_limit, &count))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pzp$OOL:Dataset", kwlist, &data, &verify, &format,
+                                     &concat, &cache_dir, &cache_limit, &count))
         return NULL;
     if (count >= 0 || (format && strcmp(format, "index") == 0)) {
         /* Dataset(name, format="index", count=N): N records that are their number (a Python

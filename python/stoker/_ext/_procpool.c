@@ -227,8 +227,7 @@ static int spawn_worker(ProcPoolObject *p, uint32_t wid, char *err, size_t err_s
     close(sv[1]);
     if (rc != 0 || r.value <= 0) {
         close(sv[0]);
-        snprintf(err, err_size,
-                 "cannot start worker process %u: %s", wid,
+        snprintf(err, err_size, "cannot start worker process %u: %s", wid,
                  rc != 0 ? "the worker server (which forks the workers) has exited"
                          : strerror(r.err ? r.err : EAGAIN));
         return -1;
@@ -294,8 +293,7 @@ static stk_status worker_died(ProcPoolObject *p, uint32_t wid, const stk_sample_
         snprintf(w->why, sizeof(w->why),
                  "__getitem__(%llu) did not return within %.3g s (timeout=): worker process %u "
                  "(pid %d) was killed and is restarted",
-                 (unsigned long long)info->index, (double)p->timeout_ms / 1000.0, wid,
-                 (int)w->pid);
+                 (unsigned long long)info->index, (double)p->timeout_ms / 1000.0, wid, (int)w->pid);
     else
         snprintf(w->why, sizeof(w->why),
                  "worker process %u (pid %d) %s while loading sample %llu (epoch %llu)", wid,
@@ -342,8 +340,7 @@ static void keep_error(ProcPoolObject *p, const stk_sample_info *info, char *dat
 }
 
 static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_tensor *in,
-                            size_t n_in, stk_tensor *out, size_t n_out, char *err,
-                            size_t err_size)
+                            size_t n_in, stk_tensor *out, size_t n_out, char *err, size_t err_size)
 {
     (void)in;
     (void)n_in;
@@ -369,8 +366,10 @@ static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_te
     }
     if (w->sock < 0) {
         if (w->deaths > MAX_RESTARTS) {
-            snprintf(err, err_size, "%s; it died %d times in a row without finishing a sample, so "
-                     "it is not restarted (see the worker's stderr)", w->why, w->deaths);
+            snprintf(err, err_size,
+                     "%s; it died %d times in a row without finishing a sample, so "
+                     "it is not restarted (see the worker's stderr)",
+                     w->why, w->deaths);
             return STK_EIO;
         }
         if (spawn_worker(p, wid, err, err_size) < 0)
@@ -737,8 +736,7 @@ static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
         return stkpy_raise(STK_EIO, "worker process 0 ended while it read the first samples "
                                     "(see its stderr)");
     }
-    PyObject *res = Py_BuildValue("(Iy#)", r.status, payload ? payload : "",
-                                  (Py_ssize_t)r.payload);
+    PyObject *res = Py_BuildValue("(Iy#)", r.status, payload ? payload : "", (Py_ssize_t)r.payload);
     free(payload);
     return res;
 }
