@@ -1,19 +1,22 @@
-"""Worker processes for Python datasets: the server that forks them and the worker's loop.
+"""Worker processes for Python datasets: stoker's fork server and the worker's loop.
 
 The process executor's C half (python/stoker/_ext/_procpool.c) sends each worker tickets over a
 Unix socket; this module is what runs in the processes.
 
-The server. Worker processes are never forked by the loader's own (multithreaded) process: a
-fork of a process whose other threads hold locks (a decoder's, OpenMP's, the allocator's, a
-Python lock) gives children that block on them forever, the DataLoader's futex hang. So the
-workers' parent is a *server*: either a fork of the loader's process taken while that process
-is single-threaded (the dataset is inherited, nothing pickled, start-up in milliseconds), or,
-when the process already runs other threads, a fresh interpreter started with multiprocessing's
-spawn, which unpickles the dataset once. The server then forks each worker (it is itself
-single-threaded), on request from the C side: SPAWN (a worker on the socket sent with the
-request; answer: its pid) and REAP (wait for a pid; answer: its wait status). When the loader's
-process goes away the control socket ends: the server kills its workers and exits; a worker whose
-socket ends exits too.
+The fork server. Worker processes are never forked by the loader's own (multithreaded)
+process: a fork of a process whose other threads hold locks (a decoder's, OpenMP's, the
+allocator's, a Python lock) gives children that block on them forever, the DataLoader's futex
+hang. Their parent is stoker's *fork server*, one per process: a fork of the training process
+taken the first time a Python dataset may need workers, while that process is still
+single-threaded (that loader's dataset is inherited, nothing pickled, start-up in
+milliseconds), or, when the process already runs other threads then, a fresh interpreter
+(prepared as multiprocessing's spawn prepares one, so classes of a guarded main script load).
+Each loader registers with it (SERVE: its control socket, and its spec: the inherited one, or
+pickled), and the C side asks on that control socket: SPAWN (fork a worker on the socket sent
+with the request; answer: its pid) and REAP (wait for a pid; answer: its wait status). A
+control socket that ends (the loader closed) takes its workers with it (SIGKILL); the fork
+server ends with the training process (its socket ends), a worker when its socket ends.
+multiprocessing_context="spawn" starts a spawned server of the same kind for one loader.
 
 The worker. Started like a DataLoader worker (SIGINT ignored: Ctrl-C is the training loop's;
 torch at one thread; random/torch/NumPy seeded from base_seed + id as the DataLoader seeds them;
@@ -76,8 +79,14 @@ class Server:
         self.pid, self.ctl, self.method = pid, ctl, method
 
     def wait(self, timeout=5.0):
-        """The server exits once its control socket is closed (its parent, the fork server,
-        reaps it)."""
+        """After the control socket was closed: a spawned server exits (joined here); the fork
+        server goes on serving the process's other loaders."""
+        proc = getattr(self, "proc", None)
+        if proc is not None:
+            proc.join(timeout)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
         self.pid = None
 
 

@@ -32,7 +32,7 @@ from . import _errors
 from . import _executor
 from . import _procpool
 from . import _torchcompat
-from .loader import Loader, _MAPPED, _torch
+from .loader import Loader, _MAPPED, _TRACE_EVENTS, _torch
 
 __all__ = ["PyLoader", "is_python_dataset", "loader_class"]
 
@@ -374,6 +374,10 @@ class PyLoader(Loader):
             raise _core.StokerNotSupportedError(
                 "device= with a Python dataset: pass pin_memory=True and move each batch with "
                 ".to(device, non_blocking=True), as with the DataLoader")
+        if fields is not None:
+            raise _core.StokerInvalidError("fields= goes with output='tuple' for stoker's own "
+                                           "datasets; a Python dataset's batches have the "
+                                           "structure __getitem__ returns")
         if output not in (None, "torch", "numpy"):
             raise _core.StokerInvalidError(f"output={output!r}: a Python dataset's batches have "
                                            f"the structure __getitem__ returns")
@@ -471,6 +475,12 @@ class PyLoader(Loader):
                 f"worker process (its library is not fork-safe); open it lazily in __getitem__ "
                 f"(on first use in each worker), or use executor='thread'")
         n_pool = max(1, cores if workers is None else workers)
+        if prefetch is None and prefetch_factor is not None:  # the DataLoader's batches in flight
+            factor = _torchcompat.check_int(prefetch_factor, "prefetch_factor", 1)
+            prefetch = factor * max(1, workers or 1)
+        if prefetch is None or (isinstance(prefetch, str) and prefetch == "auto"):
+            prefetch = 3
+        self.prefetch = _torchcompat.check_int(prefetch, "prefetch", 1)
         base_seed = seed
         pending = None
         try:
@@ -534,12 +544,6 @@ class PyLoader(Loader):
                 exec_obj = _core.ThreadExec(self._runner, fields)
                 n_threads = choice.workers
                 _MAPPED.add(self)  # closed at exit, before the interpreter stops threads
-            if prefetch is None and prefetch_factor is not None:
-                factor = _torchcompat.check_int(prefetch_factor, "prefetch_factor", 1)
-                prefetch = factor * max(1, workers or 1)
-            if prefetch is None or (isinstance(prefetch, str) and prefetch == "auto"):
-                prefetch = 3
-            self.prefetch = _torchcompat.check_int(prefetch, "prefetch", 1)
             pinned = False
             if pin_memory:
                 pinned = torch is not None and torch.cuda.is_available()
@@ -552,7 +556,9 @@ class PyLoader(Loader):
                 batch_size=ring_batch, num_threads=n_threads, prefetch=self.prefetch + 1,
                 seed=seed, rank=rank, world=world_size, shuffle=bool(shuffle),
                 drop_last=bool(drop_last), skip_corrupt=on_error == "skip", pinned=pinned,
-                executor=exec_obj, **picked.get("order", {}))
+                executor=exec_obj, trace_events=_TRACE_EVENTS if trace else 0,
+                **picked.get("order", {}))
+            self._trace = os.fspath(trace) if trace is not None else None
             self._core = _core.Loader(self._dataset, **self._core_kwargs)
             self._announce_ring()
         except BaseException:
@@ -608,7 +614,9 @@ class PyLoader(Loader):
                                     capacity=self._capacity(ring_batch))
 
     def _capacity(self, ring_batch):
-        return max(4096, 4 * (int(self.prefetch_factor or 2) * 8 + 8) * int(ring_batch))
+        """Rows whose object leaves are kept until the consumer takes them: every row the ring
+        holds, twice (rows of batches a reset dropped are overwritten, oldest first)."""
+        return max(4096, 2 * (self.prefetch + 2) * int(ring_batch))
 
     def _probe_indices(self, n, picked):
         order = picked.get("order", {})

@@ -21,6 +21,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
+
 #include "stoker.h"
 
 /* Raise the stoker exception for `status` (a negative stk_status) with `msg`, or with
@@ -92,6 +94,20 @@ int stkpy_sample_fields(PyObject *fields, stk_field *out, size_t *n_out);
 /* "WHAT raised ValueError: message" (or "ValueError: message" when what is NULL) of the pending
  * exception, which is cleared, into err. GIL held. */
 void stkpy_exception_text(const char *what, char *err, size_t err_size);
+
+/* The GIL on a loader's worker thread (_pyexec.c): like PyGILState_Ensure/Release, but the
+ * thread's Python state is kept between calls, recorded in `reg` (one per executor), so a
+ * per-sample call does not build and delete it each time and thread-local values persist.
+ * stkpy_tstates_free (GIL held, after the loader's threads were joined) deletes them. */
+struct stkpy_tstates {
+    pthread_mutex_t mu;
+    PyThreadState **v;
+    size_t n, cap;
+};
+PyGILState_STATE stkpy_gil_take(struct stkpy_tstates *reg);
+void stkpy_gil_drop(PyGILState_STATE g);
+void stkpy_tstates_init(struct stkpy_tstates *reg);
+void stkpy_tstates_free(struct stkpy_tstates *reg);
 
 /* Python datasets (_pyexec.c: the thread executor and the GIL meter; _procpool.c: worker
  * processes). Loader(executor=obj) with a ThreadExec or a ProcPool: set o's sample_fn_v2,

@@ -21,6 +21,7 @@ struct stkpy_map {
     stk_field fields[STK_MAX_FIELDS];
     bool var[STK_MAX_FIELDS]; /* a bytes field's row: the value may be shorter */
     size_t n_fields;
+    struct stkpy_tstates ts; /* the loader threads' Python states */
 };
 
 static int finalizing(void)
@@ -82,7 +83,7 @@ static stk_status map_call(void *ctx, uint64_t index, const stk_tensor *in, size
         snprintf(err, err_size, "map function not run: the interpreter is shutting down");
         return STK_ECANCELED;
     }
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = stkpy_gil_take(&m->ts);
     stk_status rc = STK_OK;
     PyObject *items = sample_items(in, n_in);
     PyObject *res =
@@ -122,7 +123,7 @@ static stk_status map_call(void *ctx, uint64_t index, const stk_tensor *in, size
     }
 done:
     Py_XDECREF(res);
-    PyGILState_Release(g);
+    stkpy_gil_drop(g);
     return rc;
 }
 
@@ -196,6 +197,7 @@ int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct s
         PyMem_Free(m);
         return -1;
     }
+    stkpy_tstates_init(&m->ts);
     for (size_t i = 0; i + 1 < m->n_fields; i++) { /* "x" uint8 [stride] + "x_lengths" */
         char want[STK_MAX_NAME + 16];
         snprintf(want, sizeof(want), "%s_lengths", m->fields[i].name);
@@ -216,6 +218,7 @@ void stkpy_map_free(struct stkpy_map *m)
 {
     if (!m)
         return;
+    stkpy_tstates_free(&m->ts); /* the loader's threads were joined */
     Py_XDECREF(m->fn);
     PyMem_Free(m);
 }

@@ -44,6 +44,62 @@ static int finalizing(void)
 #endif
 }
 
+/* ---- the GIL on a loader thread ---- */
+
+/* PyGILState_Ensure/Release on a thread Python did not create builds a Python thread state on
+ * every call and deletes it when the count drops to zero: a per-sample cost (most of a sample's
+ * time on a loaded machine), and everything thread-local (threading.local, the worker info)
+ * forgotten between samples. So the first take on a loader thread keeps one extra count: the
+ * thread state lives on, recorded in the registry of the executor that owns the thread, and is
+ * deleted by stkpy_tstates_free once the loader's threads were joined (a pthread key destructor
+ * would run after glibc cleared Python's own thread key). */
+static _Thread_local struct stkpy_tstates *tl_reg; /* the registry this thread's state is in */
+
+PyGILState_STATE stkpy_gil_take(struct stkpy_tstates *reg)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (tl_reg != reg) { /* first time on this thread: keep its state */
+        PyGILState_Ensure();
+        pthread_mutex_lock(&reg->mu);
+        if (reg->n == reg->cap) {
+            size_t cap = reg->cap ? 2 * reg->cap : 16;
+            PyThreadState **v = realloc(reg->v, cap * sizeof(*v));
+            if (v) {
+                reg->v = v;
+                reg->cap = cap;
+            }
+        }
+        if (reg->n < reg->cap) /* (else: left to the interpreter, never freed) */
+            reg->v[reg->n++] = PyThreadState_Get();
+        pthread_mutex_unlock(&reg->mu);
+        tl_reg = reg;
+    }
+    return g;
+}
+
+void stkpy_gil_drop(PyGILState_STATE g)
+{
+    PyGILState_Release(g);
+}
+
+void stkpy_tstates_init(struct stkpy_tstates *reg)
+{
+    memset(reg, 0, sizeof(*reg));
+    pthread_mutex_init(&reg->mu, NULL);
+}
+
+void stkpy_tstates_free(struct stkpy_tstates *reg)
+{
+    for (size_t i = 0; i < reg->n; i++) {
+        PyThreadState_Clear(reg->v[i]);
+        PyThreadState_Delete(reg->v[i]);
+    }
+    free(reg->v);
+    reg->v = NULL;
+    reg->n = reg->cap = 0;
+    pthread_mutex_destroy(&reg->mu);
+}
+
 /* ---- ThreadExec ---- */
 
 typedef struct {
@@ -51,6 +107,7 @@ typedef struct {
     PyObject *runner;
     stk_field fields[STK_MAX_FIELDS];
     size_t n_fields;
+    struct stkpy_tstates ts; /* the loader threads' Python states */
 } ThreadExecObject;
 
 /* Copy the runner's buffers into the rows (GIL held on entry and exit). */
@@ -107,7 +164,7 @@ static stk_status thread_call(void *ctx, const stk_sample_info *info, const stk_
         snprintf(err, err_size, "__getitem__ not run: the interpreter is shutting down");
         return STK_ECANCELED;
     }
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = stkpy_gil_take(&x->ts);
     stk_status rc = STK_OK;
     PyObject *res = PyObject_CallFunction(x->runner, "KKKII", (unsigned long long)info->index,
                                           (unsigned long long)info->epoch,
@@ -135,7 +192,7 @@ static stk_status thread_call(void *ctx, const stk_sample_info *info, const stk_
     km[1] = (int64_t)mask;
 done:
     Py_XDECREF(res);
-    PyGILState_Release(g);
+    stkpy_gil_drop(g);
     return rc;
 }
 
@@ -152,6 +209,7 @@ static PyObject *ThreadExec_new(PyTypeObject *type, PyObject *args, PyObject *kw
     ThreadExecObject *self = (ThreadExecObject *)type->tp_alloc(type, 0);
     if (!self)
         return NULL;
+    stkpy_tstates_init(&self->ts);
     if (stkpy_sample_fields(fields, self->fields, &self->n_fields) < 0) {
         Py_DECREF(self);
         return NULL;
@@ -162,6 +220,8 @@ static PyObject *ThreadExec_new(PyTypeObject *type, PyObject *args, PyObject *kw
 
 static void ThreadExec_dealloc(ThreadExecObject *self)
 {
+    /* the loaders using it were destroyed (their threads joined) before they let it go */
+    stkpy_tstates_free(&self->ts);
     Py_CLEAR(self->runner);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
