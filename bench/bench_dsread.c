@@ -39,7 +39,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_dsread: %s\n", slots < 1 ? "SLOTS must be >= 1" : stk_last_errmsg());
         return 1;
     }
-    uint64_t n = stk_dataset_count(ds);
+    uint64_t n = stk_dataset_n_records(ds);
     size_t max = stk_dataset_max_record_size(ds);
     size_t row = (max + 63) & ~(size_t)63, rows = 64 * slots;
     void *mem = NULL;

@@ -54,7 +54,7 @@ int main(int argc, char **argv)
         }
         t[k] = now() - t0;
         if (k == 0)
-            fprintf(stderr, "%llu records\n", (unsigned long long)stk_dataset_count(ds));
+            fprintf(stderr, "%llu records\n", (unsigned long long)stk_dataset_n_records(ds));
         stk_dataset_close(ds);
     }
     qsort(t, 7, sizeof(double), cmp);

@@ -187,7 +187,7 @@ for e in range(epochs):
 info = {}
 if kind == "stoker":
     i = loader.info()
-    info = {"executor": i.get("executor"), "workers": i.get("num_workers"),
+    info = {"executor": i.get("executor"), "workers": i.get("n_threads"),
             "reason": i.get("executor_reason"), "start": i.get("start_method")}
 print(json.dumps({"ttfb_s": first, "rates": rates, **info}))
 '''

@@ -86,7 +86,7 @@ int stk_bench_run_ceiling(const bench_args *a, unsigned threads, size_t slot_siz
         }
     }
     bool decode = field >= 0 && stk_dataset_field(ds, (size_t)field)->kind == STK_FIELD_BYTES;
-    uint64_t n = stk_dataset_count(ds);
+    uint64_t n = stk_dataset_n_records(ds);
     if (a->max_samples && a->max_samples < n)
         n = a->max_samples;
     size_t max = stk_dataset_max_record_size(ds);

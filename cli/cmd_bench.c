@@ -79,7 +79,8 @@ static void usage(FILE *f)
             "                      loader choose online; a list (1,2,4) makes a sweep\n"
             "  --epochs E          epochs to run (default 1)\n"
             "  --batch-size B      samples per batch (default 256)\n"
-            "  --prefetch P        ring slots (default 4); a list (2,4,8) makes a sweep\n"
+            "  --prefetch P        batches prepared ahead of the one in use (ring slots - 1;\n"
+            "                      default 3); a list (2,4,8) makes a sweep\n"
             "  --plot FILE.svg     sweep: draw samples/s against threads, with the ceiling\n"
             "  --trace FILE.json   write a Chrome/Perfetto trace of the (last) run\n"
             "  --max-samples M     stop after M samples (default: all epochs)\n"
@@ -270,7 +271,7 @@ static int bench_batch(stk_cli_run *run, stk_batch *b, void *ctx)
                                    stk_loader_n_batches(run->loader) * (uint64_t)br->a->epochs,
                                    "batches", br->a->quiet || br->a->json);
         }
-        r->samples += stk_batch_size(b);
+        r->samples += stk_batch_n_samples(b);
         stk_cli_progress_update(&br->prog, run->batches, 0);
     }
     return run->epochs >= (uint64_t)br->a->epochs ||
@@ -284,7 +285,7 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     stk_loader_opts_init(&o);
     o.batch_size = a->batch;
     o.n_threads = threads;
-    o.prefetch = prefetch;
+    o.n_slots = prefetch ? prefetch + 1 : 0; /* 0: the library's default */
     o.trace_events = trace ? 1u << 16 : 0;
     o.seed = a->seed;
     o.rank = 0;
@@ -314,9 +315,9 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
         return rc;
     r->seconds = run.end_s - run.start_s;
     r->threads = run.info.n_threads;
-    r->prefetch = run.info.prefetch;
+    r->prefetch = run.info.n_slots - 1;
     r->slot_size = run.info.slot_size;
-    r->ring_mib = (double)run.info.slot_size * run.info.prefetch / 1048576.0;
+    r->ring_mib = (double)run.info.slot_size * run.info.n_slots / 1048576.0;
     r->st = run.stats;
     r->bytes = r->st.bytes_read;
     r->peak_rss_mib = proc_status_mib("VmHWM");

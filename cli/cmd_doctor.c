@@ -69,7 +69,7 @@ static void usage(FILE *f)
             "  --threads N         worker threads of the step run (default: one per CPU);\n"
             "                      'auto' lets the loader choose online. The ceiling is always\n"
             "                      measured at 1, 2, 4, ... threads and at N.\n"
-            "  --prefetch P        ring slots (default 4)\n"
+            "  --prefetch P        batches prepared ahead of the one in use (default 3)\n"
             "  --steps S           measured batches per run (default: what --time allows);\n"
             "                      --python: steps of the script (default 100)\n"
             "  --time SEC          time budget of each ceiling run (default 1); the step run\n"
@@ -331,7 +331,7 @@ static int doctor_batch(stk_cli_run *run, stk_batch *b, void *ctx)
         r->cpu_s = cpu_now();
     } else {
         r->steps++;
-        r->samples += stk_batch_size(b);
+        r->samples += stk_batch_n_samples(b);
         r->waited += w > WAITED_S;
         r->max_wait_s = w > r->max_wait_s ? w : r->max_wait_s;
     }
@@ -362,7 +362,7 @@ static int run_loader(doctor *d, int threads, bool autotune, double step_ms, dou
     o.dataset = d->ds;
     o.batch_size = a->batch;
     o.n_threads = threads;
-    o.prefetch = (int32_t)a->prefetch;
+    o.n_slots = a->prefetch ? (int32_t)a->prefetch + 1 : 0; /* 0: the library's default */
     o.rank = 0;
     o.world = 1;
     o.transform = d->t;
@@ -379,7 +379,7 @@ static int run_loader(doctor *d, int threads, bool autotune, double step_ms, dou
     stk_cli_run run;
     int rc = stk_cli_loader_run("doctor", &o, trace, &d->prog, doctor_batch, &x, &run);
     r->threads = run.info.n_threads;
-    r->prefetch = run.info.prefetch;
+    r->prefetch = run.info.n_slots - 1;
     r->st = stats_delta(&x.s0, &run.stats);
     d->runs_done++;
     stk_cli_progress_update(&d->prog, d->runs_done, 0);
@@ -452,7 +452,7 @@ static int prepare(doctor *d)
     if (stk_cli_open_data("doctor", a->paths, a->n_paths, a->no_verify ? STK_DATASET_NO_VERIFY : 0,
                           &d->ds))
         return 1;
-    if (stk_dataset_count(d->ds) == 0)
+    if (stk_dataset_n_records(d->ds) == 0)
         return stk_cli_error("doctor", "%s: empty dataset (no records)", a->paths[0]);
     if (a->script && access(a->script, R_OK) != 0)
         return stk_cli_error("doctor", "%s: %s", a->script, strerror(errno));

@@ -142,7 +142,7 @@ static void print_value(const stk_field *f, const stk_record *r, size_t i, bool 
 /* List the records (up to a->limit); returns 1 if one could not be read. */
 static int list_records(const stk_dataset *ds, const inspect_args *a)
 {
-    uint64_t n = stk_dataset_count(ds), max = stk_dataset_max_record_size(ds);
+    uint64_t n = stk_dataset_n_records(ds), max = stk_dataset_max_record_size(ds);
     if (a->limit && a->limit < n)
         n = a->limit;
     uint8_t *buf = malloc(max ? max : 1);
@@ -199,7 +199,7 @@ static void inspect_json(const stk_dataset *ds)
     printf("{\"format\": \"%s\", \"records\": %llu, \"fingerprint\": \"%016llx\", "
            "\"max_record_size\": %llu, "
            "\"shards\": [",
-           stk_dataset_format(ds), (unsigned long long)stk_dataset_count(ds),
+           stk_dataset_format(ds), (unsigned long long)stk_dataset_n_records(ds),
            (unsigned long long)stk_dataset_fingerprint(ds),
            (unsigned long long)stk_dataset_max_record_size(ds));
     for (size_t i = 0; i < ns; i++) {
@@ -237,7 +237,7 @@ static void inspect_text(const stk_dataset *ds)
     stk_shard_info si = {.struct_size = sizeof(si)};
     char b1[32], b2[32], tb[64];
     printf("format:      %s\n", stk_dataset_format(ds));
-    printf("records:     %llu\n", (unsigned long long)stk_dataset_count(ds));
+    printf("records:     %llu\n", (unsigned long long)stk_dataset_n_records(ds));
     printf("shards:      %zu\n", ns);
     printf("fingerprint: %016llx\n", (unsigned long long)stk_dataset_fingerprint(ds));
     printf("max record:  %llu bytes\n", (unsigned long long)stk_dataset_max_record_size(ds));
@@ -580,7 +580,7 @@ int stk_cmd_verify(int argc, char **argv)
     verify_state s;
     memset(&s, 0, sizeof(s));
     s.ds = ds;
-    s.count = stk_dataset_count(ds);
+    s.count = stk_dataset_n_records(ds);
     s.path_field = -1;
     if (decode) {
         int pf = stk_dataset_find_field(ds, "path");

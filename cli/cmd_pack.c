@@ -41,12 +41,12 @@ static int pack(const pack_args *a)
     dopts.paths = paths;
     dopts.n_paths = 1;
     dopts.format = a->format;
-    if (stk_dataset_open_ex(&dopts, &ds) != STK_OK)
+    if (stk_dataset_open_v2(&dopts, &ds) != STK_OK)
         return stk_cli_error(CMD, "%s", stk_last_errmsg());
     char tool[64];
     snprintf(tool, sizeof(tool), "stoker pack %s", stk_version_string());
     stk_cli_progress prog;
-    stk_cli_progress_start(&prog, CMD, stk_dataset_count(ds), "records", a->quiet);
+    stk_cli_progress_start(&prog, CMD, stk_dataset_n_records(ds), "records", a->quiet);
     stk_pack_opts o;
     stk_pack_opts_init(&o);
     o.shard_size = a->shard_size;

@@ -30,7 +30,7 @@ typedef struct doctor_args {
     long long batch;
     long long threads;  /* step run; 0 = one per CPU */
     bool auto_threads;  /* --threads auto */
-    long long prefetch; /* 0 = the library default */
+    long long prefetch; /* batches ahead (ring slots - 1); 0 = the library default */
     long long steps;    /* measured batches per run; 0 = bounded by time */
     double time_s;      /* time budget per probe; the step run gets twice that */
     const char *trace;

@@ -243,7 +243,7 @@ static void advise_depth(doctor *d, const run_result *r)
                              : 0;
     double waited = r->steps ? (double)r->waited / (double)r->steps : 0;
     /* Under autotune a depth below the allowed one is the tuner's to raise. */
-    bool tuner_room = d->a.auto_threads && r->st.depth < r->prefetch;
+    bool tuner_room = d->a.auto_threads && r->st.depth < r->prefetch + 1; /* depth counts slots */
     if (waited >= 0.05 && worker_wait >= 0.10 && d->v.wait_share >= 0.02 && !tuner_room)
         advise(&d->v,
                "the waits come in bursts: %" PRIu64 " of %" PRIu64 " steps waited (up "
@@ -340,7 +340,7 @@ void stk_doctor_print_json(const doctor *d)
         printf(i ? ", " : "");
         stk_cli_json_string(stdout, a->paths[i], strlen(a->paths[i]));
     }
-    printf("], \"records\": %" PRIu64 ", \"recipe\": ", stk_dataset_count(d->ds));
+    printf("], \"records\": %" PRIu64 ", \"recipe\": ", stk_dataset_n_records(d->ds));
     stk_cli_json_string(stdout, a->recipe, strlen(a->recipe));
     printf(", \"mode\": \"%s\", \"batch_size\": %lld, \"cpus\": %d, \"ceiling\": [",
            a->mode == MODE_STEP     ? "step"
@@ -504,8 +504,8 @@ void stk_doctor_print_report(const doctor *d)
     printf("stoker doctor: ");
     for (int i = 0; i < a->n_paths; i++)
         printf("%s%s", i ? " " : "", a->paths[i]);
-    printf(" (%" PRIu64 " records), recipe %s, batch %lld, %d CPUs\n\n", stk_dataset_count(d->ds),
-           a->recipe, a->batch, d->cpus);
+    printf(" (%" PRIu64 " records), recipe %s, batch %lld, %d CPUs\n\n",
+           stk_dataset_n_records(d->ds), a->recipe, a->batch, d->cpus);
     print_ceiling(d);
     if (a->mode == MODE_STEP)
         print_step(d);

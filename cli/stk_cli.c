@@ -183,7 +183,7 @@ int stk_cli_parse_size(const char *s, uint64_t *out)
 void stk_cli_print_formats(FILE *f)
 {
     fprintf(f, "\nformats (--format NAME; detected from magic bytes and names when left out):\n");
-    for (size_t i = 0; i < stk_format_count(); i++)
+    for (size_t i = 0; i < stk_n_formats(); i++)
         fprintf(f, "  %-12s %s\n", stk_format_name(i), stk_format_summary(i));
 }
 
@@ -269,7 +269,7 @@ int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsig
             named = -1; /* out of memory */
     }
     int rc = named < 0                          ? stk_cli_error(cmd, "out of memory")
-             : stk_dataset_open_ex(&o, out) < 0 ? stk_cli_error(cmd, "%s", stk_last_errmsg())
+             : stk_dataset_open_v2(&o, out) < 0 ? stk_cli_error(cmd, "%s", stk_last_errmsg())
                                                 : 0;
     named = named < 0 ? n_paths : named;
     for (int i = 0; names && i < named; i++)

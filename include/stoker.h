@@ -21,8 +21,8 @@
  *    grow without overrunning an older caller's buffer. A struct_size below the size of the
  *    struct_size member itself plus one field is STK_EINVAL.
  */
-#ifndef STK_FG_H
-#define STK_FG_H
+#ifndef STOKER_H
+#define STOKER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -183,7 +183,7 @@ typedef struct stk_value {
 STK_API stk_status stk_writer_add(stk_writer *w, const stk_value *values);
 
 /** Records added so far. */
-STK_API uint64_t stk_writer_count(const stk_writer *w);
+STK_API uint64_t stk_writer_n_records(const stk_writer *w);
 
 /** Bytes written to the data region so far (record payloads plus alignment padding). */
 STK_API uint64_t stk_writer_data_size(const stk_writer *w);
@@ -214,14 +214,14 @@ typedef struct stk_dataset stk_dataset;
     0x2u /* `.stk`: read shards of different packs (another dataset_id or                          \
             class list in their metadata) as one dataset */
 
-/** Open a dataset of the format detected from its paths: stk_dataset_open_ex with these paths
+/** Open a dataset of the format detected from its paths: stk_dataset_open_v2 with these paths
  *  and flags and no format given.
- *  @return as stk_dataset_open_ex.
+ *  @return as stk_dataset_open_v2.
  *  Lifetime: *out until stk_dataset_close(*out). */
 STK_API stk_status stk_dataset_open(const char *const *paths, size_t n_paths, unsigned flags,
                                     stk_dataset **out);
 
-/** Options for stk_dataset_open_ex. Initialise with stk_dataset_opts_init, then set fields. More
+/** Options for stk_dataset_open_v2. Initialise with stk_dataset_opts_init, then set fields. More
  *  fields may be added at the end in later versions. */
 typedef struct stk_dataset_opts {
     size_t struct_size;       /* set by stk_dataset_opts_init(); never by hand */
@@ -275,7 +275,7 @@ STK_API void stk_dataset_opts_init(stk_dataset_opts *opts);
  *          newer than this library, an unsupported dtype), STK_ELIMIT (too many shards or
  *          records), STK_ENOMEM. Details, naming the file, in stk_last_errmsg().
  *  Lifetime: *out until stk_dataset_close(*out). */
-STK_API stk_status stk_dataset_open_ex(const stk_dataset_opts *opts, stk_dataset **out);
+STK_API stk_status stk_dataset_open_v2(const stk_dataset_opts *opts, stk_dataset **out);
 
 /** Open a dataset of `n_records` records that have no fields: each record is only its number,
  *  and reading one reads nothing. For a loader whose per-sample callback produces every sample
@@ -291,14 +291,14 @@ STK_API stk_status stk_dataset_open_index(const char *name, uint64_t n_records, 
 
 /** Number of formats this library reads.
  *  Threads: thread-safe. */
-STK_API size_t stk_format_count(void);
+STK_API size_t stk_n_formats(void);
 
-/** Name of format `i` (< stk_format_count(): "stk", "imagefolder", "npy", ...), or NULL.
+/** Name of format `i` (< stk_n_formats(): "stk", "imagefolder", "npy", ...), or NULL.
  *  Lifetime: static storage. Threads: thread-safe. */
 STK_API const char *stk_format_name(size_t i);
 
 /** One line saying what format `i` reads and as which records (for `--help` listings), or NULL
- *  when i >= stk_format_count().
+ *  when i >= stk_n_formats().
  *  Lifetime: static storage. Threads: thread-safe. */
 STK_API const char *stk_format_summary(size_t i);
 
@@ -317,7 +317,7 @@ STK_API stk_status stk_dataset_describe(const stk_dataset *ds, uint64_t index, c
 STK_API void stk_dataset_close(stk_dataset *ds);
 
 /** Number of records. */
-STK_API uint64_t stk_dataset_count(const stk_dataset *ds);
+STK_API uint64_t stk_dataset_n_records(const stk_dataset *ds);
 
 /** Number of fields in the schema (0 for NULL).
  *  Threads: thread-safe. */
@@ -553,7 +553,7 @@ STK_API stk_status stk_env_rank(uint32_t *rank, uint32_t *world);
 typedef struct stk_transform stk_transform;
 
 /** Ops, named and parameterised as in torchvision.transforms. New kinds are appended, never
- *  renumbered; stk_op_count and stk_op_kind_at enumerate the kinds this library has. */
+ *  renumbered; stk_op_n_kinds and stk_op_kind_at enumerate the kinds this library has. */
 typedef enum stk_op_kind {
     STK_OP_RANDOM_RESIZED_CROP = 0,      /* size, scale, ratio: torchvision's sampler (10 tries) */
     STK_OP_RESIZE = 1,                   /* size: (h, w), or shorter side when size[1] == 0 */
@@ -648,12 +648,12 @@ typedef struct stk_op_param {
 } stk_op_param;
 
 /** The number of op kinds this library supports (the rows of its op table). Enumerate them with
- *  stk_op_kind_at(0 .. stk_op_count() - 1).
+ *  stk_op_kind_at(0 .. stk_op_n_kinds() - 1).
  *  Threads: thread-safe (static data). */
-STK_API size_t stk_op_count(void);
+STK_API size_t stk_op_n_kinds(void);
 
 /** The kind of supported op number `i`, in table order (which is enum order).
- *  @return STK_OK (*out set) or STK_EINVAL (i >= stk_op_count(), or out NULL; *out untouched).
+ *  @return STK_OK (*out set) or STK_EINVAL (i >= stk_op_n_kinds(), or out NULL; *out untouched).
  *  Threads: thread-safe (static data). */
 STK_API stk_status stk_op_kind_at(size_t i, stk_op_kind *out);
 
@@ -878,7 +878,8 @@ typedef struct stk_loader_opts {
     const stk_dataset *dataset;     /* or an open dataset (borrowed; must outlive the loader) */
     int64_t batch_size;             /* samples per batch, >= 1 (default 256) */
     int32_t n_threads;              /* worker threads; 0 = online CPUs (default 0); < 0 invalid */
-    int32_t prefetch;               /* ring slots (batches in flight), >= 1; 0 = default (4) */
+    int32_t n_slots;                /* ring slots (batches in flight, the one the consumer holds
+                                       included; Python's prefetch + 1), >= 1; 0 = default (4) */
     uint64_t seed;                  /* shuffle and augmentation seed (default 0) */
     int32_t rank;                   /* this process's rank; -1 = from the environment (default) */
     int32_t world;                  /* number of ranks; -1 = from the environment (default) */
@@ -920,7 +921,7 @@ typedef struct stk_loader_opts {
                                        fields; no bytes), which replace the record's fields
                                        in the batch; copied at create */
     size_t n_sample_fields;         /* 1..STK_MAX_FIELDS with sample_fn */
-    uint64_t memory_budget;         /* bytes this loader may use at most: the ring (prefetch slots)
+    uint64_t memory_budget;         /* bytes this loader may use at most: the ring (n_slots slots)
                                        and each thread's scratch (read, batch transforms, sample
                                        buffer) are counted at create (over it, create fails with
                                        STK_ELIMIT saying what takes what); the image decoders'
@@ -951,7 +952,7 @@ STK_API void stk_loader_opts_init(stk_loader_opts *opts);
 
 /** Create a loader and start its worker threads. The first epoch is 0 (or the one restored
  *  with stk_loader_load_state). Workers start filling the ring at once.
- *  With STK_LOADER_AUTOTUNE, n_threads (0 = online CPUs) and prefetch are upper bounds: the
+ *  With STK_LOADER_AUTOTUNE, n_threads (0 = online CPUs) and n_slots are upper bounds: the
  *  loader starts one thread working and, every 250 ms of consumption, adds threads while the
  *  consumer waits for batches (doubling while it waits more than 30% of the time), raises the
  *  depth when every allowed thread is busy and the consumer still waits, and parks a thread when
@@ -987,7 +988,7 @@ STK_API void stk_loader_destroy(stk_loader *loader);
  *  (the batch is dropped; the next call continues with the following batch) unless
  *  STK_LOADER_SKIP_CORRUPT replaced it.
  *  @return STK_OK (*out set), STK_END, STK_EBUSY (the slot the next batch needs is still held
- *          by the consumer: release the oldest batch, or raise prefetch; nothing changed), or
+ *          by the consumer: release the oldest batch, or raise n_slots; nothing changed), or
  *          <0 with the detail naming shard file and record in stk_loader_errmsg().
  *  Lifetime: *out stays valid until stk_batch_release(*out).
  *  Threads: one consumer thread at a time. */
@@ -1018,7 +1019,7 @@ STK_API const stk_dataset *stk_loader_dataset(const stk_loader *loader);
 typedef struct stk_loader_info {
     size_t struct_size; /* set by the caller to sizeof(stk_loader_info) (an output struct) */
     uint32_t n_threads;
-    uint32_t prefetch;
+    uint32_t n_slots; /* ring slots */
     uint32_t batch_size;
     uint32_t rank;
     uint32_t world;
@@ -1106,7 +1107,7 @@ STK_API stk_status stk_loader_stats_get(const stk_loader *loader, stk_loader_sta
  *  Threads: may run while the loader works; events being written are left out. */
 STK_API stk_status stk_loader_trace_write(const stk_loader *loader, const char *path);
 
-/** Jump to epoch `epoch` (position 0). Batches already prefetched are discarded; batches the
+/** Jump to epoch `epoch` (position 0). Batches already prepared are discarded; batches the
  *  consumer still holds stay valid. Setting the epoch that is about to start anyway (nothing of
  *  it consumed yet) is a cheap no-op, so calling it before every epoch, as with PyTorch's
  *  DistributedSampler, costs nothing.
@@ -1133,9 +1134,9 @@ STK_API stk_status stk_loader_set_indices(stk_loader *loader, const uint64_t *in
  *  replacement), which stk_loader_load_state requires to match.
  *  @return STK_OK, or STK_ELIMIT if `buf_size` is too small (256 bytes always suffice with
  *          STK_ORDER_ALL, 320 with any order). */
-STK_API stk_status stk_loader_state(const stk_loader *loader, char *buf, size_t buf_size);
+STK_API stk_status stk_loader_save_state(const stk_loader *loader, char *buf, size_t buf_size);
 
-/** Restore a state from stk_loader_state, possibly taken with another world size or thread
+/** Restore a state from stk_loader_save_state, possibly taken with another world size or thread
  *  count: the rest of that epoch is re-split among this loader's ranks, then epochs continue.
  *  Prefetched batches are discarded.
  *  @return STK_OK, STK_EINVAL (not a stoker state, a state from another dataset or with other
@@ -1157,7 +1158,7 @@ typedef struct stk_tensor {
 } stk_tensor;
 
 /** Samples in the batch (the batch size, or fewer for the last batch of an epoch). */
-STK_API uint32_t stk_batch_size(const stk_batch *b);
+STK_API uint32_t stk_batch_n_samples(const stk_batch *b);
 
 /** The epoch the batch belongs to.
  *  Threads: the thread holding the batch. */
@@ -1348,4 +1349,4 @@ STK_API const char *stk_diag_action_name(stk_diag_action action);
 #ifdef __cplusplus
 }
 #endif
-#endif /* STK_FG_H */
+#endif /* STOKER_H */

@@ -52,13 +52,21 @@ if [ ${#debs[@]} -gt 0 ]; then
     phase "unpacking ${#debs[@]} packages from bench/gpu/deps into $sys"
     rm -rf "$sys" && mkdir -p "$sys"
     for f in "${debs[@]}"; do dpkg -x "$f" "$sys" || exit 1; done
+    # Absolute links (zlib1g-dev's libz.so -> /lib/...) point into the sysroot instead.
+    find "$sys" -type l -lname '/*' | while read -r l; do ln -sfn "$sys$(readlink "$l")" "$l"; done
     lib=$sys/usr/lib/x86_64-linux-gnu
-    MAKE=(make "PKG_CFLAGS=-I$sys/usr/include -I$sys/usr/include/x86_64-linux-gnu"
-          "PKG_LIBS=-lturbojpeg -lspng -lxxhash -lwebp -ltiff"
-          "EXTRA_LDFLAGS=-L$lib -Wl,-rpath,$lib")
+    # RPATH (not RUNPATH: --disable-new-dtags) so that the libraries these link (libcurl's
+    # krb5, nghttp2, ...) also come from the sysroot, not from the image's own versions.
+    cflags="-I$sys/usr/include -I$sys/usr/include/x86_64-linux-gnu -I$sys/usr/include/hdf5/serial"
+    libs="-lturbojpeg -lspng -lxxhash -lwebp -ltiff -L$lib/hdf5/serial -lhdf5 -llmdb -lcurl"
+    libs+=" -lcrypto -lz"
+    MAKE=(make "PKG_CFLAGS=$cflags" "PKG_LIBS=$libs"
+          "EXTRA_LDFLAGS=-L$lib -Wl,--disable-new-dtags -Wl,-rpath,$lib:$sys/lib/x86_64-linux-gnu")
     command -v make >/dev/null || MAKE[0]=$sys/usr/bin/make
-elif ! pkg-config --exists libturbojpeg spng libxxhash libwebp libtiff-4 2>/dev/null; then
-    echo "bench/gpu: libturbojpeg, libspng, libxxhash, libwebp or libtiff missing here and" \
+elif ! pkg-config --exists libturbojpeg spng libxxhash libwebp libtiff-4 hdf5 lmdb libcurl \
+        libcrypto zlib 2>/dev/null; then
+    echo "bench/gpu: libturbojpeg, libspng, libxxhash, libwebp, libtiff, hdf5, lmdb, libcurl," \
+         "libcrypto or zlib missing here and" \
          "bench/gpu/deps is" \
          "empty: run bench/gpu/fetch_deps.sh where a Debian archive is reachable, carry it" >&2
     exit 1

@@ -115,10 +115,10 @@ def _rate_torch(dl, workers):
 
 def _rate_stoker(loader, workers):
     from . import _core
-    kw = dict(loader._core_kwargs, num_threads=workers, autotune=False, trace_events=0)
+    kw = dict(loader._core_kwargs, n_threads=workers, autotune=False, trace_events=0)
     core = _core.Loader(loader._dataset, **kw)
     core.set_epoch(loader._core.epoch)
-    return _timed_rate(iter(core), core.close, size=lambda b: b.size)
+    return _timed_rate(iter(core), core.close, size=lambda b: b.n_samples)
 
 
 def _sweep(prof, kind, counts):
@@ -325,7 +325,7 @@ def advise(prof):
                            f"{d['demand']:.0f} samples/s consumed): lower it to leave cores to "
                            f"the training process")
         if st is not None and st["autotune_reason"]:
-            out.append(f"autotune: {st['active_threads']} of {st['num_workers']} threads "
+            out.append(f"autotune: {st['active_threads']} of {st['n_threads']} threads "
                        f"working, depth {st['depth']} ({st['autotune_reason']})")
         return out
 

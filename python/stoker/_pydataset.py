@@ -346,7 +346,7 @@ class PyLoader(Loader):
                  worker_init_fn=None, multiprocessing_context=None, generator=None,
                  prefetch_factor=None, persistent_workers=False, pin_memory_device="",
                  in_order=None, executor="auto", reseed=True, output=None, fields=None,
-                 **native_only):
+                 n_threads=None, **native_only):
         self._core = None
         self._pool = None
         self._server = None
@@ -393,6 +393,11 @@ class PyLoader(Loader):
             raise _core.StokerInvalidError(f"{_name(ds)} is empty (len() = {n}): an epoch needs "
                                            f"at least one sample")
         # ---- the DataLoader's argument checks ----
+        if n_threads is not None:  # stoker's name for the worker count (num_workers its alias)
+            if num_workers is not None:
+                raise _core.StokerInvalidError("n_threads= and num_workers= (its DataLoader "
+                                               "alias) name one setting: pass one of them")
+            num_workers = n_threads
         workers = num_workers
         if isinstance(workers, str) and workers == "auto":
             workers = None
@@ -553,7 +558,7 @@ class PyLoader(Loader):
                                   stacklevel=3)
             self._dataset = _core.Dataset(name, format="index", count=n)
             self._core_kwargs = dict(
-                batch_size=ring_batch, num_threads=n_threads, prefetch=self.prefetch + 1,
+                batch_size=ring_batch, n_threads=n_threads, n_slots=self.prefetch + 1,
                 seed=seed, rank=rank, world=world_size, shuffle=bool(shuffle),
                 drop_last=bool(drop_last), skip_corrupt=on_error == "skip", pinned=pinned,
                 executor=exec_obj, trace_events=_TRACE_EVENTS if trace else 0,
@@ -806,7 +811,7 @@ class PyLoader(Loader):
         """A new C loader at the old one's position (held batches stay valid); the worker
         processes learn its ring before it resumes (its reset waits for their samples)."""
         old = self._core
-        state = old.state()
+        state = old.save_state()
         self._stats_base = self._add_stats(self._stats_base, self._core_stats(old))
         old.close()
         self._core = None

@@ -276,7 +276,7 @@ class PyIterLoader(Loader):
                  worker_init_fn=None, multiprocessing_context=None, generator=None,
                  prefetch_factor=None, persistent_workers=False, pin_memory_device="",
                  in_order=None, executor="auto", reseed=True, output=None, fields=None,
-                 **native_only):
+                 n_threads=None, **native_only):
         self._core = None
         self._channels = []
         self._server = None
@@ -305,6 +305,11 @@ class PyIterLoader(Loader):
         if executor not in _pydataset._EXECUTORS:
             raise _core.StokerInvalidError(f"executor should be one of "
                                            f"{_pydataset._EXECUTORS}, not {executor!r}")
+        if n_threads is not None:  # stoker's name for the worker count (num_workers its alias)
+            if num_workers is not None:
+                raise _core.StokerInvalidError("n_threads= and num_workers= (its DataLoader "
+                                               "alias) name one setting: pass one of them")
+            num_workers = n_threads
         workers = 0 if num_workers is None else _torchcompat.check_int(num_workers,
                                                                         "num_workers", 0)
         if num_workers is None:
@@ -493,7 +498,7 @@ class PyIterLoader(Loader):
         return self.num_workers_given
 
     def info(self):
-        return {"num_workers": self.num_workers_given, "prefetch": self.prefetch,
+        return {"n_threads": self.num_workers_given, "prefetch": self.prefetch,
                 "batch_size": self.batch_size, "rank": 0, "world_size": 1,
                 "executor": self.executor, "executor_reason": self._reason,
                 "start_method": self._server.method if self._server is not None else None,

@@ -95,9 +95,7 @@ class Batch(dict):
 
     def bytes(self, name):
         """Bytes field `name` as a list of bytes objects (one per sample)."""
-        data, lengths = self[name], self[name + "_lengths"]
-        data = data.numpy() if hasattr(data, "numpy") else np.asarray(data)
-        lengths = lengths.numpy() if hasattr(lengths, "numpy") else np.asarray(lengths)
+        data, lengths = _host(self[name]), _host(self[name + "_lengths"])
         return [data[i, :lengths[i]].tobytes() for i in range(len(lengths))]
 
     def __repr__(self):
@@ -106,3 +104,14 @@ class Batch(dict):
             shape = tuple(getattr(v, "shape", ()))
             parts.append(f"{k}: {str(getattr(v, 'dtype', type(v).__name__))} {list(shape)}")
         return f"<stoker.Batch epoch={self.epoch} number={self.number} {{{', '.join(parts)}}}>"
+
+
+def _host(x):
+    """A tensor or array as a host numpy array (a device batch's bytes fields live on the GPU:
+    copied to the host first, as torch's .numpy() refuses device tensors)."""
+    if hasattr(x, "numpy"):
+        dev = getattr(x, "device", None)
+        if dev is not None and getattr(dev, "type", "cpu") != "cpu":
+            x = x.cpu()
+        return x.numpy()
+    return np.asarray(x)

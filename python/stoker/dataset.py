@@ -136,8 +136,11 @@ class Writer:
         return list(self._names)
 
     @property
-    def count(self):
-        return self._w.count
+    def n_records(self):
+        """Records added so far."""
+        return self._w.n_records
+
+    count = n_records  # the name before 0.3
 
     @property
     def path(self):
@@ -184,7 +187,7 @@ def write_shard(path, fields, records, metadata=None, align=None):
     with Writer(path, fields, metadata, align) as w:
         for r in records:
             w.add(r)
-        n = w.count
+        n = w.n_records
     return n
 
 

@@ -36,7 +36,7 @@ _TRACE_EVENTS = 1 << 16  # per thread, with trace=: the first 65536 events of ea
 
 # stats() fields that describe the present (taken from the newest core after a rebuild);
 # every other field is a counter and adds up.
-_GAUGES = ("active_threads", "depth", "autotune_reason", "num_workers", "pinned", "pinned_bytes",
+_GAUGES = ("active_threads", "depth", "autotune_reason", "n_threads", "pinned", "pinned_bytes",
            "pinned_total", "device", "finish", "device_reason")
 
 
@@ -112,20 +112,22 @@ def _close_mapped():
 
 class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
-    num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
+    n_threads=None, prefetch=None, pin_memory=None, device=None, rank=None,
     world_size=None, transforms=None, on_error="raise", trace=None, format=None,
     output=None, fields=None, strict=None, memory_budget=None, **DataLoader arguments)
 
     ``data`` is a dataset of any format stoker reads (``.stk`` shards, an ImageFolder
     directory, ``.npy`` files; ``format=`` names it instead of detecting it) or a
-    stoker.Dataset. Iterating gives :class:`Batch` dicts (``output="tuple"``: tuples of
+    stoker.Dataset. ``n_threads`` is the number of worker threads; ``num_workers``, the
+    DataLoader's name, is its alias (one or the other). ``prefetch``: batches prepared ahead of
+    the one the training loop holds (the ring has ``prefetch + 1`` slots). Iterating gives :class:`Batch` dicts (``output="tuple"``: tuples of
     ``fields``); each ``iter()`` is the next epoch. See docs/python.md for every argument.
 
     The one-name switch: ``data`` may also be a ``torchvision.datasets.ImageFolder`` (or a
     DatasetFolder with the default loader) whose transform stoker can express, with the
     DataLoader's arguments (sampler, collate_fn, timeout, generator, prefetch_factor,
     persistent_workers, ...): it then yields ``(images, labels)`` as the DataLoader would,
-    reading the folder directly (docs/python.md "From DataLoader"). ``num_workers=None`` (or ``"auto"``) lets the loader
+    reading the folder directly (docs/python.md "From DataLoader"). ``n_threads=None`` (or ``"auto"``) lets the loader
     choose its thread count and depth online (at most one thread per CPU and ``prefetch``
     batches): the fewest threads that keep the training loop from waiting; ``stats()`` says
     what it chose and why. ``trace="out.json"`` records a Chrome/Perfetto trace written at
@@ -157,7 +159,8 @@ class Loader:
                  worker_init_fn=None, multiprocessing_context=None, generator=None,
                  prefetch_factor=None, persistent_workers=None, pin_memory_device=None,
                  in_order=None, batch_transforms=None, map=None, label_field="label",
-                 memory_budget=None, cache_dir=None, cache_limit=None, dataset=None):
+                 memory_budget=None, cache_dir=None, cache_limit=None, n_threads=None,
+                 dataset=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -176,6 +179,12 @@ class Loader:
             data = dataset
         if data is None:
             raise _core.StokerInvalidError("stoker.Loader needs the data (a path, a dataset)")
+        threads_arg = "num_workers"  # the name the thread count came under, for messages
+        if n_threads is not None:
+            if num_workers is not None:
+                raise _core.StokerInvalidError("n_threads= and num_workers= (its DataLoader "
+                                               "alias) name one setting: pass one of them")
+            num_workers, threads_arg = n_threads, "n_threads"
         dl = _torchcompat.dataloader_args(  # the DataLoader's arguments in stoker's terms
             data, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
             num_workers=num_workers, prefetch=prefetch, rank=rank, world_size=world_size,
@@ -205,10 +214,10 @@ class Loader:
         if autotune:
             threads = 0  # at most one per online CPU (the C default); the autotuner picks
         else:
-            threads = _check_int(num_workers, "num_workers", -1 << 62)
+            threads = _check_int(num_workers, threads_arg, -1 << 62)
             if threads < 0:
-                raise _core.StokerInvalidError(f"num_workers option should be non-negative, "
-                                               f"but got num_workers={threads}")
+                raise _core.StokerInvalidError(f"{threads_arg} option should be non-negative, "
+                                               f"but got {threads_arg}={threads}")
             # 0 means "in the main process" in PyTorch; threads are cheap: one worker thread
             threads = max(1, threads)
         if prefetch is None or (isinstance(prefetch, str) and prefetch == "auto"):
@@ -272,7 +281,7 @@ class Loader:
                 raise _core.StokerInvalidError(f"fields {missing} are not in the dataset "
                                                f"(its fields: {', '.join(names)})")
         self._core_kwargs = dict(
-            batch_size=batch_size, num_threads=threads, prefetch=self.prefetch + 1, seed=seed,
+            batch_size=batch_size, n_threads=threads, n_slots=self.prefetch + 1, seed=seed,
             rank=rank, world=world_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
             skip_corrupt=on_error == "skip", verify=bool(verify), pinned=pinned,
             transform=self._transform, transform_field=transform_field, autotune=autotune,
@@ -328,7 +337,7 @@ class Loader:
     def _map_setup(self, fn, seed, transform_field, verify):
         """Run `fn` on record 0 (decoded and transformed as the workers will) in this thread:
         its result fixes the output fields. Returns the runner the worker threads call."""
-        probe = _core.Loader(self._dataset, batch_size=1, num_threads=1, prefetch=1, seed=seed,
+        probe = _core.Loader(self._dataset, batch_size=1, n_threads=1, n_slots=1, seed=seed,
                              rank=0, world=1, verify=bool(verify), transform=self._transform,
                              transform_field=transform_field)
         try:
@@ -530,7 +539,7 @@ class Loader:
     def _rebuild(self):
         """Replace the C loader by a new one at the same position (held batches stay valid)."""
         old = self._core
-        state = old.state()
+        state = old.save_state()
         self._stats_base = self._add_stats(self._stats_base, self._core_stats(old))
         if self._trace:
             old.trace_write(self._trace)  # the new core's trace starts afresh
@@ -559,7 +568,7 @@ class Loader:
                 out[k[:-3] + "_s"] = v / 1e9
             else:
                 out[k] = v
-        out["num_workers"] = core.info()["n_threads"]
+        out["n_threads"] = core.info()["n_threads"]
         return out
 
     # ---- epochs and state ----
@@ -583,7 +592,7 @@ class Loader:
         """The resume state, a JSON-serialisable dict: the position reached by the batches
         delivered so far (global, so it resumes on any world size)."""
         self._check_open()
-        return json.loads(self._core.state())
+        return json.loads(self._core.save_state())
 
     def load_state_dict(self, state):
         """Resume from `state` (a dict from state_dict(), or its JSON text). The next iter()
@@ -627,19 +636,24 @@ class Loader:
         return self._dataset
 
     @property
-    def num_workers(self):
+    def n_threads(self):
         """Worker threads actually running."""
         self._check_open()
         return self._core.info()["n_threads"]
 
+    @property
+    def num_workers(self):
+        """n_threads under the DataLoader's name."""
+        return self.n_threads
+
     def info(self):
-        """Resolved settings: num_workers (threads), prefetch, ring_slots, batch_size, rank,
+        """Resolved settings: n_threads, prefetch, n_slots (ring slots), batch_size, rank,
         world_size, n_records, slot_size (bytes), pinned, output, device, transform output,
-        autotune (whether num_workers and prefetch are upper bounds the autotuner works in)."""
+        autotune (whether n_threads and prefetch are upper bounds the autotuner works in)."""
         self._check_open()
         i = self._core.info()
-        return {"num_workers": i["n_threads"], "prefetch": self.prefetch,
-                "ring_slots": i["prefetch"], "batch_size": i["batch_size"], "rank": i["rank"],
+        return {"n_threads": i["n_threads"], "prefetch": self.prefetch,
+                "n_slots": i["n_slots"], "batch_size": i["batch_size"], "rank": i["rank"],
                 "world_size": i["world"], "n_records": i["n_records"],
                 "slot_size": i["slot_size"], "pinned": i["pinned"], "output": self.output,
                 "device": None if self._device is None else str(self._device),
@@ -658,7 +672,7 @@ class Loader:
           decode_s, augment_s, collate_s, copy_s (device copies), worker_wait_s (workers held
           back by a full ring: the training loop is slower than the loader); consumer_wait_s
           (the training loop blocked in next(): the loader is slower);
-        - active_threads (threads working now; the autotuner may park some of num_workers),
+        - active_threads (threads working now; the autotuner may park some of n_threads),
           depth (batches allowed in flight), autotune_changes, autotune_reason (why the
           autotuner took its last decision, "" when it has not run).
         """

@@ -103,7 +103,7 @@ def test_writer_errors(tmp_path):
     with pytest.raises(stoker.StokerInvalidError):
         w.add({"x": "text", "v": np.zeros(3, np.int16)})  # str is not bytes
     w.add({"x": bytearray(b"ok"), "v": [1, 2, 3]})
-    assert w.count == 1
+    assert w.n_records == 1
     w.abort()
     assert not (tmp_path / "a.stk").exists()
     assert not [p for p in os.listdir(tmp_path)]  # no temporary left behind
@@ -135,14 +135,14 @@ def test_epoch_order_matches_sampler():
 
 
 def _first_batch(path, **kw):
-    core = _core.Loader(path, batch_size=8, num_threads=2, rank=0, world=1, **kw)
+    core = _core.Loader(path, batch_size=8, n_threads=2, rank=0, world=1, **kw)
     b = next(core)
     return core, b
 
 
 def test_buffer_protocol_formats_and_zero_copy(ds_small):
     core, b = _first_batch(ds_small)
-    assert (b.size, b.epoch, b.number) == (8, 0, 0)
+    assert (b.n_samples, b.epoch, b.number) == (8, 0, 0)
     tensors = {name: (t, lengths) for name, t, lengths in b.tensors()}
     assert list(tensors) == list(FIELDS) + ["index"]
     expect = {"data": ("B", "uint8"), "label": ("q", "int64"), "score": ("f", "float32"),
@@ -174,7 +174,7 @@ def test_buffer_protocol_formats_and_zero_copy(ds_small):
 
 
 def test_slot_released_when_last_view_dies(ds_small):
-    core = _core.Loader(ds_small, batch_size=10, num_threads=1, prefetch=2, rank=0, world=1)
+    core = _core.Loader(ds_small, batch_size=10, n_threads=1, n_slots=2, rank=0, world=1)
     b = next(core)
     wb = weakref.ref(b)
     label = np.asarray(b.tensors()[1][1])
@@ -196,13 +196,13 @@ def test_slot_released_when_last_view_dies(ds_small):
 
 
 def test_core_loader_iterates_epochs(ds_small):
-    core = _core.Loader(ds_small, batch_size=30, num_threads=2, rank=0, world=1)
+    core = _core.Loader(ds_small, batch_size=30, n_threads=2, rank=0, world=1)
     assert len(core) == 4
     for epoch in range(2):
         got = [np.asarray(b.tensors()[-1][1]).tolist() for b in core]  # StopIteration at END
         assert sum(got, []) == list(range(SMALL_N))
         assert core.epoch == epoch + 1
-    st = json.loads(core.state())
+    st = json.loads(core.save_state())
     assert st["epoch"] == 2 and st["consumed"] == 0
     core.close()
     with pytest.raises(stoker.StokerStateError):

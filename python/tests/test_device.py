@@ -10,8 +10,11 @@ batches).
 Each case runs in a fresh interpreter: the driver is loaded once per process."""
 import os
 import textwrap
+import types
 
+import numpy as np
 import pytest
+import torch
 
 import stoker
 
@@ -218,3 +221,25 @@ def test_record_stream_reaches_the_driver():
         print("record_stream ok")
     """)
     assert "record_stream ok" in out
+
+
+def test_bytes_of_a_device_batch_come_to_the_host():
+    """Batch.bytes() on a device batch (its bytes fields live on the GPU): copied to the host
+    first, as torch's .numpy() refuses device tensors (seen on the H100: TypeError "can't convert
+    cuda:0 device type tensor to numpy"). A stand-in behaves as a CUDA tensor does here."""
+    class OnDevice:
+        device = types.SimpleNamespace(type="cuda")
+
+        def __init__(self, a):
+            self.a = a
+
+        def numpy(self):
+            raise TypeError("can't convert cuda:0 device type tensor to numpy")
+
+        def cpu(self):
+            return torch.from_numpy(self.a)
+
+    b = stoker.Batch()
+    b["path"] = OnDevice(np.array([[97, 98, 0], [99, 0, 0]], dtype=np.uint8))
+    b["path_lengths"] = torch.tensor([2, 1])
+    assert b.bytes("path") == [b"ab", b"c"]

@@ -111,7 +111,7 @@ def test_batches_are_zero_copy_views_of_a_bounded_ring(jpegs):
             ptrs.add(b["image"].data_ptr())
             # torch's allocator gave nothing: the tensor is the loader's device buffer
             assert torch.cuda.memory_allocated() == before
-    slots = dev.info()["ring_slots"]
+    slots = dev.info()["n_slots"]
     assert 1 <= len(ptrs) <= slots, (len(ptrs), slots)
 
 

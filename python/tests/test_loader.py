@@ -471,7 +471,7 @@ def test_num_workers_mapping(ds_small):
     assert make(ds_small, 4, num_workers=3).num_workers == 3
     assert make(ds_small, 4).num_workers == os.cpu_count()
     info = make(ds_small, 4, prefetch=5).info()
-    assert (info["prefetch"], info["ring_slots"]) == (5, 6)
+    assert (info["prefetch"], info["n_slots"]) == (5, 6)
 
 
 # ---- lifetime of the loader ----

@@ -185,7 +185,7 @@ def test_loader_stats_fields(tmp_path):
             assert isinstance(st[k], float) and st[k] >= 0, k
         assert st["worker_wait_s"] > 0.05     # 2 workers idle during ~100 ms of steps
         assert st["read_s"] > 0 and st["decode_s"] == 0
-        assert st["active_threads"] == 2 and st["num_workers"] == 2
+        assert st["active_threads"] == 2 and st["n_threads"] == 2
         assert st["autotune_reason"] == "" and not loader.info()["autotune"]
 
 
@@ -197,7 +197,7 @@ def test_autotune_is_the_default(tmp_path):
             assert loader.info()["autotune"]
             assert sorted(int(x) for b in loader for x in b["label"]) == list(range(200))
             st = loader.stats()
-            assert 1 <= st["active_threads"] <= st["num_workers"]
+            assert 1 <= st["active_threads"] <= st["n_threads"]
             assert 1 <= st["depth"] <= loader.prefetch + 1
     with pytest.raises(stoker.StokerInvalidError):
         stoker.Loader(path, batch_size=10, num_workers="many")

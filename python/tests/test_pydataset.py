@@ -118,10 +118,12 @@ class Info(Dataset):
 
 
 _INIT = {}
+_INIT_CALLS = []
 
 
 def init_worker(wid):
     _INIT[wid] = wid * 10
+    _INIT_CALLS.append(wid)
 
 
 class Var(Dataset):
@@ -293,6 +295,11 @@ def test_worker_info_and_init_fn(executor):
         seen.update(i.tolist())
     assert seen == set(range(30))
     assert get_worker_info() is None  # not in a worker here
+    if executor == "thread":  # once per thread (and once more for the first samples, here)
+        for _ in loader:
+            pass
+        assert sorted(_INIT_CALLS) == [0, 0, 1, 2]
+    _INIT_CALLS.clear()
 
 
 # ---- the bad cases ----

@@ -63,8 +63,8 @@ static bool pinned_reserve(uint64_t size, uint64_t limit)
     return true;
 }
 
-void *stk__slot_alloc_ex(size_t size, bool want_pinned, uint64_t limit, bool *pinned, char *why,
-                         size_t why_size)
+void *stk__slot_alloc_limit(size_t size, bool want_pinned, uint64_t limit, bool *pinned, char *why,
+                            size_t why_size)
 {
     *pinned = false;
     if (stk__fault_alloc_hit())
@@ -98,7 +98,7 @@ void *stk__slot_alloc_ex(size_t size, bool want_pinned, uint64_t limit, bool *pi
 void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned)
 {
     char why[STK_ERRMSG_SIZE];
-    return stk__slot_alloc_ex(size, want_pinned, 0, pinned, why, sizeof(why));
+    return stk__slot_alloc_limit(size, want_pinned, 0, pinned, why, sizeof(why));
 }
 
 void stk__slot_free(void *p, size_t size, bool pinned)

@@ -10,9 +10,9 @@
  * want_pinned (and a CUDA context current on the thread) it is page-locked when the process-wide
  * count of pinned bytes stays within `limit` (0 = stk__pinned_limit_default()); *pinned reports
  * it, and when it is not, why (why_size bytes) says why. Free with stk__slot_free. */
-void *stk__slot_alloc_ex(size_t size, bool want_pinned, uint64_t limit, bool *pinned, char *why,
-                         size_t why_size);
-/* stk__slot_alloc_ex with the default limit, the reason dropped. */
+void *stk__slot_alloc_limit(size_t size, bool want_pinned, uint64_t limit, bool *pinned, char *why,
+                            size_t why_size);
+/* stk__slot_alloc_limit with the default limit, the reason dropped. */
 void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned);
 void stk__slot_free(void *p, size_t size, bool pinned);
 /* Page-locked bytes held by all ring slots of the process, and the default cap on them (env

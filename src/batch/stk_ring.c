@@ -56,7 +56,7 @@ stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool wan
         if (shared)
             s->mem = r->arena.base + (size_t)i * stride;
         else
-            s->mem = stk__slot_alloc_ex(size, want_pinned, limit, &pinned, note, sizeof(note));
+            s->mem = stk__slot_alloc_limit(size, want_pinned, limit, &pinned, note, sizeof(note));
         if (!s->mem)
             return stk__set_error(err, err_size, STK_ENOMEM,
                                   "out of memory allocating a ring slot of %zu bytes", size);
@@ -198,7 +198,7 @@ void stk__ring_drop_locked(stk__ring *r)
 
 /* ---- batches ---- */
 
-uint32_t stk_batch_size(const stk_batch *b)
+uint32_t stk_batch_n_samples(const stk_batch *b)
 {
     return b->r->slots[b->slot].count;
 }

@@ -269,7 +269,7 @@ static stk_status close_shard(packer *p)
 {
     stk_writer *w = p->w;
     p->w = NULL;
-    uint64_t count = stk_writer_count(w);
+    uint64_t count = stk_writer_n_records(w);
     if (stk_writer_close(w) != STK_OK)
         return stk__set_error(p->err, sizeof(p->err), STK_EIO, "%s", stk_last_errmsg());
     if (p->n_done == p->cap_done) {
@@ -455,7 +455,7 @@ stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts 
     p.ds = ds;
     p.out = p.target = out;
     uint32_t nf = (uint32_t)stk_dataset_n_fields(ds);
-    uint64_t n = stk_dataset_count(ds), total_bytes = 0;
+    uint64_t n = stk_dataset_n_records(ds), total_bytes = 0;
     p.id = random_id();
     p.meta = pack_metadata(ds, p.o.tool, p.id);
     size_t cap[STK_MAX_FIELDS], room = 0;
@@ -473,7 +473,7 @@ stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts 
         stk_record r;
         if ((rc = stk_dataset_read(ds, i, buf, room, &r, p.err, sizeof(p.err))) < 0)
             goto fail;
-        uint64_t count = stk_writer_count(p.w);
+        uint64_t count = stk_writer_n_records(p.w);
         uint64_t start = STK_ALIGN_UP(data_offset + stk_writer_data_size(p.w), p.o.align);
         if (limit && count > 0 && shard_file_size(start + r.size, count + 1, nf) > limit) {
             STK_TRY(close_shard(&p));

@@ -344,7 +344,7 @@ fail:
     return rc;
 }
 
-uint64_t stk_writer_count(const stk_writer *w)
+uint64_t stk_writer_n_records(const stk_writer *w)
 {
     return w ? w->count : 0;
 }

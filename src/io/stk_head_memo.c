@@ -58,7 +58,7 @@ static void memo_put(stk__head_memo *m, const char *path, uint64_t size, const c
     m->n++;
 }
 
-/* The calling thread's memo: set during a dataset open (stk_dataset_open_ex), else NULL. */
+/* The calling thread's memo: set during a dataset open (stk_dataset_open_v2), else NULL. */
 static stk__head_memo *current(void)
 {
     const stk__vfs_opts *o = stk__vfs_opts_current();

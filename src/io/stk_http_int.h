@@ -109,8 +109,8 @@ typedef struct stk__rfile {
     stk__target t;
     char *cache_key; /* URL + validator */
     stk__cache *cache;
-    /* prefetch (stk_vfs_fetch.c; guarded by its lock) */
-    int pf_refs;          /* prefetched ranges in flight that still need the file */
+    /* read-ahead (stk_vfs_fetch.c; guarded by its lock) */
+    int pf_refs;          /* read-ahead ranges in flight that still need the file */
     _Atomic bool pf_used; /* counted among the files the fetcher thread serves */
     uint8_t *cached;      /* with the cache, per block: 1 there, 2 being fetched (hints skip
                              both), 0 absent or unknown */
@@ -135,29 +135,29 @@ void stk__remote_aux_put(stk__file *file, const char *name, const void *buf, siz
 /* The ranged GET of bytes [offset, offset + len) of f (len > 0). */
 stk__http_req stk__rfile_get(const stk__rfile *f, uint64_t offset, uint64_t len);
 
-/* Free an open remote file now (its prefetches are gone). */
+/* Free an open remote file now (its read-aheads are gone). */
 void stk__rfile_free(stk__rfile *f);
 
-/* ---- prefetch (stk_vfs_fetch.c) ---- */
+/* ---- read-ahead (stk_vfs_fetch.c) ---- */
 
-/* The VFS prefetch of remote files: coalesce the ranges (STOKER_HTTP_COALESCE_GAP,
+/* The VFS read-ahead of remote files: coalesce the ranges (STOKER_HTTP_COALESCE_GAP,
  * STOKER_HTTP_COALESCE_MAX; whole cache blocks with a cache) and queue them for the fetcher
  * thread, which keeps up to STOKER_HTTP_INFLIGHT requests in flight (curl multi) within
- * STOKER_HTTP_PREFETCH bytes of memory. */
-void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n);
+ * STOKER_HTTP_READAHEAD bytes of memory. */
+void stk__remote_readahead(stk__file *file, stk__brange *r, size_t n);
 
-/* Serve [off, off + len) into the pieces from a prefetched range covering it (waiting while it
+/* Serve [off, off + len) into the pieces from a read-ahead range covering it (waiting while it
  * is in flight): STK__TAKE_HIT. STK__TAKE_CACHED: with the cache, the block was put in the cache
- * meanwhile (read it there). STK__TAKE_NONE: no prefetched range holds it (none, failed,
+ * meanwhile (read it there). STK__TAKE_NONE: no read-ahead range holds it (none, failed,
  * dropped): read it directly. */
 enum { STK__TAKE_NONE, STK__TAKE_HIT, STK__TAKE_CACHED };
-int stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_iov, size_t len);
+int stk__readahead_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_iov, size_t len);
 
 /* The block at off was found in the cache after all (a STK__TAKE_CACHED read hit). */
-void stk__prefetch_cached(stk__rfile *f, uint64_t off);
+void stk__readahead_cached(stk__rfile *f, uint64_t off);
 
-/* Forget f's prefetches at close. true when f may be freed now; false when requests in flight
+/* Forget f's read-aheads at close. true when f may be freed now; false when requests in flight
  * still use it (the fetcher frees it when the last ends). */
-bool stk__prefetch_forget(stk__rfile *f);
+bool stk__readahead_forget(stk__rfile *f);
 
 #endif /* STK_HTTP_INT_H */

@@ -38,7 +38,7 @@ typedef struct stk__iov {
     size_t len;
 } stk__iov;
 
-/* A byte range of a file (prefetch hints). */
+/* A byte range of a file (read-ahead hints). */
 typedef struct stk__brange {
     uint64_t off, len;
 } stk__brange;
@@ -75,7 +75,7 @@ struct stk__vfs {
     /* Optional (NULL: a no-op, as for POSIX): a hint that the ranges will be read soon. Must not
      * block (it queues); ranges may be dropped (a later read fetches them itself) and are
      * reordered in place. Reads stay exact whatever the hint said. */
-    void (*prefetch)(stk__file *f, stk__brange *r, size_t n);
+    void (*readahead)(stk__file *f, stk__brange *r, size_t n);
     /* Optional (NULL: none, as for POSIX, whose formats keep their indexes beside the file): a
      * small aux entry `name` ("stkidx") derived from f's bytes, kept by the byte source (the
      * remote block cache) under f's identity (URL, ETag or Last-Modified, size). aux_get: its
@@ -126,11 +126,11 @@ stk_status stk__vfs_open(const char *path, stk__file **out, char *err, size_t er
 stk_status stk__vfs_read(stk__file *f, uint64_t offset, void *buf, size_t size, char *err,
                          size_t err_size);
 
-/* Hint that the ranges of f will be read soon (f->vfs->prefetch; a no-op without one). */
-static inline void stk__vfs_prefetch(stk__file *f, stk__brange *r, size_t n)
+/* Hint that the ranges of f will be read soon (f->vfs->readahead; a no-op without one). */
+static inline void stk__vfs_readahead(stk__file *f, stk__brange *r, size_t n)
 {
-    if (f->vfs->prefetch && n)
-        f->vfs->prefetch(f, r, n);
+    if (f->vfs->readahead && n)
+        f->vfs->readahead(f, r, n);
 }
 
 /* f's aux entry `name` (f->vfs->aux_get; false without one). */

@@ -463,7 +463,7 @@ stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64
         if ((rc = fetch(ctx, boff, buf, blen, err, err_size)) < 0)
             goto done;
         scatter(iov, n_iov, lo, hi, buf + in);
-        struct stat now; /* the fetch may have waited for a prefetch that put it in meanwhile */
+        struct stat now; /* the fetch may have waited for a read-ahead that put it in meanwhile */
         if (stat(path, &now) != 0 || (uint64_t)now.st_size != blen)
             put_block(c, hash, blk, buf, blen, tmp, dl);
     }

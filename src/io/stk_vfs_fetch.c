@@ -1,29 +1,30 @@
 /*
  * stk_vfs_fetch.c: many requests in flight for the remote byte sources. The loader tells a
  * dataset which records a batch (and the batch after it) will read; their byte ranges (each
- * source's extent: .stk, TFRecord, WebDataset), gathered per file, come to the VFS prefetch
- * (stk__vfs_prefetch). Here the
+ * source's extent: .stk, TFRecord, WebDataset), gathered per file, come to the VFS read-ahead
+ * (stk__vfs_readahead). Here the
  * ranges are coalesced (neighbours whose gap is at most STOKER_HTTP_COALESCE_GAP join one ranged
  * GET of at most STOKER_HTTP_COALESCE_MAX bytes; with the block cache, the missing 4 MiB blocks
  * they touch) and queued for one fetcher thread, which keeps up to STOKER_HTTP_INFLIGHT of them
  * in flight on a curl multi handle (keep-alive connections, reused easy handles). A worker's read
- * that falls inside a prefetched range waits for it and copies its bytes; with the cache, the
+ * that falls inside a read-ahead range waits for it and copies its bytes; with the cache, the
  * fetched blocks go into the cache and the read finds them there.
  *
- * Exactness and retries: a prefetch is an optimisation, never the only way to a byte. A
- * prefetched request gets one attempt; if it fails (connection, status, short body) or was
- * dropped (over the STOKER_HTTP_PREFETCH memory budget), every read it would have served is made
+ * Exactness and retries: a read-ahead is an optimisation, never the only way to a byte. A
+ * read-ahead request gets one attempt; if it fails (connection, status, short body) or was
+ * dropped (over the STOKER_HTTP_READAHEAD memory budget), every read it would have served is made
  * on its own through stk__http_request, with the retries, backoff and error messages (URL,
  * record, last HTTP status) of a direct read. Bytes are handed out only from a transfer that
  * delivered exactly what was asked for, and the record checksum still checks them.
  *
- * Memory: prefetched bytes held (queued, in flight, fetched and not yet read) stay within
- * STOKER_HTTP_PREFETCH (default 256M; 0 turns prefetching off); a range is freed once all its
- * records were read, and the oldest fetched ranges are dropped when new hints need the room.
+ * Memory: read-ahead bytes held (queued, in flight, fetched and not yet read) stay within
+ * STOKER_HTTP_READAHEAD (default 256M; 0 turns read-ahead off; STOKER_HTTP_PREFETCH before 0.3); a
+ * range is freed once all its records were read, and the oldest fetched ranges are dropped when new
+ * hints need the room.
  *
- * Locking: one mutex (g_mu) guards the queue, the entries and the files' prefetch fields; the
+ * Locking: one mutex (g_mu) guards the queue, the entries and the files' read-ahead fields; the
  * fetcher thread drops it while curl runs. Readers wait on g_cv. The thread runs while some open
- * remote file has used prefetching, and exits when the last such file closes.
+ * remote file has used read-ahead, and exits when the last such file closes.
  */
 #include "io/stk_http_int.h"
 
@@ -82,7 +83,7 @@ size_t stk__fetch_to_start(size_t in_flight, size_t queued, size_t limit)
     return in_flight >= limit ? 0 : STK_MIN(limit - in_flight, queued);
 }
 
-bool stk__prefetch_admit(uint64_t held, uint64_t len, uint64_t budget)
+bool stk__readahead_admit(uint64_t held, uint64_t len, uint64_t budget)
 {
     return len <= budget && held <= budget - len;
 }
@@ -116,7 +117,7 @@ static pf_entry *g_first, *g_last;                     /* every entry */
 static pf_entry *g_qhead, *g_qtail;                    /* queued, in order */
 static size_t g_queued, g_running;
 static uint64_t g_held; /* bytes of every entry */
-static int g_files;     /* open files that used prefetching */
+static int g_files;     /* open files that used read-ahead */
 static bool g_thread;   /* the fetcher thread runs */
 static CURLM *g_multi;  /* its multi handle (valid while g_thread) */
 
@@ -147,7 +148,7 @@ static void mark(stk__rfile *f, uint64_t off, uint64_t len, uint8_t v)
 /* Drop fetched or failed entries nobody waits for, oldest first, until `len` more bytes fit. */
 static void make_room(uint64_t len, uint64_t budget)
 {
-    for (pf_entry *e = g_first, *nx; e && !stk__prefetch_admit(g_held, len, budget); e = nx) {
+    for (pf_entry *e = g_first, *nx; e && !stk__readahead_admit(g_held, len, budget); e = nx) {
         nx = e->next;
         if ((e->state == PF_DONE || e->state == PF_FAILED) && e->waiters == 0)
             unlink_entry(e);
@@ -391,10 +392,13 @@ static uint64_t env_size(const char *name, uint64_t def)
     return s && *s && stk__parse_size(s, &v) ? v : def;
 }
 
-void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n)
+void stk__remote_readahead(stk__file *file, stk__brange *r, size_t n)
 {
     stk__rfile *f = (stk__rfile *)file;
-    uint64_t budget = env_size("STOKER_HTTP_PREFETCH", (uint64_t)256 << 20);
+    /* STOKER_HTTP_PREFETCH: the name before 0.3, still read */
+    const char *ra =
+        getenv("STOKER_HTTP_READAHEAD") ? "STOKER_HTTP_READAHEAD" : "STOKER_HTTP_PREFETCH";
+    uint64_t budget = env_size(ra, (uint64_t)256 << 20);
     uint64_t gap = env_size("STOKER_HTTP_COALESCE_GAP", (uint64_t)128 << 10);
     uint64_t max = env_size("STOKER_HTTP_COALESCE_MAX", (uint64_t)4 << 20);
     if (budget == 0 || n == 0)
@@ -445,7 +449,7 @@ void stk__remote_prefetch(stk__file *file, stk__brange *r, size_t n)
         while (j < m && r[j].off + r[j].len <= out[i].off + out[i].len)
             j++;
         make_room(out[i].len, budget);
-        if (!stk__prefetch_admit(g_held, out[i].len, budget))
+        if (!stk__readahead_admit(g_held, out[i].len, budget))
             break; /* the rest is read directly */
         pf_entry *e = stk__calloc(1, sizeof(*e));
         if (e && !(e->want = stk__malloc((j - j0) * sizeof(*e->want) + 1))) {
@@ -509,7 +513,7 @@ static void copy_out(const stk__iov *iov, int n_iov, const uint8_t *src)
     }
 }
 
-int stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_iov, size_t len)
+int stk__readahead_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_iov, size_t len)
 {
     if (!f->pf_used) /* unlocked peek: set once, before any hint this reader could follow */
         return STK__TAKE_NONE;
@@ -539,13 +543,13 @@ int stk__prefetch_take(stk__rfile *f, uint64_t off, const stk__iov *iov, int n_i
          * since (or found it there): read it there. Otherwise it is not there (now). */
         uint64_t b = off / STK_CACHE_BLOCK;
         rc = f->cached[b] == 1 ? STK__TAKE_CACHED : STK__TAKE_NONE;
-        f->cached[b] = 0; /* set again by the read through the cache (stk__prefetch_cached) */
+        f->cached[b] = 0; /* set again by the read through the cache (stk__readahead_cached) */
     }
     pthread_mutex_unlock(&g_mu);
     return rc;
 }
 
-void stk__prefetch_cached(stk__rfile *f, uint64_t off)
+void stk__readahead_cached(stk__rfile *f, uint64_t off)
 {
     pthread_mutex_lock(&g_mu);
     if (f->cached)
@@ -553,7 +557,7 @@ void stk__prefetch_cached(stk__rfile *f, uint64_t off)
     pthread_mutex_unlock(&g_mu);
 }
 
-bool stk__prefetch_forget(stk__rfile *f)
+bool stk__readahead_forget(stk__rfile *f)
 {
     pthread_mutex_lock(&g_mu);
     if (!f->pf_used) {

@@ -605,14 +605,14 @@ static stk_status read_pieces(stk__rfile *f, uint64_t offset, const stk__iov *io
                               "%s: read of %zu bytes at %llu is past the end (%llu bytes)",
                               f->base.path, want, (unsigned long long)offset,
                               (unsigned long long)f->base.size);
-    int took = stk__prefetch_take(f, offset, iov, n_iov, want);
+    int took = stk__readahead_take(f, offset, iov, n_iov, want);
     char scratch[STK_ERRMSG_SIZE];
     if (took == STK__TAKE_HIT)
         return STK_OK;
     if (took == STK__TAKE_CACHED &&
         stk__cache_read(f->cache, f->cache_key, f->base.size, offset, iov, n_iov, fetch_none, NULL,
                         scratch, sizeof(scratch)) == STK_OK) {
-        stk__prefetch_cached(f, offset);
+        stk__readahead_cached(f, offset);
         return STK_OK;
     }
     stk__http_sink s = {.iov = iov, .n = n_iov, .want = want};
@@ -641,7 +641,7 @@ stk_status stk__remote_read(stk__file *file, uint64_t offset, const stk__iov *io
 void stk__remote_close(stk__file *file)
 {
     stk__rfile *f = (stk__rfile *)file;
-    if (stk__prefetch_forget(f))
+    if (stk__readahead_forget(f))
         stk__rfile_free(f);
 }
 
@@ -689,7 +689,7 @@ const stk__vfs stk__vfs_http = {
     .stat = http_stat,
     .list = http_list,
     .glob = http_glob,
-    .prefetch = stk__remote_prefetch,
+    .readahead = stk__remote_readahead,
     .aux_get = stk__remote_aux_get,
     .aux_put = stk__remote_aux_put,
 };

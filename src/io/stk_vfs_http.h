@@ -40,9 +40,9 @@ void stk__ranges_to_blocks(stk__brange *r, size_t n, uint64_t block, uint64_t si
 /* How many queued requests to start now: up to `limit` in flight (at least 1). */
 size_t stk__fetch_to_start(size_t in_flight, size_t queued, size_t limit);
 
-/* Whether a prefetch of `len` bytes fits the memory budget with `held` bytes already held by
- * prefetched (queued, in flight or unread) ranges. */
-bool stk__prefetch_admit(uint64_t held, uint64_t len, uint64_t budget);
+/* Whether a read-ahead of `len` bytes fits the memory budget with `held` bytes already held by
+ * read-ahead (queued, in flight or unread) ranges. */
+bool stk__readahead_admit(uint64_t held, uint64_t len, uint64_t budget);
 
 /* ---- the shared on-disk cache (stk_vfs_cache.c) ---- */
 

@@ -490,7 +490,7 @@ const stk__vfs stk__vfs_s3 = {
     .stat = s3_stat,
     .list = s3_list,
     .glob = s3_glob,
-    .prefetch = stk__remote_prefetch,
+    .readahead = stk__remote_readahead,
     .aux_get = stk__remote_aux_get,
     .aux_put = stk__remote_aux_put,
 };

@@ -6,13 +6,13 @@
 
 #include <string.h>
 
-void stk__autotune_init(stk__autotune *a, uint32_t n_threads, uint32_t prefetch)
+void stk__autotune_init(stk__autotune *a, uint32_t n_threads, uint32_t n_slots)
 {
     memset(a, 0, sizeof(*a));
     a->n_threads = n_threads;
-    a->prefetch = prefetch;
+    a->n_slots = n_slots;
     a->active = 1;
-    a->depth = STK_MIN(2, prefetch);
+    a->depth = STK_MIN(2, n_slots);
     a->ceiling = n_threads;
 }
 
@@ -52,7 +52,7 @@ bool stk__autotune_decide(stk__autotune *a, const stk__at_window *w)
         snprintf(a->reason, sizeof(a->reason),
                  "consumer waited %.0f%% of the time with %u thread%s: %u threads", cw * 100, old,
                  old == 1 ? "" : "s", a->active);
-    } else if (cw > 0.02 && ww < 0.5 && a->depth < a->prefetch) {
+    } else if (cw > 0.02 && ww < 0.5 && a->depth < a->n_slots) {
         a->depth++;
         snprintf(a->reason, sizeof(a->reason),
                  "consumer waited %.0f%% with all %u threads busy: depth %u", cw * 100, old,

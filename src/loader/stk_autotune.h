@@ -26,10 +26,10 @@ typedef struct stk__at_window {
 } stk__at_window;
 
 typedef struct stk__autotune {
-    uint32_t n_threads, prefetch; /* the limits */
-    uint32_t active;              /* workers with id < active work; the others park */
-    uint32_t depth;               /* batches opened ahead of the consumer */
-    uint32_t settle;              /* windows left to let the last change show */
+    uint32_t n_threads, n_slots; /* the limits */
+    uint32_t active;             /* workers with id < active work; the others park */
+    uint32_t depth;              /* batches opened ahead of the consumer */
+    uint32_t settle;             /* windows left to let the last change show */
     uint32_t changes, windows;
     uint32_t ceiling;   /* more threads than this gave no gain (forgotten every 20 windows) */
     uint32_t prev;      /* threads before the last growth step */
@@ -38,8 +38,8 @@ typedef struct stk__autotune {
     char reason[160]; /* the last change, in words */
 } stk__autotune;
 
-/* Start with one thread and min(2, prefetch) batches ahead. */
-void stk__autotune_init(stk__autotune *a, uint32_t n_threads, uint32_t prefetch);
+/* Start with one thread and min(2, n_slots) batches in flight. */
+void stk__autotune_init(stk__autotune *a, uint32_t n_threads, uint32_t n_slots);
 /* Judge window w; returns true when a->active or a->depth changed (a->reason says why). */
 bool stk__autotune_decide(stk__autotune *a, const stk__at_window *w);
 

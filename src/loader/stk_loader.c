@@ -4,7 +4,7 @@
  *
  * Design (docs/design.md has the long form):
  *  - Batches form one sequence numbered by `seq` (monotonic over the loader's life, across
- *    epochs and resets); batch `seq` lives in ring slot seq % prefetch. The dispatcher state (the
+ *    epochs and resets); batch `seq` lives in ring slot seq % n_slots. The dispatcher state (the
  *    epoch and batch the next opened slot gets, stk_worker.c) and the consumer state (the epoch
  *    and batch the consumer gets next, here) walk the same epoch plans, so both agree on what
  *    each seq is.
@@ -62,7 +62,7 @@ void stk_loader_opts_init(stk_loader_opts *opts)
     opts->struct_size = sizeof(*opts);
     opts->batch_size = 256;
     opts->n_threads = 0;
-    opts->prefetch = 0;
+    opts->n_slots = 0;
     opts->rank = -1;
     opts->world = -1;
     opts->transform_field = NULL;
@@ -175,7 +175,7 @@ static stk_status budget_check(core *c, uint64_t budget, char *err, size_t err_s
 {
     if (!budget)
         return STK_OK;
-    uint64_t ring = (uint64_t)c->r.slot_alloc * c->prefetch, scratch = 0;
+    uint64_t ring = (uint64_t)c->r.slot_alloc * c->n_slots, scratch = 0;
     if (c->transform)
         scratch = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
     scratch += c->bops.n ? c->bops.scratch_size : 0;
@@ -190,9 +190,9 @@ static stk_status budget_check(core *c, uint64_t budget, char *err, size_t err_s
                           "memory budget of %" PRIu64 " bytes exceeded: the ring takes %" PRIu64
                           " (%u slots of %zu bytes), %u threads take %" PRIu64
                           " each in scratch (read, batch transforms, sample buffer), %" PRIu64
-                          " in all, before any image is decoded; lower prefetch, batch size or "
+                          " in all, before any image is decoded; lower n_slots, batch size or "
                           "threads, or raise memory_budget",
-                          budget, ring, c->prefetch, c->r.slot_alloc, c->n_threads, scratch, total);
+                          budget, ring, c->n_slots, c->r.slot_alloc, c->n_threads, scratch, total);
 }
 
 stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
@@ -222,9 +222,9 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
                                    "thread count %d is invalid (must be >= 0; 0 = "
                                    "one per CPU)",
                                    (int)opts->n_threads);
-    if (opts->prefetch < 0)
-        return stk__set_last_error(STK_EINVAL, "prefetch %d is invalid (must be >= 1; 0 = default)",
-                                   (int)opts->prefetch);
+    if (opts->n_slots < 0)
+        return stk__set_last_error(STK_EINVAL, "n_slots %d is invalid (must be >= 1; 0 = default)",
+                                   (int)opts->n_slots);
     if (!opts->dataset && (!opts->paths || opts->n_paths == 0))
         return stk__set_last_error(STK_EINVAL, "no data: give dataset paths or an open dataset");
     uint32_t rank, world;
@@ -251,20 +251,20 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         dopts.n_paths = opts->n_paths;
         dopts.flags = (opts->flags & STK_LOADER_NO_VERIFY) ? STK_DATASET_NO_VERIFY : 0;
         dopts.format = opts->format;
-        if ((rc = stk_dataset_open_ex(&dopts, &c->owned_ds)) < 0) {
+        if ((rc = stk_dataset_open_v2(&dopts, &c->owned_ds)) < 0) {
             snprintf(err, sizeof(err), "%s", stk_last_errmsg());
             goto fail;
         }
         c->ds = c->owned_ds;
     }
-    c->n = stk_dataset_count(c->ds);
+    c->n = stk_dataset_n_records(c->ds);
     for (size_t k = 0; c->ds->m->extent && k < c->ds->n_files && !c->readahead; k++)
-        c->readahead = stk__vfs_for(c->ds->files[k].path)->prefetch != NULL;
+        c->readahead = stk__vfs_for(c->ds->files[k].path)->readahead != NULL;
     if (c->n == 0)
         STK_FAIL(err, STK_EINVAL, "dataset is empty (0 records)");
     c->batch_size = (uint32_t)opts->batch_size;
     c->n_threads = opts->n_threads ? (uint32_t)opts->n_threads : stk__cpu_count();
-    c->prefetch = opts->prefetch ? (uint32_t)opts->prefetch : 4;
+    c->n_slots = opts->n_slots ? (uint32_t)opts->n_slots : 4;
     c->rank = rank;
     c->world = world;
     c->seed = opts->seed;
@@ -275,10 +275,10 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     c->created_ns = stk__now_ns();
     c->autotune = opts->flags & STK_LOADER_AUTOTUNE;
     /* Autotune starts with one thread and two batches ahead, and grows from there. */
-    stk__autotune_init(&c->at, c->n_threads, c->prefetch);
+    stk__autotune_init(&c->at, c->n_threads, c->n_slots);
     if (!c->autotune) { /* every thread works and every slot may be ahead */
         c->at.active = c->n_threads;
-        c->at.depth = c->prefetch;
+        c->at.depth = c->n_slots;
     }
     c->at_last_ns = c->created_ns;
     c->read_flags = (opts->flags & STK_LOADER_NO_VERIFY) ? STK__READ_NO_VERIFY : 0;
@@ -498,10 +498,11 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
          * would deadlock. */
         uint32_t held = c->r.held;
         pthread_mutex_unlock(&c->r.mu);
-        return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_EBUSY,
-                              "the consumer holds %u of %u ring slots, including the one the "
-                              "next batch needs: release the oldest batch (or raise prefetch)",
-                              held, c->prefetch);
+        return stk__set_error(
+            L->errmsg, sizeof(L->errmsg), STK_EBUSY,
+            "the consumer holds %u of %u ring slots, including the one the "
+            "next batch needs: release the oldest batch (or raise n_slots; Python: prefetch)",
+            held, c->n_slots);
     }
     if (!(s->seq == seq && s->state == STK__SLOT_READY)) {
         uint64_t t0 = stk__loader_now(c);
@@ -638,7 +639,7 @@ stk_status stk_loader_info_get(const stk_loader *L, stk_loader_info *dst)
     stk_loader_info full, *out = &full;
     memset(out, 0, sizeof(*out));
     out->n_threads = c->n_threads;
-    out->prefetch = c->prefetch;
+    out->n_slots = c->n_slots;
     out->batch_size = c->batch_size;
     out->rank = c->rank;
     out->world = c->world;

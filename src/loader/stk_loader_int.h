@@ -6,7 +6,7 @@
  *   stk_worker.c      the worker threads: open batches, take tickets, read/transform/finish
  *                     samples, queue device copies
  *   stk_autotune.c    the autotune decision (pure; the consumer feeds it windows)
- *   stk_resume.c      stk_loader_state / stk_loader_load_state
+ *   stk_resume.c      stk_loader_save_state / stk_loader_load_state
  *   stk_trace.c       per-thread trace buffers and stk_loader_trace_write
  *
  * The ring (slots, states, tickets, refcount, the stk_batch accessors) is src/batch/stk_ring.c;
@@ -105,7 +105,7 @@ struct core {
     double *weights;     /* without replacement: the weights [n], keys scratch, list pool */
     stk__okey *okeys;
     stk__olist *pool, *d_list; /* pool [n_pool]; the dispatcher's current list (mu) */
-    stk__olist **slot_list;    /* [prefetch]: the list of the batch each slot holds (mu) */
+    stk__olist **slot_list;    /* [n_slots]: the list of the batch each slot holds (mu) */
     uint32_t n_pool;
     const stk_transform *transform;
     int tfield;
@@ -115,7 +115,7 @@ struct core {
     _Atomic uint64_t *checked;
     bool readahead; /* some file is remote and the source gives extents: hint the next records */
     stk__imgarray tgeom; /* its geometry */
-    uint32_t prefetch, n_threads, batch_size, rank, world;
+    uint32_t n_slots, n_threads, batch_size, rank, world;
     uint64_t seed, n;
     bool shuffle, drop_last, skip_corrupt;
     unsigned read_flags; /* STK__READ_* for every record read */
@@ -205,7 +205,7 @@ void stk__loader_reset(core *c, uint64_t seed, uint64_t epoch, uint64_t start);
 void stk__loader_reset_with(core *c, uint64_t seed, uint64_t epoch, uint64_t start, uint64_t *list,
                             uint64_t m);
 
-/* The order (stk_order.c): set up from the options at create (c->n, prefetch, batch_size and
+/* The order (stk_order.c): set up from the options at create (c->n, n_slots, batch_size and
  * world known), freed with the core; the record at position pos (< m) of slot s's batch's
  * epoch; a slot being opened takes its epoch's list (mu held). */
 stk_status stk__order_setup(core *c, const stk_loader_opts *o, char *err, size_t err_size);

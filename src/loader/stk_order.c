@@ -6,9 +6,9 @@
  * itself (stk_sampler.c).
  *
  * Lists without replacement: the dispatcher (open_batch, under mu) makes epoch e's list when it
- * opens e's first batch, into a free entry of a pool of prefetch + 1 lists allocated at create;
+ * opens e's first batch, into a free entry of a pool of n_slots + 1 lists allocated at create;
  * each slot keeps a reference to the list of the batch it holds (workers read it without mu:
- * the entry cannot be reused while referenced). At most prefetch slots and the dispatcher hold
+ * the entry cannot be reused while referenced). At most n_slots slots and the dispatcher hold
  * references, so an entry is always free. Resume needs nothing stored: every list is a pure
  * function of (weights, seed, epoch).
  */
@@ -169,9 +169,9 @@ stk_status stk__order_setup(core *c, const stk_loader_opts *o, char *err, size_t
                                   c->m, positive);
         c->weights = stk__malloc(c->n * sizeof(double));
         c->okeys = stk__malloc(c->n * sizeof(stk__okey));
-        c->n_pool = c->prefetch + 1;
+        c->n_pool = c->n_slots + 1;
         c->pool = stk__calloc(c->n_pool, sizeof(*c->pool));
-        c->slot_list = stk__calloc(c->prefetch, sizeof(*c->slot_list));
+        c->slot_list = stk__calloc(c->n_slots, sizeof(*c->slot_list));
         bool ok = c->weights && c->okeys && c->pool && c->slot_list;
         for (uint32_t i = 0; ok && i < c->n_pool; i++)
             ok = (c->pool[i].idx = stk__malloc(c->m * sizeof(uint64_t))) != NULL;

@@ -11,7 +11,7 @@
 
 #define STATE_VERSION 1
 
-stk_status stk_loader_state(const stk_loader *L, char *buf, size_t buf_size)
+stk_status stk_loader_save_state(const stk_loader *L, char *buf, size_t buf_size)
 {
     core *c = L->c;
     pthread_mutex_lock(&c->r.mu);

@@ -119,7 +119,7 @@ stk_status stk__ring_setup(core *c, const stk_loader_opts *o, char *err, size_t 
     }
     if (o->device >= 0 && c->cudev_open) {
         why[0] = '\0';
-        if ((rc = stk__devring_create(&c->cudev, c->prefetch, host, fsize, &dc->dev, why,
+        if ((rc = stk__devring_create(&c->cudev, c->n_slots, host, fsize, &dc->dev, why,
                                       sizeof(why), err, err_size)) < 0)
             goto fail;
         dc->device = o->device;
@@ -150,18 +150,18 @@ stk_status stk__ring_setup(core *c, const stk_loader_opts *o, char *err, size_t 
     uint64_t limit = !want_pinned      ? 0
                      : o->pinned_limit ? o->pinned_limit
                                        : stk__pinned_limit_default();
-    uint64_t ring = (uint64_t)STK_ALIGN_UP(host, 64) * c->prefetch, held = stk__pinned_total();
+    uint64_t ring = (uint64_t)STK_ALIGN_UP(host, 64) * c->n_slots, held = stk__pinned_total();
     if (want_pinned && (held > limit || ring > limit - held)) {
         char msg[STK_ERRMSG_SIZE];
         snprintf(msg, sizeof(msg),
                  "%u slots of %zu bytes would take pinned memory to %" PRIu64
                  " bytes, over the %" PRIu64 "-byte cap (opts.pinned_limit or STOKER_PINNED_LIMIT)",
-                 c->prefetch, host, held + ring, limit);
+                 c->n_slots, host, held + ring, limit);
         dev_note(c, "pageable ring", msg);
         want_pinned = false;
     }
     why[0] = '\0';
-    rc = stk__ring_alloc(&c->r, c->prefetch, host, want_pinned, limit,
+    rc = stk__ring_alloc(&c->r, c->n_slots, host, want_pinned, limit,
                          (o->flags & STK_LOADER_SHARED_RING) != 0, dc, why, sizeof(why), err,
                          err_size);
     if (why[0])

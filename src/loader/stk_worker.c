@@ -19,14 +19,14 @@
 /* Tell the dataset which records positions [first, first + count) of slot s's epoch will read,
  * in the loader's order (remote byte sources fetch them ahead, coalesced and many at once; only
  * called when some file is remote). */
-static void prefetch_records(core *c, const stk__slot *s, uint64_t first, uint32_t count)
+static void readahead_records(core *c, const stk__slot *s, uint64_t first, uint32_t count)
 {
     uint64_t idx[512];
     for (uint32_t t = 0; t < count; t += 512) {
         uint32_t k = STK_MIN(count - t, 512u);
         for (uint32_t j = 0; j < k; j++)
             idx[j] = stk__order_at(c, s, (first + t + j) % c->m);
-        stk__dataset_prefetch(c->ds, idx, k);
+        stk__dataset_readahead(c->ds, idx, k);
     }
 }
 
@@ -58,12 +58,12 @@ static bool open_batch(core *c)
     stk__slot_open_locked(s, c->open_seq, count);
     /* its records, and read-ahead: the next batch's (ranges hinted before are not asked again) */
     if (c->readahead) {
-        prefetch_records(c, s, s->first, count);
+        readahead_records(c, s, s->first, count);
         if (c->d_b + 1 < c->d_plan.n_batches) { /* the next batch: the same epoch and order */
             uint64_t first, consumed;
             uint32_t next;
             stk_plan_batch(&c->d_plan, c->d_b + 1, &first, &next, &consumed);
-            prefetch_records(c, s, first, next);
+            readahead_records(c, s, first, next);
         }
     }
     c->open_seq++;

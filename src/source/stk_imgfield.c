@@ -143,7 +143,7 @@ static stk_status sniff_record0(const stk_dataset *ds, bool *cand, size_t *n_can
     bool any = false;
     for (size_t f = 0; f < nf; f++)
         any |= stk_dataset_field(ds, f)->kind == STK_FIELD_BYTES;
-    if (!any || stk_dataset_count(ds) == 0)
+    if (!any || stk_dataset_n_records(ds) == 0)
         return STK_OK;
     uint8_t *buf = stk__malloc(size ? size : 1);
     if (!buf)

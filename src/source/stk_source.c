@@ -26,7 +26,7 @@ static const stk__source_methods *const sources[] = {
 #undef STK_SOURCE
 #define N_SOURCES (sizeof(sources) / sizeof(sources[0]) - 1)
 
-size_t stk_format_count(void)
+size_t stk_n_formats(void)
 {
     return N_SOURCES;
 }
@@ -138,7 +138,7 @@ void stk_dataset_opts_init(stk_dataset_opts *opts)
     opts->struct_size = sizeof(*opts);
 }
 
-stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **out)
+stk_status stk_dataset_open_v2(const stk_dataset_opts *opts_in, stk_dataset **out)
 {
     stk_status rc = STK_OK;
     char err[STK_ERRMSG_SIZE] = "";
@@ -149,7 +149,7 @@ stk_status stk_dataset_open_ex(const stk_dataset_opts *opts_in, stk_dataset **ou
     stk_dataset_opts o;
     stk_dataset_opts_init(&o);
     if (!out || !stk__opts_load(&o, sizeof(o), opts_in))
-        return stk__set_last_error(STK_EINVAL, "stk_dataset_open_ex: NULL argument or options "
+        return stk__set_last_error(STK_EINVAL, "stk_dataset_open_v2: NULL argument or options "
                                                "not initialised with stk_dataset_opts_init");
     if (!o.paths || o.n_paths == 0)
         return stk__set_last_error(STK_EINVAL, "stk_dataset_open: no paths given");
@@ -238,7 +238,7 @@ stk_status stk_dataset_open(const char *const *paths, size_t n_paths, unsigned f
     o.paths = paths;
     o.n_paths = n_paths;
     o.flags = flags;
-    return stk_dataset_open_ex(&o, out);
+    return stk_dataset_open_v2(&o, out);
 }
 
 void stk_dataset_close(stk_dataset *ds)
@@ -293,7 +293,7 @@ stk_status stk__dataset_files_alloc(stk_dataset *ds, size_t n, char *err, size_t
     return STK_OK;
 }
 
-void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n)
+void stk__dataset_readahead(const stk_dataset *ds, const uint64_t *idx, size_t n)
 {
     if (!ds->m->extent)
         return;
@@ -303,7 +303,7 @@ void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n)
         size_t m = 0, k = STK_MIN(n - at, (size_t)256);
         for (size_t j = 0; j < k; j++)
             if (idx[at + j] < ds->count && ds->m->extent(ds, idx[at + j], &file_of[m], &r[m]) &&
-                file_of[m]->vfs->prefetch)
+                file_of[m]->vfs->readahead)
                 m++;
         /* one hint per file, its ranges gathered at the front */
         for (size_t a = 0; a < m;) {
@@ -316,7 +316,7 @@ void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n)
                     r[j] = t, file_of[j] = tf;
                     b++;
                 }
-            stk__vfs_prefetch(file_of[a], r + a, b - a);
+            stk__vfs_readahead(file_of[a], r + a, b - a);
             a = b;
         }
     }
@@ -398,7 +398,7 @@ const char *stk_dataset_format(const stk_dataset *ds)
     return ds ? ds->m->name : "";
 }
 
-uint64_t stk_dataset_count(const stk_dataset *ds)
+uint64_t stk_dataset_n_records(const stk_dataset *ds)
 {
     return ds ? ds->count : 0;
 }

@@ -110,7 +110,7 @@ struct stk__source_methods {
      * error messages. */
     void (*describe)(const stk_dataset *ds, uint64_t i, char *buf, size_t size);
     /* Optional (NULL: no read-ahead): the file record i is read from and the byte range its read
-     * covers, for read-ahead (stk__dataset_prefetch). false when there is none to give. Must
+     * covers, for read-ahead (stk__dataset_readahead). false when there is none to give. Must
      * not block; reads stay exact whatever the read-ahead did. */
     bool (*extent)(const stk_dataset *ds, uint64_t i, stk__file **f, stk__brange *r);
 };
@@ -132,9 +132,9 @@ static inline stk_status stk__dataset_read(const stk_dataset *ds, stk__cursor *c
 }
 
 /* Hint that records idx[0..n) will be read soon: their extents, gathered per file, go to the
- * byte sources' prefetch (stk__vfs_prefetch; remote files read them ahead, coalesced). A no-op
- * for sources without extent and files without prefetch (local ones). */
-void stk__dataset_prefetch(const stk_dataset *ds, const uint64_t *idx, size_t n);
+ * byte sources' read-ahead (stk__vfs_readahead; remote files read them ahead, coalesced). A no-op
+ * for sources without extent and files without read-ahead (local ones). */
+void stk__dataset_readahead(const stk_dataset *ds, const uint64_t *idx, size_t n);
 
 /* Where record i lives (file, local number, offset, field sizes): a read without checksum check
  * into scratch buffers. For tests and tools, not for the hot path. */

@@ -488,7 +488,8 @@ static const stk__op_def op_table[] = {
 };
 
 /* The table: op_table, the pixel ops' rows (stk_ops_pixel.c) and the warps' (stk_ops_warp.c).
- * Every kind 0 .. stk_op_count() - 1 has exactly one row (tests/unit/xform/test_xform.c checks). */
+ * Every kind 0 .. stk_op_n_kinds() - 1 has exactly one row (tests/unit/xform/test_xform.c checks).
+ */
 static const struct {
     const stk__op_def *rows;
     size_t n;
@@ -554,7 +555,7 @@ void stk_op_init(stk_op *op, stk_op_kind kind)
         d->init(op);
 }
 
-size_t stk_op_count(void)
+size_t stk_op_n_kinds(void)
 {
     return n_rows();
 }

@@ -77,7 +77,7 @@ FX_FN int fx_check_raw_batch(stk_batch *b, int64_t *seen, size_t *n_seen)
     T_OK(stk_batch_tensor(b, 0, &data));
     T_OK(stk_batch_tensor(b, 1, &label));
     const int64_t *idx = stk_batch_indices(b);
-    for (uint32_t j = 0; j < stk_batch_size(b); j++) {
+    for (uint32_t j = 0; j < stk_batch_n_samples(b); j++) {
         uint8_t want[512];
         size_t len = fx_payload((uint64_t)idx[j], want);
         T_EQ(data.lengths[j], len);
@@ -139,8 +139,8 @@ static const struct {
     bool nhwc;
 } FX_FINISH_CASES[3] = {
     {STK_DTYPE_FLOAT32, false}, {STK_DTYPE_BFLOAT16, true}, {STK_DTYPE_FLOAT16, false}};
-FX_FN stk_transform *fx_transform_ex(bool normalize, stk_dtype dtype, bool nhwc, bool finish,
-                                     float flip)
+FX_FN stk_transform *fx_transform_opts(bool normalize, stk_dtype dtype, bool nhwc, bool finish,
+                                       float flip)
 {
     stk_op ops[4];
     stk_op_init(&ops[0], STK_OP_RANDOM_RESIZED_CROP);
@@ -169,7 +169,7 @@ FX_FN stk_transform *fx_transform_ex(bool normalize, stk_dtype dtype, bool nhwc,
 
 FX_FN stk_transform *fx_transform(bool normalize, stk_dtype dtype, bool nhwc)
 {
-    return fx_transform_ex(normalize, dtype, nhwc, false, 0);
+    return fx_transform_opts(normalize, dtype, nhwc, false, 0);
 }
 
 /* The same transform (with Normalize) finished by the loader: the workers output uint8
@@ -177,7 +177,7 @@ FX_FN stk_transform *fx_transform(bool normalize, stk_dtype dtype, bool nhwc)
  * probability `flip`. */
 FX_FN stk_transform *fx_finish_transform(stk_dtype dtype, bool nhwc, float flip)
 {
-    return fx_transform_ex(true, dtype, nhwc, true, flip);
+    return fx_transform_opts(true, dtype, nhwc, true, flip);
 }
 
 /* A shuffled loader over the image dataset with `t` (finishing when t has it) and the given
@@ -205,9 +205,9 @@ FX_FN int fx_finish_matches(stk_loader *L, stk_loader *R, fx_fetch fetch)
     int batches = 0;
     while ((rc = stk_loader_next(L, &b)) == STK_OK) {
         T_OK(stk_loader_next(R, &r));
-        T_EQ(stk_batch_size(b), stk_batch_size(r));
+        T_EQ(stk_batch_n_samples(b), stk_batch_n_samples(r));
         T_CHECK(memcmp(stk_batch_indices(b), stk_batch_indices(r),
-                       stk_batch_size(b) * sizeof(int64_t)) == 0);
+                       stk_batch_n_samples(b) * sizeof(int64_t)) == 0);
         stk_tensor got, want;
         T_OK(stk_batch_tensor(r, 0, &want));
         if (fetch) {

@@ -236,7 +236,7 @@ static void check(const tree *t)
     o.n_paths = 1;
     o.format = "imagefolder";
     stk_dataset *ds = NULL;
-    stk_status rc = stk_dataset_open_ex(&o, &ds);
+    stk_status rc = stk_dataset_open_v2(&o, &ds);
     if (rc != STK_OK) {
         if (rc != STK_EINVAL && rc != STK_ELIMIT && rc != STK_EIO)
             abort(); /* only "no classes", "no images", "too deep", an unreadable entry */
@@ -246,7 +246,7 @@ static void check(const tree *t)
     }
     char *classes[MAX_DIRS + 8];
     int n_classes = classes_of(t->root, classes, MAX_DIRS + 8);
-    uint64_t n = stk_dataset_count(ds);
+    uint64_t n = stk_dataset_n_records(ds);
     int fi = stk_dataset_find_field(ds, "image"), fl = stk_dataset_find_field(ds, "label"),
         fp = stk_dataset_find_field(ds, "path");
     if (fi < 0 || fl < 0 || fp < 0 || n == 0)

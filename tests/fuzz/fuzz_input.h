@@ -74,7 +74,7 @@ __attribute__((unused)) static void fuzz_read_all(const stk_dataset *ds)
             (void)strlen(si.metadata);
     }
     (void)stk_dataset_fingerprint(ds);
-    uint64_t n = STK_MIN(stk_dataset_count(ds), MAX_RECORDS);
+    uint64_t n = STK_MIN(stk_dataset_n_records(ds), MAX_RECORDS);
     for (uint64_t i = 0; buf && scatter && i < n; i++) {
         stk_record r;
         char err[256];

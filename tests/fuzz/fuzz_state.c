@@ -68,7 +68,7 @@ static int setup(void)
         o.dataset = ds;
         o.batch_size = 4;
         o.n_threads = 1;
-        o.prefetch = 2;
+        o.n_slots = 2;
         o.rank = i;
         o.world = i ? 3 : 1;
         o.flags = i ? STK_LOADER_DROP_LAST : STK_LOADER_SHUFFLE;
@@ -90,7 +90,7 @@ static void check_batches(stk_loader *L)
         if (rc != STK_OK)
             abort();
         const int64_t *idx = stk_batch_indices(b);
-        uint32_t n = stk_batch_size(b);
+        uint32_t n = stk_batch_n_samples(b);
         if (n == 0 || n > 4)
             abort();
         for (uint32_t j = 0; j < n; j++)
@@ -125,7 +125,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         check_batches(L);
         char state[512];
-        if (stk_loader_state(L, state, sizeof(state)) != STK_OK ||
+        if (stk_loader_save_state(L, state, sizeof(state)) != STK_OK ||
             stk_loader_load_state(L, state) != STK_OK)
             abort(); /* the loader's own state loads back */
     }

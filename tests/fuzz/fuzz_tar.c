@@ -26,7 +26,7 @@ static void read_all(const stk_dataset *ds, const char *path)
     if (max > MAX_RECORD_SIZE)
         return;
     uint8_t *buf = malloc(max ? max : 1);
-    uint64_t n = STK_MIN(stk_dataset_count(ds), MAX_RECORDS);
+    uint64_t n = STK_MIN(stk_dataset_n_records(ds), MAX_RECORDS);
     for (uint64_t i = 0; buf && i < n; i++) {
         stk_record r;
         char err[512];
@@ -53,7 +53,7 @@ static void run_one(const uint8_t *data, size_t size)
     o.n_paths = 1;
     o.format = "wds";
     stk_dataset *ds = NULL;
-    if (stk_dataset_open_ex(&o, &ds) == STK_OK) {
+    if (stk_dataset_open_v2(&o, &ds) == STK_OK) {
         read_all(ds, path);
         stk_dataset_close(ds);
     } else if (strstr(stk_last_errmsg(), path) == NULL) {

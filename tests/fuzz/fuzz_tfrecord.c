@@ -33,7 +33,7 @@ static void run_one(const uint8_t *data, size_t size)
         o.flags = flags;
         o.format = "tfrecord";
         stk_dataset *ds = NULL;
-        if (stk_dataset_open_ex(&o, &ds) == STK_OK) {
+        if (stk_dataset_open_v2(&o, &ds) == STK_OK) {
             fuzz_read_all(ds);
             stk_dataset_close(ds);
         } else if (strstr(stk_last_errmsg(), path) == NULL) {

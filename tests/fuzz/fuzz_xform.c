@@ -58,7 +58,7 @@ static void read_op(rd *r, stk_op *op)
     for (int i = 0; i < OP_BYTES; i++)
         b[i] = (uint8_t)take(r, 1);
     /* every kind of the op table, plus one invalid kind */
-    stk_op_init(op, (stk_op_kind)(b[0] % (stk_op_count() + 1)));
+    stk_op_init(op, (stk_op_kind)(b[0] % (stk_op_n_kinds() + 1)));
     /* sizes 0..95 (small outputs keep the fuzzer fast), sometimes 0 = shorthand / invalid */
     op->size[0] = b[1] % 96;
     op->size[1] = b[2] % 96;

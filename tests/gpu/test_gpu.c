@@ -104,7 +104,7 @@ static stk_loader *raw_loader(int64_t batch, int threads, int prefetch, uint32_t
     const char *paths[] = {fx_raw};
     stk_loader_opts o = fx_opts(paths, batch, threads);
     o.device = 0;
-    o.prefetch = prefetch;
+    o.n_slots = prefetch;
     o.flags = flags;
     o.seed = 17;
     stk_loader *L = NULL;

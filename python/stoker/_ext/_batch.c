@@ -29,7 +29,7 @@ PyObject *stkpy_batch_new(stk_batch *b)
     }
     self->batch = b;
     self->pid = getpid();
-    self->size = stk_batch_size(b);
+    self->size = stk_batch_n_samples(b);
     self->epoch = stk_batch_epoch(b);
     self->number = stk_batch_number(b);
     self->weakreflist = NULL;
@@ -47,7 +47,7 @@ static void Batch_dealloc(BatchObject *self)
     PyObject_Free(self);
 }
 
-static PyObject *Batch_size(BatchObject *self, void *c)
+static PyObject *Batch_n_samples(BatchObject *self, void *c)
 {
     (void)c;
     return PyLong_FromUnsignedLong(self->size);
@@ -214,7 +214,7 @@ static PyMethodDef Batch_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Batch_getset[] = {
-    {"size", (getter)Batch_size, NULL, "Samples in the batch.", NULL},
+    {"n_samples", (getter)Batch_n_samples, NULL, "Samples in the batch.", NULL},
     {"device", (getter)Batch_device, NULL,
      "The CUDA device the batch was copied to, or -1 (host only).", NULL},
     {"epoch", (getter)Batch_epoch, NULL, "The batch's epoch.", NULL},

@@ -322,7 +322,7 @@ static PyObject *mod_formats(PyObject *m, PyObject *noargs)
 {
     (void)m;
     (void)noargs;
-    size_t n = stk_format_count();
+    size_t n = stk_n_formats();
     PyObject *t = PyTuple_New((Py_ssize_t)n);
     for (size_t i = 0; t && i < n; i++) {
         PyObject *s = PyUnicode_FromString(stk_format_name(i));

@@ -164,7 +164,7 @@ static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         rc = STK_ENOMEM; /* the exception is set */
     } else {
         Py_BEGIN_ALLOW_THREADS
-        rc = stk_dataset_open_ex(&o, &ds);
+        rc = stk_dataset_open_v2(&o, &ds);
         if (rc < 0)
             snprintf(err, sizeof(err), "%s", stk_last_errmsg());
         Py_END_ALLOW_THREADS
@@ -252,7 +252,7 @@ static Py_ssize_t Dataset_len(DatasetObject *self)
 {
     if (!stkpy_dataset_get((PyObject *)self))
         return -1;
-    return (Py_ssize_t)stk_dataset_count(self->ds);
+    return (Py_ssize_t)stk_dataset_n_records(self->ds);
 }
 
 /* A field as a dict: name, kind, dtype, shape (per record), max_size. */
@@ -391,7 +391,7 @@ static PyObject *Dataset_read(DatasetObject *self, PyObject *arg)
     long long idx = PyLong_AsLongLong(arg);
     if (idx == -1 && PyErr_Occurred())
         return NULL;
-    uint64_t n = stk_dataset_count(self->ds);
+    uint64_t n = stk_dataset_n_records(self->ds);
     if (idx < 0)
         idx += (long long)n;
     if (idx < 0 || (uint64_t)idx >= n) {

@@ -165,7 +165,7 @@ static int post_request(LoaderObject *self)
         }
         self->helper_started = true;
     }
-    if (stk_loader_state(self->loader, self->pre_state, sizeof(self->pre_state)) < 0)
+    if (stk_loader_save_state(self->loader, self->pre_state, sizeof(self->pre_state)) < 0)
         self->pre_state[0] = '\0';
     pthread_mutex_lock(&self->mu);
     self->req = REQ_PENDING;
@@ -444,7 +444,7 @@ static PyObject *Loader_iter(PyObject *self)
     return Py_NewRef(self);
 }
 
-static PyObject *Loader_state(LoaderObject *self, PyObject *noargs)
+static PyObject *Loader_save_state(LoaderObject *self, PyObject *noargs)
 {
     (void)noargs;
     if (loader_enter(self, true) < 0)
@@ -455,7 +455,7 @@ static PyObject *Loader_state(LoaderObject *self, PyObject *noargs)
     if (self->req == REQ_DONE && self->pre_state[0])
         memcpy(buf, self->pre_state, sizeof(buf)); /* its batch was never delivered */
     else
-        rc = stk_loader_state(self->loader, buf, sizeof(buf));
+        rc = stk_loader_save_state(self->loader, buf, sizeof(buf));
     loader_leave(self, true);
     if (rc < 0)
         return stkpy_raise(rc, "state does not fit its buffer");
@@ -655,8 +655,8 @@ static PyObject *Loader_exit_ctx(LoaderObject *self, PyObject *args)
 }
 
 static PyMethodDef Loader_methods[] = {
-    {"state", (PyCFunction)Loader_state, METH_NOARGS,
-     "state() -> str: the resume state as JSON (position of the batches delivered so far)."},
+    {"save_state", (PyCFunction)Loader_save_state, METH_NOARGS,
+     "save_state() -> str: the resume state as JSON (position of the batches delivered so far)."},
     {"load_state", (PyCFunction)Loader_load_state, METH_O,
      "load_state(json): resume from a state (also one taken with another world size)."},
     {"set_indices", (PyCFunction)Loader_set_indices, METH_O,
@@ -665,7 +665,7 @@ static PyMethodDef Loader_methods[] = {
     {"set_epoch", (PyCFunction)Loader_set_epoch, METH_O,
      "set_epoch(e): jump to the start of epoch e (a no-op when e is about to start)."},
     {"info", (PyCFunction)Loader_info, METH_NOARGS,
-     "info() -> dict: resolved settings (n_threads, prefetch = ring slots, batch_size, rank, "
+     "info() -> dict: resolved settings (n_threads, n_slots (ring slots), batch_size, rank, "
      "world, n_records, slot_size, pinned)."},
     {"stats", (PyCFunction)Loader_stats, METH_NOARGS,
      "stats() -> dict: counters and stage times (ns) since create, active_threads, depth and the "
@@ -702,11 +702,11 @@ PyTypeObject StkLoader_Type = {
     .tp_basicsize = sizeof(LoaderObject),
     .tp_dealloc = (destructor)Loader_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Loader(data, batch_size=256, num_threads=0, prefetch=0, seed=0, rank=-1, "
+    .tp_doc = "Loader(data, batch_size=256, n_threads=0, n_slots=0, seed=0, rank=-1, "
               "world=-1, shuffle=False, drop_last=False, skip_corrupt=False, verify=True, "
               "pinned=False, transform=None, transform_field=None, autotune=False, "
               "trace_events=0, device=-1, pinned_limit=0): the C loader with C semantics "
-              "(num_threads 0 = one per CPU, prefetch = ring slots, 0 = default). "
+              "(n_threads 0 = one per CPU, n_slots = ring slots, 0 = default). "
               "next() returns a Batch; the end of an epoch is StopIteration, and the next call "
               "starts the next epoch.",
     .tp_new = Loader_new,

@@ -48,41 +48,18 @@ void stkpy_loader_args_release(stkpy_loader_args *a)
 
 int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
 {
-    static char *kwlist[] = {"data",
-                             "batch_size",
-                             "num_threads",
-                             "prefetch",
-                             "seed",
-                             "rank",
-                             "world",
-                             "shuffle",
-                             "drop_last",
-                             "skip_corrupt",
-                             "verify",
-                             "pinned",
-                             "transform",
-                             "transform_field",
-                             "autotune",
-                             "trace_events",
-                             "device",
-                             "pinned_limit",
-                             "batch_ops",
-                             "batch_choice",
-                             "num_classes",
-                             "label_field",
-                             "map_fn",
-                             "map_fields",
-                             "memory_budget",
-                             "indices",
-                             "weights",
-                             "num_samples",
-                             "replacement",
-                             "executor",
-                             NULL};
+    static char *kwlist[] = {
+        "data",         "batch_size",  "n_threads",    "n_slots",         "seed",
+        "rank",         "world",       "shuffle",      "drop_last",       "skip_corrupt",
+        "verify",       "pinned",      "transform",    "transform_field", "autotune",
+        "trace_events", "device",      "pinned_limit", "batch_ops",       "batch_choice",
+        "num_classes",  "label_field", "map_fn",       "map_fields",      "memory_budget",
+        "indices",      "weights",     "num_samples",  "replacement",     "executor",
+        NULL};
     memset(a, 0, sizeof(*a));
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
-    int n_threads = 0, prefetch = 0, rank = -1, world = -1;
+    int n_threads = 0, n_slots = 0, rank = -1, world = -1;
     unsigned long long seed = 0;
     int shuffle = 0, drop_last = 0, skip_corrupt = 0, verify = 1, pinned = 0, autotune = 0;
     unsigned int trace_events = 0;
@@ -98,8 +75,14 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     int replacement = 0;
     PyObject *executor = Py_None;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKpO:Loader", kwlist, &data, &batch_size,
-            &n_threads, &prefetch, &seed, &rank, &world, &shuffle, &drop_last, &skip_corrupt,
+    static char *kwlist[] = {
+        "data",         "batch_size",  "n_threads",    "n_slots",         "seed",
+        "rank",         "world",       "shuffle",      "drop_last",       "skip_corrupt",
+        "verify",       "pinned",      "transform",    "transform_field", "autotune",
+        "trace_events", "device",      "pinned_limit", "batch_ops",       "batch_choice",
+        "num_classes",  "label_field", "map_fn",       "map_fields",      "memory_budget",
+        "indices",      "weights",     "num_samples",  "replacement",     "executor",
+        NULL};
             &verify, &pinned, &transform, &tfield, &autotune, &trace_events, &device, &pinned_limit,
             &batch_ops, &batch_choice, &num_classes, &label_field, &map_fn, &map_fields,
             &memory_budget, &indices, &weights, &num_samples, &replacement, &executor))
@@ -156,7 +139,7 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     }
     o->batch_size = batch_size;
     o->n_threads = n_threads;
-    o->prefetch = prefetch;
+    o->n_slots = n_slots;
     o->seed = seed;
     o->rank = rank;
     o->world = world;
@@ -186,8 +169,8 @@ PyObject *stkpy_loader_info_dict(const stk_loader *loader)
 {
     stk_loader_info i = {.struct_size = sizeof(i)};
     stk_loader_info_get(loader, &i);
-    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:I,s:K,s:n,s:O}", "n_threads", i.n_threads, "prefetch",
-                         i.prefetch, "batch_size", i.batch_size, "rank", i.rank, "world", i.world,
+    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:I,s:K,s:n,s:O}", "n_threads", i.n_threads, "n_slots",
+                         i.n_slots, "batch_size", i.batch_size, "rank", i.rank, "world", i.world,
                          "n_records", (unsigned long long)i.n_records, "slot_size",
                          (Py_ssize_t)i.slot_size, "pinned", i.pinned ? Py_True : Py_False);
 }

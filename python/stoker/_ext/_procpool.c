@@ -473,7 +473,7 @@ int stkpy_procpool_setup(PyObject *obj, stk_loader_opts *o)
     o->n_sample_fields = p->n_fields;
     o->flags |= STK_LOADER_SHARED_RING;
     if (o->n_threads <= 0 || (uint32_t)o->n_threads != p->n) {
-        stkpy_invalid("a ProcPool of %u workers needs num_threads=%u", p->n, p->n);
+        stkpy_invalid("a ProcPool of %u workers needs n_threads=%u", p->n, p->n);
         return -1;
     }
     return 0;

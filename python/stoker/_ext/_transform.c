@@ -172,7 +172,7 @@ PyObject *stkpy_op_names(PyObject *self, PyObject *noargs)
 {
     (void)self;
     (void)noargs;
-    size_t n = stk_op_count();
+    size_t n = stk_op_n_kinds();
     PyObject *t = PyTuple_New((Py_ssize_t)n);
     if (!t)
         return NULL;

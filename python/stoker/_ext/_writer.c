@@ -287,12 +287,12 @@ static PyObject *Writer_exit(WriterObject *self, PyObject *args)
     Py_RETURN_FALSE;
 }
 
-static PyObject *Writer_count(WriterObject *self, void *closure)
+static PyObject *Writer_n_records(WriterObject *self, void *closure)
 {
     (void)closure;
     if (!self->w)
         return stkpy_raise(STK_ESTATE, "the writer is closed");
-    return PyLong_FromUnsignedLongLong(stk_writer_count(self->w));
+    return PyLong_FromUnsignedLongLong(stk_writer_n_records(self->w));
 }
 
 static PyObject *Writer_data_size(WriterObject *self, void *closure)
@@ -328,7 +328,7 @@ static PyMethodDef Writer_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Writer_getset[] = {
-    {"count", (getter)Writer_count, NULL, "Records added so far.", NULL},
+    {"n_records", (getter)Writer_n_records, NULL, "Records added so far.", NULL},
     {"data_size", (getter)Writer_data_size, NULL, "Bytes of record data written so far.", NULL},
     {"closed", (getter)Writer_closed, NULL, "Whether the writer was closed or aborted.", NULL},
     {"path", (getter)Writer_path, NULL, "The shard's final path.", NULL},

@@ -647,7 +647,8 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
     return STK_OK;
 }
 
-/* Byte ranges of the records, per shard, to the shards' byte sources (remote ones prefetch). */
+/* Byte ranges of the records, per shard, to the shards' byte sources (remote ones read them ahead).
+ */
 static bool stk_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__brange *r)
 {
     const stkds *d = ds->impl;

@@ -640,7 +640,7 @@ static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
 
 /* Sample i's bytes for read-ahead of remote shards: from its first member's header to the end of
  * its last member, the range wds_read reads in one piece when nothing lies between its members
- * (the usual shard: the prefetched range is then released as soon as it was read). */
+ * (the usual shard: the read-ahead range is then released as soon as it was read). */
 static bool wds_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__brange *r)
 {
     const wds *w = ds->impl;

@@ -107,7 +107,7 @@ static int run_epoch(const stk_batch_op *ops, uint32_t n_ops, bool choice, int t
         T_EQ(tl.dtype, STK_DTYPE_FLOAT32);
         T_EQ(tl.ndim, 2);
         T_EQ(tl.shape[1], K);
-        uint32_t n = stk_batch_size(b);
+        uint32_t n = stk_batch_n_samples(b);
         memcpy(img + at * PIX, ti.data, (size_t)n * PIX * sizeof(float));
         memcpy(lab + at * K, tl.data, (size_t)n * K * sizeof(float));
         memcpy(idx + at, tx.data, (size_t)n * sizeof(int64_t));
@@ -228,7 +228,7 @@ static int test_sample_fn(void)
             T_OK(stk_batch_tensor(b, 1, &ty));
             T_OK(stk_batch_tensor(b, 2, &tx));
             T_CHECK(strcmp(ts.name, "sum") == 0 && strcmp(ty.name, "y") == 0);
-            for (uint32_t i = 0; i < stk_batch_size(b); i++) {
+            for (uint32_t i = 0; i < stk_batch_n_samples(b); i++) {
                 uint64_t r = (uint64_t)((const int64_t *)tx.data)[i];
                 T_EQ(((const int64_t *)ty.data)[i], class_of(r) + 100);
                 T_CHECK(((const float *)ts.data)[i * HH * WW + 1] ==

@@ -116,7 +116,7 @@ static int test_hold_and_release(void)
     T_EQ(s->state, STK__SLOT_HELD);
     pthread_mutex_unlock(&r.mu);
     stk_batch *b = &s->handle;
-    T_EQ(stk_batch_size(b), 3);
+    T_EQ(stk_batch_n_samples(b), 3);
     T_EQ(stk_batch_epoch(b), 2);
     T_EQ(stk_batch_number(b), 9);
     T_EQ(stk_batch_n_tensors(b), 2);

@@ -151,7 +151,7 @@ static stk_loader *device_loader(int64_t batch, int threads, int prefetch)
     const char *paths[] = {fx_raw};
     stk_loader_opts o = fx_opts(paths, batch, threads);
     o.device = 0;
-    o.prefetch = prefetch;
+    o.n_slots = prefetch;
     stk_loader *L = NULL;
     if (stk_loader_create(&o, &L) < 0)
         fprintf(stderr, "  loader: %s\n", stk_last_errmsg());
@@ -337,7 +337,7 @@ static int child_pinned_accounting(void)
     const char *paths[] = {fx_raw};
     stk_loader_opts o = fx_opts(paths, 16, 2);
     o.flags = STK_LOADER_PINNED;
-    o.prefetch = 3;
+    o.n_slots = 3;
     stk_loader *L1, *L2;
     T_OK(stk_loader_create(&o, &L1));
     stk_loader_info info = {.struct_size = sizeof(info)};
@@ -384,7 +384,7 @@ static int child_pinned_refused(void)
     const char *paths[] = {fx_raw};
     stk_loader_opts o = fx_opts(paths, 16, 2);
     o.flags = STK_LOADER_PINNED;
-    o.prefetch = 3;
+    o.n_slots = 3;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
     stk_loader_stats st = {.struct_size = sizeof(st)};
@@ -433,7 +433,7 @@ static int child_pinned_shared(void)
     const char *paths[] = {fx_raw};
     stk_loader_opts o = fx_opts(paths, 16, 2);
     o.flags = STK_LOADER_PINNED | STK_LOADER_SHARED_RING;
-    o.prefetch = 3;
+    o.n_slots = 3;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
     stk_ring_memory m = {.struct_size = sizeof(m)};
@@ -499,7 +499,7 @@ static int child_device_copies(void)
     const char *paths[] = {fx_raw};
     stk_loader_opts o = fx_opts(paths, 7, 4);
     o.device = 0;
-    o.prefetch = 3;
+    o.n_slots = 3;
     o.flags = STK_LOADER_SHUFFLE;
     o.seed = 5;
     stk_loader *L;
@@ -1128,8 +1128,8 @@ static int child_finish_host(void)
         for (size_t r = 0; r < rows; r++)
             for (size_t x = 0; x < W; x++)
                 T_CHECK(((float *)tf.data)[r * W + x] == ((float *)tp.data)[r * W + W - 1 - x]);
-        size_t per = ta.size / stk_batch_size(a);
-        for (uint32_t n = 0; n < stk_batch_size(a); n++) {
+        size_t per = ta.size / stk_batch_n_samples(a);
+        for (uint32_t n = 0; n < stk_batch_n_samples(a); n++) {
             bool same =
                 memcmp((uint8_t *)ta.data + n * per, (uint8_t *)tp.data + n * per, per) == 0;
             bool flip =
@@ -1180,7 +1180,7 @@ static int test_finish_invalid(void)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         stk_transform *t =
-            fx_transform_ex(bad[i].normalize, bad[i].dtype, false, true, bad[i].flip);
+            fx_transform_opts(bad[i].normalize, bad[i].dtype, false, true, bad[i].flip);
         T_CHECK(t == NULL);
         T_CHECKF(strstr(stk_last_errmsg(), bad[i].msg), "\"%s\" lacks \"%s\"", stk_last_errmsg(),
                  bad[i].msg);

@@ -59,7 +59,7 @@ static void facts(const char *path, unsigned flags, uint64_t *count, uint64_t *f
     const char *p[] = {path};
     *count = *fp = 0;
     if (stk_dataset_open(p, 1, flags, &ds) == STK_OK) {
-        *count = stk_dataset_count(ds);
+        *count = stk_dataset_n_records(ds);
         *fp = stk_dataset_fingerprint(ds);
         stk_dataset_close(ds);
     }
@@ -138,7 +138,7 @@ static int test_manifest_written(void)
     T_OK(stk_dataset_shard(ds, 0, &si));
     T_CHECKF(strstr(si.metadata, old_id) == NULL && strstr(si.metadata, "\"dataset_id\": \""),
              "metadata of the repack: %s", si.metadata);
-    T_CHECK(stk_dataset_count(ds) == 40);
+    T_CHECK(stk_dataset_n_records(ds) == 40);
     stk_dataset_close(ds);
     fx_rmtree(s.dir);
     return 0;
@@ -203,7 +203,7 @@ static int test_mixed_packs_refused(void)
     const char *q[] = {s.out, other};
     T_EQ(stk_dataset_open(q, 2, 0, &ds), STK_EINVAL);
     T_OK(stk_dataset_open(q, 2, STK_DATASET_CONCAT, &ds));
-    T_EQ(stk_dataset_count(ds), 100);
+    T_EQ(stk_dataset_n_records(ds), 100);
     stk_dataset_close(ds);
     /* old shards without dataset ids but with other class lists: refused too */
     const char *r[] = {s.src_a, s.src_b};

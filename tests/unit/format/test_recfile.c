@@ -92,7 +92,7 @@ static int write_std(const char *path, uint64_t first, uint64_t n, uint32_t alig
             return 1;
         }
     }
-    T_EQ(stk_writer_count(w), n);
+    T_EQ(stk_writer_n_records(w), n);
     T_OK(stk_writer_close(w));
     return 0;
 }
@@ -201,7 +201,7 @@ static int test_roundtrip(void)
     T_EQ(count_entries(dir), 1); /* no temporary left beside it */
     stk_dataset *ds;
     T_OK(open1(path, 0, &ds));
-    T_EQ(stk_dataset_count(ds), 12);
+    T_EQ(stk_dataset_n_records(ds), 12);
     T_EQ(stk_dataset_n_fields(ds), N_STD);
     T_EQ(stk_dataset_find_field(ds, "label"), F_LABEL);
     T_EQ(stk_dataset_find_field(ds, "nope"), -1);
@@ -332,7 +332,7 @@ static int test_large_fields_across_buffer(void)
         T_OK(stk_writer_close(w));
         stk_dataset *ds;
         T_OK(open1(path, 0, &ds));
-        T_EQ(stk_dataset_count(ds), n);
+        T_EQ(stk_dataset_n_records(ds), n);
         for (size_t r = 0; r < n; r++) {
             stk_record rec;
             char err[256];
@@ -382,7 +382,7 @@ static int test_open_directory(void)
     T_CHECK(dir != NULL);
     stk_dataset *ds;
     T_OK(open1(dir, 0, &ds));
-    T_EQ(stk_dataset_count(ds), 7);
+    T_EQ(stk_dataset_n_records(ds), 7);
     T_EQ(stk_dataset_n_shards(ds), 3);
     for (uint64_t i = 0; i < 7; i++)
         T_CHECK(check_std_record(ds, i, i) == 0);
@@ -409,7 +409,7 @@ static int test_open_glob_and_list(void)
     snprintf(pat, sizeof(pat), "%s/shard-*.stk", dir);
     stk_dataset *ds;
     T_OK(open1(pat, 0, &ds)); /* the .tmp. files match the pattern but are skipped */
-    T_EQ(stk_dataset_count(ds), 7);
+    T_EQ(stk_dataset_n_records(ds), 7);
     T_EQ(stk_dataset_n_shards(ds), 3);
     uint64_t fp_glob = stk_dataset_fingerprint(ds);
     stk_dataset_close(ds);
@@ -419,7 +419,7 @@ static int test_open_glob_and_list(void)
     snprintf(b, sizeof(b), "%s/shard-00000.stk", dir);
     const char *paths[2] = {a, b};
     T_OK(stk_dataset_open(paths, 2, STK_DATASET_NO_VERIFY, &ds));
-    T_EQ(stk_dataset_count(ds), 7);
+    T_EQ(stk_dataset_n_records(ds), 7);
     for (uint64_t i = 0; i < 4; i++)
         T_CHECK(check_std_record(ds, i, 3 + i) == 0);
     for (uint64_t i = 0; i < 3; i++)
@@ -520,7 +520,7 @@ static int test_empty_fields(void)
     T_OK(stk_writer_close(w));
     stk_dataset *ds;
     T_OK(open1(path, 0, &ds));
-    T_EQ(stk_dataset_count(ds), 2);
+    T_EQ(stk_dataset_n_records(ds), 2);
     uint8_t buf[8];
     stk_record r;
     T_OK(stk_dataset_read(ds, 0, buf, 0, &r, NULL, 0));
@@ -545,7 +545,7 @@ static void *reader_thread(void *p)
 {
     reader_arg *a = p;
     for (int rep = 0; rep < 20; rep++)
-        for (uint64_t i = 0; i < stk_dataset_count(a->ds); i++)
+        for (uint64_t i = 0; i < stk_dataset_n_records(a->ds); i++)
             a->fails += check_std_record(a->ds, i, i) != 0;
     return NULL;
 }
@@ -853,12 +853,12 @@ static int test_writer_wrong_array_size(void)
     T_OK(stk_writer_add(w, v));
     v[F_IMAGE].size = 5; /* NULL data with a size */
     T_EQ(stk_writer_add(w, v), STK_EINVAL);
-    T_EQ(stk_writer_count(w), 1);
+    T_EQ(stk_writer_n_records(w), 1);
     T_CHECK(stk_writer_data_size(w) == 36);
     T_OK(stk_writer_close(w));
     stk_dataset *ds;
     T_OK(open1(path, 0, &ds));
-    T_EQ(stk_dataset_count(ds), 1);
+    T_EQ(stk_dataset_n_records(ds), 1);
     stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
@@ -932,7 +932,7 @@ static int test_writer_replaces_atomically(void)
     T_OK(stk_writer_open(path, &o, &w));
     stk_dataset *ds;
     T_OK(open1(path, 0, &ds));
-    T_EQ(stk_dataset_count(ds), 3);
+    T_EQ(stk_dataset_n_records(ds), 3);
     stk_dataset_close(ds);
     T_OK(open1(dir, 0, &ds)); /* the temporary is not a shard of the directory */
     T_EQ(stk_dataset_n_shards(ds), 1);
@@ -940,7 +940,7 @@ static int test_writer_replaces_atomically(void)
     stk_writer_abort(w);
     T_CHECK(write_std(path, 10, 5, 64) == 0);
     T_OK(open1(path, 0, &ds));
-    T_EQ(stk_dataset_count(ds), 5);
+    T_EQ(stk_dataset_n_records(ds), 5);
     T_CHECK(check_std_record(ds, 0, 10) == 0);
     stk_dataset_close(ds);
     T_EQ(count_entries(dir), 1);

@@ -150,12 +150,12 @@ static int test_in_flight_and_budget(void)
     T_EQ(stk__fetch_to_start(3, 2, 16), 2);
     T_EQ(stk__fetch_to_start(0, 5, 0), 1); /* at least one */
     T_EQ(stk__fetch_to_start(1, 5, 0), 0);
-    T_CHECK(stk__prefetch_admit(0, 100, 100));
-    T_CHECK(!stk__prefetch_admit(1, 100, 100));
-    T_CHECK(!stk__prefetch_admit(0, 101, 100));
-    T_CHECK(stk__prefetch_admit(60, 40, 100));
-    T_CHECK(!stk__prefetch_admit(UINT64_MAX, 1, 100)); /* no overflow */
-    T_CHECK(!stk__prefetch_admit(0, 1, 0));
+    T_CHECK(stk__readahead_admit(0, 100, 100));
+    T_CHECK(!stk__readahead_admit(1, 100, 100));
+    T_CHECK(!stk__readahead_admit(0, 101, 100));
+    T_CHECK(stk__readahead_admit(60, 40, 100));
+    T_CHECK(!stk__readahead_admit(UINT64_MAX, 1, 100)); /* no overflow */
+    T_CHECK(!stk__readahead_admit(0, 1, 0));
     return 0;
 }
 

@@ -257,7 +257,7 @@ static int test_cache_settings_per_thread(void)
     T_EQ(stk__cache_from_env(&c, err, sizeof(err)), STK_EINVAL);
     T_CHECKF(strstr(err, "smaller than one cache block") != NULL, "%s", err);
 
-    /* stk_dataset_open_ex checks cache_limit before reading anything */
+    /* stk_dataset_open_v2 checks cache_limit before reading anything */
     const char *paths[] = {"s3://bucket/never-read.stk"};
     stk_dataset_opts d;
     stk_dataset_opts_init(&d);
@@ -266,11 +266,11 @@ static int test_cache_settings_per_thread(void)
     d.cache_dir = g_dir;
     d.cache_limit = "lots";
     stk_dataset *ds = NULL;
-    T_EQ(stk_dataset_open_ex(&d, &ds), STK_EINVAL);
+    T_EQ(stk_dataset_open_v2(&d, &ds), STK_EINVAL);
     T_CHECKF(strstr(stk_last_errmsg(), "cache_limit=lots: not a size") != NULL, "%s",
              stk_last_errmsg());
     d.cache_limit = "1MB";
-    T_EQ(stk_dataset_open_ex(&d, &ds), STK_EINVAL);
+    T_EQ(stk_dataset_open_v2(&d, &ds), STK_EINVAL);
     T_CHECKF(strstr(stk_last_errmsg(), "smaller than one cache block") != NULL, "%s",
              stk_last_errmsg());
     T_CHECK(ds == NULL);

@@ -33,7 +33,7 @@ static int test_start(void)
     T_EQ(a.depth, 2);
     T_EQ(a.changes, 0);
     T_CHECK(a.reason[0] == '\0');
-    stk__autotune_init(&a, 8, 1); /* depth never above prefetch */
+    stk__autotune_init(&a, 8, 1); /* depth never above n_slots */
     T_EQ(a.depth, 1);
     return 0;
 }
@@ -116,7 +116,7 @@ static int test_reprobe_after_20_windows(void)
     T_CHECK(feed(&a, 0.10, 0.0, 1000));  /* 3: no gain: back to 1, ceiling 1 */
     T_EQ(a.ceiling, 1);
     uint32_t windows = 3;
-    /* The consumer keeps waiting with the depth at prefetch already: nothing to do until the
+    /* The consumer keeps waiting with the depth at n_slots already: nothing to do until the
      * 20th window forgets the ceiling. */
     while (windows < 19) {
         T_CHECK(!feed(&a, 0.10, 0.2, 1000));
@@ -132,7 +132,7 @@ static int test_reprobe_after_20_windows(void)
 }
 
 /* Every allowed thread busy and the consumer still waiting: open one more batch ahead, up to
- * prefetch. */
+ * n_slots. */
 static int test_depth_when_all_threads_busy(void)
 {
     stk__autotune a;
@@ -143,7 +143,7 @@ static int test_depth_when_all_threads_busy(void)
     T_CHECK(feed(&a, 0.10, 0.2, 1000));
     T_EQ(a.depth, 4);
     T_CHECK(!feed(&a, 0.10, 0.2, 1000));
-    T_CHECK(!feed(&a, 0.10, 0.2, 1000)); /* at prefetch: nothing left to raise */
+    T_CHECK(!feed(&a, 0.10, 0.2, 1000)); /* at n_slots: nothing left to raise */
     T_EQ(a.depth, 4);
     /* Workers idle half a thread or more: waiting is not for want of batches ahead. */
     stk__autotune_init(&a, 1, 4);

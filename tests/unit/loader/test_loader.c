@@ -52,7 +52,7 @@ static int check_batch(stk_batch *b, int64_t *seq, size_t *n_seq)
             strcmp(index.name, "index") == 0);
     T_EQ(data.dtype, STK_DTYPE_UINT8);
     T_EQ(label.dtype, STK_DTYPE_INT64);
-    uint32_t n = stk_batch_size(b);
+    uint32_t n = stk_batch_n_samples(b);
     T_EQ(index.shape[0], n);
     T_EQ(((uintptr_t)data.data) % 64, 0);
     const int64_t *idx = index.data;
@@ -299,7 +299,7 @@ static int test_resume(void)
             stk_batch_release(b);
         }
         char state[256];
-        T_OK(stk_loader_state(L, state, sizeof(state)));
+        T_OK(stk_loader_save_state(L, state, sizeof(state)));
         stk_loader_destroy(L);
         T_CHECK(resume_run(paths, 0, 1, state, 1000, tail, &nt, &bt) == 0);
         T_EQ(bt, 13 - k);
@@ -318,7 +318,7 @@ static int test_resume(void)
         T_OK(stk_loader_create(&o, &L));
         T_EQ(run_epoch(L, head, &n), 13);
         char state[256];
-        T_OK(stk_loader_state(L, state, sizeof(state)));
+        T_OK(stk_loader_save_state(L, state, sizeof(state)));
         static int64_t e1[MAXN];
         T_EQ(run_epoch(L, e1, &n), 13); /* epoch 1, uninterrupted */
         stk_loader_destroy(L);
@@ -356,7 +356,7 @@ static int test_resume_other_world(void)
         }
         for (size_t i = 0; i < n; i++)
             count[seq[i]]++;
-        T_OK(stk_loader_state(L, state, sizeof(state)));
+        T_OK(stk_loader_save_state(L, state, sizeof(state)));
         stk_loader_destroy(L);
     }
     T_CHECK(strstr(state, "\"consumed\": 48"));
@@ -382,12 +382,12 @@ static int test_backpressure_and_holding(void)
 {
     const char *paths[] = {ds_small};
     stk_loader_opts o = fx_opts(paths, 4, 2);
-    o.prefetch = 3;
+    o.n_slots = 3;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
     stk_loader_info info = {.struct_size = sizeof(info)};
     stk_loader_info_get(L, &info);
-    T_EQ(info.prefetch, 3);
+    T_EQ(info.n_slots, 3);
     T_EQ(info.n_threads, 2);
     stk_batch *b[3], *extra;
     for (int i = 0; i < 3; i++)
@@ -418,7 +418,7 @@ static int test_shutdown_anywhere(void)
     /* Destroy right after create, mid-epoch, and with batches outstanding (then read them). */
     for (int k = 0; k < 20; k++) {
         stk_loader_opts o = fx_opts(paths, 16, 1 + k % 7);
-        o.prefetch = 2 + k % 3; /* holding one batch while asking for the next needs 2 */
+        o.n_slots = 2 + k % 3; /* holding one batch while asking for the next needs 2 */
         stk_loader *L;
         T_OK(stk_loader_create(&o, &L));
         stk_batch *held = NULL;
@@ -529,7 +529,7 @@ static int test_bad_arguments(void)
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     T_CHECK(strstr(stk_last_errmsg(), "rank 4"));
     o = fx_opts(paths, 4, 1);
-    o.prefetch = -2;
+    o.n_slots = -2;
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     o = fx_opts(missing, 4, 1);
     T_CHECK(stk_loader_create(&o, &L) < 0);
@@ -552,13 +552,13 @@ static int test_bad_states(void)
     o = fx_opts(other, 8, 1);
     T_OK(stk_loader_create(&o, &M));
     char state[256];
-    T_OK(stk_loader_state(M, state, sizeof(state)));
+    T_OK(stk_loader_save_state(M, state, sizeof(state)));
     T_EQ(stk_loader_load_state(L, state), STK_EINVAL); /* another dataset */
     T_CHECK(strstr(stk_loader_errmsg(L), "another dataset"));
     T_EQ(stk_loader_load_state(L, "{\"hello\": 1}"), STK_EINVAL);
     T_EQ(stk_loader_load_state(L, "not json"), STK_EINVAL);
     T_EQ(stk_loader_load_state(L, NULL), STK_EINVAL);
-    T_OK(stk_loader_state(L, state, sizeof(state)));
+    T_OK(stk_loader_save_state(L, state, sizeof(state)));
     char future[300];
     snprintf(future, sizeof(future), "%s", state);
     char *v = strstr(future, "\"version\": 1");
@@ -573,7 +573,7 @@ static int test_bad_states(void)
     T_OK(stk_loader_create(&o, &S));
     T_EQ(stk_loader_load_state(S, state), STK_EINVAL);
     T_CHECK(strstr(stk_loader_errmsg(S), "shuffle"));
-    T_EQ(stk_loader_state(L, state, 10), STK_ELIMIT);
+    T_EQ(stk_loader_save_state(L, state, 10), STK_ELIMIT);
     /* the loader is still usable after refused states */
     static int64_t seq[MAXN];
     size_t n;
@@ -647,7 +647,7 @@ static int test_corrupt_record(void)
     size_t n = 0;
     while ((rc = stk_loader_next(L, &b)) == STK_OK) {
         const int64_t *idx = stk_batch_indices(b);
-        for (uint32_t j = 0; j < stk_batch_size(b); j++)
+        for (uint32_t j = 0; j < stk_batch_n_samples(b); j++)
             all[n++] = idx[j];
         stk_batch_release(b);
     }
@@ -806,7 +806,7 @@ static int test_memory_budget(void)
     const char *paths[] = {ds_small};
     stk_loader *L;
     stk_loader_opts o = fx_opts(paths, 4, 2);
-    o.prefetch = 3;
+    o.n_slots = 3;
     o.memory_budget = 1;
     T_EQ(stk_loader_create(&o, &L), STK_ELIMIT);
     T_CHECKF(strstr(stk_last_errmsg(), "memory budget of 1 bytes exceeded: the ring takes") &&

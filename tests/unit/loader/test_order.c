@@ -122,7 +122,7 @@ static int epoch_indices(stk_loader *L, int64_t *out, size_t *n, size_t max_batc
     *n = 0;
     while (batches < max_batches && (rc = stk_loader_next(L, &b)) == STK_OK) {
         const int64_t *idx = stk_batch_indices(b);
-        for (uint32_t j = 0; j < stk_batch_size(b); j++)
+        for (uint32_t j = 0; j < stk_batch_n_samples(b); j++)
             out[(*n)++] = idx[j];
         stk_batch_release(b);
         batches++;
@@ -228,7 +228,7 @@ static int resume_case(const stk_loader_opts *base)
         T_OK(stk_loader_set_epoch(L, 2));
         T_CHECK(epoch_indices(L, head, &nh, k) == 0);
         char state[320];
-        T_OK(stk_loader_state(L, state, sizeof(state)));
+        T_OK(stk_loader_save_state(L, state, sizeof(state)));
         stk_loader_destroy(L);
         T_CHECK(base->order == STK_ORDER_ALL || strstr(state, "\"order\": \""));
         T_OK(stk_loader_create(base, &L));
@@ -266,7 +266,7 @@ static int test_resume_every_order(void)
     T_CHECK(resume_case(&o) == 0);
     /* without replacement: distinct records, none of weight 0, different per epoch */
     stk_loader *L;
-    o.prefetch = 2; /* epochs of 13 batches through a pool of 3 lists */
+    o.n_slots = 2; /* epochs of 13 batches through a pool of 3 lists */
     T_OK(stk_loader_create(&o, &L));
     int64_t e0[64], e1[64];
     size_t n0, n1;
@@ -280,7 +280,7 @@ static int test_resume_every_order(void)
     }
     /* a state of another order is refused */
     char state[320];
-    T_OK(stk_loader_state(L, state, sizeof(state)));
+    T_OK(stk_loader_save_state(L, state, sizeof(state)));
     stk_loader_destroy(L);
     o.replacement = true;
     T_OK(stk_loader_create(&o, &L));

@@ -20,7 +20,7 @@ static int test_index_dataset(void)
 {
     stk_dataset *ds;
     T_OK(stk_dataset_open_index("MyDataset", N, &ds));
-    T_EQ(stk_dataset_count(ds), N);
+    T_EQ(stk_dataset_n_records(ds), N);
     T_EQ(stk_dataset_n_fields(ds), 0);
     T_CHECK(strcmp(stk_dataset_format(ds), "index") == 0);
     char buf[64];
@@ -69,7 +69,7 @@ static stk_status make(stk_dataset *ds, int threads, uint32_t flags, stk_loader 
     o.dataset = ds;
     o.batch_size = B;
     o.n_threads = threads;
-    o.prefetch = 3;
+    o.n_slots = 3;
     o.seed = 77;
     o.rank = 0;
     o.world = 1;
@@ -99,7 +99,7 @@ static int run_epoch(stk_loader *L, int64_t rows[N][6], char *errtext, size_t er
         if (stk_batch_tensor(b, 0, &t) != STK_OK || strcmp(t.name, "v") != 0)
             return -1;
         const int64_t *v = t.data;
-        for (uint32_t i = 0; i < stk_batch_size(b); i++)
+        for (uint32_t i = 0; i < stk_batch_n_samples(b); i++)
             if (v[i * 6] >= 0 && v[i * 6] < N)
                 memcpy(rows[v[i * 6]], v + i * 6, sizeof(rows[0]));
         stk_batch_release(b);
@@ -183,7 +183,7 @@ static int test_shared_ring(void)
     T_CHECK(!m.pinned);
     stk_loader_info info = {.struct_size = sizeof(info)};
     T_OK(stk_loader_info_get(L, &info));
-    T_CHECK(m.size >= info.slot_size * info.prefetch);
+    T_CHECK(m.size >= info.slot_size * info.n_slots);
     /* another mapping of the fd: what a worker process sees */
     uint8_t *view = mmap(NULL, m.size, PROT_READ, MAP_SHARED, m.fd, 0);
     T_CHECK(view != MAP_FAILED);
@@ -202,9 +202,9 @@ static int test_shared_ring(void)
         size_t off = (size_t)(p - (const uint8_t *)m.base);
         T_CHECK(memcmp(view + off, p, t.size) == 0);
         const int64_t *v = (const int64_t *)(view + off);
-        for (uint32_t i = 0; i < stk_batch_size(b); i++)
+        for (uint32_t i = 0; i < stk_batch_n_samples(b); i++)
             T_EQ(v[i * 6 + 3], (int64_t)stk_sample_seed(77, 0, (uint64_t)v[i * 6]));
-        seen += stk_batch_size(b);
+        seen += stk_batch_n_samples(b);
         stk_batch_release(b);
     }
     T_EQ(seen, N - B); /* every batch but record 13's (positions 8..15) */

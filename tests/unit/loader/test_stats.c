@@ -73,7 +73,7 @@ static int consume(stk_loader *L, double seconds, uint64_t step_ns, uint64_t *sa
         if (rc == STK_END)
             continue;
         T_OK(rc);
-        *samples += stk_batch_size(b);
+        *samples += stk_batch_n_samples(b);
         stk_batch_release(b);
         if (step_ns)
             sleep_ns(step_ns);
@@ -215,7 +215,7 @@ static int test_autotune_fast_consumer(void)
     if (stk__cpu_count() < 2)
         return T_SKIP;
     stk_loader_opts o = opts(4, STK_LOADER_AUTOTUNE);
-    o.prefetch = 8;
+    o.n_slots = 8;
     stk_loader *L;
     uint64_t n;
     T_OK(stk_loader_create(&o, &L));

@@ -65,7 +65,7 @@ static int open_fmt(const char *const *paths, size_t n, const char *format, stk_
     o.paths = paths;
     o.n_paths = n;
     o.format = format;
-    return stk_dataset_open_ex(&o, ds);
+    return stk_dataset_open_v2(&o, ds);
 }
 
 static int open1(const char *path, const char *format, stk_dataset **ds)
@@ -148,7 +148,7 @@ static int test_detect_stk(void)
     stk_dataset *ds;
     T_OK(open1(bin, NULL, &ds)); /* by magic: the name says nothing */
     T_CHECK(strcmp(stk_dataset_format(ds), "stk") == 0);
-    T_EQ(stk_dataset_count(ds), 3);
+    T_EQ(stk_dataset_n_records(ds), 3);
     stk_dataset_close(ds);
 
     snprintf(shards, sizeof(shards), "%s/shards", dir);
@@ -160,7 +160,7 @@ static int test_detect_stk(void)
     T_OK(open1(shards, NULL, &ds)); /* a directory of shards */
     T_CHECK(strcmp(stk_dataset_format(ds), "stk") == 0);
     T_EQ(stk_dataset_n_shards(ds), 2);
-    T_EQ(stk_dataset_count(ds), 8);
+    T_EQ(stk_dataset_n_records(ds), 8);
     stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
@@ -176,7 +176,7 @@ static int test_detect_folder_and_npy(void)
     stk_dataset *ds;
     T_OK(open1(tree, NULL, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "imagefolder") == 0);
-    T_EQ(stk_dataset_count(ds), 2);
+    T_EQ(stk_dataset_n_records(ds), 2);
     stk_dataset_close(ds);
 
     snprintf(npys, sizeof(npys), "%s/arrays", dir);
@@ -194,7 +194,7 @@ static int test_detect_folder_and_npy(void)
     T_OK(open1(one, NULL, &ds)); /* one .npy file */
     T_CHECK(strcmp(stk_dataset_format(ds), "npy") == 0);
     T_EQ(stk_dataset_n_fields(ds), 1);
-    T_EQ(stk_dataset_count(ds), 4);
+    T_EQ(stk_dataset_n_records(ds), 4);
     stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
@@ -242,11 +242,11 @@ static int test_format_override(void)
     stk_dataset *ds;
     T_OK(open1(dir, NULL, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "stk") == 0);
-    T_EQ(stk_dataset_count(ds), 5);
+    T_EQ(stk_dataset_n_records(ds), 5);
     stk_dataset_close(ds);
     T_OK(open1(dir, "imagefolder", &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "imagefolder") == 0);
-    T_EQ(stk_dataset_count(ds), 1);
+    T_EQ(stk_dataset_n_records(ds), 1);
     T_EQ(stk_dataset_n_fields(ds), 3);
     stk_dataset_close(ds);
     /* format= still validates: a shard is not a directory of classes */
@@ -259,7 +259,7 @@ static int test_format_override(void)
 static int test_format_names(void)
 {
     static const char *const want[] = {"stk", "imagefolder", "npy"};
-    size_t n = stk_format_count();
+    size_t n = stk_n_formats();
     T_CHECK(n >= 3);
     for (size_t w = 0; w < 3; w++) { /* each once, in whatever detection order */
         int seen = 0;
@@ -318,7 +318,7 @@ static int test_brace_range(void)
     stk_dataset *ds;
     T_OK(open1(pattern, NULL, &ds));
     T_EQ(stk_dataset_n_shards(ds), 3);
-    T_EQ(stk_dataset_count(ds), 1 + 2 + 3);
+    T_EQ(stk_dataset_n_records(ds), 1 + 2 + 3);
     for (int s = 0; s < 3; s++) {
         stk_shard_info si = {.struct_size = sizeof(si)};
         T_OK(stk_dataset_shard(ds, (size_t)s, &si));
@@ -399,7 +399,7 @@ static int test_temp_files_ignored(void)
     stk__strlist_free(&out);
     stk_dataset *ds;
     T_OK(open1(pattern, NULL, &ds));
-    T_EQ(stk_dataset_count(ds), 4);
+    T_EQ(stk_dataset_n_records(ds), 4);
     stk_dataset_close(ds);
     T_OK(open1(dir, NULL, &ds));
     T_EQ(stk_dataset_n_shards(ds), 1);
@@ -576,7 +576,7 @@ static int test_folder_tree(void)
     stk_dataset *ds;
     T_OK(open1(root, NULL, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "imagefolder") == 0);
-    T_EQ(stk_dataset_count(ds), n);
+    T_EQ(stk_dataset_n_records(ds), n);
     T_EQ(stk_dataset_n_fields(ds), 3);
     static const char *const names[3] = {"image", "label", "path"};
     static const stk_field_kind kinds[3] = {STK_FIELD_BYTES, STK_FIELD_INT64, STK_FIELD_BYTES};
@@ -600,7 +600,7 @@ static int test_folder_tree(void)
     /* the root given with a trailing slash: the same records, described the same way */
     snprintf(p, sizeof(p), "%s/", root);
     T_OK(open1(p, NULL, &ds));
-    T_EQ(stk_dataset_count(ds), n);
+    T_EQ(stk_dataset_n_records(ds), n);
     T_CHECK(check_folder_record(ds, root, 4, order[4], 1) == 0);
     alarm(0);
     stk_dataset_close(ds);
@@ -660,7 +660,7 @@ static int test_folder_changed_and_fingerprint(void)
     /* a new file changes it too */
     T_CHECK(put_content(dir, "y/4.png") == 0);
     T_OK(open1(dir, NULL, &again));
-    T_EQ(stk_dataset_count(again), 4);
+    T_EQ(stk_dataset_n_records(again), 4);
     T_CHECK(stk_dataset_fingerprint(again) != stk_dataset_fingerprint(ds));
     stk_dataset_close(again);
     stk_dataset_close(ds);
@@ -700,7 +700,7 @@ static int test_npy_fields(void)
     stk_dataset *ds;
     T_OK(open1(dir, NULL, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "npy") == 0);
-    T_EQ(stk_dataset_count(ds), NPY_N);
+    T_EQ(stk_dataset_n_records(ds), NPY_N);
     T_EQ(stk_dataset_n_fields(ds), 4); /* one per file, in name order */
     const stk_field *f = stk_dataset_field(ds, 0);
     T_CHECK(strcmp(f->name, "img") == 0);
@@ -768,8 +768,8 @@ static int test_npy_named_fields(void)
     o.n_paths = 2;
     o.field_names = names;
     stk_dataset *ds;
-    T_OK(stk_dataset_open_ex(&o, &ds));
-    T_EQ(stk_dataset_count(ds), 4);
+    T_OK(stk_dataset_open_v2(&o, &ds));
+    T_EQ(stk_dataset_n_records(ds), 4);
     T_CHECK(strcmp(stk_dataset_field(ds, 0)->name, "score") == 0); /* the caller's order */
     T_CHECK(strcmp(stk_dataset_field(ds, 1)->name, "label") == 0);
     uint8_t buf[64];
@@ -786,24 +786,24 @@ static int test_npy_named_fields(void)
     o.n_paths = 1;
     o.field_names = one;
     ds = (stk_dataset *)1;
-    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_EQ(stk_dataset_open_v2(&o, &ds), STK_EINVAL);
     T_CHECK(ds == NULL);
     T_CHECKF(strstr(stk_last_errmsg(), "field 'v'") && strstr(stk_last_errmsg(), "names 2 files"),
              "%s", stk_last_errmsg());
     const char *empty[] = {""}, *dirs[] = {dir};
     o.field_names = empty;
     o.paths = paths;
-    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_EQ(stk_dataset_open_v2(&o, &ds), STK_EINVAL);
     T_CHECKF(strstr(stk_last_errmsg(), "has no name"), "%s", stk_last_errmsg());
     o.field_names = one;
     o.paths = dirs;
-    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_EQ(stk_dataset_open_v2(&o, &ds), STK_EINVAL);
     T_CHECKF(strstr(stk_last_errmsg(), "is a directory"), "%s", stk_last_errmsg());
     snprintf(shard, sizeof(shard), "%s/s.stk", dir);
     T_CHECK(write_shard(shard, 0, 2, 8) == 0);
     const char *stk_path[] = {shard};
     o.paths = stk_path;
-    T_EQ(stk_dataset_open_ex(&o, &ds), STK_EINVAL);
+    T_EQ(stk_dataset_open_v2(&o, &ds), STK_EINVAL);
     T_CHECKF(strstr(stk_last_errmsg(), "format stk takes no field names"), "%s", stk_last_errmsg());
     fx_rmtree(dir);
     return 0;
@@ -837,7 +837,7 @@ static int test_npy_errors(void)
     T_CHECK(write_npy(a, "<i8", false, "(5,)", v, 5 * 8) == 0); /* intact again */
     stk_dataset *ds;
     T_OK(open1(a, NULL, &ds));
-    T_EQ(stk_dataset_count(ds), 5);
+    T_EQ(stk_dataset_n_records(ds), 5);
     /* cut after open: a read past the cut names the file, the row and what happened */
     struct stat st;
     T_CHECK(stat(a, &st) == 0);
@@ -965,7 +965,7 @@ static int test_stk_truncated_while_open(void)
         T_OK(stk_loader_create(&o, &L));
         stk_batch *b;
         T_OK(stk_loader_next(L, &b)); /* records 0..3: before the cut */
-        T_EQ(stk_batch_size(b), TR_BATCH);
+        T_EQ(stk_batch_n_samples(b), TR_BATCH);
         stk_batch_release(b);
         for (int k = 1; k < TR_N / TR_BATCH; k++) { /* every later batch has a record past it */
             b = (stk_batch *)1;
@@ -1012,7 +1012,7 @@ static int test_loader_imagefolder(void)
         T_OK(stk_loader_create(&o, &L));
         const stk_dataset *ds = stk_loader_dataset(L);
         T_CHECK(strcmp(stk_dataset_format(ds), "imagefolder") == 0);
-        T_EQ(stk_dataset_count(ds), n);
+        T_EQ(stk_dataset_n_records(ds), n);
         for (int epoch = 0; epoch < 2; epoch++) {
             uint32_t seen[3 * LF_PER_CLASS] = {0};
             size_t total = 0;
@@ -1027,7 +1027,7 @@ static int test_loader_imagefolder(void)
                 T_OK(stk_batch_tensor(b, 3, &index));
                 T_CHECK(strcmp(img.name, "image") == 0 && strcmp(path.name, "path") == 0 &&
                         strcmp(index.name, "index") == 0);
-                for (uint32_t j = 0; j < stk_batch_size(b); j++) {
+                for (uint32_t j = 0; j < stk_batch_n_samples(b); j++) {
                     int64_t idx = ((const int64_t *)index.data)[j];
                     T_CHECK(idx >= 0 && (size_t)idx < n);
                     seen[idx]++;

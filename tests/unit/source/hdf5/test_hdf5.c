@@ -92,7 +92,7 @@ static int open_list(const char *const *paths, size_t n, stk_dataset **ds)
     stk_dataset_opts_init(&o);
     o.paths = paths;
     o.n_paths = n;
-    return stk_dataset_open_ex(&o, ds);
+    return stk_dataset_open_v2(&o, ds);
 }
 
 /* Record r of a dataset of the test files, field by field (fields in byte order of the paths:
@@ -140,7 +140,7 @@ static int test_read_rows(void)
     stk_dataset *ds;
     T_OK(open_list(paths, 1, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "hdf5") == 0);
-    T_EQ(stk_dataset_count(ds), N);
+    T_EQ(stk_dataset_n_records(ds), N);
     T_EQ(stk_dataset_n_fields(ds), 5); /* "version" is metadata */
     static const char *const names[] = {"be", "feat", "g/x", "image", "label"};
     for (uint32_t f = 0; f < 5; f++)
@@ -178,7 +178,7 @@ static int test_several_files(void)
     const char *paths[] = {pattern};
     stk_dataset *ds;
     T_OK(open_list(paths, 1, &ds));
-    T_EQ(stk_dataset_count(ds), N);
+    T_EQ(stk_dataset_n_records(ds), N);
     T_EQ(stk_dataset_n_shards(ds), 3);
     for (int r = 0; r < N; r++)
         T_CHECK(check_record(ds, (uint64_t)r, r) == 0);

@@ -72,7 +72,7 @@ static int open_as(const char *path, const char *format, stk_dataset **ds)
     o.paths = paths;
     o.n_paths = 1;
     o.format = format;
-    return stk_dataset_open_ex(&o, ds);
+    return stk_dataset_open_v2(&o, ds);
 }
 
 static int test_read_in_key_order(void)
@@ -82,7 +82,7 @@ static int test_read_in_key_order(void)
     stk_dataset *ds;
     T_OK(open_as(dir, NULL, &ds)); /* detected: a directory holding data.mdb */
     T_CHECK(strcmp(stk_dataset_format(ds), "lmdb") == 0);
-    T_EQ(stk_dataset_count(ds), N_KEYS);
+    T_EQ(stk_dataset_n_records(ds), N_KEYS);
     T_EQ(stk_dataset_n_fields(ds), 2);
     T_CHECK(strcmp(stk_dataset_field(ds, 0)->name, "__key__") == 0);
     T_CHECK(strcmp(stk_dataset_field(ds, 1)->name, "value") == 0);
@@ -137,7 +137,7 @@ static int test_read_in_key_order(void)
     char mdb[256];
     snprintf(mdb, sizeof(mdb), "%s/data.mdb", dir);
     T_OK(open_as(mdb, NULL, &ds));
-    T_EQ(stk_dataset_count(ds), N_KEYS);
+    T_EQ(stk_dataset_n_records(ds), N_KEYS);
     stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
@@ -202,7 +202,7 @@ static int test_bad_environments(void)
     o.n_paths = 2;
     o.format = "lmdb";
     ds = (stk_dataset *)1;
-    T_EQ(stk_dataset_open_ex(&o, &ds), STK_ENOTSUP);
+    T_EQ(stk_dataset_open_v2(&o, &ds), STK_ENOTSUP);
     T_CHECKF(strstr(stk_last_errmsg(), "an LMDB dataset is one environment"), "%s",
              stk_last_errmsg());
     fx_rmtree(root);

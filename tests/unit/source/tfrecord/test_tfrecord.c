@@ -318,7 +318,7 @@ static int test_dataset_roundtrip_and_bad_crc(void)
     stk_dataset *ds = NULL;
     T_OK(stk_dataset_open(paths, 1, 0, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "tfrecord") == 0);
-    T_EQ(stk_dataset_count(ds), 5);
+    T_EQ(stk_dataset_n_records(ds), 5);
     T_EQ(stk_dataset_n_fields(ds), 2);
     T_CHECK(strcmp(stk_dataset_field(ds, 0)->name, "image/class/label") == 0);
     T_EQ(stk_dataset_field(ds, 0)->kind, STK_FIELD_INT64);

@@ -83,7 +83,7 @@ static stk_status check_dataset(const char *path, int n)
     if (rc != STK_OK)
         return rc;
     uint8_t buf[4096];
-    T_EQ(stk_dataset_count(ds), (uint64_t)n);
+    T_EQ(stk_dataset_n_records(ds), (uint64_t)n);
     T_EQ(stk_dataset_n_fields(ds), 3);
     T_CHECK(strcmp(stk_dataset_field(ds, 0)->name, "__key__") == 0);
     T_CHECK(strcmp(stk_dataset_field(ds, 1)->name, "cls") == 0);
