@@ -75,14 +75,8 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     int replacement = 0;
     PyObject *executor = Py_None;
     if (!PyArg_ParseTupleAndKeywords(
-    static char *kwlist[] = {
-        "data",         "batch_size",  "n_threads",    "n_slots",         "seed",
-        "rank",         "world",       "shuffle",      "drop_last",       "skip_corrupt",
-        "verify",       "pinned",      "transform",    "transform_field", "autotune",
-        "trace_events", "device",      "pinned_limit", "batch_ops",       "batch_choice",
-        "num_classes",  "label_field", "map_fn",       "map_fields",      "memory_budget",
-        "indices",      "weights",     "num_samples",  "replacement",     "executor",
-        NULL};
+            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKpO:Loader", kwlist, &data, &batch_size,
+            &n_threads, &n_slots, &seed, &rank, &world, &shuffle, &drop_last, &skip_corrupt,
             &verify, &pinned, &transform, &tfield, &autotune, &trace_events, &device, &pinned_limit,
             &batch_ops, &batch_choice, &num_classes, &label_field, &map_fn, &map_fields,
             &memory_budget, &indices, &weights, &num_samples, &replacement, &executor))
