@@ -20,6 +20,9 @@ WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvl
 CFLAGS_ALL := -std=c11 $(OPT) -g -fPIC -pthread -D_GNU_SOURCE $(WARN) $(WERROR) \
               -Iinclude -Isrc $(PKG_CFLAGS) $(SANITIZE) $(EXTRA_CFLAGS)
 LIB_CFLAGS := $(CFLAGS_ALL) -fvisibility=hidden -DSTK_BUILDING_LIBRARY
+CLI_CFLAGS := $(filter-out -Isrc,$(CFLAGS_ALL))
+# The tests, fuzzers and generators exercise the building blocks too (include/stoker.h's fence).
+TEST_CFLAGS := $(CFLAGS_ALL) -DSTK_BUILDING_BLOCKS
 LDLIBS_ALL := $(PKG_LIBS) -ljpeg -lpthread -ldl -lm
 LDFLAGS_ALL := $(SANITIZE) $(EXTRA_LDFLAGS)
 
@@ -45,10 +48,11 @@ FAKE_CUDA := $(BUILD)/tests/libfakecuda.so
 # nvcc is optional: `make check-ptx` compiles the finishing kernel's NVRTC source with it.
 NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 
-SO_NAME  := libstoker.so.0.2
+SO_NAME  := libstoker.so.0.3
 
 .PHONY: all lib cli python test unit oom oom-cases fuzz-replay cli-test pytest asan ubsan tsan fuzz \
-        deps demo bench format check-format check-exports clean test-gpu check-ptx fuzz-ci
+        examples deps demo bench format check-format check-exports check-layers clean test-gpu \
+        check-ptx fuzz-ci
 
 all: lib cli python
 
@@ -58,6 +62,11 @@ cli: $(BUILD)/stoker
 $(BUILD)/obj/%.o: %.c include/stoker.h src/stk_internal.h
 	@mkdir -p $(dir $@)
 	$(CC) $(LIB_CFLAGS) -MMD -MP -c $< -o $@
+
+# The CLI is a user of the public header like any other (no -DSTK_BUILDING_LIBRARY, no -Isrc).
+$(BUILD)/obj/cli/%.o: cli/%.c include/stoker.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CLI_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libstoker.a: $(LIB_OBJS)
 	@rm -f $@
@@ -74,24 +83,24 @@ $(BUILD)/stoker: $(CLI_OBJS) $(BUILD)/libstoker.a
 define UNIT_RULE
 $(BUILD)/tests/$(basename $(notdir $(1))): $(1) tests/t.h $(BUILD)/libstoker.a
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS_ALL) -Itests -o $$@ $$< $$(BUILD)/libstoker.a $$(LDFLAGS_ALL) $$(LDLIBS_ALL)
+	$$(CC) $$(TEST_CFLAGS) -Itests -o $$@ $$< $$(BUILD)/libstoker.a $$(LDFLAGS_ALL) $$(LDLIBS_ALL)
 endef
 $(foreach s,$(UNIT_SRCS),$(eval $(call UNIT_RULE,$(s))))
 
 $(BUILD)/tests/replay_%: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libstoker.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< tests/fuzz/replay.c $(BUILD)/libstoker.a \
+	$(CC) $(TEST_CFLAGS) -Itests -o $@ $< tests/fuzz/replay.c $(BUILD)/libstoker.a \
 	    $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
 $(BUILD)/tests/gen_%: tests/data/gen_%.c $(BUILD)/libstoker.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+	$(CC) $(TEST_CFLAGS) -Itests -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
 # The fake CUDA driver the unit tests load through STOKER_LIBCUDA (tests/data/fake_cuda.c).
 $(FAKE_CUDA): tests/data/fake_cuda.c src/cuda/stk_cuda_min.h src/cuda/stk_finish.h \
               src/cuda/stk_finish_body.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -shared -o $@ $< $(LDFLAGS_ALL) -lpthread
+	$(CC) $(TEST_CFLAGS) -shared -o $@ $< $(LDFLAGS_ALL) -lpthread
 
 $(BUILD)/tests/test_cuda: tests/data/cuda_fixtures.h tests/data/fixtures.h
 $(BUILD)/tests/test_loader: tests/data/fixtures.h
@@ -104,7 +113,7 @@ $(BUILD)/tests/test_lmdb: tests/data/fixtures.h
 $(BUILD)/tests/gpu_test_%: tests/gpu/test_%.c tests/t.h tests/data/cuda_fixtures.h \
                            tests/data/fixtures.h $(BUILD)/libstoker.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+	$(CC) $(TEST_CFLAGS) -Itests -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
 
 -include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d)
 
@@ -137,7 +146,7 @@ deps:
 
 test: deps
 	$(MAKE) all
-	$(MAKE) check-exports
+	$(MAKE) check-exports check-layers
 	$(MAKE) unit oom fuzz-replay cli-test pytest check-ptx
 
 unit: $(UNIT_BINS) $(FAKE_CUDA)
@@ -155,7 +164,14 @@ fuzz-replay: $(FUZZ_REPLAY)
 	    name=$${r##*/replay_fuzz_}; echo "replay $$name"; \
 	    $$r tests/fuzz/corpus/$$name; done
 
-cli-test: $(BUILD)/stoker $(GEN_BINS)
+# C examples (examples/*.c), linked as a trainer links libstoker; the CLI tests run them.
+EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+examples: $(EXAMPLE_BINS)
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libstoker.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libstoker.a $(LDFLAGS_ALL) $(LDLIBS_ALL)
+
+cli-test: $(BUILD)/stoker $(GEN_BINS) $(EXAMPLE_BINS)
 	@bash scripts/run_cli_tests.sh $(BUILD)
 
 pytest: python $(GEN_BINS)
@@ -164,6 +180,15 @@ pytest: python $(GEN_BINS)
 
 check-exports: $(BUILD)/libstoker.so
 	@bash scripts/check_exports.sh $(BUILD)/libstoker.so
+	@printf '#define STK_BUILDING_BLOCKS\n#include "stoker.h"\n' | \
+	    $(CXX) -std=c++11 -Wall -Wextra $(WERROR) -Iinclude -fsyntax-only -x c++ - && \
+	    echo "check-exports: include/stoker.h compiles as C++ too"
+
+# Calls only go down: includes, calls (nm of the objects) and Python imports against the floors
+# of docs/design.md (scripts/check_layers.py), then the checker's own test (planted violations).
+check-layers: $(LIB_OBJS) $(CLI_OBJS)
+	@$(PYTHON) scripts/check_layers.py --build $(BUILD)
+	@PYTHON=$(PYTHON) bash scripts/check_layers_test.sh $(BUILD)
 
 # Sanitizer variants of the unit tests and fuzz replays (TSan runs the threaded tests).
 asan:
@@ -229,7 +254,7 @@ demo: deps
 # Every C file of the tree is formatted (clang-format 14, .clang-format).
 FORMAT_FILES = $(sort $(wildcard include/*.h src/*.h src/*/*.[ch] src/*/*/*.[ch] src/*/*.def \
                  cli/*.[ch] python/stoker/_ext/*.[ch] tests/*.h tests/*/*.[ch] tests/*/*/*.[ch] \
-                 tests/*/*/*/*.[ch] bench/*.c))
+                 tests/*/*/*/*.[ch] bench/*.c examples/*.c))
 format:
 	@clang-format -i $(filter-out %.def,$(FORMAT_FILES))
 check-format:

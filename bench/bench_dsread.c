@@ -12,6 +12,7 @@
  * (LIBS: the libraries the Makefile links the CLI with.)
  */
 #define _GNU_SOURCE
+#define STK_BUILDING_BLOCKS /* stk_sampler_index */
 #include <stoker.h>
 
 #include <stdio.h>
@@ -56,10 +57,10 @@ int main(int argc, char **argv)
         bytes = 0;
         for (uint64_t k = 0; k < n; k++) {
             stk_record rec;
-            char err[256];
+            stk_record_init(&rec);
             uint64_t i = stk_sampler_index(n, true, 0, e, k);
-            if (stk_dataset_read(ds, i, dst + (k % rows) * row, max, &rec, err, sizeof(err)) != 0) {
-                fprintf(stderr, "bench_dsread: %s\n", err);
+            if (stk_dataset_read(ds, i, dst + (k % rows) * row, max, &rec) != 0) {
+                fprintf(stderr, "bench_dsread: %s\n", stk_last_errmsg());
                 return 1;
             }
             bytes += rec.size;

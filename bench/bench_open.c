@@ -24,7 +24,8 @@ static int cmp(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc > 2) {
-        stk_field f[1] = {{.name = "data", .kind = STK_FIELD_BYTES}};
+        stk_field f[1] = {
+            {.struct_size = sizeof(stk_field), .name = "data", .kind = STK_FIELD_BYTES}};
         stk_writer_opts o;
         stk_writer_opts_init(&o);
         o.fields = f;
@@ -36,7 +37,7 @@ int main(int argc, char **argv)
         long n = atol(argv[2]);
         for (long i = 0; i < n; i++) {
             unsigned char b = (unsigned char)i;
-            stk_value v = {.data = &b, .size = 1};
+            stk_value v = {.struct_size = sizeof(stk_value), .data = &b, .size = 1};
             if (stk_writer_add(w, &v))
                 return 1;
         }

@@ -75,6 +75,7 @@ static int run(int m, int i)
     char err[256];
     stk__decoded out;
     stk_image pim;
+    stk_image_init(&pim);
     switch (m) {
     case 0:
     case 1:

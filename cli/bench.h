@@ -39,9 +39,6 @@ typedef struct bench_result {
     bool decoded; /* the ceiling decoded images (else it copied the records or arrays) */
 } bench_result;
 
-/* User + system CPU seconds of this process so far, every thread (cmd_bench.c). */
-double stk_bench_process_cpu_s(void);
-
 /* The ceiling on a's records (at most --max-samples of them, preloaded into memory): `threads`
  * threads decode every image of the recipe's field (a raw run, or an array field: memcpy every
  * record's bytes through a slot_size buffer), a->epochs times. Fills *r (samples, bytes,

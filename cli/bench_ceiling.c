@@ -47,6 +47,7 @@ static void *ceiling_thread(void *arg)
             size_t i = (size_t)stk_sampler_index(j->n, j->shuffle, j->seed, (uint64_t)e, p);
             if (j->decode) {
                 stk_image img;
+                stk_image_init(&img);
                 if (stk_decoder_decode(dec, j->rec[i], j->size[i], &img) < 0) {
                     snprintf(j->err, sizeof(j->err), "record %zu: %s", i, stk_decoder_errmsg(dec));
                     j->failed = 1;
@@ -102,9 +103,9 @@ int stk_bench_run_ceiling(const bench_args *a, unsigned threads, size_t slot_siz
     /* Preload: the ceiling measures the work itself, not the reading. */
     for (uint64_t i = 0; i < n && rc == 0; i++) {
         stk_record recd;
-        char err[256];
-        if (stk_dataset_read(ds, i, buf, max, &recd, err, sizeof(err)) < 0) {
-            stk_cli_error("bench", "%s", err);
+        stk_record_init(&recd);
+        if (stk_dataset_read(ds, i, buf, max, &recd) < 0) {
+            stk_cli_error("bench", "%s", stk_last_errmsg());
             rc = 1;
             break;
         }
@@ -127,7 +128,7 @@ int stk_bench_run_ceiling(const bench_args *a, unsigned threads, size_t slot_siz
         rc = 1;
         goto out;
     }
-    double t0 = stk_cli_now(), cpu0 = stk_bench_process_cpu_s();
+    double t0 = stk_cli_now(), cpu0 = stk_cli_process_cpu_s();
     for (unsigned k = 0; k < threads; k++) {
         jobs[k] = (ceiling_job){.rec = (const uint8_t *const *)rec,
                                 .size = size,
@@ -155,7 +156,7 @@ int stk_bench_run_ceiling(const bench_args *a, unsigned threads, size_t slot_siz
         free(jobs[k].dst);
     }
     r->seconds = stk_cli_now() - t0;
-    r->cpu_s = stk_bench_process_cpu_s() - cpu0;
+    r->cpu_s = stk_cli_process_cpu_s() - cpu0;
     r->threads = threads;
     r->decoded = decode;
     free(jobs);

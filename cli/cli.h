@@ -9,6 +9,8 @@
 #ifndef STK_CLI_H
 #define STK_CLI_H
 
+/* The doctor's decision (stk_diagnose) and the sampler are building blocks. */
+#define STK_BUILDING_BLOCKS
 #include "stoker.h"
 
 #include <stdbool.h>
@@ -86,8 +88,59 @@ enum { STK_CLI_OPT_CACHE_DIR = 0x1000, STK_CLI_OPT_CACHE_LIMIT };
 
 /* Keep the value of a cache option (c: STK_CLI_OPT_CACHE_*). */
 void stk_cli_cache_option(int c, const char *arg);
+/* The cache options given (NULL when not). */
+void stk_cli_cache_settings(const char **dir, const char **limit);
 
-/* Number of items of the "classes" array of a metadata object, or -1 (cmd_inspect.c). */
+/* ---- token corpora in stoker inspect (inspect_tokens.c) ---- */
+
+enum {
+    STK_CLI_OPT_EOS = 0x1100,
+    STK_CLI_OPT_BOS,
+    STK_CLI_OPT_TOKEN_BYTES,
+    STK_CLI_OPT_SEQ_LEN,
+    STK_CLI_OPT_TOKENS,
+    STK_CLI_OPT_PACKING
+};
+#define STK_CLI_TOKEN_LONGOPTS                                                                     \
+    {"eos", required_argument, NULL, STK_CLI_OPT_EOS},                                             \
+        {"bos", required_argument, NULL, STK_CLI_OPT_BOS},                                         \
+        {"token-bytes", required_argument, NULL, STK_CLI_OPT_TOKEN_BYTES},                         \
+        {"seq-len", required_argument, NULL, STK_CLI_OPT_SEQ_LEN},                                 \
+        {"tokens", required_argument, NULL, STK_CLI_OPT_TOKENS},                                   \
+    {                                                                                              \
+        "packing", required_argument, NULL, STK_CLI_OPT_PACKING                                    \
+    }
+#define STK_CLI_TOKEN_HELP                                                                         \
+    "token corpora (docs/tokens.md; any option opens DATA as one):\n"                              \
+    "  --eos ID            a document ends after each token ID (files without an index)\n"         \
+    "  --bos ID            a document starts at each token ID\n"                                   \
+    "  --token-bytes N     2 (uint16, default) or 4: ids of headerless files\n"                    \
+    "  --seq-len T         also make rows of T tokens and report them\n"                           \
+    "  --tokens MODE       windows (default with --seq-len), random, packed\n"                     \
+    "  --packing RULE      best-fit (default) or first-fit\n"
+
+/* The token options of one command: any given, and stk_tokens_opts (mode DOCUMENTS until
+ * --seq-len). */
+typedef struct stk_cli_tokens {
+    bool any;
+    stk_tokens_opts o;
+} stk_cli_tokens;
+void stk_cli_tokens_init(stk_cli_tokens *t);
+/* Take option c (STK_CLI_OPT_EOS..PACKING); 0, or 2 after a usage error. */
+int stk_cli_tokens_option(const char *cmd, int c, const char *arg, stk_cli_tokens *t);
+/* Open DATA with stk_tokens_open; as stk_cli_open_data_as. */
+int stk_cli_open_tokens(const char *cmd, char *const *paths, int n_paths, unsigned flags,
+                        const char *format, stk_cli_tokens *t, stk_dataset **out);
+/* The token facts of ds (nothing when it is not a token dataset): a text section, or a
+ * `, "tokens": {...}` member of inspect's JSON object. */
+void stk_cli_tokens_text(const stk_dataset *ds);
+void stk_cli_tokens_json(const stk_dataset *ds);
+
+/* The names --recipe takes, "raw, imagenet-train, imagenet-val": raw, then the library's
+ * recipes (stk_recipe_name), into buf. */
+const char *stk_cli_recipes(char *buf, size_t size);
+
+/* Number of items of the "classes" array of a metadata object, or -1 (stk_cli.c). */
 long stk_cli_count_classes(const char *meta);
 
 /* ---- progress bar: "[#####     ] 1234/5000 records 12.3 MB/s ETA 0:05" on stderr ---- */
@@ -142,6 +195,9 @@ typedef int (*stk_cli_batch_fn)(stk_cli_run *run, stk_batch *b, void *ctx);
 int stk_cli_loader_run(const char *cmd, const stk_loader_opts *o, const char *trace,
                        stk_cli_progress *prog, stk_cli_batch_fn fn, void *ctx, stk_cli_run *run);
 
+/* User + system CPU seconds of this process so far, every thread (stk_cli_run.c). */
+double stk_cli_process_cpu_s(void);
+
 /* ---- JSON output ---- */
 
 /* Length of the well-formed UTF-8 sequence at s (1 for ASCII), or 0 if there is none. */
@@ -151,17 +207,11 @@ size_t stk_cli_utf8_seq(const unsigned char *s, size_t n);
  * invalid UTF-8 escaped as \u00XX). */
 void stk_cli_json_string(FILE *f, const char *s, size_t n);
 
-/* Skip leading whitespace and one JSON value at p (nesting at most 64 deep); returns the
- * position just after the value, or NULL when it is malformed. */
-const char *stk_cli_json_skip(const char *p);
-
 /* Skip JSON whitespace. */
 const char *stk_cli_json_ws(const char *p);
 
-/* Whether `s` is one complete, valid JSON value (surrounding whitespace allowed). */
-bool stk_cli_json_valid(const char *s);
-
-/* ---- JSON input: the one reader of the CLI (metadata, the profiler's report) ---- */
+/* ---- JSON input: walking values the library's one reader (stk_json_skip, stk_json_valid)
+ * checks (metadata, the profiler's report) ---- */
 
 /* The first member of `obj` if it is a valid JSON object (the position to give
  * stk_cli_json_member), else NULL. */

@@ -41,17 +41,6 @@ static double proc_status_mib(const char *key)
     return v;
 }
 
-/* User + system CPU seconds of this process so far (every thread). On a machine shared with other
- * jobs, bytes per CPU second compares the loader with its ceiling where wall-clock cannot. */
-double stk_bench_process_cpu_s(void)
-{
-    struct rusage u;
-    if (getrusage(RUSAGE_SELF, &u) != 0)
-        return 0;
-    return (double)u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
-           u.ru_stime.tv_usec * 1e-6;
-}
-
 /* Reset the peak-RSS counter so VmHWM measures from here (Linux >= 4.0; harmless otherwise). */
 static void reset_peak_rss(void)
 {
@@ -64,6 +53,7 @@ static void reset_peak_rss(void)
 
 static void usage(FILE *f)
 {
+    char names[256];
     fprintf(f,
             "usage: stoker bench DATA... [options]\n"
             "\n"
@@ -74,7 +64,7 @@ static void usage(FILE *f)
             "else (image recipes).\n"
             "\n"
             "options:\n"
-            "  --recipe NAME       raw (default), imagenet-train or imagenet-val\n"
+            "  --recipe NAME       %s (default: raw)\n"
             "  --threads N         worker threads (default: one per CPU); 'auto' lets the\n"
             "                      loader choose online; a list (1,2,4) makes a sweep\n"
             "  --epochs E          epochs to run (default 1)\n"
@@ -96,7 +86,8 @@ static void usage(FILE *f)
             "  --ceiling           also measure the ceiling and print the ratio\n"
             "  --json              print one JSON object instead of a table\n"
             "  --quiet             no progress bar\n" STK_CLI_CACHE_HELP
-            "  -h, --help          this help\n");
+            "  -h, --help          this help\n",
+            stk_cli_recipes(names, sizeof(names)));
     stk_cli_print_formats(f);
 }
 
@@ -239,12 +230,10 @@ static int parse(int argc, char **argv, bench_args *a)
     }
     if (optind >= argc)
         return stk_cli_usage_error("bench", "no DATA given");
-    if (strcmp(a->recipe, "raw") != 0 && strcmp(a->recipe, "imagenet-train") != 0 &&
-        strcmp(a->recipe, "imagenet-val") != 0) {
-        return stk_cli_usage_error("bench",
-                                   "unknown recipe '%s' (raw, imagenet-train, "
-                                   "imagenet-val)",
-                                   a->recipe);
+    if (strcmp(a->recipe, "raw") != 0 && stk_recipe_n_ops(a->recipe) == 0) {
+        char names[256];
+        return stk_cli_usage_error("bench", "unknown recipe '%s' (%s)", a->recipe,
+                                   stk_cli_recipes(names, sizeof(names)));
     }
     a->paths = (const char *const *)argv + optind;
     a->n_paths = (size_t)(argc - optind);
@@ -306,9 +295,9 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
     /* The bar starts at the first batch, when the loader knows its batch count. */
     bench_run br = {.a = a, .r = r};
     stk_cli_run run;
-    double cpu0 = stk_bench_process_cpu_s();
+    double cpu0 = stk_cli_process_cpu_s();
     rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
-    r->cpu_s = stk_bench_process_cpu_s() - cpu0;
+    r->cpu_s = stk_cli_process_cpu_s() - cpu0;
     stk_cli_progress_end(&br.prog);
     stk_dataset_close(ds);
     if (rc)

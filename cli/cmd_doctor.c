@@ -43,6 +43,7 @@
 
 static void usage(FILE *f)
 {
+    char names[256];
     fprintf(f,
             "usage: stoker doctor DATA... [--recipe R] [--step-ms X | --python SCRIPT [ARGS...]]\n"
             "                    [options]\n"
@@ -55,7 +56,7 @@ static void usage(FILE *f)
             "Data-bound means waiting for batches more than 5%% of the time.\n"
             "\n"
             "options:\n"
-            "  --recipe NAME       raw (default), imagenet-train or imagenet-val\n"
+            "  --recipe NAME       %s (default: raw)\n"
             "  --step-ms X         simulate a training step of X ms per batch\n"
             "  --step-kind KIND    sleep (default: the step leaves the CPU to the loader, as a\n"
             "                      GPU step does) or spin (it keeps one core busy, as CPU work\n"
@@ -81,7 +82,8 @@ static void usage(FILE *f)
             "  --no-verify         do not check record checksums\n"
             "  --json              print one JSON object instead of the report\n"
             "  --quiet             no progress bar\n"
-            "  -h, --help          this help\n");
+            "  -h, --help          this help\n",
+            stk_cli_recipes(names, sizeof(names)));
 }
 
 /* ---- arguments ---- */
@@ -233,33 +235,6 @@ static int parse(int argc, char **argv, doctor_args *a)
 
 /* ---- measuring ---- */
 
-const char *const stk_doctor_stage_names[4] = {"read", "decode", "augment", "other"};
-
-/* CPUs this process may run on (the library's default thread count). */
-static int cpu_count(void)
-{
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-        n = CPU_COUNT(&set);
-    return n < 1 ? 1 : n > 4096 ? 4096 : (int)n;
-}
-
-/* CPU seconds this process has used (all threads). */
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The share of `threads` cores' time the process got during a run: well below 1 when the
- * workers were busy, other processes had the cores. */
-double stk_doctor_on_cpu(const run_result *r)
-{
-    return r->seconds > 0 && r->threads ? r->cpu_s / (r->seconds * r->threads) : 0;
-}
-
 /* Spend `ms` milliseconds as the training step would: asleep, or spinning on one core. */
 static void simulate_step(double ms, bool spin)
 {
@@ -328,7 +303,7 @@ static int doctor_batch(stk_cli_run *run, stk_batch *b, void *ctx)
         x->s0.struct_size = sizeof(x->s0);
         stk_loader_stats_get(run->loader, &x->s0);
         x->win0 = w1;
-        r->cpu_s = cpu_now();
+        r->cpu_s = stk_cli_process_cpu_s();
     } else {
         r->steps++;
         r->samples += stk_batch_n_samples(b);
@@ -339,7 +314,7 @@ static int doctor_batch(stk_cli_run *run, stk_batch *b, void *ctx)
                            : r->steps >= x->min_steps && w1 - x->win0 >= x->budget_s;
     if (enough) {
         r->seconds = w1 - x->win0;
-        r->cpu_s = cpu_now() - r->cpu_s;
+        r->cpu_s = stk_cli_process_cpu_s() - r->cpu_s;
         return 1;
     }
     if (x->step_ms >= 0)
@@ -404,11 +379,6 @@ static stage_split split_of(const run_result *r)
     return s;
 }
 
-double stk_doctor_rate(const run_result *r)
-{
-    return r->seconds > 0 ? (double)r->samples / r->seconds : 0;
-}
-
 /* The thread counts of the ceiling: 1, 2, 4, ... below the CPU count, the CPU count, and the
  * user's --threads, ascending. */
 static void plan_probes(doctor *d)
@@ -429,16 +399,6 @@ static void plan_probes(doctor *d)
         }
     }
     d->n_probes = n;
-}
-
-/* The probe with the highest ceiling. */
-int stk_doctor_best_probe(const doctor *d)
-{
-    int k = 0;
-    for (int i = 1; i < d->n_probes; i++)
-        if (stk_doctor_rate(&d->probe[i]) > stk_doctor_rate(&d->probe[k]))
-            k = i;
-    return k;
 }
 
 /* ---- main ---- */
@@ -471,7 +431,7 @@ static int doctor_run(doctor *d)
     double script_batch = a->mode == MODE_PYTHON ? stk_cli_json_num(d->py_json, "batch_size") : NAN;
     if (a->batch == 0)
         a->batch = script_batch >= 1 && script_batch <= 1 << 24 ? (long long)script_batch : 256;
-    d->cpus = cpu_count();
+    d->cpus = (int)(stk_n_cpus() > 4096 ? 4096 : stk_n_cpus()); /* the library's count */
     plan_probes(d);
     stk_cli_progress_start(&d->prog, "doctor", (uint64_t)d->n_probes + (a->mode == MODE_STEP),
                            "runs", a->quiet || a->json);

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #define CMD "pack"
-#define EXT_LIST ".jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp"
 
 typedef struct pack_args {
     const char *src, *out, *format;
@@ -91,6 +90,10 @@ static int pack(const pack_args *a)
 
 static void usage(FILE *f)
 {
+    char exts[128] = ""; /* the library's list (stk_image_extension) */
+    for (size_t i = 0, n = 0; i < stk_n_image_extensions() && n < sizeof(exts); i++)
+        n += (size_t)snprintf(exts + n, sizeof(exts) - n, "%s%s", i ? " " : "",
+                              stk_image_extension(i));
     fprintf(
         f,
         "usage: stoker pack SRC OUT [--format NAME] [--shard-size SIZE] [--align N] [--force]\n"
@@ -102,7 +105,7 @@ static void usage(FILE *f)
         "  image  bytes  the file exactly as stored (not re-encoded)\n"
         "  label  int64  the class index (classes sorted by name)\n"
         "  path   bytes  the file's path relative to SRC\n"
-        "Images are the files ending in " EXT_LIST " (any case); entries\n"
+        "Images are the files ending in %s (any case); entries\n"
         "that are not regular files (FIFOs, sockets) are skipped and reported.\n"
         "The format is detected from SRC (formats below); --format overrides.\n"
         "\n"
@@ -120,7 +123,8 @@ static void usage(FILE *f)
         "                     directory (its old files are removed once the new one is\n"
         "                     complete)\n"
         "  --quiet            no progress bar, no summary\n"
-        "  -h, --help         show this help\n");
+        "  -h, --help         show this help\n",
+        exts);
     stk_cli_print_formats(f);
 }
 

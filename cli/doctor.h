@@ -88,7 +88,7 @@ typedef struct doctor {
     uint64_t runs_done;
 } doctor;
 
-/* ---- cmd_doctor.c: measuring ---- */
+/* ---- doctor_numbers.c: the numbers of the measured runs ---- */
 
 /* Samples per second of a measured run (0 for an empty window). */
 double stk_doctor_rate(const run_result *r);

@@ -141,7 +141,7 @@ int stk_doctor_run_python(doctor *d)
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     if (stat(tmp, &sb) == 0 && sb.st_size > 0 && (d->py_json = read_text(tmp)) &&
-        (*stk_cli_json_ws(d->py_json) != '{' || !stk_cli_json_valid(d->py_json))) {
+        (*stk_cli_json_ws(d->py_json) != '{' || !stk_json_valid(d->py_json))) {
         free(d->py_json);
         d->py_json = NULL;
     }

@@ -389,7 +389,7 @@ void stk_doctor_print_json(const doctor *d)
         }
     }
     if (a->mode == MODE_PYTHON) {
-        const char *s = stk_cli_json_ws(d->py_json), *e = stk_cli_json_skip(s);
+        const char *s = stk_cli_json_ws(d->py_json), *e = stk_json_skip(s);
         printf(", \"python\": %.*s", (int)(e - s), s);
     }
     if (!v->have) {

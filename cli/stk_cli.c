@@ -221,6 +221,12 @@ void stk_cli_cache_option(int c, const char *arg)
         g_cache_limit = arg;
 }
 
+void stk_cli_cache_settings(const char **dir, const char **limit)
+{
+    *dir = g_cache_dir;
+    *limit = g_cache_limit;
+}
+
 /* Whether arg is NAME=PATH naming a field (the NumPy dict form, `image=x.npy`): NAME is a field
  * name ([A-Za-z0-9_./-], 1 to 31 bytes) and arg itself names no file. */
 static bool named_field_arg(const char *arg)
@@ -407,108 +413,12 @@ const char *stk_cli_json_ws(const char *p)
     return p;
 }
 
-/* Skip one value at p (no leading whitespace); depth bounds the recursion. */
-static const char *json_value(const char *p, int depth)
-{
-    if (depth > 64)
-        return NULL;
-    switch (*p) {
-    case '"':
-        for (p++; *p != '"'; p++) {
-            if ((unsigned char)*p < 0x20)
-                return NULL;
-            if (*p == '\\') {
-                p++;
-                if (*p == 'u') {
-                    for (int i = 1; i <= 4; i++)
-                        if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
-                            return NULL;
-                    p += 4;
-                } else if (!*p || !strchr("\"\\/bfnrt", *p)) {
-                    return NULL;
-                }
-            }
-        }
-        return p + 1;
-    case '{':
-    case '[': {
-        char close = *p == '{' ? '}' : ']';
-        p = stk_cli_json_ws(p + 1);
-        if (*p == close)
-            return p + 1;
-        for (;;) {
-            if (close == '}') {
-                if (*p != '"' || !(p = json_value(p, depth + 1)))
-                    return NULL;
-                p = stk_cli_json_ws(p);
-                if (*p != ':')
-                    return NULL;
-                p = stk_cli_json_ws(p + 1);
-            }
-            if (!(p = json_value(p, depth + 1)))
-                return NULL;
-            p = stk_cli_json_ws(p);
-            if (*p == close)
-                return p + 1;
-            if (*p != ',')
-                return NULL;
-            p = stk_cli_json_ws(p + 1);
-        }
-    }
-    case 't':
-        return strncmp(p, "true", 4) == 0 ? p + 4 : NULL;
-    case 'f':
-        return strncmp(p, "false", 5) == 0 ? p + 5 : NULL;
-    case 'n':
-        return strncmp(p, "null", 4) == 0 ? p + 4 : NULL;
-    default: {
-        const char *s = p;
-        if (*p == '-')
-            p++;
-        if (*p == '0')
-            p++;
-        else if (*p >= '1' && *p <= '9')
-            while (*p >= '0' && *p <= '9')
-                p++;
-        else
-            return NULL;
-        if (*p == '.') {
-            if (!(p[1] >= '0' && p[1] <= '9'))
-                return NULL;
-            for (p++; *p >= '0' && *p <= '9'; p++) {
-            }
-        }
-        if (*p == 'e' || *p == 'E') {
-            p++;
-            if (*p == '+' || *p == '-')
-                p++;
-            if (!(*p >= '0' && *p <= '9'))
-                return NULL;
-            while (*p >= '0' && *p <= '9')
-                p++;
-        }
-        return p > s ? p : NULL;
-    }
-    }
-}
-
-const char *stk_cli_json_skip(const char *p)
-{
-    return json_value(stk_cli_json_ws(p), 0);
-}
-
-bool stk_cli_json_valid(const char *s)
-{
-    const char *end = stk_cli_json_skip(s);
-    return end && *stk_cli_json_ws(end) == '\0';
-}
-
 /* ---- reading JSON: members and items of validated values ---- */
 
 const char *stk_cli_json_members(const char *obj)
 {
     const char *p = stk_cli_json_ws(obj);
-    return *p == '{' && stk_cli_json_valid(obj) ? stk_cli_json_ws(p + 1) : NULL;
+    return *p == '{' && stk_json_valid(obj) ? stk_cli_json_ws(p + 1) : NULL;
 }
 
 bool stk_cli_json_member(const char **p, const char **key, int *key_len, const char **val,
@@ -516,11 +426,11 @@ bool stk_cli_json_member(const char **p, const char **key, int *key_len, const c
 {
     if (**p != '"')
         return false;
-    const char *k_end = stk_cli_json_skip(*p);
+    const char *k_end = stk_json_skip(*p);
     *key = *p + 1;
     *key_len = (int)(k_end - *p - 2);
     *val = stk_cli_json_ws(stk_cli_json_ws(k_end) + 1);
-    *val_end = stk_cli_json_skip(*val);
+    *val_end = stk_json_skip(*val);
     *p = stk_cli_json_ws(*val_end);
     if (**p == ',')
         *p = stk_cli_json_ws(*p + 1);
@@ -532,7 +442,7 @@ bool stk_cli_json_item(const char **p, const char **val, const char **val_end)
     if (**p == ']' || **p == '\0')
         return false;
     *val = *p;
-    *val_end = stk_cli_json_skip(*p);
+    *val_end = stk_json_skip(*p);
     *p = stk_cli_json_ws(*val_end);
     if (**p == ',')
         *p = stk_cli_json_ws(*p + 1);
@@ -596,4 +506,27 @@ void stk_cli_json_str(const char *v, char *out, size_t size)
         out[n++] = (char)cp;
     }
     out[n] = '\0';
+}
+
+long stk_cli_count_classes(const char *meta)
+{
+    const char *p = stk_cli_json_members(meta), *key, *v, *v_end;
+    int key_len;
+    while (p && stk_cli_json_member(&p, &key, &key_len, &v, &v_end))
+        if (key_len == 7 && strncmp(key, "classes", 7) == 0 && *v == '[') {
+            long n = 0;
+            const char *q = stk_cli_json_ws(v + 1), *item, *item_end;
+            while (stk_cli_json_item(&q, &item, &item_end))
+                n++;
+            return n;
+        }
+    return -1;
+}
+
+const char *stk_cli_recipes(char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "raw");
+    for (size_t i = 0; i < stk_n_recipes() && n > 0 && (size_t)n < size; i++)
+        n += snprintf(buf + n, size - (size_t)n, ", %s", stk_recipe_name(i));
+    return buf;
 }

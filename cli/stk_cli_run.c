@@ -3,11 +3,12 @@
  * loader, take its batches and time each wait, hand every batch to the command, and on the way
  * out read the stats, write the trace and destroy the loader. What a command does with a batch
  * (count it, simulate a training step, open or close a measuring window) and when it stops is
- * its callback's business.
+ * its callback's business. Also the CPU time a run took (the process's, every thread).
  */
 #include "cli.h"
 
 #include <string.h>
+#include <sys/resource.h>
 
 int stk_cli_loader_run(const char *cmd, const stk_loader_opts *o, const char *trace,
                        stk_cli_progress *prog, stk_cli_batch_fn fn, void *ctx, stk_cli_run *run)
@@ -56,4 +57,15 @@ int stk_cli_loader_run(const char *cmd, const stk_loader_opts *o, const char *tr
     stk_loader_destroy(L);
     run->loader = NULL;
     return failed;
+}
+
+/* User + system CPU seconds of this process so far (every thread). On a machine shared with other
+ * jobs, bytes per CPU second compares the loader with its ceiling where wall-clock cannot. */
+double stk_cli_process_cpu_s(void)
+{
+    struct rusage u;
+    if (getrusage(RUSAGE_SELF, &u) != 0)
+        return 0;
+    return (double)u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + (double)u.ru_stime.tv_sec +
+           u.ru_stime.tv_usec * 1e-6;
 }

@@ -7,19 +7,66 @@
  * every declaration carries its contract. docs/design.md explains the threading and ownership
  * model, docs/format.md the shard format.
  *
- * Conventions (see STYLE.md):
- *  - Every fallible call returns stk_status: STK_OK (0), a negative error, or a documented
- *    positive outcome (STK_END).
+ * Conventions (STYLE.md; CHANGES.md says what changed between versions):
+ *
+ *  - Status: every fallible call returns stk_status. STK_OK (0) is success; a positive value is
+ *    a documented outcome that is not a failure (STK_END: the epoch is done); a negative value
+ *    means the call did not do what was asked. Two negative codes are retryable rather than
+ *    failures of the data: STK_EAGAIN (nothing was ready in time) and STK_EBUSY (the call would
+ *    wait on a batch the caller holds); after either nothing has changed and the same call may
+ *    be repeated (after releasing a batch, for STK_EBUSY). Codes are pinned: never renumbered.
+ *  - Error detail: a call on a handle that one thread uses at a time (stk_loader, stk_writer,
+ *    stk_decoder) leaves the text of its failure in that handle: stk_loader_errmsg,
+ *    stk_writer_errmsg, stk_decoder_errmsg. Every other failing call (constructors, calls on
+ *    the thread-safe stk_dataset and on stk_batch, calls documented thread-safe, free
+ *    functions) leaves it in the calling thread's stk_last_errmsg(). No call writes error text
+ *    into a buffer of the caller's (a stk_sample_fn writes its own failure into the one it is
+ *    given: that is the callback's way out, not the library's).
  *  - Handles are opaque. Constructors fill an out-pointer; destructors accept NULL.
- *  - The library never prints, never exits and never aborts on bad input. Error detail is in
- *    the handle's errmsg, or in stk_last_errmsg() when no handle exists yet.
- *  - Structs: one rule for every struct that crosses the ABI. Its first member is `size_t
- *    struct_size`. Options structs (inputs) are filled by their _init function, which sets it; a
- *    caller built against an older, shorter struct is accepted everywhere, the fields it lacks
- *    taking their defaults. Output structs are sized by the caller (`stk_loader_stats st =
- *    {.struct_size = sizeof st};`): the library writes only the fields that fit, so a struct may
- *    grow without overrunning an older caller's buffer. A struct_size below the size of the
- *    struct_size member itself plus one field is STK_EINVAL.
+ *  - The library never prints, never exits and never aborts on bad input.
+ *  - Structs: every struct in this header starts with `size_t struct_size`, the size of the
+ *    struct the caller was compiled with, set by its init macro (stk_loader_opts_init(&o),
+ *    stk_tensor_init(&t), stk_op_init(&op, kind), ...; each passes sizeof(*p) to an exported
+ *    *_init_sized function, so an older, shorter struct is filled only as far as it reaches).
+ *    Inputs: the library reads the caller's fields up to struct_size, the fields a shorter
+ *    struct lacks taking their defaults. Outputs: the library writes only the fields that fit.
+ *    Arrays of structs (stk_op[], stk_field[], stk_value[], stk_batch_op[]) are strided by their
+ *    first element's struct_size, which every element must share. Structs the library hands
+ *    out (stk_dataset_field, stk_op_param_at, a stk_sample_fn's tensors) carry the library's
+ *    size. A struct_size below the size of struct_size plus one field is STK_EINVAL.
+ *  - Versions: while the version is 0.x, every minor version changes the SONAME
+ *    (libstoker.so.0.M) and may change calls in place; from 1.0 changes are additive and a
+ *    revised call gets a `_v2` name (sqlite's rule). Building blocks (the fenced section at the
+ *    end) may change in any minor version.
+ *
+ * Naming: one word per concept in C, the Python extension (stoker._core), stoker.Loader and the
+ * CLI (STYLE.md section 3).
+ *
+ *   worker threads   C: n_threads. Python: n_threads= (num_workers=, the DataLoader's name, is
+ *                    its alias), info()/stats()["n_threads"]. CLI: --threads N.
+ *   ring slots       C: n_slots (batches in flight, the one the consumer holds included).
+ *                    Python: info()["n_slots"].
+ *   prefetch         batches prepared ahead of the one the consumer holds, n_slots - 1.
+ *                    Python: prefetch=. CLI: --prefetch P. (C sets n_slots.)
+ *   byte read-ahead  readahead (src/io); env STOKER_HTTP_READAHEAD.
+ *   samples          stk_batch_n_samples; _core.Batch.n_samples.
+ *   records          stk_dataset_n_records, stk_writer_n_records; Python len(dataset),
+ *                    info()["n_records"], Writer.n_records; the CLI's "records".
+ *   ranks            rank, world (C, _core); rank=, world_size= (torch's names, Python).
+ *   resume state     stk_loader_save_state / stk_loader_load_state; _core save_state() /
+ *                    load_state(); Python state_dict() / load_state_dict() (torch's names).
+ *
+ *   - A number of elements is n_<things> (n_paths, n_fields, n_records, n_threads, n_slots);
+ *     never <thing>_count or num_<things>, except names taken from torch and torchvision with
+ *     their meaning (num_classes, num_samples, num_ops, num_magnitude_bins,
+ *     num_output_channels). Cumulative counters are plain plurals (stats.batches, .samples,
+ *     .skipped; stk_pack_result.records). The CLI names things, not counts (--threads N, the
+ *     bench JSON's "threads"), as shell tools do.
+ *   - `_size` is always bytes (slot_size, max_record_size, buf_size); never elements.
+ *   - A pair that saves and restores is save_/load_ (stk_loader_save_state and
+ *     stk_loader_load_state).
+ *   - Verbs: create/destroy (heap objects), open/close (files), init (a caller's struct),
+ *     next, release, get/set; a revised call is _v2 (never _ex).
  */
 #ifndef STOKER_H
 #define STOKER_H
@@ -36,20 +83,36 @@ extern "C" {
 #define STK_API __attribute__((visibility("default")))
 #endif
 
+/* The empty initialiser of the inline _init functions below, in both languages (C++ warns on
+ * {0}, C before C23 has no {}; a compound literal is C only). */
+/* clang-format off */
+#ifdef __cplusplus
+#define STK_ZERO_INIT {}
+#else
+#define STK_ZERO_INIT {0}
+#endif
+/* clang-format on */
+
 /* ---------------------------------------------------------------------------------------------
  * Version
  * ------------------------------------------------------------------------------------------- */
 
 #define STK_VERSION_MAJOR 0
-#define STK_VERSION_MINOR 2
+#define STK_VERSION_MINOR 3
 #define STK_VERSION_PATCH 0
 #define STK_VERSION_NUMBER (STK_VERSION_MAJOR * 10000 + STK_VERSION_MINOR * 100 + STK_VERSION_PATCH)
-#define STK_VERSION_STRING "0.2.0"
+#define STK_VERSION_STRING "0.3.0"
 
 /** The library's version as M*10000 + m*100 + p; compare with STK_VERSION_NUMBER to detect a
  *  header/library mismatch.
  *  Threads: thread-safe. */
 STK_API unsigned stk_version_number(void);
+
+/** The CPUs this process may run on: its affinity mask's count (containers, taskset), else the
+ *  online CPUs; at least 1. What n_threads = 0 means, and the one count the CLI and the Python
+ *  package use. Computed once per process.
+ *  Threads: thread-safe. */
+STK_API uint32_t stk_n_cpus(void);
 
 /** The library's version as "M.m.p".
  *  Lifetime: static storage. Threads: thread-safe. */
@@ -130,14 +193,24 @@ typedef enum stk_field_kind {
  *  Lifetime: static storage. Threads: thread-safe. */
 STK_API const char *stk_field_kind_name(stk_field_kind kind);
 
-/** One field of a record schema. */
+/** One field of a record schema. Initialise with stk_field_init (all zero: a bytes field). */
 typedef struct stk_field {
+    size_t struct_size;      /* set by stk_field_init(); never by hand */
     char name[STK_MAX_NAME]; /* NUL-terminated, unique within the schema, [A-Za-z0-9_./-] */
     stk_field_kind kind;
     stk_dtype dtype; /* STK_FIELD_ARRAY only (otherwise implied by kind) */
     uint32_t ndim;   /* STK_FIELD_ARRAY only: 1..STK_MAX_DIMS */
     int64_t shape[STK_MAX_DIMS];
 } stk_field;
+
+/** Zero `f` and set its struct_size (the caller's sizeof).
+ *  Threads: thread-safe (touches only `f`). */
+static inline void stk_field_init(stk_field *f)
+{
+    stk_field z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*f);
+    *f = z;
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Shard writer (`.stk` format, see docs/format.md)
@@ -155,9 +228,16 @@ typedef struct stk_writer_opts {
     uint32_t align;            /* record start alignment in bytes, a power of two (default 64) */
 } stk_writer_opts;
 
-/** Fill `opts` with defaults (no fields, metadata "{}", align 64).
+/** Fill the first `struct_size` bytes of `opts` with defaults (no fields, metadata "{}", align
+ *  64): what stk_writer_opts_init calls with the caller's sizeof.
  *  Threads: thread-safe. */
-STK_API void stk_writer_opts_init(stk_writer_opts *opts);
+STK_API void stk_writer_opts_init_sized(stk_writer_opts *opts, size_t struct_size);
+
+/** Fill `opts` with defaults (no fields, metadata "{}", align 64). */
+static inline void stk_writer_opts_init(stk_writer_opts *opts)
+{
+    stk_writer_opts_init_sized(opts, sizeof(*opts));
+}
 
 /** Start writing a shard to `path`. The data goes to a temporary name beside it
  *  ("<path>.tmp.<pid>.<n>") and reaches `path` only on a successful stk_writer_close: a crash
@@ -168,15 +248,27 @@ STK_API void stk_writer_opts_init(stk_writer_opts *opts);
 STK_API stk_status stk_writer_open(const char *path, const stk_writer_opts *opts, stk_writer **out);
 
 /** One field value for stk_writer_add: `data`/`size` for bytes and array fields, `i64` or `f32`
- *  for scalar fields. Array fields must supply exactly prod(shape) * dtype size bytes. */
+ *  for scalar fields. Array fields must supply exactly prod(shape) * dtype size bytes.
+ *  Initialise with stk_value_init. */
 typedef struct stk_value {
+    size_t struct_size; /* set by stk_value_init(); never by hand */
     const void *data;
     size_t size;
     int64_t i64;
     float f32;
 } stk_value;
 
-/** Append one record; `values` holds one entry per schema field, in schema order.
+/** Zero `v` and set its struct_size (the caller's sizeof).
+ *  Threads: thread-safe (touches only `v`). */
+static inline void stk_value_init(stk_value *v)
+{
+    stk_value z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*v);
+    *v = z;
+}
+
+/** Append one record; `values` holds one entry per schema field, in schema order (an array
+ *  strided by values[0].struct_size: see "Structs" at the top).
  *  @return STK_OK, STK_EINVAL (wrong array size, record over 4 GiB), STK_EIO (write failed;
  *          the writer is then unusable: abort it), STK_ESTATE (after an earlier failure).
  *  Details in stk_writer_errmsg(). */
@@ -245,9 +337,16 @@ typedef struct stk_dataset_opts {
                                 (4 MiB); copied */
 } stk_dataset_opts;
 
-/** Fill `opts` with defaults (no paths, no flags, detect the format).
+/** Fill the first `struct_size` bytes of `opts` with defaults: what stk_dataset_opts_init
+ *  calls with the caller's sizeof.
  *  Threads: thread-safe. */
-STK_API void stk_dataset_opts_init(stk_dataset_opts *opts);
+STK_API void stk_dataset_opts_init_sized(stk_dataset_opts *opts, size_t struct_size);
+
+/** Fill `opts` with defaults (no paths, no flags, detect the format). */
+static inline void stk_dataset_opts_init(stk_dataset_opts *opts)
+{
+    stk_dataset_opts_init_sized(opts, sizeof(*opts));
+}
 
 /** Open a dataset: one or more files (or a directory) of one format seen as records 0..N-1.
  *  Paths are expanded first (brace ranges, then glob patterns, each sorted in byte order); the
@@ -302,13 +401,23 @@ STK_API const char *stk_format_name(size_t i);
  *  Lifetime: static storage. Threads: thread-safe. */
 STK_API const char *stk_format_summary(size_t i);
 
+/** The number of file name extensions an ImageFolder tree's images may have (the `imagefolder`
+ *  format reads those files, as torchvision's ImageFolder: its IMG_EXTENSIONS).
+ *  Threads: thread-safe. */
+STK_API size_t stk_n_image_extensions(void);
+
+/** Extension `i` (< stk_n_image_extensions(): ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm",
+ *  ".tif", ".tiff", ".webp"; matched without case), or NULL.
+ *  Lifetime: static. Threads: thread-safe. */
+STK_API const char *stk_image_extension(size_t i);
+
 /** The format of an open dataset ("stk", "imagefolder", ...).
  *  Lifetime: static storage. */
 STK_API const char *stk_dataset_format(const stk_dataset *ds);
 
 /** Describe where record `index` lives, for messages: "data/shard-00003.stk record 1841
  *  (global 1841) at byte 123456", "train/dog/1.jpg (record 40)".
- *  @return STK_OK, or STK_EINVAL (NULL argument, index out of range: buf says so).
+ *  @return STK_OK, or STK_EINVAL (NULL argument, index out of range; see stk_last_errmsg()).
  *  Threads: thread-safe. */
 STK_API stk_status stk_dataset_describe(const stk_dataset *ds, uint64_t index, char *buf,
                                         size_t size);
@@ -356,7 +465,7 @@ STK_API uint64_t stk_dataset_max_record_size(const stk_dataset *ds);
 /** Per-file facts, for `stoker inspect`: the shards of a `.stk` dataset, the files of other
  *  formats (one entry for an ImageFolder tree: its root). */
 typedef struct stk_shard_info {
-    size_t struct_size;    /* set by the caller to sizeof(stk_shard_info) (an output struct) */
+    size_t struct_size;    /* set by stk_shard_info_init() (an output struct) */
     const char *path;      /* as resolved at open; valid until stk_dataset_close */
     uint64_t first_record; /* global number of the shard's first record */
     uint64_t n_records;
@@ -366,6 +475,14 @@ typedef struct stk_shard_info {
     const char *metadata; /* the writer's metadata JSON ("{}" when the format has none; an
                              ImageFolder tree: its classes); valid until stk_dataset_close */
 } stk_shard_info;
+
+/** Zero `out` and set its struct_size (the caller's sizeof), before stk_dataset_shard. */
+static inline void stk_shard_info_init(stk_shard_info *out)
+{
+    stk_shard_info z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*out);
+    *out = z;
+}
 
 /** Number of files (shards) of the dataset: the `i` stk_dataset_shard takes.
  *  Threads: thread-safe. */
@@ -381,8 +498,10 @@ STK_API stk_status stk_dataset_shard(const stk_dataset *ds, size_t i, stk_shard_
  *  to check that a resume state belongs to this dataset. */
 STK_API uint64_t stk_dataset_fingerprint(const stk_dataset *ds);
 
-/** One record as read by stk_dataset_read: a view of each field inside the caller's buffer. */
+/** One record as read by stk_dataset_read: a view of each field inside the caller's buffer. An
+ *  output struct: initialise with stk_record_init. */
 typedef struct stk_record {
+    size_t struct_size;                   /* set by stk_record_init() */
     uint64_t index;                       /* global record number */
     uint32_t shard;                       /* shard number */
     uint64_t local;                       /* record number inside the shard */
@@ -391,17 +510,25 @@ typedef struct stk_record {
     size_t field_size[STK_MAX_FIELDS];
 } stk_record;
 
+/** Zero `rec` and set its struct_size (the caller's sizeof). */
+static inline void stk_record_init(stk_record *rec)
+{
+    stk_record z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*rec);
+    *rec = z;
+}
+
 /** Read record `index` into `buf` (at least stk_dataset_max_record_size bytes, or the record's
  *  size) and verify its checksum unless the dataset was opened with STK_DATASET_NO_VERIFY.
- *  Scalar fields are read with stk_record_i64 / stk_record_f32.
- *  @return STK_OK, STK_EINVAL (index out of range, buffer too small), STK_EIO (read failed),
- *          STK_EFORMAT (checksum mismatch). `errbuf` (may be NULL) receives a message naming
- *          shard file and record: "shard-00003.stk record 1841: checksum mismatch".
+ *  Scalar fields are read with stk_record_i64 / stk_record_f32. `out` is an output struct
+ *  (stk_record_init).
+ *  @return STK_OK, STK_EINVAL (index out of range, buffer too small, out->struct_size not set),
+ *          STK_EIO (read failed), STK_EFORMAT (checksum mismatch). The detail, naming shard file
+ *          and record ("shard-00003.stk record 1841: checksum mismatch"), in stk_last_errmsg().
  *  Lifetime: out->field[] point into `buf`.
  *  Threads: thread-safe (pread on a shared descriptor). */
 STK_API stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf,
-                                    size_t buf_size, stk_record *out, char *errbuf,
-                                    size_t errbuf_size);
+                                    size_t buf_size, stk_record *out);
 
 /** Value of int64 field `f` of a record read with stk_dataset_read (0 if it is not 8 bytes).
  *  Threads: thread-safe. */
@@ -410,6 +537,157 @@ STK_API int64_t stk_record_i64(const stk_record *rec, size_t f);
 /** Value of float32 field `f` of a record read with stk_dataset_read (0 if it is not 4 bytes).
  *  Threads: thread-safe. */
 STK_API float stk_record_f32(const stk_record *rec, size_t f);
+
+/* ---------------------------------------------------------------------------------------------
+ * Token corpora: language-model pretraining data (docs/tokens.md)
+ *
+ * A token corpus is one stream of token ids, the files' tokens one file after another, cut into
+ * documents: nanoGPT's raw uint16 `.bin`, llm.c's `.bin` shards (a 1,024-byte header), a
+ * Megatron indexed dataset (`.idx` + `.bin`), raw or `.npy` numpy token arrays (OLMo), or a
+ * token column of any dataset whose records are documents (`.stk` shards written by stoker
+ * pack). stk_tokens_open turns it into a dataset whose records are rows of seq_len tokens, which
+ * any loader reads with every loader semantic (epochs, shuffle, rank slices, exact resume).
+ * stk_tokens_mix blends several such datasets by weight. stk_dataset_open on a token corpus
+ * (no options) gives its documents as records instead (field "tokens": the stored ids as bytes).
+ * ------------------------------------------------------------------------------------------- */
+
+/** How rows are made from a corpus (stk_tokens_opts.mode). Every row has the fields input_ids
+ *  and labels ([seq_len] of ids_dtype, labels[j] the token after input_ids[j]); packed rows add
+ *  position_ids and seq_lens. */
+typedef enum stk_tokens_mode {
+    /* Row r is tokens [r*T, r*T + T + 1) of the stream (input_ids the first T, labels the last
+     * T): floor((tokens - 1) / T) rows, every token in exactly one row's input_ids per epoch but
+     * the last (tokens - 1) mod T. */
+    STK_TOKENS_WINDOWS = 0,
+    /* As many rows as WINDOWS, row r of epoch e starting at a uniform offset in [0, tokens - T)
+     * drawn from (seed, e, r) (nanoGPT's get_batch). */
+    STK_TOKENS_RANDOM = 1,
+    /* Whole documents packed into rows of T positions (stk_tokens_packing), documents longer
+     * than T split into pieces of T and a rest; labels are -100 after a document's last token
+     * and on padding; position_ids count from 0 in each piece and in the padding; seq_lens
+     * (int32 [P], P the most pieces of any row, padding counted as one) the lengths of the
+     * row's pieces in order, then zeros: varlen attention's cu_seqlens are the running sum of
+     * a batch's non-zero seq_lens. Needs document boundaries (a Megatron index, eos/bos, or a
+     * column's records). */
+    STK_TOKENS_PACKED = 2,
+    /* Records are the documents: one bytes field "tokens" holding the stored ids (token_bytes
+     * each, little-endian). What stk_dataset_open gives; seq_len is ignored. */
+    STK_TOKENS_DOCUMENTS = 3
+} stk_tokens_mode;
+
+/** Packing rule (STK_TOKENS_PACKED): documents in corpus order, each into an open row with
+ *  room for it (best fit: the fullest; first fit: the earliest opened), else a new row. The
+ *  rows are fixed at open: a pure function of the corpus, seq_len and the rule. */
+typedef enum stk_tokens_packing {
+    STK_PACKING_BEST_FIT = 0,
+    STK_PACKING_FIRST_FIT = 1
+} stk_tokens_packing;
+
+/** Options for stk_tokens_open. Initialise with stk_tokens_opts_init, then set fields. More
+ *  fields may be added at the end in later versions. */
+typedef struct stk_tokens_opts {
+    size_t struct_size;       /* set by stk_tokens_opts_init(); never by hand */
+    const char *const *paths; /* files, globs, brace ranges, directories, as stk_dataset_open;
+                                 a Megatron corpus by its prefix, .idx or .bin; copied */
+    size_t n_paths;
+    const char *format;      /* "nanogpt", "llmc", "megatron", "numpy-tokens", or a stoker format
+                                whose records are documents ("stk", ...); NULL = detect (token
+                                formats first); copied */
+    uint32_t seq_len;        /* T, tokens per row, >= 1 (required but for DOCUMENTS) */
+    uint32_t mode;           /* stk_tokens_mode (default STK_TOKENS_WINDOWS) */
+    uint32_t packing;        /* stk_tokens_packing (default STK_PACKING_BEST_FIT) */
+    int64_t eos;             /* a document ends after each token of this id; -1 = none (default).
+                                Formats with a document index (Megatron, columns) ignore it */
+    int64_t bos;             /* a document starts at each token of this id; -1 = none (default) */
+    uint32_t token_bytes;    /* bytes per stored token of headerless files (nanogpt, raw
+                                numpy-tokens) and column bytes fields: 2 or 4; 0 = the format's
+                                (2; a column: its metadata's "token_bytes", else 2) (default 0) */
+    const char *token_field; /* a column corpus: the field of token ids; NULL = "tokens" (or
+                                the only bytes or integer array field); copied */
+    stk_dtype ids_dtype;     /* STK_DTYPE_INT64 (default) or STK_DTYPE_INT32 */
+    int64_t pad_id;          /* packed rows: input id of padding positions (default 0) */
+    unsigned flags;          /* STK_DATASET_* */
+    const char *cache_dir;   /* remote bytes: as stk_dataset_opts.cache_dir; copied */
+    const char *cache_limit; /* as stk_dataset_opts.cache_limit; copied */
+} stk_tokens_opts;
+
+/** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field:
+ *  what stk_tokens_opts_init calls with the caller's sizeof.
+ *  Threads: thread-safe. */
+STK_API void stk_tokens_opts_init_sized(stk_tokens_opts *opts, size_t struct_size);
+
+/** Fill `opts` with the defaults documented on each field. */
+static inline void stk_tokens_opts_init(stk_tokens_opts *opts)
+{
+    stk_tokens_opts_init_sized(opts, sizeof(*opts));
+}
+
+/** Open a token corpus as rows of seq_len tokens (a dataset: any loader reads it). Files are
+ *  read in place through the byte sources (local, s3://, https://); the headers and indexes are
+ *  checked at open: a bad magic, version or dtype, a token count that does not match the file
+ *  size, a Megatron index whose arrays do not fit its size or whose sequences are not back to
+ *  back in the `.bin`, or a truncated file is STK_EFORMAT naming the file and what is wrong.
+ *  Documents come from a Megatron document index, else from eos/bos, else each file is one;
+ *  eos/bos scan the whole stream once at open. A corpus too short for one row is STK_EINVAL.
+ *  @return STK_OK (*out set), STK_EINVAL (no paths, seq_len 0, bad mode, packing, token_bytes
+ *          or ids_dtype, PACKED without document boundaries, a column field that is not token
+ *          ids, too few tokens), STK_EIO, STK_EFORMAT, STK_ENOTSUP (an unsupported dtype or
+ *          format version), STK_ENOMEM. Details, naming the file, in stk_last_errmsg().
+ *  Lifetime: *out until stk_dataset_close(*out). */
+STK_API stk_status stk_tokens_open(const stk_tokens_opts *opts, stk_dataset **out);
+
+/** Blend token datasets (from stk_tokens_open, all of one seq_len, mode and ids_dtype) into one
+ *  whose position p of every epoch is a row of part d chosen by Megatron's blending rule: the
+ *  part whose count so far falls furthest below weights[d] * p (ties to the lower d), so every
+ *  window of positions holds each part within a few samples of its share. `samples` positions
+ *  per epoch (0 = the parts' rows summed). Part d's k-th sample of epoch e is entry
+ *  e * m_d + k of its endless stream of passes (m_d its samples per epoch), each pass a
+ *  permutation of its rows from (seed, pass, d) with a shuffling loader (in order without), so a
+ *  part repeats (m_d > rows) or is subsampled and continued next epoch (m_d < rows). A loader
+ *  over a mixture keeps the positions in order (the parts shuffle themselves). Records add the
+ *  int64 field "source" (the part). On success the mixture owns the parts (closed with it);
+ *  on failure the caller still does.
+ *  @return STK_OK (*out set), STK_EINVAL (n 0 or over 255, a part that is not a token rows
+ *          dataset or differs from the first in fields, a weight negative or not finite, all
+ *          weights 0), STK_ENOMEM. Details in stk_last_errmsg().
+ *  Lifetime: *out until stk_dataset_close(*out). */
+STK_API stk_status stk_tokens_mix(stk_dataset *const *parts, const double *weights, size_t n,
+                                  uint64_t samples, stk_dataset **out);
+
+/** Facts about a token dataset (stk_tokens_info_get). */
+typedef struct stk_tokens_info {
+    size_t struct_size;    /* set by the caller to sizeof(stk_tokens_info) (an output struct) */
+    const char *format;    /* "nanogpt", "llmc", "megatron", "numpy-tokens", a column's format,
+                              or "mix"; static or valid until stk_dataset_close */
+    uint32_t token_bytes;  /* bytes per stored token */
+    uint32_t seq_len;      /* T (0 for DOCUMENTS) */
+    uint32_t mode;         /* stk_tokens_mode */
+    uint32_t packing;      /* stk_tokens_packing */
+    uint64_t n_tokens;     /* tokens in the corpus */
+    uint64_t n_documents;  /* documents (each file one when no boundaries are known) */
+    bool boundaries;       /* documents come from an index, eos/bos or records */
+    uint64_t max_document; /* tokens of the longest document */
+    uint64_t n_rows;       /* records: rows (documents for DOCUMENTS) */
+    uint64_t n_row_tokens; /* positions of the rows holding tokens */
+    uint64_t n_padding;    /* positions of the rows holding padding (PACKED) */
+    uint64_t n_unused;     /* tokens in no row's input_ids (WINDOWS: the tail) */
+    uint64_t doc_hist[48]; /* documents of length in [2^k, 2^(k+1)) (k = 0: lengths 0 and 1) */
+    uint32_t n_parts;      /* a mixture: its parts (0 otherwise) */
+} stk_tokens_info;
+
+/** Fill `out` (an output struct: set out->struct_size) with the facts of a token dataset; for a
+ *  mixture, the sums over its parts (rows: its positions per epoch).
+ *  @return STK_OK, STK_EINVAL (not a token dataset, NULL, struct_size not set).
+ *  Threads: thread-safe. */
+STK_API stk_status stk_tokens_info_get(const stk_dataset *ds, stk_tokens_info *out);
+
+/** Part `i` of a mixture: its dataset (owned by the mixture), its normalised weight and its
+ *  samples per epoch.
+ *  @return STK_OK, STK_EINVAL (not a mixture, i out of range; outputs may be NULL).
+ *  Lifetime: *part until stk_dataset_close(mixture). Threads: thread-safe. */
+STK_API stk_status stk_tokens_mix_part(const stk_dataset *mixture, size_t i,
+                                       const stk_dataset **part, double *weight,
+                                       uint64_t *per_epoch);
 
 /* ---------------------------------------------------------------------------------------------
  * Packing: any dataset to `.stk` shards (the packer behind `stoker pack` and stoker.pack)
@@ -431,19 +709,34 @@ typedef struct stk_pack_opts {
     void *progress_ctx;
 } stk_pack_opts;
 
-/** Fill `opts` with the defaults documented on each field.
+/** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field: what
+ *  stk_pack_opts_init calls with the caller's sizeof.
  *  Threads: thread-safe. */
-STK_API void stk_pack_opts_init(stk_pack_opts *opts);
+STK_API void stk_pack_opts_init_sized(stk_pack_opts *opts, size_t struct_size);
 
-/** What stk_pack wrote. The caller sets struct_size = sizeof(stk_pack_result); a caller built
- *  against an older, shorter struct gets only the fields it knows. */
+/** Fill `opts` with the defaults documented on each field. */
+static inline void stk_pack_opts_init(stk_pack_opts *opts)
+{
+    stk_pack_opts_init_sized(opts, sizeof(*opts));
+}
+
+/** What stk_pack wrote. An output struct (stk_pack_result_init): a caller built against an
+ *  older, shorter struct gets only the fields it knows. */
 typedef struct stk_pack_result {
-    size_t struct_size;  /* set by the caller */
+    size_t struct_size;  /* set by stk_pack_result_init() */
     uint64_t records;    /* records written */
     uint64_t shards;     /* shard files written */
     uint64_t bytes;      /* record bytes */
     uint64_t file_bytes; /* bytes of the shard files on disk */
 } stk_pack_result;
+
+/** Zero `res` and set its struct_size (the caller's sizeof). */
+static inline void stk_pack_result_init(stk_pack_result *res)
+{
+    stk_pack_result z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*res);
+    *res = z;
+}
 
 /** Write every record of `ds` (any format), all fields in order, to `.stk` shards at `out`: one
  *  file when `out` ends in ".stk" and no shard size is set, else the directory `out` with
@@ -459,89 +752,6 @@ typedef struct stk_pack_result {
  *  Threads: `ds` may be read by other threads meanwhile. */
 STK_API stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts *opts,
                             stk_pack_result *res);
-
-/* ---------------------------------------------------------------------------------------------
- * Per-sample random stream
- * ------------------------------------------------------------------------------------------- */
-
-/** A counter-based random stream (Philox4x32-10) keyed by (seed, epoch, sample index): the
- *  numbers a sample's augmentation draws depend on nothing else, so outputs are identical for
- *  any thread count, rank count or resumption. Caller-owned, thread-compatible. */
-typedef struct stk_rng {
-    uint32_t key[2];
-    uint32_t ctr[4];
-    uint32_t buf[4];
-    uint32_t used; /* words of buf already returned */
-} stk_rng;
-
-/** Position `rng` at the start of the stream of (seed, epoch, index). */
-STK_API void stk_rng_init(stk_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index);
-
-/** The next 32 random bits of the stream.
- *  Threads: thread-compatible (the caller owns `rng`). */
-STK_API uint32_t stk_rng_u32(stk_rng *rng);
-
-/** The next 64 random bits of the stream (two 32-bit draws, low word first).
- *  Threads: thread-compatible. */
-STK_API uint64_t stk_rng_u64(stk_rng *rng);
-
-/** A double uniform in [0, 1) with 53 random bits (one 64-bit draw).
- *  Threads: thread-compatible. */
-STK_API double stk_rng_uniform(stk_rng *rng);
-
-/** A 64-bit seed for other random generators, taken from the sample's own Philox stream of
- *  (seed, epoch, index), kept apart from the augmentation's (stk_rng_init of the same triple):
- *  what stk_sample_info.seed holds, so Python's random, NumPy's and torch's generators can be
- *  seeded per sample, the same for any thread, process or rank count and after a resume.
- *  Threads: thread-safe. */
-STK_API uint64_t stk_sample_seed(uint64_t seed, uint64_t epoch, uint64_t index);
-
-/* ---------------------------------------------------------------------------------------------
- * Sampler: the order of an epoch and its split among ranks
- * ------------------------------------------------------------------------------------------- */
-
-/** Record at position `pos` of epoch `epoch`'s global order over `n` records: `pos` itself
- *  without shuffle; with shuffle a bijection of [0, n) derived from (seed, epoch) only, computed
- *  in O(1) memory (a keyed Feistel network with cycle walking), so datasets of 10^9 records need
- *  no permutation table. `pos` must be < n.
- *  Threads: thread-safe. */
-STK_API uint64_t stk_sampler_index(uint64_t n, bool shuffle, uint64_t seed, uint64_t epoch,
-                                   uint64_t pos);
-
-/** How one rank walks an epoch (see DESIGN.md, "Distributed"). Filled by stk_plan_init. */
-typedef struct stk_plan {
-    uint64_t n;         /* records in the dataset */
-    uint64_t start;     /* global position the epoch (re)starts from (resume point) */
-    uint64_t end;       /* one past the last global position used (with padding) */
-    uint64_t per_rank;  /* samples this rank receives in this epoch */
-    uint64_t n_batches; /* batches this rank receives */
-    uint32_t batch_size;
-    uint32_t rank, world;
-    bool drop_last;
-} stk_plan;
-
-/** Plan an epoch for `rank` of `world` from global position `start`: positions run
- *  start..end-1, where end pads (by wrapping to the start of the order, as PyTorch's
- *  DistributedSampler) so every rank gets the same count ceil((n-start)/world), or truncates
- *  to floor((n-start)/world) each with drop_last. Each global step of world*batch_size
- *  positions is cut into `world` consecutive slices, slice r for rank r; a shorter last step is
- *  cut into equal slices. With drop_last a rank's partial last batch is dropped.
- *  @return STK_OK or STK_EINVAL (n == 0, batch_size == 0, world == 0, rank >= world). */
-STK_API stk_status stk_plan_init(stk_plan *plan, uint64_t n, uint64_t start, uint32_t batch_size,
-                                 uint32_t rank, uint32_t world, bool drop_last);
-
-/** The global positions of batch `b` for the plan's rank: *first and *count (the rank's samples
- *  are positions first..first+count-1, each mapped to a record by stk_sampler_index(pos mod n)),
- *  and *consumed, the global position reached once every rank has taken this step.
- *  @return STK_OK or STK_EINVAL (b >= n_batches). */
-STK_API stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first,
-                                  uint32_t *count, uint64_t *consumed);
-
-/** Rank and world size from the environment: RANK/WORLD_SIZE (torchrun), else
- *  SLURM_PROCID/SLURM_NTASKS, else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1.
- *  @return STK_OK, or STK_EINVAL when a variable is set but not a valid number or the rank is
- *          out of range (details in stk_last_errmsg()). */
-STK_API stk_status stk_env_rank(uint32_t *rank, uint32_t *world);
 
 /* ---------------------------------------------------------------------------------------------
  * Transforms (image pipeline; see the "Images" section of DESIGN.md)
@@ -588,6 +798,7 @@ typedef enum stk_op_kind {
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
 typedef struct stk_op {
+    size_t struct_size; /* set by stk_op_init(); never by hand */
     stk_op_kind kind;
     int64_t size[2]; /* (h, w); Resize with size[1] == 0 resizes the shorter side */
     double scale[2]; /* RandomResizedCrop area range (default 0.08, 1.0); RandomErasing's */
@@ -626,61 +837,21 @@ typedef struct stk_op {
     int64_t all_ops;       /* AugMix: 1 adds Brightness, Color, Contrast, Sharpness (default) */
 } stk_op;
 
-/** Fill `op` with torchvision's defaults for `kind`. */
-STK_API void stk_op_init(stk_op *op, stk_op_kind kind);
-
-/** How the elements of an op parameter are stored in stk_op (see stk_op_param). */
-typedef enum stk_op_param_type {
-    STK_OP_PARAM_INT64 = 0,  /* int64_t */
-    STK_OP_PARAM_DOUBLE = 1, /* double */
-    STK_OP_PARAM_FLOAT = 2   /* float */
-} stk_op_param_type;
-
-/** One parameter of an op kind: torchvision's argument `name` and where it lives in stk_op, so
- *  that a front end (the Python package) can fill any op from (name, value) pairs without
- *  knowing the op. More fields may be appended: read it through the pointer
- *  stk_op_param_at returns, never copy an array of them. */
-typedef struct stk_op_param {
-    const char *name;       /* torchvision's argument name: "size", "scale", "p", "mean", ... */
-    stk_op_param_type type; /* type of each element */
-    uint32_t count;         /* elements: 1 (a number), 2 (a pair, e.g. (h, w)), 3 (per channel) */
-    size_t offset;          /* byte offset of the first element in stk_op */
-} stk_op_param;
-
-/** The number of op kinds this library supports (the rows of its op table). Enumerate them with
- *  stk_op_kind_at(0 .. stk_op_n_kinds() - 1).
- *  Threads: thread-safe (static data). */
-STK_API size_t stk_op_n_kinds(void);
-
-/** The kind of supported op number `i`, in table order (which is enum order).
- *  @return STK_OK (*out set) or STK_EINVAL (i >= stk_op_n_kinds(), or out NULL; *out untouched).
- *  Threads: thread-safe (static data). */
-STK_API stk_status stk_op_kind_at(size_t i, stk_op_kind *out);
-
-/** The torchvision class name of an op kind ("RandomResizedCrop", ...).
- *  @return the name, or NULL for a kind this library does not know.
- *  Lifetime: static. Threads: thread-safe. */
-STK_API const char *stk_op_name(stk_op_kind kind);
-
-/** Look up an op kind by its torchvision class name (exact, case-sensitive).
- *  @return STK_OK (*out set) or STK_EINVAL (unknown name, or a NULL argument; *out untouched;
- *          the message in stk_last_errmsg() lists the supported names).
+/** Fill the first `struct_size` bytes of `op` with torchvision's defaults for `kind`: what
+ *  stk_op_init calls with the caller's sizeof.
  *  Threads: thread-safe. */
-STK_API stk_status stk_op_find(const char *name, stk_op_kind *out);
+STK_API void stk_op_init_sized(stk_op *op, stk_op_kind kind, size_t struct_size);
 
-/** The number of parameters of an op kind (0 for an unknown kind).
- *  Threads: thread-safe (static data). */
-STK_API size_t stk_op_n_params(stk_op_kind kind);
-
-/** Parameter `i` of an op kind, in torchvision's argument order.
- *  @return the parameter, or NULL when the kind is unknown or i >= stk_op_n_params(kind).
- *  Lifetime: static. Threads: thread-safe. */
-STK_API const stk_op_param *stk_op_param_at(stk_op_kind kind, size_t i);
+/** Fill `op` with torchvision's defaults for `kind`. */
+static inline void stk_op_init(stk_op *op, stk_op_kind kind)
+{
+    stk_op_init_sized(op, kind, sizeof(*op));
+}
 
 /** Options for stk_transform_create. Initialise with stk_transform_opts_init. */
 typedef struct stk_transform_opts {
     size_t struct_size; /* set by stk_transform_opts_init(); never by hand */
-    const stk_op *ops;  /* applied in order; copied at create */
+    const stk_op *ops;  /* applied in order (strided by ops[0].struct_size); copied at create */
     size_t n_ops;
     stk_dtype dtype;       /* output: UINT8, FLOAT32 (default), FLOAT16 or BFLOAT16 */
     bool nhwc;             /* output layout HWC per sample (default false: CHW) */
@@ -703,9 +874,16 @@ typedef struct stk_transform_opts {
                             * window (PNG chunks below it go unchecked). */
 } stk_transform_opts;
 
-/** Fill `opts` with the defaults documented on each field (no ops, float32 CHW, strict).
+/** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field (no
+ *  ops, float32 CHW, strict): what stk_transform_opts_init calls with the caller's sizeof.
  *  Threads: thread-safe. */
-STK_API void stk_transform_opts_init(stk_transform_opts *opts);
+STK_API void stk_transform_opts_init_sized(stk_transform_opts *opts, size_t struct_size);
+
+/** Fill `opts` with the defaults documented on each field (no ops, float32 CHW, strict). */
+static inline void stk_transform_opts_init(stk_transform_opts *opts)
+{
+    stk_transform_opts_init_sized(opts, sizeof(*opts));
+}
 
 /** Compile a transform. The output size must be fixed by the ops (end with RandomResizedCrop,
  *  CenterCrop or Resize((h, w))).
@@ -721,6 +899,14 @@ STK_API stk_status stk_transform_create(const stk_transform_opts *opts, stk_tran
  *  @return STK_OK, STK_EINVAL (unknown name; the message lists the recipes), STK_ENOMEM. */
 STK_API stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **out);
 
+/** ImageNet's per-channel mean and standard deviation (R, G, B on the 0..1 scale) as torchvision's
+ *  recipes normalise with them: the Normalize of the "imagenet-*" recipes. Initialisers of a
+ *  double[3] (or float[3]). */
+/* clang-format off */
+#define STK_IMAGENET_MEAN {0.485, 0.456, 0.406}
+#define STK_IMAGENET_STD {0.229, 0.224, 0.225}
+/* clang-format on */
+
 /** The per-sample output of a transform: dtype, rank and shape (without the batch dimension). */
 STK_API void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *ndim,
                                   int64_t shape[STK_MAX_DIMS]);
@@ -735,12 +921,21 @@ STK_API void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint
  *  Thread-compatible: one thread at a time. */
 typedef struct stk_decoder stk_decoder;
 
-/** A decoded image: 8-bit RGB, interleaved. */
+/** A decoded image: 8-bit RGB, interleaved. An output struct: initialise with stk_image_init. */
 typedef struct stk_image {
+    size_t struct_size;  /* set by stk_image_init() */
     const uint8_t *data; /* valid until the next call on the decoder */
     uint32_t width, height;
     size_t stride; /* bytes per row */
 } stk_image;
+
+/** Zero `img` and set its struct_size (the caller's sizeof). */
+static inline void stk_image_init(stk_image *img)
+{
+    stk_image z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*img);
+    *img = z;
+}
 
 /** Create a decoder refusing images over `max_pixels` (0 = 64 Mpx).
  *  @return STK_OK (*out set) or STK_ENOMEM. Lifetime: until stk_decoder_destroy. */
@@ -750,12 +945,11 @@ STK_API stk_status stk_decoder_create(uint64_t max_pixels, stk_decoder **out);
 STK_API void stk_decoder_destroy(stk_decoder *d);
 
 /** Decode a whole image (any format above) at full size to RGB (grayscale, palette, 16-bit
- *  and CMYK converted, alpha dropped).
- *  @return STK_OK, STK_EFORMAT (corrupt, truncated, an unsupported variant such as animated
- *          WebP or RLE BMP, or not an image; reason in stk_decoder_errmsg, e.g.
- *          "JPEG: Corrupt JPEG data: bad Huffman code"),
- *          STK_ELIMIT (over max_pixels), STK_ENOMEM.
- *  Lifetime: out->data until the next call on `d`. */
+ *  and CMYK converted, alpha dropped). `out` is an output struct (stk_image_init).
+ *  @return STK_OK, STK_EINVAL (out->struct_size not set), STK_EFORMAT (corrupt, truncated, an
+ * unsupported variant such as animated WebP or RLE BMP, or not an image; reason in
+ * stk_decoder_errmsg, e.g. "JPEG: Corrupt JPEG data: bad Huffman code"), STK_ELIMIT (over
+ * max_pixels), STK_ENOMEM. Lifetime: out->data until the next call on `d`. */
 STK_API stk_status stk_decoder_decode(stk_decoder *d, const void *src, size_t size, stk_image *out);
 
 /** Detail of the decoder's last failure ("" when none).
@@ -804,14 +998,29 @@ typedef enum stk_batch_op_kind { STK_BATCH_MIXUP = 1, STK_BATCH_CUTMIX = 2 } stk
 
 #define STK_MAX_BATCH_OPS 8
 
-/** One batch transform: its kind and Beta parameter (alpha > 0; torchvision's default 1.0). */
+/** One batch transform: its kind and Beta parameter (alpha > 0; torchvision's default 1.0).
+ *  Initialise with stk_batch_op_init. */
 typedef struct stk_batch_op {
+    size_t struct_size; /* set by stk_batch_op_init(); never by hand */
     stk_batch_op_kind kind;
     double alpha;
 } stk_batch_op;
 
+/** Set `op` to `kind` with torchvision's alpha (1.0) and its struct_size (the caller's sizeof).
+ *  Threads: thread-safe (touches only `op`). */
+static inline void stk_batch_op_init(stk_batch_op *op, stk_batch_op_kind kind)
+{
+    stk_batch_op z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*op);
+    z.kind = kind;
+    z.alpha = 1.0;
+    *op = z;
+}
+
 /** Per-sample callback (stk_loader_opts.sample_fn), run by a worker thread on each sample after
- *  its record was read, decoded and transformed, before the batch is complete.
+ *  its record was read, decoded and transformed, before the batch is complete. `in` and `out`
+ *  are arrays of the library's stk_tensor (each struct_size = the library's sizeof): a callback
+ *  built against this header indexes them as arrays.
  *  `in[0, n_in)` are the sample's tensors as the loader would have batched them (shape[0] = 1;
  *  bytes fields with lengths[0] valid bytes), "index" not included; `out[0, n_out)` describe
  *  the sample's rows of the batch, one per stk_loader_opts.sample_fields entry (shape[0] = 1,
@@ -838,6 +1047,13 @@ typedef struct stk_sample_info {
                            passes the same number) */
     uint32_t row;       /* the sample's row in its batch */
 } stk_sample_info;
+
+/** A 64-bit seed for other random generators, taken from the sample's own Philox stream of
+ *  (seed, epoch, index), kept apart from the augmentation's (stk_rng_init of the same triple):
+ *  what stk_sample_info.seed holds, so Python's random, NumPy's and torch's generators can be
+ *  seeded per sample, the same for any thread, process or rank count and after a resume.
+ *  Threads: thread-safe. */
+STK_API uint64_t stk_sample_seed(uint64_t seed, uint64_t epoch, uint64_t index);
 
 /** stk_sample_fn with the sample's epoch, position, seed, worker and row (stk_sample_info):
  *  called instead of sample_fn when stk_loader_opts.sample_fn_v2 is set, with the same contract
@@ -877,7 +1093,7 @@ typedef struct stk_loader_opts {
     size_t n_paths;
     const stk_dataset *dataset;     /* or an open dataset (borrowed; must outlive the loader) */
     int64_t batch_size;             /* samples per batch, >= 1 (default 256) */
-    int32_t n_threads;              /* worker threads; 0 = online CPUs (default 0); < 0 invalid */
+    int32_t n_threads;              /* worker threads; 0 = stk_n_cpus() (default 0); < 0 invalid */
     int32_t n_slots;                /* ring slots (batches in flight, the one the consumer holds
                                        included; Python's prefetch + 1), >= 1; 0 = default (4) */
     uint64_t seed;                  /* shuffle and augmentation seed (default 0) */
@@ -906,7 +1122,8 @@ typedef struct stk_loader_opts {
                            NULL = detect it (default); copied */
     /* ---- batch transforms (stk_batch_op): applied to each complete batch by the worker that
      * completed it, before it is handed out (and before its device copy) ---- */
-    const stk_batch_op *batch_ops; /* NULL = none (default); copied at create */
+    const stk_batch_op *batch_ops; /* NULL = none (default); strided by
+                                      batch_ops[0].struct_size; copied at create */
     uint32_t n_batch_ops;          /* 0..STK_MAX_BATCH_OPS */
     bool batch_ops_choice;         /* apply one op per batch, chosen uniformly (torchvision's
                                       RandomChoice); false = each op in turn (default) */
@@ -919,7 +1136,8 @@ typedef struct stk_loader_opts {
     void *sample_ctx;               /* passed to sample_fn; borrowed, must outlive the loader */
     const stk_field *sample_fields; /* the tensors sample_fn writes (array, int64 or float32
                                        fields; no bytes), which replace the record's fields
-                                       in the batch; copied at create */
+                                       in the batch; strided by sample_fields[0].struct_size;
+                                       copied at create */
     size_t n_sample_fields;         /* 1..STK_MAX_FIELDS with sample_fn */
     uint64_t memory_budget;         /* bytes this loader may use at most: the ring (n_slots slots)
                                        and each thread's scratch (read, batch transforms, sample
@@ -946,13 +1164,20 @@ typedef struct stk_loader_opts {
     stk_sample_fn_v2 sample_fn_v2; /* NULL = none (default) */
 } stk_loader_opts;
 
-/** Fill `opts` with the defaults documented on each field.
+/** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field: what
+ *  stk_loader_opts_init calls with the caller's sizeof.
  *  Threads: thread-safe. */
-STK_API void stk_loader_opts_init(stk_loader_opts *opts);
+STK_API void stk_loader_opts_init_sized(stk_loader_opts *opts, size_t struct_size);
+
+/** Fill `opts` with the defaults documented on each field. */
+static inline void stk_loader_opts_init(stk_loader_opts *opts)
+{
+    stk_loader_opts_init_sized(opts, sizeof(*opts));
+}
 
 /** Create a loader and start its worker threads. The first epoch is 0 (or the one restored
  *  with stk_loader_load_state). Workers start filling the ring at once.
- *  With STK_LOADER_AUTOTUNE, n_threads (0 = online CPUs) and n_slots are upper bounds: the
+ *  With STK_LOADER_AUTOTUNE, n_threads (0 = stk_n_cpus()) and n_slots are upper bounds: the
  *  loader starts one thread working and, every 250 ms of consumption, adds threads while the
  *  consumer waits for batches (doubling while it waits more than 30% of the time), raises the
  *  depth when every allowed thread is busy and the consumer still waits, and parks a thread when
@@ -1017,7 +1242,7 @@ STK_API const stk_dataset *stk_loader_dataset(const stk_loader *loader);
 
 /** Resolved settings: threads, ring depth, batch size, rank and world. */
 typedef struct stk_loader_info {
-    size_t struct_size; /* set by the caller to sizeof(stk_loader_info) (an output struct) */
+    size_t struct_size; /* set by stk_loader_info_init() (an output struct) */
     uint32_t n_threads;
     uint32_t n_slots; /* ring slots */
     uint32_t batch_size;
@@ -1028,7 +1253,15 @@ typedef struct stk_loader_info {
     bool pinned;      /* ring is page-locked */
 } stk_loader_info;
 
-/** Fill `out` (an output struct: set out->struct_size) with the resolved settings.
+/** Zero `out` and set its struct_size (the caller's sizeof). */
+static inline void stk_loader_info_init(stk_loader_info *out)
+{
+    stk_loader_info z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*out);
+    *out = z;
+}
+
+/** Fill `out` (an output struct: stk_loader_info_init) with the resolved settings.
  *  @return STK_OK, or STK_EINVAL (out->struct_size not set).
  *  Threads: thread-safe. */
 STK_API stk_status stk_loader_info_get(const stk_loader *loader, stk_loader_info *out);
@@ -1040,7 +1273,7 @@ STK_API stk_status stk_loader_info_get(const stk_loader *loader, stk_loader_info
  *  device) and CUDA present, the mapping is page-locked (cuMemHostRegister) within the pinned
  *  cap, as other rings are. */
 typedef struct stk_ring_memory {
-    size_t struct_size; /* set by the caller to sizeof(stk_ring_memory) (an output struct) */
+    size_t struct_size; /* set by stk_ring_memory_init() (an output struct) */
     int fd;             /* the memfd; -1 without STK_LOADER_SHARED_RING. Owned by the loader:
                            dup() it to keep it */
     void *base;         /* its mapping in this process (NULL without the flag) */
@@ -1048,7 +1281,15 @@ typedef struct stk_ring_memory {
     bool pinned;        /* page-locked */
 } stk_ring_memory;
 
-/** Fill `out` (an output struct: set out->struct_size) with the ring's shared memory.
+/** Zero `out` and set its struct_size (the caller's sizeof). */
+static inline void stk_ring_memory_init(stk_ring_memory *out)
+{
+    stk_ring_memory z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*out);
+    *out = z;
+}
+
+/** Fill `out` (an output struct: stk_ring_memory_init) with the ring's shared memory.
  *  @return STK_OK (fd -1 and base NULL when the loader was created without
  *          STK_LOADER_SHARED_RING), or STK_EINVAL (NULL argument, struct_size not set).
  *  Lifetime: fd and base stay valid while the ring lives: until stk_loader_destroy and the
@@ -1059,7 +1300,7 @@ STK_API stk_status stk_loader_ring_memory(const stk_loader *loader, stk_ring_mem
  *  worker times its stages with a monotonic clock into its own counters (no lock); reading them
  *  is cheap enough to do every step. Times are 0 with STK_LOADER_NO_STATS. */
 typedef struct stk_loader_stats {
-    size_t struct_size;        /* set by the caller to sizeof(stk_loader_stats) (output struct) */
+    size_t struct_size;        /* set by stk_loader_stats_init() (an output struct) */
     uint64_t batches;          /* delivered to the consumer */
     uint64_t samples;          /* delivered to the consumer */
     uint64_t bytes_read;       /* record bytes read from shards */
@@ -1093,7 +1334,15 @@ typedef struct stk_loader_stats {
                                 finishing fell back to the CPU; "" when all requested is on */
 } stk_loader_stats;
 
-/** Fill `out` (an output struct: set out->struct_size). Every counter only grows from one call
+/** Zero `out` and set its struct_size (the caller's sizeof). */
+static inline void stk_loader_stats_init(stk_loader_stats *out)
+{
+    stk_loader_stats z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*out);
+    *out = z;
+}
+
+/** Fill `out` (an output struct: stk_loader_stats_init). Every counter only grows from one call
  *  to the next.
  *  @return STK_OK, or STK_EINVAL (out->struct_size not set).
  *  Threads: thread-safe. */
@@ -1148,7 +1397,8 @@ STK_API stk_status stk_loader_load_state(stk_loader *loader, const char *json);
  *  sample's bytes at the start of its row and its length in `lengths`; the rest of the row is
  *  not zeroed (it holds whatever an earlier batch left there). */
 typedef struct stk_tensor {
-    const char *name; /* field name, or "index" */
+    size_t struct_size; /* set by stk_tensor_init() (an output struct) */
+    const char *name;   /* field name, or "index" */
     stk_dtype dtype;
     uint32_t ndim; /* including the leading batch dimension */
     int64_t shape[STK_MAX_DIMS + 2];
@@ -1156,6 +1406,14 @@ typedef struct stk_tensor {
     size_t size;            /* bytes */
     const int64_t *lengths; /* bytes fields: valid bytes per sample; NULL otherwise */
 } stk_tensor;
+
+/** Zero `t` and set its struct_size (the caller's sizeof), before stk_batch_tensor. */
+static inline void stk_tensor_init(stk_tensor *t)
+{
+    stk_tensor z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*t);
+    *t = z;
+}
 
 /** Samples in the batch (the batch size, or fewer for the last batch of an epoch). */
 STK_API uint32_t stk_batch_n_samples(const stk_batch *b);
@@ -1175,8 +1433,8 @@ STK_API size_t stk_batch_n_tensors(const stk_batch *b);
 
 /** Tensor `i` of the batch (see stk_batch_n_tensors): the dataset's fields in schema order (a field
  *  consumed by the transform is replaced by its output), then "index" (int64 [n], the global
- *  record number of each sample).
- *  @return STK_OK or STK_EINVAL (i out of range).
+ *  record number of each sample). `out` is an output struct (stk_tensor_init).
+ *  @return STK_OK or STK_EINVAL (i out of range, out->struct_size not set).
  *  Lifetime: data valid until stk_batch_release(b). */
 STK_API stk_status stk_batch_tensor(const stk_batch *b, size_t i, stk_tensor *out);
 
@@ -1222,11 +1480,12 @@ typedef enum stk_finish_where {
 } stk_finish_where;
 
 /** Whether CUDA is usable for `device`: loads the driver (once per process) and looks the device
- *  up, without creating a context (cheap). `buf` (may be NULL) receives "CUDA driver 12.4, device
- * 0: NVIDIA H100 80GB HBM3 (compute capability 9.0)" or the reason it is not usable ("libcuda.so.1:
- * cannot open shared object file: No such file or directory", "cuInit: CUDA_ERROR_NO_DEVICE
- * (...)"). The driver is libcuda.so.1, or the library named by env STOKER_LIBCUDA.
- *  @return STK_OK or STK_ENOTSUP.
+ *  up, without creating a context (cheap). On success `buf` (may be NULL) receives "CUDA driver
+ *  12.4, device 0: NVIDIA H100 80GB HBM3 (compute capability 9.0)". The driver is libcuda.so.1,
+ *  or the library named by env STOKER_LIBCUDA.
+ *  @return STK_OK, or STK_ENOTSUP with the reason in stk_last_errmsg() ("libcuda.so.1: cannot
+ *          open shared object file: No such file or directory", "cuInit: CUDA_ERROR_NO_DEVICE
+ *          (...)"); buf is then "".
  *  Threads: thread-safe. */
 STK_API stk_status stk_cuda_probe(int32_t device, char *buf, size_t buf_size);
 
@@ -1239,7 +1498,8 @@ STK_API int32_t stk_batch_device(const stk_batch *b);
  *  ([n, 3, H, W] or [n, H, W, 3]); the others the host tensor's. For bytes fields `lengths`
  *  points to host memory. Read it only on a stream that stk_batch_device_wait made wait, or
  *  after stk_batch_device_sync.
- *  @return STK_OK, STK_EINVAL (i out of range), STK_ENOTSUP (the batch is not on a device).
+ *  @return STK_OK, STK_EINVAL (i out of range, out->struct_size not set), STK_ENOTSUP (the
+ *          batch is not on a device).
  *  Lifetime: data valid until stk_batch_release(b) (and the work queued before it on the
  *  release stream). */
 STK_API stk_status stk_batch_device_tensor(const stk_batch *b, size_t i, stk_tensor *out);
@@ -1275,7 +1535,216 @@ STK_API stk_status stk_batch_device_use(stk_batch *b, void *stream);
  *  Threads: thread-safe; any thread may release. */
 STK_API stk_status stk_batch_release_after(stk_batch *b, void *stream);
 
-/* ---- the doctor's decision: is a training loop data-bound, and what fixes it ---- */
+/* =============================================================================================
+ * Building blocks (fenced; as zstd fences its static-linking-only API)
+ *
+ * The pieces the loader is made of, exported for tools that rebuild part of it: the per-sample
+ * random stream, the sampler and its rank split, the recipes' ops, the JSON reader, op
+ * introspection (how a front end fills any op by torchvision's argument names) and the doctor's
+ * decision. They are exported, documented and
+ * tested like the rest, but they may change in any minor version (CHANGES.md lists it), where the
+ * API above changes only as "Versions" at the top says. Define STK_BUILDING_BLOCKS before
+ * including this header to see them.
+ * ============================================================================================= */
+#if defined(STK_BUILDING_BLOCKS) || defined(STK_BUILDING_LIBRARY)
+
+/* ---------------------------------------------------------------------------------------------
+ * Per-sample random stream
+ * ------------------------------------------------------------------------------------------- */
+
+/** A counter-based random stream (Philox4x32-10) keyed by (seed, epoch, sample index): the
+ *  numbers a sample's augmentation draws depend on nothing else, so outputs are identical for
+ *  any thread count, rank count or resumption. Caller-owned, thread-compatible. */
+typedef struct stk_rng {
+    size_t struct_size; /* set by stk_rng_init() */
+    uint32_t key[2];
+    uint32_t ctr[4];
+    uint32_t buf[4];
+    uint32_t used; /* words of buf already returned */
+} stk_rng;
+
+/** Position `rng` (its first `struct_size` bytes) at the start of the stream of (seed, epoch,
+ *  index): what stk_rng_init calls with the caller's sizeof. */
+STK_API void stk_rng_init_sized(stk_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index,
+                                size_t struct_size);
+
+/** Position `rng` at the start of the stream of (seed, epoch, index). */
+static inline void stk_rng_init(stk_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index)
+{
+    stk_rng_init_sized(rng, seed, epoch, index, sizeof(*rng));
+}
+
+/** The next 32 random bits of the stream.
+ *  Threads: thread-compatible (the caller owns `rng`). */
+STK_API uint32_t stk_rng_u32(stk_rng *rng);
+
+/** The next 64 random bits of the stream (two 32-bit draws, low word first).
+ *  Threads: thread-compatible. */
+STK_API uint64_t stk_rng_u64(stk_rng *rng);
+
+/** A double uniform in [0, 1) with 53 random bits (one 64-bit draw).
+ *  Threads: thread-compatible. */
+STK_API double stk_rng_uniform(stk_rng *rng);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sampler: the order of an epoch and its split among ranks
+ * ------------------------------------------------------------------------------------------- */
+
+/** Record at position `pos` of epoch `epoch`'s global order over `n` records: `pos` itself
+ *  without shuffle; with shuffle a bijection of [0, n) derived from (seed, epoch) only, computed
+ *  in O(1) memory (a keyed Feistel network with cycle walking), so datasets of 10^9 records need
+ *  no permutation table. `pos` must be < n.
+ *  Threads: thread-safe. */
+STK_API uint64_t stk_sampler_index(uint64_t n, bool shuffle, uint64_t seed, uint64_t epoch,
+                                   uint64_t pos);
+
+/** How one rank walks an epoch (see DESIGN.md, "Distributed"). Filled by stk_plan_init. */
+typedef struct stk_plan {
+    size_t struct_size; /* set by stk_plan_init() */
+    uint64_t n;         /* records in the dataset */
+    uint64_t start;     /* global position the epoch (re)starts from (resume point) */
+    uint64_t end;       /* one past the last global position used (with padding) */
+    uint64_t per_rank;  /* samples this rank receives in this epoch */
+    uint64_t n_batches; /* batches this rank receives */
+    uint32_t batch_size;
+    uint32_t rank, world;
+    bool drop_last;
+} stk_plan;
+
+/** Plan an epoch for `rank` of `world` from global position `start`: positions run
+ *  start..end-1, where end pads (by wrapping to the start of the order, as PyTorch's
+ *  DistributedSampler) so every rank gets the same count ceil((n-start)/world), or truncates
+ *  to floor((n-start)/world) each with drop_last. Each global step of world*batch_size
+ *  positions is cut into `world` consecutive slices, slice r for rank r; a shorter last step is
+ *  cut into equal slices. With drop_last a rank's partial last batch is dropped.
+ *  stk_plan_init passes the caller's sizeof to stk_plan_init_sized.
+ *  @return STK_OK or STK_EINVAL (n == 0, batch_size == 0, world == 0, rank >= world, a
+ *          struct_size too small). */
+STK_API stk_status stk_plan_init_sized(stk_plan *plan, uint64_t n, uint64_t start,
+                                       uint32_t batch_size, uint32_t rank, uint32_t world,
+                                       bool drop_last, size_t struct_size);
+
+/** stk_plan_init_sized with the caller's sizeof(stk_plan). */
+static inline stk_status stk_plan_init(stk_plan *plan, uint64_t n, uint64_t start,
+                                       uint32_t batch_size, uint32_t rank, uint32_t world,
+                                       bool drop_last)
+{
+    return stk_plan_init_sized(plan, n, start, batch_size, rank, world, drop_last, sizeof(*plan));
+}
+
+/** The global positions of batch `b` for the plan's rank: *first and *n_samples (the rank's
+ *  samples are positions first..first+n_samples-1, each mapped to a record by
+ *  stk_sampler_index(pos mod n)),
+ *  and *consumed, the global position reached once every rank has taken this step.
+ *  @return STK_OK or STK_EINVAL (b >= n_batches). */
+STK_API stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first,
+                                  uint32_t *n_samples, uint64_t *consumed);
+
+/** Rank and world size from the environment: RANK/WORLD_SIZE (torchrun), else
+ *  SLURM_PROCID/SLURM_NTASKS, else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else 0/1.
+ *  @return STK_OK, or STK_EINVAL when a variable is set but not a valid number or the rank is
+ *          out of range (details in stk_last_errmsg()). */
+STK_API stk_status stk_env_rank(uint32_t *rank, uint32_t *world);
+
+/* ---------------------------------------------------------------------------------------------
+ * Recipes: the ops of stk_transform_recipe's names, for front ends that build on them
+ * ------------------------------------------------------------------------------------------- */
+
+/** The number of named recipes (stk_transform_recipe).
+ *  Threads: thread-safe (static data). */
+STK_API size_t stk_n_recipes(void);
+
+/** Name of recipe `i` ("imagenet-train", "imagenet-val"), or NULL when i >= stk_n_recipes().
+ *  Lifetime: static. Threads: thread-safe. */
+STK_API const char *stk_recipe_name(size_t i);
+
+/** The number of ops of recipe `name` (0 for an unknown name).
+ *  Threads: thread-safe. */
+STK_API size_t stk_recipe_n_ops(const char *name);
+
+/** Op `i` of recipe `name`, as stk_transform_recipe compiles it, into `out` (an output struct:
+ *  initialise it with stk_op_init first, any kind).
+ *  @return STK_OK, or STK_EINVAL (unknown name, i out of range, NULL or uninitialised out; see
+ *          stk_last_errmsg()).
+ *  Threads: thread-safe. */
+STK_API stk_status stk_recipe_op(const char *name, size_t i, stk_op *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * JSON: the library's one reader (writer metadata, the resume state), also the CLI's
+ * ------------------------------------------------------------------------------------------- */
+
+/** The end of the JSON value at `p` (leading whitespace skipped), just past it: RFC 8259, nesting
+ *  at most 64 deep.
+ *  @return the end, or NULL when `p` is NULL or does not start a valid value.
+ *  Lifetime: points into `p`. Threads: thread-safe. */
+STK_API const char *stk_json_skip(const char *p);
+
+/** Whether `text` is exactly one JSON value (whitespace around it allowed).
+ *  Threads: thread-safe. */
+STK_API bool stk_json_valid(const char *text);
+
+/** The raw text of the value of top-level key `key` in the JSON object `json`: *val and *len
+ *  bytes (a string with its quotes, an array with its brackets, a number as written).
+ *  @return true, or false when the key is absent or `json` is not a valid object up to it.
+ *  Lifetime: *val points into `json`. Threads: thread-safe. */
+STK_API bool stk_json_member(const char *json, const char *key, const char **val, size_t *len);
+
+/* ---------------------------------------------------------------------------------------------
+ * Op introspection
+ * ------------------------------------------------------------------------------------------- */
+
+/** How the elements of an op parameter are stored in stk_op (see stk_op_param). */
+typedef enum stk_op_param_type {
+    STK_OP_PARAM_INT64 = 0,  /* int64_t */
+    STK_OP_PARAM_DOUBLE = 1, /* double */
+    STK_OP_PARAM_FLOAT = 2   /* float */
+} stk_op_param_type;
+
+/** One parameter of an op kind: torchvision's argument `name` and where it lives in stk_op, so
+ *  that a front end (the Python package) can fill any op from (name, value) pairs without
+ *  knowing the op. Owned by the library (struct_size: the library's): read it through the
+ *  pointer stk_op_param_at returns, never copy an array of them. */
+typedef struct stk_op_param {
+    size_t struct_size;     /* the library's sizeof(stk_op_param) */
+    const char *name;       /* torchvision's argument name: "size", "scale", "p", "mean", ... */
+    stk_op_param_type type; /* type of each element */
+    uint32_t n_values;      /* elements: 1 (a number), 2 (a pair, e.g. (h, w)), 3 (per channel) */
+    size_t offset;          /* byte offset of the first element in stk_op */
+} stk_op_param;
+
+/** The number of op kinds this library supports (the rows of its op table). Enumerate them with
+ *  stk_op_kind_at(0 .. stk_op_n_kinds() - 1).
+ *  Threads: thread-safe (static data). */
+STK_API size_t stk_op_n_kinds(void);
+
+/** The kind of supported op number `i`, in table order (which is enum order).
+ *  @return STK_OK (*out set) or STK_EINVAL (i >= stk_op_n_kinds(), or out NULL; *out untouched).
+ *  Threads: thread-safe (static data). */
+STK_API stk_status stk_op_kind_at(size_t i, stk_op_kind *out);
+
+/** The torchvision class name of an op kind ("RandomResizedCrop", ...).
+ *  @return the name, or NULL for a kind this library does not know.
+ *  Lifetime: static. Threads: thread-safe. */
+STK_API const char *stk_op_name(stk_op_kind kind);
+
+/** Look up an op kind by its torchvision class name (exact, case-sensitive).
+ *  @return STK_OK (*out set) or STK_EINVAL (unknown name, or a NULL argument; *out untouched;
+ *          the message in stk_last_errmsg() lists the supported names).
+ *  Threads: thread-safe. */
+STK_API stk_status stk_op_find(const char *name, stk_op_kind *out);
+
+/** The number of parameters of an op kind (0 for an unknown kind).
+ *  Threads: thread-safe (static data). */
+STK_API size_t stk_op_n_params(stk_op_kind kind);
+
+/** Parameter `i` of an op kind, in torchvision's argument order.
+ *  @return the parameter, or NULL when the kind is unknown or i >= stk_op_n_params(kind).
+ *  Lifetime: static. Threads: thread-safe. */
+STK_API const stk_op_param *stk_op_param_at(stk_op_kind kind, size_t i);
+
+/* ---------------------------------------------------------------------------------------------
+ * The doctor's decision: is a training loop data-bound, and what fixes it
+ * ------------------------------------------------------------------------------------------- */
 
 /* The thresholds of stk_diagnose (`stoker doctor` and stoker.profile both use them). */
 #define STK_DIAG_DATA_BOUND_SHARE 0.05 /* waiting more than this share of the time = data-bound */
@@ -1312,10 +1781,10 @@ typedef struct stk_diag_input {
     size_t n_probes;
 } stk_diag_input;
 
-/** The verdict of stk_diagnose and the numbers it came from. The caller sets struct_size to
- *  sizeof(stk_diag_result); fields past it are not written (an older, shorter struct works). */
+/** The verdict of stk_diagnose and the numbers it came from. An output struct
+ *  (stk_diag_result_init): fields past its struct_size are not written. */
 typedef struct stk_diag_result {
-    size_t struct_size;
+    size_t struct_size; /* set by stk_diag_result_init() (an output struct) */
     stk_diag_action action;
     bool data_bound;         /* wait_share > data_bound_share */
     double wait_share;       /* wait_s / (wait_s + step_s); 0 when both are 0 */
@@ -1329,9 +1798,24 @@ typedef struct stk_diag_result {
     double headroom;         /* and STK_DIAG_HEADROOM */
 } stk_diag_result;
 
-/** Set the defaults of `in`: all zero, current_threads -1, struct_size filled. Accepts NULL.
+/** Set the defaults of the first `struct_size` bytes of `in`: all zero, current_threads -1,
+ *  struct_size filled. Accepts NULL. What stk_diag_input_init calls with the caller's sizeof.
  *  Threads: thread-safe (touches only `in`). */
-STK_API void stk_diag_input_init(stk_diag_input *in);
+STK_API void stk_diag_input_init_sized(stk_diag_input *in, size_t struct_size);
+
+/** Set the defaults of `in`: all zero, current_threads -1, struct_size filled. */
+static inline void stk_diag_input_init(stk_diag_input *in)
+{
+    stk_diag_input_init_sized(in, sizeof(*in));
+}
+
+/** Zero `out` and set its struct_size (the caller's sizeof). */
+static inline void stk_diag_result_init(stk_diag_result *out)
+{
+    stk_diag_result z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*out);
+    *out = z;
+}
 
 /** Judge a measured training loop: the waiting share, data-bound or not, the demand, and the
  *  fewest measured thread count that meets it with headroom. Pure: no clock, no I/O.
@@ -1345,6 +1829,8 @@ STK_API stk_status stk_diagnose(const stk_diag_input *in, stk_diag_result *out);
  *  "too_slow" ("?" for a value out of range).
  *  Lifetime: static text; never NULL. Threads: thread-safe. */
 STK_API const char *stk_diag_action_name(stk_diag_action action);
+
+#endif /* STK_BUILDING_BLOCKS */
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,7 @@
 # Install the Debian packages stoker builds and tests with, if any is missing. Idempotent:
 # with everything present it only runs dpkg-query.
 set -eu
-pkgs=(gcc make pkg-config clang libclang-rt-14-dev clang-format libturbojpeg0-dev
+pkgs=(gcc g++ make pkg-config clang libclang-rt-14-dev clang-format libturbojpeg0-dev
       libjpeg62-turbo-dev libspng-dev libwebp-dev libtiff-dev libxxhash-dev python3-dev
       python3-numpy python3-pytest python3-pytest-timeout python3-torch python3-torchvision
       python3-pil)

@@ -53,3 +53,13 @@ s/\["ring_slots"\]/["n_slots"]/g
 s/\b(st|stats|info)\["num_workers"\]/\1["n_threads"]/g
 s/\binfo\(\)\["num_workers"\]/info()["n_threads"]/g
 s/\bstats\(\)\["num_workers"\]/stats()["n_threads"]/g
+
+# ---- stk_op_param.count is n_values ----
+s/\bpa->count\b/pa->n_values/g
+
+# ---- the one JSON reader, public (a building block) ----
+s/\bstk__json_valid\b/stk_json_valid/g
+s/\bstk__json_member\b/stk_json_member/g
+
+# ---- the CPU count, public ----
+s/\bstk__cpu_count\b/stk_n_cpus/g

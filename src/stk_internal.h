@@ -66,7 +66,7 @@ int stk__fault_alloc_hit(void);
  * (debug builds) says the disk is full by now; counts the bytes. Always 0 in release builds. */
 int stk__fault_write_hit(size_t size);
 /* write(2) all of buf to fd, retrying on EINTR and short writes, with stk__fault_write_hit's
- * disk-full injection (src/common/stk_util.c). false on failure, errno set (0: a write made no
+ * disk-full injection (src/common/stk_sys.c). false on failure, errno set (0: a write made no
  * progress). */
 bool stk__write_full(int fd, const void *buf, size_t size);
 
@@ -81,13 +81,9 @@ static inline bool stk__mul_ok(size_t a, size_t b, size_t *out)
 /* Write `s` as a JSON string literal at p (at most 6 bytes per byte of s, plus 2); returns the
  * end (not terminated). */
 char *stk__json_put(char *p, const char *s);
-/* Whether `text` is exactly one JSON value (RFC 8259; nesting at most 64 deep). */
-bool stk__json_valid(const char *text);
-/* The raw text of the value of top-level key `key` in the JSON object `json` (*val, *len bytes:
- * a string with its quotes, an array with its brackets, ...); false when absent or not valid. */
-bool stk__json_member(const char *json, const char *key, const char **val, size_t *len);
+/* Reading: stk_json_skip, stk_json_valid, stk_json_member (include/stoker.h, building blocks). */
 
-/* ---- misc (src/common/stk_util.c) ---- */
+/* ---- the struct_size rule (src/common/stk_abi.c) ---- */
 
 /* The one rule for structs crossing the ABI (include/stoker.h, "Structs"). Minimum struct_size:
  * the member itself and one more field. */
@@ -100,11 +96,20 @@ bool stk__opts_load(void *dst, size_t dst_size, const void *src);
  * as dst->struct_size reaches; dst->struct_size becomes the bytes written. false when dst is NULL
  * or its struct_size is below STK__STRUCT_MIN. */
 bool stk__out_store(void *dst, const void *full, size_t full_size);
-/* Parse a byte size for environment settings: "8G", "512M", "1.5GiB", "1048576", "0" (binary
- * units, optional "B"/"iB"); false if malformed (src/common/stk_util.c). */
-bool stk__parse_size(const char *s, uint64_t *out);
+/* An _init_sized function's end: the defaults in `full` stored into the caller's struct of
+ * dst_size bytes (as far as both reach), struct_size set to that. */
+void stk__init_store(void *dst, size_t dst_size, const void *full, size_t full_size);
+/* Load element i of a caller's array of ABI structs (strided by its first element's
+ * struct_size) over dst, which holds the defaults, as stk__opts_load. false when the element's
+ * struct_size differs from the first's (not initialised) or is below STK__STRUCT_MIN. */
+bool stk__elem_load(void *dst, size_t dst_size, const void *array, size_t i);
 
-/* ---- the running memory budget of a loader (stk_loader_opts.memory_budget) ---- */
+/* ---- amounts of memory (src/common/stk_budget.c) ---- */
+
+/* Parse a byte size for environment settings: "8G", "512M", "1.5GiB", "1048576", "0" (binary
+ * units, optional "B"/"iB"); false if malformed. */
+bool stk__parse_size(const char *s, uint64_t *out);
+/* The running memory budget of a loader (stk_loader_opts.memory_budget). */
 
 /* `fixed`: what the loader holds for its whole life, counted at create (ring, per-thread
  * scratch); `held`: the decode buffers, charged as they grow (they are reused, never shrunk). */
@@ -118,10 +123,8 @@ bool stk__budget_fits(uint64_t limit, uint64_t fixed, uint64_t held, uint64_t gr
 /* Charge `grow` bytes to b (atomically; false and nothing charged when they do not fit). */
 bool stk__budget_charge(stk__budget *b, uint64_t grow);
 /* The account the calling thread's image decoders charge when their buffers grow (NULL =
- * none): set by a loader's worker threads for their life (src/common/stk_util.c). */
+ * none): set by a loader's worker threads for their life (src/common/stk_budget.c). */
 extern _Thread_local stk__budget *stk__thread_budget;
-/* Online CPUs, computed once (pthread_once). */
-uint32_t stk__cpu_count(void);
 /* Monotonic clock in nanoseconds. */
 uint64_t stk__now_ns(void);
 /* 64-bit mixing function (splitmix64 finaliser). */
@@ -149,6 +152,9 @@ uint64_t stk__field_fixed_size(const stk_field *f);
 bool stk__field_valid(const stk_field *f, char *why, size_t why_size);
 /* The canonical form of a field: scalars and bytes carry their implied dtype and no shape. */
 stk_field stk__field_canonical(const stk_field *f);
+/* Load a caller's array of n fields (strided by src[0].struct_size) into dst[n]; false with the
+ * reason in `why` when an element was not initialised with stk_field_init. */
+bool stk__fields_load(stk_field *dst, const stk_field *src, size_t n, char *why, size_t why_size);
 bool stk__field_equal(const stk_field *a, const stk_field *b);
 
 /* ---- transforms (src/xform, src/decode) ---- */
@@ -166,6 +172,8 @@ typedef struct stk__tworker stk__tworker;
 
 /* Implemented by the image pipeline (src/xform/stk_transform.c). */
 void stk__transform_spec(const stk_transform *t, stk__tspec *out);
+/* Whether transform t outputs [H, W, C] samples. */
+bool stk__transform_nhwc(const stk_transform *t);
 
 /* A transform's finishing (stk_transform_opts.finish_on_device): what the loader applies after
  * the workers' uint8 output, on the device when it can, else on the CPU. */
@@ -203,8 +211,9 @@ stk_status stk__transform_apply_rgb(const stk_transform *t, stk__tworker *w, con
                                     uint32_t width, uint32_t height, size_t stride, stk_rng *rng,
                                     void *dst, char *err, size_t err_size);
 
-/* ---- image formats by their magic bytes (stk_util.c): the decoders dispatch on it, the
- * transform-field pick (source/stk_imgfield.c) sniffs record 0 with it ---- */
+/* ---- image formats (src/common/stk_imgfmt.c): by their magic bytes (the decoders dispatch on
+ * it, the transform-field pick sniffs record 0 with it) and by their file name extensions (the
+ * one list: ImageFolder, the field-name pick, the Python package) ---- */
 
 typedef enum stk__imgfmt {
     STK__IMG_UNKNOWN = 0,
@@ -220,5 +229,11 @@ typedef enum stk__imgfmt {
  * TIFF and BigTIFF in either byte order, BMP ("BM"), every Netpbm type ("P1".."P7");
  * STK__IMG_UNKNOWN for anything else. */
 stk__imgfmt stk__image_magic(const uint8_t *p, size_t size);
+/* Whether the file name `name` ends in one of the extensions ImageFolder reads
+ * (stk_image_extension: torchvision's IMG_EXTENSIONS), without case. */
+bool stk__image_name(const char *name);
+/* Whether `ext` (no dot) names an encoded image, without case: ImageFolder's extensions and the
+ * other names the decoders read ("pnm"). The transform-field pick's field-name step. */
+bool stk__image_ext(const char *ext);
 
 #endif /* STK_INTERNAL_H */

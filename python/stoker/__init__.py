@@ -6,7 +6,8 @@
         images, labels = batch["image"], batch["label"]
 
 Main names: Loader, Batch, profile (is a training loop waiting on data? see Profile),
-Dataset (any format: .stk, ImageFolder, .npy, HDF5, LMDB; see formats), Writer, write_shard, pack (any
+Dataset (any format: .stk, ImageFolder, .npy, HDF5, LMDB; see formats), mix and Corpus
+(token corpora for Loader(corpus, seq_len=T): stoker.tokens, docs/tokens.md), Writer, write_shard, pack (any
 dataset to .stk shards), pack_records (Python dicts to .stk shards), pack_image_folder, transforms (alias ops), cuda_probe (can
 stoker copy to this GPU itself, and if not why), and the exceptions: Error and its per-status subclasses StokerInvalidError (also a
 ValueError), StokerMemoryError (MemoryError), StokerIOError (OSError), StokerFormatError,
@@ -22,6 +23,9 @@ from . import transforms
 from .dataset import Dataset, Writer, formats, pack, pack_image_folder, write_shard
 from .dataset import pack_records
 from .loader import Batch, Loader
+from . import _pydataset  # noqa: F401 - Loader runs Python datasets through it (registers)
+from . import tokens
+from .tokens import Corpus, mix
 from ._profile import Profile, profile
 
 ops = transforms
@@ -32,4 +36,5 @@ __all__ = [
     "ops", "has_transforms", "cuda_probe", "epoch_order", "Error", "StokerInvalidError", "StokerMemoryError",
     "StokerIOError", "StokerFormatError", "StokerLimitError", "StokerNotSupportedError",
     "StokerStateError", "StokerCanceledError", "StokerBusyError", "__version__",
+    "tokens", "mix", "Corpus",
 ]

@@ -15,6 +15,7 @@ import warnings
 
 from . import _core
 from . import _torchcompat
+from .loader import Loader
 
 _BATCHES = 40      # batches timed per worker count in the sweep (after the first)
 _SECONDS = 2.0     # ... or this long, whichever comes first
@@ -42,10 +43,7 @@ def _batch_size(batch):
 
 
 def _cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return _core.n_cpus()  # the library's count (what n_threads=0 means)
 
 
 def _kind(it):
@@ -54,7 +52,6 @@ def _kind(it):
         from torch.utils.data import DataLoader
         if isinstance(it, DataLoader):
             return "torch"
-    from .loader import Loader
     if isinstance(it, Loader):
         return "stoker"
     return None
@@ -114,7 +111,6 @@ def _rate_torch(dl, workers):
 
 
 def _rate_stoker(loader, workers):
-    from . import _core
     kw = dict(loader._core_kwargs, n_threads=workers, autotune=False, trace_events=0)
     core = _core.Loader(loader._dataset, **kw)
     core.set_epoch(loader._core.epoch)

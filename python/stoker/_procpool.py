@@ -42,6 +42,8 @@ import traceback
 
 import numpy as np
 
+from . import _pyworker
+
 HDR = struct.Struct("<IIQQQQ")    # op, n, a, b, c, d: 40 bytes (parent -> worker)
 REPLY = struct.Struct("<IIQQQ")   # status, payload length, python_ns, mask, cpu_ns: 32 bytes
 CTL = struct.Struct("<iiii")      # op, worker id, pid, pad (C -> server)
@@ -501,17 +503,6 @@ def _serve(ctl, spec):
 
 # ---- the worker ----
 
-def seed_all(seed):
-    """Seed Python's random, NumPy's global generator and torch's CPU generator from one
-    64-bit number (the sample's, or the worker's)."""
-    seed &= (1 << 64) - 1
-    random.seed(seed)
-    np.random.seed([seed & 0xFFFFFFFF, seed >> 32])
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.default_generator.manual_seed(seed)
-
-
 def _worker_start(wid, spec):
     """Set the worker up as a DataLoader worker is set up."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -555,11 +546,11 @@ def _worker_main(fd, wid, spec):
             spec.worker_init_fn(wid)
         except Exception:  # noqa: BLE001 - reported with every ticket
             init_error = error_reply(f"in stoker worker process {wid} (worker_init_fn)")
-    if getattr(spec, "mode", None) == "iter":  # an IterableDataset (_pyiterable.py)
-        from ._pyiterable import iter_worker_main
+    loop = getattr(spec, "worker_loop", None)  # an IterableDataset's (_pyiterable.IterSpec)
+    if loop is not None:
         if init_error is not None:
             raise SystemExit(f"worker_init_fn failed in worker process {wid}: {init_error[0]}")
-        return iter_worker_main(sock, wid, spec)
+        return loop(sock, wid)
     dataset = spec.dataset
     getitem = dataset.__getitem__
     arena = None
@@ -601,8 +592,7 @@ def _worker_main(fd, wid, spec):
                 _send_error(sock, init_error, 0, 0)
                 continue
             try:
-                from ._pydataset import probe_samples
-                payload = pickle.dumps(probe_samples(dataset, request),
+                payload = pickle.dumps(_pyworker.probe_samples(dataset, request),
                                        protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # noqa: BLE001 - the first sample's exception, for the parent
                 _send_error(sock, error_reply(f"in stoker worker process {wid} while loading "
@@ -619,7 +609,7 @@ def _worker_main(fd, wid, spec):
             _send_error(sock, init_error, 0, 0)
             continue
         if reseed:
-            seed_all(seed)
+            _pyworker.seed_all(seed)
         t0, c0 = perf(), cpu()
         try:
             sample = getitem(index)

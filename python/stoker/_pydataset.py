@@ -20,7 +20,6 @@ import itertools
 import os
 import pickle
 import sys
-import threading
 import time
 import warnings
 
@@ -30,15 +29,14 @@ from . import _collate
 from . import _core
 from . import _errors
 from . import _executor
+from . import loader as _loader
 from . import _procpool
+from . import _pyworker
 from . import _torchcompat
 from .loader import Loader, _MAPPED, _TRACE_EVENTS, _torch
 
 __all__ = ["PyLoader", "is_python_dataset", "loader_class"]
 
-_PROBE_SAMPLES = 8        # at most this many samples are probed
-_PROBE_BUDGET_S = 0.05    # and no more than this long (at least one sample)
-_EXECUTORS = ("auto", "thread", "process")
 
 
 def is_python_dataset(data, kwargs=None):
@@ -77,47 +75,6 @@ def loader_class(data):
     return PyLoader
 
 
-def _name(dataset):
-    return type(dataset).__name__[:100] or "dataset"
-
-
-# ---- get_worker_info() on threads ----
-
-_TLS = threading.local()
-_HOOKED = False
-
-
-def _install_worker_info_hook():
-    """torch.utils.data.get_worker_info() answers on stoker's worker threads too (each thread
-    its own WorkerInfo, kept thread-locally); elsewhere it answers as before. The function's
-    code is replaced in place (not the module attribute), so the references a dataset module
-    took with `from torch.utils.data import get_worker_info` see it too."""
-    global _HOOKED
-    torch = _torch()
-    if _HOOKED or torch is None:
-        return
-    from torch.utils.data._utils import worker as tw
-    fn = tw.get_worker_info
-    if fn.__code__.co_freevars:
-        return  # not the function this was written for: leave it
-    tw.__dict__["_stoker_tls"] = _TLS
-    src = ("def get_worker_info():\n"
-           "    info = getattr(_stoker_tls, 'info', None)\n"
-           "    return _worker_info if info is None else info\n")
-    scope = {}
-    exec(compile(src, getattr(tw, "__file__", "<torch worker>"), "exec"), tw.__dict__, scope)
-    fn.__code__ = scope["get_worker_info"].__code__
-    _HOOKED = True
-
-
-def _worker_info(wid, n, seed, dataset):
-    torch = _torch()
-    if torch is None:
-        return None
-    from torch.utils.data._utils.worker import WorkerInfo
-    return WorkerInfo(id=wid, num_workers=n, seed=seed, dataset=dataset)
-
-
 # ---- the thread executor's runner ----
 
 class ThreadRunner:
@@ -141,8 +98,8 @@ class ThreadRunner:
         self.none = [None] * len(layout.fixed)
 
     def _thread_start(self, worker):
-        _TLS.info = _worker_info(worker, self.n_workers, self.base_seed + worker, self.dataset)
-        _TLS.ready = True
+        _pyworker.TLS.info = _pyworker.worker_info(worker, self.n_workers, self.base_seed + worker, self.dataset)
+        _pyworker.TLS.ready = True
         if self.worker_init_fn is not None:
             try:
                 self.worker_init_fn(worker)
@@ -151,7 +108,7 @@ class ThreadRunner:
                     f"in stoker worker thread {worker} (worker_init_fn)")
 
     def __call__(self, index, epoch, seed, worker, row):
-        if not getattr(_TLS, "ready", False):
+        if not getattr(_pyworker.TLS, "ready", False):
             self._thread_start(worker)
         if worker in self.init_errors:
             self._remember(index, self.init_errors[worker])
@@ -191,69 +148,6 @@ class ThreadRunner:
         return out
 
 
-# ---- probing the first samples ----
-
-def _rng_states():
-    torch = _torch()
-    return (__import__("random").getstate(), np.random.get_state(),
-            torch.get_rng_state() if torch is not None else None)
-
-
-def _rng_restore(states):
-    import random
-    random.setstate(states[0])
-    np.random.set_state(states[1])
-    torch = _torch()
-    if torch is not None and states[2] is not None:
-        torch.set_rng_state(states[2])
-
-
-def _rng_changed(before, after):
-    if before[0] != after[0]:
-        return True
-    a, b = before[1], after[1]
-    if a[2] != b[2] or not np.array_equal(a[1], b[1]):
-        return True
-    if before[2] is not None and after[2] is not None:
-        return not bool((before[2] == after[2]).all())
-    return False
-
-
-def probe_samples(dataset, request):
-    """Run __getitem__ on the first indices (request["indices"]: at most _PROBE_SAMPLES, and no
-    more once _PROBE_BUDGET_S passed after the first), in a worker process or in the
-    constructing thread; each is seeded as a worker seeds it when request["reseed"] (from
-    (request["seed"], epoch 0, index)). Measures each call's wall time, CPU time and the time the
-    GIL meter waited, and whether the call drew from the global random generators. Returns
-    (first sample, [(wall_ns, cpu_ns, waited_ns, window_ns)], drew). An exception in the first
-    sample propagates; a later one ends the probe."""
-    meter = _core.GilMeter()
-    rows, first, drew = [], None, False
-    start = time.perf_counter()
-    for k, index in enumerate(request["indices"]):
-        if request.get("reseed"):
-            _procpool.seed_all(_core.sample_seed(request["seed"], 0, index))
-        before = _rng_states()
-        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-        meter.start()
-        try:
-            sample = dataset[index]
-        except Exception:  # noqa: BLE001
-            meter.stop()
-            if k == 0:
-                raise  # the first sample fixes the layout: the caller reports it
-            break  # a later one: the workers will report it at its batch
-        waited, window = meter.stop()
-        t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-        drew = drew or _rng_changed(before, _rng_states())
-        rows.append((t1 - t0, c1 - c0, waited, window))
-        if k == 0:
-            first = sample
-        if k + 1 >= _PROBE_SAMPLES or time.perf_counter() - start > _PROBE_BUDGET_S:
-            break
-    return first, rows, drew
-
-
 def measure(first, rows, drew):
     """The layout the first sample fixes and the Probe the measured rows make: the first call,
     which often pays a warm-up, is left out when there are others, and of the rest the faster
@@ -274,21 +168,21 @@ def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name):
     """probe_samples in this thread, as worker 0 of the thread executor (get_worker_info()
     answers; worker_init_fn(0) runs first), with the global random generators put back as
     they were."""
-    _install_worker_info_hook()
-    states = _rng_states()
-    _TLS.info = _worker_info(0, n_workers, base_seed, dataset)
+    _pyworker.install_worker_info_hook()
+    states = _pyworker.rng_states()
+    _pyworker.TLS.info = _pyworker.worker_info(0, n_workers, base_seed, dataset)
     try:
         if worker_init_fn is not None:
             worker_init_fn(0)
-        got = probe_samples(dataset, request)
+        got = _pyworker.probe_samples(dataset, request)
     except Exception:  # noqa: BLE001 - raised the DataLoader's way
         w = _errors.wrapper(f"in stoker.Loader, reading the first sample of {name} (which "
                             f"fixes the batch layout)")
     else:
         return got
     finally:
-        _TLS.info = None
-        _rng_restore(states)
+        _pyworker.TLS.info = None
+        _pyworker.rng_restore(states)
     _errors.reraise(w)
 
 
@@ -368,7 +262,7 @@ class PyLoader(Loader):
         if transforms is not None or bad:
             raise _core.StokerInvalidError(
                 f"{', '.join(['transforms'] * (transforms is not None) + bad)}: these apply to "
-                f"datasets stoker reads itself; this {_name(ds)} produces its samples in "
+                f"datasets stoker reads itself; this {_pyworker.name(ds)} produces its samples in "
                 f"__getitem__ (apply the transform there)")
         if device is not None and str(device) != "cpu":
             raise _core.StokerNotSupportedError(
@@ -381,8 +275,8 @@ class PyLoader(Loader):
         if output not in (None, "torch", "numpy"):
             raise _core.StokerInvalidError(f"output={output!r}: a Python dataset's batches have "
                                            f"the structure __getitem__ returns")
-        if executor not in _EXECUTORS:
-            raise _core.StokerInvalidError(f"executor should be one of {_EXECUTORS}, not "
+        if executor not in _pyworker.EXECUTORS:
+            raise _core.StokerInvalidError(f"executor should be one of {_pyworker.EXECUTORS}, not "
                                            f"{executor!r}")
         torch = _torch()
         if output == "numpy" or torch is None:
@@ -390,7 +284,7 @@ class PyLoader(Loader):
         self.output = "numpy" if torch is None else "torch"
         n = len(ds)
         if n <= 0:
-            raise _core.StokerInvalidError(f"{_name(ds)} is empty (len() = {n}): an epoch needs "
+            raise _core.StokerInvalidError(f"{_pyworker.name(ds)} is empty (len() = {n}): an epoch needs "
                                            f"at least one sample")
         # ---- the DataLoader's argument checks ----
         if n_threads is not None:  # stoker's name for the worker count (num_workers its alias)
@@ -466,7 +360,7 @@ class PyLoader(Loader):
         rank, world_size = _torchcompat.resolve_rank(rank, world_size)
         self._dist_sampler = picked.get("distributed")
         self._order = picked.get("custom")
-        name = _name(ds)
+        name = _pyworker.name(ds)
         # ---- executor: server first (fork while single-threaded), then the probe ----
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
             (os.cpu_count() or 1)
@@ -543,7 +437,7 @@ class PyLoader(Loader):
                 exec_obj = self._pool
                 n_threads = n_pool
             else:
-                _install_worker_info_hook()
+                _pyworker.install_worker_info_hook()
                 self._runner = ThreadRunner(ds, layout, choice.workers, base_seed,
                                             worker_init_fn, self._capacity(ring_batch))
                 exec_obj = _core.ThreadExec(self._runner, fields)
@@ -626,8 +520,8 @@ class PyLoader(Loader):
     def _probe_indices(self, n, picked):
         order = picked.get("order", {})
         if "indices" in order:
-            return [int(i) for i in order["indices"][:_PROBE_SAMPLES]]
-        return list(range(min(n, _PROBE_SAMPLES)))
+            return [int(i) for i in order["indices"][:_pyworker.PROBE_SAMPLES]]
+        return list(range(min(n, _pyworker.PROBE_SAMPLES)))
 
     def _announce_ring(self):
         if self._pool is not None:
@@ -695,7 +589,7 @@ class PyLoader(Loader):
         return None
 
     def _dataset_name_prefix(self):
-        return _name(self._torch_dataset) + "["
+        return _pyworker.name(self._torch_dataset) + "["
 
     def _rows(self, raw):
         """(arrays of the fixed leaves, keys, masks, n) of a ring batch."""
@@ -875,6 +769,9 @@ class PyLoader(Loader):
     def __repr__(self):
         if self._core is None:
             return "<stoker.Loader (closed)>"
-        return (f"<stoker.Loader {_name(self._torch_dataset)} ({len(self._dataset)} samples), "
+        return (f"<stoker.Loader {_pyworker.name(self._torch_dataset)} ({len(self._dataset)} samples), "
                 f"{self.executor} executor, {len(self)} batches/epoch, rank "
                 f"{self.rank}/{self.world_size}, epoch {self.epoch}>")
+
+
+_loader.register_python_datasets(is_python_dataset, loader_class)

@@ -26,14 +26,13 @@ import queue
 import select
 import socket
 import struct
-import sys
 import threading
 import time
 
 from . import _core
 from . import _errors
 from . import _procpool
-from . import _pydataset
+from . import _pyworker
 from . import _torchcompat
 from .loader import Loader, _MAPPED, _torch
 
@@ -44,14 +43,17 @@ ANS_BATCH, ANS_END, ANS_ERROR = 1, 2, 3
 
 
 class IterSpec(_procpool.WorkerSpec):
-    """A worker spec for an IterableDataset: batch size, drop_last, collate_fn, seed."""
-    mode = "iter"
+    """A worker spec for an IterableDataset: batch size, drop_last, collate_fn, seed. A worker
+    process started with it runs worker_loop instead of answering tickets."""
 
     def __init__(self, dataset, n_workers, base_seed, worker_init_fn, name, batch_size,
                  drop_last, collate_fn, reseed):
         super().__init__(dataset, n_workers, base_seed, worker_init_fn, name)
         self.batch_size, self.drop_last = batch_size, drop_last
         self.collate_fn, self.reseed = collate_fn, reseed
+
+    def worker_loop(self, sock, wid):
+        return _iter_worker_main(sock, wid, self)
 
 
 def _collate(spec, items):
@@ -79,7 +81,7 @@ class _Stream:
         if state is not None:
             ds.load_state_dict(state)
         if spec.reseed:
-            _procpool.seed_all(_core.sample_seed(spec.base_seed, epoch, wid))
+            _pyworker.seed_all(_core.sample_seed(spec.base_seed, epoch, wid))
         self.it = iter(ds)
         self.ended = False
 
@@ -102,7 +104,7 @@ class _Stream:
         return ANS_BATCH, batch, st
 
 
-def iter_worker_main(sock, wid, spec):
+def _iter_worker_main(sock, wid, spec):
     """A worker process's loop: START(epoch, state) begins a fresh iteration; each BATCH
     request gets the next batch, END, or the exception."""
     stream = None
@@ -203,9 +205,9 @@ class _ThreadChannel:
 
     def _run(self):
         if self.n > 0:
-            _pydataset._TLS.info = _pydataset._worker_info(
+            _pyworker.TLS.info = _pyworker.worker_info(
                 self.wid, self.n, self.spec.base_seed + self.wid, self.dataset)
-            _pydataset._TLS.ready = True
+            _pyworker.TLS.ready = True
             if self.spec.worker_init_fn is not None:
                 self.spec.worker_init_fn(self.wid)
         stream, gen = None, -1
@@ -282,7 +284,7 @@ class PyIterLoader(Loader):
         self._server = None
         ds = data if data is not None else dataset
         self._torch_dataset = ds
-        name = _pydataset._name(ds)
+        name = _pyworker.name(ds)
         if shuffle not in (None, False):
             raise _core.StokerInvalidError(f"DataLoader with IterableDataset: expected "
                                            f"unspecified shuffle option, but got "
@@ -302,9 +304,9 @@ class PyIterLoader(Loader):
             raise _core.StokerNotSupportedError(
                 "device= with a Python dataset: pass pin_memory=True and move each batch with "
                 ".to(device, non_blocking=True), as with the DataLoader")
-        if executor not in _pydataset._EXECUTORS:
+        if executor not in _pyworker.EXECUTORS:
             raise _core.StokerInvalidError(f"executor should be one of "
-                                           f"{_pydataset._EXECUTORS}, not {executor!r}")
+                                           f"{_pyworker.EXECUTORS}, not {executor!r}")
         if n_threads is not None:  # stoker's name for the worker count (num_workers its alias)
             if num_workers is not None:
                 raise _core.StokerInvalidError("n_threads= and num_workers= (its DataLoader "
@@ -353,7 +355,7 @@ class PyIterLoader(Loader):
                 self._channels = [_ProcChannel(self._server.ctl, w, timeout or 0)
                                   for w in range(n)]
             else:
-                _pydataset._install_worker_info_hook()
+                _pyworker.install_worker_info_hook()
                 self._channels = [_ThreadChannel(spec, w, workers, depth, timeout or 0)
                                   for w in range(n)]
                 _MAPPED.add(self)
@@ -462,7 +464,7 @@ class PyIterLoader(Loader):
     def state_dict(self):
         if not self._stateful:
             raise _core.StokerNotSupportedError(
-                f"state_dict(): {_pydataset._name(self._torch_dataset)} is an IterableDataset "
+                f"state_dict(): {_pyworker.name(self._torch_dataset)} is an IterableDataset "
                 f"without state_dict()/load_state_dict(), so its position cannot be saved; "
                 f"implement them (each worker's replica is asked for its state after every "
                 f"batch) or resume at an epoch boundary with set_epoch()")
@@ -479,7 +481,7 @@ class PyIterLoader(Loader):
     def load_state_dict(self, state):
         if not self._stateful:
             raise _core.StokerNotSupportedError(
-                f"load_state_dict(): {_pydataset._name(self._torch_dataset)} is an "
+                f"load_state_dict(): {_pyworker.name(self._torch_dataset)} is an "
                 f"IterableDataset without state_dict()/load_state_dict()")
         if not isinstance(state, dict) or state.get("format") != "stoker-iterable-state" or \
                 len(state.get("workers", ())) != len(self._channels):
@@ -531,5 +533,5 @@ class PyIterLoader(Loader):
         self._shutdown()
 
     def __repr__(self):
-        return (f"<stoker.Loader {_pydataset._name(self._torch_dataset)} (iterable), "
+        return (f"<stoker.Loader {_pyworker.name(self._torch_dataset)} (iterable), "
                 f"{self.executor} executor, {len(self._channels)} workers>")

@@ -16,6 +16,7 @@ import weakref
 
 from . import _core
 from . import transforms as _transforms
+from .dataset import Dataset
 
 # What stoker reads natively, for the errors that refuse something else.
 READS = ("a path (or list of paths) to .stk shards, an ImageFolder directory tree or .npy "
@@ -90,7 +91,6 @@ def folder_dataset(data):
     except _core.StokerInvalidError as e:
         raise _invalid(f"stoker cannot express this {name}'s transform ({e}); keep "
                        f"torch.utils.data.DataLoader for it") from None
-    from .dataset import Dataset
     sds = Dataset(os.fspath(data.root), format="imagefolder")
     try:
         _check_same_samples(data, sds)

@@ -22,7 +22,7 @@ __all__ = ["Dataset", "Writer", "write_shard", "pack", "pack_records", "pack_ima
 
 # torchvision's IMG_EXTENSIONS, so that records and labels line up with ImageFolder's samples
 # (the loader decodes all of them: JPEG, PNG, WebP, TIFF, BMP, binary PPM/PGM)
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+IMAGE_EXTENSIONS = _core.image_extensions()  # the library's list (stk_image_extension)
 
 
 def formats():

@@ -24,6 +24,7 @@ from . import _core
 from . import _nvrtc
 from . import _batchmap
 from . import _torchcompat
+from . import tokens as _tokens
 from ._torchcompat import check_int as _check_int, resolve_rank as _resolve_rank
 from . import transforms as _transforms
 from .batch import Batch, _DeviceView
@@ -93,9 +94,21 @@ class _LoaderIter:
         return t if t.is_alive() else None
 
 
-def _pydataset_of(data, kwargs):
-    from ._pydataset import is_python_dataset
-    return is_python_dataset(data, kwargs)
+# Python datasets (their samples come from __getitem__) are run by a Loader subclass defined
+# above this module (stoker/_pydataset.py), which registers here when imported (the package's
+# __init__ imports it): (is_python_dataset(data, kwargs), loader_class(data)).
+_PYTHON_DATASETS = []
+
+
+def register_python_datasets(is_python_dataset, loader_class):
+    _PYTHON_DATASETS[:] = [is_python_dataset, loader_class]
+
+
+def _pydataset_class(data, kwargs):
+    """The Loader subclass that runs `data`'s __getitem__, or None for data stoker reads."""
+    if not _PYTHON_DATASETS or not _PYTHON_DATASETS[0](data, kwargs):
+        return None
+    return _PYTHON_DATASETS[1](data)
 
 
 _MAPPED = weakref.WeakSet()  # loaders whose worker threads run Python (map=)
@@ -146,10 +159,8 @@ class Loader:
     def __new__(cls, data=None, *args, dataset=None, **kwargs):
         # A Python dataset (its samples come from __getitem__) is a PyLoader (_pydataset.py).
         src = data if data is not None else dataset
-        if cls is Loader and _pydataset_of(src, kwargs):
-            from ._pydataset import loader_class
-            return super().__new__(loader_class(src))
-        return super().__new__(cls)
+        sub = _pydataset_class(src, kwargs) if cls is Loader else None
+        return super().__new__(sub or cls)
 
     def __init__(self, data=None, batch_size=None, shuffle=False, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
@@ -160,7 +171,8 @@ class Loader:
                  prefetch_factor=None, persistent_workers=None, pin_memory_device=None,
                  in_order=None, batch_transforms=None, map=None, label_field="label",
                  memory_budget=None, cache_dir=None, cache_limit=None, n_threads=None,
-                 dataset=None):
+                 seq_len=None, tokens=None, eos=None, bos=None, packing=None, token_dtype=None,
+                 token_field=None, ids_dtype=None, pad_id=None, dataset=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -185,6 +197,14 @@ class Loader:
                 raise _core.StokerInvalidError("n_threads= and num_workers= (its DataLoader "
                                                "alias) name one setting: pass one of them")
             num_workers, threads_arg = n_threads, "n_threads"
+        # A token corpus (seq_len=, stoker.mix): rows of seq_len tokens (stoker/tokens.py).
+        self._tokens = _tokens.loader_corpus(
+            data, seq_len, tokens, dict(eos=eos, bos=bos, packing=packing, token_dtype=token_dtype,
+                                        token_field=token_field, ids_dtype=ids_dtype,
+                                        pad_id=pad_id), format, verify, cache_dir, cache_limit)
+        if self._tokens is not None:
+            data, format, cache_dir, cache_limit = self._tokens.dataset, None, None, None
+            self._own_dataset = True
         dl = _torchcompat.dataloader_args(  # the DataLoader's arguments in stoker's terms
             data, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
             num_workers=num_workers, prefetch=prefetch, rank=rank, world_size=world_size,
@@ -491,6 +511,8 @@ class Loader:
                 out[name] = convert(tensor)
                 if lengths is not None:
                     out[name + "_lengths"] = convert(lengths)
+        if self._tokens is not None:
+            self._tokens.finish(out)  # cu_seqlens of packed rows; a mixture's source counts
         if self._device is None or self._on_device:
             out._attached = True
             live = self._live
@@ -678,11 +700,13 @@ class Loader:
         """
         self._check_open()
         cur = self._core_stats(self._core)
-        st = self._add_stats(self._stats_base, cur) if self._stats_base else cur
+        out = self._add_stats(self._stats_base, cur) if self._stats_base else cur
         m = self._map  # map=: the Python time per sample (no __getitem__ on this path)
-        st.update(python_s=m.py_ns / 1e9 if m else 0.0, python_samples=m.calls if m else 0,
-                  gil_share=None)
-        return st
+        out.update(python_s=m.py_ns / 1e9 if m else 0.0, python_samples=m.calls if m else 0,
+                   gil_share=None)
+        if self._tokens is not None:
+            out.update(self._tokens.stats())  # a mixture's rows per source
+        return out
 
     def write_trace(self, path=None):
         """Write the Chrome/Perfetto trace (trace-event JSON: one track per worker thread and

@@ -8,10 +8,8 @@ import collections
 import os
 import random
 import signal
-import sys
 import textwrap
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import Dataset, IterableDataset, get_worker_info  # noqa: E402
 
 import stoker  # noqa: E402
-from stoker import _core, _procpool  # noqa: E402
+from stoker import _core, _pyworker  # noqa: E402
 
 from conftest import run_python  # noqa: E402
 
@@ -220,7 +218,7 @@ def test_shuffle_ranks_and_resume(executor):
 # ---- seeding ----
 
 def expected_draws(seed, epoch, i):
-    _procpool.seed_all(_core.sample_seed(seed, epoch, i))
+    _pyworker.seed_all(_core.sample_seed(seed, epoch, i))
     return random.random(), float(np.random.rand()), float(torch.rand(()))
 
 

@@ -177,9 +177,9 @@ def test_brace_range_and_format_override(tmp_path):
         stoker.Dataset(str(tmp_path / "s-{00..03}.stk"))
     with pytest.raises(stoker.StokerInvalidError, match="unknown format 'tar'.*stk.*imagefolder"):
         stoker.Dataset(str(tmp_path), format="tar")
-    (tmp_path / "notes.bin").write_bytes(b"hello")
-    with pytest.raises(stoker.StokerInvalidError, match="notes.bin: unknown format"):
-        stoker.Dataset(str(tmp_path / "notes.bin"))
+    (tmp_path / "notes.dat").write_bytes(b"hello")  # (a .bin is nanoGPT's token file name)
+    with pytest.raises(stoker.StokerInvalidError, match="notes.dat: unknown format"):
+        stoker.Dataset(str(tmp_path / "notes.dat"))
     np.save(tmp_path / "a.npy", np.zeros(4, np.int64))
     with pytest.raises(stoker.StokerInvalidError, match="s-00.stk is stk but .*a.npy is npy"):
         stoker.Dataset([str(tmp_path / "s-00.stk"), str(tmp_path / "a.npy")])

@@ -6,7 +6,6 @@
  * the same for any thread count, rank layout or resume point.
  */
 #include "batch/stk_batchops.h"
-#include "xform/stk_xform.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -37,7 +36,13 @@ stk_status stk__batchops_opts(stk__batchops *b, const stk_loader_opts *o, char *
                               " is invalid (MixUp/CutMix need 2..16777216 classes)",
                               o->num_classes);
     for (uint32_t i = 0; i < o->n_batch_ops; i++) {
-        const stk_batch_op *op = &o->batch_ops[i];
+        stk_batch_op *op = &b->op[i];
+        stk_batch_op_init(op, 0);
+        if (!stk__elem_load(op, sizeof(*op), o->batch_ops, i)) /* strided by [0].struct_size */
+            return stk__set_error(err, err_size, STK_EINVAL,
+                                  "batch transform %u: not initialised with stk_batch_op_init "
+                                  "(struct_size unset or unlike batch_ops[0]'s)",
+                                  i);
         if (op->kind != STK_BATCH_MIXUP && op->kind != STK_BATCH_CUTMIX)
             return stk__set_error(err, err_size, STK_EINVAL,
                                   "batch transform %u: unknown kind %d (STK_BATCH_MIXUP or "
@@ -47,7 +52,6 @@ stk_status stk__batchops_opts(stk__batchops *b, const stk_loader_opts *o, char *
             return stk__set_error(err, err_size, STK_EINVAL,
                                   "batch transform %u (%s): alpha=%g is invalid (must be > 0)", i,
                                   op->kind == STK_BATCH_MIXUP ? "MixUp" : "CutMix", op->alpha);
-        b->op[i] = *op;
     }
     b->n = o->n_batch_ops;
     b->choice = o->batch_ops_choice;
@@ -147,7 +151,7 @@ static void paste_box(const stk__batchops *b, const stk__tlayout *t, uint8_t *im
 
 stk_status stk__batchops_apply(const stk__batchops *b, const stk__layout *view, uint8_t *slot,
                                uint32_t n, uint64_t seed, uint64_t epoch, uint64_t key,
-                               uint8_t *scratch, const stk_dataset *ds, char *err, size_t err_size)
+                               uint8_t *scratch, int64_t *bad, char *err, size_t err_size)
 {
     if (!b->n || n == 0)
         return STK_OK;
@@ -160,12 +164,11 @@ stk_status stk__batchops_apply(const stk__batchops *b, const stk__layout *view, 
         int64_t v;
         memcpy(&v, row, sizeof(v));
         if (v < 0 || v >= b->num_classes) {
-            char where[STK_ERRMSG_SIZE];
-            stk_dataset_describe(ds, (uint64_t)index[t], where, sizeof(where));
+            *bad = index[t];
             return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "%s: label %" PRId64 " is outside [0, %" PRId64
+                                  "label %" PRId64 " is outside [0, %" PRId64
                                   ") (num_classes of MixUp/CutMix)",
-                                  where, v, b->num_classes);
+                                  v, b->num_classes);
         }
         memset(row, 0, K * sizeof(float));
         row[v] = 1.0f;
@@ -198,9 +201,4 @@ stk_status stk__batchops_apply(const stk__batchops *b, const stk__layout *view, 
         mix_rows(lab, K, n, lam, (float *)(scratch + STK_ALIGN_UP(it->row_size, 64)));
     }
     return STK_OK;
-}
-
-bool stk__transform_nhwc(const stk_transform *t)
-{
-    return t->nhwc;
 }

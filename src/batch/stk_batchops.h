@@ -30,16 +30,14 @@ stk_status stk__batchops_init(stk__batchops *b, const stk__layout *view, const c
                               const char *label, bool hwc, char *err, size_t err_size);
 
 /* Apply the ops to the n samples of `slot` (laid out as `view`), drawing from the batch stream
- * of (seed, epoch, key). `scratch` holds scratch_size bytes. Fails with STK_EFORMAT naming the
- * record when a label is outside [0, num_classes). */
+ * of (seed, epoch, key). `scratch` holds scratch_size bytes. Fails with STK_EFORMAT when a label
+ * is outside [0, num_classes): *bad is then that sample's record number, for the caller to name
+ * the record in front of err. */
 stk_status stk__batchops_apply(const stk__batchops *b, const stk__layout *view, uint8_t *slot,
                                uint32_t n, uint64_t seed, uint64_t epoch, uint64_t key,
-                               uint8_t *scratch, const stk_dataset *ds, char *err, size_t err_size);
+                               uint8_t *scratch, int64_t *bad, char *err, size_t err_size);
 
 /* lambda ~ Beta(alpha, alpha) from `rng` (exposed for the tests). */
 double stk__beta_draw(stk_rng *rng, double alpha);
-
-/* Whether transform t outputs [H, W, C] samples. */
-bool stk__transform_nhwc(const stk_transform *t);
 
 #endif /* STK_BATCHOPS_H */

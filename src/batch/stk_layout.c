@@ -96,7 +96,7 @@ void stk__layout_tensor(const stk__layout *lay, size_t i, uint8_t *slot, uint32_
                         stk_tensor *out)
 {
     const stk__tlayout *t = &lay->t[i];
-    memset(out, 0, sizeof(*out));
+    stk_tensor_init(out); /* the library's size: sample_fn's tensors are ours */
     out->name = t->name;
     out->dtype = t->dtype;
     out->ndim = t->ndim + 1;

@@ -1,6 +1,6 @@
 /*
- * stk_ring.c: the batch ring's slots, tickets, errors and reference count (stk_ring.h), and the
- * public stk_batch_* accessors of a batch's host side.
+ * stk_ring.c: the batch ring's slots, tickets, errors and reference count (stk_ring.h). The
+ * batch a consumer holds (the stk_batch_* functions) is stk_batch.c.
  */
 #include "batch/stk_ring.h"
 #include "batch/stk_pinned.h"
@@ -194,62 +194,4 @@ void stk__ring_drop_locked(stk__ring *r)
             atomic_store(&s->ticket, UINT64_MAX); /* no seq tag matches: no ticket is taken */
         }
     }
-}
-
-/* ---- batches ---- */
-
-uint32_t stk_batch_n_samples(const stk_batch *b)
-{
-    return b->r->slots[b->slot].count;
-}
-
-uint64_t stk_batch_epoch(const stk_batch *b)
-{
-    return b->r->slots[b->slot].epoch;
-}
-
-uint64_t stk_batch_number(const stk_batch *b)
-{
-    return b->r->slots[b->slot].number;
-}
-
-size_t stk_batch_n_tensors(const stk_batch *b)
-{
-    return b->r->lay.n_tensors;
-}
-
-stk_status stk_batch_tensor(const stk_batch *b, size_t i, stk_tensor *out)
-{
-    const stk__ring *r = b->r;
-    if (i >= r->view.n_tensors)
-        return STK_EINVAL;
-    const stk__slot *s = &r->slots[b->slot];
-    stk__layout_tensor(&r->view, i, s->mem, s->count, out);
-    return STK_OK;
-}
-
-const int64_t *stk_batch_indices(const stk_batch *b)
-{
-    const stk__ring *r = b->r;
-    const stk__slot *s = &r->slots[b->slot];
-    return (const int64_t *)(s->mem + r->lay.t[r->lay.n_tensors - 1].offset);
-}
-
-void stk_batch_release(stk_batch *b)
-{
-    if (!b)
-        return;
-    stk__ring *r = b->r;
-    if (stk__ring_forked(r))
-        return;
-    stk__slot *s = &r->slots[b->slot];
-    stk__devcopy_release(&b->dv); /* the next copy into the buffer: after the consumer's work */
-    pthread_mutex_lock(&r->mu);
-    stk__slot_release_locked(r, s);
-    r->held--;
-    pthread_cond_broadcast(&r->cv_work);
-    bool last = stk__ring_unref_locked(r);
-    pthread_mutex_unlock(&r->mu);
-    if (last)
-        r->destroy(r, r->destroy_arg);
 }

@@ -29,7 +29,7 @@ struct stk__ring;
 
 /* The handle of a slot's batch, handed to the consumer. */
 struct stk_batch {
-    stk__devbatch dv; /* first: src/cuda reads a batch's device side through it */
+    stk__devbatch dv; /* its device side, handed down to src/cuda (stk_batch.c) */
     struct stk__ring *r;
     uint32_t slot;
     bool pinned; /* the slot's memory is page-locked */
@@ -76,7 +76,24 @@ typedef struct stk__ring {
     uint64_t free_clock;
     void (*destroy)(struct stk__ring *r, void *arg); /* called on the last unref, mu not held */
     void *destroy_arg;
+    /* The device side (stk_ring_setup.c): set up once, torn down by stk__ring_teardown. */
+    bool cudev_open; /* cudev's primary context is retained */
+    stk__cudev cudev;
+    stk__devcopy dc;      /* device copies and finishing; dc.dev NULL = host only */
+    char dev_reason[256]; /* why part of the GPU path is off ("" when all asked for is on) */
 } stk__ring;
+
+/* What stk__ring_setup needs from the ring's owner. */
+typedef struct stk__ring_args {
+    uint32_t n_slots;
+    stk__finish finish;    /* the transform's finishing (finish.on false: none) */
+    bool sample_fn;        /* a per-sample callback runs: finishing is refused */
+    bool batch_ops;        /* batch transforms run on the host: finishing moves to the CPU */
+    bool want_pinned;      /* page-locked slots (a device copy implies them) */
+    int32_t device;        /* the device to copy each batch to; -1 = none */
+    uint64_t pinned_limit; /* cap on page-locked memory; 0 = the default */
+    bool shared;           /* every slot in one memfd other processes can map (r->arena) */
+} stk__ring_args;
 
 /* Initialise the locks of r (zeroed by the caller); one reference, the owner's. */
 void stk__ring_init(stk__ring *r);
@@ -90,6 +107,14 @@ stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool wan
 /* Free the slots' memory and the locks (the caller has the device context current for pinned
  * slots). */
 void stk__ring_free(stk__ring *r);
+/* Lay out r's memory (r->lay set) and set up its device side (stk_ring_setup.c): the device,
+ * finishing placement, the slot size, the device ring, the slots (pinned within the cap). What
+ * could not be had goes to r->dev_reason; errors are STK_EINVAL (finishing impossible),
+ * STK_ELIMIT, STK_ENOMEM, STK_EIO. */
+stk_status stk__ring_setup(stk__ring *r, const stk__ring_args *a, char *err, size_t err_size);
+/* Free the slots, the device buffers and the device context (stk_ring_setup.c); the ring's last
+ * reference is gone. */
+void stk__ring_teardown(stk__ring *r);
 
 /* Whether we run in a child forked after the ring was created. The child has none of the worker
  * threads and may have inherited the mutex locked: it must not lock or free anything of the ring

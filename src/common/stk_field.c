@@ -78,6 +78,7 @@ stk_field stk__field_canonical(const stk_field *f)
 {
     stk_field c;
     memset(&c, 0, sizeof(c));
+    c.struct_size = sizeof(c);
     memcpy(c.name, f->name, strnlen(f->name, STK_MAX_NAME - 1));
     c.kind = f->kind;
     switch (f->kind) {
@@ -98,6 +99,21 @@ stk_field stk__field_canonical(const stk_field *f)
         break;
     }
     return c;
+}
+
+bool stk__fields_load(stk_field *dst, const stk_field *src, size_t n, char *why, size_t why_size)
+{
+    for (size_t i = 0; i < n; i++) {
+        stk_field_init(&dst[i]);
+        if (!stk__elem_load(&dst[i], sizeof(dst[i]), src, i)) {
+            snprintf(why, why_size,
+                     "field %zu not initialised with stk_field_init (struct_size unset or unlike "
+                     "field 0's)",
+                     i);
+            return false;
+        }
+    }
+    return true;
 }
 
 bool stk__field_equal(const stk_field *a, const stk_field *b)

@@ -1,7 +1,9 @@
 /*
- * stk_json.c: the little JSON the library needs without a JSON library: writing a string
- * literal, checking that a text is one JSON value (writer metadata, `stoker verify`), and finding
- * the raw text of a key's value (the dataset id and class list in writer metadata).
+ * stk_json.c: the one JSON reader (and the little writing the library does), without a JSON
+ * library: writing a string literal; finding the end of a value, checking that a text is one JSON
+ * value (writer metadata, `stoker verify`) and finding the raw text of a top-level key's value
+ * (the dataset id and class list in writer metadata, the resume state). Public as building blocks
+ * (stk_json_*), so the CLI reads its JSON with it too.
  */
 #include "stk_internal.h"
 
@@ -121,13 +123,18 @@ static const char *value_end(const char *p, int depth)
     return p > s ? p : NULL;
 }
 
-bool stk__json_valid(const char *text)
+const char *stk_json_skip(const char *p)
+{
+    return p ? value_end(p, 0) : NULL;
+}
+
+bool stk_json_valid(const char *text)
 {
     const char *e = text ? value_end(text, 0) : NULL;
     return e && *ws(e) == '\0';
 }
 
-bool stk__json_member(const char *json, const char *key, const char **val, size_t *len)
+bool stk_json_member(const char *json, const char *key, const char **val, size_t *len)
 {
     const char *p = ws(json ? json : "");
     if (*p != '{')

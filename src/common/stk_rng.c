@@ -37,19 +37,25 @@ void stk__philox_block(const uint32_t ctr_in[4], const uint32_t key_in[2], uint3
     out[3] = c3;
 }
 
-void stk_rng_init(stk_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index)
+void stk_rng_init_sized(stk_rng *rng, uint64_t seed, uint64_t epoch, uint64_t index,
+                        size_t struct_size)
 {
     /* Epochs beyond 2^32 fold their high half into the key rather than wrap the counter. */
     uint64_t key = seed ^ stk__mix64((epoch >> 32) + 0x6a09e667f3bcc908ULL);
     if ((epoch >> 32) == 0)
         key = seed;
-    rng->key[0] = (uint32_t)key;
-    rng->key[1] = (uint32_t)(key >> 32);
-    rng->ctr[0] = (uint32_t)index;
-    rng->ctr[1] = (uint32_t)(index >> 32);
-    rng->ctr[2] = (uint32_t)epoch;
-    rng->ctr[3] = 0; /* block number within the sample's stream */
-    rng->used = 4;
+    stk_rng r = {.struct_size = sizeof(r)};
+    r.key[0] = (uint32_t)key;
+    r.key[1] = (uint32_t)(key >> 32);
+    r.ctr[0] = (uint32_t)index;
+    r.ctr[1] = (uint32_t)(index >> 32);
+    r.ctr[2] = (uint32_t)epoch;
+    r.ctr[3] = 0; /* block number within the sample's stream */
+    r.used = 4;
+    if (struct_size == sizeof(r))
+        *rng = r; /* the usual case, without a call */
+    else
+        stk__init_store(rng, struct_size, &r, sizeof(r));
 }
 
 uint32_t stk_rng_u32(stk_rng *rng)

@@ -202,8 +202,8 @@ stk_status stk_cuda_probe(int32_t device, char *buf, size_t buf_size)
     stk_status rc = cudev_find(device, &d, err, sizeof(err)); /* no context: cheap */
     if (rc < 0) {
         if (buf && buf_size)
-            snprintf(buf, buf_size, "%s", err);
-        return rc;
+            buf[0] = '\0';
+        return stk__set_last_error(rc, "%s", err);
     }
     int version = 0;
     d.cu->cuDriverGetVersion(&version);

@@ -1,25 +1,18 @@
 /*
- * stk_devcopy.c: device copies of a loader's batches (stk_devcopy.h) and the public
- * stk_batch_device_* functions. A completed batch's byte ranges are merged and queued on the
- * loader's stream with the finishing kernel behind them; a slot is refilled only once its copy
- * completed (drain); a held batch's consumer streams are remembered so that its release is
- * recorded on each of them and the next copy into the buffer waits for their work on the device.
+ * stk_devcopy.c: device copies of a loader's batches (stk_devcopy.h): a completed batch's byte
+ * ranges are merged and queued on the loader's stream with the finishing kernel behind them; a
+ * slot is refilled only once its copy completed (drain); a held batch's consumer streams are
+ * remembered so that its release is recorded on each of them and the next copy into the buffer
+ * waits for their work on the device.
  *
- * A stk_batch starts with its stk__devbatch (src/batch/stk_ring.h), so the functions here read a
- * batch's device side without knowing the ring; its host side they read through the public
- * stk_batch_* accessors.
+ * Everything here works on a batch's stk__devbatch and knows neither the ring nor the stk_batch
+ * object above it (src/batch/stk_batch.c calls down into these for stk_batch_device_*).
  */
 #include "cuda/stk_devcopy.h"
 
 #include <inttypes.h>
 #include <string.h>
 #include <unistd.h>
-
-/* The device side of a batch handle (its first member). */
-static stk__devbatch *dv(stk_batch *b)
-{
-    return (stk__devbatch *)(void *)b;
-}
 
 /* Whether we run in a child forked after the loader was created: it has none of the loader's
  * device state and must not touch it. */
@@ -118,23 +111,11 @@ void stk__devcopy_release(stk__devbatch *b)
     b->ds.n_use = 0;
 }
 
-/* ---- the public functions ---- */
+/* ---- what stk_batch_device_* do (src/batch/stk_batch.c) ---- */
 
-int32_t stk_batch_device(const stk_batch *b)
+stk_status stk__devcopy_view(const stk__devbatch *d, size_t i, stk_tensor *out)
 {
-    const stk__devcopy *dc = dv((stk_batch *)b)->dc;
-    return dc->dev ? dc->device : -1;
-}
-
-stk_status stk_batch_device_tensor(const stk_batch *b, size_t i, stk_tensor *out)
-{
-    const stk__devbatch *d = dv((stk_batch *)b);
     const stk__devcopy *dc = d->dc;
-    if (!dc->dev)
-        return STK_ENOTSUP;
-    stk_status rc = stk_batch_tensor(b, i, out); /* the host view: same offsets on the device */
-    if (rc < 0)
-        return rc;
     CUdeviceptr base = stk__devring_base(dc->dev, d->slot);
     if (dc->finish == STK_FINISH_DEVICE && (int)i == dc->fin_t) {
         /* The kernel's output, in the device buffer past the slot's bytes. */
@@ -145,18 +126,15 @@ stk_status stk_batch_device_tensor(const stk_batch *b, size_t i, stk_tensor *out
         memcpy(&out->shape[1], shape, sizeof(shape));
         out->data = (void *)(uintptr_t)(base + dc->fin_dev_offset);
         out->size = dc->fin_row * (size_t)out->shape[0];
-        return STK_OK;
+    } else {
+        /* lengths of a bytes field stay on the host */
+        out->data = (void *)(uintptr_t)(base + (size_t)((const uint8_t *)out->data - d->mem));
     }
-    /* lengths of a bytes field stay on the host */
-    out->data = (void *)(uintptr_t)(base + (size_t)((const uint8_t *)out->data - d->mem));
     return STK_OK;
 }
 
-stk_status stk_batch_device_wait(stk_batch *b, void *stream)
+stk_status stk__devcopy_wait(stk__devbatch *d, void *stream)
 {
-    stk__devbatch *d = dv(b);
-    if (!d->dc->dev)
-        return STK_ENOTSUP;
     stk_status rc = stk__devring_wait(d->dc->dev, d->slot, stream);
     if (rc == STK_OK) {
         d->ds.waited = true;
@@ -165,20 +143,14 @@ stk_status stk_batch_device_wait(stk_batch *b, void *stream)
     return rc;
 }
 
-stk_status stk_batch_device_sync(stk_batch *b)
+stk_status stk__devcopy_sync(stk__devbatch *d)
 {
-    stk__devbatch *d = dv(b);
-    if (!d->dc->dev)
-        return STK_ENOTSUP;
     return stk__devring_sync(d->dc->dev, d->slot);
 }
 
-stk_status stk_batch_device_use(stk_batch *b, void *stream)
+stk_status stk__devcopy_use(stk__devbatch *d, void *stream)
 {
-    stk__devbatch *d = dv(b);
     stk__devslot *s = &d->ds;
-    if (!d->dc->dev)
-        return stk__set_last_error(STK_ENOTSUP, "the batch is not on a device");
     if (forked(d->dc)) /* the child cannot use the device; its releases do nothing */
         return STK_OK;
     for (uint32_t i = 0; i < s->n_use; i++)
@@ -212,14 +184,9 @@ stk_status stk_batch_device_use(stk_batch *b, void *stream)
     return STK_OK;
 }
 
-stk_status stk_batch_release_after(stk_batch *b, void *stream)
+stk_status stk__devcopy_release_after(stk__devbatch *d, void *stream)
 {
-    if (!b)
+    if (!d->dc->dev || forked(d->dc))
         return STK_OK;
-    stk__devbatch *d = dv(b);
-    stk_status rc = STK_OK;
-    if (d->dc->dev && !forked(d->dc))
-        rc = release_on(d, true, stream);
-    stk_batch_release(b);
-    return rc;
+    return release_on(d, true, stream);
 }

@@ -2,8 +2,9 @@
  * stk_devcopy.h: a loader's device side, between its ring and the device ring (stk_devring.c):
  * which bytes of a completed batch are copied, where finishing runs (on the device after the
  * copy, or on the CPU by the workers: stk_finish_cpu.c), and what the consumer's streams did
- * with a batch it holds (stk_batch_device_wait/use/release_after). It knows nothing of the ring's
- * slot states: the ring (src/batch) and the loader call it at the right moments.
+ * with a batch it holds (for src/batch/stk_batch.c's stk_batch_device_wait/use/release_after). It
+ * knows nothing of the ring or the batch object above it: they and the loader call it at the
+ * right moments.
  */
 #ifndef STK_DEVCOPY_H
 #define STK_DEVCOPY_H
@@ -41,8 +42,8 @@ typedef struct stk__devslot {
     uint64_t copy_bytes; /* bytes of the slot's last device copy */
 } stk__devslot;
 
-/* The head of every stk_batch (its first member): what the stk_batch_device_* functions need.
- * Set once when the ring is created. */
+/* The device side of a stk_batch (src/batch/stk_ring.h): what the stk_batch_device_* functions
+ * hand down to the functions below. Set once when the ring is created. */
 typedef struct stk__devbatch {
     stk__devcopy *dc;
     uint32_t slot;
@@ -81,5 +82,20 @@ stk_status stk__devcopy_drain(stk__devcopy *dc, stk__devbatch *b, stk__copytimes
 /* A held batch is released: record the release on its streams (the ones it waited on and used)
  * so the next copy into its device buffer waits for them, and forget them. */
 void stk__devcopy_release(stk__devbatch *b);
+
+/* ---- a held batch's device side (what src/batch/stk_batch.c's stk_batch_device_* call; the
+ * batch is on a device: d->dc->dev set) ---- */
+
+/* Turn `out`, host tensor i of the batch, into its device view (stk_batch_device_tensor). */
+stk_status stk__devcopy_view(const stk__devbatch *d, size_t i, stk_tensor *out);
+/* Make `stream` wait for the batch's copy and finishing; remembered for the release. */
+stk_status stk__devcopy_wait(stk__devbatch *d, void *stream);
+/* Block until the batch's copy and finishing are done. */
+stk_status stk__devcopy_sync(stk__devbatch *d);
+/* The batch is also read on `stream` (STK_ELIMIT past STK__USE_MAX streams, in last_errmsg). */
+stk_status stk__devcopy_use(stk__devbatch *d, void *stream);
+/* Record the release on `stream` (and the streams used) for the next copy into the buffer;
+ * nothing in a forked child. The caller releases the batch itself after. */
+stk_status stk__devcopy_release_after(stk__devbatch *d, void *stream);
 
 #endif /* STK_DEVCOPY_H */

@@ -16,13 +16,10 @@
 #include <math.h>
 #include <string.h>
 
-void stk_diag_input_init(stk_diag_input *in)
+void stk_diag_input_init_sized(stk_diag_input *in, size_t struct_size)
 {
-    if (!in)
-        return;
-    memset(in, 0, sizeof(*in));
-    in->struct_size = sizeof(*in);
-    in->current_threads = -1;
+    stk_diag_input full = {.struct_size = sizeof(full), .current_threads = -1};
+    stk__init_store(in, struct_size, &full, sizeof(full));
 }
 
 const char *stk_diag_action_name(stk_diag_action action)
@@ -56,15 +53,14 @@ stk_status stk_diagnose(const stk_diag_input *in, stk_diag_result *out)
 {
     if (!in || !out)
         return stk__set_last_error(STK_EINVAL, "stk_diagnose: NULL %s", in ? "out" : "in");
-    /* An older caller's shorter input struct is read as far as it goes; the rest defaults. */
+    /* An older caller's shorter input struct is read as far as it goes, the rest defaults; a
+     * shorter result is written as far as it goes (include/stoker.h, "Structs"). */
     stk_diag_input x;
     stk_diag_input_init(&x);
-    if (in->struct_size < offsetof(stk_diag_input, n_probes) + sizeof(in->n_probes) ||
-        out->struct_size < offsetof(stk_diag_result, headroom) + sizeof(out->headroom))
+    if (!stk__opts_load(&x, sizeof(x), in) || out->struct_size < STK__STRUCT_MIN)
         return stk__set_last_error(STK_EINVAL,
                                    "stk_diagnose: struct_size not set (call "
                                    "stk_diag_input_init; set out->struct_size = sizeof *out)");
-    memcpy(&x, in, STK_MIN(in->struct_size, sizeof(x)));
     if (!measured(x.wait_s) || !measured(x.step_s) || !measured(x.samples_per_step))
         return stk__set_last_error(STK_EINVAL,
                                    "stk_diagnose: wait_s %g, step_s %g and samples_per_step %g "
@@ -86,8 +82,7 @@ stk_status stk_diagnose(const stk_diag_input *in, stk_diag_result *out)
     }
 
     stk_diag_result r;
-    memset(&r, 0, sizeof(r));
-    r.struct_size = STK_MIN(out->struct_size, sizeof(r)); /* the caller's size stays */
+    stk_diag_result_init(&r);
     r.data_bound_share = STK_DIAG_DATA_BOUND_SHARE;
     r.headroom = STK_DIAG_HEADROOM;
     r.recommended = -1;
@@ -126,6 +121,6 @@ stk_status stk_diagnose(const stk_diag_input *in, stk_diag_result *out)
                    : cur < 0 || need > cur ? STK_DIAG_MORE
                                            : STK_DIAG_CONTENTION;
 done:
-    memcpy(out, &r, STK_MIN(out->struct_size, sizeof(r)));
+    stk__out_store(out, &r, sizeof(r)); /* the caller's size */
     return STK_OK;
 }

@@ -24,7 +24,7 @@
  * existing directory OUT is always written as a directory (whatever its name), by the rules
  * above.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "stk_internal.h"
 
 #define XXH_STATIC_LINKING_ONLY
@@ -42,13 +42,10 @@
 
 #define DEFAULT_SHARD_SIZE (1ull << 30)
 
-void stk_pack_opts_init(stk_pack_opts *opts)
+void stk_pack_opts_init_sized(stk_pack_opts *opts, size_t struct_size)
 {
-    if (!opts)
-        return;
-    memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
-    opts->align = 64;
+    stk_pack_opts full = {.struct_size = sizeof(full), .align = 64};
+    stk__init_store(opts, struct_size, &full, sizeof(full));
 }
 
 /* A finished shard of this run. */
@@ -93,13 +90,13 @@ static char *pack_metadata(const stk_dataset *ds, const char *tool, uint64_t id)
     stk_shard_info si = {.struct_size = sizeof(si)};
     const char *m = stk_dataset_shard(ds, 0, &si) == STK_OK && si.metadata ? si.metadata : "{}";
     const char *open = strchr(m, '{'), *close = strrchr(m, '}');
-    bool object = stk__json_valid(m) && open && close;
+    bool object = stk_json_valid(m) && open && close;
     const char *v;
     size_t vlen;
-    bool has_tool = object && stk__json_member(m, "tool", &v, &vlen);
+    bool has_tool = object && stk_json_member(m, "tool", &v, &vlen);
     /* the object's members, without a "dataset_id" member: [open+1, cut) + [resume, close) */
     const char *cut = close, *resume = close;
-    if (object && stk__json_member(m, "dataset_id", &v, &vlen)) {
+    if (object && stk_json_member(m, "dataset_id", &v, &vlen)) {
         const char *k = NULL;
         for (const char *q = open; (q = strstr(q, "\"dataset_id\"")) && q < v; q++)
             k = q;
@@ -471,8 +468,11 @@ stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts 
     STK_TRY(open_shard(&p));
     for (uint64_t i = 0; i < n; i++) {
         stk_record r;
-        if ((rc = stk_dataset_read(ds, i, buf, room, &r, p.err, sizeof(p.err))) < 0)
+        stk_record_init(&r);
+        if ((rc = stk_dataset_read(ds, i, buf, room, &r)) < 0) {
+            snprintf(p.err, sizeof(p.err), "%s", stk_last_errmsg());
             goto fail;
+        }
         uint64_t count = stk_writer_n_records(p.w);
         uint64_t start = STK_ALIGN_UP(data_offset + stk_writer_data_size(p.w), p.o.align);
         if (limit && count > 0 && shard_file_size(start + r.size, count + 1, nf) > limit) {
@@ -480,8 +480,8 @@ stk_status stk_pack(const stk_dataset *ds, const char *out, const stk_pack_opts 
             STK_TRY(open_shard(&p));
         }
         stk_value v[STK_MAX_FIELDS];
-        memset(v, 0, sizeof(v));
         for (uint32_t f = 0; f < nf; f++) {
+            stk_value_init(&v[f]);
             v[f].data = r.field[f];
             v[f].size = r.field_size[f];
             v[f].i64 = stk_record_i64(&r, f);

@@ -9,7 +9,7 @@
  *
  * Checksums are XXH3-64. A record's checksum is over the concatenation of its field bytes.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "stk_internal.h"
 
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation per record */
@@ -84,11 +84,10 @@ struct stk_writer {
 
 static atomic_uint tmp_counter; /* makes temp names unique within the process */
 
-void stk_writer_opts_init(stk_writer_opts *opts)
+void stk_writer_opts_init_sized(stk_writer_opts *opts, size_t struct_size)
 {
-    memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
-    opts->align = 64;
+    stk_writer_opts full = {.struct_size = sizeof(full), .align = 64};
+    stk__init_store(opts, struct_size, &full, sizeof(full));
 }
 
 /* write(2) all of buf (stk__write_full); a failure is the writer's. */
@@ -188,6 +187,9 @@ stk_status stk_writer_open(const char *path, const stk_writer_opts *opts, stk_wr
     if (!opts->fields || opts->n_fields < 1 || opts->n_fields > STK_MAX_FIELDS)
         return stk__set_last_error(STK_EINVAL, "%s: need 1..%d fields, got %zu", path,
                                    STK_MAX_FIELDS, opts->fields ? opts->n_fields : 0);
+    stk_field fields[STK_MAX_FIELDS]; /* the caller's, at our stride */
+    if (!stk__fields_load(fields, opts->fields, opts->n_fields, why, sizeof(why)))
+        return stk__set_last_error(STK_EINVAL, "%s: %s", path, why);
     if (opts->align == 0 || (opts->align & (opts->align - 1)) || opts->align > STK_FMT_MAX_ALIGN)
         return stk__set_last_error(STK_EINVAL, "%s: align %u is not a power of two in 1..%u", path,
                                    opts->align, STK_FMT_MAX_ALIGN);
@@ -196,15 +198,15 @@ stk_status stk_writer_open(const char *path, const stk_writer_opts *opts, stk_wr
     if (meta_size > STK_FMT_MAX_META)
         return stk__set_last_error(STK_EINVAL, "%s: metadata is %zu bytes (limit %u)", path,
                                    meta_size, STK_FMT_MAX_META);
-    if (!stk__json_valid(meta))
+    if (!stk_json_valid(meta))
         return stk__set_last_error(STK_EINVAL, "%s: metadata is not valid JSON", path);
     for (size_t i = 0; i < opts->n_fields; i++) {
-        if (!stk__field_valid(&opts->fields[i], why, sizeof(why)))
+        if (!stk__field_valid(&fields[i], why, sizeof(why)))
             return stk__set_last_error(STK_EINVAL, "%s: %s", path, why);
         for (size_t j = 0; j < i; j++)
-            if (strcmp(opts->fields[i].name, opts->fields[j].name) == 0)
+            if (strcmp(fields[i].name, fields[j].name) == 0)
                 return stk__set_last_error(STK_EINVAL, "%s: duplicate field name '%s'", path,
-                                           opts->fields[i].name);
+                                           fields[i].name);
     }
 
     w = stk__calloc(1, sizeof(*w));
@@ -213,7 +215,7 @@ stk_status stk_writer_open(const char *path, const stk_writer_opts *opts, stk_wr
     w->fd = -1;
     w->n_fields = (uint32_t)opts->n_fields;
     for (uint32_t i = 0; i < w->n_fields; i++)
-        w->fields[i] = stk__field_canonical(&opts->fields[i]);
+        w->fields[i] = stk__field_canonical(&fields[i]);
     w->align = opts->align;
     w->meta_size = (uint32_t)meta_size;
     w->path = stk__strdup(path);
@@ -269,7 +271,13 @@ stk_status stk_writer_add(stk_writer *w, const stk_value *values)
                               "%s: an earlier write failed; abort the writer", w->tmp_path);
     for (uint32_t f = 0; f < w->n_fields; f++) {
         const stk_field *fd = &w->fields[f];
-        const stk_value *v = &values[f];
+        stk_value vf, *v = &vf;
+        stk_value_init(v);
+        if (!stk__elem_load(v, sizeof(*v), values, f)) /* strided by values[0].struct_size */
+            return stk__set_error(w->err, sizeof(w->err), STK_EINVAL,
+                                  "%s: record %llu: values[%u] not initialised with "
+                                  "stk_value_init (struct_size unset or unlike values[0]'s)",
+                                  w->path, (unsigned long long)w->count, f);
         switch (fd->kind) {
         case STK_FIELD_INT64:
             stk__st64(scalar[f], (uint64_t)v->i64);

@@ -2,10 +2,9 @@
  * stk_vfs_posix.c: the POSIX byte source: files on local disks and mounts. One descriptor per
  * open file, shared by every worker thread (preadv at explicit offsets: no seek, no lock). A
  * non-regular file (FIFO, device, socket) is refused at open, before anything could block on it.
- * The registry of byte sources (stk__vfs_for) lives here too, since POSIX is the fallback.
+ * The dispatcher that picks a byte source per path is stk_vfs.c.
  */
 #include "io/stk_vfs.h"
-#include "io/stk_vfs_http.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -190,41 +189,3 @@ const stk__vfs stk__vfs_posix = {
     .list = posix_list,
     .glob = posix_glob,
 };
-
-/* Byte sources other than POSIX, tried in order; a remote one is one more line here. */
-static const stk__vfs *const vfs_table[] = {
-    &stk__vfs_s3,   /* s3://bucket/key (stk_vfs_s3.c) */
-    &stk__vfs_http, /* http:// and https:// */
-    NULL,
-};
-
-const stk__vfs *stk__vfs_for(const char *path)
-{
-    for (size_t i = 0; vfs_table[i]; i++)
-        if (vfs_table[i]->claims(path))
-            return vfs_table[i];
-    return &stk__vfs_posix;
-}
-
-stk_status stk__vfs_open(const char *path, stk__file **out, char *err, size_t err_size)
-{
-    return stk__vfs_for(path)->open(path, out, err, err_size);
-}
-
-stk_status stk__vfs_read(stk__file *f, uint64_t offset, void *buf, size_t size, char *err,
-                         size_t err_size)
-{
-    stk__iov v = {buf, size};
-    return f->vfs->read(f, offset, &v, 1, err, err_size);
-}
-
-void stk__vfs_close(stk__file *f)
-{
-    if (f)
-        f->vfs->close(f);
-}
-
-stk_status stk__vfs_stat(const char *path, stk__stat *st, char *err, size_t err_size)
-{
-    return stk__vfs_for(path)->stat(path, st, err, err_size);
-}

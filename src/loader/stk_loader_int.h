@@ -1,15 +1,16 @@
 /*
  * stk_loader_int.h: the loader's internal state, shared by its files:
  *
- *   stk_loader.c      create/destroy, the consumer (next), reset, info and stats
- *   stk_ring_setup.c  the ring's memory and the GPU path (pinned slots, device ring, finishing)
+ *   stk_loader.c      create and destroy (the loader's life)
+ *   stk_consumer.c    the consumer: next, the resets, info and stats
  *   stk_worker.c      the worker threads: open batches, take tickets, read/transform/finish
  *                     samples, queue device copies
  *   stk_autotune.c    the autotune decision (pure; the consumer feeds it windows)
  *   stk_resume.c      stk_loader_save_state / stk_loader_load_state
  *   stk_trace.c       per-thread trace buffers and stk_loader_trace_write
  *
- * The ring (slots, states, tickets, refcount, the stk_batch accessors) is src/batch/stk_ring.c;
+ * The ring (slots, states, tickets, refcount) is src/batch/stk_ring.c, the batch the consumer
+ * holds src/batch/stk_batch.c, the ring's setup and device side src/batch/stk_ring_setup.c;
  * device copies and finishing are src/cuda/stk_devcopy.c and stk_finish_cpu.c.
  */
 #ifndef STK_LOADER_INT_H
@@ -157,12 +158,8 @@ struct core {
     stk__budget budget;
     bool budget_on;
 
-    /* GPU path (docs/gpu.md) */
-    bool cudev_open; /* cudev's primary context is retained */
-    stk__cudev cudev;
-    stk__devcopy dc; /* device copies and finishing; dc.dev NULL = host only */
-    tbuf dtrace;     /* the device track (appended under mu by whoever drains) */
-    char dev_reason[256];
+    /* GPU path (docs/gpu.md): the device side is the ring's (r.dc, r.cudev, r.dev_reason) */
+    tbuf dtrace; /* the device track (appended under mu by whoever drains) */
 };
 
 struct stk_loader {
@@ -194,9 +191,6 @@ void stk__trace_add(const core *c, tbuf *b, uint32_t stage, uint64_t t0, uint64_
 /* The worker thread (stk_worker.c); arg is its worker. */
 void *stk__worker_main(void *arg);
 
-/* Lay out the ring's memory and set up the GPU path (stk_ring_setup.c). */
-stk_status stk__ring_setup(core *c, const stk_loader_opts *o, char *err, size_t err_size);
-
 /* Discard everything not held and restart the dispatcher at the consumer's position: epoch
  * `epoch` from global position `start`, with `seed` (stk_loader.c). */
 void stk__loader_reset(core *c, uint64_t seed, uint64_t epoch, uint64_t start);
@@ -212,5 +206,12 @@ stk_status stk__order_setup(core *c, const stk_loader_opts *o, char *err, size_t
 void stk__order_free(core *c);
 uint64_t stk__order_at(const core *c, const stk__slot *s, uint64_t pos);
 void stk__order_open_locked(core *c, const stk__slot *s);
+/* A new STK_ORDER_INDICES list for stk_loader_set_indices, checked (each index below the record
+ * count; no more rows per rank than the ring's slots hold: STK_ELIMIT) and copied into *out
+ * ([n], the caller's; STK_EINVAL, STK_ENOMEM). After a reset swapped it in, stk__order_rehash
+ * updates the checksum of the settings that the resume state carries. */
+stk_status stk__order_list_new(const core *c, const uint64_t *indices, uint64_t n, uint64_t **out,
+                               char *err, size_t err_size);
+void stk__order_rehash(core *c);
 
 #endif /* STK_LOADER_INT_H */

@@ -2,8 +2,9 @@
  * stk_order.c: the epoch's order of a loader (stk_order_kind in include/stoker.h): position ->
  * record for STK_ORDER_INDICES (a list, optionally permuted per epoch by stk_sampler_index) and
  * STK_ORDER_WEIGHTED (draws with replacement, O(log n) per position from the prefix sums; without
- * replacement a list per epoch), and stk_loader_set_indices. STK_ORDER_ALL is stk_sampler_index
- * itself (stk_sampler.c).
+ * replacement a list per epoch), and the checked copy of a new index list that
+ * stk_loader_set_indices (stk_loader.c) swaps in. STK_ORDER_ALL is stk_sampler_index itself
+ * (stk_sampler.c).
  *
  * Lists without replacement: the dispatcher (open_batch, under mu) makes epoch e's list when it
  * opens e's first batch, into a free entry of a pool of n_slots + 1 lists allocated at create;
@@ -233,40 +234,31 @@ uint64_t stk__order_at(const core *c, const stk__slot *s, uint64_t pos)
         if (c->replacement)
             return stk__order_draw(c->cdf, c->n, c->seed, s->epoch, pos);
         return c->slot_list[s - c->r.slots]->idx[pos];
-    default:
-        return stk_sampler_index(c->n, c->shuffle, c->seed, s->epoch, pos);
+    default: /* a self-ordered dataset (a mixture) shuffles its parts itself */
+        return stk_sampler_index(c->n, c->shuffle && !c->ds->self_ordered, c->seed, s->epoch, pos);
     }
 }
 
-stk_status stk_loader_set_indices(stk_loader *L, const uint64_t *indices, uint64_t n_indices)
+stk_status stk__order_list_new(const core *c, const uint64_t *indices, uint64_t n, uint64_t **out,
+                               char *err, size_t err_size)
 {
-    core *c = L->c;
-    L->errmsg[0] = '\0';
-    if (c->order != STK_ORDER_INDICES)
-        return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_EINVAL,
-                              "stk_loader_set_indices: the loader's order is not "
-                              "STK_ORDER_INDICES");
-    if (indices && n_indices == c->m && memcmp(indices, c->ilist, n_indices * 8) == 0)
-        return STK_OK; /* the same list: keep what is prepared */
     uint64_t *list;
-    stk_status rc = copy_indices(c, indices, n_indices, &list, L->errmsg, sizeof(L->errmsg));
+    stk_status rc = copy_indices(c, indices, n, &list, err, err_size);
     if (rc < 0)
         return rc;
-    if (rows_for(c, n_indices) > c->r.lay.batch_size) {
+    if (rows_for(c, n) > c->r.lay.batch_size) {
         stk__free(list);
-        return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_ELIMIT,
+        return stk__set_error(err, err_size, STK_ELIMIT,
                               "a list of %" PRIu64 " indices gives rank %u batches of %" PRIu64
                               " records, but the ring's slots hold %u (sized at create to the "
                               "first list); create the loader with the longest list",
-                              n_indices, c->rank, rows_for(c, n_indices), c->r.lay.batch_size);
+                              n, c->rank, rows_for(c, n), c->r.lay.batch_size);
     }
-    pthread_mutex_lock(&c->r.mu);
-    uint64_t epoch = c->c_epoch, consumed = c->c_consumed;
-    pthread_mutex_unlock(&c->r.mu);
-    uint64_t *old = c->ilist;
-    /* the reset waits until no worker is inside a sample, so none reads the old list after */
-    stk__loader_reset_with(c, c->seed, epoch, consumed, list, n_indices);
-    stk__free(old);
-    c->order_hash = order_hash(c);
+    *out = list;
     return STK_OK;
+}
+
+void stk__order_rehash(core *c)
+{
+    c->order_hash = order_hash(c);
 }

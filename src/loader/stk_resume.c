@@ -31,23 +31,12 @@ stk_status stk_loader_save_state(const stk_loader *L, char *buf, size_t buf_size
     return STK_OK;
 }
 
-/* Find "key": in a flat JSON object and return a pointer to its value, or NULL. */
+/* The value of top-level key `key` of the state (the library's JSON reader), or NULL. */
 static const char *json_find(const char *json, const char *key)
 {
-    char pat[64];
-    snprintf(pat, sizeof(pat), "\"%s\"", key);
-    const char *p = strstr(json, pat);
-    if (!p)
-        return NULL;
-    p += strlen(pat);
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-        p++;
-    if (*p != ':')
-        return NULL;
-    p++;
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
-        p++;
-    return p;
+    const char *v;
+    size_t n;
+    return stk_json_member(json, key, &v, &n) ? v : NULL;
 }
 
 /* Read an unsigned integer value; false if missing or malformed. */

@@ -50,12 +50,13 @@ uint64_t stk_sampler_index(uint64_t n, bool shuffle, uint64_t seed, uint64_t epo
 
 /* ---- the epoch plan ---- */
 
-stk_status stk_plan_init(stk_plan *plan, uint64_t n, uint64_t start, uint32_t batch_size,
-                         uint32_t rank, uint32_t world, bool drop_last)
+stk_status stk_plan_init_sized(stk_plan *dst, uint64_t n, uint64_t start, uint32_t batch_size,
+                               uint32_t rank, uint32_t world, bool drop_last, size_t struct_size)
 {
-    if (n == 0 || batch_size == 0 || world == 0 || rank >= world)
+    if (n == 0 || batch_size == 0 || world == 0 || rank >= world || !dst ||
+        struct_size < sizeof(stk_plan))
         return STK_EINVAL;
-    memset(plan, 0, sizeof(*plan));
+    stk_plan full = {.struct_size = sizeof(full)}, *plan = &full;
     plan->n = n;
     plan->start = start;
     plan->batch_size = batch_size;
@@ -69,6 +70,7 @@ stk_status stk_plan_init(stk_plan *plan, uint64_t n, uint64_t start, uint32_t ba
     plan->end = start + plan->per_rank * world;
     plan->n_batches =
         drop_last ? plan->per_rank / batch_size : (plan->per_rank + batch_size - 1) / batch_size;
+    *dst = full;
     return STK_OK;
 }
 

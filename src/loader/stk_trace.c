@@ -63,7 +63,7 @@ stk_status stk_loader_trace_write(const stk_loader *L, const char *path)
         fprintf(f,
                 ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %u, "
                 "\"args\": {\"name\": \"device %d (loader stream)\"}}",
-                c->n_threads + 1, (int)c->dc.device);
+                c->n_threads + 1, (int)c->r.dc.device);
     trace_track(f, &c->ctrace, 0, &first);
     for (uint32_t i = 0; i < c->n_threads; i++)
         trace_track(f, &c->workers[i].trace, (int)i + 1, &first);

@@ -131,8 +131,9 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
     }
     stk__recinfo loc;
     uint64_t t0 = stk__loader_now(c);
-    stk_status rc =
-        stk__dataset_read(c->ds, w->cur, idx, dst, cap, c->read_flags, &loc, err, err_size);
+    const stk__readkey key = {c->seed, epoch, c->shuffle}; /* records drawn per epoch (tokens) */
+    stk_status rc = stk__dataset_read_keyed(c->ds, w->cur, &key, idx, dst, cap, c->read_flags, &loc,
+                                            err, err_size);
     uint64_t t1 = stk__loader_now(c);
     atomic_fetch_add_explicit(&w->read_ns, t1 - t0, memory_order_relaxed);
     if (w->trace.cap)
@@ -238,7 +239,7 @@ static stk_status load_record(core *c, worker *w, stk__slot *s, uint32_t t, uint
  * its finished output (stk_finish_cpu.c). */
 static void finish_sample(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx)
 {
-    const stk__devcopy *dc = &c->dc;
+    const stk__devcopy *dc = &c->r.dc;
     bool flip = stk__finish_flip_draw(dc, c->seed, s->epoch, idx);
     if (dc->flags_offset != SIZE_MAX)
         s->mem[dc->flags_offset + t] = flip;
@@ -288,7 +289,7 @@ static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t)
         }
     }
     ((int64_t *)(s->mem + c->r.lay.t[c->r.lay.n_tensors - 1].offset))[t] = (int64_t)idx;
-    if (rc == STK_OK && c->dc.fin_t >= 0)
+    if (rc == STK_OK && c->r.dc.fin_t >= 0)
         finish_sample(c, w, s, t, idx);
     if (rc < 0) {
         pthread_mutex_lock(&c->r.mu);
@@ -322,7 +323,7 @@ static stk_status device_issue(core *c, worker *w, stk__slot *s, char *err, size
             range_add(r, &n, t->lengths_offset, sizeof(int64_t) * s->count);
     }
     uint64_t t0 = stk__loader_now(c);
-    stk_status rc = stk__devcopy_issue(&c->dc, &s->handle.dv, s->count, r, n, s->epoch, s->number,
+    stk_status rc = stk__devcopy_issue(&c->r.dc, &s->handle.dv, s->count, r, n, s->epoch, s->number,
                                        err, err_size);
     uint64_t t1 = stk__loader_now(c);
     if (w->trace.cap)
@@ -338,8 +339,18 @@ static stk_status batch_ops(core *c, worker *w, stk__slot *s, char *err, size_t 
         return STK_OK;
     /* The batch's own stream: (seed, epoch, number within the epoch, rank). */
     uint64_t key = s->number * c->world + c->rank;
-    return stk__batchops_apply(&c->bops, &c->r.view, s->mem, s->count, c->seed, s->epoch, key,
-                               w->bscratch, c->ds, err, err_size);
+    int64_t bad = -1;
+    char why[STK_ERRMSG_SIZE];
+    stk_status rc = stk__batchops_apply(&c->bops, &c->r.view, s->mem, s->count, c->seed, s->epoch,
+                                        key, w->bscratch, &bad, why, sizeof(why));
+    if (rc < 0 && bad >= 0) { /* a record's label: name the record */
+        char where[STK_ERRMSG_SIZE];
+        stk_dataset_describe(c->ds, (uint64_t)bad, where, sizeof(where));
+        return stk__set_error(err, err_size, rc, "%s: %s", where, why);
+    }
+    if (rc < 0)
+        snprintf(err, err_size, "%s", why);
+    return rc;
 }
 
 /* Wait until slot s's last copy completed so its host memory may be refilled (mu held on entry
@@ -353,7 +364,7 @@ static void drain_slot(core *c, worker *w, stk__slot *s)
     char err[STK_ERRMSG_SIZE];
     stk__copytimes ct;
     uint64_t t0 = stk__loader_now(c);
-    stk_status rc = stk__devcopy_drain(&c->dc, &s->handle.dv, &ct, err, sizeof(err));
+    stk_status rc = stk__devcopy_drain(&c->r.dc, &s->handle.dv, &ct, err, sizeof(err));
     uint64_t t1 = stk__loader_now(c);
     atomic_fetch_add_explicit(&w->wait_ns, t1 - t0, memory_order_relaxed);
     if (w->trace.cap)
@@ -386,9 +397,9 @@ void *stk__worker_main(void *arg)
     /* "stk-worker" in top, py-spy, gdb and /proc/<pid>/task/<tid>/comm (tests count them) */
     pthread_setname_np(pthread_self(), "stk-worker");
     stk__thread_budget = c->budget_on ? &c->budget : NULL; /* decode buffers charge it */
-    if (c->dc.dev) { /* copies are queued from this thread: make the context current for good */
+    if (c->r.dc.dev) { /* copies are queued from this thread: make the context current for good */
         char err[STK_ERRMSG_SIZE];
-        stk__devring_thread_init(c->dc.dev, err, sizeof(err));
+        stk__devring_thread_init(c->r.dc.dev, err, sizeof(err));
     }
     pthread_mutex_lock(&c->r.mu);
     for (;;) {
@@ -399,8 +410,8 @@ void *stk__worker_main(void *arg)
             continue;
         }
         stk__slot *s = stk__ring_slot(&c->r, c->claim_seq);
-        if (c->claim_seq == c->open_seq && s->state == STK__SLOT_FREE && c->dc.dev &&
-            (s->draining || stk__devring_pending(c->dc.dev, s->handle.slot))) {
+        if (c->claim_seq == c->open_seq && s->state == STK__SLOT_FREE && c->r.dc.dev &&
+            (s->draining || stk__devring_pending(c->r.dc.dev, s->handle.slot))) {
             /* The slot's last copy may still be reading it: refill only once it completed. */
             if (s->draining)
                 worker_wait(c, w);
@@ -435,7 +446,7 @@ void *stk__worker_main(void *arg)
                  * ahead of the consumer. */
                 char cerr[STK_ERRMSG_SIZE];
                 stk_status crc = batch_ops(c, w, s, cerr, sizeof(cerr));
-                if (crc == STK_OK && c->dc.dev)
+                if (crc == STK_OK && c->r.dc.dev)
                     crc = device_issue(c, w, s, cerr, sizeof(cerr));
                 pthread_mutex_lock(&c->r.mu);
                 if (s->seq == seq && s->state == STK__SLOT_FILLING) {

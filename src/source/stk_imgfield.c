@@ -89,8 +89,6 @@ const uint8_t *stk__imgarray_rgb(const stk__imgarray *a, const uint8_t *src, uin
 /* Step 2: whether `name` says the field holds encoded images. */
 static bool named_as_image(const char *name)
 {
-    static const char *const exts[] = {"jpg", "jpeg", "png", "webp", "bmp",
-                                       "tif", "tiff", "ppm", "pgm",  "pnm"};
     size_t n = strnlen(name, STK_MAX_NAME);
     static const char enc[] = "image/encoded";
     size_t ne = sizeof(enc) - 1;
@@ -100,9 +98,8 @@ static bool named_as_image(const char *name)
     last = last ? last + 1 : name;
     const char *dot = strrchr(last, '.');
     const char *ext = dot ? dot + 1 : last;
-    for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++)
-        if (strcasecmp(ext, exts[i]) == 0)
-            return true;
+    if (stk__image_ext(ext))
+        return true;
     return false;
 }
 
@@ -149,9 +146,11 @@ static stk_status sniff_record0(const stk_dataset *ds, bool *cand, size_t *n_can
     if (!buf)
         return stk__set_last_error(STK_ENOMEM, "out of memory reading record 0 (%zu bytes)", size);
     stk_record rec;
-    char why[STK_ERRMSG_SIZE];
-    rc = stk_dataset_read(ds, 0, buf, size, &rec, why, sizeof(why));
+    stk_record_init(&rec);
+    rc = stk_dataset_read(ds, 0, buf, size, &rec);
     if (rc < 0) {
+        char why[STK_ERRMSG_SIZE];
+        snprintf(why, sizeof(why), "%s", stk_last_errmsg());
         stk__set_last_error(rc, "%s (read to find the field the transforms apply to; %s)", why,
                             HOW_TO_NAME);
         goto fail;

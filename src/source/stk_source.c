@@ -1,12 +1,9 @@
 /*
- * stk_source.c: the registry of record sources, format detection, and the public stk_dataset_*
- * API as thin wrappers over the source table (stk_source.h).
- *
- * Detection, in one place: the arguments are expanded (lists, brace ranges, globs); each path is
- * stat'ed and, for a file, its first bytes read; every source scores it (2: magic bytes, 1: name
- * or directory layout, 0: not mine) and the best score wins, ties going to the earlier source in
- * stk_sources.def. All paths of a dataset must be of one format. `format=` skips the scoring (the
- * source still validates what it opens).
+ * stk_source.c: the seam every record source plugs into (stk_source.h), below the formats: what
+ * a source uses to fill its dataset (its files, the record-to-file map, the fingerprint, read
+ * errors), the cursors and read-ahead hints the loader reads through, and the public stk_dataset_*
+ * accessors as thin wrappers over the source table. Opening (the registry and format detection)
+ * is stk_registry.c, above the formats.
  */
 #include "source/stk_source.h"
 #include "io/stk_vfs_http.h"
@@ -16,245 +13,6 @@
 
 #include <inttypes.h>
 #include <string.h>
-
-#define HEAD_SIZE 64 /* bytes read from each file for detection */
-
-#define STK_SOURCE(name) &stk__src_##name,
-static const stk__source_methods *const sources[] = {
-#include "source/stk_sources.def"
-    NULL};
-#undef STK_SOURCE
-#define N_SOURCES (sizeof(sources) / sizeof(sources[0]) - 1)
-
-size_t stk_n_formats(void)
-{
-    return N_SOURCES;
-}
-
-const char *stk_format_name(size_t i)
-{
-    return i < N_SOURCES ? sources[i]->name : NULL;
-}
-
-const char *stk_format_summary(size_t i)
-{
-    return i < N_SOURCES ? sources[i]->summary : NULL;
-}
-
-/* "stk, npy, ..., imagefolder": every format's name, into buf (stoker.formats() and
- * docs/formats.md describe them; the descriptions outgrew one error message). */
-static const char *format_list(char *buf, size_t size)
-{
-    size_t n = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < N_SOURCES && n < size; i++) {
-        int k = snprintf(buf + n, size - n, "%s%s", i ? ", " : "", sources[i]->name);
-        if (k < 0)
-            break;
-        n += (size_t)k;
-    }
-    return buf;
-}
-
-/* The source for one path: the best probe score; NULL when none claims it. */
-static const stk__source_methods *detect(const char *path, char *err, size_t err_size,
-                                         stk_status *rc)
-{
-    stk__stat st;
-    uint8_t head[HEAD_SIZE];
-    size_t n = 0;
-    *rc = stk__vfs_stat(path, &st, err, err_size);
-    if (*rc < 0)
-        return NULL;
-    bool oom = false;
-    if (!st.is_dir && st.is_regular && st.size > 0) {
-        stk__file *f = NULL;
-        n = (size_t)STK_MIN(st.size, sizeof(head));
-        stk_status orc = stk__vfs_open(path, &f, NULL, 0);
-        if (orc != STK_OK || stk__vfs_read(f, 0, head, n, NULL, 0))
-            n = 0; /* unreadable: decide by name; opening it reports the reason */
-        oom = orc == STK_ENOMEM;
-        stk__vfs_close(f);
-    }
-    const stk__source_methods *best = NULL;
-    int best_score = 0;
-    for (size_t i = 0; i < N_SOURCES && !oom; i++) {
-        int s = sources[i]->probe(path, &st, head, n);
-        oom = s < 0;
-        if (s > best_score) {
-            best_score = s;
-            best = sources[i];
-        }
-    }
-    if (oom) {
-        *rc = stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory detecting its format",
-                             path);
-        return NULL;
-    }
-    if (!best) {
-        char list[512];
-        *rc = stk__set_error(err, err_size, STK_EINVAL,
-                             st.is_dir ? "%s: no .stk shards in this directory, nor another format "
-                                         "stoker reads (%s); make shards with `stoker pack SRC DIR`"
-                                       : "%s: unknown format (stoker reads: %s; "
-                                         "docs/formats.md describes each)",
-                             path, format_list(list, sizeof(list)));
-    }
-    return best;
-}
-
-/* The paths of a dataset whose fields the caller names: each argument expanded alone, to
- * exactly one file. */
-static stk_status expand_named(const stk_dataset_opts *o, stk__strlist *out, char *err,
-                               size_t err_size)
-{
-    for (size_t i = 0; i < o->n_paths; i++) {
-        const char *name = o->field_names[i];
-        size_t before = out->n;
-        stk__stat st;
-        if (!name || !*name)
-            return stk__set_error(err, err_size, STK_EINVAL, "%s: its field has no name",
-                                  o->paths[i] ? o->paths[i] : "(null)");
-        stk_status rc = stk__paths_expand(o->paths + i, 1, out, err, err_size);
-        if (rc < 0)
-            return rc;
-        if (out->n != before + 1)
-            return stk__set_error(err, err_size, STK_EINVAL,
-                                  "field '%s': %s names %zu files (a named field is one file)",
-                                  name, o->paths[i], out->n - before);
-        if (stk__vfs_stat(out->v[before], &st, NULL, 0) == STK_OK && st.is_dir)
-            return stk__set_error(err, err_size, STK_EINVAL,
-                                  "field '%s': %s is a directory (a named field is one file)", name,
-                                  out->v[before]);
-    }
-    return STK_OK;
-}
-
-void stk_dataset_opts_init(stk_dataset_opts *opts)
-{
-    if (!opts)
-        return;
-    memset(opts, 0, sizeof(*opts));
-    opts->struct_size = sizeof(*opts);
-}
-
-stk_status stk_dataset_open_v2(const stk_dataset_opts *opts_in, stk_dataset **out)
-{
-    stk_status rc = STK_OK;
-    char err[STK_ERRMSG_SIZE] = "";
-    stk__strlist paths = {0};
-    stk_dataset *ds = NULL;
-    if (out)
-        *out = NULL;
-    stk_dataset_opts o;
-    stk_dataset_opts_init(&o);
-    if (!out || !stk__opts_load(&o, sizeof(o), opts_in))
-        return stk__set_last_error(STK_EINVAL, "stk_dataset_open_v2: NULL argument or options "
-                                               "not initialised with stk_dataset_opts_init");
-    if (!o.paths || o.n_paths == 0)
-        return stk__set_last_error(STK_EINVAL, "stk_dataset_open: no paths given");
-    /* the cache settings, in force on this thread while the files open, and the remote HEAD
-     * answers of this open */
-    stk__head_memo heads = {0};
-    stk__vfs_opts vo = {.cache_dir = o.cache_dir, .heads = &heads};
-    if (o.cache_limit && *o.cache_limit) {
-        if (!stk__parse_size(o.cache_limit, &vo.cache_limit))
-            return stk__set_last_error(STK_EINVAL,
-                                       "cache_limit=%s: not a size (bytes, or with K/M/G/T: "
-                                       "\"20G\", \"512MB\")",
-                                       o.cache_limit);
-        if (stk__cache_check_limit(o.cache_dir, vo.cache_limit, err, sizeof(err)) < 0)
-            return stk__set_last_error(STK_EINVAL, "%s", err);
-    }
-    const stk__vfs_opts *prev_vo = stk__vfs_opts_use(&vo);
-    if (o.field_names)
-        STK_TRY(expand_named(&o, &paths, err, sizeof(err)));
-    else
-        STK_TRY(stk__paths_expand(o.paths, o.n_paths, &paths, err, sizeof(err)));
-
-    const stk__source_methods *m = NULL;
-    if (o.format && *o.format) {
-        for (size_t i = 0; i < N_SOURCES && !m; i++)
-            if (strcmp(sources[i]->name, o.format) == 0)
-                m = sources[i];
-        if (!m) {
-            char list[512];
-            STK_FAIL(err, STK_EINVAL, "unknown format '%s' (stoker reads: %s)", o.format,
-                     format_list(list, sizeof(list)));
-        }
-    } else {
-        for (size_t i = 0; i < paths.n; i++) {
-            const stk__source_methods *pm = detect(paths.v[i], err, sizeof(err), &rc);
-            if (!pm)
-                goto fail;
-            if (m && pm != m)
-                STK_FAIL(err, STK_EINVAL,
-                         "%s is %s but %s is %s: the paths of a dataset must be of one format "
-                         "(format= chooses one)",
-                         paths.v[0], m->name, paths.v[i], pm->name);
-            m = pm;
-        }
-    }
-
-    ds = stk__calloc(1, sizeof(*ds));
-    if (!ds)
-        STK_FAIL(err, STK_ENOMEM, "%s: out of memory", paths.v[0]);
-    if (o.field_names && !m->takes_names)
-        STK_FAIL(err, STK_EINVAL,
-                 "%s: format %s takes no field names (a dict of paths, one file per field, is "
-                 "for npy)",
-                 paths.v[0], m->name);
-    ds->vfs.cache_limit = vo.cache_limit;
-    if (o.cache_dir && !(ds->vfs.cache_dir = ds->cache_dir = stk__strdup(o.cache_dir)))
-        STK_FAIL(err, STK_ENOMEM, "%s: out of memory", paths.v[0]);
-    ds->m = m; /* from here on, closing calls the source's close */
-    ds->flags = o.flags;
-    ds->open_names = o.field_names;
-    rc = m->open(ds, (const char *const *)paths.v, paths.n, err, sizeof(err));
-    ds->open_names = NULL;
-    STK_TRY(rc);
-    if (ds->count == 0)
-        STK_FAIL(err, STK_EINVAL, "%s%s: dataset is empty (0 records)", o.paths[0],
-                 o.n_paths > 1 ? " (and the other paths)" : "");
-    stk__strlist_free(&paths);
-    stk__vfs_opts_use(prev_vo);
-    stk__head_memo_clear(&heads);
-    stk__clear_last_error();
-    *out = ds;
-    return STK_OK;
-fail:
-    stk__strlist_free(&paths);
-    stk_dataset_close(ds);
-    stk__vfs_opts_use(prev_vo);
-    stk__head_memo_clear(&heads);
-    return stk__last_error_copy(rc, err);
-}
-
-stk_status stk_dataset_open(const char *const *paths, size_t n_paths, unsigned flags,
-                            stk_dataset **out)
-{
-    stk_dataset_opts o;
-    stk_dataset_opts_init(&o);
-    o.paths = paths;
-    o.n_paths = n_paths;
-    o.flags = flags;
-    return stk_dataset_open_v2(&o, out);
-}
-
-void stk_dataset_close(stk_dataset *ds)
-{
-    if (!ds)
-        return;
-    if (ds->m)
-        ds->m->close(ds);
-    for (size_t i = 0; i < ds->n_files; i++) {
-        stk__free(ds->files[i].path);
-        stk__free(ds->files[i].metadata);
-    }
-    stk__free(ds->files);
-    stk__free(ds->cache_dir);
-    stk__free(ds);
-}
 
 stk_status stk__source_read_error(stk_status rc, const char *where, const char *path, char *err,
                                   size_t err_size)
@@ -468,23 +226,30 @@ stk_status stk_dataset_describe(const stk_dataset *ds, uint64_t index, char *buf
     if (index >= ds->count) {
         snprintf(buf, size, "record %" PRIu64 " (out of range: %" PRIu64 " records)", index,
                  ds->count);
-        return STK_EINVAL;
+        return stk__set_last_error(STK_EINVAL, "%s", buf);
     }
     ds->m->describe(ds, index, buf, size);
     return STK_OK;
 }
 
 stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf, size_t buf_size,
-                            stk_record *out, char *errbuf, size_t errbuf_size)
+                            stk_record *dst_rec)
 {
-    char local_err[STK_ERRMSG_SIZE];
-    char *err = errbuf ? errbuf : local_err;
-    size_t err_size = errbuf ? errbuf_size : sizeof(local_err);
+    char err[STK_ERRMSG_SIZE];
+    size_t err_size = sizeof(err);
     stk_status rc = STK_OK;
     stk__cursor *cur = NULL;
     uint8_t *tmp = NULL;
-    if (!ds || !out || (!buf && buf_size)) {
+    stk_record full, *out = &full;
+    stk_record_init(out);
+    if (!ds || !dst_rec || (!buf && buf_size)) {
         rc = stk__set_error(err, err_size, STK_EINVAL, "stk_dataset_read: NULL argument");
+        goto fail;
+    }
+    if (dst_rec->struct_size < STK__STRUCT_MIN) {
+        rc = stk__set_error(err, err_size, STK_EINVAL,
+                            "stk_dataset_read: the record's struct_size is not set "
+                            "(stk_record_init)");
         goto fail;
     }
     if (index >= ds->count) {
@@ -526,7 +291,6 @@ stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf, si
                             buf_size);
         goto fail;
     }
-    memset(out, 0, sizeof(*out));
     out->index = index;
     out->shard = info.file;
     out->local = info.local;
@@ -538,6 +302,7 @@ stk_status stk_dataset_read(const stk_dataset *ds, uint64_t index, void *buf, si
         out->field_size[f] = (size_t)info.field_size[f];
         at += (size_t)info.field_size[f];
     }
+    stk__out_store(dst_rec, &full, sizeof(full)); /* the caller's size */
     stk__dataset_cursor_close(ds, cur);
     stk__free(tmp);
     return STK_OK;
@@ -586,4 +351,20 @@ void stk__field_str(const stk_field *f, char *buf, size_t size)
         n += snprintf(buf + n, size - (size_t)n, "%s%" PRId64, d ? ", " : "", f->shape[d]);
     if (n > 0 && (size_t)n < size)
         snprintf(buf + n, size - (size_t)n, "]");
+}
+
+/* Closing needs no format table: the dataset carries its methods. */
+void stk_dataset_close(stk_dataset *ds)
+{
+    if (!ds)
+        return;
+    if (ds->m)
+        ds->m->close(ds);
+    for (size_t i = 0; i < ds->n_files; i++) {
+        stk__free(ds->files[i].path);
+        stk__free(ds->files[i].metadata);
+    }
+    stk__free(ds->files);
+    stk__free(ds->cache_dir);
+    stk__free(ds);
 }

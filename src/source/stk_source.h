@@ -56,6 +56,13 @@ struct stk_dataset {
     /* During open only (NULL otherwise): the field name of each path, one file per path
      * (stk_dataset_opts.field_names), for sources with takes_names. */
     const char *const *open_names;
+    /* During open only (NULL otherwise): the token options (stk_tokens_open) for sources with
+     * `tokens`; NULL when the dataset is opened as records of documents. */
+    const stk_tokens_opts *open_tokens;
+    /* The source orders its records itself (a mixture: positions stay in order, its parts
+     * shuffle themselves): a loader's STK_ORDER_ALL keeps them in order and passes the shuffle
+     * setting in the read key. */
+    bool self_ordered;
     uint64_t count;
     uint32_t n_fields;
     stk_field fields[STK_MAX_FIELDS];
@@ -78,6 +85,13 @@ typedef struct stk__recinfo {
     uint64_t field_size[STK_MAX_FIELDS];
 } stk__recinfo;
 
+/* What a record read in a loader may depend on besides the record number: records drawn per
+ * epoch (token rows at random offsets, mixtures) are a pure function of (seed, epoch, record). */
+typedef struct stk__readkey {
+    uint64_t seed, epoch;
+    bool shuffle;
+} stk__readkey;
+
 /* Read flags. */
 #define STK__READ_NO_VERIFY 0x1u  /* skip checksum checks (STK_LOADER_NO_VERIFY) */
 #define STK__READ_VERIFY_ALL 0x2u /* check checksums even of records verified before */
@@ -86,6 +100,8 @@ struct stk__source_methods {
     const char *name;    /* the format= name: "stk", "imagefolder", "npy" */
     const char *summary; /* one line for `--help` (stk_format_summary) */
     bool takes_names;    /* open reads ds->open_names (one field per file, named by the caller) */
+    bool tokens;         /* a token corpus format: open reads ds->open_tokens, and detection for
+                            stk_tokens_open prefers it */
     /* How sure the source is that `path` is its format: 0 no, 1 by name (extension, directory
      * contents), 2 by content (magic bytes); -1 when it cannot tell for lack of memory (opening
      * fails with STK_ENOMEM rather than guess). `head` holds the first bytes of a file (n may
@@ -113,6 +129,16 @@ struct stk__source_methods {
      * covers, for read-ahead (stk__dataset_readahead). false when there is none to give. Must
      * not block; reads stay exact whatever the read-ahead did. */
     bool (*extent)(const stk_dataset *ds, uint64_t i, stk__file **f, stk__brange *r);
+    /* Optional (NULL: read is the whole story): read record i as it is in the epoch and with the
+     * seed of `key` (a loader's); `read` is this with seed 0, epoch 0, no shuffle. */
+    stk_status (*read_keyed)(const stk_dataset *ds, stk__cursor *cur, const stk__readkey *key,
+                             uint64_t i, void *const dst[], const size_t cap[], unsigned flags,
+                             stk__recinfo *info, char *err, size_t err_size);
+    /* Optional: the file and byte range of field f of record i, without reading it (a token
+     * column reads spans of a document in place); false when there is none to give. Must not
+     * block. */
+    bool (*field_extent)(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                         stk__brange *r);
 };
 
 /* Open a cursor for the calling thread (*out NULL when the source needs none). */
@@ -130,6 +156,27 @@ static inline stk_status stk__dataset_read(const stk_dataset *ds, stk__cursor *c
     stk__vfs_opts_use(prev);
     return rc;
 }
+
+/* Read record i as epoch key->epoch of a loader seeded key->seed (read_keyed when the source has
+ * one, else read). */
+static inline stk_status stk__dataset_read_keyed(const stk_dataset *ds, stk__cursor *cur,
+                                                 const stk__readkey *key, uint64_t i,
+                                                 void *const dst[], const size_t cap[],
+                                                 unsigned flags, stk__recinfo *info, char *err,
+                                                 size_t err_size)
+{
+    if (!ds->m->read_keyed)
+        return stk__dataset_read(ds, cur, i, dst, cap, flags, info, err, err_size);
+    const stk__vfs_opts *prev = stk__vfs_opts_use(&ds->vfs);
+    stk_status rc = ds->m->read_keyed(ds, cur, key, i, dst, cap, flags, info, err, err_size);
+    stk__vfs_opts_use(prev);
+    return rc;
+}
+
+/* Open a dataset as stk_dataset_open_v2 does, with token options t (NULL: none): detection then
+ * prefers token formats, and a dataset of another format is wrapped as a token column. */
+stk_status stk__dataset_open_tokens(const stk_dataset_opts *o, const stk_tokens_opts *t,
+                                    stk_dataset **out);
 
 /* Hint that records idx[0..n) will be read soon: their extents, gathered per file, go to the
  * byte sources' read-ahead (stk__vfs_readahead; remote files read them ahead, coalesced). A no-op
@@ -167,10 +214,5 @@ void stk__fp_begin(stk__fphash *h);
 void stk__fp_add(stk__fphash *h, const void *data, size_t size);
 void stk__fp_add_u64(stk__fphash *h, uint64_t v);
 uint64_t stk__fp_end(stk__fphash *h);
-
-/* The sources (stk_sources.def): `extern const stk__source_methods stk__src_NAME;`. */
-#define STK_SOURCE(name) extern const stk__source_methods stk__src_##name;
-#include "source/stk_sources.def"
-#undef STK_SOURCE
 
 #endif /* STK_SOURCE_H */

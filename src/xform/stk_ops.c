@@ -532,11 +532,9 @@ void stk__op_list_names(bool after_store_only, char *buf, size_t size)
 
 /* ---- public API ---- */
 
-void stk_op_init(stk_op *op, stk_op_kind kind)
+void stk_op_init_sized(stk_op *dst, stk_op_kind kind, size_t struct_size)
 {
-    if (!op)
-        return;
-    memset(op, 0, sizeof(*op));
+    stk_op full = {.struct_size = sizeof(full)}, *op = &full;
     op->kind = kind;
     /* torchvision requires a size; these are the ImageNet recipes' (224 crops, Resize(256)). */
     op->size[0] = 224;
@@ -553,6 +551,7 @@ void stk_op_init(stk_op *op, stk_op_kind kind)
     const stk__op_def *d = stk__op_def_get(kind);
     if (d && d->init)
         d->init(op);
+    stk__init_store(dst, struct_size, &full, sizeof(full));
 }
 
 size_t stk_op_n_kinds(void)

@@ -418,10 +418,10 @@ typedef struct stk__op_def {
     void (*post)(const stk_transform *t, void *dst, const stk__opdraw *draw);
 } stk__op_def;
 
-/* A parameter of a row (torchvision's argument `name`: `count` elements of `type` at `field`). */
-#define STK__PARAM(name, type, count, field)                                                       \
+/* A parameter of a row (torchvision's argument `name`: `n` elements of `type` at `field`). */
+#define STK__PARAM(name, type, n, field)                                                           \
     {                                                                                              \
-        name, STK_OP_PARAM_##type, count, offsetof(stk_op, field)                                  \
+        sizeof(stk_op_param), name, STK_OP_PARAM_##type, n, offsetof(stk_op, field)                \
     }
 
 /* Both numbers of a pair finite. */

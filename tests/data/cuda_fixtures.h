@@ -27,8 +27,8 @@ FX_FN int fx_setup(const char *name, uint64_t n_raw)
     T_CHECK(mkdtemp(fx_dir));
     snprintf(fx_raw, sizeof(fx_raw), "%s/raw.stk", fx_dir);
     snprintf(fx_img, sizeof(fx_img), "%s/img.stk", fx_dir);
-    stk_field f[2] = {{.name = "data", .kind = STK_FIELD_BYTES},
-                      {.name = "label", .kind = STK_FIELD_INT64}};
+    stk_field f[2] = {{.struct_size = sizeof(stk_field), .name = "data", .kind = STK_FIELD_BYTES},
+                      {.struct_size = sizeof(stk_field), .name = "label", .kind = STK_FIELD_INT64}};
     stk_writer_opts wo;
     stk_writer_opts_init(&wo);
     wo.fields = f;
@@ -37,7 +37,9 @@ FX_FN int fx_setup(const char *name, uint64_t n_raw)
     T_OK(stk_writer_open(fx_raw, &wo, &w));
     for (uint64_t i = 0; i < n_raw; i++) {
         uint8_t buf[512];
-        stk_value v[2] = {{.data = buf, .size = fx_payload(i, buf)}, {.i64 = (int64_t)i * 7}};
+        stk_value v[2] = {
+            {.struct_size = sizeof(stk_value), .data = buf, .size = fx_payload(i, buf)},
+            {.struct_size = sizeof(stk_value), .i64 = (int64_t)i * 7}};
         T_OK(stk_writer_add(w, v));
     }
     T_OK(stk_writer_close(w));
@@ -49,7 +51,9 @@ FX_FN int fx_setup(const char *name, uint64_t n_raw)
         snprintf(f[0].name, sizeof(f[0].name), "image");
         T_OK(stk_writer_open(fx_img, &wo, &w));
         for (uint64_t i = 0; i < 60; i++) {
-            stk_value v[2] = {{.data = jpg[i % 2], .size = sz[i % 2]}, {.i64 = (int64_t)i}};
+            stk_value v[2] = {
+                {.struct_size = sizeof(stk_value), .data = jpg[i % 2], .size = sz[i % 2]},
+                {.struct_size = sizeof(stk_value), .i64 = (int64_t)i}};
             T_OK(stk_writer_add(w, v));
         }
         T_OK(stk_writer_close(w));
@@ -74,6 +78,8 @@ FX_FN int fx_teardown(void)
 FX_FN int fx_check_raw_batch(stk_batch *b, int64_t *seen, size_t *n_seen)
 {
     stk_tensor data, label;
+    stk_tensor_init(&data);
+    stk_tensor_init(&label);
     T_OK(stk_batch_tensor(b, 0, &data));
     T_OK(stk_batch_tensor(b, 1, &label));
     const int64_t *idx = stk_batch_indices(b);
@@ -113,6 +119,8 @@ FX_FN int fx_device_equals_host(stk_batch *b, fx_fetch fetch)
 {
     for (size_t i = 0; i < stk_batch_n_tensors(b); i++) {
         stk_tensor h, d;
+        stk_tensor_init(&h);
+        stk_tensor_init(&d);
         T_OK(stk_batch_tensor(b, i, &h));
         T_OK(stk_batch_device_tensor(b, i, &d));
         T_CHECK(strcmp(h.name, d.name) == 0 && h.dtype == d.dtype && h.size == d.size);
@@ -209,6 +217,8 @@ FX_FN int fx_finish_matches(stk_loader *L, stk_loader *R, fx_fetch fetch)
         T_CHECK(memcmp(stk_batch_indices(b), stk_batch_indices(r),
                        stk_batch_n_samples(b) * sizeof(int64_t)) == 0);
         stk_tensor got, want;
+        stk_tensor_init(&got);
+        stk_tensor_init(&want);
         T_OK(stk_batch_tensor(r, 0, &want));
         if (fetch) {
             T_OK(stk_batch_device_sync(b));

@@ -29,8 +29,9 @@ FX_FN size_t fx_payload(uint64_t i, uint8_t *buf)
  * writer metadata `meta` (NULL: "{}"). */
 FX_FN stk_status fx_shard_open_meta(const char *path, const char *meta, stk_writer **w)
 {
-    stk_field fields[2] = {{.name = "data", .kind = STK_FIELD_BYTES},
-                           {.name = "label", .kind = STK_FIELD_INT64}};
+    stk_field fields[2] = {
+        {.struct_size = sizeof(stk_field), .name = "data", .kind = STK_FIELD_BYTES},
+        {.struct_size = sizeof(stk_field), .name = "label", .kind = STK_FIELD_INT64}};
     stk_writer_opts wo;
     stk_writer_opts_init(&wo);
     wo.fields = fields;

@@ -98,8 +98,8 @@ static void parse_generic(const char *tok, stk_op *op)
             die("%s has no parameter '%s'", buf, kv);
         double v[8];
         int n = numbers(eq + 1, v, 8);
-        if (n != (int)pa->count)
-            die("%s: %s needs %u numbers", buf, kv, pa->count);
+        if (n != (int)pa->n_values)
+            die("%s: %s needs %u numbers", buf, kv, pa->n_values);
         char *at = (char *)op + pa->offset;
         for (int k = 0; k < n; k++) {
             if (pa->type == STK_OP_PARAM_INT64)

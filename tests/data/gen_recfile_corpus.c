@@ -7,7 +7,7 @@
  *     make build/tests/gen_recfile_corpus && build/tests/gen_recfile_corpus
  * tests/fuzz/corpus/recfile
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "stoker.h"
 
 #include <stdio.h>
@@ -27,7 +27,7 @@ static stk_field field(const char *name, stk_field_kind kind, stk_dtype dtype, u
                        int64_t d0, int64_t d1)
 {
     stk_field f;
-    memset(&f, 0, sizeof(f));
+    stk_field_init(&f);
     snprintf(f.name, sizeof(f.name), "%s", name);
     f.kind = kind;
     f.dtype = dtype;
@@ -55,7 +55,8 @@ static uint8_t *make_shard(const char *name, const stk_field *fields, size_t nf,
     for (uint32_t r = 0; r < n; r++) {
         stk_value v[STK_MAX_FIELDS];
         uint8_t bytes[STK_MAX_FIELDS][64];
-        memset(v, 0, sizeof(v));
+        for (size_t vi = 0; vi < sizeof(v) / sizeof(v[0]); vi++)
+            stk_value_init(&v[vi]);
         for (size_t f = 0; f < nf; f++) {
             size_t len = fields[f].kind == STK_FIELD_ARRAY
                              ? stk_dtype_size(fields[f].dtype) * (size_t)fields[f].shape[0] *

@@ -77,8 +77,9 @@ __attribute__((unused)) static void fuzz_read_all(const stk_dataset *ds)
     uint64_t n = STK_MIN(stk_dataset_n_records(ds), MAX_RECORDS);
     for (uint64_t i = 0; buf && scatter && i < n; i++) {
         stk_record r;
+        stk_record_init(&r);
         char err[256];
-        if (stk_dataset_read(ds, i, buf, (size_t)max, &r, err, sizeof(err)) == STK_OK) {
+        if (stk_dataset_read(ds, i, buf, (size_t)max, &r) == STK_OK) {
             for (size_t f = 0; f < nf; f++)
                 (void)(stk_record_i64(&r, f) + stk_record_f32(&r, f));
         }

@@ -10,7 +10,7 @@
  *
  * Corpus: tests/fuzz/corpus/recfile, made by tests/data/gen_recfile_corpus.c.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "source/stk_source.h"
 #include "stk_internal.h"
 

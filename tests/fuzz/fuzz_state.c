@@ -40,7 +40,7 @@ static int make_dataset(void)
     if (fd < 0)
         return -1;
     close(fd);
-    stk_field f = {.name = "label", .kind = STK_FIELD_INT64};
+    stk_field f = {.struct_size = sizeof(stk_field), .name = "label", .kind = STK_FIELD_INT64};
     stk_writer_opts wo;
     stk_writer_opts_init(&wo);
     wo.fields = &f;
@@ -48,7 +48,7 @@ static int make_dataset(void)
     stk_writer *w;
     int ok = stk_writer_open(path, &wo, &w) == STK_OK;
     for (int64_t i = 0; ok && i < N_RECORDS; i++) {
-        stk_value v = {.i64 = i};
+        stk_value v = {.struct_size = sizeof(stk_value), .i64 = i};
         ok = stk_writer_add(w, &v) == STK_OK;
     }
     ok = ok && stk_writer_close(w) == STK_OK;

@@ -29,11 +29,11 @@ static void read_all(const stk_dataset *ds, const char *path)
     uint64_t n = STK_MIN(stk_dataset_n_records(ds), MAX_RECORDS);
     for (uint64_t i = 0; buf && i < n; i++) {
         stk_record r;
-        char err[512];
-        if (stk_dataset_read(ds, i, buf, (size_t)max, &r, err, sizeof(err)) == STK_OK) {
+        stk_record_init(&r);
+        if (stk_dataset_read(ds, i, buf, (size_t)max, &r) == STK_OK) {
             for (size_t f = 0; f < stk_dataset_n_fields(ds); f++)
                 (void)stk_record_i64(&r, f);
-        } else if (strstr(err, path) == NULL) {
+        } else if (strstr(stk_last_errmsg(), path) == NULL) {
             abort(); /* every read error names the file */
         }
     }

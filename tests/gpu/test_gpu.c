@@ -55,7 +55,7 @@ static int setup(void)
     quick = getenv("STK_GPU_QUICK") != NULL;
     char why[STK_ERRMSG_SIZE];
     if (stk_cuda_probe(0, why, sizeof(why)) != STK_OK) {
-        printf("no CUDA device: %s\n", why);
+        printf("no CUDA device: %s\n", stk_last_errmsg());
         return T_SKIP; /* and every case after it: the binary exits 77 */
     }
     printf("%s\n", why);
@@ -172,6 +172,7 @@ static int poison(bool second)
     stk_loader *L = raw_loader(16, 0, 2, STK_LOADER_SHUFFLE);
     T_CHECK(L);
     stk_tensor t0;
+    stk_tensor_init(&t0);
     stk_batch *b;
     T_OK(stk_loader_next(L, &b));
     T_OK(stk_batch_tensor(b, 0, &t0));
@@ -193,6 +194,8 @@ static int poison(bool second)
                 rc = stk_loader_next(L, &b);
             T_OK(rc);
             stk_tensor h, d;
+            stk_tensor_init(&h);
+            stk_tensor_init(&d);
             T_OK(stk_batch_tensor(b, 0, &h));
             T_OK(stk_batch_device_tensor(b, 0, &d));
             memcpy(want[k], h.data, h.size); /* the batch the consumer was given */

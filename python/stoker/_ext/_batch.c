@@ -120,6 +120,7 @@ static PyObject *tensor_list(BatchObject *self, bool device)
         return NULL;
     for (size_t i = 0; i < n; i++) {
         stk_tensor t;
+        stk_tensor_init(&t);
         stk_status rc = device ? stk_batch_device_tensor(self->batch, i, &t)
                                : stk_batch_tensor(self->batch, i, &t);
         PyObject *item = NULL;

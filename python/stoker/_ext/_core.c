@@ -314,7 +314,22 @@ static PyObject *mod_cuda_probe(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = stk_cuda_probe(device, buf, sizeof(buf));
     Py_END_ALLOW_THREADS
-    return Py_BuildValue("(Os)", rc == STK_OK ? Py_True : Py_False, buf);
+    return Py_BuildValue("(Os)", rc == STK_OK ? Py_True : Py_False,
+                         rc == STK_OK ? buf : stk_last_errmsg());
+}
+
+/* n_cpus() -> the library's CPU count (stk_n_cpus). */
+static PyObject *mod_n_cpus(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    return PyLong_FromUnsignedLong(stk_n_cpus());
+}
+
+/* image_extensions() -> the extensions ImageFolder reads (stk_image_extension). */
+static PyObject *mod_image_extensions(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    return stkpy_names(stk_n_image_extensions(), stk_image_extension);
 }
 
 /* formats() -> tuple of the format names the library reads (stk_format_name). */
@@ -322,15 +337,18 @@ static PyObject *mod_formats(PyObject *m, PyObject *noargs)
 {
     (void)m;
     (void)noargs;
-    size_t n = stk_n_formats();
+    return stkpy_names(stk_n_formats(), stk_format_name);
+}
+
+PyObject *stkpy_names(size_t n, const char *(*name)(size_t i))
+{
     PyObject *t = PyTuple_New((Py_ssize_t)n);
     for (size_t i = 0; t && i < n; i++) {
-        PyObject *s = PyUnicode_FromString(stk_format_name(i));
-        if (!s) {
+        PyObject *s = PyUnicode_FromString(name(i));
+        if (!s)
             Py_CLEAR(t);
-            break;
-        }
-        PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
+        else
+            PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
     }
     return t;
 }
@@ -345,6 +363,14 @@ static PyMethodDef module_methods[] = {
     {"sample_seed", stkpy_sample_seed, METH_VARARGS,
      "sample_seed(seed, epoch, index) -> int: the per-sample seed a Python Dataset's worker "
      "seeds random, NumPy and torch with (stk_sample_seed)."},
+    {"n_cpus", mod_n_cpus, METH_NOARGS,
+     "n_cpus() -> int: the CPUs this process may run on (what n_threads=0 means)."},
+    {"image_extensions", mod_image_extensions, METH_NOARGS,
+     "image_extensions() -> tuple: the file name extensions ImageFolder reads (\".jpg\", ...)."},
+    {"recipes", stkpy_recipes, METH_NOARGS,
+     "recipes() -> tuple: the names of the library's transform recipes."},
+    {"recipe_ops", stkpy_recipe_ops, METH_O,
+     "recipe_ops(name) -> list: the recipe's ops as the dicts Transform takes."},
     {"strerror", mod_strerror, METH_O, "strerror(code) -> str: text of a status code."},
     {"has_transforms", mod_has_transforms, METH_NOARGS,
      "has_transforms() -> bool: whether the image pipeline (decoders and transforms) is "
@@ -366,6 +392,15 @@ static PyMethodDef module_methods[] = {
      "dict: the doctor's verdict (stk_diagnose) on a measured loop; probes is {threads: "
      "samples/s} of the loader alone. Keys: action, data_bound, wait_share, wait_ms, step_ms, "
      "demand, recommended, best, current (thread counts or None), data_bound_share, headroom."},
+    {"tokens_open", (PyCFunction)(void (*)(void))stkpy_tokens_open, METH_VARARGS | METH_KEYWORDS,
+     "tokens_open(cls, paths, seq_len, mode, ...) -> cls: a token corpus as rows "
+     "(stk_tokens_open; stoker.tokens)."},
+    {"tokens_mix", (PyCFunction)(void (*)(void))stkpy_tokens_mix, METH_VARARGS | METH_KEYWORDS,
+     "tokens_mix(cls, parts, weights, samples=0) -> cls: a blend of token datasets, which it "
+     "takes over (stk_tokens_mix; stoker.mix)."},
+    {"tokens_info", stkpy_tokens_info, METH_O,
+     "tokens_info(dataset) -> dict: the facts of a token dataset (stk_tokens_info_get), with "
+     "'parts' for a mixture."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {
@@ -409,6 +444,15 @@ PyMODINIT_FUNC PyInit__core(void)
     if (PyModule_AddIntConstant(m, "VERSION_NUMBER", STK_VERSION_NUMBER) < 0 ||
         PyModule_AddStringConstant(m, "__version__", stk_version_string()) < 0 ||
         stkpy_diagnose_constants(m) < 0)
+        goto fail;
+    static const double mean[3] = STK_IMAGENET_MEAN, std[3] = STK_IMAGENET_STD;
+    PyObject *mt = Py_BuildValue("(ddd)", mean[0], mean[1], mean[2]);
+    PyObject *st = Py_BuildValue("(ddd)", std[0], std[1], std[2]);
+    int bad = !mt || !st || PyModule_AddObjectRef(m, "IMAGENET_MEAN", mt) < 0 ||
+              PyModule_AddObjectRef(m, "IMAGENET_STD", st) < 0;
+    Py_XDECREF(mt);
+    Py_XDECREF(st);
+    if (bad)
         goto fail;
     static const struct {
         const char *name;

@@ -12,6 +12,7 @@
  * _map.c        Loader(map=fn): the per-sample callback on the worker threads
  * _pyexec.c     a Python Dataset's __getitem__ on the worker threads; the GIL meter
  * _procpool.c   a Python Dataset's __getitem__ in worker processes writing the shared ring
+ * _tokens.c     token corpora: tokens_open, tokens_mix, tokens_info (stoker/tokens.py)
  *
  * The extension uses the public C API only (include/stoker.h), as the CLI does.
  */
@@ -23,6 +24,9 @@
 
 #include <pthread.h>
 
+/* The op introspection (transforms by name), the sampler (epoch_order), the rank from the
+ * environment and the doctor's decision are building blocks. */
+#define STK_BUILDING_BLOCKS
 #include "stoker.h"
 
 /* Raise the stoker exception for `status` (a negative stk_status) with `msg`, or with
@@ -57,6 +61,18 @@ extern PyTypeObject StkTransform_Type;
 const stk_dataset *stkpy_dataset_get(PyObject *obj);
 /* A loader starts or stops borrowing a Dataset: close() refuses while it is borrowed. */
 void stkpy_dataset_borrow(PyObject *obj, int delta);
+/* A new object of `type` (StkDataset_Type or a subclass) owning `ds` (closed on failure). */
+PyObject *stkpy_dataset_wrap(PyTypeObject *type, stk_dataset *ds);
+/* Take the C dataset out of a Dataset object (which is closed after), for a new owner (a token
+ * mixture); NULL with an exception when closed or in use. stkpy_dataset_give puts it back. */
+stk_dataset *stkpy_dataset_take(PyObject *obj);
+void stkpy_dataset_give(PyObject *obj, stk_dataset *ds);
+
+/* _tokens.c: token corpora (stk_tokens_open, stk_tokens_mix, stk_tokens_info_get). */
+PyObject *stkpy_tokens_open(PyObject *module, PyObject *args, PyObject *kw);
+PyObject *stkpy_tokens_mix(PyObject *module, PyObject *args, PyObject *kw);
+PyObject *stkpy_tokens_info(PyObject *module, PyObject *ds);
+
 /* The C transform of a Transform object (NULL with an exception if not a Transform). */
 const stk_transform *stkpy_transform_get(PyObject *obj);
 
@@ -81,6 +97,12 @@ int stkpy_has_transforms(void);
  * (parameter name, element type, count) from its op table. */
 PyObject *stkpy_op_names(PyObject *self, PyObject *noargs);
 PyObject *stkpy_op_params(PyObject *self, PyObject *name);
+/* recipes() -> the recipe names; recipe_ops(name) -> its ops as Transform's dicts (the
+ * library's recipes: stk_recipe_name, stk_recipe_op). */
+PyObject *stkpy_recipes(PyObject *self, PyObject *noargs);
+/* The tuple of name(0 .. n-1) (the library's lists: formats, recipes, image extensions). */
+PyObject *stkpy_names(size_t n, const char *(*name)(size_t i));
+PyObject *stkpy_recipe_ops(PyObject *self, PyObject *name);
 
 /* Loader(map=...) (_map.c): set o's sample_fn from the loader.py wrapper `fn` and its output
  * fields [(name, kind, dtype, shape)]; *out is NULL when fn is None. Free the map after the

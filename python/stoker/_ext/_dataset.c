@@ -43,6 +43,42 @@ void stkpy_dataset_borrow(PyObject *obj, int delta)
     ((DatasetObject *)obj)->borrowers += delta;
 }
 
+PyObject *stkpy_dataset_wrap(PyTypeObject *type, stk_dataset *ds)
+{
+    if (!PyType_IsSubtype(type, &StkDataset_Type)) {
+        stk_dataset_close(ds);
+        return PyErr_Format(PyExc_TypeError, "%.100s is not a stoker Dataset type", type->tp_name);
+    }
+    DatasetObject *self = (DatasetObject *)type->tp_alloc(type, 0);
+    if (!self) {
+        stk_dataset_close(ds);
+        return NULL;
+    }
+    self->ds = ds;
+    pthread_mutex_init(&self->mu, NULL);
+    pthread_cond_init(&self->cv, NULL);
+    return (PyObject *)self;
+}
+
+stk_dataset *stkpy_dataset_take(PyObject *obj)
+{
+    if (!stkpy_dataset_get(obj))
+        return NULL;
+    DatasetObject *d = (DatasetObject *)obj;
+    if (d->borrowers > 0 || d->in_flight > 0) {
+        stkpy_raise(STK_ESTATE, "the dataset is in use (a loader reads it)");
+        return NULL;
+    }
+    stk_dataset *ds = d->ds;
+    d->ds = NULL;
+    return ds;
+}
+
+void stkpy_dataset_give(PyObject *obj, stk_dataset *ds)
+{
+    ((DatasetObject *)obj)->ds = ds;
+}
+
 /* The keys of a dict of paths as UTF-8 field names (kept alive by *keep), in the dict's order,
  * which is the order of PyDict_Values. */
 static const char **dict_names(PyObject *dict, PyObject **keep)
@@ -179,15 +215,7 @@ static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     if (rc < 0)
         return stkpy_raise(rc, err);
-    DatasetObject *self = (DatasetObject *)type->tp_alloc(type, 0);
-    if (!self) {
-        stk_dataset_close(ds);
-        return NULL;
-    }
-    self->ds = ds;
-    pthread_mutex_init(&self->mu, NULL);
-    pthread_cond_init(&self->cv, NULL);
-    return (PyObject *)self;
+    return stkpy_dataset_wrap(type, ds);
 }
 
 /* Wait (GIL released) until no read is in flight, then close. Returns -1 with an exception
@@ -404,16 +432,16 @@ static PyObject *Dataset_read(DatasetObject *self, PyObject *arg)
     if (!buf)
         return PyErr_NoMemory();
     stk_record rec;
-    char err[512] = "";
+    stk_record_init(&rec);
     stk_status rc;
     dataset_enter(self);
     const stk_dataset *ds = self->ds;
     Py_BEGIN_ALLOW_THREADS
-    rc = stk_dataset_read(ds, (uint64_t)idx, buf, cap, &rec, err, sizeof(err));
+    rc = stk_dataset_read(ds, (uint64_t)idx, buf, cap, &rec);
     Py_END_ALLOW_THREADS
     PyObject *out = NULL;
     if (rc < 0) {
-        stkpy_raise(rc, err);
+        stkpy_raise(rc, stk_last_errmsg()); /* this thread's: the read ran on it */
         goto done;
     }
     out = PyDict_New();

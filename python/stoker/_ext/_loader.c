@@ -564,7 +564,8 @@ static PyObject *Loader_ring_memory(LoaderObject *self, PyObject *noargs)
     (void)noargs;
     if (loader_enter(self, false) < 0)
         return NULL;
-    stk_ring_memory m = {.struct_size = sizeof(m)};
+    stk_ring_memory m;
+    stk_ring_memory_init(&m);
     stk_loader_ring_memory(self->loader, &m);
     loader_leave(self, false);
     return Py_BuildValue("(iKKO)", m.fd, (unsigned long long)(uintptr_t)m.base,

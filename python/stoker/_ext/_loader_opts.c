@@ -24,6 +24,7 @@ static int parse_batch_ops(PyObject *obj, stk_batch_op *ops, uint32_t *n)
     }
     for (Py_ssize_t i = 0; i < k; i++) {
         int kind;
+        stk_batch_op_init(&ops[i], 0);
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "id", &kind, &ops[i].alpha)) {
             Py_DECREF(seq);
             return -1;
@@ -48,14 +49,37 @@ void stkpy_loader_args_release(stkpy_loader_args *a)
 
 int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
 {
-    static char *kwlist[] = {
-        "data",         "batch_size",  "n_threads",    "n_slots",         "seed",
-        "rank",         "world",       "shuffle",      "drop_last",       "skip_corrupt",
-        "verify",       "pinned",      "transform",    "transform_field", "autotune",
-        "trace_events", "device",      "pinned_limit", "batch_ops",       "batch_choice",
-        "num_classes",  "label_field", "map_fn",       "map_fields",      "memory_budget",
-        "indices",      "weights",     "num_samples",  "replacement",     "executor",
-        NULL};
+    static char *kwlist[] = {"data",
+                             "batch_size",
+                             "n_threads",
+                             "n_slots",
+                             "seed",
+                             "rank",
+                             "world",
+                             "shuffle",
+                             "drop_last",
+                             "skip_corrupt",
+                             "verify",
+                             "pinned",
+                             "transform",
+                             "transform_field",
+                             "autotune",
+                             "trace_events",
+                             "device",
+                             "pinned_limit",
+                             "batch_ops",
+                             "batch_choice",
+                             "num_classes",
+                             "label_field",
+                             "map_fn",
+                             "map_fields",
+                             "memory_budget",
+                             "indices",
+                             "weights",
+                             "num_samples",
+                             "replacement",
+                             "executor",
+                             NULL};
     memset(a, 0, sizeof(*a));
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;

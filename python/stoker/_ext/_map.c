@@ -146,6 +146,7 @@ int stkpy_sample_fields(PyObject *fields, stk_field *out, size_t *n_out)
                               &shape))
             goto fail;
         stk_field *f = &out[i];
+        stk_field_init(f);
         if (strlen(name) >= STK_MAX_NAME) {
             stkpy_invalid("map: field name '%s' is too long (at most %d characters)", name,
                           STK_MAX_NAME - 1);

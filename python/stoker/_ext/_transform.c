@@ -83,13 +83,13 @@ static int set_element(stk_op *op, const stk_op_param *pa, uint32_t i, PyObject 
 static int set_param(stk_op *op, const stk_op_param *pa, PyObject *v, const char *op_name)
 {
     int ok = 0;
-    if (pa->count == 1) {
+    if (pa->n_values == 1) {
         ok = set_element(op, pa, 0, v) == 0;
     } else {
         PyObject *t = PySequence_Check(v) && !PyUnicode_Check(v) ? PySequence_Tuple(v) : NULL;
         PyErr_Clear();
-        ok = t && PyTuple_GET_SIZE(t) == (Py_ssize_t)pa->count;
-        for (uint32_t i = 0; ok && i < pa->count; i++)
+        ok = t && PyTuple_GET_SIZE(t) == (Py_ssize_t)pa->n_values;
+        for (uint32_t i = 0; ok && i < pa->n_values; i++)
             ok = set_element(op, pa, i, PyTuple_GET_ITEM(t, i)) == 0;
         Py_XDECREF(t);
     }
@@ -99,12 +99,12 @@ static int set_param(stk_op *op, const stk_op_param *pa, PyObject *v, const char
     const char *rs = r ? PyUnicode_AsUTF8(r) : NULL;
     PyErr_Clear();
     const char *what = pa->type == STK_OP_PARAM_INT64 ? "integer" : "number";
-    if (pa->count == 1)
+    if (pa->n_values == 1)
         stkpy_invalid("%s: parameter '%s' needs a %s, got %.200s", op_name, pa->name, what,
                       rs ? rs : "?");
     else
         stkpy_invalid("%s: parameter '%s' needs %u %ss, got %.200s", op_name, pa->name,
-                      (unsigned)pa->count, what, rs ? rs : "?");
+                      (unsigned)pa->n_values, what, rs ? rs : "?");
     Py_XDECREF(r);
     return -1;
 }
@@ -206,7 +206,7 @@ PyObject *stkpy_op_params(PyObject *self, PyObject *name_obj)
     for (size_t j = 0; j < n; j++) {
         const stk_op_param *pa = stk_op_param_at(kind, j);
         const char *ty = (unsigned)pa->type < 3 ? types[pa->type] : "?";
-        PyObject *e = Py_BuildValue("(ssI)", pa->name, ty, (unsigned)pa->count);
+        PyObject *e = Py_BuildValue("(ssI)", pa->name, ty, (unsigned)pa->n_values);
         if (!e) {
             Py_DECREF(t);
             return NULL;
@@ -214,6 +214,78 @@ PyObject *stkpy_op_params(PyObject *self, PyObject *name_obj)
         PyTuple_SET_ITEM(t, (Py_ssize_t)j, e);
     }
     return t;
+}
+
+/* Element i of parameter `pa` of op as a Python number. */
+static PyObject *get_element(const stk_op *op, const stk_op_param *pa, uint32_t i)
+{
+    const char *at = (const char *)op + pa->offset;
+    if (pa->type == STK_OP_PARAM_INT64)
+        return PyLong_FromLongLong(((const int64_t *)(const void *)at)[i]);
+    if (pa->type == STK_OP_PARAM_FLOAT) { /* the shortest decimal that reads back as this float:
+                                           * 0.485f is 0.485, as it was written */
+        float f = ((const float *)(const void *)at)[i];
+        char buf[32];
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(buf, sizeof(buf), "%.*g", digits, (double)f);
+            if (strtof(buf, NULL) == f)
+                break;
+        }
+        return PyFloat_FromDouble(strtod(buf, NULL));
+    }
+    return PyFloat_FromDouble(((const double *)(const void *)at)[i]);
+}
+
+/* An op as the dict Transform takes: {"kind": name, parameter: number or tuple, ...}. */
+static PyObject *op_dict(const stk_op *op)
+{
+    PyObject *d = Py_BuildValue("{s:s}", "kind", stk_op_name(op->kind));
+    for (size_t j = 0; d && j < stk_op_n_params(op->kind); j++) {
+        const stk_op_param *pa = stk_op_param_at(op->kind, j);
+        PyObject *v = pa->n_values == 1 ? get_element(op, pa, 0) : PyTuple_New(pa->n_values);
+        for (uint32_t i = 0; v && pa->n_values > 1 && i < pa->n_values; i++) {
+            PyObject *e = get_element(op, pa, i);
+            if (!e)
+                Py_CLEAR(v);
+            else
+                PyTuple_SET_ITEM(v, i, e);
+        }
+        if (!v || PyDict_SetItemString(d, pa->name, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+PyObject *stkpy_recipes(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    return stkpy_names(stk_n_recipes(), stk_recipe_name);
+}
+
+PyObject *stkpy_recipe_ops(PyObject *self, PyObject *name_obj)
+{
+    (void)self;
+    const char *name = PyUnicode_AsUTF8(name_obj);
+    if (!name)
+        return NULL;
+    size_t n = stk_recipe_n_ops(name);
+    if (n == 0)
+        return stkpy_invalid("unknown transform recipe '%s'", name);
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        stk_op op;
+        stk_op_init(&op, STK_OP_NORMALIZE); /* any kind: stk_recipe_op fills it */
+        PyObject *d = stk_recipe_op(name, i, &op) == STK_OK ? op_dict(&op) : NULL;
+        if (!d) {
+            if (!PyErr_Occurred())
+                stkpy_invalid("%s", stk_last_errmsg());
+            Py_CLEAR(list);
+        } else {
+            PyList_SET_ITEM(list, (Py_ssize_t)i, d);
+        }
+    }
+    return list;
 }
 
 static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)

@@ -34,7 +34,7 @@ static int parse_kind(const char *s, stk_field_kind *out)
 /* One schema entry: (name, kind) or (name, "array", dtype, shape). */
 static int parse_field(PyObject *spec, stk_field *f)
 {
-    memset(f, 0, sizeof(*f));
+    stk_field_init(f);
     PyObject *t = PySequence_Tuple(spec);
     if (!t)
         return -1;
@@ -191,7 +191,8 @@ static PyObject *Writer_add(WriterObject *self, PyObject *arg)
     Py_buffer views[STK_MAX_FIELDS];
     size_t n_views = 0;
     PyObject *ret = NULL;
-    memset(v, 0, sizeof(v));
+    for (size_t i = 0; i < self->n_fields; i++)
+        stk_value_init(&v[i]);
     for (size_t i = 0; i < self->n_fields; i++) {
         PyObject *o = PySequence_Fast_GET_ITEM(seq, (Py_ssize_t)i);
         const stk_field *f = &self->fields[i];

@@ -1,14 +1,15 @@
 """The base every transform op builds on: the Op class (torchvision name + C parameters), the
-shared argument checks, the recipe names and constants, and SUPPORTED (the C op table plus the
+shared argument checks, the recipe names and constants (the C library's), and SUPPORTED (the C op table plus the
 Python-side markers). The op families (_geometry, _pixel, _compose, _warps) import from here;
 nothing here imports them."""
 import numbers
 
 from .. import _core
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-RECIPES = ("imagenet-train", "imagenet-val")
+# The library's (include/stoker.h: STK_IMAGENET_MEAN/STD, the recipes of stk_transform_recipe).
+IMAGENET_MEAN = _core.IMAGENET_MEAN
+IMAGENET_STD = _core.IMAGENET_STD
+RECIPES = _core.recipes()
 # Python-side names: they choose the output dtype or group ops, and run no C op.
 MARKERS = ("ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype", "Compose")
 # What a transform list may hold: the C library's ops (its op table), then the markers.
@@ -17,6 +18,12 @@ SUPPORTED = tuple(_core.op_names()) + MARKERS
 
 def _invalid(msg):
     return _core.StokerInvalidError(msg)
+
+
+def _unsupported(what):
+    return _invalid(f"transform {what} is not supported by stoker; supported: "
+                    f"{', '.join(SUPPORTED)} (torchvision's, v1 or v2, or stoker.transforms'), "
+                    f"or a recipe name ({', '.join(RECIPES)})")
 
 
 def _size2(size, what):
@@ -89,3 +96,19 @@ class _Flip(Op):
 
     def _params(self):
         return {"p": self.p}
+
+
+def _fill(fill, what):
+    """torchvision's fill (None, a number, or one per channel; v2: a dict by type) -> 3
+    floats in 0..255."""
+    if isinstance(fill, dict):  # v2: {tv_tensors.Image: fill, "others": ...}
+        image = [v for k, v in fill.items() if getattr(k, "__name__", k) == "Image"]
+        fill = image[0] if image else fill.get("others")
+    if fill is None:
+        fill = 0
+    vals = [float(fill)] if isinstance(fill, numbers.Number) else [float(v) for v in fill]
+    if len(vals) == 1:
+        vals *= 3
+    if len(vals) != 3 or not all(0 <= v < 256 for v in vals):
+        raise _invalid(f"{what}: fill must be a number or 3 numbers in 0..255, got {fill!r}")
+    return tuple(vals)

@@ -1,9 +1,10 @@
 """What groups ops or chooses the output: the containers (RandomApply, RandomChoice,
 RandomOrder), the dtype markers (ToTensor, PILToTensor, ConvertImageDtype, ToDtype), Compose,
-and torchvision's two ImageNet recipes built from the ops."""
-from ._base import IMAGENET_MEAN, IMAGENET_STD, Op, _invalid
-from ._geometry import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
-from ._pixel import Normalize
+and the library's recipes (torchvision's two ImageNet recipes) as ops: their ops, defaults and
+the ImageNet constants come from the C library (stk_recipe_op), sizes may be changed here."""
+from .. import _core
+from . import _geometry, _pixel
+from ._base import Op, _invalid
 
 class _Container(Op):
     """An op over the ops listed in it (flattened after it, with their count)."""
@@ -147,16 +148,35 @@ class Compose:
                         "to stoker.Loader(transforms=...)")
 
 
+def recipe(name, sizes=None, dtype="float32"):
+    """The library's recipe `name` ("imagenet-train", "imagenet-val": _core.recipe_ops, the ops
+    stk_transform_recipe compiles) as a Compose of ops, with `sizes` ({op name: size}) in place of
+    those ops' sizes, and ToTensor before its Normalize."""
+    ops = []
+    for d in _core.recipe_ops(name):
+        params = dict(d)
+        kind = params.pop("kind")
+        if sizes and kind in sizes:
+            params["size"] = sizes[kind]
+        elif kind == "Resize" and params["size"][1] == 0:  # the C op's "shorter side"
+            params["size"] = params["size"][0]
+        if kind == "Normalize":
+            ops.append(ToTensor())
+        cls = getattr(_geometry, kind, None) or getattr(_pixel, kind)
+        ops.append(cls(**params))
+    return Compose(ops, dtype=dtype)
+
+
 def imagenet_train(size=224, dtype="float32"):
     """torchvision's ImageNet training recipe: RandomResizedCrop(size) + RandomHorizontalFlip +
-    Normalize(ImageNet mean/std). With size=224 this is the C recipe "imagenet-train"."""
-    return Compose([RandomResizedCrop(size), RandomHorizontalFlip(), ToTensor(),
-                    Normalize(IMAGENET_MEAN, IMAGENET_STD)], dtype=dtype)
+    Normalize(ImageNet mean/std): the library's recipe "imagenet-train" (the same with
+    size=224)."""
+    return recipe("imagenet-train", {"RandomResizedCrop": size}, dtype)
 
 
 def imagenet_val(size=224, resize=None, dtype="float32"):
     """torchvision's ImageNet evaluation recipe: Resize(resize) + CenterCrop(size) + Normalize;
-    resize defaults to size * 256 / 224 (256 for 224)."""
+    resize defaults to size * 256 / 224 (256 for 224): the library's recipe "imagenet-val" (the
+    same with size=224)."""
     resize = int(round(size * 256 / 224)) if resize is None else resize
-    return Compose([Resize(resize), CenterCrop(size), ToTensor(),
-                    Normalize(IMAGENET_MEAN, IMAGENET_STD)], dtype=dtype)
+    return recipe("imagenet-val", {"Resize": resize, "CenterCrop": size}, dtype)

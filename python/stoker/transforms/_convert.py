@@ -6,9 +6,10 @@ __init__ re-exports compile and compile_for_device.
 """
 from .. import _core
 from . import _compose, _geometry, _pixel, _warps
-from ._base import RECIPES, SUPPORTED, Op, _invalid
+from . import _albu
+from ._base import RECIPES, SUPPORTED, Op, _invalid, _unsupported
 from ._compose import (Compose, ConvertImageDtype, PILToTensor, RandomChoice, RandomOrder,
-                       _Container, _DtypeMarker, _dtype_name, imagenet_train, imagenet_val)
+                       _Container, _DtypeMarker, _dtype_name)
 from ._pixel import Normalize, RandomErasing
 
 # torchvision class name -> the stoker class that converts it: every supported name but Compose
@@ -23,12 +24,6 @@ V2_ONLY = {
     "ToPureTensor": None,          # unwraps tv_tensors
 }
 _BY_TV_NAME.update(V2_ONLY)
-
-
-def _unsupported(what):
-    return _invalid(f"transform {what} is not supported by stoker; supported: "
-                    f"{', '.join(SUPPORTED)} (torchvision's, v1 or v2, or stoker.transforms'), "
-                    f"or a recipe name ({', '.join(RECIPES)})")
 
 
 def _from_torchvision(t):
@@ -81,8 +76,7 @@ def _flatten(obj, out):
         for op in _from_torchvision(obj):  # containers flatten their transforms after them
             _flatten(op, out)
     elif type(obj).__module__.startswith("albumentations"):
-        from .. import albumentations
-        _flatten(albumentations._from_albu(obj), out)
+        _flatten(_albu._from_albu(obj), out)
     else:
         raise _unsupported(repr(obj))
 
@@ -120,8 +114,8 @@ def _recipe(name):
 
 
 def _recipe_compose(key):
-    """The ops of recipe `key` (from _recipe) as a Compose."""
-    return imagenet_train() if key == "imagenet-train" else imagenet_val()
+    """The ops of recipe `key` (from _recipe) as a Compose: the library's (stk_recipe_op)."""
+    return _compose.recipe(key)
 
 
 def compile(transforms, dtype=None, layout=None, exact=None, strict=None):

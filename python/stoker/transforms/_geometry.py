@@ -2,7 +2,7 @@
 Resize, CenterCrop, RandomCrop, Pad (every padding_mode) and the flips."""
 import numbers
 
-from ._base import Op, _Flip, _check_interpolation, _invalid, _size2
+from ._base import Op, _Flip, _check_interpolation, _fill, _invalid, _size2
 
 class RandomResizedCrop(Op):
     """torchvision.transforms.RandomResizedCrop(size, scale, ratio): a random crop of area
@@ -76,12 +76,6 @@ def _padding4(padding, what):
 
 
 PADDING_MODES = ("constant", "edge", "reflect", "symmetric")  # the C op's 0..3
-
-
-def _fill(fill, what):
-    """torchvision's fill -> 3 floats in 0..255 (stoker._warps._fill)."""
-    from ._warps import _fill as fill3
-    return fill3(fill, what)
 
 
 def _padding_mode(padding_mode, what):

@@ -6,7 +6,7 @@ by :mod:`stoker.transforms` (the package), which documents them."""
 import math
 import numbers
 
-from ._base import Op, _invalid
+from ._base import Op, _fill, _invalid
 
 _NEAREST, _BILINEAR = 0, 2
 
@@ -22,22 +22,6 @@ def _interp(interpolation, what, default=_NEAREST):
     if name in ("bilinear", "2"):
         return _BILINEAR
     raise _invalid(f"{what}: interpolation must be NEAREST or BILINEAR, got {interpolation}")
-
-
-def _fill(fill, what):
-    """torchvision's fill (None, a number, or one per channel; v2: a dict by type) -> 3
-    floats in 0..255."""
-    if isinstance(fill, dict):  # v2: {tv_tensors.Image: fill, "others": ...}
-        image = [v for k, v in fill.items() if getattr(k, "__name__", k) == "Image"]
-        fill = image[0] if image else fill.get("others")
-    if fill is None:
-        fill = 0
-    vals = [float(fill)] if isinstance(fill, numbers.Number) else [float(v) for v in fill]
-    if len(vals) == 1:
-        vals *= 3
-    if len(vals) != 3 or not all(0 <= v < 256 for v in vals):
-        raise _invalid(f"{what}: fill must be a number or 3 numbers in 0..255, got {fill!r}")
-    return tuple(vals)
 
 
 def _range(value, what, name):

@@ -26,9 +26,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* torchvision.datasets.folder.IMG_EXTENSIONS */
-static const char *const img_ext[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
-                                      ".pgm", ".tif",  ".tiff", ".webp"};
 #define MAX_DEPTH 256 /* nested directories under a class */
 #define MAX_SKIPPED_LISTED 16
 
@@ -58,17 +55,6 @@ typedef struct walk {
     uint64_t stack[MAX_DEPTH][2]; /* (dev, ino) of the directories on the current path */
     int depth;
 } walk;
-
-static bool has_image_ext(const char *name)
-{
-    size_t n = strlen(name);
-    for (size_t i = 0; i < sizeof(img_ext) / sizeof(img_ext[0]); i++) {
-        size_t e = strlen(img_ext[i]);
-        if (n >= e && strcasecmp(name + n - e, img_ext[i]) == 0)
-            return true;
-    }
-    return false;
-}
 
 /* Any directory: the last source in detection order, so a directory of shards or of .npy files
  * goes to those, and any other directory gets ImageFolder's errors ("no class folders"). */
@@ -148,7 +134,7 @@ static stk_status add_class(folder *fo, walk *w, int64_t label, char *err, size_
     for (size_t i = 0; i < w->n; i++) {
         const stk__strlist *files = &w->dirs[i].files;
         for (size_t j = 0; j < files->n; j++) {
-            if (!has_image_ext(files->v[j]))
+            if (!stk__image_name(files->v[j]))
                 continue;
             char *rel = stk__path_join(w->dirs[i].rel, files->v[j]);
             char *abs = rel ? stk__path_join(fo->root, rel) : NULL;

@@ -1,5 +1,5 @@
 /*
- * stk_src_stk.c: `.stk` shards as a record source (docs/format.md is the spec, format/stk_format.h
+ * stk_src_stk.c: `.stk` shards as a record source (docs/format.md is the spec, stk_format.h
  * its C mirror; the writer is format/stk_writer.c).
  *
  * Per shard: one open byte-source file and a copy of the index in memory (read at open, so a
@@ -22,7 +22,7 @@
  * "dataset_id" or "classes" in their writer metadata) are refused together unless the dataset is
  * opened with STK_DATASET_CONCAT.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "source/stk_source.h"
 
 #define XXH_STATIC_LINKING_ONLY
@@ -132,7 +132,7 @@ static stk_status header_parse(shard *s, stk__srcfile *sf, const uint8_t *h, uin
         return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", p);
     memcpy(sf->metadata, h + STK_FMT_H_FIXED + (size_t)s->n_fields * STK_FMT_FIELD_SIZE, meta_size);
     sf->metadata[meta_size] = '\0';
-    if (!stk__json_valid(sf->metadata)) /* docs/format.md: UTF-8 JSON text */
+    if (!stk_json_valid(sf->metadata)) /* docs/format.md: UTF-8 JSON text */
         return stk__set_error(err, err_size, STK_EFORMAT,
                               "%s: corrupt header (writer metadata is not valid JSON)", p);
     return STK_OK;
@@ -337,7 +337,7 @@ static bool manifest_u64(const char *json, const char *key, bool hex, uint64_t *
     const char *p;
     size_t len;
     char end;
-    if (!stk__json_member(json, key, &p, &len))
+    if (!stk_json_member(json, key, &p, &len))
         return false;
     if (hex)
         return len == 18 && sscanf(p, "\"%16" SCNx64 "%c", v, &end) == 2 && end == '"';
@@ -366,7 +366,7 @@ static stk_status manifest_load(const char *dir, stk__strlist *list, want **want
     uint64_t sum = 0, version = 0, id = 0, records = 0, n_shards = 0, meta_sum = 0;
     char end;
     if (!ck || sscanf(ck + 16, "%16" SCNx64 "%c", &sum, &end) != 2 || end != '"' ||
-        sum != XXH3_64bits(text, (size_t)(ck - text) + 1) || !stk__json_valid(text))
+        sum != XXH3_64bits(text, (size_t)(ck - text) + 1) || !stk_json_valid(text))
         STK_FAIL_E(STK_EFORMAT,
                    "%s: damaged or edited manifest (checksum mismatch); repack the dataset, or "
                    "give its shard files by name to read them without it",
@@ -382,7 +382,7 @@ static stk_status manifest_load(const char *dir, stk__strlist *list, want **want
         !manifest_u64(text, "records", false, &records) ||
         !manifest_u64(text, "shard_count", false, &n_shards) ||
         !manifest_u64(text, "metadata_checksum", true, &meta_sum) ||
-        !stk__json_member(text, "shards", &sh, &sh_len) || *sh != '[')
+        !stk_json_member(text, "shards", &sh, &sh_len) || *sh != '[')
         STK_FAIL_E(STK_EFORMAT, "%s: corrupt manifest (a member is missing)", path);
     uint64_t seen = 0, total = 0;
     const char *q = sh;
@@ -452,8 +452,8 @@ static bool same_dataset(const char *a, const char *b, const char **what)
     for (int k = 0; k < 2; k++) {
         const char *va = "", *vb = "";
         size_t la = 0, lb = 0;
-        stk__json_member(a, keys[k], &va, &la);
-        stk__json_member(b, keys[k], &vb, &lb);
+        stk_json_member(a, keys[k], &va, &la);
+        stk_json_member(b, keys[k], &vb, &lb);
         if (la != lb || memcmp(va, vb, la) != 0) {
             *what = k == 0 ? "another dataset_id" : "another class list";
             return false;
@@ -663,6 +663,22 @@ static bool stk_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__br
     return true;
 }
 
+/* Field f of record i: the record's bytes hold the fields back to back, in schema order. */
+static bool stk_field_extent(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                             stk__brange *r)
+{
+    const stkds *d = ds->impl;
+    uint64_t local;
+    const shard *s = &d->shards[stk__dataset_file_of(ds, i, &local)];
+    const uint8_t *e = s->entries + local * s->entry_size;
+    uint64_t off = stk__ld64(e + STK_FMT_E_OFFSET);
+    for (size_t k = 0; k < f; k++)
+        off += stk__ld32(e + STK_FMT_E_SIZES + 4 * k);
+    *file = s->f;
+    *r = (stk__brange){off, stk__ld32(e + STK_FMT_E_SIZES + 4 * f)};
+    return true;
+}
+
 const stk__source_methods stk__src_stk = {
     .name = "stk",
     .summary = ".stk shards: files, a directory of them, a glob or a list",
@@ -672,4 +688,5 @@ const stk__source_methods stk__src_stk = {
     .read = stk_read,
     .describe = stk_describe,
     .extent = stk_extent,
+    .field_extent = stk_field_extent,
 };

@@ -37,12 +37,14 @@ static int setup(void)
     const char *dir = fx_tmpdir("batchops");
     T_CHECK(dir != NULL);
     snprintf(path, sizeof(path), "%s/s.stk", dir);
-    stk_field fields[2] = {{.name = "image",
-                            .kind = STK_FIELD_ARRAY,
-                            .dtype = STK_DTYPE_FLOAT32,
-                            .ndim = 3,
-                            .shape = {CH, HH, WW}},
-                           {.name = "label", .kind = STK_FIELD_INT64}};
+    stk_field fields[2] = {
+        {.struct_size = sizeof(stk_field),
+         .name = "image",
+         .kind = STK_FIELD_ARRAY,
+         .dtype = STK_DTYPE_FLOAT32,
+         .ndim = 3,
+         .shape = {CH, HH, WW}},
+        {.struct_size = sizeof(stk_field), .name = "label", .kind = STK_FIELD_INT64}};
     stk_writer_opts wo;
     stk_writer_opts_init(&wo);
     wo.fields = fields;
@@ -53,7 +55,8 @@ static int setup(void)
         float img[PIX];
         for (int k = 0; k < PIX; k++)
             img[k] = pixel(i, k);
-        stk_value v[2] = {{.data = img, .size = sizeof(img)}, {.i64 = class_of(i)}};
+        stk_value v[2] = {{.struct_size = sizeof(stk_value), .data = img, .size = sizeof(img)},
+                          {.struct_size = sizeof(stk_value), .i64 = class_of(i)}};
         T_OK(stk_writer_add(w, v));
     }
     T_OK(stk_writer_close(w));
@@ -101,6 +104,9 @@ static int run_epoch(const stk_batch_op *ops, uint32_t n_ops, bool choice, int t
     stk_status rc;
     while ((rc = stk_loader_next(L, &b)) == STK_OK) {
         stk_tensor ti, tl, tx;
+        stk_tensor_init(&ti);
+        stk_tensor_init(&tl);
+        stk_tensor_init(&tx);
         T_OK(stk_batch_tensor(b, 0, &ti));
         T_OK(stk_batch_tensor(b, 1, &tl));
         T_OK(stk_batch_tensor(b, 2, &tx));
@@ -125,7 +131,8 @@ static int test_mixup_and_cutmix(void)
     static float img[N * PIX], lab[N * K], img3[N * PIX], lab3[N * K];
     static int64_t idx[N], idx3[N];
     for (int kind = STK_BATCH_MIXUP; kind <= STK_BATCH_CUTMIX; kind++) {
-        stk_batch_op op = {(stk_batch_op_kind)kind, 1.0};
+        stk_batch_op op;
+        stk_batch_op_init(&op, (stk_batch_op_kind)kind);
         T_CHECK(run_epoch(&op, 1, false, 1, img, lab, idx) == 0);
         T_CHECK(run_epoch(&op, 1, false, 3, img3, lab3, idx3) == 0);
         T_CHECK(memcmp(img, img3, sizeof(img)) == 0 && memcmp(lab, lab3, sizeof(lab)) == 0 &&
@@ -191,12 +198,13 @@ static stk_status sample_fn(void *ctx, uint64_t index, const stk_tensor *in, siz
 static int test_sample_fn(void)
 {
     const char *paths[] = {path};
-    stk_field outs[2] = {{.name = "sum",
+    stk_field outs[2] = {{.struct_size = sizeof(stk_field),
+                          .name = "sum",
                           .kind = STK_FIELD_ARRAY,
                           .dtype = STK_DTYPE_FLOAT32,
                           .ndim = 2,
                           .shape = {HH, WW}},
-                         {.name = "y", .kind = STK_FIELD_INT64}};
+                         {.struct_size = sizeof(stk_field), .name = "y", .kind = STK_FIELD_INT64}};
     for (int skip = 0; skip <= 1; skip++) {
         stk_loader_opts o = fx_opts(paths, 8, 2);
         o.sample_fn = sample_fn;
@@ -224,6 +232,9 @@ static int test_sample_fn(void)
             }
             T_EQ(stk_batch_n_tensors(b), 3);
             stk_tensor ts, ty, tx;
+            stk_tensor_init(&ts);
+            stk_tensor_init(&ty);
+            stk_tensor_init(&tx);
             T_OK(stk_batch_tensor(b, 0, &ts));
             T_OK(stk_batch_tensor(b, 1, &ty));
             T_OK(stk_batch_tensor(b, 2, &tx));
@@ -255,7 +266,8 @@ static int test_bad_options(void)
 {
     const char *paths[] = {path};
     stk_loader *L;
-    stk_batch_op op = {STK_BATCH_MIXUP, 1.0};
+    stk_batch_op op;
+    stk_batch_op_init(&op, STK_BATCH_MIXUP);
     stk_loader_opts o = fx_opts(paths, 8, 1);
     o.batch_ops = &op;
     o.n_batch_ops = 1;
@@ -270,7 +282,7 @@ static int test_bad_options(void)
     T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
     T_CHECK(strstr(stk_last_errmsg(), "not an int64 field") != NULL);
     o = fx_opts(paths, 8, 1);
-    stk_field bytes = {.name = "b", .kind = STK_FIELD_BYTES};
+    stk_field bytes = {.struct_size = sizeof(stk_field), .name = "b", .kind = STK_FIELD_BYTES};
     o.sample_fn = sample_fn;
     o.sample_fields = &bytes;
     o.n_sample_fields = 1;

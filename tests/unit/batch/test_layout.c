@@ -9,10 +9,15 @@
 
 /* The schema of a shard with these fields, whose largest image is 900 bytes. */
 static const stk_field fields[4] = {
-    {.name = "image", .kind = STK_FIELD_BYTES},
-    {.name = "label", .kind = STK_FIELD_INT64},
-    {.name = "weight", .kind = STK_FIELD_FLOAT32},
-    {.name = "box", .kind = STK_FIELD_ARRAY, .dtype = STK_DTYPE_INT16, .ndim = 2, .shape = {2, 3}}};
+    {.struct_size = sizeof(stk_field), .name = "image", .kind = STK_FIELD_BYTES},
+    {.struct_size = sizeof(stk_field), .name = "label", .kind = STK_FIELD_INT64},
+    {.struct_size = sizeof(stk_field), .name = "weight", .kind = STK_FIELD_FLOAT32},
+    {.struct_size = sizeof(stk_field),
+     .name = "box",
+     .kind = STK_FIELD_ARRAY,
+     .dtype = STK_DTYPE_INT16,
+     .ndim = 2,
+     .shape = {2, 3}}};
 static const uint64_t max_size[4] = {900, 8, 4, 12};
 
 static int test_layout(void)
@@ -30,6 +35,7 @@ static int test_layout(void)
     size_t end = 0;
     for (size_t i = 0; i < lay.n_tensors; i++) {
         stk_tensor t;
+        stk_tensor_init(&t);
         stk__layout_tensor(&lay, i, slot, 5, &t); /* a partial batch of 5 */
         T_CHECK(strcmp(t.name, names[i]) == 0);
         T_EQ(t.dtype, dt[i]);
@@ -41,6 +47,8 @@ static int test_layout(void)
     }
     T_CHECK(end <= lay.slot_size);
     stk_tensor img, box;
+    stk_tensor_init(&img);
+    stk_tensor_init(&box);
     stk__layout_tensor(&lay, 0, slot, 7, &img);
     T_EQ(img.ndim, 2);
     T_EQ(img.shape[1], 960); /* largest image (900 bytes) rounded up to 64 */

@@ -19,7 +19,8 @@ static void on_destroy(stk__ring *r, void *arg)
 /* A ring of n slots of one int64 "label" column (plus "index"), batches of up to 4. */
 static int make_ring_n(stk__ring *r, stk__devcopy *dc, uint32_t n)
 {
-    static const stk_field label = {.name = "label", .kind = STK_FIELD_INT64};
+    static const stk_field label = {
+        .struct_size = sizeof(stk_field), .name = "label", .kind = STK_FIELD_INT64};
     static const uint64_t max_size = 8;
     char err[256], why[256] = "";
     memset(r, 0, sizeof(*r));
@@ -122,6 +123,7 @@ static int test_hold_and_release(void)
     T_EQ(stk_batch_n_tensors(b), 2);
     T_EQ(stk_batch_device(b), -1);
     stk_tensor t;
+    stk_tensor_init(&t);
     T_OK(stk_batch_tensor(b, 0, &t));
     T_CHECK(strcmp(t.name, "label") == 0 && t.shape[0] == 3 && t.dtype == STK_DTYPE_INT64);
     T_EQ(((const int64_t *)t.data)[2], 12);

@@ -330,6 +330,7 @@ static int test_public_api(void)
 {
     stk_decoder *pd;
     stk_image im;
+    stk_image_init(&im);
     size_t n;
     int rw, rh;
     T_OK(stk_decoder_create(0, &pd));
@@ -1097,6 +1098,7 @@ static int test_pil_fixtures(void)
         size_t n;
         int rw, rh;
         stk_image im;
+        stk_image_init(&im);
         T_CHECKF(load_fixture(names[i], &img, &n, &ref, &rw, &rh) == 0, "%s", names[i]);
         T_CHECKF(stk_decoder_decode(pd, img, n, &im) == STK_OK, "%s: %s", names[i],
                  stk_decoder_errmsg(pd));
@@ -1365,6 +1367,7 @@ static int test_strict_jpeg(void)
     /* the public decoder (always strict) */
     stk_decoder *pd;
     stk_image im;
+    stk_image_init(&im);
     T_OK(stk_decoder_create(0, &pd));
     T_OK(stk_decoder_decode(pd, junk, n + 5, &im));
     stk_decoder_destroy(pd);

@@ -4,7 +4,7 @@
  * builds: `make oom`), shards of two packs refused unless concatenated, a manifest or shard
  * tampered with, and writer metadata that is not JSON.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "stk_internal.h"
 #include "t.h"
 #include "data/fixtures.h"
@@ -25,7 +25,8 @@ static int make_source(const char *path, uint64_t n, int64_t base, const char *m
     for (uint64_t i = 0; i < n; i++) {
         uint8_t buf[320];
         stk_value v[2];
-        memset(v, 0, sizeof(v));
+        for (size_t vi = 0; vi < sizeof(v) / sizeof(v[0]); vi++)
+            stk_value_init(&v[vi]);
         v[0].data = buf;
         v[0].size = fx_payload(i, buf);
         v[1].i64 = (int64_t)i + base;
@@ -264,7 +265,8 @@ static int test_metadata_not_json(void)
     T_CHECK(dir);
     char path[256];
     snprintf(path, sizeof(path), "%s/m.stk", dir);
-    stk_field fields[1] = {{.name = "data", .kind = STK_FIELD_BYTES}};
+    stk_field fields[1] = {
+        {.struct_size = sizeof(stk_field), .name = "data", .kind = STK_FIELD_BYTES}};
     stk_writer_opts wo;
     stk_writer_opts_init(&wo);
     wo.fields = fields;
@@ -276,7 +278,7 @@ static int test_metadata_not_json(void)
     /* a shard whose valid metadata is patched (checksums recomputed) into another text */
     wo.metadata_json = "{\"k\": \"abc\"}";
     T_OK(stk_writer_open(path, &wo, &w));
-    stk_value v = {.data = "x", .size = 1};
+    stk_value v = {.struct_size = sizeof(stk_value), .data = "x", .size = 1};
     T_OK(stk_writer_add(w, &v));
     T_OK(stk_writer_close(w));
     size_t size;

@@ -4,7 +4,7 @@
  * (field maxima, fingerprint), and every bad input with its exact status and a message that
  * names the file.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "source/stk_source.h"
 #include "stk_internal.h"
 #include "t.h"
@@ -24,7 +24,8 @@ enum { F_IMAGE, F_LABEL, F_SCORE, F_VEC, F_PATH, N_STD };
 
 static void std_schema(stk_field f[N_STD])
 {
-    memset(f, 0, sizeof(stk_field) * N_STD);
+    for (int k = 0; k < N_STD; k++)
+        stk_field_init(&f[k]);
     strcpy(f[F_IMAGE].name, "image");
     f[F_IMAGE].kind = STK_FIELD_BYTES;
     strcpy(f[F_LABEL].name, "label");
@@ -74,7 +75,8 @@ static int write_std(const char *path, uint64_t first, uint64_t n, uint32_t alig
         float vec[6];
         char p[32];
         stk_value v[N_STD];
-        memset(v, 0, sizeof(v));
+        for (size_t vi = 0; vi < sizeof(v) / sizeof(v[0]); vi++)
+            stk_value_init(&v[vi]);
         v[F_IMAGE].data = img;
         v[F_IMAGE].size = image_of(g, img);
         v[F_LABEL].i64 = (int64_t)g * 7 - 3;
@@ -102,10 +104,10 @@ static int check_std_record(const stk_dataset *ds, uint64_t i, uint64_t g)
 {
     uint8_t buf[1024], img[300];
     stk_record r;
-    char err[256];
+    stk_record_init(&r);
     T_CHECK(stk_dataset_max_record_size(ds) <= sizeof(buf));
-    int rc = stk_dataset_read(ds, i, buf, sizeof(buf), &r, err, sizeof(err));
-    T_CHECKF(rc == STK_OK, "record %llu: %s", (unsigned long long)i, err);
+    int rc = stk_dataset_read(ds, i, buf, sizeof(buf), &r);
+    T_CHECKF(rc == STK_OK, "record %llu: %s", (unsigned long long)i, stk_last_errmsg());
     T_EQ(r.index, i);
     size_t n = image_of(g, img);
     T_EQ(r.field_size[F_IMAGE], n);
@@ -298,7 +300,8 @@ static int test_large_fields_across_buffer(void)
                             2 * mib - 1, 7 * mib + 9};
     const size_t n = sizeof(sizes) / sizeof(sizes[0]);
     stk_field f[2];
-    memset(f, 0, sizeof(f));
+    for (size_t fi = 0; fi < sizeof(f) / sizeof(f[0]); fi++)
+        stk_field_init(&f[fi]);
     strcpy(f[0].name, "blob");
     f[0].kind = STK_FIELD_BYTES;
     strcpy(f[1].name, "label");
@@ -323,7 +326,8 @@ static int test_large_fields_across_buffer(void)
             for (size_t i = 0; i < sizes[r]; i++)
                 buf[i] = (uint8_t)(r * 31 + i * 7 + i / 4099);
             stk_value v[2];
-            memset(v, 0, sizeof(v));
+            for (size_t vi = 0; vi < sizeof(v) / sizeof(v[0]); vi++)
+                stk_value_init(&v[vi]);
             v[0].data = buf;
             v[0].size = sizes[r];
             v[1].i64 = (int64_t)r;
@@ -335,8 +339,8 @@ static int test_large_fields_across_buffer(void)
         T_EQ(stk_dataset_n_records(ds), n);
         for (size_t r = 0; r < n; r++) {
             stk_record rec;
-            char err[256];
-            T_OK(stk_dataset_read(ds, r, buf, 8 * mib, &rec, err, sizeof(err)));
+            stk_record_init(&rec);
+            T_OK(stk_dataset_read(ds, r, buf, 8 * mib, &rec));
             T_EQ(rec.field_size[0], sizes[r]);
             T_EQ(stk_record_i64(&rec, 1), (int64_t)r);
             for (size_t i = 0; i < sizes[r]; i++)
@@ -487,10 +491,11 @@ static int test_read_fields_scattered(void)
     T_EQ(stk__dataset_read(ds, NULL, 5, dst, cap, 0, &l, err, sizeof(err)), STK_EINVAL);
     /* Public read: index out of range and buffer too small. */
     stk_record r;
-    T_EQ(stk_dataset_read(ds, 99, img, sizeof(img), &r, err, sizeof(err)), STK_EINVAL);
-    T_EQ(stk_dataset_read(ds, 4, img, 10, &r, err, sizeof(err)), STK_EINVAL);
-    T_CHECK(strstr(err, path) && strstr(err, "record 4"));
-    T_EQ(stk_dataset_read(ds, 4, img, 10, &r, NULL, 0), STK_EINVAL);
+    stk_record_init(&r);
+    T_EQ(stk_dataset_read(ds, 99, img, sizeof(img), &r), STK_EINVAL);
+    T_EQ(stk_dataset_read(ds, 4, img, 10, &r), STK_EINVAL);
+    T_CHECK(strstr(stk_last_errmsg(), path) && strstr(stk_last_errmsg(), "record 4"));
+    T_EQ(stk_dataset_read(ds, 4, img, 10, &r), STK_EINVAL);
     T_CHECK(strstr(stk_last_errmsg(), "record 4") != NULL);
     stk_dataset_close(ds);
     fx_rmtree(dir);
@@ -503,7 +508,7 @@ static int test_empty_fields(void)
     char path[128];
     snprintf(path, sizeof(path), "%s/e.stk", dir);
     stk_field f;
-    memset(&f, 0, sizeof(f));
+    stk_field_init(&f);
     strcpy(f.name, "b");
     stk_writer_opts o;
     stk_writer_opts_init(&o);
@@ -512,7 +517,7 @@ static int test_empty_fields(void)
     stk_writer *w;
     T_OK(stk_writer_open(path, &o, &w));
     stk_value v;
-    memset(&v, 0, sizeof(v));
+    stk_value_init(&v);
     T_OK(stk_writer_add(w, &v)); /* zero bytes, NULL data */
     v.data = "xyz";
     v.size = 3;
@@ -523,9 +528,10 @@ static int test_empty_fields(void)
     T_EQ(stk_dataset_n_records(ds), 2);
     uint8_t buf[8];
     stk_record r;
-    T_OK(stk_dataset_read(ds, 0, buf, 0, &r, NULL, 0));
+    stk_record_init(&r);
+    T_OK(stk_dataset_read(ds, 0, buf, 0, &r));
     T_EQ(r.size, 0);
-    T_OK(stk_dataset_read(ds, 1, buf, sizeof(buf), &r, NULL, 0));
+    T_OK(stk_dataset_read(ds, 1, buf, sizeof(buf), &r));
     T_CHECK(r.size == 3 && memcmp(r.field[0], "xyz", 3) == 0);
     stk_shard_info si = {.struct_size = sizeof(si)};
     T_OK(stk_dataset_shard(ds, 0, &si));
@@ -630,8 +636,9 @@ static int test_flipped_record_byte(void)
     T_OK(open1(path, 0, &ds)); /* the index is intact: open succeeds */
     uint8_t buf[1024];
     stk_record r;
-    char err[256];
-    T_EQ(stk_dataset_read(ds, 4, buf, sizeof(buf), &r, err, sizeof(err)), STK_EFORMAT);
+    stk_record_init(&r);
+    T_EQ(stk_dataset_read(ds, 4, buf, sizeof(buf), &r), STK_EFORMAT);
+    const char *err = stk_last_errmsg();
     T_CHECKF(strstr(err, path) && strstr(err, "record 4 (global 4) at byte "), "%s", err);
     T_CHECK(strstr(stk_last_errmsg(), "checksum mismatch") != NULL);
     for (uint64_t i = 0; i < 6; i++)
@@ -640,7 +647,7 @@ static int test_flipped_record_byte(void)
     stk_dataset_close(ds);
 
     T_OK(open1(path, STK_DATASET_NO_VERIFY, &ds));
-    T_OK(stk_dataset_read(ds, 4, buf, sizeof(buf), &r, err, sizeof(err)));
+    T_OK(stk_dataset_read(ds, 4, buf, sizeof(buf), &r));
     stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
@@ -778,7 +785,7 @@ static int test_schema_mismatch(void)
     snprintf(b, sizeof(b), "%s/b.stk", dir);
     T_CHECK(write_std(a, 0, 2, 64) == 0);
     stk_field f;
-    memset(&f, 0, sizeof(f));
+    stk_field_init(&f);
     strcpy(f.name, "image");
     stk_writer_opts o;
     stk_writer_opts_init(&o);
@@ -786,7 +793,7 @@ static int test_schema_mismatch(void)
     o.n_fields = 1;
     stk_writer *w;
     T_OK(stk_writer_open(b, &o, &w));
-    stk_value v = {.data = "x", .size = 1};
+    stk_value v = {.struct_size = sizeof(stk_value), .data = "x", .size = 1};
     T_OK(stk_writer_add(w, &v));
     T_OK(stk_writer_close(w));
     const char *paths[2] = {a, b};
@@ -816,7 +823,8 @@ static int test_writer_abort(void)
     T_OK(stk_writer_open(path, &o, &w));
     T_EQ(count_entries(dir), 1); /* the temporary */
     stk_value v[N_STD];
-    memset(v, 0, sizeof(v));
+    for (size_t vi = 0; vi < sizeof(v) / sizeof(v[0]); vi++)
+        stk_value_init(&v[vi]);
     float vec[6] = {0};
     v[F_VEC].data = vec;
     v[F_VEC].size = sizeof(vec);
@@ -842,7 +850,8 @@ static int test_writer_wrong_array_size(void)
     stk_writer *w;
     T_OK(stk_writer_open(path, &o, &w));
     stk_value v[N_STD];
-    memset(v, 0, sizeof(v));
+    for (size_t vi = 0; vi < sizeof(v) / sizeof(v[0]); vi++)
+        stk_value_init(&v[vi]);
     float vec[6] = {0};
     v[F_VEC].data = vec;
     v[F_VEC].size = sizeof(vec) - 4;
@@ -870,7 +879,8 @@ static int test_writer_bad_options(void)
     char path[128];
     snprintf(path, sizeof(path), "%s/bo.stk", dir);
     stk_field f[2];
-    memset(f, 0, sizeof(f));
+    for (size_t fi = 0; fi < sizeof(f) / sizeof(f[0]); fi++)
+        stk_field_init(&f[fi]);
     strcpy(f[0].name, "a");
     strcpy(f[1].name, "a");
     stk_writer_opts o;

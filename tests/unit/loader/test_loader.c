@@ -32,7 +32,9 @@ static int make_dataset(const char *name, uint64_t n, int shards, char *dir, siz
         T_OK(fx_shard_open(path, &w));
         for (uint64_t k = 0; k < per && i < n; k++, i++) {
             uint8_t buf[512];
-            stk_value v[2] = {{.data = buf, .size = fx_payload(i, buf)}, {.i64 = (int64_t)i * 7}};
+            stk_value v[2] = {
+                {.struct_size = sizeof(stk_value), .data = buf, .size = fx_payload(i, buf)},
+                {.struct_size = sizeof(stk_value), .i64 = (int64_t)i * 7}};
             T_OK(stk_writer_add(w, v));
         }
         T_OK(stk_writer_close(w));
@@ -44,6 +46,9 @@ static int make_dataset(const char *name, uint64_t n, int shards, char *dir, siz
 static int check_batch(stk_batch *b, int64_t *seq, size_t *n_seq)
 {
     stk_tensor data, label, index;
+    stk_tensor_init(&data);
+    stk_tensor_init(&label);
+    stk_tensor_init(&index);
     T_EQ(stk_batch_n_tensors(b), 3);
     T_OK(stk_batch_tensor(b, 0, &data));
     T_OK(stk_batch_tensor(b, 1, &label));
@@ -706,8 +711,9 @@ static int make_image_dataset(void)
     if (jpg[0] && jpg[1]) {
         char path[512];
         snprintf(path, sizeof(path), "%s/img.stk", tmpdir);
-        stk_field f[2] = {{.name = "image", .kind = STK_FIELD_BYTES},
-                          {.name = "label", .kind = STK_FIELD_INT64}};
+        stk_field f[2] = {
+            {.struct_size = sizeof(stk_field), .name = "image", .kind = STK_FIELD_BYTES},
+            {.struct_size = sizeof(stk_field), .name = "label", .kind = STK_FIELD_INT64}};
         stk_writer_opts wo;
         stk_writer_opts_init(&wo);
         wo.fields = f;
@@ -715,7 +721,9 @@ static int make_image_dataset(void)
         stk_writer *w;
         T_OK(stk_writer_open(path, &wo, &w));
         for (uint64_t i = 0; i < 24; i++) {
-            stk_value v[2] = {{.data = jpg[i % 2], .size = sz[i % 2]}, {.i64 = (int64_t)i}};
+            stk_value v[2] = {
+                {.struct_size = sizeof(stk_value), .data = jpg[i % 2], .size = sz[i % 2]},
+                {.struct_size = sizeof(stk_value), .i64 = (int64_t)i}};
             T_OK(stk_writer_add(w, v));
         }
         T_OK(stk_writer_close(w));

@@ -27,7 +27,9 @@ static int setup(void)
     T_OK(fx_shard_open(shard, &w));
     for (uint64_t i = 0; i < N; i++) {
         uint8_t buf[512];
-        stk_value v[2] = {{.data = buf, .size = fx_payload(i, buf)}, {.i64 = (int64_t)i}};
+        stk_value v[2] = {
+            {.struct_size = sizeof(stk_value), .data = buf, .size = fx_payload(i, buf)},
+            {.struct_size = sizeof(stk_value), .i64 = (int64_t)i}};
         T_OK(stk_writer_add(w, v));
     }
     T_OK(stk_writer_close(w));

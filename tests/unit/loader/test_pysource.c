@@ -169,14 +169,15 @@ static int test_shared_ring(void)
     T_OK(stk_dataset_open_index("Shared", N, &ds));
     stk_loader *L;
     T_OK(make(ds, 2, 0, &L));
-    stk_ring_memory m = {.struct_size = sizeof(m)};
+    stk_ring_memory m;
+    stk_ring_memory_init(&m);
     T_OK(stk_loader_ring_memory(L, &m));
     T_EQ(m.fd, -1); /* not shared without the flag */
     T_CHECK(m.base == NULL);
     stk_loader_destroy(L);
 
     T_OK(make(ds, 2, STK_LOADER_SHARED_RING, &L));
-    m = (stk_ring_memory){.struct_size = sizeof(m)};
+    stk_ring_memory_init(&m);
     T_OK(stk_loader_ring_memory(L, &m));
     T_CHECK(m.fd >= 0);
     T_CHECK(m.base != NULL && m.size > 0);

@@ -26,8 +26,8 @@ static int setup(void)
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/stk_test_stats.XXXXXX");
     T_CHECK(mkdtemp(tmpdir));
     snprintf(data, sizeof(data), "%s/big.stk", tmpdir);
-    stk_field f[2] = {{.name = "data", .kind = STK_FIELD_BYTES},
-                      {.name = "label", .kind = STK_FIELD_INT64}};
+    stk_field f[2] = {{.struct_size = sizeof(stk_field), .name = "data", .kind = STK_FIELD_BYTES},
+                      {.struct_size = sizeof(stk_field), .name = "label", .kind = STK_FIELD_INT64}};
     stk_writer_opts o;
     stk_writer_opts_init(&o);
     o.fields = f;
@@ -39,7 +39,8 @@ static int setup(void)
         buf[i] = (uint8_t)(i * 7 + i / 251);
     for (int i = 0; i < 64; i++) {
         buf[0] = (uint8_t)i;
-        stk_value v[2] = {{.data = buf, .size = sizeof(buf)}, {.i64 = i}};
+        stk_value v[2] = {{.struct_size = sizeof(stk_value), .data = buf, .size = sizeof(buf)},
+                          {.struct_size = sizeof(stk_value), .i64 = i}};
         T_OK(stk_writer_add(w, v));
     }
     T_OK(stk_writer_close(w));
@@ -212,7 +213,7 @@ static int test_trace(void)
 
 static int test_autotune_fast_consumer(void)
 {
-    if (stk__cpu_count() < 2)
+    if (stk_n_cpus() < 2)
         return T_SKIP;
     stk_loader_opts o = opts(4, STK_LOADER_AUTOTUNE);
     o.n_slots = 8;

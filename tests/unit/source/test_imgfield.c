@@ -37,7 +37,8 @@ static int make(const stk_field *fields, size_t nf, uint64_t n, value_fn fn, cha
     static uint8_t bufs[STK_MAX_FIELDS][4 * W * H + 64];
     for (uint64_t i = 0; i < n; i++) {
         stk_value v[STK_MAX_FIELDS];
-        memset(v, 0, sizeof(v));
+        for (size_t vi = 0; vi < sizeof(v) / sizeof(v[0]); vi++)
+            stk_value_init(&v[vi]);
         for (size_t f = 0; f < nf; f++)
             fn(i, f, &fields[f], &v[f], bufs[f]);
         T_OK(stk_writer_add(w, v));
@@ -48,7 +49,7 @@ static int make(const stk_field *fields, size_t nf, uint64_t n, value_fn fn, cha
 
 static stk_field bytes_field(const char *name)
 {
-    stk_field f = {.kind = STK_FIELD_BYTES};
+    stk_field f = {.struct_size = sizeof(stk_field), .kind = STK_FIELD_BYTES};
     snprintf(f.name, sizeof(f.name), "%s", name);
     return f;
 }
@@ -56,14 +57,18 @@ static stk_field bytes_field(const char *name)
 static stk_field array_field(const char *name, stk_dtype dt, uint32_t ndim, int64_t a, int64_t b,
                              int64_t c)
 {
-    stk_field f = {.kind = STK_FIELD_ARRAY, .dtype = dt, .ndim = ndim, .shape = {a, b, c}};
+    stk_field f = {.struct_size = sizeof(stk_field),
+                   .kind = STK_FIELD_ARRAY,
+                   .dtype = dt,
+                   .ndim = ndim,
+                   .shape = {a, b, c}};
     snprintf(f.name, sizeof(f.name), "%s", name);
     return f;
 }
 
 static stk_field int_field(const char *name)
 {
-    stk_field f = {.kind = STK_FIELD_INT64};
+    stk_field f = {.struct_size = sizeof(stk_field), .kind = STK_FIELD_INT64};
     snprintf(f.name, sizeof(f.name), "%s", name);
     return f;
 }
@@ -328,6 +333,7 @@ static stk_status run(const stk_transform *t, const char *field, float *out, cha
     if ((rc = stk_loader_next(L, &b)) == STK_OK) {
         for (size_t i = 0; i < stk_batch_n_tensors(b); i++) {
             stk_tensor tt;
+            stk_tensor_init(&tt);
             stk_batch_tensor(b, i, &tt);
             if (tt.dtype == STK_DTYPE_FLOAT32 && tt.ndim == 4) {
                 memcpy(out, tt.data, tt.size);
@@ -402,6 +408,7 @@ static int test_loader_picks_and_refuses(void)
     stk_batch *b;
     T_OK(stk_loader_next(L, &b));
     stk_tensor tt;
+    stk_tensor_init(&tt);
     T_OK(stk_batch_tensor(b, 0, &tt));
     T_CHECK(strcmp(tt.name, "x") == 0 && tt.ndim == 4 && tt.shape[1] == 3 && tt.shape[2] == 224);
     stk_batch_release(b);

@@ -7,7 +7,7 @@
  * header), the .stk source's overlap check and a shard truncated while open (read error, no
  * SIGBUS), and the loader over an ImageFolder tree.
  */
-#include "format/stk_format.h"
+#include "source/stk/stk_format.h"
 #include "io/stk_vfs.h"
 #include "source/stk_source.h"
 #include "stk_internal.h"
@@ -107,7 +107,8 @@ static int write_shard(const char *path, uint64_t first, uint64_t n, size_t size
     T_CHECK(size <= sizeof(buf));
     for (uint64_t i = first; i < first + n; i++) {
         payload(i, buf, size);
-        stk_value v[2] = {{.data = buf, .size = size}, {.i64 = (int64_t)i * 3}};
+        stk_value v[2] = {{.struct_size = sizeof(stk_value), .data = buf, .size = size},
+                          {.struct_size = sizeof(stk_value), .i64 = (int64_t)i * 3}};
         T_OK(stk_writer_add(w, v));
     }
     T_OK(stk_writer_close(w));
@@ -536,10 +537,11 @@ static int check_folder_record(const stk_dataset *ds, const char *root, uint64_t
                                int64_t label)
 {
     uint8_t buf[2048], want[512];
-    char err[STK_ERRMSG_SIZE], where[1024], want_where[1024];
+    char where[1024], want_where[1024];
     stk_record r;
-    int rc = stk_dataset_read(ds, i, buf, sizeof(buf), &r, err, sizeof(err));
-    T_CHECKF(rc == STK_OK, "record %llu: %s", (unsigned long long)i, err);
+    stk_record_init(&r);
+    int rc = stk_dataset_read(ds, i, buf, sizeof(buf), &r);
+    T_CHECKF(rc == STK_OK, "record %llu: %s", (unsigned long long)i, stk_last_errmsg());
     T_CHECKF(r.field_size[2] == strlen(rel) && memcmp(r.field[2], rel, strlen(rel)) == 0,
              "record %llu is %.*s, want %s", (unsigned long long)i, (int)r.field_size[2],
              (const char *)r.field[2], rel);
@@ -642,10 +644,12 @@ static int test_folder_changed_and_fingerprint(void)
     memset(buf, 7, sizeof(buf));
     T_CHECK(put_file(dir, "x/2.jpg", buf, old + 10) == 0);
     stk_record r;
-    char err[STK_ERRMSG_SIZE], want[600];
+    stk_record_init(&r);
+    char want[600];
     T_CHECK(check_folder_record(ds, dir, 0, "x/1.jpg", 0) == 0);
-    int rc = stk_dataset_read(ds, 1, buf, sizeof(buf), &r, err, sizeof(err));
+    int rc = stk_dataset_read(ds, 1, buf, sizeof(buf), &r);
     T_EQ(rc, STK_EFORMAT);
+    const char *err = stk_last_errmsg();
     snprintf(want, sizeof(want),
              "%s/x/2.jpg (record 1): changed since the dataset was opened (size %zu -> %zu)", dir,
              old, old + 10);
@@ -728,8 +732,8 @@ static int test_npy_fields(void)
     for (int i = 0; i < NPY_N; i++) {
         uint8_t buf[64];
         stk_record r;
-        char err[STK_ERRMSG_SIZE];
-        T_OK(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r, err, sizeof(err)));
+        stk_record_init(&r);
+        T_OK(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r));
         T_EQ(r.size, 64);
         T_EQ(r.field_size[0], 48);
         T_CHECK(memcmp(r.field[0], img[i], 48) == 0);
@@ -774,8 +778,8 @@ static int test_npy_named_fields(void)
     T_CHECK(strcmp(stk_dataset_field(ds, 1)->name, "label") == 0);
     uint8_t buf[64];
     stk_record r;
-    char err[STK_ERRMSG_SIZE];
-    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r, err, sizeof(err)));
+    stk_record_init(&r);
+    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r));
     T_CHECK(stk_record_f32(&r, 0) == 2.5f);
     T_EQ(stk_record_i64(&r, 1), 12);
     stk_dataset_close(ds);
@@ -844,10 +848,12 @@ static int test_npy_errors(void)
     T_CHECK(truncate(a, st.st_size - 2 * 8) == 0);
     uint8_t buf[8];
     stk_record r;
-    char err[STK_ERRMSG_SIZE], row[400];
-    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r, err, sizeof(err)));
+    stk_record_init(&r);
+    char row[400];
+    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r));
     T_EQ(stk_record_i64(&r, 0), 3);
-    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r, err, sizeof(err)), STK_EFORMAT);
+    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r), STK_EFORMAT);
+    const char *err = stk_last_errmsg();
     snprintf(row, sizeof(row), "%s row 3: changed while open (size %lld -> %lld)", a,
              (long long)st.st_size, (long long)st.st_size - 16);
     T_CHECKF(strstr(err, row) == err, "'%s' does not start with '%s'", err, row);
@@ -946,10 +952,12 @@ static int test_stk_truncated_while_open(void)
 
     uint8_t buf[2 * TR_SIZE], want[TR_SIZE];
     stk_record r;
-    T_OK(stk_dataset_read(ds, TR_CUT - 1, buf, sizeof(buf), &r, err, sizeof(err)));
+    stk_record_init(&r);
+    T_OK(stk_dataset_read(ds, TR_CUT - 1, buf, sizeof(buf), &r));
     payload(TR_CUT - 1, want, TR_SIZE);
     T_CHECK(memcmp(r.field[0], want, TR_SIZE) == 0);
-    T_EQ(stk_dataset_read(ds, 12, buf, sizeof(buf), &r, err, sizeof(err)), STK_EFORMAT);
+    T_EQ(stk_dataset_read(ds, 12, buf, sizeof(buf), &r), STK_EFORMAT);
+    snprintf(err, sizeof(err), "%s", stk_last_errmsg());
     T_CHECKF(strstr(err, path) && strstr(err, "record 12 (global 12)") && strstr(err, sizes), "%s",
              err);
     stk__recinfo info; /* the same failure without a message buffer */
@@ -1020,6 +1028,10 @@ static int test_loader_imagefolder(void)
             stk_status rc;
             while ((rc = stk_loader_next(L, &b)) == STK_OK) {
                 stk_tensor img, label, path, index;
+                stk_tensor_init(&img);
+                stk_tensor_init(&label);
+                stk_tensor_init(&path);
+                stk_tensor_init(&index);
                 T_EQ(stk_batch_n_tensors(b), 4);
                 T_OK(stk_batch_tensor(b, 0, &img));
                 T_OK(stk_batch_tensor(b, 1, &label));

@@ -390,8 +390,8 @@ static int test_op_table(void)
                         : pa->type == STK_OP_PARAM_DOUBLE ? sizeof(double)
                         : pa->type == STK_OP_PARAM_FLOAT  ? sizeof(float)
                                                           : 0;
-            T_CHECKF(el && pa->count >= 1 && pa->count <= 4, "%s.%s", d->name, pa->name);
-            T_CHECKF(pa->offset % el == 0 && pa->offset + el * pa->count <= sizeof(stk_op),
+            T_CHECKF(el && pa->n_values >= 1 && pa->n_values <= 4, "%s.%s", d->name, pa->name);
+            T_CHECKF(pa->offset % el == 0 && pa->offset + el * pa->n_values <= sizeof(stk_op),
                      "%s.%s: offset %zu", d->name, pa->name, pa->offset);
             for (size_t m = 0; m < j; m++)
                 T_CHECK(strcmp(d->params[m].name, pa->name) != 0);

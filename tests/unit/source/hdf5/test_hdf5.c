@@ -101,8 +101,8 @@ static int check_record(const stk_dataset *ds, uint64_t i, int r)
 {
     static uint8_t buf[1024];
     stk_record rec;
-    char err[STK_ERRMSG_SIZE];
-    T_OK(stk_dataset_read(ds, i, buf, sizeof(buf), &rec, err, sizeof(err)));
+    stk_record_init(&rec);
+    T_OK(stk_dataset_read(ds, i, buf, sizeof(buf), &rec));
     int32_t be[2];
     double feat[4];
     float x[6];

@@ -97,8 +97,9 @@ static int test_read_in_key_order(void)
     static uint8_t buf[N_KEYS * 97 + 64], want[N_KEYS * 97];
     for (int r = 0; r < N_KEYS; r++) {
         stk_record rec;
-        char err[STK_ERRMSG_SIZE], k[16];
-        T_OK(stk_dataset_read(ds, (uint64_t)r, buf, sizeof(buf), &rec, err, sizeof(err)));
+        stk_record_init(&rec);
+        char k[16];
+        T_OK(stk_dataset_read(ds, (uint64_t)r, buf, sizeof(buf), &rec));
         size_t kl = key_of(order[r], k), vl = value_of(order[r], want);
         T_CHECKF(rec.field_size[0] == kl && memcmp(rec.field[0], k, kl) == 0, "record %d", r);
         T_CHECKF(rec.field_size[1] == vl && memcmp(rec.field[1], want, vl) == 0, "record %d", r);

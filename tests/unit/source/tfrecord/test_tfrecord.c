@@ -325,9 +325,10 @@ static int test_dataset_roundtrip_and_bad_crc(void)
     T_EQ(stk_dataset_field(ds, 1)->kind, STK_FIELD_BYTES);
     uint8_t buf[256];
     stk_record rec;
+    stk_record_init(&rec);
     char err[512];
     for (int r = 0; r < 5; r++) {
-        T_OK(stk_dataset_read(ds, (uint64_t)r, buf, sizeof(buf), &rec, err, sizeof(err)));
+        T_OK(stk_dataset_read(ds, (uint64_t)r, buf, sizeof(buf), &rec));
         T_EQ(stk_record_i64(&rec, 0), r * 10);
         T_CHECK(rec.field_size[1] == 5 + (size_t)r && memcmp(rec.field[1], "imagebytes", 5) == 0);
     }
@@ -345,8 +346,9 @@ static int test_dataset_roundtrip_and_bad_crc(void)
     fputc('X', f);
     fclose(f);
     T_OK(stk_dataset_open(paths, 1, 0, &ds));
-    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &rec, err, sizeof(err)));
-    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &rec, err, sizeof(err)), STK_EFORMAT);
+    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &rec));
+    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &rec), STK_EFORMAT);
+    snprintf(err, sizeof(err), "%s", stk_last_errmsg());
     char want[400];
     snprintf(want, sizeof(want), "%s record 3 (global 3) at byte %ld: data CRC mismatch", path,
              offs[3]);
@@ -462,13 +464,15 @@ static int test_alloc_failures_tfrecord(void)
         stk_dataset *ds = NULL;
         uint8_t buf[64];
         stk_record rec;
+        stk_record_init(&rec);
         char err[512] = "";
         stk__fault_alloc_set(k);
         stk_status rc = stk_dataset_open(paths, 1, 0, &ds);
         if (rc != STK_OK)
             snprintf(err, sizeof(err), "%s", stk_last_errmsg());
         for (uint64_t i = 0; rc == STK_OK && i < 3; i++)
-            rc = stk_dataset_read(ds, i, buf, sizeof(buf), &rec, err, sizeof(err));
+            if ((rc = stk_dataset_read(ds, i, buf, sizeof(buf), &rec)) != STK_OK)
+                snprintf(err, sizeof(err), "%s", stk_last_errmsg());
         stk__fault_alloc_set(0);
         stk_dataset_close(ds);
         T_CHECKF(rc == STK_OK || (rc == STK_ENOMEM && strstr(err, "out of memory")),

@@ -91,8 +91,8 @@ static stk_status check_dataset(const char *path, int n)
     T_CHECK(strcmp(stk_dataset_field(ds, 2)->name, "jpg") == 0);
     for (int i = 0; i < n && rc == STK_OK; i++) {
         stk_record r;
-        char err[512];
-        rc = stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r, err, sizeof(err));
+        stk_record_init(&r);
+        rc = stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r);
         if (rc != STK_OK)
             break;
         T_EQ(stk_record_i64(&r, 1), i * 3);
@@ -239,8 +239,9 @@ static stk_status check_gz_npy(const char *path, int n)
     for (int i = 0; i < n && rc == STK_OK; i++) {
         uint8_t buf[1024];
         stk_record r;
-        char err[512], want[256] = "";
-        rc = stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r, err, sizeof(err));
+        stk_record_init(&r);
+        char want[256] = "";
+        rc = stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r);
         if (rc != STK_OK)
             break;
         for (int k = 0; k <= i; k++)

@@ -1,14 +1,14 @@
 /*
- * stk_recfile_format.h: the on-disk layout of a `.stk` shard, version 1 (docs/format.md is the
+ * stk_format.h: the on-disk layout of a `.stk` shard, version 1 (docs/format.md is the
  * spec; this header is its C mirror). Every integer is little-endian and is read and written
  * through the load/store helpers below, never through a cast struct, so the code is independent
  * of host byte order and of struct padding.
  *
  *   [header][pad to align][record 0][pad][record 1]...[pad to 8][index][footer]
  *
- * Used by the writer (stk_writer.c), the reader (src/source/stk/stk_src_stk.c) and the fuzz harness
- * (which repairs checksums of mutated inputs to reach the index validation); nothing else should
- * need it.
+ * Used by the reader (stk_src_stk.c, beside it), the writer (src/format/stk_writer.c) and the fuzz
+ * harness (which repairs checksums of mutated inputs to reach the index validation); nothing else
+ * should need it.
  */
 #ifndef STK_FORMAT_H
 #define STK_FORMAT_H

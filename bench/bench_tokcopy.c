@@ -1,0 +1,153 @@
+/*
+ * bench_tokcopy.c: fixed windows of tokens against their ceilings (issue 26,
+ * bench/bench_tokens.py): K batches of B rows of T + 1 uint16 tokens at the windows' offsets (row
+ * r at token r * T), one thread, destinations rotating over 4 B-row slots as a loader's ring does.
+ * Not part of the library.
+ *
+ *   pread   each row's 2 (T + 1) bytes pread from the file into its slot row, rows in a shuffled
+ *           order (r -> (a * r + c) mod R, a bijection): the bytes a loader must move
+ *   widen   pread into a scratch row, then widened to int64 input_ids and labels rows of the slot:
+ *           what the loader's read does per row, without the loader
+ *   memcpy  memcpy of the delivered bytes (16 per token: int64 input_ids and labels) from a hot
+ *           buffer into the slot: a copy of the batch as the trainer receives it
+ *   loop    the loader itself from C (stk_tokens_open of MODE: 0 windows, 1 random, 2 packed;
+ *           THREADS workers, shuffled), each batch taken and released at once: its figure
+ *           without Python
+ *
+ *   cc -O2 -Iinclude -o build/bench_tokcopy bench/bench_tokcopy.c build/libstoker.a $(LIBS)
+ *   build/bench_tokcopy FILE METHOD B T K [MODE THREADS]  ->  "tokens/s N tokens/cpu-s M"
+ *
+ * (LIBS: the libraries the Makefile links the CLI with.)
+ */
+#define _GNU_SOURCE
+#include <stoker.h>
+
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(clockid_t c)
+{
+    struct timespec t;
+    clock_gettime(c, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The loader over `path` from C: K batches; 0 or 1 on failure (printed). */
+static int loop(const char *path, size_t B, size_t T, long K, int mode, int threads)
+{
+    stk_tokens_opts o;
+    stk_tokens_opts_init(&o);
+    o.paths = &path;
+    o.n_paths = 1;
+    o.seq_len = (uint32_t)T;
+    o.mode = (uint32_t)mode;
+    stk_dataset *ds;
+    if (stk_tokens_open(&o, &ds) != STK_OK) {
+        fprintf(stderr, "%s\n", stk_last_errmsg());
+        return 1;
+    }
+    stk_loader_opts lo;
+    stk_loader_opts_init(&lo);
+    lo.dataset = ds;
+    lo.batch_size = (int64_t)B;
+    lo.n_threads = threads;
+    lo.flags = STK_LOADER_SHUFFLE;
+    stk_loader *L;
+    if (stk_loader_create(&lo, &L) != STK_OK) {
+        fprintf(stderr, "%s\n", stk_last_errmsg());
+        return 1;
+    }
+    long rows = 0;
+    double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+    for (long k = 0; k < K; k++) {
+        stk_batch *b;
+        stk_status rc = stk_loader_next(L, &b);
+        if (rc == STK_END) { /* the next epoch goes on */
+            k--;
+            continue;
+        }
+        if (rc != STK_OK) {
+            fprintf(stderr, "%s\n", stk_loader_errmsg(L));
+            return 1;
+        }
+        rows += stk_batch_n_samples(b);
+        stk_batch_release(b);
+    }
+    double w = now(CLOCK_MONOTONIC) - w0, c = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    printf("tokens/s %.0f tokens/cpu-s %.0f\n", (double)rows * (double)T / w,
+           (double)rows * (double)T / c);
+    stk_loader_destroy(L);
+    stk_dataset_close(ds);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 6 && argc != 8) {
+        fprintf(stderr, "usage: bench_tokcopy FILE pread|widen|memcpy|loop B T K [MODE THREADS]\n");
+        return 2;
+    }
+    if (!strcmp(argv[2], "loop"))
+        return loop(argv[1], strtoul(argv[3], NULL, 10), strtoul(argv[4], NULL, 10), atol(argv[5]),
+                    argc == 8 ? atoi(argv[6]) : 0, argc == 8 ? atoi(argv[7]) : 1);
+    int fd = open(argv[1], O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        perror(argv[1]);
+        return 1;
+    }
+    const char *m = argv[2];
+    size_t B = strtoul(argv[3], NULL, 10), T = strtoul(argv[4], NULL, 10);
+    size_t K = strtoul(argv[5], NULL, 10);
+    uint64_t R = ((uint64_t)st.st_size / 2 - 1) / T, a = 2654435761u % R, c = R / 3;
+    for (;; a++) { /* gcd(a, R) = 1: r -> (a r + c) mod R is a permutation of the rows */
+        uint64_t x = a, y = R;
+        while (y) {
+            uint64_t t = x % y;
+            x = y;
+            y = t;
+        }
+        if (x == 1)
+            break;
+    }
+    uint16_t *raw = malloc(4 * B * (T + 1) * 2);
+    int64_t *out = aligned_alloc(64, 4 * B * T * 16);
+    int64_t *hot = aligned_alloc(64, B * T * 16);
+    memset(out, 0, 4 * B * T * 16);
+    memset(hot, 1, B * T * 16);
+    double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
+    uint64_t r = 0;
+    for (size_t k = 0; k < K; k++) {
+        size_t slot = k % 4;
+        if (!strcmp(m, "memcpy")) {
+            memcpy(out + slot * B * T * 2, hot, B * T * 16);
+            continue;
+        }
+        for (size_t b = 0; b < B; b++, r++) {
+            uint64_t row = (a * r + c) % R;
+            uint16_t *dst = raw + (slot * B + b) * (T + 1);
+            if (pread(fd, dst, (T + 1) * 2, (off_t)(row * T * 2)) != (ssize_t)((T + 1) * 2)) {
+                perror("pread");
+                return 1;
+            }
+            if (!strcmp(m, "widen")) {
+                int64_t *x = out + slot * B * T * 2 + b * T, *y = x + B * T;
+                for (size_t j = 0; j < T; j++)
+                    x[j] = dst[j];
+                for (size_t j = 0; j < T; j++)
+                    y[j] = dst[j + 1];
+            }
+        }
+    }
+    double w = now(CLOCK_MONOTONIC) - w0, cpu = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    double tokens = (double)K * (double)B * (double)T;
+    printf("tokens/s %.0f tokens/cpu-s %.0f check %lld\n", tokens / w, tokens / cpu,
+           (long long)(out[7] + raw[5]));
+    return 0;
+}

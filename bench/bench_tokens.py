@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Token corpora (issue 26): stoker's rows against nanoGPT's get_batch and the copy ceilings, packed
+rows against windows, opening a 10^9-token Megatron corpus, and packing waste.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py windows [--tokens 2e8]
+        [--batches 1500] [--rounds 3]
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py packed [--tokens 2e8]
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py open [--tokens 1e9]
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py waste
+
+Data is generated under bench/data/tokens/ (git-ignored) on first use: a nanoGPT uint16 file of
+random ids (windows), a Megatron corpus of log-normal documents with mean T/4 (packed, waste),
+a 10^9-token Megatron corpus (open: 2 GB + its index). B=32, T=2048 throughout. Every figure is
+tokens/s of wall time and tokens per CPU-second of the process (the machine is shared: the
+CPU-second figure moves less with the load); each round runs every method once, interleaved,
+and the table gives medians. `uptime` is printed with each run.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "bench", "data", "tokens")
+
+B, T = 32, 2048
+COPY = os.path.join(ROOT, "build", "bench_tokcopy")
+LIBS = ("libturbojpeg", "spng", "libxxhash", "libwebp", "libtiff-4", "hdf5", "lmdb", "libcurl",
+        "libcrypto", "zlib")  # the Makefile's PKGS
+
+
+def uptime():
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def gen_nanogpt(n):
+    path = os.path.join(DATA, f"train_{n}.bin")
+    if not os.path.exists(path):
+        os.makedirs(DATA, exist_ok=True)
+        rng = np.random.default_rng(0)
+        with open(path + ".tmp", "wb") as f:
+            for at in range(0, n, 50_000_000):
+                rng.integers(0, 50257, min(50_000_000, n - at), dtype=np.uint16).tofile(f)
+        os.rename(path + ".tmp", path)
+    return path
+
+
+def gen_megatron(n, name, mean=T // 4, sigma=1.0):
+    """A Megatron corpus of ~n tokens in log-normal documents (mean `mean`), written piecewise:
+    the same layout as token_corpora.write_megatron (used for the index), without holding the
+    tokens."""
+    prefix = os.path.join(DATA, name)
+    if os.path.exists(prefix + ".idx"):
+        return prefix
+    os.makedirs(DATA, exist_ok=True)
+    rng = np.random.default_rng(1)
+    lens = []
+    total = 0
+    while total < n:
+        x = np.maximum(1, rng.lognormal(np.log(mean) - sigma ** 2 / 2, sigma, 1_000_000)
+                       ).astype(np.int64)
+        lens.append(x)
+        total += int(x.sum())
+    lens = np.concatenate(lens)
+    lens = lens[:int(np.searchsorted(np.cumsum(lens), n)) + 1]
+    with open(prefix + ".bin.tmp", "wb") as f:
+        left = int(lens.sum())
+        while left:
+            k = min(left, 50_000_000)
+            rng.integers(1, 50257, k, dtype=np.uint16).tofile(f)
+            left -= k
+    # the index: one sequence per document, back to back (python/tests/token_corpora.py's
+    # write_megatron writes the same layout from documents in memory)
+    with open(prefix + ".idx.tmp", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00")
+        f.write(struct.pack("<Q", 1))
+        f.write(struct.pack("<B", 8))
+        f.write(struct.pack("<Q", len(lens)))
+        f.write(struct.pack("<Q", len(lens) + 1))
+        f.write(lens.astype(np.int32).tobytes())
+        ptr = np.zeros(len(lens), np.int64)
+        ptr[1:] = np.cumsum(lens[:-1]) * 2
+        f.write(ptr.tobytes())
+        f.write(np.arange(len(lens) + 1, dtype=np.int64).tobytes())
+    os.rename(prefix + ".bin.tmp", prefix + ".bin")
+    os.rename(prefix + ".idx.tmp", prefix + ".idx")
+    return prefix
+
+
+def warm(path):
+    with open(path, "rb") as f:
+        while f.read(1 << 24):
+            pass
+
+
+def nanogpt_get_batch(path, K):
+    """nanoGPT train.py's get_batch (device 'cpu'), K times: a fresh memmap per batch, random
+    offsets from torch.randint, x and y stacked as int64."""
+    import torch
+    torch.manual_seed(1337)
+    t0, c0 = time.perf_counter(), cpu()
+    for _ in range(K):
+        data = np.memmap(path, dtype=np.uint16, mode="r")
+        ix = torch.randint(len(data) - T, (B,))
+        x = torch.stack([torch.from_numpy((data[i:i + T]).astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy((data[i + 1:i + 1 + T]).astype(np.int64)) for i in ix])
+        del x, y
+    return K * B * T / (time.perf_counter() - t0), K * B * T / (cpu() - c0)
+
+
+def stoker_rows(data, K, threads, tokens="windows", epoch=0, **kw):
+    import stoker
+    L = stoker.Loader(data, batch_size=B, seq_len=T, tokens=tokens, shuffle=True, seed=0,
+                      num_workers=threads, **kw)
+    if epoch:
+        L.set_epoch(epoch)
+    it = iter(L)
+    t0, c0 = time.perf_counter(), cpu()
+    for _ in range(K):
+        b = next(it, None)
+        if b is None:  # the epoch ended: the next one goes on
+            it = iter(L)
+            b = next(it)
+        del b
+    r = K * B * T / (time.perf_counter() - t0), K * B * T / (cpu() - c0)
+    L.close()
+    return r
+
+
+def ceiling(path, method, K):
+    out = subprocess.run([COPY, path, method, str(B), str(T), str(K)], check=True,
+                         capture_output=True, text=True).stdout.split()
+    return float(out[1]), float(out[3])
+
+
+def table(res, base):
+    print(f"| method | Mtokens/s (wall) | Mtokens/cpu-s | vs {base} (cpu-s) |")
+    print("|---|---|---|---|")
+    b = statistics.median(r[1] for r in res[base])
+    for m, rs in res.items():
+        w = statistics.median(r[0] for r in rs)
+        c = statistics.median(r[1] for r in rs)
+        print(f"| {m} | {w / 1e6:.1f} [{min(r[0] for r in rs) / 1e6:.1f}-"
+              f"{max(r[0] for r in rs) / 1e6:.1f}] | {c / 1e6:.1f} | {c / b:.2f}x |")
+
+
+def cmd_windows(a):
+    build_copy()
+    path = gen_nanogpt(int(a.tokens))
+    warm(path)
+    K = a.batches
+    print(uptime())
+    res = {}
+    for r in range(a.rounds):
+        for name, fn in [
+            ("nanoGPT get_batch (1 process)", lambda: nanogpt_get_batch(path, K)),
+            ("stoker windows, 1 thread, first pass", lambda: stoker_rows(path, K, 1)),
+            ("stoker windows, 1 thread, epoch 1", lambda: stoker_rows(path, K, 1, epoch=1)),
+            ("stoker windows, 2 threads", lambda: stoker_rows(path, K, 2)),
+            ("stoker random, 1 thread", lambda: stoker_rows(path, K, 1, "random")),
+            ("stoker windows int32, 1 thread",
+             lambda: stoker_rows(path, K, 1, ids_dtype="int32")),
+            ("C loop: stoker windows, 1 thread", lambda: c_loop(path, 0, 1, K)),
+            ("C loop: stoker windows, 2 threads", lambda: c_loop(path, 0, 2, K)),
+            ("ceiling: pread of the rows' bytes (2/token)", lambda: ceiling(path, "pread", K)),
+            ("ceiling: pread + widen (no loader)", lambda: ceiling(path, "widen", K)),
+            ("ceiling: memcpy of the delivered bytes (16/token)",
+             lambda: ceiling(path, "memcpy", K)),
+        ]:
+            res.setdefault(name, []).append(fn())
+        print(f"round {r + 1}: {uptime()}", file=sys.stderr)
+    print(uptime())
+    table(res, "nanoGPT get_batch (1 process)")
+    print()
+    table(res, "ceiling: memcpy of the delivered bytes (16/token)")
+
+
+def build_copy():
+    libs = subprocess.run(["pkg-config", "--libs", *LIBS], check=True, capture_output=True,
+                          text=True).stdout.split()
+    subprocess.run(["cc", "-O2", "-I", os.path.join(ROOT, "include"), "-o", COPY,
+                    os.path.join(ROOT, "bench", "bench_tokcopy.c"),
+                    os.path.join(ROOT, "build", "libstoker.a"), *libs, "-ljpeg", "-lpthread",
+                    "-ldl", "-lm"], check=True)
+
+
+def c_loop(prefix, mode, threads, K):
+    out = subprocess.run([COPY, prefix, "loop", str(B), str(T), str(K), str(mode), str(threads)],
+                         check=True, capture_output=True, text=True).stdout.split()
+    return float(out[1]), float(out[3])
+
+
+def cmd_packed(a):
+    prefix = gen_megatron(int(a.tokens), f"ln_{int(a.tokens)}")
+    warm(prefix + ".bin")
+    build_copy()
+    K = a.batches
+    print(uptime())
+    res = {}
+    for r in range(a.rounds):
+        for t in (1, 2):
+            res.setdefault(f"windows, {t} thread(s)", []).append(stoker_rows(prefix, K, t))
+            res.setdefault(f"packed best-fit, {t} thread(s)", []).append(
+                stoker_rows(prefix, K, t, "packed"))
+            res.setdefault(f"C loop: windows, {t} thread(s)", []).append(
+                c_loop(prefix, 0, t, K))
+            res.setdefault(f"C loop: packed best-fit, {t} thread(s)", []).append(
+                c_loop(prefix, 2, t, K))
+    print(uptime())
+    table(res, "windows, 1 thread(s)")
+
+
+OPEN_CHILD = r"""
+import json, resource, sys, time
+import numpy, torch  # imported first: what they take is not the corpus'
+import stoker
+def rss():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+prefix, mode = sys.argv[1], sys.argv[2]
+r0 = rss()
+t0 = time.perf_counter()
+ds = stoker.tokens.open_tokens(prefix, 2048, tokens=mode)
+t1 = time.perf_counter()
+r1 = rss()
+L = stoker.Loader(ds, batch_size=32, shuffle=True, num_workers=1)
+b = next(iter(L))
+t2 = time.perf_counter()
+info = ds.info
+print(json.dumps({"open_s": t1 - t0, "first_batch_s": t2 - t1, "rss_before": r0,
+                  "rss_open": r1, "rss_after": rss(), "n_documents": info["n_documents"],
+                  "n_rows": info["n_rows"], "n_tokens": info["n_tokens"], "n_padding": info["n_padding"]}))
+"""
+
+
+def cmd_open(a):
+    prefix = gen_megatron(int(a.tokens), f"mega_{int(a.tokens)}")
+    idx = os.path.getsize(prefix + ".idx")
+    print(uptime())
+    print(f"corpus: {prefix}.bin {os.path.getsize(prefix + '.bin') / 1e9:.2f} GB, .idx "
+          f"{idx / 1e6:.1f} MB")
+    print("| rows | open (s) | loader + first batch (s) | peak RSS growth: open / + loader "
+          "(MB) | documents | rows | bytes per document (open) |")
+    print("|---|---|---|---|---|---|---|")
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "build", "python"))
+    for mode in ("windows", "packed"):
+        for _ in range(a.rounds):
+            out = subprocess.run([sys.executable, "-c", OPEN_CHILD, prefix, mode], check=True,
+                                 capture_output=True, text=True, env=env).stdout
+            d = json.loads(out)
+            grown = d["rss_open"] - d["rss_before"]
+            total = d["rss_after"] - d["rss_before"]
+            print(f"| {mode} | {d['open_s']:.2f} | {d['first_batch_s']:.3f} | "
+                  f"{grown / 1e6:.0f} / {total / 1e6:.0f} | {d['n_documents']} | {d['n_rows']} | "
+                  f"{grown / d['n_documents']:.1f} |")
+    print(uptime())
+
+
+def cmd_waste(a):
+    import stoker
+    print(uptime())
+    print("| documents (log-normal) | T | mean length | rule | rows | padding |")
+    print("|---|---|---|---|---|---|")
+    for sigma in (0.5, 1.0, 1.5):
+        for t in (2048, 8192):
+            prefix = gen_megatron(int(a.tokens), f"waste_{sigma}_{t}_{int(a.tokens)}", t // 4,
+                                  sigma)
+            for rule in ("best-fit", "first-fit"):
+                i = stoker.tokens.open_tokens(prefix, t, tokens="packed", packing=rule).info
+                print(f"| {i['n_documents']} (sigma {sigma}) | {t} | "
+                      f"{i['n_tokens'] / i['n_documents']:.0f} | {rule} | {i['n_rows']} | "
+                      f"{100 * i['n_padding'] / (i['n_rows'] * t):.2f}% |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=["windows", "packed", "open", "waste"])
+    ap.add_argument("--tokens", type=float, default=None)
+    ap.add_argument("--batches", type=int, default=1500)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    if a.tokens is None:
+        a.tokens = {"open": 1e9, "waste": 2e7}.get(a.what, 2e8)
+    {"windows": cmd_windows, "packed": cmd_packed, "open": cmd_open, "waste": cmd_waste}[a.what](a)
+
+
+if __name__ == "__main__":
+    main()
