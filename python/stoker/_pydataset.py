@@ -246,6 +246,7 @@ class PyLoader(Loader):
         self._server = None
         self._runner = None
         self._map = None
+        self._tokens = None  # (a token corpus is never a Python dataset)
         self._dataset = None
         self._own_dataset = True
         self._dataset_weak = None

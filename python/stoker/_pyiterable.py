@@ -280,6 +280,7 @@ class PyIterLoader(Loader):
                  in_order=None, executor="auto", reseed=True, output=None, fields=None,
                  n_threads=None, **native_only):
         self._core = None
+        self._tokens = None
         self._channels = []
         self._server = None
         ds = data if data is not None else dataset

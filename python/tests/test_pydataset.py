@@ -294,6 +294,7 @@ def test_worker_info_and_init_fn(executor):
     assert seen == set(range(30))
     assert get_worker_info() is None  # not in a worker here
     if executor == "thread":  # once per thread (and once more for the first samples, here)
+        del i, wid, n, init  # (a batch still held would make the loader rebuild its threads)
         for _ in loader:
             pass
         assert sorted(_INIT_CALLS) == [0, 0, 1, 2]

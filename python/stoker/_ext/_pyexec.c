@@ -90,7 +90,9 @@ void stkpy_tstates_init(struct stkpy_tstates *reg)
 
 void stkpy_tstates_free(struct stkpy_tstates *reg)
 {
-    for (size_t i = 0; i < reg->n; i++) {
+    /* Once the interpreter is finalizing it has deleted every thread state but its own
+     * (Py_FinalizeEx, before the modules go): these are gone already. */
+    for (size_t i = 0; i < reg->n && !finalizing(); i++) {
         PyThreadState_Clear(reg->v[i]);
         PyThreadState_Delete(reg->v[i]);
     }

@@ -442,7 +442,8 @@ static int child_pinned_shared(void)
     stk_ring_memory m;
     stk_ring_memory_init(&m);
     T_OK(stk_loader_ring_memory(L, &m));
-    stk_loader_stats st = {.struct_size = sizeof(st)};
+    stk_loader_stats st;
+    stk_loader_stats_init(&st);
     stk_loader_stats_get(L, &st);
     T_CHECKF(m.fd >= 0 && m.pinned && st.pinned, "%s", st.device_reason);
     T_EQ(st.pinned_bytes, m.size);
@@ -452,6 +453,7 @@ static int child_pinned_shared(void)
     stk_batch *b;
     T_OK(stk_loader_next(L, &b));
     stk_tensor t;
+    stk_tensor_init(&t);
     T_OK(stk_batch_tensor(b, 0, &t));
     T_CHECK((const uint8_t *)t.data >= (const uint8_t *)m.base &&
             (const uint8_t *)t.data + t.size <= (const uint8_t *)m.base + m.size);

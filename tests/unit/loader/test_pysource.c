@@ -59,8 +59,12 @@ static stk_status fill(void *ctx, const stk_sample_info *info, const stk_tensor 
     return STK_OK;
 }
 
-static const stk_field vfield = {
-    .name = "v", .kind = STK_FIELD_ARRAY, .dtype = STK_DTYPE_INT64, .ndim = 1, .shape = {6}};
+static const stk_field vfield = {.struct_size = sizeof(stk_field),
+                                 .name = "v",
+                                 .kind = STK_FIELD_ARRAY,
+                                 .dtype = STK_DTYPE_INT64,
+                                 .ndim = 1,
+                                 .shape = {6}};
 
 static stk_status make(stk_dataset *ds, int threads, uint32_t flags, stk_loader **L)
 {
@@ -96,6 +100,7 @@ static int run_epoch(stk_loader *L, int64_t rows[N][6], char *errtext, size_t er
             continue;
         }
         stk_tensor t;
+        stk_tensor_init(&t);
         if (stk_batch_tensor(b, 0, &t) != STK_OK || strcmp(t.name, "v") != 0)
             return -1;
         const int64_t *v = t.data;
@@ -197,6 +202,7 @@ static int test_shared_ring(void)
         if (rc < 0)
             continue; /* record 13's batch */
         stk_tensor t;
+        stk_tensor_init(&t);
         T_OK(stk_batch_tensor(b, 0, &t));
         const uint8_t *p = t.data;
         T_CHECK(p >= (const uint8_t *)m.base && p + t.size <= (const uint8_t *)m.base + m.size);
