@@ -114,14 +114,14 @@ def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsaf
         return Choice("thread", thread_workers(p, num_workers, cores),
                       f"the dataset holds {unsafe}, which cannot be used across fork(); threads "
                       f"share it (open it lazily in __getitem__ to allow worker processes)")
-    if num_workers == 0:
-        return Choice("thread", 1, "num_workers=0: one worker thread (the DataLoader would load "
-                                   "in the training process itself)")
-    if reseed and p.uses_rng:
+    if reseed and p.uses_rng:  # (num_workers=0 too: its samples equal those of any count)
         return Choice("process", n_procs,
                       "__getitem__ draws from the global random generators: per-sample seeding "
                       "is exact only in worker processes (threads share those generators with "
                       "each other and with the training loop)")
+    if num_workers == 0:
+        return Choice("thread", 1, "num_workers=0: one worker thread (the DataLoader would load "
+                                   "in the training process itself)")
     n_threads = thread_workers(p, num_workers, cores)
     thread, proc = rates(p, n_threads, n_procs, cores)
     g = "an unmeasured share" if p.gil_share is None else f"{_gil(p):.0%}"

@@ -426,6 +426,10 @@ class PyLoader(Loader):
                 if pending is not None:
                     pending.forget()
             elif self._pool is None:
+                if pending is None:  # num_workers=0 drawing random numbers: one process, whose
+                    # server is a fresh interpreter when this process runs threads by now
+                    pending = _procpool.prepare_server(
+                        _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name), method)
                 self._start_pool(pending, n_pool, timeout, ring_batch)
             self._choice = choice
             self.executor = choice.executor

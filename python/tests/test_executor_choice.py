@@ -77,6 +77,12 @@ def test_requests_and_num_workers_zero():
     assert (c.executor, c.workers) == ("process", 3)
     c = choose(p, "auto", 0, cores=2)
     assert (c.executor, c.workers) == ("thread", 1) and "num_workers=0" in c.reason
+    # drawing random numbers, num_workers=0 too gets a process: its samples then equal those of
+    # any other worker count (per-sample seeding)
+    r = Probe(2e-3, gil_share=1.0, cpu_share=1.0, sample_bytes=100, uses_rng=True)
+    c = choose(r, "auto", 0, cores=2)
+    assert (c.executor, c.workers) == ("process", 1) and "random generators" in c.reason
+    assert choose(r, "auto", 0, cores=2, reseed=False).executor == "thread"
     assert choose(None, "auto", 2, cores=2, iterable=True).executor == "process"
 
 

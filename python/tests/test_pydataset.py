@@ -261,6 +261,68 @@ def test_reseed_same_sample_for_any_worker_count_and_resume():
     assert sum(f == want[k][0] for k, f in enumerate(firsts)) < 3
 
 
+class Augmented(Dataset):
+    """A random augmentation as the articles write one: torchvision's RandomCrop and
+    RandomHorizontalFlip on a tensor image (torch's generator), a random.uniform brightness and
+    NumPy noise."""
+
+    def __init__(self, n=20):
+        from torchvision import transforms as T
+        self.base = torch.arange(n * 3 * 12 * 12, dtype=torch.float32).reshape(n, 3, 12, 12)
+        self.t = T.Compose([T.RandomCrop(8), T.RandomHorizontalFlip()])
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, i):
+        x = self.t(self.base[i]) * random.uniform(0.5, 1.5)
+        return x + torch.from_numpy(np.random.normal(size=(3, 8, 8)).astype(np.float32)), i
+
+
+def samples_of(batches):
+    out = {}
+    for x, i in batches:
+        for k in range(len(i)):
+            out[int(i[k])] = x[k].clone()
+    return out
+
+
+def same_samples(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_random_augmentation_same_sample_for_any_workers_ranks_and_resume():
+    pytest.importorskip("torchvision")
+    zero = stoker.Loader(Augmented(), batch_size=3, num_workers=0, seed=5)
+    assert zero.info()["executor"] == "process"  # per-sample seeding needs a process
+    ref = samples_of(zero)
+    ref1 = samples_of(zero)  # epoch 1: other numbers
+    assert len(ref) == 20 and not same_samples(ref, ref1)
+    for kw in (dict(num_workers=1), dict(num_workers=2, shuffle=True),
+               dict(num_workers=2, executor="process", batch_size=7)):
+        kw = {"batch_size": 3, **kw}
+        loader = stoker.Loader(Augmented(), seed=5, **kw)
+        assert loader.info()["executor"] == "process", kw
+        assert same_samples(samples_of(loader), ref), kw
+        assert same_samples(samples_of(loader), ref1), kw
+        loader.close()
+    # two ranks: each sample as with one
+    ranks = [samples_of(stoker.Loader(Augmented(), batch_size=3, seed=5, num_workers=1,
+                                      rank=r, world_size=2)) for r in (0, 1)]
+    assert same_samples({**ranks[0], **ranks[1]}, ref)
+    # resumed mid-epoch with another worker count: the samples that remain, unchanged
+    first = stoker.Loader(Augmented(), batch_size=3, seed=5, num_workers=2, shuffle=True)
+    it = iter(first)
+    head = samples_of([next(it), next(it)])
+    state = first.state_dict()
+    first.close()
+    resumed = stoker.Loader(Augmented(), batch_size=3, seed=5, num_workers=1, shuffle=True)
+    resumed.load_state_dict(state)
+    rest = samples_of(resumed)
+    assert len(head) == 6 and not head.keys() & rest.keys()
+    assert same_samples({**head, **rest}, ref)
+
+
 def test_auto_picks_processes_for_global_random_draws():
     loader = stoker.Loader(Draws(), batch_size=4, num_workers=2)
     assert loader.info()["executor"] == "process"
