@@ -376,6 +376,18 @@ static inline void stk_dataset_opts_init(stk_dataset_opts *opts)
  *  Lifetime: *out until stk_dataset_close(*out). */
 STK_API stk_status stk_dataset_open_v2(const stk_dataset_opts *opts, stk_dataset **out);
 
+/** Open a dataset of `n_records` records that have no fields: each record is only its number,
+ *  and reading one reads nothing. For a loader whose per-sample callback produces every sample
+ *  (stk_loader_opts.sample_fn_v2 writing its declared sample_fields): the loader keeps its
+ *  order, ranks, tickets, ring, resume and stats. The Python binding opens one per Python
+ *  Dataset object, whose __getitem__ the callback runs. stk_dataset_describe gives
+ *  "NAME[i]" (`name` NULL or "": "dataset"; cut at 127 bytes), stk_dataset_format "index", and
+ *  the fingerprint covers the name and the count (a resume state of another dataset is refused).
+ *  @return STK_OK (*out set), STK_EINVAL (n_records 0, NULL out), STK_ENOMEM. Details in
+ *          stk_last_errmsg().
+ *  Lifetime: *out until stk_dataset_close(*out); `name` is copied. */
+STK_API stk_status stk_dataset_open_index(const char *name, uint64_t n_records, stk_dataset **out);
+
 /** Number of formats this library reads.
  *  Threads: thread-safe. */
 STK_API size_t stk_n_formats(void);
@@ -1062,6 +1074,8 @@ typedef struct stk_batch stk_batch;
 #define STK_LOADER_STRIDED 0x80u     /* split among ranks as DistributedSampler: STK_PLAN_STRIDED */
 #define STK_LOADER_DROP_TAIL 0x100u  /* drop the uneven tail across ranks, whatever DROP_LAST */
 #define STK_LOADER_PAD_TAIL 0x200u   /* pad the uneven tail across ranks, whatever DROP_LAST */
+#define STK_LOADER_SHARED_RING 0x400u /* ring slots in one shared-memory file that other processes
+                                        can map (stk_loader_ring_memory) */
 
 /** A batch transform (stk_loader_opts.batch_ops), as torchvision.transforms.v2 defines it.
  *  Both draw lambda ~ Beta(alpha, alpha) once per batch from the batch's own random stream,
@@ -1115,6 +1129,32 @@ static inline void stk_batch_op_init(stk_batch_op *op, stk_batch_op_kind kind)
 typedef struct stk_tensor stk_tensor; /* below, with the batch accessors */
 typedef stk_status (*stk_sample_fn)(void *ctx, uint64_t index, const stk_tensor *in, size_t n_in,
                                     stk_tensor *out, size_t n_out, char *err, size_t err_size);
+
+/** What the loader tells a stk_sample_fn_v2 about the sample it is to produce. */
+typedef struct stk_sample_info {
+    size_t struct_size; /* sizeof(stk_sample_info) of the library that filled it */
+    uint64_t index;     /* the record (as stk_sample_fn's index) */
+    uint64_t epoch;     /* the epoch of the sample's batch */
+    uint64_t position;  /* the sample's position in the epoch's global order */
+    uint64_t seed;      /* stk_sample_seed(loader seed, epoch, index) */
+    uint32_t worker;    /* the calling worker thread, 0..n_threads-1 (the same thread always
+                           passes the same number) */
+    uint32_t row;       /* the sample's row in its batch */
+} stk_sample_info;
+
+/** A 64-bit seed for other random generators, taken from the sample's own Philox stream of
+ *  (seed, epoch, index), kept apart from the augmentation's (stk_rng_init of the same triple):
+ *  what stk_sample_info.seed holds, so Python's random, NumPy's and torch's generators can be
+ *  seeded per sample, the same for any thread, process or rank count and after a resume.
+ *  Threads: thread-safe. */
+STK_API uint64_t stk_sample_seed(uint64_t seed, uint64_t epoch, uint64_t index);
+
+/** stk_sample_fn with the sample's epoch, position, seed, worker and row (stk_sample_info):
+ *  called instead of sample_fn when stk_loader_opts.sample_fn_v2 is set, with the same contract
+ *  (the same `in`, `out`, return values, threads and lifetime). */
+typedef stk_status (*stk_sample_fn_v2)(void *ctx, const stk_sample_info *info, const stk_tensor *in,
+                                       size_t n_in, stk_tensor *out, size_t n_out, char *err,
+                                       size_t err_size);
 
 /** The order of an epoch (stk_loader_opts.order). Every order is a pure function of (seed,
  *  epoch, position), so a resumed epoch continues exactly (stk_loader_load_state) and every
@@ -1213,6 +1253,9 @@ typedef struct stk_loader_opts {
     uint64_t num_samples;    /* STK_ORDER_WEIGHTED: positions per epoch, >= 1; without
                                 replacement at most the number of positive weights */
     bool replacement;        /* STK_ORDER_WEIGHTED: draw with replacement (default false) */
+    /* ---- the per-sample callback with the sample's info (stk_sample_fn_v2); when set it is
+     * called instead of sample_fn, with sample_ctx and sample_fields as for sample_fn ---- */
+    stk_sample_fn_v2 sample_fn_v2; /* NULL = none (default) */
 } stk_loader_opts;
 
 /** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field: what
@@ -1316,6 +1359,36 @@ static inline void stk_loader_info_init(stk_loader_info *out)
  *  @return STK_OK, or STK_EINVAL (out->struct_size not set).
  *  Threads: thread-safe. */
 STK_API stk_status stk_loader_info_get(const stk_loader *loader, stk_loader_info *out);
+
+/** Where the ring's memory is, for STK_LOADER_SHARED_RING: every slot lies in one memfd
+ *  (an anonymous shared-memory file, not /dev/shm) mapped at `base` in this process, so another
+ *  process that maps `fd` (passed to it, e.g. over a Unix socket) writes a sample's rows at
+ *  their offset from `base` (a stk_sample_fn's out[i].data - base). With STK_LOADER_PINNED (or a
+ *  device) and CUDA present, the mapping is page-locked (cuMemHostRegister) within the pinned
+ *  cap, as other rings are. */
+typedef struct stk_ring_memory {
+    size_t struct_size; /* set by stk_ring_memory_init() (an output struct) */
+    int fd;             /* the memfd; -1 without STK_LOADER_SHARED_RING. Owned by the loader:
+                           dup() it to keep it */
+    void *base;         /* its mapping in this process (NULL without the flag) */
+    size_t size;        /* bytes of the mapping: every slot */
+    bool pinned;        /* page-locked */
+} stk_ring_memory;
+
+/** Zero `out` and set its struct_size (the caller's sizeof). */
+static inline void stk_ring_memory_init(stk_ring_memory *out)
+{
+    stk_ring_memory z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*out);
+    *out = z;
+}
+
+/** Fill `out` (an output struct: stk_ring_memory_init) with the ring's shared memory.
+ *  @return STK_OK (fd -1 and base NULL when the loader was created without
+ *          STK_LOADER_SHARED_RING), or STK_EINVAL (NULL argument, struct_size not set).
+ *  Lifetime: fd and base stay valid while the ring lives: until stk_loader_destroy and the
+ *  release of the last batch. Threads: thread-safe. */
+STK_API stk_status stk_loader_ring_memory(const stk_loader *loader, stk_ring_memory *out);
 
 /** Counters and stage times, cumulative since create, summed over the worker threads. Each
  *  worker times its stages with a monotonic clock into its own counters (no lock); reading them

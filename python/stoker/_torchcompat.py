@@ -12,6 +12,7 @@ and rank checks (all three moved out of loader.py, which imports them from here)
 import os
 import sys
 import types
+import weakref
 
 from . import _core
 from . import transforms as _transforms
@@ -99,6 +100,25 @@ def folder_dataset(data):
     return sds, data.transform
 
 
+_FOLDERS = weakref.WeakKeyDictionary()  # native_folder_ok's accepted datasets, for dataloader_args
+
+
+def native_folder_ok(data):
+    """Whether stoker reads this torchvision folder dataset natively (folder_dataset accepts
+    it); the opened result is kept for the Loader being built. Otherwise its __getitem__ runs
+    as any Python dataset's."""
+    try:
+        _FOLDERS[data] = folder_dataset(data)
+    except _core.StokerInvalidError:
+        return False
+    return True
+
+
+def _folder(data):
+    got = _FOLDERS.pop(data, None)
+    return got if got is not None else folder_dataset(data)
+
+
 def _check_same_samples(data, sds):
     """stoker's class list and sample list (path, label) equal the torchvision dataset's."""
     name = type(data).__name__
@@ -169,7 +189,7 @@ def resolve_rank(rank, world_size):
     return rank, world_size
 
 
-def _is_default_collate(fn):
+def is_default_collate(fn):
     if fn is None:
         return True
     data = _mod("torch.utils.data")
@@ -179,7 +199,7 @@ def _is_default_collate(fn):
 
 def check_dataloader_args(collate_fn, batch_sampler, worker_init_fn, timeout):
     """Refuse the DataLoader arguments that cannot apply (with why and what to do)."""
-    if not _is_default_collate(collate_fn):
+    if not is_default_collate(collate_fn):
         raise _invalid("collate_fn: stoker collates in its C workers, straight into each batch's "
                        "memory; a Python collate_fn cannot run there. Leave collate_fn=None (the "
                        "default collate's result: stacked tensors) and do the rest on the batch "
@@ -377,6 +397,47 @@ def check_sampler_size(picked, n_records):
                        f"reads has {n_records} records: build the sampler over the same dataset")
 
 
+class BatchSamplerOrder(CustomOrder):
+    """A batch_sampler for a Python dataset: iterated once per epoch like a sampler, its batches
+    flattened into the epoch's index list; their sizes are kept, so the loader batches by them
+    (one ring batch per batch when they share a size, else batch by batch in the consumer)."""
+
+    def __init__(self, batch_sampler):
+        super().__init__(batch_sampler)
+        self.sizes = []
+        self.pos = 0
+
+    def indices(self):
+        batches = [list(b) for b in self.sampler]
+        self.sizes = [len(b) for b in batches]
+        if not batches or any(k == 0 for k in self.sizes):
+            raise _invalid(f"batch_sampler {type(self.sampler).__name__} gave an empty epoch or "
+                           f"an empty batch")
+        self.pos = 0
+        return _index_array([i for b in batches for i in b],
+                            f"batch_sampler {type(self.sampler).__name__}")
+
+    def uniform_size(self):
+        """The batch size when every batch but the last has it (and the last is no larger),
+        else None."""
+        s = self.sizes
+        if all(k == s[0] for k in s[:-1]) and s[-1] <= s[0]:
+            return s[0]
+        return None
+
+    def restart(self):
+        self.pos = 0
+
+    def next_size(self):
+        if self.pos >= len(self.sizes):
+            return None
+        self.pos += 1
+        return self.sizes[self.pos - 1]
+
+    def n_batches(self):
+        return len(self.sizes)
+
+
 def map_sampler(sampler, shuffle, drop_last, generator):
     """A torch sampler -> dict(shuffle=, seed= (None: not fixed by the sampler), rank=, world=,
     distributed= (the DistributedSampler, whose set_epoch the loader follows), order= (the C
@@ -433,7 +494,7 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
     torch_dataset = None
     if is_dataset_object(data):
         torch_dataset = data
-        data, tv_transform = folder_dataset(data)
+        data, tv_transform = _folder(data)
         if transforms is not None:
             raise _invalid("transforms= with a torchvision dataset: the dataset's own transform "
                            "is applied (as the DataLoader would); set it there")

@@ -110,6 +110,23 @@ class _LoaderIter:
         return t if t.is_alive() else None
 
 
+# Python datasets (their samples come from __getitem__) are run by a Loader subclass defined
+# above this module (stoker/_pydataset.py), which registers here when imported (the package's
+# __init__ imports it): (is_python_dataset(data, kwargs), loader_class(data)).
+_PYTHON_DATASETS = []
+
+
+def register_python_datasets(is_python_dataset, loader_class):
+    _PYTHON_DATASETS[:] = [is_python_dataset, loader_class]
+
+
+def _pydataset_class(data, kwargs):
+    """The Loader subclass that runs `data`'s __getitem__, or None for data stoker reads."""
+    if not _PYTHON_DATASETS or not _PYTHON_DATASETS[0](data, kwargs):
+        return None
+    return _PYTHON_DATASETS[1](data)
+
+
 _MAPPED = weakref.WeakSet()  # loaders whose worker threads run Python (map=)
 
 
@@ -160,7 +177,13 @@ class Loader:
     resamples every file to that rate when the ops have no Resample.
     """
 
-    def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,
+    def __new__(cls, data=None, *args, dataset=None, **kwargs):
+        # A Python dataset (its samples come from __getitem__) is a PyLoader (_pydataset.py).
+        src = data if data is not None else dataset
+        sub = _pydataset_class(src, kwargs) if cls is Loader else None
+        return super().__new__(sub or cls)
+
+    def __init__(self, data=None, batch_size=None, shuffle=False, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
                  world_size=None, transforms=None, on_error="raise", trace=None, *,
                  transform_field=None, verify=True, output=None, format=None, fields=None,
@@ -170,7 +193,8 @@ class Loader:
                  in_order=None, batch_transforms=None, map=None, label_field="label",
                  memory_budget=None, cache_dir=None, cache_limit=None, n_threads=None,
                  seq_len=None, tokens=None, eos=None, bos=None, packing=None, token_dtype=None,
-                 token_field=None, ids_dtype=None, pad_id=None, exact=None, sample_rate=None):
+                 token_field=None, ids_dtype=None, pad_id=None, exact=None, sample_rate=None,
+                 dataset=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -182,6 +206,13 @@ class Loader:
         self._dist_sampler = None
         self._torch_dataset = None
         self._dataset_weak = None  # the dataset this loader opened, after close()
+        if dataset is not None:  # the DataLoader's keyword
+            if data is not None:
+                raise _core.StokerInvalidError("pass the data once: stoker.Loader(data, ...) or "
+                                               "stoker.Loader(dataset=data, ...)")
+            data = dataset
+        if data is None:
+            raise _core.StokerInvalidError("stoker.Loader needs the data (a path, a dataset)")
         threads_arg = "num_workers"  # the name the thread count came under, for messages
         if n_threads is not None:
             if num_workers is not None:
@@ -312,7 +343,8 @@ class Loader:
         self._map = None
         if map is not None:
             self._map = self._map_setup(map, seed, transform_field, verify)
-            self._core_kwargs.update(map_fn=self._map, map_fields=self._map.schema)
+            self._core_kwargs.update(map_fn=self._map,
+                                     map_fields=_batchmap.c_fields(self._map.schema))
             _MAPPED.add(self)  # closed at exit, before the interpreter stops running threads
         self._core = _core.Loader(self._dataset, **self._core_kwargs)
         self.timeout = timeout or 0
@@ -368,7 +400,16 @@ class Loader:
             raise _core.StokerInvalidError(
                 f"{self._dataset.describe(0)}: map function raised {type(e).__name__}: {e} "
                 "(on the first record, which fixes the output fields)") from e
-        schema = _batchmap.map_schema(out)
+        fields = {f["name"]: f for f in self._dataset.fields}
+
+        def bytes_room(name, first):
+            # a bytes field of the dataset: its largest record; a new one: the largest record
+            # (what fn derives its value from), at least twice the first value
+            f = fields.get(name)
+            room = f["max_size"] if f is not None and f["kind"] == "bytes" else \
+                max(self._dataset.max_record_size, 2 * first)
+            return max(64, -(-int(room) // 64) * 64)
+        schema = _batchmap.map_schema(out, bytes_room)
         runner = _batchmap.MapRunner(fn, schema)
         runner.pack(out)  # the first sample's values must be batchable as they are
         return runner
@@ -683,7 +724,10 @@ class Loader:
                 "slot_size": i["slot_size"], "pinned": i["pinned"], "output": self.output,
                 "device": None if self._device is None else str(self._device),
                 "transform": None if self._transform is None else self._transform.output,
-                "autotune": self.autotune}
+                "autotune": self.autotune, "executor": "native",
+                "executor_reason": "stoker reads this dataset itself: its C worker threads read, "
+                                   "decode and transform each record" +
+                                   (" (map= runs Python on them)" if self._map else "")}
 
     def stats(self):
         """Counters since construction, a dict:
@@ -701,6 +745,9 @@ class Loader:
         self._check_open()
         cur = self._core_stats(self._core)
         out = self._add_stats(self._stats_base, cur) if self._stats_base else cur
+        m = self._map  # map=: the Python time per sample (no __getitem__ on this path)
+        out.update(python_s=m.py_ns / 1e9 if m else 0.0, python_samples=m.calls if m else 0,
+                   gil_share=None)
         if self._tokens is not None:
             out.update(self._tokens.stats())  # a mixture's rows per source
         return out

@@ -111,68 +111,70 @@ def test_datasetfolder_with_default_loader(root):
     assert torch.cat([la for _, la in got]).tolist() == [t for _, t in ds.samples]
 
 
-def test_what_cannot_be_expressed_is_refused_with_why(root):
-    # (an op stoker does not have; TrivialAugmentWide, then RandomRotation were the example
-    # until they were added)
-    with pytest.raises(ValueError, match="cannot express.*RandomPerspective.*DataLoader"):
-        stoker.Loader(ImageFolder(root, transform=T.Compose([T.CenterCrop(8),
-                                                             T.RandomPerspective(),
-                                                             T.ToTensor()])), batch_size=4)
-    with pytest.raises(ValueError, match="target_transform"):
-        stoker.Loader(ImageFolder(root, transform=SMALL, target_transform=lambda t: t + 1),
-                      batch_size=4)
-    with pytest.raises(ValueError, match="no transform"):
-        stoker.Loader(ImageFolder(root), batch_size=4)
-    with pytest.raises(ValueError, match="default loader"):
-        stoker.Loader(DatasetFolder(root, loader=lambda p: p, extensions=(".jpg",),
-                                    transform=SMALL), batch_size=4)
-    nested_only = DatasetFolder(root, loader=default_loader, transform=SMALL,
-                                is_valid_file=lambda p: "sub" not in p)
-    with pytest.raises(ValueError, match="images under"):
-        stoker.Loader(nested_only, batch_size=4)
-
+def test_what_stoker_cannot_express_runs_getitem_as_the_dataloader(root):
+    # (issue 24: these were refused before) A folder dataset stoker cannot read in C (an op it
+    # does not have, a target_transform, no transform, another loader, a changed sample list or
+    # class numbering) runs its own __getitem__ on stoker's workers and gives the DataLoader's
+    # batches.
     class Renamed(ImageFolder):
         def find_classes(self, directory):
             classes, _ = super().find_classes(directory)
             return classes, {c: len(classes) - 1 - i for i, c in enumerate(classes)}
 
-    with pytest.raises(ValueError, match="sample 0 differs"):
-        stoker.Loader(Renamed(root, transform=SMALL), batch_size=4)
+    cases = [ImageFolder(root, transform=T.Compose([T.CenterCrop(8), T.RandomPerspective(p=0),
+                                                    T.ToTensor()])),
+             ImageFolder(root, transform=SMALL, target_transform=lambda t: t + 1),
+             DatasetFolder(root, loader=lambda p: torch.tensor([len(p)]), extensions=(".jpg",)),
+             DatasetFolder(root, loader=default_loader, transform=SMALL,
+                           is_valid_file=lambda p: "sub" not in p),
+             Renamed(root, transform=SMALL)]
+    for ds in cases:
+        loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="thread")
+        assert loader.info()["executor"] == "thread"
+        got = pairs(loader)
+        want = pairs(DataLoader(ds, batch_size=4))
+        assert len(got) == len(want)
+        for (a, la), (b, lb) in zip(got, want):
+            assert torch.equal(a, b) and torch.equal(la, lb)
+    # PIL images, which default_collate cannot batch: the DataLoader's TypeError
+    with pytest.raises(TypeError, match="default_collate"):
+        next(iter(stoker.Loader(ImageFolder(root), batch_size=4, executor="thread")))
 
 
-def test_other_dataset_names_what_stoker_reads_without_calling_getitem():
-    calls = []
-
+def test_other_datasets_run_their_getitem():
     class Squares(torch.utils.data.Dataset):
         def __len__(self):
             return 10
 
         def __getitem__(self, i):
-            calls.append(i)
             return torch.tensor([i * i]), i
 
-    with pytest.raises(ValueError, match=r"ImageFolder.*stoker\.pack") as e:
-        stoker.Loader(Squares(), batch_size=4)
-    assert "Squares" in str(e.value) and not calls
+    got = [(x.clone(), y.clone()) for x, y in stoker.Loader(Squares(), batch_size=4,
+                                                            executor="thread")]
+    assert [y.tolist() for _, y in got] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert torch.equal(torch.cat([x for x, _ in got])[:, 0], torch.arange(10) ** 2)
 
 
-def test_dataloader_arguments_that_cannot_apply_are_valueerrors(root):
+def test_dataloader_arguments_that_need_python_workers(root):
     ds = ImageFolder(root, transform=SMALL)
-    cases = {"collate_fn": (dict(collate_fn=lambda b: b), "collate_fn"),
-             "worker_init_fn": (dict(worker_init_fn=lambda w: None), "worker_init_fn"),
-             "batch_sampler": (dict(batch_sampler=[[0, 1]]), "batch_sampler"),
-             "shuffle+sampler": (dict(sampler=SequentialSampler(ds), shuffle=True),
-                                 "mutually exclusive"),
-             "not a sampler": (dict(sampler=3), "torch Sampler")}
-    # SubsetRandomSampler, WeightedRandomSampler, RandomSampler(replacement=True) and custom
-    # samplers are accepted now (test_samplers.py)
-    for name, (kw, match) in cases.items():
+    # collate_fn, worker_init_fn and batch_sampler run Python: the dataset's own __getitem__
+    # then runs on stoker's workers (not its C path)
+    got = stoker.Loader(ds, batch_size=4, collate_fn=lambda b: len(b), executor="thread")
+    assert got.info()["executor"] == "thread" and list(got) == [4] * (N // 4) + [N % 4]
+    wi = stoker.Loader(ds, batch_size=4, worker_init_fn=lambda w: None, executor="thread")
+    assert sum(len(la) for _, la in pairs(wi)) == N
+    bs = stoker.Loader(ds, batch_sampler=[[0, 1], [5]], executor="thread")
+    assert [la.tolist() for _, la in pairs(bs)] == [[ds.samples[0][1], ds.samples[1][1]],
+                                                    [ds.samples[5][1]]]
+    for kw, match in ((dict(sampler=SequentialSampler(ds), shuffle=True), "mutually exclusive"),
+                      (dict(sampler=3), "torch Sampler")):
         with pytest.raises(ValueError, match=match):
             stoker.Loader(ds, batch_size=4, **kw)
-    # the default collate and every other argument are accepted
+    # the default collate and every other argument are accepted on the C path
     loader = stoker.Loader(ds, 4, collate_fn=torch.utils.data.default_collate, timeout=60,
                            multiprocessing_context="spawn", persistent_workers=False,
                            pin_memory_device="", in_order=True, drop_last=True)
+    assert loader.info()["executor"] == "native"
     assert [len(la) for _, la in pairs(loader)] == [4] * (N // 4)
 
 

@@ -153,6 +153,7 @@ struct core {
     /* batch transforms (stk_batchops.c) and the per-sample callback */
     stk__batchops bops;
     stk_sample_fn sample_fn;
+    stk_sample_fn_v2 sample_fn_v2; /* called instead of sample_fn when set */
     void *sample_ctx;
     stk__layout in_lay; /* with sample_fn: one sample's fields as read (batch size 1) */
 
@@ -168,6 +169,12 @@ struct stk_loader {
     core *c;
     char errmsg[STK_ERRMSG_SIZE];
 };
+
+/* Whether a per-sample callback (sample_fn or sample_fn_v2) produces the slot's rows. */
+static inline bool stk__sampled(const core *c)
+{
+    return c->sample_fn || c->sample_fn_v2;
+}
 
 /* The clock for stats, or 0 when timing is off. */
 static inline uint64_t stk__loader_now(const core *c)

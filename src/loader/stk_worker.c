@@ -186,7 +186,8 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
     return STK_OK;
 }
 
-/* Run the sample_fn on the sample in w->in (laid out as c->in_lay), writing row t of slot s. */
+/* Run the sample_fn (or sample_fn_v2) on the sample in w->in (laid out as c->in_lay), writing row
+ * t of slot s. */
 static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t t, uint64_t idx,
                                 char *err, size_t err_size)
 {
@@ -205,7 +206,19 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
         }
     }
     char why[STK_ERRMSG_SIZE] = "";
-    stk_status rc = c->sample_fn(c->sample_ctx, idx, in, n_in, out, n_out, why, sizeof(why));
+    stk_status rc;
+    if (c->sample_fn_v2) {
+        stk_sample_info info = {.struct_size = sizeof(info),
+                                .index = idx,
+                                .epoch = s->epoch,
+                                .position = s->first + t,
+                                .seed = stk_sample_seed(c->seed, s->epoch, idx),
+                                .worker = w->id,
+                                .row = t};
+        rc = c->sample_fn_v2(c->sample_ctx, &info, in, n_in, out, n_out, why, sizeof(why));
+    } else {
+        rc = c->sample_fn(c->sample_ctx, idx, in, n_in, out, n_out, why, sizeof(why));
+    }
     if (rc >= 0)
         return STK_OK;
     char where[STK_ERRMSG_SIZE];
@@ -218,7 +231,7 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
 static stk_status load_record(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx, char *err,
                               size_t err_size)
 {
-    if (c->sample_fn) { /* read into the worker's buffer, row 0 */
+    if (stk__sampled(c)) { /* read into the worker's buffer, row 0 */
         stk_status rc = read_record(c, w, &c->in_lay, w->in, 0, s->epoch, idx, err, err_size);
         return rc < 0 ? rc : run_sample_fn(c, w, s, t, idx, err, err_size);
     }

@@ -383,6 +383,9 @@ static PyMethodDef module_methods[] = {
      "cuda_probe(device=0) -> (usable, text): whether stoker can use CUDA device `device` (it "
      "loads libcuda.so.1, or $STOKER_LIBCUDA, once), with the driver and device, or the reason."},
     {"version", mod_version, METH_NOARGS, "version() -> str: the library version (\"M.m.p\")."},
+    {"sample_seed", stkpy_sample_seed, METH_VARARGS,
+     "sample_seed(seed, epoch, index) -> int: the per-sample seed a Python Dataset's worker "
+     "seeds random, NumPy and torch with (stk_sample_seed)."},
     {"n_cpus", mod_n_cpus, METH_NOARGS,
      "n_cpus() -> int: the CPUs this process may run on (what n_threads=0 means)."},
     {"image_extensions", mod_image_extensions, METH_NOARGS,
@@ -452,8 +455,9 @@ PyMODINIT_FUNC PyInit__core(void)
                      STK_VERSION_MAJOR, STK_VERSION_MINOR, STK_VERSION_PATCH, stk_version_string());
         return NULL;
     }
-    PyTypeObject *types[] = {&StkDataset_Type, &StkWriter_Type, &StkLoader_Type,
-                             &StkBatch_Type,   &StkTensor_Type, &StkTransform_Type};
+    PyTypeObject *types[] = {&StkDataset_Type,    &StkWriter_Type,   &StkLoader_Type,
+                             &StkBatch_Type,      &StkTensor_Type,   &StkTransform_Type,
+                             &StkThreadExec_Type, &StkGilMeter_Type, &StkProcPool_Type};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
@@ -462,7 +466,8 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     if (add_exceptions(m) < 0)
         goto fail;
-    const char *names[] = {"Dataset", "Writer", "Loader", "Batch", "Tensor", "Transform"};
+    const char *names[] = {"Dataset",   "Writer",     "Loader",   "Batch",   "Tensor",
+                           "Transform", "ThreadExec", "GilMeter", "ProcPool"};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0)
             goto fail;

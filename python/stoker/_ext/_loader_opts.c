@@ -56,7 +56,7 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
         "trace_events", "device",      "pinned_limit", "batch_ops",       "batch_choice",
         "num_classes",  "label_field", "map_fn",       "map_fields",      "memory_budget",
         "indices",      "weights",     "num_samples",  "replacement",     "strided",
-        "drop_tail",    NULL};
+        "drop_tail",    "executor",    NULL};
     memset(a, 0, sizeof(*a));
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
@@ -75,12 +75,14 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     unsigned long long num_samples = 0;
     int replacement = 0;
     int strided = 0, drop_tail = -1; /* -1: the tail follows drop_last */
+    PyObject *executor = Py_None;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKppi:Loader", kwlist, &data, &batch_size,
+            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKppiO:Loader", kwlist, &data, &batch_size,
             &n_threads, &n_slots, &seed, &rank, &world, &shuffle, &drop_last, &skip_corrupt,
             &verify, &pinned, &transform, &tfield, &autotune, &trace_events, &device, &pinned_limit,
             &batch_ops, &batch_choice, &num_classes, &label_field, &map_fn, &map_fields,
-            &memory_budget, &indices, &weights, &num_samples, &replacement, &strided, &drop_tail))
+            &memory_budget, &indices, &weights, &num_samples, &replacement, &strided, &drop_tail,
+            &executor))
         return -1;
     stk_loader_opts *o = &a->o;
     stk_loader_opts_init(o);
@@ -146,6 +148,15 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
                 : drop_tail == 0 ? STK_LOADER_PAD_TAIL
                                  : 0);
     o->trace_events = trace_events;
+    if (executor != Py_None) { /* a Python Dataset: its __getitem__ produces every row */
+        if (map_fn != Py_None) {
+            stkpy_invalid("executor= and map_fn= cannot be combined");
+            goto fail;
+        }
+        if (stkpy_exec_setup(executor, o) < 0)
+            goto fail;
+        a->exec_ref = executor;
+    }
     return 0;
 fail:
     stkpy_loader_args_release(a);
