@@ -1074,8 +1074,9 @@ typedef struct stk_batch stk_batch;
 #define STK_LOADER_STRIDED 0x80u     /* split among ranks as DistributedSampler: STK_PLAN_STRIDED */
 #define STK_LOADER_DROP_TAIL 0x100u  /* drop the uneven tail across ranks, whatever DROP_LAST */
 #define STK_LOADER_PAD_TAIL 0x200u   /* pad the uneven tail across ranks, whatever DROP_LAST */
-#define STK_LOADER_SHARED_RING 0x400u /* ring slots in one shared-memory file that other processes
-                                        can map (stk_loader_ring_memory) */
+#define STK_LOADER_SHARED_RING                                                                     \
+    0x400u /* ring slots in one shared-memory file that other processes                            \
+             can map (stk_loader_ring_memory) */
 
 /** A batch transform (stk_loader_opts.batch_ops), as torchvision.transforms.v2 defines it.
  *  Both draw lambda ~ Beta(alpha, alpha) once per batch from the batch's own random stream,

@@ -49,14 +49,39 @@ void stkpy_loader_args_release(stkpy_loader_args *a)
 
 int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
 {
-    static char *kwlist[] = {
-        "data",         "batch_size",  "n_threads",    "n_slots",         "seed",
-        "rank",         "world",       "shuffle",      "drop_last",       "skip_corrupt",
-        "verify",       "pinned",      "transform",    "transform_field", "autotune",
-        "trace_events", "device",      "pinned_limit", "batch_ops",       "batch_choice",
-        "num_classes",  "label_field", "map_fn",       "map_fields",      "memory_budget",
-        "indices",      "weights",     "num_samples",  "replacement",     "strided",
-        "drop_tail",    "executor",    NULL};
+    static char *kwlist[] = {"data",
+                             "batch_size",
+                             "n_threads",
+                             "n_slots",
+                             "seed",
+                             "rank",
+                             "world",
+                             "shuffle",
+                             "drop_last",
+                             "skip_corrupt",
+                             "verify",
+                             "pinned",
+                             "transform",
+                             "transform_field",
+                             "autotune",
+                             "trace_events",
+                             "device",
+                             "pinned_limit",
+                             "batch_ops",
+                             "batch_choice",
+                             "num_classes",
+                             "label_field",
+                             "map_fn",
+                             "map_fields",
+                             "memory_budget",
+                             "indices",
+                             "weights",
+                             "num_samples",
+                             "replacement",
+                             "strided",
+                             "drop_tail",
+                             "executor",
+                             NULL};
     memset(a, 0, sizeof(*a));
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
