@@ -550,3 +550,31 @@ def test_stoker_python_costs_read_when_present_and_absent(monkeypatch):
     _advice.costs(p)
     assert p.costs["executor"] == "native" and p.costs["getitem_ms"] is None
     assert p.costs["gil_share"] is None and "python:" not in str(p)
+
+
+class _Sleeps(Dataset):
+    """__getitem__ sleeps 2 ms (it waits: its CPU time is a small part of its time)."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return i
+
+
+@pytest.mark.parametrize("ctx", [None, "spawn"])
+def test_timed_dataset_counts_every_call_in_the_worker_processes(ctx):
+    """The profiler's per-sample __getitem__ time of a DataLoader comes from its worker
+    processes through shared counters (_TimedDataset): every call is counted once, whether the
+    workers are forked or spawned, and a sleep's time is at least the sleep (the clock only
+    stretches it)."""
+    from stoker import _advice
+    dl = DataLoader(_Sleeps(), batch_size=4, num_workers=2, multiprocessing_context=ctx)
+    timed = _advice._TimedDataset(dl.dataset, _advice._mp_context(dl))
+    got = [int(v) for b in DataLoader(timed, batch_size=4, num_workers=2,
+                                      multiprocessing_context=ctx) for v in b]
+    assert sorted(got) == list(range(24))
+    assert timed.sums[2] == 24
+    wall, cpu = timed.per_sample()
+    assert wall >= 0.002 and 0 <= cpu <= wall, (wall, cpu)
