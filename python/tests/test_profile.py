@@ -92,11 +92,12 @@ def test_sleep_dataset_fast_step_is_data_bound():
 def test_sleep_dataset_slow_step_is_not_data_bound():
     ds, step = SleepDataset(), SleepStep(50.0)
     dl = DataLoader(ds, batch_size=1, num_workers=0)
+    p = stoker.Profile(dl, steps=12, warmup=0)  # what stoker.profile(dl, step=, ...) runs
     t0 = time.perf_counter()
-    p = stoker.profile(dl, step=step, steps=12, warmup=0)
+    p.run(step)
     wall = step.last_end - t0
-    # The truth of this run: every moment not in the step waits for data (__getitem__ and the
-    # DataLoader's own work): ~0.02 on a quiet machine,
+    # The truth of this run: every moment not in the step waits for data (__getitem__, the
+    # DataLoader's own work, iter(dl) included): ~0.02 on a quiet machine,
     # more when the load stretches the 1 ms sleeps (0.21 seen under a load of 16). The test
     # checks that the profiler reports the truth and judges by it; that a 50 ms step over 1 ms
     # samples is "not data-bound" on a quiet machine is bench/bench_doctor.py's figure, and the
@@ -108,6 +109,27 @@ def test_sleep_dataset_slow_step_is_not_data_bound():
     # loaded machine stretches stretches both)
     own = 1e3 * step.busy / step.calls
     assert own >= 50 and abs(p.step_ms - own) <= 0.1 * own, (p.step_ms, own)
+
+
+class _SlowStart:
+    """A loader whose iter() takes 30 ms before the first batch (a DataLoader starts its worker
+    processes there), then hands out 4 batches at once."""
+
+    def __iter__(self):
+        time.sleep(0.030)
+        return iter([torch.zeros(2)] * 4)
+
+
+def test_the_wait_for_iter_counts_as_waiting_for_data():
+    """The loop waits for iter(loader) as it waits for next(): the first batch's wait (the
+    start-up) includes it, each pass's (two here). A sleep lasts at least its time, so these
+    bounds hold on any machine."""
+    p = stoker.Profile(_SlowStart(), steps=6, warmup=0)
+    p.run(lambda batch: None)
+    assert p.steps == 6 and p.epochs == 1
+    assert p.first_wait_ms >= 30.0, p.first_wait_ms
+    assert p.epoch_start_ms is not None and p.epoch_start_ms >= 30.0, p.epoch_start_ms
+    assert 1e3 * p.wait_s >= 60.0, p.wait_s
 
 
 def test_stoker_loader_with_slow_step_is_not_data_bound(tmp_path):
