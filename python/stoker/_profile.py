@@ -95,9 +95,10 @@ class _TimedIter:
     """Iterator wrapper: each __next__ records the step that just ended and the wait for the
     next batch into its Profile. Attributes of the wrapped iterator pass through."""
 
-    def __init__(self, prof, it):
+    def __init__(self, prof, it, started=None):
         self._prof, self._it = prof, it
         self._last = None       # perf_counter when the previous batch was handed over
+        self._started = started  # perf_counter before iter(loader): the pass's start-up
         self._first = True
         self._coll0 = 0.0       # _ranks.collective_s then
         if _ranks.context()[1] > 1:
@@ -115,6 +116,10 @@ class _TimedIter:
     def __next__(self):
         prof = self._prof
         t0 = time.perf_counter()
+        if self._first and self._started is not None:
+            # The loop waited for iter(loader) too (a DataLoader starts its workers there):
+            # the first batch's wait counts from it.
+            t0, self._started = self._started, None
         if self._last is not None:
             if prof._sync is not None:
                 prof._sync()
@@ -144,7 +149,8 @@ class Profile:
 
     Attributes (all from measured steps, the first `warmup` left out):
     steps, wait_s and step_s (totals), wait_share (waiting / (waiting + step)), data_bound,
-    wait_ms and step_ms (means per step), first_wait_ms (the very first batch: start-up),
+    wait_ms and step_ms (means per step; a pass's first wait counts from iter(loader), where a
+    DataLoader starts its workers), first_wait_ms (the very first batch: start-up),
     epoch_start_ms (mean wait for each later epoch's first batch), batch_size, samples_per_s,
     loader (the loader's type), num_workers, sweep ({num_workers: samples/s of the loader
     alone; the medians when the sweeps disagreed}), sweep_rounds (sweeps run: repeated until
@@ -209,7 +215,8 @@ class Profile:
     # ---- measuring ----
 
     def __iter__(self):
-        return _TimedIter(self, iter(self.iterable))
+        started = time.perf_counter()
+        return _TimedIter(self, iter(self.iterable), started)
 
     def __enter__(self):
         return self

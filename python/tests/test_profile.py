@@ -128,6 +128,27 @@ def test_sleep_dataset_slow_step_is_not_data_bound(clock):
     assert p.samples_per_s == pytest.approx(1000 / 51)
 
 
+class _SlowStart:
+    """A loader whose iter() takes 30 ms before the first batch (a DataLoader starts its worker
+    processes there), then hands out 4 batches at once."""
+
+    def __iter__(self):
+        time.sleep(0.030)
+        return iter([torch.zeros(2)] * 4)
+
+
+def test_the_wait_for_iter_counts_as_waiting_for_data():
+    """The loop waits for iter(loader) as it waits for next(): the first batch's wait (the
+    start-up) includes it, each pass's (two here). A sleep lasts at least its time, so these
+    bounds hold on any machine."""
+    p = stoker.Profile(_SlowStart(), steps=6, warmup=0)
+    p.run(lambda batch: None)
+    assert p.steps == 6 and p.epochs == 1
+    assert p.first_wait_ms >= 30.0, p.first_wait_ms
+    assert p.epoch_start_ms is not None and p.epoch_start_ms >= 30.0, p.epoch_start_ms
+    assert 1e3 * p.wait_s >= 60.0, p.wait_s
+
+
 def test_stoker_loader_with_slow_step_is_not_data_bound(tmp_path, clock):
     """The profile of a stoker.Loader: its name, batch size and steps; on the virtual clock only
     the step takes time, so the loop is exactly not data-bound (whether a real 20 ms step
@@ -572,3 +593,31 @@ def test_stoker_python_costs_read_when_present_and_absent(monkeypatch):
     _advice.costs(p)
     assert p.costs["executor"] == "native" and p.costs["getitem_ms"] is None
     assert p.costs["gil_share"] is None and "python:" not in str(p)
+
+
+class _Sleeps(Dataset):
+    """__getitem__ sleeps 2 ms (it waits: its CPU time is a small part of its time)."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return i
+
+
+@pytest.mark.parametrize("ctx", [None, "spawn"])
+def test_timed_dataset_counts_every_call_in_the_worker_processes(ctx):
+    """The profiler's per-sample __getitem__ time of a DataLoader comes from its worker
+    processes through shared counters (_TimedDataset): every call is counted once, whether the
+    workers are forked or spawned, and a sleep's time is at least the sleep (the clock only
+    stretches it)."""
+    from stoker import _advice
+    dl = DataLoader(_Sleeps(), batch_size=4, num_workers=2, multiprocessing_context=ctx)
+    timed = _advice._TimedDataset(dl.dataset, _advice._mp_context(dl))
+    got = [int(v) for b in DataLoader(timed, batch_size=4, num_workers=2,
+                                      multiprocessing_context=ctx) for v in b]
+    assert sorted(got) == list(range(24))
+    assert timed.sums[2] == 24
+    wall, cpu = timed.per_sample()
+    assert wall >= 0.002 and 0 <= cpu <= wall, (wall, cpu)
