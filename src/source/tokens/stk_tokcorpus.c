@@ -1,6 +1,6 @@
 /*
  * stk_tokcorpus.c: a token corpus as one stream: reading any span of it (across files, or across
- * the records of a token column), widening stored ids to int64/int32, and documents from eos/bos.
+ * the records of a token column), and documents from eos/bos.
  *
  * Files are read through the byte sources (pread locally, ranged GETs remotely), never mapped: a
  * file that shrinks while open is a read error naming it, never SIGBUS. A column record is read
@@ -239,39 +239,6 @@ stk_status stk__tokcorpus_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64
         dst += k * c->width;
     }
     return STK_OK;
-}
-
-void stk__tok_widen(const uint8_t *src, uint32_t width, size_t n, void *dst, bool i32)
-{
-    /* Little-endian hosts only (as the rest of the library): the stored ids are native. src is
-     * aligned to its width (a malloc'd buffer at a multiple of it). Plain loops: the compiler
-     * vectorises them (measured: twice as fast as staging through a local array). */
-    int64_t *d64 = dst;
-    int32_t *d32 = dst;
-#define WIDEN(type)                                                                                \
-    do {                                                                                           \
-        const type *s = (const type *)(const void *)src;                                           \
-        if (i32)                                                                                   \
-            for (size_t i = 0; i < n; i++)                                                         \
-                d32[i] = (int32_t)s[i];                                                            \
-        else                                                                                       \
-            for (size_t i = 0; i < n; i++)                                                         \
-                d64[i] = (int64_t)s[i];                                                            \
-    } while (0)
-    switch (width) {
-    case 1:
-        WIDEN(uint8_t);
-        break;
-    case 2:
-        WIDEN(uint16_t);
-        break;
-    case 4:
-        WIDEN(uint32_t);
-        break;
-    default:
-        WIDEN(uint64_t);
-    }
-#undef WIDEN
 }
 
 /* The stored token at p (width bytes). */

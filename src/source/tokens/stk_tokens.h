@@ -67,8 +67,20 @@ stk_status stk__tokcorpus_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64
                                uint64_t n, uint8_t *dst, unsigned flags, char *err,
                                size_t err_size);
 
+/* ---- widening (stk_tokwiden.c) ---- */
+
 /* The stored ids src[0..n) (width bytes each) as int64 (or int32) ids at dst. */
 void stk__tok_widen(const uint8_t *src, uint32_t width, size_t n, void *dst, bool i32);
+
+/* A window in one pass: input_ids[i] = src[i] and labels[i] = src[i + 1] for i < n (src holds
+ * n + 1 ids), as int64 (or int32). */
+void stk__tok_window(const uint8_t *src, uint32_t width, size_t n, void *input_ids, void *labels,
+                     bool i32);
+
+/* Tests only: widen with "plain" loops, "sse2" or "avx2" from now on (false: not on this CPU or
+ * build; nothing changed). Not thread-safe: call it before any widening runs. The first widening
+ * otherwise picks the best this CPU has. */
+bool stk__tok_widen_use(const char *isa);
 
 /* Documents from eos (a document ends after it) and/or bos (one starts at it), -1 = unused:
  * one scan of the stream. Sets doc, n_docs, bounded. */

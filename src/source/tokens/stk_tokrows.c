@@ -18,7 +18,7 @@
  * a resumed or re-ranked run reads exactly the same rows.
  *
  * Ids are read raw into the cursor's buffer (one read for a window) and widened into the batch
- * rows (int64 or int32).
+ * rows (int64 or int32; stk_tokwiden.c).
  */
 #include "source/tokens/stk_tokens.h"
 
@@ -385,10 +385,8 @@ stk_status stk__tokds_read_keyed(const stk_dataset *ds, stk__cursor *cursor,
         static const stk__readkey zero = {0, 0, false};
         uint64_t first = row_start(t, key ? key : &zero, i);
         rc = stk__tokcorpus_read(c, cur, first, (uint64_t)t->T + 1, cur->buf, flags, err, err_size);
-        if (rc == STK_OK) {
-            stk__tok_widen(cur->buf, c->width, t->T, dst[0], i32);
-            stk__tok_widen(cur->buf + c->width, c->width, t->T, dst[1], i32);
-        }
+        if (rc == STK_OK) /* input_ids and labels from the same T + 1 ids, in one pass */
+            stk__tok_window(cur->buf, c->width, t->T, dst[0], dst[1], i32);
         if (!c->col && c->n_parts == 1)
             info->offset = c->parts[0].data_offset + first * c->width; /* one file: exact */
     }
