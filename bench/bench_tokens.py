@@ -184,6 +184,10 @@ def cmd_windows(a):
             ("C loop: stoker windows, 2 threads", lambda: c_loop(path, 0, 2, K)),
             ("ceiling: pread of the rows' bytes (2/token)", lambda: ceiling(path, "pread", K)),
             ("ceiling: pread + widen (no loader)", lambda: ceiling(path, "widen", K)),
+            ("ceiling: memcpy of the rows' bytes from an mmap (2/token)",
+             lambda: ceiling(path, "mmap", K)),
+            ("ceiling: mmap + widen (no loader, no system call)",
+             lambda: ceiling(path, "mmap-widen", K)),
             ("ceiling: memcpy of the delivered bytes (16/token)",
              lambda: ceiling(path, "memcpy", K)),
         ]:
