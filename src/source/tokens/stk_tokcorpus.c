@@ -120,6 +120,7 @@ void stk__tokcur_close(const stk__tokcorpus *c, stk__tokcur *cur)
         return;
     if (c->col)
         stk__dataset_cursor_close(c->col, cur->col_cur);
+    stk__tokcur_ahead_free(cur);
     stk__free(cur->buf);
     stk__free(cur->rec);
     stk__free(cur);
@@ -204,6 +205,20 @@ static stk_status column_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64_
         return rc;
     memcpy(dst, cur->rec + skip, (size_t)(n * c->width));
     return STK_OK;
+}
+
+bool stk__tokcorpus_locate(const stk__tokcorpus *c, uint64_t first, uint64_t n, stk__file **f,
+                           uint64_t *offset)
+{
+    if (c->col || n == 0 || first >= c->n_tokens || n > c->n_tokens - first)
+        return false;
+    const stk__tokpart *p = &c->parts[part_of(c, first)];
+    uint64_t local = first - p->first;
+    if (n > p->count - local)
+        return false;
+    *f = p->f;
+    *offset = p->data_offset + local * c->width;
+    return true;
 }
 
 stk_status stk__tokcorpus_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64_t first,
