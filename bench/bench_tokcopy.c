@@ -5,7 +5,7 @@
  * Not part of the library.
  *
  *   pread   each row's 2 (T + 1) bytes pread from the file into its slot row, rows in a shuffled
- *           order (r -> (a * r + c) mod R, a bijection): the bytes a loader must move
+ *           order (bench_tokrows.h): the bytes a loader must move
  *   widen   pread into a scratch row, then widened to int64 input_ids and labels rows of the slot
  *           in one pass: what the loader's read does per row, without the loader (built with
  *           -O3 -march=native, the compiler vectorises the loop for this machine's widest unit)
@@ -32,6 +32,8 @@
  */
 #define _GNU_SOURCE
 #include <stoker.h>
+
+#include "bench_tokrows.h"
 
 #include <fcntl.h>
 #include <stdint.h>
@@ -189,17 +191,7 @@ int main(int argc, char **argv)
     const char *m = argv[2];
     size_t B = strtoul(argv[3], NULL, 10), T = strtoul(argv[4], NULL, 10);
     size_t K = strtoul(argv[5], NULL, 10);
-    uint64_t R = ((uint64_t)st.st_size / 2 - 1) / T, a = 2654435761u % R, c = R / 3;
-    for (;; a++) { /* gcd(a, R) = 1: r -> (a r + c) mod R is a permutation of the rows */
-        uint64_t x = a, y = R;
-        while (y) {
-            uint64_t t = x % y;
-            x = y;
-            y = t;
-        }
-        if (x == 1)
-            break;
-    }
+    rows_order ord = rows_order_make(((uint64_t)st.st_size / 2 - 1) / T);
     uint16_t *raw = malloc(4 * B * (T + 1) * 2);
     int64_t *out = aligned_alloc(64, 4 * B * T * 16);
     int64_t *hot = aligned_alloc(64, B * T * 16);
@@ -235,7 +227,7 @@ int main(int argc, char **argv)
         if (use_uring) { /* the batch's reads at once, then (uring-widen) the widening */
             for (size_t b = 0; b < B; b++, r++) {
                 dsts[b] = raw + (slot * B + b) * (T + 1);
-                offs[b] = ((a * r + c) % R) * T * 2;
+                offs[b] = rows_order_at(&ord, r) * T * 2;
             }
             if (uring_reads(&u, fd, dsts, offs, (T + 1) * 2, (unsigned)B) < 0) {
                 perror("io_uring read");
@@ -252,7 +244,7 @@ int main(int argc, char **argv)
             continue;
         }
         for (size_t b = 0; b < B; b++, r++) {
-            uint64_t row = (a * r + c) % R;
+            uint64_t row = rows_order_at(&ord, r);
             uint16_t *dst = raw + (slot * B + b) * (T + 1);
             if (map) {
                 const uint16_t *s = map + row * T;

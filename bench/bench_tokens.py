@@ -184,6 +184,9 @@ def cmd_windows(a):
             ("C loop: stoker windows, 2 threads", lambda: c_loop(path, 0, 2, K)),
             ("ceiling: pread of the rows' bytes (2/token)", lambda: ceiling(path, "pread", K)),
             ("ceiling: pread + widen (no loader)", lambda: ceiling(path, "widen", K)),
+            ("ceiling: io_uring reads, a batch a submission (2/token)",
+             lambda: ceiling(path, "uring", K)),
+            ("ceiling: io_uring reads + widen (no loader)", lambda: ceiling(path, "uring-widen", K)),
             ("ceiling: memcpy of the rows' bytes from an mmap (2/token)",
              lambda: ceiling(path, "mmap", K)),
             ("ceiling: mmap + widen (no loader, no system call)",
@@ -196,7 +199,7 @@ def cmd_windows(a):
     print(uptime())
     table(res, "nanoGPT get_batch (1 process)")
     print()
-    table(res, "ceiling: memcpy of the delivered bytes (16/token)")
+    table(res, "ceiling: pread of the rows' bytes (2/token)")
 
 
 def build_copy(lib=None, out=COPY):

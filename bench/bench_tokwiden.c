@@ -13,6 +13,8 @@
  *     -> "tokens/cpu-s N" (none: the pread alone)
  */
 #define _GNU_SOURCE
+#include "bench_tokrows.h"
+
 #include <fcntl.h>
 #include <immintrin.h>
 #include <stdbool.h>
@@ -135,17 +137,7 @@ int main(int argc, char **argv)
         return 1;
     }
     size_t B = 32, T = 2048, K = strtoul(argv[4], NULL, 10), slots = 4;
-    uint64_t R = ((uint64_t)st.st_size / 2 - 1) / T, a = 2654435761u % R, c = R / 3;
-    for (;; a++) { /* gcd(a, R) = 1: r -> (a r + c) mod R is a permutation of the rows */
-        uint64_t x = a, y = R;
-        while (y) {
-            uint64_t t = x % y;
-            x = y;
-            y = t;
-        }
-        if (x == 1)
-            break;
-    }
+    rows_order ord = rows_order_make(((uint64_t)st.st_size / 2 - 1) / T);
     uint16_t *buf = aligned_alloc(64, 8192);
     int64_t *out = aligned_alloc(4096, slots * B * T * 16);
     if (!buf || !out || pread(fd, buf, (T + 1) * 2, 0) != (ssize_t)((T + 1) * 2)) {
@@ -158,7 +150,7 @@ int main(int argc, char **argv)
     for (size_t b = 0; b < K; b++) {
         int64_t *slot = out + (b % slots) * B * T * 2;
         for (size_t j = 0; j < B; j++, r++) {
-            uint64_t row = (a * r + c) % R;
+            uint64_t row = rows_order_at(&ord, r);
             if (pr && pread(fd, buf, (T + 1) * 2, (off_t)(row * T * 2)) != (ssize_t)((T + 1) * 2)) {
                 perror("pread");
                 return 1;
