@@ -134,6 +134,11 @@ static stk_status posix_read(stk__file *file, uint64_t offset, const stk__iov *i
     return STK_OK;
 }
 
+static int posix_fd(const stk__file *file)
+{
+    return ((const pfile *)file)->fd;
+}
+
 static void posix_close(stk__file *file)
 {
     pfile *f = (pfile *)file;
@@ -213,4 +218,5 @@ const stk__vfs stk__vfs_posix = {
     .stat = posix_stat,
     .list = posix_list,
     .glob = posix_glob,
+    .fd = posix_fd,
 };
