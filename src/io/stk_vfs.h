@@ -166,6 +166,11 @@ static inline int stk__vfs_fd(const stk__file *f)
     return f->vfs->fd ? f->vfs->fd(f) : -1;
 }
 
+/* Whether a file with a local descriptor is still the version opened (its size and modification
+ * time as at open): what every POSIX read checks after reading, for reads made outside `read`
+ * (stk_uring.h) to check once after theirs. false for a file without a descriptor. */
+bool stk__vfs_fd_unchanged(const stk__file *f);
+
 /* Close a file (accepts NULL). */
 void stk__vfs_close(stk__file *f);
 

@@ -139,6 +139,14 @@ static int posix_fd(const stk__file *file)
     return ((const pfile *)file)->fd;
 }
 
+bool stk__vfs_fd_unchanged(const stk__file *file)
+{
+    struct stat now;
+    int fd = stk__vfs_fd(file);
+    return fd >= 0 && fstat(fd, &now) == 0 && (uint64_t)now.st_size == file->size &&
+           mtime_ns(&now) == file->mtime_ns;
+}
+
 static void posix_close(stk__file *file)
 {
     pfile *f = (pfile *)file;

@@ -8,9 +8,11 @@
  * 26).
  *
  * Nothing here decides what a row holds: a row ahead is the same bytes the usual read would
- * read (matched by its first token), and any row that cannot be read ahead (no io_uring, a row
- * across two files, a short or failed read, a column's corpus, packed rows) is read the usual
- * way, which reports its errors as before.
+ * read (matched by its first token), checked as the usual read checks its bytes (the file still
+ * the version opened, once per file after the submission instead of once per row), and any row
+ * that cannot be read ahead (no io_uring, a row across two files, a short or failed read, a
+ * changed file, a column's corpus, packed rows) is read the usual way, which reports its errors
+ * as before.
  */
 #include "source/tokens/stk_tokens.h"
 
@@ -87,9 +89,19 @@ void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cursor, const stk__r
         stk__tokcur_ahead_free(cur); /* the ring failed: read as before from now on */
         return;
     }
-    bool failed = false;
+    /* After the reads, as every read checks (stk_vfs_posix.c): a file that changed since open
+     * (rewritten in place, cut short) gives none of its rows here; their usual reads name it. */
+    int checked_fd = -1;
+    bool failed = false, unchanged = true;
     for (uint32_t k = 0; k < m; k++) {
-        bool whole = r[k].res == (int32_t)len;
+        if (r[k].fd != checked_fd) { /* rows come file by file: mostly one check a prepare */
+            stk__file *f;
+            uint64_t off;
+            stk__tokcorpus_locate(c, first[k], (uint64_t)t->T + 1, &f, &off);
+            checked_fd = r[k].fd;
+            unchanged = stk__vfs_fd_unchanged(f);
+        }
+        bool whole = unchanged && r[k].res == (int32_t)len;
         cur->ahead_first[k] = whole ? first[k] : UINT64_MAX; /* the usual read names the error */
         failed |= r[k].res < 0;
     }
