@@ -20,6 +20,7 @@ typedef struct {
     stk_transform *t;
     PyObject *desc; /* what it was built from: a recipe name or the list of op dicts */
     bool strict;    /* !stk_transform_opts.lenient */
+    bool exact;     /* stk_transform_opts.exact, as given or as decided for exact=None */
 } TransformObject;
 
 const stk_transform *stkpy_transform_get(PyObject *obj)
@@ -320,18 +321,24 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                              "frame_rate",  "clips_per_video", "clip_sampling",
                              "short_video", "decoder_threads", "max_clip_pixels",
                              NULL};
-    PyObject *ops_obj, *dtype_obj = NULL;
+    PyObject *ops_obj, *dtype_obj = NULL, *exact_obj = Py_False;
     const char *layout = "NCHW", *finish = NULL, *media = NULL, *sampling = NULL, *shortv = NULL;
-    int exact = 0, strict = 1, lengths = 0;
+    int strict = 1, lengths = 0;
     unsigned long long max_pixels = 0, max_clip_pixels = 0;
     unsigned int sample_rate = 0, frames_per_clip = 16, frame_step = 1, clips_per_video = 1,
                  decoder_threads = 1;
     double frame_rate = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OspKzpzIpIIdIzzIK:Transform", kwlist, &ops_obj,
-                                     &dtype_obj, &layout, &exact, &max_pixels, &finish, &strict,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsOKzpzIpIIdIzzIK:Transform", kwlist, &ops_obj,
+                                     &dtype_obj, &layout, &exact_obj, &max_pixels, &finish, &strict,
                                      &media, &sample_rate, &lengths, &frames_per_clip, &frame_step,
                                      &frame_rate, &clips_per_video, &sampling, &shortv,
                                      &decoder_threads, &max_clip_pixels))
+        return NULL;
+    /* exact=None: decide by the ops (issue 24): exact when none draws from the sample's stream
+     * (an evaluation transform, whose results must not depend on the loader), else fast. */
+    bool auto_exact = exact_obj == Py_None;
+    int exact = auto_exact ? 0 : PyObject_IsTrue(exact_obj);
+    if (exact < 0)
         return NULL;
     stk_transform_opts o;
     stk_transform_opts_init(&o);
@@ -384,6 +391,12 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                                  "yourself for another dtype, layout, finish or strict=False",
                                  name);
         rc = stk_transform_recipe(name, exact != 0, &t);
+        if (rc == STK_OK && auto_exact && !stk_transform_draws(t)) {
+            stk_transform_destroy(t);
+            t = NULL;
+            exact = 1;
+            rc = stk_transform_recipe(name, true, &t);
+        }
     } else {
         PyObject *seq = PySequence_Fast(ops_obj, "ops must be a recipe name or a list of dicts");
         if (!seq)
@@ -401,6 +414,13 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                 return NULL;
             }
         Py_DECREF(seq);
+        if (auto_exact) {
+            exact = 1;
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (stk_op_draws(ops[i].kind))
+                    exact = 0;
+            o.exact = exact != 0;
+        }
         o.ops = ops;
         o.n_ops = (size_t)n;
         rc = stk_transform_create(&o, &t);
@@ -421,6 +441,7 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->t = t;
     self->desc = Py_NewRef(ops_obj);
     self->strict = strict != 0;
+    self->exact = exact != 0;
     return (PyObject *)self;
 }
 
@@ -458,6 +479,18 @@ static PyObject *Transform_strict(TransformObject *self, void *closure)
     return PyBool_FromLong(self->strict);
 }
 
+static PyObject *Transform_exact(TransformObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->exact);
+}
+
+static PyObject *Transform_draws(TransformObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(stk_transform_draws(self->t));
+}
+
 static PyObject *Transform_media(TransformObject *self, void *closure)
 {
     (void)closure;
@@ -472,6 +505,13 @@ static PyGetSetDef Transform_getset[] = {
      NULL},
     {"strict", (getter)Transform_strict, NULL,
      "True (the default): a corrupt JPEG is an error; False: libjpeg's lenient recovery.", NULL},
+    {"exact", (getter)Transform_exact, NULL,
+     "Whether it decodes exactly (full scale, PIL's IDCT and upsampling): as given, or for "
+     "exact=None whether no op draws from the sample's random stream.",
+     NULL},
+    {"draws", (getter)Transform_draws, NULL,
+     "Whether any op draws from the sample's random stream (False: an evaluation transform).",
+     NULL},
     {"media", (getter)Transform_media, NULL, "'image' or 'audio': the pipeline it runs.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
@@ -483,6 +523,8 @@ PyTypeObject StkTransform_Type = {
     .tp_doc = "Transform(ops, dtype='float32', layout='NCHW', exact=False, max_pixels=0, "
               "finish=None, strict=True): compile a recipe name ('imagenet-train', "
               "'imagenet-val') or a list of op dicts ({'kind': 'Resize', 'size': (256, 0)}, ...). "
+              "exact=None: exact when no op draws from the sample's random stream (.exact says "
+              "which was chosen, .draws whether an op draws). "
               "finish='device': the workers output uint8 [H, W, 3] and a loader finishes (layout, "
               "Normalize, dtype) after its copy to the device; .output is the finished output. "
               "strict=False keeps libjpeg's lenient decoding of corrupt JPEGs instead of failing "
