@@ -258,7 +258,8 @@ def test_bad_videos_named_or_skipped(videos, tmp_path, name, why):
 
 
 def test_limits_and_arguments(videos, tmp_path):
-    """max_pixels per frame; bad arguments named."""
+    """max_pixels per frame, max_clip_pixels per clip; bad arguments and ops that do not fix
+    the frame size named."""
     tar = wds(tmp_path, [videos["h264.mp4"]])
     with pytest.raises(stoker.StokerInvalidError, match="frame_step or frame_rate"):
         stoker.Loader(tar, 1, frames_per_clip=4, frame_step=2, frame_rate=5,
@@ -274,6 +275,14 @@ def test_limits_and_arguments(videos, tmp_path):
     ds = stoker.Dataset(tar)
     with pytest.raises(stoker.StokerLimitError, match="exceeds the pixel limit"):
         next(iter(stoker._core.Loader(ds, batch_size=1, n_threads=1, transform=t)))
+    t = stoker._core.Transform([{"kind": "CenterCrop", "size": (96, 160)}], dtype="uint8",
+                               layout="NHWC", media="video", frames_per_clip=4,
+                               max_clip_pixels=4 * 160 * 96 - 1)
+    with pytest.raises(stoker.StokerLimitError,
+                       match="a clip of 4 frames of 160x96 exceeds max_clip_pixels"):
+        next(iter(stoker._core.Loader(ds, batch_size=1, n_threads=1, transform=t)))
+    with pytest.raises(stoker.StokerInvalidError, match="output size is not fixed"):
+        stoker.Loader(tar, 1, frames_per_clip=4, transforms=T.Compose([T.RandomHorizontalFlip()]))
 
 
 def test_class_per_folder_tree_and_pack(videos, tmp_path):
