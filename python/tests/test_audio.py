@@ -460,6 +460,22 @@ def test_unbound_output_and_info(corpus):
     assert b["audio"].shape == (1, 2, 16000)
 
 
+def test_info_shows_the_bound_output(corpus):
+    """A loader's info()["transform"] is the output its batches have: the data's channel count
+    and length where the compiled transform had -1."""
+    ops = [A.Resample(44100, 16000), A.RandomCrop(1.0), A.MelSpectrogram(16000, n_mels=32)]
+    assert A.compile(ops).output["shape"][0] == -1
+    with stoker.Loader(one_file_tree(corpus["synth_chord.wav_s16"]), 1, transforms=ops,
+                       output="numpy") as loader:
+        info = loader.info()["transform"]
+        b = next(iter(loader))
+    assert info == {"dtype": "float32", "shape": b["audio"].shape[1:]}
+    assert info["shape"] == (2, 32, 81)
+    with stoker.Loader(one_file_tree(corpus["synth_chord.wav_s16"]), 1,
+                       output="numpy") as loader:  # no transform
+        assert loader.info()["transform"] is None
+
+
 def test_audio_classes_are_the_c_rows():
     """Every audio row of the C op table has a stoker.audio class whose parameters are the row's
     (names and counts), and the torchaudio conversion reaches each torchaudio-named one."""
