@@ -3,8 +3,10 @@
     /usr/bin/python3 -m pip install --no-build-isolation .
 
 The extension stoker._core is compiled from python/stoker/_ext/*.c together with the library's
-sources (src/*/*.c, src/*/*/*.c), so nothing needs to be built first and no shared libstoker is needed at
-run time. Build dependencies are the Debian packages of scripts/deps.sh (libturbojpeg0-dev,
+sources (src/*/*.c, src/*/*/*.c) and the command line's (cli/*.c but its main.c), so nothing
+needs to be built first and no shared libstoker is needed at run time. The `stoker` command it
+installs (and `python3 -m stoker`) runs that command line: the same code as `make`'s
+build/stoker. Build dependencies are the Debian packages of scripts/deps.sh (libturbojpeg0-dev,
 libjpeg62-turbo-dev, libspng-dev, libxxhash-dev, python3-dev); numpy is the only Python
 dependency (torch is optional: without it batches are numpy arrays).
 """
@@ -52,10 +54,11 @@ def version():
 core = Extension(
     "stoker._core",
     sources=sorted(glob.glob("python/stoker/_ext/*.c")) + sorted(glob.glob("src/*/*.c")) +
-    sorted(glob.glob("src/*/*/*.c")),
+    sorted(glob.glob("src/*/*/*.c")) + sorted(set(glob.glob("cli/*.c")) - {"cli/main.c"}),
     depends=sorted(glob.glob("python/stoker/_ext/*.h") + glob.glob("src/*.h") +
-                   glob.glob("src/*/*.h") + glob.glob("src/*/*/*.h") + ["include/stoker.h"]),
-    include_dirs=["include", "src"],
+                   glob.glob("src/*/*.h") + glob.glob("src/*/*/*.h") + glob.glob("cli/*.h") +
+                   ["include/stoker.h"]),
+    include_dirs=["include", "src", "cli"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-pthread", "-fvisibility=hidden",
                         "-Wno-missing-prototypes"] + pkg_config("--cflags") +
     ["-DSTK_HAVE_" + d for _, d in AUDIO_HAVE],
@@ -73,7 +76,10 @@ setup(
     packages=["stoker", "stoker.transforms"],
     ext_modules=[core],
     install_requires=["numpy"],
+    entry_points={"console_scripts": ["stoker = stoker.__main__:main"]},
     extras_require={"torch": ["torch"]},
+    # the ~100 C files compiled on every core (pip gives setuptools no -j of its own)
     options={"build": {"build_base": "build/setuptools"},
+             "build_ext": {"parallel": os.cpu_count() or 1},
              "egg_info": {"egg_base": "build/setuptools"}},
 )

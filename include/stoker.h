@@ -376,6 +376,18 @@ static inline void stk_dataset_opts_init(stk_dataset_opts *opts)
  *  Lifetime: *out until stk_dataset_close(*out). */
 STK_API stk_status stk_dataset_open_v2(const stk_dataset_opts *opts, stk_dataset **out);
 
+/** Open a dataset of `n_records` records that have no fields: each record is only its number,
+ *  and reading one reads nothing. For a loader whose per-sample callback produces every sample
+ *  (stk_loader_opts.sample_fn_v2 writing its declared sample_fields): the loader keeps its
+ *  order, ranks, tickets, ring, resume and stats. The Python binding opens one per Python
+ *  Dataset object, whose __getitem__ the callback runs. stk_dataset_describe gives
+ *  "NAME[i]" (`name` NULL or "": "dataset"; cut at 127 bytes), stk_dataset_format "index", and
+ *  the fingerprint covers the name and the count (a resume state of another dataset is refused).
+ *  @return STK_OK (*out set), STK_EINVAL (n_records 0, NULL out), STK_ENOMEM. Details in
+ *          stk_last_errmsg().
+ *  Lifetime: *out until stk_dataset_close(*out); `name` is copied. */
+STK_API stk_status stk_dataset_open_index(const char *name, uint64_t n_records, stk_dataset **out);
+
 /** Number of formats this library reads.
  *  Threads: thread-safe. */
 STK_API size_t stk_n_formats(void);
@@ -962,6 +974,15 @@ STK_API stk_status stk_transform_create(const stk_transform_opts *opts, stk_tran
  *  @return STK_OK, STK_EINVAL (unknown name; the message lists the recipes), STK_ENOMEM. */
 STK_API stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **out);
 
+/** Whether any op of `t` takes numbers from the sample's random stream (the Random* ops,
+ *  ColorJitter, GaussianBlur, the warps, the policies and the containers do; Resize, CenterCrop,
+ *  Pad, Grayscale and Normalize do not: stk_op_draws per kind). A transform that draws nothing
+ *  is deterministic, an evaluation transform: the Python package and the CLI decode it exactly
+ *  (stk_transform_opts.exact) unless told otherwise, since evaluation results must not depend on
+ *  the loader (docs/images.md "Exact by default").
+ *  Threads: thread-safe (t is immutable). */
+STK_API bool stk_transform_draws(const stk_transform *t);
+
 /** The media kind of a transform (the pipeline it runs).
  *  Threads: thread-safe. */
 STK_API stk_media stk_transform_media(const stk_transform *t);
@@ -1040,14 +1061,22 @@ typedef struct stk_loader stk_loader;
 /** A batch borrowed from the ring by stk_loader_next. */
 typedef struct stk_batch stk_batch;
 
-/* Loader flags. */
+/* Loader flags. STK_LOADER_DROP_LAST drops the partial last batch and the uneven tail across
+ * ranks; STK_LOADER_DROP_TAIL / STK_LOADER_PAD_TAIL decide the tail on their own (the DataLoader's
+ * drop_last and DistributedSampler's drop_last apart: stk_plan_init_v2). */
 #define STK_LOADER_SHUFFLE 0x1u      /* shuffle each epoch from (seed, epoch) */
-#define STK_LOADER_DROP_LAST 0x2u    /* drop the partial last batch (and the rank tail) */
+#define STK_LOADER_DROP_LAST 0x2u    /* drop the partial last batch (and the tail, see above) */
 #define STK_LOADER_SKIP_CORRUPT 0x4u /* on_error=skip: replace a bad sample, count it */
 #define STK_LOADER_NO_VERIFY 0x8u    /* do not check record checksums */
 #define STK_LOADER_PINNED 0x10u      /* allocate the ring page-locked (needs CUDA; else pageable) */
 #define STK_LOADER_AUTOTUNE 0x20u    /* choose active threads and depth online (see below) */
 #define STK_LOADER_NO_STATS 0x40u    /* do not time the stages (to measure what timing costs) */
+#define STK_LOADER_STRIDED 0x80u     /* split among ranks as DistributedSampler: STK_PLAN_STRIDED */
+#define STK_LOADER_DROP_TAIL 0x100u  /* drop the uneven tail across ranks, whatever DROP_LAST */
+#define STK_LOADER_PAD_TAIL 0x200u   /* pad the uneven tail across ranks, whatever DROP_LAST */
+#define STK_LOADER_SHARED_RING                                                                     \
+    0x400u /* ring slots in one shared-memory file that other processes                            \
+             can map (stk_loader_ring_memory) */
 
 /** A batch transform (stk_loader_opts.batch_ops), as torchvision.transforms.v2 defines it.
  *  Both draw lambda ~ Beta(alpha, alpha) once per batch from the batch's own random stream,
@@ -1101,6 +1130,32 @@ static inline void stk_batch_op_init(stk_batch_op *op, stk_batch_op_kind kind)
 typedef struct stk_tensor stk_tensor; /* below, with the batch accessors */
 typedef stk_status (*stk_sample_fn)(void *ctx, uint64_t index, const stk_tensor *in, size_t n_in,
                                     stk_tensor *out, size_t n_out, char *err, size_t err_size);
+
+/** What the loader tells a stk_sample_fn_v2 about the sample it is to produce. */
+typedef struct stk_sample_info {
+    size_t struct_size; /* sizeof(stk_sample_info) of the library that filled it */
+    uint64_t index;     /* the record (as stk_sample_fn's index) */
+    uint64_t epoch;     /* the epoch of the sample's batch */
+    uint64_t position;  /* the sample's position in the epoch's global order */
+    uint64_t seed;      /* stk_sample_seed(loader seed, epoch, index) */
+    uint32_t worker;    /* the calling worker thread, 0..n_threads-1 (the same thread always
+                           passes the same number) */
+    uint32_t row;       /* the sample's row in its batch */
+} stk_sample_info;
+
+/** A 64-bit seed for other random generators, taken from the sample's own Philox stream of
+ *  (seed, epoch, index), kept apart from the augmentation's (stk_rng_init of the same triple):
+ *  what stk_sample_info.seed holds, so Python's random, NumPy's and torch's generators can be
+ *  seeded per sample, the same for any thread, process or rank count and after a resume.
+ *  Threads: thread-safe. */
+STK_API uint64_t stk_sample_seed(uint64_t seed, uint64_t epoch, uint64_t index);
+
+/** stk_sample_fn with the sample's epoch, position, seed, worker and row (stk_sample_info):
+ *  called instead of sample_fn when stk_loader_opts.sample_fn_v2 is set, with the same contract
+ *  (the same `in`, `out`, return values, threads and lifetime). */
+typedef stk_status (*stk_sample_fn_v2)(void *ctx, const stk_sample_info *info, const stk_tensor *in,
+                                       size_t n_in, stk_tensor *out, size_t n_out, char *err,
+                                       size_t err_size);
 
 /** The order of an epoch (stk_loader_opts.order). Every order is a pure function of (seed,
  *  epoch, position), so a resumed epoch continues exactly (stk_loader_load_state) and every
@@ -1199,6 +1254,9 @@ typedef struct stk_loader_opts {
     uint64_t num_samples;    /* STK_ORDER_WEIGHTED: positions per epoch, >= 1; without
                                 replacement at most the number of positive weights */
     bool replacement;        /* STK_ORDER_WEIGHTED: draw with replacement (default false) */
+    /* ---- the per-sample callback with the sample's info (stk_sample_fn_v2); when set it is
+     * called instead of sample_fn, with sample_ctx and sample_fields as for sample_fn ---- */
+    stk_sample_fn_v2 sample_fn_v2; /* NULL = none (default) */
 } stk_loader_opts;
 
 /** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field: what
@@ -1308,6 +1366,36 @@ static inline void stk_loader_info_init(stk_loader_info *out)
  *  @return STK_OK, or STK_EINVAL (out->struct_size not set).
  *  Threads: thread-safe. */
 STK_API stk_status stk_loader_info_get(const stk_loader *loader, stk_loader_info *out);
+
+/** Where the ring's memory is, for STK_LOADER_SHARED_RING: every slot lies in one memfd
+ *  (an anonymous shared-memory file, not /dev/shm) mapped at `base` in this process, so another
+ *  process that maps `fd` (passed to it, e.g. over a Unix socket) writes a sample's rows at
+ *  their offset from `base` (a stk_sample_fn's out[i].data - base). With STK_LOADER_PINNED (or a
+ *  device) and CUDA present, the mapping is page-locked (cuMemHostRegister) within the pinned
+ *  cap, as other rings are. */
+typedef struct stk_ring_memory {
+    size_t struct_size; /* set by stk_ring_memory_init() (an output struct) */
+    int fd;             /* the memfd; -1 without STK_LOADER_SHARED_RING. Owned by the loader:
+                           dup() it to keep it */
+    void *base;         /* its mapping in this process (NULL without the flag) */
+    size_t size;        /* bytes of the mapping: every slot */
+    bool pinned;        /* page-locked */
+} stk_ring_memory;
+
+/** Zero `out` and set its struct_size (the caller's sizeof). */
+static inline void stk_ring_memory_init(stk_ring_memory *out)
+{
+    stk_ring_memory z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*out);
+    *out = z;
+}
+
+/** Fill `out` (an output struct: stk_ring_memory_init) with the ring's shared memory.
+ *  @return STK_OK (fd -1 and base NULL when the loader was created without
+ *          STK_LOADER_SHARED_RING), or STK_EINVAL (NULL argument, struct_size not set).
+ *  Lifetime: fd and base stay valid while the ring lives: until stk_loader_destroy and the
+ *  release of the last batch. Threads: thread-safe. */
+STK_API stk_status stk_loader_ring_memory(const stk_loader *loader, stk_ring_memory *out);
 
 /** Counters and stage times, cumulative since create, summed over the worker threads. Each
  *  worker times its stages with a monotonic clock into its own counters (no lock); reading them
@@ -1611,9 +1699,10 @@ STK_API double stk_rng_uniform(stk_rng *rng);
 STK_API uint64_t stk_sampler_index(uint64_t n, bool shuffle, uint64_t seed, uint64_t epoch,
                                    uint64_t pos);
 
-/** How one rank walks an epoch (see DESIGN.md, "Distributed"). Filled by stk_plan_init. */
+/** How one rank walks an epoch (see DESIGN.md, "Distributed"). Filled by stk_plan_init or
+ *  stk_plan_init_v2. */
 typedef struct stk_plan {
-    size_t struct_size; /* set by stk_plan_init() */
+    size_t struct_size; /* set by stk_plan_init() / stk_plan_init_v2() */
     uint64_t n;         /* records in the dataset */
     uint64_t start;     /* global position the epoch (re)starts from (resume point) */
     uint64_t end;       /* one past the last global position used (with padding) */
@@ -1621,8 +1710,20 @@ typedef struct stk_plan {
     uint64_t n_batches; /* batches this rank receives */
     uint32_t batch_size;
     uint32_t rank, world;
-    bool drop_last;
+    bool drop_last; /* the rank's partial last batch is dropped */
+    bool drop_tail; /* the epoch's uneven tail across ranks is dropped (else padded); v2 */
+    bool strided;   /* a step's positions go to the ranks in turn (STK_PLAN_STRIDED); v2 */
 } stk_plan;
+
+/* stk_plan_init_v2 flags. */
+/* Drop the rank's partial last batch (the DataLoader's drop_last). */
+#define STK_PLAN_DROP_LAST 0x1u
+/* Truncate the positions to a multiple of world instead of padding (DistributedSampler's
+ * drop_last). */
+#define STK_PLAN_DROP_TAIL 0x2u
+/* Rank r takes positions g+r, g+r+world, ... of each global step g (DistributedSampler's
+ * interleaved split) instead of the step's r-th consecutive slice. */
+#define STK_PLAN_STRIDED 0x4u
 
 /** Plan an epoch for `rank` of `world` from global position `start`: positions run
  *  start..end-1, where end pads (by wrapping to the start of the order, as PyTorch's
@@ -1630,7 +1731,8 @@ typedef struct stk_plan {
  *  to floor((n-start)/world) each with drop_last. Each global step of world*batch_size
  *  positions is cut into `world` consecutive slices, slice r for rank r; a shorter last step is
  *  cut into equal slices. With drop_last a rank's partial last batch is dropped.
- *  stk_plan_init passes the caller's sizeof to stk_plan_init_sized.
+ *  The same as stk_plan_init_v2 with flags STK_PLAN_DROP_LAST | STK_PLAN_DROP_TAIL when
+ *  drop_last, else 0. stk_plan_init passes the caller's sizeof to stk_plan_init_sized.
  *  @return STK_OK or STK_EINVAL (n == 0, batch_size == 0, world == 0, rank >= world, a
  *          struct_size too small). */
 STK_API stk_status stk_plan_init_sized(stk_plan *plan, uint64_t n, uint64_t start,
@@ -1645,9 +1747,31 @@ static inline stk_status stk_plan_init(stk_plan *plan, uint64_t n, uint64_t star
     return stk_plan_init_sized(plan, n, start, batch_size, rank, world, drop_last, sizeof(*plan));
 }
 
+/** stk_plan_init with the two halves of drop_last apart and a choice of split (`flags`,
+ *  STK_PLAN_*): the uneven tail across ranks is truncated with STK_PLAN_DROP_TAIL, else padded;
+ *  a rank's partial last batch is dropped with STK_PLAN_DROP_LAST, else kept. Each global step
+ *  of world*batch_size positions (the last one shorter, a multiple of world) is split into
+ *  world equal parts: consecutive slices, or with STK_PLAN_STRIDED every world-th position
+ *  from g+r, which makes a rank's samples over the epoch positions start+r, start+r+world, ...
+ *  and its batches PyTorch's DataLoader batches over DistributedSampler(rank) for every
+ *  combination of the sampler's and the loader's drop_last. stk_plan_init_v2 passes the
+ *  caller's sizeof to stk_plan_init_v2_sized.
+ *  @return STK_OK or STK_EINVAL (as stk_plan_init_sized, or an unknown flag). */
+STK_API stk_status stk_plan_init_v2_sized(stk_plan *plan, uint64_t n, uint64_t start,
+                                          uint32_t batch_size, uint32_t rank, uint32_t world,
+                                          uint32_t flags, size_t struct_size);
+
+/** stk_plan_init_v2_sized with the caller's sizeof(stk_plan). */
+static inline stk_status stk_plan_init_v2(stk_plan *plan, uint64_t n, uint64_t start,
+                                          uint32_t batch_size, uint32_t rank, uint32_t world,
+                                          uint32_t flags)
+{
+    return stk_plan_init_v2_sized(plan, n, start, batch_size, rank, world, flags, sizeof(*plan));
+}
+
 /** The global positions of batch `b` for the plan's rank: *first and *n_samples (the rank's
- *  samples are positions first..first+n_samples-1, each mapped to a record by
- *  stk_sampler_index(pos mod n)),
+ *  samples are positions first, first+s, ..., first+(n_samples-1)*s with s = world for a
+ *  strided plan and 1 otherwise, each mapped to a record by stk_sampler_index(pos mod n)),
  *  and *consumed, the global position reached once every rank has taken this step.
  *  @return STK_OK or STK_EINVAL (b >= n_batches). */
 STK_API stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first,
@@ -1729,6 +1853,12 @@ typedef struct stk_op_param {
  *  stk_op_kind_at(0 .. stk_op_n_kinds() - 1).
  *  Threads: thread-safe (static data). */
 STK_API size_t stk_op_n_kinds(void);
+
+/** The op table's `draws` column: whether ops of this kind take numbers from the sample's random
+ *  stream (their output then depends on more than the image; see stk_transform_draws).
+ *  @return false also for a kind this library does not know.
+ *  Threads: thread-safe (static data). */
+STK_API bool stk_op_draws(stk_op_kind kind);
 
 /** The kind of supported op number `i`, in table order (which is enum order).
  *  @return STK_OK (*out set) or STK_EINVAL (i >= stk_op_n_kinds(), or out NULL; *out untouched).

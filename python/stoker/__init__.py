@@ -25,6 +25,7 @@ from . import audio
 from .dataset import Dataset, Writer, formats, pack, pack_image_folder, write_shard
 from .dataset import pack_records
 from .loader import Batch, Loader
+from . import _pydataset  # noqa: F401 - Loader runs Python datasets through it (registers)
 from . import tokens
 from .tokens import Corpus, mix
 from ._profile import Profile, profile

@@ -233,7 +233,7 @@ static stk_status budget_check(core *c, uint64_t budget, char *err, size_t err_s
     if (c->transform)
         scratch = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
     scratch += c->bops.n ? c->bops.scratch_size : 0;
-    scratch += c->sample_fn ? c->in_lay.slot_size : 0;
+    scratch += stk__sampled(c) ? c->in_lay.slot_size : 0;
     uint64_t total = ring + scratch * c->n_threads + (c->checked ? (c->n / 64 + 1) * 8 : 0);
     c->budget.limit = budget;
     c->budget.fixed = total;
@@ -323,7 +323,15 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     c->world = world;
     c->seed = opts->seed;
     c->shuffle = opts->flags & STK_LOADER_SHUFFLE;
-    c->drop_last = opts->flags & STK_LOADER_DROP_LAST;
+    if ((opts->flags & STK_LOADER_DROP_TAIL) && (opts->flags & STK_LOADER_PAD_TAIL))
+        STK_FAIL(err, STK_EINVAL, "flags STK_LOADER_DROP_TAIL and STK_LOADER_PAD_TAIL together");
+    /* DROP_LAST alone drops both the tail across ranks and the partial last batch; the TAIL
+     * flags decide the tail on their own (DistributedSampler's drop_last vs the DataLoader's). */
+    bool drop_last = opts->flags & STK_LOADER_DROP_LAST;
+    bool drop_tail =
+        (opts->flags & STK_LOADER_DROP_TAIL) || (drop_last && !(opts->flags & STK_LOADER_PAD_TAIL));
+    c->plan_flags = (drop_last ? STK_PLAN_DROP_LAST : 0) | (drop_tail ? STK_PLAN_DROP_TAIL : 0) |
+                    ((opts->flags & STK_LOADER_STRIDED) ? STK_PLAN_STRIDED : 0);
     c->skip_corrupt = opts->flags & STK_LOADER_SKIP_CORRUPT;
     c->timed = !(opts->flags & STK_LOADER_NO_STATS);
     c->created_ns = stk__now_ns();
@@ -355,13 +363,14 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     }
     STK_TRY(stk__batchops_opts(&c->bops, opts, err, sizeof(err)));
     int tf = c->tfield;
-    if (opts->sample_fn) {
+    if (opts->sample_fn || opts->sample_fn_v2) {
         /* Workers read each record into their own buffer (laid out as in_lay); the slot holds
          * what the callback writes. */
         STK_TRY(stk__layout_init(&c->in_lay, fields, max_size, n_fields, 1, c->tfield, &tspec, err,
                                  sizeof(err)));
         STK_TRY(sample_fields(opts, fields, max_size, &n_fields, err, sizeof(err)));
         c->sample_fn = opts->sample_fn;
+        c->sample_fn_v2 = opts->sample_fn_v2;
         c->sample_ctx = opts->sample_ctx;
         tf = -1;
     }
@@ -387,11 +396,12 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
 
     stk__ring_args ra = {.n_slots = c->n_slots,
                          .finish = {.on = false},
-                         .sample_fn = c->sample_fn != NULL,
+                         .sample_fn = stk__sampled(c),
                          .batch_ops = c->bops.n > 0,
                          .want_pinned = (opts->flags & STK_LOADER_PINNED) != 0,
                          .device = opts->device,
-                         .pinned_limit = opts->pinned_limit};
+                         .pinned_limit = opts->pinned_limit,
+                         .shared = (opts->flags & STK_LOADER_SHARED_RING) != 0};
     if (c->transform)
         stk__transform_finish(c->transform, &ra.finish);
     STK_TRY(stk__ring_setup(&c->r, &ra, err, sizeof(err)));
@@ -438,7 +448,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
             goto fail;
         if (c->bops.n && !(w->bscratch = stk__malloc(c->bops.scratch_size)))
             STK_FAIL(err, STK_ENOMEM, "out of memory for the batch transforms' scratch");
-        if (c->sample_fn && !(w->in = stk__malloc(c->in_lay.slot_size)))
+        if (stk__sampled(c) && !(w->in = stk__malloc(c->in_lay.slot_size)))
             STK_FAIL(err, STK_ENOMEM, "out of memory for a %zu-byte sample buffer",
                      c->in_lay.slot_size);
         if (c->transform) {
@@ -458,6 +468,9 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     for (uint32_t i = 0; i < c->n_threads; i++) {
         if (pthread_create(&c->workers[i].thread, NULL, stk__worker_main, &c->workers[i]) != 0)
             STK_FAIL(err, STK_ENOMEM, "cannot start worker thread %u", i);
+        /* Named before create returns, not when the thread first runs (which a loaded machine
+         * can delay): counting "stk-worker" threads is exact from here on (issue 30). */
+        pthread_setname_np(c->workers[i].thread, "stk-worker");
         c->n_started++;
     }
     *out = L;

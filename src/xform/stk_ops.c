@@ -398,6 +398,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomResizedCrop",
      .kind = STK_OP_RANDOM_RESIZED_CROP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .resamples = true,
      .params = PARAMS(p_rrc),
      .check = check_rrc,
@@ -422,6 +423,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomHorizontalFlip",
      .kind = STK_OP_RANDOM_HORIZONTAL_FLIP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .after_store = true,
      .params = PARAMS(stk__params_p),
      .check = stk__check_p,
@@ -435,6 +437,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomVerticalFlip",
      .kind = STK_OP_RANDOM_VERTICAL_FLIP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .after_store = true,
      .params = PARAMS(stk__params_p),
      .check = stk__check_p,
@@ -442,6 +445,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomCrop",
      .kind = STK_OP_RANDOM_CROP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .params = PARAMS(p_rcrop),
      .check = check_rcrop,
      .size = size_crop,
@@ -456,6 +460,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomErasing",
      .kind = STK_OP_RANDOM_ERASING,
      .stage = STK__OP_TENSOR,
+     .draws = true,
      .after_store = true,
      .params = PARAMS(p_erase),
      .init = init_erase,
@@ -465,6 +470,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomApply",
      .kind = STK_OP_RANDOM_APPLY,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .container = true,
      .params = PARAMS(p_apply),
      .init = init_container,
@@ -473,6 +479,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomChoice",
      .kind = STK_OP_RANDOM_CHOICE,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .container = true,
      .params = PARAMS(p_choice),
      .init = init_container,
@@ -481,6 +488,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomOrder",
      .kind = STK_OP_RANDOM_ORDER,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .container = true,
      .params = PARAMS(p_choice),
      .init = init_container,
@@ -574,6 +582,12 @@ const char *stk_op_name(stk_op_kind kind)
 {
     const stk__op_def *d = stk__op_def_get(kind);
     return d ? d->name : NULL;
+}
+
+bool stk_op_draws(stk_op_kind kind)
+{
+    const stk__op_def *d = stk__op_def_get(kind);
+    return d && d->draws;
 }
 
 stk_status stk_op_find(const char *name, stk_op_kind *out)

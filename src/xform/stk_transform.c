@@ -240,6 +240,14 @@ static void image_spec(const stk_transform *t, stk__tspec *out)
     }
 }
 
+bool stk_transform_draws(const stk_transform *t)
+{
+    for (size_t i = 0; t && i < t->n_ops; i++)
+        if (t->defs[i]->draws)
+            return true;
+    return false;
+}
+
 void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *ndim,
                           int64_t shape[STK_MAX_DIMS])
 {

@@ -406,6 +406,9 @@ typedef struct stk__op_def {
                        * follow it */
     bool resamples;   /* resizes (Resize, RandomResizedCrop): padding before it is resampled as an
                        * edge extension, so a fill or padding_mode cannot precede it */
+    bool draws;       /* its plan takes numbers from the sample's random stream (stk_op_draws): a
+                       * transform of ops that do not is deterministic and decodes exactly by
+                       * default in the front ends (issue 24) */
     const stk_op_param *params; /* torchvision's arguments, in its order */
     size_t n_params;
     /* Optional defaults beyond stk_op_init's common ones (e.g. Resize's size (256, 0)). */

@@ -20,6 +20,7 @@ typedef struct {
     stk_transform *t;
     PyObject *desc; /* what it was built from: a recipe name or the list of op dicts */
     bool strict;    /* !stk_transform_opts.lenient */
+    bool exact;     /* stk_transform_opts.exact, as given or as decided for exact=None */
 } TransformObject;
 
 const stk_transform *stkpy_transform_get(PyObject *obj)
@@ -313,14 +314,20 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"ops",    "dtype", "layout",      "exact",   "max_pixels", "finish",
                              "strict", "media", "sample_rate", "lengths", NULL};
-    PyObject *ops_obj, *dtype_obj = NULL;
+    PyObject *ops_obj, *dtype_obj = NULL, *exact_obj = Py_False;
     const char *layout = "NCHW", *finish = NULL, *media = NULL;
-    int exact = 0, strict = 1, lengths = 0;
+    int strict = 1, lengths = 0;
     unsigned long long max_pixels = 0;
     unsigned int sample_rate = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OspKzpzIp:Transform", kwlist, &ops_obj,
-                                     &dtype_obj, &layout, &exact, &max_pixels, &finish, &strict,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsOKzpzIp:Transform", kwlist, &ops_obj,
+                                     &dtype_obj, &layout, &exact_obj, &max_pixels, &finish, &strict,
                                      &media, &sample_rate, &lengths))
+        return NULL;
+    /* exact=None: decide by the ops (issue 24): exact when none draws from the sample's stream
+     * (an evaluation transform, whose results must not depend on the loader), else fast. */
+    bool auto_exact = exact_obj == Py_None;
+    int exact = auto_exact ? 0 : PyObject_IsTrue(exact_obj);
+    if (exact < 0)
         return NULL;
     stk_transform_opts o;
     stk_transform_opts_init(&o);
@@ -356,6 +363,12 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                                  "yourself for another dtype, layout, finish or strict=False",
                                  name);
         rc = stk_transform_recipe(name, exact != 0, &t);
+        if (rc == STK_OK && auto_exact && !stk_transform_draws(t)) {
+            stk_transform_destroy(t);
+            t = NULL;
+            exact = 1;
+            rc = stk_transform_recipe(name, true, &t);
+        }
     } else {
         PyObject *seq = PySequence_Fast(ops_obj, "ops must be a recipe name or a list of dicts");
         if (!seq)
@@ -373,6 +386,13 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                 return NULL;
             }
         Py_DECREF(seq);
+        if (auto_exact) {
+            exact = 1;
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (stk_op_draws(ops[i].kind))
+                    exact = 0;
+            o.exact = exact != 0;
+        }
         o.ops = ops;
         o.n_ops = (size_t)n;
         rc = stk_transform_create(&o, &t);
@@ -393,6 +413,7 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->t = t;
     self->desc = Py_NewRef(ops_obj);
     self->strict = strict != 0;
+    self->exact = exact != 0;
     return (PyObject *)self;
 }
 
@@ -430,6 +451,18 @@ static PyObject *Transform_strict(TransformObject *self, void *closure)
     return PyBool_FromLong(self->strict);
 }
 
+static PyObject *Transform_exact(TransformObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->exact);
+}
+
+static PyObject *Transform_draws(TransformObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(stk_transform_draws(self->t));
+}
+
 static PyObject *Transform_media(TransformObject *self, void *closure)
 {
     (void)closure;
@@ -444,6 +477,13 @@ static PyGetSetDef Transform_getset[] = {
      NULL},
     {"strict", (getter)Transform_strict, NULL,
      "True (the default): a corrupt JPEG is an error; False: libjpeg's lenient recovery.", NULL},
+    {"exact", (getter)Transform_exact, NULL,
+     "Whether it decodes exactly (full scale, PIL's IDCT and upsampling): as given, or for "
+     "exact=None whether no op draws from the sample's random stream.",
+     NULL},
+    {"draws", (getter)Transform_draws, NULL,
+     "Whether any op draws from the sample's random stream (False: an evaluation transform).",
+     NULL},
     {"media", (getter)Transform_media, NULL, "'image' or 'audio': the pipeline it runs.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
@@ -455,6 +495,8 @@ PyTypeObject StkTransform_Type = {
     .tp_doc = "Transform(ops, dtype='float32', layout='NCHW', exact=False, max_pixels=0, "
               "finish=None, strict=True): compile a recipe name ('imagenet-train', "
               "'imagenet-val') or a list of op dicts ({'kind': 'Resize', 'size': (256, 0)}, ...). "
+              "exact=None: exact when no op draws from the sample's random stream (.exact says "
+              "which was chosen, .draws whether an op draws). "
               "finish='device': the workers output uint8 [H, W, 3] and a loader finishes (layout, "
               "Normalize, dtype) after its copy to the device; .output is the finished output. "
               "strict=False keeps libjpeg's lenient decoding of corrupt JPEGs instead of failing "
