@@ -265,9 +265,9 @@ def test_audio_batches_on_the_device():
     """An audio recipe with lengths (issue 27) through the device ring: the same batches as the
     CPU path, nothing finished on the device (float32 spectrograms cross as they are)."""
     out = _run("""
-        import wave
+        import os, tempfile, wave
         from stoker import audio as A
-        root = f"{tmp}/wavs"
+        root = f"{tempfile.mkdtemp()}/wavs"
         for c in range(2):
             os.makedirs(f"{root}/c{c}")
             for i in range(6):
