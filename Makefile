@@ -53,8 +53,8 @@ NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/loc
 SO_NAME  := libstoker.so.0.3
 
 .PHONY: all lib cli python test unit oom oom-bins oom-cases fuzz-replay cli-test pytest asan ubsan tsan fuzz \
-        examples deps demo bench format check-format check-exports check-layers clean test-gpu \
-        check-ptx fuzz-ci test-under-load test-pip
+        examples deps demo bench format check-format check-exports check-layers check-self-format \
+        clean test-gpu check-ptx fuzz-ci test-under-load test-pip
 
 all: lib cli python
 
@@ -153,7 +153,7 @@ JOBS := $(if $(findstring j,$(MAKEFLAGS)),,-j$(shell getconf _NPROCESSORS_ONLN))
 test: deps
 	$(MAKE) $(JOBS) all $(UNIT_BINS) $(FAKE_CUDA) $(FUZZ_REPLAY) $(GEN_BINS) $(EXAMPLE_BINS)
 	$(MAKE) $(JOBS) BUILD=build/debug EXTRA_CFLAGS=-DSTK_DEBUG oom-bins
-	$(MAKE) check-exports check-layers
+	$(MAKE) check-exports check-layers check-self-format
 	$(MAKE) unit oom fuzz-replay cli-test pytest check-ptx
 
 unit: $(UNIT_BINS) $(FAKE_CUDA)
@@ -215,6 +215,11 @@ check-exports: $(BUILD)/libstoker.so
 check-layers: $(LIB_OBJS) $(CLI_OBJS)
 	@$(PYTHON) scripts/check_layers.py --build $(BUILD)
 	@PYTHON=$(PYTHON) bash scripts/check_layers_test.sh $(BUILD)
+
+# No error message formatted into itself (issue 30): the check, and the check that it can fail.
+check-self-format:
+	@$(PYTHON) scripts/check_self_format.py --self-test
+	@$(PYTHON) scripts/check_self_format.py src cli python tests
 
 # Sanitizer variants of the unit tests and fuzz replays (TSan runs the threaded tests).
 asan:

@@ -15,7 +15,9 @@ Markdown table of medians with [min-max] and the new/base ratio of the medians, 
 --ceiling`: full decode, or memcpy, of the same records on the same threads, measured right
 after it) and the table then also gives each build's ratio to it, median [min-max]. --epochs:
 epochs per imagenet-train run (default 1: every read a first read; more shows the later epochs,
-where a strict decode stops after the window of a record checked before).
+where a strict decode stops after the window of a record checked before). Where a build's
+`stoker bench --json` reports its first epoch and later epochs apart (issue 29), a second table
+gives each part's samples/s and ratio to the same part of its ceiling.
 """
 import argparse
 import json
@@ -42,11 +44,24 @@ def build_base(rev, where):
     return os.path.join(where, "build", "stoker")
 
 
+def warm(path):
+    """Read the file once, so that the first epoch reads from the page cache, not the disk."""
+    with open(path, "rb") as f:
+        while f.read(1 << 24):
+            pass
+
+
 def bench(stoker, data, recipe, threads, epochs, ceiling=False):
+    warm(data)
     cmd = [stoker, "bench", data, "--recipe", recipe, "--threads", str(threads), "--epochs",
            str(epochs), "--json", "--quiet"] + (["--ceiling"] if ceiling else [])
     out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-    return out["samples_per_s"], out.get("ratio_to_ceiling"), " ".join(cmd[1:])
+    parts = {}
+    for key in ("first_epoch", "later_epochs"):
+        if out.get(key):
+            parts[key] = (out[key]["samples_per_s"], out.get(f"{key}_ratio_to_ceiling"),
+                          out.get(f"cpu_{key}_ratio_to_ceiling"))
+    return out["samples_per_s"], out.get("ratio_to_ceiling"), " ".join(cmd[1:]), parts
 
 
 def main():
@@ -84,15 +99,18 @@ def main():
         for t in [int(x) for x in a.threads.split(",")]:
             res = {"base": [], "new": []}
             rat = {"base": [], "new": []}
+            parts = {"base": {}, "new": {}}
             cmd = ""
             for _ in range(a.rounds):
                 for name, exe in (("base", base), ("new", new)):
-                    r, q, cmd = bench(exe, data, recipe, t, epochs, a.ceiling)
+                    r, q, cmd, pt = bench(exe, data, recipe, t, epochs, a.ceiling)
                     res[name].append(r)
                     if q is not None:
                         rat[name].append(q)
+                    for key, v in pt.items():
+                        parts[name].setdefault(key, []).append(v)
             mb, mn = statistics.median(res["base"]), statistics.median(res["new"])
-            rows.append((recipe, t, res, mb, mn, cmd, rat))
+            rows.append((recipe, t, res, mb, mn, cmd, rat, parts))
     print(f"\nbase {a.base} vs new (working tree), {a.rounds} interleaved rounds each, "
           f"images: gen_images.py --profile {a.profile}\n")
 
@@ -102,13 +120,26 @@ def main():
     print("| workload | threads | base samples/s | new samples/s | new / base"
           + (" | base / ceiling | new / ceiling |" if a.ceiling else " |"))
     print("|---|---|---|---|---|" + ("---|---|" if a.ceiling else ""))
-    for recipe, t, res, mb, mn, _, rat in rows:
+    for recipe, t, res, mb, mn, _, rat, _ in rows:
         line = (f"| {recipe} | {t} | {spread(res['base'], '.0f')} | {spread(res['new'], '.0f')} "
                 f"| {mn / mb:.3f} |")
         if a.ceiling:
             line += f" {spread(rat['base'], '.3f')} | {spread(rat['new'], '.3f')} |"
         print(line)
+    part_rows = [(recipe, t, name, key, v) for recipe, t, _, _, _, _, _, parts in rows
+                 for name in ("base", "new") for key, v in parts[name].items()]
+    if part_rows:
+        print("\nfirst epoch and later epochs apart (builds that report them):\n")
+        print("| workload | threads | build | part | samples/s | vs ceiling | per CPU s |")
+        print("|---|---|---|---|---|---|---|")
+        for recipe, t, name, key, v in part_rows:
+            ratios = [x[1] for x in v if x[1] is not None]
+            cpus = [x[2] for x in v if x[2] is not None]
+            print(f"| {recipe} | {t} | {name} | {key.replace('_', ' ')} | "
+                  f"{spread([x[0] for x in v], '.0f')} | {spread(ratios, '.3f')} | "
+                  f"{spread(cpus, '.3f')} |")
     print("\ncommands (each build): " + "; ".join(sorted({r[5] for r in rows})))
+    print(f"load average {open('/proc/loadavg').read().split()[0]} at the end")
     sh(["git", "-C", ROOT, "worktree", "remove", "--force", os.path.join(work, "base")])
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)

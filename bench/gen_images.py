@@ -8,10 +8,18 @@ some others between 300 and 640 px a side) and JPEG qualities 75-95. `--profile 
 ~57 KB files (the issue's ~59 KB), `--profile imagenet` ~105 KB (ImageNet's mean file size).
 
     /usr/bin/python3 bench/gen_images.py OUT --classes 10 --per-class 100 [--profile small]
+        [--max-side 512 --quality 90]
+
+--max-side N re-encodes the photographs as FFCV's ImageNet benchmark datasets are written
+(ffcv.writer with RGBImageField(max_resolution=N, jpeg_quality=Q)): each is generated at an
+ImageNet-like size (40% of the sizes drawn from have a side over 512 px), saved at its profile's
+quality as the original, then decoded, shrunk so that its longer side is at most N (area
+averaging, as FFCV's cv2.INTER_AREA) and saved again at --quality (default 90), 4:2:0.
 
 Deterministic for a given --seed. Uses all cores (one process per core).
 """
 import argparse
+import io
 import os
 import sys
 from multiprocessing import Pool
@@ -23,6 +31,11 @@ SIZES = [(500, 375)] * 6 + [(375, 500)] * 3 + [(500, 333)] * 2 + [(333, 500), (6
                                                                  (480, 640), (400, 300),
                                                                  (300, 400), (500, 400),
                                                                  (600, 450)]
+
+# --max-side: ImageNet's larger originals too (its images reach 2,000+ px a side), so that the
+# re-encoding shrinks some (40% of these sizes have a side over 512)
+SIZES_LARGE = SIZES + [(800, 600), (600, 800), (1024, 768), (768, 1024), (1280, 960),
+                       (1600, 1200), (640, 427)]
 
 GRAIN_SIGMA, GRAIN_CHROMA = 6.0, 0.35
 
@@ -76,14 +89,30 @@ def make_image(rng, w, h, label, profile):
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8)), quality
 
 
+def reencode(img, q, max_side, quality):
+    """The original saved at quality q, decoded, its longer side shrunk to max_side, saved again
+    at `quality` (what FFCV's writer does to an ImageNet JPEG)."""
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=q, subsampling="4:2:0")
+    img = Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+    w, h = img.size
+    if max(w, h) > max_side:
+        k = max_side / max(w, h)
+        img = img.resize((max(1, round(w * k)), max(1, round(h * k))), Image.BOX)
+    return img, quality
+
+
 def work(args):
-    out, cls, idx, seed, profile = args
+    out, cls, idx, seed, profile, max_side, quality = args
     rng = np.random.default_rng([seed, cls, idx])
-    w, h = SIZES[int(rng.integers(0, len(SIZES)))]
+    sizes = SIZES_LARGE if max_side else SIZES
+    w, h = sizes[int(rng.integers(0, len(sizes)))]
     img, q = make_image(rng, w, h, cls, profile)
+    if max_side:
+        img, q = reencode(img, q, max_side, quality)
     path = os.path.join(out, f"class_{cls:03d}", f"img_{idx:05d}.jpg")
     img.save(path, quality=q, subsampling="4:2:0")
-    return os.path.getsize(path), w * h
+    return os.path.getsize(path), img.size[0] * img.size[1]
 
 
 def main():
@@ -94,12 +123,18 @@ def main():
     ap.add_argument("--profile", choices=sorted(PROFILES), default="small")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
+    ap.add_argument("--max-side", type=int, default=0,
+                    help="re-encode as FFCV's benchmark data: longer side at most this (0: off)")
+    ap.add_argument("--quality", type=int, default=90, help="with --max-side: JPEG quality")
     a = ap.parse_args()
     if a.classes < 1 or a.per_class < 1:
         ap.error("--classes and --per-class must be >= 1")
+    if a.max_side < 0 or not 1 <= a.quality <= 100:
+        ap.error("--max-side must be >= 0 and --quality in 1..100")
     for c in range(a.classes):
         os.makedirs(os.path.join(a.out, f"class_{c:03d}"), exist_ok=True)
-    jobs = [(a.out, c, i, a.seed, a.profile) for c in range(a.classes) for i in range(a.per_class)]
+    jobs = [(a.out, c, i, a.seed, a.profile, a.max_side, a.quality) for c in range(a.classes)
+            for i in range(a.per_class)]
     total = pixels = 0
     with Pool(a.jobs) as pool:
         for k, (size, npix) in enumerate(pool.imap_unordered(work, jobs, chunksize=8), 1):

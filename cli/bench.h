@@ -32,6 +32,11 @@ typedef struct bench_result {
     uint64_t samples, bytes;
     double seconds, first_batch_s;
     double cpu_s; /* user + system CPU time of the process during the run (all its threads) */
+    /* The first epoch alone (the loader: from before create to the end of epoch 1, so with its
+     * start-up; the ceiling: its first pass, its threads' CPU time); the later epochs are the
+     * rest of the run */
+    uint64_t first_epoch_samples;
+    double first_epoch_s, first_epoch_cpu_s;
     double rss_before_mib, peak_rss_mib, ring_mib;
     size_t slot_size;
     unsigned threads, prefetch;
@@ -40,9 +45,10 @@ typedef struct bench_result {
 } bench_result;
 
 /* The ceiling on a's records (at most --max-samples of them, preloaded into memory): `threads`
- * threads decode every image of the recipe's field (a raw run, or an array field: memcpy every
- * record's bytes through a slot_size buffer), a->epochs times. Fills *r (samples, bytes,
- * seconds, cpu_s, threads, decoded). Returns 0, or 1 with the error printed. */
+ * threads decode every image of the recipe's field (JPEGs with TurboJPEG, libjpeg-turbo's own
+ * decoder; a raw run, or an array field: memcpy every record's bytes through a slot_size
+ * buffer), a->epochs times. Fills *r (samples, bytes, seconds, cpu_s, the first epoch's, threads,
+ * decoded). Returns 0, or 1 with the error printed. */
 int stk_bench_run_ceiling(const bench_args *a, unsigned threads, size_t slot_size, bench_result *r);
 
 #endif /* STK_CLI_BENCH_H */

@@ -7,8 +7,9 @@
  * resident set. `--ceiling` then runs (bench_ceiling.c), on the same records and the same number
  * of threads, the work with nothing else around it: for raw records a plain memcpy of every
  * record's bytes out of memory (the records are first read into RAM); for an image recipe a
- * full-size decode of every image with libjpeg-turbo/libspng and nothing else
- * (stk_decoder_decode, images in RAM).
+ * full-size decode of every image with libjpeg-turbo (TurboJPEG) or libspng and nothing else
+ * (images in RAM). The first epoch is reported apart from the later ones (the loader's first
+ * includes its start-up and every image's first, checked read; bench_ceiling.c times its own).
  *
  * Lists (`--threads 1,2,4 --prefetch 2,4,8`) make a sweep: every combination is run, the ceiling
  * is measured at every thread count, and `--plot out.svg` draws throughput against threads, one
@@ -61,7 +62,9 @@ static void usage(FILE *f)
             "brace ranges or s3:// and http(s):// URLs) and, with\n"
             "--ceiling, the ceiling on the same records, in the same order, on as many threads:\n"
             "memcpy of the record bytes (raw) or a full-size decode of every image and nothing\n"
-            "else (image recipes).\n"
+            "else (image recipes; JPEGs with libjpeg-turbo's TurboJPEG). With several epochs the\n"
+            "first epoch (start-up and every first read included) is reported apart from the\n"
+            "later ones.\n"
             "\n"
             "options:\n"
             "  --recipe NAME       %s (default: raw)\n"
@@ -247,12 +250,18 @@ typedef struct bench_run {
     const bench_args *a;
     bench_result *r;
     stk_cli_progress prog;
+    double cpu0; /* process CPU seconds at the start */
 } bench_run;
 
 static int bench_batch(stk_cli_run *run, stk_batch *b, void *ctx)
 {
     bench_run *br = ctx;
     bench_result *r = br->r;
+    if (!b && run->epochs == 1) { /* the first epoch ended */
+        r->first_epoch_samples = r->samples;
+        r->first_epoch_s = run->arrived_s - run->start_s;
+        r->first_epoch_cpu_s = stk_cli_process_cpu_s() - br->cpu0;
+    }
     if (b) {
         if (r->samples == 0) {
             r->first_batch_s = run->arrived_s - run->start_s;
@@ -293,16 +302,20 @@ static int run_loader(const bench_args *a, int threads, int prefetch, stk_transf
         return rc;
     o.dataset = ds;
     /* The bar starts at the first batch, when the loader knows its batch count. */
-    bench_run br = {.a = a, .r = r};
+    bench_run br = {.a = a, .r = r, .cpu0 = stk_cli_process_cpu_s()};
     stk_cli_run run;
-    double cpu0 = stk_cli_process_cpu_s();
     rc = stk_cli_loader_run("bench", &o, trace, &br.prog, bench_batch, &br, &run);
-    r->cpu_s = stk_cli_process_cpu_s() - cpu0;
+    r->cpu_s = stk_cli_process_cpu_s() - br.cpu0;
     stk_cli_progress_end(&br.prog);
     stk_dataset_close(ds);
     if (rc)
         return rc;
     r->seconds = run.end_s - run.start_s;
+    if (run.epochs == 0) { /* stopped inside the first epoch (--max-samples) */
+        r->first_epoch_samples = r->samples;
+        r->first_epoch_s = r->seconds;
+        r->first_epoch_cpu_s = r->cpu_s;
+    }
     r->threads = run.info.n_threads;
     r->prefetch = run.info.n_slots - 1;
     r->slot_size = run.info.slot_size;
@@ -342,10 +355,77 @@ static double cpu_ratio(const bench_result *lr, const bench_result *cr)
     return (lr->samples / lr->cpu_s) / (cr->samples / cr->cpu_s);
 }
 
+/* One part of a run (its first epoch, or the later ones): samples, wall and CPU seconds. */
+typedef struct part {
+    uint64_t samples;
+    double seconds, cpu_s;
+} part;
+
+static part first_part(const bench_result *r)
+{
+    return (part){r->first_epoch_samples, r->first_epoch_s, r->first_epoch_cpu_s};
+}
+
+static part later_part(const bench_result *r)
+{
+    return (part){r->samples - r->first_epoch_samples, r->seconds - r->first_epoch_s,
+                  r->cpu_s - r->first_epoch_cpu_s};
+}
+
+static double per_s(double n, double s)
+{
+    return s > 0 ? n / s : 0;
+}
+
+/* "key": {"samples": .., "seconds": .., "samples_per_s": .., "cpu_s": ..}, or null when the part
+ * is empty (one epoch: no later epochs). */
+static void json_part(const char *key, part p)
+{
+    if (p.samples == 0) {
+        printf(", \"%s\": null", key);
+        return;
+    }
+    printf(", \"%s\": {\"samples\": %" PRIu64 ", \"seconds\": %.6f, \"samples_per_s\": %.1f, "
+           "\"cpu_s\": %.6f}",
+           key, p.samples, p.seconds, per_s((double)p.samples, p.seconds), p.cpu_s);
+}
+
+/* The loader's part over the ceiling's, by wall clock and per CPU second ("key": null and
+ * "cpu_key": null when either part is empty). */
+static void json_ratio(const char *key, part l, part c)
+{
+    double w = per_s((double)c.samples, c.seconds), u = per_s((double)c.samples, c.cpu_s);
+    double lw = per_s((double)l.samples, l.seconds), lu = per_s((double)l.samples, l.cpu_s);
+    if (l.samples == 0 || c.samples == 0 || w <= 0 || u <= 0 || lu <= 0) {
+        printf(", \"%s\": null, \"cpu_%s\": null", key, key);
+        return;
+    }
+    printf(", \"%s\": %.4f, \"cpu_%s\": %.4f", key, lw / w, key, lu / u);
+}
+
+/* A text line for one part of the run, with its ratio to the same part of the ceiling's. */
+static void print_part(const char *name, part l, const part *c)
+{
+    if (l.samples == 0)
+        return;
+    printf("  %-13s%10.1f samples/s  (%" PRIu64 " samples in %.3f s", name,
+           per_s((double)l.samples, l.seconds), l.samples, l.seconds);
+    if (c && c->samples && c->seconds > 0 && c->cpu_s > 0 && l.cpu_s > 0)
+        printf("; / ceiling %.3f, per CPU second %.3f",
+               per_s((double)l.samples, l.seconds) / per_s((double)c->samples, c->seconds),
+               per_s((double)l.samples, l.cpu_s) / per_s((double)c->samples, c->cpu_s));
+    printf(")\n");
+}
+
 static int report_single(const bench_args *a, const bench_result *lr, const bench_result *cr)
 {
     double sps = lr->samples / lr->seconds, bps = lr->bytes / lr->seconds;
     const char *ckind = cr && cr->decoded ? "decode" : "memcpy";
+    part lf = first_part(lr), ll = later_part(lr), cf = {0}, cl = {0};
+    if (cr) {
+        cf = first_part(cr);
+        cl = later_part(cr);
+    }
     if (a->json) {
         printf("{\"recipe\": \"%s\", \"exact\": %s, \"threads\": %u, \"prefetch\": %u, "
                "\"epochs\": %d, \"batch_size\": %" PRId64 ", \"samples\": %" PRIu64
@@ -363,13 +443,21 @@ static int report_single(const bench_args *a, const bench_result *lr, const benc
                lr->st.wall_ns, lr->st.active_threads, lr->st.depth, lr->st.autotune_changes);
         stk_cli_json_string(stdout, lr->st.autotune_reason, strlen(lr->st.autotune_reason));
         printf("}, \"cpu_s\": %.6f", lr->cpu_s);
-        if (cr)
+        json_part("first_epoch", lf);
+        json_part("later_epochs", ll);
+        if (cr) {
             printf(", \"ceiling\": {\"kind\": \"%s\", \"samples\": %" PRIu64
                    ", \"seconds\": %.6f, \"samples_per_s\": %.1f, \"bytes_per_s\": %.0f, "
-                   "\"cpu_s\": %.6f}, \"ratio_to_ceiling\": %.4f, \"cpu_ratio_to_ceiling\": %.4f",
+                   "\"cpu_s\": %.6f",
                    ckind, cr->samples, cr->seconds, cr->samples / cr->seconds,
-                   cr->bytes / cr->seconds, cr->cpu_s, sps / (cr->samples / cr->seconds),
-                   cpu_ratio(lr, cr));
+                   cr->bytes / cr->seconds, cr->cpu_s);
+            json_part("first_epoch", cf);
+            json_part("later_epochs", cl);
+            printf("}, \"ratio_to_ceiling\": %.4f, \"cpu_ratio_to_ceiling\": %.4f",
+                   sps / (cr->samples / cr->seconds), cpu_ratio(lr, cr));
+            json_ratio("first_epoch_ratio_to_ceiling", lf, cf);
+            json_ratio("later_epochs_ratio_to_ceiling", ll, cl);
+        }
         printf("}\n");
         return 0;
     }
@@ -377,6 +465,10 @@ static int report_single(const bench_args *a, const bench_result *lr, const benc
            a->exact ? " (exact)" : "", lr->threads, lr->prefetch, a->batch, a->epochs);
     printf("  loader   %10.1f samples/s  %9.1f MB/s  (%" PRIu64 " samples in %.3f s)\n", sps,
            bps / 1e6, lr->samples, lr->seconds);
+    if (a->epochs > 1) {
+        print_part("first epoch", lf, cr ? &cf : NULL);
+        print_part("later epochs", ll, cr ? &cl : NULL);
+    }
     printf("  first batch %.2f ms; RSS %.1f MiB before, %.1f MiB peak; ring %.1f MiB\n",
            lr->first_batch_s * 1e3, lr->rss_before_mib, lr->peak_rss_mib, lr->ring_mib);
     print_stages(lr);

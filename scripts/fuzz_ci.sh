@@ -16,8 +16,13 @@ for t in "$@"; do
     mkdir -p "$work/$name"
     log=build/fuzz/$name.log
     echo "== fuzz_$name: $secs s from $corpus"
-    timeout -k 30 $((secs + 300)) "$t" -max_total_time="$secs" -timeout=30 -rss_limit_mb=2048 \
-        -print_final_stats=1 -artifact_prefix="$art/$name-" "$work/$name" "$corpus" >"$log" 2>&1
+    # a target may carry LeakSanitizer suppressions for a library it drives (fuzz_hdf5.lsan)
+    supp=tests/fuzz/fuzz_$name.lsan
+    lsan=${LSAN_OPTIONS:-}
+    [ -f "$supp" ] && lsan="suppressions=$supp${lsan:+:$lsan}"
+    LSAN_OPTIONS=$lsan timeout -k 30 $((secs + 300)) "$t" -max_total_time="$secs" -timeout=30 \
+        -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$art/$name-" "$work/$name" \
+        "$corpus" >"$log" 2>&1
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n1)
     cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -n1)

@@ -75,14 +75,19 @@ class _LoaderIter:
             raise _core.StokerStateError(
                 "the loader was closed (close() was called) before this epoch ended")
         self._thread = threading.current_thread()
-        batch = loader._next_batch()
-        if batch is None:
-            self._done = True
-            loader._mid_epoch = False
-            raise StopIteration
-        fields = loader._fields
-        if fields is not None:
-            return tuple(batch[f] for f in fields)
+        try:
+            batch = loader._next_batch()
+            if batch is None:
+                self._done = True
+                loader._mid_epoch = False
+                raise StopIteration
+            fields = loader._fields
+            if fields is not None:
+                batch = tuple(batch[f] for f in fields)
+        except BaseException:
+            loader._hand_back()  # e.g. Ctrl-C while it was converted: the next call has it
+            raise
+        loader._transit = None  # delivered (no signal check between here and the caller)
         return batch
 
     def _active_elsewhere(self):
@@ -108,7 +113,7 @@ def _close_mapped():
 
 class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
-    n_threads=None, prefetch=None, pin_memory=None, device=None, rank=None,
+    n_threads=None, n_slots=None, pin_memory=None, device=None, rank=None,
     world_size=None, transforms=None, on_error="raise", trace=None, format=None,
     output=None, fields=None, strict=None, memory_budget=None, **DataLoader arguments)
 
@@ -314,6 +319,7 @@ class Loader:
         self._convert = self._converter(output, torch)
         self._gen = 0             # bumped by iter(), set_epoch and load_state_dict
         self._iter = None         # weakref to the newest _LoaderIter
+        self._transit = None      # the ring Batch being converted, until delivered
         self._mid_epoch = False   # a pass stopped before the end of its epoch
         self._cur_epoch = 0       # epoch of the last batch delivered
         self._live = collections.deque()  # (weakref Batch dict, weakref ring Batch)
@@ -442,6 +448,7 @@ class Loader:
     def _next_batch(self):
         """The next Batch of the current epoch, or None at its end."""
         core = self._core
+        self._transit = None
         while True:
             try:
                 raw = next(core, None)
@@ -459,6 +466,7 @@ class Loader:
             break
         if raw is None:
             return None
+        self._transit = raw
         self._mid_epoch = True
         self._cur_epoch = raw.epoch
         convert = self._convert
@@ -480,6 +488,14 @@ class Loader:
                 live.popleft()
             live.append((weakref.ref(out), weakref.ref(raw)))
         return out
+
+    def _hand_back(self):
+        """An exception interrupted the delivery of the batch being converted: give it back to
+        the C loader, which returns it from the next call (a signal never costs a batch)."""
+        raw, self._transit = self._transit, None
+        core = self._core
+        if raw is not None and core is not None and not core.closed:
+            core._unget(raw)
 
     def _after_error(self):
         """A batch failed: the position moved past it (the loader goes on with the next)."""
@@ -525,10 +541,13 @@ class Loader:
         self._stats_base = self._add_stats(self._stats_base, self._core_stats(old))
         if self._trace:
             old.trace_write(self._trace)  # the new core's trace starts afresh
-        old.close()
-        self._core = None
-        core = _core.Loader(self._dataset, **self._core_kwargs)
-        core.load_state(state)
+        old.close()  # (its save_state() still answers, for state_dict() on other threads)
+        try:
+            core = _core.Loader(self._dataset, **self._core_kwargs)
+            core.load_state(state)
+        except BaseException:
+            self._core = None
+            raise
         if self._debug_delay:
             core._set_debug_delay(self._debug_delay)
         self._core = core
@@ -572,9 +591,12 @@ class Loader:
 
     def state_dict(self):
         """The resume state, a JSON-serialisable dict: the position reached by the batches
-        delivered so far (global, so it resumes on any world size)."""
-        self._check_open()
-        return json.loads(self._core.save_state())
+        delivered so far (global, so it resumes on any world size). Safe from any thread at any
+        time (a checkpoint thread while the training thread iterates)."""
+        core = self._core
+        if core is None:
+            raise _core.StokerStateError("the loader is closed")
+        return json.loads(core.save_state())
 
     def load_state_dict(self, state):
         """Resume from `state` (a dict from state_dict(), or its JSON text). The next iter()

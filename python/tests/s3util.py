@@ -104,10 +104,15 @@ class FaultProxy:
     (connections closed at once). `outage(after, seconds, status)` schedules a stop mid-epoch:
     once `after` ranged GETs went through, every request for `seconds` (None: for good) has its
     connection dropped (`status` None) or is answered `status` (503: SlowDown), then the server
-    comes back. Counts requests, HEADs, faults, refused requests and ranged GETs served."""
+    comes back. `if_match` makes it honour If-Match as S3 does (s3rver ignores it): a GET whose
+    If-Match is not the object's ETag is answered 412 Precondition Failed (counted in
+    `precondition_failed`). `serialize` runs one request at a time, PUTs included (forwarded
+    like GETs): an object replaced through the proxy is then replaced atomically for readers,
+    as on S3 (s3rver writes the new bytes before their ETag). Counts requests, HEADs, faults,
+    refused requests and ranged GETs served."""
 
     def __init__(self, upstream, error_rate=0.0, truncate_rate=0.0, drop_rate=0.0, latency=0.0,
-                 seed=1):
+                 seed=1, if_match=False, serialize=False):
         self.upstream = upstream
         self.error_rate, self.truncate_rate, self.drop_rate = error_rate, truncate_rate, drop_rate
         self.latency = latency
@@ -116,6 +121,8 @@ class FaultProxy:
         self.down = False
         self.requests = self.faults = self.bytes = self.range_gets = self.refused = 0
         self.heads = 0
+        self.if_match, self.precondition_failed = if_match, 0
+        self.one_at_a_time = threading.Lock() if serialize else None
         self.outage_after = self.outage_seconds = self.outage_status = self.outage_start = None
         self.in_flight = self.max_in_flight = 0
         proxy = self
@@ -134,19 +141,40 @@ class FaultProxy:
             def do_GET(self):
                 self.forward(body=True)
 
-            def forward(self, body):
+            def do_PUT(self):
+                self.forward(body=False, upload=True)
+
+            def forward(self, body, upload=False):
                 with proxy.lock:
                     proxy.requests += 1
                     proxy.in_flight += 1
                     proxy.max_in_flight = max(proxy.max_in_flight, proxy.in_flight)
                     r = proxy.rng.random()
                 try:
-                    self._forward(body, r)
+                    if proxy.one_at_a_time:
+                        with proxy.one_at_a_time:
+                            self._forward(body, r, upload)
+                    else:
+                        self._forward(body, r, upload)
                 finally:
                     with proxy.lock:
                         proxy.in_flight -= 1
 
-            def _forward(self, body, r):
+            def _forward(self, body, r, upload=False):
+                if upload:
+                    data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                    conn = http.client.HTTPConnection(proxy.upstream, timeout=30)
+                    try:
+                        conn.request("PUT", self.path, body=data,
+                                     headers={"Content-Length": str(len(data))})
+                        resp = conn.getresponse()
+                        resp.read()
+                    finally:
+                        conn.close()
+                    self.send_response(resp.status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if proxy.latency:
                     time.sleep(proxy.latency)
                 status = proxy.outage_now()
@@ -194,6 +222,17 @@ class FaultProxy:
                     data = resp.read()
                 finally:
                     conn.close()
+                want = self.headers.get("If-Match")
+                if (proxy.if_match and want and body and resp.status < 300 and
+                        resp.getheader("ETag") != want):
+                    with proxy.lock:
+                        proxy.precondition_failed += 1
+                    msg = b"<Error><Code>PreconditionFailed</Code></Error>"
+                    self.send_response(412)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("connection", "keep-alive", "transfer-encoding",

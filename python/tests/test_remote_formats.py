@@ -296,10 +296,11 @@ def test_tfrecord_frame_offsets_cached(s3, counted, tmp_path):
 def test_remote_index_counted_and_evicted_like_blocks(s3, endpoint, tmp_path):
     """The aux entries count toward the cache's limit and leave it as the blocks do."""
     cache = str(tmp_path / "cache")
-    stoker.Dataset(WDS_URLS, format="wds", cache_dir=cache, cache_limit="4M")
+    # one block's entry (4 MiB and its checksums) fits; two do not
+    stoker.Dataset(WDS_URLS, format="wds", cache_dir=cache, cache_limit="5M")
     entries = os.listdir(os.path.join(cache, "entries"))
     total = sum(os.path.getsize(os.path.join(cache, "entries", e)) for e in entries)
-    assert total <= 4 << 20
+    assert total <= 5 << 20
     assert open(os.path.join(cache, ".lock")).read() == "%d\n" % total
     assert any(e.endswith("-stkidx") for e in entries)
 
@@ -350,3 +351,74 @@ def test_listing_answers_for_head(s3, monkeypatch):
         braced = stoker.Dataset("s3://data/wds/shard-{000000..000002}.tar", cache_dir="")
         assert p.heads - before == 3, p.heads - before
         _same(listed, braced)
+
+
+def _flip(path, offsets):
+    b = bytearray(open(path, "rb").read())
+    for o in offsets:
+        b[o % len(b)] ^= 0x40
+    open(path, "wb").write(bytes(b))
+
+
+def test_damaged_cache_block_is_fetched_again(s3, counted, tmp_path):
+    """A flipped bit in a cached block of a WebDataset shard (a format with no checksums of its
+    own: issue 30, the wrong bytes went to every reader of the cache, every epoch): the block's
+    own checksums catch it, the block is fetched again and the bytes read are the shard's; with
+    the server gone, the error names the cache file."""
+    cache = str(tmp_path / "cache")
+    local = stoker.Dataset(s3.wds_local)
+    _same(stoker.Dataset(WDS_URLS, format="wds", cache_dir=cache), local)  # fills the cache
+    blocks = [e for e in os.listdir(os.path.join(cache, "entries")) if e[-1].isdigit()]
+    assert len(blocks) == 3
+    for e in blocks:  # bits flipped all over each block's data
+        _flip(os.path.join(cache, "entries", e), range(700, 9000, 1100))
+    before = _gets(counted)
+    ds = stoker.Dataset(WDS_URLS, format="wds", cache_dir=cache)  # member lists from the cache
+    _same(ds, local)
+    assert _gets(counted) > before  # fetched again
+    before = _gets(counted)
+    _same(stoker.Dataset(WDS_URLS, format="wds", cache_dir=cache), local)
+    assert _gets(counted) == before  # repaired: hits again
+    for e in blocks:
+        _flip(os.path.join(cache, "entries", e), [1500])
+    ds = stoker.Dataset(WDS_URLS, format="wds", cache_dir=cache)
+    counted.down = True  # the server goes away
+    with pytest.raises(stoker.StokerIOError,
+                       match=r"cache block .*/entries/[0-9a-f]+-0 failed its checksum"):
+        for i in range(len(ds)):
+            ds[i]
+
+
+def test_cache_dir_removed_while_the_process_lives(s3, counted, tmp_path):
+    """The cache directory removed between two loaders of one process (a notebook user clearing
+    it, a tmp cleaner): the next loader with the same cache_dir makes it again and keeps blocks,
+    so its second epoch fetches nothing (issue 30: every read stayed a miss fetching a whole
+    block that could not be kept, 80 samples/s against 580 without a cache, and no message)."""
+    import shutil
+    cache = str(tmp_path / "cache")
+
+    def epoch(loader):
+        return sorted(i for b in loader for i in b["index"].tolist())
+
+    first = stoker.Loader(WDS_URLS, 4, format="wds", cache_dir=cache, num_workers=2, rank=0,
+                          world_size=1)
+    assert epoch(first) == list(range(N_WDS))
+    first.close()
+    shutil.rmtree(cache)
+    loader = stoker.Loader(WDS_URLS, 4, format="wds", cache_dir=cache, num_workers=2, rank=0,
+                           world_size=1)
+    assert epoch(loader) == list(range(N_WDS))
+    assert os.path.isdir(os.path.join(cache, "entries"))
+    before = _gets(counted)
+    assert epoch(loader) == list(range(N_WDS))
+    assert _gets(counted) == before  # the second epoch is served by the cache again
+    shutil.rmtree(cache)  # removed while this loader reads: blocks are kept again
+    # (the read-ahead still believes the blocks there until a read misses them, and refetches a
+    # block at its next hint, which may fall in the next epoch: two epochs refill the cache)
+    for _ in range(2):
+        assert epoch(loader) == list(range(N_WDS))
+    before = _gets(counted)
+    assert epoch(loader) == list(range(N_WDS))
+    assert _gets(counted) == before
+    assert os.path.isdir(os.path.join(cache, "entries"))
+    loader.close()

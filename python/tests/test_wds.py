@@ -246,10 +246,15 @@ def test_non_numeric_cls(tmp_path):
 
 
 def test_stale_index_detected(tmp_path):
+    import os
     p = _write(tmp_path / "s.tar", [("k0", {"txt": b"abc"}), ("k1", {"txt": b"defg"})])
+    os.utime(p, (1e9, 1e9))  # written before the run (a rewrite changes the time)
     ds = stoker.Dataset(p)
     with open(p, "r+b") as f:  # the shard changes under an open dataset
         f.write(b"\0" * 2048)
+    with pytest.raises(stoker.StokerIOError, match=r"s\.tar .*changed while open"):
+        ds[1]
+    os.utime(p, (1e9, 1e9))  # the same damage with the time as it was (bits rotting on disk)
     with pytest.raises(stoker.StokerFormatError, match="does not match the index"):
         ds[1]
 

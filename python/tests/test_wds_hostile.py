@@ -57,3 +57,40 @@ def test_two_pax_headers_before_one_member(tmp_path):
     ds = stoker.Dataset(str(path))  # the later header wins: it names no path, the member's does
     assert len(ds) == 1 and ds[0]["__key__"] == b"k0"
     assert ds[0]["txt"] == b"hello" and ds[0]["cls"] == 2
+
+
+@pytest.mark.parametrize("version", ["0.0", "0.1", "1.0"])
+def test_pax_sparse_members_are_refused(tmp_path, version):
+    """`tar --sparse --format=pax` (GNU tar's PAX sparse formats 0.0, 0.1 and 1.0: the map in
+    GNU.sparse.* records or in the data, the name ./GNUSparseFile.N/NAME) is refused like a GNU
+    'S' member, at open, by read, `stoker verify` and `stoker pack`: never the packed data and
+    the map delivered as the field's bytes (issue 30)."""
+    import os
+    import shutil
+    import subprocess
+    if not shutil.which("tar"):
+        pytest.skip("GNU tar is not installed")
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "s0.bin", "wb") as f:  # 1 MiB with 5 bytes of data: a sparse file
+        f.truncate(1 << 20)
+        f.seek(500000)
+        f.write(b"hello")
+    (src / "s0.txt").write_bytes(b"first")
+    (src / "s1.bin").write_bytes(b"dense")
+    (src / "s1.txt").write_bytes(b"second")
+    path = tmp_path / "sparse.tar"
+    subprocess.run(["tar", "--sparse", f"--sparse-version={version}", "--format=pax", "-C",
+                    str(src), "-cf", str(path), "s0.bin", "s0.txt", "s1.bin", "s1.txt"],
+                   check=True)
+    assert b"GNU.sparse." in path.read_bytes()  # tar did make a PAX sparse member
+    with pytest.raises(stoker.StokerNotSupportedError,
+                       match=r"sparse\.tar: member '.*s0\.bin' at byte \d+: sparse file"):
+        stoker.Dataset(str(path))
+    with pytest.raises(stoker.StokerNotSupportedError, match="sparse file"):
+        stoker.pack(str(path), str(tmp_path / "out.stk"))
+    assert not os.path.exists(tmp_path / "out.stk")
+    cli = os.path.join(os.path.dirname(os.path.dirname(stoker.__file__)), "..", "stoker")
+    if os.path.exists(cli):
+        r = subprocess.run([cli, "verify", str(path)], capture_output=True, text=True)
+        assert r.returncode != 0 and "sparse file" in r.stderr, (r.returncode, r.stderr)

@@ -5,6 +5,12 @@
  * memory (too much page-locked memory starves the page cache and can hang a machine). Over the
  * cap, or without CUDA, a slot is pageable and the reason is returned. STK_FAULT_ALLOC counts a
  * slot allocation as one allocation (stk__fault_alloc_hit).
+ *
+ * A pageable slot of 2 MiB or more is 2 MiB aligned and asks for transparent huge pages
+ * (MADV_HUGEPAGE; a hint, ignored where THP is off): the first epoch writes every slot for the
+ * first time, and with 4 KiB pages that is a page fault per 4 KiB of output (147 per float32
+ * 224x224 sample), which perf showed as a quarter of a one-epoch run's CPU time on this project's
+ * VM (issue 29; bench/RESULTS.md has the figures). The kernel still zeroes the memory.
  */
 #include "batch/stk_pinned.h"
 #include "cuda/stk_cuda.h"
@@ -16,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static _Atomic uint64_t pinned_total; /* page-locked bytes held by every loader of the process */
@@ -87,9 +94,13 @@ void *stk__slot_alloc_limit(size_t size, bool want_pinned, uint64_t limit, bool 
         }
     }
     void *p = NULL;
-    /* 64-byte alignment: whole cache lines, and what SIMD stores and DLPack consumers like. */
-    if (posix_memalign(&p, 64, size) != 0)
+    /* 64-byte alignment: whole cache lines, and what SIMD stores and DLPack consumers like;
+     * 2 MiB for a slot that can hold huge pages. */
+    size_t huge = (size_t)2 << 20;
+    if (posix_memalign(&p, size >= huge ? huge : 64, size) != 0)
         return NULL;
+    if (size >= huge)
+        (void)madvise(p, size, MADV_HUGEPAGE); /* a hint: failure changes nothing */
     return p;
 }
 

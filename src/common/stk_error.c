@@ -45,12 +45,27 @@ const char *stk_last_errmsg(void)
     return last_errmsg;
 }
 
+/* Format into a scratch buffer first, then copy: an argument may be the destination itself (a
+ * message extended with its own text), which vsnprintf straight into it would garble (issue 30:
+ * glibc wrote the terminating NUL first and the message came out empty). Messages longer than
+ * the scratch buffer are cut, as they would be by any error buffer. */
+static void format_into(char *buf, size_t size, const char *fmt, va_list ap)
+{
+    char tmp[4 * STK_ERRMSG_SIZE];
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    size_t n = strnlen(tmp, sizeof(tmp) - 1);
+    if (n >= size)
+        n = size - 1;
+    memcpy(buf, tmp, n);
+    buf[n] = '\0';
+}
+
 stk_status stk__set_error(char *buf, size_t size, stk_status code, const char *fmt, ...)
 {
     if (buf && size) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(buf, size, fmt, ap);
+        format_into(buf, size, fmt, ap);
         va_end(ap);
     }
     return code;
@@ -60,7 +75,7 @@ stk_status stk__set_last_error(stk_status code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_errmsg, sizeof(last_errmsg), fmt, ap);
+    format_into(last_errmsg, sizeof(last_errmsg), fmt, ap);
     va_end(ap);
     return code;
 }

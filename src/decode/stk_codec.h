@@ -26,7 +26,8 @@ struct stk__decoder {
     bool lenient; /* keep libjpeg's recovery from corrupt data (default false: it is an error) */
     bool trusted; /* this image read clean through its end before: stop after the window */
     bool checked; /* the last decode read all of the image's data strictly, nothing wrong */
-    uint8_t *pix; /* output pixels: grows to the largest window seen, then reused */
+    bool own_entropy; /* JPEG: stoker's Huffman decoder (stk_jpeg_huff.c; default true) */
+    uint8_t *pix;     /* output pixels: grows to the largest window seen, then reused */
     size_t pix_cap;
     uint8_t *aux; /* codec scratch (row pointers, CMYK rows, PNG rows outside the window) */
     size_t aux_cap;
@@ -50,6 +51,9 @@ stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
                             const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
                             uint32_t h, uint32_t num, bool fast, stk__decoded *out, char *err,
                             size_t err_size);
+
+/* stk__decoder_entropy_counts for the JPEG state. */
+void stk__jpeg_entropy_counts(const stk__jpeg *j, uint64_t *own, uint64_t *gave_up);
 
 /* stk__jpeg_decode in fast mode, the window as planes (stk__image_decode_planes). */
 stk_status stk__jpeg_decode_planes(stk__decoder *d, const uint8_t *src, size_t size,

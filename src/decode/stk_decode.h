@@ -59,6 +59,14 @@ void stk__decoder_set_lenient(stk__decoder *d, bool lenient);
  * pixels never depend on the data below it, so a trusted decode gives the same pixels, and an
  * image is rejected exactly when its first decode rejects it. The flag stays until changed. */
 void stk__decoder_set_trusted(stk__decoder *d, bool trusted);
+
+/* JPEG entropy decoding: stoker's own Huffman decoder for single-scan sequential JPEGs (true,
+ * the default), or libjpeg-turbo's for every image (false). Both give the same pixels and the
+ * same errors (src/decode/stk_jpeg_huff.c says why); the switch is for tests and benchmarks. */
+void stk__decoder_set_own_entropy(stk__decoder *d, bool own);
+/* JPEG decodes so far whose entropy data stoker's decoder took over (*own), and how many of
+ * those it handed back to libjpeg (*gave_up: a stream it does not take, decoded again). */
+void stk__decoder_entropy_counts(const stk__decoder *d, uint64_t *own, uint64_t *gave_up);
 bool stk__decoder_checked(const stk__decoder *d);
 
 /* Parse the header of a JPEG, PNG, WebP, TIFF, BMP or binary PPM/PGM (sniffed from the magic

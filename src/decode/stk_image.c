@@ -115,6 +115,16 @@ void stk__decoder_set_trusted(stk__decoder *d, bool trusted)
     d->trusted = trusted;
 }
 
+void stk__decoder_set_own_entropy(stk__decoder *d, bool own)
+{
+    d->own_entropy = own;
+}
+
+void stk__decoder_entropy_counts(const stk__decoder *d, uint64_t *own, uint64_t *gave_up)
+{
+    stk__jpeg_entropy_counts(d->jpeg, own, gave_up);
+}
+
 bool stk__decoder_checked(const stk__decoder *d)
 {
     return d->checked;
@@ -126,6 +136,7 @@ stk_status stk__decoder_create(uint64_t max_pixels, stk__decoder **out)
     if (!d)
         return STK_ENOMEM;
     d->max_pixels = max_pixels ? max_pixels : STK__DEFAULT_MAX_PIXELS;
+    d->own_entropy = true;
     stk_status rc = stk__jpeg_create(&d->jpeg);
     if (rc < 0) {
         stk__free(d);

@@ -1,6 +1,12 @@
 /*
- * stk_jpeg.c: JPEG decoding through the libjpeg API of libjpeg-turbo (the only file that includes
- * jpeglib.h).
+ * stk_jpeg.c: JPEG decoding through the libjpeg API of libjpeg-turbo (with stk_jpeg_huff.c, the
+ * only files that include jpeglib.h).
+ *
+ * Entropy decoding: after jpeg_start_decompress, stk_jpeg_huff.c's decoder takes over the
+ * Huffman decoding of single-scan sequential JPEGs (issue 29). When it gives up on a stream (not
+ * clean: corrupt, truncated, unusual), it longjmps here with STK__JHUFF_GAVE_UP and the image is
+ * decoded again from the start by libjpeg alone (decode_entry), whose pixels and verdict are the
+ * answer; stk_jpeg_huff.c says why a clean stream gives libjpeg's pixels and verdict too.
  *
  * Design: one jpeg_decompress_struct per stk__decoder, created once and reset with
  * jpeg_abort_decompress between images, reading from memory (jpeg_mem_src). A window is decoded
@@ -80,6 +86,7 @@
  *   dB for the IDCT alone: the replicated chroma is most of the difference).
  */
 #include "stk_codec.h"
+#include "stk_jpeg_huff.h"
 
 #include <setjmp.h>
 #include <stddef.h>
@@ -116,7 +123,9 @@ struct stk__jpeg {
     struct jpeg_error_mgr jerr;
     struct jpeg_progress_mgr progress;
     jmp_buf jump;
-    bool lenient; /* the decoder's mode, copied at each entry point */
+    stk__jhuff *huff; /* stoker's entropy decoder (stk_jpeg_huff.c), state and table cache */
+    bool own_huff;    /* install it in this decode (cleared when it gave up on the image) */
+    bool lenient;     /* the decoder's mode, copied at each entry point */
     char msg[JMSG_LENGTH_MAX];
 };
 
@@ -176,8 +185,13 @@ stk_status stk__jpeg_create(stk__jpeg **out)
     j->jerr.error_exit = on_error_exit;
     j->jerr.emit_message = on_emit_message;
     j->jerr.output_message = on_output_message;
+    if (stk__jhuff_create(&j->huff) < 0) {
+        stk__free(j);
+        return STK_ENOMEM;
+    }
     if (setjmp(j->jump)) { /* jpeg_create_decompress only fails when out of memory */
         jpeg_destroy_decompress(&j->cinfo);
+        stk__jhuff_destroy(j->huff);
         stk__free(j);
         return STK_ENOMEM;
     }
@@ -193,6 +207,7 @@ void stk__jpeg_destroy(stk__jpeg *j)
     if (!j)
         return;
     jpeg_destroy_decompress(&j->cinfo);
+    stk__jhuff_destroy(j->huff);
     stk__free(j);
 }
 
@@ -440,6 +455,8 @@ static stk_status decode_body(stk__decoder *d, const uint8_t *src, size_t size,
             return STK__NOT_PLANAR;
         }
     }
+    if (j->own_huff && d->own_entropy)
+        stk__jhuff_install(j->huff, c, src, size, &j->jump);
 
     /* The window in scaled pixels: [xs, xe) x [ys, ye) */
     uint32_t out_w = c->output_width, out_h = c->output_height;
@@ -555,15 +572,49 @@ fail:
     return rc;
 }
 
+void stk__jpeg_entropy_counts(const stk__jpeg *j, uint64_t *own, uint64_t *gave_up)
+{
+    stk__jhuff_counts(j->huff, own, gave_up);
+}
+
+/* The entry of both decodes: decode_body under the setjmp that libjpeg's errors and stoker's
+ * entropy decoder return to. When that decoder gave up on the image (not a clean stream), the
+ * image is decoded again from the start by libjpeg alone, whose pixels and verdict are then
+ * the answer (stk_jpeg_huff.c). */
+static stk_status decode_entry(stk__decoder *d, const uint8_t *src, size_t size,
+                               const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
+                               uint32_t h, uint32_t num, bool fast, stk__decoded *out,
+                               stk__decoded *planes, char *err, size_t err_size)
+{
+    stk__jpeg *j = d->jpeg;
+    j->lenient = d->lenient;
+    j->ycc.active = false;
+    j->own_huff = true;
+    switch (setjmp(j->jump)) {
+    case 0:
+        break;
+    case STK__JHUFF_GAVE_UP:
+        j->ycc.active = false;
+        jpeg_abort_decompress(&j->cinfo);
+        j->own_huff = false;
+        if (setjmp(j->jump)) {
+            j->ycc.active = false;
+            return jpeg_failed(j, err, err_size);
+        }
+        break;
+    default:
+        j->ycc.active = false;
+        return jpeg_failed(j, err, err_size);
+    }
+    return decode_body(d, src, size, info, x, y, w, h, num, fast, out, planes, err, err_size);
+}
+
 stk_status stk__jpeg_decode(stk__decoder *d, const uint8_t *src, size_t size,
                             const stk__imginfo *info, uint32_t x, uint32_t y, uint32_t w,
                             uint32_t h, uint32_t num, bool fast, stk__decoded *out, char *err,
                             size_t err_size)
 {
-    d->jpeg->lenient = d->lenient;
-    if (setjmp(d->jpeg->jump))
-        return jpeg_failed(d->jpeg, err, err_size);
-    return decode_body(d, src, size, info, x, y, w, h, num, fast, out, NULL, err, err_size);
+    return decode_entry(d, src, size, info, x, y, w, h, num, fast, out, NULL, err, err_size);
 }
 
 stk_status stk__jpeg_decode_planes(stk__decoder *d, const uint8_t *src, size_t size,
@@ -571,11 +622,5 @@ stk_status stk__jpeg_decode_planes(stk__decoder *d, const uint8_t *src, size_t s
                                    uint32_t h, uint32_t num, stk__decoded planes[3], char *err,
                                    size_t err_size)
 {
-    d->jpeg->lenient = d->lenient;
-    d->jpeg->ycc.active = false;
-    if (setjmp(d->jpeg->jump)) {
-        d->jpeg->ycc.active = false;
-        return jpeg_failed(d->jpeg, err, err_size);
-    }
-    return decode_body(d, src, size, info, x, y, w, h, num, true, NULL, planes, err, err_size);
+    return decode_entry(d, src, size, info, x, y, w, h, num, true, NULL, planes, err, err_size);
 }

@@ -278,6 +278,13 @@ stk_status stk__http_setup(void *handle, const stk__http_req *q, stk__http_resp 
         snprintf(line, sizeof(line), "Range: %s", range);
         ok = ok && (t = curl_slist_append(h, line)) && (h = t);
     }
+    /* the version the open saw: a server that honours the condition answers 412 for another
+     * (a weak ETag never matches If-Match's strong comparison: the answer's is checked) */
+    if (q->pin && q->pin[0] && strlen(q->pin) < 1024 && !(q->pin_etag && q->pin[0] == 'W')) {
+        snprintf(line, sizeof(line), "%s: %s", q->pin_etag ? "If-Match" : "If-Unmodified-Since",
+                 q->pin);
+        ok = ok && (t = curl_slist_append(h, line)) && (h = t);
+    }
     if (q->cfg) {
         time_t now = time(NULL);
         struct tm tm;
@@ -375,6 +382,18 @@ static void s3_code(const char *body, char *out, size_t size)
         snprintf(out, size, "%.*s", (int)(b - a - 6), a + 6);
 }
 
+bool stk__http_changed(const stk__http_req *q, const stk__http_resp *r)
+{
+    if (!q->pin || !q->pin[0])
+        return false;
+    if (r->status == 412)
+        return true;
+    if (r->status < 200 || r->status >= 300)
+        return false;
+    const char *got = q->pin_etag ? r->etag : r->last_modified;
+    return got[0] && strcmp(got, q->pin) != 0;
+}
+
 /* Run q with retries. `name` is what messages call the object (the URL as the user wrote it);
  * for ranged GETs r->s is the sink and a retry resumes after the bytes already received. */
 stk_status stk__http_request(stk__http_req *q, stk__http_resp *r, const char *name, char *err,
@@ -407,6 +426,16 @@ stk_status stk__http_request(stk__http_req *q, stk__http_resp *r, const char *na
                                   "%s: the server sent more than the %zu bytes asked for at %llu "
                                   "(HTTP %ld)",
                                   name, s->want, (unsigned long long)a0, r->status);
+        if (cc == CURLE_OK && stk__http_changed(q, r)) /* never retried: it will not change back */
+            return stk__set_error(
+                err, err_size, STK_EIO,
+                "%s: changed since it was opened (%s %s, now %s%s): its records would mix two "
+                "versions; reopen the dataset",
+                name, q->pin_etag ? "ETag" : "Last-Modified", q->pin,
+                r->status == 412 ? "another (HTTP 412 Precondition Failed" : "",
+                r->status == 412 ? ")"
+                : q->pin_etag    ? r->etag
+                                 : r->last_modified);
         if (cc == CURLE_OK && is2xx && !short_body)
             return STK_OK;
         if (!stk__http_retryable((int)cc, cc == CURLE_OK ? r->status : 0, short_body) ||
@@ -509,6 +538,8 @@ void stk__rfile_free(stk__rfile *f)
     stk__target_free(&f->t);
     stk__s3cfg_free(&f->cfg);
     stk__free(f->cache_key);
+    stk__free(f->validator);
+    stk__free((void *)f->checked);
     stk__free(f->cached);
     stk__free(f->base.path);
     stk__free(f);
@@ -523,5 +554,7 @@ stk__http_req stk__rfile_get(const stk__rfile *f, uint64_t offset, uint64_t len)
                            .cpath = f->t.cpath,
                            .ranged = true,
                            .a = offset,
-                           .b = offset + len - 1};
+                           .b = offset + len - 1,
+                           .pin = f->validator,
+                           .pin_etag = f->validator_etag};
 }

@@ -74,6 +74,11 @@ typedef struct stk__http_req {
     const char *host, *cpath, *query;
     bool ranged;
     uint64_t a, b; /* inclusive */
+    /* The version a ranged GET must read (issue 30): the ETag (pin_etag) or Last-Modified the
+     * open saw; NULL: any. Sent as If-Match (a strong ETag) or If-Unmodified-Since, and checked
+     * against the answer's own validator (servers that ignore the condition). */
+    const char *pin;
+    bool pin_etag;
 } stk__http_req;
 
 struct curl_slist;
@@ -96,8 +101,13 @@ void stk__head_memo_note(const char *path, uint64_t size, const char *validator)
 stk_status stk__http_setup(void *handle, const stk__http_req *q, stk__http_resp *r,
                            struct curl_slist **headers, char *curl_err);
 
+/* Whether answer r is of another version of the object than q pins: 412 Precondition Failed,
+ * or a 2xx answer whose validator differs from the pinned one. */
+bool stk__http_changed(const stk__http_req *q, const stk__http_resp *r);
+
 /* Run q with retries. `name` is what messages call the object (the URL as the user wrote it);
- * for ranged GETs r->s is the sink and a retry resumes after the bytes already received. */
+ * for ranged GETs r->s is the sink and a retry resumes after the bytes already received. A
+ * pinned version that changed fails at once: STK_EIO "changed since it was opened". */
 stk_status stk__http_request(stk__http_req *q, stk__http_resp *r, const char *name, char *err,
                              size_t err_size);
 
@@ -108,7 +118,11 @@ typedef struct stk__rfile {
     stk__s3cfg cfg;
     stk__target t;
     char *cache_key; /* URL + validator */
+    char *validator; /* the ETag or Last-Modified the open saw ("" when the server sent none) */
+    bool validator_etag;
     stk__cache *cache;
+    _Atomic uint64_t *checked; /* with the cache: the 4 KiB chunks whose checksums a hit of this
+                                  open checked (stk__cache_read_checked); NULL: check every hit */
     /* read-ahead (stk_vfs_fetch.c; guarded by its lock) */
     int pf_refs;          /* read-ahead ranges in flight that still need the file */
     _Atomic bool pf_used; /* counted among the files the fetcher thread serves */

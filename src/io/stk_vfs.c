@@ -8,8 +8,9 @@
 #include "io/stk_vfs_http.h"
 
 static const stk__vfs *const vfs_table[] = {
-    &stk__vfs_s3,   /* s3://bucket/key (stk_vfs_s3.c) */
-    &stk__vfs_http, /* http:// and https:// */
+    &stk__vfs_fault, /* stk-fault:PLAN:PATH, for tests (stk_vfs_fault.c) */
+    &stk__vfs_s3,    /* s3://bucket/key (stk_vfs_s3.c) */
+    &stk__vfs_http,  /* http:// and https:// */
     NULL,
 };
 

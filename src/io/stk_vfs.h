@@ -13,6 +13,11 @@
  *  - Errors go to (err, err_size), never to stderr; nothing here prints.
  *  - The file's size is taken at open and is what readers validate against. A file that shrinks
  *    later gives an error from `read`, never a signal (nothing is mapped).
+ *  - A read gets the bytes of the version opened or fails: a local file whose size or
+ *    modification time changed since the open (rewritten in place) fails every later read with
+ *    STK_EIO "changed while open"; remote reads send If-Match on the ETag (or
+ *    If-Unmodified-Since on Last-Modified) and check the answer's validator, so a replaced
+ *    object is STK_EIO "changed since it was opened", never bytes of two versions.
  *
  * Path lists (stk_paths.c) expand what users write for a dataset, the same for every format:
  * lists, brace ranges (`train-{000000..000127}.tar`), globs, and directories listed with a
@@ -30,6 +35,10 @@ typedef struct stk__file {
     const stk__vfs *vfs;
     char *path;    /* as opened */
     uint64_t size; /* at open */
+    /* The version read pins (issue 30: a file rewritten under a reader gave a mix of two
+     * versions): a local file's modification time (ns) and inode at open; for a remote object,
+     * a hash of its ETag or Last-Modified (ino 0). A read of a changed file fails. */
+    uint64_t mtime_ns, ino;
 } stk__file;
 
 /* One piece of a scattered read. */
@@ -156,6 +165,8 @@ stk_status stk__vfs_stat(const char *path, stk__stat *st, char *err, size_t err_
 
 /* The POSIX byte source (files on local disks and mounts). */
 extern const stk__vfs stk__vfs_posix;
+/* `stk-fault:PLAN:PATH`: PATH through scheduled faults, for tests (stk_vfs_fault.c). */
+extern const stk__vfs stk__vfs_fault;
 
 /* ---- string lists (stk_paths.c) ---- */
 

@@ -2,24 +2,36 @@
  * stk_vfs_cache.c: the on-disk cache of remote bytes, shared by every process on the machine.
  *
  * Layout under the cache directory: `entries/<sha256(key)>-<block>` (one block of STK_CACHE_BLOCK
- * bytes of one object version; key = URL + ETag + size), `entries/<sha256(key)>-<name>` (an aux
- * entry of that version: `stkidx`, a tar shard's member list; `tfidx`, a TFRecord file's frame
- * offsets; counted in the limit, evicted after the blocks), `tmp/` (entries being written), `.lock`
- * (flock'ed while an entry goes in; holds the entries' total size). A miss fetches the whole
- * block, writes it under tmp/ and renames it into entries/ (rename is atomic: a reader sees a
- * whole entry or none). Inserting takes the lock, evicts the least recently used blocks (atime,
- * set on every hit with futimens; then aux entries likewise) until the new one fits under the
- * limit, renames, and updates the total: entries never exceed the limit, whatever the number of
- * processes. Readers take no lock; an entry evicted while being read stays readable through its
- * open descriptor. flock is released when a process dies, so a crash never wedges the cache.
+ * bytes of one object version, key = URL + ETag + size, followed by its own checksums: one
+ * XXH3-64 per 4 KiB chunk, seeded by the key's hash, the block and the chunk number),
+ * `entries/<sha256(key)>-<name>` (an aux entry of that version: `stkidx`, a tar shard's member
+ * list; `tfidx`, a TFRecord file's frame offsets; counted in the limit, evicted after the blocks),
+ * `tmp/` (entries being written), `.lock` (flock'ed while an entry goes in; holds the entries'
+ * total size). A miss fetches the whole block, writes it under tmp/ and renames it into entries/
+ * (rename is atomic: a reader sees a whole entry or none). Inserting takes the lock, evicts the
+ * least recently used blocks (atime, set on every hit with futimens; then aux entries likewise)
+ * until the new one fits under the limit, renames, and updates the total: entries never exceed the
+ * limit, whatever the number of processes. Readers take no lock; an entry evicted while being read
+ * stays readable through its open descriptor. flock is released when a process dies, so a crash
+ * never wedges the cache.
+ *
+ * A hit checks the checksum of every chunk it reads (issue 30: a flipped bit in a shared cache
+ * was served to every job, every epoch, and for formats without checksums of their own, as
+ * WebDataset tars, silently). An entry whose checksum or size is wrong (damage, a cut, the
+ * layout before checksums) is evicted and its block fetched again; when that fails, the error
+ * names the cache file.
  */
+#include "common/stk_endian.h"
 #include "io/stk_sigv4.h"
 #include "io/stk_vfs_http.h"
+
+#include <xxhash.h>
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -28,10 +40,47 @@
 #include <time.h>
 #include <unistd.h>
 
+#define CHUNK 4096 /* bytes of a block under one checksum */
+
+/* Bytes of the checksums after a block of blen bytes, and the whole entry's size. */
+static size_t sums_size(size_t blen)
+{
+    return (blen + CHUNK - 1) / CHUNK * 8;
+}
+
+static uint64_t entry_size(size_t blen)
+{
+    return (uint64_t)blen + sums_size(blen);
+}
+
+/* The seed of an object's chunk checksums: the first 16 hex digits of its key's hash. */
+static uint64_t key_seed(const char *hash)
+{
+    char h[17];
+    memcpy(h, hash, 16);
+    h[16] = '\0';
+    return strtoull(h, NULL, 16);
+}
+
+/* The checksum of chunk k of block blk of the object whose key seeds `seed`. */
+static uint64_t chunk_sum(const uint8_t *p, size_t n, uint64_t seed, uint64_t blk, size_t k)
+{
+    return XXH3_64bits_withSeed(p, n, seed ^ (blk << 24) ^ (uint64_t)k);
+}
+
+#define CHUNKS_PER_BLOCK (STK_CACHE_BLOCK / CHUNK)
+
+static bool chunk_checked(_Atomic uint64_t *checked, uint64_t i)
+{
+    return (atomic_load_explicit(&checked[i / 64], memory_order_relaxed) >> (i % 64)) & 1;
+}
+
 struct stk__cache {
-    char *dir, *entries, *tmp;
+    char *dir, *entries, *tmp, *lock;
     uint64_t limit;
     int lock_fd;
+    pthread_mutex_t remake;  /* one thread at a time makes the directories again */
+    _Atomic bool unwritable; /* an insert failed even after making them again */
     struct stk__cache *next; /* the process's caches (stk__cache_from_env) */
 };
 
@@ -47,9 +96,50 @@ static stk_status mkdir_p(const char *d, char *err, size_t err_size)
             return stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", buf, strerror(errno));
         *p = '/';
     }
+    struct stat st;
     if (mkdir(buf, 0777) != 0 && errno != EEXIST)
         return stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", buf, strerror(errno));
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+        return stk__set_error(err, err_size, STK_EIO, "cache: %s: not a directory", buf);
     return STK_OK;
+}
+
+/* Make the cache's directories and lock file if they are missing: at open, and again when
+ * they were removed while the process lives (issue 30: a user or a tmp cleaner clearing the
+ * directory left every later read a miss that could never be kept, with no message). A lock
+ * file replaced by a new one is taken over in place (dup2 onto the same descriptor), so other
+ * threads keep using c->lock_fd. */
+static stk_status cache_dirs(stk__cache *c, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    pthread_mutex_lock(&c->remake);
+    struct stat have, now;
+    bool lock_ok = c->lock_fd >= 0 && fstat(c->lock_fd, &have) == 0 && stat(c->lock, &now) == 0 &&
+                   have.st_ino == now.st_ino && have.st_dev == now.st_dev;
+    if ((rc = mkdir_p(c->entries, err, err_size)) == STK_OK &&
+        (rc = mkdir_p(c->tmp, err, err_size)) == STK_OK && !lock_ok) {
+        int fd = open(c->lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            rc = stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", c->lock, strerror(errno));
+        } else if (c->lock_fd < 0) {
+            c->lock_fd = fd;
+        } else {
+            dup2(fd, c->lock_fd); /* keeps O_CLOEXEC off: set it again */
+            fcntl(c->lock_fd, F_SETFD, FD_CLOEXEC);
+            close(fd);
+        }
+    }
+    if (rc == STK_OK)
+        c->unwritable = false;
+    pthread_mutex_unlock(&c->remake);
+    return rc;
+}
+
+/* Whether the directories are still there (cheap: one stat). */
+static bool cache_dirs_there(const stk__cache *c)
+{
+    struct stat st, lk;
+    return stat(c->tmp, &st) == 0 && S_ISDIR(st.st_mode) && stat(c->lock, &lk) == 0;
 }
 
 void stk__cache_close(stk__cache *c)
@@ -58,21 +148,24 @@ void stk__cache_close(stk__cache *c)
         return;
     if (c->lock_fd >= 0)
         close(c->lock_fd);
+    pthread_mutex_destroy(&c->remake);
     stk__free(c->dir);
     stk__free(c->entries);
     stk__free(c->tmp);
+    stk__free(c->lock);
     stk__free(c);
 }
 
 stk_status stk__cache_check_limit(const char *dir, uint64_t limit, char *err, size_t err_size)
 {
-    if (limit >= STK_CACHE_BLOCK)
+    if (limit >= entry_size(STK_CACHE_BLOCK))
         return STK_OK;
     return stk__set_error(err, err_size, STK_EINVAL,
                           "cache %s: the limit (%llu bytes) is smaller than one cache block "
-                          "(%llu bytes): raise STOKER_CACHE_LIMIT / cache_limit=",
+                          "(%llu bytes with its checksums): raise STOKER_CACHE_LIMIT / "
+                          "cache_limit=",
                           dir ? dir : "(STOKER_CACHE_DIR)", (unsigned long long)limit,
-                          (unsigned long long)STK_CACHE_BLOCK);
+                          (unsigned long long)entry_size(STK_CACHE_BLOCK));
 }
 
 stk_status stk__cache_open(const char *dir, uint64_t limit, stk__cache **out, char *err,
@@ -87,27 +180,21 @@ stk_status stk__cache_open(const char *dir, uint64_t limit, stk__cache **out, ch
         return stk__set_error(err, err_size, STK_ENOMEM, "cache %s: out of memory", dir);
     c->lock_fd = -1;
     c->limit = limit;
+    pthread_mutex_init(&c->remake, NULL);
     c->dir = stk__strdup(dir);
     c->entries = stk__path_join(dir, "entries");
     c->tmp = stk__path_join(dir, "tmp");
-    char *lock = stk__path_join(dir, ".lock");
+    c->lock = stk__path_join(dir, ".lock");
     stk_status rc = STK_OK;
-    if (!c->dir || !c->entries || !c->tmp || !lock) {
+    if (!c->dir || !c->entries || !c->tmp || !c->lock) {
         rc = stk__set_error(err, err_size, STK_ENOMEM, "cache %s: out of memory", dir);
         goto fail;
     }
-    if ((rc = mkdir_p(c->entries, err, err_size)) < 0 || (rc = mkdir_p(c->tmp, err, err_size)) < 0)
+    if ((rc = cache_dirs(c, err, err_size)) < 0)
         goto fail;
-    c->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (c->lock_fd < 0) {
-        rc = stk__set_error(err, err_size, STK_EIO, "cache: %s: %s", lock, strerror(errno));
-        goto fail;
-    }
-    stk__free(lock);
     *out = c;
     return STK_OK;
 fail:
-    stk__free(lock);
     stk__cache_close(c);
     return rc;
 }
@@ -151,6 +238,8 @@ stk_status stk__cache_from_env(stk__cache **out, char *err, size_t err_size)
     if (!c && (rc = stk__cache_open(dir, limit, &c, err, err_size)) == STK_OK) {
         c->next = g_caches;
         g_caches = c;
+    } else if (c && (c->unwritable || !cache_dirs_there(c))) {
+        rc = cache_dirs(c, err, err_size); /* removed since: made again, or the open says why */
     }
     pthread_mutex_unlock(&g_lock);
     *out = c;
@@ -318,11 +407,12 @@ static void scatter(const stk__iov *iov, int n_iov, size_t lo, size_t hi, const 
 
 static _Atomic unsigned long g_seq;
 
-/* Write entry `<hash>-<suffix>` (blen bytes) under tmp/ and insert it; tmp is a scratch path
- * buffer of dl bytes. A cache that cannot be written (disk full) only costs speed: false, and
- * nothing is left behind. */
+/* Write entry `<hash>-<suffix>` (blen bytes, then `tail` of tail_len bytes) under tmp/ and
+ * insert it; tmp is a scratch path buffer of dl bytes. A cache that cannot be written (disk
+ * full) only costs speed: false, and nothing is left behind. */
 static bool put_entry(stk__cache *c, const char *hash, const char *suffix, const uint8_t *buf,
-                      size_t blen, bool replace, char *tmp, size_t dl)
+                      size_t blen, const uint8_t *tail, size_t tail_len, bool replace, char *tmp,
+                      size_t dl)
 {
     char *path = stk__malloc(dl);
     if (!path)
@@ -331,24 +421,40 @@ static bool put_entry(stk__cache *c, const char *hash, const char *suffix, const
     snprintf(tmp, dl, "%s/%s-%s.%d.%lu", c->tmp, hash, suffix, (int)getpid(),
              (unsigned long)g_seq++);
     int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    bool wrote = tfd >= 0 && stk__write_full(tfd, buf, blen);
+    if (tfd < 0 && errno == ENOENT && cache_dirs(c, NULL, 0) == STK_OK) /* removed meanwhile */
+        tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    bool wrote = tfd >= 0 && stk__write_full(tfd, buf, blen) &&
+                 (!tail_len || stk__write_full(tfd, tail, tail_len));
     if (tfd >= 0)
         close(tfd);
     if (wrote)
-        wrote = insert(c, tmp, path, blen, replace, NULL, 0) == STK_OK;
+        wrote = insert(c, tmp, path, blen + tail_len, replace, NULL, 0) == STK_OK;
     else if (tfd >= 0)
         unlink(tmp);
     stk__free(path);
     return wrote;
 }
 
-/* Block `blk` of the object hashed `hash`, as put_entry. */
+/* Block `blk` of the object hashed `hash` with its checksums, as put_entry; `replace` an entry
+ * found damaged meanwhile. */
 static bool put_block(stk__cache *c, const char *hash, uint64_t blk, const uint8_t *buf,
-                      size_t blen, char *tmp, size_t dl)
+                      size_t blen, bool replace, char *tmp, size_t dl)
 {
     char suffix[24];
     snprintf(suffix, sizeof(suffix), "%llu", (unsigned long long)blk);
-    return put_entry(c, hash, suffix, buf, blen, false, tmp, dl);
+    size_t ns = sums_size(blen);
+    uint8_t *sums = stk__malloc(ns);
+    if (!sums)
+        return false;
+    uint64_t seed = key_seed(hash);
+    for (size_t k = 0; k * CHUNK < blen; k++)
+        stk__st64(sums + 8 * k, chunk_sum(buf + k * CHUNK, STK_MIN((size_t)CHUNK, blen - k * CHUNK),
+                                          seed, blk, k));
+    bool ok = put_entry(c, hash, suffix, buf, blen, sums, ns, replace, tmp, dl);
+    stk__free(sums);
+    if (!ok) /* not even after making the directories again: misses stop fetching whole blocks */
+        c->unwritable = true;
+    return ok;
 }
 
 static size_t path_size(const stk__cache *c)
@@ -378,7 +484,7 @@ bool stk__cache_has(stk__cache *c, const char *key, uint64_t size, uint64_t blk)
     struct stat st;
     uint64_t boff = blk * STK_CACHE_BLOCK;
     bool has = boff < size && stat(path, &st) == 0 &&
-               (uint64_t)st.st_size == STK_MIN(STK_CACHE_BLOCK, size - boff);
+               (uint64_t)st.st_size == entry_size((size_t)STK_MIN(STK_CACHE_BLOCK, size - boff));
     stk__free(path);
     return has;
 }
@@ -392,15 +498,115 @@ bool stk__cache_put(stk__cache *c, const char *key, uint64_t size, uint64_t blk,
     stk__sha256_hex(key, strlen(key), hash);
     size_t dl = path_size(c);
     char *tmp = stk__malloc(dl);
-    bool ok =
-        tmp && put_block(c, hash, blk, buf, (size_t)STK_MIN(STK_CACHE_BLOCK, size - boff), tmp, dl);
+    bool ok = tmp && put_block(c, hash, blk, buf, (size_t)STK_MIN(STK_CACHE_BLOCK, size - boff),
+                               false, tmp, dl);
     stk__free(tmp);
     return ok;
+}
+
+/* The n bytes at position pos of the concatenation of v[0..nv): in place when one piece holds
+ * them, else gathered into tmp. */
+static const uint8_t *gather(const struct iovec *v, int nv, size_t pos, size_t n, uint8_t *tmp)
+{
+    size_t at = 0, done = 0;
+    for (int i = 0; i < nv && done < n; i++) {
+        size_t a = at, b = at + v[i].iov_len;
+        at = b;
+        if (pos + done >= b)
+            continue;
+        size_t from = pos + done - a, k = STK_MIN(n - done, b - (pos + done));
+        if (done == 0 && k == n)
+            return (const uint8_t *)v[i].iov_base + from;
+        memcpy(tmp + done, (const uint8_t *)v[i].iov_base + from, k);
+        done += k;
+    }
+    return tmp;
+}
+
+/* A hit: read block bytes [in, in + hi - lo) of the entry open as fd (block blk, blen bytes)
+ * into the request's bytes [lo, hi), with the rest of the 4 KiB chunks they touch, and check
+ * each chunk against its checksum, unless `checked` says this process checked it before (then
+ * only our bytes are read); the chunks checked now are noted there. false when a read falls
+ * short or a checksum differs. */
+static bool hit_read(int fd, const char *hash, uint64_t blk, size_t blen, const stk__iov *iov,
+                     int n_iov, size_t lo, size_t hi, size_t in, _Atomic uint64_t *checked)
+{
+    size_t len = hi - lo, c0 = in / CHUNK, c1 = (in + len - 1) / CHUNK;
+    size_t span_a = c0 * CHUNK, span_b = STK_MIN((c1 + 1) * CHUNK, blen);
+    uint8_t head[CHUNK], tail[CHUNK], tmp[CHUNK];
+    struct iovec v[STK_MAX_FIELDS + 3];
+    int nv = 0;
+    uint64_t first = blk * CHUNKS_PER_BLOCK; /* the block's first chunk in `checked` */
+    bool all = checked != NULL;
+    for (size_t k = c0; all && k <= c1; k++)
+        all = chunk_checked(checked, first + k);
+    if (all) { /* read before, checked then: our bytes only, straight into the pieces */
+        span_a = in;
+        span_b = in + len;
+    }
+    if (in > span_a)
+        v[nv++] = (struct iovec){head, in - span_a};
+    size_t pos = 0;
+    for (int i = 0; i < n_iov && pos < hi && nv < (int)(sizeof(v) / sizeof(v[0])) - 1; i++) {
+        size_t x = STK_MAX(pos, lo), y = STK_MIN(pos + iov[i].len, hi);
+        if (x < y)
+            v[nv++] = (struct iovec){(uint8_t *)iov[i].base + (x - pos), y - x};
+        pos += iov[i].len;
+    }
+    if (span_b > in + len)
+        v[nv++] = (struct iovec){tail, span_b - (in + len)};
+    ssize_t r = preadv(fd, v, nv, (off_t)span_a);
+    if (r != (ssize_t)(span_b - span_a))
+        return false;
+    if (all)
+        return true;
+    size_t n_sums = c1 - c0 + 1;
+    uint8_t sums[CHUNKS_PER_BLOCK * 8];
+    if (pread(fd, sums, n_sums * 8, (off_t)(blen + c0 * 8)) != (ssize_t)(n_sums * 8))
+        return false;
+    uint64_t seed = key_seed(hash);
+    for (size_t k = c0; k <= c1; k++) {
+        size_t n = STK_MIN((size_t)CHUNK, blen - k * CHUNK);
+        const uint8_t *p = gather(v, nv, k * CHUNK - span_a, n, tmp);
+        if (chunk_sum(p, n, seed, blk, k) != stk__ld64(sums + 8 * (k - c0)))
+            return false;
+    }
+    for (size_t k = c0; checked && k <= c1; k++) /* checked: later hits read it as it is */
+        atomic_fetch_or_explicit(&checked[(first + k) / 64], (uint64_t)1 << ((first + k) % 64),
+                                 memory_order_relaxed);
+    return true;
+}
+
+/* Evict the damaged entry open as fd at path (unless another process replaced it meanwhile),
+ * taking its bytes out of the total. Best effort. */
+static void evict_damaged(stk__cache *c, int fd, const char *path)
+{
+    struct stat mine, now;
+    if (fstat(fd, &mine) != 0)
+        return;
+    while (flock(c->lock_fd, LOCK_EX) != 0)
+        if (errno != EINTR)
+            return;
+    if (stat(path, &now) == 0 && now.st_ino == mine.st_ino && now.st_dev == mine.st_dev &&
+        unlink(path) == 0) {
+        uint64_t total;
+        if (total_read(c->lock_fd, &total))
+            total_write(c->lock_fd, total - STK_MIN(total, (uint64_t)mine.st_size));
+    }
+    flock(c->lock_fd, LOCK_UN);
 }
 
 stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64_t offset,
                            const stk__iov *iov, int n_iov, stk__cache_fetch fetch, void *ctx,
                            char *err, size_t err_size)
+{
+    return stk__cache_read_checked(c, key, size, offset, iov, n_iov, fetch, ctx, NULL, err,
+                                   err_size);
+}
+
+stk_status stk__cache_read_checked(stk__cache *c, const char *key, uint64_t size, uint64_t offset,
+                                   const stk__iov *iov, int n_iov, stk__cache_fetch fetch,
+                                   void *ctx, _Atomic uint64_t *checked, char *err, size_t err_size)
 {
     size_t want = 0;
     for (int i = 0; i < n_iov; i++)
@@ -431,41 +637,48 @@ stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64
         size_t in = (size_t)(a - boff);
         snprintf(path, dl, "%s/%s-%llu", c->entries, hash, (unsigned long long)blk);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == blen) {
-            /* a hit: read our part straight into the pieces */
-            struct iovec v[STK_MAX_FIELDS + 1];
-            int nv = 0;
-            size_t pos = 0;
-            for (int i = 0; i < n_iov && pos < hi && nv < (int)(sizeof(v) / sizeof(v[0])); i++) {
-                size_t x = STK_MAX(pos, lo), y = STK_MIN(pos + iov[i].len, hi);
-                if (x < y) {
-                    v[nv].iov_base = (uint8_t *)iov[i].base + (x - pos);
-                    v[nv].iov_len = y - x;
-                    nv++;
-                }
-                pos += iov[i].len;
-            }
-            ssize_t r = preadv(fd, v, nv, (off_t)in);
-            struct timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
-            futimens(fd, ts); /* least recently used = oldest atime */
-            close(fd);
-            if (r == (ssize_t)(hi - lo))
+        bool damaged = false;
+        if (fd >= 0) {
+            struct stat st;
+            damaged = !(fstat(fd, &st) == 0 && (uint64_t)st.st_size == entry_size(blen) &&
+                        hit_read(fd, hash, blk, blen, iov, n_iov, lo, hi, in, checked));
+            if (!damaged) { /* a hit, checked */
+                struct timespec ts[2] = {{0, UTIME_NOW}, {0, UTIME_OMIT}};
+                futimens(fd, ts); /* least recently used = oldest atime */
+                close(fd);
                 continue;
-        } else if (fd >= 0) {
+            }
+            evict_damaged(c, fd, path);
             close(fd);
         }
-        /* a miss: fetch the whole block, keep it, copy our part */
+        /* a miss: fetch the whole block, keep it, copy our part; while the cache cannot be
+         * written, fetch only our part (a block that cannot be kept would cost a whole block's
+         * transfer per read: the silent slowdown of issue 30) */
         if (!buf && !(buf = stk__malloc(STK_CACHE_BLOCK))) {
             rc = stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
             goto done;
         }
-        if ((rc = fetch(ctx, boff, buf, blen, err, err_size)) < 0)
+        if (c->unwritable && !damaged) {
+            if ((rc = fetch(ctx, a, buf, hi - lo, err, err_size)) < 0)
+                goto done;
+            scatter(iov, n_iov, lo, hi, buf);
+            continue;
+        }
+        char why[STK_ERRMSG_SIZE];
+        if ((rc = fetch(ctx, boff, buf, blen, why, sizeof(why))) < 0) {
+            if (damaged)
+                stk__set_error(err, err_size, rc,
+                               "cache block %s failed its checksum (evicted), and fetching it "
+                               "again failed: %s",
+                               path, why);
+            else
+                stk__set_error(err, err_size, rc, "%s", why);
             goto done;
+        }
         scatter(iov, n_iov, lo, hi, buf + in);
         struct stat now; /* the fetch may have waited for a read-ahead that put it in meanwhile */
-        if (stat(path, &now) != 0 || (uint64_t)now.st_size != blen)
-            put_block(c, hash, blk, buf, blen, tmp, dl);
+        if (stat(path, &now) != 0 || (uint64_t)now.st_size != entry_size(blen))
+            put_block(c, hash, blk, buf, blen, damaged, tmp, dl);
     }
 done:
     stk__free(buf);
@@ -532,7 +745,7 @@ bool stk__cache_aux_put(stk__cache *c, const char *key, const char *name, const 
     stk__sha256_hex(key, strlen(key), hash);
     size_t dl = path_size(c);
     char *tmp = stk__malloc(dl);
-    bool ok = tmp && put_entry(c, hash, name, buf, n, true, tmp, dl);
+    bool ok = tmp && put_entry(c, hash, name, buf, n, NULL, 0, true, tmp, dl);
     stk__free(tmp);
     return ok;
 }

@@ -249,9 +249,12 @@ static void finish(pf_entry *e, CURLcode cc, CURL **pool, size_t *n_pool)
     e->h = NULL;
     if (cc == CURLE_WRITE_ERROR && e->s.done) /* a 200 answer: we stopped at our bytes */
         cc = CURLE_OK;
-    bool ok =
-        cc == CURLE_OK && status >= 200 && status < 300 && !e->s.overflow && e->s.got == e->s.want;
     stk__rfile *f = e->f;
+    e->r.status = status;
+    stk__http_req q = stk__rfile_get(f, e->off, e->len);
+    /* another version's bytes are never handed out: the direct read says what changed */
+    bool ok = cc == CURLE_OK && status >= 200 && status < 300 && !e->s.overflow &&
+              e->s.got == e->s.want && !stk__http_changed(&q, &e->r);
     bool cached = false;
     if (ok && f->cache) { /* whole blocks: into the cache (f lives while pf_refs > 0) */
         cached = true;

@@ -7,6 +7,7 @@
 #include "io/stk_http_int.h"
 
 #include <string.h>
+#include <xxhash.h>
 
 static stk_status fetch_direct(void *ctx, uint64_t off, void *buf, size_t len, char *err,
                                size_t err_size);
@@ -41,8 +42,16 @@ stk_status stk__remote_open(const char *path, const stk__vfs *vfs, stk__s3cfg *c
     if ((rc = stk__remote_head(f, path, &f->base.size, validator, sizeof(validator), err,
                                err_size)) < 0)
         goto fail;
+    f->validator_etag = validator[0] == '"' || (validator[0] == 'W' && validator[1] == '/');
+    if (!(f->validator = stk__strdup(validator))) {
+        rc = stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    f->base.mtime_ns = XXH3_64bits(validator, strlen(validator)); /* the version, for indexes */
     if ((rc = stk__cache_from_env(&f->cache, err, err_size)) < 0)
         goto fail;
+    if (f->cache) /* NULL when out of memory: every hit is checked */
+        f->checked = stk__calloc(stk__cache_checked_words(f->base.size), sizeof(uint64_t));
     if (f->cache && !(f->cache_key = stk__http_fmt("%s\n%s\n%llu", f->t.url, validator,
                                                    (unsigned long long)f->base.size))) {
         rc = stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", path);
@@ -94,8 +103,8 @@ static stk_status read_pieces(stk__rfile *f, uint64_t offset, const stk__iov *io
     if (took == STK__TAKE_HIT)
         return STK_OK;
     if (took == STK__TAKE_CACHED &&
-        stk__cache_read(f->cache, f->cache_key, f->base.size, offset, iov, n_iov, fetch_none, NULL,
-                        scratch, sizeof(scratch)) == STK_OK) {
+        stk__cache_read_checked(f->cache, f->cache_key, f->base.size, offset, iov, n_iov,
+                                fetch_none, NULL, f->checked, scratch, sizeof(scratch)) == STK_OK) {
         stk__readahead_cached(f, offset);
         return STK_OK;
     }
@@ -117,8 +126,8 @@ stk_status stk__remote_read(stk__file *file, uint64_t offset, const stk__iov *io
 {
     stk__rfile *f = (stk__rfile *)file;
     if (f->cache)
-        return stk__cache_read(f->cache, f->cache_key, f->base.size, offset, iov, n_iov,
-                               fetch_direct, f, err, err_size);
+        return stk__cache_read_checked(f->cache, f->cache_key, f->base.size, offset, iov, n_iov,
+                                       fetch_direct, f, f->checked, err, err_size);
     return read_pieces(f, offset, iov, n_iov, err, err_size);
 }
 

@@ -78,6 +78,21 @@ stk_status stk__cache_read(stk__cache *c, const char *key, uint64_t size, uint64
                            const stk__iov *iov, int n_iov, stk__cache_fetch fetch, void *ctx,
                            char *err, size_t err_size);
 
+/* Words of the `checked` bitmap of an object of `size` bytes: one bit per 4 KiB chunk. */
+static inline size_t stk__cache_checked_words(uint64_t size)
+{
+    return (size_t)((size / 4096 + 64) / 64);
+}
+
+/* stk__cache_read that remembers the chunks it checked: `checked` (stk__cache_checked_words
+ * zeroed words, the caller's, shared by its threads) gets a bit per 4 KiB chunk whose checksum a
+ * hit verified; later hits of checked chunks read without checking again (as a .stk record is
+ * checked on its first read), at the cost of a hit without checksums. NULL: every hit checks. */
+stk_status stk__cache_read_checked(stk__cache *c, const char *key, uint64_t size, uint64_t offset,
+                                   const stk__iov *iov, int n_iov, stk__cache_fetch fetch,
+                                   void *ctx, _Atomic uint64_t *checked, char *err,
+                                   size_t err_size);
+
 /* Whether block `blk` of object `key` (size `size`) is in the cache, whole. */
 bool stk__cache_has(stk__cache *c, const char *key, uint64_t size, uint64_t blk);
 

@@ -26,6 +26,25 @@ static bool posix_claims(const char *path)
     return true;
 }
 
+static uint64_t mtime_ns(const struct stat *st)
+{
+    return (uint64_t)st->st_mtim.tv_sec * 1000000000u + (uint64_t)st->st_mtim.tv_nsec;
+}
+
+/* The error of a read of a file that is not the version opened (size or modification time
+ * changed: rewritten in place, truncated, appended to). */
+static stk_status changed(const stk__file *file, const struct stat *now, uint64_t offset, char *err,
+                          size_t err_size)
+{
+    bool moved = now && mtime_ns(now) != file->mtime_ns;
+    return stk__set_error(err, err_size, STK_EIO,
+                          "%s: changed while open (size %llu -> %lld%s), read at %llu: its "
+                          "records would mix two versions; reopen the dataset",
+                          file->path, (unsigned long long)file->size,
+                          now ? (long long)now->st_size : -1LL, moved ? ", modified since" : "",
+                          (unsigned long long)offset);
+}
+
 static stk_status posix_open(const char *path, stk__file **out, char *err, size_t err_size)
 {
     *out = NULL;
@@ -53,6 +72,8 @@ static stk_status posix_open(const char *path, stk__file **out, char *err, size_
     f->base.vfs = &stk__vfs_posix;
     f->base.path = p;
     f->base.size = (uint64_t)st.st_size;
+    f->base.mtime_ns = mtime_ns(&st);
+    f->base.ino = (uint64_t)st.st_ino;
     f->fd = fd;
     *out = &f->base;
     return STK_OK;
@@ -88,11 +109,8 @@ static stk_status posix_read(stk__file *file, uint64_t offset, const stk__iov *i
                                   (unsigned long long)offset, strerror(errno));
         if (r == 0) {
             struct stat now;
-            long long now_size = fstat(f->fd, &now) == 0 ? (long long)now.st_size : -1;
-            return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "%s: changed while open (size %llu -> %lld): no bytes at %llu",
-                                  file->path, (unsigned long long)file->size, now_size,
-                                  (unsigned long long)(offset + got));
+            return changed(file, fstat(f->fd, &now) == 0 ? &now : NULL, offset + got, err,
+                           err_size);
         }
         got += (size_t)r;
         off += (uint64_t)r;
@@ -106,6 +124,13 @@ static stk_status posix_read(stk__file *file, uint64_t offset, const stk__iov *i
             cur->iov_len -= (size_t)r;
         }
     }
+    /* After the read: a write that changed the file before our bytes were read has changed
+     * its modification time by now (issue 30: a tar rewritten in place under a reader gave old
+     * samples, then new ones). */
+    struct stat now;
+    if (fstat(f->fd, &now) != 0 || (uint64_t)now.st_size != file->size ||
+        mtime_ns(&now) != file->mtime_ns)
+        return changed(file, &now, offset, err, err_size);
     return STK_OK;
 }
 

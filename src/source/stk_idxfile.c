@@ -30,12 +30,11 @@ bool stk__idx_identity(const stk__file *f, uint64_t id[3])
         id[2] = 0;
         return true;
     }
-    struct stat st;
-    if (stat(f->path, &st) != 0 || (uint64_t)st.st_size != f->size)
-        return false;
-    id[0] = (uint64_t)st.st_size;
-    id[1] = (uint64_t)st.st_mtim.tv_sec * 1000000000u + (uint64_t)st.st_mtim.tv_nsec;
-    id[2] = (uint64_t)st.st_ino;
+    /* the version the open pinned (not the path's now: a file replaced since by another is
+     * not the one read through f) */
+    id[0] = f->size;
+    id[1] = f->mtime_ns;
+    id[2] = f->ino;
     return true;
 }
 

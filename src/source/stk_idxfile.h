@@ -16,9 +16,9 @@
 #define STK__IDX_HEAD 32 /* magic + identity; the body follows */
 #define STK__IDX_TAIL 8  /* the checksum */
 
-/* The identity an index of f is checked against: a local file's size, mtime (ns) and inode; a
- * remote object's size and a hash of its path (the cache entry's key holds its version). false
- * when a local file cannot be stat'ed or its size is not f's (it changed since the open). */
+/* The identity an index of f is checked against: a local file's size, mtime (ns) and inode as
+ * its open pinned them (stk__file); a remote object's size and a hash of its path (the cache
+ * entry's key holds its version). true (kept a bool for the callers' sake). */
 bool stk__idx_identity(const stk__file *f, uint64_t id[3]);
 
 /* A fresh, zeroed index of body_len body bytes (*n in all) with magic and id filled in; the body

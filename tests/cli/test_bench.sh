@@ -18,6 +18,15 @@ assert d["threads"] == 2, d
 assert d["samples_per_s"] > 0 and d["seconds"] > 0, d
 assert abs(d["samples_per_s"] - d["samples"] / d["seconds"]) < 0.01 * d["samples_per_s"], d
 assert d["bytes_per_s"] > 0 and d["first_batch_ms"] >= 0 and d["ring_mib"] > 0, d
+# the first epoch and the later ones apart (issue 29): they add up to the run
+f, l = d["first_epoch"], d["later_epochs"]
+assert f["samples"] == 90 and l["samples"] == 180, d
+assert abs(f["seconds"] + l["seconds"] - d["seconds"]) < 1e-3, d
+assert abs(f["cpu_s"] + l["cpu_s"] - d["cpu_s"]) < 1e-3, d
+for p in (f, l):  # (seconds are printed to the microsecond: a part may take only a few)
+    assert p["seconds"] > 0 and p["samples_per_s"] > 0, d
+    assert abs(p["samples"] / p["samples_per_s"] - p["seconds"]) < 2e-6 + 1e-3 * p["seconds"], d
+assert "ceiling" not in d and "first_epoch_ratio_to_ceiling" not in d, d
 PYEOF
 
 # --max-samples stops early (at a batch boundary), shuffle runs, and the ceiling reports a ratio.
@@ -29,7 +38,42 @@ d = json.load(open("c.json"))
 assert d["samples"] == 40, d
 assert d["ceiling"]["kind"] == "memcpy" and d["ceiling"]["samples"] == 40, d
 assert d["ratio_to_ceiling"] > 0, d
+# stopped inside the first epoch: it is all first epoch, no later ones
+assert d["first_epoch"]["samples"] == 40 and d["later_epochs"] is None, d
+assert d["ceiling"]["first_epoch"]["samples"] == 40 and d["ceiling"]["later_epochs"] is None, d
+assert d["first_epoch_ratio_to_ceiling"] > 0 and d["later_epochs_ratio_to_ceiling"] is None, d
 PYEOF
+
+# An image recipe: the ceiling decodes every JPEG (TurboJPEG), per epoch; the table names the
+# first epoch and the later ones.
+$PY - <<'PYEOF' || fail "making JPEGs"
+import os
+import numpy as np
+from PIL import Image
+rng = np.random.default_rng(1)
+for c in "ab":
+    os.makedirs(f"img/{c}", exist_ok=True)
+    for i in range(6):
+        a = rng.integers(0, 256, (40 + 7 * i, 56, 3), dtype=np.uint8)
+        Image.fromarray(a).save(f"img/{c}/{i}.jpg", quality=90)
+PYEOF
+"$STOKER" pack --quiet img img.stk > /dev/null || fail "pack JPEGs"
+"$STOKER" bench img.stk --recipe imagenet-train --threads 2 --epochs 3 --batch-size 4 --ceiling \
+    --json > i.json || fail "bench imagenet-train --ceiling: $(cat i.json)"
+$PY - <<'PYEOF' || fail "bench imagenet-train --ceiling contents: $(cat i.json)"
+import json
+d = json.load(open("i.json"))
+c = d["ceiling"]
+assert c["kind"] == "decode" and c["samples"] == 36, d
+assert c["first_epoch"]["samples"] == 12 and c["later_epochs"]["samples"] == 24, d
+assert d["first_epoch"]["samples"] == 12 and d["later_epochs"]["samples"] == 24, d
+for k in ("first_epoch_ratio_to_ceiling", "later_epochs_ratio_to_ceiling",
+          "cpu_first_epoch_ratio_to_ceiling", "cpu_later_epochs_ratio_to_ceiling"):
+    assert d[k] > 0, (k, d)
+PYEOF
+expect 0 "later epochs" "$STOKER" bench img.stk --recipe imagenet-train --threads 1 --epochs 2 \
+    --batch-size 4 --ceiling --quiet
+grep -qF "first epoch" out.txt || fail "bench table lacks the first epoch: $(cat out.txt)"
 
 # A sweep: every combination runs; the plot is a well-formed SVG with one line per depth plus
 # the ceiling; the trace of the last run is trace-event JSON with a track per thread.

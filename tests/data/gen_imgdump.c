@@ -481,7 +481,7 @@ int main(int argc, char **argv)
     bool nhwc = false, exact = false, plan = false, lenient = false;
     unsigned long long seed = 0, epoch = 0, index = 0;
     long bench = 0, plans = 1, rounds = 1, slot_rows = 1;
-    bool ceiling = false, no_planes = false, every_read = false;
+    bool ceiling = false, no_planes = false, every_read = false, libjpeg_entropy = false;
     const char *files[4096];
     int n_files = 0;
     for (int i = 1; i < argc; i++) {
@@ -509,6 +509,8 @@ int main(int argc, char **argv)
             ceiling = true;
         else if (strcmp(a, "--no-planes") == 0) /* the RGB path only (stk_transform.planar) */
             no_planes = true;
+        else if (strcmp(a, "--libjpeg-entropy") == 0)
+            libjpeg_entropy = true;
         else if (strcmp(a, "--check-every-read") == 0)
             every_read = true;
         else if (strcmp(a, "--nhwc") == 0)
@@ -565,6 +567,7 @@ int main(int argc, char **argv)
     stk__tworker *w;
     if (stk__transform_worker_create(t, &w) < 0)
         die("%s", stk_last_errmsg());
+    stk__decoder_set_own_entropy(w->dec, !libjpeg_entropy);
     stk_dtype dt;
     uint32_t ndim;
     int64_t shape[STK_MAX_DIMS];
@@ -592,6 +595,8 @@ int main(int argc, char **argv)
         stk__decoder *dec = NULL;
         if (ceiling && stk__decoder_create(0, &dec) < 0)
             die("cannot create a decoder");
+        if (dec) /* the ceiling is libjpeg-turbo's decode, its own entropy decoder included */
+            stk__decoder_set_own_entropy(dec, false);
         double csecs = 0.0;
         for (long r = 0; r < rounds; r++) {
             uint64_t t0 = stk__now_ns();

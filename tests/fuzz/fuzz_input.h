@@ -17,11 +17,15 @@
 #define MAX_RECORDS 10000
 #define MAX_RECORD_SIZE (1u << 20)
 
-/* An unlinked file holding the input; *path names it for stk_dataset_open. */
-__attribute__((unused)) static int fuzz_input_file(const uint8_t *data, size_t size,
-                                                   const char *name, char *path, size_t path_size)
+/* A file holding the input; *path names it for stk_dataset_open. An anonymous one (memfd, named
+ * /proc/self/fd/N) unless `real` is set or /proc is missing: then a temporary file under /tmp,
+ * which the caller unlinks (libhdf5 cannot open a /proc/self/fd path: it resolves it to a real
+ * path, and a memfd has none). */
+__attribute__((unused)) static int fuzz_input_file_ex(const uint8_t *data, size_t size,
+                                                      const char *name, bool real, char *path,
+                                                      size_t path_size)
 {
-    int fd = memfd_create(name, MFD_CLOEXEC);
+    int fd = real ? -1 : memfd_create(name, MFD_CLOEXEC);
     if (fd >= 0) {
         snprintf(path, path_size, "/proc/self/fd/%d", fd);
         if (access(path, R_OK) != 0) { /* no /proc: fall back to a real file */
@@ -45,8 +49,34 @@ __attribute__((unused)) static int fuzz_input_file(const uint8_t *data, size_t s
     return fd;
 }
 
-/* Read every record through both read paths. */
-__attribute__((unused)) static void fuzz_read_all(const stk_dataset *ds)
+/* fuzz_input_file_ex, anonymous when it can be. */
+__attribute__((unused)) static int fuzz_input_file(const uint8_t *data, size_t size,
+                                                   const char *name, char *path, size_t path_size)
+{
+    return fuzz_input_file_ex(data, size, name, false, path, path_size);
+}
+
+/* Open `path` as a dataset of `format`; NULL when refused, after checking that the message
+ * names `name` (every open error must say which file). */
+__attribute__((unused)) static stk_dataset *fuzz_open(const char *path, const char *format,
+                                                      const char *name)
+{
+    const char *paths[1] = {path};
+    stk_dataset_opts o;
+    stk_dataset_opts_init(&o);
+    o.paths = paths;
+    o.n_paths = 1;
+    o.format = format;
+    stk_dataset *ds = NULL;
+    if (stk_dataset_open_v2(&o, &ds) == STK_OK)
+        return ds;
+    if (strstr(stk_last_errmsg(), name) == NULL)
+        abort();
+    return NULL;
+}
+
+/* Read the first `max_records` records through both read paths. */
+__attribute__((unused)) static void fuzz_read_some(const stk_dataset *ds, uint64_t max_records)
 {
     uint64_t max = stk_dataset_max_record_size(ds);
     size_t nf = stk_dataset_n_fields(ds);
@@ -74,7 +104,7 @@ __attribute__((unused)) static void fuzz_read_all(const stk_dataset *ds)
             (void)strlen(si.metadata);
     }
     (void)stk_dataset_fingerprint(ds);
-    uint64_t n = STK_MIN(stk_dataset_n_records(ds), MAX_RECORDS);
+    uint64_t n = STK_MIN(stk_dataset_n_records(ds), max_records);
     for (uint64_t i = 0; buf && scatter && i < n; i++) {
         stk_record r;
         stk_record_init(&r);
@@ -89,6 +119,12 @@ __attribute__((unused)) static void fuzz_read_all(const stk_dataset *ds)
     }
     free(buf);
     free(scatter);
+}
+
+/* Read every record (bounded: MAX_RECORDS) through both read paths. */
+__attribute__((unused)) static void fuzz_read_all(const stk_dataset *ds)
+{
+    fuzz_read_some(ds, MAX_RECORDS);
 }
 
 /* Run the input as it is, then (inputs up to 4 MiB) once more with its checksums recomputed by

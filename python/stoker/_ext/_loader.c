@@ -17,12 +17,23 @@
  * per batch: on two loaded cores each cross-thread wake-up can wait a scheduler slice, which
  * once cost Python a third of the C loader's throughput.
  *
+ * A signal never costs a batch (issue 30): every result of the C next (batch, error, end of
+ * epoch) is first parked in `res_*` (req == REQ_DONE), then signal handlers run, and only if
+ * none raised is it handed over. A signal that came while the batch completed (before the
+ * poll step noticed it) therefore raises with the result still parked, and the next call
+ * delivers it. Past this point the Python layer (loader.py) converts the batch; a
+ * KeyboardInterrupt there gives it back with `_unget`, and the next call returns it again.
+ *
  * The test hook `_set_debug_delay` (a slow batch on demand) runs next on a helper thread
  * instead: the consumer posts a request and waits for the answer in the same 100 ms steps.
  * When a signal handler raises, that request stays pending: its batch (or error, or end of
- * epoch) is delivered by the next call to next(). state() answers with the state taken just
- * before a pending request; set_epoch(), load_state() and close() wait for the request and
- * discard its result.
+ * epoch) is delivered by the next call to next(). set_epoch(), load_state() and close() wait
+ * for the request and discard its result (and a batch given back).
+ *
+ * save_state() may be called from any thread at any time, also while another thread is inside
+ * next() (a checkpoint thread): it answers from `st_cur`, the state after the last result
+ * handed over, which the consumer updates under `mu` as it hands each one over. A parked or
+ * given-back batch was not handed over, so it does not count.
  *
  * A timeout (set_timeout, the DataLoader's `timeout`) ends a next() that waited that long with
  * a RuntimeError, as the DataLoader's does; nothing is consumed, so the next call goes on.
@@ -34,6 +45,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,9 +75,14 @@ typedef struct {
     stk_status res_rc;
     stk_batch *res_batch;
     char res_err[ERR_BUF];
-    char pre_state[STATE_BUF]; /* state before the pending request */
-    unsigned debug_delay_ms;   /* test hook: the helper sleeps before each next */
-    int64_t timeout_ns;        /* next() gives up after this long (0 = waits as long as it takes) */
+    /* what save_state() answers: the position after the results handed over (guarded by mu) */
+    char st_cur[STATE_BUF];
+    char st_prev[STATE_BUF];    /* st_cur before the last batch handed over (for _unget) */
+    PyObject *held;             /* a Batch given back by _unget; next() returns it (GIL) */
+    char held_state[STATE_BUF]; /* st_cur once `held` is handed over again */
+    unsigned debug_delay_ms;    /* test hook: the helper sleeps before each next */
+    int64_t debug_signal_at;    /* test hook: SIGINT when the wait returns this batch (-1: off) */
+    int64_t timeout_ns; /* next() gives up after this long (0 = waits as long as it takes) */
     PyObject *weakreflist;
 } LoaderObject;
 
@@ -151,8 +168,7 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
-/* Post a next request (GIL held, mu not held); captures the state first so that state() can
- * answer while the result is undelivered. */
+/* Post a next request (GIL held, mu not held). */
 static int post_request(LoaderObject *self)
 {
     if (!self->helper_started) {
@@ -164,8 +180,6 @@ static int post_request(LoaderObject *self)
         }
         self->helper_started = true;
     }
-    if (stk_loader_save_state(self->loader, self->pre_state, sizeof(self->pre_state)) < 0)
-        self->pre_state[0] = '\0';
     pthread_mutex_lock(&self->mu);
     self->req = REQ_PENDING;
     pthread_cond_signal(&self->cv_req);
@@ -205,12 +219,27 @@ static bool wait_request(LoaderObject *self, bool step)
  * Called before calls that move the consumer position. */
 static void discard_request(LoaderObject *self)
 {
+    Py_CLEAR(self->held);
     wait_request(self, false);
     if (self->req == REQ_DONE) {
         stk_batch_release(self->res_batch);
         self->res_batch = NULL;
         self->req = REQ_IDLE;
     }
+}
+
+/* Note the position after a consumer call moved it, for save_state(); `handed` when a batch was
+ * handed over (the state before it is kept for _unget). Inside loader_enter; any GIL state. */
+static void state_note(LoaderObject *self, bool handed)
+{
+    char buf[STATE_BUF];
+    if (stk_loader_save_state(self->loader, buf, sizeof(buf)) < 0)
+        buf[0] = '\0';
+    pthread_mutex_lock(&self->mu);
+    if (handed)
+        memcpy(self->st_prev, self->st_cur, STATE_BUF);
+    memcpy(self->st_cur, buf, STATE_BUF);
+    pthread_mutex_unlock(&self->mu);
 }
 
 /* ---- Loader: create and close ---- */
@@ -257,6 +286,8 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     pthread_cond_init(&self->cv_req, &ca);
     pthread_condattr_destroy(&ca);
     self->req = REQ_IDLE;
+    self->debug_signal_at = -1;
+    state_note(self, false);
     return (PyObject *)self;
 }
 
@@ -278,6 +309,7 @@ static void loader_close(LoaderObject *self)
         return;
     }
     self->closing = true;
+    Py_CLEAR(self->held);
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&self->mu);
     /* Stop first: the helper finishes the request it has (stk_loader_next cannot be
@@ -359,11 +391,34 @@ static bool timed_out(const LoaderObject *self, int64_t deadline)
     return true;
 }
 
-/* tp_iternext: the next Batch; NULL without an exception at the end of an epoch (the next call
- * starts the next epoch); NULL with a stoker error for a failed batch (iteration may go on). */
-/* next() on the calling thread: 100 ms timed waits with the GIL released, signals checked
- * between them. Called inside loader_enter; leaves it. */
-static PyObject *next_direct(LoaderObject *self)
+/* Test hook (_set_debug_signal): raise SIGINT on this, the consumer thread, when its wait
+ * returned batch `debug_signal_at` (once), as if the signal had come in the poll step in which
+ * the batch completed. */
+static void debug_signal(LoaderObject *self, stk_status rc, const stk_batch *b)
+{
+    if (rc == STK_OK && self->debug_signal_at >= 0 &&
+        stk_batch_number(b) == (uint64_t)self->debug_signal_at) {
+        self->debug_signal_at = -1; /* once */
+        raise(SIGINT);
+    }
+}
+
+/* Park a result of the C next in res_* (REQ_DONE) until it is handed over. */
+static void park_result(LoaderObject *self, stk_status rc, stk_batch *b, const char *err)
+{
+    pthread_mutex_lock(&self->mu);
+    self->res_rc = rc;
+    self->res_batch = b;
+    snprintf(self->res_err, sizeof(self->res_err), "%s", err);
+    self->req = REQ_DONE;
+    pthread_mutex_unlock(&self->mu);
+}
+
+/* Run the C next on the calling thread: 100 ms timed waits with the GIL released, signals
+ * checked between them; the result is parked. Inside loader_enter. Returns 0 (inside it), or
+ * -1 with an exception (a signal handler raised, timeout, closed meanwhile), having left it:
+ * nothing was consumed. */
+static int fetch_direct(LoaderObject *self)
 {
     stk_batch *b = NULL;
     stk_status rc;
@@ -382,13 +437,72 @@ static PyObject *next_direct(LoaderObject *self)
         /* Leave while signal handlers run: a handler may close the loader. */
         loader_leave(self, true);
         if (PyErr_CheckSignals() < 0 || timed_out(self, deadline))
-            return NULL; /* nothing was consumed */
+            return -1;
         if (loader_enter(self, true) < 0)
-            return NULL;
+            return -1;
     }
-    char err[ERR_BUF] = "";
-    if (rc < 0) /* errmsg is valid until the next call on the loader: copy it now */
-        snprintf(err, sizeof(err), "%s", stk_loader_errmsg(self->loader));
+    /* errmsg is valid until the next call on the loader: copy it now */
+    park_result(self, rc, b, rc < 0 ? stk_loader_errmsg(self->loader) : "");
+    return 0;
+}
+
+/* The same through the helper thread (the _set_debug_delay hook): post a request unless one is
+ * pending, wait for it in poll steps. Same contract as fetch_direct; a request interrupted by
+ * a signal stays pending and the next call waits for it. */
+static int fetch_helper(LoaderObject *self)
+{
+    int64_t deadline = next_deadline(self);
+    for (;;) {
+        pthread_mutex_lock(&self->mu);
+        bool idle = self->req == REQ_IDLE;
+        pthread_mutex_unlock(&self->mu);
+        if (idle && post_request(self) < 0) {
+            loader_leave(self, true);
+            return -1;
+        }
+        if (wait_request(self, true))
+            return 0;
+        loader_leave(self, true);
+        if (PyErr_CheckSignals() < 0 || timed_out(self, deadline))
+            return -1;
+        if (loader_enter(self, true) < 0)
+            return -1;
+    }
+}
+
+/* Hand over what is ready: a batch given back by _unget, else the parked result (REQ_DONE),
+ * noting the new position for save_state(). Inside loader_enter; leaves it. Sets *again when
+ * nothing was ready (a signal handler moved the position meanwhile). */
+static PyObject *hand_over(LoaderObject *self, bool *again)
+{
+    *again = false;
+    if (self->held) {
+        PyObject *out = self->held;
+        self->held = NULL;
+        pthread_mutex_lock(&self->mu);
+        memcpy(self->st_prev, self->st_cur, STATE_BUF);
+        memcpy(self->st_cur, self->held_state, STATE_BUF);
+        pthread_mutex_unlock(&self->mu);
+        loader_leave(self, true);
+        return out;
+    }
+    pthread_mutex_lock(&self->mu);
+    bool done = self->req == REQ_DONE;
+    stk_status rc = self->res_rc;
+    stk_batch *b = self->res_batch;
+    char err[ERR_BUF];
+    memcpy(err, self->res_err, sizeof(err));
+    if (done) {
+        self->res_batch = NULL;
+        self->req = REQ_IDLE;
+    }
+    pthread_mutex_unlock(&self->mu);
+    if (!done) {
+        loader_leave(self, true);
+        *again = true;
+        return NULL;
+    }
+    state_note(self, rc == STK_OK);
     loader_leave(self, true);
     if (rc == STK_OK)
         return stkpy_batch_new(b);
@@ -397,43 +511,36 @@ static PyObject *next_direct(LoaderObject *self)
     return stkpy_raise(rc, err);
 }
 
+/* tp_iternext: the next Batch; NULL without an exception at the end of an epoch (the next call
+ * starts the next epoch); NULL with a stoker error for a failed batch (iteration may go on).
+ * A signal that arrived by the time the result is ready raises instead, and the result is the
+ * next call's. */
 static PyObject *Loader_next(LoaderObject *self)
 {
-    if (loader_enter(self, true) < 0)
-        return NULL;
-    pthread_mutex_lock(&self->mu);
-    bool direct = self->req == REQ_IDLE && !self->debug_delay_ms;
-    pthread_mutex_unlock(&self->mu);
-    if (direct)
-        return next_direct(self);
-    int64_t deadline = next_deadline(self);
     for (;;) {
-        pthread_mutex_lock(&self->mu);
-        bool idle = self->req == REQ_IDLE;
-        pthread_mutex_unlock(&self->mu);
-        if (idle && post_request(self) < 0) {
-            loader_leave(self, true);
-            return NULL;
-        }
-        if (wait_request(self, true))
-            break;
-        /* Leave while signal handlers run: a handler may close the loader. */
-        loader_leave(self, true);
-        if (PyErr_CheckSignals() < 0 || timed_out(self, deadline))
-            return NULL; /* the request stays pending; the next call delivers it */
         if (loader_enter(self, true) < 0)
             return NULL;
+        pthread_mutex_lock(&self->mu);
+        bool ready = self->held || self->req == REQ_DONE;
+        bool direct = self->req == REQ_IDLE && !self->debug_delay_ms;
+        pthread_mutex_unlock(&self->mu);
+        if (!ready) {
+            if ((direct ? fetch_direct(self) : fetch_helper(self)) < 0)
+                return NULL; /* a request left pending is delivered by the next call */
+            debug_signal(self, self->res_rc, self->res_batch);
+        }
+        /* Signals that came meanwhile run now, with the result parked (and the loader left:
+         * a handler may close it, which releases the result). */
+        loader_leave(self, true);
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+        if (loader_enter(self, true) < 0)
+            return NULL;
+        bool again;
+        PyObject *out = hand_over(self, &again);
+        if (!again)
+            return out;
     }
-    stk_status rc = self->res_rc;
-    stk_batch *b = self->res_batch;
-    self->res_batch = NULL;
-    self->req = REQ_IDLE;
-    loader_leave(self, true);
-    if (rc == STK_OK)
-        return stkpy_batch_new(b);
-    if (rc == STK_END)
-        return NULL;
-    return stkpy_raise(rc, self->res_err);
 }
 
 static PyObject *Loader_iter(PyObject *self)
@@ -441,22 +548,46 @@ static PyObject *Loader_iter(PyObject *self)
     return Py_NewRef(self);
 }
 
+/* save_state(): any thread, any time (also while another thread is inside next(), and after
+ * close: the last position); never waits. */
 static PyObject *Loader_save_state(LoaderObject *self, PyObject *noargs)
 {
     (void)noargs;
+    if (self->pid != getpid())
+        return stkpy_raise(STK_ESTATE, "a stoker loader cannot be used in a forked child (its "
+                                       "worker threads are in the parent): create the loader "
+                                       "in the child");
+    char buf[STATE_BUF];
+    pthread_mutex_lock(&self->mu);
+    memcpy(buf, self->st_cur, sizeof(buf));
+    pthread_mutex_unlock(&self->mu);
+    if (!buf[0])
+        return stkpy_raise(STK_ELIMIT, "state does not fit its buffer");
+    return PyUnicode_FromString(buf);
+}
+
+/* _unget(batch): give back the batch the last next() returned, whose delivery an exception
+ * (a KeyboardInterrupt while it was converted) interrupted: the next next() returns it again,
+ * and save_state() does not count it meanwhile. */
+static PyObject *Loader_unget(LoaderObject *self, PyObject *batch)
+{
+    if (!PyObject_TypeCheck(batch, &StkBatch_Type)) {
+        PyErr_SetString(PyExc_TypeError, "_unget takes a Batch");
+        return NULL;
+    }
     if (loader_enter(self, true) < 0)
         return NULL;
-    wait_request(self, false);
-    char buf[STATE_BUF];
-    stk_status rc = STK_OK;
-    if (self->req == REQ_DONE && self->pre_state[0])
-        memcpy(buf, self->pre_state, sizeof(buf)); /* its batch was never delivered */
-    else
-        rc = stk_loader_save_state(self->loader, buf, sizeof(buf));
+    if (self->held) {
+        loader_leave(self, true);
+        return stkpy_raise(STK_ESTATE, "a batch was already given back");
+    }
+    self->held = Py_NewRef(batch);
+    pthread_mutex_lock(&self->mu);
+    memcpy(self->held_state, self->st_cur, STATE_BUF);
+    memcpy(self->st_cur, self->st_prev, STATE_BUF);
+    pthread_mutex_unlock(&self->mu);
     loader_leave(self, true);
-    if (rc < 0)
-        return stkpy_raise(rc, "state does not fit its buffer");
-    return PyUnicode_FromString(buf);
+    Py_RETURN_NONE;
 }
 
 static PyObject *Loader_load_state(LoaderObject *self, PyObject *arg)
@@ -471,6 +602,7 @@ static PyObject *Loader_load_state(LoaderObject *self, PyObject *arg)
     char err[ERR_BUF] = "";
     Py_BEGIN_ALLOW_THREADS
     rc = stk_loader_load_state(self->loader, json);
+    state_note(self, false);
     if (rc < 0)
         snprintf(err, sizeof(err), "%s", stk_loader_errmsg(self->loader));
     Py_END_ALLOW_THREADS
@@ -493,6 +625,7 @@ static PyObject *Loader_set_epoch(LoaderObject *self, PyObject *arg)
     stk_status rc;
     Py_BEGIN_ALLOW_THREADS
     rc = stk_loader_set_epoch(self->loader, (uint64_t)e);
+    state_note(self, false);
     Py_END_ALLOW_THREADS
     loader_leave(self, true);
     if (rc < 0)
@@ -514,6 +647,7 @@ static PyObject *Loader_set_indices(LoaderObject *self, PyObject *arg)
     char err[ERR_BUF] = "";
     Py_BEGIN_ALLOW_THREADS
     rc = stk_loader_set_indices(self->loader, b.buf, (uint64_t)b.len / sizeof(uint64_t));
+    state_note(self, false);
     if (rc < 0)
         snprintf(err, sizeof(err), "%s", stk_loader_errmsg(self->loader));
     Py_END_ALLOW_THREADS
@@ -600,7 +734,7 @@ static PyObject *Loader_pending(LoaderObject *self, void *c)
     pthread_mutex_lock(&self->mu);
     int r = self->req;
     pthread_mutex_unlock(&self->mu);
-    return PyBool_FromLong(r != REQ_IDLE);
+    return PyBool_FromLong(r != REQ_IDLE || self->held);
 }
 
 static PyObject *Loader_set_debug_delay(LoaderObject *self, PyObject *arg)
@@ -611,6 +745,15 @@ static PyObject *Loader_set_debug_delay(LoaderObject *self, PyObject *arg)
     pthread_mutex_lock(&self->mu);
     self->debug_delay_ms = ms > 0 ? (unsigned)ms : 0;
     pthread_mutex_unlock(&self->mu);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Loader_set_debug_signal(LoaderObject *self, PyObject *arg)
+{
+    long long n = PyLong_AsLongLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    self->debug_signal_at = n < 0 ? -1 : n;
     Py_RETURN_NONE;
 }
 
@@ -640,7 +783,8 @@ static PyObject *Loader_exit_ctx(LoaderObject *self, PyObject *args)
 
 static PyMethodDef Loader_methods[] = {
     {"save_state", (PyCFunction)Loader_save_state, METH_NOARGS,
-     "save_state() -> str: the resume state as JSON (position of the batches delivered so far)."},
+     "save_state() -> str: the resume state as JSON (position of the batches delivered so far); "
+     "from any thread, at any time."},
     {"load_state", (PyCFunction)Loader_load_state, METH_O,
      "load_state(json): resume from a state (also one taken with another world size)."},
     {"set_indices", (PyCFunction)Loader_set_indices, METH_O,
@@ -659,9 +803,16 @@ static PyMethodDef Loader_methods[] = {
      "trace_events > 0)."},
     {"close", (PyCFunction)Loader_close, METH_NOARGS,
      "Stop the workers and free the loader; batches still held stay valid."},
+    {"_unget", (PyCFunction)Loader_unget, METH_O,
+     "_unget(batch): give back the batch the last next() returned, whose delivery an exception "
+     "interrupted; the next next() returns it again and save_state() does not count it meanwhile."},
     {"_set_debug_delay", (PyCFunction)Loader_set_debug_delay, METH_O,
      "Test hook: make every next() take at least this many milliseconds (as a slow pipeline "
      "would), to test Ctrl-C during a blocking next."},
+    {"_set_debug_signal", (PyCFunction)Loader_set_debug_signal, METH_O,
+     "Test hook: raise SIGINT on the consumer thread when next()'s wait returns the batch of "
+     "this number, once (as if the signal came in the poll step in which it completed); -1: "
+     "off."},
     {"set_timeout", (PyCFunction)Loader_set_timeout, METH_O,
      "set_timeout(seconds): a next() that waits this long for its batch raises RuntimeError "
      "(nothing is consumed); 0 = wait as long as it takes (the default)."},
@@ -673,7 +824,7 @@ static PyGetSetDef Loader_getset[] = {
     {"epoch", (getter)Loader_epoch, NULL, "The epoch the next batch belongs to.", NULL},
     {"closed", (getter)Loader_closed, NULL, "Whether close() was called.", NULL},
     {"pending", (getter)Loader_pending, NULL,
-     "Whether an interrupted next() left a request whose result the next call delivers.", NULL},
+     "Whether an interrupted next() left a request or a result that the next call delivers.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods Loader_as_sequence = {.sq_length = (lenfunc)Loader_len};

@@ -28,16 +28,20 @@ typedef struct stk__h5col {
  * there is none; returns the text. */
 const char *stk__h5_errmsg(char *buf);
 
-/* Where every row of a contiguous vlen-bytes column lies in the file f: sets c->voff and c->vlen
- * (and *max, the largest row) from the rows' descriptors and the global heap, or leaves them NULL
- * when the layout is not the one expected (the rows then go through the library). Returns STK_OK,
- * STK_ENOMEM, or the byte source's error reading the descriptors. */
-stk_status stk__h5_vlen_direct(stk__h5col *c, stk__file *f, hid_t plist, uint64_t *max, char *err,
-                               size_t err_size);
+/* Where every row of a contiguous vlen-bytes column (dataset dname) lies in the file f: sets
+ * c->voff and c->vlen (and *max, the largest row) from the rows' descriptors and the global heap,
+ * or leaves them NULL when the layout is not the one expected (the rows then go through the
+ * library). Returns STK_OK, STK_ENOMEM, STK_EFORMAT (descriptors pointing where the heap has no
+ * such object: a damaged file, never handed to the library), or the byte source's error. */
+stk_status stk__h5_vlen_direct(stk__h5col *c, stk__file *f, hid_t plist, const char *dname,
+                               uint64_t *max, char *err, size_t err_size);
 
-/* The largest row of a vlen column in *max, reading every row through the library. Returns
- * STK_OK, or STK_EIO naming path, dataset dname and the row. */
-stk_status stk__h5_vlen_max(stk__h5col *c, const char *path, const char *dname, uint64_t *max,
-                            char *err, size_t err_size);
+/* The largest row of a vlen column (creation properties plist) in *max, read through the
+ * library in blocks: every row, or when most declared rows lie in chunks never written, the rows
+ * of the written chunks and the fill value (work bounded by what the file holds). Returns STK_OK,
+ * STK_EIO naming path, dataset dname and the rows, STK_ELIMIT for a dataset of more than 4096
+ * written chunks declaring more than twice the rows they hold, STK_ENOMEM. */
+stk_status stk__h5_vlen_max(stk__h5col *c, hid_t plist, const char *path, const char *dname,
+                            uint64_t *max, char *err, size_t err_size);
 
 #endif /* STK_HDF5_H */

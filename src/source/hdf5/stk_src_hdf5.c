@@ -269,9 +269,9 @@ static stk_status open_col(h5file *s, stk_field *fd, uint64_t *fmax, const char 
     *fd = stk__field_canonical(fd);
     c->row_size = stk__field_fixed_size(fd);
     if (c->mode == COL_VLEN) {
-        STK_TRY(stk__h5_vlen_direct(c, s->f, plist, fmax, err, err_size));
+        STK_TRY(stk__h5_vlen_direct(c, s->f, plist, dname, fmax, err, err_size));
         if (!c->voff)
-            STK_TRY(stk__h5_vlen_max(c, path, dname, fmax, err, err_size));
+            STK_TRY(stk__h5_vlen_max(c, plist, path, dname, fmax, err, err_size));
     } else {
         *fmax = c->row_size;
         haddr_t off = layout == H5D_CONTIGUOUS ? H5Dget_offset(c->dset) : HADDR_UNDEF;
@@ -547,7 +547,8 @@ static stk_status read_lib(const stk_dataset *ds, h5src *s, h5file *hf, uint32_t
                                 "%s: dataset '%s': %zu bytes, over its %zu-byte buffer", where,
                                 ds->fields[f].name, v.len, cap);
         } else {
-            memcpy(dst, v.p, v.len);
+            if (v.len) /* an empty row has no buffer (v.p NULL): nothing to copy */
+                memcpy(dst, v.p, v.len);
             *size = v.len;
         }
         H5Dvlen_reclaim(c->mtype, c->mspace, H5P_DEFAULT, &v);

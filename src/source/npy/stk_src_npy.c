@@ -8,12 +8,12 @@
  * the file, no mapping).
  *
  * The header (format versions 1-3) is a Python dict literal: {'descr': '<f4', 'fortran_order':
- * False, 'shape': (N, ...)}. Supported: little-endian or byte-sized integers and floats, C order;
- * a row of shape () is an int64 or float32 scalar field when the dtype is that, else a [1] array.
- * Refused with the reason: Fortran order, object or structured dtypes, big-endian data, files of
- * different lengths, a file shorter than its header says.
+ * False, 'shape': (N, ...)}, parsed as strictly as numpy parses it (stk_npy.c). Supported:
+ * little-endian or byte-sized integers and floats, C order; a row of shape () is an int64 or
+ * float32 scalar field when the dtype is that, else a [1] array. Refused with the reason: Fortran
+ * order, object or structured dtypes, big-endian data, files of different lengths, a file shorter
+ * than its header says.
  */
-#include "common/stk_endian.h"
 #include "source/npy/stk_npy.h"
 #include "source/stk_source.h"
 
@@ -22,7 +22,6 @@
 #include <string.h>
 
 #define NPY_MAGIC "\x93NUMPY"
-#define NPY_MAX_HEADER 65536
 
 typedef struct npyfile {
     stk__file *f;
@@ -41,109 +40,6 @@ static int npy_probe(const char *path, const stk__stat *st, const uint8_t *head,
         return len > 4 && strcmp(path + len - 4, ".npy") == 0;
     }
     return stk__paths_dir_has(path, npy_suffixes);
-}
-
-/* The value of 'key' in the header dict (points after the colon and spaces), or NULL. */
-static const char *dict_value(const char *h, const char *key)
-{
-    char pat[32];
-    snprintf(pat, sizeof(pat), "'%s'", key);
-    const char *p = strstr(h, pat);
-    if (!p)
-        return NULL;
-    p += strlen(pat);
-    while (*p == ' ' || *p == ':')
-        p++;
-    return p;
-}
-
-/* numpy's descr ('<f4', '|u1') -> dtype; false when unsupported (*why says why). */
-static bool parse_descr(const char *v, stk_dtype *dt, const char **why)
-{
-    static const struct {
-        const char *d;
-        stk_dtype t;
-    } map[] = {{"u1", STK_DTYPE_UINT8},   {"i1", STK_DTYPE_INT8},   {"i2", STK_DTYPE_INT16},
-               {"i4", STK_DTYPE_INT32},   {"i8", STK_DTYPE_INT64},  {"f2", STK_DTYPE_FLOAT16},
-               {"f4", STK_DTYPE_FLOAT32}, {"f8", STK_DTYPE_FLOAT64}};
-    if (*v != '\'') {
-        *why = "structured dtype (descr is not a string)";
-        return false;
-    }
-    char order = v[1];
-    if (order == '>') {
-        *why = "big-endian data";
-        return false;
-    }
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-        if ((order == '<' || order == '|') && strncmp(v + 2, map[i].d, 2) == 0 && v[4] == '\'') {
-            *dt = map[i].t;
-            return true;
-        }
-    *why = v[2] == 'O' ? "object dtype (pickled Python objects)" : "unsupported dtype";
-    return false;
-}
-
-stk_status stk__npy_header_size(const uint8_t *pre, size_t n, const char *what, uint64_t *size,
-                                char *err, size_t err_size)
-{
-    if (n < 10)
-        return stk__set_error(err, err_size, STK_EFORMAT, "%s: not a .npy file (too short)", what);
-    if (memcmp(pre, NPY_MAGIC, 6) != 0 || pre[6] < 1 || pre[6] > 3 || (pre[6] > 1 && n < 12))
-        return stk__set_error(err, err_size, STK_EFORMAT,
-                              "%s: not a .npy file (bad magic or version)", what);
-    uint64_t hlen = pre[6] == 1 ? (uint64_t)pre[8] | (uint64_t)pre[9] << 8 : stk__ld32(pre + 8);
-    if (hlen > NPY_MAX_HEADER)
-        return stk__set_error(err, err_size, STK_EFORMAT,
-                              "%s: corrupt .npy header (length %" PRIu64 ")", what, hlen);
-    *size = (pre[6] == 1 ? 10 : 12) + hlen;
-    return STK_OK;
-}
-
-stk_status stk__npy_parse(const uint8_t *b, size_t n, const char *what, stk__npy *out, char *err,
-                          size_t err_size)
-{
-    uint64_t end;
-    stk_status rc = stk__npy_header_size(b, n, what, &end, err, err_size);
-    if (rc < 0)
-        return rc;
-    if (end > n)
-        return stk__set_error(err, err_size, STK_EFORMAT,
-                              "%s: corrupt .npy header (length %" PRIu64 ", over the %zu bytes)",
-                              what, end, n);
-    size_t hoff = b[6] == 1 ? 10 : 12, hlen = (size_t)end - hoff;
-    char *h = stk__malloc(hlen + 1);
-    if (!h)
-        return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", what);
-    memcpy(h, b + hoff, hlen);
-    h[hlen] = '\0';
-    memset(out, 0, sizeof(*out));
-    out->data_offset = end;
-    const char *descr = dict_value(h, "descr"), *fo = dict_value(h, "fortran_order"),
-               *shape = dict_value(h, "shape"), *why = "";
-    if (!descr || !fo || !shape || *shape != '(')
-        STK_FAIL_E(STK_EFORMAT, "%s: corrupt .npy header (%.200s)", what, h);
-    if (strncmp(fo, "False", 5) != 0)
-        STK_FAIL_E(STK_ENOTSUP, "%s: Fortran-order array (save it with np.ascontiguousarray)",
-                   what);
-    if (!parse_descr(descr, &out->dtype, &why))
-        STK_FAIL_E(STK_ENOTSUP, "%s: %s is not supported (%.20s)", what, why, descr);
-    const char *p = shape + 1;
-    while (*p && *p != ')') {
-        char *e;
-        long long d = strtoll(p, &e, 10);
-        if (e == p || d < 0 || out->nd == STK_MAX_DIMS + 1)
-            STK_FAIL_E(out->nd == STK_MAX_DIMS + 1 ? STK_ENOTSUP : STK_EFORMAT,
-                       "%s: shape %.40s: need at most %d dimensions of sizes >= 0", what, shape,
-                       STK_MAX_DIMS + 1);
-        out->dims[out->nd++] = d;
-        p = e;
-        while (*p == ',' || *p == ' ')
-            p++;
-    }
-fail:
-    stk__free(h);
-    return rc;
 }
 
 /* Parse one file's header into its field and N. */

@@ -99,11 +99,15 @@ typedef struct scanbuf {
     size_t cap; /* bytes of buf: SCAN_BUF, or SCAN_REMOTE for a remote shard */
 } scanbuf;
 
-/* The n bytes at off (n <= SCAN_BUF), or NULL with the error set. */
-static const uint8_t *scan_get(scanbuf *sb, uint64_t off, size_t n, char *err, size_t err_size)
+/* The n bytes at off (n <= SCAN_BUF) in *out, or the byte source's status and message. */
+static stk_status scan_get(scanbuf *sb, uint64_t off, size_t n, const uint8_t **out, char *err,
+                           size_t err_size)
 {
-    if (off >= sb->at && off + n <= sb->at + sb->len)
-        return sb->buf + (off - sb->at);
+    *out = NULL;
+    if (off >= sb->at && off + n <= sb->at + sb->len) {
+        *out = sb->buf + (off - sb->at);
+        return STK_OK;
+    }
     /* after skipping data (a member larger than the buffer), read little: big members mean the
      * next header is likely followed by another big member; after a contiguous run, read a lot */
     bool skipped = sb->len && off > sb->at + sb->len;
@@ -111,11 +115,13 @@ static const uint8_t *scan_get(scanbuf *sb, uint64_t off, size_t n, char *err, s
     size_t want = (size_t)STK_MIN((uint64_t)window, sb->f->size - off);
     if (want < n)
         want = n; /* the caller checked that n bytes exist */
-    if (stk__vfs_read(sb->f, off, sb->buf, want, err, err_size) < 0)
-        return NULL;
+    stk_status rc = stk__vfs_read(sb->f, off, sb->buf, want, err, err_size);
+    if (rc < 0)
+        return rc; /* the message names the file and the offset */
     sb->at = off;
     sb->len = want;
-    return sb->buf;
+    *out = sb->buf;
+    return STK_OK;
 }
 
 void stk__tar_members_free(stk__tar_members *ml)
@@ -151,8 +157,10 @@ static bool members_add(stk__tar_members *ml, uint64_t data_off, uint64_t size, 
     return true;
 }
 
-/* The value of PAX record `key` in data (n bytes), or NULL; *vlen its length. */
-static const char *pax_value(const char *data, size_t n, const char *key, size_t *vlen, bool *bad)
+/* The first PAX record of data (n bytes) whose key is `key` (or, with `prefix`, starts with
+ * it): its value, or NULL; *vlen its length. *bad when a record is malformed. */
+static const char *pax_find(const char *data, size_t n, const char *key, bool prefix, size_t *vlen,
+                            bool *bad)
 {
     size_t i = 0, klen = strlen(key);
     while (i < n) {
@@ -164,13 +172,23 @@ static const char *pax_value(const char *data, size_t n, const char *key, size_t
             return NULL;
         }
         const char *rec = data + j + 1, *end = data + i + len - 1; /* end: the '\n' */
-        if ((size_t)(end - rec) > klen && memcmp(rec, key, klen) == 0 && rec[klen] == '=') {
-            *vlen = (size_t)(end - rec) - klen - 1;
-            return rec + klen + 1;
+        if ((size_t)(end - rec) > klen && memcmp(rec, key, klen) == 0 &&
+            (prefix || rec[klen] == '=')) {
+            const char *eq = memchr(rec, '=', (size_t)(end - rec));
+            if (eq) {
+                *vlen = (size_t)(end - eq) - 1;
+                return eq + 1;
+            }
         }
         i += len;
     }
     return NULL;
+}
+
+/* The value of PAX record `key`, as pax_find. */
+static const char *pax_value(const char *data, size_t n, const char *key, size_t *vlen, bool *bad)
+{
+    return pax_find(data, n, key, false, vlen, bad);
 }
 
 /* One scan of the shard's headers into ml. */
@@ -187,6 +205,7 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
     size_t longname_len = 0, pax_path_len = 0;
     const char *pax_path = NULL;
     uint64_t pax_size = UINT64_MAX;
+    bool pax_sparse = false; /* the member's PAX header has GNU.sparse.* records */
     char name[256 + 2];
     if (!sb.buf)
         STK_FAIL_E(STK_ENOMEM, "%s: out of memory indexing the tar", path);
@@ -197,9 +216,8 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
                        "%s: truncated tar: %" PRIu64 " stray bytes at byte %" PRIu64
                        " (a header is 512 bytes)",
                        path, f->size - off, off);
-        const uint8_t *h = scan_get(&sb, off, STK__TAR_BLOCK, err, err_size);
-        if (!h)
-            STK_FAIL_E(STK_EIO, "%s", err);
+        const uint8_t *h;
+        STK_TRY(scan_get(&sb, off, STK__TAR_BLOCK, &h, err, err_size));
         if (all_zero(h, STK__TAR_BLOCK))
             break; /* end of archive */
         if (!stk__tar_checksum_ok(h))
@@ -264,6 +282,9 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
                 pax_size = UINT64_MAX;
                 bool bad = false;
                 size_t vl = 0;
+                /* GNU tar's PAX sparse formats (0.0, 0.1, 1.0): the map is in these records or
+                 * in the data, which is not the file's bytes (issue 30) */
+                pax_sparse = pax_find(pax, (size_t)size, "GNU.sparse.", true, &vl, &bad) != NULL;
                 const char *v = pax_value(pax, (size_t)size, "path", &vl, &bad);
                 if (v) {
                     pax_path = v;
@@ -286,9 +307,12 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
             off = next;
             continue;
         }
-        if (type == 'S')
-            STK_FAIL_E(STK_ENOTSUP, "%s: member '%.*s' at byte %" PRIu64 ": sparse files", path,
-                       (int)STK_MIN(mlen, 200), mname, off);
+        if (type == 'S' || (pax_sparse && type != 'g'))
+            STK_FAIL_E(STK_ENOTSUP,
+                       "%s: member '%.*s' at byte %" PRIu64
+                       ": sparse file (%s): not supported; make the tar without --sparse",
+                       path, (int)STK_MIN(mlen, 200), mname, off,
+                       type == 'S' ? "GNU" : "PAX GNU.sparse records");
         if (type == '0' || type == '\0' || type == '7') {
             if (size >= UINT32_MAX)
                 STK_FAIL_E(STK_ENOTSUP,
@@ -298,10 +322,9 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
             uint32_t gz_size = STK__TAR_NOT_GZ;
             if (mlen > 3 && mname[mlen - 3] == '.' && (mname[mlen - 2] | 0x20) == 'g' &&
                 (mname[mlen - 1] | 0x20) == 'z') {
-                const uint8_t *t =
-                    size >= GZ_MIN ? scan_get(&sb, data_off + size - 4, 4, err, err_size) : NULL;
-                if (size >= GZ_MIN && !t)
-                    STK_FAIL_E(STK_EIO, "%s", err);
+                const uint8_t *t = NULL;
+                if (size >= GZ_MIN)
+                    STK_TRY(scan_get(&sb, data_off + size - 4, 4, &t, err, err_size));
                 gz_size = t ? stk__ld32(t) : 0;
                 if (gz_size == STK__TAR_NOT_GZ)
                     gz_size = 0; /* 4 GiB - 1 gunzipped: over any field's limit anyway */
@@ -318,6 +341,7 @@ stk_status stk__tar_scan(stk__file *f, stk__tar_members *ml, char *err, size_t e
         /* 'g' global headers, directories, links, devices: nothing to read */
         pax_path = NULL;
         pax_size = UINT64_MAX;
+        pax_sparse = false;
         stk__free(longname);
         longname = NULL;
         off = next;

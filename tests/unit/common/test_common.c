@@ -70,6 +70,31 @@ static int test_last_errmsg_per_thread(void)
     return 0;
 }
 
+/* A message formatted with its own buffer among the arguments (extending itself) comes out
+ * whole: formatting goes through a scratch buffer (issue 30: it came out empty). */
+static int test_error_formatted_with_itself(void)
+{
+    char err[STK_ERRMSG_SIZE];
+    snprintf(err, sizeof(err), "x.tar: read failed");
+    stk_status rc =
+        stk__set_error(err, sizeof(err), STK_EIO, "%s", err); /* self-format: on purpose */
+    T_EQ(rc, STK_EIO);
+    T_CHECKF(strcmp(err, "x.tar: read failed") == 0, "%s", err);
+    stk__set_error(err, sizeof(err), STK_EIO, "record 3: %s (%d)", err,
+                   7); /* self-format: on purpose */
+    T_CHECKF(strcmp(err, "record 3: x.tar: read failed (7)") == 0, "%s", err);
+    stk__set_last_error(STK_EIO, "first");
+    stk__set_last_error(STK_EIO, "%s, then %s", stk_last_errmsg(),
+                        "second"); /* self-format: on purpose */
+    T_CHECKF(strcmp(stk_last_errmsg(), "first, then second") == 0, "%s", stk_last_errmsg());
+    char small[6];
+    snprintf(small, sizeof(small), "abcde");
+    stk__set_error(small, sizeof(small), STK_EIO, "%s%s", small,
+                   small);                /* self-format: on purpose */
+    T_CHECK(strcmp(small, "abcde") == 0); /* cut to the buffer, from the whole text */
+    return 0;
+}
+
 static int test_dtypes_and_version(void)
 {
     T_EQ(stk_dtype_size(STK_DTYPE_UINT8), 1);
@@ -155,5 +180,6 @@ static int test_budget(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_strerror), T_CASE(test_last_errmsg_per_thread), T_CASE(test_dtypes_and_version),
+T_MAIN(T_CASE(test_strerror), T_CASE(test_last_errmsg_per_thread),
+       T_CASE(test_error_formatted_with_itself), T_CASE(test_dtypes_and_version),
        T_CASE(test_alloc), T_CASE(test_fault_injection), T_CASE(test_budget))

@@ -5,6 +5,7 @@
 #include "t.h"
 
 #include <curl/curl.h>
+#include <dirent.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -55,6 +56,7 @@ static int test_backoff(void)
 typedef struct mem_remote {
     const uint8_t *data;
     int fetches;
+    size_t last_len; /* bytes of the last fetch */
 } mem_remote;
 
 static stk_status mem_fetch(void *ctx, uint64_t off, void *buf, size_t len, char *err,
@@ -64,6 +66,7 @@ static stk_status mem_fetch(void *ctx, uint64_t off, void *buf, size_t len, char
     mem_remote *m = ctx;
     memcpy(buf, m->data + off, len);
     m->fetches++;
+    m->last_len = len;
     return STK_OK;
 }
 
@@ -106,7 +109,7 @@ static int test_cache_hits_and_limit(void)
     T_CHECK(obj && out);
     for (size_t i = 0; i < size; i++)
         obj[i] = (uint8_t)(i * 7 + (i >> 13));
-    mem_remote m = {obj, 0};
+    mem_remote m = {obj, 0, 0};
     stk__cache *c = NULL;
     char err[512];
     const uint64_t limit = 3 * STK_CACHE_BLOCK;
@@ -170,7 +173,7 @@ static int test_cache_aux_entries(void)
     T_CHECK(obj && out);
     for (size_t i = 0; i < size; i++)
         obj[i] = (uint8_t)(i * 13 + (i >> 11));
-    mem_remote m = {obj, 0};
+    mem_remote m = {obj, 0, 0};
     stk__cache *c = NULL;
     char err[512];
     const uint64_t limit = 3 * STK_CACHE_BLOCK;
@@ -277,6 +280,226 @@ static int test_cache_settings_per_thread(void)
     return 0;
 }
 
+/* The path of the one block entry of the cache whose name ends with "-<blk>". */
+static int block_entry(char *out, size_t size, int blk)
+{
+    char dir[300], suffix[16];
+    snprintf(dir, sizeof(dir), "%s/entries", g_dir);
+    snprintf(suffix, sizeof(suffix), "-%d", blk);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name), k = strlen(suffix);
+        if (n > k && strcmp(e->d_name + n - k, suffix) == 0) {
+            snprintf(out, size, "%s/%s", dir, e->d_name);
+            found++;
+        }
+    }
+    if (d)
+        closedir(d);
+    return found == 1 ? 0 : -1;
+}
+
+/* Flip one bit of the file at `off`. */
+static int flip_byte(const char *path, long off)
+{
+    FILE *f = fopen(path, "r+b");
+    if (!f || fseek(f, off, SEEK_SET) != 0)
+        return -1;
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    return fclose(f);
+}
+
+static stk_status failing_fetch(void *ctx, uint64_t off, void *buf, size_t len, char *err,
+                                size_t err_size)
+{
+    (void)ctx, (void)buf, (void)len;
+    return stk__set_error(err, err_size, STK_EIO, "GET at %llu failed (the server is down)",
+                          (unsigned long long)off);
+}
+
+/* A cache block damaged on disk (a flipped bit in its data or its checksums, a cut, an entry of
+ * the layout before checksums) is found by its own checksum, evicted and fetched again: the
+ * bytes read are the object's, and the next read is a hit again. When it cannot be fetched
+ * again, the error names the cache file (issue 30: the damage was served to every reader). */
+static int test_cache_damaged_block_refetched(void)
+{
+    T_CHECK(make_dir() == 0);
+    const size_t size = (size_t)(STK_CACHE_BLOCK + 5000);
+    uint8_t *obj = malloc(size), out[300];
+    T_CHECK(obj);
+    for (size_t i = 0; i < size; i++)
+        obj[i] = (uint8_t)(i * 31 + (i >> 9));
+    mem_remote m = {obj, 0, 0};
+    stk__cache *c = NULL;
+    char err[512], entry[600];
+    T_OK(stk__cache_open(g_dir, 4 * STK_CACHE_BLOCK, &c, err, sizeof(err)));
+    stk__iov v = {out, sizeof(out)};
+    const uint64_t at = 100000;
+    T_OK(stk__cache_read(c, "obj", size, at, &v, 1, mem_fetch, &m, err, sizeof(err)));
+    T_EQ(m.fetches, 1);
+    T_CHECK(block_entry(entry, sizeof(entry), 0) == 0);
+    struct stat st0;
+    T_CHECK(stat(entry, &st0) == 0);
+    /* damage: in the bytes read, elsewhere in the block, in the checksums, a cut */
+    long where[] = {(long)at + 7, 3000000, (long)(STK_CACHE_BLOCK + 8 * (at / 4096)), -1};
+    for (int k = 0; k < 4; k++) {
+        if (where[k] >= 0)
+            T_CHECK(flip_byte(entry, where[k]) == 0);
+        else
+            T_CHECK(truncate(entry, (off_t)STK_CACHE_BLOCK - 1) == 0);
+        int before = m.fetches;
+        memset(out, 0, sizeof(out));
+        stk__iov all = {out, sizeof(out)};
+        uint64_t off = where[k] == 3000000 ? 2999990 : at;
+        T_OK(stk__cache_read(c, "obj", size, off, &all, 1, mem_fetch, &m, err, sizeof(err)));
+        T_CHECKF(memcmp(out, obj + off, sizeof(out)) == 0, "damage %d: wrong bytes served", k);
+        T_CHECKF(m.fetches == before + 1, "damage %d: %d fetches", k, m.fetches - before);
+        T_OK(stk__cache_read(c, "obj", size, off, &all, 1, mem_fetch, &m, err, sizeof(err)));
+        T_EQ(m.fetches, before + 1); /* repaired: a hit again */
+        struct stat st;
+        T_CHECK(stat(entry, &st) == 0 && st.st_size == st0.st_size);
+    }
+    /* an entry of the layout before checksums (the block's bytes alone) is replaced */
+    FILE *f = fopen(entry, "wb");
+    T_CHECK(f && fwrite(obj, 1, STK_CACHE_BLOCK, f) == STK_CACHE_BLOCK && fclose(f) == 0);
+    int before = m.fetches;
+    T_OK(stk__cache_read(c, "obj", size, at, &v, 1, mem_fetch, &m, err, sizeof(err)));
+    T_CHECK(memcmp(out, obj + at, sizeof(out)) == 0 && m.fetches == before + 1);
+    /* damaged and the object unreachable: the error names the cache file and says why */
+    T_CHECK(flip_byte(entry, (long)at + 1) == 0);
+    T_EQ(stk__cache_read(c, "obj", size, at, &v, 1, failing_fetch, NULL, err, sizeof(err)),
+         STK_EIO);
+    T_CHECKF(strstr(err, entry) && strstr(err, "checksum") && strstr(err, "server is down"), "%s",
+             err);
+    T_CHECK(block_entry(entry, sizeof(entry), 0) != 0); /* evicted, nothing put back */
+    /* the total may count bytes the damage took away, never fewer than there are */
+    T_CHECK(lock_total() >= stk__cache_bytes(g_dir));
+    stk__cache_close(c);
+    free(obj);
+    return 0;
+}
+
+/* With a `checked` bitmap (what an open remote file keeps), a chunk's checksum is verified on
+ * its first hit only: later hits read just their bytes. A new bitmap (the next open) checks
+ * again, and finds damage done since. */
+static int test_cache_chunks_checked_once_per_open(void)
+{
+    T_CHECK(make_dir() == 0);
+    const size_t size = (size_t)(STK_CACHE_BLOCK + 5000);
+    uint8_t *obj = malloc(size), out[300];
+    T_CHECK(obj);
+    for (size_t i = 0; i < size; i++)
+        obj[i] = (uint8_t)(i * 29 + (i >> 8));
+    mem_remote m = {obj, 0, 0};
+    stk__cache *c = NULL;
+    char err[512], entry[600];
+    T_OK(stk__cache_open(g_dir, 4 * STK_CACHE_BLOCK, &c, err, sizeof(err)));
+    size_t words = stk__cache_checked_words(size);
+    _Atomic uint64_t *first = calloc(words, sizeof(uint64_t)),
+                     *second = calloc(words, sizeof(uint64_t));
+    T_CHECK(first && second);
+    stk__iov v = {out, sizeof(out)};
+    const uint64_t at = 9000; /* chunk 2 */
+    T_OK(stk__cache_read_checked(c, "o", size, at, &v, 1, mem_fetch, &m, first, err,
+                                 sizeof(err))); /* a miss: nothing checked yet */
+    T_EQ(first[0], 0);
+    T_OK(stk__cache_read_checked(c, "o", size, at, &v, 1, mem_fetch, &m, first, err,
+                                 sizeof(err))); /* a hit: chunk 2 checked */
+    T_EQ(first[0], 1u << 2);
+    T_CHECK(block_entry(entry, sizeof(entry), 0) == 0 && flip_byte(entry, (long)at + 5) == 0);
+    T_OK(stk__cache_read_checked(c, "o", size, at, &v, 1, mem_fetch, &m, first, err, sizeof(err)));
+    T_EQ(m.fetches, 1); /* checked before: read as it is (the damage is not seen) */
+    T_CHECK(out[5] != obj[at + 5]);
+    T_OK(stk__cache_read_checked(c, "o", size, at, &v, 1, mem_fetch, &m, second, err,
+                                 sizeof(err))); /* the next open checks: damage found */
+    T_EQ(m.fetches, 2);
+    T_CHECK(memcmp(out, obj + at, sizeof(out)) == 0);
+    stk__cache_close(c);
+    free((void *)first);
+    free((void *)second);
+    free(obj);
+    return 0;
+}
+
+/* The cache directory removed while the process lives (a user clearing it between runs in a
+ * notebook, a tmp cleaner): the next insert and the next open of the same cache recreate it, so
+ * blocks are kept again, instead of every read fetching a whole block that can never be kept
+ * (issue 30: 80 samples/s against 580 with no cache at all, and no message). */
+static int test_cache_dir_removed_is_recreated(void)
+{
+    T_CHECK(make_dir() == 0);
+    char dir[300], err[512], lock[320], cmd[800];
+    snprintf(dir, sizeof(dir), "%s/c", g_dir);
+    snprintf(lock, sizeof(lock), "%s/.lock", dir);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    const size_t size = (size_t)(3 * STK_CACHE_BLOCK);
+    uint8_t *obj = malloc(size), out[100];
+    T_CHECK(obj);
+    for (size_t i = 0; i < size; i++)
+        obj[i] = (uint8_t)(i * 11 + (i >> 10));
+    mem_remote m = {obj, 0, 0};
+    stk__vfs_opts o = {.cache_dir = dir, .cache_limit = 64 << 20};
+    stk__vfs_opts_use(&o);
+    stk__cache *c = NULL;
+    T_OK(stk__cache_from_env(&c, err, sizeof(err)));
+    stk__iov v = {out, sizeof(out)};
+    T_OK(stk__cache_read(c, "obj", size, 10, &v, 1, mem_fetch, &m, err, sizeof(err)));
+    T_EQ(m.fetches, 1);
+    /* removed under the running process: the next miss puts its block into a new directory */
+    T_EQ(system(cmd), 0);
+    T_OK(stk__cache_read(c, "obj", size, STK_CACHE_BLOCK + 10, &v, 1, mem_fetch, &m, err,
+                         sizeof(err)));
+    T_CHECK(memcmp(out, obj + STK_CACHE_BLOCK + 10, sizeof(out)) == 0);
+    T_OK(stk__cache_read(c, "obj", size, STK_CACHE_BLOCK + 20, &v, 1, mem_fetch, &m, err,
+                         sizeof(err)));
+    T_EQ(m.fetches, 2); /* kept: a hit */
+    T_CHECK(access(lock, F_OK) == 0);
+    T_CHECK(stk__cache_bytes(dir) > 0);
+    /* removed between two datasets: the next open of the same cache recreates it */
+    T_EQ(system(cmd), 0);
+    stk__cache *again = NULL;
+    T_OK(stk__cache_from_env(&again, err, sizeof(err)));
+    T_CHECK(again == c);
+    T_CHECK(access(lock, F_OK) == 0);
+    T_OK(stk__cache_read(c, "obj", size, 2 * STK_CACHE_BLOCK, &v, 1, mem_fetch, &m, err,
+                         sizeof(err)));
+    T_OK(stk__cache_read(c, "obj", size, 2 * STK_CACHE_BLOCK + 1, &v, 1, mem_fetch, &m, err,
+                         sizeof(err)));
+    T_EQ(m.fetches, 3);
+    /* a cache that cannot be written (its tmp/ a file): misses fetch only what they read,
+     * not whole blocks that cannot be kept */
+    char tmpdir[320];
+    snprintf(tmpdir, sizeof(tmpdir), "%s/tmp", dir);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && touch '%s'", tmpdir, tmpdir);
+    T_EQ(system(cmd), 0);
+    stk__iov w = {out, 40};
+    T_OK(stk__cache_read(c, "other", size, 5, &w, 1, mem_fetch, &m, err, sizeof(err)));
+    T_EQ(m.last_len, STK_CACHE_BLOCK); /* tried to keep it: could not */
+    T_OK(stk__cache_read(c, "other", size, 50, &w, 1, mem_fetch, &m, err, sizeof(err)));
+    T_CHECK(memcmp(out, obj + 50, 40) == 0);
+    T_EQ(m.last_len, 40);
+    T_OK(stk__cache_read(c, "obj", size, 2 * STK_CACHE_BLOCK + 5, &v, 1, mem_fetch, &m, err,
+                         sizeof(err)));
+    T_EQ(m.fetches, 5); /* blocks kept before are still hits */
+    /* ... and the next open says why it cannot be written */
+    T_EQ(stk__cache_from_env(&again, err, sizeof(err)), STK_EIO);
+    T_CHECKF(strstr(err, tmpdir) && strstr(err, "not a directory"), "%s", err);
+    /* a directory that cannot be made again: the open says so */
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    T_EQ(system(cmd), 0);
+    FILE *f = fopen(dir, "w"); /* a file where the directory was */
+    T_CHECK(f && fclose(f) == 0);
+    T_EQ(stk__cache_from_env(&again, err, sizeof(err)), STK_EIO);
+    T_CHECKF(strstr(err, dir) != NULL, "%s", err);
+    stk__vfs_opts_use(NULL);
+    free(obj);
+    return 0;
+}
+
 /* Several processes filling one small cache at once: every byte right, entries within the limit. */
 static int test_cache_shared_by_processes(void)
 {
@@ -294,7 +517,7 @@ static int test_cache_shared_by_processes(void)
         if (kids[k] == 0) {
             stk__cache *c = NULL;
             char err[512];
-            mem_remote m = {obj, 0};
+            mem_remote m = {obj, 0, 0};
             uint8_t buf[4096];
             int bad = stk__cache_open(g_dir, limit, &c, err, sizeof(err)) != STK_OK;
             for (int r = 0; r < 200 && !bad; r++) {
@@ -320,4 +543,6 @@ static int test_cache_shared_by_processes(void)
 
 T_MAIN(T_CASE(test_retry_decision), T_CASE(test_backoff), T_CASE(test_cache_limit_below_one_block),
        T_CASE(test_cache_hits_and_limit), T_CASE(test_cache_aux_entries),
-       T_CASE(test_cache_settings_per_thread), T_CASE(test_cache_shared_by_processes))
+       T_CASE(test_cache_settings_per_thread), T_CASE(test_cache_damaged_block_refetched),
+       T_CASE(test_cache_chunks_checked_once_per_open), T_CASE(test_cache_dir_removed_is_recreated),
+       T_CASE(test_cache_shared_by_processes))

@@ -72,7 +72,7 @@ static bool loads(stk__file *f)
 
 static int test_offsets_round_trip_and_refusals(void)
 {
-    stk__file f = {&mem_vfs, "mem://bucket/a.tfrecord", 400};
+    stk__file f = {.vfs = &mem_vfs, .path = "mem://bucket/a.tfrecord", .size = 400};
     const uint64_t off[] = {0, 100, 250, 400};
     T_CHECK(!loads(&f)); /* nothing stored yet */
     stk__idx_offsets_store(&f, "tfidx", off, 0);

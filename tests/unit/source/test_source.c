@@ -842,7 +842,8 @@ static int test_npy_errors(void)
     stk_dataset *ds;
     T_OK(open1(a, NULL, &ds));
     T_EQ(stk_dataset_n_records(ds), 5);
-    /* cut after open: a read past the cut names the file, the row and what happened */
+    /* cut after open: every read names the file, the row and what happened (the file is not
+     * the version opened any more, before the cut too) */
     struct stat st;
     T_CHECK(stat(a, &st) == 0);
     T_CHECK(truncate(a, st.st_size - 2 * 8) == 0);
@@ -850,15 +851,15 @@ static int test_npy_errors(void)
     stk_record r;
     stk_record_init(&r);
     char row[400];
-    T_OK(stk_dataset_read(ds, 2, buf, sizeof(buf), &r));
-    T_EQ(stk_record_i64(&r, 0), 3);
-    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r), STK_EFORMAT);
-    const char *err = stk_last_errmsg();
-    snprintf(row, sizeof(row), "%s row 3: changed while open (size %lld -> %lld)", a,
-             (long long)st.st_size, (long long)st.st_size - 16);
-    T_CHECKF(strstr(err, row) == err, "'%s' does not start with '%s'", err, row);
+    for (int i = 2; i <= 3; i++) {
+        T_EQ(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r), STK_EIO);
+        const char *err = stk_last_errmsg();
+        snprintf(row, sizeof(row), "%s row %d: changed while open (size %lld -> %lld", a, i,
+                 (long long)st.st_size, (long long)st.st_size - 16);
+        T_CHECKF(strstr(err, row) == err, "'%s' does not start with '%s'", err, row);
+    }
     stk__recinfo info; /* the same failure without a message buffer */
-    T_EQ(stk__dataset_locate(ds, 4, &info, NULL, 0), STK_EFORMAT);
+    T_EQ(stk__dataset_locate(ds, 4, &info, NULL, 0), STK_EIO);
     stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
@@ -929,11 +930,11 @@ static int test_stk_overlap(void)
 #define TR_N 20
 #define TR_SIZE 1000
 #define TR_BATCH 4
-#define TR_CUT 5 /* records before this stay readable */
+#define TR_CUT 5 /* the record the file is cut at */
 
-/* A shard truncated while open: reads past the cut name the file and "changed while open", from
- * stk_dataset_read and from a loader (an error for each batch past it, no SIGBUS: nothing is
- * mapped). */
+/* A shard truncated while open: every later read names the file and "changed while open" (the
+ * file is not the version opened, before the cut too: issue 30), from stk_dataset_read and
+ * from a loader (an error for each batch, no SIGBUS: nothing is mapped). */
 static int test_stk_truncated_while_open(void)
 {
     const char *dir = fx_tmpdir("source");
@@ -946,22 +947,24 @@ static int test_stk_truncated_while_open(void)
     stk__recinfo cut;
     T_OK(open1(path, NULL, &ds));
     T_OK(stk__dataset_locate(ds, TR_CUT, &cut, NULL, 0));
-    T_CHECK(truncate(path, (off_t)cut.offset) == 0);
-    snprintf(sizes, sizeof(sizes), "changed while open (size %lld -> %llu)", (long long)st.st_size,
-             (unsigned long long)cut.offset);
-
     uint8_t buf[2 * TR_SIZE], want[TR_SIZE];
     stk_record r;
     stk_record_init(&r);
     T_OK(stk_dataset_read(ds, TR_CUT - 1, buf, sizeof(buf), &r));
     payload(TR_CUT - 1, want, TR_SIZE);
     T_CHECK(memcmp(r.field[0], want, TR_SIZE) == 0);
-    T_EQ(stk_dataset_read(ds, 12, buf, sizeof(buf), &r), STK_EFORMAT);
-    snprintf(err, sizeof(err), "%s", stk_last_errmsg());
-    T_CHECKF(strstr(err, path) && strstr(err, "record 12 (global 12)") && strstr(err, sizes), "%s",
-             err);
+    T_CHECK(truncate(path, (off_t)cut.offset) == 0);
+    snprintf(sizes, sizeof(sizes), "changed while open (size %lld -> %llu", (long long)st.st_size,
+             (unsigned long long)cut.offset);
+    for (int i = TR_CUT - 1; i <= 12; i += 12 - (TR_CUT - 1)) {
+        char rec[64];
+        snprintf(rec, sizeof(rec), "record %d (global %d)", i, i);
+        T_EQ(stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r), STK_EIO);
+        snprintf(err, sizeof(err), "%s", stk_last_errmsg());
+        T_CHECKF(strstr(err, path) && strstr(err, rec) && strstr(err, sizes), "%s", err);
+    }
     stk__recinfo info; /* the same failure without a message buffer */
-    T_EQ(stk__dataset_locate(ds, 12, &info, NULL, 0), STK_EFORMAT);
+    T_EQ(stk__dataset_locate(ds, 12, &info, NULL, 0), STK_EIO);
 
     const char *paths[] = {path};
     for (int threads = 1; threads <= 2; threads++) {
@@ -972,23 +975,57 @@ static int test_stk_truncated_while_open(void)
         stk_loader *L;
         T_OK(stk_loader_create(&o, &L));
         stk_batch *b;
-        T_OK(stk_loader_next(L, &b)); /* records 0..3: before the cut */
-        T_EQ(stk_batch_n_samples(b), TR_BATCH);
-        stk_batch_release(b);
-        for (int k = 1; k < TR_N / TR_BATCH; k++) { /* every later batch has a record past it */
+        for (int k = 0; k < TR_N / TR_BATCH; k++) { /* every batch: the file changed */
             b = (stk_batch *)1;
-            T_EQ(stk_loader_next(L, &b), STK_EFORMAT);
+            T_EQ(stk_loader_next(L, &b), STK_EIO);
             T_CHECK(b == NULL);
             char rec[64];
-            /* the batch's lowest failing record: the cut itself in the first failing batch */
-            snprintf(rec, sizeof(rec), "record %d (global %d)", k == 1 ? TR_CUT : k * TR_BATCH,
-                     k == 1 ? TR_CUT : k * TR_BATCH);
+            /* the batch's lowest failing record */
+            snprintf(rec, sizeof(rec), "record %d (global %d)", k * TR_BATCH, k * TR_BATCH);
             const char *m = stk_loader_errmsg(L);
             T_CHECKF(strstr(m, path) && strstr(m, rec) && strstr(m, sizes), "batch %d: %s", k, m);
         }
         T_EQ(stk_loader_next(L, &b), STK_END);
         stk_loader_destroy(L);
     }
+    stk_dataset_close(ds);
+    fx_rmtree(dir);
+    return 0;
+}
+
+/* A shard rewritten in place while open, with the same size and layout (how shards get
+ * regenerated): every read after the rewrite fails naming the file, never the new version's
+ * bytes mixed with the old's (issue 30). The shard's time is set back first, as for a dataset
+ * written before the run: a rewrite within the file system's timestamp granularity of the
+ * original write would not show in the modification time. */
+static int test_stk_rewritten_while_open(void)
+{
+    const char *dir = fx_tmpdir("source");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/t.stk", dir);
+    T_CHECK(write_shard(path, 0, TR_N, TR_SIZE) == 0);
+    struct timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
+    T_CHECK(utimensat(AT_FDCWD, path, old, 0) == 0);
+    stk_dataset *ds;
+    T_OK(open1(path, NULL, &ds));
+    uint8_t buf[2 * TR_SIZE];
+    stk_record r;
+    stk_record_init(&r);
+    T_OK(stk_dataset_read(ds, 3, buf, sizeof(buf), &r));
+    T_CHECK(write_shard(path, 0, TR_N, TR_SIZE) == 0);           /* the same records, a new file */
+    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r), STK_OK); /* renamed */
+    stk_dataset_close(ds);
+    /* in place: the same inode, written over */
+    T_CHECK(utimensat(AT_FDCWD, path, old, 0) == 0);
+    T_OK(open1(path, NULL, &ds));
+    T_OK(stk_dataset_read(ds, 3, buf, sizeof(buf), &r));
+    FILE *f = fopen(path, "r+b");
+    T_CHECK(f && fseek(f, 100, SEEK_SET) == 0 && fputc('x', f) != EOF && fclose(f) == 0);
+    T_EQ(stk_dataset_read(ds, 3, buf, sizeof(buf), &r), STK_EIO);
+    const char *err = stk_last_errmsg();
+    T_CHECKF(strstr(err, path) && strstr(err, "changed while open") &&
+                 strstr(err, "would mix two versions"),
+             "%s", err);
     stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
@@ -1077,4 +1114,5 @@ T_MAIN(T_CASE(test_detect_stk), T_CASE(test_detect_folder_and_npy), T_CASE(test_
        T_CASE(test_dir_files), T_CASE(test_folder_tree), T_CASE(test_folder_empty_class),
        T_CASE(test_folder_changed_and_fingerprint), T_CASE(test_npy_fields),
        T_CASE(test_npy_named_fields), T_CASE(test_npy_errors), T_CASE(test_stk_overlap),
-       T_CASE(test_stk_truncated_while_open), T_CASE(test_loader_imagefolder))
+       T_CASE(test_stk_truncated_while_open), T_CASE(test_stk_rewritten_while_open),
+       T_CASE(test_loader_imagefolder))

@@ -133,6 +133,61 @@ static int test_read_and_detect(void)
     return 0;
 }
 
+/* An I/O failure while the tar is scanned (at open) or a member read: the message names the
+ * shard and says what failed (issue 30: the scan's message was formatted into itself and came
+ * out empty). Faults from the fault-injecting byte source (stk-fault:PLAN:PATH). */
+static int test_io_failure_names_the_shard(void)
+{
+    const char *dir = fx_tmpdir("wds");
+    char tar[128], path[256];
+    snprintf(tar, sizeof(tar), "%s/shard.tar", dir);
+    T_CHECK(write_tar(tar, 6) == 0);
+    static const char *const plans[] = {"eio@3072", "short@3100", "eio#1"};
+    static const char *const says[] = {"injected I/O error at byte 3072", "short read (",
+                                       "injected I/O error at byte 0"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path, sizeof(path), "stk-fault:%s:%s", plans[k], tar);
+        const char *paths[1] = {path};
+        stk_dataset *ds = NULL;
+        T_EQ(stk_dataset_open(paths, 1, 0, &ds), STK_EIO);
+        const char *m = stk_last_errmsg();
+        T_CHECKF(strstr(m, path) && strstr(m, says[k]), "%s: %s", plans[k], m);
+    }
+    /* the Nth read failing, for each N: in the scan, the open fails saying so; past it, the
+     * failing record names the shard and the failure, and every other record reads right */
+    int failed_records = 0;
+    for (int nth = 2; nth < 40; nth++) {
+        snprintf(path, sizeof(path), "stk-fault:eio#%d:%s", nth, tar);
+        const char *paths[1] = {path};
+        stk_dataset *ds = NULL;
+        stk_status orc = stk_dataset_open(paths, 1, 0, &ds);
+        if (orc != STK_OK) { /* a read of the scan */
+            T_EQ(orc, STK_EIO);
+            T_CHECKF(strstr(stk_last_errmsg(), "injected I/O error"), "%s", stk_last_errmsg());
+            continue;
+        }
+        for (int i = 0; i < 6; i++) {
+            uint8_t buf[4096];
+            stk_record r;
+            stk_record_init(&r);
+            stk_status rc = stk_dataset_read(ds, (uint64_t)i, buf, sizeof(buf), &r);
+            const char *err = stk_last_errmsg();
+            if (rc == STK_OK) {
+                T_EQ(r.field_size[2], (size_t)i + 1);
+                T_CHECK(r.field[2][0] == 'a' + i);
+                continue;
+            }
+            T_EQ(rc, STK_EIO);
+            T_CHECKF(strstr(err, "shard.tar") && strstr(err, "injected I/O error"), "%s", err);
+            failed_records++;
+        }
+        stk_dataset_close(ds);
+    }
+    T_CHECK(failed_records >= 6); /* each record's read failed for some N */
+    fx_rmtree(dir);
+    return 0;
+}
+
 /* Every allocation of open (scan and cache paths) and read failing in turn: STK_ENOMEM saying
  * "out of memory", never a crash or leak (ASan), and the dataset right when it opens. */
 static int test_alloc_failures(void)
@@ -285,5 +340,5 @@ static int test_gz_npy_members_alloc_failures(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_read_and_detect), T_CASE(test_alloc_failures),
-       T_CASE(test_gz_npy_members_alloc_failures))
+T_MAIN(T_CASE(test_read_and_detect), T_CASE(test_io_failure_names_the_shard),
+       T_CASE(test_alloc_failures), T_CASE(test_gz_npy_members_alloc_failures))
