@@ -248,6 +248,7 @@ class PyLoader(Loader):
         self._runner = None
         self._map = None
         self._tokens = None  # (a token corpus is never a Python dataset)
+        self._transit = None  # (no ring batch is handed back: its object leaves were taken)
         self._dataset = None
         self._own_dataset = True
         self._dataset_weak = None
