@@ -327,6 +327,76 @@ class CustomOrder:
         return e
 
 
+class DistributedOrder:
+    """DistributedSampler(shuffle=True)'s order: each epoch's torch.randperm(len(dataset)) from
+    a generator seeded with seed + epoch, as its __iter__ draws it, handed to the C loader as the
+    epoch's index list (Loader.set_indices), which the C loader pads or truncates and deals to
+    the ranks as the sampler does (strided). The list is the same on every rank and depends on
+    the epoch only, so the resume state is global as for stoker's own order; load_state_dict
+    makes the list of the state's epoch first."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.epoch = None  # the epoch of `ready`
+        self.ready = None  # the list given to the C loader
+
+    def indices(self, epoch):
+        torch = _mod("torch")
+        g = torch.Generator()
+        g.manual_seed(int(self.sampler.seed) + int(epoch))
+        perm = torch.randperm(len(self.sampler.dataset), generator=g)
+        return _np().ascontiguousarray(perm.numpy(), dtype=_np().uint64)
+
+    def _make(self, epoch):
+        if self.epoch != epoch:
+            self.ready, self.epoch = self.indices(epoch), epoch
+            return True
+        return False
+
+    def first(self):
+        """The loader's create-time kwargs: the list of the sampler's epoch."""
+        self._make(check_int(self.sampler.epoch, "DistributedSampler.epoch", 0))
+        return {"indices": self.ready}
+
+    def next_pass(self, loader, epoch=None):
+        """Before a pass (the loader already moved to the sampler's epoch) or a
+        load_state_dict for `epoch`: that epoch's list."""
+        core = loader._core
+        e = core.epoch if epoch is None else epoch
+        if self._make(e):
+            core.set_indices(self.ready)
+        loader._core_kwargs["indices"] = self.ready  # what a rebuilt C loader starts from
+        return e
+
+
+def distributed(sampler):
+    """map_sampler's answer for a torch DistributedSampler: its rank and world, its seed, and
+    its split exactly (DataLoader parity, issue 24): the ranks take every world-th position
+    (strided) of the order, which is 0..N-1 or, with shuffle, the sampler's own permutation of
+    each epoch (DistributedOrder); its drop_last decides the uneven tail across ranks
+    (drop_tail), and the loader's drop_last only the partial last batch, as in the DataLoader
+    (pytorch/examples' imagenet validation: DistributedSampler(shuffle=False, drop_last=True)
+    under a DataLoader with drop_last=False evaluates every sample of floor(N/W) per rank)."""
+    out = {"shuffle": False, "seed": int(sampler.seed) & ((1 << 64) - 1),
+           "rank": int(sampler.rank), "world": int(sampler.num_replicas),
+           "distributed": sampler,
+           "split": {"strided": True, "drop_tail": 1 if sampler.drop_last else 0},
+           "n_records": len(sampler.dataset)}
+    if sampler.shuffle:
+        order = DistributedOrder(sampler)
+        out["order"], out["custom"] = order.first(), order
+    return out
+
+
+def check_sampler_size(picked, n_records):
+    """A DistributedSampler must cover the dataset stoker reads: its dataset's length equals the
+    record count (else it would deal the ranks another dataset's positions)."""
+    want = picked.get("n_records")
+    if want is not None and want != n_records:
+        raise _invalid(f"the DistributedSampler's dataset has {want} samples, the data stoker "
+                       f"reads has {n_records} records: build the sampler over the same dataset")
+
+
 class BatchSamplerOrder(CustomOrder):
     """A batch_sampler for a Python dataset: iterated once per epoch like a sampler, its batches
     flattened into the epoch's index list; their sizes are kept, so the loader batches by them
@@ -372,7 +442,9 @@ def map_sampler(sampler, shuffle, drop_last, generator):
     """A torch sampler -> dict(shuffle=, seed= (None: not fixed by the sampler), rank=, world=,
     distributed= (the DistributedSampler, whose set_epoch the loader follows), order= (the C
     loader's order kwargs: indices= or weights=/num_samples=/replacement=), custom= (a
-    CustomOrder)); keys absent when the sampler does not say."""
+    CustomOrder or DistributedOrder: next_pass() before each pass), split= (the C loader's
+    strided=/drop_tail= kwargs), n_records= (the sampler's dataset length, checked against the
+    data: check_sampler_size)); keys absent when the sampler does not say."""
     data = _mod("torch.utils.data")
     if sampler is None:
         return {}
@@ -381,15 +453,7 @@ def map_sampler(sampler, shuffle, drop_last, generator):
                        "DataLoader): the sampler decides the order")
     if data is not None and isinstance(sampler, data.DistributedSampler) and \
             _base_method(sampler, data.DistributedSampler, "__iter__"):
-        if sampler.drop_last and not drop_last:
-            raise _invalid("DistributedSampler(drop_last=True) with the loader's drop_last=False: "
-                           "stoker's drop_last drops both the uneven tail across ranks and the "
-                           "last partial batch; pass drop_last=True to the loader too, or "
-                           "DistributedSampler(drop_last=False) (stoker then pads by wrapping, "
-                           "as DistributedSampler does)")
-        return {"shuffle": bool(sampler.shuffle), "seed": int(sampler.seed) & ((1 << 64) - 1),
-                "rank": int(sampler.rank), "world": int(sampler.num_replicas),
-                "distributed": sampler}
+        return distributed(sampler)
     if data is not None and type(sampler) is data.SequentialSampler:
         return {"shuffle": False}
     if data is not None and type(sampler) is data.RandomSampler:

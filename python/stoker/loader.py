@@ -24,9 +24,11 @@ from . import _core
 from . import _nvrtc
 from . import _batchmap
 from . import _torchcompat
+from . import _torchprof
 from . import tokens as _tokens
 from ._torchcompat import check_int as _check_int, resolve_rank as _resolve_rank
 from . import transforms as _transforms
+from . import audio as _audio
 from .batch import Batch, _DeviceView
 from .dataset import Dataset
 
@@ -53,7 +55,9 @@ def _torch():
 class _LoaderIter:
     """The iterator of one pass over a Loader (one epoch). It ends normally (StopIteration)
     only at the end of its epoch, or when the same thread started another pass (iter(),
-    set_epoch, load_state_dict); close() before the end makes next() raise StokerStateError."""
+    set_epoch, load_state_dict); close() before the end makes next() raise StokerStateError.
+    While a torch profiler records, each next() is its range "enumerate(DataLoader)#
+    _LoaderIter.__next__", as the DataLoader's (_torchprof)."""
 
     __slots__ = ("_loader", "_gen", "_done", "_thread", "__weakref__")
 
@@ -68,6 +72,13 @@ class _LoaderIter:
         return len(self._loader)
 
     def __next__(self):
+        rng = _torchprof.range_for(self)  # a torch.profiler range, as the DataLoader's
+        if rng is None:
+            return self._next()
+        with rng:
+            return self._next()
+
+    def _next(self):
         loader = self._loader
         if self._done or self._gen != loader._gen:
             raise StopIteration
@@ -151,14 +162,19 @@ class Loader:
     what it chose and why. ``trace="out.json"`` records a Chrome/Perfetto trace written at
     ``close()`` (or with ``write_trace()``). ``strict`` (default: the transform's, else True):
     a JPEG that libjpeg reports as corrupt fails its record (skipped under
-    ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery.
+    ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery. ``exact``
+    (default: the transform's, else None): None decodes exactly when no op is random (an
+    evaluation transform gives torchvision's pixels to within a level) and fast otherwise;
+    True/False force it.
     ``memory_budget=`` (bytes) bounds what the loader
     takes: the ring and each thread's scratch (over them the Loader is not created,
     StokerLimitError saying what takes what) and the decode buffers as they grow (a decode that
     would go over fails its record, named; skipped under ``on_error="skip"``).
     ``cache_dir=`` / ``cache_limit=`` (bytes or "20G"; default ``STOKER_CACHE_DIR`` /
     ``STOKER_CACHE_LIMIT``): the on-disk cache of s3:// and http(s):// data, shared by every
-    process on the machine (docs/remote.md).
+    process on the machine (docs/remote.md). Audio (docs/audio.md): ``transforms`` may be
+    torchaudio transforms and ``stoker.audio`` ops (batch field ``audio``); ``sample_rate=``
+    resamples every file to that rate when the ops have no Resample.
     """
 
     def __new__(cls, data=None, *args, dataset=None, **kwargs):
@@ -177,7 +193,8 @@ class Loader:
                  in_order=None, batch_transforms=None, map=None, label_field="label",
                  memory_budget=None, cache_dir=None, cache_limit=None, n_threads=None,
                  seq_len=None, tokens=None, eos=None, bos=None, packing=None, token_dtype=None,
-                 token_field=None, ids_dtype=None, pad_id=None, dataset=None):
+                 token_field=None, ids_dtype=None, pad_id=None, exact=None, sample_rate=None,
+                 dataset=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -285,10 +302,13 @@ class Loader:
         if map is not None and not callable(map):
             raise _core.StokerInvalidError(f"map should be a function of one sample dict, not "
                                            f"{type(map).__name__}")
-        if self._device is not None and not batch_args and map is None:
-            self._transform, finish = _transforms.compile_for_device(transforms, strict=strict)
+        if sample_rate is not None or _audio.is_audio(transforms):  # docs/audio.md
+            self._transform = _audio.compile(transforms, sample_rate=sample_rate, strict=strict)
+        elif self._device is not None and not batch_args and map is None:
+            self._transform, finish = _transforms.compile_for_device(transforms, strict=strict,
+                                                                     exact=exact)
         else:
-            self._transform = _transforms.compile(transforms, strict=strict)
+            self._transform = _transforms.compile(transforms, strict=strict, exact=exact)
         if isinstance(data, _core.Dataset):
             if cache_dir is not None or cache_limit is not None:
                 raise _core.StokerInvalidError("cache_dir=/cache_limit= apply where the data is "
@@ -299,6 +319,7 @@ class Loader:
                                     cache_limit=cache_limit)
             self._own_dataset = True
         self._torch_dataset = torch_dataset
+        _torchcompat.check_sampler_size(picked, len(self._dataset))
         if self._fields is not None:
             names = [f["name"] for f in self._dataset.fields] + ["index"]
             missing = [f for f in self._fields if f not in names]
@@ -310,7 +331,8 @@ class Loader:
             rank=rank, world=world_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
             skip_corrupt=on_error == "skip", verify=bool(verify), pinned=pinned,
             transform=self._transform, transform_field=transform_field, autotune=autotune,
-            trace_events=_TRACE_EVENTS if trace else 0, **picked.get("order", {}))
+            trace_events=_TRACE_EVENTS if trace else 0, **picked.get("order", {}),
+            **picked.get("split", {}))
         if memory_budget is not None:
             self._core_kwargs["memory_budget"] = _check_int(memory_budget, "memory_budget", 1)
         if self._device is not None:

@@ -147,18 +147,27 @@ void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count)
     s->state = STK__SLOT_FILLING;
 }
 
-bool stk__slot_take_ticket(stk__slot *s, uint64_t seq, uint32_t count, uint32_t *t)
+bool stk__slot_take_tickets(stk__slot *s, uint64_t seq, uint32_t count, uint32_t want, uint32_t *t,
+                            uint32_t *n)
 {
     uint64_t want_tag = ticket_tag(seq);
     uint64_t cur = atomic_load(&s->ticket);
     for (;;) {
         if ((cur & 0xffffffff00000000ULL) != want_tag || (uint32_t)cur >= count)
             return false;
-        if (atomic_compare_exchange_weak(&s->ticket, &cur, cur + 1)) {
+        uint32_t k = STK_MIN(want, count - (uint32_t)cur);
+        if (atomic_compare_exchange_weak(&s->ticket, &cur, cur + k)) {
             *t = (uint32_t)cur;
+            *n = k;
             return true;
         }
     }
+}
+
+bool stk__slot_take_ticket(stk__slot *s, uint64_t seq, uint32_t count, uint32_t *t)
+{
+    uint32_t n;
+    return stk__slot_take_tickets(s, seq, count, 1, t, &n);
 }
 
 bool stk__slot_tickets_out(stk__slot *s)

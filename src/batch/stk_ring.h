@@ -41,6 +41,7 @@ typedef struct stk__slot {
     uint64_t seq;
     uint64_t epoch, number;  /* the batch's epoch and its number within the epoch */
     uint64_t first;          /* global position of the batch's first sample */
+    uint32_t stride;         /* between its samples' positions (world when strided, else 1) */
     uint64_t consumed;       /* global position reached once this step is taken */
     uint32_t count;          /* samples */
     _Atomic uint64_t ticket; /* (seq low 32 bits) << 32 | next ticket */
@@ -143,6 +144,9 @@ void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count);
  * was claimed) in slot s; false when none is left (or the slot holds another batch now).
  * Lock-free. */
 bool stk__slot_take_ticket(stk__slot *s, uint64_t seq, uint32_t count, uint32_t *t);
+/* The same for up to `want` tickets at once (want >= 1): tickets *t .. *t + *n - 1. */
+bool stk__slot_take_tickets(stk__slot *s, uint64_t seq, uint32_t count, uint32_t want, uint32_t *t,
+                            uint32_t *n);
 /* Whether every ticket of s's batch was taken (mu held). */
 bool stk__slot_tickets_out(stk__slot *s);
 /* Record failed sample `sample` on s (mu held): the lowest sample number wins. */

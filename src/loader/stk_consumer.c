@@ -99,6 +99,12 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
             "next batch needs: release the oldest batch (or raise n_slots; Python: prefetch)",
             held, c->n_slots);
     }
+    if (!(s->seq == seq && s->state == STK__SLOT_READY) && timeout_ms == 0) {
+        /* A poll: nothing is ready and nothing is waited for, so no consumer wait is counted
+         * (a zero-length timed wait still queued for the mutex behind a busy worker). */
+        pthread_mutex_unlock(&c->r.mu);
+        return STK_EAGAIN;
+    }
     if (!(s->seq == seq && s->state == STK__SLOT_READY)) {
         uint64_t t0 = stk__loader_now(c);
         bool timed_out = false;

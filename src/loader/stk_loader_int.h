@@ -109,6 +109,8 @@ struct core {
     stk__olist **slot_list;    /* [n_slots]: the list of the batch each slot holds (mu) */
     uint32_t n_pool;
     const stk_transform *transform;
+    stk_transform *own_transform; /* the transform bound to this data (stk__transform_bind), the
+                                   * one `transform` points at; NULL when it needed none */
     int tfield;
     bool tarray; /* the transformed field is a uint8 image array, not encoded bytes */
     /* Per record, one bit: its image passed a strict decode to its end, so later reads may stop
@@ -118,7 +120,8 @@ struct core {
     stk__imgarray tgeom; /* its geometry */
     uint32_t n_slots, n_threads, batch_size, rank, world;
     uint64_t seed, n;
-    bool shuffle, drop_last, skip_corrupt;
+    bool shuffle, skip_corrupt;
+    uint32_t plan_flags; /* STK_PLAN_*: the tail, the partial last batch, the split */
     unsigned read_flags; /* STK__READ_* for every record read */
     worker *workers;
     uint32_t n_started;
@@ -182,7 +185,7 @@ static inline uint64_t stk__loader_now(const core *c)
 /* Plan this rank's part of an epoch from global position `start`. */
 static inline void stk__loader_plan(const core *c, uint64_t start, stk_plan *p)
 {
-    stk_plan_init(p, c->m, start, c->batch_size, c->rank, c->world, c->drop_last);
+    stk_plan_init_v2(p, c->m, start, c->batch_size, c->rank, c->world, c->plan_flags);
 }
 
 /* Append a trace event (by the buffer's own thread only; the device track under mu). */

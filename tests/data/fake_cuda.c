@@ -59,6 +59,13 @@ API CUresult fakecuda_expect_async(CUstream stream, CUdeviceptr p, const void *w
 API uint64_t fakecuda_records(CUstream stream);
 API void fakecuda_counts(uint64_t *pinned_bytes, uint64_t *device_bytes, uint64_t *copies,
                          uint64_t *kernels);
+/* The gate, for tests that must act while an operation is in flight without guessing how long
+ * it takes (a loaded machine stretches any sleep): while closed, a pinned copy (its destination
+ * written, its source not yet compared) and a consumer check (its first read done, its second
+ * not) wait there. fakecuda_gate_waiting() says how many wait: a test closes the gate, queues,
+ * waits for that count, acts, then opens it. */
+API void fakecuda_gate(int closed);
+API int fakecuda_gate_waiting(void);
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -77,6 +84,22 @@ static alloc *allocs;
 static uint64_t pinned_live, device_live, n_copies, n_kernels;
 static int violations;
 static char violation_msg[512];
+static bool gate_closed;
+static int gate_waiting;
+
+/* An operation in flight stops here while the gate is closed (see fakecuda_gate). */
+static void gate_pass(void)
+{
+    pthread_mutex_lock(&mu);
+    if (gate_closed) {
+        gate_waiting++;
+        pthread_cond_broadcast(&cv);
+        while (gate_closed)
+            pthread_cond_wait(&cv, &mu);
+        gate_waiting--;
+    }
+    pthread_mutex_unlock(&mu);
+}
 
 static void violation(const char *what, const char *why, unsigned long long bytes)
 {
@@ -215,6 +238,7 @@ static void run_op(op *o)
         sleep_us(o->delay_us / 2);
         memcpy(o->dst, o->src, o->size);
         sleep_us(o->delay_us - o->delay_us / 2);
+        gate_pass();
         if (memcmp(before, o->src, o->size) != 0)
             violation("cuMemcpyHtoDAsync", "pinned source rewritten while its copy was in flight",
                       o->size);
@@ -238,6 +262,7 @@ static void run_op(op *o)
                       "device buffer does not hold the batch when the consumer's work starts",
                       o->size);
         sleep_us(o->delay_us);
+        gate_pass();
         if (memcmp(o->dst, seen, o->size) != 0)
             violation("consumer stream",
                       "device buffer overwritten while the consumer's work "
@@ -803,6 +828,22 @@ CUresult fake_cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned g
 }
 
 /* ---- test hooks ---- */
+
+void fakecuda_gate(int closed)
+{
+    pthread_mutex_lock(&mu);
+    gate_closed = closed != 0;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+int fakecuda_gate_waiting(void)
+{
+    pthread_mutex_lock(&mu);
+    int n = gate_waiting;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
 
 int fakecuda_violations(char *buf, size_t size)
 {

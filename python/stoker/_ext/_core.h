@@ -13,6 +13,7 @@
  * _pyexec.c     a Python Dataset's __getitem__ on the worker threads; the GIL meter
  * _procpool.c   a Python Dataset's __getitem__ in worker processes writing the shared ring
  * _tokens.c     token corpora: tokens_open, tokens_mix, tokens_info (stoker/tokens.py)
+ * _cli.c        cli_main(argv): the `stoker` command line in this process (python -m stoker)
  *
  * The extension uses the public C API only (include/stoker.h), as the CLI does.
  */
@@ -90,12 +91,16 @@ PyObject *stkpy_diagnose(PyObject *module, PyObject *args, PyObject *kw);
 /* Add DIAG_DATA_BOUND_SHARE and DIAG_HEADROOM to the module; 0 or -1 with an exception. */
 int stkpy_diagnose_constants(PyObject *m);
 
+/* _core.cli_main(argv) -> int: run the `stoker` command line (cli/) on argv (list of str,
+ * argv[0] the program name) in this process; returns its exit code. */
+PyObject *stkpy_cli_main(PyObject *self, PyObject *arg);
+
 /* Whether the image pipeline is linked and works (a recipe compiles). */
 int stkpy_has_transforms(void);
 
 /* _core.op_names() -> tuple of the library's op names; _core.op_params(name) -> tuple of
  * (parameter name, element type, count) from its op table. */
-PyObject *stkpy_op_names(PyObject *self, PyObject *noargs);
+PyObject *stkpy_op_names(PyObject *self, PyObject *args);
 PyObject *stkpy_op_params(PyObject *self, PyObject *name);
 /* recipes() -> the recipe names; recipe_ops(name) -> its ops as Transform's dicts (the
  * library's recipes: stk_recipe_name, stk_recipe_op). */

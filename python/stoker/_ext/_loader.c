@@ -857,8 +857,10 @@ PyTypeObject StkLoader_Type = {
     .tp_doc = "Loader(data, batch_size=256, n_threads=0, n_slots=0, seed=0, rank=-1, "
               "world=-1, shuffle=False, drop_last=False, skip_corrupt=False, verify=True, "
               "pinned=False, transform=None, transform_field=None, autotune=False, "
-              "trace_events=0, device=-1, pinned_limit=0): the C loader with C semantics "
-              "(n_threads 0 = one per CPU, n_slots = ring slots, 0 = default). "
+              "trace_events=0, device=-1, pinned_limit=0, ..., strided=False, drop_tail=-1): "
+              "the C loader with C semantics (n_threads 0 = one per CPU, n_slots = ring "
+              "slots, 0 = default; strided: DistributedSampler's split among ranks; drop_tail "
+              "1/0: drop/pad the uneven tail across ranks whatever drop_last, -1: as drop_last). "
               "next() returns a Batch; the end of an epoch is StopIteration, and the next call "
               "starts the next epoch.",
     .tp_new = Loader_new,

@@ -78,6 +78,8 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
                              "weights",
                              "num_samples",
                              "replacement",
+                             "strided",
+                             "drop_tail",
                              "executor",
                              NULL};
     memset(a, 0, sizeof(*a));
@@ -97,13 +99,15 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     PyObject *indices = Py_None, *weights = Py_None;
     unsigned long long num_samples = 0;
     int replacement = 0;
+    int strided = 0, drop_tail = -1; /* -1: the tail follows drop_last */
     PyObject *executor = Py_None;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKpO:Loader", kwlist, &data, &batch_size,
+            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKppiO:Loader", kwlist, &data, &batch_size,
             &n_threads, &n_slots, &seed, &rank, &world, &shuffle, &drop_last, &skip_corrupt,
             &verify, &pinned, &transform, &tfield, &autotune, &trace_events, &device, &pinned_limit,
             &batch_ops, &batch_choice, &num_classes, &label_field, &map_fn, &map_fields,
-            &memory_budget, &indices, &weights, &num_samples, &replacement, &executor))
+            &memory_budget, &indices, &weights, &num_samples, &replacement, &strided, &drop_tail,
+            &executor))
         return -1;
     stk_loader_opts *o = &a->o;
     stk_loader_opts_init(o);
@@ -163,7 +167,11 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     o->world = world;
     o->flags = (shuffle ? STK_LOADER_SHUFFLE : 0) | (drop_last ? STK_LOADER_DROP_LAST : 0) |
                (skip_corrupt ? STK_LOADER_SKIP_CORRUPT : 0) | (verify ? 0 : STK_LOADER_NO_VERIFY) |
-               (pinned ? STK_LOADER_PINNED : 0) | (autotune ? STK_LOADER_AUTOTUNE : 0);
+               (pinned ? STK_LOADER_PINNED : 0) | (autotune ? STK_LOADER_AUTOTUNE : 0) |
+               (strided ? STK_LOADER_STRIDED : 0) |
+               (drop_tail > 0    ? STK_LOADER_DROP_TAIL
+                : drop_tail == 0 ? STK_LOADER_PAD_TAIL
+                                 : 0);
     o->trace_events = trace_events;
     if (executor != Py_None) { /* a Python Dataset: its __getitem__ produces every row */
         if (map_fn != Py_None) {

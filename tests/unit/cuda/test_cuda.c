@@ -106,6 +106,8 @@ typedef void (*counts_fn)(uint64_t *, uint64_t *, uint64_t *, uint64_t *);
 typedef CUresult (*expect_fn)(CUstream, CUdeviceptr, const void *, size_t, unsigned);
 typedef uint64_t (*records_fn)(CUstream);
 static violations_fn fk_violations;
+static void (*fk_gate)(int);
+static int (*fk_gate_waiting)(void);
 static check_fn fk_check;
 static counts_fn fk_counts;
 static expect_fn fk_expect;
@@ -123,7 +125,10 @@ static int fake_open(stk__cudev *d)
     *(void **)&fk_counts = dlsym(h, "fakecuda_counts");
     *(void **)&fk_expect = dlsym(h, "fakecuda_expect_async");
     *(void **)&fk_records = dlsym(h, "fakecuda_records");
-    T_CHECK(fk_violations && fk_check && fk_counts && fk_expect && fk_records);
+    *(void **)&fk_gate = dlsym(h, "fakecuda_gate");
+    *(void **)&fk_gate_waiting = dlsym(h, "fakecuda_gate_waiting");
+    T_CHECK(fk_violations && fk_check && fk_counts && fk_expect && fk_records && fk_gate &&
+            fk_gate_waiting);
     return 0;
 }
 
@@ -184,18 +189,28 @@ static int child_fake_detects(void)
     T_EQ(cu->cuMemAlloc(&dev, 4096), CUDA_SUCCESS);
     T_EQ(cu->cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     T_EQ(cu->cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    /* A pinned source rewritten during its copy (the copy takes FAKE_CUDA_DELAY_US). */
+    /* A pinned source rewritten during its copy: the copy held in flight at the fake's gate
+     * (not a sleep that a loaded machine could outlast). */
     memset(host, 1, 4096);
+    fk_gate(1);
     T_EQ(cu->cuMemcpyHtoDAsync(dev, host, 4096, a), CUDA_SUCCESS);
-    usleep(5000);
+    while (fk_gate_waiting() < 1)
+        usleep(100);
     memset(host, 2, 4096);
+    fk_gate(0);
     T_EQ(cu->cuStreamSynchronize(a), CUDA_SUCCESS);
     T_EQ(fk_violations(NULL, 0), 1);
-    /* A device buffer overwritten while a consumer kernel on another stream reads it. */
-    T_EQ(fk_check(b, dev, 4096, 40000), CUDA_SUCCESS);
-    usleep(5000);
+    /* A device buffer overwritten while a consumer kernel on another stream reads it: the read
+     * held at the gate while the copy writes the buffer. */
     memset(host, 3, 4096);
+    fk_gate(1);
+    T_EQ(fk_check(b, dev, 4096, 1000), CUDA_SUCCESS);
+    while (fk_gate_waiting() < 1)
+        usleep(100);
     T_EQ(cu->cuMemcpyHtoDAsync(dev, host, 4096, a), CUDA_SUCCESS);
+    while (fk_gate_waiting() < 2) /* the copy wrote the buffer and waits too */
+        usleep(100);
+    fk_gate(0);
     T_EQ(cu->cuStreamSynchronize(a), CUDA_SUCCESS);
     T_EQ(cu->cuStreamSynchronize(b), CUDA_SUCCESS);
     T_EQ(fk_violations(NULL, 0), 2);
@@ -229,7 +244,7 @@ static int test_fake_detects(void)
     fprintf(stderr, "  skipped under TSan: the negative controls race on purpose\n");
     return T_SKIP;
 #endif
-    return in_child(child_fake_detects, fake_env("FAKE_CUDA_DELAY_US=20000", NULL));
+    return in_child(child_fake_detects, fake_env("FAKE_CUDA_DELAY_US=2000", NULL));
 }
 
 /* ---- fallback ---- */
