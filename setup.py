@@ -3,8 +3,10 @@
     /usr/bin/python3 -m pip install --no-build-isolation .
 
 The extension stoker._core is compiled from python/stoker/_ext/*.c together with the library's
-sources (src/*/*.c, src/*/*/*.c), so nothing needs to be built first and no shared libstoker is needed at
-run time. Build dependencies are the Debian packages of scripts/deps.sh (libturbojpeg0-dev,
+sources (src/*/*.c, src/*/*/*.c) and the command line's (cli/*.c but its main.c), so nothing
+needs to be built first and no shared libstoker is needed at run time. The `stoker` command it
+installs (and `python3 -m stoker`) runs that command line: the same code as `make`'s
+build/stoker. Build dependencies are the Debian packages of scripts/deps.sh (libturbojpeg0-dev,
 libjpeg62-turbo-dev, libspng-dev, libxxhash-dev, python3-dev); numpy is the only Python
 dependency (torch is optional: without it batches are numpy arrays).
 """
@@ -21,6 +23,19 @@ os.chdir(HERE)  # sources are given relative to the repository root
 PKGS = ["libturbojpeg", "spng", "libxxhash", "libwebp", "libtiff-4", "hdf5", "lmdb"]
 PKGS += ["libcurl", "libcrypto"]  # remote byte sources (issue 14)
 PKGS += ["zlib"]  # gzipped WebDataset members (issue 12)
+# Audio (issue 27), optional as in the Makefile: each library found joins with STK_HAVE_<NAME>.
+AUDIO_LIBS = [("sndfile", "SNDFILE"), ("libmpg123", "MPG123"), ("fftw3f", "FFTW")]
+
+
+def _have(pkg):
+    try:
+        return subprocess.call(["pkg-config", "--exists", pkg]) == 0
+    except OSError:
+        return False
+
+
+AUDIO_HAVE = [(p, d) for p, d in AUDIO_LIBS if _have(p)]
+PKGS += [p for p, _ in AUDIO_HAVE]
 
 
 def pkg_config(flag):
@@ -39,12 +54,14 @@ def version():
 core = Extension(
     "stoker._core",
     sources=sorted(glob.glob("python/stoker/_ext/*.c")) + sorted(glob.glob("src/*/*.c")) +
-    sorted(glob.glob("src/*/*/*.c")),
+    sorted(glob.glob("src/*/*/*.c")) + sorted(set(glob.glob("cli/*.c")) - {"cli/main.c"}),
     depends=sorted(glob.glob("python/stoker/_ext/*.h") + glob.glob("src/*.h") +
-                   glob.glob("src/*/*.h") + glob.glob("src/*/*/*.h") + ["include/stoker.h"]),
-    include_dirs=["include", "src"],
+                   glob.glob("src/*/*.h") + glob.glob("src/*/*/*.h") + glob.glob("cli/*.h") +
+                   ["include/stoker.h"]),
+    include_dirs=["include", "src", "cli"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-pthread", "-fvisibility=hidden",
-                        "-Wno-missing-prototypes"] + pkg_config("--cflags"),
+                        "-Wno-missing-prototypes"] + pkg_config("--cflags") +
+    ["-DSTK_HAVE_" + d for _, d in AUDIO_HAVE],
     extra_link_args=pkg_config("--libs") + ["-ljpeg", "-lpthread", "-ldl", "-lm"],
 )
 
@@ -59,7 +76,10 @@ setup(
     packages=["stoker", "stoker.transforms"],
     ext_modules=[core],
     install_requires=["numpy"],
+    entry_points={"console_scripts": ["stoker = stoker.__main__:main"]},
     extras_require={"torch": ["torch"]},
+    # the ~100 C files compiled on every core (pip gives setuptools no -j of its own)
     options={"build": {"build_base": "build/setuptools"},
+             "build_ext": {"parallel": os.cpu_count() or 1},
              "egg_info": {"egg_base": "build/setuptools"}},
 )

@@ -31,6 +31,7 @@ back in one process, so closest in time).
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -91,6 +92,13 @@ def warm(path):
             pass
 
 
+def shown(path):
+    """A path as a command to paste here should name it: relative below the working
+    directory, else absolute."""
+    rel = os.path.relpath(os.path.abspath(path))
+    return rel if not rel.startswith("..") else os.path.abspath(path)
+
+
 def stoker_bench(packed, recipe, threads, epochs, batch, exact):
     warm(packed)
     cmd = [STOKER, "bench", packed, "--recipe", recipe, "--threads", str(threads), "--epochs",
@@ -98,7 +106,10 @@ def stoker_bench(packed, recipe, threads, epochs, batch, exact):
     if exact:
         cmd.append("--exact")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out), "stoker " + " ".join(cmd[1:])
+    # printed as it can be pasted: the binary and the data by a path valid where we run, and
+    # the table a person reads instead of the JSON this script parses
+    return json.loads(out), shlex.join([shown(STOKER), cmd[1], shown(packed)] +
+                                       [x for x in cmd[3:] if x != "--json"])
 
 
 def main():
@@ -249,10 +260,15 @@ def main():
           f"to PyTorch against its median; per thread = samples/s / {a.threads} threads "
           f"(the DataLoader: / its worker processes); median [min-max]; "
           f"load average {open('/proc/loadavg').read().split()[0]} at the end")
-    print("commands:\n    " + "\n    ".join(cmds))
-    if torch_best:
-        print(f"    bench_torch({a.recipe!r}, workers={a.workers}, "
-              f"batch={a.batch_size}, epochs={a.torch_epochs}) in {os.path.basename(__file__)}")
+    # The whole run again, DataLoader sweep included (a pasteable command, as each line here).
+    again = [sys.executable, shown(__file__), "--images", str(a.images), "--profile", a.profile,
+             "--recipe", a.recipe, "--threads", str(a.threads), "--workers", a.workers,
+             "--batch-size", str(a.batch_size), "--epochs", str(a.epochs), "--torch-epochs",
+             str(a.torch_epochs), "--repeat", str(a.repeat), "--torch-repeat",
+             str(a.torch_repeat), "--out", shown(a.out)] + (["--skip-torch"] if a.skip_torch
+                                                           else [])
+    print("commands (each can be pasted as it is):\n    " + "\n    ".join(cmds + [
+        shlex.join(again)]))
 
 
 if __name__ == "__main__":

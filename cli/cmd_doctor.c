@@ -49,11 +49,12 @@ static void usage(FILE *f)
             "                    [options]\n"
             "\n"
             "Is training data-bound, by how much, where does the loader spend its time, and\n"
-            "which settings fix it? The doctor measures the loader alone on DATA (.stk files,\n"
-            "directories or globs) at 1, 2, 4, ... threads up to the CPU count (the ceiling),\n"
-            "then the loader against a training step: simulated (--step-ms) or your own script\n"
-            "run under the Python profiler (--python). Without either it reports the ceiling.\n"
-            "Data-bound means waiting for batches more than 5%% of the time.\n"
+            "which settings fix it? The doctor measures the loader alone on DATA (any format\n"
+            "below, detected from the data: files, directories, globs, brace ranges or\n"
+            "s3:// and http(s):// URLs) at 1, 2, 4, ... threads up to the CPU count (the\n"
+            "ceiling), then the loader against a training step: simulated (--step-ms) or your\n"
+            "own script run under the Python profiler (--python). Without either it reports\n"
+            "the ceiling. Data-bound means waiting for batches more than 5%% of the time.\n"
             "\n"
             "options:\n"
             "  --recipe NAME       %s (default: raw)\n"
@@ -78,12 +79,18 @@ static void usage(FILE *f)
             "  --trace FILE.json   write a Chrome/Perfetto trace of the step run (without a\n"
             "                      step: of the last ceiling run)\n"
             "  --shuffle           shuffle, as training does\n"
-            "  --exact             image recipes: decode at full scale (no DCT downscaling)\n"
-            "  --no-verify         do not check record checksums\n"
+            "  --exact             image recipes: decode exactly (full scale, PIL's IDCT and\n"
+            "                      upsampling; the default for imagenet-val, which draws no\n"
+            "                      random numbers)\n"
+            "  --fast              image recipes: the fast decode (the default for\n"
+            "                      imagenet-train)\n"
+            "  --no-verify         do not check record checksums (formats that have them)\n"
+            "  --format NAME       DATA's format (listed below); default: detected\n"
             "  --json              print one JSON object instead of the report\n"
             "  --quiet             no progress bar\n"
             "  -h, --help          this help\n",
             stk_cli_recipes(names, sizeof(names)));
+    stk_cli_print_formats(f);
 }
 
 /* ---- arguments ---- */
@@ -143,7 +150,9 @@ static int parse(int argc, char **argv, doctor_args *a)
         {"trace", required_argument, NULL, 'R'},
         {"shuffle", no_argument, NULL, 'S'},
         {"exact", no_argument, NULL, 'x'},
+        {"fast", no_argument, NULL, 'F'},
         {"no-verify", no_argument, NULL, 'V'},
+        {"format", required_argument, NULL, 'f'},
         {"json", no_argument, NULL, 'j'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -201,13 +210,18 @@ static int parse(int argc, char **argv, doctor_args *a)
         case 'R':
             a->trace = optarg;
             break;
+        case 'f':
+            a->format = optarg;
+            break;
         case 'S':
         case 'x':
+        case 'F':
         case 'V':
         case 'j':
         case 'q':
             *(c == 'S'   ? &a->shuffle
               : c == 'x' ? &a->exact
+              : c == 'F' ? &a->fast
               : c == 'V' ? &a->no_verify
               : c == 'j' ? &a->json
                          : &a->quiet) = true;
@@ -406,11 +420,12 @@ static void plan_probes(doctor *d)
 /* Open DATA, compile the recipe, check the script: every input error before any measuring. */
 static int prepare(doctor *d)
 {
-    const doctor_args *a = &d->a;
-    if (strcmp(a->recipe, "raw") != 0 && stk_transform_recipe(a->recipe, a->exact, &d->t) < 0)
-        return stk_cli_usage_error("doctor", "%s", stk_last_errmsg());
-    if (stk_cli_open_data("doctor", a->paths, a->n_paths, a->no_verify ? STK_DATASET_NO_VERIFY : 0,
-                          &d->ds))
+    doctor_args *a = &d->a;
+    if (strcmp(a->recipe, "raw") != 0 &&
+        stk_cli_recipe("doctor", a->recipe, a->exact, a->fast, &d->t, &a->exact))
+        return 2;
+    if (stk_cli_open_data_as("doctor", a->paths, a->n_paths,
+                             a->no_verify ? STK_DATASET_NO_VERIFY : 0, a->format, &d->ds))
         return 1;
     if (stk_dataset_n_records(d->ds) == 0)
         return stk_cli_error("doctor", "%s: empty dataset (no records)", a->paths[0]);

@@ -2,7 +2,9 @@
  * cmd_verify.c: `stoker verify DATA`: read every record and check its checksum on several
  * threads, report each bad record by shard file and number; with --decode also decode every
  * image field through the public stk_decoder, strict, and report the images that fail with their
- * `path` field.
+ * `path` field. A format whose records carry no checksum (ImageFolder, WebDataset, LMDB, HDF5,
+ * .npy) gets its image field decoded instead, each broken file named; without one the summary
+ * says that nothing was checked beyond reading (issue 30).
  *
  * Opening already validates each shard's header, footer and index (stk_dataset_open), so a
  * truncated or torn shard fails up front with a message naming the file.
@@ -25,6 +27,7 @@ typedef struct bad_record {
 
 typedef struct verify_state {
     const stk_dataset *ds;
+    bool stk_names; /* name .stk records by shard, number and `path` field, not describe() */
     uint64_t count;
     int decode[VERIFY_MAX_DECODE]; /* --decode: field numbers to decode */
     size_t n_decode;
@@ -74,16 +77,21 @@ static void verify_decode(verify_state *s, stk_decoder *dec, const stk_record *r
         if (stk_decoder_decode(dec, r->field[f], r->field_size[f], &img) == STK_OK)
             continue;
         stk_shard_info sh = {.struct_size = sizeof(sh)};
-        char where[320] = "", err[1024];
-        if (s->path_field >= 0) {
-            size_t n = r->field_size[s->path_field];
-            snprintf(where, sizeof(where), ", path \"%.*s\"", n > 256 ? 256 : (int)n,
-                     (const char *)r->field[s->path_field]);
+        char where[1024] = "", path[320] = "", err[2048];
+        if (s->stk_names) { /* the file it was packed from is its `path` field */
+            if (s->path_field >= 0) {
+                size_t n = r->field_size[s->path_field];
+                snprintf(path, sizeof(path), ", path \"%.*s\"", n > 256 ? 256 : (int)n,
+                         (const char *)r->field[s->path_field]);
+            }
+            snprintf(where, sizeof(where), "%s record %llu (global %llu%s)",
+                     stk_dataset_shard(s->ds, r->shard, &sh) == STK_OK ? sh.path : "?",
+                     (unsigned long long)r->local, (unsigned long long)r->index, path);
+        } else if (stk_dataset_describe(s->ds, r->index, where, sizeof(where)) != STK_OK) {
+            snprintf(where, sizeof(where), "record %llu", (unsigned long long)r->index);
         }
-        snprintf(err, sizeof(err), "%s record %llu (global %llu%s): %s: %s",
-                 stk_dataset_shard(s->ds, r->shard, &sh) == STK_OK ? sh.path : "?",
-                 (unsigned long long)r->local, (unsigned long long)r->index, where,
-                 stk_dataset_field(s->ds, (size_t)f)->name, stk_decoder_errmsg(dec));
+        snprintf(err, sizeof(err), "%s: %s: %s", where, stk_dataset_field(s->ds, (size_t)f)->name,
+                 stk_decoder_errmsg(dec));
         verify_add_bad(s, r->index, err);
         return;
     }
@@ -139,17 +147,24 @@ static void verify_usage(FILE *f)
     fprintf(f,
             "usage: stoker verify DATA... [--decode[=FIELD,...]] [--threads N] [--quiet]\n"
             "\n"
-            "Read every record of DATA and check it against the XXH3 checksum in its shard's\n"
-            "index. Each bad record is printed as \"<shard> record <n> (global <i>): <reason>\",\n"
-            "then a summary line. Exit status 0 when every record is good, 1 when one is bad\n"
-            "or the dataset cannot be opened (bad header, index or footer, truncated shard).\n"
+            "Read every record of DATA and check what its format can check: the XXH3 checksum\n"
+            "of each .stk record, the CRC32C of each TFRecord record. Each bad record is printed\n"
+            "as \"<shard> record <n> (global <i>): <reason>\", then a summary line. Exit status\n"
+            "0 when every record is good, 1 when one is bad or the dataset cannot be opened (bad\n"
+            "header, index or footer, truncated shard or file).\n"
+            "\n"
+            "Formats without record checksums (imagefolder, wds, lmdb, hdf5, npy) have their\n"
+            "image field decoded instead, as with --decode (the field the loader's transforms\n"
+            "would read); without one, the summary says that nothing was checked beyond\n"
+            "reading every record.\n"
             "\n"
             "--decode also decodes every image of every record, strictly, as the loader's\n"
             "transforms do (JPEG, PNG, WebP, TIFF, BMP, PPM/PGM; a JPEG that libjpeg reports as\n"
             "corrupt fails), and lists each image that fails as\n"
             "\"<shard> record <n> (global <i>, path \"<path>\"): <field>: <reason>\" (the path\n"
-            "when the records have a `path` field, as `stoker pack` writes). The image fields\n"
-            "are FIELD,... (bytes fields), by default `image`.\n"
+            "when the records have a `path` field, as `stoker pack` writes), or, in other\n"
+            "formats, by the file itself: \"train/dog/1.jpg (record 40): image: <reason>\".\n"
+            "The image fields are FIELD,... (bytes fields), by default `image`.\n"
             "\n"
             "options:\n"
             "  --format NAME   the format of DATA instead of detecting it\n"
@@ -159,6 +174,30 @@ static void verify_usage(FILE *f)
             "  --quiet         no progress bar\n" STK_CLI_CACHE_HELP
             "  -h, --help      show this help\n");
     stk_cli_print_formats(f);
+}
+
+/* What a format's reads check in each record (docs/formats.md), NULL for none: its bytes then
+ * go unchecked unless verify decodes them. */
+static const char *record_checksum(const stk_dataset *ds)
+{
+    static const struct {
+        const char *format, *checksum;
+    } with[] = {{"stk", "XXH3"}, {"tfrecord", "CRC32C"}};
+    const char *name = stk_dataset_format(ds);
+    for (size_t i = 0; name && i < sizeof(with) / sizeof(with[0]); i++)
+        if (strcmp(name, with[i].format) == 0)
+            return with[i].checksum;
+    return NULL;
+}
+
+/* A format without record checksums: decode the encoded image field the loader would read,
+ * if there is one (an array field or none: nothing to decode). */
+static void auto_decode_field(const stk_dataset *ds, verify_state *s)
+{
+    size_t f;
+    if (stk_dataset_image_field(ds, &f) == STK_OK &&
+        stk_dataset_field(ds, f)->kind == STK_FIELD_BYTES)
+        s->decode[s->n_decode++] = (int)f;
 }
 
 /* --decode=LIST: resolve each comma-separated name to a bytes field of ds. */
@@ -247,15 +286,19 @@ int stk_cmd_verify(int argc, char **argv)
     s.ds = ds;
     s.count = stk_dataset_n_records(ds);
     s.path_field = -1;
+    s.stk_names = strcmp(stk_dataset_format(ds), "stk") == 0;
+    int pf = stk_dataset_find_field(ds, "path");
+    if (pf >= 0 && stk_dataset_field(ds, (size_t)pf)->kind == STK_FIELD_BYTES)
+        s.path_field = pf;
+    const char *checksum = record_checksum(ds);
     if (decode) {
-        int pf = stk_dataset_find_field(ds, "path");
-        if (pf >= 0 && stk_dataset_field(ds, (size_t)pf)->kind == STK_FIELD_BYTES)
-            s.path_field = pf;
         rc = parse_decode_fields(ds, decode_list, &s);
         if (rc) {
             stk_dataset_close(ds);
             return rc;
         }
+    } else if (!checksum) {
+        auto_decode_field(ds, &s);
     }
     pthread_mutex_init(&s.lock, NULL);
     if ((uint64_t)threads > s.count)
@@ -301,10 +344,26 @@ int stk_cmd_verify(int argc, char **argv)
                            (unsigned long long)checked, (unsigned long long)s.count);
     else
         rc = s.n_bad ? 1 : 0;
-    printf("verify: %llu records in %zu shard%s: %s%zu bad (%s checked%s in %.2f s, %.1f MB/s)\n",
-           (unsigned long long)s.count, ns, ns == 1 ? "" : "s", s.n_bad ? "" : "all good, ",
-           s.n_bad, stk_cli_format_size(atomic_load(&s.bytes), b, sizeof(b)),
-           s.n_decode ? ", images decoded" : "", secs,
+    /* What was checked, said plainly: records of a format without checksums that were only
+     * read are "readable", not "good". */
+    char what[512];
+    size_t at = 0;
+    if (checksum)
+        at += (size_t)snprintf(what, sizeof(what), "%s checksums checked", checksum);
+    else
+        at += (size_t)snprintf(what, sizeof(what), "%s keeps no checksums", stk_dataset_format(ds));
+    for (size_t k = 0; k < s.n_decode && at < sizeof(what); k++)
+        at += (size_t)snprintf(what + at, sizeof(what) - at, "%s'%s'", k ? ", " : "; images of ",
+                               stk_dataset_field(ds, (size_t)s.decode[k])->name);
+    if (s.n_decode && at < sizeof(what))
+        snprintf(what + at, sizeof(what) - at, " decoded");
+    else if (!checksum && at < sizeof(what))
+        snprintf(what + at, sizeof(what) - at,
+                 " and has no image field to decode: nothing was checked beyond reading");
+    const char *verdict = s.n_bad ? "" : checksum || s.n_decode ? "all good, " : "all readable, ";
+    printf("verify: %llu records in %zu shard%s: %s%zu bad (%s; %s read in %.2f s, %.1f MB/s)\n",
+           (unsigned long long)s.count, ns, ns == 1 ? "" : "s", verdict, s.n_bad, what,
+           stk_cli_format_size(atomic_load(&s.bytes), b, sizeof(b)), secs,
            secs > 0 ? (double)atomic_load(&s.bytes) / secs / 1e6 : 0.0);
     free(s.bad);
     free(th);

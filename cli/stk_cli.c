@@ -1,5 +1,7 @@
 /*
- * stk_cli.c: `stoker` main: dispatch to the commands, plus the helpers they share (cli.h).
+ * stk_cli.c: the `stoker` command line: dispatch to the commands (stk_cli_main, called by the
+ * executable's main in main.c and by `python -m stoker` through the extension), plus the
+ * helpers they share (cli.h).
  *
  * Every command lives in its own file as `int stk_cmd_<name>(int argc, char **argv)` with argv[0]
  * the command name, and owns its --help. Usage errors exit 2, runtime errors 1, both with a
@@ -24,9 +26,9 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"pack", stk_cmd_pack, "pack an ImageFolder tree into .stk shards"},
+    {"pack", stk_cmd_pack, "pack a dataset of any format below into .stk shards"},
     {"inspect", stk_cmd_inspect, "show a dataset's shards, fields, metadata (and records)"},
-    {"verify", stk_cmd_verify, "read every record and check its checksum"},
+    {"verify", stk_cmd_verify, "read every record and check it (checksums, or decode images)"},
     {"bench", stk_cmd_bench, "measure loader throughput on a dataset"},
     {"doctor", stk_cmd_doctor, "is training data-bound? measure, explain and advise"},
 };
@@ -43,10 +45,13 @@ static void usage(FILE *f)
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nRun 'stoker <command> --help' for the options of a command.\n"
-               "DATA arguments are .stk files, directories of shards or glob patterns.\n");
+               "DATA arguments are files, directories, globs, brace ranges (train-{000..127}.tar)\n"
+               "or s3:// and http(s):// URLs of one of these formats, detected from the data:\n");
+    for (size_t i = 0; i < stk_n_formats(); i++)
+        fprintf(f, "  %-12s %s\n", stk_format_name(i), stk_format_summary(i));
 }
 
-int main(int argc, char **argv)
+int stk_cli_main(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -201,6 +206,27 @@ const char *stk_cli_format_size(uint64_t bytes, char *buf, size_t size)
     else
         snprintf(buf, size, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
     return buf;
+}
+
+/* ---- recipes ---- */
+
+int stk_cli_recipe(const char *cmd, const char *name, bool exact, bool fast, stk_transform **out,
+                   bool *exact_out)
+{
+    *out = NULL;
+    if (exact && fast)
+        return stk_cli_usage_error(cmd, "--exact and --fast exclude each other");
+    if (stk_transform_recipe(name, exact, out) < 0)
+        return stk_cli_usage_error(cmd, "%s", stk_last_errmsg());
+    if (!exact && !fast && !stk_transform_draws(*out)) { /* an evaluation recipe: exact */
+        stk_transform_destroy(*out);
+        *out = NULL;
+        exact = true;
+        if (stk_transform_recipe(name, true, out) < 0)
+            return stk_cli_usage_error(cmd, "%s", stk_last_errmsg());
+    }
+    *exact_out = exact;
+    return 0;
 }
 
 /* ---- data ---- */

@@ -139,7 +139,7 @@ def c_files(root):
 
 
 def resolve_include(root, src, inc):
-    for base in (os.path.dirname(src), "src", "include"):
+    for base in (os.path.dirname(src), "src", "include", "cli"):  # the -I of the builds
         cand = os.path.normpath(os.path.join(base, inc))
         if os.path.exists(os.path.join(root, cand)):
             return cand

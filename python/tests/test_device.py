@@ -58,20 +58,34 @@ PRELUDE = textwrap.dedent("""
     torch.cuda.current_stream = lambda dev=None: Stream()
     torch.cuda.device = lambda dev: contextlib.nullcontext()
 
-    import os, tempfile
-    tmp = tempfile.mkdtemp()
-    os.makedirs(f"{tmp}/imgs/c0")
-    rng = np.random.default_rng(0)
-    for i in range(24):
-        Image.fromarray(rng.integers(0, 255, (120 + 8 * i, 160, 3), dtype=np.uint8)).save(
-            f"{tmp}/imgs/c0/{i}.jpg", quality=90)
-    path = f"{tmp}/imgs.stk"
-    stoker.pack_image_folder(f"{tmp}/imgs", path)
+    import os
+    path = os.environ["STK_TEST_IMGS"]  # the module's packed JPEGs (the `imgs` fixture)
 """)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def imgs(tmp_path_factory):
+    """24 JPEGs of growing heights packed once for every case (each case's fresh interpreter
+    once wrote and packed the same ones)."""
+    import numpy as np
+    from PIL import Image
+    tmp = tmp_path_factory.mktemp("device")
+    os.makedirs(tmp / "imgs" / "c0")
+    rng = np.random.default_rng(0)
+    for i in range(24):
+        Image.fromarray(rng.integers(0, 255, (120 + 8 * i, 160, 3), dtype=np.uint8)).save(
+            tmp / "imgs" / "c0" / f"{i}.jpg", quality=90)
+    global IMGS
+    IMGS = str(tmp / "imgs.stk")
+    stoker.pack_image_folder(str(tmp / "imgs"), IMGS)
+
+
+IMGS = None  # set by the `imgs` fixture
+
+
 def _run(body, **env):
-    r = run_python(PRELUDE + textwrap.dedent(body), env=dict({"STOKER_LIBCUDA": FAKE}, **env))
+    r = run_python(PRELUDE + textwrap.dedent(body),
+                   env=dict({"STOKER_LIBCUDA": FAKE, "STK_TEST_IMGS": IMGS}, **env))
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 

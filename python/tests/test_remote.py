@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import stoker
-from conftest import PYTHONPATH, record, run_python, torchrun, write_dataset
+from conftest import CHILD_LIMIT, PYTHONPATH, record, run_python, torchrun, write_dataset
 from s3util import anonymous_endpoint, FaultProxy, S3Server, s3rver_command
 
 N = 600
@@ -228,8 +228,10 @@ def test_ranks_share_one_cache_exactly_once(endpoint, tmp_path):
         procs.append(subprocess.Popen([sys.executable, "-c", code], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     import time
+    # sampled until every rank has ended (once only for 60 s: ranks still importing then, on a
+    # loaded machine, left the sample empty); the limit only guards against a hang
     peak, t0 = 0, time.monotonic()
-    while any(p.poll() is None for p in procs) and time.monotonic() - t0 < 60:
+    while any(p.poll() is None for p in procs) and time.monotonic() - t0 < CHILD_LIMIT:
         peak = max(peak, dir_bytes(tmp_path / "cache"))
         time.sleep(0.002)
     parts = []

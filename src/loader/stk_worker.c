@@ -17,16 +17,16 @@
 #define SKIP_MAX_TRIES 64   /* substitutes tried for one bad sample before giving up */
 #define STK__PREPARE_MAX 64 /* records handed to a source's prepare at once, at most */
 
-/* Tell the dataset which records positions [first, first + count) of slot s's epoch will read,
- * in the loader's order (remote byte sources fetch them ahead, coalesced and many at once; only
- * called when some file is remote). */
+/* Tell the dataset which records the `count` positions from `first` (s->stride apart) of slot
+ * s's epoch will read, in the loader's order (remote byte sources fetch them ahead, coalesced and
+ * many at once; only called when some file is remote). */
 static void readahead_records(core *c, const stk__slot *s, uint64_t first, uint32_t count)
 {
     uint64_t idx[512];
     for (uint32_t t = 0; t < count; t += 512) {
         uint32_t k = STK_MIN(count - t, 512u);
         for (uint32_t j = 0; j < k; j++)
-            idx[j] = stk__order_at(c, s, (first + t + j) % c->m);
+            idx[j] = stk__order_at(c, s, (first + (uint64_t)(t + j) * s->stride) % c->m);
         stk__dataset_readahead(c->ds, idx, k);
     }
 }
@@ -54,6 +54,7 @@ static bool open_batch(core *c)
     s->epoch = c->d_epoch;
     stk__order_open_locked(c, s);
     stk_plan_batch(&c->d_plan, c->d_b, &s->first, &count, &s->consumed);
+    s->stride = c->d_plan.strided ? c->world : 1;
     /* A resumed epoch numbers its batches from the epoch's start, not from the resume point. */
     s->number = (c->d_plan.start / ((uint64_t)c->world * c->batch_size)) + c->d_b;
     stk__slot_open_locked(s, c->open_seq, count);
@@ -179,12 +180,15 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                 name_path(lay, mem, t, &loc, where, sizeof(where));
                 return stk__set_error(err, err_size, rc, "%s: %s", where, why);
             }
+            if (tl->lengths_offset != SIZE_MAX) /* the output's valid length (audio) */
+                ((int64_t *)(mem + tl->lengths_offset))[t] = stk__transform_worker_length(w->tw);
         }
     }
     return STK_OK;
 }
 
-/* Run the sample_fn on the sample in w->in (laid out as c->in_lay), writing row t of slot s. */
+/* Run the sample_fn (or sample_fn_v2) on the sample in w->in (laid out as c->in_lay), writing row
+ * t of slot s. */
 static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t t, uint64_t idx,
                                 char *err, size_t err_size)
 {
@@ -203,7 +207,19 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
         }
     }
     char why[STK_ERRMSG_SIZE] = "";
-    stk_status rc = c->sample_fn(c->sample_ctx, idx, in, n_in, out, n_out, why, sizeof(why));
+    stk_status rc;
+    if (c->sample_fn_v2) {
+        stk_sample_info info = {.struct_size = sizeof(info),
+                                .index = idx,
+                                .epoch = s->epoch,
+                                .position = s->first + t,
+                                .seed = stk_sample_seed(c->seed, s->epoch, idx),
+                                .worker = w->id,
+                                .row = t};
+        rc = c->sample_fn_v2(c->sample_ctx, &info, in, n_in, out, n_out, why, sizeof(why));
+    } else {
+        rc = c->sample_fn(c->sample_ctx, idx, in, n_in, out, n_out, why, sizeof(why));
+    }
     if (rc >= 0)
         return STK_OK;
     char where[STK_ERRMSG_SIZE];
@@ -216,7 +232,7 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
 static stk_status load_record(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx, char *err,
                               size_t err_size)
 {
-    if (c->sample_fn) { /* read into the worker's buffer, row 0 */
+    if (stk__sampled(c)) { /* read into the worker's buffer, row 0 */
         stk_status rc = read_record(c, w, &c->in_lay, w->in, 0, s->epoch, idx, err, err_size);
         return rc < 0 ? rc : run_sample_fn(c, w, s, t, idx, err, err_size);
     }
@@ -255,7 +271,7 @@ static bool skippable(stk_status rc)
 static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx)
 {
     char err[STK_ERRMSG_SIZE];
-    uint64_t pos = s->first + t;
+    uint64_t pos = s->first + (uint64_t)t * s->stride;
     stk_status rc = load_record(c, w, s, t, idx, err, sizeof(err));
     if (skippable(rc) && c->skip_corrupt) {
         for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->m && skippable(rc); k++) {
@@ -306,7 +322,7 @@ static stk_status device_issue(core *c, worker *w, stk__slot *s, char *err, size
     for (size_t i = 0; i < src->n_tensors; i++) {
         const stk__tlayout *t = &src->t[i];
         range_add(r, &n, t->offset, t->row_size * s->count);
-        if (t->bytes)
+        if (t->lengths_offset != SIZE_MAX)
             range_add(r, &n, t->lengths_offset, sizeof(int64_t) * s->count);
     }
     uint64_t t0 = stk__loader_now(c);
@@ -411,7 +427,8 @@ void *stk__worker_main(void *arg)
     core *c = w->c;
     /* records a source reads together (1: one at a time) */
     uint32_t many = STK_MIN(stk__dataset_prepare_max(c->ds), (unsigned)STK__PREPARE_MAX);
-    /* "stk-worker" in top, py-spy, gdb and /proc/<pid>/task/<tid>/comm (tests count them) */
+    /* "stk-worker" in top, py-spy, gdb and /proc/<pid>/task/<tid>/comm (tests count them); its
+     * creator names it too, through /proc, so that the name holds before it first runs */
     pthread_setname_np(pthread_self(), "stk-worker");
     stk__thread_budget = c->budget_on ? &c->budget : NULL; /* decode buffers charge it */
     if (c->r.dc.dev) { /* copies are queued from this thread: make the context current for good */
@@ -462,7 +479,7 @@ void *stk__worker_main(void *arg)
         while (atomic_load(&c->gen) == gen && stk__slot_take_tickets(s, seq, count, want, &t, &n)) {
             uint64_t idx[STK__PREPARE_MAX]; /* the samples' records, in the epoch's order */
             for (uint32_t k = 0; k < n; k++)
-                idx[k] = stk__order_at(c, s, (s->first + t + k) % c->m);
+                idx[k] = stk__order_at(c, s, (s->first + (uint64_t)(t + k) * s->stride) % c->m);
             if (n > 1)
                 prepare_records(c, w, s, idx, n);
             for (uint32_t k = 0; k < n && atomic_load(&c->gen) == gen; k++) {

@@ -4,6 +4,17 @@ PY=/usr/bin/python3 # Debian's interpreter (json, and torchvision where installe
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# The tests write their data into the current directory: refuse any directory but an empty
+# temporary one (scripts/run_cli_tests.sh makes one per script). Run from the repository root,
+# a test once left src/ant, src/bee, out.txt and err.txt in the tree.
+case "$(pwd -P)/" in
+    "$(cd "${TMPDIR:-/tmp}" && pwd -P)"/?*) ;;
+    *) fail "${0##*/} writes into the current directory; run it from an empty temporary directory" \
+            "(scripts/run_cli_tests.sh does), not from $(pwd)" ;;
+esac
+[ -z "$(ls -A)" ] || fail "${0##*/}: the current directory $(pwd) is not empty; run it from an" \
+    "empty temporary directory (scripts/run_cli_tests.sh does)"
+
 # expect CODE TEXT CMD...: CMD exits with CODE and its stdout or stderr contains TEXT (both are
 # left in out.txt and err.txt).
 expect() {

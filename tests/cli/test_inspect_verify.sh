@@ -128,9 +128,12 @@ expect 2 "unknown option '-z'" "$STOKER" inspect -z one.stk
 expect 0 "usage: stoker inspect DATA" "$STOKER" inspect --help
 expect 0 "usage: stoker verify DATA" "$STOKER" verify --help
 expect 0 "usage: stoker pack SRC OUT" "$STOKER" help pack
-# every command's --help lists every format the library reads, with what it reads
-for cmd in inspect verify pack bench; do
+# every command's --help (and the top level's) lists every format the library reads, with what
+# it reads; none still says DATA is .stk only (issue 30)
+for cmd in inspect verify pack bench doctor ""; do
     "$STOKER" $cmd --help > help.txt 2>&1 || fail "$cmd --help exit status"
+    grep -qiE "DATA arguments are .stk|DATA \(\.stk files|an ImageFolder tree into" \
+        help.txt && fail "stoker $cmd --help still describes a .stk-only tool: $(cat help.txt)"
     for f in stk npy hdf5 lmdb tfrecord wds imagefolder; do
         grep -qE "^  $f +[a-zA-Z.]" help.txt || fail "$cmd --help does not list format $f"
     done
@@ -168,13 +171,37 @@ grep -qF 'imgs.stk record 6 (global 6, path "dog/cut.png"): image: PNG: ' out.tx
 grep -qF 'imgs.stk record 7 (global 7, path "dog/junk.jpg"): image: JPEG: Corrupt JPEG data: ' \
     out.txt || fail "verify --decode: the corrupt JPEG: $(cat out.txt)"
 [ "$(grep -c '^imgs.stk record' out.txt)" -eq 2 ] || fail "verify --decode lists more: $(cat out.txt)"
-expect 1 "images decoded" "$STOKER" verify --decode=image --threads 1 imgs.stk
+expect 1 "images of 'image' decoded" "$STOKER" verify --decode=image --threads 1 imgs.stk
 expect 1 "--decode: no field 'pixels'" "$STOKER" verify --decode=pixels imgs.stk
 expect 1 "--decode: field 'label' is not a bytes field" "$STOKER" verify --decode=label imgs.stk
 rm -rf imgs/dog/junk.jpg imgs/dog/cut.png
 "$STOKER" pack --quiet imgs good.stk
 expect 0 "all good, 0 bad" "$STOKER" verify --decode good.stk
 expect 0 "--decode" "$STOKER" verify --help
+
+# ---- verify on formats without checksums (issue 30): what can be checked is, and said so ----
+# An ImageFolder tree of 6 JPEGs, 3 of them broken: each broken file named, exit 1 (it once
+# said "6 records in 1 shard: all good").
+mkdir -p six/a six/b
+for i in 0 1 2; do cp imgs/dog/ok.jpg six/a/$i.jpg; done
+head -c 300 imgs/dog/ok.jpg > six/b/cut.jpg
+cp imgs/cat/a.jpg six/b/whole.jpg
+printf 'not a jpeg at all' > six/b/text.jpg
+cp "$(ls imgs/cat/b.png)" six/b/png-named-jpg.jpg # a PNG under a .jpg name decodes: not broken
+expect 1 "7 records in 1 shard: 2 bad (imagefolder keeps no checksums; images of 'image' decoded" \
+    "$STOKER" verify six
+grep -q "^six/b/cut.jpg (record [0-9]*): image: JPEG: " out.txt || fail "cut.jpg: $(cat out.txt)"
+grep -q "^six/b/text.jpg (record [0-9]*): image: " out.txt || fail "text.jpg: $(cat out.txt)"
+[ "$(grep -c ': image: ' out.txt)" -eq 2 ] || fail "verify six lists more: $(cat out.txt)"
+rm six/b/cut.jpg six/b/text.jpg
+expect 0 "5 records in 1 shard: all good, 0 bad (imagefolder keeps no checksums; images of 'image' decoded" \
+    "$STOKER" verify --threads 1 six
+# .stk has checksums: said so (and the images are decoded only with --decode)
+expect 0 "all good, 0 bad (XXH3 checksums checked; " "$STOKER" verify good.stk
+# .npy keeps no checksums and has no encoded image: nothing checked beyond reading, said plainly
+$PY -c 'import numpy as np; np.save("feats.npy", np.zeros((5, 3), np.float32))'
+expect 0 "5 records in 1 shard: all readable, 0 bad (npy keeps no checksums and has no image field to decode: nothing was checked beyond reading" \
+    "$STOKER" verify feats.npy
 
 # ---- top level ----
 expect 0 "usage: stoker <command>" "$STOKER" --help

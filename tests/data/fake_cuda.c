@@ -59,6 +59,13 @@ API CUresult fakecuda_expect_async(CUstream stream, CUdeviceptr p, const void *w
 API uint64_t fakecuda_records(CUstream stream);
 API void fakecuda_counts(uint64_t *pinned_bytes, uint64_t *device_bytes, uint64_t *copies,
                          uint64_t *kernels);
+/* The gate, for tests that must act while an operation is in flight without guessing how long
+ * it takes (a loaded machine stretches any sleep): while closed, a pinned copy (its destination
+ * written, its source not yet compared) and a consumer check (its first read done, its second
+ * not) wait there. fakecuda_gate_waiting() says how many wait: a test closes the gate, queues,
+ * waits for that count, acts, then opens it. */
+API void fakecuda_gate(int closed);
+API int fakecuda_gate_waiting(void);
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -69,6 +76,7 @@ typedef struct alloc {
     uint8_t *p;
     size_t size;
     bool device;
+    bool registered; /* cuMemHostRegister'ed caller memory (not freed here) */
     struct alloc *next;
 } alloc;
 
@@ -76,6 +84,22 @@ static alloc *allocs;
 static uint64_t pinned_live, device_live, n_copies, n_kernels;
 static int violations;
 static char violation_msg[512];
+static bool gate_closed;
+static int gate_waiting;
+
+/* An operation in flight stops here while the gate is closed (see fakecuda_gate). */
+static void gate_pass(void)
+{
+    pthread_mutex_lock(&mu);
+    if (gate_closed) {
+        gate_waiting++;
+        pthread_cond_broadcast(&cv);
+        while (gate_closed)
+            pthread_cond_wait(&cv, &mu);
+        gate_waiting--;
+    }
+    pthread_mutex_unlock(&mu);
+}
 
 static void violation(const char *what, const char *why, unsigned long long bytes)
 {
@@ -214,6 +238,7 @@ static void run_op(op *o)
         sleep_us(o->delay_us / 2);
         memcpy(o->dst, o->src, o->size);
         sleep_us(o->delay_us - o->delay_us / 2);
+        gate_pass();
         if (memcmp(before, o->src, o->size) != 0)
             violation("cuMemcpyHtoDAsync", "pinned source rewritten while its copy was in flight",
                       o->size);
@@ -237,6 +262,7 @@ static void run_op(op *o)
                       "device buffer does not hold the batch when the consumer's work starts",
                       o->size);
         sleep_us(o->delay_us);
+        gate_pass();
         if (memcmp(o->dst, seen, o->size) != 0)
             violation("consumer stream",
                       "device buffer overwritten while the consumer's work "
@@ -469,7 +495,7 @@ static CUresult do_free(void *p, bool device)
 {
     pthread_mutex_lock(&mu);
     for (alloc **pp = &allocs; *pp; pp = &(*pp)->next)
-        if ((*pp)->p == p && (*pp)->device == device) {
+        if ((*pp)->p == p && (*pp)->device == device && !(*pp)->registered) {
             alloc *a = *pp;
             *pp = a->next;
             *(device ? &device_live : &pinned_live) -= a->size;
@@ -491,6 +517,49 @@ CUresult fake_cuMemHostAlloc(void **p, size_t size, unsigned flags)
 CUresult fake_cuMemFreeHost(void *p)
 {
     return do_free(p, false);
+}
+
+/* Registered host memory (a shared ring's mapping) counts as pinned, as cuMemHostAlloc's does. */
+CUresult fake_cuMemHostRegister(void *p, size_t size, unsigned flags)
+{
+    (void)flags;
+    if (!has_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    long limit = env_long("FAKE_CUDA_HOST_LIMIT", -1);
+    pthread_mutex_lock(&mu);
+    if (limit >= 0 && pinned_live + size > (uint64_t)limit) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    alloc *a = calloc(1, sizeof(*a));
+    if (!a) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->p = p;
+    a->size = size;
+    a->registered = true;
+    a->next = allocs;
+    allocs = a;
+    pinned_live += size;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_cuMemHostUnregister(void *p)
+{
+    pthread_mutex_lock(&mu);
+    for (alloc **pp = &allocs; *pp; pp = &(*pp)->next)
+        if ((*pp)->p == p && (*pp)->registered) {
+            alloc *a = *pp;
+            *pp = a->next;
+            pinned_live -= a->size;
+            pthread_mutex_unlock(&mu);
+            free(a);
+            return CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult fake_cuMemAlloc(CUdeviceptr *p, size_t size)
@@ -759,6 +828,22 @@ CUresult fake_cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned g
 }
 
 /* ---- test hooks ---- */
+
+void fakecuda_gate(int closed)
+{
+    pthread_mutex_lock(&mu);
+    gate_closed = closed != 0;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+int fakecuda_gate_waiting(void)
+{
+    pthread_mutex_lock(&mu);
+    int n = gate_waiting;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
 
 int fakecuda_violations(char *buf, size_t size)
 {

@@ -30,7 +30,8 @@ static int make_ring_n(stk__ring *r, stk__devcopy *dc, uint32_t n)
     r->destroy_arg = r;
     T_OK(stk__layout_init(&r->lay, &label, &max_size, 1, 4, -1, NULL, err, sizeof(err)));
     r->view = r->lay;
-    T_OK(stk__ring_alloc(r, n, r->lay.slot_size, false, 0, dc, why, sizeof(why), err, sizeof(err)));
+    T_OK(stk__ring_alloc(r, n, r->lay.slot_size, false, 0, false, dc, why, sizeof(why), err,
+                         sizeof(err)));
     T_CHECK(!r->pinned && r->pinned_bytes == 0 && why[0] == '\0');
     return 0;
 }

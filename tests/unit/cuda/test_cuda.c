@@ -106,6 +106,8 @@ typedef void (*counts_fn)(uint64_t *, uint64_t *, uint64_t *, uint64_t *);
 typedef CUresult (*expect_fn)(CUstream, CUdeviceptr, const void *, size_t, unsigned);
 typedef uint64_t (*records_fn)(CUstream);
 static violations_fn fk_violations;
+static void (*fk_gate)(int);
+static int (*fk_gate_waiting)(void);
 static check_fn fk_check;
 static counts_fn fk_counts;
 static expect_fn fk_expect;
@@ -123,7 +125,10 @@ static int fake_open(stk__cudev *d)
     *(void **)&fk_counts = dlsym(h, "fakecuda_counts");
     *(void **)&fk_expect = dlsym(h, "fakecuda_expect_async");
     *(void **)&fk_records = dlsym(h, "fakecuda_records");
-    T_CHECK(fk_violations && fk_check && fk_counts && fk_expect && fk_records);
+    *(void **)&fk_gate = dlsym(h, "fakecuda_gate");
+    *(void **)&fk_gate_waiting = dlsym(h, "fakecuda_gate_waiting");
+    T_CHECK(fk_violations && fk_check && fk_counts && fk_expect && fk_records && fk_gate &&
+            fk_gate_waiting);
     return 0;
 }
 
@@ -184,18 +189,28 @@ static int child_fake_detects(void)
     T_EQ(cu->cuMemAlloc(&dev, 4096), CUDA_SUCCESS);
     T_EQ(cu->cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     T_EQ(cu->cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    /* A pinned source rewritten during its copy (the copy takes FAKE_CUDA_DELAY_US). */
+    /* A pinned source rewritten during its copy: the copy held in flight at the fake's gate
+     * (not a sleep that a loaded machine could outlast). */
     memset(host, 1, 4096);
+    fk_gate(1);
     T_EQ(cu->cuMemcpyHtoDAsync(dev, host, 4096, a), CUDA_SUCCESS);
-    usleep(5000);
+    while (fk_gate_waiting() < 1)
+        usleep(100);
     memset(host, 2, 4096);
+    fk_gate(0);
     T_EQ(cu->cuStreamSynchronize(a), CUDA_SUCCESS);
     T_EQ(fk_violations(NULL, 0), 1);
-    /* A device buffer overwritten while a consumer kernel on another stream reads it. */
-    T_EQ(fk_check(b, dev, 4096, 40000), CUDA_SUCCESS);
-    usleep(5000);
+    /* A device buffer overwritten while a consumer kernel on another stream reads it: the read
+     * held at the gate while the copy writes the buffer. */
     memset(host, 3, 4096);
+    fk_gate(1);
+    T_EQ(fk_check(b, dev, 4096, 1000), CUDA_SUCCESS);
+    while (fk_gate_waiting() < 1)
+        usleep(100);
     T_EQ(cu->cuMemcpyHtoDAsync(dev, host, 4096, a), CUDA_SUCCESS);
+    while (fk_gate_waiting() < 2) /* the copy wrote the buffer and waits too */
+        usleep(100);
+    fk_gate(0);
     T_EQ(cu->cuStreamSynchronize(a), CUDA_SUCCESS);
     T_EQ(cu->cuStreamSynchronize(b), CUDA_SUCCESS);
     T_EQ(fk_violations(NULL, 0), 2);
@@ -229,7 +244,7 @@ static int test_fake_detects(void)
     fprintf(stderr, "  skipped under TSan: the negative controls race on purpose\n");
     return T_SKIP;
 #endif
-    return in_child(child_fake_detects, fake_env("FAKE_CUDA_DELAY_US=20000", NULL));
+    return in_child(child_fake_detects, fake_env("FAKE_CUDA_DELAY_US=2000", NULL));
 }
 
 /* ---- fallback ---- */
@@ -424,6 +439,51 @@ static int child_pinned_env(void)
 static int test_pinned_accounting(void)
 {
     return in_child(child_pinned_accounting, fake_env(NULL, NULL));
+}
+
+/* A shared ring (one memfd for every slot) is page-locked by cuMemHostRegister, counted as one
+ * range, and unregistered with the ring. */
+static int child_pinned_shared(void)
+{
+    stk__cudev d;
+    if (fake_open(&d))
+        return 1;
+    const char *paths[] = {fx_raw};
+    stk_loader_opts o = fx_opts(paths, 16, 2);
+    o.flags = STK_LOADER_PINNED | STK_LOADER_SHARED_RING;
+    o.n_slots = 3;
+    stk_loader *L;
+    T_OK(stk_loader_create(&o, &L));
+    stk_ring_memory m;
+    stk_ring_memory_init(&m);
+    T_OK(stk_loader_ring_memory(L, &m));
+    stk_loader_stats st;
+    stk_loader_stats_init(&st);
+    stk_loader_stats_get(L, &st);
+    T_CHECKF(m.fd >= 0 && m.pinned && st.pinned, "%s", st.device_reason);
+    T_EQ(st.pinned_bytes, m.size);
+    uint64_t fk_pinned, fk_dev, fk_copies, fk_kernels;
+    fk_counts(&fk_pinned, &fk_dev, &fk_copies, &fk_kernels);
+    T_EQ(fk_pinned, m.size);
+    stk_batch *b;
+    T_OK(stk_loader_next(L, &b));
+    stk_tensor t;
+    stk_tensor_init(&t);
+    T_OK(stk_batch_tensor(b, 0, &t));
+    T_CHECK((const uint8_t *)t.data >= (const uint8_t *)m.base &&
+            (const uint8_t *)t.data + t.size <= (const uint8_t *)m.base + m.size);
+    stk_loader_destroy(L);
+    stk_batch_release(b);
+    T_EQ(stk__pinned_total(), 0);
+    fk_counts(&fk_pinned, &fk_dev, &fk_copies, &fk_kernels);
+    T_EQ(fk_pinned, 0);
+    stk__cudev_close(&d);
+    return 0;
+}
+
+static int test_pinned_shared(void)
+{
+    return in_child(child_pinned_shared, fake_env(NULL, NULL));
 }
 
 static int test_pinned_refused(void)
@@ -1236,9 +1296,9 @@ static int test_opts_abi(void)
 }
 
 T_MAIN(T_CASE(setup), T_CASE(test_fake_detects), T_CASE(test_no_driver), T_CASE(test_no_device),
-       T_CASE(test_missing_device), T_CASE(test_pinned_accounting), T_CASE(test_pinned_refused),
-       T_CASE(test_pinned_env), T_CASE(test_device_copies), T_CASE(test_poison_host_slot),
-       T_CASE(test_poison_device_buffer), T_CASE(test_second_stream),
+       T_CASE(test_missing_device), T_CASE(test_pinned_accounting), T_CASE(test_pinned_shared),
+       T_CASE(test_pinned_refused), T_CASE(test_pinned_env), T_CASE(test_device_copies),
+       T_CASE(test_poison_host_slot), T_CASE(test_poison_device_buffer), T_CASE(test_second_stream),
        T_CASE(test_second_stream_undeclared), T_CASE(test_use_limits), T_CASE(test_copy_error),
        T_CASE(test_trace_device), T_CASE(test_finish_conversions),
        T_CASE(test_finish_equals_pipeline), T_CASE(test_nvrtc_compile), T_CASE(test_finish_device),
