@@ -355,6 +355,7 @@ static int test_loader_every_token_once_and_resume(void)
         stk_status rc;
         while ((rc = stk_loader_next(L, &b)) == STK_OK) {
             stk_tensor x;
+            stk_tensor_init(&x);
             T_OK(stk_batch_tensor(b, 0, &x));
             const int64_t *v = x.data;
             for (int64_t k = 0; k < x.shape[0] * T; k++)
