@@ -34,6 +34,7 @@ B, T = 32, 2048
 COPY = os.path.join(ROOT, "build", "bench_tokcopy")
 LIBS = ("libturbojpeg", "spng", "libxxhash", "libwebp", "libtiff-4", "hdf5", "lmdb", "libcurl",
         "libcrypto", "zlib")  # the Makefile's PKGS
+AUDIO_LIBS = ("sndfile", "libmpg123", "fftw3f")  # the Makefile's optional ones, where found
 
 
 def uptime():
@@ -206,8 +207,9 @@ def build_copy(lib=None, out=COPY):
     """bench_tokcopy.c linked with build/libstoker.a (or `lib`: another build's, for an A/B of
     the loader's C loop in the same rounds). -O3 -march=native: the ceilings' loops as fast as
     the compiler makes them on this machine (the library itself is built as the Makefile does)."""
-    libs = subprocess.run(["pkg-config", "--libs", *LIBS], check=True, capture_output=True,
-                          text=True).stdout.split()
+    audio = [p for p in AUDIO_LIBS if subprocess.run(["pkg-config", "--exists", p]).returncode == 0]
+    libs = subprocess.run(["pkg-config", "--libs", *LIBS, *audio], check=True,
+                          capture_output=True, text=True).stdout.split()
     subprocess.run(["cc", "-O3", "-march=native", "-I", os.path.join(ROOT, "include"), "-o", out,
                     os.path.join(ROOT, "bench", "bench_tokcopy.c"),
                     lib or os.path.join(ROOT, "build", "libstoker.a"), *libs, "-ljpeg",
