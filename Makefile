@@ -13,12 +13,21 @@ PKGS     := libturbojpeg spng libxxhash libwebp libtiff-4
 PKGS     += hdf5 lmdb
 PKGS     += libcurl libcrypto
 PKGS     += zlib
+# Audio (issue 27), optional at build time: each library pkg-config finds joins the build with
+# STK_HAVE_<NAME>; without it the audio formats or ops it serves fail with "stoker was built
+# without <library>" and their tests skip (the GPU bench machine builds from fewer packages).
+# libsndfile: WAV, FLAC, Ogg Vorbis, Opus; libmpg123: MP3; libfftw3f: the spectrograms.
+AUDIO_LIBS := sndfile:SNDFILE libmpg123:MPG123 fftw3f:FFTW
+AUDIO_HAVE := $(foreach l,$(AUDIO_LIBS),$(if $(shell pkg-config --exists $(word 1,$(subst :, ,$(l))) \
+                2>/dev/null && echo y),$(l)))
+PKGS     += $(foreach l,$(AUDIO_HAVE),$(word 1,$(subst :, ,$(l))))
+AUDIO_DEFS := $(foreach l,$(AUDIO_HAVE),-DSTK_HAVE_$(word 2,$(subst :, ,$(l))))
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2
 CFLAGS_ALL := -std=c11 $(OPT) -g -fPIC -pthread -D_GNU_SOURCE $(WARN) $(WERROR) \
-              -Iinclude -Isrc $(PKG_CFLAGS) $(SANITIZE) $(EXTRA_CFLAGS)
+              -Iinclude -Isrc $(PKG_CFLAGS) $(AUDIO_DEFS) $(SANITIZE) $(EXTRA_CFLAGS)
 LIB_CFLAGS := $(CFLAGS_ALL) -fvisibility=hidden -DSTK_BUILDING_LIBRARY
 CLI_CFLAGS := $(filter-out -Isrc,$(CFLAGS_ALL))
 # The tests, fuzzers and generators exercise the building blocks too (include/stoker.h's fence).
@@ -52,9 +61,9 @@ NVCC     ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/loc
 
 SO_NAME  := libstoker.so.0.3
 
-.PHONY: all lib cli python test unit oom oom-bins oom-cases fuzz-replay cli-test pytest asan ubsan tsan fuzz \
-        examples deps demo bench format check-format check-exports check-layers check-self-format \
-        clean test-gpu check-ptx fuzz-ci test-under-load test-pip
+.PHONY: all lib cli python test unit oom oom-bins oom-cases fuzz-replay cli-test pytest asan ubsan \
+        tsan fuzz examples deps demo bench format check-format check-exports check-layers \
+        check-self-format clean test-gpu check-ptx fuzz-ci test-under-load test-pip
 
 all: lib cli python
 
@@ -247,7 +256,7 @@ tsan:
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS  := -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
-                $(PKG_CFLAGS) -fno-omit-frame-pointer -fsanitize=address,undefined \
+                $(PKG_CFLAGS) $(AUDIO_DEFS) -fno-omit-frame-pointer -fsanitize=address,undefined \
                 -fno-sanitize-recover=undefined
 FUZZ_OBJS    := $(LIB_SRCS:%.c=build/fuzz/obj/%.o)
 FUZZ_BINS    := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)

@@ -23,6 +23,19 @@ os.chdir(HERE)  # sources are given relative to the repository root
 PKGS = ["libturbojpeg", "spng", "libxxhash", "libwebp", "libtiff-4", "hdf5", "lmdb"]
 PKGS += ["libcurl", "libcrypto"]  # remote byte sources (issue 14)
 PKGS += ["zlib"]  # gzipped WebDataset members (issue 12)
+# Audio (issue 27), optional as in the Makefile: each library found joins with STK_HAVE_<NAME>.
+AUDIO_LIBS = [("sndfile", "SNDFILE"), ("libmpg123", "MPG123"), ("fftw3f", "FFTW")]
+
+
+def _have(pkg):
+    try:
+        return subprocess.call(["pkg-config", "--exists", pkg]) == 0
+    except OSError:
+        return False
+
+
+AUDIO_HAVE = [(p, d) for p, d in AUDIO_LIBS if _have(p)]
+PKGS += [p for p, _ in AUDIO_HAVE]
 
 
 def pkg_config(flag):
@@ -47,7 +60,8 @@ core = Extension(
                    ["include/stoker.h"]),
     include_dirs=["include", "src", "cli"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-pthread", "-fvisibility=hidden",
-                        "-Wno-missing-prototypes"] + pkg_config("--cflags"),
+                        "-Wno-missing-prototypes"] + pkg_config("--cflags") +
+    ["-DSTK_HAVE_" + d for _, d in AUDIO_HAVE],
     extra_link_args=pkg_config("--libs") + ["-ljpeg", "-lpthread", "-ldl", "-lm"],
 )
 

@@ -3,7 +3,7 @@
 rows against windows, opening a 10^9-token Megatron corpus, and packing waste.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py windows [--tokens 2e8]
-        [--batches 1500] [--rounds 3]
+        [--batches 1500] [--rounds 3] [--base-lib OTHER/build/libstoker.a]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py packed [--tokens 2e8]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py open [--tokens 1e9]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py waste
@@ -158,13 +158,21 @@ def table(res, base):
 
 def cmd_windows(a):
     build_copy()
+    base = []
+    if a.base_lib:  # the same C loop linked with another build's libstoker.a, in the same rounds
+        exe = COPY + "_base"
+        build_copy(a.base_lib, exe)
+        base = [("C loop, base library: stoker windows, 1 thread",
+                 lambda: c_loop(path, 0, 1, K, exe)),
+                ("C loop, base library: stoker windows, 2 threads",
+                 lambda: c_loop(path, 0, 2, K, exe))]
     path = gen_nanogpt(int(a.tokens))
     warm(path)
     K = a.batches
     print(uptime())
     res = {}
     for r in range(a.rounds):
-        for name, fn in [
+        for name, fn in base + [
             ("nanoGPT get_batch (1 process)", lambda: nanogpt_get_batch(path, K)),
             ("stoker windows, 1 thread, first pass", lambda: stoker_rows(path, K, 1)),
             ("stoker windows, 1 thread, epoch 1", lambda: stoker_rows(path, K, 1, epoch=1)),
@@ -176,6 +184,13 @@ def cmd_windows(a):
             ("C loop: stoker windows, 2 threads", lambda: c_loop(path, 0, 2, K)),
             ("ceiling: pread of the rows' bytes (2/token)", lambda: ceiling(path, "pread", K)),
             ("ceiling: pread + widen (no loader)", lambda: ceiling(path, "widen", K)),
+            ("ceiling: io_uring reads, a batch a submission (2/token)",
+             lambda: ceiling(path, "uring", K)),
+            ("ceiling: io_uring reads + widen (no loader)", lambda: ceiling(path, "uring-widen", K)),
+            ("ceiling: memcpy of the rows' bytes from an mmap (2/token)",
+             lambda: ceiling(path, "mmap", K)),
+            ("ceiling: mmap + widen (no loader, no system call)",
+             lambda: ceiling(path, "mmap-widen", K)),
             ("ceiling: memcpy of the delivered bytes (16/token)",
              lambda: ceiling(path, "memcpy", K)),
         ]:
@@ -184,20 +199,23 @@ def cmd_windows(a):
     print(uptime())
     table(res, "nanoGPT get_batch (1 process)")
     print()
-    table(res, "ceiling: memcpy of the delivered bytes (16/token)")
+    table(res, "ceiling: pread of the rows' bytes (2/token)")
 
 
-def build_copy():
+def build_copy(lib=None, out=COPY):
+    """bench_tokcopy.c linked with build/libstoker.a (or `lib`: another build's, for an A/B of
+    the loader's C loop in the same rounds). -O3 -march=native: the ceilings' loops as fast as
+    the compiler makes them on this machine (the library itself is built as the Makefile does)."""
     libs = subprocess.run(["pkg-config", "--libs", *LIBS], check=True, capture_output=True,
                           text=True).stdout.split()
-    subprocess.run(["cc", "-O2", "-I", os.path.join(ROOT, "include"), "-o", COPY,
+    subprocess.run(["cc", "-O3", "-march=native", "-I", os.path.join(ROOT, "include"), "-o", out,
                     os.path.join(ROOT, "bench", "bench_tokcopy.c"),
-                    os.path.join(ROOT, "build", "libstoker.a"), *libs, "-ljpeg", "-lpthread",
-                    "-ldl", "-lm"], check=True)
+                    lib or os.path.join(ROOT, "build", "libstoker.a"), *libs, "-ljpeg",
+                    "-lpthread", "-ldl", "-lm"], check=True)
 
 
-def c_loop(prefix, mode, threads, K):
-    out = subprocess.run([COPY, prefix, "loop", str(B), str(T), str(K), str(mode), str(threads)],
+def c_loop(prefix, mode, threads, K, exe=COPY):
+    out = subprocess.run([exe, prefix, "loop", str(B), str(T), str(K), str(mode), str(threads)],
                          check=True, capture_output=True, text=True).stdout.split()
     return float(out[1]), float(out[3])
 
@@ -289,6 +307,8 @@ def main():
     ap.add_argument("--tokens", type=float, default=None)
     ap.add_argument("--batches", type=int, default=1500)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--base-lib", default=None,
+                    help="windows: also run the C loop linked with this libstoker.a (an A/B)")
     a = ap.parse_args()
     if a.tokens is None:
         a.tokens = {"open": 1e9, "waste": 2e7}.get(a.what, 2e8)

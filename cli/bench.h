@@ -24,7 +24,7 @@ typedef struct bench_args {
     int epochs;
     int64_t batch;
     uint64_t seed, max_samples;
-    bool shuffle, exact, ceiling, json, quiet, no_verify, no_stats;
+    bool shuffle, exact, fast, ceiling, json, quiet, no_verify, no_stats; /* exact: as used */
 } bench_args;
 
 /* One measured run: the loader's (cmd_bench.c) or the ceiling's (bench_ceiling.c). */

@@ -72,6 +72,14 @@ void stk_cli_print_formats(FILE *f);
 int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                       stk_dataset **out);
 
+/* Compile recipe `name` for bench and doctor: --exact (`exact`) forces the exact decode, --fast
+ * (`fast`) the fast one; with neither, a recipe whose ops draw nothing from the sample's stream
+ * (imagenet-val) decodes exactly, as stoker.transforms.compile decides (issue 24). *exact_out
+ * says which was used. Returns 0, or 2 after printing a usage error (both flags, an unknown
+ * recipe). */
+int stk_cli_recipe(const char *cmd, const char *name, bool exact, bool fast, stk_transform **out,
+                   bool *exact_out);
+
 /* stk_cli_open_data of a given format (NULL: detect it; --format NAME). */
 int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                          const char *format, stk_dataset **out);

@@ -79,7 +79,10 @@ static void usage(FILE *f)
             "  --max-samples M     stop after M samples (default: all epochs)\n"
             "  --shuffle           shuffle (seed from --seed, default 0)\n"
             "  --seed S\n"
-            "  --exact             image recipes: decode at full scale (no DCT downscaling)\n"
+            "  --exact             image recipes: decode exactly (full scale, PIL's IDCT and\n"
+            "                      upsampling; the default for imagenet-val)\n"
+            "  --fast              image recipes: the fast decode (the default for\n"
+            "                      imagenet-train)\n"
             "  --no-verify         do not check record checksums (default: on first read)\n"
             "  --format NAME       DATA's format (listed below); default: detected\n"
             "  --field NAME        image recipes: the field they read (encoded image bytes or\n"
@@ -128,6 +131,7 @@ static int parse(int argc, char **argv, bench_args *a)
         {"seed", required_argument, NULL, 's'},
         {"shuffle", no_argument, NULL, 'S'},
         {"exact", no_argument, NULL, 'x'},
+        {"fast", no_argument, NULL, 'A'},
         {"ceiling", no_argument, NULL, 'c'},
         {"json", no_argument, NULL, 'j'},
         {"quiet", no_argument, NULL, 'q'},
@@ -198,6 +202,9 @@ static int parse(int argc, char **argv, bench_args *a)
             break;
         case 'x':
             a->exact = true;
+            break;
+        case 'A':
+            a->fast = true;
             break;
         case 'c':
             a->ceiling = true;
@@ -605,10 +612,9 @@ int stk_cmd_bench(int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
     stk_transform *t = NULL;
-    if (strcmp(a.recipe, "raw") != 0 && stk_transform_recipe(a.recipe, a.exact, &t) < 0) {
-        stk_cli_error("bench", "%s", stk_last_errmsg());
-        return 1;
-    }
+    if (strcmp(a.recipe, "raw") != 0 &&
+        (rc = stk_cli_recipe("bench", a.recipe, a.exact, a.fast, &t, &a.exact)))
+        return rc;
     if (a.n_threads_list > 1 || a.n_prefetch_list > 1 || a.plot) {
         if (a.auto_threads) {
             stk_transform_destroy(t);

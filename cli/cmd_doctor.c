@@ -79,7 +79,11 @@ static void usage(FILE *f)
             "  --trace FILE.json   write a Chrome/Perfetto trace of the step run (without a\n"
             "                      step: of the last ceiling run)\n"
             "  --shuffle           shuffle, as training does\n"
-            "  --exact             image recipes: decode at full scale (no DCT downscaling)\n"
+            "  --exact             image recipes: decode exactly (full scale, PIL's IDCT and\n"
+            "                      upsampling; the default for imagenet-val, which draws no\n"
+            "                      random numbers)\n"
+            "  --fast              image recipes: the fast decode (the default for\n"
+            "                      imagenet-train)\n"
             "  --no-verify         do not check record checksums (formats that have them)\n"
             "  --format NAME       DATA's format (listed below); default: detected\n"
             "  --json              print one JSON object instead of the report\n"
@@ -146,8 +150,9 @@ static int parse(int argc, char **argv, doctor_args *a)
         {"trace", required_argument, NULL, 'R'},
         {"shuffle", no_argument, NULL, 'S'},
         {"exact", no_argument, NULL, 'x'},
+        {"fast", no_argument, NULL, 'F'},
         {"no-verify", no_argument, NULL, 'V'},
-        {"format", required_argument, NULL, 'F'},
+        {"format", required_argument, NULL, 'f'},
         {"json", no_argument, NULL, 'j'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -205,16 +210,18 @@ static int parse(int argc, char **argv, doctor_args *a)
         case 'R':
             a->trace = optarg;
             break;
-        case 'F':
+        case 'f':
             a->format = optarg;
             break;
         case 'S':
         case 'x':
+        case 'F':
         case 'V':
         case 'j':
         case 'q':
             *(c == 'S'   ? &a->shuffle
               : c == 'x' ? &a->exact
+              : c == 'F' ? &a->fast
               : c == 'V' ? &a->no_verify
               : c == 'j' ? &a->json
                          : &a->quiet) = true;
@@ -413,9 +420,10 @@ static void plan_probes(doctor *d)
 /* Open DATA, compile the recipe, check the script: every input error before any measuring. */
 static int prepare(doctor *d)
 {
-    const doctor_args *a = &d->a;
-    if (strcmp(a->recipe, "raw") != 0 && stk_transform_recipe(a->recipe, a->exact, &d->t) < 0)
-        return stk_cli_usage_error("doctor", "%s", stk_last_errmsg());
+    doctor_args *a = &d->a;
+    if (strcmp(a->recipe, "raw") != 0 &&
+        stk_cli_recipe("doctor", a->recipe, a->exact, a->fast, &d->t, &a->exact))
+        return 2;
     if (stk_cli_open_data_as("doctor", a->paths, a->n_paths,
                              a->no_verify ? STK_DATASET_NO_VERIFY : 0, a->format, &d->ds))
         return 1;

@@ -34,8 +34,8 @@ typedef struct doctor_args {
     long long steps;    /* measured batches per run; 0 = bounded by time */
     double time_s;      /* time budget per probe; the step run gets twice that */
     const char *trace;
-    const char *format; /* --format NAME, NULL = detected */
-    bool json, quiet, exact, shuffle, no_verify;
+    const char *format;                                /* --format NAME, NULL = detected */
+    bool json, quiet, exact, fast, shuffle, no_verify; /* exact: as decided (stk_cli_recipe) */
 } doctor_args;
 
 /* One measured loader run (a probe or the step run). */

@@ -79,8 +79,10 @@ static void advise_stage(doctor *d)
     case 1:
         if (d->a.exact)
             advise(v,
-                   "decoding is %.0f%% of the workers' time at full scale (--exact): drop "
-                   "--exact so JPEGs decode at the DCT scale nearest the output size",
+                   "decoding is %.0f%% of the workers' time with the exact decode (full scale, "
+                   "PIL's IDCT: --exact, or an evaluation recipe's default, which keeps its "
+                   "pixels within one level of torchvision's): --fast decodes JPEGs at the DCT "
+                   "scale nearest the output size, at the cost of that agreement",
                    pct);
         else
             advise(v,
@@ -473,6 +475,53 @@ static void print_step(const doctor *d)
                st->autotune_reason);
 }
 
+/* The profiler's "costs" (the user's Python: executor, time per sample in __getitem__, its CPU
+ * and GIL shares, bytes per batch, the free-__getitem__ rate; python/stoker/_advice.py costs()),
+ * on one line as stoker.profile prints it. Nothing when the report has none. */
+static void print_python_costs(const char *j)
+{
+    const char *v = stk_cli_json_get(j, "costs");
+    if (!v || *v != '{')
+        return;
+    const char *end = stk_json_skip(v);
+    char *c = end ? strndup(v, (size_t)(end - v)) : NULL; /* a valid object on its own */
+    if (!c)
+        return;
+    char ex[32] = "", why[256] = "", line[ADVICE_LEN * 2] = "";
+    size_t n = 0;
+    const char *e = stk_cli_json_get(c, "executor"), *r = stk_cli_json_get(c, "executor_reason");
+    if (e && *e == '"')
+        stk_cli_json_str(e, ex, sizeof(ex));
+    if (r && *r == '"')
+        stk_cli_json_str(r, why, sizeof(why));
+    double ms = stk_cli_json_num(c, "getitem_ms"), cpu = stk_cli_json_num(c, "getitem_cpu_share");
+    double gil = stk_cli_json_num(c, "gil_share"), bytes = stk_cli_json_num(c, "batch_bytes");
+    double tr = stk_cli_json_num(c, "transfer_samples_per_s");
+    double tw = stk_cli_json_num(c, "transfer_workers");
+#define ADD(...)                                                                                   \
+    n += (size_t)snprintf(line + n, n < sizeof(line) ? sizeof(line) - n : 0, __VA_ARGS__)
+    if (strcmp(ex, "thread") == 0 || strcmp(ex, "process") == 0)
+        ADD("; executor %s%s%s%s", ex, *why ? " (" : "", why, *why ? ")" : "");
+    else if (strcmp(ex, "main") == 0)
+        ADD("; __getitem__ in the main process (num_workers=0)");
+    if (isfinite(ms)) {
+        ADD("; __getitem__ %.2f ms per sample", ms);
+        if (isfinite(cpu))
+            ADD(" (%.0f%% on a CPU)", 100 * cpu);
+    }
+    if (isfinite(gil))
+        ADD("; GIL held %.0f%% of it", 100 * gil);
+    if (strcmp(ex, "process") == 0 && isfinite(bytes) && bytes > 0)
+        ADD("; %.2f MB per batch between processes", bytes / 1e6);
+    if (isfinite(tr) && tr > 0)
+        ADD("; the same batches with a free __getitem__: %.0f samples/s at num_workers=%.0f", tr,
+            tw);
+#undef ADD
+    if (n > 2 && n < sizeof(line))
+        printf("  python: %s\n", line + 2);
+    free(c);
+}
+
 static void print_python(const doctor *d)
 {
     const char *j = d->py_json, *ld = stk_cli_json_get(j, "loader"),
@@ -489,6 +538,7 @@ static void print_python(const doctor *d)
     if (isfinite(sps))
         printf("; %s samples/s", num(sps));
     printf("\n");
+    print_python_costs(j);
     if (adv && *adv == '[') {
         const char *p = stk_cli_json_ws(adv + 1), *v, *v_end;
         bool first = true;

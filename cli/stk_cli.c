@@ -208,6 +208,27 @@ const char *stk_cli_format_size(uint64_t bytes, char *buf, size_t size)
     return buf;
 }
 
+/* ---- recipes ---- */
+
+int stk_cli_recipe(const char *cmd, const char *name, bool exact, bool fast, stk_transform **out,
+                   bool *exact_out)
+{
+    *out = NULL;
+    if (exact && fast)
+        return stk_cli_usage_error(cmd, "--exact and --fast exclude each other");
+    if (stk_transform_recipe(name, exact, out) < 0)
+        return stk_cli_usage_error(cmd, "%s", stk_last_errmsg());
+    if (!exact && !fast && !stk_transform_draws(*out)) { /* an evaluation recipe: exact */
+        stk_transform_destroy(*out);
+        *out = NULL;
+        exact = true;
+        if (stk_transform_recipe(name, true, out) < 0)
+            return stk_cli_usage_error(cmd, "%s", stk_last_errmsg());
+    }
+    *exact_out = exact;
+    return 0;
+}
+
 /* ---- data ---- */
 
 int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned flags,

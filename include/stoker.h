@@ -376,6 +376,18 @@ static inline void stk_dataset_opts_init(stk_dataset_opts *opts)
  *  Lifetime: *out until stk_dataset_close(*out). */
 STK_API stk_status stk_dataset_open_v2(const stk_dataset_opts *opts, stk_dataset **out);
 
+/** Open a dataset of `n_records` records that have no fields: each record is only its number,
+ *  and reading one reads nothing. For a loader whose per-sample callback produces every sample
+ *  (stk_loader_opts.sample_fn_v2 writing its declared sample_fields): the loader keeps its
+ *  order, ranks, tickets, ring, resume and stats. The Python binding opens one per Python
+ *  Dataset object, whose __getitem__ the callback runs. stk_dataset_describe gives
+ *  "NAME[i]" (`name` NULL or "": "dataset"; cut at 127 bytes), stk_dataset_format "index", and
+ *  the fingerprint covers the name and the count (a resume state of another dataset is refused).
+ *  @return STK_OK (*out set), STK_EINVAL (n_records 0, NULL out), STK_ENOMEM. Details in
+ *          stk_last_errmsg().
+ *  Lifetime: *out until stk_dataset_close(*out); `name` is copied. */
+STK_API stk_status stk_dataset_open_index(const char *name, uint64_t n_records, stk_dataset **out);
+
 /** Number of formats this library reads.
  *  Threads: thread-safe. */
 STK_API size_t stk_n_formats(void);
@@ -781,8 +793,32 @@ typedef enum stk_op_kind {
     STK_OP_RANDOM_ROTATION = 25, /* degrees, interpolation, expand, center, fill */
     STK_OP_RANDOM_AFFINE = 26,   /* degrees, translate, scale, shear, interpolation, fill, center */
     STK_OP_AUG_MIX =
-        27 /* severity, mixture_width, chain_depth, alpha, all_ops, interpolation, fill */
+        27, /* severity, mixture_width, chain_depth, alpha, all_ops, interpolation, fill */
+    /* Audio ops (stk_op_media: STK_MEDIA_AUDIO), named and parameterised as torchaudio 0.13's
+     * transforms, and stoker.audio's for what torchaudio lacks (docs/audio.md). */
+    STK_OP_RESAMPLE = 28,          /* orig_freq, new_freq, resampling_method, lowpass_filter_width,
+                                    * rolloff, beta: torchaudio's windowed sinc */
+    STK_OP_DOWNMIX = 29,           /* channels: 1 (the mean of the channels) or 2 */
+    STK_OP_AUDIO_RANDOM_CROP = 30, /* seconds: a uniform window, zero padding when shorter */
+    STK_OP_AUDIO_CENTER_CROP = 31, /* seconds: the centred window, zero padding when shorter */
+    STK_OP_AUDIO_PAD_TO = 32,      /* seconds: the first `seconds`, zero padding when shorter */
+    STK_OP_VOL = 33,               /* gain, gain_type, then clamped to [-1, 1] */
+    STK_OP_SPECTROGRAM = 34,       /* n_fft, win_length, hop_length, pad, window, power, ... */
+    STK_OP_MEL_SPECTROGRAM = 35,   /* sample_rate, n_fft, ..., f_min, f_max, n_mels, norm, ... */
+    STK_OP_MFCC = 36,              /* sample_rate, n_mfcc, dct_type, norm, log_mels, melkwargs */
+    STK_OP_AMPLITUDE_TO_DB = 37,   /* stype, top_db */
+    STK_OP_TIME_MASKING = 38,      /* time_mask_param, iid_masks, p */
+    STK_OP_FREQUENCY_MASKING = 39  /* freq_mask_param, iid_masks */
 } stk_op_kind;
+
+/** What a transform reads and makes (stk_transform_opts.media): each kind is its own per-sample
+ *  pipeline behind the same loader, ring and random stream (docs/design.md, "Adding a media
+ *  kind"). New kinds are appended, never renumbered. */
+typedef enum stk_media {
+    STK_MEDIA_IMAGE = 0, /* an encoded image or a uint8 image array -> [3, H, W] (or [H, W, 3]) */
+    STK_MEDIA_AUDIO = 1  /* encoded audio (WAV, FLAC, Ogg Vorbis, Opus, MP3, ...) or a waveform
+                          * array -> float32 [C, samples] or [C, bins, frames] */
+} stk_media;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
 typedef struct stk_op {
@@ -823,6 +859,44 @@ typedef struct stk_op {
     int64_t chain_depth;   /* AugMix: ops per chain, 1..4, or -1: uniform in 1..3 (default) */
     double alpha;          /* AugMix: Dirichlet/Beta parameter (default 1) */
     int64_t all_ops;       /* AugMix: 1 adds Brightness, Color, Contrast, Sharpness (default) */
+    /* ---- audio ops (torchaudio's arguments; a string argument is the number given) ---- */
+    int64_t orig_freq, new_freq;  /* Resample, Hz (default 16000, 16000); orig_freq is the rate
+                                   * of waveform arrays: a decoded file is resampled from its own */
+    int64_t resampling_method;    /* Resample: 0 "sinc_interp_hann" (0.13's "sinc_interpolation",
+                                   * default), 1 "sinc_interp_kaiser" ("kaiser_window") */
+    int64_t lowpass_filter_width; /* Resample (default 6) */
+    double rolloff;               /* Resample (default 0.99) */
+    double beta;                  /* Resample with kaiser: NaN = torchaudio's 14.769656459379492 */
+    double seconds;               /* audio.RandomCrop/CenterCrop/PadTo: the output's length */
+    int64_t channels;             /* audio.Downmix: 1 (default) or 2 */
+    double gain;                  /* Vol (default 1) */
+    int64_t gain_type;            /* Vol: 0 "amplitude" (default), 1 "db", 2 "power" */
+    int64_t sample_rate;          /* MelSpectrogram, MFCC: the mel scale's rate (default 16000) */
+    int64_t n_fft;                /* the spectrograms (default 400) */
+    int64_t win_length;           /* 0 = n_fft (default) */
+    int64_t hop_length;           /* 0 = win_length / 2 (default) */
+    int64_t pad;                  /* zeros on both sides before the transform (default 0) */
+    int64_t window;               /* window_fn: 0 torch.hann_window (default), 1 hamming_window,
+                                   * 2 blackman_window, 3 torch.ones (rectangular) */
+    int64_t periodic;             /* the window's periodic= (default 1, torch's) */
+    double power;                 /* 1 (magnitude) or 2 (power; default) */
+    int64_t normalized;           /* 0 False (default), 1 True or "window", 2 "frame_length" */
+    int64_t stft_center;          /* center= (default 1): pad n_fft / 2 on both sides (pad_mode) */
+    int64_t pad_mode;             /* 0 "reflect" (default), 1 "constant", 2 "replicate",
+                                   * 3 "circular" */
+    int64_t onesided;             /* 1 (default): n_fft / 2 + 1 bins, 0: n_fft */
+    double f_min, f_max;          /* MelSpectrogram, MFCC (default 0, NaN = sample_rate // 2) */
+    int64_t n_mels;               /* MelSpectrogram, MFCC (default 128) */
+    int64_t mel_norm;             /* MelSpectrogram's norm: 0 None (default), 1 "slaney" */
+    int64_t mel_scale;            /* 0 "htk" (default), 1 "slaney" */
+    int64_t n_mfcc;               /* MFCC (default 40) */
+    int64_t dct_type;             /* MFCC: 2, the only one (default) */
+    int64_t dct_norm;             /* MFCC's norm: 0 None, 1 "ortho" (default) */
+    int64_t log_mels;             /* MFCC: 1 log(mel + 1e-6) instead of dB (default 0) */
+    int64_t stype;                /* AmplitudeToDB: 0 "power" (default), 1 "magnitude" */
+    double top_db;                /* AmplitudeToDB (NaN = None, default), MFCC (default 80) */
+    int64_t mask_param;           /* TimeMasking / FrequencyMasking: the widest mask */
+    int64_t iid_masks;            /* 1: one mask per channel; 0 (default): one per sample */
 } stk_op;
 
 /** Fill the first `struct_size` bytes of `op` with torchvision's defaults for `kind`: what
@@ -859,7 +933,20 @@ typedef struct stk_transform_opts {
                             * decoded (a PNG is decoded to its last row, so that every chunk's
                             * CRC is checked). true: libjpeg's recovery (grey or smeared blocks)
                             * is kept, only a truncated file fails, and decoding stops after the
-                            * window (PNG chunks below it go unchecked). */
+                            * window (PNG chunks below it go unchecked). Audio: strict reads a
+                            * compressed stream (FLAC, Vorbis, Opus, MP3) to its end on a
+                            * record's first read and fails one that ends early or is corrupt;
+                            * lenient decodes only what the crop keeps. */
+    /* ---- audio (docs/audio.md) ---- */
+    stk_media media;      /* STK_MEDIA_IMAGE (default); a transform whose first op is an audio op
+                           * is an audio transform whatever this says */
+    uint32_t sample_rate; /* audio: 0 (default): the files' own rate, which must be the same for
+                           * all (a loader learns it from record 0: a file at another rate
+                           * fails, naming both rates); > 0: without a Resample op every file is
+                           * resampled to it first (and it is the rate of waveform arrays) */
+    bool lengths;         /* audio: the output tensor carries each row's valid length (samples,
+                           * or frames of a spectrogram) before its zero padding
+                           * (stk_tensor.lengths; Python: "audio_lengths") (default false) */
 } stk_transform_opts;
 
 /** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field (no
@@ -887,6 +974,19 @@ STK_API stk_status stk_transform_create(const stk_transform_opts *opts, stk_tran
  *  @return STK_OK, STK_EINVAL (unknown name; the message lists the recipes), STK_ENOMEM. */
 STK_API stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **out);
 
+/** Whether any op of `t` takes numbers from the sample's random stream (the Random* ops,
+ *  ColorJitter, GaussianBlur, the warps, the policies and the containers do; Resize, CenterCrop,
+ *  Pad, Grayscale and Normalize do not: stk_op_draws per kind). A transform that draws nothing
+ *  is deterministic, an evaluation transform: the Python package and the CLI decode it exactly
+ *  (stk_transform_opts.exact) unless told otherwise, since evaluation results must not depend on
+ *  the loader (docs/images.md "Exact by default").
+ *  Threads: thread-safe (t is immutable). */
+STK_API bool stk_transform_draws(const stk_transform *t);
+
+/** The media kind of a transform (the pipeline it runs).
+ *  Threads: thread-safe. */
+STK_API stk_media stk_transform_media(const stk_transform *t);
+
 /** ImageNet's per-channel mean and standard deviation (R, G, B on the 0..1 scale) as torchvision's
  *  recipes normalise with them: the Normalize of the "imagenet-*" recipes. Initialisers of a
  *  double[3] (or float[3]). */
@@ -895,7 +995,9 @@ STK_API stk_status stk_transform_recipe(const char *name, bool exact, stk_transf
 #define STK_IMAGENET_STD {0.229, 0.224, 0.225}
 /* clang-format on */
 
-/** The per-sample output of a transform: dtype, rank and shape (without the batch dimension). */
+/** The per-sample output of a transform: dtype, rank and shape (without the batch dimension).
+ *  An audio transform whose channel count or length depends on its input (no Downmix, the
+ *  files' own rate) gives -1 there until a loader binds it to its dataset's record 0. */
 STK_API void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *ndim,
                                   int64_t shape[STK_MAX_DIMS]);
 
@@ -959,14 +1061,22 @@ typedef struct stk_loader stk_loader;
 /** A batch borrowed from the ring by stk_loader_next. */
 typedef struct stk_batch stk_batch;
 
-/* Loader flags. */
+/* Loader flags. STK_LOADER_DROP_LAST drops the partial last batch and the uneven tail across
+ * ranks; STK_LOADER_DROP_TAIL / STK_LOADER_PAD_TAIL decide the tail on their own (the DataLoader's
+ * drop_last and DistributedSampler's drop_last apart: stk_plan_init_v2). */
 #define STK_LOADER_SHUFFLE 0x1u      /* shuffle each epoch from (seed, epoch) */
-#define STK_LOADER_DROP_LAST 0x2u    /* drop the partial last batch (and the rank tail) */
+#define STK_LOADER_DROP_LAST 0x2u    /* drop the partial last batch (and the tail, see above) */
 #define STK_LOADER_SKIP_CORRUPT 0x4u /* on_error=skip: replace a bad sample, count it */
 #define STK_LOADER_NO_VERIFY 0x8u    /* do not check record checksums */
 #define STK_LOADER_PINNED 0x10u      /* allocate the ring page-locked (needs CUDA; else pageable) */
 #define STK_LOADER_AUTOTUNE 0x20u    /* choose active threads and depth online (see below) */
 #define STK_LOADER_NO_STATS 0x40u    /* do not time the stages (to measure what timing costs) */
+#define STK_LOADER_STRIDED 0x80u     /* split among ranks as DistributedSampler: STK_PLAN_STRIDED */
+#define STK_LOADER_DROP_TAIL 0x100u  /* drop the uneven tail across ranks, whatever DROP_LAST */
+#define STK_LOADER_PAD_TAIL 0x200u   /* pad the uneven tail across ranks, whatever DROP_LAST */
+#define STK_LOADER_SHARED_RING                                                                     \
+    0x400u /* ring slots in one shared-memory file that other processes                            \
+             can map (stk_loader_ring_memory) */
 
 /** A batch transform (stk_loader_opts.batch_ops), as torchvision.transforms.v2 defines it.
  *  Both draw lambda ~ Beta(alpha, alpha) once per batch from the batch's own random stream,
@@ -1020,6 +1130,32 @@ static inline void stk_batch_op_init(stk_batch_op *op, stk_batch_op_kind kind)
 typedef struct stk_tensor stk_tensor; /* below, with the batch accessors */
 typedef stk_status (*stk_sample_fn)(void *ctx, uint64_t index, const stk_tensor *in, size_t n_in,
                                     stk_tensor *out, size_t n_out, char *err, size_t err_size);
+
+/** What the loader tells a stk_sample_fn_v2 about the sample it is to produce. */
+typedef struct stk_sample_info {
+    size_t struct_size; /* sizeof(stk_sample_info) of the library that filled it */
+    uint64_t index;     /* the record (as stk_sample_fn's index) */
+    uint64_t epoch;     /* the epoch of the sample's batch */
+    uint64_t position;  /* the sample's position in the epoch's global order */
+    uint64_t seed;      /* stk_sample_seed(loader seed, epoch, index) */
+    uint32_t worker;    /* the calling worker thread, 0..n_threads-1 (the same thread always
+                           passes the same number) */
+    uint32_t row;       /* the sample's row in its batch */
+} stk_sample_info;
+
+/** A 64-bit seed for other random generators, taken from the sample's own Philox stream of
+ *  (seed, epoch, index), kept apart from the augmentation's (stk_rng_init of the same triple):
+ *  what stk_sample_info.seed holds, so Python's random, NumPy's and torch's generators can be
+ *  seeded per sample, the same for any thread, process or rank count and after a resume.
+ *  Threads: thread-safe. */
+STK_API uint64_t stk_sample_seed(uint64_t seed, uint64_t epoch, uint64_t index);
+
+/** stk_sample_fn with the sample's epoch, position, seed, worker and row (stk_sample_info):
+ *  called instead of sample_fn when stk_loader_opts.sample_fn_v2 is set, with the same contract
+ *  (the same `in`, `out`, return values, threads and lifetime). */
+typedef stk_status (*stk_sample_fn_v2)(void *ctx, const stk_sample_info *info, const stk_tensor *in,
+                                       size_t n_in, stk_tensor *out, size_t n_out, char *err,
+                                       size_t err_size);
 
 /** The order of an epoch (stk_loader_opts.order). Every order is a pure function of (seed,
  *  epoch, position), so a resumed epoch continues exactly (stk_loader_load_state) and every
@@ -1118,6 +1254,9 @@ typedef struct stk_loader_opts {
     uint64_t num_samples;    /* STK_ORDER_WEIGHTED: positions per epoch, >= 1; without
                                 replacement at most the number of positive weights */
     bool replacement;        /* STK_ORDER_WEIGHTED: draw with replacement (default false) */
+    /* ---- the per-sample callback with the sample's info (stk_sample_fn_v2); when set it is
+     * called instead of sample_fn, with sample_ctx and sample_fields as for sample_fn ---- */
+    stk_sample_fn_v2 sample_fn_v2; /* NULL = none (default) */
 } stk_loader_opts;
 
 /** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field: what
@@ -1221,6 +1360,36 @@ static inline void stk_loader_info_init(stk_loader_info *out)
  *  @return STK_OK, or STK_EINVAL (out->struct_size not set).
  *  Threads: thread-safe. */
 STK_API stk_status stk_loader_info_get(const stk_loader *loader, stk_loader_info *out);
+
+/** Where the ring's memory is, for STK_LOADER_SHARED_RING: every slot lies in one memfd
+ *  (an anonymous shared-memory file, not /dev/shm) mapped at `base` in this process, so another
+ *  process that maps `fd` (passed to it, e.g. over a Unix socket) writes a sample's rows at
+ *  their offset from `base` (a stk_sample_fn's out[i].data - base). With STK_LOADER_PINNED (or a
+ *  device) and CUDA present, the mapping is page-locked (cuMemHostRegister) within the pinned
+ *  cap, as other rings are. */
+typedef struct stk_ring_memory {
+    size_t struct_size; /* set by stk_ring_memory_init() (an output struct) */
+    int fd;             /* the memfd; -1 without STK_LOADER_SHARED_RING. Owned by the loader:
+                           dup() it to keep it */
+    void *base;         /* its mapping in this process (NULL without the flag) */
+    size_t size;        /* bytes of the mapping: every slot */
+    bool pinned;        /* page-locked */
+} stk_ring_memory;
+
+/** Zero `out` and set its struct_size (the caller's sizeof). */
+static inline void stk_ring_memory_init(stk_ring_memory *out)
+{
+    stk_ring_memory z = STK_ZERO_INIT;
+    z.struct_size = sizeof(*out);
+    *out = z;
+}
+
+/** Fill `out` (an output struct: stk_ring_memory_init) with the ring's shared memory.
+ *  @return STK_OK (fd -1 and base NULL when the loader was created without
+ *          STK_LOADER_SHARED_RING), or STK_EINVAL (NULL argument, struct_size not set).
+ *  Lifetime: fd and base stay valid while the ring lives: until stk_loader_destroy and the
+ *  release of the last batch. Threads: thread-safe. */
+STK_API stk_status stk_loader_ring_memory(const stk_loader *loader, stk_ring_memory *out);
 
 /** Counters and stage times, cumulative since create, summed over the worker threads. Each
  *  worker times its stages with a monotonic clock into its own counters (no lock); reading them
@@ -1524,9 +1693,10 @@ STK_API double stk_rng_uniform(stk_rng *rng);
 STK_API uint64_t stk_sampler_index(uint64_t n, bool shuffle, uint64_t seed, uint64_t epoch,
                                    uint64_t pos);
 
-/** How one rank walks an epoch (see DESIGN.md, "Distributed"). Filled by stk_plan_init. */
+/** How one rank walks an epoch (see DESIGN.md, "Distributed"). Filled by stk_plan_init or
+ *  stk_plan_init_v2. */
 typedef struct stk_plan {
-    size_t struct_size; /* set by stk_plan_init() */
+    size_t struct_size; /* set by stk_plan_init() / stk_plan_init_v2() */
     uint64_t n;         /* records in the dataset */
     uint64_t start;     /* global position the epoch (re)starts from (resume point) */
     uint64_t end;       /* one past the last global position used (with padding) */
@@ -1534,8 +1704,20 @@ typedef struct stk_plan {
     uint64_t n_batches; /* batches this rank receives */
     uint32_t batch_size;
     uint32_t rank, world;
-    bool drop_last;
+    bool drop_last; /* the rank's partial last batch is dropped */
+    bool drop_tail; /* the epoch's uneven tail across ranks is dropped (else padded); v2 */
+    bool strided;   /* a step's positions go to the ranks in turn (STK_PLAN_STRIDED); v2 */
 } stk_plan;
+
+/* stk_plan_init_v2 flags. */
+/* Drop the rank's partial last batch (the DataLoader's drop_last). */
+#define STK_PLAN_DROP_LAST 0x1u
+/* Truncate the positions to a multiple of world instead of padding (DistributedSampler's
+ * drop_last). */
+#define STK_PLAN_DROP_TAIL 0x2u
+/* Rank r takes positions g+r, g+r+world, ... of each global step g (DistributedSampler's
+ * interleaved split) instead of the step's r-th consecutive slice. */
+#define STK_PLAN_STRIDED 0x4u
 
 /** Plan an epoch for `rank` of `world` from global position `start`: positions run
  *  start..end-1, where end pads (by wrapping to the start of the order, as PyTorch's
@@ -1543,7 +1725,8 @@ typedef struct stk_plan {
  *  to floor((n-start)/world) each with drop_last. Each global step of world*batch_size
  *  positions is cut into `world` consecutive slices, slice r for rank r; a shorter last step is
  *  cut into equal slices. With drop_last a rank's partial last batch is dropped.
- *  stk_plan_init passes the caller's sizeof to stk_plan_init_sized.
+ *  The same as stk_plan_init_v2 with flags STK_PLAN_DROP_LAST | STK_PLAN_DROP_TAIL when
+ *  drop_last, else 0. stk_plan_init passes the caller's sizeof to stk_plan_init_sized.
  *  @return STK_OK or STK_EINVAL (n == 0, batch_size == 0, world == 0, rank >= world, a
  *          struct_size too small). */
 STK_API stk_status stk_plan_init_sized(stk_plan *plan, uint64_t n, uint64_t start,
@@ -1558,9 +1741,31 @@ static inline stk_status stk_plan_init(stk_plan *plan, uint64_t n, uint64_t star
     return stk_plan_init_sized(plan, n, start, batch_size, rank, world, drop_last, sizeof(*plan));
 }
 
+/** stk_plan_init with the two halves of drop_last apart and a choice of split (`flags`,
+ *  STK_PLAN_*): the uneven tail across ranks is truncated with STK_PLAN_DROP_TAIL, else padded;
+ *  a rank's partial last batch is dropped with STK_PLAN_DROP_LAST, else kept. Each global step
+ *  of world*batch_size positions (the last one shorter, a multiple of world) is split into
+ *  world equal parts: consecutive slices, or with STK_PLAN_STRIDED every world-th position
+ *  from g+r, which makes a rank's samples over the epoch positions start+r, start+r+world, ...
+ *  and its batches PyTorch's DataLoader batches over DistributedSampler(rank) for every
+ *  combination of the sampler's and the loader's drop_last. stk_plan_init_v2 passes the
+ *  caller's sizeof to stk_plan_init_v2_sized.
+ *  @return STK_OK or STK_EINVAL (as stk_plan_init_sized, or an unknown flag). */
+STK_API stk_status stk_plan_init_v2_sized(stk_plan *plan, uint64_t n, uint64_t start,
+                                          uint32_t batch_size, uint32_t rank, uint32_t world,
+                                          uint32_t flags, size_t struct_size);
+
+/** stk_plan_init_v2_sized with the caller's sizeof(stk_plan). */
+static inline stk_status stk_plan_init_v2(stk_plan *plan, uint64_t n, uint64_t start,
+                                          uint32_t batch_size, uint32_t rank, uint32_t world,
+                                          uint32_t flags)
+{
+    return stk_plan_init_v2_sized(plan, n, start, batch_size, rank, world, flags, sizeof(*plan));
+}
+
 /** The global positions of batch `b` for the plan's rank: *first and *n_samples (the rank's
- *  samples are positions first..first+n_samples-1, each mapped to a record by
- *  stk_sampler_index(pos mod n)),
+ *  samples are positions first, first+s, ..., first+(n_samples-1)*s with s = world for a
+ *  strided plan and 1 otherwise, each mapped to a record by stk_sampler_index(pos mod n)),
  *  and *consumed, the global position reached once every rank has taken this step.
  *  @return STK_OK or STK_EINVAL (b >= n_batches). */
 STK_API stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first,
@@ -1643,6 +1848,12 @@ typedef struct stk_op_param {
  *  Threads: thread-safe (static data). */
 STK_API size_t stk_op_n_kinds(void);
 
+/** The op table's `draws` column: whether ops of this kind take numbers from the sample's random
+ *  stream (their output then depends on more than the image; see stk_transform_draws).
+ *  @return false also for a kind this library does not know.
+ *  Threads: thread-safe (static data). */
+STK_API bool stk_op_draws(stk_op_kind kind);
+
 /** The kind of supported op number `i`, in table order (which is enum order).
  *  @return STK_OK (*out set) or STK_EINVAL (i >= stk_op_n_kinds(), or out NULL; *out untouched).
  *  Threads: thread-safe (static data). */
@@ -1652,6 +1863,11 @@ STK_API stk_status stk_op_kind_at(size_t i, stk_op_kind *out);
  *  @return the name, or NULL for a kind this library does not know.
  *  Lifetime: static. Threads: thread-safe. */
 STK_API const char *stk_op_name(stk_op_kind kind);
+
+/** The media kind an op kind belongs to: STK_MEDIA_AUDIO for the audio ops, STK_MEDIA_IMAGE for
+ *  the image ops and for kinds this library does not know (stk_op_name says which are known).
+ *  Threads: thread-safe (static data). */
+STK_API stk_media stk_op_media(stk_op_kind kind);
 
 /** Look up an op kind by its torchvision class name (exact, case-sensitive).
  *  @return STK_OK (*out set) or STK_EINVAL (unknown name, or a NULL argument; *out untouched;

@@ -18,6 +18,9 @@ pkgs+=(libhdf5-dev python3-h5py)
 pkgs+=(liblmdb-dev python3-lmdb)
 pkgs+=(libcurl4-openssl-dev libssl-dev nodejs)  # remote byte sources (issue 14); s3rver tests
 pkgs+=(zlib1g-dev)  # gzipped WebDataset members (issue 12)
+# audio (issue 27): decoders and FFT; torchaudio, espeak-ng, sox and ffmpeg make and check the
+# test data
+pkgs+=(libsndfile1-dev libmpg123-dev libfftw3-dev python3-torchaudio espeak-ng sox ffmpeg)
 missing=()
 if [ -n "${STK_DEPS_MISSING:-}" ]; then
     read -r -a missing <<< "$STK_DEPS_MISSING"

@@ -13,6 +13,9 @@
 #include <stdio.h>
 
 #define STK_ERRMSG_SIZE 512
+/* The thread's stk_last_errmsg() buffer: twice a handle's message, for stk_op_find's list of every
+ * op of the table (image and audio). */
+#define STK__LAST_ERRMSG_SIZE (2 * STK_ERRMSG_SIZE)
 
 /* Single-exit error handling (zstd/turbojpeg pattern): functions declare `stk_status rc` and a
  * `fail:` label. */
@@ -164,14 +167,29 @@ typedef struct stk__tspec {
     stk_dtype dtype;
     uint32_t ndim;
     int64_t shape[STK_MAX_DIMS];
+    const char *name; /* the output's name in the batch (static); NULL: the field's own */
+    bool lengths;     /* each row carries its valid length (an int64 per sample) */
 } stk__tspec;
 
 /* Per-worker state a transform may keep (decoder handles, scratch buffers), created once per
  * worker thread and reused for every sample: no per-sample heap allocation. */
 typedef struct stk__tworker stk__tworker;
 
-/* Implemented by the image pipeline (src/xform/stk_transform.c). */
+/* The per-sample pipelines (one per stk_media kind) behind these calls are dispatched in
+ * src/xform/stk_media.c; docs/design.md, "Adding a media kind". */
 void stk__transform_spec(const stk_transform *t, stk__tspec *out);
+/* Fit transform `t` to a loader's data (its transform field `f` and, for a bytes field, record
+ * 0's value `rec0`, size bytes): a transform whose output depends on its input (an audio
+ * transform without a fixed rate, channel count or length) gets a bound copy in *out, which the
+ * caller destroys (stk_transform_destroy); *out NULL: `t` serves as it is. Errors (STK_EINVAL:
+ * a field this kind cannot read; the decoder's, naming nothing: the caller prefixes the record)
+ * go to err. */
+stk_status stk__transform_bind(const stk_transform *t, const stk_field *f, const void *rec0,
+                               size_t size, stk_transform **out, char *err, size_t err_size);
+/* Whether stk__transform_bind needs record 0's value (else the field's description is enough). */
+bool stk__transform_bind_reads(const stk_transform *t, const stk_field *f);
+/* The valid length (stk__tspec.lengths) of the sample a worker's last apply produced. */
+int64_t stk__transform_worker_length(const stk__tworker *w);
 /* Whether transform t outputs [H, W, C] samples. */
 bool stk__transform_nhwc(const stk_transform *t);
 
@@ -235,5 +253,33 @@ bool stk__image_name(const char *name);
 /* Whether `ext` (no dot) names an encoded image, without case: ImageFolder's extensions and the
  * other names the decoders read ("pnm"). The transform-field pick's field-name step. */
 bool stk__image_ext(const char *ext);
+
+/* ---- audio formats by their bytes and names (stk_audfmt.c): the audio decoders dispatch on
+ * the bytes, the audio folder tree and the transform-field pick ask for the names ---- */
+
+typedef enum stk__audfmt {
+    STK__AUD_UNKNOWN = 0,
+    STK__AUD_WAV = 1,    /* RIFF/RIFX/RF64 ... WAVE */
+    STK__AUD_FLAC = 2,   /* fLaC (after an ID3v2 tag too) */
+    STK__AUD_VORBIS = 3, /* Ogg with a Vorbis first packet */
+    STK__AUD_OPUS = 4,   /* Ogg with an OpusHead first packet */
+    STK__AUD_OGG = 5,    /* Ogg with another first packet (Ogg FLAC, Speex, ...) */
+    STK__AUD_MP3 = 6,    /* an ID3v2 tag, or an MPEG audio frame header, not followed by fLaC */
+    STK__AUD_AIFF = 7,   /* FORM ... AIFF / AIFC */
+    STK__AUD_OTHER = 8   /* another container libsndfile reads: .snd (AU), caff, ... */
+} stk__audfmt;
+
+/* The audio format `p` (size bytes) is, from its first bytes. With `strong` only the magics too
+ * long to occur by chance count (an MPEG frame header alone is 11 sync bits: left out). */
+stk__audfmt stk__audio_magic(const uint8_t *p, size_t size, bool strong);
+/* Its name for messages ("WAV", "FLAC", "Ogg Vorbis", ...). */
+const char *stk__audfmt_name(stk__audfmt f);
+/* Whether the file name `name` ends in one of the extensions an audio folder tree reads (.wav
+ * .flac .mp3 .ogg .oga .opus .aif .aiff), without case. */
+bool stk__audio_name(const char *name);
+/* Whether `ext` (no dot) names an encoded audio file, without case: the folder tree's extensions
+ * and the other containers libsndfile reads ("au", "snd"). The transform-field pick's field-name
+ * step. */
+bool stk__audio_ext(const char *ext);
 
 #endif /* STK_INTERNAL_H */

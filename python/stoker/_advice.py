@@ -7,6 +7,7 @@ and words it.
 Imports go one way: _profile imports this module, never the reverse (what both need, the
 batch-size probe and the sweep's limits, lives here).
 """
+import multiprocessing
 import os
 import shutil
 import sys
@@ -14,6 +15,7 @@ import time
 import warnings
 
 from . import _core
+from . import _costs
 from . import _torchcompat
 from .loader import Loader
 
@@ -40,6 +42,25 @@ def _batch_size(batch):
     if shape is not None and len(shape) > 0:
         return int(shape[0])
     return None
+
+
+def batch_bytes(batch):
+    """Bytes of the arrays in a batch (tensors, numpy arrays, nested in dicts, lists and
+    tuples), or None when it holds none: what a DataLoader moves between processes per batch."""
+    total, found, todo = 0, False, [batch]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            todo.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            todo.extend(x)
+        else:
+            n = getattr(x, "nbytes", None)
+            if n is None and hasattr(x, "element_size") and hasattr(x, "numel"):
+                n = x.element_size() * x.numel()  # torch tensors
+            if isinstance(n, int):
+                total, found = total + n, True
+    return total if found else None
 
 
 def _cpus():
@@ -79,8 +100,58 @@ def _timed_rate(batches_iter, close, size=_batch_size):
         close()
 
 
-def _dataloader_like(dl, workers):
-    """A DataLoader reading what `dl` reads, the same way, with `workers` worker processes."""
+class _TimedDataset:
+    """A map-style dataset's __getitem__, timed: wall and CPU seconds and calls summed in
+    shared memory, so DataLoader worker processes (forked or spawned with the dataset) add to
+    the same counters the profiler reads."""
+
+    def __init__(self, dataset, ctx=None):
+        self.dataset = dataset
+        self.sums = (ctx or multiprocessing).Array("d", 3)  # wall, cpu, calls
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return self.dataset[i]
+        finally:
+            wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
+            with self.sums.get_lock():
+                self.sums[0] += wall
+                self.sums[1] += cpu
+                self.sums[2] += 1
+
+    def __getattr__(self, name):
+        if name == "dataset":
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def per_sample(self):
+        """(wall, cpu) seconds per call so far, or (None, None)."""
+        with self.sums.get_lock():
+            wall, cpu, n = self.sums[0], self.sums[1], self.sums[2]
+        return (wall / n, cpu / n) if n else (None, None)
+
+
+class _Replay:
+    """n samples that are all one stored sample: __getitem__ costs nothing, so a DataLoader over
+    it measures what moving its batches (collate, /dev/shm, pickling) costs by itself."""
+
+    def __init__(self, sample, n):
+        self.sample, self.n = sample, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return self.sample
+
+
+def _dataloader_like(dl, workers, dataset=None):
+    """A DataLoader reading what `dl` reads, the same way, with `workers` worker processes
+    (over `dataset` instead of dl.dataset when given: a timed or replaying stand-in)."""
     from torch.utils.data import DataLoader, IterableDataset
     kw = dict(num_workers=workers, collate_fn=dl.collate_fn, pin_memory=dl.pin_memory,
               worker_init_fn=dl.worker_init_fn, timeout=dl.timeout)
@@ -93,15 +164,20 @@ def _dataloader_like(dl, workers):
         kw["batch_sampler"] = dl.batch_sampler
     else:
         kw.update(batch_size=None, sampler=dl.sampler)
-    return DataLoader(dl.dataset, **kw)
+    return DataLoader(dl.dataset if dataset is None else dataset, **kw)
 
 
-def _rate_torch(dl, workers):
+def _map_style(dl):
+    from torch.utils.data import IterableDataset
+    return not isinstance(dl.dataset, IterableDataset) and hasattr(dl.dataset, "__getitem__")
+
+
+def _rate_torch(dl, workers, dataset=None):
     with warnings.catch_warnings():
         # Worker counts above the cores are tried on purpose (an I/O-bound __getitem__
         # scales past them): PyTorch's "excessive worker creation" warning is expected.
         warnings.simplefilter("ignore", UserWarning)
-        it = iter(_dataloader_like(dl, workers))
+        it = iter(_dataloader_like(dl, workers, dataset))
 
     def close():
         shutdown = getattr(it, "_shutdown_workers", None)
@@ -118,6 +194,9 @@ def _rate_stoker(loader, workers):
 
 
 def _sweep(prof, kind, counts):
+    """Measure the loader alone at each count not yet in prof.sweep; a DataLoader over a
+    map-style dataset reads it through _TimedDataset, whose per-sample __getitem__ times go to
+    prof.getitem ({workers: (wall s, cpu s)})."""
     global _measuring
     it = prof.iterable
     _measuring += 1
@@ -126,7 +205,14 @@ def _sweep(prof, kind, counts):
             if w in prof.sweep:
                 continue
             try:
-                r = _rate_torch(it, w) if kind == "torch" else _rate_stoker(it, w)
+                if kind == "torch":
+                    timed = _TimedDataset(it.dataset, _mp_context(it)) if _map_style(it) \
+                        else None
+                    r = _rate_torch(it, w, timed)
+                    if timed is not None and timed.per_sample()[0] is not None:
+                        prof.getitem[w] = timed.per_sample()
+                else:
+                    r = _rate_stoker(it, w)
             except Exception as e:  # noqa: BLE001 - reported, not hidden
                 return (f"could not re-create the loader alone to measure it "
                         f"({type(e).__name__}: {e})")
@@ -135,6 +221,15 @@ def _sweep(prof, kind, counts):
     finally:
         _measuring -= 1
     return None
+
+
+def _mp_context(dl):
+    """The multiprocessing context the DataLoader's workers start with (its own, else the
+    default), for shared counters they can inherit."""
+    ctx = dl.multiprocessing_context
+    if isinstance(ctx, str):
+        return multiprocessing.get_context(ctx)
+    return ctx
 
 
 def settle(choices, most=_ROUNDS):
@@ -203,19 +298,22 @@ def _stages(prof):
 
 
 def _sample_cost(dataset, budget=1.0, most=20):
-    """Mean seconds of dataset[i] over a few indices (map-style datasets), or None."""
+    """Mean (wall, CPU) seconds of dataset[i] over a few indices, in this thread (map-style
+    datasets), or (None, None)."""
     try:
         n = len(dataset)
     except TypeError:
-        return None
+        return None, None
     if n == 0 or not hasattr(dataset, "__getitem__"):
-        return None
-    t0 = time.perf_counter()
+        return None, None
+    t0, c0 = time.perf_counter(), time.thread_time()
     k = 0
     while k < min(n, most) and time.perf_counter() - t0 < budget:
         dataset[k * max(1, n // most) % n]
         k += 1
-    return (time.perf_counter() - t0) / k if k else None
+    if not k:
+        return None, None
+    return (time.perf_counter() - t0) / k, (time.thread_time() - c0) / k
 
 
 def _image_folder(dataset):
@@ -288,6 +386,147 @@ def _diagnose(prof, kind, bsz):
     return _core.diagnose(sum(w), sum(s), len(w), bsz, prof.num_workers, probes)
 
 
+def costs(prof):
+    """Fill prof.costs with what is known without measuring anything new: the executor that runs
+    the user's Python (stoker: Loader.info()["executor"] and ["executor_reason"] when the loader
+    reports them, else "thread" for map= and "native"; a DataLoader: "process" with workers,
+    "main" without), stoker's seconds of user Python per sample and GIL-held share
+    (Loader.stats()["python_s"] / ["python_samples"], ["gil_share"]; None when absent), and the
+    bytes per batch seen by the loop."""
+    c = prof.costs
+    c["batch_bytes"] = prof.batch_bytes
+    kind = _kind(prof.iterable)
+    if kind == "torch":
+        c["executor"] = "process" if prof.num_workers else "main"
+    elif kind == "stoker" and not prof.iterable.closed:
+        it = prof.iterable
+        info, st = it.info(), it.stats()
+        c["executor"] = info.get("executor") or \
+            ("thread" if getattr(it, "_map", None) is not None else "native")
+        c["executor_reason"] = info.get("executor_reason")
+        per = _costs.per_sample(st.get("python_s"), st.get("python_samples"))
+        if per is not None:
+            c["getitem_ms"] = 1e3 * per
+        c["gil_share"] = st.get("gil_share")
+
+
+def _first_index(dl):
+    """The first index the DataLoader reads (its batch sampler's or sampler's), else 0."""
+    for src in (dl.batch_sampler, dl.sampler):
+        if src is None:
+            continue
+        try:
+            first = next(iter(src))
+        except (StopIteration, TypeError):
+            continue
+        return first[0] if isinstance(first, (list, tuple)) and first else first
+    return 0
+
+
+def _transfer_rate(prof, workers):
+    """Samples/s of the DataLoader's batches when __getitem__ costs nothing (a _Replay of its
+    first sample, same batch size, collate, pin_memory and workers): the ceiling that moving
+    batches between processes sets. None when it cannot be measured."""
+    global _measuring
+    dl = prof.iterable
+    _measuring += 1
+    try:
+        replay = _Replay(dl.dataset[_first_index(dl)], len(dl.dataset))
+        return _rate_torch(dl, workers, replay)
+    except Exception:  # noqa: BLE001 - the ceiling is optional; the advice says less
+        return None
+    finally:
+        _measuring -= 1
+
+
+def _getitem_times(prof, kind):
+    """(wall, cpu) seconds per sample of the user's __getitem__: from the DataLoader sweep's
+    timed runs (the fewest workers > 0, least disturbed), else measured here in this thread."""
+    timed = sorted((w, t) for w, t in prof.getitem.items() if w > 0) or \
+        sorted(prof.getitem.items())
+    if timed:
+        return timed[0][1]
+    ds = prof.iterable.dataset if kind in ("torch", "stoker") else None
+    if ds is None or isinstance(ds, _core.Dataset):
+        return None, None
+    return _sample_cost(ds)
+
+
+def _python_lines(prof, kind, cur_rate_word):
+    """The advice about the user's Python, from _costs.limit: what limits the loader at its best
+    measured count, and why more workers would or would not help."""
+    c = prof.costs
+    if not prof.sweep:
+        return []
+    best_w, best = max(prof.sweep.items(), key=lambda kv: kv[1])
+    wall, cpu = _getitem_times(prof, kind)
+    if wall is not None:
+        c["getitem_ms"] = c["getitem_ms"] if c.get("getitem_ms") is not None else 1e3 * wall
+        c["getitem_cpu_share"] = min(1.0, cpu / wall) if wall > 0 else None
+    per_s = c["getitem_ms"] / 1e3 if c.get("getitem_ms") else wall
+    transfer = None
+    if kind == "torch" and best_w > 0 and _map_style(prof.iterable):
+        transfer = _transfer_rate(prof, best_w)
+        c["transfer_samples_per_s"], c["transfer_workers"] = transfer, best_w
+    name, cap = _costs.limit(kind, best, transfer, per_s, cpu if wall is not None else None,
+                             c.get("gil_share"), c.get("executor"), best_w, _cpus())
+    c["limit"], c["limit_samples_per_s"] = name, cap
+    out = []
+    word = cur_rate_word
+    if name == "transfer":
+        mb = f"{c['batch_bytes'] / 1e6:.1f} MB each, " if c.get("batch_bytes") else ""
+        own = f"; __getitem__ itself ({1e3 * per_s:.2f} ms per sample) would allow " \
+              f"{best_w / per_s:.0f} samples/s at {word}={best_w}" if per_s else ""
+        out.append(f"moving batches between processes limits this DataLoader, not __getitem__: "
+                   f"with a __getitem__ that costs nothing the same batches ({mb}"
+                   f"{prof.batch_size or '?'} samples) arrive at only {transfer:.0f} samples/s at "
+                   f"{word}={best_w}, against {best:.0f} with yours: each batch is copied by the "
+                   f"worker's collate into /dev/shm and its handles pickled to the main process"
+                   f"{own}. Move fewer bytes per sample (uint8 instead of float32 is 4x fewer), "
+                   f"or use a loader that writes each sample once into shared batch memory "
+                   f"(stoker.Loader(dataset, ...))")
+    elif name == "gil":
+        out.append(f"__getitem__ holds the GIL {100 * c['gil_share']:.0f}% of its "
+                   f"{1e3 * per_s:.2f} ms, so the thread executor runs that part one sample at "
+                   f"a time: at most {cap:.0f} samples/s whatever {word} ({best:.0f} measured); "
+                   f"executor='process' runs it in parallel")
+    elif name == "getitem_cpu" and per_s:
+        cores = _cpus()
+        out.append(f"one sample costs {1e3 * per_s:.2f} ms in __getitem__, "
+                   f"{100 * c['getitem_cpu_share']:.0f}% of it on a CPU: {cores} core"
+                   f"{'s' if cores > 1 else ''} allow at most "
+                   f"{cores / max(cpu, 1e-9):.0f} samples/s; the per-sample work has to shrink")
+    return out
+
+
+def _extend_sweep(prof, kind, word, usual):
+    """Past the usual sweep when __getitem__ mostly waits (_costs.next_count); returns the
+    advice line saying so, or None."""
+    wall, cpu = _getitem_times(prof, kind)
+    waits = _costs.mostly_waits(wall, cpu)
+    cores = _cpus()
+    tried = []
+    while True:
+        w = _costs.next_count(prof.sweep, waits, cores, usual)
+        if w is None:
+            break
+        if _sweep(prof, kind, [w]) or w not in prof.sweep:
+            break
+        tried.append(w)
+    if not tried:
+        return None
+    top = max(tried)
+    best_w = max(prof.sweep, key=prof.sweep.get)
+    head = (f"__getitem__ mostly waits (on a CPU {100 * cpu / wall:.0f}% of its "
+            f"{1e3 * wall:.2f} ms: sleep or I/O), so the sweep went past {usual} {word} "
+            f"(twice the cores, the limit for work that computes) to {top}")
+    if best_w in tried:
+        return (f"{head}: workers past the cores help, {word}={best_w} delivers "
+                f"{prof.sweep[best_w]:.0f} samples/s")
+    return (f"{head}: no more than at {best_w} ({prof.sweep[top]:.0f} samples/s at {top} "
+            f"against {prof.sweep[best_w]:.0f}), so the waits are not what limits it")
+
+
 def advise(prof):
     """The advice lines for a finished Profile (fills prof.sweep and prof.stages)."""
     kind = _kind(prof.iterable)
@@ -297,6 +536,7 @@ def advise(prof):
     if kind == "stoker" and prof.iterable.closed:
         return [f"the stoker.Loader was closed before the profile ended: measure with "
                 f"steps= (or --steps) so that the advice is taken while it is open"]
+    costs(prof)
     st = _stages(prof) if kind == "stoker" else None
     word = "num_workers" if kind is not None else "workers"
     if kind is None:
@@ -326,15 +566,24 @@ def advise(prof):
         return out
 
     # DataLoader workers are processes whose __getitem__ may wait on I/O: try past the cores
-    # (up to twice their number, as docs/python.md says).
+    # (up to twice their number, as docs/python.md says), and further while a __getitem__ that
+    # mostly waits keeps gaining (_extend_sweep).
     upto = 2 * _cpus() if kind == "torch" else max(_cpus(), cur or 1)
     err, noisy = _settled_sweep(prof, kind, _counts(kind, cur, upto), bsz, word)
     if err:
         out.append(err)
     if noisy:
         out.append(noisy)
+    python = kind == "torch" or prof.costs.get("executor") in ("thread", "process")
+    if python and not err:
+        line = _extend_sweep(prof, kind, word, upto)
+        if line:
+            out.append(line)
     d = _diagnose(prof, kind, bsz)
     demand, action = d["demand"], d["action"]
+    # No worker count keeps up: what limits the user's Python (measured, _costs.limit)
+    py_lines = _python_lines(prof, kind, word) if python and not err and \
+        action == "too_slow" else []
     cur_rate = prof.sweep.get(cur)
     cur_txt = f" (at {word}={cur}: {cur_rate:.0f})" if cur_rate is not None else ""
     if action == "more":
@@ -357,9 +606,12 @@ def advise(prof):
                    + (f", now {pf}" if pf is not None else "") + ")")
     elif prof.sweep:
         w, r = max(prof.sweep.items(), key=lambda kv: kv[1])
+        why = {"transfer": "moving its batches is the limit (below)",
+               "gil": "the GIL is the limit (below)"}.get(
+            prof.costs.get("limit"), "the per-sample work itself has to shrink")
         out.append(f"no worker count keeps up: the best measured, {word}={w}, delivers {r:.0f} "
                    f"samples/s, {100 * r / demand:.0f}% of the {demand:.0f} samples/s the step "
-                   f"consumes; the per-sample work itself has to shrink")
+                   f"consumes; {why}")
         if kind == "stoker" and prof.stages:
             top = max(prof.stages.items(), key=lambda kv: kv[1])
             hint = {
@@ -373,11 +625,12 @@ def advise(prof):
                 "copy": "ship uint8 instead of float32 (4x fewer bytes to copy)",
             }[top[0]]
             out.append(f"{top[0]} takes {100 * top[1]:.0f}% of the workers' time: {hint}")
+    out += py_lines
     if kind == "torch":
         dl = prof.iterable
         if action == "too_slow":
-            cost = _sample_cost(dl.dataset)
-            if cost is not None:
+            cost = _getitem_times(prof, kind)[0]
+            if cost and prof.costs.get("limit") not in ("transfer", "getitem_cpu"):
                 out.append(f"one sample costs {1e3 * cost:.2f} ms in the Dataset's __getitem__ "
                            f"({1 / cost:.0f} samples/s per worker process)")
             folder = _image_folder(dl.dataset)

@@ -6,6 +6,7 @@ only carry their parameters. ``map=`` runs a Python function on stoker's worker 
 """
 import collections
 import numbers
+import time
 
 import numpy as np
 
@@ -129,17 +130,24 @@ def sample_dict(items):
     return out
 
 
-def _field_of(name, v):
-    """(name, kind, dtype, shape) of a value fn returned for the first sample."""
+def _field_of(name, v, bytes_room=None):
+    """(name, kind, dtype, shape) of a value fn returned for the first sample. A bytes value is
+    kind "bytes" with shape (stride,): `bytes_room(name, len)` says how many bytes its rows
+    hold (the batch then has `name`, uint8 [n, stride], and `name_lengths`, as a bytes field of
+    the dataset has)."""
     if not isinstance(name, str) or not name or len(name) >= 32 or name == "index" or not all(
             c.isalnum() or c in "_.-" for c in name):
         raise _core.StokerInvalidError(f"map function: output field name {name!r} is invalid "
                                        "(1-31 characters of [A-Za-z0-9_.-], not 'index')")
+    if isinstance(v, (bytes, bytearray)) and bytes_room is not None:
+        if len(name) + len("_lengths") >= 32:
+            raise _core.StokerInvalidError(f"map function: bytes field {name!r}: its name with "
+                                           f"'_lengths' must fit 31 characters")
+        return (name, "bytes", "uint8", (int(bytes_room(name, len(v))),))
     if isinstance(v, (bytes, bytearray, str)) or v is None:
         raise _core.StokerInvalidError(
             f"map function: field {name!r} is a {type(v).__name__}, which cannot be batched: "
-            "return fixed-shape numpy arrays, ints or floats (e.g. np.frombuffer(b, np.uint8) "
-            "padded to a fixed length)")
+            "return bytes, fixed-shape numpy arrays, ints or floats")
     if isinstance(v, (bool, numbers.Integral)) and not isinstance(v, np.ndarray):
         return (name, "int64", "int64", ())
     if isinstance(v, numbers.Real) and not isinstance(v, np.ndarray):
@@ -161,14 +169,28 @@ def _field_of(name, v):
     return (name, "array", str(a.dtype), tuple(int(d) for d in a.shape))
 
 
-def map_schema(out):
-    """The output fields that the first sample's result `out` fixes."""
+def map_schema(out, bytes_room=None):
+    """The output fields that the first sample's result `out` fixes (bytes fields sized by
+    bytes_room(name, first length))."""
     if not isinstance(out, collections.abc.Mapping):
         raise _core.StokerInvalidError(f"map function must return a dict of fields, not "
                                        f"{type(out).__name__}")
     if not out:
         raise _core.StokerInvalidError("map function returned an empty dict")
-    return [_field_of(k, v) for k, v in out.items()]
+    return [_field_of(k, v, bytes_room) for k, v in out.items()]
+
+
+def c_fields(schema):
+    """The C loader's sample fields for a map schema: a bytes field is a uint8 [stride] row
+    plus its int64 `name_lengths`."""
+    out = []
+    for name, kind, dtype, shape in schema:
+        if kind == "bytes":
+            out.append((name, "array", "uint8", shape))
+            out.append((name + "_lengths", "int64", "int64", ()))
+        else:
+            out.append((name, kind, dtype, shape))
+    return out
 
 
 class MapRunner:
@@ -183,6 +205,8 @@ class MapRunner:
         self.schema = schema
         self.names = [f[0] for f in schema]
         self.errors = collections.OrderedDict()
+        self.py_ns = 0  # time in fn (stats()["python_s"])
+        self.calls = 0
 
     def pack(self, out):
         if not isinstance(out, collections.abc.Mapping):
@@ -194,6 +218,18 @@ class MapRunner:
         bufs = []
         for name, kind, dtype, shape in self.schema:
             v = out[name]
+            if kind == "bytes":  # the row holds its bytes (the rest unspecified), then length
+                if not isinstance(v, (bytes, bytearray)):
+                    raise ValueError(f"field {name!r} is a {type(v).__name__}, but the first "
+                                     f"sample's was bytes")
+                if len(v) > shape[0]:
+                    raise ValueError(f"field {name!r} has {len(v)} bytes, more than the "
+                                     f"{shape[0]} its rows hold (the dataset's largest record "
+                                     f"fixed that); return it from a field of the dataset, or "
+                                     f"make it smaller")
+                bufs.append(v)
+                bufs.append(np.array(len(v), dtype=np.int64))
+                continue
             a = np.asarray(v)
             if kind != "array":
                 if a.ndim != 0 or (kind == "int64" and a.dtype.kind not in "biu") or \
@@ -214,6 +250,7 @@ class MapRunner:
         return bufs
 
     def __call__(self, index, items):
+        t0 = time.perf_counter_ns()
         try:
             return self.pack(self.fn(sample_dict(items)))
         except BaseException as e:
@@ -222,6 +259,9 @@ class MapRunner:
             while len(errors) > self.KEEP:
                 errors.popitem(last=False)
             raise
+        finally:
+            self.py_ns += time.perf_counter_ns() - t0  # (GIL held: no race)
+            self.calls += 1
 
     def cause(self, message, describe):
         """The remembered exception of the record `message` names, or None."""

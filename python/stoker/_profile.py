@@ -32,12 +32,38 @@ import sys
 import time
 
 from . import _core, _ranks
-from ._advice import _batch_size, advise as _advise
+from ._advice import _batch_size, advise as _advise, batch_bytes as _batch_bytes, \
+    costs as _costs
 
 __all__ = ["profile", "Profile", "DATA_BOUND_SHARE"]
 
 # waiting share of the loop's time above which it is data-bound (STK_DIAG_DATA_BOUND_SHARE)
 DATA_BOUND_SHARE = _core.DIAG_DATA_BOUND_SHARE
+
+
+def _python_summary(c, workers):
+    """One line on the user's Python, from Profile.costs (None when there is nothing to say)."""
+    parts = []
+    ex = c.get("executor")
+    if ex in ("thread", "process"):
+        parts.append(f"executor {ex}" + (f" ({c['executor_reason']})"
+                                         if c.get("executor_reason") else ""))
+    elif ex == "main":
+        parts.append("__getitem__ in the main process (num_workers=0)")
+    if c.get("getitem_ms") is not None:
+        s = f"__getitem__ {c['getitem_ms']:.2f} ms per sample"
+        if c.get("getitem_cpu_share") is not None:
+            s += f" ({100 * c['getitem_cpu_share']:.0f}% on a CPU)"
+        parts.append(s)
+    if c.get("gil_share") is not None:
+        parts.append(f"GIL held {100 * c['gil_share']:.0f}% of it")
+    if ex == "process" and c.get("batch_bytes"):
+        parts.append(f"{c['batch_bytes'] / 1e6:.2f} MB per batch between processes")
+    if c.get("transfer_samples_per_s"):
+        parts.append(f"the same batches with a free __getitem__: "
+                     f"{c['transfer_samples_per_s']:.0f} samples/s at num_workers="
+                     f"{c['transfer_workers']}")
+    return ("python: " + "; ".join(parts)) if parts else None
 
 
 class _StopProfiling(BaseException):
@@ -69,9 +95,10 @@ class _TimedIter:
     """Iterator wrapper: each __next__ records the step that just ended and the wait for the
     next batch into its Profile. Attributes of the wrapped iterator pass through."""
 
-    def __init__(self, prof, it):
+    def __init__(self, prof, it, started=None):
         self._prof, self._it = prof, it
         self._last = None       # perf_counter when the previous batch was handed over
+        self._started = started  # perf_counter before iter(loader): the pass's start-up
         self._first = True
         self._coll0 = 0.0       # _ranks.collective_s then
         if _ranks.context()[1] > 1:
@@ -89,6 +116,10 @@ class _TimedIter:
     def __next__(self):
         prof = self._prof
         t0 = time.perf_counter()
+        if self._first and self._started is not None:
+            # The loop waited for iter(loader) too (a DataLoader starts its workers there):
+            # the first batch's wait counts from it.
+            t0, self._started = self._started, None
         if self._last is not None:
             if prof._sync is not None:
                 prof._sync()
@@ -118,11 +149,21 @@ class Profile:
 
     Attributes (all from measured steps, the first `warmup` left out):
     steps, wait_s and step_s (totals), wait_share (waiting / (waiting + step)), data_bound,
-    wait_ms and step_ms (means per step), first_wait_ms (the very first batch: start-up),
+    wait_ms and step_ms (means per step; a pass's first wait counts from iter(loader), where a
+    DataLoader starts its workers), first_wait_ms (the very first batch: start-up),
     epoch_start_ms (mean wait for each later epoch's first batch), batch_size, samples_per_s,
     loader (the loader's type), num_workers, sweep ({num_workers: samples/s of the loader
     alone; the medians when the sweeps disagreed}), sweep_rounds (sweeps run: repeated until
-    two in a row decide the same, at most 3), stages (the stoker loader's stage shares), advice (list of str).
+    two in a row decide the same, at most 3), stages (the stoker loader's stage shares),
+    batch_bytes (bytes of the arrays in a batch), advice (list of str), and costs, what the
+    user's Python costs (None where not measured): executor ("thread", "process" or "native"
+    for a stoker.Loader, as its info() says, with executor_reason; "process" or "main" for a
+    DataLoader), getitem_ms (per sample in __getitem__: stoker's counters, or the DataLoader's
+    timed in its workers during the sweep), getitem_cpu_share (its CPU time / its time),
+    gil_share (stoker's thread executor), batch_bytes, transfer_samples_per_s and
+    transfer_workers (a DataLoader's batches when __getitem__ costs nothing), limit
+    ("transfer", "gil", "getitem_wait", "getitem_cpu" or None: _costs.limit) and
+    limit_samples_per_s.
 
     Across ranks, once the loop has ended: rank and world, ranks (one dict per rank: rank,
     host, steps, wait_share, data_bound, wait_ms, step_ms, samples_per_s, collective_ms and
@@ -148,6 +189,13 @@ class Profile:
         self._advice = None
         self.sweep = {}
         self.sweep_rounds = 0
+        self.batch_bytes = None   # bytes of the arrays in the first batch
+        self.getitem = {}         # {workers: (wall s, cpu s) per __getitem__} from the sweep
+        # the user's Python (_advice.costs, _costs.limit): see the class doc
+        self.costs = dict.fromkeys(
+            ("executor", "executor_reason", "getitem_ms", "getitem_cpu_share", "gil_share",
+             "batch_bytes", "transfer_samples_per_s", "transfer_workers", "limit",
+             "limit_samples_per_s"))
         self.stages = {}
         self.epochs = 0
         self.trace = None if trace is None else os.fspath(trace)
@@ -167,7 +215,8 @@ class Profile:
     # ---- measuring ----
 
     def __iter__(self):
-        return _TimedIter(self, iter(self.iterable))
+        started = time.perf_counter()
+        return _TimedIter(self, iter(self.iterable), started)
 
     def __enter__(self):
         return self
@@ -186,6 +235,7 @@ class Profile:
             self.first_wait_ms = seconds * 1e3
         if self.batch_size is None:
             self.batch_size = _batch_size(batch)
+            self.batch_bytes = _batch_bytes(batch)
         self._pending = (seconds, first)
 
     def _step(self, seconds, collective=0.0, start=None):
@@ -247,6 +297,7 @@ class Profile:
         self._finished_at = self.steps
         rank, world, how = _ranks.context()
         self.rank, self.world = rank, world
+        _costs(self)  # the executor and the user's Python time, while the loader is open
         if world <= 1:
             self.advice  # noqa: B018 - measured now
             if self.trace:
@@ -353,7 +404,8 @@ class Profile:
                 "loader": self.loader, "num_workers": self.num_workers,
                 "sweep": {str(k): v for k, v in sorted(self.sweep.items())},
                 "sweep_rounds": self.sweep_rounds,
-                "stages": self.stages, "advice": advice, "rank": self.rank,
+                "stages": self.stages, "costs": dict(self.costs), "advice": advice,
+                "rank": self.rank,
                 "world": self.world, "ranks": self.ranks, "straggler": self.straggler,
                 "ranks_verdict": self.ranks_verdict, "advice_rank": self.advice_rank}
 
@@ -374,6 +426,9 @@ class Profile:
         if self.stages:
             lines.append("  worker time: " + ", ".join(
                 f"{k} {100 * v:.0f}%" for k, v in self.stages.items()))
+        python = _python_summary(d["costs"], d["num_workers"])
+        if python:
+            lines.append("  " + python)
         if self.ranks is not None:
             lines.append(f"  across {self.world} ranks (this is rank {self.rank}):")
             lines.append(f"    {'rank':>4} {'host':<16} {'waiting':>8} {'wait ms':>8} "

@@ -12,6 +12,7 @@ and rank checks (all three moved out of loader.py, which imports them from here)
 import os
 import sys
 import types
+import weakref
 
 from . import _core
 from . import transforms as _transforms
@@ -99,6 +100,25 @@ def folder_dataset(data):
     return sds, data.transform
 
 
+_FOLDERS = weakref.WeakKeyDictionary()  # native_folder_ok's accepted datasets, for dataloader_args
+
+
+def native_folder_ok(data):
+    """Whether stoker reads this torchvision folder dataset natively (folder_dataset accepts
+    it); the opened result is kept for the Loader being built. Otherwise its __getitem__ runs
+    as any Python dataset's."""
+    try:
+        _FOLDERS[data] = folder_dataset(data)
+    except _core.StokerInvalidError:
+        return False
+    return True
+
+
+def _folder(data):
+    got = _FOLDERS.pop(data, None)
+    return got if got is not None else folder_dataset(data)
+
+
 def _check_same_samples(data, sds):
     """stoker's class list and sample list (path, label) equal the torchvision dataset's."""
     name = type(data).__name__
@@ -169,7 +189,7 @@ def resolve_rank(rank, world_size):
     return rank, world_size
 
 
-def _is_default_collate(fn):
+def is_default_collate(fn):
     if fn is None:
         return True
     data = _mod("torch.utils.data")
@@ -179,7 +199,7 @@ def _is_default_collate(fn):
 
 def check_dataloader_args(collate_fn, batch_sampler, worker_init_fn, timeout):
     """Refuse the DataLoader arguments that cannot apply (with why and what to do)."""
-    if not _is_default_collate(collate_fn):
+    if not is_default_collate(collate_fn):
         raise _invalid("collate_fn: stoker collates in its C workers, straight into each batch's "
                        "memory; a Python collate_fn cannot run there. Leave collate_fn=None (the "
                        "default collate's result: stacked tensors) and do the rest on the batch "
@@ -307,11 +327,124 @@ class CustomOrder:
         return e
 
 
+class DistributedOrder:
+    """DistributedSampler(shuffle=True)'s order: each epoch's torch.randperm(len(dataset)) from
+    a generator seeded with seed + epoch, as its __iter__ draws it, handed to the C loader as the
+    epoch's index list (Loader.set_indices), which the C loader pads or truncates and deals to
+    the ranks as the sampler does (strided). The list is the same on every rank and depends on
+    the epoch only, so the resume state is global as for stoker's own order; load_state_dict
+    makes the list of the state's epoch first."""
+
+    def __init__(self, sampler):
+        self.sampler = sampler
+        self.epoch = None  # the epoch of `ready`
+        self.ready = None  # the list given to the C loader
+
+    def indices(self, epoch):
+        torch = _mod("torch")
+        g = torch.Generator()
+        g.manual_seed(int(self.sampler.seed) + int(epoch))
+        perm = torch.randperm(len(self.sampler.dataset), generator=g)
+        return _np().ascontiguousarray(perm.numpy(), dtype=_np().uint64)
+
+    def _make(self, epoch):
+        if self.epoch != epoch:
+            self.ready, self.epoch = self.indices(epoch), epoch
+            return True
+        return False
+
+    def first(self):
+        """The loader's create-time kwargs: the list of the sampler's epoch."""
+        self._make(check_int(self.sampler.epoch, "DistributedSampler.epoch", 0))
+        return {"indices": self.ready}
+
+    def next_pass(self, loader, epoch=None):
+        """Before a pass (the loader already moved to the sampler's epoch) or a
+        load_state_dict for `epoch`: that epoch's list."""
+        core = loader._core
+        e = core.epoch if epoch is None else epoch
+        if self._make(e):
+            core.set_indices(self.ready)
+        loader._core_kwargs["indices"] = self.ready  # what a rebuilt C loader starts from
+        return e
+
+
+def distributed(sampler):
+    """map_sampler's answer for a torch DistributedSampler: its rank and world, its seed, and
+    its split exactly (DataLoader parity, issue 24): the ranks take every world-th position
+    (strided) of the order, which is 0..N-1 or, with shuffle, the sampler's own permutation of
+    each epoch (DistributedOrder); its drop_last decides the uneven tail across ranks
+    (drop_tail), and the loader's drop_last only the partial last batch, as in the DataLoader
+    (pytorch/examples' imagenet validation: DistributedSampler(shuffle=False, drop_last=True)
+    under a DataLoader with drop_last=False evaluates every sample of floor(N/W) per rank)."""
+    out = {"shuffle": False, "seed": int(sampler.seed) & ((1 << 64) - 1),
+           "rank": int(sampler.rank), "world": int(sampler.num_replicas),
+           "distributed": sampler,
+           "split": {"strided": True, "drop_tail": 1 if sampler.drop_last else 0},
+           "n_records": len(sampler.dataset)}
+    if sampler.shuffle:
+        order = DistributedOrder(sampler)
+        out["order"], out["custom"] = order.first(), order
+    return out
+
+
+def check_sampler_size(picked, n_records):
+    """A DistributedSampler must cover the dataset stoker reads: its dataset's length equals the
+    record count (else it would deal the ranks another dataset's positions)."""
+    want = picked.get("n_records")
+    if want is not None and want != n_records:
+        raise _invalid(f"the DistributedSampler's dataset has {want} samples, the data stoker "
+                       f"reads has {n_records} records: build the sampler over the same dataset")
+
+
+class BatchSamplerOrder(CustomOrder):
+    """A batch_sampler for a Python dataset: iterated once per epoch like a sampler, its batches
+    flattened into the epoch's index list; their sizes are kept, so the loader batches by them
+    (one ring batch per batch when they share a size, else batch by batch in the consumer)."""
+
+    def __init__(self, batch_sampler):
+        super().__init__(batch_sampler)
+        self.sizes = []
+        self.pos = 0
+
+    def indices(self):
+        batches = [list(b) for b in self.sampler]
+        self.sizes = [len(b) for b in batches]
+        if not batches or any(k == 0 for k in self.sizes):
+            raise _invalid(f"batch_sampler {type(self.sampler).__name__} gave an empty epoch or "
+                           f"an empty batch")
+        self.pos = 0
+        return _index_array([i for b in batches for i in b],
+                            f"batch_sampler {type(self.sampler).__name__}")
+
+    def uniform_size(self):
+        """The batch size when every batch but the last has it (and the last is no larger),
+        else None."""
+        s = self.sizes
+        if all(k == s[0] for k in s[:-1]) and s[-1] <= s[0]:
+            return s[0]
+        return None
+
+    def restart(self):
+        self.pos = 0
+
+    def next_size(self):
+        if self.pos >= len(self.sizes):
+            return None
+        self.pos += 1
+        return self.sizes[self.pos - 1]
+
+    def n_batches(self):
+        return len(self.sizes)
+
+
 def map_sampler(sampler, shuffle, drop_last, generator):
     """A torch sampler -> dict(shuffle=, seed= (None: not fixed by the sampler), rank=, world=,
     distributed= (the DistributedSampler, whose set_epoch the loader follows), order= (the C
     loader's order kwargs: indices= or weights=/num_samples=/replacement=), custom= (a
-    CustomOrder)); keys absent when the sampler does not say."""
+    CustomOrder or DistributedOrder: next_pass() before each pass), split= (the C loader's
+    strided=/drop_tail= kwargs), n_records= (the sampler's dataset length, checked against the
+    data: check_sampler_size)); keys absent when the sampler does not say."""
     data = _mod("torch.utils.data")
     if sampler is None:
         return {}
@@ -320,15 +453,7 @@ def map_sampler(sampler, shuffle, drop_last, generator):
                        "DataLoader): the sampler decides the order")
     if data is not None and isinstance(sampler, data.DistributedSampler) and \
             _base_method(sampler, data.DistributedSampler, "__iter__"):
-        if sampler.drop_last and not drop_last:
-            raise _invalid("DistributedSampler(drop_last=True) with the loader's drop_last=False: "
-                           "stoker's drop_last drops both the uneven tail across ranks and the "
-                           "last partial batch; pass drop_last=True to the loader too, or "
-                           "DistributedSampler(drop_last=False) (stoker then pads by wrapping, "
-                           "as DistributedSampler does)")
-        return {"shuffle": bool(sampler.shuffle), "seed": int(sampler.seed) & ((1 << 64) - 1),
-                "rank": int(sampler.rank), "world": int(sampler.num_replicas),
-                "distributed": sampler}
+        return distributed(sampler)
     if data is not None and type(sampler) is data.SequentialSampler:
         return {"shuffle": False}
     if data is not None and type(sampler) is data.RandomSampler:
@@ -369,7 +494,7 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
     torch_dataset = None
     if is_dataset_object(data):
         torch_dataset = data
-        data, tv_transform = folder_dataset(data)
+        data, tv_transform = _folder(data)
         if transforms is not None:
             raise _invalid("transforms= with a torchvision dataset: the dataset's own transform "
                            "is applied (as the DataLoader would); set it there")

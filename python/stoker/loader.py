@@ -24,9 +24,11 @@ from . import _core
 from . import _nvrtc
 from . import _batchmap
 from . import _torchcompat
+from . import _torchprof
 from . import tokens as _tokens
 from ._torchcompat import check_int as _check_int, resolve_rank as _resolve_rank
 from . import transforms as _transforms
+from . import audio as _audio
 from .batch import Batch, _DeviceView
 from .dataset import Dataset
 
@@ -53,7 +55,9 @@ def _torch():
 class _LoaderIter:
     """The iterator of one pass over a Loader (one epoch). It ends normally (StopIteration)
     only at the end of its epoch, or when the same thread started another pass (iter(),
-    set_epoch, load_state_dict); close() before the end makes next() raise StokerStateError."""
+    set_epoch, load_state_dict); close() before the end makes next() raise StokerStateError.
+    While a torch profiler records, each next() is its range "enumerate(DataLoader)#
+    _LoaderIter.__next__", as the DataLoader's (_torchprof)."""
 
     __slots__ = ("_loader", "_gen", "_done", "_thread", "__weakref__")
 
@@ -68,6 +72,13 @@ class _LoaderIter:
         return len(self._loader)
 
     def __next__(self):
+        rng = _torchprof.range_for(self)  # a torch.profiler range, as the DataLoader's
+        if rng is None:
+            return self._next()
+        with rng:
+            return self._next()
+
+    def _next(self):
         loader = self._loader
         if self._done or self._gen != loader._gen:
             raise StopIteration
@@ -97,6 +108,23 @@ class _LoaderIter:
         if self._done or self._gen != self._loader._gen or t is threading.current_thread():
             return None
         return t if t.is_alive() else None
+
+
+# Python datasets (their samples come from __getitem__) are run by a Loader subclass defined
+# above this module (stoker/_pydataset.py), which registers here when imported (the package's
+# __init__ imports it): (is_python_dataset(data, kwargs), loader_class(data)).
+_PYTHON_DATASETS = []
+
+
+def register_python_datasets(is_python_dataset, loader_class):
+    _PYTHON_DATASETS[:] = [is_python_dataset, loader_class]
+
+
+def _pydataset_class(data, kwargs):
+    """The Loader subclass that runs `data`'s __getitem__, or None for data stoker reads."""
+    if not _PYTHON_DATASETS or not _PYTHON_DATASETS[0](data, kwargs):
+        return None
+    return _PYTHON_DATASETS[1](data)
 
 
 _MAPPED = weakref.WeakSet()  # loaders whose worker threads run Python (map=)
@@ -134,17 +162,28 @@ class Loader:
     what it chose and why. ``trace="out.json"`` records a Chrome/Perfetto trace written at
     ``close()`` (or with ``write_trace()``). ``strict`` (default: the transform's, else True):
     a JPEG that libjpeg reports as corrupt fails its record (skipped under
-    ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery.
+    ``on_error="skip"``); ``strict=False`` keeps libjpeg's lenient recovery. ``exact``
+    (default: the transform's, else None): None decodes exactly when no op is random (an
+    evaluation transform gives torchvision's pixels to within a level) and fast otherwise;
+    True/False force it.
     ``memory_budget=`` (bytes) bounds what the loader
     takes: the ring and each thread's scratch (over them the Loader is not created,
     StokerLimitError saying what takes what) and the decode buffers as they grow (a decode that
     would go over fails its record, named; skipped under ``on_error="skip"``).
     ``cache_dir=`` / ``cache_limit=`` (bytes or "20G"; default ``STOKER_CACHE_DIR`` /
     ``STOKER_CACHE_LIMIT``): the on-disk cache of s3:// and http(s):// data, shared by every
-    process on the machine (docs/remote.md).
+    process on the machine (docs/remote.md). Audio (docs/audio.md): ``transforms`` may be
+    torchaudio transforms and ``stoker.audio`` ops (batch field ``audio``); ``sample_rate=``
+    resamples every file to that rate when the ops have no Resample.
     """
 
-    def __init__(self, data, batch_size=None, shuffle=False, seed=None, drop_last=False,
+    def __new__(cls, data=None, *args, dataset=None, **kwargs):
+        # A Python dataset (its samples come from __getitem__) is a PyLoader (_pydataset.py).
+        src = data if data is not None else dataset
+        sub = _pydataset_class(src, kwargs) if cls is Loader else None
+        return super().__new__(sub or cls)
+
+    def __init__(self, data=None, batch_size=None, shuffle=False, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
                  world_size=None, transforms=None, on_error="raise", trace=None, *,
                  transform_field=None, verify=True, output=None, format=None, fields=None,
@@ -154,7 +193,8 @@ class Loader:
                  in_order=None, batch_transforms=None, map=None, label_field="label",
                  memory_budget=None, cache_dir=None, cache_limit=None, n_threads=None,
                  seq_len=None, tokens=None, eos=None, bos=None, packing=None, token_dtype=None,
-                 token_field=None, ids_dtype=None, pad_id=None):
+                 token_field=None, ids_dtype=None, pad_id=None, exact=None, sample_rate=None,
+                 dataset=None):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -166,6 +206,13 @@ class Loader:
         self._dist_sampler = None
         self._torch_dataset = None
         self._dataset_weak = None  # the dataset this loader opened, after close()
+        if dataset is not None:  # the DataLoader's keyword
+            if data is not None:
+                raise _core.StokerInvalidError("pass the data once: stoker.Loader(data, ...) or "
+                                               "stoker.Loader(dataset=data, ...)")
+            data = dataset
+        if data is None:
+            raise _core.StokerInvalidError("stoker.Loader needs the data (a path, a dataset)")
         threads_arg = "num_workers"  # the name the thread count came under, for messages
         if n_threads is not None:
             if num_workers is not None:
@@ -255,10 +302,13 @@ class Loader:
         if map is not None and not callable(map):
             raise _core.StokerInvalidError(f"map should be a function of one sample dict, not "
                                            f"{type(map).__name__}")
-        if self._device is not None and not batch_args and map is None:
-            self._transform, finish = _transforms.compile_for_device(transforms, strict=strict)
+        if sample_rate is not None or _audio.is_audio(transforms):  # docs/audio.md
+            self._transform = _audio.compile(transforms, sample_rate=sample_rate, strict=strict)
+        elif self._device is not None and not batch_args and map is None:
+            self._transform, finish = _transforms.compile_for_device(transforms, strict=strict,
+                                                                     exact=exact)
         else:
-            self._transform = _transforms.compile(transforms, strict=strict)
+            self._transform = _transforms.compile(transforms, strict=strict, exact=exact)
         if isinstance(data, _core.Dataset):
             if cache_dir is not None or cache_limit is not None:
                 raise _core.StokerInvalidError("cache_dir=/cache_limit= apply where the data is "
@@ -269,6 +319,7 @@ class Loader:
                                     cache_limit=cache_limit)
             self._own_dataset = True
         self._torch_dataset = torch_dataset
+        _torchcompat.check_sampler_size(picked, len(self._dataset))
         if self._fields is not None:
             names = [f["name"] for f in self._dataset.fields] + ["index"]
             missing = [f for f in self._fields if f not in names]
@@ -280,7 +331,8 @@ class Loader:
             rank=rank, world=world_size, shuffle=bool(shuffle), drop_last=bool(drop_last),
             skip_corrupt=on_error == "skip", verify=bool(verify), pinned=pinned,
             transform=self._transform, transform_field=transform_field, autotune=autotune,
-            trace_events=_TRACE_EVENTS if trace else 0, **picked.get("order", {}))
+            trace_events=_TRACE_EVENTS if trace else 0, **picked.get("order", {}),
+            **picked.get("split", {}))
         if memory_budget is not None:
             self._core_kwargs["memory_budget"] = _check_int(memory_budget, "memory_budget", 1)
         if self._device is not None:
@@ -291,7 +343,8 @@ class Loader:
         self._map = None
         if map is not None:
             self._map = self._map_setup(map, seed, transform_field, verify)
-            self._core_kwargs.update(map_fn=self._map, map_fields=self._map.schema)
+            self._core_kwargs.update(map_fn=self._map,
+                                     map_fields=_batchmap.c_fields(self._map.schema))
             _MAPPED.add(self)  # closed at exit, before the interpreter stops running threads
         self._core = _core.Loader(self._dataset, **self._core_kwargs)
         self.timeout = timeout or 0
@@ -347,7 +400,16 @@ class Loader:
             raise _core.StokerInvalidError(
                 f"{self._dataset.describe(0)}: map function raised {type(e).__name__}: {e} "
                 "(on the first record, which fixes the output fields)") from e
-        schema = _batchmap.map_schema(out)
+        fields = {f["name"]: f for f in self._dataset.fields}
+
+        def bytes_room(name, first):
+            # a bytes field of the dataset: its largest record; a new one: the largest record
+            # (what fn derives its value from), at least twice the first value
+            f = fields.get(name)
+            room = f["max_size"] if f is not None and f["kind"] == "bytes" else \
+                max(self._dataset.max_record_size, 2 * first)
+            return max(64, -(-int(room) // 64) * 64)
+        schema = _batchmap.map_schema(out, bytes_room)
         runner = _batchmap.MapRunner(fn, schema)
         runner.pack(out)  # the first sample's values must be batchable as they are
         return runner
@@ -662,7 +724,10 @@ class Loader:
                 "slot_size": i["slot_size"], "pinned": i["pinned"], "output": self.output,
                 "device": None if self._device is None else str(self._device),
                 "transform": None if self._transform is None else self._transform.output,
-                "autotune": self.autotune}
+                "autotune": self.autotune, "executor": "native",
+                "executor_reason": "stoker reads this dataset itself: its C worker threads read, "
+                                   "decode and transform each record" +
+                                   (" (map= runs Python on them)" if self._map else "")}
 
     def stats(self):
         """Counters since construction, a dict:
@@ -680,6 +745,9 @@ class Loader:
         self._check_open()
         cur = self._core_stats(self._core)
         out = self._add_stats(self._stats_base, cur) if self._stats_base else cur
+        m = self._map  # map=: the Python time per sample (no __getitem__ on this path)
+        out.update(python_s=m.py_ns / 1e9 if m else 0.0, python_samples=m.calls if m else 0,
+                   gil_share=None)
         if self._tokens is not None:
             out.update(self._tokens.stats())  # a mixture's rows per source
         return out

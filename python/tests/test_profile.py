@@ -128,6 +128,27 @@ def test_sleep_dataset_slow_step_is_not_data_bound(clock):
     assert p.samples_per_s == pytest.approx(1000 / 51)
 
 
+class _SlowStart:
+    """A loader whose iter() takes 30 ms before the first batch (a DataLoader starts its worker
+    processes there), then hands out 4 batches at once."""
+
+    def __iter__(self):
+        time.sleep(0.030)
+        return iter([torch.zeros(2)] * 4)
+
+
+def test_the_wait_for_iter_counts_as_waiting_for_data():
+    """The loop waits for iter(loader) as it waits for next(): the first batch's wait (the
+    start-up) includes it, each pass's (two here). A sleep lasts at least its time, so these
+    bounds hold on any machine."""
+    p = stoker.Profile(_SlowStart(), steps=6, warmup=0)
+    p.run(lambda batch: None)
+    assert p.steps == 6 and p.epochs == 1
+    assert p.first_wait_ms >= 30.0, p.first_wait_ms
+    assert p.epoch_start_ms is not None and p.epoch_start_ms >= 30.0, p.epoch_start_ms
+    assert 1e3 * p.wait_s >= 60.0, p.wait_s
+
+
 def test_stoker_loader_with_slow_step_is_not_data_bound(tmp_path, clock):
     """The profile of a stoker.Loader: its name, batch size and steps; on the virtual clock only
     the step takes time, so the loop is exactly not data-bound (whether a real 20 ms step
@@ -387,3 +408,216 @@ def test_switch_advice_only_when_stoker_can_express_the_transform(folder, monkey
     monkeypatch.setattr(_advice.shutil, "which", lambda name: "/usr/local/bin/stoker")
     assert f"`stoker pack {folder} data.stk`" in _advice.switch_advice(
         val, _advice._image_folder(val))
+
+
+# ---- issue 24: what the user's Python costs, decided on synthetic measurements ----
+
+def test_costs_decisions_on_synthetic_numbers():
+    from stoker import _costs
+    assert _costs.mostly_waits(1e-3, 5e-5) is True       # a 1 ms sleep
+    assert _costs.mostly_waits(1e-3, 9e-4) is False      # 1 ms of decoding
+    assert _costs.mostly_waits(None, 1e-4) is None
+    # past twice the cores only when the work waits, while a doubling gains >= 10%
+    grow = {1: 100.0, 2: 200.0, 4: 400.0}
+    assert _costs.next_count(grow, True, 2) == 8
+    assert _costs.next_count(grow, False, 2) is None     # CPU work: twice the cores at most
+    assert _costs.next_count({1: 100.0, 2: 200.0}, True, 2) is None  # usual sweep not done
+    assert _costs.next_count({**grow, 8: 430.0}, True, 2) is None     # +7.5%: stop
+    assert _costs.next_count({**grow, 8: 800.0, 16: 1600.0}, True, 2) == 32
+    assert _costs.next_count({**grow, 8: 800.0, 16: 1600.0, 32: 3200.0}, True, 2) is None  # 16/core
+    assert _costs.next_count({1: 1.0, 2: 2.0}, True, 1, usual=2) == 4  # stoker's usual top
+    # __getitem__'s own ceiling: waits overlap across workers, computing needs cores
+    assert _costs.getitem_cap(4, 2, 1e-3, 5e-5) == 4000.0
+    assert _costs.getitem_cap(4, 2, 1e-3, 1e-3) == 2000.0
+    assert _costs.getitem_cap(0, 2, 1e-3, 1e-3) is None
+    # what limits: moving batches when the free-__getitem__ rate is below __getitem__'s ceiling
+    # and the loader comes near it (loosely: on a loaded machine 76 against 119 happens)
+    assert _costs.limit("torch", 150.0, 170.0, 1e-3, 5e-5, workers=4, cores=2) == \
+        ("transfer", 170.0)
+    assert _costs.limit("torch", 76.0, 119.0, 4.6e-3, 6e-4, workers=4, cores=2) == \
+        ("transfer", 119.0)
+    assert _costs.limit("torch", 50.0, 170.0, 1e-3, 5e-5, workers=4, cores=2) == \
+        ("getitem_wait", None)  # far below the transfer ceiling: not what holds it back
+    assert _costs.limit("torch", 150.0, 5000.0, 1e-3, 5e-5, workers=4, cores=2)[0] == \
+        "getitem_wait"          # moving batches allows more than __getitem__ does
+    assert _costs.limit("torch", 150.0, 170.0, 1e-3, 5e-5, workers=0, cores=2)[0] == \
+        "getitem_wait"          # no workers: nothing moves between processes
+    assert _costs.limit("torch", 100.0, None, 1e-3, 9e-4, workers=2, cores=2) == \
+        ("getitem_cpu", None)
+    assert _costs.limit("torch", 100.0, None, None, None) == (None, None)
+    # stoker's threads: 2 ms per sample (1 ms on a CPU) holding the GIL half of it: 1000
+    # samples/s at most, below the 2000 that 4 threads on 2 cores would allow
+    assert _costs.limit("stoker", 900.0, None, 2e-3, 1e-3, 0.5, "thread", 4, 2) == \
+        ("gil", 1000.0)
+    assert _costs.limit("stoker", 400.0, None, 2e-3, 1e-3, 0.5, "thread", 4, 2)[0] == \
+        "getitem_cpu"  # far below the GIL's ceiling
+    assert _costs.limit("stoker", 900.0, None, 2e-3, 1e-3, 0.5, "thread", 2, 2)[0] == \
+        "getitem_cpu"  # 2 threads: __getitem__'s own ceiling (1000) is not above the GIL's
+    assert _costs.limit("stoker", 900.0, None, 2e-3, 1e-3, 0.5, "process", 4, 2)[0] == \
+        "getitem_cpu"
+    assert _costs.per_sample(2.0, 1000) == 2e-3 and _costs.per_sample(None, 0) is None
+
+
+class Big(Dataset):
+    """600 KB samples (a 3x224x224 float32 tensor), as in the issue's sleep dataset."""
+
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        return torch.zeros(3, 224, 224), i
+
+
+def _bound_profile(dl, steps=20):
+    """A Profile of `dl` fed synthetic steps: 10 ms waits, 1 ms steps (data-bound)."""
+    p = stoker.Profile(dl, warmup=0)
+    batch = next(iter(dl))
+    for k in range(steps):
+        p._wait(0.010, batch, k == 0)
+        p._step(0.001)
+    return p
+
+
+def _fake_rates(monkeypatch, rates, replay, wall=1e-3, cpu=5e-5):
+    """_advice._rate_torch answering from tables instead of the clock: rates[w] for the
+    dataset's own runs (its timed wrapper told `wall`/`cpu` seconds per sample), replay[w] for
+    the free-__getitem__ runs."""
+    from stoker import _advice
+    seen = []
+
+    def rate(dl, w, dataset=None):
+        seen.append((w, type(dataset).__name__))
+        if isinstance(dataset, _advice._Replay):
+            return replay[w]
+        if isinstance(dataset, _advice._TimedDataset):
+            dataset.sums[0], dataset.sums[1], dataset.sums[2] = 10 * wall, 10 * cpu, 10
+        return rates[w]
+    monkeypatch.setattr(_advice, "_rate_torch", rate)
+    monkeypatch.setattr(_advice, "_cpus", lambda: 2)
+    return seen
+
+
+def test_dataloader_moving_batches_is_named_as_the_limit(monkeypatch):
+    """The issue's case: a __getitem__ that sleeps 1 ms over 600 KB samples. The measured rates
+    (synthetic here) say the workers reach the rate of the same batches with a __getitem__ that
+    costs nothing: moving batches between processes is the limit, not __getitem__."""
+    dl = DataLoader(Big(), batch_size=32, num_workers=2)
+    p = _bound_profile(dl)
+    seen = _fake_rates(monkeypatch, {1: 90.0, 2: 120.0, 4: 160.0, 8: 158.0}, {4: 170.0})
+    advice = " ".join(p.advice)
+    c = p.costs
+    assert c["limit"] == "transfer" and c["transfer_samples_per_s"] == 170.0, (c, p.advice)
+    assert c["transfer_workers"] == 4 and c["executor"] == "process"
+    assert c["batch_bytes"] == 32 * (3 * 224 * 224 * 4 + 8) and p.batch_bytes == c["batch_bytes"]
+    assert abs(c["getitem_ms"] - 1.0) < 1e-9 and abs(c["getitem_cpu_share"] - 0.05) < 1e-9
+    assert "moving batches between processes limits this DataLoader, not __getitem__" in advice
+    assert "19.3 MB each" in advice and "moving its batches is the limit" in advice
+    assert "one sample costs" not in advice  # not __getitem__'s cost
+    # the sweep went past twice the cores (4) because the work waits, and stopped when 8
+    # gained nothing; the replay ran at the best count
+    assert (8, "_TimedDataset") in seen and (4, "_Replay") in seen and max(p.sweep) == 8
+    assert "so the sweep went past 4 num_workers" in advice and "waits are not" in advice
+    d = json.loads(json.dumps(p.to_dict()))
+    assert d["costs"]["limit"] == "transfer"
+    assert "python: executor process; __getitem__ 1.00 ms per sample (5% on a CPU)" in str(p)
+
+
+def test_dataloader_waiting_work_sweeps_past_twice_the_cores(monkeypatch):
+    dl = DataLoader(Big(), batch_size=32, num_workers=2)
+    p = _bound_profile(dl, steps=20)
+    rates = {1: 100.0, 2: 200.0, 4: 400.0, 8: 800.0, 16: 1000.0, 32: 1050.0}
+    _fake_rates(monkeypatch, rates, {w: 5000.0 for w in rates})
+    advice = " ".join(p.advice)
+    assert sorted(p.sweep) == [1, 2, 4, 8, 16, 32], p.sweep  # 16 per core at most: 32
+    assert "workers past the cores help, num_workers=32 delivers 1050 samples/s" in advice
+    assert p.costs["limit"] == "getitem_wait"
+    # computing work stops at twice the cores
+    p = _bound_profile(dl, steps=20)
+    _fake_rates(monkeypatch, rates, {w: 5000.0 for w in rates}, wall=1e-3, cpu=9e-4)
+    advice = " ".join(p.advice)
+    assert max(p.sweep) == 4 and p.costs["limit"] == "getitem_cpu", p.sweep
+    assert "2 cores allow at most 2222 samples/s" in advice
+
+
+class _FakeStoker:
+    """What _advice reads of a stoker.Loader running Python (the pydataset keys), or without
+    them (a native loader, or a stoker without those keys)."""
+
+    def __init__(self, info, stats):
+        self._info, self._stats = info, stats
+        self.closed, self.num_workers, self.batch_size = False, 2, 8
+
+    def info(self):
+        return dict(self._info)
+
+    def stats(self):
+        base = {k + "_s": 0.0 for k in ("read", "decode", "augment", "collate", "copy")}
+        base.update(active_threads=2, n_threads=2, depth=3, autotune_reason="")
+        base.update(self._stats)
+        return base
+
+    def __iter__(self):
+        return iter([{"x": torch.zeros(8, 4)}] * 100)
+
+
+def test_stoker_python_costs_read_when_present_and_absent(monkeypatch):
+    from stoker import _advice
+    monkeypatch.setattr(_advice, "_kind", lambda it: "stoker")
+    with_keys = _FakeStoker({"executor": "thread", "executor_reason": "__getitem__ releases "
+                             "the GIL 90% of its time"},
+                            {"python_s": 2.0, "python_samples": 1000, "gil_share": 0.5})
+    p = _bound_profile(with_keys)
+    _advice.costs(p)
+    c = p.costs
+    assert c["executor"] == "thread" and c["executor_reason"].startswith("__getitem__")
+    assert abs(c["getitem_ms"] - 2.0) < 1e-9 and c["gil_share"] == 0.5
+    line = str(p)
+    assert "python: executor thread (__getitem__ releases" in line and "GIL held 50%" in line
+    # the GIL as the limit: threads at 900 samples/s against the 1000 the GIL allows
+    monkeypatch.setattr(_advice, "_rate_stoker",
+                        lambda it, w: {1: 500.0, 2: 900.0, 4: 950.0}[w])
+    # 2 ms per sample, 1 of it on a CPU: 4 threads on 2 cores allow 2000 samples/s, the GIL
+    # (held half of it) 1000
+    monkeypatch.setattr(_advice, "_cpus", lambda: 2)
+    monkeypatch.setattr(_advice, "_sample_cost", lambda ds: (2e-3, 1e-3))
+    with_keys.dataset = object()
+    with_keys.num_workers = 4
+    p = _bound_profile(with_keys)
+    advice = " ".join(p.advice)
+    assert p.costs["limit"] == "gil" and sorted(p.sweep) == [1, 2, 4], (p.costs, p.advice)
+    assert "holds the GIL 50% of its 2.00 ms" in advice and "executor='process'" in advice
+    assert "at most 1000 samples/s whatever num_workers (950 measured)" in advice
+    # absent keys: a native loader, nothing about Python
+    bare = _FakeStoker({}, {})
+    p = _bound_profile(bare)
+    _advice.costs(p)
+    assert p.costs["executor"] == "native" and p.costs["getitem_ms"] is None
+    assert p.costs["gil_share"] is None and "python:" not in str(p)
+
+
+class _Sleeps(Dataset):
+    """__getitem__ sleeps 2 ms (it waits: its CPU time is a small part of its time)."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        time.sleep(0.002)
+        return i
+
+
+@pytest.mark.parametrize("ctx", [None, "spawn"])
+def test_timed_dataset_counts_every_call_in_the_worker_processes(ctx):
+    """The profiler's per-sample __getitem__ time of a DataLoader comes from its worker
+    processes through shared counters (_TimedDataset): every call is counted once, whether the
+    workers are forked or spawned, and a sleep's time is at least the sleep (the clock only
+    stretches it)."""
+    from stoker import _advice
+    dl = DataLoader(_Sleeps(), batch_size=4, num_workers=2, multiprocessing_context=ctx)
+    timed = _advice._TimedDataset(dl.dataset, _advice._mp_context(dl))
+    got = [int(v) for b in DataLoader(timed, batch_size=4, num_workers=2,
+                                      multiprocessing_context=ctx) for v in b]
+    assert sorted(got) == list(range(24))
+    assert timed.sums[2] == 24
+    wall, cpu = timed.per_sample()
+    assert wall >= 0.002 and 0 <= cpu <= wall, (wall, cpu)

@@ -858,3 +858,71 @@ def test_random_apply_and_choice(images):
     got, p = u8(path, "ccrop:64 choice:2 invert:1 equalize:1", 64, 64, index=5)
     fn = F.invert if p["pixel"][0]["op"] == "RandomInvert" else F.equalize
     assert np.array_equal(got, _tv_tensor(fn)(plain))
+
+
+# ---- issue 24: evaluation transforms decode exactly by default ----
+
+def _gen_images():
+    """bench/gen_images.py, the photo-like JPEG generator the benchmarks use."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gen_images",
+                                                  os.path.join(REPO, "bench", "gen_images.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def photo_folder(tmp_path_factory):
+    """An ImageFolder of gen_images.py's photos: every profile (small, imagenet-like, grain),
+    ImageNet-like sizes, JPEG qualities 75-96, 4:2:0."""
+    gen = _gen_images()
+    root = tmp_path_factory.mktemp("evalphotos") / "val"
+    for p, profile in enumerate(sorted(gen.PROFILES)):
+        for k in range(4):
+            rng = np.random.default_rng([24, p, k])
+            w, h = gen.SIZES[(5 * p + 3 * k) % len(gen.SIZES)]
+            img, q = gen.make_image(rng, w, h, k, profile)
+            d = root / f"class_{k % 2}"
+            d.mkdir(parents=True, exist_ok=True)
+            img.save(d / f"{profile}_{k}.jpg", quality=q, subsampling="4:2:0")
+    return str(root)
+
+
+def _levels(a, b):
+    """|a - b| of two normalised float batches in grey levels (0..255 of the image)."""
+    std = torch.tensor(STD)[:, None, None]
+    return ((a - b).abs() * std * 255).numpy()
+
+
+def test_eval_transform_through_the_switch_is_exact(photo_folder):
+    """Resize + CenterCrop + ToTensor + Normalize given as a torchvision ImageFolder: decoded
+    exactly by default (no op draws), within one grey level of torchvision + PIL on every value
+    (the resampler's rounding: PIL rounds to 8 bits between its passes), a level on about one
+    value in six; the fast decode (exact=False) is tens of levels off. Training transforms
+    keep the fast decode."""
+    import stoker
+    from torch.utils.data import DataLoader
+    from torchvision.datasets import ImageFolder
+    if not stoker.has_transforms():
+        pytest.skip("no image pipeline")
+    ds = ImageFolder(photo_folder, transform=VAL_REF)
+    want = torch.cat([x for x, _ in DataLoader(ds, batch_size=4)])
+    loader = stoker.Loader(ds, batch_size=4, num_workers=2)
+    assert loader._transform.exact and not loader._transform.draws
+    got = torch.cat([x.clone() for x, _ in loader])
+    d = _levels(got, want)
+    print(f"exact: max {d.max():.2f} levels, mean {d.mean():.4f}, "
+          f"{100 * (d > 0.5).mean():.1f}% of values off by one")
+    assert d.max() <= 1.0 + 1e-3 and d.mean() < 0.25
+    fast = torch.cat([x.clone() for x, _ in stoker.Loader(ds, batch_size=4, exact=False)])
+    f = _levels(fast, want)
+    print(f"fast: max {f.max():.2f} levels, mean {f.mean():.4f}")
+    assert f.max() > 4  # the default really is another decode than the fast one
+    train = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                       T.Normalize(MEAN, STD)])
+    assert not stoker.transforms.compile(train).exact
+    assert stoker.transforms.compile(train, exact=True).exact
+    assert stoker.transforms.compile("imagenet-val").exact
+    assert not stoker.transforms.compile("imagenet-val", exact=False).exact
+    assert not stoker.transforms.compile("imagenet-train").exact

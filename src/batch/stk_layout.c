@@ -1,8 +1,9 @@
 /*
  * stk_layout.c: the layout of a batch slot (see stk_layout.h). Every tensor starts on a 64-byte
  * boundary; a bytes field gets rows of `stride` bytes (its largest record rounded up to 64) and
- * an int64 lengths vector. The slot is allocated once per ring entry through stk__slot_alloc
- * (stk_pinned.c), the one function that can make it pinned.
+ * an int64 lengths vector, as does a transform output that asks for one (audio's valid lengths).
+ * The slot is allocated once per ring entry through stk__slot_alloc (stk_pinned.c), the one
+ * function that can make it pinned.
  */
 #include "batch/stk_layout.h"
 
@@ -36,7 +37,14 @@ stk_status stk__layout_init(stk__layout *lay, const stk_field *fields, const uin
             t->dtype = STK_DTYPE_INT64;
         } else if ((int)f == tfield) {
             const stk_field *fd = &fields[f];
-            snprintf(t->name, sizeof(t->name), "%s", fd->name);
+            const char *name = tspec->name ? tspec->name : fd->name;
+            for (size_t k = 0; k < nf; k++) /* "audio" from field 'wav': no clash allowed */
+                if ((int)k != tfield && strcmp(fields[k].name, name) == 0)
+                    return stk__set_error(err, err_size, STK_EINVAL,
+                                          "the transform's output is named '%s', which field %zu "
+                                          "is called too; rename that field",
+                                          name, k);
+            snprintf(t->name, sizeof(t->name), "%s", name);
             t->transformed = true;
             t->dtype = tspec->dtype;
             t->ndim = tspec->ndim;
@@ -81,7 +89,8 @@ stk_status stk__layout_init(stk__layout *lay, const stk_field *fields, const uin
             !stk__mul_ok(row, batch_size, &all) || !grow(&total, all, &t->offset))
             goto too_large;
         t->row_size = row;
-        if (t->bytes && !grow(&total, sizeof(int64_t) * batch_size, &t->lengths_offset))
+        bool lengths = t->bytes || (t->transformed && tspec->lengths);
+        if (lengths && !grow(&total, sizeof(int64_t) * batch_size, &t->lengths_offset))
             return stk__set_error(err, err_size, STK_ELIMIT, "batch slot too large");
     }
     lay->slot_size = (size_t)STK_ALIGN_UP(total, 64);
@@ -105,5 +114,6 @@ void stk__layout_tensor(const stk__layout *lay, size_t i, uint8_t *slot, uint32_
         out->shape[d + 1] = t->shape[d];
     out->data = slot + t->offset;
     out->size = t->row_size * n;
-    out->lengths = t->bytes ? (const int64_t *)(slot + t->lengths_offset) : NULL;
+    out->lengths =
+        t->lengths_offset != SIZE_MAX ? (const int64_t *)(slot + t->lengths_offset) : NULL;
 }

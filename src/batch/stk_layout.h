@@ -18,7 +18,8 @@ typedef struct stk__tlayout {
     int64_t shape[STK_MAX_DIMS + 1]; /* per sample; bytes fields: [stride] */
     size_t offset;                   /* of the tensor in the slot */
     size_t row_size;                 /* bytes per sample */
-    size_t lengths_offset;           /* bytes fields: int64 lengths[B]; else SIZE_MAX */
+    size_t lengths_offset;           /* bytes fields and transform outputs with lengths (audio):
+                                      * int64 lengths[B]; else SIZE_MAX */
     int field;                       /* source field, or -1 for "index" */
     bool transformed;                /* produced by the transform from `field` */
     bool bytes;                      /* a variable-length bytes field */
@@ -33,7 +34,8 @@ typedef struct stk__layout {
 
 /* Lay out a slot for a record schema: fields[0, n_fields) in order, each bytes field with rows
  * of its largest record max_size[f] (rounded up to 64); field `tfield` replaced by the transform
- * output `tspec` when tfield >= 0; then "index". Fails with STK_ELIMIT when the slot size
+ * output `tspec` when tfield >= 0 (named tspec->name when set; with a lengths vector when
+ * tspec->lengths); then "index". Fails with STK_ELIMIT when the slot size
  * overflows (the shapes and sizes come from a file: untrusted). */
 stk_status stk__layout_init(stk__layout *lay, const stk_field *fields, const uint64_t *max_size,
                             size_t n_fields, uint32_t batch_size, int tfield,

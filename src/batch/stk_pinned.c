@@ -4,7 +4,8 @@
  * atomic and capped: the caller's limit, else env STOKER_PINNED_LIMIT, else a quarter of physical
  * memory (too much page-locked memory starves the page cache and can hang a machine). Over the
  * cap, or without CUDA, a slot is pageable and the reason is returned. STK_FAULT_ALLOC counts a
- * slot allocation as one allocation (stk__fault_alloc_hit).
+ * slot allocation as one allocation (stk__fault_alloc_hit). A shared ring takes all its slots
+ * from one memfd arena instead (stk__arena_alloc), page-locked with cuMemHostRegister.
  *
  * A pageable slot of 2 MiB or more is 2 MiB aligned and asks for transparent huge pages
  * (MADV_HUGEPAGE; a hint, ignored where THP is off): the first epoch writes every slot for the
@@ -118,4 +119,69 @@ void stk__slot_free(void *p, size_t size, bool pinned)
         return;
     }
     free(p);
+}
+
+stk_status stk__arena_alloc(stk__arena *a, size_t size, bool want_pinned, uint64_t limit, char *why,
+                            size_t why_size, char *err, size_t err_size)
+{
+    memset(a, 0, sizeof(*a));
+    a->fd = -1;
+    long page = sysconf(_SC_PAGESIZE);
+    size_t psize = page > 0 ? (size_t)page : 4096;
+    size = size ? size : 1;
+    if (size > SIZE_MAX - psize)
+        return stk__set_error(err, err_size, STK_ELIMIT, "ring of %zu bytes too large", size);
+    size = (size + psize - 1) / psize * psize;
+    if (stk__fault_alloc_hit())
+        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory for a %zu-byte ring", size);
+    int fd = memfd_create("stoker-ring", MFD_CLOEXEC);
+    if (fd < 0)
+        return stk__set_error(err, err_size, errno == ENOMEM ? STK_ENOMEM : STK_EIO,
+                              "memfd_create for the shared ring: %s", strerror(errno));
+    if (ftruncate(fd, (off_t)size) != 0) {
+        int e = errno;
+        close(fd);
+        return stk__set_error(err, err_size, STK_ENOMEM,
+                              "cannot size the shared ring to %zu bytes: %s", size, strerror(e));
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return stk__set_error(err, err_size, STK_ENOMEM, "cannot map the %zu-byte shared ring: %s",
+                              size, strerror(e));
+    }
+    a->fd = fd;
+    a->base = p;
+    a->size = size;
+    if (want_pinned) {
+        if (!limit)
+            limit = stk__pinned_limit_default();
+        if (!pinned_reserve(size, limit)) {
+            pthread_once(&limit_once, limit_init);
+            snprintf(why, why_size,
+                     "pinned memory limit: %zu more bytes would exceed the %" PRIu64
+                     "-byte cap (%" PRIu64 " held; opts.pinned_limit or STOKER_PINNED_LIMIT)%s",
+                     size, limit, stk__pinned_total(), limit_note);
+        } else if (stk__cuda_host_register(p, size, why, why_size) == STK_OK) {
+            a->pinned = true;
+        } else {
+            atomic_fetch_sub(&pinned_total, (uint64_t)size);
+        }
+    }
+    return STK_OK;
+}
+
+void stk__arena_free(stk__arena *a)
+{
+    if (a->fd < 0)
+        return;
+    if (a->pinned) {
+        stk__cuda_host_unregister(a->base);
+        atomic_fetch_sub(&pinned_total, (uint64_t)a->size);
+    }
+    munmap(a->base, a->size);
+    close(a->fd);
+    a->fd = -1;
+    a->base = NULL;
 }

@@ -20,4 +20,22 @@ void stk__slot_free(void *p, size_t size, bool pinned);
 uint64_t stk__pinned_total(void);
 uint64_t stk__pinned_limit_default(void);
 
+/* One shared-memory arena for a whole ring (STK_LOADER_SHARED_RING): a memfd of `size` bytes
+ * (page-rounded) mapped MAP_SHARED, so other processes that map the fd write rows the consumer
+ * reads. With want_pinned (a CUDA context current) the mapping is page-locked with
+ * cuMemHostRegister within `limit` (0 = the default cap), counted with the other pinned slots;
+ * *pinned says whether, and why says why not. Not /dev/shm: memfd memory is not bounded by a
+ * tmpfs mount (Docker's 64 MB /dev/shm). */
+typedef struct stk__arena {
+    int fd; /* -1 when none */
+    uint8_t *base;
+    size_t size;
+    bool pinned;
+} stk__arena;
+stk_status stk__arena_alloc(stk__arena *a, size_t size, bool want_pinned, uint64_t limit, char *why,
+                            size_t why_size, char *err, size_t err_size);
+/* Unregister, unmap and close (the caller has the device context current when it was pinned).
+ * Accepts an arena never allocated (fd -1). */
+void stk__arena_free(stk__arena *a);
+
 #endif /* STK_PINNED_H */

@@ -20,12 +20,14 @@ void stk__ring_init(stk__ring *r)
     pthread_condattr_destroy(&ca);
     r->pid = getpid();
     r->refs = 1;
+    r->arena.fd = -1;
 }
 
 stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool want_pinned,
-                           uint64_t limit, stk__devcopy *dc, char *why, size_t why_size, char *err,
-                           size_t err_size)
+                           uint64_t limit, bool shared, stk__devcopy *dc, char *why,
+                           size_t why_size, char *err, size_t err_size)
 {
+    r->arena.fd = -1;
     r->slots = stk__calloc(n_slots, sizeof(stk__slot));
     if (!r->slots)
         return stk__set_error(err, err_size, STK_ENOMEM, "out of memory allocating %u ring slots",
@@ -33,18 +35,37 @@ stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool wan
     r->n_slots = n_slots;
     r->slot_alloc = size;
     r->pinned = want_pinned;
+    size_t stride = (size_t)STK_ALIGN_UP(size ? size : 1, 64), all;
+    if (shared) {
+        if (!stk__mul_ok(stride, n_slots, &all))
+            return stk__set_error(err, err_size, STK_ELIMIT,
+                                  "ring of %u slots of %zu bytes too "
+                                  "large",
+                                  n_slots, size);
+        stk_status rc =
+            stk__arena_alloc(&r->arena, all, want_pinned, limit, why, why_size, err, err_size);
+        if (rc < 0)
+            return rc;
+        r->pinned = r->arena.pinned;
+        r->pinned_bytes = r->arena.pinned ? r->arena.size : 0;
+    }
     for (uint32_t i = 0; i < n_slots; i++) {
         stk__slot *s = &r->slots[i];
-        bool pinned = false;
+        bool pinned = r->arena.pinned;
         char note[STK_ERRMSG_SIZE] = "";
-        s->mem = stk__slot_alloc_limit(size, want_pinned, limit, &pinned, note, sizeof(note));
+        if (shared)
+            s->mem = r->arena.base + (size_t)i * stride;
+        else
+            s->mem = stk__slot_alloc_limit(size, want_pinned, limit, &pinned, note, sizeof(note));
         if (!s->mem)
             return stk__set_error(err, err_size, STK_ENOMEM,
                                   "out of memory allocating a ring slot of %zu bytes", size);
-        if (want_pinned && !pinned && r->pinned)
-            snprintf(why, why_size, "%s", note);
-        r->pinned = r->pinned && pinned;
-        r->pinned_bytes += pinned ? (uint64_t)STK_ALIGN_UP(size, 64) : 0;
+        if (!shared) {
+            if (want_pinned && !pinned && r->pinned)
+                snprintf(why, why_size, "%s", note);
+            r->pinned = r->pinned && pinned;
+            r->pinned_bytes += pinned ? (uint64_t)STK_ALIGN_UP(size, 64) : 0;
+        }
         s->state = STK__SLOT_FREE;
         s->seq = UINT64_MAX;
         s->handle = (stk_batch){
@@ -56,11 +77,13 @@ stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool wan
 void stk__ring_free(stk__ring *r)
 {
     if (r->slots) {
-        for (uint32_t i = 0; i < r->n_slots; i++)
-            stk__slot_free(r->slots[i].mem, r->slot_alloc, r->slots[i].handle.pinned);
+        if (r->arena.fd < 0)
+            for (uint32_t i = 0; i < r->n_slots; i++)
+                stk__slot_free(r->slots[i].mem, r->slot_alloc, r->slots[i].handle.pinned);
         stk__free(r->slots);
         r->slots = NULL;
     }
+    stk__arena_free(&r->arena);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv_work);
     pthread_cond_destroy(&r->cv_ready);
@@ -124,18 +147,27 @@ void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count)
     s->state = STK__SLOT_FILLING;
 }
 
-bool stk__slot_take_ticket(stk__slot *s, uint64_t seq, uint32_t count, uint32_t *t)
+bool stk__slot_take_tickets(stk__slot *s, uint64_t seq, uint32_t count, uint32_t want, uint32_t *t,
+                            uint32_t *n)
 {
     uint64_t want_tag = ticket_tag(seq);
     uint64_t cur = atomic_load(&s->ticket);
     for (;;) {
         if ((cur & 0xffffffff00000000ULL) != want_tag || (uint32_t)cur >= count)
             return false;
-        if (atomic_compare_exchange_weak(&s->ticket, &cur, cur + 1)) {
+        uint32_t k = STK_MIN(want, count - (uint32_t)cur);
+        if (atomic_compare_exchange_weak(&s->ticket, &cur, cur + k)) {
             *t = (uint32_t)cur;
+            *n = k;
             return true;
         }
     }
+}
+
+bool stk__slot_take_ticket(stk__slot *s, uint64_t seq, uint32_t count, uint32_t *t)
+{
+    uint32_t n;
+    return stk__slot_take_tickets(s, seq, count, 1, t, &n);
 }
 
 bool stk__slot_tickets_out(stk__slot *s)

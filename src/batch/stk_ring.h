@@ -16,6 +16,7 @@
 #define STK_RING_H
 
 #include "batch/stk_layout.h"
+#include "batch/stk_pinned.h"
 #include "cuda/stk_devcopy.h"
 
 #include <pthread.h>
@@ -40,6 +41,7 @@ typedef struct stk__slot {
     uint64_t seq;
     uint64_t epoch, number;  /* the batch's epoch and its number within the epoch */
     uint64_t first;          /* global position of the batch's first sample */
+    uint32_t stride;         /* between its samples' positions (world when strided, else 1) */
     uint64_t consumed;       /* global position reached once this step is taken */
     uint32_t count;          /* samples */
     _Atomic uint64_t ticket; /* (seq low 32 bits) << 32 | next ticket */
@@ -66,6 +68,7 @@ typedef struct stk__ring {
     stk__layout lay, view;
     size_t slot_alloc; /* bytes of one slot */
     bool pinned;       /* every slot is page-locked */
+    stk__arena arena;  /* a shared ring's memfd holding every slot (fd -1: slots apart) */
     uint64_t pinned_bytes;
     /* Slots opened take the memory of the most recently freed slot (stk__ring_take_hot_locked);
      * only for a host-only ring of pageable slots (a device copy and the pinned flag are per
@@ -90,16 +93,18 @@ typedef struct stk__ring_args {
     bool want_pinned;      /* page-locked slots (a device copy implies them) */
     int32_t device;        /* the device to copy each batch to; -1 = none */
     uint64_t pinned_limit; /* cap on page-locked memory; 0 = the default */
+    bool shared;           /* every slot in one memfd other processes can map (r->arena) */
 } stk__ring_args;
 
 /* Initialise the locks of r (zeroed by the caller); one reference, the owner's. */
 void stk__ring_init(stk__ring *r);
 /* Allocate `n_slots` FREE slots of `size` bytes, page-locked within `limit` bytes (0 = the default
  * cap) when `want_pinned` (a CUDA context current); when a slot could not be pinned, *why says why
- * (and r->pinned is false). `dc` is the device side each batch handle points to. STK_ENOMEM. */
+ * (and r->pinned is false). `shared`: every slot in one memfd arena (r->arena) that other
+ * processes can map. `dc` is the device side each batch handle points to. STK_ENOMEM. */
 stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool want_pinned,
-                           uint64_t limit, stk__devcopy *dc, char *why, size_t why_size, char *err,
-                           size_t err_size);
+                           uint64_t limit, bool shared, stk__devcopy *dc, char *why,
+                           size_t why_size, char *err, size_t err_size);
 /* Free the slots' memory and the locks (the caller has the device context current for pinned
  * slots). */
 void stk__ring_free(stk__ring *r);
@@ -139,6 +144,9 @@ void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count);
  * was claimed) in slot s; false when none is left (or the slot holds another batch now).
  * Lock-free. */
 bool stk__slot_take_ticket(stk__slot *s, uint64_t seq, uint32_t count, uint32_t *t);
+/* The same for up to `want` tickets at once (want >= 1): tickets *t .. *t + *n - 1. */
+bool stk__slot_take_tickets(stk__slot *s, uint64_t seq, uint32_t count, uint32_t want, uint32_t *t,
+                            uint32_t *n);
 /* Whether every ticket of s's batch was taken (mu held). */
 bool stk__slot_tickets_out(stk__slot *s);
 /* Record failed sample `sample` on s (mu held): the lowest sample number wins. */

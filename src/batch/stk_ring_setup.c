@@ -160,8 +160,8 @@ stk_status stk__ring_setup(stk__ring *r, const stk__ring_args *a, char *err, siz
         want_pinned = false;
     }
     why[0] = '\0';
-    rc = stk__ring_alloc(r, a->n_slots, host, want_pinned, limit, dc, why, sizeof(why), err,
-                         err_size);
+    rc = stk__ring_alloc(r, a->n_slots, host, want_pinned, limit, a->shared, dc, why, sizeof(why),
+                         err, err_size);
     if (why[0])
         dev_note(r, "pageable ring", why);
     /* A batch opened takes the memory freed last, still in the cache (bench/RESULTS.md, rawpc:

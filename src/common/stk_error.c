@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-static _Thread_local char last_errmsg[STK_ERRMSG_SIZE];
+static _Thread_local char last_errmsg[STK__LAST_ERRMSG_SIZE];
 
 const char *stk_strerror(stk_status code)
 {

@@ -105,3 +105,14 @@ double stk__rng_gamma(stk_rng *rng, double a)
             return d * v;
     }
 }
+
+/* Salt of the per-sample seed stream: apart from the augmentation stream (key = seed) and the
+ * order's (stk_order.c's ORDER_SALT). */
+#define SAMPLE_SEED_SALT 0x9e6c63d0676a9a99ULL
+
+uint64_t stk_sample_seed(uint64_t seed, uint64_t epoch, uint64_t index)
+{
+    stk_rng r;
+    stk_rng_init(&r, seed ^ SAMPLE_SEED_SALT, epoch, index);
+    return stk_rng_u64(&r);
+}

@@ -174,6 +174,25 @@ void stk__cuda_host_free(void *p)
         cuda_api.cuMemFreeHost(p);
 }
 
+stk_status stk__cuda_host_register(void *p, size_t size, char *why, size_t why_size)
+{
+    const stk__cuda_api *cu = stk__cuda_load(why, why_size);
+    if (!cu)
+        return STK_ENOTSUP;
+    CUresult r = cu->cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE);
+    if (r != CUDA_SUCCESS)
+        return stk__cuda_error(why, why_size,
+                               r == CUDA_ERROR_OUT_OF_MEMORY ? STK_ENOMEM : STK_ENOTSUP,
+                               "cuMemHostRegister", r);
+    return STK_OK;
+}
+
+void stk__cuda_host_unregister(void *p)
+{
+    if (p && cuda_ok)
+        cuda_api.cuMemHostUnregister(p);
+}
+
 /* ---- public probe ---- */
 
 stk_status stk_cuda_probe(int32_t device, char *buf, size_t buf_size)

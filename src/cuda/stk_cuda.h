@@ -23,6 +23,11 @@ const stk__cuda_api *stk__cuda_load(char *why, size_t why_size);
  * when the driver refuses; the reason in why. Ring slots get it through src/batch/stk_pinned.c. */
 stk_status stk__cuda_host_alloc(size_t size, void **p, char *why, size_t why_size);
 void stk__cuda_host_free(void *p);
+/* cuMemHostRegister (portable) of memory the caller mapped (a shared ring's memfd), with the
+ * current context; STK_ENOTSUP / STK_ENOMEM with the reason in why. Undo with
+ * stk__cuda_host_unregister before unmapping. */
+stk_status stk__cuda_host_register(void *p, size_t size, char *why, size_t why_size);
+void stk__cuda_host_unregister(void *p);
 
 /* Write "call: CUDA_ERROR_NAME (description)" into err and return `code`. */
 stk_status stk__cuda_error(char *err, size_t err_size, stk_status code, const char *call,

@@ -38,9 +38,10 @@ enum {
     CUDA_ERROR_NOT_READY = 600
 };
 
-#define CU_MEMHOSTALLOC_PORTABLE 0x01u /* page-locked for every context, not only the current */
-#define CU_STREAM_NON_BLOCKING 0x1u    /* no implicit synchronisation with the legacy stream */
-#define CU_EVENT_BLOCKING_SYNC 0x1u    /* cuEventSynchronize sleeps instead of spinning */
+#define CU_MEMHOSTALLOC_PORTABLE 0x01u    /* page-locked for every context, not only the current */
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01u /* registered memory page-locked for every context */
+#define CU_STREAM_NON_BLOCKING 0x1u       /* no implicit synchronisation with the legacy stream */
+#define CU_EVENT_BLOCKING_SYNC 0x1u       /* cuEventSynchronize sleeps instead of spinning */
 #define CU_EVENT_DISABLE_TIMING 0x2u
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
@@ -63,6 +64,8 @@ enum {
     X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext ctx))                                         \
     X(cuMemHostAlloc, "cuMemHostAlloc", (void **p, size_t size, unsigned flags))                   \
     X(cuMemFreeHost, "cuMemFreeHost", (void *p))                                                   \
+    X(cuMemHostRegister, "cuMemHostRegister_v2", (void *p, size_t size, unsigned flags))           \
+    X(cuMemHostUnregister, "cuMemHostUnregister", (void *p))                                       \
     X(cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr * p, size_t size))                                 \
     X(cuMemFree, "cuMemFree_v2", (CUdeviceptr p))                                                  \
     X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2",                                                   \

@@ -113,4 +113,11 @@ stk_status stk__image_decode_planes(stk__decoder *d, const void *src, size_t siz
                                     uint32_t h, uint32_t min_w, uint32_t min_h,
                                     stk__decoded planes[3], char *err, size_t err_size);
 
+/* Grow *buf (capacity *cap bytes) to at least `size` bytes, geometrically, charging the
+ * calling thread's stk__thread_budget (a loader's memory_budget) for what it adds: STK_ELIMIT
+ * over it (the message names the `what` buffer and adds `hint`, "" or advice ending in ", "),
+ * STK_ENOMEM. Contents are not kept. The image and audio decoders' one way to grow a buffer. */
+stk_status stk__buffer_reserve(uint8_t **buf, size_t *cap, size_t size, const char *what,
+                               const char *hint, char *err, size_t err_size);
+
 #endif /* STK_DECODE_H */

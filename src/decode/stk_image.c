@@ -44,6 +44,14 @@ struct stk_decoder {
 
 stk_status stk__decoder_reserve(uint8_t **buf, size_t *cap, size_t size, char *err, size_t err_size)
 {
+    return stk__buffer_reserve(buf, cap, size, "image",
+                               "lower the transform's max_pixels to refuse such images up front, ",
+                               err, err_size);
+}
+
+stk_status stk__buffer_reserve(uint8_t **buf, size_t *cap, size_t size, const char *what,
+                               const char *hint, char *err, size_t err_size)
+{
     if (size <= *cap)
         return STK_OK;
     /* Grow geometrically so that slowly growing windows settle quickly */
@@ -54,18 +62,17 @@ stk_status stk__decoder_reserve(uint8_t **buf, size_t *cap, size_t size, char *e
         if (!stk__budget_charge(b, want - *cap)) {
             uint64_t held = atomic_load_explicit(&b->held, memory_order_relaxed);
             return stk__set_error(err, err_size, STK_ELIMIT,
-                                  "decoding needs %zu more bytes of image buffer, over the "
+                                  "decoding needs %zu more bytes of %s buffer, over the "
                                   "memory budget of %" PRIu64 " bytes (the ring and per-thread "
                                   "scratch take %" PRIu64 ", decode buffers already hold %" PRIu64
-                                  "): raise memory_budget, lower the transform's max_pixels to "
-                                  "refuse such images up front, or use fewer threads",
-                                  size - *cap, b->limit, b->fixed, held);
+                                  "): raise memory_budget, %sor use fewer threads",
+                                  size - *cap, what, b->limit, b->fixed, held, hint);
         }
     }
     uint8_t *p = stk__realloc(*buf, want);
     if (!p)
-        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory (%zu-byte image buffer)",
-                              size);
+        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory (%zu-byte %s buffer)", size,
+                              what);
     *buf = p;
     *cap = want;
     return STK_OK;

@@ -37,7 +37,7 @@
  * value; longer ones go a symbol at a time. The chain of dependent operations per lookup
  * (shift, load, shift) is what bounds a Huffman decoder; two symbols a lookup halve it per
  * symbol. libjpeg-turbo 2.1 decodes one symbol a lookup and its value bits in a second step.
- * Measured (bench/RESULTS.md, issue 29): 1.9-2.0x libjpeg's entropy decoding on photographs with
+ * Measured (bench/RESULTS.md, issue 29): 1.8-2.0x libjpeg's entropy decoding on photographs with
  * grain, 1.7-1.9x on the generated set. Tables are built from the file's DHT contents and kept
  * in a small cache keyed by those contents (most files use the same few tables; a file with
  * its own tables pays ~3% of its decode to build them).

@@ -93,6 +93,9 @@ struct stk__vfs {
      * effort. Thread-safe. */
     bool (*aux_get)(stk__file *f, const char *name, uint8_t **out, size_t *n);
     void (*aux_put)(stk__file *f, const char *name, const void *buf, size_t n);
+    /* Optional (NULL: none, as for remote files): the descriptor of a local file, for reads
+     * batched outside `read` (stk_uring.h); -1 when there is none. */
+    int (*fd)(const stk__file *f);
 };
 
 /* Per-dataset settings of the remote byte sources (stk_dataset_opts' cache_dir / cache_limit).
@@ -156,6 +159,17 @@ static inline void stk__vfs_aux_put(stk__file *f, const char *name, const void *
     if (f->vfs->aux_put)
         f->vfs->aux_put(f, name, buf, n);
 }
+
+/* f's local descriptor (f->vfs->fd; -1 without one). */
+static inline int stk__vfs_fd(const stk__file *f)
+{
+    return f->vfs->fd ? f->vfs->fd(f) : -1;
+}
+
+/* Whether a file with a local descriptor is still the version opened (its size and modification
+ * time as at open): what every POSIX read checks after reading, for reads made outside `read`
+ * (stk_uring.h) to check once after theirs. false for a file without a descriptor. */
+bool stk__vfs_fd_unchanged(const stk__file *f);
 
 /* Close a file (accepts NULL). */
 void stk__vfs_close(stk__file *f);

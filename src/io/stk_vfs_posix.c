@@ -134,6 +134,19 @@ static stk_status posix_read(stk__file *file, uint64_t offset, const stk__iov *i
     return STK_OK;
 }
 
+static int posix_fd(const stk__file *file)
+{
+    return ((const pfile *)file)->fd;
+}
+
+bool stk__vfs_fd_unchanged(const stk__file *file)
+{
+    struct stat now;
+    int fd = stk__vfs_fd(file);
+    return fd >= 0 && fstat(fd, &now) == 0 && (uint64_t)now.st_size == file->size &&
+           mtime_ns(&now) == file->mtime_ns;
+}
+
 static void posix_close(stk__file *file)
 {
     pfile *f = (pfile *)file;
@@ -213,4 +226,5 @@ const stk__vfs stk__vfs_posix = {
     .stat = posix_stat,
     .list = posix_list,
     .glob = posix_glob,
+    .fd = posix_fd,
 };

@@ -1,8 +1,8 @@
 /*
  * stk_consumer.c: a loader's consumer side: stk_loader_next (in order, with the timeout, the
  * held-slot check and the autotuner's tick), the resets (set_epoch, set_indices; load_state's in
- * stk_resume.c) and the queries (epoch, batch count, info, stats). The loader's life is
- * stk_loader.c, whose opening comment has the design.
+ * stk_resume.c) and the queries (epoch, batch count, info, stats, the ring's shared memory). The
+ * loader's life is stk_loader.c, whose opening comment has the design.
  *
  * Autotune runs here, on the consumer thread inside stk_loader_next (under mu): every 250 ms it
  * feeds the last window to stk__autotune_decide and applies the decision.
@@ -241,6 +241,22 @@ const stk_dataset *stk_loader_dataset(const stk_loader *L)
 const char *stk_loader_errmsg(const stk_loader *L)
 {
     return L->errmsg;
+}
+
+stk_status stk_loader_ring_memory(const stk_loader *L, stk_ring_memory *out)
+{
+    stk_ring_memory full = {.struct_size = sizeof(full), .fd = -1};
+    if (!L || !out || out->struct_size == 0)
+        return stk__set_last_error(STK_EINVAL, "stk_loader_ring_memory: NULL argument or "
+                                               "struct_size not set");
+    const stk__ring *r = &L->c->r;
+    if (r->arena.fd >= 0) {
+        full.fd = r->arena.fd;
+        full.base = r->arena.base;
+        full.size = r->arena.size;
+        full.pinned = r->arena.pinned;
+    }
+    return stk__out_store(out, &full, sizeof(full)) ? STK_OK : STK_EINVAL;
 }
 
 stk_status stk_loader_info_get(const stk_loader *L, stk_loader_info *dst)

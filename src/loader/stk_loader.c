@@ -47,6 +47,7 @@ static void core_destroy(stk__ring *r, void *arg)
     stk__order_free(c);
     stk__free((void *)c->checked);
     stk_dataset_close(c->owned_ds);
+    stk_transform_destroy(c->own_transform);
     stk__free(c);
 }
 
@@ -118,13 +119,67 @@ static stk_status sample_fields(const stk_loader_opts *o, stk_field *fields, uin
     return STK_OK;
 }
 
-/* The field the transform reads: `name`, or stk_dataset_image_field's pick when NULL; an
- * encoded image (bytes) or a uint8 image array (c->tarray, c->tgeom). */
+#define SKIP_READS 64 /* records tried for the binding under on_error=skip */
+
+/* Fit the transform to the field it reads (stk__transform_bind): a kind whose output depends on
+ * its data (audio: the files' rate and channels) gets a bound copy, c->own_transform, from the
+ * field and, when it needs them, record 0's bytes (under on_error=skip, the first record that
+ * reads and decodes). */
+static stk_status bind_transform(core *c, const stk_field *fd, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    uint8_t *buf = NULL;
+    char why[STK_ERRMSG_SIZE] = "", where[STK_ERRMSG_SIZE] = "";
+    if (!stk__transform_bind_reads(c->transform, fd)) {
+        rc = stk__transform_bind(c->transform, fd, NULL, 0, &c->own_transform, why, sizeof(why));
+        goto done;
+    }
+    size_t cap = stk_dataset_max_record_size(c->ds);
+    if (!(buf = stk__malloc(cap ? cap : 1)))
+        return stk__set_error(err, err_size, STK_ENOMEM, "out of memory reading record 0");
+    /* Record 0; under on_error=skip, the first good one of the next SKIP_READS */
+    for (uint64_t i = 0; i < STK_MIN(c->n, (uint64_t)SKIP_READS); i++) {
+        stk_record rec;
+        char w[STK_ERRMSG_SIZE];
+        stk_record_init(&rec);
+        rc = stk_dataset_read(c->ds, i, buf, cap, &rec);
+        if (rc < 0)
+            snprintf(w, sizeof(w), "%s", stk_last_errmsg());
+        else
+            rc = stk__transform_bind(c->transform, fd, rec.field[c->tfield],
+                                     rec.field_size[c->tfield], &c->own_transform, w, sizeof(w));
+        if (i == 0) {
+            memcpy(why, w, sizeof(why));
+            stk_dataset_describe(c->ds, 0, where, sizeof(where));
+        }
+        if (!c->skip_corrupt || (rc != STK_EFORMAT && rc != STK_ELIMIT))
+            break;
+    }
+    stk__free(buf);
+    if (rc < 0)
+        return stk__set_error(
+            err, err_size, rc,
+            "%s: %s (read when the loader starts, to learn the files' rate and "
+            "channel count; with sample_rate= (or a Resample before the crop) and a Downmix it "
+            "is not needed)",
+            where, why);
+done:
+    if (rc < 0)
+        return stk__set_error(err, err_size, rc, "%s", why);
+    if (c->own_transform)
+        c->transform = c->own_transform;
+    return STK_OK;
+}
+
+/* The field the transform reads: `name`, or its media kind's pick when NULL (for images
+ * stk_dataset_image_field's); for images an encoded image (bytes) or a uint8 image array
+ * (c->tarray, c->tgeom); then the transform bound to it. */
 static stk_status transform_field(core *c, const char *name, char *err, size_t err_size)
 {
+    stk_media media = stk_transform_media(c->transform);
     if (!name) {
         size_t f;
-        stk_status rc = stk_dataset_image_field(c->ds, &f);
+        stk_status rc = stk__dataset_media_field(c->ds, media, &f);
         if (rc < 0)
             return stk__set_error(err, err_size, rc, "%s", stk_last_errmsg());
         c->tfield = (int)f;
@@ -138,10 +193,13 @@ static stk_status transform_field(core *c, const char *name, char *err, size_t e
                               name, list);
     }
     const stk_field *fd = stk_dataset_field(c->ds, (size_t)c->tfield);
-    if (fd->kind == STK_FIELD_BYTES)
-        return STK_OK;
-    c->tarray = true;
-    return stk__imgarray_of(fd, &c->tgeom, err, err_size);
+    if (media == STK_MEDIA_IMAGE && fd->kind != STK_FIELD_BYTES) { /* pixels, no decode */
+        c->tarray = true;
+        stk_status rc = stk__imgarray_of(fd, &c->tgeom, err, err_size);
+        if (rc < 0)
+            return rc;
+    }
+    return bind_transform(c, fd, err, err_size);
 }
 
 /* Resolve rank and world from options or environment. */
@@ -175,7 +233,7 @@ static stk_status budget_check(core *c, uint64_t budget, char *err, size_t err_s
     if (c->transform)
         scratch = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
     scratch += c->bops.n ? c->bops.scratch_size : 0;
-    scratch += c->sample_fn ? c->in_lay.slot_size : 0;
+    scratch += stk__sampled(c) ? c->in_lay.slot_size : 0;
     uint64_t total = ring + scratch * c->n_threads + (c->checked ? (c->n / 64 + 1) * 8 : 0);
     c->budget.limit = budget;
     c->budget.fixed = total;
@@ -265,7 +323,15 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     c->world = world;
     c->seed = opts->seed;
     c->shuffle = opts->flags & STK_LOADER_SHUFFLE;
-    c->drop_last = opts->flags & STK_LOADER_DROP_LAST;
+    if ((opts->flags & STK_LOADER_DROP_TAIL) && (opts->flags & STK_LOADER_PAD_TAIL))
+        STK_FAIL(err, STK_EINVAL, "flags STK_LOADER_DROP_TAIL and STK_LOADER_PAD_TAIL together");
+    /* DROP_LAST alone drops both the tail across ranks and the partial last batch; the TAIL
+     * flags decide the tail on their own (DistributedSampler's drop_last vs the DataLoader's). */
+    bool drop_last = opts->flags & STK_LOADER_DROP_LAST;
+    bool drop_tail =
+        (opts->flags & STK_LOADER_DROP_TAIL) || (drop_last && !(opts->flags & STK_LOADER_PAD_TAIL));
+    c->plan_flags = (drop_last ? STK_PLAN_DROP_LAST : 0) | (drop_tail ? STK_PLAN_DROP_TAIL : 0) |
+                    ((opts->flags & STK_LOADER_STRIDED) ? STK_PLAN_STRIDED : 0);
     c->skip_corrupt = opts->flags & STK_LOADER_SKIP_CORRUPT;
     c->timed = !(opts->flags & STK_LOADER_NO_STATS);
     c->created_ns = stk__now_ns();
@@ -281,6 +347,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     c->transform = opts->transform;
     c->tfield = -1;
     stk__tspec tspec;
+    memset(&tspec, 0, sizeof(tspec));
     if (c->transform) {
         STK_TRY(transform_field(c, opts->transform_field, err, sizeof(err)));
         stk__transform_spec(c->transform, &tspec);
@@ -296,13 +363,14 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     }
     STK_TRY(stk__batchops_opts(&c->bops, opts, err, sizeof(err)));
     int tf = c->tfield;
-    if (opts->sample_fn) {
+    if (opts->sample_fn || opts->sample_fn_v2) {
         /* Workers read each record into their own buffer (laid out as in_lay); the slot holds
          * what the callback writes. */
         STK_TRY(stk__layout_init(&c->in_lay, fields, max_size, n_fields, 1, c->tfield, &tspec, err,
                                  sizeof(err)));
         STK_TRY(sample_fields(opts, fields, max_size, &n_fields, err, sizeof(err)));
         c->sample_fn = opts->sample_fn;
+        c->sample_fn_v2 = opts->sample_fn_v2;
         c->sample_ctx = opts->sample_ctx;
         tf = -1;
     }
@@ -328,19 +396,21 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
 
     stk__ring_args ra = {.n_slots = c->n_slots,
                          .finish = {.on = false},
-                         .sample_fn = c->sample_fn != NULL,
+                         .sample_fn = stk__sampled(c),
                          .batch_ops = c->bops.n > 0,
                          .want_pinned = (opts->flags & STK_LOADER_PINNED) != 0,
                          .device = opts->device,
-                         .pinned_limit = opts->pinned_limit};
+                         .pinned_limit = opts->pinned_limit,
+                         .shared = (opts->flags & STK_LOADER_SHARED_RING) != 0};
     if (c->transform)
         stk__transform_finish(c->transform, &ra.finish);
     STK_TRY(stk__ring_setup(&c->r, &ra, err, sizeof(err)));
     bool hwc = c->r.dc.fin_t >= 0 ? c->r.dc.fin.nhwc != 0
                                   : c->transform && stk__transform_nhwc(c->transform);
     STK_TRY(stk__batchops_init(&c->bops, &c->r.view,
-                               c->transform ? stk_dataset_field(c->ds, (size_t)c->tfield)->name
-                                            : "image",
+                               !c->transform ? "image"
+                               : tspec.name  ? tspec.name /* the output's own name: "audio" */
+                                             : stk_dataset_field(c->ds, (size_t)c->tfield)->name,
                                label, hwc, err, sizeof(err)));
     STK_TRY(budget_check(c, opts->memory_budget, err, sizeof(err)));
 
@@ -378,7 +448,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
             goto fail;
         if (c->bops.n && !(w->bscratch = stk__malloc(c->bops.scratch_size)))
             STK_FAIL(err, STK_ENOMEM, "out of memory for the batch transforms' scratch");
-        if (c->sample_fn && !(w->in = stk__malloc(c->in_lay.slot_size)))
+        if (stk__sampled(c) && !(w->in = stk__malloc(c->in_lay.slot_size)))
             STK_FAIL(err, STK_ENOMEM, "out of memory for a %zu-byte sample buffer",
                      c->in_lay.slot_size);
         if (c->transform) {

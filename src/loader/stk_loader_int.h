@@ -109,6 +109,8 @@ struct core {
     stk__olist **slot_list;    /* [n_slots]: the list of the batch each slot holds (mu) */
     uint32_t n_pool;
     const stk_transform *transform;
+    stk_transform *own_transform; /* the transform bound to this data (stk__transform_bind), the
+                                   * one `transform` points at; NULL when it needed none */
     int tfield;
     bool tarray; /* the transformed field is a uint8 image array, not encoded bytes */
     /* Per record, one bit: its image passed a strict decode to its end, so later reads may stop
@@ -118,7 +120,8 @@ struct core {
     stk__imgarray tgeom; /* its geometry */
     uint32_t n_slots, n_threads, batch_size, rank, world;
     uint64_t seed, n;
-    bool shuffle, drop_last, skip_corrupt;
+    bool shuffle, skip_corrupt;
+    uint32_t plan_flags; /* STK_PLAN_*: the tail, the partial last batch, the split */
     unsigned read_flags; /* STK__READ_* for every record read */
     worker *workers;
     uint32_t n_started;
@@ -150,6 +153,7 @@ struct core {
     /* batch transforms (stk_batchops.c) and the per-sample callback */
     stk__batchops bops;
     stk_sample_fn sample_fn;
+    stk_sample_fn_v2 sample_fn_v2; /* called instead of sample_fn when set */
     void *sample_ctx;
     stk__layout in_lay; /* with sample_fn: one sample's fields as read (batch size 1) */
 
@@ -166,6 +170,12 @@ struct stk_loader {
     char errmsg[STK_ERRMSG_SIZE];
 };
 
+/* Whether a per-sample callback (sample_fn or sample_fn_v2) produces the slot's rows. */
+static inline bool stk__sampled(const core *c)
+{
+    return c->sample_fn || c->sample_fn_v2;
+}
+
 /* The clock for stats, or 0 when timing is off. */
 static inline uint64_t stk__loader_now(const core *c)
 {
@@ -175,7 +185,7 @@ static inline uint64_t stk__loader_now(const core *c)
 /* Plan this rank's part of an epoch from global position `start`. */
 static inline void stk__loader_plan(const core *c, uint64_t start, stk_plan *p)
 {
-    stk_plan_init(p, c->m, start, c->batch_size, c->rank, c->world, c->drop_last);
+    stk_plan_init_v2(p, c->m, start, c->batch_size, c->rank, c->world, c->plan_flags);
 }
 
 /* Append a trace event (by the buffer's own thread only; the device track under mu). */

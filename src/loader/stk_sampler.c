@@ -8,10 +8,13 @@
  * permutation table.
  *
  * Split (DESIGN.md "Distributed"): positions start..end-1 are padded by wrapping (p mod n) to a
- * multiple of world (PyTorch's DistributedSampler rule) or truncated with drop_last; each global
- * step of world*B positions is cut into world consecutive equal slices, slice r for rank r. The
- * positions consumed after k steps are therefore a prefix of the global order whatever world is,
- * which is what lets a run resume on another number of ranks.
+ * multiple of world (PyTorch's DistributedSampler rule) or truncated (its drop_last: the "tail");
+ * each global step of world*B positions is cut into world consecutive equal slices, slice r for
+ * rank r, or (strided) dealt to the ranks in turn, position g+r+j*world to rank r, which is
+ * DistributedSampler's indices[r::world] batched by the DataLoader. A rank's partial last batch
+ * is kept or dropped apart from the tail (the DataLoader's drop_last). Either way the positions
+ * consumed after k steps are a prefix of the global order whatever world is, which is what lets
+ * a run resume on another number of ranks.
  *
  * The per-sample random stream (Philox4x32-10) is src/common/stk_rng.c.
  */
@@ -50,11 +53,12 @@ uint64_t stk_sampler_index(uint64_t n, bool shuffle, uint64_t seed, uint64_t epo
 
 /* ---- the epoch plan ---- */
 
-stk_status stk_plan_init_sized(stk_plan *dst, uint64_t n, uint64_t start, uint32_t batch_size,
-                               uint32_t rank, uint32_t world, bool drop_last, size_t struct_size)
+stk_status stk_plan_init_v2_sized(stk_plan *dst, uint64_t n, uint64_t start, uint32_t batch_size,
+                                  uint32_t rank, uint32_t world, uint32_t flags, size_t struct_size)
 {
     if (n == 0 || batch_size == 0 || world == 0 || rank >= world || !dst ||
-        struct_size < sizeof(stk_plan))
+        struct_size < sizeof(stk_plan) ||
+        (flags & ~(STK_PLAN_DROP_LAST | STK_PLAN_DROP_TAIL | STK_PLAN_STRIDED)))
         return STK_EINVAL;
     stk_plan full = {.struct_size = sizeof(full)}, *plan = &full;
     plan->n = n;
@@ -62,19 +66,29 @@ stk_status stk_plan_init_sized(stk_plan *dst, uint64_t n, uint64_t start, uint32
     plan->batch_size = batch_size;
     plan->rank = rank;
     plan->world = world;
-    plan->drop_last = drop_last;
+    plan->drop_last = flags & STK_PLAN_DROP_LAST;
+    plan->drop_tail = flags & STK_PLAN_DROP_TAIL;
+    plan->strided = flags & STK_PLAN_STRIDED;
     if (start < n) {
         uint64_t rem = n - start;
-        plan->per_rank = drop_last ? rem / world : (rem + world - 1) / world;
+        plan->per_rank = plan->drop_tail ? rem / world : (rem + world - 1) / world;
     }
     plan->end = start + plan->per_rank * world;
-    plan->n_batches =
-        drop_last ? plan->per_rank / batch_size : (plan->per_rank + batch_size - 1) / batch_size;
+    plan->n_batches = plan->drop_last ? plan->per_rank / batch_size
+                                      : (plan->per_rank + batch_size - 1) / batch_size;
     *dst = full;
     return STK_OK;
 }
 
-stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first, uint32_t *count,
+stk_status stk_plan_init_sized(stk_plan *plan, uint64_t n, uint64_t start, uint32_t batch_size,
+                               uint32_t rank, uint32_t world, bool drop_last, size_t struct_size)
+{
+    return stk_plan_init_v2_sized(plan, n, start, batch_size, rank, world,
+                                  drop_last ? STK_PLAN_DROP_LAST | STK_PLAN_DROP_TAIL : 0,
+                                  struct_size);
+}
+
+stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first, uint32_t *n_samples,
                           uint64_t *consumed)
 {
     if (b >= plan->n_batches)
@@ -83,8 +97,10 @@ stk_status stk_plan_batch(const stk_plan *plan, uint64_t b, uint64_t *first, uin
     uint64_t g = plan->start + b * step;
     uint64_t m = STK_MIN(step, plan->end - g); /* a multiple of world (see stk_plan_init) */
     uint64_t per = m / plan->world;
-    *first = g + plan->rank * per;
-    *count = (uint32_t)per;
+    /* Strided: the rank's j-th sample of the epoch is position start + rank + j * world, so its
+     * batch b starts at g + rank (DistributedSampler's indices[rank::world], batched). */
+    *first = plan->strided ? g + plan->rank : g + plan->rank * per;
+    *n_samples = (uint32_t)per;
     *consumed = g + m;
     return STK_OK;
 }

@@ -14,18 +14,19 @@
 #include <inttypes.h>
 #include <string.h>
 
-#define SKIP_MAX_TRIES 64 /* substitutes tried for one bad sample before giving up */
+#define SKIP_MAX_TRIES 64   /* substitutes tried for one bad sample before giving up */
+#define STK__PREPARE_MAX 64 /* records handed to a source's prepare at once, at most */
 
-/* Tell the dataset which records positions [first, first + count) of slot s's epoch will read,
- * in the loader's order (remote byte sources fetch them ahead, coalesced and many at once; only
- * called when some file is remote). */
+/* Tell the dataset which records the `count` positions from `first` (s->stride apart) of slot
+ * s's epoch will read, in the loader's order (remote byte sources fetch them ahead, coalesced and
+ * many at once; only called when some file is remote). */
 static void readahead_records(core *c, const stk__slot *s, uint64_t first, uint32_t count)
 {
     uint64_t idx[512];
     for (uint32_t t = 0; t < count; t += 512) {
         uint32_t k = STK_MIN(count - t, 512u);
         for (uint32_t j = 0; j < k; j++)
-            idx[j] = stk__order_at(c, s, (first + t + j) % c->m);
+            idx[j] = stk__order_at(c, s, (first + (uint64_t)(t + j) * s->stride) % c->m);
         stk__dataset_readahead(c->ds, idx, k);
     }
 }
@@ -53,6 +54,7 @@ static bool open_batch(core *c)
     s->epoch = c->d_epoch;
     stk__order_open_locked(c, s);
     stk_plan_batch(&c->d_plan, c->d_b, &s->first, &count, &s->consumed);
+    s->stride = c->d_plan.strided ? c->world : 1;
     /* A resumed epoch numbers its batches from the epoch's start, not from the resume point. */
     s->number = (c->d_plan.start / ((uint64_t)c->world * c->batch_size)) + c->d_b;
     stk__slot_open_locked(s, c->open_seq, count);
@@ -178,12 +180,15 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                 name_path(lay, mem, t, &loc, where, sizeof(where));
                 return stk__set_error(err, err_size, rc, "%s: %s", where, why);
             }
+            if (tl->lengths_offset != SIZE_MAX) /* the output's valid length (audio) */
+                ((int64_t *)(mem + tl->lengths_offset))[t] = stk__transform_worker_length(w->tw);
         }
     }
     return STK_OK;
 }
 
-/* Run the sample_fn on the sample in w->in (laid out as c->in_lay), writing row t of slot s. */
+/* Run the sample_fn (or sample_fn_v2) on the sample in w->in (laid out as c->in_lay), writing row
+ * t of slot s. */
 static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t t, uint64_t idx,
                                 char *err, size_t err_size)
 {
@@ -202,7 +207,19 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
         }
     }
     char why[STK_ERRMSG_SIZE] = "";
-    stk_status rc = c->sample_fn(c->sample_ctx, idx, in, n_in, out, n_out, why, sizeof(why));
+    stk_status rc;
+    if (c->sample_fn_v2) {
+        stk_sample_info info = {.struct_size = sizeof(info),
+                                .index = idx,
+                                .epoch = s->epoch,
+                                .position = s->first + t,
+                                .seed = stk_sample_seed(c->seed, s->epoch, idx),
+                                .worker = w->id,
+                                .row = t};
+        rc = c->sample_fn_v2(c->sample_ctx, &info, in, n_in, out, n_out, why, sizeof(why));
+    } else {
+        rc = c->sample_fn(c->sample_ctx, idx, in, n_in, out, n_out, why, sizeof(why));
+    }
     if (rc >= 0)
         return STK_OK;
     char where[STK_ERRMSG_SIZE];
@@ -215,7 +232,7 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
 static stk_status load_record(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx, char *err,
                               size_t err_size)
 {
-    if (c->sample_fn) { /* read into the worker's buffer, row 0 */
+    if (stk__sampled(c)) { /* read into the worker's buffer, row 0 */
         stk_status rc = read_record(c, w, &c->in_lay, w->in, 0, s->epoch, idx, err, err_size);
         return rc < 0 ? rc : run_sample_fn(c, w, s, t, idx, err, err_size);
     }
@@ -249,13 +266,12 @@ static bool skippable(stk_status rc)
     return rc == STK_EFORMAT || rc == STK_ELIMIT;
 }
 
-/* Produce sample `t` of slot `s`: its record, or under skip_corrupt the next good record of the
- * epoch's order (counted). */
-static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t)
+/* Produce sample `t` of slot `s`: its record `idx` (the epoch's order at the sample's position),
+ * or under skip_corrupt the next good record of that order (counted). */
+static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx)
 {
     char err[STK_ERRMSG_SIZE];
-    uint64_t pos = s->first + t;
-    uint64_t idx = stk__order_at(c, s, pos % c->m);
+    uint64_t pos = s->first + (uint64_t)t * s->stride;
     stk_status rc = load_record(c, w, s, t, idx, err, sizeof(err));
     if (skippable(rc) && c->skip_corrupt) {
         for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->m && skippable(rc); k++) {
@@ -306,7 +322,7 @@ static stk_status device_issue(core *c, worker *w, stk__slot *s, char *err, size
     for (size_t i = 0; i < src->n_tensors; i++) {
         const stk__tlayout *t = &src->t[i];
         range_add(r, &n, t->offset, t->row_size * s->count);
-        if (t->bytes)
+        if (t->lengths_offset != SIZE_MAX)
             range_add(r, &n, t->lengths_offset, sizeof(int64_t) * s->count);
     }
     uint64_t t0 = stk__loader_now(c);
@@ -377,10 +393,40 @@ static void worker_wait(core *c, worker *w)
         stk__trace_add(c, &w->trace, TR_WAIT, t0, t1, 0);
 }
 
+/* Batch s (seq) has every sample done: its batch ops, then its device copy queued before it is
+ * handed out (so the copy runs ahead of the consumer), then READY. */
+static void complete_batch(core *c, worker *w, stk__slot *s, uint64_t seq)
+{
+    char cerr[STK_ERRMSG_SIZE];
+    stk_status crc = batch_ops(c, w, s, cerr, sizeof(cerr));
+    if (crc == STK_OK && c->r.dc.dev)
+        crc = device_issue(c, w, s, cerr, sizeof(cerr));
+    pthread_mutex_lock(&c->r.mu);
+    if (s->seq == seq && s->state == STK__SLOT_FILLING) {
+        if (crc < 0) /* after every sample's own error (those come first) */
+            stk__slot_error_locked(s, UINT32_MAX - 1, crc, cerr);
+        s->state = STK__SLOT_READY;
+        pthread_cond_broadcast(&c->r.cv_ready);
+    }
+    pthread_mutex_unlock(&c->r.mu);
+}
+
+/* Samples t..t+n-1 of slot s (records idx[0..n)) are this worker's next: tell the source, which
+ * may read them together (stk__dataset_prepare; the time counts as reading). */
+static void prepare_records(core *c, worker *w, const stk__slot *s, const uint64_t *idx, uint32_t n)
+{
+    const stk__readkey key = {c->seed, s->epoch, c->shuffle};
+    uint64_t t0 = stk__loader_now(c);
+    stk__dataset_prepare(c->ds, w->cur, &key, idx, n);
+    atomic_fetch_add_explicit(&w->read_ns, stk__loader_now(c) - t0, memory_order_relaxed);
+}
+
 void *stk__worker_main(void *arg)
 {
     worker *w = arg;
     core *c = w->c;
+    /* records a source reads together (1: one at a time) */
+    uint32_t many = STK_MIN(stk__dataset_prepare_max(c->ds), (unsigned)STK__PREPARE_MAX);
     /* "stk-worker" in top, py-spy, gdb and /proc/<pid>/task/<tid>/comm (tests count them); its
      * creator names it too, through /proc, so that the name holds before it first runs */
     pthread_setname_np(pthread_self(), "stk-worker");
@@ -423,27 +469,23 @@ void *stk__worker_main(void *arg)
             c->claim_seq++; /* tickets exhausted: stragglers finish it, we move on */
             continue;
         }
+        /* Tickets taken at a time: one, or where the source reads records together (token
+         * rows), up to half this worker's share of the batch. */
+        uint32_t want = STK_MIN(many, STK_MAX(1u, count / (2 * STK_MAX(1u, c->at.active))));
         c->busy++;
         pthread_mutex_unlock(&c->r.mu);
-        uint32_t t;
+        uint32_t t, n;
         uint64_t t0 = stk__loader_now(c);
-        while (atomic_load(&c->gen) == gen && stk__slot_take_ticket(s, seq, count, &t)) {
-            do_sample(c, w, s, t);
-            if (atomic_fetch_add(&s->done, 1) + 1 == count) {
-                /* Complete: queue its device copy before handing it out, so the copy runs
-                 * ahead of the consumer. */
-                char cerr[STK_ERRMSG_SIZE];
-                stk_status crc = batch_ops(c, w, s, cerr, sizeof(cerr));
-                if (crc == STK_OK && c->r.dc.dev)
-                    crc = device_issue(c, w, s, cerr, sizeof(cerr));
-                pthread_mutex_lock(&c->r.mu);
-                if (s->seq == seq && s->state == STK__SLOT_FILLING) {
-                    if (crc < 0) /* after every sample's own error (those come first) */
-                        stk__slot_error_locked(s, UINT32_MAX - 1, crc, cerr);
-                    s->state = STK__SLOT_READY;
-                    pthread_cond_broadcast(&c->r.cv_ready);
-                }
-                pthread_mutex_unlock(&c->r.mu);
+        while (atomic_load(&c->gen) == gen && stk__slot_take_tickets(s, seq, count, want, &t, &n)) {
+            uint64_t idx[STK__PREPARE_MAX]; /* the samples' records, in the epoch's order */
+            for (uint32_t k = 0; k < n; k++)
+                idx[k] = stk__order_at(c, s, (s->first + (uint64_t)(t + k) * s->stride) % c->m);
+            if (n > 1)
+                prepare_records(c, w, s, idx, n);
+            for (uint32_t k = 0; k < n && atomic_load(&c->gen) == gen; k++) {
+                do_sample(c, w, s, t + k, idx[k]);
+                if (atomic_fetch_add(&s->done, 1) + 1 == count)
+                    complete_batch(c, w, s, seq);
             }
         }
         atomic_fetch_add_explicit(&w->run_ns, stk__loader_now(c) - t0, memory_order_relaxed);

@@ -1,9 +1,10 @@
 /*
  * stk_imgfield.c: which field a transform reads when the caller names none
- * (stk_dataset_image_field: the loader, the Python Loader and `stoker bench` all ask it), and
- * uint8 image array fields as RGB pixels (stk_imgfield.h).
+ * (stk_dataset_image_field: the loader, the Python Loader and `stoker bench` all ask it; an
+ * audio transform's through stk__dataset_media_field, by the same steps with audio's names,
+ * magics and arrays), and uint8 image array fields as RGB pixels (stk_imgfield.h).
  *
- * The pick, in order, each step only when the one before found nothing:
+ * The pick for images, in order, each step only when the one before found nothing:
  *  1. a field named `image`;
  *  2. bytes fields named as encoded images: a name whose extension (after the last dot of its
  *     last `/` component, or the whole component) is an image format's (jpg, jpeg, png, webp,
@@ -14,6 +15,10 @@
  *  4. uint8 image arrays of three channels (H, W, 3) or (3, H, W), then of one channel (H, W),
  *     (H, W, 1) or (1, H, W); both sides at least 8 pixels (smaller 2-D arrays are rarely
  *     images).
+ * For audio: a field named `audio`; bytes fields named wav, flac, mp3, ogg, oga, opus, aif,
+ * aiff, au, snd; the bytes fields whose record 0 starts with an audio magic (RIFF/WAVE, fLaC,
+ * OggS, ID3, FORM/AIFF, .snd, caff); waveform arrays (samples,) or (channels <= 8, samples) of
+ * float32, float64, int16 or int32, 64 samples or more.
  * One candidate in a step is the pick; several are an error naming them; none at all an error
  * listing the fields. Either error says how to name the field.
  */
@@ -86,7 +91,18 @@ const uint8_t *stk__imgarray_rgb(const stk__imgarray *a, const uint8_t *src, uin
     return buf;
 }
 
-/* Step 2: whether `name` says the field holds encoded images. */
+/* Step 2: `name`'s extension (after the last dot of its last `/` component, or the whole
+ * component). */
+static const char *name_ext(const char *name)
+{
+    const char *last = strrchr(name, '/');
+    last = last ? last + 1 : name;
+    const char *dot = strrchr(last, '.');
+    return dot ? dot + 1 : last;
+}
+
+/* Step 2 for images: an image extension (WebDataset), or a name ending in `image/encoded`
+ * (TFRecord). */
 static bool named_as_image(const char *name)
 {
     size_t n = strnlen(name, STK_MAX_NAME);
@@ -94,13 +110,13 @@ static bool named_as_image(const char *name)
     size_t ne = sizeof(enc) - 1;
     if (n >= ne && strcmp(name + n - ne, enc) == 0 && (n == ne || name[n - ne - 1] == '/'))
         return true;
-    const char *last = strrchr(name, '/');
-    last = last ? last + 1 : name;
-    const char *dot = strrchr(last, '.');
-    const char *ext = dot ? dot + 1 : last;
-    if (stk__image_ext(ext))
-        return true;
-    return false;
+    return stk__image_ext(name_ext(name));
+}
+
+/* Step 2 for audio: an audio extension (WebDataset's .wav/.flac/.mp3 members). */
+static bool named_as_audio(const char *name)
+{
+    return stk__audio_ext(name_ext(name));
 }
 
 /* Step 3: whether `p` starts with the magic of an image format (stk__image_magic, the decoders'
@@ -113,17 +129,67 @@ static bool image_magic(const uint8_t *p, size_t n)
            fmt == STK__IMG_TIFF;
 }
 
-/* Step 4: 3 for a uint8 image array of three channels, 1 for one channel, 0 for neither (or too
+/* Step 3 for audio: the audio decoders' magics, the long ones only (not a bare MPEG sync). */
+static bool audio_magic(const uint8_t *p, size_t n)
+{
+    return stk__audio_magic(p, n, true) != STK__AUD_UNKNOWN;
+}
+
+/* Step 4: 2 for a uint8 image array of three channels, 1 for one channel, 0 for neither (or too
  * small to be picked unnamed). */
-static uint32_t auto_array_channels(const stk_field *f)
+static uint32_t image_array_rank(const stk_field *f)
 {
     stk__imgarray a;
     char why[8];
     if (stk__imgarray_of(f, &a, why, sizeof(why)) < 0 || a.width < MIN_AUTO_SIDE ||
         a.height < MIN_AUTO_SIDE)
         return 0;
-    return a.channels;
+    return a.channels == 3 ? 2 : 1;
 }
+
+/* Step 4 for audio: a waveform array, (samples,) or (channels, samples), of a float or int16 /
+ * int32 dtype (uint8 and int8 arrays are more often something else: name them). */
+static uint32_t audio_array_rank(const stk_field *f)
+{
+    if (f->kind != STK_FIELD_ARRAY ||
+        !(f->dtype == STK_DTYPE_FLOAT32 || f->dtype == STK_DTYPE_FLOAT64 ||
+          f->dtype == STK_DTYPE_INT16 || f->dtype == STK_DTYPE_INT32))
+        return 0;
+    if (f->ndim == 1)
+        return f->shape[0] >= 64 ? 2 : 0;
+    return f->ndim == 2 && f->shape[0] >= 1 && f->shape[0] <= 8 && f->shape[1] >= 64 ? 2 : 0;
+}
+
+/* What a media kind's transforms read: the four steps' tests and their words for messages. */
+typedef struct field_rule {
+    const char *name;                           /* step 1: the field so named */
+    bool (*named)(const char *name);            /* step 2 */
+    bool (*magic)(const uint8_t *p, size_t n);  /* step 3 */
+    uint32_t (*array_rank)(const stk_field *f); /* step 4: 2 first, then 1 */
+    const char *what[4];                        /* each step's candidates, for messages */
+    const char *none;                           /* what none of them is, for the last message */
+} field_rule;
+
+static const field_rule image_rule = {
+    "image",
+    named_as_image,
+    image_magic,
+    image_array_rank,
+    {"named as encoded images", "holding an encoded image in record 0",
+     "uint8 image arrays of three channels", "uint8 image arrays of one channel"},
+    "none is named 'image', named as encoded images (jpg, png, ..., image/encoded), holds an "
+    "encoded image in record 0 or is a uint8 image array (H, W, 3), (3, H, W) or (H, W)"};
+
+static const field_rule audio_rule = {
+    "audio",
+    named_as_audio,
+    audio_magic,
+    audio_array_rank,
+    {"named as encoded audio", "holding encoded audio in record 0", "waveform arrays",
+     "waveform arrays"},
+    "none is named 'audio', named as encoded audio (wav, flac, mp3, ogg, opus, ...), holds "
+    "encoded audio in record 0 or is a waveform array (samples,) or (channels, samples) of "
+    "float32, float64, int16 or int32"};
 
 /* Append "'name'" (", " between) to list. */
 static void list_add(char *list, size_t size, const char *name)
@@ -133,7 +199,8 @@ static void list_add(char *list, size_t size, const char *name)
 }
 
 /* Sniff the bytes fields of record 0 that step 2 did not look at; mark the candidates. */
-static stk_status sniff_record0(const stk_dataset *ds, bool *cand, size_t *n_cand)
+static stk_status sniff_record0(const stk_dataset *ds, const field_rule *r, bool *cand,
+                                size_t *n_cand)
 {
     stk_status rc = STK_OK;
     size_t nf = stk_dataset_n_fields(ds), size = stk_dataset_max_record_size(ds);
@@ -157,7 +224,7 @@ static stk_status sniff_record0(const stk_dataset *ds, bool *cand, size_t *n_can
     }
     for (size_t f = 0; f < nf && f < STK_MAX_FIELDS; f++)
         if (stk_dataset_field(ds, f)->kind == STK_FIELD_BYTES &&
-            image_magic(rec.field[f], rec.field_size[f])) {
+            r->magic(rec.field[f], rec.field_size[f])) {
             cand[f] = true;
             (*n_cand)++;
         }
@@ -166,34 +233,29 @@ fail:
     return rc;
 }
 
-stk_status stk_dataset_image_field(const stk_dataset *ds, size_t *field)
+/* The field rule r picks in ds (see the top of this file). */
+static stk_status pick_field(const stk_dataset *ds, const field_rule *r, size_t *field)
 {
-    if (!ds || !field)
-        return stk__set_last_error(STK_EINVAL, "stk_dataset_image_field: NULL %s",
-                                   !ds ? "dataset" : "field");
     size_t nf = STK_MIN(stk_dataset_n_fields(ds), (size_t)STK_MAX_FIELDS);
-    int img = stk_dataset_find_field(ds, "image");
-    if (img >= 0) {
-        *field = (size_t)img;
+    int named = stk_dataset_find_field(ds, r->name);
+    if (named >= 0) {
+        *field = (size_t)named;
         return STK_OK;
     }
-    static const char *const what[] = {
-        "named as encoded images", "holding an encoded image in record 0",
-        "uint8 image arrays of three channels", "uint8 image arrays of one channel"};
     for (int step = 0; step < 4; step++) {
         bool cand[STK_MAX_FIELDS] = {false};
         size_t n = 0;
         for (size_t f = 0; f < nf; f++) {
             const stk_field *fd = stk_dataset_field(ds, f);
-            bool c = step == 0   ? fd->kind == STK_FIELD_BYTES && named_as_image(fd->name)
-                     : step == 2 ? auto_array_channels(fd) == 3
-                     : step == 3 ? auto_array_channels(fd) == 1
+            bool c = step == 0   ? fd->kind == STK_FIELD_BYTES && r->named(fd->name)
+                     : step == 2 ? r->array_rank(fd) == 2
+                     : step == 3 ? r->array_rank(fd) == 1
                                  : false;
             cand[f] = c;
             n += c;
         }
         if (step == 1) {
-            stk_status rc = sniff_record0(ds, cand, &n);
+            stk_status rc = sniff_record0(ds, r, cand, &n);
             if (rc < 0)
                 return rc;
         }
@@ -210,7 +272,7 @@ stk_status stk_dataset_image_field(const stk_dataset *ds, size_t *field)
         return stk__set_last_error(STK_EINVAL,
                                    "cannot tell which field the transforms apply to: %zu fields "
                                    "are %s (%s); %s",
-                                   n, what[step], list, HOW_TO_NAME);
+                                   n, r->what[step], list, HOW_TO_NAME);
     }
     char list[STK_MAX_FIELDS * (STK_MAX_NAME + 16) + 1] = "";
     for (size_t f = 0; f < nf; f++) {
@@ -221,9 +283,25 @@ stk_status stk_dataset_image_field(const stk_dataset *ds, size_t *field)
                  fd->kind == STK_FIELD_ARRAY ? " " : "", stk_field_kind_name(fd->kind));
     }
     return stk__set_last_error(STK_EINVAL,
-                               "no field for the transforms to apply to: none is named 'image', "
-                               "named as encoded images (jpg, png, ..., image/encoded), holds an "
-                               "encoded image in record 0 or is a uint8 image array (H, W, 3), "
-                               "(3, H, W) or (H, W); the fields: %s; %s",
-                               list, HOW_TO_NAME);
+                               "no field for the transforms to apply to: %s; the fields: %s; %s",
+                               r->none, list, HOW_TO_NAME);
+}
+
+stk_status stk_dataset_image_field(const stk_dataset *ds, size_t *field)
+{
+    if (!ds || !field)
+        return stk__set_last_error(STK_EINVAL, "stk_dataset_image_field: NULL %s",
+                                   !ds ? "dataset" : "field");
+    return pick_field(ds, &image_rule, field);
+}
+
+stk_status stk__dataset_media_field(const stk_dataset *ds, stk_media media, size_t *field)
+{
+    switch (media) {
+    case STK_MEDIA_IMAGE:
+        return pick_field(ds, &image_rule, field);
+    case STK_MEDIA_AUDIO:
+        return pick_field(ds, &audio_rule, field);
+    }
+    return stk__set_last_error(STK_EINVAL, "no field rule for media kind %d", (int)media);
 }

@@ -34,4 +34,10 @@ static inline bool stk__imgarray_converts(const stk__imgarray *a)
  * decoders do for a grayscale JPEG or PNG. */
 const uint8_t *stk__imgarray_rgb(const stk__imgarray *a, const uint8_t *src, uint8_t *buf);
 
+/* The field a transform of `media` reads when none is named: stk_dataset_image_field's steps with
+ * that kind's names, magics and arrays (audio: `audio`, wav/flac/mp3/..., RIFF/fLaC/OggS/ID3...,
+ * waveform arrays). STK_EINVAL (none or several; stk_last_errmsg says which and how to name it),
+ * or record 0's read error. */
+stk_status stk__dataset_media_field(const stk_dataset *ds, stk_media media, size_t *field);
+
 #endif /* STK_IMGFIELD_H */

@@ -139,6 +139,15 @@ struct stk__source_methods {
      * block. */
     bool (*field_extent)(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
                          stk__brange *r);
+    /* Optional (NULL: none): how many records `prepare` takes at once (0 or 1: prepare is not
+     * worth calling for this dataset). Must not block. */
+    unsigned (*prepare_max)(const stk_dataset *ds);
+    /* Optional: records idx[0..n) (n <= prepare_max) are the next this cursor reads, in this
+     * order, with `key`: the source may read them together now (token rows: one system call for
+     * all). The reads that follow return exactly what they would have without it and report
+     * every error themselves; a record prepared but never read costs nothing more. */
+    void (*prepare)(const stk_dataset *ds, stk__cursor *cur, const stk__readkey *key,
+                    const uint64_t *idx, unsigned n);
 };
 
 /* Open a cursor for the calling thread (*out NULL when the source needs none). */
@@ -171,6 +180,24 @@ static inline stk_status stk__dataset_read_keyed(const stk_dataset *ds, stk__cur
     stk_status rc = ds->m->read_keyed(ds, cur, key, i, dst, cap, flags, info, err, err_size);
     stk__vfs_opts_use(prev);
     return rc;
+}
+
+/* How many records stk__dataset_prepare takes at once (1: it is a no-op for this dataset). */
+static inline unsigned stk__dataset_prepare_max(const stk_dataset *ds)
+{
+    unsigned n = ds->m->prepare && ds->m->prepare_max ? ds->m->prepare_max(ds) : 1;
+    return n ? n : 1;
+}
+
+/* Records idx[0..n) are the next `cur` reads (see stk__source_methods.prepare). */
+static inline void stk__dataset_prepare(const stk_dataset *ds, stk__cursor *cur,
+                                        const stk__readkey *key, const uint64_t *idx, unsigned n)
+{
+    if (!ds->m->prepare || n < 2)
+        return;
+    const stk__vfs_opts *prev = stk__vfs_opts_use(&ds->vfs);
+    ds->m->prepare(ds, cur, key, idx, n);
+    stk__vfs_opts_use(prev);
 }
 
 /* Open a dataset as stk_dataset_open_v2 does, with token options t (NULL: none): detection then

@@ -1,8 +1,9 @@
 /*
- * stk_apply.c: a transform applied to one sample: the fused per-sample path, and the per-thread
- * worker state it runs in (the transform object itself is stk_transform.c).
+ * stk_apply.c: an image transform applied to one sample: the fused per-sample path, and the
+ * per-thread worker state it runs in (the image kind's rows of stk__media_image; the transform
+ * object itself is stk_transform.c).
  *
- * Per sample (stk__transform_apply, on a worker thread):
+ * Per sample (stk__image_apply, through stk__transform_apply, on a worker thread):
  *   probe the header -> plan (fold the ops into one resample per axis, draw the randomness) ->
  *   decode only the window the output needs, at the largest DCT scale 1/den with den <= the
  *   downscale factor (den = 1 when `exact`) -> resample straight to the output size, mirrored if
@@ -164,7 +165,7 @@ static bool img_reserve(stk__tworker *w, size_t n)
     return true;
 }
 
-stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **out)
+stk_status stk__image_worker_create(const stk_transform *t, stk__tworker **out)
 {
     stk_status rc = STK_OK;
     *out = NULL;
@@ -172,6 +173,7 @@ stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **o
     if (!w)
         return stk__set_last_error(STK_ENOMEM, "out of memory for a transform worker");
     stk__clear_last_error();
+    w->media = STK_MEDIA_IMAGE;
     rc = stk__decoder_create(t->max_pixels, &w->dec);
     if (rc < 0) {
         if (!stk_last_errmsg()[0])
@@ -187,11 +189,11 @@ stk_status stk__transform_worker_create(const stk_transform *t, stk__tworker **o
     *out = w;
     return STK_OK;
 fail:
-    stk__transform_worker_destroy(w);
+    stk__image_worker_destroy(w);
     return rc;
 }
 
-void stk__transform_worker_destroy(stk__tworker *w)
+void stk__image_worker_destroy(stk__tworker *w)
 {
     if (!w)
         return;
@@ -206,18 +208,17 @@ const stk__xtimes *stk__transform_worker_times(const stk__tworker *w)
     return &w->times;
 }
 
-void stk__transform_worker_trust(stk__tworker *w, bool trusted)
+void stk__image_trust(stk__tworker *w, bool trusted)
 {
     stk__decoder_set_trusted(w->dec, trusted);
 }
 
-bool stk__transform_worker_checked(const stk__tworker *w)
+bool stk__image_checked(const stk__tworker *w)
 {
     return stk__decoder_checked(w->dec);
 }
 
-void stk__transform_worker_stage_ns(const stk__tworker *w, uint64_t *decode_ns,
-                                    uint64_t *augment_ns)
+void stk__image_stage_ns(const stk__tworker *w, uint64_t *decode_ns, uint64_t *augment_ns)
 {
     const stk__xtimes *x = &w->times;
     *decode_ns = atomic_load_explicit(&x->probe_ns, memory_order_relaxed) +
@@ -347,8 +348,8 @@ fail:
     return rc;
 }
 
-stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
-                                size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+stk_status stk__image_apply(const stk_transform *t, stk__tworker *w, const void *src, size_t size,
+                            stk_rng *rng, void *dst, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
     stk__imginfo info;

@@ -9,9 +9,10 @@
  * per-axis resample, random ops draw from the sample's stream); stk__xform_render runs the
  * kernels the plan collected, once per sample each (never an indirect call per pixel).
  *
- * The rows live in three parts: here the geometric, store, tensor and container ops; the pixel
+ * The rows live in four parts: here the geometric, store, tensor and container ops; the pixel
  * ops and policies in stk_ops_pixel.c; the warps (RandomRotation, RandomAffine) in
- * stk_ops_warp.c. stk__op_def_get finds a kind's row in them.
+ * stk_ops_warp.c; the audio family (torchaudio's ops, media STK_MEDIA_AUDIO) in
+ * stk_audio_ops.c. stk__op_def_get finds a kind's row in them.
  *
  * Adding an op: append its kind to stk_op_kind (include/stoker.h), its fields to stk_op if it
  * needs new ones, a row here, its kernel (a pixel op), and its Python class
@@ -397,6 +398,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomResizedCrop",
      .kind = STK_OP_RANDOM_RESIZED_CROP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .resamples = true,
      .params = PARAMS(p_rrc),
      .check = check_rrc,
@@ -421,6 +423,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomHorizontalFlip",
      .kind = STK_OP_RANDOM_HORIZONTAL_FLIP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .after_store = true,
      .params = PARAMS(stk__params_p),
      .check = stk__check_p,
@@ -434,6 +437,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomVerticalFlip",
      .kind = STK_OP_RANDOM_VERTICAL_FLIP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .after_store = true,
      .params = PARAMS(stk__params_p),
      .check = stk__check_p,
@@ -441,6 +445,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomCrop",
      .kind = STK_OP_RANDOM_CROP,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .params = PARAMS(p_rcrop),
      .check = check_rcrop,
      .size = size_crop,
@@ -455,6 +460,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomErasing",
      .kind = STK_OP_RANDOM_ERASING,
      .stage = STK__OP_TENSOR,
+     .draws = true,
      .after_store = true,
      .params = PARAMS(p_erase),
      .init = init_erase,
@@ -464,6 +470,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomApply",
      .kind = STK_OP_RANDOM_APPLY,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .container = true,
      .params = PARAMS(p_apply),
      .init = init_container,
@@ -472,6 +479,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomChoice",
      .kind = STK_OP_RANDOM_CHOICE,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .container = true,
      .params = PARAMS(p_choice),
      .init = init_container,
@@ -480,6 +488,7 @@ static const stk__op_def op_table[] = {
     {.name = "RandomOrder",
      .kind = STK_OP_RANDOM_ORDER,
      .stage = STK__OP_GEOMETRY,
+     .draws = true,
      .container = true,
      .params = PARAMS(p_choice),
      .init = init_container,
@@ -495,7 +504,8 @@ static const struct {
     size_t n;
 } parts[] = {{op_table, N(op_table)},
              {stk__pixel_op_rows, STK__PIXEL_N_ROWS},
-             {stk__warp_op_rows, STK__WARP_N_ROWS}};
+             {stk__warp_op_rows, STK__WARP_N_ROWS},
+             {stk__audio_op_rows, STK__AUDIO_N_ROWS}};
 
 static size_t n_rows(void)
 {
@@ -574,6 +584,12 @@ const char *stk_op_name(stk_op_kind kind)
     return d ? d->name : NULL;
 }
 
+bool stk_op_draws(stk_op_kind kind)
+{
+    const stk__op_def *d = stk__op_def_get(kind);
+    return d && d->draws;
+}
+
 stk_status stk_op_find(const char *name, stk_op_kind *out)
 {
     if (!name || !out)
@@ -583,9 +599,15 @@ stk_status stk_op_find(const char *name, stk_op_kind *out)
             *out = (stk_op_kind)k;
             return STK_OK;
         }
-    char names[768];
+    char names[1280];
     stk__op_list_names(false, names, sizeof(names));
     return stk__set_last_error(STK_EINVAL, "unknown op '%s' (supported: %s)", name, names);
+}
+
+stk_media stk_op_media(stk_op_kind kind)
+{
+    const stk__op_def *d = stk__op_def_get(kind);
+    return d ? d->media : STK_MEDIA_IMAGE;
 }
 
 size_t stk_op_n_params(stk_op_kind kind)

@@ -350,37 +350,43 @@ static stk_status kernel_pixel(const stk__pixctx *c, const stk__opdraw *draw)
 }
 /* ---- the rows ---- */
 
-/* A row of the ops of stk_pixops.c: one kernel (kernel_pixel), their defaults (init_pixel). */
-#define PIXEL_ROW(nm, k, pa, chk, pl)                                                              \
+/* A row of the ops of stk_pixops.c: one kernel (kernel_pixel), their defaults (init_pixel); dr:
+ * whether its plan draws (Grayscale is the one that does not). */
+#define PIXEL_ROW(nm, k, dr, pa, chk, pl)                                                          \
     {                                                                                              \
-        .name = nm, .kind = k, .stage = STK__OP_PIXEL, .params = PARAMS(pa), .init = init_pixel,   \
-        .check = chk, .plan = pl, .kernel = kernel_pixel                                           \
+        .name = nm, .kind = k, .stage = STK__OP_PIXEL, .draws = dr, .params = PARAMS(pa),          \
+        .init = init_pixel, .check = chk, .plan = pl, .kernel = kernel_pixel                       \
     }
 
 const stk__op_def stk__pixel_op_rows[STK__PIXEL_N_ROWS] = {
     {.name = "ColorJitter",
      .kind = STK_OP_COLOR_JITTER,
      .stage = STK__OP_PIXEL,
+     .draws = true,
      .params = PARAMS(p_jitter),
      .check = check_jitter,
      .plan = plan_jitter,
      .kernel = kernel_jitter},
-    PIXEL_ROW("Grayscale", STK_OP_GRAYSCALE, p_gray, check_gray, plan_pixel),
-    PIXEL_ROW("RandomGrayscale", STK_OP_RANDOM_GRAYSCALE, stk__params_p, stk__check_p,
+    PIXEL_ROW("Grayscale", STK_OP_GRAYSCALE, false, p_gray, check_gray, plan_pixel),
+    PIXEL_ROW("RandomGrayscale", STK_OP_RANDOM_GRAYSCALE, true, stk__params_p, stk__check_p,
               plan_pixel_p),
-    PIXEL_ROW("RandomInvert", STK_OP_RANDOM_INVERT, stk__params_p, stk__check_p, plan_pixel_p),
-    PIXEL_ROW("RandomPosterize", STK_OP_RANDOM_POSTERIZE, p_posterize, check_posterize,
+    PIXEL_ROW("RandomInvert", STK_OP_RANDOM_INVERT, true, stk__params_p, stk__check_p,
               plan_pixel_p),
-    PIXEL_ROW("RandomSolarize", STK_OP_RANDOM_SOLARIZE, p_solarize, check_solarize, plan_pixel_p),
-    PIXEL_ROW("RandomAdjustSharpness", STK_OP_RANDOM_ADJUST_SHARPNESS, p_sharpness, check_sharpness,
+    PIXEL_ROW("RandomPosterize", STK_OP_RANDOM_POSTERIZE, true, p_posterize, check_posterize,
               plan_pixel_p),
-    PIXEL_ROW("RandomAutocontrast", STK_OP_RANDOM_AUTOCONTRAST, stk__params_p, stk__check_p,
+    PIXEL_ROW("RandomSolarize", STK_OP_RANDOM_SOLARIZE, true, p_solarize, check_solarize,
               plan_pixel_p),
-    PIXEL_ROW("RandomEqualize", STK_OP_RANDOM_EQUALIZE, stk__params_p, stk__check_p, plan_pixel_p),
-    PIXEL_ROW("GaussianBlur", STK_OP_GAUSSIAN_BLUR, p_blur, check_blur, plan_blur),
+    PIXEL_ROW("RandomAdjustSharpness", STK_OP_RANDOM_ADJUST_SHARPNESS, true, p_sharpness,
+              check_sharpness, plan_pixel_p),
+    PIXEL_ROW("RandomAutocontrast", STK_OP_RANDOM_AUTOCONTRAST, true, stk__params_p, stk__check_p,
+              plan_pixel_p),
+    PIXEL_ROW("RandomEqualize", STK_OP_RANDOM_EQUALIZE, true, stk__params_p, stk__check_p,
+              plan_pixel_p),
+    PIXEL_ROW("GaussianBlur", STK_OP_GAUSSIAN_BLUR, true, p_blur, check_blur, plan_blur),
     {.name = "TrivialAugmentWide",
      .kind = STK_OP_TRIVIAL_AUGMENT_WIDE,
      .stage = STK__OP_PIXEL,
+     .draws = true,
      .params = PARAMS(p_ta),
      .init = init_ta,
      .check = check_ta,
@@ -389,6 +395,7 @@ const stk__op_def stk__pixel_op_rows[STK__PIXEL_N_ROWS] = {
     {.name = "RandAugment",
      .kind = STK_OP_RAND_AUGMENT,
      .stage = STK__OP_PIXEL,
+     .draws = true,
      .params = PARAMS(p_ra),
      .init = init_ta,
      .check = check_ra,
@@ -397,6 +404,7 @@ const stk__op_def stk__pixel_op_rows[STK__PIXEL_N_ROWS] = {
     {.name = "AutoAugment",
      .kind = STK_OP_AUTO_AUGMENT,
      .stage = STK__OP_PIXEL,
+     .draws = true,
      .params = PARAMS(p_aa),
      .check = check_aa,
      .plan = plan_aa,
@@ -404,6 +412,7 @@ const stk__op_def stk__pixel_op_rows[STK__PIXEL_N_ROWS] = {
     {.name = "AugMix",
      .kind = STK_OP_AUG_MIX,
      .stage = STK__OP_PIXEL,
+     .draws = true,
      .params = PARAMS(p_augmix),
      .init = init_augmix,
      .check = check_augmix,

@@ -1,24 +1,17 @@
 /*
- * stk_transform.c: the transform object of the public API: its options, compiling an op list
- * into a stk_transform (each op checked by its row of the op table, the output size followed
- * through the list, the finishing split taken), what it outputs, and its destruction. Applying
- * it to a sample is stk_apply.c; the named recipes are stk_recipe.c.
+ * stk_transform.c: the image kind of transform object (stk__media_image, stk_media.h):
+ * compiling an op list into a stk_transform (each op checked by its row of the op table, the
+ * output size followed through the list, the finishing split taken), what it outputs, and its
+ * destruction. Applying it to a sample is stk_apply.c; the named recipes are stk_recipe.c; the
+ * public create, which loads the options and picks the kind, is stk_media.c.
  *
  * Threads: a stk_transform is immutable after create and shared by every worker and loader.
  */
+#include "xform/stk_media.h"
 #include "xform/stk_xform.h"
 
 #include <math.h>
 #include <string.h>
-
-#define DEFAULT_MAX_PIXELS (64ull << 20)
-
-void stk_transform_opts_init_sized(stk_transform_opts *opts, size_t struct_size)
-{
-    stk_transform_opts full = {
-        .struct_size = sizeof(full), .dtype = STK_DTYPE_FLOAT32, .max_pixels = DEFAULT_MAX_PIXELS};
-    stk__init_store(opts, struct_size, &full, sizeof(full));
-}
 
 /* The padding style of ops[i] (Pad/RandomCrop's fill and padding_mode, other than zeros): the
  * axes hold one padding_mode and the render one fill, so every padding op must agree; and a
@@ -60,27 +53,15 @@ static stk_status check_pad_style(stk_transform *t, size_t i, size_t *pad_at)
     return STK_OK;
 }
 
-stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **out)
+/* The image kind's create (stk_transform_create, in stk_media.c, has loaded opts and its ops into
+ * the library's layout, at most STK__XF_MAX_OPS of them). */
+static stk_status image_create(const stk_transform_opts *opts, stk_transform **out)
 {
     stk_status rc = STK_OK;
     stk_transform *t = NULL;
-    if (out)
-        *out = NULL;
-    if (!opts || !out)
-        return stk__set_last_error(STK_EINVAL, "stk_transform_create: NULL %s",
-                                   !opts ? "opts" : "out");
-    stk_transform_opts full;
-    stk_transform_opts_init(&full);
-    if (!stk__opts_load(&full, sizeof(full), opts))
-        return stk__set_last_error(STK_EINVAL, "stk_transform_create: opts not initialised with "
-                                               "stk_transform_opts_init");
-    opts = &full;
-    if (opts->n_ops == 0 || !opts->ops)
+    *out = NULL;
+    if (opts->n_ops == 0)
         return stk__set_last_error(STK_EINVAL, "stk_transform_create: no ops");
-    if (opts->n_ops > STK__XF_MAX_OPS)
-        return stk__set_last_error(STK_EINVAL,
-                                   "stk_transform_create: too many ops (%zu, at most %d)",
-                                   opts->n_ops, STK__XF_MAX_OPS);
     if (opts->dtype != STK_DTYPE_UINT8 && opts->dtype != STK_DTYPE_FLOAT32 &&
         opts->dtype != STK_DTYPE_FLOAT16 && opts->dtype != STK_DTYPE_BFLOAT16)
         return stk__set_last_error(STK_EINVAL,
@@ -91,23 +72,13 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
     t = stk__calloc(1, sizeof(*t));
     if (!t)
         return stk__set_last_error(STK_ENOMEM, "stk_transform_create: out of memory");
+    t->media = STK_MEDIA_IMAGE;
     t->n_ops = opts->n_ops;
-    for (size_t i = 0; i < t->n_ops; i++) { /* strided by ops[0].struct_size */
-        stk_op probe = {0};
-        if (!stk__elem_load(&probe, sizeof(probe), opts->ops, i)) {
-            rc = stk__set_last_error(STK_EINVAL,
-                                     "ops[%zu]: not initialised with stk_op_init "
-                                     "(struct_size unset or unlike ops[0]'s)",
-                                     i);
-            goto fail;
-        }
-        stk_op_init(&t->ops[i], probe.kind); /* the defaults of fields an older caller lacks */
-        stk__elem_load(&t->ops[i], sizeof(t->ops[i]), opts->ops, i);
-    }
+    memcpy(t->ops, opts->ops, opts->n_ops * sizeof(stk_op));
     t->dtype = opts->dtype;
     t->nhwc = opts->nhwc;
     t->exact = opts->exact;
-    t->max_pixels = opts->max_pixels ? opts->max_pixels : DEFAULT_MAX_PIXELS;
+    t->max_pixels = opts->max_pixels ? opts->max_pixels : STK__XF_DEFAULT_MAX_PIXELS;
     t->lenient = opts->lenient;
     for (int c = 0; c < 3; c++)
         t->std[c] = 1.0f;
@@ -129,6 +100,13 @@ stk_status stk_transform_create(const stk_transform_opts *opts, stk_transform **
             goto fail;
         }
         t->defs[i] = d;
+        if (d->media != STK_MEDIA_IMAGE) {
+            rc = stk__set_last_error(STK_EINVAL,
+                                     "ops[%zu] (%s): an audio op in an image transform (ops[0] "
+                                     "is %s; a transform is one media kind)",
+                                     i, d->name, stk_op_name(t->ops[0].kind));
+            goto fail;
+        }
         if (d->check)
             STK_TRY(d->check(i, op));
         if (norm_at != SIZE_MAX && !d->after_store) {
@@ -246,7 +224,7 @@ bool stk__transform_nhwc(const stk_transform *t)
     return t->nhwc;
 }
 
-void stk__transform_spec(const stk_transform *t, stk__tspec *out)
+static void image_spec(const stk_transform *t, stk__tspec *out)
 {
     memset(out, 0, sizeof(*out));
     out->dtype = t->dtype;
@@ -260,6 +238,14 @@ void stk__transform_spec(const stk_transform *t, stk__tspec *out)
         out->shape[1] = t->out_h;
         out->shape[2] = t->out_w;
     }
+}
+
+bool stk_transform_draws(const stk_transform *t)
+{
+    for (size_t i = 0; t && i < t->n_ops; i++)
+        if (t->defs[i]->draws)
+            return true;
+    return false;
 }
 
 void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *ndim,
@@ -276,7 +262,20 @@ void stk_transform_output(const stk_transform *t, stk_dtype *dtype, uint32_t *nd
         memcpy(shape, s.shape, sizeof(s.shape));
 }
 
-void stk_transform_destroy(stk_transform *t)
+static void image_destroy(stk_transform *t)
 {
     stk__free(t);
 }
+
+const stk__media_ops stk__media_image = {
+    .name = "image",
+    .create = image_create,
+    .destroy = image_destroy,
+    .spec = image_spec,
+    .worker_create = stk__image_worker_create,
+    .worker_destroy = stk__image_worker_destroy,
+    .stage_ns = stk__image_stage_ns,
+    .trust = stk__image_trust,
+    .checked = stk__image_checked,
+    .apply = stk__image_apply,
+};

@@ -35,10 +35,17 @@
 #define STK__XF_MAX_SIZE 16384 /* largest output (and op) height or width */
 #define STK__XF_MAX_KERNEL 255 /* largest GaussianBlur kernel side */
 
+/* The pixel limit stk_transform_opts.max_pixels = 0 stands for. */
+#define STK__XF_DEFAULT_MAX_PIXELS (64ull << 20)
+
 struct stk__op_def;
 
-/* A compiled transform. Immutable after stk_transform_create. */
+/* A compiled transform. Immutable after stk_transform_create. `media` says which pipeline runs
+ * it (stk_media.h); the fields after `audio` are the image pipeline's (an audio transform keeps
+ * its ops here too, and its compiled pipeline behind `audio`). */
 struct stk_transform {
+    stk_media media;
+    struct stk__atransform *audio; /* STK_MEDIA_AUDIO: stk_audio.h */
     stk_op ops[STK__XF_MAX_OPS];
     const struct stk__op_def *defs[STK__XF_MAX_OPS]; /* the table row of each op */
     size_t n_ops;
@@ -331,7 +338,11 @@ typedef enum stk__op_stage {
     STK__OP_GEOMETRY = 0, /* moves pixels: its plan folds it into the per-axis resample */
     STK__OP_PIXEL = 1,    /* a kernel on the uint8 output-size image, after the resample */
     STK__OP_STORE = 2,    /* sets the conversion into the output dtype (at most one, last) */
-    STK__OP_TENSOR = 3    /* a pass over the stored output tensor (its dtype and layout) */
+    STK__OP_TENSOR = 3,   /* a pass over the stored output tensor (its dtype and layout) */
+    /* The audio family's stages (stk_audio.h): */
+    STK__OP_WAVE = 4,     /* on the waveform (Resample, the crops, Downmix, Vol) */
+    STK__OP_SPECTRUM = 5, /* makes the spectrogram (Spectrogram, MelSpectrogram, MFCC) */
+    STK__OP_SPECTRAL = 6  /* on the spectrogram (AmplitudeToDB, the masks) */
 } stk__op_stage;
 
 /* One sample's draw for a pixel kernel (filled by the op's plan, read by its kernel): one member
@@ -385,8 +396,9 @@ stk_status stk__am_apply(const stk__pixctx *c, const stk__augmix *d);
 struct stk__xplan;
 
 typedef struct stk__op_def {
-    const char *name; /* torchvision's class name */
+    const char *name; /* torchvision's (torchaudio's) class name */
     stk_op_kind kind; /* == the row's index in the table */
+    stk_media media;  /* the pipeline it belongs to (the rows below STK__OP_WAVE: images) */
     stk__op_stage stage;
     bool after_store; /* may follow the STORE op (a flip commutes with a per-pixel store) */
     bool container;   /* RandomApply/RandomChoice/RandomOrder: the `n_transforms` ops after it */
@@ -394,6 +406,9 @@ typedef struct stk__op_def {
                        * follow it */
     bool resamples;   /* resizes (Resize, RandomResizedCrop): padding before it is resampled as an
                        * edge extension, so a fill or padding_mode cannot precede it */
+    bool draws;       /* its plan takes numbers from the sample's random stream (stk_op_draws): a
+                       * transform of ops that do not is deterministic and decodes exactly by
+                       * default in the front ends (issue 24) */
     const stk_op_param *params; /* torchvision's arguments, in its order */
     size_t n_params;
     /* Optional defaults beyond stk_op_init's common ones (e.g. Resize's size (256, 0)). */
@@ -447,6 +462,11 @@ stk_status stk__check_interp_fill(size_t i, const stk_op *op);
 stk_status stk__check_fill(size_t i, const stk_op *op);
 /* torchvision's _parse_fill for a PIL image: int() of each channel. */
 void stk__fill_u8(const double fill[3], uint8_t out[3]);
+
+/* The audio family's rows (stk_audio_ops.c), kinds STK_OP_RESAMPLE .. STK_OP_FREQUENCY_MASKING;
+ * their hooks beyond check and init are NULL: the audio pipeline (stk_audio.c) runs them. */
+#define STK__AUDIO_N_ROWS 12
+extern const stk__op_def stk__audio_op_rows[STK__AUDIO_N_ROWS];
 
 /* The row of `kind`, or NULL for an unknown kind. */
 const stk__op_def *stk__op_def_get(stk_op_kind kind);
@@ -589,6 +609,7 @@ typedef struct stk__xtimes {
 } stk__xtimes;
 
 struct stk__tworker {
+    stk_media media; /* STK_MEDIA_IMAGE: every kind's worker starts with its kind (stk_media.c) */
     stk__decoder *dec;
     stk__rscratch rs;
     uint8_t *img; /* the uint8 output image before conversion */
@@ -602,5 +623,15 @@ stk_status stk__xform_render(const stk_transform *t, stk__tworker *w, const stk_
 
 /* Stage timings of a worker. */
 const stk__xtimes *stk__transform_worker_times(const stk__tworker *w);
+
+/* The image kind's worker rows of stk__media_image (stk_media.h), in stk_apply.c: what the
+ * stk__transform_worker_* calls and stk__transform_apply do for an image transform. */
+stk_status stk__image_worker_create(const stk_transform *t, stk__tworker **out);
+void stk__image_worker_destroy(stk__tworker *w);
+void stk__image_stage_ns(const stk__tworker *w, uint64_t *decode_ns, uint64_t *augment_ns);
+void stk__image_trust(stk__tworker *w, bool trusted);
+bool stk__image_checked(const stk__tworker *w);
+stk_status stk__image_apply(const stk_transform *t, stk__tworker *w, const void *src, size_t size,
+                            stk_rng *rng, void *dst, char *err, size_t err_size);
 
 #endif /* STK_XFORM_H */

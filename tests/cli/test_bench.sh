@@ -1,5 +1,6 @@
 # test_bench.sh: `stoker bench` on a small packed dataset: the JSON contract of DESIGN.md
-# (samples_per_s, samples, seconds, threads), epochs and sample counts, the memcpy ceiling, and
+# (samples_per_s, samples, seconds, threads), epochs and sample counts, the memcpy ceiling, the
+# exact decode by default for an evaluation recipe (--fast, --exact), and
 # bad arguments (exit 2 with a message) and bad data (exit 1 naming the file).
 # Run by scripts/run_cli_tests.sh in a fresh temp dir with $STOKER set.
 . "$(dirname "$0")/lib.sh"
@@ -144,6 +145,16 @@ np.save('npy/depth.npy', np.zeros((12, 40, 30), np.uint8))" || fail "write npy"
 $PY -c "import json; j = json.load(open('a.json')); assert j['samples'] == 12 and \
 j['ceiling']['kind'] == 'memcpy', j" || fail "bench on a uint8 array: $(cat a.json)"
 expect 0 "samples/s" "$STOKER" bench npy --recipe imagenet-train --threads 1 --field depth
+# An evaluation recipe (its ops draw nothing) decodes exactly unless --fast; a training recipe
+# keeps the fast decode unless --exact (issue 24); the two flags exclude each other.
+for r in "imagenet-val:True" "imagenet-val --fast:False" "imagenet-train:False" \
+         "imagenet-train --exact:True"; do
+    "$STOKER" bench npy --recipe ${r%%:*} --threads 1 --batch-size 4 --json > e.json ||
+        fail "bench --recipe ${r%%:*}: $(cat e.json)"
+    $PY -c "import json; j = json.load(open('e.json')); assert j['exact'] is ${r##*:}, j" ||
+        fail "bench --recipe ${r%%:*}: exact is not ${r##*:}: $(cat e.json)"
+done
+expect 2 "--exact and --fast" "$STOKER" bench npy --recipe imagenet-val --exact --fast
 expect 1 "field 'label' is an int64" "$STOKER" bench npy --recipe imagenet-val --field label
 expect 1 "'nope' is not in the dataset" "$STOKER" bench npy --recipe imagenet-val --field nope
 for k in a b; do head -c 300 /dev/urandom > $k.jpg; cp $k.jpg $k.png; done

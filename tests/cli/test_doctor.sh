@@ -97,12 +97,29 @@ assert d["mode"] == "python", d
 p = d["python"]
 assert p["loader"] == "stoker.Loader" and p["steps"] == 5 and p["batch_size"] == 4, p
 assert d["batch_size"] == 4, d  # the ceiling runs at the batch size the script uses
+# the verdict is the profiler's (whether a 30 ms step waits depends on the machine's load)
 assert d["data_bound"] == p["data_bound"] == (p["wait_share"] > 0.05), d
 assert abs(d["step_ms"] - p["step_ms"]) < 1e-3 and d["step_ms"] >= 25, d
 assert d["advice"], d
 PYEOF
 expect 0 "script train.py" "$STOKER" doctor data.stk --recipe imagenet-val --steps 5 --time 0.1 \
     --python train.py 0.03
+
+# A DataLoader script: the report names where its __getitem__ runs (the profiler's "costs").
+cat > dl.py <<'EOF'
+import time
+from torch.utils.data import DataLoader
+for x in DataLoader(list(range(400)), batch_size=4, num_workers=0):
+    time.sleep(0.02)
+EOF
+"$STOKER" doctor data.stk --steps 4 --time 0.1 --python dl.py > dl.txt 2> err.txt ||
+    fail "doctor --python dl.py: $(cat err.txt dl.txt)"
+grep -q "python: __getitem__ in the main process (num_workers=0)" dl.txt ||
+    fail "doctor --python dl.py: no python line: $(cat dl.txt)"
+"$STOKER" doctor data.stk --steps 4 --time 0.1 --json --python dl.py > dl.json ||
+    fail "doctor --python dl.py --json"
+$PY -c 'import json; c = json.load(open("dl.json"))["python"]["costs"]; assert c["executor"] == "main" and c["batch_bytes"] == 32, c' ||
+    fail "costs in the JSON: $(cat dl.json)"
 
 # A script that fails: its exit status and error, exit 1.
 printf 'raise ValueError("boom in the script")\n' > bad.py

@@ -76,6 +76,7 @@ typedef struct alloc {
     uint8_t *p;
     size_t size;
     bool device;
+    bool registered; /* cuMemHostRegister'ed caller memory (not freed here) */
     struct alloc *next;
 } alloc;
 
@@ -494,7 +495,7 @@ static CUresult do_free(void *p, bool device)
 {
     pthread_mutex_lock(&mu);
     for (alloc **pp = &allocs; *pp; pp = &(*pp)->next)
-        if ((*pp)->p == p && (*pp)->device == device) {
+        if ((*pp)->p == p && (*pp)->device == device && !(*pp)->registered) {
             alloc *a = *pp;
             *pp = a->next;
             *(device ? &device_live : &pinned_live) -= a->size;
@@ -516,6 +517,49 @@ CUresult fake_cuMemHostAlloc(void **p, size_t size, unsigned flags)
 CUresult fake_cuMemFreeHost(void *p)
 {
     return do_free(p, false);
+}
+
+/* Registered host memory (a shared ring's mapping) counts as pinned, as cuMemHostAlloc's does. */
+CUresult fake_cuMemHostRegister(void *p, size_t size, unsigned flags)
+{
+    (void)flags;
+    if (!has_ctx())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    long limit = env_long("FAKE_CUDA_HOST_LIMIT", -1);
+    pthread_mutex_lock(&mu);
+    if (limit >= 0 && pinned_live + size > (uint64_t)limit) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    alloc *a = calloc(1, sizeof(*a));
+    if (!a) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->p = p;
+    a->size = size;
+    a->registered = true;
+    a->next = allocs;
+    allocs = a;
+    pinned_live += size;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_cuMemHostUnregister(void *p)
+{
+    pthread_mutex_lock(&mu);
+    for (alloc **pp = &allocs; *pp; pp = &(*pp)->next)
+        if ((*pp)->p == p && (*pp)->registered) {
+            alloc *a = *pp;
+            *pp = a->next;
+            pinned_live -= a->size;
+            pthread_mutex_unlock(&mu);
+            free(a);
+            return CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&mu);
+    return CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult fake_cuMemAlloc(CUdeviceptr *p, size_t size)

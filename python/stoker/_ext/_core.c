@@ -353,6 +353,29 @@ PyObject *stkpy_names(size_t n, const char *(*name)(size_t i))
     return t;
 }
 
+static PyObject *mod_has_audio(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+#ifdef STK_HAVE_SNDFILE
+    const int sndfile = 1;
+#else
+    const int sndfile = 0;
+#endif
+#ifdef STK_HAVE_MPG123
+    const int mpg123 = 1;
+#else
+    const int mpg123 = 0;
+#endif
+#ifdef STK_HAVE_FFTW
+    const int fftw = 1;
+#else
+    const int fftw = 0;
+#endif
+    return Py_BuildValue("{s:O,s:O,s:O}", "sndfile", sndfile ? Py_True : Py_False, "mpg123",
+                         mpg123 ? Py_True : Py_False, "fftw", fftw ? Py_True : Py_False);
+}
+
 static PyMethodDef module_methods[] = {
     {"formats", mod_formats, METH_NOARGS,
      "formats() -> tuple: the format names Dataset(format=...) takes, in detection order."},
@@ -360,6 +383,9 @@ static PyMethodDef module_methods[] = {
      "cuda_probe(device=0) -> (usable, text): whether stoker can use CUDA device `device` (it "
      "loads libcuda.so.1, or $STOKER_LIBCUDA, once), with the driver and device, or the reason."},
     {"version", mod_version, METH_NOARGS, "version() -> str: the library version (\"M.m.p\")."},
+    {"sample_seed", stkpy_sample_seed, METH_VARARGS,
+     "sample_seed(seed, epoch, index) -> int: the per-sample seed a Python Dataset's worker "
+     "seeds random, NumPy and torch with (stk_sample_seed)."},
     {"n_cpus", mod_n_cpus, METH_NOARGS,
      "n_cpus() -> int: the CPUs this process may run on (what n_threads=0 means)."},
     {"image_extensions", mod_image_extensions, METH_NOARGS,
@@ -372,9 +398,13 @@ static PyMethodDef module_methods[] = {
     {"has_transforms", mod_has_transforms, METH_NOARGS,
      "has_transforms() -> bool: whether the image pipeline (decoders and transforms) is "
      "available in this build."},
-    {"op_names", stkpy_op_names, METH_NOARGS,
-     "op_names() -> tuple: the image ops the library supports (torchvision's class names), in "
-     "the order of its op table."},
+    {"op_names", stkpy_op_names, METH_VARARGS,
+     "op_names(media='image') -> tuple: the ops of that media kind the library supports "
+     "(torchvision's, or torchaudio's, class names; 'audio.RandomCrop', ... for stoker.audio's "
+     "own), in the order of its op table."},
+    {"has_audio", mod_has_audio, METH_NOARGS,
+     "has_audio() -> dict: which audio libraries this build has ('sndfile': WAV, FLAC, Ogg "
+     "Vorbis, Opus; 'mpg123': MP3; 'fftw': the spectrograms)."},
     {"op_params", stkpy_op_params, METH_O,
      "op_params(name) -> tuple of (parameter, type, count): the parameters op `name` takes in "
      "an op dict, e.g. ('size', 'int64', 2)."},
@@ -425,8 +455,9 @@ PyMODINIT_FUNC PyInit__core(void)
                      STK_VERSION_MAJOR, STK_VERSION_MINOR, STK_VERSION_PATCH, stk_version_string());
         return NULL;
     }
-    PyTypeObject *types[] = {&StkDataset_Type, &StkWriter_Type, &StkLoader_Type,
-                             &StkBatch_Type,   &StkTensor_Type, &StkTransform_Type};
+    PyTypeObject *types[] = {&StkDataset_Type,    &StkWriter_Type,   &StkLoader_Type,
+                             &StkBatch_Type,      &StkTensor_Type,   &StkTransform_Type,
+                             &StkThreadExec_Type, &StkGilMeter_Type, &StkProcPool_Type};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
@@ -435,7 +466,8 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     if (add_exceptions(m) < 0)
         goto fail;
-    const char *names[] = {"Dataset", "Writer", "Loader", "Batch", "Tensor", "Transform"};
+    const char *names[] = {"Dataset",   "Writer",     "Loader",   "Batch",   "Tensor",
+                           "Transform", "ThreadExec", "GilMeter", "ProcPool"};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0)
             goto fail;

@@ -10,6 +10,8 @@
  * _transform.c  Transform (a compiled image pipeline) and the op table
  * _diagnose.c   diagnose(): the doctor's decision (stk_diagnose) for stoker.profile
  * _map.c        Loader(map=fn): the per-sample callback on the worker threads
+ * _pyexec.c     a Python Dataset's __getitem__ on the worker threads; the GIL meter
+ * _procpool.c   a Python Dataset's __getitem__ in worker processes writing the shared ring
  * _tokens.c     token corpora: tokens_open, tokens_mix, tokens_info (stoker/tokens.py)
  * _cli.c        cli_main(argv): the `stoker` command line in this process (python -m stoker)
  *
@@ -20,6 +22,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include <pthread.h>
 
 /* The op introspection (transforms by name), the sampler (epoch_order), the rank from the
  * environment and the doctor's decision are building blocks. */
@@ -96,7 +100,7 @@ int stkpy_has_transforms(void);
 
 /* _core.op_names() -> tuple of the library's op names; _core.op_params(name) -> tuple of
  * (parameter name, element type, count) from its op table. */
-PyObject *stkpy_op_names(PyObject *self, PyObject *noargs);
+PyObject *stkpy_op_names(PyObject *self, PyObject *args);
 PyObject *stkpy_op_params(PyObject *self, PyObject *name);
 /* recipes() -> the recipe names; recipe_ops(name) -> its ops as Transform's dicts (the
  * library's recipes: stk_recipe_name, stk_recipe_op). */
@@ -111,5 +115,37 @@ PyObject *stkpy_recipe_ops(PyObject *self, PyObject *name);
 struct stkpy_map;
 int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct stkpy_map **out);
 void stkpy_map_free(struct stkpy_map *m);
+/* Parse [(name, kind, dtype, shape)] (kind "int64", "float32" or "array") into at most
+ * STK_MAX_FIELDS sample fields; 0, or -1 with an exception. */
+int stkpy_sample_fields(PyObject *fields, stk_field *out, size_t *n_out);
+/* "WHAT raised ValueError: message" (or "ValueError: message" when what is NULL) of the pending
+ * exception, which is cleared, into err. GIL held. */
+void stkpy_exception_text(const char *what, char *err, size_t err_size);
+
+/* The GIL on a loader's worker thread (_pyexec.c): like PyGILState_Ensure/Release, but the
+ * thread's Python state is kept between calls, recorded in `reg` (one per executor), so a
+ * per-sample call does not build and delete it each time and thread-local values persist.
+ * stkpy_tstates_free (GIL held, after the loader's threads were joined) deletes them. */
+struct stkpy_tstates {
+    pthread_mutex_t mu;
+    PyThreadState **v;
+    size_t n, cap;
+};
+PyGILState_STATE stkpy_gil_take(struct stkpy_tstates *reg);
+void stkpy_gil_drop(PyGILState_STATE g);
+void stkpy_tstates_init(struct stkpy_tstates *reg);
+void stkpy_tstates_free(struct stkpy_tstates *reg);
+
+/* Python datasets (_pyexec.c: the thread executor and the GIL meter; _procpool.c: worker
+ * processes). Loader(executor=obj) with a ThreadExec or a ProcPool: set o's sample_fn_v2,
+ * sample_ctx and sample_fields from it (the Loader keeps a reference until its C loader is
+ * destroyed). Returns 0, or -1 with an exception (not an executor). */
+int stkpy_exec_setup(PyObject *exec, stk_loader_opts *o);
+extern PyTypeObject StkThreadExec_Type;
+extern PyTypeObject StkGilMeter_Type;
+extern PyTypeObject StkProcPool_Type;
+/* The ProcPool side of stkpy_exec_setup, and the sample seed (module function). */
+int stkpy_procpool_setup(PyObject *pool, stk_loader_opts *o);
+PyObject *stkpy_sample_seed(PyObject *self, PyObject *args);
 
 #endif /* STK_PY_CORE_H */

@@ -9,6 +9,7 @@
 #include "_core.h"
 
 #include <pthread.h>
+#include <string.h>
 
 /* ---- Dataset ---- */
 
@@ -115,13 +116,33 @@ fail:
 static PyObject *Dataset_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"data",      "verify",      "format", "concat",
-                             "cache_dir", "cache_limit", NULL};
+                             "cache_dir", "cache_limit", "count",  NULL};
     PyObject *data, *cache_dir = Py_None, *cache_limit = Py_None;
     int verify = 1, concat = 0;
     const char *format = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pzp$OO:Dataset", kwlist, &data, &verify, &format,
-                                     &concat, &cache_dir, &cache_limit))
+    long long count = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pzp$OOL:Dataset", kwlist, &data, &verify, &format,
+                                     &concat, &cache_dir, &cache_limit, &count))
         return NULL;
+    if (count >= 0 || (format && strcmp(format, "index") == 0)) {
+        /* Dataset(name, format="index", count=N): N records that are their number (a Python
+         * Dataset's indices; stk_dataset_open_index) */
+        if (!PyUnicode_Check(data) || count < 0)
+            return stkpy_invalid("format='index' takes a name (str) and count=N");
+        stk_dataset *ids = NULL;
+        stk_status irc = stk_dataset_open_index(PyUnicode_AsUTF8(data), (uint64_t)count, &ids);
+        if (irc < 0)
+            return stkpy_raise(irc, stk_last_errmsg());
+        DatasetObject *self = (DatasetObject *)type->tp_alloc(type, 0);
+        if (!self) {
+            stk_dataset_close(ids);
+            return NULL;
+        }
+        self->ds = ids;
+        pthread_mutex_init(&self->mu, NULL);
+        pthread_cond_init(&self->cv, NULL);
+        return (PyObject *)self;
+    }
     /* cache_dir: a path (str, bytes, os.PathLike); cache_limit: bytes (int) or "20G" */
     PyObject *cdir = NULL, *climit = NULL;
     if (cache_dir != Py_None && !PyUnicode_FSConverter(cache_dir, &cdir))

@@ -61,6 +61,7 @@ typedef struct {
     PyObject *dataset_ref;   /* the Dataset it reads, when created from one */
     PyObject *transform_ref; /* the Transform it applies; outlives the C loader */
     struct stkpy_map *map;   /* map=: the per-sample callback's state; outlives the C loader */
+    PyObject *exec_ref;      /* executor=: a Python Dataset's executor; outlives the C loader */
     pid_t pid;               /* the creating process: after fork() there are no workers */
     bool closing, closed;
     int in_flight;      /* calls running with the GIL released (guarded by mu) */
@@ -273,6 +274,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     }
     self->loader = L;
     self->map = a.map;
+    self->exec_ref = Py_XNewRef(a.exec_ref);
     self->pid = getpid();
     self->dataset_ref = Py_XNewRef(a.dataset_ref);
     if (a.dataset_ref)
@@ -328,6 +330,7 @@ static void loader_close(LoaderObject *self)
     Py_END_ALLOW_THREADS
     stkpy_map_free(self->map); /* no worker runs the map function any more */
     self->map = NULL;
+    Py_CLEAR(self->exec_ref); /* nor the executor */
     self->loader = NULL;
     self->helper_started = false;
     self->closed = true;
@@ -689,6 +692,20 @@ static PyObject *Loader_info(LoaderObject *self, PyObject *noargs)
     return d;
 }
 
+/* ring_memory() -> (fd, base, size, pinned): the shared ring (fd -1 without one). */
+static PyObject *Loader_ring_memory(LoaderObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    if (loader_enter(self, false) < 0)
+        return NULL;
+    stk_ring_memory m;
+    stk_ring_memory_init(&m);
+    stk_loader_ring_memory(self->loader, &m);
+    loader_leave(self, false);
+    return Py_BuildValue("(iKKO)", m.fd, (unsigned long long)(uintptr_t)m.base,
+                         (unsigned long long)m.size, m.pinned ? Py_True : Py_False);
+}
+
 static PyObject *Loader_stats(LoaderObject *self, PyObject *noargs)
 {
     (void)noargs;
@@ -798,6 +815,9 @@ static PyMethodDef Loader_methods[] = {
     {"stats", (PyCFunction)Loader_stats, METH_NOARGS,
      "stats() -> dict: counters and stage times (ns) since create, active_threads, depth and the "
      "autotuner's last reason (the fields of stk_loader_stats)."},
+    {"ring_memory", (PyCFunction)Loader_ring_memory, METH_NOARGS,
+     "ring_memory() -> (fd, base, size, pinned): the shared ring's memfd and its mapping here "
+     "(fd -1 unless the loader was created with a ProcPool executor)."},
     {"trace_write", (PyCFunction)Loader_trace_write, METH_O,
      "trace_write(path): write the Chrome/Perfetto trace recorded so far (needs "
      "trace_events > 0)."},
@@ -837,8 +857,10 @@ PyTypeObject StkLoader_Type = {
     .tp_doc = "Loader(data, batch_size=256, n_threads=0, n_slots=0, seed=0, rank=-1, "
               "world=-1, shuffle=False, drop_last=False, skip_corrupt=False, verify=True, "
               "pinned=False, transform=None, transform_field=None, autotune=False, "
-              "trace_events=0, device=-1, pinned_limit=0): the C loader with C semantics "
-              "(n_threads 0 = one per CPU, n_slots = ring slots, 0 = default). "
+              "trace_events=0, device=-1, pinned_limit=0, ..., strided=False, drop_tail=-1): "
+              "the C loader with C semantics (n_threads 0 = one per CPU, n_slots = ring "
+              "slots, 0 = default; strided: DistributedSampler's split among ranks; drop_tail "
+              "1/0: drop/pad the uneven tail across ranks whatever drop_last, -1: as drop_last). "
               "next() returns a Batch; the end of an epoch is StopIteration, and the next call "
               "starts the next epoch.",
     .tp_new = Loader_new,

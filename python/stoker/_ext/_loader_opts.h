@@ -20,6 +20,7 @@ typedef struct stkpy_loader_args {
     PyObject *dataset_ref;   /* data= when it is a Dataset (borrowed) */
     PyObject *transform_ref; /* transform= when given (borrowed) */
     struct stkpy_map *map;   /* map=: owned by the caller after a successful parse */
+    PyObject *exec_ref;      /* executor= (a ThreadExec or ProcPool; borrowed) */
 } stkpy_loader_args;
 
 /* Parse Loader(data, batch_size=256, ...)'s arguments into `a`. Returns 0, or -1 with an

@@ -19,7 +19,9 @@
 struct stkpy_map {
     PyObject *fn; /* the wrapper */
     stk_field fields[STK_MAX_FIELDS];
+    bool var[STK_MAX_FIELDS]; /* a bytes field's row: the value may be shorter */
     size_t n_fields;
+    struct stkpy_tstates ts; /* the loader threads' Python states */
 };
 
 static int finalizing(void)
@@ -55,8 +57,7 @@ static PyObject *sample_items(const stk_tensor *in, size_t n_in)
     return items;
 }
 
-/* "ValueError: message" of the pending exception (cleared), into err. */
-static void exception_text(char *err, size_t err_size)
+void stkpy_exception_text(const char *what, char *err, size_t err_size)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -66,7 +67,8 @@ static void exception_text(char *err, size_t err_size)
     const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
     if (!msg)
         PyErr_Clear();
-    snprintf(err, err_size, "map function raised %s: %s", tname, msg ? msg : "?");
+    snprintf(err, err_size, "%s%s%s: %s", what ? what : "", what ? " raised " : "", tname,
+             msg ? msg : "?");
     Py_XDECREF(s);
     Py_XDECREF(type);
     Py_XDECREF(value);
@@ -81,14 +83,14 @@ static stk_status map_call(void *ctx, uint64_t index, const stk_tensor *in, size
         snprintf(err, err_size, "map function not run: the interpreter is shutting down");
         return STK_ECANCELED;
     }
-    PyGILState_STATE g = PyGILState_Ensure();
+    PyGILState_STATE g = stkpy_gil_take(&m->ts);
     stk_status rc = STK_OK;
     PyObject *items = sample_items(in, n_in);
     PyObject *res =
         items ? PyObject_CallFunction(m->fn, "KO", (unsigned long long)index, items) : NULL;
     Py_XDECREF(items);
     if (!res) {
-        exception_text(err, err_size);
+        stkpy_exception_text("map function", err, err_size);
         rc = STK_EFORMAT; /* this record's failure: on_error="skip" skips it */
         goto done;
     }
@@ -102,45 +104,40 @@ static stk_status map_call(void *ctx, uint64_t index, const stk_tensor *in, size
         Py_buffer view;
         if (PyObject_GetBuffer(PyList_GET_ITEM(res, (Py_ssize_t)i), &view, PyBUF_C_CONTIGUOUS) <
             0) {
-            exception_text(err, err_size);
+            stkpy_exception_text("map function", err, err_size);
             rc = STK_EFORMAT;
             goto done;
         }
-        if ((size_t)view.len != out[i].size) {
+        /* a bytes field's value fills the start of its row (kind "bytes": the row is the
+         * field's stride, the value at most that long; its length is the next field) */
+        bool var = m->var[i];
+        if (var ? (size_t)view.len > out[i].size : (size_t)view.len != out[i].size) {
             snprintf(err, err_size, "map function: field '%s' has %zd bytes, not %zu", out[i].name,
                      view.len, out[i].size);
             PyBuffer_Release(&view);
             rc = STK_EFORMAT;
             goto done;
         }
-        memcpy(out[i].data, view.buf, out[i].size);
+        memcpy(out[i].data, view.buf, var ? (size_t)view.len : out[i].size);
         PyBuffer_Release(&view);
     }
 done:
     Py_XDECREF(res);
-    PyGILState_Release(g);
+    stkpy_gil_drop(g);
     return rc;
 }
 
-int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct stkpy_map **out)
+int stkpy_sample_fields(PyObject *fields, stk_field *out, size_t *n_out)
 {
-    *out = NULL;
-    if (fn == Py_None)
-        return 0;
-    PyObject *seq = PySequence_Fast(fields, "map_fields must be a sequence");
+    PyObject *seq = PySequence_Fast(fields, "sample fields must be a sequence");
     if (!seq)
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    struct stkpy_map *m = PyMem_Calloc(1, sizeof(*m));
-    if (!m) {
-        Py_DECREF(seq);
-        PyErr_NoMemory();
-        return -1;
-    }
     if (n < 1 || n > STK_MAX_FIELDS) {
         stkpy_invalid("map: the function returns %zd fields (1..%d)", n, STK_MAX_FIELDS);
         goto fail;
     }
+    memset(out, 0, sizeof(stk_field) * (size_t)n);
     for (Py_ssize_t i = 0; i < n; i++) {
         /* (name, kind, dtype, shape) with kind "int64", "float32" or "array" */
         const char *name, *kind;
@@ -148,7 +145,7 @@ int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct s
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ssOO", &name, &kind, &dtype,
                               &shape))
             goto fail;
-        stk_field *f = &m->fields[i];
+        stk_field *f = &out[i];
         stk_field_init(f);
         if (strlen(name) >= STK_MAX_NAME) {
             stkpy_invalid("map: field name '%s' is too long (at most %d characters)", name,
@@ -179,25 +176,50 @@ int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct s
             }
         }
     }
-    m->n_fields = (size_t)n;
-    m->fn = Py_NewRef(fn);
+    *n_out = (size_t)n;
     Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    return -1;
+}
+
+int stkpy_map_setup(PyObject *fn, PyObject *fields, stk_loader_opts *o, struct stkpy_map **out)
+{
+    *out = NULL;
+    if (fn == Py_None)
+        return 0;
+    struct stkpy_map *m = PyMem_Calloc(1, sizeof(*m));
+    if (!m) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (stkpy_sample_fields(fields, m->fields, &m->n_fields) < 0) {
+        PyMem_Free(m);
+        return -1;
+    }
+    stkpy_tstates_init(&m->ts);
+    for (size_t i = 0; i + 1 < m->n_fields; i++) { /* "x" uint8 [stride] + "x_lengths" */
+        char want[STK_MAX_NAME + 16];
+        snprintf(want, sizeof(want), "%s_lengths", m->fields[i].name);
+        m->var[i] = m->fields[i].kind == STK_FIELD_ARRAY && m->fields[i].dtype == STK_DTYPE_UINT8 &&
+                    m->fields[i].ndim == 1 && m->fields[i + 1].kind == STK_FIELD_INT64 &&
+                    strcmp(m->fields[i + 1].name, want) == 0;
+    }
+    m->fn = Py_NewRef(fn);
     o->sample_fn = map_call;
     o->sample_ctx = m;
     o->sample_fields = m->fields;
     o->n_sample_fields = m->n_fields;
     *out = m;
     return 0;
-fail:
-    Py_DECREF(seq);
-    PyMem_Free(m);
-    return -1;
 }
 
 void stkpy_map_free(struct stkpy_map *m)
 {
     if (!m)
         return;
+    stkpy_tstates_free(&m->ts); /* the loader's threads were joined */
     Py_XDECREF(m->fn);
     PyMem_Free(m);
 }

@@ -1,5 +1,6 @@
 /*
- * _transform.c: stoker._core.Transform, a compiled per-sample image pipeline (stk_transform).
+ * _transform.c: stoker._core.Transform, a compiled per-sample pipeline (stk_transform: image or
+ * audio, stk_transform_media).
  *
  * The Python layer (stoker/transforms/) turns torchvision-style op objects into plain dicts;
  * this file maps each dict onto an stk_op through the library's op table (stk_op_find,
@@ -19,6 +20,7 @@ typedef struct {
     stk_transform *t;
     PyObject *desc; /* what it was built from: a recipe name or the list of op dicts */
     bool strict;    /* !stk_transform_opts.lenient */
+    bool exact;     /* stk_transform_opts.exact, as given or as decided for exact=None */
 } TransformObject;
 
 const stk_transform *stkpy_transform_get(PyObject *obj)
@@ -168,25 +170,45 @@ static int parse_op(PyObject *d, stk_op *op)
     return 0;
 }
 
-PyObject *stkpy_op_names(PyObject *self, PyObject *noargs)
+/* "image" -> STK_MEDIA_IMAGE, "audio" -> STK_MEDIA_AUDIO; -1 with a ValueError otherwise. */
+static int parse_media(const char *name, stk_media *out)
+{
+    if (strcmp(name, "image") == 0)
+        *out = STK_MEDIA_IMAGE;
+    else if (strcmp(name, "audio") == 0)
+        *out = STK_MEDIA_AUDIO;
+    else
+        return stkpy_invalid("media must be 'image' or 'audio', not '%s'", name), -1;
+    return 0;
+}
+
+PyObject *stkpy_op_names(PyObject *self, PyObject *args)
 {
     (void)self;
-    (void)noargs;
+    const char *mname = "image";
+    stk_media media;
+    if (!PyArg_ParseTuple(args, "|s:op_names", &mname) || parse_media(mname, &media) < 0)
+        return NULL;
     size_t n = stk_op_n_kinds();
-    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    PyObject *t = PyList_New(0);
     if (!t)
         return NULL;
     for (size_t i = 0; i < n; i++) {
         stk_op_kind kind = STK_OP_RANDOM_RESIZED_CROP;
         stk_op_kind_at(i, &kind);
+        if (stk_op_media(kind) != media)
+            continue;
         PyObject *s = PyUnicode_FromString(stk_op_name(kind));
-        if (!s) {
+        if (!s || PyList_Append(t, s) < 0) {
+            Py_XDECREF(s);
             Py_DECREF(t);
             return NULL;
         }
-        PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
+        Py_DECREF(s);
     }
-    return t;
+    PyObject *tuple = PyList_AsTuple(t);
+    Py_DECREF(t);
+    return tuple;
 }
 
 PyObject *stkpy_op_params(PyObject *self, PyObject *name_obj)
@@ -290,17 +312,29 @@ PyObject *stkpy_recipe_ops(PyObject *self, PyObject *name_obj)
 
 static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"ops",        "dtype",  "layout", "exact",
-                             "max_pixels", "finish", "strict", NULL};
-    PyObject *ops_obj, *dtype_obj = NULL;
-    const char *layout = "NCHW", *finish = NULL;
-    int exact = 0, strict = 1;
+    static char *kwlist[] = {"ops",    "dtype", "layout",      "exact",   "max_pixels", "finish",
+                             "strict", "media", "sample_rate", "lengths", NULL};
+    PyObject *ops_obj, *dtype_obj = NULL, *exact_obj = Py_False;
+    const char *layout = "NCHW", *finish = NULL, *media = NULL;
+    int strict = 1, lengths = 0;
     unsigned long long max_pixels = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OspKzp:Transform", kwlist, &ops_obj, &dtype_obj,
-                                     &layout, &exact, &max_pixels, &finish, &strict))
+    unsigned int sample_rate = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsOKzpzIp:Transform", kwlist, &ops_obj,
+                                     &dtype_obj, &layout, &exact_obj, &max_pixels, &finish, &strict,
+                                     &media, &sample_rate, &lengths))
+        return NULL;
+    /* exact=None: decide by the ops (issue 24): exact when none draws from the sample's stream
+     * (an evaluation transform, whose results must not depend on the loader), else fast. */
+    bool auto_exact = exact_obj == Py_None;
+    int exact = auto_exact ? 0 : PyObject_IsTrue(exact_obj);
+    if (exact < 0)
         return NULL;
     stk_transform_opts o;
     stk_transform_opts_init(&o);
+    if (media && parse_media(media, &o.media) < 0)
+        return NULL;
+    o.sample_rate = sample_rate;
+    o.lengths = lengths != 0;
     if (dtype_obj && dtype_obj != Py_None && stkpy_parse_dtype(dtype_obj, &o.dtype) < 0)
         return NULL;
     if (strcmp(layout, "NCHW") == 0 || strcmp(layout, "CHW") == 0)
@@ -329,6 +363,12 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                                  "yourself for another dtype, layout, finish or strict=False",
                                  name);
         rc = stk_transform_recipe(name, exact != 0, &t);
+        if (rc == STK_OK && auto_exact && !stk_transform_draws(t)) {
+            stk_transform_destroy(t);
+            t = NULL;
+            exact = 1;
+            rc = stk_transform_recipe(name, true, &t);
+        }
     } else {
         PyObject *seq = PySequence_Fast(ops_obj, "ops must be a recipe name or a list of dicts");
         if (!seq)
@@ -346,6 +386,13 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
                 return NULL;
             }
         Py_DECREF(seq);
+        if (auto_exact) {
+            exact = 1;
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (stk_op_draws(ops[i].kind))
+                    exact = 0;
+            o.exact = exact != 0;
+        }
         o.ops = ops;
         o.n_ops = (size_t)n;
         rc = stk_transform_create(&o, &t);
@@ -366,6 +413,7 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->t = t;
     self->desc = Py_NewRef(ops_obj);
     self->strict = strict != 0;
+    self->exact = exact != 0;
     return (PyObject *)self;
 }
 
@@ -403,6 +451,25 @@ static PyObject *Transform_strict(TransformObject *self, void *closure)
     return PyBool_FromLong(self->strict);
 }
 
+static PyObject *Transform_exact(TransformObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(self->exact);
+}
+
+static PyObject *Transform_draws(TransformObject *self, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(stk_transform_draws(self->t));
+}
+
+static PyObject *Transform_media(TransformObject *self, void *closure)
+{
+    (void)closure;
+    return PyUnicode_FromString(stk_transform_media(self->t) == STK_MEDIA_AUDIO ? "audio"
+                                                                                : "image");
+}
+
 static PyGetSetDef Transform_getset[] = {
     {"output", (getter)Transform_output, NULL,
      "Per-sample output: a dict with dtype and shape (without the batch dimension).", NULL},
@@ -410,6 +477,14 @@ static PyGetSetDef Transform_getset[] = {
      NULL},
     {"strict", (getter)Transform_strict, NULL,
      "True (the default): a corrupt JPEG is an error; False: libjpeg's lenient recovery.", NULL},
+    {"exact", (getter)Transform_exact, NULL,
+     "Whether it decodes exactly (full scale, PIL's IDCT and upsampling): as given, or for "
+     "exact=None whether no op draws from the sample's random stream.",
+     NULL},
+    {"draws", (getter)Transform_draws, NULL,
+     "Whether any op draws from the sample's random stream (False: an evaluation transform).",
+     NULL},
+    {"media", (getter)Transform_media, NULL, "'image' or 'audio': the pipeline it runs.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject StkTransform_Type = {
@@ -420,10 +495,15 @@ PyTypeObject StkTransform_Type = {
     .tp_doc = "Transform(ops, dtype='float32', layout='NCHW', exact=False, max_pixels=0, "
               "finish=None, strict=True): compile a recipe name ('imagenet-train', "
               "'imagenet-val') or a list of op dicts ({'kind': 'Resize', 'size': (256, 0)}, ...). "
+              "exact=None: exact when no op draws from the sample's random stream (.exact says "
+              "which was chosen, .draws whether an op draws). "
               "finish='device': the workers output uint8 [H, W, 3] and a loader finishes (layout, "
               "Normalize, dtype) after its copy to the device; .output is the finished output. "
               "strict=False keeps libjpeg's lenient decoding of corrupt JPEGs instead of failing "
-              "the record.",
+              "the record. Audio (media='audio', or audio op dicts): sample_rate= (the rate the "
+              "ops run at without a Resample op; 0: the files' own), lengths=True (the output "
+              "carries each row's valid length); .output shows -1 where a loader fills it in "
+              "from its data.",
     .tp_new = Transform_new,
     .tp_getset = Transform_getset,
 };

@@ -128,15 +128,17 @@ class ToDtype(ConvertImageDtype):
 
 class Compose:
     """A list of ops plus output options: dtype (None = from the markers, else float32),
-    layout "NCHW" or "NHWC", exact (decode at full scale, no DCT-domain downscaling) and strict
-    (the default: a JPEG that libjpeg reports as corrupt fails its record, as PIL would reject
-    it; strict=False keeps libjpeg's recovery, grey or smeared blocks, as before)."""
+    layout "NCHW" or "NHWC", exact (True: decode at full scale with PIL's IDCT and chroma
+    upsampling, the closest to torchvision; False: the fast decode; None, the default: exact
+    when no op is random, as for an evaluation transform, else fast) and strict (the default:
+    a JPEG that libjpeg reports as corrupt fails its record, as PIL would reject it;
+    strict=False keeps libjpeg's recovery, grey or smeared blocks, as before)."""
 
-    def __init__(self, transforms, dtype=None, layout="NCHW", exact=False, strict=True):
+    def __init__(self, transforms, dtype=None, layout="NCHW", exact=None, strict=True):
         self.transforms = list(transforms)
         self.dtype = None if dtype is None else _dtype_name(dtype)
         self.layout = layout
-        self.exact = bool(exact)
+        self.exact = None if exact is None else bool(exact)
         self.strict = bool(strict)
 
     def __repr__(self):

@@ -103,7 +103,13 @@ def _ops_and_options(transforms, dtype, layout, exact, strict=None):
         raise _invalid("the transform has no ops; its output size must be fixed by "
                        "RandomResizedCrop, CenterCrop or Resize((h, w))")
     strict = strict is None or bool(strict)
-    return ops, out_dtype or "float32", layout or "NCHW", bool(exact), strict
+    return ops, out_dtype or "float32", layout or "NCHW", _exact(exact), strict
+
+
+def _exact(exact):
+    """exact as the C layer takes it: None (decide by the ops: exact when none draws from the
+    sample's random stream, an evaluation transform), True or False."""
+    return None if exact is None else bool(exact)
 
 
 def _recipe(name):
@@ -123,18 +129,24 @@ def compile(transforms, dtype=None, layout=None, exact=None, strict=None):
     "imagenet-val"), a list of ops, a stoker Compose, or a torchvision Compose of supported
     transforms. Returns a stoker._core.Transform (its .output gives dtype and shape), or None
     for None. strict (default True, or the Compose's): a JPEG that libjpeg reports as corrupt
-    fails its record; strict=False keeps libjpeg's lenient recovery."""
+    fails its record; strict=False keeps libjpeg's lenient recovery. exact (default None, or the
+    Compose's): None decodes exactly when no op is random (an evaluation transform: Resize,
+    CenterCrop, Pad, Grayscale, Normalize, ToTensor) and fast otherwise (training); True or
+    False forces it (docs/images.md "Exact by default")."""
     if transforms is None:
         return None
     if isinstance(transforms, _core.Transform):
         if strict is not None and bool(strict) != transforms.strict:
             raise _invalid(f"the prebuilt Transform has strict={transforms.strict}; compile "
                            f"it with strict={bool(strict)} instead")
+        if exact is not None and bool(exact) != transforms.exact:
+            raise _invalid(f"the prebuilt Transform has exact={transforms.exact}; compile "
+                           f"it with exact={bool(exact)} instead")
         return transforms
     if isinstance(transforms, str):
         name = _recipe(transforms)
         if dtype in (None, "float32") and layout in (None, "NCHW") and strict in (None, True):
-            return _core.Transform(name, exact=bool(exact))
+            return _core.Transform(name, exact=_exact(exact))
         transforms = _recipe_compose(name)
     ops, out_dtype, layout, exact, strict = _ops_and_options(transforms, dtype, layout, exact,
                                                              strict)
@@ -142,24 +154,25 @@ def compile(transforms, dtype=None, layout=None, exact=None, strict=None):
                            exact=exact, strict=strict)
 
 
-def compile_for_device(transforms, strict=None):
+def compile_for_device(transforms, strict=None, exact=None):
     """Compile `transforms` for a loader that copies to a GPU: (the C transform, None). When
     the output is floating point and Normalize (if any) is the last op, the transform is built
     with finish="device": its CPU part stops at uint8 [H, W, 3] (4x fewer bytes to copy) and the
     loader finishes on the device: layout, (x / 255 - mean) / std and the cast, as the CPU store
     would have done. Otherwise (uint8 output, a prebuilt Transform) nothing is split."""
     if transforms is None or isinstance(transforms, _core.Transform):
-        return compile(transforms, strict=strict), None
+        return compile(transforms, strict=strict, exact=exact), None
     if isinstance(transforms, str):
         transforms = _recipe_compose(_recipe(transforms))
-    ops, out_dtype, layout, exact, strict = _ops_and_options(transforms, None, None, None, strict)
+    ops, out_dtype, layout, exact, strict = _ops_and_options(transforms, None, None, exact,
+                                                             strict)
     norms = [i for i, op in enumerate(ops) if isinstance(op, Normalize)]
     erasing = any(isinstance(op, RandomErasing) for op in ops)  # works on the finished tensor
     if out_dtype == "uint8" or erasing or len(norms) > 1 or \
             (norms and norms[0] != len(ops) - 1):
-        return compile(transforms, strict=strict), None
+        return compile(transforms, strict=strict, exact=exact), None
     if len(ops) == len(norms):
-        return compile(transforms, strict=strict), None
+        return compile(transforms, strict=strict, exact=exact), None
     core = _core.Transform([op.to_dict() for op in ops], dtype=out_dtype, layout=layout,
                            exact=exact, finish="device", strict=strict)
     return core, None

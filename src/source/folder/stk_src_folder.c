@@ -15,8 +15,11 @@
  * never opened (opening a FIFO would block).
  *
  * Records: image (bytes: the file as stored), label (int64), path (bytes: relative to ROOT) — the
- * schema `stoker pack` writes. Each file is stat'ed at open (its size sizes the ring's rows) and
- * must still have that size when read ("changed since the dataset was opened" otherwise).
+ * schema `stoker pack` writes. A tree without images but with audio files (.wav, .flac, .mp3,
+ * .ogg, .oga, .opus, .aif, .aiff) is read the same way with `audio` in place of `image` (issue
+ * 27); format="audiofolder" reads the audio files of a tree that has images too. Each file is
+ * stat'ed at open (its size sizes the ring's rows) and must still have that size when read
+ * ("changed since the dataset was opened" otherwise).
  */
 #include "source/stk_source.h"
 
@@ -25,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+extern const stk__source_methods stk__src_audiofolder; /* below: format="audiofolder" */
 
 #define MAX_DEPTH 256 /* nested directories under a class */
 #define MAX_SKIPPED_LISTED 16
@@ -126,15 +131,27 @@ static int cmp_walkdir(const void *a, const void *b)
     return strcmp(((const walkdir *)a)->rel, ((const walkdir *)b)->rel);
 }
 
-/* Append the images of class `label` (walk w, sorted) to the folder. */
-static stk_status add_class(folder *fo, walk *w, int64_t label, char *err, size_t err_size)
+/* Files of walk w whose name is_media accepts (stk__image_name, stk__audio_name). */
+static size_t count_media(const walk *w, bool (*is_media)(const char *))
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->n; i++)
+        for (size_t j = 0; j < w->dirs[i].files.n; j++)
+            n += is_media(w->dirs[i].files.v[j]);
+    return n;
+}
+
+/* Append the files is_media accepts (the images, or the audio files) of class `label` (walk w)
+ * to the folder, in os.walk's sorted order. */
+static stk_status add_class(folder *fo, walk *w, int64_t label, bool (*is_media)(const char *),
+                            char *err, size_t err_size)
 {
     if (w->n > 1)
         qsort(w->dirs, w->n, sizeof(*w->dirs), cmp_walkdir);
     for (size_t i = 0; i < w->n; i++) {
         const stk__strlist *files = &w->dirs[i].files;
         for (size_t j = 0; j < files->n; j++) {
-            if (!stk__image_name(files->v[j]))
+            if (!is_media(files->v[j]))
                 continue;
             char *rel = stk__path_join(w->dirs[i].rel, files->v[j]);
             char *abs = rel ? stk__path_join(fo->root, rel) : NULL;
@@ -187,8 +204,9 @@ static void walk_free(walk *w)
     stk__free(w->dirs);
 }
 
-/* {"source": "imagefolder", "classes": [...], "skipped": [first 16], "n_skipped": N}. */
-static char *metadata(const stk__strlist *classes, const stk__strlist *skipped)
+/* {"source": "imagefolder" (or "audiofolder"), "classes": [...], "skipped": [first 16],
+ * "n_skipped": N}. */
+static char *metadata(const stk__strlist *classes, const stk__strlist *skipped, bool audio)
 {
     size_t size = 128, n_skip = STK_MIN(skipped->n, MAX_SKIPPED_LISTED);
     for (size_t i = 0; i < classes->n; i++)
@@ -198,7 +216,7 @@ static char *metadata(const stk__strlist *classes, const stk__strlist *skipped)
     char *s = stk__malloc(size), *p = s;
     if (!s)
         return NULL;
-    p += sprintf(p, "{\"source\": \"imagefolder\", \"classes\": [");
+    p += sprintf(p, "{\"source\": \"%s\", \"classes\": [", audio ? "audiofolder" : "imagefolder");
     for (size_t i = 0; i < classes->n; i++)
         p = stk__json_put(p + (i ? sprintf(p, ", ") : 0), classes->v[i]);
     p += sprintf(p, "], \"skipped\": [");
@@ -227,6 +245,8 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
 {
     stk_status rc = STK_OK;
     stk__strlist entries = {0}, classes = {0}, empty = {0};
+    walk *walks = NULL;
+    bool audio = false;
     if (n_paths != 1)
         return stk__set_error(err, err_size, STK_EINVAL,
                               "%s: an ImageFolder dataset is one directory, got %zu paths",
@@ -260,17 +280,27 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
                    "tree has one subfolder per class, as torchvision expects; `stoker pack` makes "
                    "shards)",
                    root, root);
+    /* Walk every class, then read images, or audio files where the tree has no image (or when
+     * format="audiofolder" says so). */
+    if (!(walks = stk__calloc(classes.n, sizeof(*walks))))
+        STK_FAIL_E(STK_ENOMEM, "out of memory");
+    size_t n_img = 0;
     for (size_t c = 0; c < classes.n; c++) {
-        walk w;
-        memset(&w, 0, sizeof(w));
-        w.root = root;
+        walks[c].root = root;
+        STK_TRY(walk_dir(&walks[c], classes.v[c], err, err_size));
+        n_img += count_media(&walks[c], stk__image_name);
+    }
+    audio = ds->m == &stk__src_audiofolder || n_img == 0;
+    if (audio && n_img == 0) {
+        size_t n_audio = 0;
+        for (size_t c = 0; c < classes.n; c++)
+            n_audio += count_media(&walks[c], stk__audio_name);
+        audio = n_audio > 0 || ds->m == &stk__src_audiofolder;
+    }
+    bool (*is_media)(const char *) = audio ? stk__audio_name : stk__image_name;
+    for (size_t c = 0; c < classes.n; c++) {
         size_t before = fo->n;
-        rc = walk_dir(&w, classes.v[c], err, err_size);
-        if (rc == STK_OK)
-            rc = add_class(fo, &w, (int64_t)c, err, err_size);
-        walk_free(&w);
-        if (rc < 0)
-            goto fail;
+        STK_TRY(add_class(fo, &walks[c], (int64_t)c, is_media, err, err_size));
         if (fo->n == before && stk__strlist_add(&empty, classes.v[c]) < 0)
             STK_FAIL_E(STK_ENOMEM, "out of memory");
     }
@@ -279,13 +309,13 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
         for (size_t i = 0, k = 0; i < empty.n && k + 1 < sizeof(names); i++)
             k +=
                 (size_t)snprintf(names + k, sizeof(names) - k, "%s'%s'", i ? ", " : "", empty.v[i]);
-        STK_FAIL_E(STK_EINVAL,
-                   "class folder%s %s in %s contain%s no images (extensions: .jpg .jpeg .png .ppm "
-                   ".bmp .pgm .tif .tiff .webp)",
-                   empty.n > 1 ? "s" : "", names, root, empty.n > 1 ? "" : "s");
+        STK_FAIL_E(STK_EINVAL, "class folder%s %s in %s contain%s no %s", empty.n > 1 ? "s" : "",
+                   names, root, empty.n > 1 ? "" : "s",
+                   audio ? "audio files (extensions: .wav .flac .mp3 .ogg .oga .opus .aif .aiff)"
+                         : "images (extensions: .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp)");
     }
     /* The schema stoker pack writes. */
-    static const char *const names[3] = {"image", "label", "path"};
+    const char *const names[3] = {audio ? "audio" : "image", "label", "path"};
     static const stk_field_kind kinds[3] = {STK_FIELD_BYTES, STK_FIELD_INT64, STK_FIELD_BYTES};
     ds->n_fields = 3;
     for (int f = 0; f < 3; f++) {
@@ -317,10 +347,13 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
     ds->files[0].path = stk__strdup(root);
     ds->files[0].count = fo->n;
     ds->files[0].size = ds->files[0].data_size = total;
-    ds->files[0].metadata = metadata(&classes, &fo->skipped);
+    ds->files[0].metadata = metadata(&classes, &fo->skipped, audio);
     if (!ds->files[0].path || !ds->files[0].metadata)
         STK_FAIL_E(STK_ENOMEM, "out of memory");
 fail:
+    for (size_t c = 0; walks && c < classes.n; c++)
+        walk_free(&walks[c]);
+    stk__free(walks);
     stk__strlist_free(&entries);
     stk__strlist_free(&classes);
     stk__strlist_free(&empty);
@@ -388,8 +421,28 @@ static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t 
 
 const stk__source_methods stk__src_imagefolder = {
     .name = "imagefolder",
-    .summary = "an ImageFolder tree, ROOT/<class>/**/<image>, as torchvision reads it",
+    .summary = "an ImageFolder tree, ROOT/<class>/**/<image>, as torchvision reads it (or of "
+               "audio files, when it holds no image)",
     .probe = folder_probe,
+    .open = folder_open,
+    .close = folder_close,
+    .read = folder_read,
+    .describe = folder_describe,
+};
+
+/* Never detected (a directory is imagefolder's, which reads audio in a tree without images):
+ * format="audiofolder" reads the audio files of a tree that holds images too (cover art). */
+static int audiofolder_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
+{
+    (void)path, (void)st, (void)head, (void)n;
+    return 0;
+}
+
+const stk__source_methods stk__src_audiofolder = {
+    .name = "audiofolder",
+    .summary = "a tree ROOT/<class>/**/<audio file> (wav, flac, mp3, ogg, opus, aiff), labelled "
+               "as ImageFolder labels images",
+    .probe = audiofolder_probe,
     .open = folder_open,
     .close = folder_close,
     .read = folder_read,

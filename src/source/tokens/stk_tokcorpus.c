@@ -1,6 +1,6 @@
 /*
  * stk_tokcorpus.c: a token corpus as one stream: reading any span of it (across files, or across
- * the records of a token column), widening stored ids to int64/int32, and documents from eos/bos.
+ * the records of a token column), and documents from eos/bos.
  *
  * Files are read through the byte sources (pread locally, ranged GETs remotely), never mapped: a
  * file that shrinks while open is a read error naming it, never SIGBUS. A column record is read
@@ -120,6 +120,7 @@ void stk__tokcur_close(const stk__tokcorpus *c, stk__tokcur *cur)
         return;
     if (c->col)
         stk__dataset_cursor_close(c->col, cur->col_cur);
+    stk__tokcur_ahead_free(cur);
     stk__free(cur->buf);
     stk__free(cur->rec);
     stk__free(cur);
@@ -206,6 +207,20 @@ static stk_status column_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64_
     return STK_OK;
 }
 
+bool stk__tokcorpus_locate(const stk__tokcorpus *c, uint64_t first, uint64_t n, stk__file **f,
+                           uint64_t *offset)
+{
+    if (c->col || n == 0 || first >= c->n_tokens || n > c->n_tokens - first)
+        return false;
+    const stk__tokpart *p = &c->parts[part_of(c, first)];
+    uint64_t local = first - p->first;
+    if (n > p->count - local)
+        return false;
+    *f = p->f;
+    *offset = p->data_offset + local * c->width;
+    return true;
+}
+
 stk_status stk__tokcorpus_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64_t first,
                                uint64_t n, uint8_t *dst, unsigned flags, char *err, size_t err_size)
 {
@@ -239,39 +254,6 @@ stk_status stk__tokcorpus_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64
         dst += k * c->width;
     }
     return STK_OK;
-}
-
-void stk__tok_widen(const uint8_t *src, uint32_t width, size_t n, void *dst, bool i32)
-{
-    /* Little-endian hosts only (as the rest of the library): the stored ids are native. src is
-     * aligned to its width (a malloc'd buffer at a multiple of it). Plain loops: the compiler
-     * vectorises them (measured: twice as fast as staging through a local array). */
-    int64_t *d64 = dst;
-    int32_t *d32 = dst;
-#define WIDEN(type)                                                                                \
-    do {                                                                                           \
-        const type *s = (const type *)(const void *)src;                                           \
-        if (i32)                                                                                   \
-            for (size_t i = 0; i < n; i++)                                                         \
-                d32[i] = (int32_t)s[i];                                                            \
-        else                                                                                       \
-            for (size_t i = 0; i < n; i++)                                                         \
-                d64[i] = (int64_t)s[i];                                                            \
-    } while (0)
-    switch (width) {
-    case 1:
-        WIDEN(uint8_t);
-        break;
-    case 2:
-        WIDEN(uint16_t);
-        break;
-    case 4:
-        WIDEN(uint32_t);
-        break;
-    default:
-        WIDEN(uint64_t);
-    }
-#undef WIDEN
 }
 
 /* The stored token at p (width bytes). */

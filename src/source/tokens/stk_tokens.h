@@ -17,6 +17,7 @@
 #ifndef STK_TOKENS_H
 #define STK_TOKENS_H
 
+#include "io/stk_uring.h"
 #include "source/stk_source.h"
 
 #include <stdatomic.h>
@@ -49,7 +50,10 @@ typedef struct stk__tokcorpus {
     bool col_extent;               /* the source gives the field's byte range (field_extent) */
 } stk__tokcorpus;
 
-/* A reader's per-thread state: scratch for raw tokens and a column's record buffer. */
+#define STK__TOK_AHEAD 16 /* rows a cursor reads together (stk_tokahead.c) */
+
+/* A reader's per-thread state: scratch for raw tokens and a column's record buffer, and the
+ * rows read ahead together (stk_tokahead.c). */
 typedef struct stk__tokcur {
     uint8_t *buf; /* raw tokens of one row (widths up to 8) */
     size_t buf_size;
@@ -57,9 +61,20 @@ typedef struct stk__tokcur {
     uint8_t *rec;         /* a column record, read whole */
     size_t rec_size;
     uint64_t rec_doc; /* which record rec holds (UINT64_MAX: none) */
+    stk__uring *ring; /* the reads ahead's ring (NULL: none yet, or none to be had) */
+    bool ring_tried;  /* opened once: no ring then means none ever */
+    uint8_t *ahead;   /* STK__TOK_AHEAD rows of raw tokens, ahead_row bytes each */
+    size_t ahead_row;
+    uint32_t n_ahead;                     /* rows in it */
+    uint64_t ahead_first[STK__TOK_AHEAD]; /* each row's first token (UINT64_MAX: spent) */
 } stk__tokcur;
 
 /* ---- the corpus (stk_tokcorpus.c) ---- */
+
+/* The file holding tokens [first, first + n) whole and the byte offset of `first` in it; false
+ * when they are not in one file (or the corpus is a column's). */
+bool stk__tokcorpus_locate(const stk__tokcorpus *c, uint64_t first, uint64_t n, stk__file **f,
+                           uint64_t *offset);
 
 /* Read tokens [first, first + n) of the stream, raw (n * width bytes), into dst. Errors name the
  * file (or record) and the token. flags: STK__READ_*. */
@@ -67,8 +82,20 @@ stk_status stk__tokcorpus_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64
                                uint64_t n, uint8_t *dst, unsigned flags, char *err,
                                size_t err_size);
 
+/* ---- widening (stk_tokwiden.c) ---- */
+
 /* The stored ids src[0..n) (width bytes each) as int64 (or int32) ids at dst. */
 void stk__tok_widen(const uint8_t *src, uint32_t width, size_t n, void *dst, bool i32);
+
+/* A window in one pass: input_ids[i] = src[i] and labels[i] = src[i + 1] for i < n (src holds
+ * n + 1 ids), as int64 (or int32). */
+void stk__tok_window(const uint8_t *src, uint32_t width, size_t n, void *input_ids, void *labels,
+                     bool i32);
+
+/* Tests only: widen with "plain" loops, "sse2" or "avx2" from now on (false: not on this CPU or
+ * build; nothing changed). Not thread-safe: call it before any widening runs. The first widening
+ * otherwise picks the best this CPU has. */
+bool stk__tok_widen_use(const char *isa);
 
 /* Documents from eos (a document ends after it) and/or bos (one starts at it), -1 = unused:
  * one scan of the stream. Sets doc, n_docs, bounded. */
@@ -182,12 +209,31 @@ stk_status stk__tokds_read_keyed(const stk_dataset *ds, stk__cursor *cur, const 
 void stk__tokds_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t size);
 bool stk__tokds_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__brange *r);
 
+/* Row r's first token for WINDOWS and RANDOM (key: the loader's seed and epoch). */
+uint64_t stk__tokds_row_start(const stk__tokds *t, const stk__readkey *key, uint64_t r);
+
+/* ---- rows read ahead together (stk_tokahead.c) ---- */
+
+/* STK__TOK_AHEAD for windows and random rows of local files (the rows a loader's worker reads
+ * with one system call), else 0. */
+unsigned stk__tokds_prepare_max(const stk_dataset *ds);
+/* Read rows idx[0..n) into the cursor's rows ahead, together (io_uring); rows that cannot be
+ * (a row across two files, a failed read, no io_uring) are left to the usual read. */
+void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cur, const stk__readkey *key,
+                        const uint64_t *idx, unsigned n);
+/* The raw tokens of the row starting at token `first` when it was read ahead (then spent), else
+ * NULL. */
+const uint8_t *stk__tokcur_ahead(stk__tokcur *cur, uint64_t first);
+/* Free what the rows ahead hold (the cursor's close). */
+void stk__tokcur_ahead_free(stk__tokcur *cur);
+
 /* The methods of every token format's table (its own name, summary, probe and open beside). */
 #define STK__TOKEN_METHODS                                                                         \
     .tokens = true, .close = stk__tokds_close, .cursor_open = stk__tokds_cursor_open,              \
     .cursor_close = stk__tokds_cursor_close, .read = stk__tokds_read,                              \
     .read_keyed = stk__tokds_read_keyed, .describe = stk__tokds_describe,                          \
-    .extent = stk__tokds_extent
+    .extent = stk__tokds_extent, .prepare_max = stk__tokds_prepare_max,                            \
+    .prepare = stk__tokds_prepare
 
 /* ---- mixtures (stk_tokmix.c) ---- */
 

@@ -18,7 +18,7 @@
  * a resumed or re-ranked run reads exactly the same rows.
  *
  * Ids are read raw into the cursor's buffer (one read for a window) and widened into the batch
- * rows (int64 or int32).
+ * rows (int64 or int32; stk_tokwiden.c).
  */
 #include "source/tokens/stk_tokens.h"
 
@@ -226,8 +226,7 @@ void stk__tokds_cursor_close(const stk_dataset *ds, stk__cursor *cur)
     stk__tokcur_close(&t->c, (stk__tokcur *)cur);
 }
 
-/* Row r's first token for WINDOWS and RANDOM. */
-static uint64_t row_start(const stk__tokds *t, const stk__readkey *key, uint64_t r)
+uint64_t stk__tokds_row_start(const stk__tokds *t, const stk__readkey *key, uint64_t r)
 {
     if (t->o.mode == STK_TOKENS_WINDOWS)
         return r * t->T;
@@ -383,12 +382,15 @@ stk_status stk__tokds_read_keyed(const stk_dataset *ds, stk__cursor *cursor,
         break;
     default: {
         static const stk__readkey zero = {0, 0, false};
-        uint64_t first = row_start(t, key ? key : &zero, i);
-        rc = stk__tokcorpus_read(c, cur, first, (uint64_t)t->T + 1, cur->buf, flags, err, err_size);
-        if (rc == STK_OK) {
-            stk__tok_widen(cur->buf, c->width, t->T, dst[0], i32);
-            stk__tok_widen(cur->buf + c->width, c->width, t->T, dst[1], i32);
+        uint64_t first = stk__tokds_row_start(t, key ? key : &zero, i);
+        const uint8_t *src = stk__tokcur_ahead(cur, first); /* read ahead with others? */
+        if (!src) {
+            rc = stk__tokcorpus_read(c, cur, first, (uint64_t)t->T + 1, cur->buf, flags, err,
+                                     err_size);
+            src = cur->buf;
         }
+        if (rc == STK_OK) /* input_ids and labels from the same T + 1 ids, in one pass */
+            stk__tok_window(src, c->width, t->T, dst[0], dst[1], i32);
         if (!c->col && c->n_parts == 1)
             info->offset = c->parts[0].data_offset + first * c->width; /* one file: exact */
     }

@@ -30,7 +30,8 @@ static int make_ring_n(stk__ring *r, stk__devcopy *dc, uint32_t n)
     r->destroy_arg = r;
     T_OK(stk__layout_init(&r->lay, &label, &max_size, 1, 4, -1, NULL, err, sizeof(err)));
     r->view = r->lay;
-    T_OK(stk__ring_alloc(r, n, r->lay.slot_size, false, 0, dc, why, sizeof(why), err, sizeof(err)));
+    T_OK(stk__ring_alloc(r, n, r->lay.slot_size, false, 0, false, dc, why, sizeof(why), err,
+                         sizeof(err)));
     T_CHECK(!r->pinned && r->pinned_bytes == 0 && why[0] == '\0');
     return 0;
 }
@@ -82,6 +83,30 @@ static int test_tickets(void)
     T_EQ(s->err_sample, UINT32_MAX);
     T_EQ(s->err_code, STK_OK);
     T_EQ(atomic_load(&s->done), 0);
+    pthread_mutex_unlock(&r.mu);
+    /* Tickets several at a time (a source that reads records together): each once, the last
+     * group cut at the batch's end, none for another batch. */
+    uint32_t n;
+    T_CHECK(!stk__slot_take_tickets(s, 5, 2, 4, &t, &n));
+    T_CHECK(stk__slot_take_tickets(s, 7, 2, 1, &t, &n));
+    T_EQ(t, 0);
+    T_EQ(n, 1);
+    T_CHECK(stk__slot_take_tickets(s, 7, 2, 4, &t, &n));
+    T_EQ(t, 1);
+    T_EQ(n, 1);
+    T_CHECK(!stk__slot_take_tickets(s, 7, 2, 4, &t, &n));
+    pthread_mutex_lock(&r.mu);
+    stk__slot_open_locked(s, 9, 8);
+    pthread_mutex_unlock(&r.mu);
+    uint32_t expect_t[] = {0, 3, 6}, expect_n[] = {3, 3, 2};
+    for (int k = 0; k < 3; k++) {
+        T_CHECK(stk__slot_take_tickets(s, 9, 8, 3, &t, &n));
+        T_EQ(t, expect_t[k]);
+        T_EQ(n, expect_n[k]);
+    }
+    T_CHECK(!stk__slot_take_tickets(s, 9, 8, 3, &t, &n));
+    T_CHECK(!stk__slot_take_ticket(s, 9, 8, &t));
+    pthread_mutex_lock(&r.mu);
     bool last = stk__ring_unref_locked(&r);
     pthread_mutex_unlock(&r.mu);
     T_CHECK(last);

@@ -63,7 +63,7 @@ static int test_last_errmsg_per_thread(void)
     memset(big, 'x', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
     stk__last_error_copy(STK_EIO, big);
-    T_EQ(strlen(stk_last_errmsg()), STK_ERRMSG_SIZE - 1);
+    T_EQ(strlen(stk_last_errmsg()), STK__LAST_ERRMSG_SIZE - 1);
     char buf[8];
     T_EQ(stk__set_error(buf, sizeof(buf), STK_ELIMIT, "%s", "truncated message"), STK_ELIMIT);
     T_CHECK(strcmp(buf, "truncat") == 0);

@@ -441,6 +441,51 @@ static int test_pinned_accounting(void)
     return in_child(child_pinned_accounting, fake_env(NULL, NULL));
 }
 
+/* A shared ring (one memfd for every slot) is page-locked by cuMemHostRegister, counted as one
+ * range, and unregistered with the ring. */
+static int child_pinned_shared(void)
+{
+    stk__cudev d;
+    if (fake_open(&d))
+        return 1;
+    const char *paths[] = {fx_raw};
+    stk_loader_opts o = fx_opts(paths, 16, 2);
+    o.flags = STK_LOADER_PINNED | STK_LOADER_SHARED_RING;
+    o.n_slots = 3;
+    stk_loader *L;
+    T_OK(stk_loader_create(&o, &L));
+    stk_ring_memory m;
+    stk_ring_memory_init(&m);
+    T_OK(stk_loader_ring_memory(L, &m));
+    stk_loader_stats st;
+    stk_loader_stats_init(&st);
+    stk_loader_stats_get(L, &st);
+    T_CHECKF(m.fd >= 0 && m.pinned && st.pinned, "%s", st.device_reason);
+    T_EQ(st.pinned_bytes, m.size);
+    uint64_t fk_pinned, fk_dev, fk_copies, fk_kernels;
+    fk_counts(&fk_pinned, &fk_dev, &fk_copies, &fk_kernels);
+    T_EQ(fk_pinned, m.size);
+    stk_batch *b;
+    T_OK(stk_loader_next(L, &b));
+    stk_tensor t;
+    stk_tensor_init(&t);
+    T_OK(stk_batch_tensor(b, 0, &t));
+    T_CHECK((const uint8_t *)t.data >= (const uint8_t *)m.base &&
+            (const uint8_t *)t.data + t.size <= (const uint8_t *)m.base + m.size);
+    stk_loader_destroy(L);
+    stk_batch_release(b);
+    T_EQ(stk__pinned_total(), 0);
+    fk_counts(&fk_pinned, &fk_dev, &fk_copies, &fk_kernels);
+    T_EQ(fk_pinned, 0);
+    stk__cudev_close(&d);
+    return 0;
+}
+
+static int test_pinned_shared(void)
+{
+    return in_child(child_pinned_shared, fake_env(NULL, NULL));
+}
+
 static int test_pinned_refused(void)
 {
     char lim[64];
@@ -1251,9 +1296,9 @@ static int test_opts_abi(void)
 }
 
 T_MAIN(T_CASE(setup), T_CASE(test_fake_detects), T_CASE(test_no_driver), T_CASE(test_no_device),
-       T_CASE(test_missing_device), T_CASE(test_pinned_accounting), T_CASE(test_pinned_refused),
-       T_CASE(test_pinned_env), T_CASE(test_device_copies), T_CASE(test_poison_host_slot),
-       T_CASE(test_poison_device_buffer), T_CASE(test_second_stream),
+       T_CASE(test_missing_device), T_CASE(test_pinned_accounting), T_CASE(test_pinned_shared),
+       T_CASE(test_pinned_refused), T_CASE(test_pinned_env), T_CASE(test_device_copies),
+       T_CASE(test_poison_host_slot), T_CASE(test_poison_device_buffer), T_CASE(test_second_stream),
        T_CASE(test_second_stream_undeclared), T_CASE(test_use_limits), T_CASE(test_copy_error),
        T_CASE(test_trace_device), T_CASE(test_finish_conversions),
        T_CASE(test_finish_equals_pipeline), T_CASE(test_nvrtc_compile), T_CASE(test_finish_device),

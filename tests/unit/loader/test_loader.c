@@ -1,9 +1,10 @@
 /*
  * test_loader.c: the loader's semantics from DESIGN.md with real numbers: in-order delivery for
  * 1, 2 and 7 threads; exactly-once shuffled epochs across ranks x threads; epoch advance and
- * determinism; drop_last; resume after k batches (also onto another world size); backpressure;
- * shutdown at any point with batches outstanding; errors surfacing at their batch (and the skip
- * policy); bad arguments; allocation failures (debug builds).
+ * determinism; drop_last (and its two halves apart, split as DistributedSampler); resume after k
+ * batches (also onto another world size); backpressure; shutdown at any point with batches
+ * outstanding; errors surfacing at their batch (and the skip policy); bad arguments; allocation
+ * failures (debug builds).
  */
 #include "source/stk_source.h"
 #include "stk_internal.h"
@@ -247,6 +248,29 @@ static int test_drop_last(void)
     T_EQ(run_epoch(L, seq, &n), 0);
     T_EQ(run_epoch(L, seq, &n), 0); /* no hang on empty epochs */
     stk_loader_destroy(L);
+    /* The two halves apart, split as DistributedSampler (issue 24): 100 records on 3 ranks,
+     * the tail dropped (33 each) and the partial batch kept, or the tail padded (34 each) and
+     * the partial batch dropped; rank 1 reads 1, 4, 7, ... */
+    const uint32_t flags[2] = {STK_LOADER_STRIDED | STK_LOADER_DROP_TAIL,
+                               STK_LOADER_STRIDED | STK_LOADER_DROP_LAST | STK_LOADER_PAD_TAIL};
+    const size_t want_n[2] = {33, 32}, want_b[2] = {5, 4};
+    for (int k = 0; k < 2; k++) {
+        o = fx_opts(paths, 8, 2);
+        o.flags = flags[k];
+        o.rank = 1;
+        o.world = 3;
+        T_OK(stk_loader_create(&o, &L));
+        T_EQ(stk_loader_n_batches(L), want_b[k]);
+        T_EQ(run_epoch(L, seq, &n), (int64_t)want_b[k]);
+        T_EQ(n, want_n[k]);
+        for (size_t i = 0; i < n; i++)
+            T_EQ(seq[i], (int64_t)(1 + 3 * i));
+        stk_loader_destroy(L);
+    }
+    o = fx_opts(paths, 8, 1);
+    o.flags = STK_LOADER_DROP_TAIL | STK_LOADER_PAD_TAIL;
+    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
+    T_CHECK(strstr(stk_last_errmsg(), "STK_LOADER_PAD_TAIL"));
     return 0;
 }
 

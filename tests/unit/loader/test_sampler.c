@@ -254,6 +254,23 @@ static int test_cover_once(void)
     return 0;
 }
 
+/* `rest`, restarted at the position consumed after k batches of `full`, yields exactly full's
+ * batches from k on. */
+static int same_remainder(const stk_plan *full, const stk_plan *rest, uint64_t k)
+{
+    T_EQ(rest->n_batches, full->n_batches - k);
+    for (uint64_t j = 0; j < rest->n_batches; j++) {
+        uint64_t f0, f1, c0, c1;
+        uint32_t n0, n1;
+        T_OK(stk_plan_batch(full, k + j, &f0, &n0, &c0));
+        T_OK(stk_plan_batch(rest, j, &f1, &n1, &c1));
+        T_EQ(f0, f1);
+        T_EQ(n0, n1);
+        T_EQ(c0, c1);
+    }
+    return 0;
+}
+
 /* A plan restarted at the consumed position of step k yields the uninterrupted remainder, and
  * on another world size covers the remaining positions exactly once. */
 static int test_resume_positions(void)
@@ -270,16 +287,7 @@ static int test_resume_positions(void)
             start = c;
         }
         T_OK(stk_plan_init(&rest, n, start, b, 1, w, false));
-        T_EQ(rest.n_batches, full.n_batches - k);
-        for (uint64_t j = 0; j < rest.n_batches; j++) {
-            uint64_t f0, f1, c0, c1;
-            uint32_t n0, n1;
-            T_OK(stk_plan_batch(&full, k + j, &f0, &n0, &c0));
-            T_OK(stk_plan_batch(&rest, j, &f1, &n1, &c1));
-            T_EQ(f0, f1);
-            T_EQ(n0, n1);
-            T_EQ(c0, c1);
-        }
+        T_CHECK(same_remainder(&full, &rest, k) == 0);
     }
     /* Resume at position 12 with 3 ranks instead of 2: positions 12..36 once, plus padding. */
     uint32_t counts[64] = {0};
@@ -299,6 +307,114 @@ static int test_resume_positions(void)
     T_EQ(counts[38], 1);
     for (uint64_t p = 0; p < 12; p++)
         T_EQ(counts[p], 0);
+    return 0;
+}
+
+/* PyTorch's DataLoader batches over DistributedSampler(rank, num_replicas=w, shuffle=False,
+ * drop_last=tail) with the loader's drop_last=last (torch/utils/data/distributed.py,
+ * dataloader.py), written out: rank r's records in batch order into out, batch sizes into
+ * sizes. Returns the number of batches. */
+static size_t torch_distributed(uint64_t n, uint32_t b, uint32_t r, uint32_t w, bool tail,
+                                bool last, uint64_t *out, uint32_t *sizes)
+{
+    /* num_samples = ceil((n - w) / w) when drop_last and n % w, else ceil(n / w) */
+    uint64_t num = tail && n % w ? (n > w ? (n - w + w - 1) / w : 0) : (n + w - 1) / w;
+    uint64_t total = num * w, mine[256];
+    size_t k = 0, batches = 0;
+    for (uint64_t i = r; i < total; i += w) /* indices[rank:total_size:num_replicas] */
+        mine[k++] = i % n;                  /* padding repeats indices from the start */
+    for (size_t i = 0; i < k; i += b) {
+        uint32_t size = (uint32_t)(k - i < b ? k - i : b);
+        if (size < b && last)
+            break;
+        for (uint32_t j = 0; j < size; j++)
+            *out++ = mine[i + j];
+        sizes[batches++] = size;
+    }
+    return batches;
+}
+
+/* The strided plan gives exactly those batches for every combination of the two drop_last
+ * flags (issue 24: pytorch/examples' imagenet validation loader is DistributedSampler(
+ * drop_last=True) under a DataLoader with drop_last=False), and the positions consumed after
+ * each step are the same prefix of the global order as the consecutive split's. */
+static int test_strided_matches_distributed_sampler(void)
+{
+    for (uint32_t w = 1; w <= 5; w++)
+        for (uint32_t b = 1; b <= 5; b++)
+            for (uint64_t n = 1; n <= 41; n++)
+                for (unsigned f = 0; f < 4; f++) {
+                    bool tail = f & 1, last = f & 2;
+                    uint32_t flags = STK_PLAN_STRIDED | (tail ? STK_PLAN_DROP_TAIL : 0) |
+                                     (last ? STK_PLAN_DROP_LAST : 0);
+                    for (uint32_t r = 0; r < w; r++) {
+                        uint64_t want[256], got[256];
+                        uint32_t sizes[256];
+                        size_t nb = torch_distributed(n, b, r, w, tail, last, want, sizes);
+                        stk_plan p, q;
+                        T_OK(stk_plan_init_v2(&p, n, 0, b, r, w, flags));
+                        T_OK(stk_plan_init_v2(&q, n, 0, b, r, w, flags & ~STK_PLAN_STRIDED));
+                        T_CHECKF(p.n_batches == nb,
+                                 "n=%llu b=%u w=%u r=%u tail=%d last=%d: "
+                                 "%llu batches, torch %zu",
+                                 (unsigned long long)n, b, w, r, tail, last,
+                                 (unsigned long long)p.n_batches, nb);
+                        T_EQ(q.n_batches, nb);
+                        size_t k = 0;
+                        for (uint64_t j = 0; j < p.n_batches; j++) {
+                            uint64_t first, consumed, f2, c2;
+                            uint32_t count, n2;
+                            T_OK(stk_plan_batch(&p, j, &first, &count, &consumed));
+                            T_OK(stk_plan_batch(&q, j, &f2, &n2, &c2));
+                            T_EQ(count, sizes[j]);
+                            T_EQ(n2, count);
+                            T_EQ(consumed, c2);
+                            for (uint32_t i = 0; i < count; i++)
+                                got[k++] = (first + (uint64_t)i * w) % n;
+                        }
+                        for (size_t i = 0; i < k; i++)
+                            T_CHECKF(got[i] == want[i],
+                                     "n=%llu b=%u w=%u r=%u tail=%d last=%d: sample %zu is "
+                                     "%llu, torch %llu",
+                                     (unsigned long long)n, b, w, r, tail, last, i,
+                                     (unsigned long long)got[i], (unsigned long long)want[i]);
+                    }
+                }
+    /* The first form is the second with both halves of drop_last together. */
+    stk_plan a, c;
+    T_OK(stk_plan_init(&a, 10, 0, 3, 1, 4, true));
+    T_OK(stk_plan_init_v2(&c, 10, 0, 3, 1, 4, STK_PLAN_DROP_LAST | STK_PLAN_DROP_TAIL));
+    T_CHECK(a.struct_size == c.struct_size && a.n == c.n && a.start == c.start && a.end == c.end &&
+            a.per_rank == c.per_rank && a.n_batches == c.n_batches &&
+            a.batch_size == c.batch_size && a.rank == c.rank && a.world == c.world &&
+            a.drop_last == c.drop_last && a.drop_tail == c.drop_tail && a.strided == c.strided);
+    T_CHECK(a.drop_last && a.drop_tail && !a.strided);
+    T_EQ(stk_plan_init_v2(&a, 10, 0, 3, 1, 4, 0x8), STK_EINVAL);
+    /* The ABI rule: a caller's struct shorter than the plan is refused, not overrun. */
+    T_EQ(stk_plan_init_v2_sized(&a, 10, 0, 3, 1, 4, STK_PLAN_STRIDED, sizeof(a) - 1), STK_EINVAL);
+    T_EQ(stk_plan_init_v2_sized(NULL, 10, 0, 3, 1, 4, 0, sizeof(a)), STK_EINVAL);
+    return 0;
+}
+
+/* A strided plan resumed at the position consumed after step k yields the uninterrupted
+ * remainder (same world), with the tail dropped and the partial batch kept. */
+static int test_strided_resume(void)
+{
+    const uint64_t n = 500;
+    const uint32_t b = 32, w = 4;
+    for (uint32_t r = 0; r < w; r++) {
+        stk_plan full, rest;
+        T_OK(stk_plan_init_v2(&full, n, 0, b, r, w, STK_PLAN_STRIDED | STK_PLAN_DROP_TAIL));
+        T_EQ(full.per_rank, 125); /* all 125 samples of each rank, not 96 */
+        T_EQ(full.n_batches, 4);
+        for (uint64_t k = 1; k <= full.n_batches; k++) {
+            uint64_t f, c;
+            uint32_t cnt;
+            T_OK(stk_plan_batch(&full, k - 1, &f, &cnt, &c));
+            T_OK(stk_plan_init_v2(&rest, n, c, b, r, w, STK_PLAN_STRIDED | STK_PLAN_DROP_TAIL));
+            T_CHECK(same_remainder(&full, &rest, k) == 0);
+        }
+    }
     return 0;
 }
 
@@ -351,4 +467,6 @@ static int test_env_rank(void)
 
 T_MAIN(T_CASE(test_philox_kat), T_CASE(test_rng_streams), T_CASE(test_shuffle_bijection),
        T_CASE(test_shuffle_determinism), T_CASE(test_pytorch_padding), T_CASE(test_batch_counts),
-       T_CASE(test_cover_once), T_CASE(test_resume_positions), T_CASE(test_env_rank))
+       T_CASE(test_cover_once), T_CASE(test_resume_positions),
+       T_CASE(test_strided_matches_distributed_sampler), T_CASE(test_strided_resume),
+       T_CASE(test_env_rank))

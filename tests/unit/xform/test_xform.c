@@ -366,11 +366,21 @@ static int test_op_table(void)
         T_CHECKF((size_t)d->kind == i && (size_t)k == i, "row %zu has kind %d", i, (int)d->kind);
         T_CHECKF(d->check != NULL, "%s has no check", d->name);
         /* A stage's hooks: geometry and pixel ops plan, exactly the pixel ops have a kernel,
-         * the store op compiles its parameters into the transform. */
-        T_CHECKF(d->stage == STK__OP_STORE || d->plan, "%s has no plan", d->name);
-        T_CHECKF((d->stage == STK__OP_PIXEL) == (d->kernel != NULL), "%s: kernel", d->name);
-        T_CHECKF(d->stage != STK__OP_STORE || d->compile, "%s: compile", d->name);
-        T_CHECKF((d->stage == STK__OP_TENSOR) == (d->post != NULL), "%s: post", d->name);
+         * the store op compiles its parameters into the transform. The audio family's rows
+         * (stk_audio_ops.c) have an audio stage and no image hook: stk_audio.c runs them. */
+        T_EQ(stk_op_media(k), d->media);
+        if (d->media == STK_MEDIA_AUDIO) {
+            T_CHECKF(d->stage >= STK__OP_WAVE && d->stage <= STK__OP_SPECTRAL, "%s: stage",
+                     d->name);
+            T_CHECKF(!d->plan && !d->kernel && !d->post && !d->compile && !d->size, "%s: hooks",
+                     d->name);
+        } else {
+            T_CHECKF(d->media == STK_MEDIA_IMAGE && d->stage < STK__OP_WAVE, "%s: stage", d->name);
+            T_CHECKF(d->stage == STK__OP_STORE || d->plan, "%s has no plan", d->name);
+            T_CHECKF((d->stage == STK__OP_PIXEL) == (d->kernel != NULL), "%s: kernel", d->name);
+            T_CHECKF(d->stage != STK__OP_STORE || d->compile, "%s: compile", d->name);
+            T_CHECKF((d->stage == STK__OP_TENSOR) == (d->post != NULL), "%s: post", d->name);
+        }
         T_CHECKF(!d->after_store || d->stage == STK__OP_GEOMETRY || d->stage == STK__OP_TENSOR,
                  "%s: after_store", d->name);
         /* Names round-trip and are unique. */
@@ -600,6 +610,66 @@ static int test_bad_op_lists(void)
     t = make_t(o, STK__XF_MAX_OPS, F, false, false);
     T_CHECK(t != NULL);
     T_CHECK(t->ops[0].size[1] == 224 && t->out_w == 224 && t->out_h == 224);
+    stk_transform_destroy(t);
+    return 0;
+}
+
+/* The `draws` column (stk_op_draws) says what each op's plan does: a transform of the op (its
+ * defaults, after a CenterCrop; a container holds one flip) takes numbers from the sample's
+ * stream exactly when the row says it draws. A new random op that forgets the column would be
+ * taken for an evaluation op and decoded exactly by default; this catches it. */
+static int test_op_draws(void)
+{
+    for (size_t i = 0; i < stk_op_n_kinds(); i++) {
+        stk_op_kind k;
+        T_OK(stk_op_kind_at(i, &k));
+        const stk__op_def *d = stk__op_def_get(k);
+        if (d->media == STK_MEDIA_AUDIO) { /* planned per sample in stk_audio.c: by name */
+            bool random = strstr(d->name, "Random") || strstr(d->name, "Masking");
+            T_CHECKF(d->draws == random && stk_op_draws(k) == random, "%s: draws=%d", d->name,
+                     d->draws);
+            continue;
+        }
+        stk_op ops[3];
+        size_t n = 0;
+        stk_op_init(&ops[n], STK_OP_CENTER_CROP);
+        ops[n].size[0] = ops[n].size[1] = 40;
+        n++;
+        stk_op_init(&ops[n], k);
+        if (k == STK_OP_COLOR_JITTER) /* its defaults change nothing */
+            ops[n].brightness = 0.4;
+        if (k == STK_OP_RANDOM_RESIZED_CROP || k == STK_OP_RANDOM_CROP)
+            ops[n].size[0] = ops[n].size[1] = 24;
+        if (k == STK_OP_RESIZE)
+            ops[n].size[0] = ops[n].size[1] = 24;
+        if (d->container)
+            ops[n].n_transforms = 1;
+        n++;
+        if (d->container)
+            stk_op_init(&ops[n++], STK_OP_RANDOM_HORIZONTAL_FLIP);
+        stk_transform *t = make_t(ops, n, STK_DTYPE_FLOAT32, false, false);
+        T_CHECKF(t != NULL, "%s", d->name);
+        stk_rng rng, fresh;
+        stk_rng_init(&rng, 3, 1, 7);
+        fresh = rng;
+        stk__xplan *plan = malloc(sizeof(*plan));
+        T_CHECK(plan != NULL);
+        stk__xform_plan(t, 64, 48, &rng, plan);
+        free(plan);
+        bool drew = memcmp(&rng, &fresh, sizeof(rng)) != 0;
+        T_CHECKF(drew == d->draws && stk_op_draws(k) == d->draws,
+                 "%s: the row says draws=%d, its plan %s", d->name, d->draws,
+                 drew ? "drew" : "drew nothing");
+        T_CHECK(stk_transform_draws(t) == d->draws);
+        stk_transform_destroy(t);
+    }
+    T_CHECK(!stk_op_draws((stk_op_kind)stk_op_n_kinds()) && !stk_op_draws((stk_op_kind)-1));
+    stk_transform *t = NULL;
+    T_OK(stk_transform_recipe("imagenet-val", false, &t));
+    T_CHECK(!stk_transform_draws(t));
+    stk_transform_destroy(t);
+    T_OK(stk_transform_recipe("imagenet-train", false, &t));
+    T_CHECK(stk_transform_draws(t));
     stk_transform_destroy(t);
     return 0;
 }
@@ -2025,7 +2095,7 @@ static int test_alloc_failures(void)
 }
 #endif
 
-T_MAIN(T_CASE(test_op_defaults), T_CASE(test_op_table), T_CASE(test_recipes),
+T_MAIN(T_CASE(test_op_defaults), T_CASE(test_op_table), T_CASE(test_op_draws), T_CASE(test_recipes),
        T_CASE(test_bad_op_lists), T_CASE(test_box_invariants), T_CASE(test_rng_below),
        T_CASE(test_geometry_rules), T_CASE(test_resize_identity), T_CASE(test_resize_vs_reference),
        T_CASE(test_flip_exact), T_CASE(test_f16_bf16), T_CASE(test_store_layouts),

@@ -1,0 +1,403 @@
+#!/usr/bin/env python3
+"""Your own Dataset on stoker (issue 24): the DataLoader and stoker.Loader side by side on the
+datasets the articles write, each run in a process of its own, one after the other.
+
+    /usr/bin/python3 bench/gen_images.py /tmp/pyds/jpeg --classes 4 --per-class 100 --profile small
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds \
+        [--scenarios sleep,tensor224,pil,purepy,hdf5,lmdb,albu] [--workers 0,1,2,4,8] \
+        [--epochs 3] [--batch 32] [--json out.json]
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --switch
+
+Main mode: for each scenario, the DataLoader at every --workers count and stoker.Loader at the
+same counts and at its default (num_workers=None: stoker chooses the executor and the count).
+Each run prints: time from creating the loader to the first batch, samples/s of the first epoch
+(from creation) and of the later epochs, and the peak memory of the whole process tree (the sum
+of RSS, and of PSS, which counts a page shared by several processes once), sampled every 20 ms
+by this parent process from /proc. The loop only counts each batch (no model): the numbers are
+the loaders' own. The ratio is stoker's default against the DataLoader's best worker count.
+
+--switch: the six article-style datasets (sleep, in-memory tensors, an Albumentations-style numpy
+pipeline, PIL + torchvision, HDF5 over h5py, LMDB over py-lmdb), each written as the article
+writes it with DataLoader and DistributedSampler (2 ranks, both run here), then with one name
+changed: lines changed (difflib), whether it runs, whether the two ranks read every sample
+exactly once, and the ratio of samples/s.
+"""
+import argparse
+import difflib
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# ---- the datasets, as the articles write them (the child processes exec this) ----
+
+DATASETS = r'''
+import os, time, io, random
+import numpy as np
+import torch
+from torch.utils.data import Dataset, DataLoader, DistributedSampler
+
+class SleepDataset(Dataset):
+    """__getitem__ waits 1 ms (standing for I/O) over in-memory data."""
+    def __init__(self, n=4000):
+        self.data = torch.randn(256, 3, 32, 32)
+        self.labels = torch.randint(0, 10, (n,))
+        self.n = n
+    def __len__(self):
+        return self.n
+    def __getitem__(self, idx):
+        time.sleep(0.001)
+        return self.data[idx % 256], self.labels[idx], idx
+
+class TensorDataset224(Dataset):
+    """A 3x224x224 float32 tensor from memory and a label."""
+    def __init__(self, n=2048):
+        self.images = torch.randn(64, 3, 224, 224)
+        self.labels = torch.randint(0, 1000, (n,))
+        self.n = n
+    def __len__(self):
+        return self.n
+    def __getitem__(self, idx):
+        return self.images[idx % 64], self.labels[idx], idx
+
+class JpegDataset(Dataset):
+    """PIL decode + torchvision RandomResizedCrop/flip/ToTensor/Normalize on JPEG files."""
+    def __init__(self, root):
+        from torchvision import transforms as T
+        self.files = sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs
+                            if f.endswith(".jpg"))
+        self.transform = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                    T.ToTensor(), T.Normalize([0.485, 0.456, 0.406],
+                                                              [0.229, 0.224, 0.225])])
+    def __len__(self):
+        return len(self.files)
+    def __getitem__(self, idx):
+        from PIL import Image
+        with open(self.files[idx], "rb") as f:
+            img = Image.open(f).convert("RGB")
+        return self.transform(img), idx % 4, idx
+
+class PurePythonDataset(Dataset):
+    """Pure-Python CPU work (about a millisecond of bytecode)."""
+    def __init__(self, n=3000):
+        self.n = n
+    def __len__(self):
+        return self.n
+    def __getitem__(self, idx):
+        acc = 0
+        for k in range(idx % 7, 12000 + idx % 7):
+            acc = (acc * 31 + k) % 1000003
+        return torch.tensor([acc], dtype=torch.int64), idx
+
+class HDF5Dataset(Dataset):
+    """The articles' HDF5Dataset: the file opened lazily, in each worker."""
+    def __init__(self, path):
+        import h5py
+        self.path = path
+        self.file = None
+        with h5py.File(path, "r") as f:
+            self.length = len(f["labels"])
+    def __len__(self):
+        return self.length
+    def __getitem__(self, idx):
+        import h5py
+        if self.file is None:
+            self.file = h5py.File(self.path, "r")
+        image = torch.from_numpy(self.file["images"][idx]).float().div_(255)
+        return image, int(self.file["labels"][idx]), idx
+
+class LMDBDataset(Dataset):
+    """The articles' LMDBDataset over py-lmdb: raw uint8 images, opened lazily."""
+    def __init__(self, path):
+        import lmdb
+        self.path = path
+        self.env = None
+        env = lmdb.open(path, readonly=True, lock=False)
+        with env.begin() as txn:
+            self.length = int(txn.get(b"__len__"))
+        env.close()
+    def __len__(self):
+        return self.length
+    def __getitem__(self, idx):
+        import lmdb
+        if self.env is None:
+            self.env = lmdb.open(self.path, readonly=True, lock=False, readahead=False)
+        with self.env.begin() as txn:
+            buf = txn.get(str(idx).encode())
+        label = buf[0]
+        image = np.frombuffer(buf, dtype=np.uint8, offset=1).reshape(3, 64, 64)
+        return torch.from_numpy(image.astype(np.float32) / 255), label, idx
+
+class AlbumentationsStyleDataset(Dataset):
+    """An Albumentations-style numpy pipeline (RandomCrop, HorizontalFlip, Normalize) on
+    in-memory uint8 HWC images (albumentations is not installed: numpy in its style)."""
+    def __init__(self, n=4000):
+        rng = np.random.default_rng(0)
+        self.images = rng.integers(0, 256, (256, 128, 128, 3), dtype=np.uint8)
+        self.n = n
+        self.mean = np.array([0.485, 0.456, 0.406], np.float32) * 255
+        self.std = np.array([0.229, 0.224, 0.225], np.float32) * 255
+    def __len__(self):
+        return self.n
+    def __getitem__(self, idx):
+        img = self.images[idx % 256]
+        y, x = np.random.randint(0, 128 - 112, 2)
+        img = img[y:y + 112, x:x + 112]
+        if np.random.rand() < 0.5:
+            img = img[:, ::-1]
+        img = (img.astype(np.float32) - self.mean) / self.std
+        return torch.from_numpy(np.ascontiguousarray(img.transpose(2, 0, 1))), idx % 10, idx
+
+def make(name, data):
+    return {"sleep": lambda: SleepDataset(),
+            "tensor224": lambda: TensorDataset224(),
+            "pil": lambda: JpegDataset(os.path.join(data, "jpeg")),
+            "purepy": lambda: PurePythonDataset(),
+            "hdf5": lambda: HDF5Dataset(os.path.join(data, "data.h5")),
+            "lmdb": lambda: LMDBDataset(os.path.join(data, "lmdb")),
+            "albu": lambda: AlbumentationsStyleDataset()}[name]()
+'''
+
+CHILD = DATASETS + r'''
+import json, sys
+import stoker
+name, kind, workers, epochs, batch, data = sys.argv[1:7]
+workers = None if workers == "None" else int(workers)
+epochs, batch = int(epochs), int(batch)
+dataset = make(name, data)
+t0 = time.perf_counter()
+if kind == "dl":
+    loader = DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
+                        persistent_workers=workers > 0)
+else:
+    loader = stoker.Loader(dataset, batch_size=batch, shuffle=True, num_workers=workers)
+rates, first = [], None
+for e in range(epochs):
+    n = 0
+    t = time.perf_counter() if e else t0
+    for batch_ in loader:
+        if first is None:
+            first = time.perf_counter() - t0
+        n += len(batch_[-1])
+        del batch_
+    rates.append(n / (time.perf_counter() - t))
+info = {}
+if kind == "stoker":
+    i = loader.info()
+    info = {"executor": i.get("executor"), "workers": i.get("n_threads"),
+            "reason": i.get("executor_reason"), "start": i.get("start_method")}
+print(json.dumps({"ttfb_s": first, "rates": rates, **info}))
+'''
+
+
+def make_data(data):
+    """The files the file-backed scenarios read (HDF5, LMDB); JPEGs come from gen_images.py."""
+    import numpy as np
+    os.makedirs(data, exist_ok=True)
+    h5 = os.path.join(data, "data.h5")
+    if not os.path.exists(h5):
+        import h5py
+        rng = np.random.default_rng(1)
+        with h5py.File(h5 + ".tmp", "w") as f:
+            f["images"] = rng.integers(0, 256, (4000, 3, 64, 64), dtype=np.uint8)
+            f["labels"] = rng.integers(0, 10, 4000)
+        os.rename(h5 + ".tmp", h5)
+    db = os.path.join(data, "lmdb")
+    if not os.path.exists(db):
+        import lmdb
+        rng = np.random.default_rng(2)
+        env = lmdb.open(db + ".tmp", map_size=1 << 30)
+        with env.begin(write=True) as txn:
+            for i in range(4000):
+                txn.put(str(i).encode(), bytes([i % 10]) +
+                        rng.integers(0, 256, 3 * 64 * 64, dtype=np.uint8).tobytes())
+            txn.put(b"__len__", b"4000")
+        env.close()
+        os.rename(db + ".tmp", db)
+
+
+def tree(pid):
+    """pid and its descendants (from /proc)."""
+    children = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                parts = f.read().rsplit(")", 1)[1].split()
+            children.setdefault(int(parts[1]), []).append(int(p))
+        except (OSError, IndexError):
+            continue
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def memory(pids):
+    """(sum of RSS, sum of PSS) in bytes."""
+    rss = pss = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return rss, pss
+
+
+def run(name, kind, workers, epochs, batch, data, timeout=900):
+    env = dict(os.environ)
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, name, kind, str(workers), str(epochs),
+                             str(batch), data], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    peak_rss = peak_pss = 0
+    t0 = time.monotonic()
+    while proc.poll() is None:
+        rss, pss = memory(tree(proc.pid))
+        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+        time.sleep(0.02)
+    out, err = proc.communicate()
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"error": (err.strip().splitlines() or ["exit %d" % proc.returncode])[-1]}
+    r = json.loads(lines[-1])
+    r.update(peak_rss_mb=peak_rss / 2**20, peak_pss_mb=peak_pss / 2**20)
+    return r
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def fmt(r):
+    if "error" in r:
+        return "ERROR " + r["error"][:100]
+    later = r["rates"][1:] or r["rates"]
+    ex = f" [{r['executor']} x{r['workers']}]" if r.get("executor") else ""
+    return (f"ttfb {r['ttfb_s']:.3f} s, epoch 1 {r['rates'][0]:.0f}/s, later "
+            f"{sum(later) / len(later):.0f}/s, peak RSS {r['peak_rss_mb']:.0f} MB, PSS "
+            f"{r['peak_pss_mb']:.0f} MB{ex}")
+
+
+def later(r):
+    x = r["rates"][1:] or r["rates"]
+    return sum(x) / len(x)
+
+
+def main_bench(a):
+    results = {}
+    for name in a.scenarios.split(","):
+        rows = {}
+        print(f"== {name} (load {load()})", flush=True)
+        for w in a.workers:
+            for kind in ("dl", "stoker"):
+                r = run(name, kind, w, a.epochs, a.batch, a.data)
+                rows[f"{kind}{w}"] = r
+                print(f"  {kind:6s} num_workers={w}: {fmt(r)} (load {load()})", flush=True)
+        r = run(name, "stoker", None, a.epochs, a.batch, a.data)
+        rows["stokerNone"] = r
+        print(f"  stoker num_workers=None: {fmt(r)} (load {load()})", flush=True)
+        ok = {k: v for k, v in rows.items() if "error" not in v}
+        dls = {k: v for k, v in ok.items() if k.startswith("dl")}
+        if dls and "stokerNone" in ok:
+            best = max(dls, key=lambda k: later(dls[k]))
+            print(f"  -> stoker default / DataLoader best ({best[2:]} workers): later epochs "
+                  f"{later(ok['stokerNone']) / later(dls[best]):.2f}x, epoch 1 "
+                  f"{ok['stokerNone']['rates'][0] / dls[best]['rates'][0]:.2f}x", flush=True)
+        results[name] = rows
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+# ---- the one-name switch on the article-style datasets ----
+
+ARTICLE = r'''
+import sys, time, json
+{datasets}
+from torch.utils.data import DataLoader
+name, data = sys.argv[1:3]
+dataset = make(name, data)
+seen, n, t0 = [], 0, time.perf_counter()
+for rank in range(2):
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler, num_workers=4)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            if epoch == 1:
+                seen.extend(batch[-1].tolist())
+            n += len(batch[-1])
+print(json.dumps({{"samples_per_s": n / (time.perf_counter() - t0), "seen": sorted(seen),
+                  "n": len(dataset)}}))
+'''
+
+
+def switch(a):
+    base = ARTICLE.format(datasets=DATASETS)
+    print(f"== one-name switch (DistributedSampler, 2 ranks, num_workers=4; load {load()})")
+    print("| dataset | lines changed | runs | exactly once | DataLoader samples/s | stoker "
+          "samples/s | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for name in ("sleep", "tensor224", "albu", "pil", "hdf5", "lmdb"):
+        # the one line: DataLoader now names stoker's loader
+        switched = base.replace("\nfrom torch.utils.data import DataLoader\n",
+                                "\nfrom stoker import Loader as DataLoader\n")
+        changed = sum(1 for l in difflib.ndiff(base.splitlines(), switched.splitlines())
+                      if l.startswith("+ "))
+        res = {}
+        for kind, code in (("dl", base), ("stoker", switched)):
+            p = subprocess.run([sys.executable, "-c", code, name, a.data], capture_output=True,
+                               text=True, timeout=1800)
+            lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+            res[kind] = json.loads(lines[-1]) if p.returncode == 0 and lines else \
+                {"error": (p.stderr.strip().splitlines() or ["?"])[-1]}
+        d, s = res["dl"], res["stoker"]
+        runs = "yes" if "error" not in s else "no: " + s["error"][:80]
+        once = "-" if "error" in s else \
+            ("yes" if s["seen"] == list(range(s["n"])) else "NO")
+        ratio = "-" if "error" in s or "error" in d else \
+            f"{s['samples_per_s'] / d['samples_per_s']:.2f}x"
+        print(f"| {name} | {changed} | {runs} | {once} | "
+              f"{d.get('samples_per_s', 0):.0f} | {s.get('samples_per_s', 0):.0f} | {ratio} |",
+              flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, help="directory for the generated files")
+    ap.add_argument("--scenarios", default="sleep,tensor224,pil,purepy,hdf5,lmdb,albu")
+    ap.add_argument("--workers", default="0,1,2,4,8")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--json")
+    ap.add_argument("--switch", action="store_true", help="the one-name switch table")
+    a = ap.parse_args()
+    a.workers = [int(w) for w in a.workers.split(",")]
+    make_data(a.data)
+    if not os.path.isdir(os.path.join(a.data, "jpeg")):
+        subprocess.run([sys.executable, os.path.join(HERE, "gen_images.py"),
+                        os.path.join(a.data, "jpeg"), "--classes", "4", "--per-class", "100",
+                        "--profile", "small"], check=True)
+    print(f"cores {len(os.sched_getaffinity(0))}, load {load()}")
+    if a.switch:
+        switch(a)
+    else:
+        main_bench(a)
+
+
+if __name__ == "__main__":
+    main()

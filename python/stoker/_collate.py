@@ -1,0 +1,374 @@
+"""The structure of a Python dataset's samples and default_collate's rules over it.
+
+The first sample fixes a *layout*: the tree of containers ``__getitem__`` returns (dicts,
+namedtuples, tuples, lists, any Mapping) with its leaves. A leaf that default_collate stacks into
+a tensor (a CPU torch.Tensor, a numeric numpy array or scalar, an int, float or bool) is *fixed*:
+it gets a field of the ring, one row of ``nbytes`` per sample, written in place by the worker
+thread or process. Every other leaf (str, bytes, None, a PIL image, an empty or non-CPU tensor,
+leaves beyond the ring's field limit) is an *object*: it travels beside the row (by reference on
+threads, pickled from processes) and is collated in the consumer.
+
+A later sample whose fixed leaf has another dtype or shape keeps the ring's row empty for that
+leaf and sends the value as an object (a bit in the row's mask); a sample whose containers differ
+(other keys, lengths or types) travels whole. A batch with such rows is collated by torch's own
+default_collate over the rebuilt samples, so it gets exactly the DataLoader's result (the same
+values, or the same error). Batches without them are assembled from views of the ring: each fixed
+leaf is already its stacked tensor, with the dtype default_collate gives it. Nothing is truncated.
+
+collate_fn other than the default is called on the rebuilt list of samples, as the DataLoader
+calls it (in the consumer, not in a worker).
+"""
+import collections.abc
+import sys
+
+import numpy as np
+
+MAX_FIXED = 15     # ring fields for leaves (the 16th is the row's object key and mask)
+WHOLE = 1 << 63    # mask bit: the sample travels whole (its containers differ from the layout)
+_TORCH_NP = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+             "complex64", "complex128"}  # numpy dtypes torch.as_tensor takes
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+class Leaf:
+    """A leaf of the layout: kind ("tensor", "ndarray", "npscalar", "int", "float", "bool" for
+    fixed leaves; "object" otherwise), its exact type, numpy dtype and per-sample shape, and its
+    place (fixed: ring field number; object: position in the row's object list)."""
+
+    __slots__ = ("kind", "type", "dtype", "tdtype", "shape", "nbytes", "slot")
+
+    def __init__(self, kind, typ, dtype=None, tdtype=None, shape=(), slot=0):
+        self.kind, self.type, self.dtype, self.tdtype = kind, typ, dtype, tdtype
+        self.shape = tuple(shape)
+        self.nbytes = 0 if dtype is None else int(np.prod(self.shape, dtype=np.int64)) * \
+            np.dtype(dtype).itemsize
+        self.slot = slot
+
+    @property
+    def fixed(self):
+        return self.kind != "object"
+
+    def __repr__(self):
+        if not self.fixed:
+            return f"object({self.type.__name__})"
+        return f"{self.kind}({self.dtype}, {list(self.shape)})"
+
+
+class Node:
+    """A container of the layout: kind "mapping" (keys), "namedtuple", "tuple", "list" or
+    "sequence" (another Sequence type), its exact type and children."""
+
+    __slots__ = ("kind", "type", "keys", "children")
+
+    def __init__(self, kind, typ, keys, children):
+        self.kind, self.type, self.keys, self.children = kind, typ, keys, children
+
+
+def _tensor_leaf(x):
+    """(numpy dtype, torch dtype, shape) of a tensor default_collate stacks here, or None."""
+    torch = _torch()
+    if x.device.type != "cpu" or x.layout != torch.strided or x.requires_grad or \
+            x.numel() == 0 or x.is_quantized:
+        return None
+    name = str(x.dtype).replace("torch.", "")
+    if name == "bfloat16":
+        return np.dtype(np.int16), x.dtype, tuple(x.shape)
+    if name not in _TORCH_NP:
+        return None
+    return np.dtype(name), x.dtype, tuple(x.shape)
+
+
+def leaf_of(x):
+    """The Leaf a value makes (slot unset)."""
+    t = type(x)
+    torch = _torch()
+    if torch is not None and isinstance(x, torch.Tensor):
+        info = _tensor_leaf(x)
+        if info is not None:
+            return Leaf("tensor", t, info[0], info[1], info[2])
+    elif isinstance(x, np.ndarray):
+        if x.dtype.name in _TORCH_NP and x.size > 0 and x.dtype.isnative:
+            return Leaf("ndarray", t, x.dtype, None, x.shape)
+    elif isinstance(x, (np.bool_, np.number)):
+        if x.dtype.name in _TORCH_NP:
+            return Leaf("npscalar", t, x.dtype, None, ())
+    elif t is bool:
+        return Leaf("bool", t, np.dtype(np.bool_), None, ())
+    elif t is int and -(1 << 63) <= x < (1 << 63):
+        return Leaf("int", t, np.dtype(np.int64), None, ())
+    elif t is float:
+        return Leaf("float", t, np.dtype(np.float64), None, ())
+    return Leaf("object", t)
+
+
+class Layout:
+    """The layout the first sample fixes: `root` (a Node or Leaf), the fixed leaves in ring order
+    (`fixed`) and the number of object leaves (`n_objects`)."""
+
+    def __init__(self, sample, max_fixed=MAX_FIXED):
+        self.fixed = []
+        self.n_objects = 0
+        self.max_fixed = max_fixed
+        self.root = self._build(sample, 0)
+
+    def _build(self, x, depth):
+        if depth < 64:
+            if isinstance(x, collections.abc.Mapping):
+                keys = list(x.keys())
+                return Node("mapping", type(x), keys, [self._build(x[k], depth + 1) for k in keys])
+            if isinstance(x, tuple) and hasattr(x, "_fields"):
+                return Node("namedtuple", type(x), None, [self._build(v, depth + 1) for v in x])
+            if isinstance(x, (tuple, list)) or (
+                    isinstance(x, collections.abc.Sequence) and not isinstance(x, (str, bytes))
+                    and not isinstance(x, (np.ndarray,)) and not _is_tensor(x)):
+                kind = "tuple" if isinstance(x, tuple) else "list" if isinstance(x, list) else \
+                    "sequence"
+                return Node(kind, type(x), None, [self._build(v, depth + 1) for v in x])
+        leaf = leaf_of(x)
+        if leaf.fixed and len(self.fixed) < self.max_fixed:
+            leaf.slot = len(self.fixed)
+            self.fixed.append(leaf)
+        else:
+            leaf = Leaf("object", type(x))
+            leaf.slot = self.n_objects
+            self.n_objects += 1
+        return leaf
+
+    def describe(self):
+        """A short text of the structure: "(tensor(float32, [3, 224, 224]), int(...))"."""
+        return _describe(self.root)
+
+    def fields(self):
+        """The C loader's sample fields: one uint8 [nbytes] array per fixed leaf, then the
+        row's object key and mask (int64 [2])."""
+        out = [(f"f{i}", "array", "uint8", (leaf.nbytes,)) for i, leaf in enumerate(self.fixed)]
+        out.append(("_obj", "array", "int64", (2,)))
+        return out
+
+    # ---- a worker's side: a sample into row buffers ----
+
+    def flatten(self, sample):
+        """(bufs, objects, extras, mask): bufs[i] a C-contiguous buffer of fixed leaf i's
+        nbytes (None where the leaf does not fit and went to extras under mask bit i); objects
+        the object leaves in order. A sample whose containers differ from the layout comes back
+        as (None, None, sample, WHOLE)."""
+        bufs = [None] * len(self.fixed)
+        objects = [None] * self.n_objects
+        extras = {}
+        if not self._walk(self.root, sample, bufs, objects, extras):
+            return None, None, sample, WHOLE
+        mask = 0
+        for i in extras:
+            mask |= 1 << i
+        return bufs, objects, extras, mask
+
+    def _walk(self, node, x, bufs, objects, extras):
+        if isinstance(node, Leaf):
+            if not node.fixed:
+                objects[node.slot] = x
+                return True
+            b = _leaf_bytes(node, x)
+            if b is None:
+                extras[node.slot] = x
+            else:
+                bufs[node.slot] = b
+            return True
+        if type(x) is not node.type:
+            return False
+        if node.kind == "mapping":
+            if len(x) != len(node.keys):
+                return False
+            try:
+                values = [x[k] for k in node.keys]
+            except (KeyError, TypeError):
+                return False
+            if list(x.keys()) != node.keys:
+                return False
+        else:
+            values = x
+            if len(values) != len(node.children):
+                return False
+        for child, v in zip(node.children, values):
+            if not self._walk(child, v, bufs, objects, extras):
+                return False
+        return True
+
+    # ---- the consumer's side ----
+
+    def views(self, arrays, n, torch):
+        """Fixed leaf i's batch [n, *shape] from the ring field's uint8 [n, nbytes] array:
+        torch tensors of the leaf's dtype (numpy arrays when torch is None), zero-copy."""
+        out = []
+        for leaf, a in zip(self.fixed, arrays):
+            v = a[:n].view(leaf.dtype).reshape((n,) + leaf.shape)
+            if torch is not None:
+                t = torch.from_numpy(v)
+                if leaf.tdtype is not None and leaf.tdtype != t.dtype:  # bfloat16
+                    t = t.view(leaf.tdtype)
+                v = t
+            out.append(v)
+        return out
+
+    def collate(self, views, objects, torch):
+        """default_collate's result for a batch whose rows all fit the layout: fixed leaves are
+        their views; object leaves go through default_collate (objects[row][slot])."""
+        return self._collate(self.root, views, objects, _default_collate(torch), False)
+
+    def _collate(self, node, views, objects, collate_obj, in_seq):
+        # (a method, not a nested function: a recursive closure is a reference cycle that would
+        # keep the batch's views, and so its ring slot, alive until the garbage collector runs)
+        if isinstance(node, Leaf):
+            if node.fixed:
+                return views[node.slot]
+            # default_collate hands a leaf the samples' values as a list under a mapping (and at
+            # the top), as a tuple under a sequence (zip(*batch)): str leaves keep that type
+            values = [row[node.slot] for row in objects]
+            return collate_obj(tuple(values) if in_seq else values)
+        seq = node.kind != "mapping"
+        kids = [self._collate(c, views, objects, collate_obj, seq) for c in node.children]
+        if node.kind == "mapping":
+            d = dict(zip(node.keys, kids))
+            try:
+                return node.type(d)
+            except TypeError:
+                return d
+        if node.kind == "namedtuple":
+            return node.type(*kids)
+        if node.kind == "tuple":
+            return kids
+        try:
+            return node.type(kids)
+        except TypeError:
+            return kids
+
+    def samples(self, views, np_views, objects, extras, masks):
+        """The samples of a batch as __getitem__ returned them (fixed leaves as views of their
+        rows), for a collate_fn or for default_collate over mixed rows."""
+        out = []
+        for r, mask in enumerate(masks):
+            if mask & WHOLE:
+                out.append(extras[r])
+                continue
+            out.append(self._rebuild(self.root, r, views, np_views, objects[r], extras[r]))
+        return out
+
+    def _rebuild(self, node, r, views, np_views, objs, extras):
+        if isinstance(node, Leaf):
+            if not node.fixed:
+                return objs[node.slot]
+            if extras and node.slot in extras:
+                return extras[node.slot]
+            k = node.kind
+            if k == "tensor":
+                return views[node.slot][r]
+            a = np_views[node.slot][r]
+            if k == "ndarray":
+                return a
+            if k == "npscalar":
+                return a[()]
+            return node.type(a)
+        kids = [self._rebuild(c, r, views, np_views, objs, extras) for c in node.children]
+        if node.kind == "mapping":
+            d = dict(zip(node.keys, kids))
+            try:
+                return node.type(d)
+            except TypeError:
+                return d
+        if node.kind == "namedtuple":
+            return node.type(*kids)
+        if node.kind == "tuple":
+            return tuple(kids) if node.type is tuple else node.type(kids)
+        try:
+            return node.type(kids)
+        except TypeError:
+            return kids
+
+
+def _describe(n):
+    if isinstance(n, Leaf):
+        return repr(n) if n.fixed else f"object {n.type.__name__}"
+    if n.kind == "mapping":
+        return "{" + ", ".join(f"{k!r}: {_describe(c)}" for k, c in zip(n.keys, n.children)) + "}"
+    inner = ", ".join(_describe(c) for c in n.children)
+    return ("(" + inner + ")") if n.kind in ("tuple", "namedtuple") else "[" + inner + "]"
+
+
+def _is_tensor(x):
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _leaf_bytes(leaf, x):
+    """x as a C-contiguous buffer of exactly leaf.nbytes in the leaf's dtype, or None when it
+    has another type, dtype or shape (it then travels as an object)."""
+    if type(x) is not leaf.type:
+        return None
+    k = leaf.kind
+    if k == "tensor":
+        if x.dtype != leaf.tdtype or tuple(x.shape) != leaf.shape or x.device.type != "cpu" or \
+                x.requires_grad or x.layout != _torch().strided:
+            return None
+        if leaf.tdtype != x.dtype or str(x.dtype) == "torch.bfloat16":
+            x = x.view(_torch().int16)
+        return x.contiguous().numpy()
+    if k == "ndarray":
+        if x.dtype != leaf.dtype or x.shape != leaf.shape:
+            return None
+        return np.ascontiguousarray(x)
+    if k == "npscalar":
+        return x.tobytes() if x.dtype == leaf.dtype else None
+    if k == "int":
+        try:
+            return x.to_bytes(8, "little", signed=True)
+        except OverflowError:
+            return None
+    if k == "float":
+        return np.float64(x).tobytes()
+    if k == "bool":
+        return b"\x01" if x else b"\x00"
+    return None
+
+
+def _default_collate(torch):
+    if torch is not None:
+        from torch.utils.data._utils.collate import default_collate
+        return default_collate
+    return numpy_collate
+
+
+def numpy_collate(batch):
+    """default_collate's rules with numpy arrays for tensors (when torch is not importable)."""
+    elem = batch[0]
+    if isinstance(elem, np.ndarray) or isinstance(elem, (np.bool_, np.number)):
+        return np.stack([np.asarray(b) for b in batch])
+    if type(elem) is bool:
+        return np.array(batch, dtype=np.bool_)
+    if isinstance(elem, int):
+        return np.array(batch, dtype=np.int64)
+    if isinstance(elem, float):
+        return np.array(batch, dtype=np.float64)
+    if isinstance(elem, (str, bytes)):
+        return batch
+    if isinstance(elem, collections.abc.Mapping):
+        return {k: numpy_collate([d[k] for d in batch]) for k in elem}
+    if isinstance(elem, tuple) and hasattr(elem, "_fields"):
+        return type(elem)(*(numpy_collate(s) for s in zip(*batch)))
+    if isinstance(elem, collections.abc.Sequence):
+        if any(len(b) != len(elem) for b in batch):
+            raise RuntimeError("each element in list of batch should be of equal size")
+        return [numpy_collate(s) for s in zip(*batch)]
+    raise TypeError(f"default_collate: batch must contain numpy arrays, numbers, dicts or "
+                    f"lists; found {type(elem)}")
+
+
+def collate_rows(layout, views, np_views, objects, extras, masks, collate_fn, torch):
+    """The batch of n rows: default_collate's result (from views when every row fits the
+    layout, else over the rebuilt samples), or collate_fn(samples)."""
+    if collate_fn is None and not any(masks):
+        return layout.collate(views, objects, torch)
+    samples = layout.samples(views, np_views, objects, extras, masks)
+    fn = collate_fn if collate_fn is not None else _default_collate(torch)
+    return fn(samples)

@@ -1,0 +1,139 @@
+"""Which executor runs a Python dataset's __getitem__, and with how many workers: a pure
+decision fed the measurements of the first samples (python/tests/test_executor_choice.py feeds
+it synthetic ones; nothing here reads a clock).
+
+Threads (stoker's C worker threads calling into Python) cost nothing to start, share the
+dataset and copy a sample once into the ring, but run Python bytecode one thread at a time:
+they scale with the part of __getitem__ that releases the GIL (sleeps, I/O, numpy/torch/PIL
+kernels). Worker processes run bytecode in parallel, at the price of a start-up (a fork), a
+per-sample hand-off (a ticket and a reply over a socket) and memory. The estimate compares the
+samples per second each would deliver:
+
+  threads:    min(n_t / (t + copy + G),  1 / (g*t + G),  cores / (c*t + copy + G))
+  processes:  min(n_p / (t + copy + P),  cores / (c*t + copy + P))
+
+t is __getitem__'s time, g the share of it that holds the GIL, c the share that uses a CPU,
+copy the sample's bytes over the copy bandwidth, G the GIL-held bookkeeping per sample on a
+thread and P a worker process's per-sample hand-off. Processes are chosen when they deliver
+PROCESS_MARGIN times more (their start-up and memory have to pay for themselves), or when
+__getitem__ draws from the global random generators and per-sample seeding is on: seeding those
+generators is exact only in a process of its own (threads share them with each other and with
+the training loop).
+"""
+import math
+
+THREAD_GIL_S = 15e-6    # GIL-held bookkeeping per sample on a thread (callback, flatten)
+PROCESS_S = 40e-6       # a worker process's hand-off per sample (ticket, seeding, reply)
+COPY_BYTES_S = 4e9      # memcpy into the ring, bytes per second per core
+PROCESS_MARGIN = 1.2
+MAX_THREADS = 64        # threads for work that mostly waits
+
+
+class Probe:
+    """What the first samples showed: seconds per __getitem__, GIL-held share (0..1, None when
+    not measured), CPU share (thread CPU time / wall time), bytes of the fixed leaves of one
+    sample, whether the global random generators were drawn from, samples measured."""
+
+    def __init__(self, per_sample_s, gil_share, cpu_share, sample_bytes, uses_rng=False,
+                 samples=1):
+        self.per_sample_s = float(per_sample_s)
+        self.gil_share = gil_share
+        self.cpu_share = float(cpu_share)
+        self.sample_bytes = int(sample_bytes)
+        self.uses_rng = bool(uses_rng)
+        self.samples = int(samples)
+
+    def __repr__(self):
+        g = "?" if self.gil_share is None else f"{self.gil_share:.2f}"
+        return (f"Probe({self.per_sample_s * 1e3:.3f} ms, gil {g}, cpu {self.cpu_share:.2f}, "
+                f"{self.sample_bytes} B, rng {self.uses_rng}, n {self.samples})")
+
+
+class Choice:
+    def __init__(self, executor, workers, reason, thread_rate=None, process_rate=None):
+        self.executor, self.workers, self.reason = executor, workers, reason
+        self.thread_rate, self.process_rate = thread_rate, process_rate
+
+    def __repr__(self):
+        return f"Choice({self.executor!r}, {self.workers}, {self.reason!r})"
+
+
+def _gil(p):
+    return 1.0 if p.gil_share is None else min(max(p.gil_share, 0.0), 1.0)
+
+
+def thread_workers(p, num_workers, cores):
+    """Threads for the thread executor: num_workers as given (0: one); left to stoker (None),
+    one per core, and more when __getitem__ mostly waits (its GIL and CPU shares both under a
+    half): enough to keep the cores busy (cores / the larger share), no more than the GIL lets
+    run at once (t / (g*t + G): beyond that threads only queue for the GIL), at most
+    MAX_THREADS."""
+    if num_workers is not None:
+        return max(1, num_workers)
+    busy = max(_gil(p), min(max(p.cpu_share, 0.0), 1.0))
+    n = cores
+    if busy < 0.5:
+        t = max(p.per_sample_s, 1e-7)
+        gil_bound = (t + THREAD_GIL_S) / (_gil(p) * t + THREAD_GIL_S)
+        n = max(n, min(MAX_THREADS, math.ceil(cores / max(busy, 1.0 / MAX_THREADS)),
+                       math.ceil(1.5 * gil_bound)))
+    return n
+
+
+def rates(p, n_threads, n_procs, cores):
+    """(thread samples/s, process samples/s) the model above estimates."""
+    t = max(p.per_sample_s, 1e-7)
+    copy = p.sample_bytes / COPY_BYTES_S
+    g, c = _gil(p), min(max(p.cpu_share, 0.0), 1.0)
+    thread = min(n_threads / (t + copy + THREAD_GIL_S), 1.0 / (g * t + THREAD_GIL_S),
+                 cores / (c * t + copy + THREAD_GIL_S))
+    proc = min(n_procs / (t + copy + PROCESS_S), cores / (c * t + copy + PROCESS_S))
+    return thread, proc
+
+
+def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsafe=None,
+           iterable=False):
+    """The executor ("thread" or "process"), its worker count and one sentence saying why.
+
+    p: a Probe (None for an IterableDataset, which is not probed); requested: "auto", "thread"
+    or "process"; num_workers: the DataLoader's (None: stoker picks); unsafe: what the dataset
+    holds that cannot cross a fork (an open lmdb.Environment...), or None."""
+    cores = max(1, int(cores))
+    n_procs = max(1, cores if num_workers is None else num_workers)
+    if requested == "thread":
+        n = 1 if p is None and not num_workers else (
+            thread_workers(p, num_workers, cores) if p is not None else num_workers)
+        return Choice("thread", n, "executor='thread' was asked for")
+    if requested == "process":
+        return Choice("process", n_procs, "executor='process' was asked for")
+    if iterable:
+        return Choice("process", n_procs,
+                      "an IterableDataset: each worker process iterates its own replica, as "
+                      "with the DataLoader")
+    if unsafe:
+        return Choice("thread", thread_workers(p, num_workers, cores),
+                      f"the dataset holds {unsafe}, which cannot be used across fork(); threads "
+                      f"share it (open it lazily in __getitem__ to allow worker processes)")
+    if reseed and p.uses_rng:  # (num_workers=0 too: its samples equal those of any count)
+        return Choice("process", n_procs,
+                      "__getitem__ draws from the global random generators: per-sample seeding "
+                      "is exact only in worker processes (threads share those generators with "
+                      "each other and with the training loop)")
+    if num_workers == 0:
+        return Choice("thread", 1, "num_workers=0: one worker thread (the DataLoader would load "
+                                   "in the training process itself)")
+    n_threads = thread_workers(p, num_workers, cores)
+    thread, proc = rates(p, n_threads, n_procs, cores)
+    g = "an unmeasured share" if p.gil_share is None else f"{_gil(p):.0%}"
+    what = (f"__getitem__ held the GIL {g} of its {p.per_sample_s * 1e3:.3g} ms "
+            f"({p.samples} sample{'s' if p.samples != 1 else ''} measured)")
+    if proc > PROCESS_MARGIN * thread:
+        return Choice("process", n_procs,
+                      f"{what}: {n_procs} worker process{'es' if n_procs != 1 else ''} deliver "
+                      f"an estimated {proc:.0f} samples/s, {n_threads} "
+                      f"thread{'s' if n_threads != 1 else ''} {thread:.0f}",
+                      thread, proc)
+    return Choice("thread", n_threads,
+                  f"{what}: {n_threads} thread{'s' if n_threads != 1 else ''} deliver an "
+                  f"estimated {thread:.0f} samples/s, {n_procs} worker "
+                  f"process{'es' if n_procs != 1 else ''} {proc:.0f}", thread, proc)

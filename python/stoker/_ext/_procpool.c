@@ -1,0 +1,820 @@
+/*
+ * _procpool.c: a Python Dataset's __getitem__ run in worker processes that write each sample
+ * straight into its rows of the loader's shared ring (the process executor; docs/design.md
+ * "Python datasets").
+ *
+ * Each C worker thread of the loader is paired with one worker process (stk_sample_info.worker
+ * picks it). The thread's sample_fn_v2 runs without the GIL: it sends the process a ticket (the
+ * record index, epoch and per-sample seed, and the offsets of the sample's rows in the ring's
+ * memfd, which every worker maps) over a Unix socket and waits for the reply; the process runs
+ * __getitem__, writes the fixed leaves at those offsets and answers with a 32-byte header (status,
+ * time spent in Python, the row's mask) and, only when the sample has object leaves (strings,
+ * None, a leaf that did not fit), their pickle, kept here by key until the consumer takes it.
+ * Nothing else crosses the socket per sample. The ring's fd goes to a worker once (SCM_RIGHTS),
+ * and again after a rebuild gave the loader a new ring; the layout (pickled once) goes with the
+ * first ticket.
+ *
+ * Worker processes are forked by a server process (python/stoker/_procpool.py: a fork of the
+ * parent taken while it was single-threaded, or a fresh interpreter), never by this
+ * multithreaded process. The server answers two requests on the control socket: SPAWN (fork a
+ * worker on the socket passed with the request; reply: its pid) and REAP (wait for a pid; reply:
+ * its wait status). When a worker's socket ends (killed by a signal, the OOM killer, an exit),
+ * the thread asks the server how it died, names it in the sample's error (index and signal) and
+ * has a new worker forked at once; after MAX_RESTARTS deaths in a row without a finished sample
+ * it stops restarting that worker and fails its samples with the last reason. With a timeout, a
+ * sample that takes longer gets its worker killed (SIGKILL) and fails naming the timeout.
+ *
+ * interrupt() (close) shuts every socket down, so a thread waiting on a worker returns at once
+ * (STK_ECANCELED) and the loader's destroy never waits on a __getitem__.
+ *
+ * Locks: `mu` (init blob, arena, closing; cv: they changed), `ctl_mu` (the control socket), `tmu`
+ * (the object and error tables). A worker slot (socket, pid, counters) belongs to the one thread
+ * whose worker number it is. No lock is held while waiting on a worker.
+ */
+#include "_core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { OP_INIT = 1, OP_ARENA = 2, OP_TICKET = 3, OP_PROBE = 4 };
+enum { CTL_SPAWN = 1, CTL_REAP = 2 };
+enum { ST_OK = 0, ST_ERROR = 1 };
+#define MAX_RESTARTS 3
+#define N_ERRS 64
+
+typedef struct msg_hdr { /* parent -> worker, 40 bytes */
+    uint32_t op, n;
+    uint64_t a, b, c, d;
+} msg_hdr;
+
+typedef struct reply_hdr { /* worker -> parent, 32 bytes */
+    uint32_t status, payload;
+    uint64_t python_ns, mask, cpu_ns;
+} reply_hdr;
+
+typedef struct ctl_msg {
+    int32_t op, wid, pid, pad;
+} ctl_msg;
+
+typedef struct ctl_reply {
+    int32_t value, err;
+} ctl_reply;
+
+typedef struct pworker {
+    int sock; /* -1: no process */
+    pid_t pid;
+    uint32_t arena_seen; /* the arena id this process has mapped (0: none) */
+    bool init_sent;
+    int deaths; /* in a row, without a finished sample since */
+    char why[400];
+} pworker;
+
+typedef struct blob {
+    uint64_t key;
+    char *data;
+    size_t size;
+} blob;
+
+typedef struct errblob {
+    uint64_t index, epoch;
+    char *data;
+    size_t size;
+} errblob;
+
+typedef struct {
+    PyObject ob_base;
+    pid_t owner; /* the creating process: a forked copy leaves the sockets alone */
+    int ctl;
+    pid_t server;
+    pthread_mutex_t ctl_mu;
+    uint32_t n;
+    pworker *w;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *init;
+    size_t init_size;
+    int arena_fd;
+    uint8_t *arena_base;
+    size_t arena_size;
+    uint32_t arena_id;
+    bool closing;
+    stk_field fields[STK_MAX_FIELDS];
+    size_t n_fields;
+    int64_t timeout_ms; /* per sample; 0: none */
+    _Atomic uint64_t key_next;
+    pthread_mutex_t tmu;
+    blob *blobs;
+    size_t cap;
+    errblob errs[N_ERRS];
+    uint32_t err_next;
+    _Atomic uint64_t py_ns, cpu_ns, samples, deaths, restarts;
+} ProcPoolObject;
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000ULL + (uint64_t)ts.tv_nsec / 1000000ULL;
+}
+
+/* ---- socket helpers (no GIL) ---- */
+
+/* Send all of [buf, buf + n), with `fd` attached (SCM_RIGHTS) when >= 0. -1 with errno. */
+static int send_all(int sock, const void *buf, size_t n, int fd)
+{
+    const char *p = buf;
+    bool first = true;
+    while (n > 0) {
+        struct iovec iov = {.iov_base = (void *)p, .iov_len = n};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } cm;
+        if (first && fd >= 0) {
+            memset(&cm, 0, sizeof(cm));
+            mh.msg_control = cm.buf;
+            mh.msg_controllen = sizeof(cm.buf);
+            struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(sizeof(int));
+            memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        }
+        ssize_t k = sendmsg(sock, &mh, MSG_NOSIGNAL);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        first = false;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Read exactly n bytes before `deadline` (ms on now_ms's clock; 0: none). 0 on success, -1 on
+ * end of stream or error (errno; ETIMEDOUT when the deadline passed). */
+static int recv_all(int sock, void *buf, size_t n, uint64_t deadline)
+{
+    char *p = buf;
+    while (n > 0) {
+        int wait = -1;
+        if (deadline) {
+            uint64_t t = now_ms();
+            if (t >= deadline) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
+            wait = deadline - t > 1000000 ? 1000000 : (int)(deadline - t);
+        }
+        struct pollfd pfd = {.fd = sock, .events = POLLIN};
+        int r = poll(&pfd, 1, wait);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0)
+            continue; /* the deadline is checked above */
+        ssize_t k = recv(sock, p, n, 0);
+        if (k < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            return -1;
+        }
+        if (k == 0) {
+            errno = EPIPE;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* ---- the server (fork and reap) ---- */
+
+/* Ask the server to fork worker `wid` on a new socket pair; the parent's end into w. */
+static int spawn_worker(ProcPoolObject *p, uint32_t wid, char *err, size_t err_size)
+{
+    pworker *w = &p->w[wid];
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        snprintf(err, err_size, "cannot create a socket for worker process %u: %s", wid,
+                 strerror(errno));
+        return -1;
+    }
+    ctl_msg m = {.op = CTL_SPAWN, .wid = (int32_t)wid};
+    ctl_reply r = {0};
+    pthread_mutex_lock(&p->ctl_mu);
+    int rc = p->ctl < 0 ? -1 : send_all(p->ctl, &m, sizeof(m), sv[1]);
+    if (rc == 0)
+        rc = recv_all(p->ctl, &r, sizeof(r), 0);
+    pthread_mutex_unlock(&p->ctl_mu);
+    close(sv[1]);
+    if (rc != 0 || r.value <= 0) {
+        close(sv[0]);
+        snprintf(err, err_size, "cannot start worker process %u: %s", wid,
+                 rc != 0 ? "the worker server (which forks the workers) has exited"
+                         : strerror(r.err ? r.err : EAGAIN));
+        return -1;
+    }
+    w->sock = sv[0];
+    w->pid = r.value;
+    w->arena_seen = 0;
+    w->init_sent = false;
+    return 0;
+}
+
+/* The wait status of a worker that ended (asked of the server, its parent); -1 if unknown. */
+static int reap_worker(ProcPoolObject *p, pid_t pid)
+{
+    ctl_msg m = {.op = CTL_REAP, .pid = pid};
+    ctl_reply r = {.value = -1};
+    pthread_mutex_lock(&p->ctl_mu);
+    int rc = p->ctl < 0 ? -1 : send_all(p->ctl, &m, sizeof(m), -1);
+    if (rc == 0)
+        rc = recv_all(p->ctl, &r, sizeof(r), 0);
+    pthread_mutex_unlock(&p->ctl_mu);
+    return rc == 0 && r.err == 0 ? r.value : -1;
+}
+
+/* "killed by signal 9 (Killed; ...)" / "exited with status 1" into buf. */
+static void status_text(int status, char *buf, size_t size)
+{
+    if (status < 0) {
+        snprintf(buf, size, "ended (its exit status is unknown)");
+    } else if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        const char *name = strsignal(sig);
+        snprintf(buf, size, "was killed by signal %d (%s%s)", sig, name ? name : "?",
+                 sig == SIGKILL ? "; the kernel's OOM killer sends SIGKILL when memory runs out"
+                                : "");
+    } else if (WIFEXITED(status)) {
+        snprintf(buf, size, "exited with status %d", WEXITSTATUS(status));
+    } else {
+        snprintf(buf, size, "ended (wait status %d)", status);
+    }
+}
+
+/* Worker `w` is gone (its socket ended, or it was killed after a timeout): name how in err,
+ * restart it unless it keeps dying or the pool is closing. Returns STK_EIO (STK_ECANCELED when
+ * closing). */
+static stk_status worker_died(ProcPoolObject *p, uint32_t wid, const stk_sample_info *info,
+                              bool timed_out, char *err, size_t err_size)
+{
+    pworker *w = &p->w[wid];
+    close(w->sock);
+    w->sock = -1;
+    pthread_mutex_lock(&p->mu);
+    bool closing = p->closing;
+    pthread_mutex_unlock(&p->mu);
+    if (closing) {
+        snprintf(err, err_size, "the loader is closing");
+        return STK_ECANCELED;
+    }
+    int status = reap_worker(p, w->pid);
+    char how[200];
+    status_text(status, how, sizeof(how));
+    if (timed_out)
+        snprintf(w->why, sizeof(w->why),
+                 "__getitem__(%llu) did not return within %.3g s (timeout=): worker process %u "
+                 "(pid %d) was killed and is restarted",
+                 (unsigned long long)info->index, (double)p->timeout_ms / 1000.0, wid, (int)w->pid);
+    else
+        snprintf(w->why, sizeof(w->why),
+                 "worker process %u (pid %d) %s while loading sample %llu (epoch %llu)", wid,
+                 (int)w->pid, how, (unsigned long long)info->index,
+                 (unsigned long long)info->epoch);
+    atomic_fetch_add(&p->deaths, 1);
+    w->deaths++;
+    snprintf(err, err_size, "%s", w->why);
+    if (w->deaths <= MAX_RESTARTS) {
+        char why[256];
+        if (spawn_worker(p, wid, why, sizeof(why)) == 0)
+            atomic_fetch_add(&p->restarts, 1);
+        else
+            snprintf(w->why + strlen(w->why), sizeof(w->why) - strlen(w->why), "; %s", why);
+    }
+    return STK_EIO;
+}
+
+/* ---- the per-sample callback ---- */
+
+static void keep_blob(ProcPoolObject *p, uint64_t key, char *data, size_t size)
+{
+    pthread_mutex_lock(&p->tmu);
+    blob *b = &p->blobs[key % p->cap];
+    char *old = b->data;
+    b->key = key;
+    b->data = data;
+    b->size = size;
+    pthread_mutex_unlock(&p->tmu);
+    free(old);
+}
+
+static void keep_error(ProcPoolObject *p, const stk_sample_info *info, char *data, size_t size)
+{
+    pthread_mutex_lock(&p->tmu);
+    errblob *e = &p->errs[p->err_next++ % N_ERRS];
+    char *old = e->data;
+    e->index = info->index;
+    e->epoch = info->epoch;
+    e->data = data;
+    e->size = size;
+    pthread_mutex_unlock(&p->tmu);
+    free(old);
+}
+
+static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_tensor *in,
+                            size_t n_in, stk_tensor *out, size_t n_out, char *err, size_t err_size)
+{
+    (void)in;
+    (void)n_in;
+    ProcPoolObject *p = ctx;
+    uint32_t wid = info->worker % p->n;
+    pworker *w = &p->w[wid];
+    const uint8_t *row = out[0].data;
+    /* The ring this sample's rows are in: a rebuilt loader announces its new one
+     * (set_arena) right after it was created. */
+    pthread_mutex_lock(&p->mu);
+    while (!p->closing && (!p->init || p->arena_fd < 0 || row < p->arena_base ||
+                           row >= p->arena_base + p->arena_size))
+        pthread_cond_wait(&p->cv, &p->mu);
+    bool closing = p->closing;
+    int afd = p->arena_fd;
+    uint8_t *base = p->arena_base;
+    size_t asize = p->arena_size;
+    uint32_t aid = p->arena_id;
+    pthread_mutex_unlock(&p->mu);
+    if (closing) {
+        snprintf(err, err_size, "the loader is closing");
+        return STK_ECANCELED;
+    }
+    if (w->sock < 0) {
+        if (w->deaths > MAX_RESTARTS) {
+            snprintf(err, err_size,
+                     "%s; it died %d times in a row without finishing a sample, so "
+                     "it is not restarted (see the worker's stderr)",
+                     w->why, w->deaths);
+            return STK_EIO;
+        }
+        if (spawn_worker(p, wid, err, err_size) < 0)
+            return STK_EIO;
+        atomic_fetch_add(&p->restarts, 1);
+    }
+    if (w->arena_seen != aid) {
+        msg_hdr h = {.op = OP_ARENA, .a = asize, .b = aid};
+        if (send_all(w->sock, &h, sizeof(h), afd) != 0)
+            return worker_died(p, wid, info, false, err, err_size);
+        w->arena_seen = aid;
+    }
+    if (!w->init_sent) {
+        msg_hdr h = {.op = OP_INIT, .a = p->init_size};
+        if (send_all(w->sock, &h, sizeof(h), -1) != 0 ||
+            send_all(w->sock, p->init, p->init_size, -1) != 0)
+            return worker_died(p, wid, info, false, err, err_size);
+        w->init_sent = true;
+    }
+    struct {
+        msg_hdr h;
+        uint64_t off[STK_MAX_FIELDS];
+    } t;
+    size_t n_fixed = n_out - 1;
+    t.h = (msg_hdr){.op = OP_TICKET,
+                    .n = (uint32_t)n_fixed,
+                    .a = info->index,
+                    .b = info->epoch,
+                    .c = info->seed,
+                    .d = info->position};
+    for (size_t i = 0; i < n_fixed; i++) {
+        const uint8_t *d = out[i].data;
+        if (d < base || d + out[i].size > base + asize) {
+            snprintf(err, err_size, "process executor: a row outside the shared ring");
+            return STK_ESTATE;
+        }
+        t.off[i] = (uint64_t)(d - base);
+    }
+    uint64_t deadline = p->timeout_ms > 0 ? now_ms() + (uint64_t)p->timeout_ms : 0;
+    if (send_all(w->sock, &t, sizeof(msg_hdr) + n_fixed * sizeof(uint64_t), -1) != 0)
+        return worker_died(p, wid, info, false, err, err_size);
+    reply_hdr r;
+    if (recv_all(w->sock, &r, sizeof(r), deadline) != 0) {
+        bool timed_out = errno == ETIMEDOUT;
+        if (timed_out)
+            kill(w->pid, SIGKILL);
+        return worker_died(p, wid, info, timed_out, err, err_size);
+    }
+    char *payload = NULL;
+    if (r.payload) {
+        if (!(payload = malloc(r.payload))) {
+            snprintf(err, err_size, "out of memory for a %u-byte reply", r.payload);
+            return STK_ENOMEM;
+        }
+        if (recv_all(w->sock, payload, r.payload, deadline) != 0) {
+            free(payload);
+            bool timed_out = errno == ETIMEDOUT;
+            if (timed_out)
+                kill(w->pid, SIGKILL);
+            return worker_died(p, wid, info, timed_out, err, err_size);
+        }
+    }
+    w->deaths = 0;
+    atomic_fetch_add(&p->py_ns, r.python_ns);
+    atomic_fetch_add(&p->cpu_ns, r.cpu_ns);
+    atomic_fetch_add(&p->samples, 1);
+    if (r.status != ST_OK) {
+        /* payload: u32 text length, the text ("ValueError: message"), the pickled wrapper */
+        uint32_t tl = 0;
+        if (r.payload >= 4)
+            memcpy(&tl, payload, 4);
+        if (tl > r.payload - 4)
+            tl = 0;
+        snprintf(err, err_size, "%.*s", (int)tl, payload ? payload + 4 : "");
+        if (!tl)
+            snprintf(err, err_size, "__getitem__ failed in worker process %u", wid);
+        keep_error(p, info, payload, r.payload);
+        return STK_EFORMAT; /* this record's failure: on_error="skip" skips it */
+    }
+    int64_t *km = out[n_out - 1].data;
+    km[0] = 0;
+    km[1] = (int64_t)r.mask;
+    if (payload) {
+        uint64_t key = atomic_fetch_add(&p->key_next, 1) + 1;
+        keep_blob(p, key, payload, r.payload);
+        km[0] = (int64_t)key;
+    }
+    return STK_OK;
+}
+
+int stkpy_procpool_setup(PyObject *obj, stk_loader_opts *o)
+{
+    ProcPoolObject *p = (ProcPoolObject *)obj;
+    if (!p->init) {
+        stkpy_raise(STK_ESTATE, "ProcPool: set_init(blob, fields) before creating a loader");
+        return -1;
+    }
+    o->sample_fn_v2 = proc_call;
+    o->sample_ctx = p;
+    o->sample_fields = p->fields;
+    o->n_sample_fields = p->n_fields;
+    o->flags |= STK_LOADER_SHARED_RING;
+    if (o->n_threads <= 0 || (uint32_t)o->n_threads != p->n) {
+        stkpy_invalid("a ProcPool of %u workers needs n_threads=%u", p->n, p->n);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the Python object ---- */
+
+static void pool_interrupt(ProcPoolObject *p)
+{
+    if (p->owner != getpid())
+        return; /* shutdown() would end the parent's connections too */
+    pthread_mutex_lock(&p->mu);
+    p->closing = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (uint32_t i = 0; p->w && i < p->n; i++)
+        if (p->w[i].sock >= 0)
+            shutdown(p->w[i].sock, SHUT_RDWR);
+}
+
+static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"ctl", "server", "n_workers", "timeout", "capacity", NULL};
+    int ctl, server;
+    unsigned int n;
+    double timeout = 0;
+    Py_ssize_t cap = 4096;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiI|dn:ProcPool", kwlist, &ctl, &server, &n,
+                                     &timeout, &cap))
+        return NULL;
+    if (n < 1 || n > 4096 || cap < 1)
+        return stkpy_invalid("ProcPool: %u workers (1..4096), capacity %zd", n, cap);
+    ProcPoolObject *p = (ProcPoolObject *)type->tp_alloc(type, 0);
+    if (!p)
+        return NULL;
+    p->owner = getpid();
+    p->ctl = -1;
+    p->arena_fd = -1;
+    pthread_mutex_init(&p->ctl_mu, NULL);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->tmu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->n = n;
+    p->cap = (size_t)cap;
+    p->timeout_ms = timeout > 0 ? (int64_t)(timeout * 1000.0 + 0.5) : 0;
+    if (p->timeout_ms == 0 && timeout > 0)
+        p->timeout_ms = 1;
+    p->w = PyMem_Calloc(n, sizeof(pworker));
+    p->blobs = PyMem_Calloc((size_t)cap, sizeof(blob));
+    if (!p->w || !p->blobs) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        p->w[i].sock = -1;
+    p->ctl = ctl;
+    p->server = server;
+    char err[512] = "";
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (uint32_t i = 0; i < n && rc == 0; i++)
+        rc = spawn_worker(p, i, err, sizeof(err));
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        stkpy_raise(STK_EIO, err);
+        goto fail;
+    }
+    return (PyObject *)p;
+fail:
+    Py_DECREF(p);
+    return NULL;
+}
+
+static void pool_close(ProcPoolObject *p)
+{
+    if (p->owner != getpid())
+        return; /* a forked copy: its locks may be held by threads it does not have */
+    pool_interrupt(p);
+    for (uint32_t i = 0; p->w && i < p->n; i++)
+        if (p->w[i].sock >= 0) {
+            close(p->w[i].sock);
+            p->w[i].sock = -1;
+        }
+    pthread_mutex_lock(&p->ctl_mu);
+    if (p->ctl >= 0)
+        close(p->ctl); /* the server kills its workers and exits */
+    p->ctl = -1;
+    pthread_mutex_unlock(&p->ctl_mu);
+    if (p->arena_fd >= 0)
+        close(p->arena_fd);
+    p->arena_fd = -1;
+}
+
+static void ProcPool_dealloc(ProcPoolObject *p)
+{
+    if (p->owner != getpid()) { /* leak the forked copy rather than touch its locks */
+        Py_TYPE(p)->tp_free((PyObject *)p);
+        return;
+    }
+    pool_close(p);
+    for (size_t i = 0; p->blobs && i < p->cap; i++)
+        free(p->blobs[i].data);
+    for (size_t i = 0; i < N_ERRS; i++)
+        free(p->errs[i].data);
+    PyMem_Free(p->blobs);
+    PyMem_Free(p->w);
+    PyMem_Free(p->init);
+    pthread_mutex_destroy(&p->ctl_mu);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->tmu);
+    pthread_cond_destroy(&p->cv);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static PyObject *ProcPool_set_init(ProcPoolObject *p, PyObject *args)
+{
+    Py_buffer v;
+    PyObject *fields;
+    if (!PyArg_ParseTuple(args, "y*O:set_init", &v, &fields))
+        return NULL;
+    stk_field f[STK_MAX_FIELDS];
+    size_t nf = 0;
+    char *copy = NULL;
+    if (stkpy_sample_fields(fields, f, &nf) < 0)
+        goto fail;
+    if (!(copy = PyMem_Malloc(v.len ? (size_t)v.len : 1))) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    memcpy(copy, v.buf, (size_t)v.len);
+    pthread_mutex_lock(&p->mu);
+    bool had = p->init != NULL;
+    if (!had) {
+        memcpy(p->fields, f, sizeof(f));
+        p->n_fields = nf;
+        p->init = copy;
+        p->init_size = (size_t)v.len;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    PyBuffer_Release(&v);
+    if (had) {
+        PyMem_Free(copy);
+        return stkpy_raise(STK_ESTATE, "ProcPool.set_init: the layout is set once");
+    }
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&v);
+    return NULL;
+}
+
+static PyObject *ProcPool_set_arena(ProcPoolObject *p, PyObject *args)
+{
+    int fd;
+    unsigned long long base, size;
+    if (!PyArg_ParseTuple(args, "iKK:set_arena", &fd, &base, &size))
+        return NULL;
+    int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    pthread_mutex_lock(&p->mu);
+    int old = p->arena_fd;
+    p->arena_fd = dup;
+    p->arena_base = (uint8_t *)(uintptr_t)base;
+    p->arena_size = (size_t)size;
+    p->arena_id++;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    if (old >= 0)
+        close(old);
+    Py_RETURN_NONE;
+}
+
+static PyObject *ProcPool_take_objects(ProcPoolObject *p, PyObject *keys)
+{
+    PyObject *seq = PySequence_Fast(keys, "keys must be a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        unsigned long long key = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (PyErr_Occurred()) {
+            Py_CLEAR(out);
+            break;
+        }
+        char *data = NULL;
+        size_t size = 0;
+        pthread_mutex_lock(&p->tmu);
+        blob *b = &p->blobs[key % p->cap];
+        if (key && b->key == key) {
+            data = b->data;
+            size = b->size;
+            b->data = NULL;
+            b->key = 0;
+        }
+        pthread_mutex_unlock(&p->tmu);
+        PyObject *v = data ? PyBytes_FromStringAndSize(data, (Py_ssize_t)size) : Py_NewRef(Py_None);
+        free(data);
+        if (!v) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyObject *ProcPool_take_error(ProcPoolObject *p, PyObject *arg)
+{
+    unsigned long long index = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *res = NULL;
+    pthread_mutex_lock(&p->tmu);
+    for (uint32_t k = 0; k < N_ERRS && !res; k++) {
+        errblob *e = &p->errs[(p->err_next + N_ERRS - 1 - k) % N_ERRS];
+        if (e->data && e->index == index)
+            res = PyBytes_FromStringAndSize(e->data, (Py_ssize_t)e->size);
+    }
+    pthread_mutex_unlock(&p->tmu);
+    if (!res && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return res;
+}
+
+/* probe(worker, blob) -> (status, payload): worker `worker` runs the first samples (the pickled
+ * request `blob`) before any loader exists, and replies with what it measured (or the
+ * exception). Called once, at construction, before the C loader's threads run. */
+static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
+{
+    unsigned int wid;
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "Iy*:probe", &wid, &v))
+        return NULL;
+    if (wid >= p->n || p->w[wid].sock < 0) {
+        PyBuffer_Release(&v);
+        return stkpy_raise(STK_ESTATE, "ProcPool.probe: no such worker");
+    }
+    int sock = p->w[wid].sock;
+    msg_hdr h = {.op = OP_PROBE, .a = (uint64_t)v.len};
+    reply_hdr r = {0};
+    char *payload = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = send_all(sock, &h, sizeof(h), -1);
+    if (rc == 0)
+        rc = send_all(sock, v.buf, (size_t)v.len, -1);
+    if (rc == 0)
+        rc = recv_all(sock, &r, sizeof(r), 0);
+    if (rc == 0 && r.payload) {
+        payload = malloc(r.payload);
+        rc = payload ? recv_all(sock, payload, r.payload, 0) : -1;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    if (rc != 0) {
+        free(payload);
+        return stkpy_raise(STK_EIO, "worker process 0 ended while it read the first samples "
+                                    "(see its stderr)");
+    }
+    PyObject *res = Py_BuildValue("(Iy#)", r.status, payload ? payload : "", (Py_ssize_t)r.payload);
+    free(payload);
+    return res;
+}
+
+static PyObject *ProcPool_stats(ProcPoolObject *p, PyObject *noargs)
+{
+    (void)noargs;
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "python_ns",
+                         (unsigned long long)atomic_load(&p->py_ns), "cpu_ns",
+                         (unsigned long long)atomic_load(&p->cpu_ns), "samples",
+                         (unsigned long long)atomic_load(&p->samples), "deaths",
+                         (unsigned long long)atomic_load(&p->deaths), "restarts",
+                         (unsigned long long)atomic_load(&p->restarts));
+}
+
+static PyObject *ProcPool_pids(ProcPoolObject *p, PyObject *noargs)
+{
+    (void)noargs;
+    PyObject *out = PyList_New(p->n);
+    for (uint32_t i = 0; out && i < p->n; i++) {
+        PyObject *v = PyLong_FromLong(p->w[i].sock >= 0 ? (long)p->w[i].pid : -1L);
+        if (!v) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+static PyObject *ProcPool_interrupt(ProcPoolObject *p, PyObject *noargs)
+{
+    (void)noargs;
+    pool_interrupt(p);
+    Py_RETURN_NONE;
+}
+
+static PyObject *ProcPool_close(ProcPoolObject *p, PyObject *noargs)
+{
+    (void)noargs;
+    pool_close(p);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef ProcPool_methods[] = {
+    {"set_init", (PyCFunction)ProcPool_set_init, METH_VARARGS,
+     "set_init(blob, fields): the pickled layout every worker receives once, before its first "
+     "ticket, and the ring fields it fills [(name, kind, dtype, shape)]."},
+    {"set_arena", (PyCFunction)ProcPool_set_arena, METH_VARARGS,
+     "set_arena(fd, base, size): the loader's shared ring (Loader.ring_memory()); workers map "
+     "it before their next ticket."},
+    {"take_objects", (PyCFunction)ProcPool_take_objects, METH_O,
+     "take_objects(keys) -> list: each key's pickled object leaves (None when not kept)."},
+    {"take_error", (PyCFunction)ProcPool_take_error, METH_O,
+     "take_error(index) -> bytes or None: the last failure a worker reported for that sample "
+     "(u32 text length, text, pickled exception wrapper)."},
+    {"probe", (PyCFunction)ProcPool_probe, METH_VARARGS,
+     "probe(worker, blob) -> (status, payload): the worker runs the first samples (blob: their "
+     "pickled (index, epoch, seed) list) and replies with the first sample and its measurements "
+     "(status 0), or the exception (status 1); before a loader exists."},
+    {"stats", (PyCFunction)ProcPool_stats, METH_NOARGS,
+     "stats() -> dict: python_ns, cpu_ns, samples, deaths, restarts."},
+    {"pids", (PyCFunction)ProcPool_pids, METH_NOARGS,
+     "pids() -> list: each worker's process id (-1 while it has none)."},
+    {"interrupt", (PyCFunction)ProcPool_interrupt, METH_NOARGS,
+     "interrupt(): every waiting call returns (STK_ECANCELED); before the loader is closed."},
+    {"close", (PyCFunction)ProcPool_close, METH_NOARGS,
+     "close(): interrupt, then close the sockets; the server kills its workers and exits."},
+    {NULL, NULL, 0, NULL}};
+
+PyTypeObject StkProcPool_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._core.ProcPool",
+    .tp_basicsize = sizeof(ProcPoolObject),
+    .tp_dealloc = (destructor)ProcPool_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ProcPool(ctl, server, n_workers, timeout=0, capacity=4096): worker "
+              "processes forked by the server on control socket `ctl`, writing samples into the "
+              "loader's shared ring (Loader(executor=...)).",
+    .tp_methods = ProcPool_methods,
+    .tp_new = ProcPool_new,
+};

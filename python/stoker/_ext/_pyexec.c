@@ -1,0 +1,352 @@
+/*
+ * _pyexec.c: a Python Dataset's __getitem__ run on stoker's worker threads (the thread
+ * executor), and the GIL meter that tells the executors apart.
+ *
+ * ThreadExec(runner, fields): the loader's sample_fn_v2 takes the GIL on the worker thread,
+ * calls runner(index, epoch, seed, worker, row) (python/stoker/_pydataset.py), which returns
+ * (bufs, key, mask): one C-contiguous buffer per fixed leaf (None where the sample's leaf did
+ * not fit the layout), and the row's object key and mask. The buffers are copied into the
+ * sample's rows of the ring slot; a copy of more than COPY_NOGIL bytes runs with the GIL released
+ * (the buffers stay referenced, so their memory stays put), so large samples are copied in
+ * parallel. The last output field is the row's (key, mask) int64 pair.
+ *
+ * GilMeter(): start() starts a thread that repeatedly takes and drops the GIL, summing how long
+ * each take waited; stop() joins it and returns (waited_ns, window_ns). While one other thread
+ * runs Python, waited / window is the share of the time that thread held the GIL: a thread
+ * running bytecode holds it until the switch interval (5 ms) makes it yield; a thread sleeping,
+ * reading or inside numpy/torch/PIL kernels that release it lets the meter in at once.
+ *
+ * Lifetime: a ThreadExec outlives its C loader (the Loader object holds it until
+ * stk_loader_destroy returned). At interpreter shutdown the callback refuses to take the GIL.
+ */
+#include "_core.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+
+#define COPY_NOGIL (256 * 1024)
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static int finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing();
+#else
+    return _Py_IsFinalizing();
+#endif
+}
+
+/* ---- the GIL on a loader thread ---- */
+
+/* PyGILState_Ensure/Release on a thread Python did not create builds a Python thread state on
+ * every call and deletes it when the count drops to zero: a per-sample cost (most of a sample's
+ * time on a loaded machine), and everything thread-local (threading.local, the worker info)
+ * forgotten between samples. So the first take on a loader thread keeps one extra count: the
+ * thread state lives on, recorded in the registry of the executor that owns the thread, and is
+ * deleted by stkpy_tstates_free once the loader's threads were joined (a pthread key destructor
+ * would run after glibc cleared Python's own thread key). */
+static _Thread_local struct stkpy_tstates *tl_reg; /* the registry this thread's state is in */
+
+PyGILState_STATE stkpy_gil_take(struct stkpy_tstates *reg)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    if (tl_reg != reg) { /* first time on this thread: keep its state */
+        PyGILState_Ensure();
+        pthread_mutex_lock(&reg->mu);
+        if (reg->n == reg->cap) {
+            size_t cap = reg->cap ? 2 * reg->cap : 16;
+            PyThreadState **v = realloc(reg->v, cap * sizeof(*v));
+            if (v) {
+                reg->v = v;
+                reg->cap = cap;
+            }
+        }
+        if (reg->n < reg->cap) /* (else: left to the interpreter, never freed) */
+            reg->v[reg->n++] = PyThreadState_Get();
+        pthread_mutex_unlock(&reg->mu);
+        tl_reg = reg;
+    }
+    return g;
+}
+
+void stkpy_gil_drop(PyGILState_STATE g)
+{
+    PyGILState_Release(g);
+}
+
+void stkpy_tstates_init(struct stkpy_tstates *reg)
+{
+    memset(reg, 0, sizeof(*reg));
+    pthread_mutex_init(&reg->mu, NULL);
+}
+
+void stkpy_tstates_free(struct stkpy_tstates *reg)
+{
+    /* Once the interpreter is finalizing it has deleted every thread state but its own
+     * (Py_FinalizeEx, before the modules go): these are gone already. */
+    for (size_t i = 0; i < reg->n && !finalizing(); i++) {
+        PyThreadState_Clear(reg->v[i]);
+        PyThreadState_Delete(reg->v[i]);
+    }
+    free(reg->v);
+    reg->v = NULL;
+    reg->n = reg->cap = 0;
+    pthread_mutex_destroy(&reg->mu);
+}
+
+/* ---- ThreadExec ---- */
+
+typedef struct {
+    PyObject ob_base;
+    PyObject *runner;
+    stk_field fields[STK_MAX_FIELDS];
+    size_t n_fields;
+    struct stkpy_tstates ts; /* the loader threads' Python states */
+} ThreadExecObject;
+
+/* Copy the runner's buffers into the rows (GIL held on entry and exit). */
+static stk_status copy_rows(PyObject *bufs, stk_tensor *out, size_t n_fixed, char *err,
+                            size_t err_size)
+{
+    Py_buffer views[STK_MAX_FIELDS];
+    void *dst[STK_MAX_FIELDS];
+    size_t n_views = 0, total = 0;
+    stk_status rc = STK_OK;
+    for (size_t i = 0; i < n_fixed; i++) {
+        PyObject *b = PyList_GET_ITEM(bufs, (Py_ssize_t)i);
+        if (b == Py_None) /* the leaf did not fit: it travels as an object */
+            continue;
+        Py_buffer *v = &views[n_views];
+        if (PyObject_GetBuffer(b, v, PyBUF_C_CONTIGUOUS) < 0) {
+            stkpy_exception_text("__getitem__'s value", err, err_size);
+            rc = STK_EFORMAT;
+            goto done;
+        }
+        n_views++;
+        if ((size_t)v->len != out[i].size) {
+            snprintf(err, err_size, "leaf %zu has %zd bytes, not the layout's %zu", i, v->len,
+                     out[i].size);
+            rc = STK_EFORMAT;
+            goto done;
+        }
+        dst[n_views - 1] = out[i].data;
+        total += (size_t)v->len;
+    }
+    if (total > COPY_NOGIL) {
+        Py_BEGIN_ALLOW_THREADS
+        for (size_t k = 0; k < n_views; k++)
+            memcpy(dst[k], views[k].buf, (size_t)views[k].len);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (size_t k = 0; k < n_views; k++)
+            memcpy(dst[k], views[k].buf, (size_t)views[k].len);
+    }
+done:
+    for (size_t k = 0; k < n_views; k++)
+        PyBuffer_Release(&views[k]);
+    return rc;
+}
+
+static stk_status thread_call(void *ctx, const stk_sample_info *info, const stk_tensor *in,
+                              size_t n_in, stk_tensor *out, size_t n_out, char *err,
+                              size_t err_size)
+{
+    (void)in;
+    (void)n_in;
+    ThreadExecObject *x = ctx;
+    if (finalizing()) {
+        snprintf(err, err_size, "__getitem__ not run: the interpreter is shutting down");
+        return STK_ECANCELED;
+    }
+    PyGILState_STATE g = stkpy_gil_take(&x->ts);
+    stk_status rc = STK_OK;
+    PyObject *res = PyObject_CallFunction(x->runner, "KKKII", (unsigned long long)info->index,
+                                          (unsigned long long)info->epoch,
+                                          (unsigned long long)info->seed, info->worker, info->row);
+    PyObject *bufs;
+    unsigned long long key, mask;
+    if (!res) {
+        stkpy_exception_text(NULL, err, err_size);
+        rc = STK_EFORMAT; /* this record's failure: on_error="skip" skips it */
+        goto done;
+    }
+    if (!PyArg_ParseTuple(res, "O!KK", &PyList_Type, &bufs, &key, &mask) ||
+        (size_t)PyList_GET_SIZE(bufs) + 1 != n_out) {
+        if (PyErr_Occurred())
+            PyErr_Clear();
+        snprintf(err, err_size, "thread executor: the runner returned %zu-leaf rows for %zu fields",
+                 PyTuple_Check(res) ? (size_t)PyTuple_GET_SIZE(res) : (size_t)0, n_out);
+        rc = STK_ESTATE;
+        goto done;
+    }
+    if ((rc = copy_rows(bufs, out, n_out - 1, err, err_size)) < 0)
+        goto done;
+    int64_t *km = out[n_out - 1].data;
+    km[0] = (int64_t)key;
+    km[1] = (int64_t)mask;
+done:
+    Py_XDECREF(res);
+    stkpy_gil_drop(g);
+    return rc;
+}
+
+static PyObject *ThreadExec_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"runner", "fields", NULL};
+    PyObject *runner, *fields;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:ThreadExec", kwlist, &runner, &fields))
+        return NULL;
+    if (!PyCallable_Check(runner)) {
+        PyErr_SetString(PyExc_TypeError, "ThreadExec: runner must be callable");
+        return NULL;
+    }
+    ThreadExecObject *self = (ThreadExecObject *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    stkpy_tstates_init(&self->ts);
+    if (stkpy_sample_fields(fields, self->fields, &self->n_fields) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->runner = Py_NewRef(runner);
+    return (PyObject *)self;
+}
+
+static void ThreadExec_dealloc(ThreadExecObject *self)
+{
+    /* the loaders using it were destroyed (their threads joined) before they let it go */
+    stkpy_tstates_free(&self->ts);
+    Py_CLEAR(self->runner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+PyTypeObject StkThreadExec_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._core.ThreadExec",
+    .tp_basicsize = sizeof(ThreadExecObject),
+    .tp_dealloc = (destructor)ThreadExec_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ThreadExec(runner, fields): a Python Dataset's __getitem__ on the loader's worker "
+              "threads (Loader(executor=...)); runner(index, epoch, seed, worker, row) -> (bufs, "
+              "key, mask).",
+    .tp_new = ThreadExec_new,
+};
+
+int stkpy_exec_setup(PyObject *exec, stk_loader_opts *o)
+{
+    if (PyObject_TypeCheck(exec, &StkProcPool_Type))
+        return stkpy_procpool_setup(exec, o);
+    if (!PyObject_TypeCheck(exec, &StkThreadExec_Type)) {
+        PyErr_Format(PyExc_TypeError, "executor must be a ThreadExec or a ProcPool, not %.100s",
+                     Py_TYPE(exec)->tp_name);
+        return -1;
+    }
+    ThreadExecObject *x = (ThreadExecObject *)exec;
+    o->sample_fn_v2 = thread_call;
+    o->sample_ctx = x;
+    o->sample_fields = x->fields;
+    o->n_sample_fields = x->n_fields;
+    return 0;
+}
+
+/* ---- GilMeter ---- */
+
+typedef struct {
+    PyObject ob_base;
+    pthread_t thread;
+    bool running;
+    atomic_bool stop;
+    _Atomic uint64_t waited_ns;
+    uint64_t t0;
+} GilMeterObject;
+
+static void *meter_main(void *arg)
+{
+    GilMeterObject *m = arg;
+    const struct timespec pause = {0, 50000}; /* 50 us between takes */
+    while (!atomic_load(&m->stop)) {
+        uint64_t a = now_ns();
+        PyGILState_STATE g = PyGILState_Ensure();
+        uint64_t b = now_ns();
+        PyGILState_Release(g);
+        atomic_fetch_add(&m->waited_ns, b - a);
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}
+
+static PyObject *GilMeter_start(GilMeterObject *m, PyObject *noargs)
+{
+    (void)noargs;
+    if (m->running)
+        Py_RETURN_NONE;
+    atomic_store(&m->stop, false);
+    atomic_store(&m->waited_ns, 0);
+    m->t0 = now_ns();
+    if (pthread_create(&m->thread, NULL, meter_main, m) != 0)
+        return PyErr_Format(PyExc_RuntimeError, "GilMeter: cannot start its thread");
+    m->running = true;
+    Py_RETURN_NONE;
+}
+
+static void meter_stop(GilMeterObject *m)
+{
+    if (!m->running)
+        return;
+    atomic_store(&m->stop, true);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(m->thread, NULL);
+    Py_END_ALLOW_THREADS
+    m->running = false;
+}
+
+static PyObject *GilMeter_stop(GilMeterObject *m, PyObject *noargs)
+{
+    (void)noargs;
+    if (!m->running)
+        return Py_BuildValue("(KK)", 0ULL, 0ULL);
+    meter_stop(m);
+    uint64_t window = now_ns() - m->t0;
+    return Py_BuildValue("(KK)", (unsigned long long)atomic_load(&m->waited_ns),
+                         (unsigned long long)window);
+}
+
+static void GilMeter_dealloc(GilMeterObject *m)
+{
+    meter_stop(m);
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static PyMethodDef GilMeter_methods[] = {
+    {"start", (PyCFunction)GilMeter_start, METH_NOARGS,
+     "start(): begin measuring how long the GIL is held by the other threads."},
+    {"stop", (PyCFunction)GilMeter_stop, METH_NOARGS,
+     "stop() -> (waited_ns, window_ns): the meter's total wait for the GIL and the time since "
+     "start()."},
+    {NULL, NULL, 0, NULL}};
+
+PyTypeObject StkGilMeter_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._core.GilMeter",
+    .tp_basicsize = sizeof(GilMeterObject),
+    .tp_dealloc = (destructor)GilMeter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "GilMeter(): measures the share of time other threads hold the GIL.",
+    .tp_methods = GilMeter_methods,
+    .tp_new = PyType_GenericNew,
+};
+
+PyObject *stkpy_sample_seed(PyObject *self, PyObject *args)
+{
+    (void)self;
+    unsigned long long seed, epoch, index;
+    if (!PyArg_ParseTuple(args, "KKK:sample_seed", &seed, &epoch, &index))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(stk_sample_seed(seed, epoch, index));
+}

@@ -1,0 +1,645 @@
+"""Worker processes for Python datasets: stoker's fork server and the worker's loop.
+
+The process executor's C half (python/stoker/_ext/_procpool.c) sends each worker tickets over a
+Unix socket; this module is what runs in the processes.
+
+The fork server. Worker processes are never forked by the loader's own (multithreaded)
+process: a fork of a process whose other threads hold locks (a decoder's, OpenMP's, the
+allocator's, a Python lock) gives children that block on them forever, the DataLoader's futex
+hang. Their parent is stoker's *fork server*, one per process: a fork of the training process
+taken the first time a Python dataset may need workers, while that process is still
+single-threaded (that loader's dataset is inherited, nothing pickled, start-up in
+milliseconds), or, when the process already runs other threads then, a fresh interpreter
+(prepared as multiprocessing's spawn prepares one, so classes of a guarded main script load).
+Each loader registers with it (SERVE: its control socket, and its spec: the inherited one, or
+pickled), and the C side asks on that control socket: SPAWN (fork a worker on the socket sent
+with the request; answer: its pid) and REAP (wait for a pid; answer: its wait status). A
+control socket that ends (the loader closed) takes its workers with it (SIGKILL); the fork
+server ends with the training process (its socket ends), a worker when its socket ends.
+multiprocessing_context="spawn" starts a spawned server of the same kind for one loader.
+
+The worker. Started like a DataLoader worker (SIGINT ignored: Ctrl-C is the training loop's;
+torch at one thread; random/torch/NumPy seeded from base_seed + id as the DataLoader seeds them;
+get_worker_info() set; worker_init_fn(id) called), it then answers tickets: map the ring's memfd
+when sent (OP_ARENA), take the layout once (OP_INIT), and for each OP_TICKET seed the global
+generators from the sample's seed (unless reseed=False), run __getitem__, write each fixed leaf
+at its offset in the ring and reply (status, Python time, mask, and the pickled object leaves
+when there are any). An exception is replied as the DataLoader's ExceptionWrapper (pickled),
+with its text.
+"""
+import mmap
+import os
+import pickle
+import random
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from . import _pyworker
+
+HDR = struct.Struct("<IIQQQQ")    # op, n, a, b, c, d: 40 bytes (parent -> worker)
+REPLY = struct.Struct("<IIQQQ")   # status, payload length, python_ns, mask, cpu_ns: 32 bytes
+CTL = struct.Struct("<iiii")      # op, worker id, pid, pad (C -> server)
+CTL_REPLY = struct.Struct("<ii")  # value (pid / wait status), errno
+OP_INIT, OP_ARENA, OP_TICKET, OP_PROBE = 1, 2, 3, 4
+CTL_SPAWN, CTL_REAP = 1, 2
+ST_OK, ST_ERROR = 0, 1
+
+
+class WorkerSpec:
+    """What every worker needs from the start: the dataset, the worker count, the DataLoader-
+    style base seed, worker_init_fn, and the dataset's name for messages."""
+
+    def __init__(self, dataset, n_workers, base_seed, worker_init_fn, name):
+        self.dataset, self.n_workers, self.base_seed = dataset, n_workers, base_seed
+        self.worker_init_fn, self.name = worker_init_fn, name
+
+
+def thread_count():
+    """Threads of this process (1 = safe to fork)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+# ---- the servers ----
+
+class Server:
+    """A loader's worker server: its pid, the control socket (handed to the C pool) and how it
+    was started: "fork" (a fork of this process, the dataset inherited), "forkserver" (forked by
+    stoker's fork server, the dataset pickled to it) or "spawn" (a fresh interpreter)."""
+
+    def __init__(self, pid, ctl, method):
+        self.pid, self.ctl, self.method = pid, ctl, method
+
+    def wait(self, timeout=5.0):
+        """After the control socket was closed: a spawned server exits (joined here); the fork
+        server goes on serving the process's other loaders."""
+        proc = getattr(self, "proc", None)
+        if proc is not None:
+            proc.join(timeout)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self.pid = None
+
+
+class ForkServer:
+    """stoker's fork server, one per process: a single-threaded process that forks each Python
+    dataset loader's worker server. It is a fork of this process taken while it was still
+    single-threaded (so it also holds, unpickled, the dataset of the loader that started it),
+    or, when this process already ran other threads at that point, a fresh interpreter. It exits
+    when this process closes its socket (at exit)."""
+
+    def __init__(self, pid, sock, how):
+        self.pid, self.sock, self.how = pid, sock, how
+        self.lock = threading.Lock()
+
+    def forget(self, token):
+        """Drop the spec inherited under `token` (no worker server will be asked for)."""
+        with self.lock:
+            self.sock.sendall(FS_REQ.pack(token, 0))
+            _recv_exact(self.sock, CTL_REPLY.size)
+
+    def serve(self, token=0, blob=b""):
+        """Serve one more loader (the spec registered under `token` before this fork server was
+        forked, or pickled in `blob`): its control socket, and the server's pid."""
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with self.lock:
+                socket.send_fds(self.sock, [FS_REQ.pack(token, len(blob)) + blob], [b.fileno()])
+                pid, err = CTL_REPLY.unpack(_recv_exact(self.sock, CTL_REPLY.size))
+        except (OSError, EOFError) as e:
+            a.close()
+            raise OSError(f"stoker's fork server (pid {self.pid}) is gone: {e}") from None
+        finally:
+            b.close()
+        if pid <= 0:
+            a.close()
+            raise OSError(err, f"stoker's fork server could not fork: {os.strerror(err)}")
+        # the new server says whether it could take the spec
+        try:
+            n = struct.unpack("<I", _recv_exact(a, 4))[0]
+            text = bytes(_recv_exact(a, n)).decode("utf-8", "replace") if n else ""
+        except (OSError, EOFError):
+            text = "it exited before it was ready"
+        if text:
+            a.close()
+            if self.how == "spawn":
+                text += (" (stoker's fork server is a fresh interpreter, because this process "
+                         "already ran other threads when it first needed worker processes; it "
+                         "has only what can be imported, not classes defined in the main script: "
+                         "define the dataset in a module, create the first loader before the "
+                         "process starts threads, or use executor='thread')")
+            raise TypeError(f"the worker processes could not be started: {text}")
+        return pid, a
+
+
+_FS = None
+_FS_LOCK = threading.Lock()
+_SPECS = {}            # token -> spec, inherited by a fork server forked with it
+_TOKENS = iter(range(1, 1 << 30))
+FS_REQ = struct.Struct("<II")  # token, pickled spec length (then the spec; the ctl fd attached)
+
+
+def _fork_server():
+    """The process's fork server, or None when it has none and this process already runs
+    other threads (forking now could copy a lock another thread holds)."""
+    global _FS
+    fs = _FS
+    if fs is None:
+        return None
+    proc = getattr(fs, "proc", None)
+    try:
+        gone = proc.poll() is not None if proc is not None else \
+            os.waitpid(fs.pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:
+        gone = True
+    if gone:
+        fs.sock.close()
+        _FS = None
+        return None
+    return fs
+
+
+class Pending:
+    """A loader's worker server, prepared but not started: the fork server that will fork it
+    and the spec (a token for the copy the fork server inherited, else the pickled spec)."""
+
+    def __init__(self, spec, method, fs=None, token=0):
+        self.spec, self.method, self.fs, self.token = spec, method, fs, token
+
+    def start(self):
+        """The worker server (forked by the fork server now, or spawned)."""
+        if self.method == "spawn":
+            return _spawn_server(self.spec)
+        blob = b"" if self.token else _pickle_spec(self.spec)
+        pid, ctl = self.fs.serve(self.token, blob)
+        self.token = 0  # the worker server took it
+        return Server(pid, ctl, "fork" if not blob else "forkserver")
+
+    def forget(self):
+        """The server will not be needed (threads were chosen): the fork server drops its copy
+        of the spec."""
+        if self.token and self.fs is not None:
+            try:
+                self.fs.forget(self.token)
+            except OSError:
+                pass
+        self.token = 0
+
+
+def prepare_server(spec, method):
+    """Get ready to start a loader's worker server. method "fork": through stoker's fork server,
+    forked now if this process has none yet, while it is single-threaded (it then holds the
+    dataset as it is now, unpickled: what __getitem__ does to it in this process afterwards
+    does not reach the workers), else a fresh interpreter started as the fork server (the spec
+    is pickled to it later); "spawn": multiprocessing's spawn at start() (the main module is
+    imported again, as with the DataLoader's spawn)."""
+    global _FS
+    if method == "spawn":
+        return Pending(spec, "spawn")
+    with _FS_LOCK:
+        fs = _fork_server()
+        token = 0
+        if fs is None:
+            if thread_count() == 1:
+                token = next(_TOKENS)
+                _SPECS[token] = spec
+                try:
+                    _FS = fs = _start_fork_server()
+                finally:
+                    _SPECS.pop(token, None)
+            else:
+                _FS = fs = _start_fresh_fork_server()
+    return Pending(spec, "fork", fs, token)
+
+
+def start_server(spec, method):
+    """prepare_server(spec, method).start()."""
+    return prepare_server(spec, method).start()
+
+
+def _pickle_spec(spec):
+    try:
+        return pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:
+        raise TypeError(f"the worker processes are started by stoker's fork server, which "
+                        f"needs the dataset and worker_init_fn pickled (it was started before "
+                        f"this dataset existed), and pickling failed: {type(e).__name__}: {e}. "
+                        f"Open files and handles lazily in __getitem__, or use "
+                        f"executor='thread'") from e
+
+
+def _start_fork_server():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            a.close()
+            _fork_server_main(b)
+        except BaseException:  # noqa: BLE001 - report and leave without Python's exit path
+            traceback.print_exc()
+            code = 1
+        finally:
+            os._exit(code)
+    b.close()
+    return ForkServer(pid, a, "fork")
+
+
+def _start_fresh_fork_server():
+    """A fork server in a fresh interpreter (this process runs other threads already)."""
+    import subprocess
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    preload = [m for m in ("numpy", "torch") if m in sys.modules]
+    code = ("import sys, socket; sys.path[:0] = %r; [__import__(m) for m in %r]; "
+            "from stoker._procpool import _fresh_fork_server_main; "
+            "_fresh_fork_server_main(socket.socket(fileno=%d))" % (sys.path, preload,
+                                                                   b.fileno()))
+    proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=[b.fileno()],
+                            close_fds=True)
+    b.close()
+    prep = _main_preparation()
+    a.sendall(struct.pack("<I", len(prep)) + prep)
+    fs = ForkServer(proc.pid, a, "spawn")
+    fs.proc = proc
+    return fs
+
+
+def _main_preparation():
+    """multiprocessing's spawn preparation (sys.path, cwd, the main module imported again as
+    __mp_main__), pickled, so that classes defined in the main script unpickle in a fresh
+    fork server; only when the main script guards its work with `if __name__ == "__main__"`
+    (importing an unguarded script again would run it), else b""."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            src = f.read()
+    except (OSError, TypeError):
+        return b""
+    if "__name__" not in src or "__main__" not in src:
+        return b""
+    try:
+        import multiprocessing.spawn as mspawn
+        prep = mspawn.get_preparation_data("stoker-fork-server")
+        prep.pop("authkey", None)  # (refuses to be pickled; the fork server needs none)
+        return pickle.dumps(prep, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - then classes of the main script do not unpickle
+        return b""
+
+
+def _fresh_fork_server_main(sock):
+    """A fork server in a fresh interpreter: take the main script's preparation (if any),
+    then serve."""
+    n = struct.unpack("<I", _recv_exact(sock, 4))[0]
+    if n:
+        prep = pickle.loads(bytes(_recv_exact(sock, n)))
+        try:
+            import multiprocessing.spawn as mspawn
+            mspawn.prepare(prep)
+        except Exception:  # noqa: BLE001 - classes of the main script will not unpickle
+            traceback.print_exc()
+    _fork_server_main(sock)
+
+
+def _spawn_server(spec):
+    import multiprocessing
+    blob = _pickle_spec(spec)
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(target=_spawned_server, args=(b, blob), daemon=True,
+                       name="stoker-worker-server")
+    proc.start()
+    b.close()
+    n = struct.unpack("<I", _recv_exact(a, 4))[0]
+    if n:
+        text = bytes(_recv_exact(a, n)).decode("utf-8", "replace")
+        a.close()
+        raise TypeError(f"the worker processes could not be started: {text}")
+    server = Server(proc.pid, a, "spawn")
+    server.proc = proc
+    return server
+
+
+def _spawned_server(ctl, blob):
+    _ready_then_serve(ctl, lambda: pickle.loads(blob))
+
+
+def _ready_then_serve(ctl, get_spec):
+    """Take the spec (unpickle it), tell the parent whether that worked, then serve."""
+    try:
+        spec = get_spec()
+    except BaseException as e:  # noqa: BLE001 - told to the parent
+        text = f"{type(e).__name__}: {e}".encode("utf-8", "replace")[:2000]
+        ctl.sendall(struct.pack("<I", len(text)) + text)
+        return
+    ctl.sendall(struct.pack("<I", 0))
+    _serve(ctl, spec)
+
+
+def _fork_server_main(sock):
+    """The fork server: serve every loader of its parent (SERVE: take a loader's spec and its
+    control socket; then fork and reap that loader's workers), until the parent closes `sock`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _server_loop(sock, [])
+
+
+class _Served:
+    """One loader in a server: its control socket, spec and worker processes."""
+
+    def __init__(self, ctl, spec):
+        self.ctl, self.spec, self.children = ctl, spec, set()
+
+    def close(self):
+        for c in self.children:
+            try:
+                os.kill(c, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for c in self.children:
+            try:
+                os.waitpid(c, 0)
+            except ChildProcessError:
+                pass
+        self.children.clear()
+        self.ctl.close()
+
+
+def _server_loop(main, served):
+    """Answer the loaders' control sockets (SPAWN a worker, REAP one) and, on `main` (the fork
+    server's socket to its parent; None for a spawned server), SERVE requests adding loaders.
+    A control socket that ends takes its loader's workers with it; `main` ending (or the last
+    loader of a spawned server) ends the server."""
+    try:
+        while True:
+            socks = ([main] if main is not None else []) + [v.ctl for v in served]
+            if not socks:
+                return
+            ready, _, _ = select.select(socks, [], [], 1.0)
+            for s in ready:
+                if s is main:
+                    if not _serve_request(main, served):
+                        return
+                    continue
+                v = next(v for v in served if v.ctl is s)
+                if not _control_request(v, main, served):
+                    served.remove(v)
+                    v.close()
+    finally:
+        for v in served:
+            v.close()
+
+
+def _serve_request(main, served):
+    """A SERVE (or FORGET) request on the fork server's socket; False when the parent is gone."""
+    try:
+        msg, fds, _, _ = socket.recv_fds(main, FS_REQ.size, 1)
+        if not msg:
+            return False
+        if len(msg) < FS_REQ.size:
+            msg = bytes(msg) + bytes(_recv_exact(main, FS_REQ.size - len(msg)))
+        token, n = FS_REQ.unpack(msg)
+        blob = bytes(_recv_exact(main, n)) if n else b""
+    except (OSError, EOFError):
+        return False
+    if not fds:  # forget: the loader chose threads
+        _SPECS.pop(token, None)
+        main.sendall(CTL_REPLY.pack(0, 0))
+        return True
+    for fd in fds[1:]:
+        os.close(fd)
+    ctl = socket.socket(fileno=fds[0])
+    try:
+        spec = _SPECS.pop(token) if token else pickle.loads(blob)
+        ctl.sendall(struct.pack("<I", 0))
+        served.append(_Served(ctl, spec))
+    except BaseException as e:  # noqa: BLE001 - told to the loader on its socket
+        text = f"{type(e).__name__}: {e}".encode("utf-8", "replace")[:2000]
+        try:
+            ctl.sendall(struct.pack("<I", len(text)) + text)
+        except OSError:
+            pass
+        ctl.close()
+    main.sendall(CTL_REPLY.pack(os.getpid(), 0))
+    return True
+
+
+def _control_request(v, main, served):
+    """A SPAWN or REAP request from a loader's C pool; False when its socket ended."""
+    ctl = v.ctl
+    try:
+        msg, fds, _, _ = socket.recv_fds(ctl, CTL.size, 1)
+        if not msg:
+            return False
+        if len(msg) < CTL.size:
+            msg = bytes(msg) + bytes(_recv_exact(ctl, CTL.size - len(msg)))
+    except (OSError, EOFError):
+        return False
+    op, wid, pid, _ = CTL.unpack(msg)
+    if op == CTL_SPAWN and fds:
+        child = os.fork()
+        if child == 0:
+            code = 0
+            try:
+                if main is not None:
+                    main.close()
+                for other in served:
+                    other.ctl.close()
+                for fd in fds[1:]:
+                    os.close(fd)
+                worker_main(fds[0], wid, v.spec)
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        for fd in fds:
+            os.close(fd)
+        v.children.add(child)
+        ctl.sendall(CTL_REPLY.pack(child, 0))
+    elif op == CTL_REAP:
+        try:
+            _, status = os.waitpid(pid, 0)
+            v.children.discard(pid)
+            ctl.sendall(CTL_REPLY.pack(status, 0))
+        except ChildProcessError:
+            ctl.sendall(CTL_REPLY.pack(-1, 10))  # ECHILD
+    else:
+        for fd in fds:
+            os.close(fd)
+        ctl.sendall(CTL_REPLY.pack(-1, 22))  # EINVAL
+    return True
+
+
+def _recv_exact(sock, n):
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise EOFError
+        got += k
+    return buf
+
+
+def _serve(ctl, spec):
+    """A spawned server's loop: one loader (its control socket and spec)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _server_loop(None, [_Served(ctl, spec)])
+
+
+# ---- the worker ----
+
+def _worker_start(wid, spec):
+    """Set the worker up as a DataLoader worker is set up."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    seed = (spec.base_seed + wid) & ((1 << 64) - 1)
+    torch = sys.modules.get("torch")
+    random.seed(seed)
+    if torch is not None:
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)
+        try:
+            from torch.utils.data._utils import worker as tw
+            np.random.seed(tw._generate_state(spec.base_seed, wid))
+            if spec.n_workers > 0:  # (num_workers=0: loads as the main process would)
+                tw._worker_info = tw.WorkerInfo(id=wid, num_workers=spec.n_workers, seed=seed,
+                                                dataset=spec.dataset)
+        except (ImportError, AttributeError):
+            np.random.seed(seed & 0xFFFFFFFF)
+    else:
+        np.random.seed(seed & 0xFFFFFFFF)
+
+
+def error_reply(where):
+    """(text, pickled wrapper) of the exception being handled, as the DataLoader wraps it."""
+    from ._errors import wrap_exception
+    return wrap_exception(where)
+
+
+def worker_main(fd, wid, spec):
+    try:
+        _worker_main(fd, wid, spec)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the loader went away while this worker answered: nothing to report
+
+
+def _worker_main(fd, wid, spec):
+    sock = socket.socket(fileno=fd)
+    _worker_start(wid, spec)
+    init_error = None
+    if spec.worker_init_fn is not None:
+        try:
+            spec.worker_init_fn(wid)
+        except Exception:  # noqa: BLE001 - reported with every ticket
+            init_error = error_reply(f"in stoker worker process {wid} (worker_init_fn)")
+    loop = getattr(spec, "worker_loop", None)  # an IterableDataset's (_pyiterable.IterSpec)
+    if loop is not None:
+        if init_error is not None:
+            raise SystemExit(f"worker_init_fn failed in worker process {wid}: {init_error[0]}")
+        return loop(sock, wid)
+    dataset = spec.dataset
+    getitem = dataset.__getitem__
+    arena = None
+    layout = None
+    reseed = True
+    perf, cpu = time.perf_counter_ns, time.thread_time_ns
+    anc = socket.CMSG_SPACE(struct.calcsize("i"))
+    while True:
+        try:
+            data, ancdata, _, _ = sock.recvmsg(HDR.size, anc)
+        except (OSError, EOFError):
+            return
+        if not data:
+            return
+        if len(data) < HDR.size:
+            try:
+                data = bytes(data) + bytes(_recv_exact(sock, HDR.size - len(data)))
+            except (OSError, EOFError):
+                return
+        op, n, a, b, c, d = HDR.unpack(data)
+        if op == OP_ARENA:
+            fds = [f for level, kind, raw in ancdata if level == socket.SOL_SOCKET and
+                   kind == socket.SCM_RIGHTS for f in struct.unpack(f"{len(raw) // 4}i",
+                                                                   raw[:len(raw) // 4 * 4])]
+            if not fds:
+                return
+            mm = mmap.mmap(fds[0], a)
+            for f in fds:
+                os.close(f)
+            arena = np.frombuffer(mm, dtype=np.uint8)
+            continue
+        if op == OP_INIT:
+            init = pickle.loads(_recv_exact(sock, a))
+            layout, reseed = init["layout"], init["reseed"]
+            continue
+        if op == OP_PROBE:  # the first samples, measured here (as in a worker)
+            request = pickle.loads(_recv_exact(sock, a))
+            if init_error is not None:
+                _send_error(sock, init_error, 0, 0)
+                continue
+            try:
+                payload = pickle.dumps(_pyworker.probe_samples(dataset, request),
+                                       protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # noqa: BLE001 - the first sample's exception, for the parent
+                _send_error(sock, error_reply(f"in stoker worker process {wid} while loading "
+                                              f"sample {request['indices'][0]} (the first "
+                                              f"sample, which fixes the batch layout)"), 0, 0)
+                continue
+            sock.sendall(REPLY.pack(ST_OK, len(payload), 0, 0, 0) + payload)
+            continue
+        if op != OP_TICKET:
+            return
+        offs = struct.unpack(f"<{n}Q", _recv_exact(sock, 8 * n)) if n else ()
+        index, epoch, seed = a, b, c
+        if init_error is not None:
+            _send_error(sock, init_error, 0, 0)
+            continue
+        if reseed:
+            _pyworker.seed_all(seed)
+        t0, c0 = perf(), cpu()
+        try:
+            sample = getitem(index)
+        except Exception:  # noqa: BLE001 - the DataLoader's wrapper goes to the consumer
+            err = error_reply(f"in stoker worker process {wid} while loading sample {index} "
+                              f"(epoch {epoch})")
+            _send_error(sock, err, perf() - t0, cpu() - c0)
+            continue
+        py_ns, cpu_ns = perf() - t0, cpu() - c0
+        try:
+            bufs, objects, extras, mask = layout.flatten(sample)
+            if bufs is not None:
+                for i, buf in enumerate(bufs):
+                    if buf is not None:
+                        o = offs[i]
+                        src = np.frombuffer(buf, dtype=np.uint8)
+                        arena[o:o + src.size] = src
+            payload = b""
+            if objects or mask:
+                payload = pickle.dumps((objects, extras), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - an unpicklable object leaf, say
+            err = error_reply(f"in stoker worker process {wid} while sending sample {index} "
+                              f"(epoch {epoch})")
+            _send_error(sock, err, py_ns, cpu_ns)
+            continue
+        sock.sendall(REPLY.pack(ST_OK, len(payload), py_ns, mask, cpu_ns) + payload)
+
+
+def _send_error(sock, err, py_ns, cpu_ns):
+    text, blob = err
+    t = text.encode("utf-8", "replace")[:400]
+    payload = struct.pack("<I", len(t)) + t + blob
+    sock.sendall(REPLY.pack(ST_ERROR, len(payload), py_ns, 0, cpu_ns) + payload)

@@ -1,0 +1,782 @@
+"""stoker.Loader over a Python dataset: any map-style dataset (``__getitem__`` + ``__len__``:
+TensorDataset, Subset, ConcatDataset, your own class) with the DataLoader's arguments, its
+``__getitem__`` run by stoker's worker threads or worker processes (docs/python.md "Your own
+Dataset", docs/design.md "Python datasets").
+
+The dataset is a record source like any other: stoker's index dataset (records that are only
+their number) gives the loader its order, ranks, tickets, ring, resume and stats, and the
+per-sample callback runs ``__getitem__`` (the thread executor, _ext/_pyexec.c, or the process
+executor, _ext/_procpool.c + _procpool.py) and writes the sample's fixed leaves into its rows of
+the ring (_collate.py has the layout). The consumer assembles each batch with default_collate's
+structure from views of the ring, or calls collate_fn on the rebuilt samples.
+
+Construction: a server for worker processes is forked first, while the process is still
+single-threaded (so the workers see the dataset as it was, whatever the probe below does to it),
+then the first samples are probed in this thread (their layout, time, GIL-held share, use of the
+global random generators; the generators' states are put back), the executor is chosen
+(_executor.choose), and the C loader is created.
+"""
+import itertools
+import os
+import pickle
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from . import _collate
+from . import _core
+from . import _errors
+from . import _executor
+from . import loader as _loader
+from . import _procpool
+from . import _pyworker
+from . import _torchcompat
+from .loader import Loader, _MAPPED, _TRACE_EVENTS, _torch
+
+__all__ = ["PyLoader", "is_python_dataset", "loader_class"]
+
+
+
+def is_python_dataset(data, kwargs=None):
+    """Whether `data` is a Python dataset object whose __getitem__ stoker runs: not paths or a
+    stoker Dataset, and not a torchvision folder dataset stoker reads natively (with its
+    transform in C), which it reads natively unless the arguments need Python workers
+    (collate_fn, worker_init_fn, batch_sampler, executor=)."""
+    if data is None or not _torchcompat.is_dataset_object(data):
+        return False
+    folder = sys.modules.get("torchvision.datasets.folder")
+    if folder is not None and isinstance(data, folder.DatasetFolder):
+        kw = kwargs or {}
+        if kw.get("worker_init_fn") is not None or kw.get("batch_sampler") is not None or \
+                kw.get("executor") is not None or \
+                not _torchcompat.is_default_collate(kw.get("collate_fn")):
+            return True
+        return not _torchcompat.native_folder_ok(data)
+    return True
+
+
+def is_iterable(data):
+    """An iterable-style dataset: a torch IterableDataset, or an object with __iter__ but no
+    __getitem__/__len__."""
+    torch = _torch()
+    if torch is not None and isinstance(data, torch.utils.data.IterableDataset):
+        return True
+    return hasattr(data, "__iter__") and not (hasattr(data, "__getitem__") and
+                                              hasattr(data, "__len__"))
+
+
+def loader_class(data):
+    """The Loader subclass for a Python dataset."""
+    if is_iterable(data):
+        from ._pyiterable import PyIterLoader
+        return PyIterLoader
+    return PyLoader
+
+
+# ---- the thread executor's runner ----
+
+class ThreadRunner:
+    """Called by the worker threads (GIL held) with (index, epoch, seed, worker, row): runs
+    __getitem__ and returns (bufs, key, mask) for _ext/_pyexec.c. Object leaves are kept in
+    `table` under the row's key until the consumer takes them. The first call on each thread
+    sets its get_worker_info() and runs worker_init_fn(worker)."""
+
+    def __init__(self, dataset, layout, n_workers, base_seed, worker_init_fn, capacity):
+        self.getitem = dataset.__getitem__
+        self.dataset = dataset
+        self.layout = layout
+        self.n_workers, self.base_seed, self.worker_init_fn = n_workers, base_seed, worker_init_fn
+        self.cap = capacity
+        self.table = [None] * capacity
+        self.keys = itertools.count(1)
+        self.errors = {}
+        self.init_errors = {}
+        self.py_ns = 0
+        self.samples = 0
+        self.none = [None] * len(layout.fixed)
+
+    def _thread_start(self, worker):
+        _pyworker.TLS.info = _pyworker.worker_info(worker, self.n_workers, self.base_seed + worker, self.dataset)
+        _pyworker.TLS.ready = True
+        if self.worker_init_fn is not None:
+            try:
+                self.worker_init_fn(worker)
+            except Exception:  # noqa: BLE001 - fails this thread's samples, named
+                self.init_errors[worker] = _errors.wrapper(
+                    f"in stoker worker thread {worker} (worker_init_fn)")
+
+    def __call__(self, index, epoch, seed, worker, row):
+        if not getattr(_pyworker.TLS, "ready", False):
+            self._thread_start(worker)
+        if worker in self.init_errors:
+            self._remember(index, self.init_errors[worker])
+            raise RuntimeError(f"worker_init_fn failed on worker thread {worker}")
+        t0 = time.perf_counter_ns()
+        try:
+            sample = self.getitem(index)
+        except Exception:
+            self._remember(index, _errors.wrapper(
+                f"in stoker worker thread {worker} while loading sample {index} (epoch {epoch})"))
+            raise
+        finally:
+            self.py_ns += time.perf_counter_ns() - t0
+            self.samples += 1
+        bufs, objects, extras, mask = self.layout.flatten(sample)
+        key = 0
+        if objects or mask:
+            key = next(self.keys)
+            self.table[key % self.cap] = (key, objects, extras)
+        return (bufs if bufs is not None else self.none), key, mask
+
+    def _remember(self, index, w):
+        errors = self.errors
+        errors[index] = w
+        while len(errors) > 64:
+            errors.pop(next(iter(errors)))
+
+    def take(self, keys):
+        out = []
+        for k in keys:
+            e = self.table[k % self.cap] if k else None
+            if e is not None and e[0] == k:
+                self.table[k % self.cap] = None
+                out.append((e[1], e[2]))
+            else:
+                out.append(None)
+        return out
+
+
+def measure(first, rows, drew):
+    """The layout the first sample fixes and the Probe the measured rows make: the first call,
+    which often pays a warm-up, is left out when there are others, and of the rest the faster
+    half is used (on a loaded machine a call preempted while it ran looks like one that waits)."""
+    used = rows[1:] if len(rows) > 1 else rows
+    used = sorted(used)[:max(1, (len(used) + 1) // 2)]
+    wall = sum(r[0] for r in used)
+    window = sum(r[3] for r in used)
+    gil = min(1.0, sum(r[2] for r in used) / window) if window > 0 else None
+    cpu = min(1.0, sum(r[1] for r in used) / wall) if wall > 0 else 1.0
+    layout = _collate.Layout(first)
+    p = _executor.Probe(wall / len(used) / 1e9, gil, cpu,
+                        sum(leaf.nbytes for leaf in layout.fixed), drew, len(used))
+    return layout, p
+
+
+def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name):
+    """probe_samples in this thread, as worker 0 of the thread executor (get_worker_info()
+    answers; worker_init_fn(0) runs first), with the global random generators put back as
+    they were."""
+    _pyworker.install_worker_info_hook()
+    states = _pyworker.rng_states()
+    _pyworker.TLS.info = _pyworker.worker_info(0, n_workers, base_seed, dataset)
+    try:
+        if worker_init_fn is not None:
+            worker_init_fn(0)
+        got = _pyworker.probe_samples(dataset, request)
+    except Exception:  # noqa: BLE001 - raised the DataLoader's way
+        w = _errors.wrapper(f"in stoker.Loader, reading the first sample of {name} (which "
+                            f"fixes the batch layout)")
+    else:
+        return got
+    finally:
+        _pyworker.TLS.info = None
+        _pyworker.rng_restore(states)
+    _errors.reraise(w)
+
+
+# ---- what cannot cross fork() ----
+
+def fork_unsafe(dataset, depth=2):
+    """A description of an open lmdb.Environment/Transaction or h5py File/Group/Dataset the
+    dataset holds in its attributes (to `depth` levels), or None."""
+    kinds = []
+    for mod, names in (("lmdb", ("Environment", "Transaction", "Cursor")),
+                       ("h5py", ("File", "Group", "Dataset"))):
+        m = sys.modules.get(mod)
+        if m is not None:
+            kinds.extend((getattr(m, n), f"{mod}.{n}") for n in names if hasattr(m, n))
+    if not kinds:
+        return None
+    seen = set()
+
+    def walk(obj, path, d):
+        if id(obj) in seen:
+            return None
+        seen.add(id(obj))
+        for cls, label in kinds:
+            if isinstance(obj, cls):
+                if label.startswith("h5py") and not bool(getattr(obj, "id", None)):
+                    return None  # closed
+                return f"an open {label} ({path})"
+        if d <= 0:
+            return None
+        attrs = getattr(obj, "__dict__", None)
+        items = list(attrs.items()) if isinstance(attrs, dict) else []
+        if isinstance(obj, (list, tuple)):
+            items = [(f"[{i}]", v) for i, v in enumerate(obj[:16])]
+        elif isinstance(obj, dict):
+            items = [(f"[{k!r}]", v) for k, v in list(obj.items())[:16]]
+        for k, v in items:
+            if isinstance(v, (str, bytes, int, float, np.ndarray)) or v is None:
+                continue
+            found = walk(v, f"{path}.{k}" if not k.startswith("[") else f"{path}{k}", d - 1)
+            if found:
+                return found
+        return None
+    return walk(dataset, "dataset", depth)
+
+
+# ---- the loader ----
+
+class PyLoader(Loader):
+    """stoker.Loader for a Python dataset (made by stoker.Loader itself: see Loader.__new__)."""
+
+    def __init__(self, data=None, batch_size=1, shuffle=None, seed=None, drop_last=False,
+                 num_workers=None, prefetch=None, pin_memory=False, device=None, rank=None,
+                 world_size=None, transforms=None, on_error="raise", trace=None, *,
+                 dataset=None, sampler=None, batch_sampler=None, collate_fn=None, timeout=0,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None,
+                 prefetch_factor=None, persistent_workers=False, pin_memory_device="",
+                 in_order=None, executor="auto", reseed=True, output=None, fields=None,
+                 n_threads=None, **native_only):
+        self._core = None
+        self._pool = None
+        self._server = None
+        self._runner = None
+        self._map = None
+        self._tokens = None  # (a token corpus is never a Python dataset)
+        self._dataset = None
+        self._own_dataset = True
+        self._dataset_weak = None
+        self._fields = None
+        self._trace = None
+        self._transform = None
+        if data is not None and dataset is not None:
+            raise _core.StokerInvalidError("pass the dataset once: stoker.Loader(dataset, ...) or "
+                                           "stoker.Loader(dataset=dataset, ...)")
+        ds = data if data is not None else dataset
+        self._torch_dataset = ds
+        bad = sorted(k for k, v in native_only.items() if v is not None and k not in
+                     ("verify", "format", "strict", "label_field", "transform_field"))
+        if transforms is not None or bad:
+            raise _core.StokerInvalidError(
+                f"{', '.join(['transforms'] * (transforms is not None) + bad)}: these apply to "
+                f"datasets stoker reads itself; this {_pyworker.name(ds)} produces its samples in "
+                f"__getitem__ (apply the transform there)")
+        if device is not None and str(device) != "cpu":
+            raise _core.StokerNotSupportedError(
+                "device= with a Python dataset: pass pin_memory=True and move each batch with "
+                ".to(device, non_blocking=True), as with the DataLoader")
+        if fields is not None:
+            raise _core.StokerInvalidError("fields= goes with output='tuple' for stoker's own "
+                                           "datasets; a Python dataset's batches have the "
+                                           "structure __getitem__ returns")
+        if output not in (None, "torch", "numpy"):
+            raise _core.StokerInvalidError(f"output={output!r}: a Python dataset's batches have "
+                                           f"the structure __getitem__ returns")
+        if executor not in _pyworker.EXECUTORS:
+            raise _core.StokerInvalidError(f"executor should be one of {_pyworker.EXECUTORS}, not "
+                                           f"{executor!r}")
+        torch = _torch()
+        if output == "numpy" or torch is None:
+            torch = None
+        self.output = "numpy" if torch is None else "torch"
+        n = len(ds)
+        if n <= 0:
+            raise _core.StokerInvalidError(f"{_pyworker.name(ds)} is empty (len() = {n}): an epoch needs "
+                                           f"at least one sample")
+        # ---- the DataLoader's argument checks ----
+        if n_threads is not None:  # stoker's name for the worker count (num_workers its alias)
+            if num_workers is not None:
+                raise _core.StokerInvalidError("n_threads= and num_workers= (its DataLoader "
+                                               "alias) name one setting: pass one of them")
+            num_workers = n_threads
+        workers = num_workers
+        if isinstance(workers, str) and workers == "auto":
+            workers = None
+        if workers is not None:
+            workers = _torchcompat.check_int(workers, "num_workers", -1 << 62)
+            if workers < 0:
+                raise _core.StokerInvalidError("num_workers option should be non-negative; use "
+                                               "num_workers=0 to disable multiprocessing.")
+        if timeout is None or isinstance(timeout, bool) or \
+                not isinstance(timeout, (int, float)) or timeout < 0:
+            raise _core.StokerInvalidError("timeout option should be non-negative")
+        if persistent_workers and workers == 0:
+            raise _core.StokerInvalidError("persistent_workers option needs num_workers > 0")
+        if sampler is not None and shuffle:
+            raise _core.StokerInvalidError("sampler option is mutually exclusive with shuffle")
+        self._unbatched = False
+        self._group_sizes = None
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise _core.StokerInvalidError(
+                    "batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                    "sampler, and drop_last")
+            batch_size, drop_last = None, False
+        elif batch_size is None:
+            if drop_last:
+                raise _core.StokerInvalidError(
+                    "batch_size=None option disables auto-batching and is mutually exclusive "
+                    "with drop_last")
+            self._unbatched = True
+        else:
+            batch_size = _torchcompat.check_int(batch_size, "batch_size", 1, 2**31 - 1)
+        if on_error not in ("raise", "skip"):
+            raise _core.StokerInvalidError(f"on_error should be 'raise' or 'skip', but got "
+                                           f"on_error={on_error!r}")
+        if collate_fn is not None and _torchcompat.is_default_collate(collate_fn):
+            collate_fn = None
+        self.collate_fn = collate_fn
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.persistent_workers, self.pin_memory_device = persistent_workers, pin_memory_device
+        self.prefetch_factor = prefetch_factor
+        self.reseed = bool(reseed)
+        # ---- the order (stoker's: the sampler mapped onto it) ----
+        if batch_sampler is not None:
+            order = _torchcompat.BatchSamplerOrder(batch_sampler)
+            picked = {"shuffle": False, "order": order.first(), "custom": order}
+            ring_batch = order.uniform_size()
+            if ring_batch is None:
+                ring_batch = 1
+                self._group_sizes = order
+        else:
+            picked = _torchcompat.map_sampler(sampler, shuffle, drop_last, generator)
+            ring_batch = 1 if self._unbatched else batch_size
+        shuffle = picked.get("shuffle", bool(shuffle))
+        if seed is None:
+            seed = picked.get("seed")
+        if seed is None and generator is not None:
+            seed = _torchcompat.seed_of(generator)
+        if seed is None:
+            seed = _torchcompat.draw_seed()  # as the DataLoader draws its base seed
+        seed = _torchcompat.check_int(seed, "seed", 0) & ((1 << 64) - 1)
+        if "rank" in picked:
+            rank, world_size = picked["rank"], picked["world"]
+        elif rank is None and world_size is None:
+            rank, world_size = 0, 1  # the DataLoader reads everything on every rank
+        rank, world_size = _torchcompat.resolve_rank(rank, world_size)
+        self._dist_sampler = picked.get("distributed")
+        self._order = picked.get("custom")
+        name = _pyworker.name(ds)
+        # ---- executor: server first (fork while single-threaded), then the probe ----
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            (os.cpu_count() or 1)
+        unsafe = fork_unsafe(ds)
+        method = self._start_method(multiprocessing_context)
+        want_server = executor == "process" or (executor == "auto" and workers != 0 and
+                                                 (unsafe is None or method == "spawn"))
+        if executor == "process" and unsafe and method == "fork":
+            raise _core.StokerInvalidError(
+                f"executor='process': {name} holds {unsafe}, which cannot be used in a forked "
+                f"worker process (its library is not fork-safe); open it lazily in __getitem__ "
+                f"(on first use in each worker), or use executor='thread'")
+        n_pool = max(1, cores if workers is None else workers)
+        if prefetch is None and prefetch_factor is not None:  # the DataLoader's batches in flight
+            factor = _torchcompat.check_int(prefetch_factor, "prefetch_factor", 1)
+            prefetch = factor * max(1, workers or 1)
+        if prefetch is None or (isinstance(prefetch, str) and prefetch == "auto"):
+            prefetch = 3
+        self.prefetch = _torchcompat.check_int(prefetch, "prefetch", 1)
+        base_seed = seed
+        pending = None
+        try:
+            if want_server:  # the fork server first, while this process is single-threaded
+                spec = _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name)
+                pending = _procpool.prepare_server(spec, method)
+            request = {"indices": self._probe_indices(n, picked), "seed": seed,
+                       "reseed": self.reseed}
+            # The first samples run in worker process 0 when processes were asked for (as with
+            # the DataLoader, __getitem__ then never runs in this process) or a worker_init_fn
+            # must run first (it may change this process: torch.set_num_threads(1), files...);
+            # else here, as worker 0 of the threads would run them (worker processes would be
+            # forked from the fork server's copy of the dataset, which this does not touch).
+            in_worker = pending is not None and (worker_init_fn is not None or
+                                                 executor == "process")
+            if in_worker:
+                self._start_pool(pending, n_pool, timeout, ring_batch)
+            if in_worker:
+                status, payload = self._pool.probe(0, pickle.dumps(request))
+                if status != 0:
+                    tl = int.from_bytes(payload[:4], "little")
+                    _errors.reraise(payload[4 + tl:])
+                first, rows, drew = pickle.loads(payload)
+            else:
+                first, rows, drew = probe_here(ds, request, max(1, workers or 1), base_seed,
+                                               worker_init_fn if executor == "thread" else None,
+                                               name)
+            layout, p = measure(first, rows, drew)
+            self._layout = layout
+            self._probe = p
+            choice = _executor.choose(p, executor, workers, cores, reseed=self.reseed,
+                                      unsafe=unsafe if method == "fork" else None)
+            if choice.executor == "thread" and executor == "thread" and self.reseed and \
+                    p.uses_rng:
+                warnings.warn(f"stoker.Loader(executor='thread'): {name}.__getitem__ draws from "
+                              f"the global random generators, which the worker threads share "
+                              f"with each other and with the training loop, so its samples "
+                              f"are random but not reproducible per (seed, epoch, index); "
+                              f"executor='process' seeds them per sample", RuntimeWarning,
+                              stacklevel=3)
+            if choice.executor == "thread":
+                self._stop_pool()
+                if pending is not None:
+                    pending.forget()
+            elif self._pool is None:
+                if pending is None:  # num_workers=0 drawing random numbers: one process, whose
+                    # server is a fresh interpreter when this process runs threads by now
+                    pending = _procpool.prepare_server(
+                        _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name), method)
+                self._start_pool(pending, n_pool, timeout, ring_batch)
+            self._choice = choice
+            self.executor = choice.executor
+            # ---- the C loader ----
+            fields = layout.fields()
+            if choice.executor == "process":
+                init = {"layout": layout, "reseed": self.reseed}
+                self._pool.set_init(pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL),
+                                    fields)
+                exec_obj = self._pool
+                n_threads = n_pool
+            else:
+                _pyworker.install_worker_info_hook()
+                self._runner = ThreadRunner(ds, layout, choice.workers, base_seed,
+                                            worker_init_fn, self._capacity(ring_batch))
+                exec_obj = _core.ThreadExec(self._runner, fields)
+                n_threads = choice.workers
+                _MAPPED.add(self)  # closed at exit, before the interpreter stops threads
+            pinned = False
+            if pin_memory:
+                pinned = torch is not None and torch.cuda.is_available()
+                if not pinned:
+                    warnings.warn("stoker.Loader: pin_memory=True but no CUDA device is "
+                                  "available; batches stay in pageable memory", UserWarning,
+                                  stacklevel=3)
+            self._dataset = _core.Dataset(name, format="index", count=n)
+            self._core_kwargs = dict(
+                batch_size=ring_batch, n_threads=n_threads, n_slots=self.prefetch + 1,
+                seed=seed, rank=rank, world=world_size, shuffle=bool(shuffle),
+                drop_last=bool(drop_last), skip_corrupt=on_error == "skip", pinned=pinned,
+                executor=exec_obj, trace_events=_TRACE_EVENTS if trace else 0,
+                **picked.get("order", {}))
+            self._trace = os.fspath(trace) if trace is not None else None
+            self._core = _core.Loader(self._dataset, **self._core_kwargs)
+            self._announce_ring()
+        except BaseException:
+            self._stop_pool()
+            if pending is not None:
+                pending.forget()
+            raise
+        self.timeout = timeout or 0
+        if self.timeout:
+            self._core.set_timeout(float(self.timeout))
+        self._device = None
+        self._on_device = False
+        self.batch_size = None if (self._unbatched or batch_sampler is not None) else batch_size
+        self.batch_sampler = batch_sampler
+        self.sampler, self.generator = sampler, generator
+        self.seed = seed
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.on_error = on_error
+        self.rank, self.world_size = rank, world_size
+        self.pin_memory = pinned
+        self.autotune = False
+        self._gen = 0
+        self._iter = None
+        self._mid_epoch = False
+        self._cur_epoch = 0
+        self._live = []
+        self._warned_hold = False
+        self._stats_base = None
+        self._debug_delay = 0
+        self._torch = torch
+
+    # ---- construction helpers ----
+
+    @staticmethod
+    def _start_method(ctx):
+        """"fork" (worker servers come from stoker's fork server: _procpool.start_server) or
+        "spawn" (multiprocessing's spawn, when multiprocessing_context asks for it)."""
+        if ctx is not None:
+            m = ctx if isinstance(ctx, str) else getattr(ctx, "get_start_method", lambda: None)()
+            if m not in ("fork", "spawn", "forkserver"):
+                raise _core.StokerInvalidError(
+                    f"multiprocessing_context should be 'fork', 'spawn' or 'forkserver' (or a "
+                    f"multiprocessing context), got {ctx!r}")
+            return "spawn" if m == "spawn" else "fork"
+        return "fork"
+
+    def _start_pool(self, pending, n, timeout, ring_batch):
+        """The worker server and its n worker processes (forked at once)."""
+        self._server = pending.start()
+        self._pool = _core.ProcPool(self._server.ctl.detach(), self._server.pid, n,
+                                    timeout=float(timeout or 0),
+                                    capacity=self._capacity(ring_batch))
+
+    def _capacity(self, ring_batch):
+        """Rows whose object leaves are kept until the consumer takes them: every row the ring
+        holds, twice (rows of batches a reset dropped are overwritten, oldest first)."""
+        return max(4096, 2 * (self.prefetch + 2) * int(ring_batch))
+
+    def _probe_indices(self, n, picked):
+        order = picked.get("order", {})
+        if "indices" in order:
+            return [int(i) for i in order["indices"][:_pyworker.PROBE_SAMPLES]]
+        return list(range(min(n, _pyworker.PROBE_SAMPLES)))
+
+    def _announce_ring(self):
+        if self._pool is not None:
+            fd, base, size, _ = self._core.ring_memory()
+            self._pool.set_arena(fd, base, size)
+
+    def _stop_pool(self):
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        server, self._server = self._server, None
+        if server is not None:
+            try:
+                server.ctl.close()
+            except OSError:
+                pass
+            server.wait()
+
+    # ---- the consumer ----
+
+    def _next_batch(self):
+        if self._group_sizes is not None:
+            return self._next_group()
+        return self._next_rows()
+
+    def _next_raw(self):
+        """The next ring batch, its error raised as the worker's exception where there is one."""
+        core = self._core
+        while True:
+            try:
+                return next(core, None)
+            except _core.StokerBusyError:
+                self._check_open()
+                self._relieve_ring()
+                core = self._core
+                continue
+            except _core.Error as e:
+                self._after_error()
+                w = self._worker_error(str(e))
+                if w is None:
+                    raise
+            # Raised here, outside the except block: raising from inside it would keep the
+            # error in this frame, a cycle (frame -> error -> traceback -> frame) holding the
+            # callers' frames, and with them the loop's last batch, until the collector runs.
+            _errors.reraise(w)
+
+    def _worker_error(self, msg):
+        """The wrapped exception __getitem__ raised for the sample the error message names, or
+        None (stoker's own error stands)."""
+        prefix = self._dataset_name_prefix()
+        at = msg.find(prefix)
+        if at < 0:
+            return None
+        digits = msg[at + len(prefix):].split("]", 1)[0]
+        if not digits.isdigit():
+            return None
+        index = int(digits)
+        if self._runner is not None:
+            return self._runner.errors.pop(index, None)
+        if self._pool is not None:
+            blob = self._pool.take_error(index)
+            if blob is not None:
+                tl = int.from_bytes(blob[:4], "little")
+                return blob[4 + tl:]
+        return None
+
+    def _dataset_name_prefix(self):
+        return _pyworker.name(self._torch_dataset) + "["
+
+    def _rows(self, raw):
+        """(arrays of the fixed leaves, keys, masks, n) of a ring batch."""
+        arrays, km = [], None
+        for name, tensor, _ in raw.tensors():
+            if name == "_obj":
+                km = np.asarray(tensor)
+            elif name != "index":
+                arrays.append(np.asarray(tensor))
+        n = km.shape[0]
+        return arrays, km[:, 0], km[:, 1].view(np.uint64), n
+
+    def _payloads(self, keys, masks, n):
+        """Per row: (objects, extras) (objects padded with Nones when the row has none)."""
+        empty = [None] * self._layout.n_objects
+        if not keys.any():
+            return [empty] * n, [None] * n
+        if self._runner is not None:
+            got = self._runner.take([int(k) for k in keys])
+        else:
+            got = [None if b is None else pickle.loads(b)
+                   for b in self._pool.take_objects([int(k) for k in keys])]
+        objects, extras = [], []
+        for r in range(n):
+            g = got[r]
+            if keys[r] and g is None:
+                raise _core.StokerStateError(
+                    f"row {r} of the batch lost its object leaves (more batches were prepared "
+                    f"than the object table holds); please report this")
+            objects.append(empty if g is None else g[0])
+            extras.append(None if g is None else g[1])
+        return objects, extras
+
+    def _assemble(self, raw):
+        arrays, keys, masks, n = self._rows(raw)
+        objects, extras = self._payloads(keys, masks, n)
+        layout, torch = self._layout, self._torch
+        views = layout.views(arrays, n, torch)
+        np_views = layout.views(arrays, n, None) if (self.collate_fn is not None or
+                                                     self._unbatched or masks.any()) else None
+        if self._unbatched:  # batch_size=None: each sample on its own, default_convert'ed
+            sample = layout.samples(views, np_views, objects, extras, [int(m) for m in masks])[0]
+            if self.collate_fn is not None:
+                return self.collate_fn(sample)
+            if torch is not None:
+                from torch.utils.data._utils.collate import default_convert
+                return default_convert(sample)
+            return sample
+        return _collate.collate_rows(layout, views, np_views, objects, extras,
+                                     [int(m) for m in masks], self.collate_fn, torch)
+
+    def _next_rows(self):
+        raw = self._next_raw()
+        if raw is None:
+            return None
+        self._mid_epoch = True
+        self._cur_epoch = raw.epoch
+        return self._assemble(raw)
+
+    def _next_group(self):
+        """A batch of a batch_sampler whose batches differ in size: its samples come one ring
+        row at a time and are collated together."""
+        size = self._group_sizes.next_size()
+        if size is None:
+            raw = self._next_raw()  # the end of the epoch
+            if raw is not None:
+                raise _core.StokerStateError("batch_sampler: more samples than its batches")
+            return None
+        samples = []
+        layout, torch = self._layout, self._torch
+        for _ in range(size):
+            raw = self._next_raw()
+            if raw is None:
+                raise _core.StokerStateError("batch_sampler: the epoch ended inside a batch")
+            self._mid_epoch = True
+            self._cur_epoch = raw.epoch
+            arrays, keys, masks, n = self._rows(raw)
+            objects, extras = self._payloads(keys, masks, n)
+            views = layout.views(arrays, n, torch)
+            np_views = layout.views(arrays, n, None)
+            samples.extend(layout.samples(views, np_views, objects, extras,
+                                          [int(m) for m in masks]))
+        fn = self.collate_fn if self.collate_fn is not None else \
+            _collate._default_collate(torch)
+        return fn(samples)
+
+    def __iter__(self):
+        it = super().__iter__()
+        if self._group_sizes is not None:
+            self._group_sizes.restart()
+        return it
+
+    def __len__(self):
+        self._check_open()
+        if self._group_sizes is not None:
+            return self._group_sizes.n_batches()
+        return len(self._core)
+
+    def _relieve_ring(self):
+        """The loop holds the batch in the ring slot the next batch needs: give the loader a
+        fresh ring at the same position (held batches stay valid)."""
+        if not self._warned_hold:
+            self._warned_hold = True
+            warnings.warn(
+                f"stoker.Loader: the training loop still holds the batch in the ring slot the "
+                f"next batch needs (prefetch={self.prefetch}, {self.prefetch + 1} ring slots); "
+                f"stoker gives the loader a new ring to go on, which costs time and memory. Drop "
+                f"references to old batches (or .clone() the tensors you keep), or raise "
+                f"prefetch.", RuntimeWarning, stacklevel=5)
+        self._rebuild()
+
+    def _rebuild(self):
+        """A new C loader at the old one's position (held batches stay valid); the worker
+        processes learn its ring before it resumes (its reset waits for their samples)."""
+        old = self._core
+        state = old.save_state()
+        self._stats_base = self._add_stats(self._stats_base, self._core_stats(old))
+        old.close()
+        self._core = None
+        core = _core.Loader(self._dataset, **self._core_kwargs)
+        self._core = core
+        self._announce_ring()
+        core.load_state(state)
+        if self.timeout:
+            core.set_timeout(float(self.timeout))
+
+    # ---- information ----
+
+    def info(self):
+        """Loader.info() plus executor ("thread" or "process"), executor_reason (one sentence),
+        start_method (how worker processes were started: "fork", "spawn"; None on threads) and
+        layout (the structure the first sample fixed)."""
+        i = super().info()
+        i.update(executor=self.executor, executor_reason=self._choice.reason,
+                 start_method=None if self.executor == "thread" else self._server_method,
+                 layout=self._layout.describe())
+        return i
+
+    @property
+    def _server_method(self):
+        return self._server.method if self._server is not None else None
+
+    def stats(self):
+        """Loader.stats() plus python_s (seconds in __getitem__, summed over the workers),
+        python_samples, gil_share (the GIL-held share of __getitem__ measured over the first
+        samples), worker_deaths and worker_restarts (worker processes)."""
+        st = super().stats()
+        if self._runner is not None:
+            py, ns, deaths, restarts = self._runner.py_ns, self._runner.samples, 0, 0
+        elif self._pool is not None:
+            ps = self._pool.stats()
+            py, ns, deaths, restarts = ps["python_ns"], ps["samples"], ps["deaths"], \
+                ps["restarts"]
+        else:
+            py = ns = deaths = restarts = 0
+        st.update(python_s=py / 1e9, python_samples=ns, gil_share=self._probe.gil_share,
+                  worker_deaths=deaths, worker_restarts=restarts)
+        return st
+
+    def worker_pids(self):
+        """The worker processes' ids (the process executor; [] on threads)."""
+        return self._pool.pids() if self._pool is not None else []
+
+    # ---- lifetime ----
+
+    def close(self):
+        """Stop the workers (threads finish the sample they are in; worker processes are
+        stopped at once) and free the loader. Batches still held stay valid."""
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.interrupt()  # threads waiting on a worker return now
+        try:
+            super().close()
+        finally:
+            self._stop_pool()
+
+    def __repr__(self):
+        if self._core is None:
+            return "<stoker.Loader (closed)>"
+        return (f"<stoker.Loader {_pyworker.name(self._torch_dataset)} ({len(self._dataset)} samples), "
+                f"{self.executor} executor, {len(self)} batches/epoch, rank "
+                f"{self.rank}/{self.world_size}, epoch {self.epoch}>")
+
+
+_loader.register_python_datasets(is_python_dataset, loader_class)

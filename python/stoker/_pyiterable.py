@@ -1,0 +1,538 @@
+"""stoker.Loader over an IterableDataset: each worker iterates its own replica of the dataset,
+batches what it draws and hands the batches over in turn, as the DataLoader does.
+
+An IterableDataset has no indices, so stoker's order, tickets and ring do not apply: a worker
+(a process forked by stoker's fork server, or a thread) draws batch_size items from its
+iterator, collates them (default_collate or collate_fn, in the worker, as the DataLoader), and
+the training loop takes batches round-robin over the workers, skipping those whose iterator
+ended (each worker's last batch partial unless drop_last). torch.utils.data.get_worker_info()
+answers in every worker (id, num_workers, seed, dataset), so a dataset shards itself by it
+exactly as it does under the DataLoader; with num_workers=0 one thread iterates the dataset
+with get_worker_info() None, as the DataLoader's main process does.
+
+Batches from worker processes are pickled (a tensor by value) over a Unix socket: unlike a
+map-style dataset, nothing is known about a batch before the worker made it. Each worker's
+global random generators are seeded per epoch from stk_sample_seed(seed, epoch, worker id).
+
+Resume: when the dataset has state_dict()/load_state_dict(), each worker sends its replica's
+state with every batch; state_dict() holds the state of each worker at its last delivered batch
+(and whose turn is next), and after load_state_dict() each worker's replica is given its state
+before it is iterated again. Without them, state_dict() raises StokerNotSupportedError.
+"""
+import copy
+import os
+import pickle
+import queue
+import select
+import socket
+import struct
+import threading
+import time
+
+from . import _core
+from . import _errors
+from . import _procpool
+from . import _pyworker
+from . import _torchcompat
+from .loader import Loader, _MAPPED, _torch
+
+REQ = struct.Struct("<IIQ")   # op, count, epoch (parent -> worker)
+ANS = struct.Struct("<IIQ")   # kind, payload length, epoch (worker -> parent)
+OP_START, OP_BATCH = 10, 11
+ANS_BATCH, ANS_END, ANS_ERROR = 1, 2, 3
+
+
+class IterSpec(_procpool.WorkerSpec):
+    """A worker spec for an IterableDataset: batch size, drop_last, collate_fn, seed. A worker
+    process started with it runs worker_loop instead of answering tickets."""
+
+    def __init__(self, dataset, n_workers, base_seed, worker_init_fn, name, batch_size,
+                 drop_last, collate_fn, reseed):
+        super().__init__(dataset, n_workers, base_seed, worker_init_fn, name)
+        self.batch_size, self.drop_last = batch_size, drop_last
+        self.collate_fn, self.reseed = collate_fn, reseed
+
+    def worker_loop(self, sock, wid):
+        return _iter_worker_main(sock, wid, self)
+
+
+def _collate(spec, items):
+    torch = _torch()
+    if spec.batch_size is None:
+        if spec.collate_fn is not None:
+            return spec.collate_fn(items[0])
+        if torch is not None:
+            from torch.utils.data._utils.collate import default_convert
+            return default_convert(items[0])
+        return items[0]
+    if spec.collate_fn is not None:
+        return spec.collate_fn(items)
+    from ._collate import _default_collate
+    return _default_collate(torch)(items)
+
+
+class _Stream:
+    """One worker's iteration of its replica: next batch, end, or an exception."""
+
+    def __init__(self, spec, wid, epoch, state, dataset=None):
+        self.spec, self.wid = spec, wid
+        ds = spec.dataset if dataset is None else dataset
+        self.dataset = ds
+        if state is not None:
+            ds.load_state_dict(state)
+        if spec.reseed:
+            _pyworker.seed_all(_core.sample_seed(spec.base_seed, epoch, wid))
+        self.it = iter(ds)
+        self.ended = False
+
+    def next_batch(self):
+        """(ANS_BATCH, batch, state) / (ANS_END, None, None); an exception propagates."""
+        spec = self.spec
+        if self.ended:
+            return ANS_END, None, None
+        k = 1 if spec.batch_size is None else spec.batch_size
+        items = []
+        try:
+            while len(items) < k:
+                items.append(next(self.it))
+        except StopIteration:
+            self.ended = True
+            if not items or (spec.drop_last and len(items) < k):
+                return ANS_END, None, None
+        batch = _collate(spec, items)
+        st = self.dataset.state_dict() if hasattr(self.dataset, "state_dict") else None
+        return ANS_BATCH, batch, st
+
+
+def _iter_worker_main(sock, wid, spec):
+    """A worker process's loop: START(epoch, state) begins a fresh iteration; each BATCH
+    request gets the next batch, END, or the exception."""
+    stream = None
+    while True:
+        try:
+            head = _procpool._recv_exact(sock, REQ.size)
+        except (OSError, EOFError):
+            return
+        op, n, epoch = REQ.unpack(head)
+        if op == OP_START:
+            state = pickle.loads(_procpool._recv_exact(sock, n)) if n else None
+            try:
+                stream = _Stream(spec, wid, epoch, state)
+                err = None
+            except Exception:  # noqa: BLE001 - reported with the first batch request
+                stream = None
+                err = _errors.wrap_exception(f"in stoker worker process {wid} (starting the "
+                                             f"iteration of epoch {epoch})")[1]
+            continue
+        if op != OP_BATCH:
+            return
+        if stream is None:
+            payload = err or pickle.dumps(None)
+            sock.sendall(ANS.pack(ANS_ERROR, len(payload), epoch) + payload)
+            continue
+        try:
+            kind, batch, st = stream.next_batch()
+            payload = b"" if kind == ANS_END else pickle.dumps(
+                (batch, st), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - the DataLoader's wrapper goes to the consumer
+            kind = ANS_ERROR
+            payload = _errors.wrap_exception(f"in stoker worker process {wid} (epoch "
+                                             f"{epoch})")[1]
+        sock.sendall(ANS.pack(kind, len(payload), epoch) + payload)
+
+
+# ---- the parent side: one channel per worker ----
+
+class _ProcChannel:
+    """A worker process: requests go out ahead (up to `depth`), answers come back in order."""
+
+    def __init__(self, server_ctl, wid, timeout):
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        socket.send_fds(server_ctl, [_procpool.CTL.pack(_procpool.CTL_SPAWN, wid, 0, 0)],
+                        [b.fileno()])
+        pid, _ = _procpool.CTL_REPLY.unpack(_procpool._recv_exact(server_ctl, 8))
+        b.close()
+        if pid <= 0:
+            a.close()
+            raise _core.StokerIOError(f"cannot start iterable worker process {wid}")
+        self.sock, self.pid, self.wid, self.timeout = a, pid, wid, timeout
+        self.outstanding = 0
+
+    def start(self, epoch, state):
+        blob = b"" if state is None else pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        self.sock.sendall(REQ.pack(OP_START, len(blob), epoch) + blob)
+
+    def request(self, epoch):
+        self.sock.sendall(REQ.pack(OP_BATCH, 1, epoch))
+        self.outstanding += 1
+
+    def answer(self):
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        while True:
+            wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
+            r, _, _ = select.select([self.sock], [], [], wait)
+            if r:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise RuntimeError(f"stoker.Loader timed out after {self.timeout} seconds "
+                                   f"waiting for worker process {self.wid}")
+        head = _procpool._recv_exact(self.sock, ANS.size)
+        kind, n, epoch = ANS.unpack(head)
+        payload = bytes(_procpool._recv_exact(self.sock, n)) if n else b""
+        self.outstanding -= 1
+        return kind, payload, epoch
+
+    def close(self):
+        self.sock.close()
+
+
+class _ThreadChannel:
+    """A worker thread iterating its replica (the dataset object itself) into a queue."""
+
+    def __init__(self, spec, wid, n, depth, timeout):
+        self.spec, self.wid, self.n, self.timeout = spec, wid, n, timeout
+        # each worker thread iterates its own (shallow) copy, as each DataLoader worker has its
+        # own replica: attributes the dataset sets while iterating stay per worker
+        self.dataset = copy.copy(spec.dataset) if n > 0 else spec.dataset
+        self.q = queue.Queue()
+        self.cv = threading.Condition()
+        self.epoch, self.state, self.gen = None, None, 0
+        self.wanted = 0
+        self.outstanding = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, name=f"stoker-iter-{wid}", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        if self.n > 0:
+            _pyworker.TLS.info = _pyworker.worker_info(
+                self.wid, self.n, self.spec.base_seed + self.wid, self.dataset)
+            _pyworker.TLS.ready = True
+            if self.spec.worker_init_fn is not None:
+                self.spec.worker_init_fn(self.wid)
+        stream, gen = None, -1
+        while True:
+            with self.cv:
+                while not self.stop and (self.wanted == 0 or self.epoch is None):
+                    self.cv.wait()
+                if self.stop:
+                    return
+                if gen != self.gen:
+                    gen, epoch, state = self.gen, self.epoch, self.state
+                    stream = None
+                self.wanted -= 1
+            try:
+                if stream is None:
+                    stream = _Stream(self.spec, self.wid, epoch, state, self.dataset)
+                kind, batch, st = stream.next_batch()
+                out = (kind, (batch, st), epoch)
+            except Exception:  # noqa: BLE001
+                out = (ANS_ERROR, _errors.wrapper(f"in stoker worker thread {self.wid} (epoch "
+                                                  f"{epoch})"), epoch)
+            with self.cv:
+                if gen == self.gen:
+                    self.q.put(out)
+
+    def start(self, epoch, state):
+        with self.cv:
+            self.gen += 1
+            self.epoch, self.state = epoch, state
+            self.wanted = 0
+            self.outstanding = 0
+            while not self.q.empty():
+                self.q.get_nowait()
+            self.cv.notify_all()
+
+    def request(self, epoch):
+        with self.cv:
+            self.wanted += 1
+            self.outstanding += 1
+            self.cv.notify_all()
+
+    def answer(self):
+        t0 = time.monotonic()
+        while True:
+            try:
+                kind, payload, epoch = self.q.get(timeout=0.1)
+                break
+            except queue.Empty:
+                if self.timeout and time.monotonic() - t0 > self.timeout:
+                    raise RuntimeError(f"stoker.Loader timed out after {self.timeout} seconds "
+                                       f"waiting for worker thread {self.wid}") from None
+        self.outstanding -= 1
+        return kind, payload, epoch
+
+    def close(self):
+        with self.cv:
+            self.stop = True
+            self.cv.notify_all()
+
+
+class PyIterLoader(Loader):
+    """stoker.Loader for an IterableDataset (made by stoker.Loader itself)."""
+
+    def __init__(self, data=None, batch_size=1, shuffle=None, seed=None, drop_last=False,
+                 num_workers=None, prefetch=None, pin_memory=False, device=None, rank=None,
+                 world_size=None, transforms=None, on_error="raise", trace=None, *,
+                 dataset=None, sampler=None, batch_sampler=None, collate_fn=None, timeout=0,
+                 worker_init_fn=None, multiprocessing_context=None, generator=None,
+                 prefetch_factor=None, persistent_workers=False, pin_memory_device="",
+                 in_order=None, executor="auto", reseed=True, output=None, fields=None,
+                 n_threads=None, **native_only):
+        self._core = None
+        self._tokens = None
+        self._channels = []
+        self._server = None
+        ds = data if data is not None else dataset
+        self._torch_dataset = ds
+        name = _pyworker.name(ds)
+        if shuffle not in (None, False):
+            raise _core.StokerInvalidError(f"DataLoader with IterableDataset: expected "
+                                           f"unspecified shuffle option, but got "
+                                           f"shuffle={shuffle}")
+        if sampler is not None:
+            raise _core.StokerInvalidError(f"DataLoader with IterableDataset: expected "
+                                           f"unspecified sampler option, but got "
+                                           f"sampler={sampler}")
+        if batch_sampler is not None:
+            raise _core.StokerInvalidError(f"DataLoader with IterableDataset: expected "
+                                           f"unspecified batch_sampler option, but got "
+                                           f"batch_sampler={batch_sampler}")
+        if transforms is not None or any(v is not None for v in native_only.values()):
+            raise _core.StokerInvalidError(f"transforms and stoker's format options apply to "
+                                           f"datasets stoker reads itself, not to {name}")
+        if device is not None and str(device) != "cpu":
+            raise _core.StokerNotSupportedError(
+                "device= with a Python dataset: pass pin_memory=True and move each batch with "
+                ".to(device, non_blocking=True), as with the DataLoader")
+        if executor not in _pyworker.EXECUTORS:
+            raise _core.StokerInvalidError(f"executor should be one of "
+                                           f"{_pyworker.EXECUTORS}, not {executor!r}")
+        if n_threads is not None:  # stoker's name for the worker count (num_workers its alias)
+            if num_workers is not None:
+                raise _core.StokerInvalidError("n_threads= and num_workers= (its DataLoader "
+                                               "alias) name one setting: pass one of them")
+            num_workers = n_threads
+        workers = 0 if num_workers is None else _torchcompat.check_int(num_workers,
+                                                                        "num_workers", 0)
+        if num_workers is None:
+            workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        if persistent_workers and workers == 0:
+            raise _core.StokerInvalidError("persistent_workers option needs num_workers > 0")
+        if timeout is None or isinstance(timeout, bool) or \
+                not isinstance(timeout, (int, float)) or timeout < 0:
+            raise _core.StokerInvalidError("timeout option should be non-negative")
+        if batch_size is not None:
+            batch_size = _torchcompat.check_int(batch_size, "batch_size", 1, 2**31 - 1)
+        elif drop_last:
+            raise _core.StokerInvalidError("batch_size=None option disables auto-batching and "
+                                           "is mutually exclusive with drop_last")
+        if collate_fn is not None and _torchcompat.is_default_collate(collate_fn):
+            collate_fn = None
+        if seed is None and generator is not None:
+            seed = _torchcompat.seed_of(generator)
+        if seed is None:
+            seed = _torchcompat.draw_seed()
+        self.seed = _torchcompat.check_int(seed, "seed", 0) & ((1 << 64) - 1)
+        if executor == "auto":
+            executor = "thread" if workers == 0 else "process"
+        self.executor = executor
+        self._reason = ("num_workers=0: one thread iterates the dataset (get_worker_info() is "
+                        "None, as in the DataLoader's main process)" if workers == 0 else
+                        "an IterableDataset: each worker iterates its own replica, as with the "
+                        "DataLoader" if num_workers is not None or executor == "process" else
+                        "executor='thread' was asked for")
+        n = max(1, workers)
+        depth = int(prefetch_factor or 2)
+        spec = IterSpec(ds, workers, self.seed, worker_init_fn, name, batch_size, drop_last,
+                        collate_fn, bool(reseed))
+        self._spec = spec
+        try:
+            if executor == "process":
+                method = "spawn" if multiprocessing_context in ("spawn",) or getattr(
+                    multiprocessing_context, "get_start_method", lambda: None)() == "spawn" \
+                    else "fork"
+                self._server = _procpool.start_server(spec, method)
+                self._channels = [_ProcChannel(self._server.ctl, w, timeout or 0)
+                                  for w in range(n)]
+            else:
+                _pyworker.install_worker_info_hook()
+                self._channels = [_ThreadChannel(spec, w, workers, depth, timeout or 0)
+                                  for w in range(n)]
+                _MAPPED.add(self)
+        except BaseException:
+            self._shutdown()
+            raise
+        self._core = True  # open (Loader's _check_open)
+        self._depth = depth
+        self.batch_size, self.drop_last = batch_size, bool(drop_last)
+        self.collate_fn, self.worker_init_fn = collate_fn, worker_init_fn
+        self.num_workers_given = workers
+        self.timeout = timeout or 0
+        self.prefetch = depth * n
+        self.rank, self.world_size = 0, 1
+        self.pin_memory = False
+        self.output = "torch" if _torch() is not None else "numpy"
+        self._epoch = 0
+        self._states = [None] * n         # each worker's replica state at its last delivered batch
+        self._resume = None               # a loaded state, applied at the next iter()
+        self._turn = 0
+        self._batches = 0
+        self._gen = 0
+        self._iter_live = None
+        self._active = None
+        self._stateful = hasattr(ds, "state_dict") and hasattr(ds, "load_state_dict")
+        self.sampler = self.generator = None
+        self.dataset_kind = "iterable"
+
+    # ---- iteration ----
+
+    def __iter__(self):
+        self._check_open()
+        if self._active is not None:  # the previous pass was abandoned: the next epoch
+            self._epoch += 1
+        epoch = self._epoch
+        resume = self._resume
+        self._resume = None
+        states = resume["workers"] if resume else [None] * len(self._channels)
+        exhausted = set(resume["exhausted"]) if resume else set()
+        self._turn = resume["turn"] if resume else 0
+        self._batches = resume["batches"] if resume else 0
+        self._states = list(states)
+        for w, ch in enumerate(self._channels):
+            self._drain(ch)
+            if w not in exhausted:
+                ch.start(epoch, states[w])
+                for _ in range(self._depth):
+                    ch.request(epoch)
+        self._active = [w not in exhausted for w in range(len(self._channels))]
+        self._gen += 1
+        gen = self._gen
+        return self._pass(gen, epoch)
+
+    def _drain(self, ch):
+        """Discard the answers still due from an abandoned pass."""
+        if isinstance(ch, _ThreadChannel):
+            return
+        while ch.outstanding > 0:
+            try:
+                ch.answer()
+            except Exception:  # noqa: BLE001 - a dead worker: nothing to drain
+                ch.outstanding = 0
+
+    def _pass(self, gen, epoch):
+        while self._gen == gen:
+            active = self._active
+            if not any(active):
+                self._active = None
+                self._epoch = epoch + 1
+                return
+            n = len(self._channels)
+            w = self._turn % n
+            self._turn = (self._turn + 1) % n
+            if not active[w]:
+                continue
+            ch = self._channels[w]
+            kind, payload, _ = ch.answer()
+            if kind == ANS_END:
+                active[w] = False
+                continue
+            ch.request(epoch)
+            if kind == ANS_ERROR:
+                _errors.reraise(payload)
+            batch, st = pickle.loads(payload) if isinstance(payload, bytes) else payload
+            self._states[w] = st
+            self._batches += 1
+            yield batch
+
+    def __len__(self):
+        ds = self._torch_dataset
+        n = len(ds)  # TypeError without __len__, as the DataLoader's
+        if self.batch_size is None:
+            return n
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    # ---- epochs and state ----
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def set_epoch(self, epoch):
+        self._epoch = _torchcompat.check_int(epoch, "epoch", 0)
+        self._active = None
+
+    def state_dict(self):
+        if not self._stateful:
+            raise _core.StokerNotSupportedError(
+                f"state_dict(): {_pyworker.name(self._torch_dataset)} is an IterableDataset "
+                f"without state_dict()/load_state_dict(), so its position cannot be saved; "
+                f"implement them (each worker's replica is asked for its state after every "
+                f"batch) or resume at an epoch boundary with set_epoch()")
+        active = self._active
+        exhausted = [w for w, a in enumerate(active)] if active is None else \
+            [w for w, a in enumerate(active) if not a]
+        if active is None:  # between epochs: the next epoch from its start
+            return {"format": "stoker-iterable-state", "epoch": self._epoch, "turn": 0,
+                    "batches": 0, "workers": [None] * len(self._channels), "exhausted": []}
+        return {"format": "stoker-iterable-state", "epoch": self._epoch, "turn": self._turn,
+                "batches": self._batches, "workers": list(self._states),
+                "exhausted": exhausted}
+
+    def load_state_dict(self, state):
+        if not self._stateful:
+            raise _core.StokerNotSupportedError(
+                f"load_state_dict(): {_pyworker.name(self._torch_dataset)} is an "
+                f"IterableDataset without state_dict()/load_state_dict()")
+        if not isinstance(state, dict) or state.get("format") != "stoker-iterable-state" or \
+                len(state.get("workers", ())) != len(self._channels):
+            raise _core.StokerInvalidError(
+                f"not a state of this loader (an IterableDataset's state is per worker: it "
+                f"needs the same num_workers, {len(self._channels)})")
+        self._epoch = int(state["epoch"])
+        self._resume = state
+        self._active = None
+        self._gen += 1
+
+    # ---- information ----
+
+    @property
+    def num_workers(self):
+        return self.num_workers_given
+
+    def info(self):
+        return {"n_threads": self.num_workers_given, "prefetch": self.prefetch,
+                "batch_size": self.batch_size, "rank": 0, "world_size": 1,
+                "executor": self.executor, "executor_reason": self._reason,
+                "start_method": self._server.method if self._server is not None else None,
+                "output": self.output, "autotune": False, "device": None}
+
+    def stats(self):
+        return {"batches": self._batches, "python_s": None, "python_samples": None,
+                "gil_share": None}
+
+    def worker_pids(self):
+        return [ch.pid for ch in self._channels if isinstance(ch, _ProcChannel)]
+
+    # ---- lifetime ----
+
+    def _shutdown(self):
+        for ch in self._channels:
+            ch.close()
+        self._channels = []
+        server, self._server = self._server, None
+        if server is not None:
+            try:
+                server.ctl.close()
+            except OSError:
+                pass
+
+    def close(self):
+        if self._core is None:
+            return
+        self._core = None
+        self._shutdown()
+
+    def __repr__(self):
+        return (f"<stoker.Loader {_pyworker.name(self._torch_dataset)} (iterable), "
+                f"{self.executor} executor, {len(self._channels)} workers>")

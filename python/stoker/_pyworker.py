@@ -1,0 +1,134 @@
+"""What a Python dataset's worker runs around each __getitem__, whichever executor runs it
+(threads or processes) and whichever kind of dataset (map-style or iterable): the global
+random generators seeded per sample (seed_all), torch.utils.data.get_worker_info() answered on
+worker threads, and the probe of the first samples (their time, GIL-held share and use of the
+global generators). Below the executors (_pydataset.py, _pyiterable.py, _procpool.py), which
+all import it.
+"""
+import random
+import sys
+import threading
+import time
+
+import numpy as np
+
+from . import _core
+from .loader import _torch
+
+PROBE_SAMPLES = 8        # at most this many samples are probed
+PROBE_BUDGET_S = 0.05    # and no more than this long (at least one sample)
+EXECUTORS = ("auto", "thread", "process")
+
+
+def name(dataset):
+    return type(dataset).__name__[:100] or "dataset"
+
+
+# ---- get_worker_info() on threads ----
+
+TLS = threading.local()
+_HOOKED = False
+
+
+def install_worker_info_hook():
+    """torch.utils.data.get_worker_info() answers on stoker's worker threads too (each thread
+    its own WorkerInfo, kept thread-locally); elsewhere it answers as before. The function's
+    code is replaced in place (not the module attribute), so the references a dataset module
+    took with `from torch.utils.data import get_worker_info` see it too."""
+    global _HOOKED
+    torch = _torch()
+    if _HOOKED or torch is None:
+        return
+    from torch.utils.data._utils import worker as tw
+    fn = tw.get_worker_info
+    if fn.__code__.co_freevars:
+        return  # not the function this was written for: leave it
+    tw.__dict__["_stoker_tls"] = TLS
+    src = ("def get_worker_info():\n"
+           "    info = getattr(_stoker_tls, 'info', None)\n"
+           "    return _worker_info if info is None else info\n")
+    scope = {}
+    exec(compile(src, getattr(tw, "__file__", "<torch worker>"), "exec"), tw.__dict__, scope)
+    fn.__code__ = scope["get_worker_info"].__code__
+    _HOOKED = True
+
+
+def worker_info(wid, n, seed, dataset):
+    torch = _torch()
+    if torch is None:
+        return None
+    from torch.utils.data._utils.worker import WorkerInfo
+    return WorkerInfo(id=wid, num_workers=n, seed=seed, dataset=dataset)
+
+
+def seed_all(seed):
+    """Seed Python's random, NumPy's global generator and torch's CPU generator from one
+    64-bit number (the sample's, or the worker's)."""
+    seed &= (1 << 64) - 1
+    random.seed(seed)
+    np.random.seed([seed & 0xFFFFFFFF, seed >> 32])
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.default_generator.manual_seed(seed)
+
+
+# ---- probing the first samples ----
+
+def rng_states():
+    torch = _torch()
+    return (random.getstate(), np.random.get_state(),
+            torch.get_rng_state() if torch is not None else None)
+
+
+def rng_restore(states):
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch = _torch()
+    if torch is not None and states[2] is not None:
+        torch.set_rng_state(states[2])
+
+
+def rng_changed(before, after):
+    if before[0] != after[0]:
+        return True
+    a, b = before[1], after[1]
+    if a[2] != b[2] or not np.array_equal(a[1], b[1]):
+        return True
+    if before[2] is not None and after[2] is not None:
+        return not bool((before[2] == after[2]).all())
+    return False
+
+
+def probe_samples(dataset, request):
+    """Run __getitem__ on the first indices (request["indices"]: at most PROBE_SAMPLES, and no
+    more once PROBE_BUDGET_S passed after the first), in a worker process or in the
+    constructing thread; each is seeded as a worker seeds it when request["reseed"] (from
+    (request["seed"], epoch 0, index)). Measures each call's wall time, CPU time and the time the
+    GIL meter waited, and whether the call drew from the global random generators. Returns
+    (first sample, [(wall_ns, cpu_ns, waited_ns, window_ns)], drew). An exception in the first
+    sample propagates; a later one ends the probe."""
+    meter = _core.GilMeter()
+    rows, first, drew = [], None, False
+    start = time.perf_counter()
+    for k, index in enumerate(request["indices"]):
+        if request.get("reseed"):
+            seed_all(_core.sample_seed(request["seed"], 0, index))
+        before = rng_states()
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        meter.start()
+        try:
+            sample = dataset[index]
+        except Exception:  # noqa: BLE001
+            meter.stop()
+            if k == 0:
+                raise  # the first sample fixes the layout: the caller reports it
+            break  # a later one: the workers will report it at its batch
+        waited, window = meter.stop()
+        t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        drew = drew or rng_changed(before, rng_states())
+        rows.append((t1 - t0, c1 - c0, waited, window))
+        if k == 0:
+            first = sample
+        if k + 1 >= PROBE_SAMPLES or time.perf_counter() - start > PROBE_BUDGET_S:
+            break
+    return first, rows, drew

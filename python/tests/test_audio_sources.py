@@ -1,0 +1,202 @@
+"""Audio from every source (issue 27): class-per-folder trees (the folder source's audio mode and
+format="audiofolder"), WebDataset tars with .flac/.wav/.mp3 members, HDF5 and .npy waveform
+arrays, and .stk shards packed from each (`stoker pack`, stoker.pack): the same samples from
+each, the batch field `audio`, labels where the source has them."""
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+import numpy as np
+import pytest
+
+import stoker
+from stoker import audio as A
+
+sys.path.insert(0, os.path.dirname(__file__))
+import audio_data  # noqa: E402
+
+HAS = stoker._core.has_audio()
+pytestmark = [pytest.mark.skipif(bool(audio_data.tools_missing()),
+                                 reason=f"{audio_data.tools_missing()} not installed"),
+              pytest.mark.skipif(not HAS["sndfile"],
+                                 reason="stoker was built without libsndfile")]
+
+KEYS = ["speech_us_slow", "speech_gb_fast", "speech_de", "speech_scot"]
+OPS = [A.Resample(22050, 16000), A.CenterCrop(1.0)]
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    return audio_data.make_corpus(str(tmp_path_factory.mktemp("audio_src_corpus")))
+
+
+@pytest.fixture(scope="session")
+def speech_tree(corpus, tmp_path_factory):
+    """Two classes of two speech files each (22050 Hz mono WAV)."""
+    root = str(tmp_path_factory.mktemp("speech_tree"))
+    return audio_data.tree(root, {"no": [corpus[k] for k in KEYS[:2]],
+                                  "yes": [corpus[k] for k in KEYS[2:]]})
+
+
+def batches(data, ops=OPS, **kw):
+    kw.setdefault("output", "numpy")
+    with stoker.Loader(data, 4, transforms=ops, **kw) as loader:
+        return [{k: np.array(v) for k, v in b.items()} for b in loader]
+
+
+def test_folder_tree_is_audio_with_labels(speech_tree):
+    ds = stoker.Dataset(speech_tree)
+    assert [f["name"] for f in ds.fields] == ["audio", "label", "path"]
+    assert ds.classes == ["no", "yes"] if hasattr(ds, "classes") else True
+    b = batches(speech_tree)[0]
+    assert b["audio"].shape == (4, 1, 16000) and b["audio"].dtype == np.float32
+    assert list(b["label"]) == [0, 0, 1, 1]
+    assert set(b) == {"audio", "label", "path", "path_lengths", "index"}
+
+
+def test_torch_output(speech_tree):
+    torch = pytest.importorskip("torch")
+    with stoker.Loader(speech_tree, 4, transforms=OPS) as loader:
+        b = next(iter(loader))
+    assert isinstance(b["audio"], torch.Tensor) and b["audio"].dtype == torch.float32
+    assert tuple(b["audio"].shape) == (4, 1, 16000) and b["label"].dtype == torch.int64
+
+
+def test_mixed_tree_images_win_unless_audiofolder(corpus, tmp_path):
+    """A tree holding images reads its images, as before; format="audiofolder" reads its audio
+    files (music with cover art)."""
+    from PIL import Image
+    root = audio_data.tree(str(tmp_path / "mixed"), {"a": [corpus["speech_us_slow"]],
+                                                     "b": [corpus["speech_de"]]})
+    for c in "ab":
+        Image.new("RGB", (8, 8)).save(os.path.join(root, c, "cover.jpg"))
+    assert stoker.Dataset(root).fields[0]["name"] == "image"
+    ds = stoker.Dataset(root, format="audiofolder")
+    assert ds.fields[0]["name"] == "audio" and len(ds) == 2
+    b = batches(root, format="audiofolder")[0]
+    assert b["audio"].shape == (2, 1, 16000)
+    empty = audio_data.tree(str(tmp_path / "noaudio"), {"a": [corpus["speech_de"]]})
+    os.makedirs(os.path.join(empty, "b"))
+    with pytest.raises(ValueError, match="class folder 'b' .* contains no audio files"):
+        stoker.Dataset(empty)
+
+
+def _tar(path, members):
+    with tarfile.open(path, "w") as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_webdataset_tar_members(corpus, speech_tree, tmp_path):
+    """A WebDataset shard of .flac members (the field picked by its extension) with .cls labels:
+    the same samples as the folder of the WAVs they were encoded from (FLAC is lossless)."""
+    flacs = {}
+    for k in KEYS:
+        p = str(tmp_path / f"{k}.flac")
+        subprocess.run(["sox", corpus[k], p], check=True)
+        flacs[k] = open(p, "rb").read()
+    labels = [0, 0, 1, 1]
+    shard = _tar(str(tmp_path / "train-000000.tar"),
+                 [m for i, k in enumerate(KEYS) for m in
+                  ((f"s{i:04d}.flac", flacs[k]), (f"s{i:04d}.cls", str(labels[i]).encode()))])
+    got = batches(shard)[0]
+    want = batches(speech_tree)[0]
+    assert np.array_equal(got["audio"], want["audio"])
+    assert list(got["cls"]) == labels and "__key__" in got
+    wav = _tar(str(tmp_path / "wav.tar"),
+               [(f"s{i:04d}.wav", open(corpus[k], "rb").read()) for i, k in enumerate(KEYS)])
+    assert np.array_equal(batches(wav)[0]["audio"], want["audio"])
+
+
+def _wave_arrays(corpus):
+    """The four speech files as int16 (4, 2, S) (channel 1 = channel 0 halved) and float32."""
+    import wave
+    arrs = []
+    for k in KEYS:
+        with wave.open(corpus[k]) as w:
+            arrs.append(np.frombuffer(w.readframes(w.getnframes()), np.int16))
+    S = max(len(a) for a in arrs)
+    x = np.zeros((len(arrs), 2, S), np.int16)
+    for i, a in enumerate(arrs):
+        x[i, 0, :len(a)] = a
+        x[i, 1, :len(a)] = a // 2
+    return x
+
+
+def test_npy_waveform_arrays(corpus, tmp_path):
+    """A directory of x.npy (int16 (N, 2, S), scaled as PCM: / 32768) and y.npy labels: the
+    waveform array is the transform's field (renamed `audio`); its rate is sample_rate= (or
+    Resample's orig_freq): arrays carry none."""
+    x = _wave_arrays(corpus)
+    d = tmp_path / "npy"
+    d.mkdir()
+    np.save(d / "x.npy", x)
+    np.save(d / "y.npy", np.array([3, 1, 4, 1], np.int64))
+    S = x.shape[2]
+    got = batches(str(d), [A.PadTo(S / 22050)], sample_rate=22050)[0]
+    assert got["audio"].shape == (4, 2, S) and list(got["y"]) == [3, 1, 4, 1]
+    assert np.array_equal(got["audio"], x.astype(np.float32) / 32768)
+    same = batches(str(d), [A.Resample(22050, 16000), A.CenterCrop(1.0)])[0]
+    assert same["audio"].shape == (4, 2, 16000)
+    with pytest.raises(ValueError, match="waveform array, which has no sample rate"):
+        stoker.Loader(str(d), 4, transforms=[A.CenterCrop(1.0)])
+    np.save(d / "z.npy", x[:, 0].astype(np.float32))  # a second candidate: name it
+    with pytest.raises(ValueError, match="2 fields are waveform arrays"):
+        stoker.Loader(str(d), 4, transforms=[A.CenterCrop(1.0)], sample_rate=22050)
+    got = batches(str(d), [A.CenterCrop(1.0)], sample_rate=22050, transform_field="z")[0]
+    assert got["audio"].shape == (4, 1, 22050) and "x" in got
+
+
+def test_hdf5_waveform_arrays(corpus, tmp_path):
+    """An HDF5 file of float32 waveforms (N, S) and int64 labels; stoker pack of it gives the
+    same batches."""
+    h5py = pytest.importorskip("h5py")
+    x = (_wave_arrays(corpus)[:, 0].astype(np.float32) / 32768)
+    p = str(tmp_path / "speech.h5")
+    with h5py.File(p, "w") as f:
+        f["wave"] = x
+        f["label"] = np.array([0, 0, 1, 1], np.int64)
+    ops = [A.Resample(22050, 16000), A.CenterCrop(1.0)]
+    got = batches(p, ops)[0]
+    assert got["audio"].shape == (4, 1, 16000) and list(got["label"]) == [0, 0, 1, 1]
+    stoker.pack(p, str(tmp_path / "h5.stk"))
+    assert np.array_equal(batches(str(tmp_path / "h5.stk"), ops)[0]["audio"], got["audio"])
+
+
+def test_stk_packed_from_folder_and_tar(corpus, speech_tree, tmp_path):
+    """`stoker pack` of the audio tree (CLI) and stoker.pack of the tar: .stk shards whose batches
+    equal the source's, RandomCrop included (the same (seed, epoch, index) draws)."""
+    build = os.environ.get("STK_BUILD", "build")
+    out = str(tmp_path / "tree.stk")
+    subprocess.run([os.path.join(build, "stoker"), "pack", speech_tree, out], check=True,
+                   stdout=subprocess.DEVNULL)
+    ops = [A.Resample(22050, 16000), A.RandomCrop(0.5), A.MelSpectrogram(16000, n_mels=32)] \
+        if HAS["fftw"] else [A.Resample(22050, 16000), A.RandomCrop(0.5)]
+    a = batches(speech_tree, ops, shuffle=True, seed=4)
+    b = batches(out, ops, shuffle=True, seed=4)
+    for x, y in zip(a, b):
+        assert np.array_equal(x["audio"], y["audio"]) and np.array_equal(x["label"], y["label"])
+    shard = _tar(str(tmp_path / "t.tar"), [(f"s{i:04d}.wav", open(corpus[k], "rb").read())
+                                           for i, k in enumerate(KEYS)])
+    stoker.pack(shard, str(tmp_path / "tar.stk"))
+    assert np.array_equal(batches(str(tmp_path / "tar.stk"), ops, seed=4)[0]["audio"],
+                          batches(shard, ops, seed=4)[0]["audio"])
+
+
+def test_memory_budget_counts_audio_buffers(speech_tree):
+    """The decode and resampling buffers are charged to memory_budget as they grow: a budget
+    with room for the ring only fails the first record, named, with the reason."""
+    with stoker.Loader(speech_tree, 4, transforms=OPS, output="numpy", num_workers=1) as loader:
+        info = loader.info()
+    read = stoker.Dataset(speech_tree).fields[0]["max_size"]  # the thread's read buffer
+    fixed = info["slot_size"] * info["n_slots"] + read
+    with stoker.Loader(speech_tree, 4, transforms=OPS, output="numpy", num_workers=1,
+                       memory_budget=fixed + 40_000) as loader:
+        with pytest.raises(stoker.StokerLimitError, match="audio buffer, over the memory budget"):
+            next(iter(loader))

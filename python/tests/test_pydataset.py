@@ -1,0 +1,667 @@
+"""stoker.Loader over Python datasets (issue 24): a map-style dataset's __getitem__ on worker
+threads or worker processes, the batch structure, the semantics stoker keeps (exactly once, in
+order, epochs, ranks, resume), per-sample seeding, and the bad cases (an exception, a killed
+worker, a __getitem__ that never returns, Ctrl-C, handles that cannot cross fork(), a parent
+that runs threads). The same scenarios against torch's DataLoader are in
+test_dataloader_parity.py. No verdict here depends on how fast anything runs."""
+import collections
+import os
+import random
+import signal
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import Dataset, IterableDataset, get_worker_info  # noqa: E402
+
+import stoker  # noqa: E402
+from stoker import _core, _pyworker  # noqa: E402
+
+from conftest import run_python  # noqa: E402
+
+EXECUTORS = ["thread", "process"]
+Pair = collections.namedtuple("Pair", "a b")
+
+
+class Plain(Dataset):
+    """Sample i: a float32 [3, 4] tensor full of i, and the label i."""
+
+    def __init__(self, n=37):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.full((3, 4), float(i)), i
+
+
+class Nested(Dataset):
+    """Every kind of leaf and container default_collate knows."""
+
+    def __len__(self):
+        return 21
+
+    def __getitem__(self, i):
+        return {"x": np.arange(5, dtype=np.int16) * i, "name": f"s{i}", "raw": bytes([i]) * 3,
+                "p": Pair(i, float(i) / 2), "flag": i % 2 == 0, "np": np.float32(i),
+                "t": (torch.tensor([i, -i], dtype=torch.int32), [torch.tensor(i * 1.5)]),
+                "none_free": [i, i + 1]}
+
+
+class Failing(Dataset):
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        if i == 9:
+            raise KeyError(f"no sample {i}")  # the line the traceback must show
+        return i
+
+
+class Draws(Dataset):
+    """Draws from the three global generators."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return i, random.random(), float(np.random.rand()), float(torch.rand(()))
+
+
+class KillsOnce(Dataset):
+    """SIGKILLs its worker process the first time it reaches sample 13 (a marker file)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        if i == 13 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+
+class StuckOnce(Dataset):
+    """Never returns the first time it reaches sample `at` (sleeps `forever` seconds)."""
+
+    def __init__(self, marker, at=5, forever=600.0, n=24):
+        self.marker, self.at, self.forever, self.n = marker, at, forever, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.at and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            time.sleep(self.forever)
+        return i
+
+
+class Info(Dataset):
+    """(index, worker id, num_workers, what worker_init_fn left in this worker)."""
+
+    def __len__(self):
+        return 30
+
+    def __getitem__(self, i):
+        info = get_worker_info()
+        return i, info.id, info.num_workers, _INIT.get(info.id, -1)
+
+
+_INIT = {}
+_INIT_CALLS = []
+
+
+def init_worker(wid):
+    _INIT[wid] = wid * 10
+    _INIT_CALLS.append(wid)
+
+
+class Var(Dataset):
+    """Samples whose length varies."""
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        return torch.arange(i + 1)
+
+
+def labels(batches):
+    return [int(v) for _, y in batches for v in y]
+
+
+def epoch(loader):
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+# ---- structure ----
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_structure_is_default_collates(executor):
+    from torch.utils.data import default_collate
+    ds = Nested()
+    loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor=executor)
+    assert loader.info()["executor"] == executor
+    assert len(loader) == 6
+    got = list(loader)  # (holding every batch is allowed: the ring is replaced, with a warning)
+    assert len(got) == 6
+    for b, batch in enumerate(got):
+        want = default_collate([ds[i] for i in range(4 * b, min(21, 4 * b + 4))])
+        assert_same(batch, want)
+
+
+def assert_same(a, b):
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(b, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), (a, b)
+    elif isinstance(b, dict):
+        assert list(a) == list(b)
+        for k in b:
+            assert_same(a[k], b[k])
+    elif isinstance(b, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_same(x, y)
+    else:
+        assert a == b
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_in_order_exactly_once_epochs_and_stats(executor):
+    loader = stoker.Loader(Plain(), batch_size=8, num_workers=2, executor=executor)
+    for e in range(2):
+        got = epoch(loader)
+        assert labels(got) == list(range(37))
+        assert [len(y) for _, y in got] == [8, 8, 8, 8, 5]
+        assert all(torch.equal(x[:, 0, 0], y.float()) for x, y in got)
+        assert got[0][0].dtype == torch.float32 and got[0][1].dtype == torch.int64
+    info, st = loader.info(), loader.stats()
+    assert info["executor"] == executor and isinstance(info["executor_reason"], str)
+    assert info["layout"].startswith("(")
+    assert st["python_samples"] >= 74 and st["python_s"] > 0
+    assert st["gil_share"] is None or 0.0 <= st["gil_share"] <= 1.0
+    loader.close()
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_shuffle_ranks_and_resume(executor):
+    n, b = 37, 5
+    full = [labels(epoch(stoker.Loader(Plain(n), b, shuffle=True, seed=3, rank=r, world_size=3,
+                                       num_workers=2, executor=executor)))
+            for r in range(3)]
+    assert all(len(f) == 13 for f in full)  # ceil(37 / 3), DistributedSampler's padding
+    assert sorted(set(sum(full, []))) == list(range(n))
+    one = stoker.Loader(Plain(n), b, shuffle=True, seed=3, num_workers=2, executor=executor)
+    order = labels(epoch(one))
+    assert sorted(order) == list(range(n)) and order != list(range(n))
+    assert order == [int(i) for i in stoker.epoch_order(n, True, 3, 0)]
+    # resume after 3 batches of epoch 1: the rest of that epoch, then epoch 2, as uninterrupted
+    it = iter(one)
+    head = [next(it)[1].tolist() for _ in range(3)]
+    state = one.state_dict()
+    rest = labels(it)
+    nxt = labels(epoch(one))
+    again = stoker.Loader(Plain(n), b, shuffle=True, seed=99, num_workers=1, executor=executor)
+    again.load_state_dict(state)
+    assert labels(epoch(again)) == rest and labels(epoch(again)) == nxt
+    assert sorted(sum(head, []) + rest) == list(range(n))
+
+
+# ---- seeding ----
+
+def expected_draws(seed, epoch, i):
+    _pyworker.seed_all(_core.sample_seed(seed, epoch, i))
+    return random.random(), float(np.random.rand()), float(torch.rand(()))
+
+
+def test_reseed_same_sample_for_any_worker_count_and_resume():
+    state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    want = {i: expected_draws(11, 0, i) for i in range(24)}
+    want1 = {i: expected_draws(11, 1, i) for i in range(24)}
+    random.setstate(state[0]), np.random.set_state(state[1]), torch.set_rng_state(state[2])
+    runs = []
+    for workers in (1, 3):
+        loader = stoker.Loader(Draws(), batch_size=5, num_workers=workers, seed=11,
+                               executor="process")
+        got = {}
+        for i, a, b, c in loader:
+            for k in range(len(i)):
+                got[int(i[k])] = (float(a[k]), float(b[k]), float(c[k]))
+        runs.append(got)
+        again = {}
+        for i, a, b, c in loader:  # epoch 1: other numbers
+            for k in range(len(i)):
+                again[int(i[k])] = (float(a[k]), float(b[k]), float(c[k]))
+        assert again == pytest.approx(want1) or again == want1
+        loader.close()
+    assert runs[0] == runs[1]
+    assert runs[0] == {i: (w[0], w[1], pytest.approx(w[2])) for i, w in want.items()}
+    # resume mid-epoch: the same numbers for the samples that remain
+    loader = stoker.Loader(Draws(), batch_size=5, num_workers=2, seed=11, executor="process")
+    it = iter(loader)
+    next(it)
+    st = loader.state_dict()
+    resumed = stoker.Loader(Draws(), batch_size=5, num_workers=2, seed=11, executor="process")
+    resumed.load_state_dict(st)
+    for i, a, _, _ in resumed:
+        for k in range(len(i)):
+            assert float(a[k]) == want[int(i[k])][0]
+    # reseed=False: the workers' own streams, not the per-sample seeds
+    off = stoker.Loader(Draws(), batch_size=5, num_workers=2, seed=11, executor="process",
+                        reseed=False)
+    firsts = [float(a[k]) for i, a, _, _ in off for k in range(len(i))]
+    assert sum(f == want[k][0] for k, f in enumerate(firsts)) < 3
+
+
+class Augmented(Dataset):
+    """A random augmentation as the articles write one: torchvision's RandomCrop and
+    RandomHorizontalFlip on a tensor image (torch's generator), a random.uniform brightness and
+    NumPy noise."""
+
+    def __init__(self, n=20):
+        from torchvision import transforms as T
+        self.base = torch.arange(n * 3 * 12 * 12, dtype=torch.float32).reshape(n, 3, 12, 12)
+        self.t = T.Compose([T.RandomCrop(8), T.RandomHorizontalFlip()])
+
+    def __len__(self):
+        return len(self.base)
+
+    def __getitem__(self, i):
+        x = self.t(self.base[i]) * random.uniform(0.5, 1.5)
+        return x + torch.from_numpy(np.random.normal(size=(3, 8, 8)).astype(np.float32)), i
+
+
+def samples_of(batches):
+    out = {}
+    for x, i in batches:
+        for k in range(len(i)):
+            out[int(i[k])] = x[k].clone()
+    return out
+
+
+def same_samples(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_random_augmentation_same_sample_for_any_workers_ranks_and_resume():
+    pytest.importorskip("torchvision")
+    zero = stoker.Loader(Augmented(), batch_size=3, num_workers=0, seed=5)
+    assert zero.info()["executor"] == "process"  # per-sample seeding needs a process
+    ref = samples_of(zero)
+    ref1 = samples_of(zero)  # epoch 1: other numbers
+    assert len(ref) == 20 and not same_samples(ref, ref1)
+    for kw in (dict(num_workers=1), dict(num_workers=2, shuffle=True),
+               dict(num_workers=2, executor="process", batch_size=7)):
+        kw = {"batch_size": 3, **kw}
+        loader = stoker.Loader(Augmented(), seed=5, **kw)
+        assert loader.info()["executor"] == "process", kw
+        assert same_samples(samples_of(loader), ref), kw
+        assert same_samples(samples_of(loader), ref1), kw
+        loader.close()
+    # two ranks: each sample as with one
+    ranks = [samples_of(stoker.Loader(Augmented(), batch_size=3, seed=5, num_workers=1,
+                                      rank=r, world_size=2)) for r in (0, 1)]
+    assert same_samples({**ranks[0], **ranks[1]}, ref)
+    # resumed mid-epoch with another worker count: the samples that remain, unchanged
+    first = stoker.Loader(Augmented(), batch_size=3, seed=5, num_workers=2, shuffle=True)
+    it = iter(first)
+    head = samples_of([next(it), next(it)])
+    state = first.state_dict()
+    first.close()
+    resumed = stoker.Loader(Augmented(), batch_size=3, seed=5, num_workers=1, shuffle=True)
+    resumed.load_state_dict(state)
+    rest = samples_of(resumed)
+    assert len(head) == 6 and not head.keys() & rest.keys()
+    assert same_samples({**head, **rest}, ref)
+
+
+def test_auto_picks_processes_for_global_random_draws():
+    loader = stoker.Loader(Draws(), batch_size=4, num_workers=2)
+    assert loader.info()["executor"] == "process"
+    assert "random generators" in loader.info()["executor_reason"]
+    # the probe put the caller's generators back as they were
+    random.seed(5)
+    a = random.random()
+    random.seed(5)
+    stoker.Loader(Draws(), batch_size=4, num_workers=2).close()
+    assert random.random() == a
+
+
+def test_threads_warn_about_global_random_draws():
+    with pytest.warns(RuntimeWarning, match="not reproducible"):
+        loader = stoker.Loader(Draws(), batch_size=4, num_workers=2, executor="thread")
+    assert len(labels([(None, i) for i, _, _, _ in loader])) == 24
+
+
+# ---- workers: get_worker_info, worker_init_fn ----
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_worker_info_and_init_fn(executor):
+    loader = stoker.Loader(Info(), batch_size=4, num_workers=3, executor=executor,
+                           worker_init_fn=init_worker)
+    seen = set()
+    for i, wid, n, init in loader:
+        assert (n == 3).all()
+        assert ((wid >= 0) & (wid < 3)).all()
+        assert torch.equal(init, wid * 10)  # worker_init_fn ran in that worker first
+        seen.update(i.tolist())
+    assert seen == set(range(30))
+    assert get_worker_info() is None  # not in a worker here
+    if executor == "thread":  # once per thread (and once more for the first samples, here)
+        del i, wid, n, init  # (a batch still held would make the loader rebuild its threads)
+        for _ in loader:
+            pass
+        assert sorted(_INIT_CALLS) == [0, 0, 1, 2]
+    _INIT_CALLS.clear()
+
+
+# ---- the bad cases ----
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_exception_in_getitem_names_sample_and_traceback(executor):
+    loader = stoker.Loader(Failing(), batch_size=4, num_workers=2, executor=executor)
+    it = iter(loader)
+    got = []
+    with pytest.raises(KeyError) as e:
+        while True:
+            got += next(it).tolist()
+    msg = str(e.value)
+    assert "sample 9" in msg and "no sample 9" in msg and f"stoker worker {executor}" in msg
+    assert "raise KeyError" in msg  # the worker's traceback
+    assert got == list(range(8))
+    rest = [int(v) for b in it for v in b]  # the loader goes on with the next batch
+    assert rest == list(range(12, 20))
+    skip = stoker.Loader(Failing(), batch_size=4, num_workers=2, executor=executor,
+                         on_error="skip")
+    vals = [int(v) for b in skip for v in b]
+    assert len(vals) == 20 and 9 not in vals and vals.count(10) == 2
+    assert skip.stats()["skipped"] == 1
+
+
+def test_killed_worker_is_named_and_restarted(tmp_path):
+    loader = stoker.Loader(KillsOnce(str(tmp_path / "killed")), batch_size=4, num_workers=2,
+                           executor="process")
+    it = iter(loader)
+    got, errors = [], []
+    while True:
+        try:
+            b = next(it)
+        except StopIteration:
+            break
+        except stoker.StokerIOError as e:
+            errors.append(str(e))
+            continue
+        got += b.tolist()
+    assert len(errors) == 1
+    assert "sample 13" in errors[0] and "signal 9" in errors[0] and "OOM" in errors[0]
+    assert got == [i for i in range(40) if not 12 <= i < 16]
+    assert loader.stats()["worker_deaths"] == 1 and loader.stats()["worker_restarts"] >= 1
+    assert sorted(int(v) for b in loader for v in b) == list(range(40))  # next epoch whole
+    assert all(p > 0 for p in loader.worker_pids())
+
+
+def test_getitem_that_never_returns_times_out(tmp_path):
+    loader = stoker.Loader(StuckOnce(str(tmp_path / "stuck")), batch_size=4, num_workers=2,
+                           executor="process", timeout=1)
+    it = iter(loader)
+    got, timeouts, errors = [], 0, []
+    while True:
+        try:
+            b = next(it)
+        except StopIteration:
+            break
+        except stoker.StokerIOError as e:
+            errors.append(str(e))
+            continue
+        except RuntimeError as e:  # the DataLoader's timeout: nothing was consumed
+            assert "timed out" in str(e)
+            timeouts += 1
+            assert timeouts < 100
+            continue
+        got += b.tolist()
+    assert len(errors) == 1 and "__getitem__(5) did not return within 1 s" in errors[0]
+    assert got == [i for i in range(24) if not 4 <= i < 8]
+    assert sorted(int(v) for b in loader for v in b) == list(range(24))
+
+
+def test_ctrl_c_mid_epoch_keeps_the_loader(tmp_path):
+    loader = stoker.Loader(StuckOnce(str(tmp_path / "slow"), at=6, forever=2.0), batch_size=4,
+                           num_workers=2, executor="process")
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    it = iter(loader)
+    got = next(it).tolist()  # batch 0
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            while True:
+                got += next(it).tolist()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    got += [int(v) for b in it for v in b]
+    assert got == list(range(24))  # nothing lost or repeated
+
+
+def test_close_does_not_wait_for_a_stuck_worker(tmp_path):
+    loader = stoker.Loader(StuckOnce(str(tmp_path / "s"), at=6, forever=600.0), batch_size=4,
+                           num_workers=2, executor="process")
+    it = iter(loader)
+    assert next(it).tolist() == [0, 1, 2, 3]  # a worker is inside sample 6 for good by now
+    while not os.path.exists(str(tmp_path / "s")):
+        time.sleep(0.01)
+    loader.close()  # (the test's time limit would catch a wait)
+    assert loader.closed
+
+
+class Handle(Dataset):
+    def __init__(self, kind, path):
+        if kind == "lmdb":
+            import lmdb
+            self.env = lmdb.open(path, map_size=1 << 20)
+            with self.env.begin(write=True) as txn:
+                txn.put(b"k", b"v")
+        else:
+            import h5py
+            with h5py.File(path, "w") as f:
+                f["x"] = np.arange(10)
+            self.f = h5py.File(path, "r")
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        if hasattr(self, "env"):
+            with self.env.begin() as txn:
+                return i, len(txn.get(b"k"))
+        return i, int(self.f["x"][i])
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "h5py"])
+def test_open_handles_across_fork(kind, tmp_path):
+    pytest.importorskip(kind)
+    ds = Handle(kind, str(tmp_path / ("db" if kind == "lmdb" else "x.h5")))
+    with pytest.raises(ValueError, match=f"{kind}.*lazily"):
+        stoker.Loader(ds, batch_size=4, num_workers=2, executor="process")
+    loader = stoker.Loader(ds, batch_size=4, num_workers=2)  # auto: threads share the handle
+    assert loader.info()["executor"] == "thread"
+    assert kind in loader.info()["executor_reason"]
+    assert sorted(int(v) for i, _ in loader for v in i) == list(range(10))
+
+
+def test_parent_with_threads_already_running(tmp_path):
+    # A thread holds a lock forever; a fork now would give workers the lock held (the
+    # DataLoader's futex hang). stoker's workers come from a fresh fork server instead.
+    mod = tmp_path / "lockds.py"
+    mod.write_text(textwrap.dedent("""
+        import threading, torch
+        LOCK = threading.Lock()
+        class LockDS(torch.utils.data.Dataset):
+            def __len__(self):
+                return 12
+            def __getitem__(self, i):
+                with LOCK:
+                    return i
+    """))
+    code = textwrap.dedent(f"""
+        import sys, threading
+        sys.path.insert(0, {str(tmp_path)!r})
+        import lockds, stoker
+        held = threading.Event()
+        def hold():
+            lockds.LOCK.acquire()
+            held.set()
+            threading.Event().wait()
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+        loader = stoker.Loader(lockds.LockDS(), batch_size=4, num_workers=2, executor="process")
+        print(loader.info()["start_method"], sorted(int(v) for b in loader for v in b))
+    """)
+    r = run_python(code, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split(None, 1) == ["forkserver", str(list(range(12))) + "\n"]
+
+
+def test_single_threaded_parent_forks_the_dataset_unpickled():
+    code = textwrap.dedent("""
+        import stoker, torch
+        class Unpicklable(torch.utils.data.Dataset):   # defined in a -c script, holds a lambda
+            def __init__(self):
+                self.f = lambda i: i * 2
+            def __len__(self):
+                return 10
+            def __getitem__(self, i):
+                return self.f(i)
+        loader = stoker.Loader(Unpicklable(), batch_size=3, num_workers=2, executor="process")
+        print(loader.info()["start_method"], [int(v) for b in loader for v in b])
+    """)
+    r = run_python(code, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "fork " + str([i * 2 for i in range(10)])
+
+
+# ---- batches of other shapes ----
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_varying_shapes(executor):
+    def pad(samples):
+        n = max(len(s) for s in samples)
+        return torch.stack([torch.nn.functional.pad(s, (0, n - len(s))) for s in samples])
+
+    got = list(stoker.Loader(Var(), batch_size=3, num_workers=2, executor=executor,
+                             collate_fn=pad))
+    assert [b.shape for b in got] == [(3, 3), (3, 6), (3, 9), (1, 10)]
+    assert got[1][2].tolist() == [0, 1, 2, 3, 4, 5]
+    one = list(stoker.Loader(Var(), batch_size=1, num_workers=2, executor=executor))
+    assert [b.shape for b in one] == [(1, i + 1) for i in range(10)]
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        list(stoker.Loader(Var(), batch_size=3, num_workers=2, executor=executor))
+
+
+def test_unbatched_and_batch_sampler():
+    unb = list(stoker.Loader(Plain(5), batch_size=None, num_workers=1))
+    assert [(x.shape, y) for x, y in unb] == [((3, 4), i) for i in range(5)]
+    groups = [[4, 0], [3], [1, 2, 5], [6]]
+    got = [y.tolist() for _, y in stoker.Loader(Plain(7), batch_sampler=groups, num_workers=2)]
+    assert got == groups
+    even = [[6, 5], [4, 3], [2]]
+    loader = stoker.Loader(Plain(7), batch_sampler=even, num_workers=2)
+    assert len(loader) == 3 and [y.tolist() for _, y in loader] == even
+
+
+def test_arguments():
+    with pytest.raises(ValueError, match="empty"):
+        stoker.Loader(Plain(0), batch_size=2)
+    assert labels(epoch(stoker.Loader(dataset=Plain(6), batch_size=4))) == list(range(6))
+    with pytest.raises(ValueError, match="once"):
+        stoker.Loader(Plain(6), dataset=Plain(6))
+    with pytest.raises(ValueError, match="executor"):
+        stoker.Loader(Plain(6), executor="gpu")
+    with pytest.raises(ValueError, match="transforms"):
+        stoker.Loader(Plain(6), transforms="imagenet-train")
+    with pytest.raises(ValueError, match="persistent_workers"):
+        stoker.Loader(Plain(6), num_workers=0, persistent_workers=True)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        stoker.Loader(Plain(6), batch_sampler=[[0]], batch_size=3)
+    if not torch.cuda.is_available():
+        with pytest.warns(UserWarning, match="pin_memory"):
+            stoker.Loader(Plain(6), batch_size=2, pin_memory=True).close()
+
+
+# ---- iterable datasets ----
+
+class Shards(IterableDataset):
+    """Counts 0..n-1, split among the workers by get_worker_info(); resumable."""
+
+    def __init__(self, n=23):
+        self.n, self.pos = n, 0
+
+    def __iter__(self):
+        info = get_worker_info()
+        wid, nw = (0, 1) if info is None else (info.id, info.num_workers)
+        start = self.pos
+        for k, v in enumerate(range(wid, self.n, nw)):
+            if k >= start:
+                self.pos = k + 1
+                yield v
+        self.pos = 0
+
+    def state_dict(self):
+        return {"pos": self.pos}
+
+    def load_state_dict(self, st):
+        self.pos = st["pos"]
+
+
+class NoState(IterableDataset):
+    def __iter__(self):
+        return iter(range(5))
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_iterable_shards_and_resume(executor):
+    loader = stoker.Loader(Shards(), batch_size=3, num_workers=2, executor=executor)
+    assert loader.info()["executor"] == executor
+    full = [b.tolist() for b in loader]
+    assert sorted(sum(full, [])) == list(range(23))
+    assert full[0] == [0, 2, 4] and full[1] == [1, 3, 5]  # round-robin over the workers
+    it = iter(loader)
+    head = [next(it).tolist() for _ in range(3)]
+    st = loader.state_dict()
+    rest = [b.tolist() for b in it]
+    assert head + rest == full
+    again = stoker.Loader(Shards(), batch_size=3, num_workers=2, executor=executor)
+    again.load_state_dict(st)
+    assert [b.tolist() for b in again] == rest
+    plain = stoker.Loader(NoState(), batch_size=2, num_workers=1, executor=executor)
+    assert [b.tolist() for b in plain] == [[0, 1], [2, 3], [4]]
+    with pytest.raises(stoker.StokerNotSupportedError, match="state_dict"):
+        plain.state_dict()
+
+
+# ---- map= returning bytes (the one-name switch's native path) ----
+
+def test_map_returning_the_sample_unchanged(tmp_path):
+    path = str(tmp_path / "a.stk")
+    stoker.write_shard(path, {"image": "bytes", "label": "int64"},
+                       ({"image": bytes([i]) * (i + 1), "label": i} for i in range(10)))
+    plain = [(b.bytes("image"), b["label"].tolist()) for b in stoker.Loader(path, 4)]
+    mapped = [(b.bytes("image"), b["label"].tolist())
+              for b in stoker.Loader(path, 4, map=lambda s: s)]
+    assert mapped == plain
+    grow = {"image": lambda s: {"image": s["image"] * (100 if s["label"] == 5 else 1)}}
+    it = iter(stoker.Loader(path, 4, map=grow["image"]))
+    next(it)
+    with pytest.raises(stoker.StokerFormatError, match="record 5.*600 bytes, more than the 64"):
+        next(it)

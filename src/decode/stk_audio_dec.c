@@ -1,0 +1,346 @@
+/*
+ * stk_audio_dec.c: the audio decoder a worker thread holds (stk_audio_decode.h): which codec
+ * reads a record (its bytes, not its name), the header checks the codecs leave out, where to
+ * seek, strict verification, and the float planes the pipeline reads.
+ *
+ * A read of frames [first, first + n):
+ *  - strict and not yet trusted: the stream is decoded from frame 0 to its end, the window kept
+ *    as it passes; the count must be the header's and no codec error may occur (a truncated or
+ *    corrupt FLAC, Vorbis, Opus or MP3 stream fails here, naming both counts); an Ogg stream's
+ *    pages are first checked against their CRCs (ogg_check);
+ *  - otherwise: seek (exact for WAV, AIFF, FLAC, MP3; 80 ms early for Opus; Vorbis decodes from
+ *    the start) and decode the window only.
+ * Frames come from the codec in chunks of CHUNK interleaved frames and are deinterleaved (or
+ * averaged into one plane) straight into the caller's planes.
+ */
+#include "decode/stk_audio_codec.h"
+#include "decode/stk_decode.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#define CHUNK 2048        /* frames per codec read */
+#define OPUS_PREROLL 3840 /* 80 ms at 48 kHz: RFC 7845's decoder pre-roll */
+#define MAX_RATE 1536000u /* more is not audio: a corrupt header */
+
+enum { SEEK_EXACT, SEEK_PREROLL, SEEK_NONE };
+
+struct stk__audiodec {
+    void *h[2]; /* codec handles: [0] libsndfile, [1] libmpg123, made on first use */
+    const stk__audcodec *codec;
+    void *cur; /* the open stream's handle (one of h) */
+    const uint8_t *src;
+    size_t size;
+    stk__audinfo info;
+    int seek_mode;
+    int64_t pos; /* the frame the codec reads next */
+    bool lenient, trusted, checked;
+    float *chunk; /* CHUNK interleaved frames */
+    size_t chunk_cap;
+};
+
+stk_status stk__audio_reserve(float **buf, size_t *cap, size_t n, char *err, size_t err_size)
+{
+    size_t bytes, have = *cap * sizeof(float);
+    if (!stk__mul_ok(n, sizeof(float), &bytes))
+        return stk__set_error(err, err_size, STK_ELIMIT, "audio buffer of %zu samples too large",
+                              n);
+    uint8_t *p = (uint8_t *)*buf;
+    stk_status rc = stk__buffer_reserve(&p, &have, bytes, "audio", "", err, err_size);
+    *buf = (float *)(void *)p;
+    *cap = have / sizeof(float);
+    return rc;
+}
+
+stk_status stk__audiodec_create(stk__audiodec **out)
+{
+    *out = stk__calloc(1, sizeof(**out));
+    return *out ? STK_OK : stk__set_last_error(STK_ENOMEM, "out of memory for an audio decoder");
+}
+
+void stk__audiodec_destroy(stk__audiodec *d)
+{
+    if (!d)
+        return;
+    if (d->h[0])
+        stk__audcodec_sndfile.destroy(d->h[0]);
+    if (d->h[1])
+        stk__audcodec_mpg123.destroy(d->h[1]);
+    stk__free(d->chunk);
+    stk__free(d);
+}
+
+void stk__audiodec_set_lenient(stk__audiodec *d, bool lenient)
+{
+    d->lenient = lenient;
+}
+
+void stk__audiodec_set_trusted(stk__audiodec *d, bool trusted)
+{
+    d->trusted = trusted;
+}
+
+bool stk__audiodec_checked(const stk__audiodec *d)
+{
+    return d->checked;
+}
+
+/* A WAV whose data chunk says more bytes than follow it was cut short: libsndfile would quietly
+ * read what is there. A size of 0 or 0xFFFFFFFF (a stream's writer did not know) and RF64's
+ * 64-bit sizes are left to libsndfile. */
+static stk_status wav_check(const uint8_t *p, size_t size, char *err, size_t err_size)
+{
+    if (size < 12 || memcmp(p, "RIFF", 4) != 0)
+        return STK_OK;
+    size_t at = 12;
+    while (at + 8 <= size) {
+        uint32_t len = (uint32_t)p[at + 4] | (uint32_t)p[at + 5] << 8 | (uint32_t)p[at + 6] << 16 |
+                       (uint32_t)p[at + 7] << 24;
+        if (memcmp(p + at, "data", 4) == 0) {
+            size_t have = size - (at + 8);
+            if (len != 0 && len != 0xFFFFFFFFu && len > have)
+                return stk__set_error(err, err_size, STK_EFORMAT,
+                                      "WAV: truncated: its data chunk at byte %zu says %" PRIu32
+                                      " bytes but %zu follow",
+                                      at, len, have);
+            return STK_OK;
+        }
+        if (len > size - at - 8)
+            break; /* a chunk past the end before the data: libsndfile says what is wrong */
+        at += 8 + (size_t)len + (len & 1);
+    }
+    return STK_OK;
+}
+
+/* Every page of an Ogg stream (Vorbis, Opus) in a row from byte 0 to the end, each with the
+ * CRC-32 its header carries (polynomial 0x04C11DB7, MSB first, over the page with the CRC field
+ * zeroed): libogg drops a damaged page without a word, and libsndfile then decodes a shorter
+ * stream that its length agrees with. */
+static stk_status ogg_check(const uint8_t *p, size_t size, char *err, size_t err_size)
+{
+    uint32_t table[256];
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t r = i << 24;
+        for (int k = 0; k < 8; k++)
+            r = (r << 1) ^ (r & 0x80000000u ? 0x04C11DB7u : 0);
+        table[i] = r;
+    }
+    size_t at = 0, pages = 0;
+    while (at < size) {
+        if (size - at < 27 || memcmp(p + at, "OggS", 4) != 0 || p[at + 4] != 0)
+            return stk__set_error(err, err_size, STK_EFORMAT, "Ogg: %s at byte %zu (page %zu)",
+                                  size - at < 27 ? "a page header cut short" : "no page header", at,
+                                  pages);
+        size_t nseg = p[at + 26], len = 27 + nseg;
+        if (size - at < len)
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "Ogg: truncated: page %zu at byte %zu ends past the file", pages,
+                                  at);
+        for (size_t k = 0; k < nseg; k++)
+            len += p[at + 27 + k];
+        if (size - at < len)
+            return stk__set_error(
+                err, err_size, STK_EFORMAT,
+                "Ogg: truncated: page %zu at byte %zu needs %zu bytes, %zu follow", pages, at, len,
+                size - at);
+        uint32_t want = (uint32_t)p[at + 22] | (uint32_t)p[at + 23] << 8 |
+                        (uint32_t)p[at + 24] << 16 | (uint32_t)p[at + 25] << 24,
+                 crc = 0;
+        for (size_t k = 0; k < len; k++) {
+            uint8_t b = k >= 22 && k < 26 ? 0 : p[at + k];
+            crc = (crc << 8) ^ table[(crc >> 24) ^ b];
+        }
+        if (crc != want)
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "Ogg: page %zu at byte %zu fails its CRC (corrupt)", pages, at);
+        at += len;
+        pages++;
+    }
+    return STK_OK;
+}
+
+stk_status stk__audio_open(stk__audiodec *d, const void *src, size_t size, stk__audinfo *out,
+                           char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    const uint8_t *p = src;
+    if (d->cur)
+        d->codec->close(d->cur);
+    d->cur = NULL;
+    d->checked = false;
+    if (size == 0)
+        return stk__set_error(err, err_size, STK_EFORMAT, "empty (0 bytes)");
+    stk__audfmt fmt = stk__audio_magic(p, size, false);
+    if (fmt == STK__AUD_UNKNOWN) {
+        char head[64] = "";
+        for (size_t i = 0, at = 0; i < STK_MIN(size, (size_t)4); i++)
+            at += (size_t)snprintf(head + at, sizeof(head) - at, "%s0x%02x", i ? " " : "", p[i]);
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "not a supported audio file (WAV, FLAC, Ogg Vorbis, Opus, MP3, "
+                              "AIFF; starts with %s)",
+                              head);
+    }
+    const char *name = stk__audfmt_name(fmt);
+    if (fmt == STK__AUD_WAV)
+        STK_TRY(wav_check(p, size, err, err_size));
+    int k = fmt == STK__AUD_MP3;
+    d->codec = k ? &stk__audcodec_mpg123 : &stk__audcodec_sndfile;
+    if (!d->h[k])
+        STK_TRY(d->codec->create(&d->h[k], err, err_size));
+    char why[STK_ERRMSG_SIZE];
+    rc = d->codec->open(d->h[k], p, size, d->lenient, &d->info, why, sizeof(why));
+    if (rc < 0)
+        return stk__set_error(err, err_size, rc, "%s: %s", name, why);
+    d->cur = d->h[k];
+    d->src = p;
+    d->size = size;
+    d->pos = 0;
+    d->info.format = fmt;
+    if (d->info.rate == 0 || d->info.rate > MAX_RATE || d->info.channels == 0)
+        STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
+                       "%s: a header of %" PRIu32 " Hz, %" PRIu32 " channels is not audio", name,
+                       d->info.rate, d->info.channels);
+    if (d->info.channels > STK__AUD_MAX_CHANNELS)
+        STK_FAIL_SIZED(err, err_size, STK_ELIMIT,
+                       "%s: %" PRIu32 " channels (stoker reads at most %d)", name, d->info.channels,
+                       STK__AUD_MAX_CHANNELS);
+    if (d->info.frames <= 0 || d->info.frames == INT64_MAX)
+        STK_FAIL_SIZED(err, err_size, STK_EFORMAT, "%s: %s", name,
+                       d->info.frames == INT64_MAX
+                           ? "its length is unknown (a truncated Ogg stream has no last page)"
+                           : "no audio frames");
+    d->seek_mode = fmt == STK__AUD_VORBIS ? SEEK_NONE
+                   : fmt == STK__AUD_OPUS ? SEEK_PREROLL
+                                          : SEEK_EXACT;
+    *out = d->info;
+    return STK_OK;
+fail:
+    if (d->cur)
+        d->codec->close(d->cur);
+    d->cur = NULL;
+    return rc;
+}
+
+/* Reopen the stream at frame 0 (a Vorbis read that must go back). */
+static stk_status rewind_stream(stk__audiodec *d, char *err, size_t err_size)
+{
+    stk__audinfo info;
+    stk_status rc = d->codec->open(d->cur, d->src, d->size, d->lenient, &info, err, err_size);
+    d->pos = 0;
+    return rc;
+}
+
+/* Read the next `n` frames (fewer at the end: *got) and put frames [keep0, keep1) of the stream
+ * among them into the planes (frame f at planes[p][f - keep0]). */
+static stk_status read_frames(stk__audiodec *d, int64_t n, int64_t keep0, int64_t keep1,
+                              float *const *planes, uint32_t n_planes, int64_t *got, char *err,
+                              size_t err_size)
+{
+    stk_status rc = STK_OK;
+    uint32_t ch = d->info.channels;
+    *got = 0;
+    STK_TRY(stk__audio_reserve(&d->chunk, &d->chunk_cap, (size_t)CHUNK * ch, err, err_size));
+    while (*got < n) {
+        int64_t want = (int64_t)STK_MIN((uint64_t)CHUNK, (uint64_t)(n - *got)), k = 0;
+        rc = d->codec->read(d->cur, d->chunk, want, &k, err, err_size);
+        int64_t f0 = d->pos, lo = STK_MAX(f0, keep0), hi = STK_MIN(f0 + k, keep1);
+        if (lo < hi) {
+            const float *fr = d->chunk + (size_t)(lo - f0) * ch;
+            size_t m = (size_t)(hi - lo);
+            if (ch == 1) { /* mono: as it is */
+                memcpy(planes[0] + (lo - keep0), fr, m * sizeof(float));
+            } else if (n_planes == ch) { /* deinterleave */
+                for (uint32_t c = 0; c < ch; c++) {
+                    float *o = planes[c] + (lo - keep0);
+                    for (size_t i = 0; i < m; i++)
+                        o[i] = fr[i * ch + c];
+                }
+            } else { /* the mean of the channels, summed in channel order */
+                float *o = planes[0] + (lo - keep0);
+                for (size_t i = 0; i < m; i++) {
+                    float sum = 0.0f;
+                    for (uint32_t c = 0; c < ch; c++)
+                        sum += fr[i * ch + c];
+                    o[i] = sum / (float)ch;
+                }
+            }
+        }
+        d->pos += k;
+        *got += k;
+        if (rc < 0 || k == 0)
+            break;
+    }
+fail:
+    return rc;
+}
+
+stk_status stk__audio_decode(stk__audiodec *d, int64_t first, int64_t n, float *const *planes,
+                             uint32_t n_planes, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    const char *name = stk__audfmt_name(d->info.format);
+    char why[STK_ERRMSG_SIZE] = "";
+    int64_t got = 0, total = d->info.frames;
+    d->checked = false;
+    if (!d->cur || first < 0 || n < 0 || first > total - n ||
+        (n_planes != 1 && n_planes != d->info.channels))
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "audio decode of frames [%" PRId64 ", %" PRId64 ") into %" PRIu32
+                              " planes: outside the stream",
+                              first, first + n, n_planes);
+    bool pcm = d->info.format == STK__AUD_WAV || d->info.format == STK__AUD_AIFF;
+    if (!d->lenient && !d->trusted && !pcm) {
+        /* the whole stream from frame 0, keeping the window as it passes */
+        if (d->info.format == STK__AUD_VORBIS || d->info.format == STK__AUD_OPUS ||
+            d->info.format == STK__AUD_OGG)
+            STK_TRY(ogg_check(d->src, d->size, err, err_size));
+        if (d->pos != 0)
+            STK_TRY(rewind_stream(d, why, sizeof(why)));
+        int64_t all = 0;
+        rc = read_frames(d, INT64_MAX, first, first + n, planes, n_planes, &all, why, sizeof(why));
+        if (rc < 0)
+            STK_FAIL_SIZED(err, err_size, rc,
+                           "%s: %s (after %" PRId64 " of its %" PRId64 " frames)", name, why, all,
+                           total);
+        if (all != total)
+            STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
+                           "%s: %" PRId64 " frames decode where its header says %" PRId64
+                           " (truncated or corrupt)",
+                           name, all, total);
+        d->checked = true;
+        return STK_OK;
+    }
+    int64_t start = first; /* where reading starts */
+    if (d->seek_mode == SEEK_PREROLL)
+        start = STK_MAX((int64_t)0, first - OPUS_PREROLL);
+    if (d->seek_mode == SEEK_NONE) {
+        if (d->pos > first)
+            STK_TRY(rewind_stream(d, why, sizeof(why)));
+        start = d->pos;
+    } else if (start != d->pos) {
+        rc = d->codec->seek(d->cur, start, why, sizeof(why));
+        if (rc < 0)
+            STK_FAIL_SIZED(err, err_size, rc, "%s: %s", name, why);
+        d->pos = start;
+    }
+    rc = read_frames(d, first + n - start, first, first + n, planes, n_planes, &got, why,
+                     sizeof(why));
+    if (rc < 0 && d->lenient)
+        rc = STK_OK; /* lenient: what decoded stands, the rest is zeros */
+    if (rc == STK_OK && got < first + n - start) {
+        if (!d->lenient) /* shorter than its header says */
+            STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
+                           "%s: the stream ends at frame %" PRId64 " where its header says %" PRId64
+                           " (truncated or corrupt)",
+                           name, start + got, total);
+        for (int64_t f = STK_MAX(start + got, first); f < first + n; f++) /* lenient: zeros */
+            for (uint32_t c = 0; c < n_planes; c++)
+                planes[c][f - first] = 0.0f;
+    }
+    if (rc < 0)
+        STK_FAIL_SIZED(err, err_size, rc, "%s: %s", name, why);
+    d->checked = pcm && !d->lenient; /* PCM has nothing to check but its length (the header) */
+    return STK_OK;
+fail:
+    return rc;
+}

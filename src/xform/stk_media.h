@@ -1,0 +1,46 @@
+/*
+ * stk_media.h: the seam between the loader and the per-sample pipelines. A transform has a media
+ * kind (stk_media: image, audio; video next); each kind implements this table in files of its
+ * own, and stk_media.c's one switch (media_of) picks a transform's. The loader, the Python
+ * binding and the CLI call the stk__transform_* functions of stk_internal.h, which dispatch here;
+ * docs/design.md, "Adding a media kind", walks through adding one.
+ *
+ * Every kind's per-worker state (stk__tworker) starts with its stk_media, so the calls that get
+ * only the worker know whose it is.
+ */
+#ifndef STK_MEDIA_H
+#define STK_MEDIA_H
+
+#include "stk_internal.h"
+
+typedef struct stk__media_ops {
+    const char *name; /* "image", "audio" */
+    /* Compile opts (loaded and defaulted by stk_transform_create) into *out (t->media set). */
+    stk_status (*create)(const stk_transform_opts *opts, stk_transform **out);
+    void (*destroy)(stk_transform *t);
+    /* The workers' per-sample output (dtype, shape; -1 where it waits for binding). */
+    void (*spec)(const stk_transform *t, stk__tspec *out);
+    /* Optional (NULL: nothing to bind): stk__transform_bind and stk__transform_bind_reads. */
+    stk_status (*bind)(const stk_transform *t, const stk_field *f, const void *rec0, size_t size,
+                       stk_transform **out, char *err, size_t err_size);
+    bool (*bind_reads)(const stk_transform *t, const stk_field *f);
+    /* Per-worker state, made once per worker thread (no per-sample allocation after). */
+    stk_status (*worker_create)(const stk_transform *t, stk__tworker **out);
+    void (*worker_destroy)(stk__tworker *w);
+    /* Decode and augment times so far (relaxed atomics; any thread). */
+    void (*stage_ns)(const stk__tworker *w, uint64_t *decode_ns, uint64_t *augment_ns);
+    /* Checked once (stk_internal.h): the next record passed a strict read before / the last
+     * apply checked all of its record. */
+    void (*trust)(stk__tworker *w, bool trusted);
+    bool (*checked)(const stk__tworker *w);
+    /* One sample: src (size bytes, the transform field's value) into dst, randomness from rng. */
+    stk_status (*apply)(const stk_transform *t, stk__tworker *w, const void *src, size_t size,
+                        stk_rng *rng, void *dst, char *err, size_t err_size);
+    /* Optional: the valid length of the last sample (stk__tspec.lengths). */
+    int64_t (*length)(const stk__tworker *w);
+} stk__media_ops;
+
+extern const stk__media_ops stk__media_image; /* stk_transform.c */
+extern const stk__media_ops stk__media_audio; /* stk_audio.c */
+
+#endif /* STK_MEDIA_H */

@@ -1,0 +1,224 @@
+/*
+ * test_pysource.c: what the Python Dataset path stands on, through the public C API: the index
+ * dataset (count, describe, fingerprint, empty refused); a loader over it whose sample_fn_v2
+ * produces every row, told each sample's epoch, position, worker, row and seed (the seed equal
+ * to stk_sample_seed's and independent of the thread count); errors naming "NAME[i]" and skipped
+ * under SKIP_CORRUPT; the shared ring: every batch lies in the memfd stk_loader_ring_memory
+ * names, and a second mapping of that fd (another process's view) sees the rows the callback
+ * wrote at their offsets; no fd without STK_LOADER_SHARED_RING.
+ */
+#include "stk_internal.h"
+#include "t.h"
+
+#include <stdatomic.h>
+#include <sys/mman.h>
+
+#define N 37
+#define B 8
+
+static int test_index_dataset(void)
+{
+    stk_dataset *ds;
+    T_OK(stk_dataset_open_index("MyDataset", N, &ds));
+    T_EQ(stk_dataset_n_records(ds), N);
+    T_EQ(stk_dataset_n_fields(ds), 0);
+    T_CHECK(strcmp(stk_dataset_format(ds), "index") == 0);
+    char buf[64];
+    T_OK(stk_dataset_describe(ds, 12, buf, sizeof(buf)));
+    T_CHECKF(strcmp(buf, "MyDataset[12]") == 0, "%s", buf);
+    stk_dataset *other;
+    T_OK(stk_dataset_open_index("MyDataset", N + 1, &other));
+    T_CHECK(stk_dataset_fingerprint(ds) != stk_dataset_fingerprint(other));
+    stk_dataset_close(other);
+    T_OK(stk_dataset_open_index("Other", N, &other));
+    T_CHECK(stk_dataset_fingerprint(ds) != stk_dataset_fingerprint(other));
+    stk_dataset_close(other);
+    stk_dataset_close(ds);
+    T_EQ(stk_dataset_open_index("empty", 0, &ds), STK_EINVAL);
+    T_CHECK(strstr(stk_last_errmsg(), "empty") != NULL);
+    return 0;
+}
+
+/* Each row: index, epoch, position, seed, row, worker (six int64) in field "v". Fails record 13
+ * with STK_EFORMAT. */
+static atomic_int calls;
+static stk_status fill(void *ctx, const stk_sample_info *info, const stk_tensor *in, size_t n_in,
+                       stk_tensor *out, size_t n_out, char *err, size_t err_size)
+{
+    (void)ctx;
+    (void)in;
+    atomic_fetch_add(&calls, 1);
+    if (n_in != 0 || n_out != 1 || out[0].size != 6 * sizeof(int64_t) ||
+        info->struct_size < sizeof(*info))
+        return stk__set_error(err, err_size, STK_EINVAL, "unexpected call");
+    if (info->index == 13)
+        return stk__set_error(err, err_size, STK_EFORMAT, "thirteen refused");
+    int64_t v[6] = {(int64_t)info->index, (int64_t)info->epoch, (int64_t)info->position,
+                    (int64_t)info->seed,  (int64_t)info->row,   (int64_t)info->worker};
+    memcpy(out[0].data, v, sizeof(v));
+    return STK_OK;
+}
+
+static const stk_field vfield = {.struct_size = sizeof(stk_field),
+                                 .name = "v",
+                                 .kind = STK_FIELD_ARRAY,
+                                 .dtype = STK_DTYPE_INT64,
+                                 .ndim = 1,
+                                 .shape = {6}};
+
+static stk_status make(stk_dataset *ds, int threads, uint32_t flags, stk_loader **L)
+{
+    stk_loader_opts o;
+    stk_loader_opts_init(&o);
+    o.dataset = ds;
+    o.batch_size = B;
+    o.n_threads = threads;
+    o.n_slots = 3;
+    o.seed = 77;
+    o.rank = 0;
+    o.world = 1;
+    o.flags = flags;
+    o.sample_fn_v2 = fill;
+    o.sample_fields = &vfield;
+    o.n_sample_fields = 1;
+    return stk_loader_create(&o, L);
+}
+
+/* Run one epoch; rows[index] = the row's values (index 13 fails: its batch raises, or under
+ * skip is replaced). Returns the number of failed batches, -1 on a check failure. */
+static int run_epoch(stk_loader *L, int64_t rows[N][6], char *errtext, size_t errsize)
+{
+    int failed = 0;
+    for (;;) {
+        stk_batch *b;
+        stk_status rc = stk_loader_next(L, &b);
+        if (rc == STK_END)
+            break;
+        if (rc < 0) {
+            snprintf(errtext, errsize, "%s", stk_loader_errmsg(L));
+            failed++;
+            continue;
+        }
+        stk_tensor t;
+        stk_tensor_init(&t);
+        if (stk_batch_tensor(b, 0, &t) != STK_OK || strcmp(t.name, "v") != 0)
+            return -1;
+        const int64_t *v = t.data;
+        for (uint32_t i = 0; i < stk_batch_n_samples(b); i++)
+            if (v[i * 6] >= 0 && v[i * 6] < N)
+                memcpy(rows[v[i * 6]], v + i * 6, sizeof(rows[0]));
+        stk_batch_release(b);
+    }
+    return failed;
+}
+
+static int test_v2_info(void)
+{
+    stk_dataset *ds;
+    T_OK(stk_dataset_open_index("Rows", N, &ds));
+    int64_t one[N][6], three[N][6];
+    for (int threads = 1; threads <= 3; threads += 2) {
+        stk_loader *L;
+        T_OK(make(ds, threads, STK_LOADER_SHUFFLE, &L));
+        int64_t(*rows)[6] = threads == 1 ? one : three;
+        memset(rows, 0xff, sizeof(one));
+        char err[STK_ERRMSG_SIZE] = "";
+        T_EQ(run_epoch(L, rows, err, sizeof(err)), 1); /* the batch holding record 13 */
+        T_CHECKF(strstr(err, "Rows[13]: thirteen refused") != NULL, "%s", err);
+        for (uint64_t i = 0; i < N; i++) {
+            if (i == 13 || rows[i][0] == -1)
+                continue; /* the failed batch's rows are not delivered */
+            T_EQ(rows[i][0], i);
+            T_EQ(rows[i][1], 0);
+            T_EQ(stk_sampler_index(N, true, 77, 0, (uint64_t)rows[i][2]), i);
+            T_EQ(rows[i][3], (int64_t)stk_sample_seed(77, 0, i));
+            T_EQ(rows[i][4], rows[i][2] % B);
+            T_CHECK(rows[i][5] >= 0 && rows[i][5] < threads);
+        }
+        /* epoch 1: other seeds */
+        char err1[STK_ERRMSG_SIZE];
+        int64_t again[N][6];
+        memset(again, 0xff, sizeof(again));
+        T_EQ(run_epoch(L, again, err1, sizeof(err1)), 1);
+        for (uint64_t i = 0; i < N; i++)
+            if (i != 13 && again[i][0] != -1) {
+                T_EQ(again[i][1], 1);
+                T_EQ(again[i][3], (int64_t)stk_sample_seed(77, 1, i));
+            }
+        stk_loader_destroy(L);
+    }
+    for (uint64_t i = 0; i < N; i++) /* the same seed whatever the thread count */
+        if (one[i][0] != -1 && three[i][0] != -1)
+            T_EQ(one[i][3], three[i][3]);
+    T_CHECK(stk_sample_seed(77, 0, 5) != stk_sample_seed(77, 0, 6));
+    T_CHECK(stk_sample_seed(77, 0, 5) != stk_sample_seed(78, 0, 5));
+    T_CHECK(stk_sample_seed(77, 0, 5) != stk_sample_seed(77, 1, 5));
+    /* skip: record 13 replaced by the next good one and counted */
+    stk_loader *L;
+    T_OK(make(ds, 2, STK_LOADER_SKIP_CORRUPT, &L));
+    int64_t rows[N][6];
+    memset(rows, 0xff, sizeof(rows));
+    char err[STK_ERRMSG_SIZE];
+    T_EQ(run_epoch(L, rows, err, sizeof(err)), 0);
+    stk_loader_stats st = {.struct_size = sizeof(st)};
+    T_OK(stk_loader_stats_get(L, &st));
+    T_EQ(st.skipped, 1);
+    stk_loader_destroy(L);
+    stk_dataset_close(ds);
+    return 0;
+}
+
+static int test_shared_ring(void)
+{
+    stk_dataset *ds;
+    T_OK(stk_dataset_open_index("Shared", N, &ds));
+    stk_loader *L;
+    T_OK(make(ds, 2, 0, &L));
+    stk_ring_memory m;
+    stk_ring_memory_init(&m);
+    T_OK(stk_loader_ring_memory(L, &m));
+    T_EQ(m.fd, -1); /* not shared without the flag */
+    T_CHECK(m.base == NULL);
+    stk_loader_destroy(L);
+
+    T_OK(make(ds, 2, STK_LOADER_SHARED_RING, &L));
+    stk_ring_memory_init(&m);
+    T_OK(stk_loader_ring_memory(L, &m));
+    T_CHECK(m.fd >= 0);
+    T_CHECK(m.base != NULL && m.size > 0);
+    T_CHECK(!m.pinned);
+    stk_loader_info info = {.struct_size = sizeof(info)};
+    T_OK(stk_loader_info_get(L, &info));
+    T_CHECK(m.size >= info.slot_size * info.n_slots);
+    /* another mapping of the fd: what a worker process sees */
+    uint8_t *view = mmap(NULL, m.size, PROT_READ, MAP_SHARED, m.fd, 0);
+    T_CHECK(view != MAP_FAILED);
+    uint64_t seen = 0;
+    for (;;) {
+        stk_batch *b;
+        stk_status rc = stk_loader_next(L, &b);
+        if (rc == STK_END)
+            break;
+        if (rc < 0)
+            continue; /* record 13's batch */
+        stk_tensor t;
+        stk_tensor_init(&t);
+        T_OK(stk_batch_tensor(b, 0, &t));
+        const uint8_t *p = t.data;
+        T_CHECK(p >= (const uint8_t *)m.base && p + t.size <= (const uint8_t *)m.base + m.size);
+        size_t off = (size_t)(p - (const uint8_t *)m.base);
+        T_CHECK(memcmp(view + off, p, t.size) == 0);
+        const int64_t *v = (const int64_t *)(view + off);
+        for (uint32_t i = 0; i < stk_batch_n_samples(b); i++)
+            T_EQ(v[i * 6 + 3], (int64_t)stk_sample_seed(77, 0, (uint64_t)v[i * 6]));
+        seen += stk_batch_n_samples(b);
+        stk_batch_release(b);
+    }
+    T_EQ(seen, N - B); /* every batch but record 13's (positions 8..15) */
+    munmap(view, m.size);
+    stk_loader_destroy(L);
+    stk_dataset_close(ds);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_index_dataset), T_CASE(test_v2_info), T_CASE(test_shared_ring))

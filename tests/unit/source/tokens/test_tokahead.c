@@ -1,0 +1,188 @@
+/*
+ * test_tokahead.c: rows read ahead together (src/source/tokens/stk_tokahead.c, through the
+ * seam's prepare): windows and random rows of three llm.c shards read after a prepare are byte
+ * for byte the rows a cursor reads alone (rows across two shards included), and came from the
+ * rows ahead where io_uring is to be had; a row prepared and not read is dropped by the next
+ * prepare; a file cut short or rewritten in place after open is refused by every row's read,
+ * named exactly as without a prepare.
+ */
+#include "io/stk_uring.h"
+#include "source/tokens/stk_tokens.h"
+#include "t.h"
+#include "data/fixtures.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define T_LEN 10
+#define SHARD 700 /* tokens per shard */
+
+/* An llm.c shard of SHARD uint16 ids: id k of the stream is (k * 7 + 3) % 65521. */
+static void write_shard(const char *path, int k)
+{
+    int32_t h[256] = {20240520, 1, SHARD};
+    FILE *f = fopen(path, "wb");
+    fwrite(h, 1, sizeof(h), f);
+    for (int i = 0; i < SHARD; i++) {
+        uint16_t v = (uint16_t)(((k * SHARD + i) * 7 + 3) % 65521);
+        fwrite(&v, 2, 1, f);
+    }
+    fclose(f);
+}
+
+static stk_status open_rows(const char *const *paths, size_t n, uint32_t mode, stk_dataset **ds)
+{
+    stk_tokens_opts o;
+    stk_tokens_opts_init(&o);
+    o.paths = paths;
+    o.n_paths = n;
+    o.seq_len = T_LEN;
+    o.mode = mode;
+    return stk_tokens_open(&o, ds);
+}
+
+/* Row i read with `cur` (and key) into row[] (input_ids then labels); the status. */
+static stk_status read_row(stk_dataset *ds, stk__cursor *cur, const stk__readkey *key, uint64_t i,
+                           int64_t row[2 * T_LEN], char *err, size_t err_size)
+{
+    void *dst[2] = {row, row + T_LEN};
+    size_t cap[2] = {T_LEN * 8, T_LEN * 8};
+    stk__recinfo info;
+    return stk__dataset_read_keyed(ds, cur, key, i, dst, cap, 0, &info, err, err_size);
+}
+
+static int test_rows_ahead_are_the_rows_read_alone(void)
+{
+    const char *dir = fx_tmpdir("tokahead");
+    char p[3][300];
+    const char *paths[3];
+    for (int k = 0; k < 3; k++) {
+        snprintf(p[k], sizeof(p[k]), "%s/fw_%06d.bin", dir, k);
+        write_shard(p[k], k);
+        paths[k] = p[k];
+    }
+    stk__uring *probe = stk__uring_open(STK__TOK_AHEAD);
+    bool ring = probe != NULL;
+    stk__uring_close(probe);
+    if (!ring)
+        printf("  no io_uring here: rows are read one at a time (checked equal all the same)\n");
+    for (uint32_t mode = STK_TOKENS_WINDOWS; mode <= STK_TOKENS_RANDOM; mode++) {
+        stk_dataset *ds;
+        T_OK(open_rows(paths, 3, mode, &ds));
+        uint64_t n_rows = stk_dataset_n_records(ds);
+        T_EQ(n_rows, (3 * SHARD - 1) / T_LEN);
+        T_EQ(stk__dataset_prepare_max(ds), STK__TOK_AHEAD);
+        stk__cursor *a, *b;
+        char err[STK_ERRMSG_SIZE];
+        T_OK(stk__dataset_cursor_open(ds, &a, err, sizeof(err)));
+        T_OK(stk__dataset_cursor_open(ds, &b, err, sizeof(err)));
+        const stk__readkey key = {7, 3, true};
+        /* rows 69 and 139 span two shards (tokens 690..700, 1390..1400) */
+        uint64_t idx[STK__TOK_AHEAD] = {5, 69, 0, 139, 208, 17, 100, 69, 33, 150};
+        unsigned n = 10;
+        for (int round = 0; round < 3; round++) {
+            stk__dataset_prepare(ds, a, &key, idx, n);
+            const stk__tokcur *ca = (const stk__tokcur *)a;
+            unsigned within = 0; /* rows inside one shard (the rest are read the usual way) */
+            for (unsigned k = 0; k < n; k++)
+                within += (idx[k] * T_LEN) % SHARD != SHARD - T_LEN;
+            if (ring && mode == STK_TOKENS_WINDOWS)
+                T_CHECKF(ca->n_ahead == within, "%u rows ahead, not %u", ca->n_ahead, within);
+            if (ring && mode == STK_TOKENS_RANDOM)
+                T_CHECK(ca->n_ahead >= 1);
+            for (unsigned k = 0; k < n - (round == 1 ? 4 : 0); k++) { /* round 1 leaves 4 */
+                int64_t ra[2 * T_LEN], rb[2 * T_LEN];
+                T_OK(read_row(ds, a, &key, idx[k], ra, err, sizeof(err)));
+                T_OK(read_row(ds, b, &key, idx[k], rb, err, sizeof(err)));
+                T_CHECKF(memcmp(ra, rb, sizeof(ra)) == 0, "mode %u, row %llu differs", mode,
+                         (unsigned long long)idx[k]);
+                if (mode == STK_TOKENS_WINDOWS) /* and it is the stream's */
+                    for (int j = 0; j < T_LEN; j++) {
+                        uint64_t at = idx[k] * T_LEN + (uint64_t)j;
+                        T_EQ(ra[j], (int64_t)((at * 7 + 3) % 65521));
+                        T_EQ(ra[T_LEN + j], (int64_t)(((at + 1) * 7 + 3) % 65521));
+                    }
+            }
+            for (unsigned k = 0; ring && round != 1 && k < ca->n_ahead; k++)
+                T_EQ(ca->ahead_first[k], UINT64_MAX); /* every row ahead was read from there */
+            for (unsigned k = 0; k < n; k++)          /* other rows next round */
+                idx[k] = (idx[k] * 31 + 11) % n_rows;
+        }
+        stk__dataset_cursor_close(ds, a);
+        stk__dataset_cursor_close(ds, b);
+        stk_dataset_close(ds);
+    }
+    fx_rmtree(dir);
+    return 0;
+}
+
+/* The rows of `path` (2000 ids, rows of T_LEN) after `change` altered the file since open: read
+ * with and without a prepare, the same status and message for every row, and every row refused
+ * (the file is not the version opened). */
+static int check_changed(const char *path, const char *change)
+{
+    stk_dataset *ds;
+    const char *paths[1] = {path};
+    T_OK(open_rows(paths, 1, STK_TOKENS_WINDOWS, &ds));
+    T_CHECK(strcmp(stk_dataset_format(ds), "nanogpt") == 0);
+    if (!strcmp(change, "cut")) {
+        T_CHECK(truncate(path, 1000 * 2) == 0); /* tokens 1000.. gone */
+    } else {                                    /* rewritten in place: same size, new bytes */
+        FILE *f = fopen(path, "r+b");
+        uint16_t v = 9;
+        fwrite(&v, 2, 1, f);
+        fclose(f);
+        struct timespec later[2] = {{0, UTIME_OMIT}, {4000000000, 0}};
+        T_CHECK(utimensat(AT_FDCWD, path, later, 0) == 0); /* a new mtime, whatever the clock */
+    }
+    stk__cursor *a, *b;
+    char ea[STK_ERRMSG_SIZE], eb[STK_ERRMSG_SIZE];
+    T_OK(stk__dataset_cursor_open(ds, &a, ea, sizeof(ea)));
+    T_OK(stk__dataset_cursor_open(ds, &b, ea, sizeof(ea)));
+    const stk__readkey key = {1, 0, false};
+    uint64_t idx[4] = {3, 150, 99, 10}; /* rows 150 and 99 (tokens 990..1000) are past a cut */
+    stk__dataset_prepare(ds, a, &key, idx, 4);
+    const stk__tokcur *ca = (const stk__tokcur *)a;
+    for (uint32_t k = 0; k < ca->n_ahead; k++)
+        T_EQ(ca->ahead_first[k], UINT64_MAX); /* nothing taken from a changed file */
+    for (int k = 0; k < 4; k++) {
+        int64_t ra[2 * T_LEN], rb[2 * T_LEN];
+        stk_status rca = read_row(ds, a, &key, idx[k], ra, ea, sizeof(ea));
+        stk_status rcb = read_row(ds, b, &key, idx[k], rb, eb, sizeof(eb));
+        T_EQ(rca, rcb);
+        T_CHECKF(rca < 0, "%s: row %llu read from a file changed since open", change,
+                 (unsigned long long)idx[k]);
+        T_CHECKF(strcmp(ea, eb) == 0, "with rows ahead: %s\nwithout: %s", ea, eb);
+        T_CHECKF(strstr(ea, "train.bin") && strstr(ea, "changed while open"), "%s", ea);
+    }
+    stk__dataset_cursor_close(ds, a);
+    stk__dataset_cursor_close(ds, b);
+    stk_dataset_close(ds);
+    return 0;
+}
+
+static int test_changed_file_named_as_without(void)
+{
+    const char *dir = fx_tmpdir("tokahead_cut");
+    char path[300];
+    snprintf(path, sizeof(path), "%s/train.bin", dir);
+    static const char *const changes[] = {"cut", "rewritten"};
+    for (int c = 0; c < 2; c++) {
+        FILE *f = fopen(path, "wb");
+        for (int i = 0; i < 2000; i++) {
+            uint16_t v = (uint16_t)i;
+            fwrite(&v, 2, 1, f);
+        }
+        fclose(f);
+        if (check_changed(path, changes[c]))
+            return 1;
+    }
+    fx_rmtree(dir);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_rows_ahead_are_the_rows_read_alone), T_CASE(test_changed_file_named_as_without))
