@@ -1,18 +1,19 @@
 /*
  * stk_tokahead.c: a worker's next rows read together. A loader's worker that takes several
  * tickets of a batch at once hands their rows here first (stk__tokds_prepare, the seam's
- * `prepare`); windows and random rows of local files are then read with one io_uring submission
- * into the cursor's rows ahead, and each row's read (stk_tokrows.c) widens from there instead of
- * reading it again. One pread a row costs a kernel entry a row, as much as copying its bytes out
- * of the page cache: together, one entry pays for STK__TOK_AHEAD rows (bench/RESULTS.md, issue
- * 26).
+ * `prepare`); the reads of windows, random and packed rows of local files (a window's T + 1
+ * ids; a packed row's runs of pieces, as read_packed makes them) are then made with one io_uring
+ * submission into the cursor's reads ahead, and each row's read (stk_tokrows.c) widens from there
+ * instead of reading again. One pread a read costs a kernel entry a read, as much as copying a
+ * row's bytes out of the page cache: together, one entry pays for STK__TOK_AHEAD reads
+ * (bench/RESULTS.md, issue 26).
  *
- * Nothing here decides what a row holds: a row ahead is the same bytes the usual read would
- * read (matched by its first token), checked as the usual read checks its bytes (the file still
- * the version opened, once per file after the submission instead of once per row), and any row
- * that cannot be read ahead (no io_uring, a row across two files, a short or failed read, a
- * changed file, a column's corpus, packed rows) is read the usual way, which reports its errors
- * as before.
+ * Nothing here decides what a row holds: a read ahead is the same bytes the usual read would
+ * read (matched by its first token and length), checked as the usual read checks its bytes (the
+ * file still the version opened, once per file after the submission instead of once per read),
+ * and any read that cannot be made ahead (no io_uring, a span across two files, a short or failed
+ * read, a changed file, a column's corpus, more reads than fit) is made the usual way, which
+ * reports its errors as before.
  */
 #include "source/tokens/stk_tokens.h"
 
@@ -21,12 +22,12 @@
 unsigned stk__tokds_prepare_max(const stk_dataset *ds)
 {
     const stk__tokds *t = ds->impl;
-    if (!t || t->c.col || (t->o.mode != STK_TOKENS_WINDOWS && t->o.mode != STK_TOKENS_RANDOM))
+    if (!t || t->c.col || t->o.mode == STK_TOKENS_DOCUMENTS)
         return 0;
     for (size_t i = 0; i < t->c.n_parts; i++)
         if (stk__vfs_fd(t->c.parts[i].f) < 0)
             return 0; /* remote files read ahead their own way */
-    return STK__TOK_AHEAD;
+    return STK__TOK_AHEAD_ROWS;
 }
 
 void stk__tokcur_ahead_free(stk__tokcur *cur)
@@ -38,10 +39,10 @@ void stk__tokcur_ahead_free(stk__tokcur *cur)
     cur->n_ahead = 0;
 }
 
-const uint8_t *stk__tokcur_ahead(stk__tokcur *cur, uint64_t first)
+const uint8_t *stk__tokcur_ahead(stk__tokcur *cur, uint64_t first, uint64_t n)
 {
     for (uint32_t k = 0; k < cur->n_ahead; k++)
-        if (cur->ahead_first[k] == first) {
+        if (cur->ahead_first[k] == first && cur->ahead_n[k] == n) {
             cur->ahead_first[k] = UINT64_MAX; /* spent: a row is read once */
             return cur->ahead + (size_t)k * cur->ahead_row;
         }
@@ -54,14 +55,13 @@ void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cursor, const stk__r
     const stk__tokds *t = ds->impl;
     const stk__tokcorpus *c = &t->c;
     stk__tokcur *cur = (stk__tokcur *)cursor;
-    size_t len = ((size_t)t->T + 1) * c->width; /* a row's raw tokens */
     cur->n_ahead = 0;
     if (!cur->ring) {
         if (cur->ring_tried || stk__tokds_prepare_max(ds) == 0)
             return;
         cur->ring_tried = true;
-        cur->ahead_row = len;
-        cur->ahead = stk__malloc(STK__TOK_AHEAD * len);
+        cur->ahead_row = cur->buf_size; /* a row, or a packed row's run: what buf holds */
+        cur->ahead = stk__malloc(STK__TOK_AHEAD * cur->ahead_row);
         cur->ring = cur->ahead ? stk__uring_open(STK__TOK_AHEAD) : NULL;
         if (!cur->ring) { /* none to be had: read as before from now on */
             stk__tokcur_ahead_free(cur);
@@ -70,18 +70,35 @@ void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cursor, const stk__r
     }
     static const stk__readkey zero = {0, 0, false};
     stk__uread r[STK__TOK_AHEAD];
-    uint64_t first[STK__TOK_AHEAD];
+    uint64_t first[STK__TOK_AHEAD], count[STK__TOK_AHEAD];
     uint32_t m = 0;
+    uint64_t cap = cur->buf_size / c->width; /* tokens a read may take (read_packed's) */
     for (unsigned k = 0; k < n && m < STK__TOK_AHEAD; k++) {
-        stk__file *f;
-        uint64_t off;
         if (idx[k] >= t->n_rows)
             continue;
-        uint64_t at = stk__tokds_row_start(t, key ? key : &zero, idx[k]);
-        if (!stk__tokcorpus_locate(c, at, (uint64_t)t->T + 1, &f, &off))
-            continue; /* across two files: the usual read joins them */
-        r[m] = (stk__uread){stk__vfs_fd(f), (uint32_t)len, cur->ahead + m * len, off, 0};
-        first[m++] = at;
+        /* the reads row idx[k] makes: one for a window, the runs of a packed row */
+        uint64_t piece = 0, end = 1;
+        if (t->o.mode == STK_TOKENS_PACKED) {
+            piece = t->pack.row[idx[k]];
+            end = t->pack.row[idx[k] + 1];
+        }
+        while (piece < end && m < STK__TOK_AHEAD) {
+            uint64_t at, len, off;
+            if (t->o.mode == STK_TOKENS_PACKED) {
+                piece = stk__tokds_packed_run(t, cap, piece, end, &at, &len);
+            } else {
+                at = stk__tokds_row_start(t, key ? key : &zero, idx[k]);
+                len = (uint64_t)t->T + 1;
+                piece = end;
+            }
+            stk__file *f;
+            if (!stk__tokcorpus_locate(c, at, len, &f, &off))
+                continue; /* across two files: the usual read joins them */
+            r[m] = (stk__uread){stk__vfs_fd(f), (uint32_t)(len * c->width),
+                                cur->ahead + m * cur->ahead_row, off, 0};
+            first[m] = at;
+            count[m++] = len;
+        }
     }
     if (m == 0)
         return;
@@ -97,12 +114,13 @@ void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cursor, const stk__r
         if (r[k].fd != checked_fd) { /* rows come file by file: mostly one check a prepare */
             stk__file *f;
             uint64_t off;
-            stk__tokcorpus_locate(c, first[k], (uint64_t)t->T + 1, &f, &off);
+            stk__tokcorpus_locate(c, first[k], count[k], &f, &off);
             checked_fd = r[k].fd;
             unchanged = stk__vfs_fd_unchanged(f);
         }
-        bool whole = unchanged && r[k].res == (int32_t)len;
+        bool whole = unchanged && r[k].res == (int32_t)r[k].len;
         cur->ahead_first[k] = whole ? first[k] : UINT64_MAX; /* the usual read names the error */
+        cur->ahead_n[k] = count[k];
         failed |= r[k].res < 0;
     }
     cur->n_ahead = m;

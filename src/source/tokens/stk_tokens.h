@@ -50,7 +50,10 @@ typedef struct stk__tokcorpus {
     bool col_extent;               /* the source gives the field's byte range (field_extent) */
 } stk__tokcorpus;
 
-#define STK__TOK_AHEAD 16 /* rows a cursor reads together (stk_tokahead.c) */
+/* A cursor's reads made together (stk_tokahead.c): up to STK__TOK_AHEAD_ROWS rows a time, in up
+ * to STK__TOK_AHEAD reads (a window is one, a packed row one per run of its pieces). */
+#define STK__TOK_AHEAD_ROWS 16
+#define STK__TOK_AHEAD 32
 
 /* A reader's per-thread state: scratch for raw tokens and a column's record buffer, and the
  * rows read ahead together (stk_tokahead.c). */
@@ -63,10 +66,11 @@ typedef struct stk__tokcur {
     uint64_t rec_doc; /* which record rec holds (UINT64_MAX: none) */
     stk__uring *ring; /* the reads ahead's ring (NULL: none yet, or none to be had) */
     bool ring_tried;  /* opened once: no ring then means none ever */
-    uint8_t *ahead;   /* STK__TOK_AHEAD rows of raw tokens, ahead_row bytes each */
+    uint8_t *ahead;   /* STK__TOK_AHEAD reads of raw tokens, ahead_row bytes apart */
     size_t ahead_row;
     uint32_t n_ahead;                     /* rows in it */
-    uint64_t ahead_first[STK__TOK_AHEAD]; /* each row's first token (UINT64_MAX: spent) */
+    uint64_t ahead_first[STK__TOK_AHEAD]; /* each read's first token (UINT64_MAX: spent) */
+    uint64_t ahead_n[STK__TOK_AHEAD];     /* and its tokens */
 } stk__tokcur;
 
 /* ---- the corpus (stk_tokcorpus.c) ---- */
@@ -212,18 +216,22 @@ bool stk__tokds_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__br
 /* Row r's first token for WINDOWS and RANDOM (key: the loader's seed and epoch). */
 uint64_t stk__tokds_row_start(const stk__tokds *t, const stk__readkey *key, uint64_t r);
 
+/* PACKED: the run of pieces k.. of a row (its pieces k..end-1) read with one read: tokens
+ * [*first, *first + *n), at most cap of them; returns the piece after the run. */
+uint64_t stk__tokds_packed_run(const stk__tokds *t, uint64_t cap, uint64_t k, uint64_t end,
+                               uint64_t *first, uint64_t *n);
+
 /* ---- rows read ahead together (stk_tokahead.c) ---- */
 
-/* STK__TOK_AHEAD for windows and random rows of local files (the rows a loader's worker reads
- * with one system call), else 0. */
+/* STK__TOK_AHEAD_ROWS for windows, random and packed rows of local files (the rows a loader's
+ * worker reads with one system call), else 0. */
 unsigned stk__tokds_prepare_max(const stk_dataset *ds);
 /* Read rows idx[0..n) into the cursor's rows ahead, together (io_uring); rows that cannot be
  * (a row across two files, a failed read, no io_uring) are left to the usual read. */
 void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cur, const stk__readkey *key,
                         const uint64_t *idx, unsigned n);
-/* The raw tokens of the row starting at token `first` when it was read ahead (then spent), else
- * NULL. */
-const uint8_t *stk__tokcur_ahead(stk__tokcur *cur, uint64_t first);
+/* The raw tokens [first, first + n) when they were read ahead (then spent), else NULL. */
+const uint8_t *stk__tokcur_ahead(stk__tokcur *cur, uint64_t first, uint64_t n);
 /* Free what the rows ahead hold (the cursor's close). */
 void stk__tokcur_ahead_free(stk__tokcur *cur);
 

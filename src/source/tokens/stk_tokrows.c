@@ -293,6 +293,20 @@ static void fill_ids(void *ids, bool i32, size_t at, size_t n, int64_t first, in
     }
 }
 
+uint64_t stk__tokds_packed_run(const stk__tokds *t, uint64_t cap, uint64_t k, uint64_t end,
+                               uint64_t *first, uint64_t *n)
+{
+    const stk__tokseg *seg = t->pack.seg;
+    uint64_t at = seg[k].start, m = k + 1;
+    while (m < end && seg[m].start - (seg[m - 1].start + seg[m - 1].len) <= RUN_GAP &&
+           seg[m].start + seg[m].len + seg[m].more - at <= cap)
+        m++;
+    const stk__tokseg *last = &seg[m - 1];
+    *first = at;
+    *n = last->start + last->len + last->more - at;
+    return m;
+}
+
 /* A packed row: its pieces, then padding. */
 static stk_status read_packed(const stk__tokds *t, stk__tokcur *cur, uint64_t r, void *const dst[],
                               unsigned flags, char *err, size_t err_size)
@@ -310,17 +324,15 @@ static stk_status read_packed(const stk__tokds *t, stk__tokcur *cur, uint64_t r,
          * small and whose span fits the buffer: reading a few KB between two pieces costs less
          * than another read (a row of best-fit pieces on log-normal documents: 3.1 reads
          * without, about 1.3 with). */
-        const stk__tokseg *seg = t->pack.seg;
-        uint64_t first = seg[k].start, m = k + 1;
-        while (m < end && seg[m].start - (seg[m - 1].start + seg[m - 1].len) <= RUN_GAP &&
-               seg[m].start + seg[m].len + seg[m].more - first <= cap)
-            m++;
-        const stk__tokseg *last = &seg[m - 1];
-        uint64_t n = last->start + last->len + last->more - first;
-        STK_TRY_RET(stk__tokcorpus_read(c, cur, first, n, cur->buf, flags, err, err_size));
+        uint64_t first, n, m = stk__tokds_packed_run(t, cap, k, end, &first, &n);
+        const uint8_t *buf = stk__tokcur_ahead(cur, first, n); /* read ahead with others? */
+        if (!buf) {
+            STK_TRY_RET(stk__tokcorpus_read(c, cur, first, n, cur->buf, flags, err, err_size));
+            buf = cur->buf;
+        }
         for (; k < m; k++) {
             const stk__tokseg *s = &t->pack.seg[k];
-            const uint8_t *src = cur->buf + (s->start - first) * w;
+            const uint8_t *src = buf + (s->start - first) * w;
             stk__tok_widen(src, w, s->len, in + at * es, i32);
             stk__tok_widen(src + w, w, s->len - 1 + s->more, lab + at * es, i32);
             if (!s->more) /* the document's last token predicts nothing */
@@ -383,7 +395,7 @@ stk_status stk__tokds_read_keyed(const stk_dataset *ds, stk__cursor *cursor,
     default: {
         static const stk__readkey zero = {0, 0, false};
         uint64_t first = stk__tokds_row_start(t, key ? key : &zero, i);
-        const uint8_t *src = stk__tokcur_ahead(cur, first); /* read ahead with others? */
+        const uint8_t *src = stk__tokcur_ahead(cur, first, (uint64_t)t->T + 1); /* ahead? */
         if (!src) {
             rc = stk__tokcorpus_read(c, cur, first, (uint64_t)t->T + 1, cur->buf, flags, err,
                                      err_size);

@@ -1,10 +1,11 @@
 /*
  * test_tokahead.c: rows read ahead together (src/source/tokens/stk_tokahead.c, through the
  * seam's prepare): windows and random rows of three llm.c shards read after a prepare are byte
- * for byte the rows a cursor reads alone (rows across two shards included), and came from the
- * rows ahead where io_uring is to be had; a row prepared and not read is dropped by the next
- * prepare; a file cut short or rewritten in place after open is refused by every row's read,
- * named exactly as without a prepare.
+ * for byte the rows a cursor reads alone (rows across two shards included) and came from the
+ * reads ahead where io_uring is to be had, a row prepared and not read being dropped by the next
+ * prepare; packed rows likewise (every field; their runs of pieces read ahead); a file cut short
+ * or rewritten in place after open is refused by every row's read, named exactly as without a
+ * prepare.
  */
 #include "io/stk_uring.h"
 #include "source/tokens/stk_tokens.h"
@@ -75,14 +76,14 @@ static int test_rows_ahead_are_the_rows_read_alone(void)
         T_OK(open_rows(paths, 3, mode, &ds));
         uint64_t n_rows = stk_dataset_n_records(ds);
         T_EQ(n_rows, (3 * SHARD - 1) / T_LEN);
-        T_EQ(stk__dataset_prepare_max(ds), STK__TOK_AHEAD);
+        T_EQ(stk__dataset_prepare_max(ds), STK__TOK_AHEAD_ROWS);
         stk__cursor *a, *b;
         char err[STK_ERRMSG_SIZE];
         T_OK(stk__dataset_cursor_open(ds, &a, err, sizeof(err)));
         T_OK(stk__dataset_cursor_open(ds, &b, err, sizeof(err)));
         const stk__readkey key = {7, 3, true};
         /* rows 69 and 139 span two shards (tokens 690..700, 1390..1400) */
-        uint64_t idx[STK__TOK_AHEAD] = {5, 69, 0, 139, 208, 17, 100, 69, 33, 150};
+        uint64_t idx[STK__TOK_AHEAD_ROWS] = {5, 69, 0, 139, 208, 17, 100, 69, 33, 150};
         unsigned n = 10;
         for (int round = 0; round < 3; round++) {
             stk__dataset_prepare(ds, a, &key, idx, n);
@@ -116,6 +117,80 @@ static int test_rows_ahead_are_the_rows_read_alone(void)
         stk__dataset_cursor_close(ds, b);
         stk_dataset_close(ds);
     }
+    fx_rmtree(dir);
+    return 0;
+}
+
+/* Every field of row i read with `cur` into rec (fields back to back, each at its largest). */
+static stk_status read_fields(stk_dataset *ds, stk__cursor *cur, uint64_t i, uint8_t *rec,
+                              char *err, size_t err_size)
+{
+    void *dst[STK_MAX_FIELDS];
+    size_t cap[STK_MAX_FIELDS], at = 0;
+    for (uint32_t f = 0; f < ds->n_fields; f++) {
+        dst[f] = rec + at;
+        cap[f] = ds->field_max[f];
+        at += ds->field_max[f];
+    }
+    memset(rec, 0x77, at);
+    stk__recinfo info;
+    static const stk__readkey key = {0, 0, false};
+    return stk__dataset_read_keyed(ds, cur, &key, i, dst, cap, 0, &info, err, err_size);
+}
+
+static int test_packed_rows_ahead_are_the_rows_read_alone(void)
+{
+    const char *dir = fx_tmpdir("tokahead_packed");
+    char path[300];
+    snprintf(path, sizeof(path), "%s/train.bin", dir);
+    FILE *f = fopen(path, "wb");
+    for (uint64_t i = 0; i < 5000; i++) { /* documents of 1..40 tokens, each ended by eos 0 */
+        uint16_t v = stk__mix64(i) % 40 == 0 ? 0 : (uint16_t)(1 + (i * 7) % 1000);
+        fwrite(&v, 2, 1, f);
+    }
+    fclose(f);
+    stk_tokens_opts o;
+    stk_tokens_opts_init(&o);
+    const char *paths[1] = {path};
+    o.paths = paths;
+    o.n_paths = 1;
+    o.seq_len = T_LEN;
+    o.mode = STK_TOKENS_PACKED;
+    o.eos = 0;
+    stk_dataset *ds;
+    T_OK(stk_tokens_open(&o, &ds));
+    T_EQ(stk__dataset_prepare_max(ds), STK__TOK_AHEAD_ROWS);
+    uint64_t n_rows = stk_dataset_n_records(ds);
+    stk__cursor *a, *b;
+    char err[STK_ERRMSG_SIZE];
+    T_OK(stk__dataset_cursor_open(ds, &a, err, sizeof(err)));
+    T_OK(stk__dataset_cursor_open(ds, &b, err, sizeof(err)));
+    stk__uring *probe = stk__uring_open(STK__TOK_AHEAD);
+    bool ring = probe != NULL;
+    stk__uring_close(probe);
+    uint8_t ra[1024], rb[1024];
+    T_CHECK(ds->max_record <= sizeof(ra));
+    uint64_t idx[STK__TOK_AHEAD_ROWS];
+    for (int round = 0; round < 20; round++) {
+        for (unsigned k = 0; k < STK__TOK_AHEAD_ROWS; k++)
+            idx[k] = stk__mix64((uint64_t)round * 100 + k) % n_rows;
+        static const stk__readkey key = {0, 0, false};
+        stk__dataset_prepare(ds, a, &key, idx, STK__TOK_AHEAD_ROWS);
+        const stk__tokcur *ca = (const stk__tokcur *)a;
+        if (ring)
+            T_CHECK(ca->n_ahead >= STK__TOK_AHEAD_ROWS); /* a read or more a row */
+        for (unsigned k = 0; k < STK__TOK_AHEAD_ROWS; k++) {
+            T_OK(read_fields(ds, a, idx[k], ra, err, sizeof(err)));
+            T_OK(read_fields(ds, b, idx[k], rb, err, sizeof(err)));
+            T_CHECKF(memcmp(ra, rb, ds->max_record) == 0, "packed row %llu differs",
+                     (unsigned long long)idx[k]);
+        }
+        for (unsigned k = 0; ring && k < ca->n_ahead; k++) /* every read ahead was used */
+            T_EQ(ca->ahead_first[k], UINT64_MAX);
+    }
+    stk__dataset_cursor_close(ds, a);
+    stk__dataset_cursor_close(ds, b);
+    stk_dataset_close(ds);
     fx_rmtree(dir);
     return 0;
 }
@@ -185,4 +260,6 @@ static int test_changed_file_named_as_without(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_rows_ahead_are_the_rows_read_alone), T_CASE(test_changed_file_named_as_without))
+T_MAIN(T_CASE(test_rows_ahead_are_the_rows_read_alone),
+       T_CASE(test_packed_rows_ahead_are_the_rows_read_alone),
+       T_CASE(test_changed_file_named_as_without))
