@@ -214,7 +214,12 @@ static int parse_decode_fields(const stk_dataset *ds, const char *list, verify_s
         int f = stk_dataset_find_field(ds, name);
         if (f < 0)
             return stk_cli_error("verify", "--decode: no field '%s' in the data%s", name,
-                                 list ? "" : " (name the image fields: --decode=FIELD,...)");
+                                 list ? ""
+                                 : stk_dataset_find_field(ds, "audio") >= 0
+                                     ? " (--decode decodes images; audio is checked by the "
+                                       "loader's strict first read of each record: "
+                                       "docs/audio.md)"
+                                     : " (name the image fields: --decode=FIELD,...)");
         if (stk_dataset_field(ds, (size_t)f)->kind != STK_FIELD_BYTES)
             return stk_cli_error("verify", "--decode: field '%s' is not a bytes field", name);
         if (s->n_decode == VERIFY_MAX_DECODE)

@@ -368,10 +368,13 @@ void stk_doctor_print_json(const doctor *d)
     if (a->mode == MODE_STEP) {
         const run_result *r = &d->step;
         const stk_loader_stats *st = &r->st;
-        double cw = st->wall_ns ? (double)st->consumer_wait_ns / st->wall_ns : 0;
-        double ww = st->wall_ns && r->threads
-                        ? (double)st->worker_wait_ns / ((double)st->wall_ns * r->threads)
-                        : 0;
+        /* The loader's own counters over the window wait_share is a share of (waiting + step):
+         * the loader counts only the time next() blocked, inside the doctor's timed calls, so
+         * its consumer share can never exceed wait_share (tests/cli/test_doctor.sh checks it). */
+        double span = r->wait_s + r->step_s;
+        double cw = span > 0 ? (double)st->consumer_wait_ns * 1e-9 / span : 0;
+        double ww =
+            span > 0 && r->threads ? (double)st->worker_wait_ns * 1e-9 / (span * r->threads) : 0;
         printf(", \"step\": {\"kind\": \"%s\", \"step_ms_target\": %.3f, \"threads\": %u, "
                "\"active_threads\": %u, \"autotune\": %s, \"prefetch\": %u, \"steps\": %" PRIu64
                ", \"seconds\": %.4f, \"step_ms\": %.4f, \"wait_ms\": %.4f, \"wait_share\": %.4f, "

@@ -1346,6 +1346,12 @@ typedef struct stk_loader_info {
     uint64_t n_records;
     size_t slot_size; /* bytes of one ring slot: min(batch_size, ceil(records / world)) rows */
     bool pinned;      /* ring is page-locked */
+    /* The transform's per-sample output as the loader runs it (stk_transform_output of the
+     * transform bound to this data: an audio transform's channels and length filled in);
+     * ndim 0 without a transform. */
+    stk_dtype transform_dtype;
+    uint32_t transform_ndim;
+    int64_t transform_shape[STK_MAX_DIMS];
 } stk_loader_info;
 
 /** Zero `out` and set its struct_size (the caller's sizeof). */

@@ -31,6 +31,7 @@ FORMATTERS = {
     "STK_FAIL_E": ("err", 2),  # src/source/stk_source.h: formats into the function's `err`
     "FAIL": ("err", 2),  # src/cuda/stk_cuda.c: the same
     "stk__set_last_error": ("stk_last_errmsg()", 2),  # the per-thread buffer
+    "ADD": ("line", 1),  # cli/doctor_report.c: appends to its `line`
 }
 ALLOW = "self-format: on purpose"  # in a comment on the call's lines: not reported
 

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Run unit-test binaries; each prints "N passed, N failed". Exit 77 counts as a skip.
-# Prints a closing total line and fails if any binary failed. Each case has its own time limit
+# Prints a closing total line (and the slowest binaries' seconds, which `make test`'s time is
+# mostly made of) and fails if any binary failed. Each case has its own time limit
 # (tests/t.h, STK_TEST_TIMEOUT); a whole binary gets STK_TEST_BINARY_TIMEOUT seconds (default 1200)
 # in case the runner itself is stuck.
 set -u
 limit=${STK_TEST_BINARY_TIMEOUT:-1200}
-tp=0; tf=0; fails=()
+tp=0; tf=0; fails=(); times=()
 for t in "$@"; do
     echo "== ${t##*/}"
+    t0=$SECONDS
     out=$(timeout -k 10 "$limit" "$t" 2>&1); rc=$?
+    times+=("$((SECONDS - t0)) ${t##*/}")
     [ $rc -eq 124 ] && out="$out
 FAIL ${t##*/} (the binary timed out after $limit s)"
     printf '%s\n' "$out" | grep -v '^ok ' || true
@@ -21,5 +24,7 @@ FAIL ${t##*/} (the binary timed out after $limit s)"
     fi
 done
 echo "unit: $tp passed, $tf failed"
+[ ${#times[@]} -gt 1 ] && echo "slowest (s): $(printf '%s\n' "${times[@]}" | sort -rn | head -n 5 |
+    awk '{printf "%s%s %s", (NR > 1 ? ", " : ""), $2, $1}')"
 if [ ${#fails[@]} -ne 0 ]; then echo "failed: ${fails[*]}"; exit 1; fi
 [ $tp -gt 0 ] || { echo "unit: no test ran"; exit 1; }

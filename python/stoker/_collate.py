@@ -104,6 +104,28 @@ def leaf_of(x):
     return Leaf("object", t)
 
 
+
+def _container(node, kids, batched):
+    """The container `node` describes, holding `kids`: a mapping of its type (else a dict), a
+    namedtuple, a sequence of its type (else a list); a tuple is a list in a batch (as
+    default_collate gives it) and itself in a sample."""
+    if node.kind == "mapping":
+        d = dict(zip(node.keys, kids))
+        try:
+            return node.type(d)
+        except TypeError:
+            return d
+    if node.kind == "namedtuple":
+        return node.type(*kids)
+    if node.kind == "tuple":
+        if batched:
+            return kids
+        return tuple(kids) if node.type is tuple else node.type(kids)
+    try:
+        return node.type(kids)
+    except TypeError:
+        return kids
+
 class Layout:
     """The layout the first sample fixes: `root` (a Node or Leaf), the fixed leaves in ring order
     (`fixed`) and the number of object leaves (`n_objects`)."""
@@ -229,20 +251,7 @@ class Layout:
             return collate_obj(tuple(values) if in_seq else values)
         seq = node.kind != "mapping"
         kids = [self._collate(c, views, objects, collate_obj, seq) for c in node.children]
-        if node.kind == "mapping":
-            d = dict(zip(node.keys, kids))
-            try:
-                return node.type(d)
-            except TypeError:
-                return d
-        if node.kind == "namedtuple":
-            return node.type(*kids)
-        if node.kind == "tuple":
-            return kids
-        try:
-            return node.type(kids)
-        except TypeError:
-            return kids
+        return _container(node, kids, batched=True)
 
     def samples(self, views, np_views, objects, extras, masks):
         """The samples of a batch as __getitem__ returned them (fixed leaves as views of their
@@ -271,20 +280,7 @@ class Layout:
                 return a[()]
             return node.type(a)
         kids = [self._rebuild(c, r, views, np_views, objs, extras) for c in node.children]
-        if node.kind == "mapping":
-            d = dict(zip(node.keys, kids))
-            try:
-                return node.type(d)
-            except TypeError:
-                return d
-        if node.kind == "namedtuple":
-            return node.type(*kids)
-        if node.kind == "tuple":
-            return tuple(kids) if node.type is tuple else node.type(kids)
-        try:
-            return node.type(kids)
-        except TypeError:
-            return kids
+        return _container(node, kids, batched=False)
 
 
 def _describe(n):

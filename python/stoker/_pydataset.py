@@ -242,11 +242,13 @@ class PyLoader(Loader):
                  in_order=None, executor="auto", reseed=True, output=None, fields=None,
                  n_threads=None, **native_only):
         self._core = None
+        self._transit = None  # Loader._hand_back's: batches of Python datasets are not handed back
         self._pool = None
         self._server = None
         self._runner = None
         self._map = None
         self._tokens = None  # (a token corpus is never a Python dataset)
+        self._transit = None  # (no ring batch is handed back: its object leaves were taken)
         self._dataset = None
         self._own_dataset = True
         self._dataset_weak = None

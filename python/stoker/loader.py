@@ -723,7 +723,7 @@ class Loader:
                 "world_size": i["world"], "n_records": i["n_records"],
                 "slot_size": i["slot_size"], "pinned": i["pinned"], "output": self.output,
                 "device": None if self._device is None else str(self._device),
-                "transform": None if self._transform is None else self._transform.output,
+                "transform": i["transform"],
                 "autotune": self.autotune, "executor": "native",
                 "executor_reason": "stoker reads this dataset itself: its C worker threads read, "
                                    "decode and transform each record" +

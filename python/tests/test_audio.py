@@ -460,6 +460,22 @@ def test_unbound_output_and_info(corpus):
     assert b["audio"].shape == (1, 2, 16000)
 
 
+def test_info_shows_the_bound_output(corpus):
+    """A loader's info()["transform"] is the output its batches have: the data's channel count
+    and length where the compiled transform had -1."""
+    ops = [A.Resample(44100, 16000), A.RandomCrop(1.0), A.MelSpectrogram(16000, n_mels=32)]
+    assert A.compile(ops).output["shape"][0] == -1
+    with stoker.Loader(one_file_tree(corpus["synth_chord.wav_s16"]), 1, transforms=ops,
+                       output="numpy") as loader:
+        info = loader.info()["transform"]
+        b = next(iter(loader))
+    assert info == {"dtype": "float32", "shape": b["audio"].shape[1:]}
+    assert info["shape"] == (2, 32, 81)
+    with stoker.Loader(one_file_tree(corpus["synth_chord.wav_s16"]), 1,
+                       output="numpy") as loader:  # no transform
+        assert loader.info()["transform"] is None
+
+
 def test_audio_classes_are_the_c_rows():
     """Every audio row of the C op table has a stoker.audio class whose parameters are the row's
     (names and counts), and the torchaudio conversion reaches each torchaudio-named one."""
@@ -486,3 +502,25 @@ def test_audio_classes_are_the_c_rows():
             ((name, args, kw),) = _torchaudio.convert(tobj, A.SUPPORTED)
             assert name == type(tobj).__name__
             assert type(getattr(A, name)(*args, **kw)).__name__ == name
+
+
+@needs_fftw
+@pytest.mark.skipif(torchaudio is None or not torch.cuda.is_available(),
+                    reason="no CUDA device for torch (run on a GPU)")
+def test_device_batches_equal_the_cpu_path_on_a_gpu(corpus):
+    """Loader(device="cuda") of the keyword-spotting recipe on a real GPU: the spectrograms and
+    their lengths arrive on the device, equal to the CPU path's."""
+    keys = ["speech_us_slow", "speech_gb_fast", "speech_de", "speech_scot"]
+    d = audio_data.tree(tempfile.mkdtemp(), {"a": [corpus[k] for k in keys] * 3})
+    ops = A.Compose([A.Resample(22050, 16000), A.RandomCrop(0.75),
+                     A.MelSpectrogram(16000, n_mels=32), A.TimeMasking(10)], lengths=True)
+    args = dict(batch_size=4, shuffle=True, seed=9, transforms=ops, num_workers=2)
+    with stoker.Loader(d, **args) as cpu, stoker.Loader(d, device="cuda", **args) as dev:
+        n = 0
+        for a, b in zip(cpu, dev):
+            assert b["audio"].device.type == "cuda"
+            assert torch.equal(a["audio"], b["audio"].cpu())
+            for k in ("audio_lengths", "label", "index"):
+                assert torch.equal(a[k], b[k].cpu()), k
+            n += len(b["index"])
+        assert n == 12 and dev.stats()["finish"] == "none"

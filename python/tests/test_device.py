@@ -257,3 +257,48 @@ def test_bytes_of_a_device_batch_come_to_the_host():
     b["path"] = OnDevice(np.array([[97, 98, 0], [99, 0, 0]], dtype=np.uint8))
     b["path_lengths"] = torch.tensor([2, 1])
     assert b.bytes("path") == [b"ab", b"c"]
+
+
+@pytest.mark.skipif(not (stoker._core.has_audio()["sndfile"] and stoker._core.has_audio()["fftw"]),
+                    reason="this build has no libsndfile or libfftw3f")
+def test_audio_batches_on_the_device():
+    """An audio recipe with lengths (issue 27) through the device ring: the same batches as the
+    CPU path, nothing finished on the device (float32 spectrograms cross as they are)."""
+    out = _run("""
+        import os, tempfile, wave
+        from stoker import audio as A
+        root = f"{tempfile.mkdtemp()}/wavs"
+        for c in range(2):
+            os.makedirs(f"{root}/c{c}")
+            for i in range(6):
+                t = np.arange(22050 + 1500 * i) / 22050
+                x = (12000 * np.sin(2 * np.pi * (300 + 50 * i + 200 * c) * t)).astype("<i2")
+                with wave.open(f"{root}/c{c}/{i}.wav", "wb") as w:
+                    w.setnchannels(1)
+                    w.setsampwidth(2)
+                    w.setframerate(22050)
+                    w.writeframes(x.tobytes())
+        ops = A.Compose([A.Resample(22050, 16000), A.PadTo(1.5),
+                         A.MelSpectrogram(16000, n_mels=32), A.TimeMasking(10)], lengths=True)
+        args = dict(batch_size=5, shuffle=True, seed=3, transforms=ops, num_workers=2)
+        cpu = stoker.Loader(root, **args)
+        dev = stoker.Loader(root, device="cuda", **args)
+        st = dev.stats()
+        assert st["device"] == 0 and st["pinned"] and st["finish"] == "none", st
+        n = 0
+        for epoch in range(2):
+            for a, b in zip(cpu, dev):
+                assert sorted(a) == sorted(b) and "audio_lengths" in b, (list(a), list(b))
+                assert b["audio"].shape[1:] == (1, 32, 121), b["audio"].shape
+                for k in a:
+                    assert a[k].dtype == b[k].dtype, k
+                    if a[k].dtype == torch.uint8:  # bytes ("path"): each row's bytes
+                        assert a.bytes(k) == b.bytes(k), k
+                    else:                          # audio, audio_lengths, label, index
+                        assert torch.equal(a[k], b[k]), k
+                n += len(b["index"])
+        assert n == 24, n
+        assert dev.stats()["copies"] >= 6
+        print("audio ok", dev.stats()["finish"])
+    """)
+    assert "audio ok none" in out, out

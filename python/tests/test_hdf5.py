@@ -1,5 +1,7 @@
 """HDF5 files read directly (format "hdf5"): row i of every dataset is record i. Files are
 written here with h5py (Debian's python3-h5py)."""
+import struct
+
 import numpy as np
 import pytest
 
@@ -238,6 +240,26 @@ def test_open_work_is_bounded_by_what_the_file_holds(tmp_path):
         f.create_dataset("x", (10 ** 10,), dtype=h5py.vlen_dtype(np.uint8), chunks=(4096,),
                          maxshape=(None,))
     assert len(stoker.Dataset(big)) == 10 ** 10
+    contig = str(tmp_path / "contig.h5")  # contiguous, 10^9 rows, never written: no storage
+    with h5py.File(contig, "w") as f:
+        f.create_dataset("x", (10 ** 9,), dtype=h5py.vlen_dtype(np.uint8))
+    ds = stoker.Dataset(contig)
+    assert len(ds) == 10 ** 9 and ds.fields[0]["max_size"] == 0
+    assert ds[10 ** 9 - 1]["x"] == b""
+    ds.close()
+    lying = tmp_path / "lying.h5"  # 7 rows written, the dataspace edited to declare 10^9
+    with h5py.File(lying, "w") as f:
+        d = f.create_dataset("x", (7,), dtype=h5py.vlen_dtype(np.uint8))
+        for i in range(7):
+            d[i] = np.arange(5, dtype=np.uint8)
+    raw = bytearray(lying.read_bytes())
+    at = raw.find(struct.pack("<QQ", 7, 7))  # the dataspace's size and maximum size
+    assert at > 0
+    raw[at:at + 8] = struct.pack("<Q", 10 ** 9)
+    lying.write_bytes(raw)
+    with pytest.raises(stoker.StokerFormatError, match=r"lying\.h5: dataset 'x' declares "
+                       r"1000000000 rows but its storage holds 112 bytes"):
+        stoker.Dataset(str(lying))
     many = str(tmp_path / "many.h5")  # 4097 one-row chunks written of 200,000 declared rows
     with h5py.File(many, "w") as f:
         d = f.create_dataset("x", (200_000,), dtype=h5py.vlen_dtype(np.uint8), chunks=(1,))

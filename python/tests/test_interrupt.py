@@ -102,44 +102,58 @@ def test_signal_then_set_epoch_drops_the_held_batch(ds_small, sigint_raises):
     loader.close()
 
 
-def test_state_dict_from_a_checkpoint_thread(ds_small):
+@pytest.mark.parametrize("delay", [0, 1], ids=["ready", "waiting"])
+def test_state_dict_from_a_checkpoint_thread(ds_small, delay):
     """A thread taking state_dict() in a tight loop while the training thread iterates: no
     exception in either, and every state a batch boundary the training thread reached: its
     global position (epoch * N + consumed) lies between the samples the training thread had
     before the call and one batch more than it had after it (the batch on its way into its
-    hands), and never goes backwards."""
+    hands), and never goes backwards. "ready": batches are ready when asked for; "waiting":
+    each next() waits (1 ms per batch on the helper path), so the checkpoint thread runs while
+    the training thread is inside next(), where a state_dict() that entered the loader as a
+    consumer call raised in one thread or the other (issue 30, item 8). The training thread
+    runs epochs until the checkpoint thread has taken 200 states, 20 of them while a next()
+    was pending when waiting: events, not a number of epochs that a loaded machine might end
+    before the other thread ever runs."""
     loader = make(ds_small, 4, num_workers=2)
+    if delay:
+        loader._set_debug_delay(delay)
     delivered = [0]  # samples the training thread has got, over all epochs
     stop = threading.Event()
-    errors, seen = [], []
+    errors, seen, during = [], [], [0]
 
     def checkpoint():
         while not stop.is_set():
-            before = delivered[0]
+            before, pending = delivered[0], loader._core.pending
             try:
                 st = loader.state_dict()
             except Exception as e:  # noqa: BLE001 (any exception fails the test)
                 errors.append(e)
-                continue
+                return
+            during[0] += pending and loader._core.pending
             seen.append((st["epoch"] * SMALL_N + st["consumed"], before, delivered[0]))
+
+    def enough():
+        return len(seen) >= 200 and (not delay or during[0] >= 20)
 
     t = threading.Thread(target=checkpoint)
     t.start()
-    got = []
+    got, epochs = [], 0
     try:
-        for epoch in range(3):
+        while not enough() and not errors and epochs < 2000:
             for b in loader:
                 got.extend(indices(b))
                 delivered[0] += len(b["index"])
+            epochs += 1
     except Exception as e:  # noqa: BLE001
         errors.append(e)
     finally:
         stop.set()
-        t.join(30)
+        t.join()
     loader.close()
     assert not errors, errors[:3]
-    assert sorted(got) == sorted(list(range(SMALL_N)) * 3)
-    assert len(seen) > 100  # the two threads really overlapped
+    assert enough(), (len(seen), during[0], epochs)
+    assert sorted(got) == sorted(list(range(SMALL_N)) * epochs)
     last = 0
     for pos, before, after in seen:
         assert pos % 4 == 0 and before <= pos <= after + 4, (pos, before, after)
@@ -148,19 +162,26 @@ def test_state_dict_from_a_checkpoint_thread(ds_small):
 
 
 def test_state_dict_while_another_thread_waits_in_next(ds_small):
-    """state_dict() answers while the consumer thread is blocked inside next() (a slow batch),
-    with the position before that batch; the consumer calls stay one thread at a time."""
+    """state_dict() answers while the consumer thread is blocked inside next() (a batch held
+    by the test hook until the checks are done), with the position before that batch; the
+    consumer calls stay one thread at a time."""
     loader = make(ds_small, 10, num_workers=1)
     it = iter(loader)
     assert indices(next(it)) == list(range(10))
-    loader._set_debug_delay(300)
-    t = threading.Thread(target=lambda: next(it))
+    loader._set_debug_delay(10 ** 9)  # held until _set_debug_delay(0) below
+    got = []
+    t = threading.Thread(target=lambda: got.append(indices(next(it))))
     t.start()
-    while not loader._core.pending:  # the other thread is inside next()
-        t.join(0.005)
-    assert loader.state_dict()["consumed"] == 10
-    with pytest.raises(RuntimeError, match="another thread"):
-        loader._core.set_epoch(3)  # a call that moves the position is still refused
-    t.join()
+    try:
+        while not loader._core.pending:  # the other thread is inside next()
+            t.join(0.005)
+        assert loader.state_dict()["consumed"] == 10
+        with pytest.raises(RuntimeError, match="another thread"):
+            loader._core.set_epoch(3)  # a call that moves the position is still refused
+        assert t.is_alive() and not got  # still waiting: the checks ran during its next()
+    finally:
+        loader._set_debug_delay(0)  # the batch goes on (also when a check above failed)
+        t.join()
+    assert got == [list(range(10, 20))]
     assert loader.state_dict()["consumed"] == 20
     loader.close()

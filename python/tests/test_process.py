@@ -1,5 +1,5 @@
 """Behaviour that needs a process of its own: no leak over 1,000 iterations, the package without
-torch, Ctrl-C during a blocking next(), and torchrun with 2 and 3 ranks (gloo, CPU)."""
+torch, Ctrl-C during a blocking next(), and torchrun with 3 ranks (gloo, CPU)."""
 import gc
 import json
 import os
@@ -283,13 +283,17 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_torchrun_ranks_cover_dataset(ds_small, tmp_path, world):
+def test_torchrun_ranks_cover_dataset(ds_small, tmp_path):
+    """3 ranks over 100 records: an uneven split, so the padding shows. (A 2-rank torchrun job
+    ran this too: a torch import per rank and the launcher's, the slowest test of the suite,
+    for what test_firstcontact.py's 2-rank torchrun job (rank and world from the environment)
+    and test_loader.py::test_ranks_cover_dataset_once[2] (the even split) already check.)"""
+    world = 3
     verdict = tmp_path / "verdict.json"
     torchrun(DIST_SCRIPT, world, [ds_small, verdict, SMALL_N, 8], tmp_path)
     v = json.loads(verdict.read_text())
     assert v["world"] == world
     assert v["equal_counts"], v
     assert v["all_seen"], v
-    assert v["duplicates"] == v["expected_duplicates"], v
+    assert v["duplicates"] == v["expected_duplicates"] == 2, v  # ceil(100 / 3) * 3 - 100
     assert v["max_count"] <= 2

@@ -272,6 +272,9 @@ stk_status stk_loader_info_get(const stk_loader *L, stk_loader_info *dst)
     out->n_records = c->n;
     out->slot_size = c->r.slot_alloc;
     out->pinned = c->r.pinned;
+    if (c->transform)
+        stk_transform_output(c->transform, &out->transform_dtype, &out->transform_ndim,
+                             out->transform_shape);
     return stk__out_store(dst, &full, sizeof(full)) ? STK_OK : STK_EINVAL;
 }
 

@@ -40,6 +40,7 @@ typedef struct stk__resampler {
     int32_t *j0, *nt;   /* per phase */
     int32_t stride;     /* weights per phase in w */
     float *w;           /* phase i: nt[i] weights at w + i * stride */
+    bool avx2;          /* the dot products in AVX2 (the same sums as without) */
 } stk__resampler;
 
 /* Build the kernel resampling orig_freq to new_freq with op's parameters (Resample's
@@ -80,8 +81,9 @@ typedef struct stk__spec {
     int64_t n_mfcc; /* MFCC: dct[k * n_mels + m], torchaudio's create_dct(n_mfcc, n_mels, norm) */
     float *dct;
     bool log_mels;
-    double top_db; /* MFCC's AmplitudeToDB (NaN: none) */
-    int64_t bins;  /* rows of the output: n_freq, n_mels or n_mfcc */
+    double top_db;  /* MFCC's AmplitudeToDB (NaN: none) */
+    int64_t bins;   /* rows of the output: n_freq, n_mels or n_mfcc */
+    int64_t frames; /* of the `len` compiled for (stk__spec_run takes at most that many) */
 } stk__spec;
 
 /* Compile op (a spectrum op, its parameters checked) for inputs of `len` samples (> 0).
@@ -96,7 +98,7 @@ int64_t stk__spec_frames(const stk__spec *s, int64_t len);
 /* Per-worker scratch of the spectrum op; grown at worker create, never per sample. */
 typedef struct stk__specwork {
     float *in, *out; /* the FFT's (fftwf_malloc: the plan's alignment) */
-    float *pw;       /* one frame's spectrum, n_freq */
+    float *pw;       /* MelSpectrogram, MFCC: one channel's spectra, [n_freq, frames] */
     float *mel;      /* MFCC: the whole sample's mel spectrogram, C * n_mels * frames */
     size_t mel_cap;
 } stk__specwork;

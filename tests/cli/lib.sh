@@ -25,6 +25,22 @@ expect() {
     grep -qF -- "$text" err.txt out.txt || fail "$*: output lacks '$text': $(cat out.txt err.txt)"
 }
 
+# random_files DIR N "CLASS..." SIZE [STEP]: N files DIR/<class>/f<i>.jpg (i from 0, classes
+# in turn) of SIZE + i * STEP random bytes, written by one process: a `head` per file was
+# most of some tests' time on a loaded machine (800 files: 140 s of process starts).
+random_files() {
+    $PY - "$@" <<'PYEOF'
+import os, sys
+d, n, classes, size = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), int(sys.argv[4])
+step = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+for i in range(n):
+    c = os.path.join(d, classes[i % len(classes)])
+    os.makedirs(c, exist_ok=True)
+    with open(os.path.join(c, "f%d.jpg" % i), "wb") as f:
+        f.write(os.urandom(size + i * step))
+PYEOF
+}
+
 # flip FILE OFFSET: complement one byte in place.
 flip() {
     local b

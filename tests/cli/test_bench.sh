@@ -5,11 +5,8 @@
 # Run by scripts/run_cli_tests.sh in a fresh temp dir with $STOKER set.
 . "$(dirname "$0")/lib.sh"
 
-# 3 classes x 30 files of random bytes (pack stores files as they are).
-for c in a b c; do
-    mkdir -p src/$c
-    for i in $(seq 1 30); do head -c $((1000 + i * 37)) /dev/urandom > src/$c/$i.jpg; done
-done
+# 3 classes x 30 files of random bytes, 1000 to 4293 bytes (pack stores files as they are).
+random_files src 90 "a b c" 1000 37
 "$STOKER" pack --quiet src data.stk > /dev/null || fail "pack"
 
 # JSON: one object with the contract's keys; 90 records x 3 epochs = 270 samples.

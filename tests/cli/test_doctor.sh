@@ -39,8 +39,10 @@ for c in d["ceiling"]:
 s = d["step"]
 assert s["threads"] == 1 and s["kind"] == "sleep" and s["steps"] >= 3, s
 assert s["wait_share"] == d["wait_share"] and s["samples_per_s"] > 0, s
-# the loader's own counter agrees with the doctor's clock
-assert abs(s["loader_consumer_wait_share"] - s["wait_share"]) < 0.1, s
+# the loader's own counter of the consumer's blocked time lies inside the doctor's timed calls
+# over the same window (how much the call adds moves with the load: not compared), and the
+# consumer did block (a step of no time over a decoding loader)
+assert 0 < s["loader_consumer_wait_share"] <= s["wait_share"] + 1e-4, s
 assert d["demand_samples_per_s"] is None  # a step of no time has unbounded demand
 assert d["advice"] and any("thread" in a for a in d["advice"]), d["advice"]
 assert any(st in " ".join(d["advice"]) for st in ("decod", "augment", "read")), d["advice"]

@@ -174,6 +174,9 @@ grep -qF 'imgs.stk record 7 (global 7, path "dog/junk.jpg"): image: JPEG: Corrup
 expect 1 "images of 'image' decoded" "$STOKER" verify --decode=image --threads 1 imgs.stk
 expect 1 "--decode: no field 'pixels'" "$STOKER" verify --decode=pixels imgs.stk
 expect 1 "--decode: field 'label' is not a bytes field" "$STOKER" verify --decode=label imgs.stk
+mkdir -p sounds/yes  # an audio tree (issue 27): --decode says where audio is checked
+$PY -c 'import wave; w = wave.open("sounds/yes/a.wav", "wb"); w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000); w.writeframes(bytes(3200)); w.close()'
+expect 1 "audio is checked by the loader's strict first read" "$STOKER" verify --decode sounds
 rm -rf imgs/dog/junk.jpg imgs/dog/cut.png
 "$STOKER" pack --quiet imgs good.stk
 expect 0 "all good, 0 bad" "$STOKER" verify --decode good.stk

@@ -5,15 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 
 # tree DIR N CLASSES SIZE: N files of SIZE random bytes spread over the named classes.
-tree() {
-    local dir=$1 n=$2 size=$4 i c
-    set -- $3
-    for i in $(seq 0 $((n - 1))); do
-        eval "c=\${$((i % $# + 1))}"
-        mkdir -p "$dir/$c"
-        head -c "$size" /dev/urandom > "$dir/$c/f$i.jpg"
-    done
-}
+tree() { random_files "$@"; }
 # facts DATA: "records classes" of a dataset, or "unreadable" (and verify must agree).
 facts() {
     "$STOKER" verify --quiet "$1" > /dev/null 2>&1 || { echo unreadable; return; }

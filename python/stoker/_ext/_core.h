@@ -135,6 +135,9 @@ PyGILState_STATE stkpy_gil_take(struct stkpy_tstates *reg);
 void stkpy_gil_drop(PyGILState_STATE g);
 void stkpy_tstates_init(struct stkpy_tstates *reg);
 void stkpy_tstates_free(struct stkpy_tstates *reg);
+/* Whether the interpreter is finalizing (a loader thread must not take the GIL then: it would
+ * hang; the thread states were deleted). */
+int stkpy_finalizing(void);
 
 /* Python datasets (_pyexec.c: the thread executor and the GIL meter; _procpool.c: worker
  * processes). Loader(executor=obj) with a ThreadExec or a ProcPool: set o's sample_fn_v2,

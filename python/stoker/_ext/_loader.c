@@ -26,6 +26,8 @@
  *
  * The test hook `_set_debug_delay` (a slow batch on demand) runs next on a helper thread
  * instead: the consumer posts a request and waits for the answer in the same 100 ms steps.
+ * `_set_debug_delay(0)` ends a delay under way, so a test can hold a batch for as long as it
+ * needs and release it on an event, never on the clock.
  * When a signal handler raises, that request stays pending: its batch (or error, or end of
  * epoch) is delivered by the next call to next(). set_epoch(), load_state() and close() wait
  * for the request and discard its result (and a batch given back).
@@ -139,7 +141,7 @@ static void *helper_main(void *arg)
         if (self->req != REQ_PENDING)
             break;
         stk_loader *L = self->loader;
-        if (self->debug_delay_ms) { /* test hook; cut short by close */
+        if (self->debug_delay_ms) { /* test hook; cut short by close or _set_debug_delay(0) */
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             ts.tv_sec += (time_t)(self->debug_delay_ms / 1000);
@@ -148,7 +150,7 @@ static void *helper_main(void *arg)
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000L;
             }
-            while (!self->helper_stop)
+            while (!self->helper_stop && self->debug_delay_ms)
                 if (pthread_cond_timedwait(&self->cv_req, &self->mu, &ts) == ETIMEDOUT)
                     break;
         }
@@ -761,6 +763,7 @@ static PyObject *Loader_set_debug_delay(LoaderObject *self, PyObject *arg)
         return NULL;
     pthread_mutex_lock(&self->mu);
     self->debug_delay_ms = ms > 0 ? (unsigned)ms : 0;
+    pthread_cond_broadcast(&self->cv_req); /* 0 ends a delay under way (tests wait on events) */
     pthread_mutex_unlock(&self->mu);
     Py_RETURN_NONE;
 }

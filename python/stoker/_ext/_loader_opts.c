@@ -195,10 +195,24 @@ PyObject *stkpy_loader_info_dict(const stk_loader *loader)
 {
     stk_loader_info i = {.struct_size = sizeof(i)};
     stk_loader_info_get(loader, &i);
-    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:I,s:K,s:n,s:O}", "n_threads", i.n_threads, "n_slots",
-                         i.n_slots, "batch_size", i.batch_size, "rank", i.rank, "world", i.world,
-                         "n_records", (unsigned long long)i.n_records, "slot_size",
-                         (Py_ssize_t)i.slot_size, "pinned", i.pinned ? Py_True : Py_False);
+    PyObject *out = Py_None, *shape = NULL; /* the transform's output, bound to the data */
+    if (i.transform_ndim) {
+        if (!(shape = PyTuple_New(i.transform_ndim)))
+            return NULL;
+        for (uint32_t k = 0; k < i.transform_ndim; k++)
+            PyTuple_SET_ITEM(shape, k, PyLong_FromLongLong(i.transform_shape[k]));
+        out = Py_BuildValue("{s:s,s:N}", "dtype", stkpy_dtype_name(i.transform_dtype), "shape",
+                            shape);
+        if (!out)
+            return NULL;
+    } else {
+        Py_INCREF(out);
+    }
+    return Py_BuildValue("{s:I,s:I,s:I,s:I,s:I,s:K,s:n,s:O,s:N}", "n_threads", i.n_threads,
+                         "n_slots", i.n_slots, "batch_size", i.batch_size, "rank", i.rank, "world",
+                         i.world, "n_records", (unsigned long long)i.n_records, "slot_size",
+                         (Py_ssize_t)i.slot_size, "pinned", i.pinned ? Py_True : Py_False,
+                         "transform", out);
 }
 
 /* Loader.stats(): the stk_loader_stats as a dict (the profiler and doctor read its keys). */

@@ -24,15 +24,6 @@ struct stkpy_map {
     struct stkpy_tstates ts; /* the loader threads' Python states */
 };
 
-static int finalizing(void)
-{
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing();
-#else
-    return _Py_IsFinalizing();
-#endif
-}
-
 /* The sample's fields as the wrapper's argument list (GIL held). */
 static PyObject *sample_items(const stk_tensor *in, size_t n_in)
 {
@@ -79,7 +70,7 @@ static stk_status map_call(void *ctx, uint64_t index, const stk_tensor *in, size
                            stk_tensor *out, size_t n_out, char *err, size_t err_size)
 {
     struct stkpy_map *m = ctx;
-    if (finalizing()) {
+    if (stkpy_finalizing()) {
         snprintf(err, err_size, "map function not run: the interpreter is shutting down");
         return STK_ECANCELED;
     }

@@ -35,7 +35,7 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-static int finalizing(void)
+int stkpy_finalizing(void)
 {
 #if PY_VERSION_HEX >= 0x030D0000
     return Py_IsFinalizing();
@@ -92,7 +92,7 @@ void stkpy_tstates_free(struct stkpy_tstates *reg)
 {
     /* Once the interpreter is finalizing it has deleted every thread state but its own
      * (Py_FinalizeEx, before the modules go): these are gone already. */
-    for (size_t i = 0; i < reg->n && !finalizing(); i++) {
+    for (size_t i = 0; i < reg->n && !stkpy_finalizing(); i++) {
         PyThreadState_Clear(reg->v[i]);
         PyThreadState_Delete(reg->v[i]);
     }
@@ -162,7 +162,7 @@ static stk_status thread_call(void *ctx, const stk_sample_info *info, const stk_
     (void)in;
     (void)n_in;
     ThreadExecObject *x = ctx;
-    if (finalizing()) {
+    if (stkpy_finalizing()) {
         snprintf(err, err_size, "__getitem__ not run: the interpreter is shutting down");
         return STK_ECANCELED;
     }

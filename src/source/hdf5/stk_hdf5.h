@@ -38,10 +38,12 @@ stk_status stk__h5_vlen_direct(stk__h5col *c, stk__file *f, hid_t plist, const c
 
 /* The largest row of a vlen column (creation properties plist) in *max, read through the
  * library in blocks: every row, or when most declared rows lie in chunks never written, the rows
- * of the written chunks and the fill value (work bounded by what the file holds). Returns STK_OK,
- * STK_EIO naming path, dataset dname and the rows, STK_ELIMIT for a dataset of more than 4096
- * written chunks declaring more than twice the rows they hold, STK_ENOMEM. */
-stk_status stk__h5_vlen_max(stk__h5col *c, hid_t plist, const char *path, const char *dname,
-                            uint64_t *max, char *err, size_t err_size);
+ * of the written chunks and the fill value; a contiguous or compact dataset never written is all
+ * fill value (work bounded by what the file of file_size bytes holds). Returns STK_OK, STK_EIO
+ * naming path, dataset dname and the rows, STK_ELIMIT for a dataset of more than 4096 written
+ * chunks declaring more than twice the rows they hold, STK_EFORMAT for storage that cannot hold
+ * the rows declared, STK_ENOMEM. */
+stk_status stk__h5_vlen_max(stk__h5col *c, hid_t plist, const char *path, uint64_t file_size,
+                            const char *dname, uint64_t *max, char *err, size_t err_size);
 
 #endif /* STK_HDF5_H */

@@ -146,6 +146,7 @@ stk_status stk__h5_vlen_direct(stk__h5col *c, stk__file *f, hid_t plist, const c
 #define VLEN_BLOCK_ROWS 65536       /* rows per library read at most */
 #define VLEN_BLOCK_BYTES (8u << 20) /* bytes of row data per library read, about */
 #define VLEN_SPARSE_CHUNKS 4096     /* written chunks listed one by one, at most */
+#define VLEN_MIN_ROW 10 /* file bytes of a row descriptor at least: u32 length, heap id (2 + 4) */
 
 /* The largest of rows [a, b) through the library, in blocks of as many rows as about
  * VLEN_BLOCK_BYTES of data at the previous block's average (one read per row cost 50 us: 53 s
@@ -220,15 +221,32 @@ static stk_status vlen_fill_len(stk__h5col *c, hid_t plist, const char *path, co
  * declared rows are not far more than the written chunks hold, every row is read in blocks;
  * otherwise only the rows of the written chunks are (listed one by one, at most
  * VLEN_SPARSE_CHUNKS of them), and the others are the fill value. */
-stk_status stk__h5_vlen_max(stk__h5col *c, hid_t plist, const char *path, const char *dname,
-                            uint64_t *max, char *err, size_t err_size)
+stk_status stk__h5_vlen_max(stk__h5col *c, hid_t plist, const char *path, uint64_t file_size,
+                            const char *dname, uint64_t *max, char *err, size_t err_size)
 {
     uint64_t n = c->dims[0];
     *max = 0;
+    if (H5Pget_layout(plist) != H5D_CHUNKED) {
+        /* contiguous or compact: the storage holds every row or none (never written, allocated
+         * late: all rows are the fill value); a row's descriptor takes VLEN_MIN_ROW bytes */
+        uint64_t stor = H5Dget_storage_size(c->dset);
+        if (stor == 0)
+            return vlen_fill_len(c, plist, path, dname, max, err, err_size);
+        if (stor > file_size || n > stor / VLEN_MIN_ROW)
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "%s: dataset '%s' declares %" PRIu64 " rows but its storage "
+                                  "holds %" PRIu64 " bytes (%" PRIu64 " in the file; a row's "
+                                  "descriptor takes at least %d): a damaged file",
+                                  path, dname, n, stor, file_size, VLEN_MIN_ROW);
+        return vlen_rows_max(c, 0, n, path, dname, max, err, err_size);
+    }
     hsize_t chunk = 0, n_alloc = 0;
-    if (H5Pget_layout(plist) != H5D_CHUNKED || H5Pget_chunk(plist, 1, &chunk) != 1 || chunk == 0 ||
-        H5Sselect_all(c->fspace) < 0 || H5Dget_num_chunks(c->dset, c->fspace, &n_alloc) < 0)
-        return vlen_rows_max(c, 0, n, path, dname, max, err, err_size); /* compact: small */
+    if (H5Pget_chunk(plist, 1, &chunk) != 1 || chunk == 0 || H5Sselect_all(c->fspace) < 0 ||
+        H5Dget_num_chunks(c->dset, c->fspace, &n_alloc) < 0) {
+        char m[160];
+        return stk__set_error(err, err_size, STK_EFORMAT, "%s: dataset '%s': its chunks: %s", path,
+                              dname, stk__h5_errmsg(m));
+    }
     uint64_t held = (uint64_t)n_alloc * chunk; /* rows in written chunks, at most */
     if (n / 2 <= held || n <= VLEN_BLOCK_ROWS)
         return vlen_rows_max(c, 0, n, path, dname, max, err, err_size);

@@ -271,7 +271,7 @@ static stk_status open_col(h5file *s, stk_field *fd, uint64_t *fmax, const char 
     if (c->mode == COL_VLEN) {
         STK_TRY(stk__h5_vlen_direct(c, s->f, plist, dname, fmax, err, err_size));
         if (!c->voff)
-            STK_TRY(stk__h5_vlen_max(c, plist, path, dname, fmax, err, err_size));
+            STK_TRY(stk__h5_vlen_max(c, plist, path, s->f->size, dname, fmax, err, err_size));
     } else {
         *fmax = c->row_size;
         haddr_t off = layout == H5D_CONTIGUOUS ? H5Dget_offset(c->dset) : HADDR_UNDEF;

@@ -77,6 +77,13 @@ static int test_resampler_runs(void)
     T_CHECK(ia >= 0 && ib <= N && ib - ia < 3200); /* 2756 and the filter's reach */
     stk__resampler_run(r, x + ia, ia, 5000, 6000, z);
     T_CHECK(memcmp(z, y + 5000, 1000 * sizeof(float)) == 0);
+    /* the AVX2 dot products (where the CPU has them) and the portable ones: the same bits, for
+     * every phase's tap count (34 and 35 here: 4 x 8 and a tail) */
+    bool avx2 = r->avx2;
+    r->avx2 = false;
+    stk__resampler_run(r, x + ia, ia, 5000, 6000, z);
+    r->avx2 = avx2;
+    T_CHECK(memcmp(z, y + 5000, 1000 * sizeof(float)) == 0);
     stk__resampler_free(r);
     free(pad);
     free(x);
@@ -350,7 +357,10 @@ static int test_loader_batches(void)
                  (long long)n);
         for (size_t k = (size_t)n; k < per; k++)
             T_CHECK(a[(size_t)i * per + k] == 0.0f);
-        T_CHECK(a[(size_t)i * per + (size_t)n / 2] != 0.0f);
+        float peak = 0.0f; /* the signal up to its length (one sample may be a zero crossing) */
+        for (size_t k = (size_t)n - 200; k < (size_t)n - 20; k++)
+            peak = fmaxf(peak, fabsf(a[(size_t)i * per + k]));
+        T_CHECKF(peak > 0.1f, "sample %d: peak %g before its length", i, peak);
     }
     stk_transform_destroy(t);
     /* A record cut short fails naming it (WAV: from its header alone) */
