@@ -36,6 +36,10 @@ def _have(pkg):
 
 AUDIO_HAVE = [(p, d) for p, d in AUDIO_LIBS if _have(p)]
 PKGS += [p for p, _ in AUDIO_HAVE]
+# Video (issue 28), optional as in the Makefile: all four libraries, or none (STK_HAVE_AVCODEC).
+VIDEO_PKGS = ["libavformat", "libavcodec", "libavutil", "libswscale"]
+VIDEO_HAVE = all(_have(p) for p in VIDEO_PKGS)
+PKGS += VIDEO_PKGS if VIDEO_HAVE else []
 
 
 def pkg_config(flag):
@@ -61,7 +65,7 @@ core = Extension(
     include_dirs=["include", "src", "cli"],
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-pthread", "-fvisibility=hidden",
                         "-Wno-missing-prototypes"] + pkg_config("--cflags") +
-    ["-DSTK_HAVE_" + d for _, d in AUDIO_HAVE],
+    ["-DSTK_HAVE_" + d for _, d in AUDIO_HAVE] + (["-DSTK_HAVE_AVCODEC"] if VIDEO_HAVE else []),
     extra_link_args=pkg_config("--libs") + ["-ljpeg", "-lpthread", "-ldl", "-lm"],
 )
 

@@ -7,6 +7,7 @@ datasets the articles write, each run in a process of its own, one after the oth
         [--scenarios sleep,tensor224,pil,purepy,hdf5,lmdb,albu] [--workers 0,1,2,4,8] \
         [--epochs 3] [--batch 32] [--json out.json]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --switch
+    /usr/bin/python3 bench/bench_pydataset.py --summarize out1.json out2.json ...
 
 Main mode: for each scenario, the DataLoader at every --workers count and stoker.Loader at the
 same counts and at its default (num_workers=None: stoker chooses the executor and the count).
@@ -376,7 +377,41 @@ def switch(a):
               flush=True)
 
 
+def summarize(paths):
+    """The goals' table from the --json files of main-mode runs: per scenario the DataLoader at
+    its best worker count against stoker's default, and at each worker count the ratio of times
+    to first batch and of peak RSS (stoker / DataLoader)."""
+    print("| scenario | DataLoader best: workers, epoch 1, later | stoker default: executor, "
+          "epoch 1, later | ratio later (epoch 1) | first batch stoker/DL at 0,1,2,4,8 | "
+          "peak RSS stoker/DL at 0,1,2,4,8; default/best |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for path in paths:
+        with open(path) as f:
+            results = json.load(f)
+        for name, rows in results.items():
+            ok = {k: v for k, v in rows.items() if "error" not in v}
+            dls = {k: v for k, v in ok.items() if k.startswith("dl")}
+            s = ok.get("stokerNone")
+            if not dls or s is None:
+                print(f"| {name} | (a run failed) | | | | |")
+                continue
+            best = max(dls, key=lambda k: later(dls[k]))
+            d = dls[best]
+            counts = sorted(int(k[2:]) for k in dls)
+            ttfb = ", ".join(f"{ok[f'stoker{w}']['ttfb_s'] / ok[f'dl{w}']['ttfb_s']:.2f}"
+                             if f"stoker{w}" in ok else "-" for w in counts)
+            rss = ", ".join(f"{ok[f'stoker{w}']['peak_rss_mb'] / ok[f'dl{w}']['peak_rss_mb']:.2f}"
+                            if f"stoker{w}" in ok else "-" for w in counts)
+            print(f"| {name} | {best[2:]}, {d['rates'][0]:.0f}/s, {later(d):.0f}/s | "
+                  f"{s.get('executor')} x{s.get('workers')}, {s['rates'][0]:.0f}/s, "
+                  f"{later(s):.0f}/s | {later(s) / later(d):.2f}x "
+                  f"({s['rates'][0] / d['rates'][0]:.2f}x) | {ttfb} | {rss}; "
+                  f"{s['peak_rss_mb'] / d['peak_rss_mb']:.2f} |")
+
+
 def main():
+    if sys.argv[1:2] == ["--summarize"]:  # bench_pydataset.py --summarize a.json b.json ...
+        return summarize(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="directory for the generated files")
     ap.add_argument("--scenarios", default="sleep,tensor224,pil,purepy,hdf5,lmdb,albu")

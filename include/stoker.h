@@ -816,9 +816,29 @@ typedef enum stk_op_kind {
  *  kind"). New kinds are appended, never renumbered. */
 typedef enum stk_media {
     STK_MEDIA_IMAGE = 0, /* an encoded image or a uint8 image array -> [3, H, W] (or [H, W, 3]) */
-    STK_MEDIA_AUDIO = 1  /* encoded audio (WAV, FLAC, Ogg Vorbis, Opus, MP3, ...) or a waveform
+    STK_MEDIA_AUDIO = 1, /* encoded audio (WAV, FLAC, Ogg Vorbis, Opus, MP3, ...) or a waveform
                           * array -> float32 [C, samples] or [C, bins, frames] */
+    STK_MEDIA_VIDEO = 2  /* an encoded video file (MP4/MOV, Matroska/WebM, AVI) -> a clip of
+                          * frames_per_clip frames, [T, H, W, 3] or [3, T, H, W] (docs/video.md),
+                          * the image ops applied to every frame with one set of parameters */
 } stk_media;
+
+/** Where a video clip starts in its video (docs/video.md). */
+typedef enum stk_clip_sampling {
+    STK_CLIP_RANDOM = 0, /* each sample's clip starts at a uniform random frame (or time) drawn
+                          * from its (seed, epoch, index) stream: training */
+    STK_CLIP_UNIFORM = 1 /* clip k of clips_per_video starts at the k-th of that many evenly
+                          * spaced positions, first and last included: evaluation */
+} stk_clip_sampling;
+
+/** What a video clip does in a video shorter than the clip. */
+typedef enum stk_short_video {
+    STK_SHORT_PAD = 0,  /* the clip's frames past the video's end repeat its last frame */
+    STK_SHORT_LOOP = 1, /* the clip runs on from the video's first frame (frame numbers and times
+                         * wrap around) */
+    STK_SHORT_FAIL = 2  /* the record fails with STK_EFORMAT naming both lengths, so that
+                         * STK_LOADER_SKIP_CORRUPT (on_error="skip") skips and counts it */
+} stk_short_video;
 
 /** One op. Unused parameters are ignored; stk_op_init gives torchvision's defaults. */
 typedef struct stk_op {
@@ -947,6 +967,24 @@ typedef struct stk_transform_opts {
     bool lengths;         /* audio: the output tensor carries each row's valid length (samples,
                            * or frames of a spectrogram) before its zero padding
                            * (stk_tensor.lengths; Python: "audio_lengths") (default false) */
+    /* ---- video (media = STK_MEDIA_VIDEO; docs/video.md): the ops are image ops, applied to
+     * every frame of a clip with one set of parameters (one crop box, one flip, one jitter) ---- */
+    uint32_t frames_per_clip;        /* frames in a clip, T (default 16) */
+    uint32_t frame_step;             /* a clip takes every frame_step-th frame (default 1) */
+    double frame_rate;               /* > 0: instead of frame_step, the frames shown at
+                                      * t0 + k / frame_rate seconds (variable frame rates
+                                      * follow the container's timestamps); 0 (default) */
+    uint32_t clips_per_video;        /* clips per video and epoch, K (default 1): a loader
+                                      * gives K samples per record, sample i being clip i % K
+                                      * of record i / K */
+    stk_clip_sampling clip_sampling; /* default STK_CLIP_RANDOM */
+    stk_short_video short_video;     /* default STK_SHORT_PAD */
+    bool channels_first;             /* video: [3, T, H, W] per sample (torchvision's video
+                                      * models); false (default): [T, H, W, 3] */
+    uint32_t decoder_threads;        /* libavcodec's threads per clip (default 1: the loader's
+                                      * threads decode clips in parallel) */
+    uint64_t max_clip_pixels;        /* a clip's frames at full size, T x width x height, at
+                                      * most this (default 2^31); max_pixels is per frame */
 } stk_transform_opts;
 
 /** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field (no

@@ -21,6 +21,8 @@ pkgs+=(zlib1g-dev)  # gzipped WebDataset members (issue 12)
 # audio (issue 27): decoders and FFT; torchaudio, espeak-ng, sox and ffmpeg make and check the
 # test data
 pkgs+=(libsndfile1-dev libmpg123-dev libfftw3-dev python3-torchaudio espeak-ng sox ffmpeg)
+# video (issue 28): containers, codecs and RGB conversion; PyAV is the tests' reference decoder
+pkgs+=(libavformat-dev libavcodec-dev libavutil-dev libswscale-dev python3-av)
 missing=()
 if [ -n "${STK_DEPS_MISSING:-}" ]; then
     read -r -a missing <<< "$STK_DEPS_MISSING"

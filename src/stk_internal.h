@@ -169,6 +169,11 @@ typedef struct stk__tspec {
     int64_t shape[STK_MAX_DIMS];
     const char *name; /* the output's name in the batch (static); NULL: the field's own */
     bool lengths;     /* each row carries its valid length (an int64 per sample) */
+    /* A second per-sample output beside this one (video: "video_pts", each frame's time):
+     * aux_n elements of aux_dtype per sample, written by stk__transform_worker_aux; NULL: none. */
+    const char *aux_name;
+    stk_dtype aux_dtype;
+    int64_t aux_n;
 } stk__tspec;
 
 /* Per-worker state a transform may keep (decoder handles, scratch buffers), created once per
@@ -190,6 +195,15 @@ stk_status stk__transform_bind(const stk_transform *t, const stk_field *f, const
 bool stk__transform_bind_reads(const stk_transform *t, const stk_field *f);
 /* The valid length (stk__tspec.lengths) of the sample a worker's last apply produced. */
 int64_t stk__transform_worker_length(const stk__tworker *w);
+/* The aux output (stk__tspec.aux_name) of the sample a worker's last apply produced, into dst
+ * (aux_n elements). */
+void stk__transform_worker_aux(const stk__tworker *w, void *dst);
+/* Samples per record: a video transform's clips_per_video (the loader then has K samples for each
+ * record), 1 for the other kinds. */
+uint32_t stk__transform_per_record(const stk_transform *t);
+/* The clip number (of stk__transform_per_record) the worker's next apply is for: sample i of a
+ * loader is clip i % K of record i / K. The other kinds ignore it. */
+void stk__transform_worker_clip(stk__tworker *w, uint32_t clip);
 /* Whether transform t outputs [H, W, C] samples. */
 bool stk__transform_nhwc(const stk_transform *t);
 
@@ -281,5 +295,13 @@ bool stk__audio_name(const char *name);
  * and the other containers libsndfile reads ("au", "snd"). The transform-field pick's field-name
  * step. */
 bool stk__audio_ext(const char *ext);
+/* Whether the file name `name` ends in one of the extensions a video folder tree reads (.mp4
+ * .m4v .mov .mkv .webm .avi), without case. */
+bool stk__video_name(const char *name);
+/* Whether `ext` (no dot) is one of those, without case: the transform-field pick's name step. */
+bool stk__video_ext(const char *ext);
+/* Whether `p` (size bytes) starts as a container the video decoder reads: an MP4/MOV "ftyp" box,
+ * Matroska/WebM's EBML header, an AVI RIFF. */
+bool stk__video_magic(const uint8_t *p, size_t size);
 
 #endif /* STK_INTERNAL_H */

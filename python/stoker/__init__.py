@@ -22,6 +22,7 @@ from ._core import (Error, StokerBusyError, StokerCanceledError, StokerFormatErr
                     has_transforms)
 from . import transforms
 from . import audio
+from . import video
 from .dataset import Dataset, Writer, formats, pack, pack_image_folder, write_shard
 from .dataset import pack_records
 from .loader import Batch, Loader
@@ -35,7 +36,7 @@ __version__ = _core.__version__
 
 __all__ = [
     "Loader", "Batch", "profile", "Profile", "Dataset", "Writer", "write_shard", "pack", "pack_records", "pack_image_folder", "formats", "transforms",
-    "ops", "audio", "has_transforms", "cuda_probe", "epoch_order", "Error", "StokerInvalidError", "StokerMemoryError",
+    "ops", "audio", "video", "has_transforms", "cuda_probe", "epoch_order", "Error", "StokerInvalidError", "StokerMemoryError",
     "StokerIOError", "StokerFormatError", "StokerLimitError", "StokerNotSupportedError",
     "StokerStateError", "StokerCanceledError", "StokerBusyError", "__version__",
     "tokens", "mix", "Corpus",

@@ -242,7 +242,6 @@ class PyLoader(Loader):
                  in_order=None, executor="auto", reseed=True, output=None, fields=None,
                  n_threads=None, **native_only):
         self._core = None
-        self._transit = None  # Loader._hand_back's: batches of Python datasets are not handed back
         self._pool = None
         self._server = None
         self._runner = None

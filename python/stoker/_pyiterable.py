@@ -34,6 +34,7 @@ from . import _errors
 from . import _procpool
 from . import _pyworker
 from . import _torchcompat
+from . import _torchprof
 from .loader import Loader, _MAPPED, _torch
 
 REQ = struct.Struct("<IIQ")   # op, count, epoch (parent -> worker)
@@ -268,6 +269,26 @@ class _ThreadChannel:
             self.cv.notify_all()
 
 
+class _IterPass:
+    """One pass over an IterableDataset: its batches, each next() a torch.profiler range named
+    like the DataLoader's while a profiler records (_torchprof)."""
+
+    __slots__ = ("_gen",)
+
+    def __init__(self, gen):
+        self._gen = gen
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        rng = _torchprof.range_for(self)
+        if rng is None:
+            return next(self._gen)
+        with rng:
+            return next(self._gen)
+
+
 class PyIterLoader(Loader):
     """stoker.Loader for an IterableDataset (made by stoker.Loader itself)."""
 
@@ -408,7 +429,7 @@ class PyIterLoader(Loader):
         self._active = [w not in exhausted for w in range(len(self._channels))]
         self._gen += 1
         gen = self._gen
-        return self._pass(gen, epoch)
+        return _IterPass(self._pass(gen, epoch))
 
     def _drain(self, ch):
         """Discard the answers still due from an abandoned pass."""

@@ -29,6 +29,7 @@ from . import tokens as _tokens
 from ._torchcompat import check_int as _check_int, resolve_rank as _resolve_rank
 from . import transforms as _transforms
 from . import audio as _audio
+from . import video as _video
 from .batch import Batch, _DeviceView
 from .dataset import Dataset
 
@@ -174,7 +175,12 @@ class Loader:
     ``STOKER_CACHE_LIMIT``): the on-disk cache of s3:// and http(s):// data, shared by every
     process on the machine (docs/remote.md). Audio (docs/audio.md): ``transforms`` may be
     torchaudio transforms and ``stoker.audio`` ops (batch field ``audio``); ``sample_rate=``
-    resamples every file to that rate when the ops have no Resample.
+    resamples every file to that rate when the ops have no Resample. Video (docs/video.md):
+    ``frames_per_clip=T`` with ``frame_step=S`` or ``frame_rate=F``, ``clips_per_video=K``,
+    ``clip_sampling=`` ("random", the default with shuffle=True, or "uniform": K evenly spaced
+    clips per video, the default with shuffle=False) and ``short_video=`` ("pad", "loop" or
+    "skip") make each sample a clip of a video file, the image ``transforms`` applied to all of
+    its frames with one set of parameters (batch fields ``video`` and ``video_pts``).
     """
 
     def __new__(cls, data=None, *args, dataset=None, **kwargs):
@@ -194,7 +200,8 @@ class Loader:
                  memory_budget=None, cache_dir=None, cache_limit=None, n_threads=None,
                  seq_len=None, tokens=None, eos=None, bos=None, packing=None, token_dtype=None,
                  token_field=None, ids_dtype=None, pad_id=None, exact=None, sample_rate=None,
-                 dataset=None):
+                 dataset=None, frames_per_clip=None, frame_step=None, frame_rate=None,
+                 clips_per_video=None, clip_sampling=None, short_video="pad"):
         # multiprocessing_context, persistent_workers (always true: the threads live as long
         # as the loader), pin_memory_device (the pinned ring serves any device) and in_order
         # (always in order) are accepted with those meanings: nothing to do.
@@ -302,7 +309,11 @@ class Loader:
         if map is not None and not callable(map):
             raise _core.StokerInvalidError(f"map should be a function of one sample dict, not "
                                            f"{type(map).__name__}")
-        if sample_rate is not None or _audio.is_audio(transforms):  # docs/audio.md
+        if _video.is_video(frames_per_clip, frame_step, frame_rate, clips_per_video):
+            self._transform = _video.compile(  # docs/video.md
+                transforms, frames_per_clip, frame_step, frame_rate, clips_per_video,
+                clip_sampling or ("random" if shuffle else "uniform"), short_video, strict)
+        elif sample_rate is not None or _audio.is_audio(transforms):  # docs/audio.md
             self._transform = _audio.compile(transforms, sample_rate=sample_rate, strict=strict)
         elif self._device is not None and not batch_args and map is None:
             self._transform, finish = _transforms.compile_for_device(transforms, strict=strict,

@@ -70,3 +70,31 @@ def test_no_profiler_no_range(shard, monkeypatch):
     assert calls == [ROW] * 6  # entered on each next() while one records
     monkeypatch.setitem(sys.modules, "torch", None)  # torch blocked or never imported
     assert _torchprof.range_for(it) is None
+
+
+class _Squares(torch.utils.data.Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return i * i
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(12))
+
+
+def test_python_datasets_are_profiled_too():
+    """A map-style dataset (stoker's _LoaderIter) and an IterableDataset (its own pass) record
+    the DataLoader's row on each next()."""
+    with torch.profiler.profile() as prof:
+        a = sum(1 for _ in stoker.Loader(_Squares(), batch_size=4, num_workers=1,
+                                         executor="thread"))
+        b = sum(1 for _ in stoker.Loader(_Stream(), batch_size=4, num_workers=1,
+                                         executor="thread"))
+    rows = _rows(prof)
+    assert (a, b) == (3, 3)
+    assert rows[ROW].count == 3 + 1, sorted(rows)
+    it_row = "enumerate(DataLoader)#_IterPass.__next__"
+    assert rows[it_row].count == 3 + 1, sorted(rows)

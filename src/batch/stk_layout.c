@@ -26,13 +26,25 @@ stk_status stk__layout_init(stk__layout *lay, const stk_field *fields, const uin
 {
     memset(lay, 0, sizeof(*lay));
     lay->batch_size = batch_size;
+    lay->aux_t = -1;
     size_t total = 0, nf = STK_MIN(n_fields, (size_t)STK_MAX_FIELDS);
     for (size_t f = 0; f <= nf; f++) {
         stk__tlayout *t = &lay->t[lay->n_tensors++];
         t->lengths_offset = SIZE_MAX;
         t->field = f < nf ? (int)f : -1;
         size_t elems = 1;
-        if (f == nf) { /* the "index" tensor */
+        if (f == nf && tfield >= 0 && tspec->aux_name && lay->aux_t < 0) {
+            /* the transform's aux output ("video_pts") before "index" */
+            snprintf(t->name, sizeof(t->name), "%s", tspec->aux_name);
+            t->aux = true;
+            lay->aux_t = (int)(lay->n_tensors - 1);
+            t->dtype = tspec->aux_dtype;
+            t->ndim = 1;
+            t->shape[0] = tspec->aux_n;
+            if (tspec->aux_n < 0 || !stk__mul_ok(elems, (size_t)tspec->aux_n, &elems))
+                goto too_large;
+            f--;              /* "index" next */
+        } else if (f == nf) { /* the "index" tensor */
             snprintf(t->name, sizeof(t->name), "index");
             t->dtype = STK_DTYPE_INT64;
         } else if ((int)f == tfield) {

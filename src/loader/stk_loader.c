@@ -312,6 +312,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         c->ds = c->owned_ds;
     }
     c->n = stk_dataset_n_records(c->ds);
+    c->per_record = 1;
     for (size_t k = 0; c->ds->m->extent && k < c->ds->n_files && !c->readahead; k++)
         c->readahead = stk__vfs_for(c->ds->files[k].path)->readahead != NULL;
     if (c->n == 0)
@@ -351,6 +352,12 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     if (c->transform) {
         STK_TRY(transform_field(c, opts->transform_field, err, sizeof(err)));
         stk__transform_spec(c->transform, &tspec);
+        uint32_t per = stk__transform_per_record(c->transform);
+        if (per > 1 && c->n > UINT64_MAX / 2 / per)
+            STK_FAIL(err, STK_EINVAL, "%llu records x %u clips per video is too many samples",
+                     (unsigned long long)c->n, per);
+        c->per_record = per;
+        c->n *= per;
         if (!c->tarray && !(c->checked = stk__calloc((size_t)(c->n / 64 + 1), sizeof(uint64_t))))
             STK_FAIL(err, STK_ENOMEM, "out of memory for the per-record check bits");
     }

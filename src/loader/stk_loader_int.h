@@ -120,6 +120,9 @@ struct core {
     stk__imgarray tgeom; /* its geometry */
     uint32_t n_slots, n_threads, batch_size, rank, world;
     uint64_t seed, n;
+    uint32_t per_record; /* samples per record (a video transform's clips_per_video; else 1): the
+                          * loader's n counts samples, sample i is clip i % per_record of record
+                          * i / per_record */
     bool shuffle, skip_corrupt;
     uint32_t plan_flags; /* STK_PLAN_*: the tail, the partial last batch, the split */
     unsigned read_flags; /* STK__READ_* for every record read */

@@ -26,7 +26,8 @@ static void readahead_records(core *c, const stk__slot *s, uint64_t first, uint3
     for (uint32_t t = 0; t < count; t += 512) {
         uint32_t k = STK_MIN(count - t, 512u);
         for (uint32_t j = 0; j < k; j++)
-            idx[j] = stk__order_at(c, s, (first + (uint64_t)(t + j) * s->stride) % c->m);
+            idx[j] =
+                stk__order_at(c, s, (first + (uint64_t)(t + j) * s->stride) % c->m) / c->per_record;
         stk__dataset_readahead(c->ds, idx, k);
     }
 }
@@ -115,14 +116,18 @@ static void name_path(const stk__layout *lay, const uint8_t *mem, uint32_t t,
     }
 }
 
-/* Read (and transform) record `idx` into row `t` of `mem`, laid out as `lay`. */
+/* Read (and transform) sample `idx` into row `t` of `mem`, laid out as `lay`: record
+ * idx / per_record (clip idx % per_record of a video). */
 static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_t *mem, uint32_t t,
                               uint64_t epoch, uint64_t idx, char *err, size_t err_size)
 {
     void *dst[STK_MAX_FIELDS];
     size_t cap[STK_MAX_FIELDS];
-    for (size_t i = 0; i + 1 < lay->n_tensors; i++) { /* the last tensor is "index" */
+    uint64_t rec = c->per_record > 1 ? idx / c->per_record : idx; /* no division for 1 */
+    for (size_t i = 0; i + 1 < lay->n_tensors; i++) {             /* the last tensor is "index" */
         const stk__tlayout *tl = &lay->t[i];
+        if (tl->aux)
+            continue;
         if (tl->transformed) {
             dst[tl->field] = w->scratch;
             cap[tl->field] = w->scratch_size;
@@ -134,7 +139,7 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
     stk__recinfo loc;
     uint64_t t0 = stk__loader_now(c);
     const stk__readkey key = {c->seed, epoch, c->shuffle}; /* records drawn per epoch (tokens) */
-    stk_status rc = stk__dataset_read_keyed(c->ds, w->cur, &key, idx, dst, cap, c->read_flags, &loc,
+    stk_status rc = stk__dataset_read_keyed(c->ds, w->cur, &key, rec, dst, cap, c->read_flags, &loc,
                                             err, err_size);
     uint64_t t1 = stk__loader_now(c);
     atomic_fetch_add_explicit(&w->read_ns, t1 - t0, memory_order_relaxed);
@@ -158,6 +163,8 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
             if (c->tarray) {
                 rc = transform_array(c, w, loc.field_size[tl->field], &rng, out, why, sizeof(why));
             } else { /* a strict decode reads to the image's end on its first read only */
+                if (c->per_record > 1)
+                    stk__transform_worker_clip(w->tw, (uint32_t)(idx % c->per_record));
                 _Atomic uint64_t *word = &c->checked[idx / 64];
                 uint64_t bit = 1ULL << (idx % 64);
                 bool trusted = atomic_load_explicit(word, memory_order_relaxed) & bit;
@@ -176,12 +183,16 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
             }
             if (rc < 0) {
                 char where[STK_ERRMSG_SIZE];
-                stk_dataset_describe(c->ds, idx, where, sizeof(where));
+                stk_dataset_describe(c->ds, rec, where, sizeof(where));
                 name_path(lay, mem, t, &loc, where, sizeof(where));
                 return stk__set_error(err, err_size, rc, "%s: %s", where, why);
             }
             if (tl->lengths_offset != SIZE_MAX) /* the output's valid length (audio) */
                 ((int64_t *)(mem + tl->lengths_offset))[t] = stk__transform_worker_length(w->tw);
+            if (lay->aux_t >= 0) { /* the transform's second output (video_pts) */
+                const stk__tlayout *ax = &lay->t[lay->aux_t];
+                stk__transform_worker_aux(w->tw, mem + ax->offset + (size_t)t * ax->row_size);
+            }
         }
     }
     return STK_OK;
@@ -223,7 +234,7 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
     if (rc >= 0)
         return STK_OK;
     char where[STK_ERRMSG_SIZE];
-    stk_dataset_describe(c->ds, idx, where, sizeof(where));
+    stk_dataset_describe(c->ds, idx / c->per_record, where, sizeof(where));
     return stk__set_error(err, err_size, rc, "%s: %s", where, why[0] ? why : "sample_fn failed");
 }
 
@@ -416,6 +427,8 @@ static void complete_batch(core *c, worker *w, stk__slot *s, uint64_t seq)
 static void prepare_records(core *c, worker *w, const stk__slot *s, const uint64_t *idx, uint32_t n)
 {
     const stk__readkey key = {c->seed, s->epoch, c->shuffle};
+    if (c->per_record > 1) /* idx are samples, not records (clips of a video) */
+        return;
     uint64_t t0 = stk__loader_now(c);
     stk__dataset_prepare(c->ds, w->cur, &key, idx, n);
     atomic_fetch_add_explicit(&w->read_ns, stk__loader_now(c) - t0, memory_order_relaxed);

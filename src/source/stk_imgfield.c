@@ -19,6 +19,8 @@
  * aiff, au, snd; the bytes fields whose record 0 starts with an audio magic (RIFF/WAVE, fLaC,
  * OggS, ID3, FORM/AIFF, .snd, caff); waveform arrays (samples,) or (channels <= 8, samples) of
  * float32, float64, int16 or int32, 64 samples or more.
+ * For video: a field named `video`; bytes fields named mp4, m4v, mov, mkv, webm, avi; the bytes
+ * fields whose record 0 starts with a container's magic (an MP4 "ftyp" box, EBML, RIFF/AVI).
  * One candidate in a step is the pick; several are an error naming them; none at all an error
  * listing the fields. Either error says how to name the field.
  */
@@ -119,6 +121,12 @@ static bool named_as_audio(const char *name)
     return stk__audio_ext(name_ext(name));
 }
 
+/* Step 2 for video: a video container's extension (WebDataset's .mp4 members). */
+static bool named_as_video(const char *name)
+{
+    return stk__video_ext(name_ext(name));
+}
+
 /* Step 3: whether `p` starts with the magic of an image format (stk__image_magic, the decoders'
  * own; only magics too long to occur in text by chance: BMP's "BM" and Netpbm's "P6" are left to
  * the names). */
@@ -160,6 +168,13 @@ static uint32_t audio_array_rank(const stk_field *f)
     return f->ndim == 2 && f->shape[0] >= 1 && f->shape[0] <= 8 && f->shape[1] >= 64 ? 2 : 0;
 }
 
+/* Step 4 for video: none (decoded frames stored as arrays are images). */
+static uint32_t video_array_rank(const stk_field *f)
+{
+    (void)f;
+    return 0;
+}
+
 /* What a media kind's transforms read: the four steps' tests and their words for messages. */
 typedef struct field_rule {
     const char *name;                           /* step 1: the field so named */
@@ -190,6 +205,15 @@ static const field_rule audio_rule = {
     "none is named 'audio', named as encoded audio (wav, flac, mp3, ogg, opus, ...), holds "
     "encoded audio in record 0 or is a waveform array (samples,) or (channels, samples) of "
     "float32, float64, int16 or int32"};
+
+static const field_rule video_rule = {
+    "video",
+    named_as_video,
+    stk__video_magic,
+    video_array_rank,
+    {"named as videos", "holding a video file in record 0", "", ""},
+    "none is named 'video', named as a video (mp4, mkv, webm, avi, mov, m4v) or holds a video "
+    "file (MP4/MOV, Matroska/WebM, AVI) in record 0"};
 
 /* Append "'name'" (", " between) to list. */
 static void list_add(char *list, size_t size, const char *name)
@@ -302,6 +326,8 @@ stk_status stk__dataset_media_field(const stk_dataset *ds, stk_media media, size
         return pick_field(ds, &image_rule, field);
     case STK_MEDIA_AUDIO:
         return pick_field(ds, &audio_rule, field);
+    case STK_MEDIA_VIDEO:
+        return pick_field(ds, &video_rule, field);
     }
     return stk__set_last_error(STK_EINVAL, "no field rule for media kind %d", (int)media);
 }

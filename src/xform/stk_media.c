@@ -23,6 +23,8 @@ static const stk__media_ops *media_of(stk_media m)
         return &stk__media_image;
     case STK_MEDIA_AUDIO:
         return &stk__media_audio;
+    case STK_MEDIA_VIDEO:
+        return &stk__media_video;
     }
     return NULL;
 }
@@ -37,7 +39,12 @@ void stk_transform_opts_init_sized(stk_transform_opts *opts, size_t struct_size)
 {
     stk_transform_opts full = {.struct_size = sizeof(full),
                                .dtype = STK_DTYPE_FLOAT32,
-                               .max_pixels = STK__XF_DEFAULT_MAX_PIXELS};
+                               .max_pixels = STK__XF_DEFAULT_MAX_PIXELS,
+                               .frames_per_clip = 16,
+                               .frame_step = 1,
+                               .clips_per_video = 1,
+                               .decoder_threads = 1,
+                               .max_clip_pixels = 1ull << 31};
     stk__init_store(opts, struct_size, &full, sizeof(full));
 }
 
@@ -163,4 +170,24 @@ stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const v
                                 size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
 {
     return media_of(t->media)->apply(t, w, src, size, rng, dst, err, err_size);
+}
+
+void stk__transform_worker_aux(const stk__tworker *w, void *dst)
+{
+    const stk__media_ops *mo = worker_media(w);
+    if (mo->aux)
+        mo->aux(w, dst);
+}
+
+uint32_t stk__transform_per_record(const stk_transform *t)
+{
+    const stk__media_ops *mo = media_of(t->media);
+    return mo->per_record ? mo->per_record(t) : 1;
+}
+
+void stk__transform_worker_clip(stk__tworker *w, uint32_t clip)
+{
+    const stk__media_ops *mo = worker_media(w);
+    if (mo->clip)
+        mo->clip(w, clip);
 }

@@ -1,6 +1,6 @@
 /*
  * stk_media.h: the seam between the loader and the per-sample pipelines. A transform has a media
- * kind (stk_media: image, audio; video next); each kind implements this table in files of its
+ * kind (stk_media: image, audio, video); each kind implements this table in files of its
  * own, and stk_media.c's one switch (media_of) picks a transform's. The loader, the Python
  * binding and the CLI call the stk__transform_* functions of stk_internal.h, which dispatch here;
  * docs/design.md, "Adding a media kind", walks through adding one.
@@ -38,9 +38,15 @@ typedef struct stk__media_ops {
                         stk_rng *rng, void *dst, char *err, size_t err_size);
     /* Optional: the valid length of the last sample (stk__tspec.lengths). */
     int64_t (*length)(const stk__tworker *w);
+    /* Optional (video): the last sample's aux output (stk__tspec.aux_name) into dst. */
+    void (*aux)(const stk__tworker *w, void *dst);
+    /* Optional (video): samples per record (NULL: 1); the clip the next apply is for. */
+    uint32_t (*per_record)(const stk_transform *t);
+    void (*clip)(stk__tworker *w, uint32_t clip);
 } stk__media_ops;
 
 extern const stk__media_ops stk__media_image; /* stk_transform.c */
 extern const stk__media_ops stk__media_audio; /* stk_audio.c */
+extern const stk__media_ops stk__media_video; /* stk_video.c */
 
 #endif /* STK_MEDIA_H */

@@ -41,11 +41,13 @@
 struct stk__op_def;
 
 /* A compiled transform. Immutable after stk_transform_create. `media` says which pipeline runs
- * it (stk_media.h); the fields after `audio` are the image pipeline's (an audio transform keeps
- * its ops here too, and its compiled pipeline behind `audio`). */
+ * it (stk_media.h); the fields after `video` are the image pipeline's (an audio transform keeps
+ * its ops here too, and its compiled pipeline behind `audio`; a video transform compiles its
+ * image ops into a second, image, transform behind `video`). */
 struct stk_transform {
     stk_media media;
     struct stk__atransform *audio; /* STK_MEDIA_AUDIO: stk_audio.h */
+    struct stk__vtransform *video; /* STK_MEDIA_VIDEO: stk_video.h */
     stk_op ops[STK__XF_MAX_OPS];
     const struct stk__op_def *defs[STK__XF_MAX_OPS]; /* the table row of each op */
     size_t n_ops;

@@ -376,6 +376,17 @@ static PyObject *mod_has_audio(PyObject *self, PyObject *noargs)
                          mpg123 ? Py_True : Py_False, "fftw", fftw ? Py_True : Py_False);
 }
 
+static PyObject *mod_has_video(PyObject *self, PyObject *noargs)
+{
+    (void)self;
+    (void)noargs;
+#ifdef STK_HAVE_AVCODEC
+    Py_RETURN_TRUE;
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef module_methods[] = {
     {"formats", mod_formats, METH_NOARGS,
      "formats() -> tuple: the format names Dataset(format=...) takes, in detection order."},
@@ -405,6 +416,9 @@ static PyMethodDef module_methods[] = {
     {"has_audio", mod_has_audio, METH_NOARGS,
      "has_audio() -> dict: which audio libraries this build has ('sndfile': WAV, FLAC, Ogg "
      "Vorbis, Opus; 'mpg123': MP3; 'fftw': the spectrograms)."},
+    {"has_video", mod_has_video, METH_NOARGS,
+     "has_video() -> bool: whether this build decodes video (libavformat, libavcodec and "
+     "libswscale; docs/video.md)."},
     {"op_params", stkpy_op_params, METH_O,
      "op_params(name) -> tuple of (parameter, type, count): the parameters op `name` takes in "
      "an op dict, e.g. ('size', 'int64', 2)."},

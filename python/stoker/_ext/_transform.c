@@ -177,8 +177,10 @@ static int parse_media(const char *name, stk_media *out)
         *out = STK_MEDIA_IMAGE;
     else if (strcmp(name, "audio") == 0)
         *out = STK_MEDIA_AUDIO;
+    else if (strcmp(name, "video") == 0)
+        *out = STK_MEDIA_VIDEO;
     else
-        return stkpy_invalid("media must be 'image' or 'audio', not '%s'", name), -1;
+        return stkpy_invalid("media must be 'image', 'audio' or 'video', not '%s'", name), -1;
     return 0;
 }
 
@@ -312,16 +314,25 @@ PyObject *stkpy_recipe_ops(PyObject *self, PyObject *name_obj)
 
 static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"ops",    "dtype", "layout",      "exact",   "max_pixels", "finish",
-                             "strict", "media", "sample_rate", "lengths", NULL};
+    static char *kwlist[] = {"ops",         "dtype",           "layout",
+                             "exact",       "max_pixels",      "finish",
+                             "strict",      "media",           "sample_rate",
+                             "lengths",     "frames_per_clip", "frame_step",
+                             "frame_rate",  "clips_per_video", "clip_sampling",
+                             "short_video", "decoder_threads", "max_clip_pixels",
+                             NULL};
     PyObject *ops_obj, *dtype_obj = NULL, *exact_obj = Py_False;
-    const char *layout = "NCHW", *finish = NULL, *media = NULL;
+    const char *layout = "NCHW", *finish = NULL, *media = NULL, *sampling = NULL, *shortv = NULL;
     int strict = 1, lengths = 0;
-    unsigned long long max_pixels = 0;
-    unsigned int sample_rate = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsOKzpzIp:Transform", kwlist, &ops_obj,
+    unsigned long long max_pixels = 0, max_clip_pixels = 0;
+    unsigned int sample_rate = 0, frames_per_clip = 16, frame_step = 1, clips_per_video = 1,
+                 decoder_threads = 1;
+    double frame_rate = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsOKzpzIpIIdIzzIK:Transform", kwlist, &ops_obj,
                                      &dtype_obj, &layout, &exact_obj, &max_pixels, &finish, &strict,
-                                     &media, &sample_rate, &lengths))
+                                     &media, &sample_rate, &lengths, &frames_per_clip, &frame_step,
+                                     &frame_rate, &clips_per_video, &sampling, &shortv,
+                                     &decoder_threads, &max_clip_pixels))
         return NULL;
     /* exact=None: decide by the ops (issue 24): exact when none draws from the sample's stream
      * (an evaluation transform, whose results must not depend on the loader), else fast. */
@@ -335,6 +346,23 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         return NULL;
     o.sample_rate = sample_rate;
     o.lengths = lengths != 0;
+    o.frames_per_clip = frames_per_clip;
+    o.frame_step = frame_step;
+    o.frame_rate = frame_rate;
+    o.clips_per_video = clips_per_video;
+    o.decoder_threads = decoder_threads;
+    if (max_clip_pixels)
+        o.max_clip_pixels = max_clip_pixels;
+    if (sampling && strcmp(sampling, "uniform") == 0)
+        o.clip_sampling = STK_CLIP_UNIFORM;
+    else if (sampling && strcmp(sampling, "random") != 0)
+        return stkpy_invalid("clip_sampling must be 'random' or 'uniform', not '%s'", sampling);
+    if (shortv && strcmp(shortv, "loop") == 0)
+        o.short_video = STK_SHORT_LOOP;
+    else if (shortv && strcmp(shortv, "skip") == 0)
+        o.short_video = STK_SHORT_FAIL;
+    else if (shortv && strcmp(shortv, "pad") != 0)
+        return stkpy_invalid("short_video must be 'pad', 'loop' or 'skip', not '%s'", shortv);
     if (dtype_obj && dtype_obj != Py_None && stkpy_parse_dtype(dtype_obj, &o.dtype) < 0)
         return NULL;
     if (strcmp(layout, "NCHW") == 0 || strcmp(layout, "CHW") == 0)
@@ -503,7 +531,12 @@ PyTypeObject StkTransform_Type = {
               "the record. Audio (media='audio', or audio op dicts): sample_rate= (the rate the "
               "ops run at without a Resample op; 0: the files' own), lengths=True (the output "
               "carries each row's valid length); .output shows -1 where a loader fills it in "
-              "from its data.",
+              "from its data. Video (media='video'; the ops are image ops applied to every frame "
+              "of a clip with one set of parameters): frames_per_clip=16, frame_step=1 or "
+              "frame_rate=F (seconds, the container's timestamps), clips_per_video=1, "
+              "clip_sampling='random' or 'uniform', short_video='pad', 'loop' or 'skip', "
+              "decoder_threads=1, max_clip_pixels=2**31; layout 'NHWC' gives [T, H, W, 3] per "
+              "sample, 'NCHW' [3, T, H, W].",
     .tp_new = Transform_new,
     .tp_getset = Transform_getset,
 };

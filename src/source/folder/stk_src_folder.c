@@ -17,7 +17,9 @@
  * Records: image (bytes: the file as stored), label (int64), path (bytes: relative to ROOT) — the
  * schema `stoker pack` writes. A tree without images but with audio files (.wav, .flac, .mp3,
  * .ogg, .oga, .opus, .aif, .aiff) is read the same way with `audio` in place of `image` (issue
- * 27); format="audiofolder" reads the audio files of a tree that has images too. Each file is
+ * 27), and a tree with neither but with videos (.mp4, .m4v, .mov, .mkv, .webm, .avi: the
+ * Kinetics/UCF101 layout) with `video` (issue 28); format="audiofolder" / "videofolder" reads the
+ * audio files / videos of a tree that has images too. Each file is
  * stat'ed at open (its size sizes the ring's rows) and must still have that size when read
  * ("changed since the dataset was opened" otherwise).
  */
@@ -30,6 +32,24 @@
 #include <strings.h>
 
 extern const stk__source_methods stk__src_audiofolder; /* below: format="audiofolder" */
+extern const stk__source_methods stk__src_videofolder; /* below: format="videofolder" */
+
+/* What a tree's records hold: its files of one media kind (the first with files, in this order,
+ * unless the format names one). */
+typedef struct media_kind {
+    const char *field;  /* the bytes field: "image", "audio", "video" */
+    const char *source; /* the metadata's "source" */
+    bool (*is_media)(const char *name);
+    const char *exts; /* for messages */
+} media_kind;
+
+static const media_kind kinds_of_media[3] = {
+    {"image", "imagefolder", stk__image_name,
+     "images (extensions: .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp)"},
+    {"audio", "audiofolder", stk__audio_name,
+     "audio files (extensions: .wav .flac .mp3 .ogg .oga .opus .aif .aiff)"},
+    {"video", "videofolder", stk__video_name,
+     "videos (extensions: .mp4 .m4v .mov .mkv .webm .avi)"}};
 
 #define MAX_DEPTH 256 /* nested directories under a class */
 #define MAX_SKIPPED_LISTED 16
@@ -204,9 +224,10 @@ static void walk_free(walk *w)
     stk__free(w->dirs);
 }
 
-/* {"source": "imagefolder" (or "audiofolder"), "classes": [...], "skipped": [first 16],
- * "n_skipped": N}. */
-static char *metadata(const stk__strlist *classes, const stk__strlist *skipped, bool audio)
+/* {"source": "imagefolder" (or "audiofolder", "videofolder"), "classes": [...], "skipped":
+ * [first 16], "n_skipped": N}. */
+static char *metadata(const stk__strlist *classes, const stk__strlist *skipped,
+                      const media_kind *mk)
 {
     size_t size = 128, n_skip = STK_MIN(skipped->n, MAX_SKIPPED_LISTED);
     for (size_t i = 0; i < classes->n; i++)
@@ -216,7 +237,7 @@ static char *metadata(const stk__strlist *classes, const stk__strlist *skipped, 
     char *s = stk__malloc(size), *p = s;
     if (!s)
         return NULL;
-    p += sprintf(p, "{\"source\": \"%s\", \"classes\": [", audio ? "audiofolder" : "imagefolder");
+    p += sprintf(p, "{\"source\": \"%s\", \"classes\": [", mk->source);
     for (size_t i = 0; i < classes->n; i++)
         p = stk__json_put(p + (i ? sprintf(p, ", ") : 0), classes->v[i]);
     p += sprintf(p, "], \"skipped\": [");
@@ -246,7 +267,7 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
     stk_status rc = STK_OK;
     stk__strlist entries = {0}, classes = {0}, empty = {0};
     walk *walks = NULL;
-    bool audio = false;
+    const media_kind *mk = &kinds_of_media[0];
     if (n_paths != 1)
         return stk__set_error(err, err_size, STK_EINVAL,
                               "%s: an ImageFolder dataset is one directory, got %zu paths",
@@ -280,27 +301,30 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
                    "tree has one subfolder per class, as torchvision expects; `stoker pack` makes "
                    "shards)",
                    root, root);
-    /* Walk every class, then read images, or audio files where the tree has no image (or when
-     * format="audiofolder" says so). */
+    /* Walk every class, then read images, or where the tree has none audio files, or where it
+     * has neither videos (or what format="audiofolder" / "videofolder" says). */
     if (!(walks = stk__calloc(classes.n, sizeof(*walks))))
         STK_FAIL_E(STK_ENOMEM, "out of memory");
-    size_t n_img = 0;
     for (size_t c = 0; c < classes.n; c++) {
         walks[c].root = root;
         STK_TRY(walk_dir(&walks[c], classes.v[c], err, err_size));
-        n_img += count_media(&walks[c], stk__image_name);
     }
-    audio = ds->m == &stk__src_audiofolder || n_img == 0;
-    if (audio && n_img == 0) {
-        size_t n_audio = 0;
-        for (size_t c = 0; c < classes.n; c++)
-            n_audio += count_media(&walks[c], stk__audio_name);
-        audio = n_audio > 0 || ds->m == &stk__src_audiofolder;
+    if (ds->m == &stk__src_audiofolder || ds->m == &stk__src_videofolder) {
+        mk = &kinds_of_media[ds->m == &stk__src_audiofolder ? 1 : 2];
+    } else {
+        for (size_t k = 0; k < 3; k++) {
+            size_t n = 0;
+            for (size_t c = 0; c < classes.n; c++)
+                n += count_media(&walks[c], kinds_of_media[k].is_media);
+            if (n) {
+                mk = &kinds_of_media[k];
+                break;
+            }
+        }
     }
-    bool (*is_media)(const char *) = audio ? stk__audio_name : stk__image_name;
     for (size_t c = 0; c < classes.n; c++) {
         size_t before = fo->n;
-        STK_TRY(add_class(fo, &walks[c], (int64_t)c, is_media, err, err_size));
+        STK_TRY(add_class(fo, &walks[c], (int64_t)c, mk->is_media, err, err_size));
         if (fo->n == before && stk__strlist_add(&empty, classes.v[c]) < 0)
             STK_FAIL_E(STK_ENOMEM, "out of memory");
     }
@@ -310,12 +334,10 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
             k +=
                 (size_t)snprintf(names + k, sizeof(names) - k, "%s'%s'", i ? ", " : "", empty.v[i]);
         STK_FAIL_E(STK_EINVAL, "class folder%s %s in %s contain%s no %s", empty.n > 1 ? "s" : "",
-                   names, root, empty.n > 1 ? "" : "s",
-                   audio ? "audio files (extensions: .wav .flac .mp3 .ogg .oga .opus .aif .aiff)"
-                         : "images (extensions: .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp)");
+                   names, root, empty.n > 1 ? "" : "s", mk->exts);
     }
     /* The schema stoker pack writes. */
-    const char *const names[3] = {audio ? "audio" : "image", "label", "path"};
+    const char *const names[3] = {mk->field, "label", "path"};
     static const stk_field_kind kinds[3] = {STK_FIELD_BYTES, STK_FIELD_INT64, STK_FIELD_BYTES};
     ds->n_fields = 3;
     for (int f = 0; f < 3; f++) {
@@ -347,7 +369,7 @@ static stk_status folder_open(stk_dataset *ds, const char *const *paths, size_t 
     ds->files[0].path = stk__strdup(root);
     ds->files[0].count = fo->n;
     ds->files[0].size = ds->files[0].data_size = total;
-    ds->files[0].metadata = metadata(&classes, &fo->skipped, audio);
+    ds->files[0].metadata = metadata(&classes, &fo->skipped, mk);
     if (!ds->files[0].path || !ds->files[0].metadata)
         STK_FAIL_E(STK_ENOMEM, "out of memory");
 fail:
@@ -422,7 +444,7 @@ static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t 
 const stk__source_methods stk__src_imagefolder = {
     .name = "imagefolder",
     .summary = "an ImageFolder tree, ROOT/<class>/**/<image>, as torchvision reads it (or of "
-               "audio files, when it holds no image)",
+               "audio files, when it holds no image, or of videos, when it holds neither)",
     .probe = folder_probe,
     .open = folder_open,
     .close = folder_close,
@@ -430,8 +452,9 @@ const stk__source_methods stk__src_imagefolder = {
     .describe = folder_describe,
 };
 
-/* Never detected (a directory is imagefolder's, which reads audio in a tree without images):
- * format="audiofolder" reads the audio files of a tree that holds images too (cover art). */
+/* Never detected (a directory is imagefolder's, which reads audio or video in a tree without
+ * images): format="audiofolder" reads the audio files of a tree that holds images too (cover
+ * art), format="videofolder" its videos (thumbnails beside them). */
 static int audiofolder_probe(const char *path, const stk__stat *st, const uint8_t *head, size_t n)
 {
     (void)path, (void)st, (void)head, (void)n;
@@ -442,6 +465,17 @@ const stk__source_methods stk__src_audiofolder = {
     .name = "audiofolder",
     .summary = "a tree ROOT/<class>/**/<audio file> (wav, flac, mp3, ogg, opus, aiff), labelled "
                "as ImageFolder labels images",
+    .probe = audiofolder_probe,
+    .open = folder_open,
+    .close = folder_close,
+    .read = folder_read,
+    .describe = folder_describe,
+};
+
+const stk__source_methods stk__src_videofolder = {
+    .name = "videofolder",
+    .summary = "a tree ROOT/<class>/**/<video> (mp4, mkv, webm, avi, mov; Kinetics, UCF101), "
+               "labelled as ImageFolder labels images",
     .probe = audiofolder_probe,
     .open = folder_open,
     .close = folder_close,

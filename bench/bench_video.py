@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Video clips side by side (issue 28): stoker against a DataLoader with torchvision.io/PyAV and
+against decoding every frame of the same files with libavcodec alone.
+
+The recipe is Kinetics-style: a clip of 16 frames at stride 4 (a random start), the short side
+resized to 256, RandomResizedCrop(224), a horizontal flip, ToTensor and Normalize, batches of
+float32 [B, 3, 16, 224, 224]. The data is a class-per-folder tree made by bench/gen_videos.py
+(pans and zooms over photo-like images, H.264 in MP4).
+
+  stoker:      stoker.Loader(tree, frames_per_clip=16, frame_step=4, transforms=the Compose)
+  DataLoader:  a map-style Dataset: torchvision.io.read_video(path, t0, t1, pts_unit="sec")
+               (PyAV: seeks, decodes and converts every frame of the span), every 4th frame,
+               the same torchvision transforms on the [T, C, H, W] tensor (one set of
+               parameters per clip, as torchvision applies them to a batch of frames),
+               num_workers from --workers, the best taken
+  ceiling:     every frame of every file decoded by libavcodec through PyAV's decode loop, no
+               colour conversion, one process per core: what decoding whole files costs
+
+Each runs in its own process (its peak RSS is its own). Samples/s: epoch 1 and epochs 2.. apart.
+
+    /usr/bin/python3 bench/bench_video.py --videos 32 --epochs 3 --workers 0,1,2,3
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+T, STEP, BATCH = 16, 4, 8
+MEAN, STD = [0.43216, 0.394666, 0.37645], [0.22803, 0.22145, 0.216989]
+
+
+def tv_transforms():
+    import torchvision.transforms as TT
+    return TT.Compose([TT.Resize(256), TT.RandomResizedCrop(224), TT.RandomHorizontalFlip(),
+                       TT.ToTensor(), TT.Normalize(MEAN, STD)])
+
+
+def run_stoker(tree, epochs, threads):
+    import stoker
+    times = []
+    with stoker.Loader(tree, batch_size=BATCH, shuffle=True, seed=0, num_workers=threads,
+                       frames_per_clip=T, frame_step=STEP, transforms=tv_transforms()) as loader:
+        for _ in range(epochs):
+            t0, n = time.perf_counter(), 0
+            for b in loader:
+                n += b["video"].shape[0]
+                assert tuple(b["video"].shape[1:]) == (3, T, 224, 224)
+            times.append((n, time.perf_counter() - t0))
+    return times
+
+
+class ReadVideoClips:
+    """torchvision.io.read_video of a random span, every STEP-th frame, the transforms on
+    [T, C, H, W] (float in [0, 1]: ToTensor's work done by hand on the tensor)."""
+
+    def __init__(self, tree):
+        import av
+        self.items = []
+        for c, cls in enumerate(sorted(os.listdir(tree))):
+            for f in sorted(os.listdir(os.path.join(tree, cls))):
+                p = os.path.join(tree, cls, f)
+                with av.open(p) as ct:
+                    st = ct.streams.video[0]
+                    n, rate = st.frames, float(st.average_rate)
+                self.items.append((p, c, n, rate))
+        import torchvision.transforms as TT
+        self.tf = TT.Compose([TT.Resize(256), TT.RandomResizedCrop(224),
+                              TT.RandomHorizontalFlip(), TT.Normalize(MEAN, STD)])
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        import torch
+        import torchvision.io
+        p, c, n, rate = self.items[i]
+        span = (T - 1) * STEP + 1
+        start = int(torch.randint(0, max(1, n - span + 1), ()))
+        v, _, _ = torchvision.io.read_video(p, start / rate, (start + span - 1) / rate,
+                                            pts_unit="sec")
+        v = v[::STEP][:T]
+        if v.shape[0] < T:  # pad as stoker does
+            v = torch.cat([v, v[-1:].expand(T - v.shape[0], *v.shape[1:])])
+        x = v.permute(0, 3, 1, 2).float().div_(255)
+        return self.tf(x).permute(1, 0, 2, 3).contiguous(), c
+
+
+def run_dataloader(tree, epochs, workers):
+    import torch
+    torch.set_num_threads(1)
+    ds = ReadVideoClips(tree)
+    kw = dict(persistent_workers=True, prefetch_factor=2) if workers else {}
+    dl = torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers, **kw)
+    times = []
+    for _ in range(epochs):
+        t0, n = time.perf_counter(), 0
+        for x, _ in dl:
+            n += x.shape[0]
+            assert tuple(x.shape[1:]) == (3, T, 224, 224)
+        times.append((n, time.perf_counter() - t0))
+    return times
+
+
+def _decode_all(path):
+    import av
+    with av.open(path) as c:
+        st = c.streams.video[0]
+        st.thread_type = "NONE"
+        return sum(1 for _ in c.decode(st))
+
+
+def run_ceiling(tree, epochs, procs):
+    from multiprocessing import Pool
+    paths = [os.path.join(tree, c, f) for c in sorted(os.listdir(tree))
+             for f in sorted(os.listdir(os.path.join(tree, c)))]
+    times = []
+    with Pool(procs) as pool:
+        for _ in range(epochs):
+            t0 = time.perf_counter()
+            frames = sum(pool.map(_decode_all, paths, chunksize=1))
+            times.append((len(paths), time.perf_counter() - t0))
+    times.append(("frames", frames))
+    return times
+
+
+def child(mode, tree, epochs, arg):
+    fn = {"stoker": run_stoker, "dataloader": run_dataloader, "ceiling": run_ceiling}[mode]
+    cpu0 = time.process_time()
+    times = fn(tree, epochs, arg)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    ruc = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({"times": times, "rss_mb": ru.ru_maxrss / 1024,
+                      "cpu_s": time.process_time() - cpu0 + ruc.ru_utime + ruc.ru_stime}))
+
+
+def measure(mode, tree, epochs, arg):
+    out = subprocess.run([sys.executable, __file__, "--child", mode, "--tree", tree,
+                          "--epochs", str(epochs), "--arg", str(arg)],
+                         capture_output=True, text=True, env=dict(os.environ))
+    if out.returncode:
+        raise RuntimeError(f"{mode} {arg}: {out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def rate(times, first):
+    sel = times[:1] if first else [t for t in times[1:] if t[0] != "frames"]
+    n = sum(t[0] for t in sel)
+    s = sum(t[1] for t in sel)
+    return n / s if s else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--videos", type=int, default=32)
+    ap.add_argument("--seconds", type=float, default=10.0)  # Kinetics clips are 10 s
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--workers", default="0,1,2,3")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--data", help="an existing tree (else generated in a temporary folder)")
+    ap.add_argument("--child")
+    ap.add_argument("--tree")
+    ap.add_argument("--arg", type=int, default=0)
+    a = ap.parse_args()
+    if a.child:
+        return child(a.child, a.tree, a.epochs, a.arg)
+    tree = a.data
+    if not tree:
+        tree = tempfile.mkdtemp(prefix="stk_bench_video_")
+        per = max(1, a.videos // 4)
+        subprocess.run([sys.executable, os.path.join(HERE, "gen_videos.py"), tree, "--classes",
+                        "4", "--per-class", str(per), "--seconds", str(a.seconds)], check=True)
+    load = os.getloadavg()
+    rows = {}
+    rows["stoker"] = measure("stoker", tree, a.epochs, a.threads)
+    best = None
+    for w in [int(x) for x in a.workers.split(",")]:
+        r = measure("dataloader", tree, a.epochs, w)
+        rows[f"dataloader w={w}"] = r
+        if best is None or rate(r["times"], False) > rate(rows[best]["times"], False):
+            best = f"dataloader w={w}"
+    rows["ceiling"] = measure("ceiling", tree, a.epochs, a.threads)
+    print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; after: "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(f"{'':24s} {'epoch 1':>9s} {'epochs 2+':>9s} {'cpu s':>7s} {'rss MB':>7s}")
+    for k, r in rows.items():
+        print(f"{k:24s} {rate(r['times'], True):9.2f} {rate(r['times'], False):9.2f} "
+              f"{r['cpu_s']:7.1f} {r['rss_mb']:7.0f}")
+    s, d, c = (rate(rows[k]["times"], False) for k in ("stoker", best, "ceiling"))
+    s1, d1 = rate(rows["stoker"]["times"], True), rate(rows[best]["times"], True)
+    print(f"stoker / best DataLoader ({best}): epochs 2+ {s / d:.2f}x, epoch 1 {s1 / d1:.2f}x")
+    print(f"stoker / decode-every-frame ceiling: {s / c:.2f}x (clips/s vs whole videos/s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""Video clips (issue 28) through stoker.Loader: frames against PyAV (python3-av, the same
+libavcodec: bit-exact), timestamps against torchvision.io.read_video_timestamps, clip positions
+(uniform in file order, random from the sample's stream), one set of augmentation parameters per
+clip, the output layouts, and bad input (truncated, corrupt, no video stream, unsupported codec,
+a video shorter than its clip) named or skipped and counted.
+
+The videos are made here once per session (bench/gen_videos.py: a camera panning over the photo
+generator's images, encoded by Debian's ffmpeg) and packed into WebDataset tars.
+"""
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+
+import stoker
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+
+av = pytest.importorskip("av")
+T = pytest.importorskip("torchvision.transforms")
+import gen_videos  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg is not installed"),
+    pytest.mark.skipif(not stoker._core.has_video(), reason="stoker was built without libavcodec"),
+]
+
+VIDEOS = {
+    # name: gen_videos.encode arguments
+    "h264.mp4": dict(n_frames=40, codec="h264", gop=12, bframes=2, seed=1),
+    "hevc.mkv": dict(n_frames=30, codec="hevc", gop=10, bframes=2, seed=2),
+    "vp9.webm": dict(n_frames=30, codec="vp9", gop=10, seed=3),
+    "av1.mp4": dict(n_frames=20, codec="av1", gop=8, seed=4),
+    "mpeg4.avi": dict(n_frames=30, codec="mpeg4", gop=10, bframes=2, seed=5),
+    "vfr.mp4": dict(n_frames=30, codec="h264", gop=10, bframes=2, seed=6, vfr=True),
+}
+SIZE = (160, 96)
+
+
+@pytest.fixture(scope="session")
+def videos(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("videos"))
+    out = {}
+    for name, kw in VIDEOS.items():
+        path = os.path.join(d, name)
+        gen_videos.encode(path, size=SIZE, **kw)
+        out[name] = path
+    # damaged copies and inputs stoker refuses
+    data = open(out["h264.mp4"], "rb").read()
+    fast = os.path.join(d, "fast.mp4")
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-i", out["h264.mp4"],
+                    "-c", "copy", "-movflags", "+faststart", fast], check=True)
+    fdata = open(fast, "rb").read()
+    out["truncated.mp4"] = os.path.join(d, "truncated.mp4")
+    open(out["truncated.mp4"], "wb").write(fdata[: len(fdata) * 6 // 10])
+    bad = bytearray(fdata)
+    for i in range(len(bad) * 6 // 10, len(bad) - 16, 7):
+        bad[i] = (bad[i] * 31 + 0x5A) & 0xFF
+    out["corrupt.mp4"] = os.path.join(d, "corrupt.mp4")
+    open(out["corrupt.mp4"], "wb").write(bytes(bad))
+    out["audio_only.mp4"] = os.path.join(d, "audio_only.mp4")
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                    "sine=frequency=440:duration=1", "-c:a", "aac", out["audio_only.mp4"]],
+                   check=True)
+    out["mjpeg.avi"] = os.path.join(d, "mjpeg.avi")
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                    f"testsrc2=size={SIZE[0]}x{SIZE[1]}:rate=10", "-frames:v", "5", "-c:v",
+                    "mjpeg", out["mjpeg.avi"]], check=True)
+    # a still picture, losslessly coded: every decoded frame is the same
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    png = os.path.join(d, "still.png")
+    Image.fromarray(rng.integers(0, 256, (SIZE[1], SIZE[0], 3), dtype=np.uint8)).save(png)
+    out["still.mp4"] = os.path.join(d, "still.mp4")
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-loop", "1", "-i", png,
+                    "-frames:v", "20", "-c:v", "libx264", "-qp", "0", "-pix_fmt", "yuv444p",
+                    out["still.mp4"]], check=True)
+    out["short.mp4"] = os.path.join(d, "short.mp4")
+    gen_videos.encode(out["short.mp4"], n_frames=5, size=SIZE, seed=9)
+    return out
+
+
+def wds(tmp_path, paths, name="v.tar"):
+    """A WebDataset tar of the videos: sample k holds its file as `video` and `cls` = k."""
+    tar = os.path.join(str(tmp_path), name)
+    with tarfile.open(tar, "w") as t:
+        for k, p in enumerate(paths):
+            for member, data in ((f"{k:04d}.video", open(p, "rb").read()),
+                                 (f"{k:04d}.cls", str(k).encode())):
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return tar
+
+
+def pyav(path):
+    """PyAV's frames (uint8 [N, H, W, 3]) and their pts in seconds, in presentation order."""
+    with av.open(path) as c:
+        fr = [(f.pts, f.to_ndarray(format="rgb24")) for f in c.decode(video=0)]
+        tb = c.streams.video[0].time_base
+    fr.sort(key=lambda x: x[0])
+    return np.stack([a for _, a in fr]), np.array([float(p * tb) for p, _ in fr])
+
+
+def full_frames():
+    """The frames as decoded: a crop of the whole frame is an exact copy."""
+    return T.Compose([T.CenterCrop((SIZE[1], SIZE[0]))])
+
+
+@pytest.mark.parametrize("name", list(VIDEOS))
+def test_frames_equal_pyav(videos, tmp_path, name):
+    """K uniform clips per video (shuffle=False) hold PyAV's frames bit for bit at the frames
+    the clip names (floor(k (n - span) / (K - 1)) + i * step), and video_pts equals
+    torchvision.io.read_video_timestamps's times of those frames."""
+    import torchvision.io
+    path = videos[name]
+    ref, ref_s = pyav(path)
+    n, Tn, step, K = len(ref), 6, 3, 3
+    span = (Tn - 1) * step + 1
+    with stoker.Loader(wds(tmp_path, [path]), batch_size=K, frames_per_clip=Tn, frame_step=step,
+                       clips_per_video=K, transforms=full_frames(), output="numpy") as loader:
+        b = next(iter(loader))
+    assert b["video"].shape == (K, Tn, SIZE[1], SIZE[0], 3) and b["video"].dtype == np.uint8
+    pts, fps = torchvision.io.read_video_timestamps(path, pts_unit="sec")
+    tv = np.array([float(p) for p in pts])
+    for k in range(K):
+        start = k * (n - span) // (K - 1)
+        want = [start + i * step for i in range(Tn)]
+        for i, f in enumerate(want):
+            assert np.array_equal(b["video"][k, i], ref[f]), (name, k, i, f)
+        assert np.array_equal(b["video_pts"][k], ref_s[want]), (name, k)
+        assert np.allclose(b["video_pts"][k], tv[want], rtol=0, atol=1e-9), (name, k)
+
+
+def test_frame_rate_follows_timestamps(videos, tmp_path):
+    """frame_rate=F on a variable frame rate file: frame i of the clip is the last one shown at
+    or before t0 + i / F (the container's timestamps), t0 the first frame's time for clip 0."""
+    path = videos["vfr.mp4"]
+    ref, ref_s = pyav(path)
+    with stoker.Loader(wds(tmp_path, [path]), batch_size=2, frames_per_clip=8, frame_rate=25,
+                       clips_per_video=2, transforms=full_frames(), output="numpy") as loader:
+        b = next(iter(loader))
+    for i in range(8):
+        f = int(np.searchsorted(ref_s, ref_s[0] + i / 25 + 1e-9, side="right") - 1)
+        assert np.array_equal(b["video"][0, i], ref[f])
+        assert b["video_pts"][0, i] == ref_s[f]
+    assert b["video_pts"][1, -1] == ref_s[-1]  # the last clip ends at the last frame
+
+
+def test_one_augmentation_per_clip(videos, tmp_path):
+    """RandomResizedCrop, flips and ColorJitter draw once per clip: on a still video every frame
+    of a clip is the same image; clips differ from each other (and from epoch to epoch)."""
+    tf = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.RandomVerticalFlip(),
+                    T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.ToTensor(),
+                    T.Normalize([0.5] * 3, [0.25] * 3)])
+    tar = wds(tmp_path, [videos["still.mp4"]] * 4)
+    with stoker.Loader(tar, batch_size=4, frames_per_clip=5, frame_step=3, transforms=tf,
+                       shuffle=True, seed=3, output="numpy") as loader:
+        e0 = next(iter(loader))["video"]
+        e1 = next(iter(loader))["video"]
+    assert e0.shape == (4, 3, 5, 48, 48) and e0.dtype == np.float32
+    for clip in np.concatenate([e0, e1]):
+        for t in range(1, 5):
+            assert np.array_equal(clip[:, t], clip[:, 0])
+    flat = [c[:, 0].tobytes() for c in np.concatenate([e0, e1])]
+    assert len(set(flat)) == 8
+
+
+def test_random_starts_are_the_samples_own(videos, tmp_path):
+    """Random clip starts come from the (seed, epoch, index) stream: the same seed gives the same
+    clips, whatever the thread count; another epoch others; the starts spread over the video."""
+    tar = wds(tmp_path, [videos["h264.mp4"]])
+
+    def starts(seed, n_threads, epochs):
+        out = []
+        with stoker.Loader(tar, batch_size=4, frames_per_clip=4, frame_step=2,
+                           clips_per_video=4, clip_sampling="random", seed=seed,
+                           num_workers=n_threads, transforms=full_frames(),
+                           output="numpy") as loader:
+            for _ in range(epochs):
+                for b in loader:
+                    out += [round(p * 25) for p in b["video_pts"][:, 0]]
+        return out
+
+    a = starts(7, 1, 12)
+    assert a == starts(7, 2, 12)
+    assert a[:4] != a[4:8] or a[4:8] != a[8:12]
+    # 40 frames, span 7: starts 0 .. 33 (their uniformity is tests/unit/xform/test_clip.c's)
+    assert set(a) <= set(range(34)) and len(set(a)) >= 15
+
+
+def test_uniform_clips_in_file_order(videos, tmp_path):
+    """shuffle=False, clips_per_video=K: the K clips of video 0, then video 1's, ...; labels and
+    index follow."""
+    paths = [videos["h264.mp4"], videos["hevc.mkv"], videos["vp9.webm"]]
+    with stoker.Loader(wds(tmp_path, paths), batch_size=6, frames_per_clip=4,
+                       clips_per_video=2, transforms=full_frames(), output="numpy") as loader:
+        assert len(loader.dataset if hasattr(loader, "dataset") else []) in (0, 3, 6)
+        b = next(iter(loader))
+    assert list(b["cls"]) == [0, 0, 1, 1, 2, 2]
+    assert list(b["index"]) == [0, 1, 2, 3, 4, 5]
+    for k, p in enumerate(paths):
+        _, s = pyav(p)
+        assert b["video_pts"][2 * k, 0] == s[0] and b["video_pts"][2 * k + 1, -1] == s[-1]
+
+
+def test_short_videos(videos, tmp_path):
+    """A 5-frame video under a 4 x 2 clip (span 7): pad repeats the last frame, loop restarts,
+    skip fails the record by name (and on_error="skip" replaces and counts it)."""
+    ref, s = pyav(videos["short.mp4"])
+    tar = wds(tmp_path, [videos["short.mp4"], videos["h264.mp4"]])
+    kw = dict(batch_size=1, frames_per_clip=4, frame_step=2, transforms=full_frames(),
+              output="numpy")
+    with stoker.Loader(tar, short_video="pad", **kw) as loader:
+        b = next(iter(loader))
+    assert np.array_equal(b["video"][0, 3], ref[4]) and list(b["video_pts"][0]) == \
+        [s[0], s[2], s[4], s[4]]
+    with stoker.Loader(tar, short_video="loop", **kw) as loader:
+        b = next(iter(loader))
+    assert list(b["video_pts"][0]) == [s[0], s[2], s[4], s[1]]
+    with stoker.Loader(tar, short_video="skip", **kw) as loader:
+        with pytest.raises(stoker.StokerFormatError,
+                           match=r"record 0.*the video has 5 frames; a clip of 4 frames every 2 "
+                                 r"needs 7"):
+            next(iter(loader))
+    with stoker.Loader(tar, short_video="skip", on_error="skip", **kw) as loader:
+        b = next(iter(loader))
+        assert list(b["index"]) == [1] and loader.stats()["skipped"] == 1
+
+
+@pytest.mark.parametrize("name,why", [
+    ("truncated.mp4", "truncated"),
+    ("corrupt.mp4", "H.264"),
+    ("audio_only.mp4", "no video stream"),
+    ("mjpeg.avi", "video codec 'mjpeg' is not supported"),
+])
+def test_bad_videos_named_or_skipped(videos, tmp_path, name, why):
+    """A damaged or unusable video fails with the record and the reason; on_error="skip"
+    replaces it with a good one and counts it."""
+    tar = wds(tmp_path, [videos["h264.mp4"], videos[name], videos["h264.mp4"]])
+    kw = dict(batch_size=3, frames_per_clip=8, frame_step=5, transforms=full_frames(),
+              output="numpy")  # frames 0 .. 35 of 40: into the damaged part
+    with stoker.Loader(tar, **kw) as loader:
+        with pytest.raises(stoker.StokerFormatError) as e:
+            next(iter(loader))
+    msg = str(e.value)
+    print(name, ":", msg)
+    assert "record 1" in msg and why in msg
+    with stoker.Loader(tar, on_error="skip", **kw) as loader:
+        b = next(iter(loader))
+        assert list(b["index"]) == [0, 2, 2] and loader.stats()["skipped"] == 1
+
+
+def test_limits_and_arguments(videos, tmp_path):
+    """max_pixels per frame, max_clip_pixels per clip; bad arguments and ops that do not fix
+    the frame size named."""
+    tar = wds(tmp_path, [videos["h264.mp4"]])
+    with pytest.raises(stoker.StokerInvalidError, match="frame_step or frame_rate"):
+        stoker.Loader(tar, 1, frames_per_clip=4, frame_step=2, frame_rate=5,
+                      transforms=full_frames())
+    with pytest.raises(stoker.StokerInvalidError, match="frames_per_clip must be a positive"):
+        stoker.Loader(tar, 1, frames_per_clip=0, transforms=full_frames())
+    with pytest.raises(stoker.StokerInvalidError, match="clip_sampling"):
+        stoker.Loader(tar, 1, frames_per_clip=4, clip_sampling="middle",
+                      transforms=full_frames())
+    t = stoker._core.Transform([{"kind": "CenterCrop", "size": (96, 160)}], dtype="uint8",
+                               layout="NHWC", media="video", frames_per_clip=4,
+                               max_pixels=160 * 96 - 1)
+    ds = stoker.Dataset(tar)
+    with pytest.raises(stoker.StokerLimitError, match="exceeds the pixel limit"):
+        next(iter(stoker._core.Loader(ds, batch_size=1, n_threads=1, transform=t)))
+    t = stoker._core.Transform([{"kind": "CenterCrop", "size": (96, 160)}], dtype="uint8",
+                               layout="NHWC", media="video", frames_per_clip=4,
+                               max_clip_pixels=4 * 160 * 96 - 1)
+    with pytest.raises(stoker.StokerLimitError,
+                       match="a clip of 4 frames of 160x96 exceeds max_clip_pixels"):
+        next(iter(stoker._core.Loader(ds, batch_size=1, n_threads=1, transform=t)))
+    with pytest.raises(stoker.StokerInvalidError, match="output size is not fixed"):
+        stoker.Loader(tar, 1, frames_per_clip=4, transforms=T.Compose([T.RandomHorizontalFlip()]))
+
+
+def test_class_per_folder_tree_and_pack(videos, tmp_path):
+    """A Kinetics/UCF101-style tree (ROOT/<class>/<video>): labels by sorted class name, files in
+    torchvision's order, field `video`; `stoker.pack` of it gives .stk shards with the same clips."""
+    root = tmp_path / "tree"
+    layout = {"archery": ["h264.mp4", "vp9.webm"], "bowling": ["hevc.mkv"],
+              "cooking": ["mpeg4.avi", "vfr.mp4"]}
+    for cls, names in layout.items():
+        (root / cls).mkdir(parents=True)
+        for n in names:
+            shutil.copy(videos[n], root / cls / n)
+        (root / cls / "notes.txt").write_text("not a video")
+    ds = stoker.Dataset(str(root))
+    assert [f["name"] for f in ds.fields] == ["video", "label", "path"]
+    kw = dict(batch_size=5, frames_per_clip=4, frame_step=2, transforms=full_frames(),
+              output="numpy")
+    with stoker.Loader(str(root), **kw) as loader:
+        a = next(iter(loader))
+    assert list(a["label"]) == [0, 0, 1, 2, 2]
+    for k, n in enumerate(["h264.mp4", "vp9.webm", "hevc.mkv", "mpeg4.avi", "vfr.mp4"]):
+        ref, s = pyav(videos[n])
+        assert np.array_equal(a["video"][k, 0], ref[0]) and a["video_pts"][k, 0] == s[0]
+    stk = str(tmp_path / "videos.stk")
+    stoker.pack(str(root), stk)
+    with stoker.Loader(stk, **kw) as loader:
+        b = next(iter(loader))
+    assert np.array_equal(a["video"], b["video"]) and np.array_equal(a["label"], b["label"])
+    assert np.array_equal(a["video_pts"], b["video_pts"])

@@ -1,0 +1,350 @@
+/*
+ * stk_video.c: the video media kind (stk__media_video, stk_media.h): a record's bytes are an
+ * encoded video file; a sample is a clip of frames_per_clip of its frames, each rendered by the
+ * image pipeline with one plan for the whole clip.
+ *
+ * Per sample: open the bytes (stk_avcodec.c, from memory), index the frames (one demux pass, no
+ * decoding), draw the clip's start (one uniform from the sample's stream; uniform sampling takes
+ * clip k of K instead: stk_clip.c), decode the distinct frames the clip needs (the decoder seeks
+ * to the keyframe before the first, skips what it can), and render each with the plan drawn from
+ * the sample's stream at the first frame's size (stk__xform_plan: crop box, flips, ColorJitter's
+ * factors), so every frame of a clip gets the same augmentation. A frame the clip repeats (a
+ * padded short video, a frame_rate above the video's) is rendered once and copied. Each frame's
+ * time in seconds goes to the aux output ("video_pts").
+ *
+ * Layout: [T, H, W, 3] (nhwc) renders each frame in place; [3, T, H, W] renders a frame's planes
+ * into the worker's scratch and copies them to their places (torchvision's video models' input).
+ *
+ * Threads: the transform is immutable; a worker (stk__vworker) belongs to one thread.
+ */
+#include "xform/stk_media.h"
+#include "xform/stk_video.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define MAX_FRAMES_PER_CLIP 4096
+
+static void video_destroy(stk_transform *t)
+{
+    if (!t)
+        return;
+    if (t->video) {
+        stk_transform_destroy(t->video->img);
+        stk__free(t->video);
+    }
+    stk__free(t);
+}
+
+static stk_status video_create(const stk_transform_opts *opts, stk_transform **out)
+{
+    *out = NULL;
+    if (opts->frames_per_clip == 0 || opts->frames_per_clip > MAX_FRAMES_PER_CLIP)
+        return stk__set_last_error(STK_EINVAL, "frames_per_clip must be 1 .. %d (got %u)",
+                                   MAX_FRAMES_PER_CLIP, opts->frames_per_clip);
+    if (opts->frame_step == 0)
+        return stk__set_last_error(STK_EINVAL, "frame_step must be >= 1");
+    if (!(opts->frame_rate >= 0) || !isfinite(opts->frame_rate))
+        return stk__set_last_error(STK_EINVAL, "frame_rate must be > 0 (or 0: by frame_step)");
+    if (opts->clips_per_video == 0)
+        return stk__set_last_error(STK_EINVAL, "clips_per_video must be >= 1");
+    if ((unsigned)opts->clip_sampling > STK_CLIP_UNIFORM ||
+        (unsigned)opts->short_video > STK_SHORT_FAIL)
+        return stk__set_last_error(STK_EINVAL, "unknown clip_sampling or short_video (%d, %d)",
+                                   (int)opts->clip_sampling, (int)opts->short_video);
+    if (opts->finish_on_device)
+        return stk__set_last_error(STK_EINVAL, "a video transform renders its clips on the CPU "
+                                               "(finish_on_device is for images)");
+    for (size_t i = 0; i < opts->n_ops; i++)
+        if (opts->ops && stk_op_media(opts->ops[i].kind) != STK_MEDIA_IMAGE)
+            return stk__set_last_error(STK_EINVAL,
+                                       "a video transform's ops are image ops, applied to each "
+                                       "frame (op %zu is not)",
+                                       i);
+    stk_transform *t = stk__calloc(1, sizeof(*t));
+    stk__vtransform *vt = stk__calloc(1, sizeof(*vt));
+    if (!t || !vt) {
+        stk__free(t);
+        stk__free(vt);
+        return stk__set_last_error(STK_ENOMEM, "stk_transform_create: out of memory");
+    }
+    t->media = STK_MEDIA_VIDEO;
+    t->video = vt;
+    /* the frames' transform: the same ops, dtype and limits; [H, W, 3] frames for a THWC clip */
+    stk_transform_opts io = *opts;
+    io.media = STK_MEDIA_IMAGE;
+    stk_status rc = stk__media_image.create(&io, &vt->img);
+    if (rc < 0) {
+        video_destroy(t);
+        return rc; /* the image pipeline's message (e.g. the output size is not fixed) */
+    }
+    vt->clip = (stk__clipspec){opts->frames_per_clip, opts->frame_step,    opts->frame_rate,
+                               opts->clips_per_video, opts->clip_sampling, opts->short_video};
+    vt->thwc = opts->nhwc;
+    vt->threads = opts->decoder_threads ? opts->decoder_threads : 1;
+    vt->max_pixels = opts->max_pixels;
+    vt->max_clip_pixels = opts->max_clip_pixels;
+    vt->lenient = opts->lenient;
+    stk__tspec fs;
+    stk__transform_spec(vt->img, &fs);
+    vt->frame_bytes = stk_dtype_size(fs.dtype) * (size_t)(fs.shape[0] * fs.shape[1] * fs.shape[2]);
+    /* the public fields the loader and the binding read */
+    memcpy(t->ops, opts->ops, opts->n_ops * sizeof(stk_op));
+    t->n_ops = opts->n_ops;
+    t->dtype = vt->img->dtype;
+    t->nhwc = vt->thwc;
+    t->max_pixels = opts->max_pixels;
+    t->lenient = opts->lenient;
+    t->out_w = vt->img->out_w;
+    t->out_h = vt->img->out_h;
+    *out = t;
+    return STK_OK;
+}
+
+static void video_spec(const stk_transform *t, stk__tspec *out)
+{
+    const stk__vtransform *vt = t->video;
+    memset(out, 0, sizeof(*out));
+    out->dtype = vt->img->dtype;
+    out->name = "video";
+    out->ndim = 4;
+    int64_t T = vt->clip.frames, H = vt->img->out_h, W = vt->img->out_w;
+    if (vt->thwc) {
+        out->shape[0] = T;
+        out->shape[1] = H;
+        out->shape[2] = W;
+        out->shape[3] = 3;
+    } else {
+        out->shape[0] = 3;
+        out->shape[1] = T;
+        out->shape[2] = H;
+        out->shape[3] = W;
+    }
+    out->aux_name = "video_pts";
+    out->aux_dtype = STK_DTYPE_FLOAT64;
+    out->aux_n = T;
+}
+
+static uint32_t video_per_record(const stk_transform *t)
+{
+    return t->video->clip.clips;
+}
+
+/* ---- workers ---- */
+
+typedef struct stk__vworker {
+    stk_media media; /* STK_MEDIA_VIDEO (stk_media.c reads it) */
+    stk__vdec *dec;
+    stk__tworker *iw; /* the image worker rendering frames */
+    uint32_t clip;    /* of the next sample (stk__transform_worker_clip) */
+    uint32_t T;       /* frames per clip */
+    uint32_t *frames; /* [T]: the clip's frame numbers */
+    uint32_t *want;   /* the distinct ones, increasing */
+    double *pts;      /* [T]: the clip's times in seconds (the aux output) */
+    uint8_t *planes;  /* [3, H, W] of one frame for a [3, T, H, W] clip */
+    _Atomic uint64_t samples, decode_ns, augment_ns;
+} stk__vworker;
+
+static void video_worker_destroy(stk__tworker *tw)
+{
+    stk__vworker *w = (stk__vworker *)(void *)tw;
+    if (!w)
+        return;
+    stk__vdec_destroy(w->dec);
+    stk__transform_worker_destroy(w->iw);
+    stk__free(w->frames);
+    stk__free(w->want);
+    stk__free(w->pts);
+    stk__free(w->planes);
+    stk__free(w);
+}
+
+static stk_status video_worker_create(const stk_transform *t, stk__tworker **out)
+{
+    const stk__vtransform *vt = t->video;
+    char err[STK_ERRMSG_SIZE];
+    *out = NULL;
+    stk__vworker *w = stk__calloc(1, sizeof(*w));
+    if (!w)
+        return stk__set_last_error(STK_ENOMEM, "out of memory for a video worker");
+    w->media = STK_MEDIA_VIDEO;
+    size_t T = vt->clip.frames;
+    w->T = vt->clip.frames;
+    w->frames = stk__malloc(T * sizeof(uint32_t));
+    w->want = stk__malloc(T * sizeof(uint32_t));
+    w->pts = stk__calloc(T, sizeof(double));
+    w->planes = vt->thwc ? NULL : stk__malloc(vt->frame_bytes);
+    if (!w->frames || !w->want || !w->pts || (!vt->thwc && !w->planes)) {
+        video_worker_destroy((stk__tworker *)(void *)w);
+        return stk__set_last_error(STK_ENOMEM, "out of memory for a video worker");
+    }
+    stk_status rc =
+        stk__vdec_create(vt->threads, vt->max_pixels, vt->lenient, &w->dec, err, sizeof(err));
+    if (rc < 0) {
+        video_worker_destroy((stk__tworker *)(void *)w);
+        return stk__set_last_error(rc, "%s", err);
+    }
+    if ((rc = stk__transform_worker_create(vt->img, &w->iw)) < 0) {
+        video_worker_destroy((stk__tworker *)(void *)w);
+        return rc;
+    }
+    *out = (stk__tworker *)(void *)w;
+    return STK_OK;
+}
+
+static void video_worker_clip(stk__tworker *tw, uint32_t clip)
+{
+    ((stk__vworker *)(void *)tw)->clip = clip;
+}
+
+static void video_stage_ns(const stk__tworker *tw, uint64_t *decode_ns, uint64_t *augment_ns)
+{
+    const stk__vworker *w = (const stk__vworker *)(const void *)tw;
+    *decode_ns = atomic_load_explicit(&w->decode_ns, memory_order_relaxed);
+    *augment_ns = atomic_load_explicit(&w->augment_ns, memory_order_relaxed);
+}
+
+/* A video is read whole by its decoder on every sample: nothing to trust or mark. */
+static void video_trust(stk__tworker *tw, bool trusted)
+{
+    (void)tw;
+    (void)trusted;
+}
+
+static bool video_checked(const stk__tworker *tw)
+{
+    (void)tw;
+    return false;
+}
+
+static void video_aux(const stk__tworker *tw, void *dst)
+{
+    const stk__vworker *w = (const stk__vworker *)(const void *)tw;
+    memcpy(dst, w->pts, w->T * sizeof(double));
+}
+
+/* ---- one clip ---- */
+
+typedef struct render_ctx {
+    const stk__vtransform *vt;
+    stk__vworker *w;
+    stk_rng rng0; /* the sample's stream after the clip's draw: the plan's draws */
+    stk__xplan plan;
+    bool planned;
+    uint32_t pw, ph; /* the size the plan is for */
+    uint8_t *dst;
+    uint64_t render_ns;
+} render_ctx;
+
+/* Frame `frame` of the video decoded: render it into each place of the clip that shows it. */
+static stk_status on_frame(void *arg, uint32_t frame, const uint8_t *rgb, uint32_t width,
+                           uint32_t height, size_t stride, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    render_ctx *c = arg;
+    const stk__vtransform *vt = c->vt;
+    stk__vworker *w = c->w;
+    uint64_t t0 = stk__now_ns();
+    if (!c->planned || width != c->pw || height != c->ph) {
+        /* every frame's plan from the same draws: a size change (rare) replans identically */
+        stk_rng rng = c->rng0;
+        stk__xform_plan(vt->img, width, height, &rng, &c->plan);
+        c->planned = true;
+        c->pw = width;
+        c->ph = height;
+    }
+    stk__decoded dec = {.scale_x = 1.0, .scale_y = 1.0};
+    if (c->plan.decode) { /* else all padding: every pixel comes out 0 */
+        dec.rgb = rgb;
+        dec.width = width;
+        dec.height = height;
+        dec.stride = stride;
+    }
+    size_t fb = vt->frame_bytes, plane = fb / 3, T = vt->clip.frames;
+    int first = -1;
+    for (size_t i = 0; i < T; i++) {
+        if (w->frames[i] != frame)
+            continue;
+        if (vt->thwc) {
+            uint8_t *at = c->dst + i * fb;
+            if (first < 0)
+                STK_TRY(stk__xform_render(vt->img, w->iw, &c->plan, &dec, at, err, err_size));
+            else
+                memcpy(at, c->dst + (size_t)first * fb, fb);
+        } else {
+            if (first < 0)
+                STK_TRY(
+                    stk__xform_render(vt->img, w->iw, &c->plan, &dec, w->planes, err, err_size));
+            for (size_t ch = 0; ch < 3; ch++)
+                memcpy(c->dst + (ch * T + i) * plane, w->planes + ch * plane, plane);
+        }
+        if (first < 0)
+            first = (int)i;
+    }
+    c->render_ns += stk__now_ns() - t0;
+fail:
+    return rc;
+}
+
+static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const void *src,
+                              size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    stk_status rc = STK_OK;
+    const stk__vtransform *vt = t->video;
+    stk__vworker *w = (stk__vworker *)(void *)tw;
+    uint64_t t0 = stk__now_ns();
+    uint32_t T = vt->clip.frames;
+    render_ctx c = {.vt = vt, .w = w, .dst = dst};
+    STK_TRY(stk__vdec_open(w->dec, src, size, err, err_size));
+    stk__vindex ix;
+    STK_TRY(stk__vdec_index(w->dec, &ix, err, err_size));
+    if ((uint64_t)T * ix.width * ix.height > vt->max_clip_pixels) {
+        rc = stk__set_error(err, err_size, STK_ELIMIT,
+                            "a clip of %u frames of %ux%u exceeds max_clip_pixels (%llu)", T,
+                            ix.width, ix.height, (unsigned long long)vt->max_clip_pixels);
+        goto fail;
+    }
+    double u = stk_rng_uniform(rng); /* the clip's start; the ops' draws follow */
+    STK_TRY(stk__clip_frames(&vt->clip, &ix, w->clip, u, w->frames, err, err_size));
+    /* the distinct frames, increasing (a padded or looped clip repeats some) */
+    size_t n = 0;
+    for (uint32_t i = 0; i < T; i++) {
+        uint32_t f = w->frames[i];
+        size_t k = n;
+        while (k > 0 && w->want[k - 1] > f)
+            k--;
+        if (k > 0 && w->want[k - 1] == f)
+            continue;
+        memmove(w->want + k + 1, w->want + k, (n - k) * sizeof(uint32_t));
+        w->want[k] = f;
+        n++;
+    }
+    c.rng0 = *rng;
+    STK_TRY(stk__vdec_frames(w->dec, &ix, w->want, n, on_frame, &c, err, err_size));
+    for (uint32_t i = 0; i < T; i++)
+        w->pts[i] = stk__vindex_seconds(&ix, ix.pts[w->frames[i]]);
+    uint64_t t1 = stk__now_ns();
+    atomic_fetch_add_explicit(&w->decode_ns, t1 - t0 - c.render_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->augment_ns, c.render_ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->samples, 1, memory_order_relaxed);
+fail:
+    stk__vdec_close(w->dec);
+    return rc;
+}
+
+const stk__media_ops stk__media_video = {
+    .name = "video",
+    .create = video_create,
+    .destroy = video_destroy,
+    .spec = video_spec,
+    .worker_create = video_worker_create,
+    .worker_destroy = video_worker_destroy,
+    .stage_ns = video_stage_ns,
+    .trust = video_trust,
+    .checked = video_checked,
+    .apply = video_apply,
+    .aux = video_aux,
+    .per_record = video_per_record,
+    .clip = video_worker_clip,
+};
