@@ -89,7 +89,9 @@ class KillsOnce(Dataset):
 
 
 class StuckOnce(Dataset):
-    """Never returns the first time it reaches sample `at` (sleeps `forever` seconds)."""
+    """Never returns the first time it reaches sample `at` (sleeps `forever` seconds). The tests
+    put `at` past the samples the constructor probes (_pyworker.PROBE_SAMPLES, at most 8), which
+    run before timeout= applies and, on an idle machine, all within the probe's time budget."""
 
     def __init__(self, marker, at=5, forever=600.0, n=24):
         self.marker, self.at, self.forever, self.n = marker, at, forever, n
@@ -409,8 +411,12 @@ def test_killed_worker_is_named_and_restarted(tmp_path):
 
 
 def test_getitem_that_never_returns_times_out(tmp_path):
-    loader = stoker.Loader(StuckOnce(str(tmp_path / "stuck")), batch_size=4, num_workers=2,
-                           executor="process", timeout=1)
+    # the stuck sample lies past the first samples the constructor probes (PROBE_SAMPLES, run
+    # outside timeout=: a hang there hangs the constructor, a known limit), so the test does not
+    # depend on how many of them the probe's time budget reaches
+    assert _pyworker.PROBE_SAMPLES <= 12
+    loader = stoker.Loader(StuckOnce(str(tmp_path / "stuck"), at=13), batch_size=4,
+                           num_workers=2, executor="process", timeout=1)
     it = iter(loader)
     got, timeouts, errors = [], 0, []
     while True:
@@ -427,13 +433,13 @@ def test_getitem_that_never_returns_times_out(tmp_path):
             assert timeouts < 100
             continue
         got += b.tolist()
-    assert len(errors) == 1 and "__getitem__(5) did not return within 1 s" in errors[0]
-    assert got == [i for i in range(24) if not 4 <= i < 8]
+    assert len(errors) == 1 and "__getitem__(13) did not return within 1 s" in errors[0]
+    assert got == [i for i in range(24) if not 12 <= i < 16]
     assert sorted(int(v) for b in loader for v in b) == list(range(24))
 
 
 def test_ctrl_c_mid_epoch_keeps_the_loader(tmp_path):
-    loader = stoker.Loader(StuckOnce(str(tmp_path / "slow"), at=6, forever=2.0), batch_size=4,
+    loader = stoker.Loader(StuckOnce(str(tmp_path / "slow"), at=13, forever=2.0), batch_size=4,
                            num_workers=2, executor="process")
 
     def interrupt(signum, frame):
@@ -455,10 +461,10 @@ def test_ctrl_c_mid_epoch_keeps_the_loader(tmp_path):
 
 
 def test_close_does_not_wait_for_a_stuck_worker(tmp_path):
-    loader = stoker.Loader(StuckOnce(str(tmp_path / "s"), at=6, forever=600.0), batch_size=4,
+    loader = stoker.Loader(StuckOnce(str(tmp_path / "s"), at=13, forever=600.0), batch_size=4,
                            num_workers=2, executor="process")
     it = iter(loader)
-    assert next(it).tolist() == [0, 1, 2, 3]  # a worker is inside sample 6 for good by now
+    assert next(it).tolist() == [0, 1, 2, 3]  # a worker is inside sample 13 for good by now
     while not os.path.exists(str(tmp_path / "s")):
         time.sleep(0.01)
     loader.close()  # (the test's time limit would catch a wait)
