@@ -69,6 +69,22 @@ static bool pinned_reserve(uint64_t size, uint64_t limit)
     return true;
 }
 
+/* Reserve `size` bytes of page-locked memory under `limit` (0: the default cap); when the cap
+ * refuses them, say so in `why` and return false. */
+static bool pinned_reserve_or_say(size_t size, uint64_t limit, char *why, size_t why_size)
+{
+    if (!limit)
+        limit = stk__pinned_limit_default();
+    if (pinned_reserve(size, limit))
+        return true;
+    pthread_once(&limit_once, limit_init);
+    snprintf(why, why_size,
+             "pinned memory limit: %zu more bytes would exceed the %" PRIu64 "-byte cap (%" PRIu64
+             " held; opts.pinned_limit or STOKER_PINNED_LIMIT)%s",
+             size, limit, stk__pinned_total(), limit_note);
+    return false;
+}
+
 void *stk__slot_alloc_limit(size_t size, bool want_pinned, uint64_t limit, bool *pinned, char *why,
                             size_t why_size)
 {
@@ -76,23 +92,13 @@ void *stk__slot_alloc_limit(size_t size, bool want_pinned, uint64_t limit, bool 
     if (stk__fault_alloc_hit())
         return NULL;
     size = (size_t)STK_ALIGN_UP(size ? size : 1, 64);
-    if (want_pinned) {
-        if (!limit)
-            limit = stk__pinned_limit_default();
-        if (!pinned_reserve(size, limit)) {
-            pthread_once(&limit_once, limit_init);
-            snprintf(why, why_size,
-                     "pinned memory limit: %zu more bytes would exceed the %" PRIu64
-                     "-byte cap (%" PRIu64 " held; opts.pinned_limit or STOKER_PINNED_LIMIT)%s",
-                     size, limit, stk__pinned_total(), limit_note);
-        } else {
-            void *p = NULL;
-            if (stk__cuda_host_alloc(size, &p, why, why_size) == STK_OK) {
-                *pinned = true;
-                return p;
-            }
-            atomic_fetch_sub(&pinned_total, (uint64_t)size);
+    if (want_pinned && pinned_reserve_or_say(size, limit, why, why_size)) {
+        void *p = NULL;
+        if (stk__cuda_host_alloc(size, &p, why, why_size) == STK_OK) {
+            *pinned = true;
+            return p;
         }
+        atomic_fetch_sub(&pinned_total, (uint64_t)size);
     }
     void *p = NULL;
     /* 64-byte alignment: whole cache lines, and what SIMD stores and DLPack consumers like;
@@ -154,20 +160,11 @@ stk_status stk__arena_alloc(stk__arena *a, size_t size, bool want_pinned, uint64
     a->fd = fd;
     a->base = p;
     a->size = size;
-    if (want_pinned) {
-        if (!limit)
-            limit = stk__pinned_limit_default();
-        if (!pinned_reserve(size, limit)) {
-            pthread_once(&limit_once, limit_init);
-            snprintf(why, why_size,
-                     "pinned memory limit: %zu more bytes would exceed the %" PRIu64
-                     "-byte cap (%" PRIu64 " held; opts.pinned_limit or STOKER_PINNED_LIMIT)%s",
-                     size, limit, stk__pinned_total(), limit_note);
-        } else if (stk__cuda_host_register(p, size, why, why_size) == STK_OK) {
+    if (want_pinned && pinned_reserve_or_say(size, limit, why, why_size)) {
+        if (stk__cuda_host_register(p, size, why, why_size) == STK_OK)
             a->pinned = true;
-        } else {
+        else
             atomic_fetch_sub(&pinned_total, (uint64_t)size);
-        }
     }
     return STK_OK;
 }
