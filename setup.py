@@ -63,8 +63,10 @@ core = Extension(
                    glob.glob("src/*/*.h") + glob.glob("src/*/*/*.h") + glob.glob("cli/*.h") +
                    ["include/stoker.h"]),
     include_dirs=["include", "src", "cli"],
+    # the library's sources are compiled here as the Makefile compiles libstoker
+    # (STK_BUILDING_LIBRARY: its internal header uses the building blocks of include/stoker.h)
     extra_compile_args=["-std=c11", "-D_GNU_SOURCE", "-pthread", "-fvisibility=hidden",
-                        "-Wno-missing-prototypes"] + pkg_config("--cflags") +
+                        "-DSTK_BUILDING_LIBRARY", "-Wno-missing-prototypes"] + pkg_config("--cflags") +
     ["-DSTK_HAVE_" + d for _, d in AUDIO_HAVE] + (["-DSTK_HAVE_AVCODEC"] if VIDEO_HAVE else []),
     extra_link_args=pkg_config("--libs") + ["-ljpeg", "-lpthread", "-ldl", "-lm"],
 )
