@@ -186,7 +186,8 @@ oom-cases: oom-bins
 
 fuzz-replay: $(FUZZ_REPLAY)
 	@set -e; for r in $(FUZZ_REPLAY); do \
-	    name=$${r##*/replay_fuzz_}; echo "replay $$name"; \
+	    name=$${r##*/replay_fuzz_}; echo "replay $$name"; opts=tests/fuzz/fuzz_$$name.asan; \
+	    ASAN_OPTIONS=$$( [ -f $$opts ] && grep -v '^\#' $$opts | paste -sd: -) \
 	    $$r tests/fuzz/corpus/$$name; done
 
 # C examples (examples/*.c), linked as a trainer links libstoker; the CLI tests run them.
