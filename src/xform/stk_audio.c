@@ -694,8 +694,10 @@ static void apply_mask(const stk_op *op, stk_rng *rng, float *x, uint32_t channe
     }
 }
 
-static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const void *src,
-                              size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+/* One sample from its record: in memory (src, size bytes) or read in place (`from`, src NULL). */
+static stk_status run_sample(const stk_transform *t, stk__tworker *tw, const void *src, size_t size,
+                             const stk__bytesrc *from, stk_rng *rng, void *dst, char *err,
+                             size_t err_size)
 {
     stk_status rc = STK_OK;
     const stk__atransform *at = t->audio;
@@ -713,7 +715,8 @@ static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const vo
         in = (stk__asig){at->in_rate, at->in_channels, at->a_len, at->a_len};
     } else {
         stk__audinfo info;
-        STK_TRY(stk__audio_open(w->dec, src, size, &info, err, err_size));
+        STK_TRY(from ? stk__audio_open_in(w->dec, from, &info, err, err_size)
+                     : stk__audio_open(w->dec, src, size, &info, err, err_size));
         in = (stk__asig){info.rate, info.channels, info.frames, info.frames};
         if (at->rate_fixed && info.rate != at->in_rate)
             STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
@@ -810,6 +813,24 @@ fail:
     return rc;
 }
 
+static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const void *src,
+                              size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    return run_sample(t, tw, src, size, NULL, rng, dst, err, err_size);
+}
+
+static stk_status audio_apply_in(const stk_transform *t, stk__tworker *tw, const stk__bytesrc *in,
+                                 stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    return run_sample(t, tw, NULL, 0, in, rng, dst, err, err_size);
+}
+
+/* Encoded files read in place; waveform arrays come whole (they are the samples). */
+static bool audio_reads_in_place(const stk_transform *t)
+{
+    return !t->audio->array;
+}
+
 const stk__media_ops stk__media_audio = {
     .name = "audio",
     .create = audio_create,
@@ -823,5 +844,7 @@ const stk__media_ops stk__media_audio = {
     .trust = audio_trust,
     .checked = audio_checked,
     .apply = audio_apply,
+    .apply_in = audio_apply_in,
+    .reads_in_place = audio_reads_in_place,
     .length = audio_length,
 };
