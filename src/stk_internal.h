@@ -240,6 +240,23 @@ bool stk__transform_worker_checked(const stk__tworker *w);
  * prefix: the loader adds it). */
 stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
                                 size_t size, stk_rng *rng, void *dst, char *err, size_t err_size);
+/* A transform's input read in place, in pieces, rather than handed over whole: `size` bytes, any
+ * range of which `read` copies into buf (STK_EIO and the like, with the reason in err, naming
+ * the file). A transform that needs only part of a long record (an audio crop: a second of a
+ * minute) reads the header, then only that part.
+ * Lifetime: valid for the one stk__transform_apply_in call it is given to. */
+typedef struct stk__bytesrc {
+    uint64_t size;
+    stk_status (*read)(void *ctx, uint64_t offset, void *buf, size_t n, char *err, size_t err_size);
+    void *ctx;
+} stk__bytesrc;
+/* Whether t can read its input in place (stk__transform_apply_in): false for the kinds that
+ * need the whole value (images, video) and for array inputs. */
+bool stk__transform_reads_in_place(const stk_transform *t);
+/* stk__transform_apply on a value read through `in`: the same output, draws and errors as
+ * stk__transform_apply on the whole value, with only the bytes the sample needs read. */
+stk_status stk__transform_apply_in(const stk_transform *t, stk__tworker *w, const stk__bytesrc *in,
+                                   stk_rng *rng, void *dst, char *err, size_t err_size);
 /* stk__transform_apply on an image already decoded: width x height interleaved RGB pixels, rows
  * `stride` bytes apart (a uint8 array field). The same plan, draws and rendering as for an
  * encoded image of that size decoded at full scale; nothing is decoded. */

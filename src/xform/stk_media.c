@@ -172,6 +172,22 @@ stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const v
     return media_of(t->media)->apply(t, w, src, size, rng, dst, err, err_size);
 }
 
+bool stk__transform_reads_in_place(const stk_transform *t)
+{
+    const stk__media_ops *mo = media_of(t->media);
+    return mo->apply_in && (!mo->reads_in_place || mo->reads_in_place(t));
+}
+
+stk_status stk__transform_apply_in(const stk_transform *t, stk__tworker *w, const stk__bytesrc *in,
+                                   stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    const stk__media_ops *mo = media_of(t->media);
+    if (!stk__transform_reads_in_place(t))
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "a %s transform does not read its input in place", mo->name);
+    return mo->apply_in(t, w, in, rng, dst, err, err_size);
+}
+
 void stk__transform_worker_aux(const stk__tworker *w, void *dst)
 {
     const stk__media_ops *mo = worker_media(w);
