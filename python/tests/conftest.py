@@ -157,3 +157,37 @@ def torchrun(script_text, nproc, args, tmp_path, timeout=CHILD_LIMIT):
 
 _RENDEZVOUS_FAILURE = re.compile(r"Rendezvous(Connection|Timeout)Error|"
                                  r"(?s:rendezvous.*(Broken pipe|Connection reset))", re.I)
+
+
+# ---- the tests whose verdict involves threads, processes, signals or timing (issue 30) ----
+# `make test-under-load` runs these (pytest -m timing) beside a CPU load of 2 busy processes per
+# CPU, REPEAT=N times in a row, so that a timing assumption fails there rather than at random in
+# CI. A file maps to None (every test in it) or to substrings of the test names it selects. A
+# test can also carry @pytest.mark.timing itself. Keep a new test that starts threads or
+# processes, sends signals, waits or measures time on this list (docs/reliability.md).
+TIMING_TESTS = {
+    "test_process.py": None,          # worker threads' lifetime, Ctrl-C, fork, torchrun ranks
+    "test_interrupt.py": None,        # a signal never costs a batch; state_dict from a thread
+    "test_profile.py": None,          # the profiler's shares, stats, autotune, trace, the doctor
+    "test_ranks.py": None,            # straggler verdicts across 2 processes
+    "test_executor_choice.py": None,  # the GIL meter's decisions
+    "test_pydataset.py": None,        # thread and process executors: timeouts, kills, Ctrl-C
+    "test_remote_transport.py": None,  # concurrent fetches, read-ahead, requests in flight
+    "test_loader.py": ("thread", "one_consumer", "deadlock", "close"),
+    "test_firstcontact.py": ("timeout", "thread", "torchrun"),
+    "test_batchmap.py": ("threads", "close_while"),
+    "test_remote.py": ("race", "share", "server_stops", "faults"),
+    "test_remote_formats.py": ("read_ahead", "cached", "damaged", "removed_while"),
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timing: the verdict involves threads, processes, signals "
+                            "or timing (make test-under-load runs these; conftest.TIMING_TESTS)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = TIMING_TESTS.get(os.path.basename(str(item.fspath)), ())
+        if names is None or any(n in item.name for n in names):
+            item.add_marker(pytest.mark.timing)
