@@ -195,6 +195,40 @@ def test_random_starts_are_the_samples_own(videos, tmp_path):
     assert set(a) <= set(range(34)) and len(set(a)) >= 15
 
 
+def test_later_epochs_from_the_kept_index(videos, tmp_path):
+    """A loader keeps each video's frame index after its first clip (later epochs do not demux the
+    file again): its clips in epochs 2 and 3 equal, byte for byte and timestamp for timestamp,
+    those of fresh loaders started at that epoch (which index every video anew), with one and
+    two threads (the thread plan's decoder threads differ)."""
+    names = ["h264.mp4", "hevc.mkv", "vp9.webm", "vfr.mp4"]
+    tar = wds(tmp_path, [videos[n] for n in names])
+
+    def clips(loader):
+        out = []
+        for b in loader:
+            out.append((b["video"].copy(), b["video_pts"].copy()))
+        return out
+
+    def make(n_threads):
+        return stoker.Loader(tar, batch_size=2, frames_per_clip=4, frame_step=3,
+                             clips_per_video=2, clip_sampling="random", seed=11, shuffle=True,
+                             num_workers=n_threads, transforms=full_frames(), output="numpy")
+
+    with make(2) as loader:
+        kept = []
+        for e in range(3):
+            loader.set_epoch(e)
+            kept.append(clips(loader))
+    for e in (1, 2):
+        for n_threads in (1, 2):
+            with make(n_threads) as fresh:
+                fresh.set_epoch(e)
+                got = clips(fresh)
+            assert len(got) == len(kept[e]) == 4
+            for (v, p), (v2, p2) in zip(got, kept[e]):
+                assert np.array_equal(v, v2) and np.array_equal(p, p2)
+
+
 def test_uniform_clips_in_file_order(videos, tmp_path):
     """shuffle=False, clips_per_video=K: the K clips of video 0, then video 1's, ...; labels and
     index follow."""

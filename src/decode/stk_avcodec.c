@@ -252,6 +252,11 @@ void stk__vdec_destroy(stk__vdec *d)
     stk__free(d);
 }
 
+void stk__vdec_set_threads(stk__vdec *d, uint32_t threads)
+{
+    d->threads = threads ? threads : 1;
+}
+
 void stk__vdec_get_counts(const stk__vdec *d, stk__vdec_counts *out)
 {
     *out = d->counts;
@@ -764,6 +769,11 @@ stk_status stk__vdec_create(uint32_t threads, uint64_t max_pixels, bool lenient,
 void stk__vdec_destroy(stk__vdec *d)
 {
     (void)d;
+}
+
+void stk__vdec_set_threads(stk__vdec *d, uint32_t threads)
+{
+    (void)d, (void)threads;
 }
 
 void stk__vdec_get_counts(const stk__vdec *d, stk__vdec_counts *out)

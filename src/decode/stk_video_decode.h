@@ -72,6 +72,8 @@ typedef struct stk__vdec_counts {
 stk_status stk__vdec_create(uint32_t threads, uint64_t max_pixels, bool lenient, stk__vdec **out,
                             char *err, size_t err_size);
 void stk__vdec_destroy(stk__vdec *d);
+/* libavcodec's threads for the videos opened from now on (0 counts as 1). */
+void stk__vdec_set_threads(stk__vdec *d, uint32_t threads);
 void stk__vdec_get_counts(const stk__vdec *d, stk__vdec_counts *out);
 
 /* Open the video in buf (size bytes; borrowed until stk__vdec_close or the next open): its
