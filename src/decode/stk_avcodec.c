@@ -360,8 +360,11 @@ static stk_status open_stream(stk__vdec *d, char *err, size_t err_size)
                               name);
     d->cc->opaque = &stk_tag;
     d->cc->pkt_timebase = st->time_base;
-    d->cc->thread_count = (int)d->threads;
-    if (d->threads > 1)
+    /* MPEG-4 part 2 decodes on one thread: with frame threads, a damaged stream decoded strictly
+     * (AV_EF_EXPLODE) after a seek makes libavcodec 5.1 abort the process (av_assert0
+     * frame->buf[0] in decode.c): found by fuzz_video, corpus seed mpeg4_threads_abort.avi. */
+    d->cc->thread_count = par->codec_id == AV_CODEC_ID_MPEG4 ? 1 : (int)d->threads;
+    if (d->cc->thread_count > 1)
         d->cc->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
     d->cc->max_pixels = (int64_t)STK_MIN(d->max_pixels, (uint64_t)INT64_MAX);
     if (!d->lenient)
