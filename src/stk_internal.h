@@ -128,6 +128,18 @@ bool stk__budget_charge(stk__budget *b, uint64_t grow);
 /* The account the calling thread's image decoders charge when their buffers grow (NULL =
  * none): set by a loader's worker threads for their life (src/common/stk_budget.c). */
 extern _Thread_local stk__budget *stk__thread_budget;
+/* ---- a byte range read on demand ---- */
+
+/* `size` bytes that a consumer reads piece by piece (a video's decoder through its AVIOContext):
+ * read copies n bytes at `offset` (offset + n <= size) into buf, exactly, or fails with the
+ * reason in err (a read error of the file, "changed while open"). Lifetime: the owner's (the
+ * loader's worker, for one sample). Threads: one consumer at a time. */
+typedef struct stk__byteread {
+    uint64_t size;
+    stk_status (*read)(void *ctx, uint64_t offset, void *buf, size_t n, char *err, size_t err_size);
+    void *ctx;
+} stk__byteread;
+
 /* ---- a per-record memo (src/common/stk_memo.c) ---- */
 
 /* One small blob per record (a video's frame index), set once by the first thread that derives
@@ -224,6 +236,14 @@ uint32_t stk__transform_per_record(const stk_transform *t);
 /* The clip number (of stk__transform_per_record) the worker's next apply is for: sample i of a
  * loader is clip i % K of record i / K. The other kinds ignore it. */
 void stk__transform_worker_clip(stk__tworker *w, uint32_t clip);
+/* Whether t's kind reads its field's value on demand (video: the container's header and the
+ * clip's GOPs), through stk__transform_apply_reader. */
+bool stk__transform_reads_ranges(const stk_transform *t);
+/* stk__transform_apply on a value read on demand through rd (STK_EINVAL for a kind that does
+ * not: stk__transform_reads_ranges). */
+stk_status stk__transform_apply_reader(const stk_transform *t, stk__tworker *w,
+                                       const stk__byteread *rd, stk_rng *rng, void *dst, char *err,
+                                       size_t err_size);
 /* Whether t's kind keeps a blob per record in a loader's memo (video: each video's frame index,
  * so later epochs do not index it again). */
 bool stk__transform_keeps_memo(const stk_transform *t);

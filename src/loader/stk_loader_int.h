@@ -123,6 +123,8 @@ struct core {
     _Atomic uint64_t *checked;
     stk__memo *memo; /* per-record blobs a transform keeps across epochs (video indexes); NULL */
     uint32_t cores;  /* stk_n_cpus() at create: the thread plan's codec threads */
+    bool ranged;     /* the transform reads its field on demand (video from a folder tree):
+                      * the field is not read into the scratch (stk_worker.c, ranged_apply) */
     bool readahead;  /* some file is remote and the source gives extents: hint the next records */
     stk__imgarray tgeom; /* its geometry */
     uint32_t n_slots, n_threads, batch_size, rank, world;

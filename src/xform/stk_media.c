@@ -192,6 +192,22 @@ void stk__transform_worker_clip(stk__tworker *w, uint32_t clip)
         mo->clip(w, clip);
 }
 
+bool stk__transform_reads_ranges(const stk_transform *t)
+{
+    return media_of(t->media)->apply_reader != NULL;
+}
+
+stk_status stk__transform_apply_reader(const stk_transform *t, stk__tworker *w,
+                                       const stk__byteread *rd, stk_rng *rng, void *dst, char *err,
+                                       size_t err_size)
+{
+    const stk__media_ops *mo = media_of(t->media);
+    if (!mo->apply_reader)
+        return stk__set_error(err, err_size, STK_EINVAL, "a %s transform reads whole values",
+                              mo->name);
+    return mo->apply_reader(t, w, rd, rng, dst, err, err_size);
+}
+
 bool stk__transform_keeps_memo(const stk_transform *t)
 {
     return media_of(t->media)->record != NULL;

@@ -360,8 +360,21 @@ static size_t distinct_frames(const uint32_t *frames, uint32_t T, uint32_t *want
     return n;
 }
 
-static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const void *src,
-                              size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+/* A sample's video: its bytes in memory (buf, size), or read on demand through rd. */
+typedef struct vinput {
+    const void *buf;
+    size_t size;
+    const stk__byteread *rd;
+} vinput;
+
+static stk_status open_input(stk__vworker *w, const vinput *in, char *err, size_t err_size)
+{
+    return in->rd ? stk__vdec_open_reader(w->dec, in->rd, err, err_size)
+                  : stk__vdec_open(w->dec, in->buf, in->size, err, err_size);
+}
+
+static stk_status clip_of(const stk_transform *t, stk__tworker *tw, const vinput *in, stk_rng *rng,
+                          void *dst, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
     const stk__vtransform *vt = t->video;
@@ -369,7 +382,7 @@ static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const vo
     uint64_t t0 = stk__now_ns();
     uint32_t T = vt->clip.frames;
     render_ctx c = {.vt = vt, .w = w, .dst = dst};
-    STK_TRY(stk__vdec_open(w->dec, src, size, err, err_size));
+    STK_TRY(open_input(w, in, err, err_size));
     stk__vindex ix;
     bool from_memo;
     STK_TRY(video_index(w, &ix, &from_memo, err, err_size));
@@ -390,7 +403,7 @@ static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const vo
          * are chosen again from the new index with the same draw. */
         stk__memo_forget(w->memo, w->rec);
         c.planned = false;
-        STK_TRY(stk__vdec_open(w->dec, src, size, err, err_size));
+        STK_TRY(open_input(w, in, err, err_size));
         STK_TRY(video_index(w, &ix, &from_memo, err, err_size));
         STK_TRY(stk__clip_frames(&vt->clip, &ix, w->clip, u, w->frames, err, err_size));
         n = distinct_frames(w->frames, T, w->want);
@@ -409,6 +422,23 @@ fail:
     return rc;
 }
 
+static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const void *src,
+                              size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    vinput in = {.buf = src, .size = size};
+    return clip_of(t, tw, &in, rng, dst, err, err_size);
+}
+
+/* A clip of a video read on demand (the loader's ranged reads): the header, then from the
+ * keyframe before the clip to its last frame when the index is known (the memo). */
+static stk_status video_apply_reader(const stk_transform *t, stk__tworker *tw,
+                                     const stk__byteread *rd, stk_rng *rng, void *dst, char *err,
+                                     size_t err_size)
+{
+    vinput in = {.rd = rd};
+    return clip_of(t, tw, &in, rng, dst, err, err_size);
+}
+
 const stk__media_ops stk__media_video = {
     .name = "video",
     .create = video_create,
@@ -420,6 +450,7 @@ const stk__media_ops stk__media_video = {
     .trust = video_trust,
     .checked = video_checked,
     .apply = video_apply,
+    .apply_reader = video_apply_reader,
     .aux = video_aux,
     .per_record = video_per_record,
     .clip = video_worker_clip,

@@ -390,6 +390,36 @@ static void folder_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t
              lr && fo->root[lr - 1] == '/' ? "" : "/", fo->items[i].rel, i);
 }
 
+/* Open record i's file, checked against the size it had at open. */
+static stk_status open_item(const stk_dataset *ds, uint64_t i, stk__file **out, char *err,
+                            size_t err_size)
+{
+    const folder *fo = ds->impl;
+    const item *it = &fo->items[i];
+    char where[STK_ERRMSG_SIZE];
+    *out = NULL;
+    char *abs = stk__path_join(fo->root, it->rel);
+    stk__file *f = NULL;
+    stk_status rc = abs ? stk__vfs_open(abs, &f, err, err_size)
+                        : stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
+    if (rc == STK_OK && f->size != it->size)
+        rc = stk__set_error(err, err_size, STK_EFORMAT,
+                            "%s: changed since the dataset was opened (size %" PRIu64 " -> %" PRIu64
+                            ")",
+                            abs, it->size, f->size);
+    if (rc < 0) {
+        stk__vfs_close(f);
+        if (abs) {
+            folder_describe(ds, i, where, sizeof(where));
+            rc = stk__source_read_error(rc, where, abs, err, err_size);
+        }
+    } else {
+        *out = f;
+    }
+    stk__free(abs);
+    return rc;
+}
+
 static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i,
                               void *const dst[], const size_t cap[], unsigned flags,
                               stk__recinfo *info, char *err, size_t err_size)
@@ -411,33 +441,45 @@ static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t 
     info->field_size[1] = 8;
     info->field_size[2] = len;
     info->size = it->size + 8 + len;
-    if (it->size > cap[0] || 8 > cap[1] || len > cap[2]) {
+    if ((dst[0] && it->size > cap[0]) || 8 > cap[1] || len > cap[2]) {
         folder_describe(ds, i, where, sizeof(where));
         return stk__set_error(err, err_size, STK_ELIMIT, "%s: record over its buffer", where);
     }
-    char *abs = stk__path_join(fo->root, it->rel);
-    stk__file *f = NULL;
-    stk_status rc = abs ? stk__vfs_open(abs, &f, err, err_size)
-                        : stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
-    if (rc == STK_OK && f->size != it->size)
-        rc = stk__set_error(err, err_size, STK_EFORMAT,
-                            "%s: changed since the dataset was opened (size %" PRIu64 " -> %" PRIu64
-                            ")",
-                            abs, it->size, f->size);
-    if (rc == STK_OK)
-        rc = stk__vfs_read(f, 0, dst[0], (size_t)it->size, err, err_size);
-    stk__vfs_close(f);
-    if (rc < 0 && abs) {
-        folder_describe(ds, i, where, sizeof(where));
-        rc = stk__source_read_error(rc, where, abs, err, err_size);
+    if (dst[0]) { /* NULL: the file is read on demand (folder_open_field) */
+        stk__file *f = NULL;
+        stk_status rc = open_item(ds, i, &f, err, err_size);
+        if (rc == STK_OK) {
+            rc = stk__vfs_read(f, 0, dst[0], (size_t)it->size, err, err_size);
+            stk__vfs_close(f);
+            if (rc < 0) {
+                char *abs = stk__path_join(fo->root, it->rel);
+                folder_describe(ds, i, where, sizeof(where));
+                rc = stk__source_read_error(rc, where, abs ? abs : it->rel, err, err_size);
+                stk__free(abs);
+            }
+        }
+        if (rc < 0)
+            return rc;
     }
-    stk__free(abs);
-    if (rc < 0)
-        return rc;
     uint8_t *l = dst[1];
     for (int b = 0; b < 8; b++)
         l[b] = (uint8_t)((uint64_t)it->label >> (8 * b));
     memcpy(dst[2], it->rel, len);
+    return STK_OK;
+}
+
+/* The file of record i, to read on demand (its media field, 0). */
+static stk_status folder_open_field(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                                    bool *owned, stk__brange *r, char *err, size_t err_size)
+{
+    const folder *fo = ds->impl;
+    if (i >= ds->count || f != 0)
+        return stk__set_error(err, err_size, STK_EINVAL, "record %" PRIu64 " field %zu: no file", i,
+                              f);
+    STK_TRY_RET(open_item(ds, i, file, err, err_size));
+    *owned = true;
+    r->off = 0;
+    r->len = fo->items[i].size;
     return STK_OK;
 }
 
@@ -450,6 +492,7 @@ const stk__source_methods stk__src_imagefolder = {
     .close = folder_close,
     .read = folder_read,
     .describe = folder_describe,
+    .open_field = folder_open_field,
 };
 
 /* Never detected (a directory is imagefolder's, which reads audio or video in a tree without
@@ -470,6 +513,7 @@ const stk__source_methods stk__src_audiofolder = {
     .close = folder_close,
     .read = folder_read,
     .describe = folder_describe,
+    .open_field = folder_open_field,
 };
 
 const stk__source_methods stk__src_videofolder = {
@@ -481,4 +525,5 @@ const stk__source_methods stk__src_videofolder = {
     .close = folder_close,
     .read = folder_read,
     .describe = folder_describe,
+    .open_field = folder_open_field,
 };

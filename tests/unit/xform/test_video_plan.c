@@ -27,7 +27,7 @@
 static uint8_t *video;
 static size_t video_size;
 
-static int make_video(void)
+static int make_video_of(double seconds)
 {
     if (access("/usr/bin/ffmpeg", X_OK) != 0)
         return 0;
@@ -37,9 +37,9 @@ static int make_video(void)
     char path[128], cmd[512];
     snprintf(path, sizeof(path), "%s/v.mp4", dir);
     snprintf(cmd, sizeof(cmd),
-             "/usr/bin/ffmpeg -loglevel error -y -f lavfi -i testsrc=size=96x64:rate=25 -t 3 "
-             "-c:v libx264 -g 12 -bf 2 -pix_fmt yuv420p '%s'",
-             path);
+             "/usr/bin/ffmpeg -loglevel error -y -f lavfi -i testsrc=size=96x64:rate=25 -t %g "
+             "-vf noise=alls=30:allf=t -c:v libx264 -g 12 -bf 2 -pix_fmt yuv420p '%s'",
+             seconds, path);
     int ok = system(cmd) == 0;
     FILE *f = ok ? fopen(path, "rb") : NULL;
     if (f) {
@@ -53,6 +53,11 @@ static int make_video(void)
     unlink(path);
     rmdir(dir);
     return ok && video;
+}
+
+static int make_video(void)
+{
+    return make_video_of(3);
 }
 
 static stk_transform *video_transform(void)
@@ -206,7 +211,113 @@ static int test_plan_threads_same_clips(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_memo_same_clips), T_CASE(test_stale_memo), T_CASE(test_plan_threads_same_clips))
+/* ---- ranged reads: the decoder reading through a reader (the loader's VFS) ---- */
+
+typedef struct counted {
+    const uint8_t *p;
+    uint64_t lo, hi;  /* the lowest and highest byte read past the header */
+    uint64_t fail_at; /* a read reaching this offset fails (UINT64_MAX: none) */
+} counted;
+
+static stk_status counted_read(void *ctx, uint64_t off, void *buf, size_t n, char *err,
+                               size_t err_size)
+{
+    counted *c = ctx;
+    if (off + n > c->fail_at)
+        return stk__set_error(err, err_size, STK_EIO, "disk error at byte %llu",
+                              (unsigned long long)c->fail_at);
+    memcpy(buf, c->p + off, n);
+    if (off < c->lo)
+        c->lo = off;
+    if (off + n > c->hi)
+        c->hi = off + n;
+    return STK_OK;
+}
+
+typedef struct frames_out {
+    uint8_t *rgb; /* [n][96 * 64 * 3] */
+    size_t n;
+} frames_out;
+
+static stk_status keep_frame(void *ctx, uint32_t frame, const uint8_t *rgb, uint32_t width,
+                             uint32_t height, size_t stride, char *err, size_t err_size)
+{
+    (void)frame, (void)err, (void)err_size;
+    frames_out *o = ctx;
+    for (uint32_t y = 0; y < height; y++)
+        memcpy(o->rgb + (o->n * height + y) * width * 3, rgb + y * stride, (size_t)width * 3);
+    o->n++;
+    return STK_OK;
+}
+
+static int test_ranged_reads_same_frames(void)
+{
+    if (!make_video_of(24)) /* 600 frames, a keyframe every 12 */
+        return T_SKIP;
+    char err[ERRSZ];
+    stk__vdec *mem = NULL, *rd = NULL;
+    T_OK(stk__vdec_create(1, 0, false, &mem, err, sizeof(err)));
+    T_OK(stk__vdec_create(1, 0, false, &rd, err, sizeof(err)));
+    T_OK(stk__vdec_open(mem, video, video_size, err, sizeof(err)));
+    stk__vindex ix;
+    T_OK(stk__vdec_index(mem, &ix, err, sizeof(err)));
+    T_CHECK(ix.n_frames == 600 && ix.n_keys >= 40);
+    uint32_t last_key = ix.keys[ix.n_keys - 1];
+    /* clips: the start, the middle, the end, one crossing the last keyframe */
+    uint32_t cross = last_key - 8 + 15 < ix.n_frames ? last_key - 8 : ix.n_frames - 16;
+    T_CHECK(cross < last_key && cross + 15 >= last_key);
+    uint32_t starts[4] = {0, 300, ix.n_frames - 16, cross};
+    static uint8_t a[16 * 96 * 64 * 3], b[16 * 96 * 64 * 3];
+    for (int k = 0; k < 4; k++) {
+        uint32_t want[4];
+        for (int i = 0; i < 4; i++)
+            want[i] = starts[k] + 5 * (uint32_t)i;
+        frames_out oa = {a, 0}, ob = {b, 0};
+        T_OK(stk__vdec_open(mem, video, video_size, err, sizeof(err)));
+        T_CHECKF(stk__vdec_frames(mem, &ix, want, 4, keep_frame, &oa, err, sizeof(err)) == STK_OK,
+                 "clip from %u: %s", starts[k], err);
+        counted c = {video, UINT64_MAX, 0, UINT64_MAX};
+        stk__byteread r = {video_size, counted_read, &c};
+        stk__vdec_counts before, after;
+        stk__vdec_get_counts(rd, &before);
+        T_OK(stk__vdec_open_reader(rd, &r, err, sizeof(err)));
+        T_OK(stk__vdec_frames(rd, &ix, want, 4, keep_frame, &ob, err, sizeof(err)));
+        stk__vdec_get_counts(rd, &after);
+        T_EQ(oa.n, 4);
+        T_EQ(ob.n, 4);
+        T_CHECKF(memcmp(a, b, 4 * 96 * 64 * 3) == 0, "clip from frame %u", starts[k]);
+        uint64_t bytes = after.bytes - before.bytes;
+        T_CHECK(bytes > 0);
+        /* 16 frames and the GOP before them of 600 (noise makes every frame weigh): far less than
+         * the file, its header and libavformat's 32 KiB reads included */
+        T_CHECKF(bytes * 4 < video_size, "clip from %u read %llu of %zu bytes", starts[k],
+                 (unsigned long long)bytes, video_size);
+        stk__vdec_close(rd);
+    }
+    /* a read error while decoding: the reader's status and text */
+    counted c = {video, UINT64_MAX, 0, UINT64_MAX};
+    stk__byteread r = {video_size, counted_read, &c};
+    uint32_t late[1] = {ix.n_frames - 1};
+    frames_out ob = {b, 0};
+    T_OK(stk__vdec_open_reader(rd, &r, err, sizeof(err)));
+    c.fail_at = video_size / 2; /* the disk fails after the header was read */
+    T_EQ(stk__vdec_frames(rd, &ix, late, 1, keep_frame, &ob, err, sizeof(err)), STK_EIO);
+    T_CHECKF(strstr(err, "disk error at byte"), "%s", err);
+    /* the index pass through a reader reads the whole file and lists what memory's does */
+    c = (counted){video, UINT64_MAX, 0, UINT64_MAX};
+    T_OK(stk__vdec_open_reader(rd, &r, err, sizeof(err)));
+    stk__vindex ix2;
+    T_OK(stk__vdec_index(rd, &ix2, err, sizeof(err)));
+    T_EQ(ix2.n_frames, ix.n_frames);
+    T_EQ(ix2.n_keys, ix.n_keys);
+    stk__vdec_destroy(mem);
+    stk__vdec_destroy(rd);
+    free(video);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_memo_same_clips), T_CASE(test_stale_memo), T_CASE(test_plan_threads_same_clips),
+       T_CASE(test_ranged_reads_same_frames))
 
 #else
 
