@@ -50,7 +50,7 @@ CTL = struct.Struct("<iiii")      # op, worker id, pid, pad (C -> server)
 CTL_REPLY = struct.Struct("<ii")  # value (pid / wait status), errno
 OP_INIT, OP_ARENA, OP_TICKET, OP_PROBE = 1, 2, 3, 4
 CTL_SPAWN, CTL_REAP = 1, 2
-ST_OK, ST_ERROR = 0, 1
+ST_OK, ST_ERROR, ST_STARTED = 0, 1, 2  # ST_STARTED: the probe began a sample (index in python_ns)
 
 
 class WorkerSpec:
@@ -591,8 +591,11 @@ def _worker_main(fd, wid, spec):
             if init_error is not None:
                 _send_error(sock, init_error, 0, 0)
                 continue
+            def started(index):  # the parent's timeout= runs from here
+                sock.sendall(REPLY.pack(ST_STARTED, 0, index, 0, 0))
+
             try:
-                payload = pickle.dumps(_pyworker.probe_samples(dataset, request),
+                payload = pickle.dumps(_pyworker.probe_samples(dataset, request, started),
                                        protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # noqa: BLE001 - the first sample's exception, for the parent
                 _send_error(sock, error_reply(f"in stoker worker process {wid} while loading "

@@ -438,6 +438,55 @@ def test_getitem_that_never_returns_times_out(tmp_path):
     assert sorted(int(v) for b in loader for v in b) == list(range(24))
 
 
+@pytest.mark.parametrize("executor", ["thread", "process", "auto"])
+def test_probe_obeys_timeout(tmp_path, executor):
+    # the stuck sample is the first one, which the constructor's probe always runs (in this
+    # process for "thread" and "auto", in worker process 0 for "process"): timeout= applies there
+    # as during iteration, with the same named error, instead of hanging the constructor
+    with pytest.raises(stoker.StokerIOError, match=r"__getitem__\(0\) did not return within "
+                                                   r"1 s \(timeout=\)"):
+        stoker.Loader(StuckOnce(str(tmp_path / "stuck"), at=0), batch_size=4, num_workers=2,
+                      executor=executor, timeout=1)
+    assert os.path.exists(str(tmp_path / "stuck"))
+    # nothing of the failed loader is left in the way: the next one works
+    loader = stoker.Loader(StuckOnce(str(tmp_path / "stuck"), at=0), batch_size=4,
+                           num_workers=2, executor=executor, timeout=1)
+    assert sorted(int(v) for b in loader for v in b) == list(range(24))
+    loader.close()
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+@pytest.mark.parametrize("timeout", [0, 60])
+def test_ctrl_c_during_the_probe(tmp_path, executor, timeout):
+    # Ctrl-C while the constructor's probe waits for a __getitem__ that never returns (in this
+    # process, or in worker process 0): KeyboardInterrupt, and the next loader works. The signal
+    # is sent once the stuck sample has started (its marker file exists), not after a delay.
+    import threading
+    marker = str(tmp_path / "stuck")
+    main = threading.get_ident()
+    done = threading.Event()
+
+    def interrupt():
+        while not os.path.exists(marker) and not done.is_set():
+            time.sleep(0.01)
+        if not done.is_set():
+            signal.pthread_kill(main, signal.SIGINT)
+
+    t = threading.Thread(target=interrupt, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stoker.Loader(StuckOnce(marker, at=0), batch_size=4, num_workers=2,
+                          executor=executor, timeout=timeout)
+    finally:
+        done.set()
+        t.join()
+    loader = stoker.Loader(StuckOnce(marker, at=0), batch_size=4, num_workers=2,
+                           executor=executor)
+    assert sorted(int(v) for b in loader for v in b) == list(range(24))
+    loader.close()
+
+
 def test_ctrl_c_mid_epoch_keeps_the_loader(tmp_path):
     loader = stoker.Loader(StuckOnce(str(tmp_path / "slow"), at=13, forever=2.0), batch_size=4,
                            num_workers=2, executor="process")
