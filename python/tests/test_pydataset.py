@@ -480,6 +480,22 @@ def test_probed_samples_are_not_loaded_again(workers, shuffle):
     loader.close()
 
 
+def test_worker_processes_do_not_map_the_ring():
+    # worker processes write their rows with pwrite into the ring's memfd: the ring is mapped in
+    # the training process only, so it does not count again in each worker's resident memory
+    loader = stoker.Loader(Plain(64), batch_size=8, num_workers=2, executor="process")
+    got = [int(v) for _, y in loader for v in y]
+    assert got == list(range(64))
+    pids = loader.worker_pids()
+    assert len(pids) == 2 and all(p > 0 for p in pids)
+    with open(f"/proc/{os.getpid()}/maps") as f:
+        assert "stoker-ring" in f.read()  # (the name the check below looks for)
+    for pid in pids:
+        with open(f"/proc/{pid}/maps") as f:
+            assert "stoker-ring" not in f.read()
+    loader.close()
+
+
 @pytest.mark.parametrize("executor", ["thread", "process", "auto"])
 def test_probe_obeys_timeout(tmp_path, executor):
     # the stuck sample is the first one, which the constructor's probe always runs (in this
