@@ -77,8 +77,6 @@ def loader_class(data):
 
 # ---- the thread executor's runner ----
 
-_NONE = object()
-
 class ThreadRunner:
     """Called by the worker threads (GIL held) with (index, epoch, seed, worker, row): runs
     __getitem__ and returns (bufs, key, mask) for _ext/_pyexec.c. Object leaves are kept in
@@ -88,7 +86,7 @@ class ThreadRunner:
     def __init__(self, dataset, layout, n_workers, base_seed, worker_init_fn, capacity,
                  kept=None):
         self.getitem = dataset.__getitem__
-        self.kept = kept or None  # {index: sample} the probe loaded: epoch 0's, handed out once
+        self.kept = kept or None  # {index: (sample, ns)} the probe loaded: epoch 0's, once
         self.dataset = dataset
         self.layout = layout
         self.n_workers, self.base_seed, self.worker_init_fn = n_workers, base_seed, worker_init_fn
@@ -122,9 +120,11 @@ class ThreadRunner:
             if epoch != 0:
                 self.kept = None  # epoch 0 is over (or was skipped by a resume)
             else:
-                sample = kept.pop(index, _NONE)
-                if sample is not _NONE:
-                    return self._flatten(sample)
+                got = kept.pop(index, None)
+                if got is not None:  # loaded by the probe: counted as this worker's
+                    self.py_ns += got[1]
+                    self.samples += 1
+                    return self._flatten(got[0])
         t0 = time.perf_counter_ns()
         try:
             sample = self.getitem(index)

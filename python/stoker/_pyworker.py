@@ -108,9 +108,9 @@ def probe_samples(dataset, request, started=None):
     whole probe, and each call reads its lap), and whether the call drew from the global random
     generators. started(index), when given, is called before each sample (a worker process
     tells the parent, whose timeout= runs from there). Returns (first sample,
-    [(wall_ns, cpu_ns, waited_ns, window_ns)], drew, kept): kept is {index: sample} of the
-    probed samples when request["keep"] (the thread executor hands them out as epoch 0's samples
-    instead of loading them again), else {}. An exception in the first sample propagates; a
+    [(wall_ns, cpu_ns, waited_ns, window_ns)], drew, kept): kept is {index: (sample, wall_ns)}
+    of the probed samples when request["keep"] (the thread executor hands them out as epoch 0's
+    samples instead of loading them again), else {}. An exception in the first sample propagates; a
     later one ends the probe."""
     meter = _core.GilMeter() if request.get("gil", True) else None
     keep = request.get("keep", False)
@@ -141,7 +141,7 @@ def probe_samples(dataset, request, started=None):
             if k == 0:
                 first = sample
             if keep:
-                kept[index] = sample
+                kept[index] = (sample, t1 - t0)
             if k + 1 >= PROBE_SAMPLES or time.perf_counter() - start > PROBE_BUDGET_S:
                 break
     finally:
