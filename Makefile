@@ -252,10 +252,14 @@ ubsan:
 # timing that TSan's slowdown changes: docs/reliability.md).
 TSAN_PY_TESTS := python/tests/test_loader.py python/tests/test_core.py python/tests/test_transforms.py
 TSAN_PY_TESTS += python/tests/test_batchmap.py
+# tests/tsan.supp: races inside uninstrumented libraries (FFmpeg's frame threads), with reasons.
+TSAN_SUPP := suppressions=$(CURDIR)/tests/tsan.supp
 tsan:
-	$(MAKE) BUILD=build/tsan OPT=-O1 SANITIZE=-fsanitize=thread unit cli python
+	TSAN_OPTIONS="$(TSAN_SUPP)" $(MAKE) BUILD=build/tsan OPT=-O1 SANITIZE=-fsanitize=thread \
+	    unit cli python
 	@echo "== tsan: the Python extension's concurrency tests"
-	@STK_PYTEST_PRELOAD=$$($(CC) -print-file-name=libtsan.so) TSAN_OPTIONS="halt_on_error=1" \
+	@STK_PYTEST_PRELOAD=$$($(CC) -print-file-name=libtsan.so) \
+	    TSAN_OPTIONS="halt_on_error=1 $(TSAN_SUPP)" \
 	    bash scripts/run_pytest.sh build/tsan $(PYTHON) $(TSAN_PY_TESTS)
 
 # libFuzzer builds (clang 14, ASan + UBSan): build/fuzz/fuzz_<entry>, over one instrumented copy
