@@ -189,17 +189,20 @@ def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name, tim
         return _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, None)
     import threading
     cv = threading.Condition()
-    at = {"index": None, "since": None, "done": False, "got": None, "error": None}
+    at = {"index": None, "since": None, "done": False, "got": None, "error": None,
+          "abandoned": False}
 
     def started(index):
         with cv:
+            if at["abandoned"]:  # the constructor gave up: no further sample
+                raise _Abandoned
             at["index"], at["since"] = index, time.monotonic()
             cv.notify_all()
 
     def run():
         try:
             got = _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name,
-                             started)
+                             started, lambda: at["abandoned"])
         except BaseException as e:  # noqa: BLE001 - raised in the constructing thread
             got, at["error"] = None, e
         with cv:
@@ -208,16 +211,22 @@ def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name, tim
 
     t = threading.Thread(target=run, name="stoker-probe", daemon=True)
     t.start()
-    with cv:
-        while not at["done"]:
-            since = at["since"]
-            left = None if since is None else since + timeout - time.monotonic()
-            if left is not None and left <= 0:
-                raise _core.StokerIOError(
-                    f"__getitem__({at['index']}) did not return within {timeout:.3g} s "
-                    f"(timeout=) while the constructor read the first samples of {name} (which "
-                    f"fix the batch layout), on a thread of this process that is left to it")
-            cv.wait(left)
+    try:
+        with cv:
+            while not at["done"]:
+                since = at["since"]
+                left = None if since is None else since + timeout - time.monotonic()
+                if left is not None and left <= 0:
+                    raise _core.StokerIOError(
+                        f"__getitem__({at['index']}) did not return within {timeout:.3g} s "
+                        f"(timeout=) while the constructor read the first samples of {name} "
+                        f"(which fix the batch layout), on a thread of this process that is "
+                        f"left to it")
+                cv.wait(left)
+    except BaseException:  # the timeout, or Ctrl-C
+        with cv:
+            at["abandoned"] = True
+        raise
     t.join()
     if at["error"] is not None:
         e, at["error"] = at["error"], None
@@ -225,7 +234,15 @@ def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name, tim
     return at["got"]
 
 
-def _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, started):
+class _Abandoned(BaseException):
+    """The constructor stopped waiting for the probe (its timeout, Ctrl-C): the probe's thread
+    starts no further sample."""
+
+
+def _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, started,
+               abandoned=lambda: False):
+    """probe_here's work, on whichever thread runs it; the global generators are put back
+    unless the constructor gave up meanwhile (they are the training loop's by then)."""
     _pyworker.install_worker_info_hook()
     states = _pyworker.rng_states()
     _pyworker.TLS.info = _pyworker.worker_info(0, n_workers, base_seed, dataset)
@@ -240,7 +257,8 @@ def _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, sta
         return got
     finally:
         _pyworker.TLS.info = None
-        _pyworker.rng_restore(states)
+        if not abandoned():
+            _pyworker.rng_restore(states)
     _errors.reraise(w)
 
 
