@@ -204,6 +204,11 @@ class LoaderTokens:
         self._names = names
         self._counts = np.zeros(len(names), dtype=np.int64) if names else None
 
+    @property
+    def finishes(self):
+        """Whether finish() has anything to do (packed rows, a mixture)."""
+        return self._packed or self._counts is not None
+
     def finish(self, batch):
         """Add cu_seqlens to a packed batch; count a mixture's sources."""
         if self._packed:
