@@ -115,3 +115,26 @@ def test_batch_built_in_one_call_equals_general_conversion(tmp_path):
     b = next(iter(D))
     assert b.bytes("tokens")[0] == np.asarray(docs[3], np.uint16).tobytes()  # batch 1: 3, 4, 5
     D.close()
+
+
+def test_cu_seqlens_of_equals_naive_sum():
+    """cu_seqlens from seq_lens (one loop in the extension for a loader's int32 rows; numpy for
+    any other array) against a running sum written out."""
+    import torch
+    from stoker.tokens import cu_seqlens_of
+    rng = np.random.default_rng(5)
+    for shape in [(1, 1), (3, 1), (4, 7), (32, 9), (2, 0)]:
+        sl = np.zeros(shape, np.int32)
+        for r in range(shape[0]):
+            k = int(rng.integers(0, shape[1] + 1))
+            sl[r, :k] = rng.integers(1, 3000, k)
+        want = [0]
+        for v in sl.reshape(-1):
+            if v:
+                want.append(want[-1] + int(v))
+        for x in (sl, torch.from_numpy(sl), sl.astype(np.int64), np.asfortranarray(sl),
+                  sl.astype(">i4")):
+            got = cu_seqlens_of(x)
+            assert isinstance(got, type(x) if isinstance(x, torch.Tensor) else np.ndarray)
+            got = np.asarray(got)
+            assert got.dtype == np.int32 and got.tolist() == want, (shape, x, got, want)
