@@ -470,7 +470,8 @@ def test_probed_samples_are_not_loaded_again(workers, shuffle):
     it = iter(loader)
     x, y = next(it)
     first = [int(v) for v in y]
-    assert first == probed[:4]  # the probe read the first batch's samples
+    n = min(4, len(probed))  # the probe stops early past its time budget (a loaded machine)
+    assert first[:n] == probed[:n]  # the probe read the first batch's samples
     assert torch.equal(x[:, 0], y.float())
     assert all(ds.calls.count(i) == 1 for i in probed)  # and none was loaded again
     del x, y
