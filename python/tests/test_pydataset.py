@@ -350,19 +350,22 @@ def test_threads_warn_about_global_random_draws():
 def test_worker_info_and_init_fn(executor):
     loader = stoker.Loader(Info(), batch_size=4, num_workers=3, executor=executor,
                            worker_init_fn=init_worker)
-    seen = set()
+    seen, workers = set(), set()
     for i, wid, n, init in loader:
         assert (n == 3).all()
         assert ((wid >= 0) & (wid < 3)).all()
         assert torch.equal(init, wid * 10)  # worker_init_fn ran in that worker first
         seen.update(i.tolist())
+        workers.update(wid.tolist())
     assert seen == set(range(30))
     assert get_worker_info() is None  # not in a worker here
-    if executor == "thread":  # once per thread (and once more for the first samples, here)
+    if executor == "thread":  # once per thread that ran a sample, once more for the probe here
         del i, wid, n, init  # (a batch still held would make the loader rebuild its threads)
-        for _ in loader:
-            pass
-        assert sorted(_INIT_CALLS) == [0, 0, 1, 2]
+        for _, wid, _, _ in loader:
+            workers.update(wid.tolist())
+        # which threads take samples is the scheduler's choice (a loaded machine may leave one
+        # idle): each thread's init runs once, before its first sample
+        assert sorted(_INIT_CALLS) == sorted([0] + sorted(workers))
     _INIT_CALLS.clear()
 
 
