@@ -149,18 +149,10 @@ class ThreadRunner:
 
 
 def measure(first, rows, drew):
-    """The layout the first sample fixes and the Probe the measured rows make: the first call,
-    which often pays a warm-up, is left out when there are others, and of the rest the faster
-    half is used (on a loaded machine a call preempted while it ran looks like one that waits)."""
-    used = rows[1:] if len(rows) > 1 else rows
-    used = sorted(used)[:max(1, (len(used) + 1) // 2)]
-    wall = sum(r[0] for r in used)
-    window = sum(r[3] for r in used)
-    gil = min(1.0, sum(r[2] for r in used) / window) if window > 0 else None
-    cpu = min(1.0, sum(r[1] for r in used) / wall) if wall > 0 else 1.0
+    """The layout the first sample fixes and the Probe the measured rows make
+    (_executor.probe_of: load-independent figures)."""
     layout = _collate.Layout(first)
-    p = _executor.Probe(wall / len(used) / 1e9, gil, cpu,
-                        sum(leaf.nbytes for leaf in layout.fixed), drew, len(used))
+    p = _executor.probe_of(rows, sum(leaf.nbytes for leaf in layout.fixed), drew)
     return layout, p
 
 

@@ -16,7 +16,9 @@ from . import _core
 from .loader import _torch
 
 PROBE_SAMPLES = 8        # at most this many samples are probed
-PROBE_BUDGET_S = 0.05    # and no more than this long (at least one sample)
+PROBE_BUDGET_S = 0.05    # and no more than this long on an idle machine (at least 3 samples)
+PROBE_WALL_S = 1.0       # nor longer than this on a busy one (at least 2 samples)
+PROBE_SWITCH_S = 1.0     # the switch interval while a sample is measured
 EXECUTORS = ("auto", "thread", "process")
 
 
@@ -99,36 +101,61 @@ def rng_changed(before, after):
     return False
 
 
+def runq_ns():
+    """Nanoseconds this thread has waited on a run queue for a CPU (Linux
+    /proc/thread-self/schedstat, its second field; 0 where the kernel does not say): the part
+    of a call's wall time that is the machine's load, not the call."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def probe_samples(dataset, request):
     """Run __getitem__ on the first indices (request["indices"]: at most PROBE_SAMPLES, and no
     more once PROBE_BUDGET_S passed after the first), in a worker process or in the
     constructing thread; each is seeded as a worker seeds it when request["reseed"] (from
-    (request["seed"], epoch 0, index)). Measures each call's wall time, CPU time and the time the
-    GIL meter waited, and whether the call drew from the global random generators. Returns
-    (first sample, [(wall_ns, cpu_ns, waited_ns, window_ns)], drew). An exception in the first
-    sample propagates; a later one ends the probe."""
+    (request["seed"], epoch 0, index)). Measures each call's wall time, CPU time, that CPU time
+    split by the GIL meter into GIL-held and GIL-free, and its run-queue wait (the wall time the
+    machine's load added), and whether the call drew from the global random generators. While
+    a call is measured the switch interval is PROBE_SWITCH_S, so that the meter never makes it
+    hand the GIL over and wait to get it back (a wait the load would stretch); other threads
+    of the process wait for the GIL meanwhile as for any call that does not release it. The
+    budget counts idle-machine time, so a busy machine does not cut the probe to one call.
+    Returns (first sample, [(wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns)], drew)
+    (_executor.probe_of reads the rows). An exception in the first sample propagates; a later
+    one ends the probe (a KeyboardInterrupt propagates)."""
     meter = _core.GilMeter()
-    rows, first, drew = [], None, False
+    rows, first, drew, idle = [], None, False, 0.0
     start = time.perf_counter()
     for k, index in enumerate(request["indices"]):
         if request.get("reseed"):
             seed_all(_core.sample_seed(request["seed"], 0, index))
         before = rng_states()
-        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(PROBE_SWITCH_S)  # (put back below, or by the except clause)
         meter.start()
+        q0 = runq_ns()
+        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
         try:
             sample = dataset[index]
-        except Exception:  # noqa: BLE001
+        except BaseException as e:
             meter.stop()
-            if k == 0:
+            sys.setswitchinterval(switch)
+            if k == 0 or not isinstance(e, Exception):
                 raise  # the first sample fixes the layout: the caller reports it
             break  # a later one: the workers will report it at its batch
-        waited, window = meter.stop()
         t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        q1 = runq_ns()
+        held, free = meter.stop()
+        sys.setswitchinterval(switch)
         drew = drew or rng_changed(before, rng_states())
-        rows.append((t1 - t0, c1 - c0, waited, window))
+        rows.append((t1 - t0, c1 - c0, held, free, max(0, q1 - q0)))
+        idle += max(c1 - c0, t1 - t0 - max(0, q1 - q0)) / 1e9
         if k == 0:
             first = sample
-        if k + 1 >= PROBE_SAMPLES or time.perf_counter() - start > PROBE_BUDGET_S:
+        if k + 1 >= PROBE_SAMPLES or (idle > PROBE_BUDGET_S and k >= 2) or \
+                (time.perf_counter() - start > PROBE_WALL_S and k >= 1):
             break
     return first, rows, drew

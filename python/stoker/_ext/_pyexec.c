@@ -10,11 +10,15 @@
  * (the buffers stay referenced, so their memory stays put), so large samples are copied in
  * parallel. The last output field is the row's (key, mask) int64 pair.
  *
- * GilMeter(): start() starts a thread that repeatedly takes and drops the GIL, summing how long
- * each take waited; stop() joins it and returns (waited_ns, window_ns). While one other thread
- * runs Python, waited / window is the share of the time that thread held the GIL: a thread
- * running bytecode holds it until the switch interval (5 ms) makes it yield; a thread sleeping,
- * reading or inside numpy/torch/PIL kernels that release it lets the meter in at once.
+ * GilMeter(): start() (on the probed thread) starts a thread that repeatedly drops the GIL,
+ * pauses and takes it again; stop() joins it and returns (held_cpu_ns, free_cpu_ns): the probed
+ * thread's CPU time over the cycles whose take had to wait (it held the GIL when the meter
+ * asked) and over the others (sleeping, reading, or inside numpy/torch/PIL kernels that
+ * release it). CPU time, so a busy machine, which preempts the threads and stretches wall time,
+ * does not move time from one side to the other (issue 24: the wall-time meter read a
+ * preempted holder as a free GIL at load 18). The caller raises the switch interval while it
+ * measures (_pyworker.probe_samples), so the meter never forces the probed thread to hand the
+ * GIL over and wait for it to come back, a wait a busy machine would stretch.
  *
  * Lifetime: a ThreadExec outlives its C loader (the Loader object holds it until
  * stk_loader_destroy returned). At interpreter shutdown the callback refuses to take the GIL.
@@ -22,6 +26,7 @@
 #include "_core.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -263,22 +268,49 @@ typedef struct {
     pthread_t thread;
     bool running;
     atomic_bool stop;
-    _Atomic uint64_t waited_ns;
-    uint64_t t0;
+    clockid_t probe_clock; /* the CPU clock of the thread that called start() */
+    atomic_bool asking;    /* the meter thread is about to ask for the GIL the first time */
+    _Atomic uint64_t held_ns, free_ns;
 } GilMeterObject;
 
+#define METER_PAUSE_NS 50000  /* the gap in which the probed thread may take the GIL */
+#define METER_WAITED_NS 20000 /* a take slower than this found the GIL held */
+
+static uint64_t cpu_ns(clockid_t c)
+{
+    struct timespec ts;
+    if (clock_gettime(c, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Each cycle: drop the GIL, pause, take it again. The probed thread's CPU time over the cycle
+ * counts as GIL-held when the take had to wait (the GIL was held when the meter asked: a
+ * thread running bytecode keeps it until the switch interval), else as GIL-free (sleeping,
+ * reading, or in a kernel that released it). CPU time, not wall time, and a classification,
+ * not a duration: a busy machine that preempts either thread stretches the cycles but does not
+ * move CPU time from one side to the other. */
 static void *meter_main(void *arg)
 {
     GilMeterObject *m = arg;
-    const struct timespec pause = {0, 50000}; /* 50 us between takes */
+    const struct timespec pause = {0, METER_PAUSE_NS};
+    uint64_t c0 = cpu_ns(m->probe_clock);
+    atomic_store(&m->asking, true);
     while (!atomic_load(&m->stop)) {
         uint64_t a = now_ns();
         PyGILState_STATE g = PyGILState_Ensure();
         uint64_t b = now_ns();
+        uint64_t c1 = cpu_ns(m->probe_clock);
         PyGILState_Release(g);
-        atomic_fetch_add(&m->waited_ns, b - a);
+        atomic_fetch_add(b - a > METER_WAITED_NS ? &m->held_ns : &m->free_ns,
+                         c1 > c0 ? c1 - c0 : 0);
+        c0 = c1;
         nanosleep(&pause, NULL);
     }
+    /* The span since the last take, cut short by stop(): the probed thread held the GIL when
+     * it called stop(), and the span is at most one pause (stretched by the load). */
+    uint64_t c1 = cpu_ns(m->probe_clock);
+    atomic_fetch_add(&m->held_ns, c1 > c0 ? c1 - c0 : 0);
     return NULL;
 }
 
@@ -287,12 +319,19 @@ static PyObject *GilMeter_start(GilMeterObject *m, PyObject *noargs)
     (void)noargs;
     if (m->running)
         Py_RETURN_NONE;
+    if (pthread_getcpuclockid(pthread_self(), &m->probe_clock) != 0)
+        return PyErr_Format(PyExc_RuntimeError, "GilMeter: no CPU clock for this thread");
     atomic_store(&m->stop, false);
-    atomic_store(&m->waited_ns, 0);
-    m->t0 = now_ns();
+    atomic_store(&m->held_ns, 0);
+    atomic_store(&m->free_ns, 0);
+    atomic_store(&m->asking, false);
     if (pthread_create(&m->thread, NULL, meter_main, m) != 0)
         return PyErr_Format(PyExc_RuntimeError, "GilMeter: cannot start its thread");
     m->running = true;
+    /* Return once the meter is about to ask for the GIL (held here), so that a call shorter
+     * than the thread's start on a busy machine is still classified. */
+    while (!atomic_load(&m->asking))
+        sched_yield();
     Py_RETURN_NONE;
 }
 
@@ -313,9 +352,8 @@ static PyObject *GilMeter_stop(GilMeterObject *m, PyObject *noargs)
     if (!m->running)
         return Py_BuildValue("(KK)", 0ULL, 0ULL);
     meter_stop(m);
-    uint64_t window = now_ns() - m->t0;
-    return Py_BuildValue("(KK)", (unsigned long long)atomic_load(&m->waited_ns),
-                         (unsigned long long)window);
+    return Py_BuildValue("(KK)", (unsigned long long)atomic_load(&m->held_ns),
+                         (unsigned long long)atomic_load(&m->free_ns));
 }
 
 static void GilMeter_dealloc(GilMeterObject *m)
@@ -326,10 +364,10 @@ static void GilMeter_dealloc(GilMeterObject *m)
 
 static PyMethodDef GilMeter_methods[] = {
     {"start", (PyCFunction)GilMeter_start, METH_NOARGS,
-     "start(): begin measuring how long the GIL is held by the other threads."},
+     "start(): begin classifying this thread's CPU time as GIL-held or GIL-free."},
     {"stop", (PyCFunction)GilMeter_stop, METH_NOARGS,
-     "stop() -> (waited_ns, window_ns): the meter's total wait for the GIL and the time since "
-     "start()."},
+     "stop() -> (held_cpu_ns, free_cpu_ns): the CPU time of the thread that called start(), "
+     "split by whether it held the GIL (the meter's takes had to wait) or not."},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject StkGilMeter_Type = {
@@ -337,7 +375,7 @@ PyTypeObject StkGilMeter_Type = {
     .tp_basicsize = sizeof(GilMeterObject),
     .tp_dealloc = (destructor)GilMeter_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "GilMeter(): measures the share of time other threads hold the GIL.",
+    .tp_doc = "GilMeter(): splits the calling thread's CPU time into GIL-held and GIL-free.",
     .tp_methods = GilMeter_methods,
     .tp_new = PyType_GenericNew,
 };
