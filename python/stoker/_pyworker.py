@@ -112,50 +112,66 @@ def runq_ns():
         return 0
 
 
-def probe_samples(dataset, request):
+def probe_samples(dataset, request, started=None):
     """Run __getitem__ on the first indices (request["indices"]: at most PROBE_SAMPLES, and no
     more once PROBE_BUDGET_S passed after the first), in a worker process or in the
     constructing thread; each is seeded as a worker seeds it when request["reseed"] (from
     (request["seed"], epoch 0, index)). Measures each call's wall time, CPU time, that CPU time
-    split by the GIL meter into GIL-held and GIL-free, and its run-queue wait (the wall time the
-    machine's load added), and whether the call drew from the global random generators. While
-    a call is measured the switch interval is PROBE_SWITCH_S, so that the meter never makes it
-    hand the GIL over and wait to get it back (a wait the load would stretch); other threads
-    of the process wait for the GIL meanwhile as for any call that does not release it. The
-    budget counts idle-machine time, so a busy machine does not cut the probe to one call.
-    Returns (first sample, [(wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns)], drew)
-    (_executor.probe_of reads the rows). An exception in the first sample propagates; a later
-    one ends the probe (a KeyboardInterrupt propagates)."""
-    meter = _core.GilMeter()
-    rows, first, drew, idle = [], None, False, 0.0
+    split by the GIL meter into GIL-held and GIL-free (only when request["gil"]: the meter's
+    thread is started once for the whole probe, and each call reads its lap), its run-queue
+    wait (the wall time the machine's load added), and whether the call drew from the global
+    random generators. While a call is metered the switch interval is PROBE_SWITCH_S, so that
+    the meter never makes it hand the GIL over and wait to get it back (a wait the load would
+    stretch); other threads of the process wait for the GIL meanwhile, as for any call that does
+    not release it. The budget counts idle-machine time, so a busy machine does not cut the
+    probe short of 3 samples. started(index), when given, is called before each sample (a
+    worker process tells the parent, whose timeout= runs from there). Returns (first sample,
+    [(wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns)], drew, kept) (_executor.probe_of
+    reads the rows): kept is {index: (sample, wall_ns)}
+    of the probed samples when request["keep"] (the thread executor hands them out as epoch 0's
+    samples instead of loading them again), else {}. An exception in the first sample propagates; a
+    later one ends the probe."""
+    meter = _core.GilMeter() if request.get("gil", True) else None
+    keep = request.get("keep", False)
+    rows, first, drew, kept, idle = [], None, False, {}, 0.0
+    switch = sys.getswitchinterval()
     start = time.perf_counter()
-    for k, index in enumerate(request["indices"]):
-        if request.get("reseed"):
-            seed_all(_core.sample_seed(request["seed"], 0, index))
-        before = rng_states()
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(PROBE_SWITCH_S)  # (put back below, or by the except clause)
+    if meter is not None:
         meter.start()
-        q0 = runq_ns()
-        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-        try:
-            sample = dataset[index]
-        except BaseException as e:
-            meter.stop()
+    try:
+        for k, index in enumerate(request["indices"]):
+            if request.get("reseed"):
+                seed_all(_core.sample_seed(request["seed"], 0, index))
+            before = rng_states()
+            if started is not None:
+                started(index)
+            if meter is not None:
+                sys.setswitchinterval(PROBE_SWITCH_S)  # (put back below and at the end)
+                meter.lap()
+            q0 = runq_ns()
+            c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+            try:
+                sample = dataset[index]
+            except Exception:  # noqa: BLE001
+                if k == 0:
+                    raise  # the first sample fixes the layout: the caller reports it
+                break  # a later one: the workers will report it at its batch
+            t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+            q1 = runq_ns()
+            held, free = meter.lap() if meter is not None else (0, 0)
             sys.setswitchinterval(switch)
-            if k == 0 or not isinstance(e, Exception):
-                raise  # the first sample fixes the layout: the caller reports it
-            break  # a later one: the workers will report it at its batch
-        t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-        q1 = runq_ns()
-        held, free = meter.stop()
+            drew = drew or rng_changed(before, rng_states())
+            rows.append((t1 - t0, c1 - c0, held, free, max(0, q1 - q0)))
+            idle += max(c1 - c0, t1 - t0 - max(0, q1 - q0)) / 1e9
+            if k == 0:
+                first = sample
+            if keep:
+                kept[index] = (sample, t1 - t0)
+            if k + 1 >= PROBE_SAMPLES or (idle > PROBE_BUDGET_S and k >= 2) or \
+                    (time.perf_counter() - start > PROBE_WALL_S and k >= 1):
+                break
+    finally:
         sys.setswitchinterval(switch)
-        drew = drew or rng_changed(before, rng_states())
-        rows.append((t1 - t0, c1 - c0, held, free, max(0, q1 - q0)))
-        idle += max(c1 - c0, t1 - t0 - max(0, q1 - q0)) / 1e9
-        if k == 0:
-            first = sample
-        if k + 1 >= PROBE_SAMPLES or (idle > PROBE_BUDGET_S and k >= 2) or \
-                (time.perf_counter() - start > PROBE_WALL_S and k >= 1):
-            break
-    return first, rows, drew
+        if meter is not None:
+            meter.stop()
+    return first, rows, drew, kept

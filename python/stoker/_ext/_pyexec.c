@@ -11,14 +11,14 @@
  * parallel. The last output field is the row's (key, mask) int64 pair.
  *
  * GilMeter(): start() (on the probed thread) starts a thread that repeatedly drops the GIL,
- * pauses and takes it again; stop() joins it and returns (held_cpu_ns, free_cpu_ns): the probed
- * thread's CPU time over the cycles whose take had to wait (it held the GIL when the meter
- * asked) and over the others (sleeping, reading, or inside numpy/torch/PIL kernels that
- * release it). CPU time, so a busy machine, which preempts the threads and stretches wall time,
- * does not move time from one side to the other (issue 24: the wall-time meter read a
- * preempted holder as a free GIL at load 18). The caller raises the switch interval while it
- * measures (_pyworker.probe_samples), so the meter never forces the probed thread to hand the
- * GIL over and wait for it to come back, a wait a busy machine would stretch.
+ * pauses and takes it again; lap() and stop() return (held_cpu_ns, free_cpu_ns) since start()
+ * or the last lap: the probed thread's CPU time over the cycles whose take had to wait (it held
+ * the GIL when the meter asked) and over the others (sleeping, reading, or inside
+ * numpy/torch/PIL kernels that release it). CPU time, so a busy machine, which preempts the
+ * threads and stretches wall time, does not move time from one side to the other (issue 24:
+ * the wall-time meter read a preempted holder as a free GIL at load 18). The caller raises the
+ * switch interval while it measures (_pyworker.probe_samples), so the meter never forces the
+ * probed thread to hand the GIL over and wait for it to come back, a wait the load stretches.
  *
  * Lifetime: a ThreadExec outlives its C loader (the Loader object holds it until
  * stk_loader_destroy returned). At interpreter shutdown the callback refuses to take the GIL.
@@ -268,9 +268,10 @@ typedef struct {
     pthread_t thread;
     bool running;
     atomic_bool stop;
-    clockid_t probe_clock; /* the CPU clock of the thread that called start() */
-    atomic_bool asking;    /* the meter thread is about to ask for the GIL the first time */
-    _Atomic uint64_t held_ns, free_ns;
+    clockid_t probe_clock;     /* the CPU clock of the thread that called start() */
+    atomic_bool asking;        /* the meter thread is about to ask for the GIL the first time */
+    uint64_t c0;               /* the probed thread's CPU time classified up to (GIL held) */
+    uint64_t held_ns, free_ns; /* since start() or the last lap() (GIL held) */
 } GilMeterObject;
 
 #define METER_PAUSE_NS 50000  /* the gap in which the probed thread may take the GIL */
@@ -284,33 +285,40 @@ static uint64_t cpu_ns(clockid_t c)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Classify the probed thread's CPU time since the last classification as held or free. Called
+ * with the GIL held (by the meter after a take, or by the probed thread in lap()/stop()), so
+ * the two never race. */
+static void meter_classify(GilMeterObject *m, bool held)
+{
+    uint64_t c1 = cpu_ns(m->probe_clock);
+    uint64_t d = c1 > m->c0 ? c1 - m->c0 : 0;
+    m->c0 = c1;
+    if (held)
+        m->held_ns += d;
+    else
+        m->free_ns += d;
+}
+
 /* Each cycle: drop the GIL, pause, take it again. The probed thread's CPU time over the cycle
  * counts as GIL-held when the take had to wait (the GIL was held when the meter asked: a
- * thread running bytecode keeps it until the switch interval), else as GIL-free (sleeping,
- * reading, or in a kernel that released it). CPU time, not wall time, and a classification,
- * not a duration: a busy machine that preempts either thread stretches the cycles but does not
- * move CPU time from one side to the other. */
+ * thread running bytecode keeps it), else as GIL-free (sleeping, reading, or in a kernel that
+ * released it). CPU time, not wall time, and a classification, not a duration: a busy machine
+ * that preempts either thread stretches the cycles but does not move CPU time from one side to
+ * the other. */
 static void *meter_main(void *arg)
 {
     GilMeterObject *m = arg;
     const struct timespec pause = {0, METER_PAUSE_NS};
-    uint64_t c0 = cpu_ns(m->probe_clock);
     atomic_store(&m->asking, true);
     while (!atomic_load(&m->stop)) {
         uint64_t a = now_ns();
         PyGILState_STATE g = PyGILState_Ensure();
         uint64_t b = now_ns();
-        uint64_t c1 = cpu_ns(m->probe_clock);
+        if (!atomic_load(&m->stop)) /* (stop() classified the rest itself) */
+            meter_classify(m, b - a > METER_WAITED_NS);
         PyGILState_Release(g);
-        atomic_fetch_add(b - a > METER_WAITED_NS ? &m->held_ns : &m->free_ns,
-                         c1 > c0 ? c1 - c0 : 0);
-        c0 = c1;
         nanosleep(&pause, NULL);
     }
-    /* The span since the last take, cut short by stop(): the probed thread held the GIL when
-     * it called stop(), and the span is at most one pause (stretched by the load). */
-    uint64_t c1 = cpu_ns(m->probe_clock);
-    atomic_fetch_add(&m->held_ns, c1 > c0 ? c1 - c0 : 0);
     return NULL;
 }
 
@@ -322,9 +330,9 @@ static PyObject *GilMeter_start(GilMeterObject *m, PyObject *noargs)
     if (pthread_getcpuclockid(pthread_self(), &m->probe_clock) != 0)
         return PyErr_Format(PyExc_RuntimeError, "GilMeter: no CPU clock for this thread");
     atomic_store(&m->stop, false);
-    atomic_store(&m->held_ns, 0);
-    atomic_store(&m->free_ns, 0);
     atomic_store(&m->asking, false);
+    m->held_ns = m->free_ns = 0;
+    m->c0 = cpu_ns(m->probe_clock);
     if (pthread_create(&m->thread, NULL, meter_main, m) != 0)
         return PyErr_Format(PyExc_RuntimeError, "GilMeter: cannot start its thread");
     m->running = true;
@@ -333,6 +341,17 @@ static PyObject *GilMeter_start(GilMeterObject *m, PyObject *noargs)
     while (!atomic_load(&m->asking))
         sched_yield();
     Py_RETURN_NONE;
+}
+
+/* (held_ns, free_ns) since start() or the last lap, then zeroed. The CPU time since the meter's
+ * last take counts as held: the caller holds the GIL now, and it is at most one cycle. */
+static PyObject *meter_lap(GilMeterObject *m)
+{
+    meter_classify(m, true);
+    PyObject *r =
+        Py_BuildValue("(KK)", (unsigned long long)m->held_ns, (unsigned long long)m->free_ns);
+    m->held_ns = m->free_ns = 0;
+    return r;
 }
 
 static void meter_stop(GilMeterObject *m)
@@ -351,9 +370,19 @@ static PyObject *GilMeter_stop(GilMeterObject *m, PyObject *noargs)
     (void)noargs;
     if (!m->running)
         return Py_BuildValue("(KK)", 0ULL, 0ULL);
+    PyObject *r = meter_lap(m);
     meter_stop(m);
-    return Py_BuildValue("(KK)", (unsigned long long)atomic_load(&m->held_ns),
-                         (unsigned long long)atomic_load(&m->free_ns));
+    return r;
+}
+
+/* lap(): what stop() returns, since start() or the last lap, with the meter left running (one
+ * thread measures a run of calls: no thread start and join per call). */
+static PyObject *GilMeter_lap(GilMeterObject *m, PyObject *noargs)
+{
+    (void)noargs;
+    if (!m->running)
+        return Py_BuildValue("(KK)", 0ULL, 0ULL);
+    return meter_lap(m);
 }
 
 static void GilMeter_dealloc(GilMeterObject *m)
@@ -366,8 +395,11 @@ static PyMethodDef GilMeter_methods[] = {
     {"start", (PyCFunction)GilMeter_start, METH_NOARGS,
      "start(): begin classifying this thread's CPU time as GIL-held or GIL-free."},
     {"stop", (PyCFunction)GilMeter_stop, METH_NOARGS,
-     "stop() -> (held_cpu_ns, free_cpu_ns): the CPU time of the thread that called start(), "
-     "split by whether it held the GIL (the meter's takes had to wait) or not."},
+     "stop() -> (held_cpu_ns, free_cpu_ns): the CPU time of the thread that called start() "
+     "since start() or the last lap(), split by whether it held the GIL (the meter's takes had "
+     "to wait) or not."},
+    {"lap", (PyCFunction)GilMeter_lap, METH_NOARGS,
+     "lap() -> (held_cpu_ns, free_cpu_ns): the same, the meter left running."},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject StkGilMeter_Type = {
