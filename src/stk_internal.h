@@ -129,18 +129,6 @@ bool stk__budget_charge(stk__budget *b, uint64_t grow);
 /* The account the calling thread's image decoders charge when their buffers grow (NULL =
  * none): set by a loader's worker threads for their life (src/common/stk_budget.c). */
 extern _Thread_local stk__budget *stk__thread_budget;
-/* ---- a byte range read on demand ---- */
-
-/* `size` bytes that a consumer reads piece by piece (a video's decoder through its AVIOContext):
- * read copies n bytes at `offset` (offset + n <= size) into buf, exactly, or fails with the
- * reason in err (a read error of the file, "changed while open"). Lifetime: the owner's (the
- * loader's worker, for one sample). Threads: one consumer at a time. */
-typedef struct stk__byteread {
-    uint64_t size;
-    stk_status (*read)(void *ctx, uint64_t offset, void *buf, size_t n, char *err, size_t err_size);
-    void *ctx;
-} stk__byteread;
-
 /* ---- a per-record memo (src/common/stk_memo.c) ---- */
 
 /* One small blob per record (a video's frame index), set once by the first thread that derives
@@ -240,14 +228,6 @@ uint32_t stk__transform_per_record(const stk_transform *t);
 /* The clip number (of stk__transform_per_record) the worker's next apply is for: sample i of a
  * loader is clip i % K of record i / K. The other kinds ignore it. */
 void stk__transform_worker_clip(stk__tworker *w, uint32_t clip);
-/* Whether t's kind reads its field's value on demand (video: the container's header and the
- * clip's GOPs), through stk__transform_apply_reader. */
-bool stk__transform_reads_ranges(const stk_transform *t);
-/* stk__transform_apply on a value read on demand through rd (STK_EINVAL for a kind that does
- * not: stk__transform_reads_ranges). */
-stk_status stk__transform_apply_reader(const stk_transform *t, stk__tworker *w,
-                                       const stk__byteread *rd, stk_rng *rng, void *dst, char *err,
-                                       size_t err_size);
 /* Whether t's kind keeps a blob per record in a loader's memo (video: each video's frame index,
  * so later epochs do not index it again). */
 bool stk__transform_keeps_memo(const stk_transform *t);
@@ -288,6 +268,24 @@ bool stk__transform_worker_checked(const stk__tworker *w);
  * prefix: the loader adds it). */
 stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
                                 size_t size, stk_rng *rng, void *dst, char *err, size_t err_size);
+/* A transform's input read in place, in pieces, rather than handed over whole: `size` bytes, any
+ * range of which `read` copies into buf (STK_EIO and the like, with the reason in err, naming
+ * the file). A transform that needs only part of a long record (an audio crop: a second of a
+ * minute) reads the header, then only that part.
+ * Lifetime: valid for the one stk__transform_apply_in call it is given to. */
+typedef struct stk__bytesrc {
+    uint64_t size;
+    stk_status (*read)(void *ctx, uint64_t offset, void *buf, size_t n, char *err, size_t err_size);
+    void *ctx;
+} stk__bytesrc;
+/* Whether t can read its input in place (stk__transform_apply_in): audio (a crop's bytes) and
+ * video (the container's header, then the clip's GOPs); false for images, which need the whole
+ * value, and for array inputs. */
+bool stk__transform_reads_in_place(const stk_transform *t);
+/* stk__transform_apply on a value read through `in`: the same output, draws and errors as
+ * stk__transform_apply on the whole value, with only the bytes the sample needs read. */
+stk_status stk__transform_apply_in(const stk_transform *t, stk__tworker *w, const stk__bytesrc *in,
+                                   stk_rng *rng, void *dst, char *err, size_t err_size);
 /* stk__transform_apply on an image already decoded: width x height interleaved RGB pixels, rows
  * `stride` bytes apart (a uint8 array field). The same plan, draws and rendering as for an
  * encoded image of that size decoded at full scale; nothing is decoded. */

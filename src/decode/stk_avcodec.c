@@ -129,8 +129,8 @@ static void av_reason(int r, char *buf, size_t size)
 /* ---- reading the bytes: from memory, or through a caller's reader (ranged reads) ---- */
 
 typedef struct vmem {
-    const uint8_t *p;         /* the bytes in memory, or NULL: through src */
-    const stk__byteread *src; /* borrowed until close */
+    const uint8_t *p;        /* the bytes in memory, or NULL: through src */
+    const stk__bytesrc *src; /* borrowed until close */
     size_t size;
     size_t pos;
     uint64_t *bytes; /* the decoder's count of bytes read */
@@ -436,7 +436,7 @@ stk_status stk__vdec_open(stk__vdec *d, const void *buf, size_t size, char *err,
     return open_mem(d, err, err_size);
 }
 
-stk_status stk__vdec_open_reader(stk__vdec *d, const stk__byteread *src, char *err, size_t err_size)
+stk_status stk__vdec_open_reader(stk__vdec *d, const stk__bytesrc *src, char *err, size_t err_size)
 {
     stk__vdec_close(d);
     if (src->size > SIZE_MAX)
@@ -838,7 +838,7 @@ stk_status stk__vdec_open(stk__vdec *d, const void *buf, size_t size, char *err,
     return stk__set_error(err, err_size, STK_ENOTSUP, NO_AVCODEC);
 }
 
-stk_status stk__vdec_open_reader(stk__vdec *d, const stk__byteread *src, char *err, size_t err_size)
+stk_status stk__vdec_open_reader(stk__vdec *d, const stk__bytesrc *src, char *err, size_t err_size)
 {
     (void)d, (void)src;
     return stk__set_error(err, err_size, STK_ENOTSUP, NO_AVCODEC);

@@ -88,8 +88,7 @@ stk_status stk__vdec_open(stk__vdec *d, const void *buf, size_t size, char *err,
  * header, then only what the index pass or a clip's decode asks for (a clip decoded with a known
  * index reads from its keyframe to its last frame, plus the header). A read error fails the call
  * that needed the bytes with the reader's status and text. */
-stk_status stk__vdec_open_reader(stk__vdec *d, const stk__byteread *src, char *err,
-                                 size_t err_size);
+stk_status stk__vdec_open_reader(stk__vdec *d, const stk__bytesrc *src, char *err, size_t err_size);
 
 /* Index the open video by one pass over its packets (no decoding): *out points into the decoder
  * (valid until the next open or index). Discarded packets (an edit list's lead-in) do not count.

@@ -118,14 +118,14 @@ struct core {
     stk_transform *own_transform; /* the transform bound to this data (stk__transform_bind), the
                                    * one `transform` points at; NULL when it needed none */
     int tfield;
-    bool tarray; /* the transformed field is a uint8 image array, not encoded bytes */
+    bool tarray;   /* the transformed field is a uint8 image array, not encoded bytes */
+    bool in_place; /* the transform reads its field in place (stk__transform_apply_in; the
+                      source's field_open), not from a whole read into the worker's scratch */
     /* Per record, one bit: its image passed a strict decode to its end, so later reads may stop
      * after the window (stk__transform_worker_trust; NULL without an encoded-image transform) */
     _Atomic uint64_t *checked;
     stk__memo *memo; /* per-record blobs a transform keeps across epochs (video indexes); NULL */
     uint32_t cores;  /* stk_n_cpus() at create: the thread plan's codec threads */
-    bool ranged;     /* the transform reads its field on demand (video from a folder tree):
-                      * the field is not read into the scratch (stk_worker.c, ranged_apply) */
     bool readahead;  /* some file is remote and the source gives extents: hint the next records */
     stk__imgarray tgeom; /* its geometry */
     uint32_t n_slots, n_threads, batch_size, rank, world;

@@ -91,6 +91,40 @@ static stk_status transform_array(core *c, worker *w, size_t size, stk_rng *rng,
                                     (size_t)a->width * 3, rng, dst, why, why_size);
 }
 
+/* A field read in place: its bytes at `base` of file f, and what the transform read of them. */
+typedef struct inplace {
+    stk__file *f;
+    uint64_t base, bytes;
+} inplace;
+
+static stk_status inplace_read(void *ctx, uint64_t offset, void *buf, size_t n, char *err,
+                               size_t err_size)
+{
+    inplace *ip = ctx;
+    ip->bytes += n;
+    return stk__vfs_read(ip->f, ip->base + offset, buf, n, err, err_size);
+}
+
+/* The transform on field `field` of record `rec` read in place (c->in_place): the source opens
+ * the field's file, the transform reads what it needs of it. *bytes receives what it read. */
+static stk_status transform_in_place(core *c, worker *w, uint64_t rec, size_t field, stk_rng *rng,
+                                     void *dst, uint64_t *bytes, char *why, size_t why_size)
+{
+    inplace ip = {NULL, 0, 0};
+    stk__brange r;
+    const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
+    stk_status rc = c->ds->m->field_open(c->ds, rec, field, &ip.f, &r, why, why_size);
+    if (rc == STK_OK) {
+        ip.base = r.off;
+        stk__bytesrc in = {r.len, inplace_read, &ip};
+        rc = stk__transform_apply_in(c->transform, w->tw, &in, rng, dst, why, why_size);
+    }
+    stk__vfs_close(ip.f);
+    stk__vfs_opts_use(prev);
+    *bytes = ip.bytes;
+    return rc;
+}
+
 /* Append the record's original file path (the `path` bytes field stoker pack writes), read into
  * row `t` of `mem`, to its description `where`, unless the description already names it (an
  * ImageFolder record is its file). */
@@ -116,40 +150,6 @@ static void name_path(const stk__layout *lay, const uint8_t *mem, uint32_t t,
     }
 }
 
-/* A field read on demand: its file, from the range's start. */
-typedef struct field_reader {
-    stk__file *f;
-    uint64_t base;
-    uint64_t bytes; /* read so far */
-} field_reader;
-
-static stk_status field_read(void *ctx, uint64_t offset, void *buf, size_t n, char *err,
-                             size_t err_size)
-{
-    field_reader *fr = ctx;
-    fr->bytes += n;
-    return stk__vfs_read(fr->f, fr->base + offset, buf, n, err, err_size);
-}
-
-/* The transform on field f of record rec read on demand (c->ranged): the source opens the
- * field's file and the transform reads what it needs of it (a video's header and the GOPs of
- * its clip). */
-static stk_status ranged_apply(core *c, worker *w, uint64_t rec, size_t f, stk_rng *rng, void *out,
-                               char *err, size_t err_size)
-{
-    stk__file *file = NULL;
-    bool owned = false;
-    stk__brange r;
-    STK_TRY_RET(stk__dataset_open_field(c->ds, rec, f, &file, &owned, &r, err, err_size));
-    field_reader fr = {file, r.off, 0};
-    stk__byteread rd = {r.len, field_read, &fr};
-    stk_status rc = stk__transform_apply_reader(c->transform, w->tw, &rd, rng, out, err, err_size);
-    atomic_fetch_add_explicit(&c->st_bytes, fr.bytes, memory_order_relaxed);
-    if (owned)
-        stk__vfs_close(file);
-    return rc;
-}
-
 /* Read (and transform) sample `idx` into row `t` of `mem`, laid out as `lay`: record
  * idx / per_record (clip idx % per_record of a video). */
 static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_t *mem, uint32_t t,
@@ -162,9 +162,9 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
         const stk__tlayout *tl = &lay->t[i];
         if (tl->aux)
             continue;
-        if (tl->transformed) {
-            dst[tl->field] = c->ranged ? NULL : w->scratch; /* NULL: read on demand */
-            cap[tl->field] = c->ranged ? 0 : w->scratch_size;
+        if (tl->transformed) { /* read in place: not here (the source reports its size) */
+            dst[tl->field] = c->in_place ? NULL : w->scratch;
+            cap[tl->field] = c->in_place ? 0 : w->scratch_size;
         } else {
             dst[tl->field] = mem + tl->offset + (size_t)t * tl->row_size;
             cap[tl->field] = tl->row_size;
@@ -181,9 +181,9 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
         stk__trace_add(c, &w->trace, TR_READ, t0, t1, t);
     if (rc < 0)
         return rc;
-    /* a field read on demand is counted by what its transform reads (ranged_apply) */
-    uint64_t read_now = loc.size - (c->ranged ? loc.field_size[c->tfield] : 0);
-    atomic_fetch_add_explicit(&c->st_bytes, read_now, memory_order_relaxed);
+    /* the bytes read; a field read in place counts what the transform reads of it (below) */
+    uint64_t in_place = c->in_place ? loc.field_size[c->tfield] : 0;
+    atomic_fetch_add_explicit(&c->st_bytes, loc.size - in_place, memory_order_relaxed);
     for (size_t i = 0; i + 1 < lay->n_tensors; i++) {
         const stk__tlayout *tl = &lay->t[i];
         if (tl->bytes)
@@ -210,11 +210,16 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                 uint64_t bit = 1ULL << (idx % 64);
                 bool trusted = atomic_load_explicit(word, memory_order_relaxed) & bit;
                 stk__transform_worker_trust(w->tw, trusted);
-                rc = c->ranged
-                         ? ranged_apply(c, w, rec, (size_t)tl->field, &rng, out, why, sizeof(why))
-                         : stk__transform_apply(c->transform, w->tw, w->scratch,
-                                                loc.field_size[tl->field], &rng, out, why,
-                                                sizeof(why));
+                if (c->in_place) {
+                    uint64_t got = 0;
+                    rc =
+                        transform_in_place(c, w, rec, tl->field, &rng, out, &got, why, sizeof(why));
+                    atomic_fetch_add_explicit(&c->st_bytes, got, memory_order_relaxed);
+                } else {
+                    rc = stk__transform_apply(c->transform, w->tw, w->scratch,
+                                              loc.field_size[tl->field], &rng, out, why,
+                                              sizeof(why));
+                }
                 if (rc >= 0 && !trusted && stk__transform_worker_checked(w->tw))
                     atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
             }

@@ -139,6 +139,14 @@ struct stk__source_methods {
      * block. */
     bool (*field_extent)(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
                          stk__brange *r);
+    /* Optional (NULL: fields are read whole): open field f of record i to be read in place, in
+     * pieces (a transform that needs a second of a minute-long audio file): the file holding it
+     * (*file, which the caller closes with stk__vfs_close) and the field's byte range there.
+     * A source with field_open takes dst[f] NULL in `read` for such a field: its size is
+     * reported (info->field_size[f]), its bytes are not read. Errors name the file and record
+     * as read's do. */
+    stk_status (*field_open)(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                             stk__brange *r, char *err, size_t err_size);
     /* Optional (NULL: none): how many records `prepare` takes at once (0 or 1: prepare is not
      * worth calling for this dataset). Must not block. */
     unsigned (*prepare_max)(const stk_dataset *ds);
@@ -148,33 +156,12 @@ struct stk__source_methods {
      * every error themselves; a record prepared but never read costs nothing more. */
     void (*prepare)(const stk_dataset *ds, stk__cursor *cur, const stk__readkey *key,
                     const uint64_t *idx, unsigned n);
-    /* Optional (NULL: fields are only read whole): open field f of record i for reading on
-     * demand (a video's decoder reads the header and the GOPs a clip needs): *file holds it at
-     * *r; *owned: the caller closes *file (stk__vfs_close), else it is the dataset's. A source
-     * with this also takes dst[f] == NULL in read: field f is then not read (its size is still
-     * reported in info). Errors name the file and record, as read's. */
-    stk_status (*open_field)(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
-                             bool *owned, stk__brange *r, char *err, size_t err_size);
 };
 
 /* Open a cursor for the calling thread (*out NULL when the source needs none). */
 stk_status stk__dataset_cursor_open(const stk_dataset *ds, stk__cursor **out, char *err,
                                     size_t err_size);
 void stk__dataset_cursor_close(const stk_dataset *ds, stk__cursor *cur);
-
-/* Open field f of record i for reading on demand (stk__source_methods.open_field; STK_ENOTSUP
- * for a source without it). */
-static inline stk_status stk__dataset_open_field(const stk_dataset *ds, uint64_t i, size_t f,
-                                                 stk__file **file, bool *owned, stk__brange *r,
-                                                 char *err, size_t err_size)
-{
-    if (!ds->m->open_field)
-        return stk__set_error(err, err_size, STK_ENOTSUP, "this source reads fields whole");
-    const stk__vfs_opts *prev = stk__vfs_opts_use(&ds->vfs);
-    stk_status rc = ds->m->open_field(ds, i, f, file, owned, r, err, err_size);
-    stk__vfs_opts_use(prev);
-    return rc;
-}
 
 /* Read record i through the source (see stk__source_methods.read). */
 static inline stk_status stk__dataset_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i,

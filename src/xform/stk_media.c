@@ -172,6 +172,22 @@ stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const v
     return media_of(t->media)->apply(t, w, src, size, rng, dst, err, err_size);
 }
 
+bool stk__transform_reads_in_place(const stk_transform *t)
+{
+    const stk__media_ops *mo = media_of(t->media);
+    return mo->apply_in && (!mo->reads_in_place || mo->reads_in_place(t));
+}
+
+stk_status stk__transform_apply_in(const stk_transform *t, stk__tworker *w, const stk__bytesrc *in,
+                                   stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    const stk__media_ops *mo = media_of(t->media);
+    if (!stk__transform_reads_in_place(t))
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "a %s transform does not read its input in place", mo->name);
+    return mo->apply_in(t, w, in, rng, dst, err, err_size);
+}
+
 void stk__transform_worker_aux(const stk__tworker *w, void *dst)
 {
     const stk__media_ops *mo = worker_media(w);
@@ -190,22 +206,6 @@ void stk__transform_worker_clip(stk__tworker *w, uint32_t clip)
     const stk__media_ops *mo = worker_media(w);
     if (mo->clip)
         mo->clip(w, clip);
-}
-
-bool stk__transform_reads_ranges(const stk_transform *t)
-{
-    return media_of(t->media)->apply_reader != NULL;
-}
-
-stk_status stk__transform_apply_reader(const stk_transform *t, stk__tworker *w,
-                                       const stk__byteread *rd, stk_rng *rng, void *dst, char *err,
-                                       size_t err_size)
-{
-    const stk__media_ops *mo = media_of(t->media);
-    if (!mo->apply_reader)
-        return stk__set_error(err, err_size, STK_EINVAL, "a %s transform reads whole values",
-                              mo->name);
-    return mo->apply_reader(t, w, rd, rng, dst, err, err_size);
 }
 
 bool stk__transform_keeps_memo(const stk_transform *t)

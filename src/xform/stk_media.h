@@ -36,10 +36,11 @@ typedef struct stk__media_ops {
     /* One sample: src (size bytes, the transform field's value) into dst, randomness from rng. */
     stk_status (*apply)(const stk_transform *t, stk__tworker *w, const void *src, size_t size,
                         stk_rng *rng, void *dst, char *err, size_t err_size);
-    /* Optional (video): apply on bytes read on demand through rd (NULL: the kind needs the whole
-     * value in memory; the loader reads it whole). */
-    stk_status (*apply_reader)(const stk_transform *t, stk__tworker *w, const stk__byteread *rd,
-                               stk_rng *rng, void *dst, char *err, size_t err_size);
+    /* Optional (NULL: the input is always read whole): apply on an input read in place
+     * (stk__transform_apply_in), and whether transform t can (NULL: it can). */
+    stk_status (*apply_in)(const stk_transform *t, stk__tworker *w, const stk__bytesrc *in,
+                           stk_rng *rng, void *dst, char *err, size_t err_size);
+    bool (*reads_in_place)(const stk_transform *t);
     /* Optional: the valid length of the last sample (stk__tspec.lengths). */
     int64_t (*length)(const stk__tworker *w);
     /* Optional (video): the last sample's aux output (stk__tspec.aux_name) into dst. */

@@ -364,7 +364,7 @@ static size_t distinct_frames(const uint32_t *frames, uint32_t T, uint32_t *want
 typedef struct vinput {
     const void *buf;
     size_t size;
-    const stk__byteread *rd;
+    const stk__bytesrc *rd;
 } vinput;
 
 static stk_status open_input(stk__vworker *w, const vinput *in, char *err, size_t err_size)
@@ -429,11 +429,10 @@ static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const vo
     return clip_of(t, tw, &in, rng, dst, err, err_size);
 }
 
-/* A clip of a video read on demand (the loader's ranged reads): the header, then from the
+/* A clip of a video read in place (the loader's c->in_place): the header, then from the
  * keyframe before the clip to its last frame when the index is known (the memo). */
-static stk_status video_apply_reader(const stk_transform *t, stk__tworker *tw,
-                                     const stk__byteread *rd, stk_rng *rng, void *dst, char *err,
-                                     size_t err_size)
+static stk_status video_apply_in(const stk_transform *t, stk__tworker *tw, const stk__bytesrc *rd,
+                                 stk_rng *rng, void *dst, char *err, size_t err_size)
 {
     vinput in = {.rd = rd};
     return clip_of(t, tw, &in, rng, dst, err, err_size);
@@ -450,7 +449,7 @@ const stk__media_ops stk__media_video = {
     .trust = video_trust,
     .checked = video_checked,
     .apply = video_apply,
-    .apply_reader = video_apply_reader,
+    .apply_in = video_apply_in,
     .aux = video_aux,
     .per_record = video_per_record,
     .clip = video_worker_clip,

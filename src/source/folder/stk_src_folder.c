@@ -390,16 +390,30 @@ static void folder_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t
              lr && fo->root[lr - 1] == '/' ? "" : "/", fo->items[i].rel, i);
 }
 
-/* Open record i's file, checked against the size it had at open. */
+/* The byte source's error about record i's file ("PATH: why") as "WHERE: why" (read's errors). */
+static stk_status item_error(const stk_dataset *ds, uint64_t i, stk_status rc, char *err,
+                             size_t err_size)
+{
+    const folder *fo = ds->impl;
+    char where[STK_ERRMSG_SIZE];
+    char *abs = stk__path_join(fo->root, fo->items[i].rel);
+    if (!abs)
+        return rc;
+    folder_describe(ds, i, where, sizeof(where));
+    rc = stk__source_read_error(rc, where, abs, err, err_size);
+    stk__free(abs);
+    return rc;
+}
+
+/* Open record i's file, which must still have the size it had when the dataset was opened. */
 static stk_status open_item(const stk_dataset *ds, uint64_t i, stk__file **out, char *err,
                             size_t err_size)
 {
     const folder *fo = ds->impl;
     const item *it = &fo->items[i];
-    char where[STK_ERRMSG_SIZE];
-    *out = NULL;
     char *abs = stk__path_join(fo->root, it->rel);
     stk__file *f = NULL;
+    *out = NULL;
     stk_status rc = abs ? stk__vfs_open(abs, &f, err, err_size)
                         : stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
     if (rc == STK_OK && f->size != it->size)
@@ -407,17 +421,13 @@ static stk_status open_item(const stk_dataset *ds, uint64_t i, stk__file **out, 
                             "%s: changed since the dataset was opened (size %" PRIu64 " -> %" PRIu64
                             ")",
                             abs, it->size, f->size);
+    stk__free(abs);
     if (rc < 0) {
         stk__vfs_close(f);
-        if (abs) {
-            folder_describe(ds, i, where, sizeof(where));
-            rc = stk__source_read_error(rc, where, abs, err, err_size);
-        }
-    } else {
-        *out = f;
+        return item_error(ds, i, rc, err, err_size);
     }
-    stk__free(abs);
-    return rc;
+    *out = f;
+    return STK_OK;
 }
 
 static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i,
@@ -445,21 +455,15 @@ static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t 
         folder_describe(ds, i, where, sizeof(where));
         return stk__set_error(err, err_size, STK_ELIMIT, "%s: record over its buffer", where);
     }
-    if (dst[0]) { /* NULL: the file is read on demand (folder_open_field) */
+    if (dst[0]) { /* else read in place (folder_field_open) */
         stk__file *f = NULL;
         stk_status rc = open_item(ds, i, &f, err, err_size);
-        if (rc == STK_OK) {
-            rc = stk__vfs_read(f, 0, dst[0], (size_t)it->size, err, err_size);
-            stk__vfs_close(f);
-            if (rc < 0) {
-                char *abs = stk__path_join(fo->root, it->rel);
-                folder_describe(ds, i, where, sizeof(where));
-                rc = stk__source_read_error(rc, where, abs ? abs : it->rel, err, err_size);
-                stk__free(abs);
-            }
-        }
         if (rc < 0)
             return rc;
+        rc = stk__vfs_read(f, 0, dst[0], (size_t)it->size, err, err_size);
+        stk__vfs_close(f);
+        if (rc < 0)
+            return item_error(ds, i, rc, err, err_size);
     }
     uint8_t *l = dst[1];
     for (int b = 0; b < 8; b++)
@@ -468,18 +472,18 @@ static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t 
     return STK_OK;
 }
 
-/* The file of record i, to read on demand (its media field, 0). */
-static stk_status folder_open_field(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
-                                    bool *owned, stk__brange *r, char *err, size_t err_size)
+/* The file itself is the record's first field (image, audio or video). */
+static stk_status folder_field_open(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                                    stk__brange *r, char *err, size_t err_size)
 {
-    const folder *fo = ds->impl;
+    *file = NULL;
     if (i >= ds->count || f != 0)
-        return stk__set_error(err, err_size, STK_EINVAL, "record %" PRIu64 " field %zu: no file", i,
-                              f);
-    STK_TRY_RET(open_item(ds, i, file, err, err_size));
-    *owned = true;
-    r->off = 0;
-    r->len = fo->items[i].size;
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "field %zu of record %" PRIu64 " cannot be read in place", f, i);
+    stk_status rc = open_item(ds, i, file, err, err_size);
+    if (rc < 0)
+        return rc;
+    *r = (stk__brange){0, ((const folder *)ds->impl)->items[i].size};
     return STK_OK;
 }
 
@@ -492,7 +496,7 @@ const stk__source_methods stk__src_imagefolder = {
     .close = folder_close,
     .read = folder_read,
     .describe = folder_describe,
-    .open_field = folder_open_field,
+    .field_open = folder_field_open,
 };
 
 /* Never detected (a directory is imagefolder's, which reads audio or video in a tree without
@@ -513,7 +517,7 @@ const stk__source_methods stk__src_audiofolder = {
     .close = folder_close,
     .read = folder_read,
     .describe = folder_describe,
-    .open_field = folder_open_field,
+    .field_open = folder_field_open,
 };
 
 const stk__source_methods stk__src_videofolder = {
@@ -525,5 +529,5 @@ const stk__source_methods stk__src_videofolder = {
     .close = folder_close,
     .read = folder_read,
     .describe = folder_describe,
-    .open_field = folder_open_field,
+    .field_open = folder_field_open,
 };

@@ -277,7 +277,7 @@ static int test_ranged_reads_same_frames(void)
         T_CHECKF(stk__vdec_frames(mem, &ix, want, 4, keep_frame, &oa, err, sizeof(err)) == STK_OK,
                  "clip from %u: %s", starts[k], err);
         counted c = {video, UINT64_MAX, 0, UINT64_MAX};
-        stk__byteread r = {video_size, counted_read, &c};
+        stk__bytesrc r = {video_size, counted_read, &c};
         stk__vdec_counts before, after;
         stk__vdec_get_counts(rd, &before);
         T_OK(stk__vdec_open_reader(rd, &r, err, sizeof(err)));
@@ -296,7 +296,7 @@ static int test_ranged_reads_same_frames(void)
     }
     /* a read error while decoding: the reader's status and text */
     counted c = {video, UINT64_MAX, 0, UINT64_MAX};
-    stk__byteread r = {video_size, counted_read, &c};
+    stk__bytesrc r = {video_size, counted_read, &c};
     uint32_t late[1] = {ix.n_frames - 1};
     frames_out ob = {b, 0};
     T_OK(stk__vdec_open_reader(rd, &r, err, sizeof(err)));
