@@ -6,9 +6,10 @@
  * the input's last bytes (strict or lenient, one thread or two), reading every pixel delivered so
  * that ASan sees a row shorter than claimed; the index packed and unpacked again, and the input
  * itself unpacked as an index. Half the inputs are opened through a reader (stk__vdec_open_reader:
- * the loader's ranged reads), half from memory. One decoder serves every input, as a worker's does. max_pixels is
- * 2^22 (a 2048 x 2048 frame) so that a header declaring a huge picture is refused, not allocated.
- * Run: make fuzz && build/fuzz/fuzz_video -max_total_time=180 -rss_limit_mb=2048 CORPUS_COPY
+ * the loader's ranged reads), half from memory. One decoder serves every input, as a worker's does.
+ * max_pixels is 2^22 (a 2048 x 2048 frame) so that a header declaring a huge picture is refused,
+ * not allocated. Run: make fuzz && build/fuzz/fuzz_video -max_total_time=180 -rss_limit_mb=2048
+ * CORPUS_COPY
  */
 #include "decode/stk_video_decode.h"
 
@@ -33,8 +34,7 @@ typedef struct mem_src {
     const uint8_t *p;
 } mem_src;
 
-static stk_status mem_read(void *ctx, uint64_t off, void *buf, size_t n, char *err,
-                           size_t err_size)
+static stk_status mem_read(void *ctx, uint64_t off, void *buf, size_t n, char *err, size_t err_size)
 {
     (void)err, (void)err_size;
     memcpy(buf, ((mem_src *)ctx)->p + off, n);
