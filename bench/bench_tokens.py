@@ -35,6 +35,7 @@ COPY = os.path.join(ROOT, "build", "bench_tokcopy")
 LIBS = ("libturbojpeg", "spng", "libxxhash", "libwebp", "libtiff-4", "hdf5", "lmdb", "libcurl",
         "libcrypto", "zlib")  # the Makefile's PKGS
 AUDIO_LIBS = ("sndfile", "libmpg123", "fftw3f")  # the Makefile's optional ones, where found
+VIDEO_LIBS = ("libavformat", "libavcodec", "libavutil", "libswscale")  # all or none, as there
 
 
 def uptime():
@@ -208,6 +209,8 @@ def build_copy(lib=None, out=COPY):
     the loader's C loop in the same rounds). -O3 -march=native: the ceilings' loops as fast as
     the compiler makes them on this machine (the library itself is built as the Makefile does)."""
     audio = [p for p in AUDIO_LIBS if subprocess.run(["pkg-config", "--exists", p]).returncode == 0]
+    if subprocess.run(["pkg-config", "--exists", *VIDEO_LIBS]).returncode == 0:
+        audio += VIDEO_LIBS
     libs = subprocess.run(["pkg-config", "--libs", *LIBS, *audio], check=True,
                           capture_output=True, text=True).stdout.split()
     subprocess.run(["cc", "-O3", "-march=native", "-I", os.path.join(ROOT, "include"), "-o", out,

@@ -11,6 +11,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #define STK_ERRMSG_SIZE 512
 /* The thread's stk_last_errmsg() buffer: twice a handle's message, for stk_op_find's list of every
@@ -130,6 +131,9 @@ bool stk__budget_charge(stk__budget *b, uint64_t grow);
 extern _Thread_local stk__budget *stk__thread_budget;
 /* Monotonic clock in nanoseconds. */
 uint64_t stk__now_ns(void);
+/* getpid() without a system call: read once, renewed in a child made by fork() (its
+ * pthread_atfork handler; a child made by a raw clone() system call keeps the parent's). */
+pid_t stk__pid(void);
 /* 64-bit mixing function (splitmix64 finaliser). */
 static inline uint64_t stk__mix64(uint64_t z)
 {

@@ -7,7 +7,6 @@
 
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 void stk__ring_init(stk__ring *r)
 {
@@ -18,7 +17,7 @@ void stk__ring_init(stk__ring *r)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&r->cv_ready, &ca);
     pthread_condattr_destroy(&ca);
-    r->pid = getpid();
+    r->pid = stk__pid();
     r->refs = 1;
     r->arena.fd = -1;
 }
@@ -91,7 +90,7 @@ void stk__ring_free(stk__ring *r)
 
 bool stk__ring_forked(const stk__ring *r)
 {
-    return getpid() != r->pid;
+    return stk__pid() != r->pid;
 }
 
 bool stk__ring_unref_locked(stk__ring *r)

@@ -12,13 +12,12 @@
 
 #include <inttypes.h>
 #include <string.h>
-#include <unistd.h>
 
 /* Whether we run in a child forked after the loader was created: it has none of the loader's
  * device state and must not touch it. */
 static bool forked(const stk__devcopy *dc)
 {
-    return getpid() != dc->pid;
+    return stk__pid() != dc->pid;
 }
 
 /* Sort ranges by offset and merge those less than 4 KiB apart (one DMA beats two). */

@@ -158,8 +158,10 @@ void stk__loader_reset_with(core *c, uint64_t seed, uint64_t epoch, uint64_t sta
 {
     pthread_mutex_lock(&c->r.mu);
     atomic_fetch_add(&c->gen, 1);
+    c->resets++;
     while (c->busy > 0)
         pthread_cond_wait(&c->r.cv_ready, &c->r.mu);
+    c->resets--;
     stk__ring_drop_locked(&c->r);
     c->seed = seed; /* no worker is inside a sample: safe to change */
     if (list) {

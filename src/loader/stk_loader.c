@@ -23,7 +23,8 @@
  *
  * Locking: the ring's mutex `mu` (stk_loader_int.h says what it guards). Condition variables:
  * `cv_work` (workers: a slot was freed, a reset finished, stop, autotune) and `cv_ready` (the
- * consumer: a batch became READY; reset: busy dropped to 0).
+ * consumer: a batch became READY, broadcast after unlocking; a reset: busy dropped to 0, broadcast
+ * only while one waits, `resets`).
  */
 #include "batch/stk_pinned.h"
 #include "loader/stk_loader_int.h"

@@ -91,6 +91,7 @@ struct core {
     stk__ring r;
     bool stop;
     uint32_t busy;   /* workers inside sample work */
+    uint32_t resets; /* resets waiting for busy == 0 (only they need its broadcast) */
     atomic_uint gen; /* bumped by reset: workers drop what they hold */
 
     const stk_dataset *ds;

@@ -457,13 +457,18 @@ static void complete_batch(core *c, worker *w, stk__slot *s, uint64_t seq)
     if (crc == STK_OK && c->r.dc.dev)
         crc = device_issue(c, w, s, cerr, sizeof(cerr));
     pthread_mutex_lock(&c->r.mu);
-    if (s->seq == seq && s->state == STK__SLOT_FILLING) {
+    bool ready = s->seq == seq && s->state == STK__SLOT_FILLING;
+    if (ready) {
         if (crc < 0) /* after every sample's own error (those come first) */
             stk__slot_error_locked(s, UINT32_MAX - 1, crc, cerr);
         s->state = STK__SLOT_READY;
-        pthread_cond_broadcast(&c->r.cv_ready);
     }
     pthread_mutex_unlock(&c->r.mu);
+    /* Woken after the unlock: woken under it, the consumer would find the mutex still held
+     * and sleep again on it (a second pair of context switches). The ring outlives this call
+     * (destroy joins the workers first). */
+    if (ready)
+        pthread_cond_broadcast(&c->r.cv_ready);
 }
 
 /* Samples t..t+n-1 of slot s (records idx[0..n)) are this worker's next: tell the source, which
@@ -547,8 +552,11 @@ void *stk__worker_main(void *arg)
         }
         atomic_fetch_add_explicit(&w->run_ns, stk__loader_now(c) - t0, memory_order_relaxed);
         pthread_mutex_lock(&c->r.mu);
-        if (--c->busy == 0)
-            pthread_cond_broadcast(&c->r.cv_ready); /* a reset may be waiting for busy == 0 */
+        /* A reset waits for busy == 0. Only then: the consumer waits on the same condition
+         * variable for its next batch, and waking it for nothing costs two context switches a
+         * batch (bench/RESULTS.md, issue 26 tok3). */
+        if (--c->busy == 0 && c->resets)
+            pthread_cond_broadcast(&c->r.cv_ready);
     }
     pthread_mutex_unlock(&c->r.mu);
     return NULL;

@@ -7,8 +7,6 @@
  */
 #include "_core.h"
 
-#include <unistd.h>
-
 typedef struct {
     PyObject ob_base;
     stk_batch *batch;
@@ -28,7 +26,7 @@ PyObject *stkpy_batch_new(stk_batch *b)
         return NULL;
     }
     self->batch = b;
-    self->pid = getpid();
+    self->pid = stkpy_pid();
     self->size = stk_batch_n_samples(b);
     self->epoch = stk_batch_epoch(b);
     self->number = stk_batch_number(b);
@@ -42,7 +40,7 @@ static void Batch_dealloc(BatchObject *self)
         PyObject_ClearWeakRefs((PyObject *)self);
     /* Thread-safe, and valid after the loader is destroyed. Not in a forked child: the
      * ring's lock may have been held by a thread that does not exist there. */
-    if (self->pid == getpid())
+    if (self->pid == stkpy_pid())
         stk_batch_release(self->batch);
     PyObject_Free(self);
 }

@@ -23,8 +23,9 @@
 #include "_core.h"
 
 #include <stdarg.h>
-
+#include <stdatomic.h>
 #include <stdio.h>
+#include <unistd.h>
 
 /* ---- exceptions ---- */
 
@@ -193,6 +194,31 @@ static const char *const dtype_names[] = {"uint8",   "int8",     "int16",   "int
                                           "float16", "bfloat16", "float32", "float64"};
 static const char *const dtype_formats[] = {"B", "b", "h", "i", "q", "e", "H", "f", "d"};
 #define N_DTYPES (sizeof(dtype_names) / sizeof(dtype_names[0]))
+
+/* ---- the process id ---- */
+
+/* getpid() is a system call (about 2 us on a VM with page-table isolation), and a batch's way
+ * through next() asked it six times (the forked-child checks): read once, renewed in the child of
+ * a fork() (its pthread_atfork handler runs there; os.fork calls fork()). */
+static pthread_once_t pid_once = PTHREAD_ONCE_INIT;
+static _Atomic pid_t pid_kept;
+
+static void pid_renew(void)
+{
+    atomic_store_explicit(&pid_kept, getpid(), memory_order_relaxed);
+}
+
+static void pid_init(void)
+{
+    pid_renew();
+    pthread_atfork(NULL, NULL, pid_renew);
+}
+
+pid_t stkpy_pid(void)
+{
+    pthread_once(&pid_once, pid_init);
+    return atomic_load_explicit(&pid_kept, memory_order_relaxed);
+}
 
 const char *stkpy_dtype_name(stk_dtype dt)
 {

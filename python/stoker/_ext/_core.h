@@ -24,6 +24,7 @@
 #include <Python.h>
 
 #include <pthread.h>
+#include <sys/types.h>
 
 /* The op introspection (transforms by name), the sampler (epoch_order), the rank from the
  * environment and the doctor's decision are building blocks. */
@@ -42,6 +43,9 @@ PyObject *stkpy_invalid(const char *fmt, ...);
  * strings. On success *keep holds the objects that own the strings (release it after use)
  * and *n the count. Returns the array (free with PyMem_Free) or NULL with an exception. */
 const char **stkpy_paths(PyObject *obj, PyObject **keep, size_t *n);
+
+/* getpid() without a system call: read once, renewed in the child of a fork() (_core.c). */
+pid_t stkpy_pid(void);
 
 /* Name of a dtype as numpy spells it, and the struct-module format character for the buffer
  * protocol (bfloat16 has none: exported as uint16 'H'). */

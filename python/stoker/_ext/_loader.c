@@ -99,7 +99,7 @@ static int loader_enter(LoaderObject *self, bool consumer)
         stkpy_raise(STK_ESTATE, "the loader is closed");
         return -1;
     }
-    if (self->pid != getpid()) {
+    if (self->pid != stkpy_pid()) {
         stkpy_raise(STK_ESTATE, "a stoker loader cannot be used in a forked child (its worker "
                                 "threads are in the parent): create the loader in the child");
         return -1;
@@ -277,7 +277,7 @@ static PyObject *Loader_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->loader = L;
     self->map = a.map;
     self->exec_ref = Py_XNewRef(a.exec_ref);
-    self->pid = getpid();
+    self->pid = stkpy_pid();
     self->dataset_ref = Py_XNewRef(a.dataset_ref);
     if (a.dataset_ref)
         stkpy_dataset_borrow(a.dataset_ref, 1);
@@ -301,7 +301,7 @@ static void loader_close(LoaderObject *self)
 {
     if (self->closed || !self->loader)
         return;
-    if (self->pid != getpid()) {
+    if (self->pid != stkpy_pid()) {
         /* A forked child's copy: no workers or helper to stop, locks in unknown states.
          * Leave the parent's structures alone (the child's copy of the memory leaks). */
         self->loader = NULL;
@@ -347,7 +347,7 @@ static void Loader_dealloc(LoaderObject *self)
     if (self->weakreflist)
         PyObject_ClearWeakRefs((PyObject *)self);
     loader_close(self);
-    if (self->pid == getpid()) {
+    if (self->pid == stkpy_pid()) {
         /* Not in a forked child: glibc's pthread_cond_destroy waits for waiters that the
          * parent had (the helper thread), which never leave there. */
         pthread_mutex_destroy(&self->mu);
@@ -558,7 +558,7 @@ static PyObject *Loader_iter(PyObject *self)
 static PyObject *Loader_save_state(LoaderObject *self, PyObject *noargs)
 {
     (void)noargs;
-    if (self->pid != getpid())
+    if (self->pid != stkpy_pid())
         return stkpy_raise(STK_ESTATE, "a stoker loader cannot be used in a forked child (its "
                                        "worker threads are in the parent): create the loader "
                                        "in the child");

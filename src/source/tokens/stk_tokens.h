@@ -96,6 +96,12 @@ void stk__tok_widen(const uint8_t *src, uint32_t width, size_t n, void *dst, boo
 void stk__tok_window(const uint8_t *src, uint32_t width, size_t n, void *input_ids, void *labels,
                      bool i32);
 
+/* ---- computed ids of a packed row (stk_tokfill.c) ---- */
+
+/* ids[at + j] = first + step * j for j < n, as int64 (or int32: the low 32 bits), written 16
+ * bytes a store (a run of zeros: memset). Positions: (0, 1); padding and -100 labels: (v, 0). */
+void stk__tok_fill(void *ids, bool i32, size_t at, size_t n, int64_t first, int64_t step);
+
 /* Tests only: widen with "plain" loops, "sse2" or "avx2" from now on (false: not on this CPU or
  * build; nothing changed). Not thread-safe: call it before any widening runs. The first widening
  * otherwise picks the best this CPU has. */

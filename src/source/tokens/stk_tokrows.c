@@ -279,20 +279,6 @@ static stk_status row_error(const stk_dataset *ds, uint64_t i, stk_status rc, ch
     return stk__set_error(err, err_size, rc, "%s: %s", where, why);
 }
 
-/* ids[at + j] = first + step * j for j < n (step 0: a constant), as int64 or int32. */
-static void fill_ids(void *ids, bool i32, size_t at, size_t n, int64_t first, int64_t step)
-{
-    if (i32) {
-        int32_t *d = (int32_t *)ids + at;
-        for (size_t j = 0; j < n; j++)
-            d[j] = (int32_t)(first + step * (int64_t)j);
-    } else {
-        int64_t *d = (int64_t *)ids + at;
-        for (size_t j = 0; j < n; j++)
-            d[j] = first + step * (int64_t)j;
-    }
-}
-
 uint64_t stk__tokds_packed_run(const stk__tokds *t, uint64_t cap, uint64_t k, uint64_t end,
                                uint64_t *first, uint64_t *n)
 {
@@ -333,11 +319,15 @@ static stk_status read_packed(const stk__tokds *t, stk__tokcur *cur, uint64_t r,
         for (; k < m; k++) {
             const stk__tokseg *s = &t->pack.seg[k];
             const uint8_t *src = buf + (s->start - first) * w;
-            stk__tok_widen(src, w, s->len, in + at * es, i32);
-            stk__tok_widen(src + w, w, s->len - 1 + s->more, lab + at * es, i32);
-            if (!s->more) /* the document's last token predicts nothing */
-                fill_ids(lab, i32, at + s->len - 1, 1, -100, 0);
-            fill_ids(pos, i32, at, s->len, 0, 1);
+            size_t n_in = s->len, last = at + n_in - 1; /* a piece has at least one token */
+            /* input_ids and labels of all but the last token in one pass, as a window's */
+            stk__tok_window(src, w, n_in - 1, in + at * es, lab + at * es, i32);
+            stk__tok_widen(src + (n_in - 1) * w, w, 1, in + last * es, i32);
+            if (s->more) /* the document goes on in another row: its next token */
+                stk__tok_widen(src + n_in * w, w, 1, lab + last * es, i32);
+            else /* the document's last token predicts nothing */
+                stk__tok_fill(lab, i32, last, 1, -100, 0);
+            stk__tok_fill(pos, i32, at, n_in, 0, 1);
             lens[n_lens++] = (int32_t)s->len;
             at += s->len;
         }
@@ -346,9 +336,9 @@ static stk_status read_packed(const stk__tokds *t, stk__tokcur *cur, uint64_t r,
         lens[n_lens++] = (int32_t)(t->T - at);
     memset(lens + n_lens, 0, (t->max_pieces - n_lens) * sizeof(int32_t));
     /* padding: a piece of its own, never a target */
-    fill_ids(in, i32, at, t->T - at, t->o.pad_id, 0);
-    fill_ids(lab, i32, at, t->T - at, -100, 0);
-    fill_ids(pos, i32, at, t->T - at, 0, 1);
+    stk__tok_fill(in, i32, at, t->T - at, t->o.pad_id, 0);
+    stk__tok_fill(lab, i32, at, t->T - at, -100, 0);
+    stk__tok_fill(pos, i32, at, t->T - at, 0, 1);
     return STK_OK;
 }
 
