@@ -276,8 +276,8 @@ tsan:
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS  := -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
-                $(PKG_CFLAGS) $(AUDIO_DEFS) -fno-omit-frame-pointer -fsanitize=address,undefined \
-                -fno-sanitize-recover=undefined
+                $(PKG_CFLAGS) $(AUDIO_DEFS) $(VIDEO_DEFS) -fno-omit-frame-pointer \
+                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS    := $(LIB_SRCS:%.c=build/fuzz/obj/%.o)
 FUZZ_BINS    := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
 fuzz: $(FUZZ_BINS)

@@ -8,6 +8,12 @@ datasets the articles write, each run in a process of its own, one after the oth
         [--epochs 3] [--batch 32] [--json out.json]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --switch
     /usr/bin/python3 bench/bench_pydataset.py --summarize out1.json out2.json ...
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --startup \
+        [--baseline /path/to/other/build/python] [--batches 12] [--repeat 3] [--workers 0,1,2,4]
+
+--startup: time to first batch and peak RSS only (each run stops after --batches batches), the
+DataLoader, stoker as built and, with --baseline, stoker from another build, side by side at
+each worker count, --repeat times in turn; the medians, and their ratios to the DataLoader.
 
 Main mode: for each scenario, the DataLoader at every --workers count and stoker.Loader at the
 same counts and at its default (num_workers=None: stoker chooses the executor and the count).
@@ -166,6 +172,7 @@ CHILD = DATASETS + r'''
 import json, sys
 import stoker
 name, kind, workers, epochs, batch, data = sys.argv[1:7]
+max_batches = int(sys.argv[7]) if len(sys.argv) > 7 else 0  # per epoch; 0: all
 workers = None if workers == "None" else int(workers)
 epochs, batch = int(epochs), int(batch)
 dataset = make(name, data)
@@ -179,11 +186,13 @@ rates, first = [], None
 for e in range(epochs):
     n = 0
     t = time.perf_counter() if e else t0
-    for batch_ in loader:
+    for k, batch_ in enumerate(loader):
         if first is None:
             first = time.perf_counter() - t0
         n += len(batch_[-1])
         del batch_
+        if max_batches and k + 1 >= max_batches:
+            break
     rates.append(n / (time.perf_counter() - t))
 info = {}
 if kind == "stoker":
@@ -256,11 +265,13 @@ def memory(pids):
     return rss, pss
 
 
-def run(name, kind, workers, epochs, batch, data, timeout=900):
+def run(name, kind, workers, epochs, batch, data, timeout=900, batches=0, pythonpath=None):
     env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
     proc = subprocess.Popen([sys.executable, "-c", CHILD, name, kind, str(workers), str(epochs),
-                             str(batch), data], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                             str(batch), data, str(batches)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
     peak_rss = peak_pss = 0
     t0 = time.monotonic()
     while proc.poll() is None:
@@ -322,6 +333,65 @@ def main_bench(a):
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
+
+
+def main_startup(a):
+    """--startup: time to first batch and peak RSS only (the first --batches batches of one
+    epoch), the DataLoader, stoker as built and stoker from --baseline (another build's
+    python/ directory) one after the other at each worker count, --repeat times; the medians."""
+    kinds = [("dl", "dl", None), ("stoker", "stoker", None)]
+    if a.baseline:
+        kinds.insert(1, ("base", "stoker", a.baseline))
+    table = {}
+    for name in a.scenarios.split(","):
+        print(f"== {name} (load {load()})", flush=True)
+        for w in a.workers:
+            got = {k: [] for k, _, _ in kinds}
+            for rep in range(a.repeat):
+                for label, kind, path in kinds:
+                    r = run(name, kind, w, 1, a.batch, a.data, batches=a.batches,
+                            pythonpath=path)
+                    r["load"] = load()
+                    got[label].append(r)
+                    if "error" in r:
+                        text = "ERROR " + r["error"][:100]
+                    else:
+                        ex = f" [{r['executor']} x{r['workers']}]" if r.get("executor") else ""
+                        text = (f"ttfb {r['ttfb_s']:.3f} s, peak RSS {r['peak_rss_mb']:.0f} MB, "
+                                f"PSS {r['peak_pss_mb']:.0f} MB{ex}")
+                    print(f"  {label:6s} num_workers={w} #{rep}: {text} (load {r['load']})",
+                          flush=True)
+            med = {}
+            for label, runs in got.items():
+                ok = [r for r in runs if "error" not in r]
+                if ok:
+                    med[label] = {k: sorted(r[k] for r in ok)[len(ok) // 2]
+                                  for k in ("ttfb_s", "peak_rss_mb", "peak_pss_mb")}
+                    med[label]["executor"] = ok[0].get("executor")
+            table[(name, w)] = med
+            line = ", ".join(f"{l} ttfb {m['ttfb_s']:.3f} s RSS {m['peak_rss_mb']:.0f} MB"
+                             for l, m in med.items())
+            print(f"  -> num_workers={w} medians: {line}", flush=True)
+    print("\n| scenario | num_workers | DataLoader ttfb, RSS | " +
+          ("stoker before: ttfb, RSS (ratio to DL) | " if a.baseline else "") +
+          "stoker: ttfb, RSS (ratio to DL) |")
+    print("| --- | --- | --- | " + ("--- | " if a.baseline else "") + "--- |")
+    for (name, w), med in table.items():
+        d = med.get("dl")
+        if d is None:
+            continue
+        cells = []
+        for label in (["base"] if a.baseline else []) + ["stoker"]:
+            m = med.get(label)
+            cells.append("-" if m is None else
+                         f"{m['ttfb_s']:.3f} s, {m['peak_rss_mb']:.0f} MB "
+                         f"({m['ttfb_s'] / d['ttfb_s']:.2f}x, "
+                         f"{m['peak_rss_mb'] / d['peak_rss_mb']:.2f}x) {m['executor']}")
+        print(f"| {name} | {w} | {d['ttfb_s']:.3f} s, {d['peak_rss_mb']:.0f} MB | " +
+              " | ".join(cells) + " |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({f"{n}/{w}": m for (n, w), m in table.items()}, f, indent=1)
 
 
 # ---- the one-name switch on the article-style datasets ----
@@ -420,6 +490,11 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--json")
     ap.add_argument("--switch", action="store_true", help="the one-name switch table")
+    ap.add_argument("--startup", action="store_true",
+                    help="time to first batch and peak RSS only (see main_startup)")
+    ap.add_argument("--batches", type=int, default=12, help="--startup: batches per run")
+    ap.add_argument("--repeat", type=int, default=3, help="--startup: runs per loader")
+    ap.add_argument("--baseline", help="--startup: another build's python/ directory, run too")
     a = ap.parse_args()
     a.workers = [int(w) for w in a.workers.split(",")]
     make_data(a.data)
@@ -430,6 +505,8 @@ def main():
     print(f"cores {len(os.sched_getaffinity(0))}, load {load()}")
     if a.switch:
         switch(a)
+    elif a.startup:
+        main_startup(a)
     else:
         main_bench(a)
 

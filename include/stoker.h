@@ -982,8 +982,10 @@ typedef struct stk_transform_opts {
     stk_short_video short_video;     /* default STK_SHORT_PAD */
     bool channels_first;             /* video: [3, T, H, W] per sample (torchvision's video
                                       * models); false (default): [T, H, W, 3] */
-    uint32_t decoder_threads;        /* libavcodec's threads per clip (default 1: the loader's
-                                      * threads decode clips in parallel) */
+    uint32_t decoder_threads;        /* libavcodec's threads per clip; 0 (default): a loader's
+                                      * thread plan decides, cores / the clips decoded at once
+                                      * (1 when its threads fill the cores; 1 outside a
+                                      * loader) (docs/video.md) */
     uint64_t max_clip_pixels;        /* a clip's frames at full size, T x width x height, at
                                       * most this (default 2^31); max_pixels is per frame */
 } stk_transform_opts;

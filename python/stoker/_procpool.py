@@ -20,10 +20,11 @@ multiprocessing_context="spawn" starts a spawned server of the same kind for one
 
 The worker. Started like a DataLoader worker (SIGINT ignored: Ctrl-C is the training loop's;
 torch at one thread; random/torch/NumPy seeded from base_seed + id as the DataLoader seeds them;
-get_worker_info() set; worker_init_fn(id) called), it then answers tickets: map the ring's memfd
-when sent (OP_ARENA), take the layout once (OP_INIT), and for each OP_TICKET seed the global
-generators from the sample's seed (unless reseed=False), run __getitem__, write each fixed leaf
-at its offset in the ring and reply (status, Python time, mask, and the pickled object leaves
+get_worker_info() set; worker_init_fn(id) called), it then answers tickets: take the ring's
+memfd when sent (OP_ARENA), take the layout once (OP_INIT), and for each OP_TICKET seed the
+global generators from the sample's seed (unless reseed=False), run __getitem__, write each
+fixed leaf at its offset in the ring (pwrite into the memfd: the ring is not mapped in the
+worker, so its pages do not count in the worker's resident memory) and reply (status, Python time, mask, and the pickled object leaves
 when there are any). An exception is replied as the DataLoader's ExceptionWrapper (pickled),
 with its text.
 """
@@ -50,7 +51,7 @@ CTL = struct.Struct("<iiii")      # op, worker id, pid, pad (C -> server)
 CTL_REPLY = struct.Struct("<ii")  # value (pid / wait status), errno
 OP_INIT, OP_ARENA, OP_TICKET, OP_PROBE = 1, 2, 3, 4
 CTL_SPAWN, CTL_REAP = 1, 2
-ST_OK, ST_ERROR = 0, 1
+ST_OK, ST_ERROR, ST_STARTED = 0, 1, 2  # ST_STARTED: the probe began a sample (index in python_ns)
 
 
 class WorkerSpec:
@@ -577,10 +578,11 @@ def _worker_main(fd, wid, spec):
                                                                    raw[:len(raw) // 4 * 4])]
             if not fds:
                 return
-            mm = mmap.mmap(fds[0], a)
-            for f in fds:
+            if arena is not None:
+                arena.close()
+            arena = _Arena(fds[0], a)
+            for f in fds[1:]:
                 os.close(f)
-            arena = np.frombuffer(mm, dtype=np.uint8)
             continue
         if op == OP_INIT:
             init = pickle.loads(_recv_exact(sock, a))
@@ -591,8 +593,11 @@ def _worker_main(fd, wid, spec):
             if init_error is not None:
                 _send_error(sock, init_error, 0, 0)
                 continue
+            def started(index):  # the parent's timeout= runs from here
+                sock.sendall(REPLY.pack(ST_STARTED, 0, index, 0, 0))
+
             try:
-                payload = pickle.dumps(_pyworker.probe_samples(dataset, request),
+                payload = pickle.dumps(_pyworker.probe_samples(dataset, request, started),
                                        protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # noqa: BLE001 - the first sample's exception, for the parent
                 _send_error(sock, error_reply(f"in stoker worker process {wid} while loading "
@@ -624,9 +629,7 @@ def _worker_main(fd, wid, spec):
             if bufs is not None:
                 for i, buf in enumerate(bufs):
                     if buf is not None:
-                        o = offs[i]
-                        src = np.frombuffer(buf, dtype=np.uint8)
-                        arena[o:o + src.size] = src
+                        arena.write(offs[i], buf)
             payload = b""
             if objects or mask:
                 payload = pickle.dumps((objects, extras), protocol=pickle.HIGHEST_PROTOCOL)
@@ -636,6 +639,34 @@ def _worker_main(fd, wid, spec):
             _send_error(sock, err, py_ns, cpu_ns)
             continue
         sock.sendall(REPLY.pack(ST_OK, len(payload), py_ns, mask, cpu_ns) + payload)
+
+
+class _Arena:
+    """The loader's shared ring, as a worker writes into it: pwrite() at the row's offset in
+    its memfd, so the ring's pages are never mapped into the worker (they would count in its
+    resident memory: the whole ring in every worker once it has written rows of every slot),
+    or, where the file refuses pwrite, a mapping of it."""
+
+    def __init__(self, fd, size):
+        self.fd, self.size, self.view = fd, size, None
+
+    def write(self, off, buf):
+        src = memoryview(buf).cast("B")
+        if off + src.nbytes > self.size:
+            raise ValueError(f"a row at {off} + {src.nbytes} bytes is outside the ring")
+        if self.view is None:
+            try:
+                while src.nbytes:
+                    k = os.pwrite(self.fd, src, off)
+                    src, off = src[k:], off + k
+                return
+            except OSError:
+                self.view = np.frombuffer(mmap.mmap(self.fd, self.size), dtype=np.uint8)
+        self.view[off:off + src.nbytes] = np.frombuffer(src, dtype=np.uint8)
+
+    def close(self):
+        self.view = None
+        os.close(self.fd)
 
 
 def _send_error(sock, err, py_ns, cpu_ns):

@@ -83,8 +83,10 @@ class ThreadRunner:
     `table` under the row's key until the consumer takes them. The first call on each thread
     sets its get_worker_info() and runs worker_init_fn(worker)."""
 
-    def __init__(self, dataset, layout, n_workers, base_seed, worker_init_fn, capacity):
+    def __init__(self, dataset, layout, n_workers, base_seed, worker_init_fn, capacity,
+                 kept=None):
         self.getitem = dataset.__getitem__
+        self.kept = kept or None  # {index: (sample, ns)} the probe loaded: epoch 0's, once
         self.dataset = dataset
         self.layout = layout
         self.n_workers, self.base_seed, self.worker_init_fn = n_workers, base_seed, worker_init_fn
@@ -113,6 +115,16 @@ class ThreadRunner:
         if worker in self.init_errors:
             self._remember(index, self.init_errors[worker])
             raise RuntimeError(f"worker_init_fn failed on worker thread {worker}")
+        kept = self.kept
+        if kept is not None:
+            if epoch != 0:
+                self.kept = None  # epoch 0 is over (or was skipped by a resume)
+            else:
+                got = kept.pop(index, None)
+                if got is not None:  # loaded by the probe: counted as this worker's
+                    self.py_ns += got[1]
+                    self.samples += 1
+                    return self._flatten(got[0])
         t0 = time.perf_counter_ns()
         try:
             sample = self.getitem(index)
@@ -123,6 +135,9 @@ class ThreadRunner:
         finally:
             self.py_ns += time.perf_counter_ns() - t0
             self.samples += 1
+        return self._flatten(sample)
+
+    def _flatten(self, sample):
         bufs, objects, extras, mask = self.layout.flatten(sample)
         key = 0
         if objects or mask:
@@ -164,17 +179,77 @@ def measure(first, rows, drew):
     return layout, p
 
 
-def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name):
-    """probe_samples in this thread, as worker 0 of the thread executor (get_worker_info()
+def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name, timeout=0):
+    """probe_samples in this process, as worker 0 of the thread executor (get_worker_info()
     answers; worker_init_fn(0) runs first), with the global random generators put back as
-    they were."""
+    they were. With a timeout, on a thread of its own, watched from here: a __getitem__ that
+    does not return within `timeout` seconds raises StokerIOError naming it, as during iteration
+    (that thread is left to it, as a stuck worker thread is); Ctrl-C interrupts the wait."""
+    if not timeout:
+        return _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, None)
+    import threading
+    cv = threading.Condition()
+    at = {"index": None, "since": None, "done": False, "got": None, "error": None,
+          "abandoned": False}
+
+    def started(index):
+        with cv:
+            if at["abandoned"]:  # the constructor gave up: no further sample
+                raise _Abandoned
+            at["index"], at["since"] = index, time.monotonic()
+            cv.notify_all()
+
+    def run():
+        try:
+            got = _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name,
+                             started, lambda: at["abandoned"])
+        except BaseException as e:  # noqa: BLE001 - raised in the constructing thread
+            got, at["error"] = None, e
+        with cv:
+            at["got"], at["done"] = got, True
+            cv.notify_all()
+
+    t = threading.Thread(target=run, name="stoker-probe", daemon=True)
+    t.start()
+    try:
+        with cv:
+            while not at["done"]:
+                since = at["since"]
+                left = None if since is None else since + timeout - time.monotonic()
+                if left is not None and left <= 0:
+                    raise _core.StokerIOError(
+                        f"__getitem__({at['index']}) did not return within {timeout:.3g} s "
+                        f"(timeout=) while the constructor read the first samples of {name} "
+                        f"(which fix the batch layout), on a thread of this process that is "
+                        f"left to it")
+                cv.wait(left)
+    except BaseException:  # the timeout, or Ctrl-C
+        with cv:
+            at["abandoned"] = True
+        raise
+    t.join()
+    if at["error"] is not None:
+        e, at["error"] = at["error"], None
+        raise e
+    return at["got"]
+
+
+class _Abandoned(BaseException):
+    """The constructor stopped waiting for the probe (its timeout, Ctrl-C): the probe's thread
+    starts no further sample."""
+
+
+def _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, started,
+               abandoned=lambda: False):
+    """probe_here's work, on whichever thread runs it; the global generators are put back
+    unless the constructor gave up meanwhile (they are the training loop's by then)."""
     _pyworker.install_worker_info_hook()
     states = _pyworker.rng_states()
     _pyworker.TLS.info = _pyworker.worker_info(0, n_workers, base_seed, dataset)
     try:
         if worker_init_fn is not None:
             worker_init_fn(0)
-        got = _pyworker.probe_samples(dataset, request)
+        got = _pyworker.probe_samples(dataset, request, started)
     except Exception:  # noqa: BLE001 - raised the DataLoader's way
         w = _errors.wrapper(f"in stoker.Loader, reading the first sample of {name} (which "
                             f"fixes the batch layout)")
@@ -182,7 +257,8 @@ def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name):
         return got
     finally:
         _pyworker.TLS.info = None
-        _pyworker.rng_restore(states)
+        if not abandoned():
+            _pyworker.rng_restore(states)
     _errors.reraise(w)
 
 
@@ -388,8 +464,12 @@ class PyLoader(Loader):
             if want_server:  # the fork server first, while this process is single-threaded
                 spec = _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name)
                 pending = _procpool.prepare_server(spec, method)
-            request = {"indices": self._probe_indices(n, picked), "seed": seed,
-                       "reseed": self.reseed}
+            # The GIL meter runs only when the choice reads it: "auto" with workers, or the
+            # thread count left to stoker. The probed samples are kept for the thread executor
+            # to hand out as epoch 0's (they are its first batch's when the order allows).
+            request = {"indices": self._probe_indices(n, picked, shuffle, seed, world_size),
+                       "seed": seed, "reseed": self.reseed,
+                       "gil": workers != 0 and (executor == "auto" or workers is None)}
             # The first samples run in worker process 0 when processes were asked for (as with
             # the DataLoader, __getitem__ then never runs in this process) or a worker_init_fn
             # must run first (it may change this process: torch.set_num_threads(1), files...);
@@ -404,11 +484,12 @@ class PyLoader(Loader):
                 if status != 0:
                     tl = int.from_bytes(payload[:4], "little")
                     _errors.reraise(payload[4 + tl:])
-                first, rows, drew = pickle.loads(payload)
+                first, rows, drew, kept = pickle.loads(payload)
             else:
-                first, rows, drew = probe_here(ds, request, max(1, workers or 1), base_seed,
-                                               worker_init_fn if executor == "thread" else None,
-                                               name)
+                request["keep"] = executor != "process"
+                first, rows, drew, kept = probe_here(
+                    ds, request, max(1, workers or 1), base_seed,
+                    worker_init_fn if executor == "thread" else None, name, timeout)
             layout, p = measure(first, rows, drew)
             self._layout = layout
             self._probe = p
@@ -445,7 +526,8 @@ class PyLoader(Loader):
             else:
                 _pyworker.install_worker_info_hook()
                 self._runner = ThreadRunner(ds, layout, choice.workers, base_seed,
-                                            worker_init_fn, self._capacity(ring_batch))
+                                            worker_init_fn, self._capacity(ring_batch),
+                                            kept if worker_init_fn is None else None)
                 exec_obj = _core.ThreadExec(self._runner, fields)
                 n_threads = choice.workers
                 _MAPPED.add(self)  # closed at exit, before the interpreter stops threads
@@ -523,11 +605,17 @@ class PyLoader(Loader):
         holds, twice (rows of batches a reset dropped are overwritten, oldest first)."""
         return max(4096, 2 * (self.prefetch + 2) * int(ring_batch))
 
-    def _probe_indices(self, n, picked):
+    def _probe_indices(self, n, picked, shuffle, seed, world):
+        """The samples the constructor probes: the first of epoch 0's order on one rank (the
+        first batch's, which the thread executor then takes from the probe instead of loading
+        them again), else the first indices."""
         order = picked.get("order", {})
+        k = _pyworker.PROBE_SAMPLES
         if "indices" in order:
-            return [int(i) for i in order["indices"][:_pyworker.PROBE_SAMPLES]]
-        return list(range(min(n, _pyworker.PROBE_SAMPLES)))
+            return [int(i) for i in order["indices"][:k]]
+        if not order and world == 1:
+            return _core.epoch_order(n, bool(shuffle), seed, 0, k)
+        return list(range(min(n, k)))
 
     def _announce_ring(self):
         if self._pool is not None:

@@ -99,36 +99,52 @@ def rng_changed(before, after):
     return False
 
 
-def probe_samples(dataset, request):
+def probe_samples(dataset, request, started=None):
     """Run __getitem__ on the first indices (request["indices"]: at most PROBE_SAMPLES, and no
     more once PROBE_BUDGET_S passed after the first), in a worker process or in the
     constructing thread; each is seeded as a worker seeds it when request["reseed"] (from
-    (request["seed"], epoch 0, index)). Measures each call's wall time, CPU time and the time the
-    GIL meter waited, and whether the call drew from the global random generators. Returns
-    (first sample, [(wall_ns, cpu_ns, waited_ns, window_ns)], drew). An exception in the first
-    sample propagates; a later one ends the probe."""
-    meter = _core.GilMeter()
-    rows, first, drew = [], None, False
+    (request["seed"], epoch 0, index)). Measures each call's wall time and CPU time, the time
+    the GIL meter waited (only when request["gil"]: the meter's thread is started once for the
+    whole probe, and each call reads its lap), and whether the call drew from the global random
+    generators. started(index), when given, is called before each sample (a worker process
+    tells the parent, whose timeout= runs from there). Returns (first sample,
+    [(wall_ns, cpu_ns, waited_ns, window_ns)], drew, kept): kept is {index: (sample, wall_ns)}
+    of the probed samples when request["keep"] (the thread executor hands them out as epoch 0's
+    samples instead of loading them again), else {}. An exception in the first sample propagates; a
+    later one ends the probe."""
+    meter = _core.GilMeter() if request.get("gil", True) else None
+    keep = request.get("keep", False)
+    rows, first, drew, kept = [], None, False, {}
     start = time.perf_counter()
-    for k, index in enumerate(request["indices"]):
-        if request.get("reseed"):
-            seed_all(_core.sample_seed(request["seed"], 0, index))
-        before = rng_states()
-        c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+    if meter is not None:
         meter.start()
-        try:
-            sample = dataset[index]
-        except Exception:  # noqa: BLE001
-            meter.stop()
+    try:
+        for k, index in enumerate(request["indices"]):
+            if request.get("reseed"):
+                seed_all(_core.sample_seed(request["seed"], 0, index))
+            before = rng_states()
+            if started is not None:
+                started(index)
+            if meter is not None:
+                meter.lap()
+            c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+            try:
+                sample = dataset[index]
+            except Exception:  # noqa: BLE001
+                if k == 0:
+                    raise  # the first sample fixes the layout: the caller reports it
+                break  # a later one: the workers will report it at its batch
+            t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+            waited, window = meter.lap() if meter is not None else (0, 0)
+            drew = drew or rng_changed(before, rng_states())
+            rows.append((t1 - t0, c1 - c0, waited, window))
             if k == 0:
-                raise  # the first sample fixes the layout: the caller reports it
-            break  # a later one: the workers will report it at its batch
-        waited, window = meter.stop()
-        t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-        drew = drew or rng_changed(before, rng_states())
-        rows.append((t1 - t0, c1 - c0, waited, window))
-        if k == 0:
-            first = sample
-        if k + 1 >= PROBE_SAMPLES or time.perf_counter() - start > PROBE_BUDGET_S:
-            break
-    return first, rows, drew
+                first = sample
+            if keep:
+                kept[index] = (sample, t1 - t0)
+            if k + 1 >= PROBE_SAMPLES or time.perf_counter() - start > PROBE_BUDGET_S:
+                break
+    finally:
+        if meter is not None:
+            meter.stop()
+    return first, rows, drew, kept

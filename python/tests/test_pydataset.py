@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -349,19 +350,22 @@ def test_threads_warn_about_global_random_draws():
 def test_worker_info_and_init_fn(executor):
     loader = stoker.Loader(Info(), batch_size=4, num_workers=3, executor=executor,
                            worker_init_fn=init_worker)
-    seen = set()
+    seen, workers = set(), set()
     for i, wid, n, init in loader:
         assert (n == 3).all()
         assert ((wid >= 0) & (wid < 3)).all()
         assert torch.equal(init, wid * 10)  # worker_init_fn ran in that worker first
         seen.update(i.tolist())
+        workers.update(wid.tolist())
     assert seen == set(range(30))
     assert get_worker_info() is None  # not in a worker here
-    if executor == "thread":  # once per thread (and once more for the first samples, here)
+    if executor == "thread":  # once per thread that ran a sample, once more for the probe here
         del i, wid, n, init  # (a batch still held would make the loader rebuild its threads)
-        for _ in loader:
-            pass
-        assert sorted(_INIT_CALLS) == [0, 0, 1, 2]
+        for _, wid, _, _ in loader:
+            workers.update(wid.tolist())
+        # which threads take samples is the scheduler's choice (a loaded machine may leave one
+        # idle): each thread's init runs once, before its first sample
+        assert sorted(_INIT_CALLS) == sorted([0] + sorted(workers))
     _INIT_CALLS.clear()
 
 
@@ -436,6 +440,112 @@ def test_getitem_that_never_returns_times_out(tmp_path):
     assert len(errors) == 1 and "__getitem__(13) did not return within 1 s" in errors[0]
     assert got == [i for i in range(24) if not 12 <= i < 16]
     assert sorted(int(v) for b in loader for v in b) == list(range(24))
+
+
+class Counted(Dataset):
+    """Counts the calls of __getitem__ per index, in call order (threads share it)."""
+
+    def __init__(self, n=50):
+        self.n, self.calls, self.here, self.main = n, [], [], threading.get_ident()
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.calls.append(i)
+        if threading.get_ident() == self.main:
+            self.here.append(i)
+        return torch.full((2,), float(i)), i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_probed_samples_are_not_loaded_again(workers, shuffle):
+    # the constructor's probe loads the first samples of epoch 0's order; the thread executor
+    # hands those out instead of calling __getitem__ again (one call per sample, as the
+    # DataLoader makes). 200 samples and a ring of 2 batches of 4: epoch 1 is not reached
+    # while the first batch is taken
+    ds = Counted(200)
+    loader = stoker.Loader(ds, batch_size=4, shuffle=shuffle, seed=3, num_workers=workers,
+                           executor="thread", prefetch=1)
+    probed = list(ds.here)  # the probe runs in the constructing thread
+    assert 1 <= len(probed) <= _pyworker.PROBE_SAMPLES
+    it = iter(loader)
+    x, y = next(it)
+    first = [int(v) for v in y]
+    n = min(4, len(probed))  # the probe stops early past its time budget (a loaded machine)
+    assert first[:n] == probed[:n]  # the probe read the first batch's samples
+    assert torch.equal(x[:, 0], y.float())
+    assert all(ds.calls.count(i) == 1 for i in probed)  # and none was loaded again
+    del x, y
+    rows = first + [int(v) for _, y in it for v in y]
+    assert sorted(rows) == list(range(200))
+    assert rows[:len(probed)] == probed
+    loader.close()
+
+
+def test_worker_processes_do_not_map_the_ring():
+    # worker processes write their rows with pwrite into the ring's memfd: the ring is mapped in
+    # the training process only, so it does not count again in each worker's resident memory
+    loader = stoker.Loader(Plain(64), batch_size=8, num_workers=2, executor="process")
+    got = [int(v) for _, y in loader for v in y]
+    assert got == list(range(64))
+    pids = loader.worker_pids()
+    assert len(pids) == 2 and all(p > 0 for p in pids)
+    with open(f"/proc/{os.getpid()}/maps") as f:
+        assert "stoker-ring" in f.read()  # (the name the check below looks for)
+    for pid in pids:
+        with open(f"/proc/{pid}/maps") as f:
+            assert "stoker-ring" not in f.read()
+    loader.close()
+
+
+@pytest.mark.parametrize("executor", ["thread", "process", "auto"])
+def test_probe_obeys_timeout(tmp_path, executor):
+    # the stuck sample is the first one, which the constructor's probe always runs (in this
+    # process for "thread" and "auto", in worker process 0 for "process"): timeout= applies there
+    # as during iteration, with the same named error, instead of hanging the constructor
+    with pytest.raises(stoker.StokerIOError, match=r"__getitem__\(0\) did not return within "
+                                                   r"1 s \(timeout=\)"):
+        stoker.Loader(StuckOnce(str(tmp_path / "stuck"), at=0), batch_size=4, num_workers=2,
+                      executor=executor, timeout=1)
+    assert os.path.exists(str(tmp_path / "stuck"))
+    # nothing of the failed loader is left in the way: the next one works
+    loader = stoker.Loader(StuckOnce(str(tmp_path / "stuck"), at=0), batch_size=4,
+                           num_workers=2, executor=executor, timeout=1)
+    assert sorted(int(v) for b in loader for v in b) == list(range(24))
+    loader.close()
+
+
+@pytest.mark.parametrize("executor", ["thread", "process"])
+@pytest.mark.parametrize("timeout", [0, 60])
+def test_ctrl_c_during_the_probe(tmp_path, executor, timeout):
+    # Ctrl-C while the constructor's probe waits for a __getitem__ that never returns (in this
+    # process, or in worker process 0): KeyboardInterrupt, and the next loader works. The signal
+    # is sent once the stuck sample has started (its marker file exists), not after a delay.
+    marker = str(tmp_path / "stuck")
+    main = threading.get_ident()
+    done = threading.Event()
+
+    def interrupt():
+        while not os.path.exists(marker) and not done.is_set():
+            time.sleep(0.01)
+        if not done.is_set():
+            signal.pthread_kill(main, signal.SIGINT)
+
+    t = threading.Thread(target=interrupt, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stoker.Loader(StuckOnce(marker, at=0), batch_size=4, num_workers=2,
+                          executor=executor, timeout=timeout)
+    finally:
+        done.set()
+        t.join()
+    loader = stoker.Loader(StuckOnce(marker, at=0), batch_size=4, num_workers=2,
+                           executor=executor)
+    assert sorted(int(v) for b in loader for v in b) == list(range(24))
+    loader.close()
 
 
 def test_ctrl_c_mid_epoch_keeps_the_loader(tmp_path):

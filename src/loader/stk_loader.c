@@ -47,6 +47,7 @@ static void core_destroy(stk__ring *r, void *arg)
     stk__free(c->dtrace.ev);
     stk__order_free(c);
     stk__free((void *)c->checked);
+    stk__memo_destroy(c->memo);
     stk_dataset_close(c->owned_ds);
     stk_transform_destroy(c->own_transform);
     stk__free(c);
@@ -325,6 +326,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         STK_FAIL(err, STK_EINVAL, "dataset is empty (0 records)");
     c->batch_size = (uint32_t)opts->batch_size;
     c->n_threads = opts->n_threads ? (uint32_t)opts->n_threads : stk_n_cpus();
+    c->cores = stk_n_cpus();
     c->n_slots = opts->n_slots ? (uint32_t)opts->n_slots : 4;
     c->rank = rank;
     c->world = world;
@@ -363,6 +365,9 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
             STK_FAIL(err, STK_EINVAL, "%llu records x %u clips per video is too many samples",
                      (unsigned long long)c->n, per);
         c->per_record = per;
+        if (stk__transform_keeps_memo(c->transform) &&
+            !(c->memo = stk__memo_create(c->n, STK__MEMO_CAP)))
+            STK_FAIL(err, STK_ENOMEM, "out of memory for the per-record memo");
         c->n *= per;
         if (!c->tarray && !(c->checked = stk__calloc((size_t)(c->n / 64 + 1), sizeof(uint64_t))))
             STK_FAIL(err, STK_ENOMEM, "out of memory for the per-record check bits");

@@ -196,6 +196,11 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
             } else { /* a strict decode reads to the image's end on its first read only */
                 if (c->per_record > 1)
                     stk__transform_worker_clip(w->tw, (uint32_t)(idx % c->per_record));
+                if (c->memo) {
+                    stk__transform_worker_record(w->tw, c->memo, rec);
+                    stk__transform_worker_threads(w->tw,
+                                                  stk__decoder_threads(c->cores, w->active, c->n));
+                }
                 _Atomic uint64_t *word = &c->checked[idx / 64];
                 uint64_t bit = 1ULL << (idx % 64);
                 bool trusted = atomic_load_explicit(word, memory_order_relaxed) & bit;
@@ -536,6 +541,7 @@ void *stk__worker_main(void *arg)
          * rows), up to half this worker's share of the batch. */
         uint32_t want = STK_MIN(many, STK_MAX(1u, count / (2 * STK_MAX(1u, c->at.active))));
         c->busy++;
+        w->active = c->at.active;
         pthread_mutex_unlock(&c->r.mu);
         uint32_t t, n;
         uint64_t t0 = stk__loader_now(c);

@@ -43,7 +43,7 @@ void stk_transform_opts_init_sized(stk_transform_opts *opts, size_t struct_size)
                                .frames_per_clip = 16,
                                .frame_step = 1,
                                .clips_per_video = 1,
-                               .decoder_threads = 1,
+                               .decoder_threads = 0,
                                .max_clip_pixels = 1ull << 31};
     stk__init_store(opts, struct_size, &full, sizeof(full));
 }
@@ -206,4 +206,23 @@ void stk__transform_worker_clip(stk__tworker *w, uint32_t clip)
     const stk__media_ops *mo = worker_media(w);
     if (mo->clip)
         mo->clip(w, clip);
+}
+
+bool stk__transform_keeps_memo(const stk_transform *t)
+{
+    return media_of(t->media)->record != NULL;
+}
+
+void stk__transform_worker_threads(stk__tworker *w, uint32_t n)
+{
+    const stk__media_ops *mo = worker_media(w);
+    if (mo->threads)
+        mo->threads(w, n);
+}
+
+void stk__transform_worker_record(stk__tworker *w, stk__memo *memo, uint64_t rec)
+{
+    const stk__media_ops *mo = worker_media(w);
+    if (mo->record)
+        mo->record(w, memo, rec);
 }

@@ -48,6 +48,12 @@ typedef struct stk__media_ops {
     /* Optional (video): samples per record (NULL: 1); the clip the next apply is for. */
     uint32_t (*per_record)(const stk_transform *t);
     void (*clip)(stk__tworker *w, uint32_t clip);
+    /* Optional (video): the record the next apply is for and the loader's memo (per-record blobs
+     * kept across epochs: a video's frame index). NULL: this kind keeps nothing per record. */
+    void (*record)(stk__tworker *w, stk__memo *memo, uint64_t rec);
+    /* Optional (video): the codec threads the loader's thread plan gives the next apply (a
+     * transform created with its own count keeps it). */
+    void (*threads)(stk__tworker *w, uint32_t n);
 } stk__media_ops;
 
 extern const stk__media_ops stk__media_image; /* stk_transform.c */

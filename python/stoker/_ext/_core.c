@@ -306,18 +306,19 @@ static PyObject *mod_env_rank(PyObject *self, PyObject *noargs)
 static PyObject *mod_epoch_order(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
-    static char *kwlist[] = {"n", "shuffle", "seed", "epoch", NULL};
-    unsigned long long n, seed = 0, epoch = 0;
+    static char *kwlist[] = {"n", "shuffle", "seed", "epoch", "count", NULL};
+    unsigned long long n, seed = 0, epoch = 0, count = ~0ULL;
     int shuffle = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "K|pKK:epoch_order", kwlist, &n, &shuffle, &seed,
-                                     &epoch))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "K|pKKK:epoch_order", kwlist, &n, &shuffle, &seed,
+                                     &epoch, &count))
         return NULL;
-    if (n > ((unsigned long long)1 << 31))
-        return stkpy_invalid("epoch_order: n=%llu is too large for a list", n);
-    PyObject *list = PyList_New((Py_ssize_t)n);
+    unsigned long long m = count < n ? count : n;
+    if (m > ((unsigned long long)1 << 31))
+        return stkpy_invalid("epoch_order: n=%llu is too large for a list", m);
+    PyObject *list = PyList_New((Py_ssize_t)m);
     if (!list)
         return NULL;
-    for (unsigned long long p = 0; p < n; p++) {
+    for (unsigned long long p = 0; p < m; p++) {
         PyObject *v =
             PyLong_FromUnsignedLongLong(stk_sampler_index(n, shuffle != 0, seed, epoch, p));
         if (!v) {
@@ -452,8 +453,9 @@ static PyMethodDef module_methods[] = {
      "env_rank() -> (rank, world): from RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or "
      "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else (0, 1)."},
     {"epoch_order", (PyCFunction)(void (*)(void))mod_epoch_order, METH_VARARGS | METH_KEYWORDS,
-     "epoch_order(n, shuffle=False, seed=0, epoch=0) -> list: the global order of an epoch "
-     "(record at each position), as the loader's sampler computes it."},
+     "epoch_order(n, shuffle=False, seed=0, epoch=0, count=n) -> list: the global order of an "
+     "epoch (record at each position; its first `count` positions), as the loader's sampler "
+     "computes it."},
     {"cli_main", stkpy_cli_main, METH_O,
      "cli_main(argv) -> int: run the stoker command line on argv (argv[0] the program name) "
      "in this process, as the `stoker` executable does; returns the exit code."},
@@ -471,6 +473,9 @@ static PyMethodDef module_methods[] = {
     {"tokens_info", stkpy_tokens_info, METH_O,
      "tokens_info(dataset) -> dict: the facts of a token dataset (stk_tokens_info_get), with "
      "'parts' for a mixture."},
+    {"tokens_cu_seqlens", stkpy_tokens_cu_seqlens, METH_O,
+     "tokens_cu_seqlens(seq_lens) -> bytearray: int32 0 then the running sum of the non-zero "
+     "entries of an int32 buffer (a packed batch's cu_seqlens from its seq_lens)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {

@@ -49,7 +49,7 @@
 
 enum { OP_INIT = 1, OP_ARENA = 2, OP_TICKET = 3, OP_PROBE = 4 };
 enum { CTL_SPAWN = 1, CTL_REAP = 2 };
-enum { ST_OK = 0, ST_ERROR = 1 };
+enum { ST_OK = 0, ST_ERROR = 1, ST_STARTED = 2 }; /* ST_STARTED: the probe began a sample */
 #define MAX_RESTARTS 3
 #define N_ERRS 64
 
@@ -701,9 +701,62 @@ static PyObject *ProcPool_take_error(ProcPoolObject *p, PyObject *arg)
     return res;
 }
 
+/* Read exactly n bytes of the probe's reply, with the GIL held but released while waiting, in
+ * steps of at most PROBE_STEP_MS running the signal handlers between steps (Ctrl-C), until
+ * `deadline` (ms on now_ms's clock; 0: none). 0; -1 with errno (ETIMEDOUT: the deadline passed);
+ * -2 with a Python exception set (a signal handler raised). */
+#define PROBE_STEP_MS 100
+static int probe_recv(int sock, void *buf, size_t n, uint64_t deadline)
+{
+    char *p = buf;
+    while (n > 0) {
+        int step = PROBE_STEP_MS;
+        if (deadline) {
+            uint64_t t = now_ms();
+            if (t >= deadline) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
+            if (deadline - t < (uint64_t)step)
+                step = (int)(deadline - t);
+        }
+        struct pollfd pfd = {.fd = sock, .events = POLLIN};
+        int r, e;
+        Py_BEGIN_ALLOW_THREADS
+        r = poll(&pfd, 1, step);
+        e = errno;
+        Py_END_ALLOW_THREADS
+        if (r < 0 && e != EINTR) {
+            errno = e;
+            return -1;
+        }
+        if (r <= 0) {
+            if (PyErr_CheckSignals() < 0)
+                return -2;
+            continue;
+        }
+        ssize_t k = recv(sock, p, n, MSG_DONTWAIT);
+        if (k < 0) {
+            if (errno == EINTR || errno == EAGAIN)
+                continue;
+            return -1;
+        }
+        if (k == 0) {
+            errno = EPIPE;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
 /* probe(worker, blob) -> (status, payload): worker `worker` runs the first samples (the pickled
  * request `blob`) before any loader exists, and replies with what it measured (or the
- * exception). Called once, at construction, before the C loader's threads run. */
+ * exception). Called once, at construction, before the C loader's threads run. The worker says
+ * when it starts each sample (ST_STARTED, the index in python_ns): with a timeout, a sample
+ * that takes longer gets the worker killed and raises StokerIOError naming it, as a ticket
+ * does; a signal handler's exception (Ctrl-C) is raised while waiting. */
 static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
 {
     unsigned int wid;
@@ -714,7 +767,8 @@ static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
         PyBuffer_Release(&v);
         return stkpy_raise(STK_ESTATE, "ProcPool.probe: no such worker");
     }
-    int sock = p->w[wid].sock;
+    pworker *w = &p->w[wid];
+    int sock = w->sock;
     msg_hdr h = {.op = OP_PROBE, .a = (uint64_t)v.len};
     reply_hdr r = {0};
     char *payload = NULL;
@@ -723,16 +777,44 @@ static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
     rc = send_all(sock, &h, sizeof(h), -1);
     if (rc == 0)
         rc = send_all(sock, v.buf, (size_t)v.len, -1);
-    if (rc == 0)
-        rc = recv_all(sock, &r, sizeof(r), 0);
-    if (rc == 0 && r.payload) {
-        payload = malloc(r.payload);
-        rc = payload ? recv_all(sock, payload, r.payload, 0) : -1;
-    }
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
+    bool started = false;
+    unsigned long long index = 0;
+    uint64_t deadline = 0;
+    for (;;) {
+        if (rc != 0)
+            break;
+        if (p->timeout_ms > 0 && started)
+            deadline = now_ms() + (uint64_t)p->timeout_ms;
+        rc = probe_recv(sock, &r, sizeof(r), deadline);
+        if (rc == 0 && r.status == ST_STARTED && !r.payload) {
+            started = true;
+            index = r.python_ns;
+            continue;
+        }
+        if (rc == 0 && r.payload) {
+            if (!(payload = malloc(r.payload)))
+                return PyErr_NoMemory();
+            rc = probe_recv(sock, payload, r.payload, deadline);
+        }
+        break;
+    }
+    int err = errno;
+    free(rc == 0 ? NULL : payload);
+    if (rc == -2)
+        return NULL;
     if (rc != 0) {
-        free(payload);
+        if (err == ETIMEDOUT) {
+            kill(w->pid, SIGKILL);
+            char msg[300];
+            snprintf(msg, sizeof(msg),
+                     "__getitem__(%llu) did not return within %.3g s (timeout=) while the "
+                     "constructor read the first samples (which fix the batch layout): worker "
+                     "process %u (pid %d) was killed",
+                     index, (double)p->timeout_ms / 1000.0, wid, (int)w->pid);
+            return stkpy_raise(STK_EIO, msg);
+        }
         return stkpy_raise(STK_EIO, "worker process 0 ended while it read the first samples "
                                     "(see its stderr)");
     }

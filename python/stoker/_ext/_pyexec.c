@@ -11,7 +11,8 @@
  * parallel. The last output field is the row's (key, mask) int64 pair.
  *
  * GilMeter(): start() starts a thread that repeatedly takes and drops the GIL, summing how long
- * each take waited; stop() joins it and returns (waited_ns, window_ns). While one other thread
+ * each take waited; stop() joins it and returns (waited_ns, window_ns); lap() returns the same
+ * since start() or the last lap and leaves the thread running. While one other thread
  * runs Python, waited / window is the share of the time that thread held the GIL: a thread
  * running bytecode holds it until the switch interval (5 ms) makes it yield; a thread sleeping,
  * reading or inside numpy/torch/PIL kernels that release it lets the meter in at once.
@@ -264,7 +265,7 @@ typedef struct {
     bool running;
     atomic_bool stop;
     _Atomic uint64_t waited_ns;
-    uint64_t t0;
+    _Atomic uint64_t t0; /* start(), or the last lap() */
 } GilMeterObject;
 
 static void *meter_main(void *arg)
@@ -276,7 +277,8 @@ static void *meter_main(void *arg)
         PyGILState_STATE g = PyGILState_Ensure();
         uint64_t b = now_ns();
         PyGILState_Release(g);
-        atomic_fetch_add(&m->waited_ns, b - a);
+        uint64_t lap = atomic_load(&m->t0); /* a wait that began before the lap counts from it */
+        atomic_fetch_add(&m->waited_ns, b - (a > lap ? a : lap < b ? lap : b));
         nanosleep(&pause, NULL);
     }
     return NULL;
@@ -289,7 +291,7 @@ static PyObject *GilMeter_start(GilMeterObject *m, PyObject *noargs)
         Py_RETURN_NONE;
     atomic_store(&m->stop, false);
     atomic_store(&m->waited_ns, 0);
-    m->t0 = now_ns();
+    atomic_store(&m->t0, now_ns());
     if (pthread_create(&m->thread, NULL, meter_main, m) != 0)
         return PyErr_Format(PyExc_RuntimeError, "GilMeter: cannot start its thread");
     m->running = true;
@@ -313,9 +315,22 @@ static PyObject *GilMeter_stop(GilMeterObject *m, PyObject *noargs)
     if (!m->running)
         return Py_BuildValue("(KK)", 0ULL, 0ULL);
     meter_stop(m);
-    uint64_t window = now_ns() - m->t0;
+    uint64_t window = now_ns() - atomic_load(&m->t0);
     return Py_BuildValue("(KK)", (unsigned long long)atomic_load(&m->waited_ns),
                          (unsigned long long)window);
+}
+
+/* lap(): what stop() returns, since start() or the last lap, with the meter left running (one
+ * thread measures a run of calls: no thread start and join per call). */
+static PyObject *GilMeter_lap(GilMeterObject *m, PyObject *noargs)
+{
+    (void)noargs;
+    if (!m->running)
+        return Py_BuildValue("(KK)", 0ULL, 0ULL);
+    uint64_t t = now_ns();
+    uint64_t window = t - atomic_exchange(&m->t0, t);
+    uint64_t waited = atomic_exchange(&m->waited_ns, 0);
+    return Py_BuildValue("(KK)", (unsigned long long)waited, (unsigned long long)window);
 }
 
 static void GilMeter_dealloc(GilMeterObject *m)
@@ -330,6 +345,9 @@ static PyMethodDef GilMeter_methods[] = {
     {"stop", (PyCFunction)GilMeter_stop, METH_NOARGS,
      "stop() -> (waited_ns, window_ns): the meter's total wait for the GIL and the time since "
      "start()."},
+    {"lap", (PyCFunction)GilMeter_lap, METH_NOARGS,
+     "lap() -> (waited_ns, window_ns): the same since start() or the last lap(), the meter left "
+     "running."},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject StkGilMeter_Type = {
