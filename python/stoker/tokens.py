@@ -230,8 +230,8 @@ def cu_seqlens_of(seq_lens):
     zeros): int32 [n + 1], 0 then the running sum of the non-zero lengths (the same as
     cu_seqlens(position_ids), at a fraction of the cost). On the host the sum is one loop in
     the extension: numpy's mask, zeros and cumsum cost several times more per batch."""
-    if isinstance(seq_lens, np.ndarray):
-        return _host_cu_seqlens(seq_lens)
+    if not hasattr(seq_lens, "is_cuda"):  # numpy (or a list)
+        return _host_cu_seqlens(np.asarray(seq_lens))
     if not seq_lens.is_cuda:  # a torch CPU tensor (torch is imported: it made it)
         return sys.modules["torch"].from_numpy(_host_cu_seqlens(seq_lens.numpy()))
     import torch

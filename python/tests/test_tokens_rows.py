@@ -132,6 +132,7 @@ def test_cu_seqlens_of_equals_naive_sum():
         for v in sl.reshape(-1):
             if v:
                 want.append(want[-1] + int(v))
+        assert np.asarray(cu_seqlens_of(sl.tolist())).tolist() == want
         for x in (sl, torch.from_numpy(sl), sl.astype(np.int64), np.asfortranarray(sl),
                   sl.astype(">i4")):
             got = cu_seqlens_of(x)
