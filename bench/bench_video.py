@@ -20,7 +20,8 @@ Each runs in its own process (its peak RSS is its own). Samples/s: epoch 1 and e
 --clips-per-video K takes K clips of each video per epoch (a long video), in stoker by
 clips_per_video=K, in the DataLoader by listing each video K times. Variants of stoker, side by
 side in the same run: --before PYTHONPATH (another build, e.g. main's before a change),
---variants dthreads1 (decoder_threads=1 instead of the thread plan). Bytes read per epoch are
+--variants whole (STOKER_READ_WHOLE=1: each video read whole into memory, as before ranged
+reads), dthreads1 (decoder_threads=1 instead of the thread plan). Bytes read per epoch are
 stoker's stats()["bytes_read"].
 
     /usr/bin/python3 bench/bench_video.py --videos 32 --epochs 3 --workers 0,1,2,3
@@ -181,7 +182,7 @@ def main():
     ap.add_argument("--data", help="an existing tree (else generated in a temporary folder)")
     ap.add_argument("--clips-per-video", type=int, default=1)
     ap.add_argument("--before", help="PYTHONPATH of another stoker build: a row of its own")
-    ap.add_argument("--variants", default="", help="comma list: dthreads1")
+    ap.add_argument("--variants", default="", help="comma list: whole, dthreads1")
     ap.add_argument("--child")
     ap.add_argument("--tree")
     ap.add_argument("--arg", type=int, default=0)
@@ -202,7 +203,8 @@ def main():
         rows["stoker before"] = measure("stoker", tree, a.epochs, a.threads,
                                         dict(PYTHONPATH=a.before))
     for v in [x for x in a.variants.split(",") if x]:
-        env = {"dthreads1": dict(BENCH_DECODER_THREADS="1")}[v]
+        env = {"whole": dict(STOKER_READ_WHOLE="1"),
+               "dthreads1": dict(BENCH_DECODER_THREADS="1")}[v]
         rows[f"stoker {v}"] = measure("stoker", tree, a.epochs, a.threads, env)
     best = None
     for w in [int(x) for x in a.workers.split(",")]:
