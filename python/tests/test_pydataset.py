@@ -362,7 +362,11 @@ def test_worker_info_and_init_fn(executor):
         del i, wid, n, init  # (a batch still held would make the loader rebuild its threads)
         for _ in loader:
             pass
-        assert sorted(_INIT_CALLS) == [0, 0, 1, 2]
+        # a thread runs it before its first sample: on a loaded machine a thread may get no
+        # sample in two epochs (the others take every ticket), so which ran is not asserted
+        calls = collections.Counter(_INIT_CALLS)
+        assert calls[0] in (1, 2) and all(calls[w] <= 1 for w in (1, 2))
+        assert set(calls) <= {0, 1, 2} and sum(calls.values()) >= 2
     _INIT_CALLS.clear()
 
 
