@@ -186,7 +186,8 @@ oom-cases: oom-bins
 
 fuzz-replay: $(FUZZ_REPLAY)
 	@set -e; for r in $(FUZZ_REPLAY); do \
-	    name=$${r##*/replay_fuzz_}; echo "replay $$name"; \
+	    name=$${r##*/replay_fuzz_}; echo "replay $$name"; opts=tests/fuzz/fuzz_$$name.asan; \
+	    ASAN_OPTIONS=$$( [ -f $$opts ] && grep -v '^\#' $$opts | paste -sd: -) \
 	    $$r tests/fuzz/corpus/$$name; done
 
 # C examples (examples/*.c), linked as a trainer links libstoker; the CLI tests run them.
@@ -203,18 +204,25 @@ pytest: python $(GEN_BINS)
 	@if [ -n "$(PY_SRCS)" ]; then bash scripts/run_pytest.sh $(BUILD) $(PYTHON); \
 	 else echo "pytest: no Python extension yet"; fi
 
-# The tests whose threads race the clock (the C tests of the loader, its stats and the fake GPU,
-# the CLI's measuring commands, pytest) beside a CPU load of 2 busy processes per CPU, which
-# scripts/under_load.sh starts and stops: a timing assumption fails here, not at random in CI.
-# The hang limits are tripled (everything takes about 3 times as long): they catch hangs, not
-# slowness.
+# The tests whose verdict involves threads, processes, signals or timing, beside a CPU load of 2
+# busy processes per CPU (scripts/under_load.sh starts and stops it): the C tests of the loader,
+# its stats, the autotuner and the fake GPU, `stoker bench`'s script, and the pytest cases
+# marked `timing` (python/tests/conftest.py's TIMING_TESTS), REPEAT times in a row (default 1;
+# scripts/repeat_runs.sh prints each run's verdict and the pass count). A timing assumption
+# fails here, not at random in CI. The hang limits are tripled (everything takes about 3 times
+# as long): they catch hangs, not slowness. UNDER_LOAD_PYTEST=python/tests runs all of pytest,
+# UNDER_LOAD_CLI="tests/cli/test_bench.sh tests/cli/test_doctor.sh" the doctor's script too
+# (5 minutes under the load; its verdicts are checked against the report's own figures).
 LOAD_UNIT := $(filter %/test_loader %/test_stats %/test_autotune %/test_cuda,$(UNIT_BINS))
-LOAD_CLI := tests/cli/test_bench.sh tests/cli/test_doctor.sh
+UNDER_LOAD_CLI ?= tests/cli/test_bench.sh
+REPEAT ?= 1
+UNDER_LOAD_PYTEST ?= --durations=10 -m timing python/tests
 test-under-load: all $(LOAD_UNIT) $(FAKE_CUDA) $(GEN_BINS)
 	@STK_TEST_TIMEOUT=180 STK_CLI_TIMEOUT=900 STK_PYTEST_TIMEOUT=900 STK_PYTEST_TOTAL_TIMEOUT=7200 \
-	bash scripts/under_load.sh sh -c 'rc=0; bash scripts/run_tests.sh $(LOAD_UNIT) || rc=1; \
-	    bash scripts/run_cli_tests.sh $(BUILD) $(LOAD_CLI) || rc=1; \
-	    bash scripts/run_pytest.sh $(BUILD) $(PYTHON) || rc=1; exit $$rc'
+	bash scripts/under_load.sh bash scripts/repeat_runs.sh $(REPEAT) $(BUILD)/under_load \
+	    sh -c 'rc=0; bash scripts/run_tests.sh $(LOAD_UNIT) || rc=1; \
+	    bash scripts/run_cli_tests.sh $(BUILD) $(UNDER_LOAD_CLI) || rc=1; \
+	    bash scripts/run_pytest.sh $(BUILD) $(PYTHON) $(UNDER_LOAD_PYTEST) || rc=1; exit $$rc'
 
 # `pip install` into a temporary prefix, offline, and the `stoker` command it installs
 # (python/tests/test_cli_module.py; it compiles the extension again, so not in `make test`).
@@ -268,8 +276,8 @@ tsan:
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS  := -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
-                $(PKG_CFLAGS) $(AUDIO_DEFS) -fno-omit-frame-pointer -fsanitize=address,undefined \
-                -fno-sanitize-recover=undefined
+                $(PKG_CFLAGS) $(AUDIO_DEFS) $(VIDEO_DEFS) -fno-omit-frame-pointer \
+                -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_OBJS    := $(LIB_SRCS:%.c=build/fuzz/obj/%.o)
 FUZZ_BINS    := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
 fuzz: $(FUZZ_BINS)

@@ -3,8 +3,9 @@
 rows against windows, opening a 10^9-token Megatron corpus, and packing waste.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py windows [--tokens 2e8]
-        [--batches 1500] [--rounds 3] [--base-lib OTHER/build/libstoker.a]
+        [--batches 1500] [--rounds 3] [--base OTHER/build]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py packed [--tokens 2e8]
+        [--base OTHER/build]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py open [--tokens 1e9]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py waste
 
@@ -13,7 +14,10 @@ random ids (windows), a Megatron corpus of log-normal documents with mean T/4 (p
 a 10^9-token Megatron corpus (open: 2 GB + its index). B=32, T=2048 throughout. Every figure is
 tokens/s of wall time and tokens per CPU-second of the process (the machine is shared: the
 CPU-second figure moves less with the load); each round runs every method once, interleaved,
-and the table gives medians. `uptime` is printed with each run.
+and the table gives medians. `uptime` is printed with each run. The loader's rows also give the
+consumer's CPU per batch (the thread taking the batches: the training loop's share), in
+microseconds. `--base OTHER/build`: the same loader rows, from Python and from C, with another
+build (its build/python and build/libstoker.a), in the same rounds: a before/after.
 """
 import argparse
 import json
@@ -122,23 +126,44 @@ def nanogpt_get_batch(path, K):
     return K * B * T / (time.perf_counter() - t0), K * B * T / (cpu() - c0)
 
 
-def stoker_rows(data, K, threads, tokens="windows", epoch=0, **kw):
-    import stoker
-    L = stoker.Loader(data, batch_size=B, seq_len=T, tokens=tokens, shuffle=True, seed=0,
-                      num_workers=threads, **kw)
-    if epoch:
-        L.set_epoch(epoch)
-    it = iter(L)
-    t0, c0 = time.perf_counter(), cpu()
-    for _ in range(K):
-        b = next(it, None)
-        if b is None:  # the epoch ended: the next one goes on
-            it = iter(L)
-            b = next(it)
-        del b
-    r = K * B * T / (time.perf_counter() - t0), K * B * T / (cpu() - c0)
-    L.close()
-    return r
+ROWS_CHILD = r"""
+import json, resource, sys, time
+import numpy, torch  # imported first, as a training script has them
+import stoker
+a = json.loads(sys.argv[1])
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+L = stoker.Loader(a["data"], batch_size=a["B"], seq_len=a["T"], tokens=a["tokens"], shuffle=True,
+                  seed=0, num_workers=a["threads"], **a["kw"])
+if a["epoch"]:
+    L.set_epoch(a["epoch"])
+it = iter(L)
+K = a["K"]
+t0, c0, th0 = time.perf_counter(), cpu(), time.thread_time()
+for _ in range(K):
+    b = next(it, None)
+    if b is None:  # the epoch ended: the next one goes on
+        it = iter(L)
+        b = next(it)
+    del b
+w, c, th = time.perf_counter() - t0, cpu() - c0, time.thread_time() - th0
+L.close()
+n = K * a["B"] * a["T"]
+print(json.dumps([n / w, n / c, th / K * 1e6]))
+"""
+
+
+def stoker_rows(data, K, threads, tokens="windows", epoch=0, build=None, **kw):
+    """The Loader from Python, in a process of its own (build: another build directory's
+    python package): (tokens/s, tokens/cpu-s, consumer us/batch)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(build or os.path.join(ROOT, "build"),
+                                                     "python"))
+    arg = json.dumps(dict(data=data, K=K, threads=threads, tokens=tokens, epoch=epoch, kw=kw,
+                          B=B, T=T))
+    out = subprocess.run([sys.executable, "-c", ROWS_CHILD, arg], check=True, env=env,
+                         capture_output=True, text=True).stdout
+    return tuple(json.loads(out.strip().splitlines()[-1]))
 
 
 def ceiling(path, method, K):
@@ -148,26 +173,28 @@ def ceiling(path, method, K):
 
 
 def table(res, base):
-    print(f"| method | Mtokens/s (wall) | Mtokens/cpu-s | vs {base} (cpu-s) |")
-    print("|---|---|---|---|")
+    print(f"| method | Mtokens/s (wall) | Mtokens/cpu-s | vs {base} (cpu-s) | consumer us/batch |")
+    print("|---|---|---|---|---|")
     b = statistics.median(r[1] for r in res[base])
     for m, rs in res.items():
         w = statistics.median(r[0] for r in rs)
         c = statistics.median(r[1] for r in rs)
+        cons = [r[2] for r in rs if len(r) > 2]
+        cons = f"{statistics.median(cons):.1f}" if cons else ""
         print(f"| {m} | {w / 1e6:.1f} [{min(r[0] for r in rs) / 1e6:.1f}-"
-              f"{max(r[0] for r in rs) / 1e6:.1f}] | {c / 1e6:.1f} | {c / b:.2f}x |")
+              f"{max(r[0] for r in rs) / 1e6:.1f}] | {c / 1e6:.1f} | {c / b:.2f}x | {cons} |")
 
 
 def cmd_windows(a):
     build_copy()
     base = []
-    if a.base_lib:  # the same C loop linked with another build's libstoker.a, in the same rounds
-        exe = COPY + "_base"
-        build_copy(a.base_lib, exe)
-        base = [("C loop, base library: stoker windows, 1 thread",
-                 lambda: c_loop(path, 0, 1, K, exe)),
-                ("C loop, base library: stoker windows, 2 threads",
-                 lambda: c_loop(path, 0, 2, K, exe))]
+    if a.base:  # the same loader rows with another build, in the same rounds
+        exe = build_base(a.base)
+        base = [("base: stoker windows, 1 thread", lambda: stoker_rows(path, K, 1, build=a.base)),
+                ("base: stoker windows, 2 threads",
+                 lambda: stoker_rows(path, K, 2, build=a.base)),
+                ("base: C loop, windows, 1 thread", lambda: c_loop(path, 0, 1, K, exe)),
+                ("base: C loop, windows, 2 threads", lambda: c_loop(path, 0, 2, K, exe))]
     path = gen_nanogpt(int(a.tokens))
     warm(path)
     K = a.batches
@@ -219,10 +246,17 @@ def build_copy(lib=None, out=COPY):
                     "-lpthread", "-ldl", "-lm"], check=True)
 
 
+def build_base(build):
+    """bench_tokcopy linked with another build's libstoker.a (for --base)."""
+    exe = COPY + "_base"
+    build_copy(os.path.join(build, "libstoker.a"), exe)
+    return exe
+
+
 def c_loop(prefix, mode, threads, K, exe=COPY):
     out = subprocess.run([exe, prefix, "loop", str(B), str(T), str(K), str(mode), str(threads)],
                          check=True, capture_output=True, text=True).stdout.split()
-    return float(out[1]), float(out[3])
+    return float(out[1]), float(out[3]), float(out[5])
 
 
 def cmd_packed(a):
@@ -230,6 +264,7 @@ def cmd_packed(a):
     warm(prefix + ".bin")
     build_copy()
     K = a.batches
+    exe = build_base(a.base) if a.base else None
     print(uptime())
     res = {}
     for r in range(a.rounds):
@@ -241,6 +276,12 @@ def cmd_packed(a):
                 c_loop(prefix, 0, t, K))
             res.setdefault(f"C loop: packed best-fit, {t} thread(s)", []).append(
                 c_loop(prefix, 2, t, K))
+            if exe:
+                res.setdefault(f"base: packed best-fit, {t} thread(s)", []).append(
+                    stoker_rows(prefix, K, t, "packed", build=a.base))
+                res.setdefault(f"base: C loop: packed best-fit, {t} thread(s)", []).append(
+                    c_loop(prefix, 2, t, K, exe))
+        print(f"round {r + 1}: {uptime()}", file=sys.stderr)
     print(uptime())
     table(res, "windows, 1 thread(s)")
 
@@ -312,8 +353,9 @@ def main():
     ap.add_argument("--tokens", type=float, default=None)
     ap.add_argument("--batches", type=int, default=1500)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--base-lib", default=None,
-                    help="windows: also run the C loop linked with this libstoker.a (an A/B)")
+    ap.add_argument("--base", default=None,
+                    help="windows, packed: also run the loader rows with this build directory "
+                         "(its python package and libstoker.a), in the same rounds (an A/B)")
     a = ap.parse_args()
     if a.tokens is None:
         a.tokens = {"open": 1e9, "waste": 2e7}.get(a.what, 2e8)

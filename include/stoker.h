@@ -899,7 +899,8 @@ typedef struct stk_op {
     int64_t window;               /* window_fn: 0 torch.hann_window (default), 1 hamming_window,
                                    * 2 blackman_window, 3 torch.ones (rectangular) */
     int64_t periodic;             /* the window's periodic= (default 1, torch's) */
-    double power;                 /* 1 (magnitude) or 2 (power; default) */
+    double power;                 /* 1 (magnitude), 2 (power; default); Spectrogram: 0 for None,
+                                   * the complex STFT, [..., 2] (real, imaginary) */
     int64_t normalized;           /* 0 False (default), 1 True or "window", 2 "frame_length" */
     int64_t stft_center;          /* center= (default 1): pad n_fft / 2 on both sides (pad_mode) */
     int64_t pad_mode;             /* 0 "reflect" (default), 1 "constant", 2 "replicate",
@@ -981,8 +982,10 @@ typedef struct stk_transform_opts {
     stk_short_video short_video;     /* default STK_SHORT_PAD */
     bool channels_first;             /* video: [3, T, H, W] per sample (torchvision's video
                                       * models); false (default): [T, H, W, 3] */
-    uint32_t decoder_threads;        /* libavcodec's threads per clip (default 1: the loader's
-                                      * threads decode clips in parallel) */
+    uint32_t decoder_threads;        /* libavcodec's threads per clip; 0 (default): a loader's
+                                      * thread plan decides, cores / the clips decoded at once
+                                      * (1 when its threads fill the cores; 1 outside a
+                                      * loader) (docs/video.md) */
     uint64_t max_clip_pixels;        /* a clip's frames at full size, T x width x height, at
                                       * most this (default 2^31); max_pixels is per frame */
 } stk_transform_opts;

@@ -9,6 +9,12 @@ secs=${FUZZ_SECONDS:-60}
 work=build/fuzz/work; art=build/fuzz/artifacts
 mkdir -p "$work" "$art"
 fails=(); summary=()
+# fuzz_asan_options NAME: ASAN_OPTIONS with the uncommented lines of tests/fuzz/fuzz_NAME.asan
+fuzz_asan_options() {
+    local f=tests/fuzz/fuzz_$1.asan opts=${ASAN_OPTIONS:-}
+    [ -f "$f" ] && opts=$(grep -v '^#' "$f" | paste -sd: -)${opts:+:$opts}
+    printf '%s' "$opts"
+}
 for t in "$@"; do
     name=${t##*/fuzz_}
     corpus=tests/fuzz/corpus/$name
@@ -20,7 +26,9 @@ for t in "$@"; do
     supp=tests/fuzz/fuzz_$name.lsan
     lsan=${LSAN_OPTIONS:-}
     [ -f "$supp" ] && lsan="suppressions=$supp${lsan:+:$lsan}"
-    LSAN_OPTIONS=$lsan timeout -k 30 $((secs + 300)) "$t" -max_total_time="$secs" -timeout=30 \
+    # and AddressSanitizer options (fuzz_hdf5.asan: a library that asks malloc for terabytes)
+    asan=$(fuzz_asan_options "$name")
+    ASAN_OPTIONS=$asan LSAN_OPTIONS=$lsan timeout -k 30 $((secs + 300)) "$t" -max_total_time="$secs" -timeout=30 \
         -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$art/$name-" "$work/$name" \
         "$corpus" >"$log" 2>&1
     rc=$?

@@ -2,14 +2,21 @@
 # Run unit-test binaries; each prints "N passed, N failed". Exit 77 counts as a skip.
 # Prints a closing total line (and the slowest binaries' seconds, which `make test`'s time is
 # mostly made of) and fails if any binary failed. Each case has its own time limit
-# (tests/t.h, STK_TEST_TIMEOUT); a whole binary gets STK_TEST_BINARY_TIMEOUT seconds (default 1200)
-# in case the runner itself is stuck.
+# (tests/t.h, STK_TEST_TIMEOUT, stretched by the load); a whole binary gets
+# STK_TEST_BINARY_TIMEOUT seconds (default 1200) in case the runner itself is stuck, stretched
+# like a case's limit by the 1-minute load average per CPU at its start (within 1x-16x).
 set -u
-limit=${STK_TEST_BINARY_TIMEOUT:-1200}
+base=${STK_TEST_BINARY_TIMEOUT:-1200}
+# load_limit SECONDS: SECONDS times the load per CPU, within [1, 16]
+load_limit() {
+    awk -v s="$1" -v n="$(nproc)" '{ k = $1 / n; if (k < 1) k = 1; if (k > 16) k = 16;
+                                     printf "%d", s * k }' /proc/loadavg
+}
 tp=0; tf=0; fails=(); times=()
 for t in "$@"; do
     echo "== ${t##*/}"
     t0=$SECONDS
+    limit=$(load_limit "$base")
     out=$(timeout -k 10 "$limit" "$t" 2>&1); rc=$?
     times+=("$((SECONDS - t0)) ${t##*/}")
     [ $rc -eq 124 ] && out="$out

@@ -129,6 +129,26 @@ bool stk__budget_charge(stk__budget *b, uint64_t grow);
 /* The account the calling thread's image decoders charge when their buffers grow (NULL =
  * none): set by a loader's worker threads for their life (src/common/stk_budget.c). */
 extern _Thread_local stk__budget *stk__thread_budget;
+/* ---- a per-record memo (src/common/stk_memo.c) ---- */
+
+/* One small blob per record (a video's frame index), set once by the first thread that derives
+ * it and read lock-free after, for its owner's life (a loader's, across epochs). At most
+ * cap_bytes are held (set declines past it).
+ * Lifetime: create .. destroy by the owner; a pointer from get is valid until destroy.
+ * Threads: get, set, forget and counts from any thread. */
+typedef struct stk__memo stk__memo;
+stk__memo *stk__memo_create(uint64_t n, uint64_t cap_bytes); /* NULL: out of memory */
+void stk__memo_destroy(stk__memo *m);
+/* Record i's blob (NULL: none yet, m NULL or i out of range); *size its bytes. */
+const uint8_t *stk__memo_get(stk__memo *m, uint64_t i, size_t *size);
+/* Keep a copy of bytes as record i's blob; false when one is there already, the cap would be
+ * passed or memory runs out (nothing kept). */
+bool stk__memo_set(stk__memo *m, uint64_t i, const void *bytes, size_t size);
+/* Drop record i's blob (found wrong); the next get finds none. */
+void stk__memo_forget(stk__memo *m, uint64_t i);
+/* Gets that found a blob, blobs set, bytes held. */
+void stk__memo_counts(const stk__memo *m, uint64_t *hits, uint64_t *sets, uint64_t *held);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t stk__now_ns(void);
 /* getpid() without a system call: read once, renewed in a child made by fork() (its
@@ -208,6 +228,14 @@ uint32_t stk__transform_per_record(const stk_transform *t);
 /* The clip number (of stk__transform_per_record) the worker's next apply is for: sample i of a
  * loader is clip i % K of record i / K. The other kinds ignore it. */
 void stk__transform_worker_clip(stk__tworker *w, uint32_t clip);
+/* Whether t's kind keeps a blob per record in a loader's memo (video: each video's frame index,
+ * so later epochs do not index it again). */
+bool stk__transform_keeps_memo(const stk_transform *t);
+/* The record the worker's next apply is for, and the loader's memo (NULL: none). */
+void stk__transform_worker_record(stk__tworker *w, stk__memo *memo, uint64_t rec);
+/* The codec threads the loader's thread plan gives the worker's next apply (video: libavcodec's
+ * thread_count, unless the transform was created with its own decoder_threads). */
+void stk__transform_worker_threads(stk__tworker *w, uint32_t n);
 /* Whether transform t outputs [H, W, C] samples. */
 bool stk__transform_nhwc(const stk_transform *t);
 
@@ -240,6 +268,24 @@ bool stk__transform_worker_checked(const stk__tworker *w);
  * prefix: the loader adds it). */
 stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const void *src,
                                 size_t size, stk_rng *rng, void *dst, char *err, size_t err_size);
+/* A transform's input read in place, in pieces, rather than handed over whole: `size` bytes, any
+ * range of which `read` copies into buf (STK_EIO and the like, with the reason in err, naming
+ * the file). A transform that needs only part of a long record (an audio crop: a second of a
+ * minute) reads the header, then only that part.
+ * Lifetime: valid for the one stk__transform_apply_in call it is given to. */
+typedef struct stk__bytesrc {
+    uint64_t size;
+    stk_status (*read)(void *ctx, uint64_t offset, void *buf, size_t n, char *err, size_t err_size);
+    void *ctx;
+} stk__bytesrc;
+/* Whether t can read its input in place (stk__transform_apply_in): audio (a crop's bytes) and
+ * video (the container's header, then the clip's GOPs); false for images, which need the whole
+ * value, and for array inputs. */
+bool stk__transform_reads_in_place(const stk_transform *t);
+/* stk__transform_apply on a value read through `in`: the same output, draws and errors as
+ * stk__transform_apply on the whole value, with only the bytes the sample needs read. */
+stk_status stk__transform_apply_in(const stk_transform *t, stk__tworker *w, const stk__bytesrc *in,
+                                   stk_rng *rng, void *dst, char *err, size_t err_size);
 /* stk__transform_apply on an image already decoded: width x height interleaved RGB pixels, rows
  * `stride` bytes apart (a uint8 array field). The same plan, draws and rendering as for an
  * encoded image of that size decoded at full scale; nothing is decoded. */

@@ -81,7 +81,10 @@ typedef struct t_case {
  * runs in the runner's own process, so what it prepares is inherited by the cases after it, and it
  * runs even when a filter selects other cases. Cases must not depend on each other's effects.
  *
- *   STK_TEST_TIMEOUT=N  seconds per case (default 60, 180 under ASan/TSan; 0 = no limit)
+ *   STK_TEST_TIMEOUT=N  seconds per case (default 60, 180 under ASan/TSan; 0 = no limit),
+ *                       stretched by the machine's load: a case is stopped once it has run N s
+ *                       times the 1-minute load average per CPU (at least 1, at most
+ *                       T_MAX_LOAD_SCALE), so a hang still ends and a busy machine is no failure
  *   STK_TEST_NOFORK=1   run every case in-process (debuggers; a binary that must not fork, as
  *                       one holding a CUDA context, defines T_NOFORK before including t.h)
  *   STK_TEST_ONLY=a,b   run the cases whose name contains one of the substrings (argv[1] too)
@@ -95,9 +98,12 @@ typedef struct t_case {
 #define T_DEFAULT_TIMEOUT 60
 #endif
 
-static char t_alarm_msg_[256];  /* what the alarm handler prints for the in-process case */
-static unsigned t_timeout_;     /* seconds per case; 0 = none */
-static volatile pid_t t_child_; /* the forked case running, for the signal handler */
+#define T_MAX_LOAD_SCALE 16.0 /* a hung case ends within 16 limits however busy the machine */
+
+static char t_alarm_msg_[256];     /* what the alarm handler prints for the in-process case */
+static struct timespec t_here_t0_; /* when the in-process case started */
+static unsigned t_timeout_;        /* seconds per case; 0 = none */
+static volatile pid_t t_child_;    /* the forked case running, for the signal handler */
 
 static inline void t_write_(const char *s)
 {
@@ -105,11 +111,42 @@ static inline void t_write_(const char *s)
     (void)r;
 }
 
-/* An in-process case ran past the limit: name it and end the binary (the case cannot be
- * stopped any other way). */
+/* How much the limit stretches now: the 1-minute load average per CPU, within [1, 16]. A case
+ * on a machine running ten times its CPUs' worth of work gets ten times the seconds; its
+ * verdict does not depend on what else runs (getloadavg reads /proc/loadavg with open/read,
+ * safe in the alarm handler below). */
+static inline double t_load_scale_(void)
+{
+    double load[1];
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (getloadavg(load, 1) != 1 || n < 1)
+        return 1.0;
+    double s = load[0] / (double)n;
+    return s < 1.0 ? 1.0 : s > T_MAX_LOAD_SCALE ? T_MAX_LOAD_SCALE : s;
+}
+
+/* Whether a case that has run `elapsed` seconds is past its stretched limit. */
+static inline int t_past_limit_(double elapsed, unsigned limit)
+{
+    return limit && elapsed >= (double)limit && elapsed >= (double)limit * t_load_scale_();
+}
+
+static inline double t_since_(const struct timespec *t0)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* The in-process case's alarm: past the stretched limit, name the case and end the binary (the
+ * case cannot be stopped any other way); before it (a loaded machine), look again in a while. */
 static inline void t_on_alarm_(int sig)
 {
     (void)sig;
+    if (!t_past_limit_(t_since_(&t_here_t0_), t_timeout_)) {
+        alarm(t_timeout_ / 4 + 1);
+        return;
+    }
     t_write_(t_alarm_msg_);
     _exit(1);
 }
@@ -151,10 +188,13 @@ static inline int t_selected_(const char *name, int argc, char **argv)
 static inline int t_run_here_(const t_case *c)
 {
     if (t_timeout_) {
-        snprintf(t_alarm_msg_, sizeof(t_alarm_msg_),
-                 "FAIL %s (timed out after %u s, in-process: the cases after it did not run)\n",
-                 c->name, t_timeout_);
+        snprintf(
+            t_alarm_msg_, sizeof(t_alarm_msg_),
+            "FAIL %s (past its %u s limit, load-stretched, in-process: the cases after it did not "
+            "run)\n",
+            c->name, t_timeout_);
         fflush(stdout);
+        clock_gettime(CLOCK_MONOTONIC, &t_here_t0_);
         signal(SIGALRM, t_on_alarm_);
         alarm(t_timeout_);
     }
@@ -181,7 +221,7 @@ static inline int t_run_forked_(const t_case *c, char *why, size_t why_size)
     }
     setpgid(pid, pid); /* also here, so the group exists before any kill */
     t_child_ = pid;
-    struct timespec t0, now;
+    struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     long nap_us = 200;
     int st = 0;
@@ -194,13 +234,14 @@ static inline int t_run_forked_(const t_case *c, char *why, size_t why_size)
             t_child_ = 0;
             return 1;
         }
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        if (t_timeout_ && now.tv_sec - t0.tv_sec >= (time_t)t_timeout_) {
+        double elapsed = t_since_(&t0);
+        if (t_past_limit_(elapsed, t_timeout_)) {
             kill(-pid, SIGKILL);
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             t_child_ = 0;
-            snprintf(why, why_size, "timed out after %u s", t_timeout_);
+            snprintf(why, why_size, "timed out after %.0f s: limit %u s, load-stretched", elapsed,
+                     t_timeout_);
             return 1;
         }
         struct timespec nap = {0, nap_us * 1000};

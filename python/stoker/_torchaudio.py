@@ -52,8 +52,6 @@ def _window_of(tensor, n, what):
 def _stft_kwargs(spec, what):
     """The STFT arguments of a torchaudio Spectrogram module."""
     window_fn, wkwargs = _window_of(spec.window, spec.win_length, what)
-    if spec.power is None:
-        raise _invalid(f"{what}: power=None (a complex spectrogram) is not supported")
     return dict(n_fft=spec.n_fft, win_length=spec.win_length, hop_length=spec.hop_length,
                 pad=spec.pad, window_fn=window_fn, power=spec.power,
                 normalized=spec.normalized, wkwargs=wkwargs, center=spec.center,
@@ -63,6 +61,8 @@ def _stft_kwargs(spec, what):
 def _mel_kwargs(m, what):
     """MelSpectrogram's arguments from a torchaudio MelSpectrogram module."""
     kw = _stft_kwargs(m.spectrogram, what)
+    if kw["power"] is None:
+        raise _invalid(f"{what}: power=None (a complex spectrogram) is Spectrogram's only")
     scale = m.mel_scale
     kw.update(sample_rate=m.sample_rate, f_min=m.f_min, f_max=scale.f_max, n_mels=m.n_mels,
               norm=scale.norm, mel_scale=scale.mel_scale)

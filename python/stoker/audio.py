@@ -133,22 +133,22 @@ def _normalized(normalized, what):
 
 
 class Spectrogram(_AudioOp):
-    """torchaudio.transforms.Spectrogram: |STFT|^power, [channels, n_fft // 2 + 1, frames].
-    power=None (a complex spectrogram) is refused."""
+    """torchaudio.transforms.Spectrogram: |STFT|^power, [channels, n_fft // 2 + 1, frames];
+    power=None: the complex STFT as float32 [channels, n_fft // 2 + 1, frames, 2] (real,
+    imaginary: torch.view_as_complex of it is torchaudio's complex64 output)."""
 
     def __init__(self, n_fft=400, win_length=None, hop_length=None, pad=0, window_fn=None,
                  power=2.0, normalized=False, wkwargs=None, center=True, pad_mode="reflect",
                  onesided=True, return_complex=None):
         what = type(self).__name__
-        if power is None:
-            raise _invalid(f"{what}: power=None (a complex spectrogram) is not supported; "
-                           "use power=1 or 2")
+        if power is not None and not float(power) > 0:
+            raise _invalid(f"{what}: power={power!r}: give a positive power, or None (complex)")
         self.n_fft = int(n_fft)
         self.win_length = int(win_length) if win_length is not None else 0
         self.hop_length = int(hop_length) if hop_length is not None else 0
         self.pad = int(pad)
         self.window, self.periodic = _window(window_fn, wkwargs, what)
-        self.power = float(power)
+        self.power = 0.0 if power is None else float(power)  # 0: None, complex
         self.normalized = _normalized(normalized, what)
         self.center = int(bool(center))
         self.pad_mode = _choice(pad_mode, PAD_MODES, f"{what}: pad_mode")

@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import warnings
+from _thread import get_ident
 import weakref
 
 import numpy as np
@@ -60,11 +61,12 @@ class _LoaderIter:
     While a torch profiler records, each next() is its range "enumerate(DataLoader)#
     _LoaderIter.__next__", as the DataLoader's (_torchprof)."""
 
-    __slots__ = ("_loader", "_gen", "_done", "_thread", "__weakref__")
+    __slots__ = ("_loader", "_gen", "_done", "_thread", "_ident", "__weakref__")
 
     def __init__(self, loader, gen):
         self._loader, self._gen, self._done = loader, gen, False
         self._thread = threading.current_thread()
+        self._ident = self._thread.ident
 
     def __iter__(self):
         return self
@@ -86,7 +88,9 @@ class _LoaderIter:
         if loader._core is None:
             raise _core.StokerStateError(
                 "the loader was closed (close() was called) before this epoch ended")
-        self._thread = threading.current_thread()
+        ident = get_ident()
+        if ident != self._ident:  # (current_thread() is a Python call: once per thread)
+            self._thread, self._ident = threading.current_thread(), ident
         try:
             batch = loader._next_batch()
             if batch is None:
@@ -231,6 +235,8 @@ class Loader:
             data, seq_len, tokens, dict(eos=eos, bos=bos, packing=packing, token_dtype=token_dtype,
                                         token_field=token_field, ids_dtype=ids_dtype,
                                         pad_id=pad_id), format, verify, cache_dir, cache_limit)
+        self._tokens_finish = self._tokens.finish if self._tokens is not None and \
+            self._tokens.finishes else None
         if self._tokens is not None:
             data, format, cache_dir, cache_limit = self._tokens.dataset, None, None, None
             self._own_dataset = True
@@ -381,6 +387,11 @@ class Loader:
         self.pin_memory = pinned
         self.autotune = autotune
         self._convert = self._converter(output, torch)
+        # Host batches made by the extension in one call (Batch.as_dict: a bytes field or
+        # bfloat16 falls back to convert, tensor by tensor); a copy to the device goes through
+        # convert as well.
+        self._fast = None if self._device is not None else (
+            Batch, np.asarray, torch.from_numpy if output == "torch" else None)
         self._gen = 0             # bumped by iter(), set_epoch and load_state_dict
         self._iter = None         # weakref to the newest _LoaderIter
         self._transit = None      # the ring Batch being converted, until delivered
@@ -542,18 +553,24 @@ class Loader:
         self._transit = raw
         self._mid_epoch = True
         self._cur_epoch = raw.epoch
-        convert = self._convert
-        out = Batch()
-        out.epoch, out.number = raw.epoch, raw.number
-        if self._on_device:
-            self._device_batch(raw, out)
+        fast = self._fast
+        out = raw.as_dict(*fast) if fast is not None else None
+        if out is not None:
+            out._raw = None  # (made without Batch.__init__)
         else:
-            for name, tensor, lengths in raw.tensors():
-                out[name] = convert(tensor)
-                if lengths is not None:
-                    out[name + "_lengths"] = convert(lengths)
-        if self._tokens is not None:
-            self._tokens.finish(out)  # cu_seqlens of packed rows; a mixture's source counts
+            out = Batch()
+            if self._on_device:
+                self._device_batch(raw, out)
+            else:
+                convert = self._convert
+                for name, tensor, lengths in raw.tensors():
+                    out[name] = convert(tensor)
+                    if lengths is not None:
+                        out[name + "_lengths"] = convert(lengths)
+        out.epoch, out.number, out._attached = raw.epoch, raw.number, False
+        finish = self._tokens_finish
+        if finish is not None:
+            finish(out)  # cu_seqlens of packed rows; a mixture's source counts
         if self._device is None or self._on_device:
             out._attached = True
             live = self._live

@@ -13,6 +13,7 @@ The rows are records like any other: epochs, shuffle, rank slices and ``state_di
 work as for every stoker loader.
 """
 import os
+import sys
 
 import numpy as np
 
@@ -204,6 +205,11 @@ class LoaderTokens:
         self._names = names
         self._counts = np.zeros(len(names), dtype=np.int64) if names else None
 
+    @property
+    def finishes(self):
+        """Whether finish() has anything to do (packed rows, a mixture)."""
+        return self._packed or self._counts is not None
+
     def finish(self, batch):
         """Add cu_seqlens to a packed batch; count a mixture's sources."""
         if self._packed:
@@ -222,21 +228,27 @@ class LoaderTokens:
 def cu_seqlens_of(seq_lens):
     """cu_seqlens from a packed batch's seq_lens ([B, P], each row's piece lengths then
     zeros): int32 [n + 1], 0 then the running sum of the non-zero lengths (the same as
-    cu_seqlens(position_ids), at a fraction of the cost)."""
-    on_cpu = not hasattr(seq_lens, "device") or seq_lens.device.type == "cpu"
-    if on_cpu:
-        s = np.asarray(seq_lens).reshape(-1)
-        s = s[s > 0]
-        out = np.zeros(len(s) + 1, dtype=np.int32)
-        np.cumsum(s, out=out[1:])
-        if hasattr(seq_lens, "device"):
-            import torch
-            return torch.from_numpy(out)
-        return out
+    cu_seqlens(position_ids), at a fraction of the cost). On the host the sum is one loop in
+    the extension: numpy's mask, zeros and cumsum cost several times more per batch."""
+    if isinstance(seq_lens, np.ndarray):
+        return _host_cu_seqlens(seq_lens)
+    if not seq_lens.is_cuda:  # a torch CPU tensor (torch is imported: it made it)
+        return sys.modules["torch"].from_numpy(_host_cu_seqlens(seq_lens.numpy()))
     import torch
     s = seq_lens.reshape(-1)
     s = s[s > 0]
     return torch.cat([s.new_zeros(1), torch.cumsum(s, 0, dtype=torch.int32)])
+
+
+def _host_cu_seqlens(s):
+    try:  # a loader's seq_lens: C-contiguous int32
+        return np.frombuffer(_core.tokens_cu_seqlens(s), dtype=np.int32)
+    except (TypeError, BufferError, ValueError):  # any other array
+        s = np.asarray(s).reshape(-1)
+        s = s[s > 0]
+        out = np.zeros(len(s) + 1, dtype=np.int32)
+        np.cumsum(s, out=out[1:])
+        return out
 
 
 def cu_seqlens(position_ids):

@@ -43,7 +43,7 @@ def _positive(value, name, kind=int):
 
 def compile(transforms, frames_per_clip=None, frame_step=None, frame_rate=None,
             clips_per_video=None, clip_sampling=None, short_video="pad", strict=None,
-            decoder_threads=1):
+            decoder_threads=0):
     """The C transform of a video loader: `transforms` (image transforms, or None for the
     frames as decoded; then the clip is uint8) on every frame of each clip.
 
@@ -53,7 +53,8 @@ def compile(transforms, frames_per_clip=None, frame_step=None, frame_rate=None,
     clips are K independent draws) or "uniform" (K evenly spaced clips, first and last
     included; the default when shuffle=False is asked by the Loader); short_video: a video
     shorter than its clip is "pad"ded with its last frame (default), "loop"ed from its first,
-    or "skip": an error naming the record (on_error="skip" skips and counts it)."""
+    or "skip": an error naming the record (on_error="skip" skips and counts it);
+    decoder_threads: libavcodec's threads per clip (0, the default: the loader's thread plan)."""
     if frame_step is not None and frame_rate is not None:
         raise _core.StokerInvalidError("give frame_step or frame_rate, not both")
     T = _positive(frames_per_clip, "frames_per_clip") or 16

@@ -157,3 +157,41 @@ def torchrun(script_text, nproc, args, tmp_path, timeout=CHILD_LIMIT):
 
 _RENDEZVOUS_FAILURE = re.compile(r"Rendezvous(Connection|Timeout)Error|"
                                  r"(?s:rendezvous.*(Broken pipe|Connection reset))", re.I)
+
+
+# ---- the tests whose verdict involves threads, processes, signals or timing (issue 30) ----
+# `make test-under-load` runs these (pytest -m timing) beside a CPU load of 2 busy processes per
+# CPU, REPEAT=N times in a row, so that a timing assumption fails there rather than at random in
+# CI. A file maps to None (every test in it) or to substrings of the names of the tests it
+# selects. A test can also carry @pytest.mark.timing itself. Chosen: each test that races
+# threads or processes against each other, sends signals, waits with a time limit or measures
+# time (and the virtual-clock redesigns of the latter); not the ones that merely start processes
+# (torchrun coverage, the advice's sweeps over synthetic measurements), which take most of the
+# time and whose verdicts do not move with the load. Keep a new test of that kind on this list
+# (docs/reliability.md).
+TIMING_TESTS = {
+    "test_interrupt.py": None,        # a signal never costs a batch; state_dict from a thread
+    "test_ranks.py": None,            # straggler verdicts across 2 processes (one real clock)
+    "test_process.py": ("threads_end", "ctrl_c"),
+    "test_profile.py": ("wait_for_iter", "stats_fields", "trace", "autotune", "timed_dataset",
+                        "stoker_loader_with_slow_step", "any_iterable"),
+    "test_pydataset.py": ("times_out", "ctrl_c", "stuck", "killed", "threads_already_running"),
+    "test_remote_transport.py": ("in_flight", "read_ahead", "coalescing"),
+    "test_loader.py": ("thread", "one_consumer", "deadlock"),
+    "test_firstcontact.py": ("timeout", "thread"),
+    "test_batchmap.py": ("threads", "close_while"),
+    "test_remote.py": ("race", "ranks_share", "server_stops"),
+    "test_remote_formats.py": ("read_ahead", "cached", "damaged", "removed_while"),
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "timing: the verdict involves threads, processes, signals "
+                            "or timing (make test-under-load runs these; conftest.TIMING_TESTS)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = TIMING_TESTS.get(os.path.basename(str(item.fspath)), ())
+        if names is None or any(n in item.name for n in names):
+            item.add_marker(pytest.mark.timing)

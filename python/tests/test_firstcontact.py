@@ -253,7 +253,7 @@ def test_tuples_from_stokers_own_sources(root):
 def test_timeout_raises_like_dataloader_and_loses_nothing(root):
     loader = stoker.Loader(ImageFolder(root, transform=SMALL), batch_size=4, num_workers=1,
                            timeout=0.05)
-    loader._set_debug_delay(400)  # every batch takes 0.4 s
+    loader._set_debug_delay(600000)  # held until released below: only the timeout can end it
     it = iter(loader)
     with pytest.raises(RuntimeError, match="timed out after 0.05 seconds"):
         next(it)
@@ -299,8 +299,11 @@ def test_second_consumer_thread_is_refused_and_the_first_finishes_its_epoch(root
 
 
 def test_close_from_another_thread_raises_in_the_blocked_loop(root):
+    """The loop is blocked in next() on a batch held by the test hook (released only by
+    close()), so close() lands while it waits whatever the machine's load (a 200 ms batch once
+    stood for "blocked": a loop descheduled long enough could end its epoch first; issue 30)."""
     loader = stoker.Loader(ImageFolder(root, transform=SMALL), batch_size=2, num_workers=1)
-    loader._set_debug_delay(200)
+    loader._set_debug_delay(600000)
     outcome = []
 
     def consume():
@@ -313,8 +316,8 @@ def test_close_from_another_thread_raises_in_the_blocked_loop(root):
 
     t = threading.Thread(target=consume)
     t.start()
-    while "batch" not in outcome and t.is_alive():
-        t.join(0.01)
+    while not loader._core.pending and t.is_alive():  # the thread is inside next()
+        t.join(0.005)
     loader.close()
     t.join(30)
     assert not t.is_alive()

@@ -515,15 +515,18 @@ def test_close_from_another_thread_while_iterating(ds_main):
 
 def test_one_consumer_at_a_time(ds_main):
     loader = make(ds_main, 8, num_workers=1)
-    loader._set_debug_delay(300)
-    it = iter(loader)
+    loader._set_debug_delay(600000)  # held until released below (a 300 ms batch could come
+    it = iter(loader)                # before set_epoch on a loaded machine: issue 30)
     t = threading.Thread(target=lambda: next(it))
     t.start()
-    while not loader._core.pending:  # the other thread is inside next()
-        t.join(0.005)
-    with pytest.raises(RuntimeError, match="another thread"):
-        loader._core.set_epoch(3)  # (state_dict() answers from any thread: test_interrupt.py)
-    t.join()
+    try:
+        while not loader._core.pending:  # the other thread is inside next()
+            t.join(0.005)
+        with pytest.raises(RuntimeError, match="another thread"):
+            loader._core.set_epoch(3)  # (state_dict() answers from any thread: test_interrupt.py)
+    finally:
+        loader._set_debug_delay(0)
+        t.join()
     loader.close()
 
 

@@ -167,7 +167,14 @@ def test_stoker_loader_with_slow_step_is_not_data_bound(tmp_path, clock):
         assert fast.steps == 32
 
 
-def test_stoker_decoding_loader_fast_step_is_data_bound(tmp_path):
+def test_stoker_decoding_loader_data_bound_gets_stages_and_sweep(tmp_path):
+    """A data-bound profile of a real decoding stoker.Loader: its stage shares (decode among
+    them), a sweep of its thread counts and advice about them. The profile is fed synthetic
+    10 ms waits and 1 ms steps (_bound_profile): whether a real instant step over this loader
+    measures as data-bound depends on the machine's load (a preempted step outweighs the waits),
+    so the verdict's input is fixed here and its rule is tested on synthetic measurements
+    (tests/unit/doctor/test_diagnose.c); the real clock's figure is bench/bench_doctor.py's.
+    (This measured an instant step with the real clock: issue 30.)"""
     np = pytest.importorskip("numpy")
     Image = pytest.importorskip("PIL.Image")
     if not stoker.has_transforms():
@@ -181,11 +188,12 @@ def test_stoker_decoding_loader_fast_step_is_data_bound(tmp_path):
     path = str(tmp_path / "imgs.stk")
     stoker.pack_image_folder(str(tmp_path / "imgs"), path)
     with stoker.Loader(path, batch_size=8, num_workers=1, transforms="imagenet-train") as L:
-        p = stoker.profile(L, step=lambda b: None, steps=12)
+        p = _bound_profile(L, steps=12)
         assert p.data_bound, str(p)
+        assert p.loader == "stoker.Loader" and p.batch_size == 8
+        text = " ".join(p.advice)
         assert p.sweep and 1 in p.sweep
         assert set(p.stages) >= {"decode"}
-        text = " ".join(p.advice)
         assert "num_workers" in text or "workers' time" in text, p.advice
 
 
@@ -204,8 +212,11 @@ def test_wrapper_form_stops_after_steps():
     assert prof2.loader == "builtins.list" and prof2.batch_size == 3
 
 
-def test_profile_of_any_iterable_and_bad_arguments():
-    p = stoker.profile(iter(range(50)), step=lambda b: time.sleep(0.001), steps=20)
+def test_profile_of_any_iterable_and_bad_arguments(clock):
+    # on the virtual clock the 1 ms step is all the time there is: exactly not data-bound (on
+    # the real clock a preempted next() of range() could outweigh 1 ms steps: issue 30)
+    p = stoker.profile(iter(range(50)), step=ClockStep(clock, 1.0), steps=20)
+    assert p.wait_share == 0
     assert p.steps == 20 + 2 and not p.data_bound and p.advice == []
     with pytest.raises(ValueError, match="steps"):
         stoker.profile([1], steps=0)
@@ -226,7 +237,17 @@ def test_loader_stats_fields(tmp_path):
         for k in ("wall_s", "read_s", "decode_s", "augment_s", "collate_s", "copy_s",
                   "worker_wait_s", "consumer_wait_s"):
             assert isinstance(st[k], float) and st[k] >= 0, k
-        assert st["worker_wait_s"] > 0.05     # 2 workers idle during ~100 ms of steps
+        # The workers wait for slots and the wait shows once it ends (when a batch is taken).
+        # How much of it the first epoch holds depends on the machine's load (a bound of 50 ms
+        # failed there: issue 30), so more epochs are taken until it shows; the bound on them
+        # is a hang guard.
+        for _ in range(100):
+            if st["worker_wait_s"] > 0:
+                break
+            for b in loader:
+                time.sleep(0.002)
+            st = loader.stats()
+        assert st["worker_wait_s"] > 0, st
         assert st["read_s"] > 0 and st["decode_s"] == 0
         assert st["active_threads"] == 2 and st["n_threads"] == 2
         assert st["autotune_reason"] == "" and not loader.info()["autotune"]
@@ -295,18 +316,30 @@ def _doctor(tmp_path, script_text, *args):
     return r, report
 
 
+# The script installs a virtual clock as the profile's (the doctor runs it in its own process):
+# a sample takes exactly 3 ms on it and a step 1 ms, so the report's share is known exactly
+# (with the real clock the verdict moved with the machine's load: issue 30). It still sleeps for
+# real: the advice's sweep times the DataLoader with the real clock.
 SLEEP_SCRIPT = """
 import time, torch
+import stoker._profile
 from torch.utils.data import DataLoader, Dataset
+class Clock:
+    now = 1000.0
+    def perf_counter(self): return self.now
+    def time(self): return time.time()
+clock = stoker._profile.time = Clock()
 class D(Dataset):
     def __len__(self): return 1000
     def __getitem__(self, i):
+        clock.now += 0.003
         time.sleep(0.003)
         return torch.tensor([i])
 dl = DataLoader(D(), batch_size=1, num_workers=0)
 for epoch in range(10):
     for batch in dl:
         try:
+            clock.now += 0.001
             time.sleep(0.001)
         except Exception:   # a script's own handlers must not swallow the doctor's stop
             pass
@@ -319,10 +352,8 @@ def test_doctor_runs_a_script(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "never reaches" not in r.stdout
     assert rep["steps"] == 30 and rep["data_bound"] is True
-    # The report agrees with itself (how close the measured share comes to the script's sleeps
-    # is a benchmark's question, bench/bench_doctor.py, not a test's: it moves with the load).
-    share = rep["wait_ms"] / (rep["wait_ms"] + rep["step_ms"])
-    assert abs(rep["wait_share"] - share) < 1e-9 and 0 < share < 1
+    assert rep["wait_share"] == pytest.approx(0.75), rep
+    assert rep["wait_ms"] == pytest.approx(3.0) and rep["step_ms"] == pytest.approx(1.0), rep
     assert rep["loader"] == "torch.utils.data.DataLoader" and rep["num_workers"] == 0
     assert any("num_workers" in a for a in rep["advice"]), rep["advice"]
     assert "DATA-BOUND" in r.stderr

@@ -350,23 +350,22 @@ def test_threads_warn_about_global_random_draws():
 def test_worker_info_and_init_fn(executor):
     loader = stoker.Loader(Info(), batch_size=4, num_workers=3, executor=executor,
                            worker_init_fn=init_worker)
-    seen = set()
+    seen, workers = set(), set()
     for i, wid, n, init in loader:
         assert (n == 3).all()
         assert ((wid >= 0) & (wid < 3)).all()
         assert torch.equal(init, wid * 10)  # worker_init_fn ran in that worker first
         seen.update(i.tolist())
+        workers.update(wid.tolist())
     assert seen == set(range(30))
     assert get_worker_info() is None  # not in a worker here
-    if executor == "thread":  # once per thread (and once more for the first samples, here)
+    if executor == "thread":  # once per thread that ran a sample, once more for the probe here
         del i, wid, n, init  # (a batch still held would make the loader rebuild its threads)
-        for _ in loader:
-            pass
-        # a thread runs it before its first sample: on a loaded machine a thread may get no
-        # sample in two epochs (the others take every ticket), so which ran is not asserted
-        calls = collections.Counter(_INIT_CALLS)
-        assert calls[0] in (1, 2) and all(calls[w] <= 1 for w in (1, 2))
-        assert set(calls) <= {0, 1, 2} and sum(calls.values()) >= 2
+        for _, wid, _, _ in loader:
+            workers.update(wid.tolist())
+        # which threads take samples is the scheduler's choice (a loaded machine may leave one
+        # idle): each thread's init runs once, before its first sample
+        assert sorted(_INIT_CALLS) == sorted([0] + sorted(workers))
     _INIT_CALLS.clear()
 
 
@@ -474,7 +473,8 @@ def test_probed_samples_are_not_loaded_again(workers, shuffle):
     it = iter(loader)
     x, y = next(it)
     first = [int(v) for v in y]
-    assert first == probed[:4]  # the probe read the first batch's samples
+    n = min(4, len(probed))  # the probe stops early past its time budget (a loaded machine)
+    assert first[:n] == probed[:n]  # the probe read the first batch's samples
     assert torch.equal(x[:, 0], y.float())
     assert all(ds.calls.count(i) == 1 for i in probed)  # and none was loaded again
     del x, y

@@ -83,3 +83,58 @@ def test_packed_rows_equal_naive_reference(tmp_path, ids_dtype, pad_id):
     assert sizes[-1] == n_rows % B and sum(sizes) == n_rows
     assert sorted(seen) == list(range(1, total + 1))  # every token once; empty documents none
     L.close()
+
+
+def test_batch_built_in_one_call_equals_general_conversion(tmp_path):
+    """The Loader's host batches come from the extension in one call (Batch.as_dict): the same
+    tensors as converting each view; a bytes field (it adds its lengths) is left to the general
+    path, which still gives it."""
+    import torch
+    from stoker.batch import Batch
+    prefix, docs = _corpus(tmp_path)
+    L = stoker.Loader(prefix, batch_size=4, seq_len=T, tokens="packed", num_workers=1)
+    raw = next(L._core)
+    fast = raw.as_dict(Batch, np.asarray, torch.from_numpy)
+    assert type(fast) is Batch and list(fast) == [n for n, _, _ in raw.tensors()]
+    for name, view, _ in raw.tensors():
+        want = torch.from_numpy(np.asarray(view))
+        assert fast[name].dtype == want.dtype and torch.equal(fast[name], want)
+        assert fast[name].data_ptr() == want.data_ptr()  # a view of the ring, no copy
+    arrays = raw.as_dict(Batch, np.asarray, None)
+    assert all(isinstance(v, np.ndarray) for v in arrays.values())
+    b = next(iter(L))  # through the Loader: a Batch with its attributes set
+    assert isinstance(b, Batch) and b.attached and b.epoch == 0 and b.number == 1
+    assert "cu_seqlens" in b and b["input_ids"].shape == (4, T)
+    del raw, fast, arrays, want, b
+    L.close()
+    # documents: a bytes field ("tokens") and its lengths
+    D = stoker.Loader(stoker.Dataset(prefix + ".idx"), batch_size=3, num_workers=1)
+    raw = next(D._core)
+    assert raw.as_dict(Batch, np.asarray, torch.from_numpy) is None
+    del raw
+    b = next(iter(D))
+    assert b.bytes("tokens")[0] == np.asarray(docs[3], np.uint16).tobytes()  # batch 1: 3, 4, 5
+    D.close()
+
+
+def test_cu_seqlens_of_equals_naive_sum():
+    """cu_seqlens from seq_lens (one loop in the extension for a loader's int32 rows; numpy for
+    any other array) against a running sum written out."""
+    import torch
+    from stoker.tokens import cu_seqlens_of
+    rng = np.random.default_rng(5)
+    for shape in [(1, 1), (3, 1), (4, 7), (32, 9), (2, 0)]:
+        sl = np.zeros(shape, np.int32)
+        for r in range(shape[0]):
+            k = int(rng.integers(0, shape[1] + 1))
+            sl[r, :k] = rng.integers(1, 3000, k)
+        want = [0]
+        for v in sl.reshape(-1):
+            if v:
+                want.append(want[-1] + int(v))
+        for x in (sl, torch.from_numpy(sl), sl.astype(np.int64), np.asfortranarray(sl),
+                  sl.astype(">i4")):
+            got = cu_seqlens_of(x)
+            assert isinstance(got, type(x) if isinstance(x, torch.Tensor) else np.ndarray)
+            got = np.asarray(got)
+            assert got.dtype == np.int32 and got.tolist() == want, (shape, x, got, want)

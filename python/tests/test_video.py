@@ -195,6 +195,79 @@ def test_random_starts_are_the_samples_own(videos, tmp_path):
     assert set(a) <= set(range(34)) and len(set(a)) >= 15
 
 
+def test_later_epochs_from_the_kept_index(videos, tmp_path):
+    """A loader keeps each video's frame index after its first clip (later epochs do not demux the
+    file again): its clips in epochs 2 and 3 equal, byte for byte and timestamp for timestamp,
+    those of fresh loaders started at that epoch (which index every video anew), with one and
+    two threads (the thread plan's decoder threads differ)."""
+    names = ["h264.mp4", "hevc.mkv", "vp9.webm", "vfr.mp4"]
+    tar = wds(tmp_path, [videos[n] for n in names])
+
+    def clips(loader):
+        out = []
+        for b in loader:
+            out.append((b["video"].copy(), b["video_pts"].copy()))
+        return out
+
+    def make(n_threads):
+        return stoker.Loader(tar, batch_size=2, frames_per_clip=4, frame_step=3,
+                             clips_per_video=2, clip_sampling="random", seed=11, shuffle=True,
+                             num_workers=n_threads, transforms=full_frames(), output="numpy")
+
+    with make(2) as loader:
+        kept = []
+        for e in range(3):
+            loader.set_epoch(e)
+            kept.append(clips(loader))
+    for e in (1, 2):
+        for n_threads in (1, 2):
+            with make(n_threads) as fresh:
+                fresh.set_epoch(e)
+                got = clips(fresh)
+            assert len(got) == len(kept[e]) == 4
+            for (v, p), (v2, p2) in zip(got, kept[e]):
+                assert np.array_equal(v, v2) and np.array_equal(p, p2)
+
+
+def test_tree_reads_only_what_clips_need(videos, tmp_path):
+    """A class-per-folder tree is read on demand (the container's header and, once the index is
+    kept, the GOPs of each clip): the clips equal those of the same files packed into a .stk
+    shard, read whole, over two epochs of random clips from start to end; in the second epoch
+    the tree loader reads well under the files' bytes."""
+    root = tmp_path / "tree"
+    (root / "long").mkdir(parents=True)
+    big = (480, 288)  # frames that weigh more than libavformat's 32 KiB reads
+    gen_videos.encode(str(root / "long" / "a.mp4"), n_frames=300, size=big, codec="h264", gop=12,
+                      bframes=2, seed=21)
+    gen_videos.encode(str(root / "long" / "b.mkv"), n_frames=200, size=big, codec="hevc", gop=10,
+                      bframes=2, seed=22)
+    size = sum(os.path.getsize(root / "long" / n) for n in ("a.mp4", "b.mkv"))
+    stk = str(tmp_path / "v.stk")
+    stoker.pack(str(root), stk)
+    kw = dict(batch_size=3, frames_per_clip=4, frame_step=2, clips_per_video=6, seed=5,
+              shuffle=True, transforms=full_frames(), output="numpy", num_workers=2)
+    got = {}
+    for name, data in (("tree", str(root)), ("stk", stk)):
+        with stoker.Loader(data, **kw) as loader:
+            out, per_epoch, before = [], [], 0
+            for e in range(2):
+                loader.set_epoch(e)
+                for b in loader:
+                    out.append((b["video"].copy(), b["video_pts"].copy()))
+                now = loader.stats()["bytes_read"]
+                per_epoch.append(now - before)
+                before = now
+        got[name] = (out, per_epoch)
+    assert len(got["tree"][0]) == len(got["stk"][0]) == 8
+    for (v, p), (v2, p2) in zip(got["tree"][0], got["stk"][0]):
+        assert np.array_equal(v, v2) and np.array_equal(p, p2)
+    starts = {round(p[0] * 25) for _, pts in got["tree"][0] for p in pts}
+    assert min(starts) < 60 and max(starts) > 180  # clips from the start to the end
+    # 12 clips of 7 frames (and their GOP lead-in) of 500: far less than the 12 whole files the
+    # shard reads
+    assert got["tree"][1][1] * 3 < got["stk"][1][1], (got["tree"][1], got["stk"][1], size)
+
+
 def test_uniform_clips_in_file_order(videos, tmp_path):
     """shuffle=False, clips_per_video=K: the K clips of video 0, then video 1's, ...; labels and
     index follow."""

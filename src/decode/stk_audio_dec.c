@@ -22,15 +22,15 @@
 #define CHUNK 2048        /* frames per codec read */
 #define OPUS_PREROLL 3840 /* 80 ms at 48 kHz: RFC 7845's decoder pre-roll */
 #define MAX_RATE 1536000u /* more is not audio: a corrupt header */
+#define HEAD 4096         /* bytes of a record read in place fetched first: its header */
 
 enum { SEEK_EXACT, SEEK_PREROLL, SEEK_NONE };
 
 struct stk__audiodec {
     void *h[2]; /* codec handles: [0] libsndfile, [1] libmpg123, made on first use */
     const stk__audcodec *codec;
-    void *cur; /* the open stream's handle (one of h) */
-    const uint8_t *src;
-    size_t size;
+    void *cur;      /* the open stream's handle (one of h) */
+    stk__audview v; /* the open stream's bytes */
     stk__audinfo info;
     int seek_mode;
     int64_t pos; /* the frame the codec reads next */
@@ -67,6 +67,7 @@ void stk__audiodec_destroy(stk__audiodec *d)
     if (d->h[1])
         stk__audcodec_mpg123.destroy(d->h[1]);
     stk__free(d->chunk);
+    stk__free(d->v.buf);
     stk__free(d);
 }
 
@@ -88,26 +89,33 @@ bool stk__audiodec_checked(const stk__audiodec *d)
 /* A WAV whose data chunk says more bytes than follow it was cut short: libsndfile would quietly
  * read what is there. A size of 0 or 0xFFFFFFFF (a stream's writer did not know) and RF64's
  * 64-bit sizes are left to libsndfile. */
-static stk_status wav_check(const uint8_t *p, size_t size, char *err, size_t err_size)
+static stk_status wav_check(stk__audview *v, char *err, size_t err_size)
 {
+    uint64_t size = v->size;
+    const uint8_t *p = stk__audview_get(v, 0, (size_t)STK_MIN(size, (uint64_t)12));
+    if (!p)
+        return stk__set_error(err, err_size, v->rc, "%s", v->why);
     if (size < 12 || memcmp(p, "RIFF", 4) != 0)
         return STK_OK;
-    size_t at = 12;
+    uint64_t at = 12;
     while (at + 8 <= size) {
-        uint32_t len = (uint32_t)p[at + 4] | (uint32_t)p[at + 5] << 8 | (uint32_t)p[at + 6] << 16 |
-                       (uint32_t)p[at + 7] << 24;
-        if (memcmp(p + at, "data", 4) == 0) {
-            size_t have = size - (at + 8);
+        const uint8_t *c = stk__audview_get(v, at, 8); /* the chunk's id and size */
+        if (!c)
+            return stk__set_error(err, err_size, v->rc, "%s", v->why);
+        uint32_t len =
+            (uint32_t)c[4] | (uint32_t)c[5] << 8 | (uint32_t)c[6] << 16 | (uint32_t)c[7] << 24;
+        if (memcmp(c, "data", 4) == 0) {
+            uint64_t have = size - (at + 8);
             if (len != 0 && len != 0xFFFFFFFFu && len > have)
                 return stk__set_error(err, err_size, STK_EFORMAT,
-                                      "WAV: truncated: its data chunk at byte %zu says %" PRIu32
-                                      " bytes but %zu follow",
+                                      "WAV: truncated: its data chunk at byte %" PRIu64
+                                      " says %" PRIu32 " bytes but %" PRIu64 " follow",
                                       at, len, have);
             return STK_OK;
         }
         if (len > size - at - 8)
             break; /* a chunk past the end before the data: libsndfile says what is wrong */
-        at += 8 + (size_t)len + (len & 1);
+        at += 8 + (uint64_t)len + (len & 1);
     }
     return STK_OK;
 }
@@ -159,41 +167,65 @@ static stk_status ogg_check(const uint8_t *p, size_t size, char *err, size_t err
     return STK_OK;
 }
 
-stk_status stk__audio_open(stk__audiodec *d, const void *src, size_t size, stk__audinfo *out,
-                           char *err, size_t err_size)
+/* The view's read error as the stream's (a record read in place whose file failed). */
+static stk_status view_error(const stk__audview *v, char *err, size_t err_size)
+{
+    return stk__set_error(err, err_size, v->rc < 0 ? v->rc : STK_EIO, "%s",
+                          v->why[0] ? v->why : "cannot read");
+}
+
+/* Open the stream in d->v (set up by stk__audio_open or stk__audio_open_in). */
+static stk_status open_view(stk__audiodec *d, stk__audinfo *out, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
-    const uint8_t *p = src;
+    stk__audview *v = &d->v;
     if (d->cur)
         d->codec->close(d->cur);
     d->cur = NULL;
     d->checked = false;
-    if (size == 0)
+    if (v->size == 0)
         return stk__set_error(err, err_size, STK_EFORMAT, "empty (0 bytes)");
-    stk__audfmt fmt = stk__audio_magic(p, size, false);
+    size_t head = (size_t)STK_MIN(v->size, (uint64_t)HEAD);
+    const uint8_t *p = stk__audview_get(v, 0, head);
+    if (p && !v->mem && head >= 3 && memcmp(p, "ID3", 3) == 0) {
+        /* a tag of any length before the stream: MP3 (whose length scan reads all of it) or a
+         * tagged FLAC, told apart at the tag's end */
+        v->ahead = (size_t)STK_MIN(v->size, (uint64_t)SIZE_MAX);
+        p = stk__audview_get(v, 0, head = (size_t)v->size);
+    }
+    if (!p)
+        return view_error(v, err, err_size);
+    stk__audfmt fmt = stk__audio_magic(p, head, false);
     if (fmt == STK__AUD_UNKNOWN) {
-        char head[64] = "";
-        for (size_t i = 0, at = 0; i < STK_MIN(size, (size_t)4); i++)
-            at += (size_t)snprintf(head + at, sizeof(head) - at, "%s0x%02x", i ? " " : "", p[i]);
+        char hex[64] = "";
+        for (size_t i = 0, at = 0; i < STK_MIN(head, (size_t)4); i++)
+            at += (size_t)snprintf(hex + at, sizeof(hex) - at, "%s0x%02x", i ? " " : "", p[i]);
         return stk__set_error(err, err_size, STK_EFORMAT,
                               "not a supported audio file (WAV, FLAC, Ogg Vorbis, Opus, MP3, "
                               "AIFF; starts with %s)",
-                              head);
+                              hex);
     }
     const char *name = stk__audfmt_name(fmt);
+    bool pcm = fmt == STK__AUD_WAV || fmt == STK__AUD_AIFF;
+    if (fmt == STK__AUD_MP3 || (!pcm && !d->lenient && !d->trusted)) {
+        /* read to its end (an MP3's length is a scan of its frames): all of it, at once */
+        v->ahead = (size_t)STK_MIN(v->size, (uint64_t)SIZE_MAX);
+        if (!stk__audview_get(v, 0, (size_t)v->size))
+            return view_error(v, err, err_size);
+    }
     if (fmt == STK__AUD_WAV)
-        STK_TRY(wav_check(p, size, err, err_size));
+        STK_TRY(wav_check(v, err, err_size));
     int k = fmt == STK__AUD_MP3;
     d->codec = k ? &stk__audcodec_mpg123 : &stk__audcodec_sndfile;
     if (!d->h[k])
         STK_TRY(d->codec->create(&d->h[k], err, err_size));
     char why[STK_ERRMSG_SIZE];
-    rc = d->codec->open(d->h[k], p, size, d->lenient, &d->info, why, sizeof(why));
+    rc = d->codec->open(d->h[k], v, d->lenient, &d->info, why, sizeof(why));
+    if (v->rc < 0)
+        return view_error(v, err, err_size);
     if (rc < 0)
         return stk__set_error(err, err_size, rc, "%s: %s", name, why);
     d->cur = d->h[k];
-    d->src = p;
-    d->size = size;
     d->pos = 0;
     d->info.format = fmt;
     if (d->info.rate == 0 || d->info.rate > MAX_RATE || d->info.channels == 0)
@@ -221,11 +253,43 @@ fail:
     return rc;
 }
 
+/* Point the view at a new stream (its buffer kept for reuse). */
+static void view_reset(stk__audview *v, const uint8_t *mem, const stk__bytesrc *in, uint64_t size)
+{
+    v->mem = mem;
+    v->in = in;
+    v->size = size;
+    v->lo = v->hi = 0;
+    v->ahead = HEAD;
+    v->fetched = 0;
+    v->rc = STK_OK;
+    v->why[0] = '\0';
+}
+
+stk_status stk__audio_open(stk__audiodec *d, const void *src, size_t size, stk__audinfo *out,
+                           char *err, size_t err_size)
+{
+    view_reset(&d->v, src, NULL, size);
+    return open_view(d, out, err, err_size);
+}
+
+stk_status stk__audio_open_in(stk__audiodec *d, const stk__bytesrc *in, stk__audinfo *out,
+                              char *err, size_t err_size)
+{
+    view_reset(&d->v, NULL, in, in->size);
+    return open_view(d, out, err, err_size);
+}
+
+uint64_t stk__audiodec_bytes_read(const stk__audiodec *d)
+{
+    return d->v.mem ? d->v.size : d->v.fetched;
+}
+
 /* Reopen the stream at frame 0 (a Vorbis read that must go back). */
 static stk_status rewind_stream(stk__audiodec *d, char *err, size_t err_size)
 {
     stk__audinfo info;
-    stk_status rc = d->codec->open(d->cur, d->src, d->size, d->lenient, &info, err, err_size);
+    stk_status rc = d->codec->open(d->cur, &d->v, d->lenient, &info, err, err_size);
     d->pos = 0;
     return rc;
 }
@@ -292,12 +356,18 @@ stk_status stk__audio_decode(stk__audiodec *d, int64_t first, int64_t n, float *
     if (!d->lenient && !d->trusted && !pcm) {
         /* the whole stream from frame 0, keeping the window as it passes */
         if (d->info.format == STK__AUD_VORBIS || d->info.format == STK__AUD_OPUS ||
-            d->info.format == STK__AUD_OGG)
-            STK_TRY(ogg_check(d->src, d->size, err, err_size));
+            d->info.format == STK__AUD_OGG) {
+            const uint8_t *all = stk__audview_get(&d->v, 0, (size_t)d->v.size);
+            if (!all)
+                return view_error(&d->v, err, err_size);
+            STK_TRY(ogg_check(all, (size_t)d->v.size, err, err_size));
+        }
         if (d->pos != 0)
             STK_TRY(rewind_stream(d, why, sizeof(why)));
         int64_t all = 0;
         rc = read_frames(d, INT64_MAX, first, first + n, planes, n_planes, &all, why, sizeof(why));
+        if (d->v.rc < 0)
+            return view_error(&d->v, err, err_size);
         if (rc < 0)
             STK_FAIL_SIZED(err, err_size, rc,
                            "%s: %s (after %" PRId64 " of its %" PRId64 " frames)", name, why, all,
@@ -318,13 +388,23 @@ stk_status stk__audio_decode(stk__audiodec *d, int64_t first, int64_t n, float *
             STK_TRY(rewind_stream(d, why, sizeof(why)));
         start = d->pos;
     } else if (start != d->pos) {
+        if (!d->v.mem)
+            d->v.ahead = HEAD; /* a seek reads a little here and there (FLAC's search) */
         rc = d->codec->seek(d->cur, start, why, sizeof(why));
+        if (d->v.rc < 0)
+            return view_error(&d->v, err, err_size);
         if (rc < 0)
             STK_FAIL_SIZED(err, err_size, rc, "%s: %s", name, why);
         d->pos = start;
     }
+    if (!d->v.mem) { /* the window's bytes in one read: its frames at the stream's mean size */
+        double bytes = (double)(first + n - start) * ((double)d->v.size / (double)total) + HEAD;
+        d->v.ahead = (size_t)STK_MIN((double)d->v.size, bytes);
+    }
     rc = read_frames(d, first + n - start, first, first + n, planes, n_planes, &got, why,
                      sizeof(why));
+    if (d->v.rc < 0)
+        return view_error(&d->v, err, err_size);
     if (rc < 0 && d->lenient)
         rc = STK_OK; /* lenient: what decoded stands, the rest is zeros */
     if (rc == STK_OK && got < first + n - start) {

@@ -6,7 +6,8 @@
  * The pipeline opens a record's bytes (stk__audio_open: the header's rate, channels and length),
  * plans what the ops keep (a crop needs a second of a minute), then asks for just those frames
  * (stk__audio_decode), as float planes (one per channel, or their mean). Decoding happens from
- * memory (libsndfile's virtual I/O, libmpg123's reader callbacks): no temporary files.
+ * memory or from the record read in place, only the bytes it needs (libsndfile's virtual I/O,
+ * libmpg123's reader callbacks): no temporary files.
  *
  * Seeking: WAV, AIFF, FLAC and MP3 seek to the exact frame (the frames are those of a full
  * decode, bit for bit); Opus seeks 80 ms early (RFC 7845's pre-roll) and decodes forward, which
@@ -65,6 +66,17 @@ bool stk__audiodec_checked(const stk__audiodec *d);
  * reason in err (no file or record prefix: the loader adds it). */
 stk_status stk__audio_open(stk__audiodec *d, const void *src, size_t size, stk__audinfo *out,
                            char *err, size_t err_size);
+
+/* stk__audio_open on a record read in place (`in`, borrowed until the next open): only the bytes
+ * a decode needs are read: the header, then for a window of WAV, AIFF or (trusted or lenient)
+ * FLAC, Opus, the window's bytes; a stream decoded to its end (strict, not yet trusted) or an
+ * MP3 (whose length is a scan of its frames) is read whole, once. The frames are those
+ * stk__audio_open on the whole record gives, bit for bit; a read error is returned as `in`
+ * gives it. */
+stk_status stk__audio_open_in(stk__audiodec *d, const stk__bytesrc *in, stk__audinfo *out,
+                              char *err, size_t err_size);
+/* Bytes of the open stream read through `in` so far (its size for a stream in memory). */
+uint64_t stk__audiodec_bytes_read(const stk__audiodec *d);
 
 /* Decode frames [first, first + n) of the open stream (inside [0, frames)) into n_planes float
  * planes: n_planes == channels gives plane c channel c, n_planes == 1 the mean of the channels

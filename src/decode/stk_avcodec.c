@@ -126,12 +126,16 @@ static void av_reason(int r, char *buf, size_t size)
         snprintf(buf, size, "%s", e);
 }
 
-/* ---- reading from memory ---- */
+/* ---- reading the bytes: from memory, or through a caller's reader (ranged reads) ---- */
 
 typedef struct vmem {
-    const uint8_t *p;
+    const uint8_t *p;        /* the bytes in memory, or NULL: through src */
+    const stk__bytesrc *src; /* borrowed until close */
     size_t size;
     size_t pos;
+    uint64_t *bytes; /* the decoder's count of bytes read */
+    stk_status rc;   /* the reader's first error, and its text */
+    char why[STK_ERRMSG_SIZE];
 } vmem;
 
 static int vmem_read(void *opaque, uint8_t *buf, int n)
@@ -140,8 +144,21 @@ static int vmem_read(void *opaque, uint8_t *buf, int n)
     if (m->pos >= m->size)
         return AVERROR_EOF;
     size_t k = STK_MIN((size_t)n, m->size - m->pos);
-    memcpy(buf, m->p + m->pos, k);
+    if (m->p) {
+        memcpy(buf, m->p + m->pos, k);
+    } else {
+        char why[STK_ERRMSG_SIZE];
+        stk_status rc = m->src->read(m->src->ctx, m->pos, buf, k, why, sizeof(why));
+        if (rc < 0) {
+            if (m->rc == STK_OK) {
+                m->rc = rc;
+                memcpy(m->why, why, sizeof(why));
+            }
+            return AVERROR(EIO);
+        }
+    }
     m->pos += k;
+    *m->bytes += k;
     return (int)k;
 }
 
@@ -235,6 +252,7 @@ void stk__vdec_close(stk__vdec *d)
     }
     d->stream = -1;
     d->mem.p = NULL;
+    d->mem.src = NULL;
 }
 
 void stk__vdec_destroy(stk__vdec *d)
@@ -252,6 +270,11 @@ void stk__vdec_destroy(stk__vdec *d)
     stk__free(d);
 }
 
+void stk__vdec_set_threads(stk__vdec *d, uint32_t threads)
+{
+    d->threads = threads ? threads : 1;
+}
+
 void stk__vdec_get_counts(const stk__vdec *d, stk__vdec_counts *out)
 {
     *out = d->counts;
@@ -264,6 +287,17 @@ static const char *codec_name(enum AVCodecID id)
         if (codecs[i].id == id)
             return codecs[i].name;
     return NULL;
+}
+
+/* A failure after the reader failed is the reader's (a read error of the file): its status and
+ * text replace libav's "Input/output error". */
+static stk_status io_error(stk__vdec *d, stk_status rc, char *err, size_t err_size)
+{
+    if (rc >= 0 || d->mem.rc == STK_OK)
+        return rc;
+    stk_status io = d->mem.rc;
+    d->mem.rc = STK_OK;
+    return stk__set_error(err, err_size, io, "%s", d->mem.why);
 }
 
 /* Open the container in d->mem (positioned at its start). */
@@ -355,8 +389,11 @@ static stk_status open_stream(stk__vdec *d, char *err, size_t err_size)
                               name);
     d->cc->opaque = &stk_tag;
     d->cc->pkt_timebase = st->time_base;
-    d->cc->thread_count = (int)d->threads;
-    if (d->threads > 1)
+    /* MPEG-4 part 2 decodes on one thread: with frame threads, a damaged stream decoded strictly
+     * (AV_EF_EXPLODE) after a seek makes libavcodec 5.1 abort the process (av_assert0
+     * frame->buf[0] in decode.c): found by fuzz_video, corpus seed mpeg4_threads_abort.avi. */
+    d->cc->thread_count = par->codec_id == AV_CODEC_ID_MPEG4 ? 1 : (int)d->threads;
+    if (d->cc->thread_count > 1)
         d->cc->thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE;
     d->cc->max_pixels = (int64_t)STK_MIN(d->max_pixels, (uint64_t)INT64_MAX);
     if (!d->lenient)
@@ -373,22 +410,40 @@ static stk_status open_stream(stk__vdec *d, char *err, size_t err_size)
     return STK_OK;
 }
 
-stk_status stk__vdec_open(stk__vdec *d, const void *buf, size_t size, char *err, size_t err_size)
+/* Open the video whose bytes d->mem describes. */
+static stk_status open_mem(stk__vdec *d, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
-    stk__vdec_close(d);
-    if (size == 0)
+    if (d->mem.size == 0)
         return stk__set_error(err, err_size, STK_EFORMAT, "empty (0 bytes)");
-    d->mem.p = buf;
-    d->mem.size = size;
+    d->mem.bytes = &d->counts.bytes;
+    d->mem.rc = STK_OK;
     enter();
     rc = open_container(d, err, err_size);
     if (rc == STK_OK)
         rc = open_stream(d, err, err_size);
+    rc = io_error(d, rc, err, err_size);
     leave();
     if (rc < 0)
         stk__vdec_close(d);
     return rc;
+}
+
+stk_status stk__vdec_open(stk__vdec *d, const void *buf, size_t size, char *err, size_t err_size)
+{
+    stk__vdec_close(d);
+    d->mem = (vmem){.p = buf, .size = size};
+    return open_mem(d, err, err_size);
+}
+
+stk_status stk__vdec_open_reader(stk__vdec *d, const stk__bytesrc *src, char *err, size_t err_size)
+{
+    stk__vdec_close(d);
+    if (src->size > SIZE_MAX)
+        return stk__set_error(err, err_size, STK_ELIMIT, "a video of %llu bytes",
+                              (unsigned long long)src->size);
+    d->mem = (vmem){.src = src, .size = (size_t)src->size};
+    return open_mem(d, err, err_size);
 }
 
 /* Grow an array of n elements of `elem` bytes. */
@@ -502,6 +557,7 @@ stk_status stk__vdec_index(stk__vdec *d, stk__vindex *out, char *err, size_t err
     out->pts = d->pts;
     out->keys = d->keys;
 fail:
+    rc = io_error(d, rc, err, err_size);
     leave();
     return rc;
 }
@@ -580,11 +636,9 @@ static stk_status position(stk__vdec *d, const stk__vindex *ix, uint32_t k, char
         }
     }
     /* from the start: reopen (the decoder is reopened too, fresh) */
-    const uint8_t *p = d->mem.p;
-    size_t size = d->mem.size;
+    vmem keep = d->mem;
     stk__vdec_close(d);
-    d->mem.p = p;
-    d->mem.size = size;
+    d->mem = keep;
     stk_status rc = open_container(d, err, err_size);
     if (rc == STK_OK)
         rc = open_stream(d, err, err_size);
@@ -734,6 +788,7 @@ stk_status stk__vdec_frames(stk__vdec *d, const stk__vindex *ix, const uint32_t 
     stk_status rc = decode_pass(d, ix, key, want, n, &next, &overshot, fn, ctx, err, err_size);
     if (rc == STK_OK && overshot)
         rc = decode_pass(d, ix, UINT32_MAX, want, n, &next, &overshot, fn, ctx, err, err_size);
+    rc = io_error(d, rc, err, err_size);
     leave();
     return rc;
 }
@@ -766,6 +821,11 @@ void stk__vdec_destroy(stk__vdec *d)
     (void)d;
 }
 
+void stk__vdec_set_threads(stk__vdec *d, uint32_t threads)
+{
+    (void)d, (void)threads;
+}
+
 void stk__vdec_get_counts(const stk__vdec *d, stk__vdec_counts *out)
 {
     (void)d;
@@ -775,6 +835,12 @@ void stk__vdec_get_counts(const stk__vdec *d, stk__vdec_counts *out)
 stk_status stk__vdec_open(stk__vdec *d, const void *buf, size_t size, char *err, size_t err_size)
 {
     (void)d, (void)buf, (void)size;
+    return stk__set_error(err, err_size, STK_ENOTSUP, NO_AVCODEC);
+}
+
+stk_status stk__vdec_open_reader(stk__vdec *d, const stk__bytesrc *src, char *err, size_t err_size)
+{
+    (void)d, (void)src;
     return stk__set_error(err, err_size, STK_ENOTSUP, NO_AVCODEC);
 }
 

@@ -1,6 +1,6 @@
 /*
- * stk_mpg123.c: MP3 (MPEG-1/2/2.5 layers I-III) from memory through libmpg123, reading the
- * record's buffer with replaced reader callbacks.
+ * stk_mpg123.c: MP3 (MPEG-1/2/2.5 layers I-III) through libmpg123, reading the record's bytes
+ * (the view: in memory or read in place) with replaced reader callbacks.
  *
  * libsndfile 1.2 reads MP3 through libmpg123 too, but through a handle it configures itself,
  * which prints libmpg123's notes on damaged data to stderr ("Note: Illegal Audio-MPEG-Header
@@ -33,7 +33,7 @@
 
 typedef struct mph {
     mpg123_handle *mh;
-    const uint8_t *src;
+    stk__audview *v;
     size_t size;
     off_t pos;
     uint32_t channels;
@@ -48,15 +48,15 @@ static void init_lib(void)
     init_rc = mpg123_init(); /* a no-op since 1.27; required before */
 }
 
-/* ---- reader callbacks over the buffer ---- */
+/* ---- reader callbacks over the view (the record's bytes) ---- */
 
 static mpg123_ssize_t rd(void *u, void *buf, size_t count)
 {
     mph *h = u;
     if (h->pos >= (off_t)h->size)
         return 0;
-    size_t n = STK_MIN(count, h->size - (size_t)h->pos);
-    memcpy(buf, h->src + h->pos, n);
+    size_t n =
+        stk__audview_read(h->v, (uint64_t)h->pos, buf, STK_MIN(count, h->size - (size_t)h->pos));
     h->pos += (off_t)n;
     return (mpg123_ssize_t)n;
 }
@@ -146,15 +146,15 @@ static stk_status mp_create(void **out, char *err, size_t err_size)
     return STK_OK;
 }
 
-static stk_status mp_open(void *u, const uint8_t *src, size_t size, bool lenient,
-                          stk__audinfo *info, char *err, size_t err_size)
+static stk_status mp_open(void *u, stk__audview *v, bool lenient, stk__audinfo *info, char *err,
+                          size_t err_size)
 {
     mph *h = u;
     long rate = 0;
     int channels = 0, enc = 0;
     mp_close(h);
-    h->src = src;
-    h->size = size;
+    h->v = v;
+    h->size = (size_t)v->size;
     h->pos = 0;
     long flags = MPG123_QUIET | MPG123_FORCE_FLOAT | MPG123_GAPLESS | MPG123_NO_FRANKENSTEIN |
                  (lenient ? 0 : MPG123_NO_RESYNC);

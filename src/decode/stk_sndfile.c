@@ -1,7 +1,8 @@
 /*
  * stk_sndfile.c: WAV, FLAC, Ogg Vorbis, Ogg Opus, AIFF (and the other containers libsndfile
- * reads) from memory, through libsndfile's virtual I/O: the record's bytes are the file, read by
- * callbacks over the buffer, never written to a temporary file.
+ * reads) through libsndfile's virtual I/O: the record's bytes are the file, read by callbacks
+ * over the view (in memory, or read in place: a WAV window's bytes only), never written to a
+ * temporary file.
  *
  * libsndfile 1.2 converts integer PCM to float by dividing by 2^(bits - 1) (SFC_SET_NORM_FLOAT,
  * its default), which is what torchaudio's loaders give: WAV and FLAC decode to the same floats
@@ -30,13 +31,13 @@ stk_status stk__audcodec_missing(const char *lib, char *err, size_t err_size)
 #include <sndfile.h>
 
 typedef struct sfh {
-    const uint8_t *src;
+    stk__audview *v;
     sf_count_t size, pos;
     SNDFILE *sf;
     SF_INFO info;
 } sfh;
 
-/* ---- virtual I/O over the buffer ---- */
+/* ---- virtual I/O over the view (the record's bytes in memory or read in place) ---- */
 
 static sf_count_t vio_len(void *u)
 {
@@ -58,10 +59,10 @@ static sf_count_t vio_read(void *ptr, sf_count_t count, void *u)
     sfh *h = u;
     if (count <= 0 || h->pos >= h->size)
         return 0;
-    sf_count_t n = STK_MIN(count, h->size - h->pos);
-    memcpy(ptr, h->src + h->pos, (size_t)n);
-    h->pos += n;
-    return n;
+    size_t n =
+        stk__audview_read(h->v, (uint64_t)h->pos, ptr, (size_t)STK_MIN(count, h->size - h->pos));
+    h->pos += (sf_count_t)n;
+    return (sf_count_t)n;
 }
 
 static sf_count_t vio_write(const void *ptr, sf_count_t count, void *u)
@@ -103,15 +104,15 @@ static void sf_destroy(void *u)
     stk__free(u);
 }
 
-static stk_status sf_open_h(void *u, const uint8_t *src, size_t size, bool lenient,
-                            stk__audinfo *info, char *err, size_t err_size)
+static stk_status sf_open_h(void *u, stk__audview *v, bool lenient, stk__audinfo *info, char *err,
+                            size_t err_size)
 {
     (void)lenient;
     sfh *h = u;
     static SF_VIRTUAL_IO vio = {vio_len, vio_seek, vio_read, vio_write, vio_tell};
     sf_close_h(h);
-    h->src = src;
-    h->size = (sf_count_t)size;
+    h->v = v;
+    h->size = (sf_count_t)v->size;
     h->pos = 0;
     memset(&h->info, 0, sizeof(h->info));
     h->sf = sf_open_virtual(&vio, SFM_READ, &h->info, h);

@@ -62,6 +62,7 @@ typedef struct stk__vdec_counts {
     uint64_t decoded;   /* pictures the decoder returned */
     uint64_t converted; /* pictures converted to RGB (the clip's frames) */
     uint64_t seeks;     /* seeks, fallbacks from a failed seek included */
+    uint64_t bytes;     /* bytes of the videos read (copied from memory or through a reader) */
 } stk__vdec_counts;
 
 /* A decoder for one thread. threads: libavcodec's threads per video (1: none of its own; the
@@ -72,6 +73,8 @@ typedef struct stk__vdec_counts {
 stk_status stk__vdec_create(uint32_t threads, uint64_t max_pixels, bool lenient, stk__vdec **out,
                             char *err, size_t err_size);
 void stk__vdec_destroy(stk__vdec *d);
+/* libavcodec's threads for the videos opened from now on (0 counts as 1). */
+void stk__vdec_set_threads(stk__vdec *d, uint32_t threads);
 void stk__vdec_get_counts(const stk__vdec *d, stk__vdec_counts *out);
 
 /* Open the video in buf (size bytes; borrowed until stk__vdec_close or the next open): its
@@ -80,6 +83,12 @@ void stk__vdec_get_counts(const stk__vdec *d, stk__vdec_counts *out);
  * stoker reads, no video stream, a codec it does not decode, a header over max_pixels (STK_ELIMIT).
  * STK_ENOTSUP: built without libavcodec. */
 stk_status stk__vdec_open(stk__vdec *d, const void *buf, size_t size, char *err, size_t err_size);
+
+/* stk__vdec_open over bytes read on demand through src (borrowed until close): the container's
+ * header, then only what the index pass or a clip's decode asks for (a clip decoded with a known
+ * index reads from its keyframe to its last frame, plus the header). A read error fails the call
+ * that needed the bytes with the reader's status and text. */
+stk_status stk__vdec_open_reader(stk__vdec *d, const stk__bytesrc *src, char *err, size_t err_size);
 
 /* Index the open video by one pass over its packets (no decoding): *out points into the decoder
  * (valid until the next open or index). Discarded packets (an edit list's lead-in) do not count.

@@ -16,6 +16,13 @@ void stk__autotune_init(stk__autotune *a, uint32_t n_threads, uint32_t n_slots)
     a->ceiling = n_threads;
 }
 
+uint32_t stk__decoder_threads(uint32_t cores, uint32_t active, uint64_t samples)
+{
+    uint64_t at_once = STK_MAX(1u, STK_MIN((uint64_t)active, samples));
+    uint64_t t = cores / at_once;
+    return (uint32_t)STK_MIN(STK_MAX(t, 1u), (uint64_t)STK__DECODER_THREADS_MAX);
+}
+
 bool stk__autotune_decide(stk__autotune *a, const stk__at_window *w)
 {
     double dt = (double)(w->dt_ns ? w->dt_ns : 1);

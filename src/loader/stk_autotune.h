@@ -43,4 +43,13 @@ void stk__autotune_init(stk__autotune *a, uint32_t n_threads, uint32_t n_slots);
 /* Judge window w; returns true when a->active or a->depth changed (a->reason says why). */
 bool stk__autotune_decide(stk__autotune *a, const stk__at_window *w);
 
+/* The most threads a codec gets for one sample (libavcodec's frame threads keep a picture each). */
+#define STK__DECODER_THREADS_MAX 8
+/* The thread plan's share for a codec's own threads (video: libavcodec's thread_count): the
+ * cores left over by the samples decoded at once, cores / min(active, samples), within
+ * 1 .. STK__DECODER_THREADS_MAX. One per sample when the loader's active threads fill the cores;
+ * more when fewer threads are active (autotune starting at one) or the dataset has fewer samples
+ * than threads. Pure. */
+uint32_t stk__decoder_threads(uint32_t cores, uint32_t active, uint64_t samples);
+
 #endif /* STK_AUTOTUNE_H */

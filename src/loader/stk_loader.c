@@ -47,6 +47,7 @@ static void core_destroy(stk__ring *r, void *arg)
     stk__free(c->dtrace.ev);
     stk__order_free(c);
     stk__free((void *)c->checked);
+    stk__memo_destroy(c->memo);
     stk_dataset_close(c->owned_ds);
     stk_transform_destroy(c->own_transform);
     stk__free(c);
@@ -200,7 +201,12 @@ static stk_status transform_field(core *c, const char *name, char *err, size_t e
         if (rc < 0)
             return rc;
     }
-    return bind_transform(c, fd, err, err_size);
+    stk_status rc = bind_transform(c, fd, err, err_size);
+    /* a transform that needs only part of a long record (an audio crop) reads it in place where
+     * the source can give a field so */
+    c->in_place = rc == STK_OK && fd->kind == STK_FIELD_BYTES && c->ds->m->field_open &&
+                  stk__transform_reads_in_place(c->transform);
+    return rc;
 }
 
 /* Resolve rank and world from options or environment. */
@@ -231,7 +237,7 @@ static stk_status budget_check(core *c, uint64_t budget, char *err, size_t err_s
     if (!budget)
         return STK_OK;
     uint64_t ring = (uint64_t)c->r.slot_alloc * c->n_slots, scratch = 0;
-    if (c->transform)
+    if (c->transform && !c->in_place) /* a field read in place needs no read buffer */
         scratch = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
     scratch += c->bops.n ? c->bops.scratch_size : 0;
     scratch += stk__sampled(c) ? c->in_lay.slot_size : 0;
@@ -320,6 +326,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         STK_FAIL(err, STK_EINVAL, "dataset is empty (0 records)");
     c->batch_size = (uint32_t)opts->batch_size;
     c->n_threads = opts->n_threads ? (uint32_t)opts->n_threads : stk_n_cpus();
+    c->cores = stk_n_cpus();
     c->n_slots = opts->n_slots ? (uint32_t)opts->n_slots : 4;
     c->rank = rank;
     c->world = world;
@@ -358,6 +365,9 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
             STK_FAIL(err, STK_EINVAL, "%llu records x %u clips per video is too many samples",
                      (unsigned long long)c->n, per);
         c->per_record = per;
+        if (stk__transform_keeps_memo(c->transform) &&
+            !(c->memo = stk__memo_create(c->n, STK__MEMO_CAP)))
+            STK_FAIL(err, STK_ENOMEM, "out of memory for the per-record memo");
         c->n *= per;
         if (!c->tarray && !(c->checked = stk__calloc((size_t)(c->n / 64 + 1), sizeof(uint64_t))))
             STK_FAIL(err, STK_ENOMEM, "out of memory for the per-record check bits");
@@ -460,7 +470,8 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
             STK_FAIL(err, STK_ENOMEM, "out of memory for a %zu-byte sample buffer",
                      c->in_lay.slot_size);
         if (c->transform) {
-            w->scratch_size = stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
+            w->scratch_size =
+                c->in_place ? 1 : stk_dataset_field_max_size(c->ds, (size_t)c->tfield);
             w->scratch = stk__malloc(w->scratch_size);
             if (!w->scratch)
                 STK_FAIL(err, STK_ENOMEM, "out of memory allocating a %zu-byte read buffer",

@@ -16,6 +16,10 @@
 #ifndef STK_LOADER_INT_H
 #define STK_LOADER_INT_H
 
+/* The most bytes a loader's per-record memo holds (a video's packed frame index is ~100 bytes at
+ * a constant frame rate: 64 MiB holds ~500,000 videos' indexes). */
+#define STK__MEMO_CAP (64ull << 20)
+
 #include "batch/stk_batchops.h"
 #include "batch/stk_ring.h"
 #include "cuda/stk_devcopy.h"
@@ -82,6 +86,7 @@ typedef struct worker {
     uint8_t *rgb;      /* an image array field's value as RGB (when it is grayscale or planes) */
     uint8_t *bscratch; /* batch transforms' scratch (bops.scratch_size) */
     uint8_t *in;       /* with sample_fn: the sample's fields, laid out as c->in_lay */
+    uint32_t active;   /* c->at.active when this worker last took samples (read under mu) */
 } worker;
 
 /* The part of a loader that outlives stk_loader_destroy while batches are still held. The ring's
@@ -113,11 +118,15 @@ struct core {
     stk_transform *own_transform; /* the transform bound to this data (stk__transform_bind), the
                                    * one `transform` points at; NULL when it needed none */
     int tfield;
-    bool tarray; /* the transformed field is a uint8 image array, not encoded bytes */
+    bool tarray;   /* the transformed field is a uint8 image array, not encoded bytes */
+    bool in_place; /* the transform reads its field in place (stk__transform_apply_in; the
+                      source's field_open), not from a whole read into the worker's scratch */
     /* Per record, one bit: its image passed a strict decode to its end, so later reads may stop
      * after the window (stk__transform_worker_trust; NULL without an encoded-image transform) */
     _Atomic uint64_t *checked;
-    bool readahead; /* some file is remote and the source gives extents: hint the next records */
+    stk__memo *memo; /* per-record blobs a transform keeps across epochs (video indexes); NULL */
+    uint32_t cores;  /* stk_n_cpus() at create: the thread plan's codec threads */
+    bool readahead;  /* some file is remote and the source gives extents: hint the next records */
     stk__imgarray tgeom; /* its geometry */
     uint32_t n_slots, n_threads, batch_size, rank, world;
     uint64_t seed, n;

@@ -91,6 +91,40 @@ static stk_status transform_array(core *c, worker *w, size_t size, stk_rng *rng,
                                     (size_t)a->width * 3, rng, dst, why, why_size);
 }
 
+/* A field read in place: its bytes at `base` of file f, and what the transform read of them. */
+typedef struct inplace {
+    stk__file *f;
+    uint64_t base, bytes;
+} inplace;
+
+static stk_status inplace_read(void *ctx, uint64_t offset, void *buf, size_t n, char *err,
+                               size_t err_size)
+{
+    inplace *ip = ctx;
+    ip->bytes += n;
+    return stk__vfs_read(ip->f, ip->base + offset, buf, n, err, err_size);
+}
+
+/* The transform on field `field` of record `rec` read in place (c->in_place): the source opens
+ * the field's file, the transform reads what it needs of it. *bytes receives what it read. */
+static stk_status transform_in_place(core *c, worker *w, uint64_t rec, size_t field, stk_rng *rng,
+                                     void *dst, uint64_t *bytes, char *why, size_t why_size)
+{
+    inplace ip = {NULL, 0, 0};
+    stk__brange r;
+    const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
+    stk_status rc = c->ds->m->field_open(c->ds, rec, field, &ip.f, &r, why, why_size);
+    if (rc == STK_OK) {
+        ip.base = r.off;
+        stk__bytesrc in = {r.len, inplace_read, &ip};
+        rc = stk__transform_apply_in(c->transform, w->tw, &in, rng, dst, why, why_size);
+    }
+    stk__vfs_close(ip.f);
+    stk__vfs_opts_use(prev);
+    *bytes = ip.bytes;
+    return rc;
+}
+
 /* Append the record's original file path (the `path` bytes field stoker pack writes), read into
  * row `t` of `mem`, to its description `where`, unless the description already names it (an
  * ImageFolder record is its file). */
@@ -128,9 +162,9 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
         const stk__tlayout *tl = &lay->t[i];
         if (tl->aux)
             continue;
-        if (tl->transformed) {
-            dst[tl->field] = w->scratch;
-            cap[tl->field] = w->scratch_size;
+        if (tl->transformed) { /* read in place: not here (the source reports its size) */
+            dst[tl->field] = c->in_place ? NULL : w->scratch;
+            cap[tl->field] = c->in_place ? 0 : w->scratch_size;
         } else {
             dst[tl->field] = mem + tl->offset + (size_t)t * tl->row_size;
             cap[tl->field] = tl->row_size;
@@ -147,7 +181,9 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
         stk__trace_add(c, &w->trace, TR_READ, t0, t1, t);
     if (rc < 0)
         return rc;
-    atomic_fetch_add_explicit(&c->st_bytes, loc.size, memory_order_relaxed);
+    /* the bytes read; a field read in place counts what the transform reads of it (below) */
+    uint64_t in_place = c->in_place ? loc.field_size[c->tfield] : 0;
+    atomic_fetch_add_explicit(&c->st_bytes, loc.size - in_place, memory_order_relaxed);
     for (size_t i = 0; i + 1 < lay->n_tensors; i++) {
         const stk__tlayout *tl = &lay->t[i];
         if (tl->bytes)
@@ -165,12 +201,25 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
             } else { /* a strict decode reads to the image's end on its first read only */
                 if (c->per_record > 1)
                     stk__transform_worker_clip(w->tw, (uint32_t)(idx % c->per_record));
+                if (c->memo) {
+                    stk__transform_worker_record(w->tw, c->memo, rec);
+                    stk__transform_worker_threads(w->tw,
+                                                  stk__decoder_threads(c->cores, w->active, c->n));
+                }
                 _Atomic uint64_t *word = &c->checked[idx / 64];
                 uint64_t bit = 1ULL << (idx % 64);
                 bool trusted = atomic_load_explicit(word, memory_order_relaxed) & bit;
                 stk__transform_worker_trust(w->tw, trusted);
-                rc = stk__transform_apply(c->transform, w->tw, w->scratch,
-                                          loc.field_size[tl->field], &rng, out, why, sizeof(why));
+                if (c->in_place) {
+                    uint64_t got = 0;
+                    rc =
+                        transform_in_place(c, w, rec, tl->field, &rng, out, &got, why, sizeof(why));
+                    atomic_fetch_add_explicit(&c->st_bytes, got, memory_order_relaxed);
+                } else {
+                    rc = stk__transform_apply(c->transform, w->tw, w->scratch,
+                                              loc.field_size[tl->field], &rng, out, why,
+                                              sizeof(why));
+                }
                 if (rc >= 0 && !trusted && stk__transform_worker_checked(w->tw))
                     atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
             }
@@ -491,6 +540,7 @@ void *stk__worker_main(void *arg)
          * rows), up to half this worker's share of the batch. */
         uint32_t want = STK_MIN(many, STK_MAX(1u, count / (2 * STK_MAX(1u, c->at.active))));
         c->busy++;
+        w->active = c->at.active;
         pthread_mutex_unlock(&c->r.mu);
         uint32_t t, n;
         uint64_t t0 = stk__loader_now(c);

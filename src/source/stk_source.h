@@ -139,6 +139,14 @@ struct stk__source_methods {
      * block. */
     bool (*field_extent)(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
                          stk__brange *r);
+    /* Optional (NULL: fields are read whole): open field f of record i to be read in place, in
+     * pieces (a transform that needs a second of a minute-long audio file): the file holding it
+     * (*file, which the caller closes with stk__vfs_close) and the field's byte range there.
+     * A source with field_open takes dst[f] NULL in `read` for such a field: its size is
+     * reported (info->field_size[f]), its bytes are not read. Errors name the file and record
+     * as read's do. */
+    stk_status (*field_open)(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                             stk__brange *r, char *err, size_t err_size);
     /* Optional (NULL: none): how many records `prepare` takes at once (0 or 1: prepare is not
      * worth calling for this dataset). Must not block. */
     unsigned (*prepare_max)(const stk_dataset *ds);

@@ -162,6 +162,12 @@ static stk_status audio_create(const stk_transform_opts *opts, stk_transform **o
         if (d->stage == STK__OP_SPECTRUM && at->spec_at >= 0)
             STK_FAIL(err, STK_EINVAL, "ops[%zu] (%s): a second spectrogram op (%s is ops[%d])", i,
                      d->name, stk_op_name(t->ops[at->spec_at].kind), at->spec_at);
+        if (op->kind == STK_OP_AMPLITUDE_TO_DB && at->spec_at >= 0 &&
+            t->ops[at->spec_at].power == 0.0)
+            STK_FAIL(err, STK_EINVAL,
+                     "ops[%zu] (%s): of a complex spectrogram (power=None, ops[%d]): give "
+                     "Spectrogram a power",
+                     i, d->name, at->spec_at);
         if (d->stage == STK__OP_SPECTRUM)
             at->spec_at = (int)i;
         if (d->stage == STK__OP_WAVE)
@@ -215,8 +221,9 @@ static void audio_spec(const stk_transform *t, stk__tspec *out)
         out->shape[1] = at->out_sig.len;
         return;
     }
-    out->ndim = 3;
     const stk_op *op = &t->ops[at->spec_at];
+    out->ndim = op->power == 0.0 ? 4 : 3; /* power=None: complex, (real, imaginary) last */
+    out->shape[3] = 2;
     out->shape[1] = op->kind == STK_OP_SPECTROGRAM ? (op->onesided ? op->n_fft / 2 + 1 : op->n_fft)
                     : op->kind == STK_OP_MFCC      ? op->n_mfcc
                                                    : op->n_mels;
@@ -666,11 +673,11 @@ static float rand_f32(stk_rng *rng)
     return (float)(stk_rng_u32(rng) & 0xFFFFFFu) * (1.0f / 16777216.0f);
 }
 
-/* TimeMasking / FrequencyMasking on x, [channels, F, T] (torchaudio's mask_along_axis: the same
- * mask for every channel; per channel with iid_masks, as mask_along_axis_iid does per example
- * and channel). */
+/* TimeMasking / FrequencyMasking on x, [channels, F, T] ([channels, F, T, 2] when complex: parts
+ * 2) (torchaudio's mask_along_axis: the same mask for every channel; per channel with iid_masks,
+ * as mask_along_axis_iid does per example and channel). */
 static void apply_mask(const stk_op *op, stk_rng *rng, float *x, uint32_t channels, int64_t F,
-                       int64_t T)
+                       int64_t T, int64_t parts)
 {
     bool time = op->kind == STK_OP_TIME_MASKING;
     int64_t size = time ? T : F;
@@ -685,17 +692,20 @@ static void apply_mask(const stk_op *op, stk_rng *rng, float *x, uint32_t channe
         int64_t start = (int64_t)minv, end = start + (int64_t)value;
         uint32_t c0 = op->iid_masks ? d : 0, c1 = op->iid_masks ? d + 1 : channels;
         for (uint32_t c = c0; c < c1; c++) {
-            float *xc = x + (size_t)c * (size_t)(F * T);
+            float *xc = x + (size_t)c * (size_t)(F * T * parts);
             for (int64_t f = 0; f < F; f++)
                 for (int64_t t = time ? start : 0; t < (time ? end : T); t++)
                     if (time || (f >= start && f < end))
-                        xc[f * T + t] = 0.0f;
+                        for (int64_t q = 0; q < parts; q++)
+                            xc[(f * T + t) * parts + q] = 0.0f;
         }
     }
 }
 
-static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const void *src,
-                              size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+/* One sample from its record: in memory (src, size bytes) or read in place (`from`, src NULL). */
+static stk_status run_sample(const stk_transform *t, stk__tworker *tw, const void *src, size_t size,
+                             const stk__bytesrc *from, stk_rng *rng, void *dst, char *err,
+                             size_t err_size)
 {
     stk_status rc = STK_OK;
     const stk__atransform *at = t->audio;
@@ -713,7 +723,8 @@ static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const vo
         in = (stk__asig){at->in_rate, at->in_channels, at->a_len, at->a_len};
     } else {
         stk__audinfo info;
-        STK_TRY(stk__audio_open(w->dec, src, size, &info, err, err_size));
+        STK_TRY(from ? stk__audio_open_in(w->dec, from, &info, err, err_size)
+                     : stk__audio_open(w->dec, src, size, &info, err, err_size));
         in = (stk__asig){info.rate, info.channels, info.frames, info.frames};
         if (at->rate_fixed && info.rate != at->in_rate)
             STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
@@ -778,6 +789,7 @@ static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const vo
                        fin.channels, fin.len, at->out_sig.channels, at->out_sig.len);
     float *out = dst;
     size_t n_out;
+    int64_t parts = at->spec_at >= 0 && t->ops[at->spec_at].power == 0.0 ? 2 : 1; /* complex */
     if (at->spec_at < 0) {
         for (uint32_t c = 0; c < fin.channels; c++)
             memcpy(out + (size_t)c * (size_t)fin.len, planes[c] + (0 - ia),
@@ -789,7 +801,7 @@ static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const vo
         for (uint32_t c = 0; c < fin.channels; c++)
             x[c] = planes[c] + (0 - ia);
         STK_TRY(stk__spec_run(&at->spec, &w->sw, x, fin.channels, fin.len, out, err, err_size));
-        n_out = (size_t)fin.channels * (size_t)(at->spec.bins * at->frames);
+        n_out = (size_t)fin.channels * (size_t)(at->spec.bins * at->frames * parts);
         w->last_len = fin.valid >= fin.len
                           ? at->frames
                           : STK_MIN(at->frames, stk__spec_frames(&at->spec, fin.valid));
@@ -799,7 +811,7 @@ static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const vo
         if (op->kind == STK_OP_AMPLITUDE_TO_DB)
             stk__amplitude_to_db(out, n_out, op->stype ? 20.0f : 10.0f, op->top_db);
         else if (op->kind == STK_OP_TIME_MASKING || op->kind == STK_OP_FREQUENCY_MASKING)
-            apply_mask(op, rng, out, fin.channels, at->spec.bins, at->frames);
+            apply_mask(op, rng, out, fin.channels, at->spec.bins, at->frames, parts);
     }
     uint64_t t2 = stk__now_ns();
     atomic_fetch_add_explicit(&w->decode_ns, t1 - t0, memory_order_relaxed);
@@ -808,6 +820,24 @@ static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const vo
     return STK_OK;
 fail:
     return rc;
+}
+
+static stk_status audio_apply(const stk_transform *t, stk__tworker *tw, const void *src,
+                              size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    return run_sample(t, tw, src, size, NULL, rng, dst, err, err_size);
+}
+
+static stk_status audio_apply_in(const stk_transform *t, stk__tworker *tw, const stk__bytesrc *in,
+                                 stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    return run_sample(t, tw, NULL, 0, in, rng, dst, err, err_size);
+}
+
+/* Encoded files read in place; waveform arrays come whole (they are the samples). */
+static bool audio_reads_in_place(const stk_transform *t)
+{
+    return !t->audio->array;
 }
 
 const stk__media_ops stk__media_audio = {
@@ -823,5 +853,7 @@ const stk__media_ops stk__media_audio = {
     .trust = audio_trust,
     .checked = audio_checked,
     .apply = audio_apply,
+    .apply_in = audio_apply_in,
+    .reads_in_place = audio_reads_in_place,
     .length = audio_length,
 };

@@ -102,7 +102,13 @@ static stk_status check_stft(size_t i, stk_op *op)
     TRY(int_in(i, op, "pad", op->pad, 0, MAX_FFT));
     TRY(int_in(i, op, "window", op->window, 0, 3));
     TRY(int_in(i, op, "periodic", op->periodic, 0, 1));
-    TRY(num_in(i, op, "power", op->power, 1e-3, 64.0, false));
+    if (op->power == 0.0 && op->kind != STK_OP_SPECTROGRAM) /* None: a complex STFT */
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): power=None (a complex spectrogram) is "
+                                   "Spectrogram's only",
+                                   i, stk_op_name(op->kind));
+    if (op->power != 0.0)
+        TRY(num_in(i, op, "power", op->power, 1e-3, 64.0, false));
     TRY(int_in(i, op, "normalized", op->normalized, 0, 2));
     TRY(int_in(i, op, "center", op->stft_center, 0, 1));
     TRY(int_in(i, op, "pad_mode", op->pad_mode, 0, 3));

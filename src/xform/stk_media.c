@@ -43,7 +43,7 @@ void stk_transform_opts_init_sized(stk_transform_opts *opts, size_t struct_size)
                                .frames_per_clip = 16,
                                .frame_step = 1,
                                .clips_per_video = 1,
-                               .decoder_threads = 1,
+                               .decoder_threads = 0,
                                .max_clip_pixels = 1ull << 31};
     stk__init_store(opts, struct_size, &full, sizeof(full));
 }
@@ -172,6 +172,22 @@ stk_status stk__transform_apply(const stk_transform *t, stk__tworker *w, const v
     return media_of(t->media)->apply(t, w, src, size, rng, dst, err, err_size);
 }
 
+bool stk__transform_reads_in_place(const stk_transform *t)
+{
+    const stk__media_ops *mo = media_of(t->media);
+    return mo->apply_in && (!mo->reads_in_place || mo->reads_in_place(t));
+}
+
+stk_status stk__transform_apply_in(const stk_transform *t, stk__tworker *w, const stk__bytesrc *in,
+                                   stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    const stk__media_ops *mo = media_of(t->media);
+    if (!stk__transform_reads_in_place(t))
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "a %s transform does not read its input in place", mo->name);
+    return mo->apply_in(t, w, in, rng, dst, err, err_size);
+}
+
 void stk__transform_worker_aux(const stk__tworker *w, void *dst)
 {
     const stk__media_ops *mo = worker_media(w);
@@ -190,4 +206,23 @@ void stk__transform_worker_clip(stk__tworker *w, uint32_t clip)
     const stk__media_ops *mo = worker_media(w);
     if (mo->clip)
         mo->clip(w, clip);
+}
+
+bool stk__transform_keeps_memo(const stk_transform *t)
+{
+    return media_of(t->media)->record != NULL;
+}
+
+void stk__transform_worker_threads(stk__tworker *w, uint32_t n)
+{
+    const stk__media_ops *mo = worker_media(w);
+    if (mo->threads)
+        mo->threads(w, n);
+}
+
+void stk__transform_worker_record(stk__tworker *w, stk__memo *memo, uint64_t rec)
+{
+    const stk__media_ops *mo = worker_media(w);
+    if (mo->record)
+        mo->record(w, memo, rec);
 }

@@ -36,6 +36,11 @@ typedef struct stk__media_ops {
     /* One sample: src (size bytes, the transform field's value) into dst, randomness from rng. */
     stk_status (*apply)(const stk_transform *t, stk__tworker *w, const void *src, size_t size,
                         stk_rng *rng, void *dst, char *err, size_t err_size);
+    /* Optional (NULL: the input is always read whole): apply on an input read in place
+     * (stk__transform_apply_in), and whether transform t can (NULL: it can). */
+    stk_status (*apply_in)(const stk_transform *t, stk__tworker *w, const stk__bytesrc *in,
+                           stk_rng *rng, void *dst, char *err, size_t err_size);
+    bool (*reads_in_place)(const stk_transform *t);
     /* Optional: the valid length of the last sample (stk__tspec.lengths). */
     int64_t (*length)(const stk__tworker *w);
     /* Optional (video): the last sample's aux output (stk__tspec.aux_name) into dst. */
@@ -43,6 +48,12 @@ typedef struct stk__media_ops {
     /* Optional (video): samples per record (NULL: 1); the clip the next apply is for. */
     uint32_t (*per_record)(const stk_transform *t);
     void (*clip)(stk__tworker *w, uint32_t clip);
+    /* Optional (video): the record the next apply is for and the loader's memo (per-record blobs
+     * kept across epochs: a video's frame index). NULL: this kind keeps nothing per record. */
+    void (*record)(stk__tworker *w, stk__memo *memo, uint64_t rec);
+    /* Optional (video): the codec threads the loader's thread plan gives the next apply (a
+     * transform created with its own count keeps it). */
+    void (*threads)(stk__tworker *w, uint32_t n);
 } stk__media_ops;
 
 extern const stk__media_ops stk__media_image; /* stk_transform.c */

@@ -6,13 +6,14 @@
  * more on both sides by pad_mode (reflect: torch refuses inputs not longer than that); frames of
  * n_fft every hop_length samples, times the window (win_length long, zero-padded to n_fft and
  * centred); the real FFT; |X| scaled by the normalisation ("window": 1 / sqrt(sum w^2);
- * "frame_length": n_fft^-1/2), raised to `power`. MelSpectrogram: melscale_fbanks(n_fft / 2 + 1,
- * f_min, f_max, n_mels, sample_rate, norm, mel_scale) applied to each frame (only each
- * triangle's non-zero bins are summed). MFCC: the mel spectrogram, then AmplitudeToDB("power",
- * top_db) over the whole sample (or log(x + 1e-6) with log_mels), then create_dct's matrix.
- * The filterbank is computed in float64 where torchaudio uses float32 tensors, the DCT matrix in
- * float32 as torchaudio does; the FFT is FFTW's instead of pocketfft's: the outputs agree to
- * float rounding (python/tests/test_audio.py states the bound).
+ * "frame_length": n_fft^-1/2), raised to `power` (power=None, 0 here: X itself, complex, its
+ * real and imaginary parts last: [C, bins, frames, 2], as torch.view_as_real). MelSpectrogram:
+ * melscale_fbanks(n_fft / 2 + 1, f_min, f_max, n_mels, sample_rate, norm, mel_scale) applied to
+ * each frame (only each triangle's non-zero bins are summed). MFCC: the mel spectrogram, then
+ * AmplitudeToDB("power", top_db) over the whole sample (or log(x + 1e-6) with log_mels), then
+ * create_dct's matrix. The filterbank is computed in float64 where torchaudio uses float32 tensors,
+ * the DCT matrix in float32 as torchaudio does; the FFT is FFTW's instead of pocketfft's: the
+ * outputs agree to float rounding (python/tests/test_audio.py states the bound).
  *
  * Each frame's spectrum is stored as a column of [bins, frames] (the Spectrogram's output, or one
  * channel's scratch), and the filterbank then runs along the frames: each output is still summed
@@ -318,7 +319,8 @@ static inline float padded_at(const float *x, int64_t len, int64_t pad, int mode
     return q >= 0 && q < len ? x[q] : 0.0f;
 }
 
-/* One channel's power (or magnitude) spectrum of frame t into column t of col ([n_freq, T]). */
+/* One channel's power (or magnitude) spectrum of frame t into column t of col ([n_freq, T]; the
+ * complex spectrum, [n_freq, T, 2], for power 0, None). */
 static void frame_spectrum(const stk__spec *s, stk__specwork *w, const float *x, int64_t len,
                            int64_t t, float *col, int64_t T)
 {
@@ -338,6 +340,14 @@ static void frame_spectrum(const stk__spec *s, stk__specwork *w, const float *x,
     int64_t nh = s->n_fft / 2 + 1;
     const float *X = w->out;
     float nrm = s->norm, *pw = w->in; /* |X|^2 (the FFT's input is spent) */
+    if (s->power == 0.0) {            /* None: X itself, (real, imaginary) at col[2 (k T + t)] */
+        for (int64_t k = 0; k < s->n_freq; k++) { /* two-sided: X[n - k] = conj(X[k]) */
+            int64_t j = k < nh ? k : s->n_fft - k;
+            col[2 * (k * T + t)] = X[2 * j] * nrm;
+            col[2 * (k * T + t) + 1] = (k < nh ? X[2 * j + 1] : -X[2 * j + 1]) * nrm;
+        }
+        return;
+    }
     for (int64_t k = 0; k < nh; k++) {
         float re = X[2 * k] * nrm, im = X[2 * k + 1] * nrm;
         pw[k] = re * re + im * im;
@@ -369,7 +379,8 @@ stk_status stk__spec_run(const stk__spec *s, stk__specwork *w, const float *cons
     for (uint32_t c = 0; c < channels; c++) {
         if (s->kind == STK_OP_SPECTROGRAM) {
             for (int64_t t = 0; t < T; t++)
-                frame_spectrum(s, w, x[c], len, t, dst + (size_t)c * (size_t)(nf * T), T);
+                frame_spectrum(s, w, x[c], len, t,
+                               dst + (size_t)c * (size_t)(nf * T * (s->power == 0.0 ? 2 : 1)), T);
             continue;
         }
         for (int64_t t = 0; t < T; t++)

@@ -82,7 +82,7 @@ static stk_status video_create(const stk_transform_opts *opts, stk_transform **o
     vt->clip = (stk__clipspec){opts->frames_per_clip, opts->frame_step,    opts->frame_rate,
                                opts->clips_per_video, opts->clip_sampling, opts->short_video};
     vt->thwc = opts->nhwc;
-    vt->threads = opts->decoder_threads ? opts->decoder_threads : 1;
+    vt->threads = opts->decoder_threads; /* 0: the loader's plan (1 outside a loader) */
     vt->max_pixels = opts->max_pixels;
     vt->max_clip_pixels = opts->max_clip_pixels;
     vt->lenient = opts->lenient;
@@ -136,13 +136,21 @@ static uint32_t video_per_record(const stk_transform *t)
 typedef struct stk__vworker {
     stk_media media; /* STK_MEDIA_VIDEO (stk_media.c reads it) */
     stk__vdec *dec;
-    stk__tworker *iw; /* the image worker rendering frames */
-    uint32_t clip;    /* of the next sample (stk__transform_worker_clip) */
-    uint32_t T;       /* frames per clip */
-    uint32_t *frames; /* [T]: the clip's frame numbers */
-    uint32_t *want;   /* the distinct ones, increasing */
-    double *pts;      /* [T]: the clip's times in seconds (the aux output) */
-    uint8_t *planes;  /* [3, H, W] of one frame for a [3, T, H, W] clip */
+    stk__tworker *iw;     /* the image worker rendering frames */
+    uint32_t clip;        /* of the next sample (stk__transform_worker_clip) */
+    uint32_t T;           /* frames per clip */
+    uint32_t *frames;     /* [T]: the clip's frame numbers */
+    uint32_t *want;       /* the distinct ones, increasing */
+    double *pts;          /* [T]: the clip's times in seconds (the aux output) */
+    uint8_t *planes;      /* [3, H, W] of one frame for a [3, T, H, W] clip */
+    stk__memo *memo;      /* the loader's, for the next apply (NULL: none) */
+    uint32_t own_threads; /* the transform's decoder_threads (0: the loader's plan decides) */
+    uint64_t rec;         /* the record of the next apply */
+    int64_t *ipts;        /* a memo's index unpacked */
+    uint32_t *ikeys;
+    size_t ipts_cap, ikeys_cap;
+    uint8_t *packed; /* an index packed for the memo */
+    size_t packed_cap;
     _Atomic uint64_t samples, decode_ns, augment_ns;
 } stk__vworker;
 
@@ -157,6 +165,9 @@ static void video_worker_destroy(stk__tworker *tw)
     stk__free(w->want);
     stk__free(w->pts);
     stk__free(w->planes);
+    stk__free(w->ipts);
+    stk__free(w->ikeys);
+    stk__free(w->packed);
     stk__free(w);
 }
 
@@ -169,6 +180,7 @@ static stk_status video_worker_create(const stk_transform *t, stk__tworker **out
     if (!w)
         return stk__set_last_error(STK_ENOMEM, "out of memory for a video worker");
     w->media = STK_MEDIA_VIDEO;
+    w->own_threads = vt->threads;
     size_t T = vt->clip.frames;
     w->T = vt->clip.frames;
     w->frames = stk__malloc(T * sizeof(uint32_t));
@@ -179,8 +191,8 @@ static stk_status video_worker_create(const stk_transform *t, stk__tworker **out
         video_worker_destroy((stk__tworker *)(void *)w);
         return stk__set_last_error(STK_ENOMEM, "out of memory for a video worker");
     }
-    stk_status rc =
-        stk__vdec_create(vt->threads, vt->max_pixels, vt->lenient, &w->dec, err, sizeof(err));
+    stk_status rc = stk__vdec_create(vt->threads ? vt->threads : 1, vt->max_pixels, vt->lenient,
+                                     &w->dec, err, sizeof(err));
     if (rc < 0) {
         video_worker_destroy((stk__tworker *)(void *)w);
         return stk__set_last_error(rc, "%s", err);
@@ -196,6 +208,48 @@ static stk_status video_worker_create(const stk_transform *t, stk__tworker **out
 static void video_worker_clip(stk__tworker *tw, uint32_t clip)
 {
     ((stk__vworker *)(void *)tw)->clip = clip;
+}
+
+static void video_worker_threads(stk__tworker *tw, uint32_t n)
+{
+    stk__vworker *w = (stk__vworker *)(void *)tw;
+    if (w->own_threads == 0) /* decoder_threads given at create: kept */
+        stk__vdec_set_threads(w->dec, n);
+}
+
+static void video_worker_record(stk__tworker *tw, stk__memo *memo, uint64_t rec)
+{
+    stk__vworker *w = (stk__vworker *)(void *)tw;
+    w->memo = memo;
+    w->rec = rec;
+}
+
+/* The open video's index: from the memo (*from_memo), else by a demux pass, then kept in the memo
+ * for later epochs (a memo that declines, full or out of memory, only costs the pass again). */
+static stk_status video_index(stk__vworker *w, stk__vindex *ix, bool *from_memo, char *err,
+                              size_t err_size)
+{
+    *from_memo = false;
+    size_t size = 0;
+    const uint8_t *b = w->memo ? stk__memo_get(w->memo, w->rec, &size) : NULL;
+    if (b && stk__vindex_unpack(b, size, ix, &w->ipts, &w->ipts_cap, &w->ikeys, &w->ikeys_cap)) {
+        *from_memo = true;
+        return STK_OK;
+    }
+    stk_status rc = stk__vdec_index(w->dec, ix, err, err_size);
+    if (rc < 0 || !w->memo)
+        return rc;
+    size_t need = stk__vindex_pack(ix, w->packed, w->packed_cap);
+    if (need > w->packed_cap) {
+        uint8_t *p = stk__realloc(w->packed, need);
+        if (!p)
+            return STK_OK; /* not kept: indexed again next time */
+        w->packed = p;
+        w->packed_cap = need;
+        stk__vindex_pack(ix, w->packed, w->packed_cap);
+    }
+    stk__memo_set(w->memo, w->rec, w->packed, need);
+    return STK_OK;
 }
 
 static void video_stage_ns(const stk__tworker *tw, uint64_t *decode_ns, uint64_t *augment_ns)
@@ -287,8 +341,40 @@ fail:
     return rc;
 }
 
-static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const void *src,
-                              size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+/* The distinct frames of frames[0 .. T) into want, increasing (a padded or looped clip repeats
+ * some); returns their count. */
+static size_t distinct_frames(const uint32_t *frames, uint32_t T, uint32_t *want)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < T; i++) {
+        uint32_t f = frames[i];
+        size_t k = n;
+        while (k > 0 && want[k - 1] > f)
+            k--;
+        if (k > 0 && want[k - 1] == f)
+            continue;
+        memmove(want + k + 1, want + k, (n - k) * sizeof(uint32_t));
+        want[k] = f;
+        n++;
+    }
+    return n;
+}
+
+/* A sample's video: its bytes in memory (buf, size), or read on demand through rd. */
+typedef struct vinput {
+    const void *buf;
+    size_t size;
+    const stk__bytesrc *rd;
+} vinput;
+
+static stk_status open_input(stk__vworker *w, const vinput *in, char *err, size_t err_size)
+{
+    return in->rd ? stk__vdec_open_reader(w->dec, in->rd, err, err_size)
+                  : stk__vdec_open(w->dec, in->buf, in->size, err, err_size);
+}
+
+static stk_status clip_of(const stk_transform *t, stk__tworker *tw, const vinput *in, stk_rng *rng,
+                          void *dst, char *err, size_t err_size)
 {
     stk_status rc = STK_OK;
     const stk__vtransform *vt = t->video;
@@ -296,9 +382,10 @@ static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const vo
     uint64_t t0 = stk__now_ns();
     uint32_t T = vt->clip.frames;
     render_ctx c = {.vt = vt, .w = w, .dst = dst};
-    STK_TRY(stk__vdec_open(w->dec, src, size, err, err_size));
+    STK_TRY(open_input(w, in, err, err_size));
     stk__vindex ix;
-    STK_TRY(stk__vdec_index(w->dec, &ix, err, err_size));
+    bool from_memo;
+    STK_TRY(video_index(w, &ix, &from_memo, err, err_size));
     if ((uint64_t)T * ix.width * ix.height > vt->max_clip_pixels) {
         rc = stk__set_error(err, err_size, STK_ELIMIT,
                             "a clip of %u frames of %ux%u exceeds max_clip_pixels (%llu)", T,
@@ -307,21 +394,23 @@ static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const vo
     }
     double u = stk_rng_uniform(rng); /* the clip's start; the ops' draws follow */
     STK_TRY(stk__clip_frames(&vt->clip, &ix, w->clip, u, w->frames, err, err_size));
-    /* the distinct frames, increasing (a padded or looped clip repeats some) */
-    size_t n = 0;
-    for (uint32_t i = 0; i < T; i++) {
-        uint32_t f = w->frames[i];
-        size_t k = n;
-        while (k > 0 && w->want[k - 1] > f)
-            k--;
-        if (k > 0 && w->want[k - 1] == f)
-            continue;
-        memmove(w->want + k + 1, w->want + k, (n - k) * sizeof(uint32_t));
-        w->want[k] = f;
-        n++;
-    }
+    size_t n = distinct_frames(w->frames, T, w->want);
     c.rng0 = *rng;
-    STK_TRY(stk__vdec_frames(w->dec, &ix, w->want, n, on_frame, &c, err, err_size));
+    rc = stk__vdec_frames(w->dec, &ix, w->want, n, on_frame, &c, err, err_size);
+    if (rc == STK_EFORMAT && from_memo) {
+        /* The remembered index may no longer describe the file (rewritten at the same size under
+         * the loader): forget it, index the video again and decode once more. The clip's frames
+         * are chosen again from the new index with the same draw. */
+        stk__memo_forget(w->memo, w->rec);
+        c.planned = false;
+        STK_TRY(open_input(w, in, err, err_size));
+        STK_TRY(video_index(w, &ix, &from_memo, err, err_size));
+        STK_TRY(stk__clip_frames(&vt->clip, &ix, w->clip, u, w->frames, err, err_size));
+        n = distinct_frames(w->frames, T, w->want);
+        STK_TRY(stk__vdec_frames(w->dec, &ix, w->want, n, on_frame, &c, err, err_size));
+    } else if (rc < 0) {
+        goto fail;
+    }
     for (uint32_t i = 0; i < T; i++)
         w->pts[i] = stk__vindex_seconds(&ix, ix.pts[w->frames[i]]);
     uint64_t t1 = stk__now_ns();
@@ -331,6 +420,22 @@ static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const vo
 fail:
     stk__vdec_close(w->dec);
     return rc;
+}
+
+static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const void *src,
+                              size_t size, stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    vinput in = {.buf = src, .size = size};
+    return clip_of(t, tw, &in, rng, dst, err, err_size);
+}
+
+/* A clip of a video read in place (the loader's c->in_place): the header, then from the
+ * keyframe before the clip to its last frame when the index is known (the memo). */
+static stk_status video_apply_in(const stk_transform *t, stk__tworker *tw, const stk__bytesrc *rd,
+                                 stk_rng *rng, void *dst, char *err, size_t err_size)
+{
+    vinput in = {.rd = rd};
+    return clip_of(t, tw, &in, rng, dst, err, err_size);
 }
 
 const stk__media_ops stk__media_video = {
@@ -344,7 +449,10 @@ const stk__media_ops stk__media_video = {
     .trust = video_trust,
     .checked = video_checked,
     .apply = video_apply,
+    .apply_in = video_apply_in,
     .aux = video_aux,
     .per_record = video_per_record,
     .clip = video_worker_clip,
+    .record = video_worker_record,
+    .threads = video_worker_threads,
 };

@@ -35,8 +35,8 @@ typedef struct stk__vtransform {
     stk_transform *img; /* the ops as an image transform: one frame's output ([3, H, W] or
                          * [H, W, 3] as the clip's layout needs) */
     stk__clipspec clip;
-    bool thwc; /* the clip is [T, H, W, 3] (nhwc); else [3, T, H, W] */
-    uint32_t threads;
+    bool thwc;        /* the clip is [T, H, W, 3] (nhwc); else [3, T, H, W] */
+    uint32_t threads; /* decoder_threads: 0 = the loader's thread plan (1 outside a loader) */
     uint64_t max_pixels, max_clip_pixels;
     bool lenient;
     size_t frame_bytes; /* one frame's output from img */

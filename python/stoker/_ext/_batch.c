@@ -151,6 +151,53 @@ static PyObject *Batch_device_tensors(BatchObject *self, PyObject *noargs)
     return tensor_list(self, true);
 }
 
+/* as_dict(cls, asarray, from_numpy): the host batch as a `cls` (a dict subclass, made without
+ * calling its __init__) of from_numpy(asarray(view)) per tensor (from_numpy None: the arrays),
+ * in the order of tensors(); None when a tensor needs the general conversion (a bytes field,
+ * which adds its lengths, or bfloat16). The Loader's per-batch path (loader.py _next_batch):
+ * from C, the calls cost a fraction of the same loop in Python (bench/RESULTS.md, issue 26
+ * tok3). */
+static PyObject *Batch_as_dict(BatchObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyType_Check(args[0]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[0], &PyDict_Type)) {
+        PyErr_SetString(PyExc_TypeError, "as_dict(cls, asarray, from_numpy): cls a dict subclass");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    PyObject *asarray = args[1], *from_numpy = args[2] == Py_None ? NULL : args[2];
+    size_t n = stk_batch_n_tensors(self->batch);
+    stk_tensor t[STK_MAX_FIELDS + 1]; /* the fields and the index */
+    if (n > STK_MAX_FIELDS + 1)
+        Py_RETURN_NONE;
+    for (size_t i = 0; i < n; i++) {
+        stk_tensor_init(&t[i]);
+        if (stk_batch_tensor(self->batch, i, &t[i]) < 0 || t[i].lengths ||
+            t[i].dtype == STK_DTYPE_BFLOAT16)
+            Py_RETURN_NONE;
+    }
+    PyObject *empty = PyTuple_New(0);
+    PyObject *out = empty ? cls->tp_new(cls, empty, NULL) : NULL;
+    Py_XDECREF(empty);
+    for (size_t i = 0; out && i < n; i++) {
+        PyObject *x = NULL, *view = stkpy_tensor_new((PyObject *)self, t[i].name, t[i].dtype,
+                                                     t[i].data, (int)t[i].ndim, t[i].shape);
+        if (view) {
+            x = PyObject_CallOneArg(asarray, view);
+            Py_DECREF(view);
+        }
+        if (x && from_numpy) {
+            PyObject *a = x;
+            x = PyObject_CallOneArg(from_numpy, a);
+            Py_DECREF(a);
+        }
+        if (!x || PyDict_SetItemString(out, t[i].name, x) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(x);
+    }
+    return out;
+}
+
 /* A CUstream handle from a Python int (torch.cuda.Stream.cuda_stream); 0 = the default stream. */
 static int stream_arg(PyObject *arg, void **out)
 {
@@ -198,6 +245,9 @@ static PyMethodDef Batch_methods[] = {
     {"tensors", (PyCFunction)Batch_tensors, METH_NOARGS,
      "tensors() -> list of (name, Tensor, lengths Tensor or None): the dataset's fields in "
      "schema order (a transformed field replaced by its output), then 'index'."},
+    {"as_dict", (PyCFunction)(void (*)(void))Batch_as_dict, METH_FASTCALL,
+     "as_dict(cls, asarray, from_numpy) -> cls of from_numpy(asarray(view)) per tensor, or None "
+     "when one needs the general conversion (a bytes field, bfloat16)."},
     {"device_tensors", (PyCFunction)Batch_device_tensors, METH_NOARGS,
      "device_tensors() -> list of (name, device address, shape, dtype, lengths Tensor or None): "
      "the batch's copy on its device (read it on a stream device_wait made wait)."},

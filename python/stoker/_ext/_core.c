@@ -473,6 +473,9 @@ static PyMethodDef module_methods[] = {
     {"tokens_info", stkpy_tokens_info, METH_O,
      "tokens_info(dataset) -> dict: the facts of a token dataset (stk_tokens_info_get), with "
      "'parts' for a mixture."},
+    {"tokens_cu_seqlens", stkpy_tokens_cu_seqlens, METH_O,
+     "tokens_cu_seqlens(seq_lens) -> bytearray: int32 0 then the running sum of the non-zero "
+     "entries of an int32 buffer (a packed batch's cu_seqlens from its seq_lens)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef core_module = {

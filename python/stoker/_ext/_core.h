@@ -77,6 +77,7 @@ void stkpy_dataset_give(PyObject *obj, stk_dataset *ds);
 PyObject *stkpy_tokens_open(PyObject *module, PyObject *args, PyObject *kw);
 PyObject *stkpy_tokens_mix(PyObject *module, PyObject *args, PyObject *kw);
 PyObject *stkpy_tokens_info(PyObject *module, PyObject *ds);
+PyObject *stkpy_tokens_cu_seqlens(PyObject *module, PyObject *seq_lens);
 
 /* The C transform of a Transform object (NULL with an exception if not a Transform). */
 const stk_transform *stkpy_transform_get(PyObject *obj);

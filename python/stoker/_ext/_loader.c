@@ -414,7 +414,10 @@ static void park_result(LoaderObject *self, stk_status rc, stk_batch *b, const c
     pthread_mutex_lock(&self->mu);
     self->res_rc = rc;
     self->res_batch = b;
-    snprintf(self->res_err, sizeof(self->res_err), "%s", err);
+    if (err[0]) /* (every batch comes here: no format parse for an empty message) */
+        snprintf(self->res_err, sizeof(self->res_err), "%s", err);
+    else
+        self->res_err[0] = '\0';
     self->req = REQ_DONE;
     pthread_mutex_unlock(&self->mu);
 }

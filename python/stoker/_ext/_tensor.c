@@ -8,6 +8,8 @@
  */
 #include "_core.h"
 
+#include <string.h>
+
 typedef struct {
     PyObject ob_base;
     PyObject *owner; /* the Batch whose slot holds the data */
@@ -31,7 +33,9 @@ PyObject *stkpy_tensor_new(PyObject *owner, const char *name, stk_dtype dtype, v
         return NULL;
     t->owner = Py_NewRef(owner);
     t->data = data;
-    snprintf(t->name, sizeof(t->name), "%s", name);
+    size_t n = strnlen(name, sizeof(t->name) - 1); /* (snprintf: a format parse a tensor) */
+    memcpy(t->name, name, n);
+    t->name[n] = '\0';
     t->dtype = dtype;
     t->ndim = ndim;
     t->itemsize = (Py_ssize_t)stk_dtype_size(dtype);

@@ -2,9 +2,11 @@
  * _tokens.c: token corpora for stoker/tokens.py: tokens_open (stk_tokens_open) and tokens_mix
  * (stk_tokens_mix) make Dataset objects of the class they are given, tokens_info reads
  * stk_tokens_info_get. The GIL is released while a corpus opens (headers, indexes, an eos scan,
- * packing).
+ * packing). tokens_cu_seqlens: a packed batch's cu_seqlens from its seq_lens, per batch.
  */
 #include "_core.h"
+
+#include <string.h>
 
 static const char *const mode_names[] = {"windows", "random", "packed", "documents"};
 static const char *const packing_names[] = {"best-fit", "first-fit"};
@@ -196,4 +198,40 @@ fail:
     Py_XDECREF(parts);
     Py_DECREF(d);
     return NULL;
+}
+
+/* tokens_cu_seqlens(seq_lens) -> bytearray: int32 [n + 1], 0 then the running sum of the n
+ * non-zero lengths of a C-contiguous int32 buffer (a packed batch's seq_lens, [B, P]). Per
+ * batch: numpy's mask, zeros and cumsum cost several times the loop (bench/RESULTS.md, issue
+ * 26 tok3). */
+PyObject *stkpy_tokens_cu_seqlens(PyObject *module, PyObject *obj)
+{
+    (void)module;
+    Py_buffer b;
+    if (PyObject_GetBuffer(obj, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return NULL;
+    PyObject *out = NULL;
+    if (b.itemsize != 4 || !b.format ||
+        (strcmp(b.format, "i") != 0 && strcmp(b.format, "<i") != 0 &&
+         strcmp(b.format, "=i") != 0)) {
+        PyErr_SetString(PyExc_TypeError, "tokens_cu_seqlens: seq_lens must be int32");
+        goto done;
+    }
+    const int32_t *s = b.buf;
+    Py_ssize_t n = b.len / 4, k = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        k += s[i] != 0;
+    out = PyByteArray_FromStringAndSize(NULL, (k + 1) * 4);
+    if (out) {
+        int32_t *cu = (int32_t *)(void *)PyByteArray_AS_STRING(out), sum = 0;
+        cu[0] = 0;
+        for (Py_ssize_t i = 0, j = 1; i < n; i++)
+            if (s[i]) {
+                sum += s[i];
+                cu[j++] = sum;
+            }
+    }
+done:
+    PyBuffer_Release(&b);
+    return out;
 }

@@ -326,7 +326,7 @@ static PyObject *Transform_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     int strict = 1, lengths = 0;
     unsigned long long max_pixels = 0, max_clip_pixels = 0;
     unsigned int sample_rate = 0, frames_per_clip = 16, frame_step = 1, clips_per_video = 1,
-                 decoder_threads = 1;
+                 decoder_threads = 0;
     double frame_rate = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OsOKzpzIpIIdIzzIK:Transform", kwlist, &ops_obj,
                                      &dtype_obj, &layout, &exact_obj, &max_pixels, &finish, &strict,
@@ -535,7 +535,8 @@ PyTypeObject StkTransform_Type = {
               "of a clip with one set of parameters): frames_per_clip=16, frame_step=1 or "
               "frame_rate=F (seconds, the container's timestamps), clips_per_video=1, "
               "clip_sampling='random' or 'uniform', short_video='pad', 'loop' or 'skip', "
-              "decoder_threads=1, max_clip_pixels=2**31; layout 'NHWC' gives [T, H, W, 3] per "
+              "decoder_threads=0 (the loader's thread plan), max_clip_pixels=2**31; layout 'NHWC' "
+              "gives [T, H, W, 3] per "
               "sample, 'NCHW' [3, T, H, W].",
     .tp_new = Transform_new,
     .tp_getset = Transform_getset,

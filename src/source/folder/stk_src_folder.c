@@ -390,6 +390,46 @@ static void folder_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t
              lr && fo->root[lr - 1] == '/' ? "" : "/", fo->items[i].rel, i);
 }
 
+/* The byte source's error about record i's file ("PATH: why") as "WHERE: why" (read's errors). */
+static stk_status item_error(const stk_dataset *ds, uint64_t i, stk_status rc, char *err,
+                             size_t err_size)
+{
+    const folder *fo = ds->impl;
+    char where[STK_ERRMSG_SIZE];
+    char *abs = stk__path_join(fo->root, fo->items[i].rel);
+    if (!abs)
+        return rc;
+    folder_describe(ds, i, where, sizeof(where));
+    rc = stk__source_read_error(rc, where, abs, err, err_size);
+    stk__free(abs);
+    return rc;
+}
+
+/* Open record i's file, which must still have the size it had when the dataset was opened. */
+static stk_status open_item(const stk_dataset *ds, uint64_t i, stk__file **out, char *err,
+                            size_t err_size)
+{
+    const folder *fo = ds->impl;
+    const item *it = &fo->items[i];
+    char *abs = stk__path_join(fo->root, it->rel);
+    stk__file *f = NULL;
+    *out = NULL;
+    stk_status rc = abs ? stk__vfs_open(abs, &f, err, err_size)
+                        : stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
+    if (rc == STK_OK && f->size != it->size)
+        rc = stk__set_error(err, err_size, STK_EFORMAT,
+                            "%s: changed since the dataset was opened (size %" PRIu64 " -> %" PRIu64
+                            ")",
+                            abs, it->size, f->size);
+    stk__free(abs);
+    if (rc < 0) {
+        stk__vfs_close(f);
+        return item_error(ds, i, rc, err, err_size);
+    }
+    *out = f;
+    return STK_OK;
+}
+
 static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i,
                               void *const dst[], const size_t cap[], unsigned flags,
                               stk__recinfo *info, char *err, size_t err_size)
@@ -411,33 +451,39 @@ static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t 
     info->field_size[1] = 8;
     info->field_size[2] = len;
     info->size = it->size + 8 + len;
-    if (it->size > cap[0] || 8 > cap[1] || len > cap[2]) {
+    if ((dst[0] && it->size > cap[0]) || 8 > cap[1] || len > cap[2]) {
         folder_describe(ds, i, where, sizeof(where));
         return stk__set_error(err, err_size, STK_ELIMIT, "%s: record over its buffer", where);
     }
-    char *abs = stk__path_join(fo->root, it->rel);
-    stk__file *f = NULL;
-    stk_status rc = abs ? stk__vfs_open(abs, &f, err, err_size)
-                        : stk__set_error(err, err_size, STK_ENOMEM, "out of memory");
-    if (rc == STK_OK && f->size != it->size)
-        rc = stk__set_error(err, err_size, STK_EFORMAT,
-                            "%s: changed since the dataset was opened (size %" PRIu64 " -> %" PRIu64
-                            ")",
-                            abs, it->size, f->size);
-    if (rc == STK_OK)
+    if (dst[0]) { /* else read in place (folder_field_open) */
+        stk__file *f = NULL;
+        stk_status rc = open_item(ds, i, &f, err, err_size);
+        if (rc < 0)
+            return rc;
         rc = stk__vfs_read(f, 0, dst[0], (size_t)it->size, err, err_size);
-    stk__vfs_close(f);
-    if (rc < 0 && abs) {
-        folder_describe(ds, i, where, sizeof(where));
-        rc = stk__source_read_error(rc, where, abs, err, err_size);
+        stk__vfs_close(f);
+        if (rc < 0)
+            return item_error(ds, i, rc, err, err_size);
     }
-    stk__free(abs);
-    if (rc < 0)
-        return rc;
     uint8_t *l = dst[1];
     for (int b = 0; b < 8; b++)
         l[b] = (uint8_t)((uint64_t)it->label >> (8 * b));
     memcpy(dst[2], it->rel, len);
+    return STK_OK;
+}
+
+/* The file itself is the record's first field (image, audio or video). */
+static stk_status folder_field_open(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                                    stk__brange *r, char *err, size_t err_size)
+{
+    *file = NULL;
+    if (i >= ds->count || f != 0)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "field %zu of record %" PRIu64 " cannot be read in place", f, i);
+    stk_status rc = open_item(ds, i, file, err, err_size);
+    if (rc < 0)
+        return rc;
+    *r = (stk__brange){0, ((const folder *)ds->impl)->items[i].size};
     return STK_OK;
 }
 
@@ -450,6 +496,7 @@ const stk__source_methods stk__src_imagefolder = {
     .close = folder_close,
     .read = folder_read,
     .describe = folder_describe,
+    .field_open = folder_field_open,
 };
 
 /* Never detected (a directory is imagefolder's, which reads audio or video in a tree without
@@ -470,6 +517,7 @@ const stk__source_methods stk__src_audiofolder = {
     .close = folder_close,
     .read = folder_read,
     .describe = folder_describe,
+    .field_open = folder_field_open,
 };
 
 const stk__source_methods stk__src_videofolder = {
@@ -481,4 +529,5 @@ const stk__source_methods stk__src_videofolder = {
     .close = folder_close,
     .read = folder_read,
     .describe = folder_describe,
+    .field_open = folder_field_open,
 };

@@ -155,6 +155,31 @@ static stk_status check_filters(hid_t plist, const char *path, const char *dname
     return STK_OK;
 }
 
+/* A chunked dataset's chunk shape against its dataspace: HDF5 refuses to create a chunk larger
+ * than a fixed dimension, and libhdf5 1.10 trusts that when it reads one back (a damaged file
+ * declaring a 65540-row chunk for an 8-row dataset made H5Dread copy past a buffer of its own,
+ * found by fuzz_hdf5): such a file is refused at open, naming the dataset. */
+static stk_status check_chunks(hid_t plist, hid_t sp, int rank, const char *path, const char *dname,
+                               char *err, size_t err_size)
+{
+    hsize_t chunk[H5S_MAX_RANK], dims[H5S_MAX_RANK], maxdims[H5S_MAX_RANK];
+    if (H5Pget_chunk(plist, rank, chunk) != rank ||
+        H5Sget_simple_extent_dims(sp, dims, maxdims) != rank)
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: dataset '%s': its chunk shape does not match its %d dimensions "
+                              "(damaged file?)",
+                              path, dname, rank);
+    for (int d = 0; d < rank; d++) {
+        if (chunk[d] == 0 || (maxdims[d] != H5S_UNLIMITED && chunk[d] > maxdims[d]))
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "%s: dataset '%s': chunk dimension %d is %llu for a dimension "
+                                  "of at most %llu (damaged file?)",
+                                  path, dname, d, (unsigned long long)chunk[d],
+                                  (unsigned long long)maxdims[d]);
+    }
+    return STK_OK;
+}
+
 /* The field a dataset's element type makes (kind, dtype), and the memory type to read it with. */
 static stk_status map_type(hid_t t, stk__h5col *c, stk_field *fd, const char *path,
                            const char *dname, char *err, size_t err_size)
@@ -240,8 +265,10 @@ static stk_status open_col(h5file *s, stk_field *fd, uint64_t *fmax, const char 
     snprintf(fd->name, sizeof(fd->name), "%s", dname);
     STK_TRY(map_type(t, c, fd, path, dname, err, err_size));
     H5D_layout_t layout = H5Pget_layout(plist);
-    if (layout == H5D_CHUNKED)
+    if (layout == H5D_CHUNKED) {
+        STK_TRY(check_chunks(plist, sp, c->rank, path, dname, err, err_size));
         STK_TRY(check_filters(plist, path, dname, err, err_size));
+    }
     if (c->mode == COL_VLEN && c->rank != 1)
         STK_FAIL_E(STK_ENOTSUP, "%s: dataset '%s': variable-length bytes need a 1-d dataset", path,
                    dname);

@@ -4,7 +4,8 @@
  * FLAC, Ogg Vorbis, Opus, MP3 where its build writes it): a window read after a seek gives the
  * samples of a full decode (exactly, Opus within its pre-roll's tolerance); strict first reads
  * fail truncated and corrupt streams with the codec's reason; lenient ones zero-fill; the format
- * comes from the bytes. Skips (77) in a build without libsndfile.
+ * comes from the bytes; a record read in place gives the same frames, reading less. Skips (77) in a
+ * build without libsndfile.
  */
 #include "decode/stk_audio_decode.h"
 #include "t.h"
@@ -66,35 +67,45 @@ static sf_count_t m_tell(void *u)
 #define RATE 44100
 #define FRAMES 88200 /* 2 s */
 
-/* A stereo test signal: a chord on the left, a chirp on the right, 0.5 full scale. */
-static float *test_signal(void)
+/* A test signal of `ch` channels: a chord on the left, a chirp on the right, a tone of its own on
+ * each further channel, 0.5 full scale. */
+static float *test_signal(int ch)
 {
-    float *x = malloc(sizeof(float) * 2 * FRAMES);
+    float *x = malloc(sizeof(float) * (size_t)ch * FRAMES);
     for (int i = 0; i < FRAMES; i++) {
         double t = (double)i / RATE;
-        x[2 * i] = (float)(0.25 * sin(2 * M_PI * 220 * t) + 0.25 * sin(2 * M_PI * 330 * t));
-        x[2 * i + 1] = (float)(0.5 * sin(2 * M_PI * (200 + 900 * t) * t));
+        x[ch * i] = (float)(0.25 * sin(2 * M_PI * 220 * t) + 0.25 * sin(2 * M_PI * 330 * t));
+        if (ch > 1)
+            x[ch * i + 1] = (float)(0.5 * sin(2 * M_PI * (200 + 900 * t) * t));
+        for (int c = 2; c < ch; c++)
+            x[ch * i + c] = (float)(0.5 * sin(2 * M_PI * (100 + 70 * c) * t));
     }
     return x;
 }
 
-/* The signal encoded as `format` at `rate` (NULL when libsndfile cannot write it). */
-static uint8_t *encode(int format, int rate, size_t *size)
+/* The signal of `ch` channels encoded as `format` at `rate` (NULL when libsndfile cannot write
+ * it). */
+static uint8_t *encode_ch(int format, int rate, int ch, size_t *size)
 {
     static SF_VIRTUAL_IO vio = {m_len, m_seek, m_read, m_write, m_tell};
     membuf m = {0};
-    SF_INFO info = {.samplerate = rate, .channels = 2, .format = format};
+    SF_INFO info = {.samplerate = rate, .channels = ch, .format = format};
     if (!sf_format_check(&info))
         return NULL;
     SNDFILE *f = sf_open_virtual(&vio, SFM_WRITE, &info, &m);
     if (!f)
         return NULL;
-    float *x = test_signal();
+    float *x = test_signal(ch);
     sf_writef_float(f, x, FRAMES);
     sf_close(f);
     free(x);
     *size = (size_t)m.size;
     return m.p;
+}
+
+static uint8_t *encode(int format, int rate, size_t *size)
+{
+    return encode_ch(format, rate, 2, size);
 }
 
 /* Decode frames [first, first + n) of src into two planes (malloc'd, interleaved back). */
@@ -276,8 +287,170 @@ static int test_not_audio(void)
     return 0;
 }
 
+/* ---- a record read in place (stk__audio_open_in) ---- */
+
+typedef struct memsrc {
+    const uint8_t *p;
+    uint64_t fail_at; /* a read reaching this byte fails (UINT64_MAX: none) */
+    uint64_t reads, bytes;
+} memsrc;
+
+static stk_status memsrc_read(void *ctx, uint64_t off, void *buf, size_t n, char *err,
+                              size_t err_size)
+{
+    memsrc *m = ctx;
+    if (off + n > m->fail_at)
+        return stk__set_error(err, err_size, STK_EIO, "clip.wav: Input/output error");
+    memcpy(buf, m->p + off, n);
+    m->reads++;
+    m->bytes += n;
+    return STK_OK;
+}
+
+/* Frames [first, first + n) into `planes` planes, from memory or read in place; *bytes receives
+ * what the in-place read fetched. */
+static stk_status window(stk__audiodec *d, const uint8_t *src, size_t size, bool in_place,
+                         int64_t first, int64_t n, uint32_t planes, float *out, uint64_t *bytes,
+                         char *err)
+{
+    memsrc m = {src, UINT64_MAX, 0, 0};
+    stk__bytesrc in = {size, memsrc_read, &m};
+    stk__audinfo info;
+    stk_status rc = in_place ? stk__audio_open_in(d, &in, &info, err, 256)
+                             : stk__audio_open(d, src, size, &info, err, 256);
+    if (rc < 0)
+        return rc;
+    float *pl[STK__AUD_MAX_CHANNELS];
+    for (uint32_t c = 0; c < planes; c++)
+        pl[c] = out + (size_t)c * (size_t)n;
+    rc = stk__audio_decode(d, first, n, pl, planes, err, 256);
+    *bytes = stk__audiodec_bytes_read(d);
+    return rc;
+}
+
+/* The frames of a record read in place are those of the record in memory, bit for bit, for
+ * windows at the start, middle and end, every channel count, one plane or all, strict, trusted
+ * and lenient; a PCM window reads its header and its own bytes only. */
+static int test_in_place_equals_memory(void)
+{
+    static const struct {
+        int format, ch;
+        bool pcm;
+    } cases[] = {
+        {SF_FORMAT_WAV | SF_FORMAT_PCM_U8, 1, true},
+        {SF_FORMAT_WAV | SF_FORMAT_PCM_16, 3, true},
+        {SF_FORMAT_WAV | SF_FORMAT_PCM_24, 5, true},
+        {SF_FORMAT_WAV | SF_FORMAT_PCM_32, 2, true},
+        {SF_FORMAT_WAV | SF_FORMAT_FLOAT, 1, true},
+        {SF_FORMAT_AIFF | SF_FORMAT_PCM_16, 3, true},
+        {SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 3, false},
+        {SF_FORMAT_FLAC | SF_FORMAT_PCM_24, 1, false},
+        {SF_FORMAT_OGG | SF_FORMAT_VORBIS, 2, false},
+        {SF_FORMAT_OGG | SF_FORMAT_OPUS, 1, false},
+        {SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III, 2, false},
+    };
+    int tried = 0;
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        size_t size;
+        uint8_t *src = encode_ch(cases[k].format, RATE, cases[k].ch, &size);
+        if (!src)
+            continue; /* this libsndfile cannot write it */
+#ifndef STK_HAVE_MPG123
+        if ((cases[k].format & SF_FORMAT_TYPEMASK) == SF_FORMAT_MPEG) {
+            free(src);
+            continue;
+        }
+#endif
+        tried++;
+        stk__audiodec *d;
+        T_OK(stk__audiodec_create(&d));
+        stk__audinfo info;
+        char err[256];
+        T_OK(stk__audio_open(d, src, size, &info, err, sizeof(err)));
+        int64_t total = info.frames, n = 4410; /* 0.1 s */
+        uint32_t ch = info.channels;
+        float *a = malloc(sizeof(float) * ch * (size_t)n),
+              *b = malloc(sizeof(float) * ch * (size_t)n);
+        const int64_t firsts[] = {0, total / 2 - 1234, total - n};
+        for (int mode = 0; mode < 3; mode++) { /* strict, trusted, lenient */
+            stk__audiodec_set_trusted(d, mode == 1);
+            stk__audiodec_set_lenient(d, mode == 2);
+            for (size_t f = 0; f < 3; f++)
+                for (uint32_t planes = 1; planes <= ch; planes += ch > 1 ? ch - 1 : 1) {
+                    uint64_t bytes_a, bytes_b;
+                    T_OK(window(d, src, size, false, firsts[f], n, planes, a, &bytes_a, err));
+                    T_OK(window(d, src, size, true, firsts[f], n, planes, b, &bytes_b, err));
+                    T_CHECKF(memcmp(a, b, sizeof(float) * planes * (size_t)n) == 0,
+                             "case %zu mode %d at %lld, %u planes", k, mode, (long long)firsts[f],
+                             planes);
+                    T_EQ(bytes_a, size);
+                    if (cases[k].pcm) /* the header (4 KiB) and the window's bytes, no more */
+                        T_CHECKF(bytes_b <=
+                                     4096 + (uint64_t)(n + 1) * (size / (uint64_t)total + 1) + 4096,
+                                 "case %zu: %llu of %zu bytes read", k, (unsigned long long)bytes_b,
+                                 size);
+                    else if (mode == 0) /* strict: decoded to its end, read whole once (and
+                                           the header's 4 KiB before the format was known) */
+                        T_CHECKF(bytes_b >= size && bytes_b <= size + 4096, "case %zu: %llu of %zu",
+                                 k, (unsigned long long)bytes_b, size);
+                }
+        }
+        stk__audiodec_set_trusted(d, false);
+        stk__audiodec_set_lenient(d, false);
+        if (cases[k].pcm) { /* a 0.1 s window of a 2 s file reads a small part of it */
+            uint64_t bytes;
+            T_OK(window(d, src, size, true, total / 2, n, ch, b, &bytes, err));
+            T_CHECKF(bytes * 5 < size, "case %zu: %llu of %zu bytes", k, (unsigned long long)bytes,
+                     size);
+        }
+        free(a);
+        free(b);
+        free(src);
+        stk__audiodec_destroy(d);
+    }
+    T_CHECK(tried >= 9);
+    return 0;
+}
+
+/* A read error in place is the decode's error, as the byte source gave it; a truncated WAV read
+ * in place fails from its header as it does in memory. */
+static int test_in_place_errors(void)
+{
+    size_t size;
+    uint8_t *wav = encode(SF_FORMAT_WAV | SF_FORMAT_PCM_16, RATE, &size);
+    T_CHECK(wav);
+    stk__audiodec *d;
+    T_OK(stk__audiodec_create(&d));
+    stk__audinfo info;
+    char err[256];
+    float out[2000], *pl[2] = {out, out + 1000};
+    /* the header reads, the window's bytes fail */
+    memsrc m = {wav, size / 2, 0, 0};
+    stk__bytesrc in = {size, memsrc_read, &m};
+    T_OK(stk__audio_open_in(d, &in, &info, err, sizeof(err)));
+    T_EQ(stk__audio_decode(d, FRAMES - 1000, 1000, pl, 2, err, sizeof(err)), STK_EIO);
+    T_CHECKF(strstr(err, "clip.wav: Input/output error"), "%s", err);
+    /* the header fails */
+    m = (memsrc){wav, 10, 0, 0};
+    T_EQ(stk__audio_open_in(d, &in, &info, err, sizeof(err)), STK_EIO);
+    T_CHECKF(strstr(err, "clip.wav: Input/output error"), "%s", err);
+    /* truncated: its data chunk says more than follows */
+    m = (memsrc){wav, UINT64_MAX, 0, 0};
+    in.size = size - 1000;
+    T_EQ(stk__audio_open_in(d, &in, &info, err, sizeof(err)), STK_EFORMAT);
+    T_CHECKF(strstr(err, "WAV: truncated: its data chunk at byte 36 says 352800 bytes but "
+                         "351800 follow"),
+             "%s", err);
+    in.size = 0;
+    T_EQ(stk__audio_open_in(d, &in, &info, err, sizeof(err)), STK_EFORMAT);
+    T_CHECK(strstr(err, "empty (0 bytes)"));
+    free(wav);
+    stk__audiodec_destroy(d);
+    return 0;
+}
+
 T_MAIN(T_CASE(test_wav_exact), T_CASE(test_compressed_windows), T_CASE(test_ogg_crc),
-       T_CASE(test_not_audio))
+       T_CASE(test_not_audio), T_CASE(test_in_place_equals_memory), T_CASE(test_in_place_errors))
 
 #else /* built without libsndfile */
 

@@ -176,7 +176,25 @@ static int test_park_idle_thread(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_start), T_CASE(test_grow_by_one_then_settle),
+/* The codec threads of the thread plan: one each when the active threads fill the cores, the
+ * cores shared among the clips decoded at once otherwise, never 0, never above the cap. */
+static int test_decoder_threads(void)
+{
+    T_EQ(stk__decoder_threads(16, 16, 1000), 1); /* n_threads == cores */
+    T_EQ(stk__decoder_threads(16, 32, 1000), 1); /* more threads than cores */
+    T_EQ(stk__decoder_threads(16, 4, 1000), 4);
+    T_EQ(stk__decoder_threads(16, 1, 1000), STK__DECODER_THREADS_MAX); /* autotune's start */
+    T_EQ(stk__decoder_threads(16, 16, 2), STK__DECODER_THREADS_MAX);   /* two clips in all */
+    T_EQ(stk__decoder_threads(16, 16, 4), 4);
+    T_EQ(stk__decoder_threads(2, 1, 1000), 2);
+    T_EQ(stk__decoder_threads(2, 2, 1000), 1);
+    T_EQ(stk__decoder_threads(3, 2, 1000), 1);
+    T_EQ(stk__decoder_threads(1, 0, 0), 1); /* nothing active, nothing to load: still 1 */
+    T_EQ(stk__decoder_threads(0, 4, 10), 1);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_decoder_threads), T_CASE(test_start), T_CASE(test_grow_by_one_then_settle),
        T_CASE(test_double_above_30_percent), T_CASE(test_undo_growth_without_gain),
        T_CASE(test_reprobe_after_20_windows), T_CASE(test_depth_when_all_threads_busy),
        T_CASE(test_park_idle_thread))
