@@ -3,7 +3,7 @@
 rows against windows, opening a 10^9-token Megatron corpus, and packing waste.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py windows [--tokens 2e8]
-        [--batches 1500] [--rounds 3] [--base OTHER/build]
+        [--batches 1500] [--rounds 3] [--base OTHER/build] [--only "1 thread,pread"]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py packed [--tokens 2e8]
         [--base OTHER/build]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokens.py open [--tokens 1e9]
@@ -223,11 +223,15 @@ def cmd_windows(a):
             ("ceiling: memcpy of the delivered bytes (16/token)",
              lambda: ceiling(path, "memcpy", K)),
         ]:
+            if a.only and "pread of the rows" not in name and \
+                    not any(o in name for o in a.only.split(",")):
+                continue
             res.setdefault(name, []).append(fn())
         print(f"round {r + 1}: {uptime()}", file=sys.stderr)
     print(uptime())
-    table(res, "nanoGPT get_batch (1 process)")
-    print()
+    if "nanoGPT get_batch (1 process)" in res:
+        table(res, "nanoGPT get_batch (1 process)")
+        print()
     table(res, "ceiling: pread of the rows' bytes (2/token)")
 
 
@@ -356,6 +360,9 @@ def main():
     ap.add_argument("--base", default=None,
                     help="windows, packed: also run the loader rows with this build directory "
                          "(its python package and libstoker.a), in the same rounds (an A/B)")
+    ap.add_argument("--only", default=None,
+                    help="windows: only the methods whose name contains one of these "
+                         "comma-separated strings (the pread ceiling is always wanted)")
     a = ap.parse_args()
     if a.tokens is None:
         a.tokens = {"open": 1e9, "waste": 2e7}.get(a.what, 2e8)

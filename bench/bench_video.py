@@ -17,6 +17,12 @@ float32 [B, 3, 16, 224, 224]. The data is a class-per-folder tree made by bench/
                colour conversion, one process per core: what decoding whole files costs
 
 Each runs in its own process (its peak RSS is its own). Samples/s: epoch 1 and epochs 2.. apart.
+--clips-per-video K takes K clips of each video per epoch (a long video), in stoker by
+clips_per_video=K, in the DataLoader by listing each video K times. Variants of stoker, side by
+side in the same run: --before PYTHONPATH (another build, e.g. main's before a change),
+--variants whole (STOKER_VIDEO_WHOLE=1: each video read whole into memory, as before ranged
+reads), dthreads1 (decoder_threads=1 instead of the thread plan). Bytes read per epoch are
+stoker's stats()["bytes_read"].
 
     /usr/bin/python3 bench/bench_video.py --videos 32 --epochs 3 --workers 0,1,2,3
 """
@@ -42,15 +48,23 @@ def tv_transforms():
 
 def run_stoker(tree, epochs, threads):
     import stoker
-    times = []
+    if os.environ.get("BENCH_DECODER_THREADS"):  # the dthreads1 variant
+        import functools
+        import stoker.video
+        stoker.video.compile = functools.partial(
+            stoker.video.compile, decoder_threads=int(os.environ["BENCH_DECODER_THREADS"]))
+    times, bytes_read = [], []
     with stoker.Loader(tree, batch_size=BATCH, shuffle=True, seed=0, num_workers=threads,
-                       frames_per_clip=T, frame_step=STEP, transforms=tv_transforms()) as loader:
+                       frames_per_clip=T, frame_step=STEP, clips_per_video=CLIPS,
+                       transforms=tv_transforms()) as loader:
         for _ in range(epochs):
             t0, n = time.perf_counter(), 0
             for b in loader:
                 n += b["video"].shape[0]
                 assert tuple(b["video"].shape[1:]) == (3, T, 224, 224)
             times.append((n, time.perf_counter() - t0))
+            bytes_read.append(loader.stats()["bytes_read"] - sum(bytes_read))
+    times.append(("bytes", bytes_read))
     return times
 
 
@@ -67,7 +81,7 @@ class ReadVideoClips:
                 with av.open(p) as ct:
                     st = ct.streams.video[0]
                     n, rate = st.frames, float(st.average_rate)
-                self.items.append((p, c, n, rate))
+                self.items += [(p, c, n, rate)] * CLIPS
         import torchvision.transforms as TT
         self.tf = TT.Compose([TT.Resize(256), TT.RandomResizedCrop(224),
                               TT.RandomHorizontalFlip(), TT.Normalize(MEAN, STD)])
@@ -128,6 +142,9 @@ def run_ceiling(tree, epochs, procs):
     return times
 
 
+CLIPS = int(os.environ.get("BENCH_CLIPS", "1"))
+
+
 def child(mode, tree, epochs, arg):
     fn = {"stoker": run_stoker, "dataloader": run_dataloader, "ceiling": run_ceiling}[mode]
     cpu0 = time.process_time()
@@ -138,17 +155,18 @@ def child(mode, tree, epochs, arg):
                       "cpu_s": time.process_time() - cpu0 + ruc.ru_utime + ruc.ru_stime}))
 
 
-def measure(mode, tree, epochs, arg):
+def measure(mode, tree, epochs, arg, env=None):
     out = subprocess.run([sys.executable, __file__, "--child", mode, "--tree", tree,
                           "--epochs", str(epochs), "--arg", str(arg)],
-                         capture_output=True, text=True, env=dict(os.environ))
+                         capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     if out.returncode:
         raise RuntimeError(f"{mode} {arg}: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def rate(times, first):
-    sel = times[:1] if first else [t for t in times[1:] if t[0] != "frames"]
+    times = [t for t in times if t[0] not in ("frames", "bytes")]
+    sel = times[:1] if first else times[1:]
     n = sum(t[0] for t in sel)
     s = sum(t[1] for t in sel)
     return n / s if s else float("nan")
@@ -162,6 +180,9 @@ def main():
     ap.add_argument("--workers", default="0,1,2,3")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--data", help="an existing tree (else generated in a temporary folder)")
+    ap.add_argument("--clips-per-video", type=int, default=1)
+    ap.add_argument("--before", help="PYTHONPATH of another stoker build: a row of its own")
+    ap.add_argument("--variants", default="", help="comma list: whole, dthreads1")
     ap.add_argument("--child")
     ap.add_argument("--tree")
     ap.add_argument("--arg", type=int, default=0)
@@ -174,9 +195,17 @@ def main():
         per = max(1, a.videos // 4)
         subprocess.run([sys.executable, os.path.join(HERE, "gen_videos.py"), tree, "--classes",
                         "4", "--per-class", str(per), "--seconds", str(a.seconds)], check=True)
+    os.environ["BENCH_CLIPS"] = str(a.clips_per_video)
     load = os.getloadavg()
     rows = {}
     rows["stoker"] = measure("stoker", tree, a.epochs, a.threads)
+    if a.before:
+        rows["stoker before"] = measure("stoker", tree, a.epochs, a.threads,
+                                        dict(PYTHONPATH=a.before))
+    for v in [x for x in a.variants.split(",") if x]:
+        env = {"whole": dict(STOKER_VIDEO_WHOLE="1"),
+               "dthreads1": dict(BENCH_DECODER_THREADS="1")}[v]
+        rows[f"stoker {v}"] = measure("stoker", tree, a.epochs, a.threads, env)
     best = None
     for w in [int(x) for x in a.workers.split(",")]:
         r = measure("dataloader", tree, a.epochs, w)
@@ -194,6 +223,16 @@ def main():
     s1, d1 = rate(rows["stoker"]["times"], True), rate(rows[best]["times"], True)
     print(f"stoker / best DataLoader ({best}): epochs 2+ {s / d:.2f}x, epoch 1 {s1 / d1:.2f}x")
     print(f"stoker / decode-every-frame ceiling: {s / c:.2f}x (clips/s vs whole videos/s)")
+    files = sum(os.path.getsize(os.path.join(tree, c, f)) for c in sorted(os.listdir(tree))
+                for f in sorted(os.listdir(os.path.join(tree, c))))
+    print(f"the files: {files / 1e6:.1f} MB; {a.clips_per_video} clip(s) per video per epoch")
+    for k, r in rows.items():
+        if not k.startswith("stoker"):
+            continue
+        b = dict((t[0], t[1]) for t in r["times"] if isinstance(t[0], str)).get("bytes", [])
+        e1, e2 = rate(r["times"], True), rate(r["times"], False)
+        print(f"{k:24s} MB read per epoch: {' '.join(f'{x / 1e6:.1f}' for x in b)}; "
+              f"vs stoker: epoch 1 {s1 / e1:.2f}x, epochs 2+ {s / e2:.2f}x")
 
 
 if __name__ == "__main__":

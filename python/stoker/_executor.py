@@ -49,6 +49,37 @@ class Probe:
                 f"{self.sample_bytes} B, rng {self.uses_rng}, n {self.samples})")
 
 
+def probe_of(rows, sample_bytes, uses_rng=False):
+    """The Probe the measured calls make (a pure function: tests feed it synthetic rows). Each
+    row is one __getitem__: (wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns): its wall time,
+    its thread's CPU time, that CPU time split by the GIL meter into GIL-held and GIL-free
+    (_ext/_pyexec.c), and the wall time the machine's load added (its thread's wait on the run
+    queue: Linux schedstat; 0 where unknown).
+
+    Every figure is made load-independent: the time a call takes on an idle machine is its wall
+    time less the load's part (never below its CPU time); the CPU share is CPU time over
+    that; the GIL-held share is the held part of the classified CPU time, scaled to the CPU
+    time, over that. A busy machine stretches wall time (the thread preempted, holding the GIL
+    or not) but neither CPU time nor the split, so the verdict does not move with the load.
+    The first call, which often pays a warm-up, is left out when there are others, and of the
+    rest the faster half (by idle-machine time) is used."""
+    rows = list(rows)
+    used = rows[1:] if len(rows) > 1 else rows
+
+    def idle_ns(r):
+        return max(r[1], r[0] - r[4])
+
+    used = sorted(used, key=idle_ns)[:max(1, (len(used) + 1) // 2)]
+    t = sum(idle_ns(r) for r in used)
+    cpu = sum(r[1] for r in used)
+    held, free = sum(r[2] for r in used), sum(r[3] for r in used)
+    gil = None
+    if t > 0 and held + free > 0:
+        gil = min(1.0, held / (held + free) * cpu / t)
+    return Probe(t / len(used) / 1e9, gil, min(1.0, cpu / t) if t > 0 else 1.0,
+                 sample_bytes, uses_rng, len(used))
+
+
 class Choice:
     def __init__(self, executor, workers, reason, thread_rate=None, process_rate=None):
         self.executor, self.workers, self.reason = executor, workers, reason

@@ -164,18 +164,10 @@ class ThreadRunner:
 
 
 def measure(first, rows, drew):
-    """The layout the first sample fixes and the Probe the measured rows make: the first call,
-    which often pays a warm-up, is left out when there are others, and of the rest the faster
-    half is used (on a loaded machine a call preempted while it ran looks like one that waits)."""
-    used = rows[1:] if len(rows) > 1 else rows
-    used = sorted(used)[:max(1, (len(used) + 1) // 2)]
-    wall = sum(r[0] for r in used)
-    window = sum(r[3] for r in used)
-    gil = min(1.0, sum(r[2] for r in used) / window) if window > 0 else None
-    cpu = min(1.0, sum(r[1] for r in used) / wall) if wall > 0 else 1.0
+    """The layout the first sample fixes and the Probe the measured rows make
+    (_executor.probe_of: load-independent figures)."""
     layout = _collate.Layout(first)
-    p = _executor.Probe(wall / len(used) / 1e9, gil, cpu,
-                        sum(leaf.nbytes for leaf in layout.fixed), drew, len(used))
+    p = _executor.probe_of(rows, sum(leaf.nbytes for leaf in layout.fixed), drew)
     return layout, p
 
 
@@ -306,6 +298,15 @@ def fork_unsafe(dataset, depth=2):
 
 # ---- the loader ----
 
+class _Group:
+    """A batch_sampler batch being gathered one ring row at a time: its size and samples."""
+
+    __slots__ = ("size", "samples")
+
+    def __init__(self, size):
+        self.size, self.samples = size, []
+
+
 class PyLoader(Loader):
     """stoker.Loader for a Python dataset (made by stoker.Loader itself: see Loader.__new__)."""
 
@@ -323,7 +324,9 @@ class PyLoader(Loader):
         self._runner = None
         self._map = None
         self._tokens = None  # (a token corpus is never a Python dataset)
-        self._transit = None  # (no ring batch is handed back: its object leaves were taken)
+        self._transit = None  # the ring batch (or _Group) being collated, until delivered
+        self._taken = {}      # the object leaves of the last batch taken, by row key
+        self._carry = None    # a batch_sampler batch being gathered (_Group)
         self._dataset = None
         self._own_dataset = True
         self._dataset_weak = None
@@ -703,11 +706,17 @@ class PyLoader(Loader):
         empty = [None] * self._layout.n_objects
         if not keys.any():
             return [empty] * n, [None] * n
-        if self._runner is not None:
-            got = self._runner.take([int(k) for k in keys])
-        else:
-            got = [None if b is None else pickle.loads(b)
-                   for b in self._pool.take_objects([int(k) for k in keys])]
+        keys = [int(k) for k in keys]
+        # A batch handed back by a KeyboardInterrupt comes again with its rows' objects already
+        # taken from the table: they are kept here (as taken) until the next batch is taken.
+        taken = self._taken
+        if keys[0] not in taken:
+            got = self._runner.take(keys) if self._runner is not None else \
+                self._pool.take_objects(keys)
+            self._taken = taken = dict(zip(keys, got))
+        got = [taken.get(k) for k in keys]
+        if self._pool is not None:
+            got = [None if b is None else pickle.loads(b) for b in got]
         objects, extras = [], []
         for r in range(n):
             g = got[r]
@@ -738,25 +747,31 @@ class PyLoader(Loader):
                                      [int(m) for m in masks], self.collate_fn, torch)
 
     def _next_rows(self):
+        self._transit = None
         raw = self._next_raw()
         if raw is None:
             return None
+        self._transit = raw  # handed back to the C loader if a KeyboardInterrupt comes
         self._mid_epoch = True
         self._cur_epoch = raw.epoch
         return self._assemble(raw)
 
     def _next_group(self):
         """A batch of a batch_sampler whose batches differ in size: its samples come one ring
-        row at a time and are collated together."""
-        size = self._group_sizes.next_size()
-        if size is None:
-            raw = self._next_raw()  # the end of the epoch
-            if raw is not None:
-                raise _core.StokerStateError("batch_sampler: more samples than its batches")
-            return None
-        samples = []
+        row at a time and are collated together. The samples gathered so far stay in
+        self._carry until the batch is delivered, so a KeyboardInterrupt while waiting for a row
+        or while collating costs none of them."""
+        group = self._carry
+        if group is None:
+            size = self._group_sizes.next_size()
+            if size is None:
+                raw = self._next_raw()  # the end of the epoch
+                if raw is not None:
+                    raise _core.StokerStateError("batch_sampler: more samples than its batches")
+                return None
+            group = self._carry = _Group(size)
         layout, torch = self._layout, self._torch
-        for _ in range(size):
+        while len(group.samples) < group.size:
             raw = self._next_raw()
             if raw is None:
                 raise _core.StokerStateError("batch_sampler: the epoch ended inside a batch")
@@ -766,14 +781,33 @@ class PyLoader(Loader):
             objects, extras = self._payloads(keys, masks, n)
             views = layout.views(arrays, n, torch)
             np_views = layout.views(arrays, n, None)
-            samples.extend(layout.samples(views, np_views, objects, extras,
-                                          [int(m) for m in masks]))
+            group.samples.extend(layout.samples(views, np_views, objects, extras,
+                                                [int(m) for m in masks]))
         fn = self.collate_fn if self.collate_fn is not None else \
             _collate._default_collate(torch)
-        return fn(samples)
+        out = fn(group.samples)
+        self._transit = group  # until delivered: a KeyboardInterrupt puts it back in _carry
+        self._carry = None
+        return out
+
+    def _hand_back(self):
+        """The delivery of the batch being collated was interrupted. By a KeyboardInterrupt
+        (any BaseException that is not an Exception): the next call delivers it (a ring batch
+        goes back to the C loader, its taken object leaves stay in self._taken; a batch_sampler
+        batch's samples stay gathered), so a signal never costs a batch. By an Exception (the
+        collate_fn failed): the batch is dropped and the loader goes on, as the DataLoader's."""
+        t, self._transit = self._transit, None
+        if isinstance(sys.exc_info()[1], Exception):
+            self._carry = None
+            return
+        if isinstance(t, _Group):
+            self._carry = t
+        elif t is not None and self._core is not None and not self._core.closed:
+            self._core._unget(t)
 
     def __iter__(self):
         it = super().__iter__()
+        self._carry = None  # a batch held back by a KeyboardInterrupt belongs to the old pass
         if self._group_sizes is not None:
             self._group_sizes.restart()
         return it

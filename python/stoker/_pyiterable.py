@@ -14,6 +14,14 @@ Batches from worker processes are pickled (a tensor by value) over a Unix socket
 map-style dataset, nothing is known about a batch before the worker made it. Each worker's
 global random generators are seeded per epoch from stk_sample_seed(seed, epoch, worker id).
 
+Ctrl-C never costs a batch (docs/python.md "Errors"): answers are numbered per pass and kept
+in their channel until the consumer's commit (attribute stores only, no call that could run a
+signal handler between it and the return), so a KeyboardInterrupt while the training loop
+waits, takes or unpickles a batch leaves it for the next call; a KeyboardInterrupt raised in a
+worker (its collate_fn) is forwarded to the training loop as an answer of its own, the items it
+was collating kept for the worker's next batch. Each process channel's answers are read by a
+thread of its own, so no socket read is ever cut short by a signal.
+
 Resume: when the dataset has state_dict()/load_state_dict(), each worker sends its replica's
 state with every batch; state_dict() holds the state of each worker at its last delivered batch
 (and whose turn is next), and after load_state_dict() each worker's replica is given its state
@@ -37,10 +45,10 @@ from . import _torchcompat
 from . import _torchprof
 from .loader import Loader, _MAPPED, _torch
 
-REQ = struct.Struct("<IIQ")   # op, count, epoch (parent -> worker)
-ANS = struct.Struct("<IIQ")   # kind, payload length, epoch (worker -> parent)
+REQ = struct.Struct("<IIQQ")  # op, count, epoch, pass (parent -> worker)
+ANS = struct.Struct("<IIQ")    # kind, payload length, pass (worker -> parent)
 OP_START, OP_BATCH = 10, 11
-ANS_BATCH, ANS_END, ANS_ERROR = 1, 2, 3
+ANS_BATCH, ANS_END, ANS_ERROR, ANS_INTERRUPT, ANS_DEAD = 1, 2, 3, 4, 5
 
 
 class IterSpec(_procpool.WorkerSpec):
@@ -85,37 +93,53 @@ class _Stream:
             _pyworker.seed_all(_core.sample_seed(spec.base_seed, epoch, wid))
         self.it = iter(ds)
         self.ended = False
+        self.items = None  # the next batch's items, drawn and not yet delivered
 
     def next_batch(self):
-        """(ANS_BATCH, batch, state) / (ANS_END, None, None); an exception propagates."""
+        """(ANS_BATCH, batch, state) / (ANS_END, None, None); an exception propagates. A
+        KeyboardInterrupt (collate_fn's, or the worker thread's) keeps the items drawn for the
+        next call; another exception drops them, as the DataLoader's worker does."""
         spec = self.spec
-        if self.ended:
-            return ANS_END, None, None
+        items = self.items
         k = 1 if spec.batch_size is None else spec.batch_size
-        items = []
+        if items is None or (len(items) < k and not self.ended):
+            if items is None:
+                if self.ended:
+                    return ANS_END, None, None
+                items = self.items = []
+            try:
+                while len(items) < k:
+                    items.append(next(self.it))
+            except StopIteration:
+                self.ended = True
+            except Exception:
+                self.items = None
+                raise
+        if not items or (len(items) < k and spec.drop_last):
+            self.items = None
+            return ANS_END, None, None
         try:
-            while len(items) < k:
-                items.append(next(self.it))
-        except StopIteration:
-            self.ended = True
-            if not items or (spec.drop_last and len(items) < k):
-                return ANS_END, None, None
-        batch = _collate(spec, items)
-        st = self.dataset.state_dict() if hasattr(self.dataset, "state_dict") else None
+            batch = _collate(spec, items)
+            st = self.dataset.state_dict() if hasattr(self.dataset, "state_dict") else None
+        except Exception:
+            self.items = None
+            raise
+        self.items = None
         return ANS_BATCH, batch, st
 
 
 def _iter_worker_main(sock, wid, spec):
     """A worker process's loop: START(epoch, state) begins a fresh iteration; each BATCH
     request gets the next batch, END, or the exception."""
-    stream = None
+    stream, gen = None, 0
     while True:
         try:
             head = _procpool._recv_exact(sock, REQ.size)
         except (OSError, EOFError):
             return
-        op, n, epoch = REQ.unpack(head)
+        op, n, epoch, pass_no = REQ.unpack(head)
         if op == OP_START:
+            gen = pass_no
             state = pickle.loads(_procpool._recv_exact(sock, n)) if n else None
             try:
                 stream = _Stream(spec, wid, epoch, state)
@@ -129,25 +153,80 @@ def _iter_worker_main(sock, wid, spec):
             return
         if stream is None:
             payload = err or pickle.dumps(None)
-            sock.sendall(ANS.pack(ANS_ERROR, len(payload), epoch) + payload)
+            sock.sendall(ANS.pack(ANS_ERROR, len(payload), gen) + payload)
             continue
         try:
             kind, batch, st = stream.next_batch()
             payload = b"" if kind == ANS_END else pickle.dumps(
                 (batch, st), protocol=pickle.HIGHEST_PROTOCOL)
+        except KeyboardInterrupt:  # collate_fn's own: the training loop's, items kept
+            kind, payload = ANS_INTERRUPT, b""
         except Exception:  # noqa: BLE001 - the DataLoader's wrapper goes to the consumer
             kind = ANS_ERROR
             payload = _errors.wrap_exception(f"in stoker worker process {wid} (epoch "
                                              f"{epoch})")[1]
-        sock.sendall(ANS.pack(kind, len(payload), epoch) + payload)
+        sock.sendall(ANS.pack(kind, len(payload), gen) + payload)
 
 
 # ---- the parent side: one channel per worker ----
 
-class _ProcChannel:
-    """A worker process: requests go out ahead (up to `depth`), answers come back in order."""
+def _unpickle(payload):
+    """A worker process's batch and replica state (pickled)."""
+    return pickle.loads(payload)
+
+
+class _Channel:
+    """A worker's answers to one pass's requests, numbered 0, 1, 2 ... and kept in `msgs`
+    until the consumer commits them (`taken`); the consumer keeps `depth` requests ahead of
+    what it took (requesting more than that is harmless: the answers wait in order)."""
+
+    def __init__(self, wid, timeout):
+        self.wid, self.timeout = wid, timeout
+        self.cv = threading.Condition()
+        self.gen = 0          # the pass whose answers are kept
+        self.msgs = {}        # answer number -> (kind, payload)
+        self.arrived = 0      # answers of this pass so far
+        self.taken = 0        # answers the consumer committed
+        self.requested = 0    # requests sent in this pass
+
+    def _reset(self, gen):
+        """A new pass (cv held): answers of older passes are dropped as they come."""
+        self.gen = gen
+        self.msgs = {}
+        self.arrived = self.taken = self.requested = 0
+
+    def _arrive(self, gen, answer):
+        with self.cv:
+            if gen == self.gen:
+                self.msgs[self.arrived] = answer
+                self.arrived += 1
+                self.cv.notify_all()
+
+    def top_up(self, epoch, depth):
+        while self.requested < self.taken + depth:
+            self._request(epoch)
+            self.requested += 1
+
+    def peek(self):
+        """The next answer, waited for (a KeyboardInterrupt or the timeout leaves everything as
+        it was); it stays until the consumer commits it (taken += 1)."""
+        deadline = time.monotonic() + self.timeout if self.timeout else None
+        with self.cv:
+            self.msgs.pop(self.taken - 1, None)  # committed before
+            while self.taken not in self.msgs:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise RuntimeError(f"stoker.Loader timed out after {self.timeout} seconds "
+                                       f"waiting for {self.what()}")
+                self.cv.wait(0.1)
+            return self.msgs[self.taken]
+
+
+class _ProcChannel(_Channel):
+    """A worker process: requests go out over its socket, a reader thread of the channel
+    receives the answers (so no socket read is cut short by a signal in the training loop)."""
 
     def __init__(self, server_ctl, wid, timeout):
+        super().__init__(wid, timeout)
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         socket.send_fds(server_ctl, [_procpool.CTL.pack(_procpool.CTL_SPAWN, wid, 0, 0)],
                         [b.fileno()])
@@ -156,53 +235,64 @@ class _ProcChannel:
         if pid <= 0:
             a.close()
             raise _core.StokerIOError(f"cannot start iterable worker process {wid}")
-        self.sock, self.pid, self.wid, self.timeout = a, pid, wid, timeout
-        self.outstanding = 0
+        self.sock, self.pid = a, pid
+        self.closing = False
+        self.reader = threading.Thread(target=self._read, name=f"stoker-iter-read-{wid}",
+                                       daemon=True)
+        self.reader.start()
 
-    def start(self, epoch, state):
-        blob = b"" if state is None else pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
-        self.sock.sendall(REQ.pack(OP_START, len(blob), epoch) + blob)
+    def what(self):
+        return f"worker process {self.wid}"
 
-    def request(self, epoch):
-        self.sock.sendall(REQ.pack(OP_BATCH, 1, epoch))
-        self.outstanding += 1
-
-    def answer(self):
-        deadline = time.monotonic() + self.timeout if self.timeout else None
+    def _read(self):
         while True:
-            wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
-            r, _, _ = select.select([self.sock], [], [], wait)
-            if r:
-                break
-            if deadline is not None and time.monotonic() >= deadline:
-                raise RuntimeError(f"stoker.Loader timed out after {self.timeout} seconds "
-                                   f"waiting for worker process {self.wid}")
-        head = _procpool._recv_exact(self.sock, ANS.size)
-        kind, n, epoch = ANS.unpack(head)
-        payload = bytes(_procpool._recv_exact(self.sock, n)) if n else b""
-        self.outstanding -= 1
-        return kind, payload, epoch
+            try:
+                kind, n, gen = ANS.unpack(_procpool._recv_exact(self.sock, ANS.size))
+                payload = bytes(_procpool._recv_exact(self.sock, n)) if n else b""
+            except (OSError, EOFError, ValueError):
+                if not self.closing:
+                    self._arrive(self.gen, (ANS_DEAD, (
+                        f"stoker.Loader: iterable worker process {self.wid} (pid "
+                        f"{self.pid}) exited unexpectedly")))
+                return
+            self._arrive(gen, (kind, payload))
+
+    def start(self, epoch, state, gen):
+        blob = b"" if state is None else pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        with self.cv:
+            self._reset(gen)
+        self.sock.sendall(REQ.pack(OP_START, len(blob), epoch, gen) + blob)
+
+    def _request(self, epoch):
+        self.sock.sendall(REQ.pack(OP_BATCH, 1, epoch, self.gen))
 
     def close(self):
+        self.closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
 
 
-class _ThreadChannel:
-    """A worker thread iterating its replica (the dataset object itself) into a queue."""
+class _ThreadChannel(_Channel):
+    """A worker thread iterating its replica (a shallow copy of the dataset), answering as many
+    requests as the consumer made."""
 
     def __init__(self, spec, wid, n, depth, timeout):
-        self.spec, self.wid, self.n, self.timeout = spec, wid, n, timeout
+        super().__init__(wid, timeout)
+        self.spec, self.n = spec, n
         # each worker thread iterates its own (shallow) copy, as each DataLoader worker has its
         # own replica: attributes the dataset sets while iterating stay per worker
         self.dataset = copy.copy(spec.dataset) if n > 0 else spec.dataset
-        self.q = queue.Queue()
-        self.cv = threading.Condition()
-        self.epoch, self.state, self.gen = None, None, 0
-        self.wanted = 0
-        self.outstanding = 0
+        self.epoch, self.state = None, None
+        self.produced = 0
         self.stop = False
         self.thread = threading.Thread(target=self._run, name=f"stoker-iter-{wid}", daemon=True)
         self.thread.start()
+
+    def what(self):
+        return f"worker thread {self.wid}"
 
     def _run(self):
         if self.n > 0:
@@ -214,54 +304,39 @@ class _ThreadChannel:
         stream, gen = None, -1
         while True:
             with self.cv:
-                while not self.stop and (self.wanted == 0 or self.epoch is None):
+                while not self.stop and (self.epoch is None or (
+                        gen == self.gen and self.produced >= self.requested)):
                     self.cv.wait()
                 if self.stop:
                     return
                 if gen != self.gen:
                     gen, epoch, state = self.gen, self.epoch, self.state
                     stream = None
-                self.wanted -= 1
+                self.produced += 1
             try:
                 if stream is None:
                     stream = _Stream(self.spec, self.wid, epoch, state, self.dataset)
                 kind, batch, st = stream.next_batch()
-                out = (kind, (batch, st), epoch)
+                out = (kind, (batch, st))
+            except KeyboardInterrupt:  # collate_fn's own: the training loop's, items kept
+                out = (ANS_INTERRUPT, None)
             except Exception:  # noqa: BLE001
                 out = (ANS_ERROR, _errors.wrapper(f"in stoker worker thread {self.wid} (epoch "
-                                                  f"{epoch})"), epoch)
-            with self.cv:
-                if gen == self.gen:
-                    self.q.put(out)
+                                                  f"{epoch})"))
+            self._arrive(gen, out)
 
-    def start(self, epoch, state):
+    def start(self, epoch, state, gen):
         with self.cv:
-            self.gen += 1
+            self._reset(gen)
             self.epoch, self.state = epoch, state
-            self.wanted = 0
-            self.outstanding = 0
-            while not self.q.empty():
-                self.q.get_nowait()
+            self.produced = 0
             self.cv.notify_all()
 
-    def request(self, epoch):
+    def top_up(self, epoch, depth):
         with self.cv:
-            self.wanted += 1
-            self.outstanding += 1
-            self.cv.notify_all()
-
-    def answer(self):
-        t0 = time.monotonic()
-        while True:
-            try:
-                kind, payload, epoch = self.q.get(timeout=0.1)
-                break
-            except queue.Empty:
-                if self.timeout and time.monotonic() - t0 > self.timeout:
-                    raise RuntimeError(f"stoker.Loader timed out after {self.timeout} seconds "
-                                       f"waiting for worker thread {self.wid}") from None
-        self.outstanding -= 1
-        return kind, payload, epoch
+            if self.requested < self.taken + depth:
+                self.requested = self.taken + depth
+                self.cv.notify_all()
 
     def close(self):
         with self.cv:
@@ -271,12 +346,13 @@ class _ThreadChannel:
 
 class _IterPass:
     """One pass over an IterableDataset: its batches, each next() a torch.profiler range named
-    like the DataLoader's while a profiler records (_torchprof)."""
+    like the DataLoader's while a profiler records (_torchprof). Not a generator: an exception
+    out of next() (a KeyboardInterrupt) leaves the pass able to go on."""
 
-    __slots__ = ("_gen",)
+    __slots__ = ("_loader", "_gen", "_epoch", "__weakref__")
 
-    def __init__(self, gen):
-        self._gen = gen
+    def __init__(self, loader, gen, epoch):
+        self._loader, self._gen, self._epoch = loader, gen, epoch
 
     def __iter__(self):
         return self
@@ -284,9 +360,9 @@ class _IterPass:
     def __next__(self):
         rng = _torchprof.range_for(self)
         if rng is None:
-            return next(self._gen)
+            return self._loader._take(self._gen, self._epoch)
         with rng:
-            return next(self._gen)
+            return self._loader._take(self._gen, self._epoch)
 
 
 class PyIterLoader(Loader):
@@ -420,51 +496,55 @@ class PyIterLoader(Loader):
         self._turn = resume["turn"] if resume else 0
         self._batches = resume["batches"] if resume else 0
         self._states = list(states)
-        for w, ch in enumerate(self._channels):
-            self._drain(ch)
-            if w not in exhausted:
-                ch.start(epoch, states[w])
-                for _ in range(self._depth):
-                    ch.request(epoch)
-        self._active = [w not in exhausted for w in range(len(self._channels))]
         self._gen += 1
         gen = self._gen
-        return _IterPass(self._pass(gen, epoch))
+        for w, ch in enumerate(self._channels):
+            if w not in exhausted:
+                ch.start(epoch, states[w], gen)
+                ch.top_up(epoch, self._depth)
+        self._active = [w not in exhausted for w in range(len(self._channels))]
+        return _IterPass(self, gen, epoch)
 
-    def _drain(self, ch):
-        """Discard the answers still due from an abandoned pass."""
-        if isinstance(ch, _ThreadChannel):
-            return
-        while ch.outstanding > 0:
-            try:
-                ch.answer()
-            except Exception:  # noqa: BLE001 - a dead worker: nothing to drain
-                ch.outstanding = 0
-
-    def _pass(self, gen, epoch):
-        while self._gen == gen:
+    def _take(self, gen, epoch):
+        """The pass's next batch, round-robin over the workers whose iterators go on. What it
+        takes is committed only by the stores just before `return batch` (no call between them
+        and the return, so no signal handler runs there); a KeyboardInterrupt anywhere before
+        them leaves the answer in its channel for the next call."""
+        channels = self._channels
+        n = len(channels)
+        while True:
             active = self._active
+            if self._gen != gen or active is None:
+                raise StopIteration
             if not any(active):
                 self._active = None
                 self._epoch = epoch + 1
-                return
-            n = len(self._channels)
-            w = self._turn % n
-            self._turn = (self._turn + 1) % n
+                raise StopIteration
+            w = self._turn
+            ch = channels[w]
             if not active[w]:
+                self._turn = (w + 1) % n
                 continue
-            ch = self._channels[w]
-            kind, payload, _ = ch.answer()
+            ch.top_up(epoch, self._depth)
+            kind, payload = ch.peek()
+            if kind == ANS_BATCH:
+                batch, st = _unpickle(payload) if isinstance(payload, bytes) else payload
+                ch.taken += 1  # the commit: stores only, up to the return
+                self._states[w] = st
+                self._turn = (w + 1) % n
+                self._batches += 1
+                return batch
+            ch.taken += 1
+            if kind == ANS_INTERRUPT:  # the worker's collate_fn raised KeyboardInterrupt
+                raise KeyboardInterrupt
+            self._turn = (w + 1) % n
             if kind == ANS_END:
                 active[w] = False
-                continue
-            ch.request(epoch)
-            if kind == ANS_ERROR:
+            elif kind == ANS_DEAD:
+                active[w] = False
+                raise _core.StokerIOError(payload)
+            else:  # ANS_ERROR
                 _errors.reraise(payload)
-            batch, st = pickle.loads(payload) if isinstance(payload, bytes) else payload
-            self._states[w] = st
-            self._batches += 1
-            yield batch
 
     def __len__(self):
         ds = self._torch_dataset

@@ -16,7 +16,9 @@ from . import _core
 from .loader import _torch
 
 PROBE_SAMPLES = 8        # at most this many samples are probed
-PROBE_BUDGET_S = 0.05    # and no more than this long (at least one sample)
+PROBE_BUDGET_S = 0.05    # and no more than this long on an idle machine (at least 3 samples)
+PROBE_WALL_S = 1.0       # nor longer than this on a busy one (at least 2 samples)
+PROBE_SWITCH_S = 1.0     # the switch interval while a sample is measured
 EXECUTORS = ("auto", "thread", "process")
 
 
@@ -99,22 +101,40 @@ def rng_changed(before, after):
     return False
 
 
+def runq_ns():
+    """Nanoseconds this thread has waited on a run queue for a CPU (Linux
+    /proc/thread-self/schedstat, its second field; 0 where the kernel does not say): the part
+    of a call's wall time that is the machine's load, not the call."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def probe_samples(dataset, request, started=None):
     """Run __getitem__ on the first indices (request["indices"]: at most PROBE_SAMPLES, and no
     more once PROBE_BUDGET_S passed after the first), in a worker process or in the
     constructing thread; each is seeded as a worker seeds it when request["reseed"] (from
-    (request["seed"], epoch 0, index)). Measures each call's wall time and CPU time, the time
-    the GIL meter waited (only when request["gil"]: the meter's thread is started once for the
-    whole probe, and each call reads its lap), and whether the call drew from the global random
-    generators. started(index), when given, is called before each sample (a worker process
-    tells the parent, whose timeout= runs from there). Returns (first sample,
-    [(wall_ns, cpu_ns, waited_ns, window_ns)], drew, kept): kept is {index: (sample, wall_ns)}
+    (request["seed"], epoch 0, index)). Measures each call's wall time, CPU time, that CPU time
+    split by the GIL meter into GIL-held and GIL-free (only when request["gil"]: the meter's
+    thread is started once for the whole probe, and each call reads its lap), its run-queue
+    wait (the wall time the machine's load added), and whether the call drew from the global
+    random generators. While a call is metered the switch interval is PROBE_SWITCH_S, so that
+    the meter never makes it hand the GIL over and wait to get it back (a wait the load would
+    stretch); other threads of the process wait for the GIL meanwhile, as for any call that does
+    not release it. The budget counts idle-machine time, so a busy machine does not cut the
+    probe short of 3 samples. started(index), when given, is called before each sample (a
+    worker process tells the parent, whose timeout= runs from there). Returns (first sample,
+    [(wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns)], drew, kept) (_executor.probe_of
+    reads the rows): kept is {index: (sample, wall_ns)}
     of the probed samples when request["keep"] (the thread executor hands them out as epoch 0's
     samples instead of loading them again), else {}. An exception in the first sample propagates; a
     later one ends the probe."""
     meter = _core.GilMeter() if request.get("gil", True) else None
     keep = request.get("keep", False)
-    rows, first, drew, kept = [], None, False, {}
+    rows, first, drew, kept, idle = [], None, False, {}, 0.0
+    switch = sys.getswitchinterval()
     start = time.perf_counter()
     if meter is not None:
         meter.start()
@@ -126,7 +146,9 @@ def probe_samples(dataset, request, started=None):
             if started is not None:
                 started(index)
             if meter is not None:
+                sys.setswitchinterval(PROBE_SWITCH_S)  # (put back below and at the end)
                 meter.lap()
+            q0 = runq_ns()
             c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
             try:
                 sample = dataset[index]
@@ -135,16 +157,21 @@ def probe_samples(dataset, request, started=None):
                     raise  # the first sample fixes the layout: the caller reports it
                 break  # a later one: the workers will report it at its batch
             t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-            waited, window = meter.lap() if meter is not None else (0, 0)
+            q1 = runq_ns()
+            held, free = meter.lap() if meter is not None else (0, 0)
+            sys.setswitchinterval(switch)
             drew = drew or rng_changed(before, rng_states())
-            rows.append((t1 - t0, c1 - c0, waited, window))
+            rows.append((t1 - t0, c1 - c0, held, free, max(0, q1 - q0)))
+            idle += max(c1 - c0, t1 - t0 - max(0, q1 - q0)) / 1e9
             if k == 0:
                 first = sample
             if keep:
                 kept[index] = (sample, t1 - t0)
-            if k + 1 >= PROBE_SAMPLES or time.perf_counter() - start > PROBE_BUDGET_S:
+            if k + 1 >= PROBE_SAMPLES or (idle > PROBE_BUDGET_S and k >= 2) or \
+                    (time.perf_counter() - start > PROBE_WALL_S and k >= 1):
                 break
     finally:
+        sys.setswitchinterval(switch)
         if meter is not None:
             meter.stop()
     return first, rows, drew, kept

@@ -101,3 +101,67 @@ def test_unmeasured_gil_counts_as_held():
     p = Probe(2e-3, gil_share=None, cpu_share=1.0, sample_bytes=0)
     c = choose(p, "auto", None, cores=2)
     assert c.executor == "process" and "an unmeasured share" in c.reason
+
+
+# ---- the measurement: load-independent figures from the probe's rows (issue 24) ----
+
+MS = 1_000_000
+
+
+def rows(wall_ms, cpu_ms, held_ms, free_ms, load_ms, n=5):
+    """n identical calls: (wall, cpu, GIL-held cpu, GIL-free cpu, load's part), in ns."""
+    return [tuple(int(v * MS) for v in (wall_ms, cpu_ms, held_ms, free_ms, load_ms))] * n
+
+
+# (name, idle rows, rows of the same work on a machine at load ~18 on 2 cores: each call's
+# thread waits on the run queue most of its wall time; CPU time and its split do not move)
+WORK = [
+    ("pure Python", rows(1.0, 1.0, 1.0, 0.0, 0.0), rows(10.0, 1.0, 0.98, 0.02, 9.0)),
+    ("sleep 2 ms", rows(2.1, 0.05, 0.01, 0.04, 0.0), rows(4.5, 0.05, 0.01, 0.04, 2.4)),
+    ("numpy kernel", rows(5.0, 5.0, 0.3, 4.7, 0.0), rows(40.0, 5.0, 0.3, 4.7, 35.0)),
+]
+
+
+@pytest.mark.parametrize("name,idle,loaded", WORK, ids=[w[0] for w in WORK])
+def test_the_load_does_not_move_the_verdict(name, idle, loaded):
+    a, b = ex.probe_of(idle, 4096), ex.probe_of(loaded, 4096)
+    assert a.per_sample_s == pytest.approx(b.per_sample_s, rel=0.1)
+    assert a.cpu_share == pytest.approx(b.cpu_share, abs=0.05)
+    assert a.gil_share == pytest.approx(b.gil_share, abs=0.05)
+    ca, cb = choose(a, "auto", None, cores=2), choose(b, "auto", None, cores=2)
+    assert (ca.executor, ca.workers) == (cb.executor, cb.workers)
+    want = {"pure Python": "process", "sleep 2 ms": "thread", "numpy kernel": "thread"}[name]
+    assert cb.executor == want
+    if name == "sleep 2 ms":
+        assert cb.workers > 2  # past the cores: the threads only wait
+    else:
+        assert cb.workers == 2
+
+
+def test_the_old_wall_time_reading_chose_threads_under_load():
+    """What issue 24 saw: the loaded pure-Python call read through wall time alone (its CPU and
+    GIL shares as fractions of 10 ms) looks like waiting work and gets a crowd of threads."""
+    wall_read = Probe(10e-3, gil_share=0.1, cpu_share=0.1, sample_bytes=4096)
+    c = choose(wall_read, "auto", None, cores=2)
+    assert c.executor == "thread" and c.workers > 2
+    fixed = ex.probe_of(WORK[0][2], 4096)
+    assert choose(fixed, "auto", None, cores=2).executor == "process"
+
+
+def test_probe_of_edge_cases():
+    # the first call (warm-up) is left out, and of the rest the faster half by idle time
+    r = rows(50.0, 50.0, 50.0, 0.0, 0.0, 1) + rows(1.0, 1.0, 1.0, 0.0, 0.0, 2) + \
+        rows(3.0, 1.0, 1.0, 0.0, 0.0, 2)
+    p = ex.probe_of(r, 0)
+    assert p.per_sample_s == pytest.approx(1e-3) and p.samples == 2
+    # one call only: it is used
+    assert ex.probe_of(rows(2.0, 1.0, 1.0, 0.0, 0.0, 1), 0).samples == 1
+    # nothing classified (a call too short for one meter cycle): the share is unmeasured
+    p = ex.probe_of(rows(0.01, 0.01, 0.0, 0.0, 0.0, 3), 8)
+    assert p.gil_share is None and choose(p, "auto", 2, cores=2).reason.count("unmeasured")
+    # a load part larger than the wall time (counted past the call) never goes below the CPU
+    p = ex.probe_of(rows(2.0, 1.5, 1.5, 0.0, 9.0, 3), 0)
+    assert p.per_sample_s == pytest.approx(1.5e-3) and p.cpu_share == 1.0
+    # held + free CPU scaled to the CPU time: a partial classification keeps its ratio
+    p = ex.probe_of(rows(4.0, 4.0, 1.0, 1.0, 0.0, 3), 0)
+    assert p.gil_share == pytest.approx(0.5)

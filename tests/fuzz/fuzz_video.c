@@ -5,14 +5,17 @@
  * stk__vdec_open, stk__vdec_index, then stk__vdec_frames of a strided clip chosen from a hash of
  * the input's last bytes (strict or lenient, one thread or two), reading every pixel delivered so
  * that ASan sees a row shorter than claimed; the index packed and unpacked again, and the input
- * itself unpacked as an index. One decoder serves every input, as a worker's does. max_pixels is
- * 2^22 (a 2048 x 2048 frame) so that a header declaring a huge picture is refused, not allocated.
- * Run: make fuzz && build/fuzz/fuzz_video -max_total_time=180 -rss_limit_mb=2048 CORPUS_COPY
+ * itself unpacked as an index. Half the inputs are opened through a reader (stk__vdec_open_reader:
+ * the loader's ranged reads), half from memory. One decoder serves every input, as a worker's does.
+ * max_pixels is 2^22 (a 2048 x 2048 frame) so that a header declaring a huge picture is refused,
+ * not allocated. Run: make fuzz && build/fuzz/fuzz_video -max_total_time=180 -rss_limit_mb=2048
+ * CORPUS_COPY
  */
 #include "decode/stk_video_decode.h"
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -24,6 +27,17 @@ static stk_status sum_frame(void *ctx, uint32_t frame, const uint8_t *rgb, uint3
     for (uint32_t y = 0; y < height; y++)
         for (size_t x = 0; x < (size_t)width * 3; x++)
             *sum += rgb[y * stride + x];
+    return STK_OK;
+}
+
+typedef struct mem_src {
+    const uint8_t *p;
+} mem_src;
+
+static stk_status mem_read(void *ctx, uint64_t off, void *buf, size_t n, char *err, size_t err_size)
+{
+    (void)err, (void)err_size;
+    memcpy(buf, ((mem_src *)ctx)->p + off, n);
     return STK_OK;
 }
 
@@ -44,8 +58,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     stk__vdec **d = &dec[h & 3];
     if (!*d && stk__vdec_create(1 + ((h >> 1) & 1), 1u << 22, h & 1, d, err, sizeof(err)) < 0)
         goto done;
-    if (stk__vdec_open(*d, data, size, err, sizeof(err)) < 0 ||
-        stk__vdec_index(*d, &ix, err, sizeof(err)) < 0)
+    mem_src ms = {data};
+    stk__byteread rd = {size, mem_read, &ms};
+    stk_status rc = (h >> 8) & 1 ? stk__vdec_open_reader(*d, &rd, err, sizeof(err))
+                                 : stk__vdec_open(*d, data, size, err, sizeof(err));
+    if (rc < 0 || stk__vdec_index(*d, &ix, err, sizeof(err)) < 0)
         goto done;
     /* the index round trip */
     size_t need = stk__vindex_pack(&ix, NULL, 0);

@@ -10,12 +10,15 @@
  * (the buffers stay referenced, so their memory stays put), so large samples are copied in
  * parallel. The last output field is the row's (key, mask) int64 pair.
  *
- * GilMeter(): start() starts a thread that repeatedly takes and drops the GIL, summing how long
- * each take waited; stop() joins it and returns (waited_ns, window_ns); lap() returns the same
- * since start() or the last lap and leaves the thread running. While one other thread
- * runs Python, waited / window is the share of the time that thread held the GIL: a thread
- * running bytecode holds it until the switch interval (5 ms) makes it yield; a thread sleeping,
- * reading or inside numpy/torch/PIL kernels that release it lets the meter in at once.
+ * GilMeter(): start() (on the probed thread) starts a thread that repeatedly drops the GIL,
+ * pauses and takes it again; lap() and stop() return (held_cpu_ns, free_cpu_ns) since start()
+ * or the last lap: the probed thread's CPU time over the cycles whose take had to wait (it held
+ * the GIL when the meter asked) and over the others (sleeping, reading, or inside
+ * numpy/torch/PIL kernels that release it). CPU time, so a busy machine, which preempts the
+ * threads and stretches wall time, does not move time from one side to the other (issue 24:
+ * the wall-time meter read a preempted holder as a free GIL at load 18). The caller raises the
+ * switch interval while it measures (_pyworker.probe_samples), so the meter never forces the
+ * probed thread to hand the GIL over and wait for it to come back, a wait the load stretches.
  *
  * Lifetime: a ThreadExec outlives its C loader (the Loader object holds it until
  * stk_loader_destroy returned). At interpreter shutdown the callback refuses to take the GIL.
@@ -23,6 +26,7 @@
 #include "_core.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -264,21 +268,55 @@ typedef struct {
     pthread_t thread;
     bool running;
     atomic_bool stop;
-    _Atomic uint64_t waited_ns;
-    _Atomic uint64_t t0; /* start(), or the last lap() */
+    clockid_t probe_clock;     /* the CPU clock of the thread that called start() */
+    atomic_bool asking;        /* the meter thread is about to ask for the GIL the first time */
+    uint64_t c0;               /* the probed thread's CPU time classified up to (GIL held) */
+    uint64_t held_ns, free_ns; /* since start() or the last lap() (GIL held) */
 } GilMeterObject;
 
+#define METER_PAUSE_NS 50000  /* the gap in which the probed thread may take the GIL */
+#define METER_WAITED_NS 20000 /* a take slower than this found the GIL held */
+
+static uint64_t cpu_ns(clockid_t c)
+{
+    struct timespec ts;
+    if (clock_gettime(c, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Classify the probed thread's CPU time since the last classification as held or free. Called
+ * with the GIL held (by the meter after a take, or by the probed thread in lap()/stop()), so
+ * the two never race. */
+static void meter_classify(GilMeterObject *m, bool held)
+{
+    uint64_t c1 = cpu_ns(m->probe_clock);
+    uint64_t d = c1 > m->c0 ? c1 - m->c0 : 0;
+    m->c0 = c1;
+    if (held)
+        m->held_ns += d;
+    else
+        m->free_ns += d;
+}
+
+/* Each cycle: drop the GIL, pause, take it again. The probed thread's CPU time over the cycle
+ * counts as GIL-held when the take had to wait (the GIL was held when the meter asked: a
+ * thread running bytecode keeps it), else as GIL-free (sleeping, reading, or in a kernel that
+ * released it). CPU time, not wall time, and a classification, not a duration: a busy machine
+ * that preempts either thread stretches the cycles but does not move CPU time from one side to
+ * the other. */
 static void *meter_main(void *arg)
 {
     GilMeterObject *m = arg;
-    const struct timespec pause = {0, 50000}; /* 50 us between takes */
+    const struct timespec pause = {0, METER_PAUSE_NS};
+    atomic_store(&m->asking, true);
     while (!atomic_load(&m->stop)) {
         uint64_t a = now_ns();
         PyGILState_STATE g = PyGILState_Ensure();
         uint64_t b = now_ns();
+        if (!atomic_load(&m->stop)) /* (stop() classified the rest itself) */
+            meter_classify(m, b - a > METER_WAITED_NS);
         PyGILState_Release(g);
-        uint64_t lap = atomic_load(&m->t0); /* a wait that began before the lap counts from it */
-        atomic_fetch_add(&m->waited_ns, b - (a > lap ? a : lap < b ? lap : b));
         nanosleep(&pause, NULL);
     }
     return NULL;
@@ -289,13 +327,31 @@ static PyObject *GilMeter_start(GilMeterObject *m, PyObject *noargs)
     (void)noargs;
     if (m->running)
         Py_RETURN_NONE;
+    if (pthread_getcpuclockid(pthread_self(), &m->probe_clock) != 0)
+        return PyErr_Format(PyExc_RuntimeError, "GilMeter: no CPU clock for this thread");
     atomic_store(&m->stop, false);
-    atomic_store(&m->waited_ns, 0);
-    atomic_store(&m->t0, now_ns());
+    atomic_store(&m->asking, false);
+    m->held_ns = m->free_ns = 0;
+    m->c0 = cpu_ns(m->probe_clock);
     if (pthread_create(&m->thread, NULL, meter_main, m) != 0)
         return PyErr_Format(PyExc_RuntimeError, "GilMeter: cannot start its thread");
     m->running = true;
+    /* Return once the meter is about to ask for the GIL (held here), so that a call shorter
+     * than the thread's start on a busy machine is still classified. */
+    while (!atomic_load(&m->asking))
+        sched_yield();
     Py_RETURN_NONE;
+}
+
+/* (held_ns, free_ns) since start() or the last lap, then zeroed. The CPU time since the meter's
+ * last take counts as held: the caller holds the GIL now, and it is at most one cycle. */
+static PyObject *meter_lap(GilMeterObject *m)
+{
+    meter_classify(m, true);
+    PyObject *r =
+        Py_BuildValue("(KK)", (unsigned long long)m->held_ns, (unsigned long long)m->free_ns);
+    m->held_ns = m->free_ns = 0;
+    return r;
 }
 
 static void meter_stop(GilMeterObject *m)
@@ -314,10 +370,9 @@ static PyObject *GilMeter_stop(GilMeterObject *m, PyObject *noargs)
     (void)noargs;
     if (!m->running)
         return Py_BuildValue("(KK)", 0ULL, 0ULL);
+    PyObject *r = meter_lap(m);
     meter_stop(m);
-    uint64_t window = now_ns() - atomic_load(&m->t0);
-    return Py_BuildValue("(KK)", (unsigned long long)atomic_load(&m->waited_ns),
-                         (unsigned long long)window);
+    return r;
 }
 
 /* lap(): what stop() returns, since start() or the last lap, with the meter left running (one
@@ -327,10 +382,7 @@ static PyObject *GilMeter_lap(GilMeterObject *m, PyObject *noargs)
     (void)noargs;
     if (!m->running)
         return Py_BuildValue("(KK)", 0ULL, 0ULL);
-    uint64_t t = now_ns();
-    uint64_t window = t - atomic_exchange(&m->t0, t);
-    uint64_t waited = atomic_exchange(&m->waited_ns, 0);
-    return Py_BuildValue("(KK)", (unsigned long long)waited, (unsigned long long)window);
+    return meter_lap(m);
 }
 
 static void GilMeter_dealloc(GilMeterObject *m)
@@ -341,13 +393,13 @@ static void GilMeter_dealloc(GilMeterObject *m)
 
 static PyMethodDef GilMeter_methods[] = {
     {"start", (PyCFunction)GilMeter_start, METH_NOARGS,
-     "start(): begin measuring how long the GIL is held by the other threads."},
+     "start(): begin classifying this thread's CPU time as GIL-held or GIL-free."},
     {"stop", (PyCFunction)GilMeter_stop, METH_NOARGS,
-     "stop() -> (waited_ns, window_ns): the meter's total wait for the GIL and the time since "
-     "start()."},
+     "stop() -> (held_cpu_ns, free_cpu_ns): the CPU time of the thread that called start() "
+     "since start() or the last lap(), split by whether it held the GIL (the meter's takes had "
+     "to wait) or not."},
     {"lap", (PyCFunction)GilMeter_lap, METH_NOARGS,
-     "lap() -> (waited_ns, window_ns): the same since start() or the last lap(), the meter left "
-     "running."},
+     "lap() -> (held_cpu_ns, free_cpu_ns): the same, the meter left running."},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject StkGilMeter_Type = {
@@ -355,7 +407,7 @@ PyTypeObject StkGilMeter_Type = {
     .tp_basicsize = sizeof(GilMeterObject),
     .tp_dealloc = (destructor)GilMeter_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "GilMeter(): measures the share of time other threads hold the GIL.",
+    .tp_doc = "GilMeter(): splits the calling thread's CPU time into GIL-held and GIL-free.",
     .tp_methods = GilMeter_methods,
     .tp_new = PyType_GenericNew,
 };
