@@ -20,7 +20,7 @@ Each runs in its own process (its peak RSS is its own). Samples/s: epoch 1 and e
 --clips-per-video K takes K clips of each video per epoch (a long video), in stoker by
 clips_per_video=K, in the DataLoader by listing each video K times. Variants of stoker, side by
 side in the same run: --before PYTHONPATH (another build, e.g. main's before a change),
---variants whole (STOKER_VIDEO_WHOLE=1: each video read whole into memory, as before ranged
+--variants whole (STOKER_READ_WHOLE=1: each video read whole into memory, as before ranged
 reads), dthreads1 (decoder_threads=1 instead of the thread plan). Bytes read per epoch are
 stoker's stats()["bytes_read"].
 
@@ -203,7 +203,7 @@ def main():
         rows["stoker before"] = measure("stoker", tree, a.epochs, a.threads,
                                         dict(PYTHONPATH=a.before))
     for v in [x for x in a.variants.split(",") if x]:
-        env = {"whole": dict(STOKER_VIDEO_WHOLE="1"),
+        env = {"whole": dict(STOKER_READ_WHOLE="1"),
                "dthreads1": dict(BENCH_DECODER_THREADS="1")}[v]
         rows[f"stoker {v}"] = measure("stoker", tree, a.epochs, a.threads, env)
     best = None

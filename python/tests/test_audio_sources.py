@@ -244,3 +244,36 @@ def test_in_place_reads_equal_whole_reads(tmp_path):
         next(iter(loader))
         read = loader.stats()["bytes_read"]
     assert 0 < read <= 8 * size / 5, (read, size)
+
+
+def test_in_place_read_errors_name_the_file(tmp_path):
+    """A file read in place that changed or vanished after the loader opened the tree fails its
+    record, named; under on_error="skip" the record is replaced and counted."""
+    root = tmp_path / "tree" / "c"
+    root.mkdir(parents=True)
+    for i in range(4):
+        audio_data._run(["sox", "-n", "-r", "16000", "-c", "1", "-b", "16",
+                         str(root / f"{i}.wav"), "synth", "2", "sine", "300"])
+    for damage in ("truncate", "remove"):
+        with stoker.Loader(str(tmp_path / "tree"), 1, transforms=[A.RandomCrop(0.5)],
+                           output="numpy", num_workers=1, prefetch=1) as loader:
+            p = root / "2.wav"
+            data = p.read_bytes()
+            if damage == "truncate":
+                p.write_bytes(data[:1000])
+            else:
+                p.unlink()
+            try:
+                with pytest.raises(stoker.Error, match=r"c/2\.wav \(record 2\)") as e:
+                    for _ in loader:
+                        pass
+            finally:
+                p.write_bytes(data)
+            assert str(e.value).count("(record 2)") == 1, e.value
+            assert ("changed since the dataset was opened" if damage == "truncate"
+                    else "No such file") in str(e.value)
+    with stoker.Loader(str(tmp_path / "tree"), 1, transforms=[A.RandomCrop(0.5)],
+                       output="numpy", on_error="skip", num_workers=1, prefetch=1) as loader:
+        (root / "3.wav").write_bytes((root / "3.wav").read_bytes()[:1000])
+        n = sum(len(b["audio"]) for b in loader)
+        assert n == 4 and loader.stats()["skipped"] == 1

@@ -19,10 +19,11 @@
 #include <inttypes.h>
 #include <string.h>
 
-#define CHUNK 2048        /* frames per codec read */
-#define OPUS_PREROLL 3840 /* 80 ms at 48 kHz: RFC 7845's decoder pre-roll */
-#define MAX_RATE 1536000u /* more is not audio: a corrupt header */
-#define HEAD 4096         /* bytes of a record read in place fetched first: its header */
+#define CHUNK 2048         /* frames per codec read */
+#define OPUS_PREROLL 3840  /* 80 ms at 48 kHz: RFC 7845's decoder pre-roll */
+#define MAX_RATE 1536000u  /* more is not audio: a corrupt header */
+#define HEAD 4096          /* bytes of a record read in place fetched first: its header */
+#define WHOLE (256u << 10) /* a compressed stream up to this size is read whole, at once */
 
 enum { SEEK_EXACT, SEEK_PREROLL, SEEK_NONE };
 
@@ -207,8 +208,9 @@ static stk_status open_view(stk__audiodec *d, stk__audinfo *out, char *err, size
     }
     const char *name = stk__audfmt_name(fmt);
     bool pcm = fmt == STK__AUD_WAV || fmt == STK__AUD_AIFF;
-    if (fmt == STK__AUD_MP3 || (!pcm && !d->lenient && !d->trusted)) {
-        /* read to its end (an MP3's length is a scan of its frames): all of it, at once */
+    if (fmt == STK__AUD_MP3 || (!pcm && ((!d->lenient && !d->trusted) || v->size <= WHOLE))) {
+        /* read to its end (an MP3's length is a scan of its frames), or compressed and small
+         * (a seek's search reads a few blocks here and there): all of it, at once */
         v->ahead = (size_t)STK_MIN(v->size, (uint64_t)SIZE_MAX);
         if (!stk__audview_get(v, 0, (size_t)v->size))
             return view_error(v, err, err_size);

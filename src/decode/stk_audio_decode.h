@@ -69,8 +69,9 @@ stk_status stk__audio_open(stk__audiodec *d, const void *src, size_t size, stk__
 
 /* stk__audio_open on a record read in place (`in`, borrowed until the next open): only the bytes
  * a decode needs are read: the header, then for a window of WAV, AIFF or (trusted or lenient)
- * FLAC, Opus, the window's bytes; a stream decoded to its end (strict, not yet trusted) or an
- * MP3 (whose length is a scan of its frames) is read whole, once. The frames are those
+ * FLAC, Opus over 256 KiB, the window's bytes; a stream decoded to its end (strict, not yet
+ * trusted), an MP3 (whose length is a scan of its frames) or a smaller compressed stream is read
+ * whole, once. The frames are those
  * stk__audio_open on the whole record gives, bit for bit; a read error is returned as `in`
  * gives it. */
 stk_status stk__audio_open_in(stk__audiodec *d, const stk__bytesrc *in, stk__audinfo *out,

@@ -205,7 +205,7 @@ static stk_status transform_field(core *c, const char *name, char *err, size_t e
     /* a transform that needs only part of a long record (an audio crop) reads it in place where
      * the source can give a field so */
     c->in_place = rc == STK_OK && fd->kind == STK_FIELD_BYTES && c->ds->m->field_open &&
-                  stk__transform_reads_in_place(c->transform);
+                  stk__transform_reads_in_place(c->transform) && !getenv("STOKER_READ_WHOLE");
     return rc;
 }
 

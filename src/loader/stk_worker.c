@@ -105,21 +105,16 @@ static stk_status inplace_read(void *ctx, uint64_t offset, void *buf, size_t n, 
     return stk__vfs_read(ip->f, ip->base + offset, buf, n, err, err_size);
 }
 
-/* The transform on field `field` of record `rec` read in place (c->in_place): the source opens
- * the field's file, the transform reads what it needs of it. *bytes receives what it read. */
-static stk_status transform_in_place(core *c, worker *w, uint64_t rec, size_t field, stk_rng *rng,
+/* The transform on a field read in place (c->in_place): `f` (which this closes) holds it at
+ * range r; the transform reads what it needs of it. *bytes receives what it read. */
+static stk_status transform_in_place(core *c, worker *w, stk__file *f, stk__brange r, stk_rng *rng,
                                      void *dst, uint64_t *bytes, char *why, size_t why_size)
 {
-    inplace ip = {NULL, 0, 0};
-    stk__brange r;
+    inplace ip = {f, r.off, 0};
+    stk__bytesrc in = {r.len, inplace_read, &ip};
     const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
-    stk_status rc = c->ds->m->field_open(c->ds, rec, field, &ip.f, &r, why, why_size);
-    if (rc == STK_OK) {
-        ip.base = r.off;
-        stk__bytesrc in = {r.len, inplace_read, &ip};
-        rc = stk__transform_apply_in(c->transform, w->tw, &in, rng, dst, why, why_size);
-    }
-    stk__vfs_close(ip.f);
+    stk_status rc = stk__transform_apply_in(c->transform, w->tw, &in, rng, dst, why, why_size);
+    stk__vfs_close(f);
     stk__vfs_opts_use(prev);
     *bytes = ip.bytes;
     return rc;
@@ -210,10 +205,16 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                 uint64_t bit = 1ULL << (idx % 64);
                 bool trusted = atomic_load_explicit(word, memory_order_relaxed) & bit;
                 stk__transform_worker_trust(w->tw, trusted);
-                if (c->in_place) {
+                if (c->in_place) { /* the source opens the file (its errors name it) */
+                    stk__file *f = NULL;
+                    stk__brange r;
+                    const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
+                    rc = c->ds->m->field_open(c->ds, rec, tl->field, &f, &r, err, err_size);
+                    stk__vfs_opts_use(prev);
+                    if (rc < 0)
+                        return rc;
                     uint64_t got = 0;
-                    rc =
-                        transform_in_place(c, w, rec, tl->field, &rng, out, &got, why, sizeof(why));
+                    rc = transform_in_place(c, w, f, r, &rng, out, &got, why, sizeof(why));
                     atomic_fetch_add_explicit(&c->st_bytes, got, memory_order_relaxed);
                 } else {
                     rc = stk__transform_apply(c->transform, w->tw, w->scratch,

@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!*d && stk__vdec_create(1 + ((h >> 1) & 1), 1u << 22, h & 1, d, err, sizeof(err)) < 0)
         goto done;
     mem_src ms = {data};
-    stk__byteread rd = {size, mem_read, &ms};
+    stk__bytesrc rd = {size, mem_read, &ms};
     stk_status rc = (h >> 8) & 1 ? stk__vdec_open_reader(*d, &rd, err, sizeof(err))
                                  : stk__vdec_open(*d, data, size, err, sizeof(err));
     if (rc < 0 || stk__vdec_index(*d, &ix, err, sizeof(err)) < 0)
