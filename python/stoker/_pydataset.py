@@ -459,7 +459,9 @@ class PyLoader(Loader):
             factor = _torchcompat.check_int(prefetch_factor, "prefetch_factor", 1)
             prefetch = factor * max(1, workers or 1)
         if prefetch is None or (isinstance(prefetch, str) and prefetch == "auto"):
-            prefetch = 3
+            # one worker fills one batch at a time: one ahead of the held one is all it can
+            # use (the DataLoader at num_workers=0 keeps none), so the ring is 2 slots, not 4
+            prefetch = 1 if workers == 0 else 3
         self.prefetch = _torchcompat.check_int(prefetch, "prefetch", 1)
         base_seed = seed
         pending = None

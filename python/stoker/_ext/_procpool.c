@@ -165,31 +165,47 @@ static int send_all(int sock, const void *buf, size_t n, int fd)
     return 0;
 }
 
-/* Read exactly n bytes before `deadline` (ms on now_ms's clock; 0: none). 0 on success, -1 on
- * end of stream or error (errno; ETIMEDOUT when the deadline passed). */
-static int recv_all(int sock, void *buf, size_t n, uint64_t deadline)
+/* Read exactly n bytes before `deadline` (ms on now_ms's clock; 0: none). Without the GIL
+ * (with_gil false): 0 on success, -1 on end of stream or error (errno; ETIMEDOUT when the
+ * deadline passed). With the GIL held (with_gil true): released while waiting, in steps of at
+ * most STEP_MS running the signal handlers between steps (Ctrl-C); -2 with a Python exception
+ * set when a handler raised. */
+#define STEP_MS 100
+static int recv_wait(int sock, void *buf, size_t n, uint64_t deadline, bool with_gil)
 {
     char *p = buf;
     while (n > 0) {
-        int wait = -1;
+        int wait = with_gil ? STEP_MS : -1;
         if (deadline) {
             uint64_t t = now_ms();
             if (t >= deadline) {
                 errno = ETIMEDOUT;
                 return -1;
             }
-            wait = deadline - t > 1000000 ? 1000000 : (int)(deadline - t);
+            if (wait < 0 || deadline - t < (uint64_t)wait)
+                wait = deadline - t > 1000000 ? 1000000 : (int)(deadline - t);
         }
         struct pollfd pfd = {.fd = sock, .events = POLLIN};
-        int r = poll(&pfd, 1, wait);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
+        int r, e;
+        if (with_gil) {
+            Py_BEGIN_ALLOW_THREADS
+            r = poll(&pfd, 1, wait);
+            e = errno;
+            Py_END_ALLOW_THREADS
+        } else {
+            r = poll(&pfd, 1, wait);
+            e = errno;
+        }
+        if (r < 0 && e != EINTR) {
+            errno = e;
             return -1;
         }
-        if (r == 0)
-            continue; /* the deadline is checked above */
-        ssize_t k = recv(sock, p, n, 0);
+        if (r <= 0) { /* a signal, or a step ended: the deadline is checked above */
+            if (with_gil && PyErr_CheckSignals() < 0)
+                return -2;
+            continue;
+        }
+        ssize_t k = recv(sock, p, n, MSG_DONTWAIT);
         if (k < 0) {
             if (errno == EINTR || errno == EAGAIN)
                 continue;
@@ -203,6 +219,11 @@ static int recv_all(int sock, void *buf, size_t n, uint64_t deadline)
         n -= (size_t)k;
     }
     return 0;
+}
+
+static int recv_all(int sock, void *buf, size_t n, uint64_t deadline)
+{
+    return recv_wait(sock, buf, n, deadline, false);
 }
 
 /* ---- the server (fork and reap) ---- */
@@ -701,56 +722,6 @@ static PyObject *ProcPool_take_error(ProcPoolObject *p, PyObject *arg)
     return res;
 }
 
-/* Read exactly n bytes of the probe's reply, with the GIL held but released while waiting, in
- * steps of at most PROBE_STEP_MS running the signal handlers between steps (Ctrl-C), until
- * `deadline` (ms on now_ms's clock; 0: none). 0; -1 with errno (ETIMEDOUT: the deadline passed);
- * -2 with a Python exception set (a signal handler raised). */
-#define PROBE_STEP_MS 100
-static int probe_recv(int sock, void *buf, size_t n, uint64_t deadline)
-{
-    char *p = buf;
-    while (n > 0) {
-        int step = PROBE_STEP_MS;
-        if (deadline) {
-            uint64_t t = now_ms();
-            if (t >= deadline) {
-                errno = ETIMEDOUT;
-                return -1;
-            }
-            if (deadline - t < (uint64_t)step)
-                step = (int)(deadline - t);
-        }
-        struct pollfd pfd = {.fd = sock, .events = POLLIN};
-        int r, e;
-        Py_BEGIN_ALLOW_THREADS
-        r = poll(&pfd, 1, step);
-        e = errno;
-        Py_END_ALLOW_THREADS
-        if (r < 0 && e != EINTR) {
-            errno = e;
-            return -1;
-        }
-        if (r <= 0) {
-            if (PyErr_CheckSignals() < 0)
-                return -2;
-            continue;
-        }
-        ssize_t k = recv(sock, p, n, MSG_DONTWAIT);
-        if (k < 0) {
-            if (errno == EINTR || errno == EAGAIN)
-                continue;
-            return -1;
-        }
-        if (k == 0) {
-            errno = EPIPE;
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* probe(worker, blob) -> (status, payload): worker `worker` runs the first samples (the pickled
  * request `blob`) before any loader exists, and replies with what it measured (or the
  * exception). Called once, at construction, before the C loader's threads run. The worker says
@@ -787,7 +758,7 @@ static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
             break;
         if (p->timeout_ms > 0 && started)
             deadline = now_ms() + (uint64_t)p->timeout_ms;
-        rc = probe_recv(sock, &r, sizeof(r), deadline);
+        rc = recv_wait(sock, &r, sizeof(r), deadline, true);
         if (rc == 0 && r.status == ST_STARTED && !r.payload) {
             started = true;
             index = r.python_ns;
@@ -796,7 +767,7 @@ static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
         if (rc == 0 && r.payload) {
             if (!(payload = malloc(r.payload)))
                 return PyErr_NoMemory();
-            rc = probe_recv(sock, payload, r.payload, deadline);
+            rc = recv_wait(sock, payload, r.payload, deadline, true);
         }
         break;
     }
