@@ -181,7 +181,7 @@ TIMING_TESTS = {
     "test_loader.py": ("thread", "one_consumer", "deadlock"),
     "test_firstcontact.py": ("timeout", "thread"),
     "test_batchmap.py": ("threads", "close_while"),
-    "test_remote.py": ("race", "server_stops"),
+    "test_remote.py": ("loaders_race", "server_stops"),
     "test_remote_formats.py": ("read_ahead", "cached", "damaged", "removed_while"),
 }
 
