@@ -101,6 +101,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     stk_transform *t = NULL;
     if (stk_transform_create(&o, &t) < 0)
         return 0;
+    if (t->media !=
+        STK_MEDIA_IMAGE) { /* an audio op first makes an audio transform: fuzz_audio's */
+        stk_transform_destroy(t);
+        return 0;
+    }
 
     stk_rng rng;
     stk_rng_init(&rng, seed, flags, size);
