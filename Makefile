@@ -185,10 +185,9 @@ oom-cases: oom-bins
 	@STK_TEST_ONLY=alloc_failures,fault_injection bash scripts/run_tests.sh $(OOM_BINS)
 
 fuzz-replay: $(FUZZ_REPLAY)
-	@set -e; for r in $(FUZZ_REPLAY); do \
-	    name=$${r##*/replay_fuzz_}; echo "replay $$name"; opts=tests/fuzz/fuzz_$$name.asan; \
-	    ASAN_OPTIONS=$$( [ -f $$opts ] && grep -v '^\#' $$opts | paste -sd: -) \
-	    $$r tests/fuzz/corpus/$$name; done
+	@set -e; . scripts/fuzz_opts.sh; for r in $(FUZZ_REPLAY); do \
+	    name=$${r##*/replay_fuzz_}; echo "replay $$name"; \
+	    ASAN_OPTIONS=$$(fuzz_asan_options $$name) $$r tests/fuzz/corpus/$$name; done
 
 # C examples (examples/*.c), linked as a trainer links libstoker; the CLI tests run them.
 EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))

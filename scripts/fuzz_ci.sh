@@ -9,12 +9,7 @@ secs=${FUZZ_SECONDS:-60}
 work=build/fuzz/work; art=build/fuzz/artifacts
 mkdir -p "$work" "$art"
 fails=(); summary=()
-# fuzz_asan_options NAME: ASAN_OPTIONS with the uncommented lines of tests/fuzz/fuzz_NAME.asan
-fuzz_asan_options() {
-    local f=tests/fuzz/fuzz_$1.asan opts=${ASAN_OPTIONS:-}
-    [ -f "$f" ] && opts=$(grep -v '^#' "$f" | paste -sd: -)${opts:+:$opts}
-    printf '%s' "$opts"
-}
+. scripts/fuzz_opts.sh
 for t in "$@"; do
     name=${t##*/fuzz_}
     corpus=tests/fuzz/corpus/$name

@@ -365,7 +365,7 @@ def test_worker_info_and_init_fn(executor):
             workers.update(wid.tolist())
         # which threads take samples is the scheduler's choice (a loaded machine may leave one
         # idle): each thread's init runs once, before its first sample
-        assert sorted(_INIT_CALLS) == sorted([0] + sorted(workers))
+        assert sorted(_INIT_CALLS) == sorted([0, *workers])
     _INIT_CALLS.clear()
 
 
