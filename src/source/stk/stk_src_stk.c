@@ -594,16 +594,29 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
     info->offset = stk__ld64(e + STK_FMT_E_OFFSET);
     stk__iov iov[STK_MAX_FIELDS];
     int n = 0;
+    bool whole = true; /* every field read: the checksum can be checked */
+    uint64_t at = info->offset, run = at;
+    stk_status rc = STK_OK;
     for (uint32_t f = 0; f < ds->n_fields; f++) {
         uint64_t fs = stk__ld32(e + STK_FMT_E_SIZES + 4 * f);
         info->field_size[f] = fs;
         info->size += fs;
-        if (fs > cap[f]) {
+        if (dst[f] && fs > cap[f]) {
             stk_describe(ds, index, where, sizeof(where));
             return stk__set_error(err, err_size, STK_ELIMIT,
                                   "%s: field '%s' is %" PRIu64 " bytes, over the %zu-byte buffer",
                                   where, ds->fields[f].name, fs, cap[f]);
         }
+        if (fs > 0 && !dst[f]) { /* read in place (stk_field_open checks the record) */
+            whole = false;
+            if (n > 0 && (rc = s->f->vfs->read(s->f, run, iov, n, err, err_size)) < 0)
+                break;
+            n = 0;
+            at += fs;
+            run = at;
+            continue;
+        }
+        at += fs;
         if (fs == 0)
             continue;
         if (n > 0 && (uint8_t *)iov[n - 1].base + iov[n - 1].len == dst[f]) {
@@ -614,8 +627,10 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
         iov[n].len = (size_t)fs;
         n++;
     }
-    /* One request for all fields: contiguous in the file, scattered in memory. */
-    stk_status rc = s->f->vfs->read(s->f, info->offset, iov, n, err, err_size);
+    /* One request for all fields (or each run of them around one read in place): contiguous in
+     * the file, scattered in memory. */
+    if (rc == STK_OK && n > 0)
+        rc = s->f->vfs->read(s->f, run, iov, n, err, err_size);
     if (rc < 0) {
         stk_describe(ds, index, where, sizeof(where));
         return stk__source_read_error(rc, where, s->f->path, err, err_size);
@@ -623,7 +638,7 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
     /* Checksums: on a record's first read only (unless asked), see the top of the file. */
     _Atomic uint64_t *word = d->verified ? &d->verified[index / 64] : NULL;
     uint64_t bit = 1ULL << (index % 64);
-    bool verify = word && !(flags & STK__READ_NO_VERIFY) &&
+    bool verify = whole && word && !(flags & STK__READ_NO_VERIFY) &&
                   ((flags & STK__READ_VERIFY_ALL) ||
                    !(atomic_load_explicit(word, memory_order_relaxed) & bit));
     if (verify) {
@@ -679,6 +694,62 @@ static bool stk_field_extent(const stk_dataset *ds, uint64_t i, size_t f, stk__f
     return true;
 }
 
+#define HASH_CHUNK ((size_t)1 << 20) /* a record hashed in place is read this much at a time */
+
+/* Field f of record i in place: a byte range of the shard (the dataset's own file). The record's
+ * checksum covers all its fields, so a record not verified yet (its first read, or every read
+ * with STK__READ_VERIFY_ALL) is read through once here, a MiB at a time, and hashed: the reads in
+ * place that follow are then of checked bytes (as a whole read's are). */
+static stk_status stk_field_open(const stk_dataset *ds, uint64_t i, size_t f, unsigned flags,
+                                 stk__file **file, bool *owned, stk__brange *r, char *err,
+                                 size_t err_size)
+{
+    const stkds *d = ds->impl;
+    char where[STK_ERRMSG_SIZE];
+    *file = NULL;
+    *owned = false;
+    if (i >= ds->count || f >= ds->n_fields)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "field %zu of record %" PRIu64 " cannot be read in place", f, i);
+    uint64_t local;
+    const shard *s = &d->shards[stk__dataset_file_of(ds, i, &local)];
+    const uint8_t *e = s->entries + local * s->entry_size;
+    _Atomic uint64_t *word = d->verified ? &d->verified[i / 64] : NULL;
+    uint64_t bit = 1ULL << (i % 64);
+    if (word && !(flags & STK__READ_NO_VERIFY) &&
+        ((flags & STK__READ_VERIFY_ALL) ||
+         !(atomic_load_explicit(word, memory_order_relaxed) & bit))) {
+        stk__file *sf;
+        stk__brange all;
+        stk_extent(ds, i, &sf, &all);
+        uint8_t *buf = stk__malloc((size_t)STK_MIN(all.len, (uint64_t)HASH_CHUNK) + 1);
+        if (!buf)
+            return stk__set_error(err, err_size, STK_ENOMEM, "out of memory checking a record");
+        XXH3_state_t st;
+        XXH3_64bits_reset(&st);
+        stk_status rc = STK_OK;
+        for (uint64_t at = 0; at < all.len && rc == STK_OK;) {
+            size_t k = (size_t)STK_MIN(all.len - at, (uint64_t)HASH_CHUNK);
+            rc = stk__vfs_read(s->f, all.off + at, buf, k, err, err_size);
+            XXH3_64bits_update(&st, buf, k);
+            at += k;
+        }
+        stk__free(buf);
+        if (rc < 0) {
+            stk_describe(ds, i, where, sizeof(where));
+            return stk__source_read_error(rc, where, s->f->path, err, err_size);
+        }
+        if (XXH3_64bits_digest(&st) != stk__ld64(e + STK_FMT_E_CHECKSUM)) {
+            stk_describe(ds, i, where, sizeof(where));
+            return stk__set_error(err, err_size, STK_EFORMAT,
+                                  "%s: checksum mismatch (record corrupt)", where);
+        }
+        atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
+    }
+    stk_field_extent(ds, i, f, file, r);
+    return STK_OK;
+}
+
 const stk__source_methods stk__src_stk = {
     .name = "stk",
     .summary = ".stk shards: files, a directory of them, a glob or a list",
@@ -689,4 +760,5 @@ const stk__source_methods stk__src_stk = {
     .describe = stk_describe,
     .extent = stk_extent,
     .field_extent = stk_field_extent,
+    .field_open = stk_field_open,
 };

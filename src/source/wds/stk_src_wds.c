@@ -18,7 +18,9 @@
  * directory writable, validated against the shard's size, mtime and inode (and its own
  * checksum), and rebuilt when any differs. A read also checks the tar header just before each
  * member's data (checksum and size), so an index that no longer matches its shard is an error,
- * never wrong bytes.
+ * never wrong bytes. A plain member (not gzipped, not an integer or array) can be read in place
+ * (wds_field_open: its header checked, then its data a byte range of the shard), so a video clip
+ * reads only the member's container header and the clip's GOPs.
  *
  * Refused at open, naming the shard, member and byte offset: a header with a bad checksum (not a
  * tar), a member running past the end of the file (truncated), a key whose files are not
@@ -565,6 +567,11 @@ static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
                                   ds->fields[f].name);
         }
         uint32_t gz = w->gz ? w->gz[i * (ds->n_fields - 1) + f - 1] : STK__TAR_NOT_GZ;
+        if (!dst[f]) { /* read in place (wds_field_open checks its header) */
+            info->field_size[f] = l->size;
+            info->size += l->size;
+            continue;
+        }
         if (w->is_npy[f] || gz != STK__TAR_NOT_GZ) { /* through a buffer, on its own */
             stk_status rc = read_buffered(ds, i, f, gz, dst[f], cap[f], info, err, err_size);
             if (rc < 0)
@@ -657,6 +664,58 @@ static bool wds_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__br
     return end > start;
 }
 
+/* A plain member (not an integer, not a .npy array, not gzipped) of every sample: field f is
+ * then a byte range of its shard. */
+static bool wds_field_opens(const stk_dataset *ds, size_t f)
+{
+    const wds *w = ds->impl;
+    if (f == 0 || f >= ds->n_fields || w->is_int[f] || w->is_npy[f])
+        return false;
+    for (uint64_t i = 0; w->gz && i < ds->count; i++)
+        if (w->gz[i * (ds->n_fields - 1) + f - 1] != STK__TAR_NOT_GZ)
+            return false;
+    return true;
+}
+
+/* Field f of sample i in place: the member's data, stored contiguously in the shard, is a byte
+ * range of the shard's file (the dataset's own); its tar header is read and checked first, as
+ * wds_read checks it. */
+static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, unsigned flags,
+                                 stk__file **file, bool *owned, stk__brange *r, char *err,
+                                 size_t err_size)
+{
+    (void)flags;
+    const wds *w = ds->impl;
+    char where[STK_ERRMSG_SIZE];
+    *file = NULL;
+    *owned = false;
+    if (i >= ds->count || !wds_field_opens(ds, f))
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "field %zu of record %" PRIu64 " cannot be read in place", f, i);
+    const wds_rec *rec = &w->recs[i];
+    const wds_shard *sh = &w->shards[rec->shard];
+    const wds_loc *l = &w->locs[i * (ds->n_fields - 1) + f - 1];
+    if (l->size == MISSING) {
+        wds_describe(ds, i, where, sizeof(where));
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: no '%s' member (other samples have one)", where,
+                              ds->fields[f].name);
+    }
+    uint64_t data_off = rec->off + l->rel;
+    uint8_t hdr[TAR_BLOCK];
+    stk_status rc = stk__vfs_read(sh->f, data_off - TAR_BLOCK, hdr, TAR_BLOCK, err, err_size);
+    if (rc < 0) {
+        wds_describe(ds, i, where, sizeof(where));
+        return stk__source_read_error(rc, where, sh->f->path, err, err_size);
+    }
+    rc = check_header(ds, i, (uint32_t)f, hdr, data_off - TAR_BLOCK, l->size, err, err_size);
+    if (rc < 0)
+        return rc;
+    *file = sh->f;
+    *r = (stk__brange){data_off, l->size};
+    return STK_OK;
+}
+
 const stk__source_methods stk__src_wds = {
     .name = "wds",
     .summary = "WebDataset .tar shards, one sample per key, one field per extension",
@@ -666,4 +725,6 @@ const stk__source_methods stk__src_wds = {
     .read = wds_read,
     .describe = wds_describe,
     .extent = wds_extent,
+    .field_open = wds_field_open,
+    .field_opens = wds_field_opens,
 };
