@@ -50,6 +50,13 @@ def tv_transforms():
                        TT.ToTensor(), TT.Normalize(MEAN, STD)])
 
 
+def videos_of(tree):
+    """(class number, path) of the tree's videos, in ImageFolder's order (stoker's index files,
+    <video>.stkvidx, left out)."""
+    return [(c, os.path.join(tree, cls, f)) for c, cls in enumerate(sorted(os.listdir(tree)))
+            for f in sorted(os.listdir(os.path.join(tree, cls))) if not f.endswith(".stkvidx")]
+
+
 def drop_index_files(tree):
     """Remove the frame indexes kept beside the videos (<video>.stkvidx): the next loader is a
     first-ever one (cold)."""
@@ -70,10 +77,11 @@ def run_stoker(tree, epochs, threads):
     if os.environ.get("BENCH_COLD"):
         drop_index_files(tree)
     times, bytes_read = [], []
+    tf = tv_transforms()  # imports torchvision: not the loader's open
     t0 = time.perf_counter()
     loader = stoker.Loader(data, batch_size=BATCH, shuffle=True, seed=0, num_workers=threads,
                            frames_per_clip=T, frame_step=STEP, clips_per_video=CLIPS,
-                           transforms=tv_transforms())
+                           transforms=tf)
     t_open = time.perf_counter() - t0
     t_first = None
     with loader:
@@ -96,8 +104,7 @@ def pack_sources(tree, out_dir, which):
     (stoker.pack), for the rows that read those."""
     import tarfile
     out = {}
-    items = [(c, os.path.join(tree, cls, f)) for c, cls in enumerate(sorted(os.listdir(tree)))
-             for f in sorted(os.listdir(os.path.join(tree, cls))) if not f.endswith(".stkvidx")]
+    items = videos_of(tree)
     if "tar" in which:
         out["tar"] = os.path.join(out_dir, "videos.tar")
         with tarfile.open(out["tar"], "w") as t:
@@ -123,13 +130,11 @@ class ReadVideoClips:
     def __init__(self, tree):
         import av
         self.items = []
-        for c, cls in enumerate(sorted(os.listdir(tree))):
-            for f in sorted(os.listdir(os.path.join(tree, cls))):
-                p = os.path.join(tree, cls, f)
-                with av.open(p) as ct:
-                    st = ct.streams.video[0]
-                    n, rate = st.frames, float(st.average_rate)
-                self.items += [(p, c, n, rate)] * CLIPS
+        for c, p in videos_of(tree):
+            with av.open(p) as ct:
+                st = ct.streams.video[0]
+                n, rate = st.frames, float(st.average_rate)
+            self.items += [(p, c, n, rate)] * CLIPS
         import torchvision.transforms as TT
         self.tf = TT.Compose([TT.Resize(256), TT.RandomResizedCrop(224),
                               TT.RandomHorizontalFlip(), TT.Normalize(MEAN, STD)])
@@ -178,8 +183,7 @@ def _decode_all(path):
 
 def run_ceiling(tree, epochs, procs):
     from multiprocessing import Pool
-    paths = [os.path.join(tree, c, f) for c in sorted(os.listdir(tree))
-             for f in sorted(os.listdir(os.path.join(tree, c)))]
+    paths = [p for _, p in videos_of(tree)]
     times = []
     with Pool(procs) as pool:
         for _ in range(epochs):
@@ -284,8 +288,7 @@ def main():
     s1, d1 = rate(rows["stoker"]["times"], True), rate(rows[best]["times"], True)
     print(f"stoker / best DataLoader ({best}): epochs 2+ {s / d:.2f}x, epoch 1 {s1 / d1:.2f}x")
     print(f"stoker / decode-every-frame ceiling: {s / c:.2f}x (clips/s vs whole videos/s)")
-    files = sum(os.path.getsize(os.path.join(tree, c, f)) for c in sorted(os.listdir(tree))
-                for f in sorted(os.listdir(os.path.join(tree, c))) if not f.endswith(".stkvidx"))
+    files = sum(os.path.getsize(p) for _, p in videos_of(tree))
     print(f"the files: {files / 1e6:.1f} MB; {a.clips_per_video} clip(s) per video per epoch")
     for k, r in rows.items():
         if not k.startswith("stoker"):

@@ -217,10 +217,12 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                     stk__file *f = NULL;
                     stk__brange r;
                     bool owned = false;
+                    uint64_t checked = 0; /* bytes the source read to check the field */
                     const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
                     rc = c->ds->m->field_open(c->ds, rec, tl->field, c->read_flags, &f, &owned, &r,
-                                              err, err_size);
+                                              &checked, err, err_size);
                     stk__vfs_opts_use(prev);
+                    atomic_fetch_add_explicit(&c->st_bytes, checked, memory_order_relaxed);
                     if (rc < 0)
                         return rc;
                     uint64_t got = 0;

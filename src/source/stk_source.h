@@ -147,11 +147,12 @@ struct stk__source_methods {
      * member, a .stk record's field). A source with field_open takes dst[f] NULL in `read` for
      * such a field: its size is reported (info->field_size[f]), its bytes are not read, and what
      * a whole read would check of them is checked here or by the reads that follow (`flags` as
-     * read's: a .stk record's checksum on its first read). Errors name the file and record as
-     * read's do. */
+     * read's: a .stk record's checksum on its first read); *checked receives the bytes this call
+     * read to check them (a tar member's header, a .stk record read through), 0 for none.
+     * Errors name the file and record as read's do. */
     stk_status (*field_open)(const stk_dataset *ds, uint64_t i, size_t f, unsigned flags,
-                             stk__file **file, bool *owned, stk__brange *r, char *err,
-                             size_t err_size);
+                             stk__file **file, bool *owned, stk__brange *r, uint64_t *checked,
+                             char *err, size_t err_size);
     /* Optional (NULL: every bytes field of a source with field_open can be opened so): whether
      * field f can be read in place for every record (false: a tar field with gzipped members). */
     bool (*field_opens)(const stk_dataset *ds, size_t f);

@@ -701,13 +701,14 @@ static bool stk_field_extent(const stk_dataset *ds, uint64_t i, size_t f, stk__f
  * with STK__READ_VERIFY_ALL) is read through once here, a MiB at a time, and hashed: the reads in
  * place that follow are then of checked bytes (as a whole read's are). */
 static stk_status stk_field_open(const stk_dataset *ds, uint64_t i, size_t f, unsigned flags,
-                                 stk__file **file, bool *owned, stk__brange *r, char *err,
-                                 size_t err_size)
+                                 stk__file **file, bool *owned, stk__brange *r, uint64_t *checked,
+                                 char *err, size_t err_size)
 {
     const stkds *d = ds->impl;
     char where[STK_ERRMSG_SIZE];
     *file = NULL;
     *owned = false;
+    *checked = 0;
     if (i >= ds->count || f >= ds->n_fields)
         return stk__set_error(err, err_size, STK_EINVAL,
                               "field %zu of record %" PRIu64 " cannot be read in place", f, i);
@@ -733,6 +734,7 @@ static stk_status stk_field_open(const stk_dataset *ds, uint64_t i, size_t f, un
             rc = stk__vfs_read(s->f, all.off + at, buf, k, err, err_size);
             XXH3_64bits_update(&st, buf, k);
             at += k;
+            *checked = at;
         }
         stk__free(buf);
         if (rc < 0) {

@@ -681,14 +681,15 @@ static bool wds_field_opens(const stk_dataset *ds, size_t f)
  * range of the shard's file (the dataset's own); its tar header is read and checked first, as
  * wds_read checks it. */
 static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, unsigned flags,
-                                 stk__file **file, bool *owned, stk__brange *r, char *err,
-                                 size_t err_size)
+                                 stk__file **file, bool *owned, stk__brange *r, uint64_t *checked,
+                                 char *err, size_t err_size)
 {
     (void)flags;
     const wds *w = ds->impl;
     char where[STK_ERRMSG_SIZE];
     *file = NULL;
     *owned = false;
+    *checked = 0;
     if (i >= ds->count || !wds_field_opens(ds, f))
         return stk__set_error(err, err_size, STK_EINVAL,
                               "field %zu of record %" PRIu64 " cannot be read in place", f, i);
@@ -704,6 +705,7 @@ static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, un
     uint64_t data_off = rec->off + l->rel;
     uint8_t hdr[TAR_BLOCK];
     stk_status rc = stk__vfs_read(sh->f, data_off - TAR_BLOCK, hdr, TAR_BLOCK, err, err_size);
+    *checked = TAR_BLOCK;
     if (rc < 0) {
         wds_describe(ds, i, where, sizeof(where));
         return stk__source_read_error(rc, where, sh->f->path, err, err_size);
