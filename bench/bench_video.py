@@ -237,6 +237,8 @@ def main():
     ap.add_argument("--variants", default="",
                     help="comma list: cold (the tree's index files removed first), whole, "
                          "dthreads1, tar, tar-whole, stk, stk-whole (the tree packed so)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="stoker rows run this many times, interleaved; the median shown")
     ap.add_argument("--child")
     ap.add_argument("--tree")
     ap.add_argument("--arg", type=int, default=0)
@@ -255,22 +257,30 @@ def main():
     variants = [x for x in a.variants.split(",") if x]
     packed = pack_sources(tree, tempfile.mkdtemp(prefix="stk_bench_video_packed_"),
                           {v.split("-")[0] for v in variants})
-    if a.before:  # first: another build keeps no index files, and finds none it reads
-        rows["stoker before"] = measure("stoker", tree, a.epochs, a.threads,
-                                        dict(PYTHONPATH=a.before))
-    if "cold" in variants:  # a first-ever loader: it indexes every video, writing the files
-        rows["stoker cold"] = measure("stoker", tree, a.epochs, a.threads, dict(BENCH_COLD="1"))
-    rows["stoker"] = measure("stoker", tree, a.epochs, a.threads)  # finds the index files
-    for v in variants:
-        if v == "cold":
-            continue
-        env = {"whole": dict(STOKER_READ_WHOLE="1"),
-               "dthreads1": dict(BENCH_DECODER_THREADS="1"),
-               "tar": dict(BENCH_DATA=packed.get("tar", "")),
-               "tar-whole": dict(BENCH_DATA=packed.get("tar", ""), STOKER_READ_WHOLE="1"),
-               "stk": dict(BENCH_DATA=packed.get("stk", "")),
-               "stk-whole": dict(BENCH_DATA=packed.get("stk", ""), STOKER_READ_WHOLE="1")}[v]
-        rows[f"stoker {v}"] = measure("stoker", tree, a.epochs, a.threads, env)
+    runs = {}  # stoker rows: one result per round, the rows interleaved round after round
+    for rnd in range(a.rounds):
+        if a.before:  # first: another build keeps no index files, and finds none it reads
+            runs.setdefault("stoker before", []).append(
+                measure("stoker", tree, a.epochs, a.threads, dict(PYTHONPATH=a.before)))
+        if "cold" in variants:  # a first-ever loader: it indexes every video, writing the files
+            runs.setdefault("stoker cold", []).append(
+                measure("stoker", tree, a.epochs, a.threads, dict(BENCH_COLD="1")))
+        runs.setdefault("stoker", []).append(  # finds the index files (after a cold row)
+            measure("stoker", tree, a.epochs, a.threads))
+        for v in variants:
+            if v == "cold":
+                continue
+            env = {"whole": dict(STOKER_READ_WHOLE="1"),
+                   "dthreads1": dict(BENCH_DECODER_THREADS="1"),
+                   "tar": dict(BENCH_DATA=packed.get("tar", "")),
+                   "tar-whole": dict(BENCH_DATA=packed.get("tar", ""), STOKER_READ_WHOLE="1"),
+                   "stk": dict(BENCH_DATA=packed.get("stk", "")),
+                   "stk-whole": dict(BENCH_DATA=packed.get("stk", ""),
+                                     STOKER_READ_WHOLE="1")}[v]
+            runs.setdefault(f"stoker {v}", []).append(
+                measure("stoker", tree, a.epochs, a.threads, env))
+    for k, rs in runs.items():  # the median round by epochs 2+ (each round printed below)
+        rows[k] = sorted(rs, key=lambda r: rate(r["times"], False))[len(rs) // 2]
     best = None
     for w in [int(x) for x in a.workers.split(",")]:
         r = measure("dataloader", tree, a.epochs, w)
@@ -288,6 +298,13 @@ def main():
     s1, d1 = rate(rows["stoker"]["times"], True), rate(rows[best]["times"], True)
     print(f"stoker / best DataLoader ({best}): epochs 2+ {s / d:.2f}x, epoch 1 {s1 / d1:.2f}x")
     print(f"stoker / decode-every-frame ceiling: {s / c:.2f}x (clips/s vs whole videos/s)")
+    if a.rounds > 1:
+        for k, rs in runs.items():
+            print(f"{k:24s} rounds (epoch 1 / epochs 2+ clips/s, cpu s, first batch s): " +
+                  "; ".join(f"{rate(r['times'], True):.2f} / {rate(r['times'], False):.2f}, "
+                            f"{r['cpu_s']:.1f}, "
+                            f"{dict((t[0], t[1]) for t in r['times'] if isinstance(t[0], str)).get('open', [0, 0])[1]:.2f}"
+                            for r in rs))
     files = sum(os.path.getsize(p) for _, p in videos_of(tree))
     print(f"the files: {files / 1e6:.1f} MB; {a.clips_per_video} clip(s) per video per epoch")
     for k, r in rows.items():

@@ -127,7 +127,6 @@ struct core {
     _Atomic uint64_t *checked;
     stk__memo *memo; /* per-record blobs a transform keeps across epochs (video indexes); NULL */
     const char *memo_file, *memo_magic; /* where the memo's blobs are kept on disk (NULL: not) */
-    _Atomic uint64_t st_memo_loaded, st_memo_stored; /* blobs read from / written to disk */
     uint32_t cores; /* stk_n_cpus() at create: the thread plan's codec threads */
     bool readahead; /* some file is remote and the source gives extents: hint the next records */
     stk__imgarray tgeom; /* its geometry */
@@ -207,8 +206,7 @@ static inline void stk__loader_plan(const core *c, uint64_t start, stk_plan *p)
 /* Append a trace event (by the buffer's own thread only; the device track under mu). */
 void stk__trace_add(const core *c, tbuf *b, uint32_t stage, uint64_t t0, uint64_t t1, uint32_t arg);
 
-/* ---- the memo kept on disk (stk_memofile.c); called with the dataset's vfs settings in use ----
- */
+/* ---- the memo kept on disk (stk_memofile.c), with the dataset's vfs settings in use ---- */
 
 /* Record rec's memo blob, read from its index file beside f (field range r of f) when the memo
  * holds none yet; NULL when there is none (or it does not check). The pointer is what

@@ -42,10 +42,8 @@ const uint8_t *stk__memofile_load(core *c, uint64_t rec, stk__file *f, stk__bran
     uint8_t *b = stk__idx_identity(f, id)
                      ? stk__idx_load(f, c->memo_file, true, c->memo_magic, id, &n)
                      : NULL;
-    if (b && n > STK__IDX_HEAD + STK__IDX_TAIL) {
-        atomic_fetch_add_explicit(&c->st_memo_loaded, 1, memory_order_relaxed);
+    if (b && n > STK__IDX_HEAD + STK__IDX_TAIL)
         stk__memo_set(c->memo, rec, b + STK__IDX_HEAD, n - STK__IDX_HEAD - STK__IDX_TAIL);
-    }
     stk__free(b);
     return stk__memo_get(c->memo, rec, &size);
 }
@@ -64,5 +62,4 @@ void stk__memofile_store(core *c, uint64_t rec, stk__file *f, stk__brange r, con
     memcpy(b + STK__IDX_HEAD, now, size);
     stk__idx_store(f, c->memo_file, true, b, n);
     stk__free(b);
-    atomic_fetch_add_explicit(&c->st_memo_stored, 1, memory_order_relaxed);
 }

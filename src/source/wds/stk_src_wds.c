@@ -690,7 +690,8 @@ static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, un
     *file = NULL;
     *owned = false;
     *checked = 0;
-    if (i >= ds->count || !wds_field_opens(ds, f))
+    if (i >= ds->count || f == 0 || f >= ds->n_fields || w->is_int[f] || w->is_npy[f] ||
+        (w->gz && w->gz[i * (ds->n_fields - 1) + f - 1] != STK__TAR_NOT_GZ))
         return stk__set_error(err, err_size, STK_EINVAL,
                               "field %zu of record %" PRIu64 " cannot be read in place", f, i);
     const wds_rec *rec = &w->recs[i];
