@@ -40,7 +40,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-T, STEP, BATCH = 16, 4, 8
+T, STEP = 16, 4
+BATCH = int(os.environ.get("BENCH_BATCH", "8"))  # batches of 2: few clips in flight
 MEAN, STD = [0.43216, 0.394666, 0.37645], [0.22803, 0.22145, 0.216989]
 
 
