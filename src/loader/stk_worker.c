@@ -476,8 +476,9 @@ static bool fresh_wait(core *c, worker *w, stk__slot *s)
     pthread_cond_timedwait(&r->cv_work, &r->mu, &until);
     r->fresh_waiters--;
     uint64_t t1 = stk__now_ns();
-    r->fresh_budget_ns -= (int64_t)(t1 - t0);
-    atomic_fetch_add_explicit(&w->wait_ns, t1 - t0, memory_order_relaxed);
+    r->fresh_budget_ns -= (int64_t)(t1 - t0); /* spent whether or not stats are timed */
+    if (c->timed)
+        atomic_fetch_add_explicit(&w->wait_ns, t1 - t0, memory_order_relaxed);
     if (w->trace.cap)
         stk__trace_add(c, &w->trace, TR_WAIT, t0, t1, 0);
     return true;
