@@ -83,7 +83,7 @@ typedef struct pworker {
     uint32_t arena_seen; /* the arena id this process has mapped (0: none) */
     bool init_sent;
     bool starting; /* its ST_READY not read yet: timeout= does not run meanwhile */
-    int deaths; /* in a row, without a finished sample since */
+    int deaths;    /* in a row, without a finished sample since */
     char why[400];
 } pworker;
 
@@ -118,7 +118,7 @@ typedef struct {
     bool closing;
     stk_field fields[STK_MAX_FIELDS];
     size_t n_fields;
-    int64_t timeout_ms; /* per sample; 0: none */
+    int64_t timeout_ms;         /* per sample; 0: none */
     _Atomic int64_t startup_ms; /* a new worker's start-up (to its ST_READY); 0: none */
     _Atomic uint64_t key_next;
     pthread_mutex_t tmu;
@@ -344,8 +344,9 @@ static stk_status worker_died(ProcPoolObject *p, uint32_t wid, const stk_sample_
                  wid, (int)w->pid, (double)atomic_load(&p->startup_ms) / 1000.0,
                  (unsigned long long)info->index, (unsigned long long)info->epoch);
     else
-        snprintf(w->why, sizeof(w->why), "worker process %u (pid %d) %s while %s sample %llu (epoch %llu)",
-                 wid, (int)w->pid, how,
+        snprintf(w->why, sizeof(w->why),
+                 "worker process %u (pid %d) %s while %s sample %llu (epoch %llu)", wid,
+                 (int)w->pid, how,
                  w->starting ? "starting (its set-up or worker_init_fn), before" : "loading",
                  (unsigned long long)info->index, (unsigned long long)info->epoch);
     atomic_fetch_add(&p->deaths, 1);
@@ -512,8 +513,7 @@ static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_te
             bool timed_out = errno == ETIMEDOUT;
             if (timed_out)
                 kill(w->pid, SIGKILL);
-            return worker_died(p, wid, info, timed_out ? LOST_TIMEOUT : LOST_ENDED, err,
-                               err_size);
+            return worker_died(p, wid, info, timed_out ? LOST_TIMEOUT : LOST_ENDED, err, err_size);
         }
     }
     w->deaths = 0;
