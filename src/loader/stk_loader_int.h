@@ -151,6 +151,7 @@ struct core {
     /* consumer */
     uint64_t c_seq, c_epoch, c_b, c_consumed;
     stk_plan c_plan;
+    bool c_waiting; /* the consumer waits in stk_loader_next for batch c_seq */
 
     /* stats */
     bool timed; /* stage timing on (not STK_LOADER_NO_STATS) */

@@ -467,6 +467,36 @@ static void worker_wait(core *c, worker *w)
         stk__trace_add(c, &w->trace, TR_WAIT, t0, t1, 0);
 }
 
+/* Rather than open the next batch in memory never written, whose first touch can cost more than
+ * the wait (stk_ring.h), wait up to FRESH_SLICE_NS for used memory to be released, while the
+ * ring's budget lasts (mu held, slot s FREE; true when it waited: the caller looks again). */
+#define FRESH_SLICE_NS 1000000
+static bool fresh_wait(core *c, worker *w, stk__slot *s)
+{
+    stk__ring *r = &c->r;
+    stk__ring_take_hot_locked(r, s);
+    if (c->d_idle || !stk__ring_fresh_wait_locked(r, s, c->c_waiting && c->c_seq == c->open_seq))
+        return false;
+    uint64_t t0 = stk__now_ns(), slice = STK_MIN((uint64_t)r->fresh_budget_ns, FRESH_SLICE_NS);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until); /* cv_work's clock */
+    until.tv_nsec += (long)slice;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    r->fresh_waiters++;
+    pthread_cond_timedwait(&r->cv_work, &r->mu, &until);
+    r->fresh_waiters--;
+    uint64_t t1 = stk__now_ns();
+    r->fresh_budget_ns -= (int64_t)(t1 - t0); /* spent whether or not stats are timed */
+    if (c->timed)
+        atomic_fetch_add_explicit(&w->wait_ns, t1 - t0, memory_order_relaxed);
+    if (w->trace.cap)
+        stk__trace_add(c, &w->trace, TR_WAIT, t0, t1, 0);
+    return true;
+}
+
 /* Batch s (seq) has every sample done: its batch ops, then its device copy queued before it is
  * handed out (so the copy runs ahead of the consumer), then READY. */
 static void complete_batch(core *c, worker *w, stk__slot *s, uint64_t seq)
@@ -536,7 +566,10 @@ void *stk__worker_main(void *arg)
         }
         if (c->claim_seq == c->open_seq) {
             /* The next batch is not open yet: open it when its slot is free and the depth
-             * allows another batch ahead of the consumer. */
+             * allows another batch ahead of the consumer (in used memory if it comes soon). */
+            if (s->state == STK__SLOT_FREE && c->open_seq - c->c_seq < c->at.depth &&
+                fresh_wait(c, w, s))
+                continue; /* it waited: look again */
             if (s->state != STK__SLOT_FREE || c->open_seq - c->c_seq >= c->at.depth ||
                 !open_batch(c)) {
                 worker_wait(c, w);
