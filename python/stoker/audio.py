@@ -289,7 +289,8 @@ class PadTo(_Seconds):
 
 class Downmix(_AudioOp):
     """To mono (channels=1: the mean of the channels, as waveform.mean(0, keepdim=True)) or
-    stereo (channels=2: stereo kept, mono duplicated)."""
+    stereo (channels=2: stereo kept, mono duplicated, 3 to 8 channels mixed by FFmpeg's default
+    matrix on the file's layout, as torchaudio.io.StreamReader and `ffmpeg -ac 2` give it)."""
     _kind = "audio.Downmix"
 
     def __init__(self, channels=1):

@@ -440,6 +440,7 @@ typedef struct astep {
     float gain;   /* Vol: the factor */
     int64_t a, b; /* the output range its buffer holds (zero outside [a2, b2)) */
     int64_t a2, b2;
+    const stk__downmix *mix; /* Downmix(2) of more than two channels: FFmpeg's matrix */
 } astep;
 
 typedef struct aplan {
@@ -448,6 +449,7 @@ typedef struct aplan {
     int64_t a0, b0;  /* the range of the input the first step reads */
     astep step[MAX_STEPS];
     int n;
+    stk__downmix mix; /* a Downmix(2) step's matrix */
 } aplan;
 
 /* torchaudio's Vol factor (F.gain: 10^(dB / 20), power as 10 log10(gain) dB), in float32 as
@@ -462,8 +464,9 @@ static float vol_factor(const stk_op *op)
 }
 
 /* Plan the waveform ops of one sample on `in`, drawing the crops from rng. */
-static stk_status plan_sample(const stk_transform *t, stk__aworker *w, stk__asig in, stk_rng *rng,
-                              aplan *p, char *err, size_t err_size)
+static stk_status plan_sample(const stk_transform *t, stk__aworker *w, stk__asig in,
+                              stk__audfmt fmt, uint32_t mask, stk_rng *rng, aplan *p, char *err,
+                              size_t err_size)
 {
     const stk__atransform *at = t->audio;
     stk__asig s = in;
@@ -499,11 +502,10 @@ static stk_status plan_sample(const stk_transform *t, stk__aworker *w, stk__asig
             s.rate = (uint32_t)op->new_freq;
             break;
         case STK_OP_DOWNMIX:
-            if (op->channels == 2 && s.channels > 2)
-                return stk__set_error(err, err_size, STK_EFORMAT,
-                                      "%" PRIu32 " channels: audio.Downmix(2) keeps stereo or "
-                                      "duplicates mono; audio.Downmix() averages any number",
-                                      s.channels);
+            if (op->channels == 2 && s.channels > 2) {
+                STK_TRY_RET(stk__downmix_stereo(fmt, s.channels, mask, &p->mix, err, err_size));
+                st->mix = &p->mix;
+            }
             s.channels = (uint32_t)op->channels;
             break;
         case STK_OP_AUDIO_RANDOM_CROP:
@@ -648,6 +650,12 @@ static void run_step(const astep *st, float *const *in, int64_t ia, float *const
                     s += in[c][st->a2 + i - ia];
                 out[0][at + i] = s / (float)st->in.channels;
             }
+        } else if (st->mix) { /* FFmpeg's stereo of more channels */
+            const float *src[STK__AUD_MAX_CHANNELS];
+            for (uint32_t c = 0; c < st->in.channels; c++)
+                src[c] = in[c] + (st->a2 - ia);
+            float *dst[2] = {out[0] + at, out[1] + at};
+            stk__downmix_run(st->mix, src, m, dst);
         } else { /* stereo: kept, or mono duplicated */
             for (uint32_t c = 0; c < 2; c++)
                 memcpy(out[c] + at, in[st->in.channels == 1 ? 0 : c] + (st->a2 - ia),
@@ -712,6 +720,8 @@ static stk_status run_sample(const stk_transform *t, stk__tworker *tw, const voi
     stk__aworker *w = (stk__aworker *)(void *)tw;
     uint64_t t0 = stk__now_ns(), t1;
     stk__asig in;
+    stk__audfmt fmt = STK__AUD_UNKNOWN; /* the layout's: arrays take FFmpeg's default */
+    uint32_t mask = 0;
     aplan p;
     if (at->array) {
         size_t want = stk_dtype_size(at->a_dtype) * at->in_channels * (size_t)at->a_len;
@@ -726,6 +736,8 @@ static stk_status run_sample(const stk_transform *t, stk__tworker *tw, const voi
         STK_TRY(from ? stk__audio_open_in(w->dec, from, &info, err, err_size)
                      : stk__audio_open(w->dec, src, size, &info, err, err_size));
         in = (stk__asig){info.rate, info.channels, info.frames, info.frames};
+        fmt = info.format;
+        mask = info.mask;
         if (at->rate_fixed && info.rate != at->in_rate)
             STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
                            "%s at %" PRIu32 " Hz where record 0 is at %" PRIu32
@@ -742,7 +754,7 @@ static stk_status run_sample(const stk_transform *t, stk__tworker *tw, const voi
                        "%" PRIu32 " channels where record 0 has %" PRIu32
                        ": add stoker.audio.Downmix() (mono) or Downmix(2) (stereo)",
                        in.channels, at->in_channels);
-    STK_TRY(plan_sample(t, w, in, rng, &p, err, err_size));
+    STK_TRY(plan_sample(t, w, in, fmt, mask, rng, &p, err, err_size));
 
     /* The input range [a0, b0): decoded where it is inside the signal, zero elsewhere */
     int64_t n0 = p.b0 - p.a0, f0 = STK_MAX(p.a0, (int64_t)0), f1 = STK_MIN(p.b0, in.len);

@@ -113,6 +113,24 @@ stk_status stk__spec_run(const stk__spec *s, stk__specwork *w, const float *cons
  * then, when top_db is not NaN, at least the largest of them minus top_db. */
 void stk__amplitude_to_db(float *x, size_t n, float multiplier, double top_db);
 
+/* ---- FFmpeg's stereo downmix (stk_audio_downmix.c) ---- */
+
+/* Output channel o (0 left, 1 right) = sum over j < n[o] of in[ch[o][j]] * w[o][j], in order. */
+typedef struct stk__downmix {
+    int n[2];
+    uint8_t ch[2][STK__AUD_MAX_CHANNELS];
+    float w[2][STK__AUD_MAX_CHANNELS];
+} stk__downmix;
+
+/* The matrix of a `channels`-channel stream of format fmt (its WAV channel mask, 0 none) to
+ * stereo: libswresample's default for float output, on the layout FFmpeg gives such a file.
+ * STK_EFORMAT naming what it cannot place (fewer than 3 or more than 8 channels, an unknown
+ * channel in the mask). */
+stk_status stk__downmix_stereo(stk__audfmt fmt, uint32_t channels, uint32_t mask, stk__downmix *out,
+                               char *err, size_t err_size);
+/* out[0..1][i] for i < n from in[c][i]. */
+void stk__downmix_run(const stk__downmix *m, const float *const *in, int64_t n, float *const *out);
+
 /* ---- the compiled audio transform (stk_audio.c) ---- */
 
 /* A signal between waveform ops. */
