@@ -808,7 +808,9 @@ typedef enum stk_op_kind {
     STK_OP_MFCC = 36,              /* sample_rate, n_mfcc, dct_type, norm, log_mels, melkwargs */
     STK_OP_AMPLITUDE_TO_DB = 37,   /* stype, top_db */
     STK_OP_TIME_MASKING = 38,      /* time_mask_param, iid_masks, p */
-    STK_OP_FREQUENCY_MASKING = 39  /* freq_mask_param, iid_masks */
+    STK_OP_FREQUENCY_MASKING = 39, /* freq_mask_param, iid_masks */
+    STK_OP_TIME_STRETCH = 40       /* hop_length, n_freq, fixed_rate or rate_range: torchaudio's
+                                    * phase vocoder on a complex spectrogram */
 } stk_op_kind;
 
 /** What a transform reads and makes (stk_transform_opts.media): each kind is its own per-sample
@@ -918,6 +920,11 @@ typedef struct stk_op {
     double top_db;                /* AmplitudeToDB (NaN = None, default), MFCC (default 80) */
     int64_t mask_param;           /* TimeMasking / FrequencyMasking: the widest mask */
     int64_t iid_masks;            /* 1: one mask per channel; 0 (default): one per sample */
+    int64_t n_freq;               /* TimeStretch: the spectrogram's bins (default 201); its
+                                   * hop_length 0 = (n_freq - 1) * 2 // 2 (torchaudio's) */
+    double fixed_rate;            /* TimeStretch: the rate (> 1 faster; default 1); NaN: drawn */
+    double rate_range[2];         /* TimeStretch with fixed_rate NaN: the rate uniform in [lo, hi]
+                                   * per sample (stoker's; NaN, NaN by default) */
 } stk_op;
 
 /** Fill the first `struct_size` bytes of `op` with torchvision's defaults for `kind`: what

@@ -30,7 +30,7 @@ from . import _torchaudio
 from .transforms._base import Op, _invalid
 
 __all__ = ["Resample", "Vol", "Spectrogram", "MelSpectrogram", "MFCC", "AmplitudeToDB",
-           "TimeMasking", "FrequencyMasking", "RandomCrop", "CenterCrop", "PadTo", "Downmix",
+           "TimeMasking", "FrequencyMasking", "TimeStretch", "RandomCrop", "CenterCrop", "PadTo", "Downmix",
            "Compose", "compile", "SUPPORTED"]
 
 # The C library's audio ops (its op table), by their table names.
@@ -259,6 +259,34 @@ class FrequencyMasking(_AudioOp):
 
     def _params(self):
         return {"freq_mask_param": self.freq_mask_param, "iid_masks": self.iid_masks}
+
+
+class TimeStretch(_AudioOp):
+    """torchaudio.transforms.TimeStretch(hop_length=None, n_freq=201, fixed_rate=None): the phase
+    vocoder on a complex spectrogram (right after Spectrogram(power=None)), ceil(frames / rate)
+    frames out. torchaudio takes the rate per call when fixed_rate is None; here
+    rate_range=(lo, hi) draws it per sample, uniform (lo + (hi - lo) * torch.rand(1)), and the
+    batch has the frames of the slowest rate, zero-padded (Compose(lengths=True) gives each
+    row's)."""
+
+    def __init__(self, hop_length=None, n_freq=201, fixed_rate=None, rate_range=None):
+        if (fixed_rate is None) == (rate_range is None):
+            raise _invalid("TimeStretch: give fixed_rate, or rate_range=(lo, hi) for a rate drawn "
+                           "per sample (torchaudio's per-call overriding_rate has no place in a "
+                           "loader)")
+        self.hop_length = 0 if hop_length is None else int(hop_length)
+        self.n_freq = int(n_freq)
+        self.fixed_rate = None if fixed_rate is None else float(fixed_rate)
+        if rate_range is not None:
+            lo, hi = rate_range
+            rate_range = (float(lo), float(hi))
+        self.rate_range = rate_range
+
+    def _params(self):
+        nan = float("nan")
+        return {"hop_length": self.hop_length, "n_freq": self.n_freq,
+                "fixed_rate": nan if self.fixed_rate is None else self.fixed_rate,
+                "rate_range": tuple(self.rate_range or (nan, nan))}
 
 
 class _Seconds(_AudioOp):

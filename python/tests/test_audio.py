@@ -548,7 +548,8 @@ def test_audio_classes_are_the_c_rows():
            "audio.PadTo": A.PadTo(1.0), "Vol": A.Vol(2.0), "Spectrogram": A.Spectrogram(),
            "MelSpectrogram": A.MelSpectrogram(), "MFCC": A.MFCC(),
            "AmplitudeToDB": A.AmplitudeToDB(), "TimeMasking": A.TimeMasking(5),
-           "FrequencyMasking": A.FrequencyMasking(5)}
+           "FrequencyMasking": A.FrequencyMasking(5),
+           "TimeStretch": A.TimeStretch(fixed_rate=1.2)}
     assert set(ops) == set(A.SUPPORTED) == set(stoker._core.op_names("audio"))
     assert not set(A.SUPPORTED) & set(stoker._core.op_names())  # image ops apart
     for name, op in ops.items():
@@ -562,7 +563,8 @@ def test_audio_classes_are_the_c_rows():
     if torchaudio is not None:
         from stoker import _torchaudio
         for tobj in (TA.Resample(8000, 16000), TA.Vol(0.5), TA.Spectrogram(), TA.MelSpectrogram(),
-                     TA.MFCC(), TA.AmplitudeToDB(), TA.TimeMasking(3), TA.FrequencyMasking(3)):
+                     TA.MFCC(), TA.AmplitudeToDB(), TA.TimeMasking(3), TA.FrequencyMasking(3),
+                     TA.TimeStretch(fixed_rate=1.2)):
             ((name, args, kw),) = _torchaudio.convert(tobj, A.SUPPORTED)
             assert name == type(tobj).__name__
             assert type(getattr(A, name)(*args, **kw)).__name__ == name

@@ -7,7 +7,8 @@
  *   STK__OP_SPECTRUM  at most one: the waveform becomes [C, bins, frames] (Spectrogram,
  *                     MelSpectrogram, MFCC; stk_spectrogram.c);
  *   STK__OP_SPECTRAL  on that spectrogram, in place: AmplitudeToDB, TimeMasking,
- *                     FrequencyMasking (AmplitudeToDB may also end a waveform pipeline).
+ *                     FrequencyMasking (AmplitudeToDB may also end a waveform pipeline);
+ *                     TimeStretch first of them, on a complex spectrogram, into the output.
  *
  * Per sample (stk_audio.c): open the record (its header: rate, channels, length) -> plan the
  * waveform ops forward over the signal's shape, drawing the crops' offsets -> map the output
@@ -131,6 +132,16 @@ stk_status stk__downmix_stereo(stk__audfmt fmt, uint32_t channels, uint32_t mask
 /* out[0..1][i] for i < n from in[c][i]. */
 void stk__downmix_run(const stk__downmix *m, const float *const *in, int64_t n, float *const *out);
 
+/* ---- TimeStretch (stk_audio_stretch.c): torchaudio's phase vocoder ---- */
+
+/* Frames out of `frames` at `rate`: ceil(frames / rate). */
+int64_t stk__stretch_frames(int64_t frames, double rate);
+/* One channel's complex spectrogram `in`, [bins, frames, 2], stretched by `rate` (phase advance
+ * of hop_length `hop`) into out, [bins, out_frames, 2]: its first stk__stretch_frames(frames,
+ * rate) frames (at most out_frames), zeros after. */
+void stk__stretch_run(const float *in, int64_t bins, int64_t frames, double rate, int64_t hop,
+                      float *out, int64_t out_frames);
+
 /* ---- the compiled audio transform (stk_audio.c) ---- */
 
 /* A signal between waveform ops. */
@@ -154,10 +165,12 @@ typedef struct stk__atransform {
     bool array;        /* the field is a waveform array, not encoded audio */
     stk_dtype a_dtype; /* its dtype, and (channels, samples) */
     int64_t a_len;
-    bool bound;        /* the output shape is known */
-    stk__asig out_sig; /* after the waveform ops (static part) */
-    stk__spec spec;    /* the spectrum op, when spec_at >= 0 and bound */
-    int64_t frames;    /* its output frames */
+    bool bound;         /* the output shape is known */
+    stk__asig out_sig;  /* after the waveform ops (static part) */
+    stk__spec spec;     /* the spectrum op, when spec_at >= 0 and bound */
+    int64_t frames;     /* its output frames */
+    int stretch_at;     /* the TimeStretch op (right after spec_at), -1 none */
+    int64_t out_frames; /* frames of the output: `frames`, or stretched at the slowest rate */
 } stk__atransform;
 
 #endif /* STK_AUDIO_H */
