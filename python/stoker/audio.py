@@ -31,10 +31,22 @@ from .transforms._base import Op, _invalid
 
 __all__ = ["Resample", "Vol", "Spectrogram", "MelSpectrogram", "MFCC", "AmplitudeToDB",
            "TimeMasking", "FrequencyMasking", "TimeStretch", "RandomCrop", "CenterCrop", "PadTo", "Downmix",
-           "Compose", "compile", "SUPPORTED"]
+           "Compose", "compile", "SUPPORTED", "RECIPES"]
 
 # The C library's audio ops (its op table), by their table names.
 SUPPORTED = tuple(_core.op_names("audio"))
+# The library's audio recipes (stk_transform_recipe): "kws-train" (Resample to 16 kHz, a random
+# 1 s crop, MelSpectrogram(16000, n_mels=64), FrequencyMasking(8), TimeMasking(20)), "kws-val"
+# (Resample, the centred 1 s, MelSpectrogram): Loader(transforms="kws-train").
+RECIPES = tuple(n for n in _core.recipes() if _core.recipe_ops(n)[0]["kind"] in SUPPORTED)
+
+
+def _recipe(transforms):
+    """The audio recipe `transforms` names (a string), else None."""
+    if not isinstance(transforms, str):
+        return None
+    key = transforms.replace("_", "-").lower()
+    return key if key in RECIPES else None
 
 
 def _choice(value, names, what):
@@ -370,7 +382,7 @@ def _flatten(obj, out):
 def is_audio(transforms):
     """Whether `transforms` is an audio pipeline: a stoker.audio Compose or op, or a list /
     torch.nn.Sequential holding one, or a torchaudio transform."""
-    if isinstance(transforms, (Compose, _AudioOp)):
+    if isinstance(transforms, (Compose, _AudioOp)) or _recipe(transforms):
         return True
     if isinstance(transforms, _core.Transform):
         return transforms.media == "audio"
@@ -390,7 +402,9 @@ def compile(transforms, sample_rate=None, lengths=None, strict=None):
             raise _invalid("compile: this Transform is an image transform")
         return transforms
     ops = []
-    if transforms is not None:
+    if _recipe(transforms):
+        dicts = _core.recipe_ops(_recipe(transforms))
+    elif transforms is not None:
         _flatten(transforms, ops)
     if isinstance(transforms, Compose):
         lengths = transforms.lengths if lengths is None else lengths
@@ -400,6 +414,8 @@ def compile(transforms, sample_rate=None, lengths=None, strict=None):
         sample_rate = int(sample_rate)
         if sample_rate <= 0:
             raise _invalid(f"sample_rate must be a positive number of Hz, got {sample_rate}")
-    return _core.Transform([op.to_dict() for op in ops], media="audio",
+    if not _recipe(transforms):
+        dicts = [op.to_dict() for op in ops]
+    return _core.Transform(dicts, media="audio",
                            sample_rate=sample_rate or 0, lengths=bool(lengths),
                            strict=strict is None or bool(strict))

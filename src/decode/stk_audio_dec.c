@@ -437,3 +437,32 @@ stk_status stk__audio_decode(stk__audiodec *d, int64_t first, int64_t n, float *
 fail:
     return rc;
 }
+
+stk_status stk_audio_check(const void *src, size_t size, uint32_t *rate, uint32_t *channels,
+                           int64_t *frames)
+{
+    char err[STK_ERRMSG_SIZE];
+    stk__audiodec *d = NULL;
+    stk__audinfo info;
+    float one[STK__AUD_MAX_CHANNELS];
+    float *plane = one;
+    if (!src && size)
+        return stk__set_last_error(STK_EINVAL, "stk_audio_check: NULL src");
+    stk_status rc = stk__audiodec_create(&d);
+    if (rc < 0)
+        return rc;
+    /* strict and not trusted: asking for frame 0 decodes the stream to its end */
+    rc = stk__audio_open(d, src, size, &info, err, sizeof(err));
+    if (rc >= 0)
+        rc = stk__audio_decode(d, 0, 1, &plane, 1, err, sizeof(err));
+    stk__audiodec_destroy(d);
+    if (rc < 0)
+        return stk__set_last_error(rc, "%s", err);
+    if (rate)
+        *rate = info.rate;
+    if (channels)
+        *channels = info.channels;
+    if (frames)
+        *frames = info.frames;
+    return STK_OK;
+}
