@@ -13,9 +13,9 @@
 #include <string.h>
 
 typedef struct lent {
-    stk__file f;     /* first: the handle given out */
-    stk__file *of;   /* borrowed: the source's file, else NULL */
-    uint8_t *bytes;  /* in memory: owned */
+    stk__file f;    /* first: the handle given out */
+    stk__file *of;  /* borrowed: the source's file, else NULL */
+    uint8_t *bytes; /* in memory: owned */
 } lent;
 
 static stk_status borrowed_read(stk__file *f, uint64_t offset, const stk__iov *iov, int n_iov,
@@ -30,8 +30,8 @@ static int borrowed_fd(const stk__file *f)
     return stk__vfs_fd(((const lent *)(const void *)f)->of);
 }
 
-static stk_status mem_read(stk__file *f, uint64_t offset, const stk__iov *iov, int n_iov,
-                           char *err, size_t err_size)
+static stk_status mem_read(stk__file *f, uint64_t offset, const stk__iov *iov, int n_iov, char *err,
+                           size_t err_size)
 {
     const lent *l = (const lent *)(const void *)f;
     for (int i = 0; i < n_iov; i++) {

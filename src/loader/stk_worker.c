@@ -210,8 +210,8 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                     stk__brange r;
                     const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
                     uint64_t opened = 0; /* what the source read itself */
-                    rc = c->ds->m->field_open(c->ds, rec, tl->field, &f, &r, &opened, err,
-                                              err_size);
+                    rc =
+                        c->ds->m->field_open(c->ds, rec, tl->field, &f, &r, &opened, err, err_size);
                     stk__vfs_opts_use(prev);
                     atomic_fetch_add_explicit(&c->st_bytes, opened, memory_order_relaxed);
                     if (rc < 0)

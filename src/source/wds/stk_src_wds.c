@@ -691,8 +691,8 @@ static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, st
         uint8_t *b = NULL;
         size_t n = 0;
         field_where(ds, i, (uint32_t)f, true, where, sizeof(where));
-        stk_status rc = stk__tar_member_bytes(sf, data_off, l->size, gz, where, &b, &n, err,
-                                              err_size);
+        stk_status rc =
+            stk__tar_member_bytes(sf, data_off, l->size, gz, where, &b, &n, err, err_size);
         if (rc < 0)
             return rc;
         *bytes = l->size;
@@ -706,8 +706,8 @@ static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, st
         return stk__source_read_error(rc, where, sf->path, err, err_size);
     }
     *bytes = TAR_BLOCK;
-    STK_TRY_RET(check_header(ds, i, (uint32_t)f, hdr, data_off - TAR_BLOCK, l->size, err,
-                             err_size));
+    STK_TRY_RET(
+        check_header(ds, i, (uint32_t)f, hdr, data_off - TAR_BLOCK, l->size, err, err_size));
     *r = (stk__brange){data_off, l->size};
     return stk__vfs_borrow(sf, file, err, err_size);
 }
