@@ -13,9 +13,9 @@
  * a bitmap (one bit per record, atomics; calloc'd pages stay untouched until a bit in them is
  * set), so later epochs re-read at copy speed; STK__READ_VERIFY_ALL checks again,
  * STK__READ_NO_VERIFY and STK_DATASET_NO_VERIFY never check. A field read in place (field_open:
- * an audio crop's bytes) leaves the check to field_open, which reads the whole record once to
- * check it the first time, then lends the shard's file (later epochs read only the crop's
- * bytes).
+ * an audio crop's bytes) leaves the check to field_open, which reads the whole record on its
+ * first read, checks it and lends the field from memory, then lends the shard's file (later
+ * epochs read only the crop's bytes).
  *
  * Datasets (docs/format.md "Directories"): a directory holding stoker-manifest.json is the
  * shards the manifest lists, nothing else (other *.stk files there are ignored: leftovers of an
@@ -714,7 +714,8 @@ static stk_status read_fields(const stk_dataset *ds, uint64_t i, void *const dst
 }
 
 /* Field f of record i read in place: on the record's first read (unless verification is off) the
- * whole record is read once, in pieces, to check its checksum; then the shard's file is lent. */
+ * whole record is read, its checksum checked, and the field lent from memory (no second read of
+ * its bytes); later, the shard's file is lent. */
 static stk_status stk_field_open(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
                                  stk__brange *r, uint64_t *bytes, char *err, size_t err_size)
 {
@@ -722,6 +723,7 @@ static stk_status stk_field_open(const stk_dataset *ds, uint64_t i, size_t f, st
     const stkds *d = ds->impl;
     stk__file *sf;
     stk__brange rec;
+    char where[STK_ERRMSG_SIZE];
     *file = NULL;
     if (i >= ds->count || f >= ds->n_fields)
         return stk__set_error(err, err_size, STK_EINVAL,
@@ -730,40 +732,33 @@ static stk_status stk_field_open(const stk_dataset *ds, uint64_t i, size_t f, st
     stk_field_extent(ds, i, f, &sf, r);
     _Atomic uint64_t *word = d->verified ? &d->verified[i / 64] : NULL;
     uint64_t bit = 1ULL << (i % 64);
-    if (word && !(atomic_load_explicit(word, memory_order_relaxed) & bit)) {
-        uint64_t local;
-        const shard *s = &d->shards[stk__dataset_file_of(ds, i, &local)];
-        const uint8_t *e = s->entries + local * s->entry_size;
-        size_t cap = (size_t)STK_MIN(rec.len, (uint64_t)(1 << 18));
-        uint8_t *buf = stk__malloc(cap ? cap : 1);
-        if (!buf)
-            return stk__set_error(err, err_size, STK_ENOMEM,
-                                  "out of memory checking record %" PRIu64, i);
-        XXH3_state_t st;
-        XXH3_64bits_reset(&st);
-        for (uint64_t at = 0; at < rec.len;) {
-            size_t n = (size_t)STK_MIN(rec.len - at, (uint64_t)cap);
-            stk_status rc = stk__vfs_read(sf, rec.off + at, buf, n, err, err_size);
-            if (rc < 0) {
-                char where[STK_ERRMSG_SIZE];
-                stk__free(buf);
-                stk_describe(ds, i, where, sizeof(where));
-                return stk__source_read_error(rc, where, sf->path, err, err_size);
-            }
-            XXH3_64bits_update(&st, buf, n);
-            at += n;
-            *bytes += n;
-        }
+    if (!word || (atomic_load_explicit(word, memory_order_relaxed) & bit))
+        return stk__vfs_borrow(sf, file, err, err_size);
+    uint64_t local;
+    const shard *s = &d->shards[stk__dataset_file_of(ds, i, &local)];
+    const uint8_t *e = s->entries + local * s->entry_size;
+    uint8_t *buf = stk__malloc(rec.len ? (size_t)rec.len : 1);
+    if (!buf)
+        return stk__set_error(err, err_size, STK_ENOMEM,
+                              "out of memory for record %" PRIu64 " (%" PRIu64 " bytes)", i,
+                              rec.len);
+    stk_status rc = stk__vfs_read(sf, rec.off, buf, (size_t)rec.len, err, err_size);
+    if (rc < 0) {
         stk__free(buf);
-        if (XXH3_64bits_digest(&st) != stk__ld64(e + STK_FMT_E_CHECKSUM)) {
-            char where[STK_ERRMSG_SIZE];
-            stk_describe(ds, i, where, sizeof(where));
-            return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "%s: checksum mismatch (record corrupt)", where);
-        }
-        atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
+        stk_describe(ds, i, where, sizeof(where));
+        return stk__source_read_error(rc, where, sf->path, err, err_size);
     }
-    return stk__vfs_borrow(sf, file, err, err_size);
+    *bytes = rec.len;
+    if (XXH3_64bits(buf, (size_t)rec.len) != stk__ld64(e + STK_FMT_E_CHECKSUM)) {
+        stk__free(buf);
+        stk_describe(ds, i, where, sizeof(where));
+        return stk__set_error(err, err_size, STK_EFORMAT, "%s: checksum mismatch (record corrupt)",
+                              where);
+    }
+    atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
+    memmove(buf, buf + (r->off - rec.off), (size_t)r->len);
+    *r = (stk__brange){0, r->len};
+    return stk__vfs_memfile(buf, r->len, sf->path, file, err, err_size);
 }
 
 const stk__source_methods stk__src_stk = {
