@@ -90,3 +90,13 @@ stk_status stk__vfs_memfile(uint8_t *bytes, uint64_t size, const char *path, stk
 {
     return lend(&mem_vfs, NULL, bytes, path, size, out, err, err_size);
 }
+
+bool stk__vfs_in_memory(const stk__file *f)
+{
+    return f && f->vfs == &mem_vfs;
+}
+
+bool stk__vfs_lent(const stk__file *f)
+{
+    return f && (f->vfs == &mem_vfs || f->vfs == &borrowed_vfs);
+}
