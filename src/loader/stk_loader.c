@@ -204,9 +204,7 @@ static stk_status transform_field(core *c, const char *name, char *err, size_t e
     stk_status rc = bind_transform(c, fd, err, err_size);
     /* a transform that needs only part of a long record (an audio crop) reads it in place where
      * the source can give a field so */
-    const stk__source_methods *m = c->ds->m;
-    c->in_place = rc == STK_OK && fd->kind == STK_FIELD_BYTES && m->field_open &&
-                  (!m->field_opens || m->field_opens(c->ds, (size_t)c->tfield)) &&
+    c->in_place = rc == STK_OK && fd->kind == STK_FIELD_BYTES && c->ds->m->field_open &&
                   stk__transform_reads_in_place(c->transform) && !getenv("STOKER_READ_WHOLE");
     return rc;
 }

@@ -105,13 +105,12 @@ static stk_status inplace_read(void *ctx, uint64_t offset, void *buf, size_t n, 
     return stk__vfs_read(ip->f, ip->base + offset, buf, n, err, err_size);
 }
 
-/* The transform on a field read in place (c->in_place): `f` (which this closes when `owned`)
- * holds it at range r; the transform reads what it needs of it. *bytes receives what it read.
- * Record rec's memo blob (a video's index) comes from, and goes to, its file on disk
- * (stk_memofile.c). */
-static stk_status transform_in_place(core *c, worker *w, uint64_t rec, stk__file *f, bool owned,
-                                     stk__brange r, stk_rng *rng, void *dst, uint64_t *bytes,
-                                     char *why, size_t why_size)
+/* The transform on a field read in place (c->in_place): `f` (which this closes) holds it at
+ * range r; the transform reads what it needs of it. *bytes receives what it read. Record rec's
+ * memo blob (a video's index) comes from, and goes to, its file on disk (stk_memofile.c). */
+static stk_status transform_in_place(core *c, worker *w, uint64_t rec, stk__file *f, stk__brange r,
+                                     stk_rng *rng, void *dst, uint64_t *bytes, char *why,
+                                     size_t why_size)
 {
     inplace ip = {f, r.off, 0};
     stk__bytesrc in = {r.len, inplace_read, &ip};
@@ -120,8 +119,7 @@ static stk_status transform_in_place(core *c, worker *w, uint64_t rec, stk__file
     stk_status rc = stk__transform_apply_in(c->transform, w->tw, &in, rng, dst, why, why_size);
     if (rc >= 0 && c->memo)
         stk__memofile_store(c, rec, f, r, kept);
-    if (owned)
-        stk__vfs_close(f);
+    stk__vfs_close(f);
     stk__vfs_opts_use(prev);
     *bytes = ip.bytes;
     return rc;
@@ -216,19 +214,18 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                 if (c->in_place) { /* the source opens the file (its errors name it) */
                     stk__file *f = NULL;
                     stk__brange r;
-                    bool owned = false;
-                    uint64_t checked = 0; /* bytes the source read to check the field */
                     const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
-                    rc = c->ds->m->field_open(c->ds, rec, tl->field, c->read_flags, &f, &owned, &r,
-                                              &checked, err, err_size);
+                    uint64_t opened = 0; /* what the source read itself */
+                    rc =
+                        c->ds->m->field_open(c->ds, rec, tl->field, &f, &r, &opened, err, err_size);
                     stk__vfs_opts_use(prev);
-                    atomic_fetch_add_explicit(&c->st_bytes, checked, memory_order_relaxed);
+                    atomic_fetch_add_explicit(&c->st_bytes, opened, memory_order_relaxed);
                     if (rc < 0)
                         return rc;
                     uint64_t got = 0;
-                    rc = transform_in_place(c, w, rec, f, owned, r, &rng, out, &got, why,
-                                            sizeof(why));
-                    atomic_fetch_add_explicit(&c->st_bytes, got, memory_order_relaxed);
+                    bool in_mem = stk__vfs_in_memory(f); /* read by field_open, counted */
+                    rc = transform_in_place(c, w, rec, f, r, &rng, out, &got, why, sizeof(why));
+                    atomic_fetch_add_explicit(&c->st_bytes, in_mem ? 0 : got, memory_order_relaxed);
                 } else {
                     rc = stk__transform_apply(c->transform, w->tw, w->scratch,
                                               loc.field_size[tl->field], &rng, out, why,

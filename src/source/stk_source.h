@@ -140,22 +140,14 @@ struct stk__source_methods {
     bool (*field_extent)(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
                          stk__brange *r);
     /* Optional (NULL: fields are read whole): open field f of record i to be read in place, in
-     * pieces (a transform that needs a second of a minute-long audio file, a clip of a video):
-     * the file holding it (*file) and the field's byte range there. *owned: the file was opened
-     * for this call and the caller closes it with stk__vfs_close (a folder's file); false: it is
-     * the dataset's own, open for its life (a shard holding the field as a byte range: a tar
-     * member, a .stk record's field). A source with field_open takes dst[f] NULL in `read` for
-     * such a field: its size is reported (info->field_size[f]), its bytes are not read, and what
-     * a whole read would check of them is checked here or by the reads that follow (`flags` as
-     * read's: a .stk record's checksum on its first read); *checked receives the bytes this call
-     * read to check them (a tar member's header, a .stk record read through), 0 for none.
-     * Errors name the file and record as read's do. */
-    stk_status (*field_open)(const stk_dataset *ds, uint64_t i, size_t f, unsigned flags,
-                             stk__file **file, bool *owned, stk__brange *r, uint64_t *checked,
-                             char *err, size_t err_size);
-    /* Optional (NULL: every bytes field of a source with field_open can be opened so): whether
-     * field f can be read in place for every record (false: a tar field with gzipped members). */
-    bool (*field_opens)(const stk_dataset *ds, size_t f);
+     * pieces (a transform that needs a second of a minute-long audio file): the file holding it
+     * (*file, which the caller closes with stk__vfs_close) and the field's byte range there.
+     * A source with field_open takes dst[f] NULL in `read` for such a field: its size is
+     * reported (info->field_size[f]), its bytes are not read. *bytes: what field_open read
+     * itself (a .stk record's checksum pass on its first read, a tar member's header; 0 for a
+     * file opened). Errors name the file and record as read's do. */
+    stk_status (*field_open)(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                             stk__brange *r, uint64_t *bytes, char *err, size_t err_size);
     /* Optional (NULL: none): how many records `prepare` takes at once (0 or 1: prepare is not
      * worth calling for this dataset). Must not block. */
     unsigned (*prepare_max)(const stk_dataset *ds);

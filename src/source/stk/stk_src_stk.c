@@ -12,7 +12,10 @@
  * Checksum policy (owned here): a record's XXH3-64 is checked on its first read and remembered in
  * a bitmap (one bit per record, atomics; calloc'd pages stay untouched until a bit in them is
  * set), so later epochs re-read at copy speed; STK__READ_VERIFY_ALL checks again,
- * STK__READ_NO_VERIFY and STK_DATASET_NO_VERIFY never check.
+ * STK__READ_NO_VERIFY and STK_DATASET_NO_VERIFY never check. A field read in place (field_open:
+ * an audio crop's bytes) leaves the check to field_open, which reads the whole record on its
+ * first read, checks it and lends the field from memory, then lends the shard's file (later
+ * epochs read only the crop's bytes).
  *
  * Datasets (docs/format.md "Directories"): a directory holding stoker-manifest.json is the
  * shards the manifest lists, nothing else (other *.stk files there are ignored: leftovers of an
@@ -573,6 +576,9 @@ static void stk_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t si
              ds->files[s].path, local, i, stk__ld64(e + STK_FMT_E_OFFSET));
 }
 
+static stk_status read_fields(const stk_dataset *ds, uint64_t i, void *const dst[], char *err,
+                              size_t err_size);
+
 static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t index,
                            void *const dst[], const size_t cap[], unsigned flags,
                            stk__recinfo *info, char *err, size_t err_size)
@@ -594,29 +600,21 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
     info->offset = stk__ld64(e + STK_FMT_E_OFFSET);
     stk__iov iov[STK_MAX_FIELDS];
     int n = 0;
-    bool whole = true; /* every field read: the checksum can be checked */
-    uint64_t at = info->offset, run = at;
-    stk_status rc = STK_OK;
+    bool in_place = false;
     for (uint32_t f = 0; f < ds->n_fields; f++) {
         uint64_t fs = stk__ld32(e + STK_FMT_E_SIZES + 4 * f);
         info->field_size[f] = fs;
         info->size += fs;
-        if (dst[f] && fs > cap[f]) {
+        if (!dst[f]) { /* read in place (stk_field_open checks the record) */
+            in_place = true;
+            continue;
+        }
+        if (fs > cap[f]) {
             stk_describe(ds, index, where, sizeof(where));
             return stk__set_error(err, err_size, STK_ELIMIT,
                                   "%s: field '%s' is %" PRIu64 " bytes, over the %zu-byte buffer",
                                   where, ds->fields[f].name, fs, cap[f]);
         }
-        if (fs > 0 && !dst[f]) { /* read in place (stk_field_open checks the record) */
-            whole = false;
-            if (n > 0 && (rc = s->f->vfs->read(s->f, run, iov, n, err, err_size)) < 0)
-                break;
-            n = 0;
-            at += fs;
-            run = at;
-            continue;
-        }
-        at += fs;
         if (fs == 0)
             continue;
         if (n > 0 && (uint8_t *)iov[n - 1].base + iov[n - 1].len == dst[f]) {
@@ -627,10 +625,10 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
         iov[n].len = (size_t)fs;
         n++;
     }
-    /* One request for all fields (or each run of them around one read in place): contiguous in
-     * the file, scattered in memory. */
-    if (rc == STK_OK && n > 0)
-        rc = s->f->vfs->read(s->f, run, iov, n, err, err_size);
+    if (in_place) /* each field at its own offset: stk_field_extent's */
+        return read_fields(ds, index, dst, err, err_size);
+    /* One request for all fields: contiguous in the file, scattered in memory. */
+    stk_status rc = s->f->vfs->read(s->f, info->offset, iov, n, err, err_size);
     if (rc < 0) {
         stk_describe(ds, index, where, sizeof(where));
         return stk__source_read_error(rc, where, s->f->path, err, err_size);
@@ -638,7 +636,7 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
     /* Checksums: on a record's first read only (unless asked), see the top of the file. */
     _Atomic uint64_t *word = d->verified ? &d->verified[index / 64] : NULL;
     uint64_t bit = 1ULL << (index % 64);
-    bool verify = whole && word && !(flags & STK__READ_NO_VERIFY) &&
+    bool verify = word && !(flags & STK__READ_NO_VERIFY) &&
                   ((flags & STK__READ_VERIFY_ALL) ||
                    !(atomic_load_explicit(word, memory_order_relaxed) & bit));
     if (verify) {
@@ -694,62 +692,73 @@ static bool stk_field_extent(const stk_dataset *ds, uint64_t i, size_t f, stk__f
     return true;
 }
 
-#define HASH_CHUNK ((size_t)1 << 20) /* a record hashed in place is read this much at a time */
-
-/* Field f of record i in place: a byte range of the shard (the dataset's own file). The record's
- * checksum covers all its fields, so a record not verified yet (its first read, or every read
- * with STK__READ_VERIFY_ALL) is read through once here, a MiB at a time, and hashed: the reads in
- * place that follow are then of checked bytes (as a whole read's are). */
-static stk_status stk_field_open(const stk_dataset *ds, uint64_t i, size_t f, unsigned flags,
-                                 stk__file **file, bool *owned, stk__brange *r, uint64_t *checked,
-                                 char *err, size_t err_size)
+/* The fields of record i with a buffer (dst[f] not NULL), each read on its own (a field between
+ * them is read in place): no checksum (stk_field_open's). */
+static stk_status read_fields(const stk_dataset *ds, uint64_t i, void *const dst[], char *err,
+                              size_t err_size)
 {
+    for (size_t f = 0; f < ds->n_fields; f++) {
+        stk__file *file;
+        stk__brange r;
+        stk_field_extent(ds, i, f, &file, &r);
+        if (!dst[f] || !r.len)
+            continue;
+        stk_status rc = stk__vfs_read(file, r.off, dst[f], (size_t)r.len, err, err_size);
+        if (rc < 0) {
+            char where[STK_ERRMSG_SIZE];
+            stk_describe(ds, i, where, sizeof(where));
+            return stk__source_read_error(rc, where, file->path, err, err_size);
+        }
+    }
+    return STK_OK;
+}
+
+/* Field f of record i read in place: on the record's first read (unless verification is off) the
+ * whole record is read, its checksum checked, and the field lent from memory (no second read of
+ * its bytes); later, the shard's file is lent. */
+static stk_status stk_field_open(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                                 stk__brange *r, uint64_t *bytes, char *err, size_t err_size)
+{
+    *bytes = 0;
     const stkds *d = ds->impl;
+    stk__file *sf;
+    stk__brange rec;
     char where[STK_ERRMSG_SIZE];
     *file = NULL;
-    *owned = false;
-    *checked = 0;
     if (i >= ds->count || f >= ds->n_fields)
         return stk__set_error(err, err_size, STK_EINVAL,
                               "field %zu of record %" PRIu64 " cannot be read in place", f, i);
+    stk_extent(ds, i, &sf, &rec);
+    stk_field_extent(ds, i, f, &sf, r);
+    _Atomic uint64_t *word = d->verified ? &d->verified[i / 64] : NULL;
+    uint64_t bit = 1ULL << (i % 64);
+    if (!word || (atomic_load_explicit(word, memory_order_relaxed) & bit))
+        return stk__vfs_borrow(sf, file, err, err_size);
     uint64_t local;
     const shard *s = &d->shards[stk__dataset_file_of(ds, i, &local)];
     const uint8_t *e = s->entries + local * s->entry_size;
-    _Atomic uint64_t *word = d->verified ? &d->verified[i / 64] : NULL;
-    uint64_t bit = 1ULL << (i % 64);
-    if (word && !(flags & STK__READ_NO_VERIFY) &&
-        ((flags & STK__READ_VERIFY_ALL) ||
-         !(atomic_load_explicit(word, memory_order_relaxed) & bit))) {
-        stk__file *sf;
-        stk__brange all;
-        stk_extent(ds, i, &sf, &all);
-        uint8_t *buf = stk__malloc((size_t)STK_MIN(all.len, (uint64_t)HASH_CHUNK) + 1);
-        if (!buf)
-            return stk__set_error(err, err_size, STK_ENOMEM, "out of memory checking a record");
-        XXH3_state_t st;
-        XXH3_64bits_reset(&st);
-        stk_status rc = STK_OK;
-        for (uint64_t at = 0; at < all.len && rc == STK_OK;) {
-            size_t k = (size_t)STK_MIN(all.len - at, (uint64_t)HASH_CHUNK);
-            rc = stk__vfs_read(s->f, all.off + at, buf, k, err, err_size);
-            XXH3_64bits_update(&st, buf, k);
-            at += k;
-            *checked = at;
-        }
+    uint8_t *buf = stk__malloc(rec.len ? (size_t)rec.len : 1);
+    if (!buf)
+        return stk__set_error(err, err_size, STK_ENOMEM,
+                              "out of memory for record %" PRIu64 " (%" PRIu64 " bytes)", i,
+                              rec.len);
+    stk_status rc = stk__vfs_read(sf, rec.off, buf, (size_t)rec.len, err, err_size);
+    if (rc < 0) {
         stk__free(buf);
-        if (rc < 0) {
-            stk_describe(ds, i, where, sizeof(where));
-            return stk__source_read_error(rc, where, s->f->path, err, err_size);
-        }
-        if (XXH3_64bits_digest(&st) != stk__ld64(e + STK_FMT_E_CHECKSUM)) {
-            stk_describe(ds, i, where, sizeof(where));
-            return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "%s: checksum mismatch (record corrupt)", where);
-        }
-        atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
+        stk_describe(ds, i, where, sizeof(where));
+        return stk__source_read_error(rc, where, sf->path, err, err_size);
     }
-    stk_field_extent(ds, i, f, file, r);
-    return STK_OK;
+    *bytes = rec.len;
+    if (XXH3_64bits(buf, (size_t)rec.len) != stk__ld64(e + STK_FMT_E_CHECKSUM)) {
+        stk__free(buf);
+        stk_describe(ds, i, where, sizeof(where));
+        return stk__set_error(err, err_size, STK_EFORMAT, "%s: checksum mismatch (record corrupt)",
+                              where);
+    }
+    atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
+    memmove(buf, buf + (r->off - rec.off), (size_t)r->len);
+    *r = (stk__brange){0, r->len};
+    return stk__vfs_memfile(buf, r->len, sf->path, file, err, err_size);
 }
 
 const stk__source_methods stk__src_stk = {

@@ -5,7 +5,9 @@
  * (`a/x.seg.png` -> key `a/x`, extension `seg.png`, lowercased). Fields: `__key__` (bytes), then
  * one per extension, sorted by name; `cls`, `index` and `id` hold ASCII integers and are int64
  * fields, `npy`/`*.npy` members array fields (dtype and shape of the first sample's array,
- * checked at each read), everything else bytes. A member named `*.gz` is gunzipped at read
+ * checked at each read), everything else bytes. A bytes member a transform reads in place (an
+ * audio crop, a video clip) is lent where it lies in the shard (wds_field_open), gunzipped whole
+ * when it is a `.gz`. A member named `*.gz` is gunzipped at read
  * (zlib; its size from the gzip trailer, read during the scan) and its field named without the
  * `.gz`, as webdataset does (`json.gz` -> `json`). The schema is the union over all shards (every
  * header is scanned at open anyway).
@@ -18,9 +20,7 @@
  * directory writable, validated against the shard's size, mtime and inode (and its own
  * checksum), and rebuilt when any differs. A read also checks the tar header just before each
  * member's data (checksum and size), so an index that no longer matches its shard is an error,
- * never wrong bytes. A plain member (not gzipped, not an integer or array) can be read in place
- * (wds_field_open: its header checked, then its data a byte range of the shard), so a video clip
- * reads only the member's container header and the clip's GOPs.
+ * never wrong bytes.
  *
  * Refused at open, naming the shard, member and byte offset: a header with a bad checksum (not a
  * tar), a member running past the end of the file (truncated), a key whose files are not
@@ -567,9 +567,9 @@ static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
                                   ds->fields[f].name);
         }
         uint32_t gz = w->gz ? w->gz[i * (ds->n_fields - 1) + f - 1] : STK__TAR_NOT_GZ;
-        if (!dst[f]) { /* read in place (wds_field_open checks its header) */
-            info->field_size[f] = l->size;
-            info->size += l->size;
+        if (!dst[f]) { /* read in place (wds_field_open): its size only */
+            info->field_size[f] = gz != STK__TAR_NOT_GZ ? gz : l->size;
+            info->size += info->field_size[f];
             continue;
         }
         if (w->is_npy[f] || gz != STK__TAR_NOT_GZ) { /* through a buffer, on its own */
@@ -664,59 +664,52 @@ static bool wds_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__br
     return end > start;
 }
 
-/* A plain member (not an integer, not a .npy array, not gzipped) of every sample: field f is
- * then a byte range of its shard. */
-static bool wds_field_opens(const stk_dataset *ds, size_t f)
+/* Field f of record i read in place: the member's bytes where they lie in the shard (its tar
+ * header checked first, as a read checks it), lent; a gzipped member gunzipped whole, in memory. */
+static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                                 stk__brange *r, uint64_t *bytes, char *err, size_t err_size)
 {
-    const wds *w = ds->impl;
-    if (f == 0 || f >= ds->n_fields || w->is_int[f] || w->is_npy[f])
-        return false;
-    for (uint64_t i = 0; w->gz && i < ds->count; i++)
-        if (w->gz[i * (ds->n_fields - 1) + f - 1] != STK__TAR_NOT_GZ)
-            return false;
-    return true;
-}
-
-/* Field f of sample i in place: the member's data, stored contiguously in the shard, is a byte
- * range of the shard's file (the dataset's own); its tar header is read and checked first, as
- * wds_read checks it. */
-static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, unsigned flags,
-                                 stk__file **file, bool *owned, stk__brange *r, uint64_t *checked,
-                                 char *err, size_t err_size)
-{
-    (void)flags;
+    *bytes = 0;
     const wds *w = ds->impl;
     char where[STK_ERRMSG_SIZE];
     *file = NULL;
-    *owned = false;
-    *checked = 0;
-    if (i >= ds->count || f == 0 || f >= ds->n_fields || w->is_int[f] || w->is_npy[f] ||
-        (w->gz && w->gz[i * (ds->n_fields - 1) + f - 1] != STK__TAR_NOT_GZ))
+    if (i >= ds->count || f == 0 || f >= ds->n_fields || w->is_int[f] || w->is_npy[f])
         return stk__set_error(err, err_size, STK_EINVAL,
                               "field %zu of record %" PRIu64 " cannot be read in place", f, i);
     const wds_rec *rec = &w->recs[i];
-    const wds_shard *sh = &w->shards[rec->shard];
     const wds_loc *l = &w->locs[i * (ds->n_fields - 1) + f - 1];
+    stk__file *sf = w->shards[rec->shard].f;
     if (l->size == MISSING) {
         wds_describe(ds, i, where, sizeof(where));
         return stk__set_error(err, err_size, STK_EFORMAT,
                               "%s: no '%s' member (other samples have one)", where,
                               ds->fields[f].name);
     }
+    uint32_t gz = w->gz ? w->gz[i * (ds->n_fields - 1) + f - 1] : STK__TAR_NOT_GZ;
     uint64_t data_off = rec->off + l->rel;
+    if (gz != STK__TAR_NOT_GZ) {
+        uint8_t *b = NULL;
+        size_t n = 0;
+        field_where(ds, i, (uint32_t)f, true, where, sizeof(where));
+        stk_status rc =
+            stk__tar_member_bytes(sf, data_off, l->size, gz, where, &b, &n, err, err_size);
+        if (rc < 0)
+            return rc;
+        *bytes = l->size;
+        *r = (stk__brange){0, n};
+        return stk__vfs_memfile(b, n, sf->path, file, err, err_size);
+    }
     uint8_t hdr[TAR_BLOCK];
-    stk_status rc = stk__vfs_read(sh->f, data_off - TAR_BLOCK, hdr, TAR_BLOCK, err, err_size);
-    *checked = TAR_BLOCK;
+    stk_status rc = stk__vfs_read(sf, data_off - TAR_BLOCK, hdr, TAR_BLOCK, err, err_size);
     if (rc < 0) {
         wds_describe(ds, i, where, sizeof(where));
-        return stk__source_read_error(rc, where, sh->f->path, err, err_size);
+        return stk__source_read_error(rc, where, sf->path, err, err_size);
     }
-    rc = check_header(ds, i, (uint32_t)f, hdr, data_off - TAR_BLOCK, l->size, err, err_size);
-    if (rc < 0)
-        return rc;
-    *file = sh->f;
+    *bytes = TAR_BLOCK;
+    STK_TRY_RET(
+        check_header(ds, i, (uint32_t)f, hdr, data_off - TAR_BLOCK, l->size, err, err_size));
     *r = (stk__brange){data_off, l->size};
-    return STK_OK;
+    return stk__vfs_borrow(sf, file, err, err_size);
 }
 
 const stk__source_methods stk__src_wds = {
@@ -729,5 +722,4 @@ const stk__source_methods stk__src_wds = {
     .describe = wds_describe,
     .extent = wds_extent,
     .field_open = wds_field_open,
-    .field_opens = wds_field_opens,
 };
