@@ -527,6 +527,16 @@ fail:
     return rc;
 }
 
+/* STK_EFORMAT: sample i lacks field f's member. */
+static stk_status missing_member(const stk_dataset *ds, uint64_t i, uint32_t f, char *err,
+                                 size_t err_size)
+{
+    char where[STK_ERRMSG_SIZE];
+    wds_describe(ds, i, where, sizeof(where));
+    return stk__set_error(err, err_size, STK_EFORMAT, "%s: no '%s' member (other samples have one)",
+                          where, ds->fields[f].name);
+}
+
 #define READ_GAPS 8192 /* bytes of headers and padding one read may skip over */
 #define READ_PIECES (STK_MAX_FIELDS + 1)
 
@@ -560,12 +570,8 @@ static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
     for (uint32_t f = 1; f < ds->n_fields; f++) {
         const wds_loc *l = &loc[f - 1];
         bool as_int = w->is_int[f];
-        if (l->size == MISSING) {
-            wds_describe(ds, i, where, sizeof(where));
-            return stk__set_error(err, err_size, STK_EFORMAT,
-                                  "%s: no '%s' member (other samples have one)", where,
-                                  ds->fields[f].name);
-        }
+        if (l->size == MISSING)
+            return missing_member(ds, i, f, err, err_size);
         uint32_t gz = w->gz ? w->gz[i * (ds->n_fields - 1) + f - 1] : STK__TAR_NOT_GZ;
         if (!dst[f]) { /* read in place (wds_field_open): its size only */
             info->field_size[f] = gz != STK__TAR_NOT_GZ ? gz : l->size;
@@ -679,12 +685,8 @@ static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, st
     const wds_rec *rec = &w->recs[i];
     const wds_loc *l = &w->locs[i * (ds->n_fields - 1) + f - 1];
     stk__file *sf = w->shards[rec->shard].f;
-    if (l->size == MISSING) {
-        wds_describe(ds, i, where, sizeof(where));
-        return stk__set_error(err, err_size, STK_EFORMAT,
-                              "%s: no '%s' member (other samples have one)", where,
-                              ds->fields[f].name);
-    }
+    if (l->size == MISSING)
+        return missing_member(ds, i, (uint32_t)f, err, err_size);
     uint32_t gz = w->gz ? w->gz[i * (ds->n_fields - 1) + f - 1] : STK__TAR_NOT_GZ;
     uint64_t data_off = rec->off + l->rel;
     if (gz != STK__TAR_NOT_GZ) {
