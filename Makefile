@@ -271,7 +271,10 @@ tsan:
 
 # libFuzzer builds (clang 14, ASan + UBSan): build/fuzz/fuzz_<entry>, over one instrumented copy
 # of the library (build/fuzz/obj); run e.g. build/fuzz/fuzz_recfile -max_total_time=60 DIR
-# `make fuzz-ci` runs every target FUZZ_SECONDS (default 60) from its corpus (scripts/fuzz_ci.sh).
+# `make fuzz-ci` runs every target FUZZ_SECONDS (default 60) from its corpus (scripts/fuzz_ci.sh),
+# but fuzz_hdf5_bytes: byte-mutated HDF5 files crash Debian's libhdf5 1.10.8 inside itself within
+# seconds (docs/reliability.md), so that target is replayed over its corpus (`make fuzz-replay`)
+# and run by hand; fuzz_hdf5 fuzzes what stoker decides on files libhdf5 writes.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS  := -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -Isrc -Itests \
@@ -280,8 +283,9 @@ FUZZ_CFLAGS  := -std=c11 -O1 -g -D_GNU_SOURCE -DSTK_BUILDING_LIBRARY -Iinclude -
 FUZZ_OBJS    := $(LIB_SRCS:%.c=build/fuzz/obj/%.o)
 FUZZ_BINS    := $(FUZZ_SRCS:tests/fuzz/%.c=build/fuzz/%)
 fuzz: $(FUZZ_BINS)
-fuzz-ci: $(FUZZ_BINS)
-	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz_ci.sh $(FUZZ_BINS)
+FUZZ_CI_BINS := $(filter-out build/fuzz/fuzz_hdf5_bytes,$(FUZZ_BINS))
+fuzz-ci: $(FUZZ_CI_BINS)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz_ci.sh $(FUZZ_CI_BINS)
 build/fuzz/obj/%.o: %.c include/stoker.h src/stk_internal.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@

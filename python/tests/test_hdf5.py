@@ -152,6 +152,27 @@ def test_truncated_and_corrupt_files(tmp_path):
         stoker.Dataset(str(tmp_path / "heap.h5"))
 
 
+
+def test_empty_rows_beside_full_ones_in_one_heap(tmp_path):
+    """Rows whose descriptors say "empty" but point into the same heap collection as a full row
+    (a writer that keeps the heap id of an emptied row): the full row's bytes are still found in
+    the heap. stoker once took a collection whose first and last objects were empty rows for an
+    all-empty one and read the row between them from byte 0 of the file (the superblock)."""
+    p = tmp_path / "e.h5"
+    with h5py.File(p, "w") as f:
+        d = f.create_dataset("image", (3,), dtype=h5py.vlen_dtype(np.uint8))
+        for i, row in enumerate([b"abc", b"de", b"fgh"]):
+            d[i] = np.frombuffer(row, np.uint8)
+        off = d.id.get_offset()
+    raw = bytearray(p.read_bytes())
+    for row in (0, 2):  # descriptor: u32 length, u64 collection, u32 object
+        assert struct.unpack_from("<I", raw, off + 16 * row)[0] == 3
+        struct.pack_into("<I", raw, off + 16 * row, 0)
+    p.write_bytes(bytes(raw))
+    ds = stoker.Dataset(str(p))
+    assert [ds[i]["image"] for i in range(3)] == [b"", b"de", b""]
+
+
 def _part(path, lo, hi, **kw):
     """Rows lo..hi-1 of one logical dataset (the same values whichever file holds them)."""
     with h5py.File(path, "w") as f:

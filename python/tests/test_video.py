@@ -385,3 +385,118 @@ def test_class_per_folder_tree_and_pack(videos, tmp_path):
         b = next(iter(loader))
     assert np.array_equal(a["video"], b["video"]) and np.array_equal(a["label"], b["label"])
     assert np.array_equal(a["video_pts"], b["video_pts"])
+
+
+def _tree_of(videos, root, layout):
+    for cls, names in layout.items():
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        for n in names:
+            shutil.copy(videos[n], root / cls / n)
+    return root
+
+
+def _epoch_clips(loader, epoch):
+    """The clips of one epoch (video, video_pts) and the bytes the epoch read."""
+    before = loader.stats()["bytes_read"]
+    loader.set_epoch(epoch)
+    out = [(b["video"].copy(), b["video_pts"].copy()) for b in loader]
+    return out, loader.stats()["bytes_read"] - before
+
+
+def _whole_clips(root, kw, epoch):
+    """The clips of the tree read whole (STOKER_READ_WHOLE=1: no in-place read, no index file)."""
+    os.environ["STOKER_READ_WHOLE"] = "1"
+    try:
+        with stoker.Loader(str(root), **kw) as loader:
+            return _epoch_clips(loader, epoch)[0]
+    finally:
+        del os.environ["STOKER_READ_WHOLE"]
+
+
+def _same(a, b):
+    assert len(a) == len(b) > 0
+    for (v, p), (v2, p2) in zip(a, b):
+        assert np.array_equal(v, v2) and np.array_equal(p, p2)
+
+
+TREE = {"a": ["h264.mp4", "vfr.mp4"], "b": ["hevc.mkv", "vp9.webm"]}
+# one thread: the bytes a clip reads depend on libavcodec's frame threads (their delay reads
+# packets ahead), which the thread plan sets from the threads at work
+TREE_KW = dict(batch_size=2, frames_per_clip=4, frame_step=2, clips_per_video=2, seed=3,
+               shuffle=True, transforms=full_frames(), output="numpy", num_workers=1)
+
+
+def test_index_kept_beside_the_files(videos, tmp_path):
+    """Each video's frame index is written beside it (`<video>.stkvidx`) by the loader that
+    indexed it; a new loader's first epoch reads it instead of indexing the video again (the
+    index files are not rewritten: a video indexed again would be) and gives the same clips, which
+    are those of the files read whole."""
+    root = _tree_of(videos, tmp_path / "tree", TREE)
+    files = sorted(root.glob("*/*.*"))
+    with stoker.Loader(str(root), **TREE_KW) as old:
+        first, _ = _epoch_clips(old, 0)
+    idx = [str(f) + ".stkvidx" for f in files]
+    made = [(os.stat(p).st_ino, open(p, "rb").read()) for p in idx]
+    assert all(len(b) > 32 and b[:8] == b"STKVIX01" for _, b in made)
+    with stoker.Loader(str(root), **TREE_KW) as new:
+        kept, _ = _epoch_clips(new, 0)
+    _same(kept, first)
+    assert [(os.stat(p).st_ino, open(p, "rb").read()) for p in idx] == made
+    _same(kept, _whole_clips(root, TREE_KW, 0))
+
+
+def test_index_file_stale_or_damaged_is_rebuilt(videos, tmp_path):
+    """An index file is trusted only for the file it was made from, whole: a video rewritten
+    since (another size and mtime), an index file damaged (a byte changed), truncated, emptied
+    or copied from another video is ignored, the video indexed again and its index file
+    rewritten; the clips are those of the files read whole."""
+    root = _tree_of(videos, tmp_path / "tree", TREE)
+    with stoker.Loader(str(root), **TREE_KW) as loader:
+        _epoch_clips(loader, 0)
+    idx = {n: str(root / c / n) + ".stkvidx" for c, names in TREE.items() for n in names}
+    good = {n: open(p, "rb").read() for n, p in idx.items()}
+    # h264.mp4 rewritten: another video under its name
+    gen_videos.encode(str(root / "a" / "h264.mp4"), n_frames=33, size=SIZE, codec="h264",
+                      gop=8, seed=77)
+    data = bytearray(good["vfr.mp4"])
+    data[len(data) // 2] ^= 0x40
+    open(idx["vfr.mp4"], "wb").write(bytes(data))                  # damaged
+    open(idx["hevc.mkv"], "wb").write(good["hevc.mkv"][:-11])     # truncated
+    open(idx["vp9.webm"], "wb").write(good["h264.mp4"])           # another video's
+    with stoker.Loader(str(root), **TREE_KW) as loader:
+        got, _ = _epoch_clips(loader, 1)
+    _same(got, _whole_clips(root, TREE_KW, 1))
+    for n in ("vfr.mp4", "hevc.mkv", "vp9.webm"):
+        assert open(idx[n], "rb").read() == good[n], n           # rebuilt as it was
+    assert open(idx["h264.mp4"], "rb").read() != good["h264.mp4"]  # the new video's
+    open(idx["vfr.mp4"], "wb").write(b"")                          # emptied
+    with stoker.Loader(str(root), **TREE_KW) as loader:
+        got, _ = _epoch_clips(loader, 2)
+    _same(got, _whole_clips(root, TREE_KW, 2))
+    assert open(idx["vfr.mp4"], "rb").read() == good["vfr.mp4"]
+
+
+def test_index_in_the_cache_dir_where_the_directory_takes_none(videos, tmp_path):
+    """Where an index file cannot be written beside its video (here its name is taken by a
+    directory: a read-only directory does the same, but the tests run as root), the index goes
+    to the cache directory (cache_dir=, STOKER_CACHE_DIR) and a new loader reads it there;
+    without a cache directory it is kept in memory only."""
+    root = _tree_of(videos, tmp_path / "tree", TREE)
+    for c, names in TREE.items():
+        for n in names:
+            os.makedirs(str(root / c / n) + ".stkvidx" + "/taken")
+    cache = tmp_path / "cache"
+    kw = dict(TREE_KW, cache_dir=str(cache))
+    with stoker.Loader(str(root), **kw) as old:
+        first, _ = _epoch_clips(old, 0)
+    entries = sorted(p for p in cache.rglob("*") if p.name.endswith("-stkvidx"))
+    assert len(entries) == 4, sorted(cache.rglob("*"))
+    made = [(p.stat().st_ino, p.read_bytes()) for p in entries]
+    with stoker.Loader(str(root), **kw) as new:
+        kept, _ = _epoch_clips(new, 0)
+    _same(kept, first)
+    assert [(p.stat().st_ino, p.read_bytes()) for p in entries] == made  # read, not rewritten
+    with stoker.Loader(str(root), **dict(TREE_KW, cache_dir="")) as none:
+        got, _ = _epoch_clips(none, 0)
+    _same(got, first)
+    assert not list(root.glob("*/*.stkvidx/*.*"))

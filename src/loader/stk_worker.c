@@ -106,14 +106,19 @@ static stk_status inplace_read(void *ctx, uint64_t offset, void *buf, size_t n, 
 }
 
 /* The transform on a field read in place (c->in_place): `f` (which this closes) holds it at
- * range r; the transform reads what it needs of it. *bytes receives what it read. */
-static stk_status transform_in_place(core *c, worker *w, stk__file *f, stk__brange r, stk_rng *rng,
-                                     void *dst, uint64_t *bytes, char *why, size_t why_size)
+ * range r; the transform reads what it needs of it. *bytes receives what it read. Record rec's
+ * memo blob (a video's index) comes from, and goes to, its file on disk (stk_memofile.c). */
+static stk_status transform_in_place(core *c, worker *w, uint64_t rec, stk__file *f, stk__brange r,
+                                     stk_rng *rng, void *dst, uint64_t *bytes, char *why,
+                                     size_t why_size)
 {
     inplace ip = {f, r.off, 0};
     stk__bytesrc in = {r.len, inplace_read, &ip};
     const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
+    const uint8_t *kept = c->memo ? stk__memofile_load(c, rec, f, r) : NULL;
     stk_status rc = stk__transform_apply_in(c->transform, w->tw, &in, rng, dst, why, why_size);
+    if (rc >= 0 && c->memo)
+        stk__memofile_store(c, rec, f, r, kept);
     stk__vfs_close(f);
     stk__vfs_opts_use(prev);
     *bytes = ip.bytes;
@@ -198,8 +203,9 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                     stk__transform_worker_clip(w->tw, (uint32_t)(idx % c->per_record));
                 if (c->memo) {
                     stk__transform_worker_record(w->tw, c->memo, rec);
-                    stk__transform_worker_threads(w->tw,
-                                                  stk__decoder_threads(c->cores, w->active, c->n));
+                    stk__transform_worker_threads(
+                        w->tw,
+                        stk__decoder_threads(c->cores, w->active, c->n, c->batch_size, w->depth));
                 }
                 _Atomic uint64_t *word = &c->checked[idx / 64];
                 uint64_t bit = 1ULL << (idx % 64);
@@ -214,7 +220,7 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                     if (rc < 0)
                         return rc;
                     uint64_t got = 0;
-                    rc = transform_in_place(c, w, f, r, &rng, out, &got, why, sizeof(why));
+                    rc = transform_in_place(c, w, rec, f, r, &rng, out, &got, why, sizeof(why));
                     atomic_fetch_add_explicit(&c->st_bytes, got, memory_order_relaxed);
                 } else {
                     rc = stk__transform_apply(c->transform, w->tw, w->scratch,
@@ -579,6 +585,7 @@ void *stk__worker_main(void *arg)
         uint32_t want = STK_MIN(many, STK_MAX(1u, count / (2 * STK_MAX(1u, c->at.active))));
         c->busy++;
         w->active = c->at.active;
+        w->depth = c->at.depth;
         pthread_mutex_unlock(&c->r.mu);
         uint32_t t, n;
         uint64_t t0 = stk__loader_now(c);

@@ -87,10 +87,11 @@ static bool walk_collection(stk__h5col *c, stk__file *f, const vref *refs, size_
 stk_status stk__h5_vlen_direct(stk__h5col *c, stk__file *f, hid_t plist, const char *dname,
                                uint64_t *max, char *err, size_t err_size)
 {
+    if (H5Pget_layout(plist) != H5D_CONTIGUOUS)
+        return STK_OK;
     uint64_t n = c->dims[0], stor = H5Dget_storage_size(c->dset);
     haddr_t off = H5Dget_offset(c->dset);
-    if (H5Pget_layout(plist) != H5D_CONTIGUOUS || off == HADDR_UNDEF || n == 0 || stor != n * 16 ||
-        off > f->size || f->size - off < stor)
+    if (off == HADDR_UNDEF || n == 0 || stor != n * 16 || off > f->size || f->size - off < stor)
         return STK_OK;
     vref *refs = stk__calloc((size_t)n, sizeof(*refs));
     c->voff = stk__calloc((size_t)n, sizeof(uint64_t));
@@ -106,8 +107,10 @@ stk_status stk__h5_vlen_direct(stk__h5col *c, stk__file *f, hid_t plist, const c
         uint64_t k = STK_MIN(n - r, sizeof(buf) / 16);
         rc = stk__vfs_read(f, off + r * 16, buf, (size_t)(k * 16), err, err_size);
         for (uint64_t j = 0; rc == STK_OK && j < k; j++, r++) {
-            refs[r] = (vref){stk__ld64(buf + j * 16 + 4), stk__ld32(buf + j * 16 + 12),
-                             stk__ld32(buf + j * 16), r};
+            uint32_t len = stk__ld32(buf + j * 16);
+            /* an empty sequence needs no heap object: grouped apart, whatever it points at */
+            refs[r] = (vref){len ? stk__ld64(buf + j * 16 + 4) : 0,
+                             len ? stk__ld32(buf + j * 16 + 12) : 0, len, r};
             c->vlen[r] = refs[r].len;
             *max = STK_MAX(*max, refs[r].len);
         }
@@ -118,9 +121,10 @@ stk_status stk__h5_vlen_direct(stk__h5col *c, stk__file *f, hid_t plist, const c
     for (size_t a = 0, b; ok && a < n; a = b) {
         for (b = a; b < n && refs[b].addr == refs[a].addr; b++)
             ;
-        /* an empty sequence has no heap object (address 0) */
-        ok = refs[a].len == 0 && refs[b - 1].len == 0 ? true
-                                                      : walk_collection(c, f, refs + a, b - a);
+        bool empty = true; /* every row of the group empty: nothing to find in a heap */
+        for (size_t e = a; empty && e < b; e++)
+            empty = refs[e].len == 0;
+        ok = empty || walk_collection(c, f, refs + a, b - a);
         if (!ok) {
             bad = refs[a].addr;
             bad_row = refs[a].row;
