@@ -119,9 +119,7 @@ void stk__ring_take_hot_locked(stk__ring *r, stk__slot *s)
     stk__slot *hot = s;
     for (uint32_t i = 0; i < r->n_slots; i++) {
         stk__slot *f = &r->slots[i];
-        /* freed last first; among memory never freed, the most faulted in (warm_step) */
-        if (f->state == STK__SLOT_FREE && !f->draining &&
-            (f->freed > hot->freed || (f->freed == hot->freed && f->warm > hot->warm)))
+        if (f->state == STK__SLOT_FREE && !f->draining && f->freed > hot->freed)
             hot = f;
     }
     if (hot == s)

@@ -147,8 +147,7 @@ static inline stk__slot *stk__ring_slot(const stk__ring *r, uint64_t seq)
 /* Make slot s FREE (mu held; it is READY, HELD or FILLING without workers): its memory becomes
  * the most recently freed. */
 void stk__slot_release_locked(stk__ring *r, stk__slot *s);
-/* Give FREE slot s, about to be opened, the memory of the most recently freed FREE slot, or where
- * none was freed, the one faulted in furthest (stk__ring_warm_step_locked) (mu held;
+/* Give FREE slot s, about to be opened, the memory of the most recently freed FREE slot (mu held;
  * a no-op unless r->reuse_hot): a worker then writes into memory the cache still holds instead
  * of cycling through every slot's. The slot (its seq, state and handle) stays where the batch
  * order puts it; only the memory behind it moves, between FREE slots nobody reads. */
