@@ -127,17 +127,6 @@ void stk__slot_free(void *p, size_t size, bool pinned)
     free(p);
 }
 
-bool stk__slot_prefault(void *p, size_t size)
-{
-#ifdef MADV_POPULATE_WRITE
-    return madvise(p, size, MADV_POPULATE_WRITE) == 0;
-#else
-    (void)p;
-    (void)size;
-    return false;
-#endif
-}
-
 stk_status stk__arena_alloc(stk__arena *a, size_t size, bool want_pinned, uint64_t limit, char *why,
                             size_t why_size, char *err, size_t err_size)
 {

@@ -15,11 +15,6 @@ void *stk__slot_alloc_limit(size_t size, bool want_pinned, uint64_t limit, bool 
 /* stk__slot_alloc_limit with the default limit, the reason dropped. */
 void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned);
 void stk__slot_free(void *p, size_t size, bool pinned);
-/* The piece stk__ring_warm_step_locked faults in at a time: one huge page. */
-#define STK__WARM_STEP ((size_t)2 << 20)
-/* Fault in [p, p + size) of slot memory without changing its bytes (MADV_POPULATE_WRITE; p page
- * aligned): its first touch, paid now. False when the kernel cannot (before Linux 5.14). */
-bool stk__slot_prefault(void *p, size_t size);
 /* Page-locked bytes held by all ring slots of the process, and the default cap on them (env
  * STOKER_PINNED_LIMIT, e.g. "8G", else a quarter of physical memory; read once). */
 uint64_t stk__pinned_total(void);

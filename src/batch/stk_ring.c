@@ -135,46 +135,16 @@ void stk__ring_take_hot_locked(stk__ring *r, stk__slot *s)
     bool used = s->used;
     s->used = hot->used;
     hot->used = used;
-    size_t warm = s->warm;
-    s->warm = hot->warm;
-    hot->warm = warm;
-}
-
-/* Bytes of slot memory at `mem` that stk__slot_prefault can fault in (page-aligned memory of at
- * least one 2 MiB piece: the slots that ask for huge pages), else 0. */
-static size_t warmable(const stk__ring *r, const uint8_t *mem)
-{
-    return !r->no_warm && r->slot_alloc >= STK__WARM_STEP && (uintptr_t)mem % 4096 == 0
-               ? r->slot_alloc
-               : 0;
 }
 
 bool stk__ring_fresh_wait_locked(const stk__ring *r, const stk__slot *s, bool consumer_needs_it)
 {
-    if (!r->reuse_hot || s->used || consumer_needs_it)
-        return false;
-    if (r->fresh_budget_ns <= 0 && s->warm >= warmable(r, s->mem))
+    if (!r->reuse_hot || s->used || r->fresh_budget_ns <= 0 || consumer_needs_it)
         return false;
     for (uint32_t i = 0; i < r->n_slots; i++)
         if (&r->slots[i] != s && r->slots[i].state != STK__SLOT_FREE)
             return true;
     return false;
-}
-
-bool stk__ring_warm_step_locked(stk__ring *r, stk__slot *s)
-{
-    size_t all = warmable(r, s->mem);
-    if (s->used || s->warm >= all)
-        return false;
-    uint8_t *mem = s->mem;
-    size_t off = s->warm, n = STK_MIN((size_t)STK__WARM_STEP, all - off);
-    s->warm = off + n; /* claimed before the unlock: no other worker takes the same piece */
-    pthread_mutex_unlock(&r->mu);
-    bool ok = stk__slot_prefault(mem + off, n);
-    pthread_mutex_lock(&r->mu);
-    if (!ok)
-        r->no_warm = true;
-    return ok;
 }
 
 void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count)

@@ -53,7 +53,6 @@ typedef struct stk__slot {
     bool draining;  /* a worker is waiting for the slot's last device copy (mu) */
     uint64_t freed; /* when it was last freed, on the ring's free_clock (mu) */
     bool used;      /* the memory behind it held a batch before (it moves with the memory; mu) */
-    size_t warm;    /* bytes of that memory faulted in ahead (stk__ring_warm_step; moves with it) */
     stk_batch handle;
 } stk__slot;
 
@@ -84,8 +83,7 @@ typedef struct stk__ring {
      * costs where pages are zeroed at memory speed (stk_ring_setup.c): the waits can cost no
      * more than that, and they save a slot's first touch whenever the run ends within it. (mu) */
     int64_t fresh_budget_ns;
-    uint32_t fresh_waiters; /* workers waiting so (mu) */
-    bool no_warm;           /* faulting memory in ahead failed once: not tried again (mu) */
+    uint32_t fresh_waiters;                          /* workers waiting so (mu) */
     void (*destroy)(struct stk__ring *r, void *arg); /* called on the last unref, mu not held */
     void *destroy_arg;
     /* The device side (stk_ring_setup.c): set up once, torn down by stk__ring_teardown. */
@@ -153,17 +151,10 @@ void stk__slot_release_locked(stk__ring *r, stk__slot *s);
  * order puts it; only the memory behind it moves, between FREE slots nobody reads. */
 void stk__ring_take_hot_locked(stk__ring *r, stk__slot *s);
 /* Whether a worker about to open FREE slot s (its hot memory taken) should wait for used memory
- * instead (mu held): s's memory was never used, hot reuse is on, some other slot's memory is in
- * use (FILLING, READY or HELD: the consumer will release it), and waiting budget is left or part
- * of s's memory can still be faulted in ahead (stk__ring_warm_step_locked).
+ * instead (mu held): s's memory was never used, hot reuse is on, budget is left, and some other
+ * slot's memory is in use (FILLING, READY or HELD: the consumer will release it).
  * `consumer_needs_it`: the consumer is waiting for the very batch s would hold; never wait then. */
 bool stk__ring_fresh_wait_locked(const stk__ring *r, const stk__slot *s, bool consumer_needs_it);
-/* Once the budget is spent, a worker that would wait faults in the next 2 MiB of FREE slot s's
- * memory instead (mu held on entry and return, released meanwhile; MADV_POPULATE_WRITE, which
- * leaves the bytes as they are, so a batch opened in it meanwhile is safe): the first touch is
- * then paid by a thread that would idle, and once all of it is in, s opens without waiting. False
- * when there is nothing to fault in or the kernel cannot (then it is never tried again). */
-bool stk__ring_warm_step_locked(stk__ring *r, stk__slot *s);
 /* Open FREE slot s for batch `seq` of `count` samples (mu held): no ticket taken, no error. */
 void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count);
 /* Take the next sample ticket of batch `seq` (of `count` samples, read under mu when the batch

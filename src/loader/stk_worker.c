@@ -461,10 +461,8 @@ static void worker_wait(core *c, worker *w)
 }
 
 /* Rather than open the next batch in memory never written, whose first touch can cost more than
- * the wait (stk_ring.h), wait for used memory to be released (mu held, slot s FREE; true when it
- * waited: the caller looks again), up to FRESH_SLICE_NS at a time while the ring's budget lasts;
- * after that, fault in the next piece of s's memory instead of waiting, so that the touch is paid
- * while this thread would idle (a run that outlasts the budget ends up writing s anyway). */
+ * the wait (stk_ring.h), wait up to FRESH_SLICE_NS for used memory to be released, while the
+ * ring's budget lasts (mu held, slot s FREE; true when it waited: the caller looks again). */
 #define FRESH_SLICE_NS 1000000
 static bool fresh_wait(core *c, worker *w, stk__slot *s)
 {
@@ -472,8 +470,6 @@ static bool fresh_wait(core *c, worker *w, stk__slot *s)
     stk__ring_take_hot_locked(r, s);
     if (c->d_idle || !stk__ring_fresh_wait_locked(r, s, c->c_waiting && c->c_seq == c->open_seq))
         return false;
-    if (r->fresh_budget_ns <= 0) /* spent: pay the first touch while this thread would idle */
-        return stk__ring_warm_step_locked(r, s);
     uint64_t t0 = stk__now_ns(), slice = STK_MIN((uint64_t)r->fresh_budget_ns, FRESH_SLICE_NS);
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until); /* cv_work's clock */

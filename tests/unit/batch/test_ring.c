@@ -4,8 +4,7 @@
  * but the held ones, the stk_batch accessors show the slot's batch, the last reference (the
  * owner's or a held batch's) destroys the owner exactly once, with reuse_hot a slot being
  * opened takes the memory of the most recently freed FREE slot and of no other, and a worker waits
- * for used memory rather than open a batch in fresh memory only when the rule says so, and once
- * its budget is spent faults the fresh memory in ahead, 2 MiB at a time, leaving its bytes alone.
+ * for used memory rather than open a batch in fresh memory only when the rule says so.
  */
 #include "batch/stk_ring.h"
 #include "t.h"
@@ -269,47 +268,5 @@ static int test_fresh_wait(void)
     return 0;
 }
 
-/* Budget spent, a worker faults in a fresh slot 2 MiB at a time instead of waiting, leaving its
- * bytes as they are; once all of it is in, it opens without waiting. */
-static int test_warm_step(void)
-{
-    stk__ring r;
-    stk__devcopy dc;
-    char err[256], why[256] = "";
-    memset(&r, 0, sizeof(r));
-    memset(&dc, 0, sizeof(dc));
-    stk__ring_init(&r);
-    r.destroy = on_destroy;
-    r.destroy_arg = &r;
-    const size_t size = (size_t)5 << 20; /* two pieces of 2 MiB and one of 1 MiB */
-    T_OK(stk__ring_alloc(&r, 2, size, false, 0, false, &dc, why, sizeof(why), err, sizeof(err)));
-    r.reuse_hot = true;
-    r.fresh_budget_ns = 0;
-    stk__slot *s0 = &r.slots[0], *s1 = &r.slots[1];
-    memset(s1->mem, 0x5a, 100);
-    memset(s1->mem + (3u << 20), 0xa5, 100);
-    pthread_mutex_lock(&r.mu);
-    T_CHECK(!stk__ring_fresh_wait_locked(&r, s1, false)); /* nothing in use */
-    T_CHECK(open_hot(&r, 0) == s0);
-    T_CHECK(stk__ring_fresh_wait_locked(&r, s1, false)); /* no budget, but s1 can be faulted in */
-    if (!stk__ring_warm_step_locked(&r, s1)) {           /* a kernel without MADV_POPULATE_WRITE */
-        T_CHECK(r.no_warm && !stk__ring_fresh_wait_locked(&r, s1, false));
-    } else {
-        T_EQ(s1->warm, (size_t)2 << 20);
-        T_CHECK(stk__ring_warm_step_locked(&r, s1));
-        T_CHECK(stk__ring_warm_step_locked(&r, s1));
-        T_EQ(s1->warm, size);
-        T_CHECK(!stk__ring_warm_step_locked(&r, s1)); /* all in: nothing more */
-        T_CHECK(!stk__ring_fresh_wait_locked(&r, s1, false));
-        T_CHECK(s1->mem[0] == 0x5a && s1->mem[99] == 0x5a && s1->mem[(3u << 20) + 99] == 0xa5);
-        T_CHECK(!stk__ring_warm_step_locked(&r, s0)); /* used memory is never faulted in again */
-    }
-    bool last = stk__ring_unref_locked(&r);
-    pthread_mutex_unlock(&r.mu);
-    T_CHECK(last);
-    r.destroy(&r, r.destroy_arg);
-    return 0;
-}
-
 T_MAIN(T_CASE(test_tickets), T_CASE(test_hold_and_release), T_CASE(test_hot_memory),
-       T_CASE(test_fresh_wait), T_CASE(test_warm_step))
+       T_CASE(test_fresh_wait))
