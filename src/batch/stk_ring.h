@@ -79,9 +79,9 @@ typedef struct stk__ring {
     /* Memory never written costs its first touch (a page fault per page, the kernel zeroing it;
      * on a VM the host backing it): 25-80x the stores themselves on this project's VM (issue 29).
      * Rather than open a batch in fresh memory, a worker may wait for used memory to be released
-     * (stk__ring_fresh_wait_locked), for fresh_budget_ns in all, what one slot's first touch
-     * costs where pages are zeroed at memory speed (stk_ring_setup.c): the waits can cost no
-     * more than that, and they save a slot's first touch whenever the run ends within it. (mu) */
+     * (stk__ring_fresh_wait_locked), for fresh_budget_ns in all: one slot written at 0.5 GB/s,
+     * about its first touch on that VM (stk_ring_setup.c). The waits save a slot's first touch
+     * when the run ends within the budget, and cost at most the budget when it does not. (mu) */
     int64_t fresh_budget_ns;
     uint32_t fresh_waiters;                          /* workers waiting so (mu) */
     void (*destroy)(struct stk__ring *r, void *arg); /* called on the last unref, mu not held */
