@@ -122,8 +122,8 @@ void stk__ring_free(stk__ring *r);
  * could not be had goes to r->dev_reason; errors are STK_EINVAL (finishing impossible),
  * STK_ELIMIT, STK_ENOMEM, STK_EIO. */
 stk_status stk__ring_setup(stk__ring *r, const stk__ring_args *a, char *err, size_t err_size);
-/* Tests: the fresh-memory budget stk__ring_setup gives every ring from now on, instead of the
- * measured first touch (-1, the default: measure). */
+/* Tests: the fresh-memory budget stk__ring_setup gives every ring from now on (-1, the default:
+ * one slot written at 0.5 GB/s). Set it only while no loader is being created. */
 extern int64_t stk__fresh_budget_test_ns;
 /* Free the slots, the device buffers and the device context (stk_ring_setup.c); the ring's last
  * reference is gone. */
