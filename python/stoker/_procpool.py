@@ -20,7 +20,8 @@ multiprocessing_context="spawn" starts a spawned server of the same kind for one
 
 The worker. Started like a DataLoader worker (SIGINT ignored: Ctrl-C is the training loop's;
 torch at one thread; random/torch/NumPy seeded from base_seed + id as the DataLoader seeds them;
-get_worker_info() set; worker_init_fn(id) called), it then answers tickets: take the ring's
+get_worker_info() set; worker_init_fn(id) called) and saying so (ST_READY: the parent's
+timeout= for a sample starts only at a ready worker), it then answers tickets: take the ring's
 memfd when sent (OP_ARENA), take the layout once (OP_INIT), and for each OP_TICKET seed the
 global generators from the sample's seed (unless reseed=False), run __getitem__, write each
 fixed leaf at its offset in the ring (pwrite into the memfd: the ring is not mapped in the
@@ -52,6 +53,22 @@ CTL_REPLY = struct.Struct("<ii")  # value (pid / wait status), errno
 OP_INIT, OP_ARENA, OP_TICKET, OP_PROBE = 1, 2, 3, 4
 CTL_SPAWN, CTL_REAP = 1, 2
 ST_OK, ST_ERROR, ST_STARTED = 0, 1, 2  # ST_STARTED: the probe began a sample (index in python_ns)
+ST_READY = 3  # a map-style worker finished starting (set-up, worker_init_fn): sent once, first
+
+# A new worker process's start-up (its fork, set-up and worker_init_fn, up to ST_READY) is not
+# part of any sample's timeout=; with timeout= set it has a limit of its own, this many seconds
+# (or timeout=, if longer): a worker_init_fn that never returns is then a named error, not a
+# hang. None: no limit (the tests that hold a worker's start-up on an event).
+STARTUP_LIMIT_S = 60.0
+
+
+def startup_limit(timeout):
+    """Seconds a new worker process may take to start (0: no limit): none without timeout=
+    (as the DataLoader, which waits for its workers as long as it waits for a batch), else
+    max(STARTUP_LIMIT_S, timeout)."""
+    if not timeout or STARTUP_LIMIT_S is None:
+        return 0.0
+    return float(max(STARTUP_LIMIT_S, timeout))
 
 
 class WorkerSpec:
@@ -552,6 +569,7 @@ def _worker_main(fd, wid, spec):
         if init_error is not None:
             raise SystemExit(f"worker_init_fn failed in worker process {wid}: {init_error[0]}")
         return loop(sock, wid)
+    sock.sendall(REPLY.pack(ST_READY, 0, 0, 0, 0))  # started: the parent's timeout= runs now
     dataset = spec.dataset
     getitem = dataset.__getitem__
     arena = None

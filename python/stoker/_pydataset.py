@@ -603,7 +603,8 @@ class PyLoader(Loader):
         self._server = pending.start()
         self._pool = _core.ProcPool(self._server.ctl.detach(), self._server.pid, n,
                                     timeout=float(timeout or 0),
-                                    capacity=self._capacity(ring_batch))
+                                    capacity=self._capacity(ring_batch),
+                                    startup=_procpool.startup_limit(timeout))
 
     def _capacity(self, ring_batch):
         """Rows whose object leaves are kept until the consumer takes them: every row the ring

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import Dataset, IterableDataset, get_worker_info  # noqa: E402
 
 import stoker  # noqa: E402
-from stoker import _core, _pyworker  # noqa: E402
+from stoker import _core, _procpool, _pyworker  # noqa: E402
 
 from conftest import run_python  # noqa: E402
 
@@ -449,6 +449,178 @@ def test_getitem_that_never_returns_times_out(tmp_path):
     assert got == [i for i in range(24) if not 12 <= i < 16]
     got, errors = _epoch_through_timeouts(loader)  # the next epoch whole
     assert not errors and sorted(got) == list(range(24))
+
+
+class KillsOnceSaying(KillsOnce):
+    """KillsOnce whose marker names the worker it kills (its id, written whole before the
+    kill)."""
+
+    def __getitem__(self, i):
+        if i == 13 and not os.path.exists(self.marker):
+            with open(self.marker + ".tmp", "w") as f:
+                f.write(str(get_worker_info().id))
+            os.replace(self.marker + ".tmp", self.marker)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+
+class HeldStart:
+    """A worker_init_fn that holds the start-up of the worker restarted after KillsOnceSaying's
+    kill, on an event the test controls: a worker starting with the id that `dir/killed` names
+    writes `dir/holding-<pid>` and waits until `dir/go` exists (at most `forever` seconds, a
+    hang guard). A first start, however late, is never held."""
+
+    def __init__(self, dir, forever=600.0):
+        self.dir, self.forever = dir, forever
+
+    def __call__(self, wid):
+        try:
+            with open(os.path.join(self.dir, "killed")) as f:
+                killed = int(f.read())
+        except OSError:
+            return
+        if killed == wid:
+            self.hold()
+
+    def hold(self):
+        go = os.path.join(self.dir, "go")
+        if os.path.exists(go):
+            return
+        open(os.path.join(self.dir, f"holding-{os.getpid()}"), "w").close()
+        deadline = time.monotonic() + self.forever
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+class NeverStarts(HeldStart):
+    """Holds every worker's start-up until `dir/go` exists."""
+
+    def __call__(self, wid):
+        self.hold()
+
+
+def _holders(dir):
+    """The pids of the worker processes HeldStart holds (or held) in their start-up."""
+    return [int(n.split("-")[1]) for n in os.listdir(dir) if n.startswith("holding-")]
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+@pytest.mark.timing
+def test_restarted_workers_start_up_is_not_part_of_a_samples_timeout(tmp_path, monkeypatch):
+    # a worker killed at sample 13 is restarted, and the new worker's worker_init_fn is held
+    # (HeldStart) until the loader is seen waiting for that start-up, then longer than timeout=:
+    # the start-up is not the next sample's __getitem__, so no sample times out. (Before the
+    # fix the sample's deadline ran from its request, sent at once to the starting worker: the
+    # held worker was killed as stuck, which the watcher below sees, so the test failed on that
+    # event, whatever the machine's load.) No start-up limit here (STARTUP_LIMIT_S=None): the
+    # verdict does not depend on how long the hold lasts.
+    monkeypatch.setattr(_procpool, "STARTUP_LIMIT_S", None)
+    t = 2
+    loader = stoker.Loader(KillsOnceSaying(str(tmp_path / "killed")), batch_size=4,
+                           num_workers=2, executor="process", timeout=t,
+                           worker_init_fn=HeldStart(str(tmp_path)))
+    seen = {}
+
+    def watch():  # releases the hold; records what it saw
+        guard = time.monotonic() + 600
+        while time.monotonic() < guard:
+            holders = _holders(tmp_path)
+            if holders and any(_gone(p) for p in holders):
+                seen["killed_while_starting"] = True  # the bug: a start-up taken for a sample
+                break
+            if holders and loader._pool.stats().get("starting", 0) > 0:
+                seen["waited"] = True  # the loader waits for the start-up, no sample's clock
+                time.sleep(2 * t)  # a start-up longer than timeout=
+                break
+            time.sleep(0.01)
+        open(tmp_path / "go", "w").close()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        got, errors = _epoch_through_timeouts(loader)
+    finally:
+        open(tmp_path / "go", "w").close()
+        watcher.join()
+    assert seen == {"waited": True}
+    assert len(errors) == 1, errors
+    assert "sample 13" in errors[0] and "signal 9" in errors[0]
+    assert got == [i for i in range(40) if not 12 <= i < 16]
+    stats = loader.stats()
+    assert stats["worker_deaths"] == 1 and stats["worker_restarts"] == 1
+    assert sorted(int(v) for b in loader for v in b) == list(range(40))  # next epoch whole
+    loader.close()
+
+
+@pytest.mark.timing
+def test_worker_that_never_starts_is_a_named_error(tmp_path, monkeypatch):
+    # a worker_init_fn that never returns (held until the test's end): with timeout= set, the
+    # worker's start-up has a limit of its own, and the constructor (whose probe runs in worker
+    # 0) raises naming it, instead of waiting forever
+    monkeypatch.setattr(_procpool, "STARTUP_LIMIT_S", 0.5)
+    assert _procpool.startup_limit(0.5) == 0.5 and _procpool.startup_limit(0) == 0
+    try:
+        with pytest.raises(stoker.StokerIOError) as e:
+            stoker.Loader(Plain(16), batch_size=4, num_workers=2, executor="process",
+                          timeout=0.5, worker_init_fn=NeverStarts(str(tmp_path)))
+    finally:
+        open(tmp_path / "go", "w").close()
+    msg = str(e.value)
+    assert "worker process 0" in msg and "did not finish starting" in msg
+    assert "worker_init_fn" in msg and "within 0.5 s" in msg
+
+
+@pytest.mark.timing
+def test_restarted_worker_that_never_starts_fails_its_samples_by_name(tmp_path, monkeypatch):
+    # the restarted worker (after the kill at sample 13) never finishes starting until the
+    # consumer has seen a start-up failure: each such failure names the worker, the start-up and
+    # the sample, fails that sample's batch, and the loader goes on; nothing else is lost. The
+    # 0.5 s limit is set once the constructor has run (its probe waits for worker 0's first
+    # start, which takes longer than that on a loaded machine); a first start of worker 1 past it
+    # is such a failure too, and the verdict holds either way
+    monkeypatch.setattr(_procpool, "STARTUP_LIMIT_S", None)
+    loader = stoker.Loader(KillsOnceSaying(str(tmp_path / "killed")), batch_size=4,
+                           num_workers=2, executor="process", timeout=0.5,
+                           worker_init_fn=HeldStart(str(tmp_path)))
+    loader._pool.set_startup(0.5)
+    it = iter(loader)
+    got, errors = [], []
+    try:
+        while True:
+            try:
+                b = next(it)
+            except StopIteration:
+                break
+            except stoker.StokerIOError as e:
+                errors.append(str(e))
+                if "did not finish starting" in str(e):
+                    open(tmp_path / "go", "w").close()  # later restarts start
+                continue
+            except RuntimeError as e:  # the DataLoader's timeout on a next(): nothing consumed
+                assert "timed out" in str(e)
+                continue
+            got += b.tolist()
+    finally:
+        open(tmp_path / "go", "w").close()
+    killed = [m for m in errors if "signal 9" in m]
+    assert len(killed) == 1 and "sample 13" in killed[0]
+    late = [m for m in errors if m not in killed]
+    assert late and all("did not finish starting (its set-up and worker_init_fn) within 0.5 s"
+                        in m for m in late), errors
+    # each error failed its own batch, whole; every other sample came once, in order
+    assert got == sorted(set(got)) and set(got) <= set(range(40))
+    lost = set(range(40)) - set(got)
+    whole = {i // 4 for i in lost if all(j in lost for j in range(i // 4 * 4, i // 4 * 4 + 4))}
+    assert {i // 4 for i in lost} == whole
+    assert len(whole) == len(errors) and 13 in lost
+    loader.close()
 
 
 class HeldOnce(StuckOnce):

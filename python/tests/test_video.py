@@ -229,11 +229,12 @@ def test_later_epochs_from_the_kept_index(videos, tmp_path):
                 assert np.array_equal(v, v2) and np.array_equal(p, p2)
 
 
-def test_tree_reads_only_what_clips_need(videos, tmp_path):
+def test_tree_reads_only_what_clips_need(videos, tmp_path, monkeypatch):
     """A class-per-folder tree is read on demand (the container's header and, once the index is
-    kept, the GOPs of each clip): the clips equal those of the same files packed into a .stk
-    shard, read whole, over two epochs of random clips from start to end; in the second epoch
-    the tree loader reads well under the files' bytes."""
+    kept, the GOPs of each clip), and so is a .stk shard packed from it (issue 27: the shard's
+    field_open): the clips equal those of the shard read whole (STOKER_READ_WHOLE=1), over two
+    epochs of random clips from start to end; in the second epoch the tree and the shard read
+    well under the files' bytes."""
     root = tmp_path / "tree"
     (root / "long").mkdir(parents=True)
     big = (480, 288)  # frames that weigh more than libavformat's 32 KiB reads
@@ -247,7 +248,9 @@ def test_tree_reads_only_what_clips_need(videos, tmp_path):
     kw = dict(batch_size=3, frames_per_clip=4, frame_step=2, clips_per_video=6, seed=5,
               shuffle=True, transforms=full_frames(), output="numpy", num_workers=2)
     got = {}
-    for name, data in (("tree", str(root)), ("stk", stk)):
+    for name, data in (("tree", str(root)), ("stk", stk), ("whole", stk)):
+        if name == "whole":
+            monkeypatch.setenv("STOKER_READ_WHOLE", "1")
         with stoker.Loader(data, **kw) as loader:
             out, per_epoch, before = [], [], 0
             for e in range(2):
@@ -258,14 +261,16 @@ def test_tree_reads_only_what_clips_need(videos, tmp_path):
                 per_epoch.append(now - before)
                 before = now
         got[name] = (out, per_epoch)
-    assert len(got["tree"][0]) == len(got["stk"][0]) == 8
-    for (v, p), (v2, p2) in zip(got["tree"][0], got["stk"][0]):
-        assert np.array_equal(v, v2) and np.array_equal(p, p2)
+    assert len(got["tree"][0]) == len(got["stk"][0]) == len(got["whole"][0]) == 8
+    for other in ("stk", "whole"):
+        for (v, p), (v2, p2) in zip(got["tree"][0], got[other][0]):
+            assert np.array_equal(v, v2) and np.array_equal(p, p2)
     starts = {round(p[0] * 25) for _, pts in got["tree"][0] for p in pts}
     assert min(starts) < 60 and max(starts) > 180  # clips from the start to the end
     # 12 clips of 7 frames (and their GOP lead-in) of 500: far less than the 12 whole files the
-    # shard reads
-    assert got["tree"][1][1] * 3 < got["stk"][1][1], (got["tree"][1], got["stk"][1], size)
+    # shard read whole reads
+    for name in ("tree", "stk"):
+        assert got[name][1][1] * 3 < got["whole"][1][1], (got[name][1], got["whole"][1], size)
 
 
 def test_uniform_clips_in_file_order(videos, tmp_path):

@@ -28,7 +28,8 @@
  * its memo there. */
 static bool kept_on_disk(const core *c, const stk__file *f, stk__brange r)
 {
-    return c->memo && c->memo_file && r.off == 0 && r.len == f->size && r.len > 0;
+    return c->memo && c->memo_file && r.off == 0 && r.len == f->size && r.len > 0 &&
+           !stk__vfs_lent(f); /* a tar member or .stk record lent whole: part of a file */
 }
 
 const uint8_t *stk__memofile_load(core *c, uint64_t rec, stk__file *f, stk__brange r)

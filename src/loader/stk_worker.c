@@ -215,13 +215,17 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                     stk__file *f = NULL;
                     stk__brange r;
                     const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
-                    rc = c->ds->m->field_open(c->ds, rec, tl->field, &f, &r, err, err_size);
+                    uint64_t opened = 0; /* what the source read itself */
+                    rc =
+                        c->ds->m->field_open(c->ds, rec, tl->field, &f, &r, &opened, err, err_size);
                     stk__vfs_opts_use(prev);
+                    atomic_fetch_add_explicit(&c->st_bytes, opened, memory_order_relaxed);
                     if (rc < 0)
                         return rc;
                     uint64_t got = 0;
+                    bool in_mem = stk__vfs_in_memory(f); /* read by field_open, counted */
                     rc = transform_in_place(c, w, rec, f, r, &rng, out, &got, why, sizeof(why));
-                    atomic_fetch_add_explicit(&c->st_bytes, got, memory_order_relaxed);
+                    atomic_fetch_add_explicit(&c->st_bytes, in_mem ? 0 : got, memory_order_relaxed);
                 } else {
                     rc = stk__transform_apply(c->transform, w->tw, w->scratch,
                                               loc.field_size[tl->field], &rng, out, why,

@@ -21,8 +21,12 @@
  * its wait status). When a worker's socket ends (killed by a signal, the OOM killer, an exit),
  * the thread asks the server how it died, names it in the sample's error (index and signal) and
  * has a new worker forked at once; after MAX_RESTARTS deaths in a row without a finished sample
- * it stops restarting that worker and fails its samples with the last reason. With a timeout, a
- * sample that takes longer gets its worker killed (SIGKILL) and fails naming the timeout.
+ * it stops restarting that worker and fails its samples with the last reason. A new worker says
+ * when it has started (ST_READY, after its set-up and worker_init_fn); the thread waits for that
+ * before a ticket, under a start-up limit of its own (startup=; a worker that does not start in
+ * time is killed and counted as a death), so that with a timeout, which runs from the ticket to
+ * a started worker, only __getitem__ and the reply count: a sample that takes longer gets its
+ * worker killed (SIGKILL) and fails naming the timeout.
  *
  * interrupt() (close) shuts every socket down, so a thread waiting on a worker returns at once
  * (STK_ECANCELED) and the loader's destroy never waits on a __getitem__.
@@ -49,7 +53,9 @@
 
 enum { OP_INIT = 1, OP_ARENA = 2, OP_TICKET = 3, OP_PROBE = 4 };
 enum { CTL_SPAWN = 1, CTL_REAP = 2 };
-enum { ST_OK = 0, ST_ERROR = 1, ST_STARTED = 2 }; /* ST_STARTED: the probe began a sample */
+/* ST_STARTED: the probe began a sample; ST_READY: a new worker finished starting (its set-up and
+ * worker_init_fn), sent once before it reads its first request */
+enum { ST_OK = 0, ST_ERROR = 1, ST_STARTED = 2, ST_READY = 3 };
 #define MAX_RESTARTS 3
 #define N_ERRS 64
 
@@ -76,7 +82,8 @@ typedef struct pworker {
     pid_t pid;
     uint32_t arena_seen; /* the arena id this process has mapped (0: none) */
     bool init_sent;
-    int deaths; /* in a row, without a finished sample since */
+    bool starting; /* its ST_READY not read yet: timeout= does not run meanwhile */
+    int deaths;    /* in a row, without a finished sample since */
     char why[400];
 } pworker;
 
@@ -111,7 +118,8 @@ typedef struct {
     bool closing;
     stk_field fields[STK_MAX_FIELDS];
     size_t n_fields;
-    int64_t timeout_ms; /* per sample; 0: none */
+    int64_t timeout_ms;         /* per sample; 0: none */
+    _Atomic int64_t startup_ms; /* a new worker's start-up (to its ST_READY); 0: none */
     _Atomic uint64_t key_next;
     pthread_mutex_t tmu;
     blob *blobs;
@@ -119,7 +127,20 @@ typedef struct {
     errblob errs[N_ERRS];
     uint32_t err_next;
     _Atomic uint64_t py_ns, cpu_ns, samples, deaths, restarts;
+    _Atomic uint32_t starting; /* threads waiting for a worker's start-up now */
 } ProcPoolObject;
+
+/* How a worker was lost (worker_died). */
+typedef enum { LOST_ENDED, LOST_TIMEOUT, LOST_NO_START } lost_how;
+
+/* Seconds as whole milliseconds (a positive time is at least 1 ms; <= 0: 0, none). */
+static int64_t ms_of(double s)
+{
+    if (!(s > 0))
+        return 0;
+    int64_t ms = (int64_t)(s * 1000.0 + 0.5);
+    return ms > 0 ? ms : 1;
+}
 
 static uint64_t now_ms(void)
 {
@@ -257,6 +278,7 @@ static int spawn_worker(ProcPoolObject *p, uint32_t wid, char *err, size_t err_s
     w->pid = r.value;
     w->arena_seen = 0;
     w->init_sent = false;
+    w->starting = true;
     return 0;
 }
 
@@ -291,11 +313,11 @@ static void status_text(int status, char *buf, size_t size)
     }
 }
 
-/* Worker `w` is gone (its socket ended, or it was killed after a timeout): name how in err,
- * restart it unless it keeps dying or the pool is closing. Returns STK_EIO (STK_ECANCELED when
- * closing). */
+/* Worker `w` is gone (its socket ended, or it was killed after a timeout or a start-up that did
+ * not end): name how in err, restart it unless it keeps dying or the pool is closing. Returns
+ * STK_EIO (STK_ECANCELED when closing). */
 static stk_status worker_died(ProcPoolObject *p, uint32_t wid, const stk_sample_info *info,
-                              bool timed_out, char *err, size_t err_size)
+                              lost_how lost, char *err, size_t err_size)
 {
     pworker *w = &p->w[wid];
     close(w->sock);
@@ -310,16 +332,23 @@ static stk_status worker_died(ProcPoolObject *p, uint32_t wid, const stk_sample_
     int status = reap_worker(p, w->pid);
     char how[200];
     status_text(status, how, sizeof(how));
-    if (timed_out)
+    if (lost == LOST_TIMEOUT)
         snprintf(w->why, sizeof(w->why),
                  "__getitem__(%llu) did not return within %.3g s (timeout=): worker process %u "
                  "(pid %d) was killed and is restarted",
                  (unsigned long long)info->index, (double)p->timeout_ms / 1000.0, wid, (int)w->pid);
+    else if (lost == LOST_NO_START)
+        snprintf(w->why, sizeof(w->why),
+                 "worker process %u (pid %d) did not finish starting (its set-up and "
+                 "worker_init_fn) within %.3g s, before sample %llu (epoch %llu): it was killed",
+                 wid, (int)w->pid, (double)atomic_load(&p->startup_ms) / 1000.0,
+                 (unsigned long long)info->index, (unsigned long long)info->epoch);
     else
         snprintf(w->why, sizeof(w->why),
-                 "worker process %u (pid %d) %s while loading sample %llu (epoch %llu)", wid,
-                 (int)w->pid, how, (unsigned long long)info->index,
-                 (unsigned long long)info->epoch);
+                 "worker process %u (pid %d) %s while %s sample %llu (epoch %llu)", wid,
+                 (int)w->pid, how,
+                 w->starting ? "starting (its set-up or worker_init_fn), before" : "loading",
+                 (unsigned long long)info->index, (unsigned long long)info->epoch);
     atomic_fetch_add(&p->deaths, 1);
     w->deaths++;
     snprintf(err, err_size, "%s", w->why);
@@ -331,6 +360,37 @@ static stk_status worker_died(ProcPoolObject *p, uint32_t wid, const stk_sample_
             snprintf(w->why + strlen(w->why), sizeof(w->why) - strlen(w->why), "; %s", why);
     }
     return STK_EIO;
+}
+
+/* A new worker's start-up: wait for its ST_READY (under startup_ms), so that the sample's
+ * timeout= runs from its request to a worker that is ready, never through a fork, imports or a
+ * slow worker_init_fn (a restarted worker's, or any worker's first sample on a loaded machine).
+ * `starting` counts the threads waiting here (stats()). */
+static stk_status await_start(ProcPoolObject *p, uint32_t wid, const stk_sample_info *info,
+                              char *err, size_t err_size)
+{
+    pworker *w = &p->w[wid];
+    if (!w->starting)
+        return STK_OK;
+    int64_t limit = atomic_load(&p->startup_ms);
+    uint64_t deadline = limit > 0 ? now_ms() + (uint64_t)limit : 0;
+    reply_hdr r;
+    atomic_fetch_add(&p->starting, 1);
+    int rc = recv_all(w->sock, &r, sizeof(r), deadline);
+    int e = errno;
+    atomic_fetch_sub(&p->starting, 1);
+    if (rc == 0 && (r.status != ST_READY || r.payload)) {
+        kill(w->pid, SIGKILL); /* not the protocol: lost like a worker that ended */
+        rc = -1;
+        e = EPROTO;
+    }
+    if (rc != 0 && e == ETIMEDOUT)
+        kill(w->pid, SIGKILL);
+    if (rc != 0)
+        return worker_died(p, wid, info, e == ETIMEDOUT ? LOST_NO_START : LOST_ENDED, err,
+                           err_size);
+    w->starting = false;
+    return STK_OK;
 }
 
 /* ---- the per-sample callback ---- */
@@ -400,14 +460,14 @@ static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_te
     if (w->arena_seen != aid) {
         msg_hdr h = {.op = OP_ARENA, .a = asize, .b = aid};
         if (send_all(w->sock, &h, sizeof(h), afd) != 0)
-            return worker_died(p, wid, info, false, err, err_size);
+            return worker_died(p, wid, info, LOST_ENDED, err, err_size);
         w->arena_seen = aid;
     }
     if (!w->init_sent) {
         msg_hdr h = {.op = OP_INIT, .a = p->init_size};
         if (send_all(w->sock, &h, sizeof(h), -1) != 0 ||
             send_all(w->sock, p->init, p->init_size, -1) != 0)
-            return worker_died(p, wid, info, false, err, err_size);
+            return worker_died(p, wid, info, LOST_ENDED, err, err_size);
         w->init_sent = true;
     }
     struct {
@@ -429,15 +489,18 @@ static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_te
         }
         t.off[i] = (uint64_t)(d - base);
     }
+    stk_status st = await_start(p, wid, info, err, err_size);
+    if (st != STK_OK)
+        return st;
     uint64_t deadline = p->timeout_ms > 0 ? now_ms() + (uint64_t)p->timeout_ms : 0;
     if (send_all(w->sock, &t, sizeof(msg_hdr) + n_fixed * sizeof(uint64_t), -1) != 0)
-        return worker_died(p, wid, info, false, err, err_size);
+        return worker_died(p, wid, info, LOST_ENDED, err, err_size);
     reply_hdr r;
     if (recv_all(w->sock, &r, sizeof(r), deadline) != 0) {
         bool timed_out = errno == ETIMEDOUT;
         if (timed_out)
             kill(w->pid, SIGKILL);
-        return worker_died(p, wid, info, timed_out, err, err_size);
+        return worker_died(p, wid, info, timed_out ? LOST_TIMEOUT : LOST_ENDED, err, err_size);
     }
     char *payload = NULL;
     if (r.payload) {
@@ -450,7 +513,7 @@ static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_te
             bool timed_out = errno == ETIMEDOUT;
             if (timed_out)
                 kill(w->pid, SIGKILL);
-            return worker_died(p, wid, info, timed_out, err, err_size);
+            return worker_died(p, wid, info, timed_out ? LOST_TIMEOUT : LOST_ENDED, err, err_size);
         }
     }
     w->deaths = 0;
@@ -517,13 +580,13 @@ static void pool_interrupt(ProcPoolObject *p)
 
 static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"ctl", "server", "n_workers", "timeout", "capacity", NULL};
+    static char *kwlist[] = {"ctl", "server", "n_workers", "timeout", "capacity", "startup", NULL};
     int ctl, server;
     unsigned int n;
-    double timeout = 0;
+    double timeout = 0, startup = 0;
     Py_ssize_t cap = 4096;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiI|dn:ProcPool", kwlist, &ctl, &server, &n,
-                                     &timeout, &cap))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiI|dnd:ProcPool", kwlist, &ctl, &server, &n,
+                                     &timeout, &cap, &startup))
         return NULL;
     if (n < 1 || n > 4096 || cap < 1)
         return stkpy_invalid("ProcPool: %u workers (1..4096), capacity %zd", n, cap);
@@ -539,9 +602,8 @@ static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     pthread_cond_init(&p->cv, NULL);
     p->n = n;
     p->cap = (size_t)cap;
-    p->timeout_ms = timeout > 0 ? (int64_t)(timeout * 1000.0 + 0.5) : 0;
-    if (p->timeout_ms == 0 && timeout > 0)
-        p->timeout_ms = 1;
+    p->timeout_ms = ms_of(timeout);
+    atomic_store(&p->startup_ms, ms_of(startup));
     p->w = PyMem_Calloc(n, sizeof(pworker));
     p->blobs = PyMem_Calloc((size_t)cap, sizeof(blob));
     if (!p->w || !p->blobs) {
@@ -750,15 +812,33 @@ static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
         rc = send_all(sock, v.buf, (size_t)v.len, -1);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
-    bool started = false;
+    bool started = false, in_start = false;
     unsigned long long index = 0;
     uint64_t deadline = 0;
     for (;;) {
         if (rc != 0)
             break;
-        if (p->timeout_ms > 0 && started)
+        in_start = w->starting;
+        deadline = 0;
+        int64_t limit = atomic_load(&p->startup_ms);
+        if (in_start && limit > 0)
+            deadline = now_ms() + (uint64_t)limit;
+        else if (!in_start && p->timeout_ms > 0 && started)
             deadline = now_ms() + (uint64_t)p->timeout_ms;
+        if (in_start)
+            atomic_fetch_add(&p->starting, 1);
         rc = recv_wait(sock, &r, sizeof(r), deadline, true);
+        if (in_start)
+            atomic_fetch_sub(&p->starting, 1);
+        if (rc == 0 && in_start) {
+            if (r.status != ST_READY || r.payload) {
+                rc = -1;
+                errno = EPROTO;
+                break;
+            }
+            w->starting = false;
+            continue;
+        }
         if (rc == 0 && r.status == ST_STARTED && !r.payload) {
             started = true;
             index = r.python_ns;
@@ -776,8 +856,18 @@ static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
     if (rc == -2)
         return NULL;
     if (rc != 0) {
-        if (err == ETIMEDOUT) {
+        if (err == ETIMEDOUT || err == EPROTO)
             kill(w->pid, SIGKILL);
+        if (err == ETIMEDOUT && in_start) {
+            char msg[300];
+            snprintf(msg, sizeof(msg),
+                     "worker process %u (pid %d) did not finish starting (its set-up and "
+                     "worker_init_fn) within %.3g s, before the constructor read the first "
+                     "samples: it was killed",
+                     wid, (int)w->pid, (double)atomic_load(&p->startup_ms) / 1000.0);
+            return stkpy_raise(STK_EIO, msg);
+        }
+        if (err == ETIMEDOUT) {
             char msg[300];
             snprintf(msg, sizeof(msg),
                      "__getitem__(%llu) did not return within %.3g s (timeout=) while the "
@@ -786,23 +876,37 @@ static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
                      index, (double)p->timeout_ms / 1000.0, wid, (int)w->pid);
             return stkpy_raise(STK_EIO, msg);
         }
-        return stkpy_raise(STK_EIO, "worker process 0 ended while it read the first samples "
-                                    "(see its stderr)");
+        char msg[200];
+        snprintf(msg, sizeof(msg), "worker process %u ended while %s (see its stderr)", wid,
+                 in_start ? "it started (its set-up or worker_init_fn), before it read the "
+                            "first samples"
+                          : "it read the first samples");
+        return stkpy_raise(STK_EIO, msg);
     }
     PyObject *res = Py_BuildValue("(Iy#)", r.status, payload ? payload : "", (Py_ssize_t)r.payload);
     free(payload);
     return res;
 }
 
+static PyObject *ProcPool_set_startup(ProcPoolObject *p, PyObject *arg)
+{
+    double s = PyFloat_AsDouble(arg);
+    if (s == -1.0 && PyErr_Occurred())
+        return NULL;
+    atomic_store(&p->startup_ms, ms_of(s));
+    Py_RETURN_NONE;
+}
+
 static PyObject *ProcPool_stats(ProcPoolObject *p, PyObject *noargs)
 {
     (void)noargs;
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "python_ns",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I}", "python_ns",
                          (unsigned long long)atomic_load(&p->py_ns), "cpu_ns",
                          (unsigned long long)atomic_load(&p->cpu_ns), "samples",
                          (unsigned long long)atomic_load(&p->samples), "deaths",
                          (unsigned long long)atomic_load(&p->deaths), "restarts",
-                         (unsigned long long)atomic_load(&p->restarts));
+                         (unsigned long long)atomic_load(&p->restarts), "starting",
+                         (unsigned int)atomic_load(&p->starting));
 }
 
 static PyObject *ProcPool_pids(ProcPoolObject *p, PyObject *noargs)
@@ -850,8 +954,11 @@ static PyMethodDef ProcPool_methods[] = {
      "probe(worker, blob) -> (status, payload): the worker runs the first samples (blob: their "
      "pickled (index, epoch, seed) list) and replies with the first sample and its measurements "
      "(status 0), or the exception (status 1); before a loader exists."},
+    {"set_startup", (PyCFunction)ProcPool_set_startup, METH_O,
+     "set_startup(seconds): the limit on a new worker's start-up from now on (0: none)."},
     {"stats", (PyCFunction)ProcPool_stats, METH_NOARGS,
-     "stats() -> dict: python_ns, cpu_ns, samples, deaths, restarts."},
+     "stats() -> dict: python_ns, cpu_ns, samples, deaths, restarts, and starting (threads "
+     "waiting for a new worker's start-up now)."},
     {"pids", (PyCFunction)ProcPool_pids, METH_NOARGS,
      "pids() -> list: each worker's process id (-1 while it has none)."},
     {"interrupt", (PyCFunction)ProcPool_interrupt, METH_NOARGS,
@@ -865,9 +972,11 @@ PyTypeObject StkProcPool_Type = {
     .tp_basicsize = sizeof(ProcPoolObject),
     .tp_dealloc = (destructor)ProcPool_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "ProcPool(ctl, server, n_workers, timeout=0, capacity=4096): worker "
+    .tp_doc = "ProcPool(ctl, server, n_workers, timeout=0, capacity=4096, startup=0): worker "
               "processes forked by the server on control socket `ctl`, writing samples into the "
-              "loader's shared ring (Loader(executor=...)).",
+              "loader's shared ring (Loader(executor=...)). timeout: seconds a sample may take "
+              "from its request to a started worker; startup: seconds a new worker may take to "
+              "start (its set-up and worker_init_fn; 0: no limit).",
     .tp_methods = ProcPool_methods,
     .tp_new = ProcPool_new,
 };
