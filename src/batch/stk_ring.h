@@ -79,9 +79,9 @@ typedef struct stk__ring {
     /* Memory never written costs its first touch (a page fault per page, the kernel zeroing it;
      * on a VM the host backing it): 25-80x the stores themselves on this project's VM (issue 29).
      * Rather than open a batch in fresh memory, a worker may wait for used memory to be released
-     * (stk__ring_fresh_wait_locked), for fresh_budget_ns in all, what one slot's first touch
-     * costs where pages are zeroed at memory speed (stk_ring_setup.c): the waits can cost no
-     * more than that, and they save a slot's first touch whenever the run ends within it. (mu) */
+     * (stk__ring_fresh_wait_locked), for fresh_budget_ns in all: one slot written at 0.5 GB/s,
+     * about its first touch on that VM (stk_ring_setup.c). The waits save a slot's first touch
+     * when the run ends within the budget, and cost at most the budget when it does not. (mu) */
     int64_t fresh_budget_ns;
     uint32_t fresh_waiters;                          /* workers waiting so (mu) */
     void (*destroy)(struct stk__ring *r, void *arg); /* called on the last unref, mu not held */
@@ -122,8 +122,8 @@ void stk__ring_free(stk__ring *r);
  * could not be had goes to r->dev_reason; errors are STK_EINVAL (finishing impossible),
  * STK_ELIMIT, STK_ENOMEM, STK_EIO. */
 stk_status stk__ring_setup(stk__ring *r, const stk__ring_args *a, char *err, size_t err_size);
-/* Tests: the fresh-memory budget stk__ring_setup gives every ring from now on, instead of the
- * measured first touch (-1, the default: measure). */
+/* Tests: the fresh-memory budget stk__ring_setup gives every ring from now on (-1, the default:
+ * one slot written at 0.5 GB/s). Set it only while no loader is being created. */
 extern int64_t stk__fresh_budget_test_ns;
 /* Free the slots, the device buffers and the device context (stk_ring_setup.c); the ring's last
  * reference is gone. */

@@ -12,9 +12,6 @@
 #include "t.h"
 #include "data/fixtures.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #define N_RECORDS 300
 #define BATCH 8
 #define EPOCHS 2
@@ -160,12 +157,13 @@ static int test_resume_same(void)
 
 static int setup(void)
 {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/stk_test_fresh.XXXXXX");
-    T_CHECK(mkdtemp(tmpdir));
+    const char *dir = fx_tmpdir("fresh");
+    T_CHECK(dir != NULL);
+    snprintf(tmpdir, sizeof(tmpdir), "%s", dir);
     snprintf(ds, sizeof(ds), "%s/shard-00000.stk", tmpdir);
     stk_writer *w;
     T_OK(fx_shard_open(ds, &w));
-    for (uint64_t i = 0; i < N_RECORDS; i++) {
+    for (uint64_t i = 0; i < N_RECORDS; i++) { /* the records test_loader's datasets hold */
         uint8_t buf[512];
         stk_value v[2] = {
             {.struct_size = sizeof(stk_value), .data = buf, .size = fx_payload(i, buf)},
@@ -178,9 +176,7 @@ static int setup(void)
 
 static int teardown(void)
 {
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
-    T_CHECK(system(cmd) == 0);
+    fx_rmtree(tmpdir);
     return 0;
 }
 
