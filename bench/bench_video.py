@@ -20,9 +20,13 @@ Each runs in its own process (its peak RSS is its own). Samples/s: epoch 1 and e
 --clips-per-video K takes K clips of each video per epoch (a long video), in stoker by
 clips_per_video=K, in the DataLoader by listing each video K times. Variants of stoker, side by
 side in the same run: --before PYTHONPATH (another build, e.g. main's before a change),
---variants whole (STOKER_READ_WHOLE=1: each video read whole into memory, as before ranged
-reads), dthreads1 (decoder_threads=1 instead of the thread plan). Bytes read per epoch are
-stoker's stats()["bytes_read"].
+--variants cold (the tree's frame index files, <video>.stkvidx, removed first: a first-ever
+loader, which writes them; the plain "stoker" row runs after it and finds them: a new process
+on an indexed tree), whole (STOKER_READ_WHOLE=1: each video read whole into memory, as before
+ranged reads), dthreads1 (decoder_threads=1 instead of the thread plan), tar / stk (the tree
+packed into a WebDataset tar / a .stk shard, read in place) and tar-whole / stk-whole (the same
+read whole). Bytes read per epoch are stoker's stats()["bytes_read"]; "open" is the time to
+create the Loader, "first batch" from creating it to its first batch.
 
     /usr/bin/python3 bench/bench_video.py --videos 32 --epochs 3 --workers 0,1,2,3
 """
@@ -36,7 +40,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-T, STEP, BATCH = 16, 4, 8
+T, STEP = 16, 4
+BATCH = int(os.environ.get("BENCH_BATCH", "8"))  # batches of 2: few clips in flight
 MEAN, STD = [0.43216, 0.394666, 0.37645], [0.22803, 0.22145, 0.216989]
 
 
@@ -46,6 +51,22 @@ def tv_transforms():
                        TT.ToTensor(), TT.Normalize(MEAN, STD)])
 
 
+def videos_of(tree):
+    """(class number, path) of the tree's videos, in ImageFolder's order (stoker's index files,
+    <video>.stkvidx, left out)."""
+    return [(c, os.path.join(tree, cls, f)) for c, cls in enumerate(sorted(os.listdir(tree)))
+            for f in sorted(os.listdir(os.path.join(tree, cls))) if not f.endswith(".stkvidx")]
+
+
+def drop_index_files(tree):
+    """Remove the frame indexes kept beside the videos (<video>.stkvidx): the next loader is a
+    first-ever one (cold)."""
+    for d, _, names in os.walk(tree):
+        for n in names:
+            if n.endswith(".stkvidx"):
+                os.remove(os.path.join(d, n))
+
+
 def run_stoker(tree, epochs, threads):
     import stoker
     if os.environ.get("BENCH_DECODER_THREADS"):  # the dthreads1 variant
@@ -53,19 +74,54 @@ def run_stoker(tree, epochs, threads):
         import stoker.video
         stoker.video.compile = functools.partial(
             stoker.video.compile, decoder_threads=int(os.environ["BENCH_DECODER_THREADS"]))
+    data = os.environ.get("BENCH_DATA", tree)  # the tree, or a tar / .stk packed from it
+    if os.environ.get("BENCH_COLD"):
+        drop_index_files(tree)
     times, bytes_read = [], []
-    with stoker.Loader(tree, batch_size=BATCH, shuffle=True, seed=0, num_workers=threads,
-                       frames_per_clip=T, frame_step=STEP, clips_per_video=CLIPS,
-                       transforms=tv_transforms()) as loader:
+    tf = tv_transforms()  # imports torchvision: not the loader's open
+    t0 = time.perf_counter()
+    loader = stoker.Loader(data, batch_size=BATCH, shuffle=True, seed=0, num_workers=threads,
+                           frames_per_clip=T, frame_step=STEP, clips_per_video=CLIPS,
+                           transforms=tf)
+    t_open = time.perf_counter() - t0
+    t_first = None
+    with loader:
         for _ in range(epochs):
             t0, n = time.perf_counter(), 0
             for b in loader:
                 n += b["video"].shape[0]
+                if t_first is None:
+                    t_first = t_open + time.perf_counter() - t0
                 assert tuple(b["video"].shape[1:]) == (3, T, 224, 224)
             times.append((n, time.perf_counter() - t0))
             bytes_read.append(loader.stats()["bytes_read"] - sum(bytes_read))
     times.append(("bytes", bytes_read))
+    times.append(("open", [t_open, t_first]))
     return times
+
+
+def pack_sources(tree, out_dir, which):
+    """The tree as a WebDataset tar (sample k: <k>.mp4 and <k>.cls) and as a .stk shard
+    (stoker.pack), for the rows that read those."""
+    import tarfile
+    out = {}
+    items = videos_of(tree)
+    if "tar" in which:
+        out["tar"] = os.path.join(out_dir, "videos.tar")
+        with tarfile.open(out["tar"], "w") as t:
+            for k, (c, p) in enumerate(items):
+                t.add(p, arcname=f"{k:06d}.{p.rsplit('.', 1)[1]}")
+                info = tarfile.TarInfo(f"{k:06d}.cls")
+                data = str(c).encode()
+                info.size = len(data)
+                import io
+                t.addfile(info, io.BytesIO(data))
+    if "stk" in which:
+        import stoker
+        drop_index_files(tree)
+        out["stk"] = os.path.join(out_dir, "videos.stk")
+        stoker.pack(tree, out["stk"])
+    return out
 
 
 class ReadVideoClips:
@@ -75,13 +131,11 @@ class ReadVideoClips:
     def __init__(self, tree):
         import av
         self.items = []
-        for c, cls in enumerate(sorted(os.listdir(tree))):
-            for f in sorted(os.listdir(os.path.join(tree, cls))):
-                p = os.path.join(tree, cls, f)
-                with av.open(p) as ct:
-                    st = ct.streams.video[0]
-                    n, rate = st.frames, float(st.average_rate)
-                self.items += [(p, c, n, rate)] * CLIPS
+        for c, p in videos_of(tree):
+            with av.open(p) as ct:
+                st = ct.streams.video[0]
+                n, rate = st.frames, float(st.average_rate)
+            self.items += [(p, c, n, rate)] * CLIPS
         import torchvision.transforms as TT
         self.tf = TT.Compose([TT.Resize(256), TT.RandomResizedCrop(224),
                               TT.RandomHorizontalFlip(), TT.Normalize(MEAN, STD)])
@@ -130,8 +184,7 @@ def _decode_all(path):
 
 def run_ceiling(tree, epochs, procs):
     from multiprocessing import Pool
-    paths = [os.path.join(tree, c, f) for c in sorted(os.listdir(tree))
-             for f in sorted(os.listdir(os.path.join(tree, c)))]
+    paths = [p for _, p in videos_of(tree)]
     times = []
     with Pool(procs) as pool:
         for _ in range(epochs):
@@ -165,7 +218,7 @@ def measure(mode, tree, epochs, arg, env=None):
 
 
 def rate(times, first):
-    times = [t for t in times if t[0] not in ("frames", "bytes")]
+    times = [t for t in times if t[0] not in ("frames", "bytes", "open")]
     sel = times[:1] if first else times[1:]
     n = sum(t[0] for t in sel)
     s = sum(t[1] for t in sel)
@@ -182,7 +235,11 @@ def main():
     ap.add_argument("--data", help="an existing tree (else generated in a temporary folder)")
     ap.add_argument("--clips-per-video", type=int, default=1)
     ap.add_argument("--before", help="PYTHONPATH of another stoker build: a row of its own")
-    ap.add_argument("--variants", default="", help="comma list: whole, dthreads1")
+    ap.add_argument("--variants", default="",
+                    help="comma list: cold (the tree's index files removed first), whole, "
+                         "dthreads1, tar, tar-whole, stk, stk-whole (the tree packed so)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="stoker rows run this many times, interleaved; the median shown")
     ap.add_argument("--child")
     ap.add_argument("--tree")
     ap.add_argument("--arg", type=int, default=0)
@@ -198,14 +255,33 @@ def main():
     os.environ["BENCH_CLIPS"] = str(a.clips_per_video)
     load = os.getloadavg()
     rows = {}
-    rows["stoker"] = measure("stoker", tree, a.epochs, a.threads)
-    if a.before:
-        rows["stoker before"] = measure("stoker", tree, a.epochs, a.threads,
-                                        dict(PYTHONPATH=a.before))
-    for v in [x for x in a.variants.split(",") if x]:
-        env = {"whole": dict(STOKER_READ_WHOLE="1"),
-               "dthreads1": dict(BENCH_DECODER_THREADS="1")}[v]
-        rows[f"stoker {v}"] = measure("stoker", tree, a.epochs, a.threads, env)
+    variants = [x for x in a.variants.split(",") if x]
+    packed = pack_sources(tree, tempfile.mkdtemp(prefix="stk_bench_video_packed_"),
+                          {v.split("-")[0] for v in variants})
+    runs = {}  # stoker rows: one result per round, the rows interleaved round after round
+    for rnd in range(a.rounds):
+        if a.before:  # first: another build keeps no index files, and finds none it reads
+            runs.setdefault("stoker before", []).append(
+                measure("stoker", tree, a.epochs, a.threads, dict(PYTHONPATH=a.before)))
+        if "cold" in variants:  # a first-ever loader: it indexes every video, writing the files
+            runs.setdefault("stoker cold", []).append(
+                measure("stoker", tree, a.epochs, a.threads, dict(BENCH_COLD="1")))
+        runs.setdefault("stoker", []).append(  # finds the index files (after a cold row)
+            measure("stoker", tree, a.epochs, a.threads))
+        for v in variants:
+            if v == "cold":
+                continue
+            env = {"whole": dict(STOKER_READ_WHOLE="1"),
+                   "dthreads1": dict(BENCH_DECODER_THREADS="1"),
+                   "tar": dict(BENCH_DATA=packed.get("tar", "")),
+                   "tar-whole": dict(BENCH_DATA=packed.get("tar", ""), STOKER_READ_WHOLE="1"),
+                   "stk": dict(BENCH_DATA=packed.get("stk", "")),
+                   "stk-whole": dict(BENCH_DATA=packed.get("stk", ""),
+                                     STOKER_READ_WHOLE="1")}[v]
+            runs.setdefault(f"stoker {v}", []).append(
+                measure("stoker", tree, a.epochs, a.threads, env))
+    for k, rs in runs.items():  # the median round by epochs 2+ (each round printed below)
+        rows[k] = sorted(rs, key=lambda r: rate(r["times"], False))[len(rs) // 2]
     best = None
     for w in [int(x) for x in a.workers.split(",")]:
         r = measure("dataloader", tree, a.epochs, w)
@@ -223,16 +299,25 @@ def main():
     s1, d1 = rate(rows["stoker"]["times"], True), rate(rows[best]["times"], True)
     print(f"stoker / best DataLoader ({best}): epochs 2+ {s / d:.2f}x, epoch 1 {s1 / d1:.2f}x")
     print(f"stoker / decode-every-frame ceiling: {s / c:.2f}x (clips/s vs whole videos/s)")
-    files = sum(os.path.getsize(os.path.join(tree, c, f)) for c in sorted(os.listdir(tree))
-                for f in sorted(os.listdir(os.path.join(tree, c))))
+    if a.rounds > 1:
+        for k, rs in runs.items():
+            print(f"{k:24s} rounds (epoch 1 / epochs 2+ clips/s, cpu s, first batch s): " +
+                  "; ".join(f"{rate(r['times'], True):.2f} / {rate(r['times'], False):.2f}, "
+                            f"{r['cpu_s']:.1f}, "
+                            f"{dict((t[0], t[1]) for t in r['times'] if isinstance(t[0], str)).get('open', [0, 0])[1]:.2f}"
+                            for r in rs))
+    files = sum(os.path.getsize(p) for _, p in videos_of(tree))
     print(f"the files: {files / 1e6:.1f} MB; {a.clips_per_video} clip(s) per video per epoch")
     for k, r in rows.items():
         if not k.startswith("stoker"):
             continue
-        b = dict((t[0], t[1]) for t in r["times"] if isinstance(t[0], str)).get("bytes", [])
+        extra = dict((t[0], t[1]) for t in r["times"] if isinstance(t[0], str))
+        b = extra.get("bytes", [])
+        t_open, t_first = extra.get("open", [float("nan")] * 2)
         e1, e2 = rate(r["times"], True), rate(r["times"], False)
         print(f"{k:24s} MB read per epoch: {' '.join(f'{x / 1e6:.1f}' for x in b)}; "
-              f"vs stoker: epoch 1 {s1 / e1:.2f}x, epochs 2+ {s / e2:.2f}x")
+              f"open {t_open:.3f} s, first batch {t_first:.2f} s; "
+              f"stoker / this: epoch 1 {s1 / e1:.2f}x, epochs 2+ {s / e2:.2f}x")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,13 @@ static void usage(FILE *f)
             "\n"
             "options:\n"
             "  --recipe NAME       %s (default: raw)\n"
+            "                      imagenet-train/-val: torchvision's ImageNet recipes;\n"
+            "                      kws-train/-val: keyword spotting on audio files (a folder\n"
+            "                      per class, tar members, .stk), as the speech-commands\n"
+            "                      articles train: decode, Resample to 16 kHz, a 1 s random\n"
+            "                      (val: centred) crop, MelSpectrogram(16000, n_mels=64),\n"
+            "                      FrequencyMasking(8) and TimeMasking(20) for training\n"
+            "                      (docs/audio.md; its ceiling: bench/bench_audio.py)\n"
             "  --threads N         worker threads (default: one per CPU); 'auto' lets the\n"
             "                      loader choose online; a list (1,2,4) makes a sweep\n"
             "  --epochs E          epochs to run (default 1)\n"
@@ -615,6 +622,14 @@ int stk_cmd_bench(int argc, char **argv)
     if (strcmp(a.recipe, "raw") != 0 &&
         (rc = stk_cli_recipe("bench", a.recipe, a.exact, a.fast, &t, &a.exact)))
         return rc;
+    if (t && stk_transform_media(t) == STK_MEDIA_AUDIO &&
+        (a.ceiling || a.plot || a.n_threads_list > 1 || a.n_prefetch_list > 1)) {
+        stk_transform_destroy(t);
+        return stk_cli_usage_error("bench",
+                                   "--ceiling, --plot and sweeps measure an image ceiling; an "
+                                   "audio recipe's (libsndfile decoding whole files) is "
+                                   "bench/bench_audio.py's");
+    }
     if (a.n_threads_list > 1 || a.n_prefetch_list > 1 || a.plot) {
         if (a.auto_threads) {
             stk_transform_destroy(t);

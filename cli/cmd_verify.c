@@ -1,10 +1,12 @@
 /*
  * cmd_verify.c: `stoker verify DATA`: read every record and check its checksum on several
  * threads, report each bad record by shard file and number; with --decode also decode every
- * image field through the public stk_decoder, strict, and report the images that fail with their
- * `path` field. A format whose records carry no checksum (ImageFolder, WebDataset, LMDB, HDF5,
- * .npy) gets its image field decoded instead, each broken file named; without one the summary
- * says that nothing was checked beyond reading (issue 30).
+ * image field through the public stk_decoder, strict, and every audio field (named `audio` or by
+ * an audio extension: a tar's `wav`, `flac`, ... members) through stk_audio_check, as the
+ * loader's strict first read, and report those that fail with their `path` field. A format whose
+ * records carry no checksum (ImageFolder and audio folders, WebDataset, LMDB, HDF5, .npy) gets
+ * its image field, or else its audio fields, decoded instead, each broken file named; without
+ * one the summary says that nothing was checked beyond reading (issues 27, 30).
  *
  * Opening already validates each shard's header, footer and index (stk_dataset_open), so a
  * truncated or torn shard fails up front with a message naming the file.
@@ -16,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 typedef struct bad_record {
@@ -30,6 +33,7 @@ typedef struct verify_state {
     bool stk_names; /* name .stk records by shard, number and `path` field, not describe() */
     uint64_t count;
     int decode[VERIFY_MAX_DECODE]; /* --decode: field numbers to decode */
+    bool audio[VERIFY_MAX_DECODE]; /* decode[k] holds encoded audio (else an image) */
     size_t n_decode;
     int path_field;             /* the `path` bytes field, or -1 */
     atomic_uint_fast64_t next;  /* next chunk start */
@@ -66,16 +70,24 @@ static void verify_add_bad(verify_state *s, uint64_t i, const char *err)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* --decode: decode each image field of a good record r; the first failure is reported as
- * "<shard> record <n> (global <i>, path "<path>"): <field>: <decoder's reason>". */
+/* --decode: decode each image or audio field of a good record r; the first failure is reported
+ * as "<shard> record <n> (global <i>, path "<path>"): <field>: <decoder's reason>". */
 static void verify_decode(verify_state *s, stk_decoder *dec, const stk_record *r)
 {
     for (size_t k = 0; k < s->n_decode; k++) {
         int f = s->decode[k];
         stk_image img;
         stk_image_init(&img);
-        if (stk_decoder_decode(dec, r->field[f], r->field_size[f], &img) == STK_OK)
-            continue;
+        const char *why;
+        if (s->audio[k]) {
+            if (stk_audio_check(r->field[f], r->field_size[f], NULL, NULL, NULL) == STK_OK)
+                continue;
+            why = stk_last_errmsg();
+        } else {
+            if (stk_decoder_decode(dec, r->field[f], r->field_size[f], &img) == STK_OK)
+                continue;
+            why = stk_decoder_errmsg(dec);
+        }
         stk_shard_info sh = {.struct_size = sizeof(sh)};
         char where[1024] = "", path[320] = "", err[2048];
         if (s->stk_names) { /* the file it was packed from is its `path` field */
@@ -91,7 +103,7 @@ static void verify_decode(verify_state *s, stk_decoder *dec, const stk_record *r
             snprintf(where, sizeof(where), "record %llu", (unsigned long long)r->index);
         }
         snprintf(err, sizeof(err), "%s: %s: %s", where, stk_dataset_field(s->ds, (size_t)f)->name,
-                 stk_decoder_errmsg(dec));
+                 why);
         verify_add_bad(s, r->index, err);
         return;
     }
@@ -103,7 +115,10 @@ static void *verify_thread(void *arg)
     uint64_t max = stk_dataset_max_record_size(s->ds);
     uint8_t *buf = malloc(max ? max : 1);
     stk_decoder *dec = NULL;
-    if (s->n_decode && stk_decoder_create(0, &dec) != STK_OK) {
+    bool images = false; /* an image field to decode (audio needs no decoder handle) */
+    for (size_t k = 0; k < s->n_decode; k++)
+        images |= !s->audio[k];
+    if (images && stk_decoder_create(0, &dec) != STK_OK) {
         free(buf);
         buf = NULL;
     }
@@ -117,7 +132,7 @@ static void *verify_thread(void *arg)
             stk_record_init(&r);
             if (stk_dataset_read(s->ds, i, buf, max, &r) == STK_OK) {
                 atomic_fetch_add(&s->bytes, r.size);
-                if (dec)
+                if (s->n_decode)
                     verify_decode(s, dec, &r);
             } else {
                 verify_add_bad(s, i, stk_last_errmsg());
@@ -153,10 +168,10 @@ static void verify_usage(FILE *f)
             "0 when every record is good, 1 when one is bad or the dataset cannot be opened (bad\n"
             "header, index or footer, truncated shard or file).\n"
             "\n"
-            "Formats without record checksums (imagefolder, wds, lmdb, hdf5, npy) have their\n"
-            "image field decoded instead, as with --decode (the field the loader's transforms\n"
-            "would read); without one, the summary says that nothing was checked beyond\n"
-            "reading every record.\n"
+            "Formats without record checksums (imagefolder, audio folders, wds, lmdb, hdf5,\n"
+            "npy) have their image field decoded instead, as with --decode (the field the\n"
+            "loader's transforms would read), or else their audio fields; without one, the\n"
+            "summary says that nothing was checked beyond reading every record.\n"
             "\n"
             "--decode also decodes every image of every record, strictly, as the loader's\n"
             "transforms do (JPEG, PNG, WebP, TIFF, BMP, PPM/PGM; a JPEG that libjpeg reports as\n"
@@ -166,10 +181,19 @@ static void verify_usage(FILE *f)
             "formats, by the file itself: \"train/dog/1.jpg (record 40): image: <reason>\".\n"
             "The image fields are FIELD,... (bytes fields), by default `image`.\n"
             "\n"
+            "Audio fields (named `audio`, as in an audio folder tree, or by an audio file's\n"
+            "extension, as a WebDataset tar's `wav`, `flac`, `mp3`, `ogg`, `opus` members) are\n"
+            "decoded as the loader's strict first read does (WAV, FLAC, Ogg Vorbis, Opus, MP3,\n"
+            "AIFF: a compressed stream from start to end, every frame its header says, every\n"
+            "Ogg page's CRC; a WAV's data within the file): \"speech/no/7.flac (record 41):\n"
+            "audio: FLAC: Error : flac decoder lost sync. (...)\". Without an `image` field,\n"
+            "--decode decodes the audio fields.\n"
+            "\n"
             "options:\n"
             "  --format NAME   the format of DATA instead of detecting it\n"
             "  --concat        read shards of different packs as one dataset\n"
-            "  --decode[=F,..] decode the image fields (default: image) and report failures\n"
+            "  --decode[=F,..] decode the image (default: image) or audio fields and report\n"
+            "                  failures\n"
             "  --threads N     reader threads (default: the CPU count, at most 8)\n"
             "  --quiet         no progress bar\n" STK_CLI_CACHE_HELP
             "  -h, --help      show this help\n");
@@ -190,19 +214,50 @@ static const char *record_checksum(const stk_dataset *ds)
     return NULL;
 }
 
+/* Whether a field of this name holds encoded audio: `audio` (an audio folder's), or an audio
+ * file's extension (a WebDataset member's, as the loader's transform-field pick reads them). */
+static bool audio_field_name(const char *name)
+{
+    static const char *const names[] = {"audio", "wav", "flac", "mp3", "ogg", "oga",
+                                        "opus",  "aif", "aiff", "au",  "snd"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcasecmp(name, names[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The bytes fields of ds holding audio, into s (at most VERIFY_MAX_DECODE in all). */
+static void audio_fields(const stk_dataset *ds, verify_state *s)
+{
+    for (size_t f = 0; f < stk_dataset_n_fields(ds) && s->n_decode < VERIFY_MAX_DECODE; f++) {
+        const stk_field *fd = stk_dataset_field(ds, f);
+        if (fd->kind == STK_FIELD_BYTES && audio_field_name(fd->name)) {
+            s->audio[s->n_decode] = true;
+            s->decode[s->n_decode++] = (int)f;
+        }
+    }
+}
+
 /* A format without record checksums: decode the encoded image field the loader would read,
- * if there is one (an array field or none: nothing to decode). */
+ * if there is one (an array field or none: nothing to decode), else its audio fields. */
 static void auto_decode_field(const stk_dataset *ds, verify_state *s)
 {
     size_t f;
     if (stk_dataset_image_field(ds, &f) == STK_OK &&
         stk_dataset_field(ds, f)->kind == STK_FIELD_BYTES)
         s->decode[s->n_decode++] = (int)f;
+    else
+        audio_fields(ds, s);
 }
 
 /* --decode=LIST: resolve each comma-separated name to a bytes field of ds. */
 static int parse_decode_fields(const stk_dataset *ds, const char *list, verify_state *s)
 {
+    if (!list && stk_dataset_find_field(ds, "image") < 0) { /* no image: the audio fields */
+        audio_fields(ds, s);
+        if (s->n_decode)
+            return 0;
+    }
     const char *p = list ? list : "image";
     while (*p) {
         size_t n = strcspn(p, ",");
@@ -215,15 +270,12 @@ static int parse_decode_fields(const stk_dataset *ds, const char *list, verify_s
         if (f < 0)
             return stk_cli_error("verify", "--decode: no field '%s' in the data%s", name,
                                  list ? ""
-                                 : stk_dataset_find_field(ds, "audio") >= 0
-                                     ? " (--decode decodes images; audio is checked by the "
-                                       "loader's strict first read of each record: "
-                                       "docs/audio.md)"
-                                     : " (name the image fields: --decode=FIELD,...)");
+                                      : " (name the image or audio fields: --decode=FIELD,...)");
         if (stk_dataset_field(ds, (size_t)f)->kind != STK_FIELD_BYTES)
             return stk_cli_error("verify", "--decode: field '%s' is not a bytes field", name);
         if (s->n_decode == VERIFY_MAX_DECODE)
             return stk_cli_usage_error("verify", "--decode: at most %d fields", VERIFY_MAX_DECODE);
+        s->audio[s->n_decode] = audio_field_name(name);
         s->decode[s->n_decode++] = f;
         p += n + (p[n] == ',');
     }
@@ -357,14 +409,20 @@ int stk_cmd_verify(int argc, char **argv)
         at += (size_t)snprintf(what, sizeof(what), "%s checksums checked", checksum);
     else
         at += (size_t)snprintf(what, sizeof(what), "%s keeps no checksums", stk_dataset_format(ds));
-    for (size_t k = 0; k < s.n_decode && at < sizeof(what); k++)
-        at += (size_t)snprintf(what + at, sizeof(what) - at, "%s'%s'", k ? ", " : "; images of ",
-                               stk_dataset_field(ds, (size_t)s.decode[k])->name);
+    for (int kind = 0; kind < 2; kind++) /* images, then audio */
+        for (size_t k = 0, n = 0; k < s.n_decode && at < sizeof(what); k++)
+            if (s.audio[k] == (kind == 1))
+                at += (size_t)snprintf(what + at, sizeof(what) - at, "%s'%s'",
+                                       n++    ? ", "
+                                       : kind ? "; audio of "
+                                              : "; images of ",
+                                       stk_dataset_field(ds, (size_t)s.decode[k])->name);
     if (s.n_decode && at < sizeof(what))
         snprintf(what + at, sizeof(what) - at, " decoded");
     else if (!checksum && at < sizeof(what))
         snprintf(what + at, sizeof(what) - at,
-                 " and has no image field to decode: nothing was checked beyond reading");
+                 " and has no image or audio field to decode: nothing was checked beyond "
+                 "reading");
     const char *verdict = s.n_bad ? "" : checksum || s.n_decode ? "all good, " : "all readable, ";
     printf("verify: %llu records in %zu shard%s: %s%zu bad (%s; %s read in %.2f s, %.1f MB/s)\n",
            (unsigned long long)s.count, ns, ns == 1 ? "" : "s", verdict, s.n_bad, what,

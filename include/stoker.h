@@ -808,7 +808,9 @@ typedef enum stk_op_kind {
     STK_OP_MFCC = 36,              /* sample_rate, n_mfcc, dct_type, norm, log_mels, melkwargs */
     STK_OP_AMPLITUDE_TO_DB = 37,   /* stype, top_db */
     STK_OP_TIME_MASKING = 38,      /* time_mask_param, iid_masks, p */
-    STK_OP_FREQUENCY_MASKING = 39  /* freq_mask_param, iid_masks */
+    STK_OP_FREQUENCY_MASKING = 39, /* freq_mask_param, iid_masks */
+    STK_OP_TIME_STRETCH = 40       /* hop_length, n_freq, fixed_rate or rate_range: torchaudio's
+                                    * phase vocoder on a complex spectrogram */
 } stk_op_kind;
 
 /** What a transform reads and makes (stk_transform_opts.media): each kind is its own per-sample
@@ -918,6 +920,11 @@ typedef struct stk_op {
     double top_db;                /* AmplitudeToDB (NaN = None, default), MFCC (default 80) */
     int64_t mask_param;           /* TimeMasking / FrequencyMasking: the widest mask */
     int64_t iid_masks;            /* 1: one mask per channel; 0 (default): one per sample */
+    int64_t n_freq;               /* TimeStretch: the spectrogram's bins (default 201); its
+                                   * hop_length 0 = (n_freq - 1) * 2 // 2 (torchaudio's) */
+    double fixed_rate;            /* TimeStretch: the rate (> 1 faster; default 1); NaN: drawn */
+    double rate_range[2];         /* TimeStretch with fixed_rate NaN: the rate uniform in [lo, hi]
+                                   * per sample (stoker's; NaN, NaN by default) */
 } stk_op;
 
 /** Fill the first `struct_size` bytes of `op` with torchvision's defaults for `kind`: what
@@ -1011,7 +1018,9 @@ STK_API stk_status stk_transform_create(const stk_transform_opts *opts, stk_tran
 
 /** Compile a named recipe: "imagenet-train" (RandomResizedCrop(224) + RandomHorizontalFlip +
  *  Normalize(ImageNet mean/std), float32 NCHW) or "imagenet-val" (Resize(256) + CenterCrop(224)
- *  + Normalize).
+ *  + Normalize); the audio recipes "kws-train" (Resample to 16 kHz + audio.RandomCrop(1 s) +
+ *  MelSpectrogram(16000, n_mels=64) + FrequencyMasking(8) + TimeMasking(20): float32 [1, 64,
+ *  81] of a mono file) and "kws-val" (Resample + audio.CenterCrop(1 s) + MelSpectrogram).
  *  @return STK_OK, STK_EINVAL (unknown name; the message lists the recipes), STK_ENOMEM. */
 STK_API stk_status stk_transform_recipe(const char *name, bool exact, stk_transform **out);
 
@@ -1086,6 +1095,18 @@ STK_API stk_status stk_decoder_decode(stk_decoder *d, const void *src, size_t si
 /** Detail of the decoder's last failure ("" when none).
  *  Lifetime: valid until the next call on `d`. */
 STK_API const char *stk_decoder_errmsg(const stk_decoder *d);
+
+/** Check an encoded audio file (WAV, FLAC, Ogg Vorbis, Opus, MP3, AIFF; the format from its
+ *  bytes) as the loader's strict first read does (docs/audio.md "Strict decoding"): a compressed
+ *  stream decoded from start to end, which must give exactly the frames its header says with no
+ *  decoder error and (Ogg) every page's CRC; a WAV's data chunk within the file. `rate`,
+ *  `channels`, `frames` (each may be NULL) get the header's. `stoker verify` calls it.
+ *  @return STK_OK, STK_EFORMAT (the reason in stk_last_errmsg(), e.g. "FLAC: Error : flac
+ *  decoder lost sync. (after 45056 of its 132300 frames)"), STK_ELIMIT (over 64 channels),
+ *  STK_ENOTSUP (built without libsndfile or libmpg123), STK_ENOMEM.
+ *  Threads: thread-safe (each call its own decoder). */
+STK_API stk_status stk_audio_check(const void *src, size_t size, uint32_t *rate, uint32_t *channels,
+                                   int64_t *frames);
 
 /** Destroy a transform. Accepts NULL. Must outlive every loader that uses it. */
 STK_API void stk_transform_destroy(stk_transform *t);
@@ -1832,8 +1853,8 @@ STK_API stk_status stk_env_rank(uint32_t *rank, uint32_t *world);
  *  Threads: thread-safe (static data). */
 STK_API size_t stk_n_recipes(void);
 
-/** Name of recipe `i` ("imagenet-train", "imagenet-val"), or NULL when i >= stk_n_recipes().
- *  Lifetime: static. Threads: thread-safe. */
+/** Name of recipe `i` ("imagenet-train", "imagenet-val", "kws-train", "kws-val"), or NULL when i >=
+ * stk_n_recipes(). Lifetime: static. Threads: thread-safe. */
 STK_API const char *stk_recipe_name(size_t i);
 
 /** The number of ops of recipe `name` (0 for an unknown name).

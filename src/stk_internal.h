@@ -231,6 +231,9 @@ void stk__transform_worker_clip(stk__tworker *w, uint32_t clip);
 /* Whether t's kind keeps a blob per record in a loader's memo (video: each video's frame index,
  * so later epochs do not index it again). */
 bool stk__transform_keeps_memo(const stk_transform *t);
+/* The name (and *magic, 8 bytes) under which a loader keeps t's memo blobs on disk beside the
+ * records' files (stk_idxfile.h: video "stkvidx"); NULL: kept in memory only. */
+const char *stk__transform_memo_file(const stk_transform *t, const char **magic);
 /* The record the worker's next apply is for, and the loader's memo (NULL: none). */
 void stk__transform_worker_record(stk__tworker *w, stk__memo *memo, uint64_t rec);
 /* The codec threads the loader's thread plan gives the worker's next apply (video: libavcodec's

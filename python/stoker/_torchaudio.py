@@ -100,6 +100,16 @@ def convert(t, supported):
         if getattr(t, "p", 1.0) != 1.0:
             raise _invalid(f"{what}: p other than 1.0 is not supported")
         return [("FrequencyMasking", (t.mask_param, t.iid_masks), {})]
+    if name == "TimeStretch":
+        if t.fixed_rate is None:
+            raise _invalid(f"{what} without fixed_rate takes its rate per call "
+                           "(overriding_rate), which a loader cannot give: use "
+                           "stoker.audio.TimeStretch(..., rate_range=(lo, hi)) for a rate drawn "
+                           "per sample, or give fixed_rate")
+        import math
+        adv = t.phase_advance.reshape(-1)  # torch.linspace(0, pi * hop_length, n_freq)
+        hop = round(float(adv[-1]) / math.pi) if len(adv) > 1 else 0
+        return [("TimeStretch", (hop, len(adv), t.fixed_rate), {})]
     raise _invalid(f"transform {what} is not supported by stoker's audio pipeline; supported: "
                    f"torchaudio's {', '.join(n for n in supported if '.' not in n)} and "
                    f"stoker.audio's RandomCrop, CenterCrop, PadTo, Downmix")

@@ -30,11 +30,23 @@ from . import _torchaudio
 from .transforms._base import Op, _invalid
 
 __all__ = ["Resample", "Vol", "Spectrogram", "MelSpectrogram", "MFCC", "AmplitudeToDB",
-           "TimeMasking", "FrequencyMasking", "RandomCrop", "CenterCrop", "PadTo", "Downmix",
-           "Compose", "compile", "SUPPORTED"]
+           "TimeMasking", "FrequencyMasking", "TimeStretch", "RandomCrop", "CenterCrop", "PadTo", "Downmix",
+           "Compose", "compile", "SUPPORTED", "RECIPES"]
 
 # The C library's audio ops (its op table), by their table names.
 SUPPORTED = tuple(_core.op_names("audio"))
+# The library's audio recipes (stk_transform_recipe): "kws-train" (Resample to 16 kHz, a random
+# 1 s crop, MelSpectrogram(16000, n_mels=64), FrequencyMasking(8), TimeMasking(20)), "kws-val"
+# (Resample, the centred 1 s, MelSpectrogram): Loader(transforms="kws-train").
+RECIPES = tuple(n for n in _core.recipes() if _core.recipe_ops(n)[0]["kind"] in SUPPORTED)
+
+
+def _recipe(transforms):
+    """The audio recipe `transforms` names (a string), else None."""
+    if not isinstance(transforms, str):
+        return None
+    key = transforms.replace("_", "-").lower()
+    return key if key in RECIPES else None
 
 
 def _choice(value, names, what):
@@ -261,6 +273,34 @@ class FrequencyMasking(_AudioOp):
         return {"freq_mask_param": self.freq_mask_param, "iid_masks": self.iid_masks}
 
 
+class TimeStretch(_AudioOp):
+    """torchaudio.transforms.TimeStretch(hop_length=None, n_freq=201, fixed_rate=None): the phase
+    vocoder on a complex spectrogram (right after Spectrogram(power=None)), ceil(frames / rate)
+    frames out. torchaudio takes the rate per call when fixed_rate is None; here
+    rate_range=(lo, hi) draws it per sample, uniform (lo + (hi - lo) * torch.rand(1)), and the
+    batch has the frames of the slowest rate, zero-padded (Compose(lengths=True) gives each
+    row's)."""
+
+    def __init__(self, hop_length=None, n_freq=201, fixed_rate=None, rate_range=None):
+        if (fixed_rate is None) == (rate_range is None):
+            raise _invalid("TimeStretch: give fixed_rate, or rate_range=(lo, hi) for a rate drawn "
+                           "per sample (torchaudio's per-call overriding_rate has no place in a "
+                           "loader)")
+        self.hop_length = 0 if hop_length is None else int(hop_length)
+        self.n_freq = int(n_freq)
+        self.fixed_rate = None if fixed_rate is None else float(fixed_rate)
+        if rate_range is not None:
+            lo, hi = rate_range
+            rate_range = (float(lo), float(hi))
+        self.rate_range = rate_range
+
+    def _params(self):
+        nan = float("nan")
+        return {"hop_length": self.hop_length, "n_freq": self.n_freq,
+                "fixed_rate": nan if self.fixed_rate is None else self.fixed_rate,
+                "rate_range": tuple(self.rate_range or (nan, nan))}
+
+
 class _Seconds(_AudioOp):
     def __init__(self, seconds):
         self.seconds = float(seconds)
@@ -289,7 +329,8 @@ class PadTo(_Seconds):
 
 class Downmix(_AudioOp):
     """To mono (channels=1: the mean of the channels, as waveform.mean(0, keepdim=True)) or
-    stereo (channels=2: stereo kept, mono duplicated)."""
+    stereo (channels=2: stereo kept, mono duplicated, 3 to 8 channels mixed by FFmpeg's default
+    matrix on the file's layout, as torchaudio.io.StreamReader and `ffmpeg -ac 2` give it)."""
     _kind = "audio.Downmix"
 
     def __init__(self, channels=1):
@@ -341,7 +382,7 @@ def _flatten(obj, out):
 def is_audio(transforms):
     """Whether `transforms` is an audio pipeline: a stoker.audio Compose or op, or a list /
     torch.nn.Sequential holding one, or a torchaudio transform."""
-    if isinstance(transforms, (Compose, _AudioOp)):
+    if isinstance(transforms, (Compose, _AudioOp)) or _recipe(transforms):
         return True
     if isinstance(transforms, _core.Transform):
         return transforms.media == "audio"
@@ -361,7 +402,9 @@ def compile(transforms, sample_rate=None, lengths=None, strict=None):
             raise _invalid("compile: this Transform is an image transform")
         return transforms
     ops = []
-    if transforms is not None:
+    if _recipe(transforms):
+        dicts = _core.recipe_ops(_recipe(transforms))
+    elif transforms is not None:
         _flatten(transforms, ops)
     if isinstance(transforms, Compose):
         lengths = transforms.lengths if lengths is None else lengths
@@ -371,6 +414,8 @@ def compile(transforms, sample_rate=None, lengths=None, strict=None):
         sample_rate = int(sample_rate)
         if sample_rate <= 0:
             raise _invalid(f"sample_rate must be a positive number of Hz, got {sample_rate}")
-    return _core.Transform([op.to_dict() for op in ops], media="audio",
+    if not _recipe(transforms):
+        dicts = [op.to_dict() for op in ops]
+    return _core.Transform(dicts, media="audio",
                            sample_rate=sample_rate or 0, lengths=bool(lengths),
                            strict=strict is None or bool(strict))

@@ -548,7 +548,8 @@ def test_audio_classes_are_the_c_rows():
            "audio.PadTo": A.PadTo(1.0), "Vol": A.Vol(2.0), "Spectrogram": A.Spectrogram(),
            "MelSpectrogram": A.MelSpectrogram(), "MFCC": A.MFCC(),
            "AmplitudeToDB": A.AmplitudeToDB(), "TimeMasking": A.TimeMasking(5),
-           "FrequencyMasking": A.FrequencyMasking(5)}
+           "FrequencyMasking": A.FrequencyMasking(5),
+           "TimeStretch": A.TimeStretch(fixed_rate=1.2)}
     assert set(ops) == set(A.SUPPORTED) == set(stoker._core.op_names("audio"))
     assert not set(A.SUPPORTED) & set(stoker._core.op_names())  # image ops apart
     for name, op in ops.items():
@@ -562,7 +563,8 @@ def test_audio_classes_are_the_c_rows():
     if torchaudio is not None:
         from stoker import _torchaudio
         for tobj in (TA.Resample(8000, 16000), TA.Vol(0.5), TA.Spectrogram(), TA.MelSpectrogram(),
-                     TA.MFCC(), TA.AmplitudeToDB(), TA.TimeMasking(3), TA.FrequencyMasking(3)):
+                     TA.MFCC(), TA.AmplitudeToDB(), TA.TimeMasking(3), TA.FrequencyMasking(3),
+                     TA.TimeStretch(fixed_rate=1.2)):
             ((name, args, kw),) = _torchaudio.convert(tobj, A.SUPPORTED)
             assert name == type(tobj).__name__
             assert type(getattr(A, name)(*args, **kw)).__name__ == name
@@ -588,3 +590,26 @@ def test_device_batches_equal_the_cpu_path_on_a_gpu(corpus):
                 assert torch.equal(a[k], b[k].cpu()), k
             n += len(b["index"])
         assert n == 12 and dev.stats()["finish"] == "none"
+
+
+def test_kws_recipes_are_the_listed_ops(corpus):
+    """Loader(transforms="kws-train") (the recipe `stoker bench --recipe kws-train` runs) is the
+    keyword-spotting list of ops: the same batches, draws included; "kws-val" likewise."""
+    keys = ["speech_us_slow", "speech_gb_fast", "speech_de", "speech_scot"]
+    d = audio_data.tree(tempfile.mkdtemp(), {"a": [corpus[k] for k in keys] * 2})
+    lists = {"kws-train": [A.Resample(16000, 16000), A.RandomCrop(1.0),
+                           A.MelSpectrogram(16000, n_mels=64), A.FrequencyMasking(8),
+                           A.TimeMasking(20)],
+             "kws_val": [A.Resample(16000, 16000), A.CenterCrop(1.0),
+                         A.MelSpectrogram(16000, n_mels=64)]}
+    for name, ops in lists.items():
+        got = []
+        for t in (name, ops):
+            with stoker.Loader(d, 4, transforms=t, shuffle=True, seed=5,
+                               output="numpy") as loader:
+                got.append(np.concatenate([b["audio"] for b in loader]))
+        assert got[0].shape == (8, 1, 64, 81)
+        assert np.array_equal(got[0], got[1]), name
+    assert A.RECIPES == ("kws-train", "kws-val")
+    with pytest.raises(ValueError, match="unknown transform recipe 'kws'"):
+        stoker.Loader(d, 4, transforms="kws")

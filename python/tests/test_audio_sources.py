@@ -277,3 +277,79 @@ def test_in_place_read_errors_name_the_file(tmp_path):
         (root / "3.wav").write_bytes((root / "3.wav").read_bytes()[:1000])
         n = sum(len(b["audio"]) for b in loader)
         assert n == 4 and loader.stats()["skipped"] == 1
+
+
+def _epochs(data, ops, n_epochs, **kw):
+    """(each epoch's audio, the bytes read in all of them) of a loader over data (prefetch 1:
+    little read past the last epoch)."""
+    with stoker.Loader(data, 4, transforms=ops, output="numpy", shuffle=True, seed=7,
+                       num_workers=2, prefetch=1, **kw) as loader:
+        xs = [np.concatenate([b["audio"] for b in loader]) for _ in range(n_epochs)]
+        return xs, loader.stats()["bytes_read"]
+
+
+def test_stk_and_tar_read_in_place(tmp_path, monkeypatch):
+    """A .stk pack's and a WebDataset tar's audio records are read in place too, through the
+    folder tree's mechanism (the source's field_open): the header, then the bytes the crop
+    keeps; a .stk record's checksum checked once, by reading it whole on its first read; a tar
+    member's header checked; a gzipped member gunzipped whole. The same batches as read whole
+    (STOKER_READ_WHOLE=1), every epoch, WAV and FLAC; after the first epoch a fraction of the
+    bytes (printed); a .stk record corrupted after packing still fails its checksum, named."""
+    build = os.environ.get("STK_BUILD", "build")
+    root = tmp_path / "tree"
+    for i in range(8):
+        d = root / ("a" if i % 2 else "b")
+        d.mkdir(parents=True, exist_ok=True)
+        ext = "flac" if i % 4 == 3 else "wav"
+        audio_data._run(["sox", "-n", "-r", "22050", "-c", "2", "-b", "16", str(d / f"{i}.{ext}"),
+                         "synth", str(4 + i), "sine", str(200 + 50 * i), "sine", "310",
+                         "vol", "0.4"])
+    packed = str(tmp_path / "tree.stk")
+    subprocess.run([os.path.join(build, "stoker"), "pack", str(root), packed], check=True,
+                   stdout=subprocess.DEVNULL)
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    tars = {}
+    for gz in (False, True):
+        tars[gz] = str(tmp_path / f"tree{'_gz' if gz else ''}.tar")
+        with tarfile.open(tars[gz], "w") as t:
+            for k, p in enumerate(files):
+                data = p.read_bytes()
+                if gz:
+                    import gzip
+                    data = gzip.compress(data)
+                for name, b in ((f"{k:03d}.{p.suffix[1:]}{'.gz' if gz else ''}", data),
+                                (f"{k:03d}.cls", str(k % 2).encode())):
+                    ti = tarfile.TarInfo(name)
+                    ti.size = len(b)
+                    t.addfile(ti, io.BytesIO(b))
+    # the tars' members are one field per extension: keep them all .wav-named for one field
+    ops = [A.Resample(22050, 16000), A.RandomCrop(1.0), A.Downmix()]
+    for data in (packed, tars[False], tars[True]):
+        if data != packed:  # the tar's members: one field (rename the FLACs' to .wav)
+            fixed = data + ".one.tar"
+            with tarfile.open(data) as src, tarfile.open(fixed, "w") as dst:
+                for m in src.getmembers():
+                    b = src.extractfile(m).read()
+                    m.name = m.name.replace(".flac", ".wav")
+                    dst.addfile(m, io.BytesIO(b))
+            data = fixed
+        monkeypatch.setenv("STOKER_READ_WHOLE", "1")
+        whole, read_whole = _epochs(data, ops, 4)
+        monkeypatch.delenv("STOKER_READ_WHOLE")
+        inplace, read_in = _epochs(data, ops, 4)
+        for x, y in zip(whole, inplace):
+            assert x.shape == (8, 1, 16000) and np.array_equal(x, y), data
+        print(f"{os.path.basename(data)}: bytes read in 4 epochs, whole {read_whole}, in place "
+              f"{read_in} ({read_in / read_whole:.2f}x)")
+        if "_gz" not in data:  # (gunzipped whole: no fewer; a .stk reads all once to check)
+            assert read_in < 0.6 * read_whole, (data, read_in, read_whole)
+    # a byte of a record's audio flipped after packing: its first in-place read fails the checksum
+    with open(packed, "r+b") as f:
+        b = bytearray(f.read())
+        at = b.index(b"data") + 2000  # inside the first WAV's samples
+        b[at] ^= 0xFF
+        f.seek(0)
+        f.write(b)
+    with pytest.raises(stoker.Error, match=r"tree.stk record \d+ \(global \d+\) at byte \d+.*"
+                       r"checksum mismatch \(record corrupt\)"):
+        _epochs(packed, ops, 1)

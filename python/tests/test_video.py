@@ -229,11 +229,13 @@ def test_later_epochs_from_the_kept_index(videos, tmp_path):
                 assert np.array_equal(v, v2) and np.array_equal(p, p2)
 
 
-def test_tree_reads_only_what_clips_need(videos, tmp_path):
-    """A class-per-folder tree is read on demand (the container's header and, once the index is
-    kept, the GOPs of each clip): the clips equal those of the same files packed into a .stk
-    shard, read whole, over two epochs of random clips from start to end; in the second epoch
-    the tree loader reads well under the files' bytes."""
+def test_reads_in_place_only_what_clips_need(videos, tmp_path):
+    """A class-per-folder tree, a WebDataset tar of the same videos and a .stk shard packed from
+    the tree are each read in place (a video file, a tar member, a .stk record's field: the
+    container's header and, once the index is kept, the GOPs of each clip): the clips equal
+    those of the same data read whole (STOKER_READ_WHOLE=1) and across the three, over two
+    epochs of random clips from start to end; in the second epoch each reads well under the
+    bytes of its whole reads."""
     root = tmp_path / "tree"
     (root / "long").mkdir(parents=True)
     big = (480, 288)  # frames that weigh more than libavformat's 32 KiB reads
@@ -241,31 +243,72 @@ def test_tree_reads_only_what_clips_need(videos, tmp_path):
                       bframes=2, seed=21)
     gen_videos.encode(str(root / "long" / "b.mkv"), n_frames=200, size=big, codec="hevc", gop=10,
                       bframes=2, seed=22)
-    size = sum(os.path.getsize(root / "long" / n) for n in ("a.mp4", "b.mkv"))
     stk = str(tmp_path / "v.stk")
     stoker.pack(str(root), stk)
+    tar = wds(tmp_path, [str(root / "long" / "a.mp4"), str(root / "long" / "b.mkv")])
     kw = dict(batch_size=3, frames_per_clip=4, frame_step=2, clips_per_video=6, seed=5,
               shuffle=True, transforms=full_frames(), output="numpy", num_workers=2)
     got = {}
-    for name, data in (("tree", str(root)), ("stk", stk)):
-        with stoker.Loader(data, **kw) as loader:
-            out, per_epoch, before = [], [], 0
-            for e in range(2):
-                loader.set_epoch(e)
-                for b in loader:
-                    out.append((b["video"].copy(), b["video_pts"].copy()))
-                now = loader.stats()["bytes_read"]
-                per_epoch.append(now - before)
-                before = now
-        got[name] = (out, per_epoch)
-    assert len(got["tree"][0]) == len(got["stk"][0]) == 8
-    for (v, p), (v2, p2) in zip(got["tree"][0], got["stk"][0]):
-        assert np.array_equal(v, v2) and np.array_equal(p, p2)
-    starts = {round(p[0] * 25) for _, pts in got["tree"][0] for p in pts}
+    for name, data in (("tree", str(root)), ("tar", tar), ("stk", stk)):
+        for whole in (False, True):
+            if whole:
+                os.environ["STOKER_READ_WHOLE"] = "1"
+            try:
+                with stoker.Loader(data, **kw) as loader:
+                    out, per_epoch, before = [], [], 0
+                    for e in range(2):
+                        loader.set_epoch(e)
+                        for b in loader:
+                            out.append((b["video"].copy(), b["video_pts"].copy()))
+                        now = loader.stats()["bytes_read"]
+                        per_epoch.append(now - before)
+                        before = now
+            finally:
+                os.environ.pop("STOKER_READ_WHOLE", None)
+            got[name, whole] = (out, per_epoch)
+    for key, (out, _) in got.items():
+        assert len(out) == 8, key
+        _same(out, got["tree", False][0])
+    starts = {round(p[0] * 25) for _, pts in got["tree", False][0] for p in pts}
     assert min(starts) < 60 and max(starts) > 180  # clips from the start to the end
     # 12 clips of 7 frames (and their GOP lead-in) of 500: far less than the 12 whole files the
-    # shard reads
-    assert got["tree"][1][1] * 3 < got["stk"][1][1], (got["tree"][1], got["stk"][1], size)
+    # whole reads read
+    for name in ("tree", "tar", "stk"):
+        assert got[name, False][1][1] * 3 < got[name, True][1][1], (name, got[name, False][1],
+                                                                     got[name, True][1])
+
+
+def test_in_place_records_are_checked(videos, tmp_path):
+    """A .stk record read in place is checked against its checksum on its first read (a byte of
+    its video changed: "checksum mismatch", named, or skipped and counted); a tar member read in
+    place is of a shard checked as whole reads check it (one rewritten under the loader: named,
+    by the version pin or by the member's header)."""
+    root = _tree_of(videos, tmp_path / "tree", {"a": ["h264.mp4", "vp9.webm"]})
+    stk = str(tmp_path / "v.stk")
+    stoker.pack(str(root), stk)
+    data = bytearray(open(stk, "rb").read())
+    at = data.find(open(videos["vp9.webm"], "rb").read()[:64])
+    assert at > 0
+    data[at + 400] ^= 0x01
+    open(stk, "wb").write(bytes(data))
+    kw = dict(batch_size=2, frames_per_clip=4, transforms=full_frames(), output="numpy")
+    with stoker.Loader(stk, **kw) as loader:
+        with pytest.raises(stoker.StokerFormatError, match=r"record 1 .*checksum mismatch"):
+            next(iter(loader))
+    with stoker.Loader(stk, batch_size=1, frames_per_clip=4, transforms=full_frames(),
+                       output="numpy", on_error="skip") as loader:
+        got = [int(b["index"][0]) for b in loader]
+        assert got == [0, 0] and loader.stats()["skipped"] == 1
+    tar = wds(tmp_path, [videos["h264.mp4"], videos["vp9.webm"]])
+    ds_kw = dict(batch_size=2, frames_per_clip=4, transforms=full_frames(), output="numpy")
+    with stoker.Loader(tar, **ds_kw) as loader:
+        t = bytearray(open(tar, "rb").read())
+        h = t.find(b"0001.video")
+        t[h + 124:h + 136] = b"00000000017\0"  # the member's size in its header
+        open(tar, "r+b").write(bytes(t))  # in place: the open shard is the same file
+        with pytest.raises(stoker.Error, match=r"v\.tar sample .*(does not match|changed while open)"):
+            for _ in loader:
+                pass
 
 
 def test_uniform_clips_in_file_order(videos, tmp_path):
@@ -385,3 +428,118 @@ def test_class_per_folder_tree_and_pack(videos, tmp_path):
         b = next(iter(loader))
     assert np.array_equal(a["video"], b["video"]) and np.array_equal(a["label"], b["label"])
     assert np.array_equal(a["video_pts"], b["video_pts"])
+
+
+def _tree_of(videos, root, layout):
+    for cls, names in layout.items():
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        for n in names:
+            shutil.copy(videos[n], root / cls / n)
+    return root
+
+
+def _epoch_clips(loader, epoch):
+    """The clips of one epoch (video, video_pts) and the bytes the epoch read."""
+    before = loader.stats()["bytes_read"]
+    loader.set_epoch(epoch)
+    out = [(b["video"].copy(), b["video_pts"].copy()) for b in loader]
+    return out, loader.stats()["bytes_read"] - before
+
+
+def _whole_clips(root, kw, epoch):
+    """The clips of the tree read whole (STOKER_READ_WHOLE=1: no in-place read, no index file)."""
+    os.environ["STOKER_READ_WHOLE"] = "1"
+    try:
+        with stoker.Loader(str(root), **kw) as loader:
+            return _epoch_clips(loader, epoch)[0]
+    finally:
+        del os.environ["STOKER_READ_WHOLE"]
+
+
+def _same(a, b):
+    assert len(a) == len(b) > 0
+    for (v, p), (v2, p2) in zip(a, b):
+        assert np.array_equal(v, v2) and np.array_equal(p, p2)
+
+
+TREE = {"a": ["h264.mp4", "vfr.mp4"], "b": ["hevc.mkv", "vp9.webm"]}
+# one thread: the bytes a clip reads depend on libavcodec's frame threads (their delay reads
+# packets ahead), which the thread plan sets from the threads at work
+TREE_KW = dict(batch_size=2, frames_per_clip=4, frame_step=2, clips_per_video=2, seed=3,
+               shuffle=True, transforms=full_frames(), output="numpy", num_workers=1)
+
+
+def test_index_kept_beside_the_files(videos, tmp_path):
+    """Each video's frame index is written beside it (`<video>.stkvidx`) by the loader that
+    indexed it; a new loader's first epoch reads it instead of indexing the video again (the
+    index files are not rewritten: a video indexed again would be) and gives the same clips, which
+    are those of the files read whole."""
+    root = _tree_of(videos, tmp_path / "tree", TREE)
+    files = sorted(root.glob("*/*.*"))
+    with stoker.Loader(str(root), **TREE_KW) as old:
+        first, _ = _epoch_clips(old, 0)
+    idx = [str(f) + ".stkvidx" for f in files]
+    made = [(os.stat(p).st_ino, open(p, "rb").read()) for p in idx]
+    assert all(len(b) > 32 and b[:8] == b"STKVIX01" for _, b in made)
+    with stoker.Loader(str(root), **TREE_KW) as new:
+        kept, _ = _epoch_clips(new, 0)
+    _same(kept, first)
+    assert [(os.stat(p).st_ino, open(p, "rb").read()) for p in idx] == made
+    _same(kept, _whole_clips(root, TREE_KW, 0))
+
+
+def test_index_file_stale_or_damaged_is_rebuilt(videos, tmp_path):
+    """An index file is trusted only for the file it was made from, whole: a video rewritten
+    since (another size and mtime), an index file damaged (a byte changed), truncated, emptied
+    or copied from another video is ignored, the video indexed again and its index file
+    rewritten; the clips are those of the files read whole."""
+    root = _tree_of(videos, tmp_path / "tree", TREE)
+    with stoker.Loader(str(root), **TREE_KW) as loader:
+        _epoch_clips(loader, 0)
+    idx = {n: str(root / c / n) + ".stkvidx" for c, names in TREE.items() for n in names}
+    good = {n: open(p, "rb").read() for n, p in idx.items()}
+    # h264.mp4 rewritten: another video under its name
+    gen_videos.encode(str(root / "a" / "h264.mp4"), n_frames=33, size=SIZE, codec="h264",
+                      gop=8, seed=77)
+    data = bytearray(good["vfr.mp4"])
+    data[len(data) // 2] ^= 0x40
+    open(idx["vfr.mp4"], "wb").write(bytes(data))                  # damaged
+    open(idx["hevc.mkv"], "wb").write(good["hevc.mkv"][:-11])     # truncated
+    open(idx["vp9.webm"], "wb").write(good["h264.mp4"])           # another video's
+    with stoker.Loader(str(root), **TREE_KW) as loader:
+        got, _ = _epoch_clips(loader, 1)
+    _same(got, _whole_clips(root, TREE_KW, 1))
+    for n in ("vfr.mp4", "hevc.mkv", "vp9.webm"):
+        assert open(idx[n], "rb").read() == good[n], n           # rebuilt as it was
+    assert open(idx["h264.mp4"], "rb").read() != good["h264.mp4"]  # the new video's
+    open(idx["vfr.mp4"], "wb").write(b"")                          # emptied
+    with stoker.Loader(str(root), **TREE_KW) as loader:
+        got, _ = _epoch_clips(loader, 2)
+    _same(got, _whole_clips(root, TREE_KW, 2))
+    assert open(idx["vfr.mp4"], "rb").read() == good["vfr.mp4"]
+
+
+def test_index_in_the_cache_dir_where_the_directory_takes_none(videos, tmp_path):
+    """Where an index file cannot be written beside its video (here its name is taken by a
+    directory: a read-only directory does the same, but the tests run as root), the index goes
+    to the cache directory (cache_dir=, STOKER_CACHE_DIR) and a new loader reads it there;
+    without a cache directory it is kept in memory only."""
+    root = _tree_of(videos, tmp_path / "tree", TREE)
+    for c, names in TREE.items():
+        for n in names:
+            os.makedirs(str(root / c / n) + ".stkvidx" + "/taken")
+    cache = tmp_path / "cache"
+    kw = dict(TREE_KW, cache_dir=str(cache))
+    with stoker.Loader(str(root), **kw) as old:
+        first, _ = _epoch_clips(old, 0)
+    entries = sorted(p for p in cache.rglob("*") if p.name.endswith("-stkvidx"))
+    assert len(entries) == 4, sorted(cache.rglob("*"))
+    made = [(p.stat().st_ino, p.read_bytes()) for p in entries]
+    with stoker.Loader(str(root), **kw) as new:
+        kept, _ = _epoch_clips(new, 0)
+    _same(kept, first)
+    assert [(p.stat().st_ino, p.read_bytes()) for p in entries] == made  # read, not rewritten
+    with stoker.Loader(str(root), **dict(TREE_KW, cache_dir="")) as none:
+        got, _ = _epoch_clips(none, 0)
+    _same(got, first)
+    assert not list(root.glob("*/*.stkvidx/*.*"))

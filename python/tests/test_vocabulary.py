@@ -44,7 +44,9 @@ def test_info_says_n_slots_is_prefetch_plus_one(ds_small):
 
 
 def test_the_library_owns_the_recipes_and_constants():
-    assert T.RECIPES == _core.recipes() == ("imagenet-train", "imagenet-val")
+    assert T.RECIPES == ("imagenet-train", "imagenet-val")
+    assert _core.recipes() == T.RECIPES + stoker.audio.RECIPES
+    assert stoker.audio.RECIPES == ("kws-train", "kws-val")
     assert T.IMAGENET_MEAN == _core.IMAGENET_MEAN == (0.485, 0.456, 0.406)
     assert T.IMAGENET_STD == _core.IMAGENET_STD == (0.229, 0.224, 0.225)
     ops = _core.recipe_ops("imagenet-val")

@@ -11,10 +11,11 @@
 void stk__ring_init(stk__ring *r)
 {
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv_work, NULL);
-    pthread_condattr_t ca; /* timed waits (stk_loader_next_timeout) use CLOCK_MONOTONIC */
+    /* timed waits (stk_loader_next_timeout, a worker's wait for used memory) use CLOCK_MONOTONIC */
+    pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv_work, &ca);
     pthread_cond_init(&r->cv_ready, &ca);
     pthread_condattr_destroy(&ca);
     r->pid = stk__pid();
@@ -128,13 +129,27 @@ void stk__ring_take_hot_locked(stk__ring *r, stk__slot *s)
     hot->mem = mem;
     s->handle.dv.mem = s->mem;
     hot->handle.dv.mem = hot->mem;
-    uint64_t freed = s->freed; /* the stamp goes with the memory */
+    uint64_t freed = s->freed; /* the stamp and the used flag go with the memory */
     s->freed = hot->freed;
     hot->freed = freed;
+    bool used = s->used;
+    s->used = hot->used;
+    hot->used = used;
+}
+
+bool stk__ring_fresh_wait_locked(const stk__ring *r, const stk__slot *s, bool consumer_needs_it)
+{
+    if (!r->reuse_hot || s->used || r->fresh_budget_ns <= 0 || consumer_needs_it)
+        return false;
+    for (uint32_t i = 0; i < r->n_slots; i++)
+        if (&r->slots[i] != s && r->slots[i].state != STK__SLOT_FREE)
+            return true;
+    return false;
 }
 
 void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count)
 {
+    s->used = true;
     s->seq = seq;
     s->count = count;
     atomic_store(&s->ticket, ticket_tag(seq));
@@ -197,7 +212,8 @@ void stk__ring_drop_locked(stk__ring *r)
     for (uint32_t i = 0; i < r->n_slots; i++) {
         stk__slot *s = &r->slots[i];
         if (s->state != STK__SLOT_HELD) {
-            stk__slot_release_locked(r, s);
+            if (s->state != STK__SLOT_FREE)     /* a FREE slot keeps its stamp: never-used memory */
+                stk__slot_release_locked(r, s); /* must not look freed last */
             s->seq = UINT64_MAX;
             atomic_store(&s->ticket, UINT64_MAX); /* no seq tag matches: no ticket is taken */
         }

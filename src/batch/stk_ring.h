@@ -52,6 +52,7 @@ typedef struct stk__slot {
     char errmsg[STK_ERRMSG_SIZE];
     bool draining;  /* a worker is waiting for the slot's last device copy (mu) */
     uint64_t freed; /* when it was last freed, on the ring's free_clock (mu) */
+    bool used;      /* the memory behind it held a batch before (it moves with the memory; mu) */
     stk_batch handle;
 } stk__slot;
 
@@ -75,6 +76,14 @@ typedef struct stk__ring {
      * slot). free_clock stamps each free. (mu) */
     bool reuse_hot;
     uint64_t free_clock;
+    /* Memory never written costs its first touch (a page fault per page, the kernel zeroing it;
+     * on a VM the host backing it): 25-80x the stores themselves on this project's VM (issue 29).
+     * Rather than open a batch in fresh memory, a worker may wait for used memory to be released
+     * (stk__ring_fresh_wait_locked), for fresh_budget_ns in all, what one slot's first touch
+     * costs where pages are zeroed at memory speed (stk_ring_setup.c): the waits can cost no
+     * more than that, and they save a slot's first touch whenever the run ends within it. (mu) */
+    int64_t fresh_budget_ns;
+    uint32_t fresh_waiters;                          /* workers waiting so (mu) */
     void (*destroy)(struct stk__ring *r, void *arg); /* called on the last unref, mu not held */
     void *destroy_arg;
     /* The device side (stk_ring_setup.c): set up once, torn down by stk__ring_teardown. */
@@ -113,6 +122,9 @@ void stk__ring_free(stk__ring *r);
  * could not be had goes to r->dev_reason; errors are STK_EINVAL (finishing impossible),
  * STK_ELIMIT, STK_ENOMEM, STK_EIO. */
 stk_status stk__ring_setup(stk__ring *r, const stk__ring_args *a, char *err, size_t err_size);
+/* Tests: the fresh-memory budget stk__ring_setup gives every ring from now on, instead of the
+ * measured first touch (-1, the default: measure). */
+extern int64_t stk__fresh_budget_test_ns;
 /* Free the slots, the device buffers and the device context (stk_ring_setup.c); the ring's last
  * reference is gone. */
 void stk__ring_teardown(stk__ring *r);
@@ -138,6 +150,11 @@ void stk__slot_release_locked(stk__ring *r, stk__slot *s);
  * of cycling through every slot's. The slot (its seq, state and handle) stays where the batch
  * order puts it; only the memory behind it moves, between FREE slots nobody reads. */
 void stk__ring_take_hot_locked(stk__ring *r, stk__slot *s);
+/* Whether a worker about to open FREE slot s (its hot memory taken) should wait for used memory
+ * instead (mu held): s's memory was never used, hot reuse is on, budget is left, and some other
+ * slot's memory is in use (FILLING, READY or HELD: the consumer will release it).
+ * `consumer_needs_it`: the consumer is waiting for the very batch s would hold; never wait then. */
+bool stk__ring_fresh_wait_locked(const stk__ring *r, const stk__slot *s, bool consumer_needs_it);
 /* Open FREE slot s for batch `seq` of `count` samples (mu held): no ticket taken, no error. */
 void stk__slot_open_locked(stk__slot *s, uint64_t seq, uint32_t count);
 /* Take the next sample ticket of batch `seq` (of `count` samples, read under mu when the batch

@@ -12,6 +12,8 @@
 #include <inttypes.h>
 #include <string.h>
 
+int64_t stk__fresh_budget_test_ns = -1;
+
 /* "uint8 [224, 224, 3]" for error messages. */
 static const char *tensor_desc(const stk__tlayout *t, char *buf, size_t size)
 {
@@ -168,6 +170,15 @@ stk_status stk__ring_setup(stk__ring *r, const stk__ring_args *a, char *err, siz
      * raw records +15-28% per CPU second). Not with a device ring or pinned slots, whose
      * device buffer, pending copy and pinned flag belong to the slot. */
     r->reuse_hot = rc == STK_OK && !dc->dev && r->pinned_bytes == 0;
+    /* What waiting for used memory may cost in all (stk_ring.h): as long as writing one slot at
+     * 0.5 GB/s takes, about what its first touch costs on this project's VM (0.1-0.6 GB/s,
+     * bench/RESULTS.md issue 29); where the kernel zeroes fresh pages at memory speed (4-10 GB/s)
+     * the waits cost at most that much more than the touch they may save. */
+    if (r->reuse_hot)
+        r->fresh_budget_ns =
+            stk__fresh_budget_test_ns >= 0
+                ? stk__fresh_budget_test_ns
+                : (int64_t)STK_MIN((uint64_t)r->slot_alloc * 2, (uint64_t)INT64_MAX);
 fail:
     if (pushed)
         stk__cudev_pop(&r->cudev);

@@ -90,8 +90,9 @@ bool stk__audiodec_checked(const stk__audiodec *d)
 /* A WAV whose data chunk says more bytes than follow it was cut short: libsndfile would quietly
  * read what is there. A size of 0 or 0xFFFFFFFF (a stream's writer did not know) and RF64's
  * 64-bit sizes are left to libsndfile. */
-static stk_status wav_check(stk__audview *v, char *err, size_t err_size)
+static stk_status wav_check(stk__audview *v, uint32_t *mask, char *err, size_t err_size)
 {
+    *mask = 0;
     uint64_t size = v->size;
     const uint8_t *p = stk__audview_get(v, 0, (size_t)STK_MIN(size, (uint64_t)12));
     if (!p)
@@ -116,6 +117,14 @@ static stk_status wav_check(stk__audview *v, char *err, size_t err_size)
         }
         if (len > size - at - 8)
             break; /* a chunk past the end before the data: libsndfile says what is wrong */
+        if (memcmp(c, "fmt ", 4) == 0 && len >= 24) { /* WAVE_FORMAT_EXTENSIBLE's channel mask */
+            const uint8_t *f = stk__audview_get(v, at + 8, 24);
+            if (!f)
+                return stk__set_error(err, err_size, v->rc, "%s", v->why);
+            if (f[0] == 0xFE && f[1] == 0xFF && f[16] >= 22)
+                *mask = (uint32_t)f[20] | (uint32_t)f[21] << 8 | (uint32_t)f[22] << 16 |
+                        (uint32_t)f[23] << 24;
+        }
         at += 8 + (uint64_t)len + (len & 1);
     }
     return STK_OK;
@@ -215,8 +224,9 @@ static stk_status open_view(stk__audiodec *d, stk__audinfo *out, char *err, size
         if (!stk__audview_get(v, 0, (size_t)v->size))
             return view_error(v, err, err_size);
     }
+    uint32_t mask = 0;
     if (fmt == STK__AUD_WAV)
-        STK_TRY(wav_check(v, err, err_size));
+        STK_TRY(wav_check(v, &mask, err, err_size));
     int k = fmt == STK__AUD_MP3;
     d->codec = k ? &stk__audcodec_mpg123 : &stk__audcodec_sndfile;
     if (!d->h[k])
@@ -230,6 +240,7 @@ static stk_status open_view(stk__audiodec *d, stk__audinfo *out, char *err, size
     d->cur = d->h[k];
     d->pos = 0;
     d->info.format = fmt;
+    d->info.mask = mask;
     if (d->info.rate == 0 || d->info.rate > MAX_RATE || d->info.channels == 0)
         STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
                        "%s: a header of %" PRIu32 " Hz, %" PRIu32 " channels is not audio", name,
@@ -425,4 +436,33 @@ stk_status stk__audio_decode(stk__audiodec *d, int64_t first, int64_t n, float *
     return STK_OK;
 fail:
     return rc;
+}
+
+stk_status stk_audio_check(const void *src, size_t size, uint32_t *rate, uint32_t *channels,
+                           int64_t *frames)
+{
+    char err[STK_ERRMSG_SIZE];
+    stk__audiodec *d = NULL;
+    stk__audinfo info;
+    float one[STK__AUD_MAX_CHANNELS];
+    float *plane = one;
+    if (!src && size)
+        return stk__set_last_error(STK_EINVAL, "stk_audio_check: NULL src");
+    stk_status rc = stk__audiodec_create(&d);
+    if (rc < 0)
+        return rc;
+    /* strict and not trusted: asking for frame 0 decodes the stream to its end */
+    rc = stk__audio_open(d, src, size, &info, err, sizeof(err));
+    if (rc >= 0)
+        rc = stk__audio_decode(d, 0, 1, &plane, 1, err, sizeof(err));
+    stk__audiodec_destroy(d);
+    if (rc < 0)
+        return stk__set_last_error(rc, "%s", err);
+    if (rate)
+        *rate = info.rate;
+    if (channels)
+        *channels = info.channels;
+    if (frames)
+        *frames = info.frames;
+    return STK_OK;
 }

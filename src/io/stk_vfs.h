@@ -174,6 +174,19 @@ bool stk__vfs_fd_unchanged(const stk__file *f);
 /* Close a file (accepts NULL). */
 void stk__vfs_close(stk__file *f);
 
+/* Files a source lends for a field read in place (stk_vfs_lend.c), closed with stk__vfs_close:
+ * a view of `of` (which stays open: the source's; it must outlive the view), and a file of the
+ * `size` bytes at `bytes` (stk__malloc'd; owned from the call, freed at close, also on failure)
+ * named `path` (borrowed: must outlive the file). */
+stk_status stk__vfs_borrow(stk__file *of, stk__file **out, char *err, size_t err_size);
+stk_status stk__vfs_memfile(uint8_t *bytes, uint64_t size, const char *path, stk__file **out,
+                            char *err, size_t err_size);
+/* Whether f is a file in memory (stk__vfs_memfile): reading it is no I/O (not counted as read). */
+bool stk__vfs_in_memory(const stk__file *f);
+/* Whether f is lent (borrowed or in memory): a part of a source's file, not a file of its own
+ * (nothing is kept beside it: stk_memofile.c). */
+bool stk__vfs_lent(const stk__file *f);
+
 /* stat through the byte source serving `path`. */
 stk_status stk__vfs_stat(const char *path, stk__stat *st, char *err, size_t err_size);
 

@@ -16,9 +16,11 @@ void stk__autotune_init(stk__autotune *a, uint32_t n_threads, uint32_t n_slots)
     a->ceiling = n_threads;
 }
 
-uint32_t stk__decoder_threads(uint32_t cores, uint32_t active, uint64_t samples)
+uint32_t stk__decoder_threads(uint32_t cores, uint32_t active, uint64_t samples,
+                              uint32_t batch_size, uint32_t depth)
 {
-    uint64_t at_once = STK_MAX(1u, STK_MIN((uint64_t)active, samples));
+    uint64_t open = (uint64_t)STK_MAX(1u, batch_size) * STK_MAX(1u, depth); /* no overflow */
+    uint64_t at_once = STK_MAX(1u, STK_MIN(STK_MIN((uint64_t)active, samples), open));
     uint64_t t = cores / at_once;
     return (uint32_t)STK_MIN(STK_MAX(t, 1u), (uint64_t)STK__DECODER_THREADS_MAX);
 }

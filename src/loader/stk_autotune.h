@@ -46,10 +46,16 @@ bool stk__autotune_decide(stk__autotune *a, const stk__at_window *w);
 /* The most threads a codec gets for one sample (libavcodec's frame threads keep a picture each). */
 #define STK__DECODER_THREADS_MAX 8
 /* The thread plan's share for a codec's own threads (video: libavcodec's thread_count): the
- * cores left over by the samples decoded at once, cores / min(active, samples), within
- * 1 .. STK__DECODER_THREADS_MAX. One per sample when the loader's active threads fill the cores;
- * more when fewer threads are active (autotune starting at one) or the dataset has fewer samples
- * than threads. Pure. */
-uint32_t stk__decoder_threads(uint32_t cores, uint32_t active, uint64_t samples);
+ * cores left over by the samples decoded at once, cores / at_once within
+ * 1 .. STK__DECODER_THREADS_MAX, where at_once = min(active, samples, batch_size * depth): the
+ * active worker threads each decode one sample, but only the samples of the batches open ahead of
+ * the consumer can be in flight (a batch of 2 with 2 batches ahead keeps 4 clips decoding however
+ * many threads and cores there are; depth 0 counts as 1). One thread per sample when the samples
+ * in flight fill the cores; more when fewer threads are active (autotune starting at one), the
+ * dataset has fewer samples than threads, or the open batches hold fewer samples than the active
+ * threads. Never more threads in all than max(cores, at_once) (tests/unit/loader/test_autotune.c,
+ * over many-core inputs). Pure. */
+uint32_t stk__decoder_threads(uint32_t cores, uint32_t active, uint64_t samples,
+                              uint32_t batch_size, uint32_t depth);
 
 #endif /* STK_AUTOTUNE_H */

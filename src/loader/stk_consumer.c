@@ -108,6 +108,9 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
     if (!(s->seq == seq && s->state == STK__SLOT_READY)) {
         uint64_t t0 = stk__loader_now(c);
         bool timed_out = false;
+        c->c_waiting = true;
+        if (c->r.fresh_waiters && seq == c->open_seq) /* it waits for them: they stop waiting */
+            pthread_cond_broadcast(&c->r.cv_work);
         while (!(s->seq == seq && s->state == STK__SLOT_READY) && !timed_out) {
             if (timeout_ms < 0)
                 pthread_cond_wait(&c->r.cv_ready, &c->r.mu);
@@ -115,6 +118,7 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
                 timed_out =
                     pthread_cond_timedwait(&c->r.cv_ready, &c->r.mu, &deadline) == ETIMEDOUT;
         }
+        c->c_waiting = false;
         uint64_t t1 = stk__loader_now(c);
         atomic_fetch_add_explicit(&c->consumer_wait_ns, t1 - t0, memory_order_relaxed);
         if (c->ctrace.cap)

@@ -368,6 +368,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         if (stk__transform_keeps_memo(c->transform) &&
             !(c->memo = stk__memo_create(c->n, STK__MEMO_CAP)))
             STK_FAIL(err, STK_ENOMEM, "out of memory for the per-record memo");
+        c->memo_file = stk__transform_memo_file(c->transform, &c->memo_magic);
         c->n *= per;
         if (!c->tarray && !(c->checked = stk__calloc((size_t)(c->n / 64 + 1), sizeof(uint64_t))))
             STK_FAIL(err, STK_ENOMEM, "out of memory for the per-record check bits");

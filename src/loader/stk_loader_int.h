@@ -87,6 +87,7 @@ typedef struct worker {
     uint8_t *bscratch; /* batch transforms' scratch (bops.scratch_size) */
     uint8_t *in;       /* with sample_fn: the sample's fields, laid out as c->in_lay */
     uint32_t active;   /* c->at.active when this worker last took samples (read under mu) */
+    uint32_t depth;    /* c->at.depth then */
 } worker;
 
 /* The part of a loader that outlives stk_loader_destroy while batches are still held. The ring's
@@ -125,8 +126,9 @@ struct core {
      * after the window (stk__transform_worker_trust; NULL without an encoded-image transform) */
     _Atomic uint64_t *checked;
     stk__memo *memo; /* per-record blobs a transform keeps across epochs (video indexes); NULL */
-    uint32_t cores;  /* stk_n_cpus() at create: the thread plan's codec threads */
-    bool readahead;  /* some file is remote and the source gives extents: hint the next records */
+    const char *memo_file, *memo_magic; /* where the memo's blobs are kept on disk (NULL: not) */
+    uint32_t cores; /* stk_n_cpus() at create: the thread plan's codec threads */
+    bool readahead; /* some file is remote and the source gives extents: hint the next records */
     stk__imgarray tgeom; /* its geometry */
     uint32_t n_slots, n_threads, batch_size, rank, world;
     uint64_t seed, n;
@@ -149,6 +151,7 @@ struct core {
     /* consumer */
     uint64_t c_seq, c_epoch, c_b, c_consumed;
     stk_plan c_plan;
+    bool c_waiting; /* the consumer waits in stk_loader_next for batch c_seq */
 
     /* stats */
     bool timed; /* stage timing on (not STK_LOADER_NO_STATS) */
@@ -203,6 +206,16 @@ static inline void stk__loader_plan(const core *c, uint64_t start, stk_plan *p)
 
 /* Append a trace event (by the buffer's own thread only; the device track under mu). */
 void stk__trace_add(const core *c, tbuf *b, uint32_t stage, uint64_t t0, uint64_t t1, uint32_t arg);
+
+/* ---- the memo kept on disk (stk_memofile.c), with the dataset's vfs settings in use ---- */
+
+/* Record rec's memo blob, read from its index file beside f (field range r of f) when the memo
+ * holds none yet; NULL when there is none (or it does not check). The pointer is what
+ * stk__memofile_store compares against. */
+const uint8_t *stk__memofile_load(core *c, uint64_t rec, stk__file *f, stk__brange r);
+/* Write rec's memo blob beside f when it is not `before` (derived, or derived again after a stale
+ * one, by the apply since stk__memofile_load). Best effort. */
+void stk__memofile_store(core *c, uint64_t rec, stk__file *f, stk__brange r, const uint8_t *before);
 
 /* The worker thread (stk_worker.c); arg is its worker. */
 void *stk__worker_main(void *arg);

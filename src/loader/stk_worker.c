@@ -106,14 +106,19 @@ static stk_status inplace_read(void *ctx, uint64_t offset, void *buf, size_t n, 
 }
 
 /* The transform on a field read in place (c->in_place): `f` (which this closes) holds it at
- * range r; the transform reads what it needs of it. *bytes receives what it read. */
-static stk_status transform_in_place(core *c, worker *w, stk__file *f, stk__brange r, stk_rng *rng,
-                                     void *dst, uint64_t *bytes, char *why, size_t why_size)
+ * range r; the transform reads what it needs of it. *bytes receives what it read. Record rec's
+ * memo blob (a video's index) comes from, and goes to, its file on disk (stk_memofile.c). */
+static stk_status transform_in_place(core *c, worker *w, uint64_t rec, stk__file *f, stk__brange r,
+                                     stk_rng *rng, void *dst, uint64_t *bytes, char *why,
+                                     size_t why_size)
 {
     inplace ip = {f, r.off, 0};
     stk__bytesrc in = {r.len, inplace_read, &ip};
     const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
+    const uint8_t *kept = c->memo ? stk__memofile_load(c, rec, f, r) : NULL;
     stk_status rc = stk__transform_apply_in(c->transform, w->tw, &in, rng, dst, why, why_size);
+    if (rc >= 0 && c->memo)
+        stk__memofile_store(c, rec, f, r, kept);
     stk__vfs_close(f);
     stk__vfs_opts_use(prev);
     *bytes = ip.bytes;
@@ -198,8 +203,9 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                     stk__transform_worker_clip(w->tw, (uint32_t)(idx % c->per_record));
                 if (c->memo) {
                     stk__transform_worker_record(w->tw, c->memo, rec);
-                    stk__transform_worker_threads(w->tw,
-                                                  stk__decoder_threads(c->cores, w->active, c->n));
+                    stk__transform_worker_threads(
+                        w->tw,
+                        stk__decoder_threads(c->cores, w->active, c->n, c->batch_size, w->depth));
                 }
                 _Atomic uint64_t *word = &c->checked[idx / 64];
                 uint64_t bit = 1ULL << (idx % 64);
@@ -209,13 +215,17 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                     stk__file *f = NULL;
                     stk__brange r;
                     const stk__vfs_opts *prev = stk__vfs_opts_use(&c->ds->vfs);
-                    rc = c->ds->m->field_open(c->ds, rec, tl->field, &f, &r, err, err_size);
+                    uint64_t opened = 0; /* what the source read itself */
+                    rc =
+                        c->ds->m->field_open(c->ds, rec, tl->field, &f, &r, &opened, err, err_size);
                     stk__vfs_opts_use(prev);
+                    atomic_fetch_add_explicit(&c->st_bytes, opened, memory_order_relaxed);
                     if (rc < 0)
                         return rc;
                     uint64_t got = 0;
-                    rc = transform_in_place(c, w, f, r, &rng, out, &got, why, sizeof(why));
-                    atomic_fetch_add_explicit(&c->st_bytes, got, memory_order_relaxed);
+                    bool in_mem = stk__vfs_in_memory(f); /* read by field_open, counted */
+                    rc = transform_in_place(c, w, rec, f, r, &rng, out, &got, why, sizeof(why));
+                    atomic_fetch_add_explicit(&c->st_bytes, in_mem ? 0 : got, memory_order_relaxed);
                 } else {
                     rc = stk__transform_apply(c->transform, w->tw, w->scratch,
                                               loc.field_size[tl->field], &rng, out, why,
@@ -454,6 +464,36 @@ static void worker_wait(core *c, worker *w)
         stk__trace_add(c, &w->trace, TR_WAIT, t0, t1, 0);
 }
 
+/* Rather than open the next batch in memory never written, whose first touch can cost more than
+ * the wait (stk_ring.h), wait up to FRESH_SLICE_NS for used memory to be released, while the
+ * ring's budget lasts (mu held, slot s FREE; true when it waited: the caller looks again). */
+#define FRESH_SLICE_NS 1000000
+static bool fresh_wait(core *c, worker *w, stk__slot *s)
+{
+    stk__ring *r = &c->r;
+    stk__ring_take_hot_locked(r, s);
+    if (c->d_idle || !stk__ring_fresh_wait_locked(r, s, c->c_waiting && c->c_seq == c->open_seq))
+        return false;
+    uint64_t t0 = stk__now_ns(), slice = STK_MIN((uint64_t)r->fresh_budget_ns, FRESH_SLICE_NS);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until); /* cv_work's clock */
+    until.tv_nsec += (long)slice;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    r->fresh_waiters++;
+    pthread_cond_timedwait(&r->cv_work, &r->mu, &until);
+    r->fresh_waiters--;
+    uint64_t t1 = stk__now_ns();
+    r->fresh_budget_ns -= (int64_t)(t1 - t0); /* spent whether or not stats are timed */
+    if (c->timed)
+        atomic_fetch_add_explicit(&w->wait_ns, t1 - t0, memory_order_relaxed);
+    if (w->trace.cap)
+        stk__trace_add(c, &w->trace, TR_WAIT, t0, t1, 0);
+    return true;
+}
+
 /* Batch s (seq) has every sample done: its batch ops, then its device copy queued before it is
  * handed out (so the copy runs ahead of the consumer), then READY. */
 static void complete_batch(core *c, worker *w, stk__slot *s, uint64_t seq)
@@ -523,7 +563,10 @@ void *stk__worker_main(void *arg)
         }
         if (c->claim_seq == c->open_seq) {
             /* The next batch is not open yet: open it when its slot is free and the depth
-             * allows another batch ahead of the consumer. */
+             * allows another batch ahead of the consumer (in used memory if it comes soon). */
+            if (s->state == STK__SLOT_FREE && c->open_seq - c->c_seq < c->at.depth &&
+                fresh_wait(c, w, s))
+                continue; /* it waited: look again */
             if (s->state != STK__SLOT_FREE || c->open_seq - c->c_seq >= c->at.depth ||
                 !open_batch(c)) {
                 worker_wait(c, w);
@@ -542,6 +585,7 @@ void *stk__worker_main(void *arg)
         uint32_t want = STK_MIN(many, STK_MAX(1u, count / (2 * STK_MAX(1u, c->at.active))));
         c->busy++;
         w->active = c->at.active;
+        w->depth = c->at.depth;
         pthread_mutex_unlock(&c->r.mu);
         uint32_t t, n;
         uint64_t t0 = stk__loader_now(c);

@@ -5,6 +5,7 @@
  */
 #include "source/stk_idxfile.h"
 #include "common/stk_endian.h"
+#include "io/stk_vfs_http.h"
 
 #include <xxhash.h>
 
@@ -80,18 +81,26 @@ static uint8_t *read_local(const char *p, size_t *n)
     return b;
 }
 
-uint8_t *stk__idx_load(stk__file *f, const char *name, bool beside, const char magic[8],
-                       const uint64_t id[3], size_t *n)
+/* A local file's index where its directory takes none (read-only, or the name is taken): an aux
+ * entry of the cache directory (STOKER_CACHE_DIR, cache_dir=) under the key "local:<path>", as
+ * remote objects' are under their URL. NULL: no cache directory set. */
+static stk__cache *local_cache(const stk__file *f, char **key)
 {
-    uint8_t *b = NULL;
-    *n = 0;
-    if (is_local(f)) {
-        char *p = beside ? beside_path(f, name) : NULL;
-        b = p ? read_local(p, n) : NULL;
-        stk__free(p);
-    } else {
-        stk__vfs_aux_get(f, name, &b, n);
-    }
+    stk__cache *c = NULL;
+    *key = NULL;
+    if (stk__cache_from_env(&c, NULL, 0) != STK_OK || !c)
+        return NULL;
+    size_t pl = strlen(f->path);
+    if (!(*key = stk__malloc(pl + 7)))
+        return NULL;
+    memcpy(*key, "local:", 6);
+    memcpy(*key + 6, f->path, pl + 1);
+    return c;
+}
+
+/* b (n bytes) when it is a sealed index with this magic and identity; else freed, NULL. */
+static uint8_t *checked(uint8_t *b, size_t *n, const char magic[8], const uint64_t id[3])
+{
     if (b && *n >= STK__IDX_HEAD + STK__IDX_TAIL && memcmp(b, magic, 8) == 0 &&
         stk__ld64(b + 8) == id[0] && stk__ld64(b + 16) == id[1] && stk__ld64(b + 24) == id[2] &&
         XXH3_64bits(b, *n - STK__IDX_TAIL) == stk__ld64(b + *n - STK__IDX_TAIL))
@@ -101,21 +110,49 @@ uint8_t *stk__idx_load(stk__file *f, const char *name, bool beside, const char m
     return NULL;
 }
 
-/* Write b beside the local file as p, atomically (temp file + rename); failures leave nothing. */
-static void write_local(const char *p, const uint8_t *b, size_t n)
+uint8_t *stk__idx_load(stk__file *f, const char *name, bool beside, const char magic[8],
+                       const uint64_t id[3], size_t *n)
+{
+    uint8_t *b = NULL;
+    *n = 0;
+    if (!is_local(f)) {
+        stk__vfs_aux_get(f, name, &b, n);
+        return checked(b, n, magic, id);
+    }
+    if (!beside)
+        return NULL;
+    char *p = beside_path(f, name);
+    b = p ? read_local(p, n) : NULL;
+    stk__free(p);
+    if ((b = checked(b, n, magic, id)) != NULL)
+        return b;
+    char *key; /* none beside it (or a stale or damaged one): the cache directory's, if any */
+    stk__cache *c = local_cache(f, &key);
+    if (c && stk__cache_aux_get(c, key, name, &b, n))
+        b = checked(b, n, magic, id);
+    stk__free(key);
+    return b;
+}
+
+/* Write b beside the local file as p, atomically (temp file + rename); failures leave nothing
+ * and return false. */
+static bool write_local(const char *p, const uint8_t *b, size_t n)
 {
     static _Atomic unsigned seq;
     char *tmp = stk__malloc(strlen(p) + 48);
+    bool ok = false;
     if (!tmp)
-        return;
+        return false;
     sprintf(tmp, "%s.tmp.%ld.%u", p, (long)getpid(), seq++);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
         bool done = stk__write_full(fd, b, n);
-        if (close(fd) != 0 || !done || rename(tmp, p) != 0)
+        ok = close(fd) == 0 && done && rename(tmp, p) == 0;
+        if (!ok)
             unlink(tmp);
     }
     stk__free(tmp);
+    return ok;
 }
 
 void stk__idx_store(stk__file *f, const char *name, bool beside, uint8_t *b, size_t n)
@@ -125,9 +162,13 @@ void stk__idx_store(stk__file *f, const char *name, bool beside, uint8_t *b, siz
         stk__vfs_aux_put(f, name, b, n);
     } else if (beside) {
         char *p = beside_path(f, name);
-        if (p)
-            write_local(p, b, n);
+        bool done = p && write_local(p, b, n);
         stk__free(p);
+        char *key = NULL;
+        stk__cache *c = done ? NULL : local_cache(f, &key);
+        if (c)
+            stk__cache_aux_put(c, key, name, b, n);
+        stk__free(key);
     }
 }
 

@@ -4,8 +4,10 @@
  * frame offsets. One layout, wherever the bytes go: 8 bytes of magic, the identity of the data
  * it indexes (3 x u64), the format's body, and the XXH3-64 of everything before it (8 bytes), all
  * little-endian. A local file's index lies beside it (`<file>.<name>`, written atomically, best
- * effort); a remote object's is an aux entry `name` of the byte source (the block cache, keyed by
- * URL, ETag or Last-Modified and size; none without a cache). An index whose magic, identity or
+ * effort), or where its directory takes none (read-only) and a cache directory is set
+ * (STOKER_CACHE_DIR, cache_dir=), in that cache as an aux entry keyed "local:<path>"; a remote
+ * object's is an aux entry `name` of the byte source (the block cache, keyed by URL, ETag or
+ * Last-Modified and size; none without a cache). An index whose magic, identity or
  * checksum does not match is ignored: the caller scans again and stores a fresh one.
  */
 #ifndef STK_IDXFILE_H
@@ -25,15 +27,17 @@ bool stk__idx_identity(const stk__file *f, uint64_t id[3]);
  * is at STK__IDX_HEAD. NULL when out of memory. */
 uint8_t *stk__idx_new(const char magic[8], const uint64_t id[3], size_t body_len, size_t *n);
 
-/* f's index `name` ("stkidx"): beside a local file when `beside` (else local files have none), or
- * the remote object's aux entry. Returned (stk__free it; *n bytes, the body at STK__IDX_HEAD,
- * n - STK__IDX_HEAD - STK__IDX_TAIL bytes long) only when its magic, identity and checksum match;
- * NULL otherwise (none, stale, corrupt, out of memory). */
+/* f's index `name` ("stkidx"): beside a local file when `beside` (else local files have none;
+ * the cache directory's entry when none beside it checks), or the remote object's aux entry.
+ * Returned (stk__free it; *n bytes, the body at STK__IDX_HEAD, n - STK__IDX_HEAD - STK__IDX_TAIL
+ * bytes long) only when its magic, identity and checksum match; NULL otherwise (none, stale,
+ * corrupt, out of memory). */
 uint8_t *stk__idx_load(stk__file *f, const char *name, bool beside, const char magic[8],
                        const uint64_t id[3], size_t *n);
 
 /* Seal b (n bytes from stk__idx_new, body filled: its checksum) and store it where stk__idx_load
- * looks. Best effort: a read-only directory or no cache only means the next open scans. */
+ * looks (a local file's in the cache directory when writing beside it fails). Best effort: a
+ * read-only directory without a cache directory, or no cache, only means the next open scans. */
 void stk__idx_store(stk__file *f, const char *name, bool beside, uint8_t *b, size_t n);
 
 /* An index of record offsets (count + 1 of them, the last one f->size) as index `name` of f (only

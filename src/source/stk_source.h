@@ -143,10 +143,11 @@ struct stk__source_methods {
      * pieces (a transform that needs a second of a minute-long audio file): the file holding it
      * (*file, which the caller closes with stk__vfs_close) and the field's byte range there.
      * A source with field_open takes dst[f] NULL in `read` for such a field: its size is
-     * reported (info->field_size[f]), its bytes are not read. Errors name the file and record
-     * as read's do. */
+     * reported (info->field_size[f]), its bytes are not read. *bytes: what field_open read
+     * itself (a .stk record's checksum pass on its first read, a tar member's header; 0 for a
+     * file opened). Errors name the file and record as read's do. */
     stk_status (*field_open)(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
-                             stk__brange *r, char *err, size_t err_size);
+                             stk__brange *r, uint64_t *bytes, char *err, size_t err_size);
     /* Optional (NULL: none): how many records `prepare` takes at once (0 or 1: prepare is not
      * worth calling for this dataset). Must not block. */
     unsigned (*prepare_max)(const stk_dataset *ds);

@@ -85,6 +85,12 @@ static void atransform_free(stk__atransform *at)
     stk__free(at);
 }
 
+/* TimeStretch's slowest rate (the most frames). */
+static double slowest_rate(const stk_op *op)
+{
+    return isnan(op->fixed_rate) ? op->rate_range[0] : op->fixed_rate;
+}
+
 /* Fix the output shape from what is known (at's binding); sets at->bound when it is all known
  * and compiles the spectrum op then. */
 static stk_status fix_shape(stk_transform *t, char *err, size_t err_size)
@@ -104,6 +110,9 @@ static stk_status fix_shape(stk_transform *t, char *err, size_t err_size)
         if (rc < 0)
             return rc;
         at->frames = stk__spec_frames(&at->spec, at->out_sig.len);
+        at->out_frames = at->frames;
+        if (at->stretch_at >= 0)
+            at->out_frames = stk__stretch_frames(at->frames, slowest_rate(&t->ops[at->stretch_at]));
     }
     return STK_OK;
 }
@@ -137,6 +146,7 @@ static stk_status audio_create(const stk_transform_opts *opts, stk_transform **o
     at->lengths = opts->lengths;
     at->lenient = opts->lenient;
     at->spec_at = -1;
+    at->stretch_at = -1;
     at->first_resample = -1;
     int crop_before = 0; /* a crop before the first Resample */
     for (size_t i = 0; i < t->n_ops; i++) {
@@ -168,6 +178,25 @@ static stk_status audio_create(const stk_transform_opts *opts, stk_transform **o
                      "ops[%zu] (%s): of a complex spectrogram (power=None, ops[%d]): give "
                      "Spectrogram a power",
                      i, d->name, at->spec_at);
+        if (op->kind == STK_OP_TIME_STRETCH) {
+            if (at->spec_at < 0 || t->ops[at->spec_at].power != 0.0)
+                STK_FAIL(err, STK_EINVAL,
+                         "ops[%zu] (%s): needs a complex spectrogram: put it after "
+                         "Spectrogram(power=None)",
+                         i, d->name);
+            if ((size_t)at->spec_at + 1 != i)
+                STK_FAIL(err, STK_EINVAL,
+                         "ops[%zu] (%s): put it right after %s (ops[%d]), before the masks", i,
+                         d->name, stk_op_name(t->ops[at->spec_at].kind), at->spec_at);
+            const stk_op *sp = &t->ops[at->spec_at];
+            int64_t bins = sp->onesided ? sp->n_fft / 2 + 1 : sp->n_fft;
+            if (op->n_freq != bins)
+                STK_FAIL(err, STK_EINVAL,
+                         "ops[%zu] (%s): n_freq=%lld, but %s (ops[%d]) gives %lld frequency bins",
+                         i, d->name, (long long)op->n_freq, stk_op_name(sp->kind), at->spec_at,
+                         (long long)bins);
+            at->stretch_at = (int)i;
+        }
         if (d->stage == STK__OP_SPECTRUM)
             at->spec_at = (int)i;
         if (d->stage == STK__OP_WAVE)
@@ -231,6 +260,8 @@ static void audio_spec(const stk_transform *t, stk__tspec *out)
     stk__spec s = {.n_fft = op->n_fft, .pad = op->pad, .center = op->stft_center != 0};
     s.hop = op->hop_length ? op->hop_length : (op->win_length ? op->win_length : op->n_fft) / 2;
     out->shape[2] = at->out_sig.len >= 0 ? stk__spec_frames(&s, at->out_sig.len) : -1;
+    if (at->stretch_at >= 0 && out->shape[2] >= 0)
+        out->shape[2] = stk__stretch_frames(out->shape[2], slowest_rate(&t->ops[at->stretch_at]));
 }
 
 /* ---- binding to a loader's data ---- */
@@ -335,6 +366,7 @@ typedef struct stk__aworker {
     unsigned next;
     stk__specwork sw;
     bool has_sw;
+    float *stretch_in; /* TimeStretch: the complex spectrogram before it */
     int64_t last_len;
     _Atomic uint64_t samples, decode_ns, augment_ns;
 } stk__aworker;
@@ -351,6 +383,7 @@ static void audio_worker_destroy(stk__tworker *tw)
         stk__resampler_free(w->kern[k]);
     if (w->has_sw)
         stk__specwork_free(&w->sw);
+    stk__free(w->stretch_in);
     stk__free(w);
 }
 
@@ -377,6 +410,13 @@ static stk_status audio_worker_create(const stk_transform *t, stk__tworker **out
         w->has_sw = true;
         if ((rc = stk__specwork_init(&w->sw, &at->spec, mel, err, sizeof(err))) < 0) {
             stk__set_last_error(rc, "%s", err);
+            goto fail_last;
+        }
+    }
+    if (at->stretch_at >= 0) {
+        size_t n = (size_t)at->out_sig.channels * (size_t)(at->spec.bins * at->frames) * 2;
+        if (!(w->stretch_in = stk__malloc(n * sizeof(float)))) {
+            rc = stk__set_last_error(STK_ENOMEM, "out of memory for TimeStretch's input");
             goto fail_last;
         }
     }
@@ -440,6 +480,7 @@ typedef struct astep {
     float gain;   /* Vol: the factor */
     int64_t a, b; /* the output range its buffer holds (zero outside [a2, b2)) */
     int64_t a2, b2;
+    const stk__downmix *mix; /* Downmix(2) of more than two channels: FFmpeg's matrix */
 } astep;
 
 typedef struct aplan {
@@ -448,6 +489,7 @@ typedef struct aplan {
     int64_t a0, b0;  /* the range of the input the first step reads */
     astep step[MAX_STEPS];
     int n;
+    stk__downmix mix; /* a Downmix(2) step's matrix */
 } aplan;
 
 /* torchaudio's Vol factor (F.gain: 10^(dB / 20), power as 10 log10(gain) dB), in float32 as
@@ -462,8 +504,9 @@ static float vol_factor(const stk_op *op)
 }
 
 /* Plan the waveform ops of one sample on `in`, drawing the crops from rng. */
-static stk_status plan_sample(const stk_transform *t, stk__aworker *w, stk__asig in, stk_rng *rng,
-                              aplan *p, char *err, size_t err_size)
+static stk_status plan_sample(const stk_transform *t, stk__aworker *w, stk__asig in,
+                              stk__audfmt fmt, uint32_t mask, stk_rng *rng, aplan *p, char *err,
+                              size_t err_size)
 {
     const stk__atransform *at = t->audio;
     stk__asig s = in;
@@ -499,11 +542,10 @@ static stk_status plan_sample(const stk_transform *t, stk__aworker *w, stk__asig
             s.rate = (uint32_t)op->new_freq;
             break;
         case STK_OP_DOWNMIX:
-            if (op->channels == 2 && s.channels > 2)
-                return stk__set_error(err, err_size, STK_EFORMAT,
-                                      "%" PRIu32 " channels: audio.Downmix(2) keeps stereo or "
-                                      "duplicates mono; audio.Downmix() averages any number",
-                                      s.channels);
+            if (op->channels == 2 && s.channels > 2) {
+                STK_TRY_RET(stk__downmix_stereo(fmt, s.channels, mask, &p->mix, err, err_size));
+                st->mix = &p->mix;
+            }
             s.channels = (uint32_t)op->channels;
             break;
         case STK_OP_AUDIO_RANDOM_CROP:
@@ -648,6 +690,12 @@ static void run_step(const astep *st, float *const *in, int64_t ia, float *const
                     s += in[c][st->a2 + i - ia];
                 out[0][at + i] = s / (float)st->in.channels;
             }
+        } else if (st->mix) { /* FFmpeg's stereo of more channels */
+            const float *src[STK__AUD_MAX_CHANNELS];
+            for (uint32_t c = 0; c < st->in.channels; c++)
+                src[c] = in[c] + (st->a2 - ia);
+            float *dst[2] = {out[0] + at, out[1] + at};
+            stk__downmix_run(st->mix, src, m, dst);
         } else { /* stereo: kept, or mono duplicated */
             for (uint32_t c = 0; c < 2; c++)
                 memcpy(out[c] + at, in[st->in.channels == 1 ? 0 : c] + (st->a2 - ia),
@@ -677,7 +725,7 @@ static float rand_f32(stk_rng *rng)
  * 2) (torchaudio's mask_along_axis: the same mask for every channel; per channel with iid_masks,
  * as mask_along_axis_iid does per example and channel). */
 static void apply_mask(const stk_op *op, stk_rng *rng, float *x, uint32_t channels, int64_t F,
-                       int64_t T, int64_t parts)
+                       int64_t T, int64_t stride, int64_t parts)
 {
     bool time = op->kind == STK_OP_TIME_MASKING;
     int64_t size = time ? T : F;
@@ -692,12 +740,12 @@ static void apply_mask(const stk_op *op, stk_rng *rng, float *x, uint32_t channe
         int64_t start = (int64_t)minv, end = start + (int64_t)value;
         uint32_t c0 = op->iid_masks ? d : 0, c1 = op->iid_masks ? d + 1 : channels;
         for (uint32_t c = c0; c < c1; c++) {
-            float *xc = x + (size_t)c * (size_t)(F * T * parts);
+            float *xc = x + (size_t)c * (size_t)(F * stride * parts);
             for (int64_t f = 0; f < F; f++)
                 for (int64_t t = time ? start : 0; t < (time ? end : T); t++)
                     if (time || (f >= start && f < end))
                         for (int64_t q = 0; q < parts; q++)
-                            xc[(f * T + t) * parts + q] = 0.0f;
+                            xc[(f * stride + t) * parts + q] = 0.0f;
         }
     }
 }
@@ -712,6 +760,8 @@ static stk_status run_sample(const stk_transform *t, stk__tworker *tw, const voi
     stk__aworker *w = (stk__aworker *)(void *)tw;
     uint64_t t0 = stk__now_ns(), t1;
     stk__asig in;
+    stk__audfmt fmt = STK__AUD_UNKNOWN; /* the layout's: arrays take FFmpeg's default */
+    uint32_t mask = 0;
     aplan p;
     if (at->array) {
         size_t want = stk_dtype_size(at->a_dtype) * at->in_channels * (size_t)at->a_len;
@@ -726,6 +776,8 @@ static stk_status run_sample(const stk_transform *t, stk__tworker *tw, const voi
         STK_TRY(from ? stk__audio_open_in(w->dec, from, &info, err, err_size)
                      : stk__audio_open(w->dec, src, size, &info, err, err_size));
         in = (stk__asig){info.rate, info.channels, info.frames, info.frames};
+        fmt = info.format;
+        mask = info.mask;
         if (at->rate_fixed && info.rate != at->in_rate)
             STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
                            "%s at %" PRIu32 " Hz where record 0 is at %" PRIu32
@@ -742,7 +794,7 @@ static stk_status run_sample(const stk_transform *t, stk__tworker *tw, const voi
                        "%" PRIu32 " channels where record 0 has %" PRIu32
                        ": add stoker.audio.Downmix() (mono) or Downmix(2) (stereo)",
                        in.channels, at->in_channels);
-    STK_TRY(plan_sample(t, w, in, rng, &p, err, err_size));
+    STK_TRY(plan_sample(t, w, in, fmt, mask, rng, &p, err, err_size));
 
     /* The input range [a0, b0): decoded where it is inside the signal, zero elsewhere */
     int64_t n0 = p.b0 - p.a0, f0 = STK_MAX(p.a0, (int64_t)0), f1 = STK_MIN(p.b0, in.len);
@@ -800,18 +852,36 @@ static stk_status run_sample(const stk_transform *t, stk__tworker *tw, const voi
         const float *x[STK__AUD_MAX_CHANNELS];
         for (uint32_t c = 0; c < fin.channels; c++)
             x[c] = planes[c] + (0 - ia);
-        STK_TRY(stk__spec_run(&at->spec, &w->sw, x, fin.channels, fin.len, out, err, err_size));
-        n_out = (size_t)fin.channels * (size_t)(at->spec.bins * at->frames * parts);
+        bool stretch = at->stretch_at >= 0;
+        STK_TRY(stk__spec_run(&at->spec, &w->sw, x, fin.channels, fin.len,
+                              stretch ? w->stretch_in : out, err, err_size));
+        n_out = (size_t)fin.channels * (size_t)(at->spec.bins * at->out_frames * parts);
         w->last_len = fin.valid >= fin.len
                           ? at->frames
                           : STK_MIN(at->frames, stk__spec_frames(&at->spec, fin.valid));
     }
+    int64_t frames = at->out_frames; /* of this sample (a stretch at a drawn rate: fewer) */
     for (size_t i = at->n_wave; i < t->n_ops; i++) { /* the spectral ops, in place */
         const stk_op *op = &t->ops[i];
-        if (op->kind == STK_OP_AMPLITUDE_TO_DB)
+        if (op->kind == STK_OP_AMPLITUDE_TO_DB) {
             stk__amplitude_to_db(out, n_out, op->stype ? 20.0f : 10.0f, op->top_db);
-        else if (op->kind == STK_OP_TIME_MASKING || op->kind == STK_OP_FREQUENCY_MASKING)
-            apply_mask(op, rng, out, fin.channels, at->spec.bins, at->frames, parts);
+        } else if (op->kind == STK_OP_TIME_MASKING || op->kind == STK_OP_FREQUENCY_MASKING) {
+            apply_mask(op, rng, out, fin.channels, at->spec.bins, frames, at->out_frames, parts);
+        } else if (op->kind == STK_OP_TIME_STRETCH) {
+            /* torch.rand's draw scaled to the range, as lo + (hi - lo) * torch.rand(1) */
+            double rate = isnan(op->fixed_rate)
+                              ? op->rate_range[0] +
+                                    (op->rate_range[1] - op->rate_range[0]) * (double)rand_f32(rng)
+                              : op->fixed_rate;
+            int64_t hop = op->hop_length ? op->hop_length : op->n_freq - 1;
+            size_t in_ch = (size_t)(at->spec.bins * at->frames * 2);
+            size_t out_ch = (size_t)(at->spec.bins * at->out_frames * 2);
+            for (uint32_t c = 0; c < fin.channels; c++)
+                stk__stretch_run(w->stretch_in + c * in_ch, at->spec.bins, at->frames, rate, hop,
+                                 out + c * out_ch, at->out_frames);
+            frames = STK_MIN(stk__stretch_frames(at->frames, rate), at->out_frames);
+            w->last_len = STK_MIN(stk__stretch_frames(w->last_len, rate), frames);
+        }
     }
     uint64_t t2 = stk__now_ns();
     atomic_fetch_add_explicit(&w->decode_ns, t1 - t0, memory_order_relaxed);

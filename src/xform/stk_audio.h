@@ -7,7 +7,8 @@
  *   STK__OP_SPECTRUM  at most one: the waveform becomes [C, bins, frames] (Spectrogram,
  *                     MelSpectrogram, MFCC; stk_spectrogram.c);
  *   STK__OP_SPECTRAL  on that spectrogram, in place: AmplitudeToDB, TimeMasking,
- *                     FrequencyMasking (AmplitudeToDB may also end a waveform pipeline).
+ *                     FrequencyMasking (AmplitudeToDB may also end a waveform pipeline);
+ *                     TimeStretch first of them, on a complex spectrogram, into the output.
  *
  * Per sample (stk_audio.c): open the record (its header: rate, channels, length) -> plan the
  * waveform ops forward over the signal's shape, drawing the crops' offsets -> map the output
@@ -113,6 +114,34 @@ stk_status stk__spec_run(const stk__spec *s, stk__specwork *w, const float *cons
  * then, when top_db is not NaN, at least the largest of them minus top_db. */
 void stk__amplitude_to_db(float *x, size_t n, float multiplier, double top_db);
 
+/* ---- FFmpeg's stereo downmix (stk_audio_downmix.c) ---- */
+
+/* Output channel o (0 left, 1 right) = sum over j < n[o] of in[ch[o][j]] * w[o][j], in order. */
+typedef struct stk__downmix {
+    int n[2];
+    uint8_t ch[2][STK__AUD_MAX_CHANNELS];
+    float w[2][STK__AUD_MAX_CHANNELS];
+} stk__downmix;
+
+/* The matrix of a `channels`-channel stream of format fmt (its WAV channel mask, 0 none) to
+ * stereo: libswresample's default for float output, on the layout FFmpeg gives such a file.
+ * STK_EFORMAT naming what it cannot place (fewer than 3 or more than 8 channels, an unknown
+ * channel in the mask). */
+stk_status stk__downmix_stereo(stk__audfmt fmt, uint32_t channels, uint32_t mask, stk__downmix *out,
+                               char *err, size_t err_size);
+/* out[0..1][i] for i < n from in[c][i]. */
+void stk__downmix_run(const stk__downmix *m, const float *const *in, int64_t n, float *const *out);
+
+/* ---- TimeStretch (stk_audio_stretch.c): torchaudio's phase vocoder ---- */
+
+/* Frames out of `frames` at `rate`: ceil(frames / rate). */
+int64_t stk__stretch_frames(int64_t frames, double rate);
+/* One channel's complex spectrogram `in`, [bins, frames, 2], stretched by `rate` (phase advance
+ * of hop_length `hop`) into out, [bins, out_frames, 2]: its first stk__stretch_frames(frames,
+ * rate) frames (at most out_frames), zeros after. */
+void stk__stretch_run(const float *in, int64_t bins, int64_t frames, double rate, int64_t hop,
+                      float *out, int64_t out_frames);
+
 /* ---- the compiled audio transform (stk_audio.c) ---- */
 
 /* A signal between waveform ops. */
@@ -136,10 +165,12 @@ typedef struct stk__atransform {
     bool array;        /* the field is a waveform array, not encoded audio */
     stk_dtype a_dtype; /* its dtype, and (channels, samples) */
     int64_t a_len;
-    bool bound;        /* the output shape is known */
-    stk__asig out_sig; /* after the waveform ops (static part) */
-    stk__spec spec;    /* the spectrum op, when spec_at >= 0 and bound */
-    int64_t frames;    /* its output frames */
+    bool bound;         /* the output shape is known */
+    stk__asig out_sig;  /* after the waveform ops (static part) */
+    stk__spec spec;     /* the spectrum op, when spec_at >= 0 and bound */
+    int64_t frames;     /* its output frames */
+    int stretch_at;     /* the TimeStretch op (right after spec_at), -1 none */
+    int64_t out_frames; /* frames of the output: `frames`, or stretched at the slowest rate */
 } stk__atransform;
 
 #endif /* STK_AUDIO_H */

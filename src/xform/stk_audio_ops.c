@@ -1,9 +1,9 @@
 /*
  * stk_audio_ops.c: the audio family of the op table (stk_xform.h's stk__op_def rows, media
  * STK_MEDIA_AUDIO): torchaudio 0.13's Resample, Vol, Spectrogram, MelSpectrogram, MFCC,
- * AmplitudeToDB, TimeMasking and FrequencyMasking with torchaudio's argument names and defaults,
- * and stoker.audio's RandomCrop, CenterCrop, PadTo and Downmix for what torchaudio leaves to the
- * user's Dataset (named "audio.RandomCrop", ... in the table: RandomCrop and CenterCrop are
+ * AmplitudeToDB, TimeMasking, FrequencyMasking and TimeStretch with torchaudio's argument names and
+ * defaults, and stoker.audio's RandomCrop, CenterCrop, PadTo and Downmix for what torchaudio leaves
+ * to the user's Dataset (named "audio.RandomCrop", ... in the table: RandomCrop and CenterCrop are
  * torchvision's image ops).
  *
  * A row here holds what the table holds for every op (name, kind, parameters, defaults, check)
@@ -168,6 +168,27 @@ static stk_status check_mask(size_t i, stk_op *op)
     return num_in(i, op, "p", op->p, 0.0, 1.0, false);
 }
 
+static stk_status check_stretch(size_t i, stk_op *op)
+{
+    TRY(int_in(i, op, "n_freq", op->n_freq, 1, MAX_FFT / 2 + 1));
+    TRY(int_in(i, op, "hop_length", op->hop_length, 0, MAX_FFT));
+    if (!op->hop_length && op->n_freq < 2)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): hop_length must be given with n_freq 1 (its "
+                                   "default, n_fft // 2, would be 0)",
+                                   i, stk_op_name(op->kind));
+    bool fixed = !isnan(op->fixed_rate), ranged = !isnan(op->rate_range[0]);
+    if (fixed == ranged)
+        return stk__set_last_error(STK_EINVAL,
+                                   "ops[%zu] (%s): give fixed_rate or rate_range (a rate drawn "
+                                   "per sample), one of them",
+                                   i, stk_op_name(op->kind));
+    if (fixed)
+        return num_in(i, op, "fixed_rate", op->fixed_rate, 1e-3, 1e3, false);
+    TRY(num_in(i, op, "rate_range[0]", op->rate_range[0], 1e-3, 1e3, false));
+    return num_in(i, op, "rate_range[1]", op->rate_range[1], op->rate_range[0], 1e3, false);
+}
+
 /* ---- defaults (torchaudio's; stk_op_init has zeroed the rest) ---- */
 
 static void init_resample(stk_op *op)
@@ -230,6 +251,13 @@ static void init_mask(stk_op *op)
     op->p = 1.0;
 }
 
+static void init_stretch(stk_op *op)
+{
+    op->n_freq = 201;
+    op->fixed_rate = 1.0; /* torchaudio's None takes the rate per call: the identity here */
+    op->rate_range[0] = op->rate_range[1] = NAN;
+}
+
 /* ---- parameters, in torchaudio's argument order ---- */
 
 static const stk_op_param p_resample[] = {
@@ -278,6 +306,10 @@ static const stk_op_param p_tmask[] = {STK__PARAM("time_mask_param", INT64, 1, m
                                        STK__PARAM("p", DOUBLE, 1, p)};
 static const stk_op_param p_fmask[] = {STK__PARAM("freq_mask_param", INT64, 1, mask_param),
                                        STK__PARAM("iid_masks", INT64, 1, iid_masks)};
+static const stk_op_param p_stretch[] = {STK__PARAM("hop_length", INT64, 1, hop_length),
+                                         STK__PARAM("n_freq", INT64, 1, n_freq),
+                                         STK__PARAM("fixed_rate", DOUBLE, 1, fixed_rate),
+                                         STK__PARAM("rate_range", DOUBLE, 2, rate_range)};
 
 #define AUDIO(stage_) .media = STK_MEDIA_AUDIO, .stage = STK__OP_##stage_
 
@@ -357,4 +389,11 @@ const stk__op_def stk__audio_op_rows[STK__AUDIO_N_ROWS] = {
      .params = PARAMS(p_fmask),
      .init = init_mask,
      .check = check_mask},
+    {.name = "TimeStretch",
+     .kind = STK_OP_TIME_STRETCH,
+     .draws = true,
+     AUDIO(SPECTRAL),
+     .params = PARAMS(p_stretch),
+     .init = init_stretch,
+     .check = check_stretch},
 };

@@ -213,6 +213,13 @@ bool stk__transform_keeps_memo(const stk_transform *t)
     return media_of(t->media)->record != NULL;
 }
 
+const char *stk__transform_memo_file(const stk_transform *t, const char **magic)
+{
+    const stk__media_ops *mo = media_of(t->media);
+    *magic = mo->memo_magic;
+    return mo->record ? mo->memo_file : NULL;
+}
+
 void stk__transform_worker_threads(stk__tworker *w, uint32_t n)
 {
     const stk__media_ops *mo = worker_media(w);

@@ -51,6 +51,11 @@ typedef struct stk__media_ops {
     /* Optional (video): the record the next apply is for and the loader's memo (per-record blobs
      * kept across epochs: a video's frame index). NULL: this kind keeps nothing per record. */
     void (*record)(stk__tworker *w, stk__memo *memo, uint64_t rec);
+    /* Optional (video): the memo's blobs kept on disk, beside a record's file, as index
+     * `<file>.<memo_file>` with this 8-byte magic (stk_idxfile.h); NULL: in memory only. The
+     * magic changes with the blob's layout (an old file is then ignored and rewritten). */
+    const char *memo_file;
+    const char *memo_magic;
     /* Optional (video): the codec threads the loader's thread plan gives the next apply (a
      * transform created with its own count keeps it). */
     void (*threads)(stk__tworker *w, uint32_t n);

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #define MAX_FRAMES_PER_CLIP 4096
+#define WHOLE_MAX ((uint64_t)64 << 20) /* a video not indexed yet up to this size is read whole */
 
 static void video_destroy(stk_transform *t)
 {
@@ -236,6 +237,8 @@ static stk_status video_index(stk__vworker *w, stk__vindex *ix, bool *from_memo,
         *from_memo = true;
         return STK_OK;
     }
+    if (b) /* not an index (a damaged index file that passed its checksum): derived again */
+        stk__memo_forget(w->memo, w->rec);
     stk_status rc = stk__vdec_index(w->dec, ix, err, err_size);
     if (rc < 0 || !w->memo)
         return rc;
@@ -429,11 +432,53 @@ static stk_status video_apply(const stk_transform *t, stk__tworker *tw, const vo
     return clip_of(t, tw, &in, rng, dst, err, err_size);
 }
 
-/* A clip of a video read in place (the loader's c->in_place): the header, then from the
- * keyframe before the clip to its last frame when the index is known (the memo). */
+/* A clip of a video not indexed yet (no memo blob), read whole at once into a buffer held for
+ * this clip only (charged to the loader's memory budget while held): the index pass reads every
+ * packet of the file anyway, so reading it in one request and indexing and decoding from memory
+ * reads each byte once, where indexing through the reader and then seeking back for the clip's
+ * GOPs read the file and then its clip's bytes again (epoch 1 read about twice the bytes of later
+ * epochs: bench/RESULTS.md, issue 28 video4). *done false: not done so (too large, over the
+ * budget, out of memory): read in place instead. */
+static stk_status clip_whole(const stk_transform *t, stk__tworker *tw, const stk__bytesrc *rd,
+                             stk_rng *rng, void *dst, bool *done, char *err, size_t err_size)
+{
+    *done = false;
+    if (rd->size == 0 || rd->size > WHOLE_MAX)
+        return STK_OK;
+    size_t n = (size_t)rd->size;
+    stk__budget *b = stk__thread_budget;
+    if (b && !stk__budget_charge(b, n))
+        return STK_OK;
+    uint8_t *buf = stk__malloc(n);
+    stk_status rc = STK_OK;
+    if (buf) {
+        *done = true;
+        rc = rd->read(rd->ctx, 0, buf, n, err, err_size);
+        if (rc >= 0) {
+            vinput in = {.buf = buf, .size = n};
+            rc = clip_of(t, tw, &in, rng, dst, err, err_size);
+        }
+        stk__free(buf);
+    }
+    if (b)
+        atomic_fetch_sub_explicit(&b->held, n, memory_order_relaxed);
+    return rc;
+}
+
+/* A clip of a video read in place (the loader's c->in_place): when its index is known (the
+ * memo), the header, then from the keyframe before the clip to its last frame; else the whole
+ * file at once (clip_whole). */
 static stk_status video_apply_in(const stk_transform *t, stk__tworker *tw, const stk__bytesrc *rd,
                                  stk_rng *rng, void *dst, char *err, size_t err_size)
 {
+    stk__vworker *w = (stk__vworker *)(void *)tw;
+    size_t size;
+    if (!w->memo || !stk__memo_get(w->memo, w->rec, &size)) {
+        bool done;
+        stk_status rc = clip_whole(t, tw, rd, rng, dst, &done, err, err_size);
+        if (done)
+            return rc;
+    }
     vinput in = {.rd = rd};
     return clip_of(t, tw, &in, rng, dst, err, err_size);
 }
@@ -454,5 +499,7 @@ const stk__media_ops stk__media_video = {
     .per_record = video_per_record,
     .clip = video_worker_clip,
     .record = video_worker_record,
+    .memo_file = "stkvidx",
+    .memo_magic = "STKVIX01", /* stk__vindex_pack's layout, version 1 */
     .threads = video_worker_threads,
 };

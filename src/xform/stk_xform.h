@@ -465,9 +465,9 @@ stk_status stk__check_fill(size_t i, const stk_op *op);
 /* torchvision's _parse_fill for a PIL image: int() of each channel. */
 void stk__fill_u8(const double fill[3], uint8_t out[3]);
 
-/* The audio family's rows (stk_audio_ops.c), kinds STK_OP_RESAMPLE .. STK_OP_FREQUENCY_MASKING;
+/* The audio family's rows (stk_audio_ops.c), kinds STK_OP_RESAMPLE .. STK_OP_TIME_STRETCH;
  * their hooks beyond check and init are NULL: the audio pipeline (stk_audio.c) runs them. */
-#define STK__AUDIO_N_ROWS 12
+#define STK__AUDIO_N_ROWS 13
 extern const stk__op_def stk__audio_op_rows[STK__AUDIO_N_ROWS];
 
 /* The row of `kind`, or NULL for an unknown kind. */

@@ -174,9 +174,10 @@ grep -qF 'imgs.stk record 7 (global 7, path "dog/junk.jpg"): image: JPEG: Corrup
 expect 1 "images of 'image' decoded" "$STOKER" verify --decode=image --threads 1 imgs.stk
 expect 1 "--decode: no field 'pixels'" "$STOKER" verify --decode=pixels imgs.stk
 expect 1 "--decode: field 'label' is not a bytes field" "$STOKER" verify --decode=label imgs.stk
-mkdir -p sounds/yes  # an audio tree (issue 27): --decode says where audio is checked
+mkdir -p sounds/yes  # an audio tree (issue 27): --decode decodes its audio (test_audio_cli.sh)
 $PY -c 'import wave; w = wave.open("sounds/yes/a.wav", "wb"); w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000); w.writeframes(bytes(3200)); w.close()'
-expect 1 "audio is checked by the loader's strict first read" "$STOKER" verify --decode sounds
+expect 0 "all good, 0 bad (imagefolder keeps no checksums; audio of 'audio' decoded" \
+    "$STOKER" verify --decode sounds
 rm -rf imgs/dog/junk.jpg imgs/dog/cut.png
 "$STOKER" pack --quiet imgs good.stk
 expect 0 "all good, 0 bad" "$STOKER" verify --decode good.stk
@@ -203,7 +204,7 @@ expect 0 "5 records in 1 shard: all good, 0 bad (imagefolder keeps no checksums;
 expect 0 "all good, 0 bad (XXH3 checksums checked; " "$STOKER" verify good.stk
 # .npy keeps no checksums and has no encoded image: nothing checked beyond reading, said plainly
 $PY -c 'import numpy as np; np.save("feats.npy", np.zeros((5, 3), np.float32))'
-expect 0 "5 records in 1 shard: all readable, 0 bad (npy keeps no checksums and has no image field to decode: nothing was checked beyond reading" \
+expect 0 "5 records in 1 shard: all readable, 0 bad (npy keeps no checksums and has no image or audio field to decode: nothing was checked beyond reading" \
     "$STOKER" verify feats.npy
 
 # ---- top level ----

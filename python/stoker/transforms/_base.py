@@ -9,7 +9,9 @@ from .. import _core
 # The library's (include/stoker.h: STK_IMAGENET_MEAN/STD, the recipes of stk_transform_recipe).
 IMAGENET_MEAN = _core.IMAGENET_MEAN
 IMAGENET_STD = _core.IMAGENET_STD
-RECIPES = _core.recipes()
+# The image recipes (the audio ones, "kws-train" and "kws-val", are stoker.audio.RECIPES).
+RECIPES = tuple(n for n in _core.recipes()
+                if _core.recipe_ops(n)[0]["kind"] not in _core.op_names("audio"))
 # Python-side names: they choose the output dtype or group ops, and run no C op.
 MARKERS = ("ToTensor", "PILToTensor", "ConvertImageDtype", "ToDtype", "Compose")
 # What a transform list may hold: the C library's ops (its op table), then the markers.

@@ -474,8 +474,9 @@ static stk_status folder_read(const stk_dataset *ds, stk__cursor *cur, uint64_t 
 
 /* The file itself is the record's first field (image, audio or video). */
 static stk_status folder_field_open(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
-                                    stk__brange *r, char *err, size_t err_size)
+                                    stk__brange *r, uint64_t *bytes, char *err, size_t err_size)
 {
+    *bytes = 0;
     *file = NULL;
     if (i >= ds->count || f != 0)
         return stk__set_error(err, err_size, STK_EINVAL,

@@ -12,7 +12,10 @@
  * Checksum policy (owned here): a record's XXH3-64 is checked on its first read and remembered in
  * a bitmap (one bit per record, atomics; calloc'd pages stay untouched until a bit in them is
  * set), so later epochs re-read at copy speed; STK__READ_VERIFY_ALL checks again,
- * STK__READ_NO_VERIFY and STK_DATASET_NO_VERIFY never check.
+ * STK__READ_NO_VERIFY and STK_DATASET_NO_VERIFY never check. A field read in place (field_open:
+ * an audio crop's bytes) leaves the check to field_open, which reads the whole record on its
+ * first read, checks it and lends the field from memory, then lends the shard's file (later
+ * epochs read only the crop's bytes).
  *
  * Datasets (docs/format.md "Directories"): a directory holding stoker-manifest.json is the
  * shards the manifest lists, nothing else (other *.stk files there are ignored: leftovers of an
@@ -573,6 +576,9 @@ static void stk_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t si
              ds->files[s].path, local, i, stk__ld64(e + STK_FMT_E_OFFSET));
 }
 
+static stk_status read_fields(const stk_dataset *ds, uint64_t i, void *const dst[], char *err,
+                              size_t err_size);
+
 static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t index,
                            void *const dst[], const size_t cap[], unsigned flags,
                            stk__recinfo *info, char *err, size_t err_size)
@@ -594,10 +600,15 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
     info->offset = stk__ld64(e + STK_FMT_E_OFFSET);
     stk__iov iov[STK_MAX_FIELDS];
     int n = 0;
+    bool in_place = false;
     for (uint32_t f = 0; f < ds->n_fields; f++) {
         uint64_t fs = stk__ld32(e + STK_FMT_E_SIZES + 4 * f);
         info->field_size[f] = fs;
         info->size += fs;
+        if (!dst[f]) { /* read in place (stk_field_open checks the record) */
+            in_place = true;
+            continue;
+        }
         if (fs > cap[f]) {
             stk_describe(ds, index, where, sizeof(where));
             return stk__set_error(err, err_size, STK_ELIMIT,
@@ -614,6 +625,8 @@ static stk_status stk_read(const stk_dataset *ds, stk__cursor *cur, uint64_t ind
         iov[n].len = (size_t)fs;
         n++;
     }
+    if (in_place) /* each field at its own offset: stk_field_extent's */
+        return read_fields(ds, index, dst, err, err_size);
     /* One request for all fields: contiguous in the file, scattered in memory. */
     stk_status rc = s->f->vfs->read(s->f, info->offset, iov, n, err, err_size);
     if (rc < 0) {
@@ -679,6 +692,75 @@ static bool stk_field_extent(const stk_dataset *ds, uint64_t i, size_t f, stk__f
     return true;
 }
 
+/* The fields of record i with a buffer (dst[f] not NULL), each read on its own (a field between
+ * them is read in place): no checksum (stk_field_open's). */
+static stk_status read_fields(const stk_dataset *ds, uint64_t i, void *const dst[], char *err,
+                              size_t err_size)
+{
+    for (size_t f = 0; f < ds->n_fields; f++) {
+        stk__file *file;
+        stk__brange r;
+        stk_field_extent(ds, i, f, &file, &r);
+        if (!dst[f] || !r.len)
+            continue;
+        stk_status rc = stk__vfs_read(file, r.off, dst[f], (size_t)r.len, err, err_size);
+        if (rc < 0) {
+            char where[STK_ERRMSG_SIZE];
+            stk_describe(ds, i, where, sizeof(where));
+            return stk__source_read_error(rc, where, file->path, err, err_size);
+        }
+    }
+    return STK_OK;
+}
+
+/* Field f of record i read in place: on the record's first read (unless verification is off) the
+ * whole record is read, its checksum checked, and the field lent from memory (no second read of
+ * its bytes); later, the shard's file is lent. */
+static stk_status stk_field_open(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                                 stk__brange *r, uint64_t *bytes, char *err, size_t err_size)
+{
+    *bytes = 0;
+    const stkds *d = ds->impl;
+    stk__file *sf;
+    stk__brange rec;
+    char where[STK_ERRMSG_SIZE];
+    *file = NULL;
+    if (i >= ds->count || f >= ds->n_fields)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "field %zu of record %" PRIu64 " cannot be read in place", f, i);
+    stk_extent(ds, i, &sf, &rec);
+    stk_field_extent(ds, i, f, &sf, r);
+    _Atomic uint64_t *word = d->verified ? &d->verified[i / 64] : NULL;
+    uint64_t bit = 1ULL << (i % 64);
+    if (!word || (atomic_load_explicit(word, memory_order_relaxed) & bit))
+        return stk__vfs_borrow(sf, file, err, err_size);
+    uint64_t local;
+    const shard *s = &d->shards[stk__dataset_file_of(ds, i, &local)];
+    const uint8_t *e = s->entries + local * s->entry_size;
+    uint8_t *buf = stk__malloc(rec.len ? (size_t)rec.len : 1);
+    if (!buf)
+        return stk__set_error(err, err_size, STK_ENOMEM,
+                              "out of memory for record %" PRIu64 " (%" PRIu64 " bytes)", i,
+                              rec.len);
+    stk_status rc = stk__vfs_read(sf, rec.off, buf, (size_t)rec.len, err, err_size);
+    if (rc < 0) {
+        stk__free(buf);
+        stk_describe(ds, i, where, sizeof(where));
+        return stk__source_read_error(rc, where, sf->path, err, err_size);
+    }
+    *bytes = rec.len;
+    if (XXH3_64bits(buf, (size_t)rec.len) != stk__ld64(e + STK_FMT_E_CHECKSUM)) {
+        stk__free(buf);
+        stk_describe(ds, i, where, sizeof(where));
+        return stk__set_error(err, err_size, STK_EFORMAT, "%s: checksum mismatch (record corrupt)",
+                              where);
+    }
+    atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
+    memmove(buf, buf + (r->off - rec.off), (size_t)r->len);
+    *r = (stk__brange){0, r->len};
+    return stk__vfs_memfile(buf, r->len, sf->path, file, err, err_size);
+}
+
 const stk__source_methods stk__src_stk = {
     .name = "stk",
     .summary = ".stk shards: files, a directory of them, a glob or a list",
@@ -689,4 +771,5 @@ const stk__source_methods stk__src_stk = {
     .describe = stk_describe,
     .extent = stk_extent,
     .field_extent = stk_field_extent,
+    .field_open = stk_field_open,
 };

@@ -5,7 +5,9 @@
  * (`a/x.seg.png` -> key `a/x`, extension `seg.png`, lowercased). Fields: `__key__` (bytes), then
  * one per extension, sorted by name; `cls`, `index` and `id` hold ASCII integers and are int64
  * fields, `npy`/`*.npy` members array fields (dtype and shape of the first sample's array,
- * checked at each read), everything else bytes. A member named `*.gz` is gunzipped at read
+ * checked at each read), everything else bytes. A bytes member a transform reads in place (an
+ * audio crop, a video clip) is lent where it lies in the shard (wds_field_open), gunzipped whole
+ * when it is a `.gz`. A member named `*.gz` is gunzipped at read
  * (zlib; its size from the gzip trailer, read during the scan) and its field named without the
  * `.gz`, as webdataset does (`json.gz` -> `json`). The schema is the union over all shards (every
  * header is scanned at open anyway).
@@ -565,6 +567,11 @@ static stk_status wds_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
                                   ds->fields[f].name);
         }
         uint32_t gz = w->gz ? w->gz[i * (ds->n_fields - 1) + f - 1] : STK__TAR_NOT_GZ;
+        if (!dst[f]) { /* read in place (wds_field_open): its size only */
+            info->field_size[f] = gz != STK__TAR_NOT_GZ ? gz : l->size;
+            info->size += info->field_size[f];
+            continue;
+        }
         if (w->is_npy[f] || gz != STK__TAR_NOT_GZ) { /* through a buffer, on its own */
             stk_status rc = read_buffered(ds, i, f, gz, dst[f], cap[f], info, err, err_size);
             if (rc < 0)
@@ -657,6 +664,54 @@ static bool wds_extent(const stk_dataset *ds, uint64_t i, stk__file **f, stk__br
     return end > start;
 }
 
+/* Field f of record i read in place: the member's bytes where they lie in the shard (its tar
+ * header checked first, as a read checks it), lent; a gzipped member gunzipped whole, in memory. */
+static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                                 stk__brange *r, uint64_t *bytes, char *err, size_t err_size)
+{
+    *bytes = 0;
+    const wds *w = ds->impl;
+    char where[STK_ERRMSG_SIZE];
+    *file = NULL;
+    if (i >= ds->count || f == 0 || f >= ds->n_fields || w->is_int[f] || w->is_npy[f])
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "field %zu of record %" PRIu64 " cannot be read in place", f, i);
+    const wds_rec *rec = &w->recs[i];
+    const wds_loc *l = &w->locs[i * (ds->n_fields - 1) + f - 1];
+    stk__file *sf = w->shards[rec->shard].f;
+    if (l->size == MISSING) {
+        wds_describe(ds, i, where, sizeof(where));
+        return stk__set_error(err, err_size, STK_EFORMAT,
+                              "%s: no '%s' member (other samples have one)", where,
+                              ds->fields[f].name);
+    }
+    uint32_t gz = w->gz ? w->gz[i * (ds->n_fields - 1) + f - 1] : STK__TAR_NOT_GZ;
+    uint64_t data_off = rec->off + l->rel;
+    if (gz != STK__TAR_NOT_GZ) {
+        uint8_t *b = NULL;
+        size_t n = 0;
+        field_where(ds, i, (uint32_t)f, true, where, sizeof(where));
+        stk_status rc =
+            stk__tar_member_bytes(sf, data_off, l->size, gz, where, &b, &n, err, err_size);
+        if (rc < 0)
+            return rc;
+        *bytes = l->size;
+        *r = (stk__brange){0, n};
+        return stk__vfs_memfile(b, n, sf->path, file, err, err_size);
+    }
+    uint8_t hdr[TAR_BLOCK];
+    stk_status rc = stk__vfs_read(sf, data_off - TAR_BLOCK, hdr, TAR_BLOCK, err, err_size);
+    if (rc < 0) {
+        wds_describe(ds, i, where, sizeof(where));
+        return stk__source_read_error(rc, where, sf->path, err, err_size);
+    }
+    *bytes = TAR_BLOCK;
+    STK_TRY_RET(
+        check_header(ds, i, (uint32_t)f, hdr, data_off - TAR_BLOCK, l->size, err, err_size));
+    *r = (stk__brange){data_off, l->size};
+    return stk__vfs_borrow(sf, file, err, err_size);
+}
+
 const stk__source_methods stk__src_wds = {
     .name = "wds",
     .summary = "WebDataset .tar shards, one sample per key, one field per extension",
@@ -666,4 +721,5 @@ const stk__source_methods stk__src_wds = {
     .read = wds_read,
     .describe = wds_describe,
     .extent = wds_extent,
+    .field_open = wds_field_open,
 };

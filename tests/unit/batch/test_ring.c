@@ -2,8 +2,9 @@
  * test_ring.c: the batch ring on its own (src/batch/stk_ring.c): a slot's tickets are taken once
  * each and never by a stale batch, the lowest failed sample's error wins, a reset frees every slot
  * but the held ones, the stk_batch accessors show the slot's batch, the last reference (the
- * owner's or a held batch's) destroys the owner exactly once, and with reuse_hot a slot being
- * opened takes the memory of the most recently freed FREE slot and of no other.
+ * owner's or a held batch's) destroys the owner exactly once, with reuse_hot a slot being
+ * opened takes the memory of the most recently freed FREE slot and of no other, and a worker waits
+ * for used memory rather than open a batch in fresh memory only when the rule says so.
  */
 #include "batch/stk_ring.h"
 #include "t.h"
@@ -217,4 +218,55 @@ static int test_hot_memory(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_tickets), T_CASE(test_hold_and_release), T_CASE(test_hot_memory))
+/* stk__ring_fresh_wait_locked: wait only for a slot opened in memory never used, with hot reuse
+ * on, budget left, other memory in use, and the consumer not waiting for that very batch; the used
+ * flag travels with the memory. */
+static int test_fresh_wait(void)
+{
+    stk__ring r;
+    stk__devcopy dc;
+    if (make_ring_n(&r, &dc, 3))
+        return 1;
+    uint8_t *m0 = r.slots[0].mem, *m1 = r.slots[1].mem;
+    r.reuse_hot = true;
+    r.fresh_budget_ns = 1000;
+    pthread_mutex_lock(&r.mu);
+    stk__slot *s0 = &r.slots[0], *s1 = &r.slots[1];
+    T_CHECK(!stk__ring_fresh_wait_locked(&r, s0, false)); /* nothing in use: nothing to wait for */
+    T_CHECK(open_hot(&r, 0) == s0 && s0->used && !s1->used);
+    stk__ring_take_hot_locked(&r, s1); /* nothing freed: s1 keeps its fresh memory */
+    T_CHECK(s1->mem == m1 && !s1->used);
+    T_CHECK(stk__ring_fresh_wait_locked(&r, s1, false)); /* batch 0 fills used memory */
+    T_CHECK(!stk__ring_fresh_wait_locked(&r, s1, true)); /* the consumer waits for s1's batch */
+    r.fresh_budget_ns = 0;
+    T_CHECK(!stk__ring_fresh_wait_locked(&r, s1, false)); /* budget spent */
+    r.fresh_budget_ns = 1000;
+    r.reuse_hot = false;
+    T_CHECK(!stk__ring_fresh_wait_locked(&r, s1, false)); /* pinned or device rings never wait */
+    r.reuse_hot = true;
+    s0->state = STK__SLOT_READY;
+    T_CHECK(stk__ring_fresh_wait_locked(&r, s1, false)); /* READY and HELD count as in use */
+    stk__slot_hold_locked(&r, s0);
+    T_CHECK(stk__ring_fresh_wait_locked(&r, s1, false));
+    pthread_mutex_unlock(&r.mu);
+    stk_batch_release(&s0->handle);
+    pthread_mutex_lock(&r.mu);
+    /* Released: s1 takes m0, used, and has no reason to wait; the fresh m1 moved to slot 0. */
+    stk__ring_take_hot_locked(&r, s1);
+    T_CHECK(s1->mem == m0 && s1->used && s0->mem == m1 && !s0->used);
+    T_CHECK(!stk__ring_fresh_wait_locked(&r, s1, false));
+    /* A reset frees every slot not held; the used memory (s1's) stays the one freed last, so
+     * the next batch opened, in slot 2, takes it rather than fresh memory. */
+    stk__ring_drop_locked(&r);
+    stk__slot *s2 = &r.slots[2];
+    stk__ring_take_hot_locked(&r, s2);
+    T_CHECK(s2->mem == m0 && s2->used && !stk__ring_fresh_wait_locked(&r, s2, false));
+    bool last = stk__ring_unref_locked(&r);
+    pthread_mutex_unlock(&r.mu);
+    T_CHECK(last);
+    r.destroy(&r, r.destroy_arg);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_tickets), T_CASE(test_hold_and_release), T_CASE(test_hot_memory),
+       T_CASE(test_fresh_wait))

@@ -232,10 +232,13 @@ static int test_policies_the_front_ends_ask_for(void)
 
 static int test_recipes(void)
 {
-    T_EQ(stk_n_recipes(), 2);
+    T_EQ(stk_n_recipes(), 4);
     T_CHECK(strcmp(stk_recipe_name(0), "imagenet-train") == 0);
     T_CHECK(strcmp(stk_recipe_name(1), "imagenet-val") == 0);
-    T_CHECK(stk_recipe_name(2) == NULL);
+    T_CHECK(strcmp(stk_recipe_name(2), "kws-train") == 0);
+    T_CHECK(strcmp(stk_recipe_name(3), "kws-val") == 0);
+    T_CHECK(stk_recipe_name(4) == NULL);
+    T_EQ(stk_recipe_n_ops("kws-train"), 5);
     T_EQ(stk_recipe_n_ops("imagenet-val"), 3);
     T_EQ(stk_recipe_n_ops("resnet"), 0);
     stk_op op;
@@ -247,6 +250,10 @@ static int test_recipes(void)
     T_CHECK(op.kind == STK_OP_NORMALIZE && memcmp(op.mean, mean, sizeof(mean)) == 0 &&
             memcmp(op.std, std, sizeof(std)) == 0);
     T_EQ(stk_recipe_op("imagenet-train", 3, &op), STK_EINVAL);
+    T_OK(stk_recipe_op("kws-train", 2, &op));
+    T_CHECK(op.kind == STK_OP_MEL_SPECTROGRAM && op.n_mels == 64 && op.sample_rate == 16000);
+    T_OK(stk_recipe_op("kws-train", 4, &op));
+    T_CHECK(op.kind == STK_OP_TIME_MASKING && op.mask_param == 20);
     T_EQ(stk_recipe_op("resnet", 0, &op), STK_EINVAL);
     T_CHECKF(strstr(stk_last_errmsg(), "resnet"), "%s", stk_last_errmsg());
     /* the recipe's ops compile to what stk_transform_recipe compiles */

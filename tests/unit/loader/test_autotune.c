@@ -180,21 +180,84 @@ static int test_park_idle_thread(void)
  * cores shared among the clips decoded at once otherwise, never 0, never above the cap. */
 static int test_decoder_threads(void)
 {
-    T_EQ(stk__decoder_threads(16, 16, 1000), 1); /* n_threads == cores */
-    T_EQ(stk__decoder_threads(16, 32, 1000), 1); /* more threads than cores */
-    T_EQ(stk__decoder_threads(16, 4, 1000), 4);
-    T_EQ(stk__decoder_threads(16, 1, 1000), STK__DECODER_THREADS_MAX); /* autotune's start */
-    T_EQ(stk__decoder_threads(16, 16, 2), STK__DECODER_THREADS_MAX);   /* two clips in all */
-    T_EQ(stk__decoder_threads(16, 16, 4), 4);
-    T_EQ(stk__decoder_threads(2, 1, 1000), 2);
-    T_EQ(stk__decoder_threads(2, 2, 1000), 1);
-    T_EQ(stk__decoder_threads(3, 2, 1000), 1);
-    T_EQ(stk__decoder_threads(1, 0, 0), 1); /* nothing active, nothing to load: still 1 */
-    T_EQ(stk__decoder_threads(0, 4, 10), 1);
+    const uint32_t B = 64, D = 2; /* batches large enough not to bound the clips in flight */
+    T_EQ(stk__decoder_threads(16, 16, 1000, B, D), 1); /* n_threads == cores */
+    T_EQ(stk__decoder_threads(16, 32, 1000, B, D), 1); /* more threads than cores */
+    T_EQ(stk__decoder_threads(16, 4, 1000, B, D), 4);
+    T_EQ(stk__decoder_threads(16, 1, 1000, B, D), STK__DECODER_THREADS_MAX); /* autotune's start */
+    T_EQ(stk__decoder_threads(16, 16, 2, B, D), STK__DECODER_THREADS_MAX);   /* two clips in all */
+    T_EQ(stk__decoder_threads(16, 16, 4, B, D), 4);
+    T_EQ(stk__decoder_threads(2, 1, 1000, B, D), 2);
+    T_EQ(stk__decoder_threads(2, 2, 1000, B, D), 1);
+    T_EQ(stk__decoder_threads(3, 2, 1000, B, D), 1);
+    T_EQ(stk__decoder_threads(1, 0, 0, B, D), 1); /* nothing active, nothing to load: still 1 */
+    T_EQ(stk__decoder_threads(0, 4, 10, B, D), 1);
     return 0;
 }
 
-T_MAIN(T_CASE(test_decoder_threads), T_CASE(test_start), T_CASE(test_grow_by_one_then_settle),
-       T_CASE(test_double_above_30_percent), T_CASE(test_undo_growth_without_gain),
-       T_CASE(test_reprobe_after_20_windows), T_CASE(test_depth_when_all_threads_busy),
-       T_CASE(test_park_idle_thread))
+/* Many cores (issue 28): 64 threads on 64 cores but batches of 2 with 2 batches open ahead keep
+ * only 4 clips decoding: each gets the cap, not 1 (the plan before counted threads alone and left
+ * 60 cores idle). Then, over a grid of cores 1..1024, threads 0..2048, dataset sizes, batch
+ * sizes and depths, the plan's invariants: within 1 .. cap; the cap exactly when the cores
+ * cover cap threads for every clip in flight, 1 when the clips in flight outnumber the cores;
+ * never more threads in all than the cores (beyond one per clip in flight); never fewer threads
+ * for fewer clips in flight (more active threads, a larger batch or depth never raise it). */
+static int test_decoder_threads_many_cores(void)
+{
+    const uint32_t MAX = STK__DECODER_THREADS_MAX;
+    T_EQ(stk__decoder_threads(64, 64, 100000, 2, 2), MAX);
+    T_EQ(stk__decoder_threads(64, 64, 100000, 8, 2), 4);      /* 16 clips in flight */
+    T_EQ(stk__decoder_threads(64, 64, 100000, 256, 4), 1);    /* every thread has a clip */
+    T_EQ(stk__decoder_threads(256, 32, 100000, 256, 4), MAX); /* 32 clips on 256 cores */
+    T_EQ(stk__decoder_threads(192, 64, 100000, 16, 2), 6);    /* 32 in flight: 192 / 32 */
+    T_EQ(stk__decoder_threads(128, 128, 100000, 1, 0), MAX);  /* depth 0 counts as 1 */
+    T_EQ(stk__decoder_threads(UINT32_MAX, UINT32_MAX, UINT64_MAX, UINT32_MAX, UINT32_MAX), 1);
+    T_EQ(stk__decoder_threads(UINT32_MAX, 1, UINT64_MAX, 1, 1), MAX);
+    static const uint32_t cores[] = {1,  2,  3,  4,   8,   12,  16,  24,  32,
+                                     48, 64, 96, 128, 192, 256, 512, 1024};
+    static const uint32_t actives[] = {0, 1, 2, 3, 4, 7, 8, 16, 31, 32, 64, 128, 256, 512, 2048};
+    static const uint64_t samples[] = {0, 1, 2, 5, 16, 100, 1000, 1000000, UINT64_MAX};
+    static const uint32_t batches[] = {0, 1, 2, 3, 8, 32, 256, 4096};
+    static const uint32_t depths[] = {0, 1, 2, 4, 16};
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+    size_t checked = 0;
+    for (size_t ci = 0; ci < N_OF(cores); ci++)
+        for (size_t ai = 0; ai < N_OF(actives); ai++)
+            for (size_t si = 0; si < N_OF(samples); si++)
+                for (size_t bi = 0; bi < N_OF(batches); bi++)
+                    for (size_t di = 0; di < N_OF(depths); di++) {
+                        uint32_t c = cores[ci], a = actives[ai], b = batches[bi], d = depths[di];
+                        uint64_t s = samples[si];
+                        uint32_t t = stk__decoder_threads(c, a, s, b, d);
+                        uint64_t open = (uint64_t)(b ? b : 1) * (d ? d : 1);
+                        uint64_t at_once = a < s ? a : s;
+                        at_once = at_once < open ? at_once : open;
+                        at_once = at_once ? at_once : 1;
+                        T_CHECK(t >= 1 && t <= MAX);
+                        if (at_once * MAX <= c)
+                            T_EQ(t, MAX);
+                        if (at_once > c)
+                            T_EQ(t, 1);
+                        /* the cores are not oversubscribed beyond one thread per clip */
+                        T_CHECK(t == 1 || at_once * t <= c);
+                        /* at most one thread short of using the cores, up to the cap */
+                        T_CHECK(t == MAX || at_once * (t + 1) > c);
+                        if (ai + 1 < N_OF(actives))
+                            T_CHECK(stk__decoder_threads(c, actives[ai + 1], s, b, d) <= t);
+                        if (bi + 1 < N_OF(batches))
+                            T_CHECK(stk__decoder_threads(c, a, s, batches[bi + 1], d) <= t);
+                        if (di + 1 < N_OF(depths))
+                            T_CHECK(stk__decoder_threads(c, a, s, b, depths[di + 1]) <= t);
+                        if (ci + 1 < N_OF(cores))
+                            T_CHECK(stk__decoder_threads(cores[ci + 1], a, s, b, d) >= t);
+                        checked++;
+                    }
+#undef N_OF
+    T_EQ(checked, (size_t)17 * 15 * 9 * 8 * 5);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_decoder_threads), T_CASE(test_decoder_threads_many_cores), T_CASE(test_start),
+       T_CASE(test_grow_by_one_then_settle), T_CASE(test_double_above_30_percent),
+       T_CASE(test_undo_growth_without_gain), T_CASE(test_reprobe_after_20_windows),
+       T_CASE(test_depth_when_all_threads_busy), T_CASE(test_park_idle_thread))

@@ -4,13 +4,16 @@
  * of a remote file stored and loaded back, and every stale or inconsistent entry refused (another
  * size, another path, offsets that do not start at 0, go backwards, leave frames shorter than the
  * framing or end elsewhere than the file's end), even with a valid checksum; local files keep no
- * offsets index.
+ * offsets index; a local file's index beside it, or in the cache directory where its directory
+ * takes none.
  */
 #include "common/stk_endian.h"
 #include "source/stk_idxfile.h"
 #include "t.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- a byte source with one aux slot in memory ---- */
@@ -147,4 +150,74 @@ static int test_local_files_keep_no_offsets_index(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_offsets_round_trip_and_refusals), T_CASE(test_local_files_keep_no_offsets_index))
+/* An index of f (body "body"), sealed and stored beside it (or where stk__idx_store puts it). */
+static void store_body(stk__file *f, const char *body)
+{
+    uint64_t id[3];
+    size_t n;
+    stk__idx_identity(f, id);
+    uint8_t *b = stk__idx_new("TESTIDX1", id, strlen(body), &n);
+    memcpy(b + STK__IDX_HEAD, body, strlen(body));
+    stk__idx_store(f, "testidx", true, b, n);
+    stk__free(b);
+}
+
+/* The body of f's index, or "" when none loads. */
+static const char *load_body(stk__file *f, char *buf, size_t size)
+{
+    uint64_t id[3];
+    size_t n;
+    stk__idx_identity(f, id);
+    uint8_t *b = stk__idx_load(f, "testidx", true, "TESTIDX1", id, &n);
+    buf[0] = '\0';
+    if (b) {
+        size_t len = STK_MIN(n - STK__IDX_HEAD - STK__IDX_TAIL, size - 1);
+        memcpy(buf, b + STK__IDX_HEAD, len);
+        buf[len] = '\0';
+    }
+    stk__free(b);
+    return buf;
+}
+
+/* Beside a local file when its directory takes it; where it does not (the name taken by a
+ * directory, as a read-only directory refuses it), in the cache directory (STOKER_CACHE_DIR) as
+ * an aux entry, found there by the next load; without a cache directory, nowhere. A truncated
+ * index file beside it is ignored (and the cache's copy, if any, read). */
+static int test_local_index_beside_or_in_the_cache(void)
+{
+    char dir[] = "/tmp/stk_idxfile_XXXXXX", path[96], side[128], cache[128], buf[64];
+    T_CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/a.mp4", dir);
+    snprintf(side, sizeof(side), "%s.testidx", path);
+    snprintf(cache, sizeof(cache), "%s/cache", dir);
+    FILE *w = fopen(path, "wb");
+    T_CHECK(w && fwrite("0123456789abcdef", 1, 16, w) == 16 && fclose(w) == 0);
+    stk__file *f = NULL;
+    T_OK(stk__vfs_open(path, &f, NULL, 0));
+    unsetenv("STOKER_CACHE_DIR");
+    T_CHECK(strcmp(load_body(f, buf, sizeof(buf)), "") == 0);
+    store_body(f, "beside");
+    T_CHECK(access(side, F_OK) == 0);
+    T_CHECK(strcmp(load_body(f, buf, sizeof(buf)), "beside") == 0);
+    T_CHECK(truncate(side, 20) == 0); /* a truncated index file: not trusted */
+    T_CHECK(strcmp(load_body(f, buf, sizeof(buf)), "") == 0);
+    /* the name taken by a directory: without a cache directory, the index is kept nowhere */
+    T_CHECK(unlink(side) == 0 && mkdir(side, 0755) == 0);
+    store_body(f, "nowhere");
+    T_CHECK(strcmp(load_body(f, buf, sizeof(buf)), "") == 0);
+    /* with one, there */
+    T_CHECK(setenv("STOKER_CACHE_DIR", cache, 1) == 0);
+    T_CHECK(strcmp(load_body(f, buf, sizeof(buf)), "") == 0);
+    store_body(f, "cached");
+    T_CHECK(strcmp(load_body(f, buf, sizeof(buf)), "cached") == 0);
+    unsetenv("STOKER_CACHE_DIR");
+    T_CHECK(strcmp(load_body(f, buf, sizeof(buf)), "") == 0);
+    stk__vfs_close(f);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    T_CHECK(system(cmd) == 0);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_offsets_round_trip_and_refusals), T_CASE(test_local_files_keep_no_offsets_index),
+       T_CASE(test_local_index_beside_or_in_the_cache))
