@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Where the memory of a Python dataset's worker processes goes (issue 24): the DataLoader and
+stoker.Loader(executor="process") on the same dataset, one after the other, each in a process of
+its own. Each run reads --batches batches (shuffle=True), then holds still while this parent reads
+/proc/PID/smaps_rollup of every process of its tree: per process RSS (what the issue's goal "peak
+RSS (all processes)" sums: a page shared by several processes counts in each), PSS (a shared page
+divided among its sharers: the sum is the memory the tree really holds), USS (its private pages)
+and its anonymous memory, each process named by its role (the training process; the DataLoader's
+workers; stoker's fork server and its workers). The peak of the sums is sampled every 20 ms, up to the hold and up to the
+child's exit (bench_pydataset.py --startup samples to the exit).
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_procmem.py --data /tmp/pyds \
+        [--scenarios pil,tensor224] [--workers 2] [--batches 12] [--batch 32] \
+        [--baseline /path/to/another/build/python]
+
+--baseline: stoker from another build as well (a third run, "base", between the two).
+
+The datasets are bench_pydataset.py's (pil reads --data/jpeg, from bench/gen_images.py).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench_pydataset as bp  # noqa: E402
+
+CHILD = bp.DATASETS + r'''
+import sys
+import stoker
+name, kind, workers, batches, batch, data = sys.argv[1:7]
+workers, batches, batch = int(workers), int(batches), int(batch)
+dataset = make(name, data)
+if kind == "dl":
+    loader = DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
+                        persistent_workers=True)
+else:
+    loader = stoker.Loader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
+                           executor="process")
+held = []
+for k, b in enumerate(loader):
+    held = [b]  # the training loop holds the batch it works on
+    if k + 1 >= batches:
+        break
+print("HOLD", flush=True)
+sys.stdin.readline()
+'''
+
+FIELDS = ("Rss", "Pss", "Private_Clean", "Private_Dirty", "Anonymous")
+
+
+def rollup(pid):
+    """{field: bytes} from /proc/PID/smaps_rollup (empty when the process is gone)."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key = line.split(":")[0]
+                if key in FIELDS:
+                    out[key] = int(line.split()[1]) * 1024
+    except OSError:
+        return {}
+    return out
+
+
+def ring_bytes(pid):
+    """Bytes allocated to stoker's ring (its memfd, "stoker-ring") as process `pid` holds it
+    open: shared memory that counts in a process's RSS only for the pages that process touched
+    through its mapping (the workers pwrite into it without mapping it), so the RSS and PSS sums
+    miss the rest; 0 when there is none."""
+    total = 0
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                if "stoker-ring" in os.readlink(path):
+                    total += os.stat(path).st_blocks * 512
+            except OSError:
+                continue
+    except OSError:
+        return 0
+    return total
+
+
+def parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
+def roles(root, kind, parents):
+    """{pid: role} ({pid: parent pid} read while the tree ran): the training process, and below
+    it the DataLoader's workers, or stoker's fork server (a child of the training process) and
+    its workers (its children)."""
+    out = {}
+    for p, parent in parents.items():
+        if p == root:
+            out[p] = "training process"
+        elif parent == root:
+            out[p] = "DataLoader worker" if kind == "dl" else "stoker fork server"
+        else:
+            out[p] = "stoker worker" if kind == "stoker" else "DataLoader descendant"
+    return out
+
+
+def run(name, kind, workers, batches, batch, data, pythonpath=None):
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, name, kind, str(workers),
+                             str(batches), str(batch), data], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    os.set_blocking(proc.stdout.fileno(), False)
+    peak_rss = peak_pss = ring = 0
+    buf = ""
+    snap = at_peak = None
+    while proc.poll() is None:
+        now = [(p, parent_of(p), rollup(p)) for p in bp.tree(proc.pid)]
+        rss = sum(m.get("Rss", 0) for _, _, m in now)
+        pss = sum(m.get("Pss", 0) for _, _, m in now)
+        if pss > peak_pss:
+            at_peak = now
+        peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+        ring = max(ring, ring_bytes(proc.pid))
+        try:
+            buf += proc.stdout.read() or ""
+        except (OSError, TypeError):
+            pass
+        if "HOLD" in buf and snap is None:
+            snap = [(p, parent_of(p), rollup(p)) for p in bp.tree(proc.pid)]
+            held = (peak_rss, peak_pss)
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        time.sleep(0.02)
+    if snap is None:
+        return None
+    role = roles(proc.pid, kind, {p: parent for p, parent, _ in snap})
+    peak_role = roles(proc.pid, kind, {p: parent for p, parent, _ in at_peak})
+    return {"peak_rss": peak_rss, "peak_pss": peak_pss, "held_peak": held, "ring": ring,
+            "at_peak": [(peak_role[p], m) for p, _, m in at_peak if m],
+            "procs": [(role[p], r) for p, _, r in snap if r]}
+
+
+def mb(v):
+    return f"{v / 2**20:.0f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default="/tmp/pyds")
+    ap.add_argument("--scenarios", default="pil")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batches", type=int, default=12)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--baseline", default=None)
+    a = ap.parse_args()
+    with open("/proc/loadavg") as f:
+        print(f"load {f.read().split()[0]}, {os.cpu_count()} cores")
+    print("| scenario | loader | process | RSS MB | PSS MB | USS MB | anon MB |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    totals = []
+    for name in a.scenarios.split(","):
+        runs = [("dl", "dl", None)] + ([("base", "stoker", a.baseline)] if a.baseline else []) + \
+            [("stoker", "stoker", None)]
+        for label, kind, path in runs:
+            r = run(name, kind, a.workers, a.batches, a.batch, a.data, path)
+            if r is None:
+                print(f"| {name} | {label} | run failed | | | | |")
+                continue
+            s = {k: 0 for k in FIELDS}
+            for role, m in sorted(r["procs"], key=lambda x: x[0]):
+                uss = m.get("Private_Clean", 0) + m.get("Private_Dirty", 0)
+                print(f"| {name} | {label} | {role} | {mb(m.get('Rss', 0))} | "
+                      f"{mb(m.get('Pss', 0))} | {mb(uss)} | {mb(m.get('Anonymous', 0))} |")
+                for k in FIELDS:
+                    s[k] += m.get(k, 0)
+            uss = s["Private_Clean"] + s["Private_Dirty"]
+            peak = ", ".join(f"{role} {mb(m.get('Rss', 0))}/{mb(m.get('Pss', 0))}"
+                             for role, m in sorted(r["at_peak"], key=lambda x: x[0]))
+            print(f"| {name} | {label} | at the peak of the PSS sum (RSS/PSS): {peak} | | | | |")
+            if r["ring"]:
+                print(f"| {name} | {label} | ring (memfd, largest seen) | - | - | - | "
+                      f"{mb(r['ring'])} (shmem) |")
+            print(f"| {name} | {label} | **all ({len(r['procs'])} processes)** | {mb(s['Rss'])} | "
+                  f"{mb(s['Pss'])} | {mb(uss)} | {mb(s['Anonymous'])} |")
+            totals.append((name, label, s["Rss"], s["Pss"]) + r["held_peak"] +
+                          (r["peak_rss"], r["peak_pss"]))
+    print("\n| scenario | loader | RSS sum at hold | PSS sum at hold | peak RSS sum, PSS sum to "
+          "the hold | peak RSS sum, PSS sum to the exit |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, kind, rss, pss, hrss, hpss, prss, ppss in totals:
+        print(f"| {name} | {kind} | {mb(rss)} | {mb(pss)} | {mb(hrss)}, {mb(hpss)} | "
+              f"{mb(prss)}, {mb(ppss)} |")
+    with open("/proc/loadavg") as f:
+        print(f"load at the end {f.read().split()[0]}")
+
+
+if __name__ == "__main__":
+    main()
