@@ -612,8 +612,8 @@ def test_restarted_worker_that_never_starts_fails_its_samples_by_name(tmp_path, 
     killed = [m for m in errors if "signal 9" in m]
     assert len(killed) == 1 and "sample 13" in killed[0]
     late = [m for m in errors if m not in killed]
-    assert late and all("did not finish starting (its set-up and worker_init_fn) within 0.5 s"
-                        in m for m in late), errors
+    assert all("did not finish starting (its set-up and worker_init_fn) within 0.5 s" in m
+               for m in late), errors
     # each error failed its own batch, whole; every other sample came once, in order
     assert got == sorted(set(got)) and set(got) <= set(range(40))
     lost = set(range(40)) - set(got)
@@ -621,6 +621,11 @@ def test_restarted_worker_that_never_starts_fails_its_samples_by_name(tmp_path, 
     assert {i // 4 for i in lost} == whole
     assert len(whole) == len(errors) and 13 in lost
     loader.close()
+    if not late:  # which worker takes the samples after the kill is the scheduler's choice:
+        # when the healthy worker took every one, the held start-up was never waited on
+        # (seen once under make test-under-load); said, not passed
+        pytest.skip("no sample went to the restarted worker in this run: its held start-up "
+                    "was never waited on")
 
 
 class HeldOnce(StuckOnce):
