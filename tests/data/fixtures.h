@@ -40,6 +40,22 @@ FX_FN stk_status fx_shard_open_meta(const char *path, const char *meta, stk_writ
     return stk_writer_open(path, &wo, w);
 }
 
+/* Add records first..first+count-1 (fx_payload's data, label 7 * i) to a writer opened by
+ * fx_shard_open. */
+FX_FN stk_status fx_add_records(stk_writer *w, uint64_t first, uint64_t count)
+{
+    for (uint64_t i = first; i < first + count; i++) {
+        uint8_t buf[512];
+        stk_value v[2] = {
+            {.struct_size = sizeof(stk_value), .data = buf, .size = fx_payload(i, buf)},
+            {.struct_size = sizeof(stk_value), .i64 = (int64_t)i * 7}};
+        stk_status rc = stk_writer_add(w, v);
+        if (rc != STK_OK)
+            return rc;
+    }
+    return STK_OK;
+}
+
 /* fx_shard_open_meta without metadata. */
 FX_FN stk_status fx_shard_open(const char *path, stk_writer **w)
 {

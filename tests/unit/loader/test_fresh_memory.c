@@ -163,13 +163,7 @@ static int setup(void)
     snprintf(ds, sizeof(ds), "%s/shard-00000.stk", tmpdir);
     stk_writer *w;
     T_OK(fx_shard_open(ds, &w));
-    for (uint64_t i = 0; i < N_RECORDS; i++) { /* the records test_loader's datasets hold */
-        uint8_t buf[512];
-        stk_value v[2] = {
-            {.struct_size = sizeof(stk_value), .data = buf, .size = fx_payload(i, buf)},
-            {.struct_size = sizeof(stk_value), .i64 = (int64_t)i * 7}};
-        T_OK(stk_writer_add(w, v));
-    }
+    T_OK(fx_add_records(w, 0, N_RECORDS)); /* the records test_loader's datasets hold */
     T_OK(stk_writer_close(w));
     return 0;
 }

@@ -31,13 +31,9 @@ static int make_dataset(const char *name, uint64_t n, int shards, char *dir, siz
         snprintf(path, sizeof(path), "%s/shard-%05d.stk", dir, s);
         stk_writer *w;
         T_OK(fx_shard_open(path, &w));
-        for (uint64_t k = 0; k < per && i < n; k++, i++) {
-            uint8_t buf[512];
-            stk_value v[2] = {
-                {.struct_size = sizeof(stk_value), .data = buf, .size = fx_payload(i, buf)},
-                {.struct_size = sizeof(stk_value), .i64 = (int64_t)i * 7}};
-            T_OK(stk_writer_add(w, v));
-        }
+        uint64_t k = STK_MIN(per, n - i);
+        T_OK(fx_add_records(w, i, k));
+        i += k;
         T_OK(stk_writer_close(w));
     }
     return 0;
