@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -230,6 +231,16 @@ int stk_cli_recipe(const char *cmd, const char *name, bool exact, bool fast, stk
 }
 
 /* ---- data ---- */
+
+bool stk_cli_audio_field_name(const char *name)
+{
+    static const char *const names[] = {"audio", "wav", "flac", "mp3", "ogg", "oga",
+                                        "opus",  "aif", "aiff", "au",  "snd"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcasecmp(name, names[i]) == 0)
+            return true;
+    return false;
+}
 
 int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                       stk_dataset **out)

@@ -17,6 +17,7 @@
 #include "decode/stk_decode.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CHUNK 2048         /* frames per codec read */
@@ -130,6 +131,87 @@ static stk_status wav_check(stk__audview *v, uint32_t *mask, char *err, size_t e
     return STK_OK;
 }
 
+/* A FLAC file's WAVEFORMATEXTENSIBLE_CHANNEL_MASK Vorbis comment, read as FFmpeg's FLAC demuxer
+ * reads it (the layout FFmpeg then decodes with): the key in any case, a non-empty value parsed
+ * as strtol(value, NULL, 0) does ("0x107", "263", "0407"), the last such comment; 0 or a value
+ * with bits above 17 (FFmpeg's "Invalid value") is no mask. An ID3 tag before "fLaC" is skipped.
+ * Damaged metadata gives no mask (libFLAC's own checks say what is wrong with the stream). */
+static stk_status flac_mask(stk__audview *v, uint32_t *mask)
+{
+    static const char key[] = "WAVEFORMATEXTENSIBLE_CHANNEL_MASK";
+    const size_t klen = sizeof(key) - 1;
+    *mask = 0;
+    size_t ahead = v->ahead;
+    v->ahead = STK_MAX(ahead, (size_t)HEAD); /* the blocks are read forward: a few reads */
+    uint64_t at = 0, size = v->size;
+    const uint8_t *p = stk__audview_get(v, 0, (size_t)STK_MIN(size, (uint64_t)10));
+    if (p && size >= 10 && memcmp(p, "ID3", 3) == 0)
+        at = 10 +
+             ((uint64_t)(p[6] & 0x7f) << 21 | (uint64_t)(p[7] & 0x7f) << 14 |
+              (uint64_t)(p[8] & 0x7f) << 7 | (uint64_t)(p[9] & 0x7f)) +
+             (p[5] & 0x10 ? 10 : 0);
+    p = at + 4 <= size ? stk__audview_get(v, at, 4) : NULL;
+    if (!p || memcmp(p, "fLaC", 4) != 0)
+        goto done;
+    at += 4;
+    for (bool last = false; !last && at + 4 <= size;) {
+        if (!(p = stk__audview_get(v, at, 4)))
+            goto done;
+        last = p[0] & 0x80;
+        uint64_t len = (uint64_t)p[1] << 16 | (uint64_t)p[2] << 8 | p[3], end = at + 4 + len;
+        if (end > size)
+            goto done;
+        if ((p[0] & 0x7f) != 4) { /* not VORBIS_COMMENT */
+            at = end;
+            continue;
+        }
+        /* vendor string, comment count, then each comment: a 32-bit length and KEY=value */
+        uint64_t q = at + 4;
+        if (len < 8 || !(p = stk__audview_get(v, q, 4)))
+            goto done;
+        uint64_t vendor =
+            (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+        if (vendor > end - q - 8)
+            goto done;
+        q += 4 + vendor;
+        if (!(p = stk__audview_get(v, q, 4)))
+            goto done;
+        uint32_t n =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        q += 4;
+        for (; n > 0 && end - q >= 4; n--) {
+            if (!(p = stk__audview_get(v, q, 4)))
+                goto done;
+            uint64_t clen =
+                (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+            q += 4;
+            if (clen > end - q)
+                break;
+            /* KEY=value with a value of up to 63 characters (a longer one is no mask) */
+            if (clen > klen + 1 && clen <= klen + 64) {
+                const uint8_t *c = stk__audview_get(v, q, (size_t)clen);
+                if (!c)
+                    goto done;
+                bool match = c[klen] == '=';
+                for (size_t i = 0; match && i < klen; i++)
+                    match = (c[i] >= 'a' && c[i] <= 'z' ? c[i] - 32 : c[i]) == (uint8_t)key[i];
+                if (match) {
+                    char val[64];
+                    memcpy(val, c + klen + 1, (size_t)clen - klen - 1);
+                    val[clen - klen - 1] = '\0';
+                    unsigned long long m = (unsigned long long)strtoll(val, NULL, 0);
+                    *mask = m && !(m & ~0x3ffffull) ? (uint32_t)m : 0;
+                }
+            }
+            q += clen;
+        }
+        at = end;
+    }
+done:
+    v->ahead = ahead;
+    return v->rc < 0 ? STK_EIO : STK_OK;
+}
+
 /* Every page of an Ogg stream (Vorbis, Opus) in a row from byte 0 to the end, each with the
  * CRC-32 its header carries (polynomial 0x04C11DB7, MSB first, over the page with the CRC field
  * zeroed): libogg drops a damaged page without a word, and libsndfile then decodes a shorter
@@ -240,6 +322,10 @@ static stk_status open_view(stk__audiodec *d, stk__audinfo *out, char *err, size
     d->cur = d->h[k];
     d->pos = 0;
     d->info.format = fmt;
+    if (fmt == STK__AUD_FLAC && d->info.channels >= 3 && flac_mask(v, &mask) < 0) {
+        rc = view_error(v, err, err_size); /* the mask serves Downmix(2) of 3 to 8 channels */
+        goto fail;
+    }
     d->info.mask = mask;
     if (d->info.rate == 0 || d->info.rate > MAX_RATE || d->info.channels == 0)
         STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
