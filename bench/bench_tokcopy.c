@@ -27,8 +27,8 @@
  *           without Python. WARM batches are taken before the clock starts (a later epoch: the
  *           files already touched by this process); FILLS "plain" or "none" writes a packed
  *           row's computed ids with the scalar loop or not at all (its rows then wrong: the
- *           fills' share of the time, stk__tok_fill_use). STOKER_MMAP=0 in the environment:
- *           the files read, not mapped.
+ *           fills' share of the time, stk__tok_fill_use). STOKER_MMAP=1 in the environment:
+ *           the files mapped (the default reads them).
  *
  *   cc -O3 -march=native -Iinclude -o build/bench_tokcopy bench/bench_tokcopy.c \
  *       build/libstoker.a $(LIBS)

@@ -19,8 +19,9 @@ consumer's CPU per batch (the thread taking the batches: the training loop's sha
 microseconds. `--base OTHER/build`: the same loader rows, from Python and from C, with another
 build (its build/python and build/libstoker.a), in the same rounds: a before/after.
 
-Local files are mapped and read in place (src/io/stk_mapped.c); the rows marked "read" set
-STOKER_MMAP=0 (pread and io_uring, as before the mapping). "first pass": a fresh process (each
+Local files are read with io_uring or pread by default; the rows marked "mapped" set
+STOKER_MMAP=1 (mapped and read in place, src/io/stk_mapped.c), those marked "read"
+STOKER_MMAP=0 (the default's path). "first pass": a fresh process (each
 page of the mapping touched for the first time, which on this VM costs about 2 us a page);
 "later epoch": after an untimed epoch in the same process. The windows table gives each figure
 against the ceilings: a pread of the rows' bytes, a memcpy of them from a populated mapping
@@ -166,11 +167,10 @@ print(json.dumps([n / w, n / c, th / K * 1e6]))
 
 
 def env_for(mapped, **more):
-    """The environment of a child: files mapped (the default) or read (STOKER_MMAP=0)."""
+    """The environment of a child: files mapped (STOKER_MMAP=1) or read (the default, named
+    STOKER_MMAP=0 in the rows)."""
     env = dict(os.environ, **more)
-    env.pop("STOKER_MMAP", None)
-    if not mapped:
-        env["STOKER_MMAP"] = "0"
+    env["STOKER_MMAP"] = "1" if mapped else "0"
     return env
 
 

@@ -1,5 +1,5 @@
-"""Token files read in place from a mapping (issue 26, tok5: src/io/stk_mapped.c): the rows are
-the same bytes as the pread path's (STOKER_MMAP=0) for uint16 and uint32 ids, windows, random
+"""Token files read in place from a mapping when asked (STOKER_MMAP=1; issue 26, tok5:
+src/io/stk_mapped.c): the rows are the same bytes as the read path's (the default) for uint16 and uint32 ids, windows, random
 offsets, packed rows and mixtures, over epochs and a resume from one path into the other; a file
 cut short or rewritten under a mapped reader is an error naming it (the process lives: no SIGBUS);
 an empty file beside others maps nothing and changes nothing."""
@@ -77,12 +77,16 @@ def _corpus(tmp_path, mode, dtype):
 @pytest.mark.parametrize("mode", ["windows", "random", "packed", "mix"])
 def test_mapped_rows_equal_read_rows(tmp_path, monkeypatch, mode, dtype):
     data, kw, files = _corpus(tmp_path, mode, dtype)
+    monkeypatch.delenv("STOKER_MMAP", raising=False)
+    ds = stoker.tokens.open_tokens(data, T, **kw)
+    assert not any(_mapped(f) for f in files)  # the read path, the default
+    del ds
     monkeypatch.setenv("STOKER_MMAP", "0")
     ds = stoker.tokens.open_tokens(data, T, **kw)
-    assert not any(_mapped(f) for f in files)  # the pread path
+    assert not any(_mapped(f) for f in files)  # asked not to map
     del ds
     read = _epochs(data, **kw)
-    monkeypatch.delenv("STOKER_MMAP")
+    monkeypatch.setenv("STOKER_MMAP", "1")
     ds = stoker.tokens.open_tokens(data, T, **kw)
     assert all(_mapped(f) for f in files)  # the mapped path
     del ds
@@ -91,7 +95,7 @@ def test_mapped_rows_equal_read_rows(tmp_path, monkeypatch, mode, dtype):
     for kw2 in ({"ids_dtype": "int32"},) if mode == "windows" else ():  # int32 rows too
         monkeypatch.setenv("STOKER_MMAP", "0")
         read = _epochs(data, 1, **kw, **kw2)
-        monkeypatch.delenv("STOKER_MMAP")
+        monkeypatch.setenv("STOKER_MMAP", "1")
         _same(read, _epochs(data, 1, **kw, **kw2))
     if mode == "windows":  # and they are the stream's: row r is ids[r*T : r*T + T + 1]
         ids = ((np.arange(200 * T + 7) + 60000) % 2 ** 32).astype(dtype).astype(np.int64)
@@ -115,14 +119,14 @@ def test_resume_from_mapped_into_read_and_back(tmp_path, monkeypatch):
     ref = [{k: _arr(v).copy() for k, v in b.items()} for b in R]
     R.close()
     got, state = [], None
-    for cut, env in ((7, None), (19, "0"), (len(ref), None)):
+    for cut, env in ((7, "1"), (19, None), (len(ref), "1")):
         if env is None:
             monkeypatch.delenv("STOKER_MMAP", raising=False)
         else:
             monkeypatch.setenv("STOKER_MMAP", env)
         before = _maps(p)
         L = stoker.Loader(p, **kw)
-        assert _maps(p) == before + (env is None)  # mapped, or read
+        assert _maps(p) == before + (env == "1")  # mapped, or read
         if state is not None:
             L.load_state_dict(state)
         it = iter(L)
@@ -146,7 +150,8 @@ def _cut_or_rewrite(path, how):
 
 @pytest.mark.parametrize("how", ["cut", "rewritten"])
 @pytest.mark.parametrize("tokens", ["windows", "packed"])
-def test_changed_under_a_mapped_reader_names_it(tmp_path, how, tokens):
+def test_changed_under_a_mapped_reader_names_it(tmp_path, monkeypatch, how, tokens):
+    monkeypatch.setenv("STOKER_MMAP", "1")
     n = 64 * 2048  # 64 pages of uint16 ids
     if tokens == "packed":
         docs = [np.arange(k, k + 50) + 1 for k in range(0, n - 50, 50)]
@@ -175,6 +180,7 @@ def test_changed_under_a_mapped_reader_names_it(tmp_path, how, tokens):
 
 
 def test_empty_file_beside_others_and_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("STOKER_MMAP", "1")
     d = tmp_path / "parts"
     d.mkdir()
     write_nanogpt(d / "a.bin", np.arange(40 * T + 1))
@@ -186,7 +192,7 @@ def test_empty_file_beside_others_and_alone(tmp_path, monkeypatch):
     _same(_epochs(str(d), 1, format="nanogpt"), mapped)
     x = np.concatenate([b["input_ids"] for b in mapped[0]])
     assert sorted(x[:, 0].tolist()) == list(range(0, (60 * T + 2) // T * T, T))
-    monkeypatch.delenv("STOKER_MMAP")
+    monkeypatch.setenv("STOKER_MMAP", "1")
     empty = write_nanogpt(tmp_path / "empty.bin", np.zeros(0))
     with pytest.raises(stoker.Error, match="empty.bin.*0 tokens make no row"):
         stoker.Loader(empty, batch_size=2, seq_len=T)

@@ -14,7 +14,6 @@
  */
 #include "io/stk_mapped.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -85,7 +84,7 @@ stk_status stk__mapped_open(stk__file *f, stk__map_advice advice, stk__mapped **
     *out = NULL;
     int fd = stk__vfs_fd(f);
     const char *env = getenv("STOKER_MMAP");
-    if (fd < 0 || f->size == 0 || f->size > SIZE_MAX || (env && strcmp(env, "0") == 0))
+    if (fd < 0 || f->size == 0 || f->size > SIZE_MAX || !env || strcmp(env, "1") != 0)
         return STK_OK;
     pthread_once(&install_once, install);
     if (!installed)

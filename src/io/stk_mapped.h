@@ -14,10 +14,12 @@
  *    (stk__mapped_use), or once after a group of copies (stk__mapped_read, then
  *    stk__vfs_fd_unchanged: on a VM a system call costs microseconds, as much as the copy of a
  *    row it would check).
- *  - Remote files, files without a descriptor, empty files and files the kernel will not map
- *    get no mapping (stk__mapped_open gives NULL): they are read with stk__vfs_read as before.
- *    STOKER_MMAP=0 in the environment maps nothing (every read a pread: the A/B of the
- *    benchmarks, and the tests comparing both paths).
+ *  - Mapping is asked for: STOKER_MMAP=1 in the environment (read at each open). Without it
+ *    nothing is mapped and every read is stk__vfs_read's, because on a VM with shadow page
+ *    tables a page's first touch in a process costs microseconds and a one-pass read is 2-3x
+ *    slower mapped (bench/RESULTS.md, issue 26, tok5 and lead). Remote files, files without a
+ *    descriptor, empty files and files the kernel will not map get no mapping either
+ *    (stk__mapped_open gives NULL): they are read with stk__vfs_read.
  *
  * Lifetime: a mapping borrows its file (which must outlive it) and is closed by its owner.
  * Threads: stk__mapped_use may run on any number of threads at once on one mapping.
@@ -33,7 +35,7 @@ typedef struct stk__mapped stk__mapped;
 typedef enum stk__map_advice { STK__MAP_NORMAL, STK__MAP_RANDOM } stk__map_advice;
 
 /* Map f (a local regular file) whole. *out is NULL, with STK_OK, when f is not to be mapped (no
- * descriptor, empty, STOKER_MMAP=0, no SIGBUS guard to be had, or mmap refused): read it with
+ * descriptor, empty, STOKER_MMAP not 1, no SIGBUS guard to be had, or mmap refused): read it with
  * stk__vfs_read. Errors only for out of memory. */
 stk_status stk__mapped_open(stk__file *f, stk__map_advice advice, stk__mapped **out, char *err,
                             size_t err_size);

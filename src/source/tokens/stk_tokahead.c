@@ -6,11 +6,11 @@
  * cursor's reads ahead, and each row's read (stk_tokrows.c) widens from there
  * instead of reading again. Mapped files (stk_mapped.h) are copied out of the page cache with no
  * system call, and each file's version is checked once after the copies; files not mapped
- * (STOKER_MMAP=0, or the kernel would not) are read with one io_uring submission. One pread a
- * read costs a kernel entry a read, as much as copying a row's bytes out of the page cache, and
- * on this VM a system call a row also makes the next row's touches of a mapping slower: copied
- * or read together, one entry (the version check, or the submission) pays for STK__TOK_AHEAD
- * reads (bench/RESULTS.md, issue 26).
+ * (the default without STOKER_MMAP=1, or the kernel would not) are read with one io_uring
+ * submission. One pread a read costs a kernel entry a read, as much as copying a row's bytes out of
+ * the page cache, and on this VM a system call a row also makes the next row's touches of a mapping
+ * slower: copied or read together, one entry (the version check, or the submission) pays for
+ * STK__TOK_AHEAD reads (bench/RESULTS.md, issue 26).
  *
  * Nothing here decides what a row holds: a read ahead is the same bytes the usual read would
  * read (matched by its first token and length), checked as the usual read checks its bytes (the

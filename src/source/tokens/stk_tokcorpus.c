@@ -2,13 +2,13 @@
  * stk_tokcorpus.c: a token corpus as one stream: reading any span of it (across files, or across
  * the records of a token column), and documents from eos/bos.
  *
- * Local files are mapped (stk_mapped.h) and read in place: a row's ids are widened straight from
- * the page cache, with no system call and no copy (bench/RESULTS.md, issue 26); a file cut short
- * or rewritten while open is a read error naming it, never SIGBUS. What is not mapped (remote
- * files, STOKER_MMAP=0, a span across two files) is read through the byte sources (pread
- * locally, ranged GETs remotely). A column record is read whole on its first touch (so the
- * source's checksum policy applies), after which spans of it are read in place when the source
- * gives the field's byte range.
+ * With STOKER_MMAP=1, local files are mapped (stk_mapped.h) and read in place: a row's ids are
+ * widened straight from the page cache, with no system call and no copy (bench/RESULTS.md,
+ * issue 26); a file cut short or rewritten while open is a read error naming it, never SIGBUS.
+ * What is not mapped (the default, remote files, a span across two files) is read through the byte
+ * sources (pread locally, ranged GETs remotely). A column record is read whole on its first touch
+ * (so the source's checksum policy applies), after which spans of it are read in place when the
+ * source gives the field's byte range.
  */
 #include "source/tokens/stk_tokens.h"
 

@@ -18,7 +18,8 @@
  * a resumed or re-ranked run reads exactly the same rows.
  *
  * Ids are widened into the batch rows (int64 or int32; stk_tokwiden.c) straight from the mapped
- * file (stk_mapped.h: no system call, no copy), or, where there is no mapping, read raw into the
+ * file (STOKER_MMAP=1, stk_mapped.h: no system call, no copy), or, where there is no mapping (the
+ * default), read raw into the
  * cursor's buffer first (one read for a window).
  */
 #include "source/tokens/stk_tokens.h"

@@ -3,8 +3,8 @@
  * bytes are the file's; a file cut short under the mapping (before a use, or during one) is
  * STK_EIO naming it, never a SIGBUS reaching the program; a file rewritten in place is refused
  * after the use; every other SIGBUS still reaches the handler installed before ours, or the
- * default action (the process dies of it); empty files, files without a descriptor and
- * STOKER_MMAP=0 get no mapping.
+ * default action (the process dies of it); empty files, files without a descriptor, and every
+ * file unless STOKER_MMAP=1 (mapping is asked for) get no mapping.
  */
 #include "io/stk_mapped.h"
 #include "t.h"
@@ -284,7 +284,10 @@ static int test_files_not_mapped(void)
     setenv("STOKER_MMAP", "0", 1);
     T_OK(stk__mapped_open(f, STK__MAP_RANDOM, &m, err, sizeof(err)));
     T_CHECK(m == NULL);
-    unsetenv("STOKER_MMAP");
+    unsetenv("STOKER_MMAP"); /* the default: read, not mapped */
+    T_OK(stk__mapped_open(f, STK__MAP_RANDOM, &m, err, sizeof(err)));
+    T_CHECK(m == NULL);
+    setenv("STOKER_MMAP", "1", 1);
     T_OK(stk__mapped_open(f, STK__MAP_RANDOM, &m, err, sizeof(err)));
     T_CHECK(m != NULL);
     stk__mapped_close(m);
@@ -297,6 +300,7 @@ static int setup(void)
     const char *d = fx_tmpdir("mapped");
     T_CHECK(d);
     snprintf(g_dir, sizeof(g_dir), "%s", d);
+    setenv("STOKER_MMAP", "1", 1); /* mapping is asked for */
     return 0;
 }
 

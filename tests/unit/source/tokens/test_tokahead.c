@@ -57,10 +57,11 @@ static stk_status read_row(stk_dataset *ds, stk__cursor *cur, const stk__readkey
     return stk__dataset_read_keyed(ds, cur, key, i, dst, cap, 0, &info, err, err_size);
 }
 
-/* Whether this process' opens map the files (STOKER_MMAP unset) or read them. */
+/* Whether this process' opens map the files (STOKER_MMAP=1) or read them (the default). */
 static bool mapping(void)
 {
-    return !getenv("STOKER_MMAP");
+    const char *env = getenv("STOKER_MMAP");
+    return env && strcmp(env, "1") == 0;
 }
 
 static int rows_ahead(void)
@@ -130,6 +131,7 @@ static int rows_ahead(void)
 
 static int test_rows_ahead_are_the_rows_read_alone(void)
 {
+    setenv("STOKER_MMAP", "1", 1);
     if (rows_ahead()) /* copied out of the mappings */
         return 1;
     setenv("STOKER_MMAP", "0", 1); /* read with io_uring */
@@ -213,6 +215,7 @@ static int packed_rows_ahead(void)
 
 static int test_packed_rows_ahead_are_the_rows_read_alone(void)
 {
+    setenv("STOKER_MMAP", "1", 1);
     if (packed_rows_ahead())
         return 1;
     setenv("STOKER_MMAP", "0", 1);
@@ -278,6 +281,7 @@ static int test_changed_file_named_as_without(void)
     char path[300];
     snprintf(path, sizeof(path), "%s/train.bin", dir);
     static const char *const changes[] = {"cut", "rewritten", "cut", "rewritten"};
+    setenv("STOKER_MMAP", "1", 1);
     for (int c = 0; c < 4; c++) {
         if (c == 2)
             setenv("STOKER_MMAP", "0", 1); /* mapped first, then read */
