@@ -62,7 +62,9 @@
  *     num_output_channels). Cumulative counters are plain plurals (stats.batches, .samples,
  *     .skipped; stk_pack_result.records). The CLI names things, not counts (--threads N, the
  *     bench JSON's "threads"), as shell tools do.
- *   - `_size` is always bytes (slot_size, max_record_size, buf_size); never elements.
+ *   - `_size` is bytes (slot_size, max_record_size, buf_size), never elements, except names
+ *     taken from torch and torchvision with their meaning (batch_size: samples, world_size:
+ *     ranks, kernel_size: pixels).
  *   - A pair that saves and restores is save_/load_ (stk_loader_save_state and
  *     stk_loader_load_state).
  *   - Verbs: create/destroy (heap objects), open/close (files), init (a caller's struct),
