@@ -234,10 +234,10 @@ int stk_cli_recipe(const char *cmd, const char *name, bool exact, bool fast, stk
 
 bool stk_cli_audio_field_name(const char *name)
 {
-    static const char *const names[] = {"audio", "wav", "flac", "mp3", "ogg", "oga",
-                                        "opus",  "aif", "aiff", "au",  "snd"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcasecmp(name, names[i]) == 0)
+    if (strcasecmp(name, "audio") == 0)
+        return true;
+    for (size_t i = 0; i < stk_n_audio_extensions(); i++) /* the library's list, without its dot */
+        if (strcasecmp(name, stk_audio_extension(i) + 1) == 0)
             return true;
     return false;
 }

@@ -413,6 +413,16 @@ STK_API size_t stk_n_image_extensions(void);
  *  Lifetime: static. Threads: thread-safe. */
 STK_API const char *stk_image_extension(size_t i);
 
+/** The number of file name extensions the library reads as audio: an audio folder tree's files
+ *  (".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".aif", ".aiff") and the other containers
+ *  libsndfile reads (".au", ".snd"), which also name audio fields in a record.
+ *  Threads: thread-safe. */
+STK_API size_t stk_n_audio_extensions(void);
+
+/** Extension `i` (< stk_n_audio_extensions(); matched without case), or NULL.
+ *  Lifetime: static. Threads: thread-safe. */
+STK_API const char *stk_audio_extension(size_t i);
+
 /** The format of an open dataset ("stk", "imagefolder", ...).
  *  Lifetime: static storage. */
 STK_API const char *stk_dataset_format(const stk_dataset *ds);
