@@ -14,7 +14,6 @@
  */
 #include "io/stk_mapped.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
