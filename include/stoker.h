@@ -1507,6 +1507,9 @@ typedef struct stk_loader_stats {
     uint64_t finish_ns;      /* finishing: device time of the kernel, or CPU time (fallback) */
     char device_reason[256]; /* why the ring is not pinned, there is no device copy or
                                 finishing fell back to the CPU; "" when all requested is on */
+    /* ---- added in 0.3.x (read when struct_size covers them) ---- */
+    uint64_t indexed; /* videos this loader indexed (a pass over the file's packets): found
+                         neither in its memory nor in an index file (docs/video.md) */
 } stk_loader_stats;
 
 /** Zero `out` and set its struct_size (the caller's sizeof). */
