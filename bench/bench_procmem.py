@@ -77,19 +77,21 @@ def ring_bytes(pid, name="stoker-ring"):
     """Bytes allocated to stoker's ring (its memfd, "stoker-ring") as process `pid` holds it
     open: shared memory that counts in a process's RSS only for the pages that process touched
     through its mapping (the workers pwrite into it without mapping it), so the RSS and PSS sums
-    miss the rest; 0 when there is none."""
-    total = 0
+    miss the rest; 0 when there is none. Each memfd counts once, however many of the process's
+    descriptors name it (the C loader and the process pool each hold one)."""
+    seen = {}
     try:
         for fd in os.listdir(f"/proc/{pid}/fd"):
             path = f"/proc/{pid}/fd/{fd}"
             try:
                 if name in os.readlink(path):
-                    total += os.stat(path).st_blocks * 512
+                    st = os.stat(path)
+                    seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
             except OSError:
                 continue
     except OSError:
         return 0
-    return total
+    return sum(seen.values())
 
 
 def parent_of(pid):
