@@ -317,7 +317,7 @@ demo: deps
 # Every C file of the tree is formatted (clang-format 14, .clang-format).
 FORMAT_FILES = $(sort $(wildcard include/*.h src/*.h src/*/*.[ch] src/*/*/*.[ch] src/*/*.def \
                  cli/*.[ch] python/stoker/_ext/*.[ch] tests/*.h tests/*/*.[ch] tests/*/*/*.[ch] \
-                 tests/*/*/*/*.[ch] bench/*.c examples/*.c))
+                 tests/*/*/*/*.[ch] bench/*.[ch] examples/*.c))
 format:
 	@clang-format -i $(filter-out %.def,$(FORMAT_FILES))
 check-format:

@@ -5,6 +5,7 @@
     /usr/bin/python3 bench/bench_ab.py --base 53de931 [--rounds 5] [--images 1500]
         [--records 3000] [--threads 1,2] [--profile small|imagenet|grain] [--ceiling]
         [--workloads images,raw] [--epochs 1] [--batch-size 64] [--exact] [--base-stoker PATH]
+        [--pause 4]
 
 Builds BASE's CLI in a temporary git worktree (`make cli`), packs the data once with the
 current build (both builds read version-1 shards), then alternates `stoker bench ... --json`
@@ -20,7 +21,11 @@ where a strict decode stops after the window of a record checked before). Where 
 gives each part's samples/s and ratio to the same part of its ceiling. --batch-size and --exact
 are passed to every imagenet-train run (default: `stoker bench`'s batch of 256, the fast decode);
 "ring MiB" is the run's peak RSS less its RSS before the loader: the ring memory it wrote, as the
-first epoch writes each slot it uses for the first time (issue 29).
+first epoch writes each slot it uses for the first time (issue 29). --pause S sleeps S seconds
+before each run: on a VM that hands freed memory back to its host about 2 s after it is freed
+(free page reporting), a run started at once gets the memory the run before it freed at its exit
+already backed, cheap to touch, so whichever build frees more at exit speeds up the other one's
+first epoch; a pause of 4 s or more gives every run fresh memory (issue 29, first5).
 """
 import argparse
 import json
@@ -30,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -84,6 +90,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=1, help="epochs per imagenet-train run")
     ap.add_argument("--batch-size", type=int, default=0, help="imagenet-train runs' batch size")
     ap.add_argument("--exact", action="store_true", help="imagenet-train runs decode exactly")
+    ap.add_argument("--pause", type=float, default=0.0, help="seconds to sleep before each run")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="stk-ab-")
     os.makedirs(work, exist_ok=True)
@@ -115,6 +122,7 @@ def main():
                     extra = ([] if recipe == "raw" else
                              (["--batch-size", str(a.batch_size)] if a.batch_size else [])
                              + (["--exact"] if a.exact else []))
+                    time.sleep(a.pause)
                     r, q, cmd, pt = bench(exe, data, recipe, t, epochs, a.ceiling, extra)
                     ring.setdefault(name, []).append(pt.pop("ring_mib"))
                     res[name].append(r)

@@ -21,6 +21,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,22 +31,29 @@ import bench_pydataset as bp  # noqa: E402
 CHILD = bp.DATASETS + r'''
 import sys
 import stoker
-name, kind, workers, batches, batch, data = sys.argv[1:7]
-workers, batches, batch = int(workers), int(batches), int(batch)
-dataset = make(name, data)
-if kind == "dl":
-    loader = DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
-                        persistent_workers=True)
-else:
-    loader = stoker.Loader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
-                           executor="process")
-held = []
-for k, b in enumerate(loader):
-    held = [b]  # the training loop holds the batch it works on
-    if k + 1 >= batches:
-        break
-print("HOLD", flush=True)
-sys.stdin.readline()
+
+
+def main():
+    name, kind, workers, batches, batch, data = sys.argv[1:7]
+    workers, batches, batch = int(workers), int(batches), int(batch)
+    dataset = make(name, data)
+    if kind == "dl":
+        loader = DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
+                            persistent_workers=True)
+    else:
+        loader = stoker.Loader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
+                               executor="process")
+    held = []
+    for k, b in enumerate(loader):
+        held = [b]  # the training loop holds the batch it works on
+        if k + 1 >= batches:
+            break
+    print("HOLD", flush=True)
+    sys.stdin.readline()
+
+
+if __name__ == "__main__":
+    main()
 '''
 
 FIELDS = ("Rss", "Pss", "Private_Clean", "Private_Dirty", "Anonymous")
@@ -65,23 +73,25 @@ def rollup(pid):
     return out
 
 
-def ring_bytes(pid):
+def ring_bytes(pid, name="stoker-ring"):
     """Bytes allocated to stoker's ring (its memfd, "stoker-ring") as process `pid` holds it
     open: shared memory that counts in a process's RSS only for the pages that process touched
     through its mapping (the workers pwrite into it without mapping it), so the RSS and PSS sums
-    miss the rest; 0 when there is none."""
-    total = 0
+    miss the rest; 0 when there is none. Each memfd counts once, however many of the process's
+    descriptors name it (the C loader and the process pool each hold one)."""
+    seen = {}
     try:
         for fd in os.listdir(f"/proc/{pid}/fd"):
             path = f"/proc/{pid}/fd/{fd}"
             try:
-                if "stoker-ring" in os.readlink(path):
-                    total += os.stat(path).st_blocks * 512
+                if name in os.readlink(path):
+                    st = os.stat(path)
+                    seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
             except OSError:
                 continue
     except OSError:
         return 0
-    return total
+    return sum(seen.values())
 
 
 def parent_of(pid):
@@ -107,15 +117,22 @@ def roles(root, kind, parents):
     return out
 
 
-def run(name, kind, workers, batches, batch, data, pythonpath=None):
+def run(name, kind, workers, batches, batch, data, pythonpath=None, unguarded=False):
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, name, kind, str(workers),
+    # a training script (its work under `if __name__ == "__main__"`, as spawn asks), or with
+    # --unguarded the same program as `python -c` (a notebook's case: the main module cannot be
+    # imported again, so stoker's fork server cannot go lean)
+    script = os.path.join(tempfile.mkdtemp(prefix="procmem"), "train.py")
+    with open(script, "w") as f:
+        f.write(CHILD)
+    prog = ["-c", CHILD] if unguarded else [script]
+    proc = subprocess.Popen([sys.executable] + prog + [name, kind, str(workers),
                              str(batches), str(batch), data], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env)
     os.set_blocking(proc.stdout.fileno(), False)
-    peak_rss = peak_pss = ring = 0
+    peak_rss = peak_pss = ring = spec_fd = 0
     buf = ""
     snap = at_peak = None
     while proc.poll() is None:
@@ -126,6 +143,7 @@ def run(name, kind, workers, batches, batch, data, pythonpath=None):
             at_peak = now
         peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
         ring = max(ring, ring_bytes(proc.pid))
+        spec_fd = max(spec_fd, sum(ring_bytes(p, "stoker-fork-server") for p, _, _ in now))
         try:
             buf += proc.stdout.read() or ""
         except (OSError, TypeError):
@@ -141,6 +159,7 @@ def run(name, kind, workers, batches, batch, data, pythonpath=None):
     role = roles(proc.pid, kind, {p: parent for p, parent, _ in snap})
     peak_role = roles(proc.pid, kind, {p: parent for p, parent, _ in at_peak})
     return {"peak_rss": peak_rss, "peak_pss": peak_pss, "held_peak": held, "ring": ring,
+            "specs": spec_fd,
             "at_peak": [(peak_role[p], m) for p, _, m in at_peak if m],
             "procs": [(role[p], r) for p, _, r in snap if r]}
 
@@ -157,6 +176,8 @@ def main():
     ap.add_argument("--batches", type=int, default=12)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--baseline", default=None)
+    ap.add_argument("--unguarded", action="store_true",
+                    help="run the training program as python -c (the notebook case)")
     a = ap.parse_args()
     with open("/proc/loadavg") as f:
         print(f"load {f.read().split()[0]}, {os.cpu_count()} cores")
@@ -167,7 +188,7 @@ def main():
         runs = [("dl", "dl", None)] + ([("base", "stoker", a.baseline)] if a.baseline else []) + \
             [("stoker", "stoker", None)]
         for label, kind, path in runs:
-            r = run(name, kind, a.workers, a.batches, a.batch, a.data, path)
+            r = run(name, kind, a.workers, a.batches, a.batch, a.data, path, a.unguarded)
             if r is None:
                 print(f"| {name} | {label} | run failed | | | | |")
                 continue
@@ -182,6 +203,9 @@ def main():
             peak = ", ".join(f"{role} {mb(m.get('Rss', 0))}/{mb(m.get('Pss', 0))}"
                              for role, m in sorted(r["at_peak"], key=lambda x: x[0]))
             print(f"| {name} | {label} | at the peak of the PSS sum (RSS/PSS): {peak} | | | | |")
+            if r["specs"]:
+                print(f"| {name} | {label} | lean fork server's pickled specs (memfd) | - | - | "
+                      f"- | {mb(r['specs'])} (shmem) |")
             if r["ring"]:
                 print(f"| {name} | {label} | ring (memfd, largest seen) | - | - | - | "
                       f"{mb(r['ring'])} (shmem) |")

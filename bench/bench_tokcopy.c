@@ -10,11 +10,13 @@
  *           in one pass: what the loader's read does per row, without the loader (built with
  *           -O3 -march=native, the compiler vectorises the loop for this machine's widest unit)
  *   mmap    each row's 2 (T + 1) bytes memcpy'd out of a read-only mapping of the file (the
- *           page cache mapped before the clock starts, so no system call nor page fault per row;
- *           the library reads files and never maps
- *           them, so a file that shrinks is an error and not SIGBUS): a memcpy of the bytes a
- *           loader must move, as nanoGPT's memmap does
+ *           page cache mapped, MAP_POPULATE, and every page touched before the clock starts, so
+ *           no system call nor page fault per row: the steady state of a process that touched
+ *           the file before): a memcpy of the bytes a loader must move, as nanoGPT's memmap does
  *   mmap-widen  the same, widened to int64 input_ids and labels straight from the mapping
+ *   mmap-first  as mmap, the mapping not populated: each page's first touch in the clock (a
+ *           process's first pass over a file; on this VM a first touch costs about 2 us a page,
+ *           bench/RESULTS.md issue 26 tok5)
  *   uring   the rows' bytes read as pread does, but a batch's B reads submitted to io_uring with
  *           one system call (raw syscalls, no liburing): what batching the reads would save
  *   uring-widen  the same, then widened as `widen` does
@@ -22,11 +24,16 @@
  *           buffer into the slot: a copy of the batch as the trainer receives it
  *   loop    the loader itself from C (stk_tokens_open of MODE: 0 windows, 1 random, 2 packed;
  *           THREADS workers, shuffled), each batch taken and released at once: its figure
- *           without Python
+ *           without Python. WARM batches are taken before the clock starts (a later epoch: the
+ *           files already touched by this process); FILLS "plain" or "none" writes a packed
+ *           row's computed ids with the scalar loop or not at all (its rows then wrong: the
+ *           fills' share of the time, stk__tok_fill_use). STOKER_MMAP=1 in the environment:
+ *           the files mapped (the default reads them).
  *
  *   cc -O3 -march=native -Iinclude -o build/bench_tokcopy bench/bench_tokcopy.c \
  *       build/libstoker.a $(LIBS)
- *   build/bench_tokcopy FILE METHOD B T K [MODE THREADS]  ->  "tokens/s N tokens/cpu-s M"
+ *   build/bench_tokcopy FILE METHOD B T K [MODE THREADS [WARM [FILLS]]]
+ *       ->  "tokens/s N tokens/cpu-s M"
  *       (loop adds "consumer-us U": the CPU of the thread taking the batches, per batch)
  *
  * (LIBS: the libraries the Makefile links the CLI with.)
@@ -56,9 +63,17 @@ static double now(clockid_t c)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* The loader over `path` from C: K batches; 0 or 1 on failure (printed). */
-static int loop(const char *path, size_t B, size_t T, long K, int mode, int threads)
+bool stk__tok_fill_use(const char *how); /* the library's, for benchmarks (stk_tokens.h) */
+
+/* The loader over `path` from C: K batches after `warm` untimed ones; 0 or 1 on failure
+ * (printed). */
+static int loop(const char *path, size_t B, size_t T, long K, int mode, int threads, long warm,
+                const char *fills)
 {
+    if (fills && !stk__tok_fill_use(fills)) {
+        fprintf(stderr, "FILLS: vector, plain or none\n");
+        return 2;
+    }
     stk_tokens_opts o;
     stk_tokens_opts_init(&o);
     o.paths = &path;
@@ -80,6 +95,19 @@ static int loop(const char *path, size_t B, size_t T, long K, int mode, int thre
     if (stk_loader_create(&lo, &L) != STK_OK) {
         fprintf(stderr, "%s\n", stk_last_errmsg());
         return 1;
+    }
+    for (long k = 0; k < warm; k++) { /* untimed */
+        stk_batch *b;
+        stk_status rc = stk_loader_next(L, &b);
+        if (rc == STK_END) {
+            k--;
+            continue;
+        }
+        if (rc != STK_OK) {
+            fprintf(stderr, "%s\n", stk_loader_errmsg(L));
+            return 1;
+        }
+        stk_batch_release(b);
     }
     long rows = 0;
     double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_PROCESS_CPUTIME_ID);
@@ -176,15 +204,16 @@ static int uring_reads(uring *u, int fd, uint16_t *const *dst, const uint64_t *o
 
 int main(int argc, char **argv)
 {
-    if (argc != 6 && argc != 8) {
+    if (argc != 6 && (argc < 8 || argc > 10)) {
         fprintf(stderr, "usage: bench_tokcopy FILE "
-                        "pread|widen|mmap|mmap-widen|uring|uring-widen|memcpy|loop B T K "
-                        "[MODE THREADS]\n");
+                        "pread|widen|mmap|mmap-widen|mmap-first|uring|uring-widen|memcpy|loop B T "
+                        "K [MODE THREADS [WARM [FILLS]]]\n");
         return 2;
     }
     if (!strcmp(argv[2], "loop"))
         return loop(argv[1], strtoul(argv[3], NULL, 10), strtoul(argv[4], NULL, 10), atol(argv[5]),
-                    argc == 8 ? atoi(argv[6]) : 0, argc == 8 ? atoi(argv[7]) : 1);
+                    argc >= 8 ? atoi(argv[6]) : 0, argc >= 8 ? atoi(argv[7]) : 1,
+                    argc >= 9 ? atol(argv[8]) : 0, argc >= 10 ? argv[9] : NULL);
     int fd = open(argv[1], O_RDONLY);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) {
@@ -204,12 +233,20 @@ int main(int argc, char **argv)
     if (!strncmp(m, "mmap", 4)) {
         /* MAP_POPULATE: mapped before the clock starts (no page fault per row: the steady
          * state of a process that already touched the file) */
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        bool first = !strcmp(m, "mmap-first");
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | (first ? 0 : MAP_POPULATE),
+                       fd, 0);
         if (p == MAP_FAILED) {
             perror("mmap");
             return 1;
         }
         map = p;
+        /* Populated is not enough on a VM with shadow page tables: each page's first touch
+         * still costs (about 2 us). Touch every page before the clock: the steady state. */
+        volatile uint8_t sink = 0;
+        for (off_t o = 0; !first && o < st.st_size; o += 4096)
+            sink ^= ((const uint8_t *)p)[o];
+        (void)sink;
     }
     uring u;
     bool use_uring = !strncmp(m, "uring", 5);
@@ -251,7 +288,7 @@ int main(int argc, char **argv)
             uint16_t *dst = raw + (slot * B + b) * (T + 1);
             if (map) {
                 const uint16_t *s = map + row * T;
-                if (!strcmp(m, "mmap")) {
+                if (!strcmp(m, "mmap") || !strcmp(m, "mmap-first")) {
                     memcpy(dst, s, (T + 1) * 2);
                 } else {
                     int64_t *restrict x = out + slot * B * T * 2 + b * T, *restrict y = x + B * T;

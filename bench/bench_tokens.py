@@ -18,6 +18,15 @@ and the table gives medians. `uptime` is printed with each run. The loader's row
 consumer's CPU per batch (the thread taking the batches: the training loop's share), in
 microseconds. `--base OTHER/build`: the same loader rows, from Python and from C, with another
 build (its build/python and build/libstoker.a), in the same rounds: a before/after.
+
+Local files are read with io_uring or pread by default; the rows marked "mapped" set
+STOKER_MMAP=1 (mapped and read in place, src/io/stk_mapped.c), those marked "read"
+STOKER_MMAP=0 (the default's path). "first pass": a fresh process (each
+page of the mapping touched for the first time, which on this VM costs about 2 us a page);
+"later epoch": after an untimed epoch in the same process. The windows table gives each figure
+against the ceilings: a pread of the rows' bytes, a memcpy of them from a populated mapping
+(the issue's "memcpy of the same bytes"), the mapping widened with no loader, and a memcpy of
+the delivered int64 bytes.
 """
 import argparse
 import json
@@ -139,6 +148,9 @@ L = stoker.Loader(a["data"], batch_size=a["B"], seq_len=a["T"], tokens=a["tokens
 if a["epoch"]:
     L.set_epoch(a["epoch"])
 it = iter(L)
+for _ in range(a["warm"]):  # untimed: a later epoch (the files touched by this process)
+    if next(it, None) is None:
+        it = iter(L)
 K = a["K"]
 t0, c0, th0 = time.perf_counter(), cpu(), time.thread_time()
 for _ in range(K):
@@ -154,13 +166,22 @@ print(json.dumps([n / w, n / c, th / K * 1e6]))
 """
 
 
-def stoker_rows(data, K, threads, tokens="windows", epoch=0, build=None, **kw):
+def env_for(mapped, **more):
+    """The environment of a child: files mapped (STOKER_MMAP=1) or read (the default, named
+    STOKER_MMAP=0 in the rows)."""
+    env = dict(os.environ, **more)
+    env["STOKER_MMAP"] = "1" if mapped else "0"
+    return env
+
+
+def stoker_rows(data, K, threads, tokens="windows", epoch=0, build=None, mapped=True, warm=0,
+                **kw):
     """The Loader from Python, in a process of its own (build: another build directory's
-    python package): (tokens/s, tokens/cpu-s, consumer us/batch)."""
-    env = dict(os.environ, PYTHONPATH=os.path.join(build or os.path.join(ROOT, "build"),
-                                                     "python"))
+    python package; mapped=False: STOKER_MMAP=0; warm: batches taken before the clock):
+    (tokens/s, tokens/cpu-s, consumer us/batch)."""
+    env = env_for(mapped, PYTHONPATH=os.path.join(build or os.path.join(ROOT, "build"), "python"))
     arg = json.dumps(dict(data=data, K=K, threads=threads, tokens=tokens, epoch=epoch, kw=kw,
-                          B=B, T=T))
+                          B=B, T=T, warm=warm))
     out = subprocess.run([sys.executable, "-c", ROWS_CHILD, arg], check=True, env=env,
                          capture_output=True, text=True).stdout
     return tuple(json.loads(out.strip().splitlines()[-1]))
@@ -172,17 +193,22 @@ def ceiling(path, method, K):
     return float(out[1]), float(out[3])
 
 
-def table(res, base):
-    print(f"| method | Mtokens/s (wall) | Mtokens/cpu-s | vs {base} (cpu-s) | consumer us/batch |")
-    print("|---|---|---|---|---|")
-    b = statistics.median(r[1] for r in res[base])
+def table(res, *bases):
+    """One row a method: medians (wall [min-max]), per CPU-second, and the ratio of its tokens
+    per CPU-second to each of `bases` (the ones measured)."""
+    bases = [b for b in bases if b in res]
+    print("| method | Mtokens/s (wall) | Mtokens/cpu-s | " +
+          " | ".join(f"vs {b} (cpu-s)" for b in bases) + " | consumer us/batch |")
+    print("|---|---|---|" + "---|" * len(bases) + "---|")
+    bs = [statistics.median(r[1] for r in res[b]) for b in bases]
     for m, rs in res.items():
         w = statistics.median(r[0] for r in rs)
         c = statistics.median(r[1] for r in rs)
         cons = [r[2] for r in rs if len(r) > 2]
         cons = f"{statistics.median(cons):.1f}" if cons else ""
         print(f"| {m} | {w / 1e6:.1f} [{min(r[0] for r in rs) / 1e6:.1f}-"
-              f"{max(r[0] for r in rs) / 1e6:.1f}] | {c / 1e6:.1f} | {c / b:.2f}x | {cons} |")
+              f"{max(r[0] for r in rs) / 1e6:.1f}] | {c / 1e6:.1f} | " +
+              " | ".join(f"{c / b:.2f}x" for b in bs) + f" | {cons} |")
 
 
 def cmd_windows(a):
@@ -198,19 +224,26 @@ def cmd_windows(a):
     path = gen_nanogpt(int(a.tokens))
     warm(path)
     K = a.batches
+    E = (int(a.tokens) - 1) // T // B + 1  # batches in an epoch: the warm-up of "later epoch"
     print(uptime())
     res = {}
+    loader = []  # the loader's rows: Python and C, 1 and 2 threads, mapped and read
+    for t in (1, 2):
+        th = f"{t} thread{'s' if t > 1 else ''}"
+        for first, w in (("first pass", 0), ("later epoch", E)):
+            for mp, how in ((True, "mapped"), (False, "read (STOKER_MMAP=0)")):
+                loader.append((f"stoker windows, {th}, {first}, {how}",
+                               lambda t=t, w=w, mp=mp: stoker_rows(path, K, t, mapped=mp, warm=w)))
+                loader.append((f"C loop: windows, {th}, {first}, {how}",
+                               lambda t=t, w=w, mp=mp: c_loop(path, 0, t, K, mapped=mp, warm=w)))
     for r in range(a.rounds):
         for name, fn in base + [
             ("nanoGPT get_batch (1 process)", lambda: nanogpt_get_batch(path, K)),
-            ("stoker windows, 1 thread, first pass", lambda: stoker_rows(path, K, 1)),
-            ("stoker windows, 1 thread, epoch 1", lambda: stoker_rows(path, K, 1, epoch=1)),
-            ("stoker windows, 2 threads", lambda: stoker_rows(path, K, 2)),
-            ("stoker random, 1 thread", lambda: stoker_rows(path, K, 1, "random")),
-            ("stoker windows int32, 1 thread",
+            *loader,
+            ("stoker random, 1 thread, first pass, mapped",
+             lambda: stoker_rows(path, K, 1, "random")),
+            ("stoker windows int32, 1 thread, first pass, mapped",
              lambda: stoker_rows(path, K, 1, ids_dtype="int32")),
-            ("C loop: stoker windows, 1 thread", lambda: c_loop(path, 0, 1, K)),
-            ("C loop: stoker windows, 2 threads", lambda: c_loop(path, 0, 2, K)),
             ("ceiling: pread of the rows' bytes (2/token)", lambda: ceiling(path, "pread", K)),
             ("ceiling: pread + widen (no loader)", lambda: ceiling(path, "widen", K)),
             ("ceiling: io_uring reads, a batch a submission (2/token)",
@@ -220,6 +253,8 @@ def cmd_windows(a):
              lambda: ceiling(path, "mmap", K)),
             ("ceiling: mmap + widen (no loader, no system call)",
              lambda: ceiling(path, "mmap-widen", K)),
+            ("ceiling: memcpy of the rows' bytes from a fresh mmap (first touch, 2/token)",
+             lambda: ceiling(path, "mmap-first", K)),
             ("ceiling: memcpy of the delivered bytes (16/token)",
              lambda: ceiling(path, "memcpy", K)),
         ]:
@@ -232,7 +267,10 @@ def cmd_windows(a):
     if "nanoGPT get_batch (1 process)" in res:
         table(res, "nanoGPT get_batch (1 process)")
         print()
-    table(res, "ceiling: pread of the rows' bytes (2/token)")
+    table(res, "ceiling: pread of the rows' bytes (2/token)",
+          "ceiling: memcpy of the rows' bytes from an mmap (2/token)",
+          "ceiling: mmap + widen (no loader, no system call)",
+          "ceiling: memcpy of the delivered bytes (16/token)")
 
 
 def build_copy(lib=None, out=COPY):
@@ -257,9 +295,12 @@ def build_base(build):
     return exe
 
 
-def c_loop(prefix, mode, threads, K, exe=COPY):
-    out = subprocess.run([exe, prefix, "loop", str(B), str(T), str(K), str(mode), str(threads)],
-                         check=True, capture_output=True, text=True).stdout.split()
+def c_loop(prefix, mode, threads, K, exe=COPY, mapped=True, warm=0, fills="vector"):
+    """The loader from C (bench_tokcopy loop): mapped=False: STOKER_MMAP=0; warm: batches
+    before the clock; fills: "plain" or "none" (a packed row's computed ids; see the C file)."""
+    out = subprocess.run([exe, prefix, "loop", str(B), str(T), str(K), str(mode), str(threads),
+                          str(warm), fills], check=True, capture_output=True, text=True,
+                         env=env_for(mapped)).stdout.split()
     return float(out[1]), float(out[3]), float(out[5])
 
 
@@ -276,10 +317,18 @@ def cmd_packed(a):
             res.setdefault(f"windows, {t} thread(s)", []).append(stoker_rows(prefix, K, t))
             res.setdefault(f"packed best-fit, {t} thread(s)", []).append(
                 stoker_rows(prefix, K, t, "packed"))
+            res.setdefault(f"windows, {t} thread(s), read (STOKER_MMAP=0)", []).append(
+                stoker_rows(prefix, K, t, mapped=False))
+            res.setdefault(f"packed best-fit, {t} thread(s), read (STOKER_MMAP=0)", []).append(
+                stoker_rows(prefix, K, t, "packed", mapped=False))
             res.setdefault(f"C loop: windows, {t} thread(s)", []).append(
                 c_loop(prefix, 0, t, K))
             res.setdefault(f"C loop: packed best-fit, {t} thread(s)", []).append(
                 c_loop(prefix, 2, t, K))
+            res.setdefault(f"C loop: packed best-fit, {t} thread(s), fills by the plain loop",
+                           []).append(c_loop(prefix, 2, t, K, fills="plain"))
+            res.setdefault(f"C loop: packed best-fit, {t} thread(s), NO fills (rows wrong: "
+                           f"their share)", []).append(c_loop(prefix, 2, t, K, fills="none"))
             if exe:
                 res.setdefault(f"base: packed best-fit, {t} thread(s)", []).append(
                     stoker_rows(prefix, K, t, "packed", build=a.base))

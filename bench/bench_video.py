@@ -25,7 +25,10 @@ loader, which writes them; the plain "stoker" row runs after it and finds them: 
 on an indexed tree), whole (STOKER_READ_WHOLE=1: each video read whole into memory, as before
 ranged reads), dthreads1 (decoder_threads=1 instead of the thread plan), tar / stk (the tree
 packed into a WebDataset tar / a .stk shard, read in place) and tar-whole / stk-whole (the same
-read whole). Bytes read per epoch are stoker's stats()["bytes_read"]; "open" is the time to
+read whole), tar-cache / stk-cache (the tar / .stk read in place with a cache directory, which
+keeps each member's frame index: a "cold" row with an empty cache directory, which writes them,
+then the plain row, a new process finding them). --stoker-only leaves out the DataLoader and
+ceiling rows (for bytes-read comparisons). Bytes read per epoch are stoker's stats()["bytes_read"]; "open" is the time to
 create the Loader, "first batch" from creating it to its first batch.
 
     /usr/bin/python3 bench/bench_video.py --videos 32 --epochs 3 --workers 0,1,2,3
@@ -240,6 +243,7 @@ def main():
                          "dthreads1, tar, tar-whole, stk, stk-whole (the tree packed so)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="stoker rows run this many times, interleaved; the median shown")
+    ap.add_argument("--stoker-only", action="store_true")
     ap.add_argument("--child")
     ap.add_argument("--tree")
     ap.add_argument("--arg", type=int, default=0)
@@ -271,6 +275,14 @@ def main():
         for v in variants:
             if v == "cold":
                 continue
+            if v.endswith("-cache"):  # a cold row (empty cache dir), then a new process
+                cache = tempfile.mkdtemp(prefix="stk_bench_video_cache_")
+                env = dict(BENCH_DATA=packed.get(v.split("-")[0], ""), STOKER_CACHE_DIR=cache)
+                runs.setdefault(f"stoker {v} cold", []).append(
+                    measure("stoker", tree, a.epochs, a.threads, env))
+                runs.setdefault(f"stoker {v}", []).append(
+                    measure("stoker", tree, a.epochs, a.threads, env))
+                continue
             env = {"whole": dict(STOKER_READ_WHOLE="1"),
                    "dthreads1": dict(BENCH_DECODER_THREADS="1"),
                    "tar": dict(BENCH_DATA=packed.get("tar", "")),
@@ -282,6 +294,15 @@ def main():
                 measure("stoker", tree, a.epochs, a.threads, env))
     for k, rs in runs.items():  # the median round by epochs 2+ (each round printed below)
         rows[k] = sorted(rs, key=lambda r: rate(r["times"], False))[len(rs) // 2]
+    if a.stoker_only:
+        print(f"load average before: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}; after: "
+              f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        for k, r in rows.items():
+            extra = dict((t[0], t[1]) for t in r["times"] if isinstance(t[0], str))
+            print(f"{k:24s} clips/s epoch 1 {rate(r['times'], True):.2f}, epochs 2+ "
+                  f"{rate(r['times'], False):.2f}; MB read per epoch: "
+                  f"{' '.join(f'{x / 1e6:.2f}' for x in extra.get('bytes', []))}")
+        return
     best = None
     for w in [int(x) for x in a.workers.split(",")]:
         r = measure("dataloader", tree, a.epochs, w)

@@ -25,6 +25,7 @@ typedef struct bench_args {
     int64_t batch;
     uint64_t seed, max_samples;
     bool shuffle, exact, fast, ceiling, json, quiet, no_verify, no_stats; /* exact: as used */
+    bool audio; /* the recipe is an audio transform (kws-train, kws-val) */
 } bench_args;
 
 /* One measured run: the loader's (cmd_bench.c) or the ceiling's (bench_ceiling.c). */
@@ -41,14 +42,15 @@ typedef struct bench_result {
     size_t slot_size;
     unsigned threads, prefetch;
     stk_loader_stats st;
-    bool decoded; /* the ceiling decoded images (else it copied the records or arrays) */
+    bool decoded; /* the ceiling decoded images or audio (else it copied the records or arrays) */
 } bench_result;
 
 /* The ceiling on a's records (at most --max-samples of them, preloaded into memory): `threads`
  * threads decode every image of the recipe's field (JPEGs with TurboJPEG, libjpeg-turbo's own
- * decoder; a raw run, or an array field: memcpy every record's bytes through a slot_size
- * buffer), a->epochs times. Fills *r (samples, bytes, seconds, cpu_s, the first epoch's, threads,
- * decoded). Returns 0, or 1 with the error printed. */
+ * decoder), or for an audio recipe every whole audio file into float samples with libsndfile
+ * (bench/audio_ceiling.c's decode); a raw run, or an array field: memcpy every record's bytes
+ * through a slot_size buffer; a->epochs times. Fills *r (samples, bytes, seconds, cpu_s, the first
+ * epoch's, threads, decoded). Returns 0, or 1 with the error printed. */
 int stk_bench_run_ceiling(const bench_args *a, unsigned threads, size_t slot_size, bench_result *r);
 
 #endif /* STK_CLI_BENCH_H */

@@ -80,6 +80,9 @@ int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned
 int stk_cli_recipe(const char *cmd, const char *name, bool exact, bool fast, stk_transform **out,
                    bool *exact_out);
 
+/* Whether a field of this name holds encoded audio: `audio` (an audio folder's), or an audio
+ * file's extension (a WebDataset member's, as the loader's transform-field pick reads them). */
+bool stk_cli_audio_field_name(const char *name);
 /* stk_cli_open_data of a given format (NULL: detect it; --format NAME). */
 int stk_cli_open_data_as(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                          const char *format, stk_dataset **out);

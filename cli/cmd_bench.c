@@ -8,7 +8,8 @@
  * of threads, the work with nothing else around it: for raw records a plain memcpy of every
  * record's bytes out of memory (the records are first read into RAM); for an image recipe a
  * full-size decode of every image with libjpeg-turbo (TurboJPEG) or libspng and nothing else
- * (images in RAM). The first epoch is reported apart from the later ones (the loader's first
+ * (images in RAM); for an audio recipe libsndfile decoding every whole file to float (files in
+ * RAM). The first epoch is reported apart from the later ones (the loader's first
  * includes its start-up and every image's first, checked read; bench_ceiling.c times its own).
  *
  * Lists (`--threads 1,2,4 --prefetch 2,4,8`) make a sweep: every combination is run, the ceiling
@@ -62,7 +63,8 @@ static void usage(FILE *f)
             "brace ranges or s3:// and http(s):// URLs) and, with\n"
             "--ceiling, the ceiling on the same records, in the same order, on as many threads:\n"
             "memcpy of the record bytes (raw) or a full-size decode of every image and nothing\n"
-            "else (image recipes; JPEGs with libjpeg-turbo's TurboJPEG). With several epochs the\n"
+            "else (image recipes; JPEGs with libjpeg-turbo's TurboJPEG), or of every whole\n"
+            "audio file with libsndfile (audio recipes). With several epochs the\n"
             "first epoch (start-up and every first read included) is reported apart from the\n"
             "later ones.\n"
             "\n"
@@ -74,7 +76,8 @@ static void usage(FILE *f)
             "                      articles train: decode, Resample to 16 kHz, a 1 s random\n"
             "                      (val: centred) crop, MelSpectrogram(16000, n_mels=64),\n"
             "                      FrequencyMasking(8) and TimeMasking(20) for training\n"
-            "                      (docs/audio.md; its ceiling: bench/bench_audio.py)\n"
+            "                      (docs/audio.md; its ceiling: libsndfile decoding every\n"
+            "                      whole file of the audio field)\n"
             "  --threads N         worker threads (default: one per CPU); 'auto' lets the\n"
             "                      loader choose online; a list (1,2,4) makes a sweep\n"
             "  --epochs E          epochs to run (default 1)\n"
@@ -434,7 +437,7 @@ static void print_part(const char *name, part l, const part *c)
 static int report_single(const bench_args *a, const bench_result *lr, const bench_result *cr)
 {
     double sps = lr->samples / lr->seconds, bps = lr->bytes / lr->seconds;
-    const char *ckind = cr && cr->decoded ? "decode" : "memcpy";
+    const char *ckind = cr && cr->decoded ? (a->audio ? "audio decode" : "decode") : "memcpy";
     part lf = first_part(lr), ll = later_part(lr), cf = {0}, cl = {0};
     if (cr) {
         cf = first_part(cr);
@@ -622,14 +625,7 @@ int stk_cmd_bench(int argc, char **argv)
     if (strcmp(a.recipe, "raw") != 0 &&
         (rc = stk_cli_recipe("bench", a.recipe, a.exact, a.fast, &t, &a.exact)))
         return rc;
-    if (t && stk_transform_media(t) == STK_MEDIA_AUDIO &&
-        (a.ceiling || a.plot || a.n_threads_list > 1 || a.n_prefetch_list > 1)) {
-        stk_transform_destroy(t);
-        return stk_cli_usage_error("bench",
-                                   "--ceiling, --plot and sweeps measure an image ceiling; an "
-                                   "audio recipe's (libsndfile decoding whole files) is "
-                                   "bench/bench_audio.py's");
-    }
+    a.audio = t && stk_transform_media(t) == STK_MEDIA_AUDIO;
     if (a.n_threads_list > 1 || a.n_prefetch_list > 1 || a.plot) {
         if (a.auto_threads) {
             stk_transform_destroy(t);

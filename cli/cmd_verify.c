@@ -214,24 +214,12 @@ static const char *record_checksum(const stk_dataset *ds)
     return NULL;
 }
 
-/* Whether a field of this name holds encoded audio: `audio` (an audio folder's), or an audio
- * file's extension (a WebDataset member's, as the loader's transform-field pick reads them). */
-static bool audio_field_name(const char *name)
-{
-    static const char *const names[] = {"audio", "wav", "flac", "mp3", "ogg", "oga",
-                                        "opus",  "aif", "aiff", "au",  "snd"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcasecmp(name, names[i]) == 0)
-            return true;
-    return false;
-}
-
 /* The bytes fields of ds holding audio, into s (at most VERIFY_MAX_DECODE in all). */
 static void audio_fields(const stk_dataset *ds, verify_state *s)
 {
     for (size_t f = 0; f < stk_dataset_n_fields(ds) && s->n_decode < VERIFY_MAX_DECODE; f++) {
         const stk_field *fd = stk_dataset_field(ds, f);
-        if (fd->kind == STK_FIELD_BYTES && audio_field_name(fd->name)) {
+        if (fd->kind == STK_FIELD_BYTES && stk_cli_audio_field_name(fd->name)) {
             s->audio[s->n_decode] = true;
             s->decode[s->n_decode++] = (int)f;
         }
@@ -275,7 +263,7 @@ static int parse_decode_fields(const stk_dataset *ds, const char *list, verify_s
             return stk_cli_error("verify", "--decode: field '%s' is not a bytes field", name);
         if (s->n_decode == VERIFY_MAX_DECODE)
             return stk_cli_usage_error("verify", "--decode: at most %d fields", VERIFY_MAX_DECODE);
-        s->audio[s->n_decode] = audio_field_name(name);
+        s->audio[s->n_decode] = stk_cli_audio_field_name(name);
         s->decode[s->n_decode++] = f;
         p += n + (p[n] == ',');
     }

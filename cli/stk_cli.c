@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -230,6 +231,16 @@ int stk_cli_recipe(const char *cmd, const char *name, bool exact, bool fast, stk
 }
 
 /* ---- data ---- */
+
+bool stk_cli_audio_field_name(const char *name)
+{
+    if (strcasecmp(name, "audio") == 0)
+        return true;
+    for (size_t i = 0; i < stk_n_audio_extensions(); i++) /* the library's list, without its dot */
+        if (strcasecmp(name, stk_audio_extension(i) + 1) == 0)
+            return true;
+    return false;
+}
 
 int stk_cli_open_data(const char *cmd, char *const *paths, int n_paths, unsigned flags,
                       stk_dataset **out)

@@ -62,7 +62,9 @@
  *     num_output_channels). Cumulative counters are plain plurals (stats.batches, .samples,
  *     .skipped; stk_pack_result.records). The CLI names things, not counts (--threads N, the
  *     bench JSON's "threads"), as shell tools do.
- *   - `_size` is always bytes (slot_size, max_record_size, buf_size); never elements.
+ *   - `_size` is bytes (slot_size, max_record_size, buf_size), never elements, except names
+ *     taken from torch and torchvision with their meaning (batch_size: samples, world_size:
+ *     ranks, kernel_size: pixels).
  *   - A pair that saves and restores is save_/load_ (stk_loader_save_state and
  *     stk_loader_load_state).
  *   - Verbs: create/destroy (heap objects), open/close (files), init (a caller's struct),
@@ -410,6 +412,16 @@ STK_API size_t stk_n_image_extensions(void);
  *  ".tif", ".tiff", ".webp"; matched without case), or NULL.
  *  Lifetime: static. Threads: thread-safe. */
 STK_API const char *stk_image_extension(size_t i);
+
+/** The number of file name extensions the library reads as audio: an audio folder tree's files
+ *  (".wav", ".flac", ".mp3", ".ogg", ".oga", ".opus", ".aif", ".aiff") and the other containers
+ *  libsndfile reads (".au", ".snd"), which also name audio fields in a record.
+ *  Threads: thread-safe. */
+STK_API size_t stk_n_audio_extensions(void);
+
+/** Extension `i` (< stk_n_audio_extensions(); matched without case), or NULL.
+ *  Lifetime: static. Threads: thread-safe. */
+STK_API const char *stk_audio_extension(size_t i);
 
 /** The format of an open dataset ("stk", "imagefolder", ...).
  *  Lifetime: static storage. */
@@ -1495,6 +1507,9 @@ typedef struct stk_loader_stats {
     uint64_t finish_ns;      /* finishing: device time of the kernel, or CPU time (fallback) */
     char device_reason[256]; /* why the ring is not pinned, there is no device copy or
                                 finishing fell back to the CPU; "" when all requested is on */
+    /* ---- added in 0.3.x (read when struct_size covers them) ---- */
+    uint64_t indexed; /* videos this loader indexed (a pass over the file's packets): found
+                         neither in its memory nor in an index file (docs/video.md) */
 } stk_loader_stats;
 
 /** Zero `out` and set its struct_size (the caller's sizeof). */

@@ -148,6 +148,17 @@ bool stk__memo_set(stk__memo *m, uint64_t i, const void *bytes, size_t size);
 void stk__memo_forget(stk__memo *m, uint64_t i);
 /* Gets that found a blob, blobs set, bytes held. */
 void stk__memo_counts(const stk__memo *m, uint64_t *hits, uint64_t *sets, uint64_t *held);
+/* Single flight (a record's blob derived by one thread): true when the caller is to derive
+ * record i's blob (none set, no other thread deriving it): it then calls stk__memo_release(m, i)
+ * once done, whether it set the blob or not. false: the blob is set (m NULL or i out of range:
+ * derive without a claim), after waiting, when another thread held the claim, for its release; a
+ * release that set nothing (a failed derivation, a full memo) hands the claim to a waiter. */
+bool stk__memo_claim(stk__memo *m, uint64_t i);
+void stk__memo_release(stk__memo *m, uint64_t i);
+/* Claims granted, waits for another's claim, threads waiting now (for tests). */
+void stk__memo_flights(stk__memo *m, uint64_t *claims, uint64_t *waits, uint64_t *waiting);
+/* Block until at least n threads wait in stk__memo_claim (an event for tests: K in flight). */
+void stk__memo_await_waiting(stk__memo *m, uint64_t n);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t stk__now_ns(void);

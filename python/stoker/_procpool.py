@@ -44,14 +44,13 @@ import traceback
 
 import numpy as np
 
-from . import _pyworker
+from . import _pyworker, _pyworker_server as _server
+from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_REQ, _recv_exact,  # noqa: F401
+                               _Served, _server_loop)
 
 HDR = struct.Struct("<IIQQQQ")    # op, n, a, b, c, d: 40 bytes (parent -> worker)
 REPLY = struct.Struct("<IIQQQ")   # status, payload length, python_ns, mask, cpu_ns: 32 bytes
-CTL = struct.Struct("<iiii")      # op, worker id, pid, pad (C -> server)
-CTL_REPLY = struct.Struct("<ii")  # value (pid / wait status), errno
 OP_INIT, OP_ARENA, OP_TICKET, OP_PROBE = 1, 2, 3, 4
-CTL_SPAWN, CTL_REAP = 1, 2
 ST_OK, ST_ERROR, ST_STARTED = 0, 1, 2  # ST_STARTED: the probe began a sample (index in python_ns)
 ST_READY = 3  # a map-style worker finished starting (set-up, worker_init_fn): sent once, first
 
@@ -127,6 +126,21 @@ class ForkServer:
             self.sock.sendall(FS_REQ.pack(token, 0))
             _recv_exact(self.sock, CTL_REPLY.size)
 
+    def lean(self):
+        """Ask the fork server to go on as a lean interpreter (_pyworker_server's LEAN), now
+        that a loader's workers are started; True when it did. Only a fork of this process
+        (a fresh interpreter is lean already, but for torch, which its workers need)."""
+        if self.how != "fork" or getattr(self, "is_lean", False):
+            return False
+        try:
+            with self.lock:
+                self.sock.sendall(FS_REQ.pack(_server.LEAN_TOKEN, 0))
+                went, _ = CTL_REPLY.unpack(_recv_exact(self.sock, CTL_REPLY.size))
+        except (OSError, EOFError):
+            return False
+        self.is_lean = bool(went)
+        return self.is_lean
+
     def serve(self, token=0, blob=b""):
         """Serve one more loader (the spec registered under `token` before this fork server was
         forked, or pickled in `blob`): its control socket, and the server's pid."""
@@ -134,6 +148,8 @@ class ForkServer:
         try:
             with self.lock:
                 socket.send_fds(self.sock, [FS_REQ.pack(token, len(blob)) + blob], [b.fileno()])
+                if blob:
+                    self.is_lean = False  # (it unpickles the spec: torch and all, again)
                 pid, err = CTL_REPLY.unpack(_recv_exact(self.sock, CTL_REPLY.size))
         except (OSError, EOFError) as e:
             a.close()
@@ -163,9 +179,8 @@ class ForkServer:
 
 _FS = None
 _FS_LOCK = threading.Lock()
-_SPECS = {}            # token -> spec, inherited by a fork server forked with it
+_SPECS = _server.SPECS  # token -> spec, inherited by a fork server forked with it
 _TOKENS = iter(range(1, 1 << 30))
-FS_REQ = struct.Struct("<II")  # token, pickled spec length (then the spec; the ctl fd attached)
 
 
 def _fork_server():
@@ -372,145 +387,6 @@ def _fork_server_main(sock):
     control socket; then fork and reap that loader's workers), until the parent closes `sock`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _server_loop(sock, [])
-
-
-class _Served:
-    """One loader in a server: its control socket, spec and worker processes."""
-
-    def __init__(self, ctl, spec):
-        self.ctl, self.spec, self.children = ctl, spec, set()
-
-    def close(self):
-        for c in self.children:
-            try:
-                os.kill(c, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for c in self.children:
-            try:
-                os.waitpid(c, 0)
-            except ChildProcessError:
-                pass
-        self.children.clear()
-        self.ctl.close()
-
-
-def _server_loop(main, served):
-    """Answer the loaders' control sockets (SPAWN a worker, REAP one) and, on `main` (the fork
-    server's socket to its parent; None for a spawned server), SERVE requests adding loaders.
-    A control socket that ends takes its loader's workers with it; `main` ending (or the last
-    loader of a spawned server) ends the server."""
-    try:
-        while True:
-            socks = ([main] if main is not None else []) + [v.ctl for v in served]
-            if not socks:
-                return
-            ready, _, _ = select.select(socks, [], [], 1.0)
-            for s in ready:
-                if s is main:
-                    if not _serve_request(main, served):
-                        return
-                    continue
-                v = next(v for v in served if v.ctl is s)
-                if not _control_request(v, main, served):
-                    served.remove(v)
-                    v.close()
-    finally:
-        for v in served:
-            v.close()
-
-
-def _serve_request(main, served):
-    """A SERVE (or FORGET) request on the fork server's socket; False when the parent is gone."""
-    try:
-        msg, fds, _, _ = socket.recv_fds(main, FS_REQ.size, 1)
-        if not msg:
-            return False
-        if len(msg) < FS_REQ.size:
-            msg = bytes(msg) + bytes(_recv_exact(main, FS_REQ.size - len(msg)))
-        token, n = FS_REQ.unpack(msg)
-        blob = bytes(_recv_exact(main, n)) if n else b""
-    except (OSError, EOFError):
-        return False
-    if not fds:  # forget: the loader chose threads
-        _SPECS.pop(token, None)
-        main.sendall(CTL_REPLY.pack(0, 0))
-        return True
-    for fd in fds[1:]:
-        os.close(fd)
-    ctl = socket.socket(fileno=fds[0])
-    try:
-        spec = _SPECS.pop(token) if token else pickle.loads(blob)
-        ctl.sendall(struct.pack("<I", 0))
-        served.append(_Served(ctl, spec))
-    except BaseException as e:  # noqa: BLE001 - told to the loader on its socket
-        text = f"{type(e).__name__}: {e}".encode("utf-8", "replace")[:2000]
-        try:
-            ctl.sendall(struct.pack("<I", len(text)) + text)
-        except OSError:
-            pass
-        ctl.close()
-    main.sendall(CTL_REPLY.pack(os.getpid(), 0))
-    return True
-
-
-def _control_request(v, main, served):
-    """A SPAWN or REAP request from a loader's C pool; False when its socket ended."""
-    ctl = v.ctl
-    try:
-        msg, fds, _, _ = socket.recv_fds(ctl, CTL.size, 1)
-        if not msg:
-            return False
-        if len(msg) < CTL.size:
-            msg = bytes(msg) + bytes(_recv_exact(ctl, CTL.size - len(msg)))
-    except (OSError, EOFError):
-        return False
-    op, wid, pid, _ = CTL.unpack(msg)
-    if op == CTL_SPAWN and fds:
-        child = os.fork()
-        if child == 0:
-            code = 0
-            try:
-                if main is not None:
-                    main.close()
-                for other in served:
-                    other.ctl.close()
-                for fd in fds[1:]:
-                    os.close(fd)
-                worker_main(fds[0], wid, v.spec)
-            except BaseException:  # noqa: BLE001
-                traceback.print_exc()
-                code = 1
-            finally:
-                os._exit(code)
-        for fd in fds:
-            os.close(fd)
-        v.children.add(child)
-        ctl.sendall(CTL_REPLY.pack(child, 0))
-    elif op == CTL_REAP:
-        try:
-            _, status = os.waitpid(pid, 0)
-            v.children.discard(pid)
-            ctl.sendall(CTL_REPLY.pack(status, 0))
-        except ChildProcessError:
-            ctl.sendall(CTL_REPLY.pack(-1, 10))  # ECHILD
-    else:
-        for fd in fds:
-            os.close(fd)
-        ctl.sendall(CTL_REPLY.pack(-1, 22))  # EINVAL
-    return True
-
-
-def _recv_exact(sock, n):
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise EOFError
-        got += k
-    return buf
 
 
 def _serve(ctl, spec):

@@ -605,6 +605,10 @@ class PyLoader(Loader):
                                     timeout=float(timeout or 0),
                                     capacity=self._capacity(ring_batch),
                                     startup=_procpool.startup_limit(timeout))
+        # the workers are forked: the fork server is needed only to restart one now, so it goes
+        # on as a lean interpreter instead of a copy of this process (_pyworker_server.py)
+        if pending.fs is not None:
+            pending.fs.lean()
 
     def _capacity(self, ring_batch):
         """Rows whose object leaves are kept until the consumer takes them: every row the ring

@@ -413,7 +413,7 @@ class PyIterLoader(Loader):
         workers = 0 if num_workers is None else _torchcompat.check_int(num_workers,
                                                                         "num_workers", 0)
         if num_workers is None:
-            workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+            workers = _core.n_cpus()  # the library's count (stk_n_cpus: the affinity mask)
         if persistent_workers and workers == 0:
             raise _core.StokerInvalidError("persistent_workers option needs num_workers > 0")
         if timeout is None or isinstance(timeout, bool) or \

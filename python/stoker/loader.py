@@ -766,6 +766,8 @@ class Loader:
           decode_s, augment_s, collate_s, copy_s (device copies), worker_wait_s (workers held
           back by a full ring: the training loop is slower than the loader); consumer_wait_s
           (the training loop blocked in next(): the loader is slower);
+        - indexed: videos indexed by this loader (a pass over a file's packets), not found in
+          its memory or in an index file (docs/video.md);
         - active_threads (threads working now; the autotuner may park some of n_threads),
           depth (batches allowed in flight), autotune_changes, autotune_reason (why the
           autotuner took its last decision, "" when it has not run).

@@ -149,3 +149,71 @@ def test_downmix_stereo_refusals(tmp_path):
     with pytest.raises(stoker.StokerFormatError, match=r"channel mask 0x803 has channel bit 11"):
         stoker_first(p, [A.Downmix(2), A.PadTo(0.1)])
     assert stoker_first(p, [A.Downmix(), A.PadTo(0.1)]).shape == (1, 1600)
+
+
+def _flac_with_comments(src, dst, comments):
+    """src (a FLAC file) with a VORBIS_COMMENT block of `comments` (KEY=value strings) in place
+    of any it had, after STREAMINFO."""
+    b = open(src, "rb").read()
+    assert b[:4] == b"fLaC"
+    at, blocks, last = 4, [], False
+    while not last:
+        last = bool(b[at] & 0x80)
+        n = int.from_bytes(b[at + 1:at + 4], "big")
+        blocks.append((b[at] & 0x7F, b[at + 4:at + 4 + n]))
+        at += 4 + n
+    vendor = b"stoker test"
+    body = len(vendor).to_bytes(4, "little") + vendor + len(comments).to_bytes(4, "little")
+    for c in comments:
+        body += len(c.encode()).to_bytes(4, "little") + c.encode()
+    blocks = [blocks[0], (4, body)] + [bl for bl in blocks[1:] if bl[0] != 4]
+    out = b"fLaC"
+    for i, (kind, data) in enumerate(blocks):
+        out += bytes([kind | (0x80 if i == len(blocks) - 1 else 0)]) + len(data).to_bytes(3, "big")
+        out += data
+    open(dst, "wb").write(out + b[at:])
+
+
+# A mask per channel count whose layout differs from FLAC's own for that count (and moves the
+# downmix: an LFE, a back centre or front centre-sides where FLAC has other channels).
+FLAC_MASKS = {3: 0x0B, 4: 0x107, 5: 0x10F, 6: 0x137, 7: 0x637, 8: 0xFF}
+
+
+def test_flac_channel_mask_comment_equals_ffmpeg(files, tmp_path):
+    """A FLAC file's WAVEFORMATEXTENSIBLE_CHANNEL_MASK comment is its layout, as FFmpeg reads it:
+    hex, decimal or octal, the key in any case; a mask naming another number of channels, 0, or
+    bits FFmpeg calls invalid leave FLAC's own order."""
+    worst = 0.0
+    for ch, m in FLAC_MASKS.items():
+        assert bin(m).count("1") == ch
+        for form in ("0x%x", "%d", "0%o"):
+            key = "waveformatextensible_channel_mask" if form == "%d" else \
+                "WAVEFORMATEXTENSIBLE_CHANNEL_MASK"
+            p = str(tmp_path / f"m{ch}_{len(form)}.flac")
+            _flac_with_comments(files[ch, "flac"], p, ["TITLE=x", f"{key}={form % m}"])
+            want, sr = ffmpeg_stereo(p)
+            plain, _ = ffmpeg_stereo(files[ch, "flac"])
+            assert np.abs(want - plain).max() > 0.05, (ch, "the mask must move FFmpeg's downmix")
+            x = stoker_first(p, [A.Downmix(2), A.PadTo(want.shape[1] / sr)])
+            err = float(np.abs(x - want).max())
+            worst = max(worst, err)
+            assert err == 0.0, (ch, form, err)
+    for bad in ("0x3", "0", "0x40000", "-1", "x"):  # 2 channels named, 0, bit 18, not a number
+        p = str(tmp_path / "bad.flac")
+        _flac_with_comments(files[5, "flac"], p, [f"WAVEFORMATEXTENSIBLE_CHANNEL_MASK={bad}"])
+        want, sr = ffmpeg_stereo(p)
+        plain, _ = ffmpeg_stereo(files[5, "flac"])
+        assert np.array_equal(want, plain), bad
+        x = stoker_first(p, [A.Downmix(2), A.PadTo(want.shape[1] / sr)])
+        assert np.array_equal(x, want), bad
+    print(f"Downmix(2) FLAC with a channel mask comment: largest difference {worst:.3g}")
+
+
+def test_flac_channel_mask_comment_refused_channel(files, tmp_path):
+    """A FLAC mask naming a top channel is refused by name, as a WAV's is."""
+    p = str(tmp_path / "top.flac")
+    _flac_with_comments(files[3, "flac"], p, ["WAVEFORMATEXTENSIBLE_CHANNEL_MASK=0x803"])
+    with pytest.raises(stoker.StokerFormatError,
+                       match=r"top.flac \(record 0\).*FLAC channel mask 0x803 has channel bit 11"):
+        stoker_first(p, [A.Downmix(2), A.PadTo(0.1)])
+    assert stoker_first(p, [A.Downmix(), A.PadTo(0.1)]).shape == (1, 1600)

@@ -353,3 +353,47 @@ def test_stk_and_tar_read_in_place(tmp_path, monkeypatch):
     with pytest.raises(stoker.Error, match=r"tree.stk record \d+ \(global \d+\) at byte \d+.*"
                        r"checksum mismatch \(record corrupt\)"):
         _epochs(packed, ops, 1)
+
+
+def test_hdf5_audio_bytes_read_in_place(tmp_path, monkeypatch):
+    """Encoded audio in an HDF5 file (h5py's vlen uint8 rows) is read in place too: a contiguous
+    dataset's row where it lies in the file (the header, then the crop's bytes), a chunked and
+    gzipped one's row whole through the library. The same batches as read whole
+    (STOKER_READ_WHOLE=1), 3 epochs, WAV and FLAC rows; fewer bytes from the contiguous file."""
+    h5py = pytest.importorskip("h5py")
+    clips = []
+    for i in range(8):
+        ext = "flac" if i % 4 == 3 else "wav"
+        p = str(tmp_path / f"{i}.{ext}")
+        audio_data._run(["sox", "-n", "-r", "22050", "-c", "2", "-b", "16", p, "synth",
+                         str(4 + i), "sine", str(200 + 50 * i), "sine", "310", "vol", "0.4"])
+        clips.append(np.frombuffer(open(p, "rb").read(), np.uint8))
+    ops = [A.Resample(22050, 16000), A.RandomCrop(1.0), A.Downmix()]
+    files = {}
+    for kind in ("contiguous", "gzip"):
+        files[kind] = p = str(tmp_path / f"{kind}.h5")
+        with h5py.File(p, "w") as f:
+            kw = dict(chunks=(2,), compression="gzip") if kind == "gzip" else {}
+            d = f.create_dataset("audio", (len(clips),), dtype=h5py.vlen_dtype(np.uint8), **kw)
+            for k, c in enumerate(clips):
+                d[k] = c
+            f.create_dataset("label", data=np.arange(len(clips)) % 2)
+    for kind, p in files.items():
+        monkeypatch.setenv("STOKER_READ_WHOLE", "1")
+        whole, read_whole = _epochs(p, ops, 3)
+        monkeypatch.delenv("STOKER_READ_WHOLE")
+        inplace, read_in = _epochs(p, ops, 3)
+        for x, y in zip(whole, inplace):
+            assert x.shape == (8, 1, 16000) and np.array_equal(x, y), kind
+        print(f"HDF5 {kind}: bytes read in 3 epochs, whole {read_whole}, in place {read_in} "
+              f"({read_in / read_whole:.2f}x)")
+        if kind == "contiguous":
+            assert read_in < 0.6 * read_whole, (read_in, read_whole)
+    # a row that is not audio fails naming the file and the row, read in place as whole
+    bad = str(tmp_path / "bad.h5")
+    with h5py.File(bad, "w") as f:
+        d = f.create_dataset("audio", (3,), dtype=h5py.vlen_dtype(np.uint8))
+        d[0], d[1], d[2] = clips[0], np.frombuffer(b"not audio at all" * 8, np.uint8), clips[1]
+    with pytest.raises(stoker.StokerFormatError, match=r"bad\.h5 row 1.*not a supported audio"):
+        with stoker.Loader(bad, 3, transforms=ops, output="numpy") as loader:
+            next(iter(loader))

@@ -73,6 +73,25 @@ def test_the_library_owns_the_cpu_count_and_image_extensions():
         ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
+def test_python_asks_the_library_for_the_cpu_count_and_imagenet_constants(monkeypatch):
+    """No second copy in Python: an IterableDataset loader's default worker count is the
+    library's n_cpus(), and the Albumentations Normalize defaults are the library's constants."""
+    import inspect
+    import torch
+    from stoker.transforms import _albu
+
+    class Numbers(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(4))
+
+    monkeypatch.setattr(_core, "n_cpus", lambda: 3)
+    loader = stoker.Loader(Numbers(), batch_size=None, executor="thread")
+    assert loader.num_workers == 3 and loader.info()["n_threads"] == 3
+    params = inspect.signature(_albu.Normalize).parameters
+    assert params["mean"].default is _core.IMAGENET_MEAN
+    assert params["std"].default is _core.IMAGENET_STD
+
+
 def test_albumentations_adapter_keeps_its_public_name():
     from stoker import albumentations as A
     from stoker.transforms import _albu

@@ -12,6 +12,15 @@
  * first time, and with 4 KiB pages that is a page fault per 4 KiB of output (147 per float32
  * 224x224 sample), which perf showed as a quarter of a one-epoch run's CPU time on this project's
  * VM (issue 29; bench/RESULTS.md has the figures). The kernel still zeroes the memory.
+ *
+ * Memory kept across loaders: a pageable slot of 2 MiB or more whose memory held a batch is not
+ * freed with its ring but kept (stk__slot_keep, up to KEEP_N blocks), and the next ring with slots
+ * of the same size takes it (stk__slot_alloc_kept) instead of memory never written, whose first
+ * touch costs 0.3-0.4 CPU s per 147 MiB on this project's VM (issue 29, first5). A ring that had to
+ * allocate a slot of 2 MiB or more fresh frees every block still kept (stk__slot_kept_trim), so at
+ * most the memory of the rings closed since the last such ring is held. The blocks are in atomic
+ * words, no lock: a child forked while another thread keeps or takes one sees each block kept or
+ * not (its copy-on-write copy is its own).
  */
 #include "batch/stk_pinned.h"
 #include "cuda/stk_cuda.h"
@@ -109,6 +118,76 @@ void *stk__slot_alloc_limit(size_t size, bool want_pinned, uint64_t limit, bool 
     if (size >= huge)
         (void)madvise(p, size, MADV_HUGEPAGE); /* a hint: failure changes nothing */
     return p;
+}
+
+enum { KEEP_N = 8 };
+#define KEEP_MIN ((size_t)2 << 20)
+/* Blocks kept: their address, with the block's size in its first 8 bytes; 0 = none. */
+static _Atomic uintptr_t kept[KEEP_N];
+
+/* Keep block b (its size in its first 8 bytes) in a free place, else free it. */
+static void keep_block(uintptr_t b)
+{
+    for (int i = 0; i < KEEP_N; i++) {
+        uintptr_t none = 0;
+        if (atomic_compare_exchange_strong(&kept[i], &none, b))
+            return;
+    }
+    free((void *)b);
+}
+
+void *stk__slot_alloc_kept(size_t size, bool want_pinned, uint64_t limit, bool *pinned, bool *warm,
+                           char *why, size_t why_size)
+{
+    *warm = false;
+    size_t want = (size_t)STK_ALIGN_UP(size ? size : 1, 64);
+    if (want_pinned || want < KEEP_MIN)
+        return stk__slot_alloc_limit(size, want_pinned, limit, pinned, why, why_size);
+    for (int i = 0; i < KEEP_N; i++) {
+        /* Own the block before reading its size: another thread may take and free it. */
+        uintptr_t b = atomic_exchange(&kept[i], 0);
+        if (!b)
+            continue;
+        if (*(const size_t *)b != want) {
+            keep_block(b);
+            continue;
+        }
+        *pinned = false;
+        if (stk__fault_alloc_hit()) { /* counted as the allocation it stands for */
+            free((void *)b);
+            return NULL;
+        }
+        *warm = true;
+        return (void *)b;
+    }
+    return stk__slot_alloc_limit(size, want_pinned, limit, pinned, why, why_size);
+}
+
+void stk__slot_keep(void *p, size_t size, bool pinned, bool used)
+{
+    size_t have = (size_t)STK_ALIGN_UP(size ? size : 1, 64);
+    if (p && !pinned && used && have >= KEEP_MIN) {
+        *(size_t *)p = have;
+        keep_block((uintptr_t)p);
+        return;
+    }
+    stk__slot_free(p, size, pinned);
+}
+
+void stk__slot_kept_trim(void)
+{
+    for (int i = 0; i < KEEP_N; i++)
+        free((void *)atomic_exchange(&kept[i], 0));
+}
+
+size_t stk__slot_kept_bytes(void)
+{
+    size_t n = 0;
+    for (int i = 0; i < KEEP_N; i++) {
+        uintptr_t b = atomic_load(&kept[i]);
+        n += b ? *(const size_t *)b : 0;
+    }
+    return n;
 }
 
 void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned)

@@ -15,6 +15,18 @@ void *stk__slot_alloc_limit(size_t size, bool want_pinned, uint64_t limit, bool 
 /* stk__slot_alloc_limit with the default limit, the reason dropped. */
 void *stk__slot_alloc(size_t size, bool want_pinned, bool *pinned);
 void stk__slot_free(void *p, size_t size, bool pinned);
+/* Memory kept across loaders (stk_pinned.c): stk__slot_alloc_limit, except that a pageable slot
+ * of 2 MiB or more takes a block of its size that an earlier ring's slot wrote and kept
+ * (stk__slot_keep), *warm then true: memory already written, without the first touch. */
+void *stk__slot_alloc_kept(size_t size, bool want_pinned, uint64_t limit, bool *pinned, bool *warm,
+                           char *why, size_t why_size);
+/* Free a slot, or keep its memory for the next ring: a pageable slot of 2 MiB or more whose memory
+ * `used` (held a batch) is kept while one of the process's few places for it is free. */
+void stk__slot_keep(void *p, size_t size, bool pinned, bool used);
+/* Free every block kept (a ring that had to allocate a large slot afresh calls it; threads: any),
+ * and the bytes kept now (tests: no ring may be made or freed meanwhile). */
+void stk__slot_kept_trim(void);
+size_t stk__slot_kept_bytes(void);
 /* Page-locked bytes held by all ring slots of the process, and the default cap on them (env
  * STOKER_PINNED_LIMIT, e.g. "8G", else a quarter of physical memory; read once). */
 uint64_t stk__pinned_total(void);

@@ -49,14 +49,19 @@ stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool wan
         r->pinned = r->arena.pinned;
         r->pinned_bytes = r->arena.pinned ? r->arena.size : 0;
     }
+    bool fresh = false; /* a slot of memory never written was allocated */
     for (uint32_t i = 0; i < n_slots; i++) {
         stk__slot *s = &r->slots[i];
-        bool pinned = r->arena.pinned;
+        bool pinned = r->arena.pinned, warm = false;
         char note[STK_ERRMSG_SIZE] = "";
         if (shared)
             s->mem = r->arena.base + (size_t)i * stride;
         else
-            s->mem = stk__slot_alloc_limit(size, want_pinned, limit, &pinned, note, sizeof(note));
+            s->mem =
+                stk__slot_alloc_kept(size, want_pinned, limit, &pinned, &warm, note, sizeof(note));
+        s->used = warm; /* kept memory held a batch of an earlier ring: no first touch */
+        r->n_kept += warm;
+        fresh = fresh || (s->mem && !warm);
         if (!s->mem)
             return stk__set_error(err, err_size, STK_ENOMEM,
                                   "out of memory allocating a ring slot of %zu bytes", size);
@@ -71,6 +76,10 @@ stk_status stk__ring_alloc(stk__ring *r, uint32_t n_slots, size_t size, bool wan
         s->handle = (stk_batch){
             .dv = {.dc = dc, .slot = i, .mem = s->mem}, .r = r, .slot = i, .pinned = pinned};
     }
+    /* Blocks kept that this ring did not take would stay unused: free them now that it allocated
+     * large memory of its own (a ring of small slots leaves them for the next one). */
+    if (fresh && size >= ((size_t)2 << 20))
+        stk__slot_kept_trim();
     return STK_OK;
 }
 
@@ -79,7 +88,8 @@ void stk__ring_free(stk__ring *r)
     if (r->slots) {
         if (r->arena.fd < 0)
             for (uint32_t i = 0; i < r->n_slots; i++)
-                stk__slot_free(r->slots[i].mem, r->slot_alloc, r->slots[i].handle.pinned);
+                stk__slot_keep(r->slots[i].mem, r->slot_alloc, r->slots[i].handle.pinned,
+                               r->slots[i].used);
         stk__free(r->slots);
         r->slots = NULL;
     }
@@ -119,7 +129,9 @@ void stk__ring_take_hot_locked(stk__ring *r, stk__slot *s)
     stk__slot *hot = s;
     for (uint32_t i = 0; i < r->n_slots; i++) {
         stk__slot *f = &r->slots[i];
-        if (f->state == STK__SLOT_FREE && !f->draining && f->freed > hot->freed)
+        /* the memory freed last; else (nothing freed yet) memory that held a batch before */
+        if (f->state == STK__SLOT_FREE && !f->draining &&
+            (f->freed > hot->freed || (f->freed == hot->freed && f->used && !hot->used)))
             hot = f;
     }
     if (hot == s)

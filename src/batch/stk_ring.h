@@ -83,7 +83,8 @@ typedef struct stk__ring {
      * about its first touch on that VM (stk_ring_setup.c). The waits save a slot's first touch
      * when the run ends within the budget, and cost at most the budget when it does not. (mu) */
     int64_t fresh_budget_ns;
-    uint32_t fresh_waiters;                          /* workers waiting so (mu) */
+    uint32_t fresh_waiters; /* workers waiting so (mu) */
+    uint32_t n_kept;        /* slots given memory an earlier ring wrote and kept (stk_pinned.c) */
     void (*destroy)(struct stk__ring *r, void *arg); /* called on the last unref, mu not held */
     void *destroy_arg;
     /* The device side (stk_ring_setup.c): set up once, torn down by stk__ring_teardown. */
@@ -146,9 +147,11 @@ static inline stk__slot *stk__ring_slot(const stk__ring *r, uint64_t seq)
  * the most recently freed. */
 void stk__slot_release_locked(stk__ring *r, stk__slot *s);
 /* Give FREE slot s, about to be opened, the memory of the most recently freed FREE slot (mu held;
- * a no-op unless r->reuse_hot): a worker then writes into memory the cache still holds instead
- * of cycling through every slot's. The slot (its seq, state and handle) stays where the batch
- * order puts it; only the memory behind it moves, between FREE slots nobody reads. */
+ * a no-op unless r->reuse_hot), or while none was freed, memory that held a batch before (kept
+ * from an earlier ring, stk_pinned.c) over memory never written: a worker then writes into memory
+ * the cache still holds instead of cycling through every slot's. The slot (its seq, state and
+ * handle) stays where the batch order puts it; only the memory behind it moves, between FREE slots
+ * nobody reads. */
 void stk__ring_take_hot_locked(stk__ring *r, stk__slot *s);
 /* Whether a worker about to open FREE slot s (its hot memory taken) should wait for used memory
  * instead (mu held): s's memory was never used, hot reuse is on, budget is left, and some other

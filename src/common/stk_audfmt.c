@@ -16,6 +16,16 @@ static const char *const extensions[] = {".wav",  ".flac", ".mp3",  ".ogg", ".og
 #define N_FOLDER 8 /* the first N_FOLDER: an audio folder tree's */
 #define N_EXTENSIONS (sizeof(extensions) / sizeof(extensions[0]))
 
+size_t stk_n_audio_extensions(void)
+{
+    return N_EXTENSIONS;
+}
+
+const char *stk_audio_extension(size_t i)
+{
+    return i < N_EXTENSIONS ? extensions[i] : NULL;
+}
+
 bool stk__audio_name(const char *name)
 {
     const char *dot = strrchr(name, '.');

@@ -7,9 +7,16 @@
  * compare-and-swap (a thread that loses the race frees its copy: both derived the same bytes from
  * the same record), get is one acquire load. The bytes held are counted against a cap: past it,
  * set declines and the caller derives the record's blob again next time (correct, slower).
+ *
+ * Single flight: a thread about to derive a record's blob claims it first (stk__memo_claim); a
+ * second thread that wants the same record meanwhile (another clip of the same video, in flight
+ * at once) waits for the claim's release and then reads the blob the first set, so a record is
+ * derived once, and its index file written by one thread. Claims are rare (a record's first
+ * use), so they take one mutex; a waiter sleeps on a condition variable, woken by any release.
  */
 #include "stk_internal.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -24,7 +31,11 @@ struct stk__memo {
     uint64_t cap;
     _Atomic uint64_t held;
     _Atomic uint64_t hits, sets;
-    _Atomic(memo_blob *) retired; /* forgotten blobs, freed with the memo */
+    _Atomic(memo_blob *) retired;     /* forgotten blobs, freed with the memo */
+    pthread_mutex_t lock;             /* claims */
+    pthread_cond_t released, arrived; /* a claim released; a thread began waiting (tests) */
+    uint64_t *claimed; /* one bit per record: a thread is deriving its blob (under lock) */
+    uint64_t claims, waits, waiting; /* under lock */
     _Atomic(memo_blob *) slot[];
 };
 
@@ -35,6 +46,13 @@ stk__memo *stk__memo_create(uint64_t n, uint64_t cap_bytes)
     stk__memo *m = stk__calloc(1, sizeof(*m) + (size_t)n * sizeof(_Atomic(memo_blob *)));
     if (!m)
         return NULL;
+    if (!(m->claimed = stk__calloc((size_t)(n / 64 + 1), sizeof(uint64_t)))) {
+        stk__free(m);
+        return NULL;
+    }
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_cond_init(&m->released, NULL);
+    pthread_cond_init(&m->arrived, NULL);
     m->n = n;
     m->cap = cap_bytes;
     atomic_init(&m->retired, NULL);
@@ -54,6 +72,10 @@ void stk__memo_destroy(stk__memo *m)
         next = b->retired;
         stk__free(b);
     }
+    pthread_mutex_destroy(&m->lock);
+    pthread_cond_destroy(&m->released);
+    pthread_cond_destroy(&m->arrived);
+    stk__free(m->claimed);
     stk__free(m);
 }
 
@@ -113,6 +135,57 @@ void stk__memo_forget(stk__memo *m, uint64_t i)
     while (!atomic_compare_exchange_weak_explicit(&m->retired, &b->retired, b, memory_order_release,
                                                   memory_order_relaxed))
         ;
+}
+
+bool stk__memo_claim(stk__memo *m, uint64_t i)
+{
+    if (!m || i >= m->n)
+        return false;
+    uint64_t bit = 1ULL << (i % 64);
+    bool mine = false;
+    pthread_mutex_lock(&m->lock);
+    while (!atomic_load_explicit(&m->slot[i], memory_order_acquire)) {
+        if (!(m->claimed[i / 64] & bit)) {
+            m->claimed[i / 64] |= bit;
+            m->claims++;
+            mine = true;
+            break;
+        }
+        m->waits++;
+        m->waiting++;
+        pthread_cond_broadcast(&m->arrived);
+        pthread_cond_wait(&m->released, &m->lock);
+        m->waiting--;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return mine;
+}
+
+void stk__memo_release(stk__memo *m, uint64_t i)
+{
+    if (!m || i >= m->n)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->claimed[i / 64] &= ~(1ULL << (i % 64));
+    pthread_cond_broadcast(&m->released);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void stk__memo_flights(stk__memo *m, uint64_t *claims, uint64_t *waits, uint64_t *waiting)
+{
+    pthread_mutex_lock(&m->lock);
+    *claims = m->claims;
+    *waits = m->waits;
+    *waiting = m->waiting;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void stk__memo_await_waiting(stk__memo *m, uint64_t n)
+{
+    pthread_mutex_lock(&m->lock);
+    while (m->waiting < n)
+        pthread_cond_wait(&m->arrived, &m->lock);
+    pthread_mutex_unlock(&m->lock);
 }
 
 void stk__memo_counts(const stk__memo *m, uint64_t *hits, uint64_t *sets, uint64_t *held)

@@ -13,10 +13,15 @@
  * Frames come from the codec in chunks of CHUNK interleaved frames and are deinterleaved (or
  * averaged into one plane) straight into the caller's planes.
  */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3") /* wav_pcm16's conversion loop, vectorised */
+#endif
+
 #include "decode/stk_audio_codec.h"
 #include "decode/stk_decode.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CHUNK 2048         /* frames per codec read */
@@ -38,6 +43,8 @@ struct stk__audiodec {
     bool lenient, trusted, checked;
     float *chunk; /* CHUNK interleaved frames */
     size_t chunk_cap;
+    uint64_t pcm16; /* a 16-bit PCM WAV whose frames all lie in the stream: its data chunk's
+                       offset + 1 (0: none), read here without libsndfile (wav_pcm16) */
 };
 
 stk_status stk__audio_reserve(float **buf, size_t *cap, size_t n, char *err, size_t err_size)
@@ -90,9 +97,12 @@ bool stk__audiodec_checked(const stk__audiodec *d)
 /* A WAV whose data chunk says more bytes than follow it was cut short: libsndfile would quietly
  * read what is there. A size of 0 or 0xFFFFFFFF (a stream's writer did not know) and RF64's
  * 64-bit sizes are left to libsndfile. */
-static stk_status wav_check(stk__audview *v, uint32_t *mask, char *err, size_t err_size)
+static stk_status wav_check(stk__audview *v, uint32_t *mask, uint64_t *pcm16, char *err,
+                            size_t err_size)
 {
     *mask = 0;
+    *pcm16 = 0;
+    bool is16 = false; /* the fmt chunk says 16-bit integer PCM */
     uint64_t size = v->size;
     const uint8_t *p = stk__audview_get(v, 0, (size_t)STK_MIN(size, (uint64_t)12));
     if (!p)
@@ -113,21 +123,110 @@ static stk_status wav_check(stk__audview *v, uint32_t *mask, char *err, size_t e
                                       "WAV: truncated: its data chunk at byte %" PRIu64
                                       " says %" PRIu32 " bytes but %" PRIu64 " follow",
                                       at, len, have);
+            if (is16)
+                *pcm16 = at + 8 + 1;
             return STK_OK;
         }
         if (len > size - at - 8)
             break; /* a chunk past the end before the data: libsndfile says what is wrong */
-        if (memcmp(c, "fmt ", 4) == 0 && len >= 24) { /* WAVE_FORMAT_EXTENSIBLE's channel mask */
-            const uint8_t *f = stk__audview_get(v, at + 8, 24);
+        if (memcmp(c, "fmt ", 4) == 0 && len >= 16) {
+            size_t n = len >= 26 ? 26 : 16;
+            const uint8_t *f = stk__audview_get(v, at + 8, n);
             if (!f)
                 return stk__set_error(err, err_size, v->rc, "%s", v->why);
-            if (f[0] == 0xFE && f[1] == 0xFF && f[16] >= 22)
+            bool ext = f[0] == 0xFE && f[1] == 0xFF && n >= 26 && f[16] >= 22;
+            if (ext) /* WAVE_FORMAT_EXTENSIBLE's channel mask */
                 *mask = (uint32_t)f[20] | (uint32_t)f[21] << 8 | (uint32_t)f[22] << 16 |
                         (uint32_t)f[23] << 24;
+            /* WAVE_FORMAT_PCM, or EXTENSIBLE with the PCM subformat; 16 bits, 2 per channel */
+            uint32_t ch = (uint32_t)f[2] | (uint32_t)f[3] << 8;
+            is16 = ((f[0] == 1 && f[1] == 0) || (ext && f[24] == 1 && f[25] == 0)) && f[14] == 16 &&
+                   f[15] == 0 && ch > 0 && ((uint32_t)f[12] | (uint32_t)f[13] << 8) == 2 * ch;
         }
         at += 8 + (uint64_t)len + (len & 1);
     }
     return STK_OK;
+}
+
+/* A FLAC file's WAVEFORMATEXTENSIBLE_CHANNEL_MASK Vorbis comment, read as FFmpeg's FLAC demuxer
+ * reads it (the layout FFmpeg then decodes with): the key in any case, a non-empty value parsed
+ * as strtol(value, NULL, 0) does ("0x107", "263", "0407"), the last such comment; 0 or a value
+ * with bits above 17 (FFmpeg's "Invalid value") is no mask. An ID3 tag before "fLaC" is skipped.
+ * Damaged metadata gives no mask (libFLAC's own checks say what is wrong with the stream). */
+static stk_status flac_mask(stk__audview *v, uint32_t *mask)
+{
+    static const char key[] = "WAVEFORMATEXTENSIBLE_CHANNEL_MASK";
+    const size_t klen = sizeof(key) - 1;
+    *mask = 0;
+    size_t ahead = v->ahead;
+    v->ahead = STK_MAX(ahead, (size_t)HEAD); /* the blocks are read forward: a few reads */
+    uint64_t at = 0, size = v->size;
+    const uint8_t *p = stk__audview_get(v, 0, (size_t)STK_MIN(size, (uint64_t)10));
+    if (p && size >= 10 && memcmp(p, "ID3", 3) == 0)
+        at = 10 +
+             ((uint64_t)(p[6] & 0x7f) << 21 | (uint64_t)(p[7] & 0x7f) << 14 |
+              (uint64_t)(p[8] & 0x7f) << 7 | (uint64_t)(p[9] & 0x7f)) +
+             (p[5] & 0x10 ? 10 : 0);
+    p = at + 4 <= size ? stk__audview_get(v, at, 4) : NULL;
+    if (!p || memcmp(p, "fLaC", 4) != 0)
+        goto done;
+    at += 4;
+    for (bool last = false; !last && at + 4 <= size;) {
+        if (!(p = stk__audview_get(v, at, 4)))
+            goto done;
+        last = p[0] & 0x80;
+        uint64_t len = (uint64_t)p[1] << 16 | (uint64_t)p[2] << 8 | p[3], end = at + 4 + len;
+        if (end > size)
+            goto done;
+        if ((p[0] & 0x7f) != 4) { /* not VORBIS_COMMENT */
+            at = end;
+            continue;
+        }
+        /* vendor string, comment count, then each comment: a 32-bit length and KEY=value */
+        uint64_t q = at + 4;
+        if (len < 8 || !(p = stk__audview_get(v, q, 4)))
+            goto done;
+        uint64_t vendor =
+            (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+        if (vendor > end - q - 8)
+            goto done;
+        q += 4 + vendor;
+        if (!(p = stk__audview_get(v, q, 4)))
+            goto done;
+        uint32_t n =
+            (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        q += 4;
+        for (; n > 0 && end - q >= 4; n--) {
+            if (!(p = stk__audview_get(v, q, 4)))
+                goto done;
+            uint64_t clen =
+                (uint64_t)p[0] | (uint64_t)p[1] << 8 | (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+            q += 4;
+            if (clen > end - q)
+                break;
+            /* KEY=value with a value of up to 63 characters (a longer one is no mask) */
+            if (clen > klen + 1 && clen <= klen + 64) {
+                const uint8_t *c = stk__audview_get(v, q, (size_t)clen);
+                if (!c)
+                    goto done;
+                bool match = c[klen] == '=';
+                for (size_t i = 0; match && i < klen; i++)
+                    match = (c[i] >= 'a' && c[i] <= 'z' ? c[i] - 32 : c[i]) == (uint8_t)key[i];
+                if (match) {
+                    char val[64];
+                    memcpy(val, c + klen + 1, (size_t)clen - klen - 1);
+                    val[clen - klen - 1] = '\0';
+                    unsigned long long m = (unsigned long long)strtoll(val, NULL, 0);
+                    *mask = m && !(m & ~0x3ffffull) ? (uint32_t)m : 0;
+                }
+            }
+            q += clen;
+        }
+        at = end;
+    }
+done:
+    v->ahead = ahead;
+    return v->rc < 0 ? STK_EIO : STK_OK;
 }
 
 /* Every page of an Ogg stream (Vorbis, Opus) in a row from byte 0 to the end, each with the
@@ -225,8 +324,10 @@ static stk_status open_view(stk__audiodec *d, stk__audinfo *out, char *err, size
             return view_error(v, err, err_size);
     }
     uint32_t mask = 0;
+    uint64_t pcm16 = 0;
+    d->pcm16 = 0;
     if (fmt == STK__AUD_WAV)
-        STK_TRY(wav_check(v, &mask, err, err_size));
+        STK_TRY(wav_check(v, &mask, &pcm16, err, err_size));
     int k = fmt == STK__AUD_MP3;
     d->codec = k ? &stk__audcodec_mpg123 : &stk__audcodec_sndfile;
     if (!d->h[k])
@@ -240,6 +341,10 @@ static stk_status open_view(stk__audiodec *d, stk__audinfo *out, char *err, size
     d->cur = d->h[k];
     d->pos = 0;
     d->info.format = fmt;
+    if (fmt == STK__AUD_FLAC && d->info.channels >= 3 && flac_mask(v, &mask) < 0) {
+        rc = view_error(v, err, err_size); /* the mask serves Downmix(2) of 3 to 8 channels */
+        goto fail;
+    }
     d->info.mask = mask;
     if (d->info.rate == 0 || d->info.rate > MAX_RATE || d->info.channels == 0)
         STK_FAIL_SIZED(err, err_size, STK_EFORMAT,
@@ -254,6 +359,10 @@ static stk_status open_view(stk__audiodec *d, stk__audinfo *out, char *err, size
                        d->info.frames == INT64_MAX
                            ? "its length is unknown (a truncated Ogg stream has no last page)"
                            : "no audio frames");
+    /* libsndfile's frames from the data chunk on, 2 bytes a sample: read them here when all are
+     * in the stream (wav_pcm16; the same floats, value / 32768, as libsndfile's) */
+    if (pcm16 && (uint64_t)d->info.frames <= (v->size - (pcm16 - 1)) / (2u * d->info.channels))
+        d->pcm16 = pcm16;
     d->seek_mode = fmt == STK__AUD_VORBIS ? SEEK_NONE
                    : fmt == STK__AUD_OPUS ? SEEK_PREROLL
                                           : SEEK_EXACT;
@@ -351,6 +460,45 @@ fail:
     return rc;
 }
 
+/* Frames [first, first + n) of a 16-bit PCM WAV (d->pcm16) into the planes, as read_frames puts
+ * libsndfile's: each sample value / 32768 (libsndfile's float conversion: the same float), the
+ * channels deinterleaved, or their mean (summed in channel order). The window's bytes are one
+ * read of a stream read in place. */
+static stk_status wav_pcm16(stk__audiodec *d, int64_t first, int64_t n, float *const *planes,
+                            uint32_t n_planes, char *err, size_t err_size)
+{
+    uint32_t ch = d->info.channels;
+    size_t ba = 2u * ch;
+    const uint8_t *p =
+        n ? stk__audview_get(&d->v, d->pcm16 - 1 + (uint64_t)first * ba, (size_t)n * ba) : NULL;
+    if (n && !p)
+        return view_error(&d->v, err, err_size);
+    const float scale = 1.0f / 32768.0f;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (ch == 1) { /* mono on a little-endian host: one loop the compiler vectorises */
+        float *o = planes[0];
+        for (int64_t i = 0; i < n; i++) {
+            int16_t v;
+            memcpy(&v, p + 2 * i, 2);
+            o[i] = (float)v * scale;
+        }
+        return STK_OK;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++, p += ba) {
+        if (n_planes == ch) {
+            for (uint32_t c = 0; c < ch; c++)
+                planes[c][i] = (float)(int16_t)(uint16_t)(p[2 * c] | p[2 * c + 1] << 8) * scale;
+        } else {
+            float sum = 0.0f;
+            for (uint32_t c = 0; c < ch; c++)
+                sum += (float)(int16_t)(uint16_t)(p[2 * c] | p[2 * c + 1] << 8) * scale;
+            planes[0][i] = sum / (float)ch;
+        }
+    }
+    return STK_OK;
+}
+
 stk_status stk__audio_decode(stk__audiodec *d, int64_t first, int64_t n, float *const *planes,
                              uint32_t n_planes, char *err, size_t err_size)
 {
@@ -366,6 +514,11 @@ stk_status stk__audio_decode(stk__audiodec *d, int64_t first, int64_t n, float *
                               " planes: outside the stream",
                               first, first + n, n_planes);
     bool pcm = d->info.format == STK__AUD_WAV || d->info.format == STK__AUD_AIFF;
+    if (d->pcm16) {
+        STK_TRY(wav_pcm16(d, first, n, planes, n_planes, err, err_size));
+        d->checked = !d->lenient; /* as below: PCM has nothing to check but its header */
+        return STK_OK;
+    }
     if (!d->lenient && !d->trusted && !pcm) {
         /* the whole stream from frame 0, keeping the window as it passes */
         if (d->info.format == STK__AUD_VORBIS || d->info.format == STK__AUD_OPUS ||

@@ -44,7 +44,8 @@ typedef struct stk__audinfo {
     uint32_t rate;     /* Hz */
     uint32_t channels; /* 1 .. STK__AUD_MAX_CHANNELS */
     int64_t frames;    /* samples per channel */
-    uint32_t mask;     /* WAV: WAVE_FORMAT_EXTENSIBLE's dwChannelMask, else 0 (not given) */
+    uint32_t mask; /* WAV: WAVE_FORMAT_EXTENSIBLE's dwChannelMask; FLAC (3 or more channels): its
+                      WAVEFORMATEXTENSIBLE_CHANNEL_MASK comment; else 0 (not given) */
 } stk__audinfo;
 
 typedef struct stk__audiodec stk__audiodec;

@@ -181,6 +181,15 @@ void stk__vfs_close(stk__file *f);
 stk_status stk__vfs_borrow(stk__file *of, stk__file **out, char *err, size_t err_size);
 stk_status stk__vfs_memfile(uint8_t *bytes, uint64_t size, const char *path, stk__file **out,
                             char *err, size_t err_size);
+/* As stk__vfs_memfile, for bytes that are those of `src` (the source's open file, which must
+ * outlive this one) from offset `at` (a .stk record's field read whole to check it) or derived
+ * from them alone (a tar's gzipped member, gunzipped): stk__vfs_origin names them. */
+stk_status stk__vfs_memfile_of(uint8_t *bytes, uint64_t size, stk__file *src, uint64_t at,
+                               stk__file **out, char *err, size_t err_size);
+/* Where lent file f's bytes come from: *src the source's file and *at the offset there of f's
+ * offset 0 (a borrowed view: its file, 0; stk__vfs_memfile_of's). false (NULL, 0): f is not lent,
+ * or is a file in memory of no known origin. */
+bool stk__vfs_origin(const stk__file *f, stk__file **src, uint64_t *at);
 /* Whether f is a file in memory (stk__vfs_memfile): reading it is no I/O (not counted as read). */
 bool stk__vfs_in_memory(const stk__file *f);
 /* Whether f is lent (borrowed or in memory): a part of a source's file, not a file of its own

@@ -16,6 +16,8 @@ typedef struct lent {
     stk__file f;    /* first: the handle given out */
     stk__file *of;  /* borrowed: the source's file, else NULL */
     uint8_t *bytes; /* in memory: owned */
+    stk__file *src; /* in memory: the file its bytes came from (NULL: not known) */
+    uint64_t at;    /* ... and where in it */
 } lent;
 
 static stk_status borrowed_read(stk__file *f, uint64_t offset, const stk__iov *iov, int n_iov,
@@ -89,6 +91,31 @@ stk_status stk__vfs_memfile(uint8_t *bytes, uint64_t size, const char *path, stk
                             char *err, size_t err_size)
 {
     return lend(&mem_vfs, NULL, bytes, path, size, out, err, err_size);
+}
+
+stk_status stk__vfs_memfile_of(uint8_t *bytes, uint64_t size, stk__file *src, uint64_t at,
+                               stk__file **out, char *err, size_t err_size)
+{
+    stk_status rc = lend(&mem_vfs, NULL, bytes, src->path, size, out, err, err_size);
+    if (rc >= 0) {
+        ((lent *)(void *)*out)->src = src;
+        ((lent *)(void *)*out)->at = at;
+    }
+    return rc;
+}
+
+bool stk__vfs_origin(const stk__file *f, stk__file **src, uint64_t *at)
+{
+    const lent *l = (const lent *)(const void *)f;
+    *src = NULL;
+    *at = 0;
+    if (f && f->vfs == &borrowed_vfs)
+        *src = l->of;
+    else if (f && f->vfs == &mem_vfs && l->src) {
+        *src = l->src;
+        *at = l->at;
+    }
+    return *src != NULL;
 }
 
 bool stk__vfs_in_memory(const stk__file *f)

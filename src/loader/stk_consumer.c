@@ -292,6 +292,7 @@ stk_status stk_loader_stats_get(const stk_loader *L, stk_loader_stats *dst)
     out->batches = atomic_load(&c->st_batches);
     out->samples = atomic_load(&c->st_samples);
     out->bytes_read = atomic_load(&c->st_bytes);
+    out->indexed = atomic_load(&c->st_indexed);
     out->skipped = atomic_load(&c->st_skipped);
     out->errors = atomic_load(&c->st_errors);
     out->wall_ns = stk__now_ns() - c->created_ns;

@@ -157,6 +157,7 @@ struct core {
     bool timed; /* stage timing on (not STK_LOADER_NO_STATS) */
     uint64_t created_ns;
     atomic_uint_fast64_t st_batches, st_samples, st_bytes, st_skipped, st_errors;
+    atomic_uint_fast64_t st_indexed; /* records whose memo blob this loader derived */
     _Atomic uint64_t consumer_wait_ns;
     tbuf ctrace;          /* the consumer's track */
     uint64_t c_return_ns; /* when stk_loader_next last returned a batch (for "step") */

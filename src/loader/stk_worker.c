@@ -207,6 +207,9 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                         w->tw,
                         stk__decoder_threads(c->cores, w->active, c->n, c->batch_size, w->depth));
                 }
+                /* single flight: one thread indexes a video whose other clips are in flight
+                 * meanwhile; they wait for it and read its index (stk_memo.c) */
+                bool claimed = c->memo && stk__memo_claim(c->memo, rec);
                 _Atomic uint64_t *word = &c->checked[idx / 64];
                 uint64_t bit = 1ULL << (idx % 64);
                 bool trusted = atomic_load_explicit(word, memory_order_relaxed) & bit;
@@ -220,19 +223,28 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
                         c->ds->m->field_open(c->ds, rec, tl->field, &f, &r, &opened, err, err_size);
                     stk__vfs_opts_use(prev);
                     atomic_fetch_add_explicit(&c->st_bytes, opened, memory_order_relaxed);
-                    if (rc < 0)
+                    if (rc < 0) {
+                        if (claimed)
+                            stk__memo_release(c->memo, rec);
                         return rc;
+                    }
                     uint64_t got = 0;
                     bool in_mem = stk__vfs_in_memory(f); /* read by field_open, counted */
                     rc = transform_in_place(c, w, rec, f, r, &rng, out, &got, why, sizeof(why));
                     atomic_fetch_add_explicit(&c->st_bytes, in_mem ? 0 : got, memory_order_relaxed);
                 } else {
+                    size_t had_size;
+                    const uint8_t *had = c->memo ? stk__memo_get(c->memo, rec, &had_size) : NULL;
                     rc = stk__transform_apply(c->transform, w->tw, w->scratch,
                                               loc.field_size[tl->field], &rng, out, why,
                                               sizeof(why));
+                    if (c->memo && stk__memo_get(c->memo, rec, &had_size) != had)
+                        atomic_fetch_add_explicit(&c->st_indexed, 1, memory_order_relaxed);
                 }
                 if (rc >= 0 && !trusted && stk__transform_worker_checked(w->tw))
                     atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
+                if (claimed)
+                    stk__memo_release(c->memo, rec);
             }
             if (w->trace.cap) { /* split the call into its decode and augment slices */
                 uint64_t d1, a1;

@@ -172,6 +172,83 @@ void stk__idx_store(stk__file *f, const char *name, bool beside, uint8_t *b, siz
     }
 }
 
+/* A part's entry name: name's first letter and 15 hex digits of XXH3(name, off, len) (the cache's
+ * aux names are at most 16 lower-case letters and digits). */
+static void part_name(const char *name, uint64_t off, uint64_t len, char out[17])
+{
+    uint8_t k[16];
+    stk__st64(k, off);
+    stk__st64(k + 8, len);
+    uint64_t h = XXH3_64bits_withSeed(k, sizeof(k), XXH3_64bits(name, strlen(name)));
+    snprintf(out, 17, "%c%015llx", name[0], (unsigned long long)(h >> 4));
+}
+
+/* The aux entry `name` of a part of f: in the remote cache, or the cache directory's entry
+ * for a local f (false: none, or no cache directory). */
+static bool part_get(stk__file *f, const char *name, uint8_t **b, size_t *n)
+{
+    if (!is_local(f))
+        return stk__vfs_aux_get(f, name, b, n);
+    char *key;
+    stk__cache *c = local_cache(f, &key);
+    bool got = c && key && stk__cache_aux_get(c, key, name, b, n);
+    stk__free(key);
+    return got;
+}
+
+uint8_t *stk__idx_part_load(stk__file *f, const char *name, const char magic[8], uint64_t off,
+                            uint64_t len, const uint8_t **body, size_t *body_len)
+{
+    char pn[17];
+    uint64_t id[3];
+    uint8_t *b = NULL;
+    size_t n = 0;
+    *body = NULL;
+    *body_len = 0;
+    part_name(name, off, len, pn);
+    if (!stk__idx_identity(f, id) || !part_get(f, pn, &b, &n))
+        return NULL;
+    if (!(b = checked(b, &n, magic, id)))
+        return NULL;
+    const uint8_t *p = b + STK__IDX_HEAD;
+    size_t pl = n - STK__IDX_HEAD - STK__IDX_TAIL;
+    if (pl < 16 || stk__ld64(p) != off || stk__ld64(p + 8) != len) {
+        stk__free(b); /* another part's under a colliding name */
+        return NULL;
+    }
+    *body = p + 16;
+    *body_len = pl - 16;
+    return b;
+}
+
+void stk__idx_part_store(stk__file *f, const char *name, const char magic[8], uint64_t off,
+                         uint64_t len, const void *body, size_t body_len)
+{
+    char pn[17];
+    uint64_t id[3];
+    size_t n;
+    uint8_t *b = stk__idx_identity(f, id) && body_len <= IDX_MAX
+                     ? stk__idx_new(magic, id, 16 + body_len, &n)
+                     : NULL;
+    if (!b)
+        return;
+    part_name(name, off, len, pn);
+    stk__st64(b + STK__IDX_HEAD, off);
+    stk__st64(b + STK__IDX_HEAD + 8, len);
+    memcpy(b + STK__IDX_HEAD + 16, body, body_len);
+    stk__st64(b + n - STK__IDX_TAIL, XXH3_64bits(b, n - STK__IDX_TAIL));
+    if (!is_local(f)) {
+        stk__vfs_aux_put(f, pn, b, n);
+    } else {
+        char *key;
+        stk__cache *c = local_cache(f, &key);
+        if (c && key)
+            stk__cache_aux_put(c, key, pn, b, n);
+        stk__free(key);
+    }
+    stk__free(b);
+}
+
 bool stk__idx_offsets_load(stk__file *f, const char *name, uint64_t min_gap, uint64_t **off,
                            uint64_t *count)
 {

@@ -40,6 +40,19 @@ uint8_t *stk__idx_load(stk__file *f, const char *name, bool beside, const char m
  * read-only directory without a cache directory, or no cache, only means the next open scans. */
 void stk__idx_store(stk__file *f, const char *name, bool beside, uint8_t *b, size_t n);
 
+/* A part's index: of the `len` bytes at `off` of f (a tar member, a .stk record's field), or of
+ * what they decode to (a gzipped member), kept as an entry of the cache directory under f's
+ * "local:<path>" key (a local f; none without a cache directory) or as f's aux entry (a remote
+ * f: the remote cache), never beside f. Its name is `name`'s first letter and a hash of (name,
+ * off, len); its body starts with off and len, checked on load with the envelope against f's
+ * identity (a shard rewritten since, or another part's entry, is ignored). Load: the body past
+ * (off, len) at *body (*body_len bytes) inside the returned buffer (stk__free it), or NULL.
+ * Store: best effort, as stk__idx_store. */
+uint8_t *stk__idx_part_load(stk__file *f, const char *name, const char magic[8], uint64_t off,
+                            uint64_t len, const uint8_t **body, size_t *body_len);
+void stk__idx_part_store(stk__file *f, const char *name, const char magic[8], uint64_t off,
+                         uint64_t len, const void *body, size_t body_len);
+
 /* An index of record offsets (count + 1 of them, the last one f->size) as index `name` of f (only
  * for remote objects: local formats keep their own). Load checks, besides the envelope, that the
  * offsets start at 0, grow by at least min_gap and end at f->size: true with *off (stk__free

@@ -41,7 +41,15 @@ typedef struct stk__resampler {
     int32_t *j0, *nt;   /* per phase */
     int32_t stride;     /* weights per phase in w */
     float *w;           /* phase i: nt[i] weights at w + i * stride */
-    bool avx2;          /* the dot products in AVX2 (the same sums as without) */
+    /* The same weights by groups of 8 outputs (stk_audio_resample.c runs these) of a super-block
+     * of sb blocks (1, or 8 / gcd(new, 8) when new < 8): group g reads g_len[g] inputs from g_s[g]
+     * (after the super-block's first) times rows of 8 weights at gw + g_at[g] (row t, lane l: the
+     * weight of output 8g + l for that input, or 0) */
+    int64_t sb, n_groups;
+    int32_t *g_s, *g_len;
+    int64_t *g_at;
+    float *gw;
+    bool avx2; /* in AVX2 with FMA (the same sums as the portable fmaf ones) */
 } stk__resampler;
 
 /* Build the kernel resampling orig_freq to new_freq with op's parameters (Resample's

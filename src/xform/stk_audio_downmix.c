@@ -14,11 +14,11 @@
  * summed in FFmpeg's channel order (the bits of the mask below) in float, as its rematrix does.
  *
  * The layout (which channel each of a stream's channels is) as FFmpeg's demuxers give it: a WAV's
- * WAVE_FORMAT_EXTENSIBLE mask when it names as many channels as the file has; FLAC's fixed
- * assignments (FLAC format, "Channel assignment"); Ogg Vorbis's and Opus's (mapping family 1, the
- * Vorbis order); anything else, or a WAV without a mask, FFmpeg's default layout for the count
- * (av_channel_layout_default: 2.1, 4.0, 5.0, 5.1, 6.1, 7.1). Not read: a FLAC file's
- * WAVEFORMATEXTENSIBLE_CHANNEL_MASK comment (FFmpeg honours it). More than 8 channels, or a WAV
+ * WAVE_FORMAT_EXTENSIBLE mask, or a FLAC file's WAVEFORMATEXTENSIBLE_CHANNEL_MASK Vorbis comment
+ * (stk_audio_dec.c reads both), when it names as many channels as the file has; else FLAC's
+ * fixed assignments (FLAC format, "Channel assignment"); Ogg Vorbis's and Opus's (mapping family
+ * 1, the Vorbis order); anything else, or a WAV without a mask, FFmpeg's default layout for the
+ * count (av_channel_layout_default: 2.1, 4.0, 5.0, 5.1, 6.1, 7.1). More than 8 channels, or a
  * mask naming a channel outside the list above (top channels, wide, ...), is refused by name.
  *
  * Threads: pure functions.
@@ -67,18 +67,19 @@ stk_status stk__downmix_stereo(stk__audfmt fmt, uint32_t channels, uint32_t mask
                               "%" PRIu32 " channels: audio.Downmix(2) mixes 3 to 8 (FFmpeg's "
                               "layouts up to 7.1); audio.Downmix() averages any number",
                               channels);
-    if (fmt == STK__AUD_WAV && mask && popcount32(mask) == (int)channels) {
+    if ((fmt == STK__AUD_WAV || fmt == STK__AUD_FLAC) && mask &&
+        popcount32(mask) == (int)channels) {
         uint32_t c = 0;
         for (int bit = 0; bit < 32; bit++) {
             if (!(mask >> bit & 1u))
                 continue;
             if (bit >= N_KNOWN)
                 return stk__set_error(err, err_size, STK_EFORMAT,
-                                      "WAV channel mask 0x%" PRIx32 " has channel bit %d (not "
+                                      "%s channel mask 0x%" PRIx32 " has channel bit %d (not "
                                       "one of FL FR FC LFE BL BR FLC FRC BC SL SR): "
                                       "audio.Downmix(2) cannot place it; audio.Downmix() "
                                       "averages the channels",
-                                      mask, bit);
+                                      stk__audfmt_name(fmt), mask, bit);
             id[c++] = (uint8_t)bit;
         }
     } else {

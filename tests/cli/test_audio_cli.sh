@@ -1,7 +1,7 @@
 # test_audio_cli.sh (issue 27): `stoker verify` on audio data decodes every file as the loader's
 # strict first read does and names each broken one by file and record (a folder per class, a
 # WebDataset tar, a .stk pack with --decode); `stoker bench --recipe kws-train` runs the
-# keyword-spotting recipe on the same data, and refuses the image ceiling.
+# keyword-spotting recipe on the same data, with its ceiling (libsndfile decoding the files).
 # Run by scripts/run_cli_tests.sh in a fresh temp dir with $STOKER set.
 . "$(dirname "$0")/lib.sh"
 
@@ -76,7 +76,22 @@ assert d["samples_per_s"] > 0, d
 PYEOF
 done
 expect 0 "recipe kws-val" "$STOKER" bench good --recipe kws-val --threads 1 --batch-size 7 --quiet
-expect 2 "an audio recipe's (libsndfile decoding whole files) is bench/bench_audio.py's" \
-    "$STOKER" bench good --recipe kws-train --ceiling --quiet
+# the audio ceiling: libsndfile decoding the same files whole, first and later epochs apart
+"$STOKER" bench good.stk --recipe kws-train --threads 2 --epochs 3 --batch-size 4 --ceiling \
+    --json --quiet > c.json || fail "bench --recipe kws-train --ceiling: $(cat c.json)"
+$PY - <<'PYEOF' || fail "bench kws-train --ceiling --json: $(cat c.json)"
+import json
+d = json.load(open("c.json"))
+c = d["ceiling"]
+assert c["kind"] == "audio decode" and c["samples"] == 21, c
+assert c["first_epoch"]["samples"] == 7 and c["later_epochs"]["samples"] == 14, c
+for k in ("ratio_to_ceiling", "cpu_ratio_to_ceiling", "first_epoch_ratio_to_ceiling",
+          "later_epochs_ratio_to_ceiling"):
+    assert d[k] is not None and d[k] > 0, (k, d)
+PYEOF
+expect 0 "(audio decode, same records and threads)" \
+    "$STOKER" bench good --recipe kws-val --threads 1 --epochs 2 --batch-size 7 --ceiling --quiet
+grep -q "^  later epochs .*; / ceiling [0-9.]*, per CPU second [0-9.]*" out.txt ||
+    fail "bench kws-val --ceiling: no later epochs' ratio: $(cat out.txt)"
 # a broken clip fails the bench naming it, as the loader does
 expect 1 "cut.flac (record" "$STOKER" bench sounds --recipe kws-val --threads 1 --quiet

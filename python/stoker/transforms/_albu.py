@@ -64,9 +64,10 @@ def VerticalFlip(always_apply=False, p=0.5):
     return _geometry.RandomVerticalFlip(p)
 
 
-def Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), max_pixel_value=255.0,
+def Normalize(mean=_base.IMAGENET_MEAN, std=_base.IMAGENET_STD, max_pixel_value=255.0,
               always_apply=False, p=1.0):
-    """albumentations.Normalize(mean, std, max_pixel_value=255, p=1): (x - mean * max) /
+    """albumentations.Normalize(mean, std, max_pixel_value=255, p=1), whose defaults are the
+    library's ImageNet constants (Albumentations' too): (x - mean * max) /
     (std * max) on 0..255 values, i.e. torchvision's Normalize on x / 255 with mean and std
     scaled by max_pixel_value / 255 (the same op for the default 255). Output float32."""
     _check_p(p, "Normalize")

@@ -30,6 +30,8 @@
  *    like the above;
  *  - variable-length bytes in any other layout (chunked, or a heap not as expected): H5Dread
  *    under the mutex, the largest row found by one pass over the rows at open.
+ * A bytes field read in place (field_open: an audio crop's bytes) is lent where its contiguous
+ * vlen row lies in the file; a row through the library is read whole and lent from memory.
  * Filters: deflate (gzip), shuffle and fletcher32 are read; any other (lzf, szip,
  * scaleoffset, nbit, blosc, ...) is refused at open naming the dataset and the filter.
  *
@@ -604,6 +606,12 @@ static stk_status h5_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, v
     for (uint32_t f = 0; f < hf->n; f++) {
         stk__h5col *c = &hf->col[f];
         uint64_t size = 0;
+        if (!dst[f]) { /* read in place (h5_field_open): its size where known without a read */
+            size = c->voff ? c->vlen[local] : 0;
+            info->field_size[f] = size;
+            info->size += size;
+            continue;
+        }
         if (c->mode != COL_VLEN && c->row_size > cap[f]) {
             char where[STK_ERRMSG_SIZE];
             h5_describe(ds, i, where, sizeof(where));
@@ -639,6 +647,43 @@ static stk_status h5_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, v
     return STK_OK;
 }
 
+/* Field f of record i read in place (an audio crop's bytes): a row of a contiguous vlen-bytes
+ * dataset is lent where it lies in the file (the header, then the window, as a folder's file); a
+ * row the library reads (chunked or compressed, a heap not as expected) is read whole and lent
+ * from memory (*bytes: its size). */
+static stk_status h5_field_open(const stk_dataset *ds, uint64_t i, size_t f, stk__file **file,
+                                stk__brange *r, uint64_t *bytes, char *err, size_t err_size)
+{
+    h5src *s = ds->impl;
+    *bytes = 0;
+    *file = NULL;
+    if (i >= ds->count || f >= ds->n_fields || ds->fields[f].kind != STK_FIELD_BYTES)
+        return stk__set_error(err, err_size, STK_EINVAL,
+                              "field %zu of record %" PRIu64 " cannot be read in place", f, i);
+    uint64_t local = i;
+    size_t k = s->n_fl == 1 ? 0 : stk__dataset_file_of(ds, i, &local);
+    h5file *hf = s->fl[k];
+    stk__h5col *c = &hf->col[f];
+    if (c->voff) {
+        *r = (stk__brange){c->voff[local], c->vlen[local]};
+        return stk__vfs_borrow(hf->f, file, err, err_size);
+    }
+    size_t cap = (size_t)ds->field_max[f];
+    uint8_t *buf = stk__malloc(cap ? cap : 1);
+    if (!buf)
+        return stk__set_error(err, err_size, STK_ENOMEM,
+                              "out of memory for row %" PRIu64 " (%zu bytes)", i, cap);
+    uint64_t size = 0;
+    stk_status rc = read_lib(ds, s, hf, (uint32_t)f, local, i, buf, cap, &size, err, err_size);
+    if (rc < 0) {
+        stk__free(buf);
+        return rc;
+    }
+    *bytes = size;
+    *r = (stk__brange){0, size};
+    return stk__vfs_memfile(buf, size, ds->files[k].path, file, err, err_size);
+}
+
 const stk__source_methods stk__src_hdf5 = {
     .name = "hdf5",
     .summary = "HDF5 files: row i of every dataset is record i",
@@ -647,4 +692,5 @@ const stk__source_methods stk__src_hdf5 = {
     .close = h5_close,
     .read = h5_read,
     .describe = h5_describe,
+    .field_open = h5_field_open,
 };

@@ -757,8 +757,9 @@ static stk_status stk_field_open(const stk_dataset *ds, uint64_t i, size_t f, st
     }
     atomic_fetch_or_explicit(word, bit, memory_order_relaxed);
     memmove(buf, buf + (r->off - rec.off), (size_t)r->len);
+    uint64_t at = r->off;
     *r = (stk__brange){0, r->len};
-    return stk__vfs_memfile(buf, r->len, sf->path, file, err, err_size);
+    return stk__vfs_memfile_of(buf, r->len, sf, at, file, err, err_size);
 }
 
 const stk__source_methods stk__src_stk = {

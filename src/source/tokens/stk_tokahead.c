@@ -2,11 +2,15 @@
  * stk_tokahead.c: a worker's next rows read together. A loader's worker that takes several
  * tickets of a batch at once hands their rows here first (stk__tokds_prepare, the seam's
  * `prepare`); the reads of windows, random and packed rows of local files (a window's T + 1
- * ids; a packed row's runs of pieces, as read_packed makes them) are then made with one io_uring
- * submission into the cursor's reads ahead, and each row's read (stk_tokrows.c) widens from there
- * instead of reading again. One pread a read costs a kernel entry a read, as much as copying a
- * row's bytes out of the page cache: together, one entry pays for STK__TOK_AHEAD reads
- * (bench/RESULTS.md, issue 26).
+ * ids; a packed row's runs of pieces, as read_packed makes them) are then made together into the
+ * cursor's reads ahead, and each row's read (stk_tokrows.c) widens from there
+ * instead of reading again. Mapped files (stk_mapped.h) are copied out of the page cache with no
+ * system call, and each file's version is checked once after the copies; files not mapped
+ * (the default without STOKER_MMAP=1, or the kernel would not) are read with one io_uring
+ * submission. One pread a read costs a kernel entry a read, as much as copying a row's bytes out of
+ * the page cache, and on this VM a system call a row also makes the next row's touches of a mapping
+ * slower: copied or read together, one entry (the version check, or the submission) pays for
+ * STK__TOK_AHEAD reads (bench/RESULTS.md, issue 26).
  *
  * Nothing here decides what a row holds: a read ahead is the same bytes the usual read would
  * read (matched by its first token and length), checked as the usual read checks its bytes (the
@@ -28,6 +32,15 @@ unsigned stk__tokds_prepare_max(const stk_dataset *ds)
         if (stk__vfs_fd(t->c.parts[i].f) < 0)
             return 0; /* remote files read ahead their own way */
     return STK__TOK_AHEAD_ROWS;
+}
+
+/* Whether every file with tokens is mapped (then the reads ahead are copies out of the maps). */
+static bool all_mapped(const stk__tokcorpus *c)
+{
+    for (size_t i = 0; i < c->n_parts; i++)
+        if (!c->parts[i].map && c->parts[i].count)
+            return false;
+    return true;
 }
 
 void stk__tokcur_ahead_free(stk__tokcur *cur)
@@ -55,21 +68,25 @@ void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cursor, const stk__r
     const stk__tokds *t = ds->impl;
     const stk__tokcorpus *c = &t->c;
     stk__tokcur *cur = (stk__tokcur *)cursor;
+    bool mapped = all_mapped(c);
     cur->n_ahead = 0;
-    if (!cur->ring) {
+    if (!cur->ahead) {
         if (cur->ring_tried || stk__tokds_prepare_max(ds) == 0)
             return;
         cur->ring_tried = true;
         cur->ahead_row = cur->buf_size; /* a row, or a packed row's run: what buf holds */
         cur->ahead = stk__malloc(STK__TOK_AHEAD * cur->ahead_row);
-        cur->ring = cur->ahead ? stk__uring_open(STK__TOK_AHEAD) : NULL;
-        if (!cur->ring) { /* none to be had: read as before from now on */
+        cur->ring = cur->ahead && !mapped ? stk__uring_open(STK__TOK_AHEAD) : NULL;
+        if (!cur->ahead || (!mapped && !cur->ring)) { /* none to be had: read as before */
             stk__tokcur_ahead_free(cur);
             return;
         }
     }
+    if (!mapped && !cur->ring)
+        return; /* the ring failed once: read as before from now on */
     static const stk__readkey zero = {0, 0, false};
     stk__uread r[STK__TOK_AHEAD];
+    const stk__mapped *map[STK__TOK_AHEAD];
     uint64_t first[STK__TOK_AHEAD], count[STK__TOK_AHEAD];
     uint32_t m = 0;
     uint64_t cap = cur->buf_size / c->width; /* tokens a read may take (read_packed's) */
@@ -91,18 +108,26 @@ void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cursor, const stk__r
                 len = (uint64_t)t->T + 1;
                 piece = end;
             }
-            stk__file *f;
-            if (!stk__tokcorpus_locate(c, at, len, &f, &off))
+            const stk__tokpart *p;
+            if (!stk__tokcorpus_locate(c, at, len, &p, &off))
                 continue; /* across two files: the usual read joins them */
-            r[m] = (stk__uread){stk__vfs_fd(f), (uint32_t)(len * c->width),
+            r[m] = (stk__uread){stk__vfs_fd(p->f), (uint32_t)(len * c->width),
                                 cur->ahead + m * cur->ahead_row, off, 0};
+            map[m] = p->map;
             first[m] = at;
             count[m++] = len;
         }
     }
     if (m == 0)
         return;
-    if (stk__uring_reads(cur->ring, r, m) != STK_OK) {
+    if (mapped) { /* copies out of the page cache: no system call (a cut file: the usual read) */
+        char err[STK_ERRMSG_SIZE];
+        for (uint32_t k = 0; k < m; k++)
+            r[k].res =
+                stk__mapped_read(map[k], r[k].off, r[k].buf, r[k].len, err, sizeof(err)) == STK_OK
+                    ? (int32_t)r[k].len
+                    : -1;
+    } else if (stk__uring_reads(cur->ring, r, m) != STK_OK) {
         stk__tokcur_ahead_free(cur); /* the ring failed: read as before from now on */
         return;
     }
@@ -112,11 +137,11 @@ void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cursor, const stk__r
     bool failed = false, unchanged = true;
     for (uint32_t k = 0; k < m; k++) {
         if (r[k].fd != checked_fd) { /* rows come file by file: mostly one check a prepare */
-            stk__file *f;
+            const stk__tokpart *p;
             uint64_t off;
-            stk__tokcorpus_locate(c, first[k], count[k], &f, &off);
+            stk__tokcorpus_locate(c, first[k], count[k], &p, &off);
             checked_fd = r[k].fd;
-            unchanged = stk__vfs_fd_unchanged(f);
+            unchanged = stk__vfs_fd_unchanged(p->f);
         }
         bool whole = unchanged && r[k].res == (int32_t)r[k].len;
         cur->ahead_first[k] = whole ? first[k] : UINT64_MAX; /* the usual read names the error */
@@ -124,7 +149,7 @@ void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cursor, const stk__r
         failed |= r[k].res < 0;
     }
     cur->n_ahead = m;
-    if (failed) { /* an error (or a kernel without these reads): not worth asking again */
+    if (failed && cur->ring) { /* an error (or a kernel without these reads): not again */
         stk__uring_close(cur->ring);
         cur->ring = NULL;
     }

@@ -2,10 +2,13 @@
  * stk_tokcorpus.c: a token corpus as one stream: reading any span of it (across files, or across
  * the records of a token column), and documents from eos/bos.
  *
- * Files are read through the byte sources (pread locally, ranged GETs remotely), never mapped: a
- * file that shrinks while open is a read error naming it, never SIGBUS. A column record is read
- * whole on its first touch (so the source's checksum policy applies), after which spans of it
- * are read in place when the source gives the field's byte range.
+ * With STOKER_MMAP=1, local files are mapped (stk_mapped.h) and read in place: a row's ids are
+ * widened straight from the page cache, with no system call and no copy (bench/RESULTS.md,
+ * issue 26); a file cut short or rewritten while open is a read error naming it, never SIGBUS.
+ * What is not mapped (the default, remote files, a span across two files) is read through the byte
+ * sources (pread locally, ranged GETs remotely). A column record is read whole on its first touch
+ * (so the source's checksum policy applies), after which spans of it are read in place when the
+ * source gives the field's byte range.
  */
 #include "source/tokens/stk_tokens.h"
 
@@ -24,15 +27,17 @@ stk_status stk__tokcorpus_add(stk__tokcorpus *c, stk__file *f, uint64_t data_off
         return rc;
     }
     c->parts = p;
-    p[c->n_parts++] = (stk__tokpart){f, data_offset, c->n_tokens, count};
+    p[c->n_parts++] = (stk__tokpart){f, data_offset, c->n_tokens, count, NULL};
     c->n_tokens += count;
     return STK_OK;
 }
 
 void stk__tokcorpus_free(stk__tokcorpus *c)
 {
-    for (size_t i = 0; i < c->n_parts; i++)
+    for (size_t i = 0; i < c->n_parts; i++) {
+        stk__mapped_close(c->parts[i].map);
         stk__vfs_close(c->parts[i].f);
+    }
     stk__free(c->parts);
     stk__free(c->doc);
     stk_dataset_close(c->col);
@@ -207,8 +212,8 @@ static stk_status column_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64_
     return STK_OK;
 }
 
-bool stk__tokcorpus_locate(const stk__tokcorpus *c, uint64_t first, uint64_t n, stk__file **f,
-                           uint64_t *offset)
+bool stk__tokcorpus_locate(const stk__tokcorpus *c, uint64_t first, uint64_t n,
+                           const stk__tokpart **part, uint64_t *offset)
 {
     if (c->col || n == 0 || first >= c->n_tokens || n > c->n_tokens - first)
         return false;
@@ -216,9 +221,60 @@ bool stk__tokcorpus_locate(const stk__tokcorpus *c, uint64_t first, uint64_t n, 
     uint64_t local = first - p->first;
     if (n > p->count - local)
         return false;
-    *f = p->f;
+    *part = p;
     *offset = p->data_offset + local * c->width;
     return true;
+}
+
+stk_status stk__tokcorpus_map(stk__tokcorpus *c, stk__map_advice advice, char *err, size_t err_size)
+{
+    for (size_t i = 0; i < c->n_parts; i++)
+        if (c->parts[i].count && !c->parts[i].map)
+            STK_TRY_RET(stk__mapped_open(c->parts[i].f, advice, &c->parts[i].map, err, err_size));
+    return STK_OK;
+}
+
+/* A read error of part p at token `first`: "FILE token T (byte B): REASON". */
+static stk_status part_error(const stk__tokcorpus *c, const stk__tokpart *p, uint64_t first,
+                             stk_status rc, char *err, size_t err_size)
+{
+    char where[STK_ERRMSG_SIZE];
+    stk__tokcorpus_where(c, first, where, sizeof(where));
+    return stk__source_read_error(rc, where, p->f->path, err, err_size);
+}
+
+/* A guarded use's copy out of the mapping (stk__tokcorpus_read). */
+static void copy_out(void *dst, const uint8_t *bytes, size_t n)
+{
+    memcpy(dst, bytes, n);
+}
+
+stk_status stk__tokcorpus_use(const stk__tokcorpus *c, stk__tokcur *cur, uint64_t first, uint64_t n,
+                              stk__mapped_fn *fn, void *arg, unsigned flags, char *err,
+                              size_t err_size)
+{
+    size_t size = (size_t)(n * c->width);
+    const uint8_t *ahead = stk__tokcur_ahead(cur, first, n);
+    if (ahead) {
+        fn(arg, ahead, size);
+        return STK_OK;
+    }
+    if (!c->col && first < c->n_tokens && n <= c->n_tokens - first) {
+        const stk__tokpart *p = &c->parts[part_of(c, first)];
+        uint64_t local = first - p->first;
+        if (p->map && n <= p->count - local) { /* in place, no copy */
+            stk_status rc = stk__mapped_use(p->map, p->data_offset + local * c->width, size, fn,
+                                            arg, err, err_size);
+            return rc < 0 ? part_error(c, p, first, rc, err, err_size) : STK_OK;
+        }
+    }
+    if (size > cur->buf_size)
+        return stk__set_error(err, err_size, STK_ELIMIT,
+                              "%" PRIu64 " tokens over the %zu-byte buffer of a token cursor", n,
+                              cur->buf_size);
+    STK_TRY_RET(stk__tokcorpus_read(c, cur, first, n, cur->buf, flags, err, err_size));
+    fn(arg, cur->buf, size);
+    return STK_OK;
 }
 
 stk_status stk__tokcorpus_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64_t first,
@@ -239,13 +295,12 @@ stk_status stk__tokcorpus_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64
             const stk__tokpart *p = &c->parts[part_of(c, first)];
             uint64_t local = first - p->first;
             k = STK_MIN(n, p->count - local);
-            rc = stk__vfs_read(p->f, p->data_offset + local * c->width, dst, (size_t)(k * c->width),
-                               err, err_size);
-            if (rc < 0) {
-                char where[STK_ERRMSG_SIZE];
-                stk__tokcorpus_where(c, first, where, sizeof(where));
-                return stk__source_read_error(rc, where, p->f->path, err, err_size);
-            }
+            uint64_t off = p->data_offset + local * c->width;
+            rc = p->map ? stk__mapped_use(p->map, off, (size_t)(k * c->width), copy_out, dst, err,
+                                          err_size)
+                        : stk__vfs_read(p->f, off, dst, (size_t)(k * c->width), err, err_size);
+            if (rc < 0)
+                return part_error(c, p, first, rc, err, err_size);
         }
         if (rc < 0)
             return rc;

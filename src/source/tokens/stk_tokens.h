@@ -17,18 +17,20 @@
 #ifndef STK_TOKENS_H
 #define STK_TOKENS_H
 
+#include "io/stk_mapped.h"
 #include "io/stk_uring.h"
 #include "source/stk_source.h"
 
 #include <stdatomic.h>
 
 /* The stream's tokens of one file: `count` tokens from byte `data_offset`, global numbers
- * from `first`. */
+ * from `first`; `map`: the file mapped (stk__tokcorpus_map), read in place, else NULL. */
 typedef struct stk__tokpart {
     stk__file *f;
     uint64_t data_offset;
     uint64_t first;
     uint64_t count;
+    stk__mapped *map;
 } stk__tokpart;
 
 /* One stream of tokens and its documents. */
@@ -51,7 +53,8 @@ typedef struct stk__tokcorpus {
 } stk__tokcorpus;
 
 /* A cursor's reads made together (stk_tokahead.c): up to STK__TOK_AHEAD_ROWS rows a time, in up
- * to STK__TOK_AHEAD reads (a window is one, a packed row one per run of its pieces). */
+ * to STK__TOK_AHEAD reads (a window is one, a packed row one per run of its pieces): copies out
+ * of the files' mappings, or io_uring reads where they are not mapped. */
 #define STK__TOK_AHEAD_ROWS 16
 #define STK__TOK_AHEAD 32
 
@@ -75,16 +78,28 @@ typedef struct stk__tokcur {
 
 /* ---- the corpus (stk_tokcorpus.c) ---- */
 
-/* The file holding tokens [first, first + n) whole and the byte offset of `first` in it; false
- * when they are not in one file (or the corpus is a column's). */
-bool stk__tokcorpus_locate(const stk__tokcorpus *c, uint64_t first, uint64_t n, stk__file **f,
-                           uint64_t *offset);
+/* The part (file) holding tokens [first, first + n) whole and the byte offset of `first` in its
+ * file; false when they are not in one file (or the corpus is a column's). */
+bool stk__tokcorpus_locate(const stk__tokcorpus *c, uint64_t first, uint64_t n,
+                           const stk__tokpart **part, uint64_t *offset);
 
 /* Read tokens [first, first + n) of the stream, raw (n * width bytes), into dst. Errors name the
  * file (or record) and the token. flags: STK__READ_*. */
 stk_status stk__tokcorpus_read(const stk__tokcorpus *c, stk__tokcur *cur, uint64_t first,
                                uint64_t n, uint8_t *dst, unsigned flags, char *err,
                                size_t err_size);
+
+/* Map the corpus' local files (stk_mapped.h; what cannot be mapped is read as before). */
+stk_status stk__tokcorpus_map(stk__tokcorpus *c, stk__map_advice advice, char *err,
+                              size_t err_size);
+
+/* fn(arg, raw, n * width) on the raw tokens [first, first + n) (n * width <= the cursor's
+ * buf_size): the ones read ahead, else straight from the file's mapping when the span lies in
+ * one mapped file (no copy), else read into the cursor's buffer. Errors as
+ * stk__tokcorpus_read's; what fn wrote is then not to be used. */
+stk_status stk__tokcorpus_use(const stk__tokcorpus *c, stk__tokcur *cur, uint64_t first, uint64_t n,
+                              stk__mapped_fn *fn, void *arg, unsigned flags, char *err,
+                              size_t err_size);
 
 /* ---- widening (stk_tokwiden.c) ---- */
 
@@ -101,6 +116,11 @@ void stk__tok_window(const uint8_t *src, uint32_t width, size_t n, void *input_i
 /* ids[at + j] = first + step * j for j < n, as int64 (or int32: the low 32 bits), written 16
  * bytes a store (a run of zeros: memset). Positions: (0, 1); padding and -100 labels: (v, 0). */
 void stk__tok_fill(void *ids, bool i32, size_t at, size_t n, int64_t first, int64_t step);
+
+/* Benchmarks only (bench/bench_tokcopy.c: the fills' share of a packed row): write the fills
+ * "vector" (the default), "plain" (the scalar loop: the same ids) or "none" (not at all: rows
+ * then WRONG, for timing only). false for another word. Not thread-safe: call it first. */
+bool stk__tok_fill_use(const char *how);
 
 /* Tests only: widen with "plain" loops, "sse2" or "avx2" from now on (false: not on this CPU or
  * build; nothing changed). Not thread-safe: call it before any widening runs. The first widening
@@ -230,10 +250,12 @@ uint64_t stk__tokds_packed_run(const stk__tokds *t, uint64_t cap, uint64_t k, ui
 /* ---- rows read ahead together (stk_tokahead.c) ---- */
 
 /* STK__TOK_AHEAD_ROWS for windows, random and packed rows of local files (the rows a loader's
- * worker reads with one system call), else 0. */
+ * worker reads together: copied out of the mappings with one version check, or read with one
+ * system call), else 0. */
 unsigned stk__tokds_prepare_max(const stk_dataset *ds);
-/* Read rows idx[0..n) into the cursor's rows ahead, together (io_uring); rows that cannot be
- * (a row across two files, a failed read, no io_uring) are left to the usual read. */
+/* Read rows idx[0..n) into the cursor's rows ahead, together (copies out of the mappings, else
+ * io_uring), each file's version checked once after; rows that cannot be (a row across two
+ * files, a failed read, no io_uring for files not mapped) are left to the usual read. */
 void stk__tokds_prepare(const stk_dataset *ds, stk__cursor *cur, const stk__readkey *key,
                         const uint64_t *idx, unsigned n);
 /* The raw tokens [first, first + n) when they were read ahead (then spent), else NULL. */

@@ -54,8 +54,30 @@ static void fill32(int32_t *d, size_t n, int64_t first, int64_t step)
         d[j] = (int32_t)(f + s * (uint32_t)j);
 }
 
+/* How fills are written: 0 as above, 1 the plain loop, 2 not at all (stk__tok_fill_use). */
+static int fill_how;
+
+bool stk__tok_fill_use(const char *how)
+{
+    int k = !strcmp(how, "vector") ? 0 : !strcmp(how, "plain") ? 1 : !strcmp(how, "none") ? 2 : -1;
+    if (k >= 0)
+        fill_how = k;
+    return k >= 0;
+}
+
 void stk__tok_fill(void *ids, bool i32, size_t at, size_t n, int64_t first, int64_t step)
 {
+    if (fill_how == 2)
+        return;
+    if (fill_how == 1) {
+        for (size_t j = 0; j < n; j++)
+            if (i32)
+                ((int32_t *)ids)[at + j] =
+                    (int32_t)(uint32_t)((uint64_t)first + (uint64_t)step * j);
+            else
+                ((int64_t *)ids)[at + j] = (int64_t)((uint64_t)first + (uint64_t)step * j);
+        return;
+    }
     if (first == 0 && step == 0) /* padding with pad_id 0 */
         memset((uint8_t *)ids + at * (i32 ? 4 : 8), 0, n * (i32 ? 4 : 8));
     else if (i32)

@@ -17,8 +17,10 @@
  * record. Every row is a pure function of the corpus, the options and (RANDOM) (seed, epoch), so
  * a resumed or re-ranked run reads exactly the same rows.
  *
- * Ids are read raw into the cursor's buffer (one read for a window) and widened into the batch
- * rows (int64 or int32; stk_tokwiden.c).
+ * Ids are widened into the batch rows (int64 or int32; stk_tokwiden.c) straight from the mapped
+ * file (STOKER_MMAP=1, stk_mapped.h: no system call, no copy), or, where there is no mapping (the
+ * default), read raw into the
+ * cursor's buffer first (one read for a window).
  */
 #include "source/tokens/stk_tokens.h"
 
@@ -163,6 +165,9 @@ static stk_status rows_setup(stk_dataset *ds, stk__tokds *t, char *err, size_t e
         }
     }
     ds->count = t->n_rows;
+    /* Rows at random offsets: no read-around on a miss (the kernel's, for a mapping) */
+    STK_TRY_RET(stk__tokcorpus_map(
+        c, t->o.mode == STK_TOKENS_RANDOM ? STK__MAP_RANDOM : STK__MAP_NORMAL, err, err_size));
     return describe_files(ds, t, err, err_size);
 }
 
@@ -293,45 +298,72 @@ uint64_t stk__tokds_packed_run(const stk__tokds *t, uint64_t cap, uint64_t k, ui
     return m;
 }
 
+/* A packed row being written: where its next piece goes. */
+typedef struct packed_row {
+    const stk__tokds *t;
+    bool i32;
+    size_t es; /* bytes per id */
+    uint8_t *in, *lab, *pos;
+    int32_t *lens;
+    uint32_t n_lens;
+    size_t at;          /* positions written */
+    uint64_t k, m;      /* the run's pieces k..m-1 */
+    uint64_t run_first; /* the run's first token */
+} packed_row;
+
+/* The pieces of one run from its raw tokens (a guarded use: reads of buf, stores to the row). */
+static void packed_run(void *arg, const uint8_t *buf, size_t size)
+{
+    (void)size;
+    packed_row *a = arg;
+    uint32_t w = a->t->c.width;
+    bool i32 = a->i32;
+    size_t es = a->es;
+    for (; a->k < a->m; a->k++) {
+        const stk__tokseg *s = &a->t->pack.seg[a->k];
+        const uint8_t *src = buf + (s->start - a->run_first) * w;
+        size_t at = a->at, n_in = s->len, last = at + n_in - 1; /* a piece has a token or more */
+        /* input_ids and labels of all but the last token in one pass, as a window's */
+        stk__tok_window(src, w, n_in - 1, a->in + at * es, a->lab + at * es, i32);
+        stk__tok_widen(src + (n_in - 1) * w, w, 1, a->in + last * es, i32);
+        if (s->more) /* the document goes on in another row: its next token */
+            stk__tok_widen(src + n_in * w, w, 1, a->lab + last * es, i32);
+        else /* the document's last token predicts nothing */
+            stk__tok_fill(a->lab, i32, last, 1, -100, 0);
+        stk__tok_fill(a->pos, i32, at, n_in, 0, 1);
+        a->lens[a->n_lens++] = (int32_t)s->len;
+        a->at += s->len;
+    }
+}
+
 /* A packed row: its pieces, then padding. */
 static stk_status read_packed(const stk__tokds *t, stk__tokcur *cur, uint64_t r, void *const dst[],
                               unsigned flags, char *err, size_t err_size)
 {
-    const stk__tokcorpus *c = &t->c;
     bool i32 = t->o.ids_dtype == STK_DTYPE_INT32;
-    size_t es = i32 ? 4 : 8;
-    uint8_t *in = dst[0], *lab = dst[1], *pos = dst[2];
-    int32_t *lens = dst[3];
-    uint32_t w = c->width, n_lens = 0;
-    size_t at = 0;
-    uint64_t cap = cur->buf_size / w; /* tokens the buffer holds: at least T + 1 */
-    for (uint64_t k = t->pack.row[r], end = t->pack.row[r + 1]; k < end;) {
+    packed_row a = {.t = t,
+                    .i32 = i32,
+                    .es = i32 ? 4 : 8,
+                    .in = dst[0],
+                    .lab = dst[1],
+                    .pos = dst[2],
+                    .lens = dst[3]};
+    uint64_t cap = cur->buf_size / t->c.width; /* tokens the buffer holds: at least T + 1 */
+    for (uint64_t k = t->pack.row[r], end = t->pack.row[r + 1]; k < end; k = a.m) {
         /* A row's pieces come in stream order. One read takes a run of them whose gaps are
          * small and whose span fits the buffer: reading a few KB between two pieces costs less
          * than another read (a row of best-fit pieces on log-normal documents: 3.1 reads
-         * without, about 1.3 with). */
-        uint64_t first, n, m = stk__tokds_packed_run(t, cap, k, end, &first, &n);
-        const uint8_t *buf = stk__tokcur_ahead(cur, first, n); /* read ahead with others? */
-        if (!buf) {
-            STK_TRY_RET(stk__tokcorpus_read(c, cur, first, n, cur->buf, flags, err, err_size));
-            buf = cur->buf;
-        }
-        for (; k < m; k++) {
-            const stk__tokseg *s = &t->pack.seg[k];
-            const uint8_t *src = buf + (s->start - first) * w;
-            size_t n_in = s->len, last = at + n_in - 1; /* a piece has at least one token */
-            /* input_ids and labels of all but the last token in one pass, as a window's */
-            stk__tok_window(src, w, n_in - 1, in + at * es, lab + at * es, i32);
-            stk__tok_widen(src + (n_in - 1) * w, w, 1, in + last * es, i32);
-            if (s->more) /* the document goes on in another row: its next token */
-                stk__tok_widen(src + n_in * w, w, 1, lab + last * es, i32);
-            else /* the document's last token predicts nothing */
-                stk__tok_fill(lab, i32, last, 1, -100, 0);
-            stk__tok_fill(pos, i32, at, n_in, 0, 1);
-            lens[n_lens++] = (int32_t)s->len;
-            at += s->len;
-        }
+         * without, about 1.3 with). Mapped, the run is widened in place. */
+        uint64_t n;
+        a.k = k;
+        a.m = stk__tokds_packed_run(t, cap, k, end, &a.run_first, &n);
+        STK_TRY_RET(
+            stk__tokcorpus_use(&t->c, cur, a.run_first, n, packed_run, &a, flags, err, err_size));
     }
+    uint8_t *in = a.in, *lab = a.lab, *pos = a.pos;
+    int32_t *lens = a.lens;
+    uint32_t n_lens = a.n_lens;
+    size_t at = a.at;
     if (at < t->T)
         lens[n_lens++] = (int32_t)(t->T - at);
     memset(lens + n_lens, 0, (t->max_pieces - n_lens) * sizeof(int32_t));
@@ -340,6 +372,21 @@ static stk_status read_packed(const stk__tokds *t, stk__tokcur *cur, uint64_t r,
     stk__tok_fill(lab, i32, at, t->T - at, -100, 0);
     stk__tok_fill(pos, i32, at, t->T - at, 0, 1);
     return STK_OK;
+}
+
+/* A window being written: input_ids and labels of T ids. */
+typedef struct window_row {
+    uint32_t width, T;
+    void *input_ids, *labels;
+    bool i32;
+} window_row;
+
+/* A window from its T + 1 raw ids (a guarded use). */
+static void window(void *arg, const uint8_t *src, size_t size)
+{
+    (void)size;
+    const window_row *a = arg;
+    stk__tok_window(src, a->width, a->T, a->input_ids, a->labels, a->i32);
 }
 
 stk_status stk__tokds_read_keyed(const stk_dataset *ds, stk__cursor *cursor,
@@ -385,14 +432,10 @@ stk_status stk__tokds_read_keyed(const stk_dataset *ds, stk__cursor *cursor,
     default: {
         static const stk__readkey zero = {0, 0, false};
         uint64_t first = stk__tokds_row_start(t, key ? key : &zero, i);
-        const uint8_t *src = stk__tokcur_ahead(cur, first, (uint64_t)t->T + 1); /* ahead? */
-        if (!src) {
-            rc = stk__tokcorpus_read(c, cur, first, (uint64_t)t->T + 1, cur->buf, flags, err,
-                                     err_size);
-            src = cur->buf;
-        }
-        if (rc == STK_OK) /* input_ids and labels from the same T + 1 ids, in one pass */
-            stk__tok_window(src, c->width, t->T, dst[0], dst[1], i32);
+        window_row a = {c->width, t->T, dst[0], dst[1], i32};
+        /* input_ids and labels from the same T + 1 ids, in one pass (from the mapping: no copy) */
+        rc =
+            stk__tokcorpus_use(c, cur, first, (uint64_t)t->T + 1, window, &a, flags, err, err_size);
         if (!c->col && c->n_parts == 1)
             info->offset = c->parts[0].data_offset + first * c->width; /* one file: exact */
     }

@@ -699,7 +699,7 @@ static stk_status wds_field_open(const stk_dataset *ds, uint64_t i, size_t f, st
             return rc;
         *bytes = l->size;
         *r = (stk__brange){0, n};
-        return stk__vfs_memfile(b, n, sf->path, file, err, err_size);
+        return stk__vfs_memfile_of(b, n, sf, data_off, file, err, err_size);
     }
     uint8_t hdr[TAR_BLOCK];
     stk_status rc = stk__vfs_read(sf, data_off - TAR_BLOCK, hdr, TAR_BLOCK, err, err_size);

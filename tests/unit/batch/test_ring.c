@@ -3,8 +3,10 @@
  * each and never by a stale batch, the lowest failed sample's error wins, a reset frees every slot
  * but the held ones, the stk_batch accessors show the slot's batch, the last reference (the
  * owner's or a held batch's) destroys the owner exactly once, with reuse_hot a slot being
- * opened takes the memory of the most recently freed FREE slot and of no other, and a worker waits
- * for used memory rather than open a batch in fresh memory only when the rule says so.
+ * opened takes the memory of the most recently freed FREE slot and of no other, a worker waits
+ * for used memory rather than open a batch in fresh memory only when the rule says so, and a ring's
+ * large used memory is kept for the next ring of the same slot size (stk_pinned.c), never pinned,
+ * small or never-written memory, and no longer than the next ring that allocates large memory.
  */
 #include "batch/stk_ring.h"
 #include "t.h"
@@ -268,5 +270,87 @@ static int test_fresh_wait(void)
     return 0;
 }
 
+/* A ring of n bare slots of `size` bytes (no layout: only the memory is looked at). */
+static int bare_ring(stk__ring *r, stk__devcopy *dc, uint32_t n, size_t size, bool want_pinned)
+{
+    char err[256], why[256] = "";
+    memset(r, 0, sizeof(*r));
+    memset(dc, 0, sizeof(*dc));
+    stk__ring_init(r);
+    T_OK(
+        stk__ring_alloc(r, n, size, want_pinned, 0, false, dc, why, sizeof(why), err, sizeof(err)));
+    T_CHECK(!r->pinned); /* no CUDA here: pinned slots fall back to pageable ones */
+    return 0;
+}
+
+/* Memory kept across rings: the used slots of 2 MiB or more of a ring freed go to the next ring
+ * with slots of that size, marked used (no first touch, no wait for them); a ring of another
+ * large size frees them; small, never-written and pinned-wanting rings neither take nor keep. */
+static int test_kept_memory(void)
+{
+    const size_t big = (size_t)3 << 20, other = (size_t)4 << 20, small = 64 << 10;
+    stk__ring r;
+    stk__devcopy dc;
+    stk__slot_kept_trim();
+    T_EQ(stk__slot_kept_bytes(), 0);
+    if (bare_ring(&r, &dc, 3, big, false))
+        return 1;
+    for (uint32_t i = 0; i < 3; i++)
+        T_CHECK(!r.slots[i].used);
+    uint8_t *m0 = r.slots[0].mem, *m2 = r.slots[2].mem;
+    memset(m0, 1, big);
+    memset(m2, 2, big);
+    r.slots[0].used = r.slots[2].used = true; /* slot 1's memory never held a batch */
+    stk__ring_free(&r);
+    T_EQ(stk__slot_kept_bytes(), 2 * big);
+    /* A ring of small slots leaves them, and keeps none of its own. */
+    if (bare_ring(&r, &dc, 2, small, false))
+        return 1;
+    r.slots[0].used = true;
+    stk__ring_free(&r);
+    T_EQ(stk__slot_kept_bytes(), 2 * big);
+    /* A ring wanting pinned slots takes none (its memory is the CUDA path's). */
+    if (bare_ring(&r, &dc, 2, big, true))
+        return 1;
+    T_CHECK(r.slots[0].mem != m0 && r.slots[0].mem != m2 && !r.slots[0].used);
+    stk__ring_free(&r);              /* never used: freed, not kept */
+    T_EQ(stk__slot_kept_bytes(), 0); /* it allocated large memory: the kept blocks are freed */
+    /* Again, then a ring of the same size takes both, used, and allocates its third slot. */
+    if (bare_ring(&r, &dc, 2, big, false))
+        return 1;
+    m0 = r.slots[0].mem;
+    uint8_t *m1 = r.slots[1].mem;
+    r.slots[0].used = r.slots[1].used = true;
+    stk__ring_free(&r);
+    T_EQ(stk__slot_kept_bytes(), 2 * big);
+    if (bare_ring(&r, &dc, 3, big, false))
+        return 1;
+    T_CHECK((r.slots[0].mem == m0 && r.slots[1].mem == m1) ||
+            (r.slots[0].mem == m1 && r.slots[1].mem == m0));
+    T_CHECK(r.slots[0].used && r.slots[1].used && !r.slots[2].used);
+    T_EQ(r.n_kept, 2);
+    T_EQ(stk__slot_kept_bytes(), 0);
+    /* With nothing freed yet, a slot opened in fresh memory takes a FREE slot's used memory. */
+    r.reuse_hot = true;
+    r.fresh_budget_ns = 1000;
+    pthread_mutex_lock(&r.mu);
+    r.slots[1].state = STK__SLOT_FILLING; /* in use */
+    uint8_t *fresh = r.slots[2].mem, *warm = r.slots[0].mem;
+    stk__ring_take_hot_locked(&r, &r.slots[2]);
+    T_CHECK(r.slots[2].mem == warm && r.slots[2].used && r.slots[0].mem == fresh);
+    T_CHECK(!r.slots[0].used && !stk__ring_fresh_wait_locked(&r, &r.slots[2], false));
+    r.slots[1].state = STK__SLOT_FREE;
+    pthread_mutex_unlock(&r.mu);
+    stk__ring_free(&r); /* slots 1 and 2 hold used memory: kept; slot 0's fresh one is freed */
+    T_EQ(stk__slot_kept_bytes(), 2 * big);
+    /* A ring of another large size takes none and frees them. */
+    if (bare_ring(&r, &dc, 1, other, false))
+        return 1;
+    T_CHECK(!r.slots[0].used);
+    T_EQ(stk__slot_kept_bytes(), 0);
+    stk__ring_free(&r);
+    return 0;
+}
+
 T_MAIN(T_CASE(test_tickets), T_CASE(test_hold_and_release), T_CASE(test_hot_memory),
-       T_CASE(test_fresh_wait))
+       T_CASE(test_fresh_wait), T_CASE(test_kept_memory))

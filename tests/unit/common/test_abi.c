@@ -227,6 +227,14 @@ static int test_policies_the_front_ends_ask_for(void)
     T_CHECK(stk__image_name("a/b.JPEG") && stk__image_name(".png") && !stk__image_name("x.pnm") &&
             !stk__image_name("jpg"));
     T_CHECK(stk__image_ext("PNM") && stk__image_ext("webp") && !stk__image_ext("txt"));
+    /* audio extensions: an audio folder tree's (stk__audio_name), then libsndfile's other names;
+     * every one an audio field name (stk__audio_ext), as the CLI asks */
+    T_EQ(stk_n_audio_extensions(), 10);
+    for (size_t i = 0; i < stk_n_audio_extensions(); i++)
+        T_CHECK(stk_audio_extension(i)[0] == '.' && stk__audio_ext(stk_audio_extension(i) + 1));
+    T_CHECK(strcmp(stk_audio_extension(0), ".wav") == 0);
+    T_CHECK(stk_audio_extension(stk_n_audio_extensions()) == NULL);
+    T_CHECK(stk__audio_name("a/b.FLAC") && !stk__audio_name("b.au") && !stk__audio_ext("txt"));
     return 0;
 }
 

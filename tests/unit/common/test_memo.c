@@ -3,12 +3,16 @@
  * back byte for byte; a second set of the same record declines and keeps the first; the cap on
  * bytes held declines what would pass it; forget empties a slot (and a new set fills it);
  * records out of range and a NULL memo are refused; threads racing to set the same records leave
- * exactly one blob each, equal to what one of them set.
+ * exactly one blob each, equal to what one of them set. Single flight: K threads wanting one
+ * record's blob at once (the deriver holds its claim until the K - 1 others are seen waiting: an
+ * event, not a delay) derive it once and all read that blob; a deriver that fails (releases
+ * without setting) hands the claim to one waiter, which derives it, once.
  */
 #include "t.h"
 #include "stk_internal.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 static int test_set_get_once(void)
@@ -108,4 +112,78 @@ static int test_race(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_set_get_once), T_CASE(test_cap), T_CASE(test_race))
+#define K 6
+
+typedef struct flyer {
+    stk__memo *m;
+    int fail_first;       /* the first deriver releases without setting */
+    _Atomic int *derived; /* derivations, all threads */
+    const uint8_t *got;   /* the blob this thread read */
+    int n;                /* its derivation's number, -1: none */
+} flyer;
+
+static void *fly(void *arg)
+{
+    flyer *f = arg;
+    size_t size;
+    f->n = -1;
+    if (stk__memo_claim(f->m, 7)) {
+        int n = f->n = atomic_fetch_add(f->derived, 1);
+        /* hold the claim until the others are all in flight, waiting on it */
+        stk__memo_await_waiting(f->m, n == 0 ? K - 1 : 0);
+        uint8_t blob[8] = {1, 2, 3, 4, 5, 6, 7, (uint8_t)n};
+        if (f->fail_first && n == 0) {  /* releases having set nothing, and reads nothing: */
+            stk__memo_release(f->m, 7); /* another deriver may set the record at any moment */
+            return NULL;
+        }
+        stk__memo_set(f->m, 7, blob, sizeof(blob));
+        stk__memo_release(f->m, 7);
+    }
+    f->got = stk__memo_get(f->m, 7, &size);
+    return NULL;
+}
+
+static int run_flight(int fail_first, int expect_derived)
+{
+    stk__memo *m = stk__memo_create(16, 1 << 20);
+    T_CHECK(m);
+    _Atomic int derived = 0;
+    flyer f[K];
+    pthread_t th[K];
+    for (int k = 0; k < K; k++) {
+        f[k] = (flyer){m, fail_first, &derived, NULL, -1};
+        T_EQ(pthread_create(&th[k], NULL, fly, &f[k]), 0);
+    }
+    for (int k = 0; k < K; k++)
+        pthread_join(th[k], NULL);
+    T_EQ(atomic_load(&derived), expect_derived);
+    size_t size;
+    const uint8_t *blob = stk__memo_get(m, 7, &size);
+    T_CHECK(blob && size == 8 && blob[7] == expect_derived - 1);
+    for (int k = 0; k < K; k++) /* each read it, but the failed deriver (which read nothing) */
+        T_CHECK(f[k].got == ((fail_first && f[k].n == 0) ? NULL : blob));
+    uint64_t claims, waits, waiting;
+    stk__memo_flights(m, &claims, &waits, &waiting);
+    T_EQ(claims, (uint64_t)expect_derived);
+    T_CHECK(waits >= K - 1);
+    T_EQ(waiting, 0);
+    T_CHECK(!stk__memo_claim(m, 7)); /* set: nothing to derive */
+    T_CHECK(stk__memo_claim(m, 8));  /* another record: its own claim */
+    stk__memo_release(m, 8);
+    T_CHECK(!stk__memo_claim(NULL, 0) && !stk__memo_claim(m, 16));
+    stk__memo_destroy(m);
+    return 0;
+}
+
+static int test_single_flight(void)
+{
+    return run_flight(0, 1);
+}
+
+static int test_single_flight_failed_deriver(void)
+{
+    return run_flight(1, 2);
+}
+
+T_MAIN(T_CASE(test_set_get_once), T_CASE(test_cap), T_CASE(test_race), T_CASE(test_single_flight),
+       T_CASE(test_single_flight_failed_deriver))

@@ -5,7 +5,10 @@
  * size, another path, offsets that do not start at 0, go backwards, leave frames shorter than the
  * framing or end elsewhere than the file's end), even with a valid checksum; local files keep no
  * offsets index; a local file's index beside it, or in the cache directory where its directory
- * takes none.
+ * takes none. A part's index (a tar member's, a .stk record's field's): stored and loaded back by
+ * its offset and length, refused for another part (another offset or length), another version of
+ * the file, or a damaged entry; a local file's kept only in the cache directory (never beside it,
+ * nowhere without a cache directory).
  */
 #include "common/stk_endian.h"
 #include "source/stk_idxfile.h"
@@ -219,5 +222,59 @@ static int test_local_index_beside_or_in_the_cache(void)
     return 0;
 }
 
+static bool part_is(stk__file *f, uint64_t off, uint64_t len, const char *want)
+{
+    const uint8_t *body;
+    size_t n;
+    uint8_t *b = stk__idx_part_load(f, "stkvidx", "STKVIX01", off, len, &body, &n);
+    bool same = want ? b && n == strlen(want) && memcmp(body, want, n) == 0 : b == NULL;
+    stk__free(b);
+    return same;
+}
+
+static int test_part_index(void)
+{
+    /* a remote shard: the aux entry of its byte source */
+    stk__file f = {.vfs = &mem_vfs, .path = "mem://bucket/v.tar", .size = 9000};
+    stk__free(g_aux);
+    g_aux = NULL;
+    T_CHECK(part_is(&f, 512, 3000, NULL));
+    stk__idx_part_store(&f, "stkvidx", "STKVIX01", 512, 3000, "member", 6);
+    T_CHECK(g_aux_name[0] == 's' && strlen(g_aux_name) == 16);
+    T_CHECK(part_is(&f, 512, 3000, "member"));
+    T_CHECK(part_is(&f, 512, 3001, NULL)); /* another part */
+    T_CHECK(part_is(&f, 1024, 3000, NULL));
+    f.size = 9001; /* another version of the shard */
+    T_CHECK(part_is(&f, 512, 3000, NULL));
+    f.size = 9000;
+    g_aux[g_aux_n / 2] ^= 1; /* damaged */
+    T_CHECK(part_is(&f, 512, 3000, NULL));
+    /* a local shard: in the cache directory only */
+    char dir[] = "/tmp/stk_idxpart_XXXXXX", path[96], cache[128], side[128];
+    T_CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof(path), "%s/v.tar", dir);
+    snprintf(cache, sizeof(cache), "%s/cache", dir);
+    snprintf(side, sizeof(side), "%s.stkvidx", path);
+    FILE *w = fopen(path, "wb");
+    T_CHECK(w && fwrite("0123456789abcdef", 1, 16, w) == 16 && fclose(w) == 0);
+    stk__file *lf = NULL;
+    T_OK(stk__vfs_open(path, &lf, NULL, 0));
+    unsetenv("STOKER_CACHE_DIR");
+    stk__idx_part_store(lf, "stkvidx", "STKVIX01", 4, 8, "nowhere", 7);
+    T_CHECK(part_is(lf, 4, 8, NULL));
+    T_CHECK(setenv("STOKER_CACHE_DIR", cache, 1) == 0);
+    stk__idx_part_store(lf, "stkvidx", "STKVIX01", 4, 8, "cached", 6);
+    T_CHECK(part_is(lf, 4, 8, "cached"));
+    T_CHECK(part_is(lf, 0, 8, NULL));
+    T_CHECK(access(side, F_OK) != 0); /* nothing beside the shard */
+    unsetenv("STOKER_CACHE_DIR");
+    T_CHECK(part_is(lf, 4, 8, NULL));
+    stk__vfs_close(lf);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    T_CHECK(system(cmd) == 0);
+    return 0;
+}
+
 T_MAIN(T_CASE(test_offsets_round_trip_and_refusals), T_CASE(test_local_files_keep_no_offsets_index),
-       T_CASE(test_local_index_beside_or_in_the_cache))
+       T_CASE(test_local_index_beside_or_in_the_cache), T_CASE(test_part_index))

@@ -92,6 +92,65 @@ static int test_resampler_runs(void)
     return 0;
 }
 
+/* Every rate pair's outputs: any range [a, b) computed alone (from just the input it needs, in a
+ * buffer of exactly that size) equals that range of the whole run bit for bit, whichever
+ * outputs the grouped kernel runs eight (and four blocks) at a time and which lane by lane; the
+ * AVX2 + FMA groups and the portable fmaf ones give the same bits. Rates with fewer than eight
+ * phases a block (48 -> 16 kHz: one) run super-blocks. */
+static int test_resampler_ranges(void)
+{
+    static const int64_t rates[][2] = {{44100, 16000}, {48000, 16000}, {22050, 16000},
+                                       {16000, 44100}, {8000, 22050},  {48000, 44100},
+                                       {44100, 8000},  {24000, 16000}, {16000, 48000}};
+    enum { N = 30000 };
+    float *x = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(0.6 * sin(0.0137 * i) + 0.3 * sin(0.291 * i + 1.0));
+    for (size_t q = 0; q < sizeof(rates) / sizeof(rates[0]); q++) {
+        stk_op op;
+        stk_op_init(&op, STK_OP_RESAMPLE);
+        stk__resampler *r;
+        char err[256];
+        T_OK(stk__resampler_make(rates[q][0], rates[q][1], &op, &r, err, sizeof(err)));
+        int64_t n = stk__resampler_len(r, N), ia, ib;
+        stk__resampler_need(r, 0, n, &ia, &ib);
+        float *pad = calloc((size_t)(ib - ia), sizeof(float)), *y = malloc(sizeof(float) * n),
+              *z = malloc(sizeof(float) * n);
+        memcpy(pad - ia, x, sizeof(float) * N);
+        stk__resampler_run(r, pad, ia, 0, n, y);
+        bool avx2 = r->avx2;
+        for (int pass = 0; pass < 2; pass++) {
+            r->avx2 = pass == 0 && avx2;
+            uint64_t seed = 12345;
+            for (int t = 0; t < 40; t++) {
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                int64_t a = (int64_t)(seed >> 33) % n;
+                seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                int64_t b = a + 1 + (int64_t)(seed >> 33) % STK_MIN(n - a, (int64_t)3000);
+                if (t == 0)
+                    a = 0, b = n;
+                int64_t ja, jb;
+                stk__resampler_need(r, a, b, &ja, &jb);
+                float *in = malloc(sizeof(float) * (size_t)(jb - ja)); /* just what it needs */
+                memcpy(in, pad + (ja - ia), sizeof(float) * (size_t)(jb - ja));
+                stk__resampler_run(r, in, ja, a, b, z);
+                free(in);
+                T_CHECKF(memcmp(z, y + a, sizeof(float) * (size_t)(b - a)) == 0,
+                         "%lld -> %lld Hz, outputs [%lld, %lld), %s", (long long)rates[q][0],
+                         (long long)rates[q][1], (long long)a, (long long)b,
+                         r->avx2 ? "AVX2" : "portable");
+            }
+        }
+        r->avx2 = avx2;
+        free(pad);
+        free(y);
+        free(z);
+        stk__resampler_free(r);
+    }
+    free(x);
+    return 0;
+}
+
 /* ---- spectrograms ---- */
 
 static int test_spectrogram_of_a_sine(void)
@@ -436,6 +495,6 @@ static int test_alloc_failures(void)
 }
 #endif
 
-T_MAIN(T_CASE(test_resampler_kernel), T_CASE(test_resampler_runs),
+T_MAIN(T_CASE(test_resampler_kernel), T_CASE(test_resampler_runs), T_CASE(test_resampler_ranges),
        T_CASE(test_spectrogram_of_a_sine), T_CASE(test_amplitude_to_db),
        T_CASE(test_compile_and_refuse), T_CASE(test_loader_batches), T_CASE(test_alloc_failures))

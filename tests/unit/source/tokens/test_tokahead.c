@@ -5,7 +5,8 @@
  * reads ahead where io_uring is to be had, a row prepared and not read being dropped by the next
  * prepare; packed rows likewise (every field; their runs of pieces read ahead); a file cut short
  * or rewritten in place after open is refused by every row's read, named exactly as without a
- * prepare.
+ * prepare. Every case runs twice: with the files mapped (the reads ahead are copies out of the
+ * mappings, stk_mapped.h) and with STOKER_MMAP=0 (io_uring reads).
  */
 #include "io/stk_uring.h"
 #include "source/tokens/stk_tokens.h"
@@ -56,7 +57,14 @@ static stk_status read_row(stk_dataset *ds, stk__cursor *cur, const stk__readkey
     return stk__dataset_read_keyed(ds, cur, key, i, dst, cap, 0, &info, err, err_size);
 }
 
-static int test_rows_ahead_are_the_rows_read_alone(void)
+/* Whether this process' opens map the files (STOKER_MMAP=1) or read them (the default). */
+static bool mapping(void)
+{
+    const char *env = getenv("STOKER_MMAP");
+    return env && strcmp(env, "1") == 0;
+}
+
+static int rows_ahead(void)
 {
     const char *dir = fx_tmpdir("tokahead");
     char p[3][300];
@@ -67,7 +75,7 @@ static int test_rows_ahead_are_the_rows_read_alone(void)
         paths[k] = p[k];
     }
     stk__uring *probe = stk__uring_open(STK__TOK_AHEAD);
-    bool ring = probe != NULL;
+    bool ring = probe != NULL || mapping(); /* rows are read ahead */
     stk__uring_close(probe);
     if (!ring)
         printf("  no io_uring here: rows are read one at a time (checked equal all the same)\n");
@@ -121,6 +129,15 @@ static int test_rows_ahead_are_the_rows_read_alone(void)
     return 0;
 }
 
+static int test_rows_ahead_are_the_rows_read_alone(void)
+{
+    setenv("STOKER_MMAP", "1", 1);
+    if (rows_ahead()) /* copied out of the mappings */
+        return 1;
+    setenv("STOKER_MMAP", "0", 1); /* read with io_uring */
+    return rows_ahead();
+}
+
 /* Every field of row i read with `cur` into rec (fields back to back, each at its largest). */
 static stk_status read_fields(stk_dataset *ds, stk__cursor *cur, uint64_t i, uint8_t *rec,
                               char *err, size_t err_size)
@@ -138,7 +155,7 @@ static stk_status read_fields(stk_dataset *ds, stk__cursor *cur, uint64_t i, uin
     return stk__dataset_read_keyed(ds, cur, &key, i, dst, cap, 0, &info, err, err_size);
 }
 
-static int test_packed_rows_ahead_are_the_rows_read_alone(void)
+static int packed_rows_ahead(void)
 {
     const char *dir = fx_tmpdir("tokahead_packed");
     char path[300];
@@ -165,8 +182,9 @@ static int test_packed_rows_ahead_are_the_rows_read_alone(void)
     char err[STK_ERRMSG_SIZE];
     T_OK(stk__dataset_cursor_open(ds, &a, err, sizeof(err)));
     T_OK(stk__dataset_cursor_open(ds, &b, err, sizeof(err)));
+    T_CHECK((stk__tokds_of(ds)->c.parts[0].map != NULL) == mapping());
     stk__uring *probe = stk__uring_open(STK__TOK_AHEAD);
-    bool ring = probe != NULL;
+    bool ring = probe != NULL || mapping(); /* rows are read ahead */
     stk__uring_close(probe);
     uint8_t ra[1024], rb[1024];
     T_CHECK(ds->max_record <= sizeof(ra));
@@ -195,15 +213,26 @@ static int test_packed_rows_ahead_are_the_rows_read_alone(void)
     return 0;
 }
 
-/* The rows of `path` (2000 ids, rows of T_LEN) after `change` altered the file since open: read
+static int test_packed_rows_ahead_are_the_rows_read_alone(void)
+{
+    setenv("STOKER_MMAP", "1", 1);
+    if (packed_rows_ahead())
+        return 1;
+    setenv("STOKER_MMAP", "0", 1);
+    return packed_rows_ahead();
+}
+
+/* The rows of `path` (20000 ids, rows of T_LEN) after `change` altered the file since open: read
  * with and without a prepare, the same status and message for every row, and every row refused
- * (the file is not the version opened). */
+ * (the file is not the version opened). Mapped, the rows past the cut's page touch pages that
+ * are gone: the SIGBUS is caught (counted) and named as the rest. */
 static int check_changed(const char *path, const char *change)
 {
     stk_dataset *ds;
     const char *paths[1] = {path};
     T_OK(open_rows(paths, 1, STK_TOKENS_WINDOWS, &ds));
     T_CHECK(strcmp(stk_dataset_format(ds), "nanogpt") == 0);
+    T_CHECK((stk__tokds_of(ds)->c.parts[0].map != NULL) == mapping());
     if (!strcmp(change, "cut")) {
         T_CHECK(truncate(path, 1000 * 2) == 0); /* tokens 1000.. gone */
     } else {                                    /* rewritten in place: same size, new bytes */
@@ -219,12 +248,14 @@ static int check_changed(const char *path, const char *change)
     T_OK(stk__dataset_cursor_open(ds, &a, ea, sizeof(ea)));
     T_OK(stk__dataset_cursor_open(ds, &b, ea, sizeof(ea)));
     const stk__readkey key = {1, 0, false};
-    uint64_t idx[4] = {3, 150, 99, 10}; /* rows 150 and 99 (tokens 990..1000) are past a cut */
-    stk__dataset_prepare(ds, a, &key, idx, 4);
+    /* rows 150 and 99 (tokens 990..1000) are past a cut, 1500 pages past it */
+    uint64_t idx[5] = {3, 150, 99, 10, 1500};
+    uint64_t caught = stk__mapped_caught();
+    stk__dataset_prepare(ds, a, &key, idx, 5);
     const stk__tokcur *ca = (const stk__tokcur *)a;
     for (uint32_t k = 0; k < ca->n_ahead; k++)
         T_EQ(ca->ahead_first[k], UINT64_MAX); /* nothing taken from a changed file */
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         int64_t ra[2 * T_LEN], rb[2 * T_LEN];
         stk_status rca = read_row(ds, a, &key, idx[k], ra, ea, sizeof(ea));
         stk_status rcb = read_row(ds, b, &key, idx[k], rb, eb, sizeof(eb));
@@ -234,6 +265,10 @@ static int check_changed(const char *path, const char *change)
         T_CHECKF(strcmp(ea, eb) == 0, "with rows ahead: %s\nwithout: %s", ea, eb);
         T_CHECKF(strstr(ea, "train.bin") && strstr(ea, "changed while open"), "%s", ea);
     }
+    if (mapping() && !strcmp(change, "cut")) /* prepare's copy, then each cursor's read */
+        T_EQ(stk__mapped_caught(), caught + 3);
+    else
+        T_EQ(stk__mapped_caught(), caught);
     stk__dataset_cursor_close(ds, a);
     stk__dataset_cursor_close(ds, b);
     stk_dataset_close(ds);
@@ -245,10 +280,13 @@ static int test_changed_file_named_as_without(void)
     const char *dir = fx_tmpdir("tokahead_cut");
     char path[300];
     snprintf(path, sizeof(path), "%s/train.bin", dir);
-    static const char *const changes[] = {"cut", "rewritten"};
-    for (int c = 0; c < 2; c++) {
+    static const char *const changes[] = {"cut", "rewritten", "cut", "rewritten"};
+    setenv("STOKER_MMAP", "1", 1);
+    for (int c = 0; c < 4; c++) {
+        if (c == 2)
+            setenv("STOKER_MMAP", "0", 1); /* mapped first, then read */
         FILE *f = fopen(path, "wb");
-        for (int i = 0; i < 2000; i++) {
+        for (int i = 0; i < 20000; i++) {
             uint16_t v = (uint16_t)i;
             fwrite(&v, 2, 1, f);
         }

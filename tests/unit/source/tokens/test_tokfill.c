@@ -4,7 +4,8 @@
  * around the 16- and 64-byte steps (0..80 and a 2048-id row), every start offset in the row,
  * the values a packed row uses (positions from 0, pad ids 0, -1 and large, -100) and the
  * extremes (wrap-around of the int32 lanes as the scalar cast does), bytes around the run left
- * alone.
+ * alone; the same with the benchmarks' scalar fills (stk__tok_fill_use "plain"), and "none"
+ * writing nothing.
  */
 #include "source/tokens/stk_tokens.h"
 #include "t.h"
@@ -30,7 +31,7 @@ static void fill_ref(void *ids, bool i32, size_t at, size_t n, int64_t first, in
     }
 }
 
-static int test_fill_matches_plain_loop(void)
+static int fill_matches(void)
 {
     static const int64_t firsts[] = {
         0, 1, -1, -100, 50256, 7, INT64_MAX - 3, INT32_MAX - 5, INT32_MIN, INT64_MIN};
@@ -67,6 +68,33 @@ static int test_fill_matches_plain_loop(void)
     return 0;
 }
 
+static int test_fill_matches_plain_loop(void)
+{
+    if (fill_matches()) /* the vectors */
+        return 1;
+    T_CHECK(stk__tok_fill_use("plain")); /* the benchmarks' scalar loop */
+    if (fill_matches())
+        return 1;
+    T_CHECK(stk__tok_fill_use("vector"));
+    return fill_matches();
+}
+
+static int test_fill_use_none_writes_nothing(void)
+{
+    uint8_t ids[256];
+    memset(ids, GUARD, sizeof(ids));
+    T_CHECK(!stk__tok_fill_use("fast")); /* an unknown word changes nothing */
+    T_CHECK(stk__tok_fill_use("none"));
+    stk__tok_fill(ids, false, 0, 32, 5, 1);
+    stk__tok_fill(ids, true, 0, 64, 0, 0);
+    for (size_t i = 0; i < sizeof(ids); i++)
+        T_EQ(ids[i], GUARD);
+    T_CHECK(stk__tok_fill_use("vector"));
+    stk__tok_fill(ids, false, 0, 32, 5, 1);
+    T_EQ(((int64_t *)(void *)ids)[31], 36);
+    return 0;
+}
+
 /* A row as read_packed lays it out: pieces' positions, then the padding's. */
 static int test_positions_of_a_row(void)
 {
@@ -89,4 +117,5 @@ static int test_positions_of_a_row(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_fill_matches_plain_loop), T_CASE(test_positions_of_a_row))
+T_MAIN(T_CASE(test_fill_matches_plain_loop), T_CASE(test_fill_use_none_writes_nothing),
+       T_CASE(test_positions_of_a_row))
