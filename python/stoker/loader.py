@@ -144,6 +144,15 @@ def _close_mapped():
             pass
 
 
+def _close_core(core, trace):
+    """Write the trace asked for, then stop the C loader's threads and free it."""
+    try:
+        if trace and not core.closed:
+            core.trace_write(trace)
+    finally:
+        core.close()
+
+
 class Loader:
     """stoker.Loader(data, batch_size, shuffle=False, seed=0, drop_last=False,
     n_threads=None, n_slots=None, pin_memory=None, device=None, rank=None,
@@ -808,11 +817,15 @@ class Loader:
         """Stop the worker threads and free the loader. Batches still held stay valid."""
         core, self._core = getattr(self, "_core", None), None
         if core is not None:
-            try:
-                if getattr(self, "_trace", None) and not core.closed:
-                    core.trace_write(self._trace)
-            finally:
-                core.close()
+            trace = getattr(self, "_trace", None)
+            if _core.in_worker_call():
+                # On a loader's worker thread (the collector finalized this loader while that
+                # thread ran Python for a sample): closing joins the workers, this one too, so
+                # it is done on a thread of its own, which holds the core until then.
+                threading.Thread(target=_close_core, args=(core, trace), daemon=True,
+                                 name="stoker-close").start()
+            else:
+                _close_core(core, trace)
         if getattr(self, "_own_dataset", False) and self._dataset is not None:
             # Closed by its last reference: `ds = loader.dataset; del loader; len(ds)` works.
             self._dataset_weak = weakref.ref(self._dataset)

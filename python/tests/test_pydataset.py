@@ -5,12 +5,14 @@ worker, a __getitem__ that never returns, Ctrl-C, handles that cannot cross fork
 that runs threads). The same scenarios against torch's DataLoader are in
 test_dataloader_parity.py. No verdict here depends on how fast anything runs."""
 import collections
+import gc
 import os
 import random
 import signal
 import textwrap
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -390,6 +392,53 @@ def test_exception_in_getitem_names_sample_and_traceback(executor):
     vals = [int(v) for b in skip for v in b]
     assert len(vals) == 20 and 9 not in vals and vals.count(10) == 2
     assert skip.stats()["skipped"] == 1
+
+
+class CollectsOnce(Dataset):
+    """At sample `at` (past the probed samples and the first batch, so a loader's worker runs
+    it), once the test has let its loader go, runs the garbage collector on that worker thread:
+    the collector finalizes the loader there."""
+
+    def __init__(self, dropped, at=8, n=32):
+        self.dropped, self.at, self.n, self.found = dropped, at, n, None
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.at:
+            assert self.dropped.wait(120)
+            self.found = (gc.collect(), _core.in_worker_call())
+        return i
+
+
+def test_loader_finalized_on_its_own_worker_thread_closes():
+    """A loader in a reference cycle can be finalized by the collector on one of its own worker
+    threads (any allocation there may run it). Closing it there joined that very thread: the
+    loader was freed under the running worker and the process died (a Python fatal error,
+    "PyThreadState_Delete: tstate is still current", or a segfault). It is now closed on a
+    thread of its own."""
+    dropped = threading.Event()
+    ds = CollectsOnce(dropped)
+    enabled = gc.isenabled()
+    gc.disable()  # only the worker's explicit collection may find the cycle
+    try:
+        loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="thread")
+        core = weakref.ref(loader._core)
+        it = iter(loader)
+        assert next(it).tolist() == [0, 1, 2, 3]
+        holder = [loader, it]
+        holder.append(holder)  # a cycle: only the collector frees the loader
+        del loader, it, holder
+        assert core() is not None
+        dropped.set()
+        while core() is not None:  # closed on its own thread, then freed (pytest's timeout)
+            time.sleep(0.02)
+    finally:
+        if enabled:
+            gc.enable()
+    collected, in_call = ds.found
+    assert collected > 0 and in_call  # the worker's collection finalized the loader
 
 
 def test_killed_worker_is_named_and_restarted(tmp_path):

@@ -346,6 +346,12 @@ static PyObject *mod_cuda_probe(PyObject *self, PyObject *args)
 }
 
 /* n_cpus() -> the library's CPU count (stk_n_cpus). */
+static PyObject *mod_in_worker_call(PyObject *self, PyObject *noargs)
+{
+    (void)self, (void)noargs;
+    return PyBool_FromLong(stkpy_in_worker_call());
+}
+
 static PyObject *mod_n_cpus(PyObject *self, PyObject *noargs)
 {
     (void)self, (void)noargs;
@@ -424,6 +430,9 @@ static PyMethodDef module_methods[] = {
     {"sample_seed", stkpy_sample_seed, METH_VARARGS,
      "sample_seed(seed, epoch, index) -> int: the per-sample seed a Python Dataset's worker "
      "seeds random, NumPy and torch with (stk_sample_seed)."},
+    {"in_worker_call", mod_in_worker_call, METH_NOARGS,
+     "in_worker_call() -> bool: whether this thread is a loader's worker running Python code "
+     "for it (a sample or a map= call): a loader must not be closed in place there."},
     {"n_cpus", mod_n_cpus, METH_NOARGS,
      "n_cpus() -> int: the CPUs this process may run on (what n_threads=0 means)."},
     {"image_extensions", mod_image_extensions, METH_NOARGS,

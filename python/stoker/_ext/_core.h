@@ -138,6 +138,10 @@ struct stkpy_tstates {
 };
 PyGILState_STATE stkpy_gil_take(struct stkpy_tstates *reg);
 void stkpy_gil_drop(PyGILState_STATE g);
+/* Whether the calling thread is a loader's worker inside a call into Python (between
+ * stkpy_gil_take and stkpy_gil_drop): a finalizer the collector runs there must not close that
+ * loader in place, since closing joins the very thread it runs on. */
+bool stkpy_in_worker_call(void);
 void stkpy_tstates_init(struct stkpy_tstates *reg);
 void stkpy_tstates_free(struct stkpy_tstates *reg);
 /* Whether the interpreter is finalizing (a loader thread must not take the GIL then: it would

@@ -59,6 +59,7 @@ int stkpy_finalizing(void)
  * deleted by stkpy_tstates_free once the loader's threads were joined (a pthread key destructor
  * would run after glibc cleared Python's own thread key). */
 static _Thread_local struct stkpy_tstates *tl_reg; /* the registry this thread's state is in */
+static _Thread_local unsigned tl_calls;            /* stkpy_gil_take calls not yet dropped */
 
 PyGILState_STATE stkpy_gil_take(struct stkpy_tstates *reg)
 {
@@ -79,12 +80,19 @@ PyGILState_STATE stkpy_gil_take(struct stkpy_tstates *reg)
         pthread_mutex_unlock(&reg->mu);
         tl_reg = reg;
     }
+    tl_calls++;
     return g;
 }
 
 void stkpy_gil_drop(PyGILState_STATE g)
 {
+    tl_calls--;
     PyGILState_Release(g);
+}
+
+bool stkpy_in_worker_call(void)
+{
+    return tl_calls > 0;
 }
 
 void stkpy_tstates_init(struct stkpy_tstates *reg)
