@@ -443,8 +443,7 @@ class PyLoader(Loader):
         self._order = picked.get("custom")
         name = _pyworker.name(ds)
         # ---- executor: server first (fork while single-threaded), then the probe ----
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-            (os.cpu_count() or 1)
+        cores = _core.n_cpus()  # the library's count (stk_n_cpus: the affinity mask)
         unsafe = fork_unsafe(ds)
         method = self._start_method(multiprocessing_context)
         want_server = executor == "process" or (executor == "auto" and workers != 0 and

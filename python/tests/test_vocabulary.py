@@ -74,8 +74,8 @@ def test_the_library_owns_the_cpu_count_and_image_extensions():
 
 
 def test_python_asks_the_library_for_the_cpu_count_and_imagenet_constants(monkeypatch):
-    """No second copy in Python: an IterableDataset loader's default worker count is the
-    library's n_cpus(), and the Albumentations Normalize defaults are the library's constants."""
+    """No second copy in Python: an IterableDataset's and a map-style Dataset's loader's default
+    worker count is the library's n_cpus(), and the Albumentations Normalize defaults are the library's constants."""
     import inspect
     import torch
     from stoker.transforms import _albu
@@ -87,6 +87,18 @@ def test_python_asks_the_library_for_the_cpu_count_and_imagenet_constants(monkey
     monkeypatch.setattr(_core, "n_cpus", lambda: 3)
     loader = stoker.Loader(Numbers(), batch_size=None, executor="thread")
     assert loader.num_workers == 3 and loader.info()["n_threads"] == 3
+    loader.close()
+
+    class Squares(torch.utils.data.Dataset):  # a map-style dataset: the same count
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return i * i
+
+    loader = stoker.Loader(Squares(), batch_size=2, executor="thread")
+    assert loader.num_workers == 3 and loader.info()["n_threads"] == 3
+    loader.close()
     params = inspect.signature(_albu.Normalize).parameters
     assert params["mean"].default is _core.IMAGENET_MEAN
     assert params["std"].default is _core.IMAGENET_STD
