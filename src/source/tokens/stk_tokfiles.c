@@ -179,7 +179,7 @@ static stk_status npy_tokens(const stk__file *f, const char *h, uint64_t *count,
                              char *err, size_t err_size)
 {
     const char *d = dict_value(h, "descr"), *s = dict_value(h, "shape");
-    if (!d || !s || d[0] != '\'' || s[0] != '(')
+    if (!d || !s || d[0] != '\'' || s[0] != '(' || strnlen(d, 5) < 5) /* descr: '<u2' */
         return stk__set_error(err, err_size, STK_EFORMAT,
                               "%s: corrupt .npy header (no descr or shape)", f->path);
     bool little = d[1] == '<' || d[1] == '|';
