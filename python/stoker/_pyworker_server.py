@@ -121,12 +121,10 @@ def _serve_request(main, served):
     """A SERVE, FORGET or LEAN request on the fork server's socket; False when the parent is
     gone."""
     try:
-        msg, fds, _, _ = socket.recv_fds(main, FS_REQ.size, 1)
-        if not msg:
+        got = _recv_header(main, FS_REQ)
+        if got is None:
             return False
-        if len(msg) < FS_REQ.size:
-            msg = bytes(msg) + bytes(_recv_exact(main, FS_REQ.size - len(msg)))
-        token, n = FS_REQ.unpack(msg)
+        (token, n), fds = got
         blob = bytes(_recv_exact(main, n)) if n else b""
     except (OSError, EOFError):
         return False
@@ -163,14 +161,12 @@ def _control_request(v, main, served):
     """A SPAWN or REAP request from a loader's C pool; False when its socket ended."""
     ctl = v.ctl
     try:
-        msg, fds, _, _ = socket.recv_fds(ctl, CTL.size, 1)
-        if not msg:
-            return False
-        if len(msg) < CTL.size:
-            msg = bytes(msg) + bytes(_recv_exact(ctl, CTL.size - len(msg)))
+        got = _recv_header(ctl, CTL)
     except (OSError, EOFError):
         return False
-    op, wid, pid, _ = CTL.unpack(msg)
+    if got is None:
+        return False
+    (op, wid, pid, _), fds = got
     if op == CTL_SPAWN and fds:
         try:
             spec = v.spec
@@ -213,6 +209,17 @@ def _control_request(v, main, served):
             os.close(fd)
         ctl.sendall(CTL_REPLY.pack(-1, 22))  # EINVAL
     return True
+
+
+def _recv_header(sock, fmt):
+    """A request's fixed header (struct `fmt`) and the descriptors sent with it, unpacked; None
+    when the socket ended."""
+    msg, fds, _, _ = socket.recv_fds(sock, fmt.size, 1)
+    if not msg:
+        return None
+    if len(msg) < fmt.size:
+        msg = bytes(msg) + bytes(_recv_exact(sock, fmt.size - len(msg)))
+    return fmt.unpack(msg), fds
 
 
 def _recv_exact(sock, n):
