@@ -25,9 +25,12 @@ loader, which writes them; the plain "stoker" row runs after it and finds them: 
 on an indexed tree), whole (STOKER_READ_WHOLE=1: each video read whole into memory, as before
 ranged reads), dthreads1 (decoder_threads=1 instead of the thread plan), tar / stk (the tree
 packed into a WebDataset tar / a .stk shard, read in place) and tar-whole / stk-whole (the same
-read whole), tar-cache / stk-cache (the tar / .stk read in place with a cache directory, which
-keeps each member's frame index: a "cold" row with an empty cache directory, which writes them,
-then the plain row, a new process finding them). --stoker-only leaves out the DataLoader and
+read whole; the tar / stk rows remove the shard's index table, <shard>.stkvidx, first: a
+first-ever loader), tar-beside / stk-beside (a "cold" row without the table beside the shard,
+which writes it, then the plain row, a new process finding it; no cache directory),
+tar-cache / stk-cache (the shard's directory taking no table, its name taken by a directory: a
+"cold" row with an empty cache directory, which then holds the table, then a new process
+finding it there). --stoker-only leaves out the DataLoader and
 ceiling rows (for bytes-read comparisons). Bytes read per epoch are stoker's stats()["bytes_read"]; "open" is the time to
 create the Loader, "first batch" from creating it to its first batch.
 
@@ -80,6 +83,8 @@ def run_stoker(tree, epochs, threads):
     data = os.environ.get("BENCH_DATA", tree)  # the tree, or a tar / .stk packed from it
     if os.environ.get("BENCH_COLD"):
         drop_index_files(tree)
+    if os.environ.get("BENCH_DROP_TABLE") and os.path.isfile(data + ".stkvidx"):
+        os.unlink(data + ".stkvidx")  # a shard's index table beside it: a first-ever loader
     times, bytes_read = [], []
     tf = tv_transforms()  # imports torchvision: not the loader's open
     t0 = time.perf_counter()
@@ -98,8 +103,10 @@ def run_stoker(tree, epochs, threads):
                 assert tuple(b["video"].shape[1:]) == (3, T, 224, 224)
             times.append((n, time.perf_counter() - t0))
             bytes_read.append(loader.stats()["bytes_read"] - sum(bytes_read))
+        st = loader.stats()
     times.append(("bytes", bytes_read))
     times.append(("open", [t_open, t_first]))
+    times.append(("index", [st.get("indexed", 0), st.get("index_loaded", 0)]))
     return times
 
 
@@ -221,7 +228,7 @@ def measure(mode, tree, epochs, arg, env=None):
 
 
 def rate(times, first):
-    times = [t for t in times if t[0] not in ("frames", "bytes", "open")]
+    times = [t for t in times if not isinstance(t[0], str)]
     sel = times[:1] if first else times[1:]
     n = sum(t[0] for t in sel)
     s = sum(t[1] for t in sel)
@@ -275,19 +282,36 @@ def main():
         for v in variants:
             if v == "cold":
                 continue
-            if v.endswith("-cache"):  # a cold row (empty cache dir), then a new process
+            if v.endswith("-beside"):  # no table beside the shard (a cold row, which writes
+                # it), then a new process finding it; no cache directory
+                env = dict(BENCH_DATA=packed.get(v.split("-")[0], ""), STOKER_CACHE_DIR="")
+                runs.setdefault(f"stoker {v} cold", []).append(
+                    measure("stoker", tree, a.epochs, a.threads, dict(env, BENCH_DROP_TABLE="1")))
+                runs.setdefault(f"stoker {v}", []).append(
+                    measure("stoker", tree, a.epochs, a.threads, env))
+                continue
+            if v.endswith("-cache"):  # the shard's directory takes no table (its name taken by
+                # a directory, as a read-only one would): a cold row (empty cache dir), then a
+                # new process finding the table in the cache directory
+                shard = packed.get(v.split("-")[0], "")
+                if os.path.isfile(shard + ".stkvidx"):
+                    os.unlink(shard + ".stkvidx")
+                os.makedirs(shard + ".stkvidx", exist_ok=True)
                 cache = tempfile.mkdtemp(prefix="stk_bench_video_cache_")
-                env = dict(BENCH_DATA=packed.get(v.split("-")[0], ""), STOKER_CACHE_DIR=cache)
+                env = dict(BENCH_DATA=shard, STOKER_CACHE_DIR=cache)
                 runs.setdefault(f"stoker {v} cold", []).append(
                     measure("stoker", tree, a.epochs, a.threads, env))
                 runs.setdefault(f"stoker {v}", []).append(
                     measure("stoker", tree, a.epochs, a.threads, env))
+                os.rmdir(shard + ".stkvidx")
                 continue
             env = {"whole": dict(STOKER_READ_WHOLE="1"),
                    "dthreads1": dict(BENCH_DECODER_THREADS="1"),
-                   "tar": dict(BENCH_DATA=packed.get("tar", "")),
+                   "tar": dict(BENCH_DATA=packed.get("tar", ""), BENCH_DROP_TABLE="1",
+                               STOKER_CACHE_DIR=""),
                    "tar-whole": dict(BENCH_DATA=packed.get("tar", ""), STOKER_READ_WHOLE="1"),
-                   "stk": dict(BENCH_DATA=packed.get("stk", "")),
+                   "stk": dict(BENCH_DATA=packed.get("stk", ""), BENCH_DROP_TABLE="1",
+                               STOKER_CACHE_DIR=""),
                    "stk-whole": dict(BENCH_DATA=packed.get("stk", ""),
                                      STOKER_READ_WHOLE="1")}[v]
             runs.setdefault(f"stoker {v}", []).append(
@@ -301,7 +325,15 @@ def main():
             extra = dict((t[0], t[1]) for t in r["times"] if isinstance(t[0], str))
             print(f"{k:24s} clips/s epoch 1 {rate(r['times'], True):.2f}, epochs 2+ "
                   f"{rate(r['times'], False):.2f}; MB read per epoch: "
-                  f"{' '.join(f'{x / 1e6:.2f}' for x in extra.get('bytes', []))}")
+                  f"{' '.join(f'{x / 1e6:.2f}' for x in extra.get('bytes', []))}; epoch 1 "
+                  f"{r['times'][0][1]:.2f} s; first batch {extra.get('open', [0, 0])[1]:.2f} s; "
+                  f"indexed, index_loaded: {extra.get('index', '-')}")
+        if a.rounds > 1:
+            for k, rs in runs.items():
+                print(f"{k:24s} rounds (epoch 1 s, MB epoch 1): " + "; ".join(
+                    f"{r['times'][0][1]:.2f}, "
+                    f"{dict((t[0], t[1]) for t in r['times'] if isinstance(t[0], str))['bytes'][0] / 1e6:.2f}"
+                    for r in rs))
         return
     best = None
     for w in [int(x) for x in a.workers.split(",")]:
