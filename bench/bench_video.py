@@ -330,10 +330,10 @@ def main():
                   f"indexed, index_loaded: {extra.get('index', '-')}")
         if a.rounds > 1:
             for k, rs in runs.items():
+                first_mb = [dict(t for t in r["times"] if isinstance(t[0], str))["bytes"][0]
+                            / 1e6 for r in rs]
                 print(f"{k:24s} rounds (epoch 1 s, MB epoch 1): " + "; ".join(
-                    f"{r['times'][0][1]:.2f}, "
-                    f"{dict((t[0], t[1]) for t in r['times'] if isinstance(t[0], str))['bytes'][0] / 1e6:.2f}"
-                    for r in rs))
+                    f"{r['times'][0][1]:.2f}, {mb:.2f}" for r, mb in zip(rs, first_mb)))
         return
     best = None
     for w in [int(x) for x in a.workers.split(",")]:

@@ -73,6 +73,17 @@ def _run(data, kw, epochs=1, repeat=False):
         return out, loader.stats()["indexed"]
 
 
+def _read_whole(data, kw):
+    """The clips of one epoch of the data read whole (STOKER_READ_WHOLE=1: no in-place read, no
+    index file)."""
+    os.environ["STOKER_READ_WHOLE"] = "1"
+    try:
+        (whole,), _ = _run(data, kw)
+    finally:
+        del os.environ["STOKER_READ_WHOLE"]
+    return whole[0]
+
+
 def _stats(data, kw, epochs=1, repeat=False):
     """As _run, with the loader's whole stats()."""
     with stoker.Loader(data, **kw) as loader:
@@ -91,10 +102,9 @@ def test_shard_index_kept_beside_the_shard(big, tmp_path, kind):
     """The indexes of a shard's videos (tar members, .stk records' fields) are kept beside the
     shard as one table, `<shard>.stkvidx`, written by the loader that indexed them, with no cache
     directory: a new loader's first epoch indexes nothing (stats()["indexed"] 0 and
-    index_loaded 2, where the first loader indexed each of its 2 videos once), reads what the
-    first loader read when it read the same epoch again from its memory (a tar: the header and
-    the clip's GOPs, under half the whole videos the first epoch read), gives the same clips, and
-    leaves the table as it found it (read, not rewritten)."""
+    index_loaded 2, where the first loader indexed each of its 2 videos once: no video read
+    whole to index it), gives the same clips, and leaves the table as it found it (read, not
+    rewritten)."""
     data = _data(big, tmp_path, kind)
     kw = dict(KW, cache_dir="", clips_per_video=1)
     (first, later), st = _stats(data, kw, epochs=2, repeat=True)
@@ -104,11 +114,11 @@ def test_shard_index_kept_beside_the_shard(big, tmp_path, kind):
     assert made and made[1][:8] == b"STKPTAB1" and made[1][32:40] == b"STKVIX01"
     assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]
     (again,), st = _stats(data, kw)
-    assert (st["indexed"], st["index_loaded"]) == (0, 2)
+    assert (st["indexed"], st["index_loaded"]) == (0, 2)  # no video read whole to index it
     _same(again[0], first[0])
-    if kind == "tar":  # the header and the clip's GOPs (a .stk record is read whole to check
-        # its checksum on a dataset's first read of it, index or not)
-        assert again[1] * 2 < first[1], (first[1], later[1], again[1])
+    # (bytes per epoch are not compared here: the workers read the next epoch's first batches
+    # ahead while the epoch ends, so an epoch's window counts a variable share of them, bounded
+    # by the ring; bench/RESULTS.md "video6" gives the bytes)
     assert _table(data) == made  # read, not rewritten
 
 
@@ -169,12 +179,7 @@ def test_shard_index_stale_or_damaged_is_rebuilt(videos, tmp_path, kind):
     assert _table(data)[1] != good  # the new identity inside
     (_,), indexed = _run(data, kw)
     assert indexed == 0
-    os.environ["STOKER_READ_WHOLE"] = "1"
-    try:
-        (whole,), _ = _run(data, KW)
-    finally:
-        del os.environ["STOKER_READ_WHOLE"]
-    _same(got[0], whole[0])
+    _same(got[0], _read_whole(data, KW))
 
 
 def test_gzipped_member_index_kept(videos, tmp_path):
@@ -320,12 +325,7 @@ def test_concurrent_writers_never_tear_a_shard_table(videos, tmp_path):
         assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]
         (got,), st = _stats(data, dict(KW, cache_dir=""))
         assert (st["indexed"], st["index_loaded"]) == (0, 4)
-    os.environ["STOKER_READ_WHOLE"] = "1"
-    try:
-        (whole,), _ = _run(data, KW)
-    finally:
-        del os.environ["STOKER_READ_WHOLE"]
-    _same(got[0], whole[0])
+    _same(got[0], _read_whole(data, KW))
 
 
 OPENER = r"""
@@ -336,21 +336,19 @@ kw = dict(batch_size=2, frames_per_clip=4, frame_step=2, clips_per_video=1, seed
           shuffle=False, transforms=T.Compose([T.CenterCrop((96, 160))]), output="numpy",
           num_workers=1, cache_dir="")
 with stoker.Loader(sys.argv[1], **kw) as loader:
-    opened = dict(loader.stats())
     n = sum(len(b["video"]) for b in loader)
     st = loader.stats()
-    print(json.dumps({"open": [opened[k] for k in ("bytes_read", "indexed", "index_loaded")],
-                      "epoch": [st[k] for k in ("indexed", "index_loaded")], "n": n}))
+    print(json.dumps({"epoch": [st[k] for k in ("indexed", "index_loaded")], "n": n}))
 """
 
 
 def test_tree_second_process_probes_no_video(videos, tmp_path):
-    """A class-per-folder tree of 8 videos: a process opening it reads no video's bytes and
-    indexes nothing at open (stats() once the Loader is made: bytes_read, indexed and
-    index_loaded all 0: no file probed), then its epoch indexes each video once and writes its
-    `<video>.stkvidx` beside it; a second process opening the tree again reads nothing at open,
-    and its epoch indexes no video (indexed 0) and reads each one's index file once
-    (index_loaded 8)."""
+    """A class-per-folder tree of 8 videos: a first process's epoch (one clip a video) indexes
+    each video once (indexed 8) and writes its `<video>.stkvidx` beside it; a second process
+    opening the tree probes no video, neither at open nor later: over its whole epoch it indexes
+    none (indexed 0) and reads each video's index file exactly once (index_loaded 8: a probe of
+    every file at open would count 8 more). (The counters are read after the epoch, not at open:
+    the workers start reading ahead as soon as the loader is made.)"""
     layout = {"a": ["h264.mp4", "vfr.mp4", "hevc.mkv", "vp9.webm"],
               "b": ["h264.mp4", "vfr.mp4", "hevc.mkv", "vp9.webm"]}
     root = _tree_of(videos, tmp_path / "tree", layout)
@@ -364,11 +362,10 @@ def test_tree_second_process_probes_no_video(videos, tmp_path):
         assert out.returncode == 0, out.stderr.decode()[-2000:]
         return json.loads(out.stdout)
 
-    first = child()
-    assert first == {"open": [0, 0, 0], "epoch": [8, 0], "n": 8}
+    assert child() == {"epoch": [8, 0], "n": 8}
     assert len(list(root.glob("*/*.stkvidx"))) == 8
-    second = child()
-    assert second == {"open": [0, 0, 0], "epoch": [0, 8], "n": 8}
+    assert child() == {"epoch": [0, 8], "n": 8}
+    assert child() == {"epoch": [0, 8], "n": 8}  # read, and left as they were
 
 
 @pytest.fixture(scope="module")
@@ -387,10 +384,9 @@ def s3(tmp_path_factory):
 def test_remote_video_tree_index_in_the_remote_cache(videos, s3, tmp_path, monkeypatch):
     """A class-per-folder tree of videos on S3 (s3rver): the first loader indexes each video once
     and keeps its index in the remote cache (an aux entry `stkvidx` under the object's URL, ETag
-    and size); a second loader indexes none (stats()["indexed"] 0) and its first epoch reads
-    no more than the first's; an object replaced by another video (another ETag and size) is
-    indexed again, alone, and its clips are the new video's; the clips equal the local tree's
-    read whole."""
+    and size); a second loader indexes none (stats()["indexed"] 0); an object replaced by
+    another video (another ETag and size) is indexed again, alone, and its clips are the new
+    video's; the clips equal the local tree's read whole."""
     from s3util import anonymous_endpoint
     anonymous_endpoint(monkeypatch, s3.endpoint)
     root = _tree_of(videos, tmp_path / "tree", TREE)
@@ -411,7 +407,8 @@ def test_remote_video_tree_index_in_the_remote_cache(videos, s3, tmp_path, monke
     (again,), indexed = _run("s3://data/vtree/", kw)
     assert indexed == 0
     _same(again[0], first[0])
-    assert again[1] <= first[1], (first[1], again[1])  # (small videos: 32 KiB reads cover them)
+    # (no bytes compared: each epoch's window counts a variable share of the next epoch's
+    # batches, read ahead while it ends; the counters decide)
     assert [(p.stat().st_ino, p.read_bytes()) for p in entries()] == made
     # another video under h264.mp4's key
     import gen_videos

@@ -75,6 +75,21 @@ stk__memotab *stk__memotab_create(const char *name, const char magic[8])
     return t;
 }
 
+/* Room for one more element in *p (*cap of them, n used, `elem` bytes each): doubled when full.
+ * false: out of memory (*p unchanged). */
+static bool room(void *p, uint32_t *cap, uint32_t n, size_t elem)
+{
+    if (n < *cap)
+        return true;
+    uint32_t c = *cap ? *cap * 2 : 8;
+    void *np = stk__realloc(*(void **)p, (size_t)c * elem);
+    if (!np)
+        return false;
+    *(void **)p = np;
+    *cap = c;
+    return true;
+}
+
 static uint32_t part_hash(uint64_t off, uint64_t len)
 {
     uint64_t k[2] = {off, len};
@@ -122,14 +137,8 @@ static bool add(shard *s, uint64_t off, uint64_t len, const void *blob, size_t n
         s->fresh++;
         return true;
     }
-    if (s->n == s->cap) {
-        uint32_t cap = s->cap ? s->cap * 2 : 16;
-        part *np = stk__realloc(s->parts, (size_t)cap * sizeof(*np));
-        if (!np)
-            return false;
-        s->parts = np;
-        s->cap = cap;
-    }
+    if (!room(&s->parts, &s->cap, s->n, sizeof(*s->parts)))
+        return false;
     if ((uint64_t)(s->n + 1) * 2 > s->n_slots) { /* keep the slots at most half full */
         uint32_t ns = s->n_slots ? s->n_slots * 2 : 32;
         uint32_t *sl = stk__calloc(ns, sizeof(*sl));
@@ -225,14 +234,8 @@ static shard *shard_of(stk__memotab *t, const stk__file *src)
         if (s->key == key && memcmp(s->id, id, sizeof(id)) == 0 && strcmp(s->path, src->path) == 0)
             return s;
     }
-    if (t->n == t->cap) {
-        uint32_t cap = t->cap ? t->cap * 2 : 8;
-        shard *ns = stk__realloc(t->shards, (size_t)cap * sizeof(*ns));
-        if (!ns)
-            return NULL;
-        t->shards = ns;
-        t->cap = cap;
-    }
+    if (!room(&t->shards, &t->cap, t->n, sizeof(*t->shards)))
+        return NULL;
     shard *s = &t->shards[t->n];
     memset(s, 0, sizeof(*s));
     if (!(s->path = stk__strdup(src->path)))

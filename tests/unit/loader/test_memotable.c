@@ -74,6 +74,19 @@ static int found(stk__file *f)
     return got;
 }
 
+/* Put every part into t; the blobs that found no place on disk. */
+static uint64_t put_parts(stk__memotab *t, stk__file *f)
+{
+    uint64_t unsaved = 0;
+    for (int k = 0; k < N_PARTS; k++) {
+        uint8_t b[64];
+        size_t n;
+        blob(k, b, &n);
+        unsaved += stk__memotab_put(t, f, 100u * k, 50, b, n);
+    }
+    return unsaved;
+}
+
 static ino_t side_ino(void)
 {
     struct stat st;
@@ -125,12 +138,7 @@ static int test_damaged_or_stale_table_ignored_whole(void)
     stk__file *f = NULL;
     T_OK(stk__vfs_open(g_shard, &f, NULL, 0));
     stk__memotab *t = stk__memotab_create("stkvidx", "STKVIX01");
-    for (int k = 0; k < N_PARTS; k++) {
-        uint8_t b[64];
-        size_t n;
-        blob(k, b, &n);
-        stk__memotab_put(t, f, 100u * k, 50, b, n);
-    }
+    T_EQ(put_parts(t, f), 0);
     stk__memotab_destroy(t);
     T_EQ(found(f), N_PARTS);
     FILE *r = fopen(g_side, "rb");
@@ -183,29 +191,15 @@ static int test_name_taken_cache_or_unsaved(void)
     T_OK(stk__vfs_open(g_shard, &f, NULL, 0));
     T_CHECK(mkdir(g_side, 0755) == 0); /* the name taken: no table beside the shard */
     stk__memotab *t = stk__memotab_create("stkvidx", "STKVIX01");
-    uint64_t unsaved = 0;
-    for (int k = 0; k < N_PARTS; k++) {
-        uint8_t b[64];
-        size_t n;
-        blob(k, b, &n);
-        unsaved += stk__memotab_put(t, f, 100u * k, 50, b, n);
-    }
+    T_EQ(put_parts(t, f), N_PARTS); /* no cache directory: every blob in memory only */
     stk__memotab_destroy(t);
-    T_EQ(unsaved, N_PARTS); /* no cache directory: every blob in memory only */
     T_EQ(found(f), 0);
     char cache[96];
     snprintf(cache, sizeof(cache), "%s/cache", g_dir);
     T_CHECK(setenv("STOKER_CACHE_DIR", cache, 1) == 0);
     t = stk__memotab_create("stkvidx", "STKVIX01");
-    unsaved = 0;
-    for (int k = 0; k < N_PARTS; k++) {
-        uint8_t b[64];
-        size_t n;
-        blob(k, b, &n);
-        unsaved += stk__memotab_put(t, f, 100u * k, 50, b, n);
-    }
+    T_EQ(put_parts(t, f), 0);
     stk__memotab_destroy(t);
-    T_EQ(unsaved, 0);
     T_EQ(found(f), N_PARTS); /* from the cache directory */
     unsetenv("STOKER_CACHE_DIR");
     T_EQ(found(f), 0);
@@ -214,5 +208,5 @@ static int test_name_taken_cache_or_unsaved(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_round_trip_and_doubling_writes), T_CASE(test_damaged_or_stale_table_ignored_whole),
-       T_CASE(test_name_taken_cache_or_unsaved))
+T_MAIN(T_CASE(test_round_trip_and_doubling_writes),
+       T_CASE(test_damaged_or_stale_table_ignored_whole), T_CASE(test_name_taken_cache_or_unsaved))
