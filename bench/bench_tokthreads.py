@@ -6,7 +6,7 @@ over K batches) and the context switches per batch (voluntary: it slept; involun
 preempted). bench_tokens.py gives the totals against the ceilings; this gives their split.
 
     STOKER_MMAP=1 PYTHONPATH=build/python /usr/bin/python3 bench/bench_tokthreads.py \
-        [--threads 1] [--warm 3100] [--batches 3000] [FILE]
+        [--threads 1] [--warm 3100] [--batches 3000] [--ids-dtype int32] [FILE]
 
 FILE defaults to bench_tokens.py's nanoGPT file (bench/data/tokens/train_200000000.bin).
 WARM 3100 is a little over an epoch of that file (a later epoch: every page touched).
@@ -58,9 +58,10 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--warm", type=int, default=3100)
     p.add_argument("--batches", type=int, default=3000)
+    p.add_argument("--ids-dtype", default="int64", help="int64 (the default) or int32")
     a = p.parse_args()
     L = stoker.Loader(a.file, batch_size=32, seq_len=2048, tokens="windows", shuffle=True,
-                      seed=0, num_workers=a.threads)
+                      seed=0, num_workers=a.threads, ids_dtype=a.ids_dtype)
     g = epochs(L)
     for b in itertools.islice(g, a.warm):
         del b  # (a batch not held while the next is taken)
@@ -71,7 +72,8 @@ def main():
     wall, after = time.perf_counter() - w0, threads_now()
     L.close()
     total = 0.0
-    print(f"STOKER_MMAP={os.environ.get('STOKER_MMAP', '')} threads={a.threads} K={K}")
+    print(f"STOKER_MMAP={os.environ.get('STOKER_MMAP', '')} threads={a.threads} K={K} "
+          f"ids_dtype={a.ids_dtype}")
     for tid, (name, c, vol, inv) in sorted(after.items()):
         n0, c0, vol0, inv0 = before.get(tid, (name, 0.0, 0, 0))
         total += c - c0
