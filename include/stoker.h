@@ -1508,8 +1508,13 @@ typedef struct stk_loader_stats {
     char device_reason[256]; /* why the ring is not pinned, there is no device copy or
                                 finishing fell back to the CPU; "" when all requested is on */
     /* ---- added in 0.3.x (read when struct_size covers them) ---- */
-    uint64_t indexed; /* videos this loader indexed (a pass over the file's packets): found
-                         neither in its memory nor in an index file (docs/video.md) */
+    uint64_t indexed;       /* videos this loader indexed (a pass over the file's packets): found
+                               neither in its memory nor in an index file (docs/video.md) */
+    uint64_t index_loaded;  /* videos whose index this loader read from an index file (beside
+                               the data or in the cache directory) instead */
+    uint64_t index_unsaved; /* local videos this loader indexed whose index found no place on
+                               disk (no writable directory beside the data, no cache directory):
+                               kept in its memory only */
 } stk_loader_stats;
 
 /** Zero `out` and set its struct_size (the caller's sizeof). */

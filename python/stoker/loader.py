@@ -776,7 +776,9 @@ class Loader:
           back by a full ring: the training loop is slower than the loader); consumer_wait_s
           (the training loop blocked in next(): the loader is slower);
         - indexed: videos indexed by this loader (a pass over a file's packets), not found in
-          its memory or in an index file (docs/video.md);
+          its memory or in an index file (docs/video.md); index_loaded: videos whose index it
+          read from an index file instead; index_unsaved: local videos it indexed whose index
+          found no place on disk (kept in its memory only);
         - active_threads (threads working now; the autotuner may park some of n_threads),
           depth (batches allowed in flight), autotune_changes, autotune_reason (why the
           autotuner took its last decision, "" when it has not run).

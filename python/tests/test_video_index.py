@@ -1,15 +1,16 @@
-"""Video frame indexes kept across loaders (issue 28, video5): the index of a video that is a tar
-member or a .stk record's field, kept in the cache directory under its shard's identity and its
-place in the shard, so a new loader's first epoch reads what a later epoch reads; a remote video
-tree's indexes in the remote cache (s3:// through the s3rver the remote tests use); one index
-pass per video whatever the clips of it in flight at once (single flight, counted by the
-loader's `indexed` counter), and index files that concurrent writers never leave torn.
+"""Video frame indexes kept across loaders (issue 28, video5 and video6): the indexes of a shard's
+videos (tar members, gzipped or not, and .stk records' fields) kept beside the shard as one table
+(`<shard>.stkvidx`), or in the cache directory where the shard's directory takes none, checked
+against the shard's identity, so a new loader's first epoch reads what a later epoch reads; a
+class-per-folder tree's in a second process (no video probed again); a remote video tree's
+indexes in the remote cache (s3:// through the s3rver the remote tests use); one index pass per
+video whatever the clips of it in flight at once (single flight, counted by the loader's
+`indexed` counter), and index files that concurrent writers never leave torn.
 
 Test verdicts come from counters (stats()["indexed"], bytes_read) and the files themselves,
 never from the clock.
 """
 import os
-import re
 import subprocess
 import sys
 
@@ -25,13 +26,6 @@ from test_video import (TREE, TREE_KW, _epoch_clips, _same, _tree_of, _whole_cli
                         full_frames, videos, wds)
 
 assert videos  # the session fixture, used by name
-
-PART = re.compile(r"-s[0-9a-f]{15}$")  # a part's cache entry: <sha256(key)>-s<hash>
-
-
-def _parts(cache):
-    return sorted(p for p in cache.rglob("*") if p.is_file() and PART.search(p.name))
-
 
 NAMES = ["h264.mp4", "hevc.mkv", "vp9.webm", "vfr.mp4"]
 KW = dict(batch_size=2, frames_per_clip=4, frame_step=2, clips_per_video=2, seed=3, shuffle=True,
@@ -79,70 +73,100 @@ def _run(data, kw, epochs=1, repeat=False):
         return out, loader.stats()["indexed"]
 
 
+def _stats(data, kw, epochs=1, repeat=False):
+    """As _run, with the loader's whole stats()."""
+    with stoker.Loader(data, **kw) as loader:
+        out = [_epoch_clips(loader, 0 if repeat else e) for e in range(epochs)]
+        return out, loader.stats()
+
+
+def _table(data):
+    """The shard's index table beside it (`<shard>.stkvidx`): (inode, bytes), or None."""
+    p = data + ".stkvidx"
+    return (os.stat(p).st_ino, open(p, "rb").read()) if os.path.isfile(p) else None
+
+
 @pytest.mark.parametrize("kind", ["tar", "stk"])
-def test_member_and_record_index_kept_in_the_cache_dir(big, tmp_path, kind):
-    """A tar member's or a .stk record's video index is kept in the cache directory: a new
-    loader's first epoch indexes nothing (stats()["indexed"] 0, where the first loader indexed
-    each of its 2 videos once), reads what the first loader read when it read the same epoch
-    again from its memory (a tar: the header and the clip's GOPs, under half the whole videos the
-    first epoch read), and gives the same clips; without a cache
-    directory nothing is kept and each new loader indexes again."""
+def test_shard_index_kept_beside_the_shard(big, tmp_path, kind):
+    """The indexes of a shard's videos (tar members, .stk records' fields) are kept beside the
+    shard as one table, `<shard>.stkvidx`, written by the loader that indexed them, with no cache
+    directory: a new loader's first epoch indexes nothing (stats()["indexed"] 0 and
+    index_loaded 2, where the first loader indexed each of its 2 videos once), reads what the
+    first loader read when it read the same epoch again from its memory (a tar: the header and
+    the clip's GOPs, under half the whole videos the first epoch read), gives the same clips, and
+    leaves the table as it found it (read, not rewritten)."""
     data = _data(big, tmp_path, kind)
-    cache = tmp_path / "cache"
-    kw = dict(KW, cache_dir=str(cache), clips_per_video=1)
-    (first, later), indexed = _run(data, kw, epochs=2, repeat=True)
-    assert indexed == 2
+    kw = dict(KW, cache_dir="", clips_per_video=1)
+    (first, later), st = _stats(data, kw, epochs=2, repeat=True)
+    assert (st["indexed"], st["index_loaded"], st["index_unsaved"]) == (2, 0, 0)
     _same(later[0], first[0])
-    parts = _parts(cache)
-    assert len(parts) == 2, sorted(cache.rglob("*"))
-    made = [(p.stat().st_ino, p.read_bytes()) for p in parts]
-    assert all(b[:8] == b"STKVIX01" for _, b in made)
-    (again,), indexed = _run(data, kw)
-    assert indexed == 0
+    made = _table(data)
+    assert made and made[1][:8] == b"STKPTAB1" and made[1][32:40] == b"STKVIX01"
+    assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]
+    (again,), st = _stats(data, kw)
+    assert (st["indexed"], st["index_loaded"]) == (0, 2)
     _same(again[0], first[0])
     if kind == "tar":  # the header and the clip's GOPs (a .stk record is read whole to check
         # its checksum on a dataset's first read of it, index or not)
         assert again[1] * 2 < first[1], (first[1], later[1], again[1])
-    assert [(p.stat().st_ino, p.read_bytes()) for p in parts] == made  # read, not rewritten
-    (none,), indexed = _run(data, dict(kw, cache_dir=""))
-    assert indexed == 2
-    _same(none[0], first[0])
+    assert _table(data) == made  # read, not rewritten
 
 
 @pytest.mark.parametrize("kind", ["tar", "stk"])
-def test_member_index_stale_or_damaged_is_rebuilt(videos, tmp_path, kind):
-    """A kept member index is trusted only for the shard it was made from: the shard rewritten
-    (another mtime, inode or size) indexes its videos again, into new entries; an entry damaged,
-    truncated or emptied is ignored and rewritten; the clips are those of the data read whole."""
-    data = _data(videos, tmp_path, kind)
+def test_shard_index_in_the_cache_dir_where_the_directory_takes_none(big, tmp_path, kind):
+    """Where the shard's directory takes no table (here its name is taken by a directory: a
+    read-only directory does the same, but the tests run as root), the table goes to the cache
+    directory (one entry `<sha256("local:" + shard path)>-stkvidx`) and a new loader reads it
+    there; without a cache directory the indexes stay in the loader's memory, counted in
+    stats()["index_unsaved"], and the clips are the same."""
+    data = _data(big, tmp_path, kind)
+    os.makedirs(data + ".stkvidx/taken")
     cache = tmp_path / "cache"
-    kw = dict(KW, cache_dir=str(cache))
-    (first,), _ = _run(data, kw)
-    good = {p: p.read_bytes() for p in _parts(cache)}
-    for k, (p, b) in enumerate(sorted(good.items())):
-        bad = bytearray(b)
-        if k == 0:
-            bad[len(bad) // 2] ^= 0x40  # damaged
-        elif k == 1:
-            bad = bad[:-9]  # truncated
-        elif k == 2:
-            bad = b""  # emptied
-        else:
-            bad[20] ^= 0x01  # the identity: another shard's
-        p.write_bytes(bytes(bad))
-    (got,), indexed = _run(data, kw)
-    assert indexed == 4
-    _same(got[0], first[0])
-    assert {p: p.read_bytes() for p in _parts(cache)} == good  # rewritten as they were
-    # the shard replaced by a copy (another inode and mtime): indexed again, new entries
+    kw = dict(KW, cache_dir=str(cache), clips_per_video=1)
+    (first,), st = _stats(data, kw)
+    assert (st["indexed"], st["index_unsaved"]) == (2, 0)
+    entries = sorted(p for p in cache.rglob("*") if p.name.endswith("-stkvidx"))
+    assert len(entries) == 1, sorted(cache.rglob("*"))
+    made = (entries[0].stat().st_ino, entries[0].read_bytes())
+    assert made[1][:8] == b"STKPTAB1"
+    (again,), st = _stats(data, kw)
+    assert (st["indexed"], st["index_loaded"]) == (0, 2)
+    _same(again[0], first[0])
+    assert (entries[0].stat().st_ino, entries[0].read_bytes()) == made
+    (none,), st = _stats(data, dict(kw, cache_dir=""))
+    assert (st["indexed"], st["index_loaded"], st["index_unsaved"]) == (2, 0, 2)
+    _same(none[0], first[0])
+    assert os.listdir(data + ".stkvidx") == ["taken"]
+
+
+@pytest.mark.parametrize("kind", ["tar", "stk"])
+def test_shard_index_stale_or_damaged_is_rebuilt(videos, tmp_path, kind):
+    """A shard's table is trusted only whole and only for the shard it was made from: damaged (a
+    byte changed), truncated, emptied, or another shard's (its identity changed), it is ignored,
+    every video indexed again and the table rewritten as it was; the shard replaced by a copy
+    (another inode and mtime) indexes its videos again into a new table; the clips are those of
+    the data read whole."""
+    data = _data(videos, tmp_path, kind)
+    kw = dict(KW, cache_dir="")
+    (first,), st = _run(data, kw)
+    assert st == 4
+    good = _table(data)[1]
+    damaged = bytearray(good)
+    damaged[len(good) // 2] ^= 0x40
+    for bad in (bytes(damaged), good[:-9], b""):  # damaged, truncated, emptied
+        open(data + ".stkvidx", "wb").write(bytes(bad))
+        (got,), indexed = _run(data, kw)
+        assert indexed == 4, bytes(bad[:40])
+        _same(got[0], first[0])
+        assert _table(data)[1] == good  # rewritten as it was
+    # the shard replaced by a copy (another inode and mtime): the table is another shard's
     blob = open(data, "rb").read()
     os.unlink(data)
     open(data, "wb").write(blob)
     (got,), indexed = _run(data, kw)
     assert indexed == 4
     _same(got[0], first[0])
-    assert len(_parts(cache)) == 4  # same keys (path, place), the new identity inside
-    assert {p: p.read_bytes() for p in _parts(cache)} != good
+    assert _table(data)[1] != good  # the new identity inside
     (_,), indexed = _run(data, kw)
     assert indexed == 0
     os.environ["STOKER_READ_WHOLE"] = "1"
@@ -151,6 +175,47 @@ def test_member_index_stale_or_damaged_is_rebuilt(videos, tmp_path, kind):
     finally:
         del os.environ["STOKER_READ_WHOLE"]
     _same(got[0], whole[0])
+
+
+def test_gzipped_member_index_kept(videos, tmp_path):
+    """Tar members gzipped (`k.mp4.gz`, gunzipped whole at read): each one's index is kept in the
+    shard's table under the member's place in the tar and its gunzipped length, so a new loader
+    indexes none of them (index_loaded 4); a member replaced by another video of another length
+    (the tar rewritten) is indexed again; the clips equal those of the same videos in a plain
+    tar."""
+    import gzip
+    import io
+    import tarfile
+    paths = [videos[n] for n in NAMES]
+
+    def gz_tar(name, paths):
+        tar = str(tmp_path / name)
+        with tarfile.open(tar, "w") as t:
+            for k, p in enumerate(paths):
+                for member, b in ((f"{k:04d}.mp4.gz", gzip.compress(open(p, "rb").read())),
+                                  (f"{k:04d}.cls", str(k).encode())):
+                    info = tarfile.TarInfo(member)
+                    info.size = len(b)
+                    t.addfile(info, io.BytesIO(b))
+        return tar
+
+    data = gz_tar("g.tar", paths)
+    plain = wds(tmp_path, paths, "plain.tar")
+    kw = dict(KW, cache_dir="")
+    (first,), st = _stats(data, kw)
+    assert (st["indexed"], st["index_loaded"]) == (4, 0)
+    assert _table(data)[1][:8] == b"STKPTAB1"
+    (ref,), _ = _stats(plain, kw)
+    _same(first[0], ref[0])
+    (again,), st = _stats(data, kw)
+    assert (st["indexed"], st["index_loaded"]) == (0, 4)
+    _same(again[0], first[0])
+    # the tar rewritten with member 1 replaced by member 0's video
+    data = gz_tar("g.tar", [paths[0], paths[0]] + paths[2:])
+    (changed,), st = _stats(data, kw)
+    assert (st["indexed"], st["index_loaded"]) == (4, 0)  # another tar: its table is stale
+    (ref,), _ = _stats(wds(tmp_path, [paths[0], paths[0]] + paths[2:], "plain2.tar"), kw)
+    _same(changed[0], ref[0])
 
 
 @pytest.mark.parametrize("kind", ["tree", "tar", "stk"])
@@ -228,6 +293,82 @@ def test_concurrent_writers_never_tear_an_index_file(videos, tmp_path):
             got, _ = _epoch_clips(loader, 0)
             assert loader.stats()["indexed"] == 0
         _same(got, _whole_clips(root, TREE_KW, 0))
+
+
+def test_concurrent_writers_never_tear_a_shard_table(videos, tmp_path):
+    """Four processes index the same tar at once, each writing its table beside it
+    (`v.tar.stkvidx`, merged with what the file holds, atomically), released together by one
+    file's content: the table left is whole and lists every video (a new loader indexes none:
+    stats()["indexed"] 0, index_loaded 4), and no temporary file is left behind. Three rounds."""
+    data = _data(videos, tmp_path, "tar")
+    gate = tmp_path / "gate"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(stoker.__path__[0])] + sys.path), STOKER_CACHE_DIR="")
+    for _ in range(3):
+        if os.path.exists(data + ".stkvidx"):
+            os.unlink(data + ".stkvidx")
+        gate.write_text("wait")
+        procs = [subprocess.Popen([sys.executable, "-c", WRITER, data, str(gate)],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(4)]
+        gate.write_text("go")
+        for p in procs:
+            out, err = p.communicate(timeout=240)
+            assert p.returncode == 0, err.decode()[-2000:]
+            assert out.split()[0] == b"8"
+        assert _table(data)[1][:8] == b"STKPTAB1"
+        assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]
+        (got,), st = _stats(data, dict(KW, cache_dir=""))
+        assert (st["indexed"], st["index_loaded"]) == (0, 4)
+    os.environ["STOKER_READ_WHOLE"] = "1"
+    try:
+        (whole,), _ = _run(data, KW)
+    finally:
+        del os.environ["STOKER_READ_WHOLE"]
+    _same(got[0], whole[0])
+
+
+OPENER = r"""
+import json, sys
+import stoker
+import torchvision.transforms as T
+kw = dict(batch_size=2, frames_per_clip=4, frame_step=2, clips_per_video=1, seed=3,
+          shuffle=False, transforms=T.Compose([T.CenterCrop((96, 160))]), output="numpy",
+          num_workers=1, cache_dir="")
+with stoker.Loader(sys.argv[1], **kw) as loader:
+    opened = dict(loader.stats())
+    n = sum(len(b["video"]) for b in loader)
+    st = loader.stats()
+    print(json.dumps({"open": [opened[k] for k in ("bytes_read", "indexed", "index_loaded")],
+                      "epoch": [st[k] for k in ("indexed", "index_loaded")], "n": n}))
+"""
+
+
+def test_tree_second_process_probes_no_video(videos, tmp_path):
+    """A class-per-folder tree of 8 videos: a process opening it reads no video's bytes and
+    indexes nothing at open (stats() once the Loader is made: bytes_read, indexed and
+    index_loaded all 0: no file probed), then its epoch indexes each video once and writes its
+    `<video>.stkvidx` beside it; a second process opening the tree again reads nothing at open,
+    and its epoch indexes no video (indexed 0) and reads each one's index file once
+    (index_loaded 8)."""
+    layout = {"a": ["h264.mp4", "vfr.mp4", "hevc.mkv", "vp9.webm"],
+              "b": ["h264.mp4", "vfr.mp4", "hevc.mkv", "vp9.webm"]}
+    root = _tree_of(videos, tmp_path / "tree", layout)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(stoker.__path__[0])] + sys.path))
+
+    def child():
+        import json
+        out = subprocess.run([sys.executable, "-c", OPENER, str(root)], env=env,
+                             capture_output=True, timeout=240)
+        assert out.returncode == 0, out.stderr.decode()[-2000:]
+        return json.loads(out.stdout)
+
+    first = child()
+    assert first == {"open": [0, 0, 0], "epoch": [8, 0], "n": 8}
+    assert len(list(root.glob("*/*.stkvidx"))) == 8
+    second = child()
+    assert second == {"open": [0, 0, 0], "epoch": [0, 8], "n": 8}
 
 
 @pytest.fixture(scope="module")

@@ -293,6 +293,8 @@ stk_status stk_loader_stats_get(const stk_loader *L, stk_loader_stats *dst)
     out->samples = atomic_load(&c->st_samples);
     out->bytes_read = atomic_load(&c->st_bytes);
     out->indexed = atomic_load(&c->st_indexed);
+    out->index_loaded = atomic_load(&c->st_index_loaded);
+    out->index_unsaved = atomic_load(&c->st_index_unsaved);
     out->skipped = atomic_load(&c->st_skipped);
     out->errors = atomic_load(&c->st_errors);
     out->wall_ns = stk__now_ns() - c->created_ns;

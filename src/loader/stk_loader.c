@@ -47,6 +47,7 @@ static void core_destroy(stk__ring *r, void *arg)
     stk__free(c->dtrace.ev);
     stk__order_free(c);
     stk__free((void *)c->checked);
+    stk__memotab_destroy(c->memo_tab); /* writes its tables: before the memo's blobs go */
     stk__memo_destroy(c->memo);
     stk_dataset_close(c->owned_ds);
     stk_transform_destroy(c->own_transform);
@@ -369,6 +370,9 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
             !(c->memo = stk__memo_create(c->n, STK__MEMO_CAP)))
             STK_FAIL(err, STK_ENOMEM, "out of memory for the per-record memo");
         c->memo_file = stk__transform_memo_file(c->transform, &c->memo_magic);
+        if (c->memo && c->memo_file &&
+            !(c->memo_tab = stk__memotab_create(c->memo_file, c->memo_magic)))
+            STK_FAIL(err, STK_ENOMEM, "out of memory for the shards' index tables");
         c->n *= per;
         if (!c->tarray && !(c->checked = stk__calloc((size_t)(c->n / 64 + 1), sizeof(uint64_t))))
             STK_FAIL(err, STK_ENOMEM, "out of memory for the per-record check bits");

@@ -48,6 +48,7 @@ enum {
     TR_N
 };
 
+typedef struct stk__memotab stk__memotab; /* stk_memotable.c */
 typedef struct tev {
     uint64_t t0, t1; /* ns since the loader was created */
     uint32_t stage;
@@ -127,7 +128,8 @@ struct core {
     _Atomic uint64_t *checked;
     stk__memo *memo; /* per-record blobs a transform keeps across epochs (video indexes); NULL */
     const char *memo_file, *memo_magic; /* where the memo's blobs are kept on disk (NULL: not) */
-    uint32_t cores; /* stk_n_cpus() at create: the thread plan's codec threads */
+    stk__memotab *memo_tab; /* local shards' parts' blobs, beside each shard (NULL: not kept) */
+    uint32_t cores;         /* stk_n_cpus() at create: the thread plan's codec threads */
     bool readahead; /* some file is remote and the source gives extents: hint the next records */
     stk__imgarray tgeom; /* its geometry */
     uint32_t n_slots, n_threads, batch_size, rank, world;
@@ -157,7 +159,9 @@ struct core {
     bool timed; /* stage timing on (not STK_LOADER_NO_STATS) */
     uint64_t created_ns;
     atomic_uint_fast64_t st_batches, st_samples, st_bytes, st_skipped, st_errors;
-    atomic_uint_fast64_t st_indexed; /* records whose memo blob this loader derived */
+    atomic_uint_fast64_t st_indexed;       /* records whose memo blob this loader derived */
+    atomic_uint_fast64_t st_index_loaded;  /* ... read from disk instead */
+    atomic_uint_fast64_t st_index_unsaved; /* ... derived that found no place on disk */
     _Atomic uint64_t consumer_wait_ns;
     tbuf ctrace;          /* the consumer's track */
     uint64_t c_return_ns; /* when stk_loader_next last returned a batch (for "step") */
@@ -217,6 +221,20 @@ const uint8_t *stk__memofile_load(core *c, uint64_t rec, stk__file *f, stk__bran
 /* Write rec's memo blob beside f when it is not `before` (derived, or derived again after a stale
  * one, by the apply since stk__memofile_load). Best effort. */
 void stk__memofile_store(core *c, uint64_t rec, stk__file *f, stk__brange r, const uint8_t *before);
+
+/* ---- local shards' parts' memo blobs, one table file beside each shard (stk_memotable.c) ---- */
+
+/* A table of the blobs kept as `<shard>.<name>` with blob layout `magic`; NULL when out of
+ * memory. Destroy writes what is not written yet. Threads: every call is serialised. */
+stk__memotab *stk__memotab_create(const char *name, const char magic[8]);
+void stk__memotab_destroy(stk__memotab *t); /* accepts NULL */
+/* Part (off, len) of local shard src: its blob set as memo record rec; true when found. */
+bool stk__memotab_get(stk__memotab *t, const stk__file *src, uint64_t off, uint64_t len,
+                      stk__memo *memo, uint64_t rec);
+/* Add part (off, len)'s blob (derived by this loader), written with its shard's table now or
+ * later. Returns the blobs that found no place on disk by this call (0 usually). */
+uint64_t stk__memotab_put(stk__memotab *t, const stk__file *src, uint64_t off, uint64_t len,
+                          const void *blob, size_t n);
 
 /* The worker thread (stk_worker.c); arg is its worker. */
 void *stk__worker_main(void *arg);

@@ -52,12 +52,12 @@ uint8_t *stk__idx_new(const char magic[8], const uint64_t id[3], size_t body_len
 }
 
 /* `<path>.<name>` (a fresh string; NULL when out of memory). */
-static char *beside_path(const stk__file *f, const char *name)
+static char *beside_path(const char *path, const char *name)
 {
-    size_t pl = strlen(f->path), nl = strlen(name);
+    size_t pl = strlen(path), nl = strlen(name);
     char *p = stk__malloc(pl + nl + 2);
     if (p) {
-        memcpy(p, f->path, pl);
+        memcpy(p, path, pl);
         p[pl] = '.';
         memcpy(p + pl + 1, name, nl + 1);
     }
@@ -84,17 +84,17 @@ static uint8_t *read_local(const char *p, size_t *n)
 /* A local file's index where its directory takes none (read-only, or the name is taken): an aux
  * entry of the cache directory (STOKER_CACHE_DIR, cache_dir=) under the key "local:<path>", as
  * remote objects' are under their URL. NULL: no cache directory set. */
-static stk__cache *local_cache(const stk__file *f, char **key)
+static stk__cache *local_cache(const char *path, char **key)
 {
     stk__cache *c = NULL;
     *key = NULL;
     if (stk__cache_from_env(&c, NULL, 0) != STK_OK || !c)
         return NULL;
-    size_t pl = strlen(f->path);
+    size_t pl = strlen(path);
     if (!(*key = stk__malloc(pl + 7)))
         return NULL;
     memcpy(*key, "local:", 6);
-    memcpy(*key + 6, f->path, pl + 1);
+    memcpy(*key + 6, path, pl + 1);
     return c;
 }
 
@@ -119,15 +119,20 @@ uint8_t *stk__idx_load(stk__file *f, const char *name, bool beside, const char m
         stk__vfs_aux_get(f, name, &b, n);
         return checked(b, n, magic, id);
     }
-    if (!beside)
-        return NULL;
-    char *p = beside_path(f, name);
-    b = p ? read_local(p, n) : NULL;
+    return beside ? stk__idx_load_local(f->path, name, magic, id, n) : NULL;
+}
+
+uint8_t *stk__idx_load_local(const char *path, const char *name, const char magic[8],
+                             const uint64_t id[3], size_t *n)
+{
+    *n = 0;
+    char *p = beside_path(path, name);
+    uint8_t *b = p ? read_local(p, n) : NULL;
     stk__free(p);
     if ((b = checked(b, n, magic, id)) != NULL)
         return b;
     char *key; /* none beside it (or a stale or damaged one): the cache directory's, if any */
-    stk__cache *c = local_cache(f, &key);
+    stk__cache *c = local_cache(path, &key);
     if (c && stk__cache_aux_get(c, key, name, &b, n))
         b = checked(b, n, magic, id);
     stk__free(key);
@@ -155,21 +160,28 @@ static bool write_local(const char *p, const uint8_t *b, size_t n)
     return ok;
 }
 
-void stk__idx_store(stk__file *f, const char *name, bool beside, uint8_t *b, size_t n)
+bool stk__idx_store(stk__file *f, const char *name, bool beside, uint8_t *b, size_t n)
+{
+    if (is_local(f))
+        return beside && stk__idx_store_local(f->path, name, b, n) != STK__IDX_NOWHERE;
+    stk__st64(b + n - STK__IDX_TAIL, XXH3_64bits(b, n - STK__IDX_TAIL));
+    stk__vfs_aux_put(f, name, b, n);
+    return f->vfs->aux_put != NULL;
+}
+
+stk__idx_where stk__idx_store_local(const char *path, const char *name, uint8_t *b, size_t n)
 {
     stk__st64(b + n - STK__IDX_TAIL, XXH3_64bits(b, n - STK__IDX_TAIL));
-    if (!is_local(f)) {
-        stk__vfs_aux_put(f, name, b, n);
-    } else if (beside) {
-        char *p = beside_path(f, name);
-        bool done = p && write_local(p, b, n);
-        stk__free(p);
-        char *key = NULL;
-        stk__cache *c = done ? NULL : local_cache(f, &key);
-        if (c)
-            stk__cache_aux_put(c, key, name, b, n);
-        stk__free(key);
-    }
+    char *p = beside_path(path, name);
+    bool done = p && write_local(p, b, n);
+    stk__free(p);
+    if (done)
+        return STK__IDX_BESIDE;
+    char *key = NULL;
+    stk__cache *c = local_cache(path, &key);
+    done = c && key && stk__cache_aux_put(c, key, name, b, n);
+    stk__free(key);
+    return done ? STK__IDX_CACHE : STK__IDX_NOWHERE;
 }
 
 /* A part's entry name: name's first letter and 15 hex digits of XXH3(name, off, len) (the cache's
@@ -190,7 +202,7 @@ static bool part_get(stk__file *f, const char *name, uint8_t **b, size_t *n)
     if (!is_local(f))
         return stk__vfs_aux_get(f, name, b, n);
     char *key;
-    stk__cache *c = local_cache(f, &key);
+    stk__cache *c = local_cache(f->path, &key);
     bool got = c && key && stk__cache_aux_get(c, key, name, b, n);
     stk__free(key);
     return got;
@@ -241,7 +253,7 @@ void stk__idx_part_store(stk__file *f, const char *name, const char magic[8], ui
         stk__vfs_aux_put(f, pn, b, n);
     } else {
         char *key;
-        stk__cache *c = local_cache(f, &key);
+        stk__cache *c = local_cache(f->path, &key);
         if (c && key)
             stk__cache_aux_put(c, key, pn, b, n);
         stk__free(key);

@@ -37,8 +37,17 @@ uint8_t *stk__idx_load(stk__file *f, const char *name, bool beside, const char m
 
 /* Seal b (n bytes from stk__idx_new, body filled: its checksum) and store it where stk__idx_load
  * looks (a local file's in the cache directory when writing beside it fails). Best effort: a
- * read-only directory without a cache directory, or no cache, only means the next open scans. */
-void stk__idx_store(stk__file *f, const char *name, bool beside, uint8_t *b, size_t n);
+ * read-only directory without a cache directory, or no cache, only means the next open scans.
+ * true: stored (beside, in the cache directory, or handed to the remote cache). */
+bool stk__idx_store(stk__file *f, const char *name, bool beside, uint8_t *b, size_t n);
+
+/* The same for the local file at `path` (it need not be open): beside it as `<path>.<name>`
+ * first, else the cache directory's entry. Load checks magic, identity and checksum as
+ * stk__idx_load; store says where the index went. */
+typedef enum { STK__IDX_NOWHERE, STK__IDX_BESIDE, STK__IDX_CACHE } stk__idx_where;
+uint8_t *stk__idx_load_local(const char *path, const char *name, const char magic[8],
+                             const uint64_t id[3], size_t *n);
+stk__idx_where stk__idx_store_local(const char *path, const char *name, uint8_t *b, size_t n);
 
 /* A part's index: of the `len` bytes at `off` of f (a tar member, a .stk record's field), or of
  * what they decode to (a gzipped member), kept as an entry of the cache directory under f's

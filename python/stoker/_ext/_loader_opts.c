@@ -223,7 +223,7 @@ PyObject *stkpy_loader_stats_dict(const stk_loader *loader)
     static const char *const where[] = {"none", "cpu", "device"};
     return Py_BuildValue(
         "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:I,s:I,s:I,s:s,s:O,s:K,s:K,s:i,s:s,"
-        "s:K,s:K,s:K,s:K,s:s,s:K}",
+        "s:K,s:K,s:K,s:K,s:s,s:K,s:K,s:K}",
         "batches", (unsigned long long)s.batches, "samples", (unsigned long long)s.samples,
         "bytes_read", (unsigned long long)s.bytes_read, "skipped", (unsigned long long)s.skipped,
         "errors", (unsigned long long)s.errors, "wall_ns", (unsigned long long)s.wall_ns, "read_ns",
@@ -238,5 +238,6 @@ PyObject *stkpy_loader_stats_dict(const stk_loader *loader)
         s.finish < 3 ? where[s.finish] : "unknown", "copies", (unsigned long long)s.copies,
         "h2d_bytes", (unsigned long long)s.h2d_bytes, "copied_bytes",
         (unsigned long long)s.copied_bytes, "finish_ns", (unsigned long long)s.finish_ns,
-        "device_reason", s.device_reason, "indexed", (unsigned long long)s.indexed);
+        "device_reason", s.device_reason, "indexed", (unsigned long long)s.indexed, "index_loaded",
+        (unsigned long long)s.index_loaded, "index_unsaved", (unsigned long long)s.index_unsaved);
 }
