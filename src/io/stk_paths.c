@@ -90,19 +90,20 @@ stk_status stk__paths_expand(const char *const *args, size_t n_args, stk__strlis
         } else if (strpbrk(p, "*?[")) { /* not a path: a pattern */
             size_t before = out->n;
             rc = vfs->glob(p, out, err, err_size);
-            /* a writer's temporary files are never data */
+            /* stoker's own files (temporary, indexes) are never data */
             size_t k = before;
             for (size_t j = before; j < out->n; j++) {
                 const char *base = strrchr(out->v[j], '/');
-                if (stk__path_is_temp(base ? base + 1 : out->v[j]))
+                if (stk__path_not_data(base ? base + 1 : out->v[j]))
                     stk__free(out->v[j]);
                 else
                     out->v[k++] = out->v[j];
             }
             out->n = k;
             if (rc == STK_OK && k == before)
-                rc = stk__set_error(err, err_size, STK_EIO,
-                                    "%s: no file matches this pattern (only temporary files)", p);
+                rc = stk__set_error(
+                    err, err_size, STK_EIO,
+                    "%s: no file matches this pattern (only stoker's temporary or index files)", p);
         }
     }
     stk__strlist_free(&names);
@@ -132,7 +133,7 @@ static stk_status list_dir(const char *dir, const char *const *suffixes, bool di
     stk__strlist_sort(&names);
     for (size_t i = 0; i < names.n && rc == STK_OK; i++) {
         const char *n = names.v[i];
-        if (!has_suffix(n, suffixes) || stk__path_is_temp(n))
+        if (!has_suffix(n, suffixes) || stk__path_not_data(n))
             continue;
         char *p = stk__path_join(dir, n);
         stk__stat st;

@@ -58,7 +58,16 @@ char *stk__path_join(const char *dir, const char *name)
     return s;
 }
 
-bool stk__path_is_temp(const char *name)
+bool stk__path_not_data(const char *name)
 {
-    return strstr(name, ".tmp.") != NULL;
+    static const char *const ours[] = {".stkidx", ".stkvidx"};
+    if (strstr(name, ".tmp.") != NULL)
+        return true;
+    size_t len = strlen(name);
+    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
+        size_t ls = strlen(ours[i]);
+        if (len > ls && strcmp(name + len - ls, ours[i]) == 0)
+            return true;
+    }
+    return false;
 }

@@ -242,7 +242,10 @@ stk_status stk__paths_files(const char *const *paths, size_t n_paths, const char
  * `suffixes`, 0 when none (or it cannot be listed), -1 when out of memory. Does not block. */
 int stk__paths_dir_has(const char *dir, const char *const *suffixes);
 
-/* Whether `name` is a writer's temporary file name ("<shard>.tmp.<pid>.<n>"). */
-bool stk__path_is_temp(const char *name);
+/* Whether `name` is one of stoker's own files, never data: a writer's temporary file
+ * ("<shard>.tmp.<pid>.<n>") or an index kept beside the data ("<shard>.stkidx", "<video or
+ * shard>.stkvidx"), so a pattern of every file in "shards/" matches the same data before and
+ * after a loader wrote its indexes. */
+bool stk__path_not_data(const char *name);
 
 #endif /* STK_VFS_H */

@@ -379,7 +379,7 @@ static int test_glob_byte_order(void)
     return 0;
 }
 
-static int test_temp_files_ignored(void)
+static int test_own_files_ignored(void)
 {
     const char *dir = fx_tmpdir("source");
     char p[512], pattern[512], err[STK_ERRMSG_SIZE];
@@ -387,6 +387,10 @@ static int test_temp_files_ignored(void)
     T_CHECK(write_shard(p, 0, 4, 8) == 0);
     /* a writer's leftover: garbage that would fail to open if it were taken for a shard */
     T_CHECK(put_file(dir, "s-01.stk.tmp.4242.0", "STOKER\0\1partial", 15) == 0);
+    /* indexes a loader keeps beside the data: never data either, so "s-*" matches the same files
+     * before and after a loader wrote them (a format would refuse them) */
+    T_CHECK(put_file(dir, "s-00.stk.stkvidx", "STKPTAB1", 8) == 0);
+    T_CHECK(put_file(dir, "s-02.tar.stkidx", "STKTIDX1", 8) == 0);
     snprintf(pattern, sizeof(pattern), "%s/s-*", dir);
     const char *args[] = {pattern};
     stk__strlist out = {0};
@@ -408,7 +412,12 @@ static int test_temp_files_ignored(void)
 
     snprintf(pattern, sizeof(pattern), "%s/s-01*", dir); /* matches only the temporary file */
     const char *only_tmp[] = {pattern};
-    EXPECT_OPEN_FAIL(only_tmp, 1, NULL, STK_EIO, pattern, "only temporary files", NULL);
+    EXPECT_OPEN_FAIL(only_tmp, 1, NULL, STK_EIO, pattern, "only stoker's temporary or index files",
+                     NULL);
+    snprintf(pattern, sizeof(pattern), "%s/*.stk?*", dir); /* matches only the two indexes */
+    const char *only_idx[] = {pattern};
+    EXPECT_OPEN_FAIL(only_idx, 1, NULL, STK_EIO, pattern, "only stoker's temporary or index files",
+                     NULL);
     fx_rmtree(dir);
     return 0;
 }
@@ -1110,7 +1119,7 @@ static int test_loader_imagefolder(void)
 
 T_MAIN(T_CASE(test_detect_stk), T_CASE(test_detect_folder_and_npy), T_CASE(test_detect_errors),
        T_CASE(test_format_override), T_CASE(test_format_names), T_CASE(test_fifo_path),
-       T_CASE(test_brace_range), T_CASE(test_glob_byte_order), T_CASE(test_temp_files_ignored),
+       T_CASE(test_brace_range), T_CASE(test_glob_byte_order), T_CASE(test_own_files_ignored),
        T_CASE(test_dir_files), T_CASE(test_folder_tree), T_CASE(test_folder_empty_class),
        T_CASE(test_folder_changed_and_fingerprint), T_CASE(test_npy_fields),
        T_CASE(test_npy_named_fields), T_CASE(test_npy_errors), T_CASE(test_stk_overlap),
