@@ -43,13 +43,23 @@ def main():
     else:
         loader = stoker.Loader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
                                executor="process")
+    print("MARK constructed", flush=True)
     held = []
     for k, b in enumerate(loader):
         held = [b]  # the training loop holds the batch it works on
+        if k == 0:
+            print("MARK first batch", flush=True)
         if k + 1 >= batches:
             break
+    print("MARK last batch", flush=True)
     print("HOLD", flush=True)
     sys.stdin.readline()
+    del held, b
+    if kind != "dl":
+        loader.close()
+    else:
+        del loader
+    print("MARK closed", flush=True)
 
 
 if __name__ == "__main__":
@@ -94,6 +104,39 @@ def ring_bytes(pid, name="stoker-ring"):
     return sum(seen.values())
 
 
+def cmdline(pid):
+    """The process's command line, shortened: what tells the fat fork server (a fork of the
+    training process) from the lean one it exec()s."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            parts = f.read().split(b"\0")
+    except OSError:
+        return ""
+    return " ".join(os.path.basename(x.decode(errors="replace")) for x in parts[:3] if x)
+
+
+def print_timeline(name, label, root, kind, timeline, step_mb=8):
+    """The sums over time, one row when the RSS or PSS sum moved by step_mb or more since the
+    last row, or something happened (a mark of the child, a new process, an exec)."""
+    print(f"\ntimeline: {name} {label} (t s: RSS sum / PSS sum MB; per process role pid RSS/PSS)")
+    last = None
+    parents = {}
+    for t, procs, events in timeline:
+        for p, parent, _ in procs:
+            parents[p] = parent
+        rss = sum(m.get("Rss", 0) for _, _, m in procs)
+        pss = sum(m.get("Pss", 0) for _, _, m in procs)
+        if not events and last and abs(rss - last[0]) < step_mb << 20 and \
+                abs(pss - last[1]) < step_mb << 20:
+            continue
+        last = (rss, pss)
+        role = roles(root, kind, parents)
+        per = ", ".join(f"{role[p].split()[-1]} {p} {mb(m.get('Rss', 0))}/{mb(m.get('Pss', 0))}"
+                        for p, _, m in procs)
+        print(f"  {t:6.2f} {mb(rss):>4}/{mb(pss):>4}  {per}" +
+              (f"  <- {'; '.join(events)}" if events else ""))
+
+
 def parent_of(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -135,8 +178,18 @@ def run(name, kind, workers, batches, batch, data, pythonpath=None, unguarded=Fa
     peak_rss = peak_pss = ring = spec_fd = 0
     buf = ""
     snap = at_peak = None
+    timeline, marks, t0, names = [], [], time.monotonic(), {}
     while proc.poll() is None:
         now = [(p, parent_of(p), rollup(p)) for p in bp.tree(proc.pid)]
+        events = []
+        for p, _, _ in now:  # a process that appears, or exec()s (the fork server going lean)
+            exe = cmdline(p)
+            if exe and names.get(p) != exe:
+                events.append(f"{'exec' if p in names else 'new'} {p} {exe[:40]}")
+                names[p] = exe
+        timeline.append((time.monotonic() - t0, [(p, parent, m) for p, parent, m in now if m],
+                         marks + events))
+        marks = []
         rss = sum(m.get("Rss", 0) for _, _, m in now)
         pss = sum(m.get("Pss", 0) for _, _, m in now)
         if pss > peak_pss:
@@ -145,9 +198,11 @@ def run(name, kind, workers, batches, batch, data, pythonpath=None, unguarded=Fa
         ring = max(ring, ring_bytes(proc.pid))
         spec_fd = max(spec_fd, sum(ring_bytes(p, "stoker-fork-server") for p, _, _ in now))
         try:
-            buf += proc.stdout.read() or ""
+            got = proc.stdout.read() or ""
         except (OSError, TypeError):
-            pass
+            got = ""
+        buf += got
+        marks += [ln[5:] for ln in got.splitlines() if ln.startswith("MARK ")]
         if "HOLD" in buf and snap is None:
             snap = [(p, parent_of(p), rollup(p)) for p in bp.tree(proc.pid)]
             held = (peak_rss, peak_pss)
@@ -159,7 +214,7 @@ def run(name, kind, workers, batches, batch, data, pythonpath=None, unguarded=Fa
     role = roles(proc.pid, kind, {p: parent for p, parent, _ in snap})
     peak_role = roles(proc.pid, kind, {p: parent for p, parent, _ in at_peak})
     return {"peak_rss": peak_rss, "peak_pss": peak_pss, "held_peak": held, "ring": ring,
-            "specs": spec_fd,
+            "specs": spec_fd, "timeline": timeline, "root": proc.pid,
             "at_peak": [(peak_role[p], m) for p, _, m in at_peak if m],
             "procs": [(role[p], r) for p, _, r in snap if r]}
 
@@ -178,12 +233,14 @@ def main():
     ap.add_argument("--baseline", default=None)
     ap.add_argument("--unguarded", action="store_true",
                     help="run the training program as python -c (the notebook case)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="print each run's RSS/PSS sums over time with its phases")
     a = ap.parse_args()
     with open("/proc/loadavg") as f:
         print(f"load {f.read().split()[0]}, {os.cpu_count()} cores")
     print("| scenario | loader | process | RSS MB | PSS MB | USS MB | anon MB |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    totals = []
+    totals, timelines = [], []
     for name in a.scenarios.split(","):
         runs = [("dl", "dl", None)] + ([("base", "stoker", a.baseline)] if a.baseline else []) + \
             [("stoker", "stoker", None)]
@@ -192,6 +249,8 @@ def main():
             if r is None:
                 print(f"| {name} | {label} | run failed | | | | |")
                 continue
+            if a.timeline:
+                timelines.append((name, label, r["root"], kind, r["timeline"]))
             s = {k: 0 for k in FIELDS}
             for role, m in sorted(r["procs"], key=lambda x: x[0]):
                 uss = m.get("Private_Clean", 0) + m.get("Private_Dirty", 0)
@@ -219,6 +278,8 @@ def main():
     for name, kind, rss, pss, hrss, hpss, prss, ppss in totals:
         print(f"| {name} | {kind} | {mb(rss)} | {mb(pss)} | {mb(hrss)}, {mb(hpss)} | "
               f"{mb(prss)}, {mb(ppss)} |")
+    for t in timelines:
+        print_timeline(*t)
     with open("/proc/loadavg") as f:
         print(f"load at the end {f.read().split()[0]}")
 

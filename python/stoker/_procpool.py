@@ -491,8 +491,11 @@ def _worker_main(fd, wid, spec):
                 sock.sendall(REPLY.pack(ST_STARTED, 0, index, 0, 0))
 
             try:
-                payload = pickle.dumps(_pyworker.probe_samples(dataset, request, started),
+                first, rows, drew, kept = _pyworker.probe_samples(dataset, request, started)
+                # the first sample (the layout's) without the buffers its views point into
+                payload = pickle.dumps((_pyworker.own_storage(first), rows, drew, kept),
                                        protocol=pickle.HIGHEST_PROTOCOL)
+                del first, kept
             except Exception:  # noqa: BLE001 - the first sample's exception, for the parent
                 _send_error(sock, error_reply(f"in stoker worker process {wid} while loading "
                                               f"sample {request['indices'][0]} (the first "

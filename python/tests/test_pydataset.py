@@ -7,6 +7,7 @@ test_dataloader_parity.py. No verdict here depends on how fast anything runs."""
 import collections
 import gc
 import os
+import pickle
 import random
 import signal
 import textwrap
@@ -579,7 +580,10 @@ def test_restarted_workers_start_up_is_not_part_of_a_samples_timeout(tmp_path, m
 
     def watch():  # releases the hold; records what it saw
         guard = time.monotonic() + 600
-        while time.monotonic() < guard:
+        # ends with the epoch too ("go", written below once it is over): when no sample went to
+        # the restarted worker, nothing ever waits on its start-up, and before this check the
+        # watcher looped to its guard while the test joined it, past pytest's 300 s timeout
+        while time.monotonic() < guard and not os.path.exists(tmp_path / "go"):
             holders = _holders(tmp_path)
             if holders and any(_gone(p) for p in holders):
                 seen["killed_while_starting"] = True  # the bug: a start-up taken for a sample
@@ -598,7 +602,7 @@ def test_restarted_workers_start_up_is_not_part_of_a_samples_timeout(tmp_path, m
     finally:
         open(tmp_path / "go", "w").close()
         watcher.join()
-    assert seen == {"waited": True}
+    assert "killed_while_starting" not in seen
     assert len(errors) == 1, errors
     assert "sample 13" in errors[0] and "signal 9" in errors[0]
     assert got == [i for i in range(40) if not 12 <= i < 16]
@@ -606,6 +610,12 @@ def test_restarted_workers_start_up_is_not_part_of_a_samples_timeout(tmp_path, m
     assert stats["worker_deaths"] == 1 and stats["worker_restarts"] == 1
     assert sorted(int(v) for b in loader for v in b) == list(range(40))  # next epoch whole
     loader.close()
+    if not seen:  # which worker takes the samples after the kill is the scheduler's choice:
+        # when the healthy worker took every one, the held start-up was never waited on, so
+        # the case this test is for did not occur; said, not passed
+        pytest.skip("no sample went to the restarted worker in this run: its held start-up "
+                    "was never waited on")
+    assert seen == {"waited": True}
 
 
 @pytest.mark.timing
@@ -1091,3 +1101,44 @@ def test_map_returning_the_sample_unchanged(tmp_path):
     next(it)
     with pytest.raises(stoker.StokerFormatError, match="record 5.*600 bytes, more than the 64"):
         next(it)
+
+
+Pair = collections.namedtuple("Pair", "x y")
+
+
+def test_probe_pickles_a_view_without_its_storage():
+    # a sample that is a view into the dataset's memory (self.images[i]) pickles its whole
+    # storage; the probe sends the first sample to the constructing process pickled, so it
+    # sends the view's own elements only (36 MB -> 0.6 MB for bench_pydataset.py's tensor224)
+    images = torch.arange(64 * 300.0).reshape(64, 300)
+    arrays = np.arange(64 * 300.0).reshape(64, 300)
+    whole = torch.arange(5)
+    sample = {"t": images[3], "a": arrays[5], "n": Pair(images[1:3], 7), "l": [whole, "s"]}
+    got = _pyworker.own_storage(sample)
+    assert len(pickle.dumps(sample)) > len(pickle.dumps(images))  # the views carry it all
+    own = 300 * 4 + 300 * 8 + 2 * 300 * 4 + 5 * 8  # the elements the sample shows
+    assert len(pickle.dumps(got)) < 2 * own
+    assert torch.equal(got["t"], images[3]) and np.array_equal(got["a"], arrays[5])
+    assert type(got["n"]) is Pair and torch.equal(got["n"].x, images[1:3]) and got["n"].y == 7
+    assert got["l"][0] is whole and got["l"][1] == "s"  # owns its storage: kept as it is
+    assert _pyworker.own_storage(sample["l"]) is sample["l"]
+    assert images.sum().item() == sum(range(64 * 300))  # the dataset's memory untouched
+
+
+class Views(Dataset):
+    def __init__(self):
+        self.images = torch.arange(16 * 6.0).reshape(16, 2, 3)
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        return self.images[i], i
+
+
+def test_views_into_the_dataset_load_in_worker_processes():
+    loader = stoker.Loader(Views(), batch_size=4, num_workers=2, executor="process")
+    got = [(x.clone(), y.tolist()) for x, y in loader]
+    loader.close()
+    assert [i for _, y in got for i in y] == list(range(16))
+    assert torch.equal(torch.cat([x for x, _ in got]), Views().images)
