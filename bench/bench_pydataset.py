@@ -181,7 +181,8 @@ if kind == "dl":
     loader = DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
                         persistent_workers=workers > 0)
 else:
-    loader = stoker.Loader(dataset, batch_size=batch, shuffle=True, num_workers=workers)
+    loader = stoker.Loader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
+                           executor=os.environ.get("STK_BENCH_EXECUTOR", "auto"))
 rates, first = [], None
 for e in range(epochs):
     n = 0
@@ -494,8 +495,11 @@ def main():
                     help="time to first batch and peak RSS only (see main_startup)")
     ap.add_argument("--batches", type=int, default=12, help="--startup: batches per run")
     ap.add_argument("--repeat", type=int, default=3, help="--startup: runs per loader")
+    ap.add_argument("--executor", default="auto", choices=("auto", "thread", "process"),
+                    help="stoker's executor= (default auto: stoker chooses)")
     ap.add_argument("--baseline", help="--startup: another build's python/ directory, run too")
     a = ap.parse_args()
+    os.environ["STK_BENCH_EXECUTOR"] = a.executor  # read by each child
     a.workers = [int(w) for w in a.workers.split(",")]
     make_data(a.data)
     if not os.path.isdir(os.path.join(a.data, "jpeg")):
