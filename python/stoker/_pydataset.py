@@ -183,6 +183,7 @@ def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name, tim
     cv = threading.Condition()
     at = {"index": None, "since": None, "done": False, "got": None, "error": None,
           "abandoned": False}
+    ctl = {}  # the probe's switch interval and GIL meter, released if it is left
 
     def started(index):
         with cv:
@@ -194,7 +195,7 @@ def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name, tim
     def run():
         try:
             got = _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name,
-                             started, lambda: at["abandoned"])
+                             started, lambda: at["abandoned"], ctl)
         except BaseException as e:  # noqa: BLE001 - raised in the constructing thread
             got, at["error"] = None, e
         with cv:
@@ -218,6 +219,7 @@ def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name, tim
     except BaseException:  # the timeout, or Ctrl-C
         with cv:
             at["abandoned"] = True
+        _pyworker.release_probe(ctl)
         raise
     t.join()
     if at["error"] is not None:
@@ -232,7 +234,7 @@ class _Abandoned(BaseException):
 
 
 def _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, started,
-               abandoned=lambda: False):
+               abandoned=lambda: False, ctl=None):
     """probe_here's work, on whichever thread runs it; the global generators are put back
     unless the constructor gave up meanwhile (they are the training loop's by then)."""
     _pyworker.install_worker_info_hook()
@@ -241,7 +243,7 @@ def _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, sta
     try:
         if worker_init_fn is not None:
             worker_init_fn(0)
-        got = _pyworker.probe_samples(dataset, request, started)
+        got = _pyworker.probe_samples(dataset, request, started, ctl)
     except Exception:  # noqa: BLE001 - raised the DataLoader's way
         w = _errors.wrapper(f"in stoker.Loader, reading the first sample of {name} (which "
                             f"fixes the batch layout)")

@@ -112,7 +112,7 @@ def runq_ns():
         return 0
 
 
-def probe_samples(dataset, request, started=None):
+def probe_samples(dataset, request, started=None, ctl=None):
     """Run __getitem__ on the first indices (request["indices"]: at most PROBE_SAMPLES, and no
     more once PROBE_BUDGET_S passed after the first), in a worker process or in the
     constructing thread; each is seeded as a worker seeds it when request["reseed"] (from
@@ -135,6 +135,8 @@ def probe_samples(dataset, request, started=None):
     keep = request.get("keep", False)
     rows, first, drew, kept, idle = [], None, False, {}, 0.0
     switch = sys.getswitchinterval()
+    if ctl is not None:  # for release_probe, from the thread that stops waiting for this one
+        ctl["switch"], ctl["meter"] = switch, meter
     start = time.perf_counter()
     if meter is not None:
         meter.start()
@@ -175,3 +177,14 @@ def probe_samples(dataset, request, started=None):
         if meter is not None:
             meter.stop()
     return first, rows, drew, kept
+
+
+def release_probe(ctl):
+    """What a probe that is left in a __getitem__ (the constructor's timeout, Ctrl-C) must not
+    keep while it stays there: the switch interval it raised for its measurement (the whole
+    process's threads would hand the GIL over once a second) and its GIL meter's thread (taking
+    the GIL every cycle for as long as the sample runs). ctl: what probe_samples(ctl=) noted."""
+    if "switch" in ctl:
+        sys.setswitchinterval(ctl["switch"])
+    if ctl.get("meter") is not None:
+        ctl["meter"].stop()

@@ -7,9 +7,9 @@ test_dataloader_parity.py. No verdict here depends on how fast anything runs."""
 import collections
 import gc
 import os
-import pickle
 import random
 import signal
+import sys
 import textwrap
 import threading
 import time
@@ -773,6 +773,46 @@ def test_probe_obeys_timeout(tmp_path, executor):
                            num_workers=2, executor=executor, timeout=1)
     assert sorted(int(v) for b in loader for v in b) == list(range(24))
     loader.close()
+
+
+def _os_threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.parametrize("how", ["timeout", "ctrl-c"])
+def test_a_probe_left_in_getitem_keeps_no_meter_nor_switch_interval(tmp_path, how):
+    # executor="auto" (the default) measures the probed samples with a GIL meter (a thread of its
+    # own) under a raised switch interval (_pyworker.PROBE_SWITCH_S). A constructor that stops
+    # waiting for a __getitem__ that never returns (timeout=, Ctrl-C) leaves that thread in it, as
+    # a stuck worker thread is left; it must not also leave the whole process switching the GIL
+    # once a second, nor the meter's thread taking the GIL every cycle until the sample returns.
+    marker = str(tmp_path / "stuck")
+    switch = sys.getswitchinterval()
+    assert _pyworker.PROBE_SWITCH_S != switch
+    before = _os_threads()
+    main = threading.get_ident()
+    done = threading.Event()
+
+    def interrupt():
+        while not os.path.exists(marker) and not done.is_set():
+            time.sleep(0.01)
+        if not done.is_set():
+            signal.pthread_kill(main, signal.SIGINT)
+
+    t = threading.Thread(target=interrupt, daemon=True)
+    if how == "ctrl-c":
+        t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt if how == "ctrl-c" else stoker.StokerIOError):
+            stoker.Loader(StuckOnce(marker, at=0), batch_size=4, num_workers=2,
+                          executor="auto", timeout=1 if how == "timeout" else 60)
+    finally:
+        done.set()
+        if how == "ctrl-c":
+            t.join()
+    assert os.path.exists(marker)  # the probe's thread is in __getitem__(0), left to it
+    assert sys.getswitchinterval() == switch
+    assert _os_threads() == before + 1  # that thread, and no meter beside it
 
 
 @pytest.mark.parametrize("executor", ["thread", "process"])

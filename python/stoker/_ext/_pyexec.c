@@ -362,15 +362,19 @@ static PyObject *meter_lap(GilMeterObject *m)
     return r;
 }
 
+/* Called with the GIL held, from the probed thread or from another (the constructor releasing a
+ * probe it stopped waiting for): the first call joins the meter's thread, a later or concurrent
+ * one returns at once (running is cleared before the GIL is let go for the join). */
 static void meter_stop(GilMeterObject *m)
 {
     if (!m->running)
         return;
-    atomic_store(&m->stop, true);
-    Py_BEGIN_ALLOW_THREADS
-    pthread_join(m->thread, NULL);
-    Py_END_ALLOW_THREADS
     m->running = false;
+    atomic_store(&m->stop, true);
+    pthread_t thread = m->thread;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(thread, NULL);
+    Py_END_ALLOW_THREADS
 }
 
 static PyObject *GilMeter_stop(GilMeterObject *m, PyObject *noargs)
