@@ -7,6 +7,7 @@ test_dataloader_parity.py. No verdict here depends on how fast anything runs."""
 import collections
 import gc
 import os
+import pickle
 import random
 import signal
 import sys
@@ -1146,6 +1147,28 @@ def test_map_returning_the_sample_unchanged(tmp_path):
     next(it)
     with pytest.raises(stoker.StokerFormatError, match="record 5.*600 bytes, more than the 64"):
         next(it)
+
+
+Pair = collections.namedtuple("Pair", "x y")
+
+
+def test_probe_pickles_a_view_without_its_storage():
+    # a sample that is a view into the dataset's memory (self.images[i]) pickles its whole
+    # storage; the probe sends the first sample to the constructing process pickled, so it
+    # sends the view's own elements only (36 MB -> 0.6 MB for bench_pydataset.py's tensor224)
+    images = torch.arange(64 * 300.0).reshape(64, 300)
+    arrays = np.arange(64 * 300.0).reshape(64, 300)
+    whole = torch.arange(5)
+    sample = {"t": images[3], "a": arrays[5], "n": Pair(images[1:3], 7), "l": [whole, "s"]}
+    got = _procpool.own_storage(sample)
+    assert len(pickle.dumps(sample)) > len(pickle.dumps(images))  # the views carry it all
+    own = 300 * 4 + 300 * 8 + 2 * 300 * 4 + 5 * 8  # the elements the sample shows
+    assert len(pickle.dumps(got)) < 2 * own
+    assert torch.equal(got["t"], images[3]) and np.array_equal(got["a"], arrays[5])
+    assert type(got["n"]) is Pair and torch.equal(got["n"].x, images[1:3]) and got["n"].y == 7
+    assert got["l"][0] is whole and got["l"][1] == "s"  # owns its storage: kept as it is
+    assert _procpool.own_storage(sample["l"]) is sample["l"]
+    assert images.sum().item() == sum(range(64 * 300))  # the dataset's memory untouched
 
 
 class Views(Dataset):
