@@ -5,6 +5,7 @@ worker, a __getitem__ that never returns, Ctrl-C, handles that cannot cross fork
 that runs threads). The same scenarios against torch's DataLoader are in
 test_dataloader_parity.py. No verdict here depends on how fast anything runs."""
 import collections
+import contextlib
 import gc
 import os
 import pickle
@@ -776,6 +777,28 @@ def test_probe_obeys_timeout(tmp_path, executor):
     loader.close()
 
 
+@contextlib.contextmanager
+def _ctrl_c_once_started(marker):
+    """Ctrl-C (SIGINT to this thread) once the stuck sample has started (its marker file
+    exists), not after a delay; none after the block."""
+    main = threading.get_ident()
+    done = threading.Event()
+
+    def interrupt():
+        while not os.path.exists(marker) and not done.is_set():
+            time.sleep(0.01)
+        if not done.is_set():
+            signal.pthread_kill(main, signal.SIGINT)
+
+    t = threading.Thread(target=interrupt, daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        done.set()
+        t.join()
+
+
 def _os_threads():
     return len(os.listdir("/proc/self/task"))
 
@@ -791,26 +814,10 @@ def test_a_probe_left_in_getitem_keeps_no_meter_nor_switch_interval(tmp_path, ho
     switch = sys.getswitchinterval()
     assert _pyworker.PROBE_SWITCH_S != switch
     before = _os_threads()
-    main = threading.get_ident()
-    done = threading.Event()
-
-    def interrupt():
-        while not os.path.exists(marker) and not done.is_set():
-            time.sleep(0.01)
-        if not done.is_set():
-            signal.pthread_kill(main, signal.SIGINT)
-
-    t = threading.Thread(target=interrupt, daemon=True)
-    if how == "ctrl-c":
-        t.start()
-    try:
+    with _ctrl_c_once_started(marker) if how == "ctrl-c" else contextlib.nullcontext():
         with pytest.raises(KeyboardInterrupt if how == "ctrl-c" else stoker.StokerIOError):
             stoker.Loader(StuckOnce(marker, at=0), batch_size=4, num_workers=2,
                           executor="auto", timeout=1 if how == "timeout" else 60)
-    finally:
-        done.set()
-        if how == "ctrl-c":
-            t.join()
     assert os.path.exists(marker)  # the probe's thread is in __getitem__(0), left to it
     assert sys.getswitchinterval() == switch
     assert _os_threads() == before + 1  # that thread, and no meter beside it
@@ -823,24 +830,10 @@ def test_ctrl_c_during_the_probe(tmp_path, executor, timeout):
     # process, or in worker process 0): KeyboardInterrupt, and the next loader works. The signal
     # is sent once the stuck sample has started (its marker file exists), not after a delay.
     marker = str(tmp_path / "stuck")
-    main = threading.get_ident()
-    done = threading.Event()
-
-    def interrupt():
-        while not os.path.exists(marker) and not done.is_set():
-            time.sleep(0.01)
-        if not done.is_set():
-            signal.pthread_kill(main, signal.SIGINT)
-
-    t = threading.Thread(target=interrupt, daemon=True)
-    t.start()
-    try:
+    with _ctrl_c_once_started(marker):
         with pytest.raises(KeyboardInterrupt):
             stoker.Loader(StuckOnce(marker, at=0), batch_size=4, num_workers=2,
                           executor=executor, timeout=timeout)
-    finally:
-        done.set()
-        t.join()
     loader = stoker.Loader(StuckOnce(marker, at=0), batch_size=4, num_workers=2,
                            executor=executor)
     assert sorted(int(v) for b in loader for v in b) == list(range(24))
