@@ -64,6 +64,26 @@ static stk_status brace_expand(const char *arg, stk__strlist *out, char *err, si
     return rc;
 }
 
+/* Whether `name` ends with one of `suffixes` (NULL-terminated; a NULL list takes every name). */
+static bool has_suffix(const char *name, const char *const *suffixes)
+{
+    if (!suffixes)
+        return true;
+    size_t len = strlen(name);
+    for (; *suffixes; suffixes++) {
+        size_t ls = strlen(*suffixes);
+        if (len > ls && strcmp(name + len - ls, *suffixes) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool stk__path_not_data(const char *name)
+{
+    static const char *const ours[] = {".stkidx", ".stkvidx", NULL}; /* indexes beside data */
+    return strstr(name, ".tmp.") != NULL || has_suffix(name, ours);
+}
+
 stk_status stk__paths_expand(const char *const *args, size_t n_args, stk__strlist *out, char *err,
                              size_t err_size)
 {
@@ -108,20 +128,6 @@ stk_status stk__paths_expand(const char *const *args, size_t n_args, stk__strlis
     }
     stk__strlist_free(&names);
     return rc;
-}
-
-/* Whether `name` ends with one of `suffixes` (NULL-terminated; a NULL list takes every name). */
-static bool has_suffix(const char *name, const char *const *suffixes)
-{
-    if (!suffixes)
-        return true;
-    size_t len = strlen(name);
-    for (; *suffixes; suffixes++) {
-        size_t ls = strlen(*suffixes);
-        if (len > ls && strcmp(name + len - ls, *suffixes) == 0)
-            return true;
-    }
-    return false;
 }
 
 static stk_status list_dir(const char *dir, const char *const *suffixes, bool dirs,

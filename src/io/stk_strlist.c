@@ -1,7 +1,7 @@
 /*
  * stk_strlist.c: string work the byte sources and the path expansion share, with no byte source
  * behind it: a growing list of strings (what list and glob return), sorted in byte order, and
- * path strings (joining a directory and a name; a writer's temporary name, which listings skip).
+ * path strings (joining a directory and a name).
  */
 #include "io/stk_vfs.h"
 
@@ -56,18 +56,4 @@ char *stk__path_join(const char *dir, const char *name)
         memcpy(s + ld + 1, name, ln + 1);
     }
     return s;
-}
-
-bool stk__path_not_data(const char *name)
-{
-    static const char *const ours[] = {".stkidx", ".stkvidx"};
-    if (strstr(name, ".tmp.") != NULL)
-        return true;
-    size_t len = strlen(name);
-    for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++) {
-        size_t ls = strlen(ours[i]);
-        if (len > ls && strcmp(name + len - ls, ours[i]) == 0)
-            return true;
-    }
-    return false;
 }
