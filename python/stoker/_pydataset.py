@@ -309,8 +309,27 @@ class _Group:
         self.size, self.samples = size, []
 
 
+def dataset_mark(ds, depth=3):
+    """Which objects the dataset's attributes hold (their ids), and those of the datasets it
+    wraps (Subset.dataset, ConcatDataset.datasets ...): it changes when the training loop
+    assigns an attribute (dataset.set_epoch(e), a new transform), not when a container is
+    changed in place."""
+    attrs = getattr(ds, "__dict__", None)
+    if not isinstance(attrs, dict):
+        return id(ds)
+    mark = []
+    for k, v in list(attrs.items()):
+        mark.append((k, id(v)))
+        if depth > 1 and k in ("dataset", "datasets"):
+            inner = v if isinstance(v, (list, tuple)) else [v]
+            mark.extend(dataset_mark(d, depth - 1) for d in inner)
+    return tuple(mark)
+
+
 class PyLoader(Loader):
     """stoker.Loader for a Python dataset (made by stoker.Loader itself: see Loader.__new__)."""
+
+    _ended_mark = None  # dataset_mark() when the last pass ended at its epoch's end
 
     def __init__(self, data=None, batch_size=1, shuffle=None, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=False, device=None, rank=None,
@@ -649,9 +668,10 @@ class PyLoader(Loader):
     # ---- the consumer ----
 
     def _next_batch(self):
-        if self._group_sizes is not None:
-            return self._next_group()
-        return self._next_rows()
+        out = self._next_group() if self._group_sizes is not None else self._next_rows()
+        if out is None and self.executor == "thread":  # the epoch's end: the dataset as it is
+            self._ended_mark = dataset_mark(self._torch_dataset)
+        return out
 
     def _next_raw(self):
         """The next ring batch, its error raised as the worker's exception where there is one."""
@@ -816,9 +836,9 @@ class PyLoader(Loader):
             self._core._unget(t)
 
     def __iter__(self):
-        again = self._gen > 0
+        mark, self._ended_mark = self._ended_mark, None
         it = super().__iter__()
-        if again:
+        if mark is not None and mark != dataset_mark(self._torch_dataset):
             self._reread_prepared()
         self._carry = None  # a batch held back by a KeyboardInterrupt belongs to the old pass
         if self._group_sizes is not None:
@@ -826,12 +846,12 @@ class PyLoader(Loader):
         return it
 
     def _reread_prepared(self):
-        """A new pass on worker threads reads its samples from now on: the batches of its epoch
-        prepared before (the ring runs ahead across the epoch's end) are discarded, so a change
-        the training loop made to the dataset between epochs (dataset.set_epoch(e), a new
-        difficulty) is seen by every sample of the pass, as by the DataLoader's fresh workers,
-        never by part of a batch. Worker processes hold their own copy (persistent, see
-        docs/python.md), which nothing here changes."""
+        """The training loop changed the dataset since the last pass ended (dataset_mark): the
+        new pass on worker threads reads its samples from now on. The batches of its epoch
+        prepared before (the ring runs ahead across the epoch's end) are discarded, so the
+        change (dataset.set_epoch(e), a new difficulty) is seen by every sample of the pass, as
+        by the DataLoader's fresh workers, never by part of a batch. Worker processes hold
+        their own copy (persistent, see docs/python.md), which nothing here changes."""
         core = self._core
         if self.executor == "thread" and core is not None and not core.closed:
             core.load_state(core.save_state())
