@@ -538,7 +538,7 @@ class PyLoader(Loader):
                     # server is a fresh interpreter when this process runs threads by now
                     pending = _procpool.prepare_server(
                         _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name), method)
-                self._start_pool(pending, n_pool, timeout, ring_batch)
+                self._start_pool(pending, n_pool, timeout, ring_batch, probed_here=True)
             self._choice = choice
             self.executor = choice.executor
             # ---- the C loader ----
@@ -619,17 +619,16 @@ class PyLoader(Loader):
             return "spawn" if m == "spawn" else "fork"
         return "fork"
 
-    def _start_pool(self, pending, n, timeout, ring_batch):
-        """The worker server and its n worker processes (forked at once)."""
-        self._server = pending.start()
+    def _start_pool(self, pending, n, timeout, ring_batch, probed_here=False):
+        """The worker server and its n worker processes (forked at once; after the last, the
+        fork server goes on as a lean interpreter: _pyworker_server.py). probed_here: the
+        first samples ran in this process (_procpool.Pending.start)."""
+        self._server = pending.start(probed_here)
         self._pool = _core.ProcPool(self._server.ctl.detach(), self._server.pid, n,
                                     timeout=float(timeout or 0),
                                     capacity=self._capacity(ring_batch),
-                                    startup=_procpool.startup_limit(timeout))
-        # the workers are forked: the fork server is needed only to restart one now, so it goes
-        # on as a lean interpreter instead of a copy of this process (_pyworker_server.py)
-        if pending.fs is not None:
-            pending.fs.lean()
+                                    startup=_procpool.startup_limit(timeout),
+                                    **pending.pool_options())
 
     def _capacity(self, ring_batch):
         """Rows whose object leaves are kept until the consumer takes them: every row the ring
