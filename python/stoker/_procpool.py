@@ -552,7 +552,9 @@ def _worker_main(fd, wid, spec):
         t0, c0 = perf(), cpu()
         try:
             sample = getitem(index)
-        except Exception:  # noqa: BLE001 - the DataLoader's wrapper goes to the consumer
+        except BaseException:  # noqa: BLE001 - the DataLoader's wrapper goes to the consumer
+            # (a KeyboardInterrupt the dataset raises too: SIGINT is ignored here, so it is
+            # the dataset's own, raised at next() as at num_workers=0)
             err = error_reply(f"in stoker worker process {wid} while loading sample {index} "
                               f"(epoch {epoch})")
             _send_error(sock, err, perf() - t0, cpu() - c0)

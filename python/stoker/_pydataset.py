@@ -128,7 +128,7 @@ class ThreadRunner:
         t0 = time.perf_counter_ns()
         try:
             sample = self.getitem(index)
-        except Exception:
+        except BaseException:  # a KeyboardInterrupt too: raised at next(), as at num_workers=0
             self._remember(index, _errors.wrapper(
                 f"in stoker worker thread {worker} while loading sample {index} (epoch {epoch})"))
             raise
@@ -384,6 +384,7 @@ class PyLoader(Loader):
             if workers < 0:
                 raise _core.StokerInvalidError("num_workers option should be non-negative; use "
                                                "num_workers=0 to disable multiprocessing.")
+        _torchcompat.check_prefetch_factor(prefetch_factor, workers)
         if timeout is None or isinstance(timeout, bool) or \
                 not isinstance(timeout, (int, float)) or timeout < 0:
             raise _core.StokerInvalidError("timeout option should be non-negative")
@@ -779,7 +780,8 @@ class PyLoader(Loader):
         self._transit = raw  # handed back to the C loader if a KeyboardInterrupt comes
         self._mid_epoch = True
         self._cur_epoch = raw.epoch
-        return self._assemble(raw)
+        out = self._assemble(raw)
+        return _loader.NONE_BATCH if out is None else out
 
     def _next_group(self):
         """A batch of a batch_sampler whose batches differ in size: its samples come one ring
@@ -811,6 +813,8 @@ class PyLoader(Loader):
         fn = self.collate_fn if self.collate_fn is not None else \
             _collate._default_collate(torch)
         out = fn(group.samples)
+        if out is None:
+            out = _loader.NONE_BATCH
         self._transit = group  # until delivered: a KeyboardInterrupt puts it back in _carry
         self._carry = None
         return out
@@ -831,11 +835,25 @@ class PyLoader(Loader):
             self._core._unget(t)
 
     def __iter__(self):
+        again = self._gen > 0
         it = super().__iter__()
+        if again:
+            self._reread_prepared()
         self._carry = None  # a batch held back by a KeyboardInterrupt belongs to the old pass
         if self._group_sizes is not None:
             self._group_sizes.restart()
         return it
+
+    def _reread_prepared(self):
+        """A new pass on worker threads reads its samples from now on: the batches of its epoch
+        prepared before (the ring runs ahead across the epoch's end) are discarded, so a change
+        the training loop made to the dataset between epochs (dataset.set_epoch(e), a new
+        difficulty) is seen by every sample of the pass, as by the DataLoader's fresh workers,
+        never by part of a batch. Worker processes hold their own copy (persistent, see
+        docs/python.md), which nothing here changes."""
+        core = self._core
+        if self.executor == "thread" and core is not None and not core.closed:
+            core.load_state(core.save_state())
 
     def __len__(self):
         self._check_open()

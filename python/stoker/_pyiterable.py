@@ -36,6 +36,7 @@ import socket
 import struct
 import threading
 import time
+import warnings
 
 from . import _core
 from . import _errors
@@ -410,10 +411,12 @@ class PyIterLoader(Loader):
                 raise _core.StokerInvalidError("n_threads= and num_workers= (its DataLoader "
                                                "alias) name one setting: pass one of them")
             num_workers = n_threads
+        # The DataLoader's default, 0: one thread iterates the dataset. Not stoker's core count
+        # as for a map-style dataset: each worker iterates a replica, so a dataset that does
+        # not shard itself by get_worker_info() would be delivered once per worker.
         workers = 0 if num_workers is None else _torchcompat.check_int(num_workers,
                                                                         "num_workers", 0)
-        if num_workers is None:
-            workers = _core.n_cpus()  # the library's count (stk_n_cpus: the affinity mask)
+        _torchcompat.check_prefetch_factor(prefetch_factor, num_workers)
         if persistent_workers and workers == 0:
             raise _core.StokerInvalidError("persistent_workers option needs num_workers > 0")
         if timeout is None or isinstance(timeout, bool) or \
@@ -462,6 +465,7 @@ class PyIterLoader(Loader):
             raise
         self._core = True  # open (Loader's _check_open)
         self._depth = depth
+        self._len_called, self._pass_yielded = None, 0  # the DataLoader's length warning
         self.batch_size, self.drop_last = batch_size, bool(drop_last)
         self.collate_fn, self.worker_init_fn = collate_fn, worker_init_fn
         self.num_workers_given = workers
@@ -503,6 +507,7 @@ class PyIterLoader(Loader):
                 ch.start(epoch, states[w], gen)
                 ch.top_up(epoch, self._depth)
         self._active = [w not in exhausted for w in range(len(self._channels))]
+        self._pass_yielded = 0
         return _IterPass(self, gen, epoch)
 
     def _take(self, gen, epoch):
@@ -529,7 +534,10 @@ class PyIterLoader(Loader):
             kind, payload = ch.peek()
             if kind == ANS_BATCH:
                 batch, st = _unpickle(payload) if isinstance(payload, bytes) else payload
+                if self._len_called is not None and self._pass_yielded >= self._len_called:
+                    self._warn_len(self._pass_yielded + 1)
                 ch.taken += 1  # the commit: stores only, up to the return
+                self._pass_yielded += 1
                 self._states[w] = st
                 self._turn = (w + 1) % n
                 self._batches += 1
@@ -546,9 +554,23 @@ class PyIterLoader(Loader):
             else:  # ANS_ERROR
                 _errors.reraise(payload)
 
+    def _warn_len(self, fetched):
+        """The DataLoader's warning when an IterableDataset yields more than the __len__
+        len(loader) reported (its comparison: batches of this pass against len(dataset))."""
+        msg = (f"Length of IterableDataset {self._torch_dataset} was reported to be "
+               f"{self._len_called} (when accessing len(dataloader)), but {fetched} samples have "
+               f"been fetched. ")
+        if self.num_workers_given > 0:
+            msg += ("For multiprocessing data-loading, this could be caused by not properly "
+                    "configuring the IterableDataset replica at each worker. Please see "
+                    "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset "
+                    "for examples.")
+        warnings.warn(msg)
+
     def __len__(self):
         ds = self._torch_dataset
         n = len(ds)  # TypeError without __len__, as the DataLoader's
+        self._len_called = n
         if self.batch_size is None:
             return n
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)

@@ -217,6 +217,23 @@ def check_dataloader_args(collate_fn, batch_sampler, worker_init_fn, timeout):
         raise _invalid(f"timeout should be a non-negative number of seconds, got {timeout!r}")
 
 
+def check_prefetch_factor(prefetch_factor, num_workers):
+    """The installed DataLoader's refusal of prefetch_factor with num_workers=0 (given as 0;
+    stoker's own default worker count is not 0): torch 1.13 refuses any value but its default
+    2, torch 2 any value (its default is None)."""
+    if prefetch_factor is None or isinstance(num_workers, bool) or num_workers != 0:
+        return
+    import inspect
+    dl = getattr(_mod("torch.utils.data"), "DataLoader", None)
+    default = None
+    if dl is not None:
+        default = inspect.signature(dl.__init__).parameters["prefetch_factor"].default
+    if prefetch_factor != default:
+        raise _invalid("prefetch_factor option could only be specified in multiprocessing."
+                       "let num_workers > 0 to enable multiprocessing, otherwise set "
+                       "prefetch_factor to None.")
+
+
 def seed_of(generator):
     """The shuffle seed a torch.Generator stands for (its initial_seed())."""
     seed_fn = getattr(generator, "initial_seed", None)

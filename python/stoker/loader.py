@@ -54,6 +54,16 @@ def _torch():
     return torch
 
 
+class _NoneBatch:
+    """What _next_batch returns for a batch that is None (a Python dataset's unbatched sample,
+    or its collate_fn's result), which the DataLoader delivers as such; None itself means the
+    end of the epoch there."""
+    __slots__ = ()
+
+
+NONE_BATCH = _NoneBatch()
+
+
 class _LoaderIter:
     """The iterator of one pass over a Loader (one epoch). It ends normally (StopIteration)
     only at the end of its epoch, or when the same thread started another pass (iter(),
@@ -97,9 +107,10 @@ class _LoaderIter:
                 self._done = True
                 loader._mid_epoch = False
                 raise StopIteration
-            fields = loader._fields
-            if fields is not None:
-                batch = tuple(batch[f] for f in fields)
+            if batch is NONE_BATCH:  # a Python dataset's sample or collate_fn result: None
+                batch = None
+            elif loader._fields is not None:
+                batch = tuple(batch[f] for f in loader._fields)
         except BaseException:
             loader._hand_back()  # e.g. Ctrl-C while it was converted: the next call has it
             raise

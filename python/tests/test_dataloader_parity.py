@@ -9,6 +9,7 @@ The one documented difference: a shuffled order is stoker's permutation of (seed
 the DataLoader's torch.randperm stream, so shuffled runs compare the samples each epoch holds."""
 import collections
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -168,6 +169,119 @@ class NoneSample(Dataset):
 
     def __getitem__(self, i):
         return {"x": i, "y": None}
+
+
+class NumpySample(Dataset):
+    def __len__(self):
+        return 5
+
+    def __getitem__(self, i):
+        return {"a": np.arange(3, dtype=np.int16) + i, "s": np.float32(i) / 2, "l": [np.int8(i)],
+                "t": (np.ones(2) * i, "name")}
+
+
+class MaybeNone(Dataset):
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        return None if i % 3 == 1 else i
+
+
+class VarLen(Dataset):
+    def __len__(self):
+        return 7
+
+    def __getitem__(self, i):
+        return torch.arange(i % 4 + 1, dtype=torch.float32), i
+
+
+def pad_collate(batch):
+    xs, ys = zip(*batch)
+    return (torch.nn.utils.rnn.pad_sequence(xs, batch_first=True),
+            torch.tensor([len(x) for x in xs]), torch.tensor(ys))
+
+
+def drop_none_collate(batch):  # the common "filter the bad samples" collate_fn
+    batch = [b for b in batch if b is not None]
+    return torch.utils.data.default_collate(batch) if batch else None
+
+
+class Ints(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return i
+
+
+class Floats(Dataset):
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        return float(i) + 0.5
+
+
+class KeyedByList(Dataset):
+    """A dataset a sampler hands lists of indices (the batched fetch of batch_size=None)."""
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, idx):
+        return torch.tensor(idx) * 10
+
+
+class Mutable(Dataset):
+    def __init__(self):
+        self.value = 0
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        return self.value
+
+
+class Plain(IterableDataset):
+    """An IterableDataset that does not shard itself (the articles' kind)."""
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+
+class Pinnable:
+    """A custom batch type, as in the DataLoader's docs ("memory pinning")."""
+    def __init__(self, samples):
+        self.inp = torch.stack([torch.tensor([s]) for s in samples])
+        self.pinned = False
+
+    def pin_memory(self):
+        self.pinned = True
+        self.inp = self.inp.pin_memory()
+        return self
+
+
+def pinnable_collate(samples):
+    return Pinnable(samples)
+
+
+class CifarLike(Dataset):
+    """torchvision's CIFAR10 in miniature: uint8 HWC images in memory, PIL, a transform."""
+    def __init__(self, transform):
+        g = np.random.default_rng(0)
+        self.data = g.integers(0, 256, (10, 8, 8, 3), dtype=np.uint8)
+        self.targets = [int(t) for t in g.integers(0, 10, 10)]
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        from PIL import Image
+        return self.transform(Image.fromarray(self.data[i])), self.targets[i]
 
 
 # ---- map-style ----
@@ -349,3 +463,197 @@ def test_iterable_errors(executor):
         stoker.Loader(CountingIterable(3), shuffle=True)
     with pytest.raises(ValueError, match="sampler"):
         stoker.Loader(CountingIterable(3), sampler=[0])
+
+
+# ---- wider: what scripts and PyTorch's own test_dataloader do (see docs/python.md,
+# "DataLoader parity: what is covered") ----
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_unbatched_default_convert(executor):
+    """batch_size=None: numpy arrays and scalars become tensors (default_convert), no batch
+    dimension; strings and structures stay."""
+    assert_equal_runs(NumpySample(), executor, batch_size=None)
+    assert_equal_runs(NumpySample(), executor, batch_size=None, num_workers=2)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_none_samples_and_none_batches_are_delivered(executor):
+    """A None sample (batch_size=None) and a collate_fn's None are delivered, not taken for the
+    end of the epoch; batched, default_collate's error on [0, None] is the DataLoader's."""
+    got, want = both(MaybeNone(), executor, batch_size=None, num_workers=2)
+    assert got == want == [0, None, 2, 3, None, 5]
+    got, want = both(MaybeNone(), executor, batch_size=1, collate_fn=drop_none_collate)
+    assert [None if b is None else b.tolist() for b in got] == \
+        [None if b is None else b.tolist() for b in want] == [[0], None, [2], [3], None, [5]]
+    errors = []
+    for loader in (stoker.Loader(MaybeNone(), batch_size=2, executor=executor),
+                   DataLoader(MaybeNone(), batch_size=2)):
+        with pytest.raises(RuntimeError) as e:  # "Could not infer dtype of NoneType"
+            list(loader)
+        errors.append((type(e.value), str(e.value)))
+    assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_variable_length_samples(executor):
+    """A pad collate_fn (pad_sequence) gives the DataLoader's batches; without one, both fail
+    with default_collate's RuntimeError (the same message)."""
+    assert_equal_runs(VarLen(), executor, batch_size=3, collate_fn=pad_collate, num_workers=2)
+    errors = []
+    for loader in (stoker.Loader(VarLen(), batch_size=3, executor=executor),
+                   DataLoader(VarLen(), batch_size=3)):
+        with pytest.raises(RuntimeError) as e:
+            list(loader)
+        errors.append(str(e.value))
+    assert "stack expects each tensor to be equal size" in errors[1]
+    assert errors[1] in errors[0]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_concat_of_different_sample_types_random_split(executor):
+    """ConcatDataset of int and float samples: each batch collated as its first sample says
+    (a float64 batch after the int64 ones), as default_collate does; random_split's Subset in
+    the split's order."""
+    assert_equal_runs(ConcatDataset([Ints(), Floats()]), executor, batch_size=3)
+    part = torch.utils.data.random_split(Counting(10), [7, 3],
+                                         generator=torch.Generator().manual_seed(1))[0]
+    assert_equal_runs(part, executor, batch_size=3, num_workers=2)
+
+
+def test_sampler_yielding_lists_unbatched_is_refused():
+    """batch_size=None with a sampler that yields lists (a dataset that fetches a batch itself):
+    the DataLoader hands each list to __getitem__; stoker's order holds integer indices, so it
+    refuses such a sampler at construction with a ValueError (documented difference)."""
+    sampler = [[0, 1, 2], [7], [3, 4]]
+    want = list(DataLoader(KeyedByList(), batch_size=None, sampler=sampler))
+    assert [b.tolist() for b in want] == [[0, 10, 20], [70], [30, 40]]
+    with pytest.raises(ValueError, match="integer ind"):
+        stoker.Loader(KeyedByList(), batch_size=None, sampler=sampler, executor="thread")
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_iterable_default_workers_read_each_item_once(executor):
+    """An IterableDataset that does not shard itself, with num_workers not given: each item
+    once, in order (the DataLoader's default num_workers=0), not once per worker."""
+    got, want = both(Plain(7), executor, batch_size=3)
+    assert [b.tolist() for b in got] == [b.tolist() for b in want] == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_len_of_loaders():
+    """len(): map-style with and without drop_last, a sampler, a batch_sampler; an
+    IterableDataset with __len__ (batched and not) and without one (TypeError, both)."""
+    for kw in (dict(batch_size=4), dict(batch_size=4, drop_last=True), dict(batch_size=None),
+               dict(batch_size=3, sampler=[1, 2, 3, 4]), dict(batch_sampler=[[0], [1, 2]])):
+        assert len(stoker.Loader(Counting(10), executor="thread", **kw)) == \
+            len(DataLoader(Counting(10), **kw)), kw
+    for kw in (dict(batch_size=4), dict(batch_size=4, drop_last=True), dict(batch_size=None)):
+        assert len(stoker.Loader(CountingIterable(10), executor="thread", **kw)) == \
+            len(DataLoader(CountingIterable(10), **kw)), kw
+    for loader in (stoker.Loader(Plain(3), executor="thread"), DataLoader(Plain(3))):
+        with pytest.raises(TypeError):
+            len(loader)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_shuffle_reproducible_by_generator_and_manual_seed(executor):
+    """The same generator seed: the same order, epoch by epoch (stoker's own permutation of
+    (seed, epoch), not the DataLoader's); torch.manual_seed before the loader does the same
+    without a generator."""
+    def epochs(**kw):
+        s = stoker.Loader(Counting(12), batch_size=12, shuffle=True, executor=executor, **kw)
+        out = [next(iter(s)).tolist() for _ in range(2)]
+        s.close()
+        return out
+    a = epochs(generator=torch.Generator().manual_seed(9))
+    assert a == epochs(generator=torch.Generator().manual_seed(9))
+    assert a[0] != a[1] and sorted(a[0]) == list(range(12))
+    torch.manual_seed(4)
+    b = epochs()
+    torch.manual_seed(4)
+    assert b == epochs()
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_custom_batch_type_with_pin_memory(executor):
+    """collate_fn returning a custom type with pin_memory(): the same type and contents; its
+    pin_memory() is called only where CUDA is (neither loader calls it without)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # stoker says pin_memory without CUDA does nothing
+        got, want = both(Counting(5), executor, batch_size=2, collate_fn=pinnable_collate,
+                         pin_memory=True)
+    assert [type(b) for b in got] == [type(b) for b in want] == [Pinnable] * 3
+    assert [b.inp.tolist() for b in got] == [b.inp.tolist() for b in want]
+    cuda = torch.cuda.is_available()
+    assert [b.pinned for b in got] == [b.pinned for b in want] == [cuda] * 3
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("persistent", [False, True])
+def test_dataset_changed_between_epochs(executor, persistent):
+    """The training loop changes the dataset between epochs (dataset.set_epoch(e), curriculum).
+    DataLoader: num_workers=0 and fresh workers see the change, persistent workers keep their
+    copy. stoker on threads: every sample of the next epoch sees it (never part of a batch);
+    on worker processes (persistent always): the copy the workers have."""
+    def run(make):
+        ds = Mutable()
+        loader = make(ds)
+        out = []
+        for _ in range(3):
+            out.append([b.tolist() for b in loader])
+            ds.value += 1
+        return out
+    kw = dict(batch_size=3, num_workers=2, persistent_workers=persistent)
+    want = run(lambda ds: DataLoader(ds, **kw))
+    got = run(lambda ds: stoker.Loader(ds, executor=executor, **kw))
+    fresh = [[[e] * 3] * 2 for e in range(3)]
+    kept = [[[0] * 3] * 2] * 3
+    assert want == (kept if persistent else fresh)
+    assert got == (fresh if executor == "thread" else kept)
+
+
+# ---- torchvision datasets run as Python datasets ----
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_torchvision_fakedata_and_datasetfolder(executor, tmp_path):
+    """FakeData (its __getitem__ seeds torch itself per index) and a DatasetFolder with its own
+    loader function (np.load): the DataLoader's batches."""
+    tv = pytest.importorskip("torchvision")
+    T = tv.transforms
+    fake = tv.datasets.FakeData(size=9, image_size=(3, 8, 8), num_classes=4,
+                                transform=T.ToTensor())
+    assert_equal_runs(fake, executor, batch_size=4, num_workers=2)
+    for c in ("cat", "dog"):
+        (tmp_path / c).mkdir()
+        for i in range(3):
+            np.save(tmp_path / c / f"{i}.npy", np.full((2, 2), i + 10 * (c == "dog"), np.float32))
+    folder = tv.datasets.DatasetFolder(str(tmp_path), loader=np.load, extensions=(".npy",))
+    assert_equal_runs(folder, executor, batch_size=4, num_workers=2)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_cifar_like_dataset_with_torchvision_transforms(executor):
+    """A CIFAR-style dataset: an evaluation transform (ToTensor, Normalize) gives the
+    DataLoader's tensors exactly; a training one (RandomCrop with padding, flip) the same
+    shapes, dtypes and labels, and on worker processes the same pixels whatever num_workers
+    (stoker seeds each sample from (seed, epoch, index); the DataLoader's draws depend on the
+    worker count; documented)."""
+    tv = pytest.importorskip("torchvision")
+    T = tv.transforms
+    evaluation = T.Compose([T.ToTensor(), T.Normalize((0.5, 0.4, 0.3), (0.2, 0.2, 0.2))])
+    assert_equal_runs(CifarLike(evaluation), executor, batch_size=4, num_workers=2)
+    train = CifarLike(T.Compose([T.RandomCrop(8, padding=2), T.RandomHorizontalFlip(),
+                                 T.ToTensor()]))
+    want = list(DataLoader(train, batch_size=4))
+    runs = []
+    for workers in (1, 2):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # threads: "random but not reproducible per index"
+            s = stoker.Loader(train, batch_size=4, num_workers=workers, executor=executor,
+                              seed=5)
+            runs.append(list(s))
+            s.close()
+    for got in runs:
+        assert [(x.shape, x.dtype) for x, _ in got] == [(x.shape, x.dtype) for x, _ in want]
+        assert [y.tolist() for _, y in got] == [y.tolist() for _, y in want]
+    if executor == "process":
+        assert all(torch.equal(a, b) for (a, _), (b, _) in zip(*runs))

@@ -74,8 +74,9 @@ def test_the_library_owns_the_cpu_count_and_image_extensions():
 
 
 def test_python_asks_the_library_for_the_cpu_count_and_imagenet_constants(monkeypatch):
-    """No second copy in Python: an IterableDataset's and a map-style Dataset's loader's default
-    worker count is the library's n_cpus(), and the Albumentations Normalize defaults are the library's constants."""
+    """No second copy in Python: a map-style Dataset's loader's default worker count is the
+    library's n_cpus() (an IterableDataset's is the DataLoader's 0: each worker would iterate a
+    replica), and the Albumentations Normalize defaults are the library's constants."""
     import inspect
     import torch
     from stoker.transforms import _albu
@@ -86,7 +87,7 @@ def test_python_asks_the_library_for_the_cpu_count_and_imagenet_constants(monkey
 
     monkeypatch.setattr(_core, "n_cpus", lambda: 3)
     loader = stoker.Loader(Numbers(), batch_size=None, executor="thread")
-    assert loader.num_workers == 3 and loader.info()["n_threads"] == 3
+    assert loader.num_workers == 0 and list(loader) == [0, 1, 2, 3]
     loader.close()
 
     class Squares(torch.utils.data.Dataset):  # a map-style dataset: the same count

@@ -1,0 +1,315 @@
+"""DataLoader parity, errors and lifecycle (issue 24): what a training script observes when
+something goes wrong or when it drives the iterators itself, through torch.utils.data.DataLoader
+and stoker.Loader side by side: exceptions from __getitem__ (IndexError, KeyError,
+StopIteration, KeyboardInterrupt), collate_fn and worker_init_fn, the argument errors, a pass
+abandoned mid-epoch, two live iterators, persistent workers and worker_init_fn calls, an
+IterableDataset longer than its __len__, pin_memory and timeout without workers.
+
+Where stoker deliberately differs (docs/python.md, "DataLoader parity: what is covered") the
+test asserts both behaviours. Nothing here waits on the clock: the moment of each error is the
+dataset's own (a given index)."""
+import os
+import select
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
+
+import stoker  # noqa: E402
+
+EXECUTORS = ["thread", "process"]
+
+
+class Raising(Dataset):
+    """0..n-1, raising `exc` at index `at`."""
+
+    def __init__(self, exc, at, n=10):
+        self.exc, self.at, self.n = exc, at, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.at:
+            raise self.exc
+        return i
+
+
+class Counting(Dataset):
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return i
+
+
+class Longer(IterableDataset):
+    """Yields n items but says it has `claims`."""
+
+    def __init__(self, n, claims):
+        self.n, self.claims = n, claims
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __len__(self):
+        return self.claims
+
+
+def failing_init(worker_id):
+    raise ValueError(f"no setup for worker {worker_id}")
+
+
+def failing_collate(samples):
+    if 4 in samples:
+        raise ZeroDivisionError("collate failed on the batch with 4")
+    return torch.tensor(samples)
+
+
+class InitLog:
+    """A worker_init_fn that appends "pid worker" lines to a file (workers are processes)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, worker_id):
+        with open(self.path, "a") as f:
+            f.write(f"{os.getpid()} {worker_id}\n")
+
+    def calls(self):
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path) as f:
+            return [tuple(map(int, line.split())) for line in f]
+
+
+def drive(loader):
+    """Every next() of one pass: a batch as a list, or (exception type, the original message
+    is in it) for a raised one; the pass goes on after an exception, as a script may."""
+    out, it = [], iter(loader)
+    while len(out) < 50:
+        try:
+            out.append(next(it).tolist())
+        except StopIteration:
+            return out
+        except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt too
+            out.append(type(e).__name__)
+    raise AssertionError(f"the pass did not end: {out}")
+
+
+def stoker_loader(ds, executor, **kw):
+    return stoker.Loader(ds, executor=executor, **kw)
+
+
+# ---- exceptions ----
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("exc", [IndexError("gone"), KeyError("k"), ValueError("bad")])
+def test_getitem_exception_fails_its_batch_and_the_pass_goes_on(executor, workers, exc):
+    """An exception in __getitem__: next() raises its type (stoker's message adds the worker
+    and the index to the original, as the DataLoader's workers do), and the next next() goes
+    on with the following batch. (An IndexError is not taken for the end of the dataset.)"""
+    ds = Raising(exc, 4)
+    want = drive(DataLoader(ds, batch_size=3, num_workers=workers))
+    got = drive(stoker_loader(ds, executor, batch_size=3, num_workers=workers))
+    assert got == want == [[0, 1, 2], type(exc).__name__, [6, 7, 8], [9]]
+    with pytest.raises(type(exc)) as e:
+        list(stoker_loader(ds, executor, batch_size=3, num_workers=workers))
+    assert str(exc.args[0]) in str(e.value) and "sample 4" in str(e.value)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stop_iteration_in_getitem_ends_a_for_loop(executor, workers):
+    """StopIteration raised by __getitem__ leaves next() as StopIteration with the DataLoader
+    (num_workers=0: it escapes; with workers: it is re-raised as itself): a for loop just
+    ends there. stoker gives the same."""
+    ds = Raising(StopIteration, 3, n=8)
+    want = [b.tolist() for b in DataLoader(ds, batch_size=2, num_workers=workers)]
+    got = [b.tolist() for b in stoker_loader(ds, executor, batch_size=2, num_workers=workers)]
+    assert got == want == [[0, 1]]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_keyboard_interrupt_in_getitem(executor):
+    """KeyboardInterrupt raised inside __getitem__ (num_workers=0): next() raises
+    KeyboardInterrupt, that batch is lost, and a loop that catches it goes on with the next
+    batch, as with the DataLoader. (stoker reads the first samples when it is created to fix
+    the batch layout: an interrupt there comes from the constructor; index 30 is past them.)"""
+    ds = Raising(KeyboardInterrupt, 30, n=36)
+    want = drive(DataLoader(ds, batch_size=2))
+    got = drive(stoker_loader(ds, executor, batch_size=2, num_workers=0))
+    assert got == want
+    assert want[14:] == [[28, 29], "KeyboardInterrupt", [32, 33], [34, 35]]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_collate_fn_exception(executor, workers):
+    """An exception in collate_fn: next() raises its type, that batch is dropped, the pass goes
+    on."""
+    want = drive(DataLoader(Counting(8), batch_size=2, num_workers=workers,
+                            collate_fn=failing_collate))
+    got = drive(stoker_loader(Counting(8), executor, batch_size=2, num_workers=workers,
+                              collate_fn=failing_collate))
+    assert got == want == [[0, 1], [2, 3], "ZeroDivisionError", [6, 7]]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_worker_init_fn_exception(executor):
+    """An exception in worker_init_fn: its type, its message in the error. (The DataLoader
+    raises it at the first next(); stoker, which runs worker 0's first samples when it is
+    created, from the constructor or the first next().)"""
+    with pytest.raises(ValueError, match="no setup for worker"):
+        list(DataLoader(Counting(4), batch_size=2, num_workers=2, worker_init_fn=failing_init))
+    with pytest.raises(ValueError, match="no setup for worker"):
+        list(stoker_loader(Counting(4), executor, batch_size=2, num_workers=2,
+                           worker_init_fn=failing_init))
+
+
+# ---- arguments ----
+
+def test_argument_errors_without_workers():
+    """prefetch_factor with num_workers=0: ValueError (as the installed torch rules: 1.13
+    refuses any value but its default 2, torch 2 any value); negative timeout and num_workers:
+    ValueError; for an IterableDataset too."""
+    default = 2 if torch.__version__.startswith("1.") else None
+    bad = [dict(prefetch_factor=4, num_workers=0), dict(timeout=-1), dict(num_workers=-1)]
+    for ds in (Counting(3), Longer(3, 3)):
+        for kw in bad:
+            with pytest.raises(ValueError):
+                DataLoader(ds, **kw)
+            with pytest.raises(ValueError):
+                stoker.Loader(ds, executor="thread", **kw)
+        if default is not None:  # the default itself is accepted, by both
+            DataLoader(ds, prefetch_factor=default, num_workers=0)
+            stoker.Loader(ds, prefetch_factor=default, num_workers=0, executor="thread").close()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the behaviour without CUDA")
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_pin_memory_without_cuda(executor):
+    """pin_memory=True without CUDA: both go on with the same batches (stoker says so with a
+    UserWarning; torch 1.13's DataLoader is silent, torch 2's warns too)."""
+    want = [b.tolist() for b in DataLoader(Counting(5), batch_size=2, pin_memory=True)]
+    with pytest.warns(UserWarning, match="no CUDA"):
+        s = stoker_loader(Counting(5), executor, batch_size=2, pin_memory=True)
+    assert [b.tolist() for b in s] == want
+
+
+def test_timeout_without_workers():
+    """timeout with num_workers=0: torch 1.13's DataLoader fails an assertion at iter(); stoker
+    applies the timeout to its one worker (documented difference) and gives the batches."""
+    got = [b.tolist() for b in stoker.Loader(Counting(5), batch_size=2, num_workers=0,
+                                             timeout=60, executor="thread")]
+    assert got == [b.tolist() for b in DataLoader(Counting(5), batch_size=2)]
+
+
+# ---- lifecycle ----
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_break_mid_epoch_then_a_new_pass(executor):
+    """break after the first batch, then a new for loop: without shuffle both give the whole
+    epoch from its start (stoker: the abandoned pass's epoch ends, the new pass is the next
+    epoch, in order). After close() each worker process ends."""
+    def run(loader):
+        out = []
+        for b in loader:
+            out.append(b.tolist())
+            break
+        out.append([b.tolist() for b in loader])
+        return out
+    want = run(DataLoader(Counting(7), batch_size=2, num_workers=2))
+    s = stoker_loader(Counting(7), executor, batch_size=2, num_workers=2)
+    assert run(s) == want == [[0, 1], [[0, 1], [2, 3], [4, 5], [6]]]
+    pids = s.worker_pids() if executor == "process" else []
+    assert len(pids) == (2 if executor == "process" else 0)
+    s.close()
+    for pid in pids:  # each worker process ends (waited for as an event: its pidfd)
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue  # gone already
+        try:
+            assert select.select([fd], [], [], 120)[0] == [fd], f"worker {pid} still runs"
+        finally:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_two_live_iterators(executor):
+    """Two iterators of one loader at once: the DataLoader (without persistent_workers) runs
+    two independent passes; stoker has one consumer and one position, so a new iter() ends the
+    previous pass (its next() raises StopIteration) and the new one continues the epoch in
+    order (documented difference)."""
+    d = DataLoader(Counting(6), batch_size=2, num_workers=2)
+    a, b = iter(d), iter(d)
+    assert [next(a).tolist(), next(b).tolist(), next(a).tolist()] == [[0, 1], [0, 1], [2, 3]]
+    s = stoker_loader(Counting(6), executor, batch_size=2, num_workers=2)
+    a = iter(s)
+    assert next(a).tolist() == [0, 1]
+    b = iter(s)
+    with pytest.raises(StopIteration):
+        next(a)
+    assert [x.tolist() for x in b] == [[0, 1], [2, 3], [4, 5]]  # the next epoch, whole
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("persistent", [False, True])
+def test_worker_init_fn_calls_across_epochs(executor, persistent, tmp_path):
+    """worker_init_fn over three epochs with 2 workers: the DataLoader calls it 2 times with
+    persistent_workers, 6 without (fresh workers each epoch); stoker's workers live as long as
+    the loader (persistent_workers is always true): worker processes call it once each, 2;
+    worker threads once each, before the thread's first sample (a thread that got none has not
+    called it), plus once for worker 0 on the constructing thread, which reads the first
+    samples (1 to 3, never per epoch; documented)."""
+    def calls(make):
+        log = InitLog(str(tmp_path / f"{make.__name__}.log"))
+        loader = make(log)
+        epochs = [[b.tolist() for b in loader] for _ in range(3)]
+        assert epochs == [[[0, 1], [2, 3], [4, 5]]] * 3
+        if hasattr(loader, "close"):
+            loader.close()
+        return sorted(w for _, w in log.calls())
+
+    def dataloader(log):
+        return DataLoader(Counting(6), batch_size=2, num_workers=2,
+                          persistent_workers=persistent, worker_init_fn=log)
+
+    def stoker_(log):
+        return stoker_loader(Counting(6), executor, batch_size=2, num_workers=2,
+                             persistent_workers=persistent, worker_init_fn=log)
+    assert calls(dataloader) == ([0, 1] if persistent else [0, 0, 0, 1, 1, 1])
+    got = calls(stoker_)
+    if executor == "process":
+        assert got == [0, 1]
+    else:  # worker 0's on the constructing thread, then each thread's before its first
+        # sample (which threads get samples is the scheduler's choice): never per epoch
+        assert got in ([0], [0, 0], [0, 1], [0, 0, 1])
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_iterable_longer_than_its_len(executor):
+    """An IterableDataset that yields more than its __len__: every item is delivered, and once
+    len(loader) was asked, both warn that the length was wrong."""
+    want_w, got_w = [], []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        d = DataLoader(Longer(7, 3), batch_size=2)
+        assert len(d) == 2
+        want = [b.tolist() for b in d]
+        want_w = [str(w.message) for w in caught if "Length of IterableDataset" in str(w.message)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = stoker_loader(Longer(7, 3), executor, batch_size=2)
+        assert len(s) == 2
+        got = [b.tolist() for b in s]
+        got_w = [str(w.message) for w in caught if "Length of IterableDataset" in str(w.message)]
+    assert got == want == [[0, 1], [2, 3], [4, 5], [6]]
+    assert len(want_w) >= 1 and len(got_w) >= 1
