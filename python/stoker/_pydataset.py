@@ -309,8 +309,27 @@ class _Group:
         self.size, self.samples = size, []
 
 
+def dataset_mark(ds, depth=3):
+    """Which objects the dataset's attributes hold (their ids), and those of the datasets it
+    wraps (Subset.dataset, ConcatDataset.datasets ...): it changes when the training loop
+    assigns an attribute (dataset.set_epoch(e), a new transform), not when a container is
+    changed in place."""
+    attrs = getattr(ds, "__dict__", None)
+    if not isinstance(attrs, dict):
+        return id(ds)
+    mark = []
+    for k, v in list(attrs.items()):
+        mark.append((k, id(v)))
+        if depth > 1 and k in ("dataset", "datasets"):
+            inner = v if isinstance(v, (list, tuple)) else [v]
+            mark.extend(dataset_mark(d, depth - 1) for d in inner)
+    return tuple(mark)
+
+
 class PyLoader(Loader):
     """stoker.Loader for a Python dataset (made by stoker.Loader itself: see Loader.__new__)."""
+
+    _ended_mark = None  # dataset_mark() when the last pass ended at its epoch's end
 
     def __init__(self, data=None, batch_size=1, shuffle=None, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=False, device=None, rank=None,
@@ -471,12 +490,15 @@ class PyLoader(Loader):
             if want_server:  # the fork server first, while this process is single-threaded
                 spec = _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name)
                 pending = _procpool.prepare_server(spec, method)
-            # The GIL meter runs only when the choice reads it: "auto" with workers, or the
-            # thread count left to stoker. The probed samples are kept for the thread executor
-            # to hand out as epoch 0's (they are its first batch's when the order allows).
-            request = {"indices": self._probe_indices(n, picked, shuffle, seed, world_size),
-                       "seed": seed, "reseed": self.reseed,
-                       "gil": workers != 0 and (executor == "auto" or workers is None)}
+            # The probe loads and measures no more than the choice reads (_executor.probe_plan):
+            # one sample (the layout's) when nothing measured can change it, the GIL meter only
+            # when the choice reads the GIL-held share ("auto" with 2 or more workers, or the
+            # thread count left to stoker), and it stops at a sample that drew random numbers
+            # when that settles it, so the workers start sooner. The probed samples are kept
+            # for the thread executor to hand out as epoch 0's (they are its first batch's when
+            # the order allows).
+            request = self._probe_request(n, picked, shuffle, seed, world_size, executor,
+                                          workers, unsafe if method == "fork" else None)
             # The first samples run in worker process 0 when processes were asked for (as with
             # the DataLoader, __getitem__ then never runs in this process) or a worker_init_fn
             # must run first (it may change this process: torch.set_num_threads(1), files...);
@@ -616,6 +638,15 @@ class PyLoader(Loader):
         holds, twice (rows of batches a reset dropped are overwritten, oldest first)."""
         return max(4096, 2 * (self.prefetch + 2) * int(ring_batch))
 
+    def _probe_request(self, n, picked, shuffle, seed, world, executor, workers, unsafe):
+        """What the constructor asks of probe_samples (_pyworker): the indices, the seeding,
+        whether the GIL meter runs, and when the probe may stop early."""
+        samples, gil, by_rng = _executor.probe_plan(executor, workers, reseed=self.reseed,
+                                                    unsafe=unsafe)
+        indices = self._probe_indices(n, picked, shuffle, seed, world)
+        return {"indices": indices[:1] if samples == "one" else indices, "seed": seed,
+                "reseed": self.reseed, "stop_on_rng": by_rng, "gil": gil}
+
     def _probe_indices(self, n, picked, shuffle, seed, world):
         """The samples the constructor probes: the first of epoch 0's order on one rank (the
         first batch's, which the thread executor then takes from the probe instead of loading
@@ -648,9 +679,10 @@ class PyLoader(Loader):
     # ---- the consumer ----
 
     def _next_batch(self):
-        if self._group_sizes is not None:
-            return self._next_group()
-        return self._next_rows()
+        out = self._next_group() if self._group_sizes is not None else self._next_rows()
+        if out is None and self.executor == "thread":  # the epoch's end: the dataset as it is
+            self._ended_mark = dataset_mark(self._torch_dataset)
+        return out
 
     def _next_raw(self):
         """The next ring batch, its error raised as the worker's exception where there is one."""
@@ -815,9 +847,9 @@ class PyLoader(Loader):
             self._core._unget(t)
 
     def __iter__(self):
-        again = self._gen > 0
+        mark, self._ended_mark = self._ended_mark, None
         it = super().__iter__()
-        if again:
+        if mark is not None and mark != dataset_mark(self._torch_dataset):
             self._reread_prepared()
         self._carry = None  # a batch held back by a KeyboardInterrupt belongs to the old pass
         if self._group_sizes is not None:
@@ -825,12 +857,12 @@ class PyLoader(Loader):
         return it
 
     def _reread_prepared(self):
-        """A new pass on worker threads reads its samples from now on: the batches of its epoch
-        prepared before (the ring runs ahead across the epoch's end) are discarded, so a change
-        the training loop made to the dataset between epochs (dataset.set_epoch(e), a new
-        difficulty) is seen by every sample of the pass, as by the DataLoader's fresh workers,
-        never by part of a batch. Worker processes hold their own copy (persistent, see
-        docs/python.md), which nothing here changes."""
+        """The training loop changed the dataset since the last pass ended (dataset_mark): the
+        new pass on worker threads reads its samples from now on. The batches of its epoch
+        prepared before (the ring runs ahead across the epoch's end) are discarded, so the
+        change (dataset.set_epoch(e), a new difficulty) is seen by every sample of the pass, as
+        by the DataLoader's fresh workers, never by part of a batch. Worker processes hold
+        their own copy (persistent, see docs/python.md), which nothing here changes."""
         core = self._core
         if self.executor == "thread" and core is not None and not core.closed:
             core.load_state(core.save_state())

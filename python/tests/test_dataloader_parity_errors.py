@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
 import stoker  # noqa: E402
+from test_dataloader_parity import Counting  # noqa: E402
 
 EXECUTORS = ["thread", "process"]
 
@@ -35,17 +36,6 @@ class Raising(Dataset):
     def __getitem__(self, i):
         if i == self.at:
             raise self.exc
-        return i
-
-
-class Counting(Dataset):
-    def __init__(self, n):
-        self.n = n
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
         return i
 
 
