@@ -966,6 +966,34 @@ def test_single_threaded_parent_forks_the_dataset_unpickled():
     assert r.stdout.strip() == "fork " + str([i * 2 for i in range(10)])
 
 
+def test_a_forked_child_collects_a_closed_loader():
+    """A process forked after a loader with Python worker threads was closed (a DataLoader's
+    worker, say) and collecting its copy: the threads' Python states were deleted by Python
+    after the fork, and deleting them again aborted the child ("double free or corruption")."""
+    code = textwrap.dedent("""
+        import gc, os, torch, stoker
+        class DS(torch.utils.data.Dataset):
+            def __len__(self):
+                return 64
+            def __getitem__(self, i):
+                return torch.tensor(i)
+        loader = stoker.Loader(DS(), batch_size=8, num_workers=2, executor="thread")
+        got = sorted(int(v) for b in loader for v in b)
+        loader.close()
+        pid = os.fork()
+        if pid == 0:
+            del loader
+            gc.collect()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print(got == list(range(64)), os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
+              os.WIFSIGNALED(status) and os.WTERMSIG(status))
+    """)
+    r = run_python(code, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "True True False", (r.stdout, r.stderr)
+
+
 # ---- batches of other shapes ----
 
 @pytest.mark.parametrize("executor", EXECUTORS)

@@ -135,6 +135,7 @@ struct stkpy_tstates {
     pthread_mutex_t mu;
     PyThreadState **v;
     size_t n, cap;
+    pid_t pid; /* the process the states are in: a forked child's copy must not delete them */
 };
 PyGILState_STATE stkpy_gil_take(struct stkpy_tstates *reg);
 void stkpy_gil_drop(PyGILState_STATE g);

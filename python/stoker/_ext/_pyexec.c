@@ -99,20 +99,25 @@ void stkpy_tstates_init(struct stkpy_tstates *reg)
 {
     memset(reg, 0, sizeof(*reg));
     pthread_mutex_init(&reg->mu, NULL);
+    reg->pid = getpid();
 }
 
 void stkpy_tstates_free(struct stkpy_tstates *reg)
 {
     /* Once the interpreter is finalizing it has deleted every thread state but its own
-     * (Py_FinalizeEx, before the modules go): these are gone already. */
-    for (size_t i = 0; i < reg->n && !stkpy_finalizing(); i++) {
+     * (Py_FinalizeEx, before the modules go): these are gone already. So are they in a forked
+     * child (a DataLoader's worker, say) that collects this copy: Python deleted every other
+     * thread's state after the fork, and deleting them again was a double free (SIGABRT). */
+    bool here = reg->pid == getpid();
+    for (size_t i = 0; here && i < reg->n && !stkpy_finalizing(); i++) {
         PyThreadState_Clear(reg->v[i]);
         PyThreadState_Delete(reg->v[i]);
     }
     free(reg->v);
     reg->v = NULL;
     reg->n = reg->cap = 0;
-    pthread_mutex_destroy(&reg->mu);
+    if (here) /* (a child's copy of the lock may have been held by a thread it does not have) */
+        pthread_mutex_destroy(&reg->mu);
 }
 
 /* ---- ThreadExec ---- */
