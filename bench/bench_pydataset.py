@@ -5,11 +5,13 @@ datasets the articles write, each run in a process of its own, one after the oth
     /usr/bin/python3 bench/gen_images.py /tmp/pyds/jpeg --classes 4 --per-class 100 --profile small
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds \
         [--scenarios sleep,tensor224,pil,purepy,hdf5,lmdb,albu] [--workers 0,1,2,4,8] \
-        [--epochs 3] [--batch 32] [--json out.json]
+        [--epochs 3] [--batch 32] [--json out.json] [--default-only]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --switch
     /usr/bin/python3 bench/bench_pydataset.py --summarize out1.json out2.json ...
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --startup \
         [--baseline /path/to/other/build/python] [--batches 12] [--repeat 3] [--workers 0,1,2,4]
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --phases \
+        [--scenarios ...] [--workers 1,2,4] [--repeat 3]
 
 --startup: time to first batch and peak RSS only (each run stops after --batches batches), the
 DataLoader, stoker as built and, with --baseline, stoker from another build, side by side at
@@ -22,6 +24,11 @@ Each run prints: time from creating the loader to the first batch, samples/s of 
 of RSS, and of PSS, which counts a page shared by several processes once), sampled every 20 ms
 by this parent process from /proc. The loop only counts each batch (no model): the numbers are
 the loaders' own. The ratio is stoker's default against the DataLoader's best worker count.
+
+--phases: where the time to the first batch goes: for each loader one run to its first batch,
+timestamps from every process of the tree (each __getitem__'s start and end; stoker's
+construction phases; the DataLoader's worker start), printed as a timeline in ms from creating
+the loader (see PHASES_CHILD).
 
 --switch: the six article-style datasets (sleep, in-memory tensors, an Albumentations-style numpy
 pipeline, PIL + torchvision, HDF5 over h5py, LMDB over py-lmdb), each written as the article
@@ -204,6 +211,192 @@ print(json.dumps({"ttfb_s": first, "rates": rates, **info}))
 '''
 
 
+# ---- --phases: where the time to the first batch goes ----
+
+# The child of --phases: the scenario's loader made once and its first batch taken, with
+# timestamps (CLOCK_MONOTONIC, the same clock in every process) written to a log that every
+# process of the tree appends to: each __getitem__'s start and end (the dataset class is wrapped
+# before the loader exists, so the fork server, worker processes and threads run the wrapper),
+# and, in the training process, stoker's construction phases (its functions wrapped here: the
+# library has no trace of its own for this, and costs nothing for it) or the DataLoader's worker
+# start. The parent reads the log into a timeline.
+PHASES_CHILD = DATASETS + r"""
+import json, sys, threading
+import stoker
+from stoker import _core, _executor, _procpool, _pydataset
+name, kind, workers, batch, data, log = sys.argv[1:7]
+workers = None if workers == "None" else int(workers)
+fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+now = time.perf_counter_ns
+
+def mark(label):
+    os.write(fd, f"{os.getpid()} {threading.get_ident()} {now()} {label}\n".encode())
+
+def span(owner, attr, label):
+    fn = getattr(owner, attr)
+    def wrapped(*a, **k):
+        mark(label + "+")
+        try:
+            return fn(*a, **k)
+        finally:
+            mark(label + "-")
+    setattr(owner, attr, wrapped)
+
+dataset = make(name, data)
+cls = type(dataset)
+getitem = cls.__getitem__
+def traced_getitem(self, idx):
+    mark(f"get+ {idx}")
+    try:
+        return getitem(self, idx)
+    finally:
+        mark(f"get- {idx}")
+cls.__getitem__ = traced_getitem
+if kind == "stoker":
+    span(_procpool, "prepare_server", "fork server")
+    span(_pydataset, "probe_here", "probe")
+    span(_executor, "choose", "choice")
+    span(_pydataset.PyLoader, "_start_pool", "worker processes")
+    span(_procpool.Pending, "start", "worker server")
+    span(_core, "ProcPool", "pool (fork workers)")
+    span(_core, "Loader", "C loader (ring)")
+    span(_pydataset.PyLoader, "_announce_ring", "announce ring")
+    span(_pydataset.PyLoader, "_next_raw", "wait raw batch")
+    span(_pydataset.PyLoader, "_assemble", "assemble")
+    if hasattr(_core.ProcPool, "probe"):
+        pass  # (a C type: its methods are read-only; the in-worker probe shows as getitems)
+else:
+    from torch.utils.data import dataloader as dlm
+    span(dlm._MultiProcessingDataLoaderIter, "__init__", "DL start workers")
+    span(dlm._MultiProcessingDataLoaderIter, "_next_data", "DL wait batch")
+mark("create")
+if kind == "dl":
+    loader = DataLoader(dataset, batch_size=int(batch), shuffle=True, num_workers=workers,
+                        persistent_workers=workers > 0)
+else:
+    loader = stoker.Loader(dataset, batch_size=int(batch), shuffle=True, num_workers=workers,
+                           executor=os.environ.get("STK_BENCH_EXECUTOR", "auto"))
+mark("constructed")
+it = iter(loader)
+mark("iter")
+first = next(it)
+mark("first")
+info = {}
+if kind == "stoker":
+    i = loader.info()
+    info = {"executor": i.get("executor"), "workers": i.get("n_threads")}
+print(json.dumps({"indices": [int(x) for x in first[-1]], **info}))
+os._exit(0)  # (the timeline ends here; no need to wait for the workers' exit)
+"""
+
+
+def timeline(log, indices):
+    """The phases of one --phases run, in ms from the loader's creation: the training process's
+    marks (spans: first start, last end), per worker (a process, or a thread of the training
+    process other than the constructing one) its first __getitem__'s start and how many of the
+    first batch's samples it made, and the first batch's samples: the first start, the last end
+    and their __getitem__ time summed."""
+    ev = []
+    with open(log) as f:
+        for line in f:
+            pid, tid, t, label = line.rstrip("\n").split(" ", 3)
+            ev.append((int(t), int(pid), int(tid), label))
+    ev.sort()
+    t0 = next(t for t, _, _, l in ev if l == "create")
+    end = next(t for t, _, _, l in ev if l == "first")
+    main = next(p for _, p, _, l in ev if l == "create")
+    main_tid = next(d for _, _, d, l in ev if l == "create")
+    ms = lambda t: (t - t0) / 1e6
+    spans = {}
+    for t, p, d, l in ev:
+        if p == main and l[-1] in "+-" and not l.startswith("get"):
+            s = spans.setdefault(l[:-1], [None, None, 0])
+            if l[-1] == "+":
+                s[2] += 1
+                if s[0] is None:
+                    s[0] = t
+            elif t <= end:
+                s[1] = t
+    want = set(indices)
+    last = {}  # index -> (start, end, worker) of its last load finished before the batch
+    open_ = {}
+    workers = {}
+    for t, p, d, l in ev:
+        if not l.startswith("get"):
+            continue
+        w = p if p != main else (f"thread {d}" if d != main_tid else "constructor")
+        workers.setdefault(w, t)
+        idx = int(l.split()[1])
+        if l.startswith("get+"):
+            open_[(p, d)] = (t, idx)
+        elif t <= end and idx in want:
+            st, _ = open_.get((p, d), (t, idx))
+            last[idx] = (st, t, w)
+    made = {}
+    for st, e, w in last.values():
+        made[w] = made.get(w, 0) + 1
+    out = {"ttfb_ms": ms(end)}
+    out["spans"] = {k: (ms(v[0]), ms(v[1]) if v[1] else None, v[2]) for k, v in spans.items()}
+    out["constructed_ms"] = ms(next(t for t, _, _, l in ev if l == "constructed"))
+    out["by_worker"] = {str(w): (ms(t), made.get(w, 0)) for w, t in workers.items()}
+    if last:
+        out["batch_first_start_ms"] = ms(min(v[0] for v in last.values()))
+        out["batch_last_end_ms"] = ms(max(v[1] for v in last.values()))
+        out["batch_getitem_ms"] = sum(v[1] - v[0] for v in last.values()) / 1e6
+        out["batch_samples"] = len(last)
+    return out
+
+
+def phases_run(name, kind, workers, batch, data, pythonpath=None):
+    import tempfile
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "log")
+        p = subprocess.run([sys.executable, "-c", PHASES_CHILD, name, kind, str(workers),
+                            str(batch), data, log], capture_output=True, text=True, env=env,
+                           timeout=600)
+        lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+        if p.returncode != 0 or not lines:
+            return {"error": (p.stderr.strip().splitlines() or ["exit %d" % p.returncode])[-1]}
+        r = json.loads(lines[-1])
+        r.update(timeline(log, r["indices"]))
+        return r
+
+
+def phases_text(r):
+    if "error" in r:
+        return "ERROR " + r["error"][:100]
+    parts = [f"ttfb {r['ttfb_ms']:.0f} ms"]
+    for k, (a, b, n) in sorted(r["spans"].items(), key=lambda kv: kv[1][0]):
+        parts.append(f"{k} {a:.0f}-{b:.0f}" + (f" x{n}" if n > 1 else "") if b is not None
+                     else f"{k} {a:.0f}-")
+    parts.append(f"constructed {r['constructed_ms']:.0f}")
+    ws = sorted(r["by_worker"].items(), key=lambda kv: kv[1][0])
+    parts.append("workers' first __getitem__ " + ", ".join(
+        f"{w if not w.isdigit() else 'pid'} {t:.0f} ({n})" for w, (t, n) in ws))
+    if "batch_samples" in r:
+        parts.append(f"first batch's samples {r['batch_first_start_ms']:.0f}-"
+                     f"{r['batch_last_end_ms']:.0f} ({r['batch_samples']} samples, "
+                     f"__getitem__ {r['batch_getitem_ms']:.0f} ms in all)")
+    return "; ".join(parts)
+
+
+def main_phases(a):
+    """--phases: one loader at a time, its first batch only, with the timeline (see
+    PHASES_CHILD), the DataLoader and stoker one after the other, --repeat times."""
+    for name in a.scenarios.split(","):
+        print(f"== {name} (load {load()})", flush=True)
+        for w in a.workers:
+            for rep in range(a.repeat):
+                for kind in ("dl", "stoker"):
+                    r = phases_run(name, kind, w, a.batch, a.data)
+                    ex = f" [{r['executor']} x{r['workers']}]" if r.get("executor") else ""
+                    print(f"  {kind:6s} num_workers={w} #{rep}{ex}: {phases_text(r)} "
+                          f"(load {load()})", flush=True)
+
+
 def make_data(data):
     """The files the file-backed scenarios read (HDF5, LMDB); JPEGs come from gen_images.py."""
     import numpy as np
@@ -316,7 +509,7 @@ def main_bench(a):
         rows = {}
         print(f"== {name} (load {load()})", flush=True)
         for w in a.workers:
-            for kind in ("dl", "stoker"):
+            for kind in ("dl",) if a.default_only else ("dl", "stoker"):
                 r = run(name, kind, w, a.epochs, a.batch, a.data)
                 rows[f"{kind}{w}"] = r
                 print(f"  {kind:6s} num_workers={w}: {fmt(r)} (load {load()})", flush=True)
@@ -368,7 +561,10 @@ def main_startup(a):
                 if ok:
                     med[label] = {k: sorted(r[k] for r in ok)[len(ok) // 2]
                                   for k in ("ttfb_s", "peak_rss_mb", "peak_pss_mb")}
-                    med[label]["executor"] = ok[0].get("executor")
+                    med[label]["ttfb_range"] = (min(r["ttfb_s"] for r in ok),
+                                                max(r["ttfb_s"] for r in ok))
+                    med[label]["executor"] = "/".join(sorted({str(r.get("executor"))
+                                                              for r in ok}))
             table[(name, w)] = med
             line = ", ".join(f"{l} ttfb {m['ttfb_s']:.3f} s RSS {m['peak_rss_mb']:.0f} MB"
                              for l, m in med.items())
@@ -377,6 +573,10 @@ def main_startup(a):
           ("stoker before: ttfb, RSS (ratio to DL) | " if a.baseline else "") +
           "stoker: ttfb, RSS (ratio to DL) |")
     print("| --- | --- | --- | " + ("--- | " if a.baseline else "") + "--- |")
+    def rng(m):
+        lo, hi = m["ttfb_range"]
+        return f"{m['ttfb_s']:.3f} s ({lo:.3f}-{hi:.3f})"
+
     for (name, w), med in table.items():
         d = med.get("dl")
         if d is None:
@@ -385,10 +585,10 @@ def main_startup(a):
         for label in (["base"] if a.baseline else []) + ["stoker"]:
             m = med.get(label)
             cells.append("-" if m is None else
-                         f"{m['ttfb_s']:.3f} s, {m['peak_rss_mb']:.0f} MB "
-                         f"({m['ttfb_s'] / d['ttfb_s']:.2f}x, "
+                         f"{rng(m)}, {m['peak_rss_mb']:.0f} MB "
+                         f"(**{m['ttfb_s'] / d['ttfb_s']:.2f}x**, "
                          f"{m['peak_rss_mb'] / d['peak_rss_mb']:.2f}x) {m['executor']}")
-        print(f"| {name} | {w} | {d['ttfb_s']:.3f} s, {d['peak_rss_mb']:.0f} MB | " +
+        print(f"| {name} | {w} | {rng(d)}, {d['peak_rss_mb']:.0f} MB | " +
               " | ".join(cells) + " |")
     if a.json:
         with open(a.json, "w") as f:
@@ -469,6 +669,13 @@ def summarize(paths):
             best = max(dls, key=lambda k: later(dls[k]))
             d = dls[best]
             counts = sorted(int(k[2:]) for k in dls)
+            if not any(f"stoker{w}" in ok for w in counts):  # (--default-only)
+                print(f"| {name} | {best[2:]}, {d['rates'][0]:.0f}/s, {later(d):.0f}/s | "
+                      f"{s.get('executor')} x{s.get('workers')}, {s['rates'][0]:.0f}/s, "
+                      f"{later(s):.0f}/s | {later(s) / later(d):.2f}x "
+                      f"({s['rates'][0] / d['rates'][0]:.2f}x) | - | -; "
+                      f"{s['peak_rss_mb'] / d['peak_rss_mb']:.2f} |")
+                continue
             ttfb = ", ".join(f"{ok[f'stoker{w}']['ttfb_s'] / ok[f'dl{w}']['ttfb_s']:.2f}"
                              if f"stoker{w}" in ok else "-" for w in counts)
             rss = ", ".join(f"{ok[f'stoker{w}']['peak_rss_mb'] / ok[f'dl{w}']['peak_rss_mb']:.2f}"
@@ -493,6 +700,11 @@ def main():
     ap.add_argument("--switch", action="store_true", help="the one-name switch table")
     ap.add_argument("--startup", action="store_true",
                     help="time to first batch and peak RSS only (see main_startup)")
+    ap.add_argument("--default-only", action="store_true",
+                    help="main mode: stoker only at its default (num_workers=None), the "
+                         "DataLoader at every --workers count")
+    ap.add_argument("--phases", action="store_true",
+                    help="the first batch's timeline, phase by phase (see main_phases)")
     ap.add_argument("--batches", type=int, default=12, help="--startup: batches per run")
     ap.add_argument("--repeat", type=int, default=3, help="--startup: runs per loader")
     ap.add_argument("--executor", default="auto", choices=("auto", "thread", "process"),
@@ -511,6 +723,8 @@ def main():
         switch(a)
     elif a.startup:
         main_startup(a)
+    elif a.phases:
+        main_phases(a)
     else:
         main_bench(a)
 

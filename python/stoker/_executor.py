@@ -122,6 +122,31 @@ def rates(p, n_threads, n_procs, cores):
     return thread, proc
 
 
+def probe_plan(requested="auto", num_workers=None, *, reseed=True, unsafe=None):
+    """What of the probe the choice below reads (a pure function of the arguments, mirroring
+    choose()): (samples, gil, settled_by_rng).
+
+    samples: "one" when nothing measured can change the choice or the worker count
+    (executor="process"; "thread" or a fork-unsafe dataset with num_workers given; "auto"
+    without per-sample seeding at num_workers 0 or 1), so the first sample, which fixes the
+    layout, is all the constructor loads before the workers start; else "all" (up to
+    PROBE_SAMPLES, within the probe's time budget). gil: whether the choice reads the GIL-held
+    share and the time (else only whether __getitem__ drew random numbers), so whether the GIL
+    meter runs: not at num_workers 0 (one thread) nor 1 (one thread against one process: the
+    thread never delivers less, its per-sample cost THREAD_GIL_S being below PROCESS_S).
+    settled_by_rng: a sample that drew from the global random generators settles it
+    (processes, with reseed on), so the probe stops there instead of measuring more samples
+    the worker processes would load again."""
+    if requested == "process":
+        return "one", False, True
+    if requested == "thread" or unsafe:  # threads whatever the samples do; the count may read
+        return ("one", False, False) if num_workers is not None else ("all", True, False)
+    one_worker = num_workers == 0 or (num_workers == 1 and THREAD_GIL_S <= PROCESS_S)
+    if one_worker:
+        return ("all", False, True) if reseed else ("one", False, False)
+    return "all", True, bool(reseed)
+
+
 def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsafe=None,
            iterable=False):
     """The executor ("thread" or "process"), its worker count and one sentence saying why.

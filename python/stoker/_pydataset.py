@@ -491,12 +491,15 @@ class PyLoader(Loader):
             if want_server:  # the fork server first, while this process is single-threaded
                 spec = _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name)
                 pending = _procpool.prepare_server(spec, method)
-            # The GIL meter runs only when the choice reads it: "auto" with workers, or the
-            # thread count left to stoker. The probed samples are kept for the thread executor
-            # to hand out as epoch 0's (they are its first batch's when the order allows).
-            request = {"indices": self._probe_indices(n, picked, shuffle, seed, world_size),
-                       "seed": seed, "reseed": self.reseed,
-                       "gil": workers != 0 and (executor == "auto" or workers is None)}
+            # The probe loads and measures no more than the choice reads (_executor.probe_plan):
+            # one sample (the layout's) when nothing measured can change it, the GIL meter only
+            # when the choice reads the GIL-held share ("auto" with 2 or more workers, or the
+            # thread count left to stoker), and it stops at a sample that drew random numbers
+            # when that settles it, so the workers start sooner. The probed samples are kept
+            # for the thread executor to hand out as epoch 0's (they are its first batch's when
+            # the order allows).
+            request = self._probe_request(n, picked, shuffle, seed, world_size, executor,
+                                          workers, unsafe if method == "fork" else None)
             # The first samples run in worker process 0 when processes were asked for (as with
             # the DataLoader, __getitem__ then never runs in this process) or a worker_init_fn
             # must run first (it may change this process: torch.set_num_threads(1), files...);
@@ -539,7 +542,7 @@ class PyLoader(Loader):
                     # server is a fresh interpreter when this process runs threads by now
                     pending = _procpool.prepare_server(
                         _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name), method)
-                self._start_pool(pending, n_pool, timeout, ring_batch)
+                self._start_pool(pending, n_pool, timeout, ring_batch, probed_here=True)
             self._choice = choice
             self.executor = choice.executor
             # ---- the C loader ----
@@ -620,22 +623,30 @@ class PyLoader(Loader):
             return "spawn" if m == "spawn" else "fork"
         return "fork"
 
-    def _start_pool(self, pending, n, timeout, ring_batch):
-        """The worker server and its n worker processes (forked at once)."""
-        self._server = pending.start()
+    def _start_pool(self, pending, n, timeout, ring_batch, probed_here=False):
+        """The worker server and its n worker processes (forked at once; after the last, the
+        fork server goes on as a lean interpreter: _pyworker_server.py). probed_here: the
+        first samples ran in this process (_procpool.Pending.start)."""
+        self._server = pending.start(probed_here)
         self._pool = _core.ProcPool(self._server.ctl.detach(), self._server.pid, n,
                                     timeout=float(timeout or 0),
                                     capacity=self._capacity(ring_batch),
-                                    startup=_procpool.startup_limit(timeout))
-        # the workers are forked: the fork server is needed only to restart one now, so it goes
-        # on as a lean interpreter instead of a copy of this process (_pyworker_server.py)
-        if pending.fs is not None:
-            pending.fs.lean()
+                                    startup=_procpool.startup_limit(timeout),
+                                    **pending.pool_options())
 
     def _capacity(self, ring_batch):
         """Rows whose object leaves are kept until the consumer takes them: every row the ring
         holds, twice (rows of batches a reset dropped are overwritten, oldest first)."""
         return max(4096, 2 * (self.prefetch + 2) * int(ring_batch))
+
+    def _probe_request(self, n, picked, shuffle, seed, world, executor, workers, unsafe):
+        """What the constructor asks of probe_samples (_pyworker): the indices, the seeding,
+        whether the GIL meter runs, and when the probe may stop early."""
+        samples, gil, by_rng = _executor.probe_plan(executor, workers, reseed=self.reseed,
+                                                    unsafe=unsafe)
+        indices = self._probe_indices(n, picked, shuffle, seed, world)
+        return {"indices": indices[:1] if samples == "one" else indices, "seed": seed,
+                "reseed": self.reseed, "stop_on_rng": by_rng, "gil": gil}
 
     def _probe_indices(self, n, picked, shuffle, seed, world):
         """The samples the constructor probes: the first of epoch 0's order on one rank (the

@@ -96,8 +96,8 @@ def rng_changed(before, after):
     a, b = before[1], after[1]
     if a[2] != b[2] or not np.array_equal(a[1], b[1]):
         return True
-    if before[2] is not None and after[2] is not None:
-        return not bool((before[2] == after[2]).all())
+    if before[2] is not None and after[2] is not None:  # (numpy's compare: no torch op)
+        return not np.array_equal(before[2].numpy(), after[2].numpy())
     return False
 
 
@@ -129,8 +129,10 @@ def probe_samples(dataset, request, started=None, ctl=None):
     [(wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns)], drew, kept) (_executor.probe_of
     reads the rows): kept is {index: (sample, wall_ns)}
     of the probed samples when request["keep"] (the thread executor hands them out as epoch 0's
-    samples instead of loading them again), else {}. An exception in the first sample propagates; a
-    later one ends the probe."""
+    samples instead of loading them again), else {}. With request["stop_on_rng"] the probe ends
+    at the first sample that drew from the global generators (that settles the executor:
+    _executor.probe_plan). An exception in the first sample propagates; a later one ends the
+    probe."""
     meter = _core.GilMeter() if request.get("gil", True) else None
     keep = request.get("keep", False)
     rows, first, drew, kept, idle = [], None, False, {}, 0.0
@@ -170,7 +172,8 @@ def probe_samples(dataset, request, started=None, ctl=None):
             if keep:
                 kept[index] = (sample, t1 - t0)
             if k + 1 >= PROBE_SAMPLES or (idle > PROBE_BUDGET_S and k >= 2) or \
-                    (time.perf_counter() - start > PROBE_WALL_S and k >= 1):
+                    (time.perf_counter() - start > PROBE_WALL_S and k >= 1) or \
+                    (drew and request.get("stop_on_rng")):
                 break
     finally:
         sys.setswitchinterval(switch)

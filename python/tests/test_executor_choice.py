@@ -165,3 +165,63 @@ def test_probe_of_edge_cases():
     # held + free CPU scaled to the CPU time: a partial classification keeps its ratio
     p = ex.probe_of(rows(4.0, 4.0, 1.0, 1.0, 0.0, 3), 0)
     assert p.gil_share == pytest.approx(0.5)
+
+
+# ---- how much of the probe the choice reads (issue 24, time to first batch) ----
+
+# probes far apart: waiting, pure Python, big copies, GIL-releasing CPU work, unmeasured GIL
+_SPREAD = [Probe(1e-3, 0.02, 0.03, 12 * 1024), Probe(2e-3, 1.0, 1.0, 4096),
+           Probe(10e-6, 0.95, 1.0, 3 * 224 * 224 * 4), Probe(5e-3, 0.1, 1.0, 600 * 1024),
+           Probe(1e-4, None, 0.5, 64)]
+
+
+@pytest.mark.parametrize("requested", ["auto", "thread", "process"])
+@pytest.mark.parametrize("workers", [None, 0, 1, 2, 8])
+@pytest.mark.parametrize("reseed", [True, False])
+@pytest.mark.parametrize("unsafe", [None, "an open h5py.File (dataset.f)"])
+def test_probe_plan_says_what_the_choice_reads(requested, workers, reseed, unsafe):
+    # probe_plan(...) = (samples, gil, settled_by_rng). samples "one": the choice and the worker
+    # count are the same whatever the probe measured and whether it drew random numbers (one
+    # sample, the layout's, is enough); gil False: the same whatever the time and GIL share
+    # measured; settled_by_rng: the same whatever else was measured once a sample drew random
+    # numbers (the probe stops there)
+    samples, gil, by_rng = ex.probe_plan(requested, workers, reseed=reseed, unsafe=unsafe)
+    assert samples in ("one", "all")
+
+    def outcomes(uses_rng):
+        out = set()
+        for p in _SPREAD:
+            p = Probe(p.per_sample_s, p.gil_share, p.cpu_share, p.sample_bytes, uses_rng, 3)
+            c = choose(p, requested, workers, cores=2, reseed=reseed, unsafe=unsafe)
+            out.add((c.executor, c.workers))
+        return out
+
+    if samples == "one":
+        assert len(outcomes(False) | outcomes(True)) == 1
+        assert not gil
+    if not gil:
+        assert len(outcomes(False)) == 1 and len(outcomes(True)) == 1
+    if by_rng:
+        assert len(outcomes(True)) == 1
+    # and it claims no more than that: what it measures moves the choice
+    if gil:
+        assert len(outcomes(False)) > 1
+    if samples == "all" and not gil:
+        assert outcomes(False) != outcomes(True)  # (it reads whether they drew)
+
+
+def test_probe_plan_cases():
+    # processes asked for: the layout's sample only (the measurement changes nothing)
+    assert ex.probe_plan("process", None) == ("one", False, True)
+    # threads with a count: one sample; without: measured (the count reads it)
+    assert ex.probe_plan("thread", 4) == ("one", False, False)
+    assert ex.probe_plan("thread", None) == ("all", True, False)
+    # auto: measured; a sample drawing random numbers settles it when seeding is on
+    assert ex.probe_plan("auto", 2) == ("all", True, True)
+    assert ex.probe_plan("auto", 2, reseed=False) == ("all", True, False)
+    # one worker: only whether the samples draw random numbers is read
+    assert ex.probe_plan("auto", 1) == ("all", False, True)
+    assert ex.probe_plan("auto", 0, reseed=False) == ("one", False, False)
+    # a fork-unsafe handle: threads whatever the sample does
+    assert ex.probe_plan("auto", 2, unsafe="x") == ("one", False, False)
+    assert ex.probe_plan("auto", None, unsafe="x") == ("all", True, False)
