@@ -985,7 +985,6 @@ def test_fork_server_goes_lean_and_still_restarts_a_killed_worker(tmp_path):
         import kds, stoker
         from stoker import _procpool
         loader = stoker.Loader(kds.DS(), batch_size=4, num_workers=2, executor="process")
-        loader._lean.join()  # (asked from a thread of its own, off the first batch's path)
         fs = _procpool._FS
         while "stoker_fork_server" not in open("/proc/%d/cmdline" % fs.pid).read():
             time.sleep(0.01)   # the exec follows the answer (the test's limit bounds this)
