@@ -403,6 +403,7 @@ class PyLoader(Loader):
                 raise _core.StokerInvalidError("num_workers option should be non-negative; use "
                                                "num_workers=0 to disable multiprocessing.")
         _torchcompat.check_prefetch_factor(prefetch_factor, workers)
+        _torchcompat.check_multiprocessing_context(multiprocessing_context, workers, executor)
         if timeout is None or isinstance(timeout, bool) or \
                 not isinstance(timeout, (int, float)) or timeout < 0:
             raise _core.StokerInvalidError("timeout option should be non-negative")

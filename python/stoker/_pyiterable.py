@@ -419,6 +419,7 @@ class PyIterLoader(Loader):
         workers = 0 if num_workers is None else _torchcompat.check_int(num_workers,
                                                                         "num_workers", 0)
         _torchcompat.check_prefetch_factor(prefetch_factor, num_workers)
+        _torchcompat.check_multiprocessing_context(multiprocessing_context, num_workers, executor)
         if persistent_workers and workers == 0:
             raise _core.StokerInvalidError("persistent_workers option needs num_workers > 0")
         if timeout is None or isinstance(timeout, bool) or \

@@ -234,6 +234,20 @@ def check_prefetch_factor(prefetch_factor, num_workers):
                        "prefetch_factor to None.")
 
 
+def check_multiprocessing_context(context, num_workers, executor):
+    """The DataLoader's refusals of multiprocessing_context: a name that is no start method,
+    and any with num_workers=0 (given as 0), unless stoker's one worker process was asked for
+    (executor="process")."""
+    methods = ["fork", "spawn", "forkserver"]
+    if isinstance(context, str) and context not in methods:
+        raise _invalid(f"multiprocessing_context option should specify a valid start method in "
+                       f"{methods!r}, but got multiprocessing_context={context!r}")
+    if context is not None and not isinstance(num_workers, bool) and num_workers == 0 and \
+            executor != "process":
+        raise _invalid("multiprocessing_context can only be used with multi-process loading "
+                       "(num_workers > 0), but got num_workers=0")
+
+
 def seed_of(generator):
     """The shuffle seed a torch.Generator stands for (its initial_seed())."""
     seed_fn = getattr(generator, "initial_seed", None)

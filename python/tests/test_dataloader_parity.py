@@ -45,6 +45,13 @@ def same(a, b, path="batch"):
         assert a == b, f"{path}: {a!r} != {b!r}"
 
 
+def mk(ds, executor="thread", **kw):
+    """stoker.Loader(ds, executor=executor, **kw). (Not closed by a fixture after each test:
+    with main at e5eeaac, closing process-executor loaders explicitly and then forking the
+    DataLoader's workers made a worker abort (SIGABRT) while it collected garbage; reported.)"""
+    return stoker.Loader(ds, executor=executor, **kw)
+
+
 def both(ds, executor=None, **kw):
     """(stoker's epoch, the DataLoader's epoch) with the same arguments."""
     s = stoker.Loader(ds, executor=executor or "thread", **kw)
@@ -284,6 +291,50 @@ class CifarLike(Dataset):
         return self.transform(Image.fromarray(self.data[i])), self.targets[i]
 
 
+class MyDict(dict):
+    pass
+
+
+class MyList(list):
+    pass
+
+
+SAMPLES = {  # name: sample i (default_collate's corner cases, as PyTorch's test_dataloader has)
+    "OrderedDict": lambda i: collections.OrderedDict([("b", i), ("a", torch.tensor([i]))]),
+    "dict subclass": lambda i: MyDict(x=i, y=[i, i]),
+    "list subclass": lambda i: MyList([i, float(i)]),
+    "deque": lambda i: collections.deque([i, i + 1]),
+    "set": lambda i: {i},
+    "ragged list": lambda i: [1] * (i % 2 + 1),
+    "numpy str array": lambda i: np.array(["a", "b"]),
+    "numpy object array": lambda i: np.array([1, "x"], dtype=object),
+    "numpy str_": lambda i: np.str_(f"s{i}"),
+    "big-endian array": lambda i: np.arange(3, dtype=">i4") + i,
+    "numpy bool array": lambda i: np.array([True, False]) ^ bool(i % 2),
+    "float16 array, int64": lambda i: (np.zeros((2, 2), np.float16) + i, np.int64(i)),
+    "non-contiguous tensor": lambda i: torch.arange(12.).view(3, 4).t()[:, :2] + i,
+    "bfloat16": lambda i: torch.ones(2, dtype=torch.bfloat16) * i,
+    "complex64": lambda i: torch.ones(2, dtype=torch.complex64) * i,
+    "0-dim tensor": lambda i: torch.tensor(float(i)),
+    "empty tensor": lambda i: torch.empty(0, 3),
+    "sparse tensor": lambda i: torch.eye(2).to_sparse(),
+}
+ARRAY_SAMPLES = ["big-endian array", "numpy bool array", "float16 array, int64",
+                 "non-contiguous tensor", "bfloat16", "complex64", "0-dim tensor"]
+
+
+class Kind(Dataset):
+    """SAMPLES[name](i) for i < 4."""
+    def __init__(self, name):
+        self.name = name
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return SAMPLES[self.name](i)
+
+
 # ---- map-style ----
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -296,10 +347,10 @@ def test_structures_and_dtypes(executor):
 def test_order_len_drop_last(bs, drop_last):
     ds = TensorDataset(torch.arange(17, dtype=torch.float32).view(17, 1), torch.arange(17))
     if bs == 20 and drop_last:  # no batch at all: both loaders yield nothing
-        assert len(stoker.Loader(ds, batch_size=bs, drop_last=True, executor="thread")) == 0
+        assert len(mk(ds, batch_size=bs, drop_last=True)) == 0
         assert len(DataLoader(ds, batch_size=bs, drop_last=True)) == 0
         return
-    s = stoker.Loader(ds, batch_size=bs, drop_last=drop_last, num_workers=2, executor="thread")
+    s = mk(ds, batch_size=bs, drop_last=drop_last, num_workers=2)
     assert len(s) == len(DataLoader(ds, batch_size=bs, drop_last=drop_last))
     assert_equal_runs(ds, batch_size=bs, drop_last=drop_last, num_workers=2)
 
@@ -314,7 +365,7 @@ def test_subset_concat_and_default_batch_size():
 
 def test_unbatched():
     assert_equal_runs(Counting(5), batch_size=None)
-    got = list(stoker.Loader(Counting(5), batch_size=None, executor="thread"))
+    got = list(mk(Counting(5), batch_size=None))
     assert got == [0, 1, 2, 3, 4] and all(type(x) is int for x in got)  # ints stay ints
 
 
@@ -341,8 +392,7 @@ def test_shuffle_holds_every_sample_and_follows_the_generator():
     assert sorted(torch.cat(got).tolist()) == sorted(torch.cat(want).tolist()) == list(range(30))
     runs = []
     for _ in range(2):
-        s = stoker.Loader(ds, batch_size=4, shuffle=True, executor="thread",
-                          generator=torch.Generator().manual_seed(42))
+        s = mk(ds, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(42))
         runs.append([torch.cat(list(s)).tolist() for _ in range(2)])
     assert runs[0] == runs[1]                 # the same generator seed: the same epochs
     assert runs[0][0] != runs[0][1]           # and each epoch its own order
@@ -370,9 +420,8 @@ def test_collate_fn_gets_the_samples(executor):
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_worker_init_fn_and_get_worker_info(executor):
-    got = torch.cat(list(stoker.Loader(SeedDataset(4), batch_size=2, num_workers=2,
-                                       worker_init_fn=init_fn, executor=executor,
-                                       reseed=False)))
+    got = torch.cat(list(mk(SeedDataset(4), batch_size=2, num_workers=2,
+                            worker_init_fn=init_fn, executor=executor, reseed=False)))
     want = torch.cat(list(DataLoader(SeedDataset(4), batch_size=2, num_workers=2,
                                      worker_init_fn=init_fn)))
     assert got.tolist() == want.tolist() == [12345] * 4
@@ -384,8 +433,8 @@ def test_worker_init_fn_and_get_worker_info(executor):
 def test_multiprocessing_contexts(ctx):
     import multiprocessing as mp
     for c in ([ctx] if ctx is None else [ctx, mp.get_context(ctx)]):
-        got = list(stoker.Loader(Counting(11), batch_size=3, num_workers=3, executor="process",
-                                 multiprocessing_context=c))
+        got = list(mk(Counting(11), batch_size=3, num_workers=3, executor="process",
+                      multiprocessing_context=c))
         assert [b.tolist() for b in got] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10]]
 
 
@@ -401,11 +450,11 @@ def test_errors_are_the_dataloaders(executor):
                 return out
             except Exception as e:  # noqa: BLE001
                 out.append((type(e), "index 6 is out of this world" in str(e)))
-    s = stoker.Loader(Bad(), batch_size=3, num_workers=2, executor=executor)
+    s = mk(Bad(), batch_size=3, num_workers=2, executor=executor)
     d = DataLoader(Bad(), batch_size=3, num_workers=2)
     assert run(s) == run(d) == [[0, 1, 2], [3, 4, 5], (IndexError, True), [9]]
     with pytest.raises(TypeError) as a:
-        list(stoker.Loader(NoneSample(), batch_size=2, executor=executor))
+        list(mk(NoneSample(), batch_size=2, executor=executor))
     with pytest.raises(TypeError) as b:
         list(DataLoader(NoneSample(), batch_size=2))
     assert str(a.value) == str(b.value)
@@ -425,7 +474,7 @@ def test_argument_errors_are_the_dataloaders():
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_iterable_unbatched_keeps_ints(executor):
-    s = stoker.Loader(CountingIterable(20), batch_size=None, executor=executor, num_workers=0)
+    s = mk(CountingIterable(20), batch_size=None, executor=executor, num_workers=0)
     got = list(s)
     assert got == list(range(20)) and all(type(x) is int for x in got)
     assert len(s) == 20 == len(DataLoader(CountingIterable(20), batch_size=None))
@@ -452,8 +501,7 @@ def test_iterable_sharding_order(executor, workers):
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_iterable_errors(executor):
-    for loader in (stoker.Loader(BadIterable(), batch_size=None, num_workers=1,
-                                 executor=executor),
+    for loader in (mk(BadIterable(), batch_size=None, num_workers=1, executor=executor),
                    DataLoader(BadIterable(), batch_size=None, num_workers=1)):
         it = iter(loader)
         assert next(it) == 1
@@ -486,7 +534,7 @@ def test_none_samples_and_none_batches_are_delivered(executor):
     assert [None if b is None else b.tolist() for b in got] == \
         [None if b is None else b.tolist() for b in want] == [[0], None, [2], [3], None, [5]]
     errors = []
-    for loader in (stoker.Loader(MaybeNone(), batch_size=2, executor=executor),
+    for loader in (mk(MaybeNone(), executor, batch_size=2),
                    DataLoader(MaybeNone(), batch_size=2)):
         with pytest.raises(RuntimeError) as e:  # "Could not infer dtype of NoneType"
             list(loader)
@@ -500,7 +548,7 @@ def test_variable_length_samples(executor):
     with default_collate's RuntimeError (the same message)."""
     assert_equal_runs(VarLen(), executor, batch_size=3, collate_fn=pad_collate, num_workers=2)
     errors = []
-    for loader in (stoker.Loader(VarLen(), batch_size=3, executor=executor),
+    for loader in (mk(VarLen(), executor, batch_size=3),
                    DataLoader(VarLen(), batch_size=3)):
         with pytest.raises(RuntimeError) as e:
             list(loader)
@@ -544,12 +592,12 @@ def test_len_of_loaders():
     IterableDataset with __len__ (batched and not) and without one (TypeError, both)."""
     for kw in (dict(batch_size=4), dict(batch_size=4, drop_last=True), dict(batch_size=None),
                dict(batch_size=3, sampler=[1, 2, 3, 4]), dict(batch_sampler=[[0], [1, 2]])):
-        assert len(stoker.Loader(Counting(10), executor="thread", **kw)) == \
+        assert len(mk(Counting(10), **kw)) == \
             len(DataLoader(Counting(10), **kw)), kw
     for kw in (dict(batch_size=4), dict(batch_size=4, drop_last=True), dict(batch_size=None)):
-        assert len(stoker.Loader(CountingIterable(10), executor="thread", **kw)) == \
+        assert len(mk(CountingIterable(10), **kw)) == \
             len(DataLoader(CountingIterable(10), **kw)), kw
-    for loader in (stoker.Loader(Plain(3), executor="thread"), DataLoader(Plain(3))):
+    for loader in (mk(Plain(3)), DataLoader(Plain(3))):
         with pytest.raises(TypeError):
             len(loader)
 
@@ -560,7 +608,7 @@ def test_shuffle_reproducible_by_generator_and_manual_seed(executor):
     (seed, epoch), not the DataLoader's); torch.manual_seed before the loader does the same
     without a generator."""
     def epochs(**kw):
-        s = stoker.Loader(Counting(12), batch_size=12, shuffle=True, executor=executor, **kw)
+        s = mk(Counting(12), executor, batch_size=12, shuffle=True, **kw)
         out = [next(iter(s)).tolist() for _ in range(2)]
         s.close()
         return out
@@ -604,7 +652,7 @@ def test_dataset_changed_between_epochs(executor, persistent):
         return out
     kw = dict(batch_size=3, num_workers=2, persistent_workers=persistent)
     want = run(lambda ds: DataLoader(ds, **kw))
-    got = run(lambda ds: stoker.Loader(ds, executor=executor, **kw))
+    got = run(lambda ds: mk(ds, executor, **kw))
     fresh = [[[e] * 3] * 2 for e in range(3)]
     kept = [[[0] * 3] * 2] * 3
     assert want == (kept if persistent else fresh)
@@ -648,8 +696,7 @@ def test_cifar_like_dataset_with_torchvision_transforms(executor):
     for workers in (1, 2):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # threads: "random but not reproducible per index"
-            s = stoker.Loader(train, batch_size=4, num_workers=workers, executor=executor,
-                              seed=5)
+            s = mk(train, executor, batch_size=4, num_workers=workers, seed=5)
             runs.append(list(s))
             s.close()
     for got in runs:
@@ -657,3 +704,25 @@ def test_cifar_like_dataset_with_torchvision_transforms(executor):
         assert [y.tolist() for _, y in got] == [y.tolist() for _, y in want]
     if executor == "process":
         assert all(torch.equal(a, b) for (a, _), (b, _) in zip(*runs))
+
+
+def outcome(make):
+    """(batch types, reprs) of a whole epoch, or (error type, message)."""
+    try:
+        got = list(make())
+    except Exception as e:  # noqa: BLE001 - compared with the DataLoader's
+        return type(e), str(e)
+    return [type(b) for b in got], [repr(b) for b in got]
+
+
+@pytest.mark.parametrize("name", list(SAMPLES))
+def test_default_collate_corner_cases(name):
+    """Sample types default_collate keeps, converts or refuses: the same batches (types,
+    dtypes, values) or the same error, batched and with batch_size=None; worker processes too
+    for the array types (written into the ring by the worker)."""
+    executors = EXECUTORS if name in ARRAY_SAMPLES else ["thread"]
+    for bs in (2, None):
+        want = outcome(lambda: DataLoader(Kind(name), batch_size=bs))
+        for executor in executors:
+            got = outcome(lambda: mk(Kind(name), executor, batch_size=bs, num_workers=1))
+            assert got == want, (executor, bs)

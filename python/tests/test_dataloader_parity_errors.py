@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
 import stoker  # noqa: E402
-from test_dataloader_parity import Counting  # noqa: E402
+from test_dataloader_parity import Counting, mk  # noqa: E402
 
 EXECUTORS = ["thread", "process"]
 
@@ -94,7 +94,7 @@ def drive(loader):
 
 
 def stoker_loader(ds, executor, **kw):
-    return stoker.Loader(ds, executor=executor, **kw)
+    return mk(ds, executor, **kw)
 
 
 # ---- exceptions ----
@@ -168,16 +168,21 @@ def test_worker_init_fn_exception(executor):
 
 def test_argument_errors_without_workers():
     """prefetch_factor with num_workers=0: ValueError (as the installed torch rules: 1.13
-    refuses any value but its default 2, torch 2 any value); negative timeout and num_workers:
-    ValueError; for an IterableDataset too."""
+    refuses any value but its default 2, torch 2 any value); multiprocessing_context with
+    num_workers=0 (stoker: unless executor="process") or an unknown one, negative timeout and
+    num_workers: ValueError; for an IterableDataset too."""
+    stoker.Loader(Counting(3), multiprocessing_context="spawn", num_workers=0,
+                  executor="process").close()  # stoker's one worker process: its start method
     default = 2 if torch.__version__.startswith("1.") else None
-    bad = [dict(prefetch_factor=4, num_workers=0), dict(timeout=-1), dict(num_workers=-1)]
+    bad = [dict(prefetch_factor=4, num_workers=0), dict(timeout=-1), dict(num_workers=-1),
+           dict(multiprocessing_context="spawn", num_workers=0),
+           dict(multiprocessing_context="nonsense", num_workers=1)]
     for ds in (Counting(3), Longer(3, 3)):
         for kw in bad:
             with pytest.raises(ValueError):
                 DataLoader(ds, **kw)
             with pytest.raises(ValueError):
-                stoker.Loader(ds, executor="thread", **kw)
+                mk(ds, **kw)
         if default is not None:  # the default itself is accepted, by both
             DataLoader(ds, prefetch_factor=default, num_workers=0)
             stoker.Loader(ds, prefetch_factor=default, num_workers=0, executor="thread").close()
@@ -197,7 +202,7 @@ def test_pin_memory_without_cuda(executor):
 def test_timeout_without_workers():
     """timeout with num_workers=0: torch 1.13's DataLoader fails an assertion at iter(); stoker
     applies the timeout to its one worker (documented difference) and gives the batches."""
-    got = [b.tolist() for b in stoker.Loader(Counting(5), batch_size=2, num_workers=0,
+    got = [b.tolist() for b in mk(Counting(5), batch_size=2, num_workers=0,
                                              timeout=60, executor="thread")]
     assert got == [b.tolist() for b in DataLoader(Counting(5), batch_size=2)]
 
