@@ -63,7 +63,6 @@ print(fork_ms, *before, *during, *after)
 
 LOADER = r'''
 import os, sys, time, resource
-sys.argv = sys.argv[:1] + sys.argv[1:]
 ns = {"__file__": sys.argv[1], "__name__": "bench"}
 exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), ns)
 exec(ns["DATASETS"], ns)
