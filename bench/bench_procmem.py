@@ -11,17 +11,27 @@ child's exit (bench_pydataset.py --startup samples to the exit).
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_procmem.py --data /tmp/pyds \
         [--scenarios pil,tensor224] [--workers 2] [--batches 12] [--batch 32] \
-        [--baseline /path/to/another/build/python]
+        [--baseline /path/to/another/build/python] [--repeat 3] [--timeline]
 
 --baseline: stoker from another build as well (a third run, "base", between the two).
+--repeat: each run that many times, side by side (DataLoader, base, stoker, then again); the
+summary gives each figure's median, and its ratio to the DataLoader's median.
+
+For stoker, a watcher polls the fork server every millisecond (its children and its command
+line, cheap to read, unlike smaps_rollup): "overlap" is how long the fat fork server (a fork of
+the training process, before its exec) was seen alive beside all of its workers, the moment
+when the tree counts the training process's pages once more than the DataLoader's does, which
+the 20 ms sampler of the sums mostly misses.
 
 The datasets are bench_pydataset.py's (pil reads --data/jpeg, from bench/gen_images.py).
 """
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,6 +147,31 @@ def print_timeline(name, label, root, kind, timeline, step_mb=8):
               (f"  <- {'; '.join(events)}" if events else ""))
 
 
+def children_of(pid):
+    """pid's children (/proc/PID/task/PID/children), empty when it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def watch_overlap(root, workers, stop, out):
+    """out["overlap"]: seconds from the first poll that saw the fork server, not yet exec()ed
+    into the lean one, with `workers` children, to the first poll that saw it lean (0.0 when it
+    was never seen fat beside all of them; None when it never went lean). Polled every ms."""
+    seen_all = None
+    while not stop.is_set():
+        for fs in children_of(root):
+            lean = "_pyworker_server.py" in cmdline(fs)
+            if not lean and seen_all is None and len(children_of(fs)) >= workers:
+                seen_all = time.monotonic()
+            if lean:
+                out["overlap"] = 0.0 if seen_all is None else time.monotonic() - seen_all
+                return
+        time.sleep(0.001)
+
+
 def parent_of(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -175,6 +210,11 @@ def run(name, kind, workers, batches, batch, data, pythonpath=None, unguarded=Fa
                              str(batches), str(batch), data], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env)
     os.set_blocking(proc.stdout.fileno(), False)
+    stop, window = threading.Event(), {"overlap": None}
+    watcher = threading.Thread(target=watch_overlap, args=(proc.pid, workers, stop, window),
+                               daemon=True)
+    if kind == "stoker":
+        watcher.start()
     peak_rss = peak_pss = ring = spec_fd = 0
     buf = ""
     snap = at_peak = None
@@ -209,12 +249,16 @@ def run(name, kind, workers, batches, batch, data, pythonpath=None, unguarded=Fa
             proc.stdin.write("\n")
             proc.stdin.flush()
         time.sleep(0.02)
+    stop.set()
+    if watcher.is_alive():
+        watcher.join()
     if snap is None:
         return None
     role = roles(proc.pid, kind, {p: parent for p, parent, _ in snap})
     peak_role = roles(proc.pid, kind, {p: parent for p, parent, _ in at_peak})
     return {"peak_rss": peak_rss, "peak_pss": peak_pss, "held_peak": held, "ring": ring,
             "specs": spec_fd, "timeline": timeline, "root": proc.pid,
+            "overlap": window["overlap"],
             "at_peak": [(peak_role[p], m) for p, _, m in at_peak if m],
             "procs": [(role[p], r) for p, _, r in snap if r]}
 
@@ -231,57 +275,87 @@ def main():
     ap.add_argument("--batches", type=int, default=12)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--baseline", default=None)
+    ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--unguarded", action="store_true",
                     help="run the training program as python -c (the notebook case)")
     ap.add_argument("--timeline", action="store_true",
-                    help="print each run's RSS/PSS sums over time with its phases")
+                    help="print each run's RSS/PSS sums over time with its phases (first repeat)")
     a = ap.parse_args()
     with open("/proc/loadavg") as f:
-        print(f"load {f.read().split()[0]}, {os.cpu_count()} cores")
+        print(f"load {f.read().split()[0]}, {os.cpu_count()} cores, {a.workers} workers")
     print("| scenario | loader | process | RSS MB | PSS MB | USS MB | anon MB |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    totals, timelines = [], []
-    for name in a.scenarios.split(","):
-        runs = [("dl", "dl", None)] + ([("base", "stoker", a.baseline)] if a.baseline else []) + \
-            [("stoker", "stoker", None)]
-        for label, kind, path in runs:
-            r = run(name, kind, a.workers, a.batches, a.batch, a.data, path, a.unguarded)
-            if r is None:
-                print(f"| {name} | {label} | run failed | | | | |")
-                continue
-            if a.timeline:
-                timelines.append((name, label, r["root"], kind, r["timeline"]))
-            s = {k: 0 for k in FIELDS}
-            for role, m in sorted(r["procs"], key=lambda x: x[0]):
-                uss = m.get("Private_Clean", 0) + m.get("Private_Dirty", 0)
-                print(f"| {name} | {label} | {role} | {mb(m.get('Rss', 0))} | "
-                      f"{mb(m.get('Pss', 0))} | {mb(uss)} | {mb(m.get('Anonymous', 0))} |")
-                for k in FIELDS:
-                    s[k] += m.get(k, 0)
-            uss = s["Private_Clean"] + s["Private_Dirty"]
-            peak = ", ".join(f"{role} {mb(m.get('Rss', 0))}/{mb(m.get('Pss', 0))}"
-                             for role, m in sorted(r["at_peak"], key=lambda x: x[0]))
-            print(f"| {name} | {label} | at the peak of the PSS sum (RSS/PSS): {peak} | | | | |")
-            if r["specs"]:
-                print(f"| {name} | {label} | lean fork server's pickled specs (memfd) | - | - | "
-                      f"- | {mb(r['specs'])} (shmem) |")
-            if r["ring"]:
-                print(f"| {name} | {label} | ring (memfd, largest seen) | - | - | - | "
-                      f"{mb(r['ring'])} (shmem) |")
-            print(f"| {name} | {label} | **all ({len(r['procs'])} processes)** | {mb(s['Rss'])} | "
-                  f"{mb(s['Pss'])} | {mb(uss)} | {mb(s['Anonymous'])} |")
-            totals.append((name, label, s["Rss"], s["Pss"]) + r["held_peak"] +
-                          (r["peak_rss"], r["peak_pss"]))
-    print("\n| scenario | loader | RSS sum at hold | PSS sum at hold | peak RSS sum, PSS sum to "
-          "the hold | peak RSS sum, PSS sum to the exit |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name, kind, rss, pss, hrss, hpss, prss, ppss in totals:
-        print(f"| {name} | {kind} | {mb(rss)} | {mb(pss)} | {mb(hrss)}, {mb(hpss)} | "
-              f"{mb(prss)}, {mb(ppss)} |")
+    totals, timelines = {}, []
+    for k in range(a.repeat):
+        for name in a.scenarios.split(","):
+            runs = [("dl", "dl", None)] + \
+                ([("base", "stoker", a.baseline)] if a.baseline else []) + \
+                [("stoker", "stoker", None)]
+            for label, kind, path in runs:
+                r = run(name, kind, a.workers, a.batches, a.batch, a.data, path, a.unguarded)
+                if r is None:
+                    print(f"| {name} | {label} | run {k + 1} failed | | | | |")
+                    continue
+                with open("/proc/loadavg") as f:
+                    load = float(f.read().split()[0])
+                if a.timeline and k == 0:
+                    timelines.append((name, label, r["root"], kind, r["timeline"]))
+                s = {f: sum(m.get(f, 0) for _, m in r["procs"]) for f in FIELDS}
+                if k == 0:
+                    print_processes(name, label, r, s)
+                totals.setdefault((name, label), []).append(
+                    (s["Rss"], s["Pss"]) + r["held_peak"] +
+                    (r["peak_rss"], r["peak_pss"], r["specs"], r["overlap"], load))
+    print_summary(totals, a.repeat)
     for t in timelines:
         print_timeline(*t)
     with open("/proc/loadavg") as f:
         print(f"load at the end {f.read().split()[0]}")
+
+
+def print_processes(name, label, r, s):
+    """The first repeat's processes at the hold, the processes at the peak, the memfds."""
+    for role, m in sorted(r["procs"], key=lambda x: x[0]):
+        uss = m.get("Private_Clean", 0) + m.get("Private_Dirty", 0)
+        print(f"| {name} | {label} | {role} | {mb(m.get('Rss', 0))} | "
+              f"{mb(m.get('Pss', 0))} | {mb(uss)} | {mb(m.get('Anonymous', 0))} |")
+    peak = ", ".join(f"{role} {mb(m.get('Rss', 0))}/{mb(m.get('Pss', 0))}"
+                     for role, m in sorted(r["at_peak"], key=lambda x: x[0]))
+    print(f"| {name} | {label} | at the peak of the PSS sum (RSS/PSS): {peak} | | | | |")
+    if r["specs"]:
+        print(f"| {name} | {label} | fork server's memfds (largest seen) | - | - | - | "
+              f"{mb(r['specs'])} (shmem) |")
+    if r["ring"]:
+        print(f"| {name} | {label} | ring (memfd, largest seen) | - | - | - | "
+              f"{mb(r['ring'])} (shmem) |")
+    uss = s["Private_Clean"] + s["Private_Dirty"]
+    print(f"| {name} | {label} | **all ({len(r['procs'])} processes)** | {mb(s['Rss'])} | "
+          f"{mb(s['Pss'])} | {mb(uss)} | {mb(s['Anonymous'])} |")
+
+
+def print_summary(totals, repeat):
+    """Medians over the repeats (MB; ratio to the DataLoader's median), the fork server's
+    memfds, its overlap with all its workers, and the load after each run."""
+    print(f"\nMedians of {repeat} (MB; x: ratio to the DataLoader's median)\n")
+    print("| scenario | loader | RSS sum at hold | PSS sum at hold | peak RSS sum to the exit | "
+          "peak PSS sum to the exit | fork server's memfds, largest | fat fork server seen "
+          "beside all its workers (ms, each run) | load after each run |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for (name, label), rows in totals.items():
+        dl = totals.get((name, "dl"))
+        cells = []
+        for c in (0, 1, 4, 5):
+            med = statistics.median(r[c] for r in rows)
+            ratio = ""
+            if dl and label != "dl":
+                ratio = f" ({med / statistics.median(r[c] for r in dl):.2f}x)"
+            cells.append(f"{mb(med)}{ratio}")
+        stoker = label != "dl"
+        specs = f"{max(r[6] for r in rows) / 2**20:.2f}" if stoker else "-"
+        over = ", ".join("-" if r[7] is None else f"{r[7] * 1e3:.0f}" for r in rows) \
+            if stoker else "-"
+        loads = ", ".join(f"{r[8]:.1f}" for r in rows)
+        print(f"| {name} | {label} | " + " | ".join(cells) + f" | {specs} | {over} | {loads} |")
 
 
 if __name__ == "__main__":

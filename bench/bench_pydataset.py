@@ -259,7 +259,6 @@ if kind == "stoker":
     span(_pydataset.PyLoader, "_start_pool", "worker processes")
     span(_procpool.Pending, "start", "worker server")
     span(_core, "ProcPool", "pool (fork workers)")
-    span(_procpool.ForkServer, "lean", "lean")
     span(_core, "Loader", "C loader (ring)")
     span(_pydataset.PyLoader, "_announce_ring", "announce ring")
     span(_pydataset.PyLoader, "_next_raw", "wait raw batch")

@@ -45,10 +45,9 @@ import traceback
 import numpy as np
 
 from . import _pyworker, _pyworker_server as _server
-from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_REQ, _recv_exact,  # noqa: F401
-                               _Served, _server_loop)
+from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_REQ,  # noqa: F401
+                               HDR, OP_SPEC, WANTS_SPEC, _recv_exact, _Served, _server_loop)
 
-HDR = struct.Struct("<IIQQQQ")    # op, n, a, b, c, d: 40 bytes (parent -> worker)
 REPLY = struct.Struct("<IIQQQ")   # status, payload length, python_ns, mask, cpu_ns: 32 bytes
 OP_INIT, OP_ARENA, OP_TICKET, OP_PROBE = 1, 2, 3, 4
 ST_OK, ST_ERROR, ST_STARTED = 0, 1, 2  # ST_STARTED: the probe began a sample (index in python_ns)
@@ -123,33 +122,28 @@ class ForkServer:
     def forget(self, token):
         """Drop the spec inherited under `token` (no worker server will be asked for)."""
         with self.lock:
-            self.sock.sendall(FS_REQ.pack(token, 0))
+            self.sock.sendall(FS_REQ.pack(token, 0, 0))
             _recv_exact(self.sock, CTL_REPLY.size)
 
-    def lean(self):
-        """Ask the fork server to go on as a lean interpreter (_pyworker_server's LEAN), now
-        that a loader's workers are started; True when it did. Only a fork of this process
-        (a fresh interpreter is lean already, but for torch, which its workers need)."""
-        if self.how != "fork" or getattr(self, "is_lean", False):
-            return False
+    @property
+    def is_lean(self):
+        """Whether the fork server runs as a lean interpreter now (it goes lean by itself after
+        a loader's last worker: _pyworker_server.py)."""
         try:
-            with self.lock:
-                self.sock.sendall(FS_REQ.pack(_server.LEAN_TOKEN, 0))
-                went, _ = CTL_REPLY.unpack(_recv_exact(self.sock, CTL_REPLY.size))
-        except (OSError, EOFError):
+            with open(f"/proc/{self.pid}/cmdline", "rb") as f:
+                return b"stoker_fork_server" in f.read()
+        except OSError:
             return False
-        self.is_lean = bool(went)
-        return self.is_lean
 
-    def serve(self, token=0, blob=b""):
+    def serve(self, token=0, blob=b"", keep=False):
         """Serve one more loader (the spec registered under `token` before this fork server was
-        forked, or pickled in `blob`): its control socket, and the server's pid."""
+        forked, or pickled in `blob`; keep: the loader's copy of it does not pickle, so the fork
+        server must keep its own): its control socket, and the server's pid."""
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with self.lock:
-                socket.send_fds(self.sock, [FS_REQ.pack(token, len(blob)) + blob], [b.fileno()])
-                if blob:
-                    self.is_lean = False  # (it unpickles the spec: torch and all, again)
+                socket.send_fds(self.sock, [FS_REQ.pack(token, len(blob), FS_KEEP if keep else 0)
+                                            + blob], [b.fileno()])
                 pid, err = CTL_REPLY.unpack(_recv_exact(self.sock, CTL_REPLY.size))
         except (OSError, EOFError) as e:
             a.close()
@@ -210,14 +204,28 @@ class Pending:
     def __init__(self, spec, method, fs=None, token=0):
         self.spec, self.method, self.fs, self.token = spec, method, fs, token
 
-    def start(self):
-        """The worker server (forked by the fork server now, or spawned)."""
+    def start(self, probed_here=False):
+        """The worker server (forked by the fork server now, or spawned). probed_here: the
+        first samples ran in this process, so its copy of the dataset may hold what they opened
+        (an h5py file, say) and no longer pickle; the fork server's copy, which the workers get,
+        does not: then the fork server keeps it (it stays a fork), since a worker restarted by a
+        lean one gets this process's copy, pickled then (spec_sender)."""
         if self.method == "spawn":
             return _spawn_server(self.spec)
         blob = b"" if self.token else _pickle_spec(self.spec)
-        pid, ctl = self.fs.serve(self.token, blob)
+        keep = bool(self.token and probed_here and self.fs.how == "fork" and
+                    not _server._check(self.spec)[0])
+        pid, ctl = self.fs.serve(self.token, blob, keep)
         self.token = 0  # the worker server took it
         return Server(pid, ctl, "fork" if not blob else "forkserver")
+
+    def pool_options(self):
+        """ProcPool's keywords for this loader's pool: `respec`, which sends the spec to a
+        worker a lean fork server forked without it, and `lean`, whether the fork server may go
+        lean after the pool's last worker (a fork of this process)."""
+        if self.fs is None:
+            return {}
+        return {"respec": spec_sender(self.spec), "lean": self.fs.how == "fork"}
 
     def forget(self):
         """The server will not be needed (threads were chosen): the fork server drops its copy
@@ -261,6 +269,32 @@ def start_server(spec, method):
     return prepare_server(spec, method).start()
 
 
+def spec_sender(spec):
+    """send(fd): `spec` pickled now and sent on a new worker's socket `fd` (OP_SPEC), for a
+    worker that a lean fork server forked without it (it asks: WANTS_SPEC). Called by the C pool
+    (with the GIL, on a loader thread) when it restarts a worker; the pickle is not kept. The
+    training loop may change the dataset meanwhile ("dictionary changed size during
+    iteration"): pickled again then, up to 3 times."""
+    def send(fd):
+        for attempt in range(3):
+            try:
+                blob = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+            except Exception as e:
+                raise TypeError(f"a worker process restarted by stoker's lean fork server gets "
+                                f"the dataset and worker_init_fn pickled by this process, and "
+                                f"pickling them failed: {type(e).__name__}: {e}. Open files and "
+                                f"handles lazily in __getitem__ (in the worker), not in this "
+                                f"process") from e
+        with socket.socket(fileno=os.dup(fd)) as s:
+            s.sendall(HDR.pack(OP_SPEC, 0, len(blob), 0, 0, 0))
+            s.sendall(blob)
+    return send
+
+
 def _pickle_spec(spec):
     try:
         return pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
@@ -281,6 +315,7 @@ def _start_fork_server():
         code = 0
         try:
             a.close()
+            _server.fork_server_start(_main_preparation())
             _fork_server_main(b)
         except BaseException:  # noqa: BLE001 - report and leave without Python's exit path
             traceback.print_exc()
@@ -338,12 +373,8 @@ def _fresh_fork_server_main(sock):
     then serve."""
     n = struct.unpack("<I", _recv_exact(sock, 4))[0]
     if n:
-        prep = pickle.loads(bytes(_recv_exact(sock, n)))
-        try:
-            import multiprocessing.spawn as mspawn
-            mspawn.prepare(prep)
-        except Exception:  # noqa: BLE001 - classes of the main script will not unpickle
-            traceback.print_exc()
+        _server._PREP = bytes(_recv_exact(sock, n))
+    _server._prepare_main()
     _fork_server_main(sock)
 
 

@@ -309,8 +309,27 @@ class _Group:
         self.size, self.samples = size, []
 
 
+def dataset_mark(ds, depth=3):
+    """Which objects the dataset's attributes hold (their ids), and those of the datasets it
+    wraps (Subset.dataset, ConcatDataset.datasets ...): it changes when the training loop
+    assigns an attribute (dataset.set_epoch(e), a new transform), not when a container is
+    changed in place."""
+    attrs = getattr(ds, "__dict__", None)
+    if not isinstance(attrs, dict):
+        return id(ds)
+    mark = []
+    for k, v in list(attrs.items()):
+        mark.append((k, id(v)))
+        if depth > 1 and k in ("dataset", "datasets"):
+            inner = v if isinstance(v, (list, tuple)) else [v]
+            mark.extend(dataset_mark(d, depth - 1) for d in inner)
+    return tuple(mark)
+
+
 class PyLoader(Loader):
     """stoker.Loader for a Python dataset (made by stoker.Loader itself: see Loader.__new__)."""
+
+    _ended_mark = None  # dataset_mark() when the last pass ended at its epoch's end
 
     def __init__(self, data=None, batch_size=1, shuffle=None, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=False, device=None, rank=None,
@@ -323,7 +342,6 @@ class PyLoader(Loader):
         self._core = None
         self._pool = None
         self._server = None
-        self._lean = None     # the thread asking the fork server to go lean (_start_pool)
         self._runner = None
         self._map = None
         self._tokens = None  # (a token corpus is never a Python dataset)
@@ -523,7 +541,7 @@ class PyLoader(Loader):
                     # server is a fresh interpreter when this process runs threads by now
                     pending = _procpool.prepare_server(
                         _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name), method)
-                self._start_pool(pending, n_pool, timeout, ring_batch)
+                self._start_pool(pending, n_pool, timeout, ring_batch, probed_here=True)
             self._choice = choice
             self.executor = choice.executor
             # ---- the C loader ----
@@ -604,23 +622,16 @@ class PyLoader(Loader):
             return "spawn" if m == "spawn" else "fork"
         return "fork"
 
-    def _start_pool(self, pending, n, timeout, ring_batch):
-        """The worker server and its n worker processes (forked at once)."""
-        self._server = pending.start()
+    def _start_pool(self, pending, n, timeout, ring_batch, probed_here=False):
+        """The worker server and its n worker processes (forked at once; after the last, the
+        fork server goes on as a lean interpreter: _pyworker_server.py). probed_here: the
+        first samples ran in this process (_procpool.Pending.start)."""
+        self._server = pending.start(probed_here)
         self._pool = _core.ProcPool(self._server.ctl.detach(), self._server.pid, n,
                                     timeout=float(timeout or 0),
                                     capacity=self._capacity(ring_batch),
-                                    startup=_procpool.startup_limit(timeout))
-        # the workers are forked: the fork server is needed only to restart one now, so it goes
-        # on as a lean interpreter instead of a copy of this process (_pyworker_server.py).
-        # Asked from a thread of its own: the fork server pickles the specs it serves before it
-        # answers (tens of ms; a dataset's in-memory tensors), which the first batch need not
-        # wait for (the workers are its children already; a restart asked meanwhile waits).
-        if pending.fs is not None:
-            import threading
-            self._lean = threading.Thread(target=pending.fs.lean, name="stoker-lean",
-                                          daemon=True)
-            self._lean.start()
+                                    startup=_procpool.startup_limit(timeout),
+                                    **pending.pool_options())
 
     def _capacity(self, ring_batch):
         """Rows whose object leaves are kept until the consumer takes them: every row the ring
@@ -668,9 +679,10 @@ class PyLoader(Loader):
     # ---- the consumer ----
 
     def _next_batch(self):
-        if self._group_sizes is not None:
-            return self._next_group()
-        return self._next_rows()
+        out = self._next_group() if self._group_sizes is not None else self._next_rows()
+        if out is None and self.executor == "thread":  # the epoch's end: the dataset as it is
+            self._ended_mark = dataset_mark(self._torch_dataset)
+        return out
 
     def _next_raw(self):
         """The next ring batch, its error raised as the worker's exception where there is one."""
@@ -835,9 +847,9 @@ class PyLoader(Loader):
             self._core._unget(t)
 
     def __iter__(self):
-        again = self._gen > 0
+        mark, self._ended_mark = self._ended_mark, None
         it = super().__iter__()
-        if again:
+        if mark is not None and mark != dataset_mark(self._torch_dataset):
             self._reread_prepared()
         self._carry = None  # a batch held back by a KeyboardInterrupt belongs to the old pass
         if self._group_sizes is not None:
@@ -845,12 +857,12 @@ class PyLoader(Loader):
         return it
 
     def _reread_prepared(self):
-        """A new pass on worker threads reads its samples from now on: the batches of its epoch
-        prepared before (the ring runs ahead across the epoch's end) are discarded, so a change
-        the training loop made to the dataset between epochs (dataset.set_epoch(e), a new
-        difficulty) is seen by every sample of the pass, as by the DataLoader's fresh workers,
-        never by part of a batch. Worker processes hold their own copy (persistent, see
-        docs/python.md), which nothing here changes."""
+        """The training loop changed the dataset since the last pass ended (dataset_mark): the
+        new pass on worker threads reads its samples from now on. The batches of its epoch
+        prepared before (the ring runs ahead across the epoch's end) are discarded, so the
+        change (dataset.set_epoch(e), a new difficulty) is seen by every sample of the pass, as
+        by the DataLoader's fresh workers, never by part of a batch. Worker processes hold
+        their own copy (persistent, see docs/python.md), which nothing here changes."""
         core = self._core
         if self.executor == "thread" and core is not None and not core.closed:
             core.load_state(core.save_state())

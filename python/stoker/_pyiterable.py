@@ -226,16 +226,18 @@ class _ProcChannel(_Channel):
     """A worker process: requests go out over its socket, a reader thread of the channel
     receives the answers (so no socket read is cut short by a signal in the training loop)."""
 
-    def __init__(self, server_ctl, wid, timeout):
+    def __init__(self, server_ctl, wid, timeout, spec):
         super().__init__(wid, timeout)
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         socket.send_fds(server_ctl, [_procpool.CTL.pack(_procpool.CTL_SPAWN, wid, 0, 0)],
                         [b.fileno()])
-        pid, _ = _procpool.CTL_REPLY.unpack(_procpool._recv_exact(server_ctl, 8))
+        pid, want = _procpool.CTL_REPLY.unpack(_procpool._recv_exact(server_ctl, 8))
         b.close()
         if pid <= 0:
             a.close()
             raise _core.StokerIOError(f"cannot start iterable worker process {wid}")
+        if want == _procpool.WANTS_SPEC:  # forked by a lean fork server: it needs the dataset
+            _procpool.spec_sender(spec)(a.fileno())
         self.sock, self.pid = a, pid
         self.closing = False
         self.reader = threading.Thread(target=self._read, name=f"stoker-iter-read-{wid}",
@@ -453,7 +455,7 @@ class PyIterLoader(Loader):
                     multiprocessing_context, "get_start_method", lambda: None)() == "spawn" \
                     else "fork"
                 self._server = _procpool.start_server(spec, method)
-                self._channels = [_ProcChannel(self._server.ctl, w, timeout or 0)
+                self._channels = [_ProcChannel(self._server.ctl, w, timeout or 0, spec)
                                   for w in range(n)]
             else:
                 _pyworker.install_worker_info_hook()

@@ -8,16 +8,19 @@ the dataset, unpickled, and forks the workers from them); this module is its loo
 Going lean. A fork of the training process maps everything the training process had when it was
 forked, so its resident set (100-160 MB with torch) counts again in a sum of RSS over the process
 tree, although almost none of it is its own. Once a loader's workers are started, the fork server
-is needed only to restart a worker that died; so on LEAN (sent by _procpool after a loader's
-workers started) it pickles the specs it serves into a memfd and exec()s a fresh interpreter that
-runs this module alone (lean_main: about 10 MB resident). Its workers stay its children (exec
-keeps them), the sockets stay open (passed by number). The specs are unpickled there only when a
-worker has to be forked again (the dataset's modules and torch are then imported, once). The
-fork server stays as it is (answer 0) when a spec does not pickle, when the pickled specs exceed
-LEAN_MAX_BYTES (they are kept in the memfd: memory, if in no process's resident set), when a spec
-may name the main module and that cannot be imported again (a `python -c` program, a notebook,
-a script without `if __name__ == "__main__"`, that defines classes or functions), or while a spec inherited by fork is not yet claimed
-by its loader.
+is needed only to restart a worker that died; so right after forking a loader's last worker (a
+SPAWN flagged THEN_LEAN, sent by the C pool) it exec()s a fresh interpreter that runs this module
+alone (lean_main: about 10 MB resident), keeping no spec at all: its workers stay its children
+(exec keeps them) and the sockets stay open (passed by number). When a worker has to be forked
+again, the lean server forks a bare child that waits on its socket for the spec (WANTS_SPEC in
+the answer): the training process pickles the dataset then and sends it (_procpool.spec_sender,
+called by the C pool), the child unpickles it (importing torch and the dataset's modules itself)
+and becomes the worker. The fork server stays as it is when a spec does not pickle (checked once
+in the fork server with a pickler that skips tensor and array data: _check), when the training
+process's copy of the dataset no longer pickles (FS_KEEP: its first samples ran there and opened
+a handle, say), when a spec may name the main module and that cannot be imported again (a
+`python -c` program, a notebook, a script without `if __name__ == "__main__"`, that defines
+classes or functions), or while a spec inherited by fork is not yet claimed by its loader.
 """
 import importlib
 import os
@@ -28,41 +31,36 @@ import socket
 import struct
 import sys
 import traceback
+import types
 
-CTL = struct.Struct("<iiii")      # op, worker id, pid, pad (C -> server)
-CTL_REPLY = struct.Struct("<ii")  # value (pid / wait status / went lean), errno
+CTL = struct.Struct("<iiii")      # op, worker id, pid, flags (C -> server)
+CTL_REPLY = struct.Struct("<ii")  # value (pid / wait status), errno (with a pid: WANTS_SPEC)
 CTL_SPAWN, CTL_REAP = 1, 2
-FS_REQ = struct.Struct("<II")  # token, pickled spec length (then the spec; the ctl fd attached)
-LEAN_TOKEN = 0xFFFFFFFF        # FS_REQ token without a ctl fd: go lean (token 1..: forget it)
-LEAN_MAX_BYTES = 64 << 20
+THEN_LEAN = 1   # SPAWN flag: a loader's last worker at its start; go lean after it if possible
+WANTS_SPEC = 1  # SPAWN answer's second value: the new worker waits for its spec (OP_SPEC)
+FS_REQ = struct.Struct("<III")  # token, pickled spec length, flags (then the spec; the ctl fd)
+FS_KEEP = 1     # SERVE flag: the loader's copy of the dataset no longer pickles: stay a fork
+HDR = struct.Struct("<IIQQQQ")  # op, n, a, b, c, d: 40 bytes (parent -> worker)
+OP_SPEC = 5     # HDR op: the spec (a bytes, pickled), to a worker forked without it
 
 SPECS = {}    # token -> spec, inherited by a fork server forked with it
+CHECKED = {}  # token -> _check(spec), done by the fork server when it starts
 _PREP = None  # multiprocessing's spawn preparation of the training process's main module
+_PREPARED = False   # this process has the training process's main module (or prepared it)
+_MAIN_CODE = False  # the training process's main module defines classes or functions
+_LEANABLE = False   # a fork server that may go lean (a fork of the training process, or lean)
+_FAT = False        # it holds what going lean drops (the training process's pages, specs)
 
 
 class _Served:
-    """One loader in a server: its control socket, its spec (an object, or pickled: bytes, or
-    (fd, offset, length) in a lean server's memfd, unpickled on first use) and its workers."""
+    """One loader in a server: its control socket, its spec (None in a lean server: the training
+    process sends it to each worker forked there), whether a fresh interpreter can have the spec
+    (`movable`: it pickles, and so does the loader's own copy; `names_main`: it refers to the main
+    module) and its workers."""
 
-    def __init__(self, ctl, spec=None, blob=None):
-        self.ctl, self._spec, self._blob, self.children = ctl, spec, blob, set()
-
-    @property
-    def spec(self):
-        if self._spec is None:
-            _prepare_main()
-            self._spec = pickle.loads(self.blob())
-        return self._spec
-
-    def blob(self):
-        """The spec pickled (raises what pickling raises)."""
-        b = self._blob
-        if isinstance(b, tuple):
-            fd, off, n = b
-            return os.pread(fd, n, off)
-        if b is None:
-            b = self._blob = pickle.dumps(self._spec, protocol=pickle.HIGHEST_PROTOCOL)
-        return b
+    def __init__(self, ctl, spec=None, movable=True, names_main=False):
+        self.ctl, self.spec, self.movable, self.names_main = ctl, spec, movable, names_main
+        self.children = set()
 
     def close(self):
         for c in self.children:
@@ -80,16 +78,78 @@ class _Served:
 
 
 def _prepare_main():
-    """In a lean server, before the first spec is unpickled: the training process's main module
-    imported again as spawn prepares it (classes of a guarded main script), once."""
-    global _PREP
-    prep, _PREP = _PREP, None
-    if prep:
+    """Before a spec is unpickled in a fresh interpreter (a lean server, or a worker forked by
+    one): the training process's main module imported again as spawn prepares it (classes of a
+    guarded main script), once."""
+    global _PREPARED
+    if _PREPARED:
+        return
+    _PREPARED = True
+    if _PREP:
         try:
             import multiprocessing.spawn as mspawn
-            mspawn.prepare(pickle.loads(prep))
+            mspawn.prepare(pickle.loads(_PREP))
         except Exception:  # noqa: BLE001 - classes of the main script will not unpickle
             traceback.print_exc()
+
+
+def fork_server_start(prep):
+    """In a fork of the training process that has just become its fork server: what going lean
+    later needs, found now, before it forks any worker (so that the exec can follow a loader's
+    last worker at once): the main module's preparation (`prep`, b"" when it cannot be imported
+    again), whether it defines code, and the check of the inherited specs."""
+    global _PREP, _PREPARED, _MAIN_CODE, _LEANABLE, _FAT
+    _PREP, _PREPARED, _LEANABLE, _FAT = prep, True, True, True
+    _MAIN_CODE = _main_defines_code()
+    for token, spec in SPECS.items():
+        CHECKED[token] = _check(spec)
+
+
+class _Nowhere:
+    """A file that counts what is written to it and keeps none of it."""
+
+    def __init__(self):
+        self.n = 0
+
+    def write(self, b):
+        n = len(b) if not isinstance(b, memoryview) else b.nbytes
+        self.n += n
+        return n
+
+
+class _Checker(pickle.Pickler):
+    """Pickles to nowhere without the data of tensors, arrays and storages (their bytes are
+    what costs, and they always pickle), noting whatever refers to the main module."""
+
+    def __init__(self):
+        self.sink = _Nowhere()
+        super().__init__(self.sink, protocol=pickle.HIGHEST_PROTOCOL)
+        self.names_main = False
+        torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
+        bulk = (getattr(torch, "Tensor", None), getattr(torch, "UntypedStorage", None),
+                getattr(getattr(torch, "storage", None), "TypedStorage", None),
+                getattr(np, "ndarray", None))
+        self.bulk = tuple(t for t in bulk if isinstance(t, type))
+
+    def reducer_override(self, obj):
+        if type(obj).__module__ == "__main__" or isinstance(obj, (type, types.FunctionType)) \
+                and getattr(obj, "__module__", None) == "__main__":
+            self.names_main = True
+        if self.bulk and isinstance(obj, self.bulk) and \
+                not getattr(getattr(obj, "dtype", None), "hasobject", False):
+            return (tuple, ())
+        return NotImplemented
+
+
+def _check(spec):
+    """(whether `spec` pickles, whether it refers to the main module), found without pickling
+    tensor or array data: the bytes are never kept."""
+    c = _Checker()
+    try:
+        c.dump(spec)
+    except Exception:  # noqa: BLE001 - it does not pickle: the fork server stays a fork
+        return False, c.names_main
+    return True, c.names_main
 
 
 def _server_loop(main, served):
@@ -118,32 +178,34 @@ def _server_loop(main, served):
 
 
 def _serve_request(main, served):
-    """A SERVE, FORGET or LEAN request on the fork server's socket; False when the parent is
-    gone."""
+    """A SERVE or FORGET request on the fork server's socket; False when the parent is gone."""
+    global _FAT
     try:
         got = _recv_header(main, FS_REQ)
         if got is None:
             return False
-        (token, n), fds = got
+        (token, n, flags), fds = got
         blob = bytes(_recv_exact(main, n)) if n else b""
     except (OSError, EOFError):
         return False
-    if not fds and token == LEAN_TOKEN:
-        _go_lean(main, served)  # returns only when it stays as it is
-        return True
     if not fds:  # forget: the loader chose threads
         SPECS.pop(token, None)
+        CHECKED.pop(token, None)
         main.sendall(CTL_REPLY.pack(0, 0))
         return True
     for fd in fds[1:]:
         os.close(fd)
     ctl = socket.socket(fileno=fds[0])
+    keep = bool(flags & FS_KEEP)
     try:
         if token:
-            v = _Served(ctl, SPECS.pop(token))
+            pickles, names_main = CHECKED.pop(token, (False, True))
+            v = _Served(ctl, SPECS.pop(token), pickles and not keep, names_main)
         else:
             _prepare_main()
-            v = _Served(ctl, pickle.loads(blob), blob)
+            v = _Served(ctl, pickle.loads(blob), not keep, b"__main__" in blob)
+            _FAT = True  # (in a lean server: torch and the dataset's modules, imported)
+        del blob
         ctl.sendall(struct.pack("<I", 0))
         served.append(v)
     except BaseException as e:  # noqa: BLE001 - told to the loader on its socket
@@ -158,7 +220,8 @@ def _serve_request(main, served):
 
 
 def _control_request(v, main, served):
-    """A SPAWN or REAP request from a loader's C pool; False when its socket ended."""
+    """A SPAWN or REAP request from a loader's C pool; False when its socket ended. A SPAWN
+    flagged THEN_LEAN (the loader's last worker at its start) is followed by going lean."""
     ctl = v.ctl
     try:
         got = _recv_header(ctl, CTL)
@@ -166,17 +229,14 @@ def _control_request(v, main, served):
         return False
     if got is None:
         return False
-    (op, wid, pid, _), fds = got
+    (op, wid, pid, flags), fds = got
     if op == CTL_SPAWN and fds:
-        try:
-            spec = v.spec
-        except Exception:  # noqa: BLE001 - a lean server's spec that no longer unpickles
-            traceback.print_exc()
-            for fd in fds:
-                os.close(fd)
-            ctl.sendall(CTL_REPLY.pack(-1, 22))  # EINVAL
-            return True
-        worker_main = importlib.import_module("stoker._procpool").worker_main
+        spec = v.spec
+        run = importlib.import_module("stoker._procpool").worker_main if spec is not None \
+            else None
+        # going lean after this worker: everything prepared first, so that the exec follows
+        # the fork and the answer at once (the fat server beside all the workers, briefly)
+        lean = _lean_state(main, served) if flags & THEN_LEAN and main is not None else None
         child = os.fork()
         if child == 0:
             code = 0
@@ -187,7 +247,12 @@ def _control_request(v, main, served):
                     other.ctl.close()
                 for fd in fds[1:]:
                     os.close(fd)
-                worker_main(fds[0], wid, spec)
+                if lean is not None:
+                    os.close(lean)
+                if spec is None:
+                    _worker_on_demand(fds[0], wid)
+                else:
+                    run(fds[0], wid, spec)
             except BaseException:  # noqa: BLE001
                 traceback.print_exc()
                 code = 1
@@ -196,7 +261,9 @@ def _control_request(v, main, served):
         for fd in fds:
             os.close(fd)
         v.children.add(child)
-        ctl.sendall(CTL_REPLY.pack(child, 0))
+        ctl.sendall(CTL_REPLY.pack(child, WANTS_SPEC if spec is None else 0))
+        if lean is not None:
+            _exec_lean(lean, ctl.fileno(), child)  # returns only when the exec failed
     elif op == CTL_REAP:
         try:
             _, status = os.waitpid(pid, 0)
@@ -209,6 +276,21 @@ def _control_request(v, main, served):
             os.close(fd)
         ctl.sendall(CTL_REPLY.pack(-1, 22))  # EINVAL
     return True
+
+
+def _worker_on_demand(fd, wid):
+    """A worker forked by a lean server (which holds no spec): the spec first, pickled by the
+    training process when it asked for this worker (OP_SPEC), then the worker's loop."""
+    sock = socket.socket(fileno=fd)
+    op, _, n, _, _, _ = HDR.unpack(_recv_exact(sock, HDR.size))
+    if op != OP_SPEC:
+        raise RuntimeError(f"worker process {wid} was sent request {op} before its dataset")
+    blob = _recv_exact(sock, n)
+    _prepare_main()
+    spec = pickle.loads(blob)
+    del blob
+    sock.detach()
+    importlib.import_module("stoker._procpool").worker_main(fd, wid, spec)
 
 
 def _recv_header(sock, fmt):
@@ -236,53 +318,47 @@ def _recv_exact(sock, n):
 
 # ---- going lean ----
 
-def _go_lean(main, served):
-    """LEAN: pickle the served specs into a memfd and exec lean_main (answer 1 first), or stay
-    as it is (answer 0: a spec inherited by fork not yet claimed, a spec that does not pickle,
-    or more than LEAN_MAX_BYTES of them)."""
-    global _PREP
+def _lean_state(main, served):
+    """Before going lean: the state lean_main needs (the sockets, each loader's workers, sys.path,
+    the main module's preparation) in a memfd, every descriptor it names made inheritable; the
+    memfd, or None when the server stays as it is: nothing to drop, a spec inherited by fork not
+    claimed yet, a spec a fresh interpreter could not have (it does not pickle, or its loader's
+    copy does not, or it refers to a main module that cannot be imported again), or a main
+    module that cannot be imported again and defines code (a later loader's dataset may be one
+    of its classes, which only a fork knows)."""
+    if not (_LEANABLE and _FAT) or SPECS or not all(v.movable for v in served):
+        return None
+    if not _PREP and (_MAIN_CODE or any(v.names_main for v in served)):
+        return None
     try:
-        if SPECS:
-            raise ValueError("an inherited spec is not claimed yet")
-        blobs = [v.blob() for v in served]
-        if sum(len(b) for b in blobs) > LEAN_MAX_BYTES:
-            raise ValueError("the specs are too large")
-        if _PREP is None and "stoker._procpool" in sys.modules:
-            _PREP = sys.modules["stoker._procpool"]._main_preparation()
-        if not _PREP and (any(b"__main__" in b for b in blobs) or _main_defines_code()):
-            raise ValueError("a class of a main module that cannot be imported again would "
-                             "not unpickle (for this loader, or a later one)")
-        fd = os.memfd_create("stoker-fork-server")
-        offs, off = [], 0
-        for b in blobs:
-            offs.append(off)
-            off += len(b)
-        head = pickle.dumps({"path": list(sys.path), "prep": _PREP or b"",
-                             "main": main.fileno(),
-                             "served": [(v.ctl.fileno(), sorted(v.children), o, len(b))
-                                        for v, o, b in zip(served, offs, blobs)]})
-        base = 8 + len(head)
-        os.write(fd, struct.pack("<Q", len(head)) + head)
-        for b in blobs:
-            view = memoryview(b)
-            while view.nbytes:
-                view = view[os.write(fd, view):]
-        del blobs
+        state = pickle.dumps({"path": list(sys.path), "prep": _PREP or b"",
+                              "main": main.fileno(),
+                              "served": [(v.ctl.fileno(), sorted(v.children)) for v in served]})
+        fd = os.memfd_create("stoker-fork-server-state")
+        view = memoryview(state)
+        while view.nbytes:
+            view = view[os.write(fd, view):]
     except Exception:  # noqa: BLE001 - then it stays as it is
-        main.sendall(CTL_REPLY.pack(0, 0))
-        return
+        traceback.print_exc()
+        return None
     for s in [main] + [v.ctl for v in served]:
         os.set_inheritable(s.fileno(), True)
     os.set_inheritable(fd, True)
+    return fd
+
+
+def _exec_lean(fd, ctl, child):
+    """Exec lean_main on the state in memfd `fd`, adding `child` (forked since the state was
+    written) to the workers of the loader on control socket `ctl`; returns only if the exec
+    failed (the server then stays as it is)."""
     code = ("import importlib.util as u; s = u.spec_from_file_location('stoker_fork_server', "
-            "%r); m = u.module_from_spec(s); s.loader.exec_module(m); m.lean_main(%d, %d)"
-            % (os.path.abspath(__file__), fd, base))
-    main.sendall(CTL_REPLY.pack(1, 0))
+            "%r); m = u.module_from_spec(s); s.loader.exec_module(m); m.lean_main(%d, %d, %d)"
+            % (os.path.abspath(__file__), fd, ctl, child))
     sys.stdout.flush()
     sys.stderr.flush()
     try:
         os.execv(sys.executable, [sys.executable, "-c", code])
-    except OSError:  # stays as it is (the parent was told 1: only its report is wrong)
+    except OSError:
         traceback.print_exc()
         os.close(fd)
 
@@ -296,18 +372,28 @@ def _main_defines_code():
                if isinstance(v, type) or callable(v)) if main is not None else False
 
 
-def lean_main(fd, base):
-    """The fork server after LEAN: the state _go_lean wrote into memfd `fd`, then the loop."""
-    global _PREP
+def lean_main(fd, ctl=-1, child=0):
+    """The fork server after going lean: the state _lean_state left in memfd `fd` (read, then
+    closed: the lean server keeps no memfd), `child` a worker of the loader on `ctl` too, then
+    the loop."""
+    global _PREP, _LEANABLE
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.set_inheritable(fd, False)  # (a later LEAN copies what it needs into a memfd of its own)
-    n = struct.unpack("<Q", os.pread(fd, 8, 0))[0]
-    state = pickle.loads(os.pread(fd, n, 8))
+    chunks, off = [], 0
+    while True:
+        b = os.pread(fd, 1 << 16, off)
+        if not b:
+            break
+        chunks.append(b)
+        off += len(b)
+    os.close(fd)
+    state = pickle.loads(b"".join(chunks))
     sys.path[:] = state["path"]
-    _PREP = state["prep"] or None
+    _PREP, _LEANABLE = state["prep"], True
     served = []
-    for ctl, children, off, length in state["served"]:
-        v = _Served(socket.socket(fileno=ctl), blob=(fd, base + off, length))
+    for fd_ctl, children in state["served"]:
+        v = _Served(socket.socket(fileno=fd_ctl))
         v.children.update(children)
+        if fd_ctl == ctl and child > 0:
+            v.children.add(child)
         served.append(v)
     _server_loop(socket.socket(fileno=state["main"]), served)

@@ -592,8 +592,8 @@ def test_custom_batch_type_with_pin_memory(executor):
 def test_dataset_changed_between_epochs(executor, persistent):
     """The training loop changes the dataset between epochs (dataset.set_epoch(e), curriculum).
     DataLoader: num_workers=0 and fresh workers see the change, persistent workers keep their
-    copy. stoker on threads: every sample of the next epoch sees it (never part of a batch);
-    on worker processes (persistent always): the copy the workers have."""
+    copy. stoker on threads: every sample of the next epoch sees an assigned attribute (never
+    part of a batch); on worker processes (persistent always): the copy the workers have."""
     def run(make):
         ds = Mutable()
         loader = make(ds)

@@ -10,6 +10,7 @@ test asserts both behaviours. Nothing here waits on the clock: the moment of eac
 dataset's own (a given index)."""
 import os
 import select
+import time
 import warnings
 
 import pytest
@@ -18,6 +19,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
 import stoker  # noqa: E402
+from test_dataloader_parity import Counting  # noqa: E402
 
 EXECUTORS = ["thread", "process"]
 
@@ -34,17 +36,6 @@ class Raising(Dataset):
     def __getitem__(self, i):
         if i == self.at:
             raise self.exc
-        return i
-
-
-class Counting(Dataset):
-    def __init__(self, n):
-        self.n = n
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
         return i
 
 
@@ -269,11 +260,17 @@ def test_worker_init_fn_calls_across_epochs(executor, persistent, tmp_path):
     worker threads once each, before the thread's first sample (a thread that got none has not
     called it), plus once for worker 0 on the constructing thread, which reads the first
     samples (1 to 3, never per epoch; documented)."""
-    def calls(make):
+    def calls(make, started=0):
         log = InitLog(str(tmp_path / f"{make.__name__}.log"))
         loader = make(log)
         epochs = [[b.tolist() for b in loader] for _ in range(3)]
         assert epochs == [[[0, 1], [2, 3], [4, 5]]] * 3
+        # A worker process calls worker_init_fn as it starts, samples or not; on a loaded
+        # machine worker 0 can take all 18 samples before worker 1 has run, and close() would
+        # stop it first. So wait for the calls to be made (an event, bounded) before closing.
+        deadline = time.monotonic() + 120
+        while len(log.calls()) < started and time.monotonic() < deadline:
+            time.sleep(0.05)
         if hasattr(loader, "close"):
             loader.close()
         return sorted(w for _, w in log.calls())
@@ -286,7 +283,7 @@ def test_worker_init_fn_calls_across_epochs(executor, persistent, tmp_path):
         return stoker_loader(Counting(6), executor, batch_size=2, num_workers=2,
                              persistent_workers=persistent, worker_init_fn=log)
     assert calls(dataloader) == ([0, 1] if persistent else [0, 0, 0, 1, 1, 1])
-    got = calls(stoker_)
+    got = calls(stoker_, started=2 if executor == "process" else 0)
     if executor == "process":
         assert got == [0, 1]
     else:  # worker 0's on the constructing thread, then each thread's before its first

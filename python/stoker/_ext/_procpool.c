@@ -18,7 +18,11 @@
  * parent taken while it was single-threaded, or a fresh interpreter), never by this
  * multithreaded process. The server answers two requests on the control socket: SPAWN (fork a
  * worker on the socket passed with the request; reply: its pid) and REAP (wait for a pid; reply:
- * its wait status). When a worker's socket ends (killed by a signal, the OOM killer, an exit),
+ * its wait status). A fork server that went lean (python/stoker/_pyworker_server.py) keeps no
+ * dataset: it forks a worker bare and says so (CTL_WANTS_SPEC), and the thread that asked takes
+ * the GIL and has `respec` pickle the dataset in this process and send it on the worker's socket
+ * (send_spec); the pool's last SPAWN at its start is flagged CTL_THEN_LEAN, after which the fork
+ * server goes lean. When a worker's socket ends (killed by a signal, the OOM killer, an exit),
  * the thread asks the server how it died, names it in the sample's error (index and signal) and
  * has a new worker forked at once; after MAX_RESTARTS deaths in a row without a finished sample
  * it stops restarting that worker and fails its samples with the last reason. A new worker says
@@ -53,6 +57,10 @@
 
 enum { OP_INIT = 1, OP_ARENA = 2, OP_TICKET = 3, OP_PROBE = 4 };
 enum { CTL_SPAWN = 1, CTL_REAP = 2 };
+/* CTL_THEN_LEAN (a SPAWN's flags): the pool's last worker at its start; the fork server may go
+ * lean after it. CTL_WANTS_SPEC (a SPAWN answer's err beside a pid): the worker was forked by a
+ * lean server without the dataset and waits for it on its socket (sent by `respec`). */
+enum { CTL_THEN_LEAN = 1, CTL_WANTS_SPEC = 1 };
 /* ST_STARTED: the probe began a sample; ST_READY: a new worker finished starting (its set-up and
  * worker_init_fn), sent once before it reads its first request */
 enum { ST_OK = 0, ST_ERROR = 1, ST_STARTED = 2, ST_READY = 3 };
@@ -70,7 +78,7 @@ typedef struct reply_hdr { /* worker -> parent, 32 bytes */
 } reply_hdr;
 
 typedef struct ctl_msg {
-    int32_t op, wid, pid, pad;
+    int32_t op, wid, pid, flags;
 } ctl_msg;
 
 typedef struct ctl_reply {
@@ -104,6 +112,8 @@ typedef struct {
     pid_t owner; /* the creating process: a forked copy leaves the sockets alone */
     int ctl;
     pid_t server;
+    PyObject *respec;        /* respec(fd): send the pickled spec to a worker forked without it */
+    struct stkpy_tstates ts; /* the loader threads' Python states (respec on a restart) */
     pthread_mutex_t ctl_mu;
     uint32_t n;
     pworker *w;
@@ -249,8 +259,60 @@ static int recv_all(int sock, void *buf, size_t n, uint64_t deadline)
 
 /* ---- the server (fork and reap) ---- */
 
-/* Ask the server to fork worker `wid` on a new socket pair; the parent's end into w. */
-static int spawn_worker(ProcPoolObject *p, uint32_t wid, char *err, size_t err_size)
+/* The wait status of a worker that ended (asked of the server, its parent); -1 if unknown. */
+static int reap_worker(ProcPoolObject *p, pid_t pid)
+{
+    ctl_msg m = {.op = CTL_REAP, .pid = pid};
+    ctl_reply r = {.value = -1};
+    pthread_mutex_lock(&p->ctl_mu);
+    int rc = p->ctl < 0 ? -1 : send_all(p->ctl, &m, sizeof(m), -1);
+    if (rc == 0)
+        rc = recv_all(p->ctl, &r, sizeof(r), 0);
+    pthread_mutex_unlock(&p->ctl_mu);
+    return rc == 0 && r.err == 0 ? r.value : -1;
+}
+
+/* A worker forked by a lean fork server waits for the dataset on its socket `sock`: respec(sock)
+ * pickles it in this process now and sends it, with the GIL (taken on a loader thread, or again
+ * on the Python thread in ProcPool_new: from_python). 0, or -1 with err set. */
+static int send_spec(ProcPoolObject *p, uint32_t wid, int sock, bool from_python, char *err,
+                     size_t err_size)
+{
+    if (!p->respec) {
+        snprintf(err, err_size,
+                 "cannot start worker process %u: its server forked it without the dataset, "
+                 "and this pool has none to send",
+                 wid);
+        return -1;
+    }
+    if (stkpy_finalizing()) {
+        snprintf(err, err_size, "cannot start worker process %u: the interpreter is shutting down",
+                 wid);
+        return -1;
+    }
+    PyGILState_STATE g = from_python ? PyGILState_Ensure() : stkpy_gil_take(&p->ts);
+    PyObject *r = PyObject_CallFunction(p->respec, "i", sock);
+    int rc = 0;
+    if (!r) {
+        char text[300];
+        stkpy_exception_text(NULL, text, sizeof(text));
+        snprintf(err, err_size, "cannot start worker process %u: sending it the dataset failed: %s",
+                 wid, text);
+        rc = -1;
+    }
+    Py_XDECREF(r);
+    if (from_python)
+        PyGILState_Release(g);
+    else
+        stkpy_gil_drop(g);
+    return rc;
+}
+
+/* Ask the server to fork worker `wid` on a new socket pair; the parent's end into w. then_lean:
+ * the pool's last worker at its start (the fork server may go lean after it). A worker forked
+ * without the dataset (a lean server's) gets it from send_spec. */
+static int spawn_worker(ProcPoolObject *p, uint32_t wid, bool then_lean, bool from_python,
+                        char *err, size_t err_size)
 {
     pworker *w = &p->w[wid];
     int sv[2];
@@ -259,7 +321,7 @@ static int spawn_worker(ProcPoolObject *p, uint32_t wid, char *err, size_t err_s
                  strerror(errno));
         return -1;
     }
-    ctl_msg m = {.op = CTL_SPAWN, .wid = (int32_t)wid};
+    ctl_msg m = {.op = CTL_SPAWN, .wid = (int32_t)wid, .flags = then_lean ? CTL_THEN_LEAN : 0};
     ctl_reply r = {0};
     pthread_mutex_lock(&p->ctl_mu);
     int rc = p->ctl < 0 ? -1 : send_all(p->ctl, &m, sizeof(m), sv[1]);
@@ -274,25 +336,18 @@ static int spawn_worker(ProcPoolObject *p, uint32_t wid, char *err, size_t err_s
                          : strerror(r.err ? r.err : EAGAIN));
         return -1;
     }
+    if (r.err == CTL_WANTS_SPEC && send_spec(p, wid, sv[0], from_python, err, err_size) != 0) {
+        close(sv[0]);
+        kill(r.value, SIGKILL);
+        reap_worker(p, r.value);
+        return -1;
+    }
     w->sock = sv[0];
     w->pid = r.value;
     w->arena_seen = 0;
     w->init_sent = false;
     w->starting = true;
     return 0;
-}
-
-/* The wait status of a worker that ended (asked of the server, its parent); -1 if unknown. */
-static int reap_worker(ProcPoolObject *p, pid_t pid)
-{
-    ctl_msg m = {.op = CTL_REAP, .pid = pid};
-    ctl_reply r = {.value = -1};
-    pthread_mutex_lock(&p->ctl_mu);
-    int rc = p->ctl < 0 ? -1 : send_all(p->ctl, &m, sizeof(m), -1);
-    if (rc == 0)
-        rc = recv_all(p->ctl, &r, sizeof(r), 0);
-    pthread_mutex_unlock(&p->ctl_mu);
-    return rc == 0 && r.err == 0 ? r.value : -1;
 }
 
 /* "killed by signal 9 (Killed; ...)" / "exited with status 1" into buf. */
@@ -354,7 +409,7 @@ static stk_status worker_died(ProcPoolObject *p, uint32_t wid, const stk_sample_
     snprintf(err, err_size, "%s", w->why);
     if (w->deaths <= MAX_RESTARTS) {
         char why[256];
-        if (spawn_worker(p, wid, why, sizeof(why)) == 0)
+        if (spawn_worker(p, wid, false, false, why, sizeof(why)) == 0)
             atomic_fetch_add(&p->restarts, 1);
         else
             snprintf(w->why + strlen(w->why), sizeof(w->why) - strlen(w->why), "; %s", why);
@@ -453,7 +508,7 @@ static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_te
                      w->why, w->deaths);
             return STK_EIO;
         }
-        if (spawn_worker(p, wid, err, err_size) < 0)
+        if (spawn_worker(p, wid, false, false, err, err_size) < 0)
             return STK_EIO;
         atomic_fetch_add(&p->restarts, 1);
     }
@@ -580,22 +635,28 @@ static void pool_interrupt(ProcPoolObject *p)
 
 static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"ctl", "server", "n_workers", "timeout", "capacity", "startup", NULL};
-    int ctl, server;
+    static char *kwlist[] = {"ctl",     "server", "n_workers", "timeout", "capacity",
+                             "startup", "respec", "lean",      NULL};
+    int ctl, server, lean = 0;
     unsigned int n;
     double timeout = 0, startup = 0;
     Py_ssize_t cap = 4096;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiI|dnd:ProcPool", kwlist, &ctl, &server, &n,
-                                     &timeout, &cap, &startup))
+    PyObject *respec = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiI|dndOp:ProcPool", kwlist, &ctl, &server, &n,
+                                     &timeout, &cap, &startup, &respec, &lean))
         return NULL;
     if (n < 1 || n > 4096 || cap < 1)
         return stkpy_invalid("ProcPool: %u workers (1..4096), capacity %zd", n, cap);
+    if (respec != Py_None && !PyCallable_Check(respec))
+        return stkpy_invalid("ProcPool: respec must be callable or None");
     ProcPoolObject *p = (ProcPoolObject *)type->tp_alloc(type, 0);
     if (!p)
         return NULL;
     p->owner = getpid();
     p->ctl = -1;
     p->arena_fd = -1;
+    p->respec = respec != Py_None ? Py_NewRef(respec) : NULL;
+    stkpy_tstates_init(&p->ts);
     pthread_mutex_init(&p->ctl_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->tmu, NULL);
@@ -618,7 +679,7 @@ static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
     for (uint32_t i = 0; i < n && rc == 0; i++)
-        rc = spawn_worker(p, i, err, sizeof(err));
+        rc = spawn_worker(p, i, lean && i + 1 == n, true, err, sizeof(err));
     Py_END_ALLOW_THREADS
     if (rc != 0) {
         stkpy_raise(STK_EIO, err);
@@ -668,6 +729,8 @@ static void ProcPool_dealloc(ProcPoolObject *p)
     pthread_mutex_destroy(&p->mu);
     pthread_mutex_destroy(&p->tmu);
     pthread_cond_destroy(&p->cv);
+    stkpy_tstates_free(&p->ts); /* (the loader that ran on them was closed: it held p) */
+    Py_CLEAR(p->respec);
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
@@ -972,11 +1035,14 @@ PyTypeObject StkProcPool_Type = {
     .tp_basicsize = sizeof(ProcPoolObject),
     .tp_dealloc = (destructor)ProcPool_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "ProcPool(ctl, server, n_workers, timeout=0, capacity=4096, startup=0): worker "
-              "processes forked by the server on control socket `ctl`, writing samples into the "
-              "loader's shared ring (Loader(executor=...)). timeout: seconds a sample may take "
-              "from its request to a started worker; startup: seconds a new worker may take to "
-              "start (its set-up and worker_init_fn; 0: no limit).",
+    .tp_doc = "ProcPool(ctl, server, n_workers, timeout=0, capacity=4096, startup=0, "
+              "respec=None, lean=False): worker processes forked by the server on control "
+              "socket `ctl`, writing samples into the loader's shared ring "
+              "(Loader(executor=...)). timeout: seconds a sample may take from its request to a "
+              "started worker; startup: seconds a new worker may take to start (its set-up and "
+              "worker_init_fn; 0: no limit); respec(fd): sends the pickled dataset to a worker "
+              "that a lean fork server forked without it; lean: the fork server may go lean "
+              "after the last worker started here.",
     .tp_methods = ProcPool_methods,
     .tp_new = ProcPool_new,
 };

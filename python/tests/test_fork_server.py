@@ -1,0 +1,232 @@
+"""stoker's fork server going lean (python/stoker/_pyworker_server.py): once a loader's workers
+are forked it keeps no spec, pickled or not; a worker restarted after a death gets the dataset
+from the training process then (the spec sent on demand); and it stays a fork where a fresh
+interpreter could not have the dataset. Each case runs in a fresh interpreter (the fork server
+is one per process)."""
+import pickle
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from stoker import _pyworker_server as server  # noqa: E402
+
+from conftest import run_python  # noqa: E402
+
+# The dataset module the child scripts import (a -c script that defines no class or function of
+# its own lets the fork server go lean; one that does keeps the fork).
+DATASETS = textwrap.dedent("""
+    import random, threading
+    import numpy as np, torch
+    from stoker import _procpool
+
+    class Big(torch.utils.data.Dataset):
+        # 32 MB of array data: pickled, the spec the old lean server kept in a memfd
+        def __init__(self):
+            self.data = np.arange(8 << 20, dtype=np.float32).reshape(64, -1)
+        def __len__(self):
+            return 24
+        def __getitem__(self, i):
+            return float(self.data[i % 64, 0]) + i
+
+    class LazyLock(torch.utils.data.Dataset):
+        # opens a handle that does not pickle on first use (as h5py datasets open their file),
+        # and draws random numbers (so executor="auto" picks processes after its probe)
+        def __init__(self):
+            self.lock = None
+        def __len__(self):
+            return 24
+        def __getitem__(self, i):
+            if self.lock is None:
+                self.lock = threading.Lock()
+            random.random()
+            return i
+
+    SENT = []
+
+    def count_sends():
+        # wraps _procpool.spec_sender: how many times the training process sent the spec
+        orig = _procpool.spec_sender
+        def counting(spec):
+            send = orig(spec)
+            def wrapped(fd):
+                SENT.append(fd)
+                return send(fd)
+            return wrapped
+        _procpool.spec_sender = counting
+
+    def memfds(pid):
+        import os
+        out = []
+        for f in os.listdir("/proc/%d/fd" % pid):
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (pid, f))
+            except OSError:
+                continue
+            if "memfd:" in link:
+                out.append(link)
+        return out
+
+    def rss_kb(pid):
+        return int([l for l in open("/proc/%d/status" % pid)
+                    if l.startswith("VmRSS")][0].split()[1])
+
+    def epochs_until_a_death(loader, n):
+        # the death is found when a sample goes to the killed worker: an epoch whose samples
+        # all went to the other one ends whole, so go on to the next (at most 50)
+        import stoker
+        for epoch in range(50):
+            got, errors = [], []
+            it = iter(loader)
+            while True:
+                try:
+                    got += next(it).tolist()
+                except StopIteration:
+                    break
+                except stoker.StokerIOError as e:
+                    errors.append(str(e))
+            if errors or len(got) != n:
+                return got, errors
+        return got, errors
+""")
+
+
+def script(tmp_path, body):
+    (tmp_path / "fsds.py").write_text(DATASETS)
+    return f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n" + textwrap.dedent(body)
+
+
+def test_lean_fork_server_keeps_no_spec_and_a_restart_gets_it_on_demand(tmp_path):
+    code = script(tmp_path, """
+        import os, signal
+        import fsds, stoker
+        from stoker import _procpool
+        fsds.count_sends()
+        ds = fsds.Big()
+        loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process")
+        fs = _procpool._FS
+        want = sorted(float(ds.data[i % 64, 0]) + i for i in range(24))
+        print("first", sorted(float(v) for b in loader for v in b) == want, len(fsds.SENT))
+        fs.forget(0)   # answered after the exec that follows the last worker's fork, if any
+        print("lean", fs.is_lean)
+        old = loader.worker_pids()
+        os.kill(old[0], signal.SIGKILL)
+        got, errors = fsds.epochs_until_a_death(loader, 24)
+        print("killed", len(errors) == 1 and "signal 9" in errors[0], len(got) == 20)
+        print("after", sorted(float(v) for b in loader for v in b) == want,
+              loader.worker_pids()[0] not in old, loader.stats()["worker_restarts"])
+        # the restarted worker got the spec from this process, once; the lean server (which
+        # answered the restart, so it has long read and closed its state) holds no memfd and
+        # less memory than the dataset's 32 MB of data (it never unpickled it)
+        print("sent", len(fsds.SENT), fs.is_lean, fsds.memfds(fs.pid), fsds.rss_kb(fs.pid) < 32768)
+    """)
+    r = run_python(code, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:5] == ["first True 0", "lean True", "killed True True",
+                                         "after True True 1", "sent 1 True [] True"], \
+        (r.stdout, r.stderr)
+
+
+def test_restart_names_a_dataset_that_no_longer_pickles_then_recovers(tmp_path):
+    # the spec is pickled by the training process when a worker must be restarted: a dataset
+    # that no longer pickles then is a named error for that worker's samples (the other worker
+    # goes on), and once it pickles again the worker is restarted
+    code = script(tmp_path, """
+        import os, signal, threading
+        import fsds, stoker
+        from stoker import _procpool
+        ds = fsds.Big()
+        loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process")
+        fs = _procpool._FS
+        print("first", len([v for b in loader for v in b]))
+        fs.forget(0)
+        ds.handle = threading.Lock()
+        os.kill(loader.worker_pids()[0], signal.SIGKILL)
+        got, errors = fsds.epochs_until_a_death(loader, 24)
+        print("died", bool(errors) and "signal 9" in errors[0],
+              len(got) + 4 * len(errors) == 24)   # (a failed sample fails its batch of 4)
+        # worker 0's samples now fail, naming why (its restart); worker 1's go on
+        got, errors = fsds.epochs_until_a_death(loader, 24)
+        print("named", bool(errors) and all("sending it the dataset failed" in e and "lock" in e
+                           for e in errors), len(got) + 4 * len(errors) == 24)
+        del ds.handle
+        want = sorted(float(ds.data[i % 64, 0]) + i for i in range(24))
+        for epoch in range(50):   # a sample of worker 0 restarts it
+            got = sorted(float(v) for b in loader for v in b)
+            if loader.stats()["worker_restarts"]:
+                break
+        print("recovered", got == want, loader.stats()["worker_restarts"])
+    """)
+    r = run_python(code, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:4] == ["first 24", "died True True", "named True True",
+                                         "recovered True 1"], (r.stdout, r.stderr)
+
+
+def test_a_probe_here_that_leaves_an_unpicklable_handle_keeps_the_fork(tmp_path):
+    # executor="auto" runs the first samples in the training process: its copy of the dataset
+    # then holds a lock (an h5py file, in the articles) and no longer pickles, while the fork
+    # server's copy, which the workers inherit, does. The fork server then stays a fork (a
+    # worker restarted from this process's copy could not be), and a killed worker is restarted
+    code = script(tmp_path, """
+        import os, signal
+        import fsds, stoker
+        from stoker import _procpool
+        ds = fsds.LazyLock()
+        loader = stoker.Loader(ds, batch_size=4, num_workers=2)
+        print("chosen", loader.executor, ds.lock is not None)
+        _procpool._FS.forget(0)   # answered after the exec that would follow the last fork
+        old = loader.worker_pids()
+        os.kill(old[0], signal.SIGKILL)
+        got, errors = fsds.epochs_until_a_death(loader, 24)
+        print("killed", len(errors) == 1 and "signal 9" in errors[0])
+        print("after", sorted(int(v) for b in loader for v in b) == list(range(24)),
+              loader.worker_pids()[0] not in old, _procpool._FS.is_lean)
+    """)
+    r = run_python(code, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:3] == ["chosen process True", "killed True",
+                                         "after True True False"], (r.stdout, r.stderr)
+
+
+def test_a_script_that_defines_code_and_cannot_be_imported_again_keeps_the_fork(tmp_path):
+    # a later loader's dataset may be a class of the main module, which a fresh interpreter
+    # could not load when that module cannot be imported again (here a -c script)
+    code = script(tmp_path, """
+        import fsds, stoker
+        from stoker import _procpool
+        class Local(fsds.LazyLock):   # defined in the -c script, used by a later loader
+            pass
+        loader = stoker.Loader(fsds.Big(), batch_size=4, num_workers=2, executor="process")
+        _procpool._FS.forget(0)
+        local = stoker.Loader(Local(), batch_size=4, num_workers=2, executor="process")
+        _procpool._FS.forget(0)
+        print(_procpool._FS.is_lean, sorted(int(v) for b in local for v in b) == list(range(24)))
+    """)
+    r = run_python(code, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False True", (r.stdout, r.stderr)
+
+
+def test_check_skips_tensor_and_array_data_and_notes_the_main_module():
+    # the fork server's check pickles to nowhere without the bulk data (so it costs what the
+    # objects cost, not their bytes), and says whether anything refers to __main__
+    bulk = {"t": torch.zeros(4 << 20), "a": np.zeros(4 << 20, dtype=np.float32),
+            "objects": np.array([1, "x"], dtype=object), "labels": list(range(10))}
+    c = server._Checker()
+    c.dump(bulk)
+    assert c.sink.n < 64 << 10 and not c.names_main
+    assert server._check(bulk) == (True, False)
+    assert len(pickle.dumps(bulk)) > 32 << 20  # (what a full pickle would have written)
+    assert server._check({"lock": __import__("threading").Lock()})[0] is False
+    Main = type("Main", (), {"__module__": "__main__"})
+    main_mod = sys.modules["__main__"]
+    setattr(main_mod, "Main", Main)
+    try:
+        assert server._check([Main()]) == (True, True)
+        assert server._check([Main]) == (True, True)
+    finally:
+        delattr(main_mod, "Main")
