@@ -33,7 +33,7 @@ from . import loader as _loader
 from . import _procpool
 from . import _pyworker
 from . import _torchcompat
-from .loader import Loader, _MAPPED, _TRACE_EVENTS, _torch
+from .loader import Loader, _TRACE_EVENTS, _torch
 
 __all__ = ["PyLoader", "is_python_dataset", "loader_class"]
 
@@ -560,7 +560,7 @@ class PyLoader(Loader):
                                             kept if worker_init_fn is None else None)
                 exec_obj = _core.ThreadExec(self._runner, fields)
                 n_threads = choice.workers
-                _MAPPED.add(self)  # closed at exit, before the interpreter stops threads
+                _loader._close_at_exit(self)  # before the interpreter stops threads
             pinned = False
             if pin_memory:
                 pinned = torch is not None and torch.cuda.is_available()

@@ -155,6 +155,17 @@ def _close_mapped():
             pass
 
 
+def _close_at_exit(loader):
+    """Close `loader` at exit before the exit handlers registered so far run (atexit runs the
+    last registered first, so the hook is registered again): a library the dataset uses must
+    not finalise while a worker thread is inside it. h5py's handler holds HDF5's lock and then
+    takes the GIL; a worker thread still loading a sample holds the GIL and waits for that lock:
+    the process hung at exit (bench_pydataset.py's HDF5 scenario, a loader not closed)."""
+    _MAPPED.add(loader)
+    atexit.unregister(_close_mapped)
+    atexit.register(_close_mapped)
+
+
 def _close_core(core, trace):
     """Write the trace asked for, then stop the C loader's threads and free it."""
     try:
@@ -382,7 +393,7 @@ class Loader:
             self._map = self._map_setup(map, seed, transform_field, verify)
             self._core_kwargs.update(map_fn=self._map,
                                      map_fields=_batchmap.c_fields(self._map.schema))
-            _MAPPED.add(self)  # closed at exit, before the interpreter stops running threads
+            _close_at_exit(self)  # before the interpreter stops running threads
         self._core = _core.Loader(self._dataset, **self._core_kwargs)
         self.timeout = timeout or 0
         if self.timeout:

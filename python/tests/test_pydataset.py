@@ -1149,3 +1149,25 @@ def test_views_into_the_dataset_load_in_worker_processes():
     loader.close()
     assert [i for _, y in got for i in y] == list(range(16))
     assert torch.equal(torch.cat([x for x, _ in got]), Views().images)
+
+
+def test_threads_stop_before_the_exit_handlers_of_earlier_imports():
+    # a library the dataset imported before the loader was made registered its exit handler
+    # first (h5py's holds HDF5's lock and takes the GIL: with a worker thread inside h5py,
+    # holding the GIL and waiting for that lock, the process hung at exit); stoker closes a
+    # loader left open before such handlers run
+    code = textwrap.dedent("""
+        import atexit, stoker, torch
+        class DS(torch.utils.data.Dataset):
+            def __len__(self):
+                return 64
+            def __getitem__(self, i):
+                return i
+        made = []
+        atexit.register(lambda: print("closed before the library's handler:", made[0].closed))
+        made.append(stoker.Loader(DS(), batch_size=4, num_workers=1, executor="thread"))
+        print(next(iter(made[0])).tolist())
+    """)
+    r = run_python(code, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["[0, 1, 2, 3]", "closed before the library's handler: True"]
