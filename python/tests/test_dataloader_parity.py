@@ -45,11 +45,24 @@ def same(a, b, path="batch"):
         assert a == b, f"{path}: {a!r} != {b!r}"
 
 
+_MADE = []
+
+
 def mk(ds, executor="thread", **kw):
-    """stoker.Loader(ds, executor=executor, **kw). (Not closed by a fixture after each test:
-    with main at e5eeaac, closing process-executor loaders explicitly and then forking the
-    DataLoader's workers made a worker abort (SIGABRT) while it collected garbage; reported.)"""
-    return stoker.Loader(ds, executor=executor, **kw)
+    """stoker.Loader(ds, executor=executor, **kw), closed after the test (_close_made)."""
+    loader = stoker.Loader(ds, executor=executor, **kw)
+    _MADE.append(loader)
+    return loader
+
+
+@pytest.fixture(autouse=True)
+def _close_made():
+    """Every loader mk() made is closed after its test: none of its threads or worker
+    processes outlive the test. (This is what found a forked child aborting on a closed
+    loader's thread states: test_pydataset.py's test_a_forked_child_collects_a_closed_loader.)"""
+    yield
+    while _MADE:
+        _MADE.pop().close()
 
 
 def both(ds, executor=None, **kw):

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
 import stoker  # noqa: E402
-from test_dataloader_parity import Counting, mk  # noqa: E402
+from test_dataloader_parity import Counting, _close_made, mk  # noqa: E402,F401
 
 EXECUTORS = ["thread", "process"]
 
@@ -94,7 +94,7 @@ def drive(loader):
 
 
 def stoker_loader(ds, executor, **kw):
-    return mk(ds, executor, **kw)
+    return mk(ds, executor, **kw)  # closed after the test
 
 
 # ---- exceptions ----
