@@ -13,13 +13,16 @@ dataset to .stk shards), pack_records (Python dicts to .stk shards), pack_image_
 stoker copy to this GPU itself, and if not why), and the exceptions: Error and its per-status subclasses StokerInvalidError (also a
 ValueError), StokerMemoryError (MemoryError), StokerIOError (OSError), StokerFormatError,
 StokerLimitError (and its subclass StokerBusyError: the next ring slot is still held),
-StokerNotSupportedError, StokerStateError (RuntimeError) and StokerCanceledError. docs/python.md is the manual.
+StokerNotSupportedError, StokerStateError (RuntimeError) and StokerCanceledError, and
+StokerWorkerError (a StokerIOError and a RuntimeError: a Python dataset's worker process was
+lost). docs/python.md is the manual.
 """
 from . import _core
 from ._core import (Error, StokerBusyError, StokerCanceledError, StokerFormatError,
                     StokerInvalidError, StokerIOError, StokerLimitError, StokerMemoryError,
                     StokerNotSupportedError, StokerStateError, cuda_probe, epoch_order,
                     has_transforms)
+from ._errors import StokerWorkerError
 from . import transforms
 from . import audio
 from . import video
@@ -38,6 +41,6 @@ __all__ = [
     "Loader", "Batch", "profile", "Profile", "Dataset", "Writer", "write_shard", "pack", "pack_records", "pack_image_folder", "formats", "transforms",
     "ops", "audio", "video", "has_transforms", "cuda_probe", "epoch_order", "Error", "StokerInvalidError", "StokerMemoryError",
     "StokerIOError", "StokerFormatError", "StokerLimitError", "StokerNotSupportedError",
-    "StokerStateError", "StokerCanceledError", "StokerBusyError", "__version__",
+    "StokerStateError", "StokerCanceledError", "StokerBusyError", "StokerWorkerError", "__version__",
     "tokens", "mix", "Corpus",
 ]

@@ -700,10 +700,14 @@ class PyLoader(Loader):
                 self._after_error()
                 w = self._worker_error(str(e))
                 if w is None:
-                    raise
+                    if type(e) is not _core.StokerIOError or self._pool is None:
+                        raise
+                    w = e.args  # a worker process lost (killed, timed out, not started)
             # Raised here, outside the except block: raising from inside it would keep the
             # error in this frame, a cycle (frame -> error -> traceback -> frame) holding the
             # callers' frames, and with them the loop's last batch, until the collector runs.
+            if isinstance(w, tuple):
+                raise _errors.StokerWorkerError(*w) from None
             _errors.reraise(w)
 
     def _worker_error(self, msg):

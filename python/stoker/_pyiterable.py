@@ -486,7 +486,8 @@ class PyIterLoader(Loader):
         self._iter_live = None
         self._active = None
         self._stateful = hasattr(ds, "state_dict") and hasattr(ds, "load_state_dict")
-        self.sampler = self.generator = None
+        self.sampler = self.generator = self.batch_sampler = None
+        self.persistent_workers = persistent_workers
         self.dataset_kind = "iterable"
 
     # ---- iteration ----
@@ -553,7 +554,7 @@ class PyIterLoader(Loader):
                 active[w] = False
             elif kind == ANS_DEAD:
                 active[w] = False
-                raise _core.StokerIOError(payload)
+                raise _errors.StokerWorkerError(payload)
             else:  # ANS_ERROR
                 _errors.reraise(payload)
 

@@ -218,6 +218,18 @@ class Loader:
     its frames with one set of parameters (batch fields ``video`` and ``video_pts``).
     """
 
+    # The DataLoader's attributes that describe the epochs: assigning one after construction
+    # (loader.batch_size = 64) would not change the batches already planned, so it is refused
+    # as the DataLoader refuses it, not accepted silently.
+    _SET_ONCE = frozenset(("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
+                           "persistent_workers"))
+
+    def __setattr__(self, attr, val):
+        if attr in Loader._SET_ONCE and (attr in self.__dict__ or attr == "dataset"):
+            raise ValueError(f"{attr} attribute should not be set after stoker.Loader is "
+                             f"initialized (as with the DataLoader): create a new Loader")
+        object.__setattr__(self, attr, val)
+
     def __new__(cls, data=None, *args, dataset=None, **kwargs):
         # A Python dataset (its samples come from __getitem__) is a PyLoader (_pydataset.py).
         src = data if data is not None else dataset

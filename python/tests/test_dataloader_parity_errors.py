@@ -10,6 +10,7 @@ test asserts both behaviours. Nothing here waits on the clock: the moment of eac
 dataset's own (a given index)."""
 import os
 import select
+import signal
 import time
 import warnings
 
@@ -164,7 +165,59 @@ def test_worker_init_fn_exception(executor):
                            worker_init_fn=failing_init))
 
 
+class KillsItself(Dataset):
+    """0..n-1; the worker process loading `at` SIGKILLs itself there, the first time (a marker
+    file: the DataLoader's pass ends at the error, stoker's goes on with a restarted worker)."""
+
+    def __init__(self, marker, at=5, n=12):
+        self.marker, self.at, self.n = marker, at, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i == self.at and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return i
+
+
+def test_killed_worker_is_a_runtime_error(tmp_path):
+    """A worker process killed by a signal: the DataLoader raises RuntimeError ("worker (pid(s)
+    ...) exited unexpectedly"); stoker raises StokerWorkerError, a RuntimeError (so the same
+    `except RuntimeError` catches it) and a StokerIOError (what stoker raised before), naming
+    the sample and the signal, and its pass goes on (the worker restarted)."""
+    with pytest.raises(RuntimeError, match="exited unexpectedly"):
+        list(DataLoader(KillsItself(str(tmp_path / "dl")), batch_size=2, num_workers=2))
+    got = drive(stoker_loader(KillsItself(str(tmp_path / "stoker")), "process", batch_size=2,
+                              num_workers=2))
+    assert got.count("StokerWorkerError") == 1
+    assert [v for b in got if isinstance(b, list) for v in b] == [0, 1, 2, 3] + list(range(6, 12))
+    assert issubclass(stoker.StokerWorkerError, RuntimeError)
+    assert issubclass(stoker.StokerWorkerError, stoker.StokerIOError)
+    s = stoker_loader(KillsItself(str(tmp_path / "again")), "process", batch_size=2,
+                      num_workers=2)
+    with pytest.raises(RuntimeError, match=r"worker process \d \(pid \d+\) was killed by "
+                                           r"signal 9 .*while loading sample 5 \(epoch 0\)"):
+        list(s)
+
+
 # ---- arguments ----
+
+def test_attributes_set_once():
+    """The DataLoader refuses assigning batch_size, batch_sampler, sampler, drop_last, dataset
+    and persistent_workers after construction (the batches are planned from them): so does
+    stoker, map-style and iterable, with the same ValueError; other attributes stay free."""
+    for ds in (Counting(6), Longer(6, 6)):
+        for loader in (DataLoader(ds, batch_size=2), mk(ds, batch_size=2)):
+            for attr in ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
+                         "persistent_workers"):
+                with pytest.raises(ValueError, match=f"{attr} attribute should not be set after"):
+                    setattr(loader, attr, 3)
+            loader.note = "mine"
+            assert loader.note == "mine" and loader.batch_size == 2
+            assert [b.tolist() for b in loader][0] == [0, 1]
+
 
 def test_argument_errors_without_workers():
     """prefetch_factor with num_workers=0: ValueError (as the installed torch rules: 1.13
