@@ -45,6 +45,12 @@ DATASETS = textwrap.dedent("""
             random.random()
             return i
 
+    class Sharded(torch.utils.data.IterableDataset):
+        # 0..29, each worker process its share (by get_worker_info())
+        def __iter__(self):
+            info = torch.utils.data.get_worker_info()
+            return iter(range(info.id, 30, info.num_workers))
+
     SENT = []
 
     def count_sends():
@@ -127,6 +133,34 @@ def test_lean_fork_server_keeps_no_spec_and_a_restart_gets_it_on_demand(tmp_path
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[:5] == ["first True 0", "lean True", "killed True True",
                                          "after True True 1", "sent 1 True [] True"], \
+        (r.stdout, r.stderr)
+
+
+def test_an_iterable_loader_after_the_server_went_lean(tmp_path):
+    # after a map-style loader made the fork server lean, an iterable loader on worker processes
+    # is served by the lean server: its spec goes with the SERVE request (pickled by this
+    # process), so its workers are forked with it and none asks for it (no WANTS_SPEC: the
+    # iterable's spawns are never flagged THEN_LEAN); every item once, sharded by
+    # get_worker_info(), two epochs
+    code = script(tmp_path, """
+        import fsds, stoker
+        from stoker import _procpool
+        fsds.count_sends()
+        first = stoker.Loader(fsds.Big(), batch_size=4, num_workers=2, executor="process")
+        fs = _procpool._FS
+        print("first", sum(len(b) for b in first), len(fsds.SENT))
+        fs.forget(0)
+        print("lean", fs.is_lean)
+        it = stoker.Loader(fsds.Sharded(), batch_size=3, num_workers=2)
+        got = [int(v) for b in it for v in b]
+        print("iterable", sorted(got) == list(range(30)), len(got), len(fsds.SENT), it.executor,
+              fs.is_lean)
+        print("again", sorted(int(v) for b in it for v in b) == list(range(30)), len(fsds.SENT))
+    """)
+    r = run_python(code, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:4] == ["first 24 0", "lean True",
+                                         "iterable True 30 0 process True", "again True 0"], \
         (r.stdout, r.stderr)
 
 
