@@ -206,9 +206,11 @@ def _sched(pid, tids=None):
             continue
     return cpu, wait, faults
 
-def cpu_tree():
-    """{key: (role, CPU ns, run-queue wait ns, minor faults)}: the threads of this process, and every process
-    below it."""
+def cpu_tree(loader):
+    """{key: (role, CPU ns, run-queue wait ns, minor faults)}: the threads of this process, every
+    process below it, and (stoker's worker processes) the CPU the workers spent inside
+    __getitem__, as they measure it (the rest of their CPU is their loop: tickets, the copy into
+    the ring, the replies)."""
     me, out, kids = os.getpid(), {}, {}
     for p in os.listdir("/proc"):
         if p.isdigit():
@@ -233,12 +235,15 @@ def cpu_tree():
             except OSError:
                 continue
             todo.append((child, depth + 1))
+    pool = getattr(loader, "_pool", None)
+    if pool is not None:
+        out["getitem"] = ("__getitem__ in the worker processes", pool.stats()["cpu_ns"], 0, 0)
     return out
 
 def cpu_delta(a, b):
-    """Per sample between two marks, by role (and in all): CPU microseconds, in brackets the
-    microseconds its threads waited for a CPU (the machine's load), in braces minor page
-    faults; the wall time too."""
+    """Per sample between two marks, by role (and in all processes): CPU microseconds, in
+    brackets the microseconds its threads waited for a CPU (the machine's load), in braces minor
+    page faults; the wall time too."""
     (ta, _, ca), (tb, n, cb) = a, b
     roles = {}
     for k, (role, *now) in cb.items():
@@ -250,7 +255,9 @@ def cpu_delta(a, b):
     n = max(n, 1)
     text = lambda v: f"{v[0] / n / 1e3:.0f} [{v[1] / n / 1e3:.0f}] {{{v[2] / n:.0f}}}"
     out = {f"{r} (x{v[3]})": text(v) for r, v in sorted(roles.items())}
-    out["all"] = text([sum(v[j] for v in roles.values()) for j in range(3)])
+    # (__getitem__'s CPU is part of its worker process's: not counted twice)
+    tree = [v for r, v in roles.items() if not r.startswith("__getitem__")]
+    out["all"] = text([sum(v[j] for v in tree) for j in range(3)])
     out["wall"] = f"{(tb - ta) / n * 1e6:.0f}"
     return out
 '''
@@ -274,7 +281,7 @@ rates, first = [], None
 cpu_marks, later_n = [], 0  # --cpu: (wall, samples, cpu_tree()) after epoch 1 and at the end
 for e in range(epochs):
     if CPU and e == 1:
-        cpu_marks.append((time.perf_counter(), 0, cpu_tree()))
+        cpu_marks.append((time.perf_counter(), 0, cpu_tree(loader)))
     n = 0
     t = time.perf_counter() if e else t0
     for k, batch_ in enumerate(loader):
@@ -287,7 +294,7 @@ for e in range(epochs):
     rates.append(n / (time.perf_counter() - t))
     later_n += n if e else 0
 if cpu_marks:
-    cpu_marks.append((time.perf_counter(), later_n, cpu_tree()))
+    cpu_marks.append((time.perf_counter(), later_n, cpu_tree(loader)))
 info = {"cpu": cpu_delta(*cpu_marks)} if cpu_marks else {}
 if kind == "stoker":
     i = loader.info()
