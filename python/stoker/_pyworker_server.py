@@ -22,7 +22,6 @@ a handle, say), when a spec may name the main module and that cannot be imported
 `python -c` program, a notebook, a script without `if __name__ == "__main__"`, that defines
 classes or functions), or while a spec inherited by fork is not yet claimed by its loader.
 """
-import ctypes
 import importlib
 import os
 import pickle
@@ -308,8 +307,9 @@ def keep_heap():
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION"):
             return False
+        import ctypes  # (here, in the worker: the lean server's interpreter stays without it)
         mallopt = ctypes.CDLL(None).mallopt
-    except (ValueError, OSError, AttributeError):
+    except (ValueError, OSError, AttributeError, ImportError):
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD) and
