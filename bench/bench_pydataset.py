@@ -5,7 +5,7 @@ datasets the articles write, each run in a process of its own, one after the oth
     /usr/bin/python3 bench/gen_images.py /tmp/pyds/jpeg --classes 4 --per-class 100 --profile small
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds \
         [--scenarios sleep,tensor224,pil,purepy,hdf5,lmdb,albu] [--workers 0,1,2,4,8] \
-        [--epochs 3] [--batch 32] [--json out.json] [--default-only]
+        [--epochs 3] [--batch 32] [--json out.json] [--default-only] [--cpu]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --switch
     /usr/bin/python3 bench/bench_pydataset.py --summarize out1.json out2.json ...
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --startup \
@@ -24,6 +24,8 @@ Each run prints: time from creating the loader to the first batch, samples/s of 
 of RSS, and of PSS, which counts a page shared by several processes once), sampled every 20 ms
 by this parent process from /proc. The loop only counts each batch (no model): the numbers are
 the loaders' own. The ratio is stoker's default against the DataLoader's best worker count.
+With --cpu each run also prints where the CPU went in the later epochs, per sample, by process
+and thread (see CPU_CHILD): what bounds a CPU-bound scenario on a given number of cores.
 
 --phases: where the time to the first batch goes: for each loader one run to its first batch,
 timestamps from every process of the tree (each __getitem__'s start and end; stoker's
@@ -177,13 +179,15 @@ def make(name, data):
 
 # ---- --cpu: where the CPU goes in the later epochs ----
 
-# Part of the child of main mode: with STK_BENCH_CPU=1, the CPU time (utime + stime from /proc)
-# of every process of the child's tree and of every thread of the training process, read at the
-# end of epoch 1 and at the end of the last epoch (the workers of both loaders live across
-# epochs), and the difference per sample of the later epochs, by role: the training process's
-# main thread, its other threads by name (stoker's C threads are "stk-worker"; torch's intra-op
-# threads and the like keep the interpreter's name), and the processes under it by depth (the
-# DataLoader's workers are its children; stoker's are children of its fork server).
+# Part of the child of main mode: with STK_BENCH_CPU=1 (--cpu), the CPU time, run-queue wait
+# (/proc/PID/task/TID/schedstat) and minor page faults of every process of the child's tree and
+# of every thread of the training process, read at the end of epoch 1 and at the end of the last
+# epoch (the workers of both loaders live across epochs), and the difference per sample of the
+# later epochs, by role: the training process's main thread, its other threads by name (stoker's
+# C threads are "stk-worker"; torch's intra-op threads and the like keep the interpreter's name),
+# and the processes under it by depth (the DataLoader's workers are its children; stoker's are
+# children of its fork server); for stoker's worker processes also the CPU they measure inside
+# __getitem__.
 CPU_CHILD = r'''
 CPU = os.environ.get("STK_BENCH_CPU") == "1"
 
@@ -589,8 +593,8 @@ def fmt(r):
     return (f"ttfb {r['ttfb_s']:.3f} s, epoch 1 {r['rates'][0]:.0f}/s, later "
             f"{sum(later) / len(later):.0f}/s, peak RSS {r['peak_rss_mb']:.0f} MB, PSS "
             f"{r['peak_pss_mb']:.0f} MB{ex}" +
-            ("; later epochs, per sample: CPU us [run-queue wait us] {minor faults}: " + ", ".join(f"{k} {v}" for k, v in
-                                                          r["cpu"].items()) if "cpu" in r else ""))
+            ("; later epochs, per sample: CPU us [run-queue wait us] {minor faults}: " +
+             ", ".join(f"{k} {v}" for k, v in r["cpu"].items()) if "cpu" in r else ""))
 
 
 def later(r):
