@@ -5,7 +5,7 @@ datasets the articles write, each run in a process of its own, one after the oth
     /usr/bin/python3 bench/gen_images.py /tmp/pyds/jpeg --classes 4 --per-class 100 --profile small
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds \
         [--scenarios sleep,tensor224,pil,purepy,hdf5,lmdb,albu] [--workers 0,1,2,4,8] \
-        [--epochs 3] [--batch 32] [--json out.json] [--default-only]
+        [--epochs 3] [--batch 32] [--json out.json] [--default-only] [--cpu]
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --switch
     /usr/bin/python3 bench/bench_pydataset.py --summarize out1.json out2.json ...
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_pydataset.py --data /tmp/pyds --startup \
@@ -24,6 +24,8 @@ Each run prints: time from creating the loader to the first batch, samples/s of 
 of RSS, and of PSS, which counts a page shared by several processes once), sampled every 20 ms
 by this parent process from /proc. The loop only counts each batch (no model): the numbers are
 the loaders' own. The ratio is stoker's default against the DataLoader's best worker count.
+With --cpu each run also prints where the CPU went in the later epochs, per sample, by process
+and thread (see CPU_CHILD): what bounds a CPU-bound scenario on a given number of cores.
 
 --phases: where the time to the first batch goes: for each loader one run to its first batch,
 timestamps from every process of the tree (each __getitem__'s start and end; stoker's
@@ -175,7 +177,96 @@ def make(name, data):
             "albu": lambda: AlbumentationsStyleDataset()}[name]()
 '''
 
-CHILD = DATASETS + r'''
+# ---- --cpu: where the CPU goes in the later epochs ----
+
+# Part of the child of main mode: with STK_BENCH_CPU=1 (--cpu), the CPU time, run-queue wait
+# (/proc/PID/task/TID/schedstat) and minor page faults of every process of the child's tree and
+# of every thread of the training process, read at the end of epoch 1 and at the end of the last
+# epoch (the workers of both loaders live across epochs), and the difference per sample of the
+# later epochs, by role: the training process's main thread, its other threads by name (stoker's
+# C threads are "stk-worker"; torch's intra-op threads and the like keep the interpreter's name),
+# and the processes under it by depth (the DataLoader's workers are its children; stoker's are
+# children of its fork server); for stoker's worker processes also the CPU they measure inside
+# __getitem__.
+CPU_CHILD = r'''
+CPU = os.environ.get("STK_BENCH_CPU") == "1"
+
+def _ppid(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+def _sched(pid, tids=None):
+    """(CPU ns, run-queue wait ns, minor page faults) of a process's threads
+    (/proc/PID/task/TID/schedstat and stat)."""
+    cpu = wait = faults = 0
+    for t in tids or os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                a, b = f.read().split()[:2]
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                c = f.read().rsplit(")", 1)[1].split()[7]
+            cpu, wait, faults = cpu + int(a), wait + int(b), faults + int(c)
+        except (OSError, ValueError, IndexError):
+            continue
+    return cpu, wait, faults
+
+def cpu_tree(loader):
+    """{key: (role, CPU ns, run-queue wait ns, minor faults)}: the threads of this process, every
+    process below it, and (stoker's worker processes) the CPU the workers spent inside
+    __getitem__, as they measure it (the rest of their CPU is their loop: tickets, the copy into
+    the ring, the replies)."""
+    me, out, kids = os.getpid(), {}, {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                kids.setdefault(_ppid(p), []).append(int(p))
+            except (OSError, ValueError, IndexError):
+                continue
+    for t in os.listdir(f"/proc/{me}/task"):
+        try:
+            with open(f"/proc/{me}/task/{t}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        role = "training: main thread" if int(t) == me else f"training: thread {comm}"
+        out[f"t{t}"] = (role, *_sched(me, [t]))
+    todo = [(me, 0)]
+    while todo:
+        pid, depth = todo.pop()
+        for child in kids.get(pid, []):
+            try:
+                out[f"p{child}"] = (f"process at depth {depth + 1}", *_sched(child))
+            except OSError:
+                continue
+            todo.append((child, depth + 1))
+    pool = getattr(loader, "_pool", None)
+    if pool is not None:
+        out["getitem"] = ("__getitem__ in the worker processes", pool.stats()["cpu_ns"], 0, 0)
+    return out
+
+def cpu_delta(a, b):
+    """Per sample between two marks, by role (and in all processes): CPU microseconds, in
+    brackets the microseconds its threads waited for a CPU (the machine's load), in braces minor
+    page faults; the wall time too."""
+    (ta, _, ca), (tb, n, cb) = a, b
+    roles = {}
+    for k, (role, *now) in cb.items():
+        before = ca.get(k, (role, 0, 0, 0))[1:]
+        r = roles.setdefault(role, [0, 0, 0, 0])
+        for j in range(3):
+            r[j] += now[j] - before[j]
+        r[3] += 1
+    n = max(n, 1)
+    text = lambda v: f"{v[0] / n / 1e3:.0f} [{v[1] / n / 1e3:.0f}] {{{v[2] / n:.0f}}}"
+    out = {f"{r} (x{v[3]})": text(v) for r, v in sorted(roles.items())}
+    # (__getitem__'s CPU is part of its worker process's: not counted twice)
+    tree = [v for r, v in roles.items() if not r.startswith("__getitem__")]
+    out["all"] = text([sum(v[j] for v in tree) for j in range(3)])
+    out["wall"] = f"{(tb - ta) / n * 1e6:.0f}"
+    return out
+'''
+
+CHILD = DATASETS + CPU_CHILD + r'''
 import json, sys
 import stoker
 name, kind, workers, epochs, batch, data = sys.argv[1:7]
@@ -191,7 +282,10 @@ else:
     loader = stoker.Loader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
                            executor=os.environ.get("STK_BENCH_EXECUTOR", "auto"))
 rates, first = [], None
+cpu_marks, later_n = [], 0  # --cpu: (wall, samples, cpu_tree()) after epoch 1 and at the end
 for e in range(epochs):
+    if CPU and e == 1:
+        cpu_marks.append((time.perf_counter(), 0, cpu_tree(loader)))
     n = 0
     t = time.perf_counter() if e else t0
     for k, batch_ in enumerate(loader):
@@ -202,10 +296,13 @@ for e in range(epochs):
         if max_batches and k + 1 >= max_batches:
             break
     rates.append(n / (time.perf_counter() - t))
-info = {}
+    later_n += n if e else 0
+if cpu_marks:
+    cpu_marks.append((time.perf_counter(), later_n, cpu_tree(loader)))
+info = {"cpu": cpu_delta(*cpu_marks)} if cpu_marks else {}
 if kind == "stoker":
     i = loader.info()
-    info = {"executor": i.get("executor"), "workers": i.get("n_threads"),
+    info = {**info, "executor": i.get("executor"), "workers": i.get("n_threads"),
             "reason": i.get("executor_reason"), "start": i.get("start_method")}
 print(json.dumps({"ttfb_s": first, "rates": rates, **info}))
 '''
@@ -495,7 +592,9 @@ def fmt(r):
     ex = f" [{r['executor']} x{r['workers']}]" if r.get("executor") else ""
     return (f"ttfb {r['ttfb_s']:.3f} s, epoch 1 {r['rates'][0]:.0f}/s, later "
             f"{sum(later) / len(later):.0f}/s, peak RSS {r['peak_rss_mb']:.0f} MB, PSS "
-            f"{r['peak_pss_mb']:.0f} MB{ex}")
+            f"{r['peak_pss_mb']:.0f} MB{ex}" +
+            ("; later epochs, per sample: CPU us [run-queue wait us] {minor faults}: " +
+             ", ".join(f"{k} {v}" for k, v in r["cpu"].items()) if "cpu" in r else ""))
 
 
 def later(r):
@@ -710,8 +809,12 @@ def main():
     ap.add_argument("--executor", default="auto", choices=("auto", "thread", "process"),
                     help="stoker's executor= (default auto: stoker chooses)")
     ap.add_argument("--baseline", help="--startup: another build's python/ directory, run too")
+    ap.add_argument("--cpu", action="store_true",
+                    help="main mode: CPU time per sample of the later epochs, by process and "
+                         "thread role (see CPU_CHILD)")
     a = ap.parse_args()
     os.environ["STK_BENCH_EXECUTOR"] = a.executor  # read by each child
+    os.environ["STK_BENCH_CPU"] = "1" if a.cpu else "0"
     a.workers = [int(w) for w in a.workers.split(",")]
     make_data(a.data)
     if not os.path.isdir(os.path.join(a.data, "jpeg")):

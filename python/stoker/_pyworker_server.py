@@ -249,6 +249,7 @@ def _control_request(v, main, served):
                     os.close(fd)
                 if lean is not None:
                     os.close(lean)
+                keep_heap()
                 if spec is None:
                     _worker_on_demand(fds[0], wid)
                 else:
@@ -276,6 +277,43 @@ def _control_request(v, main, served):
             os.close(fd)
         ctl.sendall(CTL_REPLY.pack(-1, 22))  # EINVAL
     return True
+
+
+# ---- a worker's heap ----
+
+# glibc's mallopt parameters (malloc.h), and the values a worker sets: the largest threshold
+# glibc's own dynamic rule would reach on a 64-bit system, and the trim threshold at twice it
+# (the same rule's ratio).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_MMAP_THRESHOLD = 32 << 20
+HEAP_TRIM_THRESHOLD = 64 << 20
+
+
+def keep_heap():
+    """In a new worker process: glibc's malloc told to keep the memory a sample frees for the
+    next sample, rather than hand it back to the kernel and fault it in again. By default glibc
+    serves a block above its threshold (128 KB, raised to the largest block freed so far) with
+    mmap, and trims the heap's top once more than twice that is free: a __getitem__ that
+    decodes a JPEG and returns a 3x224x224 float32 tensor frees a few MB per sample, so each
+    sample unmapped it and faulted ~130 pages back in (200 us of kernel time in 1700, measured
+    with bench_pydataset.py --cpu and perf: bench/RESULTS.md, "pil's CPU"). With both
+    thresholds fixed, blocks up to 32 MB come from the heap and the heap keeps up to 64 MB free
+    at its top; what it keeps is what a sample used, already counted in the worker's peak.
+    Left alone where the user set glibc's malloc tunables (MALLOC_*_ or GLIBC_TUNABLES), and
+    on any other C library. Returns whether it set them."""
+    if any(k.startswith("MALLOC_") and k.endswith("_") for k in os.environ) or \
+            "glibc.malloc." in os.environ.get("GLIBC_TUNABLES", ""):
+        return False
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return False
+        import ctypes  # (here, in the worker: the lean server's interpreter stays without it)
+        mallopt = ctypes.CDLL(None).mallopt
+    except (ValueError, OSError, AttributeError, ImportError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return bool(mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD) and
+                mallopt(M_TRIM_THRESHOLD, HEAP_TRIM_THRESHOLD))
 
 
 def _worker_on_demand(fd, wid):
