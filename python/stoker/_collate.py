@@ -172,27 +172,30 @@ class Layout:
 
     # ---- a worker's side: a sample into row buffers ----
 
-    def flatten(self, sample):
+    def flatten(self, sample, pointers=False):
         """(bufs, objects, extras, mask): bufs[i] a C-contiguous buffer of fixed leaf i's
         nbytes (None where the leaf does not fit and went to extras under mask bit i); objects
         the object leaves in order. A sample whose containers differ from the layout comes back
-        as (None, None, sample, WHOLE)."""
+        as (None, None, sample, WHOLE). pointers=True (the thread executor, whose C copy reads
+        the memory in this process): a torch tensor leaf comes as (tensor, data_ptr) instead
+        of its .numpy(), which lets the GIL go and take it again (see _tensor_pointer)."""
         bufs = [None] * len(self.fixed)
         objects = [None] * self.n_objects
         extras = {}
-        if not self._walk(self.root, sample, bufs, objects, extras):
+        if not self._walk(self.root, sample, bufs, objects, extras, pointers):
             return None, None, sample, WHOLE
         mask = 0
         for i in extras:
             mask |= 1 << i
         return bufs, objects, extras, mask
 
-    def _walk(self, node, x, bufs, objects, extras):
+    def _walk(self, node, x, bufs, objects, extras, pointers):
         if isinstance(node, Leaf):
             if not node.fixed:
                 objects[node.slot] = x
                 return True
-            b = _leaf_bytes(node, x)
+            b = _tensor_pointer(node, x) if pointers and node.kind == "tensor" else \
+                _leaf_bytes(node, x)
             if b is None:
                 extras[node.slot] = x
             else:
@@ -214,7 +217,7 @@ class Layout:
             if len(values) != len(node.children):
                 return False
         for child, v in zip(node.children, values):
-            if not self._walk(child, v, bufs, objects, extras):
+            if not self._walk(child, v, bufs, objects, extras, pointers):
                 return False
         return True
 
@@ -295,6 +298,22 @@ def _describe(n):
 def _is_tensor(x):
     torch = _torch()
     return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _tensor_pointer(leaf, x):
+    """A tensor leaf as (tensor, address of its leaf.nbytes contiguous bytes), or None as
+    _leaf_bytes. For the thread executor's copy (_ext/_pyexec.c), which reads the bytes while
+    the pair keeps the tensor alive. Not x.numpy(): in torch 1.13 .numpy() releases the GIL and
+    takes it again, and with dozens of worker threads waiting each release wakes one of them
+    for nothing (issue 24, sleep scenario: 2 of the 6.5 GIL releases per sample)."""
+    if type(x) is not leaf.type:
+        return None
+    if x.dtype != leaf.tdtype or tuple(x.shape) != leaf.shape or x.device.type != "cpu" or \
+            x.requires_grad or x.layout != _torch().strided:
+        return None
+    if not x.is_contiguous():
+        x = x.contiguous()
+    return x, x.data_ptr()
 
 
 def _leaf_bytes(leaf, x):

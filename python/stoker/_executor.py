@@ -27,6 +27,11 @@ PROCESS_S = 40e-6       # a worker process's hand-off per sample (ticket, seedin
 COPY_BYTES_S = 4e9      # memcpy into the ring, bytes per second per core
 PROCESS_MARGIN = 1.2
 MAX_THREADS = 64        # threads for work that mostly waits
+THREAD_HANDOFF_S = 25e-6  # the GIL's hand-offs per sample on a thread, for the thread count:
+# its take, its take back after a sleep or read, and after each torch tensor freed (torch 1.13
+# lets the GIL go in a tensor's dealloc); beyond what the GIL serves, threads only queue and the
+# hand-offs cost more (issue 24, pysleep: sleep scenario, 48-64 threads 10-24k samples/s, 24-32
+# threads 21-28k)
 
 
 class Probe:
@@ -97,15 +102,16 @@ def thread_workers(p, num_workers, cores):
     """Threads for the thread executor: num_workers as given (0: one); left to stoker (None),
     one per core, and more when __getitem__ mostly waits (its GIL and CPU shares both under a
     half): enough to keep the cores busy (cores / the larger share), no more than the GIL lets
-    run at once (t / (g*t + G): beyond that threads only queue for the GIL), at most
-    MAX_THREADS."""
+    run at once (t / (g*t + G + H), H its hand-offs: beyond that threads only queue for the
+    GIL), at most MAX_THREADS."""
     if num_workers is not None:
         return max(1, num_workers)
     busy = max(_gil(p), min(max(p.cpu_share, 0.0), 1.0))
     n = cores
     if busy < 0.5:
         t = max(p.per_sample_s, 1e-7)
-        gil_bound = (t + THREAD_GIL_S) / (_gil(p) * t + THREAD_GIL_S)
+        g_s = THREAD_GIL_S + THREAD_HANDOFF_S
+        gil_bound = (t + g_s) / (_gil(p) * t + g_s)
         n = max(n, min(MAX_THREADS, math.ceil(cores / max(busy, 1.0 / MAX_THREADS)),
                        math.ceil(1.5 * gil_bound)))
     return n

@@ -138,7 +138,7 @@ class ThreadRunner:
         return self._flatten(sample)
 
     def _flatten(self, sample):
-        bufs, objects, extras, mask = self.layout.flatten(sample)
+        bufs, objects, extras, mask = self.layout.flatten(sample, True)
         key = 0
         if objects or mask:
             key = next(self.keys)

@@ -182,6 +182,32 @@ def assert_same(a, b):
         assert a == b
 
 
+def test_thread_flatten_hands_tensors_by_address():
+    # The thread executor's form of a sample: a torch tensor leaf as (tensor, data_ptr) for the
+    # C copy (tensor.numpy() lets the GIL go in torch 1.13), a non-contiguous one made
+    # contiguous first, a bfloat16 one as it is; the process executor's form keeps buffers.
+    from stoker import _collate
+    base = torch.arange(24.).view(4, 6)
+    sample = (base[1], base[:, 2], torch.ones(3, dtype=torch.bfloat16), 7)
+    layout = _collate.Layout(sample)
+    bufs, objects, extras, mask = layout.flatten(sample, pointers=True)
+    assert mask == 0 and not extras
+    t0, p0 = bufs[0]
+    assert t0 is sample[0] and p0 == base.data_ptr() + 6 * 4
+    t1, p1 = bufs[1]  # the column, copied contiguous: the pair keeps the copy alive
+    assert t1.is_contiguous() and p1 == t1.data_ptr() and torch.equal(t1, base[:, 2])
+    t2, p2 = bufs[2]
+    assert t2 is sample[2] and p2 == sample[2].data_ptr()
+    assert bufs[3] == (7).to_bytes(8, "little", signed=True)
+    plain, _, _, _ = layout.flatten(sample)
+    assert all(not isinstance(b, tuple) for b in plain)
+    assert bytes(memoryview(plain[1]).cast("B")) == t1.numpy().tobytes()
+    # a leaf that does not fit the layout still travels as an object, in both forms
+    other = (base[1].double(), base[:, 2], torch.ones(3, dtype=torch.bfloat16), 7)
+    bufs, _, extras, mask = layout.flatten(other, pointers=True)
+    assert bufs[0] is None and mask == 1 and extras[0] is other[0]
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_in_order_exactly_once_epochs_and_stats(executor):
     loader = stoker.Loader(Plain(), batch_size=8, num_workers=2, executor=executor)

@@ -5,7 +5,8 @@
  * ThreadExec(runner, fields): the loader's sample_fn_v2 takes the GIL on the worker thread,
  * calls runner(index, epoch, seed, worker, row) (python/stoker/_pydataset.py), which returns
  * (bufs, key, mask): one C-contiguous buffer per fixed leaf (None where the sample's leaf did
- * not fit the layout), and the row's object key and mask. The buffers are copied into the
+ * not fit the layout; a (tensor, address) pair for a torch tensor, whose .numpy() would let the
+ * GIL go and take it back), and the row's object key and mask. The buffers are copied into the
  * sample's rows of the ring slot; a copy of more than COPY_NOGIL bytes runs with the GIL released
  * (the buffers stay referenced, so their memory stays put), so large samples are copied in
  * parallel. The last output field is the row's (key, mask) int64 pair.
@@ -136,12 +137,29 @@ static stk_status copy_rows(PyObject *bufs, stk_tensor *out, size_t n_fixed, cha
 {
     Py_buffer views[STK_MAX_FIELDS];
     void *dst[STK_MAX_FIELDS];
-    size_t n_views = 0, total = 0;
+    const void *src[STK_MAX_FIELDS];
+    size_t len[STK_MAX_FIELDS];
+    size_t n_views = 0, n_copies = 0, total = 0;
     stk_status rc = STK_OK;
     for (size_t i = 0; i < n_fixed; i++) {
         PyObject *b = PyList_GET_ITEM(bufs, (Py_ssize_t)i);
         if (b == Py_None) /* the leaf did not fit: it travels as an object */
             continue;
+        if (PyTuple_CheckExact(b)) { /* (tensor, address): its out[i].size bytes, kept alive */
+            void *p = PyTuple_GET_SIZE(b) == 2 ? PyLong_AsVoidPtr(PyTuple_GET_ITEM(b, 1)) : NULL;
+            if (!p && out[i].size) {
+                if (PyErr_Occurred())
+                    PyErr_Clear();
+                snprintf(err, err_size, "leaf %zu: no (tensor, address) pair", i);
+                rc = STK_EFORMAT;
+                goto done;
+            }
+            dst[n_copies] = out[i].data;
+            src[n_copies] = p;
+            len[n_copies++] = out[i].size;
+            total += out[i].size;
+            continue;
+        }
         Py_buffer *v = &views[n_views];
         if (PyObject_GetBuffer(b, v, PyBUF_C_CONTIGUOUS) < 0) {
             stkpy_exception_text("__getitem__'s value", err, err_size);
@@ -155,17 +173,21 @@ static stk_status copy_rows(PyObject *bufs, stk_tensor *out, size_t n_fixed, cha
             rc = STK_EFORMAT;
             goto done;
         }
-        dst[n_views - 1] = out[i].data;
+        dst[n_copies] = out[i].data;
+        src[n_copies] = v->buf;
+        len[n_copies++] = (size_t)v->len;
         total += (size_t)v->len;
     }
     if (total > COPY_NOGIL) {
         Py_BEGIN_ALLOW_THREADS
-        for (size_t k = 0; k < n_views; k++)
-            memcpy(dst[k], views[k].buf, (size_t)views[k].len);
+        for (size_t k = 0; k < n_copies; k++)
+            if (len[k])
+                memcpy(dst[k], src[k], len[k]);
         Py_END_ALLOW_THREADS
     } else {
-        for (size_t k = 0; k < n_views; k++)
-            memcpy(dst[k], views[k].buf, (size_t)views[k].len);
+        for (size_t k = 0; k < n_copies; k++)
+            if (len[k])
+                memcpy(dst[k], src[k], len[k]);
     }
 done:
     for (size_t k = 0; k < n_views; k++)
