@@ -45,6 +45,7 @@ import traceback
 import numpy as np
 
 from . import _pyworker, _pyworker_server as _server
+from ._seedwatch import SeedWatch
 from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_REQ,  # noqa: F401
                                HDR, OP_SPEC, WANTS_SPEC, _recv_exact, _Served, _server_loop)
 
@@ -519,6 +520,7 @@ def _worker_main(fd, wid, spec):
     arena = None
     layout = None
     reseed = True
+    seeds = SeedWatch(False)
     perf, cpu = time.perf_counter_ns, time.thread_time_ns
     anc = socket.CMSG_SPACE(struct.calcsize("i"))
     while True:
@@ -549,6 +551,7 @@ def _worker_main(fd, wid, spec):
         if op == OP_INIT:
             init = pickle.loads(_recv_exact(sock, a))
             layout, reseed = init["layout"], init["reseed"]
+            seeds = SeedWatch(init.get("watch", False))
             continue
         if op == OP_PROBE:  # the first samples, measured here (as in a worker)
             request = pickle.loads(_recv_exact(sock, a))
@@ -579,10 +582,20 @@ def _worker_main(fd, wid, spec):
             _send_error(sock, init_error, 0, 0)
             continue
         if reseed:
-            _pyworker.seed_all(seed)
+            seeds.before(seed)
         t0, c0 = perf(), cpu()
         try:
-            sample = getitem(index)
+            try:
+                sample = getitem(index)
+            except BaseException:  # (it may have raised because of what it drew)
+                if not (reseed and seeds.drew()):
+                    raise
+                again = True
+            else:
+                again = reseed and seeds.drew()
+            if again:  # it drew from a generator that was watched, not seeded: again, seeded
+                _pyworker.seed_all(seed)
+                sample = getitem(index)
         except BaseException:  # noqa: BLE001 - the DataLoader's wrapper goes to the consumer
             # (a KeyboardInterrupt the dataset raises too: SIGINT is ignored here, so it is
             # the dataset's own, raised at next() as at num_workers=0)
