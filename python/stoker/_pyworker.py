@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from . import _core
+from ._executor import METERED, PAIR, SOLO  # a row's kind (its 6th value): probe_of reads it
 from .loader import _torch
 
 PROBE_SAMPLES = 8        # at most this many samples are probed
@@ -23,9 +24,8 @@ PROBE_WALL_S = 1.0       # nor longer than this on a busy one (at least 2 sample
 PROBE_SWITCH_S = 1.0     # the switch interval while a sample is measured
 PAIR_SAMPLES = 4         # samples per phase after the metered ones (unmetered solo, then pair)
 PAIR_MIN_S = 0.0005      # more when that is shorter: a thread's hand-off must not be the time
-PAIR_BUDGET_S = 0.01     # and those phases no longer than this on an idle machine
-# a row's kind (its 6th value; a 5-value row is METERED): _executor.probe_of reads them apart
-METERED, SOLO, PAIR = 0, 1, 2
+PAIR_BUDGET_S = 0.004    # and those phases no longer than this on an idle machine
+PAIR_HELD = 0.9          # nor run when the GIL is held this much (nothing left to find)
 EXECUTORS = ("auto", "thread", "process")
 
 
@@ -138,7 +138,7 @@ def probe_samples(dataset, request, started=None, ctl=None):
     meter makes a call that takes and drops the GIL often (h5py) twice as slow as it is, so a
     few samples are timed again without it (SOLO rows), and a lock other than the GIL that
     serializes threads (h5py's global lock) is invisible to the meter, so two threads then run
-    samples at once (one PAIR row each: a thread waiting on such a lock is off the CPU).
+    samples at once (one PAIR row each: their time per sample, set against one thread's).
 
     Returns (first sample, rows, drew, kept) (_executor.probe_of reads the rows): each row
     (wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns, kind), kind METERED, SOLO or PAIR;
@@ -211,12 +211,17 @@ def probe_more(dataset, indices, rows, started=None):
     threads started together (one PAIR row per thread: its wall, CPU and run-queue times per
     sample over its m samples). m = PAIR_SAMPLES, or enough to take PAIR_MIN_S when samples are
     shorter (the indices repeat), fewer when 3 m samples of the metered ones' fastest
-    idle-machine time exceed PAIR_BUDGET_S; none (no rows) under 2, on one CPU, or when a call
-    raised."""
-    if not indices or not rows or _cpus() < 2:
+    idle-machine time exceed PAIR_BUDGET_S (the time to first batch: a 1 ms sample is not run
+    again); none (no rows) under 2, on one CPU, when a call raised, or when the metered calls
+    after the first held the GIL PAIR_HELD of their classified CPU time or more (threads run them
+    one at a time already, and a call that keeps the GIL is not slowed by the meter)."""
+    held = sum(r[2] for r in rows[1:])
+    if not indices or not rows or _cpus() < 2 or \
+            held >= PAIR_HELD * max(1, held + sum(r[3] for r in rows[1:])):
         return []
     fastest = max(1, min(max(r[1], r[0] - r[4]) for r in rows)) / 1e9
-    m = min(max(PAIR_SAMPLES, math.ceil(PAIR_MIN_S / fastest)), int(PAIR_BUDGET_S / (3 * fastest)))
+    m = min(max(PAIR_SAMPLES, math.ceil(PAIR_MIN_S / fastest)),
+            int(PAIR_BUDGET_S / (3 * fastest)))
     if m < 2:
         return []
     todo = [indices[k % len(indices)] for k in range(m)]
