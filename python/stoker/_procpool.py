@@ -23,11 +23,12 @@ torch at one thread; random/torch/NumPy seeded from base_seed + id as the DataLo
 get_worker_info() set; worker_init_fn(id) called) and saying so (ST_READY: the parent's
 timeout= for a sample starts only at a ready worker), it then answers tickets: take the ring's
 memfd when sent (OP_ARENA), take the layout once (OP_INIT), and for each OP_TICKET seed the
-global generators from the sample's seed (unless reseed=False), run __getitem__, write each
-fixed leaf at its offset in the ring (pwrite into the memfd: the ring is not mapped in the
-worker, so its pages do not count in the worker's resident memory) and reply (status, Python time, mask, and the pickled object leaves
-when there are any). An exception is replied as the DataLoader's ExceptionWrapper (pickled),
-with its text.
+global generators from the sample's seed (unless reseed=False; those the probe saw untouched
+are watched instead, and a call that drew from one runs again seeded: _seedwatch.py), run
+__getitem__, write each fixed leaf at its offset in the ring (pwrite into the memfd: the ring is
+not mapped in the worker, so its pages do not count in the worker's resident memory) and reply
+(status, Python time, mask, and the pickled object leaves when there are any). An exception is
+replied as the DataLoader's ExceptionWrapper (pickled), with its text.
 """
 import mmap
 import os

@@ -3,7 +3,8 @@ and executor choice that can make it exact, and never silently different where i
 (issue 24, docs/python.md "Randomness that does not depend on the worker count").
 
 Python's `random`, NumPy's legacy global generator and torch's CPU generator are one per
-process: worker processes seed them before every __getitem__ from (seed, epoch, index), so any
+process: worker processes seed them before every __getitem__ from (seed, epoch, index) (or
+watch those the probe saw untouched and run a call that drew from one again, seeded), so any
 num_workers and executor="auto" or "process" give the same samples. Worker threads share them
 with each other and with the training loop (NumPy's legacy state cannot be made per thread), so
 there the draws race: executor="auto" picks processes when the probe sees a draw, and
