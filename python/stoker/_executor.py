@@ -12,7 +12,9 @@ samples per second each would deliver:
   threads:    min(n_t / (t + copy + G),  1 / (g*t + G),  cores / (c*t + copy + G))
   processes:  min(n_p / (t + copy + P),  cores / (c*t + copy + P))
 
-t is __getitem__'s time, g the share of it that holds the GIL, c the share that uses a CPU,
+t is __getitem__'s time, g the share of it that threads run one at a time (the GIL-held
+share, or what two threads run at once showed when that is more: a lock other than the GIL,
+such as h5py's, serializes threads the GIL meter sees as free), c the share that uses a CPU,
 copy the sample's bytes over the copy bandwidth, G the GIL-held bookkeeping per sample on a
 thread and P a worker process's per-sample hand-off. Processes are chosen when they deliver
 PROCESS_MARGIN times more (their start-up and memory have to pay for themselves), or when
@@ -26,6 +28,8 @@ THREAD_GIL_S = 15e-6    # GIL-held bookkeeping per sample on a thread (callback,
 PROCESS_S = 40e-6       # a worker process's hand-off per sample (ticket, seeding, reply)
 COPY_BYTES_S = 4e9      # memcpy into the ring, bytes per second per core
 PROCESS_MARGIN = 1.2
+MAX_SERIAL = 4.0        # pair_serial's cap (4: two threads deliver a quarter of one's rate)
+PAIR_NOISE = 1.25       # two threads' time per sample over one's, below which no lock is read
 MAX_THREADS = 64        # threads for work that mostly waits
 THREAD_HANDOFF_S = 25e-6  # the GIL's hand-offs per sample on a thread, for the thread count:
 # its take, its take back after a sleep or read, and after each torch tensor freed (torch 1.13
@@ -37,29 +41,44 @@ THREAD_HANDOFF_S = 25e-6  # the GIL's hand-offs per sample on a thread, for the 
 class Probe:
     """What the first samples showed: seconds per __getitem__, GIL-held share (0..1, None when
     not measured), CPU share (thread CPU time / wall time), bytes of the fixed leaves of one
-    sample, whether the global random generators were drawn from, samples measured."""
+    sample, whether the global random generators were drawn from, samples measured, and the
+    share of a sample that two threads run one at a time, as two threads at once showed it
+    (pair_serial: 0..MAX_SERIAL, above 1 when they were slower than one; None when not
+    measured; the GIL's part and any other lock's, such as h5py's)."""
 
     def __init__(self, per_sample_s, gil_share, cpu_share, sample_bytes, uses_rng=False,
-                 samples=1):
+                 samples=1, pair_serial=None):
         self.per_sample_s = float(per_sample_s)
         self.gil_share = gil_share
         self.cpu_share = float(cpu_share)
         self.sample_bytes = int(sample_bytes)
         self.uses_rng = bool(uses_rng)
         self.samples = int(samples)
+        self.pair_serial = pair_serial
 
     def __repr__(self):
         g = "?" if self.gil_share is None else f"{self.gil_share:.2f}"
+        s = "?" if self.pair_serial is None else f"{self.pair_serial:.2f}"
         return (f"Probe({self.per_sample_s * 1e3:.3f} ms, gil {g}, cpu {self.cpu_share:.2f}, "
-                f"{self.sample_bytes} B, rng {self.uses_rng}, n {self.samples})")
+                f"{self.sample_bytes} B, rng {self.uses_rng}, n {self.samples}, pair {s})")
+
+
+METERED, SOLO, PAIR = 0, 1, 2  # a row's kind (_pyworker.probe_samples; a 5-value row: METERED)
+
+
+def _kind(r):
+    return r[5] if len(r) > 5 else METERED
 
 
 def probe_of(rows, sample_bytes, uses_rng=False):
     """The Probe the measured calls make (a pure function: tests feed it synthetic rows). Each
-    row is one __getitem__: (wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns): its wall time,
-    its thread's CPU time, that CPU time split by the GIL meter into GIL-held and GIL-free
+    row is one __getitem__: (wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns[, kind]): its wall
+    time, its thread's CPU time, that CPU time split by the GIL meter into GIL-held and GIL-free
     (_ext/_pyexec.c), and the wall time the machine's load added (its thread's wait on the run
-    queue: Linux schedstat; 0 where unknown).
+    queue: Linux schedstat; 0 where unknown). kind (_pyworker.probe_samples): METERED (the GIL
+    meter ran), SOLO (the same samples again without it) or PAIR (one of two threads that ran
+    samples at once: its times per sample over them, its wall time from the earlier thread's
+    start).
 
     Every figure is made load-independent: the time a call takes on an idle machine is its wall
     time less the load's part (never below its CPU time); the CPU share is CPU time over
@@ -67,22 +86,42 @@ def probe_of(rows, sample_bytes, uses_rng=False):
     time, over that. A busy machine stretches wall time (the thread preempted, holding the GIL
     or not) but neither CPU time nor the split, so the verdict does not move with the load.
     The first call, which often pays a warm-up, is left out when there are others, and of the
-    rest the faster half (by idle-machine time) is used."""
+    rest the faster half (by idle-machine time) is used. The time and CPU share come from the
+    SOLO rows when there are any (the meter slows a call that takes and drops the GIL often,
+    h5py's twice), the GIL split from the METERED ones. pair_serial, from two PAIR rows: x, the
+    idle-machine time per sample until the later thread finished over the solo time t, is 1
+    when the threads ran at once and 2 when one at a time (more: contention made them slower
+    than one); the share g of a sample that the model's threads run one at a time then gives
+    two threads x's rate (min(2 / t, 1 / (g t)) = 2 / (x t): g = x / 2) where x >= 2; below 2, g
+    falls linearly to 0 at x = PAIR_NOISE (where the threads ran at once the rate does not say
+    g, and the noise of x, a sleep's jitter, must not read as a lock); at most MAX_SERIAL."""
     rows = list(rows)
-    used = rows[1:] if len(rows) > 1 else rows
+    metered = [r for r in rows if _kind(r) == METERED]
+    solo = [r for r in rows if _kind(r) == SOLO]
+    pair = [r for r in rows if _kind(r) == PAIR]
 
     def idle_ns(r):
         return max(r[1], r[0] - r[4])
 
-    used = sorted(used, key=idle_ns)[:max(1, (len(used) + 1) // 2)]
-    t = sum(idle_ns(r) for r in used)
-    cpu = sum(r[1] for r in used)
+    def faster_half(rs):
+        return sorted(rs, key=idle_ns)[:max(1, (len(rs) + 1) // 2)]
+
+    used = faster_half(metered[1:] if len(metered) > 1 else metered)
+    timed = faster_half(solo) if solo else used
+    t = sum(idle_ns(r) for r in timed)
+    cpu = sum(r[1] for r in timed)
+    cpu_share = min(1.0, cpu / t) if t > 0 else 1.0
     held, free = sum(r[2] for r in used), sum(r[3] for r in used)
     gil = None
-    if t > 0 and held + free > 0:
-        gil = min(1.0, held / (held + free) * cpu / t)
-    return Probe(t / len(used) / 1e9, gil, min(1.0, cpu / t) if t > 0 else 1.0,
-                 sample_bytes, uses_rng, len(used))
+    if held + free > 0:
+        gil = min(1.0, held / (held + free) * cpu_share)
+    serial = None
+    if len(pair) == 2 and t > 0:
+        x = max(idle_ns(r) for r in pair) * len(timed) / t  # 1: at once; 2: one at a time
+        serial = min(MAX_SERIAL, max(0.0, (x - PAIR_NOISE) / (2 - PAIR_NOISE) if x <= 2
+                                     else x / 2))
+    return Probe(t / len(timed) / 1e9, gil, cpu_share, sample_bytes, uses_rng, len(timed),
+                 serial)
 
 
 class Choice:
@@ -98,20 +137,28 @@ def _gil(p):
     return 1.0 if p.gil_share is None else min(max(p.gil_share, 0.0), 1.0)
 
 
+def _serial(p):
+    """The share of a sample that threads run one at a time: the GIL-held share, or more when
+    two threads at once showed more (a lock other than the GIL: h5py's; above 1 when the two
+    delivered less than one)."""
+    pair = getattr(p, "pair_serial", None)
+    return _gil(p) if pair is None else max(_gil(p), min(max(pair, 0.0), MAX_SERIAL))
+
+
 def thread_workers(p, num_workers, cores):
     """Threads for the thread executor: num_workers as given (0: one); left to stoker (None),
     one per core, and more when __getitem__ mostly waits (its GIL and CPU shares both under a
     half): enough to keep the cores busy (cores / the larger share), no more than the GIL lets
-    run at once (t / (g*t + G + H), H its hand-offs: beyond that threads only queue for the
-    GIL), at most MAX_THREADS."""
+    run at once (t / (s*t + G + H), s the share run one thread at a time (_serial), H the GIL's
+    hand-offs: beyond that threads only queue for the GIL or the lock), at most MAX_THREADS."""
     if num_workers is not None:
         return max(1, num_workers)
-    busy = max(_gil(p), min(max(p.cpu_share, 0.0), 1.0))
+    busy = max(_serial(p), min(max(p.cpu_share, 0.0), 1.0))
     n = cores
     if busy < 0.5:
         t = max(p.per_sample_s, 1e-7)
         g_s = THREAD_GIL_S + THREAD_HANDOFF_S
-        gil_bound = (t + g_s) / (_gil(p) * t + g_s)
+        gil_bound = (t + g_s) / (_serial(p) * t + g_s)
         n = max(n, min(MAX_THREADS, math.ceil(cores / max(busy, 1.0 / MAX_THREADS)),
                        math.ceil(1.5 * gil_bound)))
     return n
@@ -121,7 +168,7 @@ def rates(p, n_threads, n_procs, cores):
     """(thread samples/s, process samples/s) the model above estimates."""
     t = max(p.per_sample_s, 1e-7)
     copy = p.sample_bytes / COPY_BYTES_S
-    g, c = _gil(p), min(max(p.cpu_share, 0.0), 1.0)
+    g, c = _serial(p), min(max(p.cpu_share, 0.0), 1.0)
     thread = min(n_threads / (t + copy + THREAD_GIL_S), 1.0 / (g * t + THREAD_GIL_S),
                  cores / (c * t + copy + THREAD_GIL_S))
     proc = min(n_procs / (t + copy + PROCESS_S), cores / (c * t + copy + PROCESS_S))
@@ -189,6 +236,9 @@ def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsaf
     g = "an unmeasured share" if p.gil_share is None else f"{_gil(p):.0%}"
     what = (f"__getitem__ held the GIL {g} of its {p.per_sample_s * 1e3:.3g} ms "
             f"({p.samples} sample{'s' if p.samples != 1 else ''} measured)")
+    if _serial(p) > _gil(p):
+        what += (f", and two threads at once ran as if {_serial(p):.0%} of it held a lock "
+                 f"(one other than the GIL, h5py's say, or contention between them)")
     if proc > PROCESS_MARGIN * thread:
         return Choice("process", n_procs,
                       f"{what}: {n_procs} worker process{'es' if n_procs != 1 else ''} deliver "

@@ -23,11 +23,12 @@ torch at one thread; random/torch/NumPy seeded from base_seed + id as the DataLo
 get_worker_info() set; worker_init_fn(id) called) and saying so (ST_READY: the parent's
 timeout= for a sample starts only at a ready worker), it then answers tickets: take the ring's
 memfd when sent (OP_ARENA), take the layout once (OP_INIT), and for each OP_TICKET seed the
-global generators from the sample's seed (unless reseed=False), run __getitem__, write each
-fixed leaf at its offset in the ring (pwrite into the memfd: the ring is not mapped in the
-worker, so its pages do not count in the worker's resident memory) and reply (status, Python time, mask, and the pickled object leaves
-when there are any). An exception is replied as the DataLoader's ExceptionWrapper (pickled),
-with its text.
+global generators from the sample's seed (unless reseed=False; those the probe saw untouched
+are watched instead, and a call that drew from one runs again seeded: _seedwatch.py), run
+__getitem__, write each fixed leaf at its offset in the ring (pwrite into the memfd: the ring is
+not mapped in the worker, so its pages do not count in the worker's resident memory) and reply
+(status, Python time, mask, and the pickled object leaves when there are any). An exception is
+replied as the DataLoader's ExceptionWrapper (pickled), with its text.
 """
 import mmap
 import os
@@ -45,6 +46,7 @@ import traceback
 import numpy as np
 
 from . import _pyworker, _pyworker_server as _server
+from ._seedwatch import SeedWatch
 from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_REQ,  # noqa: F401
                                HDR, OP_SPEC, WANTS_SPEC, _recv_exact, _Served, _server_loop)
 
@@ -519,6 +521,7 @@ def _worker_main(fd, wid, spec):
     arena = None
     layout = None
     reseed = True
+    seeds = SeedWatch(False)
     perf, cpu = time.perf_counter_ns, time.thread_time_ns
     anc = socket.CMSG_SPACE(struct.calcsize("i"))
     while True:
@@ -549,6 +552,7 @@ def _worker_main(fd, wid, spec):
         if op == OP_INIT:
             init = pickle.loads(_recv_exact(sock, a))
             layout, reseed = init["layout"], init["reseed"]
+            seeds = SeedWatch(init.get("watch", False))
             continue
         if op == OP_PROBE:  # the first samples, measured here (as in a worker)
             request = pickle.loads(_recv_exact(sock, a))
@@ -579,10 +583,20 @@ def _worker_main(fd, wid, spec):
             _send_error(sock, init_error, 0, 0)
             continue
         if reseed:
-            _pyworker.seed_all(seed)
+            seeds.before(seed)
         t0, c0 = perf(), cpu()
         try:
-            sample = getitem(index)
+            try:
+                sample = getitem(index)
+            except BaseException:  # (it may have raised because of what it drew)
+                if not (reseed and seeds.drew()):
+                    raise
+                again = True
+            else:
+                again = reseed and seeds.drew()
+            if again:  # it drew from a generator that was watched, not seeded: again, seeded
+                _pyworker.seed_all(seed)
+                sample = getitem(index)
         except BaseException:  # noqa: BLE001 - the DataLoader's wrapper goes to the consumer
             # (a KeyboardInterrupt the dataset raises too: SIGINT is ignored here, so it is
             # the dataset's own, raised at next() as at num_workers=0)

@@ -548,7 +548,7 @@ class PyLoader(Loader):
             # ---- the C loader ----
             fields = layout.fields()
             if choice.executor == "process":
-                init = {"layout": layout, "reseed": self.reseed}
+                init = {"layout": layout, "reseed": self.reseed, "watch": not p.uses_rng}
                 self._pool.set_init(pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL),
                                     fields)
                 exec_obj = self._pool

@@ -5,6 +5,8 @@ worker threads, and the probe of the first samples (their time, GIL-held share a
 global generators). Below the executors (_pydataset.py, _pyiterable.py, _procpool.py), which
 all import it.
 """
+import math
+import os
 import random
 import sys
 import threading
@@ -13,12 +15,17 @@ import time
 import numpy as np
 
 from . import _core
+from ._executor import METERED, PAIR, SOLO  # a row's kind (its 6th value): probe_of reads it
 from .loader import _torch
 
 PROBE_SAMPLES = 8        # at most this many samples are probed
 PROBE_BUDGET_S = 0.05    # and no more than this long on an idle machine (at least 3 samples)
 PROBE_WALL_S = 1.0       # nor longer than this on a busy one (at least 2 samples)
 PROBE_SWITCH_S = 1.0     # the switch interval while a sample is measured
+PAIR_SAMPLES = 4         # samples per phase after the metered ones (unmetered solo, then pair)
+PAIR_MIN_S = 0.0005      # more when that is shorter: a thread's hand-off must not be the time
+PAIR_BUDGET_S = 0.004    # and those phases no longer than this on an idle machine
+PAIR_HELD = 0.9          # nor run when the GIL is held this much (nothing left to find)
 EXECUTORS = ("auto", "thread", "process")
 
 
@@ -125,14 +132,21 @@ def probe_samples(dataset, request, started=None, ctl=None):
     stretch); other threads of the process wait for the GIL meanwhile, as for any call that does
     not release it. The budget counts idle-machine time, so a busy machine does not cut the
     probe short of 3 samples. started(index), when given, is called before each sample (a
-    worker process tells the parent, whose timeout= runs from there). Returns (first sample,
-    [(wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns)], drew, kept) (_executor.probe_of
-    reads the rows): kept is {index: (sample, wall_ns)}
-    of the probed samples when request["keep"] (the thread executor hands them out as epoch 0's
-    samples instead of loading them again), else {}. With request["stop_on_rng"] the probe ends
-    at the first sample that drew from the global generators (that settles the executor:
-    _executor.probe_plan). An exception in the first sample propagates; a later one ends the
-    probe."""
+    worker process tells the parent, whose timeout= runs from there).
+
+    With the meter on, two more phases follow when they fit PAIR_BUDGET_S (probe_more): the
+    meter makes a call that takes and drops the GIL often (h5py) twice as slow as it is, so a
+    few samples are timed again without it (SOLO rows), and a lock other than the GIL that
+    serializes threads (h5py's global lock) is invisible to the meter, so two threads then run
+    samples at once (one PAIR row each: their time per sample, set against one thread's).
+
+    Returns (first sample, rows, drew, kept) (_executor.probe_of reads the rows): each row
+    (wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns, kind), kind METERED, SOLO or PAIR;
+    kept is {index: (sample, wall_ns)} of the metered samples when request["keep"] (the thread
+    executor hands them out as epoch 0's samples instead of loading them again), else {}. With
+    request["stop_on_rng"] the probe ends at the first sample that drew from the global
+    generators (that settles the executor: _executor.probe_plan). An exception in the first
+    sample propagates; a later one ends the probe."""
     meter = _core.GilMeter() if request.get("gil", True) else None
     keep = request.get("keep", False)
     rows, first, drew, kept, idle = [], None, False, {}, 0.0
@@ -165,7 +179,7 @@ def probe_samples(dataset, request, started=None, ctl=None):
             held, free = meter.lap() if meter is not None else (0, 0)
             sys.setswitchinterval(switch)
             drew = drew or rng_changed(before, rng_states())
-            rows.append((t1 - t0, c1 - c0, held, free, max(0, q1 - q0)))
+            rows.append((t1 - t0, c1 - c0, held, free, max(0, q1 - q0), METERED))
             idle += max(c1 - c0, t1 - t0 - max(0, q1 - q0)) / 1e9
             if k == 0:
                 first = sample
@@ -179,7 +193,88 @@ def probe_samples(dataset, request, started=None, ctl=None):
         sys.setswitchinterval(switch)
         if meter is not None:
             meter.stop()
+    if meter is not None and not drew:
+        rows += probe_more(dataset, request["indices"][1:len(rows)], rows, started)
     return first, rows, drew, kept
+
+
+def _cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def probe_more(dataset, indices, rows, started=None):
+    """The probe's unmetered phases, on `indices` (the metered samples after the first, loaded
+    again; none drew random numbers): m samples timed alone (SOLO rows), then m on each of two
+    threads started together (one PAIR row per thread: its wall, CPU and run-queue times per
+    sample over its m samples). m = PAIR_SAMPLES, or enough to take PAIR_MIN_S when samples are
+    shorter (the indices repeat), fewer when 3 m samples of the metered ones' fastest
+    idle-machine time exceed PAIR_BUDGET_S (the time to first batch: a 1 ms sample is not run
+    again); none (no rows) under 2, on one CPU, when a call raised, or when the metered calls
+    after the first held the GIL PAIR_HELD of their classified CPU time or more (threads run them
+    one at a time already, and a call that keeps the GIL is not slowed by the meter)."""
+    held = sum(r[2] for r in rows[1:])
+    if not indices or not rows or _cpus() < 2 or \
+            held >= PAIR_HELD * max(1, held + sum(r[3] for r in rows[1:])):
+        return []
+    fastest = max(1, min(max(r[1], r[0] - r[4]) for r in rows)) / 1e9
+    m = min(max(PAIR_SAMPLES, math.ceil(PAIR_MIN_S / fastest)),
+            int(PAIR_BUDGET_S / (3 * fastest)))
+    if m < 2:
+        return []
+    todo = [indices[k % len(indices)] for k in range(m)]
+    more = []
+    try:
+        for index in todo:
+            if started is not None:
+                started(index)
+            q0 = runq_ns()
+            c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+            dataset[index]
+            t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+            more.append((t1 - t0, c1 - c0, 0, 0, max(0, runq_ns() - q0), SOLO))
+        if started is not None:
+            started(todo[0])
+        more += _pair(dataset, todo)
+    except Exception:  # noqa: BLE001 - the workers will report it at its batch
+        return []
+    return more
+
+
+def _pair(dataset, todo):
+    """Two threads, released together, each loading `todo`: their PAIR rows (wall, CPU and
+    run-queue times per sample). A thread's wall time runs from the earlier thread's start: a
+    thread that waited for the GIL before its first bytecode (behind a call that never drops
+    it) waited from there."""
+    gate = threading.Barrier(2)
+    out, errors, t0 = [None, None], [], []
+    info = getattr(TLS, "info", None)  # get_worker_info() answers alike on both threads
+
+    def run(k):
+        try:
+            if k:
+                TLS.info = info
+            gate.wait()
+            t0.append(time.perf_counter_ns())  # (list.append: atomic)
+            q0, c0 = runq_ns(), time.thread_time_ns()
+            for index in todo:
+                dataset[index]
+            t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+            out[k] = (t1, c1 - c0, max(0, runq_ns() - q0))
+        except BaseException as e:  # noqa: BLE001 - raised below, in the probing thread
+            errors.append(e)
+            gate.abort()
+
+    other = threading.Thread(target=run, args=(1,), name="stoker-probe-pair", daemon=True)
+    other.start()
+    run(0)
+    other.join()
+    if errors:
+        raise errors[0]
+    start, m = min(t0), len(todo)
+    return [((t1 - start) // m, cpu // m, 0, 0, runq // m, PAIR) for t1, cpu, runq in out]
 
 
 def release_probe(ctl):

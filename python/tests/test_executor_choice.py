@@ -226,3 +226,68 @@ def test_probe_plan_cases():
     # a fork-unsafe handle: threads whatever the sample does
     assert ex.probe_plan("auto", 2, unsafe="x") == ("one", False, False)
     assert ex.probe_plan("auto", None, unsafe="x") == ("all", True, False)
+
+
+# ---- a lock other than the GIL: two threads at once (issue 24, h5py's "phil") ----
+
+def kind(rs, k):
+    return [r + (k,) for r in rs]
+
+
+# h5py as the probe saw it (2026-11-28, 2 cores): the metered calls twice as slow as without
+# the meter (0.2 ms, half of it GIL-held), 0.1 ms each alone, and two threads at once 0.25 ms a
+# sample (h5py's global lock and its hand-offs): threads deliver less than one
+H5_METERED = kind(rows(0.2, 0.2, 0.1, 0.1, 0.0, 5), ex.METERED)
+H5_SOLO = kind(rows(0.1, 0.1, 0.0, 0.0, 0.0, 4), ex.SOLO)
+H5_PAIR = kind(rows(0.12, 0.12, 0.0, 0.0, 0.0, 1) + rows(0.25, 0.12, 0.0, 0.0, 0.0, 1), ex.PAIR)
+
+
+def test_a_lock_the_gil_meter_does_not_see_sends_h5py_to_processes():
+    # without the unmetered phases: the meter's doubled time and half-free GIL: threads
+    old = ex.probe_of(H5_METERED, 49168)
+    assert old.per_sample_s == pytest.approx(2e-4) and old.pair_serial is None
+    assert choose(old, "auto", None, cores=2).executor == "thread"
+    # the time from the unmetered samples, the GIL split from the metered ones
+    p = ex.probe_of(H5_METERED + H5_SOLO, 49168)
+    assert p.per_sample_s == pytest.approx(1e-4) and p.gil_share == pytest.approx(0.5)
+    # and the pair: x = 2.5 (slower than one at a time), g = x / 2
+    p = ex.probe_of(H5_METERED + H5_SOLO + H5_PAIR, 49168)
+    assert p.pair_serial == pytest.approx(1.25)
+    c = choose(p, "auto", None, cores=2)
+    assert c.executor == "process" and c.workers == 2
+    assert "two threads at once" in c.reason and "lock" in c.reason
+    assert c.process_rate > ex.PROCESS_MARGIN * c.thread_rate
+
+
+def test_the_pair_reads_the_same_under_load():
+    # each thread preempted for most of its wall time: the run-queue wait is taken out
+    loaded = kind(rows(1.0, 0.12, 0.0, 0.0, 0.88, 1) + rows(1.5, 0.12, 0.0, 0.0, 1.25, 1),
+                  ex.PAIR)
+    solo = kind(rows(0.6, 0.1, 0.0, 0.0, 0.5, 4), ex.SOLO)
+    a = ex.probe_of(H5_METERED + H5_SOLO + H5_PAIR, 49168)
+    b = ex.probe_of(H5_METERED + solo + loaded, 49168)
+    assert a.pair_serial == pytest.approx(b.pair_serial) and a.per_sample_s == b.per_sample_s
+    assert choose(b, "auto", None, cores=2).executor == "process"
+
+
+@pytest.mark.parametrize("x,want", [(1.0, 0.0), (1.1, 0.0), (ex.PAIR_NOISE, 0.0), (1.625, 0.5),
+                                    (2.0, 1.0), (3.0, 1.5), (20.0, ex.MAX_SERIAL)])
+def test_pair_serial_from_the_two_threads_time(x, want):
+    # 1: the threads ran at once (a sleep's jitter above it reads as no lock); 2: one at a time
+    solo = kind(rows(1.0, 1.0, 0.0, 0.0, 0.0, 3), ex.SOLO)
+    pair = kind(rows(1.0, 1.0, 0.0, 0.0, 0.0, 1) + rows(x, 1.0, 0.0, 0.0, 0.0, 1), ex.PAIR)
+    assert ex.probe_of(solo + pair, 0).pair_serial == pytest.approx(want)
+
+
+def test_a_pair_that_ran_at_once_changes_nothing():
+    # waiting work (a sleep) that two threads ran at once: the same many threads as without
+    metered = kind(rows(2.1, 0.05, 0.01, 0.04, 0.0), ex.METERED)
+    solo = kind(rows(2.1, 0.05, 0.0, 0.0, 0.0, 3), ex.SOLO)
+    pair = kind(rows(2.2, 0.05, 0.0, 0.0, 0.0, 1) + rows(2.3, 0.05, 0.0, 0.0, 0.0, 1), ex.PAIR)
+    a, b = ex.probe_of(metered + solo, 4096), ex.probe_of(metered + solo + pair, 4096)
+    assert b.pair_serial == 0.0
+    ca, cb = choose(a, "auto", None, cores=2), choose(b, "auto", None, cores=2)
+    assert (ca.executor, ca.workers, ca.reason) == (cb.executor, cb.workers, cb.reason)
+    assert cb.executor == "thread" and cb.workers > 2
+    # one pair row (the other thread's lost) measures nothing
+    assert ex.probe_of(metered + solo + pair[:1], 4096).pair_serial is None

@@ -3,7 +3,8 @@ and executor choice that can make it exact, and never silently different where i
 (issue 24, docs/python.md "Randomness that does not depend on the worker count").
 
 Python's `random`, NumPy's legacy global generator and torch's CPU generator are one per
-process: worker processes seed them before every __getitem__ from (seed, epoch, index), so any
+process: worker processes seed them before every __getitem__ from (seed, epoch, index) (or
+watch those the probe saw untouched and run a call that drew from one again, seeded), so any
 num_workers and executor="auto" or "process" give the same samples. Worker threads share them
 with each other and with the training loop (NumPy's legacy state cannot be made per thread), so
 there the draws race: executor="auto" picks processes when the probe sees a draw, and
@@ -68,3 +69,80 @@ def test_threads_are_not_exact_and_say_so():
     ref.close()
     assert len(got) == 24 and len(set(got.values())) == 24
     assert got != want
+
+
+# ---- a worker watches the generators the probe saw untouched instead of seeding them ----
+
+class LateDraws(Dataset):
+    """Draws from the three generators only from sample 12 on (past the probe's first samples,
+    which then see no draw)."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        if i < 12:
+            return i, 0.0, 0.0, 0.0
+        return i, random.random(), float(np.random.rand()), float(torch.rand(()))
+
+
+def seeded(ds, seed, epoch):
+    from stoker import _core, _pyworker
+    out = {}
+    for i in range(len(ds)):
+        _pyworker.seed_all(_core.sample_seed(seed, epoch, i))
+        i, a, b, c = ds[i]
+        out[i] = (a, b, c)
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_late_draws_are_seeded_samples_too(workers):
+    # the workers watch random and NumPy (the probe saw no draw) and seed torch; the first
+    # call that draws from a watched generator is run again with all three seeded: every
+    # sample is the one seeded per (seed, epoch, index), in both epochs
+    state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    ds = LateDraws()
+    want = [seeded(ds, 5, e) for e in (0, 1)]
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
+    loader = stoker.Loader(ds, batch_size=4, seed=5, num_workers=workers, executor="process")
+    for e in (0, 1):
+        assert samples(loader) == want[e]
+    loader.close()
+
+
+def test_seedwatch_says_which_call_drew():
+    from stoker._seedwatch import SeedWatch
+    state = (random.getstate(), np.random.get_state())
+    try:
+        w = SeedWatch(True)
+        w.before(1)  # the first sample: everything seeded, then watched
+        assert w.watching() == ["numpy", "random"]
+        assert not w.drew()
+        w.before(2)
+        np.random.rand()
+        assert w.drew() and w.watching() == ["random"]  # NumPy is seeded from now on
+        w.before(3)
+        a = np.random.rand()
+        np.random.seed([3, 0])
+        assert a == np.random.rand()  # seeded as seed_all seeds it
+        assert not w.drew()
+        w.before(4)
+        random.getrandbits(32)
+        assert w.drew() and w.watching() == []
+        # 624 draws bring the position back: the regenerated key still says so
+        w = SeedWatch(True)
+        w.before(1)
+        w.before(2)
+        for _ in range(312):
+            np.random.rand()  # two 32-bit words each
+        assert w.drew()
+        # watch=False seeds everything every time
+        w = SeedWatch(False)
+        w.before(1)
+        assert w.watching() == []
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
