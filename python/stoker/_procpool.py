@@ -30,6 +30,7 @@ not mapped in the worker, so its pages do not count in the worker's resident mem
 (status, Python time, mask, and the pickled object leaves when there are any). An exception is
 replied as the DataLoader's ExceptionWrapper (pickled), with its text.
 """
+import atexit
 import mmap
 import os
 import pickle
@@ -263,6 +264,7 @@ def prepare_server(spec, method):
                     _SPECS.pop(token, None)
             else:
                 _FS = fs = _start_fresh_fork_server()
+            atexit.register(_close_fork_server, fs, os.getpid())
     return Pending(spec, "fork", fs, token)
 
 
@@ -306,6 +308,24 @@ def _pickle_spec(spec):
                         f"this dataset existed), and pickling failed: {type(e).__name__}: {e}. "
                         f"Open files and handles lazily in __getitem__, or use "
                         f"executor='thread'") from e
+
+
+def _close_fork_server(fs, pid):
+    """At exit (after the loaders' own exit hooks, registered later): close the fork server's
+    socket, which ends it, and reap a fresh-interpreter one, rather than leave both to the
+    interpreter's teardown (a ResourceWarning for each). Not in a forked child."""
+    if os.getpid() != pid:
+        return
+    try:
+        fs.sock.close()
+    except OSError:
+        pass
+    proc = getattr(fs, "proc", None)
+    if proc is not None:
+        try:
+            proc.wait(timeout=2)
+        except Exception:  # noqa: BLE001 - still running: the interpreter's teardown warns
+            pass
 
 
 def _start_fork_server():
@@ -495,14 +515,16 @@ def error_reply(where):
 
 
 def worker_main(fd, wid, spec):
+    sock = socket.socket(fileno=fd)
     try:
-        _worker_main(fd, wid, spec)
+        _worker_main(sock, wid, spec)
     except (BrokenPipeError, ConnectionResetError):
         pass  # the loader went away while this worker answered: nothing to report
+    finally:
+        sock.close()
 
 
-def _worker_main(fd, wid, spec):
-    sock = socket.socket(fileno=fd)
+def _worker_main(sock, wid, spec):
     _worker_start(wid, spec)
     init_error = None
     if spec.worker_init_fn is not None:
