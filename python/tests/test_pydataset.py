@@ -214,11 +214,13 @@ def test_flat_fast_path_matches_the_walk():
     from stoker import _collate
     base = torch.arange(24.).view(4, 6)
     first = (base[1], torch.tensor(3), 7, 2.5, True, np.float32(1.5), np.zeros(2, np.int16))
-    variants = [first, (base[2], torch.tensor(4), -1, 0.0, False, np.float32(2), np.ones(2, np.int16)),
+    variants = [first,
+                (base[2], torch.tensor(4), -1, 0.0, False, np.float32(2), np.ones(2, np.int16)),
                 (base[:, 1],) + first[1:], (base[1].double(),) + first[1:],
-                (base[1].clone().requires_grad_(),) + first[1:], (base[1], torch.tensor(3.0)) + first[2:],
-                first[:2] + (1 << 70,) + first[3:], first[:3] + ("x",) + first[4:],
-                first[:6] + (np.zeros(3, np.int16),), first[:-1], first + (1,)]
+                (base[1].clone().requires_grad_(),) + first[1:],
+                (base[1], torch.tensor(3.0)) + first[2:], first[:2] + (1 << 70,) + first[3:],
+                first[:3] + ("x",) + first[4:], first[:6] + (np.zeros(3, np.int16),),
+                first[:-1], first + (1,)]
     for make in (tuple, list):
         layout = _collate.Layout(make(first))
         assert layout._flat is not None
