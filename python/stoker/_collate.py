@@ -135,6 +135,7 @@ class Layout:
         self.n_objects = 0
         self.max_fixed = max_fixed
         self.root = self._build(sample, 0)
+        self._flat = self._flat_plan()
 
     def _build(self, x, depth):
         if depth < 64:
@@ -159,6 +160,15 @@ class Layout:
             self.n_objects += 1
         return leaf
 
+    def _flat_plan(self):
+        """(type, [(leaf, is tensor)]) when the sample is a tuple or list of fixed leaves only
+        (tensor224's (tensor, tensor, int)): flatten's fast path; else None."""
+        root = self.root
+        if not isinstance(root, Node) or root.kind not in ("tuple", "list") or \
+                not all(isinstance(c, Leaf) and c.fixed for c in root.children):
+            return None
+        return root.type, [(c, c.kind == "tensor") for c in root.children]
+
     def describe(self):
         """A short text of the structure: "(tensor(float32, [3, 224, 224]), int(...))"."""
         return _describe(self.root)
@@ -179,6 +189,18 @@ class Layout:
         as (None, None, sample, WHOLE). pointers=True (the thread executor, whose C copy reads
         the memory in this process): a torch tensor leaf comes as (tensor, data_ptr) instead
         of its .numpy(), which lets the GIL go and take it again (see _tensor_pointer)."""
+        flat = self._flat
+        if flat is not None and type(sample) is flat[0] and len(sample) == len(flat[1]):
+            # the fast path (issue 24, pytens): no walk, and every leaf fits, else the walk
+            # below from the start (a leaf that does not fit goes to extras there)
+            bufs = []
+            for (leaf, tensor), x in zip(flat[1], sample):
+                b = _tensor_pointer(leaf, x) if pointers and tensor else _leaf_bytes(leaf, x)
+                if b is None:
+                    break
+                bufs.append(b)
+            else:
+                return bufs, [], {}, 0
         bufs = [None] * len(self.fixed)
         objects = [None] * self.n_objects
         extras = {}
@@ -306,9 +328,11 @@ def _tensor_pointer(leaf, x):
     the pair keeps the tensor alive. Not x.numpy(): in torch 1.13 .numpy() releases the GIL and
     takes it again, and with dozens of worker threads waiting each release wakes one of them
     for nothing (issue 24, sleep scenario: 2 of the 6.5 GIL releases per sample)."""
+    # (the cheapest equal tests: torch.Size is a tuple, is_cpu is device.type == "cpu" without
+    # building a device object: issue 24, tensor224 (pytens))
     if type(x) is not leaf.type:
         return None
-    if x.dtype != leaf.tdtype or tuple(x.shape) != leaf.shape or x.device.type != "cpu" or \
+    if x.dtype != leaf.tdtype or x.shape != leaf.shape or not x.is_cpu or \
             x.requires_grad or x.layout != _torch().strided:
         return None
     if not x.is_contiguous():

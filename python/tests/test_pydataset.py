@@ -208,6 +208,44 @@ def test_thread_flatten_hands_tensors_by_address():
     assert bufs[0] is None and mask == 1 and extras[0] is other[0]
 
 
+def test_flat_fast_path_matches_the_walk():
+    # Layout.flatten's fast path for a tuple or list of fixed leaves (issue 24, tensor224) gives
+    # what the general walk gives, for samples that fit and for every way one does not.
+    from stoker import _collate
+    base = torch.arange(24.).view(4, 6)
+    first = (base[1], torch.tensor(3), 7, 2.5, True, np.float32(1.5), np.zeros(2, np.int16))
+    variants = [first,
+                (base[2], torch.tensor(4), -1, 0.0, False, np.float32(2), np.ones(2, np.int16)),
+                (base[:, 1],) + first[1:], (base[1].double(),) + first[1:],
+                (base[1].clone().requires_grad_(),) + first[1:],
+                (base[1], torch.tensor(3.0)) + first[2:], first[:2] + (1 << 70,) + first[3:],
+                first[:3] + ("x",) + first[4:], first[:6] + (np.zeros(3, np.int16),),
+                first[:-1], first + (1,)]
+    for make in (tuple, list):
+        layout = _collate.Layout(make(first))
+        assert layout._flat is not None
+        walk = _collate.Layout(make(first))
+        walk._flat = None
+        for sample in [make(v) for v in variants] + [list(first) if make is tuple else first]:
+            for pointers in (True, False):
+                a, b = layout.flatten(sample, pointers), walk.flatten(sample, pointers)
+                assert a[1] == b[1] and a[3] == b[3]
+                if a[3] == _collate.WHOLE:  # another container: the sample as it is
+                    assert a[2] is sample and b[2] is sample
+                    continue
+                assert a[2].keys() == b[2].keys() and all(a[2][k] is b[2][k] for k in a[2])
+                assert (a[0] is None) == (b[0] is None)
+                for x, y in zip(a[0] or (), b[0] or ()):
+                    if x is None or y is None:
+                        assert x is None and y is None
+                    elif isinstance(x, tuple):
+                        assert torch.equal(x[0], y[0]) and x[1] == x[0].data_ptr()
+                    else:
+                        assert bytes(memoryview(x).cast("B")) == bytes(memoryview(y).cast("B"))
+    assert _collate.Layout(((base[1], 7), 2))._flat is None
+    assert _collate.Layout({"a": 1})._flat is None
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_in_order_exactly_once_epochs_and_stats(executor):
     loader = stoker.Loader(Plain(), batch_size=8, num_workers=2, executor=executor)
