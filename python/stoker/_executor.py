@@ -70,6 +70,12 @@ def _kind(r):
     return r[5] if len(r) > 5 else METERED
 
 
+def idle_ns(r):
+    """A probe row's time on an idle machine: its wall time less the run-queue wait the load
+    added, never below its CPU time (probe_of's rows)."""
+    return max(r[1], r[0] - r[4])
+
+
 def probe_of(rows, sample_bytes, uses_rng=False):
     """The Probe the measured calls make (a pure function: tests feed it synthetic rows). Each
     row is one __getitem__: (wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns[, kind]): its wall
@@ -99,9 +105,6 @@ def probe_of(rows, sample_bytes, uses_rng=False):
     metered = [r for r in rows if _kind(r) == METERED]
     solo = [r for r in rows if _kind(r) == SOLO]
     pair = [r for r in rows if _kind(r) == PAIR]
-
-    def idle_ns(r):
-        return max(r[1], r[0] - r[4])
 
     def faster_half(rs):
         return sorted(rs, key=idle_ns)[:max(1, (len(rs) + 1) // 2)]

@@ -6,7 +6,6 @@ global generators). Below the executors (_pydataset.py, _pyiterable.py, _procpoo
 all import it.
 """
 import math
-import os
 import random
 import sys
 import threading
@@ -15,7 +14,8 @@ import time
 import numpy as np
 
 from . import _core
-from ._executor import METERED, PAIR, SOLO  # a row's kind (its 6th value): probe_of reads it
+from ._executor import METERED, PAIR, SOLO, idle_ns  # a probe row's kind (its 6th value), time
+from ._seedwatch import seed_np, seed_py, seed_torch  # (SeedWatch seeds with the same three)
 from .loader import _torch
 
 PROBE_SAMPLES = 8        # at most this many samples are probed
@@ -74,11 +74,9 @@ def seed_all(seed):
     """Seed Python's random, NumPy's global generator and torch's CPU generator from one
     64-bit number (the sample's, or the worker's)."""
     seed &= (1 << 64) - 1
-    random.seed(seed)
-    np.random.seed([seed & 0xFFFFFFFF, seed >> 32])
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.default_generator.manual_seed(seed)
+    seed_py(seed)
+    seed_np(seed)
+    seed_torch(seed)
 
 
 # ---- probing the first samples ----
@@ -180,7 +178,7 @@ def probe_samples(dataset, request, started=None, ctl=None):
             sys.setswitchinterval(switch)
             drew = drew or rng_changed(before, rng_states())
             rows.append((t1 - t0, c1 - c0, held, free, max(0, q1 - q0), METERED))
-            idle += max(c1 - c0, t1 - t0 - max(0, q1 - q0)) / 1e9
+            idle += idle_ns(rows[-1]) / 1e9
             if k == 0:
                 first = sample
             if keep:
@@ -198,13 +196,6 @@ def probe_samples(dataset, request, started=None, ctl=None):
     return first, rows, drew, kept
 
 
-def _cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def probe_more(dataset, indices, rows, started=None):
     """The probe's unmetered phases, on `indices` (the metered samples after the first, loaded
     again; none drew random numbers): m samples timed alone (SOLO rows), then m on each of two
@@ -216,10 +207,10 @@ def probe_more(dataset, indices, rows, started=None):
     after the first held the GIL PAIR_HELD of their classified CPU time or more (threads run them
     one at a time already, and a call that keeps the GIL is not slowed by the meter)."""
     held = sum(r[2] for r in rows[1:])
-    if not indices or not rows or _cpus() < 2 or \
+    if not indices or not rows or _core.n_cpus() < 2 or \
             held >= PAIR_HELD * max(1, held + sum(r[3] for r in rows[1:])):
         return []
-    fastest = max(1, min(max(r[1], r[0] - r[4]) for r in rows)) / 1e9
+    fastest = max(1, min(idle_ns(r) for r in rows)) / 1e9
     m = min(max(PAIR_SAMPLES, math.ceil(PAIR_MIN_S / fastest)),
             int(PAIR_BUDGET_S / (3 * fastest)))
     if m < 2:

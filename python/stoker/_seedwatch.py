@@ -94,6 +94,8 @@ def _py_reader():
         return None
 
 
+# ---- the three generators' per-sample seeds (_pyworker.seed_all seeds all three with them) ----
+
 def seed_py(seed):
     random.seed(seed)
 
