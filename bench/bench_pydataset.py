@@ -177,6 +177,15 @@ def make(name, data):
             "albu": lambda: AlbumentationsStyleDataset()}[name]()
 '''
 
+
+def dataset_namespace():
+    """DATASETS executed here: its classes and make(scenario, data), for the tools that run one
+    loader in-process (bench_threadcost.py, procworker_cost.py)."""
+    ns = {}
+    exec(compile(DATASETS, "bench_pydataset.DATASETS", "exec"), ns)
+    return ns
+
+
 # ---- --cpu: where the CPU goes in the later epochs ----
 
 # Part of the child of main mode: with STK_BENCH_CPU=1 (--cpu), the CPU time, run-queue wait

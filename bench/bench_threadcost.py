@@ -30,8 +30,7 @@ def main():
     ap.add_argument("--dataloader", action="store_true",
                     help="the DataLoader instead (--workers, default 0)")
     a = ap.parse_args()
-    ns = {}
-    exec(compile(bench_pydataset.DATASETS, "bench_pydataset.DATASETS", "exec"), ns)
+    ns = bench_pydataset.dataset_namespace()
     ds = ns["make"](a.scenario, a.data)
     if a.dataloader:
         w = a.workers or 0

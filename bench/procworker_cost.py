@@ -13,18 +13,11 @@ training process, on a machine with fewer cores than runnable processes).
 """
 import argparse
 import os
-import re
+import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def datasets():
-    """bench_pydataset.py's dataset classes (its DATASETS source, executed here)."""
-    src = open(os.path.join(HERE, "bench_pydataset.py")).read()
-    ns = {}
-    exec(re.search(r"DATASETS = r'''(.*?)'''", src, re.S).group(1), ns)
-    return ns
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_pydataset  # noqa: E402
 
 
 def cpu_s(pid):
@@ -50,7 +43,7 @@ def main():
     ap.add_argument("--executor", default="process")
     a = ap.parse_args()
     import stoker
-    ns = datasets()
+    ns = bench_pydataset.dataset_namespace()
     ds = ns["HDF5Dataset"](os.path.join(a.data, "data.h5")) if a.scenario == "hdf5" else \
         ns["PurePythonDataset"]()
     loader = stoker.Loader(ds, batch_size=64, shuffle=True, num_workers=a.workers,
