@@ -580,6 +580,29 @@ class KillsOnceSaying(KillsOnce):
         return i
 
 
+class KillsOnceThenLets(KillsOnceSaying):
+    """KillsOnceSaying whose healthy worker, after the kill, lets the restarted one take a
+    sample: each of its samples from 16 on waits (at most `each` seconds, well under the test's
+    timeout=) until the restarted worker is held in its start-up (HeldStart's `holding-` file).
+    Without it the healthy worker could take every remaining ticket while the restart was being
+    asked for, and the restarted worker's start-up would never be waited on."""
+
+    def __init__(self, marker, each=0.25):
+        super().__init__(marker)
+        self.each = each
+
+    def __getitem__(self, i):
+        if i >= 16 and os.path.exists(self.marker):
+            with open(self.marker) as f:
+                killed = int(f.read())
+            if get_worker_info().id != killed:
+                dir = os.path.dirname(self.marker)
+                until = time.monotonic() + self.each
+                while time.monotonic() < until and not _holders(dir):
+                    time.sleep(0.01)
+        return super().__getitem__(i)
+
+
 class HeldStart:
     """A worker_init_fn that holds the start-up of the worker restarted after KillsOnceSaying's
     kill, on an event the test controls: a worker starting with the id that `dir/killed` names
@@ -639,7 +662,7 @@ def test_restarted_workers_start_up_is_not_part_of_a_samples_timeout(tmp_path, m
     # verdict does not depend on how long the hold lasts.
     monkeypatch.setattr(_procpool, "STARTUP_LIMIT_S", None)
     t = 2
-    loader = stoker.Loader(KillsOnceSaying(str(tmp_path / "killed")), batch_size=4,
+    loader = stoker.Loader(KillsOnceThenLets(str(tmp_path / "killed")), batch_size=4,
                            num_workers=2, executor="process", timeout=t,
                            worker_init_fn=HeldStart(str(tmp_path)))
     seen = {}
@@ -711,8 +734,8 @@ def test_restarted_worker_that_never_starts_fails_its_samples_by_name(tmp_path, 
     # start, which takes longer than that on a loaded machine); a first start of worker 1 past it
     # is such a failure too, and the verdict holds either way
     monkeypatch.setattr(_procpool, "STARTUP_LIMIT_S", None)
-    loader = stoker.Loader(KillsOnceSaying(str(tmp_path / "killed")), batch_size=4,
-                           num_workers=2, executor="process", timeout=0.5,
+    loader = stoker.Loader(KillsOnceThenLets(str(tmp_path / "killed"), each=0.1),
+                           batch_size=4, num_workers=2, executor="process", timeout=0.5,
                            worker_init_fn=HeldStart(str(tmp_path)))
     loader._pool.set_startup(0.5)
     it = iter(loader)
