@@ -32,6 +32,7 @@ import os
 import pickle
 import queue
 import select
+import signal
 import socket
 import struct
 import threading
@@ -240,6 +241,8 @@ class _ProcChannel(_Channel):
             _procpool.spec_sender(spec)(a.fileno())
         self.sock, self.pid = a, pid
         self.closing = False
+        self.dead = False  # its socket ended: the worker is gone (restarted at the next pass)
+        self.status = None  # its wait status once reaped (reap)
         self.reader = threading.Thread(target=self._read, name=f"stoker-iter-read-{wid}",
                                        daemon=True)
         self.reader.start()
@@ -254,9 +257,8 @@ class _ProcChannel(_Channel):
                 payload = bytes(_procpool._recv_exact(self.sock, n)) if n else b""
             except (OSError, EOFError, ValueError):
                 if not self.closing:
-                    self._arrive(self.gen, (ANS_DEAD, (
-                        f"stoker.Loader: iterable worker process {self.wid} (pid "
-                        f"{self.pid}) exited unexpectedly")))
+                    self.dead = True
+                    self._arrive(self.gen, (ANS_DEAD, None))
                 return
             self._arrive(gen, (kind, payload))
 
@@ -269,6 +271,26 @@ class _ProcChannel(_Channel):
     def _request(self, epoch):
         self.sock.sendall(REQ.pack(OP_BATCH, 1, epoch, self.gen))
 
+    def reap(self, server_ctl):
+        """The dead worker's wait status, asked of the fork server that forked it (REAP), once;
+        None where the server cannot say."""
+        if self.status is None:
+            try:
+                server_ctl.sendall(_procpool.CTL.pack(_procpool.CTL_REAP, self.wid, self.pid, 0))
+                status, err = _procpool.CTL_REPLY.unpack(_procpool._recv_exact(server_ctl, 8))
+            except (OSError, EOFError):
+                return None
+            self.status = status if status >= 0 and not err else -1
+        return self.status if self.status >= 0 else None
+
+    def death(self, server_ctl):
+        """What the consumer raises for this worker's death: how it ended, and that it is
+        restarted for the next pass."""
+        return (f"stoker.Loader: iterable worker process {self.wid} (pid {self.pid}) exited "
+                f"unexpectedly: it {_ended(self.reap(server_ctl))}; its iterator's items after "
+                f"the last batch it delivered are lost for this pass, and it is restarted for "
+                f"the next one")
+
     def close(self):
         self.closing = True
         try:
@@ -276,6 +298,23 @@ class _ProcChannel(_Channel):
         except OSError:
             pass
         self.sock.close()
+
+
+def _ended(status):
+    """How a worker process ended, from its wait status (None: not known)."""
+    if status is None:
+        return "ended (its exit status is unknown)"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = "?"
+        oom = "; the kernel's OOM killer sends SIGKILL when memory runs out"
+        return f"was killed by signal {sig} ({name}{oom if sig == signal.SIGKILL else ''})"
+    if os.WIFEXITED(status):
+        return f"exited with status {os.WEXITSTATUS(status)}"
+    return f"ended (wait status {status})"
 
 
 class _ThreadChannel(_Channel):
@@ -473,6 +512,7 @@ class PyIterLoader(Loader):
         self.collate_fn, self.worker_init_fn = collate_fn, worker_init_fn
         self.num_workers_given = workers
         self.timeout = timeout or 0
+        self._restarts = 0  # worker processes restarted after a death (_restart_dead)
         self.prefetch = depth * n
         self.rank, self.world_size = 0, 1
         self.pin_memory = False
@@ -506,6 +546,7 @@ class PyIterLoader(Loader):
         self._states = list(states)
         self._gen += 1
         gen = self._gen
+        self._restart_dead()
         for w, ch in enumerate(self._channels):
             if w not in exhausted:
                 ch.start(epoch, states[w], gen)
@@ -513,6 +554,18 @@ class PyIterLoader(Loader):
         self._active = [w not in exhausted for w in range(len(self._channels))]
         self._pass_yielded = 0
         return _IterPass(self, gen, epoch)
+
+    def _restart_dead(self):
+        """A worker process that died (a signal, the OOM killer, an exit) is reaped and a new one
+        forked for the pass about to start, as the DataLoader's next pass has new workers (a
+        lean fork server asks for the spec: _ProcChannel)."""
+        for w, ch in enumerate(self._channels):
+            if isinstance(ch, _ProcChannel) and ch.dead:
+                ch.reap(self._server.ctl)
+                ch.close()
+                self._channels[w] = _ProcChannel(self._server.ctl, w, self.timeout,
+                                                 self._spec)
+                self._restarts += 1
 
     def _take(self, gen, epoch):
         """The pass's next batch, round-robin over the workers whose iterators go on. What it
@@ -554,7 +607,7 @@ class PyIterLoader(Loader):
                 active[w] = False
             elif kind == ANS_DEAD:
                 active[w] = False
-                raise _errors.StokerWorkerError(payload)
+                raise _errors.StokerWorkerError(ch.death(self._server.ctl))
             else:  # ANS_ERROR
                 _errors.reraise(payload)
 
@@ -635,8 +688,10 @@ class PyIterLoader(Loader):
                 "output": self.output, "autotune": False, "device": None}
 
     def stats(self):
+        dead = sum(1 for ch in self._channels if isinstance(ch, _ProcChannel) and ch.dead)
         return {"batches": self._batches, "python_s": None, "python_samples": None,
-                "gil_share": None}
+                "gil_share": None, "worker_deaths": self._restarts + dead,
+                "worker_restarts": self._restarts}
 
     def worker_pids(self):
         return [ch.pid for ch in self._channels if isinstance(ch, _ProcChannel)]

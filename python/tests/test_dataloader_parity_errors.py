@@ -202,6 +202,59 @@ def test_killed_worker_is_a_runtime_error(tmp_path):
         list(s)
 
 
+class ShardKillsItself(IterableDataset):
+    """0..n-1, each worker its share (get_worker_info()); the worker reaching `at` SIGKILLs
+    itself there, the first time (a marker file)."""
+
+    def __init__(self, marker, at=5, n=12):
+        self.marker, self.at, self.n = marker, at, n
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        for i in range(info.id, self.n, info.num_workers):
+            if i == self.at and not os.path.exists(self.marker):
+                open(self.marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield i
+
+
+def _pass(loader):
+    """One pass: the items delivered and the errors' messages, going on after each."""
+    got, errors, it = [], [], iter(loader)
+    while True:
+        try:
+            b = next(it)
+        except StopIteration:
+            return got, errors
+        except RuntimeError as e:
+            errors.append(str(e))
+            if "exited unexpectedly" not in str(e) or len(errors) > 3:
+                return got, errors
+            continue
+        got += [int(v) for v in b]
+
+
+def test_killed_iterable_worker_then_the_next_pass(tmp_path):
+    """An IterableDataset's worker process killed by a signal: the DataLoader's pass raises
+    RuntimeError ("exited unexpectedly") and its next pass has new workers, every item once; so
+    has stoker's (the error names the signal; before, every later pass raised BrokenPipeError)."""
+    dl = DataLoader(ShardKillsItself(str(tmp_path / "dl")), batch_size=2, num_workers=2)
+    got, errors = _pass(dl)
+    assert errors and "exited unexpectedly" in errors[0]
+    assert sorted(int(v) for b in dl for v in b) == list(range(12))
+    s = stoker.Loader(ShardKillsItself(str(tmp_path / "stoker")), batch_size=2, num_workers=2)
+    try:
+        got, errors = _pass(s)
+        assert len(errors) == 1 and "exited unexpectedly" in errors[0], errors
+        assert "killed by signal 9" in errors[0] and "restarted for the next" in errors[0]
+        assert 5 not in got and len(got) == len(set(got)) and set(got) < set(range(12))
+        for _ in range(2):
+            assert sorted(int(v) for b in s for v in b) == list(range(12))
+        assert s.stats()["worker_restarts"] == 1
+    finally:
+        s.close()
+
+
 # ---- arguments ----
 
 def test_attributes_set_once():
