@@ -255,6 +255,30 @@ def test_killed_iterable_worker_then_the_next_pass(tmp_path):
         s.close()
 
 
+class EmptyStream(IterableDataset):
+    def __iter__(self):
+        return iter([])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_empty_dataset(workers):
+    """A map-style dataset of length 0: the DataLoader's passes are empty (len 0); stoker's
+    constructor refuses it by name (a StokerInvalidError, a ValueError: an epoch of no samples
+    is almost always a wrong path or split, and stoker's epochs advance by themselves). An
+    IterableDataset that yields nothing: empty passes in both."""
+    empty = torch.utils.data.TensorDataset(torch.zeros(0, 3))
+    dl = DataLoader(empty, batch_size=2, num_workers=workers)
+    assert list(dl) == [] and len(dl) == 0
+    with pytest.raises(ValueError, match=r"TensorDataset is empty \(len\(\) = 0\)"):
+        stoker.Loader(empty, batch_size=2, num_workers=workers)
+    assert list(DataLoader(EmptyStream(), batch_size=2, num_workers=workers)) == []
+    s = stoker.Loader(EmptyStream(), batch_size=2, num_workers=workers)
+    try:
+        assert list(s) == [] and list(s) == []
+    finally:
+        s.close()
+
+
 # ---- arguments ----
 
 def test_attributes_set_once():
