@@ -1238,9 +1238,9 @@ typedef stk_status (*stk_sample_fn_v2)(void *ctx, const stk_sample_info *info, c
  *  order, so the callback may start them ahead. `in` is not given (a callback that reads `in`
  *  starts nothing ahead). A sample announced is still produced by its sample_fn_v2 call (which
  *  returns its status); one run that is not announced (an on-error substitute) goes after those
- *  announced before it. With `out` NULL (n_out 0; only info->worker set): the thread will not
- *  run the announced samples it has not run yet (a reset or seek cut its run short); the
- *  callback returns only once nothing it started may still write into their rows.
+ *  announced before it. With `out` NULL (n_out 0; only info->worker set), after each run: the
+ *  thread will not run the announced samples it has not run yet (a reset or seek cut its run
+ *  short); the callback returns only once nothing it started may still write into their rows.
  *  Returns how many samples the thread should take at a time from now on (1: one, nothing
  *  ahead; the loader takes fewer near a batch's end).
  *  Threads: called by each worker thread for its own samples, like sample_fn_v2. */

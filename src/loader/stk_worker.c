@@ -571,8 +571,8 @@ static uint32_t announce_samples(core *c, worker *w, stk__slot *s, uint32_t t, c
     return STK_MIN(STK_MAX(want, 1u), (unsigned)STK__PREPARE_MAX);
 }
 
-/* The run was cut short: the sample_ahead_fn forgets what was announced and not run (it returns
- * once nothing it started may still write into the rows). */
+/* The run is over: the sample_ahead_fn forgets what was announced and not run (a reset cut the
+ * run short; it returns once nothing it started may still write into the rows). */
 static void forget_samples(core *c, const worker *w)
 {
     stk_sample_info info = {.struct_size = sizeof(info), .worker = w->id};
@@ -656,7 +656,7 @@ void *stk__worker_main(void *arg)
                 if (atomic_fetch_add(&s->done, 1) + 1 == count)
                     complete_batch(c, w, s, seq);
             }
-            if (k < n && c->sample_ahead_fn)
+            if (c->sample_ahead_fn) /* the run is over (or was cut short) */
                 forget_samples(c, w);
         }
         atomic_fetch_add_explicit(&w->run_ns, stk__loader_now(c) - t0, memory_order_relaxed);

@@ -744,7 +744,8 @@ static uint32_t ahead_want(ProcPoolObject *p)
 }
 
 /* stk_sample_ahead_fn: the thread's next samples, sent at once so that the worker process finds
- * each next ticket in its socket; with out NULL, a run cut short. */
+ * each next ticket in its socket; with out NULL, the run is over (cut short: what was sent is
+ * waited for). */
 static uint32_t proc_ahead(void *ctx, const stk_sample_info *info, stk_tensor *out, size_t n_out)
 {
     ProcPoolObject *p = ctx;
@@ -1209,13 +1210,13 @@ static PyObject *ProcPool_set_ahead(ProcPoolObject *p, PyObject *arg)
 static PyObject *ProcPool_stats(ProcPoolObject *p, PyObject *noargs)
 {
     (void)noargs;
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I}", "python_ns",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I,s:I}", "python_ns",
                          (unsigned long long)atomic_load(&p->py_ns), "cpu_ns",
                          (unsigned long long)atomic_load(&p->cpu_ns), "samples",
                          (unsigned long long)atomic_load(&p->samples), "deaths",
                          (unsigned long long)atomic_load(&p->deaths), "restarts",
                          (unsigned long long)atomic_load(&p->restarts), "starting",
-                         (unsigned int)atomic_load(&p->starting));
+                         (unsigned int)atomic_load(&p->starting), "ahead", ahead_want(p));
 }
 
 static PyObject *ProcPool_pids(ProcPoolObject *p, PyObject *noargs)
@@ -1270,8 +1271,9 @@ static PyMethodDef ProcPool_methods[] = {
      "worker process (1: one; 0, the default: as many as keep ~1 ms of __getitem__ queued, "
      "by the mean so far, at most 8)."},
     {"stats", (PyCFunction)ProcPool_stats, METH_NOARGS,
-     "stats() -> dict: python_ns, cpu_ns, samples, deaths, restarts, and starting (threads "
-     "waiting for a new worker's start-up now)."},
+     "stats() -> dict: python_ns, cpu_ns, samples, deaths, restarts, starting (threads "
+     "waiting for a new worker's start-up now) and ahead (tickets a thread takes at a time "
+     "now)."},
     {"pids", (PyCFunction)ProcPool_pids, METH_NOARGS,
      "pids() -> list: each worker's process id (-1 while it has none)."},
     {"interrupt", (PyCFunction)ProcPool_interrupt, METH_NOARGS,
