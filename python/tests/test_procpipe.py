@@ -22,6 +22,8 @@ from torch.utils.data import Dataset  # noqa: E402
 import stoker  # noqa: E402
 from stoker import _pyworker  # noqa: E402
 
+from test_pydataset import _epoch_through_timeouts  # noqa: E402
+
 N = 64
 BATCH = 16
 AHEAD = 4
@@ -101,20 +103,7 @@ class Logged(Dataset):
 
 def _epoch(loader):
     """One pass going on after each failed batch: (samples delivered, error texts)."""
-    it = iter(loader)
-    got, errors = [], []
-    while True:
-        try:
-            b = next(it)
-        except StopIteration:
-            return got, errors
-        except (stoker.StokerIOError, ValueError) as e:
-            errors.append(str(e))
-            continue
-        except RuntimeError as e:  # the DataLoader's timeout= on next()'s wait: nothing consumed
-            assert "timed out" in str(e)
-            continue
-        got += b.tolist()
+    return _epoch_through_timeouts(loader, (stoker.StokerIOError, ValueError))
 
 
 @pytest.mark.parametrize("how", ["kill", "hang"])

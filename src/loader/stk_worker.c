@@ -270,8 +270,6 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
     return STK_OK;
 }
 
-/* Run the sample_fn (or sample_fn_v2) on the sample in w->in (laid out as c->in_lay), writing row
- * t of slot s. */
 /* The callback's view of row t of slot s: out[0, n) (returned) as stk_sample_fn's contract says. */
 static size_t sample_outs(core *c, stk__slot *s, uint32_t t, stk_tensor *out)
 {
@@ -302,6 +300,8 @@ static stk_sample_info sample_info(const core *c, const worker *w, const stk__sl
                              .row = t};
 }
 
+/* Run the sample_fn (or sample_fn_v2) on the sample in w->in (laid out as c->in_lay), writing row
+ * t of slot s. */
 static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t t, uint64_t idx,
                                 char *err, size_t err_size)
 {
@@ -650,8 +650,7 @@ void *stk__worker_main(void *arg)
                 prepare_records(c, w, s, idx, n);
             if (c->sample_ahead_fn)
                 ahead = announce_samples(c, w, s, t, idx, n);
-            uint32_t k = 0;
-            for (; k < n && atomic_load(&c->gen) == gen; k++) {
+            for (uint32_t k = 0; k < n && atomic_load(&c->gen) == gen; k++) {
                 do_sample(c, w, s, t + k, idx[k]);
                 if (atomic_fetch_add(&s->done, 1) + 1 == count)
                     complete_batch(c, w, s, seq);

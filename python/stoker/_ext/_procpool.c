@@ -714,14 +714,19 @@ static void queue_remove(pworker *w, uint32_t i)
 static void queue_forget(ProcPoolObject *p, uint32_t wid)
 {
     pworker *w = &p->w[wid];
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < w->nq; i++)
-        if (w->q[i].done || w->q[i].sent)
-            w->q[n++] = w->q[i];
-    w->nq = n;
-    for (uint32_t i = 0; i < w->nq; i++)
-        while (!w->q[i].done)
-            queue_collect(p, wid);
+    for (;;) { /* (a worker lost meanwhile leaves the rest unsent: dropped, not sent again) */
+        uint32_t n = 0;
+        bool waiting = false;
+        for (uint32_t i = 0; i < w->nq; i++)
+            if (w->q[i].done || w->q[i].sent) {
+                waiting |= !w->q[i].done;
+                w->q[n++] = w->q[i];
+            }
+        w->nq = n;
+        if (!waiting)
+            break;
+        queue_collect(p, wid);
+    }
     for (uint32_t i = 0; i < w->nq; i++)
         free(w->q[i].payload);
     w->nq = 0;
