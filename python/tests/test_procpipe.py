@@ -76,9 +76,9 @@ def _calls(path):
 
 
 class Logged(Dataset):
-    """Sample i is i; every call logged (_log). At TARGET, the first time, with the rest of its
-    run queued behind it: `how` ("kill": SIGKILL its own process; "hang": never return; "raise":
-    ValueError, every time)."""
+    """Sample i is i; every call logged (_log). At TARGET, the first time with the rest of its
+    run queued behind it (its process named in `marker`): `how` ("kill": SIGKILL its own process;
+    "hang": never return; "raise": ValueError, then every time)."""
 
     def __init__(self, log, marker, how):
         self.log, self.marker, self.how = log, marker, how
@@ -88,10 +88,13 @@ class Logged(Dataset):
 
     def __getitem__(self, i):
         _log(self.log, i)
-        if i == TARGET and (self.how == "raise" or not os.path.exists(self.marker)):
+        first = i == TARGET and not os.path.exists(self.marker)
+        if first:  # (the marker names epoch 0's process, whatever later epochs prefetch)
             _queued_behind(AHEAD - 1)
-            with open(self.marker, "w") as f:
+            with open(self.marker + ".tmp", "w") as f:
                 f.write(str(os.getpid()))
+            os.replace(self.marker + ".tmp", self.marker)
+        if first or (i == TARGET and self.how == "raise"):
             if self.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.how == "hang":
