@@ -11,16 +11,16 @@
  * time spent in Python, the row's mask) and, only when the sample has object leaves (strings,
  * None, a leaf that did not fit), their pickle, kept here by key until the consumer takes it.
  * Nothing else crosses the socket per sample. Several tickets are in flight per worker: a thread
- * that took several samples at once sends them all first (proc_ahead, the loader's
- * sample_ahead_fn), so that the process finds its next ticket in its socket instead of waiting
- * for it, and takes the replies in order, one per sample_fn_v2 call (a worker's queue, `q`). How
- * many: as many as keep ~1 ms of __getitem__ queued (the mean so far), at most AHEAD_MAX, so a
- * slow sample has nothing queued behind it at a batch's end. A worker lost with tickets queued
- * fails only the one whose reply was next (the one it was running); the rest go to its restarted
- * process, and timeout= runs for each from when the process could start it (the later of its
- * sending and the previous reply). The ring's fd goes to a worker once (SCM_RIGHTS),
- * and again after a rebuild gave the loader a new ring; the layout (pickled once) goes with the
- * first ticket.
+ * that took several samples at once sends them all first, in one write (announced by the
+ * loader's sample_ahead_fn, proc_ahead), so that the process finds its next ticket in its socket
+ * instead of waiting for it, and takes the replies in order, one per sample_fn_v2 call (a
+ * worker's queue, `q`). How many: as many as keep ~1 ms of __getitem__ queued (the mean so
+ * far), at most AHEAD_MAX, so a slow sample has nothing queued behind it at a batch's end. A
+ * worker lost with tickets queued fails only the one whose reply was next (the one it was
+ * running); the rest go to its restarted process, and timeout= runs for each from when the
+ * process could start it (the later of its sending and the previous reply). The ring's fd goes
+ * to a worker once (SCM_RIGHTS), and again after a rebuild gave the loader a new ring; the
+ * layout (pickled once) goes with the first ticket.
  *
  * Worker processes are forked by a server process (python/stoker/_procpool.py: a fork of the
  * parent taken while it was single-threaded, or a fresh interpreter), never by this
@@ -559,11 +559,21 @@ static stk_status ticket_make(ProcPoolObject *p, const stk_sample_info *info, st
     return STK_OK;
 }
 
-/* Send ticket e to worker wid (its ring and the layout first when it has not had them). -1 when
- * its socket ended (the reply's read finds out how). */
-static int ticket_send(ProcPoolObject *p, uint32_t wid, pticket *e)
+/* Send worker wid's tickets not sent yet, from queue entry `from` on, in one write (its ring and
+ * the layout first when it has not had them). -1 when its socket ended (the reply's read finds
+ * out how). */
+static int queue_send(ProcPoolObject *p, uint32_t wid, uint32_t from)
 {
     pworker *w = &p->w[wid];
+    char buf[(AHEAD_MAX + 2) * sizeof(w->q[0].t)];
+    size_t n = 0;
+    for (uint32_t k = from; k < w->nq; k++)
+        if (!w->q[k].sent) {
+            memcpy(buf + n, &w->q[k].t, w->q[k].t_size);
+            n += w->q[k].t_size;
+        }
+    if (!n)
+        return 0;
     pthread_mutex_lock(&p->mu);
     int afd = p->arena_fd;
     size_t asize = p->arena_size;
@@ -584,10 +594,14 @@ static int ticket_send(ProcPoolObject *p, uint32_t wid, pticket *e)
             return -1;
         w->init_sent = true;
     }
-    if (send_all(w->sock, &e->t, e->t_size, -1) != 0)
+    if (send_all(w->sock, buf, n, -1) != 0)
         return -1;
-    e->sent = true;
-    e->sent_ms = now_ms();
+    uint64_t t = now_ms();
+    for (uint32_t k = from; k < w->nq; k++)
+        if (!w->q[k].sent) {
+            w->q[k].sent = true;
+            w->q[k].sent_ms = t;
+        }
     return 0;
 }
 
@@ -631,31 +645,26 @@ static void queue_collect(ProcPoolObject *p, uint32_t wid)
         ticket_fail(e, STK_ECANCELED, "the loader is closing");
         return;
     }
-    if (!e->sent) { /* the queue's worker was lost: a new one gets the rest */
-        if (w->sock < 0) {
-            char why[sizeof(e->why)];
-            if (w->deaths > MAX_RESTARTS) {
-                snprintf(
-                    why, sizeof(why),
-                    "%.280s; it died %d times in a row without finishing a sample, so it is not "
-                    "restarted (see the worker's stderr)",
-                    w->why, w->deaths);
-                ticket_fail(e, STK_EIO, why);
-                return;
-            }
-            if (spawn_worker(p, wid, false, false, why, sizeof(why)) < 0) {
-                ticket_fail(e, STK_EIO, why);
-                return;
-            }
-            atomic_fetch_add(&p->restarts, 1);
-        }
-        for (uint32_t k = i; k < w->nq; k++)
-            if (!w->q[k].sent && ticket_send(p, wid, &w->q[k]) != 0)
-                break;
-        if (!e->sent) {
-            queue_lost(p, wid, e, LOST_ENDED);
+    if (!e->sent && w->sock < 0) { /* the queue's worker was lost: a new one gets the rest */
+        char why[sizeof(e->why)];
+        if (w->deaths > MAX_RESTARTS) {
+            snprintf(why, sizeof(why),
+                     "%.280s; it died %d times in a row without finishing a sample, so it is not "
+                     "restarted (see the worker's stderr)",
+                     w->why, w->deaths);
+            ticket_fail(e, STK_EIO, why);
             return;
         }
+        if (spawn_worker(p, wid, false, false, why, sizeof(why)) < 0) {
+            ticket_fail(e, STK_EIO, why);
+            return;
+        }
+        atomic_fetch_add(&p->restarts, 1);
+    }
+    queue_send(p, wid, i); /* (announced ones wait for the run's first reply to be asked for) */
+    if (!e->sent) {
+        queue_lost(p, wid, e, LOST_ENDED);
+        return;
     }
     if (w->starting) {
         char why[sizeof(e->why)];
@@ -748,9 +757,9 @@ static uint32_t ahead_want(ProcPoolObject *p)
     return k < 1 ? 1 : k > AHEAD_MAX ? AHEAD_MAX : (uint32_t)k;
 }
 
-/* stk_sample_ahead_fn: the thread's next samples, sent at once so that the worker process finds
- * each next ticket in its socket; with out NULL, the run is over (cut short: what was sent is
- * waited for). */
+/* stk_sample_ahead_fn: the thread's next samples, queued to be sent at once (queue_collect, when
+ * the first reply is asked for) so that the worker process finds each next ticket in its socket;
+ * with out NULL, the run is over (cut short: what was sent is waited for). */
 static uint32_t proc_ahead(void *ctx, const stk_sample_info *info, stk_tensor *out, size_t n_out)
 {
     ProcPoolObject *p = ctx;
@@ -766,8 +775,7 @@ static uint32_t proc_ahead(void *ctx, const stk_sample_info *info, stk_tensor *o
     pticket *e = &w->q[w->nq];
     if (ticket_make(p, info, out, n_out, e, why, sizeof(why)) != STK_OK)
         return 1; /* its sample_fn_v2 call fails the same way */
-    w->nq++;
-    ticket_send(p, wid, e); /* a socket that ended: the reply's read finds out how */
+    w->nq++;      /* sent with the rest of the run (queue_collect) */
     return ahead_want(p);
 }
 
@@ -792,7 +800,6 @@ static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_te
         if (st != STK_OK)
             return st;
         w->nq++;
-        ticket_send(p, wid, &w->q[i]);
     }
     while (!w->q[i].done)
         queue_collect(p, wid);
