@@ -7,7 +7,9 @@ reply, seeding the global generators, the flatten and pwrite into the ring) is t
 CPU time, so the machine's load moves it less than it moves samples/s. Also each worker's
 context switches per sample (/proc/PID/status): voluntary ones are waits for the next ticket
 (the CPU may go idle: __getitem__ then resumes slower), involuntary ones preemptions (by the
-training process, on a machine with fewer cores than runnable processes).
+training process, on a machine with fewer cores than runnable processes). Several tickets are in
+flight per worker (as many as make ~1 ms of __getitem__; STOKER_PROC_AHEAD=1 sends one at a time,
+as before issue 24's pypipe: the A/B of that change).
 
   PYTHONPATH=build/python /usr/bin/python3 bench/procworker_cost.py hdf5 --workers 2 --epochs 6
 """
@@ -75,7 +77,8 @@ def main():
         vol = sum(w1[p][0] - w0[p][0] for p in w0) / k
         inv = sum(w1[p][1] - w0[p][1] for p in w0) / k
         print(f"  per sample, a worker's context switches: {vol:.2f} voluntary (waits for a "
-              f"ticket), {inv:.2f} involuntary (preemptions)")
+              f"ticket), {inv:.2f} involuntary (preemptions); tickets a thread takes at a time "
+              f"{s1.get('ahead', 1)} (STOKER_PROC_AHEAD fixes it)")
     else:
         print(f"  per sample, CPU: training process {train:.1f} us (threads: no worker process)")
     loader.close()

@@ -1231,6 +1231,22 @@ typedef stk_status (*stk_sample_fn_v2)(void *ctx, const stk_sample_info *info, c
                                        size_t n_in, stk_tensor *out, size_t n_out, char *err,
                                        size_t err_size);
 
+/** Optional companion of stk_sample_fn_v2 (stk_loader_opts.sample_ahead_fn), for a callback
+ *  that hands samples to someone else (the Python binding's worker processes): a worker thread
+ *  that took several samples at once announces each, with the `info` and `out` that
+ *  sample_fn_v2 will get for it, before it runs any of them through sample_fn_v2 in the same
+ *  order, so the callback may start them ahead. `in` is not given (a callback that reads `in`
+ *  starts nothing ahead). A sample announced is still produced by its sample_fn_v2 call (which
+ *  returns its status); one run that is not announced (an on-error substitute) goes after those
+ *  announced before it. With `out` NULL (n_out 0; only info->worker set), after each run: the
+ *  thread will not run the announced samples it has not run yet (a reset or seek cut its run
+ *  short); the callback returns only once nothing it started may still write into their rows.
+ *  Returns how many samples the thread should take at a time from now on (1: one, nothing
+ *  ahead; the loader takes fewer near a batch's end).
+ *  Threads: called by each worker thread for its own samples, like sample_fn_v2. */
+typedef uint32_t (*stk_sample_ahead_fn)(void *ctx, const stk_sample_info *info, stk_tensor *out,
+                                        size_t n_out);
+
 /** The order of an epoch (stk_loader_opts.order). Every order is a pure function of (seed,
  *  epoch, position), so a resumed epoch continues exactly (stk_loader_load_state) and every
  *  rank computes the same global order.
@@ -1331,6 +1347,9 @@ typedef struct stk_loader_opts {
     /* ---- the per-sample callback with the sample's info (stk_sample_fn_v2); when set it is
      * called instead of sample_fn, with sample_ctx and sample_fields as for sample_fn ---- */
     stk_sample_fn_v2 sample_fn_v2; /* NULL = none (default) */
+    /* with sample_fn_v2: samples announced before they run (stk_sample_ahead_fn); NULL = none
+     * (default: one sample taken at a time) */
+    stk_sample_ahead_fn sample_ahead_fn;
 } stk_loader_opts;
 
 /** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field: what

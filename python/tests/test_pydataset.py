@@ -530,11 +530,12 @@ def test_killed_worker_is_named_and_restarted(tmp_path):
     assert all(p > 0 for p in loader.worker_pids())
 
 
-def _epoch_through_timeouts(loader):
-    """One pass: the samples delivered and the errors, going on after each. The DataLoader's
-    timeout= also bounds each next()'s wait for a batch, and a batch on a loaded machine may take
-    longer than that (seen under `make test-under-load`): that RuntimeError consumes nothing and
-    the next call goes on waiting, so it is counted, not a verdict (a hang guard bounds it)."""
+def _epoch_through_timeouts(loader, kinds=(stoker.StokerIOError,)):
+    """One pass: the samples delivered and the errors (`kinds`), going on after each. The
+    DataLoader's timeout= also bounds each next()'s wait for a batch, and a batch on a loaded
+    machine may take longer than that (seen under `make test-under-load`): that RuntimeError
+    consumes nothing and the next call goes on waiting, so it is counted, not a verdict (a hang
+    guard bounds it)."""
     it = iter(loader)
     got, timeouts, errors = [], 0, []
     while True:
@@ -542,7 +543,7 @@ def _epoch_through_timeouts(loader):
             b = next(it)
         except StopIteration:
             return got, errors
-        except stoker.StokerIOError as e:
+        except kinds as e:
             errors.append(str(e))
             continue
         except RuntimeError as e:  # the DataLoader's timeout: nothing was consumed

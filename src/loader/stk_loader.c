@@ -394,6 +394,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
         STK_TRY(sample_fields(opts, fields, max_size, &n_fields, err, sizeof(err)));
         c->sample_fn = opts->sample_fn;
         c->sample_fn_v2 = opts->sample_fn_v2;
+        c->sample_ahead_fn = opts->sample_fn_v2 ? opts->sample_ahead_fn : NULL;
         c->sample_ctx = opts->sample_ctx;
         tf = -1;
     }

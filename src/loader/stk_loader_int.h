@@ -174,7 +174,8 @@ struct core {
     /* batch transforms (stk_batchops.c) and the per-sample callback */
     stk__batchops bops;
     stk_sample_fn sample_fn;
-    stk_sample_fn_v2 sample_fn_v2; /* called instead of sample_fn when set */
+    stk_sample_fn_v2 sample_fn_v2;       /* called instead of sample_fn when set */
+    stk_sample_ahead_fn sample_ahead_fn; /* with sample_fn_v2: samples announced before they run */
     void *sample_ctx;
     stk__layout in_lay; /* with sample_fn: one sample's fields as read (batch size 1) */
 

@@ -270,15 +270,10 @@ static stk_status read_record(core *c, worker *w, const stk__layout *lay, uint8_
     return STK_OK;
 }
 
-/* Run the sample_fn (or sample_fn_v2) on the sample in w->in (laid out as c->in_lay), writing row
- * t of slot s. */
-static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t t, uint64_t idx,
-                                char *err, size_t err_size)
+/* The callback's view of row t of slot s: out[0, n) (returned) as stk_sample_fn's contract says. */
+static size_t sample_outs(core *c, stk__slot *s, uint32_t t, stk_tensor *out)
 {
-    stk_tensor in[STK_MAX_TENSORS], out[STK_MAX_TENSORS];
-    size_t n_in = c->in_lay.n_tensors - 1, n_out = c->r.lay.n_tensors - 1; /* not "index" */
-    for (size_t i = 0; i < n_in; i++)
-        stk__layout_tensor(&c->in_lay, i, w->in, 1, &in[i]);
+    size_t n_out = c->r.lay.n_tensors - 1; /* not "index" */
     for (size_t i = 0; i < n_out; i++) {
         const stk__tlayout *tl = &c->r.lay.t[i];
         stk__layout_tensor(&c->r.lay, i, s->mem, 1, &out[i]);
@@ -289,16 +284,36 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
             out[i].size = sizeof(int64_t);
         }
     }
+    return n_out;
+}
+
+/* What sample_fn_v2 is told about record idx in row t of slot s. */
+static stk_sample_info sample_info(const core *c, const worker *w, const stk__slot *s, uint32_t t,
+                                   uint64_t idx)
+{
+    return (stk_sample_info){.struct_size = sizeof(stk_sample_info),
+                             .index = idx,
+                             .epoch = s->epoch,
+                             .position = s->first + t,
+                             .seed = stk_sample_seed(c->seed, s->epoch, idx),
+                             .worker = w->id,
+                             .row = t};
+}
+
+/* Run the sample_fn (or sample_fn_v2) on the sample in w->in (laid out as c->in_lay), writing row
+ * t of slot s. */
+static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t t, uint64_t idx,
+                                char *err, size_t err_size)
+{
+    stk_tensor in[STK_MAX_TENSORS], out[STK_MAX_TENSORS];
+    size_t n_in = c->in_lay.n_tensors - 1; /* not "index" */
+    for (size_t i = 0; i < n_in; i++)
+        stk__layout_tensor(&c->in_lay, i, w->in, 1, &in[i]);
+    size_t n_out = sample_outs(c, s, t, out);
     char why[STK_ERRMSG_SIZE] = "";
     stk_status rc;
     if (c->sample_fn_v2) {
-        stk_sample_info info = {.struct_size = sizeof(info),
-                                .index = idx,
-                                .epoch = s->epoch,
-                                .position = s->first + t,
-                                .seed = stk_sample_seed(c->seed, s->epoch, idx),
-                                .worker = w->id,
-                                .row = t};
+        stk_sample_info info = sample_info(c, w, s, t, idx);
         rc = c->sample_fn_v2(c->sample_ctx, &info, in, n_in, out, n_out, why, sizeof(why));
     } else {
         rc = c->sample_fn(c->sample_ctx, idx, in, n_in, out, n_out, why, sizeof(why));
@@ -541,12 +556,36 @@ static void prepare_records(core *c, worker *w, const stk__slot *s, const uint64
     atomic_fetch_add_explicit(&w->read_ns, stk__loader_now(c) - t0, memory_order_relaxed);
 }
 
+/* Samples t..t+n-1 of slot s (records idx[0..n)) are this worker's next: announce them to the
+ * sample_ahead_fn, which may start them ahead. Returns the samples it wants taken at a time. */
+static uint32_t announce_samples(core *c, worker *w, stk__slot *s, uint32_t t, const uint64_t *idx,
+                                 uint32_t n)
+{
+    uint32_t want = 1;
+    for (uint32_t k = 0; k < n; k++) {
+        stk_tensor out[STK_MAX_TENSORS];
+        size_t n_out = sample_outs(c, s, t + k, out);
+        stk_sample_info info = sample_info(c, w, s, t + k, idx[k]);
+        want = c->sample_ahead_fn(c->sample_ctx, &info, out, n_out);
+    }
+    return STK_MIN(STK_MAX(want, 1u), (unsigned)STK__PREPARE_MAX);
+}
+
+/* The run is over: the sample_ahead_fn forgets what was announced and not run (a reset cut the
+ * run short; it returns once nothing it started may still write into the rows). */
+static void forget_samples(core *c, const worker *w)
+{
+    stk_sample_info info = {.struct_size = sizeof(info), .worker = w->id};
+    c->sample_ahead_fn(c->sample_ctx, &info, NULL, 0);
+}
+
 void *stk__worker_main(void *arg)
 {
     worker *w = arg;
     core *c = w->c;
     /* records a source reads together (1: one at a time) */
     uint32_t many = STK_MIN(stk__dataset_prepare_max(c->ds), (unsigned)STK__PREPARE_MAX);
+    uint32_t ahead = 1; /* samples the sample_ahead_fn wants at a time */
     /* "stk-worker" in top, py-spy, gdb and /proc/<pid>/task/<tid>/comm (tests count them); its
      * creator names it too, through /proc, so that the name holds before it first runs */
     pthread_setname_np(pthread_self(), "stk-worker");
@@ -593,8 +632,10 @@ void *stk__worker_main(void *arg)
             continue;
         }
         /* Tickets taken at a time: one, or where the source reads records together (token
-         * rows), up to half this worker's share of the batch. */
-        uint32_t want = STK_MIN(many, STK_MAX(1u, count / (2 * STK_MAX(1u, c->at.active))));
+         * rows) or the sample_ahead_fn starts samples ahead (worker processes), up to half this
+         * worker's share of the batch. */
+        uint32_t want =
+            STK_MIN(STK_MAX(many, ahead), STK_MAX(1u, count / (2 * STK_MAX(1u, c->at.active))));
         c->busy++;
         w->active = c->at.active;
         w->depth = c->at.depth;
@@ -605,13 +646,17 @@ void *stk__worker_main(void *arg)
             uint64_t idx[STK__PREPARE_MAX]; /* the samples' records, in the epoch's order */
             for (uint32_t k = 0; k < n; k++)
                 idx[k] = stk__order_at(c, s, (s->first + (uint64_t)(t + k) * s->stride) % c->m);
-            if (n > 1)
+            if (n > 1 && many > 1)
                 prepare_records(c, w, s, idx, n);
+            if (c->sample_ahead_fn)
+                ahead = announce_samples(c, w, s, t, idx, n);
             for (uint32_t k = 0; k < n && atomic_load(&c->gen) == gen; k++) {
                 do_sample(c, w, s, t + k, idx[k]);
                 if (atomic_fetch_add(&s->done, 1) + 1 == count)
                     complete_batch(c, w, s, seq);
             }
+            if (c->sample_ahead_fn) /* the run is over (or was cut short) */
+                forget_samples(c, w);
         }
         atomic_fetch_add_explicit(&w->run_ns, stk__loader_now(c) - t0, memory_order_relaxed);
         pthread_mutex_lock(&c->r.mu);

@@ -10,9 +10,17 @@
  * __getitem__, writes the fixed leaves at those offsets and answers with a 32-byte header (status,
  * time spent in Python, the row's mask) and, only when the sample has object leaves (strings,
  * None, a leaf that did not fit), their pickle, kept here by key until the consumer takes it.
- * Nothing else crosses the socket per sample. The ring's fd goes to a worker once (SCM_RIGHTS),
- * and again after a rebuild gave the loader a new ring; the layout (pickled once) goes with the
- * first ticket.
+ * Nothing else crosses the socket per sample. Several tickets are in flight per worker: a thread
+ * that took several samples at once sends them all first, in one write (announced by the
+ * loader's sample_ahead_fn, proc_ahead), so that the process finds its next ticket in its socket
+ * instead of waiting for it, and takes the replies in order, one per sample_fn_v2 call (a
+ * worker's queue, `q`). How many: as many as keep ~1 ms of __getitem__ queued (the mean so
+ * far), at most AHEAD_MAX, so a slow sample has nothing queued behind it at a batch's end. A
+ * worker lost with tickets queued fails only the one whose reply was next (the one it was
+ * running); the rest go to its restarted process, and timeout= runs for each from when the
+ * process could start it (the later of its sending and the previous reply). The ring's fd goes
+ * to a worker once (SCM_RIGHTS), and again after a rebuild gave the loader a new ring; the
+ * layout (pickled once) goes with the first ticket.
  *
  * Worker processes are forked by a server process (python/stoker/_procpool.py: a fork of the
  * parent taken while it was single-threaded, or a fresh interpreter), never by this
@@ -85,6 +93,30 @@ typedef struct ctl_reply {
     int32_t value, err;
 } ctl_reply;
 
+/* Tickets in flight per worker process: at most AHEAD_MAX taken at a time; by default as many
+ * as keep AHEAD_NS of __getitem__ (the mean so far, after AHEAD_MIN_SAMPLES) queued. */
+#define AHEAD_MAX 8
+#define AHEAD_NS 1000000ULL
+#define AHEAD_MIN_SAMPLES 16
+
+/* A ticket sent (or to send) to a worker process, and once done its result. */
+typedef struct pticket {
+    stk_sample_info info;
+    const uint8_t *row; /* its first row: with index and epoch, which sample */
+    struct {
+        msg_hdr h;
+        uint64_t off[STK_MAX_FIELDS];
+    } t;
+    size_t t_size;
+    bool sent;        /* in the worker's socket (false after its worker was lost: resent) */
+    bool done;        /* its reply read (r, payload), or failed (st, why) */
+    uint64_t sent_ms; /* now_ms when sent */
+    stk_status st;
+    reply_hdr r;
+    char *payload;
+    char why[400];
+} pticket;
+
 typedef struct pworker {
     int sock; /* -1: no process */
     pid_t pid;
@@ -93,6 +125,11 @@ typedef struct pworker {
     bool starting; /* its ST_READY not read yet: timeout= does not run meanwhile */
     int deaths;    /* in a row, without a finished sample since */
     char why[400];
+    /* tickets in flight, in the order sent (replies come in that order): those announced
+     * (proc_ahead) and not yet taken by their proc_call, and at most one not announced */
+    pticket q[AHEAD_MAX + 2];
+    uint32_t nq;
+    uint64_t free_ms; /* when its last reply came (the next ticket could start then) */
 } pworker;
 
 typedef struct blob {
@@ -138,6 +175,7 @@ typedef struct {
     uint32_t err_next;
     _Atomic uint64_t py_ns, cpu_ns, samples, deaths, restarts;
     _Atomic uint32_t starting; /* threads waiting for a worker's start-up now */
+    _Atomic uint32_t ahead;    /* tickets a thread takes at a time (0: ahead_want chooses) */
 } ProcPoolObject;
 
 /* How a worker was lost (worker_died). */
@@ -475,6 +513,272 @@ static void keep_error(ProcPoolObject *p, const stk_sample_info *info, char *dat
     free(old);
 }
 
+/* The arena that holds `row` (waiting for a rebuilt loader's set_arena): false when closing. */
+static bool arena_of(ProcPoolObject *p, const uint8_t *row, uint8_t **base, size_t *size)
+{
+    pthread_mutex_lock(&p->mu);
+    while (!p->closing && (!p->init || p->arena_fd < 0 || row < p->arena_base ||
+                           row >= p->arena_base + p->arena_size))
+        pthread_cond_wait(&p->cv, &p->mu);
+    bool closing = p->closing;
+    *base = p->arena_base;
+    *size = p->arena_size;
+    pthread_mutex_unlock(&p->mu);
+    return !closing;
+}
+
+/* A ticket for sample `info` into rows `out` (the last, the object key and mask, stays here). */
+static stk_status ticket_make(ProcPoolObject *p, const stk_sample_info *info, stk_tensor *out,
+                              size_t n_out, pticket *e, char *err, size_t err_size)
+{
+    uint8_t *base;
+    size_t asize;
+    if (!arena_of(p, out[0].data, &base, &asize)) {
+        snprintf(err, err_size, "the loader is closing");
+        return STK_ECANCELED;
+    }
+    size_t n_fixed = n_out - 1;
+    memset(e, 0, sizeof(*e));
+    e->info = *info;
+    e->row = out[0].data;
+    e->t.h = (msg_hdr){.op = OP_TICKET,
+                       .n = (uint32_t)n_fixed,
+                       .a = info->index,
+                       .b = info->epoch,
+                       .c = info->seed,
+                       .d = info->position};
+    for (size_t i = 0; i < n_fixed; i++) {
+        const uint8_t *d = out[i].data;
+        if (d < base || d + out[i].size > base + asize) {
+            snprintf(err, err_size, "process executor: a row outside the shared ring");
+            return STK_ESTATE;
+        }
+        e->t.off[i] = (uint64_t)(d - base);
+    }
+    e->t_size = sizeof(msg_hdr) + n_fixed * sizeof(uint64_t);
+    return STK_OK;
+}
+
+/* Send worker wid's tickets not sent yet, from queue entry `from` on, in one write (its ring and
+ * the layout first when it has not had them). -1 when its socket ended (the reply's read finds
+ * out how). */
+static int queue_send(ProcPoolObject *p, uint32_t wid, uint32_t from)
+{
+    pworker *w = &p->w[wid];
+    char buf[(AHEAD_MAX + 2) * sizeof(w->q[0].t)];
+    size_t n = 0;
+    for (uint32_t k = from; k < w->nq; k++)
+        if (!w->q[k].sent) {
+            memcpy(buf + n, &w->q[k].t, w->q[k].t_size);
+            n += w->q[k].t_size;
+        }
+    if (!n)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    int afd = p->arena_fd;
+    size_t asize = p->arena_size;
+    uint32_t aid = p->arena_id;
+    pthread_mutex_unlock(&p->mu);
+    if (w->sock < 0)
+        return -1;
+    if (w->arena_seen != aid) {
+        msg_hdr h = {.op = OP_ARENA, .a = asize, .b = aid};
+        if (send_all(w->sock, &h, sizeof(h), afd) != 0)
+            return -1;
+        w->arena_seen = aid;
+    }
+    if (!w->init_sent) {
+        msg_hdr h = {.op = OP_INIT, .a = p->init_size};
+        if (send_all(w->sock, &h, sizeof(h), -1) != 0 ||
+            send_all(w->sock, p->init, p->init_size, -1) != 0)
+            return -1;
+        w->init_sent = true;
+    }
+    if (send_all(w->sock, buf, n, -1) != 0)
+        return -1;
+    uint64_t t = now_ms();
+    for (uint32_t k = from; k < w->nq; k++)
+        if (!w->q[k].sent) {
+            w->q[k].sent = true;
+            w->q[k].sent_ms = t;
+        }
+    return 0;
+}
+
+/* Ticket e's result, st with its reason. */
+static void ticket_fail(pticket *e, stk_status st, const char *why)
+{
+    e->done = true;
+    e->st = st;
+    snprintf(e->why, sizeof(e->why), "%s", why);
+}
+
+/* Worker wid's queue lost its process while ticket e was its next reply: e fails (the sample it
+ * was running, or it had not started), the later ones go to the restarted worker. */
+static void queue_lost(ProcPoolObject *p, uint32_t wid, pticket *e, lost_how lost)
+{
+    pworker *w = &p->w[wid];
+    char why[sizeof(e->why)];
+    stk_status st = worker_died(p, wid, &e->info, lost, why, sizeof(why));
+    ticket_fail(e, st, why);
+    for (uint32_t i = 0; i < w->nq; i++)
+        if (!w->q[i].done)
+            w->q[i].sent = false;
+}
+
+/* Read the next reply of worker wid's queue (its first ticket not done; tickets not sent, after
+ * a restart, are sent first, in order). timeout= runs from when the worker could start the
+ * ticket: the later of its sending and the previous reply. */
+static void queue_collect(ProcPoolObject *p, uint32_t wid)
+{
+    pworker *w = &p->w[wid];
+    uint32_t i = 0;
+    while (i < w->nq && w->q[i].done)
+        i++;
+    if (i == w->nq)
+        return;
+    pticket *e = &w->q[i];
+    pthread_mutex_lock(&p->mu);
+    bool closing = p->closing;
+    pthread_mutex_unlock(&p->mu);
+    if (closing) {
+        ticket_fail(e, STK_ECANCELED, "the loader is closing");
+        return;
+    }
+    if (!e->sent && w->sock < 0) { /* the queue's worker was lost: a new one gets the rest */
+        char why[sizeof(e->why)];
+        if (w->deaths > MAX_RESTARTS) {
+            snprintf(why, sizeof(why),
+                     "%.280s; it died %d times in a row without finishing a sample, so it is not "
+                     "restarted (see the worker's stderr)",
+                     w->why, w->deaths);
+            ticket_fail(e, STK_EIO, why);
+            return;
+        }
+        if (spawn_worker(p, wid, false, false, why, sizeof(why)) < 0) {
+            ticket_fail(e, STK_EIO, why);
+            return;
+        }
+        atomic_fetch_add(&p->restarts, 1);
+    }
+    queue_send(p, wid, i); /* (announced ones wait for the run's first reply to be asked for) */
+    if (!e->sent) {
+        queue_lost(p, wid, e, LOST_ENDED);
+        return;
+    }
+    if (w->starting) {
+        char why[sizeof(e->why)];
+        stk_status st = await_start(p, wid, &e->info, why, sizeof(why));
+        if (st != STK_OK) {
+            ticket_fail(e, st, why);
+            for (uint32_t k = i + 1; k < w->nq; k++)
+                if (!w->q[k].done)
+                    w->q[k].sent = false;
+            return;
+        }
+        w->free_ms = now_ms();
+    }
+    uint64_t from = e->sent_ms > w->free_ms ? e->sent_ms : w->free_ms;
+    uint64_t deadline = p->timeout_ms > 0 ? from + (uint64_t)p->timeout_ms : 0;
+    reply_hdr r;
+    int rc = recv_all(w->sock, &r, sizeof(r), deadline);
+    char *payload = NULL;
+    if (rc == 0 && r.payload) {
+        if (!(payload = malloc(r.payload))) {
+            kill(w->pid, SIGKILL); /* its reply cannot be read: lost like a worker that ended */
+            errno = EPIPE;
+            rc = -1;
+        } else {
+            rc = recv_all(w->sock, payload, r.payload, deadline);
+        }
+    }
+    if (rc != 0) {
+        bool timed_out = errno == ETIMEDOUT;
+        free(payload);
+        if (timed_out)
+            kill(w->pid, SIGKILL);
+        queue_lost(p, wid, e, timed_out ? LOST_TIMEOUT : LOST_ENDED);
+        return;
+    }
+    w->free_ms = now_ms();
+    w->deaths = 0;
+    atomic_fetch_add(&p->py_ns, r.python_ns);
+    atomic_fetch_add(&p->cpu_ns, r.cpu_ns);
+    atomic_fetch_add(&p->samples, 1);
+    e->done = true;
+    e->st = STK_OK;
+    e->r = r;
+    e->payload = payload;
+}
+
+/* Take ticket i out of worker wid's queue (its payload goes with it). */
+static void queue_remove(pworker *w, uint32_t i)
+{
+    memmove(&w->q[i], &w->q[i + 1], (w->nq - i - 1) * sizeof(pticket));
+    w->nq--;
+}
+
+/* Tickets of worker wid's queue that will not be taken: those sent are waited for (their worker
+ * may still write into their rows), the rest dropped. */
+static void queue_forget(ProcPoolObject *p, uint32_t wid)
+{
+    pworker *w = &p->w[wid];
+    for (;;) { /* (a worker lost meanwhile leaves the rest unsent: dropped, not sent again) */
+        uint32_t n = 0;
+        bool waiting = false;
+        for (uint32_t i = 0; i < w->nq; i++)
+            if (w->q[i].done || w->q[i].sent) {
+                waiting |= !w->q[i].done;
+                w->q[n++] = w->q[i];
+            }
+        w->nq = n;
+        if (!waiting)
+            break;
+        queue_collect(p, wid);
+    }
+    for (uint32_t i = 0; i < w->nq; i++)
+        free(w->q[i].payload);
+    w->nq = 0;
+}
+
+/* How many tickets a thread takes at a time: set_ahead's, or by the samples' mean time so far
+ * (AHEAD_NS of __getitem__ queued per worker at most: a slow sample has nothing queued behind
+ * it while other workers idle at the end of a batch). */
+static uint32_t ahead_want(ProcPoolObject *p)
+{
+    uint32_t fixed = atomic_load(&p->ahead);
+    if (fixed)
+        return fixed;
+    uint64_t n = atomic_load(&p->samples), ns = atomic_load(&p->py_ns);
+    if (n < AHEAD_MIN_SAMPLES)
+        return 1;
+    uint64_t mean = ns / n > 0 ? ns / n : 1;
+    uint64_t k = AHEAD_NS / mean;
+    return k < 1 ? 1 : k > AHEAD_MAX ? AHEAD_MAX : (uint32_t)k;
+}
+
+/* stk_sample_ahead_fn: the thread's next samples, queued to be sent at once (queue_collect, when
+ * the first reply is asked for) so that the worker process finds each next ticket in its socket;
+ * with out NULL, the run is over (cut short: what was sent is waited for). */
+static uint32_t proc_ahead(void *ctx, const stk_sample_info *info, stk_tensor *out, size_t n_out)
+{
+    ProcPoolObject *p = ctx;
+    uint32_t wid = info->worker % p->n;
+    pworker *w = &p->w[wid];
+    if (!out) {
+        queue_forget(p, wid);
+        return ahead_want(p);
+    }
+    if (w->nq >= AHEAD_MAX + 1) /* not queued: its sample_fn_v2 call sends it */
+        return ahead_want(p);
+    char why[200];
+    pticket *e = &w->q[w->nq];
+    if (ticket_make(p, info, out, n_out, e, why, sizeof(why)) != STK_OK)
+        return 1; /* its sample_fn_v2 call fails the same way */
+    w->nq++;      /* sent with the rest of the run (queue_collect) */
+    return ahead_want(p);
+}
+
 static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_tensor *in,
                             size_t n_in, stk_tensor *out, size_t n_out, char *err, size_t err_size)
 {
@@ -483,98 +787,30 @@ static stk_status proc_call(void *ctx, const stk_sample_info *info, const stk_te
     ProcPoolObject *p = ctx;
     uint32_t wid = info->worker % p->n;
     pworker *w = &p->w[wid];
-    const uint8_t *row = out[0].data;
-    /* The ring this sample's rows are in: a rebuilt loader announces its new one
-     * (set_arena) right after it was created. */
-    pthread_mutex_lock(&p->mu);
-    while (!p->closing && (!p->init || p->arena_fd < 0 || row < p->arena_base ||
-                           row >= p->arena_base + p->arena_size))
-        pthread_cond_wait(&p->cv, &p->mu);
-    bool closing = p->closing;
-    int afd = p->arena_fd;
-    uint8_t *base = p->arena_base;
-    size_t asize = p->arena_size;
-    uint32_t aid = p->arena_id;
-    pthread_mutex_unlock(&p->mu);
-    if (closing) {
-        snprintf(err, err_size, "the loader is closing");
-        return STK_ECANCELED;
-    }
-    if (w->sock < 0) {
-        if (w->deaths > MAX_RESTARTS) {
-            snprintf(err, err_size,
-                     "%s; it died %d times in a row without finishing a sample, so "
-                     "it is not restarted (see the worker's stderr)",
-                     w->why, w->deaths);
-            return STK_EIO;
-        }
-        if (spawn_worker(p, wid, false, false, err, err_size) < 0)
-            return STK_EIO;
-        atomic_fetch_add(&p->restarts, 1);
-    }
-    if (w->arena_seen != aid) {
-        msg_hdr h = {.op = OP_ARENA, .a = asize, .b = aid};
-        if (send_all(w->sock, &h, sizeof(h), afd) != 0)
-            return worker_died(p, wid, info, LOST_ENDED, err, err_size);
-        w->arena_seen = aid;
-    }
-    if (!w->init_sent) {
-        msg_hdr h = {.op = OP_INIT, .a = p->init_size};
-        if (send_all(w->sock, &h, sizeof(h), -1) != 0 ||
-            send_all(w->sock, p->init, p->init_size, -1) != 0)
-            return worker_died(p, wid, info, LOST_ENDED, err, err_size);
-        w->init_sent = true;
-    }
-    struct {
-        msg_hdr h;
-        uint64_t off[STK_MAX_FIELDS];
-    } t;
-    size_t n_fixed = n_out - 1;
-    t.h = (msg_hdr){.op = OP_TICKET,
-                    .n = (uint32_t)n_fixed,
-                    .a = info->index,
-                    .b = info->epoch,
-                    .c = info->seed,
-                    .d = info->position};
-    for (size_t i = 0; i < n_fixed; i++) {
-        const uint8_t *d = out[i].data;
-        if (d < base || d + out[i].size > base + asize) {
-            snprintf(err, err_size, "process executor: a row outside the shared ring");
+    uint32_t i = 0;
+    while (i < w->nq && !(w->q[i].info.index == info->index && w->q[i].info.epoch == info->epoch &&
+                          w->q[i].row == out[0].data))
+        i++;
+    if (i == w->nq) { /* not announced (a substitute, or no sample_ahead_fn): after the rest */
+        if (w->nq >= AHEAD_MAX + 2) {
+            snprintf(err, err_size, "process executor: too many samples in flight");
             return STK_ESTATE;
         }
-        t.off[i] = (uint64_t)(d - base);
+        stk_status st = ticket_make(p, info, out, n_out, &w->q[i], err, err_size);
+        if (st != STK_OK)
+            return st;
+        w->nq++;
     }
-    stk_status st = await_start(p, wid, info, err, err_size);
-    if (st != STK_OK)
-        return st;
-    uint64_t deadline = p->timeout_ms > 0 ? now_ms() + (uint64_t)p->timeout_ms : 0;
-    if (send_all(w->sock, &t, sizeof(msg_hdr) + n_fixed * sizeof(uint64_t), -1) != 0)
-        return worker_died(p, wid, info, LOST_ENDED, err, err_size);
-    reply_hdr r;
-    if (recv_all(w->sock, &r, sizeof(r), deadline) != 0) {
-        bool timed_out = errno == ETIMEDOUT;
-        if (timed_out)
-            kill(w->pid, SIGKILL);
-        return worker_died(p, wid, info, timed_out ? LOST_TIMEOUT : LOST_ENDED, err, err_size);
+    while (!w->q[i].done)
+        queue_collect(p, wid);
+    pticket e = w->q[i];
+    queue_remove(w, i);
+    if (e.st != STK_OK) {
+        snprintf(err, err_size, "%s", e.why);
+        return e.st;
     }
-    char *payload = NULL;
-    if (r.payload) {
-        if (!(payload = malloc(r.payload))) {
-            snprintf(err, err_size, "out of memory for a %u-byte reply", r.payload);
-            return STK_ENOMEM;
-        }
-        if (recv_all(w->sock, payload, r.payload, deadline) != 0) {
-            free(payload);
-            bool timed_out = errno == ETIMEDOUT;
-            if (timed_out)
-                kill(w->pid, SIGKILL);
-            return worker_died(p, wid, info, timed_out ? LOST_TIMEOUT : LOST_ENDED, err, err_size);
-        }
-    }
-    w->deaths = 0;
-    atomic_fetch_add(&p->py_ns, r.python_ns);
-    atomic_fetch_add(&p->cpu_ns, r.cpu_ns);
-    atomic_fetch_add(&p->samples, 1);
+    reply_hdr r = e.r;
+    char *payload = e.payload;
     if (r.status != ST_OK) {
         /* payload: u32 text length, the text ("ValueError: message"), the pickled wrapper */
         uint32_t tl = 0;
@@ -607,6 +843,7 @@ int stkpy_procpool_setup(PyObject *obj, stk_loader_opts *o)
         return -1;
     }
     o->sample_fn_v2 = proc_call;
+    o->sample_ahead_fn = proc_ahead;
     o->sample_ctx = p;
     o->sample_fields = p->fields;
     o->n_sample_fields = p->n_fields;
@@ -665,6 +902,12 @@ static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     p->cap = (size_t)cap;
     p->timeout_ms = ms_of(timeout);
     atomic_store(&p->startup_ms, ms_of(startup));
+    /* STOKER_PROC_AHEAD=k: set_ahead(k) from the start (benchmarks, tests) */
+    const char *ahead = getenv("STOKER_PROC_AHEAD");
+    if (ahead && *ahead) {
+        long k = strtol(ahead, NULL, 10);
+        atomic_store(&p->ahead, k < 0 ? 0u : k > AHEAD_MAX ? (uint32_t)AHEAD_MAX : (uint32_t)k);
+    }
     p->w = PyMem_Calloc(n, sizeof(pworker));
     p->blobs = PyMem_Calloc((size_t)cap, sizeof(blob));
     if (!p->w || !p->blobs) {
@@ -722,6 +965,9 @@ static void ProcPool_dealloc(ProcPoolObject *p)
         free(p->blobs[i].data);
     for (size_t i = 0; i < N_ERRS; i++)
         free(p->errs[i].data);
+    for (uint32_t i = 0; p->w && i < p->n; i++)
+        for (uint32_t k = 0; k < p->w[i].nq; k++)
+            free(p->w[i].q[k].payload);
     PyMem_Free(p->blobs);
     PyMem_Free(p->w);
     PyMem_Free(p->init);
@@ -960,16 +1206,29 @@ static PyObject *ProcPool_set_startup(ProcPoolObject *p, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+static PyObject *ProcPool_set_ahead(ProcPoolObject *p, PyObject *arg)
+{
+    long k = PyLong_AsLong(arg);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    if (k < 0 || k > AHEAD_MAX)
+        return stkpy_invalid("ProcPool.set_ahead: 0 (chosen by the samples' time) or 1..%d, "
+                             "got %ld",
+                             AHEAD_MAX, k);
+    atomic_store(&p->ahead, (uint32_t)k);
+    Py_RETURN_NONE;
+}
+
 static PyObject *ProcPool_stats(ProcPoolObject *p, PyObject *noargs)
 {
     (void)noargs;
-    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I}", "python_ns",
+    return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:I,s:I}", "python_ns",
                          (unsigned long long)atomic_load(&p->py_ns), "cpu_ns",
                          (unsigned long long)atomic_load(&p->cpu_ns), "samples",
                          (unsigned long long)atomic_load(&p->samples), "deaths",
                          (unsigned long long)atomic_load(&p->deaths), "restarts",
                          (unsigned long long)atomic_load(&p->restarts), "starting",
-                         (unsigned int)atomic_load(&p->starting));
+                         (unsigned int)atomic_load(&p->starting), "ahead", ahead_want(p));
 }
 
 static PyObject *ProcPool_pids(ProcPoolObject *p, PyObject *noargs)
@@ -1019,9 +1278,14 @@ static PyMethodDef ProcPool_methods[] = {
      "(status 0), or the exception (status 1); before a loader exists."},
     {"set_startup", (PyCFunction)ProcPool_set_startup, METH_O,
      "set_startup(seconds): the limit on a new worker's start-up from now on (0: none)."},
+    {"set_ahead", (PyCFunction)ProcPool_set_ahead, METH_O,
+     "set_ahead(k): tickets each loader thread takes at a time and keeps in flight to its "
+     "worker process (1: one; 0, the default: as many as keep ~1 ms of __getitem__ queued, "
+     "by the mean so far, at most 8)."},
     {"stats", (PyCFunction)ProcPool_stats, METH_NOARGS,
-     "stats() -> dict: python_ns, cpu_ns, samples, deaths, restarts, and starting (threads "
-     "waiting for a new worker's start-up now)."},
+     "stats() -> dict: python_ns, cpu_ns, samples, deaths, restarts, starting (threads "
+     "waiting for a new worker's start-up now) and ahead (tickets a thread takes at a time "
+     "now)."},
     {"pids", (PyCFunction)ProcPool_pids, METH_NOARGS,
      "pids() -> list: each worker's process id (-1 while it has none)."},
     {"interrupt", (PyCFunction)ProcPool_interrupt, METH_NOARGS,
