@@ -569,7 +569,7 @@ class PyLoader(Loader):
                 n_threads = choice.workers
                 _loader._close_at_exit(self)  # before the interpreter stops threads
             self._helper = None
-            if _pyhelp.allowed(executor, worker_init_fn, choice.executor, self.reseed,
+            if _pyhelp.allowed(executor, workers, worker_init_fn, choice.executor, self.reseed,
                                p.uses_rng):
                 info = _pyworker.worker_info(0, max(1, workers or 1), base_seed, ds)
                 threads = choice.executor == "thread"

@@ -7,7 +7,7 @@ and their first ticket cost 20-40 ms before the first sample of a worker process
 
 Only where __getitem__ may run in this process at all: not with executor="process" given (then,
 as with the DataLoader, it never runs here), not with a worker_init_fn (which may change the
-process it runs in), and on worker processes only when their samples do not depend on which
+process it runs in), not at num_workers=0 (one sample at a time, in order, as asked), and on worker processes only when their samples do not depend on which
 process loads them (reseed=True seeds each sample from (seed, epoch, index); else a dataset the
 probe saw not drawing random numbers). A sample loaded here is the one the executor would
 deliver: on processes the global generators are seeded per sample as a worker seeds them and the
@@ -38,9 +38,11 @@ def enabled():
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "no", "false")
 
 
-def allowed(executor_arg, worker_init_fn, chosen, reseed, uses_rng):
-    """Whether __getitem__ may run in the training thread for the first batch."""
-    if not enabled() or executor_arg == "process" or worker_init_fn is not None:
+def allowed(executor_arg, workers, worker_init_fn, chosen, reseed, uses_rng):
+    """Whether __getitem__ may run in the training thread for the first batch (never at
+    num_workers=0, which runs one sample at a time, in order)."""
+    if not enabled() or executor_arg == "process" or worker_init_fn is not None or \
+            workers == 0:
         return False
     return chosen == "thread" or reseed or not uses_rng
 
