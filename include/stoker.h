@@ -136,7 +136,7 @@ enum {
     STK_ELIMIT = -5,    /* a limit was exceeded (pixels, record size, slot size, streams) */
     STK_ENOTSUP = -6,   /* not supported (format version, field kind, missing driver) */
     STK_ESTATE = -7,    /* call not valid in the object's current state */
-    STK_ECANCELED = -8, /* pinned, reserved: no function of this version returns it */
+    STK_ECANCELED = -8, /* a sample callback was interrupted (stk_loader_help: call again) */
     STK_EAGAIN = -9,    /* nothing ready before the timeout: call again (nothing changed) */
     STK_EBUSY = -10     /* the next ring slot is held by the caller: release the oldest batch */
 };
@@ -1414,6 +1414,21 @@ STK_API stk_status stk_loader_next(stk_loader *loader, stk_batch **out);
  *          changed and the call may simply be repeated.
  *  Threads: one consumer thread at a time. */
 STK_API stk_status stk_loader_next_timeout(stk_loader *loader, stk_batch **out, int64_t timeout_ms);
+
+/** Run one sample of the batch the next stk_loader_next returns on the calling thread, with
+ *  `fn(ctx, ...)` in place of the loader's stk_sample_fn_v2 (it must produce the rows the
+ *  loader's callback would: the Python front end's training thread loads part of its first batch
+ *  while the workers start). The sample is claimed like a worker's ticket (exactly once, its
+ *  failure the batch's as a worker's, on_error=skip's substitutes alike); the batch is opened
+ *  first when no worker has opened it yet. stk_sample_info.worker is n_threads.
+ *  @return STK_OK with *ran 1 when a sample ran, 0 when none was left to take (the batch is
+ *          ready, its tickets are out, it cannot be opened yet, or the epoch is done);
+ *          STK_ECANCELED when fn returned it (interrupted): the sample stays claimed, and the
+ *          next call runs it again first (a reset discards it); STK_EINVAL without a sample
+ *          callback.
+ *  Threads: the consumer's thread, between its stk_loader_next calls. */
+STK_API stk_status stk_loader_help(stk_loader *loader, stk_sample_fn_v2 fn, void *ctx,
+                                   uint32_t *ran);
 
 /** Detail of the loader's last failure.
  *  Lifetime: valid until the next call on the loader. */

@@ -31,6 +31,7 @@ from . import _errors
 from . import _executor
 from . import loader as _loader
 from . import _procpool
+from . import _pyhelp
 from . import _pyworker
 from . import _torchcompat
 from .loader import Loader, _TRACE_EVENTS, _torch
@@ -115,6 +116,11 @@ class ThreadRunner:
         if worker in self.init_errors:
             self._remember(index, self.init_errors[worker])
             raise RuntimeError(f"worker_init_fn failed on worker thread {worker}")
+        return self.load(index, epoch, f"in stoker worker thread {worker}")
+
+    def load(self, index, epoch, where):
+        """Sample `index` flattened (the probe's when it kept it); an exception is remembered
+        with `where` (the thread that ran it) and raised."""
         kept = self.kept
         if kept is not None:
             if epoch != 0:
@@ -130,7 +136,7 @@ class ThreadRunner:
             sample = self.getitem(index)
         except BaseException:  # a KeyboardInterrupt too: raised at next(), as at num_workers=0
             self._remember(index, _errors.wrapper(
-                f"in stoker worker thread {worker} while loading sample {index} (epoch {epoch})"))
+                f"{where} while loading sample {index} (epoch {epoch})"))
             raise
         finally:
             self.py_ns += time.perf_counter_ns() - t0
@@ -343,6 +349,7 @@ class PyLoader(Loader):
         self._pool = None
         self._server = None
         self._runner = None
+        self._helper = None  # _pyhelp.Helper: the training thread's part in the first batch
         self._map = None
         self._tokens = None  # (a token corpus is never a Python dataset)
         self._transit = None  # the ring batch (or _Group) being collated, until delivered
@@ -561,6 +568,14 @@ class PyLoader(Loader):
                 exec_obj = _core.ThreadExec(self._runner, fields)
                 n_threads = choice.workers
                 _loader._close_at_exit(self)  # before the interpreter stops threads
+            self._helper = None
+            if _pyhelp.allowed(executor, workers, worker_init_fn, choice.executor, self.reseed,
+                               p.uses_rng):
+                info = _pyworker.worker_info(0, max(1, workers or 1), base_seed, ds)
+                threads = choice.executor == "thread"
+                runner = _pyhelp.HelpRunner(ds, layout, info, self._runner if threads else None,
+                                            self.reseed, None if threads else kept)
+                self._helper = _pyhelp.Helper(runner, fields, not threads)
             pinned = False
             if pin_memory:
                 pinned = torch is not None and torch.cuda.is_available()
@@ -689,7 +704,11 @@ class PyLoader(Loader):
         """The next ring batch, its error raised as the worker's exception where there is one."""
         core = self._core
         while True:
+            helper = self._helper
             try:
+                if helper is not None and helper.on:
+                    helper.run(core)  # (a KeyboardInterrupt leaves it on: its sample again)
+                    helper.on = False
                 return next(core, None)
             except _core.StokerBusyError:
                 self._check_open()
@@ -723,6 +742,8 @@ class PyLoader(Loader):
         index = int(digits)
         if self._runner is not None:
             return self._runner.errors.pop(index, None)
+        if self._helper is not None and index in self._helper.runner.errors:
+            return self._helper.runner.errors.pop(index)  # loaded here (processes)
         if self._pool is not None:
             blob = self._pool.take_error(index)
             if blob is not None:
@@ -755,11 +776,9 @@ class PyLoader(Loader):
         taken = self._taken
         if keys[0] not in taken:
             got = self._runner.take(keys) if self._runner is not None else \
-                self._pool.take_objects(keys)
+                self._pool_objects(keys)
             self._taken = taken = dict(zip(keys, got))
         got = [taken.get(k) for k in keys]
-        if self._pool is not None:
-            got = [None if b is None else pickle.loads(b) for b in got]
         objects, extras = [], []
         for r in range(n):
             g = got[r]
@@ -770,6 +789,17 @@ class PyLoader(Loader):
             objects.append(empty if g is None else g[0])
             extras.append(None if g is None else g[1])
         return objects, extras
+
+    def _pool_objects(self, keys):
+        """Per key, the (objects, extras) the worker processes kept, or those of a row the
+        training thread loaded (a key < 0: _pyhelp)."""
+        got = [None if b is None else pickle.loads(b) for b in
+               self._pool.take_objects([max(k, 0) for k in keys])]
+        if self._helper is not None:
+            for r, k in enumerate(keys):
+                if k < 0:
+                    got[r] = self._helper.runner.take(k)
+        return got
 
     def _assemble(self, raw):
         arrays, keys, masks, n = self._rows(raw)
@@ -923,8 +953,9 @@ class PyLoader(Loader):
         return self._server.method if self._server is not None else None
 
     def stats(self):
-        """Loader.stats() plus python_s (seconds in __getitem__, summed over the workers),
-        python_samples, gil_share (the GIL-held share of __getitem__ measured over the first
+        """Loader.stats() plus python_s (seconds in __getitem__, summed over the workers and
+        the training thread), python_samples, help_samples (those of them the training thread
+        loaded for the first batch: _pyhelp), gil_share (the GIL-held share of __getitem__ measured over the first
         samples), worker_deaths and worker_restarts (worker processes)."""
         st = super().stats()
         if self._runner is not None:
@@ -935,8 +966,11 @@ class PyLoader(Loader):
                 ps["restarts"]
         else:
             py = ns = deaths = restarts = 0
+        helped = self._helper.runner.samples if self._helper is not None else 0
+        if self._pool is not None and self._helper is not None:
+            py, ns = py + self._helper.runner.py_ns, ns + helped
         st.update(python_s=py / 1e9, python_samples=ns, gil_share=self._probe.gil_share,
-                  worker_deaths=deaths, worker_restarts=restarts)
+                  worker_deaths=deaths, worker_restarts=restarts, help_samples=helped)
         return st
 
     def worker_pids(self):

@@ -78,7 +78,7 @@ static void stop_workers(core *c)
     for (uint32_t i = 0; i < c->n_started; i++)
         pthread_join(c->workers[i].thread, NULL);
     if (c->workers) {
-        for (uint32_t i = 0; i < c->n_threads; i++) {
+        for (uint32_t i = 0; i <= c->n_threads; i++) { /* and the helper's */
             stk__transform_worker_destroy(c->workers[i].tw);
             stk__dataset_cursor_close(c->ds, c->workers[i].cur);
             stk__free(c->workers[i].scratch);
@@ -442,7 +442,7 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     stk__loader_plan(c, 0, &c->d_plan);
     c->c_plan = c->d_plan;
 
-    c->workers = stk__calloc(c->n_threads, sizeof(worker));
+    c->workers = stk__calloc(c->n_threads + 1, sizeof(worker)); /* + stk_loader_help's */
     if (!c->workers)
         STK_FAIL(err, STK_ENOMEM, "out of memory allocating %u workers", c->n_threads);
     if (opts->trace_events) {
@@ -458,7 +458,8 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
                 STK_FAIL(err, STK_ENOMEM, "out of memory for the trace buffers");
         }
     }
-    for (uint32_t i = 0; i < c->n_threads; i++) {
+    /* with a sample callback, one more: stk_loader_help's (no thread of its own) */
+    for (uint32_t i = 0; i < c->n_threads + (stk__sampled(c) ? 1u : 0u); i++) {
         worker *w = &c->workers[i];
         w->c = c;
         w->id = i;

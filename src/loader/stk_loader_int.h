@@ -84,11 +84,13 @@ typedef struct worker {
     stk__cursor *cur; /* the record source's per-thread state (NULL when it needs none) */
     uint8_t *scratch; /* encoded bytes of the transformed field */
     size_t scratch_size;
-    uint8_t *rgb;      /* an image array field's value as RGB (when it is grayscale or planes) */
-    uint8_t *bscratch; /* batch transforms' scratch (bops.scratch_size) */
-    uint8_t *in;       /* with sample_fn: the sample's fields, laid out as c->in_lay */
-    uint32_t active;   /* c->at.active when this worker last took samples (read under mu) */
-    uint32_t depth;    /* c->at.depth then */
+    uint8_t *rgb;        /* an image array field's value as RGB (when it is grayscale or planes) */
+    uint8_t *bscratch;   /* batch transforms' scratch (bops.scratch_size) */
+    uint8_t *in;         /* with sample_fn: the sample's fields, laid out as c->in_lay */
+    uint32_t active;     /* c->at.active when this worker last took samples (read under mu) */
+    uint32_t depth;      /* c->at.depth then */
+    stk_sample_fn_v2 fn; /* the helper's callback in place of the loader's (stk_loader_help) */
+    void *fn_ctx;
 } worker;
 
 /* The part of a loader that outlives stk_loader_destroy while batches are still held. The ring's
@@ -140,8 +142,14 @@ struct core {
     bool shuffle, skip_corrupt;
     uint32_t plan_flags; /* STK_PLAN_*: the tail, the partial last batch, the split */
     unsigned read_flags; /* STK__READ_* for every record read */
-    worker *workers;
+    worker *workers;     /* [n_threads + 1]: the last is stk_loader_help's (no thread of its own) */
     uint32_t n_started;
+    /* stk_loader_help's sample whose callback was interrupted (consumer thread only): run again
+     * first by the next call, unless a reset (gen) discarded its batch */
+    bool h_pending;
+    uint64_t h_seq;
+    uint32_t h_t;
+    unsigned h_gen;
 
     /* dispatcher: what the next opened batch is */
     uint64_t claim_seq; /* earliest batch that may still have tickets (or the next to open) */

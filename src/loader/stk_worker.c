@@ -8,6 +8,10 @@
  * drawn; on the CPU path its finished output written); the worker completing a batch queues its
  * device copy before marking it READY, so the copy runs ahead of the consumer. A slot whose last
  * copy may still be reading it is refilled only once the copy completed (drain).
+ *
+ * stk_loader_help (at the end) lends the consumer's thread to the batch it waits for: one ticket
+ * at a time, taken and finished as a worker's, with the caller's callback, through the worker
+ * struct after the threads' (the Python front end loads part of its first batch that way).
  */
 #include "loader/stk_loader_int.h"
 
@@ -312,9 +316,10 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
     size_t n_out = sample_outs(c, s, t, out);
     char why[STK_ERRMSG_SIZE] = "";
     stk_status rc;
-    if (c->sample_fn_v2) {
+    if (c->sample_fn_v2 || w->fn) {
         stk_sample_info info = sample_info(c, w, s, t, idx);
-        rc = c->sample_fn_v2(c->sample_ctx, &info, in, n_in, out, n_out, why, sizeof(why));
+        rc = w->fn ? w->fn(w->fn_ctx, &info, in, n_in, out, n_out, why, sizeof(why))
+                   : c->sample_fn_v2(c->sample_ctx, &info, in, n_in, out, n_out, why, sizeof(why));
     } else {
         rc = c->sample_fn(c->sample_ctx, idx, in, n_in, out, n_out, why, sizeof(why));
     }
@@ -365,18 +370,24 @@ static bool skippable(stk_status rc)
 }
 
 /* Produce sample `t` of slot `s`: its record `idx` (the epoch's order at the sample's position),
- * or under skip_corrupt the next good record of that order (counted). */
-static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx)
+ * or under skip_corrupt the next good record of that order (counted). Returns STK_ECANCELED,
+ * with nothing recorded, when the helper's callback was interrupted (stk_loader_help); else
+ * STK_OK (a failure is the slot's). */
+static stk_status do_sample(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx)
 {
     char err[STK_ERRMSG_SIZE];
     uint64_t pos = s->first + (uint64_t)t * s->stride;
     stk_status rc = load_record(c, w, s, t, idx, err, sizeof(err));
+    if (rc == STK_ECANCELED && w->fn)
+        return rc;
     if (skippable(rc) && c->skip_corrupt) {
         for (uint64_t k = 1; k <= SKIP_MAX_TRIES && k < c->m && skippable(rc); k++) {
             idx = stk__order_at(c, s, (pos + k) % c->m);
             char err2[STK_ERRMSG_SIZE];
             rc = load_record(c, w, s, t, idx, err2, sizeof(err2));
         }
+        if (rc == STK_ECANCELED && w->fn)
+            return rc;
         if (rc == STK_OK) {
             atomic_fetch_add(&s->skipped, 1);
         } else {
@@ -397,6 +408,7 @@ static void do_sample(core *c, worker *w, stk__slot *s, uint32_t t, uint64_t idx
         stk__slot_error_locked(s, t, rc, err);
         pthread_mutex_unlock(&c->r.mu);
     }
+    return STK_OK;
 }
 
 /* Append [offset, offset + size) to a range list. */
@@ -668,4 +680,75 @@ void *stk__worker_main(void *arg)
     }
     pthread_mutex_unlock(&c->r.mu);
     return NULL;
+}
+
+/* ---- the consumer's thread as a helper (stk_loader_help) ---- */
+
+/* The ticket stk_loader_help runs (mu held): the interrupted one still pending, else the next of
+ * the consumer's batch, opened first when no worker opened it yet. False when there is none. */
+static bool help_claim(core *c, stk__slot *s, uint64_t seq, uint32_t *t)
+{
+    unsigned gen = atomic_load(&c->gen);
+    if (c->h_pending) {
+        c->h_pending = false;
+        if (c->h_gen == gen && c->h_seq == seq && s->seq == seq && s->state == STK__SLOT_FILLING) {
+            *t = c->h_t;
+            return true;
+        }
+    }
+    if (c->stop || c->c_b >= c->c_plan.n_batches)
+        return false;
+    if (seq == c->open_seq && c->claim_seq == seq && s->state == STK__SLOT_FREE && !c->r.dc.dev &&
+        c->open_seq - c->c_seq < c->at.depth && open_batch(c))
+        pthread_cond_broadcast(&c->r.cv_work); /* the workers join in */
+    uint32_t n;
+    return s->seq == seq && s->state == STK__SLOT_FILLING &&
+           stk__slot_take_tickets(s, seq, s->count, 1, t, &n);
+}
+
+stk_status stk_loader_help(stk_loader *L, stk_sample_fn_v2 fn, void *ctx, uint32_t *ran)
+{
+    core *c = L->c;
+    *ran = 0;
+    L->errmsg[0] = '\0';
+    if (!fn || !stk__sampled(c))
+        return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_EINVAL,
+                              "stk_loader_help: no callback, or the loader has no sample callback");
+    worker *w = &c->workers[c->n_threads];
+    pthread_mutex_lock(&c->r.mu);
+    uint64_t seq = c->c_seq;
+    stk__slot *s = stk__ring_slot(&c->r, seq);
+    uint32_t t;
+    if (!help_claim(c, s, seq, &t)) {
+        pthread_mutex_unlock(&c->r.mu);
+        return STK_OK;
+    }
+    unsigned gen = atomic_load(&c->gen);
+    uint32_t count = s->count;
+    c->busy++; /* a reset waits for this sample, as for a worker's */
+    pthread_mutex_unlock(&c->r.mu);
+    w->fn = fn;
+    w->fn_ctx = ctx;
+    uint64_t t0 = stk__loader_now(c);
+    uint64_t idx = stk__order_at(c, s, (s->first + (uint64_t)t * s->stride) % c->m);
+    stk_status rc = do_sample(c, w, s, t, idx);
+    if (rc == STK_OK && atomic_fetch_add(&s->done, 1) + 1 == count)
+        complete_batch(c, w, s, seq);
+    atomic_fetch_add_explicit(&w->run_ns, stk__loader_now(c) - t0, memory_order_relaxed);
+    w->fn = NULL;
+    pthread_mutex_lock(&c->r.mu);
+    if (rc == STK_ECANCELED) { /* claimed, not done: the next call runs it first */
+        c->h_pending = true;
+        c->h_seq = seq;
+        c->h_t = t;
+        c->h_gen = gen;
+    }
+    if (--c->busy == 0 && c->resets)
+        pthread_cond_broadcast(&c->r.cv_ready);
+    pthread_mutex_unlock(&c->r.mu);
+    if (rc < 0)
+        return stk__set_error(L->errmsg, sizeof(L->errmsg), rc,
+                              "stk_loader_help: the sample's callback was interrupted");
+    *ran = 1;
+    return STK_OK;
 }

@@ -154,6 +154,10 @@ int stkpy_finalizing(void);
  * sample_ctx and sample_fields from it (the Loader keeps a reference until its C loader is
  * destroyed). Returns 0, or -1 with an exception (not an executor). */
 int stkpy_exec_setup(PyObject *exec, stk_loader_opts *o);
+/* One sample of the batch the consumer waits for, run on this thread (GIL held) by ThreadExec
+ * `exec` (stk_loader_help): 0 (*ran 1 when one ran), or -1 with an exception (a
+ * KeyboardInterrupt the sample raised: it runs again at the next call). */
+int stkpy_help_run(PyObject *exec, stk_loader *L, uint32_t *ran);
 extern PyTypeObject StkThreadExec_Type;
 extern PyTypeObject StkGilMeter_Type;
 extern PyTypeObject StkProcPool_Type;

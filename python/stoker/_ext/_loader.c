@@ -66,6 +66,8 @@ typedef struct {
     PyObject *exec_ref;      /* executor=: a Python Dataset's executor; outlives the C loader */
     pid_t pid;               /* the creating process: after fork() there are no workers */
     bool closing, closed;
+    bool in_help;       /* _help is running a sample here (GIL held throughout) */
+    bool close_after;   /* close() was called from inside it (a signal handler): done on return */
     int in_flight;      /* calls running with the GIL released (guarded by mu) */
     bool consumer_busy; /* a consumer method is running (guarded by the GIL) */
     pthread_mutex_t mu;
@@ -361,7 +363,11 @@ static PyObject *Loader_close(LoaderObject *self, PyObject *noargs)
 {
     (void)noargs;
     if (self->closing && !self->closed)
-        Py_RETURN_NONE; /* another thread is closing it */
+        Py_RETURN_NONE;  /* another thread is closing it */
+    if (self->in_help) { /* from the sample _help runs (a signal handler): once it returned */
+        self->close_after = true;
+        Py_RETURN_NONE;
+    }
     loader_close(self);
     Py_RETURN_NONE;
 }
@@ -549,6 +555,28 @@ static PyObject *Loader_next(LoaderObject *self)
         if (!again)
             return out;
     }
+}
+
+/* _help(exec): run one sample of the batch the next next() returns here, on the consumer's
+ * thread, with ThreadExec `exec` (stk_loader_help; the GIL stays held, as in the sample's
+ * __getitem__). True when one ran, False when none was left to take. A KeyboardInterrupt in the
+ * sample is raised with the sample still claimed: the next call (or next()) runs it again. */
+static PyObject *Loader_help(LoaderObject *self, PyObject *exec)
+{
+    if (loader_enter(self, true) < 0)
+        return NULL;
+    uint32_t ran = 0;
+    self->in_help = true;
+    int r = stkpy_help_run(exec, self->loader, &ran);
+    self->in_help = false;
+    loader_leave(self, true);
+    if (self->close_after) {
+        self->close_after = false;
+        loader_close(self);
+    }
+    if (r < 0)
+        return NULL;
+    return PyBool_FromLong(ran);
 }
 
 static PyObject *Loader_iter(PyObject *self)
@@ -829,6 +857,9 @@ static PyMethodDef Loader_methods[] = {
      "trace_events > 0)."},
     {"close", (PyCFunction)Loader_close, METH_NOARGS,
      "Stop the workers and free the loader; batches still held stay valid."},
+    {"_help", (PyCFunction)Loader_help, METH_O,
+     "_help(exec) -> bool: run one sample of the next batch on this thread with ThreadExec exec "
+     "(False: none left to take)."},
     {"_unget", (PyCFunction)Loader_unget, METH_O,
      "_unget(batch): give back the batch the last next() returned, whose delivery an exception "
      "interrupted; the next next() returns it again and save_state() does not count it meanwhile."},

@@ -21,6 +21,9 @@
  * switch interval while it measures (_pyworker.probe_samples), so the meter never forces the
  * probed thread to hand the GIL over and wait for it to come back, a wait the load stretches.
  *
+ * The same object serves the consumer's thread as a helper (stkpy_help_run: stk_loader_help with
+ * the GIL already held), its runner then _pyhelp.HelpRunner.
+ *
  * Lifetime: a ThreadExec outlives its C loader (the Loader object holds it until
  * stk_loader_destroy returned). At interpreter shutdown the callback refuses to take the GIL.
  */
@@ -195,28 +198,26 @@ done:
     return rc;
 }
 
-static stk_status thread_call(void *ctx, const stk_sample_info *info, const stk_tensor *in,
-                              size_t n_in, stk_tensor *out, size_t n_out, char *err,
-                              size_t err_size)
+/* The runner's call for one sample and the copy of its rows (GIL held). `here`: on the
+ * consumer's thread (stk_loader_help), where an exception that is not an Exception (Ctrl-C's
+ * KeyboardInterrupt) stays set for the caller and returns STK_ECANCELED: the sample is not
+ * failed, it runs again at the next call. */
+static stk_status call_runner(ThreadExecObject *x, const stk_sample_info *info, stk_tensor *out,
+                              size_t n_out, char *err, size_t err_size, bool here)
 {
-    (void)in;
-    (void)n_in;
-    ThreadExecObject *x = ctx;
-    if (stkpy_finalizing()) {
-        snprintf(err, err_size, "__getitem__ not run: the interpreter is shutting down");
-        return STK_ECANCELED;
-    }
-    PyGILState_STATE g = stkpy_gil_take(&x->ts);
     stk_status rc = STK_OK;
     PyObject *res = PyObject_CallFunction(x->runner, "KKKII", (unsigned long long)info->index,
                                           (unsigned long long)info->epoch,
                                           (unsigned long long)info->seed, info->worker, info->row);
     PyObject *bufs;
     unsigned long long key, mask;
+    if (!res && here && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        snprintf(err, err_size, "interrupted");
+        return STK_ECANCELED;
+    }
     if (!res) {
         stkpy_exception_text(NULL, err, err_size);
-        rc = STK_EFORMAT; /* this record's failure: on_error="skip" skips it */
-        goto done;
+        return STK_EFORMAT; /* this record's failure: on_error="skip" skips it */
     }
     if (!PyArg_ParseTuple(res, "O!KK", &PyList_Type, &bufs, &key, &mask) ||
         (size_t)PyList_GET_SIZE(bufs) + 1 != n_out) {
@@ -233,9 +234,50 @@ static stk_status thread_call(void *ctx, const stk_sample_info *info, const stk_
     km[0] = (int64_t)key;
     km[1] = (int64_t)mask;
 done:
-    Py_XDECREF(res);
+    Py_DECREF(res);
+    return rc;
+}
+
+static stk_status thread_call(void *ctx, const stk_sample_info *info, const stk_tensor *in,
+                              size_t n_in, stk_tensor *out, size_t n_out, char *err,
+                              size_t err_size)
+{
+    (void)in;
+    (void)n_in;
+    ThreadExecObject *x = ctx;
+    if (stkpy_finalizing()) {
+        snprintf(err, err_size, "__getitem__ not run: the interpreter is shutting down");
+        return STK_ECANCELED;
+    }
+    PyGILState_STATE g = stkpy_gil_take(&x->ts);
+    stk_status rc = call_runner(x, info, out, n_out, err, err_size, false);
     stkpy_gil_drop(g);
     return rc;
+}
+
+/* stk_loader_help's callback: the consumer's thread, which holds the GIL already. */
+static stk_status here_call(void *ctx, const stk_sample_info *info, const stk_tensor *in,
+                            size_t n_in, stk_tensor *out, size_t n_out, char *err, size_t err_size)
+{
+    (void)in;
+    (void)n_in;
+    return call_runner(ctx, info, out, n_out, err, err_size, true);
+}
+
+int stkpy_help_run(PyObject *exec, stk_loader *L, uint32_t *ran)
+{
+    if (!PyObject_TypeCheck(exec, &StkThreadExec_Type)) {
+        PyErr_Format(PyExc_TypeError, "_help: a ThreadExec, not %.100s", Py_TYPE(exec)->tp_name);
+        return -1;
+    }
+    stk_status rc = stk_loader_help(L, here_call, exec, ran);
+    if (rc == STK_ECANCELED && PyErr_Occurred())
+        return -1; /* the KeyboardInterrupt, raised to the caller */
+    if (rc < 0) {
+        stkpy_raise(rc, stk_loader_errmsg(L));
+        return -1;
+    }
+    return 0;
 }
 
 static PyObject *ThreadExec_new(PyTypeObject *type, PyObject *args, PyObject *kw)

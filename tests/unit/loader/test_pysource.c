@@ -5,13 +5,15 @@
  * to stk_sample_seed's and independent of the thread count); errors naming "NAME[i]" and skipped
  * under SKIP_CORRUPT; the shared ring: every batch lies in the memfd stk_loader_ring_memory
  * names, and a second mapping of that fd (another process's view) sees the rows the callback
- * wrote at their offsets; no fd without STK_LOADER_SHARED_RING.
+ * wrote at their offsets; no fd without STK_LOADER_SHARED_RING; stk_loader_help (the consumer's
+ * thread loading samples of the batch it waits for).
  */
 #include "stk_internal.h"
 #include "t.h"
 
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define N 37
 #define B 8
@@ -42,12 +44,15 @@ static int test_index_dataset(void)
 /* Each row: index, epoch, position, seed, row, worker (six int64) in field "v". Fails record 13
  * with STK_EFORMAT. */
 static atomic_int calls;
+static atomic_int gate_closed; /* test_help: the workers wait until the helper ran a sample */
 static stk_status fill(void *ctx, const stk_sample_info *info, const stk_tensor *in, size_t n_in,
                        stk_tensor *out, size_t n_out, char *err, size_t err_size)
 {
     (void)ctx;
     (void)in;
     atomic_fetch_add(&calls, 1);
+    for (int k = 0; k < 20000 && atomic_load(&gate_closed); k++) /* (at most ~20 s) */
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
     if (n_in != 0 || n_out != 1 || out[0].size != 6 * sizeof(int64_t) ||
         info->struct_size < sizeof(*info))
         return stk__set_error(err, err_size, STK_EINVAL, "unexpected call");
@@ -221,4 +226,80 @@ static int test_shared_ring(void)
     return 0;
 }
 
-T_MAIN(T_CASE(test_index_dataset), T_CASE(test_v2_info), T_CASE(test_shared_ring))
+/* stk_loader_help's callback: fill, but its first call returns STK_ECANCELED (interrupted;
+ * nothing written) and records the row; later calls open the workers' gate. */
+static int help_calls, help_rows, help_cancel_row = -1, help_rerun_row = -1;
+static stk_status help_fill(void *ctx, const stk_sample_info *info, const stk_tensor *in,
+                            size_t n_in, stk_tensor *out, size_t n_out, char *err, size_t err_size)
+{
+    if (help_calls++ == 0) {
+        help_cancel_row = (int)info->row;
+        return STK_ECANCELED;
+    }
+    if (help_calls == 2)
+        help_rerun_row = (int)info->row;
+    atomic_store(&gate_closed, 0);
+    stk_status rc = fill(ctx, info, in, n_in, out, n_out, err, err_size);
+    help_rows++;
+    return rc;
+}
+
+/* The consumer's thread takes tickets of the batch it waits for: an interrupted one runs again
+ * first at the next call, every sample comes once with its own values (worker = n_threads for
+ * the helper's rows), and a reset discards the interrupted ticket. The workers wait until the
+ * helper ran a sample, so the helper always finds tickets (no clock; after the reset it may
+ * find none). */
+static int test_help(void)
+{
+    stk_dataset *ds;
+    T_OK(stk_dataset_open_index("Rows", N, &ds));
+    for (int reset = 0; reset <= 1; reset++) {
+        help_calls = help_rows = 0;
+        help_cancel_row = help_rerun_row = -1;
+        atomic_store(&gate_closed, 1);
+        stk_loader *L;
+        T_OK(make(ds, 1, 0, &L));
+        uint32_t ran = 7;
+        T_EQ(stk_loader_help(L, help_fill, NULL, &ran), STK_ECANCELED);
+        T_EQ(ran, 0u);
+        uint64_t epoch = 0;
+        if (reset) { /* discards the batch and the interrupted ticket with it (the reset
+                      * waits for the worker's sample: the gate opens first) */
+            atomic_store(&gate_closed, 0);
+            T_OK(stk_loader_set_epoch(L, 1));
+            epoch = 1;
+        }
+        int loops = 0;
+        do {
+            T_OK(stk_loader_help(L, help_fill, NULL, &ran));
+            loops++;
+        } while (ran && loops < 100);
+        if (!reset) {
+            T_EQ(help_rerun_row, help_cancel_row); /* the interrupted ticket first */
+            T_CHECK(help_rows >= 1);
+        }
+        T_CHECK(loops - 1 == help_rows); /* every call but the last ran one */
+        int64_t rows[N][6];
+        memset(rows, 0xff, sizeof(rows));
+        char errtext[STK_ERRMSG_SIZE] = "";
+        T_EQ(run_epoch(L, rows, errtext, sizeof(errtext)), 1); /* record 13's batch */
+        T_CHECK(strstr(errtext, "Rows[13]") != NULL);
+        int from_helper = 0;
+        for (int64_t i = 0; i < N; i++) { /* every index of the good batches: each once */
+            if (i / B == 13 / B)
+                continue;
+            T_EQ(rows[i][0], i);
+            T_EQ(rows[i][1], (int64_t)epoch);
+            T_EQ(rows[i][3], (int64_t)stk_sample_seed(77, epoch, (uint64_t)i));
+            T_EQ(rows[i][4], i % B);
+            from_helper += rows[i][5] == 1; /* the helper's worker number: n_threads */
+        }
+        T_EQ(from_helper, help_rows);
+        stk_loader_destroy(L);
+    }
+    stk_dataset_close(ds);
+    return 0;
+}
+
+T_MAIN(T_CASE(test_index_dataset), T_CASE(test_v2_info), T_CASE(test_shared_ring),
+       T_CASE(test_help))

@@ -1,0 +1,290 @@
+"""The training thread loads part of the first batch (issue 24, python/stoker/_pyhelp.py): the
+samples it loads are those the executor would deliver (the same batches as with STOKER_HELP=0,
+random augmentation on worker processes included, object leaves included), every sample comes
+exactly once and in order, an exception in a sample it ran names that sample, on_error="skip"
+and a KeyboardInterrupt in such a sample leave the batches as they are, and it really runs
+samples (stats()["help_samples"]).
+
+Nothing here depends on the clock: the datasets make the workers wait until the training
+thread has run a sample of its own (an Event for worker threads, a file for worker processes),
+so the training thread always finds tickets to take; the waits are bounded only as a safety
+net (a broken helper fails the help_samples checks, never hangs)."""
+import os
+import random
+import threading
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import Dataset, get_worker_info  # noqa: E402
+
+import stoker  # noqa: E402
+
+N = 80
+BATCH = 16
+SAFETY_S = 20  # the longest a worker waits for the training thread's first sample
+
+
+class Gated(Dataset):
+    """Sample i: (float32 [3] full of i (plus draws from the three global generators when
+    `random`), i, "s<i>"). Once armed, a call outside the training thread first waits until the
+    training thread ran a sample (an Event in this process; a file across processes), so that
+    the training thread takes part in the first batch whatever the machine's load.
+    `fail(i, here)` may raise for sample i (here: on the training thread)."""
+
+    def __init__(self, path, random_draws=False, fail=None, gate=True):
+        self.path, self.random_draws, self.fail, self.gate = path, random_draws, fail, gate
+        self.parent = os.getpid()
+        self.main = threading.get_ident()
+        self.armed = False
+        self.event = threading.Event()
+        self.here = []  # indices __getitem__ ran on the training thread once armed
+
+    def __len__(self):
+        return N
+
+    def __getstate__(self):  # (spawned workers: no Event)
+        d = dict(self.__dict__)
+        d["event"] = None
+        return d
+
+    def _on_training_thread(self):
+        return os.getpid() == self.parent and threading.get_ident() == self.main
+
+    def __getitem__(self, i):
+        here = self._on_training_thread()
+        if here:
+            if self.armed:  # (not the constructor's probe)
+                self.here.append(i)
+                self.event.set()
+                with open(self.path, "w"):
+                    pass
+        elif not self.gate or threading.current_thread().name.startswith("stoker-probe"):
+            pass
+        elif os.getpid() == self.parent:  # a worker thread
+            if not self.event.wait(SAFETY_S):
+                self.event.set()  # (no helper: the test fails, once, not at every sample)
+        else:  # a worker process: the file
+            for _ in range(SAFETY_S * 100):
+                if os.path.exists(self.path):
+                    break
+                threading.Event().wait(0.01)
+            else:
+                self.gate = False
+        if self.fail is not None:
+            self.fail(i, here and self.armed)
+        x = torch.full((3,), float(i))
+        if self.random_draws:
+            x = x + random.random() + float(np.random.rand()) + torch.rand(3)
+        return x, i, f"s{i}"
+
+
+def run(tmp_path, monkeypatch, help_on, epochs=1, interrupt=None, **kw):
+    """Every batch of `epochs` epochs as plain values, the dataset, and the loader's stats."""
+    monkeypatch.setenv("STOKER_HELP", "1" if help_on else "0")
+    fail = kw.pop("fail", None)
+    ds = Gated(str(tmp_path / f"gate{int(help_on)}"), kw.pop("random_draws", False), fail,
+               gate=help_on)
+    kw.setdefault("num_workers", 2)
+    loader = stoker.Loader(ds, batch_size=BATCH, seed=7, **kw)
+    ds.armed = True  # the probe ran here before: the gate opens with the helper's first sample
+    batches = []
+    try:
+        for _ in range(epochs):
+            it = iter(loader)
+            while True:
+                try:
+                    b = next(it)
+                except StopIteration:
+                    break
+                except KeyboardInterrupt:
+                    if interrupt is None:
+                        raise
+                    interrupt.append(True)
+                    continue
+                batches.append((b[0].clone(), [int(v) for v in b[1]], list(b[2])))
+        st = loader.stats()
+        info = loader.info()
+    finally:
+        loader.close()
+    return batches, ds, st, info
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for (xa, ia, sa), (xb, ib, sb) in zip(a, b):
+        assert ia == ib and sa == sb
+        assert torch.equal(xa, xb)
+
+
+def exactly_once(batches, epochs=1):
+    seen = [i for _, idx, _ in batches for i in idx]
+    assert sorted(seen) == sorted(list(range(N)) * epochs)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_threads_same_batches(tmp_path, monkeypatch, shuffle):
+    on, ds, st, info = run(tmp_path, monkeypatch, True, epochs=2, shuffle=shuffle,
+                           executor="thread")
+    off, _, st_off, _ = run(tmp_path, monkeypatch, False, epochs=2, shuffle=shuffle,
+                            executor="thread")
+    assert info["executor"] == "thread"
+    same(on, off)
+    exactly_once(on, 2)
+    assert st["help_samples"] >= 1 and ds.here  # the training thread ran samples
+    assert st_off["help_samples"] == 0
+    first = set(on[0][1])
+    assert set(ds.here) <= first  # ... of the first batch only
+    for s, i in zip(on[0][2], on[0][1]):
+        assert s == f"s{i}"  # object leaves of rows loaded here reach the batch
+
+
+def test_processes_random_augmentation(tmp_path, monkeypatch):
+    """executor="auto" picks worker processes for a dataset drawing from the global generators;
+    the samples the training thread loads are seeded as a worker seeds them, and the training
+    thread's generators are put back."""
+    random.seed(123)
+    np.random.seed(123)
+    state = (random.getstate(), np.random.get_state()[1].copy())
+    on, ds, st, info = run(tmp_path, monkeypatch, True, shuffle=True, random_draws=True)
+    assert random.getstate() == state[0]
+    assert np.array_equal(np.random.get_state()[1], state[1])
+    off, _, _, info_off = run(tmp_path, monkeypatch, False, shuffle=True, random_draws=True)
+    assert info["executor"] == info_off["executor"] == "process"
+    same(on, off)
+    exactly_once(on)
+    assert st["help_samples"] >= 1 and ds.here
+    for s, i in zip(on[0][2], on[0][1]):
+        assert s == f"s{i}"
+
+
+def _fail_here(i, here):
+    if here:
+        raise ValueError(f"bad sample {i}")
+
+
+def test_error_names_the_index(tmp_path, monkeypatch):
+    """A sample the training thread ran raises: the batch raises it, wrapped as a worker's,
+    naming its index."""
+    monkeypatch.setenv("STOKER_HELP", "1")
+    ds = Gated(str(tmp_path / "gate"), fail=_fail_here)
+    loader = stoker.Loader(ds, batch_size=BATCH, seed=7, num_workers=2, executor="thread")
+    ds.armed = True
+    try:
+        with pytest.raises(ValueError) as e:
+            next(iter(loader))
+        assert ds.here
+        msg = str(e.value)
+        assert "training thread" in msg
+        assert f"sample {ds.here[0]}" in msg and f"bad sample {ds.here[0]}" in msg
+    finally:
+        loader.close()
+
+
+def _fail_some(i, here):
+    if i % 7 == 3:
+        raise ValueError(f"bad sample {i}")
+
+
+@pytest.mark.parametrize("executor", ["thread", "auto"])
+def test_skip_same(tmp_path, monkeypatch, executor):
+    """on_error="skip": the same substitutes whoever loaded the failing samples."""
+    kw = dict(shuffle=True, on_error="skip", fail=_fail_some, executor=executor)
+    if executor == "auto":
+        kw["random_draws"] = True  # (worker processes)
+    on, ds, st, _ = run(tmp_path, monkeypatch, True, **kw)
+    off, _, _, _ = run(tmp_path, monkeypatch, False, **kw)
+    same(on, off)
+    assert st["help_samples"] >= 1
+
+
+class _InterruptOnce:
+    def __init__(self):
+        self.done = False
+
+    def __call__(self, i, here):
+        if here and not self.done:
+            self.done = True
+            raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("executor", ["thread", "auto"])
+def test_keyboard_interrupt_keeps_batches(tmp_path, monkeypatch, executor):
+    """A KeyboardInterrupt in a sample the training thread runs reaches next(); the loop goes
+    on, and every batch comes exactly once, in order, as without help."""
+    kw = dict(shuffle=True, executor=executor, random_draws=executor == "auto")
+    caught = []
+    on, ds, st, info = run(tmp_path, monkeypatch, True, interrupt=caught,
+                           fail=_InterruptOnce(), **kw)
+    off, _, _, _ = run(tmp_path, monkeypatch, False, **kw)
+    assert caught == [True]
+    same(on, off)
+    exactly_once(on)
+    assert len(ds.here) >= 2  # the interrupted sample ran again here
+
+
+def test_resume_same(tmp_path, monkeypatch):
+    """A loader resumed from the state after its first batch (that batch helped) gives the rest
+    of the epoch as one that was never stopped, with the training thread helping the resumed
+    loader's first batch too (whether it finds a ticket there is left to the machine)."""
+    monkeypatch.setenv("STOKER_HELP", "1")
+    full, _, _, _ = run(tmp_path, monkeypatch, False, shuffle=True, executor="thread")
+    monkeypatch.setenv("STOKER_HELP", "1")
+    ds = Gated(str(tmp_path / "gate_a"))
+    a = stoker.Loader(ds, batch_size=BATCH, seed=7, num_workers=2, shuffle=True,
+                      executor="thread")
+    ds.armed = True
+    it = iter(a)
+    first = next(it)
+    state = a.state_dict()
+    a.close()
+    assert [int(v) for v in first[1]] == full[0][1]
+    ds2 = Gated(str(tmp_path / "gate_b"), gate=False)  # (its reset waits for the workers)
+    b = stoker.Loader(ds2, batch_size=BATCH, seed=7, num_workers=2, shuffle=True,
+                      executor="thread")
+    b.load_state_dict(state)
+    ds2.armed = True
+    try:
+        rest = [[int(v) for v in x[1]] for x in b]
+    finally:
+        b.close()
+    assert rest == [x[1] for x in full[1:]]
+
+
+def _init(worker):
+    pass
+
+
+class Where(Dataset):
+    """Sample i: i; notes the indices __getitem__ ran on the training thread with
+    get_worker_info() answering (a worker's sample there)."""
+
+    def __init__(self):
+        self.here = threading.get_ident(), os.getpid()
+        self.seen = []
+
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        if (threading.get_ident(), os.getpid()) == self.here and get_worker_info() is not None:
+            self.seen.append(i)
+        return i
+
+
+@pytest.mark.parametrize("kw", [dict(executor="process"), dict(worker_init_fn=_init),
+                                dict(num_workers=0)])
+def test_never_where_getitem_must_not_run_here(monkeypatch, kw):
+    """executor="process" given, a worker_init_fn, or num_workers=0 (one sample at a time):
+    __getitem__ never runs in the training thread for a batch."""
+    monkeypatch.setenv("STOKER_HELP", "1")
+    ds = Where()
+    loader = stoker.Loader(ds, batch_size=4, **{"num_workers": 2, **kw})
+    probed = list(ds.seen)  # (the constructor's probe, as without help)
+    try:
+        assert sorted(int(v) for b in loader for v in b) == list(range(20))
+        assert loader.stats()["help_samples"] == 0
+    finally:
+        loader.close()
+    assert ds.seen == probed
