@@ -570,7 +570,7 @@ class PyLoader(Loader):
                 _loader._close_at_exit(self)  # before the interpreter stops threads
             self._helper = None
             if _pyhelp.allowed(executor, workers, worker_init_fn, choice.executor, self.reseed,
-                               p.uses_rng):
+                               p.uses_rng, choice.workers):
                 info = _pyworker.worker_info(0, max(1, workers or 1), base_seed, ds)
                 threads = choice.executor == "thread"
                 runner = _pyhelp.HelpRunner(ds, layout, info, self._runner if threads else None,

@@ -20,6 +20,11 @@ the training thread's time is the training step's; the ring keeps the workers ah
 A KeyboardInterrupt in a sample loaded here leaves its ticket claimed: the next call loads it
 again first (the loader stays usable; a reset discards it). STOKER_HELP=0 in the environment
 turns it off (tests and benchmarks compare).
+
+On the thread executor it helps only where that executor already calls __getitem__ from two
+threads or more and the dataset draws no global random numbers: at one worker thread the
+training thread would make a dataset that was called serially be called from two threads at
+once (allowed()).
 """
 import os
 import time
@@ -38,13 +43,19 @@ def enabled():
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "no", "false")
 
 
-def allowed(executor_arg, workers, worker_init_fn, chosen, reseed, uses_rng):
+def allowed(executor_arg, workers, worker_init_fn, chosen, reseed, uses_rng, threads=0):
     """Whether __getitem__ may run in the training thread for the first batch (never at
-    num_workers=0, which runs one sample at a time, in order)."""
+    num_workers=0, which runs one sample at a time, in order). On the thread executor only
+    where it already runs two threads or more (`threads`) and the probe saw no draws from the
+    global generators: the training thread is one more caller at the same time, and a dataset
+    given one worker may not be safe to call from two threads at once (torchvision's FakeData
+    sets torch's global generator in __getitem__: two callers mix their pixels)."""
     if not enabled() or executor_arg == "process" or worker_init_fn is not None or \
             workers == 0:
         return False
-    return chosen == "thread" or reseed or not uses_rng
+    if chosen == "thread":
+        return threads >= 2 and not uses_rng
+    return reseed or not uses_rng
 
 
 class HelpRunner:

@@ -274,10 +274,11 @@ class Where(Dataset):
 
 
 @pytest.mark.parametrize("kw", [dict(executor="process"), dict(worker_init_fn=_init),
-                                dict(num_workers=0)])
+                                dict(num_workers=0), dict(num_workers=1, executor="thread")])
 def test_never_where_getitem_must_not_run_here(monkeypatch, kw):
-    """executor="process" given, a worker_init_fn, or num_workers=0 (one sample at a time):
-    __getitem__ never runs in the training thread for a batch."""
+    """executor="process" given, a worker_init_fn, num_workers=0 (one sample at a time), or one
+    worker thread (the training thread would be a second caller at once): __getitem__ never runs
+    in the training thread for a batch."""
     monkeypatch.setenv("STOKER_HELP", "1")
     ds = Where()
     loader = stoker.Loader(ds, batch_size=4, **{"num_workers": 2, **kw})
@@ -288,3 +289,23 @@ def test_never_where_getitem_must_not_run_here(monkeypatch, kw):
     finally:
         loader.close()
     assert ds.seen == probed
+
+
+def test_allowed_rule(monkeypatch):
+    """_pyhelp.allowed, the whole rule: on threads only beside two or more worker threads and
+    without global draws (FakeData sets torch's generator in __getitem__: a second caller at
+    once mixes pixels); on processes when samples do not depend on where they load."""
+    from stoker import _pyhelp
+    monkeypatch.setenv("STOKER_HELP", "1")
+    allowed = _pyhelp.allowed
+    assert allowed("auto", 2, None, "thread", True, False, threads=2)
+    assert not allowed("auto", 1, None, "thread", True, False, threads=1)
+    assert not allowed("auto", None, None, "thread", True, True, threads=8)
+    assert allowed("auto", 1, None, "process", True, True, threads=1)
+    assert allowed("auto", 2, None, "process", False, False, threads=2)
+    assert not allowed("auto", 2, None, "process", False, True, threads=2)
+    assert not allowed("process", 2, None, "process", True, False, threads=2)
+    assert not allowed("auto", 2, _init, "thread", True, False, threads=2)
+    assert not allowed("auto", 0, None, "thread", True, False, threads=1)
+    monkeypatch.setenv("STOKER_HELP", "0")
+    assert not allowed("auto", 2, None, "thread", True, False, threads=2)
