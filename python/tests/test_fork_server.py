@@ -93,20 +93,24 @@ DATASETS = textwrap.dedent("""
         return int([l for l in open("/proc/%d/status" % pid)
                     if l.startswith("VmRSS")][0].split()[1])
 
+    def one_pass(loader, catch):
+        # one pass: the values delivered and the messages of the errors (of type catch) raised,
+        # going on after each
+        got, errors, it = [], [], iter(loader)
+        while True:
+            try:
+                got += [v.item() for v in next(it)]
+            except StopIteration:
+                return got, errors
+            except catch as e:
+                errors.append(str(e))
+
     def epochs_until_a_death(loader, n):
         # the death is found when a sample goes to the killed worker: an epoch whose samples
         # all went to the other one ends whole, so go on to the next (at most 50)
         import stoker
         for epoch in range(50):
-            got, errors = [], []
-            it = iter(loader)
-            while True:
-                try:
-                    got += next(it).tolist()
-                except StopIteration:
-                    break
-                except stoker.StokerIOError as e:
-                    errors.append(str(e))
+            got, errors = one_pass(loader, stoker.StokerIOError)
             if errors or len(got) != n:
                 return got, errors
         return got, errors
@@ -193,17 +197,7 @@ def test_an_iterable_worker_killed_after_the_server_went_lean_is_restarted(tmp_p
         fs = _procpool._FS
         fs.forget(0)
         print("lean", fs.is_lean, len(fsds.SENT))
-        got, errors = [], []
-        i = iter(it)
-        while True:
-            try:
-                b = next(i)
-            except StopIteration:
-                break
-            except RuntimeError as e:
-                errors.append(str(e))
-                continue
-            got += [int(v) for v in b]
+        got, errors = fsds.one_pass(it, RuntimeError)
         print("pass1", len(errors), "signal 9" in errors[0], "restarted" in errors[0],
               13 not in got, len(got) == len(set(got)), set(got) < set(range(30)))
         print("pass2", sorted(int(v) for b in it for v in b) == list(range(30)), len(fsds.SENT),
@@ -243,14 +237,7 @@ def test_restart_names_a_dataset_that_no_longer_pickles_then_recovers(tmp_path):
         want = sorted(float(ds.data[i % 64, 0]) + i for i in range(24))
         stale = []  # batches prepared ahead before the del failed as above: said, not lost
         for epoch in range(50):   # a sample of worker 0 restarts it
-            got, errors, it = [], [], iter(loader)
-            while True:
-                try:
-                    got += next(it).tolist()
-                except StopIteration:
-                    break
-                except stoker.StokerIOError as e:
-                    errors.append(str(e))
+            got, errors = fsds.one_pass(loader, stoker.StokerIOError)
             stale += errors
             got = sorted(float(v) for v in got)
             if loader.stats()["worker_restarts"] and not errors:
