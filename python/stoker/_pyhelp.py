@@ -7,9 +7,10 @@ and their first ticket cost 20-40 ms before the first sample of a worker process
 
 Only where __getitem__ may run in this process at all: not with executor="process" given (then,
 as with the DataLoader, it never runs here), not with a worker_init_fn (which may change the
-process it runs in), not at num_workers=0 (one sample at a time, in order, as asked), and on worker processes only when their samples do not depend on which
-process loads them (reseed=True seeds each sample from (seed, epoch, index); else a dataset the
-probe saw not drawing random numbers). A sample loaded here is the one the executor would
+process it runs in), not at num_workers=0 (one sample at a time, in order, as asked), and on
+worker processes only when their samples do not depend on which process loads them
+(reseed=True seeds each sample from (seed, epoch, index); else a dataset the probe saw not
+drawing random numbers). A sample loaded here is the one the executor would
 deliver: on processes the global generators are seeded per sample as a worker seeds them and the
 training thread's generator states are put back afterwards; get_worker_info() answers as in the
 probe (worker 0). Samples the probe loaded (ThreadRunner's `kept`, epoch 0's) are handed out
