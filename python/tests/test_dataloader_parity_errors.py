@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 import stoker  # noqa: E402
 from test_dataloader_parity import Counting, _close_made, mk  # noqa: E402,F401
 from conftest import run_python  # noqa: E402
+from test_pydataset import _epoch_through_timeouts  # noqa: E402
 
 EXECUTORS = ["thread", "process"]
 
@@ -230,22 +231,6 @@ class ShardKillsItself(IterableDataset):
             yield i
 
 
-def _pass(loader):
-    """One pass: the items delivered and the errors' messages, going on after each."""
-    got, errors, it = [], [], iter(loader)
-    while True:
-        try:
-            b = next(it)
-        except StopIteration:
-            return got, errors
-        except RuntimeError as e:
-            errors.append(str(e))
-            if "exited unexpectedly" not in str(e) or len(errors) > 3:
-                return got, errors
-            continue
-        got += [int(v) for v in b]
-
-
 def test_killed_iterable_worker_then_the_next_pass(tmp_path):
     """An IterableDataset's worker process killed by a signal: the DataLoader's pass raises
     RuntimeError ("exited unexpectedly", or "is killed by signal" from its SIGCHLD handler) and
@@ -255,7 +240,7 @@ def test_killed_iterable_worker_then_the_next_pass(tmp_path):
     a child exits (seen once in CI, inside pytest's own reporting)."""
     s = stoker.Loader(ShardKillsItself(str(tmp_path / "stoker")), batch_size=2, num_workers=2)
     try:
-        got, errors = _pass(s)
+        got, errors = _epoch_through_timeouts(s, kinds=(stoker.StokerWorkerError,))
         assert len(errors) == 1 and "exited unexpectedly" in errors[0], errors
         assert "killed by signal 9" in errors[0] and "restarted for the next" in errors[0]
         assert 5 not in got and len(got) == len(set(got)) and set(got) < set(range(12))

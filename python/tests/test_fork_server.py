@@ -117,6 +117,14 @@ DATASETS = textwrap.dedent("""
 """)
 
 
+def assert_prints(code, want):
+    """Runs `code` in a fresh interpreter (the fork server is one per process): it exits 0 and
+    the first lines it prints are `want`."""
+    r = run_python(code, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:len(want)] == want, (r.stdout, r.stderr)
+
+
 def script(tmp_path, body):
     (tmp_path / "fsds.py").write_text(DATASETS)
     return f"import sys\nsys.path.insert(0, {str(tmp_path)!r})\n" + textwrap.dedent(body)
@@ -146,11 +154,8 @@ def test_lean_fork_server_keeps_no_spec_and_a_restart_gets_it_on_demand(tmp_path
         # less memory than the dataset's 32 MB of data (it never unpickled it)
         print("sent", len(fsds.SENT), fs.is_lean, fsds.memfds(fs.pid), fsds.rss_kb(fs.pid) < 32768)
     """)
-    r = run_python(code, timeout=240)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split("\n")[:5] == ["first True 0", "lean True", "killed True True",
-                                         "after True True 1", "sent 1 True [] True"], \
-        (r.stdout, r.stderr)
+    assert_prints(code, ["first True 0", "lean True", "killed True True", "after True True 1",
+                         "sent 1 True [] True"])
 
 
 def test_an_iterable_loader_after_the_server_went_lean(tmp_path):
@@ -174,11 +179,8 @@ def test_an_iterable_loader_after_the_server_went_lean(tmp_path):
               fs.is_lean)
         print("again", sorted(int(v) for b in it for v in b) == list(range(30)), len(fsds.SENT))
     """)
-    r = run_python(code, timeout=240)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split("\n")[:4] == ["first 24 0", "lean True",
-                                         "iterable True 30 0 process True", "again True 0"], \
-        (r.stdout, r.stderr)
+    assert_prints(code, ["first 24 0", "lean True", "iterable True 30 0 process True",
+                         "again True 0"])
 
 
 def test_an_iterable_worker_killed_after_the_server_went_lean_is_restarted(tmp_path):
@@ -204,11 +206,8 @@ def test_an_iterable_worker_killed_after_the_server_went_lean_is_restarted(tmp_p
               it.stats()["worker_restarts"], it.stats()["worker_deaths"])
         print("pass3", sorted(int(v) for b in it for v in b) == list(range(30)), len(fsds.SENT))
     """)
-    r = run_python(code, timeout=240)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split("\n")[:4] == ["lean True 0", "pass1 1 True True True True True",
-                                         "pass2 True 1 1 1", "pass3 True 1"], \
-        (r.stdout, r.stderr)
+    assert_prints(code, ["lean True 0", "pass1 1 True True True True True", "pass2 True 1 1 1",
+                         "pass3 True 1"])
 
 
 def test_restart_names_a_dataset_that_no_longer_pickles_then_recovers(tmp_path):
@@ -245,10 +244,7 @@ def test_restart_names_a_dataset_that_no_longer_pickles_then_recovers(tmp_path):
         print("recovered", got == want, loader.stats()["worker_restarts"],
               all("sending it the dataset failed" in e and "lock" in e for e in stale))
     """)
-    r = run_python(code, timeout=240)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split("\n")[:4] == ["first 24", "died True True", "named True True",
-                                         "recovered True 1 True"], (r.stdout, r.stderr)
+    assert_prints(code, ["first 24", "died True True", "named True True", "recovered True 1 True"])
 
 
 def test_a_probe_here_that_leaves_an_unpicklable_handle_keeps_the_fork(tmp_path):
@@ -271,10 +267,7 @@ def test_a_probe_here_that_leaves_an_unpicklable_handle_keeps_the_fork(tmp_path)
         print("after", sorted(int(v) for b in loader for v in b) == list(range(24)),
               loader.worker_pids()[0] not in old, _procpool._FS.is_lean)
     """)
-    r = run_python(code, timeout=240)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split("\n")[:3] == ["chosen process True", "killed True",
-                                         "after True True False"], (r.stdout, r.stderr)
+    assert_prints(code, ["chosen process True", "killed True", "after True True False"])
 
 
 def test_a_script_that_defines_code_and_cannot_be_imported_again_keeps_the_fork(tmp_path):
