@@ -735,8 +735,9 @@ def test_restarted_worker_that_never_starts_fails_its_samples_by_name(tmp_path, 
     # start, which takes longer than that on a loaded machine); a first start of worker 1 past it
     # is such a failure too, and the verdict holds either way
     monkeypatch.setattr(_procpool, "STARTUP_LIMIT_S", None)
-    loader = stoker.Loader(KillsOnceThenLets(str(tmp_path / "killed"), each=0.1),
-                           batch_size=4, num_workers=2, executor="process", timeout=0.5,
+    # (not KillsOnceThenLets: its waits in the healthy worker would count against timeout=0.5)
+    loader = stoker.Loader(KillsOnceSaying(str(tmp_path / "killed")), batch_size=4,
+                           num_workers=2, executor="process", timeout=0.5,
                            worker_init_fn=HeldStart(str(tmp_path)))
     loader._pool.set_startup(0.5)
     it = iter(loader)
