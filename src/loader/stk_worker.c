@@ -36,6 +36,22 @@ static void readahead_records(core *c, const stk__slot *s, uint64_t first, uint3
     }
 }
 
+/* The record ticket t of slot s reads (the epoch's order at the ticket's position). */
+static uint64_t ticket_record(core *c, const stk__slot *s, uint32_t t)
+{
+    return stk__order_at(c, s, (s->first + (uint64_t)t * s->stride) % c->m);
+}
+
+/* A worker (or the helping consumer) left its samples (mu held). A reset waits for busy == 0;
+ * it is woken only then: the consumer waits on the same condition variable for its next batch,
+ * and waking it for nothing costs two context switches a batch (bench/RESULTS.md, issue 26
+ * tok3). */
+static void end_busy_locked(core *c)
+{
+    if (--c->busy == 0 && c->resets)
+        pthread_cond_broadcast(&c->r.cv_ready);
+}
+
 /* Open batch c->open_seq in its slot from the dispatcher state (mu held; the slot is FREE).
  * Returns false when there is nothing to open. */
 static bool open_batch(core *c)
@@ -657,7 +673,7 @@ void *stk__worker_main(void *arg)
         while (atomic_load(&c->gen) == gen && stk__slot_take_tickets(s, seq, count, want, &t, &n)) {
             uint64_t idx[STK__PREPARE_MAX]; /* the samples' records, in the epoch's order */
             for (uint32_t k = 0; k < n; k++)
-                idx[k] = stk__order_at(c, s, (s->first + (uint64_t)(t + k) * s->stride) % c->m);
+                idx[k] = ticket_record(c, s, t + k);
             if (n > 1 && many > 1)
                 prepare_records(c, w, s, idx, n);
             if (c->sample_ahead_fn)
@@ -672,11 +688,7 @@ void *stk__worker_main(void *arg)
         }
         atomic_fetch_add_explicit(&w->run_ns, stk__loader_now(c) - t0, memory_order_relaxed);
         pthread_mutex_lock(&c->r.mu);
-        /* A reset waits for busy == 0. Only then: the consumer waits on the same condition
-         * variable for its next batch, and waking it for nothing costs two context switches a
-         * batch (bench/RESULTS.md, issue 26 tok3). */
-        if (--c->busy == 0 && c->resets)
-            pthread_cond_broadcast(&c->r.cv_ready);
+        end_busy_locked(c);
     }
     pthread_mutex_unlock(&c->r.mu);
     return NULL;
@@ -730,7 +742,7 @@ stk_status stk_loader_help(stk_loader *L, stk_sample_fn_v2 fn, void *ctx, uint32
     w->fn = fn;
     w->fn_ctx = ctx;
     uint64_t t0 = stk__loader_now(c);
-    uint64_t idx = stk__order_at(c, s, (s->first + (uint64_t)t * s->stride) % c->m);
+    uint64_t idx = ticket_record(c, s, t);
     stk_status rc = do_sample(c, w, s, t, idx);
     if (rc == STK_OK && atomic_fetch_add(&s->done, 1) + 1 == count)
         complete_batch(c, w, s, seq);
@@ -743,8 +755,7 @@ stk_status stk_loader_help(stk_loader *L, stk_sample_fn_v2 fn, void *ctx, uint32
         c->h_t = t;
         c->h_gen = gen;
     }
-    if (--c->busy == 0 && c->resets)
-        pthread_cond_broadcast(&c->r.cv_ready);
+    end_busy_locked(c);
     pthread_mutex_unlock(&c->r.mu);
     if (rc < 0)
         return stk__set_error(L->errmsg, sizeof(L->errmsg), rc,
