@@ -28,11 +28,9 @@ state with every batch; state_dict() holds the state of each worker at its last 
 before it is iterated again. Without them, state_dict() raises StokerNotSupportedError.
 """
 import copy
-import os
 import pickle
 import queue
 import select
-import signal
 import socket
 import struct
 import threading
@@ -273,23 +271,23 @@ class _ProcChannel(_Channel):
 
     def reap(self, server_ctl):
         """The dead worker's wait status, asked of the fork server that forked it (REAP), once;
-        None where the server cannot say."""
+        -1 where the server cannot say."""
         if self.status is None:
             try:
                 server_ctl.sendall(_procpool.CTL.pack(_procpool.CTL_REAP, self.wid, self.pid, 0))
                 status, err = _procpool.CTL_REPLY.unpack(_procpool._recv_exact(server_ctl, 8))
             except (OSError, EOFError):
-                return None
+                return -1
             self.status = status if status >= 0 and not err else -1
-        return self.status if self.status >= 0 else None
+        return self.status
 
     def death(self, server_ctl):
         """What the consumer raises for this worker's death: how it ended, and that it is
         restarted for the next pass."""
         return (f"stoker.Loader: iterable worker process {self.wid} (pid {self.pid}) exited "
-                f"unexpectedly: it {_ended(self.reap(server_ctl))}; its iterator's items after "
-                f"the last batch it delivered are lost for this pass, and it is restarted for "
-                f"the next one")
+                f"unexpectedly: it {_core.wait_status_text(self.reap(server_ctl))}; its "
+                f"iterator's items after the last batch it delivered are lost for this pass, and "
+                f"it is restarted for the next one")
 
     def close(self):
         self.closing = True
@@ -298,23 +296,6 @@ class _ProcChannel(_Channel):
         except OSError:
             pass
         self.sock.close()
-
-
-def _ended(status):
-    """How a worker process ended, from its wait status (None: not known)."""
-    if status is None:
-        return "ended (its exit status is unknown)"
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = "?"
-        oom = "; the kernel's OOM killer sends SIGKILL when memory runs out"
-        return f"was killed by signal {sig} ({name}{oom if sig == signal.SIGKILL else ''})"
-    if os.WIFEXITED(status):
-        return f"exited with status {os.WEXITSTATUS(status)}"
-    return f"ended (wait status {status})"
 
 
 class _ThreadChannel(_Channel):

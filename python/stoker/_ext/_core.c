@@ -22,6 +22,7 @@
  */
 #include "_core.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -358,6 +359,19 @@ static PyObject *mod_n_cpus(PyObject *self, PyObject *noargs)
     return PyLong_FromUnsignedLong(stk_n_cpus());
 }
 
+/* wait_status_text(status) -> how a worker process ended (stkpy_wait_status_text). */
+static PyObject *mod_wait_status_text(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    int status = v < 0 || v > INT_MAX ? -1 : (int)v;
+    char buf[256];
+    stkpy_wait_status_text(status, buf, sizeof(buf));
+    return PyUnicode_FromString(buf);
+}
+
 /* image_extensions() -> the extensions ImageFolder reads (stk_image_extension). */
 static PyObject *mod_image_extensions(PyObject *self, PyObject *noargs)
 {
@@ -433,6 +447,9 @@ static PyMethodDef module_methods[] = {
     {"in_worker_call", mod_in_worker_call, METH_NOARGS,
      "in_worker_call() -> bool: whether this thread is a loader's worker running Python code "
      "for it (a sample or a map= call): a loader must not be closed in place there."},
+    {"wait_status_text", mod_wait_status_text, METH_O,
+     "wait_status_text(status) -> str: how a worker process ended, from its wait status "
+     "(negative: not known)."},
     {"n_cpus", mod_n_cpus, METH_NOARGS,
      "n_cpus() -> int: the CPUs this process may run on (what n_threads=0 means)."},
     {"image_extensions", mod_image_extensions, METH_NOARGS,

@@ -163,6 +163,11 @@ extern PyTypeObject StkGilMeter_Type;
 extern PyTypeObject StkProcPool_Type;
 /* The ProcPool side of stkpy_exec_setup, and the sample seed (module function). */
 int stkpy_procpool_setup(PyObject *pool, stk_loader_opts *o);
+
+/* How a worker process ended, from its wait status (< 0: not known), into buf: "was killed by
+ * signal 9 (Killed; ...)", "exited with status 1" (_procpool.c; also _core.wait_status_text for
+ * the iterable loader's workers). */
+void stkpy_wait_status_text(int status, char *buf, size_t size);
 PyObject *stkpy_sample_seed(PyObject *self, PyObject *args);
 
 #endif /* STK_PY_CORE_H */

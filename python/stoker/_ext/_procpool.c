@@ -388,8 +388,7 @@ static int spawn_worker(ProcPoolObject *p, uint32_t wid, bool then_lean, bool fr
     return 0;
 }
 
-/* "killed by signal 9 (Killed; ...)" / "exited with status 1" into buf. */
-static void status_text(int status, char *buf, size_t size)
+void stkpy_wait_status_text(int status, char *buf, size_t size)
 {
     if (status < 0) {
         snprintf(buf, size, "ended (its exit status is unknown)");
@@ -424,7 +423,7 @@ static stk_status worker_died(ProcPoolObject *p, uint32_t wid, const stk_sample_
     }
     int status = reap_worker(p, w->pid);
     char how[200];
-    status_text(status, how, sizeof(how));
+    stkpy_wait_status_text(status, how, sizeof(how));
     if (lost == LOST_TIMEOUT)
         snprintf(w->why, sizeof(w->why),
                  "__getitem__(%llu) did not return within %.3g s (timeout=): worker process %u "
