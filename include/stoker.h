@@ -1241,6 +1241,9 @@ typedef stk_status (*stk_sample_fn_v2)(void *ctx, const stk_sample_info *info, c
  *  announced before it. With `out` NULL (n_out 0; only info->worker set), after each run: the
  *  thread will not run the announced samples it has not run yet (a reset or seek cut its run
  *  short); the callback returns only once nothing it started may still write into their rows.
+ *  The thread also makes that call once before it takes its first sample: a callback may wait
+ *  there until it can start the thread's samples (a worker process still starting), so that
+ *  the samples it would hold meanwhile stay for other threads (stk_loader_help's included).
  *  Returns how many samples the thread should take at a time from now on (1: one, nothing
  *  ahead; the loader takes fewer near a batch's end).
  *  Threads: called by each worker thread for its own samples, like sample_fn_v2. */

@@ -11,6 +11,7 @@ so the training thread always finds tickets to take; the waits are bounded only 
 net (a broken helper fails the help_samples checks, never hangs)."""
 import os
 import random
+import signal
 import threading
 
 import numpy as np
@@ -309,3 +310,104 @@ def test_allowed_rule(monkeypatch):
     assert not allowed("auto", 0, None, "thread", True, False, threads=1)
     monkeypatch.setenv("STOKER_HELP", "0")
     assert not allowed("auto", 2, None, "thread", True, False, threads=2)
+
+
+class Draws(Dataset):
+    """Sample i: float32 [3] of i plus torch.rand(3) (a global draw: executor="auto" picks worker
+    processes, and each sample is seeded per (seed, epoch, index) wherever it loads), and i."""
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return torch.full((3,), float(i)) + torch.rand(3), i
+
+
+def _all(loader):
+    return [(b[0].clone(), [int(v) for v in b[1]]) for b in loader]
+
+
+def test_first_batch_does_not_wait_for_the_worker_forks(monkeypatch):
+    """The pool asks the fork server for its worker processes without waiting for the forks:
+    with the fork server stopped (SIGSTOP) right after it took the loader, no worker exists, yet
+    the constructor returns and the training thread loads the whole first batch; once the
+    server runs again (SIGCONT) the workers load the rest: the same batches as a loader that
+    was never stopped. (A build that waits for the forks in the constructor hangs there: the
+    watchdog resumes the server after SAFETY_S and the test fails, instead of hanging the run;
+    a working build never waits on it.)"""
+    from stoker import _procpool
+    monkeypatch.setenv("STOKER_HELP", "1")
+    ref_loader = stoker.Loader(Draws(), batch_size=BATCH, seed=7, num_workers=2, shuffle=True)
+    try:
+        ref = _all(ref_loader)
+    finally:
+        ref_loader.close()
+    stopped, fired = [], threading.Event()
+    orig = _procpool.Pending.start
+
+    def start(self, probed_here=False):
+        server = orig(self, probed_here)
+        os.kill(self.fs.pid, signal.SIGSTOP)
+        stopped.append(self.fs.pid)
+        return server
+
+    def resume():
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+
+    def watchdog():
+        if not done.wait(SAFETY_S):
+            fired.set()
+            resume()
+
+    done = threading.Event()
+    monkeypatch.setattr(_procpool.Pending, "start", start)
+    dog = threading.Thread(target=watchdog, daemon=True)
+    dog.start()
+    loader = None
+    try:
+        loader = stoker.Loader(Draws(), batch_size=BATCH, seed=7, num_workers=2, shuffle=True)
+        it = iter(loader)
+        first = next(it)
+        helped = loader.stats()["help_samples"]
+        done.set()
+        resume()
+        got = [(first[0].clone(), [int(v) for v in first[1]])]
+        del first  # (its ring slot)
+        got += [(b[0].clone(), [int(v) for v in b[1]]) for b in it]
+        executor = loader.info()["executor"]
+    finally:
+        done.set()
+        resume()
+        if loader is not None:
+            loader.close()
+    assert stopped and not fired.is_set()
+    assert executor == "process"
+    assert helped == BATCH  # every sample of the first batch loaded in this process
+    assert len(got) == len(ref)
+    for (xa, ia), (xb, ib) in zip(got, ref):
+        assert ia == ib and torch.equal(xa, xb)
+
+
+def test_fork_server_gone_before_the_forks_is_named(monkeypatch):
+    """The fork server dies after taking the loader and before forking its workers (their
+    answers still owed): the epoch raises an error naming it, and nothing hangs."""
+    from stoker import _procpool
+    monkeypatch.setenv("STOKER_HELP", "1")
+    orig = _procpool.Pending.start
+
+    def start(self, probed_here=False):
+        server = orig(self, probed_here)
+        os.kill(self.fs.pid, signal.SIGKILL)
+        return server
+
+    monkeypatch.setattr(_procpool.Pending, "start", start)
+    loader = stoker.Loader(Draws(), batch_size=BATCH, seed=7, num_workers=2, shuffle=True)
+    try:
+        assert loader.info()["executor"] == "process"
+        with pytest.raises(Exception) as e:
+            for _ in loader:
+                pass
+        assert "worker server (which forks the workers) has exited" in str(e.value)
+    finally:
+        loader.close()

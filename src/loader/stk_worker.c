@@ -600,7 +600,8 @@ static uint32_t announce_samples(core *c, worker *w, stk__slot *s, uint32_t t, c
 }
 
 /* The run is over: the sample_ahead_fn forgets what was announced and not run (a reset cut the
- * run short; it returns once nothing it started may still write into the rows). */
+ * run short; it returns once nothing it started may still write into the rows). Also called
+ * once before the thread's first sample. */
 static void forget_samples(core *c, const worker *w)
 {
     stk_sample_info info = {.struct_size = sizeof(info), .worker = w->id};
@@ -622,6 +623,8 @@ void *stk__worker_main(void *arg)
         char err[STK_ERRMSG_SIZE];
         stk__devring_thread_init(c->r.dc.dev, err, sizeof(err));
     }
+    if (c->sample_ahead_fn) /* before the first sample: it may wait for what this thread's need */
+        forget_samples(c, w);
     pthread_mutex_lock(&c->r.mu);
     for (;;) {
         if (c->stop)

@@ -30,7 +30,10 @@
  * dataset: it forks a worker bare and says so (CTL_WANTS_SPEC), and the thread that asked takes
  * the GIL and has `respec` pickle the dataset in this process and send it on the worker's socket
  * (send_spec); the pool's last SPAWN at its start is flagged CTL_THEN_LEAN, after which the fork
- * server goes lean. When a worker's socket ends (killed by a signal, the OOM killer, an exit),
+ * server goes lean. The pool's first SPAWNs are sent together and their answers read later, by
+ * the thread that first uses each worker (spawn_finish): the server forks them one after the
+ * other (a fork of a process holding torch takes milliseconds) while the constructor goes on
+ * and the training thread loads part of the first batch (_pyhelp.py). When a worker's socket ends (killed by a signal, the OOM killer, an exit),
  * the thread asks the server how it died, names it in the sample's error (index and signal) and
  * has a new worker forked at once; after MAX_RESTARTS deaths in a row without a finished sample
  * it stops restarting that worker and fails its samples with the last reason. A new worker says
@@ -123,6 +126,7 @@ typedef struct pworker {
     uint32_t arena_seen; /* the arena id this process has mapped (0: none) */
     bool init_sent;
     bool starting; /* its ST_READY not read yet: timeout= does not run meanwhile */
+    bool owed;     /* its SPAWN's answer not taken yet (the pool's first workers: spawn_finish) */
     int deaths;    /* in a row, without a finished sample since */
     char why[400];
     /* tickets in flight, in the order sent (replies come in that order): those announced
@@ -152,6 +156,10 @@ typedef struct {
     PyObject *respec;        /* respec(fd): send the pickled spec to a worker forked without it */
     struct stkpy_tstates ts; /* the loader threads' Python states (respec on a restart) */
     pthread_mutex_t ctl_mu;
+    /* ctl_mu: the answers the server owes to the pool's first SPAWNs, for workers
+     * [owed_next, owed_end), read in order by settle_locked into `answers` */
+    uint32_t owed_next, owed_end;
+    ctl_reply *answers;
     uint32_t n;
     pworker *w;
     pthread_mutex_t mu;
@@ -297,12 +305,25 @@ static int recv_all(int sock, void *buf, size_t n, uint64_t deadline)
 
 /* ---- the server (fork and reap) ---- */
 
+/* Read the answers the server still owes to the pool's first SPAWNs (ProcPool_new sends them
+ * all without waiting), in order, into `answers`: every later request on ctl waits for its own
+ * answer after them. ctl_mu held. */
+static void settle_locked(ProcPoolObject *p)
+{
+    while (p->owed_next < p->owed_end) {
+        ctl_reply *r = &p->answers[p->owed_next++];
+        if (p->ctl < 0 || recv_all(p->ctl, r, sizeof(*r), 0) != 0)
+            *r = (ctl_reply){.value = -1, .err = 0}; /* the server exited */
+    }
+}
+
 /* The wait status of a worker that ended (asked of the server, its parent); -1 if unknown. */
 static int reap_worker(ProcPoolObject *p, pid_t pid)
 {
     ctl_msg m = {.op = CTL_REAP, .pid = pid};
     ctl_reply r = {.value = -1};
     pthread_mutex_lock(&p->ctl_mu);
+    settle_locked(p);
     int rc = p->ctl < 0 ? -1 : send_all(p->ctl, &m, sizeof(m), -1);
     if (rc == 0)
         rc = recv_all(p->ctl, &r, sizeof(r), 0);
@@ -346,11 +367,42 @@ static int send_spec(ProcPoolObject *p, uint32_t wid, int sock, bool from_python
     return rc;
 }
 
+/* Worker wid's SPAWN answered (r; sent: whether the request went out): its pid, and the dataset
+ * sent when a lean server forked it without (from_python: see send_spec). 0, or -1 with err set
+ * (its socket `sock` is then closed, and a worker forked without the dataset killed). */
+static int spawn_answered(ProcPoolObject *p, uint32_t wid, int sock, bool sent, ctl_reply r,
+                          bool from_python, char *err, size_t err_size)
+{
+    pworker *w = &p->w[wid];
+    if (!sent || r.value <= 0) {
+        close(sock);
+        snprintf(err, err_size, "cannot start worker process %u: %s", wid,
+                 !sent || (r.value < 0 && !r.err)
+                     ? "the worker server (which forks the workers) has exited"
+                     : strerror(r.err ? r.err : EAGAIN));
+        return -1;
+    }
+    if (r.err == CTL_WANTS_SPEC && send_spec(p, wid, sock, from_python, err, err_size) != 0) {
+        close(sock);
+        kill(r.value, SIGKILL);
+        reap_worker(p, r.value);
+        return -1;
+    }
+    w->sock = sock;
+    w->pid = r.value;
+    w->arena_seen = 0;
+    w->init_sent = false;
+    w->starting = true;
+    return 0;
+}
+
 /* Ask the server to fork worker `wid` on a new socket pair; the parent's end into w. then_lean:
  * the pool's last worker at its start (the fork server may go lean after it). A worker forked
- * without the dataset (a lean server's) gets it from send_spec. */
+ * without the dataset (a lean server's) gets it from send_spec. owe: do not wait for the
+ * answer (the pool's first workers, asked for together: the server forks them one after the
+ * other while this process goes on; spawn_finish takes it before the worker is used). */
 static int spawn_worker(ProcPoolObject *p, uint32_t wid, bool then_lean, bool from_python,
-                        char *err, size_t err_size)
+                        bool owe, char *err, size_t err_size)
 {
     pworker *w = &p->w[wid];
     int sv[2];
@@ -360,32 +412,46 @@ static int spawn_worker(ProcPoolObject *p, uint32_t wid, bool then_lean, bool fr
         return -1;
     }
     ctl_msg m = {.op = CTL_SPAWN, .wid = (int32_t)wid, .flags = then_lean ? CTL_THEN_LEAN : 0};
-    ctl_reply r = {0};
+    ctl_reply r = {.value = -1};
     pthread_mutex_lock(&p->ctl_mu);
+    if (!owe)
+        settle_locked(p); /* (owed answers come before this one's) */
     int rc = p->ctl < 0 ? -1 : send_all(p->ctl, &m, sizeof(m), sv[1]);
-    if (rc == 0)
+    if (rc == 0 && owe) {
+        p->owed_end = wid + 1; /* (asked for in worker order: wid == owed_end before) */
+        w->sock = sv[0];
+        w->owed = true;
+    } else if (rc == 0) {
         rc = recv_all(p->ctl, &r, sizeof(r), 0);
+    }
     pthread_mutex_unlock(&p->ctl_mu);
     close(sv[1]);
-    if (rc != 0 || r.value <= 0) {
-        close(sv[0]);
-        snprintf(err, err_size, "cannot start worker process %u: %s", wid,
-                 rc != 0 ? "the worker server (which forks the workers) has exited"
-                         : strerror(r.err ? r.err : EAGAIN));
-        return -1;
-    }
-    if (r.err == CTL_WANTS_SPEC && send_spec(p, wid, sv[0], from_python, err, err_size) != 0) {
-        close(sv[0]);
-        kill(r.value, SIGKILL);
-        reap_worker(p, r.value);
-        return -1;
-    }
-    w->sock = sv[0];
-    w->pid = r.value;
-    w->arena_seen = 0;
-    w->init_sent = false;
-    w->starting = true;
-    return 0;
+    if (rc == 0 && owe)
+        return 0;
+    return spawn_answered(p, wid, sv[0], rc == 0, r, from_python, err, err_size);
+}
+
+/* Worker wid's owed SPAWN answer taken (spawn_worker with owe), by the thread that uses the
+ * worker, before anything is sent on its socket. 0, or -1 with err set and its socket closed:
+ * then a sample that needs it restarts it, as after a death. */
+static int spawn_finish(ProcPoolObject *p, uint32_t wid, bool from_python, char *err,
+                        size_t err_size)
+{
+    pworker *w = &p->w[wid];
+    if (!w->owed)
+        return 0;
+    pthread_mutex_lock(&p->ctl_mu);
+    settle_locked(p);
+    ctl_reply r = p->answers[wid];
+    pthread_mutex_unlock(&p->ctl_mu);
+    int sock = w->sock;
+    w->sock = -1;
+    w->owed = false;
+    if (spawn_answered(p, wid, sock, true, r, from_python, err, err_size) == 0)
+        return 0;
+    snprintf(w->why, sizeof(w->why), "%s", err);
+    w->deaths++;
+    return -1;
 }
 
 void stkpy_wait_status_text(int status, char *buf, size_t size)
@@ -446,7 +512,7 @@ static stk_status worker_died(ProcPoolObject *p, uint32_t wid, const stk_sample_
     snprintf(err, err_size, "%s", w->why);
     if (w->deaths <= MAX_RESTARTS) {
         char why[256];
-        if (spawn_worker(p, wid, false, false, why, sizeof(why)) == 0)
+        if (spawn_worker(p, wid, false, false, false, why, sizeof(why)) == 0)
             atomic_fetch_add(&p->restarts, 1);
         else
             snprintf(w->why + strlen(w->why), sizeof(w->why) - strlen(w->why), "; %s", why);
@@ -483,6 +549,35 @@ static stk_status await_start(ProcPoolObject *p, uint32_t wid, const stk_sample_
                            err_size);
     w->starting = false;
     return STK_OK;
+}
+
+/* Before a thread takes samples (proc_ahead with out NULL): its worker's fork answered and, while
+ * it starts, wait (under startup_ms) until it says something, without reading it, so that the
+ * thread does not hold a ticket the training thread could load meanwhile (stk_loader_help).
+ * Errors are left to the ticket that reads the worker next (await_start names them). */
+static void await_ready(ProcPoolObject *p, uint32_t wid)
+{
+    pworker *w = &p->w[wid];
+    char why[400];
+    if (w->owed && spawn_finish(p, wid, false, why, sizeof(why)) != 0)
+        return;
+    if (!w->starting || w->sock < 0)
+        return;
+    int64_t limit = atomic_load(&p->startup_ms);
+    struct pollfd pfd = {.fd = w->sock, .events = POLLIN};
+    uint64_t deadline = limit > 0 ? now_ms() + (uint64_t)limit : 0;
+    for (;;) {
+        int wait = -1;
+        if (deadline) {
+            uint64_t t = now_ms();
+            if (t >= deadline)
+                return;
+            wait = (int)(deadline - t);
+        }
+        int r = poll(&pfd, 1, wait);
+        if (r >= 0 || errno != EINTR)
+            return;
+    }
 }
 
 /* ---- the per-sample callback ---- */
@@ -644,6 +739,19 @@ static void queue_collect(ProcPoolObject *p, uint32_t wid)
         ticket_fail(e, STK_ECANCELED, "the loader is closing");
         return;
     }
+    if (w->owed) { /* its fork's answer first (the pool's first workers) */
+        char why[sizeof(e->why)];
+        if (spawn_finish(p, wid, false, why, sizeof(why)) != 0) {
+            pthread_mutex_lock(&p->mu);
+            closing = p->closing; /* (interrupt() ends the control socket too) */
+            pthread_mutex_unlock(&p->mu);
+            if (closing)
+                ticket_fail(e, STK_ECANCELED, "the loader is closing");
+            else
+                ticket_fail(e, STK_EIO, why); /* (the rest, not sent, go to its restart) */
+            return;
+        }
+    }
     if (!e->sent && w->sock < 0) { /* the queue's worker was lost: a new one gets the rest */
         char why[sizeof(e->why)];
         if (w->deaths > MAX_RESTARTS) {
@@ -654,7 +762,7 @@ static void queue_collect(ProcPoolObject *p, uint32_t wid)
             ticket_fail(e, STK_EIO, why);
             return;
         }
-        if (spawn_worker(p, wid, false, false, why, sizeof(why)) < 0) {
+        if (spawn_worker(p, wid, false, false, false, why, sizeof(why)) < 0) {
             ticket_fail(e, STK_EIO, why);
             return;
         }
@@ -766,6 +874,7 @@ static uint32_t proc_ahead(void *ctx, const stk_sample_info *info, stk_tensor *o
     pworker *w = &p->w[wid];
     if (!out) {
         queue_forget(p, wid);
+        await_ready(p, wid);
         return ahead_want(p);
     }
     if (w->nq >= AHEAD_MAX + 1) /* not queued: its sample_fn_v2 call sends it */
@@ -867,6 +976,8 @@ static void pool_interrupt(ProcPoolObject *p)
     for (uint32_t i = 0; p->w && i < p->n; i++)
         if (p->w[i].sock >= 0)
             shutdown(p->w[i].sock, SHUT_RDWR);
+    if (p->ctl >= 0) /* a thread waiting for a fork's answer (settle_locked) returns too */
+        shutdown(p->ctl, SHUT_RDWR);
 }
 
 static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -908,8 +1019,9 @@ static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         atomic_store(&p->ahead, k < 0 ? 0u : k > AHEAD_MAX ? (uint32_t)AHEAD_MAX : (uint32_t)k);
     }
     p->w = PyMem_Calloc(n, sizeof(pworker));
+    p->answers = PyMem_Calloc(n, sizeof(ctl_reply));
     p->blobs = PyMem_Calloc((size_t)cap, sizeof(blob));
-    if (!p->w || !p->blobs) {
+    if (!p->w || !p->answers || !p->blobs) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -921,7 +1033,7 @@ static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     int rc = 0;
     Py_BEGIN_ALLOW_THREADS
     for (uint32_t i = 0; i < n && rc == 0; i++)
-        rc = spawn_worker(p, i, lean && i + 1 == n, true, err, sizeof(err));
+        rc = spawn_worker(p, i, lean && i + 1 == n, true, true, err, sizeof(err));
     Py_END_ALLOW_THREADS
     if (rc != 0) {
         stkpy_raise(STK_EIO, err);
@@ -968,6 +1080,7 @@ static void ProcPool_dealloc(ProcPoolObject *p)
         for (uint32_t k = 0; k < p->w[i].nq; k++)
             free(p->w[i].q[k].payload);
     PyMem_Free(p->blobs);
+    PyMem_Free(p->answers);
     PyMem_Free(p->w);
     PyMem_Free(p->init);
     pthread_mutex_destroy(&p->ctl_mu);
@@ -1109,11 +1222,19 @@ static PyObject *ProcPool_probe(ProcPoolObject *p, PyObject *args)
         return stkpy_raise(STK_ESTATE, "ProcPool.probe: no such worker");
     }
     pworker *w = &p->w[wid];
-    int sock = w->sock;
     msg_hdr h = {.op = OP_PROBE, .a = (uint64_t)v.len};
     reply_hdr r = {0};
     char *payload = NULL;
+    char why[400];
     int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = spawn_finish(p, wid, true, why, sizeof(why));
+    Py_END_ALLOW_THREADS
+    if (rc != 0) {
+        PyBuffer_Release(&v);
+        return stkpy_raise(STK_EIO, why);
+    }
+    int sock = w->sock;
     Py_BEGIN_ALLOW_THREADS
     rc = send_all(sock, &h, sizeof(h), -1);
     if (rc == 0)
@@ -1234,8 +1355,15 @@ static PyObject *ProcPool_pids(ProcPoolObject *p, PyObject *noargs)
 {
     (void)noargs;
     PyObject *out = PyList_New(p->n);
+    Py_BEGIN_ALLOW_THREADS /* the answers still owed to the first SPAWNs (their pids) */
+    pthread_mutex_lock(&p->ctl_mu);
+    settle_locked(p);
+    pthread_mutex_unlock(&p->ctl_mu);
+    Py_END_ALLOW_THREADS
     for (uint32_t i = 0; out && i < p->n; i++) {
-        PyObject *v = PyLong_FromLong(p->w[i].sock >= 0 ? (long)p->w[i].pid : -1L);
+        const pworker *w = &p->w[i];
+        long pid = w->owed ? (long)p->answers[i].value : w->sock >= 0 ? (long)w->pid : -1L;
+        PyObject *v = PyLong_FromLong(pid > 0 ? pid : -1L);
         if (!v) {
             Py_CLEAR(out);
             break;
