@@ -17,6 +17,9 @@ datasets the articles write, each run in a process of its own, one after the oth
 DataLoader, stoker as built and, with --baseline, stoker from another build, side by side at
 each worker count, --repeat times in turn; the medians, and their ratios to the DataLoader.
 
+--script: main mode's and --startup's runs as a script file with a `__main__` guard (as a user's
+training script) instead of a `python -c` program; stoker's fork server can go lean only then.
+
 Main mode: for each scenario, the DataLoader at every --workers count and stoker.Loader at the
 same counts and at its default (num_workers=None: stoker chooses the executor and the count).
 Each run prints: time from creating the loader to the first batch, samples/s of the first epoch
@@ -275,7 +278,7 @@ def cpu_delta(a, b):
     return out
 '''
 
-CHILD = DATASETS + CPU_CHILD + r'''
+CHILD_BODY = r'''
 import json, sys
 import stoker
 name, kind, workers, epochs, batch, data = sys.argv[1:7]
@@ -315,6 +318,30 @@ if kind == "stoker":
             "reason": i.get("executor_reason"), "start": i.get("start_method")}
 print(json.dumps({"ttfb_s": first, "rates": rates, **info}))
 '''
+CHILD = DATASETS + CPU_CHILD + CHILD_BODY
+
+
+def child_command(data):
+    """The command line of main mode's and --startup's child: `python -c CHILD`, or with
+    --script (STK_BENCH_SCRIPT=1) a script file, as a user runs a training script: the datasets
+    and helpers at its top level and the run under `if __name__ == "__main__":`, so that its main
+    module can be imported again (stoker's fork server may then go lean once the workers are
+    forked; it cannot for a `python -c` program whose main module defines the dataset classes,
+    see python/stoker/_pyworker_server.py)."""
+    if os.environ.get("STK_BENCH_SCRIPT") != "1":
+        return [sys.executable, "-c", CHILD]
+    path = os.path.join(data, "bench_pydataset_child.py")
+    body = "".join("    " + l if l.strip() else l for l in CHILD_BODY.splitlines(True))
+    text = DATASETS + CPU_CHILD + "\nif __name__ == \"__main__\":\n" + body
+    try:
+        with open(path) as f:
+            same = f.read() == text
+    except OSError:
+        same = False
+    if not same:
+        with open(path, "w") as f:
+            f.write(text)
+    return [sys.executable, path]
 
 
 # ---- --phases: where the time to the first batch goes ----
@@ -569,8 +596,9 @@ def run(name, kind, workers, epochs, batch, data, timeout=900, batches=0, python
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, name, kind, str(workers), str(epochs),
-                             str(batch), data, str(batches)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen(child_command(data) + [name, kind, str(workers), str(epochs),
+                                                   str(batch), data, str(batches)],
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     peak_rss = peak_pss = 0
     t0 = time.monotonic()
@@ -818,12 +846,17 @@ def main():
     ap.add_argument("--executor", default="auto", choices=("auto", "thread", "process"),
                     help="stoker's executor= (default auto: stoker chooses)")
     ap.add_argument("--baseline", help="--startup: another build's python/ directory, run too")
+    ap.add_argument("--script", action="store_true",
+                    help="main mode and --startup: each run a script file with a __main__ "
+                         "guard, as a user's training script (see child_command), instead of a "
+                         "`python -c` program")
     ap.add_argument("--cpu", action="store_true",
                     help="main mode: CPU time per sample of the later epochs, by process and "
                          "thread role (see CPU_CHILD)")
     a = ap.parse_args()
     os.environ["STK_BENCH_EXECUTOR"] = a.executor  # read by each child
     os.environ["STK_BENCH_CPU"] = "1" if a.cpu else "0"
+    os.environ["STK_BENCH_SCRIPT"] = "1" if a.script else "0"
     a.workers = [int(w) for w in a.workers.split(",")]
     make_data(a.data)
     if not os.path.isdir(os.path.join(a.data, "jpeg")):

@@ -10,17 +10,21 @@ forked, so its resident set (100-160 MB with torch) counts again in a sum of RSS
 tree, although almost none of it is its own. Once a loader's workers are started, the fork server
 is needed only to restart a worker that died; so right after forking a loader's last worker (a
 SPAWN flagged THEN_LEAN, sent by the C pool) it exec()s a fresh interpreter that runs this module
-alone (lean_main: about 10 MB resident), keeping no spec at all: its workers stay its children
+alone (lean_main: about 10 MB resident), keeping no spec (but see FS_KEEP): its workers stay its children
 (exec keeps them) and the sockets stay open (passed by number). When a worker has to be forked
 again, the lean server forks a bare child that waits on its socket for the spec (WANTS_SPEC in
 the answer): the training process pickles the dataset then and sends it (_procpool.spec_sender,
 called by the C pool), the child unpickles it (importing torch and the dataset's modules itself)
-and becomes the worker. The fork server stays as it is when a spec does not pickle (checked once
-in the fork server with a pickler that skips tensor and array data: _check), when the training
-process's copy of the dataset no longer pickles (FS_KEEP: its first samples ran there and opened
-a handle, say), when a spec may name the main module and that cannot be imported again (a
-`python -c` program, a notebook, a script without `if __name__ == "__main__"`, that defines
-classes or functions), or while a spec inherited by fork is not yet claimed by its loader.
+and becomes the worker. When the training process's copy of the dataset no longer pickles
+(FS_KEEP: its first samples ran there and opened a handle, an h5py file say) the fork server
+pickles its own copy, which the first workers got, before the exec, and the lean server keeps it
+(_Served.blob, at most LEAN_KEEP_MAX) for the workers it forks again: they unpickle it themselves.
+The fork server stays as it is when a spec does not pickle (checked once in the fork server with
+a pickler that skips tensor and array data: _check), when a loader's own copy no longer pickles
+and the server's pickles larger than LEAN_KEEP_MAX, when a spec may name the main module and
+that cannot be imported again (a `python -c` program, a notebook, a script without
+`if __name__ == "__main__"`, that defines classes or functions), or while a spec inherited by
+fork is not yet claimed by its loader.
 """
 import importlib
 import os
@@ -50,16 +54,23 @@ _PREPARED = False   # this process has the training process's main module (or pr
 _MAIN_CODE = False  # the training process's main module defines classes or functions
 _LEANABLE = False   # a fork server that may go lean (a fork of the training process, or lean)
 _FAT = False        # it holds what going lean drops (the training process's pages, specs)
+# the largest pickled dataset a lean server keeps for a loader whose own copy no longer pickles
+# (_Served.blob); a larger one keeps the server a fork
+LEAN_KEEP_MAX = 4 << 20
 
 
 class _Served:
     """One loader in a server: its control socket, its spec (None in a lean server: the training
-    process sends it to each worker forked there), whether a fresh interpreter can have the spec
-    (`movable`: it pickles, and so does the loader's own copy; `names_main`: it refers to the main
-    module) and its workers."""
+    process sends it to each worker forked there, or `blob` has it), whether a fresh interpreter
+    can have the spec (`movable`: it pickles, and so does the loader's own copy; `pickles`: this
+    server's copy pickles; `names_main`: it refers to the main module) and its workers. `blob`
+    (a lean server's): this server's copy, pickled before going lean, for a loader whose own copy
+    no longer pickles (FS_KEEP): its restarted workers get the dataset as the first ones did."""
 
-    def __init__(self, ctl, spec=None, movable=True, names_main=False):
+    def __init__(self, ctl, spec=None, movable=True, names_main=False, pickles=None):
         self.ctl, self.spec, self.movable, self.names_main = ctl, spec, movable, names_main
+        self.pickles = movable if pickles is None else pickles
+        self.blob = None
         self.children = set()
 
     def close(self):
@@ -200,7 +211,7 @@ def _serve_request(main, served):
     try:
         if token:
             pickles, names_main = CHECKED.pop(token, (False, True))
-            v = _Served(ctl, SPECS.pop(token), pickles and not keep, names_main)
+            v = _Served(ctl, SPECS.pop(token), pickles and not keep, names_main, pickles)
         else:
             _prepare_main()
             v = _Served(ctl, pickle.loads(blob), not keep, b"__main__" in blob)
@@ -232,8 +243,8 @@ def _control_request(v, main, served):
     (op, wid, pid, flags), fds = got
     if op == CTL_SPAWN and fds:
         spec = v.spec
-        run = importlib.import_module("stoker._procpool").worker_main if spec is not None \
-            else None
+        run = importlib.import_module("stoker._procpool").worker_main \
+            if spec is not None or v.blob is not None else None
         # going lean after this worker: everything prepared first, so that the exec follows
         # the fork and the answer at once (the fat server beside all the workers, briefly)
         lean = _lean_state(main, served) if flags & THEN_LEAN and main is not None else None
@@ -250,6 +261,9 @@ def _control_request(v, main, served):
                 if lean is not None:
                     os.close(lean)
                 keep_heap()
+                if spec is None and v.blob is not None:  # (a lean server's own copy)
+                    _prepare_main()
+                    spec = pickle.loads(v.blob)
                 if spec is None:
                     _worker_on_demand(fds[0], wid)
                 else:
@@ -262,7 +276,7 @@ def _control_request(v, main, served):
         for fd in fds:
             os.close(fd)
         v.children.add(child)
-        ctl.sendall(CTL_REPLY.pack(child, WANTS_SPEC if spec is None else 0))
+        ctl.sendall(CTL_REPLY.pack(child, WANTS_SPEC if run is None else 0))
         if lean is not None:
             _exec_lean(lean, ctl.fileno(), child)  # returns only when the exec failed
     elif op == CTL_REAP:
@@ -364,14 +378,21 @@ def _lean_state(main, served):
     copy does not, or it refers to a main module that cannot be imported again), or a main
     module that cannot be imported again and defines code (a later loader's dataset may be one
     of its classes, which only a fork knows)."""
-    if not (_LEANABLE and _FAT) or SPECS or not all(v.movable for v in served):
+    if not (_LEANABLE and _FAT) or SPECS or not all(v.movable or v.pickles for v in served):
         return None
     if not _PREP and (_MAIN_CODE or any(v.names_main for v in served)):
         return None
     try:
+        blobs = []
+        for v in served:  # a loader whose own copy no longer pickles: this server's, kept
+            blob = v.blob if v.spec is None else None if v.movable else _dumps_at_most(v.spec)
+            if blob is None and not v.movable:
+                return None
+            blobs.append(blob)
         state = pickle.dumps({"path": list(sys.path), "prep": _PREP or b"",
                               "main": main.fileno(),
-                              "served": [(v.ctl.fileno(), sorted(v.children)) for v in served]})
+                              "served": [(v.ctl.fileno(), sorted(v.children), b)
+                                         for v, b in zip(served, blobs)]})
         fd = os.memfd_create("stoker-fork-server-state")
         view = memoryview(state)
         while view.nbytes:
@@ -401,6 +422,32 @@ def _exec_lean(fd, ctl, child):
         os.close(fd)
 
 
+class _Bounded(_Nowhere):
+    """A file that keeps what is written to it, up to LEAN_KEEP_MAX bytes (then OverflowError)."""
+
+    def __init__(self):
+        super().__init__()
+        self.parts = []
+
+    def write(self, b):
+        n = super().write(b)
+        if self.n > LEAN_KEEP_MAX:
+            raise OverflowError
+        self.parts.append(bytes(b))
+        return n
+
+
+def _dumps_at_most(spec):
+    """`spec` pickled, or None when it does not pickle or takes more than LEAN_KEEP_MAX bytes
+    (found without writing more than that)."""
+    f = _Bounded()
+    try:
+        pickle.Pickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(spec)
+    except Exception:  # noqa: BLE001 - then the server stays a fork
+        return None
+    return b"".join(f.parts)
+
+
 def _main_defines_code():
     """Whether the main module defines classes or functions of its own (a later loader's
     dataset may be one of them, which a fork of the training process knows and a fresh
@@ -428,8 +475,9 @@ def lean_main(fd, ctl=-1, child=0):
     sys.path[:] = state["path"]
     _PREP, _LEANABLE = state["prep"], True
     served = []
-    for fd_ctl, children in state["served"]:
+    for fd_ctl, children, blob in state["served"]:
         v = _Served(socket.socket(fileno=fd_ctl))
+        v.blob = blob
         v.children.update(children)
         if fd_ctl == ctl and child > 0:
             v.children.add(child)
