@@ -276,20 +276,34 @@ def _control_request(v, main, served):
         for fd in fds:
             os.close(fd)
         v.children.add(child)
-        ctl.sendall(CTL_REPLY.pack(child, WANTS_SPEC if run is None else 0))
+        # (the loader may have closed before reading the answer: its first SPAWNs are sent
+        # together and answered later; then its socket ends here and its workers with it)
+        if not _answer(ctl, child, WANTS_SPEC if run is None else 0):
+            if lean is not None:
+                os.close(lean)
+            return False
         if lean is not None:
             _exec_lean(lean, ctl.fileno(), child)  # returns only when the exec failed
     elif op == CTL_REAP:
         try:
             _, status = os.waitpid(pid, 0)
             v.children.discard(pid)
-            ctl.sendall(CTL_REPLY.pack(status, 0))
+            return _answer(ctl, status, 0)
         except ChildProcessError:
-            ctl.sendall(CTL_REPLY.pack(-1, 10))  # ECHILD
+            return _answer(ctl, -1, 10)  # ECHILD
     else:
         for fd in fds:
             os.close(fd)
-        ctl.sendall(CTL_REPLY.pack(-1, 22))  # EINVAL
+        return _answer(ctl, -1, 22)  # EINVAL
+    return True
+
+
+def _answer(ctl, value, err):
+    """A control request's answer; False when the loader's socket ended."""
+    try:
+        ctl.sendall(CTL_REPLY.pack(value, err))
+    except OSError:
+        return False
     return True
 
 

@@ -27,8 +27,9 @@ from test_pydataset import _epoch_through_timeouts  # noqa: E402
 N = 64
 BATCH = 16
 AHEAD = 4
-# Batches 2.. are taken in runs of AHEAD tickets from row 0 (a thread's first run takes one, so
-# the first batches may be cut otherwise): row 4 of batch 3 starts a run of four.
+# Batches are taken in runs of AHEAD tickets from row 0 (STOKER_PROC_AHEAD: a thread's first run
+# too; the training thread loads part of the first batch, which may cut its runs): row 4 of
+# batch 3 starts a run of four.
 TARGET = 3 * BATCH + AHEAD
 assert _pyworker.PROBE_SAMPLES < TARGET  # the constructor's probe runs none of the run
 TICKET_BYTES = 48  # a ticket for a sample of one fixed leaf: its 40-byte header and one offset

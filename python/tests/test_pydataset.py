@@ -433,8 +433,11 @@ def test_worker_info_and_init_fn(executor):
         for _, wid, _, _ in loader:
             workers.update(wid.tolist())
         # which threads take samples is the scheduler's choice (a loaded machine may leave one
-        # idle): each thread's init runs once, before its first sample
-        assert sorted(_INIT_CALLS) == sorted([0, *workers])
+        # idle, and a thread may first run a sample of the next epoch, prepared ahead and not
+        # taken here): each thread's init runs at most once, before its first sample
+        calls = {w: _INIT_CALLS.count(w) for w in set(_INIT_CALLS)}
+        assert workers <= set(calls) <= {0, 1, 2}
+        assert all(n == 1 for w, n in calls.items() if w) and 1 <= calls[0] <= 2, _INIT_CALLS
     _INIT_CALLS.clear()
 
 

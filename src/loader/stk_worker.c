@@ -601,11 +601,12 @@ static uint32_t announce_samples(core *c, worker *w, stk__slot *s, uint32_t t, c
 
 /* The run is over: the sample_ahead_fn forgets what was announced and not run (a reset cut the
  * run short; it returns once nothing it started may still write into the rows). Also called
- * once before the thread's first sample. */
-static void forget_samples(core *c, const worker *w)
+ * once before the thread's first sample. Returns the samples it wants taken at a time. */
+static uint32_t forget_samples(core *c, const worker *w)
 {
     stk_sample_info info = {.struct_size = sizeof(info), .worker = w->id};
-    c->sample_ahead_fn(c->sample_ctx, &info, NULL, 0);
+    uint32_t want = c->sample_ahead_fn(c->sample_ctx, &info, NULL, 0);
+    return STK_MIN(STK_MAX(want, 1u), (unsigned)STK__PREPARE_MAX);
 }
 
 void *stk__worker_main(void *arg)
@@ -624,7 +625,7 @@ void *stk__worker_main(void *arg)
         stk__devring_thread_init(c->r.dc.dev, err, sizeof(err));
     }
     if (c->sample_ahead_fn) /* before the first sample: it may wait for what this thread's need */
-        forget_samples(c, w);
+        ahead = forget_samples(c, w);
     pthread_mutex_lock(&c->r.mu);
     for (;;) {
         if (c->stop)
