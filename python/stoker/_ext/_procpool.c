@@ -33,15 +33,15 @@
  * server goes lean. The pool's first SPAWNs are sent together and their answers read later, by
  * the thread that first uses each worker (spawn_finish): the server forks them one after the
  * other (a fork of a process holding torch takes milliseconds) while the constructor goes on
- * and the training thread loads part of the first batch (_pyhelp.py). When a worker's socket ends (killed by a signal, the OOM killer, an exit),
- * the thread asks the server how it died, names it in the sample's error (index and signal) and
- * has a new worker forked at once; after MAX_RESTARTS deaths in a row without a finished sample
- * it stops restarting that worker and fails its samples with the last reason. A new worker says
- * when it has started (ST_READY, after its set-up and worker_init_fn); the thread waits for that
- * before a ticket, under a start-up limit of its own (startup=; a worker that does not start in
- * time is killed and counted as a death), so that with a timeout, which runs from the ticket to
- * a started worker, only __getitem__ and the reply count: a sample that takes longer gets its
- * worker killed (SIGKILL) and fails naming the timeout.
+ * and the training thread loads part of the first batch (_pyhelp.py). When a worker's socket ends
+ * (killed by a signal, the OOM killer, an exit), the thread asks the server how it died, names it
+ * in the sample's error (index and signal) and has a new worker forked at once; after MAX_RESTARTS
+ * deaths in a row without a finished sample it stops restarting that worker and fails its samples
+ * with the last reason. A new worker says when it has started (ST_READY, after its set-up and
+ * worker_init_fn); the thread waits for that before a ticket, under a start-up limit of its own
+ * (startup=; a worker that does not start in time is killed and counted as a death), so that with a
+ * timeout, which runs from the ticket to a started worker, only __getitem__ and the reply count: a
+ * sample that takes longer gets its worker killed (SIGKILL) and fails naming the timeout.
  *
  * interrupt() (close) shuts every socket down, so a thread waiting on a worker returns at once
  * (STK_ECANCELED) and the loader's destroy never waits on a __getitem__.
@@ -401,8 +401,8 @@ static int spawn_answered(ProcPoolObject *p, uint32_t wid, int sock, bool sent, 
  * without the dataset (a lean server's) gets it from send_spec. owe: do not wait for the
  * answer (the pool's first workers, asked for together: the server forks them one after the
  * other while this process goes on; spawn_finish takes it before the worker is used). */
-static int spawn_worker(ProcPoolObject *p, uint32_t wid, bool then_lean, bool from_python,
-                        bool owe, char *err, size_t err_size)
+static int spawn_worker(ProcPoolObject *p, uint32_t wid, bool then_lean, bool from_python, bool owe,
+                        char *err, size_t err_size)
 {
     pworker *w = &p->w[wid];
     int sv[2];
