@@ -16,12 +16,14 @@ then the first samples are probed in this thread (their layout, time, GIL-held s
 global random generators; the generators' states are put back), the executor is chosen
 (_executor.choose), and the C loader is created.
 """
+import copy
 import itertools
 import os
 import pickle
 import sys
 import time
 import warnings
+import weakref
 
 import numpy as np
 
@@ -304,6 +306,65 @@ def fork_unsafe(dataset, depth=2):
     return walk(dataset, "dataset", depth)
 
 
+# Attributes of a dataset that stoker's own calls of __getitem__ in the training process (the
+# probe, the training thread's part in the first batch) left holding an open h5py/lmdb handle,
+# with the value each had before (an h5py dataset's `self.file = None`, opened lazily): a later
+# loader of the same dataset gives its worker processes a copy with those values back, as the
+# DataLoader's workers find the dataset (it never calls __getitem__ in the training process),
+# instead of falling back to threads for a handle stoker opened. The dataset itself is left as it
+# is (its handle serves the training thread's calls).
+_OPENED_HERE = weakref.WeakKeyDictionary()
+_ABSENT = object()
+
+
+def vars_before(dataset):
+    """A shallow copy of the dataset's attributes, before stoker calls __getitem__ here."""
+    attrs = getattr(dataset, "__dict__", None)
+    return dict(attrs) if isinstance(attrs, dict) else None
+
+
+def note_opened_here(dataset, before):
+    """After stoker called __getitem__ here: note the attributes that now hold an open handle
+    and held no handle before (`before`: vars_before's)."""
+    attrs = getattr(dataset, "__dict__", None)
+    if before is None or not isinstance(attrs, dict):
+        return
+    for k, v in list(attrs.items()):
+        old = before.get(k, _ABSENT)
+        if v is old or fork_unsafe(v, 0) is None:
+            continue
+        if old is not _ABSENT and fork_unsafe(old, 0) is not None:
+            continue
+        try:
+            _OPENED_HERE.setdefault(dataset, {}).setdefault(k, old)
+        except TypeError:  # (not weakly referable: nothing noted)
+            return
+
+
+def as_first_found(dataset):
+    """The dataset for worker processes: itself, or when stoker's calls here opened handles in
+    it (note_opened_here), a shallow copy with those attributes as they were before."""
+    try:
+        opened = _OPENED_HERE.get(dataset)
+    except TypeError:
+        opened = None
+    if not opened:
+        return dataset
+    try:
+        clean = copy.copy(dataset)
+        attrs = clean.__dict__
+        if attrs is getattr(dataset, "__dict__", None):
+            return dataset
+        for k, old in opened.items():
+            if old is _ABSENT:
+                attrs.pop(k, None)
+            else:
+                attrs[k] = old
+    except Exception:  # noqa: BLE001 - then the dataset as it is (threads, if it holds a handle)
+        return dataset
+    return clean
+
+
 # ---- the loader ----
 
 class _Group:
@@ -474,7 +535,8 @@ class PyLoader(Loader):
         name = _pyworker.name(ds)
         # ---- executor: server first (fork while single-threaded), then the probe ----
         cores = _core.n_cpus()  # the library's count (stk_n_cpus: the affinity mask)
-        unsafe = fork_unsafe(ds)
+        spec_ds = as_first_found(ds)  # (the workers' copy: without handles opened here)
+        unsafe = fork_unsafe(spec_ds)
         method = self._start_method(multiprocessing_context)
         want_server = executor == "process" or (executor == "auto" and workers != 0 and
                                                  (unsafe is None or method == "spawn"))
@@ -496,7 +558,7 @@ class PyLoader(Loader):
         pending = None
         try:
             if want_server:  # the fork server first, while this process is single-threaded
-                spec = _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name)
+                spec = _procpool.WorkerSpec(spec_ds, n_pool, base_seed, worker_init_fn, name)
                 pending = _procpool.prepare_server(spec, method)
             # The probe loads and measures no more than the choice reads (_executor.probe_plan):
             # one sample (the layout's) when nothing measured can change it, the GIL meter only
@@ -524,9 +586,18 @@ class PyLoader(Loader):
                 first, rows, drew, kept = pickle.loads(payload)
             else:
                 request["keep"] = executor != "process"
-                first, rows, drew, kept = probe_here(
-                    ds, request, max(1, workers or 1), base_seed,
-                    worker_init_fn if executor == "thread" else None, name, timeout)
+                before = vars_before(ds)
+                try:
+                    first, rows, drew, kept = probe_here(
+                        ds, request, max(1, workers or 1), base_seed,
+                        worker_init_fn if executor == "thread" else None, name, timeout)
+                finally:
+                    note_opened_here(ds, before)
+                # the workers' spec, pickled later when the fork server already existed: the
+                # dataset as the probe found it, not with the file the probe opened here
+                spec_ds = as_first_found(ds)
+                if pending is not None:
+                    pending.spec.dataset = spec_ds
             layout, p = measure(first, rows, drew)
             self._layout = layout
             self._probe = p
@@ -548,7 +619,8 @@ class PyLoader(Loader):
                 if pending is None:  # num_workers=0 drawing random numbers: one process, whose
                     # server is a fresh interpreter when this process runs threads by now
                     pending = _procpool.prepare_server(
-                        _procpool.WorkerSpec(ds, n_pool, base_seed, worker_init_fn, name), method)
+                        _procpool.WorkerSpec(spec_ds, n_pool, base_seed, worker_init_fn, name),
+                        method)
                 self._start_pool(pending, n_pool, timeout, ring_batch, probed_here=True)
             self._choice = choice
             self.executor = choice.executor
@@ -707,7 +779,11 @@ class PyLoader(Loader):
             helper = self._helper
             try:
                 if helper is not None and helper.on:
-                    helper.run(core)  # (a KeyboardInterrupt leaves it on: its sample again)
+                    before = vars_before(self._torch_dataset)
+                    try:
+                        helper.run(core)  # (a KeyboardInterrupt leaves it on: its sample again)
+                    finally:
+                        note_opened_here(self._torch_dataset, before)
                     helper.on = False
                 return next(core, None)
             except _core.StokerBusyError:

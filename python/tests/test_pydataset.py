@@ -1007,6 +1007,70 @@ def test_open_handles_across_fork(kind, tmp_path):
     assert sorted(int(v) for i, _ in loader for v in i) == list(range(10))
 
 
+class LazyHandle(Dataset):
+    """Handle's file, opened on first use in __getitem__ (the articles' HDF5Dataset and
+    LMDBDataset): fork-safe until something calls __getitem__ in this process."""
+
+    def __init__(self, kind, path):
+        self.kind, self.path, self.h = kind, path, None
+        if kind == "lmdb":
+            import lmdb
+            env = lmdb.open(path, map_size=1 << 20)
+            with env.begin(write=True) as txn:
+                txn.put(b"k", b"v")
+            env.close()
+        else:
+            import h5py
+            with h5py.File(path, "w") as f:
+                f["x"] = np.arange(10)
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        if self.h is None:
+            if self.kind == "lmdb":
+                import lmdb
+                self.h = lmdb.open(self.path, readonly=True, lock=False)
+            else:
+                import h5py
+                self.h = h5py.File(self.path, "r")
+        if self.kind == "lmdb":
+            with self.h.begin() as txn:
+                return i, len(txn.get(b"k"))
+        return i, int(self.h["x"][i])
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "h5py"])
+def test_a_handle_stoker_opened_here_does_not_reach_the_next_loader(kind, tmp_path):
+    """The first loader's probe runs __getitem__ in this process (executor="auto"), which opens
+    the dataset's file here: a second loader of the same dataset still gives its worker
+    processes the dataset as it was before (its attribute back to None, in their copy), as the
+    DataLoader's workers would find it, instead of refusing processes for a handle stoker
+    opened; the dataset in this process keeps its handle. A loader with worker processes made
+    before (so the fork server exists, and the first loader's spec is pickled after its probe)
+    used to fail there: "h5py objects cannot be pickled"."""
+    pytest.importorskip(kind)
+    before = stoker.Loader(torch.utils.data.TensorDataset(torch.arange(4)), batch_size=2,
+                           num_workers=2, executor="process")
+    before.close()
+    ds = LazyHandle(kind, str(tmp_path / ("db" if kind == "lmdb" else "x.h5")))
+    first = stoker.Loader(ds, batch_size=4, num_workers=2)
+    try:
+        assert sorted(int(v) for i, _ in first for v in i) == list(range(10))
+    finally:
+        first.close()
+    assert ds.h is not None  # opened here by the probe
+    handle = ds.h
+    second = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process")
+    try:
+        assert second.info()["executor"] == "process"
+        assert sorted(int(v) for i, _ in second for v in i) == list(range(10))
+    finally:
+        second.close()
+    assert ds.h is handle
+
+
 def test_parent_with_threads_already_running(tmp_path):
     # A thread holds a lock forever; a fork now would give workers the lock held (the
     # DataLoader's futex hang). stoker's workers come from a fresh fork server instead.
