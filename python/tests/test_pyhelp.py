@@ -2,8 +2,10 @@
 samples it loads are those the executor would deliver (the same batches as with STOKER_HELP=0,
 random augmentation on worker processes included, object leaves included), every sample comes
 exactly once and in order, an exception in a sample it ran names that sample, on_error="skip"
-and a KeyboardInterrupt in such a sample leave the batches as they are, and it really runs
-samples (stats()["help_samples"]).
+and a KeyboardInterrupt in such a sample leave the batches as they are, it really runs
+samples (stats()["help_samples"]), the first batch does not wait for the worker processes'
+forks, and close() during such a sample (from another thread or from inside it) ends in a
+closed loader, not a hang.
 
 Nothing here depends on the clock: the datasets make the workers wait until the training
 thread has run a sample of its own (an Event for worker threads, a file for worker processes),
@@ -411,3 +413,64 @@ def test_fork_server_gone_before_the_forks_is_named(monkeypatch):
         assert "worker server (which forks the workers) has exited" in str(e.value)
     finally:
         loader.close()
+
+
+class ClosesWhileHelping(Dataset):
+    """Sample i: (float32 [2] of i, i). Once armed, the training thread's first sample (a
+    helped one) has the loader closed while it runs: by another thread (`how` "thread", which
+    waits for it to start; the sample waits until close() returned) or by the sample itself
+    ("inside", as a signal handler would). Worker threads wait until then, so the training
+    thread always finds a ticket."""
+
+    def __init__(self, how):
+        self.how = how
+        self.main, self.pid = threading.get_ident(), os.getpid()
+        self.armed = False
+        self.loader = None
+        self.inside, self.closed = threading.Event(), threading.Event()
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        here = threading.get_ident() == self.main and os.getpid() == self.pid
+        if self.armed and here and not self.inside.is_set():
+            self.inside.set()
+            if self.how == "inside":
+                self.loader.close()
+                self.closed.set()
+            self.closed.wait(SAFETY_S)
+        elif self.armed and not here:
+            self.closed.wait(SAFETY_S)
+        return torch.full((2,), float(i)), i
+
+
+@pytest.mark.parametrize("how", ["thread", "inside"])
+def test_close_during_a_helped_sample(monkeypatch, how):
+    """close() while the training thread runs a sample of the first batch (from another thread,
+    or from inside the sample): close() returns, the sample finishes, next() raises that the
+    loader is closed, and the loader stays closed; nothing hangs."""
+    monkeypatch.setenv("STOKER_HELP", "1")
+    ds = ClosesWhileHelping(how)
+    loader = stoker.Loader(ds, batch_size=8, num_workers=2, executor="thread")
+    ds.loader = loader
+    ds.armed = True
+    closer = None
+    if how == "thread":
+        def close():
+            ds.inside.wait(SAFETY_S)
+            loader.close()
+            ds.closed.set()
+        closer = threading.Thread(target=close)
+        closer.start()
+    try:
+        with pytest.raises(stoker.StokerStateError, match="closed"):
+            next(iter(loader))
+    finally:
+        ds.closed.set()
+        if closer is not None:
+            closer.join(SAFETY_S)
+    assert ds.inside.is_set()  # the close came during a helped sample
+    assert loader.closed
+    with pytest.raises(stoker.StokerStateError, match="closed"):
+        next(iter(loader))
