@@ -306,63 +306,123 @@ def fork_unsafe(dataset, depth=2):
     return walk(dataset, "dataset", depth)
 
 
-# Attributes of a dataset that stoker's own calls of __getitem__ in the training process (the
-# probe, the training thread's part in the first batch) left holding an open h5py/lmdb handle,
-# with the value each had before (an h5py dataset's `self.file = None`, opened lazily): a later
-# loader of the same dataset gives its worker processes a copy with those values back, as the
+# Attributes that stoker's own calls of __getitem__ in the training process (the probe, the
+# training thread's part in the first batch) set to an open h5py/lmdb handle, by the object that
+# holds them (the dataset, or one it holds: a Subset's or ConcatDataset's dataset), with the value
+# each had before (an h5py dataset's `self.file = None`, opened lazily). Worker processes of this
+# loader and of any later loader reaching that object get a copy with those values back, as the
 # DataLoader's workers find the dataset (it never calls __getitem__ in the training process),
-# instead of falling back to threads for a handle stoker opened. The dataset itself is left as it
-# is (its handle serves the training thread's calls).
+# instead of threads (or a pickling error) for a handle stoker opened. The objects themselves
+# keep their handles (they serve the training thread's calls).
 _OPENED_HERE = weakref.WeakKeyDictionary()
 _ABSENT = object()
+_GRAPH_DEPTH = 3  # how deep below the dataset objects are looked at (Subset -> dataset -> file)
+_GRAPH_ITEMS = 16  # elements of a list looked at (ConcatDataset.datasets)
+
+
+def _leaf(v):
+    torch = sys.modules.get("torch")
+    return v is None or isinstance(v, (str, bytes, int, float, np.ndarray)) or \
+        (torch is not None and isinstance(v, torch.Tensor))
+
+
+def _objects(dataset):
+    """The objects with attributes reachable from the dataset through attributes and short lists,
+    to _GRAPH_DEPTH levels, each once."""
+    out, seen, todo = [], set(), [(dataset, _GRAPH_DEPTH)]
+    while todo:
+        obj, depth = todo.pop()
+        if id(obj) in seen or _leaf(obj):
+            continue
+        seen.add(id(obj))
+        attrs = getattr(obj, "__dict__", None)
+        if isinstance(attrs, dict):
+            out.append(obj)
+            kids = list(attrs.values())
+        elif isinstance(obj, list) and len(obj) <= _GRAPH_ITEMS:
+            kids = list(obj)
+        else:
+            continue
+        if depth > 0:
+            todo.extend((k, depth - 1) for k in kids)
+    return out
 
 
 def vars_before(dataset):
-    """A shallow copy of the dataset's attributes, before stoker calls __getitem__ here."""
-    attrs = getattr(dataset, "__dict__", None)
-    return dict(attrs) if isinstance(attrs, dict) else None
+    """The attributes of the dataset's objects (_objects), before stoker calls __getitem__ here."""
+    return [(o, dict(o.__dict__)) for o in _objects(dataset)]
 
 
 def note_opened_here(dataset, before):
     """After stoker called __getitem__ here: note the attributes that now hold an open handle
     and held no handle before (`before`: vars_before's)."""
-    attrs = getattr(dataset, "__dict__", None)
-    if before is None or not isinstance(attrs, dict):
-        return
-    for k, v in list(attrs.items()):
-        old = before.get(k, _ABSENT)
-        if v is old or fork_unsafe(v, 0) is None:
+    for obj, was in before:
+        attrs = getattr(obj, "__dict__", None)
+        if not isinstance(attrs, dict):
             continue
-        if old is not _ABSENT and fork_unsafe(old, 0) is not None:
-            continue
-        try:
-            _OPENED_HERE.setdefault(dataset, {}).setdefault(k, old)
-        except TypeError:  # (not weakly referable: nothing noted)
-            return
+        for k, v in list(attrs.items()):
+            old = was.get(k, _ABSENT)
+            if v is old or fork_unsafe(v, 0) is None:
+                continue
+            if old is not _ABSENT and fork_unsafe(old, 0) is not None:
+                continue
+            try:
+                _OPENED_HERE.setdefault(obj, {}).setdefault(k, old)
+            except TypeError:  # (not weakly referable: nothing noted)
+                break
+
+
+def _opened(obj):
+    try:
+        return _OPENED_HERE.get(obj)
+    except TypeError:
+        return None
+
+
+def _as_found(obj, depth, memo):
+    """obj, or a shallow copy of it with the noted attributes back and the objects below that
+    have some copied the same way."""
+    if _leaf(obj):
+        return obj
+    if id(obj) in memo:
+        return memo[id(obj)]
+    memo[id(obj)] = obj  # (a cycle leads back to the object as it is)
+    attrs = getattr(obj, "__dict__", None)
+    if isinstance(attrs, dict):
+        changes = dict(_opened(obj) or {})
+        if depth > 0:
+            for k, v in list(attrs.items()):
+                if k not in changes:
+                    c = _as_found(v, depth - 1, memo)
+                    if c is not v:
+                        changes[k] = c
+        if changes:
+            new = copy.copy(obj)
+            if new.__dict__ is attrs:
+                raise TypeError("a copy that shares its attributes")
+            for k, v in changes.items():
+                if v is _ABSENT:
+                    new.__dict__.pop(k, None)
+                else:
+                    new.__dict__[k] = v
+            memo[id(obj)] = new
+    elif isinstance(obj, list) and len(obj) <= _GRAPH_ITEMS and depth > 0:
+        items = [_as_found(v, depth - 1, memo) for v in obj]
+        if any(a is not b for a, b in zip(items, obj)):
+            memo[id(obj)] = items
+    return memo[id(obj)]
 
 
 def as_first_found(dataset):
-    """The dataset for worker processes: itself, or when stoker's calls here opened handles in
-    it (note_opened_here), a shallow copy with those attributes as they were before."""
-    try:
-        opened = _OPENED_HERE.get(dataset)
-    except TypeError:
-        opened = None
-    if not opened:
+    """The dataset for worker processes: itself, or when stoker's calls here opened handles in it
+    or in objects it holds (note_opened_here), a copy with those attributes as they were (only
+    the objects on the way to them are copied, shallowly)."""
+    if not any(_opened(o) for o in _objects(dataset)):
         return dataset
     try:
-        clean = copy.copy(dataset)
-        attrs = clean.__dict__
-        if attrs is getattr(dataset, "__dict__", None):
-            return dataset
-        for k, old in opened.items():
-            if old is _ABSENT:
-                attrs.pop(k, None)
-            else:
-                attrs[k] = old
+        return _as_found(dataset, _GRAPH_DEPTH, {})
     except Exception:  # noqa: BLE001 - then the dataset as it is (threads, if it holds a handle)
         return dataset
-    return clean
 
 
 # ---- the loader ----

@@ -1041,31 +1041,36 @@ class LazyHandle(Dataset):
         return i, int(self.h["x"][i])
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("kind", ["lmdb", "h5py"])
-def test_a_handle_stoker_opened_here_does_not_reach_the_next_loader(kind, tmp_path):
+def test_a_handle_stoker_opened_here_does_not_reach_the_next_loader(kind, split, tmp_path):
     """The first loader's probe runs __getitem__ in this process (executor="auto"), which opens
-    the dataset's file here: a second loader of the same dataset still gives its worker
-    processes the dataset as it was before (its attribute back to None, in their copy), as the
-    DataLoader's workers would find it, instead of refusing processes for a handle stoker
-    opened; the dataset in this process keeps its handle. A loader with worker processes made
-    before (so the fork server exists, and the first loader's spec is pickled after its probe)
-    used to fail there: "h5py objects cannot be pickled"."""
+    the dataset's file here: a second loader of the same dataset (split: the training and
+    validation halves of random_split, two Subsets of it) still gives its worker processes the
+    dataset as it was before (its attribute back to None, in their copy), as the DataLoader's
+    workers would find it, instead of refusing processes for a handle stoker opened; the dataset
+    in this process keeps its handle. A loader with worker processes made before (so the fork
+    server exists, and the first loader's spec is pickled after its probe) used to fail there:
+    "h5py objects cannot be pickled"."""
     pytest.importorskip(kind)
     before = stoker.Loader(torch.utils.data.TensorDataset(torch.arange(4)), batch_size=2,
                            num_workers=2, executor="process")
     before.close()
     ds = LazyHandle(kind, str(tmp_path / ("db" if kind == "lmdb" else "x.h5")))
-    first = stoker.Loader(ds, batch_size=4, num_workers=2)
+    a, b = (torch.utils.data.Subset(ds, range(5)), torch.utils.data.Subset(ds, range(5, 10))) \
+        if split else (ds, ds)
+    want_a, want_b = (list(range(5)), list(range(5, 10))) if split else ([*range(10)],) * 2
+    first = stoker.Loader(a, batch_size=4, num_workers=2)
     try:
-        assert sorted(int(v) for i, _ in first for v in i) == list(range(10))
+        assert sorted(int(v) for i, _ in first for v in i) == want_a
     finally:
         first.close()
     assert ds.h is not None  # opened here by the probe
     handle = ds.h
-    second = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process")
+    second = stoker.Loader(b, batch_size=4, num_workers=2, executor="process")
     try:
         assert second.info()["executor"] == "process"
-        assert sorted(int(v) for i, _ in second for v in i) == list(range(10))
+        assert sorted(int(v) for i, _ in second for v in i) == want_b
     finally:
         second.close()
     assert ds.h is handle

@@ -419,8 +419,8 @@ class ClosesWhileHelping(Dataset):
     """Sample i: (float32 [2] of i, i). Once armed, the training thread's first sample (a
     helped one) has the loader closed while it runs: by another thread (`how` "thread", which
     waits for it to start; the sample waits until close() returned) or by the sample itself
-    ("inside", as a signal handler would). Worker threads wait until then, so the training
-    thread always finds a ticket."""
+    ("inside", as a signal handler would). Worker threads wait until then, from the start, and
+    a batch holds more samples than the probe keeps, so the training thread always runs one."""
 
     def __init__(self, how):
         self.how = how
@@ -440,7 +440,7 @@ class ClosesWhileHelping(Dataset):
                 self.loader.close()
                 self.closed.set()
             self.closed.wait(SAFETY_S)
-        elif self.armed and not here:
+        elif not here:  # (from the start: the worker threads run before the test arms it)
             self.closed.wait(SAFETY_S)
         return torch.full((2,), float(i)), i
 
@@ -452,7 +452,7 @@ def test_close_during_a_helped_sample(monkeypatch, how):
     loader is closed, and the loader stays closed; nothing hangs."""
     monkeypatch.setenv("STOKER_HELP", "1")
     ds = ClosesWhileHelping(how)
-    loader = stoker.Loader(ds, batch_size=8, num_workers=2, executor="thread")
+    loader = stoker.Loader(ds, batch_size=16, num_workers=2, executor="thread")
     ds.loader = loader
     ds.armed = True
     closer = None
