@@ -266,6 +266,34 @@ def _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, sta
 
 # ---- what cannot cross fork() ----
 
+def _leaf(v):
+    """Values the dataset walks below do not look into (nor count as objects)."""
+    torch = sys.modules.get("torch")
+    return v is None or isinstance(v, (str, bytes, int, float, np.ndarray)) or \
+        (torch is not None and isinstance(v, torch.Tensor))
+
+
+def _reachable(obj, depth, path="dataset", seen=None):
+    """(path, object) for `obj` and each object below it through attributes and the first 16
+    items of lists, tuples and dicts, to `depth` levels, each once, an object before those below
+    it (a caller that stops at one never walks below it)."""
+    seen = set() if seen is None else seen
+    if _leaf(obj) or id(obj) in seen:
+        return
+    seen.add(id(obj))
+    yield path, obj
+    if depth <= 0:
+        return
+    attrs = getattr(obj, "__dict__", None)
+    items = [(f".{k}", v) for k, v in attrs.items()] if isinstance(attrs, dict) else []
+    if isinstance(obj, (list, tuple)):
+        items = [(f"[{i}]", v) for i, v in enumerate(obj[:16])]
+    elif isinstance(obj, dict):
+        items = [(f"[{k!r}]", v) for k, v in list(obj.items())[:16]]
+    for k, v in items:
+        yield from _reachable(v, depth - 1, path + k, seen)
+
+
 def fork_unsafe(dataset, depth=2):
     """A description of an open lmdb.Environment/Transaction or h5py File/Group/Dataset the
     dataset holds in its attributes (to `depth` levels), or None."""
@@ -277,33 +305,13 @@ def fork_unsafe(dataset, depth=2):
             kinds.extend((getattr(m, n), f"{mod}.{n}") for n in names if hasattr(m, n))
     if not kinds:
         return None
-    seen = set()
-
-    def walk(obj, path, d):
-        if id(obj) in seen:
-            return None
-        seen.add(id(obj))
+    for path, obj in _reachable(dataset, depth):
         for cls, label in kinds:
             if isinstance(obj, cls):
                 if label.startswith("h5py") and not bool(getattr(obj, "id", None)):
-                    return None  # closed
+                    break  # closed
                 return f"an open {label} ({path})"
-        if d <= 0:
-            return None
-        attrs = getattr(obj, "__dict__", None)
-        items = list(attrs.items()) if isinstance(attrs, dict) else []
-        if isinstance(obj, (list, tuple)):
-            items = [(f"[{i}]", v) for i, v in enumerate(obj[:16])]
-        elif isinstance(obj, dict):
-            items = [(f"[{k!r}]", v) for k, v in list(obj.items())[:16]]
-        for k, v in items:
-            if isinstance(v, (str, bytes, int, float, np.ndarray)) or v is None:
-                continue
-            found = walk(v, f"{path}.{k}" if not k.startswith("[") else f"{path}{k}", d - 1)
-            if found:
-                return found
-        return None
-    return walk(dataset, "dataset", depth)
+    return None
 
 
 # Attributes that stoker's own calls of __getitem__ in the training process (the probe, the
@@ -317,35 +325,12 @@ def fork_unsafe(dataset, depth=2):
 _OPENED_HERE = weakref.WeakKeyDictionary()
 _ABSENT = object()
 _GRAPH_DEPTH = 3  # how deep below the dataset objects are looked at (Subset -> dataset -> file)
-_GRAPH_ITEMS = 16  # elements of a list looked at (ConcatDataset.datasets)
-
-
-def _leaf(v):
-    torch = sys.modules.get("torch")
-    return v is None or isinstance(v, (str, bytes, int, float, np.ndarray)) or \
-        (torch is not None and isinstance(v, torch.Tensor))
 
 
 def _objects(dataset):
-    """The objects with attributes reachable from the dataset through attributes and short lists,
-    to _GRAPH_DEPTH levels, each once."""
-    out, seen, todo = [], set(), [(dataset, _GRAPH_DEPTH)]
-    while todo:
-        obj, depth = todo.pop()
-        if id(obj) in seen or _leaf(obj):
-            continue
-        seen.add(id(obj))
-        attrs = getattr(obj, "__dict__", None)
-        if isinstance(attrs, dict):
-            out.append(obj)
-            kids = list(attrs.values())
-        elif isinstance(obj, list) and len(obj) <= _GRAPH_ITEMS:
-            kids = list(obj)
-        else:
-            continue
-        if depth > 0:
-            todo.extend((k, depth - 1) for k in kids)
-    return out
+    """The objects with attributes the dataset holds, itself included, to _GRAPH_DEPTH levels."""
+    return [o for _, o in _reachable(dataset, _GRAPH_DEPTH)
+            if isinstance(getattr(o, "__dict__", None), dict)]
 
 
 def vars_before(dataset):
@@ -406,10 +391,10 @@ def _as_found(obj, depth, memo):
                 else:
                     new.__dict__[k] = v
             memo[id(obj)] = new
-    elif isinstance(obj, list) and len(obj) <= _GRAPH_ITEMS and depth > 0:
-        items = [_as_found(v, depth - 1, memo) for v in obj]
+    elif isinstance(obj, list) and depth > 0:  # (the items _reachable looks at)
+        items = [_as_found(v, depth - 1, memo) for v in obj[:16]]
         if any(a is not b for a, b in zip(items, obj)):
-            memo[id(obj)] = items
+            memo[id(obj)] = items + obj[16:]
     return memo[id(obj)]
 
 
