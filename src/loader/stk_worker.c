@@ -584,6 +584,12 @@ static void prepare_records(core *c, worker *w, const stk__slot *s, const uint64
     atomic_fetch_add_explicit(&w->read_ns, stk__loader_now(c) - t0, memory_order_relaxed);
 }
 
+/* The samples a sample_ahead_fn's answer `want` has a thread take at a time. */
+static uint32_t ahead_taken(uint32_t want)
+{
+    return STK_MIN(STK_MAX(want, 1u), (unsigned)STK__PREPARE_MAX);
+}
+
 /* Samples t..t+n-1 of slot s (records idx[0..n)) are this worker's next: announce them to the
  * sample_ahead_fn, which may start them ahead. Returns the samples it wants taken at a time. */
 static uint32_t announce_samples(core *c, worker *w, stk__slot *s, uint32_t t, const uint64_t *idx,
@@ -596,7 +602,7 @@ static uint32_t announce_samples(core *c, worker *w, stk__slot *s, uint32_t t, c
         stk_sample_info info = sample_info(c, w, s, t + k, idx[k]);
         want = c->sample_ahead_fn(c->sample_ctx, &info, out, n_out);
     }
-    return STK_MIN(STK_MAX(want, 1u), (unsigned)STK__PREPARE_MAX);
+    return ahead_taken(want);
 }
 
 /* The run is over: the sample_ahead_fn forgets what was announced and not run (a reset cut the
@@ -605,8 +611,7 @@ static uint32_t announce_samples(core *c, worker *w, stk__slot *s, uint32_t t, c
 static uint32_t forget_samples(core *c, const worker *w)
 {
     stk_sample_info info = {.struct_size = sizeof(info), .worker = w->id};
-    uint32_t want = c->sample_ahead_fn(c->sample_ctx, &info, NULL, 0);
-    return STK_MIN(STK_MAX(want, 1u), (unsigned)STK__PREPARE_MAX);
+    return ahead_taken(c->sample_ahead_fn(c->sample_ctx, &info, NULL, 0));
 }
 
 void *stk__worker_main(void *arg)

@@ -186,6 +186,15 @@ typedef struct {
     _Atomic uint32_t ahead;    /* tickets a thread takes at a time (0: ahead_want chooses) */
 } ProcPoolObject;
 
+/* Whether close() began (interrupt()). */
+static bool pool_closing(ProcPoolObject *p)
+{
+    pthread_mutex_lock(&p->mu);
+    bool closing = p->closing;
+    pthread_mutex_unlock(&p->mu);
+    return closing;
+}
+
 /* How a worker was lost (worker_died). */
 typedef enum { LOST_ENDED, LOST_TIMEOUT, LOST_NO_START } lost_how;
 
@@ -317,6 +326,14 @@ static void settle_locked(ProcPoolObject *p)
     }
 }
 
+/* settle_locked, taking ctl_mu. */
+static void settle(ProcPoolObject *p)
+{
+    pthread_mutex_lock(&p->ctl_mu);
+    settle_locked(p);
+    pthread_mutex_unlock(&p->ctl_mu);
+}
+
 /* The wait status of a worker that ended (asked of the server, its parent); -1 if unknown. */
 static int reap_worker(ProcPoolObject *p, pid_t pid)
 {
@@ -440,10 +457,8 @@ static int spawn_finish(ProcPoolObject *p, uint32_t wid, bool from_python, char 
     pworker *w = &p->w[wid];
     if (!w->owed)
         return 0;
-    pthread_mutex_lock(&p->ctl_mu);
-    settle_locked(p);
-    ctl_reply r = p->answers[wid];
-    pthread_mutex_unlock(&p->ctl_mu);
+    settle(p);
+    ctl_reply r = p->answers[wid]; /* (final once read) */
     int sock = w->sock;
     w->sock = -1;
     w->owed = false;
@@ -480,10 +495,7 @@ static stk_status worker_died(ProcPoolObject *p, uint32_t wid, const stk_sample_
     pworker *w = &p->w[wid];
     close(w->sock);
     w->sock = -1;
-    pthread_mutex_lock(&p->mu);
-    bool closing = p->closing;
-    pthread_mutex_unlock(&p->mu);
-    if (closing) {
+    if (pool_closing(p)) {
         snprintf(err, err_size, "the loader is closing");
         return STK_ECANCELED;
     }
@@ -732,20 +744,14 @@ static void queue_collect(ProcPoolObject *p, uint32_t wid)
     if (i == w->nq)
         return;
     pticket *e = &w->q[i];
-    pthread_mutex_lock(&p->mu);
-    bool closing = p->closing;
-    pthread_mutex_unlock(&p->mu);
-    if (closing) {
+    if (pool_closing(p)) {
         ticket_fail(e, STK_ECANCELED, "the loader is closing");
         return;
     }
     if (w->owed) { /* its fork's answer first (the pool's first workers) */
         char why[sizeof(e->why)];
         if (spawn_finish(p, wid, false, why, sizeof(why)) != 0) {
-            pthread_mutex_lock(&p->mu);
-            closing = p->closing; /* (interrupt() ends the control socket too) */
-            pthread_mutex_unlock(&p->mu);
-            if (closing)
+            if (pool_closing(p)) /* (interrupt() ends the control socket too) */
                 ticket_fail(e, STK_ECANCELED, "the loader is closing");
             else
                 ticket_fail(e, STK_EIO, why); /* (the rest, not sent, go to its restart) */
@@ -1355,10 +1361,8 @@ static PyObject *ProcPool_pids(ProcPoolObject *p, PyObject *noargs)
 {
     (void)noargs;
     PyObject *out = PyList_New(p->n);
-    Py_BEGIN_ALLOW_THREADS /* the answers still owed to the first SPAWNs (their pids) */
-    pthread_mutex_lock(&p->ctl_mu);
-    settle_locked(p);
-    pthread_mutex_unlock(&p->ctl_mu);
+    Py_BEGIN_ALLOW_THREADS
+    settle(p); /* the answers still owed to the first SPAWNs (their pids) */
     Py_END_ALLOW_THREADS
     for (uint32_t i = 0; out && i < p->n; i++) {
         const pworker *w = &p->w[i];
