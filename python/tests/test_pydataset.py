@@ -973,26 +973,36 @@ def test_close_does_not_wait_for_a_stuck_worker(tmp_path):
 
 
 class Handle(Dataset):
+    """Sample i: (i, a value read through an open handle: an LMDB environment holding k -> v, or
+    an HDF5 file holding x = 0..9), the handle opened in the constructor."""
+
     def __init__(self, kind, path):
+        self.kind, self.path = kind, path
         if kind == "lmdb":
             import lmdb
-            self.env = lmdb.open(path, map_size=1 << 20)
-            with self.env.begin(write=True) as txn:
+            with lmdb.open(path, map_size=1 << 20) as env, env.begin(write=True) as txn:
                 txn.put(b"k", b"v")
         else:
             import h5py
             with h5py.File(path, "w") as f:
                 f["x"] = np.arange(10)
-            self.f = h5py.File(path, "r")
+        self.h = self._open()
+
+    def _open(self):
+        if self.kind == "lmdb":
+            import lmdb
+            return lmdb.open(self.path, readonly=True, lock=False)
+        import h5py
+        return h5py.File(self.path, "r")
 
     def __len__(self):
         return 10
 
     def __getitem__(self, i):
-        if hasattr(self, "env"):
-            with self.env.begin() as txn:
+        if self.kind == "lmdb":
+            with self.h.begin() as txn:
                 return i, len(txn.get(b"k"))
-        return i, int(self.f["x"][i])
+        return i, int(self.h["x"][i])
 
 
 @pytest.mark.parametrize("kind", ["lmdb", "h5py"])
@@ -1007,38 +1017,19 @@ def test_open_handles_across_fork(kind, tmp_path):
     assert sorted(int(v) for i, _ in loader for v in i) == list(range(10))
 
 
-class LazyHandle(Dataset):
+class LazyHandle(Handle):
     """Handle's file, opened on first use in __getitem__ (the articles' HDF5Dataset and
     LMDBDataset): fork-safe until something calls __getitem__ in this process."""
 
     def __init__(self, kind, path):
-        self.kind, self.path, self.h = kind, path, None
-        if kind == "lmdb":
-            import lmdb
-            env = lmdb.open(path, map_size=1 << 20)
-            with env.begin(write=True) as txn:
-                txn.put(b"k", b"v")
-            env.close()
-        else:
-            import h5py
-            with h5py.File(path, "w") as f:
-                f["x"] = np.arange(10)
-
-    def __len__(self):
-        return 10
+        super().__init__(kind, path)
+        self.h.close()
+        self.h = None
 
     def __getitem__(self, i):
         if self.h is None:
-            if self.kind == "lmdb":
-                import lmdb
-                self.h = lmdb.open(self.path, readonly=True, lock=False)
-            else:
-                import h5py
-                self.h = h5py.File(self.path, "r")
-        if self.kind == "lmdb":
-            with self.h.begin() as txn:
-                return i, len(txn.get(b"k"))
-        return i, int(self.h["x"][i])
+            self.h = self._open()
+        return super().__getitem__(i)
 
 
 @pytest.mark.parametrize("split", [False, True])

@@ -374,9 +374,9 @@ def test_first_batch_does_not_wait_for_the_worker_forks(monkeypatch):
         helped = loader.stats()["help_samples"]
         done.set()
         resume()
-        got = [(first[0].clone(), [int(v) for v in first[1]])]
+        got = _all([first])
         del first  # (its ring slot)
-        got += [(b[0].clone(), [int(v) for v in b[1]]) for b in it]
+        got += _all(it)
         executor = loader.info()["executor"]
     finally:
         done.set()
