@@ -894,11 +894,13 @@ class PyLoader(Loader):
         keys = [int(k) for k in keys]
         # A batch handed back by a KeyboardInterrupt comes again with its rows' objects already
         # taken from the table: they are kept here (as taken) until the next batch is taken.
+        # Asked by the batch's first keyed row: a row with nothing beside it has key 0 in every
+        # batch, so it cannot tell this batch from the last.
         taken = self._taken
-        if keys[0] not in taken:
+        if next(k for k in keys if k) not in taken:
             got = self._runner.take(keys) if self._runner is not None else \
                 self._pool_objects(keys)
-            self._taken = taken = dict(zip(keys, got))
+            self._taken = taken = {k: g for k, g in zip(keys, got) if k}
         got = [taken.get(k) for k in keys]
         objects, extras = [], []
         for r in range(n):

@@ -219,6 +219,37 @@ class VarLen(Dataset):
         return torch.arange(i % 4 + 1, dtype=torch.float32), i
 
 
+class Detection(Dataset):
+    """torchvision's detection tutorial's shape of sample: an image and a target dict whose
+    boxes and labels have one row per object; the first sample of every batch has as many
+    objects as the first sample of all (the layout's), the others another count."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        n = 2 if i % 4 == 0 else 1 + i % 3
+        return (torch.full((3, 4, 4), float(i)),
+                {"boxes": torch.arange(n * 4, dtype=torch.float32).reshape(n, 4) + i,
+                 "labels": torch.full((n,), i, dtype=torch.int64)})
+
+
+class MixedNumbers(Dataset):
+    """A float for even indices, an int for odd ones; a float32 array, or float64 every third
+    sample: default_collate takes the first sample's type and promotes."""
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return (float(i) if i % 2 == 0 else i,
+                np.full(2, i, dtype=np.float64 if i % 3 == 1 else np.float32))
+
+
+def detection_collate(batch):  # the tutorial's utils.collate_fn
+    return tuple(zip(*batch))
+
+
 def pad_collate(batch):
     xs, ys = zip(*batch)
     return (torch.nn.utils.rnn.pad_sequence(xs, batch_first=True),
@@ -562,6 +593,26 @@ def test_variable_length_samples(executor):
         errors.append(str(e.value))
     assert "stack expects each tensor to be equal size" in errors[1]
     assert errors[1] in errors[0]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_rows_off_the_layout_after_rows_on_it(executor):
+    """Batches whose first row fits the layout the first sample fixed and whose later rows do
+    not (another object count, another dtype), over several batches: the DataLoader's batches
+    (was: "row 1 of the batch lost its object leaves ... please report this" from the second
+    such batch on, both executors)."""
+    assert_equal_runs(Detection(), executor, batch_size=4, num_workers=2,
+                      collate_fn=detection_collate)
+    # The DataLoader's own dtype here depends on num_workers: a worker stacks into a shared
+    # tensor of the first sample's dtype (float32), the main process promotes (float64).
+    # stoker collates in the consumer at every num_workers: the num_workers=0 result.
+    want = list(DataLoader(MixedNumbers(), batch_size=4))
+    for workers in (0, 2):
+        got = list(mk(MixedNumbers(), executor, batch_size=4, num_workers=workers))
+        assert len(got) == len(want) == 3
+        for i, (a, b) in enumerate(zip(got, want)):
+            same(a, b, f"batch {i}")
+    assert want[0][1].dtype == torch.float64 and want[1][0].dtype == torch.float64
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
