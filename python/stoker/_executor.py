@@ -128,6 +128,8 @@ def probe_of(rows, sample_bytes, uses_rng=False):
 
 
 class Choice:
+    """An executor, its worker count and why."""
+
     def __init__(self, executor, workers, reason, thread_rate=None, process_rate=None):
         self.executor, self.workers, self.reason = executor, workers, reason
         self.thread_rate, self.process_rate = thread_rate, process_rate
@@ -178,7 +180,7 @@ def rates(p, n_threads, n_procs, cores):
     return thread, proc
 
 
-def probe_plan(requested="auto", num_workers=None, *, reseed=True, unsafe=None):
+def probe_plan(requested="auto", num_workers=None, *, reseed=True, unsafe=None, files=None):
     """What of the probe the choice below reads (a pure function of the arguments, mirroring
     choose()): (samples, gil, settled_by_rng).
 
@@ -197,19 +199,28 @@ def probe_plan(requested="auto", num_workers=None, *, reseed=True, unsafe=None):
         return "one", False, True
     if requested == "thread" or unsafe:  # threads whatever the samples do; the count may read
         return ("one", False, False) if num_workers is not None else ("all", True, False)
+    if files and _shares_files(num_workers):  # processes whatever the samples do
+        return "one", False, False
     one_worker = num_workers == 0 or (num_workers == 1 and THREAD_GIL_S <= PROCESS_S)
     if one_worker:
         return ("all", False, True) if reseed else ("one", False, False)
     return "all", True, bool(reseed)
 
 
+def _shares_files(num_workers):
+    """Whether the thread executor at this num_workers runs __getitem__ on more than one thread
+    at once (num_workers 0 and 1: one thread, and the training thread does not help it)."""
+    return num_workers is None or num_workers >= 2
+
+
 def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsafe=None,
-           iterable=False):
+           iterable=False, files=None):
     """The executor ("thread" or "process"), its worker count and one sentence saying why.
 
     p: a Probe (None for an IterableDataset, which is not probed); requested: "auto", "thread"
     or "process"; num_workers: the DataLoader's (None: stoker picks); unsafe: what the dataset
-    holds that cannot cross a fork (an open lmdb.Environment...), or None."""
+    holds that cannot cross a fork (an open lmdb.Environment...), or None; files: the open
+    read-only file it holds ("dataset.f (/data/train.bin)"), or None."""
     cores = max(1, int(cores))
     n_procs = max(1, cores if num_workers is None else num_workers)
     if requested == "thread":
@@ -226,6 +237,11 @@ def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsaf
         return Choice("thread", thread_workers(p, num_workers, cores),
                       f"the dataset holds {unsafe}, which cannot be used across fork(); threads "
                       f"share it (open it lazily in __getitem__ to allow worker processes)")
+    if files and _shares_files(num_workers):
+        return Choice("process", n_procs,
+                      f"the dataset holds an open file, {files}: worker threads would share its "
+                      f"position (a seek and a read from two threads at once read another "
+                      f"sample's bytes); each worker process reads through a position of its own")
     if reseed and p.uses_rng:  # (num_workers=0 too: its samples equal those of any count)
         return Choice("process", n_procs,
                       "__getitem__ draws from the global random generators: per-sample seeding "
@@ -252,3 +268,10 @@ def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsaf
                   f"{what}: {n_threads} thread{'s' if n_threads != 1 else ''} deliver an "
                   f"estimated {thread:.0f} samples/s, {n_procs} worker "
                   f"process{'es' if n_procs != 1 else ''} {proc:.0f}", thread, proc)
+
+
+def threads_instead(p, num_workers, cores, why):
+    """The thread executor where "auto" chose processes that cannot start: the dataset does
+    not pickle (`why`) and the fork server, started before it existed, needs it pickled."""
+    return Choice("thread", thread_workers(p, num_workers, cores),
+                  f"worker processes would suit it better, but {why}")

@@ -46,7 +46,7 @@ import traceback
 
 import numpy as np
 
-from . import _pyworker, _pyworker_server as _server
+from . import _holds, _pyworker, _pyworker_server as _server
 from ._seedwatch import SeedWatch
 from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_REQ,  # noqa: F401
                                HDR, OP_SPEC, WANTS_SPEC, _recv_exact, _Served, _server_loop)
@@ -206,6 +206,24 @@ class Pending:
 
     def __init__(self, spec, method, fs=None, token=0):
         self.spec, self.method, self.fs, self.token = spec, method, fs, token
+        self.blob = None  # the spec pickled (unpicklable()), for start()
+
+    def unpicklable(self):
+        """None when the worker server will get the spec: inherited by the fork server, or
+        pickled now (kept for start()); else why it cannot."""
+        if self.token:
+            return None
+        try:
+            self.blob = _pickle_spec(self.spec)
+        except TypeError as e:
+            cause = e.__cause__
+            return (f"its dataset or worker_init_fn does not pickle ({type(cause).__name__}: "
+                    f"{cause}), which worker processes started by stoker's fork server need when "
+                    f"the fork server was started before the dataset existed (by an earlier "
+                    f"loader, or as a fresh interpreter because this process ran threads): "
+                    f"define the functions it holds at module level (not lambdas or local "
+                    f"functions), open files lazily, or create this loader first")
+        return None
 
     def start(self, probed_here=False):
         """The worker server (forked by the fork server now, or spawned). probed_here: the
@@ -214,8 +232,8 @@ class Pending:
         does not: then the fork server keeps it (it stays a fork), since a worker restarted by a
         lean one gets this process's copy, pickled then (spec_sender)."""
         if self.method == "spawn":
-            return _spawn_server(self.spec)
-        blob = b"" if self.token else _pickle_spec(self.spec)
+            return _spawn_server(self.spec, self.blob)
+        blob = b"" if self.token else self.blob or _pickle_spec(self.spec)
         keep = bool(self.token and probed_here and self.fs.how == "fork" and
                     not _server._check(self.spec)[0])
         pid, ctl = self.fs.serve(self.token, blob, keep)
@@ -282,7 +300,7 @@ def spec_sender(spec):
     def send(fd):
         for attempt in range(3):
             try:
-                blob = pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+                blob = _holds.dumps(spec)
                 break
             except RuntimeError:
                 if attempt == 2:
@@ -301,7 +319,7 @@ def spec_sender(spec):
 
 def _pickle_spec(spec):
     try:
-        return pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+        return _holds.dumps(spec)
     except Exception as e:
         raise TypeError(f"the worker processes are started by stoker's fork server, which "
                         f"needs the dataset and worker_init_fn pickled (it was started before "
@@ -400,9 +418,9 @@ def _fresh_fork_server_main(sock):
     _fork_server_main(sock)
 
 
-def _spawn_server(spec):
+def _spawn_server(spec, blob=None):
     import multiprocessing
-    blob = _pickle_spec(spec)
+    blob = blob or _pickle_spec(spec)
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     ctx = multiprocessing.get_context("spawn")
     proc = ctx.Process(target=_spawned_server, args=(b, blob), daemon=True,
@@ -453,6 +471,7 @@ def _serve(ctl, spec):
 def _worker_start(wid, spec):
     """Set the worker up as a DataLoader worker is set up."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _holds.own_positions(spec.dataset)  # files inherited by fork: a position of its own
     seed = (spec.base_seed + wid) & ((1 << 64) - 1)
     torch = sys.modules.get("torch")
     random.seed(seed)

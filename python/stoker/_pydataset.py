@@ -31,6 +31,7 @@ from . import _collate
 from . import _core
 from . import _errors
 from . import _executor
+from . import _holds
 from . import loader as _loader
 from . import _procpool
 from . import _pyhelp
@@ -266,34 +267,6 @@ def _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, sta
 
 # ---- what cannot cross fork() ----
 
-def _leaf(v):
-    """Values the dataset walks below do not look into (nor count as objects)."""
-    torch = sys.modules.get("torch")
-    return v is None or isinstance(v, (str, bytes, int, float, np.ndarray)) or \
-        (torch is not None and isinstance(v, torch.Tensor))
-
-
-def _reachable(obj, depth, path="dataset", seen=None):
-    """(path, object) for `obj` and each object below it through attributes and the first 16
-    items of lists, tuples and dicts, to `depth` levels, each once, an object before those below
-    it (a caller that stops at one never walks below it)."""
-    seen = set() if seen is None else seen
-    if _leaf(obj) or id(obj) in seen:
-        return
-    seen.add(id(obj))
-    yield path, obj
-    if depth <= 0:
-        return
-    attrs = getattr(obj, "__dict__", None)
-    items = [(f".{k}", v) for k, v in attrs.items()] if isinstance(attrs, dict) else []
-    if isinstance(obj, (list, tuple)):
-        items = [(f"[{i}]", v) for i, v in enumerate(obj[:16])]
-    elif isinstance(obj, dict):
-        items = [(f"[{k!r}]", v) for k, v in list(obj.items())[:16]]
-    for k, v in items:
-        yield from _reachable(v, depth - 1, path + k, seen)
-
-
 def fork_unsafe(dataset, depth=2):
     """A description of an open lmdb.Environment/Transaction or h5py File/Group/Dataset the
     dataset holds in its attributes (to `depth` levels), or None."""
@@ -305,13 +278,23 @@ def fork_unsafe(dataset, depth=2):
             kinds.extend((getattr(m, n), f"{mod}.{n}") for n in names if hasattr(m, n))
     if not kinds:
         return None
-    for path, obj in _reachable(dataset, depth):
+    for path, obj in _holds.reachable(dataset, depth):
         for cls, label in kinds:
             if isinstance(obj, cls):
                 if label.startswith("h5py") and not bool(getattr(obj, "id", None)):
                     break  # closed
                 return f"an open {label} ({path})"
     return None
+
+
+def _read_files_text(dataset, unlocked=False):
+    """The open read-only files the dataset holds ("dataset.f (/data/a.bin)"), or None;
+    unlocked: only those read without a lock (not a zipfile.ZipFile's)."""
+    found = [f for f in _holds.read_files(dataset) if not (unlocked and f[2])]
+    if not found:
+        return None
+    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    return f"{found[0][0]} ({found[0][1]}){more}"
 
 
 # Attributes that stoker's own calls of __getitem__ in the training process (the probe, the
@@ -324,12 +307,12 @@ def fork_unsafe(dataset, depth=2):
 # keep their handles (they serve the training thread's calls).
 _OPENED_HERE = weakref.WeakKeyDictionary()
 _ABSENT = object()
-_GRAPH_DEPTH = 3  # how deep below the dataset objects are looked at (Subset -> dataset -> file)
+_GRAPH_DEPTH = _holds.WALK_DEPTH  # how deep below the dataset objects are looked at
 
 
 def _objects(dataset):
     """The objects with attributes the dataset holds, itself included, to _GRAPH_DEPTH levels."""
-    return [o for _, o in _reachable(dataset, _GRAPH_DEPTH)
+    return [o for _, o in _holds.reachable(dataset, _GRAPH_DEPTH)
             if isinstance(getattr(o, "__dict__", None), dict)]
 
 
@@ -367,7 +350,7 @@ def _opened(obj):
 def _as_found(obj, depth, memo):
     """obj, or a shallow copy of it with the noted attributes back and the objects below that
     have some copied the same way."""
-    if _leaf(obj):
+    if _holds.leaf(obj):
         return obj
     if id(obj) in memo:
         return memo[id(obj)]
@@ -582,6 +565,7 @@ class PyLoader(Loader):
         cores = _core.n_cpus()  # the library's count (stk_n_cpus: the affinity mask)
         spec_ds = as_first_found(ds)  # (the workers' copy: without handles opened here)
         unsafe = fork_unsafe(spec_ds)
+        files = _read_files_text(spec_ds)
         method = self._start_method(multiprocessing_context)
         want_server = executor == "process" or (executor == "auto" and workers != 0 and
                                                  (unsafe is None or method == "spawn"))
@@ -613,7 +597,7 @@ class PyLoader(Loader):
             # for the thread executor to hand out as epoch 0's (they are its first batch's when
             # the order allows).
             request = self._probe_request(n, picked, shuffle, seed, world_size, executor,
-                                          workers, unsafe if method == "fork" else None)
+                                          workers, unsafe if method == "fork" else None, files)
             # The first samples run in worker process 0 when processes were asked for (as with
             # the DataLoader, __getitem__ then never runs in this process) or a worker_init_fn
             # must run first (it may change this process: torch.set_num_threads(1), files...);
@@ -621,6 +605,10 @@ class PyLoader(Loader):
             # forked from the fork server's copy of the dataset, which this does not touch).
             in_worker = pending is not None and (worker_init_fn is not None or
                                                  executor == "process")
+            # "auto" takes threads where the workers cannot get the dataset: it does not pickle
+            # and the fork server, forked before it existed, did not inherit it
+            no_pickle = pending.unpicklable() if in_worker and executor == "auto" else None
+            in_worker = in_worker and no_pickle is None
             if in_worker:
                 self._start_pool(pending, n_pool, timeout, ring_batch)
             if in_worker:
@@ -647,7 +635,27 @@ class PyLoader(Loader):
             self._layout = layout
             self._probe = p
             choice = _executor.choose(p, executor, workers, cores, reseed=self.reseed,
-                                      unsafe=unsafe if method == "fork" else None)
+                                      unsafe=unsafe if method == "fork" else None, files=files)
+            if choice.executor == "process" and self._pool is None:
+                if pending is None:  # num_workers=0 drawing random numbers: one process, whose
+                    # server is a fresh interpreter when this process runs threads by now
+                    pending = _procpool.prepare_server(
+                        _procpool.WorkerSpec(spec_ds, n_pool, base_seed, worker_init_fn, name),
+                        method)
+                if executor == "auto":
+                    no_pickle = no_pickle or pending.unpicklable()
+            if choice.executor == "process" and no_pickle is not None:
+                choice = _executor.threads_instead(p, workers, cores, no_pickle)
+                warnings.warn(f"stoker.Loader: {name} runs on worker threads, not worker "
+                              f"processes: {no_pickle}", RuntimeWarning, stacklevel=3)
+            shared = files and _read_files_text(spec_ds, unlocked=True)
+            if shared and choice.executor == "thread" and choice.workers > 1:
+                warnings.warn(f"stoker.Loader: {name} holds an open file, {shared}, which its "
+                              f"{choice.workers} worker threads share with one position: a seek "
+                              f"and a read from two threads at once read another sample's "
+                              f"bytes unless __getitem__ reads with os.pread or under a lock "
+                              f"(worker processes each read through a position of their own)",
+                              RuntimeWarning, stacklevel=3)
             if choice.executor == "thread" and executor == "thread" and self.reseed and \
                     p.uses_rng:
                 warnings.warn(f"stoker.Loader(executor='thread'): {name}.__getitem__ draws from "
@@ -661,11 +669,6 @@ class PyLoader(Loader):
                 if pending is not None:
                     pending.forget()
             elif self._pool is None:
-                if pending is None:  # num_workers=0 drawing random numbers: one process, whose
-                    # server is a fresh interpreter when this process runs threads by now
-                    pending = _procpool.prepare_server(
-                        _procpool.WorkerSpec(spec_ds, n_pool, base_seed, worker_init_fn, name),
-                        method)
                 self._start_pool(pending, n_pool, timeout, ring_batch, probed_here=True)
             self._choice = choice
             self.executor = choice.executor
@@ -771,11 +774,12 @@ class PyLoader(Loader):
         holds, twice (rows of batches a reset dropped are overwritten, oldest first)."""
         return max(4096, 2 * (self.prefetch + 2) * int(ring_batch))
 
-    def _probe_request(self, n, picked, shuffle, seed, world, executor, workers, unsafe):
+    def _probe_request(self, n, picked, shuffle, seed, world, executor, workers, unsafe,
+                       files):
         """What the constructor asks of probe_samples (_pyworker): the indices, the seeding,
         whether the GIL meter runs, and when the probe may stop early."""
         samples, gil, by_rng = _executor.probe_plan(executor, workers, reseed=self.reseed,
-                                                    unsafe=unsafe)
+                                                    unsafe=unsafe, files=files)
         indices = self._probe_indices(n, picked, shuffle, seed, world)
         return {"indices": indices[:1] if samples == "one" else indices, "seed": seed,
                 "reseed": self.reseed, "stop_on_rng": by_rng, "gil": gil}

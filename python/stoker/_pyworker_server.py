@@ -135,6 +135,8 @@ class _Checker(pickle.Pickler):
     def __init__(self):
         self.sink = _Nowhere()
         super().__init__(self.sink, protocol=pickle.HIGHEST_PROTOCOL)
+        from stoker import _holds  # (read-only files by path and position, as pickled)
+        self.dispatch_table = _holds.pickler(self.sink).dispatch_table
         self.names_main = False
         torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
         bulk = (getattr(torch, "Tensor", None), getattr(torch, "UntypedStorage", None),
@@ -456,7 +458,8 @@ def _dumps_at_most(spec):
     (found without writing more than that)."""
     f = _Bounded()
     try:
-        pickle.Pickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(spec)
+        from stoker import _holds  # (read-only files by path and position)
+        _holds.pickler(f).dump(spec)
     except Exception:  # noqa: BLE001 - then the server stays a fork
         return None
     return b"".join(f.parts)

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 import weakref
 
 import numpy as np
@@ -1098,6 +1099,174 @@ def test_parent_with_threads_already_running(tmp_path):
     r = run_python(code, timeout=240)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split(None, 1) == ["forkserver", str(list(range(12))) + "\n"]
+
+
+class Records(Dataset):
+    """The binary-records dataset of the articles: the file opened once in __init__, each
+    sample a seek and a read of one record (a pause between them, where another worker with the
+    same file position would move it)."""
+
+    def __init__(self, path, n=48, buffering=-1):
+        self.n = n
+        self.f = open(path, "rb", buffering=buffering)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.f.seek(i * 4096)
+        time.sleep(0.0005)
+        return torch.from_numpy(np.frombuffer(self.f.read(4096), dtype=np.int32).copy()), i
+
+
+def records_file(tmp_path, n=48):
+    path = tmp_path / "records.bin"
+    np.arange(n * 1024, dtype=np.int32).tofile(path)
+    return str(path)
+
+
+def assert_records(loader, n=48, epochs=2):
+    """Every record read whole and as its own index's, each once per epoch."""
+    seen = []
+    for _ in range(epochs):
+        for x, y in loader:
+            want = y.to(torch.int32)[:, None] * 1024 + torch.arange(1024, dtype=torch.int32)
+            assert torch.equal(x, want), "a worker read another sample's bytes"
+            seen += y.tolist()
+    assert sorted(seen) == sorted(list(range(n)) * epochs)
+
+
+def test_a_dataset_reading_an_open_file_gets_a_position_per_worker(tmp_path):
+    """A dataset holding a file it opened in __init__ (seek, then read, in __getitem__): its
+    worker processes each read through a position of their own (it is opened again by path in
+    each), so no sample gets another's bytes; "auto" takes processes for it and says why, and
+    executor="thread" with several threads warns (they share one position). Was: "auto" ran it
+    on threads, which read other samples' bytes silently, and executor="process" refused it
+    ("cannot pickle '_io.BufferedReader' object"). (The DataLoader's forked workers share the
+    position, and read the wrong bytes too.)"""
+    path = records_file(tmp_path)
+    before = stoker.Loader(Plain(4), batch_size=2, num_workers=2, executor="process")
+    before.close()  # (the fork server exists: this dataset is pickled to the workers)
+    loader = stoker.Loader(Records(path), batch_size=4, num_workers=3)
+    assert loader.info()["executor"] == "process"
+    assert "open file, dataset.f (" + path in loader.info()["executor_reason"]
+    assert_records(loader)
+    loader.close()
+    for buffering in (-1, 0):  # a BufferedReader, a FileIO
+        with stoker.Loader(Records(path, buffering=buffering), batch_size=4, num_workers=3,
+                           executor="process") as loader:
+            assert_records(loader)
+    with pytest.warns(RuntimeWarning, match="open file, dataset.f .* 3 worker threads share"):
+        stoker.Loader(Records(path), batch_size=4, num_workers=3, executor="thread").close()
+
+
+def test_a_file_inherited_by_the_workers_gets_a_position_per_worker(tmp_path):
+    """The same dataset in a process whose first loader forks the fork server with it (the
+    dataset inherited, not pickled): each worker opens the file again under the same
+    descriptor, at the position it had."""
+    path = records_file(tmp_path)
+    code = textwrap.dedent(f"""
+        import sys, time, numpy as np, torch, stoker
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_pydataset import Records, assert_records
+        loader = stoker.Loader(Records({path!r}), batch_size=4, num_workers=3,
+                               executor="process")
+        assert_records(loader, epochs=3)
+        print(loader.info()["start_method"], "ok")
+    """)
+    r = run_python(code, timeout=240)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["fork", "ok"]
+
+
+class Zipped(Dataset):
+    """Samples read from a zip archive opened once in __init__ (the DataLoader's forked
+    workers share its file position: "BadZipFile: Bad CRC-32")."""
+
+    def __init__(self, path, n=40):
+        import zipfile
+        self.n = n
+        self.z = zipfile.ZipFile(path)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.from_numpy(np.frombuffer(self.z.read(f"{i}.bin"), np.int32).copy()), i
+
+
+def test_a_zipfile_dataset_on_worker_processes_and_threads(tmp_path):
+    """A zipfile.ZipFile opened in __init__: pickled to the worker processes as its path (each
+    opens it again), so executor="process" runs it after the fork server exists, every sample
+    whole; on threads it is read under the ZipFile's own lock, so no warning there."""
+    import zipfile
+    path = str(tmp_path / "samples.zip")
+    with zipfile.ZipFile(path, "w") as z:
+        for i in range(40):
+            z.writestr(f"{i}.bin", np.full(256, i, np.int32).tobytes())
+    before = stoker.Loader(Plain(4), batch_size=2, num_workers=2, executor="process")
+    before.close()
+    for executor in ("process", "thread"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            loader = stoker.Loader(Zipped(path), batch_size=4, num_workers=3, executor=executor)
+        with loader:
+            got = [(x, y) for _ in range(2) for x, y in loader]
+        assert all(torch.equal(x, y.to(torch.int32)[:, None].expand(-1, 256)) for x, y in got)
+        assert sorted(v for _, y in got for v in y.tolist()) == sorted(list(range(40)) * 2)
+
+
+def test_read_only_files_pickle_by_path_and_position(tmp_path):
+    """_holds.dumps: a file opened read-only unpickles as the same kind of file object, on the
+    same file at the same position, with a descriptor of its own; a file open for writing still
+    does not pickle."""
+    from stoker import _holds
+    path = tmp_path / "t.txt"
+    path.write_text("line one\nline two\n")
+    with open(path, "rb") as b, open(path, "rb", buffering=0) as r, open(path) as t:
+        for f in (b, r, t):
+            f.readline()
+            g = pickle.loads(_holds.dumps(f))
+            try:
+                assert type(g) is type(f) and g.fileno() != f.fileno()
+                assert g.readline() in (b"line two\n", "line two\n")
+            finally:
+                g.close()
+    with open(tmp_path / "w.bin", "wb") as w, pytest.raises(TypeError, match="cannot pickle"):
+        _holds.dumps({"f": w})
+
+
+class DrawsUnpicklable(Dataset):
+    """Draws from Python's random (so "auto" wants worker processes) and holds a lambda (so it
+    does not pickle)."""
+
+    def __init__(self):
+        self.scale = lambda v: v * 2
+
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, i):
+        random.random()
+        return self.scale(i)
+
+
+def test_auto_takes_threads_for_a_dataset_that_does_not_pickle():
+    """executor="auto" for a dataset that wants worker processes but does not pickle, made
+    after the fork server was started (an earlier loader: a validation loader after the
+    training one): threads, with a RuntimeWarning and the reason in info(), every sample
+    once. Was: the constructor raised TypeError ("... pickling failed: ... lambda"), while
+    the DataLoader (which forks) runs it. executor="process" still raises it."""
+    before = stoker.Loader(Plain(4), batch_size=2, num_workers=2, executor="process")
+    before.close()
+    with pytest.warns(RuntimeWarning, match="DrawsUnpicklable runs on worker threads.*does not pickle"):
+        loader = stoker.Loader(DrawsUnpicklable(), batch_size=4, num_workers=2)
+    with loader:
+        assert loader.info()["executor"] == "thread"
+        assert "lambda" in loader.info()["executor_reason"]
+        assert sorted(int(v) for b in loader for v in b) == [2 * i for i in range(20)]
+    with pytest.raises(TypeError, match="pickling failed"):
+        stoker.Loader(DrawsUnpicklable(), batch_size=4, num_workers=2, executor="process")
 
 
 def test_single_threaded_parent_forks_the_dataset_unpickled():
