@@ -117,6 +117,50 @@ def runq_ns():
         return 0
 
 
+# Functions that set a global random generator's state, looked up as module attributes.
+_SETTERS = (("random", "seed"), ("random", "setstate"), ("numpy.random", "seed"),
+            ("numpy.random", "set_state"), ("torch", "manual_seed"), ("torch", "set_rng_state"),
+            ("torch", "seed"), ("torch.random", "manual_seed"),
+            ("torch.random", "set_rng_state"), ("torch.random", "seed"))
+
+
+class SetterWatch:
+    """While entered: whether this thread called a function that sets a global random
+    generator's state (random.seed, numpy.random.seed or set_state, torch.manual_seed or
+    set_rng_state). A __getitem__ that seeds a generator itself and puts it back afterwards
+    (torchvision's FakeData) leaves the states as they were, so the before/after comparison
+    does not see it use them; threads running it at once interleave one's seeding with
+    another's draws. The module attributes are wrapped meanwhile (a call from another thread
+    goes through unnoted)."""
+
+    def __init__(self):
+        self.hit = False
+        self._saved = []
+
+    def __enter__(self):
+        me = threading.get_ident()
+        for name, attr in _SETTERS:
+            mod = sys.modules.get(name)
+            f = getattr(mod, attr, None) if mod is not None else None
+            if f is None or getattr(f, "_stoker_watched", False):
+                continue
+
+            def watched(*args, _f=f, **kw):
+                if threading.get_ident() == me:
+                    self.hit = True
+                return _f(*args, **kw)
+            watched._stoker_watched = True
+            setattr(mod, attr, watched)
+            self._saved.append((mod, attr, f))
+        return self
+
+    def __exit__(self, *exc):
+        while self._saved:
+            mod, attr, f = self._saved.pop()
+            setattr(mod, attr, f)
+        return False
+
+
 def probe_samples(dataset, request, started=None, ctl=None):
     """Run __getitem__ on the first indices (request["indices"]: at most PROBE_SAMPLES, and no
     more once PROBE_BUDGET_S passed after the first), in a worker process or in the
@@ -125,7 +169,7 @@ def probe_samples(dataset, request, started=None, ctl=None):
     split by the GIL meter into GIL-held and GIL-free (only when request["gil"]: the meter's
     thread is started once for the whole probe, and each call reads its lap), its run-queue
     wait (the wall time the machine's load added), and whether the call drew from the global
-    random generators. While a call is metered the switch interval is PROBE_SWITCH_S, so that
+    random generators (or set one's state: SetterWatch). While a call is metered the switch interval is PROBE_SWITCH_S, so that
     the meter never makes it hand the GIL over and wait to get it back (a wait the load would
     stretch); other threads of the process wait for the GIL meanwhile, as for any call that does
     not release it. The budget counts idle-machine time, so a busy machine does not cut the
@@ -167,7 +211,8 @@ def probe_samples(dataset, request, started=None, ctl=None):
             q0 = runq_ns()
             c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
             try:
-                sample = dataset[index]
+                with SetterWatch() as setters:
+                    sample = dataset[index]
             except Exception:  # noqa: BLE001
                 if k == 0:
                     raise  # the first sample fixes the layout: the caller reports it
@@ -176,7 +221,7 @@ def probe_samples(dataset, request, started=None, ctl=None):
             q1 = runq_ns()
             held, free = meter.lap() if meter is not None else (0, 0)
             sys.setswitchinterval(switch)
-            drew = drew or rng_changed(before, rng_states())
+            drew = drew or setters.hit or rng_changed(before, rng_states())
             rows.append((t1 - t0, c1 - c0, held, free, max(0, q1 - q0), METERED))
             idle += idle_ns(rows[-1]) / 1e9
             if k == 0:

@@ -414,6 +414,41 @@ def test_threads_warn_about_global_random_draws():
     assert len(labels([(None, i) for i, _, _, _ in loader])) == 24
 
 
+class SeedsItself(Dataset):
+    """torchvision's FakeData's way: the global torch generator saved, seeded from the index,
+    drawn from, and put back, so the generators end as they began."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        state = torch.get_rng_state()
+        torch.manual_seed(i)
+        x = torch.randn(4)
+        torch.set_rng_state(state)
+        return x, i
+
+
+def test_a_dataset_that_seeds_the_generators_itself_uses_them():
+    """A __getitem__ that seeds a global generator and puts it back (FakeData) leaves nothing
+    the before/after comparison sees, yet two threads running it interleave one's seeding with
+    the other's draws: the probe notes the seeding call, so "auto" takes worker processes
+    (whatever the timing says) and executor="thread" warns. Was: no warning; "auto" chose by
+    the timing alone (threads gave FakeData images that differ from the DataLoader's). The
+    probe leaves torch's functions as they were."""
+    seed_fn, set_fn = torch.manual_seed, torch.set_rng_state
+    with stoker.Loader(SeedsItself(), batch_size=4, num_workers=2) as loader:
+        assert loader.info()["executor"] == "process"
+        assert "random generators" in loader.info()["executor_reason"]
+        got = {int(i): x for xs, ix in loader for x, i in zip(xs, ix)}
+    for i in range(24):
+        torch.manual_seed(i)
+        assert torch.equal(got[i], torch.randn(4))
+    with pytest.warns(RuntimeWarning, match="SeedsItself.__getitem__ draws from the global"):
+        stoker.Loader(SeedsItself(), batch_size=4, num_workers=2, executor="thread").close()
+    assert torch.manual_seed is seed_fn and torch.set_rng_state is set_fn
+
+
 # ---- workers: get_worker_info, worker_init_fn ----
 
 @pytest.mark.parametrize("executor", EXECUTORS)
