@@ -615,6 +615,25 @@ def test_rows_off_the_layout_after_rows_on_it(executor):
     assert want[0][1].dtype == torch.float64 and want[1][0].dtype == torch.float64
 
 
+class IndexType(Dataset):
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return {"i": int(i), "is_int": type(i) is int}
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_samplers_of_numpy_integers_and_tensors(executor):
+    """A sampler that is a numpy permutation or a tensor: the same samples in the same batches;
+    stoker hands __getitem__ a Python int where the DataLoader hands the sampler's item (a
+    documented difference)."""
+    for sampler in (np.random.RandomState(0).permutation(12), torch.tensor([7, 3, 9, 1, 0])):
+        got, want = both(IndexType(), executor, batch_size=4, sampler=sampler)
+        assert [b["i"].tolist() for b in got] == [b["i"].tolist() for b in want]
+        assert all(b["is_int"].all() for b in got) and not any(b["is_int"].any() for b in want)
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_concat_of_different_sample_types_random_split(executor):
     """ConcatDataset of int and float samples: each batch collated as its first sample says
