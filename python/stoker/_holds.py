@@ -117,6 +117,26 @@ def own_positions(dataset):
     return n
 
 
+def own_files(copy):
+    """In a shallow copy of a dataset (an IterableDataset's worker thread's replica): each
+    attribute holding a read-only file gets a file of its own, opened again by path at the
+    same position (files deeper down stay shared with the dataset). Returns the files opened
+    (the copy's owner closes them)."""
+    attrs = getattr(copy, "__dict__", None)
+    opened = []
+    if not isinstance(attrs, dict):
+        return opened
+    for k, v in list(attrs.items()):
+        if read_only_file(v) is not None:
+            try:
+                fn, args = _reduce_file(v)
+                attrs[k] = fn(*args)
+            except (OSError, TypeError):
+                continue
+            opened.append(attrs[k])
+    return opened
+
+
 def _path_of(f, fd):
     """The open file's path now (it may have been opened relative to another directory, or
     renamed since), else its name."""

@@ -39,6 +39,7 @@ import warnings
 
 from . import _core
 from . import _errors
+from . import _holds
 from . import _procpool
 from . import _pyworker
 from . import _torchcompat
@@ -308,6 +309,8 @@ class _ThreadChannel(_Channel):
         # each worker thread iterates its own (shallow) copy, as each DataLoader worker has its
         # own replica: attributes the dataset sets while iterating stay per worker
         self.dataset = copy.copy(spec.dataset) if n > 0 else spec.dataset
+        # and a file of its own where the dataset holds one (its position), closed at the end
+        self.files = _holds.own_files(self.dataset) if n > 0 else []
         self.epoch, self.state = None, None
         self.produced = 0
         self.stop = False
@@ -318,6 +321,13 @@ class _ThreadChannel(_Channel):
         return f"worker thread {self.wid}"
 
     def _run(self):
+        try:
+            self._serve()
+        finally:
+            for f in self.files:
+                f.close()
+
+    def _serve(self):
         if self.n > 0:
             _pyworker.TLS.info = _pyworker.worker_info(
                 self.wid, self.n, self.spec.base_seed + self.wid, self.dataset)

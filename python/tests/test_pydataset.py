@@ -1251,6 +1251,35 @@ def test_a_zipfile_dataset_on_worker_processes_and_threads(tmp_path):
         assert sorted(v for _, y in got for v in y.tolist()) == sorted(list(range(40)) * 2)
 
 
+class Lines(IterableDataset):
+    """An IterableDataset over a text file opened in __init__, each worker taking every n-th
+    line (get_worker_info)."""
+
+    def __init__(self, path):
+        self.f = open(path)
+
+    def __iter__(self):
+        info = get_worker_info()
+        wid, n = (info.id, info.num_workers) if info is not None else (0, 1)
+        self.f.seek(0)
+        for k, line in enumerate(self.f):
+            if k % n == wid:
+                yield int(line.split()[1])
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_an_iterable_dataset_reading_an_open_file(executor, tmp_path):
+    """Each worker (a process, or a thread's replica) reads the file through a position of its
+    own: every line once per pass. Was: the threads' replicas shared one file object (2,600 of
+    5,000 lines, silently), and the processes one position."""
+    path = tmp_path / "lines.txt"
+    path.write_text("".join(f"line {i:06d}\n" for i in range(3000)))
+    with stoker.Loader(Lines(str(path)), batch_size=50, num_workers=2,
+                       executor=executor) as loader:
+        for _ in range(2):
+            assert sorted(int(v) for b in loader for v in b) == list(range(3000))
+
+
 def test_read_only_files_pickle_by_path_and_position(tmp_path):
     """_holds.dumps: a file opened read-only unpickles as the same kind of file object, on the
     same file at the same position, with a descriptor of its own; a file open for writing still
