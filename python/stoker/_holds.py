@@ -15,6 +15,7 @@ its position (`dumps`). Only files opened read-only on regular files are touched
 (written, a pipe, a socket) is left as it is (and, pickled, fails as before).
 """
 import copyreg
+import fcntl
 import io
 import os
 import pickle
@@ -71,7 +72,6 @@ def read_only_file(obj):
         fd = obj.fileno()
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        import fcntl
         if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY:
             return None
     except (OSError, ValueError, io.UnsupportedOperation):
@@ -187,14 +187,19 @@ _TABLE = copyreg.dispatch_table.copy()
 _TABLE.update({t: _reduce_file for t in _FILE_TYPES})
 
 
-def pickler(file):
-    """A pickler (the highest protocol) that pickles read-only files by path and position (and
-    a zipfile.ZipFile opened for reading by its path)."""
+def dispatch_table():
+    """copyreg's dispatch table, with read-only files pickled by path and position (and a
+    zipfile.ZipFile opened for reading by its path, once zipfile is imported)."""
     zipfile = sys.modules.get("zipfile")
     if zipfile is not None and zipfile.ZipFile not in _TABLE:
         _TABLE[zipfile.ZipFile] = _reduce_zip
+    return _TABLE
+
+
+def pickler(file):
+    """A pickler (the highest protocol) with dispatch_table()."""
     p = pickle.Pickler(file, protocol=pickle.HIGHEST_PROTOCOL)
-    p.dispatch_table = _TABLE
+    p.dispatch_table = dispatch_table()
     return p
 
 

@@ -136,7 +136,7 @@ class _Checker(pickle.Pickler):
         self.sink = _Nowhere()
         super().__init__(self.sink, protocol=pickle.HIGHEST_PROTOCOL)
         from stoker import _holds  # (read-only files by path and position, as pickled)
-        self.dispatch_table = _holds.pickler(self.sink).dispatch_table
+        self.dispatch_table = _holds.dispatch_table()
         self.names_main = False
         torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
         bulk = (getattr(torch, "Tensor", None), getattr(torch, "UntypedStorage", None),
