@@ -265,6 +265,10 @@ def _probe_run(dataset, request, n_workers, base_seed, worker_init_fn, name, sta
     _errors.reraise(w)
 
 
+# The index space of a dataset without __len__ (its sampler or batch_sampler names the indices).
+NO_LEN = 1 << 62
+
+
 # ---- what cannot cross fork() ----
 
 def fork_unsafe(dataset, depth=2):
@@ -425,6 +429,7 @@ class PyLoader(Loader):
     """stoker.Loader for a Python dataset (made by stoker.Loader itself: see Loader.__new__)."""
 
     _ended_mark = None  # dataset_mark() when the last pass ended at its epoch's end
+    _no_len = False     # the dataset has no __len__ (its sampler names the indices: NO_LEN)
 
     def __init__(self, data=None, batch_size=1, shuffle=None, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=False, device=None, rank=None,
@@ -480,7 +485,12 @@ class PyLoader(Loader):
         if output == "numpy" or torch is None:
             torch = None
         self.output = "numpy" if torch is None else "torch"
-        n = len(ds)
+        try:
+            n = len(ds)
+        except TypeError:  # no __len__: the DataLoader takes one with a sampler that names the
+            if sampler is None and batch_sampler is None:  # indices (its default ones need it)
+                raise
+            n = NO_LEN
         if n <= 0:
             raise _core.StokerInvalidError(f"{_pyworker.name(ds)} is empty (len() = {n}): an epoch needs "
                                            f"at least one sample")
@@ -704,6 +714,7 @@ class PyLoader(Loader):
                                   "available; batches stay in pageable memory", UserWarning,
                                   stacklevel=3)
             self._dataset = _core.Dataset(name, format="index", count=n)
+            self._no_len = n == NO_LEN
             self._core_kwargs = dict(
                 batch_size=ring_batch, n_threads=n_threads, n_slots=self.prefetch + 1,
                 seed=seed, rank=rank, world=world_size, shuffle=bool(shuffle),
@@ -1120,7 +1131,8 @@ class PyLoader(Loader):
     def __repr__(self):
         if self._core is None:
             return "<stoker.Loader (closed)>"
-        return (f"<stoker.Loader {_pyworker.name(self._torch_dataset)} ({len(self._dataset)} samples), "
+        size = "no len()" if self._no_len else f"{len(self._dataset)} samples"
+        return (f"<stoker.Loader {_pyworker.name(self._torch_dataset)} ({size}), "
                 f"{self.executor} executor, {len(self)} batches/epoch, rank "
                 f"{self.rank}/{self.world_size}, epoch {self.epoch}>")
 

@@ -615,6 +615,30 @@ def test_rows_off_the_layout_after_rows_on_it(executor):
     assert want[0][1].dtype == torch.float64 and want[1][0].dtype == torch.float64
 
 
+class NoLen(Dataset):
+    """A map-style dataset without __len__ (the DataLoader takes it with a sampler)."""
+
+    def __getitem__(self, i):
+        return i * 10
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_dataset_without_len_with_a_sampler(executor):
+    """No __len__: with a sampler or a batch_sampler naming the indices, the DataLoader's
+    batches, two passes, and its len(); without one, a TypeError from both (the DataLoader's at
+    iter(), stoker's at construction). Was: stoker's TypeError in every case."""
+    for kw in ({"batch_size": 2, "sampler": [3, 1, 4, 1, 5]},
+               {"batch_sampler": [[0, 1], [2], [7, 8, 9]]}):
+        s = mk(NoLen(), executor, **kw)
+        want = [b.tolist() for b in DataLoader(NoLen(), **kw)]
+        assert [[b.tolist() for b in s] for _ in range(2)] == [want, want]
+        assert len(s) == len(DataLoader(NoLen(), **kw)) and "no len()" in repr(s)
+    with pytest.raises(TypeError, match="has no len"):
+        list(DataLoader(NoLen(), batch_size=2))
+    with pytest.raises(TypeError, match="has no len"):
+        mk(NoLen(), executor, batch_size=2)
+
+
 class IndexType(Dataset):
     def __len__(self):
         return 12
