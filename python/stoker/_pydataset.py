@@ -555,6 +555,8 @@ class PyLoader(Loader):
         else:
             picked = _torchcompat.map_sampler(sampler, shuffle, drop_last, generator)
             ring_batch = 1 if self._unbatched else batch_size
+            if n != NO_LEN:
+                _torchcompat.check_sampler_size(picked, n)
         shuffle = picked.get("shuffle", bool(shuffle))
         if seed is None:
             seed = picked.get("seed")
@@ -720,7 +722,7 @@ class PyLoader(Loader):
                 seed=seed, rank=rank, world=world_size, shuffle=bool(shuffle),
                 drop_last=bool(drop_last), skip_corrupt=on_error == "skip", pinned=pinned,
                 executor=exec_obj, trace_events=_TRACE_EVENTS if trace else 0,
-                **picked.get("order", {}))
+                **picked.get("order", {}), **picked.get("split", {}))
             self._trace = os.fspath(trace) if trace is not None else None
             self._core = _core.Loader(self._dataset, **self._core_kwargs)
             self._announce_ring()

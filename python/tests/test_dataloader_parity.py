@@ -436,6 +436,37 @@ def test_shuffle_holds_every_sample_and_follows_the_generator():
     assert runs[0][0] != runs[0][1]           # and each epoch its own order
 
 
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_distributed_sampler_gives_each_rank_the_dataloaders_batches(executor):
+    """DistributedSampler over a Python dataset, every combination of its shuffle and drop_last
+    and the loader's drop_last, 3 ranks, two epochs (set_epoch): each rank gets exactly the
+    DataLoader's batches (the sampler's strided split; its drop_last drops the uneven tail,
+    else the tail is padded by wrapping), and 16 ranks over 10 samples with the sampler's
+    drop_last give every rank nothing. Was: contiguous blocks per rank, and the tail padded
+    where the sampler drops it (pytorch/examples' distributed validation counted repeated
+    samples)."""
+    ds = Counting(10)
+    for shuffle in (False, True):
+        for tail in (False, True):
+            for drop_last in (False, True):
+                for r in range(3):
+                    def make(loader):
+                        return loader(ds, batch_size=2, drop_last=drop_last,
+                                      sampler=DistributedSampler(ds, num_replicas=3, rank=r,
+                                                                 shuffle=shuffle,
+                                                                 drop_last=tail))
+                    dl, s = make(DataLoader), make(lambda *a, **k: mk(*a, executor, **k))
+                    for epoch in (0, 1):
+                        dl.sampler.set_epoch(epoch)
+                        s.sampler.set_epoch(epoch)
+                        want = [b.tolist() for b in dl]
+                        assert [b.tolist() for b in s] == want, (shuffle, tail, drop_last, r)
+                        assert len(s) == len(dl)
+    empty = mk(ds, executor, batch_size=4,
+               sampler=DistributedSampler(ds, num_replicas=16, rank=12, drop_last=True))
+    assert len(empty) == 0 and list(empty) == []
+
+
 def test_distributed_sampler_covers_the_same_samples():
     ds = Counting(23)
     mine, theirs = [], []
