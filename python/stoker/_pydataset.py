@@ -608,7 +608,7 @@ class PyLoader(Loader):
             # when that settles it, so the workers start sooner. The probed samples are kept
             # for the thread executor to hand out as epoch 0's (they are its first batch's when
             # the order allows).
-            request = self._probe_request(n, picked, shuffle, seed, world_size, executor,
+            request = self._probe_request(n, picked, shuffle, seed, rank, world_size, executor,
                                           workers, unsafe if method == "fork" else None, files)
             # The first samples run in worker process 0 when processes were asked for (as with
             # the DataLoader, __getitem__ then never runs in this process) or a worker_init_fn
@@ -787,26 +787,31 @@ class PyLoader(Loader):
         holds, twice (rows of batches a reset dropped are overwritten, oldest first)."""
         return max(4096, 2 * (self.prefetch + 2) * int(ring_batch))
 
-    def _probe_request(self, n, picked, shuffle, seed, world, executor, workers, unsafe,
+    def _probe_request(self, n, picked, shuffle, seed, rank, world, executor, workers, unsafe,
                        files):
         """What the constructor asks of probe_samples (_pyworker): the indices, the seeding,
         whether the GIL meter runs, and when the probe may stop early."""
         samples, gil, by_rng = _executor.probe_plan(executor, workers, reseed=self.reseed,
                                                     unsafe=unsafe, files=files)
-        indices = self._probe_indices(n, picked, shuffle, seed, world)
+        indices = self._probe_indices(n, picked, shuffle, seed, rank, world)
         return {"indices": indices[:1] if samples == "one" else indices, "seed": seed,
                 "reseed": self.reseed, "stop_on_rng": by_rng, "gil": gil}
 
-    def _probe_indices(self, n, picked, shuffle, seed, world):
-        """The samples the constructor probes: the first of epoch 0's order on one rank (the
-        first batch's, which the thread executor then takes from the probe instead of loading
-        them again), else the first indices."""
+    def _probe_indices(self, n, picked, shuffle, seed, rank, world):
+        """The samples the constructor probes: the first of epoch 0's order on one rank, or this
+        rank's first under a DistributedSampler's strided split (the first batch's, which the
+        thread executor then takes from the probe instead of loading them again), else the
+        first indices."""
         order = picked.get("order", {})
         k = _pyworker.PROBE_SAMPLES
+        strided = picked.get("split", {}).get("strided")
         if "indices" in order:
-            return [int(i) for i in order["indices"][:k]]
+            ours = order["indices"][rank::world] if strided else order["indices"]
+            return [int(i) for i in (ours if len(ours) else order["indices"])[:k]]
         if not order and world == 1:
             return _core.epoch_order(n, bool(shuffle), seed, 0, k)
+        if strided and rank < n:
+            return list(range(rank, n, world)[:k])
         return list(range(min(n, k)))
 
     def _announce_ring(self):

@@ -872,6 +872,23 @@ def test_probed_samples_are_not_loaded_again(workers, shuffle):
     loader.close()
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_probed_samples_are_this_ranks_under_a_distributed_sampler(shuffle):
+    """Under a DistributedSampler (rank 1 of 3) the probe loads this rank's first samples, the
+    first batch's, which the thread executor hands out, and no other rank's sample is loaded
+    (was: the first indices of the dataset, two thirds of them another rank's, loaded for
+    nothing)."""
+    ds = Counted(60)
+    sampler = torch.utils.data.DistributedSampler(ds, num_replicas=3, rank=1, shuffle=shuffle)
+    with stoker.Loader(ds, batch_size=4, sampler=sampler, num_workers=2,
+                       executor="thread") as loader:
+        probed = list(ds.here)
+        got = [int(v) for _, y in loader for v in y]
+    assert got == list(sampler)
+    assert probed and probed == got[:len(probed)]
+    assert set(ds.calls) <= set(got)  # (the workers may run ahead into the next pass's samples)
+
+
 def test_worker_processes_do_not_map_the_ring():
     # worker processes write their rows with pwrite into the ring's memfd: the ring is mapped in
     # the training process only, so it does not count again in each worker's resident memory
