@@ -119,6 +119,28 @@ def _folder(data):
     return got if got is not None else folder_dataset(data)
 
 
+def folder_subset(data):
+    """The torchvision folder dataset a torch.utils.data.Subset selects from (random_split's
+    halves), or None: stoker reads such a Subset natively as its folder dataset in the order of
+    the Subset's indices (subset_order)."""
+    data_mod, folder = _mod("torch.utils.data"), _mod("torchvision.datasets.folder")
+    if data_mod is None or folder is None or type(data) is not data_mod.Subset:
+        return None
+    return data.dataset if isinstance(data.dataset, folder.DatasetFolder) else None
+
+
+def subset_order(subset, n_records, shuffle):
+    """map_sampler's answer for a Subset read natively: its indices as the order (shuffled per
+    epoch with shuffle=True, each index once, as the DataLoader's RandomSampler over the Subset
+    takes each once); an index past the folder's samples is refused as the DataLoader's
+    __getitem__ would refuse it."""
+    idx = _index_array(subset.indices, "Subset")
+    if len(idx) and int(idx.max()) >= n_records:
+        raise IndexError(f"Subset index {int(idx.max())} is out of range for a "
+                         f"{type(subset.dataset).__name__} of {n_records} samples")
+    return {"shuffle": bool(shuffle), "order": {"indices": idx}}
+
+
 def _check_same_samples(data, sds):
     """stoker's class list and sample list (path, label) equal the torchvision dataset's."""
     name = type(data).__name__
@@ -523,9 +545,11 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
     the arguments not mapped here come back as given."""
     check_dataloader_args(collate_fn, batch_sampler, worker_init_fn, timeout)
     torch_dataset = None
+    subset = None
     if is_dataset_object(data):
         torch_dataset = data
-        data, tv_transform = _folder(data)
+        subset = data if folder_subset(data) is not None else None
+        data, tv_transform = _folder(data if subset is None else subset.dataset)
         if transforms is not None:
             raise _invalid("transforms= with a torchvision dataset: the dataset's own transform "
                            "is applied (as the DataLoader would); set it there")
@@ -539,7 +563,8 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
     if batch_size is None:
         raise _invalid("batch_size is required (samples per batch)")
     batch_size = check_int(batch_size, "batch_size", 1, 2**31 - 1)
-    picked = map_sampler(sampler, shuffle, drop_last, generator)
+    picked = map_sampler(sampler, shuffle, drop_last, generator) if subset is None else \
+        subset_order(subset, len(data), shuffle)
     shuffle = picked.get("shuffle", shuffle)
     if seed is None:
         seed = picked.get("seed")

@@ -195,6 +195,32 @@ def test_samplers(root):
     assert c.tolist() == d.tolist()
 
 
+def test_random_split_of_an_imagefolder_reads_natively(root):
+    """random_split of an ImageFolder (the tutorials' train/val split) and a Subset of it read
+    natively, the transform in C: the DataLoader's labels and pixels (VAL decodes exactly),
+    in the subset's order, and shuffled: each of the subset's samples once per epoch; with a
+    sampler over the Subset it runs the Subset's __getitem__ as any Python dataset. Was:
+    always the Subset's __getitem__ (torchvision's transform in Python, on threads)."""
+    ds = ImageFolder(root, transform=VAL)
+    train, val = torch.utils.data.random_split(ds, [N - 8, 8],
+                                               generator=torch.Generator().manual_seed(3))
+    for part in (train, val, torch.utils.data.Subset(ds, [5, 5, 0, 22])):
+        loader = stoker.Loader(part, batch_size=4)
+        assert loader.info()["executor"] == "native" and loader.dataset is part
+        assert len(loader) == len(DataLoader(part, batch_size=4))
+        got, want = pairs(loader), pairs(DataLoader(part, batch_size=4))
+        assert [la.tolist() for _, la in got] == [la.tolist() for _, la in want]
+        assert all(psnr01(unnormalise(a), unnormalise(b)) > 40 for (a, _), (b, _) in zip(got, want))
+        shuffled = stoker.Loader(part, batch_size=4, shuffle=True, seed=1)
+        for _ in range(2):
+            labels = torch.cat([la for _, la in pairs(shuffled)]).tolist()
+            assert sorted(labels) == sorted(ds.samples[i][1] for i in part.indices)
+    sampled = stoker.Loader(val, batch_size=4, sampler=SequentialSampler(val))
+    assert sampled.info()["executor"] != "native"
+    assert [la.tolist() for _, la in pairs(sampled)] == \
+        [la.tolist() for _, la in pairs(DataLoader(val, batch_size=4))]
+
+
 def test_distributed_sampler_follows_set_epoch(root):
     """The DataLoader's batches over the same DistributedSampler (issue 24: its order, its split
     and both drop_last values; test_distributed_parity.py checks every combination)."""
