@@ -59,7 +59,8 @@ def is_python_dataset(data, kwargs=None):
         if kw.get("worker_init_fn") is not None or kw.get("batch_sampler") is not None or \
                 kw.get("executor") is not None or \
                 not _torchcompat.is_default_collate(kw.get("collate_fn")) or \
-                (inner is not None and kw.get("sampler") is not None):
+                (inner is not None and
+                 not _torchcompat.subset_sampler_ok(data, kw.get("sampler"))):
             return True
         return not _torchcompat.native_folder_ok(data if inner is None else inner)
     return True

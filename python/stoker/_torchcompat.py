@@ -129,15 +129,32 @@ def folder_subset(data):
     return data.dataset if isinstance(data.dataset, folder.DatasetFolder) else None
 
 
-def subset_order(subset, n_records, shuffle):
+def subset_sampler_ok(subset, sampler):
+    """Whether stoker reads a Subset natively with this sampler: none, or a DistributedSampler
+    over the Subset itself (its positions name the Subset's indices)."""
+    data = _mod("torch.utils.data")
+    return sampler is None or (
+        isinstance(sampler, data.DistributedSampler) and sampler.dataset is subset and
+        _base_method(sampler, data.DistributedSampler, "__iter__"))
+
+
+def subset_order(subset, n_records, shuffle, sampler=None):
     """map_sampler's answer for a Subset read natively: its indices as the order (shuffled per
     epoch with shuffle=True, each index once, as the DataLoader's RandomSampler over the Subset
-    takes each once); an index past the folder's samples is refused as the DataLoader's
-    __getitem__ would refuse it."""
+    takes each once), or with a DistributedSampler over the Subset its split of the Subset's
+    positions, each naming one of its indices (subset_sampler_ok); an index past the folder's
+    samples is refused as the DataLoader's __getitem__ would refuse it."""
     idx = _index_array(subset.indices, "Subset")
     if len(idx) and int(idx.max()) >= n_records:
         raise IndexError(f"Subset index {int(idx.max())} is out of range for a "
                          f"{type(subset.dataset).__name__} of {n_records} samples")
+    if sampler is not None:
+        if shuffle:
+            raise _invalid("sampler option is mutually exclusive with shuffle (as in the "
+                           "DataLoader): the sampler decides the order")
+        out = distributed(sampler, idx)
+        out.pop("n_records")  # (the sampler counts the Subset's positions, not the records)
+        return out
     return {"shuffle": bool(shuffle), "order": {"indices": idx}}
 
 
@@ -388,8 +405,9 @@ class DistributedOrder:
     the epoch only, so the resume state is global as for stoker's own order; load_state_dict
     makes the list of the state's epoch first."""
 
-    def __init__(self, sampler):
+    def __init__(self, sampler, base=None):
         self.sampler = sampler
+        self.base = base   # a Subset's indices: the permutation's positions name them
         self.epoch = None  # the epoch of `ready`
         self.ready = None  # the list given to the C loader
 
@@ -397,8 +415,9 @@ class DistributedOrder:
         torch = _mod("torch")
         g = torch.Generator()
         g.manual_seed(int(self.sampler.seed) + int(epoch))
-        perm = torch.randperm(len(self.sampler.dataset), generator=g)
-        return _np().ascontiguousarray(perm.numpy(), dtype=_np().uint64)
+        perm = torch.randperm(len(self.sampler.dataset), generator=g).numpy()
+        out = perm if self.base is None else self.base[perm]
+        return _np().ascontiguousarray(out, dtype=_np().uint64)
 
     def _make(self, epoch):
         if self.epoch != epoch:
@@ -422,22 +441,26 @@ class DistributedOrder:
         return e
 
 
-def distributed(sampler):
+def distributed(sampler, base=None):
     """map_sampler's answer for a torch DistributedSampler: its rank and world, its seed, and
     its split exactly (DataLoader parity, issue 24): the ranks take every world-th position
     (strided) of the order, which is 0..N-1 or, with shuffle, the sampler's own permutation of
     each epoch (DistributedOrder); its drop_last decides the uneven tail across ranks
     (drop_tail), and the loader's drop_last only the partial last batch, as in the DataLoader
     (pytorch/examples' imagenet validation: DistributedSampler(shuffle=False, drop_last=True)
-    under a DataLoader with drop_last=False evaluates every sample of floor(N/W) per rank)."""
+    under a DataLoader with drop_last=False evaluates every sample of floor(N/W) per rank).
+    base: the indices of a Subset read natively (subset_order), which the sampler's positions
+    name."""
     out = {"shuffle": False, "seed": int(sampler.seed) & ((1 << 64) - 1),
            "rank": int(sampler.rank), "world": int(sampler.num_replicas),
            "distributed": sampler,
            "split": {"strided": True, "drop_tail": 1 if sampler.drop_last else 0},
            "n_records": len(sampler.dataset)}
     if sampler.shuffle:
-        order = DistributedOrder(sampler)
+        order = DistributedOrder(sampler, base)
         out["order"], out["custom"] = order.first(), order
+    elif base is not None:
+        out["order"] = {"indices": base}
     return out
 
 
@@ -564,7 +587,7 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
         raise _invalid("batch_size is required (samples per batch)")
     batch_size = check_int(batch_size, "batch_size", 1, 2**31 - 1)
     picked = map_sampler(sampler, shuffle, drop_last, generator) if subset is None else \
-        subset_order(subset, len(data), shuffle)
+        subset_order(subset, len(data), shuffle, sampler)
     shuffle = picked.get("shuffle", shuffle)
     if seed is None:
         seed = picked.get("seed")

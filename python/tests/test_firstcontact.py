@@ -221,6 +221,32 @@ def test_random_split_of_an_imagefolder_reads_natively(root):
         [la.tolist() for _, la in pairs(DataLoader(val, batch_size=4))]
 
 
+def test_distributed_sampler_over_a_random_split_half(root):
+    """DistributedSampler over a random_split half of an ImageFolder (DDP with the tutorials'
+    split): read natively, each rank gets the DataLoader's samples (labels, and images within
+    a grey level), epoch by epoch, for the sampler's shuffle and drop_last (its positions name
+    the Subset's indices)."""
+    ds = ImageFolder(root, transform=SMALL)
+    train, _ = torch.utils.data.random_split(ds, [N - 6, 6],
+                                             generator=torch.Generator().manual_seed(4))
+    for shuffle in (False, True):
+        for tail in (False, True):
+            for rank in range(3):
+                def make(cls):
+                    return cls(train, batch_size=3, sampler=DistributedSampler(
+                        train, num_replicas=3, rank=rank, shuffle=shuffle, drop_last=tail))
+                s, d = make(stoker.Loader), make(DataLoader)
+                assert s.info()["executor"] == "native"
+                for epoch in (0, 1):
+                    s.sampler.set_epoch(epoch)
+                    d.sampler.set_epoch(epoch)
+                    got, want = pairs(s), pairs(d)
+                    assert [la.tolist() for _, la in got] == \
+                        [la.tolist() for _, la in want], (shuffle, tail, rank, epoch)
+                    assert all(psnr01(a, b) > 40 for (a, _), (b, _) in zip(got, want))
+                s.close()
+
+
 def test_distributed_sampler_follows_set_epoch(root):
     """The DataLoader's batches over the same DistributedSampler (issue 24: its order, its split
     and both drop_last values; test_distributed_parity.py checks every combination)."""
