@@ -169,12 +169,13 @@ def probe_samples(dataset, request, started=None, ctl=None):
     split by the GIL meter into GIL-held and GIL-free (only when request["gil"]: the meter's
     thread is started once for the whole probe, and each call reads its lap), its run-queue
     wait (the wall time the machine's load added), and whether the call drew from the global
-    random generators (or set one's state: SetterWatch). While a call is metered the switch interval is PROBE_SWITCH_S, so that
-    the meter never makes it hand the GIL over and wait to get it back (a wait the load would
-    stretch); other threads of the process wait for the GIL meanwhile, as for any call that does
-    not release it. The budget counts idle-machine time, so a busy machine does not cut the
-    probe short of 3 samples. started(index), when given, is called before each sample (a
-    worker process tells the parent, whose timeout= runs from there).
+    random generators (or set one's state: SetterWatch). While a call is metered the switch
+    interval is PROBE_SWITCH_S, so that the meter never makes it hand the GIL over and wait to
+    get it back (a wait the load would stretch); other threads of the process wait for the GIL
+    meanwhile, as for any call that does not release it. The budget counts idle-machine time,
+    so a busy machine does not cut the probe short of 3 samples. started(index), when given, is
+    called before each sample (a worker process tells the parent, whose timeout= runs from
+    there).
 
     With the meter on, two more phases follow when they fit PAIR_BUDGET_S (probe_more): the
     meter makes a call that takes and drops the GIL often (h5py) twice as slow as it is, so a

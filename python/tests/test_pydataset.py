@@ -1340,7 +1340,8 @@ def test_auto_takes_threads_for_a_dataset_that_does_not_pickle():
     the DataLoader (which forks) runs it. executor="process" still raises it."""
     before = stoker.Loader(Plain(4), batch_size=2, num_workers=2, executor="process")
     before.close()
-    with pytest.warns(RuntimeWarning, match="DrawsUnpicklable runs on worker threads.*does not pickle"):
+    with pytest.warns(RuntimeWarning,
+                      match="DrawsUnpicklable runs on worker threads.*does not pickle"):
         loader = stoker.Loader(DrawsUnpicklable(), batch_size=4, num_workers=2)
     with loader:
         assert loader.info()["executor"] == "thread"
