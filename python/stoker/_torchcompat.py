@@ -146,8 +146,8 @@ def subset_order(subset, n_records, shuffle, sampler=None):
     samples is refused as the DataLoader's __getitem__ would refuse it."""
     idx = _index_array(subset.indices, "Subset")
     if len(idx) and int(idx.max()) >= n_records:
-        raise IndexError(f"Subset index {int(idx.max())} is out of range for a "
-                         f"{type(subset.dataset).__name__} of {n_records} samples")
+        raise IndexError(f"Subset index {int(idx.max())} is out of range: its "
+                         f"{type(subset.dataset).__name__} has {n_records} samples")
     if sampler is not None:
         if shuffle:
             raise _invalid("sampler option is mutually exclusive with shuffle (as in the "
