@@ -265,10 +265,21 @@ class _ProcChannel(_Channel):
         blob = b"" if state is None else pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
         with self.cv:
             self._reset(gen)
-        self.sock.sendall(REQ.pack(OP_START, len(blob), epoch, gen) + blob)
+        self._send(REQ.pack(OP_START, len(blob), epoch, gen) + blob)
 
     def _request(self, epoch):
-        self.sock.sendall(REQ.pack(OP_BATCH, 1, epoch, self.gen))
+        self._send(REQ.pack(OP_BATCH, 1, epoch, self.gen))
+
+    def _send(self, msg):
+        """A request to the worker. One that exited has closed its socket: the send fails, and
+        the reader thread, finding the socket ended, answers ANS_DEAD, which the consumer takes
+        next and raises as the worker's death (by name, not as the socket's error). A reader
+        that found it already (its answer dropped by a new pass's reset) is answered for here."""
+        try:
+            self.sock.sendall(msg)
+        except (BrokenPipeError, ConnectionResetError):
+            if self.dead:
+                self._arrive(self.gen, (ANS_DEAD, None))
 
     def reap(self, server_ctl):
         """The dead worker's wait status, asked of the fork server that forked it (REAP), once;

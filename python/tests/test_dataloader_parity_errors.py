@@ -251,6 +251,47 @@ def test_killed_iterable_worker_then_the_next_pass(tmp_path):
         s.close()
 
 
+class Endless(IterableDataset):
+    def __iter__(self):
+        i = 0
+        while True:
+            yield i
+            i += 1
+
+
+def _wait_exited(pid, limit_s=30.0):
+    """Until process `pid` has exited (a zombie its parent has not reaped, or gone)."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except OSError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not exit within {limit_s} s")
+
+
+def test_a_request_to_an_iterable_worker_that_died_names_the_death():
+    """An IterableDataset's worker process killed, and gone, before the training loop asks it
+    for its next batch: the ask finds its socket closed, and next() raises the worker's death
+    by name (StokerWorkerError: killed by signal 9), not the socket's BrokenPipeError (seen
+    once in CI: test_killed_iterable_worker_then_the_next_pass)."""
+    s = stoker.Loader(Endless(), batch_size=1, num_workers=2, executor="process")
+    try:
+        it = iter(s)
+        next(it)
+        pid = s.worker_pids()[0]
+        os.kill(pid, signal.SIGKILL)
+        _wait_exited(pid)
+        with pytest.raises(stoker.StokerWorkerError, match="killed by signal 9"):
+            for _ in range(1000):  # (the batches it delivered before its death come first)
+                next(it)
+    finally:
+        s.close()
+
+
 class EmptyStream(IterableDataset):
     def __iter__(self):
         return iter([])
