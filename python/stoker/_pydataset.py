@@ -296,10 +296,9 @@ def fork_unsafe(dataset, depth=2):
     return None
 
 
-def _read_files_text(dataset, unlocked=False):
-    """The open read-only files the dataset holds ("dataset.f (/data/a.bin)"), or None;
-    unlocked: only those read without a lock (not a zipfile.ZipFile's)."""
-    found = [f for f in _holds.read_files(dataset) if not (unlocked and f[2])]
+def _files_text(found):
+    """Open files as _holds.read_files found them, said in a few words ("dataset.f
+    (/data/a.bin)"), or None when there are none."""
     if not found:
         return None
     more = f" and {len(found) - 1} more" if len(found) > 1 else ""
@@ -316,12 +315,12 @@ def _read_files_text(dataset, unlocked=False):
 # keep their handles (they serve the training thread's calls).
 _OPENED_HERE = weakref.WeakKeyDictionary()
 _ABSENT = object()
-_GRAPH_DEPTH = _holds.WALK_DEPTH  # how deep below the dataset objects are looked at
 
 
 def _objects(dataset):
-    """The objects with attributes the dataset holds, itself included, to _GRAPH_DEPTH levels."""
-    return [o for _, o in _holds.reachable(dataset, _GRAPH_DEPTH)
+    """The objects with attributes the dataset holds, itself included, to _holds.WALK_DEPTH
+    levels."""
+    return [o for _, o in _holds.reachable(dataset, _holds.WALK_DEPTH)
             if isinstance(getattr(o, "__dict__", None), dict)]
 
 
@@ -383,7 +382,7 @@ def _as_found(obj, depth, memo):
                 else:
                     new.__dict__[k] = v
             memo[id(obj)] = new
-    elif isinstance(obj, list) and depth > 0:  # (the items _reachable looks at)
+    elif isinstance(obj, list) and depth > 0:  # (the items _holds.reachable looks at)
         items = [_as_found(v, depth - 1, memo) for v in obj[:16]]
         if any(a is not b for a, b in zip(items, obj)):
             memo[id(obj)] = items + obj[16:]
@@ -397,7 +396,7 @@ def as_first_found(dataset):
     if not any(_opened(o) for o in _objects(dataset)):
         return dataset
     try:
-        return _as_found(dataset, _GRAPH_DEPTH, {})
+        return _as_found(dataset, _holds.WALK_DEPTH, {})
     except Exception:  # noqa: BLE001 - then the dataset as it is (threads, if it holds a handle)
         return dataset
 
@@ -582,7 +581,8 @@ class PyLoader(Loader):
         cores = _core.n_cpus()  # the library's count (stk_n_cpus: the affinity mask)
         spec_ds = as_first_found(ds)  # (the workers' copy: without handles opened here)
         unsafe = fork_unsafe(spec_ds)
-        files = _read_files_text(spec_ds)
+        found_files = _holds.read_files(spec_ds)
+        files = _files_text(found_files)
         method = self._start_method(multiprocessing_context)
         want_server = executor == "process" or (executor == "auto" and workers != 0 and
                                                  (unsafe is None or method == "spawn"))
@@ -665,7 +665,7 @@ class PyLoader(Loader):
                 choice = _executor.threads_instead(p, workers, cores, no_pickle)
                 warnings.warn(f"stoker.Loader: {name} runs on worker threads, not worker "
                               f"processes: {no_pickle}", RuntimeWarning, stacklevel=3)
-            shared = files and _read_files_text(spec_ds, unlocked=True)
+            shared = _files_text([f for f in found_files if not f[2]])  # (no ZipFile's lock)
             if shared and choice.executor == "thread" and choice.workers > 1:
                 warnings.warn(f"stoker.Loader: {name} holds an open file, {shared}, which its "
                               f"{choice.workers} worker threads share with one position: a seek "
