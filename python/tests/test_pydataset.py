@@ -29,6 +29,8 @@ from stoker import _core, _procpool, _pyworker  # noqa: E402
 
 from conftest import run_python  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+
 EXECUTORS = ["thread", "process"]
 Pair = collections.namedtuple("Pair", "a b")
 
@@ -1231,27 +1233,14 @@ def test_a_file_inherited_by_the_workers_gets_a_position_per_worker(tmp_path):
     assert r.stdout.split() == ["fork", "ok"]
 
 
-class Zipped(Dataset):
-    """Samples read from a zip archive opened once in __init__ (the DataLoader's forked
-    workers share its file position: "BadZipFile: Bad CRC-32")."""
-
-    def __init__(self, path, n=40):
-        import zipfile
-        self.n = n
-        self.z = zipfile.ZipFile(path)
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        return torch.from_numpy(np.frombuffer(self.z.read(f"{i}.bin"), np.int32).copy()), i
-
-
 def test_a_zipfile_dataset_on_worker_processes_and_threads(tmp_path):
-    """A zipfile.ZipFile opened in __init__: pickled to the worker processes as its path (each
-    opens it again), so executor="process" runs it after the fork server exists, every sample
-    whole; on threads it is read under the ZipFile's own lock, so no warning there."""
+    """A zipfile.ZipFile opened in __init__ (bench_openfile.py's Zipped: the DataLoader's
+    forked workers share its file position, "BadZipFile: Bad CRC-32"): pickled to the worker
+    processes as its path (each opens it again), so executor="process" runs it after the fork
+    server exists, every sample whole; on threads it is read under the ZipFile's own lock, so
+    no warning there."""
     import zipfile
+    from bench_openfile import Zipped
     path = str(tmp_path / "samples.zip")
     with zipfile.ZipFile(path, "w") as z:
         for i in range(40):
@@ -1261,7 +1250,8 @@ def test_a_zipfile_dataset_on_worker_processes_and_threads(tmp_path):
     for executor in ("process", "thread"):
         with warnings.catch_warnings():
             warnings.simplefilter("error", RuntimeWarning)
-            loader = stoker.Loader(Zipped(path), batch_size=4, num_workers=3, executor=executor)
+            loader = stoker.Loader(Zipped(path, 40), batch_size=4, num_workers=3,
+                                   executor=executor)
         with loader:
             got = [(x, y) for _ in range(2) for x, y in loader]
         assert all(torch.equal(x, y.to(torch.int32)[:, None].expand(-1, 256)) for x, y in got)
