@@ -45,24 +45,22 @@ __all__ = ["PyLoader", "is_python_dataset", "loader_class"]
 
 def is_python_dataset(data, kwargs=None):
     """Whether `data` is a Python dataset object whose __getitem__ stoker runs: not paths or a
-    stoker Dataset, and not a torchvision folder dataset stoker reads natively (with its
-    transform in C), nor a Subset of one (without a sampler), which it reads natively unless
+    stoker Dataset, and not a torchvision dataset stoker reads natively (a folder dataset or
+    CIFAR10/100, with its transform in C), nor a Subset of one (without a sampler, or a
+    DistributedSampler over the Subset), which it reads natively unless
     the arguments need Python workers (collate_fn, worker_init_fn, batch_sampler, executor=)."""
     if data is None or not _torchcompat.is_dataset_object(data):
         return False
-    folder = sys.modules.get("torchvision.datasets.folder")
-    if folder is None:
-        return True
     kw = kwargs or {}
-    inner = _torchcompat.folder_subset(data)  # the folder a Subset selects from (random_split)
-    if isinstance(data, folder.DatasetFolder) or inner is not None:
+    inner = _torchcompat.native_subset(data)  # what a Subset selects from (random_split)
+    if _torchcompat.native_kind(data) or inner is not None:
         if kw.get("worker_init_fn") is not None or kw.get("batch_sampler") is not None or \
                 kw.get("executor") is not None or \
                 not _torchcompat.is_default_collate(kw.get("collate_fn")) or \
                 (inner is not None and
                  not _torchcompat.subset_sampler_ok(data, kw.get("sampler"))):
             return True
-        return not _torchcompat.native_folder_ok(data if inner is None else inner)
+        return not _torchcompat.native_ok(data if inner is None else inner)
     return True
 
 

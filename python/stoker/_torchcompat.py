@@ -1,5 +1,6 @@
-"""The one-name switch: torch.utils.data.DataLoader's arguments and torchvision's folder
-datasets, mapped onto stoker.Loader's settings (docs/python.md "From DataLoader").
+"""The one-name switch: torch.utils.data.DataLoader's arguments and the torchvision datasets
+stoker reads itself (folder datasets, CIFAR10/100), mapped onto stoker.Loader's settings
+(docs/python.md "From DataLoader").
 
 Every DataLoader argument is accepted with its DataLoader meaning or a stated mapping; one
 that cannot apply raises a ValueError (StokerInvalidError) that says why and what to do
@@ -14,14 +15,14 @@ import sys
 import types
 import weakref
 
-from . import _core
+from . import _core, _memnpy
 from . import transforms as _transforms
 from .dataset import Dataset
 
 # What stoker reads natively, for the errors that refuse something else.
 READS = ("a path (or list of paths) to .stk shards, an ImageFolder directory tree or .npy "
          "files; a stoker.Dataset; or a torchvision.datasets.ImageFolder / DatasetFolder with "
-         "the default loader whose transform stoker can express")
+         "the default loader, or a CIFAR10 / CIFAR100, whose transform stoker can express")
 CONVERT = ("convert it once to .stk shards, with stoker.pack(src, 'out/') (any format stoker "
            "reads) or stoker.write_shard(path, fields, records) / stoker.Writer (records from "
            "Python), and pass their path")
@@ -100,33 +101,102 @@ def folder_dataset(data):
     return sds, data.transform
 
 
-_FOLDERS = weakref.WeakKeyDictionary()  # native_folder_ok's accepted datasets, for dataloader_args
+def _cifar(data):
+    """Whether `data` is a torchvision CIFAR10 or CIFAR100 (its images one uint8 array)."""
+    cifar = _mod("torchvision.datasets.cifar")
+    return cifar is not None and isinstance(data, cifar.CIFAR10)
 
 
-def native_folder_ok(data):
-    """Whether stoker reads this torchvision folder dataset natively (folder_dataset accepts
-    it); the opened result is kept for the Loader being built. Otherwise its __getitem__ runs
-    as any Python dataset's."""
+def array_dataset(data):
+    """For a torchvision CIFAR10 / CIFAR100 that stoker can read: (the stoker Dataset of its
+    arrays, `image` uint8 [H, W, 3] and `label` int64, in memory files read by the npy source
+    (_memnpy), the transform to compile). Its __getitem__ makes a PIL image of row i of `data`
+    and applies the transform: stoker's ops on the array give those pixels without the PIL
+    image. Raise a StokerInvalidError explaining anything that does not hold."""
+    cifar = _mod("torchvision.datasets.cifar")
+    name = type(data).__name__
+    if not _base_method(data, cifar.CIFAR10, "__getitem__"):
+        raise _invalid(f"this {name} overrides __getitem__: its samples come from Python code")
+    if data.target_transform is not None:
+        raise _invalid(f"this {name} has a target_transform, which stoker cannot apply")
+    if data.transform is None:
+        raise _invalid(f"this {name} has no transform: it gives PIL images, which the "
+                       f"DataLoader's default collate cannot batch either")
+    np = _np()
+    images, targets = data.data, data.targets
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.ndim != 4 or \
+            images.shape[3] != 3 or images.shape[0] == 0:
+        raise _invalid(f"this {name}'s data is not a uint8 [N, H, W, 3] array")
+    labels = np.asarray(targets)
+    if labels.shape != (images.shape[0],) or labels.dtype.kind not in "iu":
+        raise _invalid(f"this {name}'s targets are not {images.shape[0]} integers")
+    transform = data.transform
     try:
-        _FOLDERS[data] = folder_dataset(data)
+        _transforms.compile(transform)
+    except _core.StokerInvalidError as e:
+        # An evaluation transform (ToTensor, Normalize) keeps the array's size, which the
+        # compiled pipeline does not know: a CenterCrop of that size (the whole image) says it.
+        transform = [_transforms.CenterCrop(tuple(images.shape[1:3])), data.transform]
+        try:
+            _transforms.compile(transform)
+        except _core.StokerInvalidError:
+            raise _invalid(f"stoker cannot express this {name}'s transform ({e})") from None
+    # Rows as C stores them: CIFAR's [N, H, W, 3] is a view of [N, 3, H, W] (its transpose):
+    # written as that [N, 3, H, W] array, which the npy source reads as 3-channel images, it is
+    # written without a copy in between.
+    chw = images.transpose(0, 3, 1, 2)
+    rows = chw if chw.flags.c_contiguous and not images.flags.c_contiguous else images
+    files = _memnpy.MemFiles()
+    try:
+        paths = {"image": files.path(f"{name}.data", rows),
+                 "label": files.path(f"{name}.targets", labels.astype(np.int64))}
+        sds = files.keep_with(Dataset(paths, format="npy"))
+    except BaseException:
+        files.close()
+        raise
+    return sds, transform
+
+
+def native_dataset(data):
+    """(stoker Dataset, transform) of a torchvision dataset stoker reads natively: a folder
+    dataset (folder_dataset) or CIFAR10/100 (array_dataset); else raise why not."""
+    return array_dataset(data) if _cifar(data) else folder_dataset(data)
+
+
+def native_kind(data):
+    """Whether `data` is of a torchvision dataset kind stoker may read natively (a
+    DatasetFolder, CIFAR10/100), before checking its transform and samples."""
+    folder = _mod("torchvision.datasets.folder")
+    return (folder is not None and isinstance(data, folder.DatasetFolder)) or _cifar(data)
+
+
+_NATIVE = weakref.WeakKeyDictionary()  # native_ok's accepted datasets, for dataloader_args
+
+
+def native_ok(data):
+    """Whether stoker reads this torchvision dataset natively (native_dataset accepts it); the
+    opened result is kept for the Loader being built. Otherwise its __getitem__ runs as any
+    Python dataset's."""
+    try:
+        _NATIVE[data] = native_dataset(data)
     except _core.StokerInvalidError:
         return False
     return True
 
 
-def _folder(data):
-    got = _FOLDERS.pop(data, None)
-    return got if got is not None else folder_dataset(data)
+def _native(data):
+    got = _NATIVE.pop(data, None)
+    return got if got is not None else native_dataset(data)
 
 
-def folder_subset(data):
-    """The torchvision folder dataset a torch.utils.data.Subset selects from (random_split's
-    halves), or None: stoker reads such a Subset natively as its folder dataset in the order of
-    the Subset's indices (subset_order)."""
-    data_mod, folder = _mod("torch.utils.data"), _mod("torchvision.datasets.folder")
-    if data_mod is None or folder is None or type(data) is not data_mod.Subset:
+def native_subset(data):
+    """The torchvision dataset (folder, CIFAR) a torch.utils.data.Subset selects from
+    (random_split's halves), or None: stoker reads such a Subset natively as that dataset in the
+    order of the Subset's indices (subset_order)."""
+    data_mod = _mod("torch.utils.data")
+    if data_mod is None or type(data) is not data_mod.Subset:
         return None
-    return data.dataset if isinstance(data.dataset, folder.DatasetFolder) else None
+    return data.dataset if native_kind(data.dataset) else None
 
 
 def subset_sampler_ok(subset, sampler):
@@ -571,8 +641,8 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
     subset = None
     if is_dataset_object(data):
         torch_dataset = data
-        subset = data if folder_subset(data) is not None else None
-        data, tv_transform = _folder(data if subset is None else subset.dataset)
+        subset = data if native_subset(data) is not None else None
+        data, tv_transform = _native(data if subset is None else subset.dataset)
         if transforms is not None:
             raise _invalid("transforms= with a torchvision dataset: the dataset's own transform "
                            "is applied (as the DataLoader would); set it there")

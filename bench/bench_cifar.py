@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""PyTorch's CIFAR10 tutorial loop with the DataLoader and with stoker.Loader, side by side.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_cifar.py [--data /tmp/cifar] \
+        [--workers 0,1,2,4,8] [--epochs 3] [--stoker-workers 2] [--dataset cifar10|cifar100]
+
+The script every tutorial teaches first: torchvision.datasets.CIFAR10 with the training
+transform (RandomCrop(32, padding=4), RandomHorizontalFlip, ToTensor, Normalize) at batch 128
+shuffled, and the test set with the evaluation transform (ToTensor, Normalize) at batch 100;
+each epoch runs the training loader, then the test loader. Both loaders are built before the
+first epoch, as the tutorials build them. The loop body only touches each batch (no model), so
+the figures are the loaders' own. Data: CIFAR's own pickled files with random pixels (made once
+under --data; no download here); torchvision's checksum check of the download is turned off.
+
+Each configuration runs in its own process, one after the other, and prints one JSON line: the
+time to build both loaders, the first epoch's training and test samples/s, the later epochs',
+and the script's whole time. The DataLoader runs at each --workers count (its best is reported
+beside stoker); stoker.Loader at --stoker-workers, with only the class name changed.
+"""
+import argparse
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+
+LOOP = r"""
+import json, sys, time
+t_start = time.perf_counter()
+import torch, torchvision
+import torchvision.transforms as T
+import torchvision.datasets.cifar as cifar
+from torch.utils.data import DataLoader
+import stoker
+cifar.check_integrity = lambda *a, **k: True   # random pixels, not the download's checksums
+
+root, which, workers, epochs, kind = sys.argv[1:6]
+workers, epochs = int(workers), int(epochs)
+Dataset = torchvision.datasets.CIFAR10 if kind == "cifar10" else torchvision.datasets.CIFAR100
+Loader = DataLoader if which == "DataLoader" else stoker.Loader   # the one name that changes
+norm = T.Normalize((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+train_tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(), norm])
+test_tf = T.Compose([T.ToTensor(), norm])
+trainset = Dataset(root, train=True, download=False, transform=train_tf)
+testset = Dataset(root, train=False, download=False, transform=test_tf)
+t0 = time.perf_counter()
+trainloader = Loader(trainset, batch_size=128, shuffle=True, num_workers=workers)
+testloader = Loader(testset, batch_size=100, shuffle=False, num_workers=workers)
+built = time.perf_counter() - t0
+rates = []
+for epoch in range(epochs):
+    a = time.perf_counter(); n = 0
+    for x, y in trainloader:
+        n += len(y)
+    b = time.perf_counter(); m = 0
+    for x, y in testloader:
+        m += len(y)
+    c = time.perf_counter()
+    assert n == len(trainset) and m == len(testset) and x.shape[1:] == (3, 32, 32)
+    rates.append((n / (b - a), m / (c - b)))
+later = rates[1:] or rates
+executor = trainloader.info()["executor"] if hasattr(trainloader, "info") else "-"
+print(json.dumps({"loader": which, "executor": executor, "workers": workers, "dataset": kind,
+                  "epochs": epochs, "build_s": round(built, 3),
+                  "train_first": round(rates[0][0]), "test_first": round(rates[0][1]),
+                  "train_later": round(sum(r[0] for r in later) / len(later)),
+                  "test_later": round(sum(r[1] for r in later) / len(later)),
+                  "script_s": round(time.perf_counter() - t_start, 2)}))
+"""
+
+
+def make_data(root, kind):
+    """CIFAR's pickled layout with random pixels: 50,000 training and 10,000 test images."""
+    rng = np.random.default_rng(0)
+    if kind == "cifar10":
+        folder, files, key, n_classes = "cifar-10-batches-py", \
+            [(f"data_batch_{i}", 10000) for i in range(1, 6)] + [("test_batch", 10000)], \
+            "labels", 10
+        meta, meta_key = "batches.meta", "label_names"
+    else:
+        folder, files, key, n_classes = "cifar-100-python", [("train", 50000), ("test", 10000)], \
+            "fine_labels", 100
+        meta, meta_key = "meta", "fine_label_names"
+    d = os.path.join(root, folder)
+    if os.path.exists(os.path.join(d, meta)):
+        return
+    os.makedirs(d, exist_ok=True)
+    for name, n in files:
+        with open(os.path.join(d, name), "wb") as f:
+            pickle.dump({"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                         key: rng.integers(0, n_classes, n).tolist()}, f)
+    with open(os.path.join(d, meta), "wb") as f:
+        pickle.dump({meta_key: [f"class{i}" for i in range(n_classes)]}, f)
+
+
+def run(args, which, workers):
+    out = subprocess.run([sys.executable, "-c", LOOP, args.data, which, str(workers),
+                          str(args.epochs), args.dataset], capture_output=True, text=True,
+                         timeout=1800)
+    if out.returncode != 0:
+        sys.exit(f"{which} at {workers} workers failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="/tmp/cifar", help="where the random-pixel CIFAR files "
+                    "are made (once)")
+    ap.add_argument("--dataset", default="cifar10", choices=("cifar10", "cifar100"))
+    ap.add_argument("--workers", default="0,1,2,4,8", help="the DataLoader's num_workers")
+    ap.add_argument("--stoker-workers", type=int, default=2, help="stoker.Loader's num_workers")
+    ap.add_argument("--epochs", type=int, default=3)
+    args = ap.parse_args()
+    make_data(args.data, args.dataset)
+    rows = [run(args, "DataLoader", int(w)) for w in args.workers.split(",")]
+    mine = run(args, "stoker", args.stoker_workers)
+    rows.append(mine)
+    for r in rows:
+        print(json.dumps(r), flush=True)
+    best = max(rows[:-1], key=lambda r: r["train_later"])
+    print(f"\nDataLoader's best: num_workers={best['workers']}")
+    print("| loader | num_workers | build s | train first epoch /s | test first | "
+          "train later epochs /s | test later | script s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in (best, mine):
+        print(f"| {r['loader']} ({r['executor']}) | {r['workers']} | {r['build_s']} | "
+              f"{r['train_first']} | {r['test_first']} | {r['train_later']} | "
+              f"{r['test_later']} | {r['script_s']} |")
+    print(f"| stoker / DataLoader's best | | | {mine['train_first'] / best['train_first']:.2f}x | "
+          f"{mine['test_first'] / best['test_first']:.2f}x | "
+          f"{mine['train_later'] / best['train_later']:.2f}x | "
+          f"{mine['test_later'] / best['test_later']:.2f}x | "
+          f"{mine['script_s'] / best['script_s']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

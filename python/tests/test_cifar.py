@@ -1,0 +1,202 @@
+"""torchvision's CIFAR10 / CIFAR100 read natively: the images array in a memory file read by the
+npy source, the transform in C (python/stoker/_torchcompat.py array_dataset, _memnpy.py).
+
+The data are made here in CIFAR's own pickled layout (cifar-10-batches-py, cifar-100-python),
+small, with torchvision's integrity check of the download's checksums turned off for the test.
+"""
+import gc
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+import torchvision.transforms as T  # noqa: E402
+import torchvision.transforms.functional as F  # noqa: E402
+from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
+from torchvision.datasets import CIFAR10, CIFAR100  # noqa: E402
+
+import stoker  # noqa: E402
+
+MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
+EVAL = T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)])
+TRAIN = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
+                   T.Normalize(MEAN, STD)])
+N_TRAIN, N_TEST = 5 * 60, 70
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cifar")
+    rng = np.random.default_rng(5)
+    for folder, names, key, n_classes in (
+            ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"],
+             "labels", 10),
+            ("cifar-100-python", ["train", "test"], "fine_labels", 100)):
+        os.makedirs(root / folder)
+        for name in names:
+            n = N_TEST if "test" in name else N_TRAIN // (5 if n_classes == 10 else 1)
+            with open(root / folder / name, "wb") as f:
+                pickle.dump({"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                             key: rng.integers(0, n_classes, n).tolist()}, f)
+        meta, meta_key = ("batches.meta", "label_names") if n_classes == 10 else \
+            ("meta", "fine_label_names")
+        with open(root / folder / meta, "wb") as f:
+            pickle.dump({meta_key: [f"c{i}" for i in range(n_classes)]}, f)
+    return str(root)
+
+
+@pytest.fixture(autouse=True)
+def no_checksums(monkeypatch):
+    import torchvision.datasets.cifar as cifar
+    monkeypatch.setattr(cifar, "check_integrity", lambda *a, **k: True)
+
+
+def batches(loader):
+    return [(x.clone(), y.clone()) for x, y in loader]
+
+
+def test_cifar10_eval_transform_gives_the_dataloaders_batches(root):
+    """An evaluation transform (ToTensor, Normalize: no op fixes the size, the array's does) on
+    CIFAR10's test set: read natively, the DataLoader's batches exactly (pixels and labels), in
+    order, with its len and its last partial batch."""
+    ds = CIFAR10(root, train=False, transform=EVAL)
+    loader = stoker.Loader(ds, batch_size=16, num_workers=2)
+    assert loader.info()["executor"] == "native" and loader.dataset is ds
+    want = batches(DataLoader(ds, batch_size=16))
+    assert len(loader) == len(want) == -(-N_TEST // 16)
+    for _ in range(2):  # two epochs
+        got = batches(loader)
+        assert len(got) == len(want)
+        for (a, la), (b, lb) in zip(got, want):
+            assert a.dtype == b.dtype == torch.float32 and la.dtype == lb.dtype == torch.int64
+            assert torch.equal(la, lb) and torch.equal(a, b)
+
+
+def test_cifar10_train_transform_is_a_crop_and_flip_of_each_image(root):
+    """The training transform (RandomCrop(32, padding=4), RandomHorizontalFlip, ToTensor,
+    Normalize) draws stoker's own positions: each output is exactly one of the 162 padded crops
+    (flipped or not) torchvision's functional ops give for that image; several placements
+    occur; shuffled, every sample arrives once per epoch and the epochs differ."""
+    ds = CIFAR10(root, train=True, transform=TRAIN)
+    assert len(ds) == N_TRAIN
+    loader = stoker.Loader(ds, batch_size=32, shuffle=False, num_workers=2)
+    assert loader.info()["executor"] == "native"
+    norm = T.Normalize(MEAN, STD)
+    placements = set()
+    x, y = next(iter(loader))
+    for i in range(len(y)):
+        padded = F.pad(F.to_tensor(ds.data[i]), 4)
+        match = [(top, left, flip) for top in range(9) for left in range(9) for flip in (0, 1)
+                 for c in [padded[:, top:top + 32, left:left + 32]]
+                 if torch.equal(norm(F.hflip(c) if flip else c), x[i])]
+        assert match, f"sample {i} is none of its image's crops"
+        placements.add(match[0])
+        assert y[i].item() == ds.targets[i]
+    assert len(placements) > 5
+    shuffled = stoker.Loader(ds, batch_size=32, shuffle=True, seed=3)
+    orders = []
+    for _ in range(2):
+        labels = []
+        for x, y in shuffled:
+            labels += y.tolist()
+        assert sorted(labels) == sorted(ds.targets)
+        orders.append(labels)
+    assert orders[0] != orders[1]
+
+
+def test_cifar100_and_a_random_split_read_natively(root):
+    """CIFAR100 (the same __getitem__) reads natively; so do random_split's halves of CIFAR10,
+    in the Subset's order, and a DistributedSampler over a half gives each rank the
+    DataLoader's samples."""
+    ds = CIFAR100(root, train=False, transform=EVAL)
+    loader = stoker.Loader(ds, batch_size=10)
+    assert loader.info()["executor"] == "native"
+    assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in
+               zip(batches(loader), batches(DataLoader(ds, batch_size=10))))
+    full = CIFAR10(root, train=True, transform=EVAL)
+    train, val = torch.utils.data.random_split(full, [N_TRAIN - 50, 50],
+                                               generator=torch.Generator().manual_seed(2))
+    for part in (train, val):
+        loader = stoker.Loader(part, batch_size=8)
+        assert loader.info()["executor"] == "native" and loader.dataset is part
+        got, want = batches(loader), batches(DataLoader(part, batch_size=8))
+        assert len(got) == len(want)
+        assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in
+                   zip(got, want))
+    for rank in range(2):
+        def make(cls):
+            return cls(val, batch_size=4, sampler=DistributedSampler(
+                val, num_replicas=2, rank=rank, shuffle=True, seed=7))
+        s, d = make(stoker.Loader), make(DataLoader)
+        assert s.info()["executor"] == "native"
+        for epoch in range(2):
+            s.sampler.set_epoch(epoch)
+            d.sampler.set_epoch(epoch)
+            assert [la.tolist() for _, la in s] == [la.tolist() for _, la in d]
+
+
+class Relabelled(CIFAR10):
+    def __getitem__(self, i):
+        x, y = super().__getitem__(i)
+        return x, y + 100
+
+
+@pytest.mark.parametrize("case", ["target_transform", "override", "lambda", "no-transform"])
+def test_cifar_stoker_cannot_express_runs_its_getitem(root, case):
+    """A CIFAR10 stoker cannot read natively (a target_transform, an overridden __getitem__, a
+    transform op stoker lacks) runs its __getitem__ as any Python dataset, with the DataLoader's
+    batches; without a transform (PIL images) it fails as the DataLoader's collate does."""
+    kw = dict(root=root, train=False, transform=EVAL)
+    if case == "target_transform":
+        ds = CIFAR10(target_transform=lambda y: y * 2, **kw)
+    elif case == "override":
+        ds = Relabelled(**kw)
+    elif case == "lambda":
+        ds = CIFAR10(**dict(kw, transform=T.Compose([T.ToTensor(), T.Lambda(lambda t: t * 2)])))
+    else:
+        ds = CIFAR10(**dict(kw, transform=None))
+        with pytest.raises(TypeError):
+            next(iter(DataLoader(ds, batch_size=4)))
+        with pytest.raises(TypeError, match="PIL"):
+            next(iter(stoker.Loader(ds, batch_size=4, num_workers=0)))
+        return
+    loader = stoker.Loader(ds, batch_size=16, num_workers=0)
+    assert loader.info()["executor"] != "native"
+    got, want = batches(loader), batches(DataLoader(ds, batch_size=16))
+    assert len(got) == len(want)
+    assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(got, want))
+
+
+def test_cifar_memory_files_close_with_the_loader(root):
+    """The memory files holding a CIFAR loader's arrays close once the loader and its dataset
+    are gone: loaders made one after another (a loader per epoch) leave no descriptor open. A
+    change to the dataset's arrays after a loader is built does not reach that loader (its
+    copy), and reaches the next one."""
+    def memfds():
+        out = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                out += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:CIFAR10")
+            except OSError:
+                pass
+        return out
+    ds = CIFAR10(root, train=False, transform=EVAL)
+    gc.collect()
+    before = memfds()
+    for _ in range(3):
+        loader = stoker.Loader(ds, batch_size=16)
+        assert memfds() > before  # (the loader's own, and the npy source's descriptors)
+        for _ in loader:
+            pass
+        del loader
+        gc.collect()
+        assert memfds() == before
+    loader = stoker.Loader(ds, batch_size=N_TEST)
+    saved = ds.targets
+    ds.targets = [0] * N_TEST
+    assert next(iter(loader))[1].tolist() == saved
+    assert next(iter(stoker.Loader(ds, batch_size=N_TEST)))[1].tolist() == [0] * N_TEST
+    ds.targets = saved
