@@ -53,6 +53,9 @@ class Probe:
         self.cpu_share = float(cpu_share)
         self.sample_bytes = int(sample_bytes)
         self.uses_rng = bool(uses_rng)
+        # the generators it drew from (names, _pyworker.rng_changed; "setter": it set a state)
+        self.drew_from = frozenset(uses_rng) if isinstance(uses_rng, (set, frozenset)) else \
+            frozenset(("random", "numpy", "torch")) if uses_rng else frozenset()
         self.samples = int(samples)
         self.pair_serial = pair_serial
 

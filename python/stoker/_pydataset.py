@@ -36,6 +36,7 @@ from . import loader as _loader
 from . import _procpool
 from . import _pyhelp
 from . import _pyworker
+from . import _seedwatch
 from . import _torchcompat
 from .loader import Loader, _TRACE_EVENTS, _torch
 
@@ -690,7 +691,7 @@ class PyLoader(Loader):
             # ---- the C loader ----
             fields = layout.fields()
             if choice.executor == "process":
-                init = {"layout": layout, "reseed": self.reseed, "watch": not p.uses_rng}
+                init = {"layout": layout, "reseed": self.reseed, "watch": _seedwatch.watchable(p.drew_from)}
                 self._pool.set_init(pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL),
                                     fields)
                 exec_obj = self._pool

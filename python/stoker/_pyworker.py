@@ -96,14 +96,18 @@ def rng_restore(states):
 
 
 def rng_changed(before, after):
+    """The generators whose state moved between two rng_states(): a frozenset of "random",
+    "numpy", "torch" (empty: none)."""
+    moved = set()
     if before[0] != after[0]:
-        return True
+        moved.add("random")
     a, b = before[1], after[1]
     if a[2] != b[2] or not np.array_equal(a[1], b[1]):
-        return True
-    if before[2] is not None and after[2] is not None:  # (numpy's compare: no torch op)
-        return not np.array_equal(before[2].numpy(), after[2].numpy())
-    return False
+        moved.add("numpy")
+    if before[2] is not None and after[2] is not None and \
+            not np.array_equal(before[2].numpy(), after[2].numpy()):  # (numpy's compare: no torch op)
+        moved.add("torch")
+    return frozenset(moved)
 
 
 def runq_ns():
@@ -183,7 +187,9 @@ def probe_samples(dataset, request, started=None, ctl=None):
     serializes threads (h5py's global lock) is invisible to the meter, so two threads then run
     samples at once (one PAIR row each: their time per sample, set against one thread's).
 
-    Returns (first sample, rows, drew, kept) (_executor.probe_of reads the rows): each row
+    Returns (first sample, rows, drew, kept) (_executor.probe_of reads the rows): drew the
+    generators the calls drew from (rng_changed's names; "setter" when one set a generator's
+    state, SetterWatch; empty: none), each row
     (wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns, kind), kind METERED, SOLO or PAIR;
     kept is {index: (sample, wall_ns)} of the metered samples when request["keep"] (the thread
     executor hands them out as epoch 0's samples instead of loading them again), else {}. With
@@ -192,7 +198,7 @@ def probe_samples(dataset, request, started=None, ctl=None):
     sample propagates; a later one ends the probe."""
     meter = _core.GilMeter() if request.get("gil", True) else None
     keep = request.get("keep", False)
-    rows, first, drew, kept, idle = [], None, False, {}, 0.0
+    rows, first, drew, kept, idle = [], None, frozenset(), {}, 0.0
     switch = sys.getswitchinterval()
     if ctl is not None:  # for release_probe, from the thread that stops waiting for this one
         ctl["switch"], ctl["meter"] = switch, meter
@@ -222,7 +228,8 @@ def probe_samples(dataset, request, started=None, ctl=None):
             q1 = runq_ns()
             held, free = meter.lap() if meter is not None else (0, 0)
             sys.setswitchinterval(switch)
-            drew = drew or setters.hit or rng_changed(before, rng_states())
+            drew = drew | rng_changed(before, rng_states()) | \
+                (frozenset(("setter",)) if setters.hit else frozenset())
             rows.append((t1 - t0, c1 - c0, held, free, max(0, q1 - q0), METERED))
             idle += idle_ns(rows[-1]) / 1e9
             if k == 0:

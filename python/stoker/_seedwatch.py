@@ -110,14 +110,30 @@ def seed_torch(seed):
         torch.default_generator.manual_seed(seed)
 
 
+WATCHABLE = frozenset(("random", "numpy"))  # the generators SeedWatch can watch (torch's: no)
+
+
+def watchable(drew_from):
+    """The generators a worker may watch instead of seeding, from those the probe saw the
+    dataset draw from (_pyworker.probe_samples: names among "random", "numpy", "torch", and
+    "setter" when __getitem__ set a generator's state itself): the others of "random" and
+    "numpy", none for a dataset that sets a state (FakeData seeds and restores torch's: its
+    calls are left as seeded as the DataLoader's). A generator the probe did not see used and
+    that a later sample draws from is still caught (drew) and seeded from then on."""
+    drew_from = frozenset(drew_from)
+    return () if "setter" in drew_from else tuple(sorted(WATCHABLE - drew_from))
+
+
 class SeedWatch:
     """A worker's per-sample seeding (seed_all's result for every delivered sample): before(seed)
     before each __getitem__, then drew(): True when the call drew from a generator that was
     watched instead of seeded (the caller seeds everything, seed_all(seed), and calls again).
-    watch False: seed_all before every call, as before."""
+    watch: the generators to watch (watchable()'s names; True: "random" and "numpy"); False:
+    seed_all before every call, as before."""
 
     def __init__(self, watch=True):
-        self.watch = bool(watch)
+        # which of ("random", "numpy") to watch: True both, False neither, or their names
+        self.watch = WATCHABLE if watch is True else frozenset(watch or ()) & WATCHABLE
         self.armed = False
         self.readers = {}   # name -> read() of the generators watched, not seeded
         self.marks = {}     # name -> read() before the call
@@ -126,8 +142,8 @@ class SeedWatch:
         seed &= (1 << 64) - 1
         if not self.armed:  # the first sample: everything seeded (caches emptied), then watched
             self.armed = True
-            if self.watch:
-                for name, make in (("random", _py_reader), ("numpy", _np_reader)):
+            for name, make in (("random", _py_reader), ("numpy", _np_reader)):
+                if name in self.watch:
                     read = make()
                     if read is not None:
                         self.readers[name] = read

@@ -111,6 +111,9 @@ class _LoaderIter:
                 batch = None
             elif loader._fields is not None:
                 batch = tuple(batch[f] for f in loader._fields)
+                if loader._channels is not None:  # a one-channel torchvision dataset (MNIST)
+                    batch = (_torchcompat.first_channels(batch[0], loader._channels),) + \
+                        batch[1:]
         except BaseException:
             loader._hand_back()  # e.g. Ctrl-C while it was converted: the next call has it
             raise
@@ -257,6 +260,7 @@ class Loader:
         self._dataset = None
         self._own_dataset = False
         self._fields = None
+        self._channels = None
         self._dist_sampler = None
         self._torch_dataset = None
         self._dataset_weak = None  # the dataset this loader opened, after close()
@@ -295,6 +299,7 @@ class Loader:
         rank, world_size, prefetch, picked = dl.rank, dl.world_size, dl.prefetch, dl.picked
         if torch_dataset is not None:
             self._own_dataset = True  # opened here: closed with the loader unless shared
+        self._channels = dl.channels
         self._dist_sampler = picked.get("distributed")
         self._order = picked.get("custom")  # a sampler iterated each epoch (_torchcompat)
         if output == "tuple":

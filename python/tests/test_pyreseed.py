@@ -101,16 +101,50 @@ def test_late_draws_are_seeded_samples_too(workers):
     # the workers watch random and NumPy (the probe saw no draw) and seed torch; the first
     # call that draws from a watched generator is run again with all three seeded: every
     # sample is the one seeded per (seed, epoch, index), in both epochs
+    assert_seeded_samples(LateDraws(), seed=5, num_workers=workers, executor="process")
+
+
+def assert_seeded_samples(ds, **kw):
+    """Two epochs of a loader over `ds` give the samples seeded per (seed, epoch, index) by all
+    three generators (the global generators' states are kept around the reference run)."""
     state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-    ds = LateDraws()
-    want = [seeded(ds, 5, e) for e in (0, 1)]
+    want = [seeded(ds, kw["seed"], e) for e in (0, 1)]
     random.setstate(state[0])
     np.random.set_state(state[1])
     torch.set_rng_state(state[2])
-    loader = stoker.Loader(ds, batch_size=4, seed=5, num_workers=workers, executor="process")
+    loader = stoker.Loader(ds, batch_size=4, **kw)
+    assert loader.info()["executor"] == "process"
     for e in (0, 1):
         assert samples(loader) == want[e]
     loader.close()
+
+
+class TorchFirst(Dataset):
+    """Draws from torch's generator in every sample (as a torchvision random transform does),
+    and from Python's and NumPy's only from sample 12 on."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        t = float(torch.rand(()))
+        if i < 12:
+            return i, 0.0, 0.0, t
+        return i, random.random(), float(np.random.rand()), t
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_generators_the_probe_saw_unused_are_watched(workers):
+    """The probe saw only torch's generator drawn from: the workers seed torch's and watch
+    Python's and NumPy's (not seeding them costs nothing a sample: 16 us a sample was theirs),
+    and the first call that draws from one of them is run again seeded: every sample is the one
+    seeded per (seed, epoch, index) by all three, in both epochs. Was: a probe that saw any
+    draw had all three seeded before every sample."""
+    from stoker._seedwatch import watchable
+    assert watchable({"torch"}) == ("numpy", "random")
+    assert watchable({"torch", "numpy"}) == ("random",)
+    assert watchable({"torch", "setter"}) == () and watchable(()) == ("numpy", "random")
+    assert_seeded_samples(TorchFirst(), seed=9, num_workers=workers)
 
 
 def test_seedwatch_says_which_call_drew():
@@ -139,6 +173,10 @@ def test_seedwatch_says_which_call_drew():
         for _ in range(312):
             np.random.rand()  # two 32-bit words each
         assert w.drew()
+        # only the generators named are watched
+        w = SeedWatch(("numpy",))
+        w.before(1)
+        assert w.watching() == ["numpy"]
         # watch=False seeds everything every time
         w = SeedWatch(False)
         w.before(1)

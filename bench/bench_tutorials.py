@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""PyTorch's CIFAR10 tutorial loop with the DataLoader and with stoker.Loader, side by side.
+"""The tutorials' first scripts (CIFAR10, MNIST) with the DataLoader and with stoker.Loader, side
+by side.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/bench_cifar.py [--data /tmp/cifar] \
-        [--workers 0,1,2,4,8] [--epochs 3] [--stoker-workers 2] [--dataset cifar10|cifar100]
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_tutorials.py [--data /tmp/cifar] \
+        [--workers 0,1,2,4,8] [--epochs 3] [--stoker-workers 2] \
+        [--dataset cifar10|cifar100|mnist|fashionmnist]
 
-The script every tutorial teaches first: torchvision.datasets.CIFAR10 with the training
-transform (RandomCrop(32, padding=4), RandomHorizontalFlip, ToTensor, Normalize) at batch 128
-shuffled, and the test set with the evaluation transform (ToTensor, Normalize) at batch 100;
-each epoch runs the training loader, then the test loader. Both loaders are built before the
-first epoch, as the tutorials build them. The loop body only touches each batch (no model), so
-the figures are the loaders' own. Data: CIFAR's own pickled files with random pixels (made once
-under --data; no download here); torchvision's checksum check of the download is turned off.
+The scripts every tutorial teaches first. CIFAR10 (PyTorch's tutorial, pytorch-cifar):
+torchvision.datasets.CIFAR10 with the training transform (RandomCrop(32, padding=4),
+RandomHorizontalFlip, ToTensor, Normalize) at batch 128 shuffled, and the test set with the
+evaluation transform (ToTensor, Normalize) at batch 100. MNIST (pytorch/examples mnist/main.py):
+ToTensor, Normalize((0.1307,), (0.3081,)) for both, batch 64 shuffled and 1000. Each epoch runs
+the training loader, then the test loader. Both loaders are built before the first epoch, as
+the tutorials build them. The loop body only touches each batch (no model), so the figures are
+the loaders' own. Data: the datasets' own files (CIFAR's pickles, MNIST's idx) with random
+pixels, made once under --data (no download here); torchvision's checksum check of CIFAR's
+download is turned off.
 
 Each configuration runs in its own process, one after the other, and prints one JSON line: the
 time to build both loaders, the first epoch's training and test samples/s, the later epochs',
@@ -38,16 +43,24 @@ cifar.check_integrity = lambda *a, **k: True   # random pixels, not the download
 
 root, which, workers, epochs, kind = sys.argv[1:6]
 workers, epochs = int(workers), int(epochs)
-Dataset = torchvision.datasets.CIFAR10 if kind == "cifar10" else torchvision.datasets.CIFAR100
+Dataset = {"cifar10": torchvision.datasets.CIFAR10, "cifar100": torchvision.datasets.CIFAR100,
+           "mnist": torchvision.datasets.MNIST,
+           "fashionmnist": torchvision.datasets.FashionMNIST}[kind]
 Loader = DataLoader if which == "DataLoader" else stoker.Loader   # the one name that changes
-norm = T.Normalize((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
-train_tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(), norm])
-test_tf = T.Compose([T.ToTensor(), norm])
+if kind.startswith("cifar"):
+    norm = T.Normalize((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+    train_tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
+                          norm])
+    test_tf = T.Compose([T.ToTensor(), norm])
+    batches, shape = (128, 100), (3, 32, 32)
+else:
+    train_tf = test_tf = T.Compose([T.ToTensor(), T.Normalize((0.1307,), (0.3081,))])
+    batches, shape = (64, 1000), (1, 28, 28)
 trainset = Dataset(root, train=True, download=False, transform=train_tf)
 testset = Dataset(root, train=False, download=False, transform=test_tf)
 t0 = time.perf_counter()
-trainloader = Loader(trainset, batch_size=128, shuffle=True, num_workers=workers)
-testloader = Loader(testset, batch_size=100, shuffle=False, num_workers=workers)
+trainloader = Loader(trainset, batch_size=batches[0], shuffle=True, num_workers=workers)
+testloader = Loader(testset, batch_size=batches[1], shuffle=False, num_workers=workers)
 built = time.perf_counter() - t0
 rates = []
 for epoch in range(epochs):
@@ -58,7 +71,7 @@ for epoch in range(epochs):
     for x, y in testloader:
         m += len(y)
     c = time.perf_counter()
-    assert n == len(trainset) and m == len(testset) and x.shape[1:] == (3, 32, 32)
+    assert n == len(trainset) and m == len(testset) and x.shape[1:] == shape
     rates.append((n / (b - a), m / (c - b)))
 later = rates[1:] or rates
 executor = trainloader.info()["executor"] if hasattr(trainloader, "info") else "-"
@@ -72,8 +85,24 @@ print(json.dumps({"loader": which, "executor": executor, "workers": workers, "da
 
 
 def make_data(root, kind):
-    """CIFAR's pickled layout with random pixels: 50,000 training and 10,000 test images."""
+    """The dataset's own files with random pixels: CIFAR's pickles (50,000 training and 10,000
+    test images) or MNIST's idx files (60,000 and 10,000)."""
     rng = np.random.default_rng(0)
+    if kind in ("mnist", "fashionmnist"):
+        raw = os.path.join(root, "MNIST" if kind == "mnist" else "FashionMNIST", "raw")
+        if os.path.exists(os.path.join(raw, "t10k-labels-idx1-ubyte")):
+            return
+        os.makedirs(raw, exist_ok=True)
+        for part, n in (("train", 60000), ("t10k", 10000)):
+            for what, arr, magic in (
+                    ("images-idx3", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), 2051),
+                    ("labels-idx1", rng.integers(0, 10, n).astype(np.uint8), 2049)):
+                with open(os.path.join(raw, f"{part}-{what}-ubyte"), "wb") as f:
+                    f.write(magic.to_bytes(4, "big"))
+                    for d in arr.shape:
+                        f.write(int(d).to_bytes(4, "big"))
+                    f.write(arr.tobytes())
+        return
     if kind == "cifar10":
         folder, files, key, n_classes = "cifar-10-batches-py", \
             [(f"data_batch_{i}", 10000) for i in range(1, 6)] + [("test_batch", 10000)], \
@@ -106,9 +135,10 @@ def run(args, which, workers):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="/tmp/cifar", help="where the random-pixel CIFAR files "
+    ap.add_argument("--data", default="/tmp/cifar", help="where the random-pixel dataset files "
                     "are made (once)")
-    ap.add_argument("--dataset", default="cifar10", choices=("cifar10", "cifar100"))
+    ap.add_argument("--dataset", default="cifar10",
+                    choices=("cifar10", "cifar100", "mnist", "fashionmnist"))
     ap.add_argument("--workers", default="0,1,2,4,8", help="the DataLoader's num_workers")
     ap.add_argument("--stoker-workers", type=int, default=2, help="stoker.Loader's num_workers")
     ap.add_argument("--epochs", type=int, default=3)

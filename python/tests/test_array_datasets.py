@@ -1,8 +1,9 @@
-"""torchvision's CIFAR10 / CIFAR100 read natively: the images array in a memory file read by the
-npy source, the transform in C (python/stoker/_torchcompat.py array_dataset, _memnpy.py).
+"""torchvision's datasets of images in one array (CIFAR10 / CIFAR100, MNIST / FashionMNIST) read
+natively: the images array in a memory file read by the npy source, the transform in C
+(python/stoker/_torchcompat.py array_dataset, _memnpy.py).
 
-The data are made here in CIFAR's own pickled layout (cifar-10-batches-py, cifar-100-python),
-small, with torchvision's integrity check of the download's checksums turned off for the test.
+The data are made here in the datasets' own layouts (CIFAR's pickles, MNIST's idx files), small,
+with torchvision's integrity check of CIFAR's download checksums turned off for the test.
 """
 import gc
 import os
@@ -16,7 +17,7 @@ torchvision = pytest.importorskip("torchvision")
 import torchvision.transforms as T  # noqa: E402
 import torchvision.transforms.functional as F  # noqa: E402
 from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
-from torchvision.datasets import CIFAR10, CIFAR100  # noqa: E402
+from torchvision.datasets import CIFAR10, CIFAR100, MNIST, FashionMNIST  # noqa: E402
 
 import stoker  # noqa: E402
 
@@ -200,3 +201,56 @@ def test_cifar_memory_files_close_with_the_loader(root):
     assert next(iter(loader))[1].tolist() == saved
     assert next(iter(stoker.Loader(ds, batch_size=N_TEST)))[1].tolist() == [0] * N_TEST
     ds.targets = saved
+
+
+N_MNIST = 90
+
+
+@pytest.fixture(scope="module")
+def mnist_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mnist")
+    rng = np.random.default_rng(6)
+
+    def idx(path, arr, magic):
+        with open(path, "wb") as f:
+            f.write(magic.to_bytes(4, "big"))
+            for d in arr.shape:
+                f.write(int(d).to_bytes(4, "big"))
+            f.write(arr.tobytes())
+    for cls in ("MNIST", "FashionMNIST"):
+        os.makedirs(root / cls / "raw")
+        for part, n in (("train", N_MNIST), ("t10k", 30)):
+            idx(root / cls / "raw" / f"{part}-images-idx3-ubyte",
+                rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), 2051)
+            idx(root / cls / "raw" / f"{part}-labels-idx1-ubyte",
+                rng.integers(0, 10, n).astype(np.uint8), 2049)
+    return str(root)
+
+
+def test_mnist_one_channel_gives_the_dataloaders_batches(mnist_root):
+    """MNIST and FashionMNIST (one-channel images; ToTensor, Normalize((0.1307,), (0.3081,))):
+    read natively, [B, 1, 28, 28] contiguous batches equal to the DataLoader's; with
+    Grayscale(num_output_channels=3) in the transform, [B, 3, 28, 28] equal to the DataLoader's
+    (Grayscale and RandomGrayscale leave a gray image as it is); a padded RandomCrop gives one
+    of each image's crops."""
+    norm = T.Normalize((0.1307,), (0.3081,))
+    for cls in (MNIST, FashionMNIST):
+        for tf, channels in ((T.Compose([T.ToTensor(), norm]), 1),
+                             (T.Compose([T.Grayscale(3), T.ToTensor()]), 3),
+                             (T.Compose([T.Grayscale(), T.RandomGrayscale(), T.ToTensor()]), 1)):
+            ds = cls(mnist_root, train=True, transform=tf)
+            loader = stoker.Loader(ds, batch_size=32, num_workers=2)
+            assert loader.info()["executor"] == "native"
+            got, want = batches(loader), batches(DataLoader(ds, batch_size=32))
+            assert len(got) == len(want) == -(-N_MNIST // 32)
+            for (a, la), (b, lb) in zip(got, want):
+                assert a.shape == b.shape and a.shape[1] == channels and a.is_contiguous()
+                assert torch.equal(a, b) and torch.equal(la, lb)
+    ds = MNIST(mnist_root, train=False, transform=T.Compose([T.RandomCrop(28, padding=2),
+                                                             T.ToTensor()]))
+    x, y = next(iter(stoker.Loader(ds, batch_size=30)))
+    assert x.shape == (30, 1, 28, 28) and y.tolist() == ds.targets.tolist()
+    for i in range(30):
+        padded = F.pad(F.to_tensor(ds.data[i].numpy()), 2)
+        assert any(torch.equal(padded[:, t:t + 28, u:u + 28], x[i])
+                   for t in range(5) for u in range(5)), f"sample {i} is none of its crops"
