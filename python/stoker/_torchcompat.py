@@ -193,6 +193,9 @@ def array_dataset(data):
         paths = {"image": files.path(f"{name}.data", rows),
                  "label": files.path(f"{name}.targets", labels.astype(np.int64))}
         sds = files.keep_with(Dataset(paths, format="npy"))
+    except (OSError, _core.Error) as e:  # no memfd, no /proc, /dev/shm full: its __getitem__
+        files.close()
+        raise _invalid(f"this {name}'s arrays could not be put in memory files ({e})") from None
     except BaseException:
         files.close()
         raise

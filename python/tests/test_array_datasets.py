@@ -145,13 +145,24 @@ class Relabelled(CIFAR10):
         return x, y + 100
 
 
-@pytest.mark.parametrize("case", ["target_transform", "override", "lambda", "no-transform"])
-def test_cifar_stoker_cannot_express_runs_its_getitem(root, case):
+@pytest.mark.parametrize("case", ["target_transform", "override", "lambda", "no-transform",
+                                  "gray-data", "no-memfd"])
+def test_cifar_stoker_cannot_express_runs_its_getitem(root, case, monkeypatch):
     """A CIFAR10 stoker cannot read natively (a target_transform, an overridden __getitem__, a
-    transform op stoker lacks) runs its __getitem__ as any Python dataset, with the DataLoader's
-    batches; without a transform (PIL images) it fails as the DataLoader's collate does."""
+    transform op stoker lacks, data that is not a uint8 [N, H, W, 3] array, memory files
+    refused) runs its
+    __getitem__ as any Python dataset, with the DataLoader's batches; without a transform (PIL
+    images) it fails as the DataLoader's collate does."""
     kw = dict(root=root, train=False, transform=EVAL)
-    if case == "target_transform":
+    if case == "gray-data":  # replaced by the user: [N, H, W], not CIFAR's [N, H, W, 3]
+        ds = CIFAR10(**dict(kw, transform=T.ToTensor()))
+        ds.data = np.ascontiguousarray(ds.data[..., 0])
+    elif case == "no-memfd":
+        def refused(*a, **k):
+            raise OSError(38, "Function not implemented")
+        monkeypatch.setattr(os, "memfd_create", refused)
+        ds = CIFAR10(**kw)
+    elif case == "target_transform":
         ds = CIFAR10(target_transform=lambda y: y * 2, **kw)
     elif case == "override":
         ds = Relabelled(**kw)
