@@ -4,14 +4,16 @@ by side.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tutorials.py [--data /tmp/cifar] \
         [--workers 0,1,2,4,8] [--epochs 3] [--stoker-workers 2] \
-        [--dataset cifar10|cifar100|mnist|fashionmnist]
+        [--dataset cifar10|cifar100|mnist|fashionmnist|tensors20|tensors784]
 
 The scripts every tutorial teaches first. CIFAR10 (PyTorch's tutorial, pytorch-cifar):
 torchvision.datasets.CIFAR10 with the training transform (RandomCrop(32, padding=4),
 RandomHorizontalFlip, ToTensor, Normalize) at batch 128 shuffled, and the test set with the
 evaluation transform (ToTensor, Normalize) at batch 100. MNIST (pytorch/examples mnist/main.py):
 ToTensor, Normalize((0.1307,), (0.3081,)) for both, batch 64 shuffled and 1000. Each epoch runs
-the training loader, then the test loader. Both loaders are built before the first epoch, as
+the training loader, then the test loader. tensors20 / tensors784: a TensorDataset of random
+float32 features and int64 labels in memory (tabular: 200,000 + 50,000 rows of 20; flat MNIST:
+60,000 + 10,000 of 784), batch 64 shuffled and 1000. Both loaders are built before the first epoch, as
 the tutorials build them. The loop body only touches each batch (no model), so the figures are
 the loaders' own. Data: the datasets' own files (CIFAR's pickles, MNIST's idx) with random
 pixels, made once under --data (no download here); torchvision's checksum check of CIFAR's
@@ -43,11 +45,24 @@ cifar.check_integrity = lambda *a, **k: True   # random pixels, not the download
 
 root, which, workers, epochs, kind = sys.argv[1:6]
 workers, epochs = int(workers), int(epochs)
-Dataset = {"cifar10": torchvision.datasets.CIFAR10, "cifar100": torchvision.datasets.CIFAR100,
-           "mnist": torchvision.datasets.MNIST,
-           "fashionmnist": torchvision.datasets.FashionMNIST}[kind]
 Loader = DataLoader if which == "DataLoader" else stoker.Loader   # the one name that changes
-if kind.startswith("cifar"):
+if kind.startswith("tensors"):  # in-memory tensors: tabular (20 features) or flat MNIST (784)
+    features = int(kind[len("tensors"):])
+    g = torch.Generator().manual_seed(0)
+    n_train, n_test = (200000, 50000) if features <= 100 else (60000, 10000)
+    def Dataset(root, train, download, transform):
+        n = n_train if train else n_test
+        return torch.utils.data.TensorDataset(torch.randn(n, features, generator=g),
+                                              torch.randint(0, 10, (n,), generator=g))
+    train_tf = test_tf = None
+    batches, shape = (64, 1000), (features,)
+else:
+    Dataset = {"cifar10": torchvision.datasets.CIFAR10,
+               "cifar100": torchvision.datasets.CIFAR100, "mnist": torchvision.datasets.MNIST,
+               "fashionmnist": torchvision.datasets.FashionMNIST}[kind]
+if kind.startswith("tensors"):
+    pass
+elif kind.startswith("cifar"):
     norm = T.Normalize((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
     train_tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
                           norm])
@@ -88,6 +103,8 @@ def make_data(root, kind):
     """The dataset's own files with random pixels: CIFAR's pickles (50,000 training and 10,000
     test images) or MNIST's idx files (60,000 and 10,000)."""
     rng = np.random.default_rng(0)
+    if kind.startswith("tensors"):
+        return  # made in memory by the loop
     if kind in ("mnist", "fashionmnist"):
         raw = os.path.join(root, "MNIST" if kind == "mnist" else "FashionMNIST", "raw")
         if os.path.exists(os.path.join(raw, "t10k-labels-idx1-ubyte")):
@@ -138,7 +155,8 @@ def main():
     ap.add_argument("--data", default="/tmp/cifar", help="where the random-pixel dataset files "
                     "are made (once)")
     ap.add_argument("--dataset", default="cifar10",
-                    choices=("cifar10", "cifar100", "mnist", "fashionmnist"))
+                    choices=("cifar10", "cifar100", "mnist", "fashionmnist", "tensors20",
+                             "tensors784"))
     ap.add_argument("--workers", default="0,1,2,4,8", help="the DataLoader's num_workers")
     ap.add_argument("--stoker-workers", type=int, default=2, help="stoker.Loader's num_workers")
     ap.add_argument("--epochs", type=int, default=3)

@@ -46,10 +46,11 @@ __all__ = ["PyLoader", "is_python_dataset", "loader_class"]
 
 def is_python_dataset(data, kwargs=None):
     """Whether `data` is a Python dataset object whose __getitem__ stoker runs: not paths or a
-    stoker Dataset, and not a torchvision dataset stoker reads natively (a folder dataset or
-    CIFAR10/100, with its transform in C), nor a Subset of one (without a sampler, or a
-    DistributedSampler over the Subset), which it reads natively unless
-    the arguments need Python workers (collate_fn, worker_init_fn, batch_sampler, executor=)."""
+    stoker Dataset, and not a dataset stoker reads natively (a torchvision folder dataset, or
+    rows of arrays in memory: CIFAR, MNIST, TensorDataset; _torchcompat.native_dataset), nor a
+    Subset of one (without a sampler, or a DistributedSampler over the Subset), which it reads
+    natively unless the arguments need Python workers (collate_fn, worker_init_fn,
+    batch_sampler, executor=, batch_size=None: unbatched samples)."""
     if data is None or not _torchcompat.is_dataset_object(data):
         return False
     kw = kwargs or {}
@@ -57,6 +58,7 @@ def is_python_dataset(data, kwargs=None):
     if _torchcompat.native_kind(data) or inner is not None:
         if kw.get("worker_init_fn") is not None or kw.get("batch_sampler") is not None or \
                 kw.get("executor") is not None or \
+                ("batch_size" in kw and kw["batch_size"] is None) or \
                 not _torchcompat.is_default_collate(kw.get("collate_fn")) or \
                 (inner is not None and
                  not _torchcompat.subset_sampler_ok(data, kw.get("sampler"))):

@@ -1,5 +1,5 @@
 """The one-name switch: torch.utils.data.DataLoader's arguments and the torchvision datasets
-stoker reads itself (folder datasets, CIFAR10/100, MNIST and its kin), mapped onto stoker.Loader's settings
+stoker reads itself (folder datasets; CIFAR, MNIST and TensorDataset: _inmemory.py), mapped onto stoker.Loader's settings
 (docs/python.md "From DataLoader").
 
 Every DataLoader argument is accepted with its DataLoader meaning or a stated mapping; one
@@ -15,7 +15,7 @@ import sys
 import types
 import weakref
 
-from . import _core, _memnpy
+from . import _core, _inmemory
 from . import transforms as _transforms
 from .dataset import Dataset
 
@@ -23,7 +23,7 @@ from .dataset import Dataset
 READS = ("a path (or list of paths) to .stk shards, an ImageFolder directory tree or .npy "
          "files; a stoker.Dataset; or a torchvision.datasets.ImageFolder / DatasetFolder with "
          "the default loader, or a CIFAR10 / CIFAR100 / MNIST / FashionMNIST / KMNIST / EMNIST, "
-         "whose transform stoker can express")
+         "whose transform stoker can express; a torch TensorDataset")
 CONVERT = ("convert it once to .stk shards, with stoker.pack(src, 'out/') (any format stoker "
            "reads) or stoker.write_shard(path, fields, records) / stoker.Writer (records from "
            "Python), and pass their path")
@@ -102,128 +102,24 @@ def folder_dataset(data):
     return sds, data.transform
 
 
-def _array_base(data):
-    """The torchvision class whose __getitem__ reads `data`'s images from one uint8 array in
-    memory: CIFAR10 (CIFAR100: [N, 32, 32, 3] RGB) or MNIST (FashionMNIST, KMNIST, EMNIST:
-    [N, 28, 28] one-channel); None for anything else."""
-    for mod, cls in (("torchvision.datasets.cifar", "CIFAR10"),
-                     ("torchvision.datasets.mnist", "MNIST")):
-        m = _mod(mod)
-        if m is not None and isinstance(data, getattr(m, cls)):
-            return getattr(m, cls)
-    return None
-
-
-_GRAYSCALES = ("Grayscale", "RandomGrayscale")
-
-
-def _gray_transform(transform, name):
-    """(the transform to compile, the channels of its output) for a one-channel (PIL "L")
-    image: torchvision's Grayscale and RandomGrayscale leave a gray image as it is (3 channels
-    with Grayscale(num_output_channels=3): MNIST for an RGB model), so they are left out of a
-    Compose (stoker's Grayscale would weigh the three equal channels again, a grey level off);
-    one inside another container is refused."""
-    ops = list(transform.transforms) if type(transform).__name__ == "Compose" else [transform]
-    channels = 1
-    for t in ops:
-        if type(t).__name__ == "Grayscale" and int(getattr(t, "num_output_channels", 1)) == 3:
-            channels = 3
-
-    def nested(t):
-        return any(type(u).__name__ in _GRAYSCALES or nested(u)
-                   for u in getattr(t, "transforms", None) or ())
-    if any(nested(t) for t in ops):
-        raise _invalid(f"this {name}'s transform has a Grayscale inside another transform")
-    return [t for t in ops if type(t).__name__ not in _GRAYSCALES], channels
-
-
-def array_dataset(data):
-    """For a torchvision CIFAR10 / CIFAR100 or MNIST / FashionMNIST / KMNIST / EMNIST that
-    stoker can read: (the stoker Dataset of its arrays, `image` uint8 [H, W, 3] or [H, W] and
-    `label` int64, in memory files read by the npy source (_memnpy), the transform to compile,
-    the channels to keep: None, or 1 for a one-channel dataset whose transform keeps one
-    channel). Its __getitem__ makes a PIL image of row i of `data` and applies the transform:
-    stoker's ops on the array give those pixels without the PIL image (a one-channel image in
-    three equal channels, of which the batch keeps the first). Raise a StokerInvalidError
-    explaining anything that does not hold."""
-    base = _array_base(data)
-    name = type(data).__name__
-    if not _base_method(data, base, "__getitem__"):
-        raise _invalid(f"this {name} overrides __getitem__: its samples come from Python code")
-    if data.target_transform is not None:
-        raise _invalid(f"this {name} has a target_transform, which stoker cannot apply")
-    if data.transform is None:
-        raise _invalid(f"this {name} has no transform: it gives PIL images, which the "
-                       f"DataLoader's default collate cannot batch either")
-    np = _np()
-    images, targets = data.data, data.targets
-    if not isinstance(images, np.ndarray):  # MNIST's: a torch tensor
-        images = images.numpy() if hasattr(images, "numpy") else None
-    gray = base.__name__ == "MNIST"
-    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.shape[0] == 0 \
-            or images.ndim != (3 if gray else 4) or (not gray and images.shape[3] != 3):
-        raise _invalid(f"this {name}'s data is not a uint8 "
-                       f"{'[N, H, W]' if gray else '[N, H, W, 3]'} array")
-    labels = np.asarray(targets.numpy() if hasattr(targets, "numpy") else targets)
-    if labels.shape != (images.shape[0],) or labels.dtype.kind not in "iu":
-        raise _invalid(f"this {name}'s targets are not {images.shape[0]} integers")
-    transform, channels = data.transform, None
-    if gray:
-        transform, channels = _gray_transform(transform, name)
-        channels = None if channels == 3 else channels  # (stoker's ops give three)
-    try:
-        _transforms.compile(transform)
-    except _core.StokerInvalidError as e:
-        # An evaluation transform (ToTensor, Normalize) keeps the array's size, which the
-        # compiled pipeline does not know: a CenterCrop of that size (the whole image) says it.
-        transform = [_transforms.CenterCrop(tuple(images.shape[1:3])), transform]
-        try:
-            _transforms.compile(transform)
-        except _core.StokerInvalidError:
-            raise _invalid(f"stoker cannot express this {name}'s transform ({e})") from None
-    # Rows as C stores them: CIFAR's [N, H, W, 3] is a view of [N, 3, H, W] (its transpose):
-    # written as that [N, 3, H, W] array, which the npy source reads as 3-channel images, it is
-    # written without a copy in between.
-    rows = images
-    if not gray:
-        chw = images.transpose(0, 3, 1, 2)
-        rows = chw if chw.flags.c_contiguous and not images.flags.c_contiguous else images
-    files = _memnpy.MemFiles()
-    try:
-        paths = {"image": files.path(f"{name}.data", rows),
-                 "label": files.path(f"{name}.targets", labels.astype(np.int64))}
-        sds = files.keep_with(Dataset(paths, format="npy"))
-    except (OSError, _core.Error) as e:  # no memfd, no /proc, /dev/shm full: its __getitem__
-        files.close()
-        raise _invalid(f"this {name}'s arrays could not be put in memory files ({e})") from None
-    except BaseException:
-        files.close()
-        raise
-    return sds, transform, channels
-
-
-def first_channels(images, channels):
-    """A batch of images [B, C, H, W] cut to its first `channels` (contiguous): a one-channel
-    dataset's images, which stoker's ops made in three equal channels."""
-    return images[:, :channels].contiguous()
-
-
 def native_dataset(data):
-    """(stoker Dataset, transform, channels) of a torchvision dataset stoker reads natively: a
-    folder dataset (folder_dataset; channels None) or one of images in an array (CIFAR, MNIST:
-    array_dataset); else raise why not."""
-    if _array_base(data) is not None:
-        return array_dataset(data)
-    return folder_dataset(data) + (None,)
+    """(stoker Dataset, transform, fields, finish) of a dataset stoker reads natively: a
+    torchvision folder dataset (folder_dataset), or one whose samples are rows of arrays in
+    memory (CIFAR, MNIST, TensorDataset: _inmemory.dataset); `fields` the batch tuple's fields,
+    `finish` None or what the consumer applies to each batch tuple. Else raise why not."""
+    if _inmemory.kind(data) is not None:
+        return _inmemory.dataset(data)
+    sds, transform = folder_dataset(data)
+    return sds, transform, ("image", "label"), None
 
 
 def native_kind(data):
-    """Whether `data` is of a torchvision dataset kind stoker may read natively (a
-    DatasetFolder, CIFAR10/100, MNIST and its kin), before checking its transform and
+    """Whether `data` is of a kind stoker may read natively (a torchvision DatasetFolder,
+    CIFAR10/100, MNIST and its kin, a TensorDataset), before checking its transform and
     samples."""
     folder = _mod("torchvision.datasets.folder")
     return (folder is not None and isinstance(data, folder.DatasetFolder)) or \
-        _array_base(data) is not None
+        _inmemory.kind(data) is not None
 
 
 _NATIVE = weakref.WeakKeyDictionary()  # native_ok's accepted datasets, for dataloader_args
@@ -691,15 +587,16 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
     it), rank/world_size from a DistributedSampler, prefetch from prefetch_factor. Returns a
     namespace of torch_dataset (None for stoker's own data), data, transforms, output, fields,
     batch_size, shuffle, seed, rank, world_size, prefetch, picked (map_sampler's dict) and
-    channels (the image channels each batch keeps, first_channels; None: all); the arguments
+    finish (None, or what the consumer applies to each batch tuple: _inmemory); the arguments
     not mapped here come back as given."""
     check_dataloader_args(collate_fn, batch_sampler, worker_init_fn, timeout)
-    torch_dataset = channels = None
+    torch_dataset = finish = None
     subset = None
     if is_dataset_object(data):
         torch_dataset = data
         subset = data if native_subset(data) is not None else None
-        data, tv_transform, channels = _native(data if subset is None else subset.dataset)
+        data, tv_transform, fields, finish = _native(data if subset is None else
+                                                     subset.dataset)
         if transforms is not None:
             raise _invalid("transforms= with a torchvision dataset: the dataset's own transform "
                            "is applied (as the DataLoader would); set it there")
@@ -707,7 +604,7 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
         if output not in (None, "tuple"):
             raise _invalid(f"a torchvision dataset gives (images, labels) tuples, as the "
                            f"DataLoader does; output={output!r} applies to stoker's own datasets")
-        output, fields = "tuple", ("image", "label")
+        output = "tuple"
         if batch_size is None:
             batch_size = 1  # the DataLoader's default
     if batch_size is None:
@@ -745,4 +642,4 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
     return types.SimpleNamespace(
         torch_dataset=torch_dataset, data=data, transforms=transforms, output=output,
         fields=fields, batch_size=batch_size, shuffle=shuffle, seed=seed, rank=rank,
-        world_size=world_size, prefetch=prefetch, picked=picked, channels=channels)
+        world_size=world_size, prefetch=prefetch, picked=picked, finish=finish)

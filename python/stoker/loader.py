@@ -111,9 +111,8 @@ class _LoaderIter:
                 batch = None
             elif loader._fields is not None:
                 batch = tuple(batch[f] for f in loader._fields)
-                if loader._channels is not None:  # a one-channel torchvision dataset (MNIST)
-                    batch = (_torchcompat.first_channels(batch[0], loader._channels),) + \
-                        batch[1:]
+                if loader._finish_tuple is not None:  # _inmemory's (MNIST, TensorDataset)
+                    batch = loader._finish_tuple(batch)
         except BaseException:
             loader._hand_back()  # e.g. Ctrl-C while it was converted: the next call has it
             raise
@@ -236,7 +235,8 @@ class Loader:
     def __new__(cls, data=None, *args, dataset=None, **kwargs):
         # A Python dataset (its samples come from __getitem__) is a PyLoader (_pydataset.py).
         src = data if data is not None else dataset
-        sub = _pydataset_class(src, kwargs) if cls is Loader else None
+        given = dict(kwargs, batch_size=args[0]) if args else kwargs  # (batch_size=None:
+        sub = _pydataset_class(src, given) if cls is Loader else None  # unbatched, in Python)
         return super().__new__(sub or cls)
 
     def __init__(self, data=None, batch_size=None, shuffle=False, seed=None, drop_last=False,
@@ -260,7 +260,7 @@ class Loader:
         self._dataset = None
         self._own_dataset = False
         self._fields = None
-        self._channels = None
+        self._finish_tuple = None
         self._dist_sampler = None
         self._torch_dataset = None
         self._dataset_weak = None  # the dataset this loader opened, after close()
@@ -299,7 +299,7 @@ class Loader:
         rank, world_size, prefetch, picked = dl.rank, dl.world_size, dl.prefetch, dl.picked
         if torch_dataset is not None:
             self._own_dataset = True  # opened here: closed with the loader unless shared
-        self._channels = dl.channels
+        self._finish_tuple = dl.finish
         self._dist_sampler = picked.get("distributed")
         self._order = picked.get("custom")  # a sampler iterated each epoch (_torchcompat)
         if output == "tuple":

@@ -127,16 +127,22 @@ def test_cifar100_and_a_random_split_read_natively(root):
         assert len(got) == len(want)
         assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in
                    zip(got, want))
-    for rank in range(2):
-        def make(cls):
-            return cls(val, batch_size=4, sampler=DistributedSampler(
-                val, num_replicas=2, rank=rank, shuffle=True, seed=7))
-        s, d = make(stoker.Loader), make(DataLoader)
-        assert s.info()["executor"] == "native"
+    for s, d in distributed_loaders(val, 2, seed=7):
         for epoch in range(2):
             s.sampler.set_epoch(epoch)
             d.sampler.set_epoch(epoch)
             assert [la.tolist() for _, la in s] == [la.tolist() for _, la in d]
+
+
+def distributed_loaders(part, n_ranks, seed):
+    """(stoker.Loader, DataLoader) over `part` with a shuffled DistributedSampler, for each rank;
+    stoker's reads natively."""
+    for rank in range(n_ranks):
+        pair = tuple(cls(part, batch_size=4, sampler=DistributedSampler(
+            part, num_replicas=n_ranks, rank=rank, shuffle=True, seed=seed))
+            for cls in (stoker.Loader, DataLoader))
+        assert pair[0].info()["executor"] == "native"
+        yield pair
 
 
 class Relabelled(CIFAR10):
@@ -265,3 +271,109 @@ def test_mnist_one_channel_gives_the_dataloaders_batches(mnist_root):
         padded = F.pad(F.to_tensor(ds.data[i].numpy()), 2)
         assert any(torch.equal(padded[:, t:t + 28, u:u + 28], x[i])
                    for t in range(5) for u in range(5)), f"sample {i} is none of its crops"
+
+
+# ---- torch.utils.data.TensorDataset ----
+
+def tensor_dataset(n=50):
+    g = torch.Generator().manual_seed(8)
+    return torch.utils.data.TensorDataset(
+        torch.arange(n),                                   # int64 rows of shape ()
+        torch.randn(n, 5, generator=g),                    # float32 [5]
+        torch.randn(n, generator=g).double(),              # float64 rows of shape ()
+        torch.randint(0, 2, (n, 2), generator=g).bool(),   # bool [2]
+        torch.randn(n, 3, generator=g).bfloat16(),         # bfloat16 [3]
+        torch.randint(0, 256, (n, 3, 4), generator=g, dtype=torch.uint8),
+        torch.randint(-9, 9, (n,), generator=g, dtype=torch.int16))
+
+
+def kept(loader):
+    """Every batch of an epoch, each tensor cloned (the ring's slots are reused)."""
+    return [[t.clone() for t in b] for b in loader]
+
+
+def same_batches(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert type(a) is type(b) is list and len(a) == len(b)
+        for x, y in zip(a, b):
+            assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+
+
+def test_tensor_dataset_gives_the_dataloaders_batches():
+    """A TensorDataset (rows of 1-D and n-D tensors of int64, float32, float64, bool, bfloat16,
+    uint8, int16) is read natively: the DataLoader's batches exactly (a list of tensors of the
+    tensors' dtypes and row shapes, the last batch partial or dropped, batch_size 1 by
+    default); shuffled, each row once per epoch, other orders each epoch."""
+    ds = tensor_dataset()
+    for kw in (dict(batch_size=8), dict(batch_size=8, drop_last=True), dict()):
+        loader = stoker.Loader(ds, num_workers=2, **kw)
+        assert loader.info()["executor"] == "native"
+        assert len(loader) == len(DataLoader(ds, **kw))
+        same_batches(kept(loader), list(DataLoader(ds, **kw)))
+    shuffled = stoker.Loader(ds, batch_size=8, shuffle=True, seed=4)
+    orders = []
+    for _ in range(2):
+        order = torch.cat([b[0].clone() for b in shuffled]).tolist()
+        assert sorted(order) == list(range(50))
+        orders.append(order)
+    assert orders[0] != orders[1]
+
+
+def test_tensor_dataset_subsets_and_distributed_sampler():
+    """random_split halves of a TensorDataset read natively with the DataLoader's batches; a
+    DistributedSampler over a half gives each rank the DataLoader's rows."""
+    ds = tensor_dataset()
+    train, val = torch.utils.data.random_split(ds, [40, 10],
+                                               generator=torch.Generator().manual_seed(1))
+    for part in (train, val):
+        loader = stoker.Loader(part, batch_size=4)
+        assert loader.info()["executor"] == "native"
+        same_batches(kept(loader), list(DataLoader(part, batch_size=4)))
+    for s, d in distributed_loaders(train, 3, seed=2):
+        same_batches(kept(s), list(d))
+
+
+class Shifted(torch.utils.data.TensorDataset):
+    def __getitem__(self, i):
+        x, y = super().__getitem__(i)
+        return x, y + 1
+
+
+@pytest.mark.parametrize("case", ["requires_grad", "complex", "override", "too-large"])
+def test_tensor_dataset_stoker_cannot_copy_runs_its_getitem(case, monkeypatch):
+    """A TensorDataset stoker does not read natively (a tensor that requires grad, a dtype the
+    npy source lacks, an overridden __getitem__, more bytes than it copies into memory files)
+    runs its __getitem__ in Python, with the DataLoader's batches."""
+    x, y = torch.randn(20, 3), torch.arange(20)
+    if case == "requires_grad":
+        ds = torch.utils.data.TensorDataset(x.requires_grad_(), y)
+    elif case == "complex":
+        ds = torch.utils.data.TensorDataset(x.to(torch.complex64), y)
+    elif case == "override":
+        ds = Shifted(x, y)
+    else:
+        from stoker import _inmemory
+        monkeypatch.setattr(_inmemory, "TENSORS_MAX", 100)
+        ds = torch.utils.data.TensorDataset(x, y)
+    loader = stoker.Loader(ds, batch_size=6, num_workers=0)
+    assert loader.info()["executor"] != "native"
+    got, want = kept(loader), list(DataLoader(ds, batch_size=6))
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert all(torch.equal(u.detach(), v.detach()) for u, v in zip(a, b))
+
+
+def test_batch_size_none_gives_unbatched_samples():
+    """batch_size=None (the DataLoader's unbatched mode), by keyword or by position, gives each
+    sample on its own, as the DataLoader does, for a dataset stoker would read natively (it runs
+    __getitem__ then); left out, batch_size is 1. Was: batches of one sample, natively."""
+    ds = torch.utils.data.TensorDataset(torch.arange(5), torch.arange(5) * 2.0)
+    want = list(DataLoader(ds, batch_size=None))
+    for loader in (stoker.Loader(ds, batch_size=None), stoker.Loader(ds, None)):
+        got = [[t.clone() for t in s] for s in loader]
+        assert len(got) == 5
+        for a, b in zip(got, want):
+            assert all(u.shape == v.shape == () and torch.equal(u, v) for u, v in zip(a, b))
+    one = stoker.Loader(ds)
+    assert one.info()["executor"] == "native" and next(iter(one))[0].shape == (1,)

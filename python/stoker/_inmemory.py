@@ -1,0 +1,202 @@
+"""Datasets whose samples are rows of arrays the training process holds, read natively: torch's
+TensorDataset and torchvision's CIFAR10/100 and MNIST (FashionMNIST, KMNIST, EMNIST).
+
+Their __getitem__ is a row of each array (TensorDataset: `tensor[i]` of each tensor) or a PIL
+image made from a row of one uint8 array, put through the dataset's transform (CIFAR, MNIST).
+stoker's C workers can make those samples themselves: the arrays (and labels) are written once,
+when the loader is built, into memory files that the `npy` source reads in place (_memnpy.py),
+and the transform is compiled (stoker's ops on the array give the pixels torchvision's give on
+the PIL image). The consumer then shapes each batch tuple as the DataLoader's default_collate
+gives it (`finish`): a one-channel image made in three equal channels keeps the first, a
+TensorDataset's fields get their tensors' shapes and dtypes back.
+
+Anything these cannot express raises StokerInvalidError, and the dataset runs its own
+__getitem__ as any Python dataset (python/stoker/_pydataset.py).
+"""
+import functools
+import os
+import sys
+
+import numpy as np
+
+from . import _core, _memnpy
+from . import transforms as _transforms
+from .dataset import Dataset
+
+# a TensorDataset larger than this (all its tensors' bytes) runs its __getitem__ in Python: the
+# memory files hold a copy of it
+TENSORS_MAX = min(4 << 30, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8) \
+    if hasattr(os, "sysconf") else 1 << 30
+
+
+def _invalid(msg):
+    return _core.StokerInvalidError(msg)
+
+
+def kind(data):
+    """The class whose __getitem__ makes `data`'s samples from arrays in memory: torch's
+    TensorDataset, torchvision's CIFAR10 (CIFAR100: [N, 32, 32, 3] RGB) or MNIST (FashionMNIST,
+    KMNIST, EMNIST: [N, 28, 28] one-channel); None for anything else."""
+    for mod, cls in (("torch.utils.data", "TensorDataset"),
+                     ("torchvision.datasets.cifar", "CIFAR10"),
+                     ("torchvision.datasets.mnist", "MNIST")):
+        m = sys.modules.get(mod)
+        if m is not None and isinstance(data, getattr(m, cls)):
+            return getattr(m, cls)
+    return None
+
+
+def dataset(data):
+    """(stoker Dataset over memory files, transform to compile or None, the batch tuple's
+    fields, finish or None) for a dataset of kind(); raise StokerInvalidError naming what does
+    not hold."""
+    base = kind(data)
+    name = type(data).__name__
+    if getattr(type(data), "__getitem__", None) is not base.__getitem__:
+        raise _invalid(f"this {name} overrides __getitem__: its samples come from Python code")
+    if base.__name__ == "TensorDataset":
+        return _tensors(data, name)
+    return _images(data, name, gray=base.__name__ == "MNIST")
+
+
+def _open(name, arrays):
+    """The stoker Dataset of `arrays` ({field: numpy array}, rows in C order), written into
+    memory files closed with it."""
+    files = _memnpy.MemFiles()
+    try:
+        paths = {field: files.path(f"{name}.{field}", a) for field, a in arrays.items()}
+        return files.keep_with(Dataset(paths, format="npy"))
+    except (OSError, _core.Error) as e:  # no memfd, no /proc, memory full: its __getitem__
+        files.close()
+        raise _invalid(f"this {name}'s arrays could not be put in memory files ({e})") from None
+    except BaseException:
+        files.close()
+        raise
+
+
+# ---- TensorDataset ----
+
+# torch dtypes a memory file holds as another of the same size (the npy source has no bool or
+# bfloat16), given back in the batch by a view
+_AS = {"bool": ("uint8", np.uint8), "bfloat16": ("int16", np.int16)}
+
+
+def _tensors(data, name):
+    torch = sys.modules["torch"]
+    tensors = list(data.tensors)
+    n = tensors[0].shape[0] if tensors and tensors[0].dim() > 0 else 0
+    if not tensors or n == 0:
+        raise _invalid(f"this {name} is empty")
+    arrays, shapes, views = {}, [], []
+    total = 0
+    for k, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_sparse or \
+                t.requires_grad or t.dim() == 0 or t.shape[0] != n:
+            raise _invalid(f"this {name}'s tensor {k} is not a dense CPU tensor of {n} rows "
+                           f"without requires_grad")
+        dt = str(t.dtype).replace("torch.", "")
+        as_name, as_np = _AS.get(dt, (None, None))
+        src = t.view(getattr(torch, as_name)) if as_name else t
+        try:
+            a = src.numpy()
+        except (TypeError, RuntimeError) as e:
+            raise _invalid(f"this {name}'s tensor {k} ({t.dtype}) has no numpy form ({e})") \
+                from None
+        if a.dtype.kind not in "iuf" or (a.dtype.kind == "u" and a.dtype.itemsize > 1):
+            raise _invalid(f"this {name}'s tensor {k} is {t.dtype}, which stoker's npy source "
+                           f"does not read")
+        total += a.nbytes
+        arrays[f"t{k}"] = a
+        shapes.append(tuple(t.shape[1:]))
+        views.append(t.dtype if as_name else None)
+    if total > TENSORS_MAX:
+        raise _invalid(f"this {name} holds {total / 2**30:.1f} GiB, more than stoker copies "
+                       f"into memory files ({TENSORS_MAX / 2**30:.1f} GiB)")
+    sds = _open(name, arrays)
+    return sds, None, tuple(arrays), functools.partial(_rows_back, tuple(shapes), tuple(views))
+
+
+def _rows_back(shapes, views, batch):
+    """A TensorDataset's batch tuple as default_collate gives it: a list of [B, *row shape]
+    tensors of the tensors' dtypes (the npy source gives a 1-D row of another dtype than int64
+    or float32 as [B, 1], a bool or bfloat16 tensor as its same-size integer)."""
+    out = []
+    for t, shape, view in zip(batch, shapes, views):
+        t = t.view((t.shape[0],) + shape)
+        out.append(t.view(view) if view is not None else t)
+    return out
+
+
+# ---- torchvision's CIFAR and MNIST ----
+
+_GRAYSCALES = ("Grayscale", "RandomGrayscale")
+
+
+def _gray_transform(transform, name):
+    """(the transform to compile, the channels of its output) for a one-channel (PIL "L")
+    image: torchvision's Grayscale and RandomGrayscale leave a gray image as it is (3 channels
+    with Grayscale(num_output_channels=3): MNIST for an RGB model), so they are left out of a
+    Compose (stoker's Grayscale would weigh the three equal channels again, a grey level off);
+    one inside another container is refused."""
+    ops = list(transform.transforms) if type(transform).__name__ == "Compose" else [transform]
+    channels = 1
+    for t in ops:
+        if type(t).__name__ == "Grayscale" and int(getattr(t, "num_output_channels", 1)) == 3:
+            channels = 3
+
+    def nested(t):
+        return any(type(u).__name__ in _GRAYSCALES or nested(u)
+                   for u in getattr(t, "transforms", None) or ())
+    if any(nested(t) for t in ops):
+        raise _invalid(f"this {name}'s transform has a Grayscale inside another transform")
+    return [t for t in ops if type(t).__name__ not in _GRAYSCALES], channels
+
+
+def _images(data, name, gray):
+    """CIFAR10 / CIFAR100 (`data` uint8 [N, H, W, 3]) or MNIST and its kin (`data` a uint8
+    tensor [N, H, W]): `image` and `label` fields, the transform to compile, and for a
+    one-channel image whose transform keeps one channel the finish that keeps the first of
+    the three equal channels stoker's ops make."""
+    if data.target_transform is not None:
+        raise _invalid(f"this {name} has a target_transform, which stoker cannot apply")
+    if data.transform is None:
+        raise _invalid(f"this {name} has no transform: it gives PIL images, which the "
+                       f"DataLoader's default collate cannot batch either")
+    images, targets = data.data, data.targets
+    if not isinstance(images, np.ndarray):  # MNIST's: a torch tensor
+        images = images.numpy() if hasattr(images, "numpy") else None
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.shape[0] == 0 \
+            or images.ndim != (3 if gray else 4) or (not gray and images.shape[3] != 3):
+        raise _invalid(f"this {name}'s data is not a uint8 "
+                       f"{'[N, H, W]' if gray else '[N, H, W, 3]'} array")
+    labels = np.asarray(targets.numpy() if hasattr(targets, "numpy") else targets)
+    if labels.shape != (images.shape[0],) or labels.dtype.kind not in "iu":
+        raise _invalid(f"this {name}'s targets are not {images.shape[0]} integers")
+    transform, channels = data.transform, 3
+    if gray:
+        transform, channels = _gray_transform(transform, name)
+    try:
+        _transforms.compile(transform)
+    except _core.StokerInvalidError as e:
+        # An evaluation transform (ToTensor, Normalize) keeps the array's size, which the
+        # compiled pipeline does not know: a CenterCrop of that size (the whole image) says it.
+        transform = [_transforms.CenterCrop(tuple(images.shape[1:3])), transform]
+        try:
+            _transforms.compile(transform)
+        except _core.StokerInvalidError:
+            raise _invalid(f"stoker cannot express this {name}'s transform ({e})") from None
+    # Rows as C stores them: CIFAR's [N, H, W, 3] is a view of [N, 3, H, W] (its transpose):
+    # written as that [N, 3, H, W] array, which the npy source reads as 3-channel images, it is
+    # written without a copy in between.
+    rows = images
+    if not gray:
+        chw = images.transpose(0, 3, 1, 2)
+        rows = chw if chw.flags.c_contiguous and not images.flags.c_contiguous else images
+    sds = _open(name, {"image": rows, "label": labels.astype(np.int64)})
+    return sds, transform, ("image", "label"), _first_channel if channels == 1 else None
+
+
+def _first_channel(batch):
+    """(images [B, 1, H, W], labels): a one-channel dataset's images, which stoker's ops made in
+    three equal channels, cut to the first (contiguous)."""
+    return (batch[0][:, :1].contiguous(),) + tuple(batch[1:])
