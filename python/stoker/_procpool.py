@@ -27,7 +27,9 @@ global generators from the sample's seed (unless reseed=False; those the probe s
 are watched instead, and a call that drew from one runs again seeded: _seedwatch.py), run
 __getitem__, write each fixed leaf at its offset in the ring (pwrite into the memfd: the ring is
 not mapped in the worker, so its pages do not count in the worker's resident memory) and reply
-(status, Python time, mask, and the pickled object leaves when there are any). An exception is
+(status, Python time, mask, and the pickled object leaves when there are any); an
+OP_TICKET_HELD's reply (no timeout=) is held back while more tickets wait, the sample's seed
+written into its row first (_Held). An exception is
 replied as the DataLoader's ExceptionWrapper (pickled), with its text.
 """
 import atexit
@@ -53,6 +55,9 @@ from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_
 
 REPLY = struct.Struct("<IIQQQ")   # status, payload length, python_ns, mask, cpu_ns: 32 bytes
 OP_INIT, OP_ARENA, OP_TICKET, OP_PROBE = 1, 2, 3, 4
+# a ticket whose reply may be held back while more tickets wait (no timeout=); its last offset is
+# its row's object key, where the sample's seed goes once its leaves are written (_Held)
+OP_TICKET_HELD = 6
 ST_OK, ST_ERROR, ST_STARTED = 0, 1, 2  # ST_STARTED: the probe began a sample (index in python_ns)
 ST_READY = 3  # a map-style worker finished starting (set-up, worker_init_fn): sent once, first
 
@@ -565,6 +570,7 @@ def _worker_main(sock, wid, spec):
     seeds = SeedWatch(False)
     perf, cpu = time.perf_counter_ns, time.thread_time_ns
     anc = socket.CMSG_SPACE(struct.calcsize("i"))
+    held = _Held(sock)
     while True:
         try:
             data, ancdata, _, _ = sock.recvmsg(HDR.size, anc)
@@ -578,6 +584,8 @@ def _worker_main(sock, wid, spec):
             except (OSError, EOFError):
                 return
         op, n, a, b, c, d = HDR.unpack(data)
+        if op != OP_TICKET_HELD:
+            held.flush()  # (a reply of this worker's that follows one held goes after it)
         if op == OP_ARENA:
             fds = [f for level, kind, raw in ancdata if level == socket.SOL_SOCKET and
                    kind == socket.SCM_RIGHTS for f in struct.unpack(f"{len(raw) // 4}i",
@@ -616,11 +624,15 @@ def _worker_main(sock, wid, spec):
                 continue
             sock.sendall(REPLY.pack(ST_OK, len(payload), 0, 0, 0) + payload)
             continue
-        if op != OP_TICKET:
+        if op not in (OP_TICKET, OP_TICKET_HELD):
             return
         offs = struct.unpack(f"<{n}Q", _recv_exact(sock, 8 * n)) if n else ()
         index, epoch, seed = a, b, c
+        stamp = None
+        if op == OP_TICKET_HELD:
+            stamp, offs = offs[-1], offs[:-1]
         if init_error is not None:
+            held.flush()
             _send_error(sock, init_error, 0, 0)
             continue
         if reseed:
@@ -643,6 +655,7 @@ def _worker_main(sock, wid, spec):
             # the dataset's own, raised at next() as at num_workers=0)
             err = error_reply(f"in stoker worker process {wid} while loading sample {index} "
                               f"(epoch {epoch})")
+            held.flush()
             _send_error(sock, err, perf() - t0, cpu() - c0)
             continue
         py_ns, cpu_ns = perf() - t0, cpu() - c0
@@ -658,9 +671,51 @@ def _worker_main(sock, wid, spec):
         except Exception:  # noqa: BLE001 - an unpicklable object leaf, say
             err = error_reply(f"in stoker worker process {wid} while sending sample {index} "
                               f"(epoch {epoch})")
+            held.flush()
             _send_error(sock, err, py_ns, cpu_ns)
             continue
-        sock.sendall(REPLY.pack(ST_OK, len(payload), py_ns, mask, cpu_ns) + payload)
+        reply = REPLY.pack(ST_OK, len(payload), py_ns, mask, cpu_ns) + payload
+        if stamp is not None and not payload:
+            arena.write(stamp, struct.pack("<Q", seed))  # done: the parent knows if we die
+            held.add(reply)
+        else:
+            held.flush(reply)
+
+
+class _Held:
+    """A worker's replies held back while more tickets wait in its socket: each reply sent at
+    once would wake the loader's thread (a context switch on each side, ~15 us of a 100 us
+    sample: bench/RESULTS.md "Issue 24: CIFAR10 read natively"), so the replies of a run of
+    tickets go in one write, when no ticket waits any more (before this worker would block), or
+    after HELD_MAX. A held reply's sample wrote its seed into its row's object key, so a worker
+    that dies with replies held back fails only the sample it was running (_procpool.c
+    held_done)."""
+
+    HELD_MAX = 16
+
+    def __init__(self, sock):
+        self.sock, self.replies = sock, []
+
+    def add(self, reply):
+        self.replies.append(reply)
+        if len(self.replies) >= self.HELD_MAX or not self._waiting():
+            self.flush()
+
+    def _waiting(self):
+        try:
+            return bool(self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except BlockingIOError:
+            return False
+        except OSError:
+            return False  # (the socket ended: the flush says so)
+
+    def flush(self, reply=b""):
+        """Send the held replies, then `reply`."""
+        if self.replies:
+            reply = b"".join(self.replies) + reply
+            self.replies = []
+        if reply:
+            self.sock.sendall(reply)
 
 
 class _Arena:

@@ -77,25 +77,27 @@ def _calls(path):
 
 
 class Logged(Dataset):
-    """Sample i is i; every call logged (_log). At TARGET, the first time with the rest of its
-    run queued behind it (its process named in `marker`): `how` ("kill": SIGKILL its own process;
-    "hang": never return; "raise": ValueError, then every time)."""
+    """Sample i is i; every call logged (_log). At `at` (TARGET, the first of a run), the first
+    time with the rest of its run queued behind it (`behind` tickets; its process named in
+    `marker`): `how` ("kill": SIGKILL its own process; "hang": never return; "raise":
+    ValueError, then every time)."""
 
-    def __init__(self, log, marker, how):
+    def __init__(self, log, marker, how, at=TARGET, behind=AHEAD - 1):
         self.log, self.marker, self.how = log, marker, how
+        self.at, self.behind = at, behind
 
     def __len__(self):
         return N
 
     def __getitem__(self, i):
         _log(self.log, i)
-        first = i == TARGET and not os.path.exists(self.marker)
+        first = i == self.at and not os.path.exists(self.marker)
         if first:  # (the marker names epoch 0's process, whatever later epochs prefetch)
-            _queued_behind(AHEAD - 1)
+            _queued_behind(self.behind)
             with open(self.marker + ".tmp", "w") as f:
                 f.write(str(os.getpid()))
             os.replace(self.marker + ".tmp", self.marker)
-        if first or (i == TARGET and self.how == "raise"):
+        if first or (i == self.at and self.how == "raise"):
             if self.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.how == "hang":
@@ -133,6 +135,33 @@ def test_worker_lost_with_tickets_queued_loses_and_repeats_nothing(tmp_path, how
             assert len(epoch0[i][0]) == 1, (i, epoch0[i])  # no sample called twice in an epoch
         for j in range(TARGET + 1, TARGET + AHEAD):
             assert epoch0[j][0] != [dead], (j, epoch0[j])
+        assert sorted(int(v) for b in loader for v in b) == list(range(N))  # next epoch whole
+    finally:
+        loader.close()
+
+
+def test_worker_killed_with_replies_held_back_fails_only_its_sample(tmp_path):
+    """Without timeout=, a worker holds its replies back while more tickets of its run wait
+    (_procpool._Held: one write for the run, not a wake-up of the loader's thread a sample).
+    Killed at the last ticket of a run, it has run the three before it and held their replies:
+    those samples wrote their seed into their rows, so they count as done (never run again)
+    and the death names the sample it was running. Without the seeds, the first held ticket
+    would be blamed and the two after it run twice."""
+    log, marker = str(tmp_path / "log"), str(tmp_path / "marker")
+    last = TARGET + AHEAD - 1
+    loader = stoker.Loader(Logged(log, marker, "kill", at=last, behind=0), batch_size=BATCH,
+                           num_workers=2, executor="process")
+    try:
+        got, errors = _epoch(loader)
+        dead = int(open(marker).read())
+        assert len(errors) == 1 and f"sample {last} (epoch 0)" in errors[0] and \
+            "signal 9" in errors[0], errors
+        assert got == [i for i in range(N) if not 3 * BATCH <= i < 4 * BATCH]
+        assert loader.stats()["worker_deaths"] == 1
+        calls = _calls(log)
+        for j in range(TARGET, last):  # run once, by the worker that died, and not again
+            (pids,) = [p for (i, _), p in calls.items() if i == j][:1]  # epoch 0's
+            assert pids == [dead], (j, pids)
         assert sorted(int(v) for b in loader for v in b) == list(range(N))  # next epoch whole
     finally:
         loader.close()

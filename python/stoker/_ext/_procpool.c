@@ -15,9 +15,13 @@
  * loader's sample_ahead_fn, proc_ahead), so that the process finds its next ticket in its socket
  * instead of waiting for it, and takes the replies in order, one per sample_fn_v2 call (a
  * worker's queue, `q`). How many: as many as keep ~1 ms of __getitem__ queued (the mean so
- * far), at most AHEAD_MAX, so a slow sample has nothing queued behind it at a batch's end. A
- * worker lost with tickets queued fails only the one whose reply was next (the one it was
- * running); the rest go to its restarted process, and timeout= runs for each from when the
+ * far), at most AHEAD_MAX, so a slow sample has nothing queued behind it at a batch's end.
+ * Without timeout=, the tickets are OP_TICKET_HELD: the process holds a reply back while another
+ * ticket waits in its socket and sends a run's replies in one write (a reply a sample would wake
+ * this thread once a sample: a context switch on each side), and a sample whose reply it holds
+ * writes its seed into its row's object key once its leaves are in the ring. A worker lost with
+ * tickets queued fails only the one it was running (the first whose reply did not come and whose
+ * row has no seed: held_done; the ones before it are done); the rest go to its restarted process, and timeout= runs for each from when the
  * process could start it (the later of its sending and the previous reply). The ring's fd goes
  * to a worker once (SCM_RIGHTS), and again after a rebuild gave the loader a new ring; the
  * layout (pickled once) goes with the first ticket.
@@ -66,7 +70,10 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { OP_INIT = 1, OP_ARENA = 2, OP_TICKET = 3, OP_PROBE = 4 };
+/* OP_TICKET_HELD: a ticket whose reply the worker may hold back while more tickets wait in its
+ * socket (sent when no timeout= runs): its offsets end with that of the row's object key, where
+ * the worker writes the sample's seed once the sample is in its rows (held_done) */
+enum { OP_INIT = 1, OP_ARENA = 2, OP_TICKET = 3, OP_PROBE = 4, OP_TICKET_HELD = 6 };
 enum { CTL_SPAWN = 1, CTL_REAP = 2 };
 /* CTL_THEN_LEAN (a SPAWN's flags): the pool's last worker at its start; the fork server may go
  * lean after it. CTL_WANTS_SPEC (a SPAWN answer's err beside a pid): the worker was forked by a
@@ -106,6 +113,8 @@ typedef struct ctl_reply {
 typedef struct pticket {
     stk_sample_info info;
     const uint8_t *row; /* its first row: with index and epoch, which sample */
+    int64_t *km;        /* its row's object key and mask (OP_TICKET_HELD: the seed once done) */
+    bool held;          /* sent as OP_TICKET_HELD */
     struct {
         msg_hdr h;
         uint64_t off[STK_MAX_FIELDS];
@@ -647,7 +656,9 @@ static stk_status ticket_make(ProcPoolObject *p, const stk_sample_info *info, st
     memset(e, 0, sizeof(*e));
     e->info = *info;
     e->row = out[0].data;
-    e->t.h = (msg_hdr){.op = OP_TICKET,
+    e->km = out[n_fixed].data;
+    e->held = p->timeout_ms == 0; /* (a held reply would keep the deadline's clock wrong) */
+    e->t.h = (msg_hdr){.op = e->held ? OP_TICKET_HELD : OP_TICKET,
                        .n = (uint32_t)n_fixed,
                        .a = info->index,
                        .b = info->epoch,
@@ -661,7 +672,17 @@ static stk_status ticket_make(ProcPoolObject *p, const stk_sample_info *info, st
         }
         e->t.off[i] = (uint64_t)(d - base);
     }
-    e->t_size = sizeof(msg_hdr) + n_fixed * sizeof(uint64_t);
+    if (e->held) {
+        const uint8_t *k = out[n_fixed].data;
+        if (k < base || k + 2 * sizeof(int64_t) > base + asize) {
+            snprintf(err, err_size, "process executor: a row outside the shared ring");
+            return STK_ESTATE;
+        }
+        e->km[0] = (int64_t)~info->seed; /* not the seed until the worker wrote it */
+        e->t.off[n_fixed] = (uint64_t)(k - base);
+        e->t.h.n++;
+    }
+    e->t_size = sizeof(msg_hdr) + e->t.h.n * sizeof(uint64_t);
     return STK_OK;
 }
 
@@ -730,6 +751,33 @@ static void queue_lost(ProcPoolObject *p, uint32_t wid, pticket *e, lost_how los
     for (uint32_t i = 0; i < w->nq; i++)
         if (!w->q[i].done)
             w->q[i].sent = false;
+}
+
+/* Worker wid's process ended while its queue's ticket i was the next reply: the tickets from i
+ * on whose samples it finished with their replies held back (OP_TICKET_HELD; such a reply has no
+ * payload) wrote their seed into their row's object key as the last thing; those are done, as
+ * if their replies had come. Returns the first ticket after them that it did not finish (the one
+ * it was running, or one it had not started), or NULL when it finished every ticket it was sent
+ * (it ended between samples). */
+static pticket *held_done(ProcPoolObject *p, uint32_t wid, uint32_t i)
+{
+    pworker *w = &p->w[wid];
+    for (; i < w->nq; i++) {
+        pticket *e = &w->q[i];
+        if (e->done)
+            continue;
+        if (!e->sent)
+            return NULL;
+        if (!e->held || (uint64_t)e->km[0] != e->info.seed)
+            return e;
+        w->deaths = 0;
+        atomic_fetch_add(&p->samples, 1);
+        e->done = true;
+        e->st = STK_OK;
+        memset(&e->r, 0, sizeof(e->r));
+        e->payload = NULL;
+    }
+    return NULL;
 }
 
 /* Read the next reply of worker wid's queue (its first ticket not done; tickets not sent, after
@@ -808,8 +856,20 @@ static void queue_collect(ProcPoolObject *p, uint32_t wid)
     if (rc != 0) {
         bool timed_out = errno == ETIMEDOUT;
         free(payload);
-        if (timed_out)
+        if (timed_out) {
             kill(w->pid, SIGKILL);
+        } else {
+            pticket *running = held_done(p, wid, i);
+            if (!running) { /* it ended between samples: nothing of its lost, restarted */
+                char why[sizeof(e->why)];
+                worker_died(p, wid, &e->info, LOST_ENDED, why, sizeof(why));
+                for (uint32_t k = 0; k < w->nq; k++)
+                    if (!w->q[k].done)
+                        w->q[k].sent = false;
+                return;
+            }
+            e = running;
+        }
         queue_lost(p, wid, e, timed_out ? LOST_TIMEOUT : LOST_ENDED);
         return;
     }
