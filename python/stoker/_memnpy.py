@@ -1,5 +1,6 @@
 """Arrays held in the training process, read by the C `npy` source as files: each array is
-written once, as a `.npy`, into a memory file (memfd) and named by its /proc/self/fd path.
+written once, as a `.npy`, into a memory file (memfd) sealed against any change, and named by its
+/proc/self/fd path.
 
 torchvision's CIFAR10/CIFAR100 keep their images as one uint8 array in memory; stoker's C
 workers read rows of `.npy` files in place (src/source/npy). A memory file lets them read the
@@ -9,6 +10,7 @@ when the stoker Dataset reading it is collected. The file holds a copy, so what 
 process does to its arrays afterwards does not reach a loader already built (as the
 DataLoader's worker processes, forked at the epoch's start, see the arrays as they were then).
 """
+import fcntl
 import os
 import weakref
 
@@ -34,11 +36,15 @@ class MemFiles:
     def path(self, name, array):
         """Write `array` (C order) as a `.npy` into a new memory file named `name` (what
         /proc/<pid>/fd shows); its path for the npy source."""
-        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         self.fds.append(fd)
         path = f"/proc/self/fd/{fd}"
         with open(os.dup(fd), "wb", closefd=True) as f:
             np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+        # Sealed, it can never change: the C side maps it and reads rows with no system call
+        # and no check that it is still the version opened (src/io/stk_mapped.h).
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK |
+                    fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
         return path
 
     def keep_with(self, obj):

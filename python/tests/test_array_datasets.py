@@ -189,8 +189,8 @@ def test_cifar_stoker_cannot_express_runs_its_getitem(root, case, monkeypatch):
 
 
 def test_cifar_memory_files_close_with_the_loader(root):
-    """The memory files holding a CIFAR loader's arrays close once the loader and its dataset
-    are gone: loaders made one after another (a loader per epoch) leave no descriptor open. A
+    """The memory files holding a CIFAR loader's arrays are sealed (nothing can write them) and
+    close once the loader and its dataset are gone: loaders made one after another (a loader per epoch) leave no descriptor open. A
     change to the dataset's arrays after a loader is built does not reach that loader (its
     copy), and reaches the next one."""
     def memfds():
@@ -207,6 +207,18 @@ def test_cifar_memory_files_close_with_the_loader(root):
     for _ in range(3):
         loader = stoker.Loader(ds, batch_size=16)
         assert memfds() > before  # (the loader's own, and the npy source's descriptors)
+        for fd in os.listdir("/proc/self/fd"):  # sealed: the C side maps them, unchecked
+            try:
+                if not os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:CIFAR10"):
+                    continue
+            except OSError:
+                continue
+            w = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)
+            try:
+                with pytest.raises(PermissionError):
+                    os.write(w, b"x")
+            finally:
+                os.close(w)
         for _ in loader:
             pass
         del loader

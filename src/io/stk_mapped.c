@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ struct stk__mapped {
     stk__file *f; /* borrowed */
     const uint8_t *base;
     uint64_t size; /* bytes mapped: the file's size at open */
+    bool sealed;   /* a memfd sealed against writes and shrinking: it cannot change */
 };
 
 /* A use in progress on this thread. */
@@ -78,13 +80,29 @@ static void install(void)
     installed = sigaction(SIGBUS, &sa, &before) == 0;
 }
 
+/* Whether fd is a memfd sealed against writes and shrinking (F_SEAL_WRITE, F_SEAL_SHRINK): its
+ * bytes are those of the open for as long as it exists. */
+static bool sealed(int fd)
+{
+#ifdef F_GET_SEALS
+    int seals = fcntl(fd, F_GET_SEALS);
+    return seals >= 0 && (seals & (F_SEAL_WRITE | F_SEAL_SHRINK)) == (F_SEAL_WRITE | F_SEAL_SHRINK);
+#else
+    (void)fd;
+    return false;
+#endif
+}
+
 stk_status stk__mapped_open(stk__file *f, stk__map_advice advice, stk__mapped **out, char *err,
                             size_t err_size)
 {
     *out = NULL;
     int fd = stk__vfs_fd(f);
+    if (fd < 0 || f->size == 0 || f->size > SIZE_MAX)
+        return STK_OK;
     const char *env = getenv("STOKER_MMAP");
-    if (fd < 0 || f->size == 0 || f->size > SIZE_MAX || !env || strcmp(env, "1") != 0)
+    bool seal = sealed(fd);
+    if (!seal && (!env || strcmp(env, "1") != 0))
         return STK_OK;
     pthread_once(&install_once, install);
     if (!installed)
@@ -98,7 +116,7 @@ stk_status stk__mapped_open(stk__file *f, stk__map_advice advice, stk__mapped **
         munmap(p, (size_t)f->size);
         return stk__set_error(err, err_size, STK_ENOMEM, "%s: out of memory", f->path);
     }
-    *m = (stk__mapped){f, p, f->size};
+    *m = (stk__mapped){f, p, f->size, seal};
     *out = m;
     return STK_OK;
 }
@@ -149,8 +167,9 @@ static stk_status guarded(const stk__mapped *m, uint64_t offset, size_t n, stk__
     fn(arg, m->base + offset, n);
     atomic_signal_fence(memory_order_seq_cst);
     active = NULL;
-    /* After the use, as every POSIX read checks after reading (issue 30). */
-    if (check && !stk__vfs_fd_unchanged(m->f))
+    /* After the use, as every POSIX read checks after reading (issue 30); a sealed file cannot
+     * have changed. */
+    if (check && !m->sealed && !stk__vfs_fd_unchanged(m->f))
         return changed(m, offset, false, err, err_size);
     return STK_OK;
 }

@@ -17,9 +17,13 @@
  *  - Mapping is asked for: STOKER_MMAP=1 in the environment (read at each open). Without it
  *    nothing is mapped and every read is stk__vfs_read's, because on a VM with shadow page
  *    tables a page's first touch in a process costs microseconds and a one-pass read is 2-3x
- *    slower mapped (bench/RESULTS.md, issue 26, tok5 and lead). Remote files, files without a
- *    descriptor, empty files and files the kernel will not map get no mapping either
- *    (stk__mapped_open gives NULL): they are read with stk__vfs_read.
+ *    slower mapped (bench/RESULTS.md, issue 26, tok5 and lead). Except a memfd sealed against
+ *    writes and shrinking (F_SEAL_WRITE, F_SEAL_SHRINK: stoker's copies of arrays held in
+ *    memory, python/stoker/_memnpy.py): it is in memory already, read for many epochs, and it
+ *    cannot change, so it is always mapped and its uses need no version check (no system call
+ *    a read; bench/RESULTS.md, issue 24, "The memory files sealed and mapped"). Remote files,
+ *    files without a descriptor, empty files and files the kernel will not map get no mapping
+ *    either (stk__mapped_open gives NULL): they are read with stk__vfs_read.
  *
  * Lifetime: a mapping borrows its file (which must outlive it) and is closed by its owner.
  * Threads: stk__mapped_use may run on any number of threads at once on one mapping.

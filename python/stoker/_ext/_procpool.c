@@ -21,10 +21,10 @@
  * this thread once a sample: a context switch on each side), and a sample whose reply it holds
  * writes its seed into its row's object key once its leaves are in the ring. A worker lost with
  * tickets queued fails only the one it was running (the first whose reply did not come and whose
- * row has no seed: held_done; the ones before it are done); the rest go to its restarted process, and timeout= runs for each from when the
- * process could start it (the later of its sending and the previous reply). The ring's fd goes
- * to a worker once (SCM_RIGHTS), and again after a rebuild gave the loader a new ring; the
- * layout (pickled once) goes with the first ticket.
+ * row has no seed: held_done; the ones before it are done); the rest go to its restarted process,
+ * and timeout= runs for each from when the process could start it (the later of its sending and the
+ * previous reply). The ring's fd goes to a worker once (SCM_RIGHTS), and again after a rebuild gave
+ * the loader a new ring; the layout (pickled once) goes with the first ticket.
  *
  * Worker processes are forked by a server process (python/stoker/_procpool.py: a fork of the
  * parent taken while it was single-threaded, or a fresh interpreter), never by this

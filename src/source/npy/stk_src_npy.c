@@ -5,7 +5,8 @@
  * i of every file, one field per file named after it (x.npy -> "x"), or by the caller: the
  * NumPy dict form {"image": "x.npy", "label": "y.npy"} arrives as stk_dataset_opts.field_names
  * (ds->open_names during open), one file per name. Rows are read in place by offset (no copy of
- * the file, no mapping).
+ * the file), or copied out of a mapping where src/io/stk_mapped.h maps the file (a sealed memfd:
+ * an array stoker copied out of the training process's memory; any file with STOKER_MMAP=1).
  *
  * The header (format versions 1-3) is a Python dict literal: {'descr': '<f4', 'fortran_order':
  * False, 'shape': (N, ...)}, parsed as strictly as numpy parses it (stk_npy.c). Supported:
@@ -14,6 +15,7 @@
  * order, object or structured dtypes, big-endian data, files of different lengths, a file shorter
  * than its header says.
  */
+#include "io/stk_mapped.h"
 #include "source/npy/stk_npy.h"
 #include "source/stk_source.h"
 
@@ -25,6 +27,7 @@
 
 typedef struct npyfile {
     stk__file *f;
+    stk__mapped *map; /* NULL: rows are read (stk_mapped.h says which files are mapped) */
     uint64_t data_offset;
     uint64_t row_size;
 } npyfile;
@@ -114,8 +117,10 @@ static stk_status set_name(stk_field *fd, const char *name, const char *path, ch
 static void npy_close(stk_dataset *ds)
 {
     npyfile *nf = ds->impl;
-    for (size_t i = 0; nf && i < ds->n_fields; i++)
+    for (size_t i = 0; nf && i < ds->n_fields; i++) {
+        stk__mapped_close(nf[i].map);
         stk__vfs_close(nf[i].f);
+    }
     stk__free(nf);
     ds->impl = NULL;
 }
@@ -148,6 +153,8 @@ static stk_status npy_open(stk_dataset *ds, const char *const *paths, size_t n_p
         rc = stk__vfs_open(list.v[i], &nf[i].f, err, err_size);
         if (rc == STK_OK)
             rc = npy_header(&nf[i], list.v[i], &ds->fields[i], &rows, err, err_size);
+        if (rc == STK_OK)
+            rc = stk__mapped_open(nf[i].f, STK__MAP_RANDOM, &nf[i].map, err, err_size);
         if (rc == STK_OK && ds->open_names)
             rc = set_name(&ds->fields[i], ds->open_names[i], list.v[i], err, err_size);
         for (size_t j = 0; rc == STK_OK && j < i; j++)
@@ -189,6 +196,11 @@ static void npy_describe(const stk_dataset *ds, uint64_t i, char *buf, size_t si
              nf[0].data_offset + i * nf[0].row_size);
 }
 
+static void copy_row(void *dst, const uint8_t *bytes, size_t n)
+{
+    memcpy(dst, bytes, n);
+}
+
 static stk_status npy_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, void *const dst[],
                            const size_t cap[], unsigned flags, stk__recinfo *info, char *err,
                            size_t err_size)
@@ -204,7 +216,10 @@ static stk_status npy_read(const stk_dataset *ds, stk__cursor *cur, uint64_t i, 
         if (nf[f].row_size > cap[f])
             return stk__set_error(err, err_size, STK_ELIMIT, "%s row %" PRIu64 ": over its buffer",
                                   ds->files[f].path, i);
-        stk_status rc = stk__vfs_read(nf[f].f, off, dst[f], (size_t)nf[f].row_size, err, err_size);
+        stk_status rc =
+            nf[f].map ? stk__mapped_use(nf[f].map, off, (size_t)nf[f].row_size, copy_row, dst[f],
+                                        err, err_size)
+                      : stk__vfs_read(nf[f].f, off, dst[f], (size_t)nf[f].row_size, err, err_size);
         if (rc < 0) {
             char where[STK_ERRMSG_SIZE];
             snprintf(where, sizeof(where), "%s row %" PRIu64, ds->files[f].path, i);

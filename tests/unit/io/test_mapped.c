@@ -4,13 +4,14 @@
  * STK_EIO naming it, never a SIGBUS reaching the program; a file rewritten in place is refused
  * after the use; every other SIGBUS still reaches the handler installed before ours, or the
  * default action (the process dies of it); empty files, files without a descriptor, and every
- * file unless STOKER_MMAP=1 (mapping is asked for) get no mapping.
+ * file unless STOKER_MMAP=1 (mapping is asked for) get no mapping, but for a sealed memfd.
  */
 #include "io/stk_mapped.h"
 #include "t.h"
 #include "data/fixtures.h"
 
 #include <fcntl.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -295,6 +296,53 @@ static int test_files_not_mapped(void)
     return 0;
 }
 
+/* A memfd of SIZE bytes (byte k = k * 7 mod 251), sealed against writes and shrinking or not;
+ * its /proc/self/fd path in path. */
+static int memfd_file(char *path, bool seal)
+{
+    int fd = memfd_create("t-mapped", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    T_CHECK(fd >= 0);
+    for (size_t k = 0; k < SIZE; k++) {
+        uint8_t b = (uint8_t)(k * 7 % 251);
+        T_CHECK(write(fd, &b, 1) == 1);
+    }
+    if (seal)
+        T_CHECK(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) == 0);
+    snprintf(path, 300, "/proc/self/fd/%d", fd);
+    return fd;
+}
+
+static int test_sealed_memfd_mapped_unasked(void)
+{
+    /* A sealed memfd (an array stoker copied out of Python) is mapped without STOKER_MMAP=1 and
+     * read in place; an unsealed one is not. */
+    char path[300], err[STK_ERRMSG_SIZE];
+    unsetenv("STOKER_MMAP");
+    for (int seal = 0; seal <= 1; seal++) {
+        int fd = memfd_file(path, seal);
+        T_CHECK(fd >= 0);
+        stk__file *f;
+        stk__mapped *m;
+        T_OK(stk__vfs_open(path, &f, err, sizeof(err)));
+        T_OK(stk__mapped_open(f, STK__MAP_RANDOM, &m, err, sizeof(err)));
+        T_CHECK((m != NULL) == (seal == 1));
+        if (m) {
+            uint64_t s = 0;
+            T_OK(stk__mapped_use(m, 4000, 300, sum, &s, err, sizeof(err)));
+            T_EQ(s, expect_sum(4000, 300));
+            uint8_t row[16];
+            T_OK(stk__mapped_read(m, SIZE - 16, row, sizeof(row), err, sizeof(err)));
+            T_EQ(row[15], (uint8_t)((SIZE - 1) * 7 % 251));
+            T_CHECK(write(fd, row, 1) < 0); /* the seal holds: nothing can change it */
+        }
+        stk__mapped_close(m);
+        stk__vfs_close(f);
+        close(fd);
+    }
+    setenv("STOKER_MMAP", "1", 1);
+    return 0;
+}
+
 static int setup(void)
 {
     const char *d = fx_tmpdir("mapped");
@@ -317,4 +365,4 @@ T_MAIN(T_CASE(setup), T_CASE(test_bytes_read_in_place),
        T_CASE(test_rewritten_in_place_is_refused_after_the_use),
        T_CASE(test_other_sigbus_reaches_the_handler_before),
        T_CASE(test_other_sigbus_keeps_the_default_action), T_CASE(test_files_not_mapped),
-       T_CASE(teardown))
+       T_CASE(test_sealed_memfd_mapped_unasked), T_CASE(teardown))
