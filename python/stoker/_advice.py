@@ -16,6 +16,7 @@ import warnings
 
 from . import _core
 from . import _costs
+from . import _inmemory
 from . import _torchcompat
 from .loader import Loader
 
@@ -355,6 +356,28 @@ def switch_advice(dataset, folder):
             f"transforms=dataset.transform")
 
 
+def inmemory_advice(dataset):
+    """The "switch to stoker" line for a dataset whose samples are rows of arrays in memory
+    (TensorDataset, CIFAR10/100, MNIST and its kin, or a Subset of one), when stoker reads it
+    natively (checked as stoker.Loader(dataset) would: its arrays copied into memory files, then
+    closed); why not when it cannot; None for any other dataset."""
+    inner = _torchcompat.native_subset(dataset) or dataset
+    if _inmemory.kind(inner) is None:
+        return None
+    name = type(inner).__name__
+    try:
+        sds, transform, _, _ = _inmemory.dataset(inner)
+        sds.close()
+    except _core.StokerInvalidError as e:
+        return f"stoker.Loader cannot replace this DataLoader: {e}"
+    what = "its transform runs in C on each row" if transform is not None else \
+        "C threads copy each row into the batch"
+    return (f"switch to stoker.Loader: this {name}'s samples are rows of arrays in memory, "
+            f"which __getitem__ makes one by one in Python; stoker.Loader (same arguments) reads "
+            f"them itself ({what}; bench/RESULTS.md, issue 24: CIFAR10 22-27x, MNIST 18-31x, "
+            f"tabular rows 5-7x the DataLoader on 2 cores)")
+
+
 def _pin_advice(prof, kind):
     torch = sys.modules.get("torch")
     if kind != "torch" or torch is None or not torch.cuda.is_initialized() or \
@@ -636,6 +659,9 @@ def advise(prof):
             folder = _image_folder(dl.dataset)
             if folder is not None:
                 out.append(switch_advice(dl.dataset, folder))
+            arrays = inmemory_advice(dl.dataset)
+            if arrays is not None:
+                out.append(arrays)
         es = prof.epoch_start_ms
         if cur and not dl.persistent_workers and es is not None and \
                 es > max(5 * prof.wait_ms, prof.step_ms):

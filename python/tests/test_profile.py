@@ -652,3 +652,18 @@ def test_timed_dataset_counts_every_call_in_the_worker_processes(ctx):
     assert timed.sums[2] == 24
     wall, cpu = timed.per_sample()
     assert wall >= 0.002 and 0 <= cpu <= wall, (wall, cpu)
+
+
+def test_switch_advice_for_arrays_in_memory():
+    """A TensorDataset (or a Subset of one) that stoker reads natively gets the switch line; one
+    it cannot (a tensor requiring grad) says why; any other dataset gets none."""
+    from stoker import _advice
+    ds = torch.utils.data.TensorDataset(torch.randn(30, 4), torch.arange(30))
+    for d in (ds, torch.utils.data.Subset(ds, [3, 1, 2])):
+        line = _advice.inmemory_advice(d)
+        assert line.startswith("switch to stoker.Loader: this TensorDataset's samples are rows")
+        assert "C threads copy each row" in line
+    grad = torch.utils.data.TensorDataset(torch.randn(30, 4, requires_grad=True))
+    line = _advice.inmemory_advice(grad)
+    assert line.startswith("stoker.Loader cannot replace this DataLoader") and "grad" in line
+    assert _advice.inmemory_advice([1, 2, 3]) is None
