@@ -296,7 +296,10 @@ def tensor_dataset(n=50):
         torch.randint(0, 2, (n, 2), generator=g).bool(),   # bool [2]
         torch.randn(n, 3, generator=g).bfloat16(),         # bfloat16 [3]
         torch.randint(0, 256, (n, 3, 4), generator=g, dtype=torch.uint8),
-        torch.randint(-9, 9, (n,), generator=g, dtype=torch.int16))
+        torch.randint(-9, 9, (n,), generator=g, dtype=torch.int16),
+        torch.randn(n, 2, generator=g).half(),             # float16 [2]
+        torch.randint(-9, 9, (n, 2), generator=g, dtype=torch.int8),
+        torch.randint(0, 99, (n,), generator=g, dtype=torch.int32).t())  # int32 rows of shape ()
 
 
 def kept(loader):
@@ -314,7 +317,7 @@ def same_batches(got, want):
 
 def test_tensor_dataset_gives_the_dataloaders_batches():
     """A TensorDataset (rows of 1-D and n-D tensors of int64, float32, float64, bool, bfloat16,
-    uint8, int16) is read natively: the DataLoader's batches exactly (a list of tensors of the
+    uint8, int16, float16, int8, int32) is read natively: the DataLoader's batches exactly (a list of tensors of the
     tensors' dtypes and row shapes, the last batch partial or dropped, batch_size 1 by
     default); shuffled, each row once per epoch, other orders each epoch."""
     ds = tensor_dataset()
