@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The tutorials' first scripts (CIFAR10, MNIST) with the DataLoader and with stoker.Loader, side
-by side.
+"""The tutorials' first scripts (CIFAR10, MNIST, a TensorDataset) with the DataLoader and with
+stoker.Loader, side by side.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tutorials.py [--data /tmp/cifar] \
         [--workers 0,1,2,4,8] [--epochs 3] [--stoker-workers 2] \
@@ -13,11 +13,11 @@ evaluation transform (ToTensor, Normalize) at batch 100. MNIST (pytorch/examples
 ToTensor, Normalize((0.1307,), (0.3081,)) for both, batch 64 shuffled and 1000. Each epoch runs
 the training loader, then the test loader. tensors20 / tensors784: a TensorDataset of random
 float32 features and int64 labels in memory (tabular: 200,000 + 50,000 rows of 20; flat MNIST:
-60,000 + 10,000 of 784), batch 64 shuffled and 1000. Both loaders are built before the first epoch, as
-the tutorials build them. The loop body only touches each batch (no model), so the figures are
-the loaders' own. Data: the datasets' own files (CIFAR's pickles, MNIST's idx) with random
-pixels, made once under --data (no download here); torchvision's checksum check of CIFAR's
-download is turned off.
+60,000 + 10,000 of 784), batch 64 shuffled and 1000. Both loaders are built before the first
+epoch, as the tutorials build them. The loop body only touches each batch (no model), so the
+figures are the loaders' own. Data: the datasets' own files (CIFAR's pickles, MNIST's idx) with
+random pixels, made once under --data (no download here); torchvision's checksum check of
+CIFAR's download is turned off.
 
 Each configuration runs in its own process, one after the other, and prints one JSON line: the
 time to build both loaders, the first epoch's training and test samples/s, the later epochs',
@@ -56,19 +56,15 @@ if kind.startswith("tensors"):  # in-memory tensors: tabular (20 features) or fl
                                               torch.randint(0, 10, (n,), generator=g))
     train_tf = test_tf = None
     batches, shape = (64, 1000), (features,)
-else:
-    Dataset = {"cifar10": torchvision.datasets.CIFAR10,
-               "cifar100": torchvision.datasets.CIFAR100, "mnist": torchvision.datasets.MNIST,
-               "fashionmnist": torchvision.datasets.FashionMNIST}[kind]
-if kind.startswith("tensors"):
-    pass
 elif kind.startswith("cifar"):
+    Dataset = torchvision.datasets.CIFAR10 if kind == "cifar10" else torchvision.datasets.CIFAR100
     norm = T.Normalize((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
     train_tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
                           norm])
     test_tf = T.Compose([T.ToTensor(), norm])
     batches, shape = (128, 100), (3, 32, 32)
 else:
+    Dataset = torchvision.datasets.MNIST if kind == "mnist" else torchvision.datasets.FashionMNIST
     train_tf = test_tf = T.Compose([T.ToTensor(), T.Normalize((0.1307,), (0.3081,))])
     batches, shape = (64, 1000), (1, 28, 28)
 trainset = Dataset(root, train=True, download=False, transform=train_tf)

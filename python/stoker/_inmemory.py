@@ -54,9 +54,12 @@ def dataset(data):
     name = type(data).__name__
     if getattr(type(data), "__getitem__", None) is not base.__getitem__:
         raise _invalid(f"this {name} overrides __getitem__: its samples come from Python code")
-    if base.__name__ == "TensorDataset":
-        return _tensors(data, name)
-    return _images(data, name, gray=base.__name__ == "MNIST")
+    try:
+        if base.__name__ == "TensorDataset":
+            return _tensors(data, name)
+        return _images(data, name, gray=base.__name__ == "MNIST")
+    except (AttributeError, TypeError) as e:  # a subclass without the attributes its base sets
+        raise _invalid(f"this {name} is not laid out as a {base.__name__} ({e})") from None
 
 
 def _open(name, arrays):

@@ -693,7 +693,8 @@ class PyLoader(Loader):
             # ---- the C loader ----
             fields = layout.fields()
             if choice.executor == "process":
-                init = {"layout": layout, "reseed": self.reseed, "watch": _seedwatch.watchable(p.drew_from)}
+                init = {"layout": layout, "reseed": self.reseed,
+                        "watch": _seedwatch.watchable(p.drew_from)}
                 self._pool.set_init(pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL),
                                     fields)
                 exec_obj = self._pool

@@ -1,6 +1,6 @@
-"""The one-name switch: torch.utils.data.DataLoader's arguments and the torchvision datasets
-stoker reads itself (folder datasets; CIFAR, MNIST and TensorDataset: _inmemory.py), mapped onto stoker.Loader's settings
-(docs/python.md "From DataLoader").
+"""The one-name switch: torch.utils.data.DataLoader's arguments and the datasets stoker reads
+itself (torchvision's folder datasets; CIFAR, MNIST and TensorDataset: _inmemory.py), mapped
+onto stoker.Loader's settings (docs/python.md "From DataLoader").
 
 Every DataLoader argument is accepted with its DataLoader meaning or a stated mapping; one
 that cannot apply raises a ValueError (StokerInvalidError) that says why and what to do
@@ -126,7 +126,7 @@ _NATIVE = weakref.WeakKeyDictionary()  # native_ok's accepted datasets, for data
 
 
 def native_ok(data):
-    """Whether stoker reads this torchvision dataset natively (native_dataset accepts it); the
+    """Whether stoker reads this dataset natively (native_dataset accepts it); the
     opened result is kept for the Loader being built. Otherwise its __getitem__ runs as any
     Python dataset's."""
     try:
@@ -142,7 +142,7 @@ def _native(data):
 
 
 def native_subset(data):
-    """The torchvision dataset (folder, CIFAR) a torch.utils.data.Subset selects from
+    """The dataset stoker reads natively (native_kind) a torch.utils.data.Subset selects from
     (random_split's halves), or None: stoker reads such a Subset natively as that dataset in the
     order of the Subset's indices (subset_order)."""
     data_mod = _mod("torch.utils.data")
@@ -598,12 +598,14 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
         data, tv_transform, fields, finish = _native(data if subset is None else
                                                      subset.dataset)
         if transforms is not None:
-            raise _invalid("transforms= with a torchvision dataset: the dataset's own transform "
-                           "is applied (as the DataLoader would); set it there")
+            raise _invalid(f"transforms= with a {type(torch_dataset).__name__} object: the "
+                           f"dataset's own transform is applied (as the DataLoader would); set "
+                           f"it there")
         transforms = tv_transform
         if output not in (None, "tuple"):
-            raise _invalid(f"a torchvision dataset gives (images, labels) tuples, as the "
-                           f"DataLoader does; output={output!r} applies to stoker's own datasets")
+            raise _invalid(f"a {type(torch_dataset).__name__} gives the tuples its __getitem__ "
+                           f"gives, as the DataLoader does; output={output!r} applies to "
+                           f"stoker's own datasets")
         output = "tuple"
         if batch_size is None:
             batch_size = 1  # the DataLoader's default

@@ -190,9 +190,9 @@ def test_cifar_stoker_cannot_express_runs_its_getitem(root, case, monkeypatch):
 
 def test_cifar_memory_files_close_with_the_loader(root):
     """The memory files holding a CIFAR loader's arrays are sealed (nothing can write them) and
-    close once the loader and its dataset are gone: loaders made one after another (a loader per epoch) leave no descriptor open. A
-    change to the dataset's arrays after a loader is built does not reach that loader (its
-    copy), and reaches the next one."""
+    close once the loader and its dataset are gone: loaders made one after another (a loader
+    per epoch) leave no descriptor open. A change to the dataset's arrays after a loader is
+    built does not reach that loader (its copy), and reaches the next one."""
     def memfds():
         out = 0
         for fd in os.listdir("/proc/self/fd"):
@@ -317,9 +317,9 @@ def same_batches(got, want):
 
 def test_tensor_dataset_gives_the_dataloaders_batches():
     """A TensorDataset (rows of 1-D and n-D tensors of int64, float32, float64, bool, bfloat16,
-    uint8, int16, float16, int8, int32) is read natively: the DataLoader's batches exactly (a list of tensors of the
-    tensors' dtypes and row shapes, the last batch partial or dropped, batch_size 1 by
-    default); shuffled, each row once per epoch, other orders each epoch."""
+    uint8, int16, float16, int8, int32) is read natively: the DataLoader's batches exactly (a
+    list of tensors of the tensors' dtypes and row shapes, the last batch partial or dropped,
+    batch_size 1 by default); shuffled, each row once per epoch, other orders each epoch."""
     ds = tensor_dataset()
     for kw in (dict(batch_size=8), dict(batch_size=8, drop_last=True), dict()):
         loader = stoker.Loader(ds, num_workers=2, **kw)
@@ -347,6 +347,34 @@ def test_tensor_dataset_subsets_and_distributed_sampler():
         same_batches(kept(loader), list(DataLoader(part, batch_size=4)))
     for s, d in distributed_loaders(train, 3, seed=2):
         same_batches(kept(s), list(d))
+
+
+class Bare(CIFAR10):
+    """A CIFAR10 subclass that sets up its own attributes (no data, targets or transform)."""
+
+    def __init__(self):
+        pass
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        return torch.full((2,), float(i)), i
+
+
+def test_a_subclass_laid_out_otherwise_runs_its_getitem():
+    """A CIFAR10 subclass without the arrays its base sets up (one that overrides __getitem__
+    too, and one that does not) is refused natively, by name, and runs its __getitem__."""
+    from stoker import _inmemory
+    Bare.__getitem__, own = CIFAR10.__getitem__, Bare.__getitem__
+    try:
+        with pytest.raises(stoker.StokerInvalidError, match="not laid out as a CIFAR10"):
+            _inmemory.dataset(Bare())
+    finally:
+        Bare.__getitem__ = own
+    loader = stoker.Loader(Bare(), batch_size=3, num_workers=0)
+    assert loader.info()["executor"] != "native"
+    assert next(iter(loader))[1].tolist() == [0, 1, 2]
 
 
 class Shifted(torch.utils.data.TensorDataset):
