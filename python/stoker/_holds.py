@@ -196,15 +196,20 @@ def dispatch_table():
     return _TABLE
 
 
-def pickler(file):
-    """A pickler (the highest protocol) with dispatch_table()."""
+def pickler(file, shared=None):
+    """A pickler (the highest protocol) with dispatch_table(), and with `shared` (a
+    _memnpy.Shared) large numpy arrays and torch tensors through its memory files."""
     p = pickle.Pickler(file, protocol=pickle.HIGHEST_PROTOCOL)
     p.dispatch_table = dispatch_table()
+    if shared is not None:
+        p.dispatch_table = dict(p.dispatch_table)
+        p.dispatch_table.update(shared.table())
     return p
 
 
-def dumps(obj):
-    """pickle.dumps(obj) with read-only files pickled by path and position."""
+def dumps(obj, shared=None):
+    """pickle.dumps(obj) with read-only files pickled by path and position (and, with `shared`,
+    large arrays through memory files)."""
     f = io.BytesIO()
-    pickler(f).dump(obj)
+    pickler(f, shared).dump(obj)
     return f.getvalue()

@@ -11,7 +11,10 @@ process does to its arrays afterwards does not reach a loader already built (as 
 DataLoader's worker processes, forked at the epoch's start, see the arrays as they were then).
 """
 import fcntl
+import mmap
 import os
+import pickle
+import sys
 import weakref
 
 import numpy as np
@@ -23,6 +26,7 @@ def _close(fds):
             os.close(fd)
         except OSError:
             pass
+    fds.clear()
 
 
 class MemFiles:
@@ -48,7 +52,7 @@ class MemFiles:
         return path
 
     def keep_with(self, obj):
-        self._fin = weakref.finalize(obj, _close, list(self.fds))
+        self._fin = weakref.finalize(obj, _close, self.fds)  # (the list, with later files)
         return obj
 
     def close(self):
@@ -56,4 +60,95 @@ class MemFiles:
             self._fin()
         else:
             _close(self.fds)
-        self.fds = []
+        self.fds.clear()
+
+
+# ---- large arrays pickled to worker processes ----
+
+# An array or tensor at least this large, pickled to a worker process (a later loader's dataset,
+# sent to stoker's fork server), goes through a memory file instead of the pickle's bytes.
+SHARE_MIN = 1 << 20
+
+
+class Shared:
+    """The memory files of one loader's pickled spec: each large numpy array or torch tensor
+    the spec holds is written once into a memfd, and the pickle names it by the training
+    process's /proc/<pid>/fd path. A worker maps it copy-on-write (shared pages, its own
+    writes private, as with a pickled copy), so N workers hold one copy of the bytes, and
+    pickling a 1 GB tensor costs a memory copy instead of ~16 s (bench/RESULTS.md, issue 24).
+    The files close when this object is collected (with the loader's spec)."""
+
+    def __init__(self):
+        self.files = MemFiles()
+        self.keep_with(self)
+        self.done = {}  # id(array) -> (array, reduce value): each array written once
+
+    def keep_with(self, obj):
+        self.files.keep_with(obj)
+
+    def table(self):
+        """Dispatch-table entries for numpy arrays and torch tensors (exact types)."""
+        out = {np.ndarray: self._reduce_array}
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            out[torch.Tensor] = self._reduce_tensor
+        return out
+
+    def _write(self, x, raw):
+        got = self.done.get(id(x))
+        if got is not None and got[0] is x:
+            return got[1]
+        fd = os.memfd_create("stoker-shared", os.MFD_CLOEXEC)
+        self.files.fds.append(fd)
+        with open(os.dup(fd), "wb", closefd=True) as f:
+            f.write(raw)
+        value = f"/proc/{os.getpid()}/fd/{fd}"
+        self.done[id(x)] = (x, value)
+        return value
+
+    def _reduce_array(self, a):
+        if a.nbytes < SHARE_MIN or a.dtype.hasobject:
+            return a.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+        # A transposed view of a C-contiguous block (CIFAR10's [N, H, W, 3] over [N, 3, H, W])
+        # is written as that block, without the strided copy, and transposed back there.
+        order = sorted(range(a.ndim), key=lambda k: -a.strides[k])
+        block = a.transpose(order)
+        if not block.flags.c_contiguous:
+            block, order = np.ascontiguousarray(a), list(range(a.ndim))
+        back = tuple(order.index(k) for k in range(a.ndim))
+        path = self._write(a, memoryview(block).cast("B"))
+        return shared_array, (path, a.dtype, block.shape, None, back)
+
+    def _reduce_tensor(self, t):
+        torch = sys.modules["torch"]
+        if t.device.type != "cpu" or t.layout != torch.strided or t.requires_grad or \
+                t.is_quantized or not t.is_contiguous() or t.storage_offset() != 0 or \
+                t.element_size() * t.numel() < SHARE_MIN or \
+                _storage_bytes(t) != t.element_size() * t.numel():
+            return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)  # (views keep their storage's)
+        path = self._write(t, memoryview(t.view(torch.uint8).numpy()).cast("B"))
+        return shared_array, (path, np.dtype(np.uint8), tuple(t.shape), str(t.dtype))
+
+
+def _storage_bytes(t):
+    """The bytes of the storage under tensor t (a view's is its base's)."""
+    st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    return st.nbytes()
+
+
+def shared_array(path, dtype, shape, tensor_dtype, axes=None):
+    """A worker's side of Shared: the array (or, with tensor_dtype, the torch tensor) in the
+    memory file at `path`, mapped copy-on-write (an array transposed by `axes`)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        m = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    if tensor_dtype is None:
+        count = int(np.prod(shape, dtype=np.int64))
+        a = np.frombuffer(m, dtype=dtype, count=count).reshape(shape)
+        return a.transpose(axes) if axes is not None else a
+    import torch
+    t = torch.frombuffer(m, dtype=torch.uint8)
+    return t.view(getattr(torch, tensor_dtype.replace("torch.", ""))).reshape(shape)

@@ -45,10 +45,11 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 
 import numpy as np
 
-from . import _holds, _pyworker, _pyworker_server as _server
+from . import _holds, _memnpy, _pyworker, _pyworker_server as _server
 from ._seedwatch import SeedWatch
 from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_REQ,  # noqa: F401
                                HDR, OP_SPEC, WANTS_SPEC, _recv_exact, _Served, _server_loop)
@@ -305,7 +306,7 @@ def spec_sender(spec):
     def send(fd):
         for attempt in range(3):
             try:
-                blob = _holds.dumps(spec)
+                blob = _dumps_spec(spec)
                 break
             except RuntimeError:
                 if attempt == 2:
@@ -322,9 +323,22 @@ def spec_sender(spec):
     return send
 
 
+_SHARED = weakref.WeakKeyDictionary()  # spec -> _memnpy.Shared: its large arrays' memory files
+
+
+def _dumps_spec(spec):
+    """The spec pickled for a worker server or a worker, its large arrays and tensors through
+    memory files that live as long as the spec (the loader): written once, shared by every
+    worker (_memnpy.Shared)."""
+    shared = _SHARED.get(spec)
+    if shared is None:
+        shared = _SHARED[spec] = _memnpy.Shared()
+    return _holds.dumps(spec, shared)
+
+
 def _pickle_spec(spec):
     try:
-        return _holds.dumps(spec)
+        return _dumps_spec(spec)
     except Exception as e:
         raise TypeError(f"the worker processes are started by stoker's fork server, which "
                         f"needs the dataset and worker_init_fn pickled (it was started before "

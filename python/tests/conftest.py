@@ -196,3 +196,17 @@ def pytest_collection_modifyitems(config, items):
         names = TIMING_TESTS.get(os.path.basename(str(item.fspath)), ())
         if names is None or any(n in item.name for n in names):
             item.add_marker(pytest.mark.timing)
+
+
+def open_memfds(prefix):
+    """This process's open descriptors of memory files whose name starts with `prefix` (stoker's
+    memory files: /memfd:<name>), as {fd: path}."""
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("/memfd:" + prefix):
+            out[int(fd)] = link
+    return out

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, DistributedSampler  # noqa: E402
 from torchvision.datasets import CIFAR10, CIFAR100, MNIST, FashionMNIST  # noqa: E402
 
 import stoker  # noqa: E402
+from conftest import open_memfds  # noqa: E402
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010)
 EVAL = T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)])
@@ -194,25 +195,14 @@ def test_cifar_memory_files_close_with_the_loader(root):
     per epoch) leave no descriptor open. A change to the dataset's arrays after a loader is
     built does not reach that loader (its copy), and reaches the next one."""
     def memfds():
-        out = 0
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                out += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:CIFAR10")
-            except OSError:
-                pass
-        return out
+        return len(open_memfds("CIFAR10"))
     ds = CIFAR10(root, train=False, transform=EVAL)
     gc.collect()
     before = memfds()
     for _ in range(3):
         loader = stoker.Loader(ds, batch_size=16)
         assert memfds() > before  # (the loader's own, and the npy source's descriptors)
-        for fd in os.listdir("/proc/self/fd"):  # sealed: the C side maps them, unchecked
-            try:
-                if not os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:CIFAR10"):
-                    continue
-            except OSError:
-                continue
+        for fd in open_memfds("CIFAR10"):  # sealed: the C side maps them, unchecked
             w = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)
             try:
                 with pytest.raises(PermissionError):
