@@ -98,11 +98,16 @@ class Shared:
         got = self.done.get(id(x))
         if got is not None and got[0] is x:
             return got[1]
-        fd = os.memfd_create("stoker-shared", os.MFD_CLOEXEC)
+        try:
+            fd = os.memfd_create("stoker-shared", os.MFD_CLOEXEC)
+        except OSError:
+            return None  # (no memfd: pickled as before)
         self.files.fds.append(fd)
+        value = f"/proc/{os.getpid()}/fd/{fd}"
+        if not os.path.exists(value):
+            return None  # (no /proc: the workers could not open it)
         with open(os.dup(fd), "wb", closefd=True) as f:
             f.write(raw)
-        value = f"/proc/{os.getpid()}/fd/{fd}"
         self.done[id(x)] = (x, value)
         return value
 
@@ -117,6 +122,8 @@ class Shared:
             block, order = np.ascontiguousarray(a), list(range(a.ndim))
         back = tuple(order.index(k) for k in range(a.ndim))
         path = self._write(a, memoryview(block).cast("B"))
+        if path is None:
+            return a.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
         return shared_array, (path, a.dtype, block.shape, None, back)
 
     def _reduce_tensor(self, t):
@@ -127,6 +134,8 @@ class Shared:
                 _storage_bytes(t) != t.element_size() * t.numel():
             return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)  # (views keep their storage's)
         path = self._write(t, memoryview(t.view(torch.uint8).numpy()).cast("B"))
+        if path is None:
+            return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
         return shared_array, (path, np.dtype(np.uint8), tuple(t.shape), str(t.dtype))
 
 

@@ -119,3 +119,21 @@ def test_shared_array_round_trip():
     b[0, 0] += 1  # its own copy
     assert b[0, 0] != things[1][0, 0]
     assert len(back[-1]) == 3
+
+
+def test_without_memory_files_the_arrays_pickle_as_before(monkeypatch):
+    """Where memfd_create fails (another kernel, a sandbox), the arrays pickle into the spec as
+    before, and the loader gives the DataLoader's samples."""
+    import os
+
+    def refused(*a, **k):
+        raise OSError(38, "Function not implemented")
+    monkeypatch.setattr(os, "memfd_create", refused)
+    ds = Held()
+    blob = _procpool._dumps_spec(_procpool.WorkerSpec(ds, 2, 0, None, "Held"))
+    assert len(blob) > ds.x.numel() * 4
+    loader = stoker.Loader(ds, batch_size=16, num_workers=2, executor="process")
+    got = [[t.clone() for t in b] for b in loader]
+    loader.close()
+    want = list(DataLoader(ds, batch_size=16))
+    assert all(torch.equal(u, v) for a, b in zip(got, want) for u, v in zip(a, b))
