@@ -75,7 +75,7 @@ class Shared:
     the spec holds is written once into a memfd, and the pickle names it by the training
     process's /proc/<pid>/fd path. A worker maps it copy-on-write (shared pages, its own
     writes private, as with a pickled copy), so N workers hold one copy of the bytes, and
-    pickling a 1 GB tensor costs a memory copy instead of ~16 s (bench/RESULTS.md, issue 24).
+    pickling a 1 GB tensor costs a memory copy instead of 11-17 s (bench/RESULTS.md, issue 24).
     The files close when this object is collected (with the loader's spec)."""
 
     def __init__(self):
@@ -87,8 +87,9 @@ class Shared:
         self.files.keep_with(obj)
 
     def table(self):
-        """Dispatch-table entries for numpy arrays and torch tensors (exact types)."""
-        out = {np.ndarray: self._reduce_array}
+        """Dispatch-table entries for numpy arrays, numpy memmaps and torch tensors (exact
+        types)."""
+        out = {np.ndarray: self._reduce_array, np.memmap: _reduce_memmap}
         torch = sys.modules.get("torch")
         if torch is not None:
             out[torch.Tensor] = self._reduce_tensor
@@ -137,6 +138,20 @@ class Shared:
         if path is None:
             return t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
         return shared_array, (path, np.dtype(np.uint8), tuple(t.shape), str(t.dtype))
+
+
+def _reduce_memmap(a):
+    """A numpy memmap (np.load(..., mmap_mode=...), np.memmap(path)) as its file, opened again
+    in the worker, as a forked worker shares the mapping: never its bytes, which numpy's own
+    pickle copies whole (a nanoGPT-style token file of gigabytes). A view of one (its data not
+    at the mapping's offset) pickles as before; "w+" opens again as "r+" (not truncated)."""
+    import mmap as _mmap
+    if not isinstance(a.base, _mmap.mmap) or not a.filename or \
+            not (a.flags.c_contiguous or a.flags.f_contiguous):
+        return np.ndarray.__reduce_ex__(a, pickle.HIGHEST_PROTOCOL)
+    mode = "r+" if a.mode == "w+" else a.mode
+    order = "C" if a.flags.c_contiguous else "F"
+    return np.memmap, (a.filename, a.dtype, mode, a.offset, a.shape, order)
 
 
 def _storage_bytes(t):

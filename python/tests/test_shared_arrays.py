@@ -137,3 +137,35 @@ def test_without_memory_files_the_arrays_pickle_as_before(monkeypatch):
     loader.close()
     want = list(DataLoader(ds, batch_size=16))
     assert all(torch.equal(u, v) for a, b in zip(got, want) for u, v in zip(a, b))
+
+
+class Mapped(Dataset):
+    """Rows of a .npy file opened with np.load(mmap_mode="r") (nanoGPT's np.memmap), and of a
+    slice of it."""
+
+    def __init__(self, path):
+        self.rows = np.load(path, mmap_mode="r")
+        self.head = self.rows[:8]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return torch.from_numpy(self.rows[i].copy()), torch.from_numpy(self.head[i % 8].copy())
+
+
+def test_a_memmap_is_opened_again_not_pickled(tmp_path):
+    """A dataset holding an np.memmap pickles it as its file (opened again by the worker, as a
+    forked worker shares the mapping), not as its bytes, which numpy's pickle copies whole; a
+    slice of one pickles as before. The samples are the DataLoader's."""
+    path = str(tmp_path / "rows.npy")
+    np.save(path, np.arange(N * 8192, dtype=np.float32).reshape(N, 8192))
+    ds = Mapped(path)
+    blob = _procpool._dumps_spec(_procpool.WorkerSpec(ds, 2, 0, None, "Mapped"))
+    assert len(blob) < (64 << 10) + ds.head.nbytes
+    loader = stoker.Loader(ds, batch_size=16, num_workers=2, executor="process")
+    got = [[t.clone() for t in b] for b in loader]
+    loader.close()
+    want = list(DataLoader(ds, batch_size=16))
+    assert len(got) == len(want)
+    assert all(torch.equal(u, v) for a, b in zip(got, want) for u, v in zip(a, b))
