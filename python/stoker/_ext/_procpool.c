@@ -673,7 +673,7 @@ static stk_status ticket_make(ProcPoolObject *p, const stk_sample_info *info, st
         e->t.off[i] = (uint64_t)(d - base);
     }
     if (e->held) {
-        const uint8_t *k = out[n_fixed].data;
+        const uint8_t *k = (const uint8_t *)e->km;
         if (k < base || k + 2 * sizeof(int64_t) > base + asize) {
             snprintf(err, err_size, "process executor: a row outside the shared ring");
             return STK_ESTATE;
@@ -741,13 +741,15 @@ static void ticket_fail(pticket *e, stk_status st, const char *why)
 }
 
 /* Worker wid's queue lost its process while ticket e was its next reply: e fails (the sample it
- * was running, or it had not started), the later ones go to the restarted worker. */
+ * was running, or it had not started) unless it is done (the process ended between samples, its
+ * held replies' samples done: held_done), the later ones go to the restarted worker. */
 static void queue_lost(ProcPoolObject *p, uint32_t wid, pticket *e, lost_how lost)
 {
     pworker *w = &p->w[wid];
     char why[sizeof(e->why)];
     stk_status st = worker_died(p, wid, &e->info, lost, why, sizeof(why));
-    ticket_fail(e, st, why);
+    if (!e->done)
+        ticket_fail(e, st, why);
     for (uint32_t i = 0; i < w->nq; i++)
         if (!w->q[i].done)
             w->q[i].sent = false;
@@ -860,15 +862,8 @@ static void queue_collect(ProcPoolObject *p, uint32_t wid)
             kill(w->pid, SIGKILL);
         } else {
             pticket *running = held_done(p, wid, i);
-            if (!running) { /* it ended between samples: nothing of its lost, restarted */
-                char why[sizeof(e->why)];
-                worker_died(p, wid, &e->info, LOST_ENDED, why, sizeof(why));
-                for (uint32_t k = 0; k < w->nq; k++)
-                    if (!w->q[k].done)
-                        w->q[k].sent = false;
-                return;
-            }
-            e = running;
+            if (running) /* (else it ended between samples: e is done, nothing of its lost) */
+                e = running;
         }
         queue_lost(p, wid, e, timed_out ? LOST_TIMEOUT : LOST_ENDED);
         return;
