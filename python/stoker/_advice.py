@@ -359,15 +359,14 @@ def switch_advice(dataset, folder):
 def inmemory_advice(dataset):
     """The "switch to stoker" line for a dataset whose samples are rows of arrays in memory
     (TensorDataset, CIFAR10/100, MNIST and its kin, or a Subset of one), when stoker reads it
-    natively (checked as stoker.Loader(dataset) would: its arrays copied into memory files, then
-    closed); why not when it cannot; None for any other dataset."""
+    natively (checked as stoker.Loader(dataset) checks it, without copying its arrays); why not
+    when it cannot; None for any other dataset."""
     inner = _torchcompat.native_subset(dataset) or dataset
     if _inmemory.kind(inner) is None:
         return None
     name = type(inner).__name__
     try:
-        sds, transform, _, _ = _inmemory.dataset(inner)
-        sds.close()
+        _, transform, _ = _inmemory.plan(inner)
     except _core.StokerInvalidError as e:
         return f"stoker.Loader cannot replace this DataLoader: {e}"
     what = "its transform runs in C on each row" if transform is not None else \

@@ -46,10 +46,10 @@ def kind(data):
     return None
 
 
-def dataset(data):
-    """(stoker Dataset over memory files, transform to compile or None, the batch tuple's
-    fields, finish or None) for a dataset of kind(); raise StokerInvalidError naming what does
-    not hold."""
+def plan(data):
+    """(the arrays to write, {field: numpy array} in the batch tuple's order; the transform to
+    compile or None; finish or None) for a dataset of kind(), nothing written yet; raise
+    StokerInvalidError naming what does not hold."""
     base = kind(data)
     name = type(data).__name__
     if getattr(type(data), "__getitem__", None) is not base.__getitem__:
@@ -60,6 +60,13 @@ def dataset(data):
         return _images(data, name, gray=base.__name__ == "MNIST")
     except (AttributeError, TypeError) as e:  # a subclass without the attributes its base sets
         raise _invalid(f"this {name} is not laid out as a {base.__name__} ({e})") from None
+
+
+def dataset(data):
+    """(stoker Dataset over memory files, transform to compile or None, the batch tuple's
+    fields, finish or None) for a dataset of kind(): plan(data), its arrays written."""
+    arrays, transform, finish = plan(data)
+    return _open(type(data).__name__, arrays), transform, tuple(arrays), finish
 
 
 def _open(name, arrays):
@@ -81,7 +88,7 @@ def _open(name, arrays):
 
 # torch dtypes a memory file holds as another of the same size (the npy source has no bool or
 # bfloat16), given back in the batch by a view
-_AS = {"bool": ("uint8", np.uint8), "bfloat16": ("int16", np.int16)}
+_AS = {"bool": "uint8", "bfloat16": "int16"}
 
 
 def _tensors(data, name):
@@ -98,7 +105,7 @@ def _tensors(data, name):
             raise _invalid(f"this {name}'s tensor {k} is not a dense CPU tensor of {n} rows "
                            f"without requires_grad")
         dt = str(t.dtype).replace("torch.", "")
-        as_name, as_np = _AS.get(dt, (None, None))
+        as_name = _AS.get(dt)
         src = t.view(getattr(torch, as_name)) if as_name else t
         try:
             a = src.numpy()
@@ -115,8 +122,7 @@ def _tensors(data, name):
     if total > TENSORS_MAX:
         raise _invalid(f"this {name} holds {total / 2**30:.1f} GiB, more than stoker copies "
                        f"into memory files ({TENSORS_MAX / 2**30:.1f} GiB)")
-    sds = _open(name, arrays)
-    return sds, None, tuple(arrays), functools.partial(_rows_back, tuple(shapes), tuple(views))
+    return arrays, None, functools.partial(_rows_back, tuple(shapes), tuple(views))
 
 
 def _rows_back(shapes, views, batch):
@@ -157,7 +163,7 @@ def _gray_transform(transform, name):
 
 def _images(data, name, gray):
     """CIFAR10 / CIFAR100 (`data` uint8 [N, H, W, 3]) or MNIST and its kin (`data` a uint8
-    tensor [N, H, W]): `image` and `label` fields, the transform to compile, and for a
+    tensor [N, H, W]): the `image` and `label` arrays, the transform to compile, and for a
     one-channel image whose transform keeps one channel the finish that keeps the first of
     the three equal channels stoker's ops make."""
     if data.target_transform is not None:
@@ -195,8 +201,8 @@ def _images(data, name, gray):
     if not gray:
         chw = images.transpose(0, 3, 1, 2)
         rows = chw if chw.flags.c_contiguous and not images.flags.c_contiguous else images
-    sds = _open(name, {"image": rows, "label": labels.astype(np.int64)})
-    return sds, transform, ("image", "label"), _first_channel if channels == 1 else None
+    return {"image": rows, "label": labels.astype(np.int64)}, transform, \
+        _first_channel if channels == 1 else None
 
 
 def _first_channel(batch):
