@@ -1,6 +1,7 @@
-"""Arrays held in the training process, read by the C `npy` source as files: each array is
-written once, as a `.npy`, into a memory file (memfd) sealed against any change, and named by its
-/proc/self/fd path.
+"""Arrays held in the training process, handed to another reader through memory files
+(memfds): to the C `npy` source as `.npy` files sealed against any change, named by their
+/proc/self/fd paths (MemFiles), and to worker processes, which a later loader's dataset reaches
+pickled, as raw files they map copy-on-write (Shared).
 
 torchvision's CIFAR10/CIFAR100 keep their images as one uint8 array in memory; stoker's C
 workers read rows of `.npy` files in place (src/source/npy). A memory file lets them read the
@@ -60,7 +61,6 @@ class MemFiles:
             self._fin()
         else:
             _close(self.fds)
-        self.fds.clear()
 
 
 # ---- large arrays pickled to worker processes ----
@@ -80,11 +80,8 @@ class Shared:
 
     def __init__(self):
         self.files = MemFiles()
-        self.keep_with(self)
+        self.files.keep_with(self)
         self.done = {}  # id(array) -> (array, reduce value): each array written once
-
-    def keep_with(self, obj):
-        self.files.keep_with(obj)
 
     def table(self):
         """Dispatch-table entries for numpy arrays, numpy memmaps and torch tensors (exact

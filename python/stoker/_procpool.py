@@ -718,10 +718,8 @@ class _Held:
     def _waiting(self):
         try:
             return bool(self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
-        except BlockingIOError:
+        except OSError:  # nothing there (BlockingIOError), or the socket ended: the flush says
             return False
-        except OSError:
-            return False  # (the socket ended: the flush says so)
 
     def flush(self, reply=b""):
         """Send the held replies, then `reply`."""

@@ -105,7 +105,7 @@ def rng_changed(before, after):
     if a[2] != b[2] or not np.array_equal(a[1], b[1]):
         moved.add("numpy")
     if before[2] is not None and after[2] is not None and \
-            not np.array_equal(before[2].numpy(), after[2].numpy()):  # (numpy's compare: no torch op)
+            not np.array_equal(before[2].numpy(), after[2].numpy()):  # (no torch op)
         moved.add("torch")
     return frozenset(moved)
 
