@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset  # noqa: E402
 import stoker  # noqa: E402
 from test_dataloader_parity import Counting, _close_made, mk  # noqa: E402,F401
 from conftest import run_python  # noqa: E402
-from test_pydataset import _epoch_through_timeouts  # noqa: E402
+from test_pydataset import _epoch_through_timeouts, _gone  # noqa: E402
 
 EXECUTORS = ["thread", "process"]
 
@@ -263,11 +263,7 @@ def _wait_exited(pid, limit_s=30.0):
     """Until process `pid` has exited (a zombie its parent has not reaped, or gone)."""
     end = time.monotonic() + limit_s
     while time.monotonic() < end:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return
-        except OSError:
+        if _gone(pid):
             return
         time.sleep(0.01)
     raise AssertionError(f"process {pid} did not exit within {limit_s} s")
