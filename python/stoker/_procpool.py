@@ -29,8 +29,10 @@ __getitem__, write each fixed leaf at its offset in the ring (pwrite into the me
 not mapped in the worker, so its pages do not count in the worker's resident memory) and reply
 (status, Python time, mask, and the pickled object leaves when there are any); an
 OP_TICKET_HELD's reply (no timeout=) is held back while more tickets wait, the sample's seed
-written into its row first (_Held). An exception is
-replied as the DataLoader's ExceptionWrapper (pickled), with its text.
+written into its row first. The tickets are taken, and a sample whose leaves are tensors and
+numbers (fast_plan) is written and answered, by _core.WorkerPipe (_ext/_ticketloop.c) without
+Python between samples; anything else comes back here (_answer). An exception is replied as the
+DataLoader's ExceptionWrapper (pickled), with its text.
 """
 import atexit
 import mmap
@@ -49,7 +51,7 @@ import weakref
 
 import numpy as np
 
-from . import _holds, _memnpy, _pyworker, _pyworker_server as _server
+from . import _collate, _core, _holds, _memnpy, _pyworker, _pyworker_server as _server
 from ._seedwatch import SeedWatch
 from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_REQ,  # noqa: F401
                                HDR, OP_SPEC, WANTS_SPEC, _recv_exact, _Served, _server_loop)
@@ -57,7 +59,7 @@ from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_
 REPLY = struct.Struct("<IIQQQ")   # status, payload length, python_ns, mask, cpu_ns: 32 bytes
 OP_INIT, OP_ARENA, OP_TICKET, OP_PROBE = 1, 2, 3, 4
 # a ticket whose reply may be held back while more tickets wait (no timeout=); its last offset is
-# its row's object key, where the sample's seed goes once its leaves are written (_Held)
+# its row's object key, where the sample's seed goes once its leaves are written (_ticketloop.c)
 OP_TICKET_HELD = 6
 ST_OK, ST_ERROR, ST_STARTED = 0, 1, 2  # ST_STARTED: the probe began a sample (index in python_ns)
 ST_READY = 3  # a map-style worker finished starting (set-up, worker_init_fn): sent once, first
@@ -578,156 +580,165 @@ def _worker_main(sock, wid, spec):
     sock.sendall(REPLY.pack(ST_READY, 0, 0, 0, 0))  # started: the parent's timeout= runs now
     dataset = spec.dataset
     getitem = dataset.__getitem__
+    global _PIPE
+    pipe = _PIPE = _core.WorkerPipe(sock.fileno())  # (reads the socket from now on)
     arena = None
-    layout = None
+    layout = plan = None
     reseed = True
     seeds = SeedWatch(False)
-    perf, cpu = time.perf_counter_ns, time.thread_time_ns
-    anc = socket.CMSG_SPACE(struct.calcsize("i"))
-    held = _Held(sock)
     while True:
+        ready = init_error is None and layout is not None and arena is not None
         try:
-            data, ancdata, _, _ = sock.recvmsg(HDR.size, anc)
-        except (OSError, EOFError):
-            return
-        if not data:
-            return
-        if len(data) < HDR.size:
-            try:
-                data = bytes(data) + bytes(_recv_exact(sock, HDR.size - len(data)))
-            except (OSError, EOFError):
-                return
-        op, n, a, b, c, d = HDR.unpack(data)
-        if op != OP_TICKET_HELD:
-            held.flush()  # (a reply of this worker's that follows one held goes after it)
-        if op == OP_ARENA:
-            fds = [f for level, kind, raw in ancdata if level == socket.SOL_SOCKET and
-                   kind == socket.SCM_RIGHTS for f in struct.unpack(f"{len(raw) // 4}i",
-                                                                   raw[:len(raw) // 4 * 4])]
-            if not fds:
-                return
-            if arena is not None:
-                arena.close()
-            arena = _Arena(fds[0], a)
-            for f in fds[1:]:
-                os.close(f)
-            continue
-        if op == OP_INIT:
-            init = pickle.loads(_recv_exact(sock, a))
-            layout, reseed = init["layout"], init["reseed"]
-            seeds = SeedWatch(init.get("watch", False))
-            continue
-        if op == OP_PROBE:  # the first samples, measured here (as in a worker)
-            request = pickle.loads(_recv_exact(sock, a))
-            if init_error is not None:
-                _send_error(sock, init_error, 0, 0)
+            r = pipe.run(getitem if ready else None, plan, seeds.before if reseed else None,
+                         seeds.drew if reseed else None)
+        except BaseException:  # noqa: BLE001 - __getitem__'s, for the consumer, with its index
+            if not pipe.call_failed():
+                raise
+            op, index, epoch, seed, offs, stamp, py_ns, cpu_ns = pipe.ticket()
+            if not (reseed and seeds.drew()):  # (it may have raised because of what it drew)
+                _send_error(pipe, _getitem_error(wid, index, epoch), py_ns, cpu_ns)
                 continue
-            def started(index):  # the parent's timeout= runs from here
-                sock.sendall(REPLY.pack(ST_STARTED, 0, index, 0, 0))
-
-            try:
-                first, rows, drew, kept = _pyworker.probe_samples(dataset, request, started)
-                # the first sample (the layout's) without the buffers its views point into
-                payload = pickle.dumps((own_storage(first), rows, drew, kept),
-                                       protocol=pickle.HIGHEST_PROTOCOL)
-                del first, kept
-            except Exception:  # noqa: BLE001 - the first sample's exception, for the parent
-                _send_error(sock, error_reply(f"in stoker worker process {wid} while loading "
-                                              f"sample {request['indices'][0]} (the first "
-                                              f"sample, which fixes the batch layout)"), 0, 0)
-                continue
-            sock.sendall(REPLY.pack(ST_OK, len(payload), 0, 0, 0) + payload)
-            continue
-        if op not in (OP_TICKET, OP_TICKET_HELD):
-            return
-        offs = struct.unpack(f"<{n}Q", _recv_exact(sock, 8 * n)) if n else ()
-        index, epoch, seed = a, b, c
-        stamp = None
-        if op == OP_TICKET_HELD:
-            stamp, offs = offs[-1], offs[:-1]
-        if init_error is not None:
-            held.flush()
-            _send_error(sock, init_error, 0, 0)
-            continue
-        if reseed:
-            seeds.before(seed)
-        t0, c0 = perf(), cpu()
-        try:
-            try:
-                sample = getitem(index)
-            except BaseException:  # (it may have raised because of what it drew)
-                if not (reseed and seeds.drew()):
-                    raise
-                again = True
+            r = (RUN_AGAIN, op, index, epoch, seed, offs, stamp, None, py_ns, cpu_ns)
+        if r is None:
+            return  # the socket ended: the loader went away
+        if r[0] == RUN_OP:
+            op, n, a, b, c, d = r[1:]
+            if op == OP_ARENA:
+                fds = pipe.take_fds()
+                if not fds:
+                    return
+                if arena is not None:
+                    pipe.set_arena(-1, 0)
+                    arena.close()
+                arena = _Arena(fds[0], a)
+                pipe.set_arena(fds[0], a)
+                for f in fds[1:]:
+                    os.close(f)
+            elif op == OP_INIT:
+                init = pickle.loads(pipe.recv(a))
+                layout, reseed = init["layout"], init["reseed"]
+                plan = fast_plan(layout)
+                seeds = SeedWatch(init.get("watch", False))
+            elif op == OP_PROBE:  # the first samples, measured here (as in a worker)
+                _probe(pipe, dataset, pickle.loads(pipe.recv(a)), wid, init_error)
             else:
-                again = reseed and seeds.drew()
-            if again:  # it drew from a generator that was watched, not seeded: again, seeded
+                return
+            continue
+        op, index, epoch, seed, offs, stamp = r[1:7]
+        if init_error is not None:
+            _send_error(pipe, init_error, 0, 0)
+            continue
+        if r[0] == RUN_TICKET:  # (no layout or ring yet: not sent by this loader)
+            return
+        sample, py_ns, cpu_ns = r[7:]
+        if r[0] == RUN_AGAIN:  # it drew from a generator that was watched, not seeded: again,
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()  # seeded
+            try:
                 _pyworker.seed_all(seed)
                 sample = getitem(index)
-        except BaseException:  # noqa: BLE001 - the DataLoader's wrapper goes to the consumer
-            # (a KeyboardInterrupt the dataset raises too: SIGINT is ignored here, so it is
-            # the dataset's own, raised at next() as at num_workers=0)
-            err = error_reply(f"in stoker worker process {wid} while loading sample {index} "
-                              f"(epoch {epoch})")
-            held.flush()
-            _send_error(sock, err, perf() - t0, cpu() - c0)
-            continue
-        py_ns, cpu_ns = perf() - t0, cpu() - c0
-        try:
-            bufs, objects, extras, mask = layout.flatten(sample)
-            if bufs is not None:
-                for i, buf in enumerate(bufs):
-                    if buf is not None:
-                        arena.write(offs[i], buf)
-            payload = b""
-            if objects or mask:
-                payload = pickle.dumps((objects, extras), protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # noqa: BLE001 - an unpicklable object leaf, say
-            err = error_reply(f"in stoker worker process {wid} while sending sample {index} "
-                              f"(epoch {epoch})")
-            held.flush()
-            _send_error(sock, err, py_ns, cpu_ns)
-            continue
-        reply = REPLY.pack(ST_OK, len(payload), py_ns, mask, cpu_ns) + payload
-        if stamp is not None and not payload:
-            arena.write(stamp, struct.pack("<Q", seed))  # done: the parent knows if we die
-            held.add(reply)
+            except BaseException:  # noqa: BLE001 - as above
+                _send_error(pipe, _getitem_error(wid, index, epoch),
+                            py_ns + time.perf_counter_ns() - t0,
+                            cpu_ns + time.thread_time_ns() - c0)
+                continue
+            py_ns += time.perf_counter_ns() - t0
+            cpu_ns += time.thread_time_ns() - c0
+        _answer(pipe, arena, layout, wid, index, epoch, seed, offs, stamp, sample, py_ns, cpu_ns)
+
+
+RUN_OP, RUN_TICKET, RUN_SAMPLE, RUN_AGAIN = 0, 1, 2, 3  # what WorkerPipe.run came back with
+_PIPE = None  # a worker process's WorkerPipe
+
+
+def waiting_bytes():
+    """In a worker process: the bytes of the loader's requests that wait for it (tickets queued
+    behind the sample it runs, read or still in its socket); 0 elsewhere."""
+    return _PIPE.waiting_bytes() if _PIPE is not None else 0
+
+
+# a leaf's kind in fast_plan: written by _ticketloop.c itself (a tensor from its memory, an int
+# or a float from its value), or from _collate._leaf_bytes's buffer
+FAST_TENSOR, FAST_INT, FAST_FLOAT, FAST_OTHER = 1, 2, 3, 4
+
+
+def fast_plan(layout):
+    """The plan WorkerPipe.run writes a sample's leaves by, without Python: (container type,
+    ((kind, leaf, type, torch dtype, shape, nbytes), ...), torch.strided, _leaf_bytes) for a tuple
+    or list of fixed leaves (the layout's flatten fast path), else None (every sample comes back
+    to _answer)."""
+    flat = getattr(layout, "_flat", None)
+    if flat is None:
+        return None
+    torch = sys.modules.get("torch")
+    leaves = []
+    for leaf, is_tensor in flat[1]:
+        if is_tensor and torch is not None and not leaf.tdtype.is_complex:
+            kind = FAST_TENSOR
+        elif leaf.kind == "int" and leaf.type is int:
+            kind = FAST_INT
+        elif leaf.kind == "float" and leaf.type is float:
+            kind = FAST_FLOAT
         else:
-            held.flush(reply)
+            kind = FAST_OTHER
+        leaves.append((kind, leaf, leaf.type, leaf.tdtype, leaf.shape, leaf.nbytes))
+    strided = torch.strided if torch is not None else None
+    return flat[0], tuple(leaves), strided, _collate._leaf_bytes
 
 
-class _Held:
-    """A worker's replies held back while more tickets wait in its socket: each reply sent at
-    once would wake the loader's thread (a context switch on each side, ~15 us of a 100 us
-    sample: bench/RESULTS.md "Issue 24: CIFAR10 read natively"), so the replies of a run of
-    tickets go in one write, when no ticket waits any more (before this worker would block), or
-    after HELD_MAX. A held reply's sample wrote its seed into its row's object key, so a worker
-    that dies with replies held back fails only the sample it was running (_procpool.c
-    held_done)."""
+def _getitem_error(wid, index, epoch):
+    # (a KeyboardInterrupt the dataset raises too: SIGINT is ignored here, so it is the dataset's
+    # own, raised at next() as at num_workers=0)
+    return error_reply(f"in stoker worker process {wid} while loading sample {index} "
+                       f"(epoch {epoch})")
 
-    HELD_MAX = 16
 
-    def __init__(self, sock):
-        self.sock, self.replies = sock, []
+def _answer(pipe, arena, layout, wid, index, epoch, seed, offs, stamp, sample, py_ns, cpu_ns):
+    """A sample WorkerPipe.run left to Python: its fixed leaves into the ring, its object leaves
+    (and those that did not fit) pickled into the reply; held back as run() holds one."""
+    try:
+        bufs, objects, extras, mask = layout.flatten(sample)
+        if bufs is not None:
+            for i, buf in enumerate(bufs):
+                if buf is not None:
+                    arena.write(offs[i], buf)
+        payload = b""
+        if objects or mask:
+            payload = pickle.dumps((objects, extras), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - an unpicklable object leaf, say
+        err = error_reply(f"in stoker worker process {wid} while sending sample {index} "
+                          f"(epoch {epoch})")
+        _send_error(pipe, err, py_ns, cpu_ns)
+        return
+    reply = REPLY.pack(ST_OK, len(payload), py_ns, mask, cpu_ns) + payload
+    if stamp is not None and not payload:
+        arena.write(stamp, struct.pack("<Q", seed))  # done: the parent knows if we die
+        pipe.hold(reply)
+    else:
+        pipe.send(reply)
 
-    def add(self, reply):
-        self.replies.append(reply)
-        if len(self.replies) >= self.HELD_MAX or not self._waiting():
-            self.flush()
 
-    def _waiting(self):
-        try:
-            return bool(self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
-        except OSError:  # nothing there (BlockingIOError), or the socket ended: the flush says
-            return False
+def _probe(pipe, dataset, request, wid, init_error):
+    """OP_PROBE: the first samples, run and measured here; their rows (and the first sample,
+    which fixes the layout) go back pickled."""
+    if init_error is not None:
+        _send_error(pipe, init_error, 0, 0)
+        return
 
-    def flush(self, reply=b""):
-        """Send the held replies, then `reply`."""
-        if self.replies:
-            reply = b"".join(self.replies) + reply
-            self.replies = []
-        if reply:
-            self.sock.sendall(reply)
+    def started(index):  # the parent's timeout= runs from here
+        pipe.send(REPLY.pack(ST_STARTED, 0, index, 0, 0))
+
+    try:
+        first, rows, drew, kept = _pyworker.probe_samples(dataset, request, started)
+        # the first sample (the layout's) without the buffers its views point into
+        payload = pickle.dumps((own_storage(first), rows, drew, kept),
+                               protocol=pickle.HIGHEST_PROTOCOL)
+        del first, kept
+    except Exception:  # noqa: BLE001 - the first sample's exception, for the parent
+        _send_error(pipe, error_reply(f"in stoker worker process {wid} while loading "
+                                      f"sample {request['indices'][0]} (the first "
+                                      f"sample, which fixes the batch layout)"), 0, 0)
+        return
+    pipe.send(REPLY.pack(ST_OK, len(payload), 0, 0, 0) + payload)
 
 
 class _Arena:
@@ -758,8 +769,8 @@ class _Arena:
         os.close(self.fd)
 
 
-def _send_error(sock, err, py_ns, cpu_ns):
+def _send_error(pipe, err, py_ns, cpu_ns):
     text, blob = err
     t = text.encode("utf-8", "replace")[:400]
     payload = struct.pack("<I", len(t)) + t + blob
-    sock.sendall(REPLY.pack(ST_ERROR, len(payload), py_ns, 0, cpu_ns) + payload)
+    pipe.send(REPLY.pack(ST_ERROR, len(payload), py_ns, 0, cpu_ns) + payload)

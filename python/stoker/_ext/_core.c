@@ -528,7 +528,10 @@ PyMODINIT_FUNC PyInit__core(void)
     }
     PyTypeObject *types[] = {&StkDataset_Type,    &StkWriter_Type,   &StkLoader_Type,
                              &StkBatch_Type,      &StkTensor_Type,   &StkTransform_Type,
-                             &StkThreadExec_Type, &StkGilMeter_Type, &StkProcPool_Type};
+                             &StkThreadExec_Type, &StkGilMeter_Type, &StkProcPool_Type,
+                             &StkWorkerPipe_Type};
+    if (stkpy_ticketloop_names() < 0)
+        return NULL;
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
@@ -537,8 +540,8 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     if (add_exceptions(m) < 0)
         goto fail;
-    const char *names[] = {"Dataset",   "Writer",     "Loader",   "Batch",   "Tensor",
-                           "Transform", "ThreadExec", "GilMeter", "ProcPool"};
+    const char *names[] = {"Dataset",   "Writer",     "Loader",   "Batch",    "Tensor",
+                           "Transform", "ThreadExec", "GilMeter", "ProcPool", "WorkerPipe"};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0)
             goto fail;

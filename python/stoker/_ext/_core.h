@@ -12,6 +12,8 @@
  * _map.c        Loader(map=fn): the per-sample callback on the worker threads
  * _pyexec.c     a Python Dataset's __getitem__ on the worker threads; the GIL meter
  * _procpool.c   a Python Dataset's __getitem__ in worker processes writing the shared ring
+ * _ticketloop.c  a worker process's end of its socket: tickets answered without Python between
+ *                samples (_procwire.h: the wire format both speak)
  * _tokens.c     token corpora: tokens_open, tokens_mix, tokens_info (stoker/tokens.py)
  * _cli.c        cli_main(argv): the `stoker` command line in this process (python -m stoker)
  *
@@ -161,6 +163,10 @@ int stkpy_help_run(PyObject *exec, stk_loader *L, uint32_t *ran);
 extern PyTypeObject StkThreadExec_Type;
 extern PyTypeObject StkGilMeter_Type;
 extern PyTypeObject StkProcPool_Type;
+/* _ticketloop.c: a worker process's end of its socket; the attribute names it looks up, made
+ * once by the module's init (0, or -1 with an exception). */
+extern PyTypeObject StkWorkerPipe_Type;
+int stkpy_ticketloop_names(void);
 /* The ProcPool side of stkpy_exec_setup, and the sample seed (module function). */
 int stkpy_procpool_setup(PyObject *pool, stk_loader_opts *o);
 

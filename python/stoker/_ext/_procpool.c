@@ -55,6 +55,7 @@
  * whose worker number it is. No lock is held while waiting on a worker.
  */
 #include "_core.h"
+#include "_procwire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,30 +71,13 @@
 #include <time.h>
 #include <unistd.h>
 
-/* OP_TICKET_HELD: a ticket whose reply the worker may hold back while more tickets wait in its
- * socket (sent when no timeout= runs): its offsets end with that of the row's object key, where
- * the worker writes the sample's seed once the sample is in its rows (held_done) */
-enum { OP_INIT = 1, OP_ARENA = 2, OP_TICKET = 3, OP_PROBE = 4, OP_TICKET_HELD = 6 };
 enum { CTL_SPAWN = 1, CTL_REAP = 2 };
 /* CTL_THEN_LEAN (a SPAWN's flags): the pool's last worker at its start; the fork server may go
  * lean after it. CTL_WANTS_SPEC (a SPAWN answer's err beside a pid): the worker was forked by a
  * lean server without the dataset and waits for it on its socket (sent by `respec`). */
 enum { CTL_THEN_LEAN = 1, CTL_WANTS_SPEC = 1 };
-/* ST_STARTED: the probe began a sample; ST_READY: a new worker finished starting (its set-up and
- * worker_init_fn), sent once before it reads its first request */
-enum { ST_OK = 0, ST_ERROR = 1, ST_STARTED = 2, ST_READY = 3 };
 #define MAX_RESTARTS 3
 #define N_ERRS 64
-
-typedef struct msg_hdr { /* parent -> worker, 40 bytes */
-    uint32_t op, n;
-    uint64_t a, b, c, d;
-} msg_hdr;
-
-typedef struct reply_hdr { /* worker -> parent, 32 bytes */
-    uint32_t status, payload;
-    uint64_t python_ns, mask, cpu_ns;
-} reply_hdr;
 
 typedef struct ctl_msg {
     int32_t op, wid, pid, flags;

@@ -1,0 +1,716 @@
+/*
+ * _ticketloop.c: a worker process's end of its socket (WorkerPipe): the tickets read in runs, and
+ * the samples that need no Python after __getitem__ written into the ring and answered here.
+ *
+ * python/stoker/_procpool.py's worker loop ran every ticket in Python: a recvmsg and a recv to take
+ * it, the leaves' bytes (torch's .numpy()), a pwrite per leaf from Python, the reply packed and a
+ * peek at the socket: ~18 us a sample on top of __getitem__, and the cache lines that code touched
+ * made the next __getitem__ ~10 us slower (bench/RESULTS.md "Issue 24: the worker's ticket loop in
+ * C"). WorkerPipe owns the socket's reading side: it reads whatever the socket holds into a
+ * buffer (a run of tickets in one recv), and the SCM_RIGHTS descriptors that came with it are kept
+ * for take_fds() (OP_ARENA's ring). run() takes tickets from the buffer and, for each, seeds (the
+ * SeedWatch's before()), calls __getitem__, asks the watch whether the call drew from a generator
+ * it watched, writes each fixed leaf with pwrite() straight from the tensor's memory (its
+ * data_ptr) or from the number's value, writes the seed into the row's object key, and holds the
+ * 32-byte reply back while more tickets wait (at most HELD_MAX; _procpool.py's _Held before). It
+ * returns to Python for anything else, which Python answers as before:
+ *
+ *   (RUN_OP, op, n, a, b, c, d)       another request (ARENA, INIT, PROBE); held replies sent
+ *   (RUN_TICKET, op, index, epoch, seed, offs, stamp)     a ticket, when run() got no getitem
+ *   (RUN_SAMPLE, ..., sample, py_ns, cpu_ns)  a sample the fast path does not write (an object
+ *                                     leaf, another type, dtype or shape, a container that is
+ *                                     not a tuple or list of fixed leaves, a failed pwrite)
+ *   (RUN_AGAIN, ..., None, py_ns, cpu_ns)     the call drew from a watched generator: again, seeded
+ *   None                              the socket ended (or failed): the loader went away
+ *
+ * and an exception __getitem__ raised propagates out of run() itself, traceback untouched, with
+ * call_failed() true and ticket() naming the sample. The wire format is _procwire.h's.
+ */
+#include "_core.h"
+#include "_procwire.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { RUN_OP = 0, RUN_TICKET = 1, RUN_SAMPLE = 2, RUN_AGAIN = 3 };
+/* a fast leaf's kind (the plan's first item; _procpool.py fast_plan) */
+enum { FAST_TENSOR = 1, FAST_INT = 2, FAST_FLOAT = 3, FAST_OTHER = 4 };
+#define HELD_MAX 16
+#define MAX_FDS 16
+#define MAX_OFFS 1024
+
+typedef struct {
+    PyObject_HEAD int sock;
+    uint8_t *in; /* bytes read and not yet taken: in[lo, hi) */
+    size_t cap, lo, hi;
+    int fds[MAX_FDS]; /* descriptors received, oldest first */
+    int nfds;
+    uint8_t *held; /* replies held back */
+    size_t held_len, held_cap;
+    int held_n;
+    int arena; /* the ring's memfd (-1: none), owned by Python's _Arena */
+    uint64_t arena_size;
+    bool call_failed;        /* run() raised __getitem__'s exception */
+    PyObject *last;          /* that ticket: (op, index, epoch, seed, offs, stamp, py_ns, cpu_ns) */
+    uint64_t offs[MAX_OFFS]; /* the current ticket's offsets */
+} WorkerPipe;
+
+static PyObject *s_dtype, *s_shape, *s_is_cpu, *s_requires_grad, *s_layout, *s_is_contiguous,
+    *s_data_ptr;
+
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void take_rights(WorkerPipe *p, struct msghdr *mh)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (p->nfds < MAX_FDS)
+                p->fds[p->nfds++] = fd;
+            else
+                close(fd);
+        }
+    }
+}
+
+/* Read what the socket holds into the buffer (room for at least `want` more bytes). Returns the
+ * bytes read, 0 at the socket's end, -1 when nothing waits (block false), -2 with an exception
+ * set (a signal handler's), -3 on a socket error. Blocking, the GIL is let go. */
+static ssize_t fill(WorkerPipe *p, bool block, size_t want)
+{
+    if (p->lo == p->hi)
+        p->lo = p->hi = 0;
+    if (p->cap - p->hi < want && p->lo > 0) {
+        memmove(p->in, p->in + p->lo, p->hi - p->lo);
+        p->hi -= p->lo;
+        p->lo = 0;
+    }
+    if (p->cap - p->hi < want) {
+        size_t cap = p->cap;
+        while (cap - p->hi < want)
+            cap *= 2;
+        uint8_t *in = PyMem_Realloc(p->in, cap);
+        if (!in) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        p->in = in;
+        p->cap = cap;
+    }
+    for (;;) {
+        union {
+            char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
+            struct cmsghdr align;
+        } ctl;
+        struct iovec iov = {p->in + p->hi, p->cap - p->hi};
+        struct msghdr mh = {.msg_iov = &iov,
+                            .msg_iovlen = 1,
+                            .msg_control = ctl.buf,
+                            .msg_controllen = sizeof(ctl.buf)};
+        ssize_t k;
+        int err;
+        if (block) {
+            Py_BEGIN_ALLOW_THREADS
+            k = recvmsg(p->sock, &mh, MSG_CMSG_CLOEXEC);
+            err = errno;
+            Py_END_ALLOW_THREADS
+        } else {
+            k = recvmsg(p->sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+            err = errno;
+        }
+        if (k > 0) {
+            take_rights(p, &mh);
+            p->hi += (size_t)k;
+            return k;
+        }
+        if (k == 0)
+            return 0;
+        if (err == EINTR) {
+            if (PyErr_CheckSignals() < 0)
+                return -2;
+            continue;
+        }
+        if (!block && (err == EAGAIN || err == EWOULDBLOCK))
+            return -1;
+        return -3;
+    }
+}
+
+/* At least n bytes buffered: 0, 1 at the socket's end (or an error on it), -1 with an exception. */
+static int need(WorkerPipe *p, size_t n)
+{
+    while (p->hi - p->lo < n) {
+        ssize_t k = fill(p, true, n - (p->hi - p->lo));
+        if (k == -2)
+            return -1;
+        if (k <= 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether the socket held more bytes (read into the buffer now, without blocking). */
+static bool waiting_socket(WorkerPipe *p)
+{
+    ssize_t k = fill(p, false, 4096);
+    if (k == -2)
+        PyErr_Clear(); /* (a signal handler's exception: seen at the next blocking read) */
+    return k > 0;
+}
+
+static int send_all(WorkerPipe *p, const uint8_t *b, size_t n)
+{
+    while (n) {
+        ssize_t k;
+        int err;
+        Py_BEGIN_ALLOW_THREADS
+        k = send(p->sock, b, n, MSG_NOSIGNAL);
+        err = errno;
+        Py_END_ALLOW_THREADS
+        if (k < 0) {
+            if (err == EINTR) {
+                if (PyErr_CheckSignals() < 0)
+                    return -1;
+                continue;
+            }
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int held_add(WorkerPipe *p, const void *b, size_t n)
+{
+    if (p->held_cap - p->held_len < n) {
+        size_t cap = p->held_cap ? p->held_cap : 1024;
+        while (cap - p->held_len < n)
+            cap *= 2;
+        uint8_t *h = PyMem_Realloc(p->held, cap);
+        if (!h) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        p->held = h;
+        p->held_cap = cap;
+    }
+    memcpy(p->held + p->held_len, b, n);
+    p->held_len += n;
+    return 0;
+}
+
+/* Send the held replies, then b[0, n). */
+static int flush(WorkerPipe *p, const void *b, size_t n)
+{
+    if (p->held_len) {
+        if (n && held_add(p, b, n) < 0)
+            return -1;
+        size_t len = p->held_len;
+        p->held_len = 0;
+        p->held_n = 0;
+        return send_all(p, p->held, len);
+    }
+    return n ? send_all(p, b, n) : 0;
+}
+
+/* Whether at least two whole requests are buffered (reading what the socket holds first, without
+ * blocking, when fewer are). */
+static bool two_waiting(WorkerPipe *p)
+{
+    for (int round = 0; round < 2; round++) {
+        size_t at = p->lo;
+        int whole = 0;
+        while (whole < 2 && p->hi - at >= sizeof(msg_hdr)) {
+            msg_hdr h;
+            memcpy(&h, p->in + at, sizeof h);
+            size_t len =
+                sizeof h + ((h.op == OP_TICKET || h.op == OP_TICKET_HELD) ? 8 * (size_t)h.n : 0);
+            if (p->hi - at < len)
+                break;
+            at += len;
+            whole++;
+        }
+        if (whole >= 2)
+            return true;
+        if (round == 0 && !waiting_socket(p))
+            return false;
+    }
+    return false;
+}
+
+/* Hold a reply back. The held replies go when HELD_MAX are held, or when fewer than two requests
+ * wait: the loader's thread then takes them while this process runs the last sample it has, and
+ * sends the next run of tickets meanwhile instead of after it (at one worker process, ~8% of its
+ * time went waiting for that run). */
+static int hold(WorkerPipe *p, const void *b, size_t n)
+{
+    if (held_add(p, b, n) < 0)
+        return -1;
+    p->held_n++;
+    if (p->held_n >= HELD_MAX || !two_waiting(p))
+        return flush(p, NULL, 0);
+    return 0;
+}
+
+/* ---- a sample's fixed leaves straight into the ring ---- */
+
+static bool put(WorkerPipe *p, const void *src, size_t n, uint64_t off)
+{
+    if (p->arena < 0 || off > p->arena_size || n > p->arena_size - off)
+        return false;
+    const uint8_t *s = src;
+    while (n) {
+        ssize_t k = pwrite(p->arena, s, n, (off_t)off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return false; /* (Python's _Arena writes it, or says why) */
+        s += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return true;
+}
+
+static bool attr_is(PyObject *x, PyObject *name, PyObject *want)
+{
+    PyObject *v = PyObject_GetAttr(x, name);
+    if (!v) {
+        PyErr_Clear();
+        return false;
+    }
+    bool same = v == want;
+    Py_DECREF(v);
+    return same;
+}
+
+/* A torch tensor leaf: its leaf's dtype and shape, on the CPU, strided, no grad, contiguous;
+ * written from its memory. false: the slow path (Python) decides. */
+static bool put_tensor(WorkerPipe *p, PyObject *x, PyObject *leaf, PyObject *strided, size_t nbytes,
+                       uint64_t off)
+{
+    PyObject *tdtype = PyTuple_GET_ITEM(leaf, 3), *shape = PyTuple_GET_ITEM(leaf, 4);
+    if (!attr_is(x, s_dtype, tdtype) || !attr_is(x, s_is_cpu, Py_True) ||
+        !attr_is(x, s_requires_grad, Py_False) || !attr_is(x, s_layout, strided))
+        return false;
+    PyObject *sh = PyObject_GetAttr(x, s_shape);
+    int eq = sh ? PyObject_RichCompareBool(sh, shape, Py_EQ) : -1;
+    Py_XDECREF(sh);
+    if (eq != 1) {
+        PyErr_Clear();
+        return false;
+    }
+    PyObject *c = PyObject_CallMethodNoArgs(x, s_is_contiguous);
+    bool contiguous = c == Py_True;
+    Py_XDECREF(c);
+    if (!contiguous) {
+        PyErr_Clear();
+        return false;
+    }
+    PyObject *ptr = PyObject_CallMethodNoArgs(x, s_data_ptr);
+    void *addr = ptr ? PyLong_AsVoidPtr(ptr) : NULL;
+    Py_XDECREF(ptr);
+    if (!addr) {
+        PyErr_Clear();
+        return false;
+    }
+    return put(p, addr, nbytes, off);
+}
+
+static bool put_leaf(WorkerPipe *p, PyObject *x, PyObject *leaf, PyObject *strided,
+                     PyObject *leaf_bytes, uint64_t off)
+{
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(leaf, 0));
+    PyObject *type = PyTuple_GET_ITEM(leaf, 2);
+    size_t nbytes = PyLong_AsSize_t(PyTuple_GET_ITEM(leaf, 5));
+    if ((PyObject *)Py_TYPE(x) != type)
+        return false;
+    if (kind == FAST_TENSOR)
+        return put_tensor(p, x, leaf, strided, nbytes, off);
+    if (kind == FAST_INT || kind == FAST_FLOAT) {
+        uint8_t b[8];
+        if (kind == FAST_INT) {
+            int overflow = 0;
+            long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
+            if (overflow || (v == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                return false;
+            }
+            memcpy(b, &v, 8);
+        } else {
+            double v = PyFloat_AS_DOUBLE(x);
+            memcpy(b, &v, 8);
+        }
+        return nbytes == 8 && put(p, b, 8, off);
+    }
+    /* another fixed kind (an ndarray, a NumPy scalar, a bool): _collate._leaf_bytes */
+    PyObject *buf = PyObject_CallFunctionObjArgs(leaf_bytes, PyTuple_GET_ITEM(leaf, 1), x, NULL);
+    if (!buf || buf == Py_None) {
+        PyErr_Clear();
+        Py_XDECREF(buf);
+        return false;
+    }
+    Py_buffer view;
+    bool ok = false;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS) == 0) {
+        ok = (size_t)view.len == nbytes && put(p, view.buf, nbytes, off);
+        PyBuffer_Release(&view);
+    } else {
+        PyErr_Clear();
+    }
+    Py_DECREF(buf);
+    return ok;
+}
+
+/* The whole sample by the fast plan (container type, (leaf, ...), strided, leaf_bytes): true
+ * when every leaf was written. */
+static bool put_sample(WorkerPipe *p, PyObject *sample, PyObject *plan, size_t n_offs)
+{
+    PyObject *leaves = PyTuple_GET_ITEM(plan, 1);
+    Py_ssize_t n = PyTuple_GET_SIZE(leaves);
+    if ((PyObject *)Py_TYPE(sample) != PyTuple_GET_ITEM(plan, 0) || (size_t)n != n_offs)
+        return false;
+    PyObject *seq = PySequence_Fast(sample, "");
+    if (!seq) {
+        PyErr_Clear();
+        return false;
+    }
+    bool ok = PySequence_Fast_GET_SIZE(seq) == n;
+    for (Py_ssize_t i = 0; ok && i < n; i++)
+        ok = put_leaf(p, PySequence_Fast_GET_ITEM(seq, i), PyTuple_GET_ITEM(leaves, i),
+                      PyTuple_GET_ITEM(plan, 2), PyTuple_GET_ITEM(plan, 3), p->offs[i]);
+    Py_DECREF(seq);
+    return ok;
+}
+
+/* ---- the methods ---- */
+
+static PyObject *offs_tuple(const uint64_t *offs, size_t n)
+{
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    for (size_t i = 0; t && i < n; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(offs[i]);
+        if (!v) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, (Py_ssize_t)i, v);
+    }
+    return t;
+}
+
+/* run(getitem, plan, before, drew): see the file's comment. plan: None (every sample goes back
+ * to Python) or (container type, (leaf, ...), strided, leaf_bytes), each leaf (kind, Leaf, type,
+ * torch dtype, shape, nbytes); before(seed) and drew() the SeedWatch's (None: no seeding). */
+static PyObject *pipe_run(WorkerPipe *p, PyObject *args)
+{
+    PyObject *getitem, *plan, *before, *drew;
+    if (!PyArg_ParseTuple(args, "OOOO", &getitem, &plan, &before, &drew))
+        return NULL;
+    if (plan != Py_None && (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 4 ||
+                            !PyTuple_Check(PyTuple_GET_ITEM(plan, 1))))
+        return stkpy_invalid("WorkerPipe.run: a plan is (type, leaves, strided, leaf_bytes)");
+    p->call_failed = false;
+    for (;;) {
+        if (PyErr_CheckSignals() < 0)
+            return NULL;
+        if (p->hi == p->lo && p->held_len && flush(p, NULL, 0) < 0)
+            return NULL;
+        int r = need(p, sizeof(msg_hdr));
+        if (r != 0) {
+            if (r > 0)
+                Py_RETURN_NONE;
+            return NULL;
+        }
+        msg_hdr h;
+        memcpy(&h, p->in + p->lo, sizeof h);
+        if (h.op != OP_TICKET && h.op != OP_TICKET_HELD) {
+            p->lo += sizeof h;
+            if (flush(p, NULL, 0) < 0)
+                return NULL;
+            return Py_BuildValue("iIIKKKK", RUN_OP, h.op, h.n, (unsigned long long)h.a,
+                                 (unsigned long long)h.b, (unsigned long long)h.c,
+                                 (unsigned long long)h.d);
+        }
+        if (h.n > MAX_OFFS || (h.op == OP_TICKET_HELD && h.n == 0))
+            Py_RETURN_NONE; /* not a ticket this loader sends: end as at a broken socket */
+        r = need(p, sizeof h + 8 * (size_t)h.n);
+        if (r != 0) {
+            if (r > 0)
+                Py_RETURN_NONE;
+            return NULL;
+        }
+        memcpy(p->offs, p->in + p->lo + sizeof h, 8 * (size_t)h.n);
+        p->lo += sizeof h + 8 * (size_t)h.n;
+        if (h.op != OP_TICKET_HELD && flush(p, NULL, 0) < 0)
+            return NULL;
+        size_t n_offs = h.n;
+        bool held = h.op == OP_TICKET_HELD;
+        uint64_t stamp = 0;
+        if (held)
+            stamp = p->offs[--n_offs];
+        uint64_t index = h.a, epoch = h.b, seed = h.c;
+        PyObject *stamp_obj = held ? PyLong_FromUnsignedLongLong(stamp) : Py_NewRef(Py_None);
+        PyObject *offs = offs_tuple(p->offs, n_offs);
+        if (!stamp_obj || !offs) {
+            Py_XDECREF(stamp_obj);
+            Py_XDECREF(offs);
+            return NULL;
+        }
+        if (getitem == Py_None)
+            return Py_BuildValue("iIKKKNN", RUN_TICKET, h.op, (unsigned long long)index,
+                                 (unsigned long long)epoch, (unsigned long long)seed, offs,
+                                 stamp_obj);
+        if (before != Py_None) {
+            PyObject *s = PyLong_FromUnsignedLongLong(seed);
+            PyObject *v = s ? PyObject_CallOneArg(before, s) : NULL;
+            Py_XDECREF(s);
+            if (!v) {
+                Py_DECREF(offs);
+                Py_DECREF(stamp_obj);
+                return NULL;
+            }
+            Py_DECREF(v);
+        }
+        uint64_t t0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        PyObject *i = PyLong_FromUnsignedLongLong(index);
+        PyObject *sample = i ? PyObject_CallOneArg(getitem, i) : NULL;
+        Py_XDECREF(i);
+        uint64_t py_ns = clock_ns(CLOCK_MONOTONIC) - t0,
+                 cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
+        if (!sample) { /* __getitem__'s exception, out of run() as it is */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            Py_XSETREF(p->last, Py_BuildValue("IKKKNNKK", h.op, (unsigned long long)index,
+                                              (unsigned long long)epoch, (unsigned long long)seed,
+                                              offs, stamp_obj, (unsigned long long)py_ns,
+                                              (unsigned long long)cpu_ns));
+            if (!p->last) {
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(tb);
+                return NULL;
+            }
+            PyErr_Restore(et, ev, tb);
+            p->call_failed = true;
+            return NULL;
+        }
+        int kind = -1;
+        if (drew != Py_None) {
+            PyObject *d = PyObject_CallNoArgs(drew);
+            int t = d ? PyObject_IsTrue(d) : -1;
+            Py_XDECREF(d);
+            if (t < 0) {
+                Py_DECREF(sample);
+                Py_DECREF(offs);
+                Py_DECREF(stamp_obj);
+                return NULL;
+            }
+            if (t)
+                kind = RUN_AGAIN;
+        }
+        if (kind < 0 && plan != Py_None && put_sample(p, sample, plan, n_offs) &&
+            (!held || put(p, &seed, 8, stamp))) {
+            Py_DECREF(sample);
+            Py_DECREF(offs);
+            Py_DECREF(stamp_obj);
+            reply_hdr rep = {ST_OK, 0, py_ns, 0, cpu_ns};
+            if ((held ? hold(p, &rep, sizeof rep) : flush(p, &rep, sizeof rep)) < 0)
+                return NULL;
+            continue;
+        }
+        if (kind < 0)
+            kind = RUN_SAMPLE;
+        else
+            Py_SETREF(sample, Py_NewRef(Py_None));
+        return Py_BuildValue("iIKKKNNNKK", kind, h.op, (unsigned long long)index,
+                             (unsigned long long)epoch, (unsigned long long)seed, offs, stamp_obj,
+                             sample, (unsigned long long)py_ns, (unsigned long long)cpu_ns);
+    }
+}
+
+static PyObject *pipe_recv(WorkerPipe *p, PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n < 0)
+        return PyErr_Occurred() ? NULL : stkpy_invalid("WorkerPipe.recv: a negative count");
+    int r = need(p, (size_t)n);
+    if (r < 0)
+        return NULL;
+    if (r > 0) {
+        PyErr_SetString(PyExc_EOFError, "the loader's socket ended");
+        return NULL;
+    }
+    PyObject *b = PyBytes_FromStringAndSize((const char *)p->in + p->lo, n);
+    if (b)
+        p->lo += (size_t)n;
+    return b;
+}
+
+static PyObject *pipe_take_fds(WorkerPipe *p, PyObject *noargs)
+{
+    (void)noargs;
+    PyObject *l = PyList_New(0);
+    for (int i = 0; l && i < p->nfds; i++) {
+        PyObject *v = PyLong_FromLong(p->fds[i]);
+        if (!v || PyList_Append(l, v) < 0)
+            Py_CLEAR(l);
+        Py_XDECREF(v);
+    }
+    if (l)
+        p->nfds = 0;
+    return l;
+}
+
+static PyObject *pipe_send(WorkerPipe *p, PyObject *arg)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int r = flush(p, v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *pipe_hold(WorkerPipe *p, PyObject *arg)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    int r = hold(p, v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *pipe_set_arena(WorkerPipe *p, PyObject *args)
+{
+    int fd;
+    unsigned long long size;
+    if (!PyArg_ParseTuple(args, "iK", &fd, &size))
+        return NULL;
+    p->arena = fd;
+    p->arena_size = size;
+    Py_RETURN_NONE;
+}
+
+static PyObject *pipe_waiting_bytes(WorkerPipe *p, PyObject *noargs)
+{
+    (void)noargs;
+    int in_socket = 0;
+    if (ioctl(p->sock, FIONREAD, &in_socket) != 0)
+        in_socket = 0;
+    return PyLong_FromSize_t(p->hi - p->lo + (size_t)(in_socket > 0 ? in_socket : 0));
+}
+
+static PyObject *pipe_call_failed(WorkerPipe *p, PyObject *noargs)
+{
+    (void)noargs;
+    return PyBool_FromLong(p->call_failed);
+}
+
+static PyObject *pipe_ticket(WorkerPipe *p, PyObject *noargs)
+{
+    (void)noargs;
+    return Py_NewRef(p->last ? p->last : Py_None);
+}
+
+static int pipe_init(WorkerPipe *p, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"fd", NULL};
+    int fd;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "i", kwlist, &fd))
+        return -1;
+    if (!p->in) {
+        p->in = PyMem_Malloc(65536);
+        if (!p->in) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        p->cap = 65536;
+    }
+    p->sock = fd;
+    p->arena = -1;
+    return 0;
+}
+
+static void pipe_dealloc(WorkerPipe *p)
+{
+    for (int i = 0; i < p->nfds; i++)
+        close(p->fds[i]);
+    PyMem_Free(p->in);
+    PyMem_Free(p->held);
+    Py_XDECREF(p->last);
+    Py_TYPE(p)->tp_free((PyObject *)p);
+}
+
+static PyMethodDef pipe_methods[] = {
+    {"run", (PyCFunction)pipe_run, METH_VARARGS,
+     "run(getitem, plan, before, drew) -> tuple or None: answer tickets until one needs Python "
+     "(_ticketloop.c's opening comment)."},
+    {"recv", (PyCFunction)pipe_recv, METH_O,
+     "recv(n) -> bytes: the next n bytes (a request's payload); EOFError at the socket's end."},
+    {"take_fds", (PyCFunction)pipe_take_fds, METH_NOARGS,
+     "take_fds() -> list: the descriptors received since the last call (SCM_RIGHTS)."},
+    {"send", (PyCFunction)pipe_send, METH_O, "send(data): the held replies, then data."},
+    {"hold", (PyCFunction)pipe_hold, METH_O,
+     "hold(reply): hold a reply back; the held ones go when no request waits, or at 16."},
+    {"set_arena", (PyCFunction)pipe_set_arena, METH_VARARGS,
+     "set_arena(fd, size): the ring's memfd, which run() writes rows into (fd -1: none; the "
+     "caller owns it)."},
+    {"waiting_bytes", (PyCFunction)pipe_waiting_bytes, METH_NOARGS,
+     "waiting_bytes() -> int: the bytes of requests not taken yet, read or still in the socket."},
+    {"call_failed", (PyCFunction)pipe_call_failed, METH_NOARGS,
+     "call_failed() -> bool: whether the last run() raised __getitem__'s exception."},
+    {"ticket", (PyCFunction)pipe_ticket, METH_NOARGS,
+     "ticket() -> (op, index, epoch, seed, offs, stamp, py_ns, cpu_ns): the sample whose "
+     "__getitem__ raised."},
+    {NULL, NULL, 0, NULL}};
+
+PyTypeObject StkWorkerPipe_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._core.WorkerPipe",
+    .tp_basicsize = sizeof(WorkerPipe),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "WorkerPipe(fd): a worker process's end of its socket to the loader (the process "
+              "executor): the tickets read in runs and answered without Python between samples.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)pipe_init,
+    .tp_dealloc = (destructor)pipe_dealloc,
+    .tp_methods = pipe_methods,
+};
+
+int stkpy_ticketloop_names(void)
+{
+    struct {
+        PyObject **s;
+        const char *name;
+    } names[] = {{&s_dtype, "dtype"},      {&s_shape, "shape"},
+                 {&s_is_cpu, "is_cpu"},    {&s_requires_grad, "requires_grad"},
+                 {&s_layout, "layout"},    {&s_is_contiguous, "is_contiguous"},
+                 {&s_data_ptr, "data_ptr"}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!*names[i].s && !(*names[i].s = PyUnicode_InternFromString(names[i].name)))
+            return -1;
+    return 0;
+}
