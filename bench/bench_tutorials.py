@@ -4,7 +4,7 @@ stoker.Loader, side by side.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tutorials.py [--data /tmp/cifar] \
         [--workers 0,1,2,4,8] [--epochs 3] [--stoker-workers 2] \
-        [--dataset cifar10|cifar100|mnist|fashionmnist|tensors20|tensors784]
+        [--dataset cifar10|cifar100|mnist|fashionmnist|tensors20|tensors784] [--own]
 
 The scripts every tutorial teaches first. CIFAR10 (PyTorch's tutorial, pytorch-cifar):
 torchvision.datasets.CIFAR10 with the training transform (RandomCrop(32, padding=4),
@@ -18,6 +18,10 @@ epoch, as the tutorials build them. The loop body only touches each batch (no mo
 figures are the loaders' own. Data: the datasets' own files (CIFAR's pickles, MNIST's idx) with
 random pixels, made once under --data (no download here); torchvision's checksum check of
 CIFAR's download is turned off.
+
+With --own the dataset is a subclass whose __getitem__ calls the base class's, as a user's
+own class is written: stoker cannot read it natively, and its __getitem__ runs in Python (for
+these datasets, in stoker's worker processes).
 
 Each configuration runs in its own process, one after the other, and prints one JSON line: the
 time to build both loaders, the first epoch's training and test samples/s, the later epochs',
@@ -43,28 +47,43 @@ from torch.utils.data import DataLoader
 import stoker
 cifar.check_integrity = lambda *a, **k: True   # random pixels, not the download's checksums
 
-root, which, workers, epochs, kind = sys.argv[1:6]
-workers, epochs = int(workers), int(epochs)
+root, which, workers, epochs, kind, own = sys.argv[1:7]
+workers, epochs, own = int(workers), int(epochs), own == "1"
 Loader = DataLoader if which == "DataLoader" else stoker.Loader   # the one name that changes
+
+
+def mine(base):
+    # with --own: the class as a user writes their own, __getitem__ overridden (so it runs in
+    # Python), under the base's name (MNIST finds its folder by it) in this module (it pickles)
+    if not own:
+        return base
+    cls = type(base.__name__, (base,), {"__getitem__": lambda self, i: base.__getitem__(self, i),
+                                        "__module__": "__main__"})
+    globals()[base.__name__] = cls
+    return cls
+
+
 if kind.startswith("tensors"):  # in-memory tensors: tabular (20 features) or flat MNIST (784)
     features = int(kind[len("tensors"):])
     g = torch.Generator().manual_seed(0)
     n_train, n_test = (200000, 50000) if features <= 100 else (60000, 10000)
     def Dataset(root, train, download, transform):
         n = n_train if train else n_test
-        return torch.utils.data.TensorDataset(torch.randn(n, features, generator=g),
-                                              torch.randint(0, 10, (n,), generator=g))
+        return mine(torch.utils.data.TensorDataset)(torch.randn(n, features, generator=g),
+                                                    torch.randint(0, 10, (n,), generator=g))
     train_tf = test_tf = None
     batches, shape = (64, 1000), (features,)
 elif kind.startswith("cifar"):
-    Dataset = torchvision.datasets.CIFAR10 if kind == "cifar10" else torchvision.datasets.CIFAR100
+    Dataset = mine(torchvision.datasets.CIFAR10 if kind == "cifar10" else
+                   torchvision.datasets.CIFAR100)
     norm = T.Normalize((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
     train_tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
                           norm])
     test_tf = T.Compose([T.ToTensor(), norm])
     batches, shape = (128, 100), (3, 32, 32)
 else:
-    Dataset = torchvision.datasets.MNIST if kind == "mnist" else torchvision.datasets.FashionMNIST
+    Dataset = mine(torchvision.datasets.MNIST if kind == "mnist" else
+                   torchvision.datasets.FashionMNIST)
     train_tf = test_tf = T.Compose([T.ToTensor(), T.Normalize((0.1307,), (0.3081,))])
     batches, shape = (64, 1000), (1, 28, 28)
 trainset = Dataset(root, train=True, download=False, transform=train_tf)
@@ -86,7 +105,8 @@ for epoch in range(epochs):
     rates.append((n / (b - a), m / (c - b)))
 later = rates[1:] or rates
 executor = trainloader.info()["executor"] if hasattr(trainloader, "info") else "-"
-print(json.dumps({"loader": which, "executor": executor, "workers": workers, "dataset": kind,
+print(json.dumps({"loader": which, "executor": executor, "workers": workers,
+                  "dataset": kind + (" (own class)" if own else ""),
                   "epochs": epochs, "build_s": round(built, 3),
                   "train_first": round(rates[0][0]), "test_first": round(rates[0][1]),
                   "train_later": round(sum(r[0] for r in later) / len(later)),
@@ -139,8 +159,8 @@ def make_data(root, kind):
 
 def run(args, which, workers):
     out = subprocess.run([sys.executable, "-c", LOOP, args.data, which, str(workers),
-                          str(args.epochs), args.dataset], capture_output=True, text=True,
-                         timeout=1800)
+                          str(args.epochs), args.dataset, "1" if args.own else "0"],
+                         capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         sys.exit(f"{which} at {workers} workers failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -156,6 +176,9 @@ def main():
     ap.add_argument("--workers", default="0,1,2,4,8", help="the DataLoader's num_workers")
     ap.add_argument("--stoker-workers", type=int, default=2, help="stoker.Loader's num_workers")
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--own", action="store_true", help="the dataset as a class of the user's "
+                    "own: a subclass whose __getitem__ calls the base's (so it runs in Python, "
+                    "not read natively)")
     args = ap.parse_args()
     make_data(args.data, args.dataset)
     rows = [run(args, "DataLoader", int(w)) for w in args.workers.split(",")]

@@ -156,9 +156,9 @@ def test_worker_lost_with_tickets_queued_loses_and_repeats_nothing(tmp_path, how
 
 @pytest.mark.parametrize("cls", [Logged, LoggedPair])
 def test_worker_killed_with_replies_held_back_fails_only_its_sample(tmp_path, cls):
-    """Without timeout=, a worker holds its replies back while at least two more tickets of its
-    run wait (_ext/_ticketloop.c hold: one write for the run, not a wake-up of the loader's
-    thread a sample). Killed at the third ticket of a run of four, it has run the two before it
+    """Without timeout=, a worker holds its replies back while more tickets of its run wait
+    (_ext/_ticketloop.c hold: one write for the run, not a wake-up of the loader's thread a
+    sample). Killed at the third ticket of a run of four, it has run the two before it
     and held their replies: those samples wrote their seed into their rows, so they count as
     done (never run again) and the death names the sample it was running; the fourth runs once,
     on the restarted worker. Without the seeds, the first held ticket would be blamed and the one

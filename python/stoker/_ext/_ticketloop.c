@@ -231,41 +231,13 @@ static int flush(WorkerPipe *p, const void *b, size_t n)
     return n ? send_all(p, b, n) : 0;
 }
 
-/* Whether at least two whole requests are buffered (reading what the socket holds first, without
- * blocking, when fewer are). */
-static bool two_waiting(WorkerPipe *p)
-{
-    for (int round = 0; round < 2; round++) {
-        size_t at = p->lo;
-        int whole = 0;
-        while (whole < 2 && p->hi - at >= sizeof(msg_hdr)) {
-            msg_hdr h;
-            memcpy(&h, p->in + at, sizeof h);
-            size_t len =
-                sizeof h + ((h.op == OP_TICKET || h.op == OP_TICKET_HELD) ? 8 * (size_t)h.n : 0);
-            if (p->hi - at < len)
-                break;
-            at += len;
-            whole++;
-        }
-        if (whole >= 2)
-            return true;
-        if (round == 0 && !waiting_socket(p))
-            return false;
-    }
-    return false;
-}
-
-/* Hold a reply back. The held replies go when HELD_MAX are held, or when fewer than two requests
- * wait: the loader's thread then takes them while this process runs the last sample it has, and
- * sends the next run of tickets meanwhile instead of after it (at one worker process, ~8% of its
- * time went waiting for that run). */
+/* Hold a reply back; the held replies go when HELD_MAX are held or no request waits. */
 static int hold(WorkerPipe *p, const void *b, size_t n)
 {
     if (held_add(p, b, n) < 0)
         return -1;
     p->held_n++;
-    if (p->held_n >= HELD_MAX || !two_waiting(p))
+    if (p->held_n >= HELD_MAX || !(p->hi > p->lo || waiting_socket(p)))
         return flush(p, NULL, 0);
     return 0;
 }
