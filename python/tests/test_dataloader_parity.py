@@ -380,6 +380,36 @@ def test_structures_and_dtypes(executor):
     assert_equal_runs(Structured(), executor, batch_size=4, num_workers=2)
 
 
+class Drifting(Dataset):
+    """A tuple of tensors and numbers (what a worker process's C loop writes itself,
+    _ext/_ticketloop.c), then samples that leave that path each another way: a column of the
+    same shape (not contiguous), another dtype, a tensor for an int, a float tensor for an int one, a string
+    for a bool, an array of another shape, a shorter and a longer tuple, a list. (A tensor that
+    requires grad is left out: the DataLoader's workers fail to stack it.)"""
+    base = torch.arange(24.).view(4, 6)
+    first = (base[1], torch.tensor(3), 7, 2.5, True, np.float32(1.5), np.zeros(2, np.int16))
+
+    def __len__(self):
+        return 11
+
+    def __getitem__(self, i):
+        f, b = self.first, self.base
+        return [f, (b[2] + i, torch.tensor(i), -i, i / 2, bool(i % 2), np.float32(i),
+                    np.ones(2, np.int16)),
+                (torch.arange(12.).view(6, 2)[:, 1],) + f[1:], (b[1].double(),) + f[1:],
+                f[:2] + (torch.tensor(7),) + f[3:], (b[1], torch.tensor(3.0)) + f[2:],
+                f[:4] + ("x",) + f[5:], f[:6] + (np.zeros(3, np.int16),), f[:-1], f + (1,),
+                list(f)][i]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_samples_that_leave_the_fast_path(executor):
+    got, want = both(Drifting(), executor, batch_size=1, num_workers=2)
+    assert len(got) == len(want) == len(Drifting())
+    for i, (a, b) in enumerate(zip(got, want)):
+        same(a, b, f"sample {i}")
+
+
 @pytest.mark.parametrize("bs,drop_last", [(1, False), (3, False), (3, True), (7, True),
                                           (20, False), (20, True)])
 def test_order_len_drop_last(bs, drop_last):
