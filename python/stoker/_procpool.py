@@ -663,15 +663,23 @@ FAST_TENSOR, FAST_INT, FAST_FLOAT, FAST_OTHER = 1, 2, 3, 4
 
 def fast_plan(layout):
     """The plan WorkerPipe.run writes a sample's leaves by, without Python: (container type,
-    ((kind, leaf, type, torch dtype, shape, nbytes), ...), torch.strided, _leaf_bytes) for a tuple
-    or list of fixed leaves (the layout's flatten fast path), else None (every sample comes back
-    to _answer)."""
-    flat = getattr(layout, "_flat", None)
+    ((kind, leaf, type, torch dtype, shape, nbytes), ...), torch.strided, _leaf_bytes, keys) for
+    a tuple or list of fixed leaves (the layout's flatten fast path; keys None) or a dict of them
+    (its keys, in order), else None (every sample comes back to _answer)."""
+    root, keys = layout.root, None
+    if isinstance(root, _collate.Node) and root.kind == "mapping" and root.type is dict and \
+            all(isinstance(c, _collate.Leaf) and c.fixed for c in root.children):
+        keys = tuple(root.keys)
+        flat = (dict, [(c, c.kind == "tensor") for c in root.children])
+    else:
+        flat = getattr(layout, "_flat", None)
     if flat is None:
         return None
     torch = sys.modules.get("torch")
     leaves = []
-    for leaf, is_tensor in flat[1]:
+    for i, (leaf, is_tensor) in enumerate(flat[1]):
+        if leaf.slot != i:  # (a root of fixed leaves only is numbered in order)
+            return None
         if is_tensor and torch is not None and not leaf.tdtype.is_complex:
             kind = FAST_TENSOR
         elif leaf.kind == "int" and leaf.type is int:
@@ -682,7 +690,7 @@ def fast_plan(layout):
             kind = FAST_OTHER
         leaves.append((kind, leaf, leaf.type, leaf.tdtype, leaf.shape, leaf.nbytes))
     strided = torch.strided if torch is not None else None
-    return flat[0], tuple(leaves), strided, _collate._leaf_bytes
+    return flat[0], tuple(leaves), strided, _collate._leaf_bytes, keys
 
 
 def _getitem_error(wid, index, epoch):

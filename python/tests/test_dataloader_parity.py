@@ -402,10 +402,29 @@ class Drifting(Dataset):
                 list(f)][i]
 
 
+class DriftingDict(Dataset):
+    """Drifting's idea for a dict of fixed leaves (the C loop writes those too): then the keys
+    in another order, a key more, a key less, another key, an OrderedDict, a value of another
+    dtype, a column of the same shape."""
+    img = torch.arange(12.).view(3, 4)
+
+    def __len__(self):
+        return 9
+
+    def __getitem__(self, i):
+        first = {"img": self.img[1] + i, "y": i, "w": i / 4}
+        return [first, {"img": self.img[2], "y": -i, "w": 0.5},
+                {"y": i, "img": self.img[1], "w": 1.0}, dict(first, z=1),
+                {"img": self.img[1], "y": i}, {"img": self.img[1], "y": i, "v": 1.0},
+                collections.OrderedDict(first), dict(first, img=self.img[1].long()),
+                dict(first, img=torch.arange(8.).view(4, 2)[:, 0])][i]
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
-def test_samples_that_leave_the_fast_path(executor):
-    got, want = both(Drifting(), executor, batch_size=1, num_workers=2)
-    assert len(got) == len(want) == len(Drifting())
+@pytest.mark.parametrize("ds", [Drifting, DriftingDict])
+def test_samples_that_leave_the_fast_path(executor, ds):
+    got, want = both(ds(), executor, batch_size=1, num_workers=2)
+    assert len(got) == len(want) == len(ds())
     for i, (a, b) in enumerate(zip(got, want)):
         same(a, b, f"sample {i}")
 

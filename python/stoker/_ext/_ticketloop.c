@@ -352,14 +352,44 @@ static bool put_leaf(WorkerPipe *p, PyObject *x, PyObject *leaf, PyObject *strid
     return ok;
 }
 
-/* The whole sample by the fast plan (container type, (leaf, ...), strided, leaf_bytes): true
- * when every leaf was written. */
+/* A dict sample: its keys the plan's, in the plan's order (as _collate's walk asks), each value
+ * written as its leaf. */
+static bool put_dict(WorkerPipe *p, PyObject *sample, PyObject *plan)
+{
+    PyObject *leaves = PyTuple_GET_ITEM(plan, 1), *keys = PyTuple_GET_ITEM(plan, 4);
+    Py_ssize_t n = PyTuple_GET_SIZE(leaves), pos = 0, i = 0;
+    if (PyDict_GET_SIZE(sample) != n || PyTuple_GET_SIZE(keys) != n)
+        return false;
+    PyObject *k, *v;
+    bool ok = true;
+    while (ok && PyDict_Next(sample, &pos, &k, &v)) {
+        if (i >= n)
+            return false;
+        Py_INCREF(k);
+        Py_INCREF(v);
+        PyObject *want = PyTuple_GET_ITEM(keys, i);
+        int eq = k == want ? 1 : PyObject_RichCompareBool(k, want, Py_EQ);
+        if (eq < 0)
+            PyErr_Clear();
+        ok = eq == 1 && put_leaf(p, v, PyTuple_GET_ITEM(leaves, i), PyTuple_GET_ITEM(plan, 2),
+                                 PyTuple_GET_ITEM(plan, 3), p->offs[i]);
+        Py_DECREF(k);
+        Py_DECREF(v);
+        i++;
+    }
+    return ok && i == n;
+}
+
+/* The whole sample by the fast plan (container type, (leaf, ...), strided, leaf_bytes, keys):
+ * true when every leaf was written. */
 static bool put_sample(WorkerPipe *p, PyObject *sample, PyObject *plan, size_t n_offs)
 {
     PyObject *leaves = PyTuple_GET_ITEM(plan, 1);
     Py_ssize_t n = PyTuple_GET_SIZE(leaves);
     if ((PyObject *)Py_TYPE(sample) != PyTuple_GET_ITEM(plan, 0) || (size_t)n != n_offs)
         return false;
+    if (PyTuple_GET_ITEM(plan, 4) != Py_None)
+        return PyDict_CheckExact(sample) && put_dict(p, sample, plan);
     PyObject *seq = PySequence_Fast(sample, "");
     if (!seq) {
         PyErr_Clear();
@@ -390,16 +420,20 @@ static PyObject *offs_tuple(const uint64_t *offs, size_t n)
 }
 
 /* run(getitem, plan, before, drew): see the file's comment. plan: None (every sample goes back
- * to Python) or (container type, (leaf, ...), strided, leaf_bytes), each leaf (kind, Leaf, type,
- * torch dtype, shape, nbytes); before(seed) and drew() the SeedWatch's (None: no seeding). */
+ * to Python) or (container type, (leaf, ...), strided, leaf_bytes, keys), each leaf (kind, Leaf,
+ * type, torch dtype, shape, nbytes), keys a dict's (None: a tuple or list); before(seed) and
+ * drew() the SeedWatch's (None: no seeding). */
 static PyObject *pipe_run(WorkerPipe *p, PyObject *args)
 {
     PyObject *getitem, *plan, *before, *drew;
     if (!PyArg_ParseTuple(args, "OOOO", &getitem, &plan, &before, &drew))
         return NULL;
-    if (plan != Py_None && (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 4 ||
-                            !PyTuple_Check(PyTuple_GET_ITEM(plan, 1))))
-        return stkpy_invalid("WorkerPipe.run: a plan is (type, leaves, strided, leaf_bytes)");
+    if (plan != Py_None &&
+        (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 5 ||
+         !PyTuple_Check(PyTuple_GET_ITEM(plan, 1)) ||
+         (PyTuple_GET_ITEM(plan, 4) != Py_None && !PyTuple_Check(PyTuple_GET_ITEM(plan, 4)))))
+        return stkpy_invalid("WorkerPipe.run: a plan is (type, leaves, strided, leaf_bytes, "
+                             "keys)");
     p->call_failed = false;
     for (;;) {
         if (PyErr_CheckSignals() < 0)
