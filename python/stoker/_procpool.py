@@ -106,6 +106,7 @@ class Server:
 
     def __init__(self, pid, ctl, method):
         self.pid, self.ctl, self.method = pid, ctl, method
+        self.ready_owed = False  # its answer whether it took the spec is for the C pool to read
 
     def wait(self, timeout=5.0):
         """After the control socket was closed: a spawned server exits (joined here); the fork
@@ -146,10 +147,12 @@ class ForkServer:
         except OSError:
             return False
 
-    def serve(self, token=0, blob=b"", keep=False):
+    def serve(self, token=0, blob=b"", keep=False, wait=True):
         """Serve one more loader (the spec registered under `token` before this fork server was
         forked, or pickled in `blob`; keep: the loader's copy of it does not pickle, so the fork
-        server must keep its own): its control socket, and the server's pid."""
+        server must keep its own): its control socket, and the server's pid. wait=False: the
+        server's answer whether it took the spec (after unpickling it, which may import torch)
+        is left on the control socket for the loader's C pool (ProcPool(ready_owed=True))."""
         a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with self.lock:
@@ -164,7 +167,13 @@ class ForkServer:
         if pid <= 0:
             a.close()
             raise OSError(err, f"stoker's fork server could not fork: {os.strerror(err)}")
-        # the new server says whether it could take the spec
+        if wait:
+            self.take_ready(a)
+        return pid, a
+
+    def take_ready(self, a):
+        """The new server's answer on its control socket `a` whether it could take the spec:
+        TypeError (and `a` closed) when it could not."""
         try:
             n = struct.unpack("<I", _recv_exact(a, 4))[0]
             text = bytes(_recv_exact(a, n)).decode("utf-8", "replace") if n else ""
@@ -179,7 +188,6 @@ class ForkServer:
                          "define the dataset in a module, create the first loader before the "
                          "process starts threads, or use executor='thread')")
             raise TypeError(f"the worker processes could not be started: {text}")
-        return pid, a
 
 
 _FS = None
@@ -244,9 +252,16 @@ class Pending:
         blob = b"" if self.token else self.blob or _pickle_spec(self.spec)
         keep = bool(self.token and probed_here and self.fs.how == "fork" and
                     not _server._check(self.spec)[0])
-        pid, ctl = self.fs.serve(self.token, blob, keep)
+        # a fork of this process (lean by now, or not) answers whether it took the spec on the
+        # pool's control socket, read by the C pool before its first SPAWN answer: a later
+        # loader's constructor does not wait while a lean server imports torch to unpickle it.
+        # A fresh interpreter's answer is read here, so that its error can say why it failed.
+        wait = self.fs.how != "fork"
+        pid, ctl = self.fs.serve(self.token, blob, keep, wait=wait)
         self.token = 0  # the worker server took it
-        return Server(pid, ctl, "fork" if not blob else "forkserver")
+        server = Server(pid, ctl, "fork" if not blob else "forkserver")
+        server.ready_owed = not wait
+        return server
 
     def pool_options(self):
         """ProcPool's keywords for this loader's pool: `respec`, which sends the spec to a
@@ -295,8 +310,14 @@ def prepare_server(spec, method):
 
 
 def start_server(spec, method):
-    """prepare_server(spec, method).start()."""
-    return prepare_server(spec, method).start()
+    """prepare_server(spec, method).start(), its answer whether it took the spec read here (the
+    caller speaks to it in Python: an IterableDataset's channels)."""
+    pending = prepare_server(spec, method)
+    server = pending.start()
+    if server.ready_owed:
+        server.ready_owed = False
+        pending.fs.take_ready(server.ctl)
+    return server
 
 
 def spec_sender(spec):

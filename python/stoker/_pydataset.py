@@ -787,6 +787,7 @@ class PyLoader(Loader):
                                     timeout=float(timeout or 0),
                                     capacity=self._capacity(ring_batch),
                                     startup=_procpool.startup_limit(timeout),
+                                    ready_owed=self._server.ready_owed,
                                     **pending.pool_options())
 
     def _capacity(self, ring_batch):

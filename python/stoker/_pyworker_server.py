@@ -210,6 +210,10 @@ def _serve_request(main, served):
         os.close(fd)
     ctl = socket.socket(fileno=fds[0])
     keep = bool(flags & FS_KEEP)
+    # the loader goes on at once: whether this server could take its spec (unpickling it may
+    # import torch and the dataset's modules: most of a second) comes on its control socket,
+    # which its C pool reads before the answer to its first SPAWN
+    main.sendall(CTL_REPLY.pack(os.getpid(), 0))
     try:
         if token:
             pickles, names_main = CHECKED.pop(token, (False, True))
@@ -228,7 +232,6 @@ def _serve_request(main, served):
         except OSError:
             pass
         ctl.close()
-    main.sendall(CTL_REPLY.pack(os.getpid(), 0))
     return True
 
 

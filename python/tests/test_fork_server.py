@@ -51,6 +51,37 @@ DATASETS = textwrap.dedent("""
             super().__init__()
             self.data = np.zeros(8 << 20, dtype=np.float32)
 
+    class LoadsOnlyHere(torch.utils.data.Dataset):
+        # pickles, and unpickling it fails in any other process (a lean fork server, say); draws
+        # random numbers (so executor="auto" picks processes after its probe)
+        def __init__(self):
+            import os
+            self.pid = os.getpid()
+        def __setstate__(self, state):
+            import os
+            if state["pid"] != os.getpid():
+                raise RuntimeError("this dataset loads only in the process that made it")
+            self.__dict__.update(state)
+        def __len__(self):
+            return 24
+        def __getitem__(self, i):
+            random.random()
+            return i
+
+    class LoadsAfterMarker(LoadsOnlyHere):
+        # unpickling it elsewhere waits until the file `marker` exists (at most 60 s, then fails)
+        def __init__(self, marker):
+            super().__init__()
+            self.marker = marker
+        def __setstate__(self, state):
+            import os, time
+            for _ in range(6000):
+                if state["pid"] == os.getpid() or os.path.exists(state["marker"]):
+                    self.__dict__.update(state)
+                    return
+                time.sleep(0.01)
+            raise RuntimeError("the marker never came")
+
     class Sharded(torch.utils.data.IterableDataset):
         # 0..29, each worker process its share (by get_worker_info())
         def __iter__(self):
@@ -162,6 +193,59 @@ def test_lean_fork_server_keeps_no_spec_and_a_restart_gets_it_on_demand(tmp_path
     """)
     assert_prints(code, ["first True 0", "lean True", "killed True True", "after True True 1",
                          "sent 1 True [] True"])
+
+
+@pytest.mark.parametrize("executor", ["auto", "process"])
+def test_a_later_loader_whose_dataset_the_lean_server_cannot_load(tmp_path, executor):
+    # a later loader's constructor does not wait while the lean server unpickles its dataset
+    # (that may import torch: most of a second); the server's answer is read by the C pool
+    # before its first SPAWN answer, so a dataset it cannot load fails the loader's samples
+    # (or, where the constructor's probe runs in worker process 0, the constructor) with the
+    # server's reason, not a hang, and the loader closes
+    code = script(tmp_path, f"""
+        import fsds, stoker
+        from stoker import _procpool
+        first = stoker.Loader(fsds.Big(), batch_size=4, num_workers=2, executor="process")
+        fs = _procpool._FS
+        print("first", sum(len(b) for b in first))
+        fs.forget(0)
+        print("lean", fs.is_lean)
+        why = "this dataset loads only in the process that made it"
+        try:
+            bad = stoker.Loader(fsds.LoadsOnlyHere(), batch_size=4, num_workers=2,
+                                executor={executor!r})
+        except Exception as e:
+            print("failed", why in str(e), type(e).__name__)
+        else:
+            got, errors = fsds.one_pass(bad, stoker.StokerIOError)
+            print("failed", len(errors) > 0 and all(why in e for e in errors), bad.executor)
+            bad.close()
+        print("first again", sum(len(b) for b in first))
+    """)
+    assert_prints(code, ["first 24", "lean True", "failed True " +
+                         ("process" if executor == "auto" else "StokerIOError"),
+                         "first again 24"])
+
+
+def test_a_later_loaders_constructor_does_not_wait_for_the_lean_server(tmp_path):
+    # the lean server can unpickle this dataset only once the marker exists, which this script
+    # makes after the constructor returned: a constructor that waited for the server would
+    # wait for the marker (and get the server's failure after 60 s)
+    marker = str(tmp_path / "marker")
+    code = script(tmp_path, f"""
+        import fsds, stoker
+        from stoker import _procpool
+        first = stoker.Loader(fsds.Big(), batch_size=4, num_workers=2, executor="process")
+        fs = _procpool._FS
+        print("first", sum(len(b) for b in first))
+        fs.forget(0)
+        print("lean", fs.is_lean)
+        later = stoker.Loader(fsds.LoadsAfterMarker({marker!r}), batch_size=4, num_workers=2)
+        open({marker!r}, "w").close()
+        print("later", sorted(int(v) for b in later for v in b) == list(range(24)),
+              later.executor)
+    """)
+    assert_prints(code, ["first 24", "lean True", "later True process"])
 
 
 def test_an_iterable_loader_after_the_server_went_lean(tmp_path):

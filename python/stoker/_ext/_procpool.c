@@ -153,6 +153,11 @@ typedef struct {
      * [owed_next, owed_end), read in order by settle_locked into `answers` */
     uint32_t owed_next, owed_end;
     ctl_reply *answers;
+    /* ctl_mu: the server has not yet said whether it took the loader's spec (ready_owed=True:
+     * it answers after unpickling it, which may import torch; its u32 length and text come
+     * before any SPAWN answer, settle_locked reads them); its text when it could not */
+    bool ready_owed;
+    char ready_why[600];
     uint32_t n;
     pworker *w;
     pthread_mutex_t mu;
@@ -312,6 +317,20 @@ static int recv_all(int sock, void *buf, size_t n, uint64_t deadline)
  * answer after them. ctl_mu held. */
 static void settle_locked(ProcPoolObject *p)
 {
+    if (p->ready_owed) {
+        p->ready_owed = false;
+        uint32_t n = 0;
+        if (p->ctl < 0 || recv_all(p->ctl, &n, sizeof(n), 0) != 0) {
+            snprintf(p->ready_why, sizeof(p->ready_why), "it exited before it was ready");
+        } else if (n) {
+            char text[2001];
+            size_t k = n < sizeof(text) - 1 ? n : sizeof(text) - 1;
+            if (recv_all(p->ctl, text, k, 0) != 0)
+                k = 0;
+            text[k] = 0;
+            snprintf(p->ready_why, sizeof(p->ready_why), "%s", k ? text : "(no reason given)");
+        }
+    }
     while (p->owed_next < p->owed_end) {
         ctl_reply *r = &p->answers[p->owed_next++];
         if (p->ctl < 0 || recv_all(p->ctl, r, sizeof(*r), 0) != 0)
@@ -386,10 +405,16 @@ static int spawn_answered(ProcPoolObject *p, uint32_t wid, int sock, bool sent, 
     pworker *w = &p->w[wid];
     if (!sent || r.value <= 0) {
         close(sock);
-        snprintf(err, err_size, "cannot start worker process %u: %s", wid,
-                 !sent || (r.value < 0 && !r.err)
-                     ? "the worker server (which forks the workers) has exited"
-                     : strerror(r.err ? r.err : EAGAIN));
+        if (p->ready_why[0])
+            snprintf(err, err_size,
+                     "cannot start worker process %u: the worker server could not take the "
+                     "dataset: %.300s",
+                     wid, p->ready_why);
+        else
+            snprintf(err, err_size, "cannot start worker process %u: %s", wid,
+                     !sent || (r.value < 0 && !r.err)
+                         ? "the worker server (which forks the workers) has exited"
+                         : strerror(r.err ? r.err : EAGAIN));
         return -1;
     }
     if (r.err == CTL_WANTS_SPEC && send_spec(p, wid, sock, from_python, err, err_size) != 0) {
@@ -1027,15 +1052,15 @@ static void pool_interrupt(ProcPoolObject *p)
 
 static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"ctl",     "server", "n_workers", "timeout", "capacity",
-                             "startup", "respec", "lean",      NULL};
-    int ctl, server, lean = 0;
+    static char *kwlist[] = {"ctl",     "server", "n_workers", "timeout",    "capacity",
+                             "startup", "respec", "lean",      "ready_owed", NULL};
+    int ctl, server, lean = 0, ready_owed = 0;
     unsigned int n;
     double timeout = 0, startup = 0;
     Py_ssize_t cap = 4096;
     PyObject *respec = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiI|dndOp:ProcPool", kwlist, &ctl, &server, &n,
-                                     &timeout, &cap, &startup, &respec, &lean))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiI|dndOpp:ProcPool", kwlist, &ctl, &server, &n,
+                                     &timeout, &cap, &startup, &respec, &lean, &ready_owed))
         return NULL;
     if (n < 1 || n > 4096 || cap < 1)
         return stkpy_invalid("ProcPool: %u workers (1..4096), capacity %zd", n, cap);
@@ -1073,6 +1098,7 @@ static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     for (uint32_t i = 0; i < n; i++)
         p->w[i].sock = -1;
     p->ctl = ctl;
+    p->ready_owed = ready_owed;
     p->server = server;
     char err[512] = "";
     int rc = 0;
@@ -1470,13 +1496,15 @@ PyTypeObject StkProcPool_Type = {
     .tp_dealloc = (destructor)ProcPool_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "ProcPool(ctl, server, n_workers, timeout=0, capacity=4096, startup=0, "
-              "respec=None, lean=False): worker processes forked by the server on control "
+              "respec=None, lean=False, ready_owed=False): worker processes forked by the server "
+              "on control "
               "socket `ctl`, writing samples into the loader's shared ring "
               "(Loader(executor=...)). timeout: seconds a sample may take from its request to a "
               "started worker; startup: seconds a new worker may take to start (its set-up and "
               "worker_init_fn; 0: no limit); respec(fd): sends the pickled dataset to a worker "
               "that a lean fork server forked without it; lean: the fork server may go lean "
-              "after the last worker started here.",
+              "after the last worker started here; ready_owed: the server's answer whether it "
+              "took the dataset (a u32 length, then why not) is still to be read on ctl.",
     .tp_methods = ProcPool_methods,
     .tp_new = ProcPool_new,
 };
