@@ -1,5 +1,6 @@
 """Datasets whose samples are rows of arrays the training process holds, read natively: torch's
-TensorDataset and torchvision's CIFAR10/100 and MNIST (FashionMNIST, KMNIST, EMNIST).
+TensorDataset and torchvision's CIFAR10/100, SVHN, STL10 and MNIST (FashionMNIST, KMNIST, EMNIST,
+QMNIST).
 
 Their __getitem__ is a row of each array (TensorDataset: `tensor[i]` of each tensor) or a PIL
 image made from a row of one uint8 array, put through the dataset's transform (CIFAR, MNIST).
@@ -35,10 +36,14 @@ def _invalid(msg):
 
 def kind(data):
     """The class whose __getitem__ makes `data`'s samples from arrays in memory: torch's
-    TensorDataset, torchvision's CIFAR10 (CIFAR100: [N, 32, 32, 3] RGB) or MNIST (FashionMNIST,
-    KMNIST, EMNIST: [N, 28, 28] one-channel); None for anything else."""
+    TensorDataset, torchvision's CIFAR10 (CIFAR100: [N, 32, 32, 3] RGB), SVHN and STL10 ([N, 3,
+    H, W] RGB), QMNIST or MNIST (FashionMNIST, KMNIST, EMNIST: [N, 28, 28] one-channel); None
+    for anything else."""
     for mod, cls in (("torch.utils.data", "TensorDataset"),
                      ("torchvision.datasets.cifar", "CIFAR10"),
+                     ("torchvision.datasets.svhn", "SVHN"),
+                     ("torchvision.datasets.stl10", "STL10"),
+                     ("torchvision.datasets.mnist", "QMNIST"),
                      ("torchvision.datasets.mnist", "MNIST")):
         m = sys.modules.get(mod)
         if m is not None and isinstance(data, getattr(m, cls)):
@@ -57,7 +62,7 @@ def plan(data):
     try:
         if base.__name__ == "TensorDataset":
             return _tensors(data, name)
-        return _images(data, name, gray=base.__name__ == "MNIST")
+        return _images(data, name, base.__name__)
     except (AttributeError, TypeError) as e:  # a subclass without the attributes its base sets
         raise _invalid(f"this {name} is not laid out as a {base.__name__} ({e})") from None
 
@@ -161,25 +166,35 @@ def _gray_transform(transform, name):
     return [t for t in ops if type(t).__name__ not in _GRAYSCALES], channels
 
 
-def _images(data, name, gray):
-    """CIFAR10 / CIFAR100 (`data` uint8 [N, H, W, 3]) or MNIST and its kin (`data` a uint8
-    tensor [N, H, W]): the `image` and `label` arrays, the transform to compile, and for a
-    one-channel image whose transform keeps one channel the finish that keeps the first of
-    the three equal channels stoker's ops make."""
+def _images(data, name, base):
+    """CIFAR10 / CIFAR100 (`data` uint8 [N, H, W, 3]), SVHN / STL10 (`data` uint8 [N, 3, H, W],
+    `labels`) or MNIST and its kin (`data` a uint8 tensor [N, H, W]; QMNIST's `targets` rows
+    of 8, the first its class where `compat` is set): the `image` and `label` arrays, the
+    transform to compile, and for a one-channel image whose transform keeps one channel the
+    finish that keeps the first of the three equal channels stoker's ops make."""
+    gray, chw = base in ("MNIST", "QMNIST"), base in ("SVHN", "STL10")
     if data.target_transform is not None:
         raise _invalid(f"this {name} has a target_transform, which stoker cannot apply")
     if data.transform is None:
         raise _invalid(f"this {name} has no transform: it gives PIL images, which the "
                        f"DataLoader's default collate cannot batch either")
-    images, targets = data.data, data.targets
+    images, targets = data.data, data.labels if chw else data.targets
+    if targets is None:  # STL10's "unlabeled" split: None targets, which no collate batches
+        raise _invalid(f"this {name} has no labels")
+    if base == "QMNIST":
+        if not getattr(data, "compat", False):
+            raise _invalid(f"this {name} gives each target as its row of 8 (compat=False)")
+        targets = targets[:, 0] if getattr(targets, "ndim", 0) == 2 else None
     if not isinstance(images, np.ndarray):  # MNIST's: a torch tensor
         images = images.numpy() if hasattr(images, "numpy") else None
+    want = "[N, H, W]" if gray else "[N, 3, H, W]" if chw else "[N, H, W, 3]"
     if not isinstance(images, np.ndarray) or images.dtype != np.uint8 or images.shape[0] == 0 \
-            or images.ndim != (3 if gray else 4) or (not gray and images.shape[3] != 3):
-        raise _invalid(f"this {name}'s data is not a uint8 "
-                       f"{'[N, H, W]' if gray else '[N, H, W, 3]'} array")
-    labels = np.asarray(targets.numpy() if hasattr(targets, "numpy") else targets)
-    if labels.shape != (images.shape[0],) or labels.dtype.kind not in "iu":
+            or images.ndim != (3 if gray else 4) or \
+            (not gray and images.shape[1 if chw else 3] != 3):
+        raise _invalid(f"this {name}'s data is not a uint8 {want} array")
+    labels = None if targets is None else \
+        np.asarray(targets.numpy() if hasattr(targets, "numpy") else targets)
+    if labels is None or labels.shape != (images.shape[0],) or labels.dtype.kind not in "iu":
         raise _invalid(f"this {name}'s targets are not {images.shape[0]} integers")
     transform, channels = data.transform, 3
     if gray:
@@ -189,7 +204,8 @@ def _images(data, name, gray):
     except _core.StokerInvalidError as e:
         # An evaluation transform (ToTensor, Normalize) keeps the array's size, which the
         # compiled pipeline does not know: a CenterCrop of that size (the whole image) says it.
-        transform = [_transforms.CenterCrop(tuple(images.shape[1:3])), transform]
+        transform = [_transforms.CenterCrop(tuple(images.shape[2:4] if chw else
+                                                  images.shape[1:3])), transform]
         try:
             _transforms.compile(transform)
         except _core.StokerInvalidError:
@@ -197,10 +213,11 @@ def _images(data, name, gray):
     # Rows as C stores them: CIFAR's [N, H, W, 3] is a view of [N, 3, H, W] (its transpose):
     # written as that [N, 3, H, W] array, which the npy source reads as 3-channel images, it is
     # written without a copy in between.
+    # SVHN's and STL10's are [N, 3, H, W] (STL10's a transposed view: copied in C order).
     rows = images
-    if not gray:
-        chw = images.transpose(0, 3, 1, 2)
-        rows = chw if chw.flags.c_contiguous and not images.flags.c_contiguous else images
+    if not gray and not chw:
+        planes = images.transpose(0, 3, 1, 2)
+        rows = planes if planes.flags.c_contiguous and not images.flags.c_contiguous else images
     return {"image": rows, "label": labels.astype(np.int64)}, transform, \
         _first_channel if channels == 1 else None
 

@@ -60,6 +60,16 @@ def batches(loader):
     return [(x.clone(), y.clone()) for x, y in loader]
 
 
+def _why(ds):
+    """Why stoker does not read `ds` natively (for an assertion's message)."""
+    from stoker import _torchcompat
+    try:
+        _torchcompat.native_dataset(ds)
+    except Exception as e:  # noqa: BLE001
+        return repr(e)
+    return "native_dataset accepts it"
+
+
 def test_cifar10_eval_transform_gives_the_dataloaders_batches(root):
     """An evaluation transform (ToTensor, Normalize: no op fixes the size, the array's does) on
     CIFAR10's test set: read natively, the DataLoader's batches exactly (pixels and labels), in
@@ -410,3 +420,85 @@ def test_batch_size_none_gives_unbatched_samples():
             assert all(u.shape == v.shape == () and torch.equal(u, v) for u, v in zip(a, b))
     one = stoker.Loader(ds)
     assert one.info()["executor"] == "native" and next(iter(one))[0].shape == (1,)
+
+
+# ---- SVHN, STL10 and QMNIST: [N, 3, H, W] RGB arrays, and MNIST's kin with 8-value targets ----
+
+@pytest.fixture(scope="module")
+def more_roots(tmp_path_factory):
+    """STL10's binary files (96x96, as its X files store them: column-major planes) and
+    QMNIST's test files (idx3 images, idx2 int32 targets of 8), small."""
+    root = tmp_path_factory.mktemp("more")
+    rng = np.random.default_rng(7)
+    stl = root / "stl10_binary"
+    os.makedirs(stl)
+    for part, n in (("train", 20), ("test", 12), ("unlabeled", 4)):
+        rng.integers(0, 256, (n, 3, 96, 96), dtype=np.uint8).tofile(stl / f"{part}_X.bin")
+        if part != "unlabeled":
+            (rng.integers(0, 10, n) + 1).astype(np.uint8).tofile(stl / f"{part}_y.bin")
+    (stl / "class_names.txt").write_text("\n".join(f"c{i}" for i in range(10)) + "\n")
+    raw = root / "QMNIST" / "raw"
+    os.makedirs(raw)
+    n = 40
+    with open(raw / "qmnist-test-images-idx3-ubyte", "wb") as f:
+        f.write((2051).to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in (n, 28, 28)))
+        f.write(rng.integers(0, 256, (n, 28, 28), dtype=np.uint8).tobytes())
+    targets = rng.integers(0, 10, (n, 8)).astype(">i4")
+    with open(raw / "qmnist-test-labels-idx2-int", "wb") as f:
+        f.write((0x0C02).to_bytes(4, "big") + n.to_bytes(4, "big") + (8).to_bytes(4, "big"))
+        f.write(targets.tobytes())
+    return str(root)
+
+
+def svhn(transform, n=40):
+    """An SVHN as its __init__ lays it out (scipy, which reads its .mat files, is not installed
+    here): `data` the [N, 3, 32, 32] transposed view of the file's [32, 32, 3, N], `labels`
+    int64 with 10 made 0."""
+    from torchvision.datasets import SVHN, VisionDataset
+    ds = SVHN.__new__(SVHN)
+    VisionDataset.__init__(ds, "/nonexistent", transform=transform)
+    ds.split = "test"
+    mat = np.random.default_rng(8).integers(0, 256, (32, 32, 3, n), dtype=np.uint8)
+    ds.data = np.transpose(mat, (3, 2, 0, 1))
+    labels = np.random.default_rng(9).integers(1, 11, n).astype(np.int64)
+    np.place(labels, labels == 10, 0)
+    ds.labels = labels
+    return ds
+
+
+def test_svhn_stl10_qmnist_give_the_dataloaders_batches(more_roots, monkeypatch):
+    """SVHN and STL10 ([N, 3, H, W] uint8 arrays: STL10's a transposed view of its file) and
+    QMNIST (compat=True: the first of each 8-value target) read natively, with an evaluation
+    transform and with a training one: the DataLoader's batches exactly (the training
+    transform's crop and flip seeded alike: compared with CenterCrop's size and no flip)."""
+    from torchvision.datasets import QMNIST, STL10
+    monkeypatch.setattr(STL10, "_check_integrity", lambda self: True)
+    mean3, std3 = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+    cases = [svhn(T.Compose([T.ToTensor(), T.Normalize(mean3, std3)])),
+             svhn(T.Compose([T.CenterCrop(28), T.ToTensor()])),
+             STL10(more_roots, split="train", transform=T.Compose([T.ToTensor(),
+                                                                   T.Normalize(mean3, std3)])),
+             STL10(more_roots, split="test", transform=T.Compose([T.Resize((64, 64)), T.ToTensor()])),
+             STL10(more_roots, split="train+unlabeled", transform=T.ToTensor()),
+             QMNIST(more_roots, what="test", transform=T.Compose([T.ToTensor(),
+                                                                  T.Normalize((0.5,), (0.25,))]))]
+    for ds in cases:
+        name = type(ds).__name__
+        loader = stoker.Loader(ds, batch_size=8, num_workers=2)
+        assert loader.info()["executor"] == "native", (name, _why(ds))
+        got, want = batches(loader), batches(DataLoader(ds, batch_size=8))
+        assert len(got) == len(want) == -(-len(ds) // 8), name
+        for (a, la), (b, lb) in zip(got, want):
+            assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape)
+            assert la.dtype == lb.dtype == torch.int64 and torch.equal(la, lb), name
+            if "Resize" in repr(ds.transform):  # (an antialiased resize: within a grey level)
+                assert (a - b).abs().max() <= 1.5 / 255, name
+            else:
+                assert torch.equal(a, b), name
+    # QMNIST with compat=False gives each target's 8 values: its own __getitem__ runs
+    ds = QMNIST(more_roots, what="test", compat=False, transform=T.ToTensor())
+    loader = stoker.Loader(ds, batch_size=8, num_workers=2)
+    assert loader.info()["executor"] != "native"
+    got, want = batches(loader), batches(DataLoader(ds, batch_size=8))
+    assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(got, want))
+    assert want[0][1].shape == (8, 8)
