@@ -142,6 +142,17 @@ DATASETS = textwrap.dedent("""
             except catch as e:
                 errors.append(str(e))
 
+    def first_loader_then_lean():
+        # a map-style loader on worker processes (printing its epoch's size), then the fork
+        # server lean (printing so): (that loader, the fork server)
+        import stoker
+        first = stoker.Loader(Big(), batch_size=4, num_workers=2, executor="process")
+        fs = _procpool._FS
+        print("first", sum(len(b) for b in first))
+        fs.forget(0)   # answered after the exec that follows the last worker's fork
+        print("lean", fs.is_lean)
+        return first, fs
+
     def epochs_until_a_death(loader, n):
         # the death is found when a sample goes to the killed worker: an epoch whose samples
         # all went to the other one ends whole, so go on to the next (at most 50)
@@ -204,12 +215,7 @@ def test_a_later_loader_whose_dataset_the_lean_server_cannot_load(tmp_path, exec
     # server's reason, not a hang, and the loader closes
     code = script(tmp_path, f"""
         import fsds, stoker
-        from stoker import _procpool
-        first = stoker.Loader(fsds.Big(), batch_size=4, num_workers=2, executor="process")
-        fs = _procpool._FS
-        print("first", sum(len(b) for b in first))
-        fs.forget(0)
-        print("lean", fs.is_lean)
+        first, fs = fsds.first_loader_then_lean()
         why = "this dataset loads only in the process that made it"
         try:
             bad = stoker.Loader(fsds.LoadsOnlyHere(), batch_size=4, num_workers=2,
@@ -234,12 +240,7 @@ def test_a_later_loaders_constructor_does_not_wait_for_the_lean_server(tmp_path)
     marker = str(tmp_path / "marker")
     code = script(tmp_path, f"""
         import fsds, stoker
-        from stoker import _procpool
-        first = stoker.Loader(fsds.Big(), batch_size=4, num_workers=2, executor="process")
-        fs = _procpool._FS
-        print("first", sum(len(b) for b in first))
-        fs.forget(0)
-        print("lean", fs.is_lean)
+        first, fs = fsds.first_loader_then_lean()
         later = stoker.Loader(fsds.LoadsAfterMarker({marker!r}), batch_size=4, num_workers=2)
         open({marker!r}, "w").close()
         print("later", sorted(int(v) for b in later for v in b) == list(range(24)),
