@@ -166,6 +166,37 @@ def _gray_transform(transform, name):
     return [t for t in ops if type(t).__name__ not in _GRAYSCALES], channels
 
 
+# ops that keep an image's size, which may come before the Resize _sized_resize fixes
+_SIZE_KEEPING = ("RandomHorizontalFlip", "RandomVerticalFlip", "ColorJitter", "Grayscale",
+                 "RandomGrayscale")
+
+
+def _sized_resize(transform, h, w):
+    """`transform` with its first Resize to one side (`Resize(64)`: the shorter side to 64, the
+    other in proportion) made a Resize to the (height, width) torchvision computes from the
+    array's h x w (every image of these datasets has it), where only ops that keep the size come
+    before it: stoker's pipeline needs its output size fixed. Else `transform` as it is."""
+    ops = list(transform) if isinstance(transform, list) else \
+        list(transform.transforms) if type(transform).__name__ == "Compose" else [transform]
+    for k, t in enumerate(ops):
+        if type(t).__name__ != "Resize":
+            if type(t).__name__ in _SIZE_KEEPING:
+                continue
+            break
+        size = t.size
+        if isinstance(size, (list, tuple)) and len(size) == 1:
+            size = size[0]
+        if not isinstance(size, int) or getattr(t, "max_size", None) is not None:
+            break
+        short, long = (w, h) if w <= h else (h, w)
+        new_long = int(size * long / short)
+        out = (new_long, size) if w <= h else (size, new_long)
+        resized = type(t)(out, interpolation=t.interpolation,
+                          antialias=getattr(t, "antialias", None))
+        return ops[:k] + [resized] + ops[k + 1:]
+    return transform
+
+
 def _images(data, name, base):
     """CIFAR10 / CIFAR100 (`data` uint8 [N, H, W, 3]), SVHN / STL10 (`data` uint8 [N, 3, H, W],
     `labels`) or MNIST and its kin (`data` a uint8 tensor [N, H, W]; QMNIST's `targets` rows
@@ -199,6 +230,7 @@ def _images(data, name, base):
     transform, channels = data.transform, 3
     if gray:
         transform, channels = _gray_transform(transform, name)
+    transform = _sized_resize(transform, *(images.shape[2:4] if chw else images.shape[1:3]))
     try:
         _transforms.compile(transform)
     except _core.StokerInvalidError as e:

@@ -468,9 +468,9 @@ def svhn(transform, n=40):
 
 def test_svhn_stl10_qmnist_give_the_dataloaders_batches(more_roots, monkeypatch):
     """SVHN and STL10 ([N, 3, H, W] uint8 arrays: STL10's a transposed view of its file) and
-    QMNIST (compat=True: the first of each 8-value target) read natively, with an evaluation
-    transform and with a training one: the DataLoader's batches exactly (the training
-    transform's crop and flip seeded alike: compared with CenterCrop's size and no flip)."""
+    QMNIST (compat=True: the first of each 8-value target) read natively, with evaluation
+    transforms: the DataLoader's batches exactly, within a grey level through a Resize (to a
+    fixed size, or to one side: _sized_resize fixes it from the array's)."""
     from torchvision.datasets import QMNIST, STL10
     monkeypatch.setattr(STL10, "_check_integrity", lambda self: True)
     mean3, std3 = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
@@ -478,7 +478,10 @@ def test_svhn_stl10_qmnist_give_the_dataloaders_batches(more_roots, monkeypatch)
              svhn(T.Compose([T.CenterCrop(28), T.ToTensor()])),
              STL10(more_roots, split="train", transform=T.Compose([T.ToTensor(),
                                                                    T.Normalize(mean3, std3)])),
-             STL10(more_roots, split="test", transform=T.Compose([T.Resize((64, 64)), T.ToTensor()])),
+             STL10(more_roots, split="test", transform=T.Compose([T.Resize((64, 64)),
+                                                                  T.ToTensor()])),
+             STL10(more_roots, split="test", transform=T.Compose([T.RandomHorizontalFlip(0),
+                                                                  T.Resize(48), T.ToTensor()])),
              STL10(more_roots, split="train+unlabeled", transform=T.ToTensor()),
              QMNIST(more_roots, what="test", transform=T.Compose([T.ToTensor(),
                                                                   T.Normalize((0.5,), (0.25,))]))]
@@ -495,6 +498,17 @@ def test_svhn_stl10_qmnist_give_the_dataloaders_batches(more_roots, monkeypatch)
                 assert (a - b).abs().max() <= 1.5 / 255, name
             else:
                 assert torch.equal(a, b), name
+    # a Resize to one side is made one to the size torchvision computes from the array's
+    from stoker._inmemory import _sized_resize
+    for (h, w), size, want in (((40, 80), 32, (32, 64)), ((80, 40), [30], (60, 30)),
+                               ((96, 96), 64, (64, 64))):
+        ops = _sized_resize(T.Compose([T.RandomHorizontalFlip(), T.Resize(size), T.ToTensor()]),
+                            h, w)
+        assert [type(t).__name__ for t in ops] == ["RandomHorizontalFlip", "Resize", "ToTensor"]
+        assert tuple(ops[1].size) == want, (h, w, size)
+        assert F.resize(torch.zeros(3, h, w), size).shape[1:] == want  # torchvision's own rule
+    crop_first = T.Compose([T.CenterCrop(30), T.Resize(20)])
+    assert _sized_resize(crop_first, 40, 80) is crop_first  # (a size-changing op before it)
     # QMNIST with compat=False gives each target's 8 values: its own __getitem__ runs
     ds = QMNIST(more_roots, what="test", compat=False, transform=T.ToTensor())
     loader = stoker.Loader(ds, batch_size=8, num_workers=2)

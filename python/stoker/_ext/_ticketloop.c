@@ -169,7 +169,7 @@ static bool waiting_socket(WorkerPipe *p)
 {
     ssize_t k = fill(p, false, 4096);
     if (k == -2)
-        PyErr_Clear(); /* (a signal handler's exception: seen at the next blocking read) */
+        PyErr_Clear(); /* (no memory for a larger buffer: nothing read, so nothing waits) */
     return k > 0;
 }
 
@@ -419,6 +419,20 @@ static PyObject *offs_tuple(const uint64_t *offs, size_t n)
     return t;
 }
 
+/* The ticket's offsets (a tuple) and seed stamp (its offset, or None) as objects, for a ticket
+ * that goes back to Python. 0, or -1 with an exception. */
+static int ticket_objs(WorkerPipe *p, size_t n_offs, bool held, uint64_t stamp, PyObject **offs,
+                       PyObject **stamp_obj)
+{
+    *stamp_obj = held ? PyLong_FromUnsignedLongLong(stamp) : Py_NewRef(Py_None);
+    *offs = offs_tuple(p->offs, n_offs);
+    if (*stamp_obj && *offs)
+        return 0;
+    Py_CLEAR(*stamp_obj);
+    Py_CLEAR(*offs);
+    return -1;
+}
+
 /* run(getitem, plan, before, drew): see the file's comment. plan: None (every sample goes back
  * to Python) or (container type, (leaf, ...), strided, leaf_bytes, keys), each leaf (kind, Leaf,
  * type, torch dtype, shape, nbytes), keys a dict's (None: a tuple or list); before(seed) and
@@ -474,26 +488,20 @@ static PyObject *pipe_run(WorkerPipe *p, PyObject *args)
         if (held)
             stamp = p->offs[--n_offs];
         uint64_t index = h.a, epoch = h.b, seed = h.c;
-        PyObject *stamp_obj = held ? PyLong_FromUnsignedLongLong(stamp) : Py_NewRef(Py_None);
-        PyObject *offs = offs_tuple(p->offs, n_offs);
-        if (!stamp_obj || !offs) {
-            Py_XDECREF(stamp_obj);
-            Py_XDECREF(offs);
-            return NULL;
-        }
-        if (getitem == Py_None)
+        PyObject *offs, *stamp_obj; /* made only for a ticket that goes back to Python */
+        if (getitem == Py_None) {
+            if (ticket_objs(p, n_offs, held, stamp, &offs, &stamp_obj) < 0)
+                return NULL;
             return Py_BuildValue("iIKKKNN", RUN_TICKET, h.op, (unsigned long long)index,
                                  (unsigned long long)epoch, (unsigned long long)seed, offs,
                                  stamp_obj);
+        }
         if (before != Py_None) {
             PyObject *s = PyLong_FromUnsignedLongLong(seed);
             PyObject *v = s ? PyObject_CallOneArg(before, s) : NULL;
             Py_XDECREF(s);
-            if (!v) {
-                Py_DECREF(offs);
-                Py_DECREF(stamp_obj);
+            if (!v)
                 return NULL;
-            }
             Py_DECREF(v);
         }
         uint64_t t0 = clock_ns(CLOCK_MONOTONIC), c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
@@ -505,10 +513,12 @@ static PyObject *pipe_run(WorkerPipe *p, PyObject *args)
         if (!sample) { /* __getitem__'s exception, out of run() as it is */
             PyObject *et, *ev, *tb;
             PyErr_Fetch(&et, &ev, &tb);
-            Py_XSETREF(p->last, Py_BuildValue("IKKKNNKK", h.op, (unsigned long long)index,
-                                              (unsigned long long)epoch, (unsigned long long)seed,
-                                              offs, stamp_obj, (unsigned long long)py_ns,
-                                              (unsigned long long)cpu_ns));
+            Py_CLEAR(p->last);
+            if (ticket_objs(p, n_offs, held, stamp, &offs, &stamp_obj) == 0)
+                p->last =
+                    Py_BuildValue("IKKKNNKK", h.op, (unsigned long long)index,
+                                  (unsigned long long)epoch, (unsigned long long)seed, offs,
+                                  stamp_obj, (unsigned long long)py_ns, (unsigned long long)cpu_ns);
             if (!p->last) {
                 Py_XDECREF(et);
                 Py_XDECREF(ev);
@@ -526,8 +536,6 @@ static PyObject *pipe_run(WorkerPipe *p, PyObject *args)
             Py_XDECREF(d);
             if (t < 0) {
                 Py_DECREF(sample);
-                Py_DECREF(offs);
-                Py_DECREF(stamp_obj);
                 return NULL;
             }
             if (t)
@@ -536,8 +544,6 @@ static PyObject *pipe_run(WorkerPipe *p, PyObject *args)
         if (kind < 0 && plan != Py_None && put_sample(p, sample, plan, n_offs) &&
             (!held || put(p, &seed, 8, stamp))) {
             Py_DECREF(sample);
-            Py_DECREF(offs);
-            Py_DECREF(stamp_obj);
             reply_hdr rep = {ST_OK, 0, py_ns, 0, cpu_ns};
             if ((held ? hold(p, &rep, sizeof rep) : flush(p, &rep, sizeof rep)) < 0)
                 return NULL;
@@ -547,6 +553,10 @@ static PyObject *pipe_run(WorkerPipe *p, PyObject *args)
             kind = RUN_SAMPLE;
         else
             Py_SETREF(sample, Py_NewRef(Py_None));
+        if (ticket_objs(p, n_offs, held, stamp, &offs, &stamp_obj) < 0) {
+            Py_DECREF(sample);
+            return NULL;
+        }
         return Py_BuildValue("iIKKKNNNKK", kind, h.op, (unsigned long long)index,
                              (unsigned long long)epoch, (unsigned long long)seed, offs, stamp_obj,
                              sample, (unsigned long long)py_ns, (unsigned long long)cpu_ns);
