@@ -328,7 +328,7 @@ static void settle_locked(ProcPoolObject *p)
             if (recv_all(p->ctl, text, k, 0) != 0)
                 k = 0;
             text[k] = 0;
-            snprintf(p->ready_why, sizeof(p->ready_why), "%s", k ? text : "(no reason given)");
+            snprintf(p->ready_why, sizeof(p->ready_why), "%.500s", k ? text : "(no reason given)");
         }
     }
     while (p->owed_next < p->owed_end) {
