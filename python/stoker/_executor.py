@@ -25,7 +25,10 @@ the training loop).
 import math
 
 THREAD_GIL_S = 15e-6    # GIL-held bookkeeping per sample on a thread (callback, flatten)
-PROCESS_S = 40e-6       # a worker process's hand-off per sample (ticket, seeding, reply)
+PROCESS_S = 15e-6       # a worker process's cost per sample beside __getitem__ (ticket, seeding,
+# the write into the ring, the reply, the loader thread's share): 8-9 us of CPU measured with the
+# worker's ticket loop in C, up to 16 us with the cache lines a CIFAR-sized sample costs (issue 24,
+# twelfth round; 40 us before it, when the loop ran in Python)
 COPY_BYTES_S = 4e9      # memcpy into the ring, bytes per second per core
 PROCESS_MARGIN = 1.2
 MAX_SERIAL = 4.0        # pair_serial's cap (4: two threads deliver a quarter of one's rate)
