@@ -104,9 +104,9 @@ class Server:
     was started: "fork" (a fork of this process, the dataset inherited), "forkserver" (forked by
     stoker's fork server, the dataset pickled to it) or "spawn" (a fresh interpreter)."""
 
-    def __init__(self, pid, ctl, method):
+    def __init__(self, pid, ctl, method, ready_owed=False):
         self.pid, self.ctl, self.method = pid, ctl, method
-        self.ready_owed = False  # its answer whether it took the spec is for the C pool to read
+        self.ready_owed = ready_owed  # its answer whether it took the spec: the C pool reads it
 
     def wait(self, timeout=5.0):
         """After the control socket was closed: a spawned server exits (joined here); the fork
@@ -259,9 +259,7 @@ class Pending:
         wait = self.fs.how != "fork"
         pid, ctl = self.fs.serve(self.token, blob, keep, wait=wait)
         self.token = 0  # the worker server took it
-        server = Server(pid, ctl, "fork" if not blob else "forkserver")
-        server.ready_owed = not wait
-        return server
+        return Server(pid, ctl, "fork" if not blob else "forkserver", ready_owed=not wait)
 
     def pool_options(self):
         """ProcPool's keywords for this loader's pool: `respec`, which sends the spec to a

@@ -596,28 +596,28 @@ static PyObject *pipe_take_fds(WorkerPipe *p, PyObject *noargs)
     return l;
 }
 
-static PyObject *pipe_send(WorkerPipe *p, PyObject *arg)
+/* send(data) and hold(reply): `arg`'s bytes to flush() or hold(). */
+static PyObject *pipe_out(WorkerPipe *p, PyObject *arg,
+                          int (*out)(WorkerPipe *, const void *, size_t))
 {
     Py_buffer v;
     if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0)
         return NULL;
-    int r = flush(p, v.buf, (size_t)v.len);
+    int r = out(p, v.buf, (size_t)v.len);
     PyBuffer_Release(&v);
     if (r < 0)
         return NULL;
     Py_RETURN_NONE;
 }
 
+static PyObject *pipe_send(WorkerPipe *p, PyObject *arg)
+{
+    return pipe_out(p, arg, flush);
+}
+
 static PyObject *pipe_hold(WorkerPipe *p, PyObject *arg)
 {
-    Py_buffer v;
-    if (PyObject_GetBuffer(arg, &v, PyBUF_SIMPLE) < 0)
-        return NULL;
-    int r = hold(p, v.buf, (size_t)v.len);
-    PyBuffer_Release(&v);
-    if (r < 0)
-        return NULL;
-    Py_RETURN_NONE;
+    return pipe_out(p, arg, hold);
 }
 
 static PyObject *pipe_set_arena(WorkerPipe *p, PyObject *args)
