@@ -24,6 +24,9 @@ import sys
 import numpy as np
 
 MAX_FIXED = 15     # ring fields for leaves (the 16th is the row's object key and mask)
+# a leaf's kind in Layout.fast_plan (_core.h's STKPY_FAST_*): written by the C path itself (a
+# tensor from its memory, an int or a float from its value), or from _leaf_bytes's buffer
+FAST_TENSOR, FAST_INT, FAST_FLOAT, FAST_OTHER = 1, 2, 3, 4
 WHOLE = 1 << 63    # mask bit: the sample travels whole (its containers differ from the layout)
 _TORCH_NP = {"bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
              "complex64", "complex128"}  # numpy dtypes torch.as_tensor takes
@@ -161,13 +164,46 @@ class Layout:
         return leaf
 
     def _flat_plan(self):
-        """(type, [(leaf, is tensor)]) when the sample is a tuple or list of fixed leaves only
-        (tensor224's (tensor, tensor, int)): flatten's fast path; else None."""
+        """(type, [(leaf, is tensor)], keys) when the sample is a tuple or list (keys None) or a
+        dict (its keys, in order) of fixed leaves only (tensor224's (tensor, tensor, int), a
+        {"image": tensor, "label": int}): flatten's fast path; else None."""
         root = self.root
-        if not isinstance(root, Node) or root.kind not in ("tuple", "list") or \
-                not all(isinstance(c, Leaf) and c.fixed for c in root.children):
+        if not isinstance(root, Node) or not all(isinstance(c, Leaf) and c.fixed
+                                                 for c in root.children):
             return None
-        return root.type, [(c, c.kind == "tensor") for c in root.children]
+        if root.kind in ("tuple", "list"):
+            keys = None
+        elif root.kind == "mapping" and root.type is dict:
+            keys = list(root.keys)
+        else:
+            return None
+        return root.type, [(c, c.kind == "tensor") for c in root.children], keys
+
+    def fast_plan(self):
+        """The plan both executors' C paths write a sample's leaves by, with no Python frame
+        (_ext/_leafput.c): (container type, ((kind, leaf, type, torch dtype, shape, nbytes),
+        ...), torch.strided, _leaf_bytes, keys) where flatten has its fast path (a tuple, list
+        or dict of fixed leaves), else None (every sample goes through flatten)."""
+        flat = self._flat
+        if flat is None:
+            return None
+        torch = _torch()
+        leaves = []
+        for i, (leaf, is_tensor) in enumerate(flat[1]):
+            if leaf.slot != i:  # (a root of fixed leaves only is numbered in order)
+                return None
+            if is_tensor and torch is not None and not leaf.tdtype.is_complex:
+                kind = FAST_TENSOR
+            elif leaf.kind == "int" and leaf.type is int:
+                kind = FAST_INT
+            elif leaf.kind == "float" and leaf.type is float:
+                kind = FAST_FLOAT
+            else:
+                kind = FAST_OTHER
+            leaves.append((kind, leaf, leaf.type, leaf.tdtype, leaf.shape, leaf.nbytes))
+        keys = tuple(flat[2]) if flat[2] is not None else None
+        return (flat[0], tuple(leaves), torch.strided if torch is not None else None,
+                _leaf_bytes, keys)
 
     def describe(self):
         """A short text of the structure: "(tensor(float32, [3, 224, 224]), int(...))"."""
@@ -190,11 +226,13 @@ class Layout:
         the memory in this process): a torch tensor leaf comes as (tensor, data_ptr) instead
         of its .numpy(), which lets the GIL go and take it again (see _tensor_pointer)."""
         flat = self._flat
-        if flat is not None and type(sample) is flat[0] and len(sample) == len(flat[1]):
+        if flat is not None and type(sample) is flat[0] and len(sample) == len(flat[1]) and \
+                (flat[2] is None or list(sample) == flat[2]):
             # the fast path (issue 24, pytens): no walk, and every leaf fits, else the walk
             # below from the start (a leaf that does not fit goes to extras there)
             bufs = []
-            for (leaf, tensor), x in zip(flat[1], sample):
+            for (leaf, tensor), x in zip(flat[1], sample if flat[2] is None else
+                                         sample.values()):
                 b = _tensor_pointer(leaf, x) if pointers and tensor else _leaf_bytes(leaf, x)
                 if b is None:
                     break

@@ -57,9 +57,9 @@ def _wrapper_class():
     return _Wrapper
 
 
-def wrapper(where):
-    """The wrapper of the exception being handled."""
-    return _wrapper_class()(sys.exc_info(), where)
+def wrapper(where, exc_info=None):
+    """The wrapper of the exception being handled (or of exc_info's)."""
+    return _wrapper_class()(exc_info or sys.exc_info(), where)
 
 
 def wrap_exception(where):

@@ -30,7 +30,7 @@ not mapped in the worker, so its pages do not count in the worker's resident mem
 (status, Python time, mask, and the pickled object leaves when there are any); an
 OP_TICKET_HELD's reply (no timeout=) is held back while more tickets wait, the sample's seed
 written into its row first. The tickets are taken, and a sample whose leaves are tensors and
-numbers (fast_plan) is written and answered, by _core.WorkerPipe (_ext/_ticketloop.c) without
+numbers (Layout.fast_plan) is written and answered, by _core.WorkerPipe (_ext/_ticketloop.c) without
 Python between samples; anything else comes back here (_answer). An exception is replied as the
 DataLoader's ExceptionWrapper (pickled), with its text.
 """
@@ -51,7 +51,7 @@ import weakref
 
 import numpy as np
 
-from . import _collate, _core, _holds, _memnpy, _pyworker, _pyworker_server as _server
+from . import _core, _holds, _memnpy, _pyworker, _pyworker_server as _server
 from ._seedwatch import SeedWatch
 from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_REQ,  # noqa: F401
                                HDR, OP_SPEC, WANTS_SPEC, _recv_exact, _Served, _server_loop)
@@ -636,7 +636,7 @@ def _worker_main(sock, wid, spec):
             elif op == OP_INIT:
                 init = pickle.loads(pipe.recv(a))
                 layout, reseed = init["layout"], init["reseed"]
-                plan = fast_plan(layout)
+                plan = layout.fast_plan()
                 seeds = SeedWatch(init.get("watch", False))
             elif op == OP_PROBE:  # the first samples, measured here (as in a worker)
                 _probe(pipe, dataset, pickle.loads(pipe.recv(a)), wid, init_error)
@@ -673,43 +673,6 @@ def waiting_bytes():
     """In a worker process: the bytes of the loader's requests that wait for it (tickets queued
     behind the sample it runs, read or still in its socket); 0 elsewhere."""
     return _PIPE.waiting_bytes() if _PIPE is not None else 0
-
-
-# a leaf's kind in fast_plan: written by _ticketloop.c itself (a tensor from its memory, an int
-# or a float from its value), or from _collate._leaf_bytes's buffer
-FAST_TENSOR, FAST_INT, FAST_FLOAT, FAST_OTHER = 1, 2, 3, 4
-
-
-def fast_plan(layout):
-    """The plan WorkerPipe.run writes a sample's leaves by, without Python: (container type,
-    ((kind, leaf, type, torch dtype, shape, nbytes), ...), torch.strided, _leaf_bytes, keys) for
-    a tuple or list of fixed leaves (the layout's flatten fast path; keys None) or a dict of them
-    (its keys, in order), else None (every sample comes back to _answer)."""
-    root, keys = layout.root, None
-    if isinstance(root, _collate.Node) and root.kind == "mapping" and root.type is dict and \
-            all(isinstance(c, _collate.Leaf) and c.fixed for c in root.children):
-        keys = tuple(root.keys)
-        flat = (dict, [(c, c.kind == "tensor") for c in root.children])
-    else:
-        flat = getattr(layout, "_flat", None)
-    if flat is None:
-        return None
-    torch = sys.modules.get("torch")
-    leaves = []
-    for i, (leaf, is_tensor) in enumerate(flat[1]):
-        if leaf.slot != i:  # (a root of fixed leaves only is numbered in order)
-            return None
-        if is_tensor and torch is not None and not leaf.tdtype.is_complex:
-            kind = FAST_TENSOR
-        elif leaf.kind == "int" and leaf.type is int:
-            kind = FAST_INT
-        elif leaf.kind == "float" and leaf.type is float:
-            kind = FAST_FLOAT
-        else:
-            kind = FAST_OTHER
-        leaves.append((kind, leaf, leaf.type, leaf.tdtype, leaf.shape, leaf.nbytes))
-    strided = torch.strided if torch is not None else None
-    return flat[0], tuple(leaves), strided, _collate._leaf_bytes, keys
 
 
 def _getitem_error(wid, index, epoch):

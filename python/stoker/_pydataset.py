@@ -91,7 +91,9 @@ class ThreadRunner:
     """Called by the worker threads (GIL held) with (index, epoch, seed, worker, row): runs
     __getitem__ and returns (bufs, key, mask) for _ext/_pyexec.c. Object leaves are kept in
     `table` under the row's key until the consumer takes them. The first call on each thread
-    sets its get_worker_info() and runs worker_init_fn(worker)."""
+    sets its get_worker_info() and runs worker_init_fn(worker). After it, the thread calls
+    __getitem__ itself (ThreadExec.set_fast: the layout's fast_plan() written from C), coming
+    back here only for a sample the plan does not fit (_flatten) or an exception (failed)."""
 
     def __init__(self, dataset, layout, n_workers, base_seed, worker_init_fn, capacity,
                  kept=None):
@@ -136,6 +138,8 @@ class ThreadRunner:
                 self.kept = None  # epoch 0 is over (or was skipped by a resume)
             else:
                 got = kept.pop(index, None)
+                if not kept:
+                    self.kept = None  # (the worker threads' fast path may take every sample)
                 if got is not None:  # loaded by the probe: counted as this worker's
                     self.py_ns += got[1]
                     self.samples += 1
@@ -151,6 +155,12 @@ class ThreadRunner:
             self.py_ns += time.perf_counter_ns() - t0
             self.samples += 1
         return self._flatten(sample)
+
+    def failed(self, index, epoch, worker, exc_info):
+        """The fast path's __getitem__ raised exc_info (it goes on to the consumer)."""
+        self._remember(index, _errors.wrapper(
+            f"in stoker worker thread {worker} while loading sample {index} (epoch {epoch})",
+            exc_info))
 
     def _flatten(self, sample):
         bufs, objects, extras, mask = self.layout.flatten(sample, True)
@@ -448,6 +458,7 @@ class PyLoader(Loader):
         self._pool = None
         self._server = None
         self._runner = None
+        self._thread_exec = None  # _core.ThreadExec (with _runner)
         self._helper = None  # _pyhelp.Helper: the training thread's part in the first batch
         self._map = None
         self._tokens = None  # (a token corpus is never a Python dataset)
@@ -705,6 +716,9 @@ class PyLoader(Loader):
                                             worker_init_fn, self._capacity(ring_batch),
                                             kept if worker_init_fn is None else None)
                 exec_obj = _core.ThreadExec(self._runner, fields)
+                exec_obj.set_fast(self._runner.getitem, layout.fast_plan(),
+                                  self._runner._flatten, self._runner.failed)
+                self._thread_exec = exec_obj
                 n_threads = choice.workers
                 _loader._close_at_exit(self)  # before the interpreter stops threads
             self._helper = None
@@ -1112,7 +1126,9 @@ class PyLoader(Loader):
         samples), worker_deaths and worker_restarts (worker processes)."""
         st = super().stats()
         if self._runner is not None:
-            py, ns, deaths, restarts = self._runner.py_ns, self._runner.samples, 0, 0
+            fast, fast_ns = self._thread_exec.fast_counts()
+            py, ns = self._runner.py_ns + fast_ns, self._runner.samples + fast
+            deaths = restarts = 0
         elif self._pool is not None:
             ps = self._pool.stats()
             py, ns, deaths, restarts = ps["python_ns"], ps["samples"], ps["deaths"], \

@@ -211,9 +211,13 @@ def test_thread_flatten_hands_tensors_by_address():
     assert bufs[0] is None and mask == 1 and extras[0] is other[0]
 
 
+def _as_dict(v):
+    return {f"k{i}": x for i, x in enumerate(v)}
+
+
 def test_flat_fast_path_matches_the_walk():
-    # Layout.flatten's fast path for a tuple or list of fixed leaves (issue 24, tensor224) gives
-    # what the general walk gives, for samples that fit and for every way one does not.
+    # Layout.flatten's fast path for a tuple, list or dict of fixed leaves (issue 24, tensor224)
+    # gives what the general walk gives, for samples that fit and for every way one does not.
     from stoker import _collate
     base = torch.arange(24.).view(4, 6)
     first = (base[1], torch.tensor(3), 7, 2.5, True, np.float32(1.5), np.zeros(2, np.int16))
@@ -224,12 +228,19 @@ def test_flat_fast_path_matches_the_walk():
                 (base[1], torch.tensor(3.0)) + first[2:], first[:2] + (1 << 70,) + first[3:],
                 first[:3] + ("x",) + first[4:], first[:6] + (np.zeros(3, np.int16),),
                 first[:-1], first + (1,)]
-    for make in (tuple, list):
+    d = _as_dict(first)
+    reordered = dict(reversed(list(d.items())))
+    renamed = dict(d, k9=d["k0"])
+    del renamed["k0"]
+    for make in (tuple, list, _as_dict):
         layout = _collate.Layout(make(first))
         assert layout._flat is not None
         walk = _collate.Layout(make(first))
         walk._flat = None
-        for sample in [make(v) for v in variants] + [list(first) if make is tuple else first]:
+        others = [list(first) if make is tuple else first]
+        if make is _as_dict:  # keys in another order, another key, another mapping type
+            others += [reordered, renamed, collections.OrderedDict(d)]
+        for sample in [make(v) for v in variants] + others:
             for pointers in (True, False):
                 a, b = layout.flatten(sample, pointers), walk.flatten(sample, pointers)
                 assert a[1] == b[1] and a[3] == b[3]
@@ -246,7 +257,8 @@ def test_flat_fast_path_matches_the_walk():
                     else:
                         assert bytes(memoryview(x).cast("B")) == bytes(memoryview(y).cast("B"))
     assert _collate.Layout(((base[1], 7), 2))._flat is None
-    assert _collate.Layout({"a": 1})._flat is None
+    assert _collate.Layout({"a": (1, 2)})._flat is None
+    assert _collate.Layout(collections.OrderedDict(a=1))._flat is None
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
@@ -500,6 +512,40 @@ def test_exception_in_getitem_names_sample_and_traceback(executor):
     vals = [int(v) for b in skip for v in b]
     assert len(vals) == 20 and 9 not in vals and vals.count(10) == 2
     assert skip.stats()["skipped"] == 1
+
+
+class FailsLate(Dataset):
+    """(tensor, int) samples, the fast plan's kind, one failing well after each thread's first."""
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        if i == 30:
+            raise ValueError(f"bad sample {i}")  # the line the traceback must show
+        return torch.full((3,), float(i)), i
+
+
+def test_worker_threads_call_getitem_themselves():
+    # After a thread's first sample (the runner's: get_worker_info, worker_init_fn), the thread
+    # calls __getitem__ from C and writes the leaves by the layout's plan (ThreadExec.set_fast):
+    # the same batches, the time counted, and an exception named as the runner names it.
+    loader = stoker.Loader(FailsLate(), batch_size=4, num_workers=1, executor="thread")
+    it = iter(loader)
+    got = []
+    with pytest.raises(ValueError) as e:
+        while True:
+            x, y = next(it)
+            assert torch.equal(x[:, 0], y.float())
+            got += y.tolist()
+    msg = str(e.value)
+    assert "stoker worker thread 0 while loading sample 30 (epoch 0)" in msg
+    assert "bad sample 30" in msg and "raise ValueError" in msg
+    assert got == list(range(28))
+    assert [int(v) for _, y in it for v in y] == list(range(32, 40))
+    fast, ns = loader._thread_exec.fast_counts()
+    st = loader.stats()
+    assert 30 <= fast < st["python_samples"] and st["python_s"] >= ns / 1e9 > 0
+    loader.close()
 
 
 class CollectsOnce(Dataset):

@@ -530,7 +530,7 @@ PyMODINIT_FUNC PyInit__core(void)
                              &StkBatch_Type,      &StkTensor_Type,   &StkTransform_Type,
                              &StkThreadExec_Type, &StkGilMeter_Type, &StkProcPool_Type,
                              &StkWorkerPipe_Type};
-    if (stkpy_ticketloop_names() < 0)
+    if (stkpy_plan_names() < 0)
         return NULL;
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
         if (PyType_Ready(types[i]) < 0)

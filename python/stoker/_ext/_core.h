@@ -14,6 +14,7 @@
  * _procpool.c   a Python Dataset's __getitem__ in worker processes writing the shared ring
  * _ticketloop.c  a worker process's end of its socket: tickets answered without Python between
  *                samples (_procwire.h: the wire format both speak)
+ * _leafput.c    a sample's fixed leaves into its rows by a plan, without Python (both executors)
  * _tokens.c     token corpora: tokens_open, tokens_mix, tokens_info (stoker/tokens.py)
  * _cli.c        cli_main(argv): the `stoker` command line in this process (python -m stoker)
  *
@@ -163,10 +164,37 @@ int stkpy_help_run(PyObject *exec, stk_loader *L, uint32_t *ran);
 extern PyTypeObject StkThreadExec_Type;
 extern PyTypeObject StkGilMeter_Type;
 extern PyTypeObject StkProcPool_Type;
-/* _ticketloop.c: a worker process's end of its socket; the attribute names it looks up, made
- * once by the module's init (0, or -1 with an exception). */
+/* _ticketloop.c: a worker process's end of its socket. */
 extern PyTypeObject StkWorkerPipe_Type;
-int stkpy_ticketloop_names(void);
+
+/* _leafput.c: a sample's fixed leaves written by _collate.Layout.fast_plan()'s plan. A leaf's
+ * kind (the plan's first item): a tensor written from its memory, an int or float from its
+ * value, another fixed kind through _collate._leaf_bytes. */
+enum { STKPY_FAST_TENSOR = 1, STKPY_FAST_INT = 2, STKPY_FAST_FLOAT = 3, STKPY_FAST_OTHER = 4 };
+typedef struct {
+    int kind;
+    size_t nbytes;
+    PyTypeObject *type;              /* the leaf's exact type */
+    PyObject *leaf, *tdtype, *shape; /* (borrowed from the plan) */
+} stkpy_plan_leaf;
+typedef struct {
+    PyObject *owner;                /* the plan tuple (NULL: no plan; every sample is Python's) */
+    PyTypeObject *type;             /* the sample's container type */
+    PyObject *keys;                 /* a dict's keys in order, or NULL (a tuple or list) */
+    PyObject *strided, *leaf_bytes; /* torch.strided, _collate._leaf_bytes */
+    size_t n;
+    stkpy_plan_leaf leaf[STK_MAX_FIELDS];
+} stkpy_plan;
+/* Leaf i's n bytes from src into the sample's row: false when they cannot go (the caller's
+ * Python path then takes the sample whole). */
+typedef bool (*stkpy_put_fn)(void *ctx, size_t i, const void *src, size_t n);
+/* plan (a fast_plan() tuple, or None) -> *out, holding a reference: 0, or -1 with an exception. */
+int stkpy_plan_parse(PyObject *plan, stkpy_plan *out);
+void stkpy_plan_clear(stkpy_plan *pl);
+/* Every leaf of `sample` through put(ctx, ...), when the sample fits the plan (GIL held). */
+bool stkpy_plan_put(const stkpy_plan *pl, PyObject *sample, stkpy_put_fn put, void *ctx);
+/* The attribute names it looks up, made once by the module's init (0, or -1 with an exception). */
+int stkpy_plan_names(void);
 /* The ProcPool side of stkpy_exec_setup, and the sample seed (module function). */
 int stkpy_procpool_setup(PyObject *pool, stk_loader_opts *o);
 

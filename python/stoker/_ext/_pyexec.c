@@ -11,6 +11,13 @@
  * (the buffers stay referenced, so their memory stays put), so large samples are copied in
  * parallel. The last output field is the row's (key, mask) int64 pair.
  *
+ * That runner call is a thread's first sample (it sets get_worker_info() and runs
+ * worker_init_fn) and the probe's samples. After it the thread calls __getitem__ itself
+ * (set_fast) and writes the leaves by the layout's plan (_leafput.c), with no Python frame of
+ * stoker's: the runner's frames, its flatten and the (tensor, address) pairs cost 1.8 us a sample,
+ * more than a small __getitem__ itself. The runner's _flatten takes a sample the plan does not
+ * fit, and its failed() an exception, which the consumer raises as the runner's own would be.
+ *
  * GilMeter(): start() (on the probed thread) starts a thread that repeatedly drops the GIL,
  * pauses and takes it again; lap() and stop() return (held_cpu_ns, free_cpu_ns) since start()
  * or the last lap: the probed thread's CPU time over the cycles whose take had to wait (it held
@@ -132,7 +139,17 @@ typedef struct {
     stk_field fields[STK_MAX_FIELDS];
     size_t n_fields;
     struct stkpy_tstates ts; /* the loader threads' Python states */
+    /* the fast path (set_fast): __getitem__ called from here, its leaves written by the plan */
+    PyObject *getitem, *flatten, *failed;
+    stkpy_plan plan;
+    bool kept_done;        /* the runner's `kept` (the probe's samples) is None for good */
+    uint64_t fast_samples; /* samples the fast path loaded, and their __getitem__ time (GIL) */
+    uint64_t fast_ns;
 } ThreadExecObject;
+
+static PyObject *s_kept;
+static _Thread_local ThreadExecObject *tl_fast; /* the runner ran on this thread: the fast path
+                                                   may (get_worker_info and worker_init_fn set) */
 
 /* Copy the runner's buffers into the rows (GIL held on entry and exit). */
 static stk_status copy_rows(PyObject *bufs, stk_tensor *out, size_t n_fixed, char *err,
@@ -198,27 +215,13 @@ done:
     return rc;
 }
 
-/* The runner's call for one sample and the copy of its rows (GIL held). `here`: on the
- * consumer's thread (stk_loader_help), where an exception that is not an Exception (Ctrl-C's
- * KeyboardInterrupt) stays set for the caller and returns STK_ECANCELED: the sample is not
- * failed, it runs again at the next call. */
-static stk_status call_runner(ThreadExecObject *x, const stk_sample_info *info, stk_tensor *out,
-                              size_t n_out, char *err, size_t err_size, bool here)
+/* The rows of a runner's answer (bufs, key, mask), which it takes (GIL held). */
+static stk_status put_answer(PyObject *res, stk_tensor *out, size_t n_out, char *err,
+                             size_t err_size)
 {
     stk_status rc = STK_OK;
-    PyObject *res = PyObject_CallFunction(x->runner, "KKKII", (unsigned long long)info->index,
-                                          (unsigned long long)info->epoch,
-                                          (unsigned long long)info->seed, info->worker, info->row);
     PyObject *bufs;
     unsigned long long key, mask;
-    if (!res && here && !PyErr_ExceptionMatches(PyExc_Exception)) {
-        snprintf(err, err_size, "interrupted");
-        return STK_ECANCELED;
-    }
-    if (!res) {
-        stkpy_exception_text(NULL, err, err_size);
-        return STK_EFORMAT; /* this record's failure: on_error="skip" skips it */
-    }
     if (!PyArg_ParseTuple(res, "O!KK", &PyList_Type, &bufs, &key, &mask) ||
         (size_t)PyList_GET_SIZE(bufs) + 1 != n_out) {
         if (PyErr_Occurred())
@@ -238,6 +241,118 @@ done:
     return rc;
 }
 
+/* The runner's call for one sample and the copy of its rows (GIL held). `here`: on the
+ * consumer's thread (stk_loader_help), where an exception that is not an Exception (Ctrl-C's
+ * KeyboardInterrupt) stays set for the caller and returns STK_ECANCELED: the sample is not
+ * failed, it runs again at the next call. */
+static stk_status call_runner(ThreadExecObject *x, const stk_sample_info *info, stk_tensor *out,
+                              size_t n_out, char *err, size_t err_size, bool here)
+{
+    PyObject *res = PyObject_CallFunction(x->runner, "KKKII", (unsigned long long)info->index,
+                                          (unsigned long long)info->epoch,
+                                          (unsigned long long)info->seed, info->worker, info->row);
+    if (!res && here && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        snprintf(err, err_size, "interrupted");
+        return STK_ECANCELED;
+    }
+    if (!res) {
+        stkpy_exception_text(NULL, err, err_size);
+        return STK_EFORMAT; /* this record's failure: on_error="skip" skips it */
+    }
+    return put_answer(res, out, n_out, err, err_size);
+}
+
+/* ---- the fast path: no Python frame of stoker's between samples ---- */
+
+/* stkpy_put_fn: leaf i into its row of the slot (a large one with the GIL let go: the sample
+ * holds its memory meanwhile) */
+static bool put_row(void *ctx, size_t i, const void *src, size_t n)
+{
+    stk_tensor *out = ctx;
+    if (out[i].size != n)
+        return false;
+    if (n > COPY_NOGIL) {
+        Py_BEGIN_ALLOW_THREADS
+        memcpy(out[i].data, src, n);
+        Py_END_ALLOW_THREADS
+    } else if (n) {
+        memcpy(out[i].data, src, n);
+    }
+    return true;
+}
+
+/* Whether this sample may take the fast path: the runner ran on this thread before (its first
+ * call sets get_worker_info() and runs worker_init_fn; a thread whose worker_init_fn failed
+ * never gets here), and the probe did not load the sample already (the runner hands those out
+ * in epoch 0). */
+static bool fast_allowed(ThreadExecObject *x, const stk_sample_info *info)
+{
+    if (!x->getitem || tl_fast != x)
+        return false;
+    if (x->kept_done)
+        return true;
+    PyObject *k = PyObject_GetAttr(x->runner, s_kept);
+    bool ok = false;
+    if (!k) {
+        PyErr_Clear();
+    } else if (k == Py_None) {
+        ok = x->kept_done = true;
+    } else if (info->epoch == 0 &&
+               PyDict_CheckExact(k)) { /* (a later epoch: the runner drops it) */
+        PyObject *i = PyLong_FromUnsignedLongLong(info->index);
+        ok = i && PyDict_Contains(k, i) == 0;
+        Py_XDECREF(i);
+        if (PyErr_Occurred())
+            PyErr_Clear();
+    }
+    Py_XDECREF(k);
+    return ok;
+}
+
+/* __getitem__ called here and its leaves written by the plan; a sample the plan does not fit goes
+ * through the runner's _flatten, an exception to the runner's failed() (the consumer's error
+ * names the sample and the thread, as the runner's own call would) (GIL held). */
+static stk_status fast_call(ThreadExecObject *x, const stk_sample_info *info, stk_tensor *out,
+                            size_t n_out, char *err, size_t err_size)
+{
+    uint64_t t0 = now_ns();
+    PyObject *i = PyLong_FromUnsignedLongLong(info->index);
+    PyObject *sample = i ? PyObject_CallOneArg(x->getitem, i) : NULL;
+    Py_XDECREF(i);
+    x->fast_ns += now_ns() - t0;
+    x->fast_samples++;
+    if (!sample) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        if (tb && ev)
+            PyException_SetTraceback(ev, tb);
+        PyObject *r = PyObject_CallFunction(
+            x->failed, "KKI(OOO)", (unsigned long long)info->index, (unsigned long long)info->epoch,
+            info->worker, et ? et : Py_None, ev ? ev : Py_None, tb ? tb : Py_None);
+        if (r)
+            Py_DECREF(r);
+        else
+            PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+        stkpy_exception_text(NULL, err, err_size);
+        return STK_EFORMAT;
+    }
+    if (x->plan.n + 1 == n_out && stkpy_plan_put(&x->plan, sample, put_row, out)) {
+        Py_DECREF(sample);
+        int64_t *km = out[n_out - 1].data;
+        km[0] = km[1] = 0;
+        return STK_OK;
+    }
+    PyObject *res = PyObject_CallOneArg(x->flatten, sample);
+    Py_DECREF(sample);
+    if (!res) {
+        stkpy_exception_text("the thread executor's _flatten", err, err_size);
+        return STK_EFORMAT;
+    }
+    return put_answer(res, out, n_out, err, err_size);
+}
+
 static stk_status thread_call(void *ctx, const stk_sample_info *info, const stk_tensor *in,
                               size_t n_in, stk_tensor *out, size_t n_out, char *err,
                               size_t err_size)
@@ -250,7 +365,14 @@ static stk_status thread_call(void *ctx, const stk_sample_info *info, const stk_
         return STK_ECANCELED;
     }
     PyGILState_STATE g = stkpy_gil_take(&x->ts);
-    stk_status rc = call_runner(x, info, out, n_out, err, err_size, false);
+    stk_status rc;
+    if (fast_allowed(x, info)) {
+        rc = fast_call(x, info, out, n_out, err, err_size);
+    } else {
+        rc = call_runner(x, info, out, n_out, err, err_size, false);
+        if (rc == STK_OK)
+            tl_fast = x;
+    }
     stkpy_gil_drop(g);
     return rc;
 }
@@ -307,8 +429,52 @@ static void ThreadExec_dealloc(ThreadExecObject *self)
     /* the loaders using it were destroyed (their threads joined) before they let it go */
     stkpy_tstates_free(&self->ts);
     Py_CLEAR(self->runner);
+    Py_CLEAR(self->getitem);
+    Py_CLEAR(self->flatten);
+    Py_CLEAR(self->failed);
+    stkpy_plan_clear(&self->plan);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+/* set_fast(getitem, plan, flatten, failed): before the loader starts (its threads read these
+ * without a lock) */
+static PyObject *ThreadExec_set_fast(ThreadExecObject *self, PyObject *args)
+{
+    PyObject *getitem, *plan, *flatten, *failed;
+    if (!PyArg_ParseTuple(args, "OOOO:set_fast", &getitem, &plan, &flatten, &failed))
+        return NULL;
+    if (!PyCallable_Check(getitem) || !PyCallable_Check(flatten) || !PyCallable_Check(failed))
+        return stkpy_invalid("ThreadExec.set_fast: getitem, flatten and failed are callables");
+    if (!s_kept && !(s_kept = PyUnicode_InternFromString("kept")))
+        return NULL;
+    stkpy_plan pl;
+    if (stkpy_plan_parse(plan, &pl) < 0)
+        return NULL;
+    stkpy_plan_clear(&self->plan);
+    self->plan = pl;
+    Py_XSETREF(self->getitem, Py_NewRef(getitem));
+    Py_XSETREF(self->flatten, Py_NewRef(flatten));
+    Py_XSETREF(self->failed, Py_NewRef(failed));
+    Py_RETURN_NONE;
+}
+
+static PyObject *ThreadExec_fast_counts(ThreadExecObject *self, PyObject *noargs)
+{
+    (void)noargs;
+    return Py_BuildValue("KK", (unsigned long long)self->fast_samples,
+                         (unsigned long long)self->fast_ns);
+}
+
+static PyMethodDef ThreadExec_methods[] = {
+    {"set_fast", (PyCFunction)ThreadExec_set_fast, METH_VARARGS,
+     "set_fast(getitem, plan, flatten, failed): the worker threads call getitem themselves and "
+     "write the leaves by plan (Layout.fast_plan(), or None), once the runner ran on the thread "
+     "and the probe's samples are out; flatten(sample) -> (bufs, key, mask) takes a sample the "
+     "plan does not fit, failed(index, epoch, worker, exc_info) hears of an exception."},
+    {"fast_counts", (PyCFunction)ThreadExec_fast_counts, METH_NOARGS,
+     "fast_counts() -> (samples, ns): the samples the fast path loaded and their __getitem__ "
+     "time."},
+    {NULL, NULL, 0, NULL}};
 
 PyTypeObject StkThreadExec_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "stoker._core.ThreadExec",
@@ -319,6 +485,7 @@ PyTypeObject StkThreadExec_Type = {
               "threads (Loader(executor=...)); runner(index, epoch, seed, worker, row) -> (bufs, "
               "key, mask).",
     .tp_new = ThreadExec_new,
+    .tp_methods = ThreadExec_methods,
 };
 
 int stkpy_exec_setup(PyObject *exec, stk_loader_opts *o)

@@ -11,7 +11,8 @@
  * for take_fds() (OP_ARENA's ring). run() takes tickets from the buffer and, for each, seeds (the
  * SeedWatch's before()), calls __getitem__, asks the watch whether the call drew from a generator
  * it watched, writes each fixed leaf with pwrite() straight from the tensor's memory (its
- * data_ptr) or from the number's value, writes the seed into the row's object key, and holds the
+ * data_ptr) or from the number's value (the plan's, _leafput.c), writes the seed into the row's
+ * object key, and holds the
  * 32-byte reply back while more tickets wait (at most HELD_MAX; _procpool.py's _Held before). It
  * returns to Python for anything else, which Python answers as before:
  *
@@ -39,8 +40,6 @@
 #include <unistd.h>
 
 enum { RUN_OP = 0, RUN_TICKET = 1, RUN_SAMPLE = 2, RUN_AGAIN = 3 };
-/* a fast leaf's kind (the plan's first item; _procpool.py fast_plan) */
-enum { FAST_TENSOR = 1, FAST_INT = 2, FAST_FLOAT = 3, FAST_OTHER = 4 };
 #define HELD_MAX 16
 #define MAX_FDS 16
 #define MAX_OFFS 1024
@@ -59,10 +58,8 @@ typedef struct {
     bool call_failed;        /* run() raised __getitem__'s exception */
     PyObject *last;          /* that ticket: (op, index, epoch, seed, offs, stamp, py_ns, cpu_ns) */
     uint64_t offs[MAX_OFFS]; /* the current ticket's offsets */
+    stkpy_plan plan;         /* run()'s plan, parsed (_leafput.c) */
 } WorkerPipe;
-
-static PyObject *s_dtype, *s_shape, *s_is_cpu, *s_requires_grad, *s_layout, *s_is_contiguous,
-    *s_data_ptr;
 
 static uint64_t clock_ns(clockid_t id)
 {
@@ -262,145 +259,11 @@ static bool put(WorkerPipe *p, const void *src, size_t n, uint64_t off)
     return true;
 }
 
-static bool attr_is(PyObject *x, PyObject *name, PyObject *want)
+/* stkpy_put_fn: leaf i at the current ticket's offset i */
+static bool put_at(void *ctx, size_t i, const void *src, size_t n)
 {
-    PyObject *v = PyObject_GetAttr(x, name);
-    if (!v) {
-        PyErr_Clear();
-        return false;
-    }
-    bool same = v == want;
-    Py_DECREF(v);
-    return same;
-}
-
-/* A torch tensor leaf: its leaf's dtype and shape, on the CPU, strided, no grad, contiguous;
- * written from its memory. false: the slow path (Python) decides. */
-static bool put_tensor(WorkerPipe *p, PyObject *x, PyObject *leaf, PyObject *strided, size_t nbytes,
-                       uint64_t off)
-{
-    PyObject *tdtype = PyTuple_GET_ITEM(leaf, 3), *shape = PyTuple_GET_ITEM(leaf, 4);
-    if (!attr_is(x, s_dtype, tdtype) || !attr_is(x, s_is_cpu, Py_True) ||
-        !attr_is(x, s_requires_grad, Py_False) || !attr_is(x, s_layout, strided))
-        return false;
-    PyObject *sh = PyObject_GetAttr(x, s_shape);
-    int eq = sh ? PyObject_RichCompareBool(sh, shape, Py_EQ) : -1;
-    Py_XDECREF(sh);
-    if (eq != 1) {
-        PyErr_Clear();
-        return false;
-    }
-    PyObject *c = PyObject_CallMethodNoArgs(x, s_is_contiguous);
-    bool contiguous = c == Py_True;
-    Py_XDECREF(c);
-    if (!contiguous) {
-        PyErr_Clear();
-        return false;
-    }
-    PyObject *ptr = PyObject_CallMethodNoArgs(x, s_data_ptr);
-    void *addr = ptr ? PyLong_AsVoidPtr(ptr) : NULL;
-    Py_XDECREF(ptr);
-    if (!addr) {
-        PyErr_Clear();
-        return false;
-    }
-    return put(p, addr, nbytes, off);
-}
-
-static bool put_leaf(WorkerPipe *p, PyObject *x, PyObject *leaf, PyObject *strided,
-                     PyObject *leaf_bytes, uint64_t off)
-{
-    long kind = PyLong_AsLong(PyTuple_GET_ITEM(leaf, 0));
-    PyObject *type = PyTuple_GET_ITEM(leaf, 2);
-    size_t nbytes = PyLong_AsSize_t(PyTuple_GET_ITEM(leaf, 5));
-    if ((PyObject *)Py_TYPE(x) != type)
-        return false;
-    if (kind == FAST_TENSOR)
-        return put_tensor(p, x, leaf, strided, nbytes, off);
-    if (kind == FAST_INT || kind == FAST_FLOAT) {
-        uint8_t b[8];
-        if (kind == FAST_INT) {
-            int overflow = 0;
-            long long v = PyLong_AsLongLongAndOverflow(x, &overflow);
-            if (overflow || (v == -1 && PyErr_Occurred())) {
-                PyErr_Clear();
-                return false;
-            }
-            memcpy(b, &v, 8);
-        } else {
-            double v = PyFloat_AS_DOUBLE(x);
-            memcpy(b, &v, 8);
-        }
-        return nbytes == 8 && put(p, b, 8, off);
-    }
-    /* another fixed kind (an ndarray, a NumPy scalar, a bool): _collate._leaf_bytes */
-    PyObject *buf = PyObject_CallFunctionObjArgs(leaf_bytes, PyTuple_GET_ITEM(leaf, 1), x, NULL);
-    if (!buf || buf == Py_None) {
-        PyErr_Clear();
-        Py_XDECREF(buf);
-        return false;
-    }
-    Py_buffer view;
-    bool ok = false;
-    if (PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS) == 0) {
-        ok = (size_t)view.len == nbytes && put(p, view.buf, nbytes, off);
-        PyBuffer_Release(&view);
-    } else {
-        PyErr_Clear();
-    }
-    Py_DECREF(buf);
-    return ok;
-}
-
-/* A dict sample: its keys the plan's, in the plan's order (as _collate's walk asks), each value
- * written as its leaf. */
-static bool put_dict(WorkerPipe *p, PyObject *sample, PyObject *plan)
-{
-    PyObject *leaves = PyTuple_GET_ITEM(plan, 1), *keys = PyTuple_GET_ITEM(plan, 4);
-    Py_ssize_t n = PyTuple_GET_SIZE(leaves), pos = 0, i = 0;
-    if (PyDict_GET_SIZE(sample) != n || PyTuple_GET_SIZE(keys) != n)
-        return false;
-    PyObject *k, *v;
-    bool ok = true;
-    while (ok && PyDict_Next(sample, &pos, &k, &v)) {
-        if (i >= n)
-            return false;
-        Py_INCREF(k);
-        Py_INCREF(v);
-        PyObject *want = PyTuple_GET_ITEM(keys, i);
-        int eq = k == want ? 1 : PyObject_RichCompareBool(k, want, Py_EQ);
-        if (eq < 0)
-            PyErr_Clear();
-        ok = eq == 1 && put_leaf(p, v, PyTuple_GET_ITEM(leaves, i), PyTuple_GET_ITEM(plan, 2),
-                                 PyTuple_GET_ITEM(plan, 3), p->offs[i]);
-        Py_DECREF(k);
-        Py_DECREF(v);
-        i++;
-    }
-    return ok && i == n;
-}
-
-/* The whole sample by the fast plan (container type, (leaf, ...), strided, leaf_bytes, keys):
- * true when every leaf was written. */
-static bool put_sample(WorkerPipe *p, PyObject *sample, PyObject *plan, size_t n_offs)
-{
-    PyObject *leaves = PyTuple_GET_ITEM(plan, 1);
-    Py_ssize_t n = PyTuple_GET_SIZE(leaves);
-    if ((PyObject *)Py_TYPE(sample) != PyTuple_GET_ITEM(plan, 0) || (size_t)n != n_offs)
-        return false;
-    if (PyTuple_GET_ITEM(plan, 4) != Py_None)
-        return PyDict_CheckExact(sample) && put_dict(p, sample, plan);
-    PyObject *seq = PySequence_Fast(sample, "");
-    if (!seq) {
-        PyErr_Clear();
-        return false;
-    }
-    bool ok = PySequence_Fast_GET_SIZE(seq) == n;
-    for (Py_ssize_t i = 0; ok && i < n; i++)
-        ok = put_leaf(p, PySequence_Fast_GET_ITEM(seq, i), PyTuple_GET_ITEM(leaves, i),
-                      PyTuple_GET_ITEM(plan, 2), PyTuple_GET_ITEM(plan, 3), p->offs[i]);
-    Py_DECREF(seq);
-    return ok;
+    WorkerPipe *p = ctx;
+    return put(p, src, n, p->offs[i]);
 }
 
 /* ---- the methods ---- */
@@ -442,12 +305,11 @@ static PyObject *pipe_run(WorkerPipe *p, PyObject *args)
     PyObject *getitem, *plan, *before, *drew;
     if (!PyArg_ParseTuple(args, "OOOO", &getitem, &plan, &before, &drew))
         return NULL;
-    if (plan != Py_None &&
-        (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) != 5 ||
-         !PyTuple_Check(PyTuple_GET_ITEM(plan, 1)) ||
-         (PyTuple_GET_ITEM(plan, 4) != Py_None && !PyTuple_Check(PyTuple_GET_ITEM(plan, 4)))))
-        return stkpy_invalid("WorkerPipe.run: a plan is (type, leaves, strided, leaf_bytes, "
-                             "keys)");
+    if (plan != (p->plan.owner ? p->plan.owner : Py_None)) {
+        stkpy_plan_clear(&p->plan);
+        if (stkpy_plan_parse(plan, &p->plan) < 0)
+            return NULL;
+    }
     p->call_failed = false;
     for (;;) {
         if (PyErr_CheckSignals() < 0)
@@ -541,7 +403,7 @@ static PyObject *pipe_run(WorkerPipe *p, PyObject *args)
             if (t)
                 kind = RUN_AGAIN;
         }
-        if (kind < 0 && plan != Py_None && put_sample(p, sample, plan, n_offs) &&
+        if (kind < 0 && p->plan.n == n_offs && stkpy_plan_put(&p->plan, sample, put_at, p) &&
             (!held || put(p, &seed, 8, stamp))) {
             Py_DECREF(sample);
             reply_hdr rep = {ST_OK, 0, py_ns, 0, cpu_ns};
@@ -678,6 +540,7 @@ static void pipe_dealloc(WorkerPipe *p)
     PyMem_Free(p->in);
     PyMem_Free(p->held);
     Py_XDECREF(p->last);
+    stkpy_plan_clear(&p->plan);
     Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
@@ -715,18 +578,3 @@ PyTypeObject StkWorkerPipe_Type = {
     .tp_dealloc = (destructor)pipe_dealloc,
     .tp_methods = pipe_methods,
 };
-
-int stkpy_ticketloop_names(void)
-{
-    struct {
-        PyObject **s;
-        const char *name;
-    } names[] = {{&s_dtype, "dtype"},      {&s_shape, "shape"},
-                 {&s_is_cpu, "is_cpu"},    {&s_requires_grad, "requires_grad"},
-                 {&s_layout, "layout"},    {&s_is_contiguous, "is_contiguous"},
-                 {&s_data_ptr, "data_ptr"}};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (!*names[i].s && !(*names[i].s = PyUnicode_InternFromString(names[i].name)))
-            return -1;
-    return 0;
-}
