@@ -4,7 +4,8 @@ stoker.Loader, side by side.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tutorials.py [--data /tmp/cifar] \
         [--workers 0,1,2,4,8] [--epochs 3] [--stoker-workers 2] \
-        [--dataset cifar10|cifar100|mnist|fashionmnist|tensors20|tensors784] [--own]
+        [--dataset cifar10|cifar100|mnist|fashionmnist|tensors20|tensors784] [--own] \
+        [--fetch sample|batch]
 
 The scripts every tutorial teaches first. CIFAR10 (PyTorch's tutorial, pytorch-cifar):
 torchvision.datasets.CIFAR10 with the training transform (RandomCrop(32, padding=4),
@@ -22,6 +23,10 @@ CIFAR's download is turned off.
 With --own the dataset is a subclass whose __getitem__ calls the base class's, as a user's
 own class is written: stoker cannot read it natively, and its __getitem__ runs in Python (for
 these datasets, in stoker's worker processes).
+
+With --fetch batch (tensors20 / tensors784) both loaders get batch_size=None and a
+BatchSampler as the sampler (RandomSampler for training, SequentialSampler for the test set):
+__getitem__ gets each batch's list of indices, the usual way to make tiny samples fast.
 
 Each configuration runs in its own process, one after the other, and prints one JSON line: the
 time to build both loaders, the first epoch's training and test samples/s, the later epochs',
@@ -47,7 +52,7 @@ from torch.utils.data import DataLoader
 import stoker
 cifar.check_integrity = lambda *a, **k: True   # random pixels, not the download's checksums
 
-root, which, workers, epochs, kind, own = sys.argv[1:7]
+root, which, workers, epochs, kind, own, fetch = sys.argv[1:8]
 workers, epochs, own = int(workers), int(epochs), own == "1"
 Loader = DataLoader if which == "DataLoader" else stoker.Loader   # the one name that changes
 
@@ -89,8 +94,15 @@ else:
 trainset = Dataset(root, train=True, download=False, transform=train_tf)
 testset = Dataset(root, train=False, download=False, transform=test_tf)
 t0 = time.perf_counter()
-trainloader = Loader(trainset, batch_size=batches[0], shuffle=True, num_workers=workers)
-testloader = Loader(testset, batch_size=batches[1], shuffle=False, num_workers=workers)
+if fetch == "batch":  # __getitem__ takes each batch's list of indices (batch_size=None)
+    S = torch.utils.data
+    trainloader = Loader(trainset, batch_size=None, num_workers=workers, sampler=S.BatchSampler(
+        S.RandomSampler(trainset), batches[0], drop_last=False))
+    testloader = Loader(testset, batch_size=None, num_workers=workers, sampler=S.BatchSampler(
+        S.SequentialSampler(testset), batches[1], drop_last=False))
+else:
+    trainloader = Loader(trainset, batch_size=batches[0], shuffle=True, num_workers=workers)
+    testloader = Loader(testset, batch_size=batches[1], shuffle=False, num_workers=workers)
 built = time.perf_counter() - t0
 rates = []
 for epoch in range(epochs):
@@ -106,7 +118,8 @@ for epoch in range(epochs):
 later = rates[1:] or rates
 executor = trainloader.info()["executor"] if hasattr(trainloader, "info") else "-"
 print(json.dumps({"loader": which, "executor": executor, "workers": workers,
-                  "dataset": kind + (" (own class)" if own else ""),
+                  "dataset": kind + (" (own class)" if own else "") +
+                  (" (batch fetch)" if fetch == "batch" else ""),
                   "epochs": epochs, "build_s": round(built, 3),
                   "train_first": round(rates[0][0]), "test_first": round(rates[0][1]),
                   "train_later": round(sum(r[0] for r in later) / len(later)),
@@ -159,7 +172,8 @@ def make_data(root, kind):
 
 def run(args, which, workers):
     out = subprocess.run([sys.executable, "-c", LOOP, args.data, which, str(workers),
-                          str(args.epochs), args.dataset, "1" if args.own else "0"],
+                          str(args.epochs), args.dataset, "1" if args.own else "0",
+                          args.fetch],
                          capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         sys.exit(f"{which} at {workers} workers failed:\n{out.stderr[-3000:]}")
@@ -179,7 +193,14 @@ def main():
     ap.add_argument("--own", action="store_true", help="the dataset as a class of the user's "
                     "own: a subclass whose __getitem__ calls the base's (so it runs in Python, "
                     "not read natively)")
+    ap.add_argument("--fetch", choices=("sample", "batch"), default="sample",
+                    help="batch: the tiny-sample idiom, batch_size=None with a BatchSampler as "
+                    "the sampler, so __getitem__ gets each batch's list of indices (tensors* "
+                    "datasets)")
     args = ap.parse_args()
+    if args.fetch == "batch" and not args.dataset.startswith("tensors"):
+        ap.error("--fetch batch: the tensors20 / tensors784 datasets (whose __getitem__ takes "
+                 "a list of indices)")
     make_data(args.data, args.dataset)
     rows = [run(args, "DataLoader", int(w)) for w in args.workers.split(",")]
     mine = run(args, "stoker", args.stoker_workers)

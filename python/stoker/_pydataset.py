@@ -569,10 +569,21 @@ class PyLoader(Loader):
                 ring_batch = 1
                 self._group_sizes = order
         else:
-            picked = _torchcompat.map_sampler(sampler, shuffle, drop_last, generator)
+            picked = _torchcompat.map_sampler(sampler, shuffle, drop_last, generator,
+                                              lists_ok=self._unbatched)
             ring_batch = 1 if self._unbatched else batch_size
             if n != NO_LEN:
                 _torchcompat.check_sampler_size(picked, n)
+            fetch = getattr(picked.get("custom"), "fetch", None)
+            if fetch is not None:  # each of the sampler's lists goes whole to __getitem__
+                if executor == "process":
+                    raise _core.StokerInvalidError(
+                        f"executor='process' with batch_size=None and a sampler that yields lists "
+                        f"of indices ({type(sampler).__name__}): {_pyworker.name(ds)} fetches "
+                        f"each list on worker threads (executor='thread' or 'auto')")
+                executor = "thread"
+                fetch.dataset = ds
+                ds, n = fetch, len(fetch)
         shuffle = picked.get("shuffle", bool(shuffle))
         if seed is None:
             seed = picked.get("seed")
@@ -588,7 +599,7 @@ class PyLoader(Loader):
         rank, world_size = _torchcompat.resolve_rank(rank, world_size)
         self._dist_sampler = picked.get("distributed")
         self._order = picked.get("custom")
-        name = _pyworker.name(ds)
+        name = _pyworker.name(self._torch_dataset)
         # ---- executor: server first (fork while single-threaded), then the probe ----
         cores = _core.n_cpus()  # the library's count (stk_n_cpus: the affinity mask)
         spec_ds = as_first_found(ds)  # (the workers' copy: without handles opened here)

@@ -375,13 +375,23 @@ class CustomOrder:
     the user called set_epoch since: then the loader follows the sampler's epoch. Resume is
     exact when the sampler gives the same indices when iterated again for that epoch."""
 
-    def __init__(self, sampler):
+    def __init__(self, sampler, lists_ok=False):
         self.sampler = sampler
         self.ready = None       # the list already given to the C loader for the next pass
         self.seen_epoch = None  # the sampler's epoch after the last sync
+        self.lists_ok = lists_ok  # batch_size=None: the sampler may yield lists (ListFetch)
+        self.fetch = None       # the ListFetch when it does (decided by the first epoch)
 
     def indices(self):
-        return _index_array(iter(self.sampler), f"sampler {type(self.sampler).__name__}")
+        what = f"sampler {type(self.sampler).__name__}"
+        if not self.lists_ok:
+            return _index_array(iter(self.sampler), what)
+        items = list(self.sampler)
+        if self.fetch is None and items and all(_index_list(b) for b in items):
+            self.fetch = ListFetch(len(items), what)
+        if self.fetch is None:
+            return _index_array(items, what)
+        return self.fetch.publish(items)
 
     def _sync_epoch(self, core, epoch):
         """Return the epoch to use: the sampler's if the user moved it, else `epoch`."""
@@ -417,6 +427,54 @@ class CustomOrder:
         if epoch is None:
             self.ready = None  # consumed by this pass: the next one iterates again
         return e
+
+
+def _index_list(x):
+    """Whether a sampler's item is a list of indices (a batch to fetch), not one index."""
+    if isinstance(x, (str, bytes)):
+        return False
+    if isinstance(x, (list, tuple, range)):
+        return True
+    nd = getattr(x, "ndim", None)  # a 1-d numpy array or tensor (a 0-d one is one index)
+    return nd == 1
+
+
+class ListFetch:
+    """batch_size=None with a sampler that yields lists of indices (a BatchSampler, a list of
+    lists): the DataLoader hands each list whole to the dataset's __getitem__, which fetches a
+    batch itself (the fast idiom for tiny samples). Here each list is one sample of the
+    unbatched loader: the epoch's order holds the lists' positions, and this object, the
+    dataset the worker threads call, hands position p's list to `dataset[...]` as the sampler
+    yielded it. Two generations of lists are kept: an epoch's positions are p + n * parity (n
+    the first epoch's list count), so a worker still loading the previous epoch's last batches
+    reads that epoch's lists, and a new epoch's order never equals the previous one (which the
+    C loader would take for the same order and keep the batches it prepared)."""
+
+    def __init__(self, n, what):
+        self.dataset = None  # the user's (PyLoader sets it)
+        self.n, self.what = n, what
+        self.gens = [None, None]
+        self.parity = 1
+
+    def __len__(self):
+        return 2 * self.n
+
+    def __getitem__(self, i):
+        g, p = divmod(i, self.n)
+        return self.dataset[self.gens[g][p]]
+
+    def publish(self, items):
+        """An epoch's lists -> the order's positions for them."""
+        if not items:
+            raise _invalid(f"{self.what} gave no lists: an epoch needs at least one sample")
+        if len(items) > self.n or not all(_index_list(b) for b in items):
+            raise _invalid(f"{self.what} yielded lists of indices in its first epoch "
+                           f"({self.n} of them) and now {len(items)} items, not all lists: "
+                           f"batch_size=None fetches the same number of lists each epoch")
+        self.parity ^= 1
+        self.gens[self.parity] = items
+        np = _np()
+        return np.arange(len(items), dtype=np.uint64) + np.uint64(self.n * self.parity)
 
 
 class DistributedOrder:
@@ -536,13 +594,15 @@ class BatchSamplerOrder(CustomOrder):
         return len(self.sizes)
 
 
-def map_sampler(sampler, shuffle, drop_last, generator):
+def map_sampler(sampler, shuffle, drop_last, generator, lists_ok=False):
     """A torch sampler -> dict(shuffle=, seed= (None: not fixed by the sampler), rank=, world=,
     distributed= (the DistributedSampler, whose set_epoch the loader follows), order= (the C
     loader's order kwargs: indices= or weights=/num_samples=/replacement=), custom= (a
     CustomOrder or DistributedOrder: next_pass() before each pass), split= (the C loader's
     strided=/drop_tail= kwargs), n_records= (the sampler's dataset length, checked against the
-    data: check_sampler_size)); keys absent when the sampler does not say."""
+    data: check_sampler_size)); keys absent when the sampler does not say. lists_ok
+    (batch_size=None): a sampler of another type may yield lists of indices, each fetched whole
+    (the CustomOrder's `fetch`, a ListFetch)."""
     data = _mod("torch.utils.data")
     if sampler is None:
         return {}
@@ -571,7 +631,7 @@ def map_sampler(sampler, shuffle, drop_last, generator):
     if not hasattr(sampler, "__iter__"):
         raise _invalid(f"sampler should be a torch Sampler (or any iterable of indices), not "
                        f"{type(sampler).__name__}")
-    custom = CustomOrder(sampler)
+    custom = CustomOrder(sampler, lists_ok)
     return {"shuffle": False, "order": custom.first(), "custom": custom}
 
 

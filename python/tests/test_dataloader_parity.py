@@ -8,6 +8,7 @@ worker_init_fn seed, the non-batched iterable that keeps ints); the code is this
 The one documented difference: a shuffled order is stoker's permutation of (seed, epoch), not
 the DataLoader's torch.randperm stream, so shuffled runs compare the samples each epoch holds."""
 import collections
+import itertools
 import math
 import warnings
 
@@ -749,15 +750,52 @@ def test_concat_of_different_sample_types_random_split(executor):
     assert_equal_runs(part, executor, batch_size=3, num_workers=2)
 
 
-def test_sampler_yielding_lists_unbatched_is_refused():
-    """batch_size=None with a sampler that yields lists (a dataset that fetches a batch itself):
-    the DataLoader hands each list to __getitem__; stoker's order holds integer indices, so it
-    refuses such a sampler at construction with a ValueError (documented difference)."""
+class TinyRows(Dataset):
+    """The tiny-sample idiom: __getitem__ takes a list of indices and returns the batch."""
+    x = torch.arange(60.).view(30, 2)
+    y = torch.arange(30) % 7
+
+    def __len__(self):
+        return 30
+
+    def __getitem__(self, idx):
+        return self.x[idx], self.y[idx]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_sampler_yielding_lists_unbatched(workers):
+    """batch_size=None with a sampler that yields lists of indices (a dataset that fetches a
+    batch itself): each list goes whole to __getitem__, as the DataLoader hands it, every
+    epoch (ListFetch, on worker threads)."""
     sampler = [[0, 1, 2], [7], [3, 4]]
-    want = list(DataLoader(KeyedByList(), batch_size=None, sampler=sampler))
-    assert [b.tolist() for b in want] == [[0, 10, 20], [70], [30, 40]]
-    with pytest.raises(ValueError, match="integer ind"):
-        stoker.Loader(KeyedByList(), batch_size=None, sampler=sampler, executor="thread")
+    want = [b.tolist() for b in DataLoader(KeyedByList(), batch_size=None, sampler=sampler)]
+    assert want == [[0, 10, 20], [70], [30, 40]]
+    loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=sampler, num_workers=workers)
+    assert len(loader) == 3 and loader.info()["executor"] == "thread"
+    for _ in range(2):
+        assert [b.tolist() for b in loader] == want
+    # a BatchSampler over a RandomSampler: the same batches as the DataLoader's, epoch by epoch
+    # (both iterate the sampler once per epoch), and a resume from the middle of an epoch
+    def batches(seed):
+        g = torch.Generator().manual_seed(seed)
+        return BatchSampler(RandomSampler(TinyRows(), generator=g), 8, drop_last=False)
+    dl = DataLoader(TinyRows(), batch_size=None, sampler=batches(5))
+    st = stoker.Loader(TinyRows(), batch_size=None, sampler=batches(5), num_workers=workers)
+    assert len(st) == len(dl) == 4
+    for _ in range(3):
+        for a, b in itertools.zip_longest(st, dl):
+            same(a, b)
+    st = stoker.Loader(TinyRows(), batch_size=None, sampler=batches(6), num_workers=workers)
+    it = iter(st)
+    first = next(it)[1].tolist()  # (not the batch: it would hold its ring slot)
+    state = st.state_dict()
+    rest = [y.tolist() for _, y in it]
+    again = stoker.Loader(TinyRows(), batch_size=None, sampler=batches(6), num_workers=workers)
+    again.load_state_dict(state)
+    assert [y.tolist() for _, y in again] == rest and len(rest) == 3
+    assert sorted(first + sum(rest, [])) == sorted(TinyRows.y.tolist())
+    with pytest.raises(ValueError, match="worker threads"):
+        stoker.Loader(KeyedByList(), batch_size=None, sampler=sampler, executor="process")
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

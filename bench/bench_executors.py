@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""A short pure-Python __getitem__ on each executor, side by side: what executor="auto" should
+choose (python/stoker/_executor.py's model) and what each executor costs beside __getitem__.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/bench_executors.py [--k 100,300,1000] \
+        [--workers 2] [--epochs 3] [--repeat 1]
+
+The dataset is a loop of k steps of Python arithmetic returning (tensor of 4 floats, int), the
+shape of a tabular or text sample; batch 64, shuffled, 100,000 samples. For each k, each
+configuration runs in a process of its own: stoker.Loader with executor "thread", "process"
+and "auto" at --workers, and the DataLoader at 0 and --workers workers. Each prints the best
+later epoch's samples/s; the first line per k gives __getitem__'s own time (timeit, one thread).
+"""
+import argparse
+import json
+import subprocess
+import sys
+
+CHILD = r"""
+import json, sys, time, timeit
+import torch
+from torch.utils.data import DataLoader, Dataset
+import stoker
+
+
+class Short(Dataset):
+    def __init__(self, k):
+        self.k = k
+
+    def __len__(self):
+        return 100000
+
+    def __getitem__(self, i):
+        s = 0
+        for j in range(self.k):
+            s += j * i
+        return torch.tensor([float(s % 1000)] * 4), i % 10
+
+
+k, which, workers, epochs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+ds = Short(k)
+if which == "time":
+    n = 20000
+    print(json.dumps({"getitem_us": timeit.timeit(lambda: ds[12345], number=n) / n * 1e6}))
+    sys.exit()
+if which == "DataLoader":
+    loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=workers)
+else:
+    loader = stoker.Loader(ds, batch_size=64, shuffle=True, num_workers=workers, executor=which)
+best = 0
+for e in range(epochs):
+    t = time.perf_counter()
+    n = sum(len(y) for _, y in loader)
+    if e:
+        best = max(best, n / (time.perf_counter() - t))
+chose = loader.info()["executor"] if hasattr(loader, "info") else "-"
+print(json.dumps({"rate": round(best), "chose": chose}))
+"""
+
+
+def child(*args):
+    out = subprocess.run([sys.executable, "-c", CHILD] + [str(a) for a in args],
+                         capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        sys.exit(f"{args} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--k", default="100,300,1000", help="steps of the loop, comma-separated")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=3, help="epochs per run (the first is left out)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each configuration, in turn")
+    args = ap.parse_args()
+    w = args.workers
+    configs = [("thread", w), ("process", w), ("auto", w), ("DataLoader", 0), ("DataLoader", w)]
+    print(f"| __getitem__ | thread x{w} | process x{w} | auto x{w} (chose) | DataLoader 0 | "
+          f"DataLoader {w} |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for k in (int(v) for v in args.k.split(",")):
+        us = child(k, "time", 0, 1)["getitem_us"]
+        got = {c: [] for c in configs}
+        for _ in range(args.repeat):
+            for c in configs:
+                got[c].append(child(k, c[0], c[1], args.epochs))
+        cells = []
+        for c in configs:
+            rates = "-".join(str(r["rate"]) for r in got[c]) + "/s"
+            cells.append(rates + (f" ({got[c][0]['chose']})" if c[0] == "auto" else ""))
+        print(f"| {us:.1f} us (k={k}) | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
