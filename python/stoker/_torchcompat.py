@@ -461,7 +461,18 @@ class ListFetch:
 
     def __getitem__(self, i):
         g, p = divmod(i, self.n)
-        return self.dataset[self.gens[g][p]]
+        idx = self.gens[g][p]
+        try:
+            return self.dataset[idx]
+        except Exception as e:  # (the loader's error names position i: say which list it was)
+            try:
+                shown = ", ".join(str(int(v)) for v in list(idx)[:8])
+                shown += ", ..." if len(idx) > 8 else ""
+            except Exception:  # noqa: BLE001 - items that are not integers: shown as given
+                shown = repr(idx)[:200]
+            e.add_note(f"stoker.Loader: __getitem__ was given the sampler's list {p} of the "
+                       f"epoch: [{shown}]")
+            raise
 
     def publish(self, items):
         """An epoch's lists -> the order's positions for them."""

@@ -798,6 +798,43 @@ def test_sampler_yielding_lists_unbatched(workers):
         stoker.Loader(KeyedByList(), batch_size=None, sampler=sampler, executor="process")
 
 
+class FailsOnRow13(Dataset):
+    def __len__(self):
+        return 20
+
+    def __getitem__(self, idx):
+        if 13 in idx:
+            raise KeyError("no row 13")
+        return torch.tensor(idx)
+
+
+class ListsThenInts:
+    """A sampler that yields lists in its first epoch and integers after."""
+    def __init__(self):
+        self.passes = 0
+
+    def __iter__(self):
+        self.passes += 1
+        return iter([[0, 1], [2]] if self.passes == 1 else [0, 1, 2])
+
+
+def test_sampler_yielding_lists_errors():
+    """A batch fetch that raises: its type and message at that batch, the sampler's list named
+    in the traceback, the pass going on after it (as the DataLoader's); a sampler whose later
+    epoch yields integers after lists: a ValueError at that pass, not another dataset."""
+    sampler = [list(range(i, i + 4)) for i in range(0, 20, 4)]
+    it = iter(stoker.Loader(FailsOnRow13(), batch_size=None, sampler=sampler, num_workers=2))
+    got = [next(it).tolist() for _ in range(3)]
+    with pytest.raises(KeyError, match="no row 13") as e:
+        next(it)
+    assert "the sampler's list 3 of the epoch: [12, 13, 14, 15]" in str(e.value)
+    assert got + [b.tolist() for b in it] == [sampler[k] for k in (0, 1, 2, 4)]
+    loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=ListsThenInts())
+    assert [b.tolist() for b in loader] == [[0, 10], [20]]
+    with pytest.raises(ValueError, match="yielded lists of indices in its first epoch"):
+        list(loader)
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_iterable_default_workers_read_each_item_once(executor):
     """An IterableDataset that does not shard itself, with num_workers not given: each item
