@@ -820,8 +820,9 @@ class ListsThenInts:
 
 def test_sampler_yielding_lists_errors():
     """A batch fetch that raises: its type and message at that batch, the sampler's list named
-    in the traceback, the pass going on after it (as the DataLoader's); a sampler whose later
-    epoch yields integers after lists: a ValueError at that pass, not another dataset."""
+    in the traceback, the pass going on after it (as the DataLoader's); get_worker_info().dataset
+    is the user's dataset; a sampler whose later epoch yields integers after lists: a ValueError
+    at that pass, not another dataset."""
     sampler = [list(range(i, i + 4)) for i in range(0, 20, 4)]
     it = iter(stoker.Loader(FailsOnRow13(), batch_size=None, sampler=sampler, num_workers=2))
     got = [next(it).tolist() for _ in range(3)]
@@ -829,6 +830,10 @@ def test_sampler_yielding_lists_errors():
         next(it)
     assert "the sampler's list 3 of the epoch: [12, 13, 14, 15]" in str(e.value)
     assert got + [b.tolist() for b in it] == [sampler[k] for k in (0, 1, 2, 4)]
+    seen = []
+    loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=[[1], [2]], num_workers=2,
+                           worker_init_fn=lambda w: seen.append(type(get_worker_info().dataset)))
+    assert [b.tolist() for b in loader] == [[10], [20]] and set(seen) == {KeyedByList}
     loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=ListsThenInts())
     assert [b.tolist() for b in loader] == [[0, 10], [20]]
     with pytest.raises(ValueError, match="yielded lists of indices in its first epoch"):
