@@ -32,6 +32,7 @@ from . import _core
 from . import _errors
 from . import _executor
 from . import _holds
+from . import _listfetch
 from . import loader as _loader
 from . import _procpool
 from . import _pyhelp
@@ -576,13 +577,9 @@ class PyLoader(Loader):
                 _torchcompat.check_sampler_size(picked, n)
             fetch = getattr(picked.get("custom"), "fetch", None)
             if fetch is not None:  # each of the sampler's lists goes whole to __getitem__
-                if executor == "process":
-                    raise _core.StokerInvalidError(
-                        f"executor='process' with batch_size=None and a sampler that yields lists "
-                        f"of indices ({type(sampler).__name__}): {_pyworker.name(ds)} fetches "
-                        f"each list on worker threads (executor='thread' or 'auto')")
-                executor = "thread"
                 fetch.dataset = ds
+                if executor != "thread":  # (before the workers' spec is pickled)
+                    fetch.for_processes()
                 ds, n = fetch, len(fetch)
         shuffle = picked.get("shuffle", bool(shuffle))
         if seed is None:
@@ -708,6 +705,8 @@ class PyLoader(Loader):
                 self._stop_pool()
                 if pending is not None:
                     pending.forget()
+                if isinstance(ds, _listfetch.ListFetch):
+                    ds.drop_files()  # (threads read the lists from memory)
             elif self._pool is None:
                 self._start_pool(pending, n_pool, timeout, ring_batch, probed_here=True)
             self._choice = choice
@@ -1169,6 +1168,9 @@ class PyLoader(Loader):
             super().close()
         finally:
             self._stop_pool()
+            fetch = getattr(getattr(self, "_order", None), "fetch", None)
+            if fetch is not None:  # (its worker processes are gone)
+                fetch.drop_files()
 
     def __repr__(self):
         if self._core is None:

@@ -16,6 +16,7 @@ import types
 import weakref
 
 from . import _core, _inmemory
+from ._listfetch import ListFetch, index_list
 from . import transforms as _transforms
 from .dataset import Dataset
 
@@ -387,7 +388,7 @@ class CustomOrder:
         if not self.lists_ok:
             return _index_array(iter(self.sampler), what)
         items = list(self.sampler)
-        if self.fetch is None and items and all(_index_list(b) for b in items):
+        if self.fetch is None and items and all(index_list(b) for b in items):
             self.fetch = ListFetch(len(items), what)
         if self.fetch is None:
             return _index_array(items, what)
@@ -427,65 +428,6 @@ class CustomOrder:
         if epoch is None:
             self.ready = None  # consumed by this pass: the next one iterates again
         return e
-
-
-def _index_list(x):
-    """Whether a sampler's item is a list of indices (a batch to fetch), not one index."""
-    if isinstance(x, (str, bytes)):
-        return False
-    if isinstance(x, (list, tuple, range)):
-        return True
-    nd = getattr(x, "ndim", None)  # a 1-d numpy array or tensor (a 0-d one is one index)
-    return nd == 1
-
-
-class ListFetch:
-    """batch_size=None with a sampler that yields lists of indices (a BatchSampler, a list of
-    lists): the DataLoader hands each list whole to the dataset's __getitem__, which fetches a
-    batch itself (the fast idiom for tiny samples). Here each list is one sample of the
-    unbatched loader: the epoch's order holds the lists' positions, and this object, the
-    dataset the worker threads call, hands position p's list to `dataset[...]` as the sampler
-    yielded it. Two generations of lists are kept: an epoch's positions are p + n * parity (n
-    the first epoch's list count), so a worker still loading the previous epoch's last batches
-    reads that epoch's lists, and a new epoch's order never equals the previous one (which the
-    C loader would take for the same order and keep the batches it prepared)."""
-
-    def __init__(self, n, what):
-        self.dataset = None  # the user's (PyLoader sets it)
-        self.n, self.what = n, what
-        self.gens = [None, None]
-        self.parity = 1
-
-    def __len__(self):
-        return 2 * self.n
-
-    def __getitem__(self, i):
-        g, p = divmod(i, self.n)
-        idx = self.gens[g][p]
-        try:
-            return self.dataset[idx]
-        except Exception as e:  # (the loader's error names position i: say which list it was)
-            try:
-                shown = ", ".join(str(int(v)) for v in list(idx)[:8])
-                shown += ", ..." if len(idx) > 8 else ""
-            except Exception:  # noqa: BLE001 - items that are not integers: shown as given
-                shown = repr(idx)[:200]
-            e.add_note(f"stoker.Loader: __getitem__ was given the sampler's list {p} of the "
-                       f"epoch: [{shown}]")
-            raise
-
-    def publish(self, items):
-        """An epoch's lists -> the order's positions for them."""
-        if not items:
-            raise _invalid(f"{self.what} gave no lists: an epoch needs at least one sample")
-        if len(items) > self.n or not all(_index_list(b) for b in items):
-            raise _invalid(f"{self.what} yielded lists of indices in its first epoch "
-                           f"({self.n} of them) and now {len(items)} items, not all lists: "
-                           f"batch_size=None fetches the same number of lists each epoch")
-        self.parity ^= 1
-        self.gens[self.parity] = items
-        np = _np()
-        return np.arange(len(items), dtype=np.uint64) + np.uint64(self.n * self.parity)
 
 
 class DistributedOrder:

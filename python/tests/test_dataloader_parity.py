@@ -10,6 +10,7 @@ the DataLoader's torch.randperm stream, so shuffled runs compare the samples eac
 import collections
 import itertools
 import math
+import os
 import warnings
 
 import numpy as np
@@ -762,17 +763,19 @@ class TinyRows(Dataset):
         return self.x[idx], self.y[idx]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_sampler_yielding_lists_unbatched(workers):
+@pytest.mark.parametrize("workers,executor", [(0, "thread"), (2, "thread"), (2, "process")])
+def test_sampler_yielding_lists_unbatched(workers, executor):
     """batch_size=None with a sampler that yields lists of indices (a dataset that fetches a
     batch itself): each list goes whole to __getitem__, as the DataLoader hands it, every
-    epoch (ListFetch, on worker threads)."""
+    epoch (ListFetch: worker processes read each epoch's lists from the files it writes; more
+    epochs than it has tags for them)."""
     sampler = [[0, 1, 2], [7], [3, 4]]
     want = [b.tolist() for b in DataLoader(KeyedByList(), batch_size=None, sampler=sampler)]
     assert want == [[0, 10, 20], [70], [30, 40]]
-    loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=sampler, num_workers=workers)
-    assert len(loader) == 3 and loader.info()["executor"] == "thread"
-    for _ in range(2):
+    loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=sampler, num_workers=workers,
+                           executor=executor)
+    assert len(loader) == 3 and loader.info()["executor"] == executor
+    for _ in range(10):
         assert [b.tolist() for b in loader] == want
     # a BatchSampler over a RandomSampler: the same batches as the DataLoader's, epoch by epoch
     # (both iterate the sampler once per epoch), and a resume from the middle of an epoch
@@ -780,22 +783,28 @@ def test_sampler_yielding_lists_unbatched(workers):
         g = torch.Generator().manual_seed(seed)
         return BatchSampler(RandomSampler(TinyRows(), generator=g), 8, drop_last=False)
     dl = DataLoader(TinyRows(), batch_size=None, sampler=batches(5))
-    st = stoker.Loader(TinyRows(), batch_size=None, sampler=batches(5), num_workers=workers)
+    st = stoker.Loader(TinyRows(), batch_size=None, sampler=batches(5), num_workers=workers,
+                       executor=executor)
     assert len(st) == len(dl) == 4
     for _ in range(3):
         for a, b in itertools.zip_longest(st, dl):
             same(a, b)
-    st = stoker.Loader(TinyRows(), batch_size=None, sampler=batches(6), num_workers=workers)
+    st = stoker.Loader(TinyRows(), batch_size=None, sampler=batches(6), num_workers=workers,
+                       executor=executor)
     it = iter(st)
     first = next(it)[1].tolist()  # (not the batch: it would hold its ring slot)
     state = st.state_dict()
     rest = [y.tolist() for _, y in it]
-    again = stoker.Loader(TinyRows(), batch_size=None, sampler=batches(6), num_workers=workers)
+    again = stoker.Loader(TinyRows(), batch_size=None, sampler=batches(6), num_workers=workers,
+                          executor=executor)
     again.load_state_dict(state)
     assert [y.tolist() for _, y in again] == rest and len(rest) == 3
     assert sorted(first + sum(rest, [])) == sorted(TinyRows.y.tolist())
-    with pytest.raises(ValueError, match="worker threads"):
-        stoker.Loader(KeyedByList(), batch_size=None, sampler=sampler, executor="process")
+    dirs = [x._order.fetch.files for x in (loader, st, again)]
+    assert all(d is not None and os.path.isdir(d) for d in dirs) == (executor == "process")
+    for x in (loader, st, again):  # worker processes' lists are files, removed with the loader
+        x.close()
+    assert not any(d and os.path.exists(d) for d in dirs)
 
 
 class FailsOnRow13(Dataset):
@@ -818,23 +827,28 @@ class ListsThenInts:
         return iter([[0, 1], [2]] if self.passes == 1 else [0, 1, 2])
 
 
-def test_sampler_yielding_lists_errors():
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_sampler_yielding_lists_errors(executor):
     """A batch fetch that raises: its type and message at that batch, the sampler's list named
     in the traceback, the pass going on after it (as the DataLoader's); get_worker_info().dataset
     is the user's dataset; a sampler whose later epoch yields integers after lists: a ValueError
     at that pass, not another dataset."""
     sampler = [list(range(i, i + 4)) for i in range(0, 20, 4)]
-    it = iter(stoker.Loader(FailsOnRow13(), batch_size=None, sampler=sampler, num_workers=2))
+    it = iter(stoker.Loader(FailsOnRow13(), batch_size=None, sampler=sampler, num_workers=2,
+                            executor=executor))
     got = [next(it).tolist() for _ in range(3)]
     with pytest.raises(KeyError, match="no row 13") as e:
         next(it)
     assert "the sampler's list 3 of the epoch: [12, 13, 14, 15]" in str(e.value)
     assert got + [b.tolist() for b in it] == [sampler[k] for k in (0, 1, 2, 4)]
     seen = []
-    loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=[[1], [2]], num_workers=2,
-                           worker_init_fn=lambda w: seen.append(type(get_worker_info().dataset)))
-    assert [b.tolist() for b in loader] == [[10], [20]] and set(seen) == {KeyedByList}
-    loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=ListsThenInts())
+    if executor == "thread":  # (a worker process's worker_init_fn cannot append here)
+        loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=[[1], [2]], num_workers=2,
+                               executor="thread", worker_init_fn=lambda w: seen.append(
+                                   type(get_worker_info().dataset)))
+        assert [b.tolist() for b in loader] == [[10], [20]] and set(seen) == {KeyedByList}
+    loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=ListsThenInts(),
+                           executor=executor)
     assert [b.tolist() for b in loader] == [[0, 10], [20]]
     with pytest.raises(ValueError, match="yielded lists of indices in its first epoch"):
         list(loader)
