@@ -3,13 +3,17 @@
 choose (python/stoker/_executor.py's model) and what each executor costs beside __getitem__.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_executors.py [--k 100,300,1000] \
-        [--workers 2] [--epochs 3] [--repeat 1]
+        [--workers 2] [--epochs 3] [--repeat 1] [--fetch sample|batch]
 
 The dataset is a loop of k steps of Python arithmetic returning (tensor of 4 floats, int), the
 shape of a tabular or text sample; batch 64, shuffled, 100,000 samples. For each k, each
 configuration runs in a process of its own: stoker.Loader with executor "thread", "process"
 and "auto" at --workers, and the DataLoader at 0 and --workers workers. Each prints the best
 later epoch's samples/s; the first line per k gives __getitem__'s own time (timeit, one thread).
+
+--fetch batch: the same work done for a whole batch in one call, as a dataset that tokenizes a
+list of strings at once: batch_size=None with a BatchSampler as the sampler, __getitem__ given
+each batch's list of 64 indices (the time shown is still per sample).
 """
 import argparse
 import json
@@ -30,23 +34,33 @@ class Short(Dataset):
     def __len__(self):
         return 100000
 
-    def __getitem__(self, i):
+    def one(self, i):
         s = 0
         for j in range(self.k):
             s += j * i
-        return torch.tensor([float(s % 1000)] * 4), i % 10
+        return float(s % 1000)
+
+    def __getitem__(self, i):
+        if isinstance(i, list):  # a batch's indices (--fetch batch)
+            return (torch.tensor([[self.one(v)] * 4 for v in i]),
+                    torch.tensor([v % 10 for v in i]))
+        return torch.tensor([self.one(i)] * 4), i % 10
 
 
 k, which, workers, epochs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+batched = sys.argv[5] == "batch"
 ds = Short(k)
 if which == "time":
     n = 20000
     print(json.dumps({"getitem_us": timeit.timeit(lambda: ds[12345], number=n) / n * 1e6}))
     sys.exit()
+S = torch.utils.data
+kw = dict(batch_size=None, sampler=S.BatchSampler(S.RandomSampler(ds), 64, False)) if batched \
+    else dict(batch_size=64, shuffle=True)
 if which == "DataLoader":
-    loader = DataLoader(ds, batch_size=64, shuffle=True, num_workers=workers)
+    loader = DataLoader(ds, num_workers=workers, **kw)
 else:
-    loader = stoker.Loader(ds, batch_size=64, shuffle=True, num_workers=workers, executor=which)
+    loader = stoker.Loader(ds, num_workers=workers, executor=which, **kw)
 best = 0
 for e in range(epochs):
     t = time.perf_counter()
@@ -72,6 +86,8 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--epochs", type=int, default=3, help="epochs per run (the first is left out)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each configuration, in turn")
+    ap.add_argument("--fetch", choices=("sample", "batch"), default="sample",
+                    help="batch: __getitem__ gets each batch's list of indices")
     args = ap.parse_args()
     w = args.workers
     configs = [("thread", w), ("process", w), ("auto", w), ("DataLoader", 0), ("DataLoader", w)]
@@ -79,11 +95,11 @@ def main():
           f"DataLoader {w} |")
     print("| --- | --- | --- | --- | --- | --- |")
     for k in (int(v) for v in args.k.split(",")):
-        us = child(k, "time", 0, 1)["getitem_us"]
+        us = child(k, "time", 0, 1, args.fetch)["getitem_us"]
         got = {c: [] for c in configs}
         for _ in range(args.repeat):
             for c in configs:
-                got[c].append(child(k, c[0], c[1], args.epochs))
+                got[c].append(child(k, c[0], c[1], args.epochs, args.fetch))
         cells = []
         for c in configs:
             rates = "-".join(str(r["rate"]) for r in got[c]) + "/s"
