@@ -18,7 +18,8 @@ epoch's positions are p + n * tag (n the first epoch's list count), so
 Worker threads read the generations from memory (the last two are kept). Worker processes read
 them from files the training process writes, one per tag, atomically (a new inode each time), in
 a directory of its own under /dev/shm (else the temporary directory), removed when the loader
-goes; there each list arrives as a list of Python ints.
+goes (and, for a training process killed first, by the next one that makes such a directory);
+there each list arrives as a list of Python ints.
 """
 import os
 import shutil
@@ -44,6 +45,24 @@ def index_list(x):
 def _remove(path, pid):
     if os.getpid() == pid:  # (not in a forked worker, which inherits this finalizer)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_orphans(parent):
+    """The directories of training processes that are gone (killed before they removed them)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        part = name.split("-")
+        if len(part) != 4 or part[:2] != ["stoker", "lists"] or not part[2].isdigit():
+            continue
+        try:
+            os.kill(int(part[2]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        except OSError:  # (alive, another user's)
+            pass
 
 
 class ListFetch:
@@ -117,7 +136,8 @@ class ListFetch:
         so far. Returns the directory."""
         if self.files is None:
             shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-            self.files = tempfile.mkdtemp(prefix="stoker-lists-", dir=shm)
+            _remove_orphans(shm or tempfile.gettempdir())
+            self.files = tempfile.mkdtemp(prefix=f"stoker-lists-{os.getpid()}-", dir=shm)
             weakref.finalize(self, _remove, self.files, os.getpid())
             for tag in self.gens:
                 self._write(tag)

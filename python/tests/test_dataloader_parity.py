@@ -827,6 +827,31 @@ class ListsThenInts:
         return iter([[0, 1], [2]] if self.passes == 1 else [0, 1, 2])
 
 
+def test_sampler_yielding_lists_files_of_a_killed_process_are_removed():
+    """The lists' directory a training process killed before its loader closed (left under
+    /dev/shm) is removed by the next loader that makes one; a live process's is kept."""
+    import subprocess
+    import sys
+    import tempfile
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    parent = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    orphan = os.path.join(parent, f"stoker-lists-{gone}-zz9")
+    live = os.path.join(parent, f"stoker-lists-{os.getppid()}-zz9")
+    for d in (orphan, live):
+        os.makedirs(d, exist_ok=True)
+    try:
+        loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=[[1], [2]], num_workers=1,
+                               executor="process")
+        assert [b.tolist() for b in loader] == [[10], [20]]
+        assert not os.path.exists(orphan) and os.path.isdir(live)
+        loader.close()
+    finally:
+        for d in (orphan, live):
+            if os.path.isdir(d):
+                os.rmdir(d)
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_sampler_yielding_lists_errors(executor):
     """A batch fetch that raises: its type and message at that batch, the sampler's list named
