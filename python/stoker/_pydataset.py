@@ -460,6 +460,8 @@ class PyLoader(Loader):
         self._server = None
         self._runner = None
         self._thread_exec = None  # _core.ThreadExec (with _runner)
+        self._respawn_args = None  # (worker processes) what _respawn starts new ones with
+        self._pool_base = (0, 0, 0, 0)  # earlier pools' python_ns, samples, deaths, restarts
         self._helper = None  # _pyhelp.Helper: the training thread's part in the first batch
         self._map = None
         self._tokens = None  # (a token corpus is never a Python dataset)
@@ -716,10 +718,13 @@ class PyLoader(Loader):
             if choice.executor == "process":
                 init = {"layout": layout, "reseed": self.reseed,
                         "watch": _seedwatch.watchable(p.drew_from)}
-                self._pool.set_init(pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL),
-                                    fields)
+                blob = pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL)
+                self._pool.set_init(blob, fields)
                 exec_obj = self._pool
                 n_threads = n_pool
+                # what new workers need when the training loop changes the dataset (_respawn)
+                self._respawn_args = (ds, n_pool, base_seed, worker_init_fn, name, method,
+                                      timeout, ring_batch, blob, fields)
             else:
                 _pyworker.install_worker_info_hook()
                 self._runner = ThreadRunner(ds, layout, choice.workers, base_seed,
@@ -867,7 +872,7 @@ class PyLoader(Loader):
 
     def _next_batch(self):
         out = self._next_group() if self._group_sizes is not None else self._next_rows()
-        if out is None and self.executor == "thread":  # the epoch's end: the dataset as it is
+        if out is None:  # the epoch's end: the dataset as it is
             self._ended_mark = dataset_mark(self._torch_dataset)
         return out
 
@@ -1070,14 +1075,47 @@ class PyLoader(Loader):
 
     def _reread_prepared(self):
         """The training loop changed the dataset since the last pass ended (dataset_mark): the
-        new pass on worker threads reads its samples from now on. The batches of its epoch
-        prepared before (the ring runs ahead across the epoch's end) are discarded, so the
-        change (dataset.set_epoch(e), a new difficulty) is seen by every sample of the pass, as
-        by the DataLoader's fresh workers, never by part of a batch. Worker processes hold
-        their own copy (persistent, see docs/python.md), which nothing here changes."""
+        new pass reads its samples from now on. The batches of its epoch prepared before (the
+        ring runs ahead across the epoch's end) are discarded, so the change
+        (dataset.set_epoch(e), a new difficulty) is seen by every sample of the pass, as by the
+        DataLoader's fresh workers, never by part of a batch. Worker threads share the dataset;
+        worker processes hold a copy of their own, so new ones are started (_respawn), unless
+        persistent_workers=True asked to keep them (the DataLoader's then keep their copy)."""
         core = self._core
-        if self.executor == "thread" and core is not None and not core.closed:
+        if core is None or core.closed:
+            return
+        if self.executor == "thread":
             core.load_state(core.save_state())
+        elif self._respawn_args is not None and not self.persistent_workers:
+            ds, n, base_seed, init_fn, name, method = self._respawn_args[:6]
+            pending = _procpool.prepare_server(
+                _procpool.WorkerSpec(as_first_found(ds), n, base_seed, init_fn, name), method)
+            why = pending.unpicklable()  # (pickled now, for the new workers)
+            if why is not None:
+                pending.forget()
+                warnings.warn(f"stoker.Loader: {name} changed since the last epoch ended, but its "
+                              f"worker processes keep the copy they have: {why}",
+                              RuntimeWarning, stacklevel=4)
+                return
+            self._rebuild(between=lambda: self._respawn(pending))
+
+    def _respawn(self, pending):
+        """New worker processes from `pending` (the dataset as it is now; the C loader is closed
+        meanwhile, so no thread waits on the old ones). The DataLoader starts its workers anew
+        each epoch (persistent_workers=False, its default), so they see what the training loop
+        changed; so do these, when it changed something (dataset_mark)."""
+        n, timeout, ring_batch, blob, fields = (self._respawn_args[1],) + self._respawn_args[6:]
+        ps = self._pool.stats()
+        self._pool_base = tuple(a + b for a, b in zip(self._pool_base, (
+            ps["python_ns"], ps["samples"], ps["deaths"], ps["restarts"])))
+        self._stop_pool()
+        try:
+            self._start_pool(pending, n, timeout, ring_batch, probed_here=True)
+        except BaseException:
+            pending.forget()
+            raise
+        self._pool.set_init(blob, fields)
+        self._core_kwargs["executor"] = self._pool
 
     def __len__(self):
         self._check_open()
@@ -1098,14 +1136,17 @@ class PyLoader(Loader):
                 f"prefetch.", RuntimeWarning, stacklevel=5)
         self._rebuild()
 
-    def _rebuild(self):
+    def _rebuild(self, between=None):
         """A new C loader at the old one's position (held batches stay valid); the worker
-        processes learn its ring before it resumes (its reset waits for their samples)."""
+        processes learn its ring before it resumes (its reset waits for their samples).
+        between(): called once the old one is closed, before the new one is made."""
         old = self._core
         state = old.save_state()
         self._stats_base = self._add_stats(self._stats_base, self._core_stats(old))
         old.close()
         self._core = None
+        if between is not None:
+            between()
         core = _core.Loader(self._dataset, **self._core_kwargs)
         self._core = core
         self._announce_ring()
@@ -1141,8 +1182,8 @@ class PyLoader(Loader):
             deaths = restarts = 0
         elif self._pool is not None:
             ps = self._pool.stats()
-            py, ns, deaths, restarts = ps["python_ns"], ps["samples"], ps["deaths"], \
-                ps["restarts"]
+            py, ns, deaths, restarts = (a + b for a, b in zip(self._pool_base, (
+                ps["python_ns"], ps["samples"], ps["deaths"], ps["restarts"])))
         else:
             py = ns = deaths = restarts = 0
         helped = self._helper.runner.samples if self._helper is not None else 0

@@ -941,7 +941,8 @@ def test_dataset_changed_between_epochs(executor, persistent):
     """The training loop changes the dataset between epochs (dataset.set_epoch(e), curriculum).
     DataLoader: num_workers=0 and fresh workers see the change, persistent workers keep their
     copy. stoker on threads: every sample of the next epoch sees an assigned attribute (never
-    part of a batch); on worker processes (persistent always): the copy the workers have."""
+    part of a batch); on worker processes: new workers, started when the dataset changed, see
+    it, unless persistent_workers=True keeps the old ones with their copy, as the DataLoader."""
     def run(make):
         ds = Mutable()
         loader = make(ds)
@@ -956,7 +957,7 @@ def test_dataset_changed_between_epochs(executor, persistent):
     fresh = [[[e] * 3] * 2 for e in range(3)]
     kept = [[[0] * 3] * 2] * 3
     assert want == (kept if persistent else fresh)
-    assert got == (fresh if executor == "thread" else kept)
+    assert got == (fresh if executor == "thread" else want)
 
 
 # ---- torchvision datasets run as Python datasets ----

@@ -310,7 +310,10 @@ def test_restart_names_a_dataset_that_no_longer_pickles_then_recovers(tmp_path):
         import fsds, stoker
         from stoker import _procpool
         ds = fsds.Big()
-        loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process")
+        # (persistent: the workers are kept when the dataset changes, so the killed one is
+        # restarted from the dataset as it is then, which is what this test is about)
+        loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process",
+                               persistent_workers=True)
         fs = _procpool._FS
         print("first", len([v for b in loader for v in b]))
         fs.forget(0)

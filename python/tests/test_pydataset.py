@@ -548,6 +548,64 @@ def test_worker_threads_call_getitem_themselves():
     loader.close()
 
 
+class Epochal(Dataset):
+    """What the training loop sets between epochs (dataset.set_epoch(e)) is in every sample."""
+    def __init__(self):
+        self.epoch = 0
+
+    def set_epoch(self, e):
+        self.epoch = e
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return torch.tensor([i, self.epoch])
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_worker_processes_started_anew_when_the_dataset_changed(persistent):
+    # Worker processes hold a copy of the dataset; the DataLoader starts its workers anew each
+    # epoch (persistent_workers=False), so they see dataset.set_epoch(e): stoker starts new ones
+    # when the training loop changed the dataset since the last epoch ended, not otherwise, and
+    # keeps them with persistent_workers=True (the DataLoader's keep their copy too).
+    ds = Epochal()
+    loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process",
+                           persistent_workers=persistent)
+    seen, pids = [], []
+    for e in (0, 5, 5, 7):
+        ds.set_epoch(e)
+        got = [b.tolist() for b in loader]
+        assert sorted(i for b in got for i, _ in b) == list(range(12))
+        seen.append({v for b in got for _, v in b})
+        pids.append(tuple(loader.worker_pids()))
+    if persistent:
+        assert seen == [{0}] * 4 and len(set(pids)) == 1
+    else:
+        assert seen == [{0}, {5}, {5}, {7}]
+        assert pids[0] != pids[1] == pids[2] != pids[3] and not set(pids[0]) & set(pids[1])
+    assert loader.stats()["python_samples"] >= 48  # (the earlier workers' samples counted)
+    loader.close()
+
+
+def test_a_changed_dataset_that_no_longer_pickles_keeps_the_workers():
+    # The training loop changed the dataset and it no longer pickles (it now holds a lock): the
+    # worker processes keep the copy they have, with a warning that says why; once it pickles
+    # again, new workers see it.
+    ds = Epochal()
+    loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process")
+    assert {v for b in loader for _, v in b.tolist()} == {0}
+    pids = loader.worker_pids()
+    ds.set_epoch(3)
+    ds.lock = threading.Lock()
+    with pytest.warns(RuntimeWarning, match="keep the copy they have: .*lock"):
+        got = {v for b in loader for _, v in b.tolist()}
+    assert got == {0} and loader.worker_pids() == pids
+    del ds.lock
+    assert {v for b in loader for _, v in b.tolist()} == {3} and loader.worker_pids() != pids
+    loader.close()
+
+
 class CollectsOnce(Dataset):
     """At sample `at` (past the probed samples and the first batch, so a loader's worker runs
     it), once the test has let its loader go, runs the garbage collector on that worker thread:
