@@ -638,8 +638,16 @@ def _worker_main(sock, wid, spec):
                 layout, reseed = init["layout"], init["reseed"]
                 plan = layout.fast_plan()
                 seeds = SeedWatch(init.get("watch", False))
-            elif op == OP_PROBE:  # the first samples, measured here (as in a worker)
-                _probe(pipe, dataset, pickle.loads(pipe.recv(a)), wid, init_error)
+            elif op == OP_PROBE:  # the first samples, measured here (as in a worker), or the
+                request = pickle.loads(pipe.recv(a))  # dataset the training loop changed
+                if "spec" in request:
+                    got = _renew(pipe, request["spec"], wid)
+                    if got is not None:
+                        spec, init_error = got
+                        dataset = spec.dataset
+                        getitem = dataset.__getitem__
+                else:
+                    _probe(pipe, dataset, request, wid, init_error)
             else:
                 return
             continue
@@ -705,6 +713,28 @@ def _answer(pipe, arena, layout, wid, index, epoch, seed, offs, stamp, sample, p
         pipe.hold(reply)
     else:
         pipe.send(reply)
+
+
+def _renew(pipe, blob, wid):
+    """OP_PROBE with a spec: the dataset the training loop changed between epochs, taken in
+    place of this worker's copy as a new worker would take it (seeded, get_worker_info(),
+    worker_init_fn): (spec, worker_init_fn's error or None), or None when it could not be loaded
+    (the copy stays; the parent, told why, starts new workers instead)."""
+    try:
+        spec = pickle.loads(blob)
+        _worker_start(wid, spec)
+    except Exception:  # noqa: BLE001 - for the parent
+        _send_error(pipe, error_reply(f"in stoker worker process {wid} while loading the "
+                                      f"dataset the training loop changed"), 0, 0)
+        return None
+    init_error = None
+    if spec.worker_init_fn is not None:
+        try:
+            spec.worker_init_fn(wid)
+        except Exception:  # noqa: BLE001 - reported with every ticket, as at the start
+            init_error = error_reply(f"in stoker worker process {wid} (worker_init_fn)")
+    pipe.send(REPLY.pack(ST_OK, 0, 0, 0, 0))
+    return spec, init_error
 
 
 def _probe(pipe, dataset, request, wid, init_error):

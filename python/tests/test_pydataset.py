@@ -563,35 +563,87 @@ class Epochal(Dataset):
         return torch.tensor([i, self.epoch])
 
 
+_INITS = [0]  # worker_init_fn's calls in this (worker) process
+
+
+def _count_init(wid):
+    _INITS[0] += 1
+
+
+class EpochalInits(Epochal):
+    def __getitem__(self, i):
+        return torch.tensor([i, self.epoch, _INITS[0]])
+
+
+class LoadsOnlyBefore9(Epochal):
+    """Pickles at every epoch; a worker cannot load it once its epoch is 9."""
+    def __setstate__(self, state):
+        if state["epoch"] == 9:
+            raise RuntimeError("epoch 9 cannot be loaded here")
+        self.__dict__.update(state)
+
+
 @pytest.mark.parametrize("persistent", [False, True])
-def test_worker_processes_started_anew_when_the_dataset_changed(persistent):
+def test_worker_processes_take_the_dataset_the_training_loop_changed(persistent):
     # Worker processes hold a copy of the dataset; the DataLoader starts its workers anew each
-    # epoch (persistent_workers=False), so they see dataset.set_epoch(e): stoker starts new ones
-    # when the training loop changed the dataset since the last epoch ended, not otherwise, and
-    # keeps them with persistent_workers=True (the DataLoader's keep their copy too).
-    ds = Epochal()
+    # epoch (persistent_workers=False), so they see dataset.set_epoch(e): stoker's workers take
+    # the dataset as it is, as a new worker would (worker_init_fn again), when the training loop
+    # changed it since the last epoch ended, not otherwise; with persistent_workers=True they
+    # keep their copy (the DataLoader's keep theirs too).
+    ds = EpochalInits()
     loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process",
-                           persistent_workers=persistent)
-    seen, pids = [], []
+                           persistent_workers=persistent, worker_init_fn=_count_init)
+    seen = []
     for e in (0, 5, 5, 7):
         ds.set_epoch(e)
         got = [b.tolist() for b in loader]
-        assert sorted(i for b in got for i, _ in b) == list(range(12))
-        seen.append({v for b in got for _, v in b})
-        pids.append(tuple(loader.worker_pids()))
+        assert sorted(i for b in got for i, _, _ in b) == list(range(12))
+        seen.append({(v, n) for b in got for _, v, n in b})
     if persistent:
-        assert seen == [{0}] * 4 and len(set(pids)) == 1
+        assert seen == [{(0, 1)}] * 4
     else:
-        assert seen == [{0}, {5}, {5}, {7}]
-        assert pids[0] != pids[1] == pids[2] != pids[3] and not set(pids[0]) & set(pids[1])
-    assert loader.stats()["python_samples"] >= 48  # (the earlier workers' samples counted)
+        assert seen == [{(0, 1)}, {(5, 2)}, {(5, 2)}, {(7, 3)}]
+    assert loader.stats()["python_samples"] >= 48
+    loader.close()
+
+
+def _values_and_errors(loader):
+    values, errors = set(), []
+    it = iter(loader)
+    while True:
+        try:
+            b = next(it)
+        except StopIteration:
+            return values, errors
+        except stoker.StokerWorkerError as e:
+            errors.append(str(e))
+            continue
+        values |= {v for _, v in b.tolist()}
+
+
+def test_a_changed_dataset_the_workers_cannot_load_is_a_named_error():
+    # Workers that cannot load the changed dataset do not go on with their old copy (or some
+    # with the new one: samples of two versions): the pass raises the workers' error at iter(),
+    # every pass while the dataset stays so, and once it loads they read it; the loader stays
+    # usable throughout.
+    ds = LoadsOnlyBefore9()
+    loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process")
+    assert _values_and_errors(loader) == ({0}, [])
+    ds.set_epoch(9)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="epoch 9 cannot be loaded here") as e:
+            iter(loader)
+        assert "stoker worker process" in str(e.value)
+    ds.set_epoch(10)
+    assert _values_and_errors(loader) == ({10}, [])
+    assert len(loader) == 3 and loader.state_dict()["epoch"] >= 1
     loader.close()
 
 
 def test_a_changed_dataset_that_no_longer_pickles_keeps_the_workers():
     # The training loop changed the dataset and it no longer pickles (it now holds a lock): the
     # worker processes keep the copy they have, with a warning that says why; once it pickles
-    # again, new workers see it.
+    # again, they take it.
     ds = Epochal()
     loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process")
     assert {v for b in loader for _, v in b.tolist()} == {0}
@@ -602,7 +654,7 @@ def test_a_changed_dataset_that_no_longer_pickles_keeps_the_workers():
         got = {v for b in loader for _, v in b.tolist()}
     assert got == {0} and loader.worker_pids() == pids
     del ds.lock
-    assert {v for b in loader for _, v in b.tolist()} == {3} and loader.worker_pids() != pids
+    assert {v for b in loader for _, v in b.tolist()} == {3} and loader.worker_pids() == pids
     loader.close()
 
 
