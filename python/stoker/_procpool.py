@@ -230,7 +230,7 @@ class Pending:
         if self.token:
             return None
         try:
-            self.blob = _pickle_spec(self.spec)
+            self.blob = pickle_spec(self.spec)
         except TypeError as e:
             cause = e.__cause__
             return (f"its dataset or worker_init_fn does not pickle ({type(cause).__name__}: "
@@ -249,7 +249,7 @@ class Pending:
         lean one gets this process's copy, pickled then (spec_sender)."""
         if self.method == "spawn":
             return _spawn_server(self.spec, self.blob)
-        blob = b"" if self.token else self.blob or _pickle_spec(self.spec)
+        blob = b"" if self.token else self.blob or pickle_spec(self.spec)
         keep = bool(self.token and probed_here and self.fs.how == "fork" and
                     not _server._check(self.spec)[0])
         # a fork of this process (lean by now, or not) answers whether it took the spec on the
@@ -357,7 +357,9 @@ def _dumps_spec(spec):
     return _holds.dumps(spec, shared)
 
 
-def _pickle_spec(spec):
+def pickle_spec(spec):
+    """The spec pickled for the worker processes; a TypeError (its cause the pickling error)
+    that says what to do when it does not pickle."""
     try:
         return _dumps_spec(spec)
     except Exception as e:
@@ -460,7 +462,7 @@ def _fresh_fork_server_main(sock):
 
 def _spawn_server(spec, blob=None):
     import multiprocessing
-    blob = blob or _pickle_spec(spec)
+    blob = blob or pickle_spec(spec)
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     ctx = multiprocessing.get_context("spawn")
     proc = ctx.Process(target=_spawned_server, args=(b, blob), daemon=True,

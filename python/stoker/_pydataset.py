@@ -722,7 +722,7 @@ class PyLoader(Loader):
                 exec_obj = self._pool
                 n_threads = n_pool
                 # what the workers need when the training loop changes the dataset (_renew)
-                self._renew_args = (ds, n_pool, base_seed, worker_init_fn, name, method)
+                self._renew_args = (ds, n_pool, base_seed, worker_init_fn, name)
             else:
                 _pyworker.install_worker_info_hook()
                 self._runner = ThreadRunner(ds, layout, choice.workers, base_seed,
@@ -1087,18 +1087,18 @@ class PyLoader(Loader):
             return
         if self._renew_args is None or self.persistent_workers:
             return
-        ds, n, base_seed, init_fn, name, method = self._renew_args
-        pending = _procpool.prepare_server(
-            _procpool.WorkerSpec(as_first_found(ds), n, base_seed, init_fn, name), method)
-        why = pending.unpicklable()  # (pickled now, for the workers)
-        pending.forget()
-        if why is not None:
+        ds, n, base_seed, init_fn, name = self._renew_args
+        try:
+            blob = _procpool.pickle_spec(
+                _procpool.WorkerSpec(as_first_found(ds), n, base_seed, init_fn, name))
+        except TypeError as e:
             warnings.warn(f"stoker.Loader: {name} changed since the last epoch ended, but its "
-                          f"worker processes keep the copy they have: {why}", RuntimeWarning,
+                          f"worker processes keep the copy they have: it no longer pickles "
+                          f"({type(e.__cause__).__name__}: {e.__cause__})", RuntimeWarning,
                           stacklevel=4)
             return
         failed = []
-        self._rebuild(between=lambda: failed.extend(self._renew(pending.blob, n)))
+        self._rebuild(between=lambda: failed.extend(self._renew(blob, n)))
         if failed:  # (the next pass tries again)
             self._ended_mark = mark
             w = failed[0]
