@@ -30,8 +30,8 @@ not mapped in the worker, so its pages do not count in the worker's resident mem
 (status, Python time, mask, and the pickled object leaves when there are any); an
 OP_TICKET_HELD's reply (no timeout=) is held back while more tickets wait, the sample's seed
 written into its row first. The tickets are taken, and a sample whose leaves are tensors and
-numbers (Layout.fast_plan) is written and answered, by _core.WorkerPipe (_ext/_ticketloop.c) without
-Python between samples; anything else comes back here (_answer). An exception is replied as the
+numbers (Layout.fast_plan) is written and answered, by _core.WorkerPipe (_ext/_ticketloop.c)
+without Python between samples; anything else comes back here (_answer). An exception is replied as the
 DataLoader's ExceptionWrapper (pickled), with its text.
 """
 import atexit
@@ -511,7 +511,8 @@ def _serve(ctl, spec):
 # ---- the worker ----
 
 def _worker_start(wid, spec):
-    """Set the worker up as a DataLoader worker is set up."""
+    """Set the worker up as a DataLoader worker is set up, worker_init_fn last: its error reply
+    (reported with every ticket), or None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _holds.own_positions(spec.dataset)  # files inherited by fork: a position of its own
     seed = (spec.base_seed + wid) & ((1 << 64) - 1)
@@ -524,12 +525,17 @@ def _worker_start(wid, spec):
             from torch.utils.data._utils import worker as tw
             np.random.seed(tw._generate_state(spec.base_seed, wid))
             if spec.n_workers > 0:  # (num_workers=0: loads as the main process would)
-                tw._worker_info = tw.WorkerInfo(id=wid, num_workers=spec.n_workers, seed=seed,
-                                                dataset=spec.dataset)
+                tw._worker_info = _pyworker.worker_info(wid, spec.n_workers, seed, spec.dataset)
         except (ImportError, AttributeError):
             np.random.seed(seed & 0xFFFFFFFF)
     else:
         np.random.seed(seed & 0xFFFFFFFF)
+    if spec.worker_init_fn is not None:
+        try:
+            spec.worker_init_fn(wid)
+        except Exception:  # noqa: BLE001 - reported with every ticket
+            return error_reply(f"in stoker worker process {wid} (worker_init_fn)")
+    return None
 
 
 def own_storage(obj):
@@ -586,13 +592,7 @@ def worker_main(fd, wid, spec):
 
 
 def _worker_main(sock, wid, spec):
-    _worker_start(wid, spec)
-    init_error = None
-    if spec.worker_init_fn is not None:
-        try:
-            spec.worker_init_fn(wid)
-        except Exception:  # noqa: BLE001 - reported with every ticket
-            init_error = error_reply(f"in stoker worker process {wid} (worker_init_fn)")
+    init_error = _worker_start(wid, spec)
     loop = getattr(spec, "worker_loop", None)  # an IterableDataset's (_pyiterable.IterSpec)
     if loop is not None:
         if init_error is not None:
@@ -719,22 +719,16 @@ def _answer(pipe, arena, layout, wid, index, epoch, seed, offs, stamp, sample, p
 
 def _renew(pipe, blob, wid):
     """OP_PROBE with a spec: the dataset the training loop changed between epochs, taken in
-    place of this worker's copy as a new worker would take it (seeded, get_worker_info(),
-    worker_init_fn): (spec, worker_init_fn's error or None), or None when it could not be loaded
-    (the copy stays; the parent, told why, starts new workers instead)."""
+    place of this worker's copy as a new worker would take it (_worker_start: seeded,
+    get_worker_info(), worker_init_fn): (spec, worker_init_fn's error or None), or None when it
+    could not be loaded (the copy stays; the parent raises the error sent, at iter())."""
     try:
         spec = pickle.loads(blob)
-        _worker_start(wid, spec)
+        init_error = _worker_start(wid, spec)
     except Exception:  # noqa: BLE001 - for the parent
         _send_error(pipe, error_reply(f"in stoker worker process {wid} while loading the "
                                       f"dataset the training loop changed"), 0, 0)
         return None
-    init_error = None
-    if spec.worker_init_fn is not None:
-        try:
-            spec.worker_init_fn(wid)
-        except Exception:  # noqa: BLE001 - reported with every ticket, as at the start
-            init_error = error_reply(f"in stoker worker process {wid} (worker_init_fn)")
     pipe.send(REPLY.pack(ST_OK, 0, 0, 0, 0))
     return spec, init_error
 

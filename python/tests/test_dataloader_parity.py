@@ -817,6 +817,12 @@ class FailsOnRow13(Dataset):
         return torch.tensor(idx)
 
 
+class SeesItsOwnType(KeyedByList):
+    """Says, per index, whether get_worker_info().dataset is this dataset (its own class)."""
+    def __getitem__(self, idx):
+        return torch.tensor([type(get_worker_info().dataset) is SeesItsOwnType] * len(idx))
+
+
 class ListsThenInts:
     """A sampler that yields lists in its first epoch and integers after."""
     def __init__(self):
@@ -872,6 +878,9 @@ def test_sampler_yielding_lists_errors(executor):
                                executor="thread", worker_init_fn=lambda w: seen.append(
                                    type(get_worker_info().dataset)))
         assert [b.tolist() for b in loader] == [[10], [20]] and set(seen) == {KeyedByList}
+    loader = stoker.Loader(SeesItsOwnType(), batch_size=None, sampler=[[1, 2], [3]],
+                           num_workers=2, executor=executor)
+    assert [b.tolist() for b in loader] == [[True, True], [True]]
     loader = stoker.Loader(KeyedByList(), batch_size=None, sampler=ListsThenInts(),
                            executor=executor)
     assert [b.tolist() for b in loader] == [[0, 10], [20]]

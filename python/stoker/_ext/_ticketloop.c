@@ -12,9 +12,9 @@
  * SeedWatch's before()), calls __getitem__, asks the watch whether the call drew from a generator
  * it watched, writes each fixed leaf with pwrite() straight from the tensor's memory (its
  * data_ptr) or from the number's value (the plan's, _leafput.c), writes the seed into the row's
- * object key, and holds the
- * 32-byte reply back while more tickets wait (at most HELD_MAX; _procpool.py's _Held before). It
- * returns to Python for anything else, which Python answers as before:
+ * object key, and holds the 32-byte reply back while more tickets wait (at most HELD_MAX;
+ * _procpool.py's _Held before). It returns to Python for anything else, which Python answers as
+ * before:
  *
  *   (RUN_OP, op, n, a, b, c, d)       another request (ARENA, INIT, PROBE); held replies sent
  *   (RUN_TICKET, op, index, epoch, seed, offs, stamp)     a ticket, when run() got no getitem
