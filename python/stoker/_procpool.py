@@ -130,6 +130,7 @@ class ForkServer:
     def __init__(self, pid, sock, how):
         self.pid, self.sock, self.how = pid, sock, how
         self.lock = threading.Lock()
+        self.main_prep = True  # (a fresh interpreter: whether it imports the main script)
 
     def forget(self, token):
         """Drop the spec inherited under `token` (no worker server will be asked for)."""
@@ -239,6 +240,16 @@ class Pending:
                     f"loader, or as a fresh interpreter because this process ran threads): "
                     f"define the functions it holds at module level (not lambdas or local "
                     f"functions), open files lazily, or create this loader first")
+        if self.fs is not None and self.fs.how == "spawn" and not self.fs.main_prep and \
+                b"__main__" in self.blob:
+            return (f"{_main_defined(self.spec)} defined in the main program (a notebook cell, "
+                    f"python -c, or a script without an `if __name__ == \"__main__\":` guard), "
+                    f"which stoker's fork server cannot import: it is a fresh interpreter here, "
+                    f"because this process already ran other threads when it first needed worker "
+                    f"processes (a notebook kernel's, a library's; forking a process that runs "
+                    f"threads can deadlock). Define the dataset in a module (a .py file beside "
+                    f"the notebook) and import it, or guard the script's work with "
+                    f"`if __name__ == \"__main__\":`")
         return None
 
     def start(self, probed_here=False):
@@ -357,6 +368,19 @@ def _dumps_spec(spec):
     return _holds.dumps(spec, shared)
 
 
+def _main_defined(spec):
+    """What of the spec the main program defines, named for an error: the dataset's class,
+    worker_init_fn, else what the dataset holds."""
+    ds = spec.dataset
+    if type(ds).__name__ == "ListFetch":  # (a batch fetch: the user's dataset inside)
+        ds = ds.dataset
+    names = [f"{what} {obj.__qualname__}" for what, obj in (
+        ("its dataset class", type(ds)), ("its worker_init_fn", spec.worker_init_fn))
+        if obj is not None and getattr(obj, "__module__", None) == "__main__"]
+    return (" and ".join(names) + (" are" if len(names) > 1 else " is")) if names else \
+        "a class or function its dataset holds is"
+
+
 def pickle_spec(spec):
     """The spec pickled for the worker processes; a TypeError (its cause the pickling error)
     that says what to do when it does not pickle."""
@@ -424,6 +448,7 @@ def _start_fresh_fork_server():
     a.sendall(struct.pack("<I", len(prep)) + prep)
     fs = ForkServer(proc.pid, a, "spawn")
     fs.proc = proc
+    fs.main_prep = bool(prep)  # whether it imports the main script (its classes unpickle)
     return fs
 
 

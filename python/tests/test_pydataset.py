@@ -11,6 +11,7 @@ import os
 import pickle
 import random
 import signal
+import subprocess
 import sys
 import textwrap
 import threading
@@ -27,7 +28,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info  # noqa: 
 import stoker  # noqa: E402
 from stoker import _core, _procpool, _pyworker  # noqa: E402
 
-from conftest import run_python  # noqa: E402
+from conftest import PYTHONPATH, run_python  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 
@@ -1513,6 +1514,46 @@ def test_single_threaded_parent_forks_the_dataset_unpickled():
     r = run_python(code, timeout=240)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "fork " + str([i * 2 for i in range(10)])
+
+
+def test_a_threaded_parent_with_the_dataset_in_the_main_program(tmp_path):
+    """The notebook case: a process that already runs other threads (a notebook kernel's) when
+    it first needs worker processes gets a fresh interpreter as its fork server, which cannot
+    import classes defined in a main program it cannot import again (a notebook cell, python
+    -c, a script without a __main__ guard). executor="auto" takes worker threads there with a
+    RuntimeWarning that says why and what to do, every sample once (was: the constructor
+    raised "TypeError: the worker processes could not be started: AttributeError: Can't get
+    attribute ..." for the default settings). The same dataset in a script with the guard runs
+    on worker processes (the fresh interpreter imports the script)."""
+    body = textwrap.dedent("""
+        import random, threading, warnings, stoker, torch
+        threading.Thread(target=threading.Event().wait, daemon=True).start()  # a kernel's
+        class Draws(torch.utils.data.Dataset):  # draws: "auto" wants worker processes
+            def __len__(self):
+                return 12
+            def __getitem__(self, i):
+                random.random()
+                return i
+        def main():
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                loader = stoker.Loader(Draws(), batch_size=4, num_workers=2)
+                got = sorted(int(v) for b in loader for v in b)
+            said = [str(x.message) for x in w if "runs on worker threads" in str(x.message)]
+            print(loader.info()["executor"], got == list(range(12)), said)
+    """)
+    r = run_python(body + "main()\n", timeout=240)
+    assert r.returncode == 0, r.stderr
+    executor, whole, said = r.stdout.strip().split(" ", 2)
+    assert (executor, whole) == ("thread", "True"), r.stdout
+    assert "its dataset class Draws is defined in the main program" in said and \
+        "Define the dataset in a module" in said, said
+    script = tmp_path / "train.py"
+    script.write_text(body + "if __name__ == '__main__':\n    main()\n")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=240, env=dict(os.environ, PYTHONPATH=PYTHONPATH))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "process True []", r.stdout
 
 
 def test_a_forked_child_collects_a_closed_loader():
