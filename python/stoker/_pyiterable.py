@@ -44,7 +44,7 @@ from . import _procpool
 from . import _pyworker
 from . import _torchcompat
 from . import _torchprof
-from .loader import Loader, _MAPPED, _torch
+from .loader import Loader, _MAPPED, _torch, superseded
 
 REQ = struct.Struct("<IIQQ")  # op, count, epoch, pass (parent -> worker)
 ANS = struct.Struct("<IIQ")    # kind, payload length, pass (worker -> parent)
@@ -393,20 +393,26 @@ class _IterPass:
     like the DataLoader's while a profiler records (_torchprof). Not a generator: an exception
     out of next() (a KeyboardInterrupt) leaves the pass able to go on."""
 
-    __slots__ = ("_loader", "_gen", "_epoch", "__weakref__")
+    __slots__ = ("_loader", "_gen", "_epoch", "_done", "__weakref__")
 
     def __init__(self, loader, gen, epoch):
-        self._loader, self._gen, self._epoch = loader, gen, epoch
+        self._loader, self._gen, self._epoch, self._done = loader, gen, epoch, False
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if self._done:
+            raise StopIteration
         rng = _torchprof.range_for(self)
-        if rng is None:
-            return self._loader._take(self._gen, self._epoch)
-        with rng:
-            return self._loader._take(self._gen, self._epoch)
+        try:
+            if rng is None:
+                return self._loader._take(self._gen, self._epoch)
+            with rng:
+                return self._loader._take(self._gen, self._epoch)
+        except StopIteration:
+            self._done = True
+            raise
 
 
 class PyIterLoader(Loader):
@@ -547,6 +553,7 @@ class PyIterLoader(Loader):
         self._batches = resume["batches"] if resume else 0
         self._states = list(states)
         self._gen += 1
+        self._ended_by = "iter()"
         gen = self._gen
         self._restart_dead()
         for w, ch in enumerate(self._channels):
@@ -578,7 +585,9 @@ class PyIterLoader(Loader):
         n = len(channels)
         while True:
             active = self._active
-            if self._gen != gen or active is None:
+            if self._gen != gen:  # another pass started: one at a time
+                raise superseded(self)
+            if active is None:
                 raise StopIteration
             if not any(active):
                 self._active = None
@@ -643,6 +652,8 @@ class PyIterLoader(Loader):
     def set_epoch(self, epoch):
         self._epoch = _torchcompat.check_int(epoch, "epoch", 0)
         self._active = None
+        self._gen += 1
+        self._ended_by = "set_epoch()"
 
     def state_dict(self):
         if not self._stateful:
@@ -675,6 +686,7 @@ class PyIterLoader(Loader):
         self._resume = state
         self._active = None
         self._gen += 1
+        self._ended_by = "load_state_dict()"
 
     # ---- information ----
 

@@ -64,10 +64,22 @@ class _NoneBatch:
 NONE_BATCH = _NoneBatch()
 
 
+def superseded(loader):
+    """The error next() raises on an iterator whose pass a later iter(), set_epoch() or
+    load_state_dict() on the same loader ended before its epoch's end. Not StopIteration: that
+    would end a for loop, or zip(loader, loader), as if the epoch were over, silently short."""
+    return _core.StokerStateError(
+        f"this iterator's pass was ended by a later {loader._ended_by} on the same "
+        f"stoker.Loader, before the end of its epoch: a loader delivers one pass at a time "
+        f"(the DataLoader runs two live iterators of one loader as two independent passes). "
+        f"Iterate the iterator iter() returned last, or make a second stoker.Loader for a "
+        f"second pass at the same time")
+
+
 class _LoaderIter:
-    """The iterator of one pass over a Loader (one epoch). It ends normally (StopIteration)
-    only at the end of its epoch, or when the same thread started another pass (iter(),
-    set_epoch, load_state_dict); close() before the end makes next() raise StokerStateError.
+    """The iterator of one pass over a Loader (one epoch). It ends (StopIteration) at the end
+    of its epoch. When another pass started before that (iter(), set_epoch, load_state_dict:
+    one pass at a time), or close() was called, next() raises StokerStateError.
     While a torch profiler records, each next() is its range "enumerate(DataLoader)#
     _LoaderIter.__next__", as the DataLoader's (_torchprof)."""
 
@@ -93,8 +105,10 @@ class _LoaderIter:
 
     def _next(self):
         loader = self._loader
-        if self._done or self._gen != loader._gen:
+        if self._done:
             raise StopIteration
+        if self._gen != loader._gen:
+            raise superseded(loader)
         if loader._core is None:
             raise _core.StokerStateError(
                 "the loader was closed (close() was called) before this epoch ended")
@@ -559,6 +573,7 @@ class Loader:
         if self._order is not None:
             self._order.next_pass(self)  # the custom sampler's indices for this epoch
         self._gen += 1
+        self._ended_by = "iter()"
         it = _LoaderIter(self, self._gen)
         self._iter = weakref.ref(it)
         return it
@@ -726,6 +741,7 @@ class Loader:
         self._core.set_epoch(_check_int(epoch, "epoch", 0))
         self._mid_epoch = False
         self._gen += 1
+        self._ended_by = "set_epoch()"
 
     def state_dict(self):
         """The resume state, a JSON-serialisable dict: the position reached by the batches
@@ -758,6 +774,7 @@ class Loader:
         self._core.load_state(state)
         self._mid_epoch = False
         self._gen += 1
+        self._ended_by = "load_state_dict()"
 
     # ---- information ----
 

@@ -405,18 +405,34 @@ def test_break_mid_epoch_then_a_new_pass(executor):
 def test_two_live_iterators(executor):
     """Two iterators of one loader at once: the DataLoader (without persistent_workers) runs
     two independent passes; stoker has one consumer and one position, so a new iter() ends the
-    previous pass (its next() raises StopIteration) and the new one continues the epoch in
-    order (documented difference)."""
+    previous pass and the new one continues the epoch in order (documented difference). The
+    old iterator's next() raises StokerStateError saying so: a StopIteration there made
+    zip(loader, loader) an empty loop, silently (was)."""
     d = DataLoader(Counting(6), batch_size=2, num_workers=2)
     a, b = iter(d), iter(d)
     assert [next(a).tolist(), next(b).tolist(), next(a).tolist()] == [[0, 1], [0, 1], [2, 3]]
+    assert len(list(zip(d, d))) == 3
     s = stoker_loader(Counting(6), executor, batch_size=2, num_workers=2)
     a = iter(s)
     assert next(a).tolist() == [0, 1]
     b = iter(s)
-    with pytest.raises(StopIteration):
+    with pytest.raises(stoker.StokerStateError, match="one pass at a time"):
         next(a)
     assert [x.tolist() for x in b] == [[0, 1], [2, 3], [4, 5]]  # the next epoch, whole
+    with pytest.raises(RuntimeError, match=r"ended by a later iter\(\)"):
+        list(zip(s, s))
+    it = stoker_loader(Longer(6, 6), executor, batch_size=2, num_workers=1)
+    a = iter(it)
+    assert next(a).tolist() == [0, 1]
+    b = iter(it)
+    with pytest.raises(stoker.StokerStateError, match="one pass at a time"):
+        next(a)
+    assert [x.tolist() for x in b] == [[0, 1], [2, 3], [4, 5]]
+    with pytest.raises(StopIteration):  # a pass at its end stays there
+        next(b)
+    it.set_epoch(0)
+    with pytest.raises(StopIteration):
+        next(b)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

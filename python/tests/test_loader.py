@@ -149,14 +149,25 @@ def test_abandoned_pass_goes_to_next_epoch(ds_small):
 
 
 def test_new_iterator_supersedes_old(ds_small):
+    """A new iter() ends the previous pass: the old iterator's next() says so
+    (StokerStateError naming the call), never a silent StopIteration that would end a loop as
+    if the epoch were over; an iterator that reached its end stays at StopIteration."""
     loader = make(ds_small, 10)
     it1 = iter(loader)
     next(it1)
     it2 = iter(loader)
-    with pytest.raises(StopIteration):
+    with pytest.raises(stoker.StokerStateError, match=r"ended by a later iter\(\)"):
         next(it1)
     assert indices(next(it2))[0] == 0  # epoch 1 starts at 0 again (no shuffle)
     assert loader.epoch == 1
+    loader.set_epoch(3)
+    with pytest.raises(stoker.StokerStateError, match=r"ended by a later set_epoch\(\)"):
+        next(it2)
+    done = iter(loader)
+    assert sum(1 for _ in done) == len(loader)
+    assert sum(1 for _ in loader) == len(loader)  # a later pass
+    with pytest.raises(StopIteration):
+        next(done)
 
 
 # ---- resume ----
