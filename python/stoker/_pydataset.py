@@ -535,6 +535,10 @@ class PyLoader(Loader):
             raise _core.StokerInvalidError("persistent_workers option needs num_workers > 0")
         if sampler is not None and shuffle:
             raise _core.StokerInvalidError("sampler option is mutually exclusive with shuffle")
+        dl_attrs = _torchcompat.dataloader_attrs(
+            ds, shuffle=bool(shuffle), sampler=sampler, batch_sampler=batch_sampler,
+            batch_size=batch_size, drop_last=drop_last, generator=generator,
+            collate_fn=collate_fn, num_workers=workers, prefetch_factor=prefetch_factor)
         self._unbatched = False
         self._group_sizes = None
         if batch_sampler is not None:
@@ -556,11 +560,10 @@ class PyLoader(Loader):
                                            f"on_error={on_error!r}")
         if collate_fn is not None and _torchcompat.is_default_collate(collate_fn):
             collate_fn = None
-        self.collate_fn = collate_fn
+        self._collate_fn = collate_fn  # None: stoker's own collation, default_collate's rules
         self.worker_init_fn = worker_init_fn
         self.multiprocessing_context = multiprocessing_context
         self.persistent_workers, self.pin_memory_device = persistent_workers, pin_memory_device
-        self.prefetch_factor = prefetch_factor
         self.reseed = bool(reseed)
         # ---- the order (stoker's: the sampler mapped onto it) ----
         if batch_sampler is not None:
@@ -771,8 +774,9 @@ class PyLoader(Loader):
         self._device = None
         self._on_device = False
         self.batch_size = None if (self._unbatched or batch_sampler is not None) else batch_size
-        self.batch_sampler = batch_sampler
-        self.sampler, self.generator = sampler, generator
+        self.generator = generator
+        for attr, value in dl_attrs.items():  # sampler, batch_sampler, collate_fn,
+            setattr(self, attr, value)         # prefetch_factor: the DataLoader's
         self.seed = seed
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)
@@ -986,18 +990,19 @@ class PyLoader(Loader):
         objects, extras = self._payloads(keys, masks, n)
         layout, torch = self._layout, self._torch
         views = layout.views(arrays, n, torch)
-        np_views = layout.views(arrays, n, None) if (self.collate_fn is not None or
-                                                     self._unbatched or masks.any()) else None
+        masks = masks.tolist()  # Python ints (a comprehension of int(m) cost 4-5 us a batch)
+        np_views = layout.views(arrays, n, None) if (self._collate_fn is not None or
+                                                     self._unbatched or any(masks)) else None
         if self._unbatched:  # batch_size=None: each sample on its own, default_convert'ed
-            sample = layout.samples(views, np_views, objects, extras, [int(m) for m in masks])[0]
-            if self.collate_fn is not None:
-                return self.collate_fn(sample)
+            sample = layout.samples(views, np_views, objects, extras, masks)[0]
+            if self._collate_fn is not None:
+                return self._collate_fn(sample)
             if torch is not None:
                 from torch.utils.data._utils.collate import default_convert
                 return default_convert(sample)
             return sample
-        return _collate.collate_rows(layout, views, np_views, objects, extras,
-                                     [int(m) for m in masks], self.collate_fn, torch)
+        return _collate.collate_rows(layout, views, np_views, objects, extras, masks,
+                                     self._collate_fn, torch)
 
     def _next_rows(self):
         self._transit = None
@@ -1036,8 +1041,8 @@ class PyLoader(Loader):
             views = layout.views(arrays, n, torch)
             np_views = layout.views(arrays, n, None)
             group.samples.extend(layout.samples(views, np_views, objects, extras,
-                                                [int(m) for m in masks]))
-        fn = self.collate_fn if self.collate_fn is not None else \
+                                                masks.tolist()))
+        fn = self._collate_fn if self._collate_fn is not None else \
             _collate._default_collate(torch)
         out = fn(group.samples)
         if out is None:

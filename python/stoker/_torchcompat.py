@@ -296,6 +296,43 @@ def check_prefetch_factor(prefetch_factor, num_workers):
                        "prefetch_factor to None.")
 
 
+def dataloader_attrs(dataset, *, shuffle, sampler, batch_sampler, batch_size, drop_last,
+                     generator, collate_fn, num_workers, prefetch_factor, iterable=False):
+    """The DataLoader's attributes sampler, batch_sampler, collate_fn and prefetch_factor for
+    these arguments, as the installed DataLoader sets them: the default sampler
+    (SequentialSampler, RandomSampler(generator=...), an IterableDataset's infinite constant
+    one), the BatchSampler over it, default_collate (default_convert without batching). A
+    script reads them (len(loader.sampler), loader.sampler.set_epoch, loader.collate_fn); stoker
+    orders the samples itself and does not iterate them. batch_size is None with batch_sampler
+    given or without batching; num_workers as given (None: stoker's default, not 0)."""
+    data = _mod("torch.utils.data")
+    if data is None:  # no torch: the arguments as given
+        return {"sampler": sampler, "batch_sampler": batch_sampler, "collate_fn": collate_fn,
+                "prefetch_factor": prefetch_factor}
+    if sampler is None:
+        if iterable:
+            from torch.utils.data.dataloader import _InfiniteConstantSampler
+            sampler = _InfiniteConstantSampler()
+        elif shuffle:
+            sampler = data.RandomSampler(dataset, generator=generator)
+        else:
+            sampler = data.SequentialSampler(dataset)
+    if batch_size is not None and batch_sampler is None:
+        batch_sampler = data.BatchSampler(sampler, batch_size, drop_last)
+    if collate_fn is None:
+        from torch.utils.data._utils import collate
+        collate_fn = collate.default_collate if batch_sampler is not None else \
+            collate.default_convert
+    if prefetch_factor is None:
+        import inspect
+        prefetch_factor = inspect.signature(data.DataLoader.__init__).parameters[
+            "prefetch_factor"].default
+        if prefetch_factor is None and num_workers != 0:  # torch 2: 2 with workers
+            prefetch_factor = 2
+    return {"sampler": sampler, "batch_sampler": batch_sampler, "collate_fn": collate_fn,
+            "prefetch_factor": prefetch_factor}
+
+
 def check_multiprocessing_context(context, num_workers, executor):
     """The DataLoader's refusals of multiprocessing_context: a name that is no start method,
     and any with num_workers=0 (given as 0), unless stoker's one worker process was asked for

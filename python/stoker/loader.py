@@ -307,6 +307,14 @@ class Loader:
             transforms=transforms, output=output, fields=fields, sampler=sampler,
             batch_sampler=batch_sampler, collate_fn=collate_fn, timeout=timeout,
             worker_init_fn=worker_init_fn, generator=generator, prefetch_factor=prefetch_factor)
+        dl_attrs = {"sampler": sampler, "batch_sampler": batch_sampler,  # stoker's own data
+                    "collate_fn": collate_fn, "prefetch_factor": prefetch_factor}
+        if dl.torch_dataset is not None:  # as the DataLoader's attributes
+            dl_attrs = _torchcompat.dataloader_attrs(
+                dl.torch_dataset, shuffle=bool(shuffle), sampler=sampler,
+                batch_sampler=batch_sampler, batch_size=dl.batch_size, drop_last=drop_last,
+                generator=generator, collate_fn=collate_fn, num_workers=num_workers,
+                prefetch_factor=prefetch_factor)
         torch_dataset, data, transforms, output = dl.torch_dataset, dl.data, dl.transforms, \
             dl.output
         fields, batch_size, shuffle, seed = dl.fields, dl.batch_size, dl.shuffle, dl.seed
@@ -439,7 +447,9 @@ class Loader:
                               f"with a synchronous .to(device) instead", RuntimeWarning,
                               stacklevel=2)
         self.batch_size = batch_size
-        self.sampler, self.generator = sampler, generator  # as the DataLoader's attributes
+        self.generator = generator
+        for attr, value in dl_attrs.items():  # sampler, batch_sampler, collate_fn,
+            setattr(self, attr, value)         # prefetch_factor
         self.seed = seed
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)

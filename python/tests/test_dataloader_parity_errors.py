@@ -329,6 +329,57 @@ def test_attributes_set_once():
             assert [b.tolist() for b in loader][0] == [0, 1]
 
 
+def _described(loader):
+    """The DataLoader's attributes a script reads, as comparable values."""
+    def sampler(s):
+        if s is None:
+            return None
+        out = [type(s).__name__]
+        for attr in ("batch_size", "drop_last", "generator", "num_replicas", "rank"):
+            if hasattr(s, attr):
+                out.append((attr, getattr(s, attr)))
+        try:
+            out.append(("len", len(s)))
+        except TypeError:  # an IterableDataset's sampler has none
+            out.append(("len", None))
+        if hasattr(s, "sampler"):
+            out.append(("sampler", sampler(s.sampler)))
+        return out
+    return {"sampler": sampler(loader.sampler), "batch_sampler": sampler(loader.batch_sampler),
+            "collate_fn": loader.collate_fn, "prefetch_factor": loader.prefetch_factor,
+            "batch_size": loader.batch_size, "drop_last": loader.drop_last,
+            "generator": loader.generator}
+
+
+def test_dataloader_attributes_a_script_reads():
+    """sampler, batch_sampler, collate_fn and prefetch_factor read as the DataLoader's: its
+    default samplers (SequentialSampler, RandomSampler with the generator, an IterableDataset's
+    infinite one), the BatchSampler over them, default_collate (default_convert without
+    batching), so len(loader.sampler), loader.sampler.set_epoch(e) and collate_fn=
+    loader.collate_fn in a second loader work (were: None, so len() raised TypeError); for a
+    Python dataset, a TensorDataset stoker reads itself and an IterableDataset."""
+    from torch.utils.data import DistributedSampler, BatchSampler, SequentialSampler
+    g = torch.Generator()
+    def mine(batch):
+        return batch
+    for ds in (Counting(10), torch.utils.data.TensorDataset(torch.arange(10))):
+        cases = [dict(), dict(batch_size=4, shuffle=True, generator=g, num_workers=2),
+                 dict(batch_size=3, drop_last=True, collate_fn=mine, num_workers=1,
+                      prefetch_factor=4),
+                 dict(batch_size=4, sampler=DistributedSampler(ds, num_replicas=2, rank=1)),
+                 dict(batch_sampler=BatchSampler(SequentialSampler(ds), 3, False)),
+                 dict(batch_size=None)]
+        for kw in cases:
+            want = _described(DataLoader(ds, **kw))
+            got = _described(mk(ds, **kw))
+            assert got == want, (type(ds).__name__, kw)
+    loader = mk(Counting(10), batch_size=4)
+    again = mk(Counting(10), batch_size=4, collate_fn=loader.collate_fn)
+    assert len(loader.sampler) == 10 and [b.tolist() for b in again][0] == [0, 1, 2, 3]
+    for kw in (dict(), dict(batch_size=3, drop_last=True, num_workers=2), dict(batch_size=None)):
+        assert _described(mk(Longer(6, 6), **kw)) == _described(DataLoader(Longer(6, 6), **kw))
+
+
 def test_argument_errors_without_workers():
     """prefetch_factor with num_workers=0: ValueError (as the installed torch rules: 1.13
     refuses any value but its default 2, torch 2 any value); multiprocessing_context with
