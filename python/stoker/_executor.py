@@ -24,21 +24,25 @@ the training loop).
 """
 import math
 
-THREAD_GIL_S = 15e-6    # GIL-held bookkeeping per sample on a thread (callback, flatten)
-PROCESS_S = 15e-6       # a worker process's cost per sample beside __getitem__ (ticket, seeding,
-# the write into the ring, the reply, the loader thread's share): 8-9 us of CPU measured with the
-# worker's ticket loop in C, up to 16 us with the cache lines a CIFAR-sized sample costs (issue 24,
-# twelfth round; 40 us before it, when the loop ran in Python)
+THREAD_GIL_S = 3e-6     # GIL-held bookkeeping per sample on a thread, hand-offs included: a
+# 20-float TensorDataset subclass (1.4 us of __getitem__) runs at 4.0 us a sample on two threads
+# with the worker threads calling __getitem__ from C (issue 24, fourteenth round; 15 us when the
+# thread ran stoker's Python runner per sample)
+PROCESS_S = 8e-6        # a worker process's cost per sample beside __getitem__ (ticket, seeding,
+# the write into the ring, the reply, the loader thread's share): 7.5-8.6 us measured for
+# __getitem__ of 1.4-35 us with the worker's ticket loop in C (fourteenth round; 40 us before the
+# twelfth, when the loop ran in Python). A CIFAR-sized sample costs up to 8 us more in cache
+# lines, where processes win by far anyway.
 COPY_BYTES_S = 4e9      # memcpy into the ring, bytes per second per core
 PROCESS_MARGIN = 1.2
 MAX_SERIAL = 4.0        # pair_serial's cap (4: two threads deliver a quarter of one's rate)
 PAIR_NOISE = 1.25       # two threads' time per sample over one's, below which no lock is read
 MAX_THREADS = 64        # threads for work that mostly waits
-THREAD_HANDOFF_S = 25e-6  # the GIL's hand-offs per sample on a thread, for the thread count:
+THREAD_HANDOFF_S = 37e-6  # the GIL's hand-offs per sample on a thread, for the thread count:
 # its take, its take back after a sleep or read, and after each torch tensor freed (torch 1.13
 # lets the GIL go in a tensor's dealloc); beyond what the GIL serves, threads only queue and the
-# hand-offs cost more (issue 24, pysleep: sleep scenario, 48-64 threads 10-24k samples/s, 24-32
-# threads 21-28k)
+# hand-offs cost more. Fitted with THREAD_GIL_S as 40 us together (issue 24, pysleep: sleep
+# scenario, 48-64 threads 10-24k samples/s, 24-32 threads 21-28k), so the sum stays 40 us.
 
 
 class Probe:
@@ -129,7 +133,7 @@ def probe_of(rows, sample_bytes, uses_rng=False):
         x = max(idle_ns(r) for r in pair) * len(timed) / t  # 1: at once; 2: one at a time
         serial = min(MAX_SERIAL, max(0.0, (x - PAIR_NOISE) / (2 - PAIR_NOISE) if x <= 2
                                      else x / 2))
-    return Probe(t / len(timed) / 1e9, gil, cpu_share, sample_bytes, uses_rng, len(timed),
+    return Probe(t / len(timed) / 1e9, gil, cpu_share, sample_bytes, uses_rng, len(used),
                  serial)
 
 
@@ -171,7 +175,7 @@ def thread_workers(p, num_workers, cores):
         g_s = THREAD_GIL_S + THREAD_HANDOFF_S
         gil_bound = (t + g_s) / (_serial(p) * t + g_s)
         n = max(n, min(MAX_THREADS, math.ceil(cores / max(busy, 1.0 / MAX_THREADS)),
-                       math.ceil(1.5 * gil_bound)))
+                       math.ceil(1.5 * gil_bound - 1e-9)))  # (float fuzz of G + H)
     return n
 
 

@@ -26,6 +26,14 @@ PAIR_SAMPLES = 4         # samples per phase after the metered ones (unmetered s
 PAIR_MIN_S = 0.0005      # more when that is shorter: a thread's hand-off must not be the time
 PAIR_BUDGET_S = 0.004    # and those phases no longer than this on an idle machine
 PAIR_HELD = 0.9          # nor run when the GIL is held this much (nothing left to find)
+SOLO_SHORT_S = 100e-6    # but the solo phase does run then for calls shorter than this: the
+# metered call's own costs (the meter's lap, SetterWatch: ~5 us) inflate a 1-10 us __getitem__
+# several times, and the executor's choice reads the time (issue 24, fourteenth round)
+SOLO_GROUPS = 4          # the solo phase's samples are timed in this many groups
+PAIR_SHORT_S = 20e-6     # no pair for calls shorter than this: two threads calling a 1-10 us
+# __getitem__ back to back mostly hand the GIL over (torch 1.13 drops it in a tensor's dealloc),
+# which _executor.THREAD_GIL_S already counts; a lock of another library (h5py's: ~90 us a row)
+# is what the pair looks for
 EXECUTORS = ("auto", "thread", "process")
 
 
@@ -259,14 +267,19 @@ def probe_more(dataset, indices, rows, started=None):
     sample over its m samples). m = PAIR_SAMPLES, or enough to take PAIR_MIN_S when samples are
     shorter (the indices repeat), fewer when 3 m samples of the metered ones' fastest
     idle-machine time exceed PAIR_BUDGET_S (the time to first batch: a 1 ms sample is not run
-    again); none (no rows) under 2, on one CPU, when a call raised, or when the metered calls
+    again); the solo samples are timed in SOLO_GROUPS groups (a row each: per-sample times).
+    None (no rows) under 2, on one CPU, or when a call raised. No pair when the metered calls
     after the first held the GIL PAIR_HELD of their classified CPU time or more (threads run them
-    one at a time already, and a call that keeps the GIL is not slowed by the meter)."""
+    one at a time already, and the meter does not slow a call that keeps the GIL), nor for calls
+    shorter than PAIR_SHORT_S; and then no solo phase either, unless the calls are shorter than
+    SOLO_SHORT_S (the metered call's own costs are most of their measured time)."""
     held = sum(r[2] for r in rows[1:])
-    if not indices or not rows or _core.n_cpus() < 2 or \
-            held >= PAIR_HELD * max(1, held + sum(r[3] for r in rows[1:])):
+    if not indices or not rows or _core.n_cpus() < 2:
         return []
     fastest = max(1, min(idle_ns(r) for r in rows)) / 1e9
+    keeps_gil = held >= PAIR_HELD * max(1, held + sum(r[3] for r in rows[1:]))
+    if keeps_gil and fastest >= SOLO_SHORT_S:
+        return []
     m = min(max(PAIR_SAMPLES, math.ceil(PAIR_MIN_S / fastest)),
             int(PAIR_BUDGET_S / (3 * fastest)))
     if m < 2:
@@ -274,14 +287,23 @@ def probe_more(dataset, indices, rows, started=None):
     todo = [indices[k % len(indices)] for k in range(m)]
     more = []
     try:
-        for index in todo:
+        # timed in SOLO_GROUPS groups, not call by call: the clocks' reads cost about 1 us
+        per = math.ceil(m / SOLO_GROUPS)
+        for g in range(0, m, per):
+            group = todo[g:g + per]
             if started is not None:
-                started(index)
+                started(group[0])
             q0 = runq_ns()
             c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-            dataset[index]
+            for index in group:
+                dataset[index]
             t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-            more.append((t1 - t0, c1 - c0, 0, 0, max(0, runq_ns() - q0), SOLO))
+            n = len(group)
+            more.append(((t1 - t0) // n, (c1 - c0) // n, 0, 0, max(0, runq_ns() - q0) // n,
+                         SOLO))
+        if keeps_gil or min(idle_ns(r) for r in more) / 1e9 < PAIR_SHORT_S:
+            return more  # no pair: threads run it one at a time already, or its time is the
+            # GIL's hand-offs between two threads, which the executor's model counts itself
         if started is not None:
             started(todo[0])
         more += _pair(dataset, todo)
