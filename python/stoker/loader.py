@@ -78,17 +78,26 @@ def superseded(loader):
 
 class _LoaderIter:
     """The iterator of one pass over a Loader (one epoch). It ends (StopIteration) at the end
-    of its epoch. When another pass started before that (iter(), set_epoch, load_state_dict:
-    one pass at a time), or close() was called, next() raises StokerStateError.
+    of its epoch. The loader serves one pass at a time: when a later iter() started another
+    pass before this one's end, the rest of this pass comes from a loader of its own (as the
+    DataLoader's two live iterators are two independent passes): a second Loader made with the
+    same arguments and resumed at this pass's position (`_resume`, a state_dict() taken when it
+    was ended), made when this iterator is used again and closed at the pass's end. Where that
+    cannot give the same samples (a sampler of the user's, which the second loader would
+    iterate and set_epoch() again; an IterableDataset), and after set_epoch() or
+    load_state_dict(), next() raises StokerStateError instead; after close(), too.
     While a torch profiler records, each next() is its range "enumerate(DataLoader)#
     _LoaderIter.__next__", as the DataLoader's (_torchprof)."""
 
-    __slots__ = ("_loader", "_gen", "_done", "_thread", "_ident", "__weakref__")
+    __slots__ = ("_loader", "_gen", "_done", "_thread", "_ident", "_resume", "_rest",
+                 "__weakref__")
 
     def __init__(self, loader, gen):
         self._loader, self._gen, self._done = loader, gen, False
         self._thread = threading.current_thread()
         self._ident = self._thread.ident
+        self._resume = None  # the position this pass was ended at, when it may go on
+        self._rest = None    # (the second loader, its iterator): this pass's rest
 
     def __iter__(self):
         return self
@@ -107,11 +116,14 @@ class _LoaderIter:
         loader = self._loader
         if self._done:
             raise StopIteration
-        if self._gen != loader._gen:
-            raise superseded(loader)
         if loader._core is None:
+            self._end_rest()
             raise _core.StokerStateError(
                 "the loader was closed (close() was called) before this epoch ended")
+        if self._gen != loader._gen:
+            if self._resume is None:
+                raise superseded(loader)
+            return self._next_of_rest()
         ident = get_ident()
         if ident != self._ident:  # (current_thread() is a Python call: once per thread)
             self._thread, self._ident = threading.current_thread(), ident
@@ -132,6 +144,29 @@ class _LoaderIter:
             raise
         loader._transit = None  # delivered (no signal check between here and the caller)
         return batch
+
+    def _next_of_rest(self):
+        """The next batch of this pass after a later iter() ended it on its loader: from a
+        second loader resumed at its position (made at the first call)."""
+        if self._rest is None:
+            second = self._loader._second_loader()
+            try:
+                second.load_state_dict(self._resume)
+                self._rest = (second, iter(second))
+            except BaseException:
+                second.close()
+                raise
+        try:
+            return next(self._rest[1])
+        except StopIteration:
+            self._done = True
+            self._end_rest()
+            raise
+
+    def _end_rest(self):
+        if self._rest is not None:
+            second, self._rest = self._rest[0], None
+            second.close()
 
     def _active_elsewhere(self):
         """The thread iterating this pass, when it is another live thread and the pass is not
@@ -251,7 +286,10 @@ class Loader:
         src = data if data is not None else dataset
         given = dict(kwargs, batch_size=args[0]) if args else kwargs  # (batch_size=None:
         sub = _pydataset_class(src, given) if cls is Loader else None  # unbatched, in Python)
-        return super().__new__(sub or cls)
+        obj = super().__new__(sub or cls)
+        # the arguments, for a second loader that goes on with an ended pass (_LoaderIter)
+        object.__setattr__(obj, "_made_with", (cls, data, args, dataset, kwargs))
+        return obj
 
     def __init__(self, data=None, batch_size=None, shuffle=False, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=None, device=None, rank=None,
@@ -572,10 +610,20 @@ class Loader:
     def __iter__(self):
         self._check_open()
         self._check_consumer("iterate")
+        old = self._iter() if self._iter is not None else None
+        ahead = False
+        if old is not None and not old._done and old._gen == self._gen and \
+                self._order is None and self._dist_sampler is None:
+            old._resume = self.state_dict()  # where that pass goes on (_LoaderIter)
+            # one that had not begun keeps its epoch too: this pass is the next, in an order of
+            # its own (zip(loader, loader) pairs two orders, as the DataLoader's two iterators)
+            ahead = not self._mid_epoch
         if self._mid_epoch:
             # The previous pass was abandoned mid-epoch: this pass is the next epoch.
             self._core.set_epoch(self._cur_epoch + 1)
             self._mid_epoch = False
+        elif ahead:
+            self._core.set_epoch(self._core.epoch + 1)
         sampler = self._dist_sampler
         if sampler is not None and self._core.epoch != sampler.epoch:
             # DistributedSampler.set_epoch(e) chooses the epoch, as it does for the DataLoader
@@ -587,6 +635,14 @@ class Loader:
         it = _LoaderIter(self, self._gen)
         self._iter = weakref.ref(it)
         return it
+
+    def _second_loader(self):
+        """A loader made with this one's arguments (no trace file of its own), for the rest of a
+        pass a later iter() ended (_LoaderIter)."""
+        cls, data, args, dataset, kwargs = self._made_with
+        if kwargs.get("trace") is not None:
+            kwargs = dict(kwargs, trace=None)
+        return cls(data, *args, dataset=dataset, **kwargs)
 
     def _check_consumer(self, what):
         """Refuse a call that would move the position while another thread iterates (the

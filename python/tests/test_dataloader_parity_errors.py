@@ -455,15 +455,32 @@ def test_break_mid_epoch_then_a_new_pass(executor):
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_two_live_iterators(executor):
     """Two iterators of one loader at once: the DataLoader (without persistent_workers) runs
-    two independent passes; stoker has one consumer and one position, so a new iter() ends the
-    previous pass and the new one continues the epoch in order (documented difference). The
-    old iterator's next() raises StokerStateError saying so: a StopIteration there made
-    zip(loader, loader) an empty loop, silently (was)."""
+    two independent passes; so does stoker, the older pass going on from a second loader
+    resumed where the newer iter() ended it on the loader (was: a StopIteration there, so
+    zip(loader, loader) was an empty loop, silently). With a sampler of the user's (which a
+    second loader would iterate and set_epoch again), and for an IterableDataset, the old
+    iterator's next() raises StokerStateError saying so (documented difference); an iterator
+    at its end stays at StopIteration."""
+    from torch.utils.data import DistributedSampler
     d = DataLoader(Counting(6), batch_size=2, num_workers=2)
     a, b = iter(d), iter(d)
-    assert [next(a).tolist(), next(b).tolist(), next(a).tolist()] == [[0, 1], [0, 1], [2, 3]]
-    assert len(list(zip(d, d))) == 3
+    want = [next(a).tolist(), next(b).tolist(), next(a).tolist()]
+    assert want == [[0, 1], [0, 1], [2, 3]]
+    pairs = [(x.tolist(), y.tolist()) for x, y in zip(d, d)]
     s = stoker_loader(Counting(6), executor, batch_size=2, num_workers=2)
+    a, b = iter(s), iter(s)
+    assert [next(a).tolist(), next(b).tolist(), next(a).tolist()] == want
+    assert [x.tolist() for x in a] == [[4, 5]] and [x.tolist() for x in b] == [[2, 3], [4, 5]]
+    assert [(x.tolist(), y.tolist()) for x, y in zip(s, s)] == pairs
+    # shuffled: two orders, as the DataLoader's two iterators draw two (a mixup of the loader
+    # with itself must not pair each sample with itself), every sample once on each side
+    s = stoker_loader(Counting(40), executor, batch_size=4, num_workers=2, shuffle=True)
+    left, right = zip(*[(x.tolist(), y.tolist()) for x, y in zip(s, s)])
+    assert sorted(sum(left, [])) == sorted(sum(right, [])) == list(range(40))
+    assert left != right
+    ds = Counting(6)
+    s = stoker_loader(ds, executor, batch_size=2, num_workers=2,
+                      sampler=DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
     a = iter(s)
     assert next(a).tolist() == [0, 1]
     b = iter(s)

@@ -149,17 +149,23 @@ def test_abandoned_pass_goes_to_next_epoch(ds_small):
 
 
 def test_new_iterator_supersedes_old(ds_small):
-    """A new iter() ends the previous pass: the old iterator's next() says so
+    """A new iter() starts the next pass on the loader; the old iterator's pass goes on from a
+    second loader resumed where it was ended (the DataLoader's two live iterators are two
+    passes), its batches those the loader would have given, and the loader's own position does
+    not move. set_epoch() ends a pass for good: the old iterator's next() says so
     (StokerStateError naming the call), never a silent StopIteration that would end a loop as
     if the epoch were over; an iterator that reached its end stays at StopIteration."""
-    loader = make(ds_small, 10)
+    loader = make(ds_small, 10, shuffle=True, seed=7)
+    whole = [indices(b) for b in make(ds_small, 10, shuffle=True, seed=7)]
     it1 = iter(loader)
-    next(it1)
-    it2 = iter(loader)
-    with pytest.raises(stoker.StokerStateError, match=r"ended by a later iter\(\)"):
-        next(it1)
-    assert indices(next(it2))[0] == 0  # epoch 1 starts at 0 again (no shuffle)
-    assert loader.epoch == 1
+    first = indices(next(it1))
+    it2 = iter(loader)  # epoch 1 (epoch 0 was left mid-way)
+    assert indices(next(it2)) == stoker.epoch_order(SMALL_N, True, 7, 1)[:10]
+    rest = [indices(b) for b in it1]  # epoch 0's rest, from a second loader
+    assert [first] + rest == whole
+    assert it1._rest is None  # the second loader closed at the pass's end
+    state = loader.state_dict()
+    assert (state["epoch"], state["consumed"]) == (1, 10)
     loader.set_epoch(3)
     with pytest.raises(stoker.StokerStateError, match=r"ended by a later set_epoch\(\)"):
         next(it2)
