@@ -614,10 +614,13 @@ class Loader:
         ahead = False
         if old is not None and not old._done and old._gen == self._gen and \
                 self._order is None and self._dist_sampler is None:
-            old._resume = self.state_dict()  # where that pass goes on (_LoaderIter)
+            try:
+                old._resume = self.state_dict()  # where that pass goes on (_LoaderIter)
+            except Exception:  # noqa: BLE001 - no state: its next() says the pass was ended
+                old._resume = None
             # one that had not begun keeps its epoch too: this pass is the next, in an order of
             # its own (zip(loader, loader) pairs two orders, as the DataLoader's two iterators)
-            ahead = not self._mid_epoch
+            ahead = old._resume is not None and not self._mid_epoch
         if self._mid_epoch:
             # The previous pass was abandoned mid-epoch: this pass is the next epoch.
             self._core.set_epoch(self._cur_epoch + 1)
