@@ -58,6 +58,8 @@ from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_
 
 REPLY = struct.Struct("<IIQQQ")   # status, payload length, python_ns, mask, cpu_ns: 32 bytes
 OP_INIT, OP_ARENA, OP_TICKET, OP_PROBE = 1, 2, 3, 4
+RENEWED = b"stoker-renewed"  # a worker's answer that it took a changed dataset (_renew): no
+# sample's reply carries it, so the parent knows the answer is that one
 # a ticket whose reply may be held back while more tickets wait (no timeout=); its last offset is
 # its row's object key, where the sample's seed goes once its leaves are written (_ticketloop.c)
 OP_TICKET_HELD = 6
@@ -754,7 +756,7 @@ def _renew(pipe, blob, wid):
         _send_error(pipe, error_reply(f"in stoker worker process {wid} while loading the "
                                       f"dataset the training loop changed"), 0, 0)
         return None
-    pipe.send(REPLY.pack(ST_OK, 0, 0, 0, 0))
+    pipe.send(REPLY.pack(ST_OK, len(RENEWED), 0, 0, 0) + RENEWED)
     return spec, init_error
 
 

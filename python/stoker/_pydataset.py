@@ -1131,6 +1131,12 @@ class PyLoader(Loader):
                 continue
             if status != 0:
                 failed.append(payload)
+            elif payload != _procpool.RENEWED:  # another reply (a sample's) taken for the answer:
+                # its worker may still hold the old copy, so no pass may run on it (mixed copies)
+                failed.append(_core.StokerStateError(
+                    f"worker process {wid} answered the dataset's renewal with another reply "
+                    f"({len(payload)} bytes), so it may still hold the copy it had: no pass runs "
+                    f"on a mix of the two (please report this; the next pass tries again)"))
         return failed
 
     def __len__(self):
