@@ -677,7 +677,7 @@ def test_a_renewal_answered_by_another_reply_is_an_error():
     # A worker process's answer to the renewal (a changed dataset, taken in place of its copy)
     # is told from a sample's reply: another reply read there means the worker may still hold
     # the old copy, and a pass on a mix of the two would be silent, so iter() raises instead
-    # (a CI run once saw a pass here mix the two copies; not reproduced: bench/RESULTS.md).
+    # (a CI run once saw a pass here mix the two copies; not reproduced: docs/reliability.md).
     ds = Epochal()
     loader = stoker.Loader(ds, batch_size=4, num_workers=2, executor="process")
     assert {v for b in loader for _, v in b.tolist()} == {0}
