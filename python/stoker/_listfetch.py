@@ -65,6 +65,11 @@ def _remove_orphans(parent):
             pass
 
 
+def users(dataset):
+    """The user's dataset: inside a ListFetch (a sampler of index lists), else `dataset`."""
+    return dataset.dataset if isinstance(dataset, ListFetch) else dataset
+
+
 class ListFetch:
     """The dataset the executors call for a sampler of index lists (see the module's text)."""
 

@@ -51,7 +51,7 @@ import weakref
 
 import numpy as np
 
-from . import _core, _holds, _memnpy, _pyworker, _pyworker_server as _server
+from . import _core, _holds, _listfetch, _memnpy, _pyworker, _pyworker_server as _server
 from ._seedwatch import SeedWatch
 from ._pyworker_server import (CTL, CTL_REAP, CTL_REPLY, CTL_SPAWN, FS_KEEP, FS_REQ,  # noqa: F401
                                HDR, OP_SPEC, WANTS_SPEC, _recv_exact, _Served, _server_loop)
@@ -373,11 +373,9 @@ def _dumps_spec(spec):
 def _main_defined(spec):
     """What of the spec the main program defines, named for an error: the dataset's class,
     worker_init_fn, else what the dataset holds."""
-    ds = spec.dataset
-    if type(ds).__name__ == "ListFetch":  # (a batch fetch: the user's dataset inside)
-        ds = ds.dataset
     names = [f"{what} {obj.__qualname__}" for what, obj in (
-        ("its dataset class", type(ds)), ("its worker_init_fn", spec.worker_init_fn))
+        ("its dataset class", type(_listfetch.users(spec.dataset))),
+        ("its worker_init_fn", spec.worker_init_fn))
         if obj is not None and getattr(obj, "__module__", None) == "__main__"]
     return (" and ".join(names) + (" are" if len(names) > 1 else " is")) if names else \
         "a class or function its dataset holds is"

@@ -75,10 +75,8 @@ def worker_info(wid, n, seed, dataset):
     if torch is None:
         return None
     from torch.utils.data._utils.worker import WorkerInfo
-    from ._listfetch import ListFetch
-    if isinstance(dataset, ListFetch):  # (batch_size=None with index lists: the user's dataset)
-        dataset = dataset.dataset
-    return WorkerInfo(id=wid, num_workers=n, seed=seed, dataset=dataset)
+    from ._listfetch import users  # (batch_size=None with index lists: the user's dataset)
+    return WorkerInfo(id=wid, num_workers=n, seed=seed, dataset=users(dataset))
 
 
 def seed_all(seed):
