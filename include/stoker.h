@@ -1151,6 +1151,11 @@ typedef struct stk_batch stk_batch;
 #define STK_LOADER_SHARED_RING                                                                     \
     0x400u /* ring slots in one shared-memory file that other processes                            \
              can map (stk_loader_ring_memory) */
+/* No worker thread starts: the consumer's thread loads each batch itself, calling
+ * stk_loader_help until it returns *ran 0, then stk_loader_next (which fails with STK_ESTATE
+ * instead of waiting for a batch nobody loads). Needs a sample callback; AUTOTUNE is ignored.
+ * The Python front end's num_workers=0: the training thread loads, as the DataLoader's does. */
+#define STK_LOADER_CALLER_LOADS 0x800u
 
 /** A batch transform (stk_loader_opts.batch_ops), as torchvision.transforms.v2 defines it.
  *  Both draw lambda ~ Beta(alpha, alpha) once per batch from the batch's own random stream,
@@ -1423,7 +1428,8 @@ STK_API stk_status stk_loader_next_timeout(stk_loader *loader, stk_batch **out, 
  *  loader's callback would: the Python front end's training thread loads part of its first batch
  *  while the workers start). The sample is claimed like a worker's ticket (exactly once, its
  *  failure the batch's as a worker's, on_error=skip's substitutes alike); the batch is opened
- *  first when no worker has opened it yet. stk_sample_info.worker is n_threads.
+ *  first when no worker has opened it yet. stk_sample_info.worker is n_threads. With
+ *  STK_LOADER_CALLER_LOADS its time counts as the consumer's wait (stk_loader_stats).
  *  @return STK_OK with *ran 1 when a sample ran, 0 when none was left to take (the batch is
  *          ready, its tickets are out, it cannot be opened yet, or the epoch is done);
  *          STK_ECANCELED when fn returned it (interrupted): the sample stays claimed, and the

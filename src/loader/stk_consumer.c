@@ -99,6 +99,14 @@ stk_status stk_loader_next_timeout(stk_loader *L, stk_batch **out, int64_t timeo
             "next batch needs: release the oldest batch (or raise n_slots; Python: prefetch)",
             held, c->n_slots);
     }
+    if (!(s->seq == seq && s->state == STK__SLOT_READY) && c->caller_loads) {
+        /* No worker loads it: waiting would never end. */
+        pthread_mutex_unlock(&c->r.mu);
+        return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_ESTATE,
+                              "STK_LOADER_CALLER_LOADS: batch %llu is not loaded (call "
+                              "stk_loader_help until it runs no sample first)",
+                              (unsigned long long)seq);
+    }
     if (!(s->seq == seq && s->state == STK__SLOT_READY) && timeout_ms == 0) {
         /* A poll: nothing is ready and nothing is waited for, so no consumer wait is counted
          * (a zero-length timed wait still queued for the mutex behind a busy worker). */

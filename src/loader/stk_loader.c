@@ -348,8 +348,11 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     c->autotune = opts->flags & STK_LOADER_AUTOTUNE;
     /* Autotune starts with one thread and two batches ahead, and grows from there. */
     stk__autotune_init(&c->at, c->n_threads, c->n_slots);
+    c->caller_loads = opts->flags & STK_LOADER_CALLER_LOADS;
+    if (c->caller_loads)
+        c->autotune = false;
     if (!c->autotune) { /* every thread works and every slot may be ahead */
-        c->at.active = c->n_threads;
+        c->at.active = c->caller_loads ? 0 : c->n_threads;
         c->at.depth = c->n_slots;
     }
     c->at_last_ns = c->created_ns;
@@ -386,6 +389,11 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
     }
     STK_TRY(stk__batchops_opts(&c->bops, opts, err, sizeof(err)));
     int tf = c->tfield;
+    if (c->caller_loads && !opts->sample_fn && !opts->sample_fn_v2)
+        STK_FAIL(err, STK_EINVAL, "flag STK_LOADER_CALLER_LOADS needs a sample callback");
+    if (c->caller_loads && opts->device >= 0) /* (the consumer's batch would wait for its copy) */
+        STK_FAIL(err, STK_EINVAL, "flag STK_LOADER_CALLER_LOADS with a device copy (device %d)",
+                 opts->device);
     if (opts->sample_fn || opts->sample_fn_v2) {
         /* Workers read each record into their own buffer (laid out as in_lay); the slot holds
          * what the callback writes. */
@@ -491,7 +499,8 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
                 STK_FAIL(err, rc, "cannot create transform worker state: %s", stk_last_errmsg());
         }
     }
-    for (uint32_t i = 0; i < c->n_threads; i++) {
+    /* (CALLER_LOADS: none would ever take a sample; their workers[] entries stay for the stats) */
+    for (uint32_t i = 0; i < (c->caller_loads ? 0 : c->n_threads); i++) {
         if (pthread_create(&c->workers[i].thread, NULL, stk__worker_main, &c->workers[i]) != 0)
             STK_FAIL(err, STK_ENOMEM, "cannot start worker thread %u", i);
         /* Named before create returns, not when the thread first runs (which a loaded machine

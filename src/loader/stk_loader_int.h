@@ -176,6 +176,7 @@ struct core {
 
     /* autotune: at.active and at.depth steer the workers with or without it (under mu) */
     bool autotune;
+    bool caller_loads; /* STK_LOADER_CALLER_LOADS: at.active stays 0, the consumer loads */
     stk__autotune at;
     uint64_t at_last_ns, at_last_cwait, at_last_wwait, at_last_samples;
 

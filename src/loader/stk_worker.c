@@ -719,8 +719,10 @@ static bool help_claim(core *c, stk__slot *s, uint64_t seq, uint32_t *t)
     }
     if (c->stop || c->c_b >= c->c_plan.n_batches)
         return false;
+    if (c->claim_seq < seq && seq == c->open_seq) /* no worker moved on past the batches it took */
+        c->claim_seq = seq;
     if (seq == c->open_seq && c->claim_seq == seq && s->state == STK__SLOT_FREE && !c->r.dc.dev &&
-        c->open_seq - c->c_seq < c->at.depth && open_batch(c))
+        c->open_seq - c->c_seq < c->at.depth && open_batch(c) && c->at.active)
         pthread_cond_broadcast(&c->r.cv_work); /* the workers join in */
     uint32_t n;
     return s->seq == seq && s->state == STK__SLOT_FILLING &&
@@ -755,7 +757,10 @@ stk_status stk_loader_help(stk_loader *L, stk_sample_fn_v2 fn, void *ctx, uint32
     stk_status rc = do_sample(c, w, s, t, idx);
     if (rc == STK_OK && atomic_fetch_add(&s->done, 1) + 1 == count)
         complete_batch(c, w, s, seq);
-    atomic_fetch_add_explicit(&w->run_ns, stk__loader_now(c) - t0, memory_order_relaxed);
+    uint64_t ran_ns = stk__loader_now(c) - t0;
+    atomic_fetch_add_explicit(&w->run_ns, ran_ns, memory_order_relaxed);
+    if (c->caller_loads) /* the consumer loads instead of waiting: its wait for data */
+        atomic_fetch_add_explicit(&c->consumer_wait_ns, ran_ns, memory_order_relaxed);
     w->fn = NULL;
     pthread_mutex_lock(&c->r.mu);
     if (rc == STK_ECANCELED) { /* claimed, not done: the next call runs it first */

@@ -6,7 +6,8 @@
  * under SKIP_CORRUPT; the shared ring: every batch lies in the memfd stk_loader_ring_memory
  * names, and a second mapping of that fd (another process's view) sees the rows the callback
  * wrote at their offsets; no fd without STK_LOADER_SHARED_RING; stk_loader_help (the consumer's
- * thread loading samples of the batch it waits for).
+ * thread loading samples of the batch it waits for); STK_LOADER_CALLER_LOADS (the consumer's
+ * thread loads every batch, across epochs and a saved state).
  */
 #include "stk_internal.h"
 #include "t.h"
@@ -301,5 +302,92 @@ static int test_help(void)
     return 0;
 }
 
+/* Load the batch stk_loader_next returns next on this thread (STK_LOADER_CALLER_LOADS), then take
+ * it: STK_OK, STK_END, or the batch's error. */
+static stk_status caller_next(stk_loader *L, stk_batch **b, int *ran_total)
+{
+    uint32_t ran;
+    do {
+        stk_status rc = stk_loader_help(L, fill, NULL, &ran);
+        if (rc < 0)
+            return rc;
+        *ran_total += (int)ran;
+    } while (ran);
+    return stk_loader_next(L, b);
+}
+
+/* STK_LOADER_CALLER_LOADS: no worker thread runs a sample (the callback only ever sees the
+ * helper's worker number), every index comes once per epoch,
+ * record 13's batch fails as under workers, stk_loader_next refuses a batch nobody loaded
+ * instead of waiting for it, and a state saved mid-epoch resumes with the same rows. */
+static int test_caller_loads(void)
+{
+    stk_dataset *ds;
+    T_OK(stk_dataset_open_index("Rows", N, &ds));
+    stk_loader *L;
+    T_OK(make(ds, 1, STK_LOADER_CALLER_LOADS, &L));
+    stk_batch *b;
+    T_EQ(stk_loader_next(L, &b), STK_ESTATE); /* not loaded: an error, not a wait */
+    T_CHECK(strstr(stk_loader_errmsg(L), "not loaded") != NULL);
+    int64_t seen[2][N];
+    memset(seen, 0, sizeof(seen));
+    char state[4096] = "";
+    int64_t after_state[B * 6]; /* the batch that follows the saved state */
+    for (int epoch = 0; epoch < 2; epoch++) {
+        int ran = 0, failed = 0, batches = 0;
+        for (;;) {
+            stk_status rc = caller_next(L, &b, &ran);
+            if (rc == STK_END)
+                break;
+            if (rc < 0) {
+                T_CHECK(strstr(stk_loader_errmsg(L), "Rows[13]") != NULL);
+                failed++;
+                continue;
+            }
+            stk_tensor t;
+            stk_tensor_init(&t);
+            T_OK(stk_batch_tensor(b, 0, &t));
+            const int64_t *v = t.data;
+            for (uint32_t i = 0; i < stk_batch_n_samples(b); i++) {
+                T_CHECK(v[i * 6] >= 0 && v[i * 6] < N);
+                T_EQ(v[i * 6 + 1], (int64_t)epoch);
+                T_EQ(v[i * 6 + 5], 1); /* the helper's worker number (n_threads): no worker's */
+                seen[epoch][v[i * 6]]++;
+            }
+            if (epoch == 1 && batches == 2)
+                memcpy(after_state, v, sizeof(after_state));
+            stk_batch_release(b);
+            if (epoch == 1 && ++batches == 2)
+                T_OK(stk_loader_save_state(L, state, sizeof(state)));
+        }
+        T_EQ(failed, 1);
+        T_EQ(ran, N);
+        for (int i = 0; i < N; i++)
+            T_EQ(seen[epoch][i], i / B == 13 / B ? 0 : 1);
+    }
+    stk_loader_destroy(L);
+    /* resumed after the second batch of epoch 1: its third batch again, loaded here */
+    T_OK(make(ds, 1, STK_LOADER_CALLER_LOADS, &L));
+    T_OK(stk_loader_load_state(L, state));
+    int ran = 0;
+    T_OK(caller_next(L, &b, &ran));
+    stk_tensor t;
+    stk_tensor_init(&t);
+    T_OK(stk_batch_tensor(b, 0, &t));
+    T_EQ(stk_batch_n_samples(b), (uint32_t)B);
+    T_CHECK(memcmp(t.data, after_state, sizeof(after_state)) == 0);
+    stk_batch_release(b);
+    stk_loader_destroy(L);
+    /* without a sample callback: refused */
+    stk_loader_opts o;
+    stk_loader_opts_init(&o);
+    o.dataset = ds;
+    o.flags = STK_LOADER_CALLER_LOADS;
+    T_EQ(stk_loader_create(&o, &L), STK_EINVAL);
+    T_CHECK(strstr(stk_last_errmsg(), "CALLER_LOADS") != NULL);
+    stk_dataset_close(ds);
+    return 0;
+}
+
 T_MAIN(T_CASE(test_index_dataset), T_CASE(test_v2_info), T_CASE(test_shared_ring),
-       T_CASE(test_help))
+       T_CASE(test_help), T_CASE(test_caller_loads))
