@@ -176,6 +176,9 @@ typedef struct {
     size_t nbytes;
     PyTypeObject *type;              /* the leaf's exact type */
     PyObject *leaf, *tdtype, *shape; /* (borrowed from the plan) */
+    /* a tensor leaf: its type's descriptors of the attributes put_tensor reads, in
+     * _leafput.c's order (owned; NULL: looked up by name) */
+    PyObject *desc[7];
 } stkpy_plan_leaf;
 typedef struct {
     PyObject *owner;                /* the plan tuple (NULL: no plan; every sample is Python's) */
