@@ -8,8 +8,10 @@ choose (python/stoker/_executor.py's model) and what each executor costs beside 
 The dataset is a loop of k steps of Python arithmetic returning (tensor of 4 floats, int), the
 shape of a tabular or text sample; batch 64, shuffled, 100,000 samples. For each k, each
 configuration runs in a process of its own: stoker.Loader with executor "thread", "process"
-and "auto" at --workers, and the DataLoader at 0 and --workers workers. Each prints the best
-later epoch's samples/s; the first line per k gives __getitem__'s own time (timeit, one thread).
+and "auto" at --workers, stoker's default (num_workers not given: "auto" picks the executor and
+the count, the training thread itself included), stoker at num_workers=0 (the training thread
+loads each batch), and the DataLoader at 0 and --workers workers. Each prints the best later
+epoch's samples/s; the first line per k gives __getitem__'s own time (timeit, one thread).
 
 --fetch batch: the same work done for a whole batch in one call, as a dataset that tokenizes a
 list of strings at once: batch_size=None with a BatchSampler as the sampler, __getitem__ given
@@ -47,7 +49,8 @@ class Short(Dataset):
         return torch.tensor([self.one(i)] * 4), i % 10
 
 
-k, which, workers, epochs = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+k, which, epochs = int(sys.argv[1]), sys.argv[2], int(sys.argv[4])
+workers = None if sys.argv[3] == "None" else int(sys.argv[3])  # None: stoker picks
 batched = sys.argv[5] == "batch"
 ds = Short(k)
 if which == "time":
@@ -60,14 +63,17 @@ kw = dict(batch_size=None, sampler=S.BatchSampler(S.RandomSampler(ds), 64, False
 if which == "DataLoader":
     loader = DataLoader(ds, num_workers=workers, **kw)
 else:
-    loader = stoker.Loader(ds, num_workers=workers, executor=which, **kw)
+    kw.update({} if workers is None else {"num_workers": workers})
+    loader = stoker.Loader(ds, executor=which, **kw)
 best = 0
 for e in range(epochs):
     t = time.perf_counter()
     n = sum(len(y) for _, y in loader)
     if e:
         best = max(best, n / (time.perf_counter() - t))
-chose = loader.info()["executor"] if hasattr(loader, "info") else "-"
+chose = "-"
+if hasattr(loader, "info"):
+    chose = loader.info()["executor"] + f" x{loader.num_workers}"
 print(json.dumps({"rate": round(best), "chose": chose}))
 """
 
@@ -90,10 +96,11 @@ def main():
                     help="batch: __getitem__ gets each batch's list of indices")
     args = ap.parse_args()
     w = args.workers
-    configs = [("thread", w), ("process", w), ("auto", w), ("DataLoader", 0), ("DataLoader", w)]
-    print(f"| __getitem__ | thread x{w} | process x{w} | auto x{w} (chose) | DataLoader 0 | "
-          f"DataLoader {w} |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    configs = [("thread", w), ("process", w), ("auto", w), ("auto", None), ("auto", 0),
+               ("DataLoader", 0), ("DataLoader", w)]
+    print(f"| __getitem__ | thread x{w} | process x{w} | auto x{w} (chose) | default (chose) | "
+          f"num_workers=0 | DataLoader 0 | DataLoader {w} |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for k in (int(v) for v in args.k.split(",")):
         us = child(k, "time", 0, 1, args.fetch)["getitem_us"]
         got = {c: [] for c in configs}
@@ -103,7 +110,8 @@ def main():
         cells = []
         for c in configs:
             rates = "-".join(str(r["rate"]) for r in got[c]) + "/s"
-            cells.append(rates + (f" ({got[c][0]['chose']})" if c[0] == "auto" else ""))
+            chose = c[0] == "auto" and c[1] != 0
+            cells.append(rates + (f" ({got[c][0]['chose']})" if chose else ""))
         print(f"| {us:.1f} us (k={k}) | " + " | ".join(cells) + " |", flush=True)
 
 

@@ -11,13 +11,20 @@ samples per second each would deliver:
 
   threads:    min(n_t / (t + copy + G),  1 / (g*t + G),  cores / (c*t + copy + G))
   processes:  min(n_p / (t + copy + P),  cores / (c*t + copy + P))
+  here:       1 / (t + copy + H)
 
 t is __getitem__'s time, g the share of it that threads run one at a time (the GIL-held
 share, or what two threads run at once showed when that is more: a lock other than the GIL,
 such as h5py's, serializes threads the GIL meter sees as free), c the share that uses a CPU,
 copy the sample's bytes over the copy bandwidth, G the GIL-held bookkeeping per sample on a
-thread and P a worker process's per-sample hand-off. Processes are chosen when they deliver
-PROCESS_MARGIN times more (their start-up and memory have to pay for themselves), or when
+thread and P a worker process's per-sample hand-off, and H the training thread's own cost of a
+sample when it loads every batch itself ("here": no worker, as the DataLoader at num_workers=0,
+which is what num_workers=0 gives). Processes are chosen when they deliver PROCESS_MARGIN times
+more than the better of the other two (their start-up and memory have to pay for themselves);
+left to stoker (num_workers not given), the training thread loads when it delivers more than the
+threads: a __getitem__ so short and so GIL-bound that a worker thread's hand-off costs more than
+running it beside the training thread could gain (it cannot run beside it anyway while it holds
+the GIL). Processes are also chosen when
 __getitem__ draws from the global random generators and per-sample seeding is on: seeding those
 generators is exact only in a process of its own (threads share them with each other and with
 the training loop).
@@ -33,6 +40,10 @@ PROCESS_S = 8e-6        # a worker process's cost per sample beside __getitem__ 
 # __getitem__ of 1.4-35 us with the worker's ticket loop in C (fourteenth round; 40 us before the
 # twelfth, when the loop ran in Python). A CIFAR-sized sample costs up to 8 us more in cache
 # lines, where processes win by far anyway.
+HERE_S = 1.2e-6         # the training thread's cost per sample beside __getitem__ when it loads
+# every batch itself: the ticket, the plan's write into the ring, its share of the batch's
+# assembly (issue 24, fifteenth round: a 20-float TensorDataset subclass, 1.7 us of __getitem__,
+# at 2.9 us a sample)
 COPY_BYTES_S = 4e9      # memcpy into the ring, bytes per second per core
 PROCESS_MARGIN = 1.2
 MAX_SERIAL = 4.0        # pair_serial's cap (4: two threads deliver a quarter of one's rate)
@@ -138,7 +149,8 @@ def probe_of(rows, sample_bytes, uses_rng=False):
 
 
 class Choice:
-    """An executor, its worker count and why."""
+    """An executor, its worker count and why. ("thread", 0): no worker, the training thread
+    loads each batch when next() asks for it (_pyhelp.Helper(inline=True))."""
 
     def __init__(self, executor, workers, reason, thread_rate=None, process_rate=None):
         self.executor, self.workers, self.reason = executor, workers, reason
@@ -188,6 +200,11 @@ def rates(p, n_threads, n_procs, cores):
                  cores / (c * t + copy + THREAD_GIL_S))
     proc = min(n_procs / (t + copy + PROCESS_S), cores / (c * t + copy + PROCESS_S))
     return thread, proc
+
+
+def here_rate(p):
+    """Samples/s the training thread delivers loading each batch itself (the model above)."""
+    return 1.0 / (max(p.per_sample_s, 1e-7) + p.sample_bytes / COPY_BYTES_S + HERE_S)
 
 
 def probe_plan(requested="auto", num_workers=None, *, reseed=True, unsafe=None, files=None):
@@ -243,6 +260,9 @@ def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsaf
         return Choice("process", n_procs,
                       "an IterableDataset: each worker process iterates its own replica, as "
                       "with the DataLoader")
+    if num_workers == 0 and (unsafe or not (reseed and p.uses_rng)):  # (else one process)
+        return Choice("thread", 0, "num_workers=0: the training thread loads each batch when "
+                                   "next() asks for it, as the DataLoader does (no worker)")
     if unsafe:
         return Choice("thread", thread_workers(p, num_workers, cores),
                       f"the dataset holds {unsafe}, which cannot be used across fork(); threads "
@@ -257,23 +277,28 @@ def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsaf
                       "__getitem__ draws from the global random generators: per-sample seeding "
                       "is exact only in worker processes (threads share those generators with "
                       "each other and with the training loop)")
-    if num_workers == 0:
-        return Choice("thread", 1, "num_workers=0: one worker thread (the DataLoader would load "
-                                   "in the training process itself)")
     n_threads = thread_workers(p, num_workers, cores)
     thread, proc = rates(p, n_threads, n_procs, cores)
+    here = here_rate(p) if num_workers is None else 0.0
     g = "an unmeasured share" if p.gil_share is None else f"{_gil(p):.0%}"
     what = (f"__getitem__ held the GIL {g} of its {p.per_sample_s * 1e3:.3g} ms "
             f"({p.samples} sample{'s' if p.samples != 1 else ''} measured)")
     if _serial(p) > _gil(p):
         what += (f", and two threads at once ran as if {_serial(p):.0%} of it held a lock "
                  f"(one other than the GIL, h5py's say, or contention between them)")
-    if proc > PROCESS_MARGIN * thread:
+    if proc > PROCESS_MARGIN * max(thread, here):
         return Choice("process", n_procs,
                       f"{what}: {n_procs} worker process{'es' if n_procs != 1 else ''} deliver "
                       f"an estimated {proc:.0f} samples/s, {n_threads} "
                       f"thread{'s' if n_threads != 1 else ''} {thread:.0f}",
                       thread, proc)
+    if here > thread:
+        return Choice("thread", 0,
+                      f"{what}: the training thread loading each batch itself delivers an "
+                      f"estimated {here:.0f} samples/s, {n_threads} worker "
+                      f"thread{'s' if n_threads != 1 else ''} {thread:.0f}, {n_procs} worker "
+                      f"process{'es' if n_procs != 1 else ''} {proc:.0f} (num_workers=1 or more "
+                      f"loads beside the training step instead)", thread, proc)
     return Choice("thread", n_threads,
                   f"{what}: {n_threads} thread{'s' if n_threads != 1 else ''} deliver an "
                   f"estimated {thread:.0f} samples/s, {n_procs} worker "

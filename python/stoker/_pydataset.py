@@ -158,10 +158,12 @@ class ThreadRunner:
         return self._flatten(sample)
 
     def failed(self, index, epoch, worker, exc_info):
-        """The fast path's __getitem__ raised exc_info (it goes on to the consumer)."""
+        """The fast path's __getitem__ raised exc_info (it goes on to the consumer); a worker
+        number past the threads' is the training thread's (stk_loader_help)."""
+        where = f"in stoker worker thread {worker}" if worker < self.n_workers else \
+            "in the training thread (no worker)"
         self._remember(index, _errors.wrapper(
-            f"in stoker worker thread {worker} while loading sample {index} (epoch {epoch})",
-            exc_info))
+            f"{where} while loading sample {index} (epoch {epoch})", exc_info))
 
     def _flatten(self, sample):
         bufs, objects, extras, mask = self.layout.flatten(sample, True)
@@ -446,6 +448,7 @@ class PyLoader(Loader):
 
     _ended_mark = None  # dataset_mark() when the last pass ended at its epoch's end
     _no_len = False     # the dataset has no __len__ (its sampler names the indices: NO_LEN)
+    _inline = False     # no worker: the training thread loads each batch (_pyhelp, caller_loads)
 
     def __init__(self, data=None, batch_size=1, shuffle=None, seed=None, drop_last=False,
                  num_workers=None, prefetch=None, pin_memory=False, device=None, rank=None,
@@ -728,18 +731,26 @@ class PyLoader(Loader):
                 self._renew_args = (ds, n_pool, base_seed, worker_init_fn, name)
             else:
                 _pyworker.install_worker_info_hook()
-                self._runner = ThreadRunner(ds, layout, choice.workers, base_seed,
-                                            worker_init_fn, self._capacity(ring_batch),
-                                            kept if worker_init_fn is None else None)
+                # (no worker: no worker_init_fn, as the DataLoader's main process runs none)
+                init_fn = worker_init_fn if choice.workers else None
+                self._runner = ThreadRunner(ds, layout, choice.workers, base_seed, init_fn,
+                                            self._capacity(ring_batch),
+                                            kept if init_fn is None else None)
                 exec_obj = _core.ThreadExec(self._runner, fields)
-                exec_obj.set_fast(self._runner.getitem, layout.fast_plan(),
-                                  self._runner._flatten, self._runner.failed)
+                fast = (self._runner.getitem, layout.fast_plan(), self._runner._flatten,
+                        self._runner.failed)
+                exec_obj.set_fast(*fast)
                 self._thread_exec = exec_obj
-                n_threads = choice.workers
+                n_threads = max(1, choice.workers)  # (no worker: one, which never loads)
                 _loader._close_at_exit(self)  # before the interpreter stops threads
             self._helper = None
-            if _pyhelp.allowed(executor, workers, worker_init_fn, choice.executor, self.reseed,
-                               p.uses_rng, choice.workers):
+            self._inline = choice.executor == "thread" and choice.workers == 0
+            if self._inline:  # the training thread loads every batch (caller_loads)
+                runner = _pyhelp.HelpRunner(ds, layout, None, self._runner, self.reseed,
+                                            where="in the training thread (no worker)")
+                self._helper = _pyhelp.Helper(runner, fields, False, inline=True, fast=fast)
+            elif _pyhelp.allowed(executor, workers, worker_init_fn, choice.executor, self.reseed,
+                                 p.uses_rng, choice.workers):
                 info = _pyworker.worker_info(0, max(1, workers or 1), base_seed, ds)
                 threads = choice.executor == "thread"
                 runner = _pyhelp.HelpRunner(ds, layout, info, self._runner if threads else None,
@@ -759,6 +770,7 @@ class PyLoader(Loader):
                 seed=seed, rank=rank, world=world_size, shuffle=bool(shuffle),
                 drop_last=bool(drop_last), skip_corrupt=on_error == "skip", pinned=pinned,
                 executor=exec_obj, trace_events=_TRACE_EVENTS if trace else 0,
+                caller_loads=self._inline,
                 **picked.get("order", {}), **picked.get("split", {}))
             self._trace = os.fspath(trace) if trace is not None else None
             self._core = _core.Loader(self._dataset, **self._core_kwargs)
@@ -884,7 +896,9 @@ class PyLoader(Loader):
         while True:
             helper = self._helper
             try:
-                if helper is not None and helper.on:
+                if helper is not None and helper.inline:
+                    helper.run(core)
+                elif helper is not None and helper.on:
                     before = vars_before(self._torch_dataset)
                     try:
                         helper.run(core)  # (a KeyboardInterrupt leaves it on: its sample again)
@@ -1178,11 +1192,18 @@ class PyLoader(Loader):
 
     # ---- information ----
 
+    @property
+    def n_threads(self):
+        """Worker threads running (0 where the training thread loads each batch itself)."""
+        return 0 if self._inline else super().n_threads
+
     def info(self):
         """Loader.info() plus executor ("thread" or "process"), executor_reason (one sentence),
         start_method (how worker processes were started: "fork", "spawn"; None on threads) and
         layout (the structure the first sample fixed)."""
         i = super().info()
+        if self._inline:
+            i["n_threads"] = 0
         i.update(executor=self.executor, executor_reason=self._choice.reason,
                  start_method=None if self.executor == "thread" else self._server_method,
                  layout=self._layout.describe())
@@ -1211,6 +1232,9 @@ class PyLoader(Loader):
         helped = self._helper.runner.samples if self._helper is not None else 0
         if self._pool is not None and self._helper is not None:
             py, ns = py + self._helper.runner.py_ns, ns + helped
+        if self._helper is not None and self._helper.inline:  # its fast path's
+            fast, fast_ns = self._helper.exec.fast_counts()
+            py, ns, helped = py + fast_ns, ns + fast, helped + fast
         st.update(python_s=py / 1e9, python_samples=ns, gil_share=self._probe.gil_share,
                   worker_deaths=deaths, worker_restarts=restarts, help_samples=helped)
         return st

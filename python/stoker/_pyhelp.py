@@ -26,6 +26,14 @@ On the thread executor it helps only where that executor already calls __getitem
 threads or more and the dataset draws no global random numbers: at one worker thread the
 training thread would make a dataset that was called serially be called from two threads at
 once (allowed()).
+
+At num_workers=0 (and where "auto" finds no worker that could run beside the training thread:
+_executor.choose) the same machinery loads every batch, not only the first: the C loader is made
+with caller_loads (STK_LOADER_CALLER_LOADS: its worker thread never takes a sample), and each
+next() first runs the batch's samples here (Loader._load: one C call a batch, __getitem__ called
+from C and its leaves written by the layout's plan, as a worker thread's fast path), as the
+DataLoader's main process does: get_worker_info() is None, no worker_init_fn runs, and nothing
+loads while the training step runs (Helper(inline=True)).
 """
 import os
 import time
@@ -66,8 +74,10 @@ class HelpRunner:
     processes its own: the sample seeded per (seed, epoch, index) when reseed, object leaves kept
     in `table` under keys with the top bit set, errors in `errors`."""
 
-    def __init__(self, dataset, layout, info, threads=None, reseed=True, kept=None):
+    def __init__(self, dataset, layout, info, threads=None, reseed=True, kept=None,
+                 where="in the training thread (stoker.Loader's first batch)"):
         self.getitem = dataset.__getitem__
+        self.where = where
         self.layout = layout
         self.info = info
         self.threads = threads
@@ -83,8 +93,7 @@ class HelpRunner:
     def __call__(self, index, epoch, seed, worker, row):
         self.samples += 1
         if self.threads is not None:
-            return self.threads.load(index, epoch, "in the training thread (stoker.Loader's "
-                                                   "first batch)")
+            return self.threads.load(index, epoch, self.where)
         kept = self.kept
         if kept is not None:
             got = kept.pop(index, None) if epoch == 0 else None
@@ -100,8 +109,7 @@ class HelpRunner:
             sample = self.getitem(index)
         except Exception:  # a worker process's error, named alike (KeyboardInterrupt: retried)
             self.errors[index] = _errors.wrapper(
-                f"in the training thread (stoker.Loader's first batch) while loading sample "
-                f"{index} (epoch {epoch})")
+                f"{self.where} while loading sample {index} (epoch {epoch})")
             raise
         finally:
             self.py_ns += time.perf_counter_ns() - t0
@@ -123,12 +131,18 @@ class HelpRunner:
 
 class Helper:
     """The training thread's part in the first batch: run() loads samples of the batch the
-    consumer waits for until none is left to take; `on` until the first batch came."""
+    consumer waits for until none is left to take; `on` until the first batch came. inline: in
+    every batch (a loader made with caller_loads), `on` for good, the samples __getitem__ returns
+    written from C where the layout's plan fits them (fast: (getitem, plan, flatten, failed), as
+    ThreadExec.set_fast takes them)."""
 
-    def __init__(self, runner, fields, processes):
+    def __init__(self, runner, fields, processes, inline=False, fast=None):
         self.runner = runner
         self.exec = _core.ThreadExec(runner, fields)
+        if fast is not None:
+            self.exec.set_fast(*fast, here=True)
         self.processes = processes
+        self.inline = inline
         self.on = True
 
     def run(self, core):
@@ -137,8 +151,11 @@ class Helper:
         states = _pyworker.rng_states() if self.processes else None
         tls.info = self.runner.info
         try:
-            while core._help(self.exec):
-                pass
+            if self.inline:
+                core._load(self.exec)
+            else:
+                while core._help(self.exec):
+                    pass
         finally:
             tls.info = info
             if states is not None:

@@ -31,19 +31,40 @@ def test_pure_python_work_goes_to_processes():
     assert choose(p, "auto", 8, cores=16).workers == 8
 
 
-@pytest.mark.parametrize("t,want", [
-    (1.4e-6, "thread"), (2.5e-6, "thread"),  # a 20-float TensorDataset subclass
-    (4.8e-6, "process"), (10.5e-6, "process"), (35e-6, "process"),  # pure-Python loops
+@pytest.mark.parametrize("t,want,want_default", [
+    (1.4e-6, "thread", "here"), (2.5e-6, "thread", "here"),  # a 20-float TensorDataset subclass
+    (4.8e-6, "process", "here"),  # pure-Python loops
+    (10.5e-6, "process", "process"), (35e-6, "process", "process"),
 ])
-def test_short_pure_python_work(t, want):
+def test_short_pure_python_work(t, want, want_default):
     """Where a GIL-bound __getitem__ is so short that the hand-off decides: measured on 2
     cores (issue 24, fourteenth round), 1.4 us ran at 250k samples/s on 2 threads against 200k
     on 2 worker processes, 4.8 us at 107k against 158k, 10.5 us 60k against 108k, 35 us 24k
     against 47k ("auto" chose processes at 1.4 us when a thread's bookkeeping was taken as 15
-    us)."""
+    us). With num_workers left to stoker the training thread itself is a candidate (fifteenth
+    round, bench/bench_executors.py): 1.7 us at 255-290k, 5.2 us at 157-162k against 126k on
+    2 worker processes, 10.6 us at 82k against 86-95k."""
     p = Probe(t, gil_share=1.0, cpu_share=1.0, sample_bytes=84)
-    for workers in (None, 2):
-        assert choose(p, "auto", workers, cores=2).executor == want
+    assert choose(p, "auto", 2, cores=2).executor == want
+    c = choose(p, "auto", None, cores=2)
+    assert (c.executor, c.workers) == (("thread", 0) if want_default == "here" else
+                                       (want_default, 2))
+    if want_default == "here":
+        assert "the training thread loading each batch itself" in c.reason
+
+
+def test_the_training_thread_only_where_no_worker_gains():
+    """Left to stoker, the training thread loads each batch only where neither worker threads
+    (a GIL-bound __getitem__ runs one thread at a time) nor worker processes (their hand-off)
+    would deliver more; a short sample that lets the GIL go still gets threads."""
+    free = Probe(3e-6, gil_share=0.1, cpu_share=1.0, sample_bytes=84)
+    assert choose(free, "auto", None, cores=2).workers == 2
+    held = Probe(3e-6, gil_share=1.0, cpu_share=1.0, sample_bytes=84)
+    assert ex.here_rate(held) > max(ex.rates(held, 2, 2, 2))
+    assert choose(held, "auto", None, cores=2).workers == 0
+    # never with num_workers given (1 or more: workers load beside the training step)
+    for n in (1, 2, 4):
+        assert choose(held, "auto", n, cores=2).workers == n
 
 
 def test_big_copies_from_memory_stay_on_threads():
@@ -90,14 +111,18 @@ def test_requests_and_num_workers_zero():
     assert choose(p, "thread", 0, cores=2).workers == 1
     c = choose(p, "process", 3, cores=2)
     assert (c.executor, c.workers) == ("process", 3)
-    c = choose(p, "auto", 0, cores=2)
-    assert (c.executor, c.workers) == ("thread", 1) and "num_workers=0" in c.reason
+    c = choose(p, "auto", 0, cores=2)  # the training thread, as the DataLoader's main process
+    assert (c.executor, c.workers) == ("thread", 0) and "num_workers=0" in c.reason
+    assert "training thread" in c.reason
     # drawing random numbers, num_workers=0 too gets a process: its samples then equal those of
     # any other worker count (per-sample seeding)
     r = Probe(2e-3, gil_share=1.0, cpu_share=1.0, sample_bytes=100, uses_rng=True)
     c = choose(r, "auto", 0, cores=2)
     assert (c.executor, c.workers) == ("process", 1) and "random generators" in c.reason
-    assert choose(r, "auto", 0, cores=2, reseed=False).executor == "thread"
+    assert choose(r, "auto", 0, cores=2, reseed=False).workers == 0
+    # a fork-unsafe handle or an open file: the training thread too (no fork, one caller)
+    assert choose(p, "auto", 0, cores=2, unsafe="an open lmdb.Environment").workers == 0
+    assert choose(p, "auto", 0, cores=2, files="dataset.f (/x.bin)").workers == 0
     assert choose(None, "auto", 2, cores=2, iterable=True).executor == "process"
 
 

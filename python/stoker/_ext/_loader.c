@@ -557,26 +557,49 @@ static PyObject *Loader_next(LoaderObject *self)
     }
 }
 
-/* _help(exec): run one sample of the batch the next next() returns here, on the consumer's
- * thread, with ThreadExec `exec` (stk_loader_help; the GIL stays held, as in the sample's
- * __getitem__). True when one ran, False when none was left to take. A KeyboardInterrupt in the
- * sample is raised with the sample still claimed: the next call (or next()) runs it again. */
-static PyObject *Loader_help(LoaderObject *self, PyObject *exec)
+/* Run samples of the batch the next next() returns here, on the consumer's thread, with
+ * ThreadExec `exec` (stk_loader_help; the GIL stays held, as in the sample's __getitem__): one,
+ * or with `all` until none is left to take or a signal handler closed the loader meanwhile.
+ * *n: how many ran. A KeyboardInterrupt in a sample is raised with the sample still claimed:
+ * the next call (or next()) runs it again. 0, or -1 with an exception. */
+static int help_here(LoaderObject *self, PyObject *exec, bool all, unsigned long *n)
 {
+    *n = 0;
     if (loader_enter(self, true) < 0)
-        return NULL;
+        return -1;
     uint32_t ran = 0;
+    int r;
     self->in_help = true;
-    int r = stkpy_help_run(exec, self->loader, &ran);
+    do {
+        r = stkpy_help_run(exec, self->loader, &ran);
+        *n += ran;
+    } while (all && r == 0 && ran && !self->close_after);
     self->in_help = false;
     loader_leave(self, true);
     if (self->close_after) {
         self->close_after = false;
         loader_close(self);
     }
-    if (r < 0)
+    return r;
+}
+
+/* _help(exec): one sample; True when one ran, False when none was left to take. */
+static PyObject *Loader_help(LoaderObject *self, PyObject *exec)
+{
+    unsigned long n;
+    if (help_here(self, exec, false, &n) < 0)
         return NULL;
-    return PyBool_FromLong(ran);
+    return PyBool_FromLong(n != 0);
+}
+
+/* _load(exec): every sample left to take (the training thread loads every batch:
+ * num_workers=0); how many ran. */
+static PyObject *Loader_load(LoaderObject *self, PyObject *exec)
+{
+    unsigned long n;
+    if (help_here(self, exec, true, &n) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLong(n);
 }
 
 static PyObject *Loader_iter(PyObject *self)
@@ -860,6 +883,9 @@ static PyMethodDef Loader_methods[] = {
     {"_help", (PyCFunction)Loader_help, METH_O,
      "_help(exec) -> bool: run one sample of the next batch on this thread with ThreadExec exec "
      "(False: none left to take)."},
+    {"_load", (PyCFunction)Loader_load, METH_O,
+     "_load(exec) -> int: run every sample of the next batch left to take on this thread with "
+     "ThreadExec exec (a loader made with caller_loads=True); returns how many ran."},
     {"_unget", (PyCFunction)Loader_unget, METH_O,
      "_unget(batch): give back the batch the last next() returned, whose delivery an exception "
      "interrupted; the next next() returns it again and save_state() does not count it meanwhile."},

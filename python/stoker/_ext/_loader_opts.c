@@ -49,39 +49,25 @@ void stkpy_loader_args_release(stkpy_loader_args *a)
 
 int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
 {
-    static char *kwlist[] = {"data",
-                             "batch_size",
-                             "n_threads",
-                             "n_slots",
-                             "seed",
-                             "rank",
-                             "world",
-                             "shuffle",
-                             "drop_last",
-                             "skip_corrupt",
-                             "verify",
-                             "pinned",
-                             "transform",
-                             "transform_field",
-                             "autotune",
-                             "trace_events",
-                             "device",
-                             "pinned_limit",
-                             "batch_ops",
-                             "batch_choice",
-                             "num_classes",
-                             "label_field",
-                             "map_fn",
-                             "map_fields",
-                             "memory_budget",
-                             "indices",
-                             "weights",
-                             "num_samples",
-                             "replacement",
-                             "strided",
-                             "drop_tail",
-                             "executor",
-                             NULL};
+    static char *kwlist[] = {
+        "data",          "batch_size",
+        "n_threads",     "n_slots",
+        "seed",          "rank",
+        "world",         "shuffle",
+        "drop_last",     "skip_corrupt",
+        "verify",        "pinned",
+        "transform",     "transform_field",
+        "autotune",      "trace_events",
+        "device",        "pinned_limit",
+        "batch_ops",     "batch_choice",
+        "num_classes",   "label_field",
+        "map_fn",        "map_fields",
+        "memory_budget", "indices",
+        "weights",       "num_samples",
+        "replacement",   "strided",
+        "drop_tail",     "executor",
+        "caller_loads",  NULL,
+    };
     memset(a, 0, sizeof(*a));
     PyObject *data, *transform = Py_None;
     long long batch_size = 256;
@@ -101,13 +87,14 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     int replacement = 0;
     int strided = 0, drop_tail = -1; /* -1: the tail follows drop_last */
     PyObject *executor = Py_None;
+    int caller_loads = 0;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKppiO:Loader", kwlist, &data, &batch_size,
+            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKppiOp:Loader", kwlist, &data, &batch_size,
             &n_threads, &n_slots, &seed, &rank, &world, &shuffle, &drop_last, &skip_corrupt,
             &verify, &pinned, &transform, &tfield, &autotune, &trace_events, &device, &pinned_limit,
             &batch_ops, &batch_choice, &num_classes, &label_field, &map_fn, &map_fields,
             &memory_budget, &indices, &weights, &num_samples, &replacement, &strided, &drop_tail,
-            &executor))
+            &executor, &caller_loads))
         return -1;
     stk_loader_opts *o = &a->o;
     stk_loader_opts_init(o);
@@ -168,7 +155,7 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     o->flags = (shuffle ? STK_LOADER_SHUFFLE : 0) | (drop_last ? STK_LOADER_DROP_LAST : 0) |
                (skip_corrupt ? STK_LOADER_SKIP_CORRUPT : 0) | (verify ? 0 : STK_LOADER_NO_VERIFY) |
                (pinned ? STK_LOADER_PINNED : 0) | (autotune ? STK_LOADER_AUTOTUNE : 0) |
-               (strided ? STK_LOADER_STRIDED : 0) |
+               (strided ? STK_LOADER_STRIDED : 0) | (caller_loads ? STK_LOADER_CALLER_LOADS : 0) |
                (drop_tail > 0    ? STK_LOADER_DROP_TAIL
                 : drop_tail == 0 ? STK_LOADER_PAD_TAIL
                                  : 0);

@@ -29,7 +29,9 @@
  * probed thread to hand the GIL over and wait for it to come back, a wait the load stretches.
  *
  * The same object serves the consumer's thread as a helper (stkpy_help_run: stk_loader_help with
- * the GIL already held), its runner then _pyhelp.HelpRunner.
+ * the GIL already held), its runner then _pyhelp.HelpRunner; set_fast(..., here=True) lets that
+ * thread take the fast path too (the training thread loading every batch at num_workers=0, where
+ * get_worker_info() is None and no worker_init_fn runs, as in the DataLoader's main process).
  *
  * Lifetime: a ThreadExec outlives its C loader (the Loader object holds it until
  * stk_loader_destroy returned). At interpreter shutdown the callback refuses to take the GIL.
@@ -143,6 +145,7 @@ typedef struct {
     PyObject *getitem, *flatten, *failed;
     stkpy_plan plan;
     bool kept_done;        /* the runner's `kept` (the probe's samples) is None for good */
+    bool here_fast;        /* the consumer's thread (here_call) takes the fast path too */
     uint64_t fast_samples; /* samples the fast path loaded, and their __getitem__ time (GIL) */
     uint64_t fast_ns;
 } ThreadExecObject;
@@ -283,11 +286,11 @@ static bool put_row(void *ctx, size_t i, const void *src, size_t n)
 
 /* Whether this sample may take the fast path: the runner ran on this thread before (its first
  * call sets get_worker_info() and runs worker_init_fn; a thread whose worker_init_fn failed
- * never gets here), and the probe did not load the sample already (the runner hands those out
- * in epoch 0). */
-static bool fast_allowed(ThreadExecObject *x, const stk_sample_info *info)
+ * never gets here) or `here` is the consumer's thread with here_fast set, and the probe did not
+ * load the sample already (the runner hands those out in epoch 0). */
+static bool fast_allowed(ThreadExecObject *x, const stk_sample_info *info, bool here)
 {
-    if (!x->getitem || tl_fast != x)
+    if (!x->getitem || (here ? !x->here_fast : tl_fast != x))
         return false;
     if (x->kept_done)
         return true;
@@ -311,9 +314,11 @@ static bool fast_allowed(ThreadExecObject *x, const stk_sample_info *info)
 
 /* __getitem__ called here and its leaves written by the plan; a sample the plan does not fit goes
  * through the runner's _flatten, an exception to the runner's failed() (the consumer's error
- * names the sample and the thread, as the runner's own call would) (GIL held). */
+ * names the sample and the thread, as the runner's own call would) (GIL held). `here`: on the
+ * consumer's thread, where an exception that is not an Exception stays set and returns
+ * STK_ECANCELED, as in call_runner. */
 static stk_status fast_call(ThreadExecObject *x, const stk_sample_info *info, stk_tensor *out,
-                            size_t n_out, char *err, size_t err_size)
+                            size_t n_out, char *err, size_t err_size, bool here)
 {
     uint64_t t0 = now_ns();
     PyObject *i = PyLong_FromUnsignedLongLong(info->index);
@@ -321,6 +326,10 @@ static stk_status fast_call(ThreadExecObject *x, const stk_sample_info *info, st
     Py_XDECREF(i);
     x->fast_ns += now_ns() - t0;
     x->fast_samples++;
+    if (!sample && here && !PyErr_ExceptionMatches(PyExc_Exception)) {
+        snprintf(err, err_size, "interrupted");
+        return STK_ECANCELED;
+    }
     if (!sample) {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
@@ -366,8 +375,8 @@ static stk_status thread_call(void *ctx, const stk_sample_info *info, const stk_
     }
     PyGILState_STATE g = stkpy_gil_take(&x->ts);
     stk_status rc;
-    if (fast_allowed(x, info)) {
-        rc = fast_call(x, info, out, n_out, err, err_size);
+    if (fast_allowed(x, info, false)) {
+        rc = fast_call(x, info, out, n_out, err, err_size, false);
     } else {
         rc = call_runner(x, info, out, n_out, err, err_size, false);
         if (rc == STK_OK)
@@ -383,6 +392,9 @@ static stk_status here_call(void *ctx, const stk_sample_info *info, const stk_te
 {
     (void)in;
     (void)n_in;
+    ThreadExecObject *x = ctx;
+    if (fast_allowed(x, info, true))
+        return fast_call(x, info, out, n_out, err, err_size, true);
     return call_runner(ctx, info, out, n_out, err, err_size, true);
 }
 
@@ -438,10 +450,13 @@ static void ThreadExec_dealloc(ThreadExecObject *self)
 
 /* set_fast(getitem, plan, flatten, failed): before the loader starts (its threads read these
  * without a lock) */
-static PyObject *ThreadExec_set_fast(ThreadExecObject *self, PyObject *args)
+static PyObject *ThreadExec_set_fast(ThreadExecObject *self, PyObject *args, PyObject *kw)
 {
+    static char *kwlist[] = {"getitem", "plan", "flatten", "failed", "here", NULL};
     PyObject *getitem, *plan, *flatten, *failed;
-    if (!PyArg_ParseTuple(args, "OOOO:set_fast", &getitem, &plan, &flatten, &failed))
+    int here = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|p:set_fast", kwlist, &getitem, &plan, &flatten,
+                                     &failed, &here))
         return NULL;
     if (!PyCallable_Check(getitem) || !PyCallable_Check(flatten) || !PyCallable_Check(failed))
         return stkpy_invalid("ThreadExec.set_fast: getitem, flatten and failed are callables");
@@ -455,6 +470,7 @@ static PyObject *ThreadExec_set_fast(ThreadExecObject *self, PyObject *args)
     Py_XSETREF(self->getitem, Py_NewRef(getitem));
     Py_XSETREF(self->flatten, Py_NewRef(flatten));
     Py_XSETREF(self->failed, Py_NewRef(failed));
+    self->here_fast = here;
     Py_RETURN_NONE;
 }
 
@@ -466,11 +482,12 @@ static PyObject *ThreadExec_fast_counts(ThreadExecObject *self, PyObject *noargs
 }
 
 static PyMethodDef ThreadExec_methods[] = {
-    {"set_fast", (PyCFunction)ThreadExec_set_fast, METH_VARARGS,
-     "set_fast(getitem, plan, flatten, failed): the worker threads call getitem themselves and "
-     "write the leaves by plan (Layout.fast_plan(), or None), once the runner ran on the thread "
-     "and the probe's samples are out; flatten(sample) -> (bufs, key, mask) takes a sample the "
-     "plan does not fit, failed(index, epoch, worker, exc_info) hears of an exception."},
+    {"set_fast", (PyCFunction)(void (*)(void))ThreadExec_set_fast, METH_VARARGS | METH_KEYWORDS,
+     "set_fast(getitem, plan, flatten, failed, here=False): the worker threads call getitem "
+     "themselves and write the leaves by plan (Layout.fast_plan(), or None), once the runner ran "
+     "on the thread and the probe's samples are out; flatten(sample) -> (bufs, key, mask) takes a "
+     "sample the plan does not fit, failed(index, epoch, worker, exc_info) hears of an "
+     "exception. here: the consumer's thread (Loader._help/_load) takes the same path."},
     {"fast_counts", (PyCFunction)ThreadExec_fast_counts, METH_NOARGS,
      "fast_counts() -> (samples, ns): the samples the fast path loaded and their __getitem__ "
      "time."},
