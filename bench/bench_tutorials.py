@@ -3,7 +3,7 @@
 stoker.Loader, side by side.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_tutorials.py [--data /tmp/cifar] \
-        [--workers 0,1,2,4,8] [--epochs 3] [--stoker-workers 2] \
+        [--workers 0,1,2,4,8] [--epochs 3] [--stoker-workers 2|0|auto] \
         [--dataset cifar10|cifar100|mnist|fashionmnist|tensors20|tensors784] [--own] \
         [--fetch sample|batch]
 
@@ -53,7 +53,8 @@ import stoker
 cifar.check_integrity = lambda *a, **k: True   # random pixels, not the download's checksums
 
 root, which, workers, epochs, kind, own, fetch = sys.argv[1:8]
-workers, epochs, own = int(workers), int(epochs), own == "1"
+workers, epochs, own = (None if workers == "auto" else int(workers)), int(epochs), own == "1"
+kw = {} if workers is None else {"num_workers": workers}  # None: stoker picks
 Loader = DataLoader if which == "DataLoader" else stoker.Loader   # the one name that changes
 
 
@@ -96,13 +97,13 @@ testset = Dataset(root, train=False, download=False, transform=test_tf)
 t0 = time.perf_counter()
 if fetch == "batch":  # __getitem__ takes each batch's list of indices (batch_size=None)
     S = torch.utils.data
-    trainloader = Loader(trainset, batch_size=None, num_workers=workers, sampler=S.BatchSampler(
-        S.RandomSampler(trainset), batches[0], drop_last=False))
-    testloader = Loader(testset, batch_size=None, num_workers=workers, sampler=S.BatchSampler(
-        S.SequentialSampler(testset), batches[1], drop_last=False))
+    trainloader = Loader(trainset, batch_size=None, sampler=S.BatchSampler(
+        S.RandomSampler(trainset), batches[0], drop_last=False), **kw)
+    testloader = Loader(testset, batch_size=None, sampler=S.BatchSampler(
+        S.SequentialSampler(testset), batches[1], drop_last=False), **kw)
 else:
-    trainloader = Loader(trainset, batch_size=batches[0], shuffle=True, num_workers=workers)
-    testloader = Loader(testset, batch_size=batches[1], shuffle=False, num_workers=workers)
+    trainloader = Loader(trainset, batch_size=batches[0], shuffle=True, **kw)
+    testloader = Loader(testset, batch_size=batches[1], shuffle=False, **kw)
 built = time.perf_counter() - t0
 rates = []
 for epoch in range(epochs):
@@ -117,6 +118,8 @@ for epoch in range(epochs):
     rates.append((n / (b - a), m / (c - b)))
 later = rates[1:] or rates
 executor = trainloader.info()["executor"] if hasattr(trainloader, "info") else "-"
+if workers is None:  # what stoker picked
+    workers = f"auto: {trainloader.num_workers}"
 print(json.dumps({"loader": which, "executor": executor, "workers": workers,
                   "dataset": kind + (" (own class)" if own else "") +
                   (" (batch fetch)" if fetch == "batch" else ""),
@@ -188,7 +191,8 @@ def main():
                     choices=("cifar10", "cifar100", "mnist", "fashionmnist", "tensors20",
                              "tensors784"))
     ap.add_argument("--workers", default="0,1,2,4,8", help="the DataLoader's num_workers")
-    ap.add_argument("--stoker-workers", type=int, default=2, help="stoker.Loader's num_workers")
+    ap.add_argument("--stoker-workers", default="2",
+                    help="stoker.Loader's num_workers (auto: not given, stoker picks)")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--own", action="store_true", help="the dataset as a class of the user's "
                     "own: a subclass whose __getitem__ calls the base's (so it runs in Python, "
