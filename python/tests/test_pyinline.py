@@ -216,3 +216,24 @@ def test_resume_gives_the_same_batches():
     n0 = -(-N // BATCH)
     assert rest[:n0 - 3] == whole[3:n0]  # the rest of epoch 0, then epoch 1
     assert rest[n0 - 3:] == whole[n0:]
+
+
+def test_on_error_skip_gives_the_worker_threads_batches():
+    """on_error="skip": a sample that raises is replaced by the next good one of the order, as
+    on a worker thread (the same batches, the substitute counted)."""
+    def run(**kw):
+        ds = Calls(fail=_fail_every_seventh)
+        loader = made(ds, shuffle=True, on_error="skip", **kw)
+        try:
+            return epochs_of(loader, ds, epochs=1), loader.stats()["skipped"]
+        finally:
+            loader.close()
+    here, skipped = run(num_workers=0)
+    workers, skipped_w = run(num_workers=1, executor="thread")
+    assert here == workers
+    assert skipped == skipped_w == len([i for i in range(N) if i % 7 == 3])
+
+
+def _fail_every_seventh(i):
+    if i % 7 == 3:
+        raise ValueError(f"bad sample {i}")
