@@ -445,14 +445,18 @@ class ClosesWhileHelping(Dataset):
         return torch.full((2,), float(i)), i
 
 
+@pytest.mark.parametrize("workers", [2, 0])
 @pytest.mark.parametrize("how", ["thread", "inside"])
-def test_close_during_a_helped_sample(monkeypatch, how):
+def test_close_during_a_helped_sample(monkeypatch, how, workers):
     """close() while the training thread runs a sample of the first batch (from another thread,
     or from inside the sample): close() returns, the sample finishes, next() raises that the
-    loader is closed, and the loader stays closed; nothing hangs."""
+    loader is closed, and the loader stays closed; nothing hangs. At num_workers=0 the training
+    thread loads every batch (test_pyinline.py): the same."""
     monkeypatch.setenv("STOKER_HELP", "1")
     ds = ClosesWhileHelping(how)
-    loader = stoker.Loader(ds, batch_size=16, num_workers=2, executor="thread")
+    loader = stoker.Loader(ds, batch_size=16, num_workers=workers,
+                           executor="thread" if workers else "auto")
+    assert loader.num_workers == workers
     ds.loader = loader
     ds.armed = True
     closer = None
