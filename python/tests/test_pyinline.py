@@ -27,10 +27,12 @@ BATCH = 8
 class Calls(Dataset):
     """Sample i: (float32 [2] of i, i, "s<i>", and every fifth sample a tensor of another
     length, which the fast path's plan does not fit). Once armed (after the constructor's
-    probe), records where each call ran, and `fail(i)` may raise."""
+    probe), records where each call ran, and `fail(i)` may raise (from the start with
+    fail_unarmed: a worker thread may load samples before the test arms it)."""
 
-    def __init__(self, fail=None):
+    def __init__(self, fail=None, fail_unarmed=False):
         self.fail = fail
+        self.fail_unarmed = fail_unarmed  # fail in the constructor's probe too
         self.armed = False
         self.calls = []  # (index, thread ident, pid, get_worker_info())
 
@@ -40,7 +42,7 @@ class Calls(Dataset):
     def __getitem__(self, i):
         if self.armed:
             self.calls.append((i, threading.get_ident(), os.getpid(), get_worker_info()))
-        if self.fail is not None and self.armed:  # (not in the constructor's probe)
+        if self.fail is not None and (self.armed or self.fail_unarmed):
             self.fail(i)
         extra = torch.zeros(3 if i % 5 == 0 else 2)
         return torch.full((2,), float(i)), i, f"s{i}", extra
@@ -222,7 +224,7 @@ def test_on_error_skip_gives_the_worker_threads_batches():
     """on_error="skip": a sample that raises is replaced by the next good one of the order, as
     on a worker thread (the same batches, the substitute counted)."""
     def run(**kw):
-        ds = Calls(fail=_fail_every_seventh)
+        ds = Calls(fail=_fail_every_seventh, fail_unarmed=True)
         loader = made(ds, shuffle=True, on_error="skip", **kw)
         try:
             return epochs_of(loader, ds, epochs=1), loader.stats()["skipped"]

@@ -330,7 +330,8 @@ static stk_status run_sample_fn(core *c, const worker *w, stk__slot *s, uint32_t
     for (size_t i = 0; i < n_in; i++)
         stk__layout_tensor(&c->in_lay, i, w->in, 1, &in[i]);
     size_t n_out = sample_outs(c, s, t, out);
-    char why[STK_ERRMSG_SIZE] = "";
+    char why[STK_ERRMSG_SIZE];
+    why[0] = '\0'; /* (not zero-filled: 512 bytes a sample) */
     stk_status rc;
     if (c->sample_fn_v2 || w->fn) {
         stk_sample_info info = sample_info(c, w, s, t, idx);
