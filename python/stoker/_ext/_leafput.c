@@ -15,7 +15,8 @@
  * whole, as before: the leaves written so far are rewritten or left unread.
  *
  * A tensor's seven checks read its type's descriptors, found once by the parse (torch's
- * getset descriptors and method descriptors, called directly): looked up by name per sample,
+ * getset descriptors and method descriptors, read off the type and called directly): looked up
+ * by name per sample,
  * they cost ~0.3 us a leaf, a fifth of a 20-float TensorDataset sample's time (issue 24,
  * fifteenth round). Only descriptors of those two kinds are taken, whose lookup an instance
  * cannot change (getsets are data descriptors; the type is the leaf's exact type, torch's).
@@ -81,11 +82,15 @@ int stkpy_plan_parse(PyObject *plan, stkpy_plan *out)
             continue;
         PyObject *names[] = {s_dtype, s_is_cpu,        s_requires_grad, s_layout,
                              s_shape, s_is_contiguous, s_data_ptr};
-        for (int k = 0; k < 7; k++) {
-            PyObject *desc = _PyType_Lookup(d->type, names[k]); /* (borrowed) */
+        for (int k = 0; k < 7; k++) { /* (on the type, each of these is the descriptor itself) */
+            PyObject *desc = PyObject_GetAttr((PyObject *)d->type, names[k]);
+            if (!desc)
+                PyErr_Clear();
             bool ok = desc && (k >= D_IS_CONTIGUOUS ? Py_IS_TYPE(desc, &PyMethodDescr_Type)
                                                     : Py_IS_TYPE(desc, &PyGetSetDescr_Type));
-            d->desc[k] = ok ? Py_NewRef(desc) : NULL;
+            d->desc[k] = ok ? desc : NULL;
+            if (!ok)
+                Py_XDECREF(desc);
         }
     }
     out->owner = Py_NewRef(plan);
