@@ -17,8 +17,9 @@
  * A tensor's seven checks read its type's descriptors, found once by the parse (torch's
  * getset descriptors and method descriptors, read off the type and called directly): looked up
  * by name per sample they cost ~0.3 us a leaf, ~15% of a 20-float TensorDataset sample's time
- * (issue 24, fifteenth round). Only descriptors of those two kinds are taken, whose lookup an
- * instance cannot change (getsets are data descriptors; the type is the leaf's exact type).
+ * (issue 24, fifteenth round). Only descriptors of those two kinds are taken (else the name is
+ * looked up): a getset is a data descriptor, which an instance cannot shadow; the two methods
+ * could be shadowed only by an attribute set on the tensor object itself.
  */
 #include "_core.h"
 
