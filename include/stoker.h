@@ -1455,8 +1455,8 @@ STK_API const stk_dataset *stk_loader_dataset(const stk_loader *loader);
 /** Resolved settings: threads, ring depth, batch size, rank and world. */
 typedef struct stk_loader_info {
     size_t struct_size; /* set by stk_loader_info_init() (an output struct) */
-    uint32_t n_threads;
-    uint32_t n_slots; /* ring slots */
+    uint32_t n_threads; /* worker threads running (0 with STK_LOADER_CALLER_LOADS) */
+    uint32_t n_slots;   /* ring slots */
     uint32_t batch_size;
     uint32_t rank;
     uint32_t world;

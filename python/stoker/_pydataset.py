@@ -88,6 +88,8 @@ def loader_class(data):
 
 # ---- the thread executor's runner ----
 
+HERE = "in the training thread (no worker)"  # where a sample ran at num_workers=0, for errors
+
 class ThreadRunner:
     """Called by the worker threads (GIL held) with (index, epoch, seed, worker, row): runs
     __getitem__ and returns (bufs, key, mask) for _ext/_pyexec.c. Object leaves are kept in
@@ -160,8 +162,7 @@ class ThreadRunner:
     def failed(self, index, epoch, worker, exc_info):
         """The fast path's __getitem__ raised exc_info (it goes on to the consumer); a worker
         number past the threads' is the training thread's (stk_loader_help)."""
-        where = f"in stoker worker thread {worker}" if worker < self.n_workers else \
-            "in the training thread (no worker)"
+        where = f"in stoker worker thread {worker}" if worker < self.n_workers else HERE
         self._remember(index, _errors.wrapper(
             f"{where} while loading sample {index} (epoch {epoch})", exc_info))
 
@@ -747,7 +748,7 @@ class PyLoader(Loader):
             self._inline = choice.executor == "thread" and choice.workers == 0
             if self._inline:  # the training thread loads every batch (caller_loads)
                 runner = _pyhelp.HelpRunner(ds, layout, None, self._runner, self.reseed,
-                                            where="in the training thread (no worker)")
+                                            where=HERE)
                 self._helper = _pyhelp.Helper(runner, fields, False, inline=True, fast=fast)
             elif _pyhelp.allowed(executor, workers, worker_init_fn, choice.executor, self.reseed,
                                  p.uses_rng, choice.workers):
@@ -1192,18 +1193,11 @@ class PyLoader(Loader):
 
     # ---- information ----
 
-    @property
-    def n_threads(self):
-        """Worker threads running (0 where the training thread loads each batch itself)."""
-        return 0 if self._inline else super().n_threads
-
     def info(self):
         """Loader.info() plus executor ("thread" or "process"), executor_reason (one sentence),
         start_method (how worker processes were started: "fork", "spawn"; None on threads) and
         layout (the structure the first sample fixed)."""
         i = super().info()
-        if self._inline:
-            i["n_threads"] = 0
         i.update(executor=self.executor, executor_reason=self._choice.reason,
                  start_method=None if self.executor == "thread" else self._server_method,
                  layout=self._layout.describe())

@@ -122,6 +122,7 @@ def test_num_workers_zero_loads_on_the_training_thread(shuffle):
             assert b[2] == [3 if i % 5 == 0 else 2 for i in b[0]]
     assert (got[0] != got[1]) == shuffle  # a new order each epoch when shuffled
     assert st["help_samples"] >= 2 * N and st["consumer_wait_s"] > 0
+    assert st["n_threads"] == 0
     # the same batches as one worker thread delivers with the same seed
     ds1 = Calls()
     one = made(ds1, num_workers=1, executor="thread", shuffle=shuffle)

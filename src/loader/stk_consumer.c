@@ -278,7 +278,7 @@ stk_status stk_loader_info_get(const stk_loader *L, stk_loader_info *dst)
     const core *c = L->c;
     stk_loader_info full, *out = &full;
     memset(out, 0, sizeof(*out));
-    out->n_threads = c->n_threads;
+    out->n_threads = c->caller_loads ? 0 : c->n_threads; /* the worker threads running */
     out->n_slots = c->n_slots;
     out->batch_size = c->batch_size;
     out->rank = c->rank;

@@ -723,7 +723,7 @@ static bool help_claim(core *c, stk__slot *s, uint64_t seq, uint32_t *t)
     if (c->claim_seq < seq && seq == c->open_seq) /* no worker moved on past the batches it took */
         c->claim_seq = seq;
     if (seq == c->open_seq && c->claim_seq == seq && s->state == STK__SLOT_FREE && !c->r.dc.dev &&
-        c->open_seq - c->c_seq < c->at.depth && open_batch(c) && c->at.active)
+        c->open_seq - c->c_seq < c->at.depth && open_batch(c))
         pthread_cond_broadcast(&c->r.cv_work); /* the workers join in */
     uint32_t n;
     return s->seq == seq && s->state == STK__SLOT_FILLING &&

@@ -326,6 +326,10 @@ static int test_caller_loads(void)
     T_OK(stk_dataset_open_index("Rows", N, &ds));
     stk_loader *L;
     T_OK(make(ds, 1, STK_LOADER_CALLER_LOADS, &L));
+    stk_loader_info li;
+    stk_loader_info_init(&li);
+    T_OK(stk_loader_info_get(L, &li));
+    T_EQ(li.n_threads, 0u); /* none running */
     stk_batch *b;
     T_EQ(stk_loader_next(L, &b), STK_ESTATE); /* not loaded: an error, not a wait */
     T_CHECK(strstr(stk_loader_errmsg(L), "not loaded") != NULL);
