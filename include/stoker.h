@@ -1429,11 +1429,13 @@ STK_API stk_status stk_loader_next_timeout(stk_loader *loader, stk_batch **out, 
  *  while the workers start). The sample is claimed like a worker's ticket (exactly once, its
  *  failure the batch's as a worker's, on_error=skip's substitutes alike); the batch is opened
  *  first when no worker has opened it yet. stk_sample_info.worker is n_threads. With
- *  STK_LOADER_CALLER_LOADS its time counts as the consumer's wait (stk_loader_stats).
- *  @return STK_OK with *ran 1 when a sample ran, 0 when none was left to take (the batch is
- *          ready, its tickets are out, it cannot be opened yet, or the epoch is done);
- *          STK_ECANCELED when fn returned it (interrupted): the sample stays claimed, and the
- *          next call runs it again first (a reset discards it); STK_EINVAL without a sample
+ *  STK_LOADER_CALLER_LOADS one call runs every sample of that batch left to take (no worker
+ *  would), and its time counts as the consumer's wait (stk_loader_stats).
+ *  @return STK_OK with *ran the samples that ran (1, or with STK_LOADER_CALLER_LOADS up to the
+ *          batch's), 0 when none was left to take (the batch is ready, its tickets are out, it
+ *          cannot be opened yet, or the epoch is done); STK_ECANCELED when fn returned it
+ *          (interrupted; *ran the samples before it): the sample stays claimed, and the next
+ *          call runs it again first (a reset discards it); STK_EINVAL without a sample
  *          callback.
  *  Threads: the consumer's thread, between its stk_loader_next calls. */
 STK_API stk_status stk_loader_help(stk_loader *loader, stk_sample_fn_v2 fn, void *ctx,

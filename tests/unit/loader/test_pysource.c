@@ -303,17 +303,33 @@ static int test_help(void)
 }
 
 /* Load the batch stk_loader_next returns next on this thread (STK_LOADER_CALLER_LOADS), then take
- * it: STK_OK, STK_END, or the batch's error. */
+ * it: STK_OK, STK_END, or the batch's error. One call loads the whole batch: a second that ran
+ * anything is STK_EINVAL here. */
 static stk_status caller_next(stk_loader *L, stk_batch **b, int *ran_total)
 {
     uint32_t ran;
+    int calls_that_ran = 0;
     do {
         stk_status rc = stk_loader_help(L, fill, NULL, &ran);
         if (rc < 0)
             return rc;
         *ran_total += (int)ran;
+        calls_that_ran += ran != 0;
     } while (ran);
+    if (calls_that_ran > 1)
+        return STK_EINVAL;
     return stk_loader_next(L, b);
+}
+
+/* fill, but row 3 of the first batch returns STK_ECANCELED once (interrupted, nothing written). */
+static int cancel_calls;
+static stk_status cancel_row3(void *ctx, const stk_sample_info *info, const stk_tensor *in,
+                              size_t n_in, stk_tensor *out, size_t n_out, char *err,
+                              size_t err_size)
+{
+    if (info->row == 3 && cancel_calls++ == 0)
+        return STK_ECANCELED;
+    return fill(ctx, info, in, n_in, out, n_out, err, err_size);
 }
 
 /* STK_LOADER_CALLER_LOADS: no worker thread runs a sample (the callback only ever sees the
@@ -380,6 +396,24 @@ static int test_caller_loads(void)
     T_OK(stk_batch_tensor(b, 0, &t));
     T_EQ(stk_batch_n_samples(b), (uint32_t)B);
     T_CHECK(memcmp(t.data, after_state, sizeof(after_state)) == 0);
+    stk_batch_release(b);
+    stk_loader_destroy(L);
+    /* interrupted at row 3: the rows before it counted, then row 3 first and the rest */
+    T_OK(make(ds, 1, STK_LOADER_CALLER_LOADS, &L));
+    uint32_t n_ran = 99;
+    T_EQ(stk_loader_help(L, cancel_row3, NULL, &n_ran), STK_ECANCELED);
+    T_EQ(n_ran, 3u);
+    T_OK(stk_loader_help(L, cancel_row3, NULL, &n_ran));
+    T_EQ(n_ran, (uint32_t)B - 3);
+    T_OK(stk_loader_help(L, cancel_row3, NULL, &n_ran));
+    T_EQ(n_ran, 0u);
+    T_OK(stk_loader_next(L, &b));
+    T_OK(stk_batch_tensor(b, 0, &t));
+    for (uint32_t i = 0; i < B; i++) {
+        const int64_t *v = (const int64_t *)t.data + i * 6;
+        T_EQ(v[2], (int64_t)i); /* position i of epoch 0, in row i */
+        T_EQ(v[4], (int64_t)i);
+    }
     stk_batch_release(b);
     stk_loader_destroy(L);
     /* without a sample callback: refused */
