@@ -171,6 +171,7 @@ extern PyTypeObject StkWorkerPipe_Type;
  * kind (the plan's first item): a tensor written from its memory, an int or float from its
  * value, another fixed kind through _collate._leaf_bytes. */
 enum { STKPY_FAST_TENSOR = 1, STKPY_FAST_INT = 2, STKPY_FAST_FLOAT = 3, STKPY_FAST_OTHER = 4 };
+#define STKPY_TENSOR_CHECKS 6 /* the attributes a tensor leaf's put reads */
 typedef struct {
     int kind;
     size_t nbytes;
@@ -178,13 +179,13 @@ typedef struct {
     PyObject *leaf, *tdtype, *shape; /* (borrowed from the plan) */
     /* a tensor leaf: its type's descriptors of the attributes put_tensor reads, in
      * _leafput.c's order (owned; NULL: looked up by name) */
-    PyObject *desc[7];
+    PyObject *desc[STKPY_TENSOR_CHECKS];
 } stkpy_plan_leaf;
 typedef struct {
-    PyObject *owner;                /* the plan tuple (NULL: no plan; every sample is Python's) */
-    PyTypeObject *type;             /* the sample's container type */
-    PyObject *keys;                 /* a dict's keys in order, or NULL (a tuple or list) */
-    PyObject *strided, *leaf_bytes; /* torch.strided, _collate._leaf_bytes */
+    PyObject *owner;      /* the plan tuple (NULL: no plan; every sample is Python's) */
+    PyTypeObject *type;   /* the sample's container type */
+    PyObject *keys;       /* a dict's keys in order, or NULL (a tuple or list) */
+    PyObject *leaf_bytes; /* _collate._leaf_bytes */
     size_t n;
     stkpy_plan_leaf leaf[STK_MAX_FIELDS];
 } stkpy_plan;

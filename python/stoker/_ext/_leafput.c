@@ -8,13 +8,14 @@
  * stkpy_plan_parse() reads it once into a stkpy_plan; stkpy_plan_put() then checks a sample
  * against it and hands each leaf's bytes to a writer: a worker process's pwrite into the shared
  * ring (_ticketloop.c), or a worker thread's memcpy into the slot (_pyexec.c). A torch tensor is
- * written from its data_ptr after the dtype, shape, device, layout, grad and contiguity checks; an
- * int or float from its value; another fixed kind (an ndarray, a NumPy scalar, a bool) through
+ * written from its data_ptr after the dtype, shape, device, grad and contiguity checks (the plan's
+ * torch.strided is not read: a tensor of another layout has no data_ptr); an int or float from
+ * its value; another fixed kind (an ndarray, a NumPy scalar, a bool) through
  * _collate._leaf_bytes. Anything else (another type, dtype or shape, another container, keys in
  * another order) answers false, and the caller's Python path (Layout.flatten) handles the sample
  * whole, as before: the leaves written so far are rewritten or left unread.
  *
- * A tensor's seven checks read its type's descriptors, found once by the parse (torch's
+ * A tensor's six reads go to its type's descriptors, found once by the parse (torch's
  * getset descriptors and method descriptors, read off the type and called directly): looked up
  * by name per sample they cost ~0.3 us a leaf, ~15% of a 20-float TensorDataset sample's time
  * (issue 24, fifteenth round). Only descriptors of those two kinds are taken (else the name is
@@ -25,18 +26,21 @@
 
 #include <string.h>
 
-static PyObject *s_dtype, *s_shape, *s_is_cpu, *s_requires_grad, *s_layout, *s_is_contiguous,
-    *s_data_ptr;
-enum { D_DTYPE, D_IS_CPU, D_REQUIRES_GRAD, D_LAYOUT, D_SHAPE, D_IS_CONTIGUOUS, D_DATA_PTR };
+#define PREFETCH_MAX 512 /* bytes of a tensor leaf prefetched (a larger one streams anyway) */
+
+static PyObject *s_dtype, *s_shape, *s_is_cpu, *s_requires_grad, *s_is_contiguous, *s_data_ptr;
+enum { D_DTYPE, D_IS_CPU, D_REQUIRES_GRAD, D_SHAPE, D_IS_CONTIGUOUS, D_DATA_PTR };
 
 int stkpy_plan_names(void)
 {
     struct {
         PyObject **s;
         const char *name;
-    } names[] = {{&s_dtype, "dtype"},      {&s_shape, "shape"},
-                 {&s_is_cpu, "is_cpu"},    {&s_requires_grad, "requires_grad"},
-                 {&s_layout, "layout"},    {&s_is_contiguous, "is_contiguous"},
+    } names[] = {{&s_dtype, "dtype"},
+                 {&s_shape, "shape"},
+                 {&s_is_cpu, "is_cpu"},
+                 {&s_requires_grad, "requires_grad"},
+                 {&s_is_contiguous, "is_contiguous"},
                  {&s_data_ptr, "data_ptr"}};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!*names[i].s && !(*names[i].s = PyUnicode_InternFromString(names[i].name)))
@@ -80,9 +84,10 @@ int stkpy_plan_parse(PyObject *plan, stkpy_plan *out)
         d->shape = PyTuple_GET_ITEM(l, 4);
         if (d->kind != STKPY_FAST_TENSOR)
             continue;
-        PyObject *names[] = {s_dtype, s_is_cpu,        s_requires_grad, s_layout,
+        PyObject *names[] = {s_dtype, s_is_cpu,        s_requires_grad,
                              s_shape, s_is_contiguous, s_data_ptr};
-        for (int k = 0; k < 7; k++) { /* (on the type, each of these is the descriptor itself) */
+        for (int k = 0; k < STKPY_TENSOR_CHECKS;
+             k++) { /* (on the type, each of these is the descriptor itself) */
             PyObject *desc = PyObject_GetAttr((PyObject *)d->type, names[k]);
             if (!desc)
                 PyErr_Clear();
@@ -95,7 +100,6 @@ int stkpy_plan_parse(PyObject *plan, stkpy_plan *out)
     }
     out->owner = Py_NewRef(plan);
     out->type = (PyTypeObject *)PyTuple_GET_ITEM(plan, 0);
-    out->strided = PyTuple_GET_ITEM(plan, 2);
     out->leaf_bytes = PyTuple_GET_ITEM(plan, 3);
     out->keys = keys == Py_None ? NULL : keys;
     out->n = (size_t)PyTuple_GET_SIZE(leaves);
@@ -105,7 +109,7 @@ int stkpy_plan_parse(PyObject *plan, stkpy_plan *out)
 void stkpy_plan_clear(stkpy_plan *pl)
 {
     for (size_t i = 0; i < STK_MAX_FIELDS; i++)
-        for (int k = 0; k < 7; k++)
+        for (int k = 0; k < STKPY_TENSOR_CHECKS; k++)
             Py_CLEAR(pl->leaf[i].desc[k]);
     Py_CLEAR(pl->owner);
     memset(pl, 0, sizeof(*pl));
@@ -137,14 +141,29 @@ static bool attr_is(const stkpy_plan_leaf *d, int k, PyObject *x, PyObject *name
 }
 
 /* A torch tensor leaf: its leaf's dtype and shape, on the CPU, strided, no grad, contiguous;
- * written from its memory. */
-static bool put_tensor(const stkpy_plan *pl, const stkpy_plan_leaf *d, size_t i, PyObject *x,
-                       stkpy_put_fn put, void *ctx)
+ * written from its memory. Its address is read first and its memory prefetched: a row drawn at
+ * random from a large tensor is a cache miss, which the six checks then overlap (issue 24: the
+ * copy of a 20-float TensorDataset row was ~0.2 us of a 3.5 us sample). A prefetch never faults,
+ * so the address of a tensor the checks then refuse (on a GPU, say) is harmless. */
+static bool put_tensor(const stkpy_plan_leaf *d, size_t i, PyObject *x, stkpy_put_fn put, void *ctx)
 {
+    PyObject *ptr = tensor_get(d, D_DATA_PTR, x, s_data_ptr);
+    const char *addr = ptr ? PyLong_AsVoidPtr(ptr) : NULL;
+    Py_XDECREF(ptr);
+    if (!addr) {
+        PyErr_Clear();
+        return false;
+    }
+    size_t ahead = d->nbytes < PREFETCH_MAX ? d->nbytes : PREFETCH_MAX;
+    for (size_t k = 0; k < ahead; k += 64)
+        __builtin_prefetch(addr + k);
+    if (ahead > 64) /* (an unaligned row's last line) */
+        __builtin_prefetch(addr + ahead - 1);
+    /* (no layout check: a tensor of another layout, sparse or MKL-DNN, has no storage, and its
+     * data_ptr() raised above) */
     if (!attr_is(d, D_DTYPE, x, s_dtype, d->tdtype) ||
         !attr_is(d, D_IS_CPU, x, s_is_cpu, Py_True) ||
-        !attr_is(d, D_REQUIRES_GRAD, x, s_requires_grad, Py_False) ||
-        !attr_is(d, D_LAYOUT, x, s_layout, pl->strided))
+        !attr_is(d, D_REQUIRES_GRAD, x, s_requires_grad, Py_False))
         return false;
     PyObject *sh = tensor_get(d, D_SHAPE, x, s_shape);
     int eq = sh ? PyObject_RichCompareBool(sh, d->shape, Py_EQ) : -1;
@@ -160,13 +179,6 @@ static bool put_tensor(const stkpy_plan *pl, const stkpy_plan_leaf *d, size_t i,
         PyErr_Clear();
         return false;
     }
-    PyObject *ptr = tensor_get(d, D_DATA_PTR, x, s_data_ptr);
-    void *addr = ptr ? PyLong_AsVoidPtr(ptr) : NULL;
-    Py_XDECREF(ptr);
-    if (!addr) {
-        PyErr_Clear();
-        return false;
-    }
     return put(ctx, i, addr, d->nbytes);
 }
 
@@ -176,7 +188,7 @@ static bool put_leaf(const stkpy_plan *pl, size_t i, PyObject *x, stkpy_put_fn p
     if (Py_TYPE(x) != d->type)
         return false;
     if (d->kind == STKPY_FAST_TENSOR)
-        return put_tensor(pl, d, i, x, put, ctx);
+        return put_tensor(d, i, x, put, ctx);
     if (d->kind == STKPY_FAST_INT || d->kind == STKPY_FAST_FLOAT) {
         uint8_t b[8];
         if (d->kind == STKPY_FAST_INT) {
