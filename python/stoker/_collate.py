@@ -36,6 +36,11 @@ def _torch():
     return sys.modules.get("torch")
 
 
+# The dtypes whose batch views Batch.leaf_views makes (stoker's own tensor dtypes but bfloat16).
+_VIEW_DTYPES = frozenset(("uint8", "int8", "int16", "int32", "int64", "float16", "float32",
+                          "float64"))
+
+
 class Leaf:
     """A leaf of the layout: kind ("tensor", "ndarray", "npscalar", "int", "float", "bool" for
     fixed leaves; "object" otherwise), its exact type, numpy dtype and per-sample shape, and its
@@ -204,6 +209,25 @@ class Layout:
         keys = tuple(flat[2]) if flat[2] is not None else None
         return (flat[0], tuple(leaves), torch.strided if torch is not None else None,
                 _leaf_bytes, keys)
+
+    def leaf_spec(self):
+        """((dtype name, shape), ...) of the fixed leaves, as Batch.leaf_views takes them, when
+        a batch of rows that all fit is views of those leaves alone (no object leaf, each dtype
+        one the ring's views carry: not bool, complex nor bfloat16); else None."""
+        if self.n_objects:
+            return None
+        spec = []
+        for leaf in self.fixed:
+            name = np.dtype(leaf.dtype).name
+            if name not in _VIEW_DTYPES or (leaf.tdtype is not None and
+                                            str(leaf.tdtype) != "torch." + name):
+                return None
+            spec.append((name, leaf.shape))
+        return tuple(spec)
+
+    def collate_fixed(self, views):
+        """default_collate's result from the views of a layout with no object leaf."""
+        return self._collate(self.root, views, None, None, False)
 
     def describe(self):
         """A short text of the structure: "(tensor(float32, [3, 224, 224]), int(...))"."""

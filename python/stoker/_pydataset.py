@@ -806,6 +806,9 @@ class PyLoader(Loader):
         self._stats_base = None
         self._debug_delay = 0
         self._torch = torch
+        # _assemble's path for default collation of fixed leaves (Batch.leaf_views)
+        self._leaf_spec = self._layout.leaf_spec() if (
+            torch is not None and self._collate_fn is None and not self._unbatched) else None
 
     # ---- construction helpers ----
 
@@ -1001,6 +1004,11 @@ class PyLoader(Loader):
         return got
 
     def _assemble(self, raw):
+        spec = self._leaf_spec
+        if spec is not None:  # fixed leaves only, collated by default_collate's rules
+            views = raw.leaf_views(spec, np.asarray, self._torch.from_numpy)
+            if views is not None:  # (else a row did not fit: the general path below)
+                return self._layout.collate_fixed(views)
         arrays, keys, masks, n = self._rows(raw)
         objects, extras = self._payloads(keys, masks, n)
         layout, torch = self._layout, self._torch

@@ -262,6 +262,56 @@ def test_flat_fast_path_matches_the_walk():
     assert _collate.Layout(collections.OrderedDict(a=1))._flat is None
 
 
+class EveryViewDtype(Dataset):
+    """A tuple of fixed leaves of each dtype the batch views carry (Batch.leaf_views), and a
+    sample that leaves the layout every 5 samples (a float64 tensor for the float32 one)."""
+
+    def __len__(self):
+        return 23
+
+    def __getitem__(self, i):
+        x = torch.full((2, 3), float(i))
+        if i % 5 == 3:
+            x = x.double()
+        return (x, i, i / 4, np.arange(2, dtype=np.int16) + i, torch.tensor(i, dtype=torch.uint8),
+                np.float64(i), torch.arange(2, dtype=torch.int8) - i, torch.ones(1).half() * i)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_of_fixed_leaves_are_views_made_in_c(workers, monkeypatch):
+    # A batch whose rows all fit a layout of fixed leaves is made by Batch.leaf_views, equal to
+    # the DataLoader's; a batch with a row that does not fit (the odd samples) takes the general
+    # path, and so does a layout holding a leaf those views do not carry (bool, bfloat16).
+    from torch.utils.data import DataLoader
+    from stoker import _collate
+    made = []
+    fixed = _collate.Layout.collate_fixed
+    monkeypatch.setattr(_collate.Layout, "collate_fixed",
+                        lambda self, views: made.append(1) or fixed(self, views))
+    ds = EveryViewDtype()
+    loader = stoker.Loader(ds, batch_size=4, num_workers=workers)
+    assert loader._leaf_spec is not None
+    got = list(loader)
+    want = list(DataLoader(ds, batch_size=4))
+    assert len(got) == len(want) == 6
+    for a, b in zip(got, want):
+        assert_same(a, b)
+    fitting = [b for b in range(6) if not any(i % 5 == 3 for i in range(4 * b, min(23, 4 * b + 4)))]
+    assert len(made) == len(fitting) > 0
+    for extra in (True, torch.ones(1, dtype=torch.bfloat16)):
+        class WithExtra(Dataset):
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, i, extra=extra):
+                return torch.full((2,), float(i)), extra
+
+        loader = stoker.Loader(WithExtra(), batch_size=4, num_workers=workers)
+        assert loader._leaf_spec is None
+        for a, b in zip(loader, DataLoader(WithExtra(), batch_size=4)):
+            assert_same(a, b)
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_in_order_exactly_once_epochs_and_stats(executor):
     loader = stoker.Loader(Plain(), batch_size=8, num_workers=2, executor=executor)
