@@ -210,11 +210,12 @@ class Layout:
         return (flat[0], tuple(leaves), torch.strided if torch is not None else None,
                 _leaf_bytes, keys)
 
-    def leaf_spec(self):
+    def leaf_spec(self, tensors_only=False):
         """((dtype name, shape), ...) of the fixed leaves, as Batch.leaf_views takes them, when
         a batch of rows that all fit is views of those leaves alone (no object leaf, each dtype
-        one the ring's views carry: not bool, complex nor bfloat16); else None."""
-        if self.n_objects:
+        one the ring's views carry: not bool, complex nor bfloat16; with tensors_only, each leaf
+        a tensor, as sample_fixed needs); else None."""
+        if self.n_objects or (tensors_only and any(f.kind != "tensor" for f in self.fixed)):
             return None
         spec = []
         for leaf in self.fixed:
@@ -228,6 +229,11 @@ class Layout:
     def collate_fixed(self, views):
         """default_collate's result from the views of a layout with no object leaf."""
         return self._collate(self.root, views, None, None, False)
+
+    def sample_fixed(self, views):
+        """Row 0 as __getitem__ returned it, from the views of a layout of tensor leaves only
+        (leaf_spec(tensors_only=True)): a batch_size=None loader's one sample a batch."""
+        return self._rebuild(self.root, 0, views, None, (), None)
 
     def describe(self):
         """A short text of the structure: "(tensor(float32, [3, 224, 224]), int(...))"."""

@@ -806,9 +806,10 @@ class PyLoader(Loader):
         self._stats_base = None
         self._debug_delay = 0
         self._torch = torch
-        # _assemble's path for default collation of fixed leaves (Batch.leaf_views)
-        self._leaf_spec = self._layout.leaf_spec() if (
-            torch is not None and self._collate_fn is None and not self._unbatched) else None
+        # _assemble's path for fixed leaves, collated by default_collate's rules or (batch_size
+        # None) a sample of tensors passed through default_convert (Batch.leaf_views)
+        self._leaf_spec = self._layout.leaf_spec(tensors_only=self._unbatched) if (
+            torch is not None and self._collate_fn is None) else None
 
     # ---- construction helpers ----
 
@@ -1008,6 +1009,9 @@ class PyLoader(Loader):
         if spec is not None:  # fixed leaves only, collated by default_collate's rules
             views = raw.leaf_views(spec, np.asarray, self._torch.from_numpy)
             if views is not None:  # (else a row did not fit: the general path below)
+                if self._unbatched:
+                    from torch.utils.data._utils.collate import default_convert
+                    return default_convert(self._layout.sample_fixed(views))
                 return self._layout.collate_fixed(views)
         arrays, keys, masks, n = self._rows(raw)
         objects, extras = self._payloads(keys, masks, n)
