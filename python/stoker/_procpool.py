@@ -274,13 +274,14 @@ class Pending:
         self.token = 0  # the worker server took it
         return Server(pid, ctl, "fork" if not blob else "forkserver", ready_owed=not wait)
 
-    def pool_options(self):
+    def pool_options(self, renewed=None):
         """ProcPool's keywords for this loader's pool: `respec`, which sends the spec to a
-        worker a lean fork server forked without it, and `lean`, whether the fork server may go
-        lean after the pool's last worker (a fork of this process)."""
+        worker forked without it (by a lean fork server, or any restart after fresh_restarts();
+        `renewed`: spec_sender's), and `lean`, whether the fork server may go lean after the
+        pool's last worker (a fork of this process)."""
         if self.fs is None:
             return {}
-        return {"respec": spec_sender(self.spec), "lean": self.fs.how == "fork"}
+        return {"respec": spec_sender(self.spec, renewed), "lean": self.fs.how == "fork"}
 
     def forget(self):
         """The server will not be needed (threads were chosen): the fork server drops its copy
@@ -331,13 +332,22 @@ def start_server(spec, method):
     return server
 
 
-def spec_sender(spec):
+def spec_sender(spec, renewed=None):
     """send(fd): `spec` pickled now and sent on a new worker's socket `fd` (OP_SPEC), for a
     worker that a lean fork server forked without it (it asks: WANTS_SPEC). Called by the C pool
     (with the GIL, on a loader thread) when it restarts a worker; the pickle is not kept. The
     training loop may change the dataset meanwhile ("dictionary changed size during
-    iteration"): pickled again then, up to 3 times."""
+    iteration"): pickled again then, up to 3 times. Once `renewed` (a list of one item) holds
+    (spec, blob), the renewal the workers took when the training loop changed the dataset, a
+    restarted worker gets that blob, the dataset as the others have it (the spec, kept alive
+    beside it, keeps the blob's memory files: _dumps_spec)."""
     def send(fd):
+        if renewed is not None and renewed[0] is not None:
+            blob = renewed[0][1]
+            with socket.socket(fileno=os.dup(fd)) as s:
+                s.sendall(HDR.pack(OP_SPEC, 0, len(blob), 0, 0, 0))
+                s.sendall(blob)
+            return
         for attempt in range(3):
             try:
                 blob = _dumps_spec(spec)

@@ -465,6 +465,8 @@ class PyLoader(Loader):
         self._runner = None
         self._thread_exec = None  # _core.ThreadExec (with _runner)
         self._renew_args = None  # (worker processes) what _renew sends a changed dataset with
+        self._renewed = [None]  # (spec, blob) of the last renewal, for restarted workers
+        self._respec = False  # the pool sends restarted workers the dataset (spec_sender)
         self._helper = None  # _pyhelp.Helper: the training thread's part in the first batch
         self._map = None
         self._tokens = None  # (a token corpus is never a Python dataset)
@@ -831,12 +833,13 @@ class PyLoader(Loader):
         fork server goes on as a lean interpreter: _pyworker_server.py). probed_here: the
         first samples ran in this process (_procpool.Pending.start)."""
         self._server = pending.start(probed_here)
+        options = pending.pool_options(self._renewed)
         self._pool = _core.ProcPool(self._server.ctl.detach(), self._server.pid, n,
                                     timeout=float(timeout or 0),
                                     capacity=self._capacity(ring_batch),
                                     startup=_procpool.startup_limit(timeout),
-                                    ready_owed=self._server.ready_owed,
-                                    **pending.pool_options())
+                                    ready_owed=self._server.ready_owed, **options)
+        self._respec = "respec" in options
 
     def _capacity(self, ring_batch):
         """Rows whose object leaves are kept until the consumer takes them: every row the ring
@@ -1121,8 +1124,8 @@ class PyLoader(Loader):
             return
         ds, n, base_seed, init_fn, name = self._renew_args
         try:
-            blob = _procpool.pickle_spec(
-                _procpool.WorkerSpec(as_first_found(ds), n, base_seed, init_fn, name))
+            spec = _procpool.WorkerSpec(as_first_found(ds), n, base_seed, init_fn, name)
+            blob = _procpool.pickle_spec(spec)
         except TypeError as e:
             warnings.warn(f"stoker.Loader: {name} changed since the last epoch ended, but its "
                           f"worker processes keep the copy they have: it no longer pickles "
@@ -1130,7 +1133,13 @@ class PyLoader(Loader):
                           stacklevel=4)
             return
         failed = []
-        self._rebuild(between=lambda: failed.extend(self._renew(blob, n)))
+
+        def renew():
+            failed.extend(self._renew(blob, n))
+            if not failed and self._respec:  # a worker restarted from now on (before the new
+                self._renewed[0] = (spec, blob)  # loader's first sample) gets this copy too,
+                self._pool.fresh_restarts()      # not the fork server's
+        self._rebuild(between=renew)
         if failed:  # (the next pass tries again)
             self._ended_mark = mark
             w = failed[0]

@@ -41,6 +41,9 @@ CTL = struct.Struct("<iiii")      # op, worker id, pid, flags (C -> server)
 CTL_REPLY = struct.Struct("<ii")  # value (pid / wait status), errno (with a pid: WANTS_SPEC)
 CTL_SPAWN, CTL_REAP = 1, 2
 THEN_LEAN = 1   # SPAWN flag: a loader's last worker at its start; go lean after it if possible
+FRESH = 2       # SPAWN flag: a worker restarted after the training loop changed the dataset
+# (its workers renewed their copy): forked without this server's copy, it waits for the
+# dataset as the training process has it now (WANTS_SPEC), as a lean server's workers do
 WANTS_SPEC = 1  # SPAWN answer's second value: the new worker waits for its spec (OP_SPEC)
 FS_REQ = struct.Struct("<III")  # token, pickled spec length, flags (then the spec; the ctl fd)
 FS_KEEP = 1     # SERVE flag: the loader's copy of the dataset no longer pickles: stay a fork
@@ -247,9 +250,9 @@ def _control_request(v, main, served):
         return False
     (op, wid, pid, flags), fds = got
     if op == CTL_SPAWN and fds:
-        spec = v.spec
+        spec, blob = (None, None) if flags & FRESH else (v.spec, v.blob)
         run = importlib.import_module("stoker._procpool").worker_main \
-            if spec is not None or v.blob is not None else None
+            if spec is not None or blob is not None else None
         # going lean after this worker: everything prepared first, so that the exec follows
         # the fork and the answer at once (the fat server beside all the workers, briefly)
         lean = _lean_state(main, served) if flags & THEN_LEAN and main is not None else None
@@ -266,9 +269,9 @@ def _control_request(v, main, served):
                 if lean is not None:
                     os.close(lean)
                 keep_heap()
-                if spec is None and v.blob is not None:  # (a lean server's own copy)
+                if spec is None and blob is not None:  # (a lean server's own copy)
                     _prepare_main()
-                    spec = pickle.loads(v.blob)
+                    spec = pickle.loads(blob)
                 if spec is None:
                     _worker_on_demand(fds[0], wid)
                 else:

@@ -106,8 +106,8 @@ DATASETS = textwrap.dedent("""
     def count_sends():
         # wraps _procpool.spec_sender: how many times the training process sent the spec
         orig = _procpool.spec_sender
-        def counting(spec):
-            send = orig(spec)
+        def counting(*args):
+            send = orig(*args)
             def wrapped(fd):
                 SENT.append(fd)
                 return send(fd)

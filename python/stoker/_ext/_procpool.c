@@ -34,7 +34,9 @@
  * dataset: it forks a worker bare and says so (CTL_WANTS_SPEC), and the thread that asked takes
  * the GIL and has `respec` pickle the dataset in this process and send it on the worker's socket
  * (send_spec); the pool's last SPAWN at its start is flagged CTL_THEN_LEAN, after which the fork
- * server goes lean. The pool's first SPAWNs are sent together and their answers read later, by
+ * server goes lean. Once the workers renewed their copy of a dataset the training loop changed
+ * (fresh_restarts()), every restart is forked bare that way (CTL_FRESH), whatever the server
+ * holds: respec then sends the renewed dataset, never the server's first copy. The pool's first SPAWNs are sent together and their answers read later, by
  * the thread that first uses each worker (spawn_finish): the server forks them one after the
  * other (a fork of a process holding torch takes milliseconds) while the constructor goes on
  * and the training thread loads part of the first batch (_pyhelp.py). When a worker's socket ends
@@ -73,9 +75,12 @@
 
 enum { CTL_SPAWN = 1, CTL_REAP = 2 };
 /* CTL_THEN_LEAN (a SPAWN's flags): the pool's last worker at its start; the fork server may go
- * lean after it. CTL_WANTS_SPEC (a SPAWN answer's err beside a pid): the worker was forked by a
- * lean server without the dataset and waits for it on its socket (sent by `respec`). */
-enum { CTL_THEN_LEAN = 1, CTL_WANTS_SPEC = 1 };
+ * lean after it. CTL_FRESH (a restart's flags once fresh_restarts() was called: the training
+ * loop changed the dataset and the workers renewed their copy): forked without the server's
+ * copy, the first one, the worker waits for the dataset as it is now. CTL_WANTS_SPEC (a SPAWN
+ * answer's err beside a pid): the worker was forked without the dataset and waits for it on its
+ * socket (sent by `respec`). */
+enum { CTL_THEN_LEAN = 1, CTL_FRESH = 2, CTL_WANTS_SPEC = 1 };
 #define MAX_RESTARTS 3
 #define N_ERRS 64
 
@@ -147,6 +152,7 @@ typedef struct {
     int ctl;
     pid_t server;
     PyObject *respec;        /* respec(fd): send the pickled spec to a worker forked without it */
+    _Atomic bool fresh;      /* restarts are forked CTL_FRESH (fresh_restarts()) */
     struct stkpy_tstates ts; /* the loader threads' Python states (respec on a restart) */
     pthread_mutex_t ctl_mu;
     /* ctl_mu: the answers the server owes to the pool's first SPAWNs, for workers
@@ -446,7 +452,11 @@ static int spawn_worker(ProcPoolObject *p, uint32_t wid, bool then_lean, bool fr
                  strerror(errno));
         return -1;
     }
-    ctl_msg m = {.op = CTL_SPAWN, .wid = (int32_t)wid, .flags = then_lean ? CTL_THEN_LEAN : 0};
+    /* (a restart is never the pool's first spawn of the worker: from_python is false) */
+    ctl_msg m = {.op = CTL_SPAWN,
+                 .wid = (int32_t)wid,
+                 .flags = (then_lean ? CTL_THEN_LEAN : 0) |
+                          (!from_python && atomic_load(&p->fresh) ? CTL_FRESH : 0)};
     ctl_reply r = {.value = -1};
     pthread_mutex_lock(&p->ctl_mu);
     if (!owe)
@@ -710,16 +720,25 @@ static int queue_send(ProcPoolObject *p, uint32_t wid, uint32_t from)
         }
     if (!n)
         return 0;
-    pthread_mutex_lock(&p->mu);
-    int afd = p->arena_fd;
-    size_t asize = p->arena_size;
-    uint32_t aid = p->arena_id;
-    pthread_mutex_unlock(&p->mu);
     if (w->sock < 0)
         return -1;
+    /* The ring's fd, a copy of its own taken under mu: set_arena (a rebuild's new ring, from
+     * the training thread) closes the one it replaces meanwhile, and a send with that number
+     * failed with EBADF or passed whatever file took the number next. A failed send counts as
+     * the worker's death: it was restarted, from the fork server's copy of the dataset (issue
+     * 24: a pass that mixed two copies after the training loop changed the dataset). */
+    pthread_mutex_lock(&p->mu);
+    uint32_t aid = p->arena_id;
+    size_t asize = p->arena_size;
+    int afd =
+        w->arena_seen != aid && p->arena_fd >= 0 ? fcntl(p->arena_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    pthread_mutex_unlock(&p->mu);
     if (w->arena_seen != aid) {
         msg_hdr h = {.op = OP_ARENA, .a = asize, .b = aid};
-        if (send_all(w->sock, &h, sizeof(h), afd) != 0)
+        int rc = afd >= 0 ? send_all(w->sock, &h, sizeof(h), afd) : -1;
+        if (afd >= 0)
+            close(afd);
+        if (rc != 0)
             return -1;
         w->arena_seen = aid;
     }
@@ -1073,6 +1092,7 @@ static PyObject *ProcPool_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     p->ctl = -1;
     p->arena_fd = -1;
     p->respec = respec != Py_None ? Py_NewRef(respec) : NULL;
+    atomic_store(&p->fresh, false);
     stkpy_tstates_init(&p->ts);
     pthread_mutex_init(&p->ctl_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
@@ -1456,7 +1476,21 @@ static PyObject *ProcPool_close(ProcPoolObject *p, PyObject *noargs)
     Py_RETURN_NONE;
 }
 
+/* fresh_restarts(): the workers renewed their copy of a dataset the training loop changed; a
+ * worker restarted from now on gets the dataset from `respec` as the training process has it,
+ * not the fork server's copy (the first one, which a fork of the training process holds, or a
+ * lean server's kept copy): a restart must never bring back the dataset as it was. */
+static PyObject *ProcPool_fresh_restarts(ProcPoolObject *p, PyObject *noargs)
+{
+    (void)noargs;
+    atomic_store(&p->fresh, true);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef ProcPool_methods[] = {
+    {"fresh_restarts", (PyCFunction)ProcPool_fresh_restarts, METH_NOARGS,
+     "fresh_restarts(): restarted workers get the dataset from respec from now on (the training "
+     "loop changed it and the workers renewed their copy), never the fork server's copy."},
     {"set_init", (PyCFunction)ProcPool_set_init, METH_VARARGS,
      "set_init(blob, fields): the pickled layout every worker receives once, before its first "
      "ticket, and the ring fields it fills [(name, kind, dtype, shape)]."},
