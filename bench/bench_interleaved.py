@@ -81,6 +81,8 @@ def main():
     ap.add_argument("--stoker-workers", default="auto",
                     help="stoker.Loader's num_workers (auto: not given)")
     ap.add_argument("--dl-workers", type=int, default=0)
+    ap.add_argument("--executor", default=None, help="stoker's executor (default: auto)")
+    ap.add_argument("--prefetch", type=int, default=None, help="stoker's prefetch (batches)")
     args = ap.parse_args()
     ds = make(args.dataset)
     if args.fetch == "batch":
@@ -91,6 +93,8 @@ def main():
         def kw():
             return dict(batch_size=args.batch, shuffle=True)
     sw = {} if args.stoker_workers == "auto" else {"num_workers": int(args.stoker_workers)}
+    sw.update({k: v for k, v in (("executor", args.executor), ("prefetch", args.prefetch))
+               if v is not None})
     loaders = {"DataLoader": DataLoader(ds, num_workers=args.dl_workers, **kw()),
                "stoker": stoker.Loader(ds, **sw, **kw())}
     info = loaders["stoker"].info()

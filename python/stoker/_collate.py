@@ -210,12 +210,11 @@ class Layout:
         return (flat[0], tuple(leaves), torch.strided if torch is not None else None,
                 _leaf_bytes, keys)
 
-    def leaf_spec(self, tensors_only=False):
+    def leaf_spec(self):
         """((dtype name, shape), ...) of the fixed leaves, as Batch.leaf_views takes them, when
         a batch of rows that all fit is views of those leaves alone (no object leaf, each dtype
-        one the ring's views carry: not bool, complex nor bfloat16; with tensors_only, each leaf
-        a tensor, as sample_fixed needs); else None."""
-        if self.n_objects or (tensors_only and any(f.kind != "tensor" for f in self.fixed)):
+        one the ring's views carry: not bool, complex nor bfloat16); else None."""
+        if self.n_objects:
             return None
         spec = []
         for leaf in self.fixed:
@@ -231,9 +230,17 @@ class Layout:
         return self._collate(self.root, views, None, None, False)
 
     def sample_fixed(self, views):
-        """Row 0 as __getitem__ returned it, from the views of a layout of tensor leaves only
-        (leaf_spec(tensors_only=True)): a batch_size=None loader's one sample a batch."""
-        return self._rebuild(self.root, 0, views, None, (), None)
+        """A batch_size=None loader's sample (row 0) from the views of a layout leaf_spec()
+        takes, as default_convert makes it: a tensor leaf and an array or NumPy scalar one as a
+        tensor (default_convert's torch.as_tensor of it), an int or float as itself."""
+        return self._sample(self.root, views)
+
+    def _sample(self, node, views):
+        if isinstance(node, Leaf):
+            v = views[node.slot][0]
+            return int(v) if node.kind == "int" else float(v) if node.kind == "float" else v
+        kids = [self._sample(c, views) for c in node.children]
+        return _container(node, kids, batched=False)
 
     def describe(self):
         """A short text of the structure: "(tensor(float32, [3, 224, 224]), int(...))"."""

@@ -9,17 +9,19 @@ kernels). Worker processes run bytecode in parallel, at the price of a start-up 
 per-sample hand-off (a ticket and a reply over a socket) and memory. The estimate compares the
 samples per second each would deliver:
 
-  threads:    min(n_t / (t + copy + G),  1 / (g*t + G),  cores / (c*t + copy + G))
-  processes:  min(n_p / (t + copy + P),  cores / (c*t + copy + P))
+  threads:    min(n_t / (t + copy + G + R),  1 / (g*t + G + R),  cores / (c*t + copy + G))
+  processes:  min(n_p / (t + copy + P + R),  cores / (c*t + copy + P))
   here:       1 / (t + copy + H)
 
 t is __getitem__'s time, g the share of it that threads run one at a time (the GIL-held
 share, or what two threads run at once showed when that is more: a lock other than the GIL,
 such as h5py's, serializes threads the GIL meter sees as free), c the share that uses a CPU,
 copy the sample's bytes over the copy bandwidth, G the GIL-held bookkeeping per sample on a
-thread and P a worker process's per-sample hand-off, and H the training thread's own cost of a
-sample when it loads every batch itself ("here": no worker, as the DataLoader at num_workers=0,
-which is what num_workers=0 gives). Processes are chosen when they deliver PROCESS_MARGIN times
+thread and P a worker process's per-sample hand-off, R a worker's round trip a sample where a
+ring batch holds one (batch_size=None: each call waits for its hand-off to the consumer; 0
+otherwise), and H
+the training thread's own cost of a sample when it loads every batch itself ("here": no
+worker, as the DataLoader at num_workers=0, which is what num_workers=0 gives). Processes are chosen when they deliver PROCESS_MARGIN times
 more than the better of the other two (their start-up and memory have to pay for themselves);
 left to stoker (num_workers not given), the training thread loads when it delivers more than the
 threads: a __getitem__ so short and so GIL-bound that a worker thread's hand-off costs more than
@@ -40,6 +42,12 @@ PROCESS_S = 8e-6        # a worker process's cost per sample beside __getitem__ 
 # __getitem__ of 1.4-35 us with the worker's ticket loop in C (fourteenth round; 40 us before the
 # twelfth, when the loop ran in Python). A CIFAR-sized sample costs up to 8 us more in cache
 # lines, where processes win by far anyway.
+TRIP_S = 60e-6          # a worker's round trip for a ring batch of one sample, on either
+# executor: with batch_size=None each call (each list of the batch-fetch idiom) is a ring batch
+# of its own, handed from the worker to the consumer alone (a larger batch's tickets go ahead:
+# _procpool.c), so every call waits for the hand-off: a process's reply, a thread's GIL back
+# from the consumer. Measured at 2 workers (issue 24, sixteenth round): processes 63-83 us a
+# call beside a 2 us __getitem__; threads ~80 us beside a 21.6 us one.
 HERE_S = 1.2e-6         # the training thread's cost per sample beside __getitem__ when it loads
 # every batch itself: the ticket, the plan's write into the ring, its share of the batch's
 # assembly (issue 24, fifteenth round: a 20-float TensorDataset subclass, 1.7 us of __getitem__,
@@ -191,14 +199,16 @@ def thread_workers(p, num_workers, cores):
     return n
 
 
-def rates(p, n_threads, n_procs, cores):
-    """(thread samples/s, process samples/s) the model above estimates."""
+def rates(p, n_threads, n_procs, cores, ring_batch=64):
+    """(thread samples/s, process samples/s) the model above estimates; ring_batch, the
+    samples of a ring batch (1 with batch_size=None: a worker's round trip a sample)."""
     t = max(p.per_sample_s, 1e-7)
     copy = p.sample_bytes / COPY_BYTES_S
     g, c = _serial(p), min(max(p.cpu_share, 0.0), 1.0)
-    thread = min(n_threads / (t + copy + THREAD_GIL_S), 1.0 / (g * t + THREAD_GIL_S),
-                 cores / (c * t + copy + THREAD_GIL_S))
-    proc = min(n_procs / (t + copy + PROCESS_S), cores / (c * t + copy + PROCESS_S))
+    trip = TRIP_S if ring_batch <= 1 else 0.0  # (a larger batch's tickets go ahead)
+    thread = min(n_threads / (t + copy + THREAD_GIL_S + trip),
+                 1.0 / (g * t + THREAD_GIL_S + trip), cores / (c * t + copy + THREAD_GIL_S))
+    proc = min(n_procs / (t + copy + PROCESS_S + trip), cores / (c * t + copy + PROCESS_S))
     return thread, proc
 
 
@@ -241,13 +251,14 @@ def _shares_files(num_workers):
 
 
 def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsafe=None,
-           iterable=False, files=None):
+           iterable=False, files=None, ring_batch=64):
     """The executor ("thread" or "process"), its worker count and one sentence saying why.
 
     p: a Probe (None for an IterableDataset, which is not probed); requested: "auto", "thread"
     or "process"; num_workers: the DataLoader's (None: stoker picks); unsafe: what the dataset
     holds that cannot cross a fork (an open lmdb.Environment...), or None; files: the open
-    read-only file it holds ("dataset.f (/data/train.bin)"), or None."""
+    read-only file it holds ("dataset.f (/data/train.bin)"), or None; ring_batch: the samples
+    of a ring batch (rates())."""
     cores = max(1, int(cores))
     n_procs = max(1, cores if num_workers is None else num_workers)
     if requested == "thread":
@@ -278,7 +289,7 @@ def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsaf
                       "is exact only in worker processes (threads share those generators with "
                       "each other and with the training loop)")
     n_threads = thread_workers(p, num_workers, cores)
-    thread, proc = rates(p, n_threads, n_procs, cores)
+    thread, proc = rates(p, n_threads, n_procs, cores, ring_batch)
     here = here_rate(p) if num_workers is None else 0.0
     g = "an unmeasured share" if p.gil_share is None else f"{_gil(p):.0%}"
     what = (f"__getitem__ held the GIL {g} of its {p.per_sample_s * 1e3:.3g} ms "

@@ -682,7 +682,8 @@ class PyLoader(Loader):
             self._layout = layout
             self._probe = p
             choice = _executor.choose(p, executor, workers, cores, reseed=self.reseed,
-                                      unsafe=unsafe if method == "fork" else None, files=files)
+                                      unsafe=unsafe if method == "fork" else None, files=files,
+                                      ring_batch=ring_batch)
             if choice.executor == "process" and self._pool is None:
                 if pending is None:  # num_workers=0 drawing random numbers: one process, whose
                     # server is a fresh interpreter when this process runs threads by now
@@ -809,8 +810,8 @@ class PyLoader(Loader):
         self._debug_delay = 0
         self._torch = torch
         # _assemble's path for fixed leaves, collated by default_collate's rules or (batch_size
-        # None) a sample of tensors passed through default_convert (Batch.leaf_views)
-        self._leaf_spec = self._layout.leaf_spec(tensors_only=self._unbatched) if (
+        # None) a sample passed through default_convert (Batch.leaf_views)
+        self._leaf_spec = self._layout.leaf_spec() if (
             torch is not None and self._collate_fn is None) else None
 
     # ---- construction helpers ----

@@ -67,6 +67,27 @@ def test_the_training_thread_only_where_no_worker_gains():
         assert choose(held, "auto", n, cores=2).workers == n
 
 
+def test_the_batch_fetch_idiom_weighs_the_workers_round_trip():
+    """batch_size=None with a sampler of index lists: each call is a ring batch of its own, so a
+    worker waits for each hand-off to the consumer (63-83 us a call measured on 2 processes,
+    ~80 us on 2 threads, issue 24, sixteenth round). 20-float rows at 64 a call (20-70 us of
+    indexing, half or more of it GIL-held, 5.4 KB): the training thread delivered 0.77x the
+    DataLoader, 2 worker processes 0.37x, 2 threads 0.41x, and "auto" had picked the workers.
+    A call of ~1 ms of Python still goes to processes; a larger ring batch's tickets go ahead,
+    with no trip a sample."""
+    for t in (50e-6, 70e-6):  # (two threads at once ran as if 133% of it held a lock)
+        p = Probe(t, gil_share=0.86, cpu_share=1.0, sample_bytes=64 * 84, pair_serial=1.33)
+        assert choose(p, "auto", None, cores=2).executor == "process"  # (as if batched)
+        c = choose(p, "auto", None, cores=2, ring_batch=1)
+        assert (c.executor, c.workers) == ("thread", 0), c.reason
+    half = Probe(21.6e-6, gil_share=0.54, cpu_share=1.0, sample_bytes=64 * 84)
+    assert choose(half, "auto", None, cores=2).workers == 2  # (threads, as if batched)
+    assert choose(half, "auto", None, cores=2, ring_batch=1).workers == 0
+    slow = Probe(1e-3, gil_share=1.0, cpu_share=1.0, sample_bytes=64 * 84)
+    assert choose(slow, "auto", None, cores=2, ring_batch=1).executor == "process"
+    assert ex.rates(slow, 2, 2, 2, ring_batch=64)[1] > ex.rates(slow, 2, 2, 2, ring_batch=1)[1]
+
+
 def test_big_copies_from_memory_stay_on_threads():
     # returning a 3x224x224 float32 tensor from memory: all Python, but the time is the copy,
     # which threads make outside the GIL

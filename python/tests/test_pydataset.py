@@ -313,44 +313,47 @@ def test_batches_of_fixed_leaves_are_views_made_in_c(workers, monkeypatch):
 
 
 class ByList(Dataset):
-    """__getitem__ of a list of indices (the batch-fetch idiom): two tensors, or with `extra`
-    an int beside them (not a tensor leaf)."""
+    """__getitem__ of a list of indices (the batch-fetch idiom): two tensors, an int, a float,
+    an array and a NumPy scalar; with `flag` a bool beside them (a leaf the views do not
+    carry)."""
 
-    def __init__(self, extra=False):
-        self.x, self.extra = torch.arange(40.).view(20, 2), extra
+    def __init__(self, flag=False):
+        self.x, self.flag = torch.arange(40.).view(20, 2), flag
 
     def __len__(self):
         return 20
 
     def __getitem__(self, idx):
-        out = (self.x[idx], torch.tensor(idx))
-        return out + (len(idx),) if self.extra else out
+        out = (self.x[idx], torch.tensor(idx), len(idx), idx[0] / 2, np.array(idx[:2]),
+               np.float32(idx[0]))
+        return out + (True,) if self.flag else out
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_unbatched_samples_of_tensors_are_views_made_in_c(workers, monkeypatch):
-    # batch_size=None with a sampler of index lists: a sample of tensor leaves only is made from
-    # Batch.leaf_views and passed through default_convert, as the DataLoader passes it; one with
-    # another leaf takes the general path. Equal to the DataLoader's either way.
+def test_unbatched_samples_of_fixed_leaves_are_views_made_in_c(workers, monkeypatch):
+    # batch_size=None with a sampler of index lists: a sample of fixed leaves is made from
+    # Batch.leaf_views as default_convert makes it (tensors, arrays and NumPy scalars as
+    # tensors, numbers as themselves), as the DataLoader passes it; one with a bool leaf takes
+    # the general path. Equal to the DataLoader's either way.
     from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
     from stoker import _collate
     made = []
     fixed = _collate.Layout.sample_fixed
     monkeypatch.setattr(_collate.Layout, "sample_fixed",
                         lambda self, views: made.append(1) or fixed(self, views))
-    for extra in (False, True):
-        ds = ByList(extra)
+    for flag in (False, True):
+        ds = ByList(flag)
 
         def kw():
             return dict(batch_size=None, sampler=BatchSampler(SequentialSampler(ds), 6, False))
         loader = stoker.Loader(ds, num_workers=workers, **kw())
-        assert (loader._leaf_spec is None) == extra
+        assert (loader._leaf_spec is None) == flag
         got, want = list(loader), list(DataLoader(ds, **kw()))
         assert len(got) == len(want) == 4
         for a, b in zip(got, want):
             assert_same(a, b)
-    assert len(made) == 3  # the tensors-only dataset's lists of 6 (the last, of 2, has
-    # another shape than the layout's: it travels whole, by the general path)
+    assert len(made) == 3  # the first dataset's lists of 6 (the last, of 2, has another
+    # shape than the layout's: it travels whole, by the general path)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
