@@ -36,18 +36,19 @@
  * (send_spec); the pool's last SPAWN at its start is flagged CTL_THEN_LEAN, after which the fork
  * server goes lean. Once the workers renewed their copy of a dataset the training loop changed
  * (fresh_restarts()), every restart is forked bare that way (CTL_FRESH), whatever the server
- * holds: respec then sends the renewed dataset, never the server's first copy. The pool's first SPAWNs are sent together and their answers read later, by
- * the thread that first uses each worker (spawn_finish): the server forks them one after the
- * other (a fork of a process holding torch takes milliseconds) while the constructor goes on
- * and the training thread loads part of the first batch (_pyhelp.py). When a worker's socket ends
- * (killed by a signal, the OOM killer, an exit), the thread asks the server how it died, names it
- * in the sample's error (index and signal) and has a new worker forked at once; after MAX_RESTARTS
- * deaths in a row without a finished sample it stops restarting that worker and fails its samples
- * with the last reason. A new worker says when it has started (ST_READY, after its set-up and
- * worker_init_fn); the thread waits for that before a ticket, under a start-up limit of its own
- * (startup=; a worker that does not start in time is killed and counted as a death), so that with a
- * timeout, which runs from the ticket to a started worker, only __getitem__ and the reply count: a
- * sample that takes longer gets its worker killed (SIGKILL) and fails naming the timeout.
+ * holds: respec then sends the renewed dataset, never the server's first copy. The pool's first
+ * SPAWNs are sent together and their answers read later, by the thread that first uses each worker
+ * (spawn_finish): the server forks them one after the other (a fork of a process holding torch
+ * takes milliseconds) while the constructor goes on and the training thread loads part of the first
+ * batch (_pyhelp.py). When a worker's socket ends (killed by a signal, the OOM killer, an exit),
+ * the thread asks the server how it died, names it in the sample's error (index and signal) and has
+ * a new worker forked at once; after MAX_RESTARTS deaths in a row without a finished sample it
+ * stops restarting that worker and fails its samples with the last reason. A new worker says when
+ * it has started (ST_READY, after its set-up and worker_init_fn); the thread waits for that before
+ * a ticket, under a start-up limit of its own (startup=; a worker that does not start in time is
+ * killed and counted as a death), so that with a timeout, which runs from the ticket to a started
+ * worker, only __getitem__ and the reply count: a sample that takes longer gets its worker killed
+ * (SIGKILL) and fails naming the timeout.
  *
  * interrupt() (close) shuts every socket down, so a thread waiting on a worker returns at once
  * (STK_ECANCELED) and the loader's destroy never waits on a __getitem__.
