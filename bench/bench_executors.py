@@ -19,34 +19,16 @@ each batch's list of 64 indices (the time shown is still per sample).
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 
 CHILD = r"""
 import json, sys, time, timeit
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 import stoker
-
-
-class Short(Dataset):
-    def __init__(self, k):
-        self.k = k
-
-    def __len__(self):
-        return 100000
-
-    def one(self, i):
-        s = 0
-        for j in range(self.k):
-            s += j * i
-        return float(s % 1000)
-
-    def __getitem__(self, i):
-        if isinstance(i, list):  # a batch's indices (--fetch batch)
-            return (torch.tensor([[self.one(v)] * 4 for v in i]),
-                    torch.tensor([v % 10 for v in i]))
-        return torch.tensor([self.one(i)] * 4), i % 10
+from tiny_datasets import Short
 
 
 k, which, epochs = int(sys.argv[1]), sys.argv[2], int(sys.argv[4])
@@ -79,8 +61,11 @@ print(json.dumps({"rate": round(best), "chose": chose}))
 
 
 def child(*args):
+    here = os.path.dirname(os.path.abspath(__file__))  # (tiny_datasets, for the workers too)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [here] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     out = subprocess.run([sys.executable, "-c", CHILD] + [str(a) for a in args],
-                         capture_output=True, text=True, timeout=900)
+                         capture_output=True, text=True, timeout=900, env=env)
     if out.returncode != 0:
         sys.exit(f"{args} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

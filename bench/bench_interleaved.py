@@ -3,7 +3,8 @@
 
     PYTHONPATH=build/python /usr/bin/python3 bench/bench_interleaved.py \
         [--dataset tensors20|short10|short100] [--fetch sample|batch] [--batch 64] \
-        [--rounds 9] [--stoker-workers 0|auto|N] [--dl-workers 0]
+        [--rounds 9] [--stoker-workers 0|auto|N] [--executor thread|process] [--prefetch N] \
+        [--dl-workers 0]
 
 For samples of a few microseconds the two loaders differ by tenths of a microsecond a sample,
 and this shared VM's speed drifts by more than that between two processes run one after the
@@ -13,54 +14,26 @@ first in even rounds, stoker first in odd ones): each round gives a ratio of two
 seconds apart, and the median of the rounds' ratios is the figure (the spread is printed too).
 The first epoch of each is a warm-up and is reported apart.
 
-Datasets: tensors20, a class of your own over a TensorDataset (20 random float32 features and
-an int64 label a row, 200,000 rows; __getitem__ calls the base class's, as bench_tutorials.py
---own does); shortK, a pure-Python loop of K steps returning (a 4-float tensor, an int), as in
-bench_executors.py (100,000 samples). --fetch batch: batch_size=None with a BatchSampler (of a
-RandomSampler) as the sampler, __getitem__ given each batch's list of indices.
+Datasets (bench/tiny_datasets.py): tensors20, a class of your own over a TensorDataset (20
+random float32 features and an int64 label a row, 200,000 rows; __getitem__ calls the base
+class's, as bench_tutorials.py --own does); shortK, bench_executors.py's pure-Python loop of K
+steps returning (a 4-float tensor, an int) (100,000 samples). --fetch batch: batch_size=None
+with a BatchSampler (of a RandomSampler) as the sampler, __getitem__ given each batch's list of
+indices.
 """
 import argparse
 import statistics
 import time
 
-import torch
-from torch.utils.data import DataLoader, Dataset, TensorDataset
-from torch.utils.data import BatchSampler, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 import stoker
-
-
-class Tensors(TensorDataset):
-    def __getitem__(self, i):
-        return TensorDataset.__getitem__(self, i)
-
-
-class Short(Dataset):
-    def __init__(self, k):
-        self.k = k
-
-    def __len__(self):
-        return 100000
-
-    def one(self, i):
-        s = 0
-        for j in range(self.k):
-            s += (i * j) % 7
-        return torch.full((4,), float(s)), i % 10
-
-    def __getitem__(self, i):
-        if isinstance(i, list):
-            rows = [self.one(j) for j in i]
-            return torch.stack([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
-        return self.one(i)
+from tiny_datasets import Short, tensors
 
 
 def make(name):
     if name.startswith("tensors"):
-        g = torch.Generator().manual_seed(0)
-        n = 200000
-        return Tensors(torch.randn(n, int(name[len("tensors"):]), generator=g),
-                       torch.randint(0, 10, (n,), generator=g))
+        return tensors(int(name[len("tensors"):]))
     return Short(int(name[len("short"):]))
 
 

@@ -277,17 +277,23 @@ class EveryViewDtype(Dataset):
                 np.float64(i), torch.arange(2, dtype=torch.int8) - i, torch.ones(1).half() * i)
 
 
+def _calls_of(monkeypatch, method):
+    """A list that gets an item at each call of _collate.Layout's `method` (still called)."""
+    from stoker import _collate
+    made = []
+    orig = getattr(_collate.Layout, method)
+    monkeypatch.setattr(_collate.Layout, method,
+                        lambda self, views: made.append(1) or orig(self, views))
+    return made
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batches_of_fixed_leaves_are_views_made_in_c(workers, monkeypatch):
     # A batch whose rows all fit a layout of fixed leaves is made by Batch.leaf_views, equal to
     # the DataLoader's; a batch with a row that does not fit (the odd samples) takes the general
     # path, and so does a layout holding a leaf those views do not carry (bool, bfloat16).
     from torch.utils.data import DataLoader
-    from stoker import _collate
-    made = []
-    fixed = _collate.Layout.collate_fixed
-    monkeypatch.setattr(_collate.Layout, "collate_fixed",
-                        lambda self, views: made.append(1) or fixed(self, views))
+    made = _calls_of(monkeypatch, "collate_fixed")
     ds = EveryViewDtype()
     loader = stoker.Loader(ds, batch_size=4, num_workers=workers)
     assert loader._leaf_spec is not None
@@ -336,11 +342,7 @@ def test_unbatched_samples_of_fixed_leaves_are_views_made_in_c(workers, monkeypa
     # tensors, numbers as themselves), as the DataLoader passes it; one with a bool leaf takes
     # the general path. Equal to the DataLoader's either way.
     from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
-    from stoker import _collate
-    made = []
-    fixed = _collate.Layout.sample_fixed
-    monkeypatch.setattr(_collate.Layout, "sample_fixed",
-                        lambda self, views: made.append(1) or fixed(self, views))
+    made = _calls_of(monkeypatch, "sample_fixed")
     for flag in (False, True):
         ds = ByList(flag)
 
