@@ -813,6 +813,9 @@ class PyLoader(Loader):
         # None) a sample passed through default_convert (Batch.leaf_views)
         self._leaf_spec = self._layout.leaf_spec() if (
             torch is not None and self._collate_fn is None) else None
+        if self._leaf_spec is not None and self._unbatched:
+            from torch.utils.data._utils.collate import default_convert
+            self._convert = default_convert
 
     # ---- construction helpers ----
 
@@ -1010,12 +1013,11 @@ class PyLoader(Loader):
 
     def _assemble(self, raw):
         spec = self._leaf_spec
-        if spec is not None:  # fixed leaves only, collated by default_collate's rules
-            views = raw.leaf_views(spec, np.asarray, self._torch.from_numpy)
+        if spec is not None:  # fixed leaves only, made by default_collate's (default_convert's)
+            views = raw.leaf_views(spec, np.asarray, self._torch.from_numpy)  # rules
             if views is not None:  # (else a row did not fit: the general path below)
                 if self._unbatched:
-                    from torch.utils.data._utils.collate import default_convert
-                    return default_convert(self._layout.sample_fixed(views))
+                    return self._convert(self._layout.sample_fixed(views))
                 return self._layout.collate_fixed(views)
         arrays, keys, masks, n = self._rows(raw)
         objects, extras = self._payloads(keys, masks, n)

@@ -86,8 +86,8 @@ int stkpy_plan_parse(PyObject *plan, stkpy_plan *out)
             continue;
         PyObject *names[] = {s_dtype, s_is_cpu,        s_requires_grad,
                              s_shape, s_is_contiguous, s_data_ptr};
-        for (int k = 0; k < STKPY_TENSOR_CHECKS;
-             k++) { /* (on the type, each of these is the descriptor itself) */
+        /* (on the type, each of these is the descriptor itself) */
+        for (int k = 0; k < STKPY_TENSOR_CHECKS; k++) {
             PyObject *desc = PyObject_GetAttr((PyObject *)d->type, names[k]);
             if (!desc)
                 PyErr_Clear();
