@@ -19,9 +19,9 @@ such as h5py's, serializes threads the GIL meter sees as free), c the share that
 copy the sample's bytes over the copy bandwidth, G the GIL-held bookkeeping per sample on a
 thread and P a worker process's per-sample hand-off, R a worker's round trip a sample where a
 ring batch holds one (batch_size=None: each call waits for its hand-off to the consumer; 0
-otherwise), and H
-the training thread's own cost of a sample when it loads every batch itself ("here": no
-worker, as the DataLoader at num_workers=0, which is what num_workers=0 gives). Processes are chosen when they deliver PROCESS_MARGIN times
+otherwise), and H the training thread's own cost of a sample when it loads every batch itself
+("here": no worker, as the DataLoader at num_workers=0, which is what num_workers=0 gives).
+Processes are chosen when they deliver PROCESS_MARGIN times
 more than the better of the other two (their start-up and memory have to pay for themselves);
 left to stoker (num_workers not given), the training thread loads when it delivers more than the
 threads: a __getitem__ so short and so GIL-bound that a worker thread's hand-off costs more than
