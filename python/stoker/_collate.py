@@ -187,8 +187,8 @@ class Layout:
     def fast_plan(self):
         """The plan both executors' C paths write a sample's leaves by, with no Python frame
         (_ext/_leafput.c): (container type, ((kind, leaf, type, torch dtype, shape, nbytes),
-        ...), torch.strided, _leaf_bytes, keys) where flatten has its fast path (a tuple, list
-        or dict of fixed leaves), else None (every sample goes through flatten)."""
+        ...), _leaf_bytes, keys) where flatten has its fast path (a tuple, list or dict of fixed
+        leaves), else None (every sample goes through flatten)."""
         flat = self._flat
         if flat is None:
             return None
@@ -207,8 +207,7 @@ class Layout:
                 kind = FAST_OTHER
             leaves.append((kind, leaf, leaf.type, leaf.tdtype, leaf.shape, leaf.nbytes))
         keys = tuple(flat[2]) if flat[2] is not None else None
-        return (flat[0], tuple(leaves), torch.strided if torch is not None else None,
-                _leaf_bytes, keys)
+        return flat[0], tuple(leaves), _leaf_bytes, keys
 
     def leaf_spec(self):
         """((dtype name, shape), ...) of the fixed leaves, as Batch.leaf_views takes them, when

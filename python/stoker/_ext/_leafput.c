@@ -3,17 +3,17 @@
  * memory, with no Python frame of stoker's (both executors' fast path).
  *
  * _collate.Layout.fast_plan() describes a sample that is a tuple, list or dict of fixed leaves
- * as a tuple: (container type, (leaf, ...), torch.strided, _collate._leaf_bytes, keys), each leaf
- * (kind, Leaf, type, torch dtype, shape, nbytes), keys a dict's in order (None: a tuple or list).
+ * as a tuple: (container type, (leaf, ...), _collate._leaf_bytes, keys), each leaf (kind, Leaf,
+ * type, torch dtype, shape, nbytes), keys a dict's in order (None: a tuple or list).
  * stkpy_plan_parse() reads it once into a stkpy_plan; stkpy_plan_put() then checks a sample
  * against it and hands each leaf's bytes to a writer: a worker process's pwrite into the shared
  * ring (_ticketloop.c), or a worker thread's memcpy into the slot (_pyexec.c). A torch tensor is
- * written from its data_ptr after the dtype, shape, device, grad and contiguity checks (the plan's
- * torch.strided is not read: a tensor of another layout has no data_ptr); an int or float from
- * its value; another fixed kind (an ndarray, a NumPy scalar, a bool) through
- * _collate._leaf_bytes. Anything else (another type, dtype or shape, another container, keys in
- * another order) answers false, and the caller's Python path (Layout.flatten) handles the sample
- * whole, as before: the leaves written so far are rewritten or left unread.
+ * written from its data_ptr after the dtype, shape, device, grad and contiguity checks (no layout
+ * check: a tensor of another layout has no data_ptr); an int or float from its value; another fixed
+ * kind (an ndarray, a NumPy scalar, a bool) through _collate._leaf_bytes. Anything else (another
+ * type, dtype or shape, another container, keys in another order) answers false, and the caller's
+ * Python path (Layout.flatten) handles the sample whole, as before: the leaves written so far are
+ * rewritten or left unread.
  *
  * A tensor's six reads go to its type's descriptors, found once by the parse (torch's
  * getset descriptors and method descriptors, read off the type and called directly): looked up
@@ -54,12 +54,12 @@ int stkpy_plan_parse(PyObject *plan, stkpy_plan *out)
     if (plan == Py_None)
         return 0;
     PyObject *leaves =
-        PyTuple_Check(plan) && PyTuple_GET_SIZE(plan) == 5 ? PyTuple_GET_ITEM(plan, 1) : NULL;
-    PyObject *keys = leaves ? PyTuple_GET_ITEM(plan, 4) : NULL;
+        PyTuple_Check(plan) && PyTuple_GET_SIZE(plan) == 4 ? PyTuple_GET_ITEM(plan, 1) : NULL;
+    PyObject *keys = leaves ? PyTuple_GET_ITEM(plan, 3) : NULL;
     if (!leaves || !PyTuple_Check(leaves) || PyTuple_GET_SIZE(leaves) > STK_MAX_FIELDS ||
         !PyType_Check(PyTuple_GET_ITEM(plan, 0)) || (keys != Py_None && !PyTuple_Check(keys)) ||
         (keys != Py_None && PyTuple_GET_SIZE(keys) != PyTuple_GET_SIZE(leaves))) {
-        stkpy_invalid("a fast plan is (type, leaves, strided, leaf_bytes, keys), at most %d leaves",
+        stkpy_invalid("a fast plan is (type, leaves, leaf_bytes, keys), at most %d leaves",
                       STK_MAX_FIELDS);
         return -1;
     }
@@ -100,7 +100,7 @@ int stkpy_plan_parse(PyObject *plan, stkpy_plan *out)
     }
     out->owner = Py_NewRef(plan);
     out->type = (PyTypeObject *)PyTuple_GET_ITEM(plan, 0);
-    out->leaf_bytes = PyTuple_GET_ITEM(plan, 3);
+    out->leaf_bytes = PyTuple_GET_ITEM(plan, 2);
     out->keys = keys == Py_None ? NULL : keys;
     out->n = (size_t)PyTuple_GET_SIZE(leaves);
     return 0;

@@ -297,7 +297,7 @@ static int ticket_objs(WorkerPipe *p, size_t n_offs, bool held, uint64_t stamp, 
 }
 
 /* run(getitem, plan, before, drew): see the file's comment. plan: None (every sample goes back
- * to Python) or (container type, (leaf, ...), strided, leaf_bytes, keys), each leaf (kind, Leaf,
+ * to Python) or (container type, (leaf, ...), leaf_bytes, keys), each leaf (kind, Leaf,
  * type, torch dtype, shape, nbytes), keys a dict's (None: a tuple or list); before(seed) and
  * drew() the SeedWatch's (None: no seeding). */
 static PyObject *pipe_run(WorkerPipe *p, PyObject *args)
