@@ -341,17 +341,10 @@ def spec_sender(spec, renewed=None):
     (spec, blob), the renewal the workers took when the training loop changed the dataset, a
     restarted worker gets that blob, the dataset as the others have it (the spec, kept alive
     beside it, keeps the blob's memory files: _dumps_spec)."""
-    def send(fd):
-        if renewed is not None and renewed[0] is not None:
-            blob = renewed[0][1]
-            with socket.socket(fileno=os.dup(fd)) as s:
-                s.sendall(HDR.pack(OP_SPEC, 0, len(blob), 0, 0, 0))
-                s.sendall(blob)
-            return
+    def pickled():
         for attempt in range(3):
             try:
-                blob = _dumps_spec(spec)
-                break
+                return _dumps_spec(spec)
             except RuntimeError:
                 if attempt == 2:
                     raise
@@ -361,6 +354,9 @@ def spec_sender(spec, renewed=None):
                                 f"pickling them failed: {type(e).__name__}: {e}. Open files and "
                                 f"handles lazily in __getitem__ (in the worker), not in this "
                                 f"process") from e
+
+    def send(fd):
+        blob = renewed[0][1] if renewed is not None and renewed[0] is not None else pickled()
         with socket.socket(fileno=os.dup(fd)) as s:
             s.sendall(HDR.pack(OP_SPEC, 0, len(blob), 0, 0, 0))
             s.sendall(blob)
