@@ -151,6 +151,21 @@ static PyObject *Batch_device_tensors(BatchObject *self, PyObject *noargs)
     return tensor_list(self, true);
 }
 
+/* from_numpy(asarray(view)), or asarray(view) where from_numpy is NULL; takes `view` (NULL: an
+ * exception is set, returned as NULL). */
+static PyObject *converted(PyObject *view, PyObject *asarray, PyObject *from_numpy)
+{
+    if (!view)
+        return NULL;
+    PyObject *a = PyObject_CallOneArg(asarray, view);
+    Py_DECREF(view);
+    if (!a || !from_numpy)
+        return a;
+    PyObject *x = PyObject_CallOneArg(from_numpy, a);
+    Py_DECREF(a);
+    return x;
+}
+
 /* as_dict(cls, asarray, from_numpy): the host batch as a `cls` (a dict subclass, made without
  * calling its __init__) of from_numpy(asarray(view)) per tensor (from_numpy None: the arrays),
  * in the order of tensors(); None when a tensor needs the general conversion (a bytes field,
@@ -180,17 +195,9 @@ static PyObject *Batch_as_dict(BatchObject *self, PyObject *const *args, Py_ssiz
     PyObject *out = empty ? cls->tp_new(cls, empty, NULL) : NULL;
     Py_XDECREF(empty);
     for (size_t i = 0; out && i < n; i++) {
-        PyObject *x = NULL, *view = stkpy_tensor_new((PyObject *)self, t[i].name, t[i].dtype,
-                                                     t[i].data, (int)t[i].ndim, t[i].shape);
-        if (view) {
-            x = PyObject_CallOneArg(asarray, view);
-            Py_DECREF(view);
-        }
-        if (x && from_numpy) {
-            PyObject *a = x;
-            x = PyObject_CallOneArg(from_numpy, a);
-            Py_DECREF(a);
-        }
+        PyObject *x = converted(stkpy_tensor_new((PyObject *)self, t[i].name, t[i].dtype, t[i].data,
+                                                 (int)t[i].ndim, t[i].shape),
+                                asarray, from_numpy);
         if (!x || PyDict_SetItemString(out, t[i].name, x) < 0)
             Py_CLEAR(out);
         Py_XDECREF(x);
@@ -258,14 +265,8 @@ static PyObject *Batch_leaf_views(BatchObject *self, PyObject *const *args, Py_s
             Py_RETURN_NONE;
     PyObject *out = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; out && i < n; i++) {
-        PyObject *x = leaf_view(self, i, PyTuple_GET_ITEM(args[0], (Py_ssize_t)i));
-        if (x) {
-            PyObject *a = PyObject_CallOneArg(args[1], x);
-            Py_DECREF(x);
-            x = a && args[2] != Py_None ? PyObject_CallOneArg(args[2], a) : a;
-            if (x != a)
-                Py_XDECREF(a);
-        }
+        PyObject *x = converted(leaf_view(self, i, PyTuple_GET_ITEM(args[0], (Py_ssize_t)i)),
+                                args[1], args[2] == Py_None ? NULL : args[2]);
         if (!x)
             Py_CLEAR(out);
         else
