@@ -466,7 +466,6 @@ class PyLoader(Loader):
         self._thread_exec = None  # _core.ThreadExec (with _runner)
         self._renew_args = None  # (worker processes) what _renew sends a changed dataset with
         self._renewed = [None]  # (spec, blob) of the last renewal, for restarted workers
-        self._respec = False  # the pool sends restarted workers the dataset (spec_sender)
         self._helper = None  # _pyhelp.Helper: the training thread's part in the first batch
         self._map = None
         self._tokens = None  # (a token corpus is never a Python dataset)
@@ -837,13 +836,12 @@ class PyLoader(Loader):
         fork server goes on as a lean interpreter: _pyworker_server.py). probed_here: the
         first samples ran in this process (_procpool.Pending.start)."""
         self._server = pending.start(probed_here)
-        options = pending.pool_options(self._renewed)
         self._pool = _core.ProcPool(self._server.ctl.detach(), self._server.pid, n,
                                     timeout=float(timeout or 0),
                                     capacity=self._capacity(ring_batch),
                                     startup=_procpool.startup_limit(timeout),
-                                    ready_owed=self._server.ready_owed, **options)
-        self._respec = "respec" in options
+                                    ready_owed=self._server.ready_owed,
+                                    **pending.pool_options(self._renewed))
 
     def _capacity(self, ring_batch):
         """Rows whose object leaves are kept until the consumer takes them: every row the ring
@@ -1139,9 +1137,9 @@ class PyLoader(Loader):
 
         def renew():
             failed.extend(self._renew(blob, n))
-            if not failed and self._respec:  # a worker restarted from now on (before the new
-                self._renewed[0] = (spec, blob)  # loader's first sample) gets this copy too,
-                self._pool.fresh_restarts()      # not the fork server's
+            if not failed:  # a worker restarted from now on (before the new loader's first
+                self._renewed[0] = (spec, blob)  # sample) gets this copy too, not the fork
+                self._pool.fresh_restarts()      # server's
         self._rebuild(between=renew)
         if failed:  # (the next pass tries again)
             self._ended_mark = mark

@@ -457,7 +457,7 @@ static int spawn_worker(ProcPoolObject *p, uint32_t wid, bool then_lean, bool fr
     ctl_msg m = {.op = CTL_SPAWN,
                  .wid = (int32_t)wid,
                  .flags = (then_lean ? CTL_THEN_LEAN : 0) |
-                          (!from_python && atomic_load(&p->fresh) ? CTL_FRESH : 0)};
+                          (!from_python && p->respec && atomic_load(&p->fresh) ? CTL_FRESH : 0)};
     ctl_reply r = {.value = -1};
     pthread_mutex_lock(&p->ctl_mu);
     if (!owe)
@@ -1478,9 +1478,10 @@ static PyObject *ProcPool_close(ProcPoolObject *p, PyObject *noargs)
 }
 
 /* fresh_restarts(): the workers renewed their copy of a dataset the training loop changed; a
- * worker restarted from now on gets the dataset from `respec` as the training process has it,
- * not the fork server's copy (the first one, which a fork of the training process holds, or a
- * lean server's kept copy): a restart must never bring back the dataset as it was. */
+ * worker restarted from now on gets the dataset from `respec` (a pool without one keeps the
+ * server's forks) as the training process has it, not the fork server's copy (the first one, which
+ * a fork of the training process holds, or a lean server's kept copy): a restart must never bring
+ * back the dataset as it was. */
 static PyObject *ProcPool_fresh_restarts(ProcPoolObject *p, PyObject *noargs)
 {
     (void)noargs;
