@@ -543,7 +543,9 @@ class PyLoader(Loader):
         dl_attrs = _torchcompat.dataloader_attrs(
             ds, shuffle=bool(shuffle), sampler=sampler, batch_sampler=batch_sampler,
             batch_size=batch_size, drop_last=drop_last, generator=generator,
-            collate_fn=collate_fn, num_workers=workers, prefetch_factor=prefetch_factor)
+            collate_fn=collate_fn, num_workers=workers, prefetch_factor=prefetch_factor,
+            worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
+            persistent_workers=persistent_workers, pin_memory_device=pin_memory_device)
         self._unbatched = False
         self._group_sizes = None
         if batch_sampler is not None:
@@ -566,9 +568,6 @@ class PyLoader(Loader):
         if collate_fn is not None and _torchcompat.is_default_collate(collate_fn):
             collate_fn = None
         self._collate_fn = collate_fn  # None: stoker's own collation, default_collate's rules
-        self.worker_init_fn = worker_init_fn
-        self.multiprocessing_context = multiprocessing_context
-        self.persistent_workers, self.pin_memory_device = persistent_workers, pin_memory_device
         self.reseed = bool(reseed)
         # ---- the order (stoker's: the sampler mapped onto it) ----
         if batch_sampler is not None:
@@ -790,8 +789,8 @@ class PyLoader(Loader):
         self._on_device = False
         self.batch_size = None if (self._unbatched or batch_sampler is not None) else batch_size
         self.generator = generator
-        for attr, value in dl_attrs.items():  # sampler, batch_sampler, collate_fn,
-            setattr(self, attr, value)         # prefetch_factor: the DataLoader's
+        for attr, value in dl_attrs.items():  # sampler, batch_sampler, collate_fn, ...:
+            setattr(self, attr, value)         # the DataLoader's
         self.seed = seed
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)

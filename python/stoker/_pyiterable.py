@@ -517,7 +517,6 @@ class PyIterLoader(Loader):
         self._depth = depth
         self._len_called, self._pass_yielded = None, 0  # the DataLoader's length warning
         self.batch_size, self.drop_last = batch_size, bool(drop_last)
-        self.worker_init_fn = worker_init_fn
         self.num_workers_given = workers
         self.timeout = timeout or 0
         self._restarts = 0  # worker processes restarted after a death (_restart_dead)
@@ -538,10 +537,11 @@ class PyIterLoader(Loader):
         for attr, value in _torchcompat.dataloader_attrs(  # as the DataLoader's attributes
                 ds, shuffle=False, sampler=None, batch_sampler=None, batch_size=batch_size,
                 drop_last=drop_last, generator=None, collate_fn=collate_fn,
-                num_workers=workers, prefetch_factor=prefetch_factor,
-                iterable=True).items():
+                num_workers=workers, prefetch_factor=prefetch_factor, iterable=True,
+                worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
+                persistent_workers=persistent_workers,
+                pin_memory_device=pin_memory_device).items():
             setattr(self, attr, value)
-        self.persistent_workers = persistent_workers
         self.dataset_kind = "iterable"
 
     # ---- iteration ----

@@ -297,18 +297,28 @@ def check_prefetch_factor(prefetch_factor, num_workers):
 
 
 def dataloader_attrs(dataset, *, shuffle, sampler, batch_sampler, batch_size, drop_last,
-                     generator, collate_fn, num_workers, prefetch_factor, iterable=False):
-    """The DataLoader's attributes sampler, batch_sampler, collate_fn and prefetch_factor for
-    these arguments, as the installed DataLoader sets them: the default sampler
+                     generator, collate_fn, num_workers, prefetch_factor, iterable=False,
+                     worker_init_fn=None, multiprocessing_context=None,
+                     persistent_workers=False, pin_memory_device=""):
+    """The DataLoader's attributes sampler, batch_sampler, collate_fn, prefetch_factor,
+    worker_init_fn, multiprocessing_context, persistent_workers and pin_memory_device for these
+    arguments, as the installed DataLoader sets them: the default sampler
     (SequentialSampler, RandomSampler(generator=...), an IterableDataset's infinite constant
     one), the BatchSampler over it, default_collate (default_convert without batching). A
     script reads them (len(loader.sampler), loader.sampler.set_epoch, loader.collate_fn); stoker
     orders the samples itself and does not iterate them. batch_size is None with batch_sampler
-    given or without batching; num_workers as given (None: stoker's default, not 0)."""
+    given or without batching; num_workers as given (None: stoker's default, not 0); a start
+    method's name as its multiprocessing context."""
+    if isinstance(multiprocessing_context, str):  # checked: a start method's name
+        import multiprocessing
+        multiprocessing_context = multiprocessing.get_context(multiprocessing_context)
+    given = {"worker_init_fn": worker_init_fn, "multiprocessing_context": multiprocessing_context,
+             "persistent_workers": bool(persistent_workers),
+             "pin_memory_device": pin_memory_device or ""}
     data = _mod("torch.utils.data")
     if data is None:  # no torch: the arguments as given
         return {"sampler": sampler, "batch_sampler": batch_sampler, "collate_fn": collate_fn,
-                "prefetch_factor": prefetch_factor}
+                "prefetch_factor": prefetch_factor, **given}
     if sampler is None:
         if iterable:
             from torch.utils.data.dataloader import _InfiniteConstantSampler
@@ -330,7 +340,7 @@ def dataloader_attrs(dataset, *, shuffle, sampler, batch_sampler, batch_size, dr
         if prefetch_factor is None and num_workers != 0:  # torch 2: 2 with workers
             prefetch_factor = 2
     return {"sampler": sampler, "batch_sampler": batch_sampler, "collate_fn": collate_fn,
-            "prefetch_factor": prefetch_factor}
+            "prefetch_factor": prefetch_factor, **given}
 
 
 def check_multiprocessing_context(context, num_workers, executor):

@@ -345,14 +345,17 @@ class Loader:
             transforms=transforms, output=output, fields=fields, sampler=sampler,
             batch_sampler=batch_sampler, collate_fn=collate_fn, timeout=timeout,
             worker_init_fn=worker_init_fn, generator=generator, prefetch_factor=prefetch_factor)
+        given = dict(worker_init_fn=worker_init_fn, persistent_workers=persistent_workers,
+                     multiprocessing_context=multiprocessing_context,
+                     pin_memory_device=pin_memory_device)
         dl_attrs = {"sampler": sampler, "batch_sampler": batch_sampler,  # stoker's own data
-                    "collate_fn": collate_fn, "prefetch_factor": prefetch_factor}
+                    "collate_fn": collate_fn, "prefetch_factor": prefetch_factor, **given}
         if dl.torch_dataset is not None:  # as the DataLoader's attributes
             dl_attrs = _torchcompat.dataloader_attrs(
                 dl.torch_dataset, shuffle=bool(shuffle), sampler=sampler,
                 batch_sampler=batch_sampler, batch_size=dl.batch_size, drop_last=drop_last,
                 generator=generator, collate_fn=collate_fn, num_workers=num_workers,
-                prefetch_factor=prefetch_factor)
+                prefetch_factor=prefetch_factor, **given)
         torch_dataset, data, transforms, output = dl.torch_dataset, dl.data, dl.transforms, \
             dl.output
         fields, batch_size, shuffle, seed = dl.fields, dl.batch_size, dl.shuffle, dl.seed
@@ -486,8 +489,8 @@ class Loader:
                               stacklevel=2)
         self.batch_size = batch_size
         self.generator = generator
-        for attr, value in dl_attrs.items():  # sampler, batch_sampler, collate_fn,
-            setattr(self, attr, value)         # prefetch_factor
+        for attr, value in dl_attrs.items():  # sampler, batch_sampler, collate_fn, ...:
+            setattr(self, attr, value)         # the DataLoader's
         self.seed = seed
         self.shuffle = bool(shuffle)
         self.drop_last = bool(drop_last)

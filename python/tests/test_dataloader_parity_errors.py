@@ -348,11 +348,18 @@ def _described(loader):
     return {"sampler": sampler(loader.sampler), "batch_sampler": sampler(loader.batch_sampler),
             "collate_fn": loader.collate_fn, "prefetch_factor": loader.prefetch_factor,
             "batch_size": loader.batch_size, "drop_last": loader.drop_last,
-            "generator": loader.generator}
+            "generator": loader.generator, "worker_init_fn": loader.worker_init_fn,
+            "persistent_workers": loader.persistent_workers,
+            "pin_memory_device": loader.pin_memory_device,
+            "multiprocessing_context": None if loader.multiprocessing_context is None
+            else loader.multiprocessing_context.get_start_method()}
 
 
 def test_dataloader_attributes_a_script_reads():
-    """sampler, batch_sampler, collate_fn and prefetch_factor read as the DataLoader's: its
+    """sampler, batch_sampler, collate_fn, prefetch_factor, worker_init_fn,
+    persistent_workers, pin_memory_device and multiprocessing_context (a start method's name
+    as its context; the last four were missing on a TensorDataset and partly on an
+    IterableDataset) read as the DataLoader's: its
     default samplers (SequentialSampler, RandomSampler with the generator, an IterableDataset's
     infinite one), the BatchSampler over them, default_collate (default_convert without
     batching), so len(loader.sampler), loader.sampler.set_epoch(e) and collate_fn=
@@ -368,7 +375,9 @@ def test_dataloader_attributes_a_script_reads():
                       prefetch_factor=4),
                  dict(batch_size=4, sampler=DistributedSampler(ds, num_replicas=2, rank=1)),
                  dict(batch_sampler=BatchSampler(SequentialSampler(ds), 3, False)),
-                 dict(batch_size=None)]
+                 dict(batch_size=None),
+                 dict(batch_size=2, num_workers=2, worker_init_fn=mine, persistent_workers=True,
+                      multiprocessing_context="fork", pin_memory_device="cuda")]
         for kw in cases:
             want = _described(DataLoader(ds, **kw))
             got = _described(mk(ds, **kw))
@@ -376,7 +385,9 @@ def test_dataloader_attributes_a_script_reads():
     loader = mk(Counting(10), batch_size=4)
     again = mk(Counting(10), batch_size=4, collate_fn=loader.collate_fn)
     assert len(loader.sampler) == 10 and [b.tolist() for b in again][0] == [0, 1, 2, 3]
-    for kw in (dict(), dict(batch_size=3, drop_last=True, num_workers=2), dict(batch_size=None)):
+    for kw in (dict(), dict(batch_size=3, drop_last=True, num_workers=2), dict(batch_size=None),
+               dict(num_workers=1, worker_init_fn=mine, persistent_workers=True,
+                    multiprocessing_context="fork", pin_memory_device="cuda")):
         assert _described(mk(Longer(6, 6), **kw)) == _described(DataLoader(Longer(6, 6), **kw))
 
 
