@@ -29,8 +29,6 @@ before it is iterated again. Without them, state_dict() raises StokerNotSupporte
 """
 import copy
 import pickle
-import queue
-import select
 import socket
 import struct
 import threading
