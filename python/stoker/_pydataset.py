@@ -18,6 +18,7 @@ global random generators; the generators' states are put back), the executor is 
 """
 import copy
 import itertools
+import json
 import os
 import pickle
 import sys
@@ -548,6 +549,8 @@ class PyLoader(Loader):
             persistent_workers=persistent_workers, pin_memory_device=pin_memory_device)
         self._unbatched = False
         self._group_sizes = None
+        self._given_batches = batch_sampler is not None
+        self._resumed_at = 0  # a resumed batch_sampler pass: samples consumed (load_state_dict)
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
                 raise _core.StokerInvalidError(
@@ -1102,9 +1105,15 @@ class PyLoader(Loader):
         if mark is not None and mark != dataset_mark(self._torch_dataset):
             self._reread_prepared(mark)
         self._carry = None  # a batch held back by a KeyboardInterrupt belongs to the old pass
+        resumed, self._resumed_at = self._resumed_at, 0
         if self._group_sizes is not None:
-            self._group_sizes.restart()
+            self._group_sizes.restart(resumed)
         return it
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        if self._group_sizes is not None:  # the batch the next pass starts at (__iter__)
+            self._resumed_at = json.loads(self._core.save_state())["consumed"]
 
     def _reread_prepared(self, mark):
         """The training loop changed the dataset since the last pass ended (dataset_mark, `mark`
@@ -1176,9 +1185,15 @@ class PyLoader(Loader):
         return failed
 
     def __len__(self):
+        """len(batch_sampler) when one was given (the DataLoader's length, though a pass may
+        give another count), else the batches of an epoch."""
         self._check_open()
-        if self._group_sizes is not None:
-            return self._group_sizes.n_batches()
+        if self._group_sizes is not None or self._given_batches:
+            try:
+                return len(self.batch_sampler)
+            except TypeError:  # no __len__ (the DataLoader's len() raises): the batches counted
+                if self._group_sizes is not None:
+                    return self._group_sizes.n_batches()
         return len(self._core)
 
     def _relieve_ring(self):

@@ -426,7 +426,8 @@ class CustomOrder:
     def __init__(self, sampler, lists_ok=False):
         self.sampler = sampler
         self.ready = None       # the list already given to the C loader for the next pass
-        self.seen_epoch = None  # the sampler's epoch after the last sync
+        self.ready_epoch = None  # the epoch it was iterated for
+        self.seen_epoch = None  # the sampler's epoch after the last iteration
         self.lists_ok = lists_ok  # batch_size=None: the sampler may yield lists (ListFetch)
         self.fetch = None       # the ListFetch when it does (decided by the first epoch)
 
@@ -441,35 +442,47 @@ class CustomOrder:
             return _index_array(items, what)
         return self.fetch.publish(items)
 
+    def _moved(self):
+        """Whether the user called the sampler's set_epoch since the loader last iterated it
+        (its epoch is not the one the loader saw after that iteration)."""
+        cur = getattr(self.sampler, "epoch", None)
+        return isinstance(cur, int) and self.seen_epoch is not None and cur != self.seen_epoch
+
     def _sync_epoch(self, core, epoch):
         """Return the epoch to use: the sampler's if the user moved it, else `epoch`."""
         set_epoch = getattr(self.sampler, "set_epoch", None)
         if set_epoch is None:
             return epoch
-        cur = getattr(self.sampler, "epoch", None)
-        if isinstance(cur, int) and cur != self.seen_epoch and self.seen_epoch is not None:
-            epoch = cur  # the user called set_epoch(cur): the loader follows
+        if self._moved():
+            epoch = self.sampler.epoch  # the user called set_epoch(epoch): the loader follows
             if core is not None and core.epoch != epoch:
                 core.set_epoch(epoch)
         else:
             set_epoch(epoch)
-        self.seen_epoch = getattr(self.sampler, "epoch", epoch)
         return epoch
+
+    def _iterate(self, epoch):
+        """Iterate the sampler for `epoch` (synced first). The epoch it shows after the
+        iteration is the one seen: a sampler whose __iter__ moves its own epoch on has not been
+        moved by the user."""
+        self.ready = self.indices()
+        self.ready_epoch = epoch
+        self.seen_epoch = getattr(self.sampler, "epoch", epoch)
 
     def first(self):
         """The loader's create-time kwargs: the indices of the first epoch."""
         cur = getattr(self.sampler, "epoch", 0)
-        self._sync_epoch(None, cur if isinstance(cur, int) else 0)
-        self.ready = self.indices()
+        self._iterate(self._sync_epoch(None, cur if isinstance(cur, int) else 0))
         return {"indices": self.ready}
 
     def next_pass(self, loader, epoch=None):
-        """Before a pass (iter()) or a load_state_dict for `epoch`: this epoch's indices."""
+        """Before a pass (iter()) or a load_state_dict for `epoch`: this epoch's indices (the
+        ones already iterated for it, unless the user moved the sampler's epoch since)."""
         core = loader._core
-        moved = self.seen_epoch
-        e = self._sync_epoch(core, core.epoch if epoch is None else epoch)
-        if self.ready is None or self.seen_epoch != moved:
-            self.ready = self.indices()
+        e = core.epoch if epoch is None else epoch
+        if self.ready is None or self.ready_epoch != e or self._moved():
+            e = self._sync_epoch(core, e)
+            self._iterate(e)
             core.set_indices(self.ready)
         loader._core_kwargs["indices"] = self.ready  # what a rebuilt C loader starts from
         if epoch is None:
@@ -581,8 +594,20 @@ class BatchSamplerOrder(CustomOrder):
             return s[0]
         return None
 
-    def restart(self):
-        self.pos = 0
+    def restart(self, consumed=0):
+        """The pass starts at the batch after `consumed` samples of the epoch (0, or a resumed
+        position, which must fall between two of its batches)."""
+        pos, at = 0, 0
+        while at < consumed and pos < len(self.sizes):
+            at += self.sizes[pos]
+            pos += 1
+        if at != consumed:
+            raise _core.StokerStateError(
+                f"load_state_dict: the state's position, {consumed} samples into its epoch, falls "
+                f"inside a batch of batch_sampler {type(self.sampler).__name__}: it batches this "
+                f"epoch otherwise than when the state was saved (a batch_sampler must give the "
+                f"same batches when iterated again for an epoch, to resume)")
+        self.pos = pos
 
     def next_size(self):
         if self.pos >= len(self.sizes):

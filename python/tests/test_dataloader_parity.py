@@ -475,6 +475,66 @@ def test_samplers_and_batch_samplers():
     assert all(v >= 5 for v in torch.cat(got).tolist())
 
 
+class _Buckets(torch.utils.data.Sampler):
+    """A bucketing batch_sampler as NLP scripts write them: batches of 1 to 5 consecutive
+    indices, in an order drawn from (seed, epoch); `advance`: its __iter__ moves its own epoch
+    on (set_epoch is there too). `claimed`: what its __len__ says."""
+
+    def __init__(self, n, advance=False, claimed=None):
+        self.n, self.advance, self.claimed, self.epoch = n, advance, claimed, 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        import random
+        rng, out, i = random.Random(self.epoch), [], 0
+        while i < self.n:
+            k = rng.randint(1, 5)
+            out.append(list(range(i, min(i + k, self.n))))
+            i += k
+        rng.shuffle(out)
+        if self.advance:
+            self.epoch += 1
+        return iter(out)
+
+    def __len__(self):
+        return self.claimed if self.claimed is not None else sum(1 for _ in self.__iter__())
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_batch_sampler_epochs_len_and_resume(executor):
+    """A bucketing batch_sampler (batches of several sizes): a resume mid-epoch gives the
+    uninterrupted run's batches (was: the batches cut again at the epoch's first sizes,
+    mixing buckets, then StokerStateError 'the epoch ended inside a batch'); one whose __iter__
+    moves its own epoch on delivers its epochs 0, 1, 2 as the DataLoader (was: 1, 2, 3: the
+    constructor's iteration taken for the user's set_epoch); len(loader) is len(batch_sampler)
+    as the DataLoader's (was: the batches of the constructor's pass)."""
+    ds = Counting(40)
+    whole = [[b.tolist() for b in mk(ds, executor, batch_sampler=_Buckets(40))]]
+    assert len({len(b) for b in whole[0]}) > 1  # batches of several sizes
+    for stop in (1, 2, 5):
+        a = mk(ds, executor, batch_sampler=_Buckets(40))
+        it = iter(a)
+        head = [next(it).tolist() for _ in range(stop)]
+        state = a.state_dict()
+        b = mk(ds, executor, batch_sampler=_Buckets(40))
+        b.load_state_dict(state)
+        assert head + [x.tolist() for x in b] == whole[0], stop
+        assert [x.tolist() for x in b] != whole[0]  # its next epoch: another order
+    b = mk(ds, executor, batch_sampler=_Buckets(40))
+    b.load_state_dict(dict(state, consumed=state["consumed"] + 1))  # inside a batch
+    with pytest.raises(stoker.StokerStateError, match="falls inside a batch"):
+        iter(b)
+    dl = DataLoader(ds, batch_sampler=_Buckets(40, advance=True))
+    want = [[x.tolist() for x in dl] for _ in range(3)]
+    s = mk(ds, executor, batch_sampler=_Buckets(40, advance=True))
+    assert [[x.tolist() for x in s] for _ in range(3)] == want
+    for claimed in (None, 3):
+        bs = _Buckets(40, claimed=claimed)
+        assert len(mk(ds, executor, batch_sampler=bs)) == len(DataLoader(ds, batch_sampler=bs))
+
+
 def test_shuffle_holds_every_sample_and_follows_the_generator():
     ds = Counting(30)
     got, want = both(ds, batch_size=4, shuffle=True)
