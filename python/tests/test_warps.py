@@ -449,5 +449,11 @@ def test_padding_style_rules():
         T.Pad(2, padding_mode="wrap")
     with pytest.raises(ValueError, match="RandomCrop: fill"):
         T.RandomCrop(8, 2, fill=(1, 2))
-    # a zero fill before a resize stays as it was (padding resampled as an edge extension)
-    assert T.compile([T.Pad(4), T.Resize((16, 16))]).output["shape"] == (3, 16, 16)
+    # a zero fill before a resize too (torchvision blends the zeros into the border: up to 224
+    # grey levels from stoker's edge extension), and RandomCrop's padding; after it, fine
+    with pytest.raises(ValueError, match=r"ops\[1\] \(Resize\): cannot follow Pad \(ops\[0\]\)"):
+        T.compile([T.Pad(4), T.Resize((16, 16))])
+    with pytest.raises(ValueError, match=r"cannot follow RandomCrop \(ops\[0\]\), a padding"):
+        T.compile([T.RandomCrop(32, padding=4), T.Resize((16, 16))])
+    assert T.compile([T.Resize((16, 16)), T.Pad(4)]).output["shape"] == (3, 24, 24)
+    assert T.compile([T.RandomCrop(32), T.Resize((16, 16))]).output["shape"] == (3, 16, 16)

@@ -13,20 +13,34 @@
 #include <math.h>
 #include <string.h>
 
+/* Whether op pads: a Pad or RandomCrop with a padding, or a RandomCrop with pad_if_needed. */
+static bool op_pads(const stk_op *op)
+{
+    if (op->kind != STK_OP_PAD && op->kind != STK_OP_RANDOM_CROP)
+        return false;
+    return op->padding[0] || op->padding[1] || op->padding[2] || op->padding[3] ||
+           (op->kind == STK_OP_RANDOM_CROP && op->pad_if_needed);
+}
+
 /* The padding style of ops[i] (Pad/RandomCrop's fill and padding_mode, other than zeros): the
- * axes hold one padding_mode and the render one fill, so every padding op must agree; and a
- * resize after it would resample the padding as an edge extension (not torchvision's).
- * *pad_at: the first padding op with a style. @return STK_OK or STK_EINVAL. */
+ * axes hold one padding_mode and the render one fill, so every padding op must agree. And no
+ * resize may follow a padding, of any style: it would resample the padding as an edge extension,
+ * where torchvision blends the fill (or zeros) into the border (up to 224 grey levels apart
+ * with Pad(4) then Resize). *pad_at: the first padding op with a style.
+ * @return STK_OK or STK_EINVAL. */
 static stk_status check_pad_style(stk_transform *t, size_t i, size_t *pad_at)
 {
     const stk_op *op = &t->ops[i];
     const stk__op_def *d = t->defs[i];
-    if (*pad_at != SIZE_MAX && d->resamples)
-        return stk__set_last_error(STK_EINVAL,
-                                   "ops[%zu] (%s): cannot follow %s (ops[%zu]) with a fill or a "
-                                   "padding_mode (stoker resamples padding as an edge "
-                                   "extension); put the padding after the resize",
-                                   i, d->name, t->defs[*pad_at]->name, *pad_at);
+    if (d->resamples)
+        for (size_t k = 0; k < i; k++)
+            if (op_pads(&t->ops[k]))
+                return stk__set_last_error(STK_EINVAL,
+                                           "ops[%zu] (%s): cannot follow %s (ops[%zu]), a "
+                                           "padding (stoker resamples padding as an edge "
+                                           "extension, where torchvision blends it into the "
+                                           "border); put the padding after the resize",
+                                           i, d->name, t->defs[k]->name, k);
     if (op->kind != STK_OP_PAD && op->kind != STK_OP_RANDOM_CROP)
         return STK_OK;
     bool styled = op->padding_mode != 0 || op->fill[0] || op->fill[1] || op->fill[2];

@@ -4,6 +4,8 @@ of the op families (_geometry, _pixel, _compose, _warps), and those ops built in
 transform (stoker._core.Transform). It sits above the families and imports them; the package's
 __init__ re-exports compile and compile_for_device.
 """
+import sys
+
 from .. import _core
 from . import _compose, _geometry, _pixel, _warps
 from . import _albu
@@ -26,11 +28,52 @@ V2_ONLY = {
 _BY_TV_NAME.update(V2_ONLY)
 
 
+# torchvision transforms after which the image is a tensor, and those that resize it
+_TO_TENSOR = ("ToTensor", "PILToTensor", "ToImage", "ToImageTensor", "ConvertImageDtype",
+              "ConvertDtype", "ToDtype")
+_RESIZING = ("Resize", "RandomResizedCrop")
+
+
+def _tensor_antialias(t):
+    """Whether torchvision's resize `t` antialiases a tensor: antialias=True; None (0.14) or
+    "warn" (0.15, 0.16) mean False before torchvision 0.17 and True from it."""
+    a = getattr(t, "antialias", None)
+    if isinstance(a, bool):
+        return a
+    version = getattr(sys.modules.get("torchvision"), "__version__", "0.17")
+    try:
+        return tuple(int(x) for x in version.split("+")[0].split(".")[:2]) >= (0, 17)
+    except ValueError:
+        return True
+
+
+def _check_tensor_resizes(transforms):
+    """A resize after the image became a tensor (ToTensor, then Resize) is torchvision's
+    tensor resize, which does not antialias unless asked to (before 0.17): stoker's resampling
+    always does (PIL's), so such a transform is refused (the DataLoader's pixels, or a Python
+    fallback, not a silently blurrier image: up to 129 grey levels apart)."""
+    tensor = False
+    for sub in transforms:
+        name = type(sub).__name__
+        if name == "Compose":
+            tensor = _check_tensor_resizes(sub.transforms) or tensor
+        elif name in _TO_TENSOR:
+            tensor = True
+        elif tensor and name in _RESIZING and not _tensor_antialias(sub):
+            raise _invalid(f"{name} after the image became a tensor resizes without "
+                           f"antialiasing in this torchvision (antialias="
+                           f"{getattr(sub, 'antialias', None)!r}), while stoker's resampling "
+                           f"antialiases as PIL's does; put {name} before ToTensor, or pass "
+                           f"antialias=True")
+    return tensor
+
+
 def _from_torchvision(t):
     """One torchvision transform (torchvision.transforms or .v2, matched by class name) ->
     stoker ops (a list), or raise naming it and the supported list."""
     name = type(t).__name__
     if name == "Compose":
+        _check_tensor_resizes(t.transforms)
         out = []
         for sub in t.transforms:
             out.extend(_from_torchvision(sub) if not isinstance(sub, Op) else [sub])

@@ -1923,6 +1923,9 @@ static int test_warps_order_padding(void)
     stk_op_init(&o[2], STK_OP_RESIZE);
     o[2].size[1] = 32;
     T_CHECK(!expect_bad(o, 3, F, "ops[2] (Resize): cannot follow Pad (ops[1])", NULL));
+    o[1].padding_mode = STK__PAD_CONSTANT; /* a zero fill too: torchvision blends it in */
+    T_CHECK(!expect_bad(o, 3, F, "ops[2] (Resize): cannot follow Pad (ops[1])", NULL));
+    o[1].padding_mode = STK__PAD_REFLECT;
     stk_op_init(&o[2], STK_OP_PAD);
     o[2].fill[1] = 9;
     T_CHECK(!expect_bad(o, 3, F, "ops[2] (Pad): its fill and padding_mode must equal", NULL));
