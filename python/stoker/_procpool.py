@@ -321,10 +321,9 @@ def prepare_server(spec, method):
     return Pending(spec, "fork", fs, token)
 
 
-def start_server(spec, method):
-    """prepare_server(spec, method).start(), its answer whether it took the spec read here (the
+def start_server(pending):
+    """pending.start() (a prepare_server), its answer whether it took the spec read here (the
     caller speaks to it in Python: an IterableDataset's channels)."""
-    pending = prepare_server(spec, method)
     server = pending.start()
     if server.ready_owed:
         server.ready_owed = False
@@ -458,6 +457,27 @@ def _start_fresh_fork_server():
     return fs
 
 
+def _guards_main(src):
+    """Whether the script `src` has an `if __name__ == "__main__":` (either way round) among its
+    top-level statements. Mentioning both names is not enough (logging.getLogger(__name__) and
+    "__main__" in a comment: importing that script again ran its whole body)."""
+    if "__name__" not in src or "__main__" not in src:
+        return False
+    import ast
+    try:
+        body = ast.parse(src).body
+    except (SyntaxError, ValueError):
+        return False
+    for node in body:
+        t = node.test if isinstance(node, ast.If) else None
+        if isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq):
+            sides = (t.left, t.comparators[0])
+            if any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides) and \
+                    any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides):
+                return True
+    return False
+
+
 def _main_preparation():
     """multiprocessing's spawn preparation (sys.path, cwd, the main module imported again as
     __mp_main__), pickled, so that classes defined in the main script unpickle in a fresh
@@ -470,7 +490,7 @@ def _main_preparation():
             src = f.read()
     except (OSError, TypeError):
         return b""
-    if "__name__" not in src or "__main__" not in src:
+    if not _guards_main(src):
         return b""
     try:
         import multiprocessing.spawn as mspawn

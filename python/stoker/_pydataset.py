@@ -696,7 +696,7 @@ class PyLoader(Loader):
             if choice.executor == "process" and no_pickle is not None:
                 choice = _executor.threads_instead(p, workers, cores, no_pickle)
                 warnings.warn(f"stoker.Loader: {name} runs on worker threads, not worker "
-                              f"processes: {no_pickle}", RuntimeWarning, stacklevel=3)
+                              f"processes: {no_pickle}", RuntimeWarning, stacklevel=2)
             shared = _files_text([f for f in found_files if not f[2]])  # (no ZipFile's lock)
             if shared and choice.executor == "thread" and choice.workers > 1:
                 warnings.warn(f"stoker.Loader: {name} holds an open file, {shared}, which its "
@@ -704,7 +704,7 @@ class PyLoader(Loader):
                               f"and a read from two threads at once read another sample's "
                               f"bytes unless __getitem__ reads with os.pread or under a lock "
                               f"(worker processes each read through a position of their own)",
-                              RuntimeWarning, stacklevel=3)
+                              RuntimeWarning, stacklevel=2)
             if choice.executor == "thread" and executor == "thread" and self.reseed and \
                     p.uses_rng:
                 warnings.warn(f"stoker.Loader(executor='thread'): {name}.__getitem__ draws from "
@@ -712,7 +712,7 @@ class PyLoader(Loader):
                               f"with each other and with the training loop, so its samples "
                               f"are random but not reproducible per (seed, epoch, index); "
                               f"executor='process' seeds them per sample", RuntimeWarning,
-                              stacklevel=3)
+                              stacklevel=2)
             if choice.executor == "thread":
                 self._stop_pool()
                 if pending is not None:
@@ -767,7 +767,7 @@ class PyLoader(Loader):
                 if not pinned:
                     warnings.warn("stoker.Loader: pin_memory=True but no CUDA device is "
                                   "available; batches stay in pageable memory", UserWarning,
-                                  stacklevel=3)
+                                  stacklevel=2)
             self._dataset = _core.Dataset(name, format="index", count=n)
             self._no_len = n == NO_LEN
             self._core_kwargs = dict(
@@ -799,7 +799,7 @@ class PyLoader(Loader):
         self.drop_last = bool(drop_last)
         self.on_error = on_error
         self.rank, self.world_size = rank, world_size
-        self.pin_memory = pinned
+        self.pin_memory = bool(pin_memory)  # the argument, as the DataLoader's
         self.autotune = False
         self._gen = 0
         self._iter = None

@@ -482,9 +482,9 @@ class PyIterLoader(Loader):
         if seed is None:
             seed = _torchcompat.draw_seed()
         self.seed = _torchcompat.check_int(seed, "seed", 0) & ((1 << 64) - 1)
-        if executor == "auto":
+        auto = executor == "auto"
+        if auto:
             executor = "thread" if workers == 0 else "process"
-        self.executor = executor
         self._reason = ("num_workers=0: one thread iterates the dataset (get_worker_info() is "
                         "None, as in the DataLoader's main process)" if workers == 0 else
                         "an IterableDataset: each worker iterates its own replica, as with the "
@@ -496,11 +496,21 @@ class PyIterLoader(Loader):
                         collate_fn, bool(reseed))
         self._spec = spec
         try:
+            pending = None
             if executor == "process":
                 method = "spawn" if multiprocessing_context in ("spawn",) or getattr(
                     multiprocessing_context, "get_start_method", lambda: None)() == "spawn" \
                     else "fork"
-                self._server = _procpool.start_server(spec, method)
+                pending = _procpool.prepare_server(spec, method)
+                why = pending.unpicklable() if auto else None
+                if why is not None:  # "auto" takes threads where the workers cannot get it
+                    pending.forget()
+                    pending, executor = None, "thread"
+                    self._reason = f"worker threads, not worker processes: {why}"
+                    warnings.warn(f"stoker.Loader: {name} runs on worker threads, not worker "
+                                  f"processes: {why}", RuntimeWarning, stacklevel=2)
+            if pending is not None:
+                self._server = _procpool.start_server(pending)
                 self._channels = [_ProcChannel(self._server.ctl, w, timeout or 0, spec)
                                   for w in range(n)]
             else:
@@ -511,6 +521,7 @@ class PyIterLoader(Loader):
         except BaseException:
             self._shutdown()
             raise
+        self.executor = executor
         self._core = True  # open (Loader's _check_open)
         self._depth = depth
         self._len_called, self._pass_yielded = None, 0  # the DataLoader's length warning

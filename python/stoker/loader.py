@@ -497,7 +497,8 @@ class Loader:
         self.on_error = on_error
         self.rank, self.world_size = rank, world_size
         self.output = output
-        self.pin_memory = pinned
+        # a torch dataset's: the argument, as the DataLoader's (True without CUDA too)
+        self.pin_memory = bool(pin_memory) if self._torch_dataset is not None else pinned
         self.autotune = autotune
         self._convert = self._converter(output, torch)
         # Host batches made by the extension in one call (Batch.as_dict: a bytes field or

@@ -350,7 +350,7 @@ def _described(loader):
             "batch_size": loader.batch_size, "drop_last": loader.drop_last,
             "generator": loader.generator, "worker_init_fn": loader.worker_init_fn,
             "persistent_workers": loader.persistent_workers,
-            "pin_memory_device": loader.pin_memory_device,
+            "pin_memory_device": loader.pin_memory_device, "pin_memory": loader.pin_memory,
             "multiprocessing_context": None if loader.multiprocessing_context is None
             else loader.multiprocessing_context.get_start_method()}
 
@@ -358,8 +358,9 @@ def _described(loader):
 def test_dataloader_attributes_a_script_reads():
     """sampler, batch_sampler, collate_fn, prefetch_factor, worker_init_fn,
     persistent_workers, pin_memory_device and multiprocessing_context (a start method's name
-    as its context; the last four were missing on a TensorDataset and partly on an
-    IterableDataset) read as the DataLoader's: its
+    as its context; these four were missing on a TensorDataset and partly on an
+    IterableDataset) and pin_memory (the argument, True without CUDA too; was False there)
+    read as the DataLoader's: its
     default samplers (SequentialSampler, RandomSampler with the generator, an IterableDataset's
     infinite one), the BatchSampler over them, default_collate (default_convert without
     batching), so len(loader.sampler), loader.sampler.set_epoch(e) and collate_fn=
@@ -377,7 +378,8 @@ def test_dataloader_attributes_a_script_reads():
                  dict(batch_sampler=BatchSampler(SequentialSampler(ds), 3, False)),
                  dict(batch_size=None),
                  dict(batch_size=2, num_workers=2, worker_init_fn=mine, persistent_workers=True,
-                      multiprocessing_context="fork", pin_memory_device="cuda")]
+                      multiprocessing_context="fork", pin_memory_device="cuda",
+                      pin_memory=True)]
         for kw in cases:
             want = _described(DataLoader(ds, **kw))
             got = _described(mk(ds, **kw))

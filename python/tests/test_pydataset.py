@@ -1728,6 +1728,59 @@ def test_a_threaded_parent_with_the_dataset_in_the_main_program(tmp_path):
     assert r.stdout.strip() == "process True []", r.stdout
 
 
+def test_a_threaded_unguarded_script_runs_once_and_its_iterable_on_threads(tmp_path):
+    """A script without a __main__ guard that only mentions both names (logging.getLogger(
+    __name__), "__main__" in a comment), whose process already runs a thread: its body runs
+    once (was: stoker's fresh fork server imported the script again, running its whole body,
+    and then failed with "Can't get attribute"), and both a map-style dataset and an
+    IterableDataset defined in it run on worker threads with the RuntimeWarning (the iterable
+    was: TypeError "the worker processes could not be started")."""
+    log = tmp_path / "runs.txt"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        # a training script, not guarded by `if __name__ == "__main__":`
+        import logging, os, random, threading, warnings, stoker, torch
+        log = logging.getLogger(__name__)
+        with open({str(log)!r}, "a") as f:
+            f.write(str(os.getpid()) + "\\n")
+        threading.Thread(target=threading.Event().wait, daemon=True).start()  # a heartbeat
+        class Draws(torch.utils.data.Dataset):  # draws: "auto" wants worker processes
+            def __len__(self):
+                return 12
+            def __getitem__(self, i):
+                random.random()
+                return i
+        class Stream(torch.utils.data.IterableDataset):
+            def __iter__(self):
+                info = torch.utils.data.get_worker_info()
+                return iter(range(info.id, 12, info.num_workers))
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            out = []
+            for ds in (Draws(), Stream()):
+                loader = stoker.Loader(ds, batch_size=4, num_workers=2)
+                got = sorted(int(v) for b in loader for v in b)
+                out.append(f"{{loader.info()['executor']}}:{{got == list(range(12))}}")
+        said = [x for x in w if "runs on worker threads" in str(x.message)]
+        print(*out, len(said), all(x.filename == __file__ for x in said))
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=240, env=dict(os.environ, PYTHONPATH=PYTHONPATH))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["thread:True", "thread:True", "2", "True"], (r.stdout, r.stderr)
+    assert len(log.read_text().split()) == 1  # the body ran in this process only
+
+
+def test_guards_main_reads_the_scripts_top_level():
+    from stoker._procpool import _guards_main
+    assert _guards_main("def main():\n    pass\nif __name__ == '__main__':\n    main()\n")
+    assert _guards_main('if "__main__" == __name__:\n    pass\n')
+    assert not _guards_main("import logging\nlog = logging.getLogger(__name__)  # __main__\n")
+    assert not _guards_main("def f():\n    if __name__ == '__main__':\n        pass\n")
+    assert not _guards_main("if __name__ != '__main__':\n    pass\n")
+    assert not _guards_main("if __name__ == '__main__'\n")  # (a syntax error)
+
+
 def test_a_forked_child_collects_a_closed_loader():
     """A process forked after a loader with Python worker threads was closed (a DataLoader's
     worker, say) and collecting its copy: the threads' Python states were deleted by Python
