@@ -251,14 +251,15 @@ def _shares_files(num_workers):
 
 
 def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsafe=None,
-           iterable=False, files=None, ring_batch=64):
+           iterable=False, files=None, ring_batch=64, writes=None):
     """The executor ("thread" or "process"), its worker count and one sentence saying why.
 
     p: a Probe (None for an IterableDataset, which is not probed); requested: "auto", "thread"
     or "process"; num_workers: the DataLoader's (None: stoker picks); unsafe: what the dataset
     holds that cannot cross a fork (an open lmdb.Environment...), or None; files: the open
     read-only file it holds ("dataset.f (/data/train.bin)"), or None; ring_batch: the samples
-    of a ring batch (rates())."""
+    of a ring batch (rates()); writes: an attribute __getitem__ assigned ("Dataset.f"), or
+    None."""
     cores = max(1, int(cores))
     n_procs = max(1, cores if num_workers is None else num_workers)
     if requested == "thread":
@@ -283,6 +284,12 @@ def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsaf
                       f"the dataset holds an open file, {files}: worker threads would share its "
                       f"position (a seek and a read from two threads at once read another "
                       f"sample's bytes); each worker process reads through a position of its own")
+    if writes and _shares_files(num_workers):
+        return Choice("process", n_procs,
+                      f"__getitem__ assigns {writes}: worker threads would share that attribute "
+                      f"(a value one thread set, read by another thread's sample; a file opened "
+                      f"lazily, read at another's position); each worker process has a copy of "
+                      f"its own")
     if reseed and p.uses_rng:  # (num_workers=0 too: its samples equal those of any count)
         return Choice("process", n_procs,
                       "__getitem__ draws from the global random generators: per-sample seeding "

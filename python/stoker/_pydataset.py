@@ -23,6 +23,7 @@ import os
 import pickle
 import sys
 import time
+import types
 import warnings
 import weakref
 
@@ -345,6 +346,23 @@ def vars_before(dataset):
     return [(o, dict(o.__dict__)) for o in _objects(dataset)]
 
 
+def assigned_here(before):
+    """After stoker called __getitem__ here: the first attribute it assigned since `before`
+    (vars_before's, taken after the first sample, so a handle opened lazily on first use, an
+    h5py file or an lmdb environment, does not count), "Dataset.cur", or None. A dataset that
+    assigns its attributes at every call (self.cur = i used as scratch) is not safe on threads
+    that share it: each worker process has a copy of its own, as the DataLoader's. (A plain
+    file opened lazily is found by the open-file check: threads would share its position.)"""
+    for obj, was in before:
+        attrs = getattr(obj, "__dict__", None)
+        if not isinstance(attrs, dict):
+            continue
+        for k, v in list(attrs.items()):
+            if was.get(k, _ABSENT) is not v:
+                return f"{type(obj).__name__}.{k}"
+    return None
+
+
 def note_opened_here(dataset, before):
     """After stoker called __getitem__ here: note the attributes that now hold an open handle
     and held no handle before (`before`: vars_before's)."""
@@ -428,27 +446,62 @@ class _Group:
         self.size, self.samples = size, []
 
 
-def dataset_mark(ds, depth=3):
-    """Which objects the dataset's attributes hold (their ids), and those of the datasets it
-    wraps (Subset.dataset, ConcatDataset.datasets ...): it changes when the training loop
-    assigns an attribute (dataset.set_epoch(e), a new transform), not when a container is
-    changed in place."""
-    attrs = getattr(ds, "__dict__", None)
-    if not isinstance(attrs, dict):
-        return id(ds)
+_MARK_BUDGET = 4096  # attributes a mark reads at most (then it says "changed")
+
+
+def dataset_mark(ds):
+    """Which objects the dataset's attributes hold (their ids), and those the plain objects
+    among them hold (a transform's attributes, a Compose's transforms: ds.transform.m = epoch),
+    two levels down, and those of the datasets it wraps (Subset.dataset, ConcatDataset.datasets
+    ...): it changes when the training loop assigns an attribute (dataset.set_epoch(e), a new
+    transform, a transform's strength), not when a container is changed in place. A mark that
+    cannot be read (too many attributes, one changed while read) is unequal to every other."""
     mark = []
+    try:
+        _mark_into(ds, mark, 3, True)
+    except RuntimeError:  # (a dict changed size while a worker thread ran __getitem__)
+        return object()
+    return tuple(mark) if len(mark) <= _MARK_BUDGET else object()
+
+
+def _attrs(obj):
+    """obj's attribute dict, read past any __getattr__ (None: it has none, or is a class or a
+    module, whose attributes are code)."""
+    if isinstance(obj, (type, types.ModuleType)):
+        return None
+    try:
+        attrs = object.__getattribute__(obj, "__dict__")
+    except Exception:  # noqa: BLE001 - no instance dict
+        return None
+    return attrs if isinstance(attrs, dict) else None
+
+
+def _mark_into(obj, mark, depth, dataset):
+    attrs = _attrs(obj)
+    if attrs is None:
+        mark.append(id(obj))
+        return
     for k, v in list(attrs.items()):
         mark.append((k, id(v)))
-        if depth > 1 and k in ("dataset", "datasets"):
-            inner = v if isinstance(v, (list, tuple)) else [v]
-            mark.extend(dataset_mark(d, depth - 1) for d in inner)
-    return tuple(mark)
+        if len(mark) > _MARK_BUDGET:
+            return
+        if dataset and k in ("dataset", "datasets"):  # a wrapped dataset: its own marks
+            for d in (v if isinstance(v, (list, tuple)) else [v]):
+                _mark_into(d, mark, 3, True)
+        elif depth > 1:
+            if isinstance(v, (list, tuple)) and len(v) <= 64:
+                for x in v:  # (Compose.transforms)
+                    if _attrs(x) is not None:
+                        _mark_into(x, mark, depth - 1, False)
+            elif _attrs(v) is not None:
+                _mark_into(v, mark, depth - 1, False)
 
 
 class PyLoader(Loader):
     """stoker.Loader for a Python dataset (made by stoker.Loader itself: see Loader.__new__)."""
 
     _ended_mark = None  # dataset_mark() when the last pass ended at its epoch's end
+    _first_pass = False  # no pass has begun yet
     _no_len = False     # the dataset has no __len__ (its sampler names the indices: NO_LEN)
     _inline = False     # no worker: the training thread loads each batch (_pyhelp, caller_loads)
 
@@ -633,6 +686,7 @@ class PyLoader(Loader):
         self.prefetch = _torchcompat.check_int(prefetch, "prefetch", 1)
         base_seed = seed
         pending = None
+        writes = None  # an attribute __getitem__ assigned when the probe ran here
         try:
             if want_server:  # the fork server first, while this process is single-threaded
                 spec = _procpool.WorkerSpec(spec_ds, n_pool, base_seed, worker_init_fn, name)
@@ -668,12 +722,20 @@ class PyLoader(Loader):
             else:
                 request["keep"] = executor != "process"
                 before = vars_before(ds)
+                after_first = []  # the attributes after the first sample (lazy opens done)
+                request["after_first"] = lambda: after_first.append(vars_before(ds))
                 try:
                     first, rows, drew, kept = probe_here(
                         ds, request, max(1, workers or 1), base_seed,
                         worker_init_fn if executor == "thread" else None, name, timeout)
                 finally:
                     note_opened_here(ds, before)
+                request.pop("after_first")
+                writes = assigned_here(after_first[0]) if after_first else None
+                lazy = [f for f in _holds.read_files(ds) if not f[2] and f not in found_files]
+                if lazy:  # opened by __getitem__: shared by threads as one opened before
+                    found_files = found_files + lazy
+                    files = files or _files_text(lazy)
                 # the workers' spec, pickled later when the fork server already existed: the
                 # dataset as the probe found it, not with the file the probe opened here
                 spec_ds = as_first_found(ds)
@@ -684,7 +746,7 @@ class PyLoader(Loader):
             self._probe = p
             choice = _executor.choose(p, executor, workers, cores, reseed=self.reseed,
                                       unsafe=unsafe if method == "fork" else None, files=files,
-                                      ring_batch=ring_batch)
+                                      ring_batch=ring_batch, writes=writes)
             if choice.executor == "process" and self._pool is None:
                 if pending is None:  # num_workers=0 drawing random numbers: one process, whose
                     # server is a fresh interpreter when this process runs threads by now
@@ -704,6 +766,12 @@ class PyLoader(Loader):
                               f"and a read from two threads at once read another sample's "
                               f"bytes unless __getitem__ reads with os.pread or under a lock "
                               f"(worker processes each read through a position of their own)",
+                              RuntimeWarning, stacklevel=2)
+            if writes and choice.executor == "thread" and choice.workers > 1:
+                warnings.warn(f"stoker.Loader: {name}.__getitem__ assigns {writes}, which its "
+                              f"{choice.workers} worker threads share: a value one thread set "
+                              f"can be read by another thread's sample (worker processes each "
+                              f"have a copy of their own; executor='auto' takes them)",
                               RuntimeWarning, stacklevel=2)
             if choice.executor == "thread" and executor == "thread" and self.reseed and \
                     p.uses_rng:
@@ -817,6 +885,11 @@ class PyLoader(Loader):
         if self._leaf_spec is not None and self._unbatched:
             from torch.utils.data._utils.collate import default_convert
             self._convert = default_convert
+        # the dataset as the prepared batches and the workers' copies have it: a change the
+        # training loop makes before the first pass (ds.set_epoch(start), a new transform) is
+        # seen by the whole pass (__iter__), as by the DataLoader's workers, forked at iter()
+        self._ended_mark = dataset_mark(self._torch_dataset)
+        self._first_pass = True
 
     # ---- construction helpers ----
 
@@ -1101,9 +1174,10 @@ class PyLoader(Loader):
 
     def __iter__(self):
         mark, self._ended_mark = self._ended_mark, None
+        first, self._first_pass = self._first_pass, False
         it = super().__iter__()
         if mark is not None and mark != dataset_mark(self._torch_dataset):
-            self._reread_prepared(mark)
+            self._reread_prepared(mark, first)
         self._carry = None  # a batch held back by a KeyboardInterrupt belongs to the old pass
         resumed, self._resumed_at = self._resumed_at, 0
         if self._group_sizes is not None:
@@ -1115,28 +1189,34 @@ class PyLoader(Loader):
         if self._group_sizes is not None:  # the batch the next pass starts at (__iter__)
             self._resumed_at = json.loads(self._core.save_state())["consumed"]
 
-    def _reread_prepared(self, mark):
-        """The training loop changed the dataset since the last pass ended (dataset_mark, `mark`
-        before): the new pass reads its samples from now on. The batches of its epoch prepared
-        before (the ring runs ahead across the epoch's end) are discarded, so the change
-        (dataset.set_epoch(e), a new difficulty) is seen by every sample of the pass, as by the
-        DataLoader's fresh workers, never by part of a batch. Worker threads share the dataset;
-        worker processes hold a copy of their own, which they replace (_renew), unless
-        persistent_workers=True asked to keep them (the DataLoader's then keep their copy)."""
+    def _reread_prepared(self, mark, first=False):
+        """The training loop changed the dataset since the last pass ended, or since the
+        constructor for the first pass (`first`) (dataset_mark, `mark` before): the new pass
+        reads its samples from now on. The batches of its epoch prepared before (the ring runs
+        ahead across the epoch's end) and the samples the constructor's probe kept for it are
+        discarded, so the change (dataset.set_epoch(e), a new difficulty) is seen by every
+        sample of the pass, as by the DataLoader's fresh workers, never by part of a batch.
+        Worker threads share the dataset; worker processes hold a copy of their own, which they
+        replace (_renew), unless persistent_workers=True asked to keep them after the first pass
+        (the DataLoader's then keep their copy: they were started by the first iter())."""
         core = self._core
         if core is None or core.closed:
             return
+        for runner in (self._runner, getattr(self._helper, "runner", None)):
+            if runner is not None:
+                runner.kept = None
         if self.executor == "thread":
             core.load_state(core.save_state())
             return
-        if self._renew_args is None or self.persistent_workers:
+        if self._renew_args is None or (self.persistent_workers and not first):
             return
         ds, n, base_seed, init_fn, name = self._renew_args
         try:
             spec = _procpool.WorkerSpec(as_first_found(ds), n, base_seed, init_fn, name)
             blob = _procpool.pickle_spec(spec)
         except TypeError as e:
-            warnings.warn(f"stoker.Loader: {name} changed since the last epoch ended, but its "
+            since = "the loader was made" if first else "the last epoch ended"
+            warnings.warn(f"stoker.Loader: {name} changed since {since}, but its "
                           f"worker processes keep the copy they have: it no longer pickles "
                           f"({type(e.__cause__).__name__}: {e.__cause__})", RuntimeWarning,
                           stacklevel=4)

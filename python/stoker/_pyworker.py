@@ -201,7 +201,8 @@ def probe_samples(dataset, request, started=None, ctl=None):
     state, SetterWatch; empty: none), each row
     (wall_ns, cpu_ns, held_cpu_ns, free_cpu_ns, runq_ns, kind), kind METERED, SOLO or PAIR;
     kept is {index: (sample, wall_ns)} of the metered samples when request["keep"] (the thread
-    executor hands them out as epoch 0's samples instead of loading them again), else {}. With
+    executor hands them out as epoch 0's samples instead of loading them again), else {}.
+    request["after_first"](), when given, is called after the first sample returns. With
     request["stop_on_rng"] the probe ends at the first sample that drew from the global
     generators (that settles the executor: _executor.probe_plan). An exception in the first
     sample propagates; a later one ends the probe."""
@@ -243,6 +244,8 @@ def probe_samples(dataset, request, started=None, ctl=None):
             idle += idle_ns(rows[-1]) / 1e9
             if k == 0:
                 first = sample
+                if request.get("after_first") is not None:  # (here only: not pickled)
+                    request["after_first"]()
             if keep:
                 kept[index] = (sample, t1 - t0)
             if k + 1 >= PROBE_SAMPLES or (idle > PROBE_BUDGET_S and k >= 2) or \

@@ -1029,6 +1029,54 @@ def test_dataset_changed_between_epochs(executor, persistent):
     assert got == (fresh if executor == "thread" else want)
 
 
+class _Scale:
+    """A transform object whose strength the training loop sets (curriculum)."""
+    def __init__(self):
+        self.m = 0
+
+    def __call__(self, x):
+        return x * self.m
+
+
+class Scaled(Dataset):
+    def __init__(self):
+        self.transform = _Scale()
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        return torch.tensor([self.epoch, self.transform(i)])
+
+
+@pytest.mark.parametrize("executor", EXECUTORS + ["auto"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataset_changed_before_the_first_pass_or_inside_its_transform(executor, workers):
+    """Changes the DataLoader's workers see, since they are started by iter(): one made after
+    the loader was built and before its first pass (ds.set_epoch(start) on resume; was: the
+    whole first epoch from the constructor's copy on worker processes, the first samples on
+    threads) and an attribute of an object the dataset holds (ds.transform.m = epoch; was:
+    never seen by worker processes, a batch read ahead on threads)."""
+    def run(make):
+        ds = Scaled()
+        loader = make(ds)
+        out = []
+        for epoch in (5, 6, 7):
+            ds.set_epoch(epoch)
+            ds.transform.m = epoch
+            out.append([b.tolist() for b in loader])
+        return out
+    kw = dict(batch_size=4, num_workers=workers)
+    want = run(lambda ds: DataLoader(ds, **kw))
+    assert want == [[[[e, i * e] for i in range(k, k + 4)] for k in (0, 4, 8)]
+                    for e in (5, 6, 7)]
+    assert run(lambda ds: mk(ds, executor, **kw)) == want
+
+
 # ---- torchvision datasets run as Python datasets ----
 
 @pytest.mark.parametrize("executor", EXECUTORS)

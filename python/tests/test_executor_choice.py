@@ -119,6 +119,19 @@ def test_random_generators_need_processes_for_exact_seeding():
     assert choose(p, "auto", None, cores=2, reseed=False).executor == "thread"
 
 
+def test_an_attribute_assigned_in_getitem_needs_processes():
+    # threads would share it; one thread (num_workers 0 or 1) or threads asked for: threads
+    p = Probe(1e-3, gil_share=0.02, cpu_share=0.03, sample_bytes=64)
+    assert choose(p, "auto", None, cores=2).executor == "thread"
+    c = choose(p, "auto", None, cores=2, writes="Ds.cur")
+    assert c.executor == "process" and "__getitem__ assigns Ds.cur" in c.reason
+    assert choose(p, "auto", 4, cores=2, writes="Ds.cur").executor == "process"
+    assert choose(p, "auto", 1, cores=2, writes="Ds.cur").executor == "thread"
+    assert choose(p, "thread", 4, cores=2, writes="Ds.cur").executor == "thread"
+    assert choose(p, "auto", None, cores=2, writes="Ds.cur", unsafe="an lmdb.Environment"
+                  ).executor == "thread"
+
+
 def test_fork_unsafe_handles_keep_threads():
     p = Probe(2e-3, gil_share=1.0, cpu_share=1.0, sample_bytes=100)
     c = choose(p, "auto", None, cores=2, unsafe="an open lmdb.Environment (dataset.env)")

@@ -1543,6 +1543,74 @@ def test_a_dataset_reading_an_open_file_gets_a_position_per_worker(tmp_path):
         stoker.Loader(Records(path), batch_size=4, num_workers=3, executor="thread").close()
 
 
+class LazyRecords(Records):
+    """The same records, the file opened on first use in __getitem__ (the h5py articles'
+    lazy-open pattern applied to a plain file)."""
+
+    def __init__(self, path, n=48):
+        self.path, self.n, self.f = path, n, None
+
+    def __getitem__(self, i):
+        if self.f is None:
+            self.f = open(self.path, "rb")
+        return super().__getitem__(i)
+
+
+class MadeOnFirstUse(Dataset):
+    """A handle made on first use and kept (no file: threads may share it)."""
+
+    def __init__(self):
+        self.handle = None
+
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        if self.handle is None:
+            self.handle = object()
+        time.sleep(0.0005)
+        return i
+
+
+class Scratch(Dataset):
+    """An attribute used as scratch inside __getitem__: safe in the DataLoader's worker
+    processes (a copy each), not on threads sharing the dataset."""
+
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        self.cur = i
+        time.sleep(0.0005)
+        return self.cur
+
+
+def test_a_dataset_assigning_its_attributes_in_getitem_gets_worker_processes(tmp_path):
+    """A file opened lazily in __getitem__, or an attribute it assigns at every call (scratch):
+    the constructor's first samples (run here) show it, so "auto" takes worker processes and
+    says why, and executor="thread" warns; a handle made once on first use does not count. Was: "auto" chose threads, which shared the lazily opened
+    file (a sample got another's bytes: 4-167 wrong of 2,000 per epoch) or the scratch value
+    (1,415 of 2,000 wrong), silently; the open-file check saw only files opened before."""
+    path = records_file(tmp_path)
+    loader = stoker.Loader(LazyRecords(path), batch_size=4, num_workers=3)
+    assert loader.info()["executor"] == "process", loader.info()["executor_reason"]
+    assert "open file" in loader.info()["executor_reason"]
+    assert_records(loader)
+    loader.close()
+    loader = stoker.Loader(Scratch(), batch_size=4, num_workers=2)
+    assert loader.info()["executor"] == "process"
+    assert "__getitem__ assigns Scratch.cur" in loader.info()["executor_reason"]
+    assert sorted(int(v) for b in loader for v in b) == list(range(48))
+    loader.close()
+    # threads asked for, their count left to stoker (the probe then runs several samples)
+    with pytest.warns(RuntimeWarning, match=r"assigns Scratch.cur, which its \d+ worker threads"):
+        stoker.Loader(Scratch(), batch_size=4, executor="thread").close()
+    # a handle opened on first use only (an h5py file, an lmdb environment) is no such write
+    loader = stoker.Loader(MadeOnFirstUse(), batch_size=4, num_workers=2)
+    assert "assigns" not in loader.info()["executor_reason"]
+    loader.close()
+
+
 def test_a_file_inherited_by_the_workers_gets_a_position_per_worker(tmp_path):
     """The same dataset in a process whose first loader forks the fork server with it (the
     dataset inherited, not pickled): each worker opens the file again under the same

@@ -40,7 +40,9 @@ class Gated(Dataset):
         self.path, self.random_draws, self.fail, self.gate = path, random_draws, fail, gate
         self.parent = os.getpid()
         self.main = threading.get_ident()
-        self.armed = False
+        # armed after the constructor: in a dict, not an assigned attribute, which a pass would
+        # take for a changed dataset and read again (waiting for the gated worker threads)
+        self.ctl = {"armed": False}
         self.event = threading.Event()
         self.here = []  # indices __getitem__ ran on the training thread once armed
 
@@ -58,7 +60,7 @@ class Gated(Dataset):
     def __getitem__(self, i):
         here = self._on_training_thread()
         if here:
-            if self.armed:  # (not the constructor's probe)
+            if self.ctl["armed"]:  # (not the constructor's probe)
                 self.here.append(i)
                 self.event.set()
                 with open(self.path, "w"):
@@ -76,7 +78,7 @@ class Gated(Dataset):
             else:
                 self.gate = False
         if self.fail is not None:
-            self.fail(i, here and self.armed)
+            self.fail(i, here and self.ctl["armed"])
         x = torch.full((3,), float(i))
         if self.random_draws:
             x = x + random.random() + float(np.random.rand()) + torch.rand(3)
@@ -91,7 +93,8 @@ def run(tmp_path, monkeypatch, help_on, epochs=1, interrupt=None, **kw):
                gate=help_on)
     kw.setdefault("num_workers", 2)
     loader = stoker.Loader(ds, batch_size=BATCH, seed=7, **kw)
-    ds.armed = True  # the probe ran here before: the gate opens with the helper's first sample
+    ds.ctl["armed"] = True  # the probe ran here before: the gate opens with the helper's first
+    # sample
     batches = []
     try:
         for _ in range(epochs):
@@ -173,7 +176,7 @@ def test_error_names_the_index(tmp_path, monkeypatch):
     monkeypatch.setenv("STOKER_HELP", "1")
     ds = Gated(str(tmp_path / "gate"), fail=_fail_here)
     loader = stoker.Loader(ds, batch_size=BATCH, seed=7, num_workers=2, executor="thread")
-    ds.armed = True
+    ds.ctl["armed"] = True
     try:
         with pytest.raises(ValueError) as e:
             next(iter(loader))
@@ -237,7 +240,7 @@ def test_resume_same(tmp_path, monkeypatch):
     ds = Gated(str(tmp_path / "gate_a"))
     a = stoker.Loader(ds, batch_size=BATCH, seed=7, num_workers=2, shuffle=True,
                       executor="thread")
-    ds.armed = True
+    ds.ctl["armed"] = True
     it = iter(a)
     first = next(it)
     state = a.state_dict()
@@ -247,7 +250,7 @@ def test_resume_same(tmp_path, monkeypatch):
     b = stoker.Loader(ds2, batch_size=BATCH, seed=7, num_workers=2, shuffle=True,
                       executor="thread")
     b.load_state_dict(state)
-    ds2.armed = True
+    ds2.ctl["armed"] = True
     try:
         rest = [[int(v) for v in x[1]] for x in b]
     finally:
@@ -425,8 +428,10 @@ class ClosesWhileHelping(Dataset):
     def __init__(self, how):
         self.how = how
         self.main, self.pid = threading.get_ident(), os.getpid()
-        self.armed = False
-        self.loader = None
+        # armed and the loader, set after the constructor: in a dict, not assigned attributes,
+        # which a pass would take for a changed dataset and read again (waiting for the worker
+        # threads' samples, which wait for the close)
+        self.ctl = {"armed": False, "loader": None}
         self.inside, self.closed = threading.Event(), threading.Event()
 
     def __len__(self):
@@ -434,10 +439,10 @@ class ClosesWhileHelping(Dataset):
 
     def __getitem__(self, i):
         here = threading.get_ident() == self.main and os.getpid() == self.pid
-        if self.armed and here and not self.inside.is_set():
+        if self.ctl["armed"] and here and not self.inside.is_set():
             self.inside.set()
             if self.how == "inside":
-                self.loader.close()
+                self.ctl["loader"].close()
                 self.closed.set()
             self.closed.wait(SAFETY_S)
         elif not here:  # (from the start: the worker threads run before the test arms it)
@@ -457,8 +462,7 @@ def test_close_during_a_helped_sample(monkeypatch, how, workers):
     loader = stoker.Loader(ds, batch_size=16, num_workers=workers,
                            executor="thread" if workers else "auto")
     assert loader.num_workers == workers
-    ds.loader = loader
-    ds.armed = True
+    ds.ctl.update(loader=loader, armed=True)
     closer = None
     if how == "thread":
         def close():
