@@ -251,7 +251,7 @@ def _shares_files(num_workers):
 
 
 def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsafe=None,
-           iterable=False, files=None, ring_batch=64, writes=None):
+           iterable=False, files=None, ring_batch=64, writes=None, timeout=0):
     """The executor ("thread" or "process"), its worker count and one sentence saying why.
 
     p: a Probe (None for an IterableDataset, which is not probed); requested: "auto", "thread"
@@ -259,7 +259,7 @@ def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsaf
     holds that cannot cross a fork (an open lmdb.Environment...), or None; files: the open
     read-only file it holds ("dataset.f (/data/train.bin)"), or None; ring_batch: the samples
     of a ring batch (rates()); writes: an attribute __getitem__ assigned ("Dataset.f"), or
-    None."""
+    None; timeout: the loader's timeout= (seconds, 0: none)."""
     cores = max(1, int(cores))
     n_procs = max(1, cores if num_workers is None else num_workers)
     if requested == "thread":
@@ -284,6 +284,10 @@ def choose(p, requested="auto", num_workers=None, cores=1, *, reseed=True, unsaf
                       f"the dataset holds an open file, {files}: worker threads would share its "
                       f"position (a seek and a read from two threads at once read another "
                       f"sample's bytes); each worker process reads through a position of its own")
+    if timeout and num_workers != 0:
+        return Choice("process", n_procs,
+                      f"timeout={timeout:g} was given: a __getitem__ that never returns is "
+                      f"stopped with its worker process, which a thread cannot be")
     if writes and _shares_files(num_workers):
         return Choice("process", n_procs,
                       f"__getitem__ assigns {writes}: worker threads would share that attribute "

@@ -22,6 +22,7 @@ import json
 import os
 import pickle
 import sys
+import threading
 import time
 import types
 import warnings
@@ -502,6 +503,7 @@ class PyLoader(Loader):
 
     _ended_mark = None  # dataset_mark() when the last pass ended at its epoch's end
     _first_pass = False  # no pass has begun yet
+    _timed_out = False  # next() raised timeout='s error (a worker thread may be stuck)
     _no_len = False     # the dataset has no __len__ (its sampler names the indices: NO_LEN)
     _inline = False     # no worker: the training thread loads each batch (_pyhelp, caller_loads)
 
@@ -746,7 +748,8 @@ class PyLoader(Loader):
             self._probe = p
             choice = _executor.choose(p, executor, workers, cores, reseed=self.reseed,
                                       unsafe=unsafe if method == "fork" else None, files=files,
-                                      ring_batch=ring_batch, writes=writes)
+                                      ring_batch=ring_batch, writes=writes,
+                                      timeout=timeout or 0)
             if choice.executor == "process" and self._pool is None:
                 if pending is None:  # num_workers=0 drawing random numbers: one process, whose
                     # server is a fresh interpreter when this process runs threads by now
@@ -1003,6 +1006,9 @@ class PyLoader(Loader):
                     if type(e) is not _core.StokerIOError or self._pool is None:
                         raise
                     w = e.args  # a worker process lost (killed, timed out, not started)
+            except RuntimeError:  # timeout= passed (the C core's): a worker may be stuck
+                self._timed_out = True
+                raise
             # Raised here, outside the except block: raising from inside it would keep the
             # error in this frame, a cycle (frame -> error -> traceback -> frame) holding the
             # callers' frames, and with them the loop's last batch, until the collector runs.
@@ -1357,7 +1363,21 @@ class PyLoader(Loader):
 
     def close(self):
         """Stop the workers (threads finish the sample they are in; worker processes are
-        stopped at once) and free the loader. Batches still held stay valid."""
+        stopped at once) and free the loader. Batches still held stay valid. After a timeout=
+        error on worker threads, one may be in a __getitem__ that never returns: close() then
+        waits for them at most the timeout, and leaves the loader to be freed when they return
+        (a RuntimeWarning says so), so that neither close() nor the interpreter's exit hangs."""
+        core = getattr(self, "_core", None)
+        if getattr(self, "_timed_out", False) and self._pool is None and core is not None:
+            self._core = None
+            closer = threading.Thread(target=_loader._close_core, args=(core, self._trace),
+                                      daemon=True, name="stoker-close")
+            closer.start()
+            closer.join(max(1.0, float(self.timeout)))
+            if closer.is_alive():
+                warnings.warn("stoker.Loader.close(): a worker thread is still in __getitem__ "
+                              "(timeout= passed for it); the loader is freed when it returns",
+                              RuntimeWarning, stacklevel=2)
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.interrupt()  # threads waiting on a worker return now

@@ -132,6 +132,15 @@ def test_an_attribute_assigned_in_getitem_needs_processes():
                   ).executor == "thread"
 
 
+def test_a_timeout_needs_processes():
+    # a __getitem__ that never returns is stopped with its process; a thread cannot be
+    p = Probe(1e-3, gil_share=0.02, cpu_share=0.03, sample_bytes=64)
+    c = choose(p, "auto", 2, cores=2, timeout=5)
+    assert c.executor == "process" and "timeout=5 was given" in c.reason
+    assert choose(p, "auto", 0, cores=2, timeout=5).executor == "thread"  # (no worker)
+    assert choose(p, "thread", 2, cores=2, timeout=5).executor == "thread"
+
+
 def test_fork_unsafe_handles_keep_threads():
     p = Probe(2e-3, gil_share=1.0, cpu_share=1.0, sample_bytes=100)
     c = choose(p, "auto", None, cores=2, unsafe="an open lmdb.Environment (dataset.env)")

@@ -1253,6 +1253,45 @@ def test_probe_obeys_timeout(tmp_path, executor):
     loader.close()
 
 
+def test_a_sample_that_never_returns_on_threads_lets_close_and_exit_return():
+    """timeout= on worker threads and a __getitem__ that never returns: the loop gets the
+    timeout error, close() returns after at most the timeout with a RuntimeWarning (the loader
+    is freed when the thread returns), and the interpreter exits (was: close() and the exit
+    joined the stuck thread forever). "auto" takes worker processes when timeout= is given."""
+    code = textwrap.dedent("""
+        import threading, time, warnings, torch, stoker
+        class Stuck(torch.utils.data.Dataset):
+            def __len__(self):
+                return 40
+            def __getitem__(self, i):
+                if i == 20:
+                    threading.Event().wait()  # never returns
+                return i
+        loader = stoker.Loader(Stuck(), batch_size=4, num_workers=2, timeout=1)
+        print(loader.info()["executor"])
+        for executor in ("thread", "thread-exit"):
+            loader = stoker.Loader(Stuck(), batch_size=4, num_workers=2, timeout=1,
+                                   executor="thread")
+            try:
+                for b in loader:
+                    pass
+            except RuntimeError as e:
+                print("timed out" if "timed out" in str(e) else e)
+            if executor == "thread":
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    t0 = time.monotonic()
+                    loader.close()
+                print("closed", time.monotonic() - t0 < 30,
+                      any("still in __getitem__" in str(x.message) for x in w))
+        print("end")
+    """)
+    r = run_python(code, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:5] == ["process", "timed out", "closed True True", "timed out",
+                                        "end"], r.stdout
+
+
 @contextlib.contextmanager
 def _ctrl_c_once_started(marker):
     """Ctrl-C (SIGINT to this thread) once the stuck sample has started (its marker file
