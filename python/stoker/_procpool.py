@@ -133,6 +133,7 @@ class ForkServer:
         self.pid, self.sock, self.how = pid, sock, how
         self.lock = threading.Lock()
         self.main_prep = True  # (a fresh interpreter: whether it imports the main script)
+        self.servers = weakref.WeakSet()  # the worker servers it forked, while their loaders live
 
     def forget(self, token):
         """Drop the spec inherited under `token` (no worker server will be asked for)."""
@@ -272,7 +273,9 @@ class Pending:
         wait = self.fs.how != "fork"
         pid, ctl = self.fs.serve(self.token, blob, keep, wait=wait)
         self.token = 0  # the worker server took it
-        return Server(pid, ctl, "fork" if not blob else "forkserver", ready_owed=not wait)
+        server = Server(pid, ctl, "fork" if not blob else "forkserver", ready_owed=not wait)
+        self.fs.servers.add(server)
+        return server
 
     def pool_options(self, renewed=None):
         """ProcPool's keywords for this loader's pool: `respec`, which sends the spec to a
@@ -305,8 +308,15 @@ def prepare_server(spec, method):
     if method == "spawn":
         return Pending(spec, "spawn")
     with _FS_LOCK:
+        _reap_ended()
         fs = _fork_server()
         token = 0
+        if fs is not None and fs.how == "fork" and thread_count() == 1 and fs.is_lean:
+            # A lean server would unpickle this spec importing torch and the dataset's modules
+            # again (about a second for each later loader of a torchvision dataset); a fork of
+            # this process has them. The lean one stays for its loaders' restarts until they end.
+            _retire(fs)
+            fs = _FS = None
         if fs is None:
             if thread_count() == 1:
                 token = next(_TOKENS)
@@ -319,6 +329,36 @@ def prepare_server(spec, method):
                 _FS = fs = _start_fresh_fork_server()
             atexit.register(_close_fork_server, fs, os.getpid())
     return Pending(spec, "fork", fs, token)
+
+
+_RETIRED = []  # fork servers replaced by a fresh fork of this process, kept for their loaders
+_ENDED = []    # pids of retired fork servers told to end, not yet reaped
+
+
+def _retire(fs):
+    """Keep `fs` while a loader it forked a worker server for lives; end those no loader needs
+    (their socket closed: they exit) and reap those that have exited."""
+    _RETIRED.append(fs)
+    for old in list(_RETIRED):
+        if len(old.servers):
+            continue
+        _RETIRED.remove(old)
+        try:
+            old.sock.close()
+        except OSError:
+            pass
+        _ENDED.append(old.pid)
+    _reap_ended()
+
+
+def _reap_ended():
+    for pid in list(_ENDED):
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                continue  # still exiting: reaped at a later call
+        except ChildProcessError:
+            pass
+        _ENDED.remove(pid)
 
 
 def start_server(pending):

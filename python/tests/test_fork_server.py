@@ -142,6 +142,18 @@ DATASETS = textwrap.dedent("""
             except catch as e:
                 errors.append(str(e))
 
+    def alive_children():
+        # this process's children that have not exited
+        import os
+        n = 0
+        for p in os.listdir("/proc"):
+            try:
+                st = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            n += int(st[1]) == os.getpid() and st[0] != "Z"
+        return n
+
     def first_loader_then_lean():
         # a map-style loader on worker processes (printing its epoch's size), then the fork
         # server lean (printing so): (that loader, the fork server)
@@ -247,6 +259,34 @@ def test_a_later_loaders_constructor_does_not_wait_for_the_lean_server(tmp_path)
               later.executor)
     """)
     assert_prints(code, ["first 24", "lean True", "later True process"])
+
+
+def test_a_later_loader_in_a_single_threaded_process_gets_a_fresh_fork(tmp_path):
+    # once the first loader is closed the process is single-threaded again: a later loader's
+    # workers come from a fresh fork of it (the dataset inherited, its modules imported), not
+    # from the lean server, which would unpickle it importing torch and the dataset's modules
+    # again (about a second for each later loader of a torchvision dataset). This dataset
+    # loads only in the process that made it: unpickled by the lean server, it failed. The
+    # replaced servers end once no loader needs them. (The script defines no function: one
+    # that does keeps its fork server fat, which is not replaced.)
+    code = script(tmp_path, """
+        import time, fsds, stoker
+        first, fs = fsds.first_loader_then_lean()
+        first.close()
+        for k in range(3):
+            loader = stoker.Loader(fsds.LoadsOnlyHere(), batch_size=4, num_workers=2,
+                                   executor="process")
+            print(k, loader.info()["start_method"],
+                  sorted(int(v) for b in loader for v in b) == list(range(24)))
+            loader.close()
+        for _ in range(100):  # the replaced servers exit once their socket is closed
+            if fsds.alive_children() <= 1:
+                break
+            time.sleep(0.05)
+        print("fork servers", fsds.alive_children())
+    """)
+    assert_prints(code, ["first 24", "lean True", "0 fork True", "1 fork True", "2 fork True",
+                         "fork servers 1"])
 
 
 def test_an_iterable_loader_after_the_server_went_lean(tmp_path):
