@@ -35,6 +35,7 @@ without Python between samples; anything else comes back here (_answer). An exce
 DataLoader's ExceptionWrapper (pickled), with its text.
 """
 import atexit
+import io
 import mmap
 import os
 import pickle
@@ -783,6 +784,37 @@ def _getitem_error(wid, index, epoch):
                        f"(epoch {epoch})")
 
 
+def _pil_image(cls, state, filename):
+    """A PIL image as pickled by _dumps_objects: PIL's own state, and the file name PIL's pickle
+    leaves out (a collate_fn reading im.filename, as for a lazily opened Image.open(path))."""
+    image = cls.__new__(cls)
+    image.__setstate__(state)
+    image.filename = filename
+    return image
+
+
+class _ObjectPickler(pickle.Pickler):
+    image_type = None  # PIL.Image.Image
+
+    def reducer_override(self, obj):
+        if isinstance(obj, self.image_type) and getattr(obj, "filename", None):
+            return _pil_image, (type(obj), obj.__getstate__(), obj.filename)
+        return NotImplemented
+
+
+def _dumps_objects(value):
+    """pickle.dumps(value) for a worker's reply (a sample's object leaves, the probe's samples),
+    keeping a PIL image's filename, which the DataLoader's collate_fn sees in its worker."""
+    pil = sys.modules.get("PIL.Image")
+    if pil is None:
+        return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    f = io.BytesIO()
+    p = _ObjectPickler(f, protocol=pickle.HIGHEST_PROTOCOL)
+    p.image_type = pil.Image
+    p.dump(value)
+    return f.getvalue()
+
+
 def _answer(pipe, arena, layout, wid, index, epoch, seed, offs, stamp, sample, py_ns, cpu_ns):
     """A sample WorkerPipe.run left to Python: its fixed leaves into the ring, its object leaves
     (and those that did not fit) pickled into the reply; held back as run() holds one."""
@@ -794,7 +826,7 @@ def _answer(pipe, arena, layout, wid, index, epoch, seed, offs, stamp, sample, p
                     arena.write(offs[i], buf)
         payload = b""
         if objects or mask:
-            payload = pickle.dumps((objects, extras), protocol=pickle.HIGHEST_PROTOCOL)
+            payload = _dumps_objects((objects, extras))
     except Exception:  # noqa: BLE001 - an unpicklable object leaf, say
         err = error_reply(f"in stoker worker process {wid} while sending sample {index} "
                           f"(epoch {epoch})")
@@ -837,8 +869,7 @@ def _probe(pipe, dataset, request, wid, init_error):
     try:
         first, rows, drew, kept = _pyworker.probe_samples(dataset, request, started)
         # the first sample (the layout's) without the buffers its views point into
-        payload = pickle.dumps((own_storage(first), rows, drew, kept),
-                               protocol=pickle.HIGHEST_PROTOCOL)
+        payload = _dumps_objects((own_storage(first), rows, drew, kept))
         del first, kept
     except Exception:  # noqa: BLE001 - the first sample's exception, for the parent
         _send_error(pipe, error_reply(f"in stoker worker process {wid} while loading "

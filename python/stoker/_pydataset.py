@@ -877,7 +877,7 @@ class PyLoader(Loader):
         self._mid_epoch = False
         self._cur_epoch = 0
         self._live = []
-        self._warned_hold = False
+        self._held_slots = 0  # times the loop held a slot the next batch needed
         self._stats_base = None
         self._debug_delay = 0
         self._torch = torch
@@ -1285,8 +1285,9 @@ class PyLoader(Loader):
     def _relieve_ring(self):
         """The loop holds the batch in the ring slot the next batch needs: give the loader a
         fresh ring at the same position (held batches stay valid)."""
-        if not self._warned_hold:
-            self._warned_hold = True
+        # (once is a batch kept from next(iter(loader)), the tutorials' peek: no warning for it)
+        self._held_slots += 1
+        if self._held_slots == 2:
             warnings.warn(
                 f"stoker.Loader: the training loop still holds the batch in the ring slot the "
                 f"next batch needs (prefetch={self.prefetch}, {self.prefetch + 1} ring slots); "

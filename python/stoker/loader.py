@@ -512,7 +512,7 @@ class Loader:
         self._mid_epoch = False   # a pass stopped before the end of its epoch
         self._cur_epoch = 0       # epoch of the last batch delivered
         self._live = collections.deque()  # (weakref Batch dict, weakref ring Batch)
-        self._warned_hold = False
+        self._held_slots = 0  # times the loop held a slot the next batch needed
         self._stats_base = None   # counters of cores replaced by a rebuild
         self._debug_delay = 0
 
@@ -734,8 +734,9 @@ class Loader:
         """The consumer holds the ring slot the next batch needs. Detach held batches, oldest
         first, until that slot is free; if their tensors are referenced elsewhere, give the
         loader a fresh ring (the old one lives until its last batch is gone)."""
-        if not self._warned_hold:
-            self._warned_hold = True
+        # (once is a batch kept from next(iter(loader)), the tutorials' peek: no warning for it)
+        self._held_slots += 1
+        if self._held_slots == 2:
             warnings.warn(
                 f"stoker.Loader: the training loop still holds the batch in the ring slot the "
                 f"next batch needs (prefetch={self.prefetch}, {self.prefetch + 1} ring slots); "

@@ -1077,6 +1077,60 @@ def test_dataset_changed_before_the_first_pass_or_inside_its_transform(executor,
     assert run(lambda ds: mk(ds, executor, **kw)) == want
 
 
+class OpenedImages(Dataset):
+    """Image.open(path) as it is (a lazily read JpegImageFile or PngImageFile)."""
+
+    def __init__(self, paths):
+        self.paths = paths
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        from PIL import Image
+        return Image.open(self.paths[i])
+
+
+def names_and_sizes(batch):
+    return [(os.path.basename(im.filename), im.size, im.format) for im in batch]
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_pil_images_keep_their_filename_for_collate_fn(executor, tmp_path):
+    """A collate_fn that reads a PIL image's filename (to record prediction paths) gets it, as
+    in the DataLoader, whose collate_fn runs in the worker (was: None for every sample a worker
+    process loaded, since PIL's pickle leaves it out)."""
+    from PIL import Image
+    paths = []
+    for i in range(6):
+        paths.append(str(tmp_path / f"{i}.png"))
+        Image.new("RGB", (4 + i, 3), (i, 0, 0)).save(paths[-1])
+    for workers in (0, 2):
+        want = [b for b in DataLoader(OpenedImages(paths), batch_size=4, num_workers=workers,
+                                      collate_fn=names_and_sizes)]
+        assert want[0][0] == ("0.png", (4, 3), "PNG")
+        got = [b for b in mk(OpenedImages(paths), executor, batch_size=4,
+                             num_workers=workers, collate_fn=names_and_sizes)]
+        assert got == want
+
+
+def test_a_batch_kept_from_a_peek_warns_nothing():
+    """The tutorials' peek (images, labels = next(iter(loader)), kept for make_grid, then the
+    training loop) holds one ring slot once: no RuntimeWarning (was: "still holds the batch");
+    a loop that keeps every batch still gets it."""
+    for ds in (Counting(40), torch.utils.data.TensorDataset(torch.arange(40))):
+        loader = mk(ds, batch_size=4, num_workers=2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            peek = next(iter(loader))
+            for _ in range(2):
+                assert sum(len(b[0] if isinstance(b, (list, tuple)) else b) for b in loader) == 40
+        assert len(peek[0] if isinstance(peek, (list, tuple)) else peek) == 4
+        with pytest.warns(RuntimeWarning, match="still holds the batch"):
+            kept = [b for b in loader]
+        assert len(kept) == 10
+
+
 # ---- torchvision datasets run as Python datasets ----
 
 @pytest.mark.parametrize("executor", EXECUTORS)
