@@ -1795,6 +1795,16 @@ def test_single_threaded_parent_forks_the_dataset_unpickled():
     assert r.stdout.strip() == "fork " + str([i * 2 for i in range(10)])
 
 
+DRAWS = textwrap.dedent("""
+    class Draws(torch.utils.data.Dataset):  # draws: "auto" wants worker processes
+        def __len__(self):
+            return 12
+        def __getitem__(self, i):
+            random.random()
+            return i
+""")  # (defined in a test's main program, which imports random and torch)
+
+
 def test_a_threaded_parent_with_the_dataset_in_the_main_program(tmp_path):
     """The notebook case: a process that already runs other threads (a notebook kernel's) when
     it first needs worker processes gets a fresh interpreter as its fork server, which cannot
@@ -1807,12 +1817,7 @@ def test_a_threaded_parent_with_the_dataset_in_the_main_program(tmp_path):
     body = textwrap.dedent("""
         import random, threading, warnings, stoker, torch
         threading.Thread(target=threading.Event().wait, daemon=True).start()  # a kernel's
-        class Draws(torch.utils.data.Dataset):  # draws: "auto" wants worker processes
-            def __len__(self):
-                return 12
-            def __getitem__(self, i):
-                random.random()
-                return i
+    """) + DRAWS + textwrap.dedent("""
         def main():
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
@@ -1851,12 +1856,7 @@ def test_a_threaded_unguarded_script_runs_once_and_its_iterable_on_threads(tmp_p
         with open({str(log)!r}, "a") as f:
             f.write(str(os.getpid()) + "\\n")
         threading.Thread(target=threading.Event().wait, daemon=True).start()  # a heartbeat
-        class Draws(torch.utils.data.Dataset):  # draws: "auto" wants worker processes
-            def __len__(self):
-                return 12
-            def __getitem__(self, i):
-                random.random()
-                return i
+    """) + DRAWS + textwrap.dedent(f"""
         class Stream(torch.utils.data.IterableDataset):
             def __iter__(self):
                 info = torch.utils.data.get_worker_info()
