@@ -15,7 +15,8 @@ from . import _core
 
 class StokerWorkerError(_core.StokerIOError, RuntimeError):
     """A worker process was lost: killed by a signal or the OOM killer, exited, past `timeout=`
-    in __getitem__, or not started in time. The message names the worker, the sample and how.
+    in __getitem__, or not started in time; or the constructor's first samples, run on a thread
+    of the training process, past `timeout=`. The message names the worker, the sample and how.
     A StokerIOError (what stoker raised before) and a RuntimeError (what the DataLoader raises
     when a worker exits unexpectedly), so code written for either catches it."""
 

@@ -242,7 +242,7 @@ def probe_here(dataset, request, n_workers, base_seed, worker_init_fn, name, tim
                 since = at["since"]
                 left = None if since is None else since + timeout - time.monotonic()
                 if left is not None and left <= 0:
-                    raise _core.StokerIOError(
+                    raise _errors.StokerWorkerError(  # (a RuntimeError, as the DataLoader's)
                         f"__getitem__({at['index']}) did not return within {timeout:.3g} s "
                         f"(timeout=) while the constructor read the first samples of {name} "
                         f"(which fix the batch layout), on a thread of this process that is "
@@ -716,7 +716,10 @@ class PyLoader(Loader):
             if in_worker:
                 self._start_pool(pending, n_pool, timeout, ring_batch)
             if in_worker:
-                status, payload = self._pool.probe(0, pickle.dumps(request))
+                try:
+                    status, payload = self._pool.probe(0, pickle.dumps(request))
+                except _core.StokerIOError as e:  # worker 0 lost or past timeout=: also a
+                    raise _errors.StokerWorkerError(*e.args) from None  # RuntimeError
                 if status != 0:
                     tl = int.from_bytes(payload[:4], "little")
                     _errors.reraise(payload[4 + tl:])

@@ -1241,10 +1241,12 @@ def test_probe_obeys_timeout(tmp_path, executor):
     # the stuck sample is the first one, which the constructor's probe always runs (in this
     # process for "thread" and "auto", in worker process 0 for "process"): timeout= applies there
     # as during iteration, with the same named error, instead of hanging the constructor
+    # (a StokerIOError, as before, and a RuntimeError, as the DataLoader's timeout)
     with pytest.raises(stoker.StokerIOError, match=r"__getitem__\(0\) did not return within "
-                                                   r"1 s \(timeout=\)"):
+                                                   r"1 s \(timeout=\)") as raised:
         stoker.Loader(StuckOnce(str(tmp_path / "stuck"), at=0), batch_size=4, num_workers=2,
                       executor=executor, timeout=1)
+    assert isinstance(raised.value, RuntimeError)
     assert os.path.exists(str(tmp_path / "stuck"))
     # nothing of the failed loader is left in the way: the next one works
     loader = stoker.Loader(StuckOnce(str(tmp_path / "stuck"), at=0), batch_size=4,
