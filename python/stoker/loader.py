@@ -90,7 +90,7 @@ class _LoaderIter:
     _LoaderIter.__next__", as the DataLoader's (_torchprof)."""
 
     __slots__ = ("_loader", "_gen", "_done", "_thread", "_ident", "_resume", "_rest",
-                 "__weakref__")
+                 "_rest_kw", "__weakref__")
 
     def __init__(self, loader, gen):
         self._loader, self._gen, self._done = loader, gen, False
@@ -98,6 +98,7 @@ class _LoaderIter:
         self._ident = self._thread.ident
         self._resume = None  # the position this pass was ended at, when it may go on
         self._rest = None    # (the second loader, its iterator): this pass's rest
+        self._rest_kw = {}   # the second loader's arguments besides the loader's own
 
     def __iter__(self):
         return self
@@ -149,7 +150,7 @@ class _LoaderIter:
         """The next batch of this pass after a later iter() ended it on its loader: from a
         second loader resumed at its position (made at the first call)."""
         if self._rest is None:
-            second = self._loader._second_loader()
+            second = self._loader._second_loader(self._rest_kw)
             try:
                 second.load_state_dict(self._resume)
                 self._rest = (second, iter(second))
@@ -616,10 +617,12 @@ class Loader:
         self._check_consumer("iterate")
         old = self._iter() if self._iter is not None else None
         ahead = False
-        if old is not None and not old._done and old._gen == self._gen and \
-                self._order is None and self._dist_sampler is None:
+        rest = self._rest_overrides() if old is not None and not old._done and \
+            old._gen == self._gen else None
+        if rest is not None:
             try:
                 old._resume = self.state_dict()  # where that pass goes on (_LoaderIter)
+                old._rest_kw = rest
             except Exception:  # noqa: BLE001 - no state: its next() says the pass was ended
                 old._resume = None
             # one that had not begun keeps its epoch too: this pass is the next, in an order of
@@ -643,13 +646,39 @@ class Loader:
         self._iter = weakref.ref(it)
         return it
 
-    def _second_loader(self):
-        """A loader made with this one's arguments (no trace file of its own), for the rest of a
-        pass a later iter() ended (_LoaderIter)."""
+    def _rest_overrides(self):
+        """The arguments a second loader needs besides this one's to go on with the pass a later
+        iter() ends ({} for stoker's own order and a DistributedSampler's, which the state's
+        epoch gives again; the pass's own index list or batches for a sampler or batch_sampler
+        of the user's, which a second loader must not iterate again), or None when it cannot (a
+        sampler of lists fetched whole)."""
+        order = self._order
+        if order is None or isinstance(order, _torchcompat.DistributedOrder):
+            return {}
+        indices = self._core_kwargs.get("indices")
+        if getattr(order, "fetch", None) is not None or indices is None:
+            return None
+        flat = [int(i) for i in indices]
+        if isinstance(order, _torchcompat.BatchSamplerOrder):
+            batches, at = [], 0
+            for k in order.sizes:
+                batches.append(flat[at:at + k])
+                at += k
+            return {"batch_sampler": batches}
+        return {"sampler": flat}
+
+    def _second_loader(self, overrides):
+        """A loader made with this one's arguments and `overrides` (_rest_overrides; no trace
+        file of its own), for the rest of a pass a later iter() ended (_LoaderIter). It follows
+        its state's epoch, not a DistributedSampler's set_epoch, which the user may have moved
+        on since."""
         cls, data, args, dataset, kwargs = self._made_with
+        kwargs = dict(kwargs, **overrides)
         if kwargs.get("trace") is not None:
-            kwargs = dict(kwargs, trace=None)
-        return cls(data, *args, dataset=dataset, **kwargs)
+            kwargs["trace"] = None
+        second = cls(data, *args, dataset=dataset, **kwargs)
+        second._dist_sampler = None
+        return second
 
     def _check_consumer(self, what):
         """Refuse a call that would move the position while another thread iterates (the

@@ -470,10 +470,10 @@ def test_two_live_iterators(executor):
     """Two iterators of one loader at once: the DataLoader (without persistent_workers) runs
     two independent passes; so does stoker, the older pass going on from a second loader
     resumed where the newer iter() ended it on the loader (was: a StopIteration there, so
-    zip(loader, loader) was an empty loop, silently). With a sampler of the user's (which a
-    second loader would iterate and set_epoch again), and for an IterableDataset, the old
+    zip(loader, loader) was an empty loop, silently). For an IterableDataset, the old
     iterator's next() raises StokerStateError saying so (documented difference); an iterator
-    at its end stays at StopIteration."""
+    at its end stays at StopIteration. With a sampler or batch_sampler of the user's the older
+    pass goes on with its own index list (was: StokerStateError)."""
     from torch.utils.data import DistributedSampler
     d = DataLoader(Counting(6), batch_size=2, num_workers=2)
     a, b = iter(d), iter(d)
@@ -491,17 +491,27 @@ def test_two_live_iterators(executor):
     left, right = zip(*[(x.tolist(), y.tolist()) for x, y in zip(s, s)])
     assert sorted(sum(left, [])) == sorted(sum(right, [])) == list(range(40))
     assert left != right
-    ds = Counting(6)
-    s = stoker_loader(ds, executor, batch_size=2, num_workers=2,
-                      sampler=DistributedSampler(ds, num_replicas=1, rank=0, shuffle=False))
-    a = iter(s)
-    assert next(a).tolist() == [0, 1]
-    b = iter(s)
-    with pytest.raises(stoker.StokerStateError, match="one pass at a time"):
-        next(a)
-    assert [x.tolist() for x in b] == [[0, 1], [2, 3], [4, 5]]  # the next epoch, whole
-    with pytest.raises(RuntimeError, match=r"ended by a later iter\(\)"):
-        list(zip(s, s))
+    # samplers of the user's (was: StokerStateError): the older pass goes on with its own
+    # index list (the user's sampler is not iterated again for it), a DistributedSampler's
+    # with its epoch's order, whatever set_epoch() the loop called since
+    ds = Counting(12)
+    for kw in (dict(sampler=DistributedSampler(ds, num_replicas=2, rank=1, shuffle=False)),
+               dict(sampler=DistributedSampler(ds, num_replicas=2, rank=0, seed=3)),
+               dict(sampler=[5, 3, 11, 0, 2, 4, 7]),
+               dict(batch_sampler=[[5, 3, 11], [0], [2, 4], [7, 1, 6, 8]])):
+        d = DataLoader(ds, num_workers=2, **({"batch_size": 2} if "sampler" in kw else {}), **kw)
+        s = stoker_loader(ds, executor, num_workers=2,
+                          **({"batch_size": 2} if "sampler" in kw else {}), **kw)
+        want = [(x.tolist(), y.tolist()) for x, y in zip(d, d)]
+        assert [(x.tolist(), y.tolist()) for x, y in zip(s, s)] == want, kw
+        a = iter(s)
+        head = next(a).tolist()
+        if hasattr(kw["sampler"] if "sampler" in kw else None, "set_epoch"):
+            kw["sampler"].set_epoch(5)  # the loop moved on: the older pass keeps its order
+        b = iter(s)
+        rest = [x.tolist() for x in a]
+        assert [head] + rest == [x for x, _ in want], kw
+        assert len([x.tolist() for x in b]) == len(want)
     it = stoker_loader(Longer(6, 6), executor, batch_size=2, num_workers=1)
     a = iter(it)
     assert next(a).tolist() == [0, 1]
