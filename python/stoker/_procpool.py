@@ -135,6 +135,7 @@ class ForkServer:
         self.lock = threading.Lock()
         self.main_prep = True  # (a fresh interpreter: whether it imports the main script)
         self.servers = weakref.WeakSet()  # the worker servers it forked, while their loaders live
+        self.served = False  # whether it forked one (it then goes lean after its last worker)
 
     def forget(self, token):
         """Drop the spec inherited under `token` (no worker server will be asked for)."""
@@ -276,6 +277,7 @@ class Pending:
         self.token = 0  # the worker server took it
         server = Server(pid, ctl, "fork" if not blob else "forkserver", ready_owed=not wait)
         self.fs.servers.add(server)
+        self.fs.served = True
         return server
 
     def pool_options(self, renewed=None):
@@ -312,10 +314,11 @@ def prepare_server(spec, method):
         _reap_ended()
         fs = _fork_server()
         token = 0
-        if fs is not None and fs.how == "fork" and thread_count() == 1 and fs.is_lean:
-            # A lean server would unpickle this spec importing torch and the dataset's modules
-            # again (about a second for each later loader of a torchvision dataset); a fork of
-            # this process has them. The lean one stays for its loaders' restarts until they end.
+        if fs is not None and fs.how == "fork" and fs.served and thread_count() == 1:
+            # A server that forked a loader's workers goes lean (now, or in a moment): it would
+            # unpickle this spec importing torch and the dataset's modules again (about a second
+            # for each later loader of a torchvision dataset); a fork of this process has them.
+            # The old one stays for its loaders' restarts until they end.
             _retire(fs)
             fs = _FS = None
         if fs is None:

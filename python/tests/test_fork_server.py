@@ -241,7 +241,7 @@ def test_a_later_loader_whose_dataset_the_lean_server_cannot_load(tmp_path, exec
         print("first again", sum(len(b) for b in first))
     """)
     assert_prints(code, ["first 24", "lean True", "failed True " +
-                         ("process" if executor == "auto" else "StokerIOError"),
+                         ("process" if executor == "auto" else "StokerWorkerError"),
                          "first again 24"])
 
 
