@@ -73,8 +73,11 @@ class Probe:
     measured; the GIL's part and any other lock's, such as h5py's)."""
 
     def __init__(self, per_sample_s, gil_share, cpu_share, sample_bytes, uses_rng=False,
-                 samples=1, pair_serial=None):
+                 samples=1, pair_serial=None, object_s=0.0):
         self.per_sample_s = float(per_sample_s)
+        # seconds to pickle a sample's object leaves and take them back (a worker process
+        # pickles them, the training thread unpickles them all: one sample's at a time)
+        self.object_s = float(object_s)
         self.gil_share = gil_share
         self.cpu_share = float(cpu_share)
         self.sample_bytes = int(sample_bytes)
@@ -208,7 +211,9 @@ def rates(p, n_threads, n_procs, cores, ring_batch=64):
     trip = TRIP_S if ring_batch <= 1 else 0.0  # (a larger batch's tickets go ahead)
     thread = min(n_threads / (t + copy + THREAD_GIL_S + trip),
                  1.0 / (g * t + THREAD_GIL_S + trip), cores / (c * t + copy + THREAD_GIL_S))
-    proc = min(n_procs / (t + copy + PROCESS_S + trip), cores / (c * t + copy + PROCESS_S))
+    obj = p.object_s
+    proc = min(n_procs / (t + copy + PROCESS_S + trip + obj),
+               cores / (c * t + copy + PROCESS_S + obj), 1.0 / obj if obj > 0 else math.inf)
     return thread, proc
 
 

@@ -19,6 +19,7 @@ global random generators; the generators' states are put back), the executor is 
 import copy
 import itertools
 import json
+import math
 import os
 import pickle
 import sys
@@ -197,9 +198,22 @@ class ThreadRunner:
 
 def measure(first, rows, drew):
     """The layout the first sample fixes and the Probe the measured rows make
-    (_executor.probe_of: load-independent figures)."""
+    (_executor.probe_of: load-independent figures), with the time its object leaves take to
+    pickle and unpickle (the best of 3: a worker process sends them so, the training thread
+    takes them back; torch tensors past the ring's fields cost ~70 us each)."""
     layout = _collate.Layout(first)
     p = _executor.probe_of(rows, sum(leaf.nbytes for leaf in layout.fixed), drew)
+    try:
+        _, objects, extras, _ = layout.flatten(first)
+        if objects or extras:
+            best = math.inf
+            for _ in range(3):
+                t0 = time.perf_counter()
+                pickle.loads(_procpool._dumps_objects((objects, extras)))
+                best = min(best, time.perf_counter() - t0)
+            p.object_s = best
+    except Exception:  # noqa: BLE001 - not picklable: processes fail on it anyway
+        pass
     return layout, p
 
 

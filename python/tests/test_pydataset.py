@@ -1652,6 +1652,31 @@ def test_a_dataset_assigning_its_attributes_in_getitem_gets_worker_processes(tmp
     loader.close()
 
 
+class ManyLeaves(Dataset):
+    """A dict of 20 small tensors: 5 past the ring's fields travel as pickled object leaves."""
+
+    def __init__(self, n=256):
+        self.x = torch.randn(n, 8)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {f"k{j}": self.x[i] * j for j in range(20)}
+
+
+def test_many_tensor_leaves_stay_off_worker_processes():
+    """The probe times pickling the first sample's object leaves, which a worker process would
+    send and the training thread take back (~70 us a torch tensor): "auto" no longer sends a
+    dict of 20 small tensors to processes (was: 0.31x the DataLoader; 0.82x now)."""
+    loader = stoker.Loader(ManyLeaves(), batch_size=16, num_workers=2)
+    assert loader.info()["executor"] == "thread", loader.info()["executor_reason"]
+    want = ManyLeaves.__getitem__(loader.dataset, 3)
+    first = next(iter(loader))
+    assert all(torch.equal(first[k][3], v) for k, v in want.items())
+    loader.close()
+
+
 def test_a_file_inherited_by_the_workers_gets_a_position_per_worker(tmp_path):
     """The same dataset in a process whose first loader forks the fork server with it (the
     dataset inherited, not pickled): each worker opens the file again under the same
