@@ -678,14 +678,12 @@ class PyIterLoader(Loader):
                 f"implement them (each worker's replica is asked for its state after every "
                 f"batch) or resume at an epoch boundary with set_epoch()")
         active = self._active
-        exhausted = [w for w, a in enumerate(active)] if active is None else \
-            [w for w, a in enumerate(active) if not a]
         if active is None:  # between epochs: the next epoch from its start
             return {"format": "stoker-iterable-state", "epoch": self._epoch, "turn": 0,
                     "batches": 0, "workers": [None] * len(self._channels), "exhausted": []}
         return {"format": "stoker-iterable-state", "epoch": self._epoch, "turn": self._turn,
                 "batches": self._batches, "workers": list(self._states),
-                "exhausted": exhausted}
+                "exhausted": [w for w, a in enumerate(active) if not a]}
 
     def load_state_dict(self, state):
         if not self._stateful:
@@ -693,10 +691,18 @@ class PyIterLoader(Loader):
                 f"load_state_dict(): {_pyworker.name(self._torch_dataset)} is an "
                 f"IterableDataset without state_dict()/load_state_dict()")
         if not isinstance(state, dict) or state.get("format") != "stoker-iterable-state" or \
-                len(state.get("workers", ())) != len(self._channels):
+                not isinstance(state.get("workers"), list):
             raise _core.StokerInvalidError(
-                f"not a state of this loader (an IterableDataset's state is per worker: it "
-                f"needs the same num_workers, {len(self._channels)})")
+                "not a state of a loader over an IterableDataset (state_dict() of a "
+                "stoker.Loader over one gives it)")
+        n, have = len(state["workers"]), len(self._channels)
+        if n != have and not (state.get("batches") == 0 and not any(state["workers"])):
+            raise _core.StokerInvalidError(  # (at an epoch's start any count resumes it)
+                f"this state was taken mid-epoch with {n} worker{'s' if n != 1 else ''} and "
+                f"this loader has {have}: an IterableDataset's position is each worker's "
+                f"replica's, so it resumes with the same num_workers")
+        if n != have:
+            state = dict(state, workers=[None] * have, exhausted=[])
         self._epoch = int(state["epoch"])
         self._resume = state
         self._active = None

@@ -2042,6 +2042,37 @@ def test_iterable_shards_and_resume(executor):
         plain.state_dict()
 
 
+def test_iterable_state_at_an_epoch_boundary_and_its_errors():
+    """state_dict() of a resumable IterableDataset's loader before its first pass and after a
+    whole epoch (was: TypeError "'NoneType' object is not iterable", the checkpoint after each
+    epoch of the docs' quick start): the next epoch from its start, into any num_workers. A
+    mid-epoch state into another worker count, and a state of another kind, say what is wrong
+    (was: "it needs the same num_workers, N" with this loader's N either way)."""
+    loader = stoker.Loader(Shards(), batch_size=3, num_workers=2)
+    fresh = loader.state_dict()
+    full = [b.tolist() for b in loader]
+    after = loader.state_dict()
+    assert (fresh["epoch"], after["epoch"]) == (0, 1)
+    for workers in (2, 1):
+        again = stoker.Loader(Shards(), batch_size=3, num_workers=workers)
+        again.load_state_dict(after)
+        assert sorted(sum((b.tolist() for b in again), [])) == sorted(sum(full, []))
+        assert again.state_dict()["epoch"] == 2
+        again.close()
+    it = iter(loader)
+    next(it)
+    mid = loader.state_dict()
+    other = stoker.Loader(Shards(), batch_size=3, num_workers=1)
+    with pytest.raises(stoker.StokerInvalidError, match="taken mid-epoch with 2 workers and "
+                                                        "this loader has 1"):
+        other.load_state_dict(mid)
+    with pytest.raises(stoker.StokerInvalidError, match="not a state of a loader over an "
+                                                        "IterableDataset"):
+        other.load_state_dict(stoker.Loader(Plain(4), batch_size=2).state_dict())
+    other.close()
+    loader.close()
+
+
 # ---- map= returning bytes (the one-name switch's native path) ----
 
 def test_map_returning_the_sample_unchanged(tmp_path):
