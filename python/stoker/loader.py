@@ -276,6 +276,8 @@ class Loader:
     _SET_ONCE = frozenset(("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
                            "persistent_workers"))
 
+    _resumed = False  # load_state_dict() was called and no pass began since
+
     def __setattr__(self, attr, val):
         if attr in Loader._SET_ONCE and (attr in self.__dict__ or attr == "dataset"):
             raise ValueError(f"{attr} attribute should not be set after stoker.Loader is "
@@ -635,11 +637,13 @@ class Loader:
         elif ahead:
             self._core.set_epoch(self._core.epoch + 1)
         sampler = self._dist_sampler
-        if sampler is not None and self._core.epoch != sampler.epoch:
+        if sampler is not None and self._core.epoch != sampler.epoch and not self._resumed:
             # DistributedSampler.set_epoch(e) chooses the epoch, as it does for the DataLoader
+            # (a pass resumed by load_state_dict() keeps the state's epoch and position)
             self._core.set_epoch(_check_int(sampler.epoch, "DistributedSampler.epoch", 0))
         if self._order is not None:
             self._order.next_pass(self)  # the custom sampler's indices for this epoch
+        self._resumed = False
         self._gen += 1
         self._ended_by = "iter()"
         it = _LoaderIter(self, self._gen)
@@ -838,10 +842,17 @@ class Loader:
 
     def set_epoch(self, epoch):
         """Jump to the start of `epoch` (free when it is the epoch about to start anyway, so
-        calling it before every epoch, the DistributedSampler habit, is harmless)."""
+        calling it before every epoch, the DistributedSampler habit, is harmless; after
+        load_state_dict(), the resumed epoch keeps the state's position). A DistributedSampler
+        given as sampler= is set to it too (it chooses each pass's epoch)."""
         self._check_open()
         self._check_consumer("set_epoch")
-        self._core.set_epoch(_check_int(epoch, "epoch", 0))
+        epoch = _check_int(epoch, "epoch", 0)
+        if self._dist_sampler is not None:  # (it chooses each pass's epoch: kept in step)
+            self._dist_sampler.set_epoch(epoch)
+        if self._resumed and epoch == self._core.epoch:
+            return  # (the loop's set_epoch(e) before the resumed epoch's pass)
+        self._core.set_epoch(epoch)
         self._mid_epoch = False
         self._gen += 1
         self._ended_by = "set_epoch()"
@@ -876,6 +887,7 @@ class Loader:
                 self._order.next_pass(self, epoch)
         self._core.load_state(state)
         self._mid_epoch = False
+        self._resumed = True  # until the next pass begins (set_epoch keeps the position)
         self._gen += 1
         self._ended_by = "load_state_dict()"
 

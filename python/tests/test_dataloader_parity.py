@@ -1077,6 +1077,45 @@ def test_dataset_changed_before_the_first_pass_or_inside_its_transform(executor,
     assert run(lambda ds: mk(ds, executor, **kw)) == want
 
 
+@pytest.mark.parametrize("how", ["shuffle", "distributed-loader", "distributed-sampler"])
+def test_set_epoch_before_the_resumed_pass_keeps_the_position(how):
+    """The loop of a resumed run calls set_epoch(e) before each epoch, the resumed one
+    included: the pass goes on from the state's position (was: loader.set_epoch(e) jumped to
+    the epoch's start, repeating its first batches, silently); loader.set_epoch also sets a
+    DistributedSampler's epoch (it chooses each pass's: was left at 0)."""
+    from torch.utils.data import DistributedSampler
+    ds = Counting(40)
+
+    def make():
+        if how == "shuffle":
+            return mk(ds, batch_size=4, shuffle=True, seed=1, num_workers=0)
+        return mk(ds, batch_size=4, num_workers=0,
+                  sampler=DistributedSampler(ds, num_replicas=2, rank=0, seed=1))
+
+    def set_epoch(loader, e):
+        (loader.sampler if how == "distributed-sampler" else loader).set_epoch(e)
+    full = make()
+    want = []
+    for e in range(3):
+        set_epoch(full, e)
+        want.append([b.tolist() for b in full])
+    assert want[0] != want[1]
+    first = make()
+    set_epoch(first, 0)
+    assert [b.tolist() for b in first] == want[0]
+    set_epoch(first, 1)
+    it = iter(first)
+    head = [next(it).tolist() for _ in range(2)]
+    state = first.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    got = []
+    for e in (1, 2):
+        set_epoch(again, e)
+        got.append([b.tolist() for b in again])
+    assert [head + got[0], got[1]] == want[1:]
+
+
 class OpenedImages(Dataset):
     """Image.open(path) as it is (a lazily read JpegImageFile or PngImageFile)."""
 
