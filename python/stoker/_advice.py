@@ -188,10 +188,23 @@ def _rate_torch(dl, workers, dataset=None):
 
 
 def _rate_stoker(loader, workers):
-    kw = dict(loader._core_kwargs, n_threads=workers, autotune=False, trace_events=0)
-    core = _core.Loader(loader._dataset, **kw)
-    core.set_epoch(loader._core.epoch)
-    return _timed_rate(iter(core), core.close, size=lambda b: b.n_samples)
+    """Samples/s of `loader` made again alone with `workers` workers: stoker's own data, a
+    second C loader over its dataset; a Python dataset (map-style or iterable), a second
+    stoker.Loader made with its arguments, with workers of its own (its C loader's executor,
+    the worker processes or the training thread's part, belongs to it: a second C loader on
+    the same one hung or failed)."""
+    if loader.info().get("executor") == "native":
+        kw = dict(loader._core_kwargs, n_threads=workers, autotune=False, trace_events=0)
+        core = _core.Loader(loader._dataset, **kw)
+        core.set_epoch(loader._core.epoch)
+        return _timed_rate(iter(core), core.close, size=lambda b: b.n_samples)
+    cls, data, args, dataset, kwargs = loader._made_with
+    kw = dict(kwargs, num_workers=workers, trace=None)
+    kw.pop("n_threads", None)
+    if workers and kw.get("executor", "auto") == "auto":
+        kw["executor"] = loader.executor  # the executor measured at other counts
+    second = cls(data, *args, dataset=dataset, **kw)
+    return _timed_rate(iter(second), second.close)
 
 
 def _sweep(prof, kind, counts):
@@ -290,8 +303,12 @@ def _counts(kind, cur, upto):
 
 
 def _stages(prof):
+    """The loader's stats, and the workers' time per stage (stoker's own data only: a Python
+    dataset's time is __getitem__'s, which the C stages would count as collation)."""
     st = prof.iterable.stats()
-    parts = {k: st[k + "_s"] for k in ("read", "decode", "augment", "collate", "copy")}
+    if prof.iterable.info().get("executor") != "native":
+        return st
+    parts = {k: st.get(k + "_s", 0.0) for k in ("read", "decode", "augment", "collate", "copy")}
     busy = sum(parts.values())
     if busy > 0:
         prof.stages = {k: v / busy for k, v in parts.items() if v > 0}
@@ -541,7 +558,8 @@ def _extend_sweep(prof, kind, word, usual):
     best_w = max(prof.sweep, key=prof.sweep.get)
     head = (f"__getitem__ mostly waits (on a CPU {100 * cpu / wall:.0f}% of its "
             f"{1e3 * wall:.2f} ms: sleep or I/O), so the sweep went past {usual} {word} "
-            f"(twice the cores, the limit for work that computes) to {top}")
+            f"({'twice the cores' if usual == 2 * cores else 'the cores'}, the limit for "
+            f"work that computes) to {top}")
     if best_w in tried:
         return (f"{head}: workers past the cores help, {word}={best_w} delivers "
                 f"{prof.sweep[best_w]:.0f} samples/s")

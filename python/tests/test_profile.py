@@ -626,6 +626,45 @@ def test_stoker_python_costs_read_when_present_and_absent(monkeypatch):
     assert p.costs["gil_share"] is None and "python:" not in str(p)
 
 
+class _Spins(Dataset):
+    """__getitem__ computes 0.3 ms (on a CPU)."""
+
+    def __len__(self):
+        return 96
+
+    def __getitem__(self, i):
+        t = time.thread_time()
+        while time.thread_time() - t < 3e-4:
+            pass
+        return i
+
+
+class _SpinStream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        w, n = (0, 1) if info is None else (info.id, info.num_workers)
+        return (_Spins()[i] for i in range(w, 96, n))
+
+
+@pytest.mark.parametrize("kw", [dict(executor="process", num_workers=1),
+                                dict(num_workers=0), dict(iterable=True, num_workers=1)],
+                         ids=["process-1", "here", "iterable"])
+def test_profile_of_a_python_dataset_measures_it_again_alone(kw):
+    """stoker.profile of a Python dataset's loader re-creates it alone at other worker counts
+    as a second stoker.Loader with workers of its own (was: a second C loader on the first
+    one's executor: with one worker process it hung, with two it failed "a ProcPool of 2
+    workers needs n_threads=2", at num_workers=0 "batch 0 is not loaded"; an IterableDataset
+    raised KeyError 'read_s'), and names no C stage ("collate 100%") for __getitem__'s time."""
+    kw = dict(kw)
+    ds = _SpinStream() if kw.pop("iterable", False) else _Spins()
+    loader = stoker.Loader(ds, batch_size=8, **kw)
+    p = stoker.profile(loader, step=lambda b: None, steps=6)
+    text = str(p)
+    assert p.sweep and all(r > 0 for r in p.sweep.values()), text
+    assert "could not re-create" not in text and "collate" not in text, text
+    loader.close()
+
+
 class _Sleeps(Dataset):
     """__getitem__ sleeps 2 ms (it waits: its CPU time is a small part of its time)."""
 
