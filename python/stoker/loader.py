@@ -662,7 +662,7 @@ class Loader:
         indices = self._core_kwargs.get("indices")
         if getattr(order, "fetch", None) is not None or indices is None:
             return None
-        flat = [int(i) for i in indices]
+        flat = indices.tolist() if hasattr(indices, "tolist") else list(indices)
         if isinstance(order, _torchcompat.BatchSamplerOrder):
             batches, at = [], 0
             for k in order.sizes:
