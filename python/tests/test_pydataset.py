@@ -1631,7 +1631,7 @@ def test_a_dataset_assigning_its_attributes_in_getitem_gets_worker_processes(tmp
     the constructor's first samples (run here) show it, so "auto" takes worker processes and
     says why, and executor="thread" warns; a handle made once on first use does not count. Was: "auto" chose threads, which shared the lazily opened
     file (a sample got another's bytes: 4-167 wrong of 2,000 per epoch) or the scratch value
-    (1,415 of 2,000 wrong), silently; the open-file check saw only files opened before."""
+    (1,512-1,986 of 2,000 wrong), silently; the open-file check saw only files opened before."""
     path = records_file(tmp_path)
     loader = stoker.Loader(LazyRecords(path), batch_size=4, num_workers=3)
     assert loader.info()["executor"] == "process", loader.info()["executor_reason"]
