@@ -198,12 +198,11 @@ def _rate_stoker(loader, workers):
         core = _core.Loader(loader._dataset, **kw)
         core.set_epoch(loader._core.epoch)
         return _timed_rate(iter(core), core.close, size=lambda b: b.n_samples)
-    cls, data, args, dataset, kwargs = loader._made_with
-    kw = dict(kwargs, num_workers=workers, trace=None)
-    kw.pop("n_threads", None)
-    if workers and kw.get("executor", "auto") == "auto":
-        kw["executor"] = loader.executor  # the executor measured at other counts
-    second = cls(data, *args, dataset=dataset, **kw)
+    given = loader._made_with[4]  # (its keyword arguments)
+    over = {"n_threads" if given.get("n_threads") is not None else "num_workers": workers}
+    if workers and given.get("executor", "auto") == "auto":
+        over["executor"] = loader.executor  # the executor measured at other counts
+    second = loader._second_loader(over)
     return _timed_rate(iter(second), second.close)
 
 

@@ -23,7 +23,6 @@ import math
 import os
 import pickle
 import sys
-import threading
 import time
 import types
 import warnings
@@ -361,6 +360,16 @@ def vars_before(dataset):
     return [(o, dict(o.__dict__)) for o in _objects(dataset)]
 
 
+def _assigned_since(before):
+    """Per object of `before` (vars_before's), the attributes assigned since: (obj, [(name,
+    old value or _ABSENT, new value), ...])."""
+    for obj, was in before:
+        attrs = getattr(obj, "__dict__", None)
+        if isinstance(attrs, dict):
+            yield obj, [(k, was.get(k, _ABSENT), v) for k, v in list(attrs.items())
+                        if was.get(k, _ABSENT) is not v]
+
+
 def assigned_here(before):
     """After stoker called __getitem__ here: the first attribute it assigned since `before`
     (vars_before's, taken after the first sample, so a handle opened lazily on first use, an
@@ -368,26 +377,18 @@ def assigned_here(before):
     assigns its attributes at every call (self.cur = i used as scratch) is not safe on threads
     that share it: each worker process has a copy of its own, as the DataLoader's. (A plain
     file opened lazily is found by the open-file check: threads would share its position.)"""
-    for obj, was in before:
-        attrs = getattr(obj, "__dict__", None)
-        if not isinstance(attrs, dict):
-            continue
-        for k, v in list(attrs.items()):
-            if was.get(k, _ABSENT) is not v:
-                return f"{type(obj).__name__}.{k}"
+    for obj, changed in _assigned_since(before):
+        if changed:
+            return f"{type(obj).__name__}.{changed[0][0]}"
     return None
 
 
 def note_opened_here(dataset, before):
     """After stoker called __getitem__ here: note the attributes that now hold an open handle
     and held no handle before (`before`: vars_before's)."""
-    for obj, was in before:
-        attrs = getattr(obj, "__dict__", None)
-        if not isinstance(attrs, dict):
-            continue
-        for k, v in list(attrs.items()):
-            old = was.get(k, _ABSENT)
-            if v is old or fork_unsafe(v, 0) is None:
+    for obj, changed in _assigned_since(before):
+        for k, old, v in changed:
+            if fork_unsafe(v, 0) is None:
                 continue
             if old is not _ABSENT and fork_unsafe(old, 0) is not None:
                 continue
@@ -619,7 +620,6 @@ class PyLoader(Loader):
         self._unbatched = False
         self._group_sizes = None
         self._given_batches = batch_sampler is not None
-        self._resumed_at = 0  # a resumed batch_sampler pass: samples consumed (load_state_dict)
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
                 raise _core.StokerInvalidError(
@@ -1198,19 +1198,15 @@ class PyLoader(Loader):
     def __iter__(self):
         mark, self._ended_mark = self._ended_mark, None
         first, self._first_pass = self._first_pass, False
+        resumed = self._resumed  # (load_state_dict: the pass starts at the state's position)
         it = super().__iter__()
         if mark is not None and mark != dataset_mark(self._torch_dataset):
             self._reread_prepared(mark, first)
         self._carry = None  # a batch held back by a KeyboardInterrupt belongs to the old pass
-        resumed, self._resumed_at = self._resumed_at, 0
-        if self._group_sizes is not None:
-            self._group_sizes.restart(resumed)
+        if self._group_sizes is not None:  # the batch the pass starts at
+            self._group_sizes.restart(
+                json.loads(self._core.save_state())["consumed"] if resumed else 0)
         return it
-
-    def load_state_dict(self, state):
-        super().load_state_dict(state)
-        if self._group_sizes is not None:  # the batch the next pass starts at (__iter__)
-            self._resumed_at = json.loads(self._core.save_state())["consumed"]
 
     def _reread_prepared(self, mark, first=False):
         """The training loop changed the dataset since the last pass ended, or since the
@@ -1291,7 +1287,7 @@ class PyLoader(Loader):
         """len(batch_sampler) when one was given (the DataLoader's length, though a pass may
         give another count), else the batches of an epoch."""
         self._check_open()
-        if self._group_sizes is not None or self._given_batches:
+        if self._given_batches:  # (batches of several sizes are a given batch_sampler's)
             try:
                 return len(self.batch_sampler)
             except TypeError:  # no __len__ (the DataLoader's len() raises): the batches counted
@@ -1385,17 +1381,6 @@ class PyLoader(Loader):
         error on worker threads, one may be in a __getitem__ that never returns: close() then
         waits for them at most the timeout, and leaves the loader to be freed when they return
         (a RuntimeWarning says so), so that neither close() nor the interpreter's exit hangs."""
-        core = getattr(self, "_core", None)
-        if getattr(self, "_timed_out", False) and self._pool is None and core is not None:
-            self._core = None
-            closer = threading.Thread(target=_loader._close_core, args=(core, self._trace),
-                                      daemon=True, name="stoker-close")
-            closer.start()
-            closer.join(max(1.0, float(self.timeout)))
-            if closer.is_alive():
-                warnings.warn("stoker.Loader.close(): a worker thread is still in __getitem__ "
-                              "(timeout= passed for it); the loader is freed when it returns",
-                              RuntimeWarning, stacklevel=2)
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.interrupt()  # threads waiting on a worker return now
@@ -1406,6 +1391,13 @@ class PyLoader(Loader):
             fetch = getattr(getattr(self, "_order", None), "fetch", None)
             if fetch is not None:  # (its worker processes are gone)
                 fetch.drop_files()
+
+    def _close_wait(self):
+        """After a timeout= error on worker threads (one may be in a __getitem__ that never
+        returns): the seconds close() waits for them (Loader.close)."""
+        if self._timed_out and self._pool is None:
+            return max(1.0, float(self.timeout))
+        return None
 
     def __repr__(self):
         if self._core is None:

@@ -991,18 +991,32 @@ class Loader:
         core, self._core = getattr(self, "_core", None), None
         if core is not None:
             trace = getattr(self, "_trace", None)
-            if _core.in_worker_call():
-                # On a loader's worker thread (the collector finalized this loader while that
-                # thread ran Python for a sample): closing joins the workers, this one too, so
-                # it is done on a thread of its own, which holds the core until then.
-                threading.Thread(target=_close_core, args=(core, trace), daemon=True,
-                                 name="stoker-close").start()
-            else:
+            # On a loader's worker thread (the collector finalized this loader while that
+            # thread ran Python for a sample), closing joins the workers, this one too; after a
+            # timeout= error a worker thread may never return (_close_wait): then it is done on
+            # a thread of its own, which holds the core until then, waited for not at all or
+            # for that long.
+            wait = 0.0 if _core.in_worker_call() else self._close_wait()
+            if wait is None:
                 _close_core(core, trace)
+            else:
+                closer = threading.Thread(target=_close_core, args=(core, trace), daemon=True,
+                                          name="stoker-close")
+                closer.start()
+                if wait > 0:
+                    closer.join(wait)
+                    if closer.is_alive():
+                        warnings.warn("stoker.Loader.close(): a worker thread is still in "
+                                      "__getitem__ (timeout= passed for it); the loader is "
+                                      "freed when it returns", RuntimeWarning, stacklevel=3)
         if getattr(self, "_own_dataset", False) and self._dataset is not None:
             # Closed by its last reference: `ds = loader.dataset; del loader; len(ds)` works.
             self._dataset_weak = weakref.ref(self._dataset)
             self._dataset = None
+
+    def _close_wait(self):
+        """None: close() closes the C loader here and now (PyLoader: a bound after a timeout)."""
+        return None
 
     def __enter__(self):
         return self
