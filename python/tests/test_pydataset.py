@@ -1280,11 +1280,10 @@ def test_a_sample_that_never_returns_on_threads_lets_close_and_exit_return():
             except RuntimeError as e:
                 print("timed out" if "timed out" in str(e) else e)
             if executor == "thread":
-                with warnings.catch_warnings(record=True) as w:
-                    warnings.simplefilter("always")
-                    t0 = time.monotonic()
-                    loader.close()
-                print("closed", time.monotonic() - t0 < 30,
+                with warnings.catch_warnings(record=True) as w:  # (no clock read: that it
+                    warnings.simplefilter("always")              # returns while the thread is
+                    loader.close()                               # stuck, the warning says)
+                print("closed", loader.closed,
                       any("still in __getitem__" in str(x.message) for x in w))
         print("end")
     """)
@@ -1883,7 +1882,7 @@ def test_a_threaded_unguarded_script_runs_once_and_its_iterable_on_threads(tmp_p
         with open({str(log)!r}, "a") as f:
             f.write(str(os.getpid()) + "\\n")
         threading.Thread(target=threading.Event().wait, daemon=True).start()  # a heartbeat
-    """) + DRAWS + textwrap.dedent(f"""
+    """) + DRAWS + textwrap.dedent("""
         class Stream(torch.utils.data.IterableDataset):
             def __iter__(self):
                 info = torch.utils.data.get_worker_info()
@@ -1894,7 +1893,7 @@ def test_a_threaded_unguarded_script_runs_once_and_its_iterable_on_threads(tmp_p
             for ds in (Draws(), Stream()):
                 loader = stoker.Loader(ds, batch_size=4, num_workers=2)
                 got = sorted(int(v) for b in loader for v in b)
-                out.append(f"{{loader.info()['executor']}}:{{got == list(range(12))}}")
+                out.append(f"{loader.info()['executor']}:{got == list(range(12))}")
         said = [x for x in w if "runs on worker threads" in str(x.message)]
         print(*out, len(said), all(x.filename == __file__ for x in said))
     """))
