@@ -5,6 +5,7 @@ import gc
 import json
 import math
 import os
+import re
 import threading
 import warnings
 
@@ -263,6 +264,33 @@ def test_state_from_another_dataset_is_refused(ds_small, ds_main):
     with pytest.raises(stoker.StokerInvalidError):
         b.load_state_dict([1, 2])
     assert len(run_epoch(b)) == 13  # still usable
+
+
+def test_a_corrupt_or_edited_state_is_refused_naming_its_key(ds_small):
+    # Each of these was accepted or called "missing" before: a position past the epoch's end
+    # (an empty epoch, silently), a fraction cut to its whole part, a string or a negative.
+    b = make(ds_small, 8, rank=0, world_size=3)
+    state = b.state_dict()
+    assert state["world"] == 3
+    for key, value, says in [("consumed", 10**9, "past the epoch's end"),
+                             ("consumed", 103, "past the epoch's end (102 samples with the"),
+                             ("consumed", "5", "\"consumed\" is \"5\", not a whole number"),
+                             ("consumed", -1, "\"consumed\" is -1"),
+                             ("seed", 1.5, "\"seed\" is 1.5"),
+                             ("epoch", None, "\"epoch\" is null"),
+                             ("world", 0, "not a world size")]:
+        with pytest.raises(stoker.StokerInvalidError, match=re.escape(says)):
+            b.load_state_dict(dict(state, **{key: value}))
+    with pytest.raises(stoker.StokerInvalidError, match="no \"consumed\""):
+        b.load_state_dict({k: v for k, v in state.items() if k != "consumed"})
+    # the ranks' padding is inside the epoch; a state from before "world" was saved still loads
+    b.load_state_dict(dict(state, consumed=102))
+    old = {k: v for k, v in state.items() if k != "world"}
+    b.load_state_dict(dict(old, consumed=96))
+    # rank 0's share of positions 96-101 (the last two are padding): one batch of 2
+    assert [len(x) for x in run_epoch(b)] == [2]
+    with pytest.raises(stoker.StokerInvalidError, match="past the epoch's end"):
+        make(ds_small, 8).load_state_dict(dict(state, consumed=102, world=1))
 
 
 # ---- distributed split ----

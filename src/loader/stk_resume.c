@@ -1,10 +1,12 @@
 /*
  * stk_resume.c: the loader's resume state, a flat JSON object: the dataset it belongs to (record
  * count and fingerprint), the seed, shuffle, and the consumer's position (epoch, samples
- * consumed). Loading it checks the dataset and the shuffle and restarts the loader there.
+ * consumed, and the world size it was counted in). Loading it checks the dataset, the shuffle and
+ * the position and restarts the loader there.
  */
 #include "loader/stk_loader_int.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +25,10 @@ stk_status stk_loader_save_state(const stk_loader *L, char *buf, size_t buf_size
     int n = snprintf(buf, buf_size,
                      "{\"format\": \"stoker-state\", \"version\": %d, \"records\": %" PRIu64
                      ", \"fingerprint\": \"%016" PRIx64 "\", \"seed\": %" PRIu64
-                     ", \"shuffle\": %s, \"epoch\": %" PRIu64 ", \"consumed\": %" PRIu64 "%s}",
+                     ", \"shuffle\": %s, \"epoch\": %" PRIu64 ", \"consumed\": %" PRIu64
+                     ", \"world\": %" PRIu32 "%s}",
                      STATE_VERSION, c->n, stk_dataset_fingerprint(c->ds), c->seed,
-                     c->shuffle ? "true" : "false", epoch, consumed, order);
+                     c->shuffle ? "true" : "false", epoch, consumed, c->world, order);
     if (n < 0 || (size_t)n >= buf_size)
         return STK_ELIMIT;
     return STK_OK;
@@ -39,15 +42,39 @@ static const char *json_find(const char *json, const char *key)
     return stk_json_member(json, key, &v, &n) ? v : NULL;
 }
 
-/* Read an unsigned integer value; false if missing or malformed. */
-static bool json_u64(const char *json, const char *key, uint64_t *out)
+/* Read the unsigned integer value of `key` into *out: 1, or 0 when the key is missing, or -1 when
+ * its value is not a plain unsigned integer ("5", -1, 1.5, 1e3, or past 2^64 - 1). */
+static int json_u64(const char *json, const char *key, uint64_t *out)
 {
     const char *p = json_find(json, key);
-    if (!p || *p < '0' || *p > '9')
-        return false;
+    if (!p)
+        return 0;
+    if (*p < '0' || *p > '9')
+        return -1;
     char *end;
+    errno = 0;
     *out = strtoull(p, &end, 10);
-    return end != p;
+    if (errno || !(*end == ',' || *end == '}' || *end == ' ' || *end == '\t' || *end == '\n' ||
+                   *end == '\r'))
+        return -1;
+    return 1;
+}
+
+/* Read the required unsigned integer `key` of a state, or say which key is missing or wrong. */
+static stk_status state_u64(stk_loader *L, const char *json, const char *key, uint64_t *out)
+{
+    int r = json_u64(json, key, out);
+    if (r > 0)
+        return STK_OK;
+    if (r == 0)
+        return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_EINVAL, "state has no \"%s\" (not a whole state?)", key);
+    const char *p = json_find(json, key);
+    size_t n = 0;
+    while (n < 24 && p[n] && p[n] != ',' && p[n] != '}')
+        n++;
+    return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_EINVAL,
+                     "state's \"%s\" is %.*s, not a whole number >= 0 (a corrupt or edited state?)",
+                     key, (int)n, p);
 }
 
 stk_status stk_loader_load_state(stk_loader *L, const char *json)
@@ -63,19 +90,18 @@ stk_status stk_loader_load_state(stk_loader *L, const char *json)
         STK_FAIL(L->errmsg, STK_EINVAL,
                  "not a stoker loader state (no \"format\": "
                  "\"stoker-state\")");
-    if (!json_u64(json, "version", &version))
-        STK_FAIL(L->errmsg, STK_EINVAL, "state has no valid \"version\"");
+    STK_TRY(state_u64(L, json, "version", &version));
     if (version > STATE_VERSION)
         STK_FAIL(L->errmsg, STK_ENOTSUP,
                  "state version %" PRIu64 " is newer than this stoker (reads %d)", version,
                  STATE_VERSION);
+    STK_TRY(state_u64(L, json, "records", &records));
+    STK_TRY(state_u64(L, json, "seed", &seed));
+    STK_TRY(state_u64(L, json, "epoch", &epoch));
+    STK_TRY(state_u64(L, json, "consumed", &consumed));
     const char *fps = json_find(json, "fingerprint");
-    if (!json_u64(json, "records", &records) || !json_u64(json, "seed", &seed) ||
-        !json_u64(json, "epoch", &epoch) || !json_u64(json, "consumed", &consumed) || !fps ||
-        *fps != '"')
-        STK_FAIL(L->errmsg, STK_EINVAL,
-                 "state is missing records, seed, epoch, consumed or "
-                 "fingerprint");
+    if (!fps || *fps != '"')
+        STK_FAIL(L->errmsg, STK_EINVAL, "state has no \"fingerprint\" string");
     fp = strtoull(fps + 1, NULL, 16);
     const char *sh = json_find(json, "shuffle");
     bool shuffle = sh && strncmp(sh, "true", 4) == 0;
@@ -99,9 +125,18 @@ stk_status stk_loader_load_state(stk_loader *L, const char *json)
                  c->order_hash ? "its own"
                                : "every "
                                  "record");
-    if (consumed > c->m + 0x7fffffffULL) /* padding is always below one world size */
-        STK_FAIL(L->errmsg, STK_EINVAL, "state position %" PRIu64 " is past the epoch's end",
-                 consumed);
+    /* The epoch's end is its length padded up to a multiple of the state's world size (states
+     * from before "world" was saved bound it by the largest world instead). */
+    uint64_t world = 0x7fffffffULL;
+    int hw = json_u64(json, "world", &world);
+    if (hw < 0 || (hw > 0 && (world < 1 || world > 0x7fffffffULL)))
+        STK_FAIL(L->errmsg, STK_EINVAL, "state's \"world\" is not a world size");
+    uint64_t end = hw > 0 ? (c->m + world - 1) / world * world : c->m + world;
+    if (consumed > end)
+        STK_FAIL(L->errmsg, STK_EINVAL,
+                 "state position %" PRIu64 " is past the epoch's end (%" PRIu64
+                 " samples%s): a corrupt or edited state?",
+                 consumed, end, hw > 0 && end > c->m ? " with the ranks' padding" : "");
     stk__loader_reset(c, seed, epoch, consumed);
     return STK_OK;
 fail:

@@ -598,6 +598,16 @@ static int test_bad_states(void)
     T_OK(stk_loader_create(&o, &S));
     T_EQ(stk_loader_load_state(S, state), STK_EINVAL);
     T_CHECK(strstr(stk_loader_errmsg(S), "shuffle"));
+    /* a wrong value is named, not called missing; a position past the end is refused */
+    char *c = strstr(state, "\"consumed\": 0");
+    T_CHECK(c);
+    char edited[300];
+    snprintf(edited, sizeof(edited), "%.*s\"consumed\": -1%s", (int)(c - state), state, c + 13);
+    T_EQ(stk_loader_load_state(L, edited), STK_EINVAL);
+    T_CHECK(strstr(stk_loader_errmsg(L), "\"consumed\" is -1, not a whole number"));
+    snprintf(edited, sizeof(edited), "%.*s\"consumed\": 101%s", (int)(c - state), state, c + 13);
+    T_EQ(stk_loader_load_state(L, edited), STK_EINVAL); /* 101 of 100 records, in world 1 */
+    T_CHECK(strstr(stk_loader_errmsg(L), "past the epoch's end"));
     T_EQ(stk_loader_save_state(L, state, 10), STK_ELIMIT);
     /* the loader is still usable after refused states */
     static int64_t seq[MAXN];
