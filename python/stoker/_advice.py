@@ -573,8 +573,8 @@ def advise(prof):
     cur = prof.num_workers
     bsz = prof.batch_size or getattr(prof.iterable, "batch_size", None) or 1
     if kind == "stoker" and prof.iterable.closed:
-        return [f"the stoker.Loader was closed before the profile ended: measure with "
-                f"steps= (or --steps) so that the advice is taken while it is open"]
+        return ["the stoker.Loader was closed before the profile ended: measure with "
+                "steps= (or --steps) so that the advice is taken while it is open"]
     costs(prof)
     st = _stages(prof) if kind == "stoker" else None
     word = "num_workers" if kind is not None else "workers"

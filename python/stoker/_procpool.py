@@ -40,7 +40,6 @@ import mmap
 import os
 import pickle
 import random
-import select
 import signal
 import socket
 import struct
@@ -48,6 +47,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 import weakref
 
 import numpy as np
@@ -298,6 +298,13 @@ class Pending:
             except OSError:
                 pass
         self.token = 0
+
+
+def warn_threads_instead(name, why):
+    """The warning of a loader whose dataset goes to worker threads where it was to go to worker
+    processes (`why`: Pending.unpicklable()'s text), pointing at the loader's construction."""
+    warnings.warn(f"stoker.Loader: {name} runs on worker threads, not worker processes: {why}",
+                  RuntimeWarning, stacklevel=3)
 
 
 def prepare_server(spec, method):

@@ -507,8 +507,7 @@ class PyIterLoader(Loader):
                     pending.forget()
                     pending, executor = None, "thread"
                     self._reason = f"worker threads, not worker processes: {why}"
-                    warnings.warn(f"stoker.Loader: {name} runs on worker threads, not worker "
-                                  f"processes: {why}", RuntimeWarning, stacklevel=2)
+                    _procpool.warn_threads_instead(name, why)
             if pending is not None:
                 self._server = _procpool.start_server(pending)
                 self._channels = [_ProcChannel(self._server.ctl, w, timeout or 0, spec)
