@@ -777,8 +777,7 @@ class PyLoader(Loader):
                     no_pickle = no_pickle or pending.unpicklable()
             if choice.executor == "process" and no_pickle is not None:
                 choice = _executor.threads_instead(p, workers, cores, no_pickle)
-                warnings.warn(f"stoker.Loader: {name} runs on worker threads, not worker "
-                              f"processes: {no_pickle}", RuntimeWarning, stacklevel=2)
+                _procpool.warn_threads_instead(name, no_pickle)
             shared = _files_text([f for f in found_files if not f[2]])  # (no ZipFile's lock)
             if shared and choice.executor == "thread" and choice.workers > 1:
                 warnings.warn(f"stoker.Loader: {name} holds an open file, {shared}, which its "
@@ -801,6 +800,11 @@ class PyLoader(Loader):
                               f"are random but not reproducible per (seed, epoch, index); "
                               f"executor='process' seeds them per sample", RuntimeWarning,
                               stacklevel=2)
+            if choice.executor == "thread" and self._collate_fn is not None:
+                # the samples go to the user's collate_fn as they are: on threads they travel
+                # by reference, whole (copying their leaves into the ring only to view them
+                # back cost 0.58x the DataLoader on variable-length sequences)
+                layout = self._layout = _collate.Layout(first, whole=True)
             if choice.executor == "thread":
                 self._stop_pool()
                 if pending is not None:

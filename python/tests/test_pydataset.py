@@ -216,10 +216,37 @@ def _as_dict(v):
     return {f"k{i}": x for i, x in enumerate(v)}
 
 
-def test_flat_fast_path_matches_the_walk():
-    # Layout.flatten's fast path for a tuple, list or dict of fixed leaves (issue 24, tensor224)
-    # gives what the general walk gives, for samples that fit and for every way one does not.
+Pair = collections.namedtuple("Pair", "a b")
+
+
+def _same_flattening(a, b, sample):
+    """Two Layout.flatten results are equal (buffers by their bytes, objects by identity)."""
+    assert a[3] == b[3]
+    if a[3] == _collate_mod().WHOLE:  # another container: the sample as it is
+        assert a[2] is sample and b[2] is sample
+        return
+    assert len(a[1]) == len(b[1]) and all(x is y for x, y in zip(a[1], b[1]))
+    assert a[2].keys() == b[2].keys() and all(a[2][k] is b[2][k] for k in a[2])
+    assert (a[0] is None) == (b[0] is None)
+    for x, y in zip(a[0] or (), b[0] or ()):
+        if x is None or y is None:
+            assert x is None and y is None
+        elif isinstance(x, tuple):
+            assert torch.equal(x[0], y[0]) and x[1] == x[0].data_ptr()
+        else:
+            assert bytes(memoryview(x).cast("B")) == bytes(memoryview(y).cast("B"))
+
+
+def _collate_mod():
     from stoker import _collate
+    return _collate
+
+
+def test_compiled_walk_matches_the_walk():
+    # Layout.flatten's compiled walk (one straight-line function per layout, issue 24) gives
+    # what the recursive walk gives, for samples that fit and for every way one does not: flat
+    # tuples, lists and dicts of fixed leaves, and nested containers with object leaves.
+    _collate = _collate_mod()
     base = torch.arange(24.).view(4, 6)
     first = (base[1], torch.tensor(3), 7, 2.5, True, np.float32(1.5), np.zeros(2, np.int16))
     variants = [first,
@@ -227,36 +254,45 @@ def test_flat_fast_path_matches_the_walk():
                 (base[:, 1],) + first[1:], (base[1].double(),) + first[1:],
                 (base[1].clone().requires_grad_(),) + first[1:],
                 (base[1], torch.tensor(3.0)) + first[2:], first[:2] + (1 << 70,) + first[3:],
+                first[:2] + (1 << 63,) + first[3:], first[:2] + (-(1 << 63),) + first[3:],
+                first[:2] + (True,) + first[3:], first[:2] + (7.0,) + first[3:],
                 first[:3] + ("x",) + first[4:], first[:6] + (np.zeros(3, np.int16),),
                 first[:-1], first + (1,)]
     d = _as_dict(first)
     reordered = dict(reversed(list(d.items())))
     renamed = dict(d, k9=d["k0"])
     del renamed["k0"]
-    for make in (tuple, list, _as_dict):
-        layout = _collate.Layout(make(first))
-        assert layout._flat is not None
-        walk = _collate.Layout(make(first))
-        walk._flat = None
-        others = [list(first) if make is tuple else first]
+
+    def nested(v):  # a dict holding a tuple of a tensor and a list, a namedtuple and objects
+        return {"x": (v[0], [v[2], "text", None]), "p": Pair(v[-1], b"id"), "n": v[3],
+                "t": "doc"}
+    cases = []
+    for make in (tuple, list, _as_dict, nested):
+        others = [list(first) if make is tuple else first, 5, "a string"]
         if make is _as_dict:  # keys in another order, another key, another mapping type
             others += [reordered, renamed, collections.OrderedDict(d)]
-        for sample in [make(v) for v in variants] + others:
+        if make is nested:
+            n = nested(first)
+            others += [dict(n, x=(first[0], [7, "text"])), dict(n, p=(first[6], b"id")),
+                       dict(n, x=[first[0], [7, "a", None]]), {k: n[k] for k in reversed(n)}]
+        cases.append((make(first), [make(v) for v in variants] + others))
+    cases.append((first[0], [first[0], base[2], base[1].double(), "x", None]))  # a bare leaf
+    for first_sample, samples in cases:
+        layout = _collate.Layout(first_sample)
+        assert layout._walk_fn is not None
+        walk = _collate.Layout(first_sample)
+        walk._walk_fn = None  # flatten takes the recursive walk
+        # (a layout sent to worker processes compiles its walk again there)
+        assert pickle.loads(pickle.dumps(layout))._walk_fn is not None
+        for sample in samples:
             for pointers in (True, False):
-                a, b = layout.flatten(sample, pointers), walk.flatten(sample, pointers)
-                assert a[1] == b[1] and a[3] == b[3]
-                if a[3] == _collate.WHOLE:  # another container: the sample as it is
-                    assert a[2] is sample and b[2] is sample
-                    continue
-                assert a[2].keys() == b[2].keys() and all(a[2][k] is b[2][k] for k in a[2])
-                assert (a[0] is None) == (b[0] is None)
-                for x, y in zip(a[0] or (), b[0] or ()):
-                    if x is None or y is None:
-                        assert x is None and y is None
-                    elif isinstance(x, tuple):
-                        assert torch.equal(x[0], y[0]) and x[1] == x[0].data_ptr()
-                    else:
-                        assert bytes(memoryview(x).cast("B")) == bytes(memoryview(y).cast("B"))
+                _same_flattening(layout.flatten(sample, pointers), walk.flatten(sample, pointers),
+                                 sample)
+    # past _WALK_NODES nodes the recursive walk serves (compiling would cost more)
+    big = _collate.Layout(list(range(_collate._WALK_NODES + 1)))
+    assert big._walk_fn is None
+    bufs, objects, _, mask = big.flatten(list(range(_collate._WALK_NODES + 1)))
+    assert mask == 0 and len(bufs) == _collate.MAX_FIXED and objects[-1] == _collate._WALK_NODES
     assert _collate.Layout(((base[1], 7), 2))._flat is None
     assert _collate.Layout({"a": (1, 2)})._flat is None
     assert _collate.Layout(collections.OrderedDict(a=1))._flat is None
