@@ -1358,6 +1358,11 @@ typedef struct stk_loader_opts {
     /* with sample_fn_v2: samples announced before they run (stk_sample_ahead_fn); NULL = none
      * (default: one sample taken at a time) */
     stk_sample_ahead_fn sample_ahead_fn;
+    /* a resume state (stk_loader_save_state's JSON) the loader starts at, checked as
+     * stk_loader_load_state checks it and applied before any worker starts, so that no sample
+     * of epoch 0 is loaded for nothing (a loader rebuilt at another's position); NULL = epoch 0
+     * (default). Read at create only */
+    const char *state;
 } stk_loader_opts;
 
 /** Fill the first `struct_size` bytes of `opts` with the defaults documented on each field: what
@@ -1371,8 +1376,9 @@ static inline void stk_loader_opts_init(stk_loader_opts *opts)
     stk_loader_opts_init_sized(opts, sizeof(*opts));
 }
 
-/** Create a loader and start its worker threads. The first epoch is 0 (or the one restored
- *  with stk_loader_load_state). Workers start filling the ring at once.
+/** Create a loader and start its worker threads. The first epoch is 0 (or the position of
+ *  opts.state, or the one restored later with stk_loader_load_state). Workers start filling the
+ *  ring at once.
  *  With STK_LOADER_AUTOTUNE, n_threads (0 = stk_n_cpus()) and n_slots are upper bounds: the
  *  loader starts one thread working and, every 250 ms of consumption, adds threads while the
  *  consumer waits for batches (doubling while it waits more than 30% of the time), raises the

@@ -1324,10 +1324,11 @@ class PyLoader(Loader):
         self._core = None
         if between is not None:
             between()
-        core = _core.Loader(self._dataset, **self._core_kwargs)
+        # (started at the state: made at epoch 0 and then moved, its workers loaded epoch 0's
+        # first batches for nothing, again at each rebuild of a list(loader))
+        core = _core.Loader(self._dataset, state=state, **self._core_kwargs)
         self._core = core
         self._announce_ring()
-        core.load_state(state)
         if self.timeout:
             core.set_timeout(float(self.timeout))
 

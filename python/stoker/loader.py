@@ -803,8 +803,8 @@ class Loader:
             old.trace_write(self._trace)  # the new core's trace starts afresh
         old.close()  # (its save_state() still answers, for state_dict() on other threads)
         try:
-            core = _core.Loader(self._dataset, **self._core_kwargs)
-            core.load_state(state)
+            # (started at the state, so its workers read no epoch-0 batch for nothing)
+            core = _core.Loader(self._dataset, state=state, **self._core_kwargs)
         except BaseException:
             self._core = None
             raise

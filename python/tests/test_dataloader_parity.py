@@ -1202,6 +1202,36 @@ def test_a_batch_kept_from_a_peek_warns_nothing():
         assert len(kept) == 10
 
 
+class CountedCalls(Dataset):
+    """Counts the __getitem__ calls of each index (worker threads share the counter)."""
+
+    def __init__(self, n):
+        self.n = n
+        self.calls = collections.Counter()
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        self.calls[i] += 1
+        return torch.full((3,), i)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loop_keeping_every_batch_loads_each_sample_once(workers):
+    # list(loader) holds every ring slot, so stoker goes on in a new ring each time: the new C
+    # loader used to start at epoch 0 and then move to the position, and its workers loaded
+    # epoch 0's first batches again each time (index 0 about 60 times here, at 2 workers)
+    ds = CountedCalls(480)
+    loader = mk(ds, batch_size=4, num_workers=workers, executor="thread")
+    with pytest.warns(RuntimeWarning, match="still holds the batch"):
+        kept = list(loader)
+    assert torch.cat(kept)[:, 0].tolist() == list(range(480))
+    # (index 0: the probe's, the epoch's, and the next epoch's read ahead at most)
+    assert ds.calls[0] <= 3, ds.calls[0]
+    assert all(ds.calls[i] == 1 for i in range(64, 480)), ds.calls
+
+
 # ---- torchvision datasets run as Python datasets ----
 
 @pytest.mark.parametrize("executor", EXECUTORS)

@@ -499,6 +499,8 @@ stk_status stk_loader_create(const stk_loader_opts *opts, stk_loader **out)
                 STK_FAIL(err, rc, "cannot create transform worker state: %s", stk_last_errmsg());
         }
     }
+    if (opts->state && (rc = stk_loader_load_state(L, opts->state)) < 0)
+        STK_FAIL(err, rc, "%s", L->errmsg);
     /* (CALLER_LOADS: none would ever take a sample; their workers[] entries stay for the stats) */
     for (uint32_t i = 0; i < (c->caller_loads ? 0 : c->n_threads); i++) {
         if (pthread_create(&c->workers[i].thread, NULL, stk__worker_main, &c->workers[i]) != 0)

@@ -67,14 +67,16 @@ static stk_status state_u64(stk_loader *L, const char *json, const char *key, ui
     if (r > 0)
         return STK_OK;
     if (r == 0)
-        return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_EINVAL, "state has no \"%s\" (not a whole state?)", key);
+        return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_EINVAL,
+                              "state has no \"%s\" (not a whole state?)", key);
     const char *p = json_find(json, key);
     size_t n = 0;
     while (n < 24 && p[n] && p[n] != ',' && p[n] != '}')
         n++;
-    return stk__set_error(L->errmsg, sizeof(L->errmsg), STK_EINVAL,
-                     "state's \"%s\" is %.*s, not a whole number >= 0 (a corrupt or edited state?)",
-                     key, (int)n, p);
+    return stk__set_error(
+        L->errmsg, sizeof(L->errmsg), STK_EINVAL,
+        "state's \"%s\" is %.*s, not a whole number >= 0 (a corrupt or edited state?)", key, (int)n,
+        p);
 }
 
 stk_status stk_loader_load_state(stk_loader *L, const char *json)

@@ -50,23 +50,13 @@ void stkpy_loader_args_release(stkpy_loader_args *a)
 int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
 {
     static char *kwlist[] = {
-        "data",          "batch_size",
-        "n_threads",     "n_slots",
-        "seed",          "rank",
-        "world",         "shuffle",
-        "drop_last",     "skip_corrupt",
-        "verify",        "pinned",
-        "transform",     "transform_field",
-        "autotune",      "trace_events",
-        "device",        "pinned_limit",
-        "batch_ops",     "batch_choice",
-        "num_classes",   "label_field",
-        "map_fn",        "map_fields",
-        "memory_budget", "indices",
-        "weights",       "num_samples",
-        "replacement",   "strided",
-        "drop_tail",     "executor",
-        "caller_loads",  NULL,
+        "data",         "batch_size",  "n_threads",    "n_slots",         "seed",
+        "rank",         "world",       "shuffle",      "drop_last",       "skip_corrupt",
+        "verify",       "pinned",      "transform",    "transform_field", "autotune",
+        "trace_events", "device",      "pinned_limit", "batch_ops",       "batch_choice",
+        "num_classes",  "label_field", "map_fn",       "map_fields",      "memory_budget",
+        "indices",      "weights",     "num_samples",  "replacement",     "strided",
+        "drop_tail",    "executor",    "caller_loads", "state",           NULL,
     };
     memset(a, 0, sizeof(*a));
     PyObject *data, *transform = Py_None;
@@ -88,13 +78,14 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     int strided = 0, drop_tail = -1; /* -1: the tail follows drop_last */
     PyObject *executor = Py_None;
     int caller_loads = 0;
+    const char *state = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKppiOp:Loader", kwlist, &data, &batch_size,
+            args, kw, "O|LiiKiipppppOzpIiKOpLzOOKOOKppiOpz:Loader", kwlist, &data, &batch_size,
             &n_threads, &n_slots, &seed, &rank, &world, &shuffle, &drop_last, &skip_corrupt,
             &verify, &pinned, &transform, &tfield, &autotune, &trace_events, &device, &pinned_limit,
             &batch_ops, &batch_choice, &num_classes, &label_field, &map_fn, &map_fields,
             &memory_budget, &indices, &weights, &num_samples, &replacement, &strided, &drop_tail,
-            &executor, &caller_loads))
+            &executor, &caller_loads, &state))
         return -1;
     stk_loader_opts *o = &a->o;
     stk_loader_opts_init(o);
@@ -126,6 +117,7 @@ int stkpy_loader_args_parse(PyObject *args, PyObject *kw, stkpy_loader_args *a)
     o->device = device;
     o->pinned_limit = pinned_limit;
     o->memory_budget = memory_budget;
+    o->state = state; /* (borrowed from args, alive until the create that reads it) */
     if (PyObject_TypeCheck(data, &StkDataset_Type)) {
         o->dataset = stkpy_dataset_get(data);
         if (!o->dataset)

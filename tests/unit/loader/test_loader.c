@@ -270,7 +270,9 @@ static int test_drop_last(void)
     return 0;
 }
 
-/* Collect `k` batches' indices after restoring `state` (NULL = fresh) into seq. */
+/* Collect `k` batches' indices after restoring `state` (NULL = fresh) into seq; the state is
+ * given at create (opts.state) when resume_at_create is set, else loaded after it. */
+static bool resume_at_create;
 static int resume_run(const char *const *paths, uint32_t rank, uint32_t world, const char *state,
                       int64_t max_batches, int64_t *seq, size_t *n_seq, int64_t *batches)
 {
@@ -279,9 +281,10 @@ static int resume_run(const char *const *paths, uint32_t rank, uint32_t world, c
     o.seed = 77;
     o.rank = (int32_t)rank;
     o.world = (int32_t)world;
+    o.state = resume_at_create ? state : NULL;
     stk_loader *L;
     T_OK(stk_loader_create(&o, &L));
-    if (state)
+    if (state && !resume_at_create)
         T_OK(stk_loader_load_state(L, state));
     *n_seq = 0;
     *batches = 0;
@@ -326,12 +329,17 @@ static int test_resume(void)
         char state[256];
         T_OK(stk_loader_save_state(L, state, sizeof(state)));
         stk_loader_destroy(L);
-        T_CHECK(resume_run(paths, 0, 1, state, 1000, tail, &nt, &bt) == 0);
-        T_EQ(bt, 13 - k);
-        T_EQ(nh + nt, nf);
-        T_CHECK(memcmp(head, full, nh * 8) == 0);
-        T_CHECKF(memcmp(tail, full + nh, nt * 8) == 0, "resume after %lld batches differs",
-                 (long long)k);
+        for (int at_create = 0; at_create < 2; at_create++) {
+            resume_at_create = at_create;
+            T_CHECK(resume_run(paths, 0, 1, state, 1000, tail, &nt, &bt) == 0);
+            resume_at_create = false;
+            T_EQ(bt, 13 - k);
+            T_EQ(nh + nt, nf);
+            T_CHECK(memcmp(head, full, nh * 8) == 0);
+            T_CHECKF(memcmp(tail, full + nh, nt * 8) == 0,
+                     "resume after %lld batches differs (state given at create: %d)", (long long)k,
+                     at_create);
+        }
     }
     /* After STK_END the state resumes to the whole next epoch. */
     {
@@ -608,6 +616,12 @@ static int test_bad_states(void)
     snprintf(edited, sizeof(edited), "%.*s\"consumed\": 101%s", (int)(c - state), state, c + 13);
     T_EQ(stk_loader_load_state(L, edited), STK_EINVAL); /* 101 of 100 records, in world 1 */
     T_CHECK(strstr(stk_loader_errmsg(L), "past the epoch's end"));
+    /* given at create, a bad state fails the create with the same message */
+    o = fx_opts(paths, 8, 1);
+    o.state = edited;
+    stk_loader *N = NULL;
+    T_EQ(stk_loader_create(&o, &N), STK_EINVAL);
+    T_CHECK(!N && strstr(stk_last_errmsg(), "past the epoch's end"));
     T_EQ(stk_loader_save_state(L, state, 10), STK_ELIMIT);
     /* the loader is still usable after refused states */
     static int64_t seq[MAXN];
