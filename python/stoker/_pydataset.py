@@ -92,6 +92,7 @@ def loader_class(data):
 # ---- the thread executor's runner ----
 
 HERE = "in the training thread (no worker)"  # where a sample ran at num_workers=0, for errors
+MEASURED_OBJECTS = 8  # probed samples whose object leaves measure() times at most
 
 class ThreadRunner:
     """Called by the worker threads (GIL held) with (index, epoch, seed, worker, row): runs
@@ -113,6 +114,7 @@ class ThreadRunner:
         self.keys = itertools.count(1)
         self.errors = {}
         self.init_errors = {}
+        self.inited = set()  # the worker numbers whose worker_init_fn ran
         self.py_ns = 0
         self.samples = 0
         self.none = [None] * len(layout.fixed)
@@ -120,7 +122,11 @@ class ThreadRunner:
     def _thread_start(self, worker):
         _pyworker.TLS.info = _pyworker.worker_info(worker, self.n_workers, self.base_seed + worker, self.dataset)
         _pyworker.TLS.ready = True
-        if self.worker_init_fn is not None:
+        # once per worker number: a ring the loop filled with kept batches is replaced with new
+        # C threads (Loader._rebuild), which must not run it again (was: at every rebuild, 17-34
+        # calls in 3 epochs of list(loader))
+        if self.worker_init_fn is not None and worker not in self.inited:
+            self.inited.add(worker)
             try:
                 self.worker_init_fn(worker)
             except Exception:  # noqa: BLE001 - fails this thread's samples, named
@@ -195,22 +201,29 @@ class ThreadRunner:
         return out
 
 
-def measure(first, rows, drew):
+def measure(first, rows, drew, kept=None):
     """The layout the first sample fixes and the Probe the measured rows make
-    (_executor.probe_of: load-independent figures), with the time its object leaves take to
-    pickle and unpickle (the best of 3: a worker process sends them so, the training thread
-    takes them back; torch tensors past the ring's fields cost ~70 us each)."""
+    (_executor.probe_of: load-independent figures), with the time a sample's object leaves take
+    to pickle and unpickle (a worker process sends them so, the training thread takes them
+    back; torch tensors past the ring's fields cost ~70 us each): the mean over the probed
+    samples (`kept`, else the first), each its best of 3, since a later sample whose tensor has
+    another shape than the first's travels as an object too (variable-length sequences)."""
     layout = _collate.Layout(first)
     p = _executor.probe_of(rows, sum(leaf.nbytes for leaf in layout.fixed), drew)
+    samples = [s for s, _ in list(kept.values())[:MEASURED_OBJECTS]] if kept else [first]
     try:
-        _, objects, extras, _ = layout.flatten(first)
-        if objects or extras:
-            best = math.inf
-            for _ in range(3):  # (CPU time, as the probe's figures: the load does not move it)
-                t0 = time.thread_time()
-                pickle.loads(_procpool._dumps_objects((objects, extras)))
-                best = min(best, time.thread_time() - t0)
-            p.object_s = best
+        costs = []
+        for sample in samples:
+            _, objects, extras, _ = layout.flatten(sample)
+            best = 0.0
+            if objects or extras:
+                best = math.inf
+                for _ in range(3):  # (CPU time, as the probe's figures: the load does not move it)
+                    t0 = time.thread_time()
+                    pickle.loads(_procpool._dumps_objects((objects, extras)))
+                    best = min(best, time.thread_time() - t0)
+            costs.append(best)
+        p.object_s = sum(costs) / len(costs)
     except Exception:  # noqa: BLE001 - not picklable: processes fail on it anyway
         pass
     return layout, p
@@ -760,7 +773,7 @@ class PyLoader(Loader):
                 spec_ds = as_first_found(ds)
                 if pending is not None:
                     pending.spec.dataset = spec_ds
-            layout, p = measure(first, rows, drew)
+            layout, p = measure(first, rows, drew, kept)
             self._layout = layout
             self._probe = p
             choice = _executor.choose(p, executor, workers, cores, reseed=self.reseed,
@@ -1019,6 +1032,13 @@ class PyLoader(Loader):
                 self._check_open()
                 self._relieve_ring()
                 core = self._core
+                continue
+            except _core.StokerStateError:
+                # num_workers=0 with batches kept on another thread (a producer thread feeding a
+                # queue): the next batch's slot was still held when this thread loaded, then
+                # released there, so it is free but not loaded. Loading it is this thread's turn.
+                if helper is None or not helper.inline or core.closed or not helper.run(core):
+                    raise
                 continue
             except _core.Error as e:
                 self._after_error()
@@ -1325,7 +1345,11 @@ class PyLoader(Loader):
         if between is not None:
             between()
         # (started at the state: made at epoch 0 and then moved, its workers loaded epoch 0's
-        # first batches for nothing, again at each rebuild of a list(loader))
+        # first batches for nothing, again at each rebuild of a list(loader)). Its tickets wait
+        # for the new ring's announcement: the new ring may be mapped where the old one was,
+        # and a row there taken for the old ring's went to the old memory, a batch of zeros.
+        if self._pool is not None:
+            self._pool.set_arena(-1, 0, 0)
         core = _core.Loader(self._dataset, state=state, **self._core_kwargs)
         self._core = core
         self._announce_ring()

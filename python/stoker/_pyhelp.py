@@ -146,16 +146,17 @@ class Helper:
         self.on = True
 
     def run(self, core):
+        """Load the samples this thread can take; inline, the count of those it loaded."""
         tls = _pyworker.TLS
         info = getattr(tls, "info", None)
         states = _pyworker.rng_states() if self.processes else None
         tls.info = self.runner.info
         try:
             if self.inline:
-                core._load(self.exec)
-            else:
-                while core._help(self.exec):
-                    pass
+                return core._load(self.exec)
+            while core._help(self.exec):
+                pass
+            return None
         finally:
             tls.info = info
             if states is not None:

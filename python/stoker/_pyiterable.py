@@ -80,15 +80,24 @@ def _collate(spec, items):
 
 
 class _Stream:
-    """One worker's iteration of its replica: next batch, end, or an exception."""
+    """One worker's iteration of its replica: next batch, end, or an exception.
 
-    def __init__(self, spec, wid, epoch, state, dataset=None):
-        self.spec, self.wid = spec, wid
+    `start`: None (the epoch's start) or (the replica's state, the batches this worker made
+    before it) from a resume state. `reseed` (worker processes with reseed on; never a thread,
+    whose generators are the training loop's): the global generators are seeded from
+    stk_sample_seed(seed, epoch, worker id) before iter() and again, per (seed, epoch, worker,
+    batch k), before each later batch's items are drawn, so a resumed replica draws what it
+    would have drawn (seeded only once, it drew the epoch's first numbers again)."""
+
+    def __init__(self, spec, wid, epoch, start, dataset=None, reseed=False):
+        self.spec, self.wid, self.epoch = spec, wid, epoch
         ds = spec.dataset if dataset is None else dataset
         self.dataset = ds
+        state, self.k = start if start is not None else (None, 0)
         if state is not None:
             ds.load_state_dict(state)
-        if spec.reseed:
+        self.reseed = reseed
+        if reseed:
             _pyworker.seed_all(_core.sample_seed(spec.base_seed, epoch, wid))
         self.it = iter(ds)
         self.ended = False
@@ -106,6 +115,9 @@ class _Stream:
                 if self.ended:
                     return ANS_END, None, None
                 items = self.items = []
+                if self.reseed and self.k:  # (batch 0 draws after the seeding at iter())
+                    _pyworker.seed_all(_core.sample_seed(
+                        spec.base_seed, self.epoch, self.k * max(1, spec.n_workers) + self.wid))
             try:
                 while len(items) < k:
                     items.append(next(self.it))
@@ -124,7 +136,8 @@ class _Stream:
             self.items = None
             raise
         self.items = None
-        return ANS_BATCH, batch, st
+        self.k += 1
+        return ANS_BATCH, batch, (st, self.k)
 
 
 def _iter_worker_main(sock, wid, spec):
@@ -141,7 +154,7 @@ def _iter_worker_main(sock, wid, spec):
             gen = pass_no
             state = pickle.loads(_procpool._recv_exact(sock, n)) if n else None
             try:
-                stream = _Stream(spec, wid, epoch, state)
+                stream = _Stream(spec, wid, epoch, state, reseed=spec.reseed)
                 err = None
             except Exception:  # noqa: BLE001 - reported with the first batch request
                 stream = None
@@ -678,10 +691,14 @@ class PyIterLoader(Loader):
                 f"batch) or resume at an epoch boundary with set_epoch()")
         active = self._active
         if active is None:  # between epochs: the next epoch from its start
+            n = len(self._channels)
             return {"format": "stoker-iterable-state", "epoch": self._epoch, "turn": 0,
-                    "batches": 0, "workers": [None] * len(self._channels), "exhausted": []}
+                    "batches": 0, "workers": [None] * n, "drawn": [0] * n, "exhausted": []}
+        # (each worker's: its replica's state and the batches it made, which its seeding needs)
         return {"format": "stoker-iterable-state", "epoch": self._epoch, "turn": self._turn,
-                "batches": self._batches, "workers": list(self._states),
+                "batches": self._batches,
+                "workers": [None if s is None else s[0] for s in self._states],
+                "drawn": [0 if s is None else s[1] for s in self._states],
                 "exhausted": [w for w, a in enumerate(active) if not a]}
 
     def load_state_dict(self, state):
@@ -701,7 +718,15 @@ class PyIterLoader(Loader):
                 f"this loader has {have}: an IterableDataset's position is each worker's "
                 f"replica's, so it resumes with the same num_workers")
         if n != have:
-            state = dict(state, workers=[None] * have, exhausted=[])
+            state = dict(state, workers=[None] * have, drawn=[0] * have, exhausted=[])
+        drawn = state.get("drawn") or [0] * len(state["workers"])  # (a state from before it)
+        if len(drawn) != len(state["workers"]) or not all(
+                type(k) is int and k >= 0 for k in drawn):
+            raise _core.StokerInvalidError(
+                f"this state's \"drawn\" ({drawn!r}) is not one batch count per worker: a "
+                f"corrupt or edited state?")
+        state = dict(state, workers=[None if s is None and not k else (s, k)
+                                     for s, k in zip(state["workers"], drawn)])
         self._epoch = int(state["epoch"])
         self._resume = state
         self._active = None

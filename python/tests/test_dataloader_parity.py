@@ -8,6 +8,7 @@ worker_init_fn seed, the non-batched iterable that keeps ints); the code is this
 The one documented difference: a shuffled order is stoker's permutation of (seed, epoch), not
 the DataLoader's torch.randperm stream, so shuffled runs compare the samples each epoch holds."""
 import collections
+import gc
 import itertools
 import math
 import os
@@ -1230,6 +1231,41 @@ def test_a_loop_keeping_every_batch_loads_each_sample_once(workers):
     # (index 0: the probe's, the epoch's, and the next epoch's read ahead at most)
     assert ds.calls[0] <= 3, ds.calls[0]
     assert all(ds.calls[i] == 1 for i in range(64, 480)), ds.calls
+
+
+def test_batches_released_by_another_thread_between_loading_and_taking():
+    # num_workers=0 and a producer thread feeding a queue whose consumer drops the batches: the
+    # next batch's slot was held when the producer loaded its turn and free when it took it,
+    # "STK_LOADER_CALLER_LOADS: batch 2 is not loaded" (18 of 30 runs). The release between
+    # the two steps is made to happen here every time.
+    loader = mk(Counting(40), "auto", batch_size=8, num_workers=0)
+    assert loader._helper.inline  # (the training thread loads each batch)
+    it = iter(loader)
+    held = [next(it), next(it)]  # both ring slots
+    run = loader._helper.run
+
+    def run_then_released_elsewhere(core):
+        n = run(core)
+        held.clear()
+        gc.collect()
+        return n
+    loader._helper.run = run_then_released_elsewhere
+    assert [b.tolist() for b in it] == [list(range(k, k + 8)) for k in range(16, 40, 8)]
+
+
+def test_worker_init_fn_runs_once_per_worker_thread_through_new_rings():
+    # each new ring (a loop keeping its batches) has new C threads: worker_init_fn ran again on
+    # each (17-34 calls in 3 epochs), so the classic np.random.seed(torch.initial_seed()) kept
+    # resetting NumPy's shared generator to one value
+    calls = []
+    loader = mk(CountedCalls(96), batch_size=4, num_workers=2, executor="thread",
+                worker_init_fn=calls.append)
+    with pytest.warns(RuntimeWarning, match="still holds the batch"):
+        for _ in range(3):
+            assert len(list(loader)) == 24
+    # (worker 0's also ran on the constructing thread, which read the first samples as worker
+    # 0, the generators put back after it: documented)
+    assert sorted(calls) == [0, 0, 1]
 
 
 # ---- torchvision datasets run as Python datasets ----

@@ -1227,8 +1227,8 @@ static PyObject *ProcPool_set_arena(ProcPoolObject *p, PyObject *args)
     unsigned long long base, size;
     if (!PyArg_ParseTuple(args, "iKK:set_arena", &fd, &base, &size))
         return NULL;
-    int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (dup < 0)
+    int dup = fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0); /* (-1: none until the next one) */
+    if (fd >= 0 && dup < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
     pthread_mutex_lock(&p->mu);
     int old = p->arena_fd;
@@ -1498,7 +1498,8 @@ static PyMethodDef ProcPool_methods[] = {
      "ticket, and the ring fields it fills [(name, kind, dtype, shape)]."},
     {"set_arena", (PyCFunction)ProcPool_set_arena, METH_VARARGS,
      "set_arena(fd, base, size): the loader's shared ring (Loader.ring_memory()); workers map "
-     "it before their next ticket."},
+     "it before their next ticket. fd -1: none, tickets wait for the next one (a rebuilt "
+     "loader's ring may lie where the old one was)."},
     {"take_objects", (PyCFunction)ProcPool_take_objects, METH_O,
      "take_objects(keys) -> list: each key's pickled object leaves (None when not kept)."},
     {"take_error", (PyCFunction)ProcPool_take_error, METH_O,
