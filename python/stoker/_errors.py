@@ -63,6 +63,22 @@ def wrapper(where, exc_info=None):
     return _wrapper_class()(exc_info or sys.exc_info(), where)
 
 
+HERE = "in the training thread (no worker)"  # where a sample ran at num_workers=0, for errors
+
+
+def original(where, exc_info=None):
+    """The exception being handled (or exc_info's) itself, for a sample loaded in the training
+    thread (num_workers=0): the DataLoader's main process raises __getitem__'s exception
+    unchanged, so `except MyError as e` and e's attributes work (a wrapper rebuilt it from its
+    message: another type, or RuntimeError, for an exception taking two arguments). A note
+    names the sample."""
+    exc = (exc_info or sys.exc_info())[1]
+    note = f"(stoker: {where})"
+    if note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
+    return exc
+
+
 def wrap_exception(where):
     """(text, pickled wrapper) of the exception being handled: "ValueError: message" for the C
     error message, and the wrapper for the consumer. An exception type that cannot be pickled
@@ -100,7 +116,18 @@ def _exception(w):
 
 
 def reraise(w):
-    """Raise the wrapped exception (w: a wrapper, or its pickle), as the DataLoader does."""
+    """Raise the wrapped exception (w: a wrapper, or its pickle), as the DataLoader does; an
+    exception itself (original()) as it is. The caller passes a list holding it, which this
+    empties: a frame holding the exception its traceback holds is a reference cycle that keeps
+    the training loop's frames (and the ring slots of their batches) alive until the collector
+    runs."""
+    if isinstance(w, list):
+        w = w.pop()
+    if isinstance(w, BaseException):
+        try:
+            raise w
+        finally:
+            w = None
     if isinstance(w, (bytes, bytearray)):
         w = pickle.loads(w)
     raise _exception(w) from None

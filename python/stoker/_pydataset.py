@@ -91,7 +91,7 @@ def loader_class(data):
 
 # ---- the thread executor's runner ----
 
-HERE = "in the training thread (no worker)"  # where a sample ran at num_workers=0, for errors
+HERE = _errors.HERE  # where a sample ran at num_workers=0, for errors
 MEASURED_OBJECTS = 8  # probed samples whose object leaves measure() times at most
 
 class ThreadRunner:
@@ -160,8 +160,9 @@ class ThreadRunner:
         try:
             sample = self.getitem(index)
         except BaseException:  # a KeyboardInterrupt too: raised at next(), as at num_workers=0
-            self._remember(index, _errors.wrapper(
-                f"{where} while loading sample {index} (epoch {epoch})"))
+            self._remember(index, _errors.original(
+                f"{where} while loading sample {index} (epoch {epoch})") if where == HERE else
+                _errors.wrapper(f"{where} while loading sample {index} (epoch {epoch})"))
             raise
         finally:
             self.py_ns += time.perf_counter_ns() - t0
@@ -171,9 +172,13 @@ class ThreadRunner:
     def failed(self, index, epoch, worker, exc_info):
         """The fast path's __getitem__ raised exc_info (it goes on to the consumer); a worker
         number past the threads' is the training thread's (stk_loader_help)."""
-        where = f"in stoker worker thread {worker}" if worker < self.n_workers else HERE
+        if worker >= self.n_workers:  # the training thread's: the exception itself
+            self._remember(index, _errors.original(
+                f"{HERE} while loading sample {index} (epoch {epoch})", exc_info))
+            return
         self._remember(index, _errors.wrapper(
-            f"{where} while loading sample {index} (epoch {epoch})", exc_info))
+            f"in stoker worker thread {worker} while loading sample {index} (epoch {epoch})",
+            exc_info))
 
     def _flatten(self, sample):
         bufs, objects, extras, mask = self.layout.flatten(sample, True)
@@ -679,9 +684,12 @@ class PyLoader(Loader):
             seed = picked.get("seed")
         if seed is None and generator is not None:
             seed = _torchcompat.seed_of(generator)
+        if seed is None and "rank" not in picked and (rank is not None or
+                                                      world_size is not None):
+            seed = 0  # ranks given: one order split among them needs one seed (the default)
         if seed is None:
             seed = _torchcompat.draw_seed()  # as the DataLoader draws its base seed
-        seed = _torchcompat.check_int(seed, "seed", 0) & ((1 << 64) - 1)
+        seed = _torchcompat.check_seed(seed)
         if "rank" in picked:
             rank, world_size = picked["rank"], picked["world"]
         elif rank is None and world_size is None:
@@ -714,11 +722,16 @@ class PyLoader(Loader):
             prefetch = 1 if workers == 0 else 3
         self.prefetch = _torchcompat.check_int(prefetch, "prefetch", 1)
         base_seed = seed
+        # num_workers=0 on a worker process (a dataset drawing random numbers, seeded per
+        # sample there): it loads as the DataLoader's main process, get_worker_info() None and
+        # no worker_init_fn (it answered worker 0 of 1 and ran worker_init_fn(0))
+        spec_n, spec_init = (0, None) if workers == 0 else (n_pool, worker_init_fn)
+        self._num_workers_arg = workers
         pending = None
         writes = None  # an attribute __getitem__ assigned when the probe ran here
         try:
             if want_server:  # the fork server first, while this process is single-threaded
-                spec = _procpool.WorkerSpec(spec_ds, n_pool, base_seed, worker_init_fn, name)
+                spec = _procpool.WorkerSpec(spec_ds, spec_n, base_seed, spec_init, name)
                 pending = _procpool.prepare_server(spec, method)
             # The probe loads and measures no more than the choice reads (_executor.probe_plan):
             # one sample (the layout's) when nothing measured can change it, the GIL meter only
@@ -784,7 +797,7 @@ class PyLoader(Loader):
                 if pending is None:  # num_workers=0 drawing random numbers: one process, whose
                     # server is a fresh interpreter when this process runs threads by now
                     pending = _procpool.prepare_server(
-                        _procpool.WorkerSpec(spec_ds, n_pool, base_seed, worker_init_fn, name),
+                        _procpool.WorkerSpec(spec_ds, spec_n, base_seed, spec_init, name),
                         method)
                 if executor == "auto":
                     no_pickle = no_pickle or pending.unpicklable()
@@ -838,7 +851,7 @@ class PyLoader(Loader):
                 exec_obj = self._pool
                 n_threads = n_pool
                 # what the workers need when the training loop changes the dataset (_renew)
-                self._renew_args = (ds, n_pool, base_seed, worker_init_fn, name)
+                self._renew_args = (ds, n_pool, spec_n, base_seed, spec_init, name)
             else:
                 _pyworker.install_worker_info_hook()
                 # (no worker: no worker_init_fn, as the DataLoader's main process runs none)
@@ -1055,6 +1068,7 @@ class PyLoader(Loader):
             # callers' frames, and with them the loop's last batch, until the collector runs.
             if isinstance(w, tuple):
                 raise _errors.StokerWorkerError(*w) from None
+            w = [w]  # (reraise takes it out: no frame here holds it)
             _errors.reraise(w)
 
     def _worker_error(self, msg):
@@ -1078,6 +1092,29 @@ class PyLoader(Loader):
                 tl = int.from_bytes(blob[:4], "little")
                 return blob[4 + tl:]
         return None
+
+    @property
+    def num_workers(self):
+        """num_workers as given, the DataLoader's attribute (a dataset drawing random numbers
+        at num_workers=0 loads on one worker process, and this said 1); when it was not given,
+        the worker count stoker chose (info()["n_threads"])."""
+        given = self.__dict__.get("_num_workers_arg")
+        return given if given is not None else self.n_threads
+
+    @property
+    def collate_fn(self):
+        """The DataLoader's attribute (default_collate when none was given)."""
+        return self.__dict__.get("_collate_attr")
+
+    @collate_fn.setter
+    def collate_fn(self, fn):
+        # the training thread collates, so one assigned after construction collates the next
+        # batches, as the DataLoader's next iter() takes it (it was silently ignored)
+        if "_collate_attr" in self.__dict__:
+            self._collate_fn = None if _torchcompat.is_default_collate(fn) else fn
+            if self._collate_fn is not None:
+                self._leaf_spec = None  # (the fast path below collates by default_collate's rules)
+        self.__dict__["_collate_attr"] = fn
 
     def _dataset_name_prefix(self):
         return _pyworker.name(self._torch_dataset) + "["
@@ -1253,9 +1290,9 @@ class PyLoader(Loader):
             return
         if self._renew_args is None or (self.persistent_workers and not first):
             return
-        ds, n, base_seed, init_fn, name = self._renew_args
+        ds, n, spec_n, base_seed, init_fn, name = self._renew_args
         try:
-            spec = _procpool.WorkerSpec(as_first_found(ds), n, base_seed, init_fn, name)
+            spec = _procpool.WorkerSpec(as_first_found(ds), spec_n, base_seed, init_fn, name)
             blob = _procpool.pickle_spec(spec)
         except TypeError as e:
             since = "the loader was made" if first else "the last epoch ended"

@@ -494,7 +494,7 @@ class PyIterLoader(Loader):
             seed = _torchcompat.seed_of(generator)
         if seed is None:
             seed = _torchcompat.draw_seed()
-        self.seed = _torchcompat.check_int(seed, "seed", 0) & ((1 << 64) - 1)
+        self.seed = _torchcompat.check_seed(seed)
         auto = executor == "auto"
         if auto:
             executor = "thread" if workers == 0 else "process"

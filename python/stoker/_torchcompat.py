@@ -365,6 +365,12 @@ def seed_of(generator):
     return int(seed_fn()) & ((1 << 64) - 1)
 
 
+def check_seed(seed):
+    """seed= as a 64-bit number: an int from 0 to 2**64 - 1 (larger ones were cut silently,
+    2**64 + 5 reading as 5; torch.manual_seed refuses them)."""
+    return check_int(seed, "seed", 0, (1 << 64) - 1)
+
+
 def draw_seed():
     """A shuffle seed drawn from torch's global RNG, as the DataLoader's RandomSampler draws
     one (so torch.manual_seed makes the order reproducible)."""
@@ -708,8 +714,13 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
         # The DataLoader draws its shuffle from torch's global RNG; stoker's own datasets
         # keep their documented default, seed 0.
         # (so do the random samplers stoker maps onto its order)
+        # ranks given as arguments split one order, so they share the default seed (each
+        # rank drew its own before: the ranks' shares overlapped and some samples were never
+        # read)
         random_order = "order" in picked and picked.get("custom") is None
-        seed = draw_seed() if (torch_dataset is not None and shuffle) or random_order else 0
+        ranks_given = "rank" not in picked and (rank is not None or world_size is not None)
+        seed = draw_seed() if ((torch_dataset is not None and shuffle) or random_order) and \
+            not ranks_given else 0
     if "rank" in picked:
         if rank is not None and rank != picked["rank"] or \
                 world_size is not None and world_size != picked["world"]:

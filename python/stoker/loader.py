@@ -195,6 +195,30 @@ def _pydataset_class(data, kwargs):
     return _PYTHON_DATASETS[1](data)
 
 
+def _remade(cls, data, args, dataset, kwargs):
+    """A loader made again from its arguments (Loader.__reduce__)."""
+    return cls(data, *args, dataset=dataset, **kwargs)
+
+
+def _user_subclass(cls):
+    """Whether `cls` is a subclass of Loader the user wrote (not one of stoker's own)."""
+    return issubclass(cls, Loader) and not cls.__module__.startswith("stoker.")
+
+
+_MIXED = {}
+
+
+def _mixed(cls, sub):
+    """The class of a user's Loader subclass over a Python dataset: the user's class first in
+    its MRO, then stoker's Python-dataset loader `sub` (class MyLoader(stoker.Loader) gave the
+    native loader, which refused every user Dataset)."""
+    key = (cls, sub)
+    if key not in _MIXED:
+        _MIXED[key] = type(cls.__name__, (cls, sub), {"__module__": cls.__module__,
+                                                      "__qualname__": cls.__qualname__})
+    return _MIXED[key]
+
+
 _MAPPED = weakref.WeakSet()  # loaders whose worker threads run Python (map=)
 
 
@@ -275,6 +299,13 @@ class Loader:
     # as the DataLoader refuses it, not accepted silently.
     _SET_ONCE = frozenset(("batch_size", "batch_sampler", "sampler", "drop_last", "dataset",
                            "persistent_workers"))
+    # The DataLoader reads these at each iter(); stoker's workers started with the constructor's
+    # values, so a later assignment, which was silently ignored (loader.timeout = 0.3 never
+    # timed out), is refused too. A Python dataset's collate_fn is the exception: the training
+    # thread collates, and takes a new one (PyLoader.collate_fn).
+    _STARTED_WITH = frozenset(("collate_fn", "timeout", "worker_init_fn", "generator",
+                               "multiprocessing_context", "prefetch_factor", "pin_memory",
+                               "pin_memory_device", "num_workers"))
 
     _resumed = False  # load_state_dict() was called and no pass began since
 
@@ -282,14 +313,18 @@ class Loader:
         if attr in Loader._SET_ONCE and (attr in self.__dict__ or attr == "dataset"):
             raise ValueError(f"{attr} attribute should not be set after stoker.Loader is "
                              f"initialized (as with the DataLoader): create a new Loader")
+        if attr in Loader._STARTED_WITH and (attr in self.__dict__ or attr == "num_workers"):
+            raise ValueError(f"{attr} attribute should not be set after stoker.Loader is "
+                             f"initialized: its workers started with the value the constructor "
+                             f"got; create a new Loader")
         object.__setattr__(self, attr, val)
 
     def __new__(cls, data=None, *args, dataset=None, **kwargs):
         # A Python dataset (its samples come from __getitem__) is a PyLoader (_pydataset.py).
         src = data if data is not None else dataset
         given = dict(kwargs, batch_size=args[0]) if args else kwargs  # (batch_size=None:
-        sub = _pydataset_class(src, given) if cls is Loader else None  # unbatched, in Python)
-        obj = super().__new__(sub or cls)
+        sub = _pydataset_class(src, given) if cls is Loader or _user_subclass(cls) else None
+        obj = super().__new__(cls if sub is None else sub if cls is Loader else _mixed(cls, sub))
         # the arguments, for a second loader that goes on with an ended pass (_LoaderIter)
         object.__setattr__(obj, "_made_with", (cls, data, args, dataset, kwargs))
         return obj
@@ -392,9 +427,7 @@ class Loader:
         if prefetch is None or (isinstance(prefetch, str) and prefetch == "auto"):
             prefetch = _DEFAULT_PREFETCH  # an upper bound when the autotuner runs
         self.prefetch = _check_int(prefetch, "prefetch", 1)
-        seed = _check_int(seed, "seed", 0)
-        if seed >= 1 << 64:
-            raise _core.StokerInvalidError(f"seed should fit in 64 bits, but got seed={seed}")
+        seed = _torchcompat.check_seed(seed)
         if on_error not in ("raise", "skip"):
             raise _core.StokerInvalidError(f"on_error should be 'raise' or 'skip', but got "
                                            f"on_error={on_error!r}")
@@ -670,6 +703,17 @@ class Loader:
                 at += k
             return {"batch_sampler": batches}
         return {"sampler": flat}
+
+    def __reduce__(self):
+        """copy.copy, copy.deepcopy and pickle give a new loader made with this one's arguments
+        and the seed it took, from epoch 0 (they copied this one's C loader before: the copy's
+        pass ended the original's, whose iterator started the epoch over, and pickle failed on
+        it)."""
+        cls, data, args, dataset, kwargs = self._made_with
+        kwargs = dict(kwargs)
+        if kwargs.get("seed") is None and kwargs.get("generator") is None:
+            kwargs["seed"] = getattr(self, "seed", None)
+        return _remade, (cls, data, args, dataset, kwargs)
 
     def _second_loader(self, overrides):
         """A loader made with this one's arguments and `overrides` (_rest_overrides; no trace

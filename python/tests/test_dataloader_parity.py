@@ -12,6 +12,7 @@ import gc
 import itertools
 import math
 import os
+import pickle
 import warnings
 
 import numpy as np
@@ -589,6 +590,96 @@ def test_distributed_sampler_covers_the_same_samples():
         mine += torch.cat(got).tolist()
         theirs += torch.cat(want).tolist()
     assert sorted(mine) == sorted(theirs)
+
+
+class CountingLoader(stoker.Loader):
+    """A user's Loader subclass (the timm and Lightning habit), counting the batches it yields."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.yielded = 0
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            self.yielded += 1
+            yield batch
+
+
+def test_a_subclass_of_loader_runs_python_datasets():
+    # class MyLoader(stoker.Loader) took the native loader, which refused every user Dataset
+    # ("its samples come from Python code"), and executor= was an unexpected keyword
+    loader = CountingLoader(Counting(10), batch_size=4, executor="thread",
+                            collate_fn=lambda b: sum(b))
+    assert list(loader) == [6, 22, 17] and loader.yielded == 3
+    assert isinstance(loader, CountingLoader) and type(loader).__name__ == "CountingLoader"
+    stream = CountingLoader(torch.utils.data.TensorDataset(torch.arange(5)), batch_size=2)
+    assert [b[0].tolist() for b in stream] == [[0, 1], [2, 3], [4]]
+    loader.close()
+    stream.close()
+
+
+def test_attributes_assigned_after_construction():
+    # collate_fn collates the next batches (the training thread collates; it was ignored);
+    # what the workers started with is refused, not ignored (loader.timeout = 0.3 never fired)
+    loader = mk(Counting(10), batch_size=4, num_workers=2)
+    assert [b.tolist() for b in loader][0] == [0, 1, 2, 3]
+    loader.collate_fn = len
+    assert list(loader) == [4, 4, 2]
+    loader.collate_fn = torch.utils.data.default_collate
+    assert [b.tolist() for b in loader][-1] == [8, 9]
+    for attr, value in (("timeout", 0.3), ("num_workers", 0), ("worker_init_fn", print),
+                        ("pin_memory", True), ("generator", torch.Generator())):
+        with pytest.raises(ValueError, match=f"{attr} attribute should not be set after"):
+            setattr(loader, attr, value)
+    assert loader.num_workers == 2
+    native = stoker.Loader(torch.utils.data.TensorDataset(torch.arange(4)), batch_size=2)
+    with pytest.raises(ValueError, match="collate_fn attribute should not be set after"):
+        native.collate_fn = len  # (collated in C: refused)
+    native.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_copies_and_pickles_are_loaders_of_their_own(workers):
+    # copy.copy shared the C loader: the copy's pass ended the original's, whose iterator then
+    # gave the epoch from its start (samples 0-3 twice); deepcopy and pickle raised TypeError,
+    # and a copy of a deleted loader said "the loader is closed"
+    import copy
+    ds = torch.utils.data.TensorDataset(torch.arange(18))
+    want = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15], [16, 17]]
+    loader = stoker.Loader(ds, batch_size=4, num_workers=workers, shuffle=True)
+    order = [b[0].tolist() for b in loader]
+    for other in (copy.copy(loader), copy.deepcopy(loader), pickle.loads(pickle.dumps(loader))):
+        assert [b[0].tolist() for b in other] == order  # (the seed it took: the same order)
+        other.close()
+    loader.close()
+    plain = stoker.Loader(ds, batch_size=4, num_workers=workers)
+    it = iter(plain)
+    assert next(it)[0].tolist() == want[0]
+    dup = copy.copy(plain)
+    assert [b[0].tolist() for b in dup] == want
+    assert [b[0].tolist() for b in it] == want[1:]  # the original's pass goes on
+    kept = copy.copy(plain)
+    del plain, it
+    gc.collect()
+    assert [b[0].tolist() for b in kept] == want
+    kept.close()
+    dup.close()
+
+
+def test_ranks_given_as_arguments_share_the_default_seed():
+    # rank= and world_size= with shuffle=True and no seed: each rank drew its seed from its
+    # own torch generator, so the ranks shuffled differently and their shares overlapped (7-12
+    # of 33 samples read twice, others never); they now take the documented default, 0
+    got = []
+    for rank in range(2):
+        torch.manual_seed(100 + rank)  # (the ranks' generators as they happen to be)
+        loader = mk(Counting(33), batch_size=4, shuffle=True, rank=rank, world_size=2)
+        assert loader.seed == 0
+        got += [int(v) for b in loader for v in b]
+    assert len(got) == 34 and set(got) == set(range(33))  # (one padded)
+    for bad in (2 ** 64, -1, 1.5):
+        with pytest.raises(stoker.StokerInvalidError, match="seed"):
+            mk(Counting(4), batch_size=2, seed=bad)
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)

@@ -585,3 +585,39 @@ def test_iterable_longer_than_its_len(executor):
         got_w = [str(w.message) for w in caught if "Length of IterableDataset" in str(w.message)]
     assert got == want == [[0, 1], [2, 3], [4, 5], [6]]
     assert len(want_w) >= 1 and len(got_w) >= 1
+
+
+class Missing(Exception):
+    """An exception class of the user's taking two arguments, kept as attributes."""
+
+    def __init__(self, path, index):
+        super().__init__(path, index)
+        self.path, self.index = path, index
+
+
+class MissingFifth(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5:
+            raise Missing(f"/data/img{i}.jpg", i)
+        return i
+
+
+def test_num_workers_0_raises_the_exception_of_getitem_itself():
+    # The DataLoader's main process raises __getitem__'s exception unchanged; stoker rebuilt it
+    # from its message (a RuntimeError for this two-argument class, so `except Missing` missed
+    # it). It is now the exception itself, with a note naming the sample.
+    def caught(loader):
+        try:
+            for _ in loader:
+                pass
+        except Missing as e:
+            return type(e), e.args, e.path, e.index, getattr(e, "__notes__", [])
+        return None
+    want = caught(DataLoader(MissingFifth(), batch_size=2))
+    got = caught(mk(MissingFifth(), "auto", batch_size=2, num_workers=0))
+    assert got[:4] == want[:4] == (Missing, ("/data/img5.jpg", 5), "/data/img5.jpg", 5)
+    assert got[4] == ["(stoker: in the training thread (no worker) while loading sample 5 "
+                      "(epoch 0))"]
