@@ -858,7 +858,8 @@ class PyLoader(Loader):
                 init_fn = worker_init_fn if choice.workers else None
                 self._runner = ThreadRunner(ds, layout, choice.workers, base_seed, init_fn,
                                             self._capacity(ring_batch),
-                                            kept if init_fn is None else None)
+                                            kept if init_fn is None and not (
+                                                p.uses_rng and not self.reseed) else None)
                 exec_obj = _core.ThreadExec(self._runner, fields)
                 fast = (self._runner.getitem, layout.fast_plan(), self._runner._flatten,
                         self._runner.failed)

@@ -187,3 +187,14 @@ def test_seedwatch_says_which_call_drew():
     finally:
         random.setstate(state[0])
         np.random.set_state(state[1])
+
+
+def test_reseed_off_on_threads_draws_no_sample_twice():
+    # The probe puts the generators back after the first sample; with reseed=False its kept
+    # sample was then delivered and the thread's next sample drew the same numbers again
+    # (samples 0 and 1 equal, 3 of 3 runs). A kept sample that drew is loaded again instead.
+    loader = stoker.Loader(Draws(), batch_size=4, num_workers=1, executor="thread",
+                           reseed=False)
+    got = samples(loader)
+    loader.close()
+    assert len(got) == 24 and len(set(got.values())) == 24
