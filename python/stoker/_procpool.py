@@ -443,11 +443,16 @@ def pickle_spec(spec):
     try:
         return _dumps_spec(spec)
     except Exception as e:
+        text = str(e)
+        # (a lambda or a local function is told to move to module level: "open lazily" was
+        # off target for it)
+        fix = ("define the functions it holds at module level (not lambdas or functions local "
+               "to another)" if "<lambda>" in text or "<locals>" in text else
+               "open files and handles lazily in __getitem__")
         raise TypeError(f"the worker processes are started by stoker's fork server, which "
                         f"needs the dataset and worker_init_fn pickled (it was started before "
                         f"this dataset existed), and pickling failed: {type(e).__name__}: {e}. "
-                        f"Open files and handles lazily in __getitem__, or use "
-                        f"executor='thread'") from e
+                        f"To run it on worker processes, {fix}; or use executor='thread'") from e
 
 
 def _close_fork_server(fs, pid):

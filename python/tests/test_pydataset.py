@@ -1853,7 +1853,9 @@ def test_auto_takes_threads_for_a_dataset_that_does_not_pickle():
         assert loader.info()["executor"] == "thread"
         assert "lambda" in loader.info()["executor_reason"]
         assert sorted(int(v) for b in loader for v in b) == [2 * i for i in range(20)]
-    with pytest.raises(TypeError, match="pickling failed"):
+    # (the fix named is the lambda's: it was "open files and handles lazily")
+    with pytest.raises(TypeError, match="pickling failed.*define the functions it holds at "
+                                        "module level"):
         stoker.Loader(DrawsUnpicklable(), batch_size=4, num_workers=2, executor="process")
 
 
