@@ -45,6 +45,22 @@ def _batch_size(batch):
     return None
 
 
+SMALL_MOVE = 50e6  # bytes/s: batches moved slower than this are bound by their count
+
+
+def _transfer_fix(nbytes, batch_size, transfer):
+    """What helps a DataLoader whose batches' hand-over is the limit: fewer bytes when it moves
+    many (the bytes are the cost), larger batches when it moves few (each batch's fixed cost:
+    a 1 KB batch was told to move fewer bytes)."""
+    if nbytes and batch_size and transfer:
+        moved = nbytes * transfer / batch_size
+        if moved < SMALL_MOVE:
+            return (f"Its batches move only {moved / 1e6:.2f} MB/s, so each batch's fixed cost "
+                    f"({1e3 * batch_size / transfer:.2f} ms to hand over, whatever its size) is "
+                    f"what limits it: use larger batches")
+    return "Move fewer bytes per sample (uint8 instead of float32 is 4x fewer)"
+
+
 def batch_bytes(batch):
     """Bytes of the arrays in a batch (tensors, numpy arrays, nested in dicts, lists and
     tuples), or None when it holds none: what a DataLoader moves between processes per batch."""
@@ -506,7 +522,12 @@ def _python_lines(prof, kind, cur_rate_word):
     if kind == "torch" and best_w > 0 and _map_style(prof.iterable):
         transfer = _transfer_rate(prof, best_w)
         c["transfer_samples_per_s"], c["transfer_workers"] = transfer, best_w
-    name, cap = _costs.limit(kind, best, transfer, per_s, cpu if wall is not None else None,
+    # (the CPU share from the measurement that gave it, scaled to per_s: stoker's per_s is
+    # stats()["python_s"], which counts waits for the GIL, so its own CPU time against it read a
+    # __getitem__ on a CPU 83% of its time as one that waits)
+    share = c.get("getitem_cpu_share") if wall is not None else None
+    cpu_s = share * per_s if share is not None and per_s else None
+    name, cap = _costs.limit(kind, best, transfer, per_s, cpu_s,
                              c.get("gil_share"), c.get("executor"), best_w, _cpus())
     c["limit"], c["limit_samples_per_s"] = name, cap
     out = []
@@ -520,7 +541,7 @@ def _python_lines(prof, kind, cur_rate_word):
                    f"{prof.batch_size or '?'} samples) arrive at only {transfer:.0f} samples/s at "
                    f"{word}={best_w}, against {best:.0f} with yours: each batch is copied by the "
                    f"worker's collate into /dev/shm and its handles pickled to the main process"
-                   f"{own}. Move fewer bytes per sample (uint8 instead of float32 is 4x fewer), "
+                   f"{own}. {_transfer_fix(c.get('batch_bytes'), prof.batch_size, transfer)}, "
                    f"or use a loader that writes each sample once into shared batch memory "
                    f"(stoker.Loader(dataset, ...))")
     elif name == "gil":

@@ -553,6 +553,25 @@ def test_dataloader_moving_batches_is_named_as_the_limit(monkeypatch):
     assert "python: executor process; __getitem__ 1.00 ms per sample (5% on a CPU)" in str(p)
 
 
+class Tiny(Big):
+    """24-byte samples: a batch of 32 is under 1 KB."""
+
+    def __getitem__(self, i):
+        return torch.zeros(4), i
+
+
+def test_a_transfer_limit_of_tiny_batches_asks_for_larger_batches(monkeypatch):
+    """The same limit over 768-byte batches is their count, not their bytes: the advice was
+    "Move fewer bytes per sample (uint8 instead of float32 ...)" for a 1 KB batch."""
+    p = _bound_profile(DataLoader(Tiny(), batch_size=32, num_workers=2))
+    _fake_rates(monkeypatch, {1: 90.0, 2: 120.0, 4: 160.0, 8: 158.0}, {4: 170.0})
+    advice = " ".join(p.advice)
+    assert p.costs["limit"] == "transfer", (p.costs, p.advice)
+    assert "Move fewer bytes" not in advice
+    assert "each batch's fixed cost (188.24 ms to hand over, whatever its size)" in advice
+    assert "use larger batches" in advice
+
+
 def test_dataloader_waiting_work_sweeps_past_twice_the_cores(monkeypatch):
     dl = DataLoader(Big(), batch_size=32, num_workers=2)
     p = _bound_profile(dl, steps=20)
@@ -618,6 +637,16 @@ def test_stoker_python_costs_read_when_present_and_absent(monkeypatch):
     assert p.costs["limit"] == "gil" and sorted(p.sweep) == [1, 2, 4], (p.costs, p.advice)
     assert "holds the GIL 50% of its 2.00 ms" in advice and "executor='process'" in advice
     assert "at most 1000 samples/s whatever num_workers (950 measured)" in advice
+    # a computing __getitem__ whose stats time counts waits for the GIL (6 ms a sample against
+    # its 1 ms alone, 83% of that on a CPU) is named as computing: it read as "getitem_wait"
+    busy = _FakeStoker({"executor": "process", "executor_reason": ""},
+                       {"python_s": 6.0, "python_samples": 1000, "gil_share": 0.9})
+    busy.dataset = object()
+    monkeypatch.setattr(_advice, "_sample_cost", lambda ds: (1e-3, 0.83e-3))
+    p = _bound_profile(busy)
+    advice = " ".join(p.advice)
+    assert p.costs["limit"] == "getitem_cpu", (p.costs, advice)
+    assert "6.00 ms in __getitem__, 83% of it on a CPU" in advice
     # absent keys: a native loader, nothing about Python
     bare = _FakeStoker({}, {})
     p = _bound_profile(bare)
