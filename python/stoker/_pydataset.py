@@ -181,7 +181,12 @@ class ThreadRunner:
             exc_info))
 
     def _flatten(self, sample):
-        bufs, objects, extras, mask = self.layout.flatten(sample, True)
+        layout = self.layout
+        if layout.whole:  # (the sample itself, for a collate_fn: no walk)
+            key = next(self.keys)
+            self.table[key % self.cap] = (key, [sample], {})
+            return self.none, key, 0
+        bufs, objects, extras, mask = layout.flatten(sample, True)
         key = 0
         if objects or mask:
             key = next(self.keys)
@@ -1136,7 +1141,7 @@ class PyLoader(Loader):
         empty = [None] * self._layout.n_objects
         if not keys.any():
             return [empty] * n, [None] * n
-        keys = [int(k) for k in keys]
+        keys = keys.tolist()
         # A batch handed back by a KeyboardInterrupt comes again with its rows' objects already
         # taken from the table: they are kept here (as taken) until the next batch is taken.
         # Asked by the batch's first keyed row: a row with nothing beside it has key 0 in every
@@ -1145,18 +1150,16 @@ class PyLoader(Loader):
         if next(k for k in keys if k) not in taken:
             got = self._runner.take(keys) if self._runner is not None else \
                 self._pool_objects(keys)
-            self._taken = taken = {k: g for k, g in zip(keys, got) if k}
-        got = [taken.get(k) for k in keys]
-        objects, extras = [], []
-        for r in range(n):
-            g = got[r]
-            if keys[r] and g is None:
+            self._taken = {k: g for k, g in zip(keys, got) if k}
+        else:
+            got = [taken.get(k) for k in keys]
+        for r, (k, g) in enumerate(zip(keys, got)):
+            if k and g is None:
                 raise _core.StokerStateError(
                     f"row {r} of the batch lost its object leaves (more batches were prepared "
                     f"than the object table holds); please report this")
-            objects.append(empty if g is None else g[0])
-            extras.append(None if g is None else g[1])
-        return objects, extras
+        return ([empty if g is None else g[0] for g in got],
+                [None if g is None else g[1] for g in got])
 
     def _pool_objects(self, keys):
         """Per key, the (objects, extras) the worker processes kept, or those of a row the

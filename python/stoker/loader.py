@@ -306,17 +306,19 @@ class Loader:
     _STARTED_WITH = frozenset(("collate_fn", "timeout", "worker_init_fn", "generator",
                                "multiprocessing_context", "prefetch_factor", "pin_memory",
                                "pin_memory_device", "num_workers"))
+    _GUARDED = _SET_ONCE | _STARTED_WITH
 
     _resumed = False  # load_state_dict() was called and no pass began since
 
     def __setattr__(self, attr, val):
-        if attr in Loader._SET_ONCE and (attr in self.__dict__ or attr == "dataset"):
-            raise ValueError(f"{attr} attribute should not be set after stoker.Loader is "
-                             f"initialized (as with the DataLoader): create a new Loader")
-        if attr in Loader._STARTED_WITH and (attr in self.__dict__ or attr == "num_workers"):
-            raise ValueError(f"{attr} attribute should not be set after stoker.Loader is "
-                             f"initialized: its workers started with the value the constructor "
-                             f"got; create a new Loader")
+        if attr in Loader._GUARDED:  # (one lookup for the attributes set at every batch)
+            if attr in Loader._SET_ONCE and (attr in self.__dict__ or attr == "dataset"):
+                raise ValueError(f"{attr} attribute should not be set after stoker.Loader is "
+                                 f"initialized (as with the DataLoader): create a new Loader")
+            if attr in self.__dict__ or attr == "num_workers":
+                raise ValueError(f"{attr} attribute should not be set after stoker.Loader is "
+                                 f"initialized: its workers started with the value the "
+                                 f"constructor got; create a new Loader")
         object.__setattr__(self, attr, val)
 
     def __new__(cls, data=None, *args, dataset=None, **kwargs):
