@@ -21,6 +21,7 @@ import os
 import pickle
 import stat
 import sys
+import types
 
 WALK_DEPTH = 3  # how deep below the dataset objects are looked at (Subset -> dataset -> file)
 
@@ -196,10 +197,25 @@ def dispatch_table():
     return _TABLE
 
 
-def pickler(file, shared=None):
+class _Naming(pickle.Pickler):
+    """A pickler that notes each class and function it pickles by name (in `named`)."""
+
+    def __init__(self, file, named):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.named = named
+
+    def reducer_override(self, obj):
+        if isinstance(obj, (type, types.FunctionType)):
+            self.named.append(obj)
+        return NotImplemented
+
+
+def pickler(file, shared=None, named=None):
     """A pickler (the highest protocol) with dispatch_table(), and with `shared` (a
-    _memnpy.Shared) large numpy arrays and torch tensors through its memory files."""
-    p = pickle.Pickler(file, protocol=pickle.HIGHEST_PROTOCOL)
+    _memnpy.Shared) large numpy arrays and torch tensors through its memory files; with `named`
+    (a list), the classes and functions it pickles by name are appended to it."""
+    p = pickle.Pickler(file, protocol=pickle.HIGHEST_PROTOCOL) if named is None else \
+        _Naming(file, named)
     p.dispatch_table = dispatch_table()
     if shared is not None:
         p.dispatch_table = dict(p.dispatch_table)
@@ -207,9 +223,9 @@ def pickler(file, shared=None):
     return p
 
 
-def dumps(obj, shared=None):
+def dumps(obj, shared=None, named=None):
     """pickle.dumps(obj) with read-only files pickled by path and position (and, with `shared`,
-    large arrays through memory files)."""
+    large arrays through memory files; with `named`, the classes and functions it names)."""
     f = io.BytesIO()
-    pickler(f, shared).dump(obj)
+    pickler(f, shared, named).dump(obj)
     return f.getvalue()

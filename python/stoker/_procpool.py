@@ -134,8 +134,47 @@ class ForkServer:
         self.pid, self.sock, self.how = pid, sock, how
         self.lock = threading.Lock()
         self.main_prep = True  # (a fresh interpreter: whether it imports the main script)
+        self.known = _known_now()  # what this process's classes and modules were at its start
         self.servers = weakref.WeakSet()  # the worker servers it forked, while their loaders live
         self.served = False  # whether it forked one (it then goes lean after its last worker)
+
+    def stale(self, named):
+        """Why the classes and functions a spec names (`named`, _holds.dumps') would be other
+        code in this fork server than in this process, or None. The DataLoader forks its workers
+        at each iter(), so they run the code as it is; stoker's fork server holds what it started
+        with, so a class redefined in a notebook cell since, or a module edited and reloaded,
+        ran the old code in the workers (from the first batch after the probe's)."""
+        main = sys.modules.get("__main__")
+        ids, started, top = self.known
+        lean = self.how != "fork" or self.is_lean
+        seen_modules = set()
+        for obj in {id(o): o for o in named}.values():
+            mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+            name = qual.split(".")[0]
+            if mod == "__main__":
+                if lean and self.main_prep and name not in top:  # (it imports the script again)
+                    return (f"{qual} is defined in the main program but not at the top of its "
+                            f"script file (a cell run by exec, or code typed in), so stoker's "
+                            f"fork server, a fresh interpreter that imports the script again, "
+                            f"does not have it")
+                if not lean and ids.get(name) != id(getattr(main, name, None)):
+                    return (f"{qual} was defined or redefined in the main program after "
+                            f"stoker's fork server started (a later notebook cell), so worker "
+                            f"processes forked from it would run its old code (or none)")
+                continue
+            if mod in seen_modules:
+                continue
+            seen_modules.add(mod)
+            path = getattr(sys.modules.get(mod), "__file__", None)
+            try:
+                changed = path is not None and os.path.getmtime(path) > started
+            except OSError:
+                changed = False
+            if changed:
+                return (f"module {mod} ({path}) changed after stoker's fork server started "
+                        f"(edited, and reloaded here?), so worker processes forked from it "
+                        f"could run its old code")
+        return None
 
     def forget(self, token):
         """Drop the spec inherited under `token` (no worker server will be asked for)."""
@@ -235,8 +274,9 @@ class Pending:
         pickled now (kept for start()); else why it cannot."""
         if self.token:
             return None
+        named = []
         try:
-            self.blob = pickle_spec(self.spec)
+            self.blob = pickle_spec(self.spec, named)
         except TypeError as e:
             cause = e.__cause__
             return (f"its dataset or worker_init_fn does not pickle ({type(cause).__name__}: "
@@ -255,7 +295,7 @@ class Pending:
                     f"threads can deadlock). Define the dataset in a module (a .py file beside "
                     f"the notebook) and import it, or guard the script's work with "
                     f"`if __name__ == \"__main__\":`")
-        return None
+        return self.fs.stale(named) if self.fs is not None else None
 
     def start(self, probed_here=False):
         """The worker server (forked by the fork server now, or spawned). probed_here: the
@@ -265,7 +305,14 @@ class Pending:
         lean one gets this process's copy, pickled then (spec_sender)."""
         if self.method == "spawn":
             return _spawn_server(self.spec, self.blob)
-        blob = b"" if self.token else self.blob or pickle_spec(self.spec)
+        blob = b"" if self.token else self.blob
+        if not self.token and not blob:  # (executor="process": unpicklable() was not asked)
+            named = []
+            blob = pickle_spec(self.spec, named)
+            why = self.fs.stale(named)
+            if why is not None:
+                raise TypeError(f"the worker processes cannot run this dataset: {why}; or use "
+                                f"executor='thread'")
         keep = bool(self.token and probed_here and self.fs.how == "fork" and
                     not _server._check(self.spec)[0])
         # a fork of this process (lean by now, or not) answers whether it took the spec on the
@@ -305,6 +352,13 @@ def warn_threads_instead(name, why):
     processes (`why`: Pending.unpicklable()'s text), pointing at the loader's construction."""
     warnings.warn(f"stoker.Loader: {name} runs on worker threads, not worker processes: {why}",
                   RuntimeWarning, stacklevel=3)
+
+
+def cheap_to_prepare(method):
+    """Whether prepare_server(method) costs little now: multiprocessing's spawn (started later),
+    a fork of this process (single-threaded), or a fork server it has; not a fresh interpreter
+    (~0.9 s importing torch)."""
+    return method == "spawn" or _FS is not None or thread_count() == 1
 
 
 def prepare_server(spec, method):
@@ -416,14 +470,14 @@ def spec_sender(spec, renewed=None):
 _SHARED = weakref.WeakKeyDictionary()  # spec -> _memnpy.Shared: its large arrays' memory files
 
 
-def _dumps_spec(spec):
+def _dumps_spec(spec, named=None):
     """The spec pickled for a worker server or a worker, its large arrays and tensors through
     memory files that live as long as the spec (the loader): written once, shared by every
-    worker (_memnpy.Shared)."""
+    worker (_memnpy.Shared). `named`: a list that gets the classes and functions it names."""
     shared = _SHARED.get(spec)
     if shared is None:
         shared = _SHARED[spec] = _memnpy.Shared()
-    return _holds.dumps(spec, shared)
+    return _holds.dumps(spec, shared, named)
 
 
 def _main_defined(spec):
@@ -437,11 +491,11 @@ def _main_defined(spec):
         "a class or function its dataset holds is"
 
 
-def pickle_spec(spec):
+def pickle_spec(spec, named=None):
     """The spec pickled for the worker processes; a TypeError (its cause the pickling error)
-    that says what to do when it does not pickle."""
+    that says what to do when it does not pickle. `named`: as _dumps_spec's."""
     try:
-        return _dumps_spec(spec)
+        return _dumps_spec(spec, named)
     except Exception as e:
         text = str(e)
         # (a lambda or a local function is told to move to module level: "open lazily" was
@@ -473,12 +527,33 @@ def _close_fork_server(fs, pid):
             pass
 
 
+def _known_now():
+    """(ids of __main__'s classes and functions, the time, the top-level names of the main
+    script's file) as a fork server started now has them (ForkServer.stale)."""
+    import types
+    main = sys.modules.get("__main__")
+    ids = {k: id(v) for k, v in vars(main).items()
+           if isinstance(v, (type, types.FunctionType))} if main is not None else {}
+    top = set()
+    path = getattr(main, "__file__", None)
+    try:
+        import ast
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for node in ast.parse(f.read()).body:
+                if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    top.add(node.name)
+    except (OSError, TypeError, SyntaxError, ValueError):
+        pass
+    return ids, time.time(), top
+
+
 def _start_fork_server():
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # (before anything a Ctrl-C could cut)
         code = 0
         try:
             a.close()
@@ -502,8 +577,11 @@ def _start_fresh_fork_server():
             "from stoker._procpool import _fresh_fork_server_main; "
             "_fresh_fork_server_main(socket.socket(fileno=%d))" % (sys.path, preload,
                                                                    b.fileno()))
+    # (a session of its own: a Ctrl-C at the terminal, which signals the whole foreground
+    # process group, reached it while it imported torch and ended it, so later loaders found it
+    # gone; it ends when this process closes its socket, as before)
     proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=[b.fileno()],
-                            close_fds=True)
+                            close_fds=True, start_new_session=True)
     b.close()
     prep = _main_preparation()
     a.sendall(struct.pack("<I", len(prep)) + prep)

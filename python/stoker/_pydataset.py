@@ -710,8 +710,13 @@ class PyLoader(Loader):
         found_files = _holds.read_files(spec_ds)
         files = _files_text(found_files)
         method = self._start_method(multiprocessing_context)
-        want_server = executor == "process" or (executor == "auto" and workers != 0 and
-                                                 (unsafe is None or method == "spawn"))
+        # ("auto" prepares the fork server before the probe only where that is cheap: a fork
+        # while this process is single-threaded, or one it has; in a process running threads
+        # (a notebook kernel) it would be a fresh interpreter importing torch, ~0.9 s and ~230 MB
+        # kept even when threads are chosen; it is started after the choice instead)
+        want_server = executor == "process" or (
+            executor == "auto" and workers != 0 and (unsafe is None or method == "spawn") and
+            _procpool.cheap_to_prepare(method))
         if executor == "process" and unsafe and method == "fork":
             raise _core.StokerInvalidError(
                 f"executor='process': {name} holds {unsafe}, which cannot be used in a forked "

@@ -1922,6 +1922,60 @@ def test_a_threaded_parent_with_the_dataset_in_the_main_program(tmp_path):
     assert r.stdout.strip() == "process True []", r.stdout
 
 
+def test_code_changed_after_the_fork_server_started_never_runs_old(tmp_path):
+    """A class redefined in a later notebook cell (here a python -c program), or a module edited
+    and reloaded, while an earlier loader keeps the fork server: its worker processes ran the
+    old code (all of the second loader's samples with executor='process', all but the probe's
+    first batch with 'auto'), where the DataLoader, forking at iter(), runs the new. Now "auto"
+    takes threads with a RuntimeWarning saying why, and executor='process' raises TypeError."""
+    mod = tmp_path / "edited_ds.py"
+    code = textwrap.dedent("""
+        import importlib, random, sys, warnings
+        import torch, stoker
+        from torch.utils.data import Dataset
+        sys.path.insert(0, %r)
+        warnings.simplefilter("always")
+        SRC = ("import random, torch\\nfrom torch.utils.data import Dataset\\n"
+               "class DS(Dataset):\\n    def __len__(self): return 8\\n"
+               "    def __getitem__(self, i): return torch.tensor([VERSION + 0 * random.random()])\\n")
+        with open(%r, "w") as f:
+            f.write(SRC.replace("VERSION", "1"))
+        import edited_ds
+
+        class DS(Dataset):
+            def __len__(self): return 8
+            def __getitem__(self, i): return torch.tensor([1 + 0 * random.random()])
+
+        def values(loader):
+            return sorted({float(v) for b in loader for v in b})
+        def run(make, ex):
+            with warnings.catch_warnings(record=True) as w:
+                try:
+                    loader = stoker.Loader(make(), batch_size=4, num_workers=2, executor=ex)
+                except TypeError as e:
+                    return f"TypeError:{'after stoker' + chr(39) + 's fork server started' in str(e)}"
+                said = any("after stoker's fork server started" in str(x.message) for x in w)
+                return f"{loader.info()['executor']}:{values(loader)}:{said}"
+        first = stoker.Loader(DS(), batch_size=4, num_workers=2, executor="process")
+        other = stoker.Loader(edited_ds.DS(), batch_size=4, num_workers=2, executor="process")
+        print(values(first), values(other), run(DS, "process"))  # unchanged: processes
+        class DS(Dataset):
+            def __len__(self): return 8
+            def __getitem__(self, i): return torch.tensor([2 + 0 * random.random()])
+        print(run(DS, "auto"), run(DS, "process"))
+        with open(%r, "w") as f:
+            f.write(SRC.replace("VERSION", "3"))
+        importlib.reload(edited_ds)
+        print(run(edited_ds.DS, "auto"), run(edited_ds.DS, "process"))
+        """) % (str(tmp_path), str(mod), str(mod))
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split("\n")[:3] == [
+        "[1.0] [1.0] process:[1.0]:False",
+        "thread:[2.0]:True TypeError:True",
+        "thread:[3.0]:True TypeError:True"], (r.stdout, r.stderr[-2000:])
+
+
 def test_a_threaded_unguarded_script_runs_once_and_its_iterable_on_threads(tmp_path):
     """A script without a __main__ guard that only mentions both names (logging.getLogger(
     __name__), "__main__" in a comment), whose process already runs a thread: its body runs
