@@ -79,6 +79,25 @@ def _collate(spec, items):
     return _default_collate(torch)(items)
 
 
+def _epoch_worker_info(spec, wid, epoch, dataset):
+    """get_worker_info() with a seed of epoch `epoch`'s: the DataLoader's workers, started anew
+    at each epoch, get a new one each epoch, and an IterableDataset that shuffles its shards with
+    random.Random(get_worker_info().seed) got the same order every epoch from stoker's
+    persistent workers. Epoch 0 keeps the loader's seed + worker id."""
+    tls = _pyworker.TLS
+    on_thread = getattr(tls, "info", None) is not None
+    if not on_thread:
+        from torch.utils.data._utils import worker as tw
+        if tw._worker_info is None:  # (num_workers=0: none, as in the main process)
+            return
+    base = _core.sample_seed(spec.base_seed, epoch, (1 << 63) - 1) if epoch else spec.base_seed
+    info = _pyworker.worker_info(wid, spec.n_workers, (base + wid) & ((1 << 64) - 1), dataset)
+    if on_thread:
+        tls.info = info
+    else:
+        tw._worker_info = info
+
+
 class _Stream:
     """One worker's iteration of its replica: next batch, end, or an exception.
 
@@ -94,6 +113,7 @@ class _Stream:
         ds = spec.dataset if dataset is None else dataset
         self.dataset = ds
         state, self.k = start if start is not None else (None, 0)
+        _epoch_worker_info(spec, wid, epoch, ds)
         if state is not None:
             ds.load_state_dict(state)
         self.reseed = reseed

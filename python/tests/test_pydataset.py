@@ -2217,6 +2217,33 @@ def test_a_resumed_iterable_draws_what_it_would_have_drawn():
     again.close()
 
 
+class ShuffledShards(IterableDataset):
+    """Shuffles its worker's shard with random.Random(get_worker_info().seed), the usual way."""
+
+    def __iter__(self):
+        info = get_worker_info()
+        shard = list(range(info.id, 40, info.num_workers))
+        random.Random(info.seed).shuffle(shard)
+        return iter(shard)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_worker_info_seed_changes_with_the_epoch(executor):
+    # The DataLoader's workers, started anew each epoch, get a new seed each epoch; stoker's
+    # persistent workers kept theirs, so this shuffle was the same every epoch
+    loader = stoker.Loader(ShuffledShards(), batch_size=4, num_workers=2, executor=executor)
+    orders = [[int(v) for b in loader for v in b] for _ in range(3)]
+    assert all(sorted(o) == list(range(40)) for o in orders)
+    assert orders[0] != orders[1] and orders[1] != orders[2]
+    again = stoker.Loader(ShuffledShards(), batch_size=4, num_workers=2, executor=executor,
+                          seed=loader.seed)
+    assert [int(v) for b in again for v in b] == orders[0]  # (a function of the seed)
+    again.set_epoch(2)
+    assert [int(v) for b in again for v in b] == orders[2]
+    loader.close()
+    again.close()
+
+
 class QuietShards(Shards):
     """Shards drawing from torch's generator once per item (where the DataLoader's main process
     draws it, at num_workers=0)."""
