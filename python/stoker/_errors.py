@@ -79,6 +79,15 @@ def original(where, exc_info=None):
     return exc
 
 
+def caught(where, exc_info=None):
+    """What the consumer raises for the exception being handled (or exc_info's), caught where
+    `where` says: in the training thread (it starts with HERE) the exception itself
+    (original()), else the DataLoader's wrapper (wrapper())."""
+    if where.startswith(HERE):
+        return original(where, exc_info)
+    return wrapper(where, exc_info)
+
+
 def wrap_exception(where):
     """(text, pickled wrapper) of the exception being handled: "ValueError: message" for the C
     error message, and the wrapper for the consumer. An exception type that cannot be pickled

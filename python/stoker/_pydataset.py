@@ -160,9 +160,8 @@ class ThreadRunner:
         try:
             sample = self.getitem(index)
         except BaseException:  # a KeyboardInterrupt too: raised at next(), as at num_workers=0
-            self._remember(index, _errors.original(
-                f"{where} while loading sample {index} (epoch {epoch})") if where == HERE else
-                _errors.wrapper(f"{where} while loading sample {index} (epoch {epoch})"))
+            self._remember(index, _errors.caught(
+                f"{where} while loading sample {index} (epoch {epoch})"))
             raise
         finally:
             self.py_ns += time.perf_counter_ns() - t0
@@ -172,13 +171,9 @@ class ThreadRunner:
     def failed(self, index, epoch, worker, exc_info):
         """The fast path's __getitem__ raised exc_info (it goes on to the consumer); a worker
         number past the threads' is the training thread's (stk_loader_help)."""
-        if worker >= self.n_workers:  # the training thread's: the exception itself
-            self._remember(index, _errors.original(
-                f"{HERE} while loading sample {index} (epoch {epoch})", exc_info))
-            return
-        self._remember(index, _errors.wrapper(
-            f"in stoker worker thread {worker} while loading sample {index} (epoch {epoch})",
-            exc_info))
+        where = f"in stoker worker thread {worker}" if worker < self.n_workers else HERE
+        self._remember(index, _errors.caught(
+            f"{where} while loading sample {index} (epoch {epoch})", exc_info))
 
     def _flatten(self, sample):
         layout = self.layout
@@ -685,16 +680,7 @@ class PyLoader(Loader):
                     fetch.for_processes()
                 ds, n = fetch, len(fetch)
         shuffle = picked.get("shuffle", bool(shuffle))
-        if seed is None:
-            seed = picked.get("seed")
-        if seed is None and generator is not None:
-            seed = _torchcompat.seed_of(generator)
-        if seed is None and "rank" not in picked and (rank is not None or
-                                                      world_size is not None):
-            seed = 0  # ranks given: one order split among them needs one seed (the default)
-        if seed is None:
-            seed = _torchcompat.draw_seed()  # as the DataLoader draws its base seed
-        seed = _torchcompat.check_seed(seed)
+        seed = _torchcompat.resolve_seed(seed, picked, generator, rank, world_size)
         if "rank" in picked:
             rank, world_size = picked["rank"], picked["world"]
         elif rank is None and world_size is None:

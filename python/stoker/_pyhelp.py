@@ -109,9 +109,8 @@ class HelpRunner:
             sample = self.getitem(index)
         except Exception:  # a worker process's error, named alike (KeyboardInterrupt: retried);
             # the training thread's own at num_workers=0 is the exception itself
-            where = f"{self.where} while loading sample {index} (epoch {epoch})"
-            self.errors[index] = _errors.original(where) if self.where == _errors.HERE else \
-                _errors.wrapper(where)
+            self.errors[index] = _errors.caught(
+                f"{self.where} while loading sample {index} (epoch {epoch})")
             raise
         finally:
             self.py_ns += time.perf_counter_ns() - t0

@@ -510,11 +510,7 @@ class PyIterLoader(Loader):
                                            "is mutually exclusive with drop_last")
         if collate_fn is not None and _torchcompat.is_default_collate(collate_fn):
             collate_fn = None
-        if seed is None and generator is not None:
-            seed = _torchcompat.seed_of(generator)
-        if seed is None:
-            seed = _torchcompat.draw_seed()
-        self.seed = _torchcompat.check_seed(seed)
+        self.seed = _torchcompat.resolve_seed(seed, generator=generator)
         auto = executor == "auto"
         if auto:
             executor = "thread" if workers == 0 else "process"

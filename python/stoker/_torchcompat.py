@@ -371,6 +371,23 @@ def check_seed(seed):
     return check_int(seed, "seed", 0, (1 << 64) - 1)
 
 
+def resolve_seed(seed, picked=None, generator=None, rank=None, world_size=None, draw=True):
+    """The loader's seed: seed= as given, else the sampler's (`picked`, map_sampler's: a
+    DistributedSampler's seed, a RandomSampler's generator), else generator='s, else 0 when
+    ranks are given as arguments (they split one order: each rank drew its own before, and the
+    ranks' shares overlapped), else one drawn from torch's global RNG when `draw` (as the
+    DataLoader draws its shuffle: torch.manual_seed makes it reproducible), else 0; checked."""
+    picked = picked or {}
+    if seed is None:
+        seed = picked.get("seed")
+    if seed is None and generator is not None:
+        seed = seed_of(generator)
+    if seed is None:
+        ranks_given = "rank" not in picked and (rank is not None or world_size is not None)
+        seed = draw_seed() if draw and not ranks_given else 0
+    return check_seed(seed)
+
+
 def draw_seed():
     """A shuffle seed drawn from torch's global RNG, as the DataLoader's RandomSampler draws
     one (so torch.manual_seed makes the order reproducible)."""
@@ -706,21 +723,11 @@ def dataloader_args(data, *, batch_size, shuffle, seed, drop_last, num_workers, 
     picked = map_sampler(sampler, shuffle, drop_last, generator) if subset is None else \
         subset_order(subset, len(data), shuffle, sampler)
     shuffle = picked.get("shuffle", shuffle)
-    if seed is None:
-        seed = picked.get("seed")
-    if seed is None and generator is not None:
-        seed = seed_of(generator)
-    if seed is None:
-        # The DataLoader draws its shuffle from torch's global RNG; stoker's own datasets
-        # keep their documented default, seed 0.
-        # (so do the random samplers stoker maps onto its order)
-        # ranks given as arguments split one order, so they share the default seed (each
-        # rank drew its own before: the ranks' shares overlapped and some samples were never
-        # read)
-        random_order = "order" in picked and picked.get("custom") is None
-        ranks_given = "rank" not in picked and (rank is not None or world_size is not None)
-        seed = draw_seed() if ((torch_dataset is not None and shuffle) or random_order) and \
-            not ranks_given else 0
+    # The DataLoader draws its shuffle from torch's global RNG (so do the random samplers stoker
+    # maps onto its order); stoker's own datasets keep their documented default, seed 0
+    random_order = "order" in picked and picked.get("custom") is None
+    seed = resolve_seed(seed, picked, generator, rank, world_size,
+                        draw=(torch_dataset is not None and shuffle) or random_order)
     if "rank" in picked:
         if rank is not None and rank != picked["rank"] or \
                 world_size is not None and world_size != picked["world"]:

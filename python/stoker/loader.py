@@ -726,7 +726,7 @@ class Loader:
         kwargs = dict(kwargs, **overrides)
         if kwargs.get("trace") is not None:
             kwargs["trace"] = None
-        second = cls(data, *args, dataset=dataset, **kwargs)
+        second = _remade(cls, data, args, dataset, kwargs)
         second._dist_sampler = None
         return second
 
